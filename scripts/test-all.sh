@@ -1,0 +1,44 @@
+#!/bin/sh
+# Builds turngate and runs the whole test suite: the normal build's `make check`
+# (unit, integration, interop, fuzz corpus replay), then the same suite built with
+# ASan+UBSan in a separate build directory. Exits non-zero when any test fails.
+set -eu
+cd "$(dirname "$0")/.."
+top=$(pwd)
+jobs=$(nproc)
+
+sh scripts/setup.sh
+./autogen.sh >/dev/null 2>&1 || ./autogen.sh
+
+run_suite() {
+	dir=$1
+	shift
+	echo "=== test-all: build in $dir ($*)"
+	mkdir -p "$dir"
+	(cd "$dir" && "$top/configure" -q "$@" && make -j"$jobs" >/dev/null)
+	if ! (cd "$dir" && make -j"$jobs" check); then
+		echo "=== test-all: failures in $dir; their logs follow"
+		for log in $(find "$dir" -name '*.log' ! -name 'test-suite.log' ! -name 'config.log'); do
+			trs="${log%.log}.trs"
+			if [ -f "$trs" ] && grep -q '^:test-result: \(FAIL\|ERROR\|XPASS\)' "$trs"; then
+				echo "----- $log"
+				tail -n 80 "$log"
+			fi
+		done
+		return 1
+	fi
+}
+
+status=0
+run_suite "$top/_build/default" || status=1
+if [ "${TG_SKIP_SANITIZERS:-0}" = 1 ]; then
+	echo "=== test-all: sanitizer build skipped because TG_SKIP_SANITIZERS=1"
+else
+	run_suite "$top/_build/sanitizers" --enable-sanitizers || status=1
+fi
+if [ "$status" -eq 0 ]; then
+	echo "=== test-all: all suites passed"
+else
+	echo "=== test-all: FAILED"
+fi
+exit $status
