@@ -1,0 +1,63 @@
+/* Worker process entry point: the heritage a worker receives from the master at fork.
+ *
+ * Process model: the master opens every listening socket (one SO_REUSEPORT socket per
+ * listener per worker slot), creates the shared-memory segment and a control socketpair
+ * per slot, then forks. In the child it closes everything the heritage does not list and
+ * calls worker_run(). The worker never opens listening sockets itself; listeners added by
+ * a reload arrive later over the control fd (LISTENER_ADD with SCM_RIGHTS, common/ipc.h).
+ */
+#ifndef TG_WORKER_WORKER_H
+#define TG_WORKER_WORKER_H
+
+#include <stddef.h>
+
+struct shm; /* shm/shm.h: the mapped segment handle, created by the master before fork */
+
+/* Transport of a listening socket. TLS/DTLS are not served by workers yet. */
+enum worker_proto {
+	WORKER_PROTO_UDP = 0,
+	WORKER_PROTO_TCP = 1,
+};
+
+/* One inherited listening socket of this worker's slot.
+ * name: the listener's name in the configuration (matches the snapshot's listener
+ *       entry; the worker looks up address, routes and auth by this name).
+ * fd:   bound socket (UDP: bound; TCP: bound and listening), O_NONBLOCK not required
+ *       (the worker sets it). Ownership passes to the worker, which may close it
+ *       (LISTENER_REMOVE, exit). The master keeps its own copy open. */
+struct worker_listener {
+	const char *name;
+	enum worker_proto proto;
+	int fd;
+};
+
+/* Everything a worker inherits. Memory pointed to (name strings, listener array, shm
+ * handle) belongs to the master's address space as copied by fork and must stay valid
+ * in the child for the whole of worker_run(); the worker never frees it.
+ * slot:       this worker's index, 0 <= slot < slot_count (its shm slot, its counters,
+ *             its partition of the allocation table).
+ * slot_count: the number of worker slots configured.
+ * shm:        the shared segment mapped before fork.
+ * ctl_fd:     the worker's end of the control socketpair (SOCK_SEQPACKET or
+ *             SOCK_STREAM, frames per common/ipc.h). EOF on it means the master is gone:
+ *             the worker exits.
+ * listeners/n_listeners: the slot's listening sockets at fork time. */
+struct worker_heritage {
+	unsigned slot;
+	unsigned slot_count;
+	struct shm *shm;
+	int ctl_fd;
+	const struct worker_listener *listeners;
+	size_t n_listeners;
+};
+
+/* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,
+ * whose state the master used before fork), registers the listeners and the control fd,
+ * marks the slot online and serves until STOP, EOF on ctl_fd, or SIGTERM/SIGINT
+ * (after which it drains nothing: it closes allocations and returns).
+ * Call only in the child after fork; call once. Returns the process exit status
+ * (0 on orderly stop, 1 on a fatal setup error, logged first). The caller should
+ * _exit() with it. */
+int worker_run(const struct worker_heritage *h);
+
+#endif
