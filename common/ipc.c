@@ -1,0 +1,277 @@
+/* Master <-> worker control frames over SOCK_SEQPACKET with optional SCM_RIGHTS descriptor. */
+#include "common/ipc.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum len_rule {
+	LEN_EXACT, /* payload length must equal `size` */
+	LEN_STR,   /* 1..IPC_NAME_MAX bytes, no NUL inside */
+};
+
+struct type_rule {
+	const char *name;
+	enum len_rule rule;
+	size_t size;
+	bool fd; /* a descriptor is required (true) or forbidden (false) */
+};
+
+static const struct type_rule rules[IPC_TYPE_END] = {
+	[IPC_PING] = { "PING", LEN_EXACT, sizeof(struct ipc_ping), false },
+	[IPC_PONG] = { "PONG", LEN_EXACT, sizeof(struct ipc_pong), false },
+	[IPC_READY] = { "READY", LEN_EXACT, sizeof(struct ipc_pong), false },
+	[IPC_LISTENER_ADD] = { "LISTENER_ADD", LEN_STR, 0, true },
+	[IPC_LISTENER_REMOVE] = { "LISTENER_REMOVE", LEN_STR, 0, false },
+	[IPC_DRAIN] = { "DRAIN", LEN_EXACT, sizeof(struct ipc_drain), false },
+	[IPC_DISCONNECT] = { "DISCONNECT", LEN_EXACT, sizeof(struct ipc_disconnect), false },
+	[IPC_LOGLEVEL] = { "LOGLEVEL", LEN_STR, 0, false },
+	[IPC_STOP] = { "STOP", LEN_EXACT, 0, false },
+};
+
+static const struct type_rule *rule_of(uint16_t type)
+{
+	if (type == 0 || type >= IPC_TYPE_END)
+		return NULL;
+	return &rules[type];
+}
+
+/* Checks payload against its type's rule; the same check runs on both ends. */
+static bool frame_valid(uint16_t type, const void *payload, size_t len, bool has_fd)
+{
+	const struct type_rule *r = rule_of(type);
+
+	if (r == NULL || len > IPC_PAYLOAD_MAX || r->fd != has_fd)
+		return false;
+	if (len > 0 && payload == NULL)
+		return false;
+	if (r->rule == LEN_EXACT)
+		return len == r->size;
+	return len >= 1 && len <= IPC_NAME_MAX && memchr(payload, '\0', len) == NULL;
+}
+
+/* IPC_DISCONNECT carries a string inside a fixed struct: it must be NUL-terminated there. */
+static bool disconnect_valid(const void *payload)
+{
+	struct ipc_disconnect d;
+
+	memcpy(&d, payload, sizeof(d));
+	if (d.by == IPC_DISC_INDEX)
+		return true;
+	if (d.by == IPC_DISC_USER)
+		return d.user[0] != '\0' && memchr(d.user, '\0', sizeof(d.user)) != NULL;
+	return false;
+}
+
+int ipc_socketpair(int fds[2])
+{
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) < 0)
+		return -errno;
+	return 0;
+}
+
+int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd)
+{
+	struct ipc_hdr hdr = { .type = type, .flags = 0, .len = (uint32_t)len };
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov[2];
+	struct msghdr mh;
+	ssize_t n;
+
+	if (!frame_valid(type, payload, len, passfd >= 0))
+		return -EINVAL;
+	if (type == IPC_DISCONNECT && !disconnect_valid(payload))
+		return -EINVAL;
+	if (passfd >= 0)
+		hdr.flags |= IPC_F_FD;
+
+	memset(&mh, 0, sizeof(mh));
+	iov[0].iov_base = &hdr;
+	iov[0].iov_len = sizeof(hdr);
+	iov[1].iov_base = (void *)(uintptr_t)payload;
+	iov[1].iov_len = len;
+	mh.msg_iov = iov;
+	mh.msg_iovlen = len > 0 ? 2 : 1;
+	if (passfd >= 0) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
+	}
+	do {
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	if ((size_t)n != sizeof(hdr) + len)
+		return -EIO; /* cannot happen on SOCK_SEQPACKET; refuse to pretend it worked */
+	return 0;
+}
+
+/* Collects every descriptor the kernel handed us; keeps the first, closes the rest. */
+static int take_fds(struct msghdr *mh, int *out)
+{
+	int count = 0;
+
+	*out = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
+		size_t nfd;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfd; i++) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (*out < 0)
+				*out = f;
+			else
+				close(f);
+			count++;
+		}
+	}
+	return count;
+}
+
+int ipc_recv(int fd, struct ipc_msg *msg, int *passfd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+	} ctl;
+	struct iovec iov[2];
+	struct msghdr mh;
+	ssize_t n;
+	int nfds, got = -1, rc = -EPROTO;
+	size_t len;
+
+	*passfd = -1;
+	memset(&mh, 0, sizeof(mh));
+	iov[0].iov_base = &msg->hdr;
+	iov[0].iov_len = sizeof(msg->hdr);
+	/* One byte more than the largest payload, so an oversized frame shows as too long. */
+	iov[1].iov_base = msg->payload;
+	iov[1].iov_len = sizeof(msg->payload);
+	mh.msg_iov = iov;
+	mh.msg_iovlen = 2;
+	mh.msg_control = ctl.buf;
+	mh.msg_controllen = sizeof(ctl.buf);
+	do {
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	if (n == 0)
+		return -EPIPE; /* a frame is never empty: 0 means the peer closed */
+
+	nfds = take_fds(&mh, &got);
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1)
+		goto fail;
+	if ((size_t)n < sizeof(msg->hdr))
+		goto fail;
+	len = (size_t)n - sizeof(msg->hdr);
+	if (len != msg->hdr.len || len > IPC_PAYLOAD_MAX)
+		goto fail;
+	if (((msg->hdr.flags & IPC_F_FD) != 0) != (got >= 0))
+		goto fail;
+	if (!frame_valid(msg->hdr.type, msg->payload, len, got >= 0))
+		goto fail;
+	if (msg->hdr.type == IPC_DISCONNECT && !disconnect_valid(msg->payload))
+		goto fail;
+	msg->payload[len] = '\0';
+	*passfd = got;
+	return 0;
+fail:
+	if (got >= 0)
+		close(got);
+	return rc;
+}
+
+int ipc_send_str(int fd, uint16_t type, const char *s, int passfd)
+{
+	if (s == NULL)
+		return -EINVAL;
+	return ipc_send(fd, type, s, strlen(s), passfd);
+}
+
+int ipc_send_ping(int fd, uint64_t seq)
+{
+	struct ipc_ping p = { .seq = seq };
+
+	return ipc_send(fd, IPC_PING, &p, sizeof(p), -1);
+}
+
+int ipc_send_pong(int fd, uint16_t type, uint64_t seq, uint32_t slot, int32_t pid)
+{
+	struct ipc_pong p = { .seq = seq, .slot = slot, .pid = pid };
+
+	if (type != IPC_PONG && type != IPC_READY)
+		return -EINVAL;
+	return ipc_send(fd, type, &p, sizeof(p), -1);
+}
+
+int ipc_send_drain(int fd, int on)
+{
+	struct ipc_drain d = { .on = on ? 1 : 0, .reserved = 0 };
+
+	return ipc_send(fd, IPC_DRAIN, &d, sizeof(d), -1);
+}
+
+int ipc_send_disconnect_index(int fd, uint32_t index)
+{
+	struct ipc_disconnect d;
+
+	memset(&d, 0, sizeof(d));
+	d.by = IPC_DISC_INDEX;
+	d.index = index;
+	return ipc_send(fd, IPC_DISCONNECT, &d, sizeof(d), -1);
+}
+
+int ipc_send_disconnect_user(int fd, const char *user)
+{
+	struct ipc_disconnect d;
+	size_t n;
+
+	if (user == NULL)
+		return -EINVAL;
+	n = strlen(user);
+	if (n == 0 || n >= sizeof(d.user))
+		return -EINVAL;
+	memset(&d, 0, sizeof(d));
+	d.by = IPC_DISC_USER;
+	memcpy(d.user, user, n);
+	return ipc_send(fd, IPC_DISCONNECT, &d, sizeof(d), -1);
+}
+
+const char *ipc_msg_str(const struct ipc_msg *msg)
+{
+	return (const char *)msg->payload;
+}
+
+int ipc_msg_get(const struct ipc_msg *msg, void *out, size_t size)
+{
+	if (msg->hdr.len != size)
+		return -EPROTO;
+	memcpy(out, msg->payload, size);
+	return 0;
+}
+
+const char *ipc_type_name(uint16_t type)
+{
+	const struct type_rule *r = rule_of(type);
+
+	return r != NULL && r->name != NULL ? r->name : "?";
+}

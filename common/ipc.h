@@ -1,0 +1,131 @@
+/* Master <-> worker control messages: typed, length-checked frames on a SOCK_SEQPACKET pair.
+ *
+ * Each frame is one seqpacket record: struct ipc_hdr {type, flags, len} followed by `len`
+ * payload bytes (len <= IPC_PAYLOAD_MAX), optionally carrying one file descriptor with
+ * SCM_RIGHTS. A seqpacket record is delivered whole or not at all, so there is no framing
+ * state to keep between calls and both ends may be non-blocking.
+ *
+ * Every type has a fixed rule for its payload length and whether it carries a descriptor;
+ * ipc_recv() enforces it, so a dispatcher (a flat switch on msg.hdr.type, OpenBSD imsg
+ * style) sees only well-formed messages:
+ *
+ *   type                 direction        payload                          fd
+ *   IPC_PING             master->worker   struct ipc_ping                  no
+ *   IPC_PONG             worker->master   struct ipc_pong                  no
+ *   IPC_READY            worker->master   struct ipc_pong (seq 0)          no
+ *   IPC_LISTENER_ADD     master->worker   listener name (1..IPC_NAME_MAX)  yes: the socket
+ *   IPC_LISTENER_REMOVE  master->worker   listener name (1..IPC_NAME_MAX)  no
+ *   IPC_DRAIN            master->worker   struct ipc_drain                 no
+ *   IPC_DISCONNECT       master->worker   struct ipc_disconnect            no
+ *   IPC_LOGLEVEL         master->worker   log spec (1..IPC_NAME_MAX)       no
+ *   IPC_STOP             master->worker   empty                            no
+ *
+ * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
+ * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
+ * Both processes may call every function here; nothing keeps global state.
+ */
+#ifndef TG_COMMON_IPC_H
+#define TG_COMMON_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IPC_PAYLOAD_MAX 4096u
+/* Longest listener name or log spec carried in a string payload. */
+#define IPC_NAME_MAX 255u
+/* Longest username in IPC_DISCONNECT (STUN USERNAME is < 513 bytes), plus its NUL. */
+#define IPC_USER_MAX 516u
+
+enum ipc_type {
+	IPC_PING = 1,
+	IPC_PONG,
+	IPC_READY,
+	IPC_LISTENER_ADD,
+	IPC_LISTENER_REMOVE,
+	IPC_DRAIN,
+	IPC_DISCONNECT,
+	IPC_LOGLEVEL,
+	IPC_STOP,
+	IPC_TYPE_END, /* one past the last valid type */
+};
+
+/* Set by ipc_send() when a descriptor rides along; checked against the type's rule. */
+#define IPC_F_FD 0x0001u
+
+struct ipc_hdr {
+	uint16_t type;
+	uint16_t flags;
+	uint32_t len;
+};
+
+struct ipc_ping {
+	uint64_t seq; /* echoed in the pong so the master can match replies to pings */
+};
+
+struct ipc_pong {
+	uint64_t seq;  /* the ping's seq; 0 in IPC_READY */
+	uint32_t slot; /* the worker's slot index */
+	int32_t pid;   /* the worker's pid */
+};
+
+struct ipc_drain {
+	uint32_t on; /* 1: refuse new Allocates (403, or 300 + ALTERNATE-SERVER per snapshot);
+		      * 0: accept them again */
+	uint32_t reserved;
+};
+
+enum ipc_disconnect_by {
+	IPC_DISC_INDEX = 1, /* end the allocation at table index `index` (if this worker owns it) */
+	IPC_DISC_USER = 2,  /* end every allocation of `user` this worker owns */
+};
+
+struct ipc_disconnect {
+	uint32_t by;    /* enum ipc_disconnect_by */
+	uint32_t index; /* allocation table index when by == IPC_DISC_INDEX */
+	char user[IPC_USER_MAX]; /* NUL-terminated when by == IPC_DISC_USER, else all zero */
+};
+
+/* A received message. payload has one spare byte so string payloads are NUL-terminated. */
+struct ipc_msg {
+	struct ipc_hdr hdr;
+	uint8_t payload[IPC_PAYLOAD_MAX + 1];
+};
+
+/* Creates a non-blocking, close-on-exec SOCK_SEQPACKET pair in fds[0..1].
+ * Returns 0 or -errno. */
+int ipc_socketpair(int fds[2]);
+
+/* Sends one frame. payload may be NULL when len is 0; passfd is a descriptor to attach, or -1.
+ * The descriptor stays owned by the caller (the kernel duplicates it into the peer).
+ * Checks the frame against the type's rule before sending.
+ * Returns 0; -EINVAL for a frame that breaks its type's rule; -EAGAIN when the socket buffer
+ * is full (non-blocking socket); -EPIPE when the peer is gone; other -errno from sendmsg. */
+int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd);
+
+/* Typed conveniences over ipc_send(). */
+int ipc_send_str(int fd, uint16_t type, const char *s, int passfd);
+int ipc_send_ping(int fd, uint64_t seq);
+int ipc_send_pong(int fd, uint16_t type, uint64_t seq, uint32_t slot, int32_t pid);
+int ipc_send_drain(int fd, int on);
+int ipc_send_disconnect_index(int fd, uint32_t index);
+int ipc_send_disconnect_user(int fd, const char *user);
+
+/* Receives one frame into *msg. *passfd receives the attached descriptor (close-on-exec,
+ * now owned by the caller) or -1 when none came.
+ * Returns 0 for a valid message; -EAGAIN when none is waiting (non-blocking socket);
+ * -EPIPE when the peer closed; -EPROTO for an unknown type, a length that breaks the type's
+ * rule, a truncated frame, or a descriptor where none belongs (it is closed) or none where
+ * one is required. After -EPROTO the channel is still usable: each frame stands alone. */
+int ipc_recv(int fd, struct ipc_msg *msg, int *passfd);
+
+/* The payload as a C string (IPC_LISTENER_ADD/REMOVE, IPC_LOGLEVEL). */
+const char *ipc_msg_str(const struct ipc_msg *msg);
+
+/* Copies a fixed-size payload out (memcpy, so alignment does not matter). Returns 0, or
+ * -EPROTO when the message length differs from size. */
+int ipc_msg_get(const struct ipc_msg *msg, void *out, size_t size);
+
+/* A stable name for logs ("PING", "LISTENER_ADD", "?" for unknown). */
+const char *ipc_type_name(uint16_t type);
+
+#endif

@@ -1,0 +1,304 @@
+/* Unit tests for common/ipc: frame round trips, descriptor passing and strict rejection. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/ipc.h"
+
+struct pair {
+	int a, b;
+};
+
+static int setup(void **state)
+{
+	static struct pair p;
+	int fds[2];
+
+	if (ipc_socketpair(fds) != 0)
+		return -1;
+	p.a = fds[0];
+	p.b = fds[1];
+	*state = &p;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct pair *p = *state;
+
+	close(p->a);
+	close(p->b);
+	return 0;
+}
+
+/* Sends a raw seqpacket record, bypassing ipc_send()'s checks, optionally with an fd. */
+static void send_raw(int fd, const void *buf, size_t len, int passfd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)(uintptr_t)buf, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (passfd >= 0) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
+	}
+	assert_int_equal(sendmsg(fd, &mh, 0), (ssize_t)len);
+}
+
+static int count_open_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			n++;
+	return n;
+}
+
+static void test_ping_pong(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_msg msg;
+	struct ipc_ping ping;
+	struct ipc_pong pong;
+	int fd;
+
+	assert_int_equal(ipc_send_ping(p->a, 42), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(fd, -1);
+	assert_int_equal(msg.hdr.type, IPC_PING);
+	assert_int_equal(ipc_msg_get(&msg, &ping, sizeof(ping)), 0);
+	assert_int_equal(ping.seq, 42);
+
+	assert_int_equal(ipc_send_pong(p->b, IPC_PONG, 42, 3, 1234), 0);
+	assert_int_equal(ipc_recv(p->a, &msg, &fd), 0);
+	assert_int_equal(msg.hdr.type, IPC_PONG);
+	assert_int_equal(ipc_msg_get(&msg, &pong, sizeof(pong)), 0);
+	assert_int_equal(pong.seq, 42);
+	assert_int_equal(pong.slot, 3);
+	assert_int_equal(pong.pid, 1234);
+	assert_string_equal(ipc_type_name(msg.hdr.type), "PONG");
+	/* Wrong size for the getter is refused. */
+	assert_int_equal(ipc_msg_get(&msg, &ping, sizeof(ping)), -EPROTO);
+}
+
+static void test_empty_is_eagain(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_msg msg;
+	int fd;
+
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EAGAIN);
+}
+
+static void test_listener_add_passes_fd(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_msg msg;
+	int pipefd[2], fd;
+	char c = 0;
+
+	assert_int_equal(pipe(pipefd), 0);
+	assert_int_equal(ipc_send_str(p->a, IPC_LISTENER_ADD, "udp-listener", pipefd[1]), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(msg.hdr.type, IPC_LISTENER_ADD);
+	assert_string_equal(ipc_msg_str(&msg), "udp-listener");
+	assert_true(fd >= 0);
+	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	/* The received descriptor is the same pipe end. */
+	assert_int_equal(write(fd, "x", 1), 1);
+	assert_int_equal(read(pipefd[0], &c, 1), 1);
+	assert_int_equal(c, 'x');
+	close(fd);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
+static void test_send_rejects_bad_frames(void **state)
+{
+	struct pair *p = *state;
+	char big[IPC_NAME_MAX + 2];
+	int pipefd[2];
+
+	assert_int_equal(pipe(pipefd), 0);
+	/* Listener add without its socket, stop with an fd, unknown types. */
+	assert_int_equal(ipc_send_str(p->a, IPC_LISTENER_ADD, "x", -1), -EINVAL);
+	assert_int_equal(ipc_send(p->a, IPC_STOP, NULL, 0, pipefd[0]), -EINVAL);
+	assert_int_equal(ipc_send(p->a, 0, NULL, 0, -1), -EINVAL);
+	assert_int_equal(ipc_send(p->a, IPC_TYPE_END, NULL, 0, -1), -EINVAL);
+	/* Wrong fixed length, empty and overlong names, NUL inside a name. */
+	assert_int_equal(ipc_send(p->a, IPC_PING, "abc", 3, -1), -EINVAL);
+	assert_int_equal(ipc_send_str(p->a, IPC_LISTENER_REMOVE, "", -1), -EINVAL);
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(ipc_send_str(p->a, IPC_LISTENER_REMOVE, big, -1), -EINVAL);
+	assert_int_equal(ipc_send(p->a, IPC_LOGLEVEL, "a\0b", 3, -1), -EINVAL);
+	assert_int_equal(ipc_send_disconnect_user(p->a, ""), -EINVAL);
+	assert_int_equal(ipc_send_pong(p->a, IPC_PING, 1, 1, 1), -EINVAL);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
+static void test_recv_rejects_unknown_and_bad_length(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_msg msg;
+	struct {
+		struct ipc_hdr h;
+		uint8_t body[8];
+	} f;
+	int fd;
+
+	memset(&f, 0, sizeof(f));
+	f.h.type = 999;
+	send_raw(p->a, &f, sizeof(f.h), -1);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+
+	/* Header claims 8 bytes, frame has 4. */
+	f.h.type = IPC_PING;
+	f.h.len = 8;
+	send_raw(p->a, &f, sizeof(f.h) + 4, -1);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+
+	/* Shorter than a header. */
+	send_raw(p->a, &f, 3, -1);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+
+	/* Valid frame after the bad ones: the channel is still usable. */
+	send_raw(p->a, &f, sizeof(f.h) + 8, -1);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(msg.hdr.type, IPC_PING);
+}
+
+static void test_recv_oversized(void **state)
+{
+	struct pair *p = *state;
+	static uint8_t buf[sizeof(struct ipc_hdr) + IPC_PAYLOAD_MAX + 64];
+	struct ipc_hdr h = { .type = IPC_LOGLEVEL, .len = IPC_PAYLOAD_MAX + 64 };
+	struct ipc_msg msg;
+	int fd;
+
+	memset(buf, 'a', sizeof(buf));
+	memcpy(buf, &h, sizeof(h));
+	send_raw(p->a, buf, sizeof(buf), -1);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+}
+
+static void test_unexpected_fd_is_closed(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_hdr h = { .type = IPC_STOP, .flags = IPC_F_FD, .len = 0 };
+	struct ipc_msg msg;
+	int pipefd[2], fd, before;
+
+	assert_int_equal(pipe(pipefd), 0);
+	before = count_open_fds();
+	send_raw(p->a, &h, sizeof(h), pipefd[0]);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	assert_int_equal(fd, -1);
+	assert_int_equal(count_open_fds(), before);
+
+	/* Flag says an fd rides along but none came. */
+	h.type = IPC_LISTENER_ADD;
+	h.len = 1;
+	{
+		uint8_t buf[sizeof(h) + 1];
+
+		memcpy(buf, &h, sizeof(h));
+		buf[sizeof(h)] = 'x';
+		send_raw(p->a, buf, sizeof(buf), -1);
+	}
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
+static void test_disconnect(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_disconnect d;
+	struct ipc_msg msg;
+	int fd;
+
+	assert_int_equal(ipc_send_disconnect_user(p->a, "1700000000:alice"), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_USER);
+	assert_string_equal(d.user, "1700000000:alice");
+
+	assert_int_equal(ipc_send_disconnect_index(p->a, 17), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_INDEX);
+	assert_int_equal(d.index, 17);
+
+	/* A user field without a terminating NUL is refused on receive. */
+	{
+		struct {
+			struct ipc_hdr h;
+			struct ipc_disconnect d;
+		} f;
+
+		memset(&f, 0, sizeof(f));
+		f.h.type = IPC_DISCONNECT;
+		f.h.len = sizeof(f.d);
+		f.d.by = IPC_DISC_USER;
+		memset(f.d.user, 'u', sizeof(f.d.user));
+		send_raw(p->a, &f, sizeof(f), -1);
+		assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+		f.d.by = 7;
+		f.d.user[0] = '\0';
+		send_raw(p->a, &f, sizeof(f), -1);
+		assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	}
+}
+
+static void test_eof(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_msg msg;
+	int fd;
+
+	close(p->a);
+	p->a = open("/dev/null", O_RDONLY);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPIPE);
+	assert_int_equal(ipc_send_ping(p->b, 1), -EPIPE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_ping_pong, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_is_eagain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_listener_add_passes_fd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_send_rejects_bad_frames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_recv_rejects_unknown_and_bad_length, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_recv_oversized, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unexpected_fd_is_closed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disconnect, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
