@@ -1,0 +1,296 @@
+/* Configuration: loads, validates and describes a STUNner v1 config (YAML or JSON) plus turngate extensions.
+ *
+ * Input format: STUNner's stunnerd config, API "v1", accepted as is (version, admin, auth,
+ * listeners, clusters), plus turngate extensions under keys STUNner does not use; every key
+ * is listed in docs/configuration.md. JSON is parsed as YAML flow style by libyaml, whose
+ * document API keeps the line and column of each node, so every diagnostic points at one.
+ *
+ * Process model: the master (and turngatectl / `turngated -t`) loads and validates configs;
+ * workers never call this module, they read the snapshot built from a struct conf
+ * (conf/snapshot.h). Nothing here keeps global state; every function is reentrant.
+ *
+ * Ownership: a struct conf is owned by the caller of conf_load_*() and freed with
+ * conf_free(); all its strings and arrays belong to it. Secrets inside it are wiped on free.
+ */
+#ifndef TG_CONF_CONF_H
+#define TG_CONF_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+/* ---- diagnostics -------------------------------------------------------------------- */
+
+enum conf_diag_sev { CONF_DIAG_ERROR = 0, CONF_DIAG_WARNING };
+
+/* One problem found while loading. line/col are 1-based; 0 when the problem has no
+ * position (a missing file, a cross-check on the whole document). */
+struct conf_diag {
+	enum conf_diag_sev sev;
+	char *file;     /* display name of the source ("turngate.yaml", "<default>") */
+	uint32_t line, col;
+	char *path;     /* field path: "listeners[1].port"; "" for the document itself */
+	char *msg;      /* "70000 is out of range (1..65535)" */
+};
+
+/* Every problem of one load, in document order. Zero-initialise before first use
+ * (struct conf_diags d = {0};); conf_diags_free() releases and re-zeroes it. */
+struct conf_diags {
+	struct conf_diag *v;
+	size_t n, cap;
+	size_t n_errors, n_warnings;
+};
+
+/* Formats one diagnostic as
+ *   FILE:LINE:COL: PATH: MESSAGE              (errors)
+ *   FILE:LINE:COL: warning: PATH: MESSAGE     (warnings)
+ * with ":LINE:COL" omitted when line is 0 and "PATH: " omitted when path is empty.
+ * Writes at most size bytes (NUL-terminated); returns the length snprintf would. */
+int conf_diag_format(const struct conf_diag *d, char *buf, size_t size);
+
+/* Prints every diagnostic, one line each, in the format above. */
+void conf_diags_print(const struct conf_diags *d, FILE *out);
+void conf_diags_free(struct conf_diags *d);
+
+/* ---- the typed configuration ---------------------------------------------------------- */
+
+enum conf_auth_type { CONF_AUTH_NONE = 0, CONF_AUTH_STATIC, CONF_AUTH_EPHEMERAL };
+enum conf_proto { CONF_PROTO_TURN_UDP = 0, CONF_PROTO_TURN_TCP, CONF_PROTO_TURN_TLS,
+		  CONF_PROTO_TURN_DTLS };
+enum conf_cluster_type { CONF_CLUSTER_STATIC = 0, CONF_CLUSTER_STRICT_DNS };
+enum conf_cluster_proto { CONF_CPROTO_UDP = 0, CONF_CPROTO_TCP };
+enum conf_log_format { CONF_LOG_TEXT = 0, CONF_LOG_JSON };
+
+/* Canonical spellings: "none|static|ephemeral", "TURN-UDP|...", "STATIC|STRICT_DNS", "UDP|TCP". */
+const char *conf_auth_type_name(enum conf_auth_type t);
+const char *conf_proto_name(enum conf_proto p);
+const char *conf_cluster_type_name(enum conf_cluster_type t);
+const char *conf_cluster_proto_name(enum conf_cluster_proto p);
+
+/* An IP prefix; IPv4 in family AF_INET uses addr[0..3]. Addresses are canonical: an
+ * IPv4-mapped/compatible, 6to4 or NAT64 IPv6 form that fully contains an IPv4 part was
+ * converted to AF_INET at parse time. */
+struct conf_prefix {
+	int family;            /* AF_INET or AF_INET6 */
+	uint8_t addr[16];      /* network byte order, host bits zeroed */
+	uint8_t len;           /* prefix length */
+};
+
+struct conf_endpoint {
+	char *text;            /* as written (after env expansion) */
+	struct conf_prefix prefix;   /* STATIC only */
+	uint16_t port_min, port_max; /* 1..65535 unless ":<min-max>" given; STATIC only */
+	/* STRICT_DNS only: addresses filled by conf_resolve_clusters(); empty until then. */
+	struct sockaddr_storage *resolved;
+	size_t n_resolved;
+};
+
+struct conf_cluster {
+	char *name;
+	enum conf_cluster_type type;
+	enum conf_cluster_proto protocol;
+	struct conf_endpoint *endpoints;
+	size_t n_endpoints;
+};
+
+struct conf_user {
+	char *username;
+	char *password;
+};
+
+/* Authentication settings: the global `auth` block, or a listener's `auth` override. */
+struct conf_auth {
+	enum conf_auth_type type;
+	char *realm;                 /* default "stunner.l7mp.io" */
+	struct conf_user *users;     /* static: credentials.username/password first, then auth.users[] */
+	size_t n_users;
+	char *secret;                /* ephemeral: current secret (credentials.secret or secret_file) */
+	char *prev_secret;           /* ephemeral: previous secret accepted until prev_deadline; NULL if none */
+	int64_t prev_deadline;       /* unix seconds; 0 when prev_secret is NULL */
+	bool strict_expiry;          /* true: expiry of an ephemeral username is checked on every
+				      * authenticated request (STUNner); false (default): only when
+				      * an allocation is created, refreshes go on with the stored key */
+};
+
+struct conf_listener {
+	char *name;
+	enum conf_proto protocol;
+	char *address;               /* relay IP advertised in XOR-RELAYED-ADDRESS (text, after
+				      * expansion; "localhost" already mapped to 127.0.0.1) */
+	struct sockaddr_storage relay_addr;  /* parsed `address`, port 0 */
+	char *bind_address;          /* ours; NULL = not set (worker decides: address when local, else wildcard) */
+	uint16_t port;               /* default 3478 */
+	char *public_address;        /* NULL when unset */
+	uint16_t public_port;        /* 0 when unset */
+	uint16_t relay_port_min, relay_port_max;  /* effective range (listener, else global) */
+	/* TLS material, PEM, decoded from base64 `cert`/`key` or read from cert_file/key_file.
+	 * NULL for TURN-UDP/TURN-TCP when not given. */
+	char *cert_pem;
+	size_t cert_pem_len;
+	char *key_pem;
+	size_t key_pem_len;
+	char *cert_file, *key_file;  /* ours; as written, NULL when unset */
+	char **routes;               /* cluster names, sorted, deduplicated */
+	size_t n_routes;
+	struct conf_auth *auth;      /* ours: per-listener override, NULL = use conf.auth */
+};
+
+struct conf_limits {
+	uint32_t max_allocations;       /* capacity of the allocation table; default 10000 */
+	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota too) */
+	uint32_t total_quota;           /* admitted allocations overall, 0 = max_allocations */
+	uint32_t max_permissions;       /* per allocation; default 32 */
+	uint32_t max_channels;          /* per allocation; default 32 */
+	uint32_t allocation_lifetime;   /* seconds, default 600 */
+	uint32_t max_allocation_lifetime; /* seconds, default 3600 */
+	uint32_t permission_lifetime;   /* seconds, default 300 */
+	uint32_t channel_lifetime;      /* seconds, default 600 */
+	uint32_t nonce_lifetime;        /* seconds, default 3600 */
+};
+
+struct conf_admin {
+	char *name;                  /* default "default-stunnerd" */
+	char *loglevel;              /* default "all:INFO" */
+	char *metrics_endpoint;      /* NULL/"" = off (default) */
+	char *healthcheck_endpoint;  /* default "http://:8086"; "" = off */
+	uint32_t workers;            /* ours; 0 = one per CPU (default) */
+	char *admin_socket;          /* ours; default "/run/turngate/admin.sock" */
+	uint32_t admin_socket_mode;  /* ours; default 0600 */
+	enum conf_log_format log_format; /* ours; default text */
+	uint16_t relay_port_min, relay_port_max; /* ours; default 49152..65535 */
+	uint32_t drain_timeout;      /* ours; seconds, default 30 */
+	char *alternate_server;      /* ours; "IP[:port]" sent as ALTERNATE-SERVER while draining; NULL */
+	char *credential_api_endpoint; /* ours; NULL = off (default), e.g. "http://127.0.0.1:8088" */
+};
+
+#define CONF_MAGIC 0x434f4e46u  /* "CONF" */
+
+struct conf {
+	uint32_t magic;              /* CONF_MAGIC */
+	char *source;                /* display name of the file */
+	char *version;               /* "v1" */
+	struct conf_admin admin;
+	struct conf_auth auth;
+	struct conf_listener *listeners;
+	size_t n_listeners;
+	struct conf_cluster *clusters;
+	size_t n_clusters;
+	struct conf_limits limits;
+	int64_t loaded_at;           /* unix seconds, from conf_load_opts.now */
+};
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+/* Environment lookup used for $VAR/${VAR} expansion: returns the value or NULL. */
+typedef const char *(*conf_getenv_fn)(void *ctx, const char *name);
+
+struct conf_load_opts {
+	conf_getenv_fn getenv;       /* NULL: getenv(3) */
+	void *getenv_ctx;
+	int64_t now;                 /* unix seconds; 0: time(NULL). Used for previous_secret_grace */
+};
+
+/* Parses and validates a config. path may be "file://PATH". buf need not be NUL-terminated;
+ * name is the display name used in diagnostics. opts may be NULL.
+ * Every problem found is appended to diags (which the caller zero-initialised); loading
+ * does not stop at the first error.
+ * Returns 0 and *out (owned by the caller) when there is no error (warnings allowed);
+ * -EINVAL when the config has errors, -ENOENT/-EACCES/-EIO... when the file cannot be read,
+ * -ENOMEM; in every failure case *out is NULL and diags says why.
+ * STRICT_DNS endpoints are not resolved here: call conf_resolve_clusters(). */
+int conf_load_file(const char *path, const struct conf_load_opts *opts, struct conf **out,
+		   struct conf_diags *diags);
+int conf_load_string(const char *buf, size_t len, const char *name,
+		     const struct conf_load_opts *opts, struct conf **out,
+		     struct conf_diags *diags);
+
+/* The embedded default (turngated without -c): TURN-UDP and TURN-TCP listeners on
+ * 127.0.0.1:3478, ephemeral auth with a random 32-byte (hex) secret generated now, one
+ * cluster "loopback" = 127.0.0.0/8 and ::1 routed from both. Returns 0 or -ENOMEM/-EIO. */
+int conf_load_default(const struct conf_load_opts *opts, struct conf **out);
+
+/* Prints how to mint a credential for cfg's global auth: for ephemeral auth, a ready
+ * username:password valid for one day from now and the formula; for static, the users;
+ * for none, a note. Used by turngated when it starts with the embedded default. */
+void conf_print_credential_help(const struct conf *cfg, int64_t now, FILE *out);
+
+/* Destructor; accepts NULL. Wipes secrets. */
+void conf_free(struct conf *cfg);
+
+/* Loads path (NULL: the embedded default), resolves STRICT_DNS clusters with getaddrinfo,
+ * prints every diagnostic to out and then "configuration ok" when there is no error.
+ * Returns 0 when ok, 1 otherwise. For `turngated -c FILE -t`. */
+int conf_check_main(const char *path, FILE *out);
+
+/* ---- DNS (STRICT_DNS clusters) ------------------------------------------------------- */
+
+/* Resolves name to at most max addresses (port 0) in out; writes the count to *n.
+ * Returns 0 (n may be 0) or a negative errno / EAI code mapped to -EHOSTUNREACH. */
+typedef int (*conf_resolve_fn)(void *ctx, const char *name, struct sockaddr_storage *out,
+			       size_t max, size_t *n);
+
+/* The getaddrinfo(3) resolver (blocking; master only). */
+int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out,
+			     size_t max, size_t *n);
+
+/* Fills every STRICT_DNS endpoint's resolved[] with fn (NULL: getaddrinfo), replacing
+ * earlier results. A name that does not resolve, or resolves only to special-purpose
+ * addresses (which are never admitted through DNS), is a warning in diags, not an error.
+ * Returns 0 or -ENOMEM. */
+int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx,
+			  struct conf_diags *diags);
+
+/* ---- introspection ------------------------------------------------------------------- */
+
+/* The config as JSON (STUNner's key names plus ours) with every secret, password,
+ * certificate and key replaced by "<redacted>". Returns a new reference or NULL on ENOMEM.
+ * For the admin `config` command and HTTP /status. */
+json_t *conf_to_json_redacted(const struct conf *cfg);
+
+/* ---- reload support ------------------------------------------------------------------- */
+
+enum conf_listener_change {
+	CONF_LISTENER_UNCHANGED = 0,
+	CONF_LISTENER_ADDED,
+	CONF_LISTENER_REMOVED,
+	/* Sockets must be replaced: protocol, port or bind address changed (the listener's
+	 * allocations end, as if removed and added). */
+	CONF_LISTENER_RESTART,
+	/* Same sockets; something else changed (routes, auth, relay address, TLS material,
+	 * relay ports, public address): applied through the new snapshot. */
+	CONF_LISTENER_UPDATED,
+};
+
+struct conf_listener_delta {
+	const char *name;            /* points into old or new; valid while both live */
+	enum conf_listener_change change;
+	ssize_t old_idx, new_idx;    /* -1 when absent on that side */
+};
+
+/* Compares the listeners of two configs by name. *out (caller frees with free()) gets one
+ * entry per name in old or new: new's order first, then the removed ones in old's order.
+ * Returns 0 or -ENOMEM. */
+int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
+			struct conf_listener_delta **out, size_t *n);
+
+/* ---- peer safety --------------------------------------------------------------------- */
+
+/* Canonicalises sa into (family, addr): IPv4-mapped (::ffff:0:0/96), IPv4-compatible
+ * (::/96, except :: and ::1), 6to4 (2002::/16, the embedded v4 of 2002:AABB:CCDD::/48) and
+ * NAT64 (64:ff9b::/96) become AF_INET. Returns 0 or -EAFNOSUPPORT. Fast, no allocation. */
+int conf_addr_canon(const struct sockaddr *sa, int *family, uint8_t addr[16]);
+
+/* True when the canonical address lies in a special-purpose range that a broad prefix
+ * never admits: 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4 (with
+ * 255.255.255.255), ::/128, ::1/128, fe80::/10, ff00::/8. */
+bool conf_addr_is_special(int family, const uint8_t addr[16]);
+
+/* True when every address of the prefix is special (an "explicit" special endpoint). */
+bool conf_prefix_is_special(const struct conf_prefix *p);
+
+#endif
