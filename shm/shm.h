@@ -1,0 +1,326 @@
+/* Shared-memory segment shared by the master and its workers: header, worker slots,
+ * per-slot counters, cross-process QSBR and the snapshot arena.
+ *
+ * The allocation table living in the same segment has its own header, shm/shm_alloc.h.
+ *
+ * Segment, processes and handles
+ * ------------------------------
+ * The master creates the segment with shm_create() before it forks any worker; the
+ * workers inherit both the mapping and the process-local `struct shm` handle (a plain
+ * heap object, valid in the child after fork). A tool maps the segment read-only with
+ * shm_attach_ro() from an fd it received (SCM_RIGHTS); every offset it follows is
+ * validated, so a corrupt or hostile segment yields errors, never a crash.
+ * Everything inside the segment refers to everything else by byte offset from the
+ * segment base; nothing process-specific (pointers, fds) is ever stored in it.
+ *
+ * Who writes what
+ *   master : header, global epoch, current-snapshot offset, snapshot arena, a slot's
+ *            pid/state/incarnation while no worker runs in it (spawn, reap), a slot's
+ *            quiescent counter only after waitpid() reaped its worker.
+ *   worker : its own slot (quiescent counter, heartbeat, state RUNNING/STOPPING, counters),
+ *            allocation records it owns (see shm_alloc.h).
+ *   tools  : nothing (read-only mapping).
+ *
+ * Snapshot lifetime (the QSBR contract, argument in shm/qsbr.c):
+ *   worker: before its loop runs: shm_qsbr_online(); in its ev_check watcher
+ *   (EV_MAXPRI): shm_qsbr_online() then shm_snap_current(); in its ev_prepare watcher
+ *   (EV_MINPRI): shm_qsbr_offline(). A pointer from shm_snap_current() is valid only
+ *   until the caller's next shm_qsbr_offline()/shm_qsbr_quiescent(); never keep it.
+ *   master: shm_snap_publish() (never blocks), shm_snap_reclaim() from a timer,
+ *   shm_slot_reaped() only after waitpid() returned the worker's pid.
+ *
+ * Errors: functions return 0 or a negative errno; results go to out-parameters.
+ * Not thread-safe: each turngate process is single-threaded.
+ */
+#ifndef TG_SHM_SHM_H
+#define TG_SHM_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <urcu/system.h>
+
+struct shm;
+
+/* Limits of the layout (the owner slot is encoded in 8 bits of a record state word). */
+#define SHM_MAX_SLOTS 255u
+#define SHM_MAX_SNAPS 64u
+#define SHM_MIN_SNAPS 2u
+#define SHM_MIN_SNAP_SIZE 256u
+#define SHM_MAX_SNAP_SIZE (1u << 30)
+#define SHM_MAX_ALLOCS (1u << 24)
+#define SHM_MAX_LISTENERS 64u
+#define SHM_MAX_CLUSTERS 64u
+
+/* Byte pattern written over a reclaimed snapshot slot, so a reader that (wrongly) still
+ * uses it sees garbage that checksums and magic checks catch. */
+#define SHM_POISON_BYTE 0xa5
+
+struct shm_config {
+	uint32_t n_slots;     /* worker slots, 1..SHM_MAX_SLOTS */
+	uint32_t snap_count;  /* snapshot slots, SHM_MIN_SNAPS..SHM_MAX_SNAPS */
+	uint32_t snap_size;   /* payload bytes per snapshot slot (largest blob) */
+	uint32_t alloc_cap;   /* allocation records, 0..SHM_MAX_ALLOCS */
+};
+
+/* ---- segment ------------------------------------------------------------------- */
+
+/* Master, before any fork: creates a sealed memfd (MFD_CLOEXEC, F_SEAL_SHRINK|GROW|SEAL),
+ * backs it with fallocate (a memory shortage fails here, not as SIGBUS later), maps it
+ * shared and writes the header. `name` labels the memfd (/proc/PID/fd). On success *out
+ * owns the fd and the mapping; free with shm_destroy().
+ * Returns 0, -EINVAL (config out of range), -ENOMEM/-ENOSPC, or another -errno. */
+int shm_create(const struct shm_config *cfg, const char *name, struct shm **out);
+
+/* Any process: maps the segment behind `fd` read-only (the fd is dup'ed, the caller keeps
+ * its own) and validates it completely: magic, layout version, layout hash, recorded size
+ * equal to the file size, every region offset/size in bounds and non-overlapping.
+ * Returns 0, -EBADMSG (not a turngate segment / wrong version / wrong layout hash),
+ * -EINVAL (inconsistent geometry), or -errno from fstat/mmap. */
+int shm_attach_ro(int fd, struct shm **out);
+
+/* Unmaps and closes. Accepts NULL. A worker may call it on its inherited handle. */
+void shm_destroy(struct shm *shm);
+
+/* The memfd, for passing to a tool; owned by the handle (do not close). */
+int shm_fd(const struct shm *shm);
+
+/* Geometry of the segment as validated at create/attach time. */
+void shm_get_config(const struct shm *shm, struct shm_config *out);
+size_t shm_size(const struct shm *shm);
+
+/* Fingerprint of every shared struct's size and field offsets in this build; two binaries
+ * may share a segment only if their hashes match (exec upgrade, tools). */
+uint64_t shm_layout_hash(void);
+
+/* ---- worker slots -------------------------------------------------------------- */
+
+enum shm_slot_state {
+	SHM_SLOT_EMPTY = 0,  /* never used */
+	SHM_SLOT_STARTING,   /* master forked (or is forking) a worker into it */
+	SHM_SLOT_RUNNING,    /* worker serves (it sets this itself) */
+	SHM_SLOT_STOPPING,   /* worker drains (it sets this itself) */
+	SHM_SLOT_DEAD,       /* master reaped the worker */
+};
+
+struct shm_slot_info {
+	pid_t pid;                   /* 0 when none */
+	enum shm_slot_state state;
+	uint64_t incarnation;        /* +1 per spawn into the slot */
+	uint64_t heartbeat_ns;       /* CLOCK_MONOTONIC of the worker's last heartbeat */
+	uint64_t qs;                 /* quiescent counter: 0 offline, else last epoch seen */
+};
+
+/* Master, before fork(): the slot must be EMPTY or DEAD. Zeroes the quiescent counter and
+ * pid, increments the incarnation, sets STARTING; *incarnation gets the new value
+ * (may be NULL). Counters are kept: they are cumulative per slot across respawns.
+ * Returns 0, -EINVAL (bad slot), -EBUSY (a worker may still be alive in it), -EROFS. */
+int shm_slot_spawning(struct shm *shm, unsigned slot, uint64_t *incarnation);
+
+/* Master, right after fork() in the parent: records the child's pid. */
+int shm_slot_set_pid(struct shm *shm, unsigned slot, pid_t pid);
+
+/* Worker, in its own slot: RUNNING or STOPPING only. Returns 0 or -EINVAL. */
+int shm_slot_set_state(struct shm *shm, unsigned slot, enum shm_slot_state state);
+
+/* Worker, in its own slot, from a timer: CLOCK_MONOTONIC now. */
+int shm_slot_heartbeat(struct shm *shm, unsigned slot, uint64_t now_ns);
+
+/* Master, ONLY after waitpid() has returned this slot's pid (the worker can no longer run
+ * any instruction): forces the quiescent counter to 0 (offline) so it never holds up a
+ * grace period, sets DEAD and pid 0. Never call it on a timeout: a stalled but live worker
+ * may still hold a snapshot pointer (see shm/qsbr.c). */
+int shm_slot_reaped(struct shm *shm, unsigned slot);
+
+/* Any process: a relaxed copy of a slot's control fields. */
+int shm_slot_read(const struct shm *shm, unsigned slot, struct shm_slot_info *out);
+
+/* ---- counters ------------------------------------------------------------------ */
+
+/* Per-slot counters. Single writer (the slot's worker) with relaxed stores; readers sum
+ * over slots. All are monotonic except the *_ACTIVE gauges. Append only before __COUNT
+ * (the metrics module names them with shm_ctr_name()). */
+enum shm_ctr {
+	SHM_CTR_CLIENT_PKTS_IN = 0,
+	SHM_CTR_CLIENT_BYTES_IN,
+	SHM_CTR_CLIENT_PKTS_OUT,
+	SHM_CTR_CLIENT_BYTES_OUT,
+	SHM_CTR_PEER_PKTS_IN,
+	SHM_CTR_PEER_BYTES_IN,
+	SHM_CTR_PEER_PKTS_OUT,
+	SHM_CTR_PEER_BYTES_OUT,
+	SHM_CTR_ALLOCS_CREATED,
+	SHM_CTR_ALLOCS_ENDED,
+	SHM_CTR_ALLOCS_ACTIVE,        /* gauge */
+	SHM_CTR_ALLOCS_ADOPTED,       /* re-adopted after a worker restart */
+	SHM_CTR_ALLOCS_DROPPED,       /* dropped at adoption (torn, TCP, expired) */
+	SHM_CTR_AUTH_FAIL_MISSING,    /* no MESSAGE-INTEGRITY / USERNAME: 401 challenge */
+	SHM_CTR_AUTH_FAIL_BAD_MAC,
+	SHM_CTR_AUTH_FAIL_UNKNOWN_USER,
+	SHM_CTR_AUTH_FAIL_EXPIRED,    /* REST credential past its timestamp */
+	SHM_CTR_AUTH_FAIL_STALE_NONCE,
+	SHM_CTR_AUTH_FAIL_WRONG_REALM,
+	SHM_CTR_PERM_DENIED,          /* peer address refused by policy */
+	SHM_CTR_QUOTA_USER,           /* per-user allocation quota hit */
+	SHM_CTR_QUOTA_TOTAL,          /* server-wide allocation quota / table full */
+	SHM_CTR_QUOTA_BANDWIDTH,
+	SHM_CTR_ERR_MALFORMED,        /* undecodable STUN/ChannelData */
+	SHM_CTR_ERR_UNKNOWN_METHOD,
+	SHM_CTR_ERR_ALLOC_MISMATCH,   /* 437 */
+	SHM_CTR_ERR_RELAY_BIND,       /* relay socket or port exhausted */
+	SHM_CTR_ERR_SEND,             /* sendmsg failures */
+	SHM_CTR_ERR_RECV,
+	SHM_CTR_ERR_TLS,              /* TLS/DTLS handshake or record errors */
+	SHM_CTR_ERR_INTERNAL,
+	SHM_CTR_STUN_BINDING,         /* Binding requests answered */
+	SHM_CTR__COUNT
+};
+
+/* Per-listener counters (listener index 0..SHM_MAX_LISTENERS-1, assigned by conf). */
+enum shm_lctr {
+	SHM_LCTR_CLIENT_PKTS_IN = 0,
+	SHM_LCTR_CLIENT_BYTES_IN,
+	SHM_LCTR_CLIENT_PKTS_OUT,
+	SHM_LCTR_CLIENT_BYTES_OUT,
+	SHM_LCTR_PEER_PKTS_IN,
+	SHM_LCTR_PEER_BYTES_IN,
+	SHM_LCTR_PEER_PKTS_OUT,
+	SHM_LCTR_PEER_BYTES_OUT,
+	SHM_LCTR_ALLOCS_CREATED,
+	SHM_LCTR_ALLOCS_ACTIVE,       /* gauge */
+	SHM_LCTR__COUNT
+};
+
+/* Per-cluster counters (cluster index 0..SHM_MAX_CLUSTERS-1, assigned by conf). */
+enum shm_cctr {
+	SHM_CCTR_PEER_PKTS_IN = 0,    /* from peers of the cluster */
+	SHM_CCTR_PEER_BYTES_IN,
+	SHM_CCTR_PEER_PKTS_OUT,       /* to peers of the cluster */
+	SHM_CCTR_PEER_BYTES_OUT,
+	SHM_CCTR_PERM_GRANTED,
+	SHM_CCTR__COUNT
+};
+
+/* One slot's counter block (lives in the slot, cache-line aligned in the segment). */
+struct shm_counters {
+	uint64_t v[SHM_CTR__COUNT];
+	uint64_t lst[SHM_MAX_LISTENERS][SHM_LCTR__COUNT];
+	uint64_t cls[SHM_MAX_CLUSTERS][SHM_CCTR__COUNT];
+};
+
+/* Worker: its own slot's block, for the inline adders below; NULL on a bad slot or a
+ * read-only handle. The pointer stays valid for the life of the mapping. */
+struct shm_counters *shm_slot_counters(struct shm *shm, unsigned slot);
+
+/* Lower-case snake names ("client_pkts_in"), or NULL for an out-of-range value. */
+const char *shm_ctr_name(enum shm_ctr c);
+const char *shm_lctr_name(enum shm_lctr c);
+const char *shm_cctr_name(enum shm_cctr c);
+
+/* Hot-path adders: single writer, so a relaxed load+store (no lock prefix) suffices; the
+ * store is one aligned 64-bit write so readers never see a torn value. Out-of-range
+ * indexes are ignored. */
+static inline void shm_ctr_add(struct shm_counters *c, enum shm_ctr i, uint64_t v)
+{
+	if ((unsigned)i < SHM_CTR__COUNT)
+		CMM_STORE_SHARED(c->v[i], CMM_LOAD_SHARED(c->v[i]) + v);
+}
+
+/* Gauges: v may be "negative" (two's complement), e.g. (uint64_t)-1. */
+static inline void shm_lctr_add(struct shm_counters *c, unsigned listener,
+				enum shm_lctr i, uint64_t v)
+{
+	if (listener < SHM_MAX_LISTENERS && (unsigned)i < SHM_LCTR__COUNT)
+		CMM_STORE_SHARED(c->lst[listener][i], CMM_LOAD_SHARED(c->lst[listener][i]) + v);
+}
+
+static inline void shm_cctr_add(struct shm_counters *c, unsigned cluster,
+				enum shm_cctr i, uint64_t v)
+{
+	if (cluster < SHM_MAX_CLUSTERS && (unsigned)i < SHM_CCTR__COUNT)
+		CMM_STORE_SHARED(c->cls[cluster][i], CMM_LOAD_SHARED(c->cls[cluster][i]) + v);
+}
+
+/* Any process: relaxed copy of one slot's counters. */
+int shm_counters_read(const struct shm *shm, unsigned slot, struct shm_counters *out);
+
+/* Master/tools: sum of every slot's counters (dead slots included, so totals stay
+ * monotonic across respawns). Returns 0. */
+int shm_counters_sum(const struct shm *shm, struct shm_counters *out);
+
+/* ---- cross-process QSBR (argument in shm/qsbr.c) -------------------------------- */
+
+/* Worker, own slot: announce "I may read snapshots from now on". Stores the current
+ * global epoch in the slot's quiescent counter followed by a full barrier, so the
+ * announcement is visible before any snapshot offset is loaded. Call before ev_run()
+ * and first thing in the ev_check watcher. Returns 0, -EINVAL, -EROFS. */
+int shm_qsbr_online(struct shm *shm, unsigned slot);
+
+/* Worker, own slot: "I hold no snapshot pointer now, and may take a new one after this".
+ * Use inside long callbacks (e.g. every 1000 datagrams). Returns 0, -EINVAL, -EROFS. */
+int shm_qsbr_quiescent(struct shm *shm, unsigned slot);
+
+/* Worker, own slot: "I hold no snapshot pointer and read none until online again".
+ * Call in the ev_prepare watcher before the loop blocks. Returns 0, -EINVAL, -EROFS. */
+int shm_qsbr_offline(struct shm *shm, unsigned slot);
+
+/* Master: starts a grace period (bumps the global epoch) and returns its token. Snapshot
+ * publishing does this itself; exposed for other deferred frees. Returns 0 or -EROFS. */
+int shm_qsbr_start(struct shm *shm, uint64_t *token);
+
+/* Master, non-blocking: 0 when every slot is offline or has passed `token` (memory
+ * retired before the token may be freed, a full barrier has been issued), -EAGAIN when
+ * some slot still may hold an older reference. */
+int shm_qsbr_poll(const struct shm *shm, uint64_t token);
+
+/* Master: the first slot (from *slot on, start with 0) that still blocks `token`.
+ * Returns 0 with *slot set, or -ENOENT when none blocks. */
+int shm_qsbr_blocker(const struct shm *shm, uint64_t token, unsigned *slot);
+
+/* Master: age of the oldest snapshot still waiting for its grace period, relative to
+ * `now_ns` (same clock as given to shm_snap_publish()); 0 when nothing is pending.
+ * Combine with shm_qsbr_blocker(shm_snap_oldest_token()) to name a stalled worker. */
+int shm_qsbr_oldest_pending_ns(const struct shm *shm, uint64_t now_ns, uint64_t *age_ns);
+
+/* ---- snapshot arena ------------------------------------------------------------- */
+
+/* Master: copies `blob` into a FREE snapshot slot, stores its checksum and `gen`,
+ * release-publishes its offset as the current snapshot, then starts a grace period and
+ * retires the previously current slot with that token (retire time = now_ns).
+ * Never blocks. Returns 0, -EMSGSIZE (len > snap_size), -EBUSY (every slot is current or
+ * still waiting for its grace period: run shm_snap_reclaim() and retry later), -EROFS. */
+int shm_snap_publish(struct shm *shm, const void *blob, size_t len, uint64_t gen,
+		     uint64_t now_ns);
+
+/* Master, from a timer: frees every retired slot whose grace period has completed and
+ * poisons its payload with SHM_POISON_BYTE. *n_freed / *n_pending (either may be NULL)
+ * get the number freed now and the number still waiting. Returns 0 or -EROFS. */
+int shm_snap_reclaim(struct shm *shm, unsigned *n_freed, unsigned *n_pending);
+
+/* Master: token of the oldest retired slot still pending, or 0 when none. */
+uint64_t shm_snap_oldest_token(const struct shm *shm);
+
+/* Test/stress hook: frees retired slots WITHOUT waiting for a grace period. Exists only
+ * so the stress test can prove its checker catches premature reclamation. Never call in
+ * the daemon. */
+int shm_snap_reclaim_unsafe(struct shm *shm, unsigned *n_freed);
+
+/* Worker (between shm_qsbr_online and the next offline/quiescent): acquire-loads the
+ * current snapshot offset, bounds-checks it and the slot header. blob, len and gen (gen
+ * may be NULL) describe the immutable payload. Returns 0, -ENOENT (nothing published yet),
+ * -EBADMSG (offset or header corrupt). */
+int shm_snap_current(const struct shm *shm, const void **blob, size_t *len, uint64_t *gen);
+
+/* Any process, including a read-only tool that is not a QSBR reader: copies the current
+ * snapshot into `buf` (capacity `cap`) and validates the copy against the stored checksum
+ * and the offset/generation seen before and after the copy. Returns 0, -ENOENT,
+ * -ENOBUFS (cap too small; *len gets the size), -EAGAIN (changed under the copy, retry),
+ * -EBADMSG (corrupt). */
+int shm_snap_copy(const struct shm *shm, void *buf, size_t cap, size_t *len, uint64_t *gen);
+
+/* Checksum used for snapshot payloads (64-bit FNV-1a), exported for tests and tools. */
+uint64_t shm_checksum(const void *buf, size_t len);
+
+#endif

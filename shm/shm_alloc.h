@@ -1,0 +1,200 @@
+/* Allocation table in the shared segment: fixed-size records, each owned by one worker
+ * slot, CAS-claimed, with a per-record seqlock so other processes copy consistent views.
+ *
+ * Ownership and writers
+ *   - A record is FREE, or owned by exactly one worker slot (not a pid: a respawned worker
+ *     in the same slot inherits its predecessor's records).
+ *   - The owning worker is the only writer of a record's contents. It claims with
+ *     shm_alloc_claim() (CAS FREE -> CLAIMED(slot)), fills fields between
+ *     shm_alloc_begin_write()/shm_alloc_end_write(), makes it LIVE with
+ *     shm_alloc_publish(), updates it under the same bracket, and ends it with
+ *     shm_alloc_release() (-> DYING, cleared, -> FREE).
+ *   - The master writes records only of a slot in which no worker runs (after waitpid and
+ *     before/without adoption by the replacement): shm_slot_release_all().
+ *   - Everyone else reads with shm_alloc_read_copy() (seqlock-validated copy).
+ *   - The per-record packet/byte counters (ctr[]) are outside the seqlock: owner-only
+ *     relaxed stores, readers may see them a little stale but never torn.
+ * No mutex lives in shared memory, so a kill -9 never leaves a lock held; it can leave a
+ * record CLAIMED/DYING or with an odd sequence: shm_alloc_is_torn() detects that, and the
+ * replacement worker (or the master) releases it.
+ *
+ * Record size: sizeof(struct shm_alloc) is 2 528 bytes (static assertion in shm/alloc.c);
+ * records are laid out with a 2 560-byte (64-byte aligned) stride, alloc_cap of them,
+ * preallocated.
+ *
+ * Times: created_ns/expires_ns and permission/channel expiries are CLOCK_MONOTONIC ns,
+ * which is system-wide, so a respawned worker can re-arm timers from them.
+ */
+#ifndef TG_SHM_SHM_ALLOC_H
+#define TG_SHM_SHM_ALLOC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shm/shm.h"
+
+#define SHM_ALLOC_MAX_PERMS 32
+#define SHM_ALLOC_MAX_CHANS 32
+#define SHM_ALLOC_USER_MAX 128   /* bytes, not NUL-terminated; user_len gives the length */
+#define SHM_ALLOC_REALM_MAX 128
+#define SHM_ALLOC_KEY_MAX 32
+
+/* Record states (low 8 bits of the state word; owner slot in bits 8..15). */
+enum shm_alloc_state {
+	SHM_ALLOC_FREE = 0,
+	SHM_ALLOC_CLAIMED = 1,   /* owner is filling it in; not yet visible as an allocation */
+	SHM_ALLOC_LIVE = 2,
+	SHM_ALLOC_DYING = 3,     /* owner is clearing it */
+};
+
+enum shm_transport {
+	SHM_TRANSPORT_NONE = 0,
+	SHM_TRANSPORT_UDP,
+	SHM_TRANSPORT_TCP,
+	SHM_TRANSPORT_TLS,
+	SHM_TRANSPORT_DTLS,
+};
+
+enum shm_key_alg {
+	SHM_KEY_NONE = 0,
+	SHM_KEY_MD5,      /* RFC 8489 MD5(user:realm:pass), 16 bytes */
+	SHM_KEY_SHA256,   /* RFC 8489 SHA-256 variant, 32 bytes */
+};
+
+/* Per-record counters (owner-only relaxed stores, outside the seqlock). */
+enum shm_alloc_ctr {
+	SHM_ACTR_PKTS_TO_PEER = 0,
+	SHM_ACTR_BYTES_TO_PEER,
+	SHM_ACTR_PKTS_FROM_PEER,
+	SHM_ACTR_BYTES_FROM_PEER,
+	SHM_ACTR__COUNT
+};
+
+/* A transport address. family is AF_INET or AF_INET6 (0 = unset); IPv4 uses addr[0..3]. */
+struct shm_addr {
+	uint8_t addr[16];
+	uint16_t port;       /* host byte order */
+	uint8_t family;
+	uint8_t pad;
+};
+
+struct shm_perm {
+	uint8_t addr[16];
+	uint8_t family;      /* 0 = empty entry */
+	uint8_t pad[7];
+	uint64_t expires_ns;
+};
+
+struct shm_chan {
+	struct shm_addr peer;
+	uint16_t number;     /* 0x4000..0x4FFF; 0 = empty entry */
+	uint8_t pad[2];
+	uint64_t expires_ns;
+};
+
+/* One record. Fields from `owner` on are written only by the owner (inside the seqlock
+ * bracket); state/seq/gen are managed by the functions below. */
+struct shm_alloc {
+	uint32_t state;            /* SHM_ALLOC_WORD(state, owner): CAS-claimed */
+	uint32_t seq;              /* seqlock: odd while the owner writes */
+	uint64_t gen;              /* +1 per claim; private indexes keep (idx, gen) */
+
+	uint8_t owner;             /* == owner slot of the state word when claimed */
+	uint8_t client_transport;  /* enum shm_transport */
+	uint8_t key_alg;           /* enum shm_key_alg */
+	uint8_t key_len;
+	uint8_t n_perms;           /* entries in use at the front of perms[] (hint) */
+	uint8_t n_chans;
+	uint16_t listener_idx;     /* index into the snapshot's listener table */
+	uint64_t listener_hash;    /* hash of the listener name/generation it was made on */
+
+	struct shm_addr client;
+	struct shm_addr server;    /* listener address the client reached */
+	struct shm_addr relay;
+	struct shm_addr relay2;    /* second relay of a dual-stack allocation, family 0 if none */
+
+	uint64_t created_ns;       /* CLOCK_MONOTONIC */
+	uint64_t expires_ns;       /* CLOCK_MONOTONIC */
+	int64_t cred_expiry;       /* unix seconds of the REST credential (strict_expiry), 0 none */
+	uint64_t reservation;      /* RESERVATION-TOKEN, 0 if none */
+	uint8_t txid[12];          /* Allocate transaction id, for retransmissions */
+	uint16_t user_len;
+	uint16_t realm_len;
+
+	char username[SHM_ALLOC_USER_MAX];
+	char realm[SHM_ALLOC_REALM_MAX];
+	uint8_t key[SHM_ALLOC_KEY_MAX];   /* long-term key; wipe copies with explicit_bzero */
+
+	struct shm_perm perms[SHM_ALLOC_MAX_PERMS];
+	struct shm_chan chans[SHM_ALLOC_MAX_CHANS];
+
+	uint64_t ctr[SHM_ACTR__COUNT];
+};
+
+#define SHM_ALLOC_WORD(state, slot) ((uint32_t)(slot) << 8 | (uint32_t)(state))
+#define SHM_ALLOC_WORD_STATE(w) ((enum shm_alloc_state)((w) & 0xffu))
+#define SHM_ALLOC_WORD_OWNER(w) ((unsigned)(((w) >> 8) & 0xffu))
+
+/* Number of records in the table (the segment's alloc_cap). */
+uint32_t shm_alloc_capacity(const struct shm *shm);
+
+/* Worker `slot`: claims a FREE record with CAS (search starts in the slot's partition at
+ * its private hint, then wraps over the whole table). The record comes back CLAIMED,
+ * zeroed except state/seq/gen/owner, with gen incremented; *idx and *rec (pointer into
+ * the segment, valid for the mapping's life) may be NULL. Returns 0, -ENOSPC (table
+ * full), -EINVAL, -EROFS. */
+int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_alloc **rec);
+
+/* Owner: pointer to record `idx` if `slot` owns it (any non-FREE state). Returns 0,
+ * -EINVAL (idx out of range), -EPERM (not owned by slot), -EROFS. */
+int shm_alloc_get(struct shm *shm, unsigned slot, uint32_t idx, struct shm_alloc **rec);
+
+/* Owner: open/close a write bracket (seq odd between them). Every multi-field update of
+ * an owned record happens inside one. Not nestable. */
+void shm_alloc_begin_write(struct shm_alloc *rec);
+void shm_alloc_end_write(struct shm_alloc *rec);
+
+/* Owner: CLAIMED -> LIVE (release store: all fields written before are visible to a
+ * reader that sees LIVE). Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
+int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx);
+
+/* Owner (or the replacement worker of the same slot): ends a record in any owned state
+ * (CLAIMED, LIVE, DYING, torn): -> DYING, contents cleared (key wiped), -> FREE.
+ * Returns 0, -EINVAL, -EPERM (not owned by slot), -EROFS. */
+int shm_alloc_release(struct shm *shm, unsigned slot, uint32_t idx);
+
+/* Owner: relaxed add to a per-record counter (outside the seqlock). */
+static inline void shm_alloc_ctr_add(struct shm_alloc *rec, enum shm_alloc_ctr i, uint64_t v)
+{
+	if ((unsigned)i < SHM_ACTR__COUNT)
+		CMM_STORE_SHARED(rec->ctr[i], CMM_LOAD_SHARED(rec->ctr[i]) + v);
+}
+
+/* Any process: consistent copy of record `idx` (seqlock: retries a bounded number of
+ * times). Returns 0, -EINVAL, -EAGAIN (the owner kept writing, or left the sequence odd:
+ * check shm_alloc_is_torn). A FREE record copies as all zero state. The copy holds the
+ * key: wipe it with explicit_bzero when done. */
+int shm_alloc_read_copy(const struct shm *shm, uint32_t idx, struct shm_alloc *copy);
+
+/* Any process: *torn = true when record idx is CLAIMED or DYING, or has an odd seq
+ * (an owner stopped in the middle of an update). Only meaningful while the owner is dead
+ * or stopped; for a live owner it just means "being written". *owner (may be NULL) gets
+ * the owner slot. Returns 0 or -EINVAL. */
+int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned *owner);
+
+/* Any process: iteration. Start with *cursor = 0; each call returns 0 and the next index
+ * in *idx (cursor advanced past it), or -ENOENT at the end.
+ * _next_owned: records in any non-FREE state owned by `slot` (re-adoption after a crash).
+ * _next_live:  LIVE records of any owner (admin listing, metrics). */
+int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor,
+			 uint32_t *idx);
+int shm_alloc_next_live(const struct shm *shm, uint32_t *cursor, uint32_t *idx);
+
+/* Master, only for a slot with no running worker (after shm_slot_reaped and before a
+ * replacement is forked, or when the replacement declines adoption): releases every
+ * record the slot owns and adjusts the slot's ALLOCS_ACTIVE/ALLOCS_ENDED counters.
+ * *n_released may be NULL. Returns 0, -EINVAL, -EBUSY (slot is STARTING/RUNNING/
+ * STOPPING), -EROFS. */
+int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released);
+
+#endif
