@@ -155,11 +155,16 @@ void shm_alloc_begin_write(struct shm_alloc *rec);
 void shm_alloc_end_write(struct shm_alloc *rec);
 
 /* Owner: CLAIMED -> LIVE (release store: all fields written before are visible to a
- * reader that sees LIVE). Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
+ * reader that sees LIVE). Counts ALLOCS_CREATED/ALLOCS_ACTIVE in the slot's counters and
+ * the per-listener ones of rec->listener_idx (set listener_idx before publishing).
+ * Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx);
 
 /* Owner (or the replacement worker of the same slot): ends a record in any owned state
  * (CLAIMED, LIVE, DYING, torn): -> DYING, contents cleared (key wiped), -> FREE.
+ * Releasing a LIVE record counts ALLOCS_ENDED and decrements the ALLOCS_ACTIVE gauges
+ * (a worker killed between the two steps leaves the gauge off by one; the replacement
+ * may correct it after adoption).
  * Returns 0, -EINVAL, -EPERM (not owned by slot), -EROFS. */
 int shm_alloc_release(struct shm *shm, unsigned slot, uint32_t idx);
 

@@ -1,0 +1,296 @@
+/* Allocation table: CAS-claimed single-owner records with per-record seqlocks. */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <urcu/arch.h>
+
+#include "shm/shm_internal.h"
+
+static_assert(sizeof(struct shm_alloc) == 2528, "update the record size in shm_alloc.h "
+	      "and docs/architecture.md");
+static_assert(offsetof(struct shm_alloc, owner) == 16, "state/seq/gen header changed");
+
+/* A few microseconds of retries: an owner's write bracket is a handful of stores. */
+#define SHM_ALLOC_COPY_TRIES 256
+
+/* Everything after the state/seq/gen header is cleared on claim and release. */
+#define REC_BODY_OFF offsetof(struct shm_alloc, owner)
+
+uint32_t shm_alloc_capacity(const struct shm *shm)
+{
+	shm_check_handle(shm);
+	return shm->cfg.alloc_cap;
+}
+
+static struct shm_alloc *rec_rw(struct shm *shm, unsigned slot, uint32_t idx, int *rc)
+{
+	shm_check_handle(shm);
+	if (shm->ro) {
+		*rc = -EROFS;
+		return NULL;
+	}
+	if (idx >= shm->cfg.alloc_cap || slot >= shm->cfg.n_slots) {
+		*rc = -EINVAL;
+		return NULL;
+	}
+	*rc = 0;
+	return shm_alloc_at(shm, idx);
+}
+
+void shm_alloc_begin_write(struct shm_alloc *rec)
+{
+	uint32_t s = CMM_LOAD_SHARED(rec->seq);
+
+	/* Always leave it odd and different, even if a dead predecessor left it odd. */
+	CMM_STORE_SHARED(rec->seq, (s + 1) | 1u);
+	cmm_smp_wmb();	/* odd seq visible before any field store */
+}
+
+void shm_alloc_end_write(struct shm_alloc *rec)
+{
+	uint32_t s = CMM_LOAD_SHARED(rec->seq);
+
+	cmm_smp_wmb();	/* field stores visible before the even seq */
+	CMM_STORE_SHARED(rec->seq, (s + 1) & ~1u);
+}
+
+static void rec_clear(struct shm_alloc *rec)
+{
+	/* explicit_bzero: the key must not survive in the segment, and the compiler may not
+	 * elide the wipe. */
+	explicit_bzero((uint8_t *)rec + REC_BODY_OFF, sizeof(*rec) - REC_BODY_OFF);
+}
+
+/* One CAS attempt at idx; on success the record is CLAIMED by slot, clean, new gen. */
+static bool try_claim(struct shm_alloc *rec, unsigned slot)
+{
+	if (CMM_LOAD_SHARED(rec->state) != SHM_ALLOC_WORD(SHM_ALLOC_FREE, 0))
+		return false;
+	if (uatomic_cmpxchg(&rec->state, SHM_ALLOC_WORD(SHM_ALLOC_FREE, 0),
+			    SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, slot)) != 0)
+		return false;
+	/* cmpxchg is a full barrier: we own it now and are its only writer. */
+	shm_alloc_begin_write(rec);
+	rec_clear(rec);
+	rec->gen++;
+	rec->owner = (uint8_t)slot;
+	shm_alloc_end_write(rec);
+	return true;
+}
+
+int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_alloc **rec)
+{
+	struct shm_slot *s;
+	uint32_t cap, start;
+
+	shm_check_handle(shm);
+	if (shm->ro)
+		return -EROFS;
+	cap = shm->cfg.alloc_cap;
+	s = shm_slot_at(shm, slot);
+	if (s == NULL)
+		return -EINVAL;
+	if (cap == 0)
+		return -ENOSPC;
+	/* Each slot starts in its own partition, so workers rarely contend for a line;
+	 * the hint makes repeated claims O(1) while the partition has room. */
+	start = CMM_LOAD_SHARED(s->alloc_hint);
+	if (start >= cap)
+		start = (uint32_t)((uint64_t)cap * slot / shm->cfg.n_slots);
+	for (uint32_t n = 0; n < cap; n++) {
+		uint32_t i = (uint32_t)(((uint64_t)start + n) % cap);
+		struct shm_alloc *r = shm_alloc_at(shm, i);
+
+		if (!try_claim(r, slot))
+			continue;
+		CMM_STORE_SHARED(s->alloc_hint, i + 1 < cap ? i + 1 : 0);
+		if (idx != NULL)
+			*idx = i;
+		if (rec != NULL)
+			*rec = r;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+int shm_alloc_get(struct shm *shm, unsigned slot, uint32_t idx, struct shm_alloc **rec)
+{
+	int rc;
+	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+	uint32_t w;
+
+	if (r == NULL)
+		return rc;
+	w = CMM_LOAD_SHARED(r->state);
+	if (SHM_ALLOC_WORD_STATE(w) == SHM_ALLOC_FREE || SHM_ALLOC_WORD_OWNER(w) != slot)
+		return -EPERM;
+	if (rec != NULL)
+		*rec = r;
+	return 0;
+}
+
+static void count_active(struct shm *shm, unsigned slot, const struct shm_alloc *r, int dir)
+{
+	struct shm_counters *c = &shm_slot_at(shm, slot)->ctr;
+	uint64_t d = dir > 0 ? 1 : (uint64_t)-1;
+
+	shm_ctr_add(c, dir > 0 ? SHM_CTR_ALLOCS_CREATED : SHM_CTR_ALLOCS_ENDED, 1);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, d);
+	if (dir > 0)
+		shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_CREATED, 1);
+	shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, d);
+}
+
+int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	int rc;
+	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+
+	if (r == NULL)
+		return rc;
+	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, slot))
+		return -EPERM;
+	cmm_smp_wmb();	/* release: identity fields before LIVE */
+	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot));
+	count_active(shm, slot, r, +1);
+	return 0;
+}
+
+/* Clears an owned record and frees it. Used by the owner, by its replacement in the same
+ * slot, and by the master for a slot without a process: always a single writer. */
+static void rec_release(struct shm *shm, unsigned slot, struct shm_alloc *r)
+{
+	uint32_t w = CMM_LOAD_SHARED(r->state);
+
+	if (w == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+		CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
+		count_active(shm, slot, r, -1);
+	} else {
+		CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
+	}
+	shm_alloc_begin_write(r);
+	rec_clear(r);
+	shm_alloc_end_write(r);
+	cmm_smp_mb();	/* cleared contents before the record can be claimed again */
+	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_FREE, 0));
+}
+
+int shm_alloc_release(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	int rc = shm_alloc_get(shm, slot, idx, NULL);
+
+	if (rc < 0)
+		return rc;
+	rec_release(shm, slot, shm_alloc_at(shm, idx));
+	return 0;
+}
+
+int shm_alloc_read_copy(const struct shm *shm, uint32_t idx, struct shm_alloc *copy)
+{
+	const struct shm_alloc *r;
+
+	shm_check_handle(shm);
+	if (idx >= shm->cfg.alloc_cap || copy == NULL)
+		return -EINVAL;
+	r = shm_alloc_at(shm, idx);
+	for (int i = 0; i < SHM_ALLOC_COPY_TRIES; i++) {
+		uint32_t s1 = CMM_LOAD_SHARED(r->seq), s2;
+
+		if (s1 & 1u) {
+			caa_cpu_relax();
+			continue;
+		}
+		cmm_smp_rmb();	/* seq before the fields */
+		memcpy(copy, r, sizeof(*copy));
+		cmm_smp_rmb();	/* fields before the second seq */
+		s2 = CMM_LOAD_SHARED(r->seq);
+		if (s1 == s2) {
+			copy->seq = s1;
+			return 0;
+		}
+	}
+	explicit_bzero(copy, sizeof(*copy));
+	return -EAGAIN;
+}
+
+int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned *owner)
+{
+	const struct shm_alloc *r;
+	uint32_t w;
+	enum shm_alloc_state st;
+
+	shm_check_handle(shm);
+	if (idx >= shm->cfg.alloc_cap || torn == NULL)
+		return -EINVAL;
+	r = shm_alloc_at(shm, idx);
+	w = CMM_LOAD_SHARED(r->state);
+	st = SHM_ALLOC_WORD_STATE(w);
+	*torn = st == SHM_ALLOC_CLAIMED || st == SHM_ALLOC_DYING ||
+		(CMM_LOAD_SHARED(r->seq) & 1u) != 0 || st > SHM_ALLOC_DYING;
+	if (owner != NULL)
+		*owner = SHM_ALLOC_WORD_OWNER(w);
+	return 0;
+}
+
+static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t *idx,
+			 bool live_only, unsigned slot)
+{
+	shm_check_handle(shm);
+	if (cursor == NULL || idx == NULL)
+		return -EINVAL;
+	for (uint32_t i = *cursor; i < shm->cfg.alloc_cap; i++) {
+		uint32_t w = CMM_LOAD_SHARED(shm_alloc_at(shm, i)->state);
+		enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(w);
+		bool hit = live_only ? st == SHM_ALLOC_LIVE
+				     : (st != SHM_ALLOC_FREE && SHM_ALLOC_WORD_OWNER(w) == slot);
+
+		if (hit) {
+			*idx = i;
+			*cursor = i + 1;
+			return 0;
+		}
+	}
+	*cursor = shm->cfg.alloc_cap;
+	return -ENOENT;
+}
+
+int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor,
+			 uint32_t *idx)
+{
+	if (slot >= shm->cfg.n_slots)
+		return -EINVAL;
+	return next_matching(shm, cursor, idx, false, slot);
+}
+
+int shm_alloc_next_live(const struct shm *shm, uint32_t *cursor, uint32_t *idx)
+{
+	return next_matching(shm, cursor, idx, true, 0);
+}
+
+int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
+{
+	struct shm_slot *s;
+	uint32_t cursor = 0, idx;
+	unsigned n = 0;
+	uint32_t st;
+
+	shm_check_handle(shm);
+	if (shm->ro)
+		return -EROFS;
+	s = shm_slot_at(shm, slot);
+	if (s == NULL)
+		return -EINVAL;
+	st = CMM_LOAD_SHARED(s->state);
+	if (st != SHM_SLOT_EMPTY && st != SHM_SLOT_DEAD)
+		return -EBUSY;
+	while (shm_alloc_next_owned(shm, slot, &cursor, &idx) == 0) {
+		rec_release(shm, slot, shm_alloc_at(shm, idx));
+		n++;
+	}
+	if (n_released != NULL)
+		*n_released = n;
+	return 0;
+}

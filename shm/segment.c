@@ -1,0 +1,291 @@
+/* Shared segment lifecycle: sealed memfd creation, geometry, read-only attach with full
+ * validation, layout fingerprint. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm/shm_internal.h"
+
+#define SHM_PAGE 4096u
+
+int shm_config_check(const struct shm_config *cfg)
+{
+	if (cfg == NULL)
+		return -EINVAL;
+	if (cfg->n_slots < 1 || cfg->n_slots > SHM_MAX_SLOTS)
+		return -EINVAL;
+	if (cfg->snap_count < SHM_MIN_SNAPS || cfg->snap_count > SHM_MAX_SNAPS)
+		return -EINVAL;
+	if (cfg->snap_size < SHM_MIN_SNAP_SIZE || cfg->snap_size > SHM_MAX_SNAP_SIZE)
+		return -EINVAL;
+	if (cfg->alloc_cap > SHM_MAX_ALLOCS)
+		return -EINVAL;
+	return 0;
+}
+
+/* With the limits of shm_config_check() every product below stays far from 2^64:
+ * 64 * 2^30 snapshot bytes + 2^24 * 2.5 KiB records < 2^37. */
+void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
+{
+	g->off_slots = shm_round_up(sizeof(struct shm_hdr), SHM_PAGE);
+	g->slot_stride = shm_round_up(sizeof(struct shm_slot), SHM_CL);
+	g->off_snaps = shm_round_up(g->off_slots + (uint64_t)cfg->n_slots * g->slot_stride,
+				    SHM_PAGE);
+	g->snap_stride = shm_round_up(sizeof(struct shm_snap_hdr) + (uint64_t)cfg->snap_size,
+				      SHM_PAGE);
+	g->off_allocs = g->off_snaps + (uint64_t)cfg->snap_count * g->snap_stride;
+	g->alloc_stride = shm_round_up(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN);
+	g->size = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
+			       SHM_PAGE);
+}
+
+static uint64_t fnv_mix(uint64_t h, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) {
+		h ^= (v >> (8 * i)) & 0xffu;
+		h *= UINT64_C(0x100000001b3);
+	}
+	return h;
+}
+
+#define LH(h, v) ((h) = fnv_mix((h), (uint64_t)(v)))
+
+uint64_t shm_layout_hash(void)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+
+	LH(h, SHM_LAYOUT_VERSION);
+	LH(h, sizeof(struct shm_hdr));
+	LH(h, offsetof(struct shm_hdr, generation));
+	LH(h, offsetof(struct shm_hdr, epoch));
+	LH(h, offsetof(struct shm_hdr, cur_snap));
+	LH(h, sizeof(struct shm_slot));
+	LH(h, offsetof(struct shm_slot, pid));
+	LH(h, offsetof(struct shm_slot, alloc_hint));
+	LH(h, offsetof(struct shm_slot, ctr));
+	LH(h, sizeof(struct shm_counters));
+	LH(h, SHM_CTR__COUNT);
+	LH(h, SHM_LCTR__COUNT);
+	LH(h, SHM_CCTR__COUNT);
+	LH(h, SHM_MAX_LISTENERS);
+	LH(h, SHM_MAX_CLUSTERS);
+	LH(h, sizeof(struct shm_snap_hdr));
+	LH(h, offsetof(struct shm_snap_hdr, retire_token));
+	LH(h, offsetof(struct shm_snap_hdr, payload));
+	LH(h, sizeof(struct shm_alloc));
+	LH(h, offsetof(struct shm_alloc, client));
+	LH(h, offsetof(struct shm_alloc, created_ns));
+	LH(h, offsetof(struct shm_alloc, username));
+	LH(h, offsetof(struct shm_alloc, key));
+	LH(h, offsetof(struct shm_alloc, perms));
+	LH(h, offsetof(struct shm_alloc, chans));
+	LH(h, offsetof(struct shm_alloc, ctr));
+	LH(h, sizeof(struct shm_addr));
+	LH(h, sizeof(struct shm_perm));
+	LH(h, sizeof(struct shm_chan));
+	LH(h, offsetof(struct shm_chan, expires_ns));
+	return h;
+}
+
+static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg,
+		     const struct shm_geom *g)
+{
+	h->layout_version = SHM_LAYOUT_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->layout_hash = shm_layout_hash();
+	h->seg_size = g->size;
+	h->n_slots = cfg->n_slots;
+	h->snap_count = cfg->snap_count;
+	h->snap_size = cfg->snap_size;
+	h->alloc_cap = cfg->alloc_cap;
+	h->off_slots = g->off_slots;
+	h->slot_stride = g->slot_stride;
+	h->off_snaps = g->off_snaps;
+	h->snap_stride = g->snap_stride;
+	h->off_allocs = g->off_allocs;
+	h->alloc_stride = g->alloc_stride;
+	h->master_pid = (int32_t)getpid();
+	h->epoch = 1;
+	h->cur_snap = 0;
+	/* magic last: a reader that sees it sees an initialised header */
+	cmm_smp_wmb();
+	CMM_STORE_SHARED(h->magic, SHM_MAGIC);
+}
+
+static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_config *cfg,
+			      const struct shm_geom *g)
+{
+	struct shm *shm = calloc(1, sizeof(*shm));
+
+	if (shm == NULL)
+		return NULL;
+	shm->magic = SHM_HANDLE_MAGIC;
+	shm->ro = ro;
+	shm->fd = fd;
+	shm->base = base;
+	shm->size = g->size;
+	shm->cfg = *cfg;
+	shm->off_slots = g->off_slots;
+	shm->slot_stride = g->slot_stride;
+	shm->off_snaps = g->off_snaps;
+	shm->snap_stride = g->snap_stride;
+	shm->off_allocs = g->off_allocs;
+	shm->alloc_stride = g->alloc_stride;
+	return shm;
+}
+
+/* ftruncate + fallocate + seals; a missing fallocate on the backing fs is tolerated
+ * (memfd is tmpfs, which has it; the fallback only loses the early ENOSPC). */
+static int memfd_size_and_seal(int fd, uint64_t size)
+{
+	if (ftruncate(fd, (off_t)size) < 0)
+		return -errno;
+	if (fallocate(fd, 0, 0, (off_t)size) < 0 && errno != EOPNOTSUPP)
+		return -errno;
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return -errno;
+	return 0;
+}
+
+int shm_create(const struct shm_config *cfg, const char *name, struct shm **out)
+{
+	struct shm_geom g;
+	struct shm *shm = NULL;
+	void *base = MAP_FAILED;
+	int fd = -1;
+	int rc;
+
+	if (out == NULL || (rc = shm_config_check(cfg)) < 0)
+		return -EINVAL;
+	shm_geom_compute(cfg, &g);
+	if (g.size > SIZE_MAX)
+		return -ENOMEM;
+	fd = memfd_create(name != NULL ? name : "turngate-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	rc = memfd_size_and_seal(fd, g.size);
+	if (rc < 0)
+		goto fail;
+	base = mmap(NULL, (size_t)g.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		goto fail;
+	}
+	hdr_init(base, cfg, &g);
+	shm = handle_new(fd, false, base, cfg, &g);
+	if (shm == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	*out = shm;
+	return 0;
+fail:
+	if (base != MAP_FAILED)
+		munmap(base, (size_t)g.size);
+	close(fd);
+	return rc;
+}
+
+/* Everything the handle will trust is checked here against values recomputed from the
+ * (range-checked) config, so attach never accepts geometry this build would not create. */
+static int hdr_validate(const struct shm_hdr *h, uint64_t file_size, struct shm_config *cfg,
+			struct shm_geom *g)
+{
+	if (h->magic != SHM_MAGIC || h->layout_version != SHM_LAYOUT_VERSION ||
+	    h->hdr_size != sizeof(*h) || h->layout_hash != shm_layout_hash())
+		return -EBADMSG;
+	cfg->n_slots = h->n_slots;
+	cfg->snap_count = h->snap_count;
+	cfg->snap_size = h->snap_size;
+	cfg->alloc_cap = h->alloc_cap;
+	if (shm_config_check(cfg) < 0)
+		return -EINVAL;
+	shm_geom_compute(cfg, g);
+	if (h->seg_size != g->size || file_size != g->size || g->size > SIZE_MAX)
+		return -EINVAL;
+	if (h->off_slots != g->off_slots || h->slot_stride != g->slot_stride ||
+	    h->off_snaps != g->off_snaps || h->snap_stride != g->snap_stride ||
+	    h->off_allocs != g->off_allocs || h->alloc_stride != g->alloc_stride)
+		return -EINVAL;
+	return 0;
+}
+
+int shm_attach_ro(int fd, struct shm **out)
+{
+	struct shm_hdr h;
+	struct shm_config cfg;
+	struct shm_geom g;
+	struct stat st;
+	struct shm *shm;
+	void *base;
+	int dfd, rc;
+	ssize_t n;
+
+	if (out == NULL || fd < 0)
+		return -EINVAL;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (st.st_size < (off_t)sizeof(h))
+		return -EBADMSG;
+	n = pread(fd, &h, sizeof(h), 0);
+	if (n < 0)
+		return -errno;
+	if ((size_t)n != sizeof(h))
+		return -EBADMSG;
+	rc = hdr_validate(&h, (uint64_t)st.st_size, &cfg, &g);
+	if (rc < 0)
+		return rc;
+	dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dfd < 0)
+		return -errno;
+	base = mmap(NULL, (size_t)g.size, PROT_READ, MAP_SHARED, dfd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		close(dfd);
+		return rc;
+	}
+	shm = handle_new(dfd, true, base, &cfg, &g);
+	if (shm == NULL) {
+		munmap(base, (size_t)g.size);
+		close(dfd);
+		return -ENOMEM;
+	}
+	*out = shm;
+	return 0;
+}
+
+void shm_destroy(struct shm *shm)
+{
+	if (shm == NULL)
+		return;
+	shm_check_handle(shm);
+	munmap(shm->base, shm->size);
+	close(shm->fd);
+	shm->magic = 0;
+	free(shm);
+}
+
+int shm_fd(const struct shm *shm)
+{
+	shm_check_handle(shm);
+	return shm->fd;
+}
+
+void shm_get_config(const struct shm *shm, struct shm_config *out)
+{
+	shm_check_handle(shm);
+	*out = shm->cfg;
+}
+
+size_t shm_size(const struct shm *shm)
+{
+	shm_check_handle(shm);
+	return shm->size;
+}

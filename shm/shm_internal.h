@@ -1,0 +1,137 @@
+/* Private layout of the shared segment and of the process-local handle; shm/ only. */
+#ifndef TG_SHM_SHM_INTERNAL_H
+#define TG_SHM_SHM_INTERNAL_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <urcu/arch.h>
+#include <urcu/system.h>
+#include <urcu/uatomic.h>
+
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+
+/* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
+static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
+
+#define SHM_MAGIC UINT64_C(0x314d48534754554e)   /* "NUTGSHM1" read little-endian */
+#define SHM_LAYOUT_VERSION 1u
+#define SHM_CL 128u                              /* = CAA_CACHE_LINE_SIZE on x86-64 */
+#define SHM_HANDLE_MAGIC 0x53484d48u             /* process-local handle check */
+#define SHM_SNAP_MAGIC 0x534e4150u               /* in a LIVE or RETIRED snapshot header */
+#define SHM_ALLOC_STRIDE_ALIGN 64u
+
+/* Offset 0. Fields up to `generation` are written once by shm_create() (geometry), except
+ * `generation` (master, each publish). Each hot word has its own cache line. */
+struct shm_hdr {
+	uint64_t magic;
+	uint32_t layout_version;
+	uint32_t hdr_size;
+	uint64_t layout_hash;
+	uint64_t seg_size;
+	uint32_t n_slots;
+	uint32_t snap_count;
+	uint32_t snap_size;
+	uint32_t alloc_cap;
+	uint64_t off_slots, slot_stride;
+	uint64_t off_snaps, snap_stride;
+	uint64_t off_allocs, alloc_stride;
+	int32_t master_pid;
+	uint32_t pad0;
+	uint64_t generation;                 /* successful publishes (master) */
+	_Alignas(SHM_CL) uint64_t epoch;     /* global QSBR epoch, starts at 1 (master only) */
+	_Alignas(SHM_CL) uint64_t cur_snap;  /* offset of the current snapshot header, 0 none */
+};
+
+/* One worker slot. qs is alone on its line: it is written every loop iteration. */
+struct shm_slot {
+	_Alignas(SHM_CL) uint64_t qs;        /* 0 offline, else last epoch seen (worker) */
+	_Alignas(SHM_CL) int32_t pid;        /* master: set after fork, cleared when reaped */
+	uint32_t state;                      /* enum shm_slot_state */
+	uint64_t incarnation;                /* master, at spawn */
+	uint64_t heartbeat_ns;               /* worker */
+	uint32_t alloc_hint;                 /* worker: where its next claim search starts */
+	uint32_t pad0;
+	_Alignas(SHM_CL) struct shm_counters ctr;   /* worker; master only while slot is dead */
+};
+
+enum shm_snap_state { SHM_SNAP_FREE = 0, SHM_SNAP_LIVE, SHM_SNAP_RETIRED };
+
+/* Header of one snapshot slot; the payload follows at +sizeof(struct shm_snap_hdr).
+ * Written only by the master: magic/gen/len/checksum before the slot is published
+ * (immutable while LIVE or RETIRED), state/retire_* when it is retired or freed. */
+struct shm_snap_hdr {
+	uint32_t magic;
+	uint32_t state;
+	uint64_t gen;
+	uint64_t len;
+	uint64_t checksum;
+	uint64_t retire_token;
+	uint64_t retire_ns;
+	uint64_t publish_no;                 /* value of hdr->generation when published */
+	_Alignas(SHM_CL) uint8_t payload[];
+};
+
+/* Process-local handle. The geometry is copied here at create/attach time after
+ * validation and never re-read from the segment, so a corrupted header cannot redirect
+ * later accesses outside the mapping. */
+struct shm {
+	uint32_t magic;
+	bool ro;
+	int fd;
+	uint8_t *base;
+	size_t size;
+	struct shm_config cfg;
+	uint64_t off_slots, slot_stride;
+	uint64_t off_snaps, snap_stride;
+	uint64_t off_allocs, alloc_stride;
+};
+
+static inline void shm_check_handle(const struct shm *shm)
+{
+	assert(shm != NULL && shm->magic == SHM_HANDLE_MAGIC);
+	(void)shm;
+}
+
+static inline struct shm_hdr *shm_hdr(const struct shm *shm)
+{
+	return (struct shm_hdr *)shm->base;
+}
+
+/* Slot pointer, or NULL when slot is out of range. */
+static inline struct shm_slot *shm_slot_at(const struct shm *shm, unsigned slot)
+{
+	if (slot >= shm->cfg.n_slots)
+		return NULL;
+	return (struct shm_slot *)(shm->base + shm->off_slots + (uint64_t)slot * shm->slot_stride);
+}
+
+static inline struct shm_snap_hdr *shm_snap_at(const struct shm *shm, unsigned i)
+{
+	return (struct shm_snap_hdr *)(shm->base + shm->off_snaps + (uint64_t)i * shm->snap_stride);
+}
+
+static inline struct shm_alloc *shm_alloc_at(const struct shm *shm, uint32_t idx)
+{
+	return (struct shm_alloc *)(shm->base + shm->off_allocs + (uint64_t)idx * shm->alloc_stride);
+}
+
+static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
+{
+	return (v + align - 1) / align * align;
+}
+
+/* Geometry computed from a config (shared by create and attach validation). */
+struct shm_geom {
+	uint64_t off_slots, slot_stride;
+	uint64_t off_snaps, snap_stride;
+	uint64_t off_allocs, alloc_stride;
+	uint64_t size;
+};
+
+int shm_config_check(const struct shm_config *cfg);
+void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
+
+#endif
