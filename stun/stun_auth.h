@@ -57,7 +57,7 @@ int stun_rest_verify(const uint8_t *secret, size_t secret_len, const char *usern
 		     uint64_t now);
 
 /* ---- Stateless nonces ---------------------------------------------------------------
- * nonce = [ "obMatJos2" + base64url(3-byte security feature set) ]   (only if features!=0)
+ * nonce = [ "obMatJos2" + base64(3-byte security feature set) ]   (only if features != 0)
  *         + base64url( 8-byte big-endian issue time || HMAC-SHA256(key, prefix || time ||
  *                      bind)[0..16) )
  * i.e. 32 characters without the RFC 8489 cookie, 45 with it; always < 128 characters and
@@ -67,9 +67,11 @@ int stun_rest_verify(const uint8_t *secret, size_t secret_len, const char *usern
 #define STUN_NONCE_KEY_LEN 32		/* recommended key size; any length >= 16 works */
 #define STUN_NONCE_MAX_LEN 45		/* excluding the NUL */
 #define STUN_NONCE_COOKIE "obMatJos2"
-/* Security feature bits (RFC 8489 18.1, bit 0 is the most significant of 24). */
-#define STUN_NONCE_FEAT_PASSWORD_ALGORITHMS 0x800000u
-#define STUN_NONCE_FEAT_USERNAME_ANONYMITY 0x400000u
+/* Security feature bits (RFC 8489 18.1). Bit 0 is the LEAST significant of the 24, as the
+ * verified errata 6290 says and the corrected Appendix B.1 vector (errata 6268, "AAAC" =
+ * username anonymity) uses; the RFC's 9.2 text says otherwise. */
+#define STUN_NONCE_FEAT_PASSWORD_ALGORITHMS 0x000001u
+#define STUN_NONCE_FEAT_USERNAME_ANONYMITY 0x000002u
 
 /* Issues a nonce at time now. features: 0 for a plain nonce (no cookie), else the 24-bit
  * feature set (only set STUN_NONCE_FEAT_PASSWORD_ALGORITHMS if the server implements the
@@ -86,5 +88,10 @@ int stun_nonce_make(const uint8_t *key, size_t key_len, uint64_t now, uint32_t f
 int stun_nonce_check(const uint8_t *key, size_t key_len, const char *nonce, size_t nonce_len,
 		     uint64_t now, uint32_t max_age, const void *bind, size_t bind_len,
 		     uint32_t *features);
+
+/* Client side: reads the security feature set from any server's nonce. 0 and *features
+ * if the nonce starts with "obMatJos2" and 4 base64 characters, -ENOENT if it carries no
+ * cookie (features 0), -EINVAL on NULL. Used for the RFC 8489 9.2.5 bid-down check. */
+int stun_nonce_features(const char *nonce, size_t nonce_len, uint32_t *features);
 
 #endif
