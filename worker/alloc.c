@@ -1,0 +1,579 @@
+/* Worker allocations: lifecycle, 5-tuple index, relay sockets, permissions, channels,
+ * reservations and their expiry on the worker's timing wheel.
+ *
+ * The allocation's permissions and channels live in its shm record (we are its only
+ * writer, so reading our own record needs no seqlock); every change is bracketed by
+ * shm_alloc_begin_write/end_write so admin tools see consistent copies. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+socklen_t wk_addr_len(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+					 : sizeof(struct sockaddr_in);
+}
+
+void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+
+		out->family = AF_INET;
+		memcpy(out->addr, &s4->sin_addr, 4);
+		out->port = ntohs(s4->sin_port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+		out->family = AF_INET6;
+		memcpy(out->addr, &s6->sin6_addr, 16);
+		out->port = ntohs(s6->sin6_port);
+	}
+}
+
+socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (in->family == AF_INET) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)out;
+
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, in->addr, 4);
+		s4->sin_port = htons(in->port);
+		return sizeof(*s4);
+	}
+	if (in->family == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)out;
+
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, in->addr, 16);
+		s6->sin6_port = htons(in->port);
+		return sizeof(*s6);
+	}
+	return 0;
+}
+
+/* Compares address and port (not scope or flow info). */
+bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+
+		return x->sin6_port == y->sin6_port &&
+		       memcmp(&x->sin6_addr, &y->sin6_addr, 16) == 0;
+	}
+	return false;
+}
+
+/* IP part only, as raw family + bytes (permissions are keyed by IP, RFC 8656 9). */
+static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
+{
+	memset(ip, 0, 16);
+	if (sa->sa_family == AF_INET) {
+		memcpy(ip, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		*fam = AF_INET;
+		return true;
+	}
+	if (sa->sa_family == AF_INET6) {
+		memcpy(ip, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		*fam = AF_INET6;
+		return true;
+	}
+	return false;
+}
+
+static uint32_t wk_hash(const struct wk_listener *l, const struct sockaddr *sa)
+{
+	struct shm_addr k;
+	uint64_t h = 1469598103934665603ull ^ (uintptr_t)l;
+
+	wk_addr_to_shm(sa, &k);
+	for (size_t i = 0; i < 16; i++)
+		h = (h ^ k.addr[i]) * 1099511628211ull;
+	h = (h ^ k.port) * 1099511628211ull;
+	return (uint32_t)(h ^ (h >> 32)) & (WK_HASH_BUCKETS - 1);
+}
+
+struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
+			       const struct sockaddr *client)
+{
+	struct wk_alloc *a = w->hash[wk_hash(l, client)];
+
+	for (; a; a = a->hnext)
+		if (a->l == l && wk_addr_equal((struct sockaddr *)&a->client, client))
+			return a;
+	return NULL;
+}
+
+static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg);
+
+int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **out)
+{
+	struct wk_alloc *a;
+	int rc;
+
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	rc = shm_alloc_claim(w->shm, w->slot, &a->rec_idx, &a->rec);
+	if (rc < 0) {
+		free(a);
+		return rc;
+	}
+	a->magic = WK_ALLOC_MAGIC;
+	a->w = w;
+	a->l = ep->l;
+	a->conn = ep->c;
+	memcpy(&a->client, ep->addr, ep->addr_len);
+	a->client_len = ep->addr_len;
+	for (int i = 0; i < 2; i++) {
+		a->relay[i].fd = -1;
+		a->relay[i].a = a;
+	}
+	wheel_timer_init(&a->timer, wk_alloc_timer_cb);
+	if (ep->c) {
+		ep->c->alloc = a;
+	} else {
+		uint32_t b = wk_hash(ep->l, ep->addr);
+
+		a->hnext = w->hash[b];
+		w->hash[b] = a;
+	}
+	a->next = w->allocs;
+	if (a->next)
+		a->next->pprev = &a->next;
+	a->pprev = &w->allocs;
+	w->allocs = a;
+	w->n_allocs++;
+	*out = a;
+	return 0;
+}
+
+static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
+{
+	struct wk_alloc **pp;
+
+	if (a->conn) {
+		a->conn->alloc = NULL;
+		return;
+	}
+	for (pp = &w->hash[wk_hash(a->l, (struct sockaddr *)&a->client)]; *pp; pp = &(*pp)->hnext)
+		if (*pp == a) {
+			*pp = a->hnext;
+			return;
+		}
+}
+
+void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
+{
+	bool live = a->published;
+
+	log_debug("turn", "allocation %u ended: %s", a->rec_idx, why);
+	for (int i = 0; i < 2; i++) {
+		struct wk_relay *r = &a->relay[i];
+
+		if (r->fd < 0)
+			continue;
+		ev_io_stop(w->loop, &r->io);
+		close(r->fd);
+		if (a->l->active)
+			portpool_put(&a->l->pool, r->port);
+	}
+	wheel_disarm(&w->wheel, &a->timer);
+	wk_alloc_unhash(w, a);
+	*a->pprev = a->next;
+	if (a->next)
+		a->next->pprev = a->pprev;
+	w->n_allocs--;
+	shm_alloc_release(w->shm, w->slot, a->rec_idx);
+	if (live) {
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		if (a->l->snap_ok)
+			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	}
+	free(a->resp);
+	a->magic = 0;
+	free(a);
+}
+
+/* The timer is armed at the earliest deadline of the allocation, its permissions and its
+ * channels; each firing sweeps what expired and re-arms for the next. */
+void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
+{
+	uint64_t next = a->expires_ms;
+	const uint64_t ns_per_ms = 1000000u;
+
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)
+		if (a->rec->perms[i].family && a->rec->perms[i].expires_ns / ns_per_ms < next)
+			next = a->rec->perms[i].expires_ns / ns_per_ms;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns / ns_per_ms < next)
+			next = a->rec->chans[i].expires_ns / ns_per_ms;
+	wheel_arm(&w->wheel, &a->timer, next + 1);
+}
+
+static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
+{
+	struct worker *w = arg;
+	struct wk_alloc *a = (struct wk_alloc *)((char *)t - offsetof(struct wk_alloc, timer));
+	uint64_t now_ns = wk_mono_ns();
+
+	if (now_ns / 1000000u >= a->expires_ms) {
+		wk_alloc_destroy(w, a, "lifetime expired");
+		return;
+	}
+	shm_alloc_begin_write(a->rec);
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)
+		if (a->rec->perms[i].family && a->rec->perms[i].expires_ns <= now_ns)
+			memset(&a->rec->perms[i], 0, sizeof(a->rec->perms[i]));
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns <= now_ns)
+			memset(&a->rec->chans[i], 0, sizeof(a->rec->chans[i]));
+	shm_alloc_end_write(a->rec);
+	wk_alloc_rearm(w, a);
+}
+
+void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s)
+{
+	uint64_t now_ns = wk_mono_ns();
+
+	a->expires_ms = now_ns / 1000000u + (uint64_t)lifetime_s * 1000u;
+	shm_alloc_begin_write(a->rec);
+	a->rec->expires_ns = now_ns + (uint64_t)lifetime_s * 1000000000u;
+	shm_alloc_end_write(a->rec);
+	wk_alloc_rearm(w, a);
+}
+
+static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+			   int family, uint16_t port)
+{
+	struct wk_listener *l = a->l;
+	struct sockaddr_storage bind_to;
+	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
+									   : &l->relay_addr2;
+	bool local = family == l->relay_addr.ss_family ? l->relay_local : l->relay2_local;
+	int one = 1, fd;
+
+	memset(&bind_to, 0, sizeof(bind_to));
+	if (local)
+		memcpy(&bind_to, ann, sizeof(bind_to));
+	else
+		bind_to.ss_family = (sa_family_t)family;
+	if (family == AF_INET)
+		((struct sockaddr_in *)&bind_to)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&bind_to)->sin6_port = htons(port);
+	fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (a->dont_fragment) {
+		int v = family == AF_INET ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
+
+		if (family == AF_INET)
+			setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v));
+		else
+			setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &v, sizeof(v));
+	}
+	if (bind(fd, (struct sockaddr *)&bind_to, wk_addr_len((struct sockaddr *)&bind_to)) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	r->fd = fd;
+	r->family = family;
+	r->port = port;
+	memcpy(&r->addr, ann, sizeof(r->addr));
+	if (family == AF_INET)
+		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
+	ev_io_init(&r->io, wk_relay_cb, fd, EV_READ);
+	r->io.data = r;
+	ev_io_start(w->loop, &r->io);
+	return 0;
+}
+
+/* Binds relay socket number (0 or 1) of family. port_hint > 0 uses that booked port
+ * (a redeemed reservation); else a port comes from the pool (even / even pair on
+ * request, *reserved_port gets the pair's second port). Returns 0, -EADDRNOTAVAIL (no
+ * port: 508), -EAFNOSUPPORT (no relay address of that family: 440). */
+int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
+			bool even, bool reserve, uint16_t *reserved_port)
+{
+	struct wk_listener *l = a->l;
+	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
+	bool have = family == l->relay_addr.ss_family ||
+		    (l->relay_addr2.ss_family == family && family != 0);
+
+	if (!have)
+		return -EAFNOSUPPORT;
+	if (port_hint > 0)
+		return wk_relay_socket(w, a, r, family, (uint16_t)port_hint);
+	for (int tries = 0; tries < 64; tries++) {
+		uint16_t port;
+		int rc;
+
+		if (portpool_get(&l->pool, reserve, even, &port) < 0)
+			break;
+		rc = wk_relay_socket(w, a, r, family, port);
+		if (rc == 0) {
+			if (reserve)
+				*reserved_port = port + 1;
+			return 0;
+		}
+		/* Held by someone outside turngate: leave it booked so we stop trying it
+		 * (it is returned if the pool is rebuilt), and try the next one. */
+		if (rc != -EADDRINUSE) {
+			portpool_put(&l->pool, port);
+			if (reserve)
+				portpool_put(&l->pool, port + 1);
+			return rc;
+		}
+		if (reserve)
+			portpool_put(&l->pool, port + 1);
+	}
+	shm_ctr_add(w->ctr, SHM_CTR_ERR_RELAY_BIND, 1);
+	return -EADDRNOTAVAIL;
+}
+
+int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer)
+{
+	uint8_t fam, ip[16];
+	uint64_t now_ns = wk_mono_ns(), exp = now_ns + (uint64_t)w->hot.perm_lifetime * 1000000000u;
+	struct shm_perm *slot = NULL;
+	unsigned used = 0;
+
+	if (!wk_addr_ip(peer, &fam, ip))
+		return -EAFNOSUPPORT;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++) {
+		struct shm_perm *p = &a->rec->perms[i];
+
+		if (p->family == fam && memcmp(p->addr, ip, 16) == 0) {
+			slot = p;
+			break;
+		}
+		if (p->family && p->expires_ns > now_ns)
+			used++;
+		else if (!slot)
+			slot = p;
+	}
+	if (!slot || (slot->family == 0 && used >= w->hot.max_perms))
+		return -ENOSPC;
+	shm_alloc_begin_write(a->rec);
+	slot->family = fam;
+	memcpy(slot->addr, ip, 16);
+	slot->expires_ns = exp;
+	shm_alloc_end_write(a->rec);
+	wk_alloc_rearm(w, a);
+	return 0;
+}
+
+bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns)
+{
+	uint8_t fam, ip[16];
+
+	if (!wk_addr_ip(peer, &fam, ip))
+		return false;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++) {
+		const struct shm_perm *p = &a->rec->perms[i];
+
+		if (p->family == fam && p->expires_ns > now_ns && memcmp(p->addr, ip, 16) == 0)
+			return true;
+	}
+	return false;
+}
+
+const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch,
+					    uint64_t now_ns)
+{
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (a->rec->chans[i].number == ch && a->rec->chans[i].expires_ns > now_ns)
+			return &a->rec->chans[i];
+	return NULL;
+}
+
+const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
+					     const struct sockaddr *peer, uint64_t now_ns)
+{
+	struct shm_addr k;
+
+	wk_addr_to_shm(peer, &k);
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
+		const struct shm_chan *c = &a->rec->chans[i];
+
+		if (c->number && c->expires_ns > now_ns && c->peer.family == k.family &&
+		    c->peer.port == k.port && memcmp(c->peer.addr, k.addr, 16) == 0)
+			return c;
+	}
+	return NULL;
+}
+
+/* RFC 8656 11.2: a channel number bound to another peer, or a peer bound to another
+ * channel, is refused (-EEXIST -> 400); rebinding the same pair refreshes it. A channel
+ * that expired is free again at once (the RFC's 5-minute quarantine is not applied:
+ * stale ChannelData for it can only reach the peer the client now names). */
+int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
+		       const struct sockaddr *peer)
+{
+	uint64_t now_ns = wk_mono_ns();
+	const struct shm_chan *by_num = wk_alloc_chan_by_num(a, ch, now_ns);
+	const struct shm_chan *by_peer = wk_alloc_chan_by_peer(a, peer, now_ns);
+	struct shm_chan *slot = NULL;
+	unsigned used = 0;
+
+	if (by_num != by_peer)
+		return -EEXIST;
+	if (by_num) {
+		slot = (struct shm_chan *)by_num;
+	} else {
+		for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
+			struct shm_chan *c = &a->rec->chans[i];
+
+			if (c->number && c->expires_ns > now_ns)
+				used++;
+			else if (!slot)
+				slot = c;
+		}
+		if (!slot || used >= w->hot.max_chans)
+			return -ENOSPC;
+	}
+	shm_alloc_begin_write(a->rec);
+	wk_addr_to_shm(peer, &slot->peer);
+	slot->number = ch;
+	slot->expires_ns = now_ns + (uint64_t)w->hot.chan_lifetime * 1000000000u;
+	a->rec->n_chans = (uint8_t)(used + (by_num ? 0 : 1));
+	shm_alloc_end_write(a->rec);
+	return wk_alloc_perm_add(w, a, peer);
+}
+
+/* Per-user quota across workers: a scan of the LIVE records of the shared table (relaxed
+ * reads of other workers' records; a record changing under the scan can only make the
+ * count off by the allocations being created or ended right now). Allocate is rare next
+ * to data, and the table is bounded, so the scan is cheaper than keeping a shared
+ * counter consistent across worker crashes. */
+unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen)
+{
+	uint32_t cursor = 0, idx;
+	unsigned n = 0;
+
+	while (shm_alloc_next_live(w->shm, &cursor, &idx) == 0) {
+		struct shm_alloc *rec;
+		unsigned owner = 0;
+		bool torn;
+
+		if (shm_alloc_is_torn(w->shm, idx, &torn, &owner) < 0)
+			continue;
+		if (owner == w->slot) {
+			if (shm_alloc_get(w->shm, w->slot, idx, &rec) == 0 &&
+			    rec->user_len == ulen && memcmp(rec->username, user, ulen) == 0)
+				n++;
+			continue;
+		}
+		{
+			struct shm_alloc *copy = malloc(sizeof(*copy));
+
+			if (!copy)
+				continue;
+			if (shm_alloc_read_copy(w->shm, idx, copy) == 0 &&
+			    SHM_ALLOC_WORD_STATE(copy->state) == SHM_ALLOC_LIVE &&
+			    copy->user_len == ulen && memcmp(copy->username, user, ulen) == 0)
+				n++;
+			explicit_bzero(copy, sizeof(*copy));
+			free(copy);
+		}
+	}
+	return n;
+}
+
+static void wk_resv_timer_cb(struct wheel_timer *t, void *arg)
+{
+	struct worker *w = arg;
+	struct wk_resv *r = (struct wk_resv *)((char *)t - offsetof(struct wk_resv, timer));
+	struct wk_resv **pp;
+
+	for (pp = &w->resvs; *pp; pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	portpool_put(&r->l->pool, r->port);
+	free(r);
+}
+
+void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
+		 uint64_t token)
+{
+	struct wk_resv *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		portpool_put(&l->pool, port);
+		return;
+	}
+	r->l = l;
+	r->family = family;
+	r->port = port;
+	r->token = token;
+	wheel_timer_init(&r->timer, wk_resv_timer_cb);
+	wheel_arm(&w->wheel, &r->timer, wk_now_ms() + WK_RESV_LIFETIME_MS);
+	r->next = w->resvs;
+	w->resvs = r;
+}
+
+/* Hands the reserved port over to the caller (still booked in the pool). */
+int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
+		   uint16_t *port)
+{
+	struct wk_resv **pp;
+
+	for (pp = &w->resvs; *pp; pp = &(*pp)->next) {
+		struct wk_resv *r = *pp;
+
+		if (r->token != token)
+			continue;
+		*pp = r->next;
+		wheel_disarm(&w->wheel, &r->timer);
+		*l = r->l;
+		*family = r->family;
+		*port = r->port;
+		free(r);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+void wk_resv_drop_listener(struct worker *w, struct wk_listener *l)
+{
+	struct wk_resv **pp = &w->resvs;
+
+	while (*pp) {
+		struct wk_resv *r = *pp;
+
+		if (r->l != l) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		wheel_disarm(&w->wheel, &r->timer);
+		free(r);
+	}
+}

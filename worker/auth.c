@@ -1,0 +1,254 @@
+/* Worker authentication: long-term credentials (static users, TURN REST), stateless
+ * nonces, MESSAGE-INTEGRITY(-SHA256) and PASSWORD-ALGORITHMS (RFC 8489 9.2).
+ *
+ * Nothing is stored for a client before its integrity check succeeds: the nonce is
+ * stateless (an HMAC over time and the client address with the snapshot's key) and every
+ * failure is answered from the request alone. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "common/log.h"
+#include "stun/stun_auth.h"
+
+static const uint16_t wk_pw_algs[] = { STUN_PWALG_MD5, STUN_PWALG_SHA256 };
+
+static void wk_auth_bind(const struct wk_ep *ep, struct shm_addr *bind)
+{
+	wk_addr_to_shm(ep->addr, bind);
+}
+
+/* Sends 401/438 (or 400) with REALM, a fresh NONCE and PASSWORD-ALGORITHMS. */
+static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
+			      const struct stun_msg *req, const struct snap_auth *au, int code,
+			      const char *reason)
+{
+	char nonce[STUN_NONCE_MAX_LEN + 1];
+	char realm[STUN_MAX_REALM_LEN + 1];
+	struct shm_addr bind;
+	struct stun_builder b;
+	size_t len;
+
+	wk_auth_bind(ep, &bind);
+	snprintf(realm, sizeof(realm), "%.*s", (int)au->realm_len, au->realm);
+	if (stun_nonce_make(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, (uint64_t)wk_unix_now(),
+			    STUN_NONCE_FEAT_PASSWORD_ALGORITHMS, &bind, sizeof(bind), nonce,
+			    sizeof(nonce), NULL) < 0)
+		return;
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
+	stun_build_error_code(&b, code, reason);
+	stun_build_string(&b, STUN_ATTR_REALM, realm);
+	stun_build_string(&b, STUN_ATTR_NONCE, nonce);
+	stun_build_password_algorithms(&b, wk_pw_algs, 2);
+	if (stun_msg_has(req, STUN_ATTR_FINGERPRINT))
+		stun_build_fingerprint(&b);
+	if (stun_build_finish(&b, &len) == 0)
+		wk_send_client(w, ep, w->txbuf, len);
+}
+
+static void wk_auth_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			  int code, const char *reason)
+{
+	struct stun_error_opts o = { .fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT) };
+	size_t len;
+
+	(void)reason;
+	if (stun_build_error_response(w->txbuf, sizeof(w->txbuf), req, code, &o, &len) == 0)
+		wk_send_client(w, ep, w->txbuf, len);
+}
+
+/* RFC 8489 9.2.4/9.2.5: with a nonce carrying the PASSWORD-ALGORITHMS feature the
+ * request repeats our list unchanged and names one of it; without both attributes MD5
+ * is meant. Returns 0 and *alg, or -EBADMSG (answer 400). */
+static int wk_auth_pw_alg(const struct stun_msg *req, uint32_t features, uint16_t *alg)
+{
+	bool has_list = stun_msg_has(req, STUN_ATTR_PASSWORD_ALGORITHMS);
+	bool has_one = stun_msg_has(req, STUN_ATTR_PASSWORD_ALGORITHM);
+	uint16_t list[8];
+	size_t n = 0;
+
+	*alg = STUN_PWALG_MD5;
+	if (!has_list && !has_one)
+		return 0;
+	if (!(features & STUN_NONCE_FEAT_PASSWORD_ALGORITHMS) || has_list != has_one)
+		return -EBADMSG;
+	if (stun_msg_get_password_algorithms(req, list, 8, &n) < 0 || n != 2 ||
+	    list[0] != wk_pw_algs[0] || list[1] != wk_pw_algs[1])
+		return -EBADMSG;
+	if (stun_msg_get_password_algorithm(req, alg) < 0 ||
+	    (*alg != STUN_PWALG_MD5 && *alg != STUN_PWALG_SHA256))
+		return -EBADMSG;
+	return 0;
+}
+
+static int wk_auth_verify(const struct stun_msg *req, const uint8_t *key, size_t key_len)
+{
+	if (stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256))
+		return stun_msg_check_integrity_sha256(req, key, key_len);
+	return stun_msg_check_integrity(req, key, key_len);
+}
+
+/* Finds the key for a new allocation's credentials and verifies the request with it. */
+static int wk_auth_lookup(struct worker *w, uint32_t auth_idx, const struct snap_auth *au,
+			  const struct stun_msg *req, uint16_t pwalg, struct wk_cred *cred,
+			  enum shm_ctr *why)
+{
+	enum snap_key_alg salg = pwalg == STUN_PWALG_SHA256 ? SNAP_KEY_SHA256 : SNAP_KEY_MD5;
+	const uint8_t *key;
+	size_t klen;
+
+	if (au->type == CONF_AUTH_STATIC) {
+		*why = SHM_CTR_AUTH_FAIL_UNKNOWN_USER;
+		if (snap_auth_user_key(w->snap, auth_idx, cred->user, cred->user_len, salg, &key,
+				       &klen) < 0 || klen > sizeof(cred->key))
+			return -EACCES;
+		*why = SHM_CTR_AUTH_FAIL_BAD_MAC;
+		if (wk_auth_verify(req, key, klen) < 0)
+			return -EACCES;
+		memcpy(cred->key, key, klen);
+		cred->key_len = klen;
+		return 0;
+	}
+	{
+		struct snap_secret sec[SNAP_MAX_SECRETS];
+		int64_t now = wk_unix_now();
+		size_t n = snap_auth_secrets(w->snap, auth_idx, now, sec);
+		uint64_t expiry;
+
+		*why = SHM_CTR_AUTH_FAIL_UNKNOWN_USER;
+		if (stun_rest_expiry(cred->user, cred->user_len, &expiry) < 0)
+			return -EACCES;
+		*why = SHM_CTR_AUTH_FAIL_EXPIRED;
+		if ((int64_t)expiry < now)
+			return -EACCES;
+		*why = SHM_CTR_AUTH_FAIL_BAD_MAC;
+		for (size_t i = 0; i < n; i++) {
+			char pw[STUN_REST_PASSWORD_LEN + 1];
+			int rc = stun_rest_password(sec[i].secret, sec[i].len, cred->user,
+						    cred->user_len, pw, sizeof(pw));
+
+			if (rc == 0)
+				rc = stun_auth_key(pwalg, cred->user, cred->user_len, au->realm,
+						   au->realm_len, pw, strlen(pw), cred->key,
+						   &cred->key_len);
+			explicit_bzero(pw, sizeof(pw));
+			if (rc == 0 && wk_auth_verify(req, cred->key, cred->key_len) == 0) {
+				cred->cred_expiry = (int64_t)expiry;
+				return 0;
+			}
+		}
+		explicit_bzero(cred->key, sizeof(cred->key));
+		return -EACCES;
+	}
+}
+
+/* The existing allocation's username and stored key decide (RFC 8656 7: requests on an
+ * allocation use its credentials), so a rotated secret does not break refreshes. */
+static int wk_auth_existing(struct worker *w, const struct wk_alloc *a, const struct snap_auth *au,
+			    const struct stun_msg *req, struct wk_cred *cred, enum shm_ctr *why,
+			    int *code)
+{
+	const struct shm_alloc *rec = a->rec;
+
+	*code = 401;
+	if (rec->user_len != cred->user_len ||
+	    CRYPTO_memcmp(rec->username, cred->user, cred->user_len) != 0) {
+		*code = 441;
+		*why = SHM_CTR_AUTH_FAIL_UNKNOWN_USER;
+		return -EACCES;
+	}
+	*why = SHM_CTR_AUTH_FAIL_BAD_MAC;
+	if (wk_auth_verify(req, rec->key, rec->key_len) < 0)
+		return -EACCES;
+	*why = SHM_CTR_AUTH_FAIL_EXPIRED;
+	if (au->strict_expiry && rec->cred_expiry && rec->cred_expiry < wk_unix_now())
+		return -EACCES;
+	memcpy(cred->key, rec->key, rec->key_len);
+	cred->key_len = rec->key_len;
+	cred->key_alg = rec->key_alg;
+	cred->cred_expiry = rec->cred_expiry;
+	return 0;
+}
+
+enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
+				  const struct stun_msg *req, const struct wk_alloc *a,
+				  struct wk_cred *cred)
+{
+	uint32_t auth_idx = ep->l->sl.auth_idx;
+	struct snap_auth au;
+	const char *nonce, *realm;
+	size_t nonce_len, realm_len;
+	struct shm_addr bind;
+	uint32_t features = 0;
+	uint16_t pwalg;
+	enum shm_ctr why = SHM_CTR_AUTH_FAIL_MISSING;
+	int rc, code = 401;
+
+	memset(cred, 0, sizeof(*cred));
+	if (snap_auth_get(w->snap, auth_idx, &au) < 0)
+		return WK_AUTH_REPLIED;
+	if (!stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY) &&
+	    !stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256)) {
+		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_MISSING, 1);
+		wk_auth_challenge(w, ep, req, &au, 401, NULL);
+		return WK_AUTH_REPLIED;
+	}
+	if (stun_msg_get_string(req, STUN_ATTR_NONCE, &nonce, &nonce_len) < 0 ||
+	    stun_msg_get_string(req, STUN_ATTR_REALM, &realm, &realm_len) < 0 ||
+	    stun_msg_copy_string(req, STUN_ATTR_USERNAME, cred->user, sizeof(cred->user)) < 0) {
+		wk_auth_error(w, ep, req, 400, NULL);
+		return WK_AUTH_REPLIED;
+	}
+	cred->user_len = strlen(cred->user);
+	wk_auth_bind(ep, &bind);
+	rc = stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
+			      (uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
+			      &features);
+	if (rc < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
+		wk_auth_challenge(w, ep, req, &au, rc == -ETIMEDOUT ? 438 : 401, NULL);
+		return WK_AUTH_REPLIED;
+	}
+	if (realm_len != au.realm_len || memcmp(realm, au.realm, realm_len) != 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_WRONG_REALM, 1);
+		wk_auth_challenge(w, ep, req, &au, 401, NULL);
+		return WK_AUTH_REPLIED;
+	}
+	if (wk_auth_pw_alg(req, features, &pwalg) < 0) {
+		wk_auth_error(w, ep, req, 400, NULL);
+		return WK_AUTH_REPLIED;
+	}
+	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
+	if (a)
+		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
+	else
+		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
+	if (rc < 0) {
+		shm_ctr_add(w->ctr, why, 1);
+		explicit_bzero(cred->key, sizeof(cred->key));
+		if (code == 441)
+			wk_auth_error(w, ep, req, 441, NULL);
+		else
+			wk_auth_challenge(w, ep, req, &au, 401, NULL);
+		return WK_AUTH_REPLIED;
+	}
+	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);
+	return WK_AUTH_OK;
+}
+
+void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint)
+{
+	if (cred && cred->key_len) {
+		if (cred->sha256)
+			stun_build_integrity_sha256(b, cred->key, cred->key_len);
+		else
+			stun_build_integrity(b, cred->key, cred->key_len);
+	}
+	if (fingerprint)
+		stun_build_fingerprint(b);
+}

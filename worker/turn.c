@@ -1,0 +1,600 @@
+/* Worker TURN/STUN request handling: Binding, Allocate, Refresh, CreatePermission,
+ * ChannelBind, Send indications and ChannelData (RFC 8489, RFC 8656). */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "common/log.h"
+#include "stun/stun_frame.h"
+
+/* Error response; signed when the request authenticated (cred != NULL). */
+static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			   int code, const char *reason, const struct wk_cred *cred)
+{
+	struct stun_builder b;
+	size_t len;
+
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
+	stun_build_error_code(&b, code, reason);
+	if (code == 420) {
+		const uint16_t *types;
+		unsigned n = stun_msg_unknown(req, &types);
+
+		stun_build_unknown_attributes(&b, types, n);
+	}
+	wk_auth_sign(&b, cred, stun_msg_has(req, STUN_ATTR_FINGERPRINT));
+	if (stun_build_finish(&b, &len) == 0)
+		wk_send_client(w, ep, w->txbuf, len);
+}
+
+static void wk_binding(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct stun_builder b;
+	size_t len;
+
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_SUCCESS);
+	stun_build_addr(&b, STUN_ATTR_XOR_MAPPED_ADDRESS, ep->addr);
+	if (stun_msg_has(req, STUN_ATTR_FINGERPRINT))
+		stun_build_fingerprint(&b);
+	if (stun_build_finish(&b, &len) == 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_STUN_BINDING, 1);
+		wk_send_client(w, ep, w->txbuf, len);
+	}
+}
+
+/* RFC 8656 7.2 step 9 / 7.3: min(requested, maximum), but never below the default. */
+static uint32_t wk_lifetime(struct worker *w, const struct stun_msg *req)
+{
+	uint32_t want, def = w->hot.alloc_lifetime, max = w->hot.max_alloc_lifetime;
+
+	if (stun_msg_get_lifetime(req, &want) < 0)
+		return def < max ? def : max;
+	if (want > max)
+		want = max;
+	return want > def ? want : (def < max ? def : max);
+}
+
+static struct wk_alloc *wk_alloc_of(struct worker *w, const struct wk_ep *ep)
+{
+	if (ep->c)
+		return ep->c->alloc;
+	return wk_alloc_find(w, ep->l, ep->addr);
+}
+
+static bool wk_has_family(const struct wk_alloc *a, int family)
+{
+	return a->relay[0].family == family || (a->relay[1].fd >= 0 && a->relay[1].family == family);
+}
+
+static const struct wk_relay *wk_relay_of(const struct wk_alloc *a, int family)
+{
+	if (a->relay[0].fd >= 0 && a->relay[0].family == family)
+		return &a->relay[0];
+	if (a->relay[1].fd >= 0 && a->relay[1].family == family)
+		return &a->relay[1];
+	return NULL;
+}
+
+/* Checks the Allocate attributes that need no state. Returns 0 or the error code. */
+static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, int *fam,
+				int *fam2)
+{
+	uint8_t proto;
+	int rc;
+
+	if (stun_msg_get_requested_transport(req, &proto) < 0)
+		return 400;
+	if (proto != STUN_TRANSPORT_UDP)
+		return 442;
+	*fam = 0;
+	*fam2 = 0;
+	if (stun_msg_has(req, STUN_ATTR_RESERVATION_TOKEN) &&
+	    (stun_msg_has(req, STUN_ATTR_EVEN_PORT) ||
+	     stun_msg_has(req, STUN_ATTR_REQUESTED_ADDRESS_FAMILY) ||
+	     stun_msg_has(req, STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY)))
+		return 400;
+	if (stun_msg_has(req, STUN_ATTR_REQUESTED_ADDRESS_FAMILY) &&
+	    stun_msg_has(req, STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY))
+		return 400;
+	rc = stun_msg_get_family(req, STUN_ATTR_REQUESTED_ADDRESS_FAMILY, fam);
+	if (rc == -EAFNOSUPPORT)
+		return 440;
+	if (rc < 0 && rc != -ENOENT)
+		return 400;
+	rc = stun_msg_get_family(req, STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY, fam2);
+	if (rc == 0 && *fam2 != AF_INET6)
+		return 400;		/* RFC 8656 7.2: only IPv6 may be additional */
+	if (rc < 0 && rc != -ENOENT)
+		return rc == -EAFNOSUPPORT ? 400 : 400;
+	if (*fam2)
+		*fam = AF_INET;
+	return 0;
+}
+
+/* Picks the relay family when the client named none: IPv4 per RFC 8656, unless the
+ * listener announces no IPv4 address (an IPv6-only listener), then the listener's. */
+static int wk_default_family(const struct wk_listener *l)
+{
+	if (l->relay_addr.ss_family == AF_INET || l->relay_addr2.ss_family == AF_INET)
+		return AF_INET;
+	return l->relay_addr.ss_family;
+}
+
+static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk_ep *ep,
+			   const struct stun_msg *req, const struct wk_cred *cred,
+			   const struct snap_auth *au, uint64_t token)
+{
+	struct shm_alloc *rec = a->rec;
+	struct sockaddr_storage local;
+	socklen_t sl = sizeof(local);
+
+	shm_alloc_begin_write(rec);
+	rec->client_transport = ep->c ? SHM_TRANSPORT_TCP : SHM_TRANSPORT_UDP;
+	rec->key_alg = cred->key_alg;
+	rec->key_len = (uint8_t)cred->key_len;
+	memcpy(rec->key, cred->key, cred->key_len);
+	rec->listener_idx = (uint16_t)ep->l->snap_idx;
+	wk_addr_to_shm(ep->addr, &rec->client);
+	if (getsockname(ep->c ? ep->c->fd : ep->l->fd, (struct sockaddr *)&local, &sl) == 0)
+		wk_addr_to_shm((struct sockaddr *)&local, &rec->server);
+	wk_addr_to_shm((struct sockaddr *)&a->relay[0].addr, &rec->relay);
+	if (a->relay[1].fd >= 0)
+		wk_addr_to_shm((struct sockaddr *)&a->relay[1].addr, &rec->relay2);
+	rec->created_ns = wk_mono_ns();
+	rec->cred_expiry = cred->cred_expiry;
+	rec->reservation = token;
+	memcpy(rec->txid, req->tid, STUN_TID_LEN);
+	rec->user_len = (uint16_t)cred->user_len;
+	memcpy(rec->username, cred->user, cred->user_len);
+	rec->realm_len = (uint16_t)(au->realm_len < SHM_ALLOC_REALM_MAX ? au->realm_len
+									: SHM_ALLOC_REALM_MAX);
+	memcpy(rec->realm, au->realm, rec->realm_len);
+	shm_alloc_end_write(rec);
+}
+
+/* Binds the relay socket(s). Returns 0 or an error code; *addr_err gets 440 when the
+ * additional family of a dual allocation could not be served. */
+static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct stun_msg *req,
+			      int fam, int fam2, uint64_t *token, int *addr_err)
+{
+	uint64_t rtoken;
+	bool even = false, reserve = false;
+	uint16_t rport = 0;
+	int rc;
+
+	if (stun_msg_get_reservation_token(req, &rtoken) == 0) {
+		struct wk_listener *rl;
+		int rfam;
+		uint16_t port;
+
+		if (wk_resv_redeem(w, rtoken, &rl, &rfam, &port) < 0 || rl != a->l)
+			return 508;
+		rc = wk_alloc_bind_relay(w, a, rfam, port, false, false, NULL);
+		if (rc < 0) {
+			portpool_put(&a->l->pool, port);
+			return 508;
+		}
+		return 0;
+	}
+	if (stun_msg_get_even_port(req, &reserve) == 0)
+		even = true;
+	rc = wk_alloc_bind_relay(w, a, fam, 0, even, reserve, &rport);
+	if (rc == -EAFNOSUPPORT)
+		return 440;
+	if (rc < 0)
+		return 508;
+	if (reserve) {
+		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0)
+			*token = wk_mono_ns() | 1;
+		wk_resv_add(w, a->l, fam, rport, *token);
+	}
+	if (fam2 && wk_alloc_bind_relay(w, a, fam2, 0, false, false, NULL) < 0)
+		*addr_err = 440;
+	return 0;
+}
+
+static void wk_allocate_reply(struct worker *w, const struct wk_ep *ep, struct wk_alloc *a,
+			      const struct stun_msg *req, const struct wk_cred *cred,
+			      uint32_t lifetime, uint64_t token, int addr_err)
+{
+	struct stun_builder b;
+	size_t len;
+
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_SUCCESS);
+	for (int i = 0; i < 2; i++)
+		if (a->relay[i].fd >= 0)
+			stun_build_addr(&b, STUN_ATTR_XOR_RELAYED_ADDRESS,
+					(struct sockaddr *)&a->relay[i].addr);
+	stun_build_lifetime(&b, lifetime);
+	stun_build_addr(&b, STUN_ATTR_XOR_MAPPED_ADDRESS, ep->addr);
+	if (token)
+		stun_build_reservation_token(&b, token);
+	if (addr_err)
+		stun_build_address_error(&b, AF_INET6, addr_err, NULL);
+	wk_auth_sign(&b, cred, stun_msg_has(req, STUN_ATTR_FINGERPRINT));
+	if (stun_build_finish(&b, &len) < 0)
+		return;
+	free(a->resp);
+	a->resp = malloc(len);
+	if (a->resp) {
+		memcpy(a->resp, w->txbuf, len);
+		a->resp_len = len;
+	}
+	wk_send_client(w, ep, w->txbuf, len);
+}
+
+static int wk_allocate_checks(struct worker *w, const struct wk_cred *cred, const char **reason)
+{
+	if (w->draining) {
+		*reason = "Server draining";
+		return w->hot.have_alt ? 300 : 403;
+	}
+	if (w->hot.user_quota &&
+	    wk_alloc_user_count(w, cred->user, cred->user_len) >= w->hot.user_quota) {
+		shm_ctr_add(w->ctr, SHM_CTR_QUOTA_USER, 1);
+		return 486;
+	}
+	if (w->hot.total_quota) {
+		uint32_t cursor = 0, idx;
+		uint32_t n = 0;
+
+		while (n < w->hot.total_quota && shm_alloc_next_live(w->shm, &cursor, &idx) == 0)
+			n++;
+		if (n >= w->hot.total_quota) {
+			shm_ctr_add(w->ctr, SHM_CTR_QUOTA_TOTAL, 1);
+			return 508;
+		}
+	}
+	return 0;
+}
+
+static void wk_reply_alternate(struct worker *w, const struct wk_ep *ep,
+			       const struct stun_msg *req, const struct wk_cred *cred)
+{
+	struct stun_builder b;
+	struct sockaddr_storage alt = w->hot.alt;
+	size_t len;
+
+	if (alt.ss_family == AF_INET && ((struct sockaddr_in *)&alt)->sin_port == 0)
+		((struct sockaddr_in *)&alt)->sin_port = htons(ep->l->sl.port);
+	if (alt.ss_family == AF_INET6 && ((struct sockaddr_in6 *)&alt)->sin6_port == 0)
+		((struct sockaddr_in6 *)&alt)->sin6_port = htons(ep->l->sl.port);
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
+	stun_build_error_code(&b, 300, NULL);
+	stun_build_addr(&b, STUN_ATTR_ALTERNATE_SERVER, (struct sockaddr *)&alt);
+	wk_auth_sign(&b, cred, stun_msg_has(req, STUN_ATTR_FINGERPRINT));
+	if (stun_build_finish(&b, &len) == 0)
+		wk_send_client(w, ep, w->txbuf, len);
+}
+
+static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct wk_alloc *a = wk_alloc_of(w, ep);
+	struct wk_cred cred;
+	struct snap_auth au;
+	const char *reason = NULL;
+	uint64_t token = 0;
+	int fam, fam2, code, addr_err = 0;
+	uint32_t lifetime;
+
+	if (a && a->resp && memcmp(a->rec->txid, req->tid, STUN_TID_LEN) == 0) {
+		wk_send_client(w, ep, a->resp, a->resp_len);	/* retransmission */
+		return;
+	}
+	if (wk_auth_check(w, ep, req, NULL, &cred) != WK_AUTH_OK)
+		return;
+	if (a) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_ALLOC_MISMATCH, 1);
+		code = 437;
+		goto fail;
+	}
+	code = wk_allocate_checks(w, &cred, &reason);
+	if (code == 300) {
+		wk_reply_alternate(w, ep, req, &cred);
+		goto out;
+	}
+	if (!code)
+		code = wk_allocate_validate(w, req, &fam, &fam2);
+	if (code)
+		goto fail;
+	if (!fam)
+		fam = wk_default_family(ep->l);
+	if (wk_alloc_create(w, ep, &a) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_QUOTA_TOTAL, 1);
+		code = 508;
+		goto fail;
+	}
+	a->dont_fragment = stun_msg_has(req, STUN_ATTR_DONT_FRAGMENT);
+	code = wk_allocate_relays(w, a, req, fam, fam2, &token, &addr_err);
+	if (code || snap_auth_get(w->snap, ep->l->sl.auth_idx, &au) < 0) {
+		wk_alloc_destroy(w, a, "relay setup failed");
+		code = code ? code : 500;
+		goto fail;
+	}
+	lifetime = wk_lifetime(w, req);
+	wk_record_fill(w, a, ep, req, &cred, &au, token);
+	wk_alloc_set_expiry(w, a, lifetime);
+	shm_alloc_publish(w->shm, w->slot, a->rec_idx);
+	a->published = true;
+	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_CREATED, 1);
+	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, 1);
+	shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_ALLOCS_CREATED, 1);
+	shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	log_debug("turn", "allocation %u for %s on %s, lifetime %u s", a->rec_idx, cred.user,
+		  ep->l->name, lifetime);
+	wk_allocate_reply(w, ep, a, req, &cred, lifetime, token, addr_err);
+	goto out;
+fail:
+	wk_reply_error(w, ep, req, code, reason, &cred);
+out:
+	explicit_bzero(&cred, sizeof(cred));
+}
+
+/* Authenticates a request on an existing allocation; answers 437 when there is none.
+ * Returns the allocation or NULL (already answered). */
+static struct wk_alloc *wk_auth_alloc(struct worker *w, const struct wk_ep *ep,
+				      const struct stun_msg *req, struct wk_cred *cred)
+{
+	struct wk_alloc *a = wk_alloc_of(w, ep);
+
+	if (wk_auth_check(w, ep, req, a, cred) != WK_AUTH_OK)
+		return NULL;
+	if (!a) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_ALLOC_MISMATCH, 1);
+		wk_reply_error(w, ep, req, 437, NULL, cred);
+		return NULL;
+	}
+	return a;
+}
+
+static void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime)
+{
+	struct stun_builder b;
+	size_t len;
+
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_SUCCESS);
+	if (with_lifetime)
+		stun_build_lifetime(&b, lifetime);
+	wk_auth_sign(&b, cred, stun_msg_has(req, STUN_ATTR_FINGERPRINT));
+	if (stun_build_finish(&b, &len) == 0)
+		wk_send_client(w, ep, w->txbuf, len);
+}
+
+static void wk_refresh(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct wk_cred cred;
+	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
+	uint32_t want;
+	int fam;
+
+	if (!a)
+		goto out;
+	if (stun_msg_get_family(req, STUN_ATTR_REQUESTED_ADDRESS_FAMILY, &fam) == 0 &&
+	    !wk_has_family(a, fam)) {
+		wk_reply_error(w, ep, req, 443, NULL, &cred);
+		goto out;
+	}
+	if (stun_msg_get_lifetime(req, &want) == 0 && want == 0) {
+		wk_reply_ok(w, ep, req, &cred, true, 0);
+		wk_alloc_destroy(w, a, "refreshed with lifetime 0");
+		goto out;
+	}
+	want = wk_lifetime(w, req);
+	wk_alloc_set_expiry(w, a, want);
+	wk_reply_ok(w, ep, req, &cred, true, want);
+out:
+	explicit_bzero(&cred, sizeof(cred));
+}
+
+/* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the
+ * allocation does not have, 403 outside the listener's allowlist (IP only). */
+static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struct sockaddr *peer)
+{
+	if (!wk_has_family(a, peer->sa_family))
+		return 443;
+	if (!snap_peer_ip_allowed(w->snap, a->l->snap_idx, peer)) {
+		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+		return 403;
+	}
+	return 0;
+}
+
+static void wk_create_permission(struct worker *w, const struct wk_ep *ep,
+				 const struct stun_msg *req)
+{
+	struct wk_cred cred;
+	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
+	struct sockaddr_storage peer;
+	unsigned n;
+	int code = 0;
+
+	if (!a)
+		goto out;
+	n = stun_msg_peer_count(req);
+	if (n == 0 || req->peers_truncated)
+		code = 400;
+	/* All or nothing (RFC 8656 9.2): check every peer before installing any. */
+	for (unsigned i = 0; i < n && !code; i++) {
+		if (stun_msg_get_peer(req, i, &peer) < 0)
+			code = 400;
+		else
+			code = wk_peer_check(w, a, (struct sockaddr *)&peer);
+	}
+	for (unsigned i = 0; i < n && !code; i++)
+		if (stun_msg_get_peer(req, i, &peer) == 0 &&
+		    wk_alloc_perm_add(w, a, (struct sockaddr *)&peer) < 0)
+			code = 508;
+	if (code)
+		wk_reply_error(w, ep, req, code, NULL, &cred);
+	else
+		wk_reply_ok(w, ep, req, &cred, false, 0);
+out:
+	explicit_bzero(&cred, sizeof(cred));
+}
+
+static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct wk_cred cred;
+	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
+	struct sockaddr_storage peer;
+	uint16_t ch;
+	int code, rc;
+
+	if (!a)
+		goto out;
+	if (stun_msg_get_channel(req, &ch) < 0 || stun_msg_get_peer(req, 0, &peer) < 0) {
+		code = 400;
+		goto fail;
+	}
+	code = wk_peer_check(w, a, (struct sockaddr *)&peer);
+	if (code)
+		goto fail;
+	rc = wk_alloc_chan_bind(w, a, ch, (struct sockaddr *)&peer);
+	if (rc == -EEXIST) {
+		code = 400;
+		goto fail;
+	}
+	if (rc < 0) {
+		code = 508;
+		goto fail;
+	}
+	wk_alloc_rearm(w, a);
+	wk_reply_ok(w, ep, req, &cred, false, 0);
+	goto out;
+fail:
+	wk_reply_error(w, ep, req, code, NULL, &cred);
+out:
+	explicit_bzero(&cred, sizeof(cred));
+}
+
+/* Client -> peer, shared by Send indications and ChannelData: the peer must be admitted
+ * by the current snapshot (IP and port) and hold a permission. Nothing is answered on a
+ * drop (indications and ChannelData have no responses). */
+static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
+		       const uint8_t *data, size_t len)
+{
+	const struct wk_relay *r = wk_relay_of(a, peer->sa_family);
+	uint32_t cl;
+
+	if (!r)
+		return;
+	if (snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+		return;
+	}
+	if (!wk_alloc_perm_ok(a, peer, wk_mono_ns()))
+		return;
+	if (sendto(r->fd, data, len, MSG_DONTWAIT, peer, wk_addr_len(peer)) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+		return;
+	}
+	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, 1);
+	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, len);
+	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_OUT, 1);
+	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_OUT, len);
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_OUT, 1);
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_OUT, len);
+	shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, 1);
+	shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, len);
+}
+
+static void wk_send_indication(struct worker *w, const struct wk_ep *ep,
+			       const struct stun_msg *req)
+{
+	struct wk_alloc *a = wk_alloc_of(w, ep);
+	struct sockaddr_storage peer;
+	const uint8_t *data;
+	size_t len;
+
+	if (!a || req->n_unknown || stun_msg_get_peer(req, 0, &peer) < 0 ||
+	    stun_msg_get_raw(req, STUN_ATTR_DATA, &data, &len) < 0)
+		return;
+	wk_to_peer(w, a, (struct sockaddr *)&peer, data, len);
+}
+
+/* The fast path: no allocation, no copy; 5-tuple -> allocation -> channel -> peer. */
+static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint8_t *buf,
+			    size_t len)
+{
+	struct wk_alloc *a = wk_alloc_of(w, ep);
+	const struct shm_chan *c;
+	struct sockaddr_storage peer;
+	const uint8_t *data;
+	size_t dlen;
+	uint16_t ch;
+
+	if (!a || stun_chan_decode(buf, len, &ch, &data, &dlen) < 0)
+		return;
+	c = wk_alloc_chan_by_num(a, ch, wk_mono_ns());
+	if (!c || !wk_shm_to_addr(&c->peer, &peer))
+		return;
+	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
+}
+
+static void wk_request(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct snap_auth au;
+
+	if (req->n_unknown) {
+		wk_reply_error(w, ep, req, 420, NULL, NULL);
+		return;
+	}
+	if (req->method == STUN_BINDING) {
+		wk_binding(w, ep, req);
+		return;
+	}
+	if (snap_auth_get(w->snap, ep->l->sl.auth_idx, &au) < 0 || au.type == CONF_AUTH_NONE) {
+		wk_reply_error(w, ep, req, 403, "TURN disabled: auth type none serves STUN only",
+			       NULL);
+		return;
+	}
+	switch (req->method) {
+	case STUN_ALLOCATE:
+		wk_allocate(w, ep, req);
+		break;
+	case STUN_REFRESH:
+		wk_refresh(w, ep, req);
+		break;
+	case STUN_CREATE_PERMISSION:
+		wk_create_permission(w, ep, req);
+		break;
+	case STUN_CHANNEL_BIND:
+		wk_channel_bind(w, ep, req);
+		break;
+	default:
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_UNKNOWN_METHOD, 1);
+		wk_reply_error(w, ep, req, 400, "Unsupported method", NULL);
+		break;
+	}
+}
+
+void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len)
+{
+	struct stun_msg msg;
+
+	if (len >= STUN_CHANDATA_HEADER_LEN && stun_is_channeldata(buf, len)) {
+		wk_channel_data(w, ep, buf, len);
+		return;
+	}
+	if (stun_msg_parse(&msg, buf, len) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+		return;
+	}
+	if (msg.fp_off && stun_msg_check_fingerprint(&msg) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+		return;
+	}
+	if (msg.cls == STUN_REQUEST)
+		wk_request(w, ep, &msg);
+	else if (msg.cls == STUN_INDICATION && msg.method == STUN_SEND)
+		wk_send_indication(w, ep, &msg);
+}

@@ -1,0 +1,221 @@
+/* Worker UDP I/O: listener sockets (recvmmsg) and relay sockets (peer -> client, sendmmsg). */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "stun/stun_frame.h"
+
+static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_listener *l = io->data;
+	struct worker *w = l->w;
+	struct mmsghdr msgs[WK_BATCH];
+	struct iovec iov[WK_BATCH];
+	struct sockaddr_storage from[WK_BATCH];
+	int n;
+
+	/* Bounded: a few batches per wakeup, then let other sockets run. */
+	for (int round = 0; round < 8; round++) {
+		memset(msgs, 0, sizeof(msgs));
+		for (int i = 0; i < WK_BATCH; i++) {
+			iov[i].iov_base = w->rx[i] + WK_HEADROOM;
+			iov[i].iov_len = WK_DGRAM_MAX;
+			msgs[i].msg_hdr.msg_iov = &iov[i];
+			msgs[i].msg_hdr.msg_iovlen = 1;
+			msgs[i].msg_hdr.msg_name = &from[i];
+			msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
+		}
+		n = recvmmsg(l->fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
+		if (n <= 0) {
+			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				shm_ctr_add(w->ctr, SHM_CTR_ERR_RECV, 1);
+			return;
+		}
+		for (int i = 0; i < n; i++) {
+			struct wk_ep ep = {
+				.l = l, .c = NULL, .addr = (struct sockaddr *)&from[i],
+				.addr_len = msgs[i].msg_hdr.msg_namelen,
+			};
+			size_t len = msgs[i].msg_len;
+
+			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
+			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_IN, len);
+			if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+				shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+				continue;
+			}
+			if (!l->snap_ok || !w->snap)
+				continue;
+			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_PKTS_IN, 1);
+			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, len);
+			wk_turn_input(w, &ep, w->rx[i] + WK_HEADROOM, len);
+		}
+		if (n < WK_BATCH)
+			return;
+	}
+}
+
+int wk_udp_start(struct worker *w, struct wk_listener *l)
+{
+	ev_io_init(&l->io, wk_udp_listener_cb, l->fd, EV_READ);
+	l->io.data = l;
+	ev_io_start(w->loop, &l->io);
+	return 0;
+}
+
+/* Wraps a peer datagram already at rx + WK_HEADROOM in place: ChannelData when the peer
+ * has a channel, else a Data indication. Returns the start and length of the message. */
+static uint8_t *wk_wrap_peer(struct worker *w, struct wk_alloc *a, uint8_t *slot, size_t len,
+			     const struct sockaddr *peer, uint64_t now_ns, size_t *out_len)
+{
+	uint8_t *payload = slot + WK_HEADROOM;
+	const struct shm_chan *ch = wk_alloc_chan_by_peer(a, peer, now_ns);
+
+	if (ch) {
+		bool pad = a->conn != NULL;
+		size_t total = STUN_CHANDATA_HEADER_LEN + len;
+
+		stun_chan_write_header(payload - STUN_CHANDATA_HEADER_LEN, ch->number, len);
+		while (pad && (total & 3)) {
+			payload[len++] = 0;
+			total++;
+		}
+		*out_len = total;
+		return payload - STUN_CHANDATA_HEADER_LEN;
+	}
+	{
+		/* Data indication: built in the scratch buffer (the rarer, slower path). */
+		struct stun_builder b;
+		uint8_t tid[STUN_TID_LEN];
+		size_t n = 0;
+
+		if (len > sizeof(w->txbuf) - 64 || stun_tid_random(tid) < 0)
+			return NULL;
+		stun_build_init(&b, w->txbuf, sizeof(w->txbuf), STUN_DATA, STUN_INDICATION, tid);
+		stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
+		stun_build_attr(&b, STUN_ATTR_DATA, payload, len);
+		if (stun_build_finish(&b, &n) < 0)
+			return NULL;
+		*out_len = n;
+		return w->txbuf;
+	}
+}
+
+static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
+			     uint64_t now_ns)
+{
+	uint32_t cl;
+
+	if (!w->snap || !a->l->snap_ok ||
+	    snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+		return false;
+	}
+	if (!wk_alloc_perm_ok(a, peer, now_ns))
+		return false;
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
+	return true;
+}
+
+static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
+			   unsigned n)
+{
+	unsigned sent = 0;
+
+	while (sent < n) {
+		int r = sendmmsg(a->l->fd, out + sent, n - sent, MSG_DONTWAIT);
+
+		if (r <= 0) {
+			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, n - sent);
+			return;
+		}
+		sent += (unsigned)r;
+	}
+}
+
+/* Peer -> client for one relay socket. Datagrams are checked against the current
+ * snapshot's allowlist (IP and port) and the allocation's permissions before anything is
+ * sent; UDP clients get them in one sendmmsg batch through the listener socket. */
+void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_relay *r = io->data;
+	struct wk_alloc *a = r->a;
+	struct worker *w = a->w;
+	struct mmsghdr msgs[WK_BATCH], out[WK_BATCH];
+	struct iovec iov[WK_BATCH], oiov[WK_BATCH];
+	struct sockaddr_storage from[WK_BATCH];
+	uint64_t now_ns = wk_mono_ns();
+	unsigned n_out = 0;
+	struct wk_ep ep = { .l = a->l, .c = a->conn, .addr = (struct sockaddr *)&a->client,
+			    .addr_len = a->client_len };
+	int n;
+
+	memset(msgs, 0, sizeof(msgs));
+	for (int i = 0; i < WK_BATCH; i++) {
+		iov[i].iov_base = w->rx[i] + WK_HEADROOM;
+		iov[i].iov_len = WK_DGRAM_MAX - 4;	/* room for stream padding */
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+		msgs[i].msg_hdr.msg_name = &from[i];
+		msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
+	}
+	n = recvmmsg(r->fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
+	if (n <= 0)
+		return;
+	memset(out, 0, sizeof(out));
+	for (int i = 0; i < n; i++) {
+		const struct sockaddr *peer = (struct sockaddr *)&from[i];
+		size_t len = msgs[i].msg_len, mlen = 0;
+		uint8_t *m;
+
+		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
+		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
+		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !wk_peer_admitted(w, a, peer, now_ns))
+			continue;
+		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
+		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
+		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_FROM_PEER, 1);
+		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_FROM_PEER, len);
+		m = wk_wrap_peer(w, a, w->rx[i], len, peer, now_ns, &mlen);
+		if (!m)
+			continue;
+		if (a->conn || m == w->txbuf) {
+			/* TCP, or the Data indication in the shared scratch: send now. */
+			wk_send_client(w, &ep, m, mlen);
+			continue;
+		}
+		oiov[n_out].iov_base = m;
+		oiov[n_out].iov_len = mlen;
+		out[n_out].msg_hdr.msg_iov = &oiov[n_out];
+		out[n_out].msg_hdr.msg_iovlen = 1;
+		out[n_out].msg_hdr.msg_name = &a->client;
+		out[n_out].msg_hdr.msg_namelen = a->client_len;
+		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
+		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, mlen);
+		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
+		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
+		n_out++;
+	}
+	if (n_out)
+		wk_relay_flush(w, a, out, n_out);
+}
+
+void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len)
+{
+	if (ep->c) {
+		wk_tconn_send(w, ep->c, buf, len, true);
+		return;
+	}
+	if (sendto(ep->l->fd, buf, len, MSG_DONTWAIT, ep->addr, ep->addr_len) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+		return;
+	}
+	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
+	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
+}

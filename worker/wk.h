@@ -1,0 +1,240 @@
+/* Worker internals shared by the worker's source files (not a public API: only worker/
+ * includes it). One struct worker per process, passed explicitly; no globals. */
+#ifndef TG_WORKER_WK_H
+#define TG_WORKER_WK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <ev.h>
+
+#include "conf/snapshot.h"
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "stun/stun.h"
+#include "worker/portpool.h"
+#include "worker/wheel.h"
+#include "worker/worker.h"
+
+#define WK_MAGIC 0x574b5231u
+#define WK_ALLOC_MAGIC 0x574b4131u
+#define WK_MAX_LISTENERS SHM_MAX_LISTENERS
+#define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
+#define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
+#define WK_DGRAM_MAX 4096	/* largest datagram relayed; bigger ones are dropped */
+#define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
+#define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
+#define WK_TCP_MAX_CONNS 4096
+#define WK_RESV_LIFETIME_MS 30000u
+#define WK_HASH_BUCKETS 4096u	/* power of two */
+
+struct worker;
+struct wk_alloc;
+
+/* One TCP client connection on a TURN-TCP listener. */
+struct wk_tconn {
+	struct wk_listener *l;
+	struct wk_tconn *next, **pprev;	/* listener's connection list */
+	int fd;
+	ev_io rio, wio;
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	uint8_t *in;			/* WK_TCP_IN_MAX bytes */
+	size_t in_len;
+	uint8_t *out;			/* grows up to WK_TCP_OUT_MAX */
+	size_t out_len, out_off, out_cap;
+	struct wk_alloc *alloc;		/* the allocation this connection carries, or NULL */
+	bool dead;			/* send failed: closed by the next read callback */
+};
+
+/* A listening socket inherited from the master (or added by LISTENER_ADD). */
+struct wk_listener {
+	struct worker *w;
+	char name[256];
+	enum worker_proto proto;
+	int fd;
+	int family;			/* of the listening socket */
+	ev_io io;
+	bool active;			/* false once removed */
+	/* Hot copy from the current snapshot; snap_ok false while the snapshot has no
+	 * listener of this name (then nothing is served on it). */
+	bool snap_ok;
+	uint32_t snap_idx;
+	struct snap_listener sl;	/* strings point into the snapshot: do not keep */
+	struct sockaddr_storage relay_addr;	/* announced IP (port 0) */
+	bool relay_local;		/* announced IP is local: bind relay sockets to it */
+	/* Relay address of the other family (dual-stack allocations): the first usable
+	 * address of that family on the interface holding relay_addr; family 0 if none. */
+	struct sockaddr_storage relay_addr2;
+	bool relay2_local;
+	uint16_t pool_min, pool_max;
+	struct portpool pool;
+	struct wk_tconn *conns;
+	size_t n_conns;
+};
+
+/* One relay socket of an allocation (two for a dual-stack allocation). */
+struct wk_relay {
+	struct wk_alloc *a;
+	int fd;				/* -1 when unused */
+	int family;
+	uint16_t port;
+	ev_io io;
+	struct sockaddr_storage addr;	/* announced address with port */
+};
+
+struct wk_alloc {
+	uint32_t magic;
+	struct worker *w;
+	struct wk_alloc *hnext;		/* 5-tuple hash chain (UDP only) */
+	struct wk_alloc *next, **pprev;	/* worker's list of all allocations */
+	struct wk_listener *l;
+	struct wk_tconn *conn;		/* TCP: the control connection; NULL for UDP */
+	struct sockaddr_storage client;
+	socklen_t client_len;
+	struct wk_relay relay[2];
+	uint32_t rec_idx;
+	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
+	uint64_t expires_ms;
+	struct wheel_timer timer;	/* earliest of allocation/permission/channel expiry */
+	bool dont_fragment;
+	bool published;			/* counted in ALLOCS_ACTIVE */
+	uint8_t *resp;			/* cached Allocate success (retransmissions) */
+	size_t resp_len;
+};
+
+/* A port booked by EVEN-PORT with the R bit, redeemable with its RESERVATION-TOKEN. */
+struct wk_resv {
+	struct wk_resv *next;
+	struct wk_listener *l;
+	uint64_t token;
+	uint16_t port;
+	int family;
+	struct wheel_timer timer;
+};
+
+struct wk_hot {
+	uint32_t max_perms, max_chans;
+	uint32_t alloc_lifetime, max_alloc_lifetime, perm_lifetime, chan_lifetime;
+	uint32_t nonce_lifetime, user_quota, total_quota;
+	bool have_alt;
+	struct sockaddr_storage alt;
+};
+
+/* Where a request came from and where the answer goes. */
+struct wk_ep {
+	struct wk_listener *l;
+	struct wk_tconn *c;		/* TCP connection, or NULL for UDP */
+	const struct sockaddr *addr;	/* client transport address */
+	socklen_t addr_len;
+};
+
+struct worker {
+	uint32_t magic;
+	const struct worker_heritage *h;
+	struct ev_loop *loop;
+	struct shm *shm;
+	unsigned slot;
+	struct shm_counters *ctr;
+	ev_prepare prep;
+	ev_check check;
+	ev_io ctl_io;
+	ev_timer tick;
+	ev_timer hb;
+	ev_signal sigterm, sigint;
+	bool draining;
+	int exit_status;
+	/* current snapshot: valid only between ev_check and the next ev_prepare */
+	const struct snap *snap;
+	const void *snap_blob;
+	uint64_t snap_gen;
+	bool snap_seen;
+	struct wk_hot hot;
+	struct wheel wheel;
+	struct wk_listener *ls[WK_MAX_LISTENERS];
+	size_t n_ls;
+	struct wk_alloc *hash[WK_HASH_BUCKETS];
+	struct wk_alloc *allocs;
+	size_t n_allocs;
+	struct wk_resv *resvs;
+	/* I/O scratch (one worker, one thread: shared by all callbacks) */
+	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
+	uint8_t txbuf[2048];
+};
+
+/* ---- worker.c ---- */
+uint64_t wk_now_ms(void);
+int64_t wk_unix_now(void);
+void wk_listener_close(struct worker *w, struct wk_listener *l);
+
+/* ---- udp.c ---- */
+int wk_udp_start(struct worker *w, struct wk_listener *l);
+void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
+
+/* ---- tcp.c ---- */
+int wk_tcp_start(struct worker *w, struct wk_listener *l);
+void wk_tconn_close(struct worker *w, struct wk_tconn *c);
+void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len,
+		   bool drop_ok);
+
+/* Sends a response/indication/ChannelData to the client behind ep. */
+void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
+
+/* ---- turn.c ---- */
+/* Handles one datagram or frame from a client (STUN or ChannelData). */
+void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
+
+/* ---- alloc.c ---- */
+struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
+			       const struct sockaddr *client);
+int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **out);
+void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
+void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
+void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
+int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
+			bool even, bool reserve, uint16_t *reserved_port);
+int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
+bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
+int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
+		       const struct sockaddr *peer);
+const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch,
+					    uint64_t now_ns);
+const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
+					     const struct sockaddr *peer, uint64_t now_ns);
+unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen);
+void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
+		 uint64_t token);
+int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
+		   uint16_t *port);
+void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
+uint64_t wk_mono_ns(void);
+
+/* shm_addr <-> sockaddr */
+void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out);
+socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out);
+bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b);
+socklen_t wk_addr_len(const struct sockaddr *sa);
+
+/* ---- auth.c ---- */
+enum wk_auth_result { WK_AUTH_OK = 0, WK_AUTH_REPLIED };
+/* Authenticates req for a new allocation (a == NULL) or an existing one. On success
+ * writes the key (and its algorithm, username, credential expiry) into *cred and
+ * returns WK_AUTH_OK; otherwise the error response was sent. */
+struct wk_cred {
+	char user[SHM_ALLOC_USER_MAX + 1];
+	size_t user_len;
+	uint8_t key[SHM_ALLOC_KEY_MAX];
+	size_t key_len;
+	uint8_t key_alg;		/* enum shm_key_alg */
+	bool sha256;			/* request used MESSAGE-INTEGRITY-SHA256 */
+	int64_t cred_expiry;
+};
+enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
+				  const struct stun_msg *req, const struct wk_alloc *a,
+				  struct wk_cred *cred);
+/* Appends MESSAGE-INTEGRITY(-SHA256) as the request used, then FINGERPRINT if asked. */
+void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint);
+
+#endif

@@ -1,0 +1,475 @@
+/* Worker process: libev loop, snapshot tracking (QSBR), listeners and the control channel. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+
+uint64_t wk_now_ms(void)
+{
+	return wk_mono_ns() / 1000000u;
+}
+
+uint64_t wk_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int64_t wk_unix_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+static bool wk_addr_bindable(const struct sockaddr_storage *ss)
+{
+	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = bind(fd, (const struct sockaddr *)ss, wk_addr_len((const struct sockaddr *)ss)) == 0;
+	close(fd);
+	return ok;
+}
+
+static bool wk_ip_equal(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+}
+
+/* The relay address of the other family for dual allocations: an address of that family
+ * on the interface that holds the announced one (::1 for 127.0.0.4 on lo). Link-local
+ * IPv6 is skipped (it needs a scope a peer cannot know). */
+static void wk_relay2_find(struct wk_listener *l)
+{
+	struct ifaddrs *ifa = NULL, *i, *j;
+	int want = l->relay_addr.ss_family == AF_INET ? AF_INET6 : AF_INET;
+
+	memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
+	l->relay2_local = false;
+	if (getifaddrs(&ifa) < 0)
+		return;
+	for (i = ifa; i; i = i->ifa_next) {
+		if (!i->ifa_addr || !wk_ip_equal(i->ifa_addr, (struct sockaddr *)&l->relay_addr))
+			continue;
+		for (j = ifa; j; j = j->ifa_next) {
+			if (!j->ifa_addr || j->ifa_addr->sa_family != want ||
+			    strcmp(j->ifa_name, i->ifa_name) != 0)
+				continue;
+			if (want == AF_INET6 &&
+			    IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)j->ifa_addr)->sin6_addr))
+				continue;
+			memcpy(&l->relay_addr2, j->ifa_addr, wk_addr_len(j->ifa_addr));
+			if (want == AF_INET6)
+				((struct sockaddr_in6 *)&l->relay_addr2)->sin6_port = 0;
+			else
+				((struct sockaddr_in *)&l->relay_addr2)->sin_port = 0;
+			l->relay2_local = true;
+			goto out;
+		}
+	}
+out:
+	freeifaddrs(ifa);
+}
+
+/* Copies the values the hot path needs out of a new snapshot and re-resolves every
+ * listener by name (indexes may change across reloads). */
+static void wk_snap_apply(struct worker *w)
+{
+	const struct snap_limits *lim = snap_limits(w->snap);
+	struct wk_hot *h = &w->hot;
+	const char *spec = snap_log_spec(w->snap);
+
+	h->max_perms = lim->max_permissions < SHM_ALLOC_MAX_PERMS ? lim->max_permissions
+								  : SHM_ALLOC_MAX_PERMS;
+	h->max_chans = lim->max_channels < SHM_ALLOC_MAX_CHANS ? lim->max_channels
+							       : SHM_ALLOC_MAX_CHANS;
+	h->alloc_lifetime = lim->allocation_lifetime;
+	h->max_alloc_lifetime = lim->max_allocation_lifetime;
+	h->perm_lifetime = lim->permission_lifetime;
+	h->chan_lifetime = lim->channel_lifetime;
+	h->nonce_lifetime = lim->nonce_lifetime;
+	h->user_quota = lim->user_quota;
+	h->total_quota = lim->total_quota;
+	h->have_alt = snap_alternate_server(w->snap, &h->alt) == 0;
+	if (spec && *spec && log_set_spec(spec) < 0)
+		log_warn("worker", "snapshot log spec \"%s\" rejected", spec);
+	log_set_format(snap_log_format(w->snap) == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);
+
+	for (size_t i = 0; i < w->n_ls; i++) {
+		struct wk_listener *l = w->ls[i];
+
+		if (!l->active)
+			continue;
+		l->snap_ok = snap_listener_find(w->snap, l->name, &l->snap_idx) == 0 &&
+			     snap_listener_get(w->snap, l->snap_idx, &l->sl) == 0;
+		if (!l->snap_ok)
+			continue;
+		memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));
+		if (l->sl.relay_port_min != l->pool_min || l->sl.relay_port_max != l->pool_max) {
+			/* A changed range only affects new allocations: live ones keep
+			 * their ports, which the old pool no longer tracks. */
+			portpool_destroy(&l->pool);
+			if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max,
+					  w->slot, w->h->slot_count) < 0)
+				log_error("worker", "listener %s: relay port range %u-%u too small "
+					  "for %u workers", l->name, l->sl.relay_port_min,
+					  l->sl.relay_port_max, w->h->slot_count);
+			l->pool_min = l->sl.relay_port_min;
+			l->pool_max = l->sl.relay_port_max;
+		}
+		/* "Local" = bindable: then relay sockets send from the announced IP. */
+		l->relay_local = wk_addr_bindable(&l->relay_addr);
+		if (l->relay_local)
+			wk_relay2_find(l);
+		else
+			memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
+	}
+}
+
+/* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */
+static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
+{
+	struct worker *w = ck->data;
+	const void *blob;
+	size_t len;
+	uint64_t gen;
+
+	shm_qsbr_online(w->shm, w->slot);
+	if (shm_snap_current(w->shm, &blob, &len, &gen) < 0) {
+		w->snap = NULL;
+		return;
+	}
+	if (w->snap_seen && gen == w->snap_gen && blob == w->snap_blob && w->snap)
+		return;
+	if (snap_open(blob, len, &w->snap) < 0) {
+		log_error("worker", "snapshot generation %llu rejected", (unsigned long long)gen);
+		w->snap = NULL;
+		return;
+	}
+	w->snap_blob = blob;
+	w->snap_gen = gen;
+	w->snap_seen = true;
+	wk_snap_apply(w);
+	log_debug("worker", "slot %u now on snapshot generation %llu", w->slot,
+		  (unsigned long long)gen);
+}
+
+static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
+{
+	struct worker *w = pr->data;
+
+	/* Timers run from here too so expiry never needs the snapshot. */
+	if (w->wheel.armed && !ev_is_active(&w->tick)) {
+		ev_timer_set(&w->tick, WHEEL_TICK_MS / 1000.0, WHEEL_TICK_MS / 1000.0);
+		ev_timer_start(loop, &w->tick);
+	}
+	w->snap = NULL;
+	shm_qsbr_offline(w->shm, w->slot);
+}
+
+static void wk_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+
+	wheel_advance(&w->wheel, wk_now_ms(), w);
+	if (!w->wheel.armed)
+		ev_timer_stop(loop, t);
+}
+
+static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+
+	shm_slot_heartbeat(w->shm, w->slot, wk_mono_ns());
+}
+
+static void wk_stop(struct worker *w, const char *why)
+{
+	log_info("worker", "slot %u stopping: %s", w->slot, why);
+	ev_break(w->loop, EVBREAK_ALL);
+}
+
+static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	wk_stop(s->data, s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
+			   int fd)
+{
+	struct wk_listener *l;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int rc;
+
+	if (w->n_ls >= WK_MAX_LISTENERS)
+		return -ENOSPC;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->w = w;
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	l->proto = proto;
+	l->fd = fd;
+	l->active = true;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+		l->family = ss.ss_family;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	rc = proto == WORKER_PROTO_UDP ? wk_udp_start(w, l) : wk_tcp_start(w, l);
+	if (rc < 0) {
+		free(l);
+		return rc;
+	}
+	w->ls[w->n_ls++] = l;
+	w->snap_seen = false;	/* re-resolve listeners on the next iteration */
+	return 0;
+}
+
+void wk_listener_close(struct worker *w, struct wk_listener *l)
+{
+	struct wk_alloc *a, *next;
+
+	if (!l->active)
+		return;
+	for (a = w->allocs; a; a = next) {
+		next = a->next;
+		if (a->l == l)
+			wk_alloc_destroy(w, a, "listener removed");
+	}
+	while (l->conns)
+		wk_tconn_close(w, l->conns);
+	wk_resv_drop_listener(w, l);
+	ev_io_stop(w->loop, &l->io);
+	close(l->fd);
+	l->fd = -1;
+	l->active = false;
+	portpool_destroy(&l->pool);
+}
+
+static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
+{
+	struct wk_alloc *a, *next;
+
+	for (a = w->allocs; a; a = next) {
+		next = a->next;
+		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
+			wk_alloc_destroy(w, a, "disconnected by admin");
+		else if (d->by == IPC_DISC_USER && a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
+			 memcmp(a->rec->username, d->user, a->rec->user_len) == 0)
+			wk_alloc_destroy(w, a, "disconnected by admin");
+	}
+}
+
+static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
+{
+	struct ipc_ping ping;
+	struct ipc_drain drain;
+	struct ipc_disconnect disc;
+
+	switch (m->hdr.type) {
+	case IPC_PING:
+		if (ipc_msg_get(m, &ping, sizeof(ping)) == 0)
+			ipc_send_pong(w->h->ctl_fd, IPC_PONG, ping.seq, w->slot, getpid());
+		break;
+	case IPC_LISTENER_ADD: {
+		const char *name = ipc_msg_str(m);
+		int type = 0;
+		socklen_t tl = sizeof(type);
+
+		getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl);
+		if (wk_listener_add(w, name, type == SOCK_STREAM ? WORKER_PROTO_TCP
+								 : WORKER_PROTO_UDP, fd) < 0) {
+			log_error("worker", "cannot add listener %s", name);
+			close(fd);
+		}
+		fd = -1;
+		break;
+	}
+	case IPC_LISTENER_REMOVE:
+		for (size_t i = 0; i < w->n_ls; i++)
+			if (w->ls[i]->active && strcmp(w->ls[i]->name, ipc_msg_str(m)) == 0)
+				wk_listener_close(w, w->ls[i]);
+		break;
+	case IPC_DRAIN:
+		if (ipc_msg_get(m, &drain, sizeof(drain)) == 0) {
+			w->draining = drain.on != 0;
+			shm_slot_set_state(w->shm, w->slot,
+					   w->draining ? SHM_SLOT_STOPPING : SHM_SLOT_RUNNING);
+		}
+		break;
+	case IPC_DISCONNECT:
+		if (ipc_msg_get(m, &disc, sizeof(disc)) == 0) {
+			disc.user[IPC_USER_MAX - 1] = 0;
+			wk_disconnect(w, &disc);
+		}
+		break;
+	case IPC_LOGLEVEL:
+		if (log_set_spec(ipc_msg_str(m)) < 0)
+			log_warn("worker", "bad log spec from master");
+		break;
+	case IPC_STOP:
+		wk_stop(w, "STOP from master");
+		break;
+	default:
+		log_warn("worker", "unexpected control message %s", ipc_type_name(m->hdr.type));
+		break;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct worker *w = io->data;
+	struct ipc_msg *m = malloc(sizeof(*m));
+
+	if (!m)
+		return;
+	for (int i = 0; i < 64; i++) {
+		int fd = -1;
+		int rc = ipc_recv(w->h->ctl_fd, m, &fd);
+
+		if (rc == -EAGAIN)
+			break;
+		if (rc == -EPROTO) {
+			log_warn("worker", "malformed control frame dropped");
+			continue;
+		}
+		if (rc < 0) {
+			wk_stop(w, "control channel closed");
+			break;
+		}
+		wk_ctl_msg(w, m, fd);
+	}
+	free(m);
+}
+
+static void wk_watchers_init(struct worker *w)
+{
+	ev_check_init(&w->check, wk_check_cb);
+	ev_set_priority(&w->check, EV_MAXPRI);
+	w->check.data = w;
+	ev_check_start(w->loop, &w->check);
+	ev_prepare_init(&w->prep, wk_prepare_cb);
+	ev_set_priority(&w->prep, EV_MINPRI);
+	w->prep.data = w;
+	ev_prepare_start(w->loop, &w->prep);
+	ev_timer_init(&w->tick, wk_tick_cb, 0.1, 0.1);
+	w->tick.data = w;
+	ev_timer_init(&w->hb, wk_hb_cb, 0.0, 1.0);
+	w->hb.data = w;
+	ev_timer_start(w->loop, &w->hb);
+	ev_io_init(&w->ctl_io, wk_ctl_cb, w->h->ctl_fd, EV_READ);
+	w->ctl_io.data = w;
+	ev_io_start(w->loop, &w->ctl_io);
+	ev_signal_init(&w->sigterm, wk_signal_cb, SIGTERM);
+	w->sigterm.data = w;
+	ev_signal_start(w->loop, &w->sigterm);
+	ev_signal_init(&w->sigint, wk_signal_cb, SIGINT);
+	w->sigint.data = w;
+	ev_signal_start(w->loop, &w->sigint);
+}
+
+/* A previous worker of this slot may have left records (crash): its relay sockets died
+ * with it, so they cannot be served; release them. */
+static void wk_release_stale(struct worker *w)
+{
+	uint32_t cursor = 0, idx;
+	unsigned n = 0;
+
+	while (shm_alloc_next_owned(w->shm, w->slot, &cursor, &idx) == 0) {
+		shm_alloc_release(w->shm, w->slot, idx);
+		n++;
+	}
+	if (n) {
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_DROPPED, n);
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, n);
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-(int64_t)n);
+		log_warn("worker", "slot %u: dropped %u allocations of a previous incarnation",
+			 w->slot, n);
+	}
+}
+
+static void wk_teardown(struct worker *w)
+{
+	while (w->allocs)
+		wk_alloc_destroy(w, w->allocs, "worker exit");
+	for (size_t i = 0; i < w->n_ls; i++) {
+		wk_listener_close(w, w->ls[i]);
+		free(w->ls[i]);
+	}
+	shm_qsbr_offline(w->shm, w->slot);
+	free(w->rx);
+	ev_loop_destroy(w->loop);
+}
+
+int worker_run(const struct worker_heritage *h)
+{
+	struct worker *w;
+	int status = 1;
+
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return 1;
+	w->magic = WK_MAGIC;
+	w->h = h;
+	w->shm = h->shm;
+	w->slot = h->slot;
+	w->exit_status = 0;
+	signal(SIGPIPE, SIG_IGN);
+	w->ctr = shm_slot_counters(w->shm, w->slot);
+	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
+	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+	if (!w->ctr || !w->rx || !w->loop) {
+		log_error("worker", "slot %u: setup failed", h->slot);
+		free(w->rx);
+		if (w->loop)
+			ev_loop_destroy(w->loop);
+		free(w);
+		return 1;
+	}
+	wheel_init(&w->wheel, wk_now_ms());
+	wk_watchers_init(w);
+	wk_release_stale(w);
+	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
+	for (size_t i = 0; i < h->n_listeners; i++) {
+		const struct worker_listener *wl = &h->listeners[i];
+
+		if (wk_listener_add(w, wl->name, wl->proto, wl->fd) < 0) {
+			log_error("worker", "slot %u: cannot serve listener %s", h->slot, wl->name);
+			goto out;
+		}
+	}
+	shm_slot_set_state(w->shm, w->slot, SHM_SLOT_RUNNING);
+	shm_qsbr_online(w->shm, w->slot);
+	ipc_send_pong(h->ctl_fd, IPC_READY, 0, w->slot, getpid());
+	log_info("worker", "slot %u running with %zu listeners", w->slot, w->n_ls);
+	ev_run(w->loop, 0);
+	status = w->exit_status;
+out:
+	wk_teardown(w);
+	free(w);
+	return status;
+}
