@@ -1,0 +1,152 @@
+/* turngatectl: human-readable rendering of admin replies (tables and key: value lines). */
+#include "ctl/ctl.h"
+
+#include <string.h>
+
+static const char *str_of(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s : "-";
+}
+
+static long long int_of(json_t *o, const char *key)
+{
+	return (long long)json_integer_value(json_object_get(o, key));
+}
+
+static double num_of(json_t *o, const char *key)
+{
+	return json_number_value(json_object_get(o, key));
+}
+
+static void print_lines(json_t *arr, const char *prefix, FILE *out)
+{
+	size_t i;
+	json_t *v;
+
+	json_array_foreach(arr, i, v)
+		fprintf(out, "%s%s\n", prefix, json_string_value(v) ? json_string_value(v) : "?");
+}
+
+static void print_status(json_t *r, FILE *out)
+{
+	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
+	json_t *ls = json_object_get(r, "listeners"), *l;
+	size_t i;
+
+	fprintf(out, "version:        %s (pid %lld)\n", str_of(r, "version"), int_of(r, "pid"));
+	fprintf(out, "uptime:         %.0f s\n", num_of(r, "uptime"));
+	fprintf(out, "config:         %s, generation %lld\n", str_of(r, "config_source"),
+		int_of(r, "generation"));
+	fprintf(out, "last reload:    %s (%s)\n",
+		json_is_true(json_object_get(lr, "ok")) ? "ok" : "FAILED", str_of(lr, "trigger"));
+	print_lines(json_object_get(lr, "errors"), "                ", out);
+	fprintf(out, "workers:        %lld running of %lld\n", int_of(w, "running"),
+		int_of(w, "configured"));
+	fprintf(out, "allocations:    %lld\n", int_of(r, "allocations"));
+	fprintf(out, "draining:       %s\n",
+		json_is_true(json_object_get(r, "draining")) ? "yes" : "no");
+	json_array_foreach(ls, i, l)
+		fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"), str_of(l, "protocol"),
+			str_of(l, "address"));
+}
+
+static void print_workers(json_t *r, FILE *out)
+{
+	json_t *w;
+	size_t i;
+
+	fprintf(out, "%-5s %-8s %-9s %-8s %-10s %s\n", "SLOT", "PID", "STATE", "RESTARTS",
+		"UPTIME", "LAST_EXIT");
+	json_array_foreach(json_object_get(r, "workers"), i, w) {
+		char last[32] = "-";
+
+		if (json_object_get(w, "last_exit") != NULL)
+			snprintf(last, sizeof(last), "%lld", int_of(w, "last_exit"));
+		fprintf(out, "%-5lld %-8lld %-9s %-8lld %-10.0f %s\n", int_of(w, "slot"),
+			int_of(w, "pid"), str_of(w, "state"), int_of(w, "restarts"),
+			num_of(w, "uptime"), last);
+	}
+}
+
+static void print_allocations(json_t *r, FILE *out)
+{
+	json_t *a;
+	size_t i;
+
+	fprintf(out, "%-6s %-3s %-24s %-10s %-22s %-22s %6s %6s %5s %5s %s\n", "ID", "WRK",
+		"USER", "LISTENER", "CLIENT", "RELAY", "AGE", "LEFT", "PERMS", "CHANS",
+		"TO_PEER/FROM_PEER (pkts bytes)");
+	json_array_foreach(json_object_get(r, "allocations"), i, a) {
+		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
+
+		fprintf(out, "%-6lld %-3lld %-24s %-10s %-22s %-22s %6.0f %6.0f %5zu %5zu "
+			     "%lld %lld / %lld %lld\n",
+			int_of(a, "id"), int_of(a, "worker"), str_of(a, "user"),
+			str_of(a, "listener"), str_of(a, "client"), str_of(a, "relay"),
+			num_of(a, "age"), num_of(a, "lifetime_left"),
+			json_array_size(json_object_get(a, "permissions")),
+			json_array_size(json_object_get(a, "channels")), int_of(tp, "packets"),
+			int_of(tp, "bytes"), int_of(fp, "packets"), int_of(fp, "bytes"));
+	}
+	if (json_is_true(json_object_get(r, "truncated")))
+		fprintf(out, "(list truncated: use --limit N or filters)\n");
+}
+
+static void print_stats(json_t *r, FILE *out)
+{
+	const char *key;
+	json_t *v, *l;
+
+	fprintf(out, "allocations %lld\n", int_of(r, "allocations"));
+	json_object_foreach(json_object_get(r, "counters"), key, v)
+		fprintf(out, "%s %lld\n", key, (long long)json_integer_value(v));
+	json_object_foreach(json_object_get(r, "listeners"), key, l) {
+		const char *k2;
+
+		json_object_foreach(l, k2, v)
+			fprintf(out, "listener{%s} %s %lld\n", key, k2,
+				(long long)json_integer_value(v));
+	}
+}
+
+void ctl_print_human(const char *cmd, json_t *r, FILE *out)
+{
+	if (strcmp(cmd, "status") == 0) {
+		print_status(r, out);
+	} else if (strcmp(cmd, "workers") == 0) {
+		print_workers(r, out);
+	} else if (strcmp(cmd, "allocations") == 0) {
+		print_allocations(r, out);
+	} else if (strcmp(cmd, "stats") == 0) {
+		print_stats(r, out);
+	} else if (strcmp(cmd, "config") == 0) {
+		json_dumpf(json_object_get(r, "config"), out, JSON_INDENT(2));
+		fputc('\n', out);
+	} else if (strcmp(cmd, "reload") == 0) {
+		fprintf(out, "reload ok: generation %lld\n", int_of(r, "generation"));
+		print_lines(json_object_get(r, "warnings"), "  ", out);
+	} else if (strcmp(cmd, "drain") == 0) {
+		fprintf(out, "draining: %s, allocations: %lld\n",
+			json_is_true(json_object_get(r, "draining")) ? "yes" : "no",
+			int_of(r, "allocations"));
+	} else if (strcmp(cmd, "loglevel") == 0) {
+		fprintf(out, "log level: %s (%s)\n", str_of(r, "spec"), str_of(r, "source"));
+	} else if (strcmp(cmd, "disconnect") == 0) {
+		if (json_object_get(r, "worker") != NULL)
+			fprintf(out, "disconnect sent to worker %lld\n", int_of(r, "worker"));
+		else
+			fprintf(out, "disconnect sent to %lld workers\n",
+				int_of(r, "workers_told"));
+	} else {
+		json_dumpf(r, out, JSON_INDENT(2));
+		fputc('\n', out);
+	}
+}
+
+void ctl_print_error(const char *cmd, json_t *r, FILE *out)
+{
+	fprintf(out, "turngatectl: %s: %s\n", cmd, str_of(r, "error"));
+	print_lines(json_object_get(r, "errors"), "  ", out);
+}

@@ -1,0 +1,161 @@
+/* turngatectl: command-line client of turngated's admin socket. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl/ctl.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: turngatectl [-s SOCKET] [--json] COMMAND [ARGS]\n"
+		"commands:\n"
+		"  status                     version, uptime, config, last reload, workers\n"
+		"  config                     running configuration (secrets redacted)\n"
+		"  reload                     reload the configuration (non-zero exit if invalid)\n"
+		"  allocations [--user U] [--listener L] [--worker N] [--limit N]\n"
+		"  disconnect ID | --user U   end one allocation, or every one of a user\n"
+		"  drain [off]                refuse new allocations (or accept them again)\n"
+		"  stats                      counters summed over workers\n"
+		"  workers                    worker processes and their states\n"
+		"  loglevel [SPEC|config]     show or set log levels (config: back to the file's)\n"
+		"options:\n"
+		"  -s, --socket PATH          admin socket (default: $TURNGATE_ADMIN_SOCKET or\n"
+		"                             " CTL_DEFAULT_SOCKET ")\n"
+		"  --json                     print the daemon's JSON reply as is\n");
+}
+
+static int parse_nonneg(const char *s, json_int_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || *end != '\0' || end == s || v < 0)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* Adds "--flag VALUE" pairs of allocations to req. */
+static int alloc_args(json_t *req, int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++) {
+		const char *k = argv[i];
+		json_int_t n;
+
+		if (i + 1 >= argc)
+			return -EINVAL;
+		if (strcmp(k, "--user") == 0) {
+			json_object_set_new(req, "user", json_string(argv[++i]));
+		} else if (strcmp(k, "--listener") == 0) {
+			json_object_set_new(req, "listener", json_string(argv[++i]));
+		} else if (strcmp(k, "--worker") == 0 || strcmp(k, "--limit") == 0) {
+			if (parse_nonneg(argv[++i], &n) < 0)
+				return -EINVAL;
+			json_object_set_new(req, k + 2, json_integer(n));
+		} else {
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Builds the request for cmd and its arguments; NULL on a usage error. */
+static json_t *build_request(const char *cmd, int argc, char **argv)
+{
+	json_t *req = json_pack("{s:s}", "cmd", cmd);
+	static const char *const plain[] = { "status", "config", "reload", "stats", "workers" };
+	json_int_t id;
+
+	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+		if (strcmp(cmd, plain[i]) == 0)
+			return argc == 0 ? req : (json_decref(req), NULL);
+	if (strcmp(cmd, "allocations") == 0 && alloc_args(req, argc, argv) == 0)
+		return req;
+	if (strcmp(cmd, "disconnect") == 0) {
+		if (argc == 2 && strcmp(argv[0], "--user") == 0) {
+			json_object_set_new(req, "user", json_string(argv[1]));
+			return req;
+		}
+		if (argc == 1 && parse_nonneg(argv[0], &id) == 0) {
+			json_object_set_new(req, "id", json_integer(id));
+			return req;
+		}
+	}
+	if (strcmp(cmd, "drain") == 0 && argc <= 1) {
+		if (argc == 0 || strcmp(argv[0], "on") == 0)
+			return req;
+		if (strcmp(argv[0], "off") == 0) {
+			json_object_set_new(req, "on", json_false());
+			return req;
+		}
+	}
+	if (strcmp(cmd, "loglevel") == 0 && argc <= 1) {
+		if (argc == 1)
+			json_object_set_new(req, "spec", json_string(argv[0]));
+		return req;
+	}
+	json_decref(req);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *sock = getenv("TURNGATE_ADMIN_SOCKET"), *cmd, *why = "";
+	bool as_json = false;
+	json_t *req, *reply = NULL;
+	int i = 1, rc;
+
+	if (sock == NULL || sock[0] == '\0')
+		sock = CTL_DEFAULT_SOCKET;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if ((strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0) &&
+		    i + 1 < argc) {
+			sock = argv[++i];
+		} else if (strcmp(argv[i], "--json") == 0) {
+			as_json = true;
+		} else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			usage(stdout);
+			return CTL_EXIT_OK;
+		} else if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--version") == 0) {
+			printf("turngatectl %s\n", PACKAGE_VERSION);
+			return CTL_EXIT_OK;
+		} else {
+			usage(stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (i >= argc) {
+		usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	cmd = argv[i];
+	req = build_request(cmd, argc - i - 1, argv + i + 1);
+	if (req == NULL) {
+		fprintf(stderr, "turngatectl: bad command or arguments: %s\n", cmd);
+		usage(stderr);
+		return CTL_EXIT_USAGE;
+	}
+	rc = ctl_request(sock, req, &reply, &why);
+	json_decref(req);
+	if (rc < 0) {
+		fprintf(stderr, "turngatectl: %s %s: %s\n", why, sock, strerror(-rc));
+		return CTL_EXIT_CONNECT;
+	}
+	rc = json_is_true(json_object_get(reply, "ok")) ? CTL_EXIT_OK : CTL_EXIT_ERROR;
+	if (as_json) {
+		json_dumpf(reply, stdout, JSON_COMPACT);
+		fputc('\n', stdout);
+	} else if (rc == CTL_EXIT_OK) {
+		ctl_print_human(cmd, reply, stdout);
+	} else {
+		ctl_print_error(cmd, reply, stderr);
+	}
+	json_decref(reply);
+	return rc;
+}
