@@ -80,7 +80,9 @@ int stun_frame_next(const uint8_t *buf, size_t len, size_t max_frame, size_t *fr
 		for (size_t i = 4; i < 8 && i < len; i++)
 			if (buf[i] != (uint8_t)(STUN_MAGIC_COOKIE >> (8 * (7 - i))))
 				return -EBADMSG;
-		if (len < 4)
+		/* Judge the length only with the whole cookie in, so that a prefix never says
+		 * -EMSGSIZE where the full header says -EBADMSG. */
+		if (len < 8)
 			return -EAGAIN;
 		size_t mlen = wire_get_u16(buf + 2);
 		if ((mlen & 3) != 0)
