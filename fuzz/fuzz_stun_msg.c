@@ -34,6 +34,8 @@ static void exercise_getters(const struct stun_msg *m)
 		(void)stun_msg_get_string(m, str_types[i], &s, &n);
 		(void)stun_msg_copy_string(m, str_types[i], copy, sizeof(copy));
 	}
+	for (unsigned i = 0; i < 3; i++)
+		(void)stun_msg_get_addr_nth(m, STUN_ATTR_XOR_RELAYED_ADDRESS, i, &ss);
 	for (unsigned i = 0; i < stun_msg_peer_count(m) + 1; i++)
 		(void)stun_msg_get_peer(m, i, &ss);
 	(void)stun_msg_get_raw(m, STUN_ATTR_DATA, &raw, &n);

@@ -247,6 +247,12 @@ int stun_msg_copy_string(const struct stun_msg *msg, uint16_t attr_type, char *o
 int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type,
 		      struct sockaddr_storage *out);
 
+/* The idx-th occurrence (0-based) of any address attribute, found by walking the message
+ * (no storage limit): e.g. the second XOR-RELAYED-ADDRESS of a dual-stack allocation.
+ * Same rules and returns as stun_msg_get_addr(); -ENOENT if there are fewer. */
+int stun_msg_get_addr_nth(const struct stun_msg *msg, uint16_t attr_type, unsigned idx,
+			  struct sockaddr_storage *out);
+
 /* Number of XOR-PEER-ADDRESS occurrences recorded and the idx-th decoded one. */
 unsigned stun_msg_peer_count(const struct stun_msg *msg);
 int stun_msg_get_peer(const struct stun_msg *msg, unsigned idx, struct sockaddr_storage *out);

@@ -167,6 +167,43 @@ int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type,
 	return decode_addr(msg, val, len, is_xor_addr(attr_type), out);
 }
 
+/* Attributes the parser honoured end where the first integrity/fingerprint one starts. */
+static size_t attr_end(const struct stun_msg *msg)
+{
+	size_t end = msg->len;
+	if (msg->mi_off)
+		end = msg->mi_off;
+	else if (msg->mi256_off)
+		end = msg->mi256_off;
+	else if (msg->fp_off)
+		end = msg->fp_off;
+	return end;
+}
+
+int stun_msg_get_addr_nth(const struct stun_msg *msg, uint16_t attr_type, unsigned idx,
+			  struct sockaddr_storage *out)
+{
+	struct wire_rd r;
+
+	if (msg == NULL || out == NULL || (!is_xor_addr(attr_type) && !is_plain_addr(attr_type)))
+		return -EINVAL;
+	assert(msg->magic == STUN_MSG_MAGIC);
+	wire_rd_init(&r, msg->buf, attr_end(msg));
+	wire_rd_skip(&r, STUN_HEADER_LEN);
+	/* The parser already validated the TLV chain, so this walk cannot overrun. */
+	while (wire_rd_left(&r) >= 4) {
+		uint16_t type = wire_rd_u16(&r);
+		uint16_t vlen = wire_rd_u16(&r);
+		const uint8_t *val = wire_rd_take(&r, vlen);
+		wire_rd_skip(&r, STUN_PAD4(vlen) - vlen);
+		if (r.err)
+			return -EBADMSG;
+		if (type == attr_type && idx-- == 0)
+			return decode_addr(msg, val, vlen, is_xor_addr(attr_type), out);
+	}
+	return -ENOENT;
+}
+
 unsigned stun_msg_peer_count(const struct stun_msg *msg)
 {
 	return msg ? msg->n_peers : 0;

@@ -313,6 +313,11 @@ static void t_roundtrip_all(void **state)
 	assert_int_equal(stun_msg_get_peer(&m, 1, &ss), 0);
 	assert_sin(&ss, "fe80::abcd", 5000);
 	assert_int_equal(stun_msg_get_peer(&m, 2, &ss), -ENOENT);
+	assert_int_equal(stun_msg_get_addr_nth(&m, STUN_ATTR_XOR_PEER_ADDRESS, 1, &ss), 0);
+	assert_sin(&ss, "fe80::abcd", 5000);
+	assert_int_equal(stun_msg_get_addr_nth(&m, STUN_ATTR_XOR_PEER_ADDRESS, 2, &ss), -ENOENT);
+	assert_int_equal(stun_msg_get_addr_nth(&m, STUN_ATTR_XOR_RELAYED_ADDRESS, 0, &ss), 0);
+	assert_sin(&ss, "198.51.100.7", 4000);
 	assert_str_attr(&m, STUN_ATTR_USERNAME, "1700000000:alice");
 	assert_int_equal(stun_msg_get_userhash(&m, &raw), 0);
 	assert_int_equal(raw[31], 0xAB);

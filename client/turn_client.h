@@ -1,0 +1,155 @@
+/* Small blocking TURN client (RFC 8656 over UDP/TCP) for integration tests, probe and bench.
+ *
+ * One struct turn_client per server connection; no global state, not thread-safe (use one
+ * client per thread). Every call blocks at most its timeout (poll()), UDP requests are
+ * retransmitted with a doubling RTO a bounded number of times. Long-term credentials:
+ * the first Allocate goes out unauthenticated, the 401's REALM/NONCE (and
+ * PASSWORD-ALGORITHMS, preferring SHA-256) are remembered and used for every later
+ * request; a 438 Stale Nonce is retried once with the new nonce.
+ *
+ * Returns: 0 or a negative errno code. -EPROTO means the server answered with an error
+ * response: turn_client_last_error() gives the STUN error code (e.g. 403, 437, 442).
+ * -ETIMEDOUT: no (valid) answer in time. -ECONNREFUSED/-ECONNRESET: transport failure.
+ * Responses whose MESSAGE-INTEGRITY does not verify are dropped as if never received.
+ * Data indications and ChannelData that arrive while waiting for a response are queued
+ * (bounded) and returned by turn_client_recv().
+ */
+#ifndef TG_CLIENT_TURN_CLIENT_H
+#define TG_CLIENT_TURN_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "stun/stun.h"
+
+struct turn_client;
+
+enum turn_client_transport {
+	TURN_CLIENT_UDP = 0,
+	TURN_CLIENT_TCP = 1,
+};
+
+struct turn_client_opts {
+	enum turn_client_transport transport;
+	const struct sockaddr *server;	/* IPv4 or IPv6 server address (copied) */
+	const struct sockaddr *local;	/* optional local bind address, NULL = any */
+	const char *username;		/* long-term credentials, NULL = none (copied) */
+	const char *password;		/* copied; wiped on destroy */
+	const char *software;		/* SOFTWARE sent in requests, NULL = none */
+	int timeout_ms;			/* per transaction, default 5000 */
+	int rto_ms;			/* UDP initial RTO, default 200 */
+	int max_retrans;		/* UDP retransmissions, default 6 (bounded <= 10) */
+	bool fingerprint;		/* add FINGERPRINT to requests */
+};
+
+/* Creates a client and connects its socket to the server (TCP: completes the handshake
+ * within timeout_ms). *out is owned by the caller, free with turn_client_destroy(). */
+int turn_client_create(const struct turn_client_opts *opts, struct turn_client **out);
+/* Closes the socket, wipes the password and key, frees everything. Accepts NULL. */
+void turn_client_destroy(struct turn_client *c);
+
+/* The client's socket (for poll) and its local address. */
+int turn_client_fd(const struct turn_client *c);
+int turn_client_local_addr(const struct turn_client *c, struct sockaddr_storage *out);
+
+/* STUN error code of the last -EPROTO result (0 if the last request succeeded); reason
+ * (may be NULL) gets the server's reason phrase (owned by c, valid until the next call). */
+int turn_client_last_error(const struct turn_client *c, const char **reason);
+
+/* Binding request (no auth): writes the XOR-MAPPED-ADDRESS. */
+int turn_client_binding(struct turn_client *c, struct sockaddr_storage *mapped);
+
+/* Allocate options; zero-initialised = plain UDP allocation with server defaults. */
+struct turn_alloc_opts {
+	uint32_t lifetime;		/* LIFETIME, 0 = omit */
+	int family;			/* REQUESTED-ADDRESS-FAMILY: AF_INET/AF_INET6, 0 = omit */
+	int additional_family;		/* ADDITIONAL-ADDRESS-FAMILY (AF_INET6), 0 = omit */
+	bool even_port;			/* send EVEN-PORT ... */
+	bool even_port_reserve;		/* ... with the R bit */
+	bool use_token;			/* send RESERVATION-TOKEN token */
+	uint64_t token;
+	bool dont_fragment;
+	bool omit_transport;		/* leave REQUESTED-TRANSPORT out (expects 400) */
+	uint8_t transport;		/* REQUESTED-TRANSPORT protocol, 0 = UDP (17); 6 -> 442 */
+};
+
+struct turn_alloc_result {
+	struct sockaddr_storage relayed;	/* first XOR-RELAYED-ADDRESS */
+	struct sockaddr_storage relayed2;	/* second one (dual stack), ss_family 0 if none */
+	struct sockaddr_storage mapped;		/* XOR-MAPPED-ADDRESS, ss_family 0 if none */
+	uint32_t lifetime;
+	bool has_token;				/* RESERVATION-TOKEN returned */
+	uint64_t token;
+	int addr_error_family;			/* ADDRESS-ERROR-CODE family, 0 if none */
+	int addr_error_code;
+};
+
+/* Allocate with long-term auth (401 -> retry with REALM/NONCE, 438 -> retry).
+ * opts may be NULL; res may be NULL. */
+int turn_client_allocate(struct turn_client *c, const struct turn_alloc_opts *opts,
+			 struct turn_alloc_result *res);
+
+/* Refresh with LIFETIME lifetime (0 deletes the allocation); *granted (may be NULL) gets
+ * the server's LIFETIME. */
+int turn_client_refresh(struct turn_client *c, uint32_t lifetime, uint32_t *granted);
+
+/* CreatePermission for n peers (one request carrying n XOR-PEER-ADDRESS, n <= 16). */
+int turn_client_create_permission(struct turn_client *c, const struct sockaddr_storage *peers,
+				  size_t n);
+
+/* ChannelBind channel (0x4000..0x4FFF, not checked so tests can send bad ones) to peer;
+ * on success the client remembers the binding to label received ChannelData. */
+int turn_client_channel_bind(struct turn_client *c, uint16_t channel,
+			     const struct sockaddr *peer);
+
+/* Send indication to peer (no auth, no response). */
+int turn_client_send_indication(struct turn_client *c, const struct sockaddr *peer,
+				const void *data, size_t len, bool dont_fragment);
+
+/* ChannelData on channel (padded to 4 bytes on TCP). */
+int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void *data,
+			     size_t len);
+
+/* Receives the next relayed payload: a Data indication or ChannelData, queued ones first.
+ * Copies up to cap bytes into buf (-EMSGSIZE if larger, the packet is dropped), *len the
+ * size, *peer (may be NULL) the peer address (for ChannelData: from the channel binding,
+ * ss_family 0 if unknown), *channel (may be NULL) the channel or 0 for a Data indication.
+ * Other STUN messages are ignored. -ETIMEDOUT after timeout_ms. */
+int turn_client_recv(struct turn_client *c, void *buf, size_t cap, size_t *len,
+		     struct sockaddr_storage *peer, uint16_t *channel, int timeout_ms);
+
+/* ---- Raw access for tests ------------------------------------------------------------ */
+
+#define TURN_RESPONSE_MAX 4096
+
+/* A full response: raw bytes and the parsed view into them. */
+struct turn_response {
+	uint8_t buf[TURN_RESPONSE_MAX];
+	size_t len;
+	struct stun_msg msg;		/* valid when len > 0; points into buf */
+	int error_code;			/* 0 for a success response */
+};
+
+/* Adds the caller's attributes to a request being built. */
+typedef void (*turn_client_attrs_fn)(struct stun_builder *b, void *arg);
+
+/* Request flags. */
+#define TURN_REQ_AUTH 0x1		/* add USERNAME/REALM/NONCE/MESSAGE-INTEGRITY, retry 401/438 */
+#define TURN_REQ_NO_RETRY 0x2		/* return the first response, even 401/438 */
+
+/* Sends a request of method with attributes added by fn (may be NULL) and waits for the
+ * matching response. Returns 0 when a response arrived (success OR error: check
+ * rsp->error_code and rsp->msg), -ETIMEDOUT, or a transport error. Also updates the
+ * client's realm/nonce from 401/438 responses. */
+int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn,
+			void *arg, unsigned flags, struct turn_response *rsp);
+
+/* Sends bytes as they are (UDP datagram, or TCP stream bytes) for malformed-input tests. */
+int turn_client_send_raw(struct turn_client *c, const void *buf, size_t len);
+/* Receives the next whole message (datagram, or frame on TCP) into buf[cap]. */
+int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *len,
+			 int timeout_ms);
+
+#endif
