@@ -47,15 +47,30 @@ static bool wk_addr_bindable(const struct sockaddr_storage *ss)
 	return ok;
 }
 
-static bool wk_ip_equal(const struct sockaddr *a, const struct sockaddr *b)
+/* True when a lies in the network of interface address ifa (its netmask): 127.0.0.4 is
+ * on lo although lo lists only 127.0.0.1/8. */
+static bool wk_on_ifa(const struct sockaddr *a, const struct ifaddrs *ifa)
 {
-	if (a->sa_family != b->sa_family)
+	const uint8_t *x, *y, *m;
+	size_t n;
+
+	if (!ifa->ifa_addr || !ifa->ifa_netmask || a->sa_family != ifa->ifa_addr->sa_family)
 		return false;
-	if (a->sa_family == AF_INET)
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-		      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+	if (a->sa_family == AF_INET) {
+		x = (const uint8_t *)&((const struct sockaddr_in *)a)->sin_addr;
+		y = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr;
+		m = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_netmask)->sin_addr;
+		n = 4;
+	} else {
+		x = (const uint8_t *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+		y = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
+		m = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_netmask)->sin6_addr;
+		n = 16;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((x[i] & m[i]) != (y[i] & m[i]))
+			return false;
+	return true;
 }
 
 /* The relay address of the other family for dual allocations: an address of that family
@@ -71,7 +86,7 @@ static void wk_relay2_find(struct wk_listener *l)
 	if (getifaddrs(&ifa) < 0)
 		return;
 	for (i = ifa; i; i = i->ifa_next) {
-		if (!i->ifa_addr || !wk_ip_equal(i->ifa_addr, (struct sockaddr *)&l->relay_addr))
+		if (!wk_on_ifa((struct sockaddr *)&l->relay_addr, i))
 			continue;
 		for (j = ifa; j; j = j->ifa_next) {
 			if (!j->ifa_addr || j->ifa_addr->sa_family != want ||

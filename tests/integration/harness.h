@@ -1,0 +1,132 @@
+/* Integration-test harness: runs the real turngated on loopback with a generated config,
+ * a UDP echo peer, and a minimal blocking TURN client built on stun/ (the tests' own
+ * client half, independent of the daemon's code).
+ *
+ * Process model: the test process forks turngated (stderr to a file in a private temp
+ * directory) and echo peers; nothing is shared but sockets. Every wait is bounded.
+ * A test is failed by harness_stop() when the daemon's log shows a sanitizer report,
+ * a [crit] line, or a worker that died (signal or non-zero exit), or when the daemon
+ * does not exit cleanly on SIGTERM.
+ */
+#ifndef TG_TESTS_HARNESS_H
+#define TG_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+struct harness {
+	char dir[128];		/* private temp directory (config, log, admin socket) */
+	char conf[192];		/* dir/turngate.yaml */
+	char log[192];		/* dir/turngated.log: the daemon's stderr */
+	char sock[192];		/* dir/admin.sock: use as admin.admin_socket */
+	pid_t pid;		/* turngated, 0 when not running */
+};
+
+/* Creates the temp directory. Returns 0 or -errno. */
+int harness_init(struct harness *h);
+
+/* Writes the YAML config (text as given) to h->conf. Returns 0 or -errno. */
+int harness_write_config(struct harness *h, const char *yaml);
+
+/* Path of the daemon: $top_builddir/turngated (or master/turngated). */
+int harness_daemon_path(char *out, size_t cap);
+
+/* Starts turngated -c h->conf --workers N (extra_args may be NULL) and waits (10 s at
+ * most) until it answers a STUN Binding on probe (UDP). Returns 0, -ETIMEDOUT (the log
+ * tail is printed), or -errno. */
+int harness_start(struct harness *h, unsigned workers, const struct sockaddr *probe);
+
+/* SIGTERM, then SIGKILL after 10 s; then scans the log. Returns 0 when the daemon exited
+ * with status 0 and the log is clean, -1 otherwise (reasons printed). Idempotent. */
+int harness_stop(struct harness *h);
+
+/* Removes the temp directory (after harness_stop). */
+void harness_cleanup(struct harness *h);
+
+/* 0 when the log file has no failure marker; else -1 and the offending line in why. */
+int harness_scan_log(const char *path, char *why, size_t cap);
+
+/* Number of lines of h->log containing needle. */
+int harness_log_count(const struct harness *h, const char *needle);
+
+/* A port free for both UDP and TCP on 127.0.0.1 and ::1 right now (kernel-chosen). */
+uint16_t harness_free_port(void);
+
+/* Fills a sockaddr_in/_in6 from text. Returns its length, 0 on a bad address. */
+socklen_t harness_addr(const char *ip, uint16_t port, struct sockaddr_storage *out);
+
+/* Sends one STUN Binding over UDP; 0 when a success response comes within timeout_ms. */
+int harness_stun_binding(const struct sockaddr *srv, int timeout_ms);
+
+/* ---- UDP echo peer ---------------------------------------------------------------- */
+
+struct harness_echo {
+	pid_t pid;
+	struct sockaddr_storage addr;	/* where it listens */
+	socklen_t addr_len;
+};
+
+/* Forks a peer that echoes every datagram back to its sender (for 120 s at most).
+ * port 0: kernel-chosen (reported in e->addr). Returns 0 or -errno. */
+int harness_echo_start(const char *ip, uint16_t port, struct harness_echo *e);
+void harness_echo_stop(struct harness_echo *e);
+
+/* ---- minimal TURN client ---------------------------------------------------------- */
+
+struct stun_builder;
+typedef void hturn_attrs_fn(struct stun_builder *b, void *arg);
+
+struct hturn {
+	int fd;
+	bool tcp;
+	struct sockaddr_storage srv;
+	socklen_t srv_len;
+	char user[160], pass[128], realm[256], nonce[128];
+	bool sha256;			/* sign with MESSAGE-INTEGRITY-SHA256 + SHA-256 key */
+	bool fingerprint;		/* add FINGERPRINT to requests */
+	struct sockaddr_storage relay, relay2, mapped;
+	uint32_t lifetime;
+	uint8_t stream[70000];		/* TCP receive buffer */
+	size_t stream_len;
+	uint8_t resp[4096];		/* last response to a request */
+	size_t resp_len;
+	int timeout_ms;			/* per wait; default 2000 */
+	bool no_retry;			/* return 401/438 instead of answering the challenge */
+	uint8_t req[2048];		/* last request sent (retransmission tests) */
+	size_t req_len;
+};
+
+/* Connects (TCP) or creates a UDP socket towards srv. local_ip may be NULL. */
+int hturn_open(struct hturn *c, const struct sockaddr *srv, bool tcp);
+void hturn_close(struct hturn *c);
+void hturn_set_user(struct hturn *c, const char *user, const char *pass);
+
+/* Sends a request and waits for its response, answering 401/438 challenges (at most
+ * twice) when auth is true. Returns 0 for success, the STUN error code (300..699) for an
+ * error response, or -errno (-ETIMEDOUT when nothing came). The response stays in
+ * c->resp. attrs adds the method's attributes (may be NULL). */
+int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void *arg, bool auth);
+
+/* Allocate with REQUESTED-TRANSPORT UDP (+ attrs); fills c->relay, c->relay2, c->mapped,
+ * c->lifetime on success. */
+int hturn_allocate(struct hturn *c, hturn_attrs_fn *attrs, void *arg);
+int hturn_refresh(struct hturn *c, uint32_t lifetime);
+int hturn_permission(struct hturn *c, const struct sockaddr *peer);
+int hturn_channel_bind(struct hturn *c, uint16_t ch, const struct sockaddr *peer);
+
+/* Data: Send indication / ChannelData out; recv waits for Data indication or ChannelData
+ * (whichever comes) and returns the payload length, *ch (0 for Data indication) and the
+ * peer (for a Data indication). -ETIMEDOUT when nothing came within timeout_ms. */
+int hturn_send(struct hturn *c, const struct sockaddr *peer, const void *data, size_t len);
+int hturn_chan_send(struct hturn *c, uint16_t ch, const void *data, size_t len);
+int hturn_recv_data(struct hturn *c, void *buf, size_t cap, uint16_t *ch,
+		    struct sockaddr_storage *peer, int timeout_ms);
+
+/* Raw I/O on the client's socket (TCP: one frame). */
+int hturn_send_raw(struct hturn *c, const void *buf, size_t len);
+int hturn_recv_raw(struct hturn *c, uint8_t *buf, size_t cap, int timeout_ms);
+
+#endif
