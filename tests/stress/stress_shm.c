@@ -125,10 +125,20 @@ static void violation(struct stats *st, unsigned slot, const char *what, uint64_
 
 /* ---- reader process ---- */
 
+/* Crash points: die by SIGKILL inside a critical window now and then, so adoption and
+ * torn-record detection are exercised on every run, not only when a random kill from
+ * the master happens to land there. */
+static void crashpoint(uint64_t x)
+{
+	if ((x >> 40) % 97 == 0)
+		raise(SIGKILL);
+}
+
 static void rec_fill(struct shm_alloc *r, uint64_t x)
 {
 	shm_alloc_begin_write(r);
 	r->cred_expiry = (int64_t)x;
+	crashpoint(x);	/* seq odd, fields half written */
 	memset(r->username, (int)(x & 0xff), sizeof(r->username));
 	r->user_len = sizeof(r->username);
 	r->perms[SHM_ALLOC_MAX_PERMS - 1].expires_ns = x;
@@ -186,6 +196,7 @@ static void reader_alloc_op(struct reader *rd)
 
 	if (rd->n_owned < MAX_OWNED && (x & 3) == 0) {
 		if (shm_alloc_claim(rd->shm, rd->slot, &idx, &r) == 0) {
+			crashpoint(x >> 3);	/* CLAIMED, never published */
 			rec_fill(r, x);
 			shm_alloc_publish(rd->shm, rd->slot, idx);
 			rd->owned[rd->n_owned++] = idx;
