@@ -1,0 +1,78 @@
+/* Internal to client/: the TURN client's state and the helpers its .c files share. */
+#ifndef TG_CLIENT_TURN_CLIENT_INT_H
+#define TG_CLIENT_TURN_CLIENT_INT_H
+
+#include <stdint.h>
+
+#include "client/turn_client.h"
+#include "stun/stun.h"
+#include "stun/stun_auth.h"
+#include "stun/stun_frame.h"
+
+#define TC_MAGIC 0x54434c54u
+#define TC_QUEUE_MAX 64		/* relayed packets kept while waiting for a response */
+#define TC_CHANNELS_MAX 64	/* channel bindings remembered for labelling ChannelData */
+#define TC_RX_CAP (STUN_MAX_MSG_LEN + 8)
+#define TC_PWALGS_MAX 64	/* bytes of PASSWORD-ALGORITHMS echoed back */
+
+struct tc_pkt {
+	uint8_t *data;
+	size_t len;
+};
+
+struct turn_client {
+	uint32_t magic;
+	int fd;
+	enum turn_client_transport transport;
+	struct sockaddr_storage server;
+	char *username;
+	char *password;
+	char *software;
+	int timeout_ms;
+	int rto_ms;
+	int max_retrans;
+	bool fingerprint;
+	/* Long-term auth state learnt from the last 401/438. */
+	bool have_challenge;
+	char realm[STUN_MAX_REALM_LEN + 1];
+	char nonce[STUN_MAX_NONCE_LEN + 1];
+	uint8_t key[STUN_KEY_MAX];
+	size_t key_len;
+	uint16_t pw_alg;
+	uint8_t pwalgs[TC_PWALGS_MAX];
+	size_t pwalgs_len;		/* 0: server sent no PASSWORD-ALGORITHMS */
+	int last_error;
+	char last_reason[STUN_MAX_REASON_LEN + 1];
+	struct {
+		uint16_t channel;
+		struct sockaddr_storage peer;
+	} chan[TC_CHANNELS_MAX];
+	unsigned n_chan;
+	struct tc_pkt queue[TC_QUEUE_MAX];
+	unsigned q_head;
+	unsigned q_count;
+	uint8_t *rx;			/* TC_RX_CAP bytes: datagram or TCP stream buffer */
+	size_t rx_len;			/* TCP: bytes buffered */
+	size_t rx_used;			/* TCP: bytes of the frame handed out last */
+};
+
+/* Monotonic milliseconds. */
+int64_t tc_now_ms(void);
+
+/* Sends a whole message (TCP: all bytes, bounded by the client's timeout). */
+int tc_send(struct turn_client *c, const uint8_t *buf, size_t len);
+
+/* Waits until deadline (tc_now_ms() scale) for one whole message; *msg points into the
+ * client's buffer and stays valid until the next tc_recv_msg(). -ETIMEDOUT, transport
+ * errors, -EBADMSG for an unframeable TCP stream. */
+int tc_recv_msg(struct turn_client *c, int64_t deadline, const uint8_t **msg, size_t *len);
+
+/* True for ChannelData and Data indications (what turn_client_recv() returns). */
+bool tc_is_relayed(const uint8_t *msg, size_t len);
+
+/* Queues a copy of a relayed packet; drops the oldest when full. */
+void tc_queue_push(struct turn_client *c, const uint8_t *msg, size_t len);
+/* Pops the oldest queued packet (caller frees data) or returns false. */
+bool tc_queue_pop(struct turn_client *c, struct tc_pkt *out);
+
+#endif
