@@ -1,4 +1,6 @@
 /* turngatectl: one request/reply exchange with the daemon's admin socket. */
+#include "config.h"
+
 #include "ctl/ctl.h"
 
 #include <errno.h>

@@ -1,4 +1,6 @@
 /* turngatectl: human-readable rendering of admin replies (tables and key: value lines). */
+#include "config.h"
+
 #include "ctl/ctl.h"
 
 #include <string.h>

@@ -1,0 +1,334 @@
+/* Master: the admin unix socket server (line-delimited JSON, bounded lines and clients). */
+#include "config.h"
+
+#include "master/admin.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+struct admin_client {
+	struct admin *a;
+	int fd;
+	ev_io rio, wio;
+	char in[ADMIN_LINE_MAX];
+	size_t in_len;
+	bool discarding;   /* inside an overlong line: skip to its newline */
+	char *out;
+	size_t out_len, out_off;
+	bool closing;      /* close once out is flushed */
+	struct admin_client *next;
+};
+
+struct admin {
+	struct master *m;
+	int fd;
+	ev_io io;
+	char *path;
+	unsigned n_clients;
+	struct admin_client *clients;
+};
+
+static void client_free(struct admin_client *c)
+{
+	struct admin *a = c->a;
+	struct admin_client **pp;
+
+	ev_io_stop(a->m->loop, &c->rio);
+	ev_io_stop(a->m->loop, &c->wio);
+	close(c->fd);
+	for (pp = &a->clients; *pp != NULL; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	a->n_clients--;
+	free(c->out);
+	free(c);
+}
+
+/* Queues one reply line; the write watcher drains it. */
+static int client_queue(struct admin_client *c, json_t *reply)
+{
+	char *s = json_dumps(reply, JSON_COMPACT);
+	size_t n, need;
+	char *grown;
+
+	if (s == NULL)
+		return -ENOMEM;
+	n = strlen(s);
+	need = c->out_len + n + 1;
+	if (need > ADMIN_OUT_MAX) {
+		free(s);
+		return -ENOBUFS;
+	}
+	grown = realloc(c->out, need);
+	if (grown == NULL) {
+		free(s);
+		return -ENOMEM;
+	}
+	c->out = grown;
+	memcpy(c->out + c->out_len, s, n);
+	c->out[c->out_len + n] = '\n';
+	c->out_len = need;
+	free(s);
+	/* One request at a time: reading resumes when the reply has left. */
+	ev_io_stop(c->a->m->loop, &c->rio);
+	ev_io_start(c->a->m->loop, &c->wio);
+	return 0;
+}
+
+static void client_error(struct admin_client *c, const char *msg, bool close_after)
+{
+	json_t *r = json_pack("{s:b, s:s}", "ok", 0, "error", msg);
+
+	if (r == NULL || client_queue(c, r) < 0)
+		c->closing = true;
+	json_decref(r);
+	if (close_after)
+		c->closing = true;
+}
+
+static void handle_line(struct admin_client *c, const char *line, size_t len)
+{
+	json_t *reply;
+
+	if (len == 0)
+		return;
+	reply = admin_dispatch(c->a->m, line, len);
+	if (reply == NULL) {
+		client_error(c, "out of memory", true);
+		return;
+	}
+	if (client_queue(c, reply) == -ENOBUFS)
+		client_error(c, "reply too large: narrow the request with filters or limit",
+			     false);
+	json_decref(reply);
+}
+
+/* Takes the first complete line out of the input buffer; false when none is complete. */
+static bool take_line(struct admin_client *c)
+{
+	char *nl = memchr(c->in, '\n', c->in_len);
+	size_t used;
+
+	if (nl == NULL)
+		return false;
+	used = (size_t)(nl - c->in) + 1;
+	if (c->discarding) {
+		c->discarding = false;
+	} else {
+		size_t len = used - 1;
+
+		if (len > 0 && c->in[len - 1] == '\r')
+			len--;
+		handle_line(c, c->in, len);
+	}
+	memmove(c->in, c->in + used, c->in_len - used);
+	c->in_len -= used;
+	return true;
+}
+
+/* Serves buffered lines until one produces a reply (requests are answered one at a time:
+ * the rest wait until that reply has been written). */
+static void process_lines(struct admin_client *c)
+{
+	for (int i = 0; i < 64 && !ev_is_active(&c->wio) && !c->closing; i++)
+		if (!take_line(c))
+			break;
+}
+
+/* No newline in a full buffer: the line is too long. Answer once and skip to its end. */
+static void check_overflow(struct admin_client *c)
+{
+	if (c->in_len < sizeof(c->in) || memchr(c->in, '\n', c->in_len) != NULL)
+		return;
+	c->in_len = 0;
+	if (!c->discarding)
+		client_error(c, "request line too long", false);
+	c->discarding = true;
+}
+
+static void read_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct admin_client *c = io->data;
+	ssize_t n;
+
+	(void)loop;
+	(void)revents;
+	n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		client_free(c);
+		return;
+	}
+	c->in_len += (size_t)n;
+	process_lines(c);
+	check_overflow(c);
+}
+
+static void write_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct admin_client *c = io->data;
+	ssize_t n;
+
+	(void)revents;
+	n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n < 0) {
+		client_free(c);
+		return;
+	}
+	c->out_off += (size_t)n;
+	if (c->out_off < c->out_len)
+		return;
+	c->out_off = c->out_len = 0;
+	ev_io_stop(loop, &c->wio);
+	if (c->closing) {
+		client_free(c);
+		return;
+	}
+	ev_io_start(loop, &c->rio);
+	/* Pipelined requests already buffered are served now. */
+	process_lines(c);
+	check_overflow(c);
+}
+
+static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct admin *a = io->data;
+	struct admin_client *c;
+	int fd;
+
+	(void)revents;
+	fd = accept4(a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (a->n_clients >= ADMIN_MAX_CLIENTS) {
+		static const char busy[] = "{\"ok\":false,\"error\":\"too many admin clients\"}\n";
+
+		if (send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+			log_debug("admin", "busy reply not sent");
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL) {
+		close(fd);
+		return;
+	}
+	c->a = a;
+	c->fd = fd;
+	ev_io_init(&c->rio, read_cb, fd, EV_READ);
+	ev_io_init(&c->wio, write_cb, fd, EV_WRITE);
+	c->rio.data = c->wio.data = c;
+	ev_io_start(loop, &c->rio);
+	c->next = a->clients;
+	a->clients = c;
+	a->n_clients++;
+}
+
+/* A socket file left by a crashed daemon is removed; a live one (connect succeeds) is not. */
+static int remove_stale(const char *path)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -EEXIST;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+	close(fd);
+	if (rc == 0)
+		return -EADDRINUSE;
+	return unlink(path) < 0 ? -errno : 0;
+}
+
+static void ensure_parent(const char *path)
+{
+	char *copy = strdup(path);
+
+	if (copy == NULL)
+		return;
+	/* One level only (e.g. /run/turngate): a deeper missing tree is a configuration
+	 * mistake the bind error will report. */
+	if (mkdir(dirname(copy), 0750) < 0 && errno != EEXIST)
+		log_debug("admin", "mkdir for %s: %s", path, strerror(errno));
+	free(copy);
+}
+
+int admin_open(struct master *m, const char *path, unsigned mode, struct admin **out)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct admin *a;
+	mode_t old;
+	int rc;
+
+	*out = NULL;
+	if (path == NULL || path[0] == '\0' || strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	ensure_parent(path);
+	rc = remove_stale(path);
+	if (rc < 0)
+		return rc;
+	a = calloc(1, sizeof(*a));
+	if (a == NULL)
+		return -ENOMEM;
+	a->m = m;
+	a->path = strdup(path);
+	a->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (a->path == NULL || a->fd < 0) {
+		rc = a->path == NULL ? -ENOMEM : -errno;
+		goto fail;
+	}
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	/* The socket is created with the final mode: no window in which others may connect. */
+	old = umask((mode_t)(~mode & 0777));
+	rc = bind(a->fd, (struct sockaddr *)&sun, sizeof(sun));
+	umask(old);
+	if (rc < 0 || chmod(path, (mode_t)mode) < 0 || listen(a->fd, 16) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	ev_io_init(&a->io, accept_cb, a->fd, EV_READ);
+	a->io.data = a;
+	ev_io_start(m->loop, &a->io);
+	*out = a;
+	return 0;
+fail:
+	if (a->fd >= 0)
+		close(a->fd);
+	free(a->path);
+	free(a);
+	return rc;
+}
+
+void admin_close(struct admin *a)
+{
+	if (a == NULL)
+		return;
+	while (a->clients != NULL)
+		client_free(a->clients);
+	ev_io_stop(a->m->loop, &a->io);
+	close(a->fd);
+	unlink(a->path);
+	free(a->path);
+	free(a);
+}

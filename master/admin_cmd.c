@@ -1,0 +1,426 @@
+/* Master: admin commands (status, config, reload, allocations, disconnect, drain, stats, workers, loglevel). */
+#include "config.h"
+
+#include "master/admin.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+
+typedef json_t *(*cmd_fn)(struct master *m, json_t *req);
+
+static json_t *err(const char *msg)
+{
+	return json_pack("{s:b, s:s}", "ok", 0, "error", msg);
+}
+
+static double unix_of(const struct master *m, double ev_t)
+{
+	/* ev_now is wall-clock based in libev (ev_time), so it is already unix time. */
+	(void)m;
+	return ev_t;
+}
+
+static json_t *reload_json(const struct master *m)
+{
+	const struct reload_result *r = &m->last_reload;
+
+	return json_pack("{s:b, s:f, s:s, s:O}", "ok", r->ok, "at", unix_of(m, r->at), "trigger",
+			 r->trigger != NULL ? r->trigger : "", "errors",
+			 r->errors != NULL ? r->errors : json_array());
+}
+
+static unsigned workers_running(const struct master *m)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (m->workers[i].state == MW_RUNNING)
+			n++;
+	return n;
+}
+
+static json_t *listeners_json(const struct master *m)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < m->n_listeners && arr != NULL; i++)
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:i}", "name",
+						     m->listeners[i].name, "protocol",
+						     conf_proto_name(m->listeners[i].proto),
+						     "address", m->listeners[i].bind_text, "port",
+						     (int)m->listeners[i].port));
+	return arr;
+}
+
+static json_t *cmd_status(struct master *m, json_t *req)
+{
+	(void)req;
+	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i}, s:i, s:o}",
+			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
+			 ev_now(m->loop) - m->started_at, "generation", (json_int_t)m->generation,
+			 "config_source", m->config_path != NULL ? m->config_path : "<default>",
+			 "last_reload", reload_json(m), "draining", m->draining, "workers",
+			 "configured", (int)m->n_slots, "running", (int)workers_running(m),
+			 "allocations", (int)master_alloc_count(m), "listeners",
+			 listeners_json(m));
+}
+
+static json_t *cmd_config(struct master *m, json_t *req)
+{
+	json_t *c = conf_to_json_redacted(m->cfg);
+
+	(void)req;
+	if (c == NULL)
+		return err("cannot render the configuration");
+	return json_pack("{s:b, s:o}", "ok", 1, "config", c);
+}
+
+static json_t *cmd_reload(struct master *m, json_t *req)
+{
+	int rc = reload_run(m, "admin");
+
+	(void)req;
+	if (rc == 0)
+		return json_pack("{s:b, s:I, s:O}", "ok", 1, "generation",
+				 (json_int_t)m->generation, "warnings", m->last_reload.errors);
+	return json_pack("{s:b, s:s, s:O}", "ok", 0, "error",
+			 rc == -EINVAL ? "invalid configuration; the running one is unchanged"
+				       : "reload failed; the running configuration is unchanged",
+			 "errors", m->last_reload.errors);
+}
+
+static json_t *cmd_drain(struct master *m, json_t *req)
+{
+	json_t *on = json_object_get(req, "on");
+
+	if (on != NULL && !json_is_boolean(on))
+		return err("\"on\" must be true or false");
+	master_set_drain(m, on == NULL || json_is_true(on));
+	return json_pack("{s:b, s:b, s:i}", "ok", 1, "draining", m->draining, "allocations",
+			 (int)master_alloc_count(m));
+}
+
+static json_t *cmd_loglevel(struct master *m, json_t *req)
+{
+	json_t *spec = json_object_get(req, "spec");
+	const char *s;
+	int rc;
+
+	if (spec == NULL)
+		return json_pack("{s:b, s:s, s:s}", "ok", 1, "spec",
+				 m->log_override != NULL ? m->log_override
+							 : (m->cfg->admin.loglevel != NULL
+								    ? m->cfg->admin.loglevel
+								    : "all:INFO"),
+				 "source", m->log_override != NULL ? "override" : "config");
+	if (!json_is_string(spec))
+		return err("\"spec\" must be a string such as \"all:INFO,turn:DEBUG\"");
+	s = json_string_value(spec);
+	/* "config" drops the override: the config file's loglevel applies again. */
+	rc = reload_set_loglevel(m, strcmp(s, "config") == 0 ? NULL : s);
+	if (rc == -EINVAL)
+		return err("malformed log spec (expected e.g. \"all:INFO,turn:DEBUG\")");
+	if (rc < 0)
+		return err(strerror(-rc));
+	return cmd_loglevel(m, NULL);
+}
+
+static json_t *cmd_workers(struct master *m, json_t *req)
+{
+	json_t *arr = json_array();
+	double now = ev_now(m->loop);
+
+	(void)req;
+	for (unsigned i = 0; i < m->n_slots && arr != NULL; i++) {
+		const struct mworker *w = &m->workers[i];
+		struct shm_slot_info si;
+		json_t *o;
+
+		memset(&si, 0, sizeof(si));
+		shm_slot_read(m->shm, i, &si);
+		o = json_pack("{s:i, s:i, s:s, s:I, s:i, s:f, s:f}", "slot", (int)i, "pid",
+			      (int)w->pid, "state", supervise_state_name(w->state), "incarnation",
+			      (json_int_t)si.incarnation, "restarts", (int)w->restarts, "uptime",
+			      w->pid > 0 ? now - w->started_at : 0.0, "last_pong_age",
+			      w->pid > 0 ? now - w->last_pong : 0.0);
+		if (o != NULL && w->last_status != -1)
+			json_object_set_new(o, "last_exit", json_integer(w->last_status));
+		json_array_append_new(arr, o);
+	}
+	return json_pack("{s:b, s:o}", "ok", 1, "workers", arr);
+}
+
+static json_t *cmd_stats(struct master *m, json_t *req)
+{
+	struct shm_counters sum;
+	json_t *ctr = json_object(), *lst = json_object();
+
+	(void)req;
+	memset(&sum, 0, sizeof(sum));
+	shm_counters_sum(m->shm, &sum);
+	for (int i = 0; i < SHM_CTR__COUNT && ctr != NULL; i++)
+		json_object_set_new(ctr, shm_ctr_name(i), json_integer((json_int_t)sum.v[i]));
+	/* Listener counters are indexed like the current config's listener list. */
+	for (size_t l = 0; l < m->cfg->n_listeners && l < SHM_MAX_LISTENERS && lst; l++) {
+		json_t *o = json_object();
+
+		for (int i = 0; i < SHM_LCTR__COUNT && o != NULL; i++)
+			json_object_set_new(o, shm_lctr_name(i),
+					    json_integer((json_int_t)sum.lst[l][i]));
+		json_object_set_new(lst, m->cfg->listeners[l].name, o);
+	}
+	return json_pack("{s:b, s:i, s:o, s:o}", "ok", 1, "allocations",
+			 (int)master_alloc_count(m), "counters", ctr, "listeners", lst);
+}
+
+/* ---- allocations --------------------------------------------------------------------- */
+
+static json_t *addr_json(const struct shm_addr *a)
+{
+	char ip[INET6_ADDRSTRLEN], buf[INET6_ADDRSTRLEN + 10];
+
+	if (a->family != AF_INET && a->family != AF_INET6)
+		return json_null();
+	inet_ntop(a->family, a->addr, ip, sizeof(ip));
+	snprintf(buf, sizeof(buf), a->family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, a->port);
+	return json_string(buf);
+}
+
+static double left_s(uint64_t expires_ns, uint64_t now)
+{
+	return expires_ns > now ? (double)(expires_ns - now) / 1e9 : 0.0;
+}
+
+static const char *transport_name(unsigned t)
+{
+	static const char *const names[] = { "none", "udp", "tcp", "tls", "dtls" };
+
+	return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
+}
+
+static json_t *perms_json(const struct shm_alloc *r, uint64_t now)
+{
+	json_t *arr = json_array();
+
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS && arr != NULL; i++) {
+		char ip[INET6_ADDRSTRLEN];
+
+		if (r->perms[i].family != AF_INET && r->perms[i].family != AF_INET6)
+			continue;
+		inet_ntop(r->perms[i].family, r->perms[i].addr, ip, sizeof(ip));
+		json_array_append_new(arr, json_pack("{s:s, s:f}", "peer", ip, "expires_in",
+						     left_s(r->perms[i].expires_ns, now)));
+	}
+	return arr;
+}
+
+static json_t *chans_json(const struct shm_alloc *r, uint64_t now)
+{
+	json_t *arr = json_array();
+
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS && arr != NULL; i++) {
+		if (r->chans[i].number == 0)
+			continue;
+		json_array_append_new(arr, json_pack("{s:i, s:o, s:f}", "number",
+						     (int)r->chans[i].number, "peer",
+						     addr_json(&r->chans[i].peer), "expires_in",
+						     left_s(r->chans[i].expires_ns, now)));
+	}
+	return arr;
+}
+
+static const char *listener_name(const struct master *m, unsigned idx)
+{
+	return idx < m->cfg->n_listeners ? m->cfg->listeners[idx].name : "?";
+}
+
+static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm_alloc *r,
+			  uint64_t now)
+{
+	json_t *o = json_pack(
+		"{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id", (int)idx,
+		"worker", (int)r->owner, "user", r->username, (int)r->user_len, "realm", r->realm,
+		(int)r->realm_len, "listener", listener_name(m, r->listener_idx), "transport",
+		transport_name(r->client_transport), "client", addr_json(&r->client), "server",
+		addr_json(&r->server), "relay", addr_json(&r->relay), "age",
+		now > r->created_ns ? (double)(now - r->created_ns) / 1e9 : 0.0, "lifetime_left",
+		left_s(r->expires_ns, now));
+
+	if (o == NULL)
+		return NULL;
+	if (r->relay2.family != 0)
+		json_object_set_new(o, "relay2", addr_json(&r->relay2));
+	json_object_set_new(o, "permissions", perms_json(r, now));
+	json_object_set_new(o, "channels", chans_json(r, now));
+	json_object_set_new(o, "to_peer", json_pack("{s:I, s:I}", "packets",
+						    (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER],
+						    "bytes",
+						    (json_int_t)r->ctr[SHM_ACTR_BYTES_TO_PEER]));
+	json_object_set_new(o, "from_peer", json_pack("{s:I, s:I}", "packets",
+						      (json_int_t)r->ctr[SHM_ACTR_PKTS_FROM_PEER],
+						      "bytes",
+						      (json_int_t)r->ctr[SHM_ACTR_BYTES_FROM_PEER]));
+	return o;
+}
+
+struct alloc_filter {
+	const char *user, *listener;
+	json_int_t worker; /* -1: any */
+	json_int_t limit;
+};
+
+static bool alloc_match(const struct master *m, const struct alloc_filter *f,
+			const struct shm_alloc *r)
+{
+	if (f->user != NULL &&
+	    (strlen(f->user) != r->user_len || memcmp(f->user, r->username, r->user_len) != 0))
+		return false;
+	if (f->listener != NULL && strcmp(f->listener, listener_name(m, r->listener_idx)) != 0)
+		return false;
+	return f->worker < 0 || f->worker == r->owner;
+}
+
+static int parse_filter(json_t *req, struct alloc_filter *f)
+{
+	json_t *u = json_object_get(req, "user"), *l = json_object_get(req, "listener");
+	json_t *w = json_object_get(req, "worker"), *lim = json_object_get(req, "limit");
+
+	f->user = f->listener = NULL;
+	f->worker = -1;
+	f->limit = ADMIN_DEFAULT_LIMIT;
+	if ((u != NULL && !json_is_string(u)) || (l != NULL && !json_is_string(l)) ||
+	    (w != NULL && (!json_is_integer(w) || json_integer_value(w) < 0)) ||
+	    (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0)))
+		return -EINVAL;
+	f->user = u != NULL ? json_string_value(u) : NULL;
+	f->listener = l != NULL ? json_string_value(l) : NULL;
+	if (w != NULL)
+		f->worker = json_integer_value(w);
+	if (lim != NULL)
+		f->limit = json_integer_value(lim);
+	return 0;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static json_t *cmd_allocations(struct master *m, json_t *req)
+{
+	struct shm_alloc rec;
+	struct alloc_filter f;
+	json_t *arr;
+	uint32_t cursor = 0, idx;
+	uint64_t now = mono_ns();
+	bool truncated = false;
+
+	if (parse_filter(req, &f) < 0)
+		return err("filters: user and listener are strings, worker and limit are "
+			   "non-negative integers");
+	arr = json_array();
+	while (arr != NULL && shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
+		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
+		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || !alloc_match(m, &f, &rec))
+			continue;
+		if ((json_int_t)json_array_size(arr) >= f.limit) {
+			truncated = true;
+			break;
+		}
+		json_array_append_new(arr, alloc_json(m, idx, &rec, now));
+	}
+	explicit_bzero(&rec, sizeof(rec));
+	return json_pack("{s:b, s:o, s:b}", "ok", 1, "allocations", arr, "truncated", truncated);
+}
+
+static json_t *cmd_disconnect(struct master *m, json_t *req)
+{
+	struct shm_alloc rec;
+	json_t *id = json_object_get(req, "id"), *user = json_object_get(req, "user");
+	int rc;
+
+	if ((id == NULL) == (user == NULL))
+		return err("give exactly one of \"id\" (allocation id) or \"user\"");
+	if (user != NULL) {
+		struct ipc_disconnect d;
+		unsigned sent;
+
+		if (!json_is_string(user) || json_string_length(user) == 0 ||
+		    json_string_length(user) >= IPC_USER_MAX)
+			return err("\"user\" must be a non-empty string");
+		memset(&d, 0, sizeof(d));
+		d.by = IPC_DISC_USER;
+		memcpy(d.user, json_string_value(user), json_string_length(user));
+		sent = supervise_broadcast(m, IPC_DISCONNECT, &d, sizeof(d), -1);
+		return json_pack("{s:b, s:i}", "ok", 1, "workers_told", (int)sent);
+	}
+	if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+	    json_integer_value(id) >= (json_int_t)shm_alloc_capacity(m->shm))
+		return err("\"id\" must be an allocation id from `allocations`");
+	rc = shm_alloc_read_copy(m->shm, (uint32_t)json_integer_value(id), &rec);
+	explicit_bzero(rec.key, sizeof(rec.key));
+	if (rc < 0 || SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE)
+		return err("no such allocation");
+	if (rec.owner >= m->n_slots || m->workers[rec.owner].ctl_fd < 0)
+		return err("the allocation's worker is not running");
+	rc = ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd,
+				       (uint32_t)json_integer_value(id));
+	if (rc < 0)
+		return err(strerror(-rc));
+	return json_pack("{s:b, s:i}", "ok", 1, "worker", (int)rec.owner);
+}
+
+static const struct {
+	const char *name;
+	cmd_fn fn;
+} commands[] = {
+	{ "status", cmd_status },	{ "config", cmd_config },
+	{ "reload", cmd_reload },	{ "allocations", cmd_allocations },
+	{ "disconnect", cmd_disconnect }, { "drain", cmd_drain },
+	{ "stats", cmd_stats },		{ "workers", cmd_workers },
+	{ "loglevel", cmd_loglevel },
+};
+
+json_t *admin_dispatch(struct master *m, const char *line, size_t len)
+{
+	json_error_t jerr;
+	json_t *req, *cmd, *reply = NULL;
+	const char *name;
+
+	req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (req == NULL)
+		return err("malformed request: expected one JSON object per line");
+	if (!json_is_object(req)) {
+		reply = err("malformed request: expected a JSON object");
+		goto out;
+	}
+	cmd = json_object_get(req, "cmd");
+	if (!json_is_string(cmd)) {
+		reply = err("missing \"cmd\" (a string)");
+		goto out;
+	}
+	name = json_string_value(cmd);
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(commands[i].name, name) == 0) {
+			log_debug("admin", "command %s", name);
+			reply = commands[i].fn(m, req);
+			goto out;
+		}
+	}
+	reply = err("unknown command");
+out:
+	json_decref(req);
+	return reply;
+}

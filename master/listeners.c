@@ -1,0 +1,205 @@
+/* Master: opens and keeps the per-slot SO_REUSEPORT listening sockets of each listener. */
+#include "config.h"
+
+#include "master/master.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+#define LISTEN_BACKLOG 511
+
+/* The address to bind: bind_address when set, else the relay address; wildcard_ok tells
+ * the caller it may retry on the wildcard of the same family when that is not local. */
+static int bind_addr_of(const struct conf_listener *l, struct sockaddr_storage *ss,
+			socklen_t *sl)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (l->bind_address != NULL) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		if (inet_pton(AF_INET, l->bind_address, &s4->sin_addr) == 1) {
+			s4->sin_family = AF_INET;
+		} else if (inet_pton(AF_INET6, l->bind_address, &s6->sin6_addr) == 1) {
+			s6->sin6_family = AF_INET6;
+		} else {
+			return -EINVAL;
+		}
+	} else {
+		memcpy(ss, &l->relay_addr, sizeof(*ss));
+		if (ss->ss_family != AF_INET && ss->ss_family != AF_INET6)
+			ss->ss_family = AF_INET; /* unset relay address: IPv4 wildcard */
+	}
+	if (ss->ss_family == AF_INET) {
+		((struct sockaddr_in *)ss)->sin_port = htons(l->port);
+		*sl = sizeof(struct sockaddr_in);
+	} else {
+		((struct sockaddr_in6 *)ss)->sin6_port = htons(l->port);
+		*sl = sizeof(struct sockaddr_in6);
+	}
+	return 0;
+}
+
+static void make_wildcard(struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+	else
+		((struct sockaddr_in6 *)ss)->sin6_addr = in6addr_any;
+}
+
+static int open_one(int type, const struct sockaddr_storage *ss, socklen_t sl)
+{
+	int one = 1, fd, rc;
+
+	fd = socket(ss->ss_family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
+		goto fail;
+	if (ss->ss_family == AF_INET6 &&
+	    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0)
+		goto fail;
+	if (bind(fd, (const struct sockaddr *)ss, sl) < 0)
+		goto fail;
+	if (type == SOCK_STREAM && listen(fd, LISTEN_BACKLOG) < 0)
+		goto fail;
+	return fd;
+fail:
+	rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static void addr_text(const struct sockaddr_storage *ss, char *buf, size_t size)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+	unsigned port;
+
+	if (ss->ss_family == AF_INET) {
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof(ip));
+		port = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+		snprintf(buf, size, "%s:%u", ip, port);
+	} else {
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
+		port = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+		snprintf(buf, size, "[%s]:%u", ip, port);
+	}
+}
+
+/* Port 0 asks the kernel for one: every later slot must bind the same port to share the
+ * reuseport group, so the first socket's port is copied into the address. */
+static void pin_port(int fd, struct sockaddr_storage *ss)
+{
+	struct sockaddr_storage got;
+	socklen_t gl = sizeof(got);
+
+	if (getsockname(fd, (struct sockaddr *)&got, &gl) < 0)
+		return;
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)ss)->sin_port = ((struct sockaddr_in *)&got)->sin_port;
+	else
+		((struct sockaddr_in6 *)ss)->sin6_port = ((struct sockaddr_in6 *)&got)->sin6_port;
+}
+
+int listener_open(const struct conf_listener *l, unsigned n_slots, struct mlistener *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char text[INET6_ADDRSTRLEN + 16];
+	int type, rc;
+
+	memset(out, 0, sizeof(*out));
+	if (l->protocol == CONF_PROTO_TURN_TLS || l->protocol == CONF_PROTO_TURN_DTLS) {
+		log_warn("master", "listener %s: %s is not served yet; skipped", l->name,
+			 conf_proto_name(l->protocol));
+		return -EOPNOTSUPP;
+	}
+	type = l->protocol == CONF_PROTO_TURN_UDP ? SOCK_DGRAM : SOCK_STREAM;
+	rc = bind_addr_of(l, &ss, &sl);
+	if (rc < 0) {
+		log_error("master", "listener %s: bad bind address", l->name);
+		return rc;
+	}
+	out->name = strdup(l->name);
+	out->fds = malloc(sizeof(int) * n_slots);
+	if (out->name == NULL || out->fds == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < n_slots; i++)
+		out->fds[i] = -1;
+	out->n_fds = n_slots;
+	out->proto = l->protocol;
+	for (unsigned i = 0; i < n_slots; i++) {
+		int fd = open_one(type, &ss, sl);
+
+		/* The relay address need not be local (behind NAT it is the public one):
+		 * without an explicit bind address, fall back to the wildcard. */
+		if (fd == -EADDRNOTAVAIL && i == 0 && l->bind_address == NULL) {
+			make_wildcard(&ss);
+			fd = open_one(type, &ss, sl);
+		}
+		if (fd < 0) {
+			rc = fd;
+			addr_text(&ss, text, sizeof(text));
+			log_error("master", "listener %s: cannot open %s %s: %s", l->name,
+				  conf_proto_name(l->protocol), text, strerror(-rc));
+			goto fail;
+		}
+		if (i == 0)
+			pin_port(fd, &ss);
+		out->fds[i] = fd;
+	}
+	addr_text(&ss, text, sizeof(text));
+	out->bind_text = strdup(text);
+	out->port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+					    : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	if (out->bind_text == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	log_info("master", "listener %s: %s on %s, %u sockets", l->name,
+		 conf_proto_name(l->protocol), text, n_slots);
+	return 0;
+fail:
+	if (out->fds != NULL) {
+		for (unsigned i = 0; i < n_slots; i++)
+			if (out->fds[i] >= 0)
+				close(out->fds[i]);
+	}
+	free(out->fds);
+	free(out->name);
+	memset(out, 0, sizeof(*out));
+	return rc;
+}
+
+void listener_close(struct mlistener *l)
+{
+	if (l == NULL)
+		return;
+	for (unsigned i = 0; l->fds != NULL && i < l->n_fds; i++)
+		if (l->fds[i] >= 0)
+			close(l->fds[i]);
+	free(l->fds);
+	free(l->name);
+	free(l->bind_text);
+	memset(l, 0, sizeof(*l));
+}
+
+ssize_t listener_find(const struct master *m, const char *name)
+{
+	for (size_t i = 0; i < m->n_listeners; i++)
+		if (strcmp(m->listeners[i].name, name) == 0)
+			return (ssize_t)i;
+	return -1;
+}

@@ -1,0 +1,400 @@
+/* turngated: the master process entry point (command line, startup, signals, drain, shutdown). */
+#include "config.h"
+
+#include "master/master.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "master/admin.h"
+#include "shm/shm.h"
+
+#define TICK_S 0.25
+#define PING_EVERY_TICKS 4
+#define STOP_GRACE_S 5.0
+#define SNAP_SLOTS 8
+#define SNAP_MIN_SIZE (1u << 20)
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: turngated [-c FILE|file://PATH] [-t] [-w] [-l LOGSPEC] [--workers N]\n"
+		"                 [--udp-thread-num=N] [-h] [-v]\n"
+		"  -c, --config FILE    STUNner v1 config (YAML or JSON); default: built-in\n"
+		"  -t, --test           check the configuration and exit (0: ok, 1: problems)\n"
+		"  -w, --watch          reload when the config file changes\n"
+		"  -l, --log LOGSPEC    log levels, e.g. all:INFO,turn:DEBUG (overrides config)\n"
+		"      --workers N      worker processes (default: config, else one per CPU)\n"
+		"      --udp-thread-num=N  alias of --workers (stunnerd)\n"
+		"  -h, --help           this help\n"
+		"  -v, --version        print the version\n"
+		"Signals: HUP reloads, TERM drains then exits, a second TERM or INT stops now.\n");
+}
+
+struct opts {
+	const char *config;
+	bool check, watch;
+	const char *log;
+	unsigned workers;
+};
+
+static int parse_uint(const char *s, unsigned max, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno != 0 || *end != '\0' || end == s || v == 0 || v > max)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* Returns 0 to run, 1 to exit with status 0 (help, version), -1 for a usage error. */
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option longs[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "test", no_argument, NULL, 't' },
+		{ "watch", no_argument, NULL, 'w' },
+		{ "log", required_argument, NULL, 'l' },
+		{ "workers", required_argument, NULL, 'W' },
+		{ "udp-thread-num", required_argument, NULL, 'W' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'v' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	while ((c = getopt_long(argc, argv, "c:twl:hv", longs, NULL)) != -1) {
+		switch (c) {
+		case 'c': o->config = optarg; break;
+		case 't': o->check = true; break;
+		case 'w': o->watch = true; break;
+		case 'l': o->log = optarg; break;
+		case 'W':
+			if (parse_uint(optarg, SHM_MAX_SLOTS, &o->workers) < 0) {
+				fprintf(stderr, "turngated: worker count must be 1..%u\n",
+					SHM_MAX_SLOTS);
+				return -1;
+			}
+			break;
+		case 'h': usage(stdout); return 1;
+		case 'v': printf("turngated %s\n", PACKAGE_VERSION); return 1;
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "turngated: unexpected argument: %s\n", argv[optind]);
+		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+void master_set_drain(struct master *m, bool on)
+{
+	struct ipc_drain d = { .on = on ? 1 : 0, .reserved = 0 };
+
+	if (m->draining != on)
+		log_info("master", on ? "draining: new allocations are refused"
+				      : "drain ended: new allocations are accepted");
+	m->draining = on;
+	supervise_broadcast(m, IPC_DRAIN, &d, sizeof(d), -1);
+}
+
+static void begin_stop(struct master *m, bool immediate)
+{
+	if (m->stopping && !immediate)
+		return;
+	log_info("master", immediate ? "stopping now" : "stopping workers");
+	notify_stopping();
+	supervise_stop_all(m, immediate);
+	m->stop_deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
+}
+
+/* Drives drain -> stop -> exit; runs from the tick and after each signal. */
+static void lifecycle_step(struct master *m)
+{
+	double now = ev_now(m->loop);
+
+	if (m->exiting && !m->stopping) {
+		unsigned n = master_alloc_count(m);
+
+		if (n == 0 || now >= m->drain_deadline) {
+			if (n > 0)
+				log_warn("master", "drain timeout: %u allocations still open", n);
+			begin_stop(m, false);
+		}
+	}
+	if (!m->stopping)
+		return;
+	if (supervise_all_down(m)) {
+		ev_break(m->loop, EVBREAK_ALL);
+		return;
+	}
+	if (now >= m->stop_deadline)
+		supervise_kill_all(m);
+}
+
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct master *m = t->data;
+
+	(void)loop;
+	(void)revents;
+	shm_snap_reclaim(m->shm, NULL, NULL);
+	if (m->publish_pending)
+		reload_publish(m);
+	m->tick_count++;
+	if (m->tick_count % PING_EVERY_TICKS == 0 && !m->stopping && m->workers != NULL)
+		supervise_tick(m);
+	lifecycle_step(m);
+}
+
+static void sighup_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct master *m = s->data;
+
+	(void)loop;
+	(void)revents;
+	if (!m->stopping)
+		reload_run(m, "SIGHUP");
+}
+
+static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct master *m = s->data;
+
+	(void)loop;
+	(void)revents;
+	if (m->exiting || s->signum == SIGINT) {
+		begin_stop(m, true);
+	} else {
+		m->exiting = true;
+		m->drain_deadline = ev_now(m->loop) + m->cfg->admin.drain_timeout;
+		log_info("master", "SIGTERM: draining for up to %u s (send again to stop now)",
+			 m->cfg->admin.drain_timeout);
+		notify_stopping();
+		master_set_drain(m, true);
+	}
+	lifecycle_step(m);
+}
+
+static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)t;
+	(void)revents;
+	notify_watchdog();
+}
+
+static unsigned slot_count(const struct master *m)
+{
+	long cpus;
+
+	if (m->workers_cli > 0)
+		return m->workers_cli;
+	if (m->cfg->admin.workers > 0)
+		return m->cfg->admin.workers > SHM_MAX_SLOTS ? SHM_MAX_SLOTS
+							      : m->cfg->admin.workers;
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus < 1)
+		cpus = 1;
+	return cpus > (long)SHM_MAX_SLOTS ? SHM_MAX_SLOTS : (unsigned)cpus;
+}
+
+static int create_shm(struct master *m)
+{
+	struct shm_config sc;
+	size_t len = 0;
+	int rc;
+
+	rc = reload_snap_size(m, &len);
+	if (rc < 0)
+		return rc;
+	memset(&sc, 0, sizeof(sc));
+	sc.n_slots = m->n_slots;
+	sc.snap_count = SNAP_SLOTS;
+	/* Room for the config to grow fourfold by reloads (users, listeners, certificates). */
+	sc.snap_size = len * 4 < SNAP_MIN_SIZE ? SNAP_MIN_SIZE : (uint32_t)(len * 4);
+	sc.alloc_cap = m->cfg->limits.max_allocations;
+	rc = shm_create(&sc, "turngate", &m->shm);
+	if (rc < 0)
+		log_error("master", "cannot create shared memory: %s", strerror(-rc));
+	return rc;
+}
+
+static int open_listeners(struct master *m)
+{
+	const struct conf *cfg = m->cfg;
+
+	m->listeners = calloc(cfg->n_listeners ? cfg->n_listeners : 1, sizeof(*m->listeners));
+	if (m->listeners == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < cfg->n_listeners; i++) {
+		int rc = listener_open(&cfg->listeners[i], m->n_slots,
+				       &m->listeners[m->n_listeners]);
+
+		if (rc == -EOPNOTSUPP)
+			continue;
+		if (rc < 0)
+			return rc;
+		m->n_listeners++;
+	}
+	return 0;
+}
+
+static void open_admin(struct master *m)
+{
+	const char *path = m->cfg->admin.admin_socket;
+	unsigned mode = m->cfg->admin.admin_socket_mode ? m->cfg->admin.admin_socket_mode : 0600;
+	int rc;
+
+	if (path == NULL || path[0] == '\0')
+		return;
+	rc = admin_open(m, path, mode, &m->admin);
+	if (rc < 0)
+		log_error("master", "admin socket %s: %s (turngatectl will not reach this "
+				    "daemon)", path, strerror(-rc));
+	else
+		log_info("master", "admin socket %s (mode %04o)", path, mode);
+}
+
+static void start_watchers(struct master *m)
+{
+	ev_signal_init(&m->sighup_w, sighup_cb, SIGHUP);
+	ev_signal_init(&m->sigterm_w, sigterm_cb, SIGTERM);
+	ev_signal_init(&m->sigint_w, sigterm_cb, SIGINT);
+	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m;
+	ev_signal_start(m->loop, &m->sighup_w);
+	ev_signal_start(m->loop, &m->sigterm_w);
+	ev_signal_start(m->loop, &m->sigint_w);
+	ev_timer_init(&m->tick_w, tick_cb, TICK_S, TICK_S);
+	m->tick_w.data = m;
+	ev_timer_start(m->loop, &m->tick_w);
+	m->watchdog_usec = notify_watchdog_usec();
+	if (m->watchdog_usec > 0) {
+		double every = (double)m->watchdog_usec / 2e6;
+
+		ev_timer_init(&m->watchdog_w, watchdog_cb, every, every);
+		ev_timer_start(m->loop, &m->watchdog_w);
+	}
+	if (m->watch)
+		watch_start(m);
+}
+
+static void master_free(struct master *m)
+{
+	admin_close(m->admin);
+	watch_stop(m);
+	supervise_free(m);
+	for (size_t i = 0; i < m->n_listeners; i++)
+		listener_close(&m->listeners[i]);
+	free(m->listeners);
+	if (m->shm != NULL)
+		shm_destroy(m->shm);
+	conf_free(m->cfg);
+	reload_result_clear(&m->last_reload);
+	free(m->log_override);
+	explicit_bzero(m->nonce_key, sizeof(m->nonce_key));
+	if (ev_is_active(&m->watchdog_w))
+		ev_timer_stop(m->loop, &m->watchdog_w);
+	ev_timer_stop(m->loop, &m->tick_w);
+	ev_signal_stop(m->loop, &m->sighup_w);
+	ev_signal_stop(m->loop, &m->sigterm_w);
+	ev_signal_stop(m->loop, &m->sigint_w);
+}
+
+static int master_start(struct master *m)
+{
+	int rc;
+
+	if (getrandom(m->nonce_key, sizeof(m->nonce_key), 0) != sizeof(m->nonce_key))
+		return -EIO;
+	rc = reload_initial(m);
+	if (rc < 0)
+		return rc;
+	if (m->config_path == NULL)
+		conf_print_credential_help(m->cfg, (int64_t)time(NULL), stderr);
+	m->n_slots = slot_count(m);
+	rc = create_shm(m);
+	if (rc < 0)
+		return rc;
+	rc = open_listeners(m);
+	if (rc < 0)
+		return rc;
+	rc = reload_publish(m);
+	if (rc < 0)
+		return rc;
+	rc = supervise_init(m);
+	if (rc < 0)
+		return rc;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		rc = supervise_spawn(m, i);
+		if (rc < 0)
+			return rc;
+	}
+	open_admin(m);
+	start_watchers(m);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct master m;
+	struct opts o;
+	int rc;
+
+	log_init("master", LOG_FMT_TEXT);
+	rc = parse_args(argc, argv, &o);
+	if (rc != 0)
+		return rc > 0 ? 0 : 2;
+	if (o.check)
+		return conf_check_main(o.config, stdout);
+	if (o.log != NULL && log_check_spec(o.log) < 0) {
+		fprintf(stderr, "turngated: malformed log spec: %s\n", o.log);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	memset(&m, 0, sizeof(m));
+	m.magic = MASTER_MAGIC;
+	m.loop = ev_default_loop(EVFLAG_AUTO);
+	m.config_path = o.config;
+	m.watch = o.watch;
+	m.workers_cli = o.workers;
+	m.log_override = o.log != NULL ? strdup(o.log) : NULL;
+	m.started_at = ev_now(m.loop);
+	rc = master_start(&m);
+	if (rc == 0) {
+		log_info("master", "turngated %s serving with %u workers (generation %llu)",
+			 PACKAGE_VERSION, m.n_slots, (unsigned long long)m.generation);
+		notify_ready();
+		ev_run(m.loop, 0);
+		log_info("master", "exiting");
+	} else {
+		log_error("master", "startup failed: %s", strerror(-rc));
+		if (m.workers != NULL) {
+			supervise_stop_all(&m, true);
+			m.stop_deadline = ev_now(m.loop) + 2.0;
+			ev_timer_init(&m.tick_w, tick_cb, TICK_S, TICK_S);
+			m.tick_w.data = &m;
+			ev_timer_start(m.loop, &m.tick_w);
+			ev_run(m.loop, 0);
+		}
+	}
+	master_free(&m);
+	ev_loop_destroy(m.loop);
+	return rc == 0 ? m.exit_code : 1;
+}

@@ -1,0 +1,192 @@
+/* The master process: shared state of supervision, listeners, reload and the admin socket.
+ *
+ * Process model: exactly one master per daemon, single-threaded, on libev's default loop.
+ * Everything the master knows hangs off one struct master that main() creates and passes
+ * to every function here; nothing is global. Workers never see this struct (fork copies
+ * it, but the child only uses its struct worker_heritage).
+ */
+#ifndef TG_MASTER_MASTER_H
+#define TG_MASTER_MASTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <ev.h>
+#include <jansson.h>
+
+#include "conf/conf.h"
+
+struct shm;
+struct admin;
+
+#define MASTER_MAGIC 0x4d535452u /* "MSTR" */
+#define MASTER_NONCE_KEY_LEN 32
+
+/* Supervision state of one worker slot, as the master sees it. */
+enum mworker_state {
+	MW_EMPTY = 0, /* never started */
+	MW_STARTING,  /* forked, no READY/PONG yet */
+	MW_RUNNING,   /* answered */
+	MW_STOPPING,  /* sent STOP (shutdown) */
+	MW_DEAD,      /* reaped; respawn pending (backoff timer) */
+	MW_STOPPED,   /* reaped during shutdown; stays down */
+};
+
+struct mworker {
+	struct master *m;
+	unsigned slot;
+	enum mworker_state state;
+	pid_t pid;
+	int ctl_fd;               /* master's end of the control socketpair, -1 when none */
+	ev_io ctl_io;
+	ev_timer respawn;
+	double started_at;        /* ev_now of the last fork */
+	double last_pong;         /* ev_now of the last PONG/READY */
+	uint64_t ping_seq;        /* last ping sent */
+	unsigned restarts;        /* respawns so far */
+	unsigned backoff_step;    /* consecutive quick deaths */
+	int last_status;          /* raw waitpid status of the previous incarnation, -1 none */
+	bool kill_sent;           /* SIGKILL already sent for a hang */
+};
+
+/* One configured listener and its sockets: one per worker slot, kept open by the master so
+ * a respawned worker gets the same sockets back. */
+struct mlistener {
+	char *name;
+	enum conf_proto proto;
+	int *fds;                 /* n_fds (= n_slots) entries; -1 where not open */
+	unsigned n_fds;
+	uint16_t port;            /* port actually bound (resolves port 0) */
+	char *bind_text;          /* address bound, for logs and status */
+};
+
+struct reload_result {
+	bool ok;
+	double at;                /* ev_now */
+	char *trigger;            /* "startup", "SIGHUP", "admin", "inotify", "loglevel" */
+	json_t *errors;           /* array of diagnostic lines (errors first, then warnings) */
+};
+
+struct master {
+	uint32_t magic;
+	struct ev_loop *loop;
+
+	/* command line */
+	const char *config_path;  /* NULL: the embedded default */
+	char *log_override;       /* -l or admin loglevel: wins over the config's loglevel */
+	unsigned workers_cli;     /* --workers / --udp-thread-num; 0: from config */
+	bool watch;               /* -w: reload on config file change (inotify) */
+
+	/* configuration */
+	struct conf *cfg;         /* the running config (owned) */
+	uint64_t generation;      /* of the published snapshot */
+	struct reload_result last_reload;
+	uint8_t nonce_key[MASTER_NONCE_KEY_LEN];
+	double started_at;
+
+	/* shared memory and workers */
+	struct shm *shm;
+	unsigned n_slots;
+	struct mworker *workers;  /* n_slots entries */
+	ev_child child_w;
+
+	/* listeners */
+	struct mlistener *listeners;
+	size_t n_listeners;
+
+	/* lifecycle */
+	bool draining;            /* refusing new allocations (SIGTERM or admin drain) */
+	bool exiting;             /* SIGTERM drain: exit once allocations reach 0 */
+	bool stopping;            /* workers told to stop; exit when all reaped */
+	double drain_deadline;
+	double stop_deadline;
+	bool publish_pending;     /* a snapshot waits for a free arena slot */
+	int exit_code;
+
+	ev_signal sighup_w, sigterm_w, sigint_w;
+	ev_timer tick_w;          /* reclaim, pings, drain progress */
+	unsigned long tick_count;
+	ev_timer watchdog_w;
+	uint64_t watchdog_usec;
+
+	struct admin *admin;
+	void *watcher;            /* inotify state (master/watch.c) */
+};
+
+/* ---- listeners (master/listeners.c) --------------------------------------------- */
+
+/* Opens one SO_REUSEPORT socket per slot for listener l of cfg (UDP: bound datagram
+ * socket; TCP: listening stream socket). TLS/DTLS listeners are skipped (not served yet):
+ * returns -EOPNOTSUPP and logs. Returns 0 and fills *out, or -errno (nothing left open). */
+int listener_open(const struct conf_listener *l, unsigned n_slots, struct mlistener *out);
+
+/* Closes every socket and frees the strings. Accepts NULL / a zeroed struct. */
+void listener_close(struct mlistener *l);
+
+/* Index of the listener named name in m->listeners, or -1. */
+ssize_t listener_find(const struct master *m, const char *name);
+
+/* ---- workers (master/supervise.c) ------------------------------------------------ */
+
+int supervise_init(struct master *m);
+/* Forks the worker of one slot. Returns 0 or -errno (logged). */
+int supervise_spawn(struct master *m, unsigned slot);
+/* Sends one frame to every live worker; returns how many got it. */
+/* listener_idx >= 0 attaches that listener's socket of each worker's slot. */
+unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload,
+			     size_t len, int listener_idx);
+/* From the tick timer: pings, hang detection, QSBR stall detection. */
+void supervise_tick(struct master *m);
+/* Asks every worker to stop (IPC_STOP, then SIGTERM at the deadline, SIGKILL after). */
+void supervise_stop_all(struct master *m, bool immediate);
+/* SIGKILLs every worker still alive (stop deadline passed). */
+void supervise_kill_all(struct master *m);
+/* True when no worker process is alive. */
+bool supervise_all_down(const struct master *m);
+const char *supervise_state_name(enum mworker_state s);
+void supervise_free(struct master *m);
+
+/* ---- reload (master/reload.c) ---------------------------------------------------- */
+
+/* Loads the config (path or default) for the first time, opens listeners; on error prints
+ * the diagnostics to stderr. Returns 0 or -errno. */
+int reload_initial(struct master *m);
+/* Size of the blob m->cfg compiles to, to size the shm snapshot arena. */
+int reload_snap_size(struct master *m, size_t *len);
+/* Publishes the current m->cfg as a new snapshot (used at start and by loglevel). */
+int reload_publish(struct master *m);
+/* Parse, validate, build, publish, listener diff. Records the result in m->last_reload.
+ * Returns 0 on success, -EINVAL for an invalid config (nothing changed), other -errno. */
+int reload_run(struct master *m, const char *trigger);
+/* Sets (spec) or clears (NULL) the log override, in the master and the workers.
+ * Returns 0 or -EINVAL for a malformed spec. */
+int reload_set_loglevel(struct master *m, const char *spec);
+/* Number of LIVE allocations in the shared table. */
+unsigned master_alloc_count(const struct master *m);
+void reload_result_clear(struct reload_result *r);
+
+/* ---- lifecycle (master/main.c) -------------------------------------------------- */
+
+/* Starts (on=true) or ends the refusal of new allocations. */
+void master_set_drain(struct master *m, bool on);
+
+/* ---- systemd notification (master/notify.c) ------------------------------------- */
+
+void notify_ready(void);
+void notify_reloading(void);
+void notify_stopping(void);
+void notify_status(const char *text);
+/* Returns the watchdog interval in usec (0: disabled). */
+uint64_t notify_watchdog_usec(void);
+void notify_watchdog(void);
+
+/* ---- config file watch (master/watch.c) ------------------------------------------ */
+
+/* Starts an inotify watch on the config file's directory: reload 200 ms after a change.
+ * Returns 0, or -errno (logged; the daemon serves on without it). */
+int watch_start(struct master *m);
+void watch_stop(struct master *m);
+
+#endif

@@ -1,0 +1,383 @@
+/* Master: the one reload path (parse, validate, open new listeners, publish, diff, reclaim). */
+#include "config.h"
+
+#include "master/master.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "conf/snapshot.h"
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void reload_result_clear(struct reload_result *r)
+{
+	json_decref(r->errors);
+	free(r->trigger);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Errors first, then warnings: the reply to `reload` should lead with what failed. */
+static json_t *diags_to_json(const struct conf_diags *d)
+{
+	json_t *arr = json_array();
+	char line[1024];
+
+	for (int pass = 0; pass < 2 && arr != NULL; pass++) {
+		enum conf_diag_sev want = pass == 0 ? CONF_DIAG_ERROR : CONF_DIAG_WARNING;
+
+		for (size_t i = 0; i < d->n; i++) {
+			if (d->v[i].sev != want)
+				continue;
+			conf_diag_format(&d->v[i], line, sizeof(line));
+			json_array_append_new(arr, json_string(line));
+		}
+	}
+	return arr;
+}
+
+static void record_result(struct master *m, const char *trigger, bool ok, json_t *errors)
+{
+	reload_result_clear(&m->last_reload);
+	m->last_reload.ok = ok;
+	m->last_reload.at = ev_now(m->loop);
+	m->last_reload.trigger = strdup(trigger);
+	m->last_reload.errors = errors != NULL ? errors : json_array();
+}
+
+static void record_error(struct master *m, const char *trigger, const char *what, int err)
+{
+	char line[256];
+	json_t *arr = json_array();
+
+	snprintf(line, sizeof(line), "%s: %s", what, strerror(-err));
+	json_array_append_new(arr, json_string(line));
+	log_error("master", "reload (%s) failed: %s", trigger, line);
+	record_result(m, trigger, false, arr);
+}
+
+static const char *effective_loglevel(const struct master *m, const struct conf *cfg)
+{
+	if (m->log_override != NULL)
+		return m->log_override;
+	return cfg->admin.loglevel != NULL ? cfg->admin.loglevel : "all:INFO";
+}
+
+static void apply_logging(struct master *m, const struct conf *cfg)
+{
+	if (log_set_spec(effective_loglevel(m, cfg)) < 0)
+		log_warn("master", "invalid log spec \"%s\" ignored", effective_loglevel(m, cfg));
+	log_set_format(cfg->admin.log_format == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);
+}
+
+/* Builds the blob of cfg with the effective log level (the override, when any, is what
+ * workers must apply, so it travels inside the snapshot like everything else). */
+static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, void **blob,
+		      size_t *len)
+{
+	struct snap_build_params p;
+	char *saved = cfg->admin.loglevel;
+	int rc;
+
+	memset(&p, 0, sizeof(p));
+	p.generation = gen;
+	memcpy(p.nonce_key, m->nonce_key, sizeof(p.nonce_key));
+	cfg->admin.loglevel = (char *)effective_loglevel(m, cfg);
+	rc = snap_build(cfg, &p, blob, len);
+	cfg->admin.loglevel = saved;
+	explicit_bzero(&p, sizeof(p));
+	return rc;
+}
+
+/* Publishes cfg as generation m->generation + 1; on success bumps m->generation. */
+static int publish_cfg(struct master *m, struct conf *cfg)
+{
+	void *blob = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = build_blob(m, cfg, m->generation + 1, &blob, &len);
+	if (rc < 0)
+		return rc;
+	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
+	if (rc == -EBUSY) {
+		/* Every arena slot is current or waiting for readers: reclaim what is due. */
+		shm_snap_reclaim(m->shm, NULL, NULL);
+		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
+	}
+	snap_blob_free(blob, len);
+	if (rc == 0)
+		m->generation++;
+	return rc;
+}
+
+int reload_snap_size(struct master *m, size_t *len)
+{
+	void *blob = NULL;
+	int rc = build_blob(m, m->cfg, 1, &blob, len);
+
+	snap_blob_free(blob, *len);
+	return rc;
+}
+
+int reload_publish(struct master *m)
+{
+	int rc = publish_cfg(m, m->cfg);
+
+	m->publish_pending = rc == -EBUSY;
+	if (rc < 0 && rc != -EBUSY)
+		log_error("master", "cannot publish snapshot: %s", strerror(-rc));
+	return rc;
+}
+
+static int load_config(struct master *m, struct conf **out, struct conf_diags *diags)
+{
+	struct conf_load_opts opts = { .getenv = NULL, .getenv_ctx = NULL, .now = 0 };
+	int rc;
+
+	if (m->config_path == NULL)
+		rc = conf_load_default(&opts, out);
+	else
+		rc = conf_load_file(m->config_path, &opts, out, diags);
+	if (rc < 0)
+		return rc;
+	rc = conf_resolve_clusters(*out, NULL, NULL, diags);
+	if (rc < 0) {
+		conf_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+int reload_initial(struct master *m)
+{
+	struct conf_diags diags = { 0 };
+	int rc;
+
+	rc = load_config(m, &m->cfg, &diags);
+	conf_diags_print(&diags, stderr);
+	record_result(m, "startup", rc == 0, diags_to_json(&diags));
+	conf_diags_free(&diags);
+	if (rc < 0) {
+		if (diags.n_errors == 0)
+			fprintf(stderr, "turngated: cannot load configuration: %s\n", strerror(-rc));
+		return rc;
+	}
+	apply_logging(m, m->cfg);
+	return 0;
+}
+
+unsigned master_alloc_count(const struct master *m)
+{
+	uint32_t cursor = 0, idx;
+	unsigned n = 0;
+
+	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0)
+		n++;
+	return n;
+}
+
+/* Settings fixed at start: a reload that changes them applies the rest and says so. */
+static void warn_restart_only(struct master *m, const struct conf *nc)
+{
+	const struct conf *oc = m->cfg;
+
+	if (oc->admin.workers != nc->admin.workers && m->workers_cli == 0)
+		log_warn("master", "admin.workers changed: takes effect at the next restart");
+	if (oc->limits.max_allocations != nc->limits.max_allocations)
+		log_warn("master", "max_allocations changed: the table size changes at the next "
+				   "restart");
+	if ((oc->admin.admin_socket == NULL) != (nc->admin.admin_socket == NULL) ||
+	    (oc->admin.admin_socket != NULL &&
+	     strcmp(oc->admin.admin_socket, nc->admin.admin_socket) != 0))
+		log_warn("master", "admin socket path changed: takes effect at the next restart");
+}
+
+struct pending {
+	struct mlistener *opened; /* new sockets, index-parallel to delta */
+	struct conf_listener_delta *delta;
+	size_t n;
+};
+
+static void pending_free(struct pending *p, bool close_sockets)
+{
+	for (size_t i = 0; p->opened != NULL && i < p->n; i++)
+		if (close_sockets)
+			listener_close(&p->opened[i]);
+	free(p->opened);
+	free(p->delta);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Opens the sockets of every added or restarted listener before anything is published, so
+ * a port that cannot be bound fails the reload with nothing changed. */
+static int open_new_listeners(struct master *m, const struct conf *nc, struct pending *p)
+{
+	int rc = conf_diff_listeners(m->cfg, nc, &p->delta, &p->n);
+
+	if (rc < 0)
+		return rc;
+	p->opened = calloc(p->n ? p->n : 1, sizeof(*p->opened));
+	if (p->opened == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct conf_listener_delta *d = &p->delta[i];
+
+		if (d->change != CONF_LISTENER_ADDED && d->change != CONF_LISTENER_RESTART)
+			continue;
+		if (d->change == CONF_LISTENER_RESTART) {
+			/* The old sockets hold the port: close them first (this listener's
+			 * allocations end either way). */
+			ssize_t li = listener_find(m, d->name);
+
+			if (li >= 0)
+				continue; /* handled in commit, after the old ones are closed */
+		}
+		rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
+		if (rc == -EOPNOTSUPP)
+			continue;
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void remove_listener(struct master *m, const char *name)
+{
+	ssize_t li = listener_find(m, name);
+
+	if (li < 0)
+		return;
+	supervise_broadcast(m, IPC_LISTENER_REMOVE, name, strlen(name), -1);
+	log_info("master", "listener %s removed", name);
+	listener_close(&m->listeners[li]);
+	memmove(&m->listeners[li], &m->listeners[li + 1],
+		(m->n_listeners - (size_t)li - 1) * sizeof(*m->listeners));
+	m->n_listeners--;
+}
+
+static int add_listener(struct master *m, struct mlistener *l)
+{
+	struct mlistener *grown;
+
+	grown = realloc(m->listeners, (m->n_listeners + 1) * sizeof(*grown));
+	if (grown == NULL)
+		return -ENOMEM;
+	m->listeners = grown;
+	m->listeners[m->n_listeners] = *l;
+	memset(l, 0, sizeof(*l));
+	m->n_listeners++;
+	supervise_broadcast(m, IPC_LISTENER_ADD, m->listeners[m->n_listeners - 1].name,
+			    strlen(m->listeners[m->n_listeners - 1].name),
+			    (int)(m->n_listeners - 1));
+	return 0;
+}
+
+/* After the new snapshot is published: workers find new listeners in it by name. */
+static void commit_listeners(struct master *m, const struct conf *nc, struct pending *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		const struct conf_listener_delta *d = &p->delta[i];
+
+		if (d->change == CONF_LISTENER_REMOVED || d->change == CONF_LISTENER_RESTART)
+			remove_listener(m, d->name);
+	}
+	for (size_t i = 0; i < p->n; i++) {
+		const struct conf_listener_delta *d = &p->delta[i];
+
+		if (d->change == CONF_LISTENER_RESTART && p->opened[i].fds == NULL &&
+		    listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]) < 0)
+			continue; /* logged; the listener stays down until the next reload */
+		if (p->opened[i].fds == NULL)
+			continue;
+		if (add_listener(m, &p->opened[i]) < 0)
+			log_error("master", "listener %s: out of memory", d->name);
+		else
+			log_info("master", "listener %s added", d->name);
+	}
+}
+
+int reload_run(struct master *m, const char *trigger)
+{
+	struct conf_diags diags = { 0 };
+	struct pending p = { 0 };
+	struct conf *nc = NULL;
+	int rc;
+
+	notify_reloading();
+	log_info("master", "reloading configuration (%s)", trigger);
+	rc = load_config(m, &nc, &diags);
+	if (rc < 0) {
+		conf_diags_print(&diags, stderr);
+		if (diags.n_errors == 0)
+			record_error(m, trigger, "cannot load configuration", rc);
+		else
+			record_result(m, trigger, false, diags_to_json(&diags));
+		log_error("master", "reload (%s) rejected: %zu errors; the running configuration "
+				    "is unchanged", trigger, diags.n_errors);
+		rc = -EINVAL;
+		goto out;
+	}
+	warn_restart_only(m, nc);
+	rc = open_new_listeners(m, nc, &p);
+	if (rc < 0) {
+		record_error(m, trigger, "cannot open new listeners", rc);
+		goto out;
+	}
+	rc = publish_cfg(m, nc);
+	if (rc < 0) {
+		record_error(m, trigger, "cannot publish the new snapshot", rc);
+		goto out;
+	}
+	commit_listeners(m, nc, &p);
+	conf_free(m->cfg);
+	m->cfg = nc;
+	nc = NULL;
+	m->publish_pending = false;
+	apply_logging(m, m->cfg);
+	record_result(m, trigger, true, diags_to_json(&diags));
+	log_info("master", "configuration generation %llu active (%s)",
+		 (unsigned long long)m->generation, trigger);
+out:
+	pending_free(&p, true);
+	conf_free(nc);
+	conf_diags_free(&diags);
+	notify_ready();
+	return rc;
+}
+
+int reload_set_loglevel(struct master *m, const char *spec)
+{
+	char *copy = NULL;
+	int rc;
+
+	if (spec != NULL) {
+		if (log_check_spec(spec) < 0)
+			return -EINVAL;
+		copy = strdup(spec);
+		if (copy == NULL)
+			return -ENOMEM;
+	}
+	free(m->log_override);
+	m->log_override = copy;
+	apply_logging(m, m->cfg);
+	/* Workers apply the level from the snapshot; the frame makes it immediate even for a
+	 * worker that is between snapshot checks. */
+	rc = reload_publish(m);
+	supervise_broadcast(m, IPC_LOGLEVEL, effective_loglevel(m, m->cfg),
+			    strlen(effective_loglevel(m, m->cfg)), -1);
+	return rc == -EBUSY ? 0 : rc;
+}

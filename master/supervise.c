@@ -1,0 +1,475 @@
+/* Master: forks workers into their slots, watches them, respawns them with backoff. */
+#include "config.h"
+
+#include "master/master.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "shm/shm.h"
+#include "worker/worker.h"
+
+/* A worker that has not answered a ping for this long is killed and respawned. */
+#define PING_TIMEOUT_S 15.0
+/* A worker that holds up a snapshot grace period for this long is killed. */
+#define GP_STALL_KILL_NS (20ull * 1000000000ull)
+/* Respawn backoff: 0.1 s doubling to 5 s; reset after a worker ran 10 s. */
+#define BACKOFF_MIN_S 0.1
+#define BACKOFF_MAX_S 5.0
+#define BACKOFF_RESET_S 10.0
+
+const char *supervise_state_name(enum mworker_state s)
+{
+	switch (s) {
+	case MW_EMPTY: return "empty";
+	case MW_STARTING: return "starting";
+	case MW_RUNNING: return "running";
+	case MW_STOPPING: return "stopping";
+	case MW_DEAD: return "dead";
+	case MW_STOPPED: return "stopped";
+	}
+	return "?";
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Child side: closes every descriptor except stdio and those in keep[]. Walks /proc so
+ * that descriptors opened by libraries (libev's epoll and signal fds) go too. */
+static void close_all_but(int *keep, size_t n)
+{
+	int fds[1024];
+	size_t count = 0;
+	DIR *d;
+	struct dirent *de;
+
+	qsort(keep, n, sizeof(int), cmp_int);
+	d = opendir("/proc/self/fd");
+	if (d == NULL)
+		return;
+	while ((de = readdir(d)) != NULL && count < sizeof(fds) / sizeof(fds[0])) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+
+		if (*end != '\0' || end == de->d_name || fd <= 2 || fd == dirfd(d))
+			continue;
+		if (bsearch(&(int){ (int)fd }, keep, n, sizeof(int), cmp_int) == NULL)
+			fds[count++] = (int)fd;
+	}
+	closedir(d);
+	for (size_t i = 0; i < count; i++)
+		close(fds[i]);
+}
+
+static void reset_signals_in_child(void)
+{
+	sigset_t none;
+	int sigs[] = { SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2 };
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_DFL);
+	/* A SIGHUP meant for the master (terminal hangup, a broad kill) must not end workers. */
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* Runs in the child after fork: never returns. */
+static void child_main(struct master *m, unsigned slot, int ctl_fd,
+		       struct worker_listener *wl, size_t n_wl, pid_t parent)
+{
+	struct worker_heritage h = {
+		.slot = slot,
+		.slot_count = m->n_slots,
+		.shm = m->shm,
+		.ctl_fd = ctl_fd,
+		.listeners = wl,
+		.n_listeners = n_wl,
+	};
+	int keep[SHM_MAX_LISTENERS + 2];
+	size_t nk = 0;
+	char name[32];
+
+	/* libev records, per signal, the loop that owns it in process-wide state the child
+	 * inherits: the master's watchers must be detached or the worker's own loop could not
+	 * watch the same signals. (No signalfd is used, so this touches nothing shared.) */
+	ev_signal_stop(m->loop, &m->sighup_w);
+	ev_signal_stop(m->loop, &m->sigterm_w);
+	ev_signal_stop(m->loop, &m->sigint_w);
+	reset_signals_in_child();
+	/* Own process group: a terminal's ^C or a group-wide SIGTERM reaches the master only,
+	 * which then drains and stops the workers in order. */
+	setpgid(0, 0);
+	/* If the master dies the worker must not serve on unsupervised. */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		_exit(1);
+	keep[nk++] = ctl_fd;
+	keep[nk++] = shm_fd(m->shm);
+	for (size_t i = 0; i < n_wl && nk < sizeof(keep) / sizeof(keep[0]); i++)
+		keep[nk++] = wl[i].fd;
+	close_all_but(keep, nk);
+	snprintf(name, sizeof(name), "worker/%u", slot);
+	log_set_procname(name);
+	_exit(worker_run(&h));
+}
+
+static void ctl_cb(struct ev_loop *loop, ev_io *w, int revents);
+
+/* The slot's current listener sockets, as the heritage lists them. */
+static size_t slot_listeners(struct master *m, unsigned slot, struct worker_listener *wl,
+			     size_t cap)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->n_listeners && n < cap; i++) {
+		struct mlistener *l = &m->listeners[i];
+
+		if (l->fds == NULL || l->fds[slot] < 0)
+			continue;
+		wl[n].name = l->name;
+		wl[n].proto = l->proto == CONF_PROTO_TURN_UDP ? WORKER_PROTO_UDP
+							      : WORKER_PROTO_TCP;
+		wl[n].fd = l->fds[slot];
+		n++;
+	}
+	return n;
+}
+
+int supervise_spawn(struct master *m, unsigned slot)
+{
+	struct mworker *w = &m->workers[slot];
+	struct worker_listener *wl;
+	size_t n_wl;
+	int fds[2], rc;
+	pid_t pid, parent = getpid();
+
+	wl = calloc(SHM_MAX_LISTENERS, sizeof(*wl));
+	if (wl == NULL)
+		return -ENOMEM;
+	n_wl = slot_listeners(m, slot, wl, SHM_MAX_LISTENERS);
+	rc = ipc_socketpair(fds);
+	if (rc < 0)
+		goto out;
+	rc = shm_slot_spawning(m->shm, slot, NULL);
+	if (rc < 0) {
+		log_error("master", "slot %u: cannot spawn: %s", slot, strerror(-rc));
+		close(fds[0]);
+		close(fds[1]);
+		goto out;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		rc = -errno;
+		log_error("master", "slot %u: fork: %s", slot, strerror(-rc));
+		close(fds[0]);
+		close(fds[1]);
+		/* No child exists: put the slot back to DEAD so the next try may spawn. */
+		shm_slot_reaped(m->shm, slot);
+		goto out;
+	}
+	if (pid == 0)
+		child_main(m, slot, fds[1], wl, n_wl, parent);
+	close(fds[1]);
+	shm_slot_set_pid(m->shm, slot, pid);
+	w->pid = pid;
+	w->ctl_fd = fds[0];
+	w->state = MW_STARTING;
+	w->started_at = ev_now(m->loop);
+	w->last_pong = w->started_at;
+	w->kill_sent = false;
+	ev_io_init(&w->ctl_io, ctl_cb, w->ctl_fd, EV_READ);
+	w->ctl_io.data = w;
+	ev_io_start(m->loop, &w->ctl_io);
+	log_info("master", "worker %u started (pid %d, %zu listeners)", slot, (int)pid, n_wl);
+	/* A worker forked while draining must refuse new allocations too. */
+	if (m->draining)
+		ipc_send_drain(w->ctl_fd, 1);
+	rc = 0;
+out:
+	free(wl);
+	return rc;
+}
+
+static void ctl_msg(struct mworker *w, const struct ipc_msg *msg)
+{
+	struct ipc_pong pong;
+
+	switch (msg->hdr.type) {
+	case IPC_READY:
+	case IPC_PONG:
+		if (ipc_msg_get(msg, &pong, sizeof(pong)) < 0)
+			return;
+		if (pong.slot != w->slot || pong.pid != w->pid) {
+			log_warn("master", "worker %u: pong claims slot %u pid %d", w->slot,
+				 pong.slot, (int)pong.pid);
+			return;
+		}
+		w->last_pong = ev_now(w->m->loop);
+		if (w->state == MW_STARTING)
+			w->state = MW_RUNNING;
+		break;
+	default:
+		log_warn("master", "worker %u: unexpected %s", w->slot,
+			 ipc_type_name(msg->hdr.type));
+		break;
+	}
+}
+
+static void ctl_close(struct master *m, struct mworker *w)
+{
+	if (w->ctl_fd < 0)
+		return;
+	ev_io_stop(m->loop, &w->ctl_io);
+	close(w->ctl_fd);
+	w->ctl_fd = -1;
+}
+
+static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct mworker *w = io->data;
+	struct ipc_msg *msg = malloc(sizeof(*msg));
+
+	(void)loop;
+	(void)revents;
+	if (msg == NULL)
+		return;
+	/* Bounded: a worker cannot keep the master in this callback forever. */
+	for (int i = 0; i < 64; i++) {
+		int fd, rc = ipc_recv(w->ctl_fd, msg, &fd);
+
+		if (rc == -EAGAIN)
+			break;
+		if (rc == -EPROTO) {
+			log_warn("master", "worker %u: malformed control frame", w->slot);
+			continue;
+		}
+		if (rc < 0) {
+			/* EOF: the worker is exiting; ev_child will tell how. */
+			ctl_close(w->m, w);
+			break;
+		}
+		if (fd >= 0)
+			close(fd);
+		ctl_msg(w, msg);
+	}
+	free(msg);
+}
+
+static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct mworker *w = t->data;
+
+	(void)loop;
+	(void)revents;
+	if (w->m->stopping || w->state != MW_DEAD)
+		return;
+	w->restarts++;
+	if (supervise_spawn(w->m, w->slot) < 0) {
+		ev_timer_set(&w->respawn, BACKOFF_MAX_S, 0.);
+		ev_timer_start(w->m->loop, &w->respawn);
+	}
+}
+
+static void log_exit(const struct mworker *w, int status)
+{
+	if (WIFEXITED(status))
+		log_msg("master", WEXITSTATUS(status) == 0 ? LOG_LVL_INFO : LOG_LVL_ERROR,
+			"worker %u (pid %d) exited with status %d", w->slot, (int)w->pid,
+			WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		log_error("master", "worker %u (pid %d) killed by signal %d (%s)%s", w->slot,
+			  (int)w->pid, WTERMSIG(status), strsignal(WTERMSIG(status)),
+			  WCOREDUMP(status) ? ", core dumped" : "");
+}
+
+static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
+{
+	struct master *m = c->data;
+	struct mworker *w = NULL;
+	double delay, ran;
+
+	(void)revents;
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (m->workers[i].pid == c->rpid)
+			w = &m->workers[i];
+	if (w == NULL)
+		return;
+	log_exit(w, c->rstatus);
+	/* waitpid() returned: the worker can run no more instructions, so its slot may be
+	 * forced offline (it can no longer hold a snapshot pointer). */
+	shm_slot_reaped(m->shm, w->slot);
+	ctl_close(m, w);
+	w->last_status = c->rstatus;
+	w->pid = 0;
+	if (m->stopping) {
+		w->state = MW_STOPPED;
+		return;
+	}
+	w->state = MW_DEAD;
+	ran = ev_now(loop) - w->started_at;
+	if (ran >= BACKOFF_RESET_S)
+		w->backoff_step = 0;
+	delay = BACKOFF_MIN_S;
+	for (unsigned i = 0; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
+		delay *= 2;
+	if (delay > BACKOFF_MAX_S)
+		delay = BACKOFF_MAX_S;
+	w->backoff_step++;
+	log_info("master", "worker %u: respawning in %.1f s", w->slot, delay);
+	ev_timer_set(&w->respawn, delay, 0.);
+	ev_timer_start(loop, &w->respawn);
+}
+
+int supervise_init(struct master *m)
+{
+	m->workers = calloc(m->n_slots, sizeof(*m->workers));
+	if (m->workers == NULL)
+		return -ENOMEM;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+
+		w->m = m;
+		w->slot = i;
+		w->ctl_fd = -1;
+		w->last_status = -1;
+		ev_timer_init(&w->respawn, respawn_cb, 0., 0.);
+		w->respawn.data = w;
+	}
+	ev_child_init(&m->child_w, child_cb, 0, 0);
+	m->child_w.data = m;
+	ev_child_start(m->loop, &m->child_w);
+	return 0;
+}
+
+unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload, size_t len,
+			     int listener_idx)
+{
+	unsigned sent = 0;
+
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+		int fd = -1, rc;
+
+		if (w->ctl_fd < 0)
+			continue;
+		if (listener_idx >= 0)
+			fd = m->listeners[listener_idx].fds[i];
+		rc = ipc_send(w->ctl_fd, type, payload, len, fd);
+		if (rc < 0)
+			log_warn("master", "worker %u: cannot send %s: %s", i, ipc_type_name(type),
+				 strerror(-rc));
+		else
+			sent++;
+	}
+	return sent;
+}
+
+static void kill_worker(struct mworker *w, const char *why)
+{
+	if (w->pid <= 0 || w->kill_sent)
+		return;
+	log_error("master", "worker %u (pid %d) %s: killing it", w->slot, (int)w->pid, why);
+	kill(w->pid, SIGKILL);
+	w->kill_sent = true;
+}
+
+/* A worker that blocks a snapshot grace period too long is stuck inside a callback. */
+static void check_gp_stall(struct master *m)
+{
+	uint64_t age = 0, token;
+	struct timespec ts;
+	unsigned slot = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (shm_qsbr_oldest_pending_ns(m->shm, (uint64_t)ts.tv_sec * 1000000000ull +
+					       (uint64_t)ts.tv_nsec, &age) < 0 ||
+	    age < GP_STALL_KILL_NS)
+		return;
+	token = shm_snap_oldest_token(m->shm);
+	while (token != 0 && shm_qsbr_blocker(m->shm, token, &slot) == 0 && slot < m->n_slots) {
+		kill_worker(&m->workers[slot], "blocks snapshot reclamation");
+		slot++;
+	}
+}
+
+void supervise_tick(struct master *m)
+{
+	double now = ev_now(m->loop);
+
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+
+		if (w->ctl_fd < 0 || (w->state != MW_STARTING && w->state != MW_RUNNING))
+			continue;
+		if (now - w->last_pong > PING_TIMEOUT_S) {
+			kill_worker(w, "does not answer pings");
+			continue;
+		}
+		ipc_send_ping(w->ctl_fd, ++w->ping_seq);
+	}
+	check_gp_stall(m);
+}
+
+void supervise_stop_all(struct master *m, bool immediate)
+{
+	m->stopping = true;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+
+		ev_timer_stop(m->loop, &w->respawn);
+		if (w->pid <= 0) {
+			if (w->state == MW_DEAD || w->state == MW_EMPTY)
+				w->state = MW_STOPPED;
+			continue;
+		}
+		w->state = MW_STOPPING;
+		if (w->ctl_fd >= 0)
+			ipc_send(w->ctl_fd, IPC_STOP, NULL, 0, -1);
+		if (immediate)
+			kill(w->pid, SIGTERM);
+	}
+}
+
+void supervise_kill_all(struct master *m)
+{
+	for (unsigned i = 0; i < m->n_slots; i++)
+		kill_worker(&m->workers[i], "did not stop in time");
+}
+
+bool supervise_all_down(const struct master *m)
+{
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (m->workers[i].pid > 0)
+			return false;
+	return true;
+}
+
+void supervise_free(struct master *m)
+{
+	if (m->workers == NULL)
+		return;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		ctl_close(m, &m->workers[i]);
+		ev_timer_stop(m->loop, &m->workers[i].respawn);
+	}
+	ev_child_stop(m->loop, &m->child_w);
+	free(m->workers);
+	m->workers = NULL;
+}

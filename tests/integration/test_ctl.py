@@ -1,0 +1,83 @@
+"""turngatectl against a running daemon: human output, --json, exit statuses, usage errors."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, free_port,  # noqa: E402
+                           run_tests)
+
+
+def test_ctl_commands(d):
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
+                                   [("udp", port, "TURN-UDP"), ("tcp", port, "TURN-TCP")])
+                    ).start()
+    try:
+        rc, out, err = daemon.ctl("status")
+        check(rc == 0, (rc, err))
+        check("workers:        2 running of 2" in out, out)
+        check("last reload:    ok (startup)" in out, out)
+        check("listener:       udp TURN-UDP 127.0.0.1:%d" % port in out, out)
+
+        rc, out, err = daemon.ctl("--json", "status")
+        check(rc == 0 and json.loads(out)["ok"] is True, out)
+
+        rc, out, err = daemon.ctl("workers")
+        lines = out.strip().split("\n")
+        check(rc == 0 and lines[0].split()[:3] == ["SLOT", "PID", "STATE"], out)
+        check(len(lines) == 3 and all("running" in l for l in lines[1:]), out)
+
+        rc, out, err = daemon.ctl("config")
+        check(rc == 0 and "s3cret" not in out and json.loads(out)["auth"], out)
+
+        rc, out, err = daemon.ctl("allocations", "--user", "u", "--worker", "0")
+        check(rc == 0 and out.split("\n")[0].startswith("ID"), out)
+
+        rc, out, err = daemon.ctl("stats")
+        check(rc == 0 and "client_pkts_in " in out and "allocations 0" in out, out)
+
+        rc, out, err = daemon.ctl("loglevel", "all:DEBUG")
+        check(rc == 0 and out == "log level: all:DEBUG (override)\n", out)
+        rc, out, err = daemon.ctl("loglevel", "bogus:LEVEL:x")
+        check(rc == 1 and "malformed log spec" in err, (rc, err))
+        rc, out, err = daemon.ctl("loglevel", "config")
+        check(rc == 0 and out == "log level: all:INFO (config)\n", out)
+
+        rc, out, err = daemon.ctl("drain")
+        check(rc == 0 and out == "draining: yes, allocations: 0\n", out)
+        rc, out, err = daemon.ctl("drain", "off")
+        check(rc == 0 and out == "draining: no, allocations: 0\n", out)
+
+        rc, out, err = daemon.ctl("disconnect", "--user", "alice")
+        check(rc == 0 and out == "disconnect sent to 2 workers\n", out)
+        rc, out, err = daemon.ctl("disconnect", "3")
+        check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n", err)
+
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 0 and out.startswith("reload ok: generation %d" % (gen + 1)), out)
+
+        # Usage errors never reach the daemon.
+        for args in (["frobnicate"], ["status", "extra"], ["disconnect"],
+                     ["disconnect", "-1"], ["allocations", "--worker", "x"],
+                     ["allocations", "--user"], ["drain", "maybe"]):
+            rc, out, err = daemon.ctl(*args)
+            check(rc == 2 and "usage:" in err, (args, rc, err))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_ctl_no_daemon(d):
+    r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 3 and "cannot connect to the admin socket" in r.stderr, r)
+    r = subprocess.run([TURNGATECTL], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2, r)
+    r = subprocess.run([TURNGATECTL, "--help"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "allocations" in r.stdout, r)
+
+
+if __name__ == "__main__":
+    run_tests([test_ctl_commands, test_ctl_no_daemon])

@@ -1,0 +1,174 @@
+"""Admin socket: every command, malformed input, limits and the socket's permissions."""
+import json
+import os
+import socket
+import stat
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (Daemon, check, config_yaml, free_port, run_tests,  # noqa: E402
+                           stun_binding_udp)
+
+
+def start(d, workers=2, **kw):
+    port = free_port()
+    sock = os.path.join(d, "admin.sock")
+    text = config_yaml(sock, [("udp", port, "TURN-UDP"), ("tcp", port, "TURN-TCP")],
+                       workers=workers, **kw)
+    return Daemon(d, text, workers=workers).start(), port
+
+
+def test_socket_mode_and_stale_file(d):
+    # A stale socket file (no one listening) must be replaced at start.
+    sock = os.path.join(d, "admin.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(sock)
+    s.close()
+    daemon, _ = start(d)
+    try:
+        mode = stat.S_IMODE(os.stat(sock).st_mode)
+        check(mode == 0o600, "admin socket mode is %o, expected 600" % mode)
+    finally:
+        check(daemon.stop() == 0, "exit status")
+    check(not os.path.exists(sock), "socket file left behind after exit")
+
+
+def test_every_command(d):
+    daemon, port = start(d)
+    try:
+        st = daemon.admin({"cmd": "status"})
+        check(st["ok"] is True, st)
+        for key in ("version", "uptime", "generation", "config_source", "last_reload",
+                    "workers", "allocations", "listeners", "pid"):
+            check(key in st, "status lacks %s: %r" % (key, st))
+        check(st["workers"] == {"configured": 2, "running": 2}, st["workers"])
+        check(st["last_reload"]["ok"] is True and st["last_reload"]["trigger"] == "startup",
+              st["last_reload"])
+        check(st["allocations"] == 0, st)
+        check(sorted(l["name"] for l in st["listeners"]) == ["tcp", "udp"], st["listeners"])
+
+        cfg = daemon.admin({"cmd": "config"})
+        check(cfg["ok"] and "s3cret" not in json.dumps(cfg), "secret leaked: %r" % cfg)
+        check("<redacted>" in json.dumps(cfg), "no redaction marker: %r" % cfg)
+
+        w = daemon.admin({"cmd": "workers"})
+        check(w["ok"] and len(w["workers"]) == 2, w)
+        check(all(x["state"] == "running" and x["pid"] > 0 for x in w["workers"]), w)
+
+        check(stun_binding_udp(port) is not None, "no Binding answer")
+        stats = daemon.admin({"cmd": "stats"})
+        check(stats["ok"] and stats["counters"]["stun_binding"] >= 1, stats)
+
+        a = daemon.admin({"cmd": "allocations"})
+        check(a == {"ok": True, "allocations": [], "truncated": False}, a)
+        a = daemon.admin({"cmd": "allocations", "user": "x", "listener": "udp", "worker": 1})
+        check(a["ok"] and a["allocations"] == [], a)
+
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] and r["generation"] == st["generation"] + 1, r)
+
+        ll = daemon.admin({"cmd": "loglevel"})
+        check(ll == {"ok": True, "spec": "all:INFO", "source": "config"}, ll)
+        ll = daemon.admin({"cmd": "loglevel", "spec": "all:DEBUG,turn:TRACE"})
+        check(ll == {"ok": True, "spec": "all:DEBUG,turn:TRACE", "source": "override"}, ll)
+        ll = daemon.admin({"cmd": "loglevel", "spec": "config"})
+        check(ll["source"] == "config", ll)
+
+        dr = daemon.admin({"cmd": "drain"})
+        check(dr["ok"] and dr["draining"] is True, dr)
+        check(daemon.admin({"cmd": "status"})["draining"] is True, "status not draining")
+        dr = daemon.admin({"cmd": "drain", "on": False})
+        check(dr["ok"] and dr["draining"] is False, dr)
+
+        dc = daemon.admin({"cmd": "disconnect", "user": "nobody"})
+        check(dc == {"ok": True, "workers_told": 2}, dc)
+        dc = daemon.admin({"cmd": "disconnect", "id": 0})
+        check(dc == {"ok": False, "error": "no such allocation"}, dc)
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+BAD = [
+    (b"not json\n", "malformed request: expected one JSON object per line"),
+    (b"[1,2]\n", "malformed request: expected a JSON object"),
+    (b"{}\n", "missing \"cmd\" (a string)"),
+    (b"{\"cmd\":5}\n", "missing \"cmd\" (a string)"),
+    (b"{\"cmd\":\"selfdestruct\"}\n", "unknown command"),
+    (b"{\"cmd\":\"status\",\"cmd\":\"status\"}\n",
+     "malformed request: expected one JSON object per line"),
+    (b"{\"cmd\":\"allocations\",\"worker\":-1}\n", None),
+    (b"{\"cmd\":\"allocations\",\"user\":7}\n", None),
+    (b"{\"cmd\":\"disconnect\"}\n", None),
+    (b"{\"cmd\":\"disconnect\",\"id\":\"x\"}\n", None),
+    (b"{\"cmd\":\"disconnect\",\"id\":99999999}\n", None),
+    (b"{\"cmd\":\"disconnect\",\"id\":1,\"user\":\"a\"}\n", None),
+    (b"{\"cmd\":\"disconnect\",\"user\":\"\"}\n", None),
+    (b"{\"cmd\":\"drain\",\"on\":\"yes\"}\n", None),
+    (b"{\"cmd\":\"loglevel\",\"spec\":\"all:LOUD\"}\n",
+     "malformed log spec (expected e.g. \"all:INFO,turn:DEBUG\")"),
+    (b"{\"cmd\":\"loglevel\",\"spec\":[]}\n", None),
+    (b"\x00\xff\xfe garbage\n", "malformed request: expected one JSON object per line"),
+]
+
+
+def test_malformed(d):
+    daemon, port = start(d, workers=1)
+    try:
+        for data, msg in BAD:
+            reply = json.loads(daemon.admin_raw(data))
+            check(reply.get("ok") is False and isinstance(reply.get("error"), str),
+                  "%r -> %r" % (data, reply))
+            if msg is not None:
+                check(reply["error"] == msg, "%r -> %r" % (data, reply))
+        # An overlong line is refused and the connection stays usable.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(daemon.sock)
+        s.sendall(b"{\"cmd\":\"" + b"a" * 20000 + b"\"}\n{\"cmd\":\"status\"}\n")
+        buf = b""
+        while buf.count(b"\n") < 2:
+            chunk = s.recv(65536)
+            check(chunk, "connection closed early: %r" % buf)
+            buf += chunk
+        lines = buf.split(b"\n")
+        check(json.loads(lines[0]) == {"ok": False, "error": "request line too long"},
+              lines[0])
+        check(json.loads(lines[1])["ok"] is True, lines[1])
+        # Pipelined requests are answered in order.
+        s.sendall(b"{\"cmd\":\"workers\"}\n{\"cmd\":\"nope\"}\n")
+        buf = b""
+        while buf.count(b"\n") < 2:
+            chunk = s.recv(65536)
+            check(chunk, "connection closed early")
+            buf += chunk
+        lines = buf.split(b"\n")
+        check("workers" in json.loads(lines[0]), lines[0])
+        check(json.loads(lines[1])["error"] == "unknown command", lines[1])
+        s.close()
+        # Too many clients: the 17th gets an error, the daemon keeps serving.
+        held = []
+        for _ in range(16):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(daemon.sock)
+            held.append(c)
+        extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        extra.settimeout(10)
+        extra.connect(daemon.sock)
+        got = extra.recv(4096)
+        check(b"too many admin clients" in got, got)
+        extra.close()
+        for c in held:
+            c.close()
+        # The daemon notices the closes asynchronously: retry (bounded) until a slot frees.
+        deadline = time.monotonic() + 10
+        while not daemon.admin({"cmd": "status"})["ok"]:
+            check(time.monotonic() < deadline, "admin socket stays full after clients left")
+            time.sleep(0.05)
+        check(stun_binding_udp(port) is not None, "Binding after malformed admin input")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed])

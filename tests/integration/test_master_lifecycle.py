@@ -1,0 +1,113 @@
+"""Supervision and shutdown: kill -9 of a worker, SIGTERM drain, second signal, command line."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (TURNGATED, Daemon, Failure, check, config_yaml,  # noqa: E402
+                           free_port, run_tests, stun_binding_udp)
+
+
+def wait_for(pred, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise Failure("timed out waiting for " + what)
+
+
+def test_kill9_respawns(d):
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
+                                   [("udp", port, "TURN-UDP")])).start()
+    daemon.allowed_deaths = 1
+    try:
+        before = daemon.admin({"cmd": "workers"})["workers"]
+        victim = before[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        # While slot 0 is down, the other worker's socket keeps answering: the kernel only
+        # hands datagrams of the dead worker's socket to nobody, so retry a few times.
+        answered = sum(stun_binding_udp(port, timeout=0.3, tries=1) is not None
+                       for _ in range(10))
+        check(answered > 0, "no Binding answered while one worker was down")
+
+        def respawned():
+            ws = daemon.admin({"cmd": "workers"})["workers"]
+            w0 = ws[0]
+            if w0["pid"] not in (0, victim["pid"]) and w0["state"] == "running":
+                return ws
+            return None
+        ws = wait_for(respawned, "slot 0 to be respawned")
+        check(ws[0]["restarts"] == 1, ws[0])
+        check(ws[0]["last_exit"] == signal.SIGKILL, ws[0])
+        check(ws[1]["pid"] == before[1]["pid"], "the other worker was restarted too")
+        check("killed by signal 9" in daemon.stderr(), "death not logged")
+        for _ in range(5):
+            check(stun_binding_udp(port) is not None, "no answer after respawn")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_sigterm_drains_and_exits_0(d):
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
+                                   [("udp", port, "TURN-UDP")])).start()
+    pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+    daemon.signal(signal.SIGTERM)
+    rc = daemon.wait_exit(timeout=30)
+    check(rc == 0, "exit status %d" % rc)
+    daemon.err.close()
+    daemon.scan()
+    for pid in pids:
+        check(not os.path.exists("/proc/%d" % pid) or
+              open("/proc/%d/stat" % pid).read().split()[2] == "Z",
+              "worker %d outlived the master" % pid)
+    check("draining" in daemon.stderr(), "drain not logged")
+
+
+def test_second_signal_stops_now(d):
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
+                                   [("udp", port, "TURN-UDP")])).start()
+    daemon.signal(signal.SIGTERM)
+    daemon.signal(signal.SIGINT)
+    rc = daemon.wait_exit(timeout=30)
+    check(rc == 0, "exit status %d" % rc)
+    daemon.err.close()
+    daemon.scan()
+
+
+def test_command_line(d):
+    r = subprocess.run([TURNGATED, "-v"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and r.stdout.startswith("turngated "), r)
+    r = subprocess.run([TURNGATED, "-h"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "--udp-thread-num" in r.stdout, r)
+    r = subprocess.run([TURNGATED, "--bogus"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and "usage:" in r.stderr, r)
+    r = subprocess.run([TURNGATED, "--workers", "0"], capture_output=True, text=True,
+                       timeout=30)
+    check(r.returncode == 2 and "worker count" in r.stderr, r)
+    r = subprocess.run([TURNGATED, "-l", "all:NOPE"], capture_output=True, text=True,
+                       timeout=30)
+    check(r.returncode == 2 and "malformed log spec" in r.stderr, r)
+    # --udp-thread-num overrides the config's worker count.
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                                   workers=2), args=["--udp-thread-num=3", "-l", "all:WARN"],
+                    workers=3).start()
+    try:
+        st = daemon.admin({"cmd": "status"})
+        check(st["workers"] == {"configured": 3, "running": 3}, st)
+        ll = daemon.admin({"cmd": "loglevel"})
+        check(ll == {"ok": True, "spec": "all:WARN", "source": "override"}, ll)
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests([test_kill9_respawns, test_sigterm_drains_and_exits_0,
+               test_second_signal_stops_now, test_command_line])

@@ -1,0 +1,111 @@
+"""Reload: an invalid config changes nothing and is reported; listeners are added and removed live."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (Daemon, Failure, check, config_yaml, free_port,  # noqa: E402
+                           run_tests, stun_binding_tcp, stun_binding_udp)
+
+
+def wait_for(pred, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise Failure("timed out waiting for " + what)
+
+
+def test_sighup_invalid_keeps_running(d):
+    port = free_port()
+    sock = os.path.join(d, "admin.sock")
+    good = config_yaml(sock, [("udp", port, "TURN-UDP")])
+    daemon = Daemon(d, good).start()
+    try:
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        # Port out of range: a validation error with a location.
+        daemon.write_config(good.replace("port: %d" % port, "port: 70000"))
+        daemon.signal(signal.SIGHUP)
+        st = wait_for(lambda: (lambda s: s if s["last_reload"]["trigger"] == "SIGHUP"
+                               else None)(daemon.admin({"cmd": "status"})),
+                      "the SIGHUP reload result")
+        check(st["last_reload"]["ok"] is False, st)
+        check(st["generation"] == gen, "generation changed on a failed reload: %r" % st)
+        errs = st["last_reload"]["errors"]
+        check(any("listeners[0].port" in e and "70000" in e for e in errs), errs)
+        check(any(e.startswith(daemon.conf + ":") or "turngate.yaml:" in e for e in errs),
+              "error without file location: %r" % errs)
+        # The old config keeps serving.
+        check(stun_binding_udp(port) is not None, "old listener stopped after a bad reload")
+        # turngatectl reload with the same file: non-zero, errors printed.
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 1, "turngatectl reload exit %d" % rc)
+        check("invalid configuration" in err and "listeners[0].port" in err, err)
+        rc, out, err = daemon.ctl("status")
+        check(rc == 0 and "FAILED (admin)" in out and "70000" in out, out)
+        # YAML syntax error: also rejected.
+        daemon.write_config("version: v1\nlisteners: [\n")
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and r["errors"], r)
+        # Fixing the file makes the next reload succeed.
+        daemon.write_config(good)
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is True and r["generation"] == gen + 1, r)
+        check(stun_binding_udp(port) is not None, "listener gone after a good reload")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_add_and_remove_listener(d):
+    p1, p2 = free_port(), free_port()
+    sock = os.path.join(d, "admin.sock")
+    one = config_yaml(sock, [("udp-a", p1, "TURN-UDP")])
+    two = config_yaml(sock, [("udp-a", p1, "TURN-UDP"), ("udp-b", p2, "TURN-UDP"),
+                             ("tcp-b", p2, "TURN-TCP")])
+    daemon = Daemon(d, one).start()
+    try:
+        check(stun_binding_udp(p1) is not None, "first listener does not answer")
+        check(stun_binding_udp(p2, timeout=0.5, tries=1) is None, "p2 answers before added")
+        daemon.write_config(two)
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda: len(daemon.admin({"cmd": "status"})["listeners"]) == 3,
+                 "three listeners")
+        # Every worker got the new sockets: several Bindings (spread by reuseport) answer.
+        for _ in range(6):
+            check(stun_binding_udp(p2) is not None, "added UDP listener does not answer")
+            check(stun_binding_tcp(p2) is not None, "added TCP listener does not answer")
+        check(stun_binding_udp(p1) is not None, "untouched listener stopped")
+        # Remove the first listener via the admin socket.
+        daemon.write_config(config_yaml(sock, [("udp-b", p2, "TURN-UDP"),
+                                               ("tcp-b", p2, "TURN-TCP")]))
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 0 and out.startswith("reload ok"), (rc, out, err))
+        names = sorted(l["name"] for l in daemon.admin({"cmd": "status"})["listeners"])
+        check(names == ["tcp-b", "udp-b"], names)
+        check(stun_binding_udp(p1, timeout=0.5, tries=2) is None, "removed listener answers")
+        check(stun_binding_udp(p2) is not None, "kept listener stopped")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_watch_reload(d):
+    p1, p2 = free_port(), free_port()
+    sock = os.path.join(d, "admin.sock")
+    daemon = Daemon(d, config_yaml(sock, [("a", p1, "TURN-UDP")]), args=["-w"]).start()
+    try:
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        daemon.write_config(config_yaml(sock, [("a", p1, "TURN-UDP"), ("b", p2, "TURN-UDP")]))
+        st = wait_for(lambda: (lambda s: s if s["generation"] > gen else None)(
+            daemon.admin({"cmd": "status"})), "an inotify reload")
+        check(st["last_reload"]["trigger"] == "inotify", st["last_reload"])
+        check(stun_binding_udp(p2) is not None, "listener added by -w does not answer")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests([test_sighup_invalid_keeps_running, test_add_and_remove_listener,
+               test_watch_reload])
