@@ -1,6 +1,7 @@
 /* Integration tests of the relay against the real turngated: every TURN method and error
  * code, UDP/TCP/IPv6 transports, asymmetric and symmetric relaying, the peer allowlist.
- * Run with 2 workers (TG_WORKERS overrides) so cross-worker relaying is exercised. */
+ * The group runs with 1 worker and with 2 (TG_WORKERS=N runs one), so cross-worker
+ * relaying is exercised. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -110,10 +111,7 @@ static int fx_config(struct fx *f)
 
 static int group_setup(void **state)
 {
-	const char *nw = getenv("TG_WORKERS");
-
 	(void)state;
-	g.workers = nw ? (unsigned)atoi(nw) : 2;
 	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0 ||
 	    harness_echo_start("127.0.0.1", 0, &g.echo2) < 0 ||
 	    harness_echo_start("::1", 0, &g.echo6) < 0)
@@ -714,5 +712,16 @@ int main(void)
 		cmocka_unit_test(test_ipv6),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	const char *nw = getenv("TG_WORKERS");
+	int failed = 0;
+
+	/* The whole group with 1 worker, then with 2 (TG_WORKERS picks one). */
+	for (unsigned workers = 1; workers <= 2; workers++) {
+		if (nw && (unsigned)atoi(nw) != workers)
+			continue;
+		g.workers = workers;
+		fprintf(stderr, "==== turngated with %u worker(s)\n", workers);
+		failed += cmocka_run_group_tests(tests, group_setup, group_teardown);
+	}
+	return failed ? 1 : 0;
 }

@@ -1,0 +1,415 @@
+/* Integration tests of the relay's limits and lifetimes against the real turngated: expiry
+ * of allocations, permissions, channels and nonces with short configured lifetimes,
+ * per-user quota (486), relay port exhaustion (508), EVEN-PORT/RESERVATION-TOKEN, drain
+ * with ALTERNATE-SERVER (300), and a STUNner config used unchanged.
+ *
+ * Lifetimes are seconds long and the waits leave a margin of a second or more on each
+ * side, so scheduling noise cannot flip a verdict. One worker, so that a reservation is
+ * always redeemed on the worker holding it. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "stun/stun.h"
+#include "tests/integration/harness.h"
+
+#define RELAY_MIN 51000
+#define RELAY_MAX 51009		/* 10 ports: exhaustion is reachable */
+
+struct fx {
+	struct harness h;
+	struct harness_echo echo;
+	uint16_t port;
+	struct sockaddr_storage srv;
+};
+
+static struct fx g;
+
+static struct sockaddr *sa(struct sockaddr_storage *s)
+{
+	return (struct sockaddr *)s;
+}
+
+static uint16_t port_of(const struct sockaddr_storage *s)
+{
+	return ntohs(((const struct sockaddr_in *)s)->sin_port);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static void client(struct hturn *c, const char *user)
+{
+	assert_int_equal(hturn_open(c, sa(&g.srv), false), 0);
+	hturn_set_user(c, user, "pw");
+}
+
+static bool echo_roundtrip(struct hturn *c, uint16_t ch, const char *payload)
+{
+	char buf[128];
+	uint16_t got;
+	int n;
+
+	if (ch)
+		assert_int_equal(hturn_chan_send(c, ch, payload, strlen(payload)), 0);
+	else
+		assert_int_equal(hturn_send(c, sa(&g.echo.addr), payload, strlen(payload)), 0);
+	n = hturn_recv_data(c, buf, sizeof(buf), &got, NULL, 800);
+	return n == (int)strlen(payload) && memcmp(buf, payload, (size_t)n) == 0;
+}
+
+static int limits_setup(void **state)
+{
+	char yaml[4096];
+	char users[1024] = "";
+
+	(void)state;
+	for (int i = 0; i < 8; i++) {
+		size_t n = strlen(users);
+
+		snprintf(users + n, sizeof(users) - n,
+			 "    - username: u%d\n      password: pw\n", i);
+	}
+	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
+		return -1;
+	g.port = harness_free_port();
+	harness_addr("127.0.0.4", g.port, &g.srv);
+	snprintf(yaml, sizeof(yaml),
+		 "version: v1\n"
+		 "admin:\n"
+		 "  healthcheck_endpoint: \"\"\n"
+		 "  admin_socket: %s\n"
+		 "  relay_port_min: %d\n"
+		 "  relay_port_max: %d\n"
+		 "  drain_timeout: 2\n"
+		 "  alternate_server: 127.0.0.5:3478\n"
+		 "auth:\n"
+		 "  type: static\n"
+		 "  realm: limits.example\n"
+		 "  users:\n%s"
+		 "limits:\n"
+		 "  user_quota: 2\n"
+		 "  allocation_lifetime: 3\n"
+		 "  max_allocation_lifetime: 4\n"
+		 "  permission_lifetime: 1\n"
+		 "  channel_lifetime: 2\n"
+		 "  nonce_lifetime: 2\n"
+		 "listeners:\n"
+		 "  - name: udp\n"
+		 "    protocol: TURN-UDP\n"
+		 "    address: 127.0.0.4\n"
+		 "    port: %u\n"
+		 "    routes: [peers]\n"
+		 "clusters:\n"
+		 "  - name: peers\n"
+		 "    type: STATIC\n"
+		 "    endpoints: [\"127.0.0.1\"]\n",
+		 g.h.sock, RELAY_MIN, RELAY_MAX, users, g.port);
+	if (harness_write_config(&g.h, yaml) < 0)
+		return -1;
+	return harness_start(&g.h, 1, sa(&g.srv)) == 0 ? 0 : -1;
+}
+
+static int limits_teardown(void **state)
+{
+	int rc;
+
+	(void)state;
+	rc = harness_stop(&g.h);
+	harness_echo_stop(&g.echo);
+	harness_cleanup(&g.h);
+	return rc;
+}
+
+static void test_allocation_expiry(void **state)
+{
+	struct hturn c;
+
+	(void)state;
+	client(&c, "u0");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(c.lifetime, 3);	/* configured default */
+	sleep_ms(4500);
+	/* The timing wheel ended it: 437 (after a 438 for the aged nonce, answered). */
+	assert_int_equal(hturn_refresh(&c, 3), 437);
+	/* its relay port went back to the pool: a new allocation works */
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
+static void test_permission_and_channel_expiry(void **state)
+{
+	struct hturn c;
+
+	(void)state;
+	client(&c, "u0");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
+	assert_true(echo_roundtrip(&c, 0, "fresh"));
+	sleep_ms(2200);				/* permission (1 s) is gone */
+	assert_int_equal(hturn_refresh(&c, 4), 0);
+	assert_false(echo_roundtrip(&c, 0, "expired-permission"));
+	assert_int_equal(hturn_channel_bind(&c, 0x4321, sa(&g.echo.addr)), 0);
+	assert_true(echo_roundtrip(&c, 0x4321, "channel"));
+	sleep_ms(3000);				/* channel (2 s) and its permission are gone */
+	assert_int_equal(hturn_refresh(&c, 4), 0);
+	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
+	assert_false(echo_roundtrip(&c, 0x4321, "expired-channel"));
+	assert_true(echo_roundtrip(&c, 0, "permission-again"));
+	/* the expired channel number is free again */
+	assert_int_equal(hturn_channel_bind(&c, 0x4321, sa(&g.echo.addr)), 0);
+	assert_true(echo_roundtrip(&c, 0x4321, "rebound"));
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
+static void test_stale_nonce_438(void **state)
+{
+	struct hturn c;
+	struct stun_msg m;
+	char old[128];
+
+	(void)state;
+	client(&c, "u1");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	snprintf(old, sizeof(old), "%s", c.nonce);
+	sleep_ms(3000);				/* nonce lifetime 2 s */
+	assert_int_equal(hturn_refresh(&c, 4), 0);
+	c.no_retry = true;
+	snprintf(c.nonce, sizeof(c.nonce), "%s", old);
+	assert_int_equal(hturn_refresh(&c, 4), 438);
+	assert_int_equal(stun_msg_parse(&m, c.resp, c.resp_len), 0);
+	assert_true(stun_msg_has(&m, STUN_ATTR_NONCE));
+	assert_true(stun_msg_has(&m, STUN_ATTR_REALM));
+	c.no_retry = false;
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
+static void test_user_quota_486(void **state)
+{
+	struct hturn c[3];
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		client(&c[i], "u2");
+	assert_int_equal(hturn_allocate(&c[0], NULL, NULL), 0);
+	assert_int_equal(hturn_allocate(&c[1], NULL, NULL), 0);
+	assert_int_equal(hturn_allocate(&c[2], NULL, NULL), 486);
+	assert_int_equal(hturn_refresh(&c[0], 0), 0);
+	assert_int_equal(hturn_allocate(&c[2], NULL, NULL), 0);
+	assert_int_equal(hturn_refresh(&c[1], 0), 0);
+	assert_int_equal(hturn_refresh(&c[2], 0), 0);
+	for (int i = 0; i < 3; i++)
+		hturn_close(&c[i]);
+}
+
+static void even_port_r(struct stun_builder *b, void *arg)
+{
+	stun_build_even_port(b, arg != NULL);
+}
+
+static void with_token(struct stun_builder *b, void *arg)
+{
+	stun_build_reservation_token(b, *(uint64_t *)arg);
+}
+
+static void token_and_even(struct stun_builder *b, void *arg)
+{
+	stun_build_reservation_token(b, *(uint64_t *)arg);
+	stun_build_even_port(b, false);
+}
+
+static void test_even_port_reservation(void **state)
+{
+	struct hturn a, b, e;
+	struct stun_msg m;
+	uint64_t token = 0, bogus = 0x0123456789abcdefull;
+
+	(void)state;
+	client(&e, "u3");
+	assert_int_equal(hturn_allocate(&e, even_port_r, NULL), 0);
+	assert_int_equal(port_of(&e.relay) % 2, 0);
+	client(&a, "u3");
+	assert_int_equal(hturn_allocate(&a, even_port_r, (void *)1), 0);
+	assert_int_equal(port_of(&a.relay) % 2, 0);
+	assert_int_equal(stun_msg_parse(&m, a.resp, a.resp_len), 0);
+	assert_int_equal(stun_msg_get_reservation_token(&m, &token), 0);
+	client(&b, "u4");
+	assert_int_equal(hturn_allocate(&b, token_and_even, &token), 400);
+	assert_int_equal(hturn_allocate(&b, with_token, &bogus), 508);
+	assert_int_equal(hturn_allocate(&b, with_token, &token), 0);
+	assert_int_equal(port_of(&b.relay), port_of(&a.relay) + 1);
+	assert_int_equal(hturn_refresh(&a, 0), 0);
+	assert_int_equal(hturn_refresh(&b, 0), 0);
+	assert_int_equal(hturn_refresh(&e, 0), 0);
+	hturn_close(&a);
+	hturn_close(&b);
+	hturn_close(&e);
+}
+
+static void test_no_relay_port_508(void **state)
+{
+	struct hturn c[12];
+	int ok = 0, n;
+
+	(void)state;
+	for (n = 0; n < 12; n++) {
+		int rc;
+		char user[8];
+
+		snprintf(user, sizeof(user), "u%d", n / 2 + 2);
+		client(&c[n], user);
+		rc = hturn_allocate(&c[n], NULL, NULL);
+		if (rc == 508)
+			break;
+		assert_int_equal(rc, 0);
+		ok++;
+	}
+	assert_int_equal(ok, RELAY_MAX - RELAY_MIN + 1);
+	assert_int_equal(n, ok);
+	for (int i = 0; i < ok; i++)
+		assert_int_equal(hturn_refresh(&c[i], 0), 0);
+	/* all returned: the failed client now succeeds */
+	assert_int_equal(hturn_allocate(&c[n], NULL, NULL), 0);
+	assert_int_equal(hturn_refresh(&c[n], 0), 0);
+	for (int i = 0; i <= n; i++)
+		hturn_close(&c[i]);
+}
+
+/* SIGTERM makes the master drain: new Allocates get 300 with ALTERNATE-SERVER, live
+ * allocations keep working. Must run last in the group. */
+static void test_drain_alternate_server(void **state)
+{
+	struct hturn c, d;
+	struct stun_msg m;
+	struct sockaddr_storage alt;
+	char ip[64];
+	int rc = -1;
+
+	(void)state;
+	client(&c, "u0");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	kill(g.h.pid, SIGTERM);
+	client(&d, "u1");
+	for (int i = 0; i < 20 && rc != 300; i++) {
+		rc = hturn_allocate(&d, NULL, NULL);
+		if (rc == 0)
+			assert_int_equal(hturn_refresh(&d, 0), 0);
+		if (rc != 300)
+			sleep_ms(50);
+	}
+	assert_int_equal(rc, 300);
+	assert_int_equal(stun_msg_parse(&m, d.resp, d.resp_len), 0);
+	assert_int_equal(stun_msg_get_addr(&m, STUN_ATTR_ALTERNATE_SERVER, &alt), 0);
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&alt)->sin_addr, ip, sizeof(ip));
+	assert_string_equal(ip, "127.0.0.5");
+	assert_int_equal(port_of(&alt), 3478);
+	assert_int_equal(hturn_refresh(&c, 4), 0);	/* existing allocation still served */
+	hturn_close(&c);
+	hturn_close(&d);
+}
+
+/* ---- a STUNner config, unchanged (only STUNner keys; $STUNNER_ADDR expanded) ---- */
+
+static int stunner_setup(void **state)
+{
+	char yaml[2048];
+
+	(void)state;
+	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
+		return -1;
+	g.port = harness_free_port();
+	harness_addr("127.0.0.4", g.port, &g.srv);
+	setenv("STUNNER_ADDR", "127.0.0.4", 1);
+	snprintf(yaml, sizeof(yaml),
+		 "version: v1\n"
+		 "admin:\n"
+		 "  name: stunner/stunnerd\n"
+		 "  loglevel: all:INFO\n"
+		 "  healthcheck_endpoint: \"\"\n"
+		 "auth:\n"
+		 "  type: plaintext\n"
+		 "  realm: stunner.l7mp.io\n"
+		 "  credentials:\n"
+		 "    username: user1\n"
+		 "    password: pw\n"
+		 "listeners:\n"
+		 "  - name: stunner/udp-gateway/udp-listener\n"
+		 "    protocol: TURN-UDP\n"
+		 "    public_address: 203.0.113.10\n"
+		 "    public_port: 3478\n"
+		 "    address: \"$STUNNER_ADDR\"\n"
+		 "    port: %u\n"
+		 "    routes:\n"
+		 "      - stunner/media-plane\n"
+		 "clusters:\n"
+		 "  - name: stunner/media-plane\n"
+		 "    type: STATIC\n"
+		 "    protocol: udp\n"
+		 "    endpoints:\n"
+		 "      - 127.0.0.1\n",
+		 g.port);
+	if (harness_write_config(&g.h, yaml) < 0)
+		return -1;
+	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
+}
+
+static void test_stunner_config(void **state)
+{
+	struct hturn c;
+	char ip[64];
+
+	(void)state;
+	client(&c, "user1");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&c.relay)->sin_addr, ip, sizeof(ip));
+	assert_string_equal(ip, "127.0.0.4");
+	assert_int_equal(c.lifetime, 600);
+	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
+	assert_int_equal(hturn_channel_bind(&c, 0x4000, sa(&g.echo.addr)), 0);
+	assert_true(echo_roundtrip(&c, 0x4000, "stunner"));
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest limits[] = {
+		cmocka_unit_test(test_allocation_expiry),
+		cmocka_unit_test(test_permission_and_channel_expiry),
+		cmocka_unit_test(test_stale_nonce_438),
+		cmocka_unit_test(test_user_quota_486),
+		cmocka_unit_test(test_even_port_reservation),
+		cmocka_unit_test(test_no_relay_port_508),
+		cmocka_unit_test(test_drain_alternate_server),
+	};
+	const struct CMUnitTest stunner[] = {
+		cmocka_unit_test(test_stunner_config),
+	};
+	int failed = 0;
+
+	failed += cmocka_run_group_tests_name("limits", limits, limits_setup, limits_teardown);
+	failed += cmocka_run_group_tests_name("stunner", stunner, stunner_setup, limits_teardown);
+	return failed ? 1 : 0;
+}
