@@ -126,6 +126,7 @@ static void test_portpool_shares(void **state)
 	assert_int_equal(port % 2, 0);
 	assert_int_equal(portpool_take(&p1, port + 1), -EADDRINUSE);
 	assert_int_equal(portpool_take(&p1, 50000), -ERANGE);
+	portpool_destroy(&p0);
 	assert_int_equal(portpool_init(&p0, 10, 5, 0, 1), -EINVAL);
 	assert_int_equal(portpool_init(&p0, 10, 10, 0, 2), -EINVAL);
 	portpool_destroy(&p1);
