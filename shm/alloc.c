@@ -97,16 +97,18 @@ int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_al
 		return -ENOSPC;
 	/* Each slot starts in its own partition, so workers rarely contend for a line;
 	 * the hint makes repeated claims O(1) while the partition has room. */
-	start = CMM_LOAD_SHARED(s->alloc_hint);
-	if (start >= cap)
+	start = CMM_LOAD_SHARED(s->alloc_hint);	/* next start + 1, 0 = unset */
+	if (start == 0 || start > cap)
 		start = (uint32_t)((uint64_t)cap * slot / shm->cfg.n_slots);
+	else
+		start--;
 	for (uint32_t n = 0; n < cap; n++) {
 		uint32_t i = (uint32_t)(((uint64_t)start + n) % cap);
 		struct shm_alloc *r = shm_alloc_at(shm, i);
 
 		if (!try_claim(r, slot))
 			continue;
-		CMM_STORE_SHARED(s->alloc_hint, i + 1 < cap ? i + 1 : 0);
+		CMM_STORE_SHARED(s->alloc_hint, i + 2 <= cap ? i + 2 : 1);
 		if (idx != NULL)
 			*idx = i;
 		if (rec != NULL)

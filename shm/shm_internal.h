@@ -52,7 +52,7 @@ struct shm_slot {
 	uint32_t state;                      /* enum shm_slot_state */
 	uint64_t incarnation;                /* master, at spawn */
 	uint64_t heartbeat_ns;               /* worker */
-	uint32_t alloc_hint;                 /* worker: where its next claim search starts */
+	uint32_t alloc_hint;                 /* worker: next claim search start + 1, 0 unset */
 	uint32_t pad0;
 	_Alignas(SHM_CL) struct shm_counters ctr;   /* worker; master only while slot is dead */
 };

@@ -437,6 +437,7 @@ static void test_alloc_lifecycle(void **state)
 	assert_non_null(copy);
 	assert_int_equal(shm_alloc_capacity(shm), 4);
 	assert_int_equal(shm_alloc_claim(shm, 1, &idx, &r), 0);
+	assert_int_equal(idx, 2);	/* slot 1 starts in its own half of the table */
 	assert_int_equal(r->gen, 1);
 	assert_int_equal(r->owner, 1);
 	assert_int_equal(shm_alloc_is_torn(shm, idx, &torn, &owner), 0);
