@@ -370,6 +370,9 @@ void stun_build_password_algorithms(struct stun_builder *b, const uint16_t *algs
 void stun_build_integrity(struct stun_builder *b, const uint8_t *key, size_t key_len);
 /* Appends MESSAGE-INTEGRITY-SHA256 (full 32 bytes). May follow MESSAGE-INTEGRITY. */
 void stun_build_integrity_sha256(struct stun_builder *b, const uint8_t *key, size_t key_len);
+/* Same with the value truncated to len bytes (16..32, multiple of 4; else -EINVAL). */
+void stun_build_integrity_sha256_len(struct stun_builder *b, const uint8_t *key,
+				     size_t key_len, size_t len);
 /* Appends FINGERPRINT; nothing may follow. */
 void stun_build_fingerprint(struct stun_builder *b);
 

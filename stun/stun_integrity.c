@@ -154,10 +154,21 @@ void stun_build_integrity(struct stun_builder *b, const uint8_t *key, size_t key
 		  key_len);
 }
 
+void stun_build_integrity_sha256_len(struct stun_builder *b, const uint8_t *key,
+				     size_t key_len, size_t len)
+{
+	if (len < 16 || len > 32 || (len & 3) != 0) {
+		if (b->err == 0)
+			b->err = -EINVAL;
+		return;
+	}
+	build_mac(b, STUN_ATTR_MESSAGE_INTEGRITY_SHA256, "SHA256", len, STAGE_AFTER_MI,
+		  STAGE_AFTER_MI256, key, key_len);
+}
+
 void stun_build_integrity_sha256(struct stun_builder *b, const uint8_t *key, size_t key_len)
 {
-	build_mac(b, STUN_ATTR_MESSAGE_INTEGRITY_SHA256, "SHA256", 32, STAGE_AFTER_MI,
-		  STAGE_AFTER_MI256, key, key_len);
+	stun_build_integrity_sha256_len(b, key, key_len, 32);
 }
 
 void stun_build_fingerprint(struct stun_builder *b)

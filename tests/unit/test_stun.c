@@ -628,6 +628,41 @@ static void t_after_integrity(void **state)
 	assert_int_equal(stun_msg_check_integrity(&m, key, 6), 0);
 }
 
+static void t_sha256_truncated_and_after(void **state)
+{
+	uint8_t buf[256];
+	struct stun_builder b;
+	struct stun_msg m;
+	size_t len;
+	uint32_t u32;
+	const uint8_t key[] = "k256";
+
+	stun_build_init(&b, buf, sizeof(buf), STUN_REFRESH, STUN_REQUEST, tid0);
+	stun_build_lifetime(&b, 5);
+	stun_build_integrity_sha256_len(&b, key, 4, 16);
+	assert_int_equal(stun_build_finish(&b, &len), 0);
+	assert_int_equal(len, 20 + 8 + 20);
+	/* After MESSAGE-INTEGRITY-SHA256: a second LIFETIME and an MI are ignored. */
+	static const uint8_t tail[] = { 0x00, 0x0d, 0x00, 0x04, 0, 0, 0, 9,
+					0x00, 0x08, 0x00, 0x14, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+					11, 12, 13, 14, 15, 16, 17, 18, 19, 20 };
+	memcpy(buf + len, tail, sizeof(tail));
+	len += sizeof(tail);
+	buf[2] = (uint8_t)((len - 20) >> 8);
+	buf[3] = (uint8_t)(len - 20);
+	assert_int_equal(stun_msg_parse(&m, buf, len), 0);
+	assert_int_equal(stun_msg_get_lifetime(&m, &u32), 0);
+	assert_int_equal(u32, 5);
+	assert_false(stun_msg_has(&m, STUN_ATTR_MESSAGE_INTEGRITY));
+	assert_int_equal(stun_msg_check_integrity_sha256(&m, key, 4), 0);
+	assert_int_equal(stun_msg_check_integrity_sha256(&m, key, 3), -EACCES);
+	assert_int_equal(m.fp_off, 0);
+	/* Bad truncation lengths are refused by the builder. */
+	stun_build_init(&b, buf, sizeof(buf), STUN_REFRESH, STUN_REQUEST, tid0);
+	stun_build_integrity_sha256_len(&b, key, 4, 18);
+	assert_int_equal(stun_build_finish(&b, &len), -EINVAL);
+}
+
 static void t_duplicates_unknown_peers(void **state)
 {
 	uint8_t buf[1024];
@@ -704,6 +739,7 @@ int main(void)
 		cmocka_unit_test(t_bad_attrs),
 		cmocka_unit_test(t_length_limits),
 		cmocka_unit_test(t_after_integrity),
+		cmocka_unit_test(t_sha256_truncated_and_after),
 		cmocka_unit_test(t_duplicates_unknown_peers),
 		cmocka_unit_test(t_bad_fingerprint),
 		cmocka_unit_test(t_tid_random),
