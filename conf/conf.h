@@ -219,6 +219,10 @@ int conf_load_default(const struct conf_load_opts *opts, struct conf **out);
  * for none, a note. Used by turngated when it starts with the embedded default. */
 void conf_print_credential_help(const struct conf *cfg, int64_t now, FILE *out);
 
+/* TURN REST API (ephemeral) password for username: base64(HMAC-SHA1(secret, username)),
+ * 28 characters plus NUL in out. Returns 0 or -EIO. Any process. */
+int conf_mint_password(const char *secret, const char *username, char out[29]);
+
 /* Destructor; accepts NULL. Wipes secrets. */
 void conf_free(struct conf *cfg);
 

@@ -1,0 +1,362 @@
+/* Address grammar for configs: IPs, prefixes, endpoints with port ranges, canonical forms, special ranges. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf_internal.h"
+
+int conf_parse_ip(const char *s, int *family, uint8_t addr[16])
+{
+	memset(addr, 0, 16);
+	if (inet_pton(AF_INET, s, addr) == 1) {
+		*family = AF_INET;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, s, addr) == 1) {
+		*family = AF_INET6;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static void prefix_mask(struct conf_prefix *p, bool *host_bits)
+{
+	size_t nbytes = p->family == AF_INET ? 4 : 16;
+	for (size_t i = 0; i < nbytes; i++) {
+		unsigned keep = p->len >= (i + 1) * 8 ? 8 : p->len > i * 8 ? p->len - i * 8 : 0;
+		uint8_t mask = keep ? (uint8_t)(0xffu << (8 - keep)) : 0;
+		if ((p->addr[i] & (uint8_t)~mask) && host_bits)
+			*host_bits = true;
+		p->addr[i] &= mask;
+	}
+}
+
+/* Embedded-IPv4 forms a peer can use to reach an IPv4 host through an IPv6 address.
+ * off: where the IPv4 part starts; plen: bits that identify the form. */
+struct v4_embed {
+	uint8_t pfx[12];
+	uint8_t plen, off;
+};
+
+static const struct v4_embed embeds[] = {
+	{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 96, 12},  /* ::ffff:0:0/96 mapped */
+	{{0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0}, 96, 12}, /* 64:ff9b::/96 NAT64 */
+	{{0x20, 0x02}, 16, 2},                                    /* 2002::/16 6to4 */
+	{{0}, 96, 12},                                            /* ::/96 compatible */
+};
+
+static bool bits_equal(const uint8_t *a, const uint8_t *b, unsigned bits)
+{
+	unsigned full = bits / 8, rem = bits % 8;
+	if (memcmp(a, b, full) != 0)
+		return false;
+	if (rem == 0)
+		return true;
+	uint8_t mask = (uint8_t)(0xffu << (8 - rem));
+	return (a[full] & mask) == (b[full] & mask);
+}
+
+/* Which embedding (if any) an IPv6 address uses. :: and ::1 are left as IPv6: they are
+ * special themselves and would otherwise read as 0.0.0.0 / 0.0.0.1 (also special). */
+static const struct v4_embed *embed_of(const uint8_t a[16])
+{
+	for (size_t i = 0; i < sizeof(embeds) / sizeof(embeds[0]); i++)
+		if (bits_equal(a, embeds[i].pfx, embeds[i].plen))
+			return &embeds[i];
+	return NULL;
+}
+
+void conf_canon_addr(int *family, uint8_t addr[16])
+{
+	if (*family != AF_INET6)
+		return;
+	const struct v4_embed *e = embed_of(addr);
+	if (e == NULL)
+		return;
+	uint8_t v4[4];
+	memcpy(v4, addr + e->off, 4);
+	if (e == &embeds[3]) {
+		/* compatible form: keep :: and ::1 as IPv6 */
+		static const uint8_t zero3[3];
+		if (memcmp(v4, zero3, 3) == 0 && v4[3] <= 1)
+			return;
+	}
+	memset(addr, 0, 16);
+	memcpy(addr, v4, 4);
+	*family = AF_INET;
+}
+
+/* A prefix converts to IPv4 only when it fixes the whole embedding prefix. */
+void conf_canon_prefix(struct conf_prefix *p)
+{
+	if (p->family != AF_INET6)
+		return;
+	const struct v4_embed *e = embed_of(p->addr);
+	if (e == NULL || p->len < e->off * 8 || (e->off == 12 && p->len < 96))
+		return;
+	unsigned v4len = p->len - e->off * 8u;
+	if (v4len > 32) /* 6to4 /48+ carries subnet bits after the IPv4 part */
+		v4len = 32;
+	int fam = AF_INET6;
+	uint8_t a[16];
+	memcpy(a, p->addr, 16);
+	conf_canon_addr(&fam, a);
+	if (fam != AF_INET)
+		return;
+	p->family = AF_INET;
+	memcpy(p->addr, a, 16);
+	p->len = (uint8_t)v4len;
+	prefix_mask(p, NULL);
+}
+
+int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits)
+{
+	char ip[INET6_ADDRSTRLEN + 8];
+	const char *slash = strchr(s, '/');
+	size_t iplen = slash ? (size_t)(slash - s) : strlen(s);
+	if (iplen >= sizeof(ip) || iplen == 0)
+		return -EINVAL;
+	memcpy(ip, s, iplen);
+	ip[iplen] = '\0';
+	char *ipp = ip;
+	if (ip[0] == '[' && iplen > 2 && ip[iplen - 1] == ']') { /* ours: [v6] form */
+		ip[iplen - 1] = '\0';
+		ipp++;
+	}
+	memset(out, 0, sizeof(*out));
+	if (conf_parse_ip(ipp, &out->family, out->addr) != 0)
+		return -EINVAL;
+	unsigned max = out->family == AF_INET ? 32 : 128;
+	out->len = (uint8_t)max;
+	if (slash != NULL) {
+		const char *l = slash + 1;
+		size_t n = strspn(l, "0123456789");
+		if (n == 0 || n > 3 || l[n] != '\0')
+			return -EINVAL;
+		unsigned v = (unsigned)atoi(l);
+		if (v > max)
+			return -ERANGE;
+		out->len = (uint8_t)v;
+	}
+	if (host_bits)
+		*host_bits = false;
+	prefix_mask(out, host_bits);
+	conf_canon_prefix(out);
+	return 0;
+}
+
+static int parse_port(const char *s, size_t n, uint16_t *out)
+{
+	if (n == 0 || n > 5)
+		return -EINVAL;
+	unsigned v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		v = v * 10 + (unsigned)(s[i] - '0');
+	}
+	if (v > 65535)
+		return -ERANGE;
+	*out = (uint16_t)v;
+	return 0;
+}
+
+/* Splits "<addr>:<min-max>" (STUNner's literal angle brackets). */
+int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t *max,
+			  bool *has_range, char *err, size_t errlen)
+{
+	size_t len = strlen(s);
+	*iplen = len;
+	*has_range = false;
+	*min = 1;
+	*max = 65535;
+	if (len == 0 || s[len - 1] != '>')
+		return 0;
+	const char *lt = strstr(s, ":<");
+	while (lt != NULL && strstr(lt + 2, ":<") != NULL)
+		lt = strstr(lt + 2, ":<");
+	if (lt == NULL) {
+		snprintf(err, errlen, "malformed port range (expected ADDR:<MIN-MAX>)");
+		return -EINVAL;
+	}
+	const char *r = lt + 2, *dash = strchr(r, '-'), *end = s + len - 1;
+	if (dash == NULL || dash > end || parse_port(r, (size_t)(dash - r), min) == -EINVAL ||
+	    parse_port(dash + 1, (size_t)(end - dash - 1), max) == -EINVAL) {
+		snprintf(err, errlen, "malformed port range '%s' (expected :<MIN-MAX>)", lt);
+		return -EINVAL;
+	}
+	if (parse_port(r, (size_t)(dash - r), min) != 0 ||
+	    parse_port(dash + 1, (size_t)(end - dash - 1), max) != 0) {
+		snprintf(err, errlen, "port range '%s' is out of range (0..65535)", lt);
+		return -EINVAL;
+	}
+	if (*min > *max) {
+		snprintf(err, errlen, "port range %u-%u is empty (expected MIN <= MAX)", *min,
+			 *max);
+		return -EINVAL;
+	}
+	*iplen = (size_t)(lt - s);
+	*has_range = true;
+	return 0;
+}
+
+int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size_t errlen)
+{
+	size_t iplen;
+	bool has_range, host_bits = false;
+	if (conf_split_port_range(s, &iplen, &ep->port_min, &ep->port_max, &has_range, err,
+				  errlen) != 0)
+		return -EINVAL;
+	char buf[INET6_ADDRSTRLEN + 16];
+	if (iplen == 0 || iplen >= sizeof(buf)) {
+		snprintf(err, errlen, "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
+			 "followed by :<MIN-MAX>)", s);
+		return -EINVAL;
+	}
+	memcpy(buf, s, iplen);
+	buf[iplen] = '\0';
+	int rc = conf_parse_prefix(buf, &ep->prefix, &host_bits);
+	if (rc == -ERANGE) {
+		snprintf(err, errlen, "prefix length of '%s' is out of range (0..%d)", buf,
+			 strchr(buf, ':') ? 128 : 32);
+		return -EINVAL;
+	}
+	if (rc != 0) {
+		snprintf(err, errlen, "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
+			 "followed by :<MIN-MAX>)", s);
+		return -EINVAL;
+	}
+	err[0] = '\0';
+	if (host_bits)
+		snprintf(err, errlen, "'%s' has host bits set (matching as its network prefix)",
+			 buf);
+	return 0;
+}
+
+bool conf_valid_hostname(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 253)
+		return false;
+	for (const char *c = s; *c; c++)
+		if (!isalnum((unsigned char)*c) && *c != '-' && *c != '.' && *c != '_' && *c != ':')
+			return false;
+	return true;
+}
+
+/* "IP", "IP:PORT", "[V6]" or "[V6]:PORT"; port 0 when absent. */
+int conf_parse_hostport(const char *s, struct sockaddr_storage *out)
+{
+	char ip[INET6_ADDRSTRLEN + 2];
+	const char *port = NULL;
+	size_t n;
+	if (s[0] == '[') {
+		const char *e = strchr(s, ']');
+		if (e == NULL)
+			return -EINVAL;
+		n = (size_t)(e - s - 1);
+		if (n >= sizeof(ip))
+			return -EINVAL;
+		memcpy(ip, s + 1, n);
+		if (e[1] == ':')
+			port = e + 2;
+		else if (e[1] != '\0')
+			return -EINVAL;
+	} else {
+		const char *c = strchr(s, ':');
+		bool v4ish = c != NULL && strchr(c + 1, ':') == NULL;
+		n = v4ish ? (size_t)(c - s) : strlen(s);
+		if (n >= sizeof(ip))
+			return -EINVAL;
+		memcpy(ip, s, n);
+		if (v4ish)
+			port = c + 1;
+	}
+	ip[n] = '\0';
+	int fam;
+	uint8_t a[16];
+	uint16_t pv = 0;
+	if (conf_parse_ip(ip, &fam, a) != 0)
+		return -EINVAL;
+	if (port != NULL && (parse_port(port, strlen(port), &pv) != 0 || pv == 0))
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	if (fam == AF_INET) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)out;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(pv);
+		memcpy(&sin->sin_addr, a, 4);
+	} else {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)out;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(pv);
+		memcpy(&sin6->sin6_addr, a, 16);
+	}
+	return 0;
+}
+
+int conf_addr_canon(const struct sockaddr *sa, int *family, uint8_t addr[16])
+{
+	memset(addr, 0, 16);
+	if (sa->sa_family == AF_INET) {
+		memcpy(addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		*family = AF_INET;
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6) {
+		memcpy(addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		*family = AF_INET6;
+		conf_canon_addr(family, addr);
+		return 0;
+	}
+	return -EAFNOSUPPORT;
+}
+
+struct special { uint8_t addr[16]; uint8_t len; };
+
+static const struct special special_v4[] = {
+	{{0}, 8},                  /* 0.0.0.0/8 "this network" */
+	{{127}, 8},                /* loopback */
+	{{169, 254}, 16},          /* link local, incl. 169.254.169.254 metadata */
+	{{224}, 4},                /* multicast */
+	{{240}, 4},                /* reserved, incl. 255.255.255.255 */
+};
+
+static const struct special special_v6[] = {
+	{{0}, 128},                                              /* :: */
+	{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128}, /* ::1 */
+	{{0xfe, 0x80}, 10},                                      /* link local */
+	{{0xff}, 8},                                             /* multicast */
+};
+
+bool conf_addr_is_special(int family, const uint8_t addr[16])
+{
+	const struct special *t = family == AF_INET ? special_v4 : special_v6;
+	size_t n = family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0]) :
+				       sizeof(special_v6) / sizeof(special_v6[0]);
+	for (size_t i = 0; i < n; i++)
+		if (bits_equal(addr, t[i].addr, t[i].len))
+			return true;
+	return false;
+}
+
+bool conf_prefix_is_special(const struct conf_prefix *p)
+{
+	const struct special *t = p->family == AF_INET ? special_v4 : special_v6;
+	size_t n = p->family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0]) :
+					  sizeof(special_v6) / sizeof(special_v6[0]);
+	for (size_t i = 0; i < n; i++)
+		if (p->len >= t[i].len && bits_equal(p->addr, t[i].addr, t[i].len))
+			return true;
+	return false;
+}
+
+bool conf_prefix_contains(const struct conf_prefix *outer, const struct conf_prefix *inner)
+{
+	return outer->family == inner->family && inner->len >= outer->len &&
+	       bits_equal(inner->addr, outer->addr, outer->len);
+}

@@ -1,0 +1,158 @@
+/* The clusters[] section: STATIC prefixes with peer port ranges and STRICT_DNS names. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "conf/conf_internal.h"
+
+struct cl_state {
+	struct conf_cluster *cl;
+	yaml_node_t *node, *name, *endpoints;
+};
+
+static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
+		    const char *path, void *arg)
+{
+	struct cl_state *st = arg;
+	struct conf_cluster *cl = st->cl;
+	char *s = NULL;
+	if (strcasecmp(key, "name") == 0) {
+		st->name = v;
+		s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
+		free(cl->name);
+		cl->name = s && s[0] ? s : NULL;
+		if (cl->name == NULL)
+			free(s);
+		return;
+	}
+	if (strcasecmp(key, "endpoints") == 0) {
+		st->endpoints = v;
+		return;
+	}
+	if (strcasecmp(key, "type") != 0 && strcasecmp(key, "protocol") != 0) {
+		pctx_unknown_key(p, k, path);
+		return;
+	}
+	s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
+	if (s == NULL)
+		return;
+	if (strcasecmp(key, "type") == 0) {
+		if (strcasecmp(s, "STATIC") == 0)
+			cl->type = CONF_CLUSTER_STATIC;
+		else if (strcasecmp(s, "STRICT_DNS") == 0)
+			cl->type = CONF_CLUSTER_STRICT_DNS;
+		else
+			pctx_error(p, v, path, "'%s' is not a cluster type (expected STATIC or "
+				   "STRICT_DNS)", s);
+	} else {
+		if (strcasecmp(s, "UDP") == 0)
+			cl->protocol = CONF_CPROTO_UDP;
+		else if (strcasecmp(s, "TCP") == 0)
+			cl->protocol = CONF_CPROTO_TCP;
+		else
+			pctx_error(p, v, path, "'%s' is not a cluster protocol (expected UDP or TCP)",
+				   s);
+	}
+	free(s);
+}
+
+static void parse_static_ep(struct pctx *p, yaml_node_t *n, const char *path,
+			    struct conf_endpoint *ep)
+{
+	char err[200];
+	if (conf_parse_endpoint(ep->text, ep, err, sizeof(err)) != 0)
+		pctx_error(p, n, path, "%s", err);
+	else if (err[0] != '\0')
+		pctx_warn(p, n, path, "%s", err);
+}
+
+/* STRICT_DNS: names are resolved later (conf_resolve_clusters); port ranges do not apply
+ * (STUNner ignores them too). */
+static void parse_dns_ep(struct pctx *p, yaml_node_t *n, const char *path,
+			 struct conf_endpoint *ep)
+{
+	size_t iplen;
+	bool has_range;
+	char err[160];
+	if (conf_split_port_range(ep->text, &iplen, &ep->port_min, &ep->port_max, &has_range,
+				  err, sizeof(err)) == 0 && has_range) {
+		pctx_warn(p, n, path, "port ranges do not apply to STRICT_DNS clusters (ignored)");
+		ep->text[iplen] = '\0';
+	}
+	ep->port_min = 1;
+	ep->port_max = 65535;
+	if (!conf_valid_hostname(ep->text))
+		pctx_error(p, n, path, "'%s' is not a DNS name (expected a host name such as "
+			   "svc.ns.svc.cluster.local)", ep->text);
+}
+
+static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
+{
+	struct conf_cluster *cl = st->cl;
+	yaml_node_t *n = st->endpoints;
+	char sub[CONF_PATH_MAX];
+	conf_path_key(sub, path, "endpoints");
+	if (n == NULL || pctx_is_null(n) || !pctx_expect(p, n, sub, YAML_SEQUENCE_NODE))
+		return;
+	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	if (cnt > CONF_MAX_ITEMS) {
+		pctx_error(p, n, sub, "%zu endpoints (expected at most %d)", cnt, CONF_MAX_ITEMS);
+		return;
+	}
+	cl->endpoints = calloc(cnt ? cnt : 1, sizeof(*cl->endpoints));
+	if (cl->endpoints == NULL) {
+		p->nomem = 1;
+		return;
+	}
+	for (size_t i = 0; i < cnt && !p->nomem; i++) {
+		char item[CONF_PATH_MAX];
+		yaml_node_t *e = pctx_node(p, n->data.sequence.items.start[i]);
+		conf_path_idx(item, sub, i);
+		char *s = pctx_string(p, e, item, false);
+		if (s == NULL)
+			continue;
+		struct conf_endpoint *ep = &cl->endpoints[cl->n_endpoints++];
+		ep->text = s;
+		if (cl->type == CONF_CLUSTER_STATIC)
+			parse_static_ep(p, e, item, ep);
+		else
+			parse_dns_ep(p, e, item, ep);
+	}
+}
+
+void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path)
+{
+	struct conf *c = p->cfg;
+	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+		return;
+	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	if (cnt > CONF_MAX_ITEMS) {
+		pctx_error(p, n, path, "%zu clusters (expected at most %d)", cnt, CONF_MAX_ITEMS);
+		return;
+	}
+	c->clusters = calloc(cnt ? cnt : 1, sizeof(*c->clusters));
+	if (c->clusters == NULL) {
+		p->nomem = 1;
+		return;
+	}
+	for (size_t i = 0; i < cnt && !p->nomem; i++) {
+		struct conf_cluster *cl = &c->clusters[i];
+		struct cl_state st = {.cl = cl, .node = pctx_node(p, n->data.sequence.items.start[i])};
+		char sub[CONF_PATH_MAX], nm[CONF_PATH_MAX];
+		conf_path_idx(sub, path, i);
+		conf_path_key(nm, sub, "name");
+		c->n_clusters++;
+		pctx_map_each(p, st.node, sub, cl_pair, &st);
+		if (st.node->type != YAML_MAPPING_NODE || p->nomem)
+			continue;
+		if (cl->name == NULL)
+			pctx_error(p, st.name ? st.name : st.node, nm, "missing name (expected a "
+				   "non-empty cluster name)");
+		for (size_t j = 0; cl->name && j < i; j++)
+			if (c->clusters[j].name && strcmp(c->clusters[j].name, cl->name) == 0)
+				pctx_error(p, st.name, nm, "duplicate cluster name '%s' (expected unique "
+					   "names; first used by clusters[%zu])", cl->name, j);
+		cl_endpoints(p, &st, sub);
+	}
+}

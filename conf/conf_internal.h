@@ -1,0 +1,112 @@
+/* Private helpers shared by the conf module's files (parser context, address parsing, defaults). */
+#ifndef TG_CONF_INTERNAL_H
+#define TG_CONF_INTERNAL_H
+
+#include <stdarg.h>
+#include <yaml.h>
+
+#include "conf/conf.h"
+
+#define CONF_PATH_MAX 256
+#define CONF_MAX_INPUT (4u << 20)      /* bigger configs are refused outright */
+#define CONF_MAX_DIAGS 1000            /* then one "too many problems" line */
+#define CONF_MAX_RESOLVED 16           /* addresses kept per STRICT_DNS name */
+#define CONF_MAX_KEYS 256              /* keys in one mapping */
+#define CONF_MAX_ITEMS 4096            /* listeners, clusters, routes, endpoints, users */
+
+#define CONF_DEF_REALM "stunner.l7mp.io"
+#define CONF_DEF_NAME "default-stunnerd"
+#define CONF_DEF_LOGLEVEL "all:INFO"
+#define CONF_DEF_HEALTH "http://:8086"
+#define CONF_DEF_ADMIN_SOCKET "/run/turngate/admin.sock"
+#define CONF_DEF_PORT 3478
+#define CONF_DEF_RELAY_MIN 49152
+#define CONF_DEF_RELAY_MAX 65535
+
+/* Parser state for one document. nomem is sticky: once set, callers unwind. */
+struct pctx {
+	yaml_document_t *doc;
+	const char *file;
+	struct conf_diags *diags;
+	conf_getenv_fn getenv;
+	void *getenv_ctx;
+	int64_t now;
+	struct conf *cfg;
+	int nomem;
+};
+
+/* Diagnostics (conf_diag.c). Positions are libyaml marks (0-based) or NULL. */
+void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
+		    uint32_t line, uint32_t col, const char *path, const char *fmt, va_list ap);
+void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
+		   uint32_t line, uint32_t col, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+void pctx_error(struct pctx *p, const yaml_node_t *n, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void pctx_warn(struct pctx *p, const yaml_node_t *n, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Sorts the diagnostics added since index `from` into document order. */
+void conf_diags_sort(struct conf_diags *d, size_t from);
+
+/* Paths: "parent.key" and "parent[i]". */
+void conf_path_key(char *out, const char *parent, const char *key);
+void conf_path_idx(char *out, const char *parent, size_t i);
+
+/* Node helpers (conf_node.c). */
+yaml_node_t *pctx_node(struct pctx *p, int idx);
+bool pctx_is_null(const yaml_node_t *n);
+const char *pctx_kind(const yaml_node_t *n);
+/* Returns the scalar (env-expanded unless raw) as a new string, or NULL after reporting
+ * "expected a string". */
+char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, bool raw);
+int pctx_uint(struct pctx *p, yaml_node_t *n, const char *path, uint64_t min, uint64_t max,
+	      uint64_t *out);
+int pctx_int_clamped(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out);
+int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out);
+bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_type_t t);
+void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path);
+/* Walks a mapping: calls fn for each pair whose key is a scalar; reports duplicate keys. */
+typedef void (*pctx_pair_fn)(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
+			     const char *path, void *arg);
+void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn,
+		   void *arg);
+char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, const char *path);
+char *conf_strdup(struct pctx *p, const char *s);
+
+/* Sections (conf_parse.c, conf_auth.c, conf_listener.c, conf_cluster.c). */
+void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path);
+void conf_parse_limits(struct pctx *p, yaml_node_t *n, const char *path);
+void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct conf_auth *a,
+		     const struct conf_auth *inherit);
+void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path);
+void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path);
+void conf_auth_defaults(struct conf_auth *a);
+void conf_auth_clear(struct conf_auth *a);
+int conf_auth_default_realm(struct conf_auth *a);
+
+/* Addresses (conf_addr.c). */
+int conf_parse_ip(const char *s, int *family, uint8_t addr[16]);
+int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits);
+/* Parses a STATIC endpoint. Returns 0 or -EINVAL with a message in err. */
+int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size_t errlen);
+int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t *max,
+			  bool *has_range, char *err, size_t errlen);
+bool conf_valid_hostname(const char *s);
+void conf_canon_addr(int *family, uint8_t addr[16]);
+void conf_canon_prefix(struct conf_prefix *p);
+int conf_parse_hostport(const char *s, struct sockaddr_storage *out);
+bool conf_prefix_contains(const struct conf_prefix *outer, const struct conf_prefix *inner);
+
+/* Helpers for files and base64 (conf_util.c). */
+int conf_read_file(const char *path, size_t max, char **buf, size_t *len);
+int conf_base64_decode(const char *in, char **out, size_t *outlen);
+void conf_wipe_free(char *s);
+
+/* Checks PEM cert and/or key (either may be NULL) and that they match (conf_tls.c).
+ * Returns 0, -EINVAL with "cert: ..." or "key: ..." in err, or -ENOMEM. */
+int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len,
+		   char *err, size_t errlen);
+
+
+#endif

@@ -1,0 +1,160 @@
+/* Redacted JSON rendering of a loaded config, for the admin `config` command and HTTP /status. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf_internal.h"
+
+#define REDACTED "<redacted>"
+
+static void set_s(json_t *o, const char *k, const char *v)
+{
+	json_object_set_new(o, k, v ? json_string(v) : json_null());
+}
+
+static void set_i(json_t *o, const char *k, json_int_t v)
+{
+	json_object_set_new(o, k, json_integer(v));
+}
+
+static json_t *auth_json(const struct conf_auth *a)
+{
+	json_t *o = json_object(), *cred = json_object(), *users = json_array();
+	if (o == NULL || cred == NULL || users == NULL) {
+		json_decref(o);
+		json_decref(cred);
+		json_decref(users);
+		return NULL;
+	}
+	set_s(o, "type", conf_auth_type_name(a->type));
+	set_s(o, "realm", a->realm);
+	if (a->type == CONF_AUTH_STATIC && a->n_users > 0) {
+		set_s(cred, "username", a->users[0].username);
+		set_s(cred, "password", REDACTED);
+	}
+	for (size_t i = 1; a->type == CONF_AUTH_STATIC && i < a->n_users; i++) {
+		json_t *u = json_object();
+		set_s(u, "username", a->users[i].username);
+		set_s(u, "password", REDACTED);
+		json_array_append_new(users, u);
+	}
+	if (a->type == CONF_AUTH_EPHEMERAL && a->secret)
+		set_s(cred, "secret", REDACTED);
+	json_object_set_new(o, "credentials", cred);
+	json_object_set_new(o, "users", users);
+	if (a->prev_secret) {
+		set_s(o, "previous_secret", REDACTED);
+		set_i(o, "previous_secret_until", a->prev_deadline);
+	}
+	json_object_set_new(o, "strict_expiry", json_boolean(a->strict_expiry));
+	return o;
+}
+
+static json_t *listener_json(const struct conf_listener *l)
+{
+	json_t *o = json_object(), *routes = json_array();
+	if (o == NULL || routes == NULL) {
+		json_decref(o);
+		json_decref(routes);
+		return NULL;
+	}
+	set_s(o, "name", l->name);
+	set_s(o, "protocol", conf_proto_name(l->protocol));
+	set_s(o, "address", l->address);
+	set_i(o, "port", l->port);
+	set_s(o, "public_address", l->public_address);
+	set_i(o, "public_port", l->public_port);
+	set_s(o, "bind_address", l->bind_address);
+	set_i(o, "relay_port_min", l->relay_port_min);
+	set_i(o, "relay_port_max", l->relay_port_max);
+	set_s(o, "cert", l->cert_pem ? REDACTED : NULL);
+	set_s(o, "key", l->key_pem ? REDACTED : NULL);
+	set_s(o, "cert_file", l->cert_file);
+	set_s(o, "key_file", l->key_file);
+	for (size_t i = 0; i < l->n_routes; i++)
+		json_array_append_new(routes, json_string(l->routes[i]));
+	json_object_set_new(o, "routes", routes);
+	if (l->auth)
+		json_object_set_new(o, "auth", auth_json(l->auth));
+	return o;
+}
+
+static json_t *cluster_json(const struct conf_cluster *c)
+{
+	json_t *o = json_object(), *eps = json_array();
+	if (o == NULL || eps == NULL) {
+		json_decref(o);
+		json_decref(eps);
+		return NULL;
+	}
+	set_s(o, "name", c->name);
+	set_s(o, "type", conf_cluster_type_name(c->type));
+	set_s(o, "protocol", conf_cluster_proto_name(c->protocol));
+	for (size_t i = 0; i < c->n_endpoints; i++)
+		json_array_append_new(eps, json_string(c->endpoints[i].text));
+	json_object_set_new(o, "endpoints", eps);
+	return o;
+}
+
+static json_t *admin_json(const struct conf *c)
+{
+	const struct conf_admin *a = &c->admin;
+	json_t *o = json_object();
+	if (o == NULL)
+		return NULL;
+	set_s(o, "name", a->name);
+	set_s(o, "loglevel", a->loglevel);
+	set_s(o, "metrics_endpoint", a->metrics_endpoint ? a->metrics_endpoint : "");
+	set_s(o, "healthcheck_endpoint", a->healthcheck_endpoint);
+	set_i(o, "user_quota", c->limits.user_quota);
+	set_i(o, "workers", a->workers);
+	set_s(o, "admin_socket", a->admin_socket);
+	set_i(o, "admin_socket_mode", a->admin_socket_mode);
+	set_s(o, "log_format", a->log_format == CONF_LOG_JSON ? "json" : "text");
+	set_i(o, "relay_port_min", a->relay_port_min);
+	set_i(o, "relay_port_max", a->relay_port_max);
+	set_i(o, "drain_timeout", a->drain_timeout);
+	set_s(o, "alternate_server", a->alternate_server);
+	set_s(o, "credential_api_endpoint", a->credential_api_endpoint);
+	return o;
+}
+
+static json_t *limits_json(const struct conf_limits *l)
+{
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+			 "max_allocations", (json_int_t)l->max_allocations,
+			 "user_quota", (json_int_t)l->user_quota,
+			 "total_quota", (json_int_t)l->total_quota,
+			 "max_permissions", (json_int_t)l->max_permissions,
+			 "max_channels", (json_int_t)l->max_channels,
+			 "allocation_lifetime", (json_int_t)l->allocation_lifetime,
+			 "max_allocation_lifetime", (json_int_t)l->max_allocation_lifetime,
+			 "permission_lifetime", (json_int_t)l->permission_lifetime,
+			 "channel_lifetime", (json_int_t)l->channel_lifetime,
+			 "nonce_lifetime", (json_int_t)l->nonce_lifetime);
+}
+
+json_t *conf_to_json_redacted(const struct conf *c)
+{
+	json_t *o = json_object(), *ls = json_array(), *cs = json_array();
+	if (o == NULL || ls == NULL || cs == NULL)
+		goto fail;
+	set_s(o, "version", c->version ? c->version : "v1");
+	if (json_object_set_new(o, "admin", admin_json(c)) != 0 ||
+	    json_object_set_new(o, "auth", auth_json(&c->auth)) != 0 ||
+	    json_object_set_new(o, "limits", limits_json(&c->limits)) != 0)
+		goto fail;
+	for (size_t i = 0; i < c->n_listeners; i++)
+		if (json_array_append_new(ls, listener_json(&c->listeners[i])) != 0)
+			goto fail;
+	for (size_t i = 0; i < c->n_clusters; i++)
+		if (json_array_append_new(cs, cluster_json(&c->clusters[i])) != 0)
+			goto fail;
+	json_object_set_new(o, "listeners", ls);
+	json_object_set_new(o, "clusters", cs);
+	return o;
+fail:
+	json_decref(o);
+	json_decref(ls);
+	json_decref(cs);
+	return NULL;
+}

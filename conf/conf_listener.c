@@ -1,0 +1,367 @@
+/* The listeners[] section: protocol, relay address, ports, TLS material, routes, per-listener overrides. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "conf/conf_internal.h"
+
+struct lst_state {
+	struct conf_listener *l;
+	yaml_node_t *node, *name, *protocol, *address, *cert, *key, *cert_file, *key_file;
+	yaml_node_t *rmin, *rmax, *routes, *auth;
+	bool has_rmin, has_rmax;
+	char *cert_b64, *key_b64;
+};
+
+static int parse_proto(const char *s, enum conf_proto *out)
+{
+	static const char *const names[] = {"UDP", "TCP", "TLS", "DTLS"};
+	const char *x = strncasecmp(s, "TURN-", 5) == 0 ? s + 5 : s;
+	for (int i = 0; i < 4; i++) {
+		if (strcasecmp(x, names[i]) == 0) {
+			*out = (enum conf_proto)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static void set_sockaddr(struct sockaddr_storage *ss, int fam, const uint8_t a[16])
+{
+	memset(ss, 0, sizeof(*ss));
+	if (fam == AF_INET) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, a, 4);
+	} else {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, a, 16);
+	}
+}
+
+/* `address` must be an IP or localhost (STUNner's rule). */
+static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
+			  struct conf_listener *l)
+{
+	char *s = pctx_string(p, v, path, false);
+	if (s == NULL)
+		return;
+	if (strcasecmp(s, "localhost") == 0) {
+		free(s);
+		s = conf_strdup(p, "127.0.0.1");
+		if (s == NULL)
+			return;
+	}
+	int fam;
+	uint8_t a[16];
+	if (conf_parse_ip(s, &fam, a) != 0)
+		pctx_error(p, v, path, "'%s' is not an IP address (expected an IP address or "
+			   "localhost)", s);
+	else
+		set_sockaddr(&l->relay_addr, fam, a);
+	free(l->address);
+	l->address = s;
+}
+
+static void set_port(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min,
+		     uint16_t *dst)
+{
+	uint64_t x;
+	if (!pctx_is_null(v) && pctx_uint(p, v, path, min, 65535, &x) == 0)
+		*dst = (uint16_t)x;
+}
+
+static void set_opt_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
+{
+	if (pctx_is_null(v))
+		return;
+	char *s = pctx_string(p, v, path, false);
+	free(*dst);
+	*dst = s;
+	if (s != NULL && s[0] == '\0') {
+		free(s);
+		*dst = NULL;
+	}
+}
+
+static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
+		     const char *path, void *arg)
+{
+	struct lst_state *st = arg;
+	struct conf_listener *l = st->l;
+	if (strcasecmp(key, "name") == 0) {
+		st->name = v;
+		set_opt_str(p, v, path, &l->name);
+	} else if (strcasecmp(key, "protocol") == 0) {
+		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
+		if (s && parse_proto(s, &l->protocol) != 0)
+			pctx_error(p, v, path, "'%s' is not a listener protocol (expected TURN-UDP, "
+				   "TURN-TCP, TURN-TLS or TURN-DTLS)", s);
+		free(s);
+	} else if (strcasecmp(key, "address") == 0) {
+		st->address = v;
+		if (!pctx_is_null(v))
+			parse_address(p, v, path, l);
+	} else if (strcasecmp(key, "port") == 0) {
+		set_port(p, v, path, 1, &l->port);
+	} else if (strcasecmp(key, "public_address") == 0) {
+		set_opt_str(p, v, path, &l->public_address);
+	} else if (strcasecmp(key, "public_port") == 0) {
+		set_port(p, v, path, 0, &l->public_port);
+	} else if (strcasecmp(key, "cert") == 0) {
+		st->cert = v;
+		set_opt_str(p, v, path, &st->cert_b64);
+	} else if (strcasecmp(key, "key") == 0) {
+		st->key = v;
+		if (!pctx_is_null(v))
+			st->key_b64 = pctx_string(p, v, path, false);
+	} else if (strcasecmp(key, "cert_file") == 0) {
+		st->cert_file = v;
+		set_opt_str(p, v, path, &l->cert_file);
+	} else if (strcasecmp(key, "key_file") == 0) {
+		st->key_file = v;
+		set_opt_str(p, v, path, &l->key_file);
+	} else if (strcasecmp(key, "bind_address") == 0) {
+		int fam;
+		uint8_t a[16];
+		set_opt_str(p, v, path, &l->bind_address);
+		if (l->bind_address && conf_parse_ip(l->bind_address, &fam, a) != 0)
+			pctx_error(p, v, path, "'%s' is not an IP address (expected an IP address)",
+				   l->bind_address);
+	} else if (strcasecmp(key, "relay_port_min") == 0) {
+		st->rmin = v;
+		set_port(p, v, path, 1, &l->relay_port_min);
+	} else if (strcasecmp(key, "relay_port_max") == 0) {
+		st->rmax = v;
+		set_port(p, v, path, 1, &l->relay_port_max);
+	} else if (strcasecmp(key, "routes") == 0) {
+		st->routes = v;
+	} else if (strcasecmp(key, "auth") == 0) {
+		st->auth = v;
+	} else {
+		pctx_unknown_key(p, k, path);
+	}
+}
+
+/* One PEM source: base64 `cert`/`key` (STUNner) or a file (ours), not both. */
+static void load_pem(struct pctx *p, const char *path, const char *what, yaml_node_t *b64n,
+		     char *b64, yaml_node_t *filen, const char *file, char **pem, size_t *len)
+{
+	char sub[CONF_PATH_MAX];
+	if (b64n && filen) {
+		conf_path_key(sub, path, what);
+		pctx_error(p, filen, sub, "given together with %.*s (expected one of them)",
+			   (int)strcspn(what, "_"), what);
+		return;
+	}
+	if (b64 != NULL) {
+		conf_path_key(sub, path, strcmp(what, "cert_file") == 0 ? "cert" : "key");
+		int rc = conf_base64_decode(b64, pem, len);
+		if (rc == -ENOMEM)
+			p->nomem = 1;
+		else if (rc != 0)
+			pctx_error(p, b64n, sub, "base64-decode error (expected base64 of a PEM %s)",
+				   strcmp(what, "cert_file") == 0 ? "certificate" : "private key");
+	} else if (file != NULL) {
+		conf_path_key(sub, path, what);
+		int rc = conf_read_file(file, 1 << 20, pem, len);
+		if (rc != 0)
+			pctx_error(p, filen, sub, "cannot read '%s': %s (expected a readable PEM "
+				   "file)", file, strerror(-rc));
+	}
+}
+
+static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
+{
+	struct conf_listener *l = st->l;
+	bool tls = l->protocol == CONF_PROTO_TURN_TLS || l->protocol == CONF_PROTO_TURN_DTLS;
+	load_pem(p, path, "cert_file", st->cert, st->cert_b64, st->cert_file, l->cert_file,
+		 &l->cert_pem, &l->cert_pem_len);
+	load_pem(p, path, "key_file", st->key, st->key_b64, st->key_file, l->key_file,
+		 &l->key_pem, &l->key_pem_len);
+	char sub[CONF_PATH_MAX];
+	if (tls && (l->cert_pem == NULL || l->key_pem == NULL)) {
+		bool nocert = l->cert_pem == NULL;
+		bool given = nocert ? (st->cert || st->cert_file) : (st->key || st->key_file);
+		conf_path_key(sub, path, nocert ? "cert" : "key");
+		if (!given)
+			pctx_error(p, st->node, sub, "missing: %s listener without %s (expected %s "
+				   "or %s_file)", conf_proto_name(l->protocol),
+				   nocert ? "certificate" : "private key", nocert ? "cert" : "key",
+				   nocert ? "cert" : "key");
+		return;
+	}
+	if (!tls && (l->cert_pem || l->key_pem)) {
+		conf_path_key(sub, path, l->cert_pem ? "cert" : "key");
+		pctx_warn(p, st->cert ? st->cert : st->key ? st->key : st->cert_file ?
+			  st->cert_file : st->key_file, sub, "not used by %s listeners (ignored)",
+			  conf_proto_name(l->protocol));
+		return;
+	}
+	if (!tls)
+		return;
+	char err[160];
+	int rc = conf_tls_check(l->cert_pem, l->cert_pem_len, l->key_pem, l->key_pem_len, err,
+				sizeof(err));
+	if (rc == -ENOMEM) {
+		p->nomem = 1;
+	} else if (rc != 0) {
+		bool k = strncmp(err, "key", 3) == 0;
+		yaml_node_t *n = k ? (st->key ? st->key : st->key_file) :
+				     (st->cert ? st->cert : st->cert_file);
+		conf_path_key(sub, path, k ? (st->key ? "key" : "key_file") :
+					     (st->cert ? "cert" : "cert_file"));
+		pctx_error(p, n, sub, "%s", err + (k ? 5 : 6));
+	}
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool cluster_known(const struct conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_clusters; i++)
+		if (c->clusters[i].name && strcmp(c->clusters[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/* STUNner sorts routes; we also drop repeats so the compiled allowlist has no duplicates. */
+static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
+{
+	struct conf_listener *l = st->l;
+	yaml_node_t *n = st->routes;
+	char sub[CONF_PATH_MAX];
+	conf_path_key(sub, path, "routes");
+	if (n == NULL || pctx_is_null(n) || !pctx_expect(p, n, sub, YAML_SEQUENCE_NODE))
+		return;
+	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	if (cnt > CONF_MAX_ITEMS) {
+		pctx_error(p, n, sub, "%zu routes (expected at most %d)", cnt, CONF_MAX_ITEMS);
+		return;
+	}
+	l->routes = calloc(cnt ? cnt : 1, sizeof(char *));
+	if (l->routes == NULL) {
+		p->nomem = 1;
+		return;
+	}
+	for (size_t i = 0; i < cnt && !p->nomem; i++) {
+		char item[CONF_PATH_MAX];
+		yaml_node_t *r = pctx_node(p, n->data.sequence.items.start[i]);
+		conf_path_idx(item, sub, i);
+		char *s = pctx_string(p, r, item, false);
+		if (s == NULL)
+			continue;
+		if (!cluster_known(p->cfg, s))
+			pctx_error(p, r, item, "unknown cluster '%s' (expected the name of a "
+				   "cluster in clusters)", s);
+		l->routes[l->n_routes++] = s;
+	}
+	qsort(l->routes, l->n_routes, sizeof(char *), str_cmp);
+	size_t w = 0;
+	for (size_t i = 0; i < l->n_routes; i++) {
+		if (w > 0 && strcmp(l->routes[w - 1], l->routes[i]) == 0)
+			free(l->routes[i]);
+		else
+			l->routes[w++] = l->routes[i];
+	}
+	l->n_routes = w;
+}
+
+/* No `address`: STUNner's operator passes $STUNNER_ADDR (the pod IP); we use it when set,
+ * else 0.0.0.0 like stunnerd, which advertises an unusable relay address: warn. */
+static void lst_default_address(struct pctx *p, struct lst_state *st, const char *path)
+{
+	struct conf_listener *l = st->l;
+	const char *env = p->getenv ? p->getenv(p->getenv_ctx, "STUNNER_ADDR") :
+				      getenv("STUNNER_ADDR");
+	int fam;
+	uint8_t a[16];
+	char sub[CONF_PATH_MAX];
+	conf_path_key(sub, path, "address");
+	if (env != NULL && conf_parse_ip(env, &fam, a) == 0) {
+		l->address = conf_strdup(p, env);
+	} else {
+		pctx_warn(p, st->node, sub, "not set and $STUNNER_ADDR is not an IP: relay "
+			  "addresses will be advertised as 0.0.0.0");
+		l->address = conf_strdup(p, "0.0.0.0");
+		conf_parse_ip("0.0.0.0", &fam, a);
+	}
+	set_sockaddr(&l->relay_addr, fam, a);
+}
+
+static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, size_t idx)
+{
+	struct conf *c = p->cfg;
+	struct conf_listener *l = st->l;
+	char sub[CONF_PATH_MAX];
+	conf_path_key(sub, path, "name");
+	if (l->name == NULL)
+		pctx_error(p, st->name ? st->name : st->node, sub, "missing name (expected a "
+			   "non-empty listener name)");
+	for (size_t i = 0; l->name && i < idx; i++)
+		if (c->listeners[i].name && strcmp(c->listeners[i].name, l->name) == 0)
+			pctx_error(p, st->name, sub, "duplicate listener name '%s' (expected unique "
+				   "names; first used by listeners[%zu])", l->name, i);
+	if (l->address == NULL)
+		lst_default_address(p, st, path);
+	if (!st->rmin)
+		l->relay_port_min = c->admin.relay_port_min;
+	if (!st->rmax)
+		l->relay_port_max = c->admin.relay_port_max;
+	if (l->relay_port_min > l->relay_port_max) {
+		conf_path_key(sub, path, st->rmin ? "relay_port_min" : "relay_port_max");
+		pctx_error(p, st->rmin ? st->rmin : st->rmax ? st->rmax : st->node, sub,
+			   "relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
+			   l->relay_port_min, l->relay_port_max);
+	}
+	lst_tls(p, st, path);
+	lst_routes(p, st, path);
+	if (st->auth && !pctx_is_null(st->auth)) {
+		l->auth = calloc(1, sizeof(*l->auth));
+		if (l->auth == NULL) {
+			p->nomem = 1;
+			return;
+		}
+		conf_auth_defaults(l->auth);
+		conf_path_key(sub, path, "auth");
+		conf_parse_auth(p, st->auth, sub, l->auth, &c->auth);
+	}
+}
+
+void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
+{
+	struct conf *c = p->cfg;
+	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+		return;
+	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	if (cnt > CONF_MAX_ITEMS) {
+		pctx_error(p, n, path, "%zu listeners (expected at most %d)", cnt, CONF_MAX_ITEMS);
+		return;
+	}
+	c->listeners = calloc(cnt ? cnt : 1, sizeof(*c->listeners));
+	if (c->listeners == NULL) {
+		p->nomem = 1;
+		return;
+	}
+	for (size_t i = 0; i < cnt && !p->nomem; i++) {
+		struct conf_listener *l = &c->listeners[i];
+		struct lst_state st = {.l = l, .node = pctx_node(p, n->data.sequence.items.start[i])};
+		char sub[CONF_PATH_MAX];
+		conf_path_idx(sub, path, i);
+		c->n_listeners++;
+		l->port = CONF_DEF_PORT;
+		l->protocol = CONF_PROTO_TURN_UDP;
+		pctx_map_each(p, st.node, sub, lst_pair, &st);
+		if (st.node->type == YAML_MAPPING_NODE && !p->nomem)
+			lst_finish(p, &st, sub, i);
+		free(st.cert_b64);
+		conf_wipe_free(st.key_b64);
+	}
+}

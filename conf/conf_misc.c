@@ -1,0 +1,220 @@
+/* Enum names, DNS resolution of STRICT_DNS clusters, listener diffs and the `-t` check entry point. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf/conf_internal.h"
+
+const char *conf_auth_type_name(enum conf_auth_type t)
+{
+	switch (t) {
+	case CONF_AUTH_NONE:
+		return "none";
+	case CONF_AUTH_STATIC:
+		return "static";
+	case CONF_AUTH_EPHEMERAL:
+		return "ephemeral";
+	}
+	return "?";
+}
+
+const char *conf_proto_name(enum conf_proto p)
+{
+	static const char *const n[] = {"TURN-UDP", "TURN-TCP", "TURN-TLS", "TURN-DTLS"};
+	return (unsigned)p < 4 ? n[p] : "?";
+}
+
+const char *conf_cluster_type_name(enum conf_cluster_type t)
+{
+	return t == CONF_CLUSTER_STATIC ? "STATIC" : t == CONF_CLUSTER_STRICT_DNS ? "STRICT_DNS" :
+										   "?";
+}
+
+const char *conf_cluster_proto_name(enum conf_cluster_proto p)
+{
+	return p == CONF_CPROTO_UDP ? "UDP" : p == CONF_CPROTO_TCP ? "TCP" : "?";
+}
+
+int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out,
+			     size_t max, size_t *n)
+{
+	(void)ctx;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+	struct addrinfo *res = NULL;
+	*n = 0;
+	int rc = getaddrinfo(name, NULL, &hints, &res);
+	if (rc == EAI_MEMORY)
+		return -ENOMEM;
+	if (rc != 0)
+		return -EHOSTUNREACH;
+	for (struct addrinfo *ai = res; ai != NULL && *n < max; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(*out) ||
+		    (ai->ai_family != AF_INET && ai->ai_family != AF_INET6))
+			continue;
+		memset(&out[*n], 0, sizeof(out[*n]));
+		memcpy(&out[*n], ai->ai_addr, ai->ai_addrlen);
+		(*n)++;
+	}
+	freeaddrinfo(res);
+	return 0;
+}
+
+static bool sa_special(const struct sockaddr_storage *ss)
+{
+	int fam;
+	uint8_t a[16];
+	return conf_addr_canon((const struct sockaddr *)ss, &fam, a) != 0 ||
+	       conf_addr_is_special(fam, a);
+}
+
+static int resolve_one(struct conf *cfg, size_t ci, size_t ei, conf_resolve_fn fn, void *ctx,
+		       struct conf_diags *diags)
+{
+	struct conf_endpoint *ep = &cfg->clusters[ci].endpoints[ei];
+	char path[CONF_PATH_MAX];
+	snprintf(path, sizeof(path), "clusters[%zu].endpoints[%zu]", ci, ei);
+	struct sockaddr_storage tmp[CONF_MAX_RESOLVED];
+	size_t n = 0;
+	int rc = fn(ctx, ep->text, tmp, CONF_MAX_RESOLVED, &n);
+	if (rc == -ENOMEM)
+		return rc;
+	free(ep->resolved);
+	ep->resolved = NULL;
+	ep->n_resolved = 0;
+	if (rc != 0 || n == 0) {
+		conf_diag_add(diags, CONF_DIAG_WARNING, cfg->source, 0, 0, path,
+			      "'%s' does not resolve (matches nothing until it does)", ep->text);
+		return 0;
+	}
+	size_t special = 0;
+	for (size_t i = 0; i < n && i < CONF_MAX_RESOLVED; i++)
+		special += sa_special(&tmp[i]);
+	if (special > 0)
+		conf_diag_add(diags, CONF_DIAG_WARNING, cfg->source, 0, 0, path,
+			      "'%s' resolves to %zu special-purpose address(es), never admitted "
+			      "through DNS (list them as STATIC endpoints)", ep->text, special);
+	ep->resolved = malloc(n * sizeof(*ep->resolved));
+	if (ep->resolved == NULL)
+		return -ENOMEM;
+	memcpy(ep->resolved, tmp, n * sizeof(*ep->resolved));
+	ep->n_resolved = n;
+	return 0;
+}
+
+int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx,
+			  struct conf_diags *diags)
+{
+	if (fn == NULL)
+		fn = conf_resolve_getaddrinfo;
+	for (size_t i = 0; i < cfg->n_clusters; i++) {
+		struct conf_cluster *cl = &cfg->clusters[i];
+		if (cl->type != CONF_CLUSTER_STRICT_DNS)
+			continue;
+		for (size_t j = 0; j < cl->n_endpoints; j++) {
+			int rc = resolve_one(cfg, i, j, fn, ctx, diags);
+			if (rc != 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+static bool mem_eq(const char *a, size_t al, const char *b, size_t bl)
+{
+	return al == bl && (al == 0 || (a && b && memcmp(a, b, al) == 0));
+}
+
+static bool auth_eq(const struct conf_auth *a, const struct conf_auth *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	if (a->type != b->type || !str_eq(a->realm, b->realm) || a->n_users != b->n_users ||
+	    !str_eq(a->secret, b->secret) || !str_eq(a->prev_secret, b->prev_secret) ||
+	    a->prev_deadline != b->prev_deadline || a->strict_expiry != b->strict_expiry)
+		return false;
+	for (size_t i = 0; i < a->n_users; i++)
+		if (!str_eq(a->users[i].username, b->users[i].username) ||
+		    !str_eq(a->users[i].password, b->users[i].password))
+			return false;
+	return true;
+}
+
+static enum conf_listener_change lst_compare(const struct conf_listener *a,
+					     const struct conf_listener *b)
+{
+	if (a->protocol != b->protocol || a->port != b->port ||
+	    !str_eq(a->bind_address, b->bind_address))
+		return CONF_LISTENER_RESTART;
+	bool same = str_eq(a->address, b->address) && str_eq(a->public_address, b->public_address) &&
+		    a->public_port == b->public_port && a->relay_port_min == b->relay_port_min &&
+		    a->relay_port_max == b->relay_port_max &&
+		    mem_eq(a->cert_pem, a->cert_pem_len, b->cert_pem, b->cert_pem_len) &&
+		    mem_eq(a->key_pem, a->key_pem_len, b->key_pem, b->key_pem_len) &&
+		    a->n_routes == b->n_routes && auth_eq(a->auth, b->auth);
+	for (size_t i = 0; same && i < a->n_routes; i++)
+		same = strcmp(a->routes[i], b->routes[i]) == 0;
+	return same ? CONF_LISTENER_UNCHANGED : CONF_LISTENER_UPDATED;
+}
+
+static ssize_t lst_find(const struct conf *c, const char *name)
+{
+	for (size_t i = 0; c != NULL && i < c->n_listeners; i++)
+		if (str_eq(c->listeners[i].name, name))
+			return (ssize_t)i;
+	return -1;
+}
+
+int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
+			struct conf_listener_delta **out, size_t *n)
+{
+	size_t no = old ? old->n_listeners : 0, nn = new_cfg ? new_cfg->n_listeners : 0, k = 0;
+	struct conf_listener_delta *d = calloc(no + nn + 1, sizeof(*d));
+	*out = NULL;
+	*n = 0;
+	if (d == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < nn; i++) {
+		const struct conf_listener *l = &new_cfg->listeners[i];
+		ssize_t o = lst_find(old, l->name);
+		d[k++] = (struct conf_listener_delta){
+			.name = l->name, .old_idx = o, .new_idx = (ssize_t)i,
+			.change = o < 0 ? CONF_LISTENER_ADDED :
+					  lst_compare(&old->listeners[o], l),
+		};
+	}
+	for (size_t i = 0; i < no; i++) {
+		if (lst_find(new_cfg, old->listeners[i].name) >= 0)
+			continue;
+		d[k++] = (struct conf_listener_delta){.name = old->listeners[i].name,
+			.change = CONF_LISTENER_REMOVED, .old_idx = (ssize_t)i, .new_idx = -1};
+	}
+	*out = d;
+	*n = k;
+	return 0;
+}
+
+int conf_check_main(const char *path, FILE *out)
+{
+	struct conf_diags d = {0};
+	struct conf *c = NULL;
+	int rc = path ? conf_load_file(path, NULL, &c, &d) : conf_load_default(NULL, &c);
+	if (rc == 0)
+		rc = conf_resolve_clusters(c, NULL, NULL, &d);
+	conf_diags_print(&d, out);
+	if (rc == 0)
+		fprintf(out, "configuration ok\n");
+	else if (d.n_errors == 0)
+		fprintf(out, "%s: %s\n", path ? path : "<default>", strerror(-rc));
+	conf_diags_free(&d);
+	conf_free(c);
+	return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,222 @@
+/* Config loader entry points: YAML document, top-level keys, admin and limits sections, conf_free. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "conf/conf_internal.h"
+
+static bool http_url_ok(const char *s)
+{
+	if (strncasecmp(s, "http://", 7) != 0)
+		return false;
+	const char *h = s + 7, *e;
+	if (*h == '[') {
+		e = strchr(h, ']');
+		if (e == NULL)
+			return false;
+		e++;
+	} else {
+		e = h + strcspn(h, ":/");
+	}
+	if (*e == ':') {
+		const char *port = e + 1;
+		size_t n = strspn(port, "0123456789");
+		if (n == 0 || n > 5 || atoi(port) < 1 || atoi(port) > 65535 ||
+		    (port[n] != '\0' && port[n] != '/'))
+			return false;
+		e = port + n;
+	}
+	return *e == '\0' || *e == '/';
+}
+
+/* Replaces *dst with the expanded string of v (NULL/"~" keeps the default). */
+static void set_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
+{
+	if (pctx_is_null(v))
+		return;
+	char *s = pctx_string(p, v, path, false);
+	if (s == NULL)
+		return;
+	free(*dst);
+	*dst = s;
+}
+
+static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
+{
+	set_str(p, v, path, dst);
+	if (*dst != NULL && (*dst)[0] != '\0' && !http_url_ok(*dst))
+		pctx_error(p, v, path, "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])",
+			   *dst);
+}
+
+static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min,
+		    uint64_t max, uint32_t *dst)
+{
+	uint64_t x;
+	if (!pctx_is_null(v) && pctx_uint(p, v, path, min, max, &x) == 0)
+		*dst = (uint32_t)x;
+}
+
+struct range_nodes {
+	yaml_node_t *min, *max;
+};
+
+static void parse_mode(struct pctx *p, yaml_node_t *v, const char *path, uint32_t *mode)
+{
+	char *s = pctx_string(p, v, path, false);
+	if (s == NULL)
+		return;
+	const char *d = strncasecmp(s, "0o", 2) == 0 ? s + 2 : s;
+	size_t n = strspn(d, "01234567");
+	unsigned long m = n > 0 && n <= 4 && d[n] == '\0' ? strtoul(d, NULL, 8) : 01000;
+	if (m > 0777)
+		pctx_error(p, v, path, "'%s' is not a file mode (expected octal 0000..0777)", s);
+	else
+		*mode = (uint32_t)m;
+	free(s);
+}
+
+static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
+		       const char *path, void *arg)
+{
+	struct conf_admin *a = &p->cfg->admin;
+	struct range_nodes *rn = arg;
+	int64_t q;
+	if (strcasecmp(key, "name") == 0) {
+		set_str(p, v, path, &a->name);
+	} else if (strcasecmp(key, "loglevel") == 0) {
+		set_str(p, v, path, &a->loglevel);
+		if (a->loglevel && log_check_spec(a->loglevel) != 0) {
+			pctx_warn(p, v, path, "'%s' is malformed (expected SCOPE:LEVEL,... with "
+				  "DISABLE|ERROR|WARN|INFO|DEBUG|TRACE); using " CONF_DEF_LOGLEVEL,
+				  a->loglevel);
+			free(a->loglevel);
+			a->loglevel = conf_strdup(p, CONF_DEF_LOGLEVEL);
+		}
+	} else if (strcasecmp(key, "metrics_endpoint") == 0) {
+		set_url(p, v, path, &a->metrics_endpoint);
+	} else if (strcasecmp(key, "healthcheck_endpoint") == 0) {
+		set_url(p, v, path, &a->healthcheck_endpoint);
+	} else if (strcasecmp(key, "user_quota") == 0) {
+		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
+			p->cfg->limits.user_quota = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+	} else if (strcasecmp(key, "offload_engine") == 0 ||
+		   strcasecmp(key, "offload_interfaces") == 0 ||
+		   strcasecmp(key, "license_config") == 0) {
+		pctx_warn(p, k, path, "STUNner key accepted and ignored (not supported by turngate)");
+	} else if (strcasecmp(key, "workers") == 0) {
+		set_u32(p, v, path, 0, 1024, &a->workers);
+	} else if (strcasecmp(key, "admin_socket") == 0) {
+		set_str(p, v, path, &a->admin_socket);
+	} else if (strcasecmp(key, "admin_socket_mode") == 0) {
+		if (!pctx_is_null(v))
+			parse_mode(p, v, path, &a->admin_socket_mode);
+	} else if (strcasecmp(key, "log_format") == 0) {
+		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
+		if (s && strcasecmp(s, "text") == 0)
+			a->log_format = CONF_LOG_TEXT;
+		else if (s && strcasecmp(s, "json") == 0)
+			a->log_format = CONF_LOG_JSON;
+		else if (s)
+			pctx_error(p, v, path, "'%s' is not a log format (expected text or json)", s);
+		free(s);
+	} else if (strcasecmp(key, "relay_port_min") == 0) {
+		uint32_t x = a->relay_port_min;
+		set_u32(p, v, path, 1, 65535, &x);
+		a->relay_port_min = (uint16_t)x;
+		rn->min = v;
+	} else if (strcasecmp(key, "relay_port_max") == 0) {
+		uint32_t x = a->relay_port_max;
+		set_u32(p, v, path, 1, 65535, &x);
+		a->relay_port_max = (uint16_t)x;
+		rn->max = v;
+	} else if (strcasecmp(key, "drain_timeout") == 0) {
+		set_u32(p, v, path, 0, 86400, &a->drain_timeout);
+	} else if (strcasecmp(key, "alternate_server") == 0) {
+		struct sockaddr_storage ss;
+		set_str(p, v, path, &a->alternate_server);
+		if (a->alternate_server && a->alternate_server[0] &&
+		    conf_parse_hostport(a->alternate_server, &ss) != 0)
+			pctx_error(p, v, path, "'%s' is not an address (expected IP, IP:PORT or "
+				   "[IPV6]:PORT)", a->alternate_server);
+	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
+		set_url(p, v, path, &a->credential_api_endpoint);
+	} else {
+		pctx_unknown_key(p, k, path);
+	}
+}
+
+void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)
+{
+	struct range_nodes rn = {0};
+	struct conf_admin *a = &p->cfg->admin;
+	pctx_map_each(p, n, path, admin_pair, &rn);
+	if (a->relay_port_min > a->relay_port_max) {
+		char sub[CONF_PATH_MAX];
+		conf_path_key(sub, path, rn.min ? "relay_port_min" : "relay_port_max");
+		pctx_error(p, rn.min ? rn.min : rn.max, sub,
+			   "relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
+			   a->relay_port_min, a->relay_port_max);
+	}
+	if (a->alternate_server && a->alternate_server[0] == '\0') {
+		free(a->alternate_server);
+		a->alternate_server = NULL;
+	}
+}
+
+struct limit_key {
+	const char *key;
+	size_t off;
+	uint32_t min, max;
+};
+
+#define LIM(k, lo, hi) {#k, offsetof(struct conf_limits, k), lo, hi}
+static const struct limit_key limit_keys[] = {
+	LIM(max_allocations, 1, 10000000), LIM(user_quota, 0, 10000000),
+	LIM(total_quota, 0, 10000000), LIM(max_permissions, 1, 65535),
+	LIM(max_channels, 1, 4096), LIM(allocation_lifetime, 1, 86400),
+	LIM(max_allocation_lifetime, 1, 86400), LIM(permission_lifetime, 1, 86400),
+	LIM(channel_lifetime, 1, 86400), LIM(nonce_lifetime, 1, 86400),
+};
+
+struct limit_nodes {
+	yaml_node_t *n[sizeof(limit_keys) / sizeof(limit_keys[0])];
+};
+
+static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
+			const char *path, void *arg)
+{
+	struct limit_nodes *ln = arg;
+	for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++) {
+		if (strcasecmp(key, limit_keys[i].key) != 0)
+			continue;
+		uint32_t *dst = (uint32_t *)((char *)&p->cfg->limits + limit_keys[i].off);
+		set_u32(p, v, path, limit_keys[i].min, limit_keys[i].max, dst);
+		ln->n[i] = v;
+		return;
+	}
+	pctx_unknown_key(p, k, path);
+}
+
+void conf_parse_limits(struct pctx *p, yaml_node_t *n, const char *path)
+{
+	struct limit_nodes ln = {{0}};
+	struct conf_limits *l = &p->cfg->limits;
+	char sub[CONF_PATH_MAX];
+	pctx_map_each(p, n, path, limits_pair, &ln);
+	if (l->allocation_lifetime > l->max_allocation_lifetime) {
+		conf_path_key(sub, path, "allocation_lifetime");
+		pctx_error(p, ln.n[5] ? ln.n[5] : n, sub,
+			   "%u is greater than max_allocation_lifetime %u (expected at most that)",
+			   l->allocation_lifetime, l->max_allocation_lifetime);
+	}
+	if (l->total_quota > l->max_allocations) {
+		conf_path_key(sub, path, "total_quota");
+		pctx_error(p, ln.n[2] ? ln.n[2] : n, sub,
+			   "%u is greater than max_allocations %u (expected at most that)",
+			   l->total_quota, l->max_allocations);
+	}
+}

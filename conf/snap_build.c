@@ -1,0 +1,490 @@
+/* Builds snapshot blobs from a struct conf: compiled allowlists, auth keys, limits, string pool. */
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "conf/conf_internal.h"
+#include "conf/snap_format.h"
+
+static_assert(sizeof(struct snap_hdr) % 8 == 0, "header size");
+static_assert(sizeof(struct snap_lst_rec) % 8 == 0, "listener record size");
+static_assert(sizeof(struct snap_cluster_rec) % 8 == 0, "cluster record size");
+static_assert(sizeof(struct snap_auth_rec) % 8 == 0, "auth record size");
+static_assert(sizeof(struct snap_user_rec) % 8 == 0, "user record size");
+static_assert(sizeof(struct snap_secret_rec) % 8 == 0, "secret record size");
+static_assert(sizeof(struct snap_pfx4) % 8 == 0, "pfx4 record size");
+static_assert(sizeof(struct snap_pfx6) % 8 == 0, "pfx6 record size");
+
+/* Builder state. Tables are separate arrays until the final copy; strings go to a pool
+ * whose final offset (pool_off) is known before the first string is added. */
+struct sb {
+	const struct conf *cfg;
+	struct snap_lst_rec *lst;
+	struct snap_cluster_rec *cls;
+	struct snap_auth_rec *auths;
+	struct snap_user_rec *users;
+	struct snap_secret_rec *secrets;
+	struct snap_pfx4 *p4;
+	struct snap_pfx6 *p6;
+	size_t n_lst, n_cls, n_auths, n_users, n_secrets, n_p4, n_p6;
+	size_t cap_p4, cap_p6;
+	uint8_t *pool;
+	size_t pool_len, pool_cap;
+	uint64_t pool_off;
+	int err;
+};
+
+static struct snap_str pool_add(struct sb *b, const void *data, size_t len)
+{
+	struct snap_str r = {0, 0};
+	if (b->err)
+		return r;
+	if (b->pool_off + b->pool_len + len + 1 > UINT32_MAX) {
+		b->err = -E2BIG;
+		return r;
+	}
+	if (b->pool_len + len + 1 > b->pool_cap) {
+		size_t cap = (b->pool_len + len + 1) * 2;
+		uint8_t *np = realloc(b->pool, cap);
+		if (np == NULL) {
+			b->err = -ENOMEM;
+			return r;
+		}
+		b->pool = np;
+		b->pool_cap = cap;
+	}
+	if (len)
+		memcpy(b->pool + b->pool_len, data, len);
+	b->pool[b->pool_len + len] = 0;
+	r.off = (uint32_t)(b->pool_off + b->pool_len);
+	r.len = (uint32_t)len;
+	b->pool_len += len + 1;
+	return r;
+}
+
+static struct snap_str pool_str(struct sb *b, const char *s)
+{
+	return pool_add(b, s ? s : "", s ? strlen(s) : 0);
+}
+
+static int find_cluster(const struct conf *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_clusters; i++)
+		if (c->clusters[i].name && strcmp(c->clusters[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+static void *grow(void *v, size_t *cap, size_t need, size_t size, int *err)
+{
+	if (need <= *cap)
+		return v;
+	size_t nc = *cap ? *cap * 2 : 16;
+	while (nc < need)
+		nc *= 2;
+	void *nv = realloc(v, nc * size);
+	if (nv == NULL) {
+		*err = -ENOMEM;
+		return v;
+	}
+	memset((char *)nv + *cap * size, 0, (nc - *cap) * size);
+	*cap = nc;
+	return nv;
+}
+
+static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin, uint16_t pmax,
+		       bool special, uint32_t cluster)
+{
+	if (p->family == AF_INET) {
+		b->p4 = grow(b->p4, &b->cap_p4, b->n_p4 + 1, sizeof(*b->p4), &b->err);
+		if (b->err)
+			return;
+		struct snap_pfx4 *e = &b->p4[b->n_p4++];
+		uint32_t a;
+		memcpy(&a, p->addr, 4);
+		e->addr = ntohl(a);
+		e->mask = p->len ? (uint32_t)(0xffffffffu << (32 - p->len)) : 0;
+		e->len = p->len;
+		e->port_min = pmin;
+		e->port_max = pmax;
+		e->special = special;
+		e->cluster = cluster;
+	} else {
+		b->p6 = grow(b->p6, &b->cap_p6, b->n_p6 + 1, sizeof(*b->p6), &b->err);
+		if (b->err)
+			return;
+		struct snap_pfx6 *e = &b->p6[b->n_p6++];
+		memcpy(e->addr, p->addr, 16);
+		e->len = p->len;
+		e->port_min = pmin;
+		e->port_max = pmax;
+		e->special = special;
+		e->cluster = cluster;
+	}
+}
+
+/* DNS answers are exact hosts, all ports; special-purpose answers are left out since only
+ * an explicit STATIC endpoint may admit them. */
+static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint32_t cluster)
+{
+	for (size_t k = 0; k < ep->n_resolved; k++) {
+		struct conf_prefix p = {0};
+		if (conf_addr_canon((const struct sockaddr *)&ep->resolved[k], &p.family,
+				    p.addr) != 0 || conf_addr_is_special(p.family, p.addr))
+			continue;
+		p.len = p.family == AF_INET ? 32 : 128;
+		add_prefix(b, &p, 0, 65535, false, cluster);
+	}
+}
+
+static int cmp_p4(const void *x, const void *y)
+{
+	const struct snap_pfx4 *a = x, *b = y;
+	if (a->len != b->len)
+		return a->len > b->len ? -1 : 1;
+	if (a->addr != b->addr)
+		return a->addr < b->addr ? -1 : 1;
+	if (a->port_min != b->port_min)
+		return a->port_min < b->port_min ? -1 : 1;
+	if (a->port_max != b->port_max)
+		return a->port_max < b->port_max ? -1 : 1;
+	if (a->cluster != b->cluster)
+		return a->cluster < b->cluster ? -1 : 1;
+	return 0;
+}
+
+static int cmp_p6(const void *x, const void *y)
+{
+	const struct snap_pfx6 *a = x, *b = y;
+	if (a->len != b->len)
+		return a->len > b->len ? -1 : 1;
+	int c = memcmp(a->addr, b->addr, 16);
+	if (c != 0)
+		return c;
+	if (a->port_min != b->port_min)
+		return a->port_min < b->port_min ? -1 : 1;
+	if (a->port_max != b->port_max)
+		return a->port_max < b->port_max ? -1 : 1;
+	if (a->cluster != b->cluster)
+		return a->cluster < b->cluster ? -1 : 1;
+	return 0;
+}
+
+/* Sorts [first, n) and drops entries that repeat an earlier one's prefix and ports (the
+ * earlier, lower cluster index, is the one a lookup would report anyway). */
+static size_t sort_dedup(void *base, size_t first, size_t n, size_t size,
+			 int (*cmp)(const void *, const void *), size_t cmp_len)
+{
+	char *v = (char *)base + first * size;
+	size_t cnt = n - first, w = 0;
+	qsort(v, cnt, size, cmp);
+	for (size_t i = 0; i < cnt; i++) {
+		if (w > 0 && memcmp(v + (w - 1) * size, v + i * size, cmp_len) == 0)
+			continue;
+		if (w != i)
+			memcpy(v + w * size, v + i * size, size);
+		w++;
+	}
+	memset(v + w * size, 0, (cnt - w) * size);
+	return first + w;
+}
+
+static void compile_allowlist(struct sb *b, const struct conf_listener *l,
+			      struct snap_lst_rec *r)
+{
+	size_t f4 = b->n_p4, f6 = b->n_p6;
+	for (size_t i = 0; i < l->n_routes && !b->err; i++) {
+		int ci = find_cluster(b->cfg, l->routes[i]);
+		if (ci < 0)
+			continue; /* validation rejects these; a snapshot just matches nothing */
+		const struct conf_cluster *cl = &b->cfg->clusters[ci];
+		for (size_t j = 0; j < cl->n_endpoints && !b->err; j++) {
+			const struct conf_endpoint *ep = &cl->endpoints[j];
+			if (cl->type == CONF_CLUSTER_STRICT_DNS)
+				add_resolved(b, ep, (uint32_t)ci);
+			else
+				add_prefix(b, &ep->prefix, ep->port_min, ep->port_max,
+					   conf_prefix_is_special(&ep->prefix), (uint32_t)ci);
+		}
+	}
+	if (b->err)
+		return;
+	b->n_p4 = sort_dedup(b->p4, f4, b->n_p4, sizeof(*b->p4), cmp_p4,
+			     offsetof(struct snap_pfx4, cluster));
+	b->n_p6 = sort_dedup(b->p6, f6, b->n_p6, sizeof(*b->p6), cmp_p6,
+			     offsetof(struct snap_pfx6, cluster));
+	r->v4_first = (uint32_t)f4;
+	r->v4_count = (uint32_t)(b->n_p4 - f4);
+	r->v6_first = (uint32_t)f6;
+	r->v6_count = (uint32_t)(b->n_p6 - f6);
+	while (r->v4_hosts < r->v4_count && b->p4[f4 + r->v4_hosts].len == 32)
+		r->v4_hosts++;
+	while (r->v6_hosts < r->v6_count && b->p6[f6 + r->v6_hosts].len == 128)
+		r->v6_hosts++;
+}
+
+static int user_cmp(const void *x, const void *y)
+{
+	const struct conf_user *a = *(const struct conf_user *const *)x;
+	const struct conf_user *b = *(const struct conf_user *const *)y;
+	size_t la = strlen(a->username), lb = strlen(b->username);
+	int c = memcmp(a->username, b->username, la < lb ? la : lb);
+	return c ? c : (la > lb) - (la < lb);
+}
+
+static void long_term_key(const struct conf_user *u, const char *realm, const EVP_MD *md,
+			  uint8_t *out, int *err)
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (ctx == NULL || EVP_DigestInit_ex(ctx, md, NULL) != 1 ||
+	    EVP_DigestUpdate(ctx, u->username, strlen(u->username)) != 1 ||
+	    EVP_DigestUpdate(ctx, ":", 1) != 1 ||
+	    EVP_DigestUpdate(ctx, realm, strlen(realm)) != 1 ||
+	    EVP_DigestUpdate(ctx, ":", 1) != 1 ||
+	    EVP_DigestUpdate(ctx, u->password, strlen(u->password)) != 1 ||
+	    EVP_DigestFinal_ex(ctx, out, NULL) != 1)
+		*err = -ENOMEM;
+	EVP_MD_CTX_free(ctx);
+}
+
+static void add_auth(struct sb *b, const struct conf_auth *a)
+{
+	struct snap_auth_rec *r = &b->auths[b->n_auths++];
+	r->type = (uint32_t)a->type;
+	r->realm = pool_str(b, a->realm);
+	r->strict_expiry = a->strict_expiry;
+	r->user_first = (uint32_t)b->n_users;
+	r->secret_first = (uint32_t)b->n_secrets;
+	const struct conf_user **sorted = calloc(a->n_users + 1, sizeof(*sorted));
+	if (sorted == NULL) {
+		b->err = -ENOMEM;
+		return;
+	}
+	for (size_t i = 0; i < a->n_users; i++)
+		sorted[i] = &a->users[i];
+	qsort(sorted, a->n_users, sizeof(*sorted), user_cmp);
+	for (size_t i = 0; i < a->n_users && !b->err; i++) {
+		struct snap_user_rec *u = &b->users[b->n_users++];
+		u->name = pool_str(b, sorted[i]->username);
+		long_term_key(sorted[i], a->realm, EVP_md5(), u->md5, &b->err);
+		long_term_key(sorted[i], a->realm, EVP_sha256(), u->sha256, &b->err);
+		r->user_count++;
+	}
+	free(sorted);
+	const char *sec[2] = {a->secret, a->prev_secret};
+	for (uint32_t i = 0; i < 2 && a->type == CONF_AUTH_EPHEMERAL; i++) {
+		if (sec[i] == NULL)
+			continue;
+		struct snap_secret_rec *s = &b->secrets[b->n_secrets++];
+		s->secret = pool_str(b, sec[i]);
+		s->id = i;
+		s->deadline = i ? a->prev_deadline : 0;
+		r->secret_count++;
+	}
+}
+
+static void count_auth(const struct conf_auth *a, size_t *users, size_t *secrets)
+{
+	*users += a->type == CONF_AUTH_STATIC ? a->n_users : 0;
+	*secrets += a->type == CONF_AUTH_EPHEMERAL ? (a->secret != NULL) + (a->prev_secret != NULL) : 0;
+}
+
+static void fill_listener(struct sb *b, const struct conf_listener *l, struct snap_lst_rec *r)
+{
+	r->name = pool_str(b, l->name);
+	r->address = pool_str(b, l->address);
+	r->public_address = pool_str(b, l->public_address);
+	r->bind_address = pool_str(b, l->bind_address);
+	if (l->cert_pem)
+		r->cert = pool_add(b, l->cert_pem, l->cert_pem_len);
+	if (l->key_pem)
+		r->key = pool_add(b, l->key_pem, l->key_pem_len);
+	r->protocol = (uint32_t)l->protocol;
+	r->port = l->port;
+	r->public_port = l->public_port;
+	r->relay_min = l->relay_port_min;
+	r->relay_max = l->relay_port_max;
+	r->relay_family = (uint16_t)l->relay_addr.ss_family;
+	if (l->relay_addr.ss_family == AF_INET)
+		memcpy(r->relay_addr, &((const struct sockaddr_in *)&l->relay_addr)->sin_addr, 4);
+	else if (l->relay_addr.ss_family == AF_INET6)
+		memcpy(r->relay_addr, &((const struct sockaddr_in6 *)&l->relay_addr)->sin6_addr, 16);
+	if (l->auth) {
+		r->auth_idx = (uint32_t)b->n_auths;
+		add_auth(b, l->auth);
+	}
+}
+
+static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_build_params *pp)
+{
+	const struct conf *c = b->cfg;
+	h->magic = SNAP_MAGIC;
+	h->version = SNAP_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->generation = pp->generation;
+	h->log_format = (uint32_t)c->admin.log_format;
+	memcpy(h->nonce_key, pp->nonce_key, SNAP_NONCE_KEY_LEN);
+	h->limits = (struct snap_limits){
+		c->limits.max_allocations, c->limits.user_quota, c->limits.total_quota,
+		c->limits.max_permissions, c->limits.max_channels, c->limits.allocation_lifetime,
+		c->limits.max_allocation_lifetime, c->limits.permission_lifetime,
+		c->limits.channel_lifetime, c->limits.nonce_lifetime,
+	};
+	h->drain_timeout = c->admin.drain_timeout;
+	struct sockaddr_storage alt;
+	if (c->admin.alternate_server && conf_parse_hostport(c->admin.alternate_server, &alt) == 0) {
+		h->alt_family = alt.ss_family;
+		if (alt.ss_family == AF_INET) {
+			const struct sockaddr_in *s4 = (const struct sockaddr_in *)&alt;
+			memcpy(h->alt_addr, &s4->sin_addr, 4);
+			h->alt_port = ntohs(s4->sin_port);
+		} else {
+			const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&alt;
+			memcpy(h->alt_addr, &s6->sin6_addr, 16);
+			h->alt_port = ntohs(s6->sin6_port);
+		}
+	}
+	h->log_spec = pool_str(b, c->admin.loglevel ? c->admin.loglevel : CONF_DEF_LOGLEVEL);
+}
+
+static uint64_t place(uint64_t *cur, size_t n, size_t size, struct snap_tab *t)
+{
+	uint64_t off = *cur;
+	t->off = (uint32_t)off;
+	t->count = (uint32_t)n;
+	*cur += (uint64_t)n * size; /* every record size is a multiple of 8: stays aligned */
+	return off;
+}
+
+static int sb_alloc(struct sb *b)
+{
+	const struct conf *c = b->cfg;
+	size_t n_auth = 1, n_users = 0, n_secrets = 0;
+	count_auth(&c->auth, &n_users, &n_secrets);
+	for (size_t i = 0; i < c->n_listeners; i++) {
+		if (c->listeners[i].auth) {
+			n_auth++;
+			count_auth(c->listeners[i].auth, &n_users, &n_secrets);
+		}
+	}
+	b->lst = calloc(c->n_listeners + 1, sizeof(*b->lst));
+	b->cls = calloc(c->n_clusters + 1, sizeof(*b->cls));
+	b->auths = calloc(n_auth, sizeof(*b->auths));
+	b->users = calloc(n_users + 1, sizeof(*b->users));
+	b->secrets = calloc(n_secrets + 1, sizeof(*b->secrets));
+	if (!b->lst || !b->cls || !b->auths || !b->users || !b->secrets)
+		return -ENOMEM;
+	return 0;
+}
+
+static void sb_free(struct sb *b)
+{
+	free(b->lst);
+	free(b->cls);
+	free(b->auths);
+	if (b->users)
+		explicit_bzero(b->users, b->n_users * sizeof(*b->users));
+	free(b->users);
+	free(b->secrets);
+	free(b->p4);
+	free(b->p6);
+	if (b->pool)
+		explicit_bzero(b->pool, b->pool_len);
+	free(b->pool);
+}
+
+static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
+{
+	uint64_t cur = sizeof(*h);
+	uint64_t o[7];
+	o[0] = place(&cur, b->n_lst, sizeof(*b->lst), &h->listeners);
+	o[1] = place(&cur, b->n_cls, sizeof(*b->cls), &h->clusters);
+	o[2] = place(&cur, b->n_auths, sizeof(*b->auths), &h->auths);
+	o[3] = place(&cur, b->n_users, sizeof(*b->users), &h->users);
+	o[4] = place(&cur, b->n_secrets, sizeof(*b->secrets), &h->secrets);
+	o[5] = place(&cur, b->n_p4, sizeof(*b->p4), &h->pfx4);
+	o[6] = place(&cur, b->n_p6, sizeof(*b->p6), &h->pfx6);
+	if (cur != b->pool_off)
+		return -EINVAL; /* pool_off was computed from the same counts */
+	uint64_t total = cur + b->pool_len;
+	if (total > UINT32_MAX)
+		return -E2BIG;
+	h->pool_off = (uint32_t)cur;
+	h->pool_len = (uint32_t)b->pool_len;
+	h->len = (uint32_t)total;
+	uint8_t *out = calloc(1, total);
+	if (out == NULL)
+		return -ENOMEM;
+	memcpy(out + o[0], b->lst, b->n_lst * sizeof(*b->lst));
+	memcpy(out + o[1], b->cls, b->n_cls * sizeof(*b->cls));
+	memcpy(out + o[2], b->auths, b->n_auths * sizeof(*b->auths));
+	memcpy(out + o[3], b->users, b->n_users * sizeof(*b->users));
+	memcpy(out + o[4], b->secrets, b->n_secrets * sizeof(*b->secrets));
+	memcpy(out + o[5], b->p4, b->n_p4 * sizeof(*b->p4));
+	memcpy(out + o[6], b->p6, b->n_p6 * sizeof(*b->p6));
+	if (b->pool_len)
+		memcpy(out + cur, b->pool, b->pool_len);
+	memcpy(out, h, sizeof(*h));
+	((struct snap_hdr *)out)->crc = snap_crc32c(out + 16, total - 16);
+	*blob = out;
+	*len = total;
+	return 0;
+}
+
+int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void **blob,
+	       size_t *len)
+{
+	*blob = NULL;
+	*len = 0;
+	if (cfg == NULL || cfg->magic != CONF_MAGIC || pp == NULL)
+		return -EINVAL;
+	struct sb b = {.cfg = cfg};
+	struct snap_hdr h;
+	memset(&h, 0, sizeof(h));
+	int rc = sb_alloc(&b);
+	if (rc != 0)
+		goto out;
+	/* Allowlists first: their sizes fix where the string pool starts. */
+	b.n_lst = cfg->n_listeners;
+	for (size_t i = 0; i < cfg->n_listeners && !b.err; i++)
+		compile_allowlist(&b, &cfg->listeners[i], &b.lst[i]);
+	b.n_cls = cfg->n_clusters;
+	b.pool_off = sizeof(h) + b.n_lst * sizeof(*b.lst) + b.n_cls * sizeof(*b.cls) +
+		     b.n_p4 * sizeof(*b.p4) + b.n_p6 * sizeof(*b.p6);
+	size_t n_auth = 1, n_users = 0, n_secrets = 0;
+	count_auth(&cfg->auth, &n_users, &n_secrets);
+	for (size_t i = 0; i < cfg->n_listeners; i++)
+		if (cfg->listeners[i].auth) {
+			n_auth++;
+			count_auth(cfg->listeners[i].auth, &n_users, &n_secrets);
+		}
+	b.pool_off += n_auth * sizeof(*b.auths) + n_users * sizeof(*b.users) +
+		      n_secrets * sizeof(*b.secrets);
+	add_auth(&b, &cfg->auth);
+	for (size_t i = 0; i < cfg->n_listeners && !b.err; i++)
+		fill_listener(&b, &cfg->listeners[i], &b.lst[i]);
+	for (size_t i = 0; i < cfg->n_clusters && !b.err; i++) {
+		b.cls[i].name = pool_str(&b, cfg->clusters[i].name);
+		b.cls[i].type = (uint32_t)cfg->clusters[i].type;
+		b.cls[i].protocol = (uint32_t)cfg->clusters[i].protocol;
+	}
+	fill_header(&b, &h, pp);
+	rc = b.err ? b.err : sb_emit(&b, &h, blob, len);
+out:
+	explicit_bzero(&h, sizeof(h));
+	sb_free(&b);
+	return rc;
+}
+
+void snap_blob_free(void *blob, size_t len)
+{
+	if (blob == NULL)
+		return;
+	explicit_bzero(blob, len);
+	free(blob);
+}

@@ -1,0 +1,1123 @@
+/* Unit tests for config loading: defaults, spellings, every error with its location, env, extensions, samples. */
+#include "tests/unit/test_conf_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/pem.h>
+
+#include "conf/conf_internal.h"
+
+static void test_defaults(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "listeners:\n  - name: l\n", &c, &d), 0);
+	assert_string_equal(c->version, "v1");
+	assert_string_equal(c->admin.name, "default-stunnerd");
+	assert_string_equal(c->admin.loglevel, "all:INFO");
+	assert_string_equal(c->admin.healthcheck_endpoint, "http://:8086");
+	assert_null(c->admin.metrics_endpoint);
+	assert_int_equal(c->admin.workers, 0);
+	assert_string_equal(c->admin.admin_socket, "/run/turngate/admin.sock");
+	assert_int_equal(c->admin.admin_socket_mode, 0600);
+	assert_int_equal(c->admin.log_format, CONF_LOG_TEXT);
+	assert_int_equal(c->admin.relay_port_min, 49152);
+	assert_int_equal(c->admin.relay_port_max, 65535);
+	assert_int_equal(c->admin.drain_timeout, 30);
+	assert_null(c->admin.alternate_server);
+	assert_null(c->admin.credential_api_endpoint);
+	assert_string_equal(c->auth.realm, "stunner.l7mp.io");
+	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
+	assert_false(c->auth.strict_expiry);
+	assert_int_equal(c->limits.max_allocations, 10000);
+	assert_int_equal(c->limits.user_quota, 0);
+	assert_int_equal(c->limits.total_quota, 0);
+	assert_int_equal(c->limits.max_permissions, 32);
+	assert_int_equal(c->limits.max_channels, 32);
+	assert_int_equal(c->limits.allocation_lifetime, 600);
+	assert_int_equal(c->limits.max_allocation_lifetime, 3600);
+	assert_int_equal(c->limits.permission_lifetime, 300);
+	assert_int_equal(c->limits.channel_lifetime, 600);
+	assert_int_equal(c->limits.nonce_lifetime, 3600);
+	assert_int_equal(c->n_listeners, 1);
+	struct conf_listener *l = &c->listeners[0];
+	assert_int_equal(l->port, 3478);
+	assert_int_equal(l->protocol, CONF_PROTO_TURN_UDP);
+	assert_string_equal(l->address, "10.0.0.1"); /* from $STUNNER_ADDR */
+	assert_null(l->bind_address);
+	assert_null(l->public_address);
+	assert_int_equal(l->public_port, 0);
+	assert_int_equal(l->relay_port_min, 49152);
+	assert_int_equal(l->relay_port_max, 65535);
+	assert_int_equal(l->n_routes, 0);
+	assert_null(l->auth);
+	assert_null(l->cert_pem);
+	assert_int_equal(d.n, 0);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_default_address_without_env(void **state)
+{
+	(void)state;
+	static const char *const env[] = {NULL};
+	struct conf *c;
+	struct conf_diags d;
+	t_env_pairs = env;
+	assert_int_equal(t_load(T_HEAD "listeners:\n  - name: l\n", &c, &d), 0);
+	t_env_pairs = NULL;
+	assert_string_equal(c->listeners[0].address, "0.0.0.0");
+	assert_diag(&d, "t.yaml:8:5: warning: listeners[0].address: not set and $STUNNER_ADDR is "
+			"not an IP: relay addresses will be advertised as 0.0.0.0");
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_cluster_defaults(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "clusters:\n  - name: c\n    endpoints: [1.2.3.4]\n", &c,
+				&d), 0);
+	assert_int_equal(c->clusters[0].type, CONF_CLUSTER_STATIC);
+	assert_int_equal(c->clusters[0].protocol, CONF_CPROTO_UDP);
+	assert_int_equal(c->clusters[0].endpoints[0].port_min, 1);
+	assert_int_equal(c->clusters[0].endpoints[0].port_max, 65535);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void check_auth_type(const char *spelling, enum conf_auth_type want)
+{
+	char buf[512];
+	struct conf *c;
+	struct conf_diags d;
+	snprintf(buf, sizeof(buf), "version: v1\nauth:\n  type: %s\n  credentials:\n"
+		 "    username: u\n    password: p\n    secret: s\n", spelling);
+	int rc = t_load(buf, &c, &d);
+	if (rc != 0)
+		t_dump(&d);
+	assert_int_equal(rc, 0);
+	assert_int_equal(c->auth.type, want);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_auth_spellings(void **state)
+{
+	(void)state;
+	check_auth_type("static", CONF_AUTH_STATIC);
+	check_auth_type("Static", CONF_AUTH_STATIC);
+	check_auth_type("plaintext", CONF_AUTH_STATIC);
+	check_auth_type("PLAINTEXT", CONF_AUTH_STATIC);
+	check_auth_type("ephemeral", CONF_AUTH_EPHEMERAL);
+	check_auth_type("Ephemeral", CONF_AUTH_EPHEMERAL);
+	check_auth_type("longterm", CONF_AUTH_EPHEMERAL);
+	check_auth_type("LongTerm", CONF_AUTH_EPHEMERAL);
+	check_auth_type("timewindowed", CONF_AUTH_EPHEMERAL);
+	check_auth_type("none", CONF_AUTH_NONE);
+	check_auth_type("NONE", CONF_AUTH_NONE);
+}
+
+static void check_proto(const char *spelling, enum conf_proto want)
+{
+	char buf[512];
+	struct conf *c;
+	struct conf_diags d;
+	snprintf(buf, sizeof(buf), T_HEAD "listeners:\n  - name: l\n    protocol: %s\n"
+		 "    cert_file: %s/test-cert.pem\n    key_file: %s/test-key.pem\n", spelling,
+		 CONF_SAMPLES, CONF_SAMPLES);
+	int rc = t_load(buf, &c, &d);
+	if (rc != 0)
+		t_dump(&d);
+	assert_int_equal(rc, 0);
+	assert_int_equal(c->listeners[0].protocol, want);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_proto_spellings(void **state)
+{
+	(void)state;
+	check_proto("TURN-UDP", CONF_PROTO_TURN_UDP);
+	check_proto("turn-udp", CONF_PROTO_TURN_UDP);
+	check_proto("UDP", CONF_PROTO_TURN_UDP);
+	check_proto("udp", CONF_PROTO_TURN_UDP);
+	check_proto("TURN-TCP", CONF_PROTO_TURN_TCP);
+	check_proto("tcp", CONF_PROTO_TURN_TCP);
+	check_proto("TURN-TLS", CONF_PROTO_TURN_TLS);
+	check_proto("Turn-Tls", CONF_PROTO_TURN_TLS);
+	check_proto("TLS", CONF_PROTO_TURN_TLS);
+	check_proto("TURN-DTLS", CONF_PROTO_TURN_DTLS);
+	check_proto("dtls", CONF_PROTO_TURN_DTLS);
+	assert_string_equal(conf_proto_name(CONF_PROTO_TURN_DTLS), "TURN-DTLS");
+}
+
+static void test_cluster_spellings(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "clusters:\n"
+				"  - {name: a, type: static, protocol: udp, endpoints: [1.1.1.1]}\n"
+				"  - {name: b, type: Strict_DNS, protocol: TCP, endpoints: [a.b]}\n"
+				"  - {name: c, type: STRICT_DNS, protocol: Tcp}\n", &c, &d), 0);
+	assert_int_equal(c->clusters[0].type, CONF_CLUSTER_STATIC);
+	assert_int_equal(c->clusters[0].protocol, CONF_CPROTO_UDP);
+	assert_int_equal(c->clusters[1].type, CONF_CLUSTER_STRICT_DNS);
+	assert_int_equal(c->clusters[1].protocol, CONF_CPROTO_TCP);
+	assert_int_equal(c->clusters[2].protocol, CONF_CPROTO_TCP);
+	assert_string_equal(conf_cluster_type_name(CONF_CLUSTER_STRICT_DNS), "STRICT_DNS");
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+/* Each case: a config and one exact diagnostic line it must produce (and fail). */
+struct err_case {
+	const char *text;
+	const char *line;
+};
+
+static const struct err_case err_cases[] = {
+	{T_HEAD "listeners:\n  - name: a\n    port: 3478\n  - name: b\n    port: 70000\n",
+	 "t.yaml:11:11: listeners[1].port: 70000 is out of range (1..65535)"},
+	{T_HEAD "listeners:\n  - name: a\n    port: 0\n",
+	 "t.yaml:9:11: listeners[0].port: 0 is out of range (1..65535)"},
+	{T_HEAD "listeners:\n  - name: a\n    port: abc\n",
+	 "t.yaml:9:11: listeners[0].port: 'abc' is not an integer (expected 1..65535)"},
+	{"version: v2\n" "auth:\n  type: none\n",
+	 "t.yaml:1:10: version: unsupported API version 'v2' (expected v1)"},
+	{"auth:\n  type: none\n", "t.yaml:1:1: version: missing (expected v1)"},
+	{"version: v1\n", "t.yaml:1:1: auth: missing (expected an auth section; STUNner's "
+			  "default static auth needs credentials)"},
+	{T_HEAD "listeners:\n  - name: a\n  - name: a\n",
+	 "t.yaml:9:11: listeners[1].name: duplicate listener name 'a' (expected unique names; "
+	 "first used by listeners[0])"},
+	{T_HEAD "listeners:\n  - port: 1\n",
+	 "t.yaml:8:5: listeners[0].name: missing name (expected a non-empty listener name)"},
+	{T_HEAD "clusters:\n  - name: c\n  - name: c\n",
+	 "t.yaml:9:11: clusters[1].name: duplicate cluster name 'c' (expected unique names; "
+	 "first used by clusters[0])"},
+	{T_HEAD "clusters:\n  - type: STATIC\n",
+	 "t.yaml:8:5: clusters[0].name: missing name (expected a non-empty cluster name)"},
+	{T_HEAD "listeners:\n  - name: a\n    routes: [x, nope]\n",
+	 "t.yaml:9:14: listeners[0].routes[0]: unknown cluster 'x' (expected the name of a "
+	 "cluster in clusters)"},
+	{T_HEAD "listeners:\n  - name: a\n    routes: [x, nope]\n",
+	 "t.yaml:9:17: listeners[0].routes[1]: unknown cluster 'nope' (expected the name of a "
+	 "cluster in clusters)"},
+	{T_HEAD "listeners:\n  - name: a\n    protocol: TURN-TLS\n",
+	 "t.yaml:8:5: listeners[0].cert: missing: TURN-TLS listener without certificate "
+	 "(expected cert or cert_file)"},
+	{T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    cert: \"@@@\"\n",
+	 "t.yaml:10:11: listeners[0].cert: base64-decode error (expected base64 of a PEM "
+	 "certificate)"},
+	{T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    cert: \"aGVsbG8=\"\n"
+		"    key: \"aGVsbG8=\"\n",
+	 "t.yaml:10:11: listeners[0].cert: not a PEM certificate (expected base64 of a PEM "
+	 "certificate)"},
+	{T_HEAD "listeners:\n  - name: a\n    protocol: SCTP\n",
+	 "t.yaml:9:15: listeners[0].protocol: 'SCTP' is not a listener protocol (expected "
+	 "TURN-UDP, TURN-TCP, TURN-TLS or TURN-DTLS)"},
+	{T_HEAD "listeners:\n  - name: a\n    address: not-an-ip\n",
+	 "t.yaml:9:14: listeners[0].address: 'not-an-ip' is not an IP address (expected an IP "
+	 "address or localhost)"},
+	{"version: v1\nauth:\n  type: static\n",
+	 "t.yaml:3:3: auth.credentials: static auth without users (expected username and "
+	 "password, or users)"},
+	{"version: v1\nauth:\n  type: static\n  credentials:\n    username: u\n",
+	 "t.yaml:5:5: auth.credentials.password: missing (expected both username and password "
+	 "for static auth)"},
+	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {}\n",
+	 "t.yaml:4:16: auth.credentials.secret: missing (expected a secret for ephemeral auth, "
+	 "or secret_file)"},
+	{"version: v1\nauth:\n  type: magic\n",
+	 "t.yaml:3:9: auth.type: 'magic' is not an auth type (expected static, ephemeral or "
+	 "none)"},
+	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/33\"]\n",
+	 "t.yaml:9:17: clusters[0].endpoints[0]: prefix length of '10.0.0.0/33' is out of range "
+	 "(0..32)"},
+	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"fd00::/129\"]\n",
+	 "t.yaml:9:17: clusters[0].endpoints[0]: prefix length of 'fd00::/129' is out of range "
+	 "(0..128)"},
+	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.300\"]\n",
+	 "t.yaml:9:17: clusters[0].endpoints[0]: '10.0.0.300' is not an endpoint (expected IP, "
+	 "IP/LEN, optionally followed by :<MIN-MAX>)"},
+	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<2000-1000>\"]\n",
+	 "t.yaml:9:17: clusters[0].endpoints[0]: port range 2000-1000 is empty (expected MIN <= "
+	 "MAX)"},
+	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<1-70000>\"]\n",
+	 "t.yaml:9:17: clusters[0].endpoints[0]: port range ':<1-70000>' is out of range "
+	 "(0..65535)"},
+	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<a-b>\"]\n",
+	 "t.yaml:9:17: clusters[0].endpoints[0]: malformed port range ':<a-b>' (expected "
+	 ":<MIN-MAX>)"},
+	{T_HEAD "clusters:\n  - name: c\n    type: ANYCAST\n",
+	 "t.yaml:9:11: clusters[0].type: 'ANYCAST' is not a cluster type (expected STATIC or "
+	 "STRICT_DNS)"},
+	{T_HEAD "clusters:\n  - name: c\n    protocol: SCTP\n",
+	 "t.yaml:9:15: clusters[0].protocol: 'SCTP' is not a cluster protocol (expected UDP or "
+	 "TCP)"},
+	{T_HEAD "clusters:\n  - name: c\n    type: STRICT_DNS\n    endpoints: [\"bad name!\"]\n",
+	 "t.yaml:10:17: clusters[0].endpoints[0]: 'bad name!' is not a DNS name (expected a host "
+	 "name such as svc.ns.svc.cluster.local)"},
+	{T_HEAD "admin:\n  relay_port_min: 5000\n  relay_port_max: 4000\n",
+	 "t.yaml:8:19: admin.relay_port_min: relay_port_min 5000 is greater than relay_port_max "
+	 "4000 (expected MIN <= MAX)"},
+	{T_HEAD "listeners:\n  - name: a\n    relay_port_min: 60000\n    relay_port_max: 50000\n",
+	 "t.yaml:9:21: listeners[0].relay_port_min: relay_port_min 60000 is greater than "
+	 "relay_port_max 50000 (expected MIN <= MAX)"},
+	{T_HEAD "limits:\n  allocation_lifetime: 7200\n",
+	 "t.yaml:8:24: limits.allocation_lifetime: 7200 is greater than max_allocation_lifetime "
+	 "3600 (expected at most that)"},
+	{T_HEAD "limits:\n  max_allocations: 10\n  total_quota: 20\n",
+	 "t.yaml:9:16: limits.total_quota: 20 is greater than max_allocations 10 (expected at "
+	 "most that)"},
+	{T_HEAD "limits:\n  max_channels: 5000\n",
+	 "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..4096)"},
+	{T_HEAD "admin:\n  log_format: xml\n",
+	 "t.yaml:8:15: admin.log_format: 'xml' is not a log format (expected text or json)"},
+	{T_HEAD "admin:\n  admin_socket_mode: \"0999\"\n",
+	 "t.yaml:8:22: admin.admin_socket_mode: '0999' is not a file mode (expected octal "
+	 "0000..0777)"},
+	{T_HEAD "admin:\n  metrics_endpoint: \"ftp://x\"\n",
+	 "t.yaml:8:21: admin.metrics_endpoint: 'ftp://x' is not a valid URL (expected "
+	 "http://[HOST][:PORT][/PATH])"},
+	{T_HEAD "admin:\n  alternate_server: \"host:1\"\n",
+	 "t.yaml:8:21: admin.alternate_server: 'host:1' is not an address (expected IP, IP:PORT "
+	 "or [IPV6]:PORT)"},
+	{T_HEAD "admin:\n  workers: -1\n",
+	 "t.yaml:8:12: admin.workers: -1 is out of range (0..1024)"},
+	{T_HEAD "auth2: {}\nlisteners: {}\n",
+	 "t.yaml:8:12: listeners: found a mapping (expected a list)"},
+	{T_HEAD "admin:\n  name: a\n  name: b\n",
+	 "t.yaml:9:3: admin.name: duplicate key (expected each key once)"},
+	{"version: v1\nauth: [\n", "t.yaml:3:1: syntax error: did not find expected node "
+				   "content while parsing a flow node"},
+	{"", "t.yaml: empty document (expected a STUNner v1 config)"},
+	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
+	 "  previous_secret: b\n",
+	 "t.yaml:5:20: auth.previous_secret: has no deadline (expected previous_secret_until or "
+	 "previous_secret_grace)"},
+	{"version: v1\nauth:\n  type: ephemeral\n  secret_file: /nonexistent/secret\n",
+	 "t.yaml:4:16: auth.secret_file: cannot read '/nonexistent/secret': No such file or "
+	 "directory (expected a readable secret file)"},
+	{"version: v1\nauth:\n  type: static\n  users:\n    - {username: a, password: b}\n"
+	 "    - {username: a, password: c}\n",
+	 "t.yaml:6:7: auth.users[1]: duplicate user 'a' (expected each username once)"},
+	{T_HEAD "listeners:\n  - name: a\n    auth:\n      type: ephemeral\n",
+	 "t.yaml:10:7: listeners[0].auth.credentials.secret: missing (expected a secret for "
+	 "ephemeral auth, or secret_file)"},
+	{T_HEAD "listeners:\n  - name: a\n    bind_address: eth0\n",
+	 "t.yaml:9:19: listeners[0].bind_address: 'eth0' is not an IP address (expected an IP "
+	 "address)"},
+	{T_HEAD "auth2: {}\nadmin:\n  name: [a]\n",
+	 "t.yaml:9:9: admin.name: found a list (expected a scalar)"},
+	{T_HEAD "auth2: {}\nlimits:\n  max_permissions: 0\n",
+	 "t.yaml:9:20: limits.max_permissions: 0 is out of range (1..65535)"},
+	{T_HEAD "auth2: {}\nauth3:\n  x: 1\nadmin:\n  strict: [\n",
+	 "t.yaml:12:1: syntax error: did not find expected node content while parsing a flow "
+	 "node"},
+	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
+	 "  strict_expiry: maybe\n",
+	 "t.yaml:5:18: auth.strict_expiry: 'maybe' is not a boolean (expected true or false)"},
+};
+
+static void test_errors(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(err_cases) / sizeof(err_cases[0]); i++) {
+		struct conf *c = (struct conf *)1;
+		struct conf_diags d;
+		int rc = t_load(err_cases[i].text, &c, &d);
+		if (rc == 0 || !t_has(&d, err_cases[i].line))
+			fprintf(stderr, "case %zu rc=%d\n", i, rc);
+		assert_int_not_equal(rc, 0);
+		assert_null(c);
+		assert_diag(&d, err_cases[i].line);
+		assert_true(d.n_errors > 0);
+		conf_diags_free(&d);
+	}
+}
+
+static void test_all_errors_reported(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	int rc = t_load("version: v9\nauth:\n  type: bogus\nlisteners:\n  - name: a\n"
+			"    port: 0\n    protocol: x\n    routes: [missing]\n  - name: a\n"
+			"clusters:\n  - name: c\n    endpoints: [\"1.2.3.4/40\", \"::1:<9-1>\"]\n"
+			"  - name: c\n", &c, &d);
+	assert_int_equal(rc, -EINVAL);
+	assert_true(d.n_errors >= 9);
+	/* Document order. */
+	for (size_t i = 1; i < d.n; i++)
+		if (d.v[i].line && d.v[i - 1].line)
+			assert_true(d.v[i - 1].line <= d.v[i].line);
+	conf_diags_free(&d);
+}
+
+static void test_unknown_keys_warn(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "colour: blue\nadmin:\n  offload_engine: XDP\n  foo: 1\n"
+				"listeners:\n  - name: a\n    min_relay_port: 10\n"
+				"clusters:\n  - name: c\n    weight: 3\n", &c, &d), 0);
+	assert_diag(&d, "t.yaml:7:1: warning: colour: unknown key (ignored)");
+	assert_diag(&d, "t.yaml:9:3: warning: admin.offload_engine: STUNner key accepted and "
+			"ignored (not supported by turngate)");
+	assert_diag(&d, "t.yaml:10:3: warning: admin.foo: unknown key (ignored)");
+	assert_diag(&d, "t.yaml:13:5: warning: listeners[0].min_relay_port: unknown key (ignored)");
+	assert_diag(&d, "t.yaml:16:5: warning: clusters[0].weight: unknown key (ignored)");
+	assert_int_equal(d.n_errors, 0);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_env_expansion(void **state)
+{
+	(void)state;
+	static const char *const env[] = {"ADDR=192.0.2.7", "PORT=4000", "REALM=r.example",
+					  "SECRET=expanded", NULL};
+	struct conf *c;
+	struct conf_diags d;
+	t_env_pairs = env;
+	int rc = t_load("version: v1\nauth:\n  type: static\n  realm: ${REALM}\n"
+			"  credentials:\n    username: $USER_X\n    password: \"$SECRET\"\n"
+			"  users:\n    - {username: \"$SECRET\", password: \"${SECRET}\"}\n"
+			"listeners:\n  - name: l-$PORT\n    address: $ADDR\n    port: $PORT\n"
+			"    public_address: \"a$UNSET_VAR.b\"\n    public_port: ${STUNNER_PORT}\n"
+			"    routes: [\"c$\"]\nclusters:\n  - name: c$\n    endpoints: [\"${ADDR}\"]\n",
+			&c, &d);
+	t_env_pairs = NULL;
+	if (rc != 0)
+		t_dump(&d);
+	assert_int_equal(rc, 0);
+	assert_string_equal(c->auth.realm, "r.example");
+	/* credentials and users are never expanded (STUNner #102) */
+	assert_string_equal(c->auth.users[0].username, "$USER_X");
+	assert_string_equal(c->auth.users[0].password, "$SECRET");
+	assert_string_equal(c->auth.users[1].username, "$SECRET");
+	assert_string_equal(c->auth.users[1].password, "${SECRET}");
+	assert_string_equal(c->listeners[0].name, "l-4000");
+	assert_string_equal(c->listeners[0].address, "192.0.2.7");
+	assert_int_equal(c->listeners[0].port, 4000);
+	assert_string_equal(c->listeners[0].public_address, "a.b");
+	assert_int_equal(c->listeners[0].public_port, 3478); /* STUNNER_PORT fallback */
+	assert_string_equal(c->clusters[0].name, "c$");
+	assert_diag(&d, "t.yaml:14:21: warning: listeners[0].public_address: environment "
+			"variable UNSET_VAR is not set (expanded to \"\")");
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_env_secret_not_expanded(void **state)
+{
+	(void)state;
+	static const char *const env[] = {"S=leak", "STUNNER_PUBLIC_PORT=5000", NULL};
+	struct conf *c;
+	struct conf_diags d;
+	t_env_pairs = env;
+	int rc = t_load("version: v1\nauth:\n  type: ephemeral\n  credentials:\n"
+			"    secret: $S\n  previous_secret: ${S}\n  previous_secret_grace: 60\n"
+			"listeners:\n  - name: l\n    address: 127.0.0.1\n    port: $STUNNER_PORT\n",
+			&c, &d);
+	t_env_pairs = NULL;
+	assert_int_equal(rc, 0);
+	assert_string_equal(c->auth.secret, "$S");
+	assert_string_equal(c->auth.prev_secret, "${S}");
+	assert_int_equal(c->auth.prev_deadline, T_NOW + 60);
+	assert_int_equal(c->listeners[0].port, 5000); /* STUNNER_PORT <- STUNNER_PUBLIC_PORT */
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_expand_edge_cases(void **state)
+{
+	(void)state;
+	static const char *const env[] = {"A=x", NULL};
+	struct pctx p = {.getenv = t_getenv};
+	struct conf_diags d = {0};
+	p.diags = &d;
+	t_env_pairs = env;
+	const char *in[] = {"$", "$$A", "${A", "${}", "a$1", "${A}${A}$A", "$A_", "1$A-"};
+	const char *out[] = {"$", "$x", "${A", "${}", "a$1", "xxx", "", "1x-"};
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		char *s = conf_expand_env(&p, in[i], NULL, "x");
+		assert_non_null(s);
+		assert_string_equal(s, out[i]);
+		free(s);
+	}
+	t_env_pairs = NULL;
+	assert_int_equal(d.n_warnings, 1); /* $A_ is the unset variable A_ */
+	conf_diags_free(&d);
+}
+
+static struct conf *load_sample(const char *name, struct conf_diags *d)
+{
+	char path[512];
+	struct conf *c = NULL;
+	struct conf_load_opts o = {.getenv = t_getenv, .now = T_NOW};
+	t_env_pairs = t_default_env;
+	snprintf(path, sizeof(path), "file://%s/%s", CONF_SAMPLES, name);
+	memset(d, 0, sizeof(*d));
+	int rc = conf_load_file(path, &o, &c, d);
+	if (rc != 0)
+		t_dump(d);
+	assert_int_equal(rc, 0);
+	t_env_pairs = NULL;
+	return c;
+}
+
+static void test_extensions(void **state)
+{
+	(void)state;
+	struct conf_diags d;
+	struct conf *c = load_sample("extensions.yaml", &d);
+	assert_int_equal(d.n, 0);
+	assert_int_equal(c->admin.workers, 2);
+	assert_string_equal(c->admin.admin_socket, "/run/turngate/admin.sock");
+	assert_int_equal(c->admin.admin_socket_mode, 0660);
+	assert_int_equal(c->admin.log_format, CONF_LOG_JSON);
+	assert_int_equal(c->admin.relay_port_min, 40000);
+	assert_int_equal(c->admin.relay_port_max, 49999);
+	assert_int_equal(c->admin.drain_timeout, 60);
+	assert_string_equal(c->admin.alternate_server, "192.0.2.50:3478");
+	assert_string_equal(c->admin.credential_api_endpoint, "http://127.0.0.1:8088");
+	assert_int_equal(c->auth.type, CONF_AUTH_EPHEMERAL);
+	assert_string_equal(c->auth.secret, "current-secret");
+	assert_string_equal(c->auth.prev_secret, "old-secret");
+	assert_int_equal(c->auth.prev_deadline, 4102444800LL);
+	assert_true(c->auth.strict_expiry);
+	assert_int_equal(c->limits.max_allocations, 50000);
+	assert_int_equal(c->limits.user_quota, 10);
+	assert_int_equal(c->limits.total_quota, 40000);
+	assert_int_equal(c->limits.max_permissions, 16);
+	assert_int_equal(c->limits.max_channels, 16);
+	assert_int_equal(c->limits.nonce_lifetime, 1800);
+	struct conf_listener *u = &c->listeners[0], *t = &c->listeners[1];
+	assert_string_equal(u->bind_address, "0.0.0.0");
+	assert_int_equal(u->relay_port_min, 50000);
+	assert_int_equal(u->relay_port_max, 50999);
+	assert_int_equal(t->relay_port_min, 40000); /* global range */
+	assert_int_equal(u->n_routes, 2);
+	assert_string_equal(u->routes[0], "local"); /* sorted */
+	assert_null(u->auth);
+	assert_non_null(t->auth);
+	assert_int_equal(t->auth->type, CONF_AUTH_STATIC);
+	assert_string_equal(t->auth->realm, "turn.example.org"); /* inherited */
+	assert_true(t->auth->strict_expiry);                       /* inherited */
+	assert_int_equal(t->auth->n_users, 2);
+	assert_string_equal(t->auth->users[1].username, "carol");
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_user_quota_admin(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "admin:\n  user_quota: -5\n", &c, &d), 0);
+	assert_int_equal(c->limits.user_quota, 0); /* STUNner: negative means 0 */
+	conf_free(c);
+	conf_diags_free(&d);
+	assert_int_equal(t_load(T_HEAD "admin:\n  user_quota: 7\n", &c, &d), 0);
+	assert_int_equal(c->limits.user_quota, 7);
+	conf_free(c);
+	conf_diags_free(&d);
+	assert_int_equal(t_load(T_HEAD "admin:\n  user_quota: 7\nlimits:\n  user_quota: 3\n", &c,
+				&d), 0);
+	assert_int_equal(c->limits.user_quota, 3);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_samples(void **state)
+{
+	(void)state;
+	static const char *const names[] = {"headless.yaml", "media-plane.yaml",
+					    "multi-listener.json", "extensions.yaml"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		struct conf_diags d;
+		struct conf *c = load_sample(names[i], &d);
+		assert_int_equal(d.n_errors, 0);
+		conf_free(c);
+		conf_diags_free(&d);
+	}
+	struct conf_diags d;
+	struct conf *c = load_sample("media-plane.yaml", &d);
+	assert_int_equal(c->n_listeners, 2);
+	assert_int_equal(c->listeners[1].protocol, CONF_PROTO_TURN_TLS);
+	assert_non_null(c->listeners[1].cert_pem);
+	assert_non_null(strstr(c->listeners[1].cert_pem, "BEGIN CERTIFICATE"));
+	assert_string_equal(c->listeners[0].address, "10.0.0.1");
+	assert_int_equal(c->clusters[2].type, CONF_CLUSTER_STRICT_DNS);
+	assert_int_equal(c->clusters[0].endpoints[0].port_min, 40000);
+	assert_int_equal(c->clusters[0].endpoints[0].port_max, 49999);
+	assert_int_equal(c->clusters[0].endpoints[2].prefix.family, AF_INET6);
+	assert_int_equal(c->clusters[0].endpoints[2].prefix.len, 48);
+	conf_free(c);
+	conf_diags_free(&d);
+	c = load_sample("multi-listener.json", &d);
+	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
+	assert_string_equal(c->auth.users[0].username, "alice");
+	assert_int_equal(c->listeners[0].protocol, CONF_PROTO_TURN_UDP);
+	assert_int_equal(c->listeners[1].protocol, CONF_PROTO_TURN_TCP);
+	assert_string_equal(c->admin.healthcheck_endpoint, ""); /* "" disables it */
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static void test_check_main(void **state)
+{
+	(void)state;
+	char path[512], *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	snprintf(path, sizeof(path), "%s/headless.yaml", CONF_SAMPLES);
+	assert_int_equal(conf_check_main(path, f), 0);
+	fflush(f);
+	assert_string_equal(buf, "configuration ok\n");
+	fclose(f);
+	free(buf);
+
+	char tmpl[] = "/tmp/test_conf_XXXXXX";
+	int fd = mkstemp(tmpl);
+	assert_true(fd >= 0);
+	const char *bad = T_HEAD "listeners:\n  - {name: a, port: 70000, address: 1.1.1.1}\n"
+				 "  - {name: a, address: 1.1.1.1}\n";
+	assert_int_equal(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
+	close(fd);
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	assert_int_equal(conf_check_main(tmpl, f), 1);
+	fflush(f);
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "%s:8:21: listeners[0].port: 70000 is out of range (1..65535)\n"
+		 "%s:9:12: listeners[1].name: duplicate listener name 'a' (expected unique names; "
+		 "first used by listeners[0])\n", tmpl, tmpl);
+	assert_string_equal(buf, want);
+	fclose(f);
+	free(buf);
+	unlink(tmpl);
+
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	assert_int_equal(conf_check_main("/nonexistent/turngate.yaml", f), 1);
+	fflush(f);
+	assert_string_equal(buf, "/nonexistent/turngate.yaml: cannot read: No such file or "
+				 "directory\n");
+	fclose(f);
+	free(buf);
+}
+
+static void test_json_redacted(void **state)
+{
+	(void)state;
+	struct conf_diags d;
+	struct conf *c = load_sample("extensions.yaml", &d);
+	json_t *j = conf_to_json_redacted(c);
+	assert_non_null(j);
+	char *s = json_dumps(j, JSON_SORT_KEYS);
+	assert_null(strstr(s, "current-secret"));
+	assert_null(strstr(s, "old-secret"));
+	assert_null(strstr(s, "bobpw"));
+	assert_non_null(strstr(s, "\"secret\": \"<redacted>\""));
+	assert_non_null(strstr(s, "\"username\": \"bob\""));
+	assert_string_equal(json_string_value(json_object_get(j, "version")), "v1");
+	free(s);
+	json_decref(j);
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_sample("media-plane.yaml", &d);
+	j = conf_to_json_redacted(c);
+	s = json_dumps(j, 0);
+	assert_null(strstr(s, "rotate-me"));
+	assert_null(strstr(s, "BEGIN"));
+	assert_null(strstr(s, "LS0t")); /* base64 of "---" */
+	json_t *l1 = json_array_get(json_object_get(j, "listeners"), 1);
+	assert_string_equal(json_string_value(json_object_get(l1, "key")), "<redacted>");
+	assert_string_equal(json_string_value(json_object_get(l1, "cert")), "<redacted>");
+	free(s);
+	json_decref(j);
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_sample("headless.yaml", &d);
+	j = conf_to_json_redacted(c);
+	s = json_dumps(j, 0);
+	assert_null(strstr(s, "pass-1"));
+	free(s);
+	json_decref(j);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static struct conf *must_load(const char *text)
+{
+	struct conf *c = NULL;
+	struct conf_diags d;
+	int rc = t_load(text, &c, &d);
+	if (rc != 0)
+		t_dump(&d);
+	assert_int_equal(rc, 0);
+	conf_diags_free(&d);
+	return c;
+}
+
+static const struct conf_listener_delta *delta_of(const struct conf_listener_delta *v,
+						  size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v[i].name, name) == 0)
+			return &v[i];
+	fail_msg("no delta for %s", name);
+	return NULL;
+}
+
+static void test_diff_listeners(void **state)
+{
+	(void)state;
+	struct conf *a = must_load(T_HEAD "listeners:\n"
+				   "  - {name: same, address: 1.1.1.1}\n"
+				   "  - {name: port, address: 1.1.1.1, port: 1000}\n"
+				   "  - {name: routes, address: 1.1.1.1, routes: [c]}\n"
+				   "  - {name: gone, address: 1.1.1.1}\n"
+				   "clusters:\n  - {name: c}\n  - {name: d}\n");
+	struct conf *b = must_load(T_HEAD "listeners:\n"
+				   "  - {name: new, address: 1.1.1.1}\n"
+				   "  - {name: routes, address: 1.1.1.1, routes: [d]}\n"
+				   "  - {name: port, address: 1.1.1.1, port: 1001}\n"
+				   "  - {name: same, address: 1.1.1.1}\n"
+				   "clusters:\n  - {name: c}\n  - {name: d}\n");
+	struct conf_listener_delta *v;
+	size_t n;
+	assert_int_equal(conf_diff_listeners(a, b, &v, &n), 0);
+	assert_int_equal(n, 5);
+	assert_int_equal(delta_of(v, n, "same")->change, CONF_LISTENER_UNCHANGED);
+	assert_int_equal(delta_of(v, n, "port")->change, CONF_LISTENER_RESTART);
+	assert_int_equal(delta_of(v, n, "routes")->change, CONF_LISTENER_UPDATED);
+	assert_int_equal(delta_of(v, n, "new")->change, CONF_LISTENER_ADDED);
+	assert_int_equal(delta_of(v, n, "new")->old_idx, -1);
+	assert_int_equal(delta_of(v, n, "gone")->change, CONF_LISTENER_REMOVED);
+	assert_int_equal(delta_of(v, n, "gone")->new_idx, -1);
+	assert_int_equal(delta_of(v, n, "same")->old_idx, 0);
+	assert_int_equal(delta_of(v, n, "same")->new_idx, 3);
+	free(v);
+	conf_free(a);
+	conf_free(b);
+}
+
+static void test_default_config(void **state)
+{
+	(void)state;
+	struct conf *c = NULL, *c2 = NULL;
+	assert_int_equal(conf_load_default(NULL, &c), 0);
+	assert_int_equal(conf_load_default(NULL, &c2), 0);
+	assert_int_equal(c->auth.type, CONF_AUTH_EPHEMERAL);
+	assert_int_equal(strlen(c->auth.secret), 64);
+	assert_string_not_equal(c->auth.secret, c2->auth.secret); /* random per load */
+	assert_int_equal(c->n_listeners, 2);
+	assert_int_equal(c->listeners[0].protocol, CONF_PROTO_TURN_UDP);
+	assert_int_equal(c->listeners[1].protocol, CONF_PROTO_TURN_TCP);
+	for (int i = 0; i < 2; i++) {
+		assert_string_equal(c->listeners[i].address, "127.0.0.1");
+		assert_int_equal(c->listeners[i].port, 3478);
+		assert_string_equal(c->listeners[i].routes[0], "loopback");
+	}
+	assert_int_equal(c->n_clusters, 1);
+	assert_int_equal(c->clusters[0].endpoints[0].prefix.len, 8);
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	conf_print_credential_help(c, T_NOW, f);
+	fclose(f);
+	char user[64], pw[64];
+	const char *p = strstr(buf, "username: ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "username: %63s", user), 1);
+	assert_string_equal(user, "1700086400:user");
+	p = strstr(buf, "password: ");
+	assert_int_equal(sscanf(p, "password: %63s", pw), 1);
+	/* Recompute base64(HMAC-SHA1(secret, username)) independently. */
+	unsigned char mac[20];
+	unsigned int ml = 0;
+	HMAC(EVP_sha1(), c->auth.secret, (int)strlen(c->auth.secret),
+	     (const unsigned char *)user, strlen(user), mac, &ml);
+	unsigned char b64[64];
+	EVP_EncodeBlock(b64, mac, 20);
+	assert_string_equal(pw, (char *)b64);
+	assert_non_null(strstr(buf, "1700086400:user:"));
+	assert_non_null(strstr(buf, "HMAC-SHA1"));
+	free(buf);
+
+	f = fopen("/dev/null", "w");
+	assert_int_equal(conf_check_main(NULL, f), 0);
+	fclose(f);
+	conf_free(c);
+	conf_free(c2);
+}
+
+static void test_mint_password_vector(void **state)
+{
+	(void)state;
+	char pw[29];
+	/* base64(HMAC-SHA1("secret", "1681490135:user-id")) computed with openssl dgst. */
+	assert_int_equal(conf_mint_password("my-secret", "1681490135:user-id", pw), 0);
+	unsigned char mac[20], b64[64];
+	unsigned int ml = 0;
+	HMAC(EVP_sha1(), "my-secret", 9, (const unsigned char *)"1681490135:user-id", 18, mac,
+	     &ml);
+	EVP_EncodeBlock(b64, mac, 20);
+	assert_string_equal(pw, (char *)b64);
+	assert_int_equal(strlen(pw), 28);
+}
+
+static char *write_tmp(const char *content)
+{
+	char *path = strdup("/tmp/test_conf_XXXXXX");
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+	close(fd);
+	return path;
+}
+
+static void test_secret_files(void **state)
+{
+	(void)state;
+	char *cur = write_tmp("file-secret\n"), *prev = write_tmp("old\r\n");
+	char text[1024];
+	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
+		 "  secret_file: %s\n  previous_secret_file: %s\n"
+		 "  previous_secret_until: 1800000000\n", cur, prev);
+	struct conf *c = must_load(text);
+	assert_string_equal(c->auth.secret, "file-secret");
+	assert_string_equal(c->auth.prev_secret, "old");
+	assert_int_equal(c->auth.prev_deadline, 1800000000);
+	conf_free(c);
+
+	struct conf_diags d;
+	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
+		 "  credentials: {secret: x}\n  secret_file: %s\n", cur);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:5:16: auth.secret_file: given together with credentials.secret "
+			"(expected one of them)");
+	conf_diags_free(&d);
+	unlink(cur);
+	unlink(prev);
+	free(cur);
+	free(prev);
+}
+
+static void test_cert_files(void **state)
+{
+	(void)state;
+	char text[1024];
+	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
+		 "    cert_file: %s/test-cert.pem\n    key_file: %s/test-key.pem\n",
+		 CONF_SAMPLES, CONF_SAMPLES);
+	struct conf *c = must_load(text);
+	assert_non_null(strstr(c->listeners[0].key_pem, "PRIVATE KEY"));
+	conf_free(c);
+
+	/* A fresh key that does not belong to the certificate. */
+	EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	assert_non_null(k);
+	char *other = write_tmp("");
+	FILE *kf = fopen(other, "w");
+	assert_non_null(kf);
+	assert_int_equal(PEM_write_PrivateKey(kf, k, NULL, NULL, 0, NULL, NULL), 1);
+	fclose(kf);
+	EVP_PKEY_free(k);
+	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
+		 "    cert_file: %s/test-cert.pem\n    key_file: %s\n", CONF_SAMPLES, other);
+	struct conf_diags d;
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:11:15: listeners[0].key_file: does not match the certificate "
+			"(expected the certificate's private key)");
+	conf_diags_free(&d);
+	unlink(other);
+	free(other);
+
+	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TCP\n"
+		 "    cert_file: %s/test-cert.pem\n", CONF_SAMPLES);
+	assert_int_equal(t_load(text, &c, &d), 0);
+	assert_diag(&d, "t.yaml:10:16: warning: listeners[0].cert: not used by TURN-TCP "
+			"listeners (ignored)");
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+static int fake_resolve(void *ctx, const char *name, struct sockaddr_storage *out, size_t max,
+			size_t *n)
+{
+	int *calls = ctx;
+	(*calls)++;
+	*n = 0;
+	if (strcmp(name, "sfu.example") == 0 && max >= 2) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&out[0];
+		struct sockaddr_in6 *b = (struct sockaddr_in6 *)&out[1];
+		memset(out, 0, 2 * sizeof(*out));
+		a->sin_family = AF_INET;
+		inet_pton(AF_INET, "10.1.2.3", &a->sin_addr);
+		b->sin6_family = AF_INET6;
+		inet_pton(AF_INET6, "fd00::5", &b->sin6_addr);
+		*n = 2;
+		return 0;
+	}
+	if (strcmp(name, "meta.example") == 0) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&out[0];
+		memset(out, 0, sizeof(*out));
+		a->sin_family = AF_INET;
+		inet_pton(AF_INET, "169.254.169.254", &a->sin_addr);
+		*n = 1;
+		return 0;
+	}
+	return -EHOSTUNREACH;
+}
+
+static void test_dns_resolution(void **state)
+{
+	(void)state;
+	struct conf *c = must_load(T_HEAD "clusters:\n  - name: d\n    type: STRICT_DNS\n"
+				   "    endpoints: [sfu.example, nx.example, meta.example, "
+				   "\"x.example:<1-2>\"]\n");
+	struct conf_diags d = {0};
+	int calls = 0;
+	assert_int_equal(conf_resolve_clusters(c, fake_resolve, &calls, &d), 0);
+	assert_int_equal(calls, 4);
+	assert_int_equal(c->clusters[0].endpoints[0].n_resolved, 2);
+	assert_int_equal(c->clusters[0].endpoints[1].n_resolved, 0);
+	assert_string_equal(c->clusters[0].endpoints[3].text, "x.example");
+	assert_int_equal(d.n_errors, 0);
+	assert_diag(&d, "t.yaml: warning: clusters[0].endpoints[1]: 'nx.example' does not "
+			"resolve (matches nothing until it does)");
+	assert_diag(&d, "t.yaml: warning: clusters[0].endpoints[2]: 'meta.example' resolves to "
+			"1 special-purpose address(es), never admitted through DNS (list them as "
+			"STATIC endpoints)");
+	/* Re-resolution replaces earlier answers. */
+	assert_int_equal(conf_resolve_clusters(c, fake_resolve, &calls, &d), 0);
+	assert_int_equal(c->clusters[0].endpoints[0].n_resolved, 2);
+	conf_diags_free(&d);
+	conf_free(c);
+
+	struct conf_diags w;
+	assert_int_equal(t_load(T_HEAD "clusters:\n  - name: d\n    type: STRICT_DNS\n"
+				"    endpoints: [\"x.example:<1-2>\"]\n", &c, &w), 0);
+	assert_diag(&w, "t.yaml:10:17: warning: clusters[0].endpoints[0]: port ranges do not "
+			"apply to STRICT_DNS clusters (ignored)");
+	conf_diags_free(&w);
+	conf_free(c);
+}
+
+static void check_ep(const char *text, int fam, const char *addr, int len, int pmin, int pmax)
+{
+	struct conf_endpoint ep = {0};
+	char err[200];
+	int rc = conf_parse_endpoint(text, &ep, err, sizeof(err));
+	if (rc != 0)
+		fprintf(stderr, "%s: %s\n", text, err);
+	assert_int_equal(rc, 0);
+	uint8_t want[16] = {0};
+	assert_int_equal(inet_pton(fam, addr, want), 1);
+	assert_int_equal(ep.prefix.family, fam);
+	assert_memory_equal(ep.prefix.addr, want, fam == AF_INET ? 4 : 16);
+	assert_int_equal(ep.prefix.len, len);
+	assert_int_equal(ep.port_min, pmin);
+	assert_int_equal(ep.port_max, pmax);
+}
+
+static void check_ep_bad(const char *text)
+{
+	struct conf_endpoint ep = {0};
+	char err[200];
+	if (conf_parse_endpoint(text, &ep, err, sizeof(err)) == 0)
+		fail_msg("accepted %s", text);
+}
+
+static void test_endpoint_grammar(void **state)
+{
+	(void)state;
+	check_ep("10.1.2.3", AF_INET, "10.1.2.3", 32, 1, 65535);
+	check_ep("10.0.0.0/8", AF_INET, "10.0.0.0", 8, 1, 65535);
+	check_ep("10.1.2.3/8", AF_INET, "10.0.0.0", 8, 1, 65535); /* host bits masked */
+	check_ep("0.0.0.0/0", AF_INET, "0.0.0.0", 0, 1, 65535);
+	check_ep("10.42.0.0/16:<10000-20000>", AF_INET, "10.42.0.0", 16, 10000, 20000);
+	check_ep("10.1.1.1:<5000-5000>", AF_INET, "10.1.1.1", 32, 5000, 5000);
+	check_ep("fd00::/8", AF_INET6, "fd00::", 8, 1, 65535);
+	check_ep("fd00::/8:<1-65535>", AF_INET6, "fd00::", 8, 1, 65535);
+	check_ep("2001:db8::1", AF_INET6, "2001:db8::1", 128, 1, 65535);
+	check_ep("2001:db8::1:<3000-3001>", AF_INET6, "2001:db8::1", 128, 3000, 3001);
+	check_ep("[2001:db8::1]:<3000-3001>", AF_INET6, "2001:db8::1", 128, 3000, 3001);
+	check_ep("[2001:db8::]/32", AF_INET6, "2001:db8::", 32, 1, 65535);
+	check_ep("::/0", AF_INET6, "::", 0, 1, 65535);
+	check_ep("::1", AF_INET6, "::1", 128, 1, 65535);
+	/* embedded IPv4 forms become IPv4 */
+	check_ep("::ffff:10.1.2.3", AF_INET, "10.1.2.3", 32, 1, 65535);
+	check_ep("::ffff:10.0.0.0/104", AF_INET, "10.0.0.0", 8, 1, 65535);
+	check_ep("64:ff9b::127.0.0.1", AF_INET, "127.0.0.1", 32, 1, 65535);
+	check_ep("2002:7f00:1::/48", AF_INET, "127.0.0.1", 32, 1, 65535);
+	check_ep("::ffff:0:0/96", AF_INET, "0.0.0.0", 0, 1, 65535);
+	check_ep_bad("");
+	check_ep_bad("10.0.0.0/");
+	check_ep_bad("10.0.0.0/x");
+	check_ep_bad("10.0.0.0/8/8");
+	check_ep_bad("10.0.0.0/-1");
+	check_ep_bad("host.example");
+	check_ep_bad("10.0.0.1:80");
+	check_ep_bad("10.0.0.1:<80>");
+	check_ep_bad("10.0.0.1:<80-");
+	check_ep_bad("10.0.0.1:<-80>");
+	check_ep_bad("10.0.0.1:<1-2-3>");
+	check_ep_bad(":<1-2>");
+	check_ep_bad("10.0.0.1 ");
+	check_ep_bad("[::1");
+}
+
+static void check_canon(const char *in, int fam_out, const char *out, bool special)
+{
+	struct sockaddr_in6 s6 = {.sin6_family = AF_INET6};
+	struct sockaddr_in s4 = {.sin_family = AF_INET};
+	const struct sockaddr *sa = (const struct sockaddr *)&s6;
+	if (inet_pton(AF_INET6, in, &s6.sin6_addr) != 1) {
+		assert_int_equal(inet_pton(AF_INET, in, &s4.sin_addr), 1);
+		sa = (const struct sockaddr *)&s4;
+	}
+	int fam;
+	uint8_t a[16], want[16] = {0};
+	assert_int_equal(conf_addr_canon(sa, &fam, a), 0);
+	assert_int_equal(inet_pton(fam_out, out, want), 1);
+	if (fam != fam_out)
+		fail_msg("%s: family %d", in, fam);
+	assert_memory_equal(a, want, fam == AF_INET ? 4 : 16);
+	if (conf_addr_is_special(fam, a) != special)
+		fail_msg("%s: special should be %d", in, special);
+}
+
+static void test_canon_special(void **state)
+{
+	(void)state;
+	check_canon("8.8.8.8", AF_INET, "8.8.8.8", false);
+	check_canon("10.0.0.1", AF_INET, "10.0.0.1", false);
+	check_canon("0.0.0.0", AF_INET, "0.0.0.0", true);
+	check_canon("0.1.2.3", AF_INET, "0.1.2.3", true);
+	check_canon("127.0.0.1", AF_INET, "127.0.0.1", true);
+	check_canon("127.255.255.254", AF_INET, "127.255.255.254", true);
+	check_canon("169.254.169.254", AF_INET, "169.254.169.254", true);
+	check_canon("169.254.0.1", AF_INET, "169.254.0.1", true);
+	check_canon("224.0.0.1", AF_INET, "224.0.0.1", true);
+	check_canon("239.255.255.250", AF_INET, "239.255.255.250", true);
+	check_canon("240.0.0.1", AF_INET, "240.0.0.1", true);
+	check_canon("255.255.255.255", AF_INET, "255.255.255.255", true);
+	check_canon("128.0.0.1", AF_INET, "128.0.0.1", false);
+	check_canon("169.253.255.255", AF_INET, "169.253.255.255", false);
+	check_canon("223.255.255.255", AF_INET, "223.255.255.255", false);
+	check_canon("::", AF_INET6, "::", true);
+	check_canon("::1", AF_INET6, "::1", true);
+	check_canon("fe80::1", AF_INET6, "fe80::1", true);
+	check_canon("febf::1", AF_INET6, "febf::1", true);
+	check_canon("fec0::1", AF_INET6, "fec0::1", false);
+	check_canon("ff02::1", AF_INET6, "ff02::1", true);
+	check_canon("2001:db8::1", AF_INET6, "2001:db8::1", false);
+	/* disguises of IPv4 */
+	check_canon("::ffff:127.0.0.1", AF_INET, "127.0.0.1", true);
+	check_canon("::ffff:169.254.169.254", AF_INET, "169.254.169.254", true);
+	check_canon("::ffff:8.8.8.8", AF_INET, "8.8.8.8", false);
+	check_canon("::127.0.0.1", AF_INET, "127.0.0.1", true);
+	check_canon("::169.254.169.254", AF_INET, "169.254.169.254", true);
+	check_canon("::2", AF_INET, "0.0.0.2", true);
+	check_canon("2002:7f00:1::", AF_INET, "127.0.0.1", true);
+	check_canon("2002:a9fe:a9fe:1::5", AF_INET, "169.254.169.254", true);
+	check_canon("2002:0808:0808::1", AF_INET, "8.8.8.8", false);
+	check_canon("64:ff9b::7f00:1", AF_INET, "127.0.0.1", true);
+	check_canon("64:ff9b::e000:1", AF_INET, "224.0.0.1", true);
+	check_canon("64:ff9b::ffff:ffff", AF_INET, "255.255.255.255", true);
+	check_canon("64:ff9b::808:808", AF_INET, "8.8.8.8", false);
+	check_canon("::ffff:0.0.0.0", AF_INET, "0.0.0.0", true);
+}
+
+static void test_diag_format(void **state)
+{
+	(void)state;
+	struct conf_diag d = {.sev = CONF_DIAG_ERROR, .file = "f", .line = 3, .col = 4,
+			      .path = "a.b", .msg = "bad"};
+	char buf[128];
+	conf_diag_format(&d, buf, sizeof(buf));
+	assert_string_equal(buf, "f:3:4: a.b: bad");
+	d.sev = CONF_DIAG_WARNING;
+	conf_diag_format(&d, buf, sizeof(buf));
+	assert_string_equal(buf, "f:3:4: warning: a.b: bad");
+	d.line = 0;
+	d.path = "";
+	conf_diag_format(&d, buf, sizeof(buf));
+	assert_string_equal(buf, "f: warning: bad");
+	conf_diags_free(NULL);
+	conf_free(NULL);
+}
+
+static void test_too_many_problems(void **state)
+{
+	(void)state;
+	size_t cap = 64 + 3000 * 12;
+	char *text = malloc(cap);
+	size_t n = (size_t)snprintf(text, cap, T_HEAD "clusters:\n  - name: c\n    endpoints:\n");
+	for (int i = 0; i < 3000; i++)
+		n += (size_t)snprintf(text + n, cap - n, "      - x\n");
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_int_equal(d.n, 1000);
+	assert_true(d.n_errors >= 3000);
+	assert_diag(&d, "t.yaml: too many problems, the rest are not shown");
+	conf_diags_free(&d);
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_default_address_without_env),
+		cmocka_unit_test(test_cluster_defaults),
+		cmocka_unit_test(test_auth_spellings),
+		cmocka_unit_test(test_proto_spellings),
+		cmocka_unit_test(test_cluster_spellings),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_all_errors_reported),
+		cmocka_unit_test(test_unknown_keys_warn),
+		cmocka_unit_test(test_env_expansion),
+		cmocka_unit_test(test_env_secret_not_expanded),
+		cmocka_unit_test(test_expand_edge_cases),
+		cmocka_unit_test(test_extensions),
+		cmocka_unit_test(test_user_quota_admin),
+		cmocka_unit_test(test_samples),
+		cmocka_unit_test(test_check_main),
+		cmocka_unit_test(test_json_redacted),
+		cmocka_unit_test(test_diff_listeners),
+		cmocka_unit_test(test_default_config),
+		cmocka_unit_test(test_mint_password_vector),
+		cmocka_unit_test(test_secret_files),
+		cmocka_unit_test(test_cert_files),
+		cmocka_unit_test(test_dns_resolution),
+		cmocka_unit_test(test_endpoint_grammar),
+		cmocka_unit_test(test_canon_special),
+		cmocka_unit_test(test_diag_format),
+		cmocka_unit_test(test_too_many_problems),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
