@@ -314,10 +314,10 @@ int shm_snap_reclaim_unsafe(struct shm *shm, unsigned *n_freed);
 int shm_snap_current(const struct shm *shm, const void **blob, size_t *len, uint64_t *gen);
 
 /* Any process, including a read-only tool that is not a QSBR reader: copies the current
- * snapshot into `buf` (capacity `cap`) and validates the copy against the stored checksum
- * and the offset/generation seen before and after the copy. Returns 0, -ENOENT,
- * -ENOBUFS (cap too small; *len gets the size), -EAGAIN (changed under the copy, retry),
- * -EBADMSG (corrupt). */
+ * snapshot into `buf` (capacity `cap`) and validates it: the segment's publish count must
+ * be the same before and after the copy (else -EAGAIN: a publish raced, retry) and the
+ * copy must match the stored checksum. Returns 0, -ENOENT, -ENOBUFS (cap too small; *len
+ * gets the size), -EAGAIN, -EBADMSG (corrupt segment). */
 int shm_snap_copy(const struct shm *shm, void *buf, size_t cap, size_t *len, uint64_t *gen);
 
 /* Checksum used for snapshot payloads (64-bit FNV-1a), exported for tests and tools. */

@@ -244,30 +244,35 @@ int shm_snap_current(const struct shm *shm, const void **blob, size_t *len, uint
 
 int shm_snap_copy(const struct shm *shm, void *buf, size_t cap, size_t *len, uint64_t *gen)
 {
-	const struct shm_snap_hdr *s;
-	uint64_t l, off, pno, g, sum;
+	const struct shm_hdr *h;
+	const struct shm_snap_hdr *s = NULL;
+	uint64_t l = 0, off, g0, g = 0, sum = 0;
 	int rc;
 
 	shm_check_handle(shm);
 	if (len == NULL || (buf == NULL && cap > 0))
 		return -EINVAL;
+	h = shm_hdr(shm);
+	/* Not a QSBR reader: instead, the publish count brackets the copy. The current slot
+	 * is never freed, and a slot is freed only after a later publish has incremented
+	 * `generation`; an unchanged count therefore proves the slot stayed current and
+	 * intact during the copy, and any mismatch then is real corruption. */
+	g0 = CMM_LOAD_SHARED(h->generation);
+	cmm_smp_rmb();
 	rc = current_hdr(shm, &s, &l, &off);
+	if (rc == 0 && l <= cap) {
+		g = CMM_LOAD_SHARED(s->gen);
+		sum = CMM_LOAD_SHARED(s->checksum);
+		memcpy(buf, s->payload, (size_t)l);
+	}
+	cmm_smp_rmb();
+	if (CMM_LOAD_SHARED(h->generation) != g0)
+		return -EAGAIN;
 	if (rc < 0)
 		return rc;
 	*len = (size_t)l;
 	if (l > cap)
 		return -ENOBUFS;
-	pno = CMM_LOAD_SHARED(s->publish_no);
-	g = CMM_LOAD_SHARED(s->gen);
-	sum = CMM_LOAD_SHARED(s->checksum);
-	memcpy(buf, s->payload, (size_t)l);
-	cmm_smp_rmb();
-	/* Not a QSBR reader: the slot may have been freed and reused meanwhile. Same offset
-	 * and same publish number mean it is still the same publication; the checksum then
-	 * catches a copy torn by a concurrent free. */
-	if (CMM_LOAD_SHARED(shm_hdr(shm)->cur_snap) != off ||
-	    CMM_LOAD_SHARED(s->publish_no) != pno)
-		return -EAGAIN;
 	if (shm_checksum(buf, (size_t)l) != sum)
 		return -EBADMSG;
 	if (gen != NULL)

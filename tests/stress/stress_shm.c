@@ -50,6 +50,8 @@ struct stats {
 	uint64_t adopted[MAX_READERS];
 	uint64_t torn_dropped[MAX_READERS];
 	char first_violation[MAX_READERS][96];
+	uint64_t tool_copies, tool_retries, tool_records, tool_violations;
+	char tool_first_violation[96];
 };
 
 struct master {
@@ -57,6 +59,7 @@ struct master {
 	struct shm *shm;
 	struct stats *st;
 	pid_t pids[MAX_READERS];
+	pid_t tool;
 	uint8_t *blob;
 	uint64_t gen, published, busy, freed, kills, respawns, released;
 	uint64_t master_violations, copies_checked;
@@ -274,6 +277,52 @@ static void reader_main(struct shm *shm, struct stats *st, unsigned slot, unsign
 	}
 }
 
+/* ---- read-only tool process ---- */
+
+static void tool_violation(struct stats *st, const char *what)
+{
+	if (st->tool_violations == 0)
+		snprintf(st->tool_first_violation, sizeof(st->tool_first_violation), "%s", what);
+	st->tool_violations++;
+}
+
+/* What turngatectl does: attach read-only from the fd and take validated copies of the
+ * current snapshot and of allocation records, without being a QSBR reader. */
+static void tool_main(int fd, struct stats *st, unsigned snap_size, uint64_t seed)
+{
+	struct shm *ro = NULL;
+	struct shm_alloc *copy = malloc(sizeof(struct shm_alloc));
+	uint8_t *buf = malloc(snap_size);
+	uint64_t rng = seed | 1;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (copy == NULL || buf == NULL || shm_attach_ro(fd, &ro) != 0) {
+		tool_violation(st, "attach_ro failed");
+		_exit(1);
+	}
+	for (;;) {
+		size_t len;
+		uint64_t gen;
+		int rc = shm_snap_copy(ro, buf, snap_size, &len, &gen);
+		uint32_t idx = (uint32_t)(rnd(&rng) % shm_alloc_capacity(ro));
+
+		if (rc == -EAGAIN)
+			st->tool_retries++;
+		else if (rc != 0)
+			tool_violation(st, "snap_copy failed on a stable snapshot");
+		else if (!blob_ok(buf, len, gen, snap_size))
+			tool_violation(st, "snap_copy returned a wrong snapshot");
+		else
+			st->tool_copies++;
+		if (shm_alloc_read_copy(ro, idx, copy) == 0 &&
+		    SHM_ALLOC_WORD_STATE(copy->state) == SHM_ALLOC_LIVE) {
+			st->tool_records++;
+			if (!rec_consistent(copy))
+				tool_violation(st, "inconsistent record copy");
+		}
+	}
+}
+
 /* ---- master ---- */
 
 static int spawn(struct master *m, unsigned slot)
@@ -316,8 +365,14 @@ static void reap(struct master *m, bool respawn)
 		int slot = slot_of(m, pid);
 		unsigned n = 0;
 
-		if (slot < 0)
+		if (slot < 0) {
+			if (pid == m->tool) {
+				fprintf(stderr, "tool process died, status 0x%x\n", status);
+				m->tool = 0;
+				m->master_violations++;
+			}
 			continue;
+		}
 		if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
 			fprintf(stderr, "reader %d (pid %d) died unexpectedly, status 0x%x\n",
 				slot, (int)pid, status);
@@ -398,6 +453,11 @@ static void master_finish(struct master *m)
 {
 	unsigned freed = 0, pending = 0;
 
+	if (m->tool > 0) {
+		kill(m->tool, SIGKILL);
+		waitpid(m->tool, NULL, 0);
+		m->tool = 0;
+	}
 	for (unsigned i = 0; i < m->o.readers; i++)
 		if (m->pids[i] > 0)
 			kill(m->pids[i], SIGKILL);
@@ -429,6 +489,11 @@ static int master_run(struct master *m)
 	for (unsigned i = 0; i < m->o.readers; i++)
 		if (spawn(m, i) != 0)
 			goto fail;
+	m->tool = fork();
+	if (m->tool < 0)
+		goto fail;
+	if (m->tool == 0)
+		tool_main(shm_fd(m->shm), m->st, m->o.snap_size, rnd(&m->rng));
 	while (now_ns() < deadline) {
 		master_step(m);
 		reap(m, true);
@@ -502,8 +567,14 @@ static uint64_t report(const struct master *m)
 	printf("reads %" PRIu64 ", alloc ops %" PRIu64 ", adopted %" PRIu64 ", torn dropped %"
 	       PRIu64 ", released by master %" PRIu64 ", seqlock copies checked %" PRIu64 "\n",
 	       reads, ops, adopted, dropped, m->released, m->copies_checked);
-	printf("violations: readers %" PRIu64 ", master %" PRIu64 "\n", viol,
-	       m->master_violations);
+	printf("tool (read-only attach): snapshot copies %" PRIu64 ", retries %" PRIu64
+	       ", record copies %" PRIu64 "\n", m->st->tool_copies, m->st->tool_retries,
+	       m->st->tool_records);
+	if (m->st->tool_violations)
+		printf("tool: %" PRIu64 " violations, first: %s\n", m->st->tool_violations,
+		       m->st->tool_first_violation);
+	printf("violations: readers %" PRIu64 ", tool %" PRIu64 ", master %" PRIu64 "\n", viol,
+	       m->st->tool_violations, m->master_violations);
 	return reads;
 }
 
@@ -538,7 +609,7 @@ int main(int argc, char **argv)
 	reads = report(&m);
 	for (unsigned i = 0; i < m.o.readers; i++)
 		viol += m.st->violations[i];
-	viol += m.master_violations;
+	viol += m.master_violations + m.st->tool_violations;
 	if (viol > 0)
 		rc = 1;
 	else if (reads == 0 || m.kills == 0 || m.published < 100)
