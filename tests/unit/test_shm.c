@@ -654,7 +654,9 @@ static void test_forked_reader_then_reap(void **state)
 	struct shm *shm = mk(1, 2, 4096, 0);
 	int pfd[2];
 	pid_t pid;
-	unsigned freed, pending;
+	unsigned freed, pending, blk = 0;
+	struct shm_slot_info info;
+	uint64_t age;
 	char c;
 	int st;
 
@@ -677,9 +679,18 @@ static void test_forked_reader_then_reap(void **state)
 	}
 	assert_int_equal(shm_slot_set_pid(shm, 0, pid), 0);
 	assert_int_equal(read(pfd[0], &c, 1), 1);
-	assert_int_equal(shm_snap_publish(shm, "two", 3, 2, 0), 0);
+	assert_int_equal(shm_snap_publish(shm, "two", 3, 2, 1000), 0);
 	assert_int_equal(shm_snap_reclaim(shm, &freed, &pending), 0);
 	assert_int_equal(pending, 1);
+	/* the master can name the stalled worker and how long it has stalled */
+	assert_int_equal(shm_qsbr_oldest_pending_ns(shm, 2000000, &age), 0);
+	assert_int_equal(age, 2000000 - 1000);
+	assert_int_equal(shm_qsbr_blocker(shm, shm_snap_oldest_token(shm), &blk), 0);
+	assert_int_equal(blk, 0);
+	assert_int_equal(shm_slot_read(shm, blk, &info), 0);
+	assert_int_equal(info.pid, pid);
+	/* publishing goes on until the ring is full, without blocking */
+	assert_int_equal(shm_snap_publish(shm, "three", 5, 3, 2000), -EBUSY);
 	kill(pid, SIGKILL);
 	/* still pending until waitpid says it is gone */
 	assert_int_equal(shm_snap_reclaim(shm, &freed, &pending), 0);
