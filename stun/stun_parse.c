@@ -71,18 +71,20 @@ static int note_integrity(struct stun_msg *msg, uint16_t type, uint32_t hoff, ui
 {
 	switch (type) {
 	case STUN_ATTR_MESSAGE_INTEGRITY:
+		/* Sizes are checked only for attributes that count: an ignored one may be
+		 * anything (a second MI, or MI after MI-SHA256). */
+		if (stage != STAGE_OPEN)
+			return stage;
 		if (vlen != 20)
 			return -EBADMSG;
-		if (stage != STAGE_OPEN)
-			return stage;	/* a second MI, or MI after MI-SHA256: ignored */
 		msg->mi_off = hoff;
 		note_known(msg, STUN_SLOT_MESSAGE_INTEGRITY, hoff + 4, vlen);
 		return STAGE_AFTER_MI;
 	case STUN_ATTR_MESSAGE_INTEGRITY_SHA256:
-		if (vlen < 16 || vlen > 32 || (vlen & 3) != 0)
-			return -EBADMSG;
 		if (stage >= STAGE_AFTER_MI256)
 			return stage;
+		if (vlen < 16 || vlen > 32 || (vlen & 3) != 0)
+			return -EBADMSG;
 		msg->mi256_off = hoff;
 		note_known(msg, STUN_SLOT_MESSAGE_INTEGRITY_SHA256, hoff + 4, vlen);
 		return STAGE_AFTER_MI256;

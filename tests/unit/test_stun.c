@@ -612,10 +612,11 @@ static void t_after_integrity(void **state)
 	stun_build_lifetime(&b, 100);
 	stun_build_integrity(&b, key, 6);
 	assert_int_equal(stun_build_finish(&b, &len), 0);
-	/* Append LIFETIME, an unknown comprehension-required attribute and a second MI by
-	 * hand after MESSAGE-INTEGRITY: all must be ignored. */
+	/* Append LIFETIME, an unknown comprehension-required attribute and a second,
+	 * wrongly sized MI by hand after MESSAGE-INTEGRITY: all must be ignored. */
 	static const uint8_t tail[] = { 0x00, 0x0d, 0x00, 0x04, 0, 0, 0, 1,
-					0x07, 0x77, 0x00, 0x00 };
+					0x07, 0x77, 0x00, 0x00,
+					0x00, 0x08, 0x00, 0x04, 0, 0, 0, 0 };
 	memcpy(buf + len, tail, sizeof(tail));
 	len += sizeof(tail);
 	buf[2] = (uint8_t)((len - 20) >> 8);
