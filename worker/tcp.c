@@ -113,7 +113,7 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 
 	for (;;) {
 		size_t flen;
-		int rc = stun_frame_next(c->in + off, c->in_len - off, WK_TCP_IN_MAX, &flen);
+		int rc = wk_frame_next(c->in + off, c->in_len - off, WK_TCP_IN_MAX, &flen);
 
 		if (rc == -EAGAIN)
 			break;

@@ -22,6 +22,8 @@ static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struc
 	struct stun_builder b;
 	size_t len;
 
+	log_debug("turn", "%s on listener %s: error %d%s%s", stun_method_name(req->method),
+		  ep->l->name, code, reason ? ": " : "", reason ? reason : "");
 	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
 	stun_build_error_code(&b, code, reason);
 	if (code == 420) {
@@ -446,13 +448,22 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 	struct wk_cred cred;
 	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
 	struct sockaddr_storage peer;
+	const char *reason = NULL;
+	uint32_t chv;
 	uint16_t ch;
 	int code, rc;
 
 	if (!a)
 		goto out;
-	if (stun_msg_get_channel(req, &ch) < 0 || stun_msg_get_peer(req, 0, &peer) < 0) {
+	if (stun_msg_get_u32(req, STUN_ATTR_CHANNEL_NUMBER, &chv) < 0 || !wk_chan_valid(chv >> 16)) {
 		code = 400;
+		reason = "Bad CHANNEL-NUMBER";
+		goto fail;
+	}
+	ch = (uint16_t)(chv >> 16);
+	if (stun_msg_get_peer(req, 0, &peer) < 0) {
+		code = 400;
+		reason = "Bad XOR-PEER-ADDRESS";
 		goto fail;
 	}
 	code = wk_peer_check(w, a, (struct sockaddr *)&peer);
@@ -461,6 +472,7 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 	rc = wk_alloc_chan_bind(w, a, ch, (struct sockaddr *)&peer);
 	if (rc == -EEXIST) {
 		code = 400;
+		reason = "Channel or peer bound otherwise";
 		goto fail;
 	}
 	if (rc < 0) {
@@ -471,7 +483,7 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 	wk_reply_ok(w, ep, req, &cred, false, 0);
 	goto out;
 fail:
-	wk_reply_error(w, ep, req, code, NULL, &cred);
+	wk_reply_error(w, ep, req, code, reason, &cred);
 out:
 	explicit_bzero(&cred, sizeof(cred));
 }
@@ -528,16 +540,20 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	struct wk_alloc *a = wk_alloc_of(w, ep);
 	const struct shm_chan *c;
 	struct sockaddr_storage peer;
-	const uint8_t *data;
 	size_t dlen;
 	uint16_t ch;
 
-	if (!a || stun_chan_decode(buf, len, &ch, &data, &dlen) < 0)
+	if (!a)
+		return;
+	/* Header: channel, length; trailing bytes (stream padding) are ignored. */
+	ch = (uint16_t)(buf[0] << 8 | buf[1]);
+	dlen = (size_t)(buf[2] << 8 | buf[3]);
+	if (dlen > len - STUN_CHANDATA_HEADER_LEN)
 		return;
 	c = wk_alloc_chan_by_num(a, ch, wk_mono_ns());
 	if (!c || !wk_shm_to_addr(&c->peer, &peer))
 		return;
-	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
+	wk_to_peer(w, a, (struct sockaddr *)&peer, buf + STUN_CHANDATA_HEADER_LEN, dlen);
 }
 
 static void wk_request(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
@@ -577,11 +593,28 @@ static void wk_request(struct worker *w, const struct wk_ep *ep, const struct st
 	}
 }
 
+int wk_frame_next(const uint8_t *buf, size_t len, size_t max, size_t *frame_len)
+{
+	size_t n;
+
+	if (len < 1 || (buf[0] & 0xc0) != 0x40)
+		return stun_frame_next(buf, len, max, frame_len);
+	if (len < STUN_CHANDATA_HEADER_LEN)
+		return -EAGAIN;
+	n = STUN_CHANDATA_HEADER_LEN + (((size_t)(buf[2] << 8 | buf[3]) + 3) & ~(size_t)3);
+	if (n > max)
+		return -EMSGSIZE;
+	if (len < n)
+		return -EAGAIN;
+	*frame_len = n;
+	return 0;
+}
+
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len)
 {
 	struct stun_msg msg;
 
-	if (len >= STUN_CHANDATA_HEADER_LEN && stun_is_channeldata(buf, len)) {
+	if (wk_is_chandata(buf, len)) {
 		wk_channel_data(w, ep, buf, len);
 		return;
 	}

@@ -81,7 +81,12 @@ static uint8_t *wk_wrap_peer(struct worker *w, struct wk_alloc *a, uint8_t *slot
 		bool pad = a->conn != NULL;
 		size_t total = STUN_CHANDATA_HEADER_LEN + len;
 
-		stun_chan_write_header(payload - STUN_CHANDATA_HEADER_LEN, ch->number, len);
+		uint8_t *h = payload - STUN_CHANDATA_HEADER_LEN;
+
+		h[0] = (uint8_t)(ch->number >> 8);
+		h[1] = (uint8_t)ch->number;
+		h[2] = (uint8_t)(len >> 8);
+		h[3] = (uint8_t)len;
 		while (pad && (total & 3)) {
 			payload[len++] = 0;
 			total++;

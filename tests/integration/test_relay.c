@@ -540,7 +540,8 @@ static void test_channel_bind_rules(void **state)
 	client(&c, &g.srv, false);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	assert_int_equal(hturn_channel_bind(&c, 0x3fff, sa(&g.echo.addr)), 400);
-	assert_int_equal(hturn_channel_bind(&c, 0x5000, sa(&g.echo.addr)), 400);
+	assert_int_equal(hturn_channel_bind(&c, 0x8000, sa(&g.echo.addr)), 400);
+	assert_int_equal(hturn_channel_bind(&c, 0xffff, sa(&g.echo.addr)), 400);
 	assert_int_equal(hturn_channel_bind(&c, 0x4010, sa(&g.echo.addr)), 0);
 	/* same channel, other peer; same peer, other channel: 400 */
 	assert_int_equal(hturn_channel_bind(&c, 0x4010, sa(&g.echo2.addr)), 400);
