@@ -136,11 +136,7 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 	} else if (strcmp(cmd, "loglevel") == 0) {
 		fprintf(out, "log level: %s (%s)\n", str_of(r, "spec"), str_of(r, "source"));
 	} else if (strcmp(cmd, "disconnect") == 0) {
-		if (json_object_get(r, "worker") != NULL)
-			fprintf(out, "disconnect sent to worker %lld\n", int_of(r, "worker"));
-		else
-			fprintf(out, "disconnect sent to %lld workers\n",
-				int_of(r, "workers_told"));
+		fprintf(out, "disconnected %lld allocation(s)\n", int_of(r, "disconnected"));
 	} else {
 		json_dumpf(r, out, JSON_INDENT(2));
 		fputc('\n', out);

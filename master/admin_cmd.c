@@ -272,6 +272,21 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 	return o;
 }
 
+/* The whole username, or for a TURN REST username "<expiry>:<user>" the user part. */
+static bool user_match(const char *want, const struct shm_alloc *r)
+{
+	size_t n = strlen(want), len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len
+								    : SHM_ALLOC_USER_MAX;
+	const char *colon = memchr(r->username, ':', len);
+
+	if (n == len && memcmp(want, r->username, len) == 0)
+		return true;
+	if (colon == NULL)
+		return false;
+	colon++;
+	return n == len - (size_t)(colon - r->username) && memcmp(want, colon, n) == 0;
+}
+
 struct alloc_filter {
 	const char *user, *listener;
 	json_int_t worker; /* -1: any */
@@ -281,8 +296,7 @@ struct alloc_filter {
 static bool alloc_match(const struct master *m, const struct alloc_filter *f,
 			const struct shm_alloc *r)
 {
-	if (f->user != NULL &&
-	    (strlen(f->user) != r->user_len || memcmp(f->user, r->username, r->user_len) != 0))
+	if (f->user != NULL && !user_match(f->user, r))
 		return false;
 	if (f->listener != NULL && strcmp(f->listener, listener_name(m, r->listener_idx)) != 0)
 		return false;
@@ -345,6 +359,29 @@ static json_t *cmd_allocations(struct master *m, json_t *req)
 	return json_pack("{s:b, s:o, s:b}", "ok", 1, "allocations", arr, "truncated", truncated);
 }
 
+/* Ends every live allocation of user (whole username or REST user part): each owner
+ * worker gets the record index, so the reply can say how many were ended. */
+static json_t *disconnect_user(struct master *m, json_t *user)
+{
+	struct shm_alloc rec;
+	uint32_t cursor = 0, idx;
+	int n = 0;
+
+	if (!json_is_string(user) || json_string_length(user) == 0)
+		return err("\"user\" must be a non-empty string");
+	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
+		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
+		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE ||
+		    !user_match(json_string_value(user), &rec) || rec.owner >= m->n_slots ||
+		    m->workers[rec.owner].ctl_fd < 0)
+			continue;
+		if (ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd, idx) == 0)
+			n++;
+	}
+	explicit_bzero(&rec, sizeof(rec));
+	return json_pack("{s:b, s:i}", "ok", 1, "disconnected", n);
+}
+
 static json_t *cmd_disconnect(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
@@ -353,19 +390,8 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 
 	if ((id == NULL) == (user == NULL))
 		return err("give exactly one of \"id\" (allocation id) or \"user\"");
-	if (user != NULL) {
-		struct ipc_disconnect d;
-		unsigned sent;
-
-		if (!json_is_string(user) || json_string_length(user) == 0 ||
-		    json_string_length(user) >= IPC_USER_MAX)
-			return err("\"user\" must be a non-empty string");
-		memset(&d, 0, sizeof(d));
-		d.by = IPC_DISC_USER;
-		memcpy(d.user, json_string_value(user), json_string_length(user));
-		sent = supervise_broadcast(m, IPC_DISCONNECT, &d, sizeof(d), -1);
-		return json_pack("{s:b, s:i}", "ok", 1, "workers_told", (int)sent);
-	}
+	if (user != NULL)
+		return disconnect_user(m, user);
 	if (!json_is_integer(id) || json_integer_value(id) < 0 ||
 	    json_integer_value(id) >= (json_int_t)shm_alloc_capacity(m->shm))
 		return err("\"id\" must be an allocation id from `allocations`");
@@ -379,7 +405,7 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 				       (uint32_t)json_integer_value(id));
 	if (rc < 0)
 		return err(strerror(-rc));
-	return json_pack("{s:b, s:i}", "ok", 1, "worker", (int)rec.owner);
+	return json_pack("{s:b, s:i, s:i}", "ok", 1, "disconnected", 1, "worker", (int)rec.owner);
 }
 
 static const struct {

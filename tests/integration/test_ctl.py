@@ -51,7 +51,7 @@ def test_ctl_commands(d):
         check(rc == 0 and out == "draining: no, allocations: 0\n", out)
 
         rc, out, err = daemon.ctl("disconnect", "--user", "alice")
-        check(rc == 0 and out == "disconnect sent to 2 workers\n", out)
+        check(rc == 0 and out == "disconnected 0 allocation(s)\n", out)
         rc, out, err = daemon.ctl("disconnect", "3")
         check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n", err)
 

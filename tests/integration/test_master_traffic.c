@@ -1,0 +1,436 @@
+/* Master integration tests under relay traffic: reloads that rotate secrets and add/remove
+ * listeners while allocations relay, SIGTERM drain, kill -9 of one worker, admin listing
+ * and disconnect of live allocations. Real turngated, loopback only, every wait bounded. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "stun/stun.h"
+#include "stun/stun_auth.h"
+#include "tests/integration/harness.h"
+#include "tests/integration/harness_admin.h"
+
+#define RELAY_MIN 52000
+#define RELAY_MAX 52999
+#define N_ALLOCS 50
+#define N_RELOADS 20
+#define CHAN 0x4000
+
+struct fx {
+	struct harness h;
+	struct harness_echo echo;
+	uint16_t p1, p2;
+	struct sockaddr_storage srv, srv2;
+};
+
+static struct fx g;
+
+static struct sockaddr *sa(struct sockaddr_storage *ss)
+{
+	return (struct sockaddr *)ss;
+}
+
+/* Config of reload round `round`: secret-<round> is current, secret-<round-1> the previous
+ * one until prev_until (0: no previous secret). Odd rounds add the "extra" listener and a
+ * second routed cluster and raise a log level; even rounds take them away again. */
+static void write_conf(int round, int64_t prev_until)
+{
+	char yaml[4096], prev[160] = "", extra[256] = "";
+	bool odd = round % 2 == 1;
+	int n;
+
+	if (prev_until != 0)
+		snprintf(prev, sizeof(prev),
+			 "  previous_secret: secret-%d\n  previous_secret_until: %lld\n", round - 1,
+			 (long long)prev_until);
+	if (odd)
+		snprintf(extra, sizeof(extra),
+			 "  - name: extra\n    protocol: TURN-UDP\n    address: 127.0.0.1\n"
+			 "    port: %u\n    routes: [echo]\n", g.p2);
+	n = snprintf(yaml, sizeof(yaml),
+		     "version: v1\n"
+		     "admin:\n"
+		     "  name: mtest\n"
+		     "  loglevel: %s\n"
+		     "  healthcheck_endpoint: \"\"\n"
+		     "  admin_socket: %s\n"
+		     "  relay_port_min: %d\n"
+		     "  relay_port_max: %d\n"
+		     "  drain_timeout: 30\n"
+		     "auth:\n"
+		     "  type: ephemeral\n"
+		     "  realm: mtest.example\n"
+		     "  credentials:\n"
+		     "    secret: secret-%d\n"
+		     "%s"
+		     "listeners:\n"
+		     "  - name: main\n"
+		     "    protocol: TURN-UDP\n"
+		     "    address: 127.0.0.1\n"
+		     "    port: %u\n"
+		     "    routes: [%s]\n"
+		     "%s"
+		     "clusters:\n"
+		     "  - name: echo\n"
+		     "    type: STATIC\n"
+		     "    endpoints: [127.0.0.1]\n"
+		     "%s",
+		     odd ? "all:INFO,master:DEBUG" : "all:INFO", g.h.sock, RELAY_MIN, RELAY_MAX,
+		     round, prev, g.p1, odd ? "echo, other" : "echo", extra,
+		     odd ? "  - name: other\n    type: STATIC\n    endpoints: [10.0.0.0/8]\n" : "");
+	assert_true(n > 0 && (size_t)n < sizeof(yaml));
+	assert_int_equal(harness_write_config(&g.h, yaml), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&g, 0, sizeof(g));
+	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
+		return -1;
+	g.p1 = harness_free_port();
+	g.p2 = harness_free_port();
+	harness_addr("127.0.0.1", g.p1, &g.srv);
+	harness_addr("127.0.0.1", g.p2, &g.srv2);
+	write_conf(0, 0);
+	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
+}
+
+/* A client authenticated with a REST credential minted under secret-<secret_round>. */
+static int alloc_with(struct hturn *c, int secret_round, const char *user)
+{
+	char name[64], pass[64], secret[32];
+
+	snprintf(secret, sizeof(secret), "secret-%d", secret_round);
+	assert_int_equal(stun_rest_mint((const uint8_t *)secret, strlen(secret), user,
+				       (uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
+				       sizeof(pass)), 0);
+	assert_int_equal(hturn_open(c, sa(&g.srv), false), 0);
+	hturn_set_user(c, name, pass);
+	return hturn_allocate(c, NULL, NULL);
+}
+
+/* One new allocation under secret-<secret_round>: its result, and it is deleted again. */
+static int try_secret(int secret_round)
+{
+	struct hturn *c = calloc(1, sizeof(*c));
+	int rc;
+
+	assert_non_null(c);
+	rc = alloc_with(c, secret_round, "probe");
+	if (rc == 0)
+		assert_int_equal(hturn_refresh(c, 0), 0);
+	hturn_close(c);
+	free(c);
+	return rc;
+}
+
+static bool echo_round(struct hturn *c, int round, int i)
+{
+	char msg[32], buf[64];
+	uint16_t ch = 0;
+	int n;
+
+	snprintf(msg, sizeof(msg), "r%d-a%d", round, i);
+	if (hturn_chan_send(c, CHAN, msg, strlen(msg)) < 0)
+		return false;
+	n = hturn_recv_data(c, buf, sizeof(buf), &ch, NULL, 3000);
+	return n == (int)strlen(msg) && ch == CHAN && memcmp(buf, msg, (size_t)n) == 0;
+}
+
+static void wait_generation(long long want)
+{
+	for (int i = 0; i < 500; i++) {
+		if (hadmin_status_int(g.h.sock, "generation") >= want)
+			return;
+		usleep(20000);
+	}
+	fail_msg("generation %lld never reached", want);
+}
+
+/* Allocations end in their workers, asynchronously to the client's view: bounded wait. */
+static void wait_allocations(long long want)
+{
+	for (int i = 0; i < 500; i++) {
+		if (hadmin_status_int(g.h.sock, "allocations") == want)
+			return;
+		usleep(20000);
+	}
+	fail_msg("allocation count never reached %lld (now %lld)", want,
+		 hadmin_status_int(g.h.sock, "allocations"));
+}
+
+/* Binding on the extra listener until it answers (want) or stays silent (!want). */
+static void wait_extra(bool want)
+{
+	for (int i = 0; i < 25; i++) {
+		if ((harness_stun_binding(sa(&g.srv2), 200) == 0) == want)
+			return;
+	}
+	fail_msg("extra listener %s", want ? "never answered" : "kept answering");
+}
+
+static void test_reload_under_traffic(void **state)
+{
+	struct hturn *c = calloc(N_ALLOCS, sizeof(*c));
+	long long gen = hadmin_status_int(g.h.sock, "generation");
+	char user[16];
+
+	(void)state;
+	assert_non_null(c);
+	assert_true(gen >= 1);
+	for (int i = 0; i < N_ALLOCS; i++) {
+		snprintf(user, sizeof(user), "user%d", i);
+		assert_int_equal(alloc_with(&c[i], 0, user), 0);
+		assert_int_equal(hturn_channel_bind(&c[i], CHAN, sa(&g.echo.addr)), 0);
+		assert_true(echo_round(&c[i], 0, i));
+	}
+	for (int round = 1; round <= N_RELOADS; round++) {
+		write_conf(round, (int64_t)time(NULL) + 3600);
+		kill(g.h.pid, SIGHUP);
+		/* Traffic while the master reloads, then again once the new generation is live. */
+		for (int i = 0; i < N_ALLOCS; i++)
+			assert_true(echo_round(&c[i], round, i));
+		wait_generation(gen + round);
+		for (int i = 0; i < N_ALLOCS; i++)
+			assert_true(echo_round(&c[i], round, i));
+		/* Credentials: the new secret and the previous one verify, older ones do not. */
+		assert_int_equal(try_secret(round), 0);
+		assert_int_equal(try_secret(round - 1), 0);
+		if (round >= 2)
+			assert_int_equal(try_secret(round - 2), 401);
+		wait_extra(round % 2 == 1);
+	}
+	/* The previous secret's grace deadline has passed: it stops verifying. */
+	write_conf(N_RELOADS + 1, (int64_t)time(NULL) - 10);
+	kill(g.h.pid, SIGHUP);
+	wait_generation(gen + N_RELOADS + 1);
+	assert_int_equal(try_secret(N_RELOADS), 401);
+	assert_int_equal(try_secret(N_RELOADS + 1), 0);
+	/* Allocations made under secret-0 keep refreshing (stored key) and relaying. */
+	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), N_ALLOCS);
+	for (int i = 0; i < N_ALLOCS; i++) {
+		assert_int_equal(hturn_refresh(&c[i], 600), 0);
+		assert_true(echo_round(&c[i], 99, i));
+	}
+	for (int i = 0; i < N_ALLOCS; i++) {
+		assert_int_equal(hturn_refresh(&c[i], 0), 0);
+		hturn_close(&c[i]);
+	}
+	wait_allocations(0);
+	free(c);
+}
+
+static void test_admin_allocations_and_disconnect(void **state)
+{
+	struct hturn *c = calloc(2, sizeof(*c));
+	json_t *r, *a;
+	char req[128];
+	long long id;
+
+	long long gen = hadmin_status_int(g.h.sock, "generation");
+
+	(void)state;
+	write_conf(0, 0);
+	kill(g.h.pid, SIGHUP);
+	wait_generation(gen + 1);
+	assert_int_equal(alloc_with(&c[0], 0, "alice"), 0);
+	assert_int_equal(alloc_with(&c[1], 0, "bob"), 0);
+	assert_int_equal(hturn_channel_bind(&c[0], CHAN, sa(&g.echo.addr)), 0);
+	assert_true(echo_round(&c[0], 1, 0));
+
+	r = hadmin_call(g.h.sock, "{\"cmd\":\"allocations\",\"user\":\"alice\"}");
+	assert_non_null(r);
+	assert_int_equal(json_array_size(json_object_get(r, "allocations")), 1);
+	a = json_array_get(json_object_get(r, "allocations"), 0);
+	assert_non_null(strstr(json_string_value(json_object_get(a, "user")), ":alice"));
+	assert_string_equal(json_string_value(json_object_get(a, "listener")), "main");
+	assert_string_equal(json_string_value(json_object_get(a, "transport")), "udp");
+	assert_int_equal(json_array_size(json_object_get(a, "channels")), 1);
+	assert_int_equal(json_array_size(json_object_get(a, "permissions")), 1);
+	assert_true(json_integer_value(json_object_get(json_object_get(a, "to_peer"),
+						       "packets")) >= 1);
+	assert_true(json_real_value(json_object_get(a, "lifetime_left")) > 0);
+	id = json_integer_value(json_object_get(a, "id"));
+	json_decref(r);
+
+	snprintf(req, sizeof(req), "{\"cmd\":\"disconnect\",\"id\":%lld}", id);
+	r = hadmin_call(g.h.sock, req);
+	assert_true(json_is_true(json_object_get(r, "ok")));
+	json_decref(r);
+	r = hadmin_call(g.h.sock, "{\"cmd\":\"disconnect\",\"user\":\"bob\"}");
+	assert_int_equal(json_integer_value(json_object_get(r, "disconnected")), 1);
+	json_decref(r);
+	/* Both end (asynchronously, in their workers), then a refresh gets 437. */
+	wait_allocations(0);
+	assert_int_equal(hturn_refresh(&c[0], 600), 437);
+	assert_int_equal(hturn_refresh(&c[1], 600), 437);
+	hturn_close(&c[0]);
+	hturn_close(&c[1]);
+	free(c);
+}
+
+/* SIGTERM: new Allocates are refused, the existing allocation keeps relaying, and the
+ * daemon exits 0 by itself once it has ended. */
+static void test_sigterm_drain(void **state)
+{
+	struct hturn *c = calloc(2, sizeof(*c));
+	int rc = 0, st = 0;
+
+	(void)state;
+	assert_int_equal(alloc_with(&c[0], 0, "carol"), 0);
+	assert_int_equal(hturn_channel_bind(&c[0], CHAN, sa(&g.echo.addr)), 0);
+	assert_true(echo_round(&c[0], 1, 0));
+	kill(g.h.pid, SIGTERM);
+	/* The drain order reaches the workers asynchronously: retry (bounded) until refused. */
+	for (int i = 0; i < 100; i++) {
+		rc = alloc_with(&c[1], 0, "dave");
+		if (rc == 0)
+			hturn_refresh(&c[1], 0);
+		hturn_close(&c[1]);
+		if (rc != 0)
+			break;
+		usleep(20000);
+	}
+	assert_int_equal(rc, 403);
+	for (int i = 0; i < 5; i++)
+		assert_true(echo_round(&c[0], 2, i));
+	assert_int_equal(waitpid(g.h.pid, &st, WNOHANG), 0); /* still serving carol */
+	assert_int_equal(hturn_refresh(&c[0], 0), 0);
+	hturn_close(&c[0]);
+	for (int i = 0; i < 750 && waitpid(g.h.pid, &st, WNOHANG) == 0; i++)
+		usleep(20000);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	g.h.pid = 0;
+	assert_int_equal(harness_stop(&g.h), 0); /* scans the log */
+	free(c);
+}
+
+/* Owner worker of the allocation whose client uses local port `port`, or -1. */
+static int owner_of(uint16_t port)
+{
+	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"allocations\"}"), *a;
+	char want[32];
+	size_t i;
+	int owner = -1;
+
+	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
+	json_array_foreach(json_object_get(r, "allocations"), i, a)
+		if (strcmp(json_string_value(json_object_get(a, "client")), want) == 0)
+			owner = (int)json_integer_value(json_object_get(a, "worker"));
+	json_decref(r);
+	return owner;
+}
+
+static int worker_pid(int slot)
+{
+	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"workers\"}");
+	json_t *w = json_array_get(json_object_get(r, "workers"), (size_t)slot);
+	int pid = (int)json_integer_value(json_object_get(w, "pid"));
+	bool running = strcmp(json_string_value(json_object_get(w, "state")), "running") == 0;
+
+	json_decref(r);
+	return running ? pid : 0;
+}
+
+static uint16_t local_port(const struct hturn *c)
+{
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+
+	getsockname(c->fd, (struct sockaddr *)&sin, &sl);
+	return ntohs(sin.sin_port);
+}
+
+/* kill -9 of worker 0: worker 1's allocations keep relaying, slot 0 comes back. */
+static void test_kill9_other_worker_keeps_relaying(void **state)
+{
+	struct hturn *c = calloc(16, sizeof(*c));
+	int owner[16], n, on1 = 0, pid0, st = 0;
+	char user[16];
+
+	(void)state;
+	write_conf(0, 0);
+	assert_int_equal(harness_start(&g.h, 2, sa(&g.srv)), 0);
+	for (n = 0; n < 16; n++) {
+		snprintf(user, sizeof(user), "k%d", n);
+		assert_int_equal(alloc_with(&c[n], 0, user), 0);
+		assert_int_equal(hturn_channel_bind(&c[n], CHAN, sa(&g.echo.addr)), 0);
+		owner[n] = owner_of(local_port(&c[n]));
+		assert_true(owner[n] == 0 || owner[n] == 1);
+		on1 += owner[n] == 1;
+		if (on1 > 0 && on1 < n + 1) {
+			n++;
+			break;
+		}
+	}
+	assert_true(on1 > 0 && on1 < n);
+	pid0 = worker_pid(0);
+	assert_true(pid0 > 0);
+	kill(pid0, SIGKILL);
+	for (int i = 0; i < n; i++)
+		if (owner[i] == 1)
+			assert_true(echo_round(&c[i], 1, i));
+	for (int i = 0; i < 500 && (worker_pid(0) == 0 || worker_pid(0) == pid0); i++)
+		usleep(20000);
+	assert_true(worker_pid(0) > 0 && worker_pid(0) != pid0);
+	for (int i = 0; i < n; i++)
+		if (owner[i] == 1)
+			assert_true(echo_round(&c[i], 2, i));
+	for (int i = 0; i < n; i++) {
+		hturn_refresh(&c[i], 0); /* slot 0's may be gone (437): either is fine here */
+		hturn_close(&c[i]);
+	}
+	/* Stop by hand: the log has exactly the one death this test caused, nothing else. */
+	kill(g.h.pid, SIGTERM);
+	for (int i = 0; i < 1500 && waitpid(g.h.pid, &st, WNOHANG) == 0; i++)
+		usleep(20000);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	g.h.pid = 0;
+	assert_int_equal(harness_log_count(&g.h, "killed by signal"), 1);
+	assert_int_equal(harness_log_count(&g.h, "Sanitizer"), 0);
+	assert_int_equal(harness_log_count(&g.h, "runtime error"), 0);
+	assert_int_equal(harness_log_count(&g.h, "Assertion"), 0);
+	free(c);
+}
+
+static int teardown_killed(void **state)
+{
+	(void)state;
+	if (g.h.pid > 0) {
+		kill(g.h.pid, SIGKILL);
+		waitpid(g.h.pid, NULL, 0);
+	}
+	harness_echo_stop(&g.echo);
+	harness_cleanup(&g.h);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_reload_under_traffic),
+		cmocka_unit_test(test_admin_allocations_and_disconnect),
+		cmocka_unit_test(test_sigterm_drain),
+		cmocka_unit_test(test_kill9_other_worker_keeps_relaying),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown_killed);
+}
