@@ -7,7 +7,7 @@
 
 #include "conf/conf_internal.h"
 
-static char *vfmt(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static char *vfmt(const char *fmt, va_list ap)
 {
 	va_list ap2;
 	va_copy(ap2, ap);
@@ -87,8 +87,9 @@ void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *fil
 	va_end(ap);
 }
 
-static void pctx_report(struct pctx *p, enum conf_diag_sev sev, const yaml_node_t *n,
-			const char *path, const char *fmt, va_list ap)
+__attribute__((format(printf, 5, 0))) static void
+pctx_report(struct pctx *p, enum conf_diag_sev sev, const yaml_node_t *n, const char *path,
+	    const char *fmt, va_list ap)
 {
 	uint32_t line = 0, col = 0;
 	if (n != NULL) {

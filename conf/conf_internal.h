@@ -37,7 +37,8 @@ struct pctx {
 
 /* Diagnostics (conf_diag.c). Positions are libyaml marks (0-based) or NULL. */
 void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
-		    uint32_t line, uint32_t col, const char *path, const char *fmt, va_list ap);
+		    uint32_t line, uint32_t col, const char *path, const char *fmt, va_list ap)
+	__attribute__((format(printf, 7, 0)));
 void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
 		   uint32_t line, uint32_t col, const char *path, const char *fmt, ...)
 	__attribute__((format(printf, 7, 8)));

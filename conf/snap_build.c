@@ -180,6 +180,8 @@ static int cmp_p6(const void *x, const void *y)
 static size_t sort_dedup(void *base, size_t first, size_t n, size_t size,
 			 int (*cmp)(const void *, const void *), size_t cmp_len)
 {
+	if (n == first)
+		return n; /* base may be NULL: nothing was added */
 	char *v = (char *)base + first * size;
 	size_t cnt = n - first, w = 0;
 	qsort(v, cnt, size, cmp);
@@ -425,8 +427,10 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 	memcpy(out + o[2], b->auths, b->n_auths * sizeof(*b->auths));
 	memcpy(out + o[3], b->users, b->n_users * sizeof(*b->users));
 	memcpy(out + o[4], b->secrets, b->n_secrets * sizeof(*b->secrets));
-	memcpy(out + o[5], b->p4, b->n_p4 * sizeof(*b->p4));
-	memcpy(out + o[6], b->p6, b->n_p6 * sizeof(*b->p6));
+	if (b->n_p4)
+		memcpy(out + o[5], b->p4, b->n_p4 * sizeof(*b->p4));
+	if (b->n_p6)
+		memcpy(out + o[6], b->p6, b->n_p6 * sizeof(*b->p6));
 	if (b->pool_len)
 		memcpy(out + cur, b->pool, b->pool_len);
 	memcpy(out, h, sizeof(*h));

@@ -122,10 +122,11 @@ static bool records_ok(const struct snap *s)
 int snap_open(const void *blob, size_t len, const struct snap **out)
 {
 	*out = NULL;
+	if (blob == NULL || ((uintptr_t)blob & 7) != 0 || len < sizeof(struct snap_hdr))
+		return -EINVAL;
 	const struct snap *s = blob;
 	const struct snap_hdr *h = &s->h;
-	if (blob == NULL || ((uintptr_t)blob & 7) != 0 || len < sizeof(*h) ||
-	    h->magic != SNAP_MAGIC)
+	if (h->magic != SNAP_MAGIC)
 		return -EINVAL;
 	if (h->version != SNAP_VERSION)
 		return -EPROTO;
