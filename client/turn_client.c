@@ -87,7 +87,8 @@ int turn_client_create(const struct turn_client_opts *o, struct turn_client **ou
 	c->password = dup_opt(o->password, &rc);
 	c->software = dup_opt(o->software, &rc);
 	c->rx = malloc(TC_RX_CAP);
-	if (c->rx == NULL)
+	c->tx = malloc(TC_RX_CAP);
+	if (c->rx == NULL || c->tx == NULL)
 		rc = -ENOMEM;
 	if (rc == 0)
 		rc = open_socket(c, o);
@@ -117,6 +118,7 @@ void turn_client_destroy(struct turn_client *c)
 	free(c->username);
 	free(c->software);
 	free(c->rx);
+	free(c->tx);
 	explicit_bzero(c->key, sizeof(c->key));
 	c->magic = 0;
 	free(c);

@@ -52,6 +52,7 @@ struct turn_client {
 	unsigned q_head;
 	unsigned q_count;
 	uint8_t *rx;			/* TC_RX_CAP bytes: datagram or TCP stream buffer */
+	uint8_t *tx;			/* TC_RX_CAP bytes: indications and ChannelData out */
 	size_t rx_len;			/* TCP: bytes buffered */
 	size_t rx_used;			/* TCP: bytes of the frame handed out last */
 };
