@@ -27,4 +27,8 @@ void ctl_print_human(const char *cmd, json_t *reply, FILE *out);
 /* Prints a failed reply ({"ok":false,...}) to out: the error and any "errors" lines. */
 void ctl_print_error(const char *cmd, json_t *reply, FILE *out);
 
+/* `turngatectl probe ARGS...` (argv after "probe"): returns the exit status; CTL_EXIT_USAGE
+ * for bad arguments (the caller prints the usage). */
+int ctl_probe_main(int argc, char **argv);
+
 #endif

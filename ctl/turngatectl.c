@@ -22,6 +22,11 @@ static void usage(FILE *out)
 		"  stats                      counters summed over workers\n"
 		"  workers                    worker processes and their states\n"
 		"  loglevel [SPEC|config]     show or set log levels (config: back to the file's)\n"
+		"  probe TURN-URI (-u USER -p PASS | --secret SECRET [--user NAME])\n"
+		"        [--peer IP:PORT] [--timeout MS] [--json]\n"
+		"                             allocate, permit, relay a round trip (through the\n"
+		"                             echo at --peer, else a second allocation), timed;\n"
+		"                             TURN-URI is turn:HOST[:PORT][?transport=udp|tcp]\n"
 		"options:\n"
 		"  -s, --socket PATH          admin socket (default: $TURNGATE_ADMIN_SOCKET or\n"
 		"                             " CTL_DEFAULT_SOCKET ")\n"
@@ -135,6 +140,12 @@ int main(int argc, char **argv)
 		return CTL_EXIT_USAGE;
 	}
 	cmd = argv[i];
+	if (strcmp(cmd, "probe") == 0) {
+		rc = ctl_probe_main(argc - i - 1, argv + i + 1);
+		if (rc == CTL_EXIT_USAGE)
+			usage(stderr);
+		return rc;
+	}
 	req = build_request(cmd, argc - i - 1, argv + i + 1);
 	if (req == NULL) {
 		fprintf(stderr, "turngatectl: bad command or arguments: %s\n", cmd);

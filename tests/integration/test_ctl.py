@@ -1,8 +1,10 @@
 """turngatectl against a running daemon: human output, --json, exit statuses, usage errors."""
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, free_port,  # noqa: E402
@@ -69,6 +71,58 @@ def test_ctl_commands(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def echo_peer():
+    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+
+    def loop():
+        while True:
+            data, addr = s.recvfrom(4096)
+            s.sendto(data, addr)
+    threading.Thread(target=loop, daemon=True).start()
+    return s.getsockname()[1]
+
+
+def test_ctl_probe(d):
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
+                                   [("udp", port, "TURN-UDP"), ("tcp", port, "TURN-TCP")])
+                    ).start()
+    try:
+        uri = "turn:127.0.0.1:%d" % port
+        r = subprocess.run([TURNGATECTL, "probe", uri, "--secret", "s3cret"],
+                           capture_output=True, text=True, timeout=60)
+        steps = [l.split()[0:2] for l in r.stdout.splitlines()]
+        check(r.returncode == 0, r)
+        check([s[0] for s in steps] == ["connect", "allocate", "allocate", "permission",
+                                        "round", "delete"], r.stdout)
+        check(all("ok" in l.split()[1:3] for l in r.stdout.splitlines()), r.stdout)
+        peer = echo_peer()
+        r = subprocess.run([TURNGATECTL, "probe", uri + "?transport=tcp", "--secret", "s3cret",
+                            "--peer", "127.0.0.1:%d" % peer, "--json"],
+                           capture_output=True, text=True, timeout=60)
+        out = json.loads(r.stdout)
+        check(r.returncode == 0 and out["ok"] is True, r)
+        check([s["step"] for s in out["steps"]] == ["connect", "allocate", "create-permission",
+                                                    "channel-bind", "round trip", "delete"], out)
+        r = subprocess.run([TURNGATECTL, "probe", uri, "--secret", "wrong"],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "allocate" in r.stdout and "FAIL" in r.stdout and
+              "401" in r.stdout, r)
+        r = subprocess.run([TURNGATECTL, "probe", uri, "--secret", "s3cret", "--peer",
+                            "10.9.9.9:7"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "403" in r.stdout, r)
+        for args in (["probe", "stun:x", "--secret", "a"], ["probe", uri],
+                     ["probe", uri, "-u", "a"], ["probe", uri + "?transport=sctp",
+                                                 "--secret", "a"]):
+            r = subprocess.run([TURNGATECTL] + args, capture_output=True, text=True,
+                               timeout=60)
+            check(r.returncode == 2, (args, r))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_ctl_no_daemon(d):
     r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
                        capture_output=True, text=True, timeout=30)
@@ -80,4 +134,4 @@ def test_ctl_no_daemon(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_ctl_commands, test_ctl_no_daemon])
+    run_tests([test_ctl_commands, test_ctl_probe, test_ctl_no_daemon])

@@ -1,0 +1,336 @@
+/* turngatectl probe: allocate, permit, relay a round trip against a live server, timing each step. */
+#include "config.h"
+
+#include "ctl/ctl.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/turn_client.h"
+#include "stun/stun_auth.h"
+
+#define PROBE_CHAN 0x4001
+#define PROBE_TTL_S 3600
+
+struct probe {
+	struct sockaddr_storage server;
+	enum turn_client_transport transport;
+	const char *user, *pass, *secret, *peer;
+	char rest_user[96], rest_pass[STUN_REST_PASSWORD_LEN + 1];
+	int timeout_ms;
+	bool json;
+	json_t *steps;
+	int failed;
+};
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void addr_str(const struct sockaddr_storage *ss, char *buf, size_t cap)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+
+	if (ss->ss_family == AF_INET6) {
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, ip, sizeof(ip));
+		snprintf(buf, cap, "[%s]:%u", ip,
+			 ntohs(((const struct sockaddr_in6 *)ss)->sin6_port));
+	} else {
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof(ip));
+		snprintf(buf, cap, "%s:%u", ip, ntohs(((const struct sockaddr_in *)ss)->sin_port));
+	}
+}
+
+/* Records (and prints) one step; rc < 0 is a failure explained by the client. */
+static int step(struct probe *p, const char *name, double t0, int rc, struct turn_client *c,
+		const char *detail)
+{
+	double ms = now_ms() - t0;
+	char why[160] = "";
+	const char *reason = NULL;
+
+	if (rc < 0) {
+		int code = c != NULL ? turn_client_last_error(c, &reason) : 0;
+
+		if (rc == -EPROTO && code != 0)
+			snprintf(why, sizeof(why), "%d %s", code, reason != NULL ? reason : "");
+		else
+			snprintf(why, sizeof(why), "%s", strerror(-rc));
+		p->failed = 1;
+	}
+	json_array_append_new(p->steps, json_pack("{s:s, s:b, s:f, s:s}", "step", name, "ok",
+						  rc >= 0, "ms", ms, "detail",
+						  rc < 0 ? why : (detail ? detail : "")));
+	if (!p->json)
+		printf("%-18s %-4s %8.1f ms  %s\n", name, rc < 0 ? "FAIL" : "ok", ms,
+		       rc < 0 ? why : (detail ? detail : ""));
+	return rc;
+}
+
+/* turn:host:port?transport=udp|tcp (port defaults to 3478, transport to udp). */
+static int parse_uri(const char *uri, struct probe *p)
+{
+	char host[256], port[16] = "3478";
+	const char *rest, *q, *colon;
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM }, *res = NULL;
+	size_t hl;
+
+	if (strncmp(uri, "turn:", 5) != 0)
+		return -EINVAL;
+	rest = uri + 5;
+	q = strchr(rest, '?');
+	if (rest[0] == '[') {
+		const char *end = strchr(rest, ']');
+
+		if (end == NULL || (q != NULL && end > q))
+			return -EINVAL;
+		hl = (size_t)(end - rest - 1);
+		if (hl == 0 || hl >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, rest + 1, hl);
+		colon = end[1] == ':' ? end + 1 : NULL;
+	} else {
+		colon = strchr(rest, ':');
+		if (colon != NULL && q != NULL && colon > q)
+			colon = NULL;
+		hl = colon ? (size_t)(colon - rest) : (q ? (size_t)(q - rest) : strlen(rest));
+		if (hl == 0 || hl >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, rest, hl);
+	}
+	host[hl] = '\0';
+	if (colon != NULL) {
+		size_t pl = q ? (size_t)(q - colon - 1) : strlen(colon + 1);
+
+		if (pl == 0 || pl >= sizeof(port))
+			return -EINVAL;
+		memcpy(port, colon + 1, pl);
+		port[pl] = '\0';
+	}
+	p->transport = TURN_CLIENT_UDP;
+	if (q != NULL) {
+		if (strcmp(q, "?transport=tcp") == 0)
+			p->transport = TURN_CLIENT_TCP;
+		else if (strcmp(q, "?transport=udp") != 0)
+			return -EINVAL;
+	}
+	if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
+		return -EHOSTUNREACH;
+	memcpy(&p->server, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	return 0;
+}
+
+static int peer_addr(const char *text, struct sockaddr_storage *out)
+{
+	char buf[128];
+	const char *colon = strrchr(text, ':');
+	struct sockaddr_in *s4 = (struct sockaddr_in *)out;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)out;
+	size_t hl;
+	long port;
+
+	if (colon == NULL || (hl = (size_t)(colon - text)) == 0 || hl >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, text[0] == '[' ? text + 1 : text, text[0] == '[' ? hl - 2 : hl);
+	buf[text[0] == '[' ? hl - 2 : hl] = '\0';
+	port = strtol(colon + 1, NULL, 10);
+	if (port < 1 || port > 65535)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	if (inet_pton(AF_INET, buf, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+	} else if (inet_pton(AF_INET6, buf, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+	} else {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int client_new(struct probe *p, struct turn_client **c)
+{
+	struct turn_client_opts o = {
+		.transport = p->transport,
+		.server = (struct sockaddr *)&p->server,
+		.username = p->secret != NULL ? p->rest_user : p->user,
+		.password = p->secret != NULL ? p->rest_pass : p->pass,
+		.software = "turngatectl probe",
+		.timeout_ms = p->timeout_ms,
+		.fingerprint = true,
+	};
+
+	return turn_client_create(&o, c);
+}
+
+/* Sends "probe" to peer over a channel and waits for the same bytes back on it. */
+static int echo_via(struct turn_client *c, const char *payload, int timeout_ms)
+{
+	char buf[256];
+	size_t len = 0;
+	uint16_t ch = 0;
+	int rc = turn_client_send_channel(c, PROBE_CHAN, payload, strlen(payload));
+
+	if (rc < 0)
+		return rc;
+	rc = turn_client_recv(c, buf, sizeof(buf), &len, NULL, &ch, timeout_ms);
+	if (rc < 0)
+		return rc;
+	return len == strlen(payload) && memcmp(buf, payload, len) == 0 ? 0 : -EBADMSG;
+}
+
+/* Round trip through a second allocation: A -> B's relay, B answers back to A's relay. */
+static int roundtrip_second(struct probe *p, struct turn_client *a,
+			    const struct turn_alloc_result *ra)
+{
+	struct turn_client *b = NULL;
+	struct turn_alloc_result rb;
+	char buf[256], detail[96];
+	size_t len = 0;
+	double t0 = now_ms();
+	int rc;
+
+	rc = client_new(p, &b);
+	if (rc == 0)
+		rc = turn_client_allocate(b, NULL, &rb);
+	addr_str(&rb.relayed, detail, sizeof(detail));
+	if (step(p, "allocate (peer)", t0, rc, b, rc == 0 ? detail : NULL) < 0)
+		goto out;
+	t0 = now_ms();
+	rc = turn_client_create_permission(b, &ra->relayed, 1);
+	if (rc == 0)
+		rc = turn_client_channel_bind(a, PROBE_CHAN, (struct sockaddr *)&rb.relayed);
+	if (step(p, "permission (peer)", t0, rc, rc == 0 ? b : a, "both directions") < 0)
+		goto out;
+	t0 = now_ms();
+	rc = turn_client_send_channel(a, PROBE_CHAN, "probe", 5);
+	if (rc == 0)
+		rc = turn_client_recv(b, buf, sizeof(buf), &len, NULL, NULL, p->timeout_ms);
+	if (rc == 0)
+		rc = turn_client_send_indication(b, (struct sockaddr *)&ra->relayed, buf, len,
+						 false);
+	if (rc == 0)
+		rc = turn_client_recv(a, buf, sizeof(buf), &len, NULL, NULL, p->timeout_ms);
+	if (rc == 0 && (len != 5 || memcmp(buf, "probe", 5) != 0))
+		rc = -EBADMSG;
+	step(p, "round trip", t0, rc, a, "via the peer allocation");
+	turn_client_refresh(b, 0, NULL);
+out:
+	turn_client_destroy(b);
+	return rc;
+}
+
+static void run_probe(struct probe *p)
+{
+	struct turn_client *c = NULL;
+	struct turn_alloc_result ra;
+	struct sockaddr_storage peer;
+	char detail[96];
+	double t0 = now_ms();
+	int rc;
+
+	rc = client_new(p, &c);
+	if (step(p, "connect", t0, rc, NULL, p->transport == TURN_CLIENT_TCP ? "tcp" : "udp") < 0)
+		goto out;
+	t0 = now_ms();
+	memset(&ra, 0, sizeof(ra));
+	rc = turn_client_allocate(c, NULL, &ra);
+	addr_str(&ra.relayed, detail, sizeof(detail));
+	if (step(p, "allocate", t0, rc, c, rc == 0 ? detail : NULL) < 0)
+		goto out;
+	if (p->peer == NULL) {
+		roundtrip_second(p, c, &ra);
+	} else {
+		t0 = now_ms();
+		rc = peer_addr(p->peer, &peer);
+		if (rc == 0)
+			rc = turn_client_create_permission(c, &peer, 1);
+		if (step(p, "create-permission", t0, rc, c, p->peer) < 0)
+			goto refresh;
+		t0 = now_ms();
+		rc = turn_client_channel_bind(c, PROBE_CHAN, (struct sockaddr *)&peer);
+		if (step(p, "channel-bind", t0, rc, c, "0x4001") < 0)
+			goto refresh;
+		t0 = now_ms();
+		rc = echo_via(c, "turngate probe", p->timeout_ms);
+		step(p, "round trip", t0, rc, c, "through the peer echo");
+	}
+refresh:
+	t0 = now_ms();
+	rc = turn_client_refresh(c, 0, NULL);
+	step(p, "delete", t0, rc, c, "refresh lifetime 0");
+out:
+	turn_client_destroy(c);
+}
+
+int ctl_probe_main(int argc, char **argv)
+{
+	struct probe p;
+	const char *uri = NULL, *rest_name = "probe";
+	int rc;
+
+	memset(&p, 0, sizeof(p));
+	p.timeout_ms = 3000;
+	for (int i = 0; i < argc; i++) {
+		bool has = i + 1 < argc;
+
+		if (strcmp(argv[i], "--json") == 0)
+			p.json = true;
+		else if (strcmp(argv[i], "-u") == 0 && has)
+			p.user = argv[++i];
+		else if (strcmp(argv[i], "-p") == 0 && has)
+			p.pass = argv[++i];
+		else if (strcmp(argv[i], "--secret") == 0 && has)
+			p.secret = argv[++i];
+		else if (strcmp(argv[i], "--user") == 0 && has)
+			rest_name = argv[++i];
+		else if (strcmp(argv[i], "--peer") == 0 && has)
+			p.peer = argv[++i];
+		else if (strcmp(argv[i], "--timeout") == 0 && has)
+			p.timeout_ms = atoi(argv[++i]);
+		else if (uri == NULL && argv[i][0] != '-')
+			uri = argv[i];
+		else
+			return CTL_EXIT_USAGE;
+	}
+	if (uri == NULL || p.timeout_ms <= 0 || (p.secret != NULL) == (p.user != NULL) ||
+	    (p.user != NULL) != (p.pass != NULL))
+		return CTL_EXIT_USAGE;
+	rc = parse_uri(uri, &p);
+	if (rc < 0) {
+		fprintf(stderr, "turngatectl: probe: bad TURN URI %s (expected "
+				"turn:HOST[:PORT][?transport=udp|tcp])\n", uri);
+		return CTL_EXIT_USAGE;
+	}
+	if (p.secret != NULL &&
+	    stun_rest_mint((const uint8_t *)p.secret, strlen(p.secret), rest_name,
+			   (uint64_t)time(NULL) + PROBE_TTL_S, p.rest_user, sizeof(p.rest_user),
+			   p.rest_pass, sizeof(p.rest_pass)) < 0) {
+		fprintf(stderr, "turngatectl: probe: cannot mint a credential\n");
+		return CTL_EXIT_USAGE;
+	}
+	p.steps = json_array();
+	run_probe(&p);
+	if (p.json) {
+		json_t *out = json_pack("{s:b, s:o}", "ok", !p.failed, "steps", p.steps);
+
+		json_dumpf(out, stdout, JSON_COMPACT);
+		fputc('\n', stdout);
+		json_decref(out);
+	} else {
+		json_decref(p.steps);
+	}
+	explicit_bzero(p.rest_pass, sizeof(p.rest_pass));
+	return p.failed ? CTL_EXIT_ERROR : CTL_EXIT_OK;
+}
