@@ -1,0 +1,118 @@
+/* HTTP endpoints of the master: health (/live, /ready, /status), Prometheus metrics and the
+ * TURN credential API, served by libmicrohttpd from the master's libev loop.
+ *
+ * The module knows nothing of the master's internals: the master hands it a struct
+ * http_handlers of callbacks (readiness, status JSON, metrics text, the current config for
+ * minting) and one opaque ctx. A route whose callback is NULL is not served (404), so one
+ * server can carry health only, metrics only, credentials only, or health and metrics when
+ * their endpoints share an address and port.
+ *
+ * Event loop: MHD runs without threads in its epoll mode. Its epoll descriptor is watched
+ * by an ev_io and its next timeout by an ev_timer; MHD_run() is called from those watchers
+ * only and never blocks (it polls with timeout 0), so a slow or hostile client cannot stall
+ * the loop. Limits: HTTP_CONN_LIMIT connections, HTTP_CONN_TIMEOUT_S idle seconds per
+ * connection, HTTP_MEM_LIMIT bytes of request head per connection (more gets 431/414 from
+ * MHD). Only GET and HEAD are served (405 with "Allow: GET, HEAD" otherwise).
+ *
+ * Process model: master only, on its loop; callbacks run on that loop, synchronously inside
+ * MHD_run(). Not thread-safe.
+ */
+#ifndef TG_HTTP_HTTP_H
+#define TG_HTTP_HTTP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <ev.h>
+
+#include "http/http_buf.h"
+
+struct conf;
+
+#define HTTP_CONN_LIMIT 64u
+#define HTTP_CONN_TIMEOUT_S 10u
+#define HTTP_MEM_LIMIT (32u * 1024u)
+
+/* STUNner's default ports (pkg/apis/v1/default.go). */
+#define HTTP_HEALTH_PORT 8086
+#define HTTP_METRICS_PORT 8080
+#define HTTP_CRED_PORT 8088
+#define HTTP_METRICS_PATH "/metrics"
+
+/* ---- endpoint URLs -------------------------------------------------------------- */
+
+#define HTTP_PATH_MAX 256
+
+/* A parsed "http://[host][:port][/path]" (STUNner's admin.*_endpoint forms). */
+struct http_endpoint {
+	struct sockaddr_storage addr;  /* bind address with port; in6addr_any when any_host */
+	socklen_t addr_len;
+	bool any_host;                 /* host empty, "0.0.0.0" or "::": all addresses */
+	uint16_t port;
+	char path[HTTP_PATH_MAX];      /* "" when the URL has no path (or just "/") */
+};
+
+/* Pure: parses url. Host: empty, an IPv4 literal, a bracketed IPv6 literal or "localhost"
+ * (127.0.0.1); names are refused because the master must not block on DNS. Port: 1..65535,
+ * default_port when absent (0 allowed only as an explicit ":0", for tests: any free port).
+ * Path: kept verbatim (printable ASCII, no '?'/'#'); a lone "/" becomes "".
+ * Returns 0 and fills *out; -EINVAL with *why (static string, may be NULL) on a bad URL;
+ * -EPROTONOSUPPORT for a scheme other than http. */
+int http_endpoint_parse(const char *url, uint16_t default_port, struct http_endpoint *out,
+			const char **why);
+
+/* True when a and b bind the same address and port (then they must share one server). */
+bool http_endpoint_same_socket(const struct http_endpoint *a, const struct http_endpoint *b);
+
+/* ---- handlers ------------------------------------------------------------------- */
+
+enum http_readiness {
+	HTTP_NOT_READY = 0,  /* no real config serving yet: 503 */
+	HTTP_READY,          /* 200 */
+	HTTP_DRAINING,       /* SIGTERM/admin drain: 503 */
+};
+
+/* Callbacks; each runs on the master's loop and must not block. Any may be NULL: the
+ * matching route then answers 404 (exceptions: is_live NULL means always live). Bodies go
+ * into *out; a callback returns 0 or a negative errno (answered 500). */
+struct http_handlers {
+	/* GET /live: 200 "{}\n" while true, else 503. */
+	bool (*is_live)(void *ctx);
+	/* GET /ready. Serving /ready needs this callback; /live and /status are served
+	 * whenever readiness is set (it marks a health server). */
+	enum http_readiness (*readiness)(void *ctx);
+	/* GET /status: a JSON object with secrets already redacted. */
+	int (*status_json)(void *ctx, struct http_buf *out);
+	/* GET <metrics path>: Prometheus text (see http_metrics.h). */
+	int (*metrics)(void *ctx, struct http_buf *out);
+	/* Credential API (GET /ice and GET /?service=turn): the running config, borrowed until
+	 * the callback returns to the loop. -ENOENT when there is none (answered 500). */
+	int (*cred_config)(void *ctx, const struct conf **cfg);
+	/* Optional bearer token for the credential API; NULL or "" = no token required. */
+	const char *(*cred_token)(void *ctx);
+	/* Unix seconds for minting; NULL = time(NULL). Injectable for tests. */
+	int64_t (*now)(void *ctx);
+};
+
+/* ---- server --------------------------------------------------------------------- */
+
+struct http_server;
+
+/* Parses endpoint (see http_endpoint_parse; default port HTTP_HEALTH_PORT when handlers
+ * has readiness, HTTP_CRED_PORT when only credentials, else HTTP_METRICS_PORT), opens the
+ * listening socket (SO_REUSEADDR, CLOEXEC, non-blocking; "any" host binds [::] dual stack,
+ * falling back to 0.0.0.0) and starts serving on loop. The metrics route is the URL's path,
+ * or HTTP_METRICS_PATH when the URL has none. handlers is copied; ctx is borrowed and must
+ * outlive the server. Returns 0 and *out; -EINVAL (bad endpoint or handlers), -errno from
+ * socket/bind/listen (e.g. -EADDRINUSE), -EIO (MHD refused to start), -ENOMEM. */
+int http_server_start(struct ev_loop *loop, const char *endpoint,
+		      const struct http_handlers *handlers, void *ctx, struct http_server **out);
+
+/* The port actually bound (useful with ":0"). */
+uint16_t http_server_port(const struct http_server *srv);
+
+/* Stops the watchers, closes every connection and the socket, frees. Accepts NULL. */
+void http_server_stop(struct http_server *srv);
+
+#endif

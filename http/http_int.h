@@ -1,0 +1,42 @@
+/* Internals shared by http_server.c (MHD and libev plumbing) and http_routes.c (dispatch). */
+#ifndef TG_HTTP_HTTP_INT_H
+#define TG_HTTP_HTTP_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ev.h>
+#include <microhttpd.h>
+
+#include "http/http.h"
+
+#define HTTP_SERVER_MAGIC 0x48545450u /* "HTTP" */
+
+struct http_server {
+	uint32_t magic;
+	struct ev_loop *loop;
+	struct MHD_Daemon *daemon;
+	ev_io io;                     /* MHD's epoll fd */
+	ev_timer timer;               /* MHD_get_timeout() */
+	struct http_handlers h;
+	void *ctx;
+	char metrics_path[HTTP_PATH_MAX];
+	bool metrics_at_root;         /* endpoint had no path: "/" also answers (STUNner) */
+	uint16_t port;
+};
+
+/* Per request, created by the URI log callback (before MHD splits and decodes the URL) so
+ * the credential API parses the raw query itself. Freed by the completion callback. */
+struct http_req {
+	char *query;                  /* raw bytes after '?', NUL-terminated; NULL if none */
+	size_t query_len;
+	bool query_too_long;
+};
+
+/* MHD access handler (cls is the server). */
+enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *url,
+			   const char *method, const char *version, const char *upload_data,
+			   size_t *upload_data_size, void **req_cls);
+
+#endif

@@ -1,0 +1,383 @@
+/* Prometheus text rendering of the shm counters and master values (see http_metrics.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "conf/snapshot.h"
+#include "http/http_metrics.h"
+#include "shm/shm.h"
+
+/* Rendering context: the sums are taken once per scrape so every family sees one view. */
+struct mctx {
+	struct http_buf *b;
+	const struct shm *shm;
+	const struct snap *snap;
+	const struct http_master_stats *ms;
+	struct shm_counters sum;
+	unsigned n_slots;
+};
+
+struct label {
+	const char *name, *value;
+};
+
+void http_metrics_escape(struct http_buf *out, const char *s)
+{
+	for (const char *p = s; *p; p++) {
+		if (*p == '\\')
+			http_buf_puts(out, "\\\\");
+		else if (*p == '"')
+			http_buf_puts(out, "\\\"");
+		else if (*p == '\n')
+			http_buf_puts(out, "\\n");
+		else
+			http_buf_append(out, p, 1);
+	}
+}
+
+static void fam(struct mctx *m, const char *name, const char *type, const char *help)
+{
+	http_buf_printf(m->b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void labels(struct mctx *m, const struct label *l, unsigned n)
+{
+	if (n == 0)
+		return;
+	http_buf_puts(m->b, "{");
+	for (unsigned i = 0; i < n; i++) {
+		http_buf_printf(m->b, "%s%s=\"", i ? "," : "", l[i].name);
+		http_metrics_escape(m->b, l[i].value);
+		http_buf_puts(m->b, "\"");
+	}
+	http_buf_puts(m->b, "}");
+}
+
+static void sample_u(struct mctx *m, const char *name, const struct label *l, unsigned n,
+		     uint64_t v)
+{
+	http_buf_puts(m->b, name);
+	labels(m, l, n);
+	http_buf_printf(m->b, " %" PRIu64 "\n", v);
+}
+
+static void sample_i(struct mctx *m, const char *name, const struct label *l, unsigned n,
+		     int64_t v)
+{
+	http_buf_puts(m->b, name);
+	labels(m, l, n);
+	http_buf_printf(m->b, " %" PRId64 "\n", v);
+}
+
+static void sample_f(struct mctx *m, const char *name, const struct label *l, unsigned n,
+		     double v)
+{
+	http_buf_puts(m->b, name);
+	labels(m, l, n);
+	http_buf_printf(m->b, " %.17g\n", v);
+}
+
+/* Gauges kept as per-slot deltas: the sum wraps to the true value; clamp a transiently
+ * negative total (a decrement seen before its increment) to 0. */
+static int64_t gauge(uint64_t v)
+{
+	return (int64_t)v < 0 ? 0 : (int64_t)v;
+}
+
+static const char *listener_name(struct mctx *m, uint32_t i)
+{
+	struct snap_listener l;
+	if (m->snap == NULL || i >= SHM_MAX_LISTENERS || snap_listener_get(m->snap, i, &l) != 0)
+		return NULL;
+	return l.name;
+}
+
+static uint32_t n_listeners(struct mctx *m)
+{
+	return m->snap ? snap_listener_count(m->snap) : 0;
+}
+
+static uint32_t n_clusters(struct mctx *m)
+{
+	uint32_t n = m->snap ? snap_cluster_count(m->snap) : 0;
+	return n > SHM_MAX_CLUSTERS ? SHM_MAX_CLUSTERS : n;
+}
+
+/* A {name,direction} family over listeners (rx_i/tx_i index lst[][]). */
+static void listener_dir(struct mctx *m, const char *name, const char *help, int rx_i, int tx_i)
+{
+	fam(m, name, "counter", help);
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		const char *ln = listener_name(m, i);
+		if (ln == NULL)
+			continue;
+		struct label l[2] = { { "name", ln }, { "direction", "rx" } };
+		sample_u(m, name, l, 2, m->sum.lst[i][rx_i]);
+		l[1].value = "tx";
+		sample_u(m, name, l, 2, m->sum.lst[i][tx_i]);
+	}
+}
+
+static void cluster_dir(struct mctx *m, const char *name, const char *help, int rx_i, int tx_i)
+{
+	fam(m, name, "counter", help);
+	for (uint32_t i = 0; i < n_clusters(m); i++) {
+		const char *cn = snap_cluster_name(m->snap, i);
+		if (cn == NULL)
+			continue;
+		struct label l[2] = { { "name", cn }, { "direction", "rx" } };
+		sample_u(m, name, l, 2, m->sum.cls[i][rx_i]);
+		l[1].value = "tx";
+		sample_u(m, name, l, 2, m->sum.cls[i][tx_i]);
+	}
+}
+
+static void render_stunner(struct mctx *m)
+{
+	fam(m, "stunner_allocations_active", "gauge",
+	    "Number of active TURN allocations over all listeners.");
+	sample_i(m, "stunner_allocations_active", NULL, 0, gauge(m->sum.v[SHM_CTR_ALLOCS_ACTIVE]));
+	listener_dir(m, "stunner_listener_packets_total",
+		     "Packets received (rx) from and sent (tx) to clients at a listener.",
+		     SHM_LCTR_CLIENT_PKTS_IN, SHM_LCTR_CLIENT_PKTS_OUT);
+	listener_dir(m, "stunner_listener_bytes_total",
+		     "Bytes received (rx) from and sent (tx) to clients at a listener.",
+		     SHM_LCTR_CLIENT_BYTES_IN, SHM_LCTR_CLIENT_BYTES_OUT);
+	cluster_dir(m, "stunner_cluster_packets_total",
+		    "Packets received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
+		    SHM_CCTR_PEER_PKTS_IN, SHM_CCTR_PEER_PKTS_OUT);
+	cluster_dir(m, "stunner_cluster_bytes_total",
+		    "Bytes received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
+		    SHM_CCTR_PEER_BYTES_IN, SHM_CCTR_PEER_BYTES_OUT);
+}
+
+static void render_listeners(struct mctx *m)
+{
+	fam(m, "turngate_listener_allocations_active", "gauge",
+	    "Active allocations created through a listener.");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL)
+			sample_i(m, "turngate_listener_allocations_active", &l, 1,
+				 gauge(m->sum.lst[i][SHM_LCTR_ALLOCS_ACTIVE]));
+	}
+	fam(m, "turngate_listener_allocations_created_total", "counter",
+	    "Allocations created through a listener.");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL)
+			sample_u(m, "turngate_listener_allocations_created_total", &l, 1,
+				 m->sum.lst[i][SHM_LCTR_ALLOCS_CREATED]);
+	}
+	fam(m, "turngate_cluster_permissions_granted_total", "counter",
+	    "Permissions (CreatePermission/ChannelBind) admitted by a cluster.");
+	for (uint32_t i = 0; i < n_clusters(m); i++) {
+		struct label l = { "name", snap_cluster_name(m->snap, i) };
+		if (l.value != NULL)
+			sample_u(m, "turngate_cluster_permissions_granted_total", &l, 1,
+				 m->sum.cls[i][SHM_CCTR_PERM_GRANTED]);
+	}
+}
+
+/* A family with one label whose values map to global counters. */
+struct lc {
+	const char *value;
+	enum shm_ctr ctr;
+};
+
+static void labelled(struct mctx *m, const char *name, const char *help, const char *label,
+		     const struct lc *v, unsigned n)
+{
+	fam(m, name, "counter", help);
+	for (unsigned i = 0; i < n; i++) {
+		struct label l = { label, v[i].value };
+		sample_u(m, name, &l, 1, m->sum.v[v[i].ctr]);
+	}
+}
+
+static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
+{
+	fam(m, name, "counter", help);
+	sample_u(m, name, NULL, 0, m->sum.v[c]);
+}
+
+static void render_global(struct mctx *m)
+{
+	static const struct lc auth[] = {
+		{ "missing", SHM_CTR_AUTH_FAIL_MISSING }, { "bad_mac", SHM_CTR_AUTH_FAIL_BAD_MAC },
+		{ "unknown_user", SHM_CTR_AUTH_FAIL_UNKNOWN_USER },
+		{ "expired", SHM_CTR_AUTH_FAIL_EXPIRED },
+		{ "stale_nonce", SHM_CTR_AUTH_FAIL_STALE_NONCE },
+		{ "wrong_realm", SHM_CTR_AUTH_FAIL_WRONG_REALM },
+	};
+	static const struct lc quota[] = {
+		{ "user", SHM_CTR_QUOTA_USER }, { "total", SHM_CTR_QUOTA_TOTAL },
+		{ "bandwidth", SHM_CTR_QUOTA_BANDWIDTH },
+	};
+	static const struct lc errs[] = {
+		{ "malformed", SHM_CTR_ERR_MALFORMED }, { "unknown_method", SHM_CTR_ERR_UNKNOWN_METHOD },
+		{ "allocation_mismatch", SHM_CTR_ERR_ALLOC_MISMATCH },
+		{ "relay_bind", SHM_CTR_ERR_RELAY_BIND }, { "send", SHM_CTR_ERR_SEND },
+		{ "recv", SHM_CTR_ERR_RECV }, { "tls", SHM_CTR_ERR_TLS },
+		{ "internal", SHM_CTR_ERR_INTERNAL },
+	};
+	static const struct lc cpk[] = { { "rx", SHM_CTR_CLIENT_PKTS_IN }, { "tx", SHM_CTR_CLIENT_PKTS_OUT } };
+	static const struct lc cby[] = { { "rx", SHM_CTR_CLIENT_BYTES_IN }, { "tx", SHM_CTR_CLIENT_BYTES_OUT } };
+	static const struct lc ppk[] = { { "rx", SHM_CTR_PEER_PKTS_IN }, { "tx", SHM_CTR_PEER_PKTS_OUT } };
+	static const struct lc pby[] = { { "rx", SHM_CTR_PEER_BYTES_IN }, { "tx", SHM_CTR_PEER_BYTES_OUT } };
+
+	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.",
+		 "reason", auth, sizeof(auth) / sizeof(auth[0]));
+	single(m, "turngate_permission_denied_total",
+	       "Peer addresses refused by the route allowlist (403).", SHM_CTR_PERM_DENIED);
+	labelled(m, "turngate_quota_rejections_total", "Requests refused by a quota, by kind.",
+		 "kind", quota, sizeof(quota) / sizeof(quota[0]));
+	single(m, "turngate_allocations_created_total", "Allocations created.",
+	       SHM_CTR_ALLOCS_CREATED);
+	single(m, "turngate_allocations_ended_total", "Allocations ended (expired, deleted, dropped).",
+	       SHM_CTR_ALLOCS_ENDED);
+	single(m, "turngate_allocations_adopted_total",
+	       "Allocations re-adopted by a respawned worker.", SHM_CTR_ALLOCS_ADOPTED);
+	single(m, "turngate_allocations_dropped_total",
+	       "Allocations dropped at adoption after a worker restart.", SHM_CTR_ALLOCS_DROPPED);
+	single(m, "turngate_stun_binding_requests_total", "STUN Binding requests answered.",
+	       SHM_CTR_STUN_BINDING);
+	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
+		 sizeof(errs) / sizeof(errs[0]));
+	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",
+		 "direction", cpk, 2);
+	labelled(m, "turngate_client_bytes_total", "Bytes from (rx) and to (tx) clients, all listeners.",
+		 "direction", cby, 2);
+	labelled(m, "turngate_peer_packets_total", "Packets from (rx) and to (tx) peers, all relays.",
+		 "direction", ppk, 2);
+	labelled(m, "turngate_peer_bytes_total", "Bytes from (rx) and to (tx) peers, all relays.",
+		 "direction", pby, 2);
+}
+
+static void render_master(struct mctx *m)
+{
+	const struct http_master_stats *ms = m->ms;
+	struct label l = { "result", "success" };
+
+	fam(m, "turngate_reloads_total", "counter", "Configuration reloads, by result.");
+	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_ok);
+	l.value = "failure";
+	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_failed);
+	fam(m, "turngate_config_generation", "gauge",
+	    "Generation of the configuration snapshot being served.");
+	sample_u(m, "turngate_config_generation", NULL, 0, ms->generation);
+	fam(m, "turngate_worker_restarts_total", "counter",
+	    "Worker processes respawned after dying or hanging.");
+	sample_u(m, "turngate_worker_restarts_total", NULL, 0, ms->worker_restarts);
+	fam(m, "turngate_draining", "gauge", "1 while draining (refusing new allocations).");
+	sample_u(m, "turngate_draining", NULL, 0, ms->draining ? 1 : 0);
+}
+
+/* Slots that ever ran a worker; counters of dead slots are kept (they stay monotonic). */
+static bool slot_used(struct mctx *m, unsigned s, struct shm_slot_info *info)
+{
+	return shm_slot_read(m->shm, s, info) == 0 && info->state != SHM_SLOT_EMPTY;
+}
+
+static void render_workers(struct mctx *m)
+{
+	static const char *const name = "turngate_worker_packets_total";
+	struct shm_slot_info info;
+	struct shm_counters c;
+	char slot[16];
+
+	fam(m, name, "counter",
+	    "Packets received (rx: clients and peers) and sent (tx) by the worker of a slot.");
+	for (unsigned s = 0; s < m->n_slots; s++) {
+		if (!slot_used(m, s, &info) || shm_counters_read(m->shm, s, &c) != 0)
+			continue;
+		snprintf(slot, sizeof(slot), "%u", s);
+		struct label l[2] = { { "worker", slot }, { "direction", "rx" } };
+		sample_u(m, name, l, 2, c.v[SHM_CTR_CLIENT_PKTS_IN] + c.v[SHM_CTR_PEER_PKTS_IN]);
+		l[1].value = "tx";
+		sample_u(m, name, l, 2, c.v[SHM_CTR_CLIENT_PKTS_OUT] + c.v[SHM_CTR_PEER_PKTS_OUT]);
+	}
+	fam(m, "turngate_worker_up", "gauge", "1 while the worker of a slot is running.");
+	for (unsigned s = 0; s < m->n_slots; s++) {
+		if (!slot_used(m, s, &info))
+			continue;
+		snprintf(slot, sizeof(slot), "%u", s);
+		struct label l = { "worker", slot };
+		sample_u(m, "turngate_worker_up", &l, 1, info.state == SHM_SLOT_RUNNING);
+	}
+}
+
+/* One per-worker process family; field selects the value. */
+enum pfield { PF_CPU, PF_RSS, PF_FDS };
+
+static void worker_proc(struct mctx *m, const char *name, const char *type, const char *help,
+			enum pfield f)
+{
+	char slot[16];
+	fam(m, name, type, help);
+	for (unsigned s = 0; m->ms->workers != NULL && s < m->ms->n_workers; s++) {
+		const struct http_proc_stats *p = &m->ms->workers[s];
+		if (!p->valid)
+			continue;
+		snprintf(slot, sizeof(slot), "%u", s);
+		struct label l = { "worker", slot };
+		if (f == PF_CPU)
+			sample_f(m, name, &l, 1, p->cpu_seconds);
+		else
+			sample_u(m, name, &l, 1, f == PF_RSS ? p->resident_bytes : p->open_fds);
+	}
+}
+
+static void render_process(struct mctx *m)
+{
+	const struct http_proc_stats *p = &m->ms->master;
+	if (p->valid) {
+		fam(m, "process_cpu_seconds_total", "counter",
+		    "Total user and system CPU time of the master process in seconds.");
+		sample_f(m, "process_cpu_seconds_total", NULL, 0, p->cpu_seconds);
+		fam(m, "process_resident_memory_bytes", "gauge",
+		    "Resident memory size of the master process in bytes.");
+		sample_u(m, "process_resident_memory_bytes", NULL, 0, p->resident_bytes);
+		fam(m, "process_virtual_memory_bytes", "gauge",
+		    "Virtual memory size of the master process in bytes.");
+		sample_u(m, "process_virtual_memory_bytes", NULL, 0, p->virtual_bytes);
+		fam(m, "process_start_time_seconds", "gauge",
+		    "Start time of the master process since the unix epoch in seconds.");
+		sample_f(m, "process_start_time_seconds", NULL, 0, p->start_time);
+		fam(m, "process_open_fds", "gauge", "Open file descriptors of the master process.");
+		sample_u(m, "process_open_fds", NULL, 0, p->open_fds);
+		if (p->max_fds != 0) {
+			fam(m, "process_max_fds", "gauge",
+			    "Maximum open file descriptors of the master process.");
+			sample_u(m, "process_max_fds", NULL, 0, p->max_fds);
+		}
+	}
+	worker_proc(m, "turngate_worker_cpu_seconds_total", "counter",
+		    "Total user and system CPU time of a worker process in seconds.", PF_CPU);
+	worker_proc(m, "turngate_worker_resident_memory_bytes", "gauge",
+		    "Resident memory size of a worker process in bytes.", PF_RSS);
+	worker_proc(m, "turngate_worker_open_fds", "gauge",
+		    "Open file descriptors of a worker process.", PF_FDS);
+}
+
+int http_metrics_render(const struct shm *shm, const struct snap *snap,
+			const struct http_master_stats *ms, struct http_buf *out)
+{
+	struct mctx m = { .b = out, .shm = shm, .snap = snap, .ms = ms };
+	struct shm_config cfg;
+
+	if (shm == NULL || ms == NULL)
+		return -EINVAL;
+	shm_get_config(shm, &cfg);
+	m.n_slots = cfg.n_slots;
+	if (shm_counters_sum(shm, &m.sum) != 0)
+		return -EIO;
+	render_stunner(&m);
+	render_listeners(&m);
+	render_global(&m);
+	render_master(&m);
+	render_workers(&m);
+	render_process(&m);
+	return http_buf_error(out);
+}

@@ -1,0 +1,225 @@
+/* libmicrohttpd server driven by the master's libev loop (epoll fd + timeout watchers). */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "http/http_cred.h"
+#include "http/http_int.h"
+
+static void srv_rearm(struct http_server *s)
+{
+	MHD_UNSIGNED_LONG_LONG ms = 0;
+	ev_timer_stop(s->loop, &s->timer);
+	if (MHD_get_timeout(s->daemon, &ms) == MHD_YES) {
+		ev_timer_set(&s->timer, (double)ms / 1000.0, 0.);
+		ev_timer_start(s->loop, &s->timer);
+	}
+}
+
+/* MHD_run() in epoll mode polls with timeout 0: it accepts, reads, writes whatever is
+ * ready and returns; it never waits on a client. */
+static void srv_run(struct http_server *s)
+{
+	if (MHD_run(s->daemon) != MHD_YES)
+		log_debug("http", "MHD_run reported an error");
+	srv_rearm(s);
+}
+
+static void on_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	srv_run(w->data);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	srv_run(w->data);
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	(void)cls;
+	(void)conn;
+	struct http_req *req = calloc(1, sizeof(*req));
+	const char *q = uri ? strchr(uri, '?') : NULL;
+	if (req == NULL || q == NULL)
+		return req;
+	size_t n = strlen(q + 1);
+	if (n > HTTP_CRED_QUERY_MAX) {
+		req->query_too_long = true;
+		return req;
+	}
+	req->query = strndup(q + 1, n);
+	req->query_len = req->query ? n : 0;
+	req->query_too_long = req->query == NULL;
+	return req;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+			 enum MHD_RequestTerminationCode code)
+{
+	(void)cls;
+	(void)conn;
+	(void)code;
+	struct http_req *req = *req_cls;
+	if (req != NULL) {
+		if (req->query != NULL)
+			explicit_bzero(req->query, req->query_len);
+		free(req->query);
+		free(req);
+	}
+	*req_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[256];
+	(void)cls;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	msg[strcspn(msg, "\n")] = '\0';
+	log_debug("http", "%s", msg);
+}
+
+/* Opens the listening socket; "any" binds [::] dual stack, or 0.0.0.0 without IPv6. */
+static int srv_listen(const struct http_endpoint *ep, int *fd_out, uint16_t *port)
+{
+	struct sockaddr_storage ss = ep->addr;
+	socklen_t len = ep->addr_len;
+	int one = 1, zero = 0;
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 && ep->any_host && errno == EAFNOSUPPORT) {
+		struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+		memset(&ss, 0, sizeof(ss));
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons(ep->port);
+		len = sizeof(*v4);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	}
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss.ss_family == AF_INET6 && ep->any_host)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+	if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 64) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	*port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+					      : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	*fd_out = fd;
+	return 0;
+}
+
+static uint16_t default_port(const struct http_handlers *h)
+{
+	if (h->readiness != NULL)
+		return HTTP_HEALTH_PORT;
+	if (h->cred_config != NULL && h->metrics == NULL)
+		return HTTP_CRED_PORT;
+	return HTTP_METRICS_PORT;
+}
+
+static int srv_daemon(struct http_server *s, int lfd)
+{
+	s->daemon = MHD_start_daemon(
+		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_route, s,
+		MHD_OPTION_LISTEN_SOCKET, lfd,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONN_LIMIT,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_CONN_TIMEOUT_S,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEM_LIMIT,
+		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+		MHD_OPTION_END);
+	if (s->daemon == NULL)
+		return -EIO;
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon,
+							       MHD_DAEMON_INFO_EPOLL_FD);
+	if (info == NULL || info->epoll_fd < 0)
+		return -EIO;
+	ev_io_init(&s->io, on_io, info->epoll_fd, EV_READ);
+	s->io.data = s;
+	ev_init(&s->timer, on_timer);
+	s->timer.data = s;
+	ev_io_start(s->loop, &s->io);
+	srv_rearm(s);
+	return 0;
+}
+
+int http_server_start(struct ev_loop *loop, const char *endpoint,
+		      const struct http_handlers *handlers, void *ctx, struct http_server **out)
+{
+	struct http_endpoint ep;
+	const char *why = NULL;
+	struct http_server *s = NULL;
+	int lfd = -1, rc;
+
+	*out = NULL;
+	if (loop == NULL || handlers == NULL)
+		return -EINVAL;
+	rc = http_endpoint_parse(endpoint, default_port(handlers), &ep, &why);
+	if (rc != 0) {
+		log_error("http", "bad endpoint \"%s\": %s", endpoint ? endpoint : "",
+			  why ? why : "invalid");
+		return rc;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->magic = HTTP_SERVER_MAGIC;
+	s->loop = loop;
+	s->h = *handlers;
+	s->ctx = ctx;
+	s->metrics_at_root = ep.path[0] == '\0';
+	snprintf(s->metrics_path, sizeof(s->metrics_path), "%s",
+		 ep.path[0] ? ep.path : HTTP_METRICS_PATH);
+	rc = srv_listen(&ep, &lfd, &s->port);
+	if (rc != 0) {
+		log_error("http", "cannot listen on %s: %s", endpoint, strerror(-rc));
+		goto fail;
+	}
+	rc = srv_daemon(s, lfd);
+	if (rc != 0) {
+		log_error("http", "cannot start the HTTP server on %s", endpoint);
+		goto fail;
+	}
+	log_info("http", "serving %s (port %u)", endpoint, (unsigned)s->port);
+	*out = s;
+	return 0;
+fail:
+	if (s->daemon == NULL && lfd >= 0)
+		close(lfd);  /* MHD owns (and closes) it once started */
+	http_server_stop(s);
+	return rc;
+}
+
+uint16_t http_server_port(const struct http_server *srv)
+{
+	return srv ? srv->port : 0;
+}
+
+void http_server_stop(struct http_server *srv)
+{
+	if (srv == NULL)
+		return;
+	if (srv->magic != HTTP_SERVER_MAGIC)
+		abort();
+	if (srv->daemon != NULL) {
+		ev_io_stop(srv->loop, &srv->io);
+		ev_timer_stop(srv->loop, &srv->timer);
+		MHD_stop_daemon(srv->daemon);
+	}
+	srv->magic = 0;
+	free(srv);
+}
