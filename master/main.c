@@ -256,20 +256,29 @@ static int open_listeners(struct master *m)
 	return 0;
 }
 
-static void open_admin(struct master *m)
+/* A live socket at the path means another turngated runs with this config: starting a
+ * second one would silently share its SO_REUSEPORT ports, so that is fatal. Any other
+ * failure only costs the admin interface and is logged. */
+static int open_admin(struct master *m)
 {
 	const char *path = m->cfg->admin.admin_socket;
 	unsigned mode = m->cfg->admin.admin_socket_mode ? m->cfg->admin.admin_socket_mode : 0600;
 	int rc;
 
 	if (path == NULL || path[0] == '\0')
-		return;
+		return 0;
 	rc = admin_open(m, path, mode, &m->admin);
+	if (rc == -EADDRINUSE) {
+		log_error("master", "admin socket %s is in use: another turngated is running",
+			  path);
+		return rc;
+	}
 	if (rc < 0)
 		log_error("master", "admin socket %s: %s (turngatectl will not reach this "
 				    "daemon)", path, strerror(-rc));
 	else
 		log_info("master", "admin socket %s (mode %04o)", path, mode);
+	return 0;
 }
 
 static void start_watchers(struct master *m)
@@ -329,6 +338,9 @@ static int master_start(struct master *m)
 	if (m->config_path == NULL)
 		conf_print_credential_help(m->cfg, (int64_t)time(NULL), stderr);
 	m->n_slots = slot_count(m);
+	rc = open_admin(m);
+	if (rc < 0)
+		return rc;
 	rc = create_shm(m);
 	if (rc < 0)
 		return rc;
@@ -346,7 +358,6 @@ static int master_start(struct master *m)
 		if (rc < 0)
 			return rc;
 	}
-	open_admin(m);
 	start_watchers(m);
 	return 0;
 }

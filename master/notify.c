@@ -4,6 +4,7 @@
 #include "master/master.h"
 
 #include <stdio.h>
+#include <time.h>
 
 #ifdef HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
@@ -14,9 +15,14 @@ void notify_ready(void)
 	sd_notify(0, "READY=1");
 }
 
+/* Type=notify-reload wants the monotonic time of the reload start alongside RELOADING=1. */
 void notify_reloading(void)
 {
-	sd_notify(0, "RELOADING=1");
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+		   (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
 }
 
 void notify_stopping(void)

@@ -223,7 +223,9 @@ static void pending_free(struct pending *p, bool close_sockets)
 }
 
 /* Opens the sockets of every added or restarted listener before anything is published, so
- * a port that cannot be bound fails the reload with nothing changed. */
+ * a port that cannot be bound fails the reload with nothing changed. A restarted listener
+ * may keep its port: SO_REUSEPORT lets the new sockets join while the old ones still hold
+ * it, and the old ones are closed at commit. */
 static int open_new_listeners(struct master *m, const struct conf *nc, struct pending *p)
 {
 	int rc = conf_diff_listeners(m->cfg, nc, &p->delta, &p->n);
@@ -238,14 +240,6 @@ static int open_new_listeners(struct master *m, const struct conf *nc, struct pe
 
 		if (d->change != CONF_LISTENER_ADDED && d->change != CONF_LISTENER_RESTART)
 			continue;
-		if (d->change == CONF_LISTENER_RESTART) {
-			/* The old sockets hold the port: close them first (this listener's
-			 * allocations end either way). */
-			ssize_t li = listener_find(m, d->name);
-
-			if (li >= 0)
-				continue; /* handled in commit, after the old ones are closed */
-		}
 		rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
 		if (rc == -EOPNOTSUPP)
 			continue;
@@ -286,8 +280,9 @@ static int add_listener(struct master *m, struct mlistener *l)
 	return 0;
 }
 
-/* After the new snapshot is published: workers find new listeners in it by name. */
-static void commit_listeners(struct master *m, const struct conf *nc, struct pending *p)
+/* After the new snapshot is published: workers find new listeners in it by name. A
+ * restarted listener is removed first (its allocations end), then added again. */
+static void commit_listeners(struct master *m, struct pending *p)
 {
 	for (size_t i = 0; i < p->n; i++) {
 		const struct conf_listener_delta *d = &p->delta[i];
@@ -296,17 +291,12 @@ static void commit_listeners(struct master *m, const struct conf *nc, struct pen
 			remove_listener(m, d->name);
 	}
 	for (size_t i = 0; i < p->n; i++) {
-		const struct conf_listener_delta *d = &p->delta[i];
-
-		if (d->change == CONF_LISTENER_RESTART && p->opened[i].fds == NULL &&
-		    listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]) < 0)
-			continue; /* logged; the listener stays down until the next reload */
 		if (p->opened[i].fds == NULL)
 			continue;
 		if (add_listener(m, &p->opened[i]) < 0)
-			log_error("master", "listener %s: out of memory", d->name);
+			log_error("master", "listener %s: out of memory", p->delta[i].name);
 		else
-			log_info("master", "listener %s added", d->name);
+			log_info("master", "listener %s added", p->delta[i].name);
 	}
 }
 
@@ -342,7 +332,7 @@ int reload_run(struct master *m, const char *trigger)
 		record_error(m, trigger, "cannot publish the new snapshot", rc);
 		goto out;
 	}
-	commit_listeners(m, nc, &p);
+	commit_listeners(m, &p);
 	conf_free(m->cfg);
 	m->cfg = nc;
 	nc = NULL;

@@ -81,6 +81,19 @@ def test_second_signal_stops_now(d):
     daemon.scan()
 
 
+def test_second_daemon_refused(d):
+    port = free_port()
+    sock = os.path.join(d, "admin.sock")
+    daemon = Daemon(d, config_yaml(sock, [("udp", port, "TURN-UDP")])).start()
+    try:
+        r = subprocess.run([TURNGATED, "-c", daemon.conf], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 1 and "another turngated is running" in r.stderr, r)
+        check(daemon.admin({"cmd": "status"})["ok"], "first daemon disturbed")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_command_line(d):
     r = subprocess.run([TURNGATED, "-v"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 0 and r.stdout.startswith("turngated "), r)
@@ -110,4 +123,4 @@ def test_command_line(d):
 
 if __name__ == "__main__":
     run_tests([test_kill9_respawns, test_sigterm_drains_and_exits_0,
-               test_second_signal_stops_now, test_command_line])
+               test_second_signal_stops_now, test_second_daemon_refused, test_command_line])

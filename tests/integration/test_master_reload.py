@@ -1,6 +1,7 @@
 """Reload: an invalid config changes nothing and is reported; listeners are added and removed live."""
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -91,6 +92,38 @@ def test_add_and_remove_listener(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_listener_port_change(d):
+    p1, p2 = free_port(), free_port()
+    sock = os.path.join(d, "admin.sock")
+    daemon = Daemon(d, config_yaml(sock, [("a", p1, "TURN-UDP"), ("t", p1, "TURN-TCP")])
+                    ).start()
+    try:
+        check(stun_binding_udp(p1) is not None, "listener does not answer")
+        # Same names, new port: both listeners restart on p2, p1 goes quiet.
+        daemon.write_config(config_yaml(sock, [("a", p2, "TURN-UDP"), ("t", p2, "TURN-TCP")]))
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"], r)
+        ls = daemon.admin({"cmd": "status"})["listeners"]
+        check(sorted((l["name"], l["port"]) for l in ls) == [("a", p2), ("t", p2)], ls)
+        wait_for(lambda: stun_binding_udp(p2) is not None, "restarted UDP listener")
+        wait_for(lambda: stun_binding_tcp(p2) is not None, "restarted TCP listener")
+        wait_for(lambda: stun_binding_udp(p1, timeout=0.3, tries=1) is None,
+                 "old port to go quiet")
+        check(stun_binding_tcp(p1) is None, "old TCP port still accepts")
+        # A port another process holds (without SO_REUSEPORT): the reload fails whole.
+        blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        blocker.bind(("127.0.0.1", 0))
+        busy = blocker.getsockname()[1]
+        daemon.write_config(config_yaml(sock, [("a", p2, "TURN-UDP"), ("t", p2, "TURN-TCP"),
+                                               ("b", busy, "TURN-UDP")]))
+        r = daemon.admin({"cmd": "reload"})
+        blocker.close()
+        check(r["ok"] is False and "Address already in use" in r["errors"][0], r)
+        check(len(daemon.admin({"cmd": "status"})["listeners"]) == 2, "partial reload")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_watch_reload(d):
     p1, p2 = free_port(), free_port()
     sock = os.path.join(d, "admin.sock")
@@ -108,4 +141,4 @@ def test_watch_reload(d):
 
 if __name__ == "__main__":
     run_tests([test_sighup_invalid_keeps_running, test_add_and_remove_listener,
-               test_watch_reload])
+               test_listener_port_change, test_watch_reload])
