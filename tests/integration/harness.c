@@ -136,11 +136,19 @@ int harness_stop(struct harness *h)
 	long long deadline;
 
 	if (h->pid > 0) {
+		bool second = false;
+
+		/* TERM drains (up to drain_timeout while allocations live); a second TERM
+		 * after 5 s stops at once; KILL after 15 s is a failure. */
 		kill(h->pid, SIGTERM);
-		deadline = h_now_ms() + 10000;
+		deadline = h_now_ms() + 15000;
 		while (waitpid(h->pid, &st, WNOHANG) == 0) {
+			if (!second && h_now_ms() > deadline - 10000) {
+				kill(h->pid, SIGTERM);
+				second = true;
+			}
 			if (h_now_ms() > deadline) {
-				fprintf(stderr, "harness: turngated ignored SIGTERM for 10 s: SIGKILL\n");
+				fprintf(stderr, "harness: turngated ignored SIGTERM for 15 s: SIGKILL\n");
 				kill(h->pid, SIGKILL);
 				waitpid(h->pid, &st, 0);
 				rc = -1;

@@ -39,7 +39,7 @@ int harness_daemon_path(char *out, size_t cap);
  * tail is printed), or -errno. */
 int harness_start(struct harness *h, unsigned workers, const struct sockaddr *probe);
 
-/* SIGTERM, then SIGKILL after 10 s; then scans the log. Returns 0 when the daemon exited
+/* SIGTERM, a second SIGTERM after 5 s (stop now), SIGKILL after 15 s; then scans the log. Returns 0 when the daemon exited
  * with status 0 and the log is clean, -1 otherwise (reasons printed). Idempotent. */
 int harness_stop(struct harness *h);
 

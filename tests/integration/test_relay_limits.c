@@ -332,45 +332,50 @@ static void test_drain_alternate_server(void **state)
 
 /* ---- a STUNner config, unchanged (only STUNner keys; $STUNNER_ADDR expanded) ---- */
 
-static int stunner_setup(void **state)
+static const char stunner_yaml[] =
+	"version: v1\n"
+	"admin:\n"
+	"  name: stunner/stunnerd\n"
+	"  loglevel: all:INFO\n"
+	"  healthcheck_endpoint: \"\"\n"
+	"auth:\n"
+	"  type: plaintext\n"
+	"  realm: stunner.l7mp.io\n"
+	"  credentials:\n"
+	"    username: user1\n"
+	"    password: pw\n"
+	"listeners:\n"
+	"  - name: stunner/udp-gateway/udp-listener\n"
+	"    protocol: TURN-UDP\n"
+	"    public_address: 203.0.113.10\n"
+	"    public_port: 3478\n"
+	"    address: \"$STUNNER_ADDR\"\n"
+	"    port: %u\n"
+	"    routes: %s\n"
+	"clusters:\n"
+	"  - name: stunner/media-plane\n"
+	"    type: STATIC\n"
+	"    protocol: udp\n"
+	"    endpoints:\n"
+	"      - 127.0.0.1\n";
+
+static int stunner_write(const char *routes)
 {
 	char yaml[2048];
 
+	snprintf(yaml, sizeof(yaml), stunner_yaml, g.port, routes);
+	return harness_write_config(&g.h, yaml);
+}
+
+static int stunner_setup(void **state)
+{
 	(void)state;
 	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
 		return -1;
 	g.port = harness_free_port();
 	harness_addr("127.0.0.4", g.port, &g.srv);
 	setenv("STUNNER_ADDR", "127.0.0.4", 1);
-	snprintf(yaml, sizeof(yaml),
-		 "version: v1\n"
-		 "admin:\n"
-		 "  name: stunner/stunnerd\n"
-		 "  loglevel: all:INFO\n"
-		 "  healthcheck_endpoint: \"\"\n"
-		 "auth:\n"
-		 "  type: plaintext\n"
-		 "  realm: stunner.l7mp.io\n"
-		 "  credentials:\n"
-		 "    username: user1\n"
-		 "    password: pw\n"
-		 "listeners:\n"
-		 "  - name: stunner/udp-gateway/udp-listener\n"
-		 "    protocol: TURN-UDP\n"
-		 "    public_address: 203.0.113.10\n"
-		 "    public_port: 3478\n"
-		 "    address: \"$STUNNER_ADDR\"\n"
-		 "    port: %u\n"
-		 "    routes:\n"
-		 "      - stunner/media-plane\n"
-		 "clusters:\n"
-		 "  - name: stunner/media-plane\n"
-		 "    type: STATIC\n"
-		 "    protocol: udp\n"
-		 "    endpoints:\n"
-		 "      - 127.0.0.1\n",
-		 g.port);
-	if (harness_write_config(&g.h, yaml) < 0)
+	if (stunner_write("[stunner/media-plane]") < 0)
 		return -1;
 	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
 }
@@ -393,6 +398,38 @@ static void test_stunner_config(void **state)
 	hturn_close(&c);
 }
 
+/* A route removed by a reload stops live allocations' traffic at once (the per-packet
+ * check reads the current snapshot), while the allocation itself survives. */
+static void test_reload_removes_route(void **state)
+{
+	struct hturn c;
+	bool stopped = false;
+
+	(void)state;
+	client(&c, "user1");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(hturn_channel_bind(&c, 0x4001, sa(&g.echo.addr)), 0);
+	assert_true(echo_roundtrip(&c, 0x4001, "before-reload"));
+	assert_int_equal(stunner_write("[]"), 0);
+	kill(g.h.pid, SIGHUP);
+	/* Bounded wait for the master to publish; each probe waits 800 ms for an echo. */
+	for (int i = 0; i < 10 && !stopped; i++)
+		stopped = !echo_roundtrip(&c, 0x4001, "after-reload");
+	assert_true(stopped);
+	assert_false(echo_roundtrip(&c, 0x4001, "still-dropped"));
+	assert_int_equal(hturn_refresh(&c, 600), 0);	/* the allocation survived */
+	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 403);
+	/* and back */
+	assert_int_equal(stunner_write("[stunner/media-plane]"), 0);
+	kill(g.h.pid, SIGHUP);
+	stopped = true;
+	for (int i = 0; i < 10 && stopped; i++)
+		stopped = !echo_roundtrip(&c, 0x4001, "restored");
+	assert_false(stopped);
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest limits[] = {
@@ -406,6 +443,7 @@ int main(void)
 	};
 	const struct CMUnitTest stunner[] = {
 		cmocka_unit_test(test_stunner_config),
+		cmocka_unit_test(test_reload_removes_route),
 	};
 	int failed = 0;
 
