@@ -32,6 +32,7 @@ struct pctx {
 	void *getenv_ctx;
 	int64_t now;
 	struct conf *cfg;
+	bool *lst_bad;   /* per listener: its own keys had errors (skip cross-checks on it) */
 	int nomem;
 };
 

@@ -10,7 +10,7 @@
 
 struct lst_state {
 	struct conf_listener *l;
-	yaml_node_t *node, *name, *protocol, *address, *cert, *key, *cert_file, *key_file;
+	yaml_node_t *node, *name, *protocol, *address, *port, *cert, *key, *cert_file, *key_file;
 	yaml_node_t *rmin, *rmax, *routes, *auth;
 	bool has_rmin, has_rmax;
 	char *cert_b64, *key_b64;
@@ -107,6 +107,7 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		if (!pctx_is_null(v))
 			parse_address(p, v, path, l);
 	} else if (strcasecmp(key, "port") == 0) {
+		st->port = v;
 		set_port(p, v, path, 1, &l->port);
 	} else if (strcasecmp(key, "public_address") == 0) {
 		set_opt_str(p, v, path, &l->public_address);
@@ -296,6 +297,39 @@ static void lst_default_address(struct pctx *p, struct lst_state *st, const char
 	set_sockaddr(&l->relay_addr, fam, a);
 }
 
+static bool lst_udp(const struct conf_listener *l)
+{
+	return l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS;
+}
+
+/* Two listeners of the same transport on the same port and local address cannot both
+ * bind. Without bind_address the worker binds `address` or the wildcard, so listeners
+ * are only compared when that choice is the same for both. */
+static void lst_port_clash(struct pctx *p, struct lst_state *st, const char *path, size_t idx)
+{
+	const struct conf_listener *l = st->l;
+	const char *mine = l->bind_address ? l->bind_address : l->address;
+	/* A port or protocol that failed to parse kept its default: comparing it would only
+	 * report a clash the user never wrote. */
+	if (p->lst_bad[idx])
+		return;
+	for (size_t i = 0; mine && i < idx; i++) {
+		const struct conf_listener *o = &p->cfg->listeners[i];
+		if (p->lst_bad[i])
+			continue;
+		const char *other = o->bind_address ? o->bind_address : o->address;
+		if (o->port != l->port || lst_udp(o) != lst_udp(l) || other == NULL ||
+		    strcmp(mine, other) != 0 || (o->bind_address == NULL) != (l->bind_address == NULL))
+			continue;
+		char sub[CONF_PATH_MAX];
+		conf_path_key(sub, path, "port");
+		pctx_error(p, st->port ? st->port : st->node, sub, "%u/%s on %s is already used by "
+			   "listeners[%zu] (expected a different port or address)", l->port,
+			   lst_udp(l) ? "udp" : "tcp", mine, i);
+		return;
+	}
+}
+
 static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, size_t idx)
 {
 	struct conf *c = p->cfg;
@@ -311,6 +345,7 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 				   "names; first used by listeners[%zu])", l->name, i);
 	if (l->address == NULL)
 		lst_default_address(p, st, path);
+	lst_port_clash(p, st, path, idx);
 	if (!st->rmin)
 		l->relay_port_min = c->admin.relay_port_min;
 	if (!st->rmax)
@@ -346,9 +381,10 @@ void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
 		return;
 	}
 	c->listeners = calloc(cnt ? cnt : 1, sizeof(*c->listeners));
-	if (c->listeners == NULL) {
+	p->lst_bad = calloc(cnt ? cnt : 1, sizeof(bool));
+	if (c->listeners == NULL || p->lst_bad == NULL) {
 		p->nomem = 1;
-		return;
+		goto out;
 	}
 	for (size_t i = 0; i < cnt && !p->nomem; i++) {
 		struct conf_listener *l = &c->listeners[i];
@@ -358,10 +394,15 @@ void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
 		c->n_listeners++;
 		l->port = CONF_DEF_PORT;
 		l->protocol = CONF_PROTO_TURN_UDP;
+		size_t errors = p->diags->n_errors;
 		pctx_map_each(p, st.node, sub, lst_pair, &st);
+		p->lst_bad[i] = p->diags->n_errors > errors;
 		if (st.node->type == YAML_MAPPING_NODE && !p->nomem)
 			lst_finish(p, &st, sub, i);
 		free(st.cert_b64);
 		conf_wipe_free(st.key_b64);
 	}
+out:
+	free(p->lst_bad);
+	p->lst_bad = NULL;
 }

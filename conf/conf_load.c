@@ -142,9 +142,12 @@ int conf_load_string(const char *buf, size_t len, const char *name,
 		     struct conf_diags *diags)
 {
 	*out = NULL;
+	struct conf_diags local = {0};
+	if (diags == NULL)
+		diags = &local; /* errors must still be counted */
 	struct conf *c = calloc(1, sizeof(*c));
 	struct pctx p = {.file = name ? name : "<config>", .diags = diags};
-	size_t first = diags ? diags->n : 0, errors0 = diags ? diags->n_errors : 0;
+	size_t first = diags->n, errors0 = diags->n_errors;
 	int rc = 0;
 	if (c == NULL || conf_defaults(c) != 0 || (c->source = strdup(p.file)) == NULL) {
 		rc = -ENOMEM;
@@ -169,11 +172,12 @@ int conf_load_string(const char *buf, size_t len, const char *name,
 	conf_diags_sort(diags, first);
 	if (rc == 0 && p.nomem)
 		rc = -ENOMEM;
-	if (rc == 0 && diags != NULL && diags->n_errors > errors0)
+	if (rc == 0 && diags->n_errors > errors0)
 		rc = -EINVAL;
 out:
 	if (rc == -ENOMEM)
 		conf_diag_add(diags, CONF_DIAG_ERROR, p.file, 0, 0, "", "out of memory");
+	conf_diags_free(&local);
 	if (rc != 0) {
 		conf_free(c);
 		return rc;

@@ -325,6 +325,10 @@ static const struct err_case err_cases[] = {
 	{T_HEAD "auth2: {}\nauth3:\n  x: 1\nadmin:\n  strict: [\n",
 	 "t.yaml:12:1: syntax error: did not find expected node content while parsing a flow "
 	 "node"},
+	{T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1}\n"
+		"  - {name: b, address: 1.1.1.1, protocol: TURN-DTLS, port: 3478}\n",
+	 "t.yaml:9:60: listeners[1].port: 3478/udp on 1.1.1.1 is already used by listeners[0] "
+	 "(expected a different port or address)"},
 	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
 	 "  strict_expiry: maybe\n",
 	 "t.yaml:5:18: auth.strict_expiry: 'maybe' is not a boolean (expected true or false)"},
@@ -363,6 +367,37 @@ static void test_all_errors_reported(void **state)
 		if (d.v[i].line && d.v[i - 1].line)
 			assert_true(d.v[i - 1].line <= d.v[i].line);
 	conf_diags_free(&d);
+}
+
+static void test_port_sharing_ok(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1}\n"
+				"  - {name: b, address: 1.1.1.1, protocol: TURN-TCP}\n"
+				"  - {name: c, address: 1.1.1.2}\n"
+				"  - {name: d, address: 1.1.1.1, bind_address: 0.0.0.0}\n", &c, &d), 0);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+/* A port or protocol that failed to parse must not also produce a clash with its default. */
+static void test_no_cascading_clash(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1, port: 70000}\n"
+				"  - {name: b, address: 1.1.1.1, protocol: TURN-FOO}\n", &c, &d),
+			 -EINVAL);
+	assert_int_equal(d.n, 2);
+	assert_int_equal(d.n_errors, 2);
+	conf_diags_free(&d);
+	/* Without a diagnostics list errors still fail the load. */
+	const char *bad = T_HEAD "listeners:\n  - {name: a, port: 0}\n";
+	assert_int_equal(conf_load_string(bad, strlen(bad), "x", NULL, &c, NULL), -EINVAL);
+	assert_null(c);
 }
 
 static void test_unknown_keys_warn(void **state)
@@ -596,7 +631,7 @@ static void test_check_main(void **state)
 	int fd = mkstemp(tmpl);
 	assert_true(fd >= 0);
 	const char *bad = T_HEAD "listeners:\n  - {name: a, port: 70000, address: 1.1.1.1}\n"
-				 "  - {name: a, address: 1.1.1.1}\n";
+				 "  - {name: a, address: 1.1.1.2}\n";
 	assert_int_equal(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
 	close(fd);
 	buf = NULL;
@@ -694,12 +729,12 @@ static void test_diff_listeners(void **state)
 	struct conf *a = must_load(T_HEAD "listeners:\n"
 				   "  - {name: same, address: 1.1.1.1}\n"
 				   "  - {name: port, address: 1.1.1.1, port: 1000}\n"
-				   "  - {name: routes, address: 1.1.1.1, routes: [c]}\n"
-				   "  - {name: gone, address: 1.1.1.1}\n"
+				   "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [c]}\n"
+				   "  - {name: gone, address: 1.1.1.1, port: 3000}\n"
 				   "clusters:\n  - {name: c}\n  - {name: d}\n");
 	struct conf *b = must_load(T_HEAD "listeners:\n"
-				   "  - {name: new, address: 1.1.1.1}\n"
-				   "  - {name: routes, address: 1.1.1.1, routes: [d]}\n"
+				   "  - {name: new, address: 1.1.1.1, port: 4000}\n"
+				   "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [d]}\n"
 				   "  - {name: port, address: 1.1.1.1, port: 1001}\n"
 				   "  - {name: same, address: 1.1.1.1}\n"
 				   "clusters:\n  - {name: c}\n  - {name: d}\n");
@@ -1099,6 +1134,8 @@ int main(void)
 		cmocka_unit_test(test_cluster_spellings),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_all_errors_reported),
+		cmocka_unit_test(test_port_sharing_ok),
+		cmocka_unit_test(test_no_cascading_clash),
 		cmocka_unit_test(test_unknown_keys_warn),
 		cmocka_unit_test(test_env_expansion),
 		cmocka_unit_test(test_env_secret_not_expanded),

@@ -71,7 +71,7 @@ static const char cfg_main[] =
 	"    routes: [pods, lo, dns]\n"
 	"    auth:\n      type: static\n      users:\n"
 	"        - {username: zed, password: zpw}\n        - {username: amy, password: apw}\n"
-	"  - name: none\n    address: 192.0.2.1\n"
+	"  - name: none\n    address: 192.0.2.1\n    port: 3480\n"
 	"clusters:\n"
 	"  - name: any\n    endpoints: [\"0.0.0.0/0\"]\n"
 	"  - name: any6\n    endpoints: [\"::/0\"]\n"
