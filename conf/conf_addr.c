@@ -248,6 +248,20 @@ bool conf_valid_hostname(const char *s)
 	return true;
 }
 
+void conf_sockaddr_set(struct sockaddr_storage *ss, int fam, const uint8_t a[16])
+{
+	memset(ss, 0, sizeof(*ss));
+	if (fam == AF_INET) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, a, 4);
+	} else {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, a, 16);
+	}
+}
+
 /* "IP", "IP:PORT", "[V6]" or "[V6]:PORT"; port 0 when absent. */
 int conf_parse_hostport(const char *s, struct sockaddr_storage *out)
 {

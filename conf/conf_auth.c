@@ -153,10 +153,10 @@ static char *read_secret_file(struct pctx *p, yaml_node_t *v, const char *path)
 	size_t len = 0;
 	if (fname == NULL)
 		return NULL;
-	int rc = conf_read_file(fname, 64 * 1024, &buf, &len);
+	int rc = conf_read_file(fname, 64 * 1024, true, &buf, &len);
 	if (rc != 0) {
 		pctx_error(p, v, path, "cannot read '%s': %s (expected a readable secret file)",
-			   fname, strerror(-rc));
+			   fname, conf_file_strerror(rc));
 	} else {
 		while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' ||
 				   buf[len - 1] == ' ' || buf[len - 1] == '\t'))

@@ -98,10 +98,17 @@ bool conf_valid_hostname(const char *s);
 void conf_canon_addr(int *family, uint8_t addr[16]);
 void conf_canon_prefix(struct conf_prefix *p);
 int conf_parse_hostport(const char *s, struct sockaddr_storage *out);
+/* Fills ss with family fam (AF_INET/AF_INET6), address a, port 0. */
+void conf_sockaddr_set(struct sockaddr_storage *ss, int fam, const uint8_t a[16]);
 bool conf_prefix_contains(const struct conf_prefix *outer, const struct conf_prefix *inner);
 
 /* Helpers for files and base64 (conf_util.c). */
-int conf_read_file(const char *path, size_t max, char **buf, size_t *len);
+/* Reads a whole file (at most max bytes, NUL-terminated). regular_only: refuse anything
+ * but a regular file (-EFTYPE_CONF) and never block. Returns 0 or a negative errno. */
+#define EFTYPE_CONF 1001
+int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, size_t *len);
+/* Message for a conf_read_file() error. */
+const char *conf_file_strerror(int rc);
 int conf_base64_decode(const char *in, char **out, size_t *outlen);
 void conf_wipe_free(char *s);
 

@@ -29,20 +29,6 @@ static int parse_proto(const char *s, enum conf_proto *out)
 	return -EINVAL;
 }
 
-static void set_sockaddr(struct sockaddr_storage *ss, int fam, const uint8_t a[16])
-{
-	memset(ss, 0, sizeof(*ss));
-	if (fam == AF_INET) {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-		s4->sin_family = AF_INET;
-		memcpy(&s4->sin_addr, a, 4);
-	} else {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-		s6->sin6_family = AF_INET6;
-		memcpy(&s6->sin6_addr, a, 16);
-	}
-}
-
 /* `address` must be an IP or localhost (STUNner's rule). */
 static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
 			  struct conf_listener *l)
@@ -62,7 +48,7 @@ static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
 		pctx_error(p, v, path, "'%s' is not an IP address (expected an IP address or "
 			   "localhost)", s);
 	else
-		set_sockaddr(&l->relay_addr, fam, a);
+		conf_sockaddr_set(&l->relay_addr, fam, a);
 	free(l->address);
 	l->address = s;
 }
@@ -169,10 +155,10 @@ static void load_pem(struct pctx *p, const char *path, const char *what, yaml_no
 				   strcmp(what, "cert_file") == 0 ? "certificate" : "private key");
 	} else if (file != NULL) {
 		conf_path_key(sub, path, what);
-		int rc = conf_read_file(file, 1 << 20, pem, len);
+		int rc = conf_read_file(file, 1 << 20, true, pem, len);
 		if (rc != 0)
 			pctx_error(p, filen, sub, "cannot read '%s': %s (expected a readable PEM "
-				   "file)", file, strerror(-rc));
+				   "file)", file, conf_file_strerror(rc));
 	}
 }
 
@@ -294,7 +280,7 @@ static void lst_default_address(struct pctx *p, struct lst_state *st, const char
 		l->address = conf_strdup(p, "0.0.0.0");
 		conf_parse_ip("0.0.0.0", &fam, a);
 	}
-	set_sockaddr(&l->relay_addr, fam, a);
+	conf_sockaddr_set(&l->relay_addr, fam, a);
 }
 
 static bool lst_udp(const struct conf_listener *l)

@@ -194,10 +194,10 @@ int conf_load_file(const char *path, const struct conf_load_opts *opts, struct c
 		path += 7;
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = conf_read_file(path, CONF_MAX_INPUT + 1, &buf, &len);
+	int rc = conf_read_file(path, CONF_MAX_INPUT + 1, false, &buf, &len);
 	if (rc != 0) {
 		conf_diag_add(diags, CONF_DIAG_ERROR, path, 0, 0, "", "cannot read: %s",
-			      strerror(-rc));
+			      conf_file_strerror(rc));
 		return rc;
 	}
 	rc = conf_load_string(buf, len, path, opts, out, diags);

@@ -8,16 +8,28 @@
 
 #include "conf/conf_internal.h"
 
-int conf_read_file(const char *path, size_t max, char **buf, size_t *len)
+int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, size_t *len)
 {
 	*buf = NULL;
 	*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Secret and certificate paths come from the config: a FIFO or device there must not
+	 * block the master, so those are opened non-blocking and must be regular files. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0));
 	if (fd < 0)
 		return -errno;
 	int rc = 0;
 	size_t cap = 4096, n = 0;
-	char *b = malloc(cap + 1);
+	char *b = NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (S_ISDIR(st.st_mode) || (regular_only && !S_ISREG(st.st_mode))) {
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EFTYPE_CONF;
+		goto out;
+	}
+	b = malloc(cap + 1);
 	if (b == NULL) {
 		rc = -ENOMEM;
 		goto out;
@@ -115,6 +127,15 @@ bad:
 	explicit_bzero(o, k);
 	free(o);
 	return -EINVAL;
+}
+
+const char *conf_file_strerror(int rc)
+{
+	if (rc == -EFTYPE_CONF)
+		return "not a regular file";
+	if (rc == -EFBIG)
+		return "file too large";
+	return strerror(-rc);
 }
 
 void conf_wipe_free(char *s)

@@ -207,6 +207,13 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 	out->key_pem = bytes_or_null(s, &l->key, &out->key_pem_len);
 	out->n_allow_v4 = l->v4_count;
 	out->n_allow_v6 = l->v6_count;
+	if (out->bind_address[0] != '\0') {
+		int fam;
+		uint8_t a[16];
+		if (conf_parse_ip(out->bind_address, &fam, a) != 0)
+			return -EINVAL;
+		conf_sockaddr_set(&out->bind_addr, fam, a);
+	}
 	return 0;
 }
 

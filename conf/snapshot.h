@@ -82,6 +82,8 @@ struct snap_listener {
 	const uint8_t *cert_pem, *key_pem;        /* NULL when none */
 	size_t cert_pem_len, key_pem_len;
 	uint32_t n_allow_v4, n_allow_v6;          /* compiled allowlist sizes */
+	struct sockaddr_storage bind_addr;        /* parsed bind_address, port 0;
+						   * ss_family AF_UNSPEC when unset */
 };
 
 uint32_t snap_listener_count(const struct snap *s);

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -853,6 +854,30 @@ static void test_secret_files(void **state)
 	assert_diag(&d, "t.yaml:5:16: auth.secret_file: given together with credentials.secret "
 			"(expected one of them)");
 	conf_diags_free(&d);
+
+	/* A FIFO must neither block the loader nor be accepted; a directory neither. */
+	char fifo[] = "/tmp/test_conf_fifo_XXXXXX";
+	assert_non_null(mkdtemp(fifo));
+	char fpath[64];
+	snprintf(fpath, sizeof(fpath), "%s/f", fifo);
+	assert_int_equal(mkfifo(fpath, 0600), 0);
+	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
+		 "  secret_file: %s\n", fpath);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	char want[256];
+	snprintf(want, sizeof(want), "t.yaml:4:16: auth.secret_file: cannot read '%s': not a "
+		 "regular file (expected a readable secret file)", fpath);
+	assert_diag(&d, want);
+	conf_diags_free(&d);
+	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
+		 "  secret_file: %s\n", fifo);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	snprintf(want, sizeof(want), "t.yaml:4:16: auth.secret_file: cannot read '%s': Is a "
+		 "directory (expected a readable secret file)", fifo);
+	assert_diag(&d, want);
+	conf_diags_free(&d);
+	unlink(fpath);
+	rmdir(fifo);
 	unlink(cur);
 	unlink(prev);
 	free(cur);

@@ -128,6 +128,7 @@ static void test_round_trip(void **state)
 	assert_string_equal(l.public_address, "turn.example");
 	assert_int_equal(l.public_port, 443);
 	assert_string_equal(l.bind_address, "::");
+	assert_int_equal(l.bind_addr.ss_family, AF_INET6);
 	assert_int_equal(l.relay_port_min, 40000);
 	assert_int_equal(l.relay_port_max, 40100);
 	assert_int_equal(l.auth_idx, 1);
@@ -136,6 +137,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(l.auth_idx, 0);
 	assert_string_equal(l.public_address, "");
 	assert_string_equal(l.bind_address, "");
+	assert_int_equal(l.bind_addr.ss_family, AF_UNSPEC);
 	assert_int_equal(l.relay_port_min, 49152);
 	assert_int_equal(snap_listener_get(s, 3, &l), -ENOENT);
 	uint32_t idx = 9;
