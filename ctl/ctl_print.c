@@ -64,8 +64,15 @@ static void print_workers(json_t *r, FILE *out)
 	json_array_foreach(json_object_get(r, "workers"), i, w) {
 		char last[32] = "-";
 
-		if (json_object_get(w, "last_exit") != NULL)
-			snprintf(last, sizeof(last), "%lld", int_of(w, "last_exit"));
+		if (json_object_get(w, "last_exit") != NULL) {
+			long long st = int_of(w, "last_exit");
+
+			/* A raw wait status: low 7 bits the signal, else the exit code. */
+			if ((st & 0x7f) != 0)
+				snprintf(last, sizeof(last), "signal %lld", st & 0x7f);
+			else
+				snprintf(last, sizeof(last), "exit %lld", (st >> 8) & 0xff);
+		}
 		fprintf(out, "%-5lld %-8lld %-9s %-8lld %-10.0f %s\n", int_of(w, "slot"),
 			int_of(w, "pid"), str_of(w, "state"), int_of(w, "restarts"),
 			num_of(w, "uptime"), last);

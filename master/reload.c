@@ -364,6 +364,8 @@ int reload_set_loglevel(struct master *m, const char *spec)
 	free(m->log_override);
 	m->log_override = copy;
 	apply_logging(m, m->cfg);
+	log_info("master", "log level now %s (%s)", effective_loglevel(m, m->cfg),
+		 copy != NULL ? "override" : "config");
 	/* Workers apply the level from the snapshot; the frame makes it immediate even for a
 	 * worker that is between snapshot checks. */
 	rc = reload_publish(m);
