@@ -139,6 +139,13 @@ static void wk_snap_apply(struct worker *w)
 			continue;
 		l->snap_ok = snap_listener_find(w->snap, l->name, &l->snap_idx) == 0 &&
 			     snap_listener_get(w->snap, l->snap_idx, &l->sl) == 0;
+		if (l->snap_ok && l->sl.protocol != (l->proto == WORKER_PROTO_UDP ? CONF_PROTO_TURN_UDP
+										   : CONF_PROTO_TURN_TCP)) {
+			/* Never serve a TLS/DTLS listener's socket in the clear. */
+			log_error("worker", "listener %s: socket does not match protocol %s; not served",
+				  l->name, conf_proto_name(l->sl.protocol));
+			l->snap_ok = false;
+		}
 		if (!l->snap_ok)
 			continue;
 		memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -688,6 +689,33 @@ static void test_ipv6(void **state)
 	hturn_close(&c);
 }
 
+/* SIGTERM makes the master drain: without an alternate server new Allocates get 403 while
+ * live allocations keep working. Runs last: the daemon is stopping afterwards. */
+static void test_drain_403(void **state)
+{
+	struct hturn c, d;
+	int rc = -1;
+
+	(void)state;
+	client(&c, &g.srv, false);
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	kill(g.h.pid, SIGTERM);
+	client(&d, &g.srv, false);
+	for (int i = 0; i < 20 && rc != 403; i++) {
+		rc = hturn_allocate(&d, NULL, NULL);
+		if (rc == 0)
+			assert_int_equal(hturn_refresh(&d, 0), 0);
+		if (rc != 403)
+			usleep(50000);
+	}
+	assert_int_equal(rc, 403);
+	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
+	assert_true(echo_roundtrip(&c, 0, &g.echo.addr, "draining"));
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+	hturn_close(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -711,6 +739,7 @@ int main(void)
 		cmocka_unit_test(test_symmetric),
 		cmocka_unit_test(test_tcp),
 		cmocka_unit_test(test_ipv6),
+		cmocka_unit_test(test_drain_403),
 	};
 
 	const char *nw = getenv("TG_WORKERS");
