@@ -74,6 +74,29 @@ static void set_opt_str(struct pctx *p, yaml_node_t *v, const char *path, char *
 	}
 }
 
+/* TLS keys: STUNner's base64 cert/key and our cert_file/key_file. */
+static bool lst_tls_pair(struct pctx *p, const char *key, yaml_node_t *v, const char *path,
+			 struct lst_state *st)
+{
+	if (strcasecmp(key, "cert") == 0) {
+		st->cert = v;
+		set_opt_str(p, v, path, &st->cert_b64);
+	} else if (strcasecmp(key, "key") == 0) {
+		st->key = v;
+		if (!pctx_is_null(v))
+			st->key_b64 = pctx_string(p, v, path, false);
+	} else if (strcasecmp(key, "cert_file") == 0) {
+		st->cert_file = v;
+		set_opt_str(p, v, path, &st->l->cert_file);
+	} else if (strcasecmp(key, "key_file") == 0) {
+		st->key_file = v;
+		set_opt_str(p, v, path, &st->l->key_file);
+	} else {
+		return false;
+	}
+	return true;
+}
+
 static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		     const char *path, void *arg)
 {
@@ -99,19 +122,8 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		set_opt_str(p, v, path, &l->public_address);
 	} else if (strcasecmp(key, "public_port") == 0) {
 		set_port(p, v, path, 0, &l->public_port);
-	} else if (strcasecmp(key, "cert") == 0) {
-		st->cert = v;
-		set_opt_str(p, v, path, &st->cert_b64);
-	} else if (strcasecmp(key, "key") == 0) {
-		st->key = v;
-		if (!pctx_is_null(v))
-			st->key_b64 = pctx_string(p, v, path, false);
-	} else if (strcasecmp(key, "cert_file") == 0) {
-		st->cert_file = v;
-		set_opt_str(p, v, path, &l->cert_file);
-	} else if (strcasecmp(key, "key_file") == 0) {
-		st->key_file = v;
-		set_opt_str(p, v, path, &l->key_file);
+	} else if (lst_tls_pair(p, key, v, path, st)) {
+		return;
 	} else if (strcasecmp(key, "bind_address") == 0) {
 		int fam;
 		uint8_t a[16];

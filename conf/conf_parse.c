@@ -79,11 +79,65 @@ static void parse_mode(struct pctx *p, yaml_node_t *v, const char *path, uint32_
 	free(s);
 }
 
+static void parse_log_format(struct pctx *p, yaml_node_t *v, const char *path,
+			     enum conf_log_format *out)
+{
+	char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
+	if (s && strcasecmp(s, "text") == 0)
+		*out = CONF_LOG_TEXT;
+	else if (s && strcasecmp(s, "json") == 0)
+		*out = CONF_LOG_JSON;
+	else if (s)
+		pctx_error(p, v, path, "'%s' is not a log format (expected text or json)", s);
+	free(s);
+}
+
+/* Our admin keys; returns false for a key that is not one of them. */
+static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, const char *path,
+			   struct range_nodes *rn)
+{
+	struct conf_admin *a = &p->cfg->admin;
+	uint32_t x;
+	if (strcasecmp(key, "workers") == 0) {
+		set_u32(p, v, path, 0, 1024, &a->workers);
+	} else if (strcasecmp(key, "admin_socket") == 0) {
+		set_str(p, v, path, &a->admin_socket);
+	} else if (strcasecmp(key, "admin_socket_mode") == 0) {
+		if (!pctx_is_null(v))
+			parse_mode(p, v, path, &a->admin_socket_mode);
+	} else if (strcasecmp(key, "log_format") == 0) {
+		parse_log_format(p, v, path, &a->log_format);
+	} else if (strcasecmp(key, "relay_port_min") == 0) {
+		x = a->relay_port_min;
+		set_u32(p, v, path, 1, 65535, &x);
+		a->relay_port_min = (uint16_t)x;
+		rn->min = v;
+	} else if (strcasecmp(key, "relay_port_max") == 0) {
+		x = a->relay_port_max;
+		set_u32(p, v, path, 1, 65535, &x);
+		a->relay_port_max = (uint16_t)x;
+		rn->max = v;
+	} else if (strcasecmp(key, "drain_timeout") == 0) {
+		set_u32(p, v, path, 0, 86400, &a->drain_timeout);
+	} else if (strcasecmp(key, "alternate_server") == 0) {
+		struct sockaddr_storage ss;
+		set_str(p, v, path, &a->alternate_server);
+		if (a->alternate_server && a->alternate_server[0] &&
+		    conf_parse_hostport(a->alternate_server, &ss) != 0)
+			pctx_error(p, v, path, "'%s' is not an address (expected IP, IP:PORT or "
+				   "[IPV6]:PORT)", a->alternate_server);
+	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
+		set_url(p, v, path, &a->credential_api_endpoint);
+	} else {
+		return false;
+	}
+	return true;
+}
+
 static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		       const char *path, void *arg)
 {
 	struct conf_admin *a = &p->cfg->admin;
-	struct range_nodes *rn = arg;
 	int64_t q;
 	if (strcasecmp(key, "name") == 0) {
 		set_str(p, v, path, &a->name);
@@ -107,44 +161,7 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 		   strcasecmp(key, "offload_interfaces") == 0 ||
 		   strcasecmp(key, "license_config") == 0) {
 		pctx_warn(p, k, path, "STUNner key accepted and ignored (not supported by turngate)");
-	} else if (strcasecmp(key, "workers") == 0) {
-		set_u32(p, v, path, 0, 1024, &a->workers);
-	} else if (strcasecmp(key, "admin_socket") == 0) {
-		set_str(p, v, path, &a->admin_socket);
-	} else if (strcasecmp(key, "admin_socket_mode") == 0) {
-		if (!pctx_is_null(v))
-			parse_mode(p, v, path, &a->admin_socket_mode);
-	} else if (strcasecmp(key, "log_format") == 0) {
-		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
-		if (s && strcasecmp(s, "text") == 0)
-			a->log_format = CONF_LOG_TEXT;
-		else if (s && strcasecmp(s, "json") == 0)
-			a->log_format = CONF_LOG_JSON;
-		else if (s)
-			pctx_error(p, v, path, "'%s' is not a log format (expected text or json)", s);
-		free(s);
-	} else if (strcasecmp(key, "relay_port_min") == 0) {
-		uint32_t x = a->relay_port_min;
-		set_u32(p, v, path, 1, 65535, &x);
-		a->relay_port_min = (uint16_t)x;
-		rn->min = v;
-	} else if (strcasecmp(key, "relay_port_max") == 0) {
-		uint32_t x = a->relay_port_max;
-		set_u32(p, v, path, 1, 65535, &x);
-		a->relay_port_max = (uint16_t)x;
-		rn->max = v;
-	} else if (strcasecmp(key, "drain_timeout") == 0) {
-		set_u32(p, v, path, 0, 86400, &a->drain_timeout);
-	} else if (strcasecmp(key, "alternate_server") == 0) {
-		struct sockaddr_storage ss;
-		set_str(p, v, path, &a->alternate_server);
-		if (a->alternate_server && a->alternate_server[0] &&
-		    conf_parse_hostport(a->alternate_server, &ss) != 0)
-			pctx_error(p, v, path, "'%s' is not an address (expected IP, IP:PORT or "
-				   "[IPV6]:PORT)", a->alternate_server);
-	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
-		set_url(p, v, path, &a->credential_api_endpoint);
-	} else {
+	} else if (!admin_ext_pair(p, key, v, path, arg)) {
 		pctx_unknown_key(p, k, path);
 	}
 }
