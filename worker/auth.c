@@ -25,8 +25,8 @@ static void wk_auth_bind(const struct wk_ep *ep, struct shm_addr *bind)
 
 /* Sends 401/438 (or 400) with REALM, a fresh NONCE and PASSWORD-ALGORITHMS. */
 static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
-			      const struct stun_msg *req, const struct snap_auth *au, int code,
-			      const char *reason)
+			      const struct stun_msg *req, const char *realm_s, size_t realm_len,
+			      int code, const char *reason)
 {
 	char nonce[STUN_NONCE_MAX_LEN + 1];
 	char realm[STUN_MAX_REALM_LEN + 1];
@@ -35,7 +35,7 @@ static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
 	size_t len;
 
 	wk_auth_bind(ep, &bind);
-	snprintf(realm, sizeof(realm), "%.*s", (int)au->realm_len, au->realm);
+	snprintf(realm, sizeof(realm), "%.*s", (int)realm_len, realm_s);
 	if (stun_nonce_make(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, (uint64_t)wk_unix_now(),
 			    STUN_NONCE_FEAT_PASSWORD_ALGORITHMS, &bind, sizeof(bind), nonce,
 			    sizeof(nonce), NULL) < 0)
@@ -189,13 +189,20 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	enum shm_ctr why = SHM_CTR_AUTH_FAIL_MISSING;
 	int rc, code = 401;
 
+	const char *want_realm;
+	size_t want_len;
+
 	memset(cred, 0, sizeof(*cred));
 	if (snap_auth_get(w->snap, auth_idx, &au) < 0)
 		return WK_AUTH_REPLIED;
+	/* An allocation keeps the realm its key was made with: a reload that changes the
+	 * realm must not break its refreshes. */
+	want_realm = a ? a->rec->realm : au.realm;
+	want_len = a ? a->rec->realm_len : au.realm_len;
 	if (!stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY) &&
 	    !stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256)) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_MISSING, 1);
-		wk_auth_challenge(w, ep, req, &au, 401, NULL);
+		wk_auth_challenge(w, ep, req, want_realm, want_len, 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
 	if (stun_msg_get_string(req, STUN_ATTR_NONCE, &nonce, &nonce_len) < 0 ||
@@ -211,12 +218,12 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 			      &features);
 	if (rc < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
-		wk_auth_challenge(w, ep, req, &au, rc == -ETIMEDOUT ? 438 : 401, NULL);
+		wk_auth_challenge(w, ep, req, want_realm, want_len, rc == -ETIMEDOUT ? 438 : 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
-	if (realm_len != au.realm_len || memcmp(realm, au.realm, realm_len) != 0) {
+	if (realm_len != want_len || memcmp(realm, want_realm, realm_len) != 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_WRONG_REALM, 1);
-		wk_auth_challenge(w, ep, req, &au, 401, NULL);
+		wk_auth_challenge(w, ep, req, want_realm, want_len, 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
 	if (wk_auth_pw_alg(req, features, &pwalg) < 0) {
@@ -234,7 +241,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		if (code == 441)
 			wk_auth_error(w, ep, req, 441, NULL);
 		else
-			wk_auth_challenge(w, ep, req, &au, 401, NULL);
+			wk_auth_challenge(w, ep, req, want_realm, want_len, 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);

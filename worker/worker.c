@@ -244,9 +244,16 @@ static int wk_listener_add(struct worker *w, const char *name, enum worker_proto
 	struct wk_listener *l;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
+	size_t idx = w->n_ls;
 	int rc;
 
-	if (w->n_ls >= WK_MAX_LISTENERS)
+	/* Reuse the slot of a removed listener so add/remove cycles never run out. */
+	for (size_t i = 0; i < w->n_ls; i++)
+		if (!w->ls[i]->active) {
+			idx = i;
+			break;
+		}
+	if (idx >= WK_MAX_LISTENERS)
 		return -ENOSPC;
 	l = calloc(1, sizeof(*l));
 	if (!l)
@@ -264,7 +271,11 @@ static int wk_listener_add(struct worker *w, const char *name, enum worker_proto
 		free(l);
 		return rc;
 	}
-	w->ls[w->n_ls++] = l;
+	if (idx < w->n_ls)
+		free(w->ls[idx]);
+	else
+		w->n_ls++;
+	w->ls[idx] = l;
 	w->snap_seen = false;	/* re-resolve listeners on the next iteration */
 	return 0;
 }

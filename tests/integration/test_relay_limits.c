@@ -340,7 +340,7 @@ static const char stunner_yaml[] =
 	"  healthcheck_endpoint: \"\"\n"
 	"auth:\n"
 	"  type: plaintext\n"
-	"  realm: stunner.l7mp.io\n"
+	"  realm: %s\n"
 	"  credentials:\n"
 	"    username: user1\n"
 	"    password: pw\n"
@@ -359,11 +359,11 @@ static const char stunner_yaml[] =
 	"    endpoints:\n"
 	"      - 127.0.0.1\n";
 
-static int stunner_write(const char *routes)
+static int stunner_write(const char *realm, const char *routes)
 {
 	char yaml[2048];
 
-	snprintf(yaml, sizeof(yaml), stunner_yaml, g.port, routes);
+	snprintf(yaml, sizeof(yaml), stunner_yaml, realm, g.port, routes);
 	return harness_write_config(&g.h, yaml);
 }
 
@@ -375,7 +375,7 @@ static int stunner_setup(void **state)
 	g.port = harness_free_port();
 	harness_addr("127.0.0.4", g.port, &g.srv);
 	setenv("STUNNER_ADDR", "127.0.0.4", 1);
-	if (stunner_write("[stunner/media-plane]") < 0)
+	if (stunner_write("stunner.l7mp.io", "[stunner/media-plane]") < 0)
 		return -1;
 	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
 }
@@ -410,7 +410,7 @@ static void test_reload_removes_route(void **state)
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	assert_int_equal(hturn_channel_bind(&c, 0x4001, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0x4001, "before-reload"));
-	assert_int_equal(stunner_write("[]"), 0);
+	assert_int_equal(stunner_write("stunner.l7mp.io", "[]"), 0);
 	kill(g.h.pid, SIGHUP);
 	/* Bounded wait for the master to publish; each probe waits 800 ms for an echo. */
 	for (int i = 0; i < 10 && !stopped; i++)
@@ -420,7 +420,7 @@ static void test_reload_removes_route(void **state)
 	assert_int_equal(hturn_refresh(&c, 600), 0);	/* the allocation survived */
 	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 403);
 	/* and back */
-	assert_int_equal(stunner_write("[stunner/media-plane]"), 0);
+	assert_int_equal(stunner_write("stunner.l7mp.io", "[stunner/media-plane]"), 0);
 	kill(g.h.pid, SIGHUP);
 	stopped = true;
 	for (int i = 0; i < 10 && stopped; i++)
@@ -428,6 +428,46 @@ static void test_reload_removes_route(void **state)
 	assert_false(stopped);
 	assert_int_equal(hturn_refresh(&c, 0), 0);
 	hturn_close(&c);
+}
+
+/* A reload that changes the realm keeps existing allocations: their requests are still
+ * challenged with, and verified under, the realm and key they were made with; new
+ * allocations use the new realm. */
+static void test_reload_realm_change(void **state)
+{
+	struct hturn c, d;
+	struct stun_msg m;
+	char realm[64];
+
+	(void)state;
+	client(&c, "user1");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(stunner_write("new.example", "[stunner/media-plane]"), 0);
+	kill(g.h.pid, SIGHUP);
+	client(&d, "user1");
+	d.no_retry = true;
+	realm[0] = 0;
+	for (int i = 0; i < 50 && strcmp(realm, "new.example") != 0; i++) {
+		d.nonce[0] = 0;
+		assert_int_equal(hturn_request(&d, STUN_BINDING, NULL, NULL, false), 0);
+		if (hturn_allocate(&d, NULL, NULL) == 401) {
+			assert_int_equal(stun_msg_parse(&m, d.resp, d.resp_len), 0);
+			stun_msg_copy_string(&m, STUN_ATTR_REALM, realm, sizeof(realm));
+		}
+		if (strcmp(realm, "new.example") != 0)
+			sleep_ms(100);
+	}
+	assert_string_equal(realm, "new.example");
+	d.no_retry = false;
+	assert_int_equal(hturn_allocate(&d, NULL, NULL), 0);
+	assert_string_equal(d.realm, "new.example");
+	/* the old allocation still refreshes with its own realm and key */
+	assert_int_equal(hturn_refresh(&c, 600), 0);
+	assert_string_equal(c.realm, "stunner.l7mp.io");
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	assert_int_equal(hturn_refresh(&d, 0), 0);
+	hturn_close(&c);
+	hturn_close(&d);
 }
 
 int main(void)
@@ -444,6 +484,7 @@ int main(void)
 	const struct CMUnitTest stunner[] = {
 		cmocka_unit_test(test_stunner_config),
 		cmocka_unit_test(test_reload_removes_route),
+		cmocka_unit_test(test_reload_realm_change),
 	};
 	int failed = 0;
 
