@@ -4,6 +4,7 @@
 #include "master/admin.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -246,10 +247,13 @@ static const char *listener_name(const struct master *m, unsigned idx)
 static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm_alloc *r,
 			  uint64_t now)
 {
+	/* Lengths come from another process: never trust them past the arrays. */
+	int ulen = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
+	int rlen = r->realm_len < SHM_ALLOC_REALM_MAX ? r->realm_len : SHM_ALLOC_REALM_MAX;
 	json_t *o = json_pack(
 		"{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id", (int)idx,
-		"worker", (int)r->owner, "user", r->username, (int)r->user_len, "realm", r->realm,
-		(int)r->realm_len, "listener", listener_name(m, r->listener_idx), "transport",
+		"worker", (int)r->owner, "user", r->username, ulen, "realm", r->realm, rlen,
+		"listener", listener_name(m, r->listener_idx), "transport",
 		transport_name(r->client_transport), "client", addr_json(&r->client), "server",
 		addr_json(&r->server), "relay", addr_json(&r->relay), "age",
 		now > r->created_ns ? (double)(now - r->created_ns) / 1e9 : 0.0, "lifetime_left",
@@ -425,6 +429,7 @@ json_t *admin_dispatch(struct master *m, const char *line, size_t len)
 	json_t *req, *cmd, *reply = NULL;
 	const char *name;
 
+	assert(m->magic == MASTER_MAGIC);
 	req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (req == NULL)
 		return err("malformed request: expected one JSON object per line");

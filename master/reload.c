@@ -3,6 +3,7 @@
 
 #include "master/master.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +308,7 @@ int reload_run(struct master *m, const char *trigger)
 	struct conf *nc = NULL;
 	int rc;
 
+	assert(m->magic == MASTER_MAGIC);
 	notify_reloading();
 	log_info("master", "reloading configuration (%s)", trigger);
 	rc = load_config(m, &nc, &diags);

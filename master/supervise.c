@@ -3,6 +3,7 @@
 
 #include "master/master.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -159,6 +160,7 @@ int supervise_spawn(struct master *m, unsigned slot)
 	int fds[2], rc;
 	pid_t pid, parent = getpid();
 
+	assert(m->magic == MASTER_MAGIC && slot < m->n_slots);
 	wl = calloc(SHM_MAX_LISTENERS, sizeof(*wl));
 	if (wl == NULL)
 		return -ENOMEM;
