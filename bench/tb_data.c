@@ -1,0 +1,280 @@
+/* turnbench data phase: ChannelData closed loop (relay, direct) or fixed offered rate (rate).
+ *
+ * Payload: 8-byte send time (CLOCK_MONOTONIC ns), 4-byte allocation index, 4-byte sequence,
+ * zero padding. A packet counts when its send time lies in the measured window; its echo
+ * counts when it comes back before the drain deadline (0.5 s after the window).
+ */
+#define _GNU_SOURCE
+#include "bench/tb.h"
+#include "stun/stun_frame.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define DRAIN_NS 500000000ull
+#define WRITEOFF_NS 100000000ull
+#define MIN_PAYLOAD 16
+
+struct tb_data {
+	struct tb_ctx *ctx;
+	struct tb_result *r;
+	unsigned hdr;			/* 4 for ChannelData, 0 for direct */
+	unsigned plen;
+	uint64_t t_warm, t_end, t_stop;
+	bool sending, sampled_before, sampled_after;
+	uint8_t *tx, *rx;		/* TB_BATCH buffers each */
+	size_t slot;			/* bytes per buffer */
+	struct mmsghdr tm[TB_BATCH], rm[TB_BATCH];
+	struct iovec tv[TB_BATCH], rv[TB_BATCH];
+};
+
+static void put_payload(struct tb_data *d, uint8_t *p, uint32_t idx, uint32_t seq, uint64_t t)
+{
+	if (d->hdr)
+		stun_chan_write_header(p, TB_CHANNEL, d->plen);
+	p += d->hdr;
+	memcpy(p, &t, 8);
+	memcpy(p + 8, &idx, 4);
+	memcpy(p + 12, &seq, 4);
+}
+
+static bool in_window(const struct tb_data *d, uint64_t t)
+{
+	return t >= d->t_warm && t < d->t_end;
+}
+
+/* Sends count packets on allocation idx with sendmmsg; returns how many left. */
+static unsigned send_burst(struct tb_data *d, uint32_t idx, unsigned count)
+{
+	struct tb_alloc *a = &d->ctx->a[idx];
+	unsigned total = 0;
+
+	while (count > 0) {
+		unsigned k = count < TB_BATCH ? count : TB_BATCH;
+		uint64_t t = tb_now_ns();
+		int n;
+
+		for (unsigned j = 0; j < k; j++) {
+			put_payload(d, d->tx + j * d->slot, idx, a->seq + j, t);
+			d->tv[j].iov_len = d->hdr + d->plen;
+		}
+		n = sendmmsg(a->fd, d->tm, k, MSG_DONTWAIT);
+		if (n <= 0)
+			break;
+		a->seq += (uint32_t)n;
+		a->inflight += (uint32_t)n;
+		if (in_window(d, t))
+			d->r->sent += (uint64_t)n;
+		total += (unsigned)n;
+		count -= (unsigned)n;
+		if ((unsigned)n < k)
+			break;
+	}
+	return total;
+}
+
+static void take_echo(struct tb_data *d, struct tb_alloc *a, const uint8_t *p, size_t len,
+		      uint64_t now)
+{
+	uint64_t t;
+
+	if (len < d->hdr + MIN_PAYLOAD)
+		return;
+	if (d->hdr && (p[0] != (TB_CHANNEL >> 8) || p[1] != (TB_CHANNEL & 0xff)))
+		return;
+	memcpy(&t, p + d->hdr, 8);
+	if (a->inflight)
+		a->inflight--;
+	if (in_window(d, t)) {
+		d->r->received++;
+		tb_hist_add(&d->r->hist, now - t);
+	}
+}
+
+static void on_readable(struct tb_data *d, uint32_t idx)
+{
+	struct tb_alloc *a = &d->ctx->a[idx];
+
+	for (int round = 0; round < 8; round++) {
+		int n = recvmmsg(a->fd, d->rm, TB_BATCH, MSG_DONTWAIT, NULL);
+		uint64_t now = tb_now_ns();
+
+		if (n <= 0)
+			break;
+		for (int j = 0; j < n; j++)
+			take_echo(d, a, d->rx + (size_t)j * d->slot, d->rm[j].msg_len, now);
+		a->last_rx_ns = now;
+		if (n < TB_BATCH)
+			break;
+	}
+}
+
+static unsigned window_of(const struct tb_opts *o, uint32_t idx)
+{
+	return o->window / o->n + (idx < o->window % o->n);
+}
+
+static void refill(struct tb_data *d, uint32_t idx)
+{
+	struct tb_alloc *a = &d->ctx->a[idx];
+	unsigned w = window_of(d->ctx->o, idx);
+
+	if (d->sending && a->inflight < w)
+		send_burst(d, idx, w - a->inflight);
+}
+
+/* A window silent for WRITEOFF_NS lost its packets: forget them so the loop cannot stall. */
+static void write_off(struct tb_data *d, uint64_t now)
+{
+	for (uint32_t i = 0; i < d->ctx->o->n; i++) {
+		struct tb_alloc *a = &d->ctx->a[i];
+
+		if (a->inflight && now - a->last_rx_ns > WRITEOFF_NS) {
+			a->inflight = 0;
+			a->last_rx_ns = now;
+			refill(d, i);
+		}
+	}
+}
+
+static void edges(struct tb_data *d, uint64_t now)
+{
+	const struct tb_opts *o = d->ctx->o;
+	struct tb_result *r = d->r;
+
+	if (!d->sampled_before && now >= d->t_warm) {
+		d->sampled_before = true;
+		r->gen_cpu_s = -tb_self_cpu_s();
+		r->echo_cpu_s = -tb_pid_cpu_s(o->echo_pid);
+		if (o->n_srv)
+			r->sampled = tb_sample_server(o, &r->before) == 0;
+	}
+	if (!d->sampled_after && now >= d->t_end) {
+		d->sampled_after = true;
+		d->sending = false;
+		r->gen_cpu_s += tb_self_cpu_s();
+		r->echo_cpu_s += tb_pid_cpu_s(o->echo_pid);
+		if (o->n_srv && r->sampled)
+			r->sampled = tb_sample_server(o, &r->after) == 0;
+	}
+}
+
+static bool all_back(const struct tb_data *d)
+{
+	for (uint32_t i = 0; i < d->ctx->o->n; i++)
+		if (d->ctx->a[i].inflight)
+			return false;
+	return true;
+}
+
+static void loop_closed(struct tb_data *d)
+{
+	struct epoll_event ev[256];
+	uint64_t next_check = 0;
+
+	for (uint32_t i = 0; i < d->ctx->o->n; i++) {
+		d->ctx->a[i].last_rx_ns = tb_now_ns();
+		refill(d, i);
+	}
+	for (;;) {
+		int n = epoll_wait(d->ctx->ep, ev, 256, 1);
+		uint64_t now;
+
+		for (int k = 0; k < n; k++) {
+			on_readable(d, ev[k].data.u32);
+			refill(d, ev[k].data.u32);
+		}
+		now = tb_now_ns();
+		edges(d, now);
+		if (now >= d->t_stop || (!d->sending && all_back(d)))
+			break;
+		if (d->sending && now >= next_check) {
+			write_off(d, now);
+			next_check = now + WRITEOFF_NS / 2;
+		}
+	}
+}
+
+static void loop_rate(struct tb_data *d)
+{
+	const struct tb_opts *o = d->ctx->o;
+	uint64_t interval = 1000000000ull / o->rate, due = tb_now_ns(), k = 0;
+	struct epoll_event ev[256];
+	uint8_t *pkt = d->tx;
+
+	/* Wake up on time: the default 50 us timer slack would bunch the sends. */
+	prctl(PR_SET_TIMERSLACK, 1000UL);
+	for (;;) {
+		uint64_t now = tb_now_ns();
+		struct timespec ts;
+		int n;
+
+		while (d->sending && due <= now) {
+			uint32_t idx = (uint32_t)(k % o->n);
+			struct tb_alloc *a = &d->ctx->a[idx];
+
+			put_payload(d, pkt, idx, a->seq++, now);
+			if (send(a->fd, pkt, d->hdr + d->plen, MSG_DONTWAIT) > 0 && in_window(d, now))
+				d->r->sent++;
+			k++;
+			due += interval;
+		}
+		edges(d, now);
+		if (now >= d->t_stop)
+			break;
+		uint64_t wait = d->sending && due > now ? due - now : (d->sending ? 0 : 1000000);
+		ts.tv_sec = (time_t)(wait / 1000000000ull);
+		ts.tv_nsec = (long)(wait % 1000000000ull);
+		n = epoll_pwait2(d->ctx->ep, ev, 256, &ts, NULL);
+		for (int j = 0; j < n; j++)
+			on_readable(d, ev[j].data.u32);
+	}
+}
+
+int tb_data_run(struct tb_ctx *ctx, struct tb_result *r)
+{
+	const struct tb_opts *o = ctx->o;
+	struct tb_data *d = calloc(1, sizeof(*d));
+	uint64_t t0 = tb_now_ns();
+	int ret = -ENOMEM;
+
+	if (!d)
+		return -ENOMEM;
+	d->ctx = ctx;
+	d->r = r;
+	d->hdr = o->mode == TB_MODE_DIRECT ? 0 : STUN_CHANDATA_HEADER_LEN;
+	d->plen = o->payload;
+	d->slot = (STUN_CHANDATA_HEADER_LEN + TB_MAX_PAYLOAD + 64 + 63) & ~(size_t)63;
+	d->tx = calloc(TB_BATCH, d->slot);
+	d->rx = calloc(TB_BATCH, d->slot);
+	if (!d->tx || !d->rx || tb_hist_init(&r->hist) != 0)
+		goto out;
+	for (int j = 0; j < TB_BATCH; j++) {
+		d->tv[j] = (struct iovec){ d->tx + (size_t)j * d->slot, 0 };
+		d->tm[j].msg_hdr = (struct msghdr){ .msg_iov = &d->tv[j], .msg_iovlen = 1 };
+		d->rv[j] = (struct iovec){ d->rx + (size_t)j * d->slot, d->slot };
+		d->rm[j].msg_hdr = (struct msghdr){ .msg_iov = &d->rv[j], .msg_iovlen = 1 };
+	}
+	d->t_warm = t0 + (uint64_t)(o->warmup * 1e9);
+	d->t_end = d->t_warm + (uint64_t)(o->duration * 1e9);
+	d->t_stop = d->t_end + DRAIN_NS;
+	d->sending = true;
+	if (o->mode == TB_MODE_RATE)
+		loop_rate(d);
+	else
+		loop_closed(d);
+	r->window_s = o->duration;
+	ret = 0;
+out:
+	free(d->tx);
+	free(d->rx);
+	free(d);
+	return ret;
+}

@@ -1,0 +1,280 @@
+/* turnbench setup phase: pipelined, authenticated Allocate + CreatePermission + ChannelBind.
+ *
+ * Each allocation walks 401 round -> Allocate -> CreatePermission -> ChannelBind on its own
+ * socket; at most o->conc allocations are between their first request and their last answer.
+ * Answers are matched by transaction id and success answers are integrity-checked, so a
+ * server that signs wrongly fails the benchmark instead of looking fast.
+ */
+#include "bench/tb.h"
+#include "stun/stun.h"
+#include "stun/stun_auth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum tb_state { S_IDLE, S_A0, S_A1, S_PERM, S_BIND, S_READY, S_FAIL };
+
+#define RTO_NS 500000000ull
+#define MAX_TRIES 5
+
+static void tid_new(struct tb_alloc *a, uint32_t idx)
+{
+	/* Unique per allocation and transaction without a CSPRNG call per request. */
+	uint32_t w[3] = { idx, 0, 0x74626e63u };
+
+	memcpy(&w[1], a->tid + 4, 4);
+	w[1]++;
+	memcpy(a->tid, w, sizeof(w));
+}
+
+static void add_auth(struct tb_ctx *ctx, struct stun_builder *b, const struct tb_alloc *a)
+{
+	char nonce[TB_NONCE_MAX + 1];
+
+	memcpy(nonce, a->nonce, a->nonce_len);
+	nonce[a->nonce_len] = '\0';
+	stun_build_string(b, STUN_ATTR_USERNAME, ctx->username);
+	stun_build_string(b, STUN_ATTR_REALM, ctx->realm);
+	stun_build_string(b, STUN_ATTR_NONCE, nonce);
+	stun_build_integrity(b, ctx->key, ctx->key_len);
+}
+
+/* (Re)sends the request of a's current state with a's current transaction id. */
+static int send_request(struct tb_ctx *ctx, uint32_t idx)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+	const struct sockaddr *peer = (const struct sockaddr *)&ctx->o->peer;
+	struct stun_builder b;
+	uint8_t buf[512];
+	size_t len;
+
+	switch (a->state) {
+	case S_A0:
+	case S_A1:
+		stun_build_init(&b, buf, sizeof(buf), STUN_ALLOCATE, STUN_REQUEST, a->tid);
+		stun_build_requested_transport(&b, STUN_TRANSPORT_UDP);
+		break;
+	case S_PERM:
+		stun_build_init(&b, buf, sizeof(buf), STUN_CREATE_PERMISSION, STUN_REQUEST, a->tid);
+		stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
+		break;
+	case S_BIND:
+		stun_build_init(&b, buf, sizeof(buf), STUN_CHANNEL_BIND, STUN_REQUEST, a->tid);
+		stun_build_channel(&b, TB_CHANNEL);
+		stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (a->state != S_A0 && ctx->have_key)
+		add_auth(ctx, &b, a);
+	if (stun_build_finish(&b, &len) != 0)
+		return -ENOBUFS;
+	if (send(a->fd, buf, len, 0) < 0 && errno != EAGAIN)
+		return -errno;
+	a->deadline_ns = tb_now_ns() + RTO_NS;
+	return 0;
+}
+
+static int enter(struct tb_ctx *ctx, uint32_t idx, uint8_t state)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+
+	a->state = state;
+	a->tries = 0;
+	tid_new(a, idx);
+	return send_request(ctx, idx);
+}
+
+static void fail(struct tb_ctx *ctx, uint32_t idx, const char *why, int code)
+{
+	if (ctx->failed < 5)
+		fprintf(stderr, "turnbench: allocation %u failed in state %u: %s %d\n", idx,
+			ctx->a[idx].state, why, code);
+	ctx->a[idx].state = S_FAIL;
+	ctx->failed++;
+}
+
+/* Takes REALM and NONCE from a 401/438 answer; derives the key on the first realm. */
+static int take_nonce(struct tb_ctx *ctx, struct tb_alloc *a, const struct stun_msg *m)
+{
+	const char *nonce;
+	size_t nl;
+	char pass[64];
+	const char *pw = ctx->o->pass;
+
+	if (stun_msg_get_string(m, STUN_ATTR_NONCE, &nonce, &nl) != 0 || nl > TB_NONCE_MAX)
+		return -EBADMSG;
+	memcpy(a->nonce, nonce, nl);
+	a->nonce_len = (uint8_t)nl;
+	if (ctx->have_key)
+		return 0;
+	if (stun_msg_copy_string(m, STUN_ATTR_REALM, ctx->realm, sizeof(ctx->realm)) != 0)
+		return -EBADMSG;
+	if (ctx->o->secret) {
+		uint64_t exp = (uint64_t)time(NULL) + 86400;
+
+		if (stun_rest_mint((const uint8_t *)ctx->o->secret, strlen(ctx->o->secret),
+				   ctx->o->user, exp, ctx->username, sizeof(ctx->username), pass,
+				   sizeof(pass)) != 0)
+			return -EINVAL;
+		pw = pass;
+	} else {
+		snprintf(ctx->username, sizeof(ctx->username), "%s", ctx->o->user);
+	}
+	if (stun_auth_key(STUN_PWALG_MD5, ctx->username, strlen(ctx->username), ctx->realm,
+			  strlen(ctx->realm), pw, strlen(pw), ctx->key, &ctx->key_len) != 0)
+		return -EIO;
+	explicit_bzero(pass, sizeof(pass));
+	ctx->have_key = true;
+	return 0;
+}
+
+static void on_error(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *m)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+	int code = 0;
+
+	stun_msg_get_error(m, &code, NULL, NULL);
+	if ((code == 401 && a->state == S_A0) || (code == 438 && a->tries < MAX_TRIES)) {
+		if (take_nonce(ctx, a, m) != 0) {
+			fail(ctx, idx, "bad REALM/NONCE in", code);
+			return;
+		}
+		if (code == 438)
+			ctx->stale++;
+		uint8_t tries = a->tries;
+		if (enter(ctx, idx, a->state == S_A0 ? S_A1 : a->state) != 0)
+			fail(ctx, idx, "send", 0);
+		a->tries = (uint8_t)(tries + (code == 438));
+		return;
+	}
+	fail(ctx, idx, "error response", code);
+}
+
+static void on_success(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *m)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+
+	if (ctx->have_key && stun_msg_check_integrity(m, ctx->key, ctx->key_len) != 0) {
+		fail(ctx, idx, "bad MESSAGE-INTEGRITY on success", 0);
+		return;
+	}
+	switch (a->state) {
+	case S_A0:
+	case S_A1:
+		if (enter(ctx, idx, S_PERM) != 0)
+			fail(ctx, idx, "send", 0);
+		break;
+	case S_PERM:
+		if (enter(ctx, idx, S_BIND) != 0)
+			fail(ctx, idx, "send", 0);
+		break;
+	case S_BIND:
+		a->state = S_READY;
+		ctx->done++;
+		break;
+	default:
+		break;
+	}
+}
+
+static void on_readable(struct tb_ctx *ctx, uint32_t idx)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+	uint8_t buf[2048];
+
+	for (int k = 0; k < 16; k++) {
+		struct stun_msg m;
+		ssize_t n = recv(a->fd, buf, sizeof(buf), 0);
+
+		if (n < 0)
+			return;	/* EAGAIN, or an ICMP error: the retransmission timer decides */
+		if (a->state < S_A0 || a->state > S_BIND)
+			continue;
+		if (stun_msg_parse(&m, buf, (size_t)n) != 0 || memcmp(m.tid, a->tid, 12) != 0)
+			continue;	/* late answer to an earlier transaction */
+		if (m.cls == STUN_SUCCESS)
+			on_success(ctx, idx, &m);
+		else if (m.cls == STUN_ERROR)
+			on_error(ctx, idx, &m);
+	}
+}
+
+static int start_one(struct tb_ctx *ctx, uint32_t idx)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = idx };
+	int r = tb_udp_open(&ctx->o->bind, &ctx->o->server, &a->fd);
+
+	if (r != 0)
+		return r;
+	if (epoll_ctl(ctx->ep, EPOLL_CTL_ADD, a->fd, &ev) != 0)
+		return -errno;
+	/* Like a fresh client (browser), every allocation starts with the 401 round. */
+	return enter(ctx, idx, S_A0);
+}
+
+/* Retransmits overdue requests among allocations [lo, hi). */
+static void check_timers(struct tb_ctx *ctx, uint32_t lo, uint32_t hi, uint64_t now)
+{
+	for (uint32_t i = lo; i < hi; i++) {
+		struct tb_alloc *a = &ctx->a[i];
+
+		if (a->state < S_A0 || a->state > S_BIND || now < a->deadline_ns)
+			continue;
+		if (++a->tries >= MAX_TRIES) {
+			fail(ctx, i, "no answer after retries", a->tries);
+			continue;
+		}
+		ctx->retrans++;
+		if (send_request(ctx, i) != 0) {
+			fail(ctx, i, "send", 0);
+			continue;
+		}
+		a->deadline_ns = now + (RTO_NS << a->tries);
+	}
+}
+
+int tb_setup_run(struct tb_ctx *ctx)
+{
+	const struct tb_opts *o = ctx->o;
+	uint64_t t0 = tb_now_ns(), limit = t0 + 30000000000ull + (uint64_t)o->n * 10000000ull;
+	uint32_t next = 0, lo = 0;
+	struct epoll_event ev[256];
+
+	while (ctx->done + ctx->failed < o->n) {
+		uint64_t now = tb_now_ns();
+		int n;
+
+		if (now > limit) {
+			fprintf(stderr, "turnbench: setup timed out (%u ready)\n", ctx->done);
+			return -ETIMEDOUT;
+		}
+		/* Allocations below lo are finished; timers are checked from lo on. */
+		while (lo < next && ctx->a[lo].state >= S_READY)
+			lo++;
+		/* Every started allocation is finished (done/failed) or in flight. */
+		while (next < o->n && next - (ctx->done + ctx->failed) < o->conc) {
+			int r = start_one(ctx, next);
+
+			if (r != 0) {
+				fprintf(stderr, "turnbench: socket for allocation %u: %s\n", next,
+					strerror(-r));
+				return r;
+			}
+			next++;
+		}
+		n = epoll_wait(ctx->ep, ev, 256, 5);
+		for (int k = 0; k < n; k++)
+			on_readable(ctx, ev[k].data.u32);
+		check_timers(ctx, lo, next, tb_now_ns());
+	}
+	ctx->setup_ns = tb_now_ns() - t0;
+	return ctx->failed ? -EIO : 0;
+}
