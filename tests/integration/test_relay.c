@@ -23,6 +23,7 @@
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/harness_admin.h"
 
 #define RELAY_MIN 50000
 #define RELAY_MAX 50999
@@ -147,6 +148,31 @@ static void client(struct hturn *c, const struct sockaddr_storage *srv, bool tcp
 {
 	assert_int_equal(hturn_open(c, (const struct sockaddr *)srv, tcp), 0);
 	hturn_set_user(c, "user1", "pass1");
+}
+
+/* A counter from the admin socket's `stats` (summed over workers), -1 on failure. */
+static long long stat_counter(const char *name)
+{
+	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"stats\"}");
+	json_t *v = r ? json_object_get(json_object_get(r, "counters"), name) : NULL;
+	long long n = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+
+	json_decref(r);
+	return n;
+}
+
+/* Waits (3 s at most) until the daemon reports `want` live allocations. */
+static long long wait_allocations(long long want)
+{
+	long long n = -1;
+
+	for (int i = 0; i < 60; i++) {
+		n = hadmin_status_int(g.h.sock, "allocations");
+		if (n == want)
+			break;
+		usleep(50000);
+	}
+	return n;
 }
 
 static struct sockaddr *sa(struct sockaddr_storage *s)
@@ -515,11 +541,15 @@ static void test_permission_errors(void **state)
 	struct two_peers tp = { &g.echo.addr, &denied };
 
 	(void)state;
+	long long denied_before = stat_counter("perm_denied");
+
 	harness_addr("127.0.0.9", 4000, &denied);
 	harness_addr("::1", 4000, &v6);
 	client(&c, &g.srv, false);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_true(denied_before >= 0);
 	assert_int_equal(hturn_permission(&c, sa(&denied)), 403);
+	assert_true(stat_counter("perm_denied") > denied_before);
 	assert_int_equal(hturn_channel_bind(&c, 0x4002, sa(&denied)), 403);
 	assert_int_equal(hturn_permission(&c, sa(&v6)), 443);
 	assert_int_equal(hturn_channel_bind(&c, 0x4002, sa(&v6)), 443);
@@ -661,9 +691,10 @@ static void test_tcp(void **state)
 	assert_int_equal(hturn_channel_bind(&c, 0x4100, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0x4100, NULL, "tcp-chan"));
 	assert_true(echo_roundtrip(&c, 0x4100, NULL, "pad"));
-	/* Closing the connection ends the allocation (nothing to observe from here but
-	 * the daemon must survive it cleanly: checked by the log scan at teardown). */
+	/* Closing the connection ends the allocation. */
+	assert_int_equal(wait_allocations(1), 1);
 	hturn_close(&c);
+	assert_int_equal(wait_allocations(0), 0);
 	client(&c, &g.srv, true);
 	assert_int_equal(hturn_refresh(&c, 600), 437);
 	hturn_close(&c);
