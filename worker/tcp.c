@@ -59,8 +59,7 @@ static void wk_tconn_flush(struct worker *w, struct wk_tconn *c)
 
 /* Queues a whole frame or nothing: a frame that does not fit in the bounded output
  * buffer is dropped (data) so a slow reader cannot grow our memory. */
-void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len,
-		   bool drop_ok)
+void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len)
 {
 	size_t need;
 

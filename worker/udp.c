@@ -214,7 +214,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len)
 {
 	if (ep->c) {
-		wk_tconn_send(w, ep->c, buf, len, true);
+		wk_tconn_send(w, ep->c, buf, len);
 		return;
 	}
 	if (sendto(ep->l->fd, buf, len, MSG_DONTWAIT, ep->addr, ep->addr_len) < 0) {

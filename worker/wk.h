@@ -192,8 +192,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 /* ---- tcp.c ---- */
 int wk_tcp_start(struct worker *w, struct wk_listener *l);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
-void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len,
-		   bool drop_ok);
+void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
 
 /* Sends a response/indication/ChannelData to the client behind ep. */
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);

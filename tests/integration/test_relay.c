@@ -369,14 +369,6 @@ static void test_auth_none_binding_only(void **state)
 
 /* ---- Allocate ---- */
 
-static void tcp_transport(struct stun_builder *b, void *arg)
-{
-	(void)arg;
-	/* hturn_allocate adds UDP first; the server reads the first occurrence, so build
-	 * this request by hand instead (see test_allocate_errors). */
-	(void)b;
-}
-
 static void req_transport(struct stun_builder *b, void *arg)
 {
 	stun_build_requested_transport(b, (uint8_t)(uintptr_t)arg);
@@ -393,7 +385,6 @@ static void test_allocate_errors(void **state)
 	struct hturn c;
 
 	(void)state;
-	(void)tcp_transport;
 	client(&c, &g.srv, false);
 	/* 442: TCP relaying is not offered. */
 	assert_int_equal(hturn_request(&c, STUN_ALLOCATE, req_transport,
