@@ -134,16 +134,13 @@ int shm_alloc_get(struct shm *shm, unsigned slot, uint32_t idx, struct shm_alloc
 	return 0;
 }
 
-static void count_active(struct shm *shm, unsigned slot, const struct shm_alloc *r, int dir)
+/* Only for records the master ends on behalf of a dead slot (shm_slot_release_all);
+ * live workers count their own allocations. */
+static void count_ended(struct shm_counters *c, const struct shm_alloc *r)
 {
-	struct shm_counters *c = &shm_slot_at(shm, slot)->ctr;
-	uint64_t d = dir > 0 ? 1 : (uint64_t)-1;
-
-	shm_ctr_add(c, dir > 0 ? SHM_CTR_ALLOCS_CREATED : SHM_CTR_ALLOCS_ENDED, 1);
-	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, d);
-	if (dir > 0)
-		shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_CREATED, 1);
-	shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, d);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ENDED, 1);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 }
 
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
@@ -157,22 +154,14 @@ int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
 		return -EPERM;
 	cmm_smp_wmb();	/* release: identity fields before LIVE */
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot));
-	count_active(shm, slot, r, +1);
 	return 0;
 }
 
 /* Clears an owned record and frees it. Used by the owner, by its replacement in the same
  * slot, and by the master for a slot without a process: always a single writer. */
-static void rec_release(struct shm *shm, unsigned slot, struct shm_alloc *r)
+static void rec_release(struct shm_alloc *r, unsigned slot)
 {
-	uint32_t w = CMM_LOAD_SHARED(r->state);
-
-	if (w == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
-		CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
-		count_active(shm, slot, r, -1);
-	} else {
-		CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
-	}
+	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
 	shm_alloc_begin_write(r);
 	rec_clear(r);
 	shm_alloc_end_write(r);
@@ -186,7 +175,7 @@ int shm_alloc_release(struct shm *shm, unsigned slot, uint32_t idx)
 
 	if (rc < 0)
 		return rc;
-	rec_release(shm, slot, shm_alloc_at(shm, idx));
+	rec_release(shm_alloc_at(shm, idx), slot);
 	return 0;
 }
 
@@ -289,7 +278,12 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 	if (st != SHM_SLOT_EMPTY && st != SHM_SLOT_DEAD)
 		return -EBUSY;
 	while (shm_alloc_next_owned(shm, slot, &cursor, &idx) == 0) {
-		rec_release(shm, slot, shm_alloc_at(shm, idx));
+		struct shm_alloc *r = shm_alloc_at(shm, idx);
+
+		/* the dead worker counted its LIVE records as active; nobody else will end them */
+		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
+			count_ended(&s->ctr, r);
+		rec_release(r, slot);
 		n++;
 	}
 	if (n_released != NULL)

@@ -155,16 +155,13 @@ void shm_alloc_begin_write(struct shm_alloc *rec);
 void shm_alloc_end_write(struct shm_alloc *rec);
 
 /* Owner: CLAIMED -> LIVE (release store: all fields written before are visible to a
- * reader that sees LIVE). Counts ALLOCS_CREATED/ALLOCS_ACTIVE in the slot's counters and
- * the per-listener ones of rec->listener_idx (set listener_idx before publishing).
- * Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
+ * reader that sees LIVE). Does not touch counters: the worker counts ALLOCS_CREATED/
+ * ALLOCS_ACTIVE itself. Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx);
 
 /* Owner (or the replacement worker of the same slot): ends a record in any owned state
  * (CLAIMED, LIVE, DYING, torn): -> DYING, contents cleared (key wiped), -> FREE.
- * Releasing a LIVE record counts ALLOCS_ENDED and decrements the ALLOCS_ACTIVE gauges
- * (a worker killed between the two steps leaves the gauge off by one; the replacement
- * may correct it after adoption).
+ * Does not touch counters (the worker counts ALLOCS_ENDED/ALLOCS_ACTIVE itself).
  * Returns 0, -EINVAL, -EPERM (not owned by slot), -EROFS. */
 int shm_alloc_release(struct shm *shm, unsigned slot, uint32_t idx);
 
@@ -197,7 +194,9 @@ int shm_alloc_next_live(const struct shm *shm, uint32_t *cursor, uint32_t *idx);
 
 /* Master, only for a slot with no running worker (after shm_slot_reaped and before a
  * replacement is forked, or when the replacement declines adoption): releases every
- * record the slot owns and adjusts the slot's ALLOCS_ACTIVE/ALLOCS_ENDED counters.
+ * record the slot owns and, for each one that was LIVE, adds 1 to the slot's
+ * ALLOCS_ENDED and subtracts 1 from its ALLOCS_ACTIVE gauges (slot-wide and of the
+ * record's listener), as the dead worker would have done.
  * *n_released may be NULL. Returns 0, -EINVAL, -EBUSY (slot is STARTING/RUNNING/
  * STOPPING), -EROFS. */
 int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released);

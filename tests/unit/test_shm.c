@@ -455,8 +455,7 @@ static void test_alloc_lifecycle(void **state)
 	assert_int_equal(shm_alloc_publish(shm, 0, idx), -EPERM);
 	assert_int_equal(shm_alloc_publish(shm, 1, idx), 0);
 	assert_int_equal(shm_alloc_publish(shm, 1, idx), -EPERM);
-	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 1);
-	assert_int_equal(c->lst[5][SHM_LCTR_ALLOCS_CREATED], 1);
+	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 0);	/* the worker counts, not shm */
 	assert_int_equal(shm_alloc_is_torn(shm, idx, &torn, NULL), 0);
 	assert_false(torn);
 	cur = 0;
@@ -471,9 +470,7 @@ static void test_alloc_lifecycle(void **state)
 	assert_int_equal(shm_alloc_get(shm, 1, 4, &r), -EINVAL);
 	assert_int_equal(shm_alloc_release(shm, 0, idx), -EPERM);
 	assert_int_equal(shm_alloc_release(shm, 1, idx), 0);
-	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 0);
-	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 1);
-	assert_int_equal(c->lst[5][SHM_LCTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 0);
 	assert_int_equal(r->state, 0);
 	assert_int_equal(r->key[0], 0);	/* wiped */
 	assert_int_equal(shm_alloc_release(shm, 1, idx), -EPERM);
@@ -502,10 +499,15 @@ static void test_alloc_torn_and_release_all(void **state)
 	assert_non_null(copy);
 	assert_int_equal(shm_slot_spawning(shm, 0, NULL), 0);
 	/* a: LIVE and fine; b: LIVE but writer died mid-update (odd seq); d: CLAIMED */
-	assert_int_equal(shm_alloc_claim(shm, 0, &a, NULL), 0);
+	assert_int_equal(shm_alloc_claim(shm, 0, &a, &r), 0);
+	r->listener_idx = 7;
 	assert_int_equal(shm_alloc_publish(shm, 0, a), 0);
 	assert_int_equal(shm_alloc_claim(shm, 0, &b, &r), 0);
+	r->listener_idx = 7;
 	assert_int_equal(shm_alloc_publish(shm, 0, b), 0);
+	/* what the worker counts for its two LIVE allocations */
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 2);
+	shm_lctr_add(c, 7, SHM_LCTR_ALLOCS_ACTIVE, 2);
 	shm_alloc_begin_write(r);
 	assert_int_equal(shm_alloc_claim(shm, 0, &d, NULL), 0);
 	assert_int_equal(shm_alloc_claim(shm, 1, NULL, NULL), 0);
@@ -527,7 +529,8 @@ static void test_alloc_torn_and_release_all(void **state)
 	assert_int_equal(shm_slot_release_all(shm, 0, &n), 0);
 	assert_int_equal(n, 3);
 	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 0);
-	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 2);
+	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 2);	/* the LIVE ones only */
+	assert_int_equal(c->lst[7][SHM_LCTR_ALLOCS_ACTIVE], 0);
 	cur = 0;
 	assert_int_equal(shm_alloc_next_owned(shm, 0, &cur, &got), -ENOENT);
 	assert_int_equal(shm_alloc_is_torn(shm, b, &torn, NULL), 0);
@@ -587,8 +590,9 @@ static void test_alloc_claim_race(void **state)
 		assert_int_equal(r->gen, 1);
 		per_kid[owner_of[i]]++;
 	}
-	for (int k = 0; k < KIDS; k++)
-		assert_int_equal(shm_slot_counters(shm, k)->v[SHM_CTR_ALLOCS_ACTIVE], per_kid[k]);
+	assert_int_equal(per_kid[0] + per_kid[1] + per_kid[2] + per_kid[3], CAP);
+	print_message("claims per child: %u %u %u %u\n", per_kid[0], per_kid[1], per_kid[2],
+		      per_kid[3]);
 	munmap(owner_of, CAP * sizeof(uint32_t));
 	shm_destroy(shm);
 }
