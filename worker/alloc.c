@@ -341,16 +341,15 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 				*reserved_port = port + 1;
 			return 0;
 		}
-		/* Held by someone outside turngate: leave it booked so we stop trying it
-		 * (it is returned if the pool is rebuilt), and try the next one. */
-		if (rc != -EADDRINUSE) {
-			portpool_put(&l->pool, port);
-			if (reserve)
-				portpool_put(&l->pool, port + 1);
-			return rc;
-		}
+		/* Held by another socket (a listener sharing the range, another program):
+		 * give the booking back and move on; the round-robin cursor has passed
+		 * it, so the next tries look elsewhere. Keeping it booked would leak it
+		 * for good once its holder lets go. */
+		portpool_put(&l->pool, port);
 		if (reserve)
 			portpool_put(&l->pool, port + 1);
+		if (rc != -EADDRINUSE)
+			return rc;
 	}
 	shm_ctr_add(w->ctr, SHM_CTR_ERR_RELAY_BIND, 1);
 	return -EADDRNOTAVAIL;
