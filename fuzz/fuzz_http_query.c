@@ -1,4 +1,5 @@
-/* libFuzzer target: credential API query parsing and response rendering (http/http_cred.h). */
+/* libFuzzer target: credential API query parsing and response rendering (http/http_cred.h),
+ * and the endpoint URL parser (http/http.h) on the same bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 #include <jansson.h>
 
 #include "conf/conf.h"
+#include "http/http.h"
 #include "http/http_cred.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -46,6 +48,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct conf_auth st;
 	struct conf_user u;
 
+	struct http_endpoint ep;
+	char *url = malloc(size + 1);
+	if (url == NULL)
+		return 0;
+	memcpy(url, data, size);
+	url[size] = '\0';
+	int erc = http_endpoint_parse(url, 8080, &ep, &why);
+	free(url);
+	if (erc != 0 && why == NULL)
+		abort();
+	if (erc == 0 && ep.path[0] != '\0' && ep.path[0] != '/')
+		abort();
+	why = NULL;
 	if (http_cred_query_parse((const char *)data, size, &q, &why) != 0) {
 		if (why == NULL)
 			abort();

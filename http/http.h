@@ -95,6 +95,25 @@ struct http_handlers {
 	int64_t (*now)(void *ctx);
 };
 
+/* ---- /status body ------------------------------------------------------------------ */
+
+/* What the master knows beyond the config, for GET /status. */
+struct http_status_info {
+	enum http_readiness readiness;
+	uint64_t allocations;         /* active, summed over workers */
+	uint64_t generation;          /* config generation being served */
+	unsigned workers_running, workers_total;
+	bool last_reload_ok;
+};
+
+/* Pure: renders STUNner's StunnerStatus shape ({"version","admin","auth","listeners",
+ * "clusters",...,"allocationCount":N,"status":"READY"|"NOT-READY"|"TERMINATING"}) plus
+ * turngate's "generation", "workers":{"running","total"} and "lastReload":"ok"|"failed".
+ * The config part comes from conf_to_json_redacted(): secrets, passwords, certificates and
+ * keys never appear. cfg may be NULL (no config part). Returns 0, -ENOMEM. */
+int http_status_render(const struct conf *cfg, const struct http_status_info *info,
+		       struct http_buf *out);
+
 /* ---- server --------------------------------------------------------------------- */
 
 struct http_server;

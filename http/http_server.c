@@ -80,6 +80,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 }
 
+__attribute__((format(printf, 2, 0)))
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char msg[256];

@@ -419,6 +419,47 @@ static void test_listener_uri(void **state)
 	assert_int_equal(http_cred_listener_uri(cfg, 99, NULL, buf, sizeof(buf)), -EINVAL);
 }
 
+static void test_status(void **state)
+{
+	const struct conf *cfg = *state;
+	struct http_status_info info = { .readiness = HTTP_DRAINING, .allocations = 12,
+					 .generation = 4, .workers_running = 2,
+					 .workers_total = 3, .last_reload_ok = true };
+	struct http_buf b = HTTP_BUF_INIT;
+
+	assert_int_equal(http_status_render(cfg, &info, &b), 0);
+	assert_null(strstr(b.data, "s3cret"));
+	assert_null(strstr(b.data, "bobpw"));
+	json_t *j = json_loads(b.data, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "status")), "TERMINATING");
+	assert_int_equal(json_integer_value(json_object_get(j, "allocationCount")), 12);
+	assert_int_equal(json_integer_value(json_object_get(j, "generation")), 4);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "workers"),
+							    "running")), 2);
+	assert_string_equal(json_string_value(json_object_get(j, "lastReload")), "ok");
+	assert_int_equal(json_array_size(json_object_get(j, "listeners")), 4);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "admin"),
+							      "name")), "ns1/gw1");
+	json_decref(j);
+	http_buf_free(&b);
+
+	info.readiness = HTTP_NOT_READY;
+	info.last_reload_ok = false;
+	assert_int_equal(http_status_render(NULL, &info, &b), 0);
+	j = json_loads(b.data, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "status")), "NOT-READY");
+	assert_string_equal(json_string_value(json_object_get(j, "lastReload")), "failed");
+	assert_null(json_object_get(j, "listeners"));
+	json_decref(j);
+	http_buf_free(&b);
+	info.readiness = HTTP_READY;
+	assert_int_equal(http_status_render(NULL, &info, &b), 0);
+	assert_non_null(strstr(b.data, "\"status\":\"READY\""));
+	http_buf_free(&b);
+}
+
 static void test_buf(void **state)
 {
 	struct http_buf b = HTTP_BUF_INIT;
@@ -459,6 +500,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cred_filters, setup_conf, teardown_conf),
 		cmocka_unit_test_setup_teardown(test_cred_no_secret, setup_conf, teardown_conf),
 		cmocka_unit_test_setup_teardown(test_listener_uri, setup_conf, teardown_conf),
+		cmocka_unit_test_setup_teardown(test_status, setup_conf, teardown_conf),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
