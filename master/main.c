@@ -15,6 +15,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "conf/snapshot.h"
 #include "master/admin.h"
 #include "shm/shm.h"
 
@@ -306,6 +307,7 @@ static void start_watchers(struct master *m)
 
 static void master_free(struct master *m)
 {
+	httpd_stop(m);
 	admin_close(m->admin);
 	watch_stop(m);
 	supervise_free(m);
@@ -316,6 +318,7 @@ static void master_free(struct master *m)
 		shm_destroy(m->shm);
 	conf_free(m->cfg);
 	reload_result_clear(&m->last_reload);
+	snap_blob_free(m->snap_blob, m->snap_len);
 	free(m->log_override);
 	explicit_bzero(m->nonce_key, sizeof(m->nonce_key));
 	if (ev_is_active(&m->watchdog_w))
@@ -359,7 +362,7 @@ static int master_start(struct master *m)
 			return rc;
 	}
 	start_watchers(m);
-	return 0;
+	return httpd_start(m);
 }
 
 int main(int argc, char **argv)

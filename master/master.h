@@ -113,6 +113,11 @@ struct master {
 
 	struct admin *admin;
 	void *watcher;            /* inotify state (master/watch.c) */
+	void *httpd;              /* HTTP servers (master/httpd.c) */
+	uint64_t reloads_ok, reloads_failed;
+	/* A private copy of the last published snapshot blob (for metrics' names). */
+	void *snap_blob;
+	size_t snap_len;
 };
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */
@@ -181,6 +186,13 @@ void notify_status(const char *text);
 /* Returns the watchdog interval in usec (0: disabled). */
 uint64_t notify_watchdog_usec(void);
 void notify_watchdog(void);
+
+/* ---- HTTP: health, /status, metrics, credential API (master/httpd.c) ------------ */
+
+/* Starts a server per distinct endpoint of the config (health, metrics, credential API);
+ * a server that cannot start is logged and skipped. Returns 0 or -ENOMEM. */
+int httpd_start(struct master *m);
+void httpd_stop(struct master *m);
 
 /* ---- config file watch (master/watch.c) ------------------------------------------ */
 

@@ -53,6 +53,10 @@ static json_t *diags_to_json(const struct conf_diags *d)
 static void record_result(struct master *m, const char *trigger, bool ok, json_t *errors)
 {
 	reload_result_clear(&m->last_reload);
+	if (ok)
+		m->reloads_ok++;
+	else
+		m->reloads_failed++;
 	m->last_reload.ok = ok;
 	m->last_reload.at = ev_now(m->loop);
 	m->last_reload.trigger = strdup(trigger);
@@ -119,9 +123,14 @@ static int publish_cfg(struct master *m, struct conf *cfg)
 		shm_snap_reclaim(m->shm, NULL, NULL);
 		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
 	}
-	snap_blob_free(blob, len);
-	if (rc == 0)
+	if (rc == 0) {
 		m->generation++;
+		snap_blob_free(m->snap_blob, m->snap_len);
+		m->snap_blob = blob;
+		m->snap_len = len;
+	} else {
+		snap_blob_free(blob, len);
+	}
 	return rc;
 }
 
@@ -191,6 +200,11 @@ unsigned master_alloc_count(const struct master *m)
 	return n;
 }
 
+static bool str_eq(const char *a, const char *b)
+{
+	return (a == NULL || b == NULL) ? a == b : strcmp(a, b) == 0;
+}
+
 /* Settings fixed at start: a reload that changes them applies the rest and says so. */
 static void warn_restart_only(struct master *m, const struct conf *nc)
 {
@@ -201,6 +215,10 @@ static void warn_restart_only(struct master *m, const struct conf *nc)
 	if (oc->limits.max_allocations != nc->limits.max_allocations)
 		log_warn("master", "max_allocations changed: the table size changes at the next "
 				   "restart");
+	if (!str_eq(oc->admin.healthcheck_endpoint, nc->admin.healthcheck_endpoint) ||
+	    !str_eq(oc->admin.metrics_endpoint, nc->admin.metrics_endpoint) ||
+	    !str_eq(oc->admin.credential_api_endpoint, nc->admin.credential_api_endpoint))
+		log_warn("master", "HTTP endpoints changed: take effect at the next restart");
 	if ((oc->admin.admin_socket == NULL) != (nc->admin.admin_socket == NULL) ||
 	    (oc->admin.admin_socket != NULL &&
 	     strcmp(oc->admin.admin_socket, nc->admin.admin_socket) != 0))

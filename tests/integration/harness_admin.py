@@ -57,8 +57,10 @@ def listener_yaml(name, port, proto="TURN-UDP"):
 def config_yaml(sock, listeners, workers=2, secret="s3cret", loglevel="all:INFO",
                 extra_auth="", extra_admin=""):
     """listeners: list of (name, port, proto)."""
+    if "healthcheck_endpoint" not in extra_admin:
+        extra_admin = "  healthcheck_endpoint: \"\"\n" + extra_admin
     text = ("version: v1\n"
-            "admin:\n  name: test\n  loglevel: %s\n  healthcheck_endpoint: \"\"\n"
+            "admin:\n  name: test\n  loglevel: %s\n"
             "  workers: %d\n  admin_socket: %s\n  drain_timeout: 10\n%s"
             "auth:\n  type: ephemeral\n  realm: test.realm\n  credentials:\n    secret: %s\n%s"
             "listeners:\n" % (loglevel, workers, sock, extra_admin, secret, extra_auth))
