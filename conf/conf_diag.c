@@ -14,8 +14,12 @@ __attribute__((format(printf, 1, 0))) static char *vfmt(const char *fmt, va_list
 	int n = vsnprintf(NULL, 0, fmt, ap2);
 	va_end(ap2);
 	char *s = n < 0 ? NULL : malloc((size_t)n + 1);
-	if (s != NULL)
-		vsnprintf(s, (size_t)n + 1, fmt, ap);
+	if (s == NULL)
+		return NULL;
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	/* Messages quote config values, which can be huge: keep one line readable. */
+	if (n > CONF_DIAG_MSG_MAX)
+		memcpy(s + CONF_DIAG_MSG_MAX - 3, "...", 4);
 	return s;
 }
 

@@ -10,7 +10,9 @@
 #define CONF_PATH_MAX 256
 #define CONF_MAX_INPUT (4u << 20)      /* bigger configs are refused outright */
 #define CONF_MAX_DIAGS 1000            /* then one "too many problems" line */
+#define CONF_DIAG_MSG_MAX 400          /* longer messages are cut with "..." */
 #define CONF_MAX_RESOLVED 16           /* addresses kept per STRICT_DNS name */
+#define CONF_MAX_BYTES (64u << 20)     /* string data after alias and env expansion */
 #define CONF_MAX_KEYS 256              /* keys in one mapping */
 #define CONF_MAX_ITEMS 4096            /* listeners, clusters, routes, endpoints, users */
 
@@ -33,6 +35,7 @@ struct pctx {
 	int64_t now;
 	struct conf *cfg;
 	bool *lst_bad;   /* per listener: its own keys had errors (skip cross-checks on it) */
+	size_t bytes;    /* string bytes produced so far (aliases can repeat one scalar) */
 	int nomem;
 };
 

@@ -176,9 +176,20 @@ char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, bool raw)
 	if (!pctx_expect(p, n, path, YAML_SCALAR_NODE))
 		return NULL;
 	const char *v = (const char *)n->data.scalar.value;
-	if (raw)
-		return conf_strdup(p, v);
-	return conf_expand_env(p, v, n, path);
+	char *s = raw ? conf_strdup(p, v) : conf_expand_env(p, v, n, path);
+	if (s == NULL)
+		return NULL;
+	/* YAML aliases let a small file name one big scalar many times. */
+	size_t before = p->bytes;
+	p->bytes += strlen(s) + 1;
+	if (p->bytes > CONF_MAX_BYTES) {
+		if (before <= CONF_MAX_BYTES)
+			pctx_error(p, n, path, "too much data after alias and variable expansion "
+				   "(expected at most %u bytes)", CONF_MAX_BYTES);
+		free(s);
+		return NULL;
+	}
+	return s;
 }
 
 static int parse_i64(const char *s, int64_t *out)

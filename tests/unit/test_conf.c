@@ -1148,6 +1148,34 @@ static void test_too_many_problems(void **state)
 	free(text);
 }
 
+static void test_alias_bomb(void **state)
+{
+	(void)state;
+	/* One 1 MiB scalar named 4096 times through an alias: refused, not 4 GiB of copies. */
+	size_t big = 1u << 20, cap = big + 4096 * 8 + 256;
+	char *text = malloc(cap);
+	size_t n = (size_t)snprintf(text, cap, T_HEAD "x: &a \"");
+	memset(text + n, 'a', big);
+	n += big;
+	n += (size_t)snprintf(text + n, cap - n, "\"\nclusters:\n  - name: c\n    endpoints: [");
+	for (int i = 0; i < 4096; i++)
+		n += (size_t)snprintf(text + n, cap - n, "%s*a", i ? "," : "");
+	n += (size_t)snprintf(text + n, cap - n, "]\n");
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	int found = 0;
+	char line[1024];
+	for (size_t i = 0; i < d.n; i++) {
+		conf_diag_format(&d.v[i], line, sizeof(line));
+		found |= strstr(line, "too much data after alias") != NULL;
+		assert_true(strlen(d.v[i].msg) <= 400); /* values are cut in messages */
+	}
+	assert_true(found);
+	conf_diags_free(&d);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1180,6 +1208,7 @@ int main(void)
 		cmocka_unit_test(test_canon_special),
 		cmocka_unit_test(test_diag_format),
 		cmocka_unit_test(test_too_many_problems),
+		cmocka_unit_test(test_alias_bomb),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
