@@ -301,6 +301,57 @@ static void test_slow_client(void **state)
 	free(r);
 }
 
+/* Holding HTTP_CONN_LIMIT idle connections: one more is not served (MHD stops accepting);
+ * once one closes, the waiting client is answered. */
+static void test_conn_limit(void **state)
+{
+	struct fx *fx = *state;
+	int idle[HTTP_CONN_LIMIT];
+	char buf[256];
+	start_health(fx);
+	for (unsigned i = 0; i < HTTP_CONN_LIMIT; i++)
+		idle[i] = connect_srv(fx);
+	for (int i = 0; i < 20; i++)
+		ev_run(fx->loop, EVRUN_ONCE);
+	int extra = connect_srv(fx);
+	const char *req = "GET /live HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+	send_all(extra, req, strlen(req));
+	for (int i = 0; i < 20; i++)
+		ev_run(fx->loop, EVRUN_ONCE);
+	ssize_t n = recv(extra, buf, sizeof(buf), MSG_DONTWAIT);
+	assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+	close(idle[0]);
+	char *r = read_response(fx, extra);
+	close(extra);
+	assert_int_equal(status_of(r), 200);
+	free(r);
+	for (unsigned i = 1; i < HTTP_CONN_LIMIT; i++)
+		close(idle[i]);
+}
+
+static void test_ipv6(void **state)
+{
+	struct fx *fx = *state;
+	struct http_handlers h = { .readiness = cb_ready };
+	int probe = socket(AF_INET6, SOCK_STREAM, 0);
+	if (probe < 0)
+		skip();
+	close(probe);
+	if (http_server_start(fx->loop, "http://[::1]:0", &h, fx, &fx->srv) != 0)
+		skip();   /* no ::1 in this sandbox */
+	struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT,
+				     .sin6_port = htons(http_server_port(fx->srv)) };
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sin6, sizeof(sin6)), 0);
+	const char *req = "GET /live HTTP/1.0\r\n\r\n";
+	send_all(fd, req, strlen(req));
+	char *r = read_response(fx, fd);
+	close(fd);
+	assert_int_equal(status_of(r), 200);
+	free(r);
+}
+
 static void test_metrics(void **state)
 {
 	struct fx *fx = *state;
@@ -454,6 +505,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_errors, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_oversized_header, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_slow_client, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_conn_limit, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_ipv6, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cred_api, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_cred_token, fx_setup, fx_teardown),
