@@ -196,9 +196,13 @@ void httpd_stop(struct master *m);
 
 /* ---- config file watch (master/watch.c) ------------------------------------------ */
 
-/* Starts an inotify watch on the config file's directory: reload 200 ms after a change.
+/* Starts an inotify watch on the directories of the config file and of every listener's
+ * cert_file/key_file: reload 200 ms after one of them changes.
  * Returns 0, or -errno (logged; the daemon serves on without it). */
 int watch_start(struct master *m);
 void watch_stop(struct master *m);
+/* Rebuilds the watch for the current config (its cert/key files may have changed). May
+ * free the watch state of the callback that triggered the reload. */
+void watch_refresh(struct master *m);
 
 #endif

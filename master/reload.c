@@ -361,6 +361,7 @@ int reload_run(struct master *m, const char *trigger)
 	record_result(m, trigger, true, diags_to_json(&diags));
 	log_info("master", "configuration generation %llu active (%s)",
 		 (unsigned long long)m->generation, trigger);
+	watch_refresh(m);
 out:
 	pending_free(&p, true);
 	conf_free(nc);

@@ -1,4 +1,4 @@
-/* Master: opt-in (-w) reload when the config file changes, seen through inotify on its directory. */
+/* Master: opt-in (-w) reload when the config file or a listener's cert/key file changes (inotify). */
 #include "config.h"
 
 #include "master/master.h"
@@ -13,17 +13,24 @@
 
 #include "common/log.h"
 
-/* Editors and Kubernetes replace files by rename (a ConfigMap swaps its "..data" link), so
- * the directory is watched, not the file; a short delay folds a burst of events into one
- * reload. */
+/* Editors, cert-manager and Kubernetes replace files by rename (a mounted ConfigMap or
+ * Secret swaps its "..data" link), so directories are watched, not files; a short delay
+ * folds a burst of events into one reload. */
 #define WATCH_DELAY_S 0.2
+#define WATCH_MAX_LISTENERS 64
+#define WATCH_MAX_FILES (2 * WATCH_MAX_LISTENERS + 1)
+
+struct watch_file {
+	int wd;
+	char *base;
+};
 
 struct watch {
 	int fd;
 	ev_io io;
 	ev_timer delay;
-	char *dir;
-	char *base;
+	struct watch_file files[WATCH_MAX_FILES];
+	size_t n;
 	struct master *m;
 };
 
@@ -33,6 +40,7 @@ static void delay_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 	(void)loop;
 	(void)revents;
+	/* A successful reload rebuilds the watch, freeing w: touch nothing after this. */
 	reload_run(w->m, "inotify");
 }
 
@@ -40,7 +48,11 @@ static bool relevant(const struct watch *w, const struct inotify_event *ev)
 {
 	if (ev->len == 0)
 		return false;
-	return strcmp(ev->name, w->base) == 0 || strcmp(ev->name, "..data") == 0;
+	for (size_t i = 0; i < w->n; i++)
+		if (w->files[i].wd == ev->wd &&
+		    (strcmp(ev->name, w->files[i].base) == 0 || strcmp(ev->name, "..data") == 0))
+			return true;
+	return false;
 }
 
 static void io_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -70,39 +82,84 @@ static void io_cb(struct ev_loop *loop, ev_io *io, int revents)
 	}
 }
 
+/* Adds path's directory to the watch and remembers its base name. */
+static int watch_path(struct watch *w, const char *path)
+{
+	char *d = NULL, *b = NULL;
+	int rc = 0, wd;
+
+	if (strncmp(path, "file://", 7) == 0)
+		path += 7;
+	if (w->n >= WATCH_MAX_FILES)
+		return -ENOSPC;
+	d = strdup(path);
+	b = strdup(path);
+	if (d == NULL || b == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	wd = inotify_add_watch(w->fd, dirname(d),
+			       IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE);
+	if (wd < 0) {
+		rc = -errno;
+		log_error("master", "cannot watch %s: %s", path, strerror(-rc));
+		goto out;
+	}
+	w->files[w->n].wd = wd;
+	w->files[w->n].base = strdup(basename(b));
+	if (w->files[w->n].base == NULL) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	w->n++;
+out:
+	free(d);
+	free(b);
+	return rc;
+}
+
+static void watch_free(struct master *m, struct watch *w)
+{
+	if (w == NULL)
+		return;
+	ev_io_stop(m->loop, &w->io);
+	ev_timer_stop(m->loop, &w->delay);
+	if (w->fd >= 0)
+		close(w->fd);
+	for (size_t i = 0; i < w->n; i++)
+		free(w->files[i].base);
+	free(w);
+}
+
 int watch_start(struct master *m)
 {
 	struct watch *w;
-	char *p1 = NULL, *p2 = NULL;
-	const char *path = m->config_path;
-	int rc;
+	int rc = 0;
 
-	if (path == NULL)
+	if (m->config_path == NULL)
 		return 0;
-	if (strncmp(path, "file://", 7) == 0)
-		path += 7;
 	w = calloc(1, sizeof(*w));
-	p1 = strdup(path);
-	p2 = strdup(path);
-	if (w == NULL || p1 == NULL || p2 == NULL) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	w->dir = strdup(dirname(p1));
-	w->base = strdup(basename(p2));
+	if (w == NULL)
+		return -ENOMEM;
 	w->m = m;
-	if (w->dir == NULL || w->base == NULL) {
-		rc = -ENOMEM;
-		goto fail;
-	}
 	w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-	if (w->fd < 0 || inotify_add_watch(w->fd, w->dir, IN_CLOSE_WRITE | IN_MOVED_TO |
-							    IN_CREATE | IN_DELETE) < 0) {
+	if (w->fd < 0) {
 		rc = -errno;
-		if (w->fd >= 0)
-			close(w->fd);
-		log_error("master", "cannot watch %s: %s", w->dir, strerror(-rc));
-		goto fail;
+		free(w);
+		return rc;
+	}
+	rc = watch_path(w, m->config_path);
+	for (size_t i = 0; rc == 0 && i < m->cfg->n_listeners; i++) {
+		const struct conf_listener *l = &m->cfg->listeners[i];
+
+		if (l->cert_file != NULL)
+			rc = watch_path(w, l->cert_file);
+		if (rc == 0 && l->key_file != NULL)
+			rc = watch_path(w, l->key_file);
+	}
+	if (rc < 0) {
+		watch_free(m, w);
+		return rc;
 	}
 	ev_io_init(&w->io, io_cb, w->fd, EV_READ);
 	w->io.data = w;
@@ -110,32 +167,22 @@ int watch_start(struct master *m)
 	ev_timer_init(&w->delay, delay_cb, WATCH_DELAY_S, 0.);
 	w->delay.data = w;
 	m->watcher = w;
-	log_info("master", "watching %s for changes", path);
-	free(p1);
-	free(p2);
+	log_debug("master", "watching %zu files for changes", w->n);
 	return 0;
-fail:
-	if (w != NULL) {
-		free(w->dir);
-		free(w->base);
-	}
-	free(w);
-	free(p1);
-	free(p2);
-	return rc;
 }
 
 void watch_stop(struct master *m)
 {
-	struct watch *w = m->watcher;
-
-	if (w == NULL)
-		return;
-	ev_io_stop(m->loop, &w->io);
-	ev_timer_stop(m->loop, &w->delay);
-	close(w->fd);
-	free(w->dir);
-	free(w->base);
-	free(w);
+	watch_free(m, m->watcher);
 	m->watcher = NULL;
+}
+
+/* The set of files depends on the config (cert/key files): rebuild after each reload. */
+void watch_refresh(struct master *m)
+{
+	if (m->watcher == NULL)
+		return;
+	watch_stop(m);
+	if (watch_start(m) < 0)
+		log_error("master", "config file watch stopped");
 }

@@ -135,6 +135,12 @@ def test_watch_reload(d):
             daemon.admin({"cmd": "status"})), "an inotify reload")
         check(st["last_reload"]["trigger"] == "inotify", st["last_reload"])
         check(stun_binding_udp(p2) is not None, "listener added by -w does not answer")
+        # The watch is rebuilt after each reload: a second change is seen too.
+        daemon.write_config(config_yaml(sock, [("a", p1, "TURN-UDP")]))
+        wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > st["generation"],
+                 "a second inotify reload")
+        wait_for(lambda: stun_binding_udp(p2, timeout=0.3, tries=1) is None,
+                 "listener removed by -w to go quiet")
     finally:
         check(daemon.stop() == 0, "exit status")
 
