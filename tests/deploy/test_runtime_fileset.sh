@@ -56,8 +56,21 @@ deps() {
 		sed -e 's/([^)]*)//g' -e 's/:[a-z0-9]*//g' -e 's/|/ /g' -e 's/^ *//' -e 's/ *$//' |
 		sed '/^$/d'
 }
+# A --enable-sanitizers build links the sanitizer runtimes, which the image's build (plain
+# configure) never does: their packages (and, through the closure, their dependencies)
+# join the file set, with a note, so the rest of the check still applies.
+extra=""
+for b in $bins; do
+	for lib in $(ldd "$top_builddir/$b" | sed -n 's/.*=> \(\/[^ ]*lib[a-z]*san\.so[^ ]*\) (.*/\1/p'); do
+		o=$(dpkg-query -S "$lib" 2>/dev/null | head -n 1 | cut -d: -f1) || o=""
+		[ -n "$o" ] || o=$(dpkg-query -S "/usr$lib" 2>/dev/null | head -n 1 | cut -d: -f1) || o=""
+		case " $extra " in *" $o "*) ;; *) extra="$extra $o" ;; esac
+	done
+done
+extra=$(echo $extra)
+[ -z "$extra" ] || echo "note: sanitizer build; adding its runtime packages: $extra"
 closure=" "
-todo="$pkgs libc6"
+todo="$pkgs libc6 $extra"
 while [ -n "$todo" ]; do
 	set -- $todo
 	p=$1
