@@ -32,6 +32,7 @@
 #define MAX_READERS 32
 #define MAX_OWNED 16
 #define STALL_LIMIT_NS (10ull * 1000000000ull)
+#define BROKEN_ENOUGH 100	/* --broken stops early after this many violations */
 
 struct opts {
 	unsigned readers;
@@ -477,6 +478,15 @@ static void master_finish(struct master *m)
 	}
 }
 
+static uint64_t reader_violations(const struct master *m)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < m->o.readers; i++)
+		v += CMM_LOAD_SHARED(m->st->violations[i]);
+	return v;
+}
+
 static int master_run(struct master *m)
 {
 	uint64_t start = now_ns(), deadline = start + m->o.seconds * 1000000000ull;
@@ -495,6 +505,9 @@ static int master_run(struct master *m)
 	if (m->tool == 0)
 		tool_main(shm_fd(m->shm), m->st, m->o.snap_size, rnd(&m->rng));
 	while (now_ns() < deadline) {
+		/* the broken control has made its point once it has been caught enough */
+		if (m->o.broken && steps % 256 == 0 && reader_violations(m) >= BROKEN_ENOUGH)
+			break;
 		master_step(m);
 		reap(m, true);
 		if (++steps % 64 == 0)
