@@ -430,7 +430,7 @@ json_t *admin_dispatch(struct master *m, const char *line, size_t len)
 	const char *name;
 
 	assert(m->magic == MASTER_MAGIC);
-	req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	req = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 	if (req == NULL)
 		return err("malformed request: expected one JSON object per line");
 	if (!json_is_object(req)) {

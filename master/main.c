@@ -104,17 +104,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-void master_set_drain(struct master *m, bool on)
-{
-	struct ipc_drain d = { .on = on ? 1 : 0, .reserved = 0 };
-
-	if (m->draining != on)
-		log_info("master", on ? "draining: new allocations are refused"
-				      : "drain ended: new allocations are accepted");
-	m->draining = on;
-	supervise_broadcast(m, IPC_DRAIN, &d, sizeof(d), -1);
-}
-
 static void begin_stop(struct master *m, bool immediate)
 {
 	if (m->stopping && !immediate)

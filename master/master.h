@@ -172,9 +172,7 @@ int reload_set_loglevel(struct master *m, const char *spec);
 unsigned master_alloc_count(const struct master *m);
 void reload_result_clear(struct reload_result *r);
 
-/* ---- lifecycle (master/main.c) -------------------------------------------------- */
-
-/* Starts (on=true) or ends the refusal of new allocations. */
+/* Starts (on=true) or ends the refusal of new allocations (IPC_DRAIN to every worker). */
 void master_set_drain(struct master *m, bool on);
 
 /* ---- systemd notification (master/notify.c) ------------------------------------- */

@@ -475,3 +475,14 @@ void supervise_free(struct master *m)
 	free(m->workers);
 	m->workers = NULL;
 }
+
+void master_set_drain(struct master *m, bool on)
+{
+	struct ipc_drain d = { .on = on ? 1 : 0, .reserved = 0 };
+
+	if (m->draining != on)
+		log_info("master", on ? "draining: new allocations are refused"
+				      : "drain ended: new allocations are accepted");
+	m->draining = on;
+	supervise_broadcast(m, IPC_DRAIN, &d, sizeof(d), -1);
+}
