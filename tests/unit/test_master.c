@@ -212,6 +212,7 @@ static const char *const seeds[] = {
 static void test_admin_mutations(void **state)
 {
 	struct master *m = fixture();
+	static const char pool[] = "{}[]\":,0123456789e\\u\x80\xff \n";
 	char buf[512];
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 	unsigned replies_ok = 0;
@@ -235,7 +236,7 @@ static void test_admin_mutations(void **state)
 			case 1:
 				if (len + 1 < sizeof(buf)) {
 					memmove(buf + pos + 1, buf + pos, len - pos);
-					buf[pos] = "{}[]\":,0-9e\\u\x80\xff"[(x >> 40) % 21];
+					buf[pos] = pool[(x >> 40) % (sizeof(pool) - 1)];
 					len++;
 				}
 				break;
