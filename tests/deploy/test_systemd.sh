@@ -69,7 +69,8 @@ expect() {
 	got=$(value "$1")
 	[ "$got" = "$2" ] || fail "$1 is '$got', expected '$2' ($3)"
 }
-expect Type notify "the master sends READY=1"
+expect Type notify "the master sends READY=1 (tests/deploy/test_notify.py)"
+expect NotifyAccess main "only the master notifies (tests/deploy/test_notify.py)"
 expect KillMode mixed "SIGTERM to the master only, which drains and stops its workers"
 expect ExecReload '/bin/kill -HUP $MAINPID' "SIGHUP reloads"
 expect AmbientCapabilities CAP_NET_BIND_SERVICE "the only capability"
