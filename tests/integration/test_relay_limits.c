@@ -25,16 +25,19 @@
 #include <cmocka.h>
 
 #include "stun/stun.h"
+#include "stun/stun_auth.h"
 #include "tests/integration/harness.h"
 
 #define RELAY_MIN 51000
 #define RELAY_MAX 51009		/* 10 ports: exhaustion is reachable */
 
+#define REST_SECRET "limits-secret"
+
 struct fx {
 	struct harness h;
 	struct harness_echo echo;
-	uint16_t port;
-	struct sockaddr_storage srv;
+	uint16_t port, port_strict, port_lax;
+	struct sockaddr_storage srv, srv_strict, srv_lax;
 };
 
 static struct fx g;
@@ -79,7 +82,7 @@ static bool echo_roundtrip(struct hturn *c, uint16_t ch, const char *payload)
 
 static int limits_setup(void **state)
 {
-	char yaml[4096];
+	char yaml[6144];
 	char users[1024] = "";
 
 	(void)state;
@@ -92,7 +95,11 @@ static int limits_setup(void **state)
 	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
 		return -1;
 	g.port = harness_free_port();
+	g.port_strict = harness_free_port();
+	g.port_lax = harness_free_port();
 	harness_addr("127.0.0.4", g.port, &g.srv);
+	harness_addr("127.0.0.4", g.port_strict, &g.srv_strict);
+	harness_addr("127.0.0.4", g.port_lax, &g.srv_lax);
 	snprintf(yaml, sizeof(yaml),
 		 "version: v1\n"
 		 "admin:\n"
@@ -119,11 +126,32 @@ static int limits_setup(void **state)
 		 "    address: 127.0.0.4\n"
 		 "    port: %u\n"
 		 "    routes: [peers]\n"
+		 "  - name: strict\n"
+		 "    protocol: TURN-UDP\n"
+		 "    address: 127.0.0.4\n"
+		 "    port: %u\n"
+		 "    routes: [peers]\n"
+		 "    auth:\n"
+		 "      type: ephemeral\n"
+		 "      realm: strict.example\n"
+		 "      strict_expiry: true\n"
+		 "      credentials:\n"
+		 "        secret: " REST_SECRET "\n"
+		 "  - name: lax\n"
+		 "    protocol: TURN-UDP\n"
+		 "    address: 127.0.0.4\n"
+		 "    port: %u\n"
+		 "    routes: [peers]\n"
+		 "    auth:\n"
+		 "      type: ephemeral\n"
+		 "      realm: lax.example\n"
+		 "      credentials:\n"
+		 "        secret: " REST_SECRET "\n"
 		 "clusters:\n"
 		 "  - name: peers\n"
 		 "    type: STATIC\n"
 		 "    endpoints: [\"127.0.0.1\"]\n",
-		 g.h.sock, RELAY_MIN, RELAY_MAX, users, g.port);
+		 g.h.sock, RELAY_MIN, RELAY_MAX, users, g.port, g.port_strict, g.port_lax);
 	if (harness_write_config(&g.h, yaml) < 0)
 		return -1;
 	return harness_start(&g.h, 1, sa(&g.srv)) == 0 ? 0 : -1;
@@ -204,6 +232,34 @@ static void test_stale_nonce_438(void **state)
 	c.no_retry = false;
 	assert_int_equal(hturn_refresh(&c, 0), 0);
 	hturn_close(&c);
+}
+
+/* A REST credential that expires during the allocation: with strict_expiry its requests
+ * are refused from then on (401); without, the allocation goes on with its stored key. */
+static void test_rest_strict_expiry(void **state)
+{
+	struct hturn s, l;
+	char user[64], pass[64];
+
+	(void)state;
+	assert_int_equal(stun_rest_mint((const uint8_t *)REST_SECRET, strlen(REST_SECRET), "bob",
+				       (uint64_t)time(NULL) + 2, user, sizeof(user), pass,
+				       sizeof(pass)), 0);
+	assert_int_equal(hturn_open(&s, sa(&g.srv_strict), false), 0);
+	assert_int_equal(hturn_open(&l, sa(&g.srv_lax), false), 0);
+	hturn_set_user(&s, user, pass);
+	hturn_set_user(&l, user, pass);
+	assert_int_equal(hturn_allocate(&s, NULL, NULL), 0);
+	assert_int_equal(hturn_allocate(&l, NULL, NULL), 0);
+	sleep_ms(1000);
+	assert_int_equal(hturn_refresh(&s, 4), 0);	/* still valid */
+	assert_int_equal(hturn_refresh(&l, 4), 0);
+	sleep_ms(2300);					/* now past the expiry */
+	assert_int_equal(hturn_refresh(&s, 4), 401);	/* s can only expire now */
+	assert_int_equal(hturn_refresh(&l, 4), 0);
+	assert_int_equal(hturn_refresh(&l, 0), 0);
+	hturn_close(&s);
+	hturn_close(&l);
 }
 
 static void test_user_quota_486(void **state)
@@ -479,6 +535,7 @@ int main(void)
 		cmocka_unit_test(test_user_quota_486),
 		cmocka_unit_test(test_even_port_reservation),
 		cmocka_unit_test(test_no_relay_port_508),
+		cmocka_unit_test(test_rest_strict_expiry),	/* leaves one allocation */
 		cmocka_unit_test(test_drain_alternate_server),
 	};
 	const struct CMUnitTest stunner[] = {
