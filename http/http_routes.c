@@ -1,4 +1,5 @@
 /* Request dispatch of the HTTP endpoints: health, metrics and the credential API. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,7 @@ enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *u
 {
 	struct http_server *s = cls;
 	const struct http_req *req = *req_cls;
+	assert(s->magic == HTTP_SERVER_MAGIC);
 	(void)version;
 	(void)upload_data;
 	(void)upload_data_size;
