@@ -52,6 +52,26 @@ def test_kill9_respawns(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_hung_worker_is_replaced(d):
+    """A worker that stops answering pings (SIGSTOP) is killed after 15 s and respawned."""
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
+                                   [("udp", port, "TURN-UDP")])).start()
+    daemon.allowed_deaths = 1
+    try:
+        victim = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        os.kill(victim, signal.SIGSTOP)
+
+        def replaced():
+            w = daemon.admin({"cmd": "workers"})["workers"][0]
+            return w["pid"] not in (0, victim) and w["state"] == "running"
+        wait_for(replaced, "the hung worker to be replaced", timeout=60)
+        check("does not answer pings: killing it" in daemon.stderr(), daemon.stderr())
+        check(stun_binding_udp(port) is not None, "no answer after the replacement")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_sigterm_drains_and_exits_0(d):
     port = free_port()
     daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
@@ -122,5 +142,6 @@ def test_command_line(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_kill9_respawns, test_sigterm_drains_and_exits_0,
+    run_tests([test_kill9_respawns, test_hung_worker_is_replaced,
+               test_sigterm_drains_and_exits_0,
                test_second_signal_stops_now, test_second_daemon_refused, test_command_line])
