@@ -11,7 +11,9 @@ No kubectl, kubeconform or cluster is available offline, so this is what is chec
 - turngate specifics: STUNNER_ADDR from status.podIP, the grace period covers the drain,
   the config in the ConfigMap passes `turngated -t`, the mixed-protocol annotation is set
   when the Service carries UDP and TCP, the image's user and ports match the Dockerfile;
-- the checker itself rejects a set of broken variants (so it can fail).
+- the checker itself rejects a set of broken variants (so it can fail);
+- where kubectl is installed, `kubectl kustomize` (offline) renders the set. Applying or
+  server-side validation needs an API server, which is not available.
 """
 import copy
 import os
@@ -523,6 +525,30 @@ def daemon_check(docs):
     return errors
 
 
+def kustomize_check(files):
+    """Renders the kustomization with `kubectl kustomize` (offline) when kubectl exists."""
+    import shutil
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        print("note: kubectl not found, so `kubectl kustomize` rendering was not checked")
+        return []
+    r = subprocess.run([kubectl, "kustomize", KDIR], capture_output=True, text=True,
+                       timeout=120, check=False)
+    if r.returncode != 0:
+        return [f"kubectl kustomize {KDIR} failed:\n{r.stderr}"]
+    rendered = [d for d in yaml.safe_load_all(r.stdout) if d]
+    errors = []
+    want = len(files) - 1  # every manifest but the kustomization itself
+    if len(rendered) != want:
+        errors.append(f"kubectl kustomize rendered {len(rendered)} objects, expected {want}")
+    for d in rendered:
+        md = d.get("metadata", {})
+        if md.get("namespace") != "turngate":
+            errors.append(f"kustomize: {d.get('kind')}/{md.get('name')} not in namespace turngate")
+    print(f"ok: kubectl kustomize rendered {len(rendered)} objects")
+    return errors
+
+
 def mutations(docs):
     """Broken variants of the manifests, each with what it breaks."""
     def edit(kind, fn):
@@ -590,6 +616,8 @@ def main():
         errors = validate(docs, files)
     if not errors:
         errors = daemon_check(docs)
+    if not errors:
+        errors = kustomize_check(files)
     for e in errors:
         print(f"FAIL: {e}")
     if errors:
