@@ -175,41 +175,37 @@ static int wk_auth_existing(struct worker *w, const struct wk_alloc *a, const st
 	return 0;
 }
 
-enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
-				  const struct stun_msg *req, const struct wk_alloc *a,
-				  struct wk_cred *cred)
+/* The realm a request must name: an allocation keeps the realm its key was made with,
+ * so a reload that changes the realm does not break its refreshes. */
+struct wk_realm {
+	const char *s;
+	size_t len;
+};
+
+/* Steps that need no credential: integrity present, USERNAME/REALM/NONCE well formed,
+ * nonce fresh and ours, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with
+ * cred->user and *pwalg set, or -1 after answering. */
+static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep,
+			    const struct stun_msg *req, const struct wk_realm *want,
+			    struct wk_cred *cred, uint16_t *pwalg)
 {
-	uint32_t auth_idx = ep->l->sl.auth_idx;
-	struct snap_auth au;
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;
 	struct shm_addr bind;
 	uint32_t features = 0;
-	uint16_t pwalg;
-	enum shm_ctr why = SHM_CTR_AUTH_FAIL_MISSING;
-	int rc, code = 401;
+	int rc;
 
-	const char *want_realm;
-	size_t want_len;
-
-	memset(cred, 0, sizeof(*cred));
-	if (snap_auth_get(w->snap, auth_idx, &au) < 0)
-		return WK_AUTH_REPLIED;
-	/* An allocation keeps the realm its key was made with: a reload that changes the
-	 * realm must not break its refreshes. */
-	want_realm = a ? a->rec->realm : au.realm;
-	want_len = a ? a->rec->realm_len : au.realm_len;
 	if (!stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY) &&
 	    !stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256)) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_MISSING, 1);
-		wk_auth_challenge(w, ep, req, want_realm, want_len, 401, NULL);
-		return WK_AUTH_REPLIED;
+		wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
+		return -1;
 	}
 	if (stun_msg_get_string(req, STUN_ATTR_NONCE, &nonce, &nonce_len) < 0 ||
 	    stun_msg_get_string(req, STUN_ATTR_REALM, &realm, &realm_len) < 0 ||
 	    stun_msg_copy_string(req, STUN_ATTR_USERNAME, cred->user, sizeof(cred->user)) < 0) {
 		wk_auth_error(w, ep, req, 400, NULL);
-		return WK_AUTH_REPLIED;
+		return -1;
 	}
 	cred->user_len = strlen(cred->user);
 	wk_auth_bind(ep, &bind);
@@ -218,18 +214,40 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 			      &features);
 	if (rc < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
-		wk_auth_challenge(w, ep, req, want_realm, want_len, rc == -ETIMEDOUT ? 438 : 401, NULL);
-		return WK_AUTH_REPLIED;
+		wk_auth_challenge(w, ep, req, want->s, want->len, rc == -ETIMEDOUT ? 438 : 401,
+				  NULL);
+		return -1;
 	}
-	if (realm_len != want_len || memcmp(realm, want_realm, realm_len) != 0) {
+	if (realm_len != want->len || memcmp(realm, want->s, realm_len) != 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_WRONG_REALM, 1);
-		wk_auth_challenge(w, ep, req, want_realm, want_len, 401, NULL);
-		return WK_AUTH_REPLIED;
+		wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
+		return -1;
 	}
-	if (wk_auth_pw_alg(req, features, &pwalg) < 0) {
+	if (wk_auth_pw_alg(req, features, pwalg) < 0) {
 		wk_auth_error(w, ep, req, 400, NULL);
-		return WK_AUTH_REPLIED;
+		return -1;
 	}
+	return 0;
+}
+
+enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
+				  const struct stun_msg *req, const struct wk_alloc *a,
+				  struct wk_cred *cred)
+{
+	uint32_t auth_idx = ep->l->sl.auth_idx;
+	enum shm_ctr why = SHM_CTR_AUTH_FAIL_MISSING;
+	struct snap_auth au;
+	struct wk_realm want;
+	uint16_t pwalg;
+	int rc, code = 401;
+
+	memset(cred, 0, sizeof(*cred));
+	if (snap_auth_get(w->snap, auth_idx, &au) < 0)
+		return WK_AUTH_REPLIED;
+	want.s = a ? a->rec->realm : au.realm;
+	want.len = a ? a->rec->realm_len : au.realm_len;
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg) < 0)
+		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
 	if (a)
 		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
@@ -241,7 +259,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		if (code == 441)
 			wk_auth_error(w, ep, req, 441, NULL);
 		else
-			wk_auth_challenge(w, ep, req, want_realm, want_len, 401, NULL);
+			wk_auth_challenge(w, ep, req, want.s, want.len, 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);

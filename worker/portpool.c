@@ -48,6 +48,9 @@ int portpool_get(struct portpool *p, bool even_pair, bool even, uint16_t *port)
 	unsigned n = (unsigned)p->hi - p->lo + 1;
 	unsigned cand = p->cursor;
 
+	if (!p->used)
+		return -EADDRNOTAVAIL;	/* never initialised, or the range was unusable */
+
 	for (unsigned i = 0; i < n; i++, cand = cand >= p->hi ? p->lo : cand + 1) {
 		if ((even || even_pair) && (cand & 1))
 			continue;
@@ -70,6 +73,8 @@ int portpool_get(struct portpool *p, bool even_pair, bool even, uint16_t *port)
 
 int portpool_take(struct portpool *p, uint16_t port)
 {
+	if (!p->used)
+		return -EADDRNOTAVAIL;
 	if (port < p->lo || port > p->hi)
 		return -ERANGE;
 	if (p->used[port - p->lo])

@@ -28,12 +28,13 @@ int portpool_init(struct portpool *p, uint16_t min, uint16_t max, unsigned slot,
 /* Frees the pool's memory; accepts a zeroed or already-destroyed pool. */
 void portpool_destroy(struct portpool *p);
 
-/* Books a free port. even: the port is even and port+1 is booked too (EVEN-PORT with the
- * R bit; the caller releases both). Returns 0 and *port, or -EADDRNOTAVAIL when none. */
+/* Books a free port. even: the port is even; even_pair: even and port+1 is booked too
+ * (EVEN-PORT with the R bit; the caller releases both). Returns 0 and *port, or
+ * -EADDRNOTAVAIL when none (also for a pool whose init failed). */
 int portpool_get(struct portpool *p, bool even_pair, bool even, uint16_t *port);
 
 /* Books one specific port (a reservation being redeemed); -EADDRINUSE if taken,
- * -ERANGE when outside the share. */
+ * -ERANGE when outside the share, -EADDRNOTAVAIL for a pool whose init failed. */
 int portpool_take(struct portpool *p, uint16_t port);
 
 /* Releases a port booked by get/take; ports outside the share are ignored. */

@@ -128,6 +128,22 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 	return true;
 }
 
+/* Queues one wrapped message for the batch to a UDP client and counts it. */
+static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
+			   struct iovec *iov, uint8_t *m, size_t mlen)
+{
+	iov->iov_base = m;
+	iov->iov_len = mlen;
+	out->msg_hdr.msg_iov = iov;
+	out->msg_hdr.msg_iovlen = 1;
+	out->msg_hdr.msg_name = &a->client;
+	out->msg_hdr.msg_namelen = a->client_len;
+	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
+	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, mlen);
+	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
+	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
+}
+
 static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
 			   unsigned n)
 {
@@ -195,16 +211,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 			wk_send_client(w, &ep, m, mlen);
 			continue;
 		}
-		oiov[n_out].iov_base = m;
-		oiov[n_out].iov_len = mlen;
-		out[n_out].msg_hdr.msg_iov = &oiov[n_out];
-		out[n_out].msg_hdr.msg_iovlen = 1;
-		out[n_out].msg_hdr.msg_name = &a->client;
-		out[n_out].msg_hdr.msg_namelen = a->client_len;
-		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, mlen);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
+		wk_relay_queue(w, a, &out[n_out], &oiov[n_out], m, mlen);
 		n_out++;
 	}
 	if (n_out)

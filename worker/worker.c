@@ -108,6 +108,42 @@ out:
 	freeifaddrs(ifa);
 }
 
+/* Re-resolves one listener by name in the new snapshot (indexes may change across
+ * reloads) and refreshes its relay address, port pool and dual-stack address. */
+static void wk_listener_apply(struct worker *w, struct wk_listener *l)
+{
+	l->snap_ok = snap_listener_find(w->snap, l->name, &l->snap_idx) == 0 &&
+		     snap_listener_get(w->snap, l->snap_idx, &l->sl) == 0;
+	if (l->snap_ok && l->sl.protocol != (l->proto == WORKER_PROTO_UDP ? CONF_PROTO_TURN_UDP
+									   : CONF_PROTO_TURN_TCP)) {
+		/* Never serve a TLS/DTLS listener's socket in the clear. */
+		log_error("worker", "listener %s: socket does not match protocol %s; not served",
+			  l->name, conf_proto_name(l->sl.protocol));
+		l->snap_ok = false;
+	}
+	if (!l->snap_ok)
+		return;
+	memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));
+	if (l->sl.relay_port_min != l->pool_min || l->sl.relay_port_max != l->pool_max) {
+		/* A changed range only affects new allocations: live ones keep
+		 * their ports, which the old pool no longer tracks. */
+		portpool_destroy(&l->pool);
+		if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max,
+				  w->slot, w->h->slot_count) < 0)
+			log_error("worker", "listener %s: relay port range %u-%u too small "
+				  "for %u workers", l->name, l->sl.relay_port_min,
+				  l->sl.relay_port_max, w->h->slot_count);
+		l->pool_min = l->sl.relay_port_min;
+		l->pool_max = l->sl.relay_port_max;
+	}
+	/* "Local" = bindable: then relay sockets send from the announced IP. */
+	l->relay_local = wk_addr_bindable(&l->relay_addr);
+	if (l->relay_local)
+		wk_relay2_find(l);
+	else
+		memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
+}
+
 /* Copies the values the hot path needs out of a new snapshot and re-resolves every
  * listener by name (indexes may change across reloads). */
 static void wk_snap_apply(struct worker *w)
@@ -132,42 +168,9 @@ static void wk_snap_apply(struct worker *w)
 		log_warn("worker", "snapshot log spec \"%s\" rejected", spec);
 	log_set_format(snap_log_format(w->snap) == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);
 
-	for (size_t i = 0; i < w->n_ls; i++) {
-		struct wk_listener *l = w->ls[i];
-
-		if (!l->active)
-			continue;
-		l->snap_ok = snap_listener_find(w->snap, l->name, &l->snap_idx) == 0 &&
-			     snap_listener_get(w->snap, l->snap_idx, &l->sl) == 0;
-		if (l->snap_ok && l->sl.protocol != (l->proto == WORKER_PROTO_UDP ? CONF_PROTO_TURN_UDP
-										   : CONF_PROTO_TURN_TCP)) {
-			/* Never serve a TLS/DTLS listener's socket in the clear. */
-			log_error("worker", "listener %s: socket does not match protocol %s; not served",
-				  l->name, conf_proto_name(l->sl.protocol));
-			l->snap_ok = false;
-		}
-		if (!l->snap_ok)
-			continue;
-		memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));
-		if (l->sl.relay_port_min != l->pool_min || l->sl.relay_port_max != l->pool_max) {
-			/* A changed range only affects new allocations: live ones keep
-			 * their ports, which the old pool no longer tracks. */
-			portpool_destroy(&l->pool);
-			if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max,
-					  w->slot, w->h->slot_count) < 0)
-				log_error("worker", "listener %s: relay port range %u-%u too small "
-					  "for %u workers", l->name, l->sl.relay_port_min,
-					  l->sl.relay_port_max, w->h->slot_count);
-			l->pool_min = l->sl.relay_port_min;
-			l->pool_max = l->sl.relay_port_max;
-		}
-		/* "Local" = bindable: then relay sockets send from the announced IP. */
-		l->relay_local = wk_addr_bindable(&l->relay_addr);
-		if (l->relay_local)
-			wk_relay2_find(l);
-		else
-			memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
-	}
+	for (size_t i = 0; i < w->n_ls; i++)
+		if (w->ls[i]->active)
+			wk_listener_apply(w, w->ls[i]);
 }
 
 /* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */

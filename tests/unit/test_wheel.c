@@ -128,6 +128,10 @@ static void test_portpool_shares(void **state)
 	assert_int_equal(portpool_take(&p1, 50000), -ERANGE);
 	portpool_destroy(&p0);
 	assert_int_equal(portpool_init(&p0, 10, 5, 0, 1), -EINVAL);
+	/* a failed pool hands out nothing and does not crash */
+	assert_int_equal(portpool_get(&p0, false, false, &port), -EADDRNOTAVAIL);
+	assert_int_equal(portpool_take(&p0, 10), -EADDRNOTAVAIL);
+	portpool_put(&p0, 10);
 	assert_int_equal(portpool_init(&p0, 10, 10, 0, 2), -EINVAL);
 	portpool_destroy(&p1);
 	portpool_destroy(NULL);
