@@ -316,6 +316,12 @@ def main():
     tb = os.path.join(args.builddir, "bench", "turnbench")
     if not os.access(tb, os.X_OK):
         sys.exit(f"{tb} not built (run make in the build tree or pass --builddir)")
+    for host, port in (SERVER, (PEER.split(":")[0], int(PEER.split(":")[1]))):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError as e:
+                sys.exit(f"UDP {host}:{port} is busy ({e.strerror}): stop what holds it")
     order = servers + (["direct"] if args.ceiling else [])
     results = {}
     raw = open(args.raw, "a") if args.raw else None

@@ -44,6 +44,7 @@ taskset -c 1 "$TB" -m echo -d $((SECS + 60)) >"$OUT/echo.log" 2>&1 &
 ECHO=$!
 cleanup() { kill "$TG" "$ECHO" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
 sleep 1
 WORKER=$(pgrep -P "$TG" | head -n 1)
 [ -n "$WORKER" ] || { echo "no worker process under $TG" >&2; exit 1; }

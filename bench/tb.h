@@ -102,6 +102,8 @@ uint64_t tb_now_ns(void);
 double tb_self_cpu_s(void);
 /* Samples the server tree rooted at o->srv[] (0 on success, -ESRCH if no process). */
 int tb_sample_server(const struct tb_opts *o, struct tb_sample *s);
+/* Busy CPU seconds of the whole box (all CPUs, /proc/stat, steal excluded). */
+double tb_box_busy_s(void);
 /* CPU seconds (utime+stime) of one process, -1 if gone. */
 double tb_pid_cpu_s(pid_t pid);
 int tb_hist_init(struct tb_hist *h);
@@ -126,6 +128,7 @@ struct tb_result {
 	double window_s;
 	double gen_cpu_s;
 	double echo_cpu_s;
+	double box_busy_s;		/* whole box, for the foreign load estimate */
 	struct tb_sample before, after;
 	bool sampled;
 	struct tb_hist hist;

@@ -153,6 +153,7 @@ static void edges(struct tb_data *d, uint64_t now)
 		d->sampled_before = true;
 		r->gen_cpu_s = -tb_self_cpu_s();
 		r->echo_cpu_s = -tb_pid_cpu_s(o->echo_pid);
+		r->box_busy_s = -tb_box_busy_s();
 		if (o->n_srv)
 			r->sampled = tb_sample_server(o, &r->before) == 0;
 	}
@@ -161,6 +162,7 @@ static void edges(struct tb_data *d, uint64_t now)
 		d->sending = false;
 		r->gen_cpu_s += tb_self_cpu_s();
 		r->echo_cpu_s += tb_pid_cpu_s(o->echo_pid);
+		r->box_busy_s += tb_box_busy_s();
 		if (o->n_srv && r->sampled)
 			r->sampled = tb_sample_server(o, &r->after) == 0;
 	}

@@ -182,6 +182,23 @@ int tb_sample_server(const struct tb_opts *o, struct tb_sample *s)
 	return s->nproc ? 0 : -ESRCH;
 }
 
+double tb_box_busy_s(void)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "re");
+	int n;
+
+	if (!f)
+		return 0;
+	/* cpu user nice system idle iowait irq softirq steal */
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	if (n != 8)
+		return 0;
+	return (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)sysconf(_SC_CLK_TCK);
+}
+
 int tb_hist_init(struct tb_hist *h)
 {
 	memset(h, 0, sizeof(*h));

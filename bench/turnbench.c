@@ -207,6 +207,10 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 		       cpu, sch, 100.0 * cpu / r->window_s, relayed ? cpu * 1e6 / relayed : -1,
 		       relayed ? sch * 1e6 / relayed : -1, (unsigned long long)r->after.rss_kib,
 		       (unsigned long long)r->after.pss_kib, r->after.nproc);
+		/* Busy time of the box not explained by the server, us or the echo peer:
+		 * other tenants (and softirq work charged to nobody). */
+		printf(" foreign_cpu_s=%.3f", r->box_busy_s - cpu - r->gen_cpu_s -
+		       (o->echo_pid ? r->echo_cpu_s : 0));
 	}
 	printf("\n");
 }
