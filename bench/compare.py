@@ -236,6 +236,8 @@ ROWS = [
     ("rate: loss %", "rate", "loss", 100, "{:.3f}"),
     ("setup: allocations/s", "setup", "allocs_per_s", 1, "{:,.0f}"),
     ("setup: server CPU-ms per allocation", "setup", "cpu_ms_per_alloc", 1, "{:.3f}"),
+    ("setup: same from schedstat (ns clock)", "setup", "sched_ms_per_alloc", 1, "{:.3f}"),
+    ("setup of 10,000 (mem test): allocations/s", "mem", "allocs_per_s", 1, "{:,.0f}"),
     ("memory: bytes per held allocation (Pss, shm once)", "mem", "pss_per_alloc_b", 1,
      "{:,.0f}"),
     ("memory: bytes per held allocation (VmRSS sum)", "mem", "rss_per_alloc_b", 1,
@@ -247,6 +249,7 @@ ROWS = [
     ("generator CPU % (flat 172 B)", "flat172", "gen_cpu_pct", 1, "{:.0f}"),
     ("foreign CPU-s in window (flat 172 B)", "flat172", "foreign_cpu_s", 1, "{:.2f}"),
     ("UDP RcvbufErrors per run (flat 1200 B)", "flat1200", "rcvbuf_errors", 1, "{:,.0f}"),
+    ("UDP RcvbufErrors per run (rate)", "rate", "rcvbuf_errors", 1, "{:,.0f}"),
 ]
 
 
