@@ -69,47 +69,64 @@ int wk_udp_start(struct worker *w, struct wk_listener *l)
 	return 0;
 }
 
-/* Wraps a peer datagram already at rx + WK_HEADROOM in place: ChannelData when the peer
- * has a channel, else a Data indication. Returns the start and length of the message. */
-static uint8_t *wk_wrap_peer(struct worker *w, struct wk_alloc *a, uint8_t *slot, size_t len,
+/* Writes a Data indication header in front of the payload at `payload` (len bytes,
+ * with WK_HEADROOM bytes free before it and 3 after for padding). The header is built by
+ * the codec into a small scratch and copied: 20 + 24 (XOR-PEER-ADDRESS, IPv6) + 4 (DATA)
+ * = 48 bytes at most. Returns the message start, or NULL. */
+static uint8_t *wk_data_indication(uint8_t *payload, size_t len, const struct sockaddr *peer,
+				   size_t *out_len)
+{
+	uint8_t hdr[WK_HEADROOM], tid[STUN_TID_LEN];
+	struct stun_builder b;
+	size_t hlen = 0, padded = (len + 3) & ~(size_t)3, body;
+	uint8_t *m;
+
+	if (stun_tid_random(tid) < 0)
+		return NULL;
+	stun_build_init(&b, hdr, sizeof(hdr) - 4, STUN_DATA, STUN_INDICATION, tid);
+	stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
+	if (stun_build_finish(&b, &hlen) < 0 || len > 0xffff)
+		return NULL;
+	hdr[hlen] = (uint8_t)(STUN_ATTR_DATA >> 8);
+	hdr[hlen + 1] = (uint8_t)STUN_ATTR_DATA;
+	hdr[hlen + 2] = (uint8_t)(len >> 8);
+	hdr[hlen + 3] = (uint8_t)len;
+	hlen += 4;
+	body = hlen - STUN_HEADER_LEN + padded;
+	if (body > 0xffff)
+		return NULL;
+	hdr[2] = (uint8_t)(body >> 8);
+	hdr[3] = (uint8_t)body;
+	m = payload - hlen;
+	memcpy(m, hdr, hlen);
+	memset(payload + len, 0, padded - len);
+	*out_len = hlen + padded;
+	return m;
+}
+
+/* Wraps a peer datagram already at rx + WK_HEADROOM in place, without copying it:
+ * ChannelData when the peer has a channel (padded on streams), else a Data indication.
+ * Returns the start and length of the message. */
+static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 			     const struct sockaddr *peer, uint64_t now_ns, size_t *out_len)
 {
 	uint8_t *payload = slot + WK_HEADROOM;
 	const struct shm_chan *ch = wk_alloc_chan_by_peer(a, peer, now_ns);
+	uint8_t *h = payload - STUN_CHANDATA_HEADER_LEN;
+	size_t total = STUN_CHANDATA_HEADER_LEN + len;
 
-	if (ch) {
-		bool pad = a->conn != NULL;
-		size_t total = STUN_CHANDATA_HEADER_LEN + len;
-
-		uint8_t *h = payload - STUN_CHANDATA_HEADER_LEN;
-
-		h[0] = (uint8_t)(ch->number >> 8);
-		h[1] = (uint8_t)ch->number;
-		h[2] = (uint8_t)(len >> 8);
-		h[3] = (uint8_t)len;
-		while (pad && (total & 3)) {
-			payload[len++] = 0;
-			total++;
-		}
-		*out_len = total;
-		return payload - STUN_CHANDATA_HEADER_LEN;
+	if (!ch)
+		return wk_data_indication(payload, len, peer, out_len);
+	h[0] = (uint8_t)(ch->number >> 8);
+	h[1] = (uint8_t)ch->number;
+	h[2] = (uint8_t)(len >> 8);
+	h[3] = (uint8_t)len;
+	while (a->conn && (total & 3)) {
+		payload[len++] = 0;
+		total++;
 	}
-	{
-		/* Data indication: built in the scratch buffer (the rarer, slower path). */
-		struct stun_builder b;
-		uint8_t tid[STUN_TID_LEN];
-		size_t n = 0;
-
-		if (len > sizeof(w->txbuf) - 64 || stun_tid_random(tid) < 0)
-			return NULL;
-		stun_build_init(&b, w->txbuf, sizeof(w->txbuf), STUN_DATA, STUN_INDICATION, tid);
-		stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
-		stun_build_attr(&b, STUN_ATTR_DATA, payload, len);
-		if (stun_build_finish(&b, &n) < 0)
-			return NULL;
-		*out_len = n;
-		return w->txbuf;
-	}
+	*out_len = total;
+	return h;
 }
 
 static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
@@ -180,7 +197,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 	memset(msgs, 0, sizeof(msgs));
 	for (int i = 0; i < WK_BATCH; i++) {
 		iov[i].iov_base = w->rx[i] + WK_HEADROOM;
-		iov[i].iov_len = WK_DGRAM_MAX - 4;	/* room for stream padding */
+		iov[i].iov_len = WK_DGRAM_MAX - 4;	/* room for padding */
 		msgs[i].msg_hdr.msg_iov = &iov[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
 		msgs[i].msg_hdr.msg_name = &from[i];
@@ -203,12 +220,11 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_FROM_PEER, 1);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_FROM_PEER, len);
-		m = wk_wrap_peer(w, a, w->rx[i], len, peer, now_ns, &mlen);
+		m = wk_wrap_peer(a, w->rx[i], len, peer, now_ns, &mlen);
 		if (!m)
 			continue;
-		if (a->conn || m == w->txbuf) {
-			/* TCP, or the Data indication in the shared scratch: send now. */
-			wk_send_client(w, &ep, m, mlen);
+		if (a->conn) {
+			wk_send_client(w, &ep, m, mlen);	/* into the stream buffer */
 			continue;
 		}
 		wk_relay_queue(w, a, &out[n_out], &oiov[n_out], m, mlen);

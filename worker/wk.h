@@ -23,7 +23,7 @@
 #define WK_MAX_LISTENERS SHM_MAX_LISTENERS
 #define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
-#define WK_DGRAM_MAX 4096	/* largest datagram relayed; bigger ones are dropped */
+#define WK_DGRAM_MAX (65535 + 4)	/* any UDP payload, plus padding room */
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
 #define WK_TCP_MAX_CONNS 4096

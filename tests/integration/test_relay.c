@@ -211,6 +211,23 @@ static bool echo_roundtrip(struct hturn *c, uint16_t ch, struct sockaddr_storage
 	return (size_t)n == strlen(payload) && memcmp(buf, payload, (size_t)n) == 0;
 }
 
+/* A 3000-byte payload (more than one Ethernet MTU) both ways: ch 0 = Send/Data. */
+static bool big_roundtrip(struct hturn *c, uint16_t ch, struct sockaddr_storage *peer)
+{
+	static uint8_t out[3000], in[4000];
+	uint16_t got = 0xffff;
+	int n;
+
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = (uint8_t)(i * 7 + ch);
+	if (ch)
+		assert_int_equal(hturn_chan_send(c, ch, out, sizeof(out)), 0);
+	else
+		assert_int_equal(hturn_send(c, sa(peer), out, sizeof(out)), 0);
+	n = hturn_recv_data(c, in, sizeof(in), &got, NULL, 1500);
+	return n == (int)sizeof(out) && got == ch && memcmp(in, out, sizeof(out)) == 0;
+}
+
 /* ---- STUN ---- */
 
 static void test_binding_fingerprint(void **state)
@@ -506,9 +523,11 @@ static void test_asymmetric_udp(void **state)
 	assert_false(echo_roundtrip(&c, 0, &g.echo.addr, "no-perm"));
 	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0, &g.echo.addr, "send-indication"));
+	assert_true(big_roundtrip(&c, 0, &g.echo.addr));
 	assert_int_equal(hturn_channel_bind(&c, 0x4001, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0x4001, NULL, "channel-data"));
 	assert_true(echo_roundtrip(&c, 0x4001, NULL, "odd"));	/* unpadded length */
+	assert_true(big_roundtrip(&c, 0x4001, NULL));
 	assert_int_equal(hturn_refresh(&c, 0), 0);
 	hturn_close(&c);
 }
@@ -679,9 +698,11 @@ static void test_tcp(void **state)
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0, &g.echo.addr, "tcp-send"));
+	assert_true(big_roundtrip(&c, 0, &g.echo.addr));
 	assert_int_equal(hturn_channel_bind(&c, 0x4100, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0x4100, NULL, "tcp-chan"));
 	assert_true(echo_roundtrip(&c, 0x4100, NULL, "pad"));
+	assert_true(big_roundtrip(&c, 0x4100, NULL));
 	/* Closing the connection ends the allocation. */
 	assert_int_equal(wait_allocations(1), 1);
 	hturn_close(&c);
@@ -704,8 +725,10 @@ static void test_ipv6(void **state)
 	assert_string_equal(ip, "::1");
 	assert_int_equal(hturn_permission(&c, sa(&g.echo6.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0, &g.echo6.addr, "v6-send"));
+	assert_true(big_roundtrip(&c, 0, &g.echo6.addr));
 	assert_int_equal(hturn_channel_bind(&c, 0x4600, sa(&g.echo6.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0x4600, NULL, "v6-chan"));
+	assert_true(big_roundtrip(&c, 0x4600, NULL));
 	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 443);
 	assert_int_equal(hturn_refresh(&c, 0), 0);
 	hturn_close(&c);
