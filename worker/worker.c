@@ -433,16 +433,22 @@ static void wk_watchers_init(struct worker *w)
 static void wk_release_stale(struct worker *w)
 {
 	uint32_t cursor = 0, idx;
-	unsigned n = 0;
+	unsigned n = 0, live = 0;
 
 	while (shm_alloc_next_owned(w->shm, w->slot, &cursor, &idx) == 0) {
+		struct shm_alloc *rec;
+
+		/* Only LIVE records were counted in ALLOCS_ACTIVE by their worker. */
+		if (shm_alloc_get(w->shm, w->slot, idx, &rec) == 0 &&
+		    SHM_ALLOC_WORD_STATE(CMM_LOAD_SHARED(rec->state)) == SHM_ALLOC_LIVE)
+			live++;
 		shm_alloc_release(w->shm, w->slot, idx);
 		n++;
 	}
 	if (n) {
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_DROPPED, n);
-		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, n);
-		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-(int64_t)n);
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, live);
+		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-(int64_t)live);
 		log_warn("worker", "slot %u: dropped %u allocations of a previous incarnation",
 			 w->slot, n);
 	}
