@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""tests/deploy/test_k8s_lifecycle.py: the pod lifecycle deploy/kubernetes relies on, against the real daemon.
+
+deployment.yaml assumes: /live and /ready on the health port answer 200 once the pod
+serves; on SIGTERM (pod deletion) /ready turns 503 at once so the pod leaves the Service
+endpoints, /live stays 200 so the kubelet does not restart it mid-drain, existing
+allocations keep relaying, new ones are refused, and the process exits 0 as soon as the
+last allocation ends, well before terminationGracePeriodSeconds. This test runs
+`turngated -c CONFIG -w` with the ConfigMap's own config (ports and paths moved to the
+test's; drain_timeout lowered so a failure cannot hold the suite for ten minutes; the
+loopback peer added to the routed cluster) and checks each step with HTTP requests, a real
+TURN client (python3-aioice) and a UDP echo peer. Timeouts are generous upper bounds.
+"""
+import asyncio
+import base64
+import hashlib
+import hmac
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+from aioice import stun, turn
+
+SRC = os.environ.get("top_srcdir", ".")
+BUILD = os.environ.get("top_builddir", ".")
+DAEMON = os.path.join(BUILD, "turngated")
+CONFIGMAP = os.path.join(SRC, "deploy", "kubernetes", "configmap.yaml")
+SECRET = "lifecycle-test-secret"
+DRAIN_S = 60
+
+
+def free_port(kind):
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def wait_status(url, want, timeout):
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        got = http_status(url)
+        if got == want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{url}: {got}, expected {want} within {timeout} s")
+
+
+def credential():
+    user = f"{int(time.time()) + 3600}:lifecycle"
+    mac = hmac.new(SECRET.encode(), user.encode(), hashlib.sha1).digest()
+    return user, base64.b64encode(mac).decode()
+
+
+def write_config(tmp, turn_port, health_port):
+    with open(CONFIGMAP, encoding="utf-8") as fh:
+        cfg = yaml.safe_load(yaml.safe_load(fh)["data"]["turngate.yaml"])
+    grace = cfg["admin"]["drain_timeout"]
+    cfg["admin"].update(admin_socket=os.path.join(tmp, "admin.sock"), workers=1,
+                        healthcheck_endpoint=f"http://127.0.0.1:{health_port}",
+                        metrics_endpoint="", drain_timeout=DRAIN_S)
+    for key in ("secret_file", "previous_secret_file"):
+        cfg["auth"][key] = os.path.join(tmp, os.path.basename(cfg["auth"][key]))
+        with open(cfg["auth"][key], "w", encoding="utf-8") as fh:
+            fh.write(SECRET + "\n")
+    cfg["listeners"] = [l for l in cfg["listeners"] if l["protocol"] == "TURN-UDP"]
+    cfg["listeners"][0]["port"] = turn_port
+    cfg["clusters"][0]["endpoints"].append("127.0.0.1")
+    path = os.path.join(tmp, "turngate.yaml")
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(cfg, fh)
+    return path, grace
+
+
+class Echo(asyncio.DatagramProtocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def datagram_received(self, data, addr):
+        self.transport.sendto(data, addr)
+
+
+class Client(asyncio.DatagramProtocol):
+    def __init__(self):
+        self.queue = asyncio.Queue()
+
+    def datagram_received(self, data, addr):
+        self.queue.put_nowait(data)
+
+
+async def round_trip(transport, client, peer, tag):
+    payload = f"{tag}-{os.urandom(4).hex()}".encode()
+    for _ in range(10):  # UDP: resend until echoed, bounded
+        transport.sendto(payload, peer)
+        try:
+            while True:
+                data = await asyncio.wait_for(client.queue.get(), 2)
+                if data == payload:
+                    return
+        except asyncio.TimeoutError:
+            continue
+    raise AssertionError(f"no relayed echo for {tag}")
+
+
+async def scenario(proc, turn_port, health):
+    loop = asyncio.get_running_loop()
+    echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
+    peer = echo_t.get_extra_info("sockname")
+    user, password = credential()
+    try:
+        wait_status(health + "/ready", 200, 30)
+        wait_status(health + "/live", 200, 5)
+        transport, client = await turn.create_turn_endpoint(
+            Client, server_addr=("127.0.0.1", turn_port), username=user, password=password)
+        await round_trip(transport, client, peer, "before")
+
+        proc.send_signal(signal.SIGTERM)
+        wait_status(health + "/ready", 503, 10)
+        assert http_status(health + "/live") == 200, "/live failed while draining"
+        assert proc.poll() is None, "exited with an allocation still open"
+        await round_trip(transport, client, peer, "draining")
+        refused = False
+        try:
+            t2, _ = await asyncio.wait_for(turn.create_turn_endpoint(
+                Client, server_addr=("127.0.0.1", turn_port), username=user,
+                password=password), 30)
+            t2.close()
+        except stun.TransactionFailed as e:  # an error response to the Allocate
+            refused = True
+            print(f"new allocation while draining: {e.response.attributes.get('ERROR-CODE')}")
+        assert refused, "a new allocation was accepted while draining"
+
+        start = time.monotonic()
+        transport.close()  # Refresh with LIFETIME 0: the last allocation ends
+        while proc.poll() is None and time.monotonic() - start < DRAIN_S + 30:
+            await asyncio.sleep(0.1)
+        assert proc.poll() == 0, f"exit status {proc.poll()} after the drain"
+        assert time.monotonic() - start < DRAIN_S, \
+            "the daemon waited for drain_timeout instead of exiting with no allocations left"
+    finally:
+        echo_t.close()
+
+
+def main():
+    if not os.access(DAEMON, os.X_OK):
+        print(f"FAIL: {DAEMON} is not built")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        turn_port = free_port(socket.SOCK_DGRAM)
+        health_port = free_port(socket.SOCK_STREAM)
+        cfg, grace_cfg = write_config(tmp, turn_port, health_port)
+        with open(os.path.join(SRC, "deploy", "kubernetes", "deployment.yaml"),
+                  encoding="utf-8") as fh:
+            grace_pod = yaml.safe_load(fh)["spec"]["template"]["spec"][
+                "terminationGracePeriodSeconds"]
+        log = open(os.path.join(tmp, "daemon.log"), "w+", encoding="utf-8")
+        proc = subprocess.Popen([DAEMON, "-c", cfg, "-w"], stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, STUNNER_ADDR="127.0.0.1"))
+        try:
+            assert grace_pod >= grace_cfg + 15, \
+                f"terminationGracePeriodSeconds {grace_pod} < drain_timeout {grace_cfg} + 15"
+            asyncio.run(asyncio.wait_for(
+                scenario(proc, turn_port, f"http://127.0.0.1:{health_port}"), 240))
+        except (AssertionError, asyncio.TimeoutError, OSError) as e:
+            log.seek(0)
+            print(log.read())
+            print(f"FAIL: {e!r}")
+            return 1
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=30)
+            log.close()
+    print("ok: ready -> SIGTERM -> not ready, still live, relaying, refusing -> exit 0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
