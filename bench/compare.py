@@ -26,7 +26,6 @@ SERVER = ("127.0.0.1", 13478)
 PEER = "127.0.0.1:13500"
 RELAY_MIN, RELAY_MAX = 40000, 59999
 USER, PASS, REALM, SECRET = "bench", "bench", "bench", "bench-secret-0123456789"
-SRV_CPU, GEN_CPU = "0", "1"
 
 TURNGATE_YAML = """version: v1
 admin:
@@ -34,7 +33,7 @@ admin:
   loglevel: all:INFO
   healthcheck_endpoint: ""
   admin_socket: {rundir}/admin.sock
-  workers: 1
+  workers: {workers}
   drain_timeout: 0
   relay_port_min: {rmin}
   relay_port_max: {rmax}
@@ -62,7 +61,7 @@ def turngate_cmd(args, rundir):
     conf = os.path.join(rundir, "turngate.yaml")
     with open(conf, "w") as f:
         f.write(TURNGATE_YAML.format(rundir=rundir, rmin=RELAY_MIN, rmax=RELAY_MAX,
-                                     auth=auth, port=SERVER[1]))
+                                     auth=auth, port=SERVER[1], workers=args.workers))
     return [os.path.join(args.builddir, "turngated"), "-c", conf]
 
 
@@ -73,7 +72,7 @@ def coturn_cmd(args, rundir):
            f"--max-port={RELAY_MAX}", f"--realm={REALM}", "--no-tls", "--no-dtls",
            "--no-cli", "--allow-loopback-peers", "--log-file=stdout", "--simple-log",
            f"--pidfile={rundir}/turnserver.pid", f"--userdb={rundir}/turndb",
-           "--relay-threads=1"]
+           f"--relay-threads={args.workers}"]
     if args.auth == "secret":
         cmd += ["--use-auth-secret", f"--static-auth-secret={SECRET}"]
     else:
@@ -116,16 +115,16 @@ def stop(proc, grace=5.0):
         proc.wait(timeout=5)
 
 
-def pin(args, cpu):
-    """taskset to one core, and optionally a nice value for every benchmark process."""
-    cmd = ["taskset", "-c", cpu]
+def pin(args, cpus):
+    """taskset to the given cores ("" = unpinned), and optionally a nice value."""
+    cmd = ["taskset", "-c", cpus] if cpus else []
     if args.nice:
         cmd = ["nice", "-n", str(args.nice)] + cmd
     return cmd
 
 
 def start_echo(args, tb, lifetime):
-    p = subprocess.Popen(pin(args, GEN_CPU) + [tb, "-m", "echo", "-p", PEER, "-d",
+    p = subprocess.Popen(pin(args, args.gen_cpus) + [tb, "-m", "echo", "-p", PEER, "-d",
                                                str(lifetime)], stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
     line = p.stdout.readline()
@@ -185,7 +184,7 @@ def run_one(args, server, test):
                      "-w", str(args.p["warm"]), "-d", str(args.p["dur"])]
         else:
             cmd = SERVERS[server](args, rundir)
-            srv = subprocess.Popen(pin(args, SRV_CPU) + cmd, stdout=log, stderr=log,
+            srv = subprocess.Popen(pin(args, args.srv_cpus) + cmd, stdout=log, stderr=log,
                                    cwd=rundir, start_new_session=True)
             if not wait_stun():
                 raise RuntimeError(f"{server} did not answer STUN on {SERVER}")
@@ -193,7 +192,7 @@ def run_one(args, server, test):
         echo = start_echo(args, tb, 600)
         targs += ["-E", str(echo.pid)]
         drops = udp_rcvbuf_errors()
-        r = subprocess.run(pin(args, GEN_CPU) + [tb] + targs, capture_output=True,
+        r = subprocess.run(pin(args, args.gen_cpus) + [tb] + targs, capture_output=True,
                            text=True, timeout=args.p["run_timeout"])
         res = parse_line(r.stdout)
         if res is not None:
@@ -296,6 +295,11 @@ def main():
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--raw", help="append every run's raw line to this file")
     ap.add_argument("--keep", action="store_true", help="keep run directories")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="turngated workers and coturn relay threads (1)")
+    ap.add_argument("--srv-cpus", default="0", help="taskset list for the server ('' = none)")
+    ap.add_argument("--gen-cpus", default="1",
+                    help="taskset list for generator and echo ('' = none)")
     ap.add_argument("--nice", type=int, default=0,
                     help="nice value for server, generator and echo (e.g. -10 on a shared box)")
     args = ap.parse_args()
@@ -310,6 +314,7 @@ def main():
     if args.duration:
         args.p["dur"] = args.duration
     reps = max(1, min(reps, 20))
+    args.workers = max(1, min(args.workers, 64))
     servers = [s for s in args.servers.split(",") if s]
     for s in servers:
         if s not in SERVERS:
