@@ -7,7 +7,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
 libev-dev libssl-dev liburcu-dev libyaml-dev libjansson-dev libmicrohttpd-dev libsystemd-dev
 libcmocka-dev clang libclang-rt-14-dev spin
 coturn python3-aioice python3-aiortc python3-selenium chromium chromium-driver
-iproute2 procps openssl"
+iproute2 procps openssl systemd python3-yaml"
 
 missing=""
 for p in $PKGS; do
