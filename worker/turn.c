@@ -386,8 +386,10 @@ static void wk_refresh(struct worker *w, const struct wk_ep *ep, const struct st
 		goto out;
 	}
 	if (stun_msg_get_lifetime(req, &want) == 0 && want == 0) {
-		wk_reply_ok(w, ep, req, &cred, true, 0);
+		/* End it before answering: whoever the answer reaches first (the client, then
+		 * an admin query) must find it gone. */
 		wk_alloc_destroy(w, a, "refreshed with lifetime 0");
+		wk_reply_ok(w, ep, req, &cred, true, 0);
 		goto out;
 	}
 	want = wk_lifetime(w, req);
