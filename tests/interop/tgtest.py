@@ -1,0 +1,232 @@
+"""Shared helpers for the interop suite: run turngated on loopback with a generated config.
+
+Every wait is bounded. The daemon's stderr goes to a file that stop() scans for sanitizer
+reports and worker deaths, so each test also proves the daemon stayed healthy under a real
+third-party client. A missing tool is a failure (fail()), never a skip: CI installs them
+(scripts/setup.sh).
+"""
+import base64
+import hashlib
+import hmac
+import importlib
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BAD = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "[crit]", "killed by signal",
+       "Assertion")
+
+
+class Failure(Exception):
+    pass
+
+
+def fail(msg):
+    """Print the reason and exit 1 (the test failed)."""
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def proved(msg):
+    print("PROVED: " + msg, flush=True)
+
+
+def need_tool(path, package):
+    if not os.access(path, os.X_OK):
+        fail("%s missing: install the Debian package %s (scripts/setup.sh does)" % (path, package))
+
+
+def need_module(name, package):
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        fail("python module %s missing (%s): install the Debian package %s "
+             "(run with /usr/bin/python3; scripts/setup.sh installs it)" % (name, e, package))
+
+
+def daemon_path():
+    top = os.environ.get("top_builddir", ".")
+    for cand in ("turngated", "master/turngated"):
+        p = os.path.join(top, cand)
+        if os.access(p, os.X_OK):
+            return p
+    fail("turngated not found under top_builddir=%s" % top)
+
+
+def free_port(addr="127.0.0.1"):
+    """A port free for both UDP and TCP on addr, below the relay windows we pick."""
+    for _ in range(200):
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            u.bind((addr, 0))
+            port = u.getsockname()[1]
+            t.bind((addr, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            u.close()
+            t.close()
+    fail("no free port on " + addr)
+
+
+def ephemeral_credentials(secret, user="user", lifetime=3600):
+    """TURN REST API credentials: ("<expiry>:user", base64(HMAC-SHA1(secret, username)))."""
+    username = "%d:%s" % (int(time.time()) + lifetime, user)
+    mac = hmac.new(secret.encode(), username.encode(), hashlib.sha1).digest()
+    return username, base64.b64encode(mac).decode()
+
+
+def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=True):
+    """A STUNner v1 config: TURN-UDP (and TURN-TCP) on address:port, one cluster 'allowed'.
+
+    auth: ("static", user, password) or ("ephemeral", secret). The relay window is a random
+    500-port slice of 40000..59999 so that tests running in parallel rarely collide (the
+    worker skips ports in use anyway)."""
+    lo = random.randrange(40000, 59500, 500)
+    if auth[0] == "static":
+        auth_text = ("  type: static\n  realm: interop.example\n  credentials:\n"
+                     "    username: %s\n    password: %s\n" % (auth[1], auth[2]))
+    else:
+        auth_text = ("  type: ephemeral\n  realm: interop.example\n  credentials:\n"
+                     "    secret: %s\n" % auth[1])
+    text = ("version: v1\nadmin:\n  name: interop\n  loglevel: all:INFO\n  workers: %d\n"
+            "  healthcheck_endpoint: \"\"\n  admin_socket: %s/admin.sock\n  drain_timeout: 1\n"
+            "  relay_port_min: %d\n  relay_port_max: %d\nauth:\n%slisteners:\n"
+            % (workers, tmp, lo, lo + 499, auth_text))
+    protos = ["TURN-UDP"] + (["TURN-TCP"] if tcp else [])
+    for p in protos:
+        text += ("  - name: %s\n    protocol: %s\n    address: %s\n    port: %d\n"
+                 "    routes: [allowed]\n" % (p.lower(), p, address, port))
+    eps = ", ".join('"%s"' % e for e in endpoints)
+    text += "clusters:\n  - name: allowed\n    type: STATIC\n    endpoints: [%s]\n" % eps
+    return text
+
+
+def _binding_ok(addr, port):
+    req = struct.pack("!HHI", 1, 0, 0x2112A442) + os.urandom(12)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.2)
+    try:
+        s.sendto(req, (addr, port))
+        data = s.recv(2048)
+        return data[:2] == b"\x01\x01" and data[8:20] == req[8:20]
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _tcp_ok(addr, port):
+    try:
+        socket.create_connection((addr, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+class Daemon:
+    """turngated on loopback. Use as a context manager: stops and scans the log on exit."""
+
+    def __init__(self, endpoints, auth=("static", "user1", "pass1"), address="127.0.0.1",
+                 workers=2, tcp=True):
+        self.tmp = tempfile.mkdtemp(prefix="tg-interop-")
+        self.address = address
+        self.port = free_port(address)
+        self.tcp = tcp
+        self.workers = workers
+        self.conf = os.path.join(self.tmp, "turngate.yaml")
+        self.log = os.path.join(self.tmp, "turngated.log")
+        self.endpoints = list(endpoints)
+        self.auth = auth
+        with open(self.conf, "w") as f:
+            f.write(config_yaml(self.tmp, self.port, endpoints, auth, address, workers, tcp))
+        self.proc = None
+
+    def start(self, timeout=30.0):
+        self.logf = open(self.log, "wb")
+        self.proc = subprocess.Popen([daemon_path(), "-c", self.conf], stdin=subprocess.DEVNULL,
+                                     stdout=self.logf, stderr=self.logf)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                fail("turngated exited early (%d):\n%s" % (self.proc.returncode, self.text()))
+            if _binding_ok(self.address, self.port) and (not self.tcp
+                                                         or _tcp_ok(self.address, self.port)):
+                print("turngated up on %s:%d (UDP%s), %d workers, allowlist %s"
+                      % (self.address, self.port, "+TCP" if self.tcp else "", self.workers,
+                         self.endpoints), flush=True)
+                return self
+            time.sleep(0.05)
+        self.stop(scan=False)
+        fail("turngated did not answer a Binding within %.0f s:\n%s" % (timeout, self.text()))
+
+    def text(self):
+        try:
+            with open(self.log, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, scan=True):
+        """SIGTERM, bounded wait, then scan the log. Returns a list of problems (empty = ok)."""
+        problems = []
+        if self.proc is None:
+            return problems
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+            problems.append("turngated ignored SIGTERM for 20 s")
+        self.proc = None
+        self.logf.close()
+        if scan:
+            text = self.text()
+            bad = [l for l in text.splitlines() if any(b in l for b in BAD)]
+            if rc != 0:
+                problems.append("turngated exited with %d" % rc)
+            if bad:
+                problems.append("daemon log problems:\n" + "\n".join(bad[:20]))
+            if problems:
+                print(text[-4000:])
+        return problems
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, et, ev, tb):
+        problems = self.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if problems and et is None:
+            raise Failure("; ".join(problems))
+        return False
+
+
+def main(fn):
+    """Runs fn(); a Failure or an unexpected exception is a test failure (exit 1)."""
+    try:
+        fn()
+    except Failure as e:
+        fail(str(e))
+    except Exception:
+        import traceback
+        traceback.print_exc()
+        fail("unexpected exception")
+    print("PASS", flush=True)
+    sys.exit(0)
