@@ -112,6 +112,9 @@ struct conf_auth {
 	char *secret;                /* ephemeral: current secret (credentials.secret or secret_file) */
 	char *prev_secret;           /* ephemeral: previous secret accepted until prev_deadline; NULL if none */
 	int64_t prev_deadline;       /* unix seconds; 0 when prev_secret is NULL */
+	char *secret_file;           /* ours; `secret_file` as written (after expansion), NULL
+				      * when unset. Kept so `turngated -w` watches it. */
+	char *prev_secret_file;      /* ours; `previous_secret_file` as written, NULL when unset */
 	bool strict_expiry;          /* true: expiry of an ephemeral username is checked on every
 				      * authenticated request (STUNner); false (default): only when
 				      * an allocation is created, refreshes go on with the stored key */
@@ -166,6 +169,10 @@ struct conf_admin {
 	uint32_t drain_timeout;      /* ours; seconds, default 30 */
 	char *alternate_server;      /* ours; "IP[:port]" sent as ALTERNATE-SERVER while draining; NULL */
 	char *credential_api_endpoint; /* ours; NULL = off (default), e.g. "http://127.0.0.1:8088" */
+	char *credential_api_token;  /* ours; bearer token the credential API requires (from
+				      * credential_api_token or the file); NULL = none. Secret:
+				      * redacted in JSON, wiped on free. */
+	char *credential_api_token_file; /* ours; path as written, NULL when unset (watched by -w) */
 };
 
 #define CONF_MAGIC 0x434f4e46u  /* "CONF" */

@@ -29,6 +29,8 @@ void conf_auth_clear(struct conf_auth *a)
 	free(a->users);
 	conf_wipe_free(a->secret);
 	conf_wipe_free(a->prev_secret);
+	free(a->secret_file);
+	free(a->prev_secret_file);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -147,7 +149,7 @@ static void parse_users(struct pctx *p, yaml_node_t *n, const char *path, struct
 	}
 }
 
-static char *read_secret_file(struct pctx *p, yaml_node_t *v, const char *path)
+char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, char **name)
 {
 	char *fname = pctx_string(p, v, path, false), *buf = NULL;
 	size_t len = 0;
@@ -168,7 +170,12 @@ static char *read_secret_file(struct pctx *p, yaml_node_t *v, const char *path)
 			buf = NULL;
 		}
 	}
-	free(fname);
+	if (name != NULL) {
+		free(*name);
+		*name = fname;
+	} else {
+		free(fname);
+	}
 	return buf;
 }
 
@@ -267,7 +274,7 @@ static void finish_secrets(struct pctx *p, struct auth_state *st, const char *pa
 			pctx_error(p, st->secret_file, sub, "given together with credentials.secret "
 				   "(expected one of them)");
 		else
-			a->secret = read_secret_file(p, st->secret_file, sub);
+			a->secret = conf_read_secret_file(p, st->secret_file, sub, &a->secret_file);
 	}
 	if (a->secret == NULL && st->secret_file == NULL) {
 		conf_path_key(sub, path, "credentials.secret");
@@ -283,7 +290,8 @@ static void finish_secrets(struct pctx *p, struct auth_state *st, const char *pa
 			pctx_error(p, st->prev_file, sub, "given together with previous_secret "
 				   "(expected one of them)");
 		else
-			a->prev_secret = read_secret_file(p, st->prev_file, sub);
+			a->prev_secret = conf_read_secret_file(p, st->prev_file, sub,
+						       &a->prev_secret_file);
 	}
 	conf_path_key(sub, path, "previous_secret_grace");
 	if (st->until && st->grace)

@@ -114,6 +114,11 @@ int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, 
 const char *conf_file_strerror(int rc);
 int conf_base64_decode(const char *in, char **out, size_t *outlen);
 void conf_wipe_free(char *s);
+/* Reads a one-line secret from the file named by scalar v (trailing blanks dropped); on
+ * failure reports at v and returns NULL. The file name is stored in *name (replacing and
+ * freeing the old value) when name is not NULL, even when the read failed, so a watch can
+ * still see the file appear. Returns a string for conf_wipe_free(). */
+char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, char **name);
 
 /* Checks PEM cert and/or key (either may be NULL) and that they match (conf_tls.c).
  * Returns 0, -EINVAL with "cert: ..." or "key: ..." in err, or -ENOMEM. */

@@ -115,6 +115,9 @@ static json_t *admin_json(const struct conf *c)
 	set_i(o, "drain_timeout", a->drain_timeout);
 	set_s(o, "alternate_server", a->alternate_server);
 	set_s(o, "credential_api_endpoint", a->credential_api_endpoint);
+	if (a->credential_api_token != NULL)
+		set_s(o, "credential_api_token", REDACTED);
+	set_s(o, "credential_api_token_file", a->credential_api_token_file);
 	return o;
 }
 

@@ -240,6 +240,8 @@ void conf_free(struct conf *c)
 	free(c->admin.admin_socket);
 	free(c->admin.alternate_server);
 	free(c->admin.credential_api_endpoint);
+	conf_wipe_free(c->admin.credential_api_token);
+	free(c->admin.credential_api_token_file);
 	conf_auth_clear(&c->auth);
 	for (size_t i = 0; i < c->n_listeners; i++)
 		listener_free(&c->listeners[i]);

@@ -60,8 +60,10 @@ static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t m
 		*dst = (uint32_t)x;
 }
 
+/* Where keys checked after the whole admin block were written. */
 struct range_nodes {
 	yaml_node_t *min, *max;
+	yaml_node_t *token, *token_file;
 };
 
 static void parse_mode(struct pctx *p, yaml_node_t *v, const char *path, uint32_t *mode)
@@ -128,6 +130,12 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 				   "[IPV6]:PORT)", a->alternate_server);
 	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
 		set_url(p, v, path, &a->credential_api_endpoint);
+	} else if (strcasecmp(key, "credential_api_token") == 0) {
+		rn->token = v;
+		conf_wipe_free(a->credential_api_token);
+		a->credential_api_token = pctx_is_null(v) ? NULL : pctx_string(p, v, path, true);
+	} else if (strcasecmp(key, "credential_api_token_file") == 0) {
+		rn->token_file = v;
 	} else {
 		return false;
 	}
@@ -166,11 +174,32 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 	}
 }
 
+/* The credential API's bearer token: inline or from a file, not both; "" means none. */
+static void finish_token(struct pctx *p, const struct range_nodes *rn, const char *path)
+{
+	struct conf_admin *a = &p->cfg->admin;
+	char sub[CONF_PATH_MAX];
+	if (rn->token_file != NULL && !pctx_is_null(rn->token_file)) {
+		conf_path_key(sub, path, "credential_api_token_file");
+		if (a->credential_api_token != NULL)
+			pctx_error(p, rn->token_file, sub, "given together with credential_api_token "
+				   "(expected one of them)");
+		else
+			a->credential_api_token = conf_read_secret_file(p, rn->token_file, sub,
+								&a->credential_api_token_file);
+	}
+	if (a->credential_api_token != NULL && a->credential_api_token[0] == '\0') {
+		conf_wipe_free(a->credential_api_token);
+		a->credential_api_token = NULL;
+	}
+}
+
 void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)
 {
 	struct range_nodes rn = {0};
 	struct conf_admin *a = &p->cfg->admin;
 	pctx_map_each(p, n, path, admin_pair, &rn);
+	finish_token(p, &rn, path);
 	if (a->relay_port_min > a->relay_port_max) {
 		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, rn.min ? "relay_port_min" : "relay_port_max");

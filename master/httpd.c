@@ -4,6 +4,7 @@
 #include "master/master.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,9 +15,24 @@
 #include "shm/shm.h"
 
 #define HTTPD_MAX_SERVERS 3
+#define HTTPD_URL_MAX 512
+
+/* What a server carries. */
+#define ROLE_HEALTH 1u
+#define ROLE_METRICS 2u
+#define ROLE_CRED 4u
+
+/* One server of the plan: the URL it is started with and the routes it serves. A running
+ * server is kept across a reload exactly when the new plan has an entry with the same URL
+ * and roles, so a reload that leaves an endpoint alone never drops its connections. */
+struct httpd_srv {
+	char url[HTTPD_URL_MAX];
+	unsigned roles;
+	struct http_server *srv;   /* NULL in a plan, or when it failed to start */
+};
 
 struct httpd {
-	struct http_server *srv[HTTPD_MAX_SERVERS];
+	struct httpd_srv s[HTTPD_MAX_SERVERS];
 	unsigned n;
 };
 
@@ -93,6 +109,14 @@ static int cb_cred_config(void *ctx, const struct conf **cfg)
 	return m->cfg != NULL ? 0 : -ENOENT;
 }
 
+/* Read at each request, so a reload that changes only the token needs no restart. */
+static const char *cb_cred_token(void *ctx)
+{
+	struct master *m = ctx;
+
+	return m->cfg != NULL ? m->cfg->admin.credential_api_token : NULL;
+}
+
 static bool set(const char *s)
 {
 	return s != NULL && s[0] != '\0';
@@ -108,62 +132,156 @@ static bool same_socket(const char *a, const char *b, uint16_t da, uint16_t db)
 	return http_endpoint_same_socket(&ea, &eb);
 }
 
-static void start_one(struct master *m, struct httpd *h, const char *what, const char *url,
-		      const struct http_handlers *hd)
+/* The shared health+metrics server binds the health endpoint's address and port (probes
+ * are configured against it) and serves metrics on the metrics URL's path. The health URL
+ * is cut before its path; an absent port stays absent (the health default applies). */
+static int merged_url(const char *health, const char *metrics, char *out, size_t len)
 {
-	int rc;
+	struct http_endpoint em;
+	const char *auth = strstr(health, "://"), *slash;
+	int n;
 
-	if (h->n >= HTTPD_MAX_SERVERS)
-		return;
-	rc = http_server_start(m->loop, url, hd, m, &h->srv[h->n]);
-	if (rc < 0) {
-		/* Health and metrics are conveniences: the relay serves without them. */
-		log_error("master", "%s endpoint %s: %s (not served)", what, url, strerror(-rc));
+	if (auth == NULL || http_endpoint_parse(metrics, HTTP_METRICS_PORT, &em, NULL) < 0)
+		return -EINVAL;
+	slash = strchr(auth + 3, '/');
+	n = snprintf(out, len, "%.*s%s", slash ? (int)(slash - health) : (int)strlen(health),
+		     health, em.path[0] != '\0' ? em.path : HTTP_METRICS_PATH);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static void plan_add(struct httpd *p, const char *url, unsigned roles)
+{
+	size_t len = strlen(url);
+
+	if (p->n >= HTTPD_MAX_SERVERS || len >= sizeof(p->s[0].url)) {
+		log_error("master", "HTTP endpoint %.64s...: URL too long (not served)", url);
 		return;
 	}
-	log_info("master", "%s endpoint %s (port %u)", what, url,
-		 http_server_port(h->srv[h->n]));
-	h->n++;
+	memcpy(p->s[p->n].url, url, len + 1);
+	p->s[p->n].roles = roles;
+	p->n++;
+}
+
+/* Decides the servers for config c: one per distinct socket. Metrics may share the health
+ * server; the credential API may share the metrics server, but never the health port,
+ * which is meant for probes and is often reachable by anyone who can reach the pod. */
+static void plan_build(const struct conf *c, struct httpd *p)
+{
+	const char *health = c->admin.healthcheck_endpoint, *metrics = c->admin.metrics_endpoint;
+	const char *cred = c->admin.credential_api_endpoint;
+	char url[HTTPD_URL_MAX];
+	bool m_in_h, c_in_h, c_in_m;
+
+	memset(p, 0, sizeof(*p));
+	m_in_h = set(health) && set(metrics) &&
+		 same_socket(health, metrics, HTTP_HEALTH_PORT, HTTP_METRICS_PORT);
+	c_in_h = set(health) && set(cred) &&
+		 same_socket(health, cred, HTTP_HEALTH_PORT, HTTP_CRED_PORT);
+	c_in_m = !c_in_h && !m_in_h && set(metrics) && set(cred) &&
+		 same_socket(metrics, cred, HTTP_METRICS_PORT, HTTP_CRED_PORT);
+	if (c_in_h)
+		log_error("master", "credential API endpoint %s uses the health endpoint's port "
+				    "(%s): not served; give it its own port", cred, health);
+	if (set(health)) {
+		if (!m_in_h)
+			plan_add(p, health, ROLE_HEALTH);
+		else if (merged_url(health, metrics, url, sizeof(url)) == 0)
+			plan_add(p, url, ROLE_HEALTH | ROLE_METRICS);
+		else
+			log_error("master", "health endpoint %s with metrics %s: cannot combine "
+					    "(not served)", health, metrics);
+	}
+	if (set(metrics) && !m_in_h)
+		plan_add(p, metrics, ROLE_METRICS | (c_in_m ? ROLE_CRED : 0));
+	if (set(cred) && !c_in_h && !c_in_m)
+		plan_add(p, cred, ROLE_CRED);
+}
+
+static const char *roles_name(unsigned roles)
+{
+	switch (roles) {
+	case ROLE_HEALTH: return "health";
+	case ROLE_METRICS: return "metrics";
+	case ROLE_CRED: return "credential API";
+	case ROLE_HEALTH | ROLE_METRICS: return "health and metrics";
+	default: return "metrics and credential API";
+	}
+}
+
+static void srv_start(struct master *m, struct httpd_srv *s)
+{
+	struct http_handlers hd = { 0 };
+	int rc;
+
+	if (s->roles & ROLE_HEALTH) {
+		hd.readiness = cb_readiness;
+		hd.status_json = cb_status;
+	}
+	if (s->roles & ROLE_METRICS)
+		hd.metrics = cb_metrics;
+	if (s->roles & ROLE_CRED) {
+		hd.cred_config = cb_cred_config;
+		hd.cred_token = cb_cred_token;
+	}
+	rc = http_server_start(m->loop, s->url, &hd, m, &s->srv);
+	if (rc < 0) {
+		/* These are conveniences: the relay serves without them. */
+		log_error("master", "%s endpoint %s: %s (not served)", roles_name(s->roles), s->url,
+			  strerror(-rc));
+		s->srv = NULL;
+		return;
+	}
+	log_info("master", "%s endpoint %s (port %u)", roles_name(s->roles), s->url,
+		 http_server_port(s->srv));
 }
 
 /* Health, metrics and credential API: one server per distinct address and port. */
 int httpd_start(struct master *m)
 {
-	const struct conf_admin *a = &m->cfg->admin;
-	const char *health = a->healthcheck_endpoint, *metrics = a->metrics_endpoint;
-	const char *cred = a->credential_api_endpoint;
-	struct http_handlers hh = { 0 }, hm = { 0 }, hc = { 0 };
 	struct httpd *h = calloc(1, sizeof(*h));
-	bool m_in_h, c_in_h, c_in_m;
 
 	if (h == NULL)
 		return -ENOMEM;
 	m->httpd = h;
-	hh.readiness = cb_readiness;
-	hh.status_json = cb_status;
-	hm.metrics = cb_metrics;
-	hc.cred_config = cb_cred_config;
-	m_in_h = set(health) && set(metrics) &&
-		 same_socket(health, metrics, HTTP_HEALTH_PORT, HTTP_METRICS_PORT);
-	c_in_h = set(health) && set(cred) &&
-		 same_socket(health, cred, HTTP_HEALTH_PORT, HTTP_CRED_PORT);
-	c_in_m = !c_in_h && set(metrics) && set(cred) && !m_in_h &&
-		 same_socket(metrics, cred, HTTP_METRICS_PORT, HTTP_CRED_PORT);
-	if (set(health)) {
-		if (m_in_h)
-			hh.metrics = cb_metrics;
-		if (c_in_h)
-			hh.cred_config = cb_cred_config;
-		/* Shared with metrics: the metrics URL carries the metrics path. */
-		start_one(m, h, "health", m_in_h ? metrics : health, &hh);
+	plan_build(m->cfg, h);
+	for (unsigned i = 0; i < h->n; i++)
+		srv_start(m, &h->s[i]);
+	return 0;
+}
+
+static bool srv_same(const struct httpd_srv *a, const struct httpd_srv *b)
+{
+	return a->roles == b->roles && strcmp(a->url, b->url) == 0;
+}
+
+int httpd_reload(struct master *m)
+{
+	struct httpd *h = m->httpd, next;
+	bool keep[HTTPD_MAX_SERVERS] = { false };
+
+	if (h == NULL)
+		return httpd_start(m);
+	plan_build(m->cfg, &next);
+	/* Stop every server that goes away before starting any new one: a changed endpoint
+	 * may reuse a port an old server still holds. A server that failed to start is
+	 * retried. */
+	for (unsigned i = 0; i < h->n; i++) {
+		for (unsigned j = 0; j < next.n && !keep[i]; j++)
+			if (next.s[j].srv == NULL && h->s[i].srv != NULL &&
+			    srv_same(&h->s[i], &next.s[j])) {
+				next.s[j].srv = h->s[i].srv;
+				keep[i] = true;
+			}
+		if (!keep[i] && h->s[i].srv != NULL) {
+			log_info("master", "%s endpoint %s stopped (changed by reload)",
+				 roles_name(h->s[i].roles), h->s[i].url);
+			http_server_stop(h->s[i].srv);
+		}
 	}
-	if (set(metrics) && !m_in_h) {
-		if (c_in_m)
-			hm.cred_config = cb_cred_config;
-		start_one(m, h, "metrics", metrics, &hm);
-	}
-	if (set(cred) && !c_in_h && !c_in_m)
-		start_one(m, h, "credential API", cred, &hc);
+	for (unsigned j = 0; j < next.n; j++)
+		if (next.s[j].srv == NULL)
+			srv_start(m, &next.s[j]);
+	*h = next;
 	return 0;
 }
 
@@ -174,7 +292,7 @@ void httpd_stop(struct master *m)
 	if (h == NULL)
 		return;
 	for (unsigned i = 0; i < h->n; i++)
-		http_server_stop(h->srv[i]);
+		http_server_stop(h->s[i].srv);
 	free(h);
 	m->httpd = NULL;
 }

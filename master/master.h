@@ -187,15 +187,24 @@ void notify_watchdog(void);
 
 /* ---- HTTP: health, /status, metrics, credential API (master/httpd.c) ------------ */
 
-/* Starts a server per distinct endpoint of the config (health, metrics, credential API);
- * a server that cannot start is logged and skipped. Returns 0 or -ENOMEM. */
+/* Starts a server per distinct endpoint of m->cfg (health, metrics, credential API);
+ * a server that cannot start is logged and skipped. Metrics on the health endpoint's
+ * socket share its server, which binds the health endpoint's address and port and serves
+ * metrics on the metrics URL's path. The credential API may share the metrics server but
+ * never the health port (logged as an error, not served). Returns 0 or -ENOMEM. */
 int httpd_start(struct master *m);
+/* After a reload installed m->cfg: stops each server whose URL or routes changed, then
+ * starts the new ones; unchanged servers keep running (and their connections). A server
+ * that failed to start before is retried. Returns 0 or -ENOMEM. */
+int httpd_reload(struct master *m);
 void httpd_stop(struct master *m);
 
 /* ---- config file watch (master/watch.c) ------------------------------------------ */
 
-/* Starts an inotify watch on the directories of the config file and of every listener's
- * cert_file/key_file: reload 200 ms after one of them changes.
+/* Starts an inotify watch on the directories of the config file and of every file it names
+ * whose content a reload reads (listeners' cert_file/key_file, auth secret_file and
+ * previous_secret_file, global or per listener, admin.credential_api_token_file): reload
+ * 200 ms after one of them changes.
  * Returns 0, or -errno (logged; the daemon serves on without it). */
 int watch_start(struct master *m);
 void watch_stop(struct master *m);

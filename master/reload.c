@@ -215,13 +215,7 @@ static void warn_restart_only(struct master *m, const struct conf *nc)
 	if (oc->limits.max_allocations != nc->limits.max_allocations)
 		log_warn("master", "max_allocations changed: the table size changes at the next "
 				   "restart");
-	if (!str_eq(oc->admin.healthcheck_endpoint, nc->admin.healthcheck_endpoint) ||
-	    !str_eq(oc->admin.metrics_endpoint, nc->admin.metrics_endpoint) ||
-	    !str_eq(oc->admin.credential_api_endpoint, nc->admin.credential_api_endpoint))
-		log_warn("master", "HTTP endpoints changed: take effect at the next restart");
-	if ((oc->admin.admin_socket == NULL) != (nc->admin.admin_socket == NULL) ||
-	    (oc->admin.admin_socket != NULL &&
-	     strcmp(oc->admin.admin_socket, nc->admin.admin_socket) != 0))
+	if (!str_eq(oc->admin.admin_socket, nc->admin.admin_socket))
 		log_warn("master", "admin socket path changed: takes effect at the next restart");
 }
 
@@ -358,6 +352,7 @@ int reload_run(struct master *m, const char *trigger)
 	nc = NULL;
 	m->publish_pending = false;
 	apply_logging(m, m->cfg);
+	httpd_reload(m);
 	record_result(m, trigger, true, diags_to_json(&diags));
 	log_info("master", "configuration generation %llu active (%s)",
 		 (unsigned long long)m->generation, trigger);

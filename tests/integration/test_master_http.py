@@ -1,7 +1,10 @@
 """The master's HTTP endpoints: health and readiness (503 while draining), /status without
-secrets, metrics, the credential API (its credential really allocates), a shared socket."""
+secrets, metrics, the credential API (its credential really allocates, its bearer token),
+a shared health+metrics socket on the health address, the credential API refused on the
+health port, endpoints changed by a reload."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -12,21 +15,55 @@ from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, free_port,  
                            run_tests)
 
 
-def get(url):
+def get(url, headers=None):
     try:
-        with urllib.request.urlopen(url, timeout=10) as r:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
 
 
-def endpoints(health, metrics, cred):
-    extra = ""
+def refused(url):
+    """True when nothing listens at url any more (connection refused)."""
+    try:
+        get(url)
+    except urllib.error.URLError as e:
+        return isinstance(e.reason, ConnectionRefusedError)
+    return False
+
+
+class Pending:
+    """A connection opened now and used later: the server closes its connections (accepted
+    or still queued) when it stops, so a request answered later proves the server that
+    accepted it kept running. The server closes after each response: one request each."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+
+    def get(self, path):
+        """The status code, or None when the connection was closed by a stopped server."""
+        try:
+            self.s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+            head = self.s.recv(4096)
+        except OSError:
+            head = b""
+        finally:
+            self.s.close()
+        return int(head.split(b" ")[1]) if head.startswith(b"HTTP/") else None
+
+
+def endpoints(health, metrics, cred, extra=""):
     for key, url in (("healthcheck_endpoint", health), ("metrics_endpoint", metrics),
                      ("credential_api_endpoint", cred)):
         if url:
             extra += "  %s: \"%s\"\n" % (key, url)
     return extra
+
+
+def base(d, port, extra_admin):
+    return config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                       extra_admin=extra_admin)
 
 
 def test_separate_servers(d):
@@ -73,5 +110,115 @@ def test_shared_server(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_shared_server_binds_health_address(d):
+    """health on every address, metrics on 127.0.0.1 of the same port: one server, on the
+    health endpoint's address (127.0.0.2 reaches it), with metrics on the metrics path."""
+    port, hp = free_port(), free_port()
+    text = base(d, port, endpoints("http://:%d" % hp, "http://127.0.0.1:%d/metrics" % hp, None))
+    daemon = Daemon(d, text).start()
+    try:
+        code, body = get("http://127.0.0.2:%d/metrics" % hp)
+        check(code == 200 and "stunner_allocations_active" in body, (code, body[:300]))
+        check(get("http://127.0.0.2:%d/ready" % hp)[0] == 200, "ready on the health address")
+        check(get("http://127.0.0.1:%d/live" % hp)[0] == 200, "live on 127.0.0.1")
+        check("health and metrics endpoint http://:%d/metrics" % hp in daemon.stderr(),
+              daemon.stderr())
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_cred_never_on_health_port(d):
+    """The credential API on the health port is refused with an error, not merged."""
+    port, hp = free_port(), free_port()
+    text = base(d, port, endpoints("http://127.0.0.1:%d" % hp, None,
+                                   "http://127.0.0.1:%d" % hp))
+    daemon = Daemon(d, text).start()
+    try:
+        check(get("http://127.0.0.1:%d/ready" % hp)[0] == 200, "health still served")
+        code, body = get("http://127.0.0.1:%d/?service=turn&username=eve" % hp)
+        check(code == 404, "credential API served on the health port: %r" % ((code, body),))
+        code, _ = get("http://127.0.0.1:%d/ice?service=turn&username=eve" % hp)
+        check(code == 404, "/ice served on the health port: %r" % code)
+        check("credential API endpoint http://127.0.0.1:%d uses the health endpoint's port"
+              % hp in daemon.stderr(), daemon.stderr())
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_cred_token(d):
+    """credential_api_token_file: no or a wrong bearer token gets 401, the right one 200;
+    the token never shows in /status or the admin config; a reload that changes only the
+    token applies without restarting the server."""
+    port, hp, cp = free_port(), free_port(), free_port()
+    tokfile = os.path.join(d, "token")
+    with open(tokfile, "w") as f:
+        f.write("t0ken-one\n")
+    extra = endpoints("http://127.0.0.1:%d" % hp, None, "http://127.0.0.1:%d" % cp,
+                      "  credential_api_token_file: %s\n" % tokfile)
+    daemon = Daemon(d, base(d, port, extra)).start()
+    url = "http://127.0.0.1:%d/?service=turn&username=bob" % cp
+    try:
+        check(get(url)[0] == 401, "no token")
+        check(get(url, {"Authorization": "Bearer wrong"})[0] == 401, "wrong token")
+        code, body = get(url, {"Authorization": "Bearer t0ken-one"})
+        check(code == 200 and json.loads(body)["username"].endswith(":bob"), (code, body))
+        code, body = get("http://127.0.0.1:%d/status" % hp)
+        check(code == 200 and "t0ken-one" not in body, body)
+        conf = json.dumps(daemon.admin({"cmd": "config"}))
+        check("t0ken-one" not in conf and "redacted" in conf, conf)
+        alive = Pending(cp)
+        daemon.write_config(base(d, port, endpoints(
+            "http://127.0.0.1:%d" % hp, None, "http://127.0.0.1:%d" % cp,
+            "  credential_api_token: t0ken-two\n")))
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is True, r)
+        check(alive.get("/?service=turn&username=x") == 401, "server restarted by a token change")
+        check(get(url, {"Authorization": "Bearer t0ken-one"})[0] == 401, "old token")
+        check(get(url, {"Authorization": "Bearer t0ken-two"})[0] == 200, "new token")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_reload_moves_endpoints(d):
+    """A reload that changes the metrics endpoint restarts only that server (health keeps its
+    connection); moving the credential API onto the health port stops it with an error;
+    moving metrics onto the health port merges them."""
+    port, hp, mp, mp2, cp = free_port(), free_port(), free_port(), free_port(), free_port()
+    h = "http://127.0.0.1:%d" % hp
+    daemon = Daemon(d, base(d, port, endpoints(h, "http://127.0.0.1:%d/m" % mp,
+                                              "http://127.0.0.1:%d" % cp))).start()
+    try:
+        check(get("http://127.0.0.1:%d/m" % mp)[0] == 200, "metrics before")
+        alive = Pending(hp)
+        daemon.write_config(base(d, port, endpoints(h, "http://127.0.0.1:%d/m2" % mp2,
+                                                   "http://127.0.0.1:%d" % cp)))
+        check(daemon.admin({"cmd": "reload"})["ok"] is True, "reload 1")
+        check(refused("http://127.0.0.1:%d/m" % mp), "old metrics endpoint still served")
+        code, body = get("http://127.0.0.1:%d/m2" % mp2)
+        check(code == 200 and "stunner_allocations_active" in body, (code, body[:200]))
+        check(alive.get("/live") == 200, "health server restarted by a metrics change")
+        check(get("http://127.0.0.1:%d/?service=turn&username=u" % cp)[0] == 200, "cred kept")
+        alive = Pending(hp)
+        # The credential API moved onto the health port: stopped, error logged, health kept.
+        daemon.write_config(base(d, port, endpoints(h, "http://127.0.0.1:%d/m2" % mp2, h)))
+        check(daemon.admin({"cmd": "reload"})["ok"] is True, "reload 2")
+        check(refused("http://127.0.0.1:%d/?service=turn&username=u" % cp), "old cred port")
+        check(get(h + "/?service=turn&username=u")[0] == 404, "cred merged into health")
+        check(alive.get("/ready") == 200, "health server restarted by a cred change")
+        check("uses the health endpoint's port" in daemon.stderr(), daemon.stderr())
+        alive = Pending(hp)
+        # Metrics moved onto the health port: the health server is replaced by the merged one.
+        daemon.write_config(base(d, port, endpoints(h, h + "/metrics", None)))
+        check(daemon.admin({"cmd": "reload"})["ok"] is True, "reload 3")
+        check(refused("http://127.0.0.1:%d/m2" % mp2), "old metrics port after the merge")
+        code, body = get(h + "/metrics")
+        check(code == 200 and "stunner_allocations_active" in body, (code, body[:200]))
+        check(get(h + "/ready")[0] == 200, "health on the merged server")
+        check(alive.get("/live") is None, "old health connection survived its server")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
-    run_tests([test_separate_servers, test_shared_server])
+    run_tests([test_separate_servers, test_shared_server, test_shared_server_binds_health_address,
+               test_cred_never_on_health_port, test_cred_token, test_reload_moves_endpoints])

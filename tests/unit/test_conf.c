@@ -833,6 +833,48 @@ static char *write_tmp(const char *content)
 	return path;
 }
 
+/* admin.credential_api_token / _file: inline or from a file, not both, redacted. */
+static void test_cred_token(void **state)
+{
+	(void)state;
+	char *tok = write_tmp("file-token \n");
+	char text[1024];
+	struct conf_diags d;
+	struct conf *c;
+	snprintf(text, sizeof(text), "version: v1\nauth: {type: none}\nadmin:\n  credential_api_token_file: %s\n",
+		 tok);
+	c = must_load(text);
+	assert_string_equal(c->admin.credential_api_token, "file-token");
+	assert_string_equal(c->admin.credential_api_token_file, tok);
+	json_t *j = conf_to_json_redacted(c);
+	char *s = json_dumps(j, 0);
+	assert_null(strstr(s, "file-token\""));
+	assert_non_null(strstr(s, "\"credential_api_token\": \"<redacted>\""));
+	free(s);
+	json_decref(j);
+	conf_free(c);
+	c = must_load("version: v1\nauth: {type: none}\nadmin:\n  credential_api_token: inline\n");
+	assert_string_equal(c->admin.credential_api_token, "inline");
+	assert_null(c->admin.credential_api_token_file);
+	conf_free(c);
+	c = must_load("version: v1\nauth: {type: none}\nadmin:\n  credential_api_token: \"\"\n");
+	assert_null(c->admin.credential_api_token);
+	conf_free(c);
+	snprintf(text, sizeof(text), "version: v1\nauth: {type: none}\nadmin:\n  credential_api_token: x\n"
+		 "  credential_api_token_file: %s\n", tok);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:5:30: admin.credential_api_token_file: given together with "
+			"credential_api_token (expected one of them)");
+	conf_diags_free(&d);
+	assert_int_equal(t_load("version: v1\nauth: {type: none}\nadmin:\n  credential_api_token_file: /nonexistent/t\n",
+				&c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:4:30: admin.credential_api_token_file: cannot read "
+			"'/nonexistent/t': No such file or directory (expected a readable secret file)");
+	conf_diags_free(&d);
+	unlink(tok);
+	free(tok);
+}
+
 static void test_secret_files(void **state)
 {
 	(void)state;
@@ -845,6 +887,9 @@ static void test_secret_files(void **state)
 	assert_string_equal(c->auth.secret, "file-secret");
 	assert_string_equal(c->auth.prev_secret, "old");
 	assert_int_equal(c->auth.prev_deadline, 1800000000);
+	/* The paths are kept for turngated -w, which watches them. */
+	assert_string_equal(c->auth.secret_file, cur);
+	assert_string_equal(c->auth.prev_secret_file, prev);
 	conf_free(c);
 
 	struct conf_diags d;
@@ -1202,6 +1247,7 @@ int main(void)
 		cmocka_unit_test(test_default_config),
 		cmocka_unit_test(test_mint_password_vector),
 		cmocka_unit_test(test_secret_files),
+		cmocka_unit_test(test_cred_token),
 		cmocka_unit_test(test_cert_files),
 		cmocka_unit_test(test_dns_resolution),
 		cmocka_unit_test(test_endpoint_grammar),
