@@ -1,4 +1,4 @@
-/* Master: opt-in (-w) reload when the config file or a listener's cert/key file changes (inotify). */
+/* Master: opt-in (-w) reload when the config file or a file it names (cert/key, secret, token) changes (inotify). */
 #include "config.h"
 
 #include "master/master.h"
@@ -18,7 +18,9 @@
  * folds a burst of events into one reload. */
 #define WATCH_DELAY_S 0.2
 #define WATCH_MAX_LISTENERS 64
-#define WATCH_MAX_FILES (2 * WATCH_MAX_LISTENERS + 1)
+/* Per listener: cert, key and its own auth's two secret files; globally: the config, the
+ * two secret files and the credential API token file. */
+#define WATCH_MAX_FILES (4 * WATCH_MAX_LISTENERS + 4)
 
 struct watch_file {
 	int wd;
@@ -131,6 +133,35 @@ static void watch_free(struct master *m, struct watch *w)
 	free(w);
 }
 
+/* Adds each non-NULL path of a list; stops at the first error. */
+static int watch_paths(struct watch *w, const char *const *paths, size_t n)
+{
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (paths[i] != NULL)
+			rc = watch_path(w, paths[i]);
+	return rc;
+}
+
+/* Every file the config names whose content a reload reads again. */
+static int watch_config_files(struct watch *w, const struct conf *c)
+{
+	const char *global[] = { c->auth.secret_file, c->auth.prev_secret_file,
+				 c->admin.credential_api_token_file };
+	int rc = watch_paths(w, global, sizeof(global) / sizeof(global[0]));
+
+	for (size_t i = 0; rc == 0 && i < c->n_listeners; i++) {
+		const struct conf_listener *l = &c->listeners[i];
+		const char *own[] = { l->cert_file, l->key_file,
+				      l->auth ? l->auth->secret_file : NULL,
+				      l->auth ? l->auth->prev_secret_file : NULL };
+
+		rc = watch_paths(w, own, sizeof(own) / sizeof(own[0]));
+	}
+	return rc;
+}
+
 int watch_start(struct master *m)
 {
 	struct watch *w;
@@ -149,14 +180,8 @@ int watch_start(struct master *m)
 		return rc;
 	}
 	rc = watch_path(w, m->config_path);
-	for (size_t i = 0; rc == 0 && i < m->cfg->n_listeners; i++) {
-		const struct conf_listener *l = &m->cfg->listeners[i];
-
-		if (l->cert_file != NULL)
-			rc = watch_path(w, l->cert_file);
-		if (rc == 0 && l->key_file != NULL)
-			rc = watch_path(w, l->key_file);
-	}
+	if (rc == 0)
+		rc = watch_config_files(w, m->cfg);
 	if (rc < 0) {
 		watch_free(m, w);
 		return rc;

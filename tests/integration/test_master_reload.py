@@ -1,12 +1,15 @@
-"""Reload: an invalid config changes nothing and is reported; listeners are added and removed live."""
+"""Reload: an invalid config changes nothing and is reported; listeners are added and removed live;
+-w reloads on a change of the config or of a secret file it names."""
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, Failure, check, config_yaml, free_port,  # noqa: E402
+from harness_admin import (TURNGATECTL, Daemon, Failure, check, config_yaml,  # noqa: E402
+                           free_port,
                            run_tests, stun_binding_tcp, stun_binding_udp)
 
 
@@ -145,6 +148,52 @@ def test_watch_reload(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def put(path, text):
+    """Replaces a file the way Kubernetes and editors do: write aside, rename over."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(path + ".tmp", path)
+
+
+def probe(port, secret):
+    """True when a credential minted with secret allocates (turngatectl probe mints it)."""
+    r = subprocess.run([TURNGATECTL, "probe", "turn:127.0.0.1:%d" % port, "--secret", secret],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode == 0
+
+
+def test_watch_secret_file(d):
+    """-w sees a rotation done only in the secret files (the config file is not touched):
+    the new secret verifies, the old one too (now the previous secret, in its grace), the
+    one before that no longer."""
+    port = free_port()
+    cur, prev = os.path.join(d, "secret"), os.path.join(d, "previous")
+    put(cur, "secret-one\n")
+    put(prev, "secret-zero\n")
+    text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")])
+    files = ("  secret_file: %s\n  previous_secret_file: %s\n"
+             "  previous_secret_grace: 3600\n" % (cur, prev))
+    check("  credentials:\n    secret: s3cret\n" in text, text)
+    text = text.replace("  credentials:\n    secret: s3cret\n", files)
+    daemon = Daemon(d, text, args=["-w"]).start()
+    try:
+        check(probe(port, "secret-one") and probe(port, "secret-zero"), "before rotation")
+        check(not probe(port, "secret-two"), "a secret not configured yet verifies")
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        put(prev, "secret-one\n")
+        put(cur, "secret-two\n")
+        wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen,
+                 "a reload after the secret files changed")
+        # Both writes may land in one reload or two: wait until the second one is in.
+        wait_for(lambda: probe(port, "secret-two"), "the new secret to verify")
+        st = daemon.admin({"cmd": "status"})
+        check(st["last_reload"]["trigger"] == "inotify", st["last_reload"])
+        check(probe(port, "secret-one"), "the old secret stopped verifying during its grace")
+        check(not probe(port, "secret-zero"), "the secret before it still verifies")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_sighup_invalid_keeps_running, test_add_and_remove_listener,
-               test_listener_port_change, test_watch_reload])
+               test_listener_port_change, test_watch_reload, test_watch_secret_file])
