@@ -202,7 +202,7 @@ def run_one(args, server, test):
                   f"{r.stderr.strip()[-400:]}", file=sys.stderr)
             return None
         return res
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         print(f"# {server} {test}: {e}", file=sys.stderr)
         return None
     finally:
