@@ -34,9 +34,10 @@ static json_t *reload_json(const struct master *m)
 {
 	const struct reload_result *r = &m->last_reload;
 
-	return json_pack("{s:b, s:f, s:s, s:O}", "ok", r->ok, "at", unix_of(m, r->at), "trigger",
+	/* "o" steals: a reference of our own either way (an "O" on a fresh array leaked it). */
+	return json_pack("{s:b, s:f, s:s, s:o}", "ok", r->ok, "at", unix_of(m, r->at), "trigger",
 			 r->trigger != NULL ? r->trigger : "", "errors",
-			 r->errors != NULL ? r->errors : json_array());
+			 r->errors != NULL ? json_incref(r->errors) : json_array());
 }
 
 static unsigned workers_running(const struct master *m)

@@ -195,7 +195,8 @@ void notify_watchdog(void);
 int httpd_start(struct master *m);
 /* After a reload installed m->cfg: stops each server whose URL or routes changed, then
  * starts the new ones; unchanged servers keep running (and their connections). A server
- * that failed to start before is retried. Returns 0 or -ENOMEM. */
+ * that failed to start before is retried. A master whose httpd_start() never ran (unit
+ * tests, the admin fuzzer) starts nothing. Returns 0. */
 int httpd_reload(struct master *m);
 void httpd_stop(struct master *m);
 
