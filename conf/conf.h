@@ -167,6 +167,10 @@ struct conf_admin {
 	enum conf_log_format log_format; /* ours; default text */
 	uint16_t relay_port_min, relay_port_max; /* ours; default 49152..65535 */
 	uint32_t drain_timeout;      /* ours; seconds, default 30 */
+	uint32_t worker_ping_timeout;  /* ours; seconds 1..3600 without a pong before a worker
+					* is killed, default 15 */
+	uint32_t worker_stall_timeout; /* ours; seconds 1..3600 a worker may hold up a snapshot
+					* grace period before it is killed, default 20 */
 	char *alternate_server;      /* ours; "IP[:port]" sent as ALTERNATE-SERVER while draining; NULL */
 	char *credential_api_endpoint; /* ours; NULL = off (default), e.g. "http://127.0.0.1:8088" */
 	char *credential_api_token;  /* ours; bearer token the credential API requires (from

@@ -113,6 +113,8 @@ static json_t *admin_json(const struct conf *c)
 	set_i(o, "relay_port_min", a->relay_port_min);
 	set_i(o, "relay_port_max", a->relay_port_max);
 	set_i(o, "drain_timeout", a->drain_timeout);
+	set_i(o, "worker_ping_timeout", a->worker_ping_timeout);
+	set_i(o, "worker_stall_timeout", a->worker_stall_timeout);
 	set_s(o, "alternate_server", a->alternate_server);
 	set_s(o, "credential_api_endpoint", a->credential_api_endpoint);
 	if (a->credential_api_token != NULL)

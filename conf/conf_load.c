@@ -14,6 +14,8 @@ static int conf_defaults(struct conf *c)
 	c->admin.relay_port_min = CONF_DEF_RELAY_MIN;
 	c->admin.relay_port_max = CONF_DEF_RELAY_MAX;
 	c->admin.drain_timeout = 30;
+	c->admin.worker_ping_timeout = 15;
+	c->admin.worker_stall_timeout = 20;
 	c->admin.log_format = CONF_LOG_TEXT;
 	c->limits = (struct conf_limits){
 		.max_allocations = 10000, .max_permissions = 32, .max_channels = 32,

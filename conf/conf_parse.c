@@ -121,6 +121,10 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 		rn->max = v;
 	} else if (strcasecmp(key, "drain_timeout") == 0) {
 		set_u32(p, v, path, 0, 86400, &a->drain_timeout);
+	} else if (strcasecmp(key, "worker_ping_timeout") == 0) {
+		set_u32(p, v, path, 1, 3600, &a->worker_ping_timeout);
+	} else if (strcasecmp(key, "worker_stall_timeout") == 0) {
+		set_u32(p, v, path, 1, 3600, &a->worker_stall_timeout);
 	} else if (strcasecmp(key, "alternate_server") == 0) {
 		struct sockaddr_storage ss;
 		set_str(p, v, path, &a->alternate_server);

@@ -66,14 +66,16 @@ static json_t *listeners_json(const struct master *m)
 static json_t *cmd_status(struct master *m, json_t *req)
 {
 	(void)req;
-	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i}, s:i, s:o}",
+	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i}, s:i, s:o, "
+			 "s:{s:i, s:I}}",
 			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
 			 ev_now(m->loop) - m->started_at, "generation", (json_int_t)m->generation,
 			 "config_source", m->config_path != NULL ? m->config_path : "<default>",
 			 "last_reload", reload_json(m), "draining", m->draining, "workers",
 			 "configured", (int)m->n_slots, "running", (int)workers_running(m),
 			 "allocations", (int)master_alloc_count(m), "listeners",
-			 listeners_json(m));
+			 listeners_json(m), "snapshots", "pending", (int)m->snaps_pending,
+			 "reclaimed", (json_int_t)m->snaps_reclaimed);
 }
 
 static json_t *cmd_config(struct master *m, json_t *req)
@@ -156,6 +158,9 @@ static json_t *cmd_workers(struct master *m, json_t *req)
 			      w->pid > 0 ? now - w->last_pong : 0.0);
 		if (o != NULL && w->last_status != -1)
 			json_object_set_new(o, "last_exit", json_integer(w->last_status));
+		/* Online: inside a loop iteration, may hold a snapshot (0 = offline). */
+		if (o != NULL)
+			json_object_set_new(o, "online", json_boolean(w->pid > 0 && si.qs != 0));
 		json_array_append_new(arr, o);
 	}
 	return json_pack("{s:b, s:o}", "ok", 1, "workers", arr);

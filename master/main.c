@@ -144,7 +144,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 	(void)loop;
 	(void)revents;
-	shm_snap_reclaim(m->shm, NULL, NULL);
+	reload_reclaim(m);
 	if (m->publish_pending)
 		reload_publish(m);
 	m->tick_count++;

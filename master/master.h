@@ -115,6 +115,10 @@ struct master {
 	void *watcher;            /* inotify state (master/watch.c) */
 	void *httpd;              /* HTTP servers (master/httpd.c) */
 	uint64_t reloads_ok, reloads_failed;
+	/* Snapshot reclamation, as of the last reclaim pass (each tick and before a publish
+	 * that found the arena full): freed so far, still waiting for a grace period. */
+	uint64_t snaps_reclaimed;
+	unsigned snaps_pending;
 	/* A private copy of the last published snapshot blob (for metrics' names). */
 	void *snap_blob;
 	size_t snap_len;
@@ -162,6 +166,9 @@ int reload_initial(struct master *m);
 int reload_snap_size(struct master *m, size_t *len);
 /* Publishes the current m->cfg as a new snapshot (used at start and by loglevel). */
 int reload_publish(struct master *m);
+/* Frees the old snapshots whose grace period completed; updates m->snaps_reclaimed and
+ * m->snaps_pending. Never blocks. */
+void reload_reclaim(struct master *m);
 /* Parse, validate, build, publish, listener diff. Records the result in m->last_reload.
  * Returns 0 on success, -EINVAL for an invalid config (nothing changed), other -errno. */
 int reload_run(struct master *m, const char *trigger);

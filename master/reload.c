@@ -120,7 +120,7 @@ static int publish_cfg(struct master *m, struct conf *cfg)
 	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
 	if (rc == -EBUSY) {
 		/* Every arena slot is current or waiting for readers: reclaim what is due. */
-		shm_snap_reclaim(m->shm, NULL, NULL);
+		reload_reclaim(m);
 		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
 	}
 	if (rc == 0) {
@@ -132,6 +132,16 @@ static int publish_cfg(struct master *m, struct conf *cfg)
 		snap_blob_free(blob, len);
 	}
 	return rc;
+}
+
+void reload_reclaim(struct master *m)
+{
+	unsigned freed = 0, pending = 0;
+
+	if (shm_snap_reclaim(m->shm, &freed, &pending) < 0)
+		return;
+	m->snaps_reclaimed += freed;
+	m->snaps_pending = pending;
 }
 
 int reload_snap_size(struct master *m, size_t *len)

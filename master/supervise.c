@@ -20,10 +20,8 @@
 #include "shm/shm.h"
 #include "worker/worker.h"
 
-/* A worker that has not answered a ping for this long is killed and respawned. */
-#define PING_TIMEOUT_S 15.0
-/* A worker that holds up a snapshot grace period for this long is killed. */
-#define GP_STALL_KILL_NS (20ull * 1000000000ull)
+/* The limits on a silent worker (no pong) and on one holding up a snapshot grace period
+ * come from admin.worker_ping_timeout / admin.worker_stall_timeout of the running config. */
 /* Respawn backoff: 0.1 s doubling to 5 s; reset after a worker ran 10 s. */
 #define BACKOFF_MIN_S 0.1
 #define BACKOFF_MAX_S 5.0
@@ -402,7 +400,7 @@ static void check_gp_stall(struct master *m)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	if (shm_qsbr_oldest_pending_ns(m->shm, (uint64_t)ts.tv_sec * 1000000000ull +
 					       (uint64_t)ts.tv_nsec, &age) < 0 ||
-	    age < GP_STALL_KILL_NS)
+	    age < (uint64_t)m->cfg->admin.worker_stall_timeout * 1000000000ull)
 		return;
 	token = shm_snap_oldest_token(m->shm);
 	while (token != 0 && shm_qsbr_blocker(m->shm, token, &slot) == 0 && slot < m->n_slots) {
@@ -420,7 +418,7 @@ void supervise_tick(struct master *m)
 
 		if (w->ctl_fd < 0 || (w->state != MW_STARTING && w->state != MW_RUNNING))
 			continue;
-		if (now - w->last_pong > PING_TIMEOUT_S) {
+		if (now - w->last_pong > (double)m->cfg->admin.worker_ping_timeout) {
 			kill_worker(w, "does not answer pings");
 			continue;
 		}

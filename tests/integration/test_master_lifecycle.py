@@ -1,13 +1,17 @@
-"""Supervision and shutdown: kill -9 of a worker, SIGTERM drain, second signal, command line."""
+"""Supervision and shutdown: kill -9 of a worker, a hung worker (no pongs), a worker stuck
+inside a loop iteration (holds up snapshot reclamation), SIGTERM drain, second signal,
+command line."""
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, Failure, check, config_yaml,  # noqa: E402
-                           free_port, run_tests, stun_binding_udp)
+from harness_admin import (TURNGATED, Daemon, Failure, binding_request,  # noqa: E402
+                           check, config_yaml, free_port, run_tests, stun_binding_udp)
 
 
 def wait_for(pred, what, timeout=30.0):
@@ -53,10 +57,11 @@ def test_kill9_respawns(d):
 
 
 def test_hung_worker_is_replaced(d):
-    """A worker that stops answering pings (SIGSTOP) is killed after 15 s and respawned."""
+    """A worker that stops answering pings (SIGSTOP) is killed after admin.worker_ping_timeout
+    (3 s here, 15 s by default) and respawned."""
     port = free_port()
-    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
-                                   [("udp", port, "TURN-UDP")])).start()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                                   extra_admin="  worker_ping_timeout: 3\n")).start()
     daemon.allowed_deaths = 1
     try:
         victim = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
@@ -69,6 +74,96 @@ def test_hung_worker_is_replaced(d):
         check("does not answer pings: killing it" in daemon.stderr(), daemon.stderr())
         check(stun_binding_udp(port) is not None, "no answer after the replacement")
     finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+class Flood:
+    """Binding requests sent as fast as one thread can (replies ignored), so the worker is
+    inside a loop iteration (online) most of the time. Bounded: stops after max_s."""
+
+    def __init__(self, port, max_s=120.0):
+        self.port, self.max_s = port, max_s
+        self.stop_ev = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(4)]
+        req = binding_request()[0]
+        end = time.monotonic() + self.max_s
+        try:
+            while not self.stop_ev.is_set() and time.monotonic() < end:
+                for s in socks:
+                    try:
+                        s.sendto(req, ("127.0.0.1", self.port))
+                    except OSError:
+                        pass
+        finally:
+            for s in socks:
+                s.close()
+
+    def stop(self):
+        self.stop_ev.set()
+        self.t.join(timeout=10)
+
+
+def proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def stop_online(daemon, pid, tries=400):
+    """SIGSTOPs the worker until it is frozen while online (inside a loop iteration, where
+    it may hold a snapshot pointer); an attempt that catches it offline (in epoll_wait) is
+    undone with SIGCONT. Returns the number of attempts."""
+    for attempt in range(1, tries + 1):
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(pid) == "T", "the worker to stop", timeout=10)
+        if daemon.admin({"cmd": "workers"})["workers"][0]["online"]:
+            return attempt
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.005 * (attempt % 7))
+    raise Failure("worker never caught online in %d tries" % tries)
+
+
+def test_stalled_worker_blocks_reclamation(d):
+    """A worker frozen inside a loop iteration holds up the grace period of the snapshot a
+    reload replaces: after admin.worker_stall_timeout the master logs it, kills it (not the
+    ping timeout, set far longer here), respawns it, and reclamation resumes."""
+    port = free_port()
+    text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=1,
+                       extra_admin="  worker_ping_timeout: 600\n  worker_stall_timeout: 2\n")
+    daemon = Daemon(d, text, workers=1).start()
+    daemon.allowed_deaths = 1
+    flood = Flood(port)
+    try:
+        st = daemon.admin({"cmd": "status"})
+        check(st["snapshots"]["pending"] == 0, st)
+        victim = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        tries = stop_online(daemon, victim)
+        flood.stop()
+        sys.stderr.write("  worker frozen online after %d SIGSTOP(s)\n" % tries)
+        reclaimed = daemon.admin({"cmd": "status"})["snapshots"]["reclaimed"]
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is True, r)
+
+        def replaced():
+            w = daemon.admin({"cmd": "workers"})["workers"][0]
+            return w["pid"] not in (0, victim) and w["state"] == "running"
+        wait_for(replaced, "the stalled worker to be replaced", timeout=60)
+        # The master named the frozen worker as the blocker of the grace period.
+        err = daemon.stderr()
+        check("worker 0 (pid %d) blocks snapshot reclamation: killing it" % victim in err, err)
+        check("does not answer pings" not in err, "killed by the ping timeout instead:\n" + err)
+        st = wait_for(lambda: (lambda s: s if s["snapshots"]["pending"] == 0 else None)(
+            daemon.admin({"cmd": "status"})), "reclamation to resume", timeout=30)
+        check(st["snapshots"]["reclaimed"] > reclaimed, st)
+        check(stun_binding_udp(port) is not None, "no answer after the replacement")
+    finally:
+        flood.stop()
         check(daemon.stop() == 0, "exit status")
 
 
@@ -143,5 +238,5 @@ def test_command_line(d):
 
 if __name__ == "__main__":
     run_tests([test_kill9_respawns, test_hung_worker_is_replaced,
-               test_sigterm_drains_and_exits_0,
+               test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
                test_second_signal_stops_now, test_second_daemon_refused, test_command_line])

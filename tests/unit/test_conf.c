@@ -31,6 +31,8 @@ static void test_defaults(void **state)
 	assert_int_equal(c->admin.relay_port_min, 49152);
 	assert_int_equal(c->admin.relay_port_max, 65535);
 	assert_int_equal(c->admin.drain_timeout, 30);
+	assert_int_equal(c->admin.worker_ping_timeout, 15);
+	assert_int_equal(c->admin.worker_stall_timeout, 20);
 	assert_null(c->admin.alternate_server);
 	assert_null(c->admin.credential_api_endpoint);
 	assert_string_equal(c->auth.realm, "stunner.l7mp.io");
@@ -833,6 +835,22 @@ static char *write_tmp(const char *content)
 	return path;
 }
 
+/* admin.worker_ping_timeout / worker_stall_timeout: set, range-checked. */
+static void test_worker_timeouts(void **state)
+{
+	(void)state;
+	struct conf_diags d;
+	struct conf *c = must_load("version: v1\nauth: {type: none}\nadmin:\n"
+				   "  worker_ping_timeout: 600\n  worker_stall_timeout: 2\n");
+	assert_int_equal(c->admin.worker_ping_timeout, 600);
+	assert_int_equal(c->admin.worker_stall_timeout, 2);
+	conf_free(c);
+	assert_int_equal(t_load("version: v1\nauth: {type: none}\nadmin:\n"
+				"  worker_stall_timeout: 0\n", &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:4:25: admin.worker_stall_timeout: 0 is out of range (1..3600)");
+	conf_diags_free(&d);
+}
+
 /* admin.credential_api_token / _file: inline or from a file, not both, redacted. */
 static void test_cred_token(void **state)
 {
@@ -1248,6 +1266,7 @@ int main(void)
 		cmocka_unit_test(test_mint_password_vector),
 		cmocka_unit_test(test_secret_files),
 		cmocka_unit_test(test_cred_token),
+		cmocka_unit_test(test_worker_timeouts),
 		cmocka_unit_test(test_cert_files),
 		cmocka_unit_test(test_dns_resolution),
 		cmocka_unit_test(test_endpoint_grammar),
