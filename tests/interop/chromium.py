@@ -53,9 +53,10 @@ async function inboundPackets(pc) {
 
 window.runTest = async function (cfg) {
   const log = [];
-  const conf = { iceServers: [{ urls: [cfg.url], username: cfg.username, credential: cfg.credential }],
-                 iceTransportPolicy: "relay" };
-  const a = new RTCPeerConnection(conf), b = new RTCPeerConnection(conf);
+  // B (the "media server" side) may use another URI: turngate's internal address.
+  const conf = url => ({ iceServers: [{ urls: [url], username: cfg.username, credential: cfg.credential }],
+                         iceTransportPolicy: "relay" });
+  const a = new RTCPeerConnection(conf(cfg.url)), b = new RTCPeerConnection(conf(cfg.urlB || cfg.url));
   const cands = { a: [], b: [] };
   a.onicecandidate = e => { if (e.candidate) { cands.a.push(e.candidate.candidate); b.addIceCandidate(e.candidate); } };
   b.onicecandidate = e => { if (e.candidate) { cands.b.push(e.candidate.candidate); a.addIceCandidate(e.candidate); } };
@@ -192,8 +193,11 @@ class Browser:
         return False
 
 
-def check_relay_pair(res, daemon, label):
-    """Both selected pairs are relay<->relay, on turngate's listener (relay) address."""
+def check_relay_pair(res, daemon, label, addr_b=None):
+    """Both selected pairs are relay<->relay, on turngate's listener (relay) addresses: A's
+    on daemon.address, B's on addr_b (default the same)."""
+    addr_b = addr_b or daemon.address
+    want = {"pairA": (daemon.address, addr_b), "pairB": (addr_b, daemon.address)}
     for side in ("pairA", "pairB"):
         pair = res.get(side)
         tgtest.check(pair is not None, "%s: no selected candidate pair on %s" % (label, side))
@@ -201,19 +205,21 @@ def check_relay_pair(res, daemon, label):
         tgtest.check(loc["type"] == "relay" and rem["type"] == "relay",
                      "%s: %s selected pair is %s<->%s, not relay<->relay: %s"
                      % (label, side, loc["type"], rem["type"], json.dumps(pair)))
-        tgtest.check(loc["address"] == daemon.address and rem["address"] == daemon.address,
-                     "%s: %s relay addresses %s / %s are not turngate's %s"
-                     % (label, side, loc["address"], rem["address"], daemon.address))
+        tgtest.check((loc["address"], rem["address"]) == want[side],
+                     "%s: %s relay addresses %s / %s are not turngate's %s / %s"
+                     % ((label, side, loc["address"], rem["address"]) + want[side]))
     print("%s: selected pair A %s:%d(relay,%s) <-> %s:%d(relay)"
           % (label, res["pairA"]["local"]["address"], res["pairA"]["local"]["port"],
              res["pairA"]["local"].get("relayProtocol"), res["pairA"]["remote"]["address"],
              res["pairA"]["remote"]["port"]), flush=True)
 
 
-def run_page(daemon, transport, username, password, media=False, count=100, timeout_ms=60000):
-    """Runs the page test against daemon over ?transport=udp|tcp; returns the result dict."""
+def run_page(daemon, transport, username, password, media=False, count=100, timeout_ms=60000,
+             url_b=None):
+    """Runs the page test against daemon over ?transport=udp|tcp; returns the result dict.
+    url_b: another TURN URI for peer B (default: the same as A's)."""
     url = "turn:%s:%d?transport=%s" % (daemon.address, daemon.port, transport)
-    cfg = {"url": url, "username": username, "credential": password, "media": media,
+    cfg = {"url": url, "urlB": url_b, "username": username, "credential": password, "media": media,
            "count": count, "timeoutMs": timeout_ms, "mediaMs": 3000}
     with PageServer() as page, Browser(media=media) as br:
         res = br.run(page.url, cfg)

@@ -141,6 +141,8 @@ def run():
     tgtest.proved("aioice TURN allocations over UDP and TCP on turngate relayed %d "
                   "datagrams each to a UDP echo peer and back intact; a peer outside the "
                   "allowlist was refused (403)" % COUNT)
+    print("SKIP TLS variant (create_turn_endpoint ssl=True): TLS is not implemented yet in "
+          "turngated (TURN-TLS listeners)", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ allocation is turngate's own relay address, so the allowlist lists the listener 
 (127.0.0.1) explicitly (loopback is special-purpose, never matched by a broad prefix).
 100 messages must arrive in order; the selected pair must be relay<->relay on 127.0.0.1.
 UDP uses ephemeral (TURN REST) credentials minted here from the secret; TCP uses static ones.
-Then with the listener address left out of the allowlist the same page must fail to connect.
+Then peer B uses a second, "internal" listener address (the in-cluster URI a media server
+should use to avoid hairpinning) while A uses the public one. Last, with the listener
+address left out of the allowlist the same page must fail to connect.
 """
 import os
 import sys
@@ -58,9 +60,27 @@ def gated():
                   "127.0.0.5 admitted, Chromium got relay candidates but ICE never connected")
 
 
+def internal_uri():
+    """The media-server side uses turngate's internal address (its own listener, 127.0.0.2,
+    standing in for the ClusterIP) while the client uses the public one (127.0.0.1): both
+    relay addresses must be in the allowlist, and each side's relay sits on the address of
+    the listener it used."""
+    with tgtest.Daemon(["127.0.0.1", "127.0.0.2"], internal="127.0.0.2") as d:
+        iaddr, iport = d.internal
+        res = chromium.run_page(d, "udp", "user1", "pass1", count=100,
+                                url_b="turn:%s:%d?transport=udp" % (iaddr, iport))
+        tgtest.check(res["messages"] == ["msg-%d" % i for i in range(100)],
+                     "internal URI: messages lost or out of order")
+        chromium.check_relay_pair(res, d, "chromium/internal-uri", addr_b=iaddr)
+    tgtest.proved("symmetric ICE with the server side on turngate's internal URI %s:%d and "
+                  "the client on %s:%d: relay<->relay across the two listeners, 100 messages "
+                  "in order" % (iaddr, iport, d.address, d.port))
+
+
 def run():
     one("udp", "ephemeral")
     one("tcp", "static")
+    internal_uri()
     gated()
     print("SKIP turns: variant: TLS is not implemented yet in turngated (TURN-TLS/DTLS "
           "listeners), so turns:?transport=tcp cannot be tested", flush=True)

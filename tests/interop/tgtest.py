@@ -90,8 +90,12 @@ def ephemeral_credentials(secret, user="user", lifetime=3600):
     return username, base64.b64encode(mac).decode()
 
 
-def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=True):
+def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=True,
+                internal=None):
     """A STUNner v1 config: TURN-UDP (and TURN-TCP) on address:port, one cluster 'allowed'.
+
+    internal: optional (address, port) of one more TURN-UDP listener, 'internal-udp', standing
+    in for the in-cluster (ClusterIP) address that media servers should use.
 
     auth: ("static", user, password) or ("ephemeral", secret). The relay window is a random
     500-port slice of 40000..59999 so that tests running in parallel rarely collide (the
@@ -111,6 +115,9 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
     for p in protos:
         text += ("  - name: %s\n    protocol: %s\n    address: %s\n    port: %d\n"
                  "    routes: [allowed]\n" % (p.lower(), p, address, port))
+    if internal:
+        text += ("  - name: internal-udp\n    protocol: TURN-UDP\n    address: %s\n"
+                 "    port: %d\n    routes: [allowed]\n" % internal)
     eps = ", ".join('"%s"' % e for e in endpoints)
     text += "clusters:\n  - name: allowed\n    type: STATIC\n    endpoints: [%s]\n" % eps
     return text
@@ -142,7 +149,7 @@ class Daemon:
     """turngated on loopback. Use as a context manager: stops and scans the log on exit."""
 
     def __init__(self, endpoints, auth=("static", "user1", "pass1"), address="127.0.0.1",
-                 workers=2, tcp=True):
+                 workers=2, tcp=True, internal=None):
         self.tmp = tempfile.mkdtemp(prefix="tg-interop-")
         self.address = address
         self.port = free_port(address)
@@ -152,8 +159,10 @@ class Daemon:
         self.log = os.path.join(self.tmp, "turngated.log")
         self.endpoints = list(endpoints)
         self.auth = auth
+        self.internal = (internal, free_port(internal)) if internal else None
         with open(self.conf, "w") as f:
-            f.write(config_yaml(self.tmp, self.port, endpoints, auth, address, workers, tcp))
+            f.write(config_yaml(self.tmp, self.port, endpoints, auth, address, workers, tcp,
+                                self.internal))
         self.proc = None
 
     def start(self, timeout=30.0):
@@ -164,8 +173,9 @@ class Daemon:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 fail("turngated exited early (%d):\n%s" % (self.proc.returncode, self.text()))
-            if _binding_ok(self.address, self.port) and (not self.tcp
-                                                         or _tcp_ok(self.address, self.port)):
+            if (_binding_ok(self.address, self.port)
+                    and (not self.tcp or _tcp_ok(self.address, self.port))
+                    and (not self.internal or _binding_ok(*self.internal))):
                 print("turngated up on %s:%d (UDP%s), %d workers, allowlist %s"
                       % (self.address, self.port, "+TCP" if self.tcp else "", self.workers,
                          self.endpoints), flush=True)
