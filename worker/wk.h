@@ -164,6 +164,7 @@ struct worker {
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;
+	const struct snap *snap_cached;	/* handle of snap_blob, reused while current */
 	const void *snap_blob;
 	uint64_t snap_gen;
 	bool snap_seen;

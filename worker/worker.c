@@ -186,13 +186,19 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		w->snap = NULL;
 		return;
 	}
-	if (w->snap_seen && gen == w->snap_gen && blob == w->snap_blob && w->snap)
+	if (w->snap_seen && gen == w->snap_gen && blob == w->snap_blob) {
+		/* Same snapshot as last iteration: reuse the validated handle (it aliases
+		 * the blob, which stays valid while it is current). */
+		w->snap = w->snap_cached;
 		return;
+	}
 	if (snap_open(blob, len, &w->snap) < 0) {
 		log_error("worker", "snapshot generation %llu rejected", (unsigned long long)gen);
 		w->snap = NULL;
+		w->snap_seen = false;
 		return;
 	}
+	w->snap_cached = w->snap;
 	w->snap_blob = blob;
 	w->snap_gen = gen;
 	w->snap_seen = true;

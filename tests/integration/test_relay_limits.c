@@ -468,8 +468,9 @@ static void test_reload_removes_route(void **state)
 	assert_true(echo_roundtrip(&c, 0x4001, "before-reload"));
 	assert_int_equal(stunner_write("stunner.l7mp.io", "[]"), 0);
 	kill(g.h.pid, SIGHUP);
-	/* Bounded wait for the master to publish; each probe waits 800 ms for an echo. */
-	for (int i = 0; i < 10 && !stopped; i++)
+	/* Bounded wait for the master to publish (generous: a loaded sanitizer build can
+	 * take seconds to reload); each probe waits 800 ms for an echo. */
+	for (int i = 0; i < 40 && !stopped; i++)
 		stopped = !echo_roundtrip(&c, 0x4001, "after-reload");
 	assert_true(stopped);
 	assert_false(echo_roundtrip(&c, 0x4001, "still-dropped"));
@@ -479,7 +480,7 @@ static void test_reload_removes_route(void **state)
 	assert_int_equal(stunner_write("stunner.l7mp.io", "[stunner/media-plane]"), 0);
 	kill(g.h.pid, SIGHUP);
 	stopped = true;
-	for (int i = 0; i < 10 && stopped; i++)
+	for (int i = 0; i < 40 && stopped; i++)
 		stopped = !echo_roundtrip(&c, 0x4001, "restored");
 	assert_false(stopped);
 	assert_int_equal(hturn_refresh(&c, 0), 0);
