@@ -28,7 +28,7 @@ class EchoPeer:
 
     def __init__(self, addr):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((addr, 0))
+        self.sock.bind((addr, tgtest.free_port(addr)))
         self.sock.settimeout(0.2)
         self.addr = self.sock.getsockname()
         self.echoed = 0

@@ -66,13 +66,15 @@ def daemon_path():
 
 
 def free_port(addr="127.0.0.1"):
-    """A port free for both UDP and TCP on addr, below the relay windows we pick."""
+    """A port free for both UDP and TCP on addr, from 20000..32767: below the kernel's
+    ephemeral range (32768..60999 on Debian) and the fixed relay ranges other tests use
+    (50000..53999), so the suite never takes a port another test counts on."""
     for _ in range(200):
+        port = random.randrange(20000, 32768)
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            u.bind((addr, 0))
-            port = u.getsockname()[1]
+            u.bind((addr, port))
             t.bind((addr, port))
             return port
         except OSError:
@@ -98,9 +100,11 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
     in for the in-cluster (ClusterIP) address that media servers should use.
 
     auth: ("static", user, password) or ("ephemeral", secret). The relay window is a random
-    500-port slice of 40000..59999 so that tests running in parallel rarely collide (the
-    worker skips ports in use anyway)."""
-    lo = random.randrange(40000, 59500, 500)
+    500-port slice of 61000..64999: above the kernel's ephemeral range and clear of the fixed
+    ranges of the integration tests (50000..53999, one of them only 10 ports wide), so our
+    relay sockets never starve another test; parallel interop tests rarely share a slice
+    and the worker skips ports in use anyway."""
+    lo = random.randrange(61000, 65000, 500)
     if auth[0] == "static":
         auth_text = ("  type: static\n  realm: interop.example\n  credentials:\n"
                      "    username: %s\n    password: %s\n" % (auth[1], auth[2]))
