@@ -7,6 +7,7 @@ is a failure, not a skip (install the Debian package coturn). The daemon's log m
 free of sanitizer reports and worker deaths."""
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -175,6 +176,8 @@ clusters:
             print("turngated exit %d; log problems:\n%s" % (rc, "\n".join(bad[:20])))
             print(text[-4000:])
             status = 1
+        if status == 0 and not os.environ.get("TG_KEEP_TMP"):
+            shutil.rmtree(tmp, ignore_errors=True)
     sys.exit(status)
 
 
