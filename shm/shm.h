@@ -190,6 +190,10 @@ enum shm_lctr {
 	SHM_LCTR_PEER_BYTES_OUT,
 	SHM_LCTR_ALLOCS_CREATED,
 	SHM_LCTR_ALLOCS_ACTIVE,       /* gauge */
+	SHM_LCTR_CONNS_ACTIVE,        /* gauge: open TCP/TLS connections; a UDP/DTLS listener
+				       * counts its socket as one per worker (STUNner) */
+	SHM_LCTR_CONNS_TOTAL,         /* connections accepted (UDP: listener sockets opened) */
+	SHM_LCTR_PERM_DENIED,         /* peer address refused by policy, by client listener */
 	SHM_LCTR__COUNT
 };
 
@@ -203,11 +207,26 @@ enum shm_cctr {
 	SHM_CCTR__COUNT
 };
 
+/* Allocation lifetime histogram: upper bounds in whole seconds of the finite buckets,
+ * ascending; one more bucket (+Inf) follows them. */
+#define SHM_LIFE_BUCKETS 6u
+#define SHM_LIFE_BOUNDS_INIT { 10, 60, 300, 600, 1800, 3600 }
+
+/* Buckets are NOT cumulative (bucket[i] counts lifetimes in (bound[i-1], bound[i]],
+ * bucket[SHM_LIFE_BUCKETS] those above the last bound); the renderer accumulates them.
+ * Every field is a plain uint64_t so slot sums stay a word-by-word addition. */
+struct shm_lifetime {
+	uint64_t bucket[SHM_LIFE_BUCKETS + 1];
+	uint64_t sum_s;   /* sum of observed lifetimes, seconds */
+	uint64_t count;   /* observations (equals the sum of the buckets) */
+};
+
 /* One slot's counter block (lives in the slot, cache-line aligned in the segment). */
 struct shm_counters {
 	uint64_t v[SHM_CTR__COUNT];
 	uint64_t lst[SHM_MAX_LISTENERS][SHM_LCTR__COUNT];
 	uint64_t cls[SHM_MAX_CLUSTERS][SHM_CCTR__COUNT];
+	struct shm_lifetime life;
 };
 
 /* Worker: its own slot's block, for the inline adders below; NULL on a bad slot or a
@@ -241,6 +260,29 @@ static inline void shm_cctr_add(struct shm_counters *c, unsigned cluster,
 {
 	if (cluster < SHM_MAX_CLUSTERS && (unsigned)i < SHM_CCTR__COUNT)
 		CMM_STORE_SHARED(c->cls[cluster][i], CMM_LOAD_SHARED(c->cls[cluster][i]) + v);
+}
+
+/* Upper bound in seconds of finite lifetime bucket i (< SHM_LIFE_BUCKETS); UINT64_MAX for
+ * the +Inf bucket or an out-of-range index. */
+static inline uint64_t shm_life_bound(unsigned i)
+{
+	static const uint64_t bounds[SHM_LIFE_BUCKETS] = SHM_LIFE_BOUNDS_INIT;
+
+	return i < SHM_LIFE_BUCKETS ? bounds[i] : UINT64_MAX;
+}
+
+/* Worker, own slot's block: records one ended allocation that lived `seconds` (whole
+ * seconds, rounded as the caller likes). Single writer, relaxed like the adders above;
+ * a reader may see count and the bucket of one observation out of step, never torn. */
+static inline void shm_ctr_observe_lifetime(struct shm_counters *c, uint64_t seconds)
+{
+	unsigned i = 0;
+
+	while (i < SHM_LIFE_BUCKETS && seconds > shm_life_bound(i))
+		i++;
+	CMM_STORE_SHARED(c->life.bucket[i], CMM_LOAD_SHARED(c->life.bucket[i]) + 1);
+	CMM_STORE_SHARED(c->life.sum_s, CMM_LOAD_SHARED(c->life.sum_s) + seconds);
+	CMM_STORE_SHARED(c->life.count, CMM_LOAD_SHARED(c->life.count) + 1);
 }
 
 /* Any process: relaxed copy of one slot's counters. */

@@ -53,6 +53,9 @@ static const char *const lctr_names[SHM_LCTR__COUNT] = {
 	[SHM_LCTR_PEER_BYTES_OUT] = "peer_bytes_out",
 	[SHM_LCTR_ALLOCS_CREATED] = "allocs_created",
 	[SHM_LCTR_ALLOCS_ACTIVE] = "allocs_active",
+	[SHM_LCTR_CONNS_ACTIVE] = "conns_active",
+	[SHM_LCTR_CONNS_TOTAL] = "conns_total",
+	[SHM_LCTR_PERM_DENIED] = "perm_denied",
 };
 
 static const char *const cctr_names[SHM_CCTR__COUNT] = {
