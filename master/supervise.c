@@ -22,10 +22,13 @@
 
 /* The limits on a silent worker (no pong) and on one holding up a snapshot grace period
  * come from admin.worker_ping_timeout / admin.worker_stall_timeout of the running config. */
-/* Respawn backoff: 0.1 s doubling to 5 s; reset after a worker ran 10 s. */
+/* Respawn backoff. The first respawn is immediate: the replacement re-adopts the dead
+ * worker's UDP allocations, so every millisecond of delay is a gap in their relaying.
+ * Further deaths of a worker that ran less than BACKOFF_RESET_S wait 0.1 s doubling to
+ * 5 s (a crash loop); a worker that served that long starts over at immediate. */
 #define BACKOFF_MIN_S 0.1
 #define BACKOFF_MAX_S 5.0
-#define BACKOFF_RESET_S 10.0
+#define BACKOFF_RESET_S 2.0
 
 const char *supervise_state_name(enum mworker_state s)
 {
@@ -326,8 +329,8 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	ran = ev_now(loop) - w->started_at;
 	if (ran >= BACKOFF_RESET_S)
 		w->backoff_step = 0;
-	delay = BACKOFF_MIN_S;
-	for (unsigned i = 0; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
+	delay = w->backoff_step == 0 ? 0.0 : BACKOFF_MIN_S;
+	for (unsigned i = 1; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
 		delay *= 2;
 	if (delay > BACKOFF_MAX_S)
 		delay = BACKOFF_MAX_S;

@@ -157,6 +157,20 @@ int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
 	return 0;
 }
 
+int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	int rc;
+	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+
+	if (r == NULL)
+		return rc;
+	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
+		return -EPERM;
+	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
+	cmm_smp_mb();	/* DYING before the caller's counter updates */
+	return 0;
+}
+
 /* Clears an owned record and frees it. Used by the owner, by its replacement in the same
  * slot, and by the master for a slot without a process: always a single writer. */
 static void rec_release(struct shm_alloc *r, unsigned slot)

@@ -159,6 +159,13 @@ void shm_alloc_end_write(struct shm_alloc *rec);
  * ALLOCS_ACTIVE itself. Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx);
 
+/* Owner: LIVE -> DYING, contents kept, as the first step of ending an allocation the
+ * worker counted as active. The worker then uncounts it and calls shm_alloc_release().
+ * Why: a worker killed between the two steps leaves a DYING record, which its
+ * replacement then knows was already uncounted (a LIVE record always still counts in
+ * ALLOCS_ACTIVE). Returns 0, -EINVAL, -EPERM (not LIVE and owned by slot), -EROFS. */
+int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
+
 /* Owner (or the replacement worker of the same slot): ends a record in any owned state
  * (CLAIMED, LIVE, DYING, torn): -> DYING, contents cleared (key wiped), -> FREE.
  * Does not touch counters (the worker counts ALLOCS_ENDED/ALLOCS_ACTIVE itself).

@@ -123,34 +123,33 @@ struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
 
 static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg);
 
-int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **out)
+/* Private half of an allocation around record idx, linked into the worker's indexes:
+ * the 5-tuple hash for UDP, the connection for TCP (conn != NULL). */
+static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l,
+				     struct wk_tconn *conn, const struct sockaddr *client,
+				     socklen_t client_len, uint32_t idx, struct shm_alloc *rec)
 {
-	struct wk_alloc *a;
-	int rc;
+	struct wk_alloc *a = calloc(1, sizeof(*a));
 
-	a = calloc(1, sizeof(*a));
 	if (!a)
-		return -ENOMEM;
-	rc = shm_alloc_claim(w->shm, w->slot, &a->rec_idx, &a->rec);
-	if (rc < 0) {
-		free(a);
-		return rc;
-	}
+		return NULL;
 	a->magic = WK_ALLOC_MAGIC;
 	a->w = w;
-	a->l = ep->l;
-	a->conn = ep->c;
-	memcpy(&a->client, ep->addr, ep->addr_len);
-	a->client_len = ep->addr_len;
+	a->l = l;
+	a->conn = conn;
+	a->rec_idx = idx;
+	a->rec = rec;
+	memcpy(&a->client, client, client_len);
+	a->client_len = client_len;
 	for (int i = 0; i < 2; i++) {
 		a->relay[i].fd = -1;
 		a->relay[i].a = a;
 	}
 	wheel_timer_init(&a->timer, wk_alloc_timer_cb);
-	if (ep->c) {
-		ep->c->alloc = a;
+	if (conn) {
+		conn->alloc = a;
 	} else {
-		uint32_t b = wk_hash(ep->l, ep->addr);
+		uint32_t b = wk_hash(l, client);
 
 		a->hnext = w->hash[b];
 		w->hash[b] = a;
@@ -161,8 +160,38 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 	a->pprev = &w->allocs;
 	w->allocs = a;
 	w->n_allocs++;
-	*out = a;
+	return a;
+}
+
+int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **out)
+{
+	struct shm_alloc *rec;
+	uint32_t idx;
+	int rc;
+
+	rc = shm_alloc_claim(w->shm, w->slot, &idx, &rec);
+	if (rc < 0)
+		return rc;
+	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec);
+	if (!*out) {
+		shm_alloc_release(w->shm, w->slot, idx);
+		return -ENOMEM;
+	}
 	return 0;
+}
+
+int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx,
+		    struct shm_alloc *rec, struct wk_alloc **out)
+{
+	struct sockaddr_storage client;
+	socklen_t len = wk_shm_to_addr(&rec->client, &client);
+
+	if (len == 0)
+		return -EINVAL;
+	if (wk_alloc_find(w, l, (struct sockaddr *)&client))
+		return -EEXIST;
+	*out = wk_alloc_new(w, l, NULL, (struct sockaddr *)&client, len, idx, rec);
+	return *out ? 0 : -ENOMEM;
 }
 
 static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
@@ -180,11 +209,10 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 		}
 }
 
-void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
+/* Closes the relay sockets and unlinks a from every private index; the record is left
+ * as it is. */
+static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 {
-	bool live = a->published;
-
-	log_debug("turn", "allocation %u ended: %s", a->rec_idx, why);
 	for (int i = 0; i < 2; i++) {
 		struct wk_relay *r = &a->relay[i];
 
@@ -192,6 +220,7 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 			continue;
 		ev_io_stop(w->loop, &r->io);
 		close(r->fd);
+		r->fd = -1;
 		if (a->l->active)
 			portpool_put(&a->l->pool, r->port);
 	}
@@ -201,15 +230,29 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	if (a->next)
 		a->next->pprev = a->pprev;
 	w->n_allocs--;
-	shm_alloc_release(w->shm, w->slot, a->rec_idx);
-	if (live) {
+	free(a->resp);
+	a->magic = 0;
+}
+
+void wk_alloc_forget(struct worker *w, struct wk_alloc *a)
+{
+	wk_alloc_unlink(w, a);
+	free(a);
+}
+
+void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
+{
+	log_debug("turn", "allocation %u ended: %s", a->rec_idx, why);
+	wk_alloc_unlink(w, a);
+	/* DYING first: a crash before the release then tells our replacement that this
+	 * record is no longer counted (see shm_alloc_retire). */
+	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		if (a->l->snap_ok)
 			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
-	free(a->resp);
-	a->magic = 0;
+	shm_alloc_release(w->shm, w->slot, a->rec_idx);
 	free(a);
 }
 
@@ -310,6 +353,35 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	ev_io_init(&r->io, wk_relay_cb, fd, EV_READ);
 	r->io.data = r;
 	ev_io_start(w->loop, &r->io);
+	return 0;
+}
+
+int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay)
+{
+	struct wk_listener *l = a->l;
+	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
+	struct shm_addr got;
+	int rc, family = relay->family;
+	bool have = family != 0 && (family == l->relay_addr.ss_family ||
+				    family == l->relay_addr2.ss_family);
+
+	if (!have || relay->port == 0)
+		return -EAFNOSUPPORT;
+	/* A port outside the pool's share (the range changed by a reload) is not tracked,
+	 * exactly as for the allocations that kept such a port across the reload. */
+	rc = portpool_take(&l->pool, relay->port);
+	if (rc < 0 && rc != -ERANGE)
+		return rc;
+	rc = wk_relay_socket(w, a, r, family, relay->port);
+	if (rc < 0) {
+		portpool_put(&l->pool, relay->port);
+		return rc;
+	}
+	/* The client was told this relayed address: if the announced address moved since,
+	 * serving it from another one would break the client's peers. */
+	wk_addr_to_shm((struct sockaddr *)&r->addr, &got);
+	if (memcmp(&got, relay, sizeof(got)) != 0)
+		return -EADDRNOTAVAIL;	/* the caller forgets a, which closes r */
 	return 0;
 }
 

@@ -168,6 +168,7 @@ struct worker {
 	const void *snap_blob;
 	uint64_t snap_gen;
 	bool snap_seen;
+	bool adopted;			/* the predecessor's records were dealt with */
 	struct wk_hot hot;
 	struct wheel wheel;
 	struct wk_listener *ls[WK_MAX_LISTENERS];
@@ -210,6 +211,19 @@ struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
 			       const struct sockaddr *client);
 int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **out);
 void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
+/* Adoption: the private half of a UDP allocation around record idx, which this slot
+ * already owns (left LIVE by a dead predecessor), linked into the 5-tuple index. No
+ * relay socket, timer or counter yet. Returns 0, -EINVAL (no client address), -EEXIST
+ * (that 5-tuple is already served), -ENOMEM. */
+int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx,
+		    struct shm_alloc *rec, struct wk_alloc **out);
+/* Adoption: binds the next relay socket of a to exactly the relayed address the record
+ * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
+ * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
+int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay);
+/* Unlinks and frees the private half, closing its relay sockets; the record and the
+ * counters are left alone (a failed adoption: the caller releases the record). */
+void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
 void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
@@ -235,6 +249,35 @@ void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out);
 socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out);
 bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b);
 socklen_t wk_addr_len(const struct sockaddr *sa);
+
+/* ---- adopt.c ---- */
+/* Re-adoption of a dead predecessor's records (same slot), see docs/architecture.md. */
+enum wk_adopt_verdict {
+	WK_ADOPT_TRY = 0,	/* LIVE, consistent, UDP, not expired: try to serve it again */
+	WK_ADOPT_TORN,		/* CLAIMED/DYING or odd seqlock: killed mid-update */
+	WK_ADOPT_STREAM,	/* TCP/TLS/DTLS: its connection died with the process */
+	WK_ADOPT_EXPIRED,
+};
+struct wk_adopt_stats {
+	unsigned adopted, torn, stream, expired, failed;
+};
+/* Adopts one record (owned by the caller's slot). 0 = adopted; < 0 = could not be served
+ * again (the scan releases and counts it). */
+typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
+
+/* Verdict on record idx owned by `slot` whose predecessor is dead. */
+enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
+					const struct shm_alloc *rec, uint64_t now_ns);
+/* Walks every record owned by `slot` (run once, by the slot's new worker, before it
+ * serves any packet): adopts via fn the ones classify says to try, releases the others
+ * and those fn refused. Keeps the slot's counters exact: a released record that was
+ * LIVE (still counted by the predecessor) gets ALLOCS_ENDED +1 and ALLOCS_ACTIVE -1
+ * (slot-wide and its listener's); adopted ones stay counted as they are. Adds
+ * ALLOCS_ADOPTED and ALLOCS_DROPPED. *st may be NULL. Returns 0 or -EINVAL. */
+int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		  wk_adopt_fn *fn, void *arg, struct wk_adopt_stats *st);
+/* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
+void wk_adopt_run(struct worker *w);
 
 /* ---- auth.c ---- */
 enum wk_auth_result { WK_AUTH_OK = 0, WK_AUTH_REPLIED };

@@ -205,6 +205,11 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	wk_snap_apply(w);
 	log_debug("worker", "slot %u now on snapshot generation %llu", w->slot,
 		  (unsigned long long)gen);
+	/* A dead predecessor's allocations need resolved listeners (relay addresses, port
+	 * pools), and must be indexed before any client packet is handled: we run before
+	 * every I/O callback of this first iteration. */
+	if (!w->adopted)
+		wk_adopt_run(w);
 }
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
@@ -434,32 +439,6 @@ static void wk_watchers_init(struct worker *w)
 	ev_signal_start(w->loop, &w->sigint);
 }
 
-/* A previous worker of this slot may have left records (crash): its relay sockets died
- * with it, so they cannot be served; release them. */
-static void wk_release_stale(struct worker *w)
-{
-	uint32_t cursor = 0, idx;
-	unsigned n = 0, live = 0;
-
-	while (shm_alloc_next_owned(w->shm, w->slot, &cursor, &idx) == 0) {
-		struct shm_alloc *rec;
-
-		/* Only LIVE records were counted in ALLOCS_ACTIVE by their worker. */
-		if (shm_alloc_get(w->shm, w->slot, idx, &rec) == 0 &&
-		    SHM_ALLOC_WORD_STATE(CMM_LOAD_SHARED(rec->state)) == SHM_ALLOC_LIVE)
-			live++;
-		shm_alloc_release(w->shm, w->slot, idx);
-		n++;
-	}
-	if (n) {
-		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_DROPPED, n);
-		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, live);
-		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-(int64_t)live);
-		log_warn("worker", "slot %u: dropped %u allocations of a previous incarnation",
-			 w->slot, n);
-	}
-}
-
 static void wk_teardown(struct worker *w)
 {
 	while (w->allocs)
@@ -500,7 +479,6 @@ int worker_run(const struct worker_heritage *h)
 	}
 	wheel_init(&w->wheel, wk_now_ms());
 	wk_watchers_init(w);
-	wk_release_stale(w);
 	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
 	for (size_t i = 0; i < h->n_listeners; i++) {
 		const struct worker_listener *wl = &h->listeners[i];

@@ -1,0 +1,384 @@
+/* Worker crash survival: 100 UDP allocations relaying through 2 workers, kill -9 of one
+ * worker 5 times; its allocations are re-adopted by the respawned worker and relay again,
+ * refresh and CreatePermission still work, its TCP allocation is released, counters stay
+ * exact. The relaying gap of each kill is printed (not asserted: timing). Real turngated,
+ * loopback only, every wait bounded. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "stun/stun.h"
+#include "stun/stun_auth.h"
+#include "tests/integration/harness.h"
+#include "tests/integration/harness_admin.h"
+
+#define RELAY_MIN 53000
+#define RELAY_MAX 53999
+#define N_ALLOCS 100
+#define N_KILLS 5
+#define CHAN 0x4000
+/* The master respawns at once a worker that ran this long (master/supervise.c). */
+#define UPTIME_FOR_IMMEDIATE_RESPAWN 2.2
+
+struct fx {
+	struct harness h;
+	struct harness_echo echo;
+	uint16_t pu, pt;
+	struct sockaddr_storage srv, srvt;
+};
+
+static struct fx g;
+
+static struct sockaddr *sa(struct sockaddr_storage *ss)
+{
+	return (struct sockaddr *)ss;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int setup(void **state)
+{
+	char yaml[2048];
+	int n;
+
+	(void)state;
+	memset(&g, 0, sizeof(g));
+	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
+		return -1;
+	g.pu = harness_free_port();
+	g.pt = harness_free_port();
+	harness_addr("127.0.0.1", g.pu, &g.srv);
+	harness_addr("127.0.0.1", g.pt, &g.srvt);
+	n = snprintf(yaml, sizeof(yaml),
+		     "version: v1\n"
+		     "admin:\n"
+		     "  name: crash\n"
+		     "  loglevel: all:INFO\n"
+		     "  healthcheck_endpoint: \"\"\n"
+		     "  admin_socket: %s\n"
+		     "  relay_port_min: %d\n"
+		     "  relay_port_max: %d\n"
+		     "auth:\n"
+		     "  type: ephemeral\n"
+		     "  realm: crash.example\n"
+		     "  credentials:\n"
+		     "    secret: crash-secret\n"
+		     "listeners:\n"
+		     "  - name: udp\n"
+		     "    protocol: TURN-UDP\n"
+		     "    address: 127.0.0.1\n"
+		     "    port: %u\n"
+		     "    routes: [echo]\n"
+		     "  - name: tcp\n"
+		     "    protocol: TURN-TCP\n"
+		     "    address: 127.0.0.1\n"
+		     "    port: %u\n"
+		     "    routes: [echo]\n"
+		     "clusters:\n"
+		     "  - name: echo\n"
+		     "    type: STATIC\n"
+		     "    endpoints: [127.0.0.1]\n",
+		     g.h.sock, RELAY_MIN, RELAY_MAX, g.pu, g.pt);
+	if (n <= 0 || (size_t)n >= sizeof(yaml) || harness_write_config(&g.h, yaml) < 0)
+		return -1;
+	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (g.h.pid > 0) {
+		kill(g.h.pid, SIGKILL);
+		waitpid(g.h.pid, NULL, 0);
+	}
+	harness_echo_stop(&g.echo);
+	harness_cleanup(&g.h);
+	return 0;
+}
+
+static int alloc_user(struct hturn *c, const struct sockaddr *srv, bool tcp, const char *user)
+{
+	const char *secret = "crash-secret";
+	char name[64], pass[64];
+
+	assert_int_equal(stun_rest_mint((const uint8_t *)secret, strlen(secret), user,
+				       (uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
+				       sizeof(pass)), 0);
+	if (hturn_open(c, srv, tcp) < 0)
+		return -1;
+	hturn_set_user(c, name, pass);
+	return hturn_allocate(c, NULL, NULL);
+}
+
+static uint16_t local_port(const struct hturn *c)
+{
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+
+	getsockname(c->fd, (struct sockaddr *)&sin, &sl);
+	return ntohs(sin.sin_port);
+}
+
+/* Owner worker of the allocation whose client uses local port `port`, or -1. */
+static int owner_of(uint16_t port)
+{
+	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"allocations\"}"), *a;
+	char want[32];
+	size_t i;
+	int owner = -1;
+
+	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
+	json_array_foreach(json_object_get(r, "allocations"), i, a)
+		if (strcmp(json_string_value(json_object_get(a, "client")), want) == 0)
+			owner = (int)json_integer_value(json_object_get(a, "worker"));
+	json_decref(r);
+	return owner;
+}
+
+/* pid of the worker in slot when it is running (0 otherwise); *uptime its uptime. */
+static int worker_pid(int slot, double *uptime)
+{
+	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"workers\"}");
+	json_t *w = json_array_get(json_object_get(r, "workers"), (size_t)slot);
+	const char *st = json_string_value(json_object_get(w, "state"));
+	int pid = (int)json_integer_value(json_object_get(w, "pid"));
+	bool running = st != NULL && strcmp(st, "running") == 0;
+
+	if (uptime)
+		*uptime = json_real_value(json_object_get(w, "uptime"));
+	json_decref(r);
+	return running ? pid : 0;
+}
+
+/* Counter `name` of admin stats (summed over the workers); listener != NULL: that
+ * listener's counter. -1 on failure. */
+static long long stat_of(const char *listener, const char *name)
+{
+	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"stats\"}"), *o;
+	long long v = -1;
+
+	if (listener)
+		o = json_object_get(json_object_get(r, "listeners"), listener);
+	else
+		o = json_object_get(r, "counters");
+	if (json_is_integer(json_object_get(o, name)))
+		v = json_integer_value(json_object_get(o, name));
+	json_decref(r);
+	return v;
+}
+
+/* One ChannelData out, and its echo back (skipping stale echoes of earlier probes) within
+ * timeout_ms. */
+static bool echo_once(struct hturn *c, const char *msg, int timeout_ms)
+{
+	char buf[128];
+	uint16_t ch = 0;
+	size_t len = strlen(msg);
+
+	if (hturn_chan_send(c, CHAN, msg, len) < 0)
+		return false;
+	for (int i = 0; i < 16; i++) {
+		int n = hturn_recv_data(c, buf, sizeof(buf), &ch, NULL, timeout_ms);
+
+		if (n < 0)
+			return false;
+		if ((size_t)n == len && ch == CHAN && memcmp(buf, msg, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Bounded retries: a datagram sent while the worker was down may be lost. */
+static bool echo_retry(struct hturn *c, int round, int i)
+{
+	char msg[48];
+
+	for (int t = 0; t < 5; t++) {
+		snprintf(msg, sizeof(msg), "r%d-a%d-t%d", round, i, t);
+		if (echo_once(c, msg, 1000))
+			return true;
+	}
+	return false;
+}
+
+static void wait_allocations(long long want)
+{
+	for (int i = 0; i < 500; i++) {
+		if (hadmin_status_int(g.h.sock, "allocations") == want)
+			return;
+		usleep(20000);
+	}
+	fail_msg("allocation count never reached %lld (now %lld)", want,
+		 hadmin_status_int(g.h.sock, "allocations"));
+}
+
+/* Kills the worker in `victim` and returns the gap: from the kill to the first echo
+ * relayed for an allocation of that worker (probe sent every ~2 ms). */
+static double kill_and_measure(int victim, struct hturn *probe, int round)
+{
+	double up = 0, t0, gap = -1;
+	int pid = 0;
+	char msg[48], prefix[24];
+
+	/* Let the worker serve long enough that the master respawns it at once (a faster
+	 * crash loop backs off, by design). */
+	for (int i = 0; i < 300; i++) {
+		pid = worker_pid(victim, &up);
+		if (pid > 0 && up >= UPTIME_FOR_IMMEDIATE_RESPAWN)
+			break;
+		usleep(20000);
+	}
+	assert_true(pid > 0);
+	t0 = now_s();
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	snprintf(prefix, sizeof(prefix), "gap-r%d-", round);
+	for (int t = 0; t < 2500 && gap < 0; t++) {
+		char buf[128];
+		uint16_t ch = 0;
+		int n;
+
+		snprintf(msg, sizeof(msg), "%s%d", prefix, t);
+		if (hturn_chan_send(probe, CHAN, msg, strlen(msg)) < 0)
+			continue;
+		/* Any probe's echo counts: those sent while the worker was down were queued
+		 * on the slot's listening socket and are relayed once it is back. */
+		n = hturn_recv_data(probe, buf, sizeof(buf) - 1, &ch, NULL, 2);
+		if (n > 0 && ch == CHAN && (size_t)n > strlen(prefix) &&
+		    memcmp(buf, prefix, strlen(prefix)) == 0)
+			gap = now_s() - t0;
+	}
+	/* The slot shows the new pid once the master got its READY. */
+	for (int i = 0; i < 500; i++) {
+		int np = worker_pid(victim, NULL);
+
+		if (np > 0 && np != pid)
+			break;
+		usleep(10000);
+	}
+	assert_true(worker_pid(victim, NULL) > 0 && worker_pid(victim, NULL) != pid);
+	return gap;
+}
+
+static void check_counters(long long want_active, long long want_udp_active)
+{
+	/* Gauges: the respawned worker continues its slot's counters; adoption must neither
+	 * count the adopted allocations again nor lose them. */
+	for (int i = 0; i < 100; i++) {
+		if (stat_of(NULL, "allocs_active") == want_active)
+			break;
+		usleep(20000);
+	}
+	assert_int_equal(stat_of(NULL, "allocs_active"), want_active);
+	assert_int_equal(stat_of("udp", "allocs_active"), want_udp_active);
+	assert_int_equal(stat_of("tcp", "allocs_active"), want_active - want_udp_active);
+	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), want_active);
+}
+
+static void test_kill9_readopts(void **state)
+{
+	struct hturn *c = calloc(N_ALLOCS + 1, sizeof(*c));
+	struct hturn *tc = &c[N_ALLOCS];
+	int owner[N_ALLOCS], victim, n_victim = 0, probe = -1, st = 0;
+	long long adopted0;
+	double gaps[N_KILLS];
+	char user[32];
+
+	(void)state;
+	assert_non_null(c);
+	for (int i = 0; i < N_ALLOCS; i++) {
+		snprintf(user, sizeof(user), "crash%d", i);
+		assert_int_equal(alloc_user(&c[i], sa(&g.srv), false, user), 0);
+		assert_int_equal(hturn_channel_bind(&c[i], CHAN, sa(&g.echo.addr)), 0);
+		assert_true(echo_retry(&c[i], 0, i));
+	}
+	assert_int_equal(alloc_user(tc, sa(&g.srvt), true, "crash-tcp"), 0);
+	victim = owner_of(local_port(tc));
+	assert_true(victim == 0 || victim == 1);
+	for (int i = 0; i < N_ALLOCS; i++) {
+		owner[i] = owner_of(local_port(&c[i]));
+		assert_true(owner[i] == 0 || owner[i] == 1);
+		if (owner[i] == victim) {
+			n_victim++;
+			if (probe < 0)
+				probe = i;
+		}
+	}
+	print_message("worker %d holds %d of %d UDP allocations and the TCP one\n", victim,
+		      n_victim, N_ALLOCS);
+	assert_true(n_victim > 0 && n_victim < N_ALLOCS);
+	check_counters(N_ALLOCS + 1, N_ALLOCS);
+	adopted0 = stat_of(NULL, "allocs_adopted");
+	assert_int_equal(adopted0, 0);
+
+	for (int round = 1; round <= N_KILLS; round++) {
+		gaps[round - 1] = kill_and_measure(victim, &c[probe], round);
+		print_message("kill %d: relaying gap %.1f ms (target < 200 ms)\n", round,
+			      gaps[round - 1] * 1e3);
+		for (int i = 0; i < N_ALLOCS; i++) {
+			assert_true(echo_retry(&c[i], round, i));
+			assert_int_equal(hturn_refresh(&c[i], 600), 0);
+			assert_int_equal(hturn_permission(&c[i], sa(&g.echo.addr)), 0);
+		}
+		/* the TCP allocation died with its connection; everything else is counted
+		 * exactly once */
+		check_counters(N_ALLOCS, N_ALLOCS);
+		assert_int_equal(stat_of(NULL, "allocs_adopted"), (long long)n_victim * round);
+		assert_int_equal(stat_of(NULL, "allocs_dropped"), 1);
+		for (int i = 0; i < N_ALLOCS; i++)
+			assert_int_equal(owner_of(local_port(&c[i])), owner[i]);
+	}
+	/* relaying still correct after the last round, then a clean end */
+	for (int i = 0; i < N_ALLOCS; i++) {
+		assert_true(echo_retry(&c[i], 99, i));
+		assert_int_equal(hturn_refresh(&c[i], 0), 0);
+		hturn_close(&c[i]);
+	}
+	hturn_close(tc);
+	wait_allocations(0);
+	check_counters(0, 0);
+	assert_int_equal(stat_of(NULL, "allocs_ended"), stat_of(NULL, "allocs_created"));
+
+	/* Stop by hand: the log has exactly the deaths this test caused, nothing else. */
+	kill(g.h.pid, SIGTERM);
+	for (int i = 0; i < 1500 && waitpid(g.h.pid, &st, WNOHANG) == 0; i++)
+		usleep(20000);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	g.h.pid = 0;
+	assert_int_equal(harness_log_count(&g.h, "killed by signal"), N_KILLS);
+	assert_int_equal(harness_log_count(&g.h, "Sanitizer"), 0);
+	assert_int_equal(harness_log_count(&g.h, "runtime error"), 0);
+	assert_int_equal(harness_log_count(&g.h, "Assertion"), 0);
+	assert_int_equal(harness_log_count(&g.h, "[crit]"), 0);
+	free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kill9_readopts),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,188 @@
+/* Unit tests of the adoption scan (worker/adopt.c): which of a dead predecessor's records
+ * are offered for adoption, which are released, and that the slot's counters stay exact. */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "worker/wk.h"
+
+#define NOW_NS 1000000000000ull
+#define LST 1u
+
+struct offer {
+	uint32_t seen[16];
+	unsigned n;
+	uint32_t refuse;	/* idx the callback refuses (relay port taken) */
+};
+
+static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	struct offer *o = arg;
+
+	assert_int_equal(SHM_ALLOC_WORD_STATE(rec->state), SHM_ALLOC_LIVE);
+	assert_true(o->n < 16);
+	o->seen[o->n++] = idx;
+	return idx == o->refuse ? -EADDRINUSE : 0;
+}
+
+/* A record as the predecessor in `slot` would leave it: claimed, filled, then (publish)
+ * LIVE and counted like worker/turn.c does. */
+static uint32_t mk_rec(struct shm *shm, unsigned slot, uint8_t transport, uint64_t expires,
+		       bool publish)
+{
+	struct shm_counters *c = shm_slot_counters(shm, slot);
+	struct shm_alloc *rec;
+	uint32_t idx;
+
+	assert_int_equal(shm_alloc_claim(shm, slot, &idx, &rec), 0);
+	shm_alloc_begin_write(rec);
+	rec->client_transport = transport;
+	rec->listener_idx = LST;
+	rec->expires_ns = expires;
+	rec->client.family = 2;	/* AF_INET */
+	rec->client.port = (uint16_t)(1000 + idx);
+	shm_alloc_end_write(rec);
+	if (publish) {
+		assert_int_equal(shm_alloc_publish(shm, slot, idx), 0);
+		shm_ctr_add(c, SHM_CTR_ALLOCS_CREATED, 1);
+		shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
+		shm_lctr_add(c, LST, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	}
+	return idx;
+}
+
+static uint64_t ctr(struct shm *shm, unsigned slot, enum shm_ctr i)
+{
+	struct shm_counters out;
+
+	assert_int_equal(shm_counters_read(shm, slot, &out), 0);
+	return out.v[i];
+}
+
+static uint64_t lctr_active(struct shm *shm, unsigned slot)
+{
+	struct shm_counters out;
+
+	assert_int_equal(shm_counters_read(shm, slot, &out), 0);
+	return out.lst[LST][SHM_LCTR_ALLOCS_ACTIVE];
+}
+
+static bool is_free(struct shm *shm, uint32_t idx)
+{
+	return shm_alloc_get(shm, 0, idx, NULL) == -EPERM && shm_alloc_get(shm, 1, idx, NULL) == -EPERM;
+}
+
+static void test_scan_sorts_records(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct shm_alloc *rec;
+	struct wk_adopt_stats st;
+	struct offer o;
+	uint32_t live, torn_odd, claimed, tcp, expired, dying, refused, other;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	live = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	torn_odd = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(shm_alloc_get(shm, 0, torn_odd, &rec), 0);
+	shm_alloc_begin_write(rec);	/* killed mid-update: seq stays odd */
+	claimed = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, false);
+	tcp = mk_rec(shm, 0, SHM_TRANSPORT_TCP, NOW_NS + 60000000000ull, true);
+	expired = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS - 1, true);
+	/* killed inside wk_alloc_destroy, after retire and uncounting, before release */
+	dying = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(shm_alloc_retire(shm, 0, dying), 0);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ENDED, 1);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	shm_lctr_add(c, LST, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	refused = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	other = mk_rec(shm, 1, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 5);
+	assert_int_equal(lctr_active(shm, 0), 5);
+
+	memset(&o, 0, sizeof(o));
+	o.refuse = refused;
+	assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+
+	/* only the consistent, unexpired UDP records were offered */
+	assert_int_equal(o.n, 2);
+	assert_true((o.seen[0] == live && o.seen[1] == refused) ||
+		    (o.seen[0] == refused && o.seen[1] == live));
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.torn, 3);	/* odd seq, CLAIMED, DYING */
+	assert_int_equal(st.stream, 1);
+	assert_int_equal(st.expired, 1);
+	assert_int_equal(st.failed, 1);
+	assert_int_equal(shm_alloc_get(shm, 0, live, &rec), 0);
+	assert_int_equal(rec->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, 0));
+	assert_true(is_free(shm, torn_odd) && is_free(shm, claimed) && is_free(shm, tcp) &&
+		    is_free(shm, expired) && is_free(shm, dying) && is_free(shm, refused));
+	assert_int_equal(shm_alloc_get(shm, 1, other, NULL), 0);
+
+	/* exactly the adopted one is still counted; nothing counted twice or lost */
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 1);
+	assert_int_equal(lctr_active(shm, 0), 1);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 5);	/* dying + 4 LIVE dropped */
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), 6);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ADOPTED), 1);
+	assert_int_equal(ctr(shm, 1, SHM_CTR_ALLOCS_ACTIVE), 1);
+
+	/* a second scan (the next respawn) offers the survivor again and drops nothing */
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 1);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), 6);
+	shm_destroy(shm);
+}
+
+static void test_classify_and_bad_args(void **state)
+{
+	struct shm_config cfg = { 1, 4, 4096, 4 };
+	struct shm *shm = NULL;
+	struct shm_alloc *rec;
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt", &shm), 0);
+	idx = mk_rec(shm, 0, SHM_TRANSPORT_DTLS, NOW_NS + 1, true);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+	assert_int_equal(wk_adopt_classify(shm, idx, rec, NOW_NS), WK_ADOPT_STREAM);
+	rec->client_transport = SHM_TRANSPORT_UDP;
+	assert_int_equal(wk_adopt_classify(shm, idx, rec, NOW_NS), WK_ADOPT_TRY);
+	assert_int_equal(wk_adopt_classify(shm, idx, rec, NOW_NS + 1), WK_ADOPT_EXPIRED);
+	assert_int_equal(wk_adopt_classify(shm, 99, rec, NOW_NS), WK_ADOPT_TORN);
+	/* retire only from LIVE */
+	assert_int_equal(shm_alloc_retire(shm, 0, idx), 0);
+	assert_int_equal(shm_alloc_retire(shm, 0, idx), -EPERM);
+	assert_int_equal(wk_adopt_classify(shm, idx, rec, NOW_NS), WK_ADOPT_TORN);
+	assert_int_equal(wk_adopt_scan(NULL, 0, shm_slot_counters(shm, 0), 0, offer_cb, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), 0, NULL, NULL, NULL),
+			 -EINVAL);
+	shm_destroy(shm);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scan_sorts_records),
+		cmocka_unit_test(test_classify_and_bad_args),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

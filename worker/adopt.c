@@ -1,0 +1,158 @@
+/* Worker start-up after a crash: re-adopts the UDP allocations a dead predecessor in the
+ * same slot left in the shared table, and releases what cannot be served again.
+ *
+ * Why this works: the records hold everything the relay needs (client 5-tuple, relayed
+ * address and port, permissions, channels, key, CLOCK_MONOTONIC expiries, which are
+ * system-wide), the master keeps the slot's listening sockets (clients still reach this
+ * slot), and the dead process's relay sockets were closed by the kernel before waitpid
+ * returned, so their ports are free to bind again. Only the private half (indexes,
+ * sockets, timers) is rebuilt. Counters: the slot's counters survive the respawn, so the
+ * predecessor's +1 in ALLOCS_ACTIVE for each LIVE record is still there; an adopted
+ * record keeps it, a released LIVE one gives it back. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/log.h"
+
+enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
+					const struct shm_alloc *rec, uint64_t now_ns)
+{
+	bool torn = true;
+
+	if (shm_alloc_is_torn(shm, idx, &torn, NULL) < 0 || torn)
+		return WK_ADOPT_TORN;
+	if (rec->client_transport != SHM_TRANSPORT_UDP)
+		return WK_ADOPT_STREAM;
+	if (rec->expires_ns <= now_ns)
+		return WK_ADOPT_EXPIRED;
+	return WK_ADOPT_TRY;
+}
+
+/* Releases record idx of the dead predecessor. A LIVE record is still counted as active
+ * (the predecessor uncounts only after shm_alloc_retire made it DYING, and counts only
+ * after publishing it LIVE), so it is uncounted here as its owner would have done. */
+static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr,
+			  uint32_t idx, struct shm_alloc *rec)
+{
+	uint32_t word = CMM_LOAD_SHARED(rec->state);
+
+	if (word == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
+		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	}
+	shm_alloc_release(shm, slot, idx);
+	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);
+}
+
+int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		  wk_adopt_fn *fn, void *arg, struct wk_adopt_stats *st)
+{
+	struct wk_adopt_stats local;
+	uint32_t cursor = 0, idx;
+
+	if (!shm || !ctr || !fn)
+		return -EINVAL;
+	if (!st)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	while (shm_alloc_next_owned(shm, slot, &cursor, &idx) == 0) {
+		struct shm_alloc *rec;
+		enum wk_adopt_verdict v;
+
+		if (shm_alloc_get(shm, slot, idx, &rec) < 0)
+			continue;
+		v = wk_adopt_classify(shm, idx, rec, now_ns);
+		if (v == WK_ADOPT_TRY && fn(arg, idx, rec) == 0) {
+			st->adopted++;
+			shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
+			continue;
+		}
+		st->torn += v == WK_ADOPT_TORN;
+		st->stream += v == WK_ADOPT_STREAM;
+		st->expired += v == WK_ADOPT_EXPIRED;
+		st->failed += v == WK_ADOPT_TRY;
+		wk_adopt_drop(shm, slot, ctr, idx, rec);
+	}
+	return 0;
+}
+
+/* The active UDP listener the record's client reached: same local address as when the
+ * allocation was made, preferring the same snapshot index. */
+static struct wk_listener *wk_adopt_listener(struct worker *w, const struct shm_alloc *rec)
+{
+	struct wk_listener *found = NULL;
+
+	for (size_t i = 0; i < w->n_ls; i++) {
+		struct wk_listener *l = w->ls[i];
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct shm_addr local;
+
+		if (!l->active || !l->snap_ok || l->proto != WORKER_PROTO_UDP ||
+		    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0)
+			continue;
+		wk_addr_to_shm((struct sockaddr *)&ss, &local);
+		if (memcmp(&local, &rec->server, sizeof(local)) != 0)
+			continue;
+		if (l->snap_idx == rec->listener_idx)
+			return l;
+		found = l;
+	}
+	return found;
+}
+
+static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	struct worker *w = arg;
+	struct wk_listener *l = wk_adopt_listener(w, rec);
+	struct wk_alloc *a;
+	int rc;
+
+	if (!l)
+		return -ENOENT;
+	rc = wk_alloc_attach(w, l, idx, rec, &a);
+	if (rc < 0)
+		return rc;
+	rc = wk_alloc_rebind_relay(w, a, &rec->relay);
+	if (rc == 0 && rec->relay2.family != 0)
+		rc = wk_alloc_rebind_relay(w, a, &rec->relay2);
+	if (rc < 0) {
+		log_warn("worker", "slot %u: allocation %u: cannot rebind its relay port %u: %s",
+			 w->slot, idx, rec->relay.port, strerror(-rc));
+		wk_alloc_forget(w, a);
+		return rc;
+	}
+	/* Listener indexes may have moved with a reload while nobody ran here: move the
+	 * predecessor's gauge contribution to where wk_alloc_destroy will take it back. */
+	if (l->snap_idx != rec->listener_idx) {
+		shm_lctr_add(w->ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
+		shm_alloc_begin_write(rec);
+		rec->listener_idx = (uint16_t)l->snap_idx;
+		shm_alloc_end_write(rec);
+	}
+	/* DONT-FRAGMENT and the cached Allocate response are not in the record: the first
+	 * is lost (packets may fragment), the second only answers retransmissions. */
+	a->expires_ms = rec->expires_ns / 1000000u;
+	a->published = true;
+	wk_alloc_rearm(w, a);
+	return 0;
+}
+
+void wk_adopt_run(struct worker *w)
+{
+	struct wk_adopt_stats st;
+
+	w->adopted = true;
+	if (wk_adopt_scan(w->shm, w->slot, w->ctr, wk_mono_ns(), wk_adopt_one, w, &st) < 0)
+		return;
+	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
+		log_warn("worker", "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "
+			 "%u TCP, %u expired, %u not rebindable", w->slot, st.adopted, st.torn,
+			 st.stream, st.expired, st.failed);
+}
