@@ -5,7 +5,9 @@
 #ifndef TG_CTL_CTL_H
 #define TG_CTL_CTL_H
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -30,5 +32,30 @@ void ctl_print_error(const char *cmd, json_t *reply, FILE *out);
 /* `turngatectl probe ARGS...` (argv after "probe"): returns the exit status; CTL_EXIT_USAGE
  * for bad arguments (the caller prints the usage). */
 int ctl_probe_main(int argc, char **argv);
+
+/* One live probe (allocate, permission, round trip, delete), for `doctor`. */
+struct ctl_probe_opts {
+	struct sockaddr_storage server;
+	bool tcp;                /* TURN over TCP, else UDP */
+	const char *user, *pass; /* long-term credential (required) */
+	const char *peer;        /* "IP:PORT" echo peer, NULL: through a second allocation */
+	int timeout_ms;          /* per transaction; <= 0: 3000 */
+	const char *indent;      /* prefix of each printed step line, NULL: none */
+};
+
+struct ctl_probe_result {
+	const char *failed_step; /* static name of the first failed step, NULL when all ok */
+	int stun_code;           /* its STUN error code (401, 403...), 0 when none */
+	int err;                 /* its negative errno, 0 when all ok */
+};
+
+/* Runs the probe, printing one line per step to stdout. Returns 0 when every step passed,
+ * 1 when one failed (*res says which), -ENOMEM. */
+int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res);
+
+/* `turngatectl doctor ARGS...` (argv after "doctor") against the admin socket sock:
+ * returns the exit status (0 all ok, 1 a layer failed, 3 daemon unreachable,
+ * CTL_EXIT_USAGE for bad arguments). */
+int ctl_doctor_main(const char *sock, int argc, char **argv);
 
 #endif

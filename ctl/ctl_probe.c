@@ -24,8 +24,12 @@ struct probe {
 	char rest_user[96], rest_pass[STUN_REST_PASSWORD_LEN + 1];
 	int timeout_ms;
 	bool json;
+	const char *indent;  /* printed before each step line (doctor) */
 	json_t *steps;
 	int failed;
+	const char *fail_step;  /* first failed step */
+	int fail_code;          /* its STUN error code, 0 for a local/transport error */
+	int fail_errno;         /* its negative errno */
 };
 
 static double now_ms(void)
@@ -65,13 +69,18 @@ static int step(struct probe *p, const char *name, double t0, int rc, struct tur
 			snprintf(why, sizeof(why), "%d %s", code, reason != NULL ? reason : "");
 		else
 			snprintf(why, sizeof(why), "%s", strerror(-rc));
+		if (!p->failed) {
+			p->fail_step = name;
+			p->fail_code = rc == -EPROTO ? code : 0;
+			p->fail_errno = rc;
+		}
 		p->failed = 1;
 	}
 	json_array_append_new(p->steps, json_pack("{s:s, s:b, s:f, s:s}", "step", name, "ok",
 						  rc >= 0, "ms", ms, "detail",
 						  rc < 0 ? why : (detail ? detail : "")));
 	if (!p->json)
-		printf("%-18s %-4s %8.1f ms  %s\n", name, rc < 0 ? "FAIL" : "ok", ms,
+		printf("%s%-18s %-4s %8.1f ms  %s\n", p->indent ? p->indent : "", name, rc < 0 ? "FAIL" : "ok", ms,
 		       rc < 0 ? why : (detail ? detail : ""));
 	return rc;
 }
@@ -272,6 +281,30 @@ refresh:
 	step(p, "delete", t0, rc, c, "refresh lifetime 0");
 out:
 	turn_client_destroy(c);
+}
+
+int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res)
+{
+	struct probe p;
+
+	memset(&p, 0, sizeof(p));
+	memcpy(&p.server, &o->server, sizeof(p.server));
+	p.transport = o->tcp ? TURN_CLIENT_TCP : TURN_CLIENT_UDP;
+	p.user = o->user;
+	p.pass = o->pass;
+	p.peer = o->peer;
+	p.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 3000;
+	p.indent = o->indent;
+	p.steps = json_array();
+	if (p.steps == NULL)
+		return -ENOMEM;
+	run_probe(&p);
+	json_decref(p.steps);
+	memset(res, 0, sizeof(*res));
+	res->failed_step = p.fail_step;
+	res->stun_code = p.fail_code;
+	res->err = p.fail_errno;
+	return p.failed ? 1 : 0;
 }
 
 int ctl_probe_main(int argc, char **argv)

@@ -27,6 +27,10 @@ static void usage(FILE *out)
 		"                             allocate, permit, relay a round trip (through the\n"
 		"                             echo at --peer, else a second allocation), timed;\n"
 		"                             TURN-URI is turn:HOST[:PORT][?transport=udp|tcp]\n"
+		"  doctor [-c CONFIG] [--secret S [--user NAME] | -u USER -p PASS]\n"
+		"         [--peer IP:PORT] [--host HOST] [--timeout MS]\n"
+		"                             check daemon, listeners, auth, routes, then probe;\n"
+		"                             names the first broken layer and its fix\n"
 		"options:\n"
 		"  -s, --socket PATH          admin socket (default: $TURNGATE_ADMIN_SOCKET or\n"
 		"                             " CTL_DEFAULT_SOCKET ")\n"
@@ -142,6 +146,12 @@ int main(int argc, char **argv)
 	cmd = argv[i];
 	if (strcmp(cmd, "probe") == 0) {
 		rc = ctl_probe_main(argc - i - 1, argv + i + 1);
+		if (rc == CTL_EXIT_USAGE)
+			usage(stderr);
+		return rc;
+	}
+	if (strcmp(cmd, "doctor") == 0) {
+		rc = ctl_doctor_main(sock, argc - i - 1, argv + i + 1);
 		if (rc == CTL_EXIT_USAGE)
 			usage(stderr);
 		return rc;

@@ -1,0 +1,155 @@
+"""turngatectl doctor: breaks each layer of the troubleshooting order in turn against a real
+daemon and checks that doctor names that layer (and only passes on a healthy daemon)."""
+import os
+import signal
+import socket
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (Daemon, check, config_yaml, free_port,  # noqa: E402
+                           run_tests)
+
+
+def echo_peer():
+    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+
+    def loop():
+        while True:
+            data, addr = s.recvfrom(4096)
+            s.sendto(data, addr)
+    threading.Thread(target=loop, daemon=True).start()
+    return s.getsockname()[1]
+
+
+def layer_of(out):
+    """The layer number doctor names in "first failing layer: N ...", or None."""
+    for line in out.splitlines():
+        if line.startswith("first failing layer: "):
+            return int(line.split()[3])
+    return None
+
+
+def write(d, name, text):
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def start(d, port, **kw):
+    sock = os.path.join(d, "admin.sock")
+    text = config_yaml(sock, [("udp", port, "TURN-UDP"), ("tcp", port, "TURN-TCP")], **kw)
+    return Daemon(d, text).start(), text
+
+
+def test_doctor_healthy(d):
+    port = free_port()
+    daemon, text = start(d, port)
+    try:
+        rc, out, err = daemon.ctl("doctor", "-c", daemon.conf)
+        check(rc == 0 and "all layers ok\n" in out and "FAIL" not in out, (rc, out, err))
+        for name in ("daemon", "last reload", "config file", "listener udp", "listener tcp",
+                     "auth", "credential", "routes udp", "routes tcp", "probe"):
+            check(any(l.split("  ")[0] == name and " ok " in l for l in out.splitlines()),
+                  (name, out))
+        peer = echo_peer()
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret", "--peer",
+                                  "127.0.0.1:%d" % peer)
+        check(rc == 0 and "round trip" in out and "all layers ok" in out, (rc, out, err))
+        # Without any credential, doctor says what it could not test and passes.
+        rc, out, err = daemon.ctl("doctor")
+        check(rc == 0 and "credential and probe not tested" in out, (rc, out, err))
+        rc, out, err = daemon.ctl("doctor", "-u", "x")
+        check(rc == 2 and "usage:" in err, (rc, err))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_doctor_daemon_down(d):
+    rc, out, err = Daemon(d, "").ctl("doctor", "--secret", "s3cret")
+    check(rc == 3 and layer_of(out) == 0 and "admin socket" in out, (rc, out, err))
+
+
+def test_doctor_listener(d):
+    port = free_port()
+    daemon, text = start(d, port)
+    try:
+        # The operator's file says another port than the daemon listens on.
+        other = free_port()
+        wrong = write(d, "wrong.yaml", text.replace("port: %d" % port, "port: %d" % other))
+        rc, out, err = daemon.ctl("doctor", "-c", wrong)
+        check(rc == 1 and layer_of(out) == 1 and "listens on %d" % port in out, (rc, out))
+        # A listener of the file that the daemon does not have.
+        extra = write(d, "extra.yaml", text.replace("clusters:", "  - name: more\n"
+                                                    "    protocol: TURN-UDP\n"
+                                                    "    address: 127.0.0.1\n"
+                                                    "    port: %d\n    routes: [loopback]\n"
+                                                    "clusters:" % other))
+        rc, out, err = daemon.ctl("doctor", "-c", extra)
+        check(rc == 1 and layer_of(out) == 1 and "listener more" in out and
+              "not open" in out, (rc, out))
+        # Sockets held but nobody answers (workers frozen): layer 1 again.
+        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            rc, out, err = daemon.ctl("doctor", "--timeout", "600", "--secret", "s3cret")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        check(rc == 1 and layer_of(out) == 1 and "no STUN answer" in out, (rc, out))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_doctor_auth(d):
+    port = free_port()
+    daemon, text = start(d, port)
+    try:
+        rc, out, err = daemon.ctl("doctor", "--secret", "not-the-secret")
+        check(rc == 1 and layer_of(out) == 2 and "401" in out and
+              "secret differs" in out, (rc, out))
+        # The same through the config file: the file's secret is not the daemon's.
+        stale = write(d, "stale.yaml", text.replace("secret: s3cret", "secret: older"))
+        rc, out, err = daemon.ctl("doctor", "-c", stale)
+        check(rc == 1 and layer_of(out) == 2 and "config file's secret" in out, (rc, out))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_doctor_routes(d):
+    port = free_port()
+    daemon, text = start(d, port)
+    try:
+        # A route to a cluster without endpoints.
+        daemon.write_config(text.replace("endpoints: [127.0.0.0/8]", "endpoints: []"))
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 0, (out, err))
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
+        check(rc == 1 and layer_of(out) == 3 and "no endpoints" in out, (rc, out))
+        # A cluster that does not hold the peer: the probe's permission gets 403.
+        daemon.write_config(text.replace("endpoints: [127.0.0.0/8]",
+                                         "endpoints: [127.0.0.2/32]"))
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 0, (out, err))
+        peer = echo_peer()
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret", "--peer",
+                                  "127.0.0.1:%d" % peer)
+        check(rc == 1 and layer_of(out) == 3 and "403" in out and "not admitted" in out,
+              (rc, out))
+        # A failed reload is layer 0: the daemon runs the previous config.
+        daemon.write_config(text.replace("port: %d" % port, "port: 70000", 1))
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 1, (out, err))
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
+        check(rc == 1 and layer_of(out) == 0 and "last reload" in out, (rc, out))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests([test_doctor_healthy, test_doctor_daemon_down, test_doctor_listener,
+               test_doctor_auth, test_doctor_routes])
