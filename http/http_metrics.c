@@ -16,6 +16,10 @@ struct mctx {
 	const struct http_master_stats *ms;
 	struct shm_counters sum;
 	unsigned n_slots;
+	/* Connection view of the live workers: TCP gauges summed over running/stopping slots
+	 * only (a dead worker's connections are gone), workers serving UDP sockets. */
+	uint64_t live_conns[SHM_MAX_LISTENERS];
+	uint64_t n_live, n_started;
 };
 
 struct label {
@@ -133,6 +137,40 @@ static void cluster_dir(struct mctx *m, const char *name, const char *help, int 
 	}
 }
 
+static bool listener_is_dgram(struct mctx *m, uint32_t i)
+{
+	struct snap_listener l;
+
+	return snap_listener_get(m->snap, i, &l) == 0 &&
+	       (l.protocol == CONF_PROTO_TURN_UDP || l.protocol == CONF_PROTO_TURN_DTLS);
+}
+
+/* STUNner semantics: a UDP/DTLS listener counts its socket, one per live worker (each
+ * worker serves every listener) and, cumulatively, one per worker start; a TCP/TLS
+ * listener counts accepted connections. */
+static void render_connections(struct mctx *m)
+{
+	static const char *const g = "stunner_listener_connections";
+	static const char *const t = "stunner_listener_connections_total";
+
+	fam(m, g, "gauge", "Open client connections at a listener (UDP: listener sockets).");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL)
+			sample_u(m, g, &l, 1,
+				 listener_is_dgram(m, i) ? m->n_live : m->live_conns[i]);
+	}
+	fam(m, t, "counter",
+	    "Client connections accepted at a listener (UDP: listener sockets opened).");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL)
+			sample_u(m, t, &l, 1,
+				 listener_is_dgram(m, i) ? m->n_started
+							 : m->sum.lst[i][SHM_LCTR_CONNS_TOTAL]);
+	}
+}
+
 static void render_stunner(struct mctx *m)
 {
 	fam(m, "stunner_allocations_active", "gauge",
@@ -144,6 +182,7 @@ static void render_stunner(struct mctx *m)
 	listener_dir(m, "stunner_listener_bytes_total",
 		     "Bytes received (rx) from and sent (tx) to clients at a listener.",
 		     SHM_LCTR_CLIENT_BYTES_IN, SHM_LCTR_CLIENT_BYTES_OUT);
+	render_connections(m);
 	cluster_dir(m, "stunner_cluster_packets_total",
 		    "Packets received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
 		    SHM_CCTR_PEER_PKTS_IN, SHM_CCTR_PEER_PKTS_OUT);
@@ -196,6 +235,17 @@ static void labelled(struct mctx *m, const char *name, const char *help, const c
 	}
 }
 
+static void listener_single(struct mctx *m, const char *name, const char *help,
+			    enum shm_lctr c)
+{
+	fam(m, name, "counter", help);
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "listener", listener_name(m, i) };
+		if (l.value != NULL)
+			sample_u(m, name, &l, 1, m->sum.lst[i][c]);
+	}
+}
+
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
 {
 	fam(m, name, "counter", help);
@@ -229,8 +279,9 @@ static void render_global(struct mctx *m)
 
 	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.",
 		 "reason", auth, sizeof(auth) / sizeof(auth[0]));
-	single(m, "turngate_permission_denied_total",
-	       "Peer addresses refused by the route allowlist (403).", SHM_CTR_PERM_DENIED);
+	listener_single(m, "turngate_permission_denied_total",
+			"Peer addresses refused by the route allowlist (403, or a dropped packet), "
+			"by the client's listener.", SHM_LCTR_PERM_DENIED);
 	labelled(m, "turngate_quota_rejections_total", "Requests refused by a quota, by kind.",
 		 "kind", quota, sizeof(quota) / sizeof(quota[0]));
 	single(m, "turngate_allocations_created_total", "Allocations created.",
@@ -253,6 +304,31 @@ static void render_global(struct mctx *m)
 		 "direction", ppk, 2);
 	labelled(m, "turngate_peer_bytes_total", "Bytes from (rx) and to (tx) peers, all relays.",
 		 "direction", pby, 2);
+}
+
+/* Buckets are stored per bucket; Prometheus wants them cumulative, ending at +Inf with
+ * the count. */
+static void render_lifetime(struct mctx *m)
+{
+	static const char *const name = "turngate_allocation_lifetime_seconds";
+	const struct shm_lifetime *h = &m->sum.life;
+	uint64_t cum = 0;
+	char le[32];
+
+	fam(m, name, "histogram", "Lifetime of ended allocations in seconds.");
+	for (unsigned i = 0; i <= SHM_LIFE_BUCKETS; i++) {
+		struct label l = { "le", le };
+		cum += h->bucket[i];
+		if (i < SHM_LIFE_BUCKETS)
+			snprintf(le, sizeof(le), "%" PRIu64, shm_life_bound(i));
+		else
+			snprintf(le, sizeof(le), "+Inf");
+		http_buf_printf(m->b, "%s_bucket", name);
+		labels(m, &l, 1);
+		http_buf_printf(m->b, " %" PRIu64 "\n", cum);
+	}
+	http_buf_printf(m->b, "%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n", name, h->sum_s,
+			name, cum);
 }
 
 static void render_master(struct mctx *m)
@@ -361,6 +437,24 @@ static void render_process(struct mctx *m)
 		    "Open file descriptors of a worker process.", PF_FDS);
 }
 
+static void live_view(struct mctx *m)
+{
+	struct shm_slot_info info;
+	struct shm_counters c;
+
+	for (unsigned s = 0; s < m->n_slots; s++) {
+		if (shm_slot_read(m->shm, s, &info) != 0 || info.state == SHM_SLOT_EMPTY)
+			continue;
+		m->n_started += info.incarnation;
+		if ((info.state != SHM_SLOT_RUNNING && info.state != SHM_SLOT_STOPPING) ||
+		    shm_counters_read(m->shm, s, &c) != 0)
+			continue;
+		m->n_live++;
+		for (unsigned i = 0; i < SHM_MAX_LISTENERS; i++)
+			m->live_conns[i] += c.lst[i][SHM_LCTR_CONNS_ACTIVE];
+	}
+}
+
 int http_metrics_render(const struct shm *shm, const struct snap *snap,
 			const struct http_master_stats *ms, struct http_buf *out)
 {
@@ -373,9 +467,11 @@ int http_metrics_render(const struct shm *shm, const struct snap *snap,
 	m.n_slots = cfg.n_slots;
 	if (shm_counters_sum(shm, &m.sum) != 0)
 		return -EIO;
+	live_view(&m);
 	render_stunner(&m);
 	render_listeners(&m);
 	render_global(&m);
+	render_lifetime(&m);
 	render_master(&m);
 	render_workers(&m);
 	render_process(&m);

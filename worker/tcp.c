@@ -13,6 +13,17 @@
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
+/* Publishes the listener's open-connection count as this slot's absolute gauge value
+ * (not a delta): a gauge kept as +1/-1 would drift when a connection outlives its
+ * listener's presence in the snapshot or the worker dies with connections open; the
+ * renderer sums it over live slots only. */
+static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
+{
+	if (l->snap_ok && l->snap_idx < SHM_MAX_LISTENERS)
+		CMM_STORE_SHARED(w->ctr->lst[l->snap_idx][SHM_LCTR_CONNS_ACTIVE],
+				 (uint64_t)l->n_conns);
+}
+
 void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 {
 	if (c->alloc)
@@ -24,6 +35,7 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 	if (c->next)
 		c->next->pprev = c->pprev;
 	c->l->n_conns--;
+	wk_tcp_count_conns(w, c->l);
 	free(c->in);
 	free(c->out);
 	free(c);
@@ -88,6 +100,10 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 	c->out_len += len;
 	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
 	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
+	if (c->l->snap_ok) {
+		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
+		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
+	}
 	if (!ev_is_active(&c->wio))
 		wk_tconn_flush(w, c);
 }
@@ -201,6 +217,9 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		c->pprev = &l->conns;
 		l->conns = c;
 		l->n_conns++;
+		if (l->snap_ok)
+			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CONNS_TOTAL, 1);
+		wk_tcp_count_conns(w, l);
 	}
 }
 

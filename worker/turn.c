@@ -407,6 +407,7 @@ static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struc
 		return 443;
 	if (!snap_peer_ip_allowed(w->snap, a->l->snap_idx, peer)) {
 		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
 		return 403;
 	}
 	return 0;
@@ -503,6 +504,7 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 		return;
 	if (snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
 		return;
 	}
 	if (!wk_alloc_perm_ok(a, peer, wk_mono_ns()))

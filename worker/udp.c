@@ -137,6 +137,8 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 	if (!w->snap || !a->l->snap_ok ||
 	    snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+		if (w->snap && a->l->snap_ok)
+			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
 		return false;
 	}
 	if (!wk_alloc_perm_ok(a, peer, now_ns))
@@ -246,4 +248,9 @@ void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf
 	}
 	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
 	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
+	/* Responses count at the listener too: STUNner counts every datagram it sends. */
+	if (ep->l->snap_ok) {
+		shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
+		shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
+	}
 }

@@ -164,8 +164,21 @@ static bool check_sample(struct checker *c, const char *line)
 	size_t n = metric_name(line);
 	if (n == 0)
 		return chk_fail(c, line, "bad metric name");
-	if (c->cur < 0 || strlen(c->fams[c->cur]) != n || strncmp(c->fams[c->cur], line, n))
+	if (c->cur < 0)
 		return chk_fail(c, line, "sample outside its family (HELP/TYPE first, contiguous)");
+	size_t fn = strlen(c->fams[c->cur]);
+	if (!strcmp(c->types[c->cur], "histogram")) {
+		/* name_bucket{...,le="x"} / name_sum / name_count, nothing else */
+		char suf[16] = "";
+		if (fn < n && n - fn < sizeof(suf) && !strncmp(c->fams[c->cur], line, fn))
+			memcpy(suf, line + fn, n - fn);
+		if (strcmp(suf, "_bucket") && strcmp(suf, "_sum") && strcmp(suf, "_count"))
+			return chk_fail(c, line, "histogram sample not _bucket/_sum/_count");
+		if (n - fn == 7 && strstr(line, "le=\"") == NULL)
+			return chk_fail(c, line, "histogram bucket without le");
+	} else if (fn != n || strncmp(c->fams[c->cur], line, n)) {
+		return chk_fail(c, line, "sample outside its family (HELP/TYPE first, contiguous)");
+	}
 	if (!strcmp(c->types[c->cur], "counter") && (n < 6 || strncmp(line + n - 6, "_total", 6)))
 		return chk_fail(c, line, "counter name without _total");
 	bool ok;
@@ -244,6 +257,10 @@ static void test_checker_rejects(void **state)
 		"# TYPE g gauge\n# HELP g x\ng 1\n",
 		"# HELP 1g x\n# TYPE 1g gauge\n",
 		"# HELP g x\n# TYPE g flag\n",
+		"# HELP h x\n# TYPE h histogram\nh 1\n",
+		"# HELP h x\n# TYPE h histogram\nh_bucket 1\n",
+		"# HELP h x\n# TYPE h histogram\nh_bkt{le=\"1\"} 1\n",
+		"# HELP h x\n# TYPE h histogram\nh_buc 1\n",
 	};
 	struct checker c;
 	(void)state;
@@ -344,6 +361,19 @@ static void bump(struct fx *fx)
 	shm_ctr_add(b, SHM_CTR_AUTH_FAIL_BAD_MAC, 1);
 	shm_ctr_add(b, SHM_CTR_AUTH_FAIL_EXPIRED, 4);
 	shm_ctr_add(a, SHM_CTR_PERM_DENIED, 6);
+	shm_lctr_add(a, 1, SHM_LCTR_PERM_DENIED, 5);
+	shm_lctr_add(b, 1, SHM_LCTR_PERM_DENIED, 1);
+	/* TCP listener 1: slot 0 (live) holds 2 connections, dead slot 1 had 4 open when it
+	 * died: only live slots count; the total counts every accept. */
+	CMM_STORE_SHARED(a->lst[1][SHM_LCTR_CONNS_ACTIVE], 2);
+	CMM_STORE_SHARED(b->lst[1][SHM_LCTR_CONNS_ACTIVE], 4);
+	shm_lctr_add(a, 1, SHM_LCTR_CONNS_TOTAL, 9);
+	shm_lctr_add(b, 1, SHM_LCTR_CONNS_TOTAL, 4);
+	/* Lifetimes: 0 and 10 s in the first bucket, 11 s in the second, 4000 s in +Inf. */
+	shm_ctr_observe_lifetime(a, 0);
+	shm_ctr_observe_lifetime(a, 10);
+	shm_ctr_observe_lifetime(b, 11);
+	shm_ctr_observe_lifetime(b, 4000);
 	shm_ctr_add(a, SHM_CTR_QUOTA_USER, 1);
 	shm_ctr_add(b, SHM_CTR_ERR_MALFORMED, 8);
 }
@@ -398,7 +428,19 @@ static void test_render_values(void **state)
 		{ "turngate_auth_failures_total{reason=\"bad_mac\"}", 3 },
 		{ "turngate_auth_failures_total{reason=\"expired\"}", 4 },
 		{ "turngate_auth_failures_total{reason=\"missing\"}", 0 },
-		{ "turngate_permission_denied_total", 6 },
+		{ "turngate_permission_denied_total{listener=\"tcp\"}", 6 },
+		{ "turngate_permission_denied_total{listener=\"udp\"}", 0 },
+		{ "stunner_listener_connections{name=\"tcp\"}", 2 },
+		{ "stunner_listener_connections_total{name=\"tcp\"}", 13 },
+		/* UDP: one socket per live worker (slot 0); one per worker start (2 spawns). */
+		{ "stunner_listener_connections{name=\"udp\"}", 1 },
+		{ "stunner_listener_connections_total{name=\"udp\"}", 2 },
+		{ "turngate_allocation_lifetime_seconds_bucket{le=\"10\"}", 2 },
+		{ "turngate_allocation_lifetime_seconds_bucket{le=\"60\"}", 3 },
+		{ "turngate_allocation_lifetime_seconds_bucket{le=\"3600\"}", 3 },
+		{ "turngate_allocation_lifetime_seconds_bucket{le=\"+Inf\"}", 4 },
+		{ "turngate_allocation_lifetime_seconds_sum", 4021 },
+		{ "turngate_allocation_lifetime_seconds_count", 4 },
 		{ "turngate_quota_rejections_total{kind=\"user\"}", 1 },
 		{ "turngate_allocations_created_total", 5 },
 		{ "turngate_allocations_ended_total", 3 },
