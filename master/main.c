@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
+#include "master/cds.h"
 #include "shm/shm.h"
 
 #define TICK_S 0.25
@@ -28,9 +29,13 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: turngated [-c FILE|file://PATH] [-t] [-w] [-l LOGSPEC] [--workers N]\n"
-		"                 [--udp-thread-num=N] [-h] [-v]\n"
-		"  -c, --config FILE    STUNner v1 config (YAML or JSON); default: built-in\n"
+		"usage: turngated [-c FILE|file://PATH|http://HOST:PORT] [-t] [-w] [-l LOGSPEC]\n"
+		"                 [--workers N] [--udp-thread-num=N] [-i NS/NAME] [-h] [-v]\n"
+		"  -c, --config ORIGIN  STUNner v1 config (YAML or JSON) file, or the URL of\n"
+		"                       STUNner's config discovery service (watched); default:\n"
+		"                       $STUNNER_CONFIG_ORIGIN, else built-in\n"
+		"  -i, --id NS/NAME     identity towards the CDS (default: $STUNNER_NAMESPACE/\n"
+		"                       $STUNNER_NAME, else default/stunnerd-HOSTNAME)\n"
 		"  -t, --test           check the configuration and exit (0: ok, 1: problems)\n"
 		"  -w, --watch          reload when the config file changes\n"
 		"  -l, --log LOGSPEC    log levels, e.g. all:INFO,turn:DEBUG (overrides config)\n"
@@ -43,6 +48,7 @@ static void usage(FILE *out)
 
 struct opts {
 	const char *config;
+	const char *id;
 	bool check, watch;
 	const char *log;
 	unsigned workers;
@@ -68,6 +74,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "config", required_argument, NULL, 'c' },
 		{ "test", no_argument, NULL, 't' },
 		{ "watch", no_argument, NULL, 'w' },
+		{ "id", required_argument, NULL, 'i' },
 		{ "log", required_argument, NULL, 'l' },
 		{ "workers", required_argument, NULL, 'W' },
 		{ "udp-thread-num", required_argument, NULL, 'W' },
@@ -78,11 +85,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	while ((c = getopt_long(argc, argv, "c:twl:hv", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:twl:i:hv", longs, NULL)) != -1) {
 		switch (c) {
 		case 'c': o->config = optarg; break;
 		case 't': o->check = true; break;
 		case 'w': o->watch = true; break;
+		case 'i': o->id = optarg; break;
 		case 'l': o->log = optarg; break;
 		case 'W':
 			if (parse_uint(optarg, SHM_MAX_SLOTS, &o->workers) < 0) {
@@ -99,6 +107,37 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (optind != argc) {
 		fprintf(stderr, "turngated: unexpected argument: %s\n", argv[optind]);
 		usage(stderr);
+		return -1;
+	}
+	if (o->config == NULL && getenv("STUNNER_CONFIG_ORIGIN") != NULL &&
+	    getenv("STUNNER_CONFIG_ORIGIN")[0] != '\0')
+		o->config = getenv("STUNNER_CONFIG_ORIGIN");
+	return 0;
+}
+
+/* Checks a CDS origin and the identity at startup, so a typo fails fast. Returns 0 or
+ * -1 (printed). */
+static int check_cds(const struct opts *o, char *id, size_t cap)
+{
+	char host[256], port[16];
+	int rc = cds_parse_origin(o->config, host, sizeof(host), port, sizeof(port));
+
+	if (rc == -EPROTONOSUPPORT) {
+		fprintf(stderr, "turngated: %s: TLS to the config discovery service is not "
+				"supported (use http:// or ws://)\n", o->config);
+		return -1;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "turngated: malformed config origin: %s\n", o->config);
+		return -1;
+	}
+	if (cds_identity(o->id, id, cap) < 0) {
+		fprintf(stderr, "turngated: --id must be NAMESPACE/NAME: %s\n", o->id);
+		return -1;
+	}
+	if (o->check) {
+		fprintf(stderr, "turngated: -t checks a config file, not a config discovery "
+				"service\n");
 		return -1;
 	}
 	return 0;
@@ -358,12 +397,15 @@ int main(int argc, char **argv)
 {
 	struct master m;
 	struct opts o;
+	char cds_id[300] = "";
 	int rc;
 
 	log_init("master", LOG_FMT_TEXT);
 	rc = parse_args(argc, argv, &o);
 	if (rc != 0)
 		return rc > 0 ? 0 : 2;
+	if (cds_is_origin(o.config) && check_cds(&o, cds_id, sizeof(cds_id)) < 0)
+		return 2;
 	if (o.check)
 		return conf_check_main(o.config, stdout);
 	if (o.log != NULL && log_check_spec(o.log) < 0) {
@@ -375,15 +417,21 @@ int main(int argc, char **argv)
 	m.magic = MASTER_MAGIC;
 	m.loop = ev_default_loop(EVFLAG_AUTO);
 	m.config_path = o.config;
-	m.watch = o.watch;
+	/* A CDS origin is always watched: without -w stunnerd reads it once and could never
+	 * follow its operator, which is the reason to use the CDS at all. */
+	m.watch = o.watch || cds_is_origin(o.config);
 	m.workers_cli = o.workers;
 	m.log_override = o.log != NULL ? strdup(o.log) : NULL;
 	m.started_at = ev_now(m.loop);
 	rc = master_start(&m);
+	if (rc == 0 && cds_is_origin(m.config_path))
+		rc = cds_start(&m, cds_id);
 	if (rc == 0) {
 		log_info("master", "turngated %s serving with %u workers (generation %llu)",
 			 PACKAGE_VERSION, m.n_slots, (unsigned long long)m.generation);
-		notify_ready();
+		/* From a CDS, ready means configured: the first applied config says READY. */
+		if (!cds_is_origin(m.config_path))
+			notify_ready();
 		ev_run(m.loop, 0);
 		log_info("master", "exiting");
 	} else {

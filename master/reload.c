@@ -13,6 +13,8 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "conf/snapshot.h"
+#include "master/admin.h"
+#include "master/cds.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 
@@ -168,10 +170,19 @@ static int load_config(struct master *m, struct conf **out, struct conf_diags *d
 	struct conf_load_opts opts = { .getenv = NULL, .getenv_ctx = NULL, .now = 0 };
 	int rc;
 
-	if (m->config_path == NULL)
+	if (m->config_path == NULL) {
 		rc = conf_load_default(&opts, out);
-	else
+	} else if (cds_is_origin(m->config_path)) {
+		char *text = NULL;
+		size_t len = 0;
+
+		rc = cds_config_text(m, &text, &len);
+		if (rc == 0)
+			rc = conf_load_string(text, len, "cds", &opts, out, diags);
+		free(text);
+	} else {
 		rc = conf_load_file(m->config_path, &opts, out, diags);
+	}
 	if (rc < 0)
 		return rc;
 	rc = conf_resolve_clusters(*out, NULL, NULL, diags);
@@ -323,6 +334,24 @@ static void commit_listeners(struct master *m, struct pending *p)
 	}
 }
 
+/* A daemon that started without its admin socket (a CDS bootstrap config, or a path that
+ * could not be created) opens the one a reloaded config names. Moving a socket that is
+ * open still waits for a restart (warn_restart_only). */
+static void open_admin_late(struct master *m)
+{
+	const char *path = m->cfg->admin.admin_socket;
+	unsigned mode = m->cfg->admin.admin_socket_mode ? m->cfg->admin.admin_socket_mode : 0600;
+	int rc;
+
+	if (m->admin != NULL || path == NULL || path[0] == '\0')
+		return;
+	rc = admin_open(m, path, mode, &m->admin);
+	if (rc < 0)
+		log_error("master", "admin socket %s: %s", path, strerror(-rc));
+	else
+		log_info("master", "admin socket %s (mode %04o)", path, mode);
+}
+
 int reload_run(struct master *m, const char *trigger)
 {
 	struct conf_diags diags = { 0 };
@@ -363,6 +392,7 @@ int reload_run(struct master *m, const char *trigger)
 	m->publish_pending = false;
 	apply_logging(m, m->cfg);
 	httpd_reload(m);
+	open_admin_late(m);
 	record_result(m, trigger, true, diags_to_json(&diags));
 	log_info("master", "configuration generation %llu active (%s)",
 		 (unsigned long long)m->generation, trigger);

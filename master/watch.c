@@ -1,4 +1,4 @@
-/* Master: opt-in (-w) reload when the config file or a file it names (cert/key, secret, token) changes (inotify). */
+/* Master: opt-in (-w) reload when the config file or a file it names (cert/key, secret, token) changes (inotify); a CDS origin is handed to master/cds.c. */
 #include "config.h"
 
 #include "master/master.h"
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "master/cds.h"
 
 /* Editors, cert-manager and Kubernetes replace files by rename (a mounted ConfigMap or
  * Secret swaps its "..data" link), so directories are watched, not files; a short delay
@@ -167,7 +168,8 @@ int watch_start(struct master *m)
 	struct watch *w;
 	int rc = 0;
 
-	if (m->config_path == NULL)
+	/* A CDS origin is watched by master/cds.c (cds_start), not here. */
+	if (m->config_path == NULL || cds_is_origin(m->config_path))
 		return 0;
 	w = calloc(1, sizeof(*w));
 	if (w == NULL)
@@ -198,6 +200,10 @@ int watch_start(struct master *m)
 
 void watch_stop(struct master *m)
 {
+	if (cds_is_origin(m->config_path)) {
+		cds_stop(m);
+		return;
+	}
 	watch_free(m, m->watcher);
 	m->watcher = NULL;
 }
@@ -205,7 +211,7 @@ void watch_stop(struct master *m)
 /* The set of files depends on the config (cert/key files): rebuild after each reload. */
 void watch_refresh(struct master *m)
 {
-	if (m->watcher == NULL)
+	if (m->watcher == NULL || cds_is_origin(m->config_path))
 		return;
 	watch_stop(m);
 	if (watch_start(m) < 0)

@@ -1,0 +1,503 @@
+/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial with backoff). */
+#include "config.h"
+
+#include "master/cds.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+
+#define CDS_BACKOFF_MIN_S 1.0
+#define CDS_BACKOFF_MAX_S 8.0
+#define CDS_PING_S 5.0          /* stunnerd's PingPeriod */
+#define CDS_SILENCE_S 15.0      /* nothing received for this long: redial */
+#define CDS_OUT_CAP 4096
+
+enum cds_state { CDS_IDLE = 0, CDS_CONNECTING, CDS_HANDSHAKE, CDS_OPEN };
+
+struct cds {
+	struct master *m;
+	char host[256], port[16], path[600], hostport[300];
+	enum cds_state state;
+	int fd;
+	ev_io io;
+	ev_timer retry, keepalive;
+	double backoff, last_rx;
+	char accept[WS_ACCEPT_LEN + 1];
+	uint8_t *in;                 /* received, not yet parsed */
+	size_t in_len, in_cap;
+	uint8_t out[CDS_OUT_CAP];    /* to send: the request, pongs, pings, close */
+	size_t out_len;
+	char *msg;                   /* text message being reassembled */
+	size_t msg_len;
+	bool in_msg;
+	char *good;                  /* last applied config text */
+	char *pending;               /* the update being applied */
+	unsigned applied, rejected;
+};
+
+bool cds_is_origin(const char *config)
+{
+	return config != NULL &&
+	       (strncmp(config, "http://", 7) == 0 || strncmp(config, "https://", 8) == 0 ||
+		strncmp(config, "ws://", 5) == 0 || strncmp(config, "wss://", 6) == 0);
+}
+
+int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port,
+		     size_t port_cap)
+{
+	const char *p = strstr(origin, "://"), *end, *colon;
+	size_t hl;
+
+	if (strncmp(origin, "https://", 8) == 0 || strncmp(origin, "wss://", 6) == 0)
+		return -EPROTONOSUPPORT;
+	if (!cds_is_origin(origin) || p == NULL)
+		return -EINVAL;
+	p += 3;
+	end = p + strcspn(p, "/?#");
+	if (*p == '[') {
+		const char *rb = memchr(p, ']', (size_t)(end - p));
+
+		if (rb == NULL)
+			return -EINVAL;
+		hl = (size_t)(rb - p - 1);
+		memcpy(host, p + 1, hl < host_cap ? hl : 0);
+		colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
+		p++;
+	} else {
+		colon = memchr(p, ':', (size_t)(end - p));
+		hl = (size_t)((colon ? colon : end) - p);
+		memcpy(host, p, hl < host_cap ? hl : 0);
+	}
+	if (hl == 0 || hl >= host_cap)
+		return -EINVAL;
+	host[hl] = '\0';
+	if (colon == NULL) {
+		snprintf(port, port_cap, "%s", CDS_DEFAULT_PORT);
+		return 0;
+	}
+	if ((size_t)(end - colon - 1) == 0 || (size_t)(end - colon - 1) >= port_cap ||
+	    strspn(colon + 1, "0123456789") != (size_t)(end - colon - 1))
+		return -EINVAL;
+	snprintf(port, port_cap, "%.*s", (int)(end - colon - 1), colon + 1);
+	return 0;
+}
+
+int cds_identity(const char *id, char *out, size_t cap)
+{
+	const char *ns = getenv("STUNNER_NAMESPACE"), *name = getenv("STUNNER_NAME");
+	char hn[128] = "localhost";
+
+	if (id != NULL) {
+		const char *slash = strchr(id, '/');
+
+		if (slash == NULL || slash == id || slash[1] == '\0' || strchr(slash + 1, '/'))
+			return -EINVAL;
+		snprintf(out, cap, "%s", id);
+		return 0;
+	}
+	if (ns != NULL && ns[0] != '\0' && name != NULL && name[0] != '\0') {
+		snprintf(out, cap, "%s/%s", ns, name);
+		return 0;
+	}
+	gethostname(hn, sizeof(hn) - 1);
+	hn[sizeof(hn) - 1] = '\0';
+	snprintf(out, cap, "default/stunnerd-%s", hn);
+	return 0;
+}
+
+/* ---- connection ------------------------------------------------------------------------ */
+
+static void cds_dial(struct cds *c);
+
+static void drop(struct cds *c, const char *why)
+{
+	struct ev_loop *loop = c->m->loop;
+
+	if (c->state == CDS_OPEN)
+		log_warn("cds", "stream from %s closed: %s; redialling", c->hostport, why);
+	else
+		log_warn("cds", "cannot watch %s%s: %s; retrying in %.0f s", c->hostport,
+			 c->path, why, c->backoff);
+	ev_io_stop(loop, &c->io);
+	ev_timer_stop(loop, &c->keepalive);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->state = CDS_IDLE;
+	c->in_len = c->out_len = c->msg_len = 0;
+	c->in_msg = false;
+	ev_timer_set(&c->retry, c->backoff, 0.);
+	ev_timer_start(loop, &c->retry);
+	c->backoff = c->backoff * 2 > CDS_BACKOFF_MAX_S ? CDS_BACKOFF_MAX_S : c->backoff * 2;
+}
+
+/* Sends what is queued; waits for writability when the socket is full. */
+static int flush_out(struct cds *c)
+{
+	while (c->out_len > 0) {
+		ssize_t n = send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n <= 0)
+			return -errno;
+		memmove(c->out, c->out + n, c->out_len - (size_t)n);
+		c->out_len -= (size_t)n;
+	}
+	ev_io_stop(c->m->loop, &c->io);
+	ev_io_set(&c->io, c->fd, EV_READ | (c->out_len > 0 ? EV_WRITE : 0));
+	ev_io_start(c->m->loop, &c->io);
+	return 0;
+}
+
+static int queue_frame(struct cds *c, uint8_t opcode, const uint8_t *p, size_t len)
+{
+	size_t n = 0;
+	int rc = ws_frame_build(opcode, p, len, c->out + c->out_len, sizeof(c->out) - c->out_len,
+				&n);
+
+	if (rc < 0)
+		return rc;
+	c->out_len += n;
+	return flush_out(c);
+}
+
+static int send_request(struct cds *c)
+{
+	char key[WS_KEY_LEN + 1];
+	int n;
+
+	if (ws_key_new(key) < 0)
+		return -EIO;
+	ws_accept_of(key, c->accept);
+	n = snprintf((char *)c->out, sizeof(c->out),
+		     "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
+		     "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
+		     "Sec-WebSocket-Version: 13\r\nOrigin: http://%s\r\n"
+		     "User-Agent: turngated/" PACKAGE_VERSION "\r\n\r\n",
+		     c->path, c->hostport, key, c->hostport);
+	if (n < 0 || (size_t)n >= sizeof(c->out))
+		return -EMSGSIZE;
+	c->out_len = (size_t)n;
+	c->state = CDS_HANDSHAKE;
+	return flush_out(c);
+}
+
+/* A "zero config" is what the operator pushes when the Gateway is deleted: stunnerd in
+ * watch mode ignores it so a pod being removed keeps serving through its drain. */
+static bool is_zero_config(const char *text)
+{
+	json_t *j = json_loads(text, 0, NULL);
+	bool zero = false;
+
+	if (j != NULL) {
+		json_t *user = json_object_get(json_object_get(json_object_get(j, "auth"),
+							       "credentials"), "username");
+
+		zero = json_array_size(json_object_get(j, "listeners")) == 0 &&
+		       json_array_size(json_object_get(j, "clusters")) == 0 &&
+		       json_is_string(user) &&
+		       strcmp(json_string_value(user), "dummy-username") == 0;
+		json_decref(j);
+	}
+	return zero;
+}
+
+/* One complete text message: a full config. */
+static void apply_message(struct cds *c, char *text)
+{
+	int rc;
+
+	if (c->good != NULL && strcmp(c->good, text) == 0) {
+		log_debug("cds", "config unchanged; nothing to apply");
+		free(text);
+		return;
+	}
+	if (is_zero_config(text)) {
+		log_info("cds", "ignoring delete configuration update (zero config)");
+		free(text);
+		return;
+	}
+	c->pending = text;
+	rc = reload_run(c->m, "cds");
+	if (rc == 0) {
+		free(c->good);
+		c->good = c->pending;
+		c->applied++;
+	} else {
+		log_error("cds", "config update rejected; the running configuration is "
+				 "unchanged (turngatectl status shows why)");
+		free(c->pending);
+		c->rejected++;
+	}
+	c->pending = NULL;
+}
+
+/* Handles one frame; returns 0, or -errno to drop the connection. */
+static int on_frame(struct cds *c, const struct ws_frame *f)
+{
+	char *grown;
+
+	switch (f->opcode) {
+	case WS_PING:
+		return queue_frame(c, WS_PONG, f->payload, f->len);
+	case WS_PONG:
+		return 0;
+	case WS_CLOSE:
+		queue_frame(c, WS_CLOSE, f->payload, f->len < 2 ? f->len : 2);
+		return -ECONNRESET;
+	case WS_TEXT:
+	case WS_CONT:
+		if ((f->opcode == WS_TEXT) == c->in_msg)
+			return -EBADMSG;  /* a continuation without a start, or vice versa */
+		if (c->msg_len + f->len > CDS_MAX_MESSAGE)
+			return -EMSGSIZE;
+		grown = realloc(c->msg, c->msg_len + f->len + 1);
+		if (grown == NULL)
+			return -ENOMEM;
+		c->msg = grown;
+		memcpy(c->msg + c->msg_len, f->payload, f->len);
+		c->msg_len += f->len;
+		c->msg[c->msg_len] = '\0';
+		c->in_msg = !f->fin;
+		if (f->fin) {
+			char *text = c->msg;
+
+			c->msg = NULL;
+			c->msg_len = 0;
+			apply_message(c, text);
+		}
+		return 0;
+	default:
+		return -EPROTONOSUPPORT;  /* binary frames: stunnerd aborts too */
+	}
+}
+
+static int parse_input(struct cds *c)
+{
+	size_t off = 0;
+	int rc = 0, status = 0;
+
+	if (c->state == CDS_HANDSHAKE) {
+		rc = ws_handshake_parse((const char *)c->in, c->in_len, c->accept, &off, &status);
+		if (rc == 0)
+			return 0;
+		if (rc == -EPROTO) {
+			log_error("cds", "%s%s answered HTTP %d%s", c->hostport, c->path, status,
+				  status == 404 ? " (no config for this identity yet)" : "");
+			return rc;
+		}
+		if (rc < 0)
+			return rc;
+		log_info("cds", "watching %s%s", c->hostport, c->path);
+		c->state = CDS_OPEN;
+		c->backoff = CDS_BACKOFF_MIN_S;
+		ev_timer_set(&c->keepalive, CDS_PING_S, CDS_PING_S);
+		ev_timer_start(c->m->loop, &c->keepalive);
+	}
+	while (c->state == CDS_OPEN && off < c->in_len) {
+		struct ws_frame f;
+
+		rc = ws_frame_parse(c->in + off, c->in_len - off, CDS_MAX_MESSAGE, &f);
+		if (rc <= 0)
+			break;
+		rc = on_frame(c, &f);
+		off += f.total;
+		if (rc < 0)
+			break;
+	}
+	memmove(c->in, c->in + off, c->in_len - off);
+	c->in_len -= off;
+	return rc < 0 ? rc : 0;
+}
+
+static int read_input(struct cds *c)
+{
+	for (int i = 0; i < 64; i++) {
+		ssize_t n;
+
+		if (c->in_cap - c->in_len < 16384) {
+			size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
+			uint8_t *grown;
+
+			if (cap > CDS_MAX_MESSAGE + 65536)
+				return -EMSGSIZE;
+			grown = realloc(c->in, cap);
+			if (grown == NULL)
+				return -ENOMEM;
+			c->in = grown;
+			c->in_cap = cap;
+		}
+		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+		c->in_len += (size_t)n;
+		c->last_rx = ev_now(c->m->loop);
+		n = parse_input(c);
+		if (n < 0 || c->fd < 0)
+			return (int)n;
+	}
+	return 0;
+}
+
+static void io_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct cds *c = io->data;
+	int rc = 0, err = 0;
+	socklen_t el = sizeof(err);
+
+	(void)loop;
+	if (c->state == CDS_CONNECTING) {
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err != 0) {
+			drop(c, strerror(err ? err : errno));
+			return;
+		}
+		rc = send_request(c);
+	} else if (revents & EV_WRITE) {
+		rc = flush_out(c);
+	}
+	if (rc == 0 && (revents & EV_READ))
+		rc = read_input(c);
+	if (rc < 0)
+		drop(c, rc == -EACCES ? "wrong Sec-WebSocket-Accept" : strerror(-rc));
+}
+
+static void cds_dial(struct cds *c)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	int rc;
+
+	c->state = CDS_CONNECTING;
+	rc = getaddrinfo(c->host, c->port, &hints, &res);
+	if (rc != 0) {
+		drop(c, gai_strerror(rc));
+		return;
+	}
+	c->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd < 0 || (connect(c->fd, res->ai_addr, res->ai_addrlen) < 0 &&
+			  errno != EINPROGRESS)) {
+		freeaddrinfo(res);
+		drop(c, strerror(errno));
+		return;
+	}
+	freeaddrinfo(res);
+	c->last_rx = ev_now(c->m->loop);
+	ev_io_set(&c->io, c->fd, EV_READ | EV_WRITE);
+	ev_io_start(c->m->loop, &c->io);
+}
+
+static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	cds_dial(t->data);
+}
+
+/* stunnerd pings every 5 s and gives up after 8 s of silence; a server that answers
+ * pings keeps the stream alive, one that went away is noticed here. */
+static void keepalive_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct cds *c = t->data;
+	int rc;
+
+	(void)revents;
+	if (ev_now(loop) - c->last_rx > CDS_SILENCE_S) {
+		drop(c, "no message or pong for 15 s");
+		return;
+	}
+	rc = queue_frame(c, WS_PING, (const uint8_t *)"turngated", 9);
+	if (rc < 0)
+		drop(c, strerror(-rc));
+}
+
+int cds_start(struct master *m, const char *id)
+{
+	struct cds *c = calloc(1, sizeof(*c));
+	const char *slash = strchr(id, '/');
+	const char *node = getenv("STUNNER_NODENAME");
+	int rc;
+
+	if (c == NULL)
+		return -ENOMEM;
+	rc = cds_parse_origin(m->config_path, c->host, sizeof(c->host), c->port,
+			      sizeof(c->port));
+	if (rc < 0 || slash == NULL) {
+		free(c);
+		return rc < 0 ? rc : -EINVAL;
+	}
+	snprintf(c->hostport, sizeof(c->hostport), strchr(c->host, ':') ? "[%s]:%s" : "%s:%s",
+		 c->host, c->port);
+	snprintf(c->path, sizeof(c->path), "/api/v1/configs/%.*s/%s?watch=true%s%s",
+		 (int)(slash - id), id, slash + 1, node && node[0] ? "&node=" : "",
+		 node && node[0] ? node : "");
+	c->m = m;
+	c->fd = -1;
+	c->backoff = CDS_BACKOFF_MIN_S;
+	ev_init(&c->io, io_cb);
+	c->io.data = c;
+	ev_init(&c->retry, retry_cb);
+	c->retry.data = c;
+	ev_init(&c->keepalive, keepalive_cb);
+	c->keepalive.data = c;
+	m->watcher = c;
+	log_info("cds", "config origin %s, identity %s: serving nothing until the first config "
+			"arrives", m->config_path, id);
+	cds_dial(c);
+	return 0;
+}
+
+void cds_stop(struct master *m)
+{
+	struct cds *c = m->watcher;
+
+	if (c == NULL)
+		return;
+	ev_io_stop(m->loop, &c->io);
+	ev_timer_stop(m->loop, &c->retry);
+	ev_timer_stop(m->loop, &c->keepalive);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->in);
+	free(c->msg);
+	free(c->good);
+	free(c->pending);
+	free(c);
+	m->watcher = NULL;
+}
+
+int cds_config_text(struct master *m, char **text, size_t *len)
+{
+	const struct cds *c = m->watcher;
+	const char *sock = getenv("TURNGATE_ADMIN_SOCKET");
+	const char *src = c != NULL ? (c->pending != NULL ? c->pending : c->good) : NULL;
+	json_t *boot;
+
+	if (src != NULL) {
+		*text = strdup(src);
+		*len = *text != NULL ? strlen(*text) : 0;
+		return *text != NULL ? 0 : -ENOMEM;
+	}
+	/* stunnerd's bootstrap "zero config": nothing served; the admin socket is ours. */
+	boot = json_pack("{s:s, s:{s:s, s:s}, s:{s:s, s:{s:s, s:s}}, s:[], s:[]}", "version", "v1",
+			 "admin", "name", "cds-bootstrap", "healthcheck_endpoint", "", "auth",
+			 "type", "static", "credentials", "username", "dummy-username",
+			 "password", "dummy-password", "listeners", "clusters");
+	if (boot != NULL && sock != NULL && sock[0] != '\0')
+		json_object_set_new(json_object_get(boot, "admin"), "admin_socket",
+				    json_string(sock));
+	*text = boot != NULL ? json_dumps(boot, JSON_COMPACT) : NULL;
+	json_decref(boot);
+	*len = *text != NULL ? strlen(*text) : 0;
+	return *text != NULL ? 0 : -ENOMEM;
+}

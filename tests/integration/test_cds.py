@@ -1,0 +1,178 @@
+"""turngated watching STUNner's config discovery service (CDS) over its WebSocket API, against
+the suite's CDS server (cds_server.py, written from STUNner's published API; the real
+operator was not run): initial config, live updates, a rejected invalid config, fragmented
+messages, the delete "zero config", server restart with redial and resync."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (TURNGATED, Daemon, Failure, check, free_port,  # noqa: E402
+                           run_tests, stun_binding_udp)
+from cds_server import CdsServer  # noqa: E402
+
+IDENT = "testns/gw"
+
+
+def stunner_config(sock, ports, name="gw"):
+    """A StunnerConfig as the operator renders it (JSON), plus our admin_socket key."""
+    return {
+        "version": "v1",
+        "admin": {"name": "testns/" + name, "loglevel": "all:INFO", "healthcheck_endpoint": "",
+                  "admin_socket": sock},
+        "auth": {"type": "ephemeral", "realm": "stunner.l7mp.io",
+                 "credentials": {"secret": "cds-secret"}},
+        "listeners": [{"name": "testns/%s/udp-%d" % (name, p), "protocol": "TURN-UDP",
+                       "address": "127.0.0.1", "port": p, "routes": ["testns/media"]}
+                      for p in ports],
+        "clusters": [{"name": "testns/media", "type": "STATIC",
+                      "endpoints": ["127.0.0.0/8"]}],
+    }
+
+
+class CdsDaemon(Daemon):
+    """turngated started on a CDS origin (from -c or $STUNNER_CONFIG_ORIGIN)."""
+
+    def __init__(self, workdir, args, env):
+        Daemon.__init__(self, workdir, "")
+        self.cds_args, self.cds_env = args, env
+
+    def start(self, wait=True):
+        env = dict(os.environ)
+        env.update(self.cds_env)
+        env["TURNGATE_ADMIN_SOCKET"] = self.sock
+        self.err = open(self.errpath, "ab")
+        self.proc = subprocess.Popen([TURNGATED] + self.cds_args, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=self.err,
+                                     stderr=self.err)
+        if wait:
+            self.wait_running(self.workers)
+        return self
+
+
+def wait_for(what, fn, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise Failure("timed out waiting for " + what)
+
+
+def answers(port):
+    return stun_binding_udp(port, timeout=0.3, tries=1) is not None
+
+
+def generation(daemon):
+    return daemon.admin({"cmd": "status"})["generation"]
+
+
+def test_cds_watch(d):
+    srv = CdsServer().start()
+    sock = os.path.join(d, "admin.sock")
+    p1, p2, p3, p4, p5 = (free_port() for _ in range(5))
+    srv.set_config(IDENT, stunner_config(sock, [p1]))
+    origin = "http://127.0.0.1:%d" % srv.port
+    daemon = CdsDaemon(d, ["-c", origin, "-w", "--udp-thread-num=2", "-l", "all:INFO"],
+                       {"STUNNER_NAMESPACE": "testns", "STUNNER_NAME": "gw"}).start()
+    srv2 = None
+    try:
+        wait_for("the initial config's listener", lambda: answers(p1))
+        st = daemon.admin({"cmd": "status"})
+        check(st["config_source"] == origin and st["last_reload"]["trigger"] == "cds", st)
+        check("/api/v1/configs/testns/gw?watch=true" in srv.requests, srv.requests)
+        g1 = st["generation"]
+
+        # A live update adds a listener.
+        srv.set_config(IDENT, stunner_config(sock, [p1, p2]))
+        wait_for("the pushed listener", lambda: answers(p2))
+        check(generation(daemon) == g1 + 1, (g1, generation(daemon)))
+
+        # The same config again changes nothing; an invalid one is rejected and logged,
+        # and the old config keeps serving.
+        srv.set_config(IDENT, stunner_config(sock, [p1, p2]))
+        bad = stunner_config(sock, [p1, p2])
+        bad["listeners"][0]["protocol"] = "TURN-BOGUS"
+        srv.set_config(IDENT, bad)
+        lr = wait_for("the rejection", lambda: (lambda s: s if not s["last_reload"]["ok"]
+                                                else None)(daemon.admin({"cmd": "status"})))
+        check(lr["last_reload"]["trigger"] == "cds" and lr["generation"] == g1 + 1, lr)
+        check(any("TURN-BOGUS" in e for e in lr["last_reload"]["errors"]), lr)
+        check(answers(p1) and answers(p2), "old config no longer serving")
+        check("config update rejected" in daemon.stderr(), daemon.stderr())
+
+        # A message split into a text frame and continuation frames.
+        srv.fragment = 64
+        srv.set_config(IDENT, stunner_config(sock, [p3]))
+        wait_for("the fragmented config", lambda: answers(p3))
+        check(generation(daemon) == g1 + 2 and not answers(p1), "p1 still served")
+
+        # The delete "zero config" is ignored (stunnerd does the same in watch mode).
+        srv.fragment = 0
+        srv.set_config(IDENT, {"version": "v1", "admin": {"name": IDENT},
+                               "auth": {"type": "static", "credentials": {
+                                   "username": "dummy-username",
+                                   "password": "dummy-password"}},
+                               "listeners": [], "clusters": []})
+        srv.set_config(IDENT, stunner_config(sock, [p3, p4]))
+        wait_for("the config after the zero config", lambda: answers(p4))
+        check(generation(daemon) == g1 + 3 and answers(p3), "zero config applied")
+        check("ignoring delete configuration update" in daemon.stderr(), daemon.stderr())
+
+        # The server restarts with a newer config: redial, resync.
+        port = srv.port
+        srv.stop()
+        srv2 = CdsServer(port).start()
+        srv2.set_config(IDENT, stunner_config(sock, [p5]))
+        wait_for("the config after the server restart", lambda: answers(p5), timeout=60)
+        check(generation(daemon) == g1 + 4, generation(daemon))
+        check("redialling" in daemon.stderr(), daemon.stderr())
+        check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
+    finally:
+        srv.stop()
+        if srv2 is not None:
+            srv2.stop()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_cds_env_origin_not_ready(d):
+    """$STUNNER_CONFIG_ORIGIN without -c, --id, and no config yet: nothing is served."""
+    srv = CdsServer().start()
+    sock = os.path.join(d, "admin.sock")
+    p1 = free_port()
+    daemon = CdsDaemon(d, ["--id", "other/gw2"],
+                       {"STUNNER_CONFIG_ORIGIN": "http://127.0.0.1:%d" % srv.port}).start()
+    try:
+        wait_for("the watch", lambda: srv.watchers() == 1)
+        st = daemon.admin({"cmd": "status"})
+        check(st["listeners"] == [] and st["last_reload"]["trigger"] == "startup", st)
+        check("/api/v1/configs/other/gw2?watch=true" in srv.requests, srv.requests)
+        check(not answers(p1), "something answers before any config")
+        srv.set_config("other/gw2", stunner_config(sock, [p1], name="gw2"))
+        wait_for("the first config", lambda: answers(p1))
+        cfg = daemon.admin({"cmd": "config"})["config"]
+        check(cfg["admin"]["name"] == "testns/gw2", cfg["admin"])
+        # Keepalive both ways: the server's ping gets a (masked) pong with its payload,
+        # and the daemon pings every 5 s.
+        srv.ping_all(b"are-you-there")
+        wait_for("the pong", lambda: b"are-you-there" in srv.pongs)
+        wait_for("a keepalive ping", lambda: srv.pings > 0)
+    finally:
+        srv.stop()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_cds_bad_origin(d):
+    for args, msg in ((["-c", "https://127.0.0.1:1"], "TLS"),
+                      (["-c", "http://"], "malformed config origin"),
+                      (["-c", "http://127.0.0.1:x"], "malformed config origin"),
+                      (["-c", "http://127.0.0.1:1", "--id", "noslash"], "NAMESPACE/NAME"),
+                      (["-c", "http://127.0.0.1:1", "-t"], "not a config discovery")):
+        r = subprocess.run([TURNGATED] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and msg in r.stderr, (args, r))
+
+
+if __name__ == "__main__":
+    run_tests([test_cds_watch, test_cds_env_origin_not_ready, test_cds_bad_origin])
