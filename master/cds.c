@@ -329,7 +329,7 @@ static int read_input(struct cds *c)
 			size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
 			uint8_t *grown;
 
-			if (cap > CDS_MAX_MESSAGE + 65536)
+			if (cap > 2 * (size_t)CDS_MAX_MESSAGE)
 				return -EMSGSIZE;
 			grown = realloc(c->in, cap);
 			if (grown == NULL)
@@ -384,11 +384,14 @@ static void cds_dial(struct cds *c)
 		drop(c, gai_strerror(rc));
 		return;
 	}
+	/* The first address only: the operator hands out the CDS pod's IP. */
 	c->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0 || (connect(c->fd, res->ai_addr, res->ai_addrlen) < 0 &&
 			  errno != EINPROGRESS)) {
+		int err = errno;
+
 		freeaddrinfo(res);
-		drop(c, strerror(errno));
+		drop(c, strerror(err));
 		return;
 	}
 	freeaddrinfo(res);

@@ -236,7 +236,10 @@ static void warn_restart_only(struct master *m, const struct conf *nc)
 	if (oc->limits.max_allocations != nc->limits.max_allocations)
 		log_warn("master", "max_allocations changed: the table size changes at the next "
 				   "restart");
-	if (!str_eq(oc->admin.admin_socket, nc->admin.admin_socket))
+	/* From a CDS the socket is the bootstrap's ($TURNGATE_ADMIN_SOCKET): pushed configs
+	 * rarely name one, and the warning would repeat on every update. */
+	if (!str_eq(oc->admin.admin_socket, nc->admin.admin_socket) &&
+	    !cds_is_origin(m->config_path))
 		log_warn("master", "admin socket path changed: takes effect at the next restart");
 }
 
