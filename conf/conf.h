@@ -65,6 +65,9 @@ enum conf_proto { CONF_PROTO_TURN_UDP = 0, CONF_PROTO_TURN_TCP, CONF_PROTO_TURN_
 enum conf_cluster_type { CONF_CLUSTER_STATIC = 0, CONF_CLUSTER_STRICT_DNS };
 enum conf_cluster_proto { CONF_CPROTO_UDP = 0, CONF_CPROTO_TCP };
 enum conf_log_format { CONF_LOG_TEXT = 0, CONF_LOG_JSON };
+/* limits.channel_numbers: RFC 8656's 0x4000-0x4FFF (default) or RFC 5766's 0x4000-0x7FFF
+ * for legacy clients. */
+enum conf_chan_range { CONF_CHAN_RFC8656 = 0, CONF_CHAN_RFC5766 };
 
 /* Canonical spellings: "none|static|ephemeral", "TURN-UDP|...", "STATIC|STRICT_DNS", "UDP|TCP". */
 const char *conf_auth_type_name(enum conf_auth_type t);
@@ -154,6 +157,7 @@ struct conf_limits {
 	uint32_t permission_lifetime;   /* seconds, default 300 */
 	uint32_t channel_lifetime;      /* seconds, default 600 */
 	uint32_t nonce_lifetime;        /* seconds, default 3600 */
+	uint32_t channel_numbers;       /* ours; enum conf_chan_range, default RFC8656 */
 };
 
 struct conf_admin {

@@ -125,7 +125,7 @@ static json_t *admin_json(const struct conf *c)
 
 static json_t *limits_json(const struct conf_limits *l)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s}",
 			 "max_allocations", (json_int_t)l->max_allocations,
 			 "user_quota", (json_int_t)l->user_quota,
 			 "total_quota", (json_int_t)l->total_quota,
@@ -135,7 +135,9 @@ static json_t *limits_json(const struct conf_limits *l)
 			 "max_allocation_lifetime", (json_int_t)l->max_allocation_lifetime,
 			 "permission_lifetime", (json_int_t)l->permission_lifetime,
 			 "channel_lifetime", (json_int_t)l->channel_lifetime,
-			 "nonce_lifetime", (json_int_t)l->nonce_lifetime);
+			 "nonce_lifetime", (json_int_t)l->nonce_lifetime,
+			 "channel_numbers",
+			 l->channel_numbers == CONF_CHAN_RFC5766 ? "rfc5766" : "rfc8656");
 }
 
 json_t *conf_to_json_redacted(const struct conf *c)

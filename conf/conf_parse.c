@@ -94,6 +94,19 @@ static void parse_log_format(struct pctx *p, yaml_node_t *v, const char *path,
 	free(s);
 }
 
+static void parse_chan_range(struct pctx *p, yaml_node_t *v, const char *path, uint32_t *out)
+{
+	char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
+	if (s && strcasecmp(s, "rfc8656") == 0)
+		*out = CONF_CHAN_RFC8656;
+	else if (s && strcasecmp(s, "rfc5766") == 0)
+		*out = CONF_CHAN_RFC5766;
+	else if (s)
+		pctx_error(p, v, path,
+			   "'%s' is not a channel number range (expected rfc8656 or rfc5766)", s);
+	free(s);
+}
+
 /* Our admin keys; returns false for a key that is not one of them. */
 static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, const char *path,
 			   struct range_nodes *rn)
@@ -240,6 +253,10 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 			const char *path, void *arg)
 {
 	struct limit_nodes *ln = arg;
+	if (strcasecmp(key, "channel_numbers") == 0) {
+		parse_chan_range(p, v, path, &p->cfg->limits.channel_numbers);
+		return;
+	}
 	for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++) {
 		if (strcasecmp(key, limit_keys[i].key) != 0)
 			continue;

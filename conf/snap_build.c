@@ -335,7 +335,7 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.max_allocations, c->limits.user_quota, c->limits.total_quota,
 		c->limits.max_permissions, c->limits.max_channels, c->limits.allocation_lifetime,
 		c->limits.max_allocation_lifetime, c->limits.permission_lifetime,
-		c->limits.channel_lifetime, c->limits.nonce_lifetime,
+		c->limits.channel_lifetime, c->limits.nonce_lifetime, c->limits.channel_numbers,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
 	struct sockaddr_storage alt;

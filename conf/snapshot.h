@@ -167,6 +167,7 @@ struct snap_limits {
 	uint32_t max_allocations, user_quota, total_quota, max_permissions, max_channels;
 	uint32_t allocation_lifetime, max_allocation_lifetime, permission_lifetime;
 	uint32_t channel_lifetime, nonce_lifetime;
+	uint32_t channel_numbers;       /* enum conf_chan_range */
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

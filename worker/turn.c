@@ -399,6 +399,19 @@ out:
 	explicit_bzero(&cred, sizeof(cred));
 }
 
+/* limits.channel_numbers: RFC 5766's wider range for legacy clients (opt-in). Anything
+ * but the explicit legacy value, including no snapshot, means strict RFC 8656. */
+static bool wk_turn_chan_legacy(const struct worker *w)
+{
+	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC5766;
+}
+
+/* ChannelBind's range: 0x4000-0x4FFF (RFC 8656 12), up to 0x7FFF when legacy. */
+static bool wk_turn_chan_ok(const struct worker *w, uint32_t ch)
+{
+	return wk_chan_valid(ch) && (ch <= STUN_CHANNEL_MAX || wk_turn_chan_legacy(w));
+}
+
 /* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the
  * allocation does not have, 403 outside the listener's allowlist (IP only). */
 static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struct sockaddr *peer)
@@ -458,7 +471,8 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 
 	if (!a)
 		goto out;
-	if (stun_msg_get_u32(req, STUN_ATTR_CHANNEL_NUMBER, &chv) < 0 || !wk_chan_valid(chv >> 16)) {
+	if (stun_msg_get_u32(req, STUN_ATTR_CHANNEL_NUMBER, &chv) < 0 ||
+	    !wk_turn_chan_ok(w, chv >> 16)) {
 		code = 400;
 		reason = "Bad CHANNEL-NUMBER";
 		goto fail;
@@ -618,7 +632,11 @@ void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_
 {
 	struct stun_msg msg;
 
-	if (wk_is_chandata(buf, len)) {
+	/* ChannelData fast path: first byte 0x40-0x4F, or 0x50-0x7F with legacy channel
+	 * numbers. In strict mode 0x50-0x7F falls through to the STUN parser, which counts
+	 * it as malformed: no such channel can have been bound. */
+	if (wk_is_chandata(buf, len) &&
+	    (buf[0] <= (STUN_CHANNEL_MAX >> 8) || wk_turn_chan_legacy(w))) {
 		wk_channel_data(w, ep, buf, len);
 		return;
 	}

@@ -35,6 +35,7 @@ struct fx {
 	uint16_t port, port6, port_rest, port_none;
 	struct sockaddr_storage srv, srv6, srv_rest, srv_none;
 	unsigned workers;
+	bool legacy_channels;		/* limits.channel_numbers: rfc5766 */
 };
 
 static struct fx g;
@@ -54,6 +55,7 @@ static int fx_config(struct fx *f)
 		 "  relay_port_min: %d\n"
 		 "  relay_port_max: %d\n"
 		 "  drain_timeout: 1\n"
+		 "%s"
 		 "auth:\n"
 		 "  type: static\n"
 		 "  realm: itest.example\n"
@@ -106,7 +108,8 @@ static int fx_config(struct fx *f)
 		 "  - name: peers6\n"
 		 "    type: STATIC\n"
 		 "    endpoints: [\"::1\"]\n",
-		 f->h.sock, RELAY_MIN, RELAY_MAX, f->port, f->port, f->port6, f->port_rest,
+		 f->h.sock, RELAY_MIN, RELAY_MAX,
+		 f->legacy_channels ? "limits:\n  channel_numbers: rfc5766\n" : "", f->port, f->port, f->port6, f->port_rest,
 		 REST_SECRET, f->port_none, ep, ep);
 	return harness_write_config(&f->h, yaml);
 }
@@ -594,6 +597,70 @@ static void test_channel_bind_rules(void **state)
 	hturn_close(&c);
 }
 
+/* Raw ChannelData (any channel number, the codec only builds 0x4000-0x4FFF) to the echo
+ * peer; true when it comes back on the same channel with the same payload. */
+static bool raw_chan_roundtrip(struct hturn *c, uint16_t ch, const char *payload)
+{
+	uint8_t out[64], in[256];
+	size_t len = strlen(payload);
+	int n;
+
+	assert_true(len <= sizeof(out) - 4);
+	out[0] = (uint8_t)(ch >> 8);
+	out[1] = (uint8_t)ch;
+	out[2] = 0;
+	out[3] = (uint8_t)len;
+	memcpy(out + 4, payload, len);
+	memset(out + 4 + len, 0, (4 - len % 4) % 4);
+	assert_int_equal(hturn_send_raw(c, out, 4 + len + (4 - len % 4) % 4), 0);
+	for (int i = 0; i < 4; i++) {	/* skip anything that is not ChannelData */
+		n = hturn_recv_raw(c, in, sizeof(in), 1500);
+		if (n < 0)
+			return false;
+		if (n >= 4 && (in[0] & 0xc0) == 0x40)
+			return (in[0] << 8 | in[1]) == ch && (in[2] << 8 | in[3]) == (int)len &&
+			       (size_t)n >= 4 + len && memcmp(in + 4, payload, len) == 0;
+	}
+	return false;
+}
+
+/* Default (strict RFC 8656 12): only 0x4000-0x4FFF; 0x5000-0x7FFF get 400, and ChannelData
+ * in that range is not relayed. */
+static void test_channel_numbers_strict(void **state)
+{
+	struct hturn c;
+
+	(void)state;
+	client(&c, &g.srv, false);
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(hturn_channel_bind(&c, 0x5000, sa(&g.echo.addr)), 400);
+	assert_int_equal(hturn_channel_bind(&c, 0x7fff, sa(&g.echo.addr)), 400);
+	assert_false(raw_chan_roundtrip(&c, 0x5000, "strict"));
+	assert_int_equal(hturn_channel_bind(&c, 0x4fff, sa(&g.echo.addr)), 0);
+	assert_true(raw_chan_roundtrip(&c, 0x4fff, "top-of-range"));
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
+/* limits.channel_numbers: rfc5766 (legacy clients such as turnutils_uclient): 0x4000-0x7FFF
+ * bind and relay; 0x8000 and above still get 400. */
+static void test_channel_numbers_legacy(void **state)
+{
+	struct hturn c;
+
+	(void)state;
+	client(&c, &g.srv, false);
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
+	assert_int_equal(hturn_channel_bind(&c, 0x5000, sa(&g.echo.addr)), 0);
+	assert_true(raw_chan_roundtrip(&c, 0x5000, "legacy"));
+	assert_int_equal(hturn_channel_bind(&c, 0x7fff, sa(&g.echo2.addr)), 0);
+	assert_int_equal(hturn_channel_bind(&c, 0x8000, sa(&g.echo.addr)), 400);
+	assert_int_equal(hturn_channel_bind(&c, 0x4000, sa(&g.echo2.addr)), 400); /* peer taken */
+	assert_true(raw_chan_roundtrip(&c, 0x5000, "still"));
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+}
+
 static void test_port_range_denial(void **state)
 {
 	struct hturn c;
@@ -779,6 +846,7 @@ int main(void)
 		cmocka_unit_test(test_asymmetric_udp),
 		cmocka_unit_test(test_permission_errors),
 		cmocka_unit_test(test_channel_bind_rules),
+		cmocka_unit_test(test_channel_numbers_strict),
 		cmocka_unit_test(test_port_range_denial),
 		cmocka_unit_test(test_inbound_denial),
 		cmocka_unit_test(test_symmetric),
@@ -797,6 +865,14 @@ int main(void)
 		g.workers = workers;
 		fprintf(stderr, "==== turngated with %u worker(s)\n", workers);
 		failed += cmocka_run_group_tests(tests, group_setup, group_teardown);
+	}
+	/* The legacy channel range needs its own daemon (a config key); one worker. */
+	const struct CMUnitTest legacy[] = { cmocka_unit_test(test_channel_numbers_legacy) };
+	if (!nw || atoi(nw) == 1) {
+		g.workers = 1;
+		g.legacy_channels = true;
+		fprintf(stderr, "==== turngated with limits.channel_numbers: rfc5766\n");
+		failed += cmocka_run_group_tests(legacy, group_setup, group_teardown);
 	}
 	return failed ? 1 : 0;
 }

@@ -4,7 +4,10 @@
 Twenty clients send 200 ChannelData messages each to turnutils_peer (an echo peer) through
 turngated, over UDP and then over TCP; uclient must report 0 lost packets. A missing tool
 is a failure, not a skip (install the Debian package coturn). The daemon's log must stay
-free of sanitizer reports and worker deaths."""
+free of sanitizer reports and worker deaths.
+
+uclient picks channel numbers up to 0x7FFF (RFC 5766), outside RFC 8656's 0x4000-0x4FFF that
+turngate enforces by default, so the config sets limits.channel_numbers: rfc5766."""
 import os
 import re
 import shutil
@@ -124,6 +127,10 @@ admin:
   drain_timeout: 1
   relay_port_min: 52000
   relay_port_max: 52999
+# turnutils_uclient picks channel numbers from RFC 5766's 0x4000-0x7FFF; turngate's default
+# is RFC 8656's 0x4000-0x4FFF (400 above it), so this legacy client needs the extension.
+limits:
+  channel_numbers: rfc5766
 auth:
   type: static
   realm: interop.example

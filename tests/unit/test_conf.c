@@ -12,6 +12,7 @@
 #include <openssl/pem.h>
 
 #include "conf/conf_internal.h"
+#include "conf/snapshot.h"
 
 static void test_defaults(void **state)
 {
@@ -851,6 +852,33 @@ static void test_worker_timeouts(void **state)
 	conf_diags_free(&d);
 }
 
+/* limits.channel_numbers: rfc8656 by default, rfc5766 on request, anything else refused;
+ * it reaches the snapshot. */
+static void test_channel_numbers(void **state)
+{
+	(void)state;
+	struct conf_diags d;
+	struct conf *c = must_load("version: v1\nauth: {type: none}\n");
+	assert_int_equal(c->limits.channel_numbers, CONF_CHAN_RFC8656);
+	conf_free(c);
+	c = must_load("version: v1\nauth: {type: none}\nlimits:\n  channel_numbers: RFC5766\n");
+	assert_int_equal(c->limits.channel_numbers, CONF_CHAN_RFC5766);
+	void *blob;
+	size_t len;
+	const struct snap *s;
+	struct snap_build_params p = { .generation = 1 };
+	assert_int_equal(snap_build(c, &p, &blob, &len), 0);
+	assert_int_equal(snap_open(blob, len, &s), 0);
+	assert_int_equal(snap_limits(s)->channel_numbers, CONF_CHAN_RFC5766);
+	snap_blob_free(blob, len);
+	conf_free(c);
+	assert_int_equal(t_load("version: v1\nauth: {type: none}\nlimits:\n"
+				"  channel_numbers: rfc3489\n", &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:4:20: limits.channel_numbers: 'rfc3489' is not a channel number "
+			"range (expected rfc8656 or rfc5766)");
+	conf_diags_free(&d);
+}
+
 /* admin.credential_api_token / _file: inline or from a file, not both, redacted. */
 static void test_cred_token(void **state)
 {
@@ -1267,6 +1295,7 @@ int main(void)
 		cmocka_unit_test(test_secret_files),
 		cmocka_unit_test(test_cred_token),
 		cmocka_unit_test(test_worker_timeouts),
+		cmocka_unit_test(test_channel_numbers),
 		cmocka_unit_test(test_cert_files),
 		cmocka_unit_test(test_dns_resolution),
 		cmocka_unit_test(test_endpoint_grammar),
