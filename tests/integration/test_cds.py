@@ -2,6 +2,7 @@
 the suite's CDS server (cds_server.py, written from STUNner's published API; the real
 operator was not run): initial config, live updates, a rejected invalid config, fragmented
 messages, the delete "zero config", server restart with redial and resync."""
+import json
 import os
 import subprocess
 import sys
@@ -109,6 +110,17 @@ def test_cds_watch(d):
         wait_for("the fragmented config", lambda: answers(p3))
         check(generation(daemon) == g1 + 2 and not answers(p1), "p1 still served")
 
+        # A config over 64 KiB (a 64-bit frame length, many reads): 4000 endpoints.
+        big = stunner_config(sock, [p3])
+        big["clusters"][0]["endpoints"] += ["10.%d.%d.%d/32" % (i >> 16, (i >> 8) & 255,
+                                                                  i & 255) for i in range(4000)]
+        check(len(json.dumps(big)) > 65536, "not big enough")
+        srv.set_config(IDENT, big)
+        wait_for("the big config", lambda: generation(daemon) == g1 + 3)
+        check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "big config rejected")
+        check(len(daemon.admin({"cmd": "config"})["config"]["clusters"][0]["endpoints"])
+              == 4001, "endpoints")
+
         # The delete "zero config" is ignored (stunnerd does the same in watch mode).
         srv.fragment = 0
         srv.set_config(IDENT, {"version": "v1", "admin": {"name": IDENT},
@@ -118,7 +130,7 @@ def test_cds_watch(d):
                                "listeners": [], "clusters": []})
         srv.set_config(IDENT, stunner_config(sock, [p3, p4]))
         wait_for("the config after the zero config", lambda: answers(p4))
-        check(generation(daemon) == g1 + 3 and answers(p3), "zero config applied")
+        check(generation(daemon) == g1 + 4 and answers(p3), "zero config applied")
         check("ignoring delete configuration update" in daemon.stderr(), daemon.stderr())
 
         # The server restarts with a newer config: redial, resync.
@@ -127,7 +139,7 @@ def test_cds_watch(d):
         srv2 = CdsServer(port).start()
         srv2.set_config(IDENT, stunner_config(sock, [p5]))
         wait_for("the config after the server restart", lambda: answers(p5), timeout=60)
-        check(generation(daemon) == g1 + 4, generation(daemon))
+        check(generation(daemon) == g1 + 5, generation(daemon))
         check("redialling" in daemon.stderr(), daemon.stderr())
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
     finally:

@@ -130,6 +130,14 @@ def test_doctor_routes(d):
         check(rc == 0, (out, err))
         rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
         check(rc == 1 and layer_of(out) == 3 and "no endpoints" in out, (rc, out))
+        # A STRICT_DNS cluster whose name does not resolve (.invalid never does, RFC 6761).
+        daemon.write_config(text.replace("type: STATIC\n    endpoints: [127.0.0.0/8]",
+                                         "type: STRICT_DNS\n    endpoints: [media.invalid]"))
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 0, (out, err))
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
+        check(rc == 1 and layer_of(out) == 3 and "media.invalid does not resolve" in out,
+              (rc, out))
         # A cluster that does not hold the peer: the probe's permission gets 403.
         daemon.write_config(text.replace("endpoints: [127.0.0.0/8]",
                                          "endpoints: [127.0.0.2/32]"))
