@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "stun/stun_frame.h"
+#include "worker/sockbuf.h"
 
 static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
@@ -63,6 +64,7 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 int wk_udp_start(struct worker *w, struct wk_listener *l)
 {
+	wk_sockbuf_grow(l->fd, WK_SOCKBUF_LISTENER);
 	ev_io_init(&l->io, wk_udp_listener_cb, l->fd, EV_READ);
 	l->io.data = l;
 	ev_io_start(w->loop, &l->io);
