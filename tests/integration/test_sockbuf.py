@@ -1,0 +1,66 @@
+"""Socket buffers of a real turngated (docs/performance.md): the UDP listener sockets ask
+for 4 MiB and the relay sockets for 1 MiB of receive and send buffer. Read back with
+`ss -m` (iproute2): the kernel reports twice the granted size, and without CAP_NET_ADMIN
+grants at most net.core.[rw]mem_max, so the check is against what this host permits."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import Daemon, check, config_yaml, run_tests  # noqa: E402
+import test_metrics as tm  # noqa: E402  (the minimal TURN client)
+
+MIB = 1024 * 1024
+
+
+def sysctl(name):
+    with open("/proc/sys/net/core/" + name) as f:
+        return int(f.read())
+
+
+def skmem(port):
+    """(rb, tb) of every UDP socket bound to 127.0.0.1:port."""
+    out = subprocess.run(["ss", "-uanmH", "sport = :%d" % port], capture_output=True,
+                         text=True, timeout=10, check=True).stdout
+    return [(int(a), int(b)) for a, b in re.findall(r"rb(\d+),t\d+,tb(\d+)", out)]
+
+
+def want(req, limit):
+    """Lowest size the kernel may report: 2 x the request, capped by the sysctl unless
+    FORCE worked (then more, which also passes)."""
+    return 2 * min(req, limit)
+
+
+def test_buffers(d):
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    port = tm.free_port()
+    text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=2,
+                       secret=tm.SECRET)
+    daemon = Daemon(d, text, workers=2).start()
+    try:
+        rmax, wmax = sysctl("rmem_max"), sysctl("wmem_max")
+        lst = skmem(port)
+        check(len(lst) == 2, "expected one listener socket per worker, got %r" % lst)
+        for rb, tb in lst:
+            check(rb >= want(4 * MIB, rmax) and tb >= want(4 * MIB, wmax),
+                  "listener buffers %d/%d below 4 MiB (rmem_max %d)" % (rb, tb, rmax))
+        c = tm.Client(port)
+        c.challenge()
+        _, rport = c.allocate()
+        rel = skmem(rport)
+        check(len(rel) == 1, "relay socket not found: %r" % rel)
+        rb, tb = rel[0]
+        check(rb >= want(MIB, rmax) and tb >= want(MIB, wmax),
+              "relay buffers %d/%d below 1 MiB (rmem_max %d)" % (rb, tb, rmax))
+        c.release()
+        daemon.stop()
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.kill()
+
+
+if __name__ == "__main__":
+    run_tests([test_buffers])
