@@ -6,6 +6,7 @@
  * shm_alloc_begin_write/end_write so admin tools see consistent copies. */
 #include "config.h"
 
+#include "worker/sockbuf.h"
 #include "worker/wk.h"
 
 #include <errno.h>
@@ -342,6 +343,9 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 		close(fd);
 		return err;
 	}
+	/* Here rather than in the Allocate handler, so relay sockets rebound by re-adoption
+	 * after a worker crash get the same buffers. */
+	wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
 	r->fd = fd;
 	r->family = family;
 	r->port = port;

@@ -167,6 +167,7 @@ struct worker {
 	const struct snap *snap_cached;	/* handle of snap_blob, reused while current */
 	const void *snap_blob;
 	uint64_t snap_gen;
+	uint64_t snap_bad_gen;		/* last generation snap_open rejected, logged once */
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
 	struct wk_hot hot;

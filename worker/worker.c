@@ -193,7 +193,11 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		return;
 	}
 	if (snap_open(blob, len, &w->snap) < 0) {
-		log_error("worker", "snapshot generation %llu rejected", (unsigned long long)gen);
+		/* Retried every iteration until the master publishes another; say it once. */
+		if (gen != w->snap_bad_gen)
+			log_error("worker", "snapshot generation %llu rejected",
+				  (unsigned long long)gen);
+		w->snap_bad_gen = gen;
 		w->snap = NULL;
 		w->snap_seen = false;
 		return;
