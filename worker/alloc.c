@@ -248,8 +248,11 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	/* DYING first: a crash before the release then tells our replacement that this
 	 * record is no longer counted (see shm_alloc_retire). */
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
+		uint64_t now = wk_mono_ns(), born = a->rec->created_ns;
+
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		shm_ctr_observe_lifetime(w->ctr, now > born ? (now - born + 500000000u) / 1000000000u : 0);
 		if (a->l->snap_ok)
 			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
