@@ -151,8 +151,12 @@ static bool auth_eq(const struct conf_auth *a, const struct conf_auth *b)
 static enum conf_listener_change lst_compare(const struct conf_listener *a,
 					     const struct conf_listener *b)
 {
+	/* Without bind_address the sockets are bound to `address` (when it is local), so a
+	 * new address needs new sockets as much as a new bind_address does. */
+	bool bound_to_address = a->bind_address == NULL && b->bind_address == NULL;
 	if (a->protocol != b->protocol || a->port != b->port ||
-	    !str_eq(a->bind_address, b->bind_address))
+	    !str_eq(a->bind_address, b->bind_address) ||
+	    (bound_to_address && !str_eq(a->address, b->address)))
 		return CONF_LISTENER_RESTART;
 	bool same = str_eq(a->address, b->address) && str_eq(a->public_address, b->public_address) &&
 		    a->public_port == b->public_port && a->relay_port_min == b->relay_port_min &&

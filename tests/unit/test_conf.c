@@ -735,18 +735,26 @@ static void test_diff_listeners(void **state)
 				   "  - {name: port, address: 1.1.1.1, port: 1000}\n"
 				   "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [c]}\n"
 				   "  - {name: gone, address: 1.1.1.1, port: 3000}\n"
+				   "  - {name: addr, address: 1.1.1.1, port: 5000}\n"
+				   "  - {name: pub, address: 1.1.1.1, port: 6000, bind_address: 0.0.0.0}\n"
 				   "clusters:\n  - {name: c}\n  - {name: d}\n");
 	struct conf *b = must_load(T_HEAD "listeners:\n"
 				   "  - {name: new, address: 1.1.1.1, port: 4000}\n"
 				   "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [d]}\n"
 				   "  - {name: port, address: 1.1.1.1, port: 1001}\n"
 				   "  - {name: same, address: 1.1.1.1}\n"
+				   "  - {name: addr, address: 2.2.2.2, port: 5000}\n"
+				   "  - {name: pub, address: 2.2.2.2, port: 6000, bind_address: 0.0.0.0}\n"
 				   "clusters:\n  - {name: c}\n  - {name: d}\n");
 	struct conf_listener_delta *v;
 	size_t n;
 	assert_int_equal(conf_diff_listeners(a, b, &v, &n), 0);
-	assert_int_equal(n, 5);
+	assert_int_equal(n, 7);
 	assert_int_equal(delta_of(v, n, "same")->change, CONF_LISTENER_UNCHANGED);
+	/* Sockets bound to `address` must move with it; with an explicit bind_address a new
+	 * advertised address is only a snapshot update. */
+	assert_int_equal(delta_of(v, n, "addr")->change, CONF_LISTENER_RESTART);
+	assert_int_equal(delta_of(v, n, "pub")->change, CONF_LISTENER_UPDATED);
 	assert_int_equal(delta_of(v, n, "port")->change, CONF_LISTENER_RESTART);
 	assert_int_equal(delta_of(v, n, "routes")->change, CONF_LISTENER_UPDATED);
 	assert_int_equal(delta_of(v, n, "new")->change, CONF_LISTENER_ADDED);
