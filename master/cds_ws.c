@@ -77,8 +77,16 @@ int ws_handshake_parse(const char *buf, size_t len, const char *accept, size_t *
 		}
 	if (end == NULL)
 		return len > WS_MAX_HEADERS ? -EMSGSIZE : 0;
-	if (sscanf(buf, "HTTP/1.%*1[01] %3d", &code) != 1)
+	/* "HTTP/1.x NNN", read within the header block: buf is not NUL-terminated (the
+	 * fuzzer found sscanf running off its end). */
+	if (end - buf < 12 || memcmp(buf, "HTTP/1.", 7) != 0 || (buf[7] != '0' && buf[7] != '1') ||
+	    buf[8] != ' ')
 		return -EBADMSG;
+	for (int i = 9; i < 12; i++) {
+		if (buf[i] < '0' || buf[i] > '9')
+			return -EBADMSG;
+		code = code * 10 + (buf[i] - '0');
+	}
 	*status = code;
 	if (code != 101)
 		return -EPROTO;
