@@ -14,7 +14,6 @@
 
 #include "common/log.h"
 #include "stun/stun_frame.h"
-#include "worker/sockbuf.h"
 
 /* Error response; signed when the request authenticated (cred != NULL). */
 static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
@@ -317,9 +316,6 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	}
 	a->dont_fragment = stun_msg_has(req, STUN_ATTR_DONT_FRAGMENT);
 	code = wk_allocate_relays(w, a, req, fam, fam2, &token, &addr_err);
-	for (unsigned i = 0; code == 0 && i < 2; i++)
-		if (a->relay[i].fd >= 0)
-			wk_sockbuf_grow(a->relay[i].fd, WK_SOCKBUF_RELAY);
 	if (code || snap_auth_get(w->snap, ep->l->sl.auth_idx, &au) < 0) {
 		wk_alloc_destroy(w, a, "relay setup failed");
 		code = code ? code : 500;
