@@ -284,6 +284,9 @@ def test_exact_counters(d):
         want['stunner_listener_packets_total{name="udp",direction="tx"}'] = c.sent - sends + back
         want['stunner_allocations_active'] = 0
         want['turngate_allocations_ended_total'] = 1
+        # one ended allocation observed (its bucket depends on how long the test ran)
+        want['turngate_allocation_lifetime_seconds_count'] = 1
+        want['turngate_allocation_lifetime_seconds_bucket{le="+Inf"}'] = 1
         wait_equal(mport, want)
         daemon.stop()
     finally:
