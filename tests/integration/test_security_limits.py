@@ -15,8 +15,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import Failure, run_tests  # noqa: E402
-from test_security_stun import (A_EVEN_PORT, A_MI, A_NONCE, A_REALM, A_RELAYED,  # noqa: E402
-                                A_TOKEN, A_TRANSPORT, A_USERNAME, ALLOCATE, ERROR, REALM,
+from test_security_stun import (A_EVEN_PORT, A_NONCE, A_REALM, A_TOKEN,  # noqa: E402
+                                A_TRANSPORT, A_USERNAME, ALLOCATE, ERROR, REALM,
                                 REQUEST, Client, Daemon, Listener, build, check, config,
                                 error_code, free_port, parse, relay_range)
 
