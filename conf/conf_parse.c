@@ -114,7 +114,7 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 	struct conf_admin *a = &p->cfg->admin;
 	uint32_t x;
 	if (strcasecmp(key, "workers") == 0) {
-		set_u32(p, v, path, 0, 1024, &a->workers);
+		set_u32(p, v, path, 0, 255, &a->workers); /* SHM_MAX_SLOTS worker slots */
 	} else if (strcasecmp(key, "admin_socket") == 0) {
 		set_str(p, v, path, &a->admin_socket);
 	} else if (strcasecmp(key, "admin_socket_mode") == 0) {

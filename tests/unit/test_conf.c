@@ -298,7 +298,9 @@ static const struct err_case err_cases[] = {
 	 "t.yaml:8:21: admin.alternate_server: 'host:1' is not an address (expected IP, IP:PORT "
 	 "or [IPV6]:PORT)"},
 	{T_HEAD "admin:\n  workers: -1\n",
-	 "t.yaml:8:12: admin.workers: -1 is out of range (0..1024)"},
+	 "t.yaml:8:12: admin.workers: -1 is out of range (0..255)"},
+	{T_HEAD "admin:\n  workers: 256\n",
+	 "t.yaml:8:12: admin.workers: 256 is out of range (0..255)"},
 	{T_HEAD "auth2: {}\nlisteners: {}\n",
 	 "t.yaml:8:12: listeners: found a mapping (expected a list)"},
 	{T_HEAD "admin:\n  name: a\n  name: b\n",
