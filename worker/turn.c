@@ -416,13 +416,16 @@ static bool wk_turn_chan_ok(const struct worker *w, uint32_t ch)
  * allocation does not have, 403 outside the listener's allowlist (IP only). */
 static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struct sockaddr *peer)
 {
+	uint32_t cl;
+
 	if (!wk_has_family(a, peer->sa_family))
 		return 443;
-	if (!snap_peer_ip_allowed(w->snap, a->l->snap_idx, peer)) {
+	if (snap_peer_match(w->snap, a->l->snap_idx, peer, false, &cl) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
 		return 403;
 	}
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PERM_GRANTED, 1);
 	return 0;
 }
 

@@ -132,7 +132,7 @@ static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 }
 
 static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
-			     uint64_t now_ns)
+			     size_t len, uint64_t now_ns)
 {
 	uint32_t cl;
 
@@ -146,6 +146,7 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 	if (!wk_alloc_perm_ok(a, peer, now_ns))
 		return false;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
 	return true;
 }
 
@@ -218,7 +219,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !wk_peer_admitted(w, a, peer, now_ns))
+		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !wk_peer_admitted(w, a, peer, len, now_ns))
 			continue;
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
