@@ -175,17 +175,30 @@ void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 	size_t w = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(when + w, sizeof(when) - w, ".%06ldZ", ts.tv_nsec / 1000);
 
-	char line[1400];
+	/* Messages carry client-supplied strings (usernames, realms): a control character
+	 * must not start a forged line or hide one, so it is written as \xNN. */
+	char safe[sizeof(msg) * 4];
+	size_t o = 0;
+	for (const char *p = msg; *p && o + 5 < sizeof(safe); p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(safe + o, sizeof(safe) - o, "\\x%02x", c);
+		else
+			safe[o++] = (char)c;
+	}
+	safe[o] = '\0';
+
+	char line[sizeof(safe) + 200];
 	int n;
 	if (g_log.fmt == LOG_FMT_JSON) {
-		char esc[1100];
-		json_escape(esc, sizeof(esc), msg);
+		char esc[sizeof(safe) + 64];
+		json_escape(esc, sizeof(esc), safe);
 		n = snprintf(line, sizeof(line),
 			     "{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,\"scope\":\"%s\",\"msg\":\"%s\"}\n",
 			     when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
 	} else {
 		n = snprintf(line, sizeof(line), "%s %-5s %s[%d] %s: %s\n", when, log_level_name(lvl),
-			     g_log.procname, (int)getpid(), scope, msg);
+			     g_log.procname, (int)getpid(), scope, safe);
 	}
 	if (n < 0)
 		return;

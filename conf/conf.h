@@ -146,6 +146,12 @@ struct conf_listener {
 	struct conf_auth *auth;      /* ours: per-listener override, NULL = use conf.auth */
 };
 
+/* Upper bounds of limits.max_permissions and max_channels: the inline arrays of a shared
+ * allocation record (SHM_ALLOC_MAX_PERMS, SHM_ALLOC_MAX_CHANS; the worker checks at build
+ * time that they agree), so a configured cap is never silently lowered. */
+#define CONF_MAX_PERMISSIONS 32
+#define CONF_MAX_CHANNELS 32
+
 struct conf_limits {
 	uint32_t max_allocations;       /* capacity of the allocation table; default 10000 */
 	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota too) */

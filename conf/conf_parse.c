@@ -239,8 +239,8 @@ struct limit_key {
 #define LIM(k, lo, hi) {#k, offsetof(struct conf_limits, k), lo, hi}
 static const struct limit_key limit_keys[] = {
 	LIM(max_allocations, 1, 10000000), LIM(user_quota, 0, 10000000),
-	LIM(total_quota, 0, 10000000), LIM(max_permissions, 1, 65535),
-	LIM(max_channels, 1, 4096), LIM(allocation_lifetime, 1, 86400),
+	LIM(total_quota, 0, 10000000), LIM(max_permissions, 1, CONF_MAX_PERMISSIONS),
+	LIM(max_channels, 1, CONF_MAX_CHANNELS), LIM(allocation_lifetime, 1, 86400),
 	LIM(max_allocation_lifetime, 1, 86400), LIM(permission_lifetime, 1, 86400),
 	LIM(channel_lifetime, 1, 86400), LIM(nonce_lifetime, 1, 86400),
 };

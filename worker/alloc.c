@@ -16,6 +16,12 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "conf/conf.h"
+#include "shm/shm_alloc.h"
+
+/* A configured cap must fit the shared record, or it would be lowered silently. */
+_Static_assert(CONF_MAX_PERMISSIONS <= SHM_ALLOC_MAX_PERMS, "permission cap exceeds the record");
+_Static_assert(CONF_MAX_CHANNELS <= SHM_ALLOC_MAX_CHANS, "channel cap exceeds the record");
 
 socklen_t wk_addr_len(const struct sockaddr *sa)
 {

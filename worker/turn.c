@@ -177,8 +177,14 @@ static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct
 		int rfam;
 		uint16_t port;
 
-		if (wk_resv_redeem(w, rtoken, &rl, &rfam, &port) < 0 || rl != a->l)
+		if (wk_resv_redeem(w, rtoken, &rl, &rfam, &port) < 0)
 			return 508;
+		if (rl != a->l) {
+			/* A token of another listener: refuse it, and give its port back
+			 * rather than leak it (the reservation is spent either way). */
+			portpool_put(&rl->pool, port);
+			return 508;
+		}
 		rc = wk_alloc_bind_relay(w, a, rfam, port, false, false, NULL);
 		if (rc < 0) {
 			portpool_put(&a->l->pool, port);

@@ -285,7 +285,7 @@ static const struct err_case err_cases[] = {
 	 "t.yaml:9:16: limits.total_quota: 20 is greater than max_allocations 10 (expected at "
 	 "most that)"},
 	{T_HEAD "limits:\n  max_channels: 5000\n",
-	 "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..4096)"},
+	 "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..32)"},
 	{T_HEAD "admin:\n  log_format: xml\n",
 	 "t.yaml:8:15: admin.log_format: 'xml' is not a log format (expected text or json)"},
 	{T_HEAD "admin:\n  admin_socket_mode: \"0999\"\n",
@@ -301,6 +301,8 @@ static const struct err_case err_cases[] = {
 	 "t.yaml:8:12: admin.workers: -1 is out of range (0..255)"},
 	{T_HEAD "admin:\n  workers: 256\n",
 	 "t.yaml:8:12: admin.workers: 256 is out of range (0..255)"},
+	{T_HEAD "limits:\n  max_permissions: 33\n",
+	 "t.yaml:8:20: limits.max_permissions: 33 is out of range (1..32)"},
 	{T_HEAD "auth2: {}\nlisteners: {}\n",
 	 "t.yaml:8:12: listeners: found a mapping (expected a list)"},
 	{T_HEAD "admin:\n  name: a\n  name: b\n",
@@ -327,7 +329,7 @@ static const struct err_case err_cases[] = {
 	{T_HEAD "auth2: {}\nadmin:\n  name: [a]\n",
 	 "t.yaml:9:9: admin.name: found a list (expected a scalar)"},
 	{T_HEAD "auth2: {}\nlimits:\n  max_permissions: 0\n",
-	 "t.yaml:9:20: limits.max_permissions: 0 is out of range (1..65535)"},
+	 "t.yaml:9:20: limits.max_permissions: 0 is out of range (1..32)"},
 	{T_HEAD "auth2: {}\nauth3:\n  x: 1\nadmin:\n  strict: [\n",
 	 "t.yaml:12:1: syntax error: did not find expected node content while parsing a flow "
 	 "node"},
