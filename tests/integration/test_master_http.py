@@ -219,6 +219,54 @@ def test_reload_moves_endpoints(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def rest_password(secret, username):
+    import base64
+    import hashlib
+    import hmac
+    return base64.b64encode(hmac.new(secret.encode(), username.encode(),
+                                     hashlib.sha1).digest()).decode()
+
+
+def test_cred_rotation_ttl_bad_queries(d):
+    """Minted credentials follow the current secret across a reload, carry the asked ttl,
+    allocate; malformed queries get 400 with a JSON message."""
+    import time
+    port, cp = free_port(), free_port()
+    cred_api = "  credential_api_endpoint: \"http://127.0.0.1:%d\"\n" % cp
+    sock = os.path.join(d, "admin.sock")
+    daemon = Daemon(d, config_yaml(sock, [("udp", port, "TURN-UDP")], secret="first",
+                                   extra_admin=cred_api)).start()
+    url = "http://127.0.0.1:%d" % cp
+    try:
+        t0 = int(time.time())
+        code, body = get(url + "/?service=turn&username=ann&ttl=120")
+        cred = json.loads(body)
+        expiry = int(cred["username"].split(":")[0])
+        check(code == 200 and cred["ttl"] == 120 and t0 + 119 <= expiry <= int(time.time()) + 121,
+              "ttl not respected: %r" % body)
+        check(cred["password"] == rest_password("first", cred["username"]), "not the secret")
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        daemon.write_config(config_yaml(sock, [("udp", port, "TURN-UDP")], secret="second",
+                                        extra_admin=cred_api))
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is True and r["generation"] == gen + 1, "reload: %r" % r)
+        code, body = get(url + "/ice?service=turn&username=bob&ttl=60")
+        ice = json.loads(body)["iceServers"][0]
+        check(code == 200 and ice["credential"] == rest_password("second", ice["username"]),
+              "minted after rotation with the old secret: %r" % body)
+        r = subprocess.run([TURNGATECTL, "probe", "turn:127.0.0.1:%d" % port, "-u",
+                            ice["username"], "-p", ice["credential"]],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, "credential minted after rotation does not allocate: %r" % r)
+        for q in ("/?username=x", "/?service=stun&username=x", "/?service=turn&ttl=abc",
+                  "/ice?service=turn&ttl=-5"):
+            code, body = get(url + q)
+            check(code == 400 and json.loads(body).get("message"), "%s: %r %r" % (q, code, body))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_separate_servers, test_shared_server, test_shared_server_binds_health_address,
-               test_cred_never_on_health_port, test_cred_token, test_reload_moves_endpoints])
+               test_cred_never_on_health_port, test_cred_token, test_reload_moves_endpoints,
+               test_cred_rotation_ttl_bad_queries])
