@@ -228,16 +228,27 @@ unsigned stun_msg_unknown(const struct stun_msg *msg, const uint16_t **types)
 	return msg->n_unknown;
 }
 
+/* Reads an attribute whose value must be exactly len bytes; out is the caller's result
+ * pointer, checked here so both fixed-width getters fail the same way in the same order. */
+static int attr_reader_fixed(const struct stun_msg *msg, uint16_t attr_type, const void *out,
+			     size_t len, struct wire_rd *r)
+{
+	int rc = attr_reader(msg, attr_type, r);
+	if (rc != 0)
+		return rc;
+	if (out == NULL)
+		return -EINVAL;
+	if (r->len != len)
+		return -EBADMSG;
+	return 0;
+}
+
 int stun_msg_get_u32(const struct stun_msg *msg, uint16_t attr_type, uint32_t *v)
 {
 	struct wire_rd r;
-	int rc = attr_reader(msg, attr_type, &r);
+	int rc = attr_reader_fixed(msg, attr_type, v, 4, &r);
 	if (rc != 0)
 		return rc;
-	if (v == NULL)
-		return -EINVAL;
-	if (r.len != 4)
-		return -EBADMSG;
 	*v = wire_rd_u32(&r);
 	return 0;
 }
@@ -245,13 +256,9 @@ int stun_msg_get_u32(const struct stun_msg *msg, uint16_t attr_type, uint32_t *v
 int stun_msg_get_u64(const struct stun_msg *msg, uint16_t attr_type, uint64_t *v)
 {
 	struct wire_rd r;
-	int rc = attr_reader(msg, attr_type, &r);
+	int rc = attr_reader_fixed(msg, attr_type, v, 8, &r);
 	if (rc != 0)
 		return rc;
-	if (v == NULL)
-		return -EINVAL;
-	if (r.len != 8)
-		return -EBADMSG;
 	*v = wire_rd_u64(&r);
 	return 0;
 }
