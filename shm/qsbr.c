@@ -76,24 +76,10 @@
 
 #include "shm/shm_internal.h"
 
-static struct shm_slot *reader_slot(struct shm *shm, unsigned slot, int *rc)
-{
-	struct shm_slot *s;
-
-	shm_check_handle(shm);
-	if (shm->ro) {
-		*rc = -EROFS;
-		return NULL;
-	}
-	s = shm_slot_at(shm, slot);
-	*rc = s != NULL ? 0 : -EINVAL;
-	return s;
-}
-
 int shm_qsbr_online(struct shm *shm, unsigned slot)
 {
 	int rc;
-	struct shm_slot *s = reader_slot(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	if (s == NULL)
 		return rc;
@@ -105,7 +91,7 @@ int shm_qsbr_online(struct shm *shm, unsigned slot)
 int shm_qsbr_quiescent(struct shm *shm, unsigned slot)
 {
 	int rc;
-	struct shm_slot *s = reader_slot(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 	uint64_t e;
 
 	if (s == NULL)
@@ -122,7 +108,7 @@ int shm_qsbr_quiescent(struct shm *shm, unsigned slot)
 int shm_qsbr_offline(struct shm *shm, unsigned slot)
 {
 	int rc;
-	struct shm_slot *s = reader_slot(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	if (s == NULL)
 		return rc;

@@ -3,6 +3,7 @@
 #define TG_SHM_SHM_INTERNAL_H
 
 #include <assert.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -106,6 +107,22 @@ static inline struct shm_slot *shm_slot_at(const struct shm *shm, unsigned slot)
 	if (slot >= shm->cfg.n_slots)
 		return NULL;
 	return (struct shm_slot *)(shm->base + shm->off_slots + (uint64_t)slot * shm->slot_stride);
+}
+
+/* Writable slot of a read-write handle, or NULL with *rc set (-EROFS on a read-only handle,
+ * -EINVAL when slot is out of range); *rc is 0 on success. */
+static inline struct shm_slot *shm_slot_rw(struct shm *shm, unsigned slot, int *rc)
+{
+	struct shm_slot *s;
+
+	shm_check_handle(shm);
+	if (shm->ro) {
+		*rc = -EROFS;
+		return NULL;
+	}
+	s = shm_slot_at(shm, slot);
+	*rc = s != NULL ? 0 : -EINVAL;
+	return s;
 }
 
 static inline struct shm_snap_hdr *shm_snap_at(const struct shm *shm, unsigned i)

@@ -81,25 +81,10 @@ const char *shm_cctr_name(enum shm_cctr c)
 	return (unsigned)c < SHM_CCTR__COUNT ? cctr_names[c] : NULL;
 }
 
-/* Writable slot of a read-write handle, or NULL (*rc set). */
-static struct shm_slot *slot_rw(struct shm *shm, unsigned slot, int *rc)
-{
-	struct shm_slot *s;
-
-	shm_check_handle(shm);
-	if (shm->ro) {
-		*rc = -EROFS;
-		return NULL;
-	}
-	s = shm_slot_at(shm, slot);
-	*rc = s != NULL ? 0 : -EINVAL;
-	return s;
-}
-
 int shm_slot_spawning(struct shm *shm, unsigned slot, uint64_t *incarnation)
 {
 	int rc;
-	struct shm_slot *s = slot_rw(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 	uint32_t st;
 	uint64_t inc;
 
@@ -126,7 +111,7 @@ int shm_slot_spawning(struct shm *shm, unsigned slot, uint64_t *incarnation)
 int shm_slot_set_pid(struct shm *shm, unsigned slot, pid_t pid)
 {
 	int rc;
-	struct shm_slot *s = slot_rw(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	if (s == NULL)
 		return rc;
@@ -139,7 +124,7 @@ int shm_slot_set_pid(struct shm *shm, unsigned slot, pid_t pid)
 int shm_slot_set_state(struct shm *shm, unsigned slot, enum shm_slot_state state)
 {
 	int rc;
-	struct shm_slot *s = slot_rw(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	if (s == NULL)
 		return rc;
@@ -152,7 +137,7 @@ int shm_slot_set_state(struct shm *shm, unsigned slot, enum shm_slot_state state
 int shm_slot_heartbeat(struct shm *shm, unsigned slot, uint64_t now_ns)
 {
 	int rc;
-	struct shm_slot *s = slot_rw(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	if (s == NULL)
 		return rc;
@@ -163,7 +148,7 @@ int shm_slot_heartbeat(struct shm *shm, unsigned slot, uint64_t now_ns)
 int shm_slot_reaped(struct shm *shm, unsigned slot)
 {
 	int rc;
-	struct shm_slot *s = slot_rw(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	if (s == NULL)
 		return rc;
@@ -196,7 +181,7 @@ int shm_slot_read(const struct shm *shm, unsigned slot, struct shm_slot_info *ou
 struct shm_counters *shm_slot_counters(struct shm *shm, unsigned slot)
 {
 	int rc;
-	struct shm_slot *s = slot_rw(shm, slot, &rc);
+	struct shm_slot *s = shm_slot_rw(shm, slot, &rc);
 
 	return s != NULL ? &s->ctr : NULL;
 }
