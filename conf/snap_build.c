@@ -142,6 +142,20 @@ static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint32_t 
 	}
 }
 
+/* Tie-break shared by both prefix orders once length and address are equal: port range,
+ * then cluster index, all ascending. */
+static int cmp_ports_cluster(uint16_t amin, uint16_t amax, uint32_t acl, uint16_t bmin,
+			     uint16_t bmax, uint32_t bcl)
+{
+	if (amin != bmin)
+		return amin < bmin ? -1 : 1;
+	if (amax != bmax)
+		return amax < bmax ? -1 : 1;
+	if (acl != bcl)
+		return acl < bcl ? -1 : 1;
+	return 0;
+}
+
 static int cmp_p4(const void *x, const void *y)
 {
 	const struct snap_pfx4 *a = x, *b = y;
@@ -149,13 +163,8 @@ static int cmp_p4(const void *x, const void *y)
 		return a->len > b->len ? -1 : 1;
 	if (a->addr != b->addr)
 		return a->addr < b->addr ? -1 : 1;
-	if (a->port_min != b->port_min)
-		return a->port_min < b->port_min ? -1 : 1;
-	if (a->port_max != b->port_max)
-		return a->port_max < b->port_max ? -1 : 1;
-	if (a->cluster != b->cluster)
-		return a->cluster < b->cluster ? -1 : 1;
-	return 0;
+	return cmp_ports_cluster(a->port_min, a->port_max, a->cluster, b->port_min, b->port_max,
+				 b->cluster);
 }
 
 static int cmp_p6(const void *x, const void *y)
@@ -166,13 +175,8 @@ static int cmp_p6(const void *x, const void *y)
 	int c = memcmp(a->addr, b->addr, 16);
 	if (c != 0)
 		return c;
-	if (a->port_min != b->port_min)
-		return a->port_min < b->port_min ? -1 : 1;
-	if (a->port_max != b->port_max)
-		return a->port_max < b->port_max ? -1 : 1;
-	if (a->cluster != b->cluster)
-		return a->cluster < b->cluster ? -1 : 1;
-	return 0;
+	return cmp_ports_cluster(a->port_min, a->port_max, a->cluster, b->port_min, b->port_max,
+				 b->cluster);
 }
 
 /* Sorts [first, n) and drops entries that repeat an earlier one's prefix and ports (the
