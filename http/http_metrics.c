@@ -82,6 +82,22 @@ static void sample_f(struct mctx *m, const char *name, const struct label *l, un
 	http_buf_printf(m->b, " %.17g\n", v);
 }
 
+/* A family with one unlabelled sample: the name is written once so the HELP/TYPE lines and
+ * the sample cannot disagree. */
+static void scalar_u(struct mctx *m, const char *name, const char *type, const char *help,
+		     uint64_t v)
+{
+	fam(m, name, type, help);
+	sample_u(m, name, NULL, 0, v);
+}
+
+static void scalar_f(struct mctx *m, const char *name, const char *type, const char *help,
+		     double v)
+{
+	fam(m, name, type, help);
+	sample_f(m, name, NULL, 0, v);
+}
+
 /* Gauges kept as per-slot deltas: the sum wraps to the true value; clamp a transiently
  * negative total (a decrement seen before its increment) to 0. */
 static int64_t gauge(uint64_t v)
@@ -248,8 +264,7 @@ static void listener_single(struct mctx *m, const char *name, const char *help,
 
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
 {
-	fam(m, name, "counter", help);
-	sample_u(m, name, NULL, 0, m->sum.v[c]);
+	scalar_u(m, name, "counter", help, m->sum.v[c]);
 }
 
 static void render_global(struct mctx *m)
@@ -340,14 +355,12 @@ static void render_master(struct mctx *m)
 	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_ok);
 	l.value = "failure";
 	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_failed);
-	fam(m, "turngate_config_generation", "gauge",
-	    "Generation of the configuration snapshot being served.");
-	sample_u(m, "turngate_config_generation", NULL, 0, ms->generation);
-	fam(m, "turngate_worker_restarts_total", "counter",
-	    "Worker processes respawned after dying or hanging.");
-	sample_u(m, "turngate_worker_restarts_total", NULL, 0, ms->worker_restarts);
-	fam(m, "turngate_draining", "gauge", "1 while draining (refusing new allocations).");
-	sample_u(m, "turngate_draining", NULL, 0, ms->draining ? 1 : 0);
+	scalar_u(m, "turngate_config_generation", "gauge",
+		 "Generation of the configuration snapshot being served.", ms->generation);
+	scalar_u(m, "turngate_worker_restarts_total", "counter",
+		 "Worker processes respawned after dying or hanging.", ms->worker_restarts);
+	scalar_u(m, "turngate_draining", "gauge",
+		 "1 while draining (refusing new allocations).", ms->draining ? 1 : 0);
 }
 
 /* Slots that ever ran a worker; counters of dead slots are kept (they stay monotonic). */
@@ -409,24 +422,22 @@ static void render_process(struct mctx *m)
 {
 	const struct http_proc_stats *p = &m->ms->master;
 	if (p->valid) {
-		fam(m, "process_cpu_seconds_total", "counter",
-		    "Total user and system CPU time of the master process in seconds.");
-		sample_f(m, "process_cpu_seconds_total", NULL, 0, p->cpu_seconds);
-		fam(m, "process_resident_memory_bytes", "gauge",
-		    "Resident memory size of the master process in bytes.");
-		sample_u(m, "process_resident_memory_bytes", NULL, 0, p->resident_bytes);
-		fam(m, "process_virtual_memory_bytes", "gauge",
-		    "Virtual memory size of the master process in bytes.");
-		sample_u(m, "process_virtual_memory_bytes", NULL, 0, p->virtual_bytes);
-		fam(m, "process_start_time_seconds", "gauge",
-		    "Start time of the master process since the unix epoch in seconds.");
-		sample_f(m, "process_start_time_seconds", NULL, 0, p->start_time);
-		fam(m, "process_open_fds", "gauge", "Open file descriptors of the master process.");
-		sample_u(m, "process_open_fds", NULL, 0, p->open_fds);
+		scalar_f(m, "process_cpu_seconds_total", "counter",
+			 "Total user and system CPU time of the master process in seconds.",
+			 p->cpu_seconds);
+		scalar_u(m, "process_resident_memory_bytes", "gauge",
+			 "Resident memory size of the master process in bytes.", p->resident_bytes);
+		scalar_u(m, "process_virtual_memory_bytes", "gauge",
+			 "Virtual memory size of the master process in bytes.", p->virtual_bytes);
+		scalar_f(m, "process_start_time_seconds", "gauge",
+			 "Start time of the master process since the unix epoch in seconds.",
+			 p->start_time);
+		scalar_u(m, "process_open_fds", "gauge",
+			 "Open file descriptors of the master process.", p->open_fds);
 		if (p->max_fds != 0) {
-			fam(m, "process_max_fds", "gauge",
-			    "Maximum open file descriptors of the master process.");
-			sample_u(m, "process_max_fds", NULL, 0, p->max_fds);
+			scalar_u(m, "process_max_fds", "gauge",
+				 "Maximum open file descriptors of the master process.",
+				 p->max_fds);
 		}
 	}
 	worker_proc(m, "turngate_worker_cpu_seconds_total", "counter",
