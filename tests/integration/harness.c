@@ -414,6 +414,18 @@ int hturn_open(struct hturn *c, const struct sockaddr *srv, bool tcp)
 	return 0;
 }
 
+uint16_t hturn_local_port(const struct hturn *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) != 0)
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
+	return ss.ss_family == AF_INET ? ntohs(((const struct sockaddr_in *)&ss)->sin_port) : 0;
+}
+
 void hturn_close(struct hturn *c)
 {
 	if (c->fd >= 0)

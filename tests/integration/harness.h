@@ -125,6 +125,9 @@ int hturn_chan_send(struct hturn *c, uint16_t ch, const void *data, size_t len);
 int hturn_recv_data(struct hturn *c, void *buf, size_t cap, uint16_t *ch,
 		    struct sockaddr_storage *peer, int timeout_ms);
 
+/* Local port of the client's socket (host order), 0 when it cannot be read. */
+uint16_t hturn_local_port(const struct hturn *c);
+
 /* Raw I/O on the client's socket (TCP: one frame). */
 int hturn_send_raw(struct hturn *c, const void *buf, size_t len);
 int hturn_recv_raw(struct hturn *c, uint8_t *buf, size_t cap, int timeout_ms);

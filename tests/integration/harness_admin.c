@@ -4,6 +4,8 @@
 #include "tests/integration/harness_admin.h"
 
 #include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -82,4 +84,65 @@ long long hadmin_status_int(const char *sock, const char *key)
 
 	json_decref(r);
 	return out;
+}
+
+long long hadmin_wait_status_int(const char *sock, const char *key, long long want, int tries,
+				 int interval_ms)
+{
+	long long n = -1;
+
+	for (int i = 0; i < tries; i++) {
+		n = hadmin_status_int(sock, key);
+		if (n == want)
+			break;
+		usleep((useconds_t)interval_ms * 1000);
+	}
+	return n;
+}
+
+long long hadmin_stat(const char *sock, const char *listener, const char *name)
+{
+	json_t *r = hadmin_call(sock, "{\"cmd\":\"stats\"}"), *o;
+	long long v = -1;
+
+	if (listener)
+		o = json_object_get(json_object_get(r, "listeners"), listener);
+	else
+		o = json_object_get(r, "counters");
+	if (json_is_integer(json_object_get(o, name)))
+		v = json_integer_value(json_object_get(o, name));
+	json_decref(r);
+	return v;
+}
+
+int hadmin_owner_of(const char *sock, uint16_t port)
+{
+	json_t *r = hadmin_call(sock, "{\"cmd\":\"allocations\"}"), *a;
+	char want[32];
+	size_t i;
+	int owner = -1;
+
+	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
+	json_array_foreach(json_object_get(r, "allocations"), i, a) {
+		const char *client = json_string_value(json_object_get(a, "client"));
+
+		if (client != NULL && strcmp(client, want) == 0)
+			owner = (int)json_integer_value(json_object_get(a, "worker"));
+	}
+	json_decref(r);
+	return owner;
+}
+
+int hadmin_worker_pid(const char *sock, int slot, double *uptime)
+{
+	json_t *r = hadmin_call(sock, "{\"cmd\":\"workers\"}");
+	json_t *w = json_array_get(json_object_get(r, "workers"), (size_t)slot);
+	const char *st = json_string_value(json_object_get(w, "state"));
+	int pid = (int)json_integer_value(json_object_get(w, "pid"));
+	bool running = st != NULL && strcmp(st, "running") == 0;
+
+	if (uptime)
+		*uptime = json_real_value(json_object_get(w, "uptime"));
+	json_decref(r);
+	return running ? pid : 0;
 }

@@ -6,6 +6,7 @@
 #define TG_TESTS_HARNESS_ADMIN_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 /* Sends the JSON request text (one line, no newline needed) to the admin socket at sock
  * and returns the parsed reply object (new reference), or NULL. */
@@ -13,5 +14,21 @@ json_t *hadmin_call(const char *sock, const char *request);
 
 /* status' integer field key ("generation", "allocations"), or -1 on failure. */
 long long hadmin_status_int(const char *sock, const char *key);
+
+/* Polls status' integer field key up to tries times, interval_ms apart, until it equals
+ * want. Returns the last value read (want on success, -1 when status failed). */
+long long hadmin_wait_status_int(const char *sock, const char *key, long long want, int tries,
+				 int interval_ms);
+
+/* Counter name of `stats` (summed over the workers); listener != NULL: that listener's
+ * counter. -1 on failure. */
+long long hadmin_stat(const char *sock, const char *listener, const char *name);
+
+/* Worker slot that owns the allocation whose client is 127.0.0.1:port, or -1. */
+int hadmin_owner_of(const char *sock, uint16_t port);
+
+/* pid of the worker in slot while it is running, 0 otherwise; *uptime (may be NULL) gets
+ * its uptime in seconds. */
+int hadmin_worker_pid(const char *sock, int slot, double *uptime);
 
 #endif

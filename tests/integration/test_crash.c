@@ -132,63 +132,6 @@ static int alloc_user(struct hturn *c, const struct sockaddr *srv, bool tcp, con
 	return hturn_allocate(c, NULL, NULL);
 }
 
-static uint16_t local_port(const struct hturn *c)
-{
-	struct sockaddr_in sin;
-	socklen_t sl = sizeof(sin);
-
-	getsockname(c->fd, (struct sockaddr *)&sin, &sl);
-	return ntohs(sin.sin_port);
-}
-
-/* Owner worker of the allocation whose client uses local port `port`, or -1. */
-static int owner_of(uint16_t port)
-{
-	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"allocations\"}"), *a;
-	char want[32];
-	size_t i;
-	int owner = -1;
-
-	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
-	json_array_foreach(json_object_get(r, "allocations"), i, a)
-		if (strcmp(json_string_value(json_object_get(a, "client")), want) == 0)
-			owner = (int)json_integer_value(json_object_get(a, "worker"));
-	json_decref(r);
-	return owner;
-}
-
-/* pid of the worker in slot when it is running (0 otherwise); *uptime its uptime. */
-static int worker_pid(int slot, double *uptime)
-{
-	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"workers\"}");
-	json_t *w = json_array_get(json_object_get(r, "workers"), (size_t)slot);
-	const char *st = json_string_value(json_object_get(w, "state"));
-	int pid = (int)json_integer_value(json_object_get(w, "pid"));
-	bool running = st != NULL && strcmp(st, "running") == 0;
-
-	if (uptime)
-		*uptime = json_real_value(json_object_get(w, "uptime"));
-	json_decref(r);
-	return running ? pid : 0;
-}
-
-/* Counter `name` of admin stats (summed over the workers); listener != NULL: that
- * listener's counter. -1 on failure. */
-static long long stat_of(const char *listener, const char *name)
-{
-	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"stats\"}"), *o;
-	long long v = -1;
-
-	if (listener)
-		o = json_object_get(json_object_get(r, "listeners"), listener);
-	else
-		o = json_object_get(r, "counters");
-	if (json_is_integer(json_object_get(o, name)))
-		v = json_integer_value(json_object_get(o, name));
-	json_decref(r);
-	return v;
-}
-
 /* One ChannelData out, and its echo back (skipping stale echoes of earlier probes) within
  * timeout_ms. */
 static bool echo_once(struct hturn *c, const char *msg, int timeout_ms)
@@ -225,13 +168,9 @@ static bool echo_retry(struct hturn *c, int round, int i)
 
 static void wait_allocations(long long want)
 {
-	for (int i = 0; i < 500; i++) {
-		if (hadmin_status_int(g.h.sock, "allocations") == want)
-			return;
-		usleep(20000);
-	}
-	fail_msg("allocation count never reached %lld (now %lld)", want,
-		 hadmin_status_int(g.h.sock, "allocations"));
+	if (hadmin_wait_status_int(g.h.sock, "allocations", want, 500, 20) != want)
+		fail_msg("allocation count never reached %lld (now %lld)", want,
+			 hadmin_status_int(g.h.sock, "allocations"));
 }
 
 /* Kills the worker in `victim` and returns the gap: from the kill to the first echo
@@ -245,7 +184,7 @@ static double kill_and_measure(int victim, struct hturn *probe, int round)
 	/* Let the worker serve long enough that the master respawns it at once (a faster
 	 * crash loop backs off, by design). */
 	for (int i = 0; i < 300; i++) {
-		pid = worker_pid(victim, &up);
+		pid = hadmin_worker_pid(g.h.sock, victim, &up);
 		if (pid > 0 && up >= UPTIME_FOR_IMMEDIATE_RESPAWN)
 			break;
 		usleep(20000);
@@ -271,13 +210,14 @@ static double kill_and_measure(int victim, struct hturn *probe, int round)
 	}
 	/* The slot shows the new pid once the master got its READY. */
 	for (int i = 0; i < 500; i++) {
-		int np = worker_pid(victim, NULL);
+		int np = hadmin_worker_pid(g.h.sock, victim, NULL);
 
 		if (np > 0 && np != pid)
 			break;
 		usleep(10000);
 	}
-	assert_true(worker_pid(victim, NULL) > 0 && worker_pid(victim, NULL) != pid);
+	assert_true(hadmin_worker_pid(g.h.sock, victim, NULL) > 0 &&
+		    hadmin_worker_pid(g.h.sock, victim, NULL) != pid);
 	return gap;
 }
 
@@ -286,13 +226,14 @@ static void check_counters(long long want_active, long long want_udp_active)
 	/* Gauges: the respawned worker continues its slot's counters; adoption must neither
 	 * count the adopted allocations again nor lose them. */
 	for (int i = 0; i < 100; i++) {
-		if (stat_of(NULL, "allocs_active") == want_active)
+		if (hadmin_stat(g.h.sock, NULL, "allocs_active") == want_active)
 			break;
 		usleep(20000);
 	}
-	assert_int_equal(stat_of(NULL, "allocs_active"), want_active);
-	assert_int_equal(stat_of("udp", "allocs_active"), want_udp_active);
-	assert_int_equal(stat_of("tcp", "allocs_active"), want_active - want_udp_active);
+	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_active"), want_active);
+	assert_int_equal(hadmin_stat(g.h.sock, "udp", "allocs_active"), want_udp_active);
+	assert_int_equal(hadmin_stat(g.h.sock, "tcp", "allocs_active"),
+			 want_active - want_udp_active);
 	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), want_active);
 }
 
@@ -314,10 +255,10 @@ static void test_kill9_readopts(void **state)
 		assert_true(echo_retry(&c[i], 0, i));
 	}
 	assert_int_equal(alloc_user(tc, sa(&g.srvt), true, "crash-tcp"), 0);
-	victim = owner_of(local_port(tc));
+	victim = hadmin_owner_of(g.h.sock, hturn_local_port(tc));
 	assert_true(victim == 0 || victim == 1);
 	for (int i = 0; i < N_ALLOCS; i++) {
-		owner[i] = owner_of(local_port(&c[i]));
+		owner[i] = hadmin_owner_of(g.h.sock, hturn_local_port(&c[i]));
 		assert_true(owner[i] == 0 || owner[i] == 1);
 		if (owner[i] == victim) {
 			n_victim++;
@@ -329,7 +270,7 @@ static void test_kill9_readopts(void **state)
 		      n_victim, N_ALLOCS);
 	assert_true(n_victim > 0 && n_victim < N_ALLOCS);
 	check_counters(N_ALLOCS + 1, N_ALLOCS);
-	adopted0 = stat_of(NULL, "allocs_adopted");
+	adopted0 = hadmin_stat(g.h.sock, NULL, "allocs_adopted");
 	assert_int_equal(adopted0, 0);
 
 	for (int round = 1; round <= N_KILLS; round++) {
@@ -344,10 +285,11 @@ static void test_kill9_readopts(void **state)
 		/* the TCP allocation died with its connection; everything else is counted
 		 * exactly once */
 		check_counters(N_ALLOCS, N_ALLOCS);
-		assert_int_equal(stat_of(NULL, "allocs_adopted"), (long long)n_victim * round);
-		assert_int_equal(stat_of(NULL, "allocs_dropped"), 1);
+		assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_adopted"),
+				 (long long)n_victim * round);
+		assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_dropped"), 1);
 		for (int i = 0; i < N_ALLOCS; i++)
-			assert_int_equal(owner_of(local_port(&c[i])), owner[i]);
+			assert_int_equal(hadmin_owner_of(g.h.sock, hturn_local_port(&c[i])), owner[i]);
 	}
 	/* relaying still correct after the last round, then a clean end */
 	for (int i = 0; i < N_ALLOCS; i++) {
@@ -358,7 +300,8 @@ static void test_kill9_readopts(void **state)
 	hturn_close(tc);
 	wait_allocations(0);
 	check_counters(0, 0);
-	assert_int_equal(stat_of(NULL, "allocs_ended"), stat_of(NULL, "allocs_created"));
+	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_ended"),
+			 hadmin_stat(g.h.sock, NULL, "allocs_created"));
 
 	/* Stop by hand: the log has exactly the deaths this test caused, nothing else. */
 	kill(g.h.pid, SIGTERM);

@@ -167,13 +167,9 @@ static void wait_generation(long long want)
 /* Allocations end in their workers, asynchronously to the client's view: bounded wait. */
 static void wait_allocations(long long want)
 {
-	for (int i = 0; i < 500; i++) {
-		if (hadmin_status_int(g.h.sock, "allocations") == want)
-			return;
-		usleep(20000);
-	}
-	fail_msg("allocation count never reached %lld (now %lld)", want,
-		 hadmin_status_int(g.h.sock, "allocations"));
+	if (hadmin_wait_status_int(g.h.sock, "allocations", want, 500, 20) != want)
+		fail_msg("allocation count never reached %lld (now %lld)", want,
+			 hadmin_status_int(g.h.sock, "allocations"));
 }
 
 /* Binding on the extra listener until it answers (want) or stays silent (!want). */
@@ -324,42 +320,6 @@ static void test_sigterm_drain(void **state)
 	free(c);
 }
 
-/* Owner worker of the allocation whose client uses local port `port`, or -1. */
-static int owner_of(uint16_t port)
-{
-	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"allocations\"}"), *a;
-	char want[32];
-	size_t i;
-	int owner = -1;
-
-	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
-	json_array_foreach(json_object_get(r, "allocations"), i, a)
-		if (strcmp(json_string_value(json_object_get(a, "client")), want) == 0)
-			owner = (int)json_integer_value(json_object_get(a, "worker"));
-	json_decref(r);
-	return owner;
-}
-
-static int worker_pid(int slot)
-{
-	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"workers\"}");
-	json_t *w = json_array_get(json_object_get(r, "workers"), (size_t)slot);
-	int pid = (int)json_integer_value(json_object_get(w, "pid"));
-	bool running = strcmp(json_string_value(json_object_get(w, "state")), "running") == 0;
-
-	json_decref(r);
-	return running ? pid : 0;
-}
-
-static uint16_t local_port(const struct hturn *c)
-{
-	struct sockaddr_in sin;
-	socklen_t sl = sizeof(sin);
-
-	getsockname(c->fd, (struct sockaddr *)&sin, &sl);
-	return ntohs(sin.sin_port);
-}
-
 /* kill -9 of worker 0: worker 1's allocations keep relaying, slot 0 comes back. */
 static void test_kill9_other_worker_keeps_relaying(void **state)
 {
@@ -374,7 +334,7 @@ static void test_kill9_other_worker_keeps_relaying(void **state)
 		snprintf(user, sizeof(user), "k%d", n);
 		assert_int_equal(alloc_with(&c[n], 0, user), 0);
 		assert_int_equal(hturn_channel_bind(&c[n], CHAN, sa(&g.echo.addr)), 0);
-		owner[n] = owner_of(local_port(&c[n]));
+		owner[n] = hadmin_owner_of(g.h.sock, hturn_local_port(&c[n]));
 		assert_true(owner[n] == 0 || owner[n] == 1);
 		on1 += owner[n] == 1;
 		if (on1 > 0 && on1 < n + 1) {
@@ -383,15 +343,17 @@ static void test_kill9_other_worker_keeps_relaying(void **state)
 		}
 	}
 	assert_true(on1 > 0 && on1 < n);
-	pid0 = worker_pid(0);
+	pid0 = hadmin_worker_pid(g.h.sock, 0, NULL);
 	assert_true(pid0 > 0);
 	kill(pid0, SIGKILL);
 	for (int i = 0; i < n; i++)
 		if (owner[i] == 1)
 			assert_true(echo_round(&c[i], 1, i));
-	for (int i = 0; i < 500 && (worker_pid(0) == 0 || worker_pid(0) == pid0); i++)
+	for (int i = 0; i < 500 && (hadmin_worker_pid(g.h.sock, 0, NULL) == 0 ||
+				    hadmin_worker_pid(g.h.sock, 0, NULL) == pid0); i++)
 		usleep(20000);
-	assert_true(worker_pid(0) > 0 && worker_pid(0) != pid0);
+	assert_true(hadmin_worker_pid(g.h.sock, 0, NULL) > 0 &&
+		    hadmin_worker_pid(g.h.sock, 0, NULL) != pid0);
 	for (int i = 0; i < n; i++)
 		if (owner[i] == 1)
 			assert_true(echo_round(&c[i], 2, i));

@@ -153,29 +153,10 @@ static void client(struct hturn *c, const struct sockaddr_storage *srv, bool tcp
 	hturn_set_user(c, "user1", "pass1");
 }
 
-/* A counter from the admin socket's `stats` (summed over workers), -1 on failure. */
-static long long stat_counter(const char *name)
-{
-	json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"stats\"}");
-	json_t *v = r ? json_object_get(json_object_get(r, "counters"), name) : NULL;
-	long long n = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
-
-	json_decref(r);
-	return n;
-}
-
 /* Waits (3 s at most) until the daemon reports `want` live allocations. */
 static long long wait_allocations(long long want)
 {
-	long long n = -1;
-
-	for (int i = 0; i < 60; i++) {
-		n = hadmin_status_int(g.h.sock, "allocations");
-		if (n == want)
-			break;
-		usleep(50000);
-	}
-	return n;
+	return hadmin_wait_status_int(g.h.sock, "allocations", want, 60, 50);
 }
 
 static struct sockaddr *sa(struct sockaddr_storage *s)
@@ -554,7 +535,7 @@ static void test_permission_errors(void **state)
 	struct two_peers tp = { &g.echo.addr, &denied };
 
 	(void)state;
-	long long denied_before = stat_counter("perm_denied");
+	long long denied_before = hadmin_stat(g.h.sock, NULL, "perm_denied");
 
 	harness_addr("127.0.0.9", 4000, &denied);
 	harness_addr("::1", 4000, &v6);
@@ -562,7 +543,7 @@ static void test_permission_errors(void **state)
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	assert_true(denied_before >= 0);
 	assert_int_equal(hturn_permission(&c, sa(&denied)), 403);
-	assert_true(stat_counter("perm_denied") > denied_before);
+	assert_true(hadmin_stat(g.h.sock, NULL, "perm_denied") > denied_before);
 	assert_int_equal(hturn_channel_bind(&c, 0x4002, sa(&denied)), 403);
 	assert_int_equal(hturn_permission(&c, sa(&v6)), 443);
 	assert_int_equal(hturn_channel_bind(&c, 0x4002, sa(&v6)), 443);
