@@ -129,6 +129,14 @@ int harness_start(struct harness *h, unsigned workers, const struct sockaddr *pr
 	return -ETIMEDOUT;
 }
 
+int harness_launch(struct harness *h, const char *yaml, unsigned workers,
+		   const struct sockaddr *probe)
+{
+	if (harness_write_config(h, yaml) < 0)
+		return -1;
+	return harness_start(h, workers, probe) == 0 ? 0 : -1;
+}
+
 int harness_stop(struct harness *h)
 {
 	char why[1024];

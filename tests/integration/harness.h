@@ -39,6 +39,11 @@ int harness_daemon_path(char *out, size_t cap);
  * tail is printed), or -errno. */
 int harness_start(struct harness *h, unsigned workers, const struct sockaddr *probe);
 
+/* harness_write_config() then harness_start(): the usual end of a fixture's setup.
+ * Returns 0, or -1 when either step failed. */
+int harness_launch(struct harness *h, const char *yaml, unsigned workers,
+		   const struct sockaddr *probe);
+
 /* SIGTERM, a second SIGTERM after 5 s (stop now), SIGKILL after 15 s; then scans the log. Returns 0 when the daemon exited
  * with status 0 and the log is clean, -1 otherwise (reasons printed). Idempotent. */
 int harness_stop(struct harness *h);

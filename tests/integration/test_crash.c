@@ -101,9 +101,9 @@ static int setup(void **state)
 		     "    type: STATIC\n"
 		     "    endpoints: [127.0.0.1]\n",
 		     g.h.sock, RELAY_MIN, RELAY_MAX, g.pu, g.pt);
-	if (n <= 0 || (size_t)n >= sizeof(yaml) || harness_write_config(&g.h, yaml) < 0)
+	if (n <= 0 || (size_t)n >= sizeof(yaml))
 		return -1;
-	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
+	return harness_launch(&g.h, yaml, 2, sa(&g.srv));
 }
 
 static int teardown(void **state)

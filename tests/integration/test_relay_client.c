@@ -75,9 +75,7 @@ static int setup(void **state)
 		 "    type: STATIC\n"
 		 "    endpoints: [\"127.0.0.1\", \"::1\"]\n",
 		 g.h.sock, g.port, g.port);
-	if (harness_write_config(&g.h, yaml) < 0)
-		return -1;
-	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;
+	return harness_launch(&g.h, yaml, 2, sa(&g.srv));
 }
 
 static int teardown(void **state)

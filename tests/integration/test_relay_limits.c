@@ -153,9 +153,7 @@ static int limits_setup(void **state)
 		 "    type: STATIC\n"
 		 "    endpoints: [\"127.0.0.1\"]\n",
 		 g.h.sock, RELAY_MIN, RELAY_MAX, users, g.port, g.port_strict, g.port_lax);
-	if (harness_write_config(&g.h, yaml) < 0)
-		return -1;
-	return harness_start(&g.h, 1, sa(&g.srv)) == 0 ? 0 : -1;
+	return harness_launch(&g.h, yaml, 1, sa(&g.srv));
 }
 
 static int limits_teardown(void **state)
