@@ -29,8 +29,10 @@
 #include "tests/integration/harness.h"
 #include "tests/integration/harness_admin.h"
 
-#define RELAY_MIN 51000
-#define RELAY_MAX 51009		/* 10 ports: exhaustion is reachable */
+/* 10 ports, so exhaustion is reachable; above the kernel's ephemeral range (32768..60999),
+ * where no other socket on the machine can take one of them while the test counts. */
+#define RELAY_MIN 65000
+#define RELAY_MAX 65009
 
 #define REST_SECRET "limits-secret"
 

@@ -146,9 +146,9 @@ def free_all(clients):
 
 
 def test_even_port_no_leak(d):
-    # 12 ports (6 per worker, 3 even pairs each) in 59500..59991, a window no other test
-    # uses (relay_range() stays below 59000), so every port of it can be counted.
-    lo = 59500 + (os.getpid() % 40) * 12
+    # 12 ports (6 per worker, 3 even pairs each) in 65100..65339: above the kernel's
+    # ephemeral range and a window no other test uses, so every port of it can be counted.
+    lo = 65100 + (os.getpid() % 20) * 12
     rng = (lo, lo + 11)
     RNG_SEEN[:] = range(lo, lo + 12)
     daemon, port = start(d, relay=rng)

@@ -48,7 +48,8 @@ def reserve_and_expire(pa, pb, lo, present):
 
 def test_foreign_listener_token_leaks_no_port(d):
     pa, pb = free_port(), free_port()
-    lo = 59980 - (os.getpid() % 5) * 4  # 59964..59983: 4 ports, one even pair per worker
+    # 65400..65419, above the ephemeral range: 4 ports, one even pair per worker.
+    lo = 65400 + (os.getpid() % 5) * 4
     RNG_SEEN[:] = range(lo, lo + 4)
     text = config(d, [("a", pa, "TURN-UDP", ["loopback"]), ("b", pb, "TURN-UDP", ["loopback"])],
                   {"loopback": ["127.0.0.1"]}, relay=(54000, 54999))
