@@ -36,6 +36,20 @@ if [ "${TG_SKIP_SANITIZERS:-0}" = 1 ]; then
 else
 	run_suite "$top/_build/sanitizers" --enable-sanitizers || status=1
 fi
+# One closing line over both suites, from automake's summaries.
+passed=0
+failed=0
+for log in "$top"/_build/default/test-suite.log "$top"/_build/sanitizers/test-suite.log; do
+	[ -f "$log" ] || continue
+	p=$(sed -n 's/^# PASS: *//p' "$log" | head -n 1)
+	f=$(sed -n 's/^# FAIL: *//p' "$log" | head -n 1)
+	e=$(sed -n 's/^# ERROR: *//p' "$log" | head -n 1)
+	x=$(sed -n 's/^# XPASS: *//p' "$log" | head -n 1)
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0} + ${e:-0} + ${x:-0}))
+done
+[ "$status" -eq 0 ] || [ "$failed" -gt 0 ] || failed=1
+echo "test-all: $passed passed, $failed failed"
 if [ "$status" -eq 0 ]; then
 	echo "=== test-all: all suites passed"
 else
