@@ -309,6 +309,17 @@ static void render_global(struct mctx *m)
 	       "Allocations dropped at adoption after a worker restart.", SHM_CTR_ALLOCS_DROPPED);
 	single(m, "turngate_stun_binding_requests_total", "STUN Binding requests answered.",
 	       SHM_CTR_STUN_BINDING);
+	single(m, "turngate_tls_handshakes_total",
+	       "TLS and DTLS handshakes completed (failures: turngate_errors_total{kind=\"tls\"}).",
+	       SHM_CTR_TLS_HANDSHAKES);
+	single(m, "turngate_dtls_cookie_exchanges_total",
+	       "DTLS ClientHellos answered with a stateless cookie.", SHM_CTR_DTLS_COOKIES);
+	single(m, "turngate_handshakes_refused_total",
+	       "DTLS ClientHellos dropped because a worker had too many handshakes or "
+	       "associations.", SHM_CTR_HANDSHAKES_REFUSED);
+	single(m, "turngate_connection_timeouts_total",
+	       "Connections closed by the handshake, idle or slow-sender deadline.",
+	       SHM_CTR_CONN_TIMEOUTS);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",

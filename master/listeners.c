@@ -119,12 +119,8 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
 	int type, rc;
 
 	memset(out, 0, sizeof(*out));
-	if (l->protocol == CONF_PROTO_TURN_TLS || l->protocol == CONF_PROTO_TURN_DTLS) {
-		log_warn("master", "listener %s: %s is not served yet; skipped", l->name,
-			 conf_proto_name(l->protocol));
-		return -EOPNOTSUPP;
-	}
-	type = l->protocol == CONF_PROTO_TURN_UDP ? SOCK_DGRAM : SOCK_STREAM;
+	type = l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS
+		       ? SOCK_DGRAM : SOCK_STREAM;
 	rc = bind_addr_of(l, &ss, &sl);
 	if (rc < 0) {
 		log_error("master", "listener %s: bad bind address", l->name);

@@ -145,8 +145,8 @@ static size_t slot_listeners(struct master *m, unsigned slot, struct worker_list
 		if (l->fds == NULL || l->fds[slot] < 0)
 			continue;
 		wl[n].name = l->name;
-		wl[n].proto = l->proto == CONF_PROTO_TURN_UDP ? WORKER_PROTO_UDP
-							      : WORKER_PROTO_TCP;
+		wl[n].proto = l->proto == CONF_PROTO_TURN_UDP || l->proto == CONF_PROTO_TURN_DTLS
+				      ? WORKER_PROTO_UDP : WORKER_PROTO_TCP;
 		wl[n].fd = l->fds[slot];
 		n++;
 	}

@@ -175,6 +175,10 @@ enum shm_ctr {
 	SHM_CTR_ERR_TLS,              /* TLS/DTLS handshake or record errors */
 	SHM_CTR_ERR_INTERNAL,
 	SHM_CTR_STUN_BINDING,         /* Binding requests answered */
+	SHM_CTR_TLS_HANDSHAKES,       /* TLS/DTLS handshakes completed */
+	SHM_CTR_DTLS_COOKIES,         /* DTLS ClientHellos answered with a cookie (no state) */
+	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: handshake/association bound */
+	SHM_CTR_CONN_TIMEOUTS,        /* connections closed by a handshake/idle/slow deadline */
 	SHM_CTR__COUNT
 };
 

@@ -105,7 +105,7 @@ static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
 	return false;
 }
 
-static uint32_t wk_hash(const struct wk_listener *l, const struct sockaddr *sa)
+uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)
 {
 	struct shm_addr k;
 	uint64_t h = 1469598103934665603ull ^ (uintptr_t)l;
@@ -120,7 +120,7 @@ static uint32_t wk_hash(const struct wk_listener *l, const struct sockaddr *sa)
 struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
 			       const struct sockaddr *client)
 {
-	struct wk_alloc *a = w->hash[wk_hash(l, client)];
+	struct wk_alloc *a = w->hash[wk_ep_hash(l, client)];
 
 	for (; a; a = a->hnext)
 		if (a->l == l && wk_addr_equal((struct sockaddr *)&a->client, client))
@@ -156,7 +156,7 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l,
 	if (conn) {
 		conn->alloc = a;
 	} else {
-		uint32_t b = wk_hash(l, client);
+		uint32_t b = wk_ep_hash(l, client);
 
 		a->hnext = w->hash[b];
 		w->hash[b] = a;
@@ -209,7 +209,7 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 		a->conn->alloc = NULL;
 		return;
 	}
-	for (pp = &w->hash[wk_hash(a->l, (struct sockaddr *)&a->client)]; *pp; pp = &(*pp)->hnext)
+	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client)]; *pp; pp = &(*pp)->hnext)
 		if (*pp == a) {
 			*pp = a->hnext;
 			return;

@@ -1,5 +1,6 @@
-/* Worker TCP I/O: accepting TURN-TCP clients, stream framing of STUN and ChannelData,
- * bounded per-connection buffers. An allocation made over a connection ends with it. */
+/* Worker stream I/O: accepting TURN-TCP and TURN-TLS clients, TLS handshakes, stream
+ * framing of STUN and ChannelData, bounded per-connection buffers and deadlines (shared
+ * with DTLS associations). An allocation made over a connection ends with it. */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
 
 #include "common/log.h"
 #include "stun/stun_frame.h"
@@ -27,10 +30,25 @@ static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 {
 	if (c->alloc)
-		wk_alloc_destroy(w, c->alloc, "TCP connection closed");
+		wk_alloc_destroy(w, c->alloc, c->dgram ? "DTLS association closed"
+						       : "TCP connection closed");
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
-	close(c->fd);
+	ev_timer_stop(w->loop, &c->tmo);
+	if (c->ssl) {
+		if (!c->hs_done)
+			w->n_handshakes--;
+		else if (!c->dead)
+			SSL_shutdown(c->ssl);	/* close_notify, best effort, never waits */
+		SSL_free(c->ssl);
+		ERR_clear_error();
+	}
+	if (c->dgram) {
+		wk_dtls_unhash(w, c);
+		w->n_dtls--;
+	} else {
+		close(c->fd);
+	}
 	*c->pprev = c->next;
 	if (c->next)
 		c->next->pprev = c->pprev;
@@ -39,24 +57,51 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 	free(c->in);
 	free(c->out);
 	free(c);
+	wk_tcp_resume(w);
+}
+
+/* Writes from the output buffer: > 0 bytes written, -EAGAIN to wait, other < 0 fatal. */
+static ssize_t wk_tconn_write(struct wk_tconn *c, const uint8_t *buf, size_t len)
+{
+	ssize_t n;
+
+	if (!c->ssl) {
+		n = send(c->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n >= 0)
+			return n;
+		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
+	}
+	n = SSL_write(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+	if (n > 0)
+		return n;
+	switch (SSL_get_error(c->ssl, (int)n)) {
+	case SSL_ERROR_WANT_WRITE:
+	case SSL_ERROR_WANT_READ:
+		return -EAGAIN;
+	default:
+		ERR_clear_error();
+		return -EIO;
+	}
+}
+
+/* Marks c dead; it is closed by the read side, never here: callers may still use c. */
+static void wk_tconn_kill(struct worker *w, struct wk_tconn *c)
+{
+	c->dead = true;
+	c->out_off = c->out_len = 0;
+	ev_io_stop(w->loop, &c->wio);
+	ev_feed_event(w->loop, &c->rio, EV_READ);
 }
 
 static void wk_tconn_flush(struct worker *w, struct wk_tconn *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t n = wk_tconn_write(c, c->out + c->out_off, c->out_len - c->out_off);
 
+		if (n == -EAGAIN)
+			break;
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				break;
-			if (errno == EINTR)
-				continue;
-			/* Closed by the read side, never here: callers may still use c. */
-			c->dead = true;
-			c->out_off = c->out_len = 0;
-			ev_io_stop(w->loop, &c->wio);
-			ev_feed_event(w->loop, &c->rio, EV_READ);
+			wk_tconn_kill(w, c);
 			return;
 		}
 		c->out_off += (size_t)n;
@@ -69,14 +114,34 @@ static void wk_tconn_flush(struct worker *w, struct wk_tconn *c)
 	}
 }
 
+static void wk_tconn_count_out(struct worker *w, const struct wk_tconn *c, size_t len)
+{
+	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
+	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
+	if (c->l->snap_ok) {
+		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
+		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
+	}
+}
+
 /* Queues a whole frame or nothing: a frame that does not fit in the bounded output
  * buffer is dropped (data) so a slow reader cannot grow our memory. */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len)
 {
 	size_t need;
 
-	if (c->dead)
+	if (c->dead || !c->hs_done)
 		return;
+	if (c->dgram) {
+		/* One message, one record, one datagram. */
+		if (SSL_write(c->ssl, buf, (int)len) <= 0) {
+			ERR_clear_error();
+			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+			return;
+		}
+		wk_tconn_count_out(w, c, len);
+		return;
+	}
 	if (c->out_off && c->out_off == c->out_len)
 		c->out_off = c->out_len = 0;
 	need = c->out_len + len;
@@ -98,23 +163,60 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 	}
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
-	if (c->l->snap_ok) {
-		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
-	}
+	wk_tconn_count_out(w, c, len);
 	if (!ev_is_active(&c->wio))
 		wk_tconn_flush(w, c);
+}
+
+int wk_tconn_handshake(struct worker *w, struct wk_tconn *c)
+{
+	int r = SSL_do_handshake(c->ssl);
+	char desc[160];
+
+	if (r == 1) {
+		c->hs_done = true;
+		w->n_handshakes--;
+		c->last_msg = ev_now(w->loop);
+		shm_ctr_add(w->ctr, SHM_CTR_TLS_HANDSHAKES, 1);
+		wk_tcp_resume(w);
+		if (log_enabled("worker", LOG_LVL_DEBUG)) {
+			wk_tls_describe(c->ssl, desc, sizeof(desc));
+			log_debug("worker", "listener %s: handshake done: %s", c->l->name, desc);
+		}
+		return 1;
+	}
+	switch (SSL_get_error(c->ssl, r)) {
+	case SSL_ERROR_WANT_READ:
+		if (!c->dgram)
+			ev_io_stop(w->loop, &c->wio);
+		return 0;
+	case SSL_ERROR_WANT_WRITE:
+		if (!c->dgram)
+			ev_io_start(w->loop, &c->wio);
+		return 0;
+	default:
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_TLS, 1);
+		log_debug("worker", "listener %s: handshake failed: %s", c->l->name,
+			  ERR_reason_error_string(ERR_peek_last_error()) ?
+			  ERR_reason_error_string(ERR_peek_last_error()) : "closed");
+		ERR_clear_error();
+		return -1;
+	}
 }
 
 static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_tconn *c = io->data;
+	struct worker *w = c->l->w;
 
-	wk_tconn_flush(c->l->w, c);
+	if (!c->hs_done) {
+		if (wk_tconn_handshake(w, c) < 0)
+			wk_tconn_close(w, c);
+		return;
+	}
+	wk_tconn_flush(w, c);
 	if (c->dead)
-		wk_tconn_close(c->l->w, c);
+		wk_tconn_close(w, c);
 }
 
 /* Cuts complete frames off the input buffer. Returns false when the connection was
@@ -148,8 +250,41 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 	if (off) {
 		memmove(c->in, c->in + off, c->in_len - off);
 		c->in_len -= off;
+		c->last_msg = ev_now(w->loop);
+		c->partial_since = 0;
 	}
+	if (c->in_len && !c->partial_since)
+		c->partial_since = ev_now(w->loop);
 	return true;
+}
+
+/* Reads into the input buffer: > 0 bytes, 0 end of stream, -EAGAIN, other < 0 fatal. */
+static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
+{
+	size_t room = WK_TCP_IN_MAX - c->in_len;
+	ssize_t n;
+
+	if (!c->ssl) {
+		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
+		if (n >= 0)
+			return n;
+		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
+	}
+	n = SSL_read(c->ssl, c->in + c->in_len, (int)room);
+	if (n > 0)
+		return n;
+	switch (SSL_get_error(c->ssl, (int)n)) {
+	case SSL_ERROR_WANT_READ:
+		return -EAGAIN;
+	case SSL_ERROR_WANT_WRITE:
+		ev_io_start(w->loop, &c->wio);
+		return -EAGAIN;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	default:
+		ERR_clear_error();
+		return -EIO;
+	}
 }
 
 static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
@@ -157,6 +292,14 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 	struct wk_tconn *c = io->data;
 	struct worker *w = c->l->w;
 
+	if (!c->dead && !c->hs_done) {
+		int r = wk_tconn_handshake(w, c);
+
+		if (r == 0)
+			return;
+		if (r < 0)
+			c->dead = true;
+	}
 	for (int i = 0; i < 16; i++) {
 		ssize_t n;
 
@@ -164,20 +307,104 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 			wk_tconn_close(w, c);
 			return;
 		}
-		n = recv(c->fd, c->in + c->in_len, WK_TCP_IN_MAX - c->in_len, MSG_DONTWAIT);
-
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		n = wk_tconn_read(w, c);
+		if (n == -EAGAIN)
+			break;
+		if (n <= 0) {
 			wk_tconn_close(w, c);
 			return;
 		}
-		if (n < 0)
-			return;
 		c->in_len += (size_t)n;
 		if (!wk_tconn_frames(w, c)) {
 			wk_tconn_close(w, c);
 			return;
 		}
 	}
+	/* Plaintext left inside OpenSSL makes the socket look idle: come back for it. */
+	if (c->ssl && SSL_pending(c->ssl) > 0)
+		ev_feed_event(w->loop, &c->rio, EV_READ);
+	/* TLS may have wanted to read before it could write (key update). */
+	if (c->ssl && c->out_off < c->out_len)
+		wk_tconn_flush(w, c);
+}
+
+/* One timer per connection, re-armed only when it fires: the hot path just stores times.
+ * It enforces the handshake deadline, the slow-sender deadline of a partial message and
+ * the idle deadline of a connection without an allocation; DTLS retransmits its
+ * handshake flights from here too. */
+static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct wk_tconn *c = t->data;
+	struct worker *w = c->l->w;
+	double now = ev_now(loop), next;
+	const char *why = NULL;
+
+	if (!c->hs_done) {
+		struct timeval tv;
+
+		next = c->born + WK_HS_TIMEOUT_S;
+		if (now >= next) {
+			why = "handshake timeout";
+		} else if (c->dgram && DTLSv1_get_timeout(c->ssl, &tv) == 1) {
+			if (tv.tv_sec == 0 && tv.tv_usec == 0) {
+				if (DTLSv1_handle_timeout(c->ssl) < 0)
+					why = "handshake retransmission failed";
+				ERR_clear_error();
+			}
+			if (!why && DTLSv1_get_timeout(c->ssl, &tv) == 1 &&
+			    now + (double)tv.tv_sec + tv.tv_usec / 1e6 < next)
+				next = now + (double)tv.tv_sec + tv.tv_usec / 1e6;
+		}
+	} else if (c->partial_since && now >= c->partial_since + WK_FRAME_TIMEOUT_S) {
+		why = "partial message not completed in time";
+	} else if (!c->alloc && now >= c->last_msg + WK_IDLE_TIMEOUT_S) {
+		why = "idle without an allocation";
+	} else {
+		next = c->last_msg + WK_IDLE_TIMEOUT_S;
+		if (c->alloc || next <= now)
+			next = now + WK_IDLE_TIMEOUT_S;
+		if (c->partial_since && c->partial_since + WK_FRAME_TIMEOUT_S < next)
+			next = c->partial_since + WK_FRAME_TIMEOUT_S;
+	}
+	if (why) {
+		log_debug("worker", "listener %s: connection closed: %s", c->l->name, why);
+		shm_ctr_add(w->ctr, SHM_CTR_CONN_TIMEOUTS, 1);
+		wk_tconn_close(w, c);
+		return;
+	}
+	ev_timer_set(t, next - now > 0.001 ? next - now : 0.001, 0.0);
+	ev_timer_start(loop, t);
+}
+
+void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
+{
+	c->l = l;
+	c->born = c->last_msg = ev_now(w->loop);
+	c->hs_done = c->ssl == NULL;
+	if (c->ssl)
+		w->n_handshakes++;
+	ev_timer_init(&c->tmo, wk_tconn_tmo_cb,
+		      c->dgram ? 0.001 : c->ssl ? WK_HS_TIMEOUT_S : WK_IDLE_TIMEOUT_S, 0.0);
+	c->tmo.data = c;
+	ev_timer_start(w->loop, &c->tmo);
+	c->next = l->conns;
+	if (c->next)
+		c->next->pprev = &c->next;
+	c->pprev = &l->conns;
+	l->conns = c;
+	l->n_conns++;
+	if (l->snap_ok)
+		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CONNS_TOTAL, 1);
+	wk_tcp_count_conns(w, l);
+}
+
+/* A TLS listener with no usable certificate, or too many handshakes in flight, leaves
+ * connections in the kernel's backlog until it can serve them. */
+static bool wk_tcp_can_accept(const struct worker *w, const struct wk_listener *l)
+{
+	if (l->n_conns >= WK_TCP_MAX_CONNS)
+		return false;
+	return !l->secure || (l->tls_ctx && w->n_handshakes < WK_MAX_HANDSHAKES);
 }
 
 static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -189,20 +416,33 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		struct wk_tconn *c = NULL;
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
 
+		if (!wk_tcp_can_accept(w, l)) {
+			ev_io_stop(loop, io);	/* wk_tcp_resume restarts it */
+			return;
+		}
+		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		if (l->n_conns < WK_TCP_MAX_CONNS)
-			c = calloc(1, sizeof(*c));
+		c = calloc(1, sizeof(*c));
 		if (c)
 			c->in = malloc(WK_TCP_IN_MAX);
-		if (!c || !c->in) {
+		if (c && c->in && l->secure && (c->ssl = SSL_new(l->tls_ctx)) != NULL &&
+		    SSL_set_fd(c->ssl, fd) == 1)
+			SSL_set_accept_state(c->ssl);
+		else if (c && l->secure && c->ssl) {
+			SSL_free(c->ssl);
+			c->ssl = NULL;
+		}
+		if (!c || !c->in || (l->secure && !c->ssl)) {
+			if (c)
+				free(c->in);
 			free(c);
 			close(fd);
+			ERR_clear_error();
 			continue;
 		}
-		c->l = l;
 		c->fd = fd;
 		memcpy(&c->peer, &ss, sl);
 		c->peer_len = sl;
@@ -211,15 +451,18 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		ev_io_init(&c->wio, wk_tconn_wcb, fd, EV_WRITE);
 		c->wio.data = c;
 		ev_io_start(w->loop, &c->rio);
-		c->next = l->conns;
-		if (c->next)
-			c->next->pprev = &c->next;
-		c->pprev = &l->conns;
-		l->conns = c;
-		l->n_conns++;
-		if (l->snap_ok)
-			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CONNS_TOTAL, 1);
-		wk_tcp_count_conns(w, l);
+		wk_tconn_link(w, l, c);
+	}
+}
+
+void wk_tcp_resume(struct worker *w)
+{
+	for (size_t i = 0; i < w->n_ls; i++) {
+		struct wk_listener *l = w->ls[i];
+
+		if (l->active && l->proto == WORKER_PROTO_TCP && !ev_is_active(&l->io) &&
+		    wk_tcp_can_accept(w, l))
+			ev_io_start(w->loop, &l->io);
 	}
 }
 

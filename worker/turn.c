@@ -139,7 +139,8 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	socklen_t sl = sizeof(local);
 
 	shm_alloc_begin_write(rec);
-	rec->client_transport = ep->c ? SHM_TRANSPORT_TCP : SHM_TRANSPORT_UDP;
+	rec->client_transport = !ep->c ? SHM_TRANSPORT_UDP : !ep->c->ssl ? SHM_TRANSPORT_TCP :
+				ep->c->dgram ? SHM_TRANSPORT_DTLS : SHM_TRANSPORT_TLS;
 	rec->key_alg = cred->key_alg;
 	rec->key_len = (uint8_t)cred->key_len;
 	memcpy(rec->key, cred->key, cred->key_len);

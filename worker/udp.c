@@ -123,7 +123,7 @@ static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 	h[1] = (uint8_t)ch->number;
 	h[2] = (uint8_t)(len >> 8);
 	h[3] = (uint8_t)len;
-	while (a->conn && (total & 3)) {
+	while (a->conn && !a->conn->dgram && (total & 3)) {	/* streams only */
 		payload[len++] = 0;
 		total++;
 	}

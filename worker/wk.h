@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include <ev.h>
+#include <openssl/ssl.h>
 
 #include "conf/snapshot.h"
 #include "shm/shm.h"
@@ -29,6 +30,17 @@
 #define WK_TCP_MAX_CONNS 4096
 #define WK_RESV_LIFETIME_MS 30000u
 #define WK_HASH_BUCKETS 4096u	/* power of two */
+/* Stream and DTLS connection bounds (docs/security.md). A TLS/DTLS handshake must finish
+ * within WK_HS_TIMEOUT_S and a worker runs at most WK_MAX_HANDSHAKES at once (TLS and
+ * DTLS together): more connections wait in the kernel's backlog (TLS) or are dropped
+ * (DTLS ClientHellos after the cookie). A connection that carries no allocation is
+ * closed after WK_IDLE_TIMEOUT_S without a complete message; a partial message must be
+ * completed within WK_FRAME_TIMEOUT_S (slow senders cannot pin a 64 KiB buffer). */
+#define WK_HS_TIMEOUT_S 10.0
+#define WK_MAX_HANDSHAKES 64u
+#define WK_IDLE_TIMEOUT_S 30.0
+#define WK_FRAME_TIMEOUT_S 10.0
+#define WK_DTLS_MAX_ASSOCS 4096u
 /* Channel numbers accepted: RFC 5766's 0x4000-0x7FFF, not only RFC 8656's 0x4000-0x4FFF,
  * because deployed clients (coturn's turnutils_uclient among them) still pick from the
  * old range; on the server's port a first byte 0x50-0x7F cannot be anything else. */
@@ -49,12 +61,29 @@ static inline bool wk_is_chandata(const uint8_t *buf, size_t len)
 struct worker;
 struct wk_alloc;
 
-/* One TCP client connection on a TURN-TCP listener. */
+/* The DTLS BIO's state: where datagrams go, and the one received datagram to hand out. */
+struct wk_dbio {
+	struct worker *w;
+	int fd;				/* the listener's UDP socket (not owned) */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	const uint8_t *rbuf;
+	size_t rlen;
+};
+
+/* One client connection: TCP or TLS on a stream listener, or a DTLS association on a
+ * TURN-DTLS listener's shared UDP socket (dgram: fd is the listener's, no buffers). */
 struct wk_tconn {
 	struct wk_listener *l;
 	struct wk_tconn *next, **pprev;	/* listener's connection list */
+	struct wk_tconn *dnext;		/* DTLS association hash chain */
 	int fd;
 	ev_io rio, wio;
+	ev_timer tmo;			/* handshake, idle and slow-sender deadlines */
+	SSL *ssl;			/* TLS/DTLS; NULL for plain TCP */
+	bool dgram;
+	bool hs_done;			/* handshake finished (always true without ssl) */
+	double born, last_msg, partial_since;	/* ev_now() times; partial_since 0 = none */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
 	uint8_t *in;			/* WK_TCP_IN_MAX bytes */
@@ -89,6 +118,12 @@ struct wk_listener {
 	struct portpool pool;
 	struct wk_tconn *conns;
 	size_t n_conns;
+	/* TLS/DTLS (secure: the snapshot says TURN-TLS/TURN-DTLS). tls_ctx is the default
+	 * context; established sessions keep their own reference across a rotation. */
+	bool secure, secure_known;	/* decided by the first snapshot naming it */
+	SSL_CTX *tls_ctx;
+	uint8_t tls_digest[32];		/* SHA-256 of the cert and key PEM it was built from */
+	SSL *dtls_listen;		/* DTLSv1_listen's stateless object */
 };
 
 /* One relay socket of an allocation (two for a dual-stack allocation). */
@@ -178,6 +213,14 @@ struct worker {
 	struct wk_alloc *allocs;
 	size_t n_allocs;
 	struct wk_resv *resvs;
+	/* TLS/DTLS */
+	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
+	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */
+	BIO_METHOD *dbio_meth;
+	unsigned n_handshakes;
+	unsigned n_dtls;
+	struct wk_tconn **dhash;	/* DTLS associations by (listener, client), WK_HASH_BUCKETS */
+	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
@@ -188,13 +231,38 @@ uint64_t wk_now_ms(void);
 int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
 
+/* ---- tls.c ---- */
+int wk_tls_init(struct worker *w);
+int wk_dtls_meth_init(struct worker *w);
+/* Builds the listener's default context (and one per further certificate, chosen by
+ * SNI) from the snapshot's PEM: every private key is paired with the certificate it
+ * matches, the other certificates are the chains. Returns 0 or -EINVAL/-ENOMEM. */
+int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls,
+		     SSL_CTX **out);
+/* A server SSL whose BIO sends datagrams through fd (the listener's socket). */
+SSL *wk_dtls_ssl_new(struct worker *w, SSL_CTX *ctx, int fd);
+struct wk_dbio *wk_dtls_dbio(SSL *ssl);
+/* "TLSv1.3 TLS_AES_128_GCM_SHA256 alpn=stun.turn", for logs. */
+void wk_tls_describe(SSL *ssl, char *buf, size_t len);
+
+/* ---- dtls.c ---- */
+int wk_dtls_start(struct worker *w, struct wk_listener *l);
+/* Unhashes a closing association (called by wk_tconn_close). */
+void wk_dtls_unhash(struct worker *w, struct wk_tconn *c);
+
 /* ---- udp.c ---- */
 int wk_udp_start(struct worker *w, struct wk_listener *l);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 
 /* ---- tcp.c ---- */
 int wk_tcp_start(struct worker *w, struct wk_listener *l);
+/* Links a new connection into its listener, counts it and starts its deadline timer. */
+void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c);
+/* Handshake step: 1 done, 0 in progress, -1 failed (the caller closes). */
+int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
+/* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
+void wk_tcp_resume(struct worker *w);
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
 
 /* Sends a response/indication/ChannelData to the client behind ep. */
@@ -245,6 +313,8 @@ int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int
 void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
 uint64_t wk_mono_ns(void);
 
+/* Bucket of (listener, client address) in a WK_HASH_BUCKETS table. */
+uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa);
 /* shm_addr <-> sockaddr */
 void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out);
 socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out);

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "common/ipc.h"
 #include "common/log.h"
 
@@ -108,21 +110,78 @@ out:
 	freeifaddrs(ifa);
 }
 
+static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
+{
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	unsigned int n = 0;
+
+	memset(out, 0, 32);
+	if (md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+	    EVP_DigestUpdate(md, sl->cert_pem, sl->cert_pem_len) == 1 &&
+	    EVP_DigestUpdate(md, sl->key_pem, sl->key_pem_len) == 1)
+		EVP_DigestFinal_ex(md, out, &n);
+	EVP_MD_CTX_free(md);
+}
+
+/* TLS/DTLS listener: (re)builds its contexts when the certificate or key changed. A
+ * rotation only changes what new handshakes get: established sessions hold their own
+ * reference to the old context. A context that cannot be built leaves the previous one
+ * serving (the master validated the PEM, so this is rare). Returns -EINVAL when the
+ * listener has nothing to serve with. */
+static int wk_listener_secure(struct worker *w, struct wk_listener *l)
+{
+	bool dtls = l->sl.protocol == CONF_PROTO_TURN_DTLS;
+	uint8_t dg[32];
+	SSL_CTX *ctx;
+
+	if (!l->secure_known) {
+		l->secure_known = l->secure = true;
+		if (dtls && wk_dtls_start(w, l) < 0)
+			return -EINVAL;
+	}
+	wk_pem_digest(&l->sl, dg);
+	if (l->tls_ctx && memcmp(dg, l->tls_digest, sizeof(dg)) == 0)
+		return 0;
+	if (wk_tls_ctx_build(w, &l->sl, dtls, &ctx) < 0) {
+		log_error("worker", "listener %s: certificate or key unusable; %s", l->name,
+			  l->tls_ctx ? "the previous one stays in use" : "not served");
+		return l->tls_ctx ? 0 : -EINVAL;
+	}
+	if (l->tls_ctx)
+		log_info("worker", "listener %s: new certificate for new handshakes", l->name);
+	SSL_CTX_free(l->tls_ctx);
+	l->tls_ctx = ctx;
+	memcpy(l->tls_digest, dg, sizeof(dg));
+	SSL_free(l->dtls_listen);
+	l->dtls_listen = NULL;
+	wk_tcp_resume(w);
+	return 0;
+}
+
 /* Re-resolves one listener by name in the new snapshot (indexes may change across
  * reloads) and refreshes its relay address, port pool and dual-stack address. */
 static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 {
+	bool secure, dgram;
+
 	l->snap_ok = snap_listener_find(w->snap, l->name, &l->snap_idx) == 0 &&
 		     snap_listener_get(w->snap, l->snap_idx, &l->sl) == 0;
-	if (l->snap_ok && l->sl.protocol != (l->proto == WORKER_PROTO_UDP ? CONF_PROTO_TURN_UDP
-									   : CONF_PROTO_TURN_TCP)) {
-		/* Never serve a TLS/DTLS listener's socket in the clear. */
+	if (!l->snap_ok)
+		return;
+	secure = l->sl.protocol == CONF_PROTO_TURN_TLS || l->sl.protocol == CONF_PROTO_TURN_DTLS;
+	dgram = l->sl.protocol == CONF_PROTO_TURN_UDP || l->sl.protocol == CONF_PROTO_TURN_DTLS;
+	if (dgram != (l->proto == WORKER_PROTO_UDP) || (l->secure_known && secure != l->secure)) {
+		/* Never serve a TLS/DTLS listener's socket in the clear, nor the other way
+		 * round: a protocol change comes with a new socket from the master. */
 		log_error("worker", "listener %s: socket does not match protocol %s; not served",
 			  l->name, conf_proto_name(l->sl.protocol));
 		l->snap_ok = false;
-	}
-	if (!l->snap_ok)
 		return;
+	}
+	if (secure && wk_listener_secure(w, l) < 0) {
+		l->snap_ok = false;
+		return;
+	}
 	memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));
 	if (l->sl.relay_port_min != l->pool_min || l->sl.relay_port_max != l->pool_max) {
 		/* A changed range only affects new allocations: live ones keep
@@ -317,6 +376,10 @@ void wk_listener_close(struct worker *w, struct wk_listener *l)
 	l->fd = -1;
 	l->active = false;
 	portpool_destroy(&l->pool);
+	SSL_free(l->dtls_listen);
+	l->dtls_listen = NULL;
+	SSL_CTX_free(l->tls_ctx);
+	l->tls_ctx = NULL;
 }
 
 static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
@@ -453,6 +516,9 @@ static void wk_teardown(struct worker *w)
 	}
 	shm_qsbr_offline(w->shm, w->slot);
 	free(w->rx);
+	free(w->dhash);
+	free(w->plain);
+	BIO_meth_free(w->dbio_meth);
 	ev_loop_destroy(w->loop);
 }
 
@@ -473,7 +539,7 @@ int worker_run(const struct worker_heritage *h)
 	w->ctr = shm_slot_counters(w->shm, w->slot);
 	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-	if (!w->ctr || !w->rx || !w->loop) {
+	if (!w->ctr || !w->rx || !w->loop || wk_tls_init(w) < 0 || wk_dtls_meth_init(w) < 0) {
 		log_error("worker", "slot %u: setup failed", h->slot);
 		free(w->rx);
 		if (w->loop)

@@ -13,7 +13,8 @@
 
 struct shm; /* shm/shm.h: the mapped segment handle, created by the master before fork */
 
-/* Transport of a listening socket. TLS/DTLS are not served by workers yet. */
+/* Socket type of a listening socket: TURN-DTLS listeners are UDP sockets and TURN-TLS
+ * ones TCP sockets; the worker learns from the snapshot that they are secured. */
 enum worker_proto {
 	WORKER_PROTO_UDP = 0,
 	WORKER_PROTO_TCP = 1,

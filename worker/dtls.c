@@ -1,0 +1,219 @@
+/* Worker DTLS: one shared UDP listener socket carries every association of a TURN-DTLS
+ * listener. A ClientHello without a valid cookie is answered statelessly
+ * (DTLSv1_listen); only the cookie round trip creates per-client state, bounded in
+ * number (WK_DTLS_MAX_ASSOCS, WK_MAX_HANDSHAKES) and in time (wk_tconn deadlines). */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <openssl/err.h>
+
+#include "common/log.h"
+#include "worker/sockbuf.h"
+
+#define WK_DTLS_CT_HANDSHAKE 22	/* DTLS record content type of a ClientHello */
+
+static struct wk_tconn *wk_dtls_find(struct worker *w, const struct wk_listener *l,
+				     const struct sockaddr *from)
+{
+	struct wk_tconn *c = w->dhash[wk_ep_hash(l, from)];
+
+	for (; c; c = c->dnext)
+		if (c->l == l && wk_addr_equal((struct sockaddr *)&c->peer, from))
+			return c;
+	return NULL;
+}
+
+void wk_dtls_unhash(struct worker *w, struct wk_tconn *c)
+{
+	struct wk_tconn **pp = &w->dhash[wk_ep_hash(c->l, (struct sockaddr *)&c->peer)];
+
+	for (; *pp; pp = &(*pp)->dnext)
+		if (*pp == c) {
+			*pp = c->dnext;
+			return;
+		}
+}
+
+/* Decrypts every record the datagram held and hands each message to the dispatcher. */
+static void wk_dtls_records(struct worker *w, struct wk_tconn *c)
+{
+	struct wk_ep ep = { .l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer,
+			    .addr_len = c->peer_len };
+
+	for (int i = 0; i < 16 && !c->dead; i++) {
+		int n = SSL_read(c->ssl, w->plain + WK_HEADROOM, WK_DGRAM_MAX - 4);
+
+		if (n <= 0) {
+			int err = SSL_get_error(c->ssl, n);
+
+			if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
+				/* close_notify or a fatal alert: the association is over */
+				if (err != SSL_ERROR_ZERO_RETURN)
+					shm_ctr_add(w->ctr, SHM_CTR_ERR_TLS, 1);
+				c->dead = err != SSL_ERROR_ZERO_RETURN;
+				wk_dtls_dbio(c->ssl)->rbuf = NULL;
+				ERR_clear_error();
+				wk_tconn_close(w, c);
+			}
+			return;
+		}
+		c->last_msg = ev_now(w->loop);
+		if (c->l->snap_ok && w->snap)
+			wk_turn_input(w, &ep, w->plain + WK_HEADROOM, (size_t)n);
+	}
+	wk_dtls_dbio(c->ssl)->rbuf = NULL;	/* never keep a pointer into the batch */
+}
+
+/* Hands one datagram (NULL: none, just run the state machine) to association c; c may
+ * be closed on return. */
+static void wk_dtls_feed(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len)
+{
+	struct wk_dbio *d = wk_dtls_dbio(c->ssl);
+
+	d->rbuf = buf;
+	d->rlen = len;
+	if (!c->hs_done) {
+		int r = wk_tconn_handshake(w, c);
+
+		d->rbuf = NULL;
+		if (r < 0) {
+			c->dead = true;
+			wk_tconn_close(w, c);
+			return;
+		}
+		/* Re-arm the timer for the next retransmission or the deadline. */
+		ev_timer_stop(w->loop, &c->tmo);
+		ev_timer_set(&c->tmo, 0.001, 0.0);
+		ev_timer_start(w->loop, &c->tmo);
+		if (r == 0)
+			return;
+	}
+	wk_dtls_records(w, c);	/* consumes the datagram; may close c */
+}
+
+/* The stateless step: answers a cookie-less ClientHello with a HelloVerifyRequest, and
+ * turns one carrying a valid cookie into an association. */
+static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+			  socklen_t fromlen, const uint8_t *buf, size_t len)
+{
+	struct wk_dbio *d;
+	struct wk_tconn *c;
+	BIO_ADDR *peer;
+	int r;
+
+	if (len < 13 || buf[0] != WK_DTLS_CT_HANDSHAKE || !l->tls_ctx) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+		return;
+	}
+	if (w->n_handshakes >= WK_MAX_HANDSHAKES || w->n_dtls >= WK_DTLS_MAX_ASSOCS) {
+		shm_ctr_add(w->ctr, SHM_CTR_HANDSHAKES_REFUSED, 1);
+		return;
+	}
+	if (!l->dtls_listen && !(l->dtls_listen = wk_dtls_ssl_new(w, l->tls_ctx, l->fd)))
+		return;
+	d = wk_dtls_dbio(l->dtls_listen);
+	memcpy(&d->peer, from, fromlen);
+	d->peer_len = fromlen;
+	d->rbuf = buf;
+	d->rlen = len;
+	peer = BIO_ADDR_new();
+	r = peer ? DTLSv1_listen(l->dtls_listen, peer) : -1;
+	BIO_ADDR_free(peer);
+	d->rbuf = NULL;
+	if (r <= 0) {
+		/* 0: answered with a cookie, or dropped; < 0: a fatal error (not ours to
+		 * keep): the next hello starts from a fresh object. */
+		if (r == 0)
+			shm_ctr_add(w->ctr, SHM_CTR_DTLS_COOKIES, 1);
+		if (r < 0) {
+			SSL_free(l->dtls_listen);
+			l->dtls_listen = NULL;
+		}
+		ERR_clear_error();
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return;		/* the client retransmits its hello */
+	c->ssl = l->dtls_listen;
+	l->dtls_listen = NULL;
+	c->dgram = true;
+	c->fd = l->fd;
+	memcpy(&c->peer, from, fromlen);
+	c->peer_len = fromlen;
+	c->dnext = w->dhash[wk_ep_hash(l, from)];
+	w->dhash[wk_ep_hash(l, from)] = c;
+	w->n_dtls++;
+	wk_tconn_link(w, l, c);
+	wk_dtls_feed(w, c, NULL, 0);	/* the buffered ClientHello: send our flight */
+}
+
+static void wk_dtls_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_listener *l = io->data;
+	struct worker *w = l->w;
+	struct mmsghdr msgs[WK_BATCH];
+	struct iovec iov[WK_BATCH];
+	struct sockaddr_storage from[WK_BATCH];
+	int n;
+
+	for (int round = 0; round < 8; round++) {
+		memset(msgs, 0, sizeof(msgs));
+		for (int i = 0; i < WK_BATCH; i++) {
+			iov[i].iov_base = w->rx[i] + WK_HEADROOM;
+			iov[i].iov_len = WK_DGRAM_MAX;
+			msgs[i].msg_hdr.msg_iov = &iov[i];
+			msgs[i].msg_hdr.msg_iovlen = 1;
+			msgs[i].msg_hdr.msg_name = &from[i];
+			msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
+		}
+		n = recvmmsg(l->fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
+		if (n <= 0) {
+			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				shm_ctr_add(w->ctr, SHM_CTR_ERR_RECV, 1);
+			return;
+		}
+		for (int i = 0; i < n; i++) {
+			const struct sockaddr *sa = (struct sockaddr *)&from[i];
+			const uint8_t *buf = w->rx[i] + WK_HEADROOM;
+			size_t len = msgs[i].msg_len;
+			struct wk_tconn *c;
+
+			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
+			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_IN, len);
+			if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !l->snap_ok || !w->snap)
+				continue;
+			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_PKTS_IN, 1);
+			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, len);
+			c = wk_dtls_find(w, l, sa);
+			if (c)
+				wk_dtls_feed(w, c, buf, len);
+			else
+				wk_dtls_hello(w, l, sa, msgs[i].msg_hdr.msg_namelen, buf, len);
+		}
+		if (n < WK_BATCH)
+			return;
+	}
+}
+
+int wk_dtls_start(struct worker *w, struct wk_listener *l)
+{
+	if (!w->dhash) {
+		w->dhash = calloc(WK_HASH_BUCKETS, sizeof(*w->dhash));
+		w->plain = malloc(WK_HEADROOM + WK_DGRAM_MAX);
+		if (!w->dhash || !w->plain)
+			return -ENOMEM;
+	}
+	wk_sockbuf_grow(l->fd, WK_SOCKBUF_LISTENER);
+	ev_io_stop(w->loop, &l->io);
+	ev_io_init(&l->io, wk_dtls_listener_cb, l->fd, EV_READ);
+	l->io.data = l;
+	ev_io_start(w->loop, &l->io);
+	return 0;
+}
