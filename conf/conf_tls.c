@@ -1,4 +1,6 @@
-/* Validates TLS material at load time: PEM certificate, PEM private key, and that they match. */
+/* Validates TLS material at load time: PEM certificates, PEM private keys, and that every
+ * key has its certificate. A listener may hold several certificate/key pairs (chosen by
+ * SNI): the certificates (with their chains) concatenated in one PEM, the keys in another. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,42 +11,80 @@
 
 #include "conf/conf_internal.h"
 
+/* The worker serves at most this many pairs per listener (worker/tls.c agrees). */
+#define CONF_TLS_MAX_KEYS 8
+#define CONF_TLS_MAX_CERTS 64
+
+static int read_certs(const char *pem, size_t len, X509 **out, size_t *n)
+{
+	BIO *b = BIO_new_mem_buf(pem, (int)len);
+
+	*n = 0;
+	if (b == NULL)
+		return -ENOMEM;
+	while (*n < CONF_TLS_MAX_CERTS && (out[*n] = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
+		(*n)++;
+	BIO_free(b);
+	return 0;
+}
+
+static int read_keys(const char *pem, size_t len, EVP_PKEY **out, size_t *n)
+{
+	BIO *b = BIO_new_mem_buf(pem, (int)len);
+
+	*n = 0;
+	if (b == NULL)
+		return -ENOMEM;
+	while (*n < CONF_TLS_MAX_KEYS + 1 &&
+	       (out[*n] = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)) != NULL)
+		(*n)++;
+	BIO_free(b);
+	return 0;
+}
+
 int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len,
 		   char *err, size_t errlen)
 {
+	X509 *x[CONF_TLS_MAX_CERTS];
+	EVP_PKEY *k[CONF_TLS_MAX_KEYS + 1];
+	size_t nx = 0, nk = 0;
 	int rc = -EINVAL;
-	X509 *x = NULL;
-	EVP_PKEY *k = NULL;
-	BIO *b = NULL;
+
 	err[0] = '\0';
-	if (cert != NULL) {
-		b = BIO_new_mem_buf(cert, (int)cert_len);
-		if (b == NULL)
-			goto oom;
-		x = PEM_read_bio_X509(b, NULL, NULL, NULL);
-		BIO_free(b);
-		if (x == NULL) {
-			snprintf(err, errlen, "cert: not a PEM certificate (expected base64 of a "
-				 "PEM certificate)");
-			goto out;
-		}
-	}
-	if (key != NULL) {
-		b = BIO_new_mem_buf(key, (int)key_len);
-		if (b == NULL)
-			goto oom;
-		k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
-		BIO_free(b);
-		if (k == NULL) {
-			snprintf(err, errlen, "key: not a PEM private key (expected base64 of an "
-				 "unencrypted PEM private key)");
-			goto out;
-		}
-	}
-	if (x != NULL && k != NULL && X509_check_private_key(x, k) != 1) {
-		snprintf(err, errlen, "key: does not match the certificate (expected the "
-			 "certificate's private key)");
+	if (cert != NULL && read_certs(cert, cert_len, x, &nx) < 0)
+		goto oom;
+	if (cert != NULL && nx == 0) {
+		snprintf(err, errlen, "cert: not a PEM certificate (expected base64 of a "
+			 "PEM certificate)");
 		goto out;
+	}
+	if (key != NULL && read_keys(key, key_len, k, &nk) < 0)
+		goto oom;
+	if (key != NULL && nk == 0) {
+		snprintf(err, errlen, "key: not a PEM private key (expected base64 of an "
+			 "unencrypted PEM private key)");
+		goto out;
+	}
+	if (nk > CONF_TLS_MAX_KEYS) {
+		snprintf(err, errlen, "key: more than %d private keys (expected one per "
+			 "certificate, at most %d)", CONF_TLS_MAX_KEYS, CONF_TLS_MAX_KEYS);
+		goto out;
+	}
+	for (size_t i = 0; cert != NULL && i < nk; i++) {
+		bool found = false;
+
+		for (size_t j = 0; j < nx && !found; j++)
+			found = X509_check_private_key(x[j], k[i]) == 1;
+		if (!found && nk == 1) {
+			snprintf(err, errlen, "key: does not match the certificate (expected the "
+				 "certificate's private key)");
+			goto out;
+		}
+		if (!found) {
+			snprintf(err, errlen, "key: private key %zu of %zu matches no certificate "
+				 "(expected one key per certificate of cert)", i + 1, nk);
+			goto out;
+		}
 	}
 	rc = 0;
 	goto out;
@@ -52,7 +92,9 @@ oom:
 	rc = -ENOMEM;
 out:
 	ERR_clear_error();
-	X509_free(x);
-	EVP_PKEY_free(k);
+	for (size_t j = 0; j < nx; j++)
+		X509_free(x[j]);
+	for (size_t i = 0; i < nk; i++)
+		EVP_PKEY_free(k[i]);
 	return rc;
 }

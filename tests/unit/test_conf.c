@@ -1014,6 +1014,24 @@ static void test_cert_files(void **state)
 	assert_diag(&d, "t.yaml:11:15: listeners[0].key_file: does not match the certificate "
 			"(expected the certificate's private key)");
 	conf_diags_free(&d);
+
+	/* Several certificates (SNI): the bundle of two keys needs a certificate for each. */
+	char *keys2 = write_tmp("");
+	char *certs2 = write_tmp("");
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "cat %s/test-key.pem %s > %s && cat %s/test-cert.pem > %s",
+		 CONF_SAMPLES, other, keys2, CONF_SAMPLES, certs2);
+	assert_int_equal(system(cmd), 0);
+	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
+		 "    cert_file: %s\n    key_file: %s\n", certs2, keys2);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:11:15: listeners[0].key_file: private key 2 of 2 matches no "
+			"certificate (expected one key per certificate of cert)");
+	conf_diags_free(&d);
+	unlink(keys2);
+	unlink(certs2);
+	free(keys2);
+	free(certs2);
 	unlink(other);
 	free(other);
 
