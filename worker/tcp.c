@@ -253,8 +253,16 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 		c->last_msg = ev_now(w->loop);
 		c->partial_since = 0;
 	}
-	if (c->in_len && !c->partial_since)
+	if (c->in_len && !c->partial_since) {
+		/* A partial message starts the slow-sender deadline: bring the timer
+		 * forward if it was set for the (later) idle deadline. */
 		c->partial_since = ev_now(w->loop);
+		if (ev_timer_remaining(w->loop, &c->tmo) > WK_FRAME_TIMEOUT_S) {
+			ev_timer_stop(w->loop, &c->tmo);
+			ev_timer_set(&c->tmo, WK_FRAME_TIMEOUT_S, 0.0);
+			ev_timer_start(w->loop, &c->tmo);
+		}
+	}
 	return true;
 }
 
