@@ -40,6 +40,10 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_ERR_TLS] = "err_tls",
 	[SHM_CTR_ERR_INTERNAL] = "err_internal",
 	[SHM_CTR_STUN_BINDING] = "stun_binding",
+	[SHM_CTR_TLS_HANDSHAKES] = "tls_handshakes",
+	[SHM_CTR_DTLS_COOKIES] = "dtls_cookies",
+	[SHM_CTR_HANDSHAKES_REFUSED] = "handshakes_refused",
+	[SHM_CTR_CONN_TIMEOUTS] = "conn_timeouts",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {
