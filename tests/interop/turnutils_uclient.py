@@ -2,7 +2,7 @@
 """Interop: coturn's turnutils_uclient against turngated (2 workers).
 
 Twenty clients send 200 ChannelData messages each to turnutils_peer (an echo peer) through
-turngated, over UDP and then over TCP; uclient must report 0 lost packets. A missing tool
+turngated, over UDP, TCP, TLS (-t -S) and DTLS (-S); uclient must report 0 lost packets. A missing tool
 is a failure, not a skip (install the Debian package coturn). The daemon's log must stay
 free of sanitizer reports and worker deaths.
 
@@ -73,22 +73,26 @@ def wait_binding(port, deadline):
         s.close()
 
 
-def run_uclient(port, peer_port, tcp):
+def run_uclient(port, peer_port, mode):
+    """mode: UDP, TCP, TLS or DTLS."""
+    tcp = mode in ("TCP", "TLS")
     args = [UCLIENT, "-m", "20", "-n", "200", "-c", "-u", "user1", "-w", "pass1",
             "-e", "127.0.0.1", "-r", str(peer_port), "-p", str(port)]
     if tcp:
         args.append("-t")
+    if mode in ("TLS", "DTLS"):
+        args.append("-S")
     args.append("127.0.0.4")
     try:
         out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=180).stdout.decode(errors="replace")
     except subprocess.TimeoutExpired:
-        fail("turnutils_uclient %s timed out" % ("TCP" if tcp else "UDP"))
+        fail("turnutils_uclient %s timed out" % mode)
     m = re.search(r"Total lost packets (\d+) \(([\d.]+)%\)", out)
     sent = re.search(r"Total transmit time is", out)
     if not m or not sent:
         print(out[-3000:])
-        fail("could not parse turnutils_uclient output (%s)" % ("TCP" if tcp else "UDP"))
+        fail("could not parse turnutils_uclient output (%s)" % mode)
     lost, pct = int(m.group(1)), float(m.group(2))
     counts = re.findall(r"tot_send_msgs=(\d+), tot_recv_msgs=(\d+)\s*$", out, re.M)
     if not counts:
@@ -96,7 +100,7 @@ def run_uclient(port, peer_port, tcp):
         fail("no message totals in turnutils_uclient output")
     sent_n, recv_n = int(counts[-1][0]), int(counts[-1][1])
     print("%s: sent %d, received %d, lost %d (%.3f%%)"
-          % ("TCP" if tcp else "UDP", sent_n, recv_n, lost, pct))
+          % (mode, sent_n, recv_n, lost, pct))
     if sent_n != 20 * 200 or recv_n != sent_n:
         print(out[-3000:])
         fail("expected 4000 messages sent and echoed, got %d/%d" % (sent_n, recv_n))
@@ -105,7 +109,7 @@ def run_uclient(port, peer_port, tcp):
             print("  " + line.strip())
     if lost != 0 or pct != 0.0:
         print(out[-3000:])
-        fail("turnutils_uclient over %s lost %d packets" % ("TCP" if tcp else "UDP", lost))
+        fail("turnutils_uclient over %s lost %d packets" % (mode, lost))
     return out
 
 
@@ -116,8 +120,14 @@ def main():
     top = os.environ.get("top_builddir", ".")
     daemon = daemon_path(top)
     tmp = tempfile.mkdtemp(prefix="tg-interop-")
-    port, peer_port = free_port(), free_port()
+    # TLS and DTLS need ports of their own: they share socket types with TCP and UDP.
+    port, peer_port, tls_port, dtls_port = free_port(), free_port(), free_port(), free_port()
     conf = os.path.join(tmp, "turngate.yaml")
+    crt, key = os.path.join(tmp, "turn.crt"), os.path.join(tmp, "turn.key")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
+                    "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=turn.interop.test",
+                    "-keyout", key, "-out", crt], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     log = os.path.join(tmp, "turngated.log")
     with open(conf, "w") as f:
         f.write("""version: v1
@@ -148,11 +158,25 @@ listeners:
     address: 127.0.0.4
     port: %d
     routes: [peer]
+  - name: tls
+    protocol: TURN-TLS
+    address: 127.0.0.4
+    port: %d
+    cert_file: %s
+    key_file: %s
+    routes: [peer]
+  - name: dtls
+    protocol: TURN-DTLS
+    address: 127.0.0.4
+    port: %d
+    cert_file: %s
+    key_file: %s
+    routes: [peer]
 clusters:
   - name: peer
     type: STATIC
     endpoints: ["127.0.0.1"]
-""" % (tmp, port, port))
+""" % (tmp, port, port, tls_port, crt, key, dtls_port, crt, key))
     peer = subprocess.Popen([PEER, "-p", str(peer_port), "-L", "127.0.0.1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     logf = open(log, "w")
@@ -161,8 +185,10 @@ clusters:
     try:
         if not wait_binding(port, time.monotonic() + 10):
             fail("turngated did not answer a Binding within 10 s")
-        run_uclient(port, peer_port, False)
-        run_uclient(port, peer_port, True)
+        run_uclient(port, peer_port, "UDP")
+        run_uclient(port, peer_port, "TCP")
+        run_uclient(tls_port, peer_port, "TLS")
+        run_uclient(dtls_port, peer_port, "DTLS")
         status = 0
     finally:
         d.send_signal(signal.SIGTERM)
