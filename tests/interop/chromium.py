@@ -160,7 +160,10 @@ class Browser:
                      "--disable-component-update", "--disable-sync",
                      "--disable-dev-shm-usage",
                      "--user-data-dir=" + self.profile,
-                     "--force-webrtc-ip-handling-policy=default"):
+                     "--force-webrtc-ip-handling-policy=default",
+                     # turns: to the tests' self-signed certificate (its verification is
+                     # aioice's part: test_aioice_turn.py checks it against its CA)
+                     "--ignore-certificate-errors"):
             opts.add_argument(flag)
         # Loopback-only test host: let WebRTC use the loopback interface (see the module
         # docstring). TG_NO_LOOPBACK_FLAG=1 leaves it out, to show what it is for.
@@ -217,9 +220,13 @@ def check_relay_pair(res, daemon, label, addr_b=None):
 
 def run_page(daemon, transport, username, password, media=False, count=100, timeout_ms=60000,
              url_b=None):
-    """Runs the page test against daemon over ?transport=udp|tcp; returns the result dict.
+    """Runs the page test against daemon over ?transport=udp|tcp, or turns: ("tls");
+    returns the result dict.
     url_b: another TURN URI for peer B (default: the same as A's)."""
-    url = "turn:%s:%d?transport=%s" % (daemon.address, daemon.port, transport)
+    if transport == "tls":   # turns: on the daemon's TURN-TLS listener (tgtest tls=True)
+        url = "turns:%s:%d?transport=tcp" % (daemon.address, daemon.tls_port)
+    else:
+        url = "turn:%s:%d?transport=%s" % (daemon.address, daemon.port, transport)
     cfg = {"url": url, "urlB": url_b, "username": username, "credential": password, "media": media,
            "count": count, "timeoutMs": timeout_ms, "mediaMs": 3000}
     with PageServer() as page, Browser(media=media) as br:

@@ -12,6 +12,7 @@ with 403, and nothing is relayed there.
 import asyncio
 import os
 import socket
+import ssl
 import sys
 import threading
 
@@ -65,16 +66,20 @@ class Receiver(asyncio.DatagramProtocol):
             self.event.set()
 
 
-async def allocate_and_echo(stun, aioice_turn, daemon, transport, user, pw, peer, denied):
+async def allocate_and_echo(stun, aioice_turn, daemon, transport, user, pw, peer, denied,
+                            tls=None):
+    """tls: an SSLContext for TURN over TLS (transport "tcp" to daemon.tls_port)."""
+    port = daemon.tls_port if tls else daemon.port
+    name = "tls" if tls else transport
     t, proto = await asyncio.wait_for(aioice_turn.create_turn_endpoint(
-        Receiver, server_addr=(daemon.address, daemon.port), username=user, password=pw,
-        transport=transport), 20)
+        Receiver, server_addr=(daemon.address, port), username=user, password=pw,
+        transport=transport, ssl=tls or False), 20)
     try:
         relayed = t.get_extra_info("sockname")
         tgtest.check(relayed[0] == daemon.address,
-                     "%s: relayed address %s is not turngate's %s" % (transport, relayed,
+                     "%s: relayed address %s is not turngate's %s" % (name, relayed,
                                                                       daemon.address))
-        payloads = [("%s-%d-" % (transport, i)).encode() + os.urandom(32 + i)
+        payloads = [("%s-%d-" % (name, i)).encode() + os.urandom(32 + i)
                     for i in range(COUNT)]
         # The first send binds the channel; the rest wait for it inside aioice. Batches of
         # 50 keep every socket buffer on the path far from full (loopback UDP drops only
@@ -88,28 +93,28 @@ async def allocate_and_echo(stun, aioice_turn, daemon, transport, user, pw, peer
                 await asyncio.wait_for(proto.event.wait(), 30)
             except asyncio.TimeoutError:
                 raise tgtest.Failure("%s: only %d of %d echoes within 30 s"
-                                     % (transport, len(proto.got), proto.want))
+                                     % (name, len(proto.got), proto.want))
         got = [d for d, _ in proto.got]
         srcs = {a for _, a in proto.got}
         tgtest.check(sorted(got) == sorted(payloads),
-                     "%s: %d of %d echoes intact" % (transport, len(set(got) & set(payloads)),
+                     "%s: %d of %d echoes intact" % (name, len(set(got) & set(payloads)),
                                                      COUNT))
         tgtest.check(srcs == {peer.addr}, "%s: echoes came from %s, expected %s"
-                     % (transport, srcs, peer.addr))
+                     % (name, srcs, peer.addr))
         print("%s: allocation %s:%d relayed %d datagrams to %s:%d and back"
-              % (transport, relayed[0], relayed[1], COUNT, peer.addr[0], peer.addr[1]),
+              % (name, relayed[0], relayed[1], COUNT, peer.addr[0], peer.addr[1]),
               flush=True)
         # A peer outside the allowlist: ChannelBind must be refused (403 Forbidden).
         inner = t._TurnTransport__inner_protocol
         try:
             await asyncio.wait_for(inner.channel_bind(0x4001, denied.addr), 20)
             raise tgtest.Failure("%s: ChannelBind to %s (not allowed) succeeded"
-                                 % (transport, denied.addr))
+                                 % (name, denied.addr))
         except stun.TransactionFailed as e:
             code = e.response.attributes.get("ERROR-CODE", (0, ""))[0]
             tgtest.check(code == 403, "%s: ChannelBind to a denied peer got %r, expected 403"
-                         % (transport, e.response.attributes.get("ERROR-CODE")))
-        print("%s: ChannelBind to %s:%d refused with 403" % ((transport,) + denied.addr),
+                         % (name, e.response.attributes.get("ERROR-CODE")))
+        print("%s: ChannelBind to %s:%d refused with 403" % ((name,) + denied.addr),
               flush=True)
         return relayed
     finally:
@@ -125,6 +130,12 @@ async def scenario(daemon, user, pw):
         for transport in ("udp", "tcp"):
             await allocate_and_echo(stun, aioice_turn, daemon, transport, user, pw, peer,
                                     denied)
+        # TURN over TLS, the certificate verified (CA = the test's self-signed one, the
+        # server's IP in its subjectAltName), ALPN stun.turn offered.
+        ctx = ssl.create_default_context(cafile=daemon.tls_cert)
+        ctx.set_alpn_protocols(["stun.turn"])
+        await allocate_and_echo(stun, aioice_turn, daemon, "tcp", user, pw, peer, denied,
+                                tls=ctx)
         # Let the Refresh(0) of the closed allocations go out before the loop ends.
         await asyncio.sleep(0.5)
     finally:
@@ -135,14 +146,12 @@ async def scenario(daemon, user, pw):
 
 def run():
     secret = "interop-aioice-secret"
-    with tgtest.Daemon([PEER_ADDR], auth=("ephemeral", secret)) as d:
+    with tgtest.Daemon([PEER_ADDR], auth=("ephemeral", secret), tls=True) as d:
         user, pw = tgtest.ephemeral_credentials(secret, "aioice")
         asyncio.run(asyncio.wait_for(scenario(d, user, pw), 120))
-    tgtest.proved("aioice TURN allocations over UDP and TCP on turngate relayed %d "
-                  "datagrams each to a UDP echo peer and back intact; a peer outside the "
-                  "allowlist was refused (403)" % COUNT)
-    print("SKIP TLS variant (create_turn_endpoint ssl=True): TLS is not implemented yet in "
-          "turngated (TURN-TLS listeners)", flush=True)
+    tgtest.proved("aioice TURN allocations over UDP, TCP and TLS (certificate verified) on "
+                  "turngate relayed %d datagrams each to a UDP echo peer and back intact; a "
+                  "peer outside the allowlist was refused (403)" % COUNT)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""Interop: headless Chromium, symmetric ICE, data channel through turngate (UDP and TCP).
+"""Interop: headless Chromium, symmetric ICE, data channel through turngate (UDP, TCP, TLS).
 
 Two RTCPeerConnections in one page, each with turngate as its only ICE server and
 iceTransportPolicy "relay": both sides allocate on turngate and the peer address of each
 allocation is turngate's own relay address, so the allowlist lists the listener address
 (127.0.0.1) explicitly (loopback is special-purpose, never matched by a broad prefix).
 100 messages must arrive in order; the selected pair must be relay<->relay on 127.0.0.1.
-UDP uses ephemeral (TURN REST) credentials minted here from the secret; TCP uses static ones.
+UDP uses ephemeral (TURN REST) credentials minted here from the secret; TCP uses static ones;
+turns:?transport=tcp (TURN over TLS, relayProtocol "tls") uses ephemeral ones.
 Then peer B uses a second, "internal" listener address (the in-cluster URI a media server
 should use to avoid hairpinning) while A uses the public one. Last, with the listener
 address left out of the allowlist the same page must fail to connect.
@@ -28,7 +29,7 @@ def one(transport, auth_kind):
     else:
         auth = ("static", "user1", "pass1")
         user, pw = "user1", "pass1"
-    with tgtest.Daemon(["127.0.0.1"], auth=auth) as d:
+    with tgtest.Daemon(["127.0.0.1"], auth=auth, tls=transport == "tls") as d:
         res = chromium.run_page(d, transport, user, pw)
         msgs = res["messages"]
         expect = ["msg-%d" % i for i in range(100)]
@@ -38,9 +39,10 @@ def one(transport, auth_kind):
         relay_protos = {res[s]["local"].get("relayProtocol") for s in ("pairA", "pairB")}
         tgtest.check(relay_protos <= {transport, None},
                      "relayProtocol %s, expected %s" % (relay_protos, transport))
-    tgtest.proved("Chromium symmetric ICE over turn:?transport=%s (%s credentials): 100 "
+    uri = "turns:?transport=tcp" if transport == "tls" else "turn:?transport=" + transport
+    tgtest.proved("Chromium symmetric ICE over %s (%s credentials): 100 "
                   "data-channel messages in order over a relay<->relay pair on turngate's "
-                  "address %s" % (transport, auth_kind, d.address))
+                  "address %s" % (uri, auth_kind, d.address))
 
 
 def gated():
@@ -82,8 +84,7 @@ def run():
     one("tcp", "static")
     internal_uri()
     gated()
-    print("SKIP turns: variant: TLS is not implemented yet in turngated (TURN-TLS/DTLS "
-          "listeners), so turns:?transport=tcp cannot be tested", flush=True)
+    one("tls", "ephemeral")
 
 
 if __name__ == "__main__":

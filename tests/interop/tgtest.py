@@ -93,11 +93,13 @@ def ephemeral_credentials(secret, user="user", lifetime=3600):
 
 
 def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=True,
-                internal=None):
+                internal=None, tls=None):
     """A STUNner v1 config: TURN-UDP (and TURN-TCP) on address:port, one cluster 'allowed'.
 
     internal: optional (address, port) of one more TURN-UDP listener, 'internal-udp', standing
     in for the in-cluster (ClusterIP) address that media servers should use.
+
+    tls: optional (port, cert file, key file) of a TURN-TLS listener 'turn-tls' on address.
 
     auth: ("static", user, password) or ("ephemeral", secret). The relay window is a random
     500-port slice of 61000..64999: above the kernel's ephemeral range and clear of the fixed
@@ -122,6 +124,10 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
     if internal:
         text += ("  - name: internal-udp\n    protocol: TURN-UDP\n    address: %s\n"
                  "    port: %d\n    routes: [allowed]\n" % internal)
+    if tls:
+        text += ("  - name: turn-tls\n    protocol: TURN-TLS\n    address: %s\n    port: %d\n"
+                 "    cert_file: %s\n    key_file: %s\n    routes: [allowed]\n"
+                 % ((address,) + tuple(tls)))
     eps = ", ".join('"%s"' % e for e in endpoints)
     text += "clusters:\n  - name: allowed\n    type: STATIC\n    endpoints: [%s]\n" % eps
     return text
@@ -153,7 +159,7 @@ class Daemon:
     """turngated on loopback. Use as a context manager: stops and scans the log on exit."""
 
     def __init__(self, endpoints, auth=("static", "user1", "pass1"), address="127.0.0.1",
-                 workers=2, tcp=True, internal=None):
+                 workers=2, tcp=True, internal=None, tls=False):
         self.tmp = tempfile.mkdtemp(prefix="tg-interop-")
         self.address = address
         self.port = free_port(address)
@@ -164,9 +170,23 @@ class Daemon:
         self.endpoints = list(endpoints)
         self.auth = auth
         self.internal = (internal, free_port(internal)) if internal else None
+        # tls: a TURN-TLS listener on a port of its own, with a self-signed certificate
+        # for the address (SAN IP) that clients can verify against self.tls_cert.
+        self.tls_port = self.tls_cert = None
+        tls_conf = None
+        if tls:
+            self.tls_port = free_port(address)
+            self.tls_cert = os.path.join(self.tmp, "turn.crt")
+            key = os.path.join(self.tmp, "turn.key")
+            subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
+                            "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=turn.interop.test",
+                            "-addext", "subjectAltName=IP:%s,DNS:turn.interop.test" % address,
+                            "-keyout", key, "-out", self.tls_cert], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            tls_conf = (self.tls_port, self.tls_cert, key)
         with open(self.conf, "w") as f:
             f.write(config_yaml(self.tmp, self.port, endpoints, auth, address, workers, tcp,
-                                self.internal))
+                                self.internal, tls_conf))
         self.proc = None
 
     def start(self, timeout=30.0):
@@ -179,7 +199,8 @@ class Daemon:
                 fail("turngated exited early (%d):\n%s" % (self.proc.returncode, self.text()))
             if (_binding_ok(self.address, self.port)
                     and (not self.tcp or _tcp_ok(self.address, self.port))
-                    and (not self.internal or _binding_ok(*self.internal))):
+                    and (not self.internal or _binding_ok(*self.internal))
+                    and (not self.tls_port or _tcp_ok(self.address, self.tls_port))):
                 print("turngated up on %s:%d (UDP%s), %d workers, allowlist %s"
                       % (self.address, self.port, "+TCP" if self.tcp else "", self.workers,
                          self.endpoints), flush=True)
