@@ -187,6 +187,22 @@ static void render_connections(struct mctx *m)
 	}
 }
 
+/* DTLS associations (handshaking or established) per TURN-DTLS listener: STUNner's
+ * connection gauge counts the socket there, so they get a gauge of their own. */
+static void render_dtls(struct mctx *m)
+{
+	static const char *const g = "turngate_dtls_associations";
+	struct snap_listener sl;
+
+	fam(m, g, "gauge", "DTLS associations open at a TURN-DTLS listener, all workers.");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "listener", listener_name(m, i) };
+		if (l.value != NULL && snap_listener_get(m->snap, i, &sl) == 0 &&
+		    sl.protocol == CONF_PROTO_TURN_DTLS)
+			sample_u(m, g, &l, 1, m->live_conns[i]);
+	}
+}
+
 static void render_stunner(struct mctx *m)
 {
 	fam(m, "stunner_allocations_active", "gauge",
@@ -199,6 +215,7 @@ static void render_stunner(struct mctx *m)
 		     "Bytes received (rx) from and sent (tx) to clients at a listener.",
 		     SHM_LCTR_CLIENT_BYTES_IN, SHM_LCTR_CLIENT_BYTES_OUT);
 	render_connections(m);
+	render_dtls(m);
 	cluster_dir(m, "stunner_cluster_packets_total",
 		    "Packets received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
 		    SHM_CCTR_PEER_PKTS_IN, SHM_CCTR_PEER_PKTS_OUT);

@@ -406,7 +406,9 @@ def test_dtls_floods(d):
                     s.sendto(with_cookie(hello, ck), ("127.0.0.1", dtls_port))
             time.sleep(0.5)
             held_rss, _ = total_rss(daemon)
-            st2 = daemon.admin({"cmd": "stats"})["counters"]
+            stats2 = daemon.admin({"cmd": "stats"})
+            st2 = stats2["counters"]
+            held = stats2["listeners"]["dtls"]["conns_active"]
             refused = st2.get("handshakes_refused", 0) - st1.get("handshakes_refused", 0)
             flights = 0
             for s in socks:
@@ -421,12 +423,16 @@ def test_dtls_floods(d):
                   "by the bound; RSS while held %d KiB (+%d KiB, %.1f KiB per handshake)"
                   % (flights, refused, held_rss, held_rss - after,
                      (held_rss - after) / max(1, flights)))
+            check(held == flights, "%d associations held, %d flights" % (held, flights))
             check(flights <= 2 * MAX_HANDSHAKES, "%d handshakes in progress" % flights)
             check(flights >= MAX_HANDSHAKES, "only %d handshakes started" % flights)
             check(refused >= 300 - 2 * MAX_HANDSHAKES - 10, "refused %d" % refused)
             left = HS_TIMEOUT_S + 5 - (time.monotonic() - t0)
             time.sleep(max(0, left))
-            st3 = daemon.admin({"cmd": "stats"})["counters"]
+            stats3 = daemon.admin({"cmd": "stats"})
+            st3 = stats3["counters"]
+            check(stats3["listeners"]["dtls"]["conns_active"] == 0, "associations left: %r"
+                  % stats3["listeners"]["dtls"])
             timeouts = st3.get("conn_timeouts", 0) - st2.get("conn_timeouts", 0)
             print("after the deadline: %d stalled handshakes closed" % timeouts)
             check(timeouts >= flights, "stalled handshakes not closed: %d of %d"
