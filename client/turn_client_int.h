@@ -27,6 +27,7 @@ struct turn_client {
 	int fd;
 	enum turn_client_transport transport;
 	SSL *ssl;			/* TLS/DTLS session, NULL for UDP/TCP */
+	bool ssl_failed;		/* fatal TLS error seen: no close_notify on destroy */
 	struct sockaddr_storage server;
 	char *username;
 	char *password;

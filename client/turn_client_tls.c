@@ -48,9 +48,12 @@ static void pipe_guard_off(struct pipe_guard *g)
 	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
-/* Maps a failed SSL call to an errno code; sys_errno is errno right after the call. */
-static int tls_error(int err, int sys_errno)
+/* Maps a failed SSL call to an errno code; sys_errno is errno right after the call.
+ * OpenSSL forbids SSL_shutdown() after a SYSCALL or SSL error: remember one. */
+static int tls_error(struct turn_client *c, int err, int sys_errno)
 {
+	if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_SSL)
+		c->ssl_failed = true;
 	switch (err) {
 	case SSL_ERROR_ZERO_RETURN:
 		return -ECONNRESET;
@@ -151,7 +154,7 @@ int tc_tls_start(struct turn_client *c, const struct turn_client_opts *o, int64_
 			return 0;
 		int err = SSL_get_error(c->ssl, r);
 		if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
-			return tls_error(err, e);
+			return tls_error(c, err, e);
 		rc = tls_wait(c, err, deadline);
 		if (rc != 0)
 			return rc;
@@ -178,7 +181,7 @@ int tc_tls_write(struct turn_client *c, const uint8_t *buf, size_t len, int64_t 
 		}
 		int err = SSL_get_error(c->ssl, r);
 		if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
-			return tls_error(err, e);
+			return tls_error(c, err, e);
 		int rc = tls_wait(c, err, deadline);
 		if (rc != 0)
 			return rc;
@@ -199,7 +202,7 @@ int tc_tls_read(struct turn_client *c, uint8_t *buf, size_t cap, int64_t deadlin
 			return 0;
 		int err = SSL_get_error(c->ssl, r);
 		if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
-			return tls_error(err, e);
+			return tls_error(c, err, e);
 		int rc = tls_wait(c, err, deadline);
 		if (rc != 0)
 			return rc;
@@ -213,7 +216,8 @@ void tc_tls_close(struct turn_client *c)
 	if (c->ssl == NULL)
 		return;
 	/* One non-blocking attempt: close_notify goes out if the socket takes it. */
-	if (SSL_is_init_finished(c->ssl) && !(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN)) {
+	if (!c->ssl_failed && SSL_is_init_finished(c->ssl) &&
+	    !(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN)) {
 		pipe_guard_on(&g);
 		ERR_clear_error();
 		SSL_shutdown(c->ssl);
