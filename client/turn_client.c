@@ -1,4 +1,4 @@
-/* TURN client lifecycle: create (socket, connect), destroy, accessors. */
+/* TURN client lifecycle: create (socket, connect, TLS/DTLS handshake), destroy, accessors. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -40,7 +40,8 @@ static int connect_bounded(int fd, const struct sockaddr *sa, int timeout_ms)
 
 static int open_socket(struct turn_client *c, const struct turn_client_opts *o)
 {
-	int type = o->transport == TURN_CLIENT_TCP ? SOCK_STREAM : SOCK_DGRAM;
+	int type = tc_is_stream(c) ? SOCK_STREAM : SOCK_DGRAM;
+	int64_t deadline = tc_now_ms() + c->timeout_ms;
 
 	c->fd = socket(o->server->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
@@ -51,7 +52,11 @@ static int open_socket(struct turn_client *c, const struct turn_client_opts *o)
 		if (bind(c->fd, o->local, sa_len(o->local)) != 0)
 			return -errno;
 	}
-	return connect_bounded(c->fd, o->server, c->timeout_ms);
+	int rc = connect_bounded(c->fd, o->server, c->timeout_ms);
+	if (rc != 0 || (c->transport != TURN_CLIENT_TLS && c->transport != TURN_CLIENT_DTLS))
+		return rc;
+	/* One budget for connect and handshake together. */
+	return tc_tls_start(c, o, deadline);
 }
 
 static char *dup_opt(const char *s, int *rc)
@@ -70,7 +75,8 @@ int turn_client_create(const struct turn_client_opts *o, struct turn_client **ou
 	int rc = 0;
 
 	if (o == NULL || out == NULL || o->server == NULL || sa_len(o->server) == 0 ||
-	    (o->transport != TURN_CLIENT_UDP && o->transport != TURN_CLIENT_TCP))
+	    (o->transport != TURN_CLIENT_UDP && o->transport != TURN_CLIENT_TCP &&
+	     o->transport != TURN_CLIENT_TLS && o->transport != TURN_CLIENT_DTLS))
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
@@ -107,6 +113,7 @@ void turn_client_destroy(struct turn_client *c)
 
 	if (c == NULL)
 		return;
+	tc_tls_close(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	while (tc_queue_pop(c, &p))

@@ -1,4 +1,4 @@
-/* Small blocking TURN client (RFC 8656 over UDP/TCP) for integration tests, probe and bench.
+/* Small blocking TURN client (RFC 8656 over UDP, TCP, TLS, DTLS) for tests, probe and bench.
  *
  * One struct turn_client per server connection; no global state, not thread-safe (use one
  * client per thread). Every call blocks at most its timeout (poll()), UDP requests are
@@ -9,7 +9,10 @@
  *
  * Returns: 0 or a negative errno code. -EPROTO means the server answered with an error
  * response: turn_client_last_error() gives the STUN error code (e.g. 403, 437, 442).
- * -ETIMEDOUT: no (valid) answer in time. -ECONNREFUSED/-ECONNRESET: transport failure.
+ * -ETIMEDOUT: no (valid) answer in time. -ECONNREFUSED/-ECONNRESET: transport failure
+ * (-ECONNRESET also when a TLS/DTLS server closes the session, close_notify or EOF).
+ * -ECONNABORTED: TLS/DTLS protocol failure (handshake alert, certificate not verified,
+ * corrupt record).
  * Responses whose MESSAGE-INTEGRITY does not verify are dropped as if never received.
  * Data indications and ChannelData that arrive while waiting for a response are queued
  * (bounded) and returned by turn_client_recv().
@@ -29,6 +32,12 @@ struct turn_client;
 enum turn_client_transport {
 	TURN_CLIENT_UDP = 0,
 	TURN_CLIENT_TCP = 1,
+	/* TLS 1.2/1.3 over TCP (RFC 8656 3.1): framing exactly as over TCP (stream of STUN
+	 * messages and ChannelData padded to 4 bytes). */
+	TURN_CLIENT_TLS = 2,
+	/* DTLS 1.2 over a connected UDP socket: one message per record, no padding, STUN
+	 * requests retransmitted as over UDP. */
+	TURN_CLIENT_DTLS = 3,
 };
 
 struct turn_client_opts {
@@ -42,21 +51,52 @@ struct turn_client_opts {
 	int rto_ms;			/* UDP initial RTO, default 200 */
 	int max_retrans;		/* UDP retransmissions, default 6 (bounded <= 10) */
 	bool fingerprint;		/* add FINGERPRINT to requests */
+	/* TLS/DTLS only (ignored for UDP/TCP): */
+	const char *sni;		/* server_name sent in the ClientHello, NULL = none; with
+					 * ca_file also the host name the certificate must match */
+	bool no_alpn;			/* do not offer ALPN (default: offer "stun.turn") */
+	const char *ca_file;		/* PEM file of trusted CAs: the server certificate must
+					 * verify, else -ECONNABORTED (-ENOENT: file not
+					 * loadable). NULL = no verification (tests with
+					 * self-signed certificates) */
 };
 
 /* Creates a client and connects its socket to the server (TCP: completes the handshake
- * within timeout_ms). *out is owned by the caller, free with turn_client_destroy(). */
+ * within timeout_ms; TLS/DTLS: TCP connect plus TLS/DTLS handshake, together within
+ * timeout_ms, DTLS retransmitting its flights, answering a HelloVerifyRequest cookie).
+ * -ETIMEDOUT when the server does not complete the handshake in time. *out is owned by
+ * the caller, free with turn_client_destroy(). */
 int turn_client_create(const struct turn_client_opts *opts, struct turn_client **out);
-/* Closes the socket, wipes the password and key, frees everything. Accepts NULL. */
+/* Sends a TLS/DTLS close_notify (best effort, never blocks), closes the socket, wipes the
+ * password and key, frees everything. Accepts NULL. */
 void turn_client_destroy(struct turn_client *c);
 
-/* The client's socket (for poll) and its local address. */
+/* The client's socket (for poll) and its local address. A readable fd is not the only
+ * sign of data: see turn_client_pending(). */
 int turn_client_fd(const struct turn_client *c);
+/* True when data is already buffered inside the client (queued relayed packets, the rest
+ * of a TCP/TLS stream read, records decrypted by OpenSSL): call turn_client_recv()
+ * (timeout 0 is fine) before poll()ing the fd, which would not wake up for it. */
+bool turn_client_pending(const struct turn_client *c);
 int turn_client_local_addr(const struct turn_client *c, struct sockaddr_storage *out);
 
 /* STUN error code of the last -EPROTO result (0 if the last request succeeded); reason
  * (may be NULL) gets the server's reason phrase (owned by c, valid until the next call). */
 int turn_client_last_error(const struct turn_client *c, const char **reason);
+
+/* What the TLS/DTLS handshake negotiated (strings NUL-terminated, truncated to fit). */
+struct turn_client_tls_info {
+	char version[16];		/* "TLSv1.2", "TLSv1.3", "DTLSv1.2" */
+	char alpn[32];			/* selected ALPN protocol, "" if none */
+	char cipher[64];		/* OpenSSL cipher name */
+	char subject_cn[256];		/* server leaf certificate: subject CN, "" if none */
+	char dns_san[256];		/* first DNS subjectAltName, "" if none */
+	uint8_t cert_sha256[32];	/* SHA-256 of the leaf certificate (DER) */
+	bool has_cert;			/* false: no server certificate (then the above are 0) */
+};
+
+/* Fills *out for a TLS/DTLS client. -ENOTCONN for a UDP/TCP client, -EINVAL for NULL. */
+int turn_client_tls_info(const struct turn_client *c, struct turn_client_tls_info *out);
 
 /* Binding request (no auth): writes the XOR-MAPPED-ADDRESS. */
 int turn_client_binding(struct turn_client *c, struct sockaddr_storage *mapped);
@@ -108,7 +148,7 @@ int turn_client_channel_bind(struct turn_client *c, uint16_t channel,
 int turn_client_send_indication(struct turn_client *c, const struct sockaddr *peer,
 				const void *data, size_t len, bool dont_fragment);
 
-/* ChannelData on channel (padded to 4 bytes on TCP). */
+/* ChannelData on channel (padded to 4 bytes on TCP and TLS). */
 int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void *data,
 			     size_t len);
 
@@ -146,9 +186,11 @@ typedef void (*turn_client_attrs_fn)(struct stun_builder *b, void *arg);
 int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn,
 			void *arg, unsigned flags, struct turn_response *rsp);
 
-/* Sends bytes as they are (UDP datagram, or TCP stream bytes) for malformed-input tests. */
+/* Sends bytes as they are (UDP datagram, DTLS record, or TCP/TLS stream bytes) for
+ * malformed-input tests. */
 int turn_client_send_raw(struct turn_client *c, const void *buf, size_t len);
-/* Receives the next whole message (datagram, or frame on TCP) into buf[cap]. */
+/* Receives the next whole message (datagram or DTLS record, or frame on TCP/TLS) into
+ * buf[cap]. */
 int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *len,
 			 int timeout_ms);
 

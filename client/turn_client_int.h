@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include <openssl/ssl.h>
+
 #include "client/turn_client.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
@@ -24,6 +26,8 @@ struct turn_client {
 	uint32_t magic;
 	int fd;
 	enum turn_client_transport transport;
+	SSL *ssl;			/* TLS/DTLS session, NULL for UDP/TCP */
+	bool ssl_failed;		/* fatal TLS error seen: no close_notify on destroy */
 	struct sockaddr_storage server;
 	char *username;
 	char *password;
@@ -57,6 +61,18 @@ struct turn_client {
 	size_t rx_used;			/* TCP: bytes of the frame handed out last */
 };
 
+/* Stream framing (TCP, TLS) vs one message per datagram/record (UDP, DTLS). */
+static inline bool tc_is_stream(const struct turn_client *c)
+{
+	return c->transport == TURN_CLIENT_TCP || c->transport == TURN_CLIENT_TLS;
+}
+
+/* Datagram transports retransmit requests (UDP, DTLS). */
+static inline bool tc_is_dgram(const struct turn_client *c)
+{
+	return !tc_is_stream(c);
+}
+
 /* Monotonic milliseconds. */
 int64_t tc_now_ms(void);
 
@@ -67,6 +83,21 @@ int tc_send(struct turn_client *c, const uint8_t *buf, size_t len);
  * client's buffer and stays valid until the next tc_recv_msg(). -ETIMEDOUT, transport
  * errors, -EBADMSG for an unframeable TCP stream. */
 int tc_recv_msg(struct turn_client *c, int64_t deadline, const uint8_t **msg, size_t *len);
+
+/* Polls fd for events until deadline; -ETIMEDOUT once it has passed. */
+int tc_wait_fd(int fd, short events, int64_t deadline);
+
+/* TLS/DTLS (turn_client_tls.c). Handshake on the connected socket c->fd, bounded by
+ * deadline: sets c->ssl. 0, -ETIMEDOUT, -ECONNABORTED, -ECONNRESET, -ENOMEM, -errno. */
+int tc_tls_start(struct turn_client *c, const struct turn_client_opts *o, int64_t deadline);
+/* Writes all len bytes (DTLS: one record) by deadline. */
+int tc_tls_write(struct turn_client *c, const uint8_t *buf, size_t len, int64_t deadline);
+/* Reads what is available (DTLS: one record) into buf[cap], waiting until deadline when
+ * nothing is; tries OpenSSL's buffer before looking at the deadline, so a past deadline
+ * still returns decrypted data already there. -ECONNRESET when the server closed. */
+int tc_tls_read(struct turn_client *c, uint8_t *buf, size_t cap, int64_t deadline, size_t *n);
+/* Sends close_notify without blocking and frees the session. Accepts c->ssl == NULL. */
+void tc_tls_close(struct turn_client *c);
 
 /* True for ChannelData and Data indications (what turn_client_recv() returns). */
 bool tc_is_relayed(const uint8_t *msg, size_t len);

@@ -1,4 +1,4 @@
-/* TURN client transport: socket setup, sending, message-at-a-time receive, relay queue. */
+/* TURN client transport: send, message-at-a-time receive (plain or TLS/DTLS), relay queue. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -17,7 +17,7 @@ int64_t tc_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int wait_fd(int fd, short events, int64_t deadline)
+int tc_wait_fd(int fd, short events, int64_t deadline)
 {
 	struct pollfd p = { .fd = fd, .events = events };
 	/* Bounded by the deadline; EINTR just recomputes the remaining time. */
@@ -38,6 +38,8 @@ int tc_send(struct turn_client *c, const uint8_t *buf, size_t len)
 	int64_t deadline = tc_now_ms() + c->timeout_ms;
 	size_t off = 0;
 
+	if (c->ssl != NULL)
+		return tc_tls_write(c, buf, len, deadline);
 	if (c->transport == TURN_CLIENT_UDP) {
 		ssize_t n = send(c->fd, buf, len, 0);
 		if (n < 0)
@@ -52,7 +54,7 @@ int tc_send(struct turn_client *c, const uint8_t *buf, size_t len)
 		}
 		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		int rc = wait_fd(c->fd, POLLOUT, deadline);
+		int rc = tc_wait_fd(c->fd, POLLOUT, deadline);
 		if (rc != 0)
 			return rc;
 	}
@@ -61,8 +63,14 @@ int tc_send(struct turn_client *c, const uint8_t *buf, size_t len)
 
 static int recv_udp(struct turn_client *c, int64_t deadline, const uint8_t **msg, size_t *len)
 {
+	if (c->ssl != NULL) {
+		int rc = tc_tls_read(c, c->rx, TC_RX_CAP, deadline, len);
+		if (rc == 0)
+			*msg = c->rx;
+		return rc;
+	}
 	for (;;) {
-		int rc = wait_fd(c->fd, POLLIN, deadline);
+		int rc = tc_wait_fd(c->fd, POLLIN, deadline);
 		if (rc != 0)
 			return rc;
 		ssize_t n = recv(c->fd, c->rx, TC_RX_CAP, MSG_DONTWAIT);
@@ -95,7 +103,15 @@ static int recv_tcp(struct turn_client *c, int64_t deadline, const uint8_t **msg
 		}
 		if (rc != -EAGAIN)
 			return rc;
-		rc = wait_fd(c->fd, POLLIN, deadline);
+		if (c->ssl != NULL) {
+			size_t n = 0;
+			rc = tc_tls_read(c, c->rx + c->rx_len, TC_RX_CAP - c->rx_len, deadline, &n);
+			if (rc != 0)
+				return rc;
+			c->rx_len += n;
+			continue;
+		}
+		rc = tc_wait_fd(c->fd, POLLIN, deadline);
 		if (rc != 0)
 			return rc;
 		ssize_t n = recv(c->fd, c->rx + c->rx_len, TC_RX_CAP - c->rx_len, MSG_DONTWAIT);
@@ -110,9 +126,18 @@ static int recv_tcp(struct turn_client *c, int64_t deadline, const uint8_t **msg
 
 int tc_recv_msg(struct turn_client *c, int64_t deadline, const uint8_t **msg, size_t *len)
 {
-	if (c->transport == TURN_CLIENT_UDP)
+	if (tc_is_dgram(c))
 		return recv_udp(c, deadline, msg, len);
 	return recv_tcp(c, deadline, msg, len);
+}
+
+bool turn_client_pending(const struct turn_client *c)
+{
+	if (c == NULL)
+		return false;
+	if (c->q_count > 0 || (tc_is_stream(c) && c->rx_len > c->rx_used))
+		return true;
+	return c->ssl != NULL && SSL_has_pending(c->ssl);
 }
 
 bool tc_is_relayed(const uint8_t *msg, size_t len)

@@ -189,7 +189,7 @@ int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void
 	if (c == NULL)
 		return -EINVAL;
 	int rc = stun_chan_encode(c->tx, TC_RX_CAP, channel, data, len,
-				  c->transport == TURN_CLIENT_TCP, &n);
+				  tc_is_stream(c), &n);
 	return rc == 0 ? tc_send(c, c->tx, n) : rc;
 }
 

@@ -71,7 +71,7 @@ static int match_response(struct turn_client *c, const uint8_t *m, size_t n,
 	return 1;
 }
 
-/* One transaction: send, retransmit over UDP with a doubling RTO, wait for the match. */
+/* One transaction: send, retransmit over UDP/DTLS with a doubling RTO, wait for the match. */
 static int txn_once(struct turn_client *c, const uint8_t *req, size_t len,
 		    const uint8_t tid[STUN_TID_LEN], bool auth, struct turn_response *rsp)
 {
@@ -86,7 +86,7 @@ static int txn_once(struct turn_client *c, const uint8_t *req, size_t len,
 	/* Bounded: each round either receives a message or advances to the next
 	 * retransmission; both run out by the deadline. */
 	for (;;) {
-		bool udp = c->transport == TURN_CLIENT_UDP;
+		bool udp = tc_is_dgram(c);
 		int64_t until = udp && sent < c->max_retrans && next < deadline ? next : deadline;
 		const uint8_t *m;
 		size_t n;

@@ -21,6 +21,7 @@ struct probe {
 	struct sockaddr_storage server;
 	enum turn_client_transport transport;
 	const char *user, *pass, *secret, *peer;
+	char sni[256];		/* TLS/DTLS server name: --sni, else the URI's host name */
 	char rest_user[96], rest_pass[STUN_REST_PASSWORD_LEN + 1];
 	int timeout_ms;
 	bool json;
@@ -85,17 +86,57 @@ static int step(struct probe *p, const char *name, double t0, int rc, struct tur
 	return rc;
 }
 
-/* turn:host:port?transport=udp|tcp (port defaults to 3478, transport to udp). */
+static const char *transport_name(enum turn_client_transport t)
+{
+	switch (t) {
+	case TURN_CLIENT_TCP:
+		return "tcp";
+	case TURN_CLIENT_TLS:
+		return "tls";
+	case TURN_CLIENT_DTLS:
+		return "dtls";
+	default:
+		return "udp";
+	}
+}
+
+static int parse_transport(const char *s, enum turn_client_transport *out)
+{
+	static const enum turn_client_transport all[] = { TURN_CLIENT_UDP, TURN_CLIENT_TCP,
+							  TURN_CLIENT_TLS, TURN_CLIENT_DTLS };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		if (strcmp(s, transport_name(all[i])) == 0) {
+			*out = all[i];
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* A host name (not an IP literal) is worth sending as SNI. */
+static bool is_host_name(const char *host)
+{
+	struct in6_addr a6;
+
+	return inet_pton(AF_INET, host, &a6) != 1 && inet_pton(AF_INET6, host, &a6) != 1;
+}
+
+/* turn:host:port?transport=udp|tcp (port defaults to 3478, transport to udp);
+ * turns:host:port?transport=tcp|udp is TLS or DTLS (port 5349, transport tcp). */
 static int parse_uri(const char *uri, struct probe *p)
 {
 	char host[256], port[16] = "3478";
 	const char *rest, *q, *colon;
 	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM }, *res = NULL;
 	size_t hl;
+	bool secure = strncmp(uri, "turns:", 6) == 0;
 
-	if (strncmp(uri, "turn:", 5) != 0)
+	if (strncmp(uri, "turn:", 5) != 0 && !secure)
 		return -EINVAL;
-	rest = uri + 5;
+	rest = uri + (secure ? 6 : 5);
+	if (secure)
+		snprintf(port, sizeof(port), "5349");
 	q = strchr(rest, '?');
 	if (rest[0] == '[') {
 		const char *end = strchr(rest, ']');
@@ -125,13 +166,17 @@ static int parse_uri(const char *uri, struct probe *p)
 		memcpy(port, colon + 1, pl);
 		port[pl] = '\0';
 	}
-	p->transport = TURN_CLIENT_UDP;
+	p->transport = secure ? TURN_CLIENT_TLS : TURN_CLIENT_UDP;
 	if (q != NULL) {
 		if (strcmp(q, "?transport=tcp") == 0)
-			p->transport = TURN_CLIENT_TCP;
-		else if (strcmp(q, "?transport=udp") != 0)
+			p->transport = secure ? TURN_CLIENT_TLS : TURN_CLIENT_TCP;
+		else if (strcmp(q, "?transport=udp") == 0)
+			p->transport = secure ? TURN_CLIENT_DTLS : TURN_CLIENT_UDP;
+		else
 			return -EINVAL;
 	}
+	if (secure && p->sni[0] == '\0' && is_host_name(host))
+		snprintf(p->sni, sizeof(p->sni), "%s", host);
 	if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
 		return -EHOSTUNREACH;
 	memcpy(&p->server, res->ai_addr, res->ai_addrlen);
@@ -178,6 +223,7 @@ static int client_new(struct probe *p, struct turn_client **c)
 		.software = "turngatectl probe",
 		.timeout_ms = p->timeout_ms,
 		.fingerprint = true,
+		.sni = p->sni[0] != '\0' ? p->sni : NULL,
 	};
 
 	return turn_client_create(&o, c);
@@ -245,12 +291,17 @@ static void run_probe(struct probe *p)
 	struct turn_client *c = NULL;
 	struct turn_alloc_result ra;
 	struct sockaddr_storage peer;
-	char detail[96];
+	char detail[384];	/* room for the TLS summary: version, ALPN, CN */
 	double t0 = now_ms();
+	struct turn_client_tls_info ti;
 	int rc;
 
 	rc = client_new(p, &c);
-	if (step(p, "connect", t0, rc, NULL, p->transport == TURN_CLIENT_TCP ? "tcp" : "udp") < 0)
+	snprintf(detail, sizeof(detail), "%s", transport_name(p->transport));
+	if (rc == 0 && turn_client_tls_info(c, &ti) == 0)
+		snprintf(detail, sizeof(detail), "%s %s alpn=%s cn=%s", transport_name(p->transport),
+			 ti.version, ti.alpn[0] ? ti.alpn : "-", ti.subject_cn[0] ? ti.subject_cn : "-");
+	if (step(p, "connect", t0, rc, NULL, detail) < 0)
 		goto out;
 	t0 = now_ms();
 	memset(&ra, 0, sizeof(ra));
@@ -310,7 +361,7 @@ int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res)
 int ctl_probe_main(int argc, char **argv)
 {
 	struct probe p;
-	const char *uri = NULL, *rest_name = "probe";
+	const char *uri = NULL, *rest_name = "probe", *transport = NULL, *sni = NULL;
 	int rc;
 
 	memset(&p, 0, sizeof(p));
@@ -332,18 +383,29 @@ int ctl_probe_main(int argc, char **argv)
 			p.peer = argv[++i];
 		else if (strcmp(argv[i], "--timeout") == 0 && has)
 			p.timeout_ms = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--transport") == 0 && has)
+			transport = argv[++i];
+		else if (strcmp(argv[i], "--sni") == 0 && has)
+			sni = argv[++i];
 		else if (uri == NULL && argv[i][0] != '-')
 			uri = argv[i];
 		else
 			return CTL_EXIT_USAGE;
 	}
 	if (uri == NULL || p.timeout_ms <= 0 || (p.secret != NULL) == (p.user != NULL) ||
-	    (p.user != NULL) != (p.pass != NULL))
+	    (p.user != NULL) != (p.pass != NULL) || (sni != NULL && strlen(sni) >= sizeof(p.sni)))
 		return CTL_EXIT_USAGE;
+	if (sni != NULL)
+		snprintf(p.sni, sizeof(p.sni), "%s", sni);
 	rc = parse_uri(uri, &p);
 	if (rc < 0) {
 		fprintf(stderr, "turngatectl: probe: bad TURN URI %s (expected "
-				"turn:HOST[:PORT][?transport=udp|tcp])\n", uri);
+				"turn[s]:HOST[:PORT][?transport=udp|tcp])\n", uri);
+		return CTL_EXIT_USAGE;
+	}
+	if (transport != NULL && parse_transport(transport, &p.transport) < 0) {
+		fprintf(stderr, "turngatectl: probe: bad --transport %s (udp, tcp, tls, dtls)\n",
+			transport);
 		return CTL_EXIT_USAGE;
 	}
 	if (p.secret != NULL &&
