@@ -510,10 +510,11 @@ static void wk_teardown(struct worker *w)
 {
 	while (w->allocs)
 		wk_alloc_destroy(w, w->allocs, "worker exit");
-	for (size_t i = 0; i < w->n_ls; i++) {
+	/* Close all before freeing any: closing a connection looks at every listener. */
+	for (size_t i = 0; i < w->n_ls; i++)
 		wk_listener_close(w, w->ls[i]);
+	for (size_t i = 0; i < w->n_ls; i++)
 		free(w->ls[i]);
-	}
 	shm_qsbr_offline(w->shm, w->slot);
 	free(w->rx);
 	free(w->dhash);

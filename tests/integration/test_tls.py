@@ -387,7 +387,9 @@ def test_dtls_floods(d):
                   "cookies not counted")
             check(st1.get("tls_handshakes", 0) == st0.get("tls_handshakes", 0),
                   "handshakes completed from cookie-less hellos")
-            check(after - before <= 2048, "RSS grew %d KiB" % (after - before))
+            # AddressSanitizer's allocator keeps per-size-class caches: a looser bound.
+            bound = 8192 if "ASAN_OPTIONS" in os.environ else 2048
+            check(after - before <= bound, "RSS grew %d KiB" % (after - before))
             # Sources that come back with their cookie, then stall: all hellos first,
             # then all cookies, so the handshake deadline cannot free slots meanwhile.
             t0 = time.monotonic()
