@@ -531,7 +531,7 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
 		return;
 	}
-	if (!wk_alloc_perm_ok(a, peer, wk_mono_ns()))
+	if (!wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
 		return;
 	if (sendto(r->fd, data, len, MSG_DONTWAIT, peer, wk_addr_len(peer)) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
@@ -578,7 +578,7 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	dlen = (size_t)(buf[2] << 8 | buf[3]);
 	if (dlen > len - STUN_CHANDATA_HEADER_LEN)
 		return;
-	c = wk_alloc_chan_by_num(a, ch, wk_mono_ns());
+	c = wk_alloc_chan_by_num(a, ch, wk_batch_ns(w));
 	if (!c || !wk_shm_to_addr(&c->peer, &peer))
 		return;
 	wk_to_peer(w, a, (struct sockaddr *)&peer, buf + STUN_CHANDATA_HEADER_LEN, dlen);

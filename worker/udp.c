@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 				shm_ctr_add(w->ctr, SHM_CTR_ERR_RECV, 1);
 			return;
 		}
+		w->batch_ns = wk_mono_ns();
 		for (int i = 0; i < n; i++) {
 			struct wk_ep ep = {
 				.l = l, .c = NULL, .addr = (struct sockaddr *)&from[i],
@@ -57,6 +59,7 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, len);
 			wk_turn_input(w, &ep, w->rx[i] + WK_HEADROOM, len);
 		}
+		w->batch_ns = 0;
 		if (n < WK_BATCH)
 			return;
 	}
@@ -166,10 +169,61 @@ static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
 }
 
+/* All of a relay socket's batch goes to one client: when the messages have one size (the
+ * last may be shorter), one sendmsg with UDP_SEGMENT hands the kernel a single buffer to
+ * cut, instead of one skb and route lookup per message. Returns false when the batch does
+ * not qualify or the kernel refused (the caller then uses sendmmsg). */
+static bool wk_relay_gso(struct worker *w, struct wk_alloc *a, struct mmsghdr *out, unsigned n)
+{
+	struct iovec iov[WK_BATCH];
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr m = { 0 };
+	struct cmsghdr *cm;
+	size_t seg = out[0].msg_hdr.msg_iov->iov_len, total = 0;
+	uint16_t gso;
+
+	if (n < 2 || a->l->gso_off || seg > WK_GSO_SEG_MAX)
+		return false;
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = out[i].msg_hdr.msg_iov->iov_len;
+
+		if (len != seg && !(i == n - 1 && len < seg))
+			return false;
+		iov[i] = *out[i].msg_hdr.msg_iov;
+		total += len;
+	}
+	if (total > 65000)
+		return false;
+	memset(&ctl, 0, sizeof(ctl));
+	m.msg_name = &a->client;
+	m.msg_namelen = a->client_len;
+	m.msg_iov = iov;
+	m.msg_iovlen = n;
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_UDP;
+	cm->cmsg_type = UDP_SEGMENT;
+	cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+	gso = (uint16_t)seg;
+	memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
+	if (sendmsg(a->l->fd, &m, MSG_DONTWAIT) >= 0)
+		return true;
+	if (errno == EOPNOTSUPP || errno == ENOPROTOOPT || errno == EIO)
+		a->l->gso_off = true;	/* no GSO on this path: never try again */
+	return false;			/* EINVAL (segment above the MTU), EAGAIN: per message */
+}
+
 static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
 			   unsigned n)
 {
 	unsigned sent = 0;
+
+	if (wk_relay_gso(w, a, out, n))
+		return;
 
 	while (sent < n) {
 		int r = sendmmsg(a->l->fd, out + sent, n - sent, MSG_DONTWAIT);

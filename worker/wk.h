@@ -25,6 +25,7 @@
 #define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
 #define WK_DGRAM_MAX (65535 + 4)	/* any UDP payload, plus padding room */
+#define WK_GSO_SEG_MAX 1400		/* larger messages go one by one (path MTU) */
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
 #define WK_TCP_MAX_CONNS 4096
@@ -124,6 +125,7 @@ struct wk_listener {
 	SSL_CTX *tls_ctx;
 	uint8_t tls_digest[32];		/* SHA-256 of the cert and key PEM it was built from */
 	SSL *dtls_listen;		/* DTLSv1_listen's stateless object */
+	bool gso_off;			/* UDP_SEGMENT refused on this socket */
 };
 
 /* One relay socket of an allocation (two for a dual-stack allocation). */
@@ -221,6 +223,7 @@ struct worker {
 	unsigned n_dtls;
 	struct wk_tconn **dhash;	/* DTLS associations by (listener, client), WK_HASH_BUCKETS */
 	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
+	uint64_t batch_ns;		/* wk_mono_ns() of the datagram batch being handled, 0 outside */
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
@@ -230,6 +233,15 @@ struct worker {
 uint64_t wk_now_ms(void);
 int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
+
+uint64_t wk_mono_ns(void);
+
+/* Monotonic time for expiry checks on the data path: one clock read per received batch
+ * (permissions and channels live for minutes), a fresh one outside a batch. */
+static inline uint64_t wk_batch_ns(const struct worker *w)
+{
+	return w->batch_ns ? w->batch_ns : wk_mono_ns();
+}
 
 /* ---- tls.c ---- */
 int wk_tls_init(struct worker *w);

@@ -217,6 +217,53 @@ static void test_malformed_input(void **state)
 	turn_client_destroy(c);
 }
 
+/* A peer's burst to one allocation: the worker sends a relay socket's batch to the client
+ * in one UDP_SEGMENT (GSO) send when the messages have one size (the last may be shorter),
+ * else one by one. Either way every datagram must arrive whole, in order, on its channel:
+ * equal sizes, a shorter last one, and mixed sizes. */
+static void test_peer_burst(void **state)
+{
+	static const size_t sizes[][2] = { { 172, 172 }, { 1000, 333 }, { 64, 0 } };
+	struct turn_client *c = mk(TURN_CLIENT_UDP, "pass1");
+	struct turn_alloc_result r;
+	struct sockaddr_storage peer;
+	socklen_t pl = sizeof(peer);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+	(void)state;
+	assert_true(fd >= 0);
+	harness_addr("127.0.0.1", 0, &peer);
+	assert_int_equal(bind(fd, sa(&peer), sizeof(struct sockaddr_in)), 0);
+	assert_int_equal(getsockname(fd, sa(&peer), &pl), 0);
+	assert_int_equal(turn_client_allocate(c, NULL, &r), 0);
+	assert_int_equal(turn_client_channel_bind(c, 0x4100, sa(&peer)), 0);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		uint8_t out[1000], in[1100];
+
+		for (int i = 0; i < 24; i++) {
+			size_t len = sizes[k][1] == 0 ? (size_t)(64 + i * 37) :
+				     i == 23 ? sizes[k][1] : sizes[k][0];
+
+			memset(out, (int)(k * 24 + (size_t)i), len);
+			assert_int_equal(sendto(fd, out, len, 0, sa(&r.relayed),
+						sizeof(struct sockaddr_in)), (ssize_t)len);
+		}
+		for (int i = 0; i < 24; i++) {
+			size_t want = sizes[k][1] == 0 ? (size_t)(64 + i * 37) :
+				      i == 23 ? sizes[k][1] : sizes[k][0], len = 0;
+			uint16_t ch = 0;
+
+			assert_int_equal(turn_client_recv(c, in, sizeof(in), &len, NULL, &ch, 3000), 0);
+			assert_int_equal(ch, 0x4100);
+			assert_int_equal(len, want);
+			memset(out, (int)(k * 24 + (size_t)i), want);
+			assert_memory_equal(in, out, want);
+		}
+	}
+	close(fd);
+	turn_client_destroy(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +271,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_flow),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_malformed_input),
+		cmocka_unit_test(test_peer_burst),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
