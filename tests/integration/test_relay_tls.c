@@ -5,6 +5,7 @@
  * bounded loosely). 2 workers; TLS on the UDP listener's port number, DTLS on its own. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 
 #include "client/turn_client.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/harness_admin.h"
 
 #define N_CLIENTS 200
 
@@ -117,7 +120,9 @@ static int teardown(void **state)
 	int rc;
 
 	(void)state;
-	rc = harness_stop(&g.h);
+	/* test_crash_releases stops the daemon and checks its log itself; otherwise (a test
+	 * failed before it) harness_stop checks the log. */
+	rc = g.h.pid > 0 ? harness_stop(&g.h) : 0;
 	harness_echo_stop(&g.echo);
 	harness_echo_stop(&g.echo6);
 	harness_cleanup(&g.h);
@@ -385,6 +390,63 @@ static void test_cost_dtls(void **state)
 	measure(TURN_CLIENT_DTLS, "DTLS 1.2, ECDSA P-256");
 }
 
+static uint16_t local_port(const struct turn_client *c)
+{
+	struct sockaddr_storage ss;
+
+	assert_int_equal(turn_client_local_addr(c, &ss), 0);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/* kill -9 of the worker holding a TLS allocation: stream allocations (TLS, and DTLS when
+ * on the same worker) are released at re-adoption, counted once in allocs_dropped; the
+ * client sees its connection gone; the respawned worker serves TLS again. Runs last and
+ * stops the daemon itself (its log then holds the death this test caused). */
+static void test_crash_releases(void **state)
+{
+	struct turn_client *t = mk(TURN_CLIENT_TLS), *d = mk(TURN_CLIENT_DTLS);
+	long long dropped0, active0;
+	int victim, owner_d, drops, pid, st = 0;
+
+	(void)state;
+	assert_int_equal(turn_client_allocate(t, NULL, NULL), 0);
+	assert_int_equal(turn_client_allocate(d, NULL, NULL), 0);
+	victim = hadmin_owner_of(g.h.sock, local_port(t));
+	owner_d = hadmin_owner_of(g.h.sock, local_port(d));
+	assert_true(victim == 0 || victim == 1);
+	assert_true(owner_d == 0 || owner_d == 1);
+	drops = 1 + (owner_d == victim);
+	dropped0 = hadmin_stat(g.h.sock, NULL, "allocs_dropped");
+	active0 = hadmin_status_int(g.h.sock, "allocations");
+	pid = hadmin_worker_pid(g.h.sock, victim, NULL);
+	assert_true(pid > 0);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	for (int i = 0; i < 500 && hadmin_stat(g.h.sock, NULL, "allocs_dropped") !=
+					   dropped0 + drops; i++)
+		usleep(20000);
+	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_dropped"), dropped0 + drops);
+	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", active0 - drops, 100,
+						20), active0 - drops);
+	print_message("worker %d killed: %d stream allocation(s) released (DTLS on worker %d)\n",
+		      victim, drops, owner_d);
+	assert_true(turn_client_refresh(t, 600, NULL) < 0);
+	if (owner_d != victim)
+		assert_int_equal(turn_client_refresh(d, 600, NULL), 0);
+	turn_client_destroy(t);
+	turn_client_destroy(d);
+	t = mk(TURN_CLIENT_TLS);
+	assert_int_equal(turn_client_allocate(t, NULL, NULL), 0);
+	turn_client_destroy(t);
+	kill(g.h.pid, SIGTERM);
+	for (int i = 0; i < 1500 && waitpid(g.h.pid, &st, WNOHANG) == 0; i++)
+		usleep(20000);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	g.h.pid = 0;
+	assert_int_equal(harness_log_count(&g.h, "killed by signal"), 1);
+	assert_int_equal(harness_log_count(&g.h, "Sanitizer"), 0);
+	assert_int_equal(harness_log_count(&g.h, "runtime error"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -394,6 +456,7 @@ int main(void)
 		cmocka_unit_test(test_cost_tls),
 		cmocka_unit_test(test_cost_dtls),
 		cmocka_unit_test(test_rotation),
+		cmocka_unit_test(test_crash_releases),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
