@@ -8,6 +8,7 @@ ClientHello floods without and with cookies, during which a UDP allocation keeps
 and the daemon's state stays bounded. Relaying over TLS/DTLS with the project's client and
 coturn's turnutils_uclient are in test_relay_tls.c and tests/interop.
 """
+import base64
 import os
 import socket
 import ssl
@@ -52,13 +53,19 @@ def bundle(d, name, parts):
     return path
 
 
-def tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=None):
+def tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=None, dtls_inline=False):
+    """dtls_inline: the DTLS listener gets STUNner's base64 `cert`/`key` instead of files."""
     text = config(d, [("udp", udp_port, "TURN-UDP", ["loopback"]),
                       ("tls", tls_port, "TURN-TLS", ["loopback"]),
                       ("dtls", dtls_port, "TURN-DTLS", ["loopback"])],
                   {"loopback": ["127.0.0.1"]}, relay=relay or relay_range())
-    tls_keys = "    cert_file: %s\n    key_file: %s\n" % (crt, key)
     for name in ("tls", "dtls"):
+        if name == "dtls" and dtls_inline:
+            with open(crt, "rb") as fc, open(key, "rb") as fk:
+                tls_keys = "    cert: %s\n    key: %s\n" % (
+                    base64.b64encode(fc.read()).decode(), base64.b64encode(fk.read()).decode())
+        else:
+            tls_keys = "    cert_file: %s\n    key_file: %s\n" % (crt, key)
         marker = "  - name: %s\n" % name
         head, tail = text.split(marker, 1)
         first, rest = tail.split("    routes:", 1)
@@ -66,9 +73,9 @@ def tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=None):
     return text
 
 
-def start(d, crt, key):
+def start(d, crt, key, dtls_inline=False):
     udp_port, tls_port, dtls_port = free_port(), free_port(), free_port()
-    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key)
+    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, dtls_inline=dtls_inline)
     return Daemon(d, text).start(), udp_port, tls_port, dtls_port
 
 
@@ -171,14 +178,15 @@ def relay_round(c, peer, relayed, payload):
 
 
 def test_alpn_sni(d):
-    """Two certificates on one listener: the SNI name picks one, an unknown name gets the
-    first; ALPN stun.turn is selected over TLS 1.3 and DTLS 1.2; a client offering only
+    """Two certificates on one listener (TLS from files, DTLS from STUNner's base64
+    cert/key): the SNI name picks one, an unknown name gets the first; ALPN stun.turn is selected over TLS 1.3 and DTLS 1.2; a client offering only
     other protocols still gets TURN (no ALPN); a Binding is answered over TLS."""
     a_crt, a_key = make_cert(d, "turn-a.test", "ec")
     b_crt, b_key = make_cert(d, "turn-b.test", "rsa")
     crt = bundle(d, "ab.crt", [a_crt, b_crt])
     key = bundle(d, "ab.key", [a_key, b_key])
-    daemon, udp_port, tls_port, dtls_port = start(d, crt, key)
+    # TLS from files (ours), DTLS from STUNner's base64 cert/key: the same bundle.
+    daemon, udp_port, tls_port, dtls_port = start(d, crt, key, dtls_inline=True)
     try:
         for sni, want in (("turn-a.test", a_crt), ("turn-b.test", b_crt),
                           ("other.test", a_crt), (None, a_crt)):
