@@ -12,7 +12,10 @@
  *   the listener's key for alice/bob; the header length is fixed up), 1 add FINGERPRINT,
  *   2 MESSAGE-INTEGRITY-SHA256 instead, 3 PASSWORD-ALGORITHM(S) SHA-256 key, 4 user bob,
  *   5 no USERNAME/REALM/NONCE (the input brings its own), 6 time jump after the message
- *   (every deadline moved into the past, expiry timers run), 7 deliver twice.
+ *   (every deadline moved into the past, expiry timers run), 7 deliver twice; an empty
+ *   record with flag 7 toggles drain mode instead.
+ * A signed message's RESERVATION-TOKEN of eight zero bytes becomes the last token the
+ * worker handed out, so the fuzzer can redeem reservations.
  * Every allocation and reservation the input made is destroyed afterwards, and the harness
  * checks that nothing leaked: counters, shm records, relay ports, timers. */
 #include "config.h"
@@ -46,11 +49,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const char fz_yaml[] =
 	"version: v1\n"
 	"admin:\n  loglevel: \"all:ERROR\"\n  relay_port_min: 61000\n  relay_port_max: 61999\n"
+	"  alternate_server: \"127.0.0.1:3999\"\n"
 	"auth:\n  type: static\n  realm: fuzz.example\n"
 	"  credentials: {username: alice, password: alice-pw}\n"
 	"  users:\n    - {username: bob, password: bob-pw}\n"
-	"limits:\n  max_allocations: 64\n  user_quota: 3\n  max_permissions: 4\n"
-	"  max_channels: 4\n"
+	"limits:\n  max_allocations: 64\n  user_quota: 3\n  total_quota: 6\n"
+	"  max_permissions: 4\n  max_channels: 4\n"
 	"listeners:\n"
 	"  - {name: static, address: 127.0.0.1, port: 3478, routes: [loop]}\n"
 	"  - name: rest\n    address: 127.0.0.1\n    port: 3479\n    routes: [loop]\n"
@@ -80,6 +84,8 @@ struct fz {
 	struct sockaddr_in cli[FZ_CLIENTS];
 	struct sockaddr_in lst[FZ_LISTENERS];	/* where responses come from */
 	struct fz_seen seen;
+	uint8_t token[8];		/* last RESERVATION-TOKEN in a response */
+	bool got_error;			/* an error response came since the last delivery */
 	bool trace;			/* FUZZ_DISPATCH_TRACE set: print every response */
 };
 
@@ -224,6 +230,23 @@ static int fz_key(struct fz *f, const struct wk_listener *l, const char *user, u
 	return rc;
 }
 
+/* Puts the last issued reservation token into a zeroed RESERVATION-TOKEN attribute. */
+static void fz_put_token(const struct fz *f, uint8_t *buf, size_t len)
+{
+	static const uint8_t zero[8];
+	size_t off = STUN_HEADER_LEN;
+
+	while (off + 4 <= len) {
+		uint16_t type = (uint16_t)(buf[off] << 8 | buf[off + 1]);
+		size_t alen = (size_t)(buf[off + 2] << 8 | buf[off + 3]);
+
+		if (type == STUN_ATTR_RESERVATION_TOKEN && alen == 8 && off + 12 <= len &&
+		    memcmp(buf + off + 4, zero, 8) == 0)
+			memcpy(buf + off + 4, f->token, 8);
+		off += 4 + ((alen + 3) & ~(size_t)3);
+	}
+}
+
 /* Appends credentials and MESSAGE-INTEGRITY(-SHA256) (flags bits 0, 2-5) and FINGERPRINT
  * (bit 1) to the message in buf[0..len), as a client would. Returns the new length, or
  * len unchanged when the message is too short to be signed. */
@@ -244,6 +267,7 @@ static size_t fz_sign(struct fz *f, const struct wk_ep *ep, uint8_t flags, uint8
 	while (len & 3)
 		buf[len++] = 0;
 	b.len = len;
+	fz_put_token(f, buf, len);
 	if ((flags & 0x01) && snap_auth_get(f->snap, ep->l->sl.auth_idx, &au) == 0) {
 		const char *who = flags & 0x10 ? "bob" : "alice";
 
@@ -284,6 +308,8 @@ static size_t fz_sign(struct fz *f, const struct wk_ep *ep, uint8_t flags, uint8
 static void fz_check_response(struct fz *f, const uint8_t *buf, size_t len)
 {
 	struct stun_msg m;
+	const uint8_t *tok;
+	size_t tok_len;
 
 	/* The server's own messages must be what its parser accepts. */
 	if (stun_msg_parse(&m, buf, len) < 0)
@@ -300,11 +326,15 @@ static void fz_check_response(struct fz *f, const uint8_t *buf, size_t len)
 			stun_class_name(m.cls), code, (int)rlen, reason ? reason : "");
 	}
 	if (m.cls == STUN_ERROR) {
+		f->got_error = true;
 		f->seen.errors++;
 		return;
 	}
 	if (m.cls != STUN_SUCCESS)
 		return;
+	if (stun_msg_get_raw(&m, STUN_ATTR_RESERVATION_TOKEN, &tok, &tok_len) == 0 &&
+	    tok_len == sizeof(f->token))
+		memcpy(f->token, tok, sizeof(f->token));
 	switch (m.method) {
 	case STUN_BINDING: f->seen.binding_ok++; break;
 	case STUN_ALLOCATE: f->seen.alloc_ok++; break;
@@ -409,6 +439,31 @@ static void fz_reset(struct fz *f)
 	if (shm_counters_read(f->shm, 0, &c) < 0 || c.v[SHM_CTR_ALLOCS_ACTIVE] != 0)
 		fz_die("ALLOCS_ACTIVE is not 0 with no allocation");
 	wheel_init(&w->wheel, wk_now_ms());
+	w->draining = false;
+	memset(f->token, 0, sizeof(f->token));
+}
+
+/* One datagram through the dispatcher. A request answered with an error must leave the
+ * client's allocation as it was (RFC 8656: a failed request changes no state). */
+static void fz_input(struct fz *f, const struct wk_ep *ep, uint8_t *buf, size_t len)
+{
+	struct worker *w = f->w;
+	struct wk_alloc *a = wk_alloc_find(w, ep->l, ep->addr);
+	struct shm_perm perms[SHM_ALLOC_MAX_PERMS];
+	struct shm_chan chans[SHM_ALLOC_MAX_CHANS];
+	uint32_t idx = a ? a->rec_idx : 0;
+
+	if (a) {
+		memcpy(perms, a->rec->perms, sizeof(perms));
+		memcpy(chans, a->rec->chans, sizeof(chans));
+	}
+	f->got_error = false;
+	wk_turn_input(w, ep, buf, len);
+	fz_drain(f);	/* loopback: the response is already queued */
+	if (a && f->got_error && wk_alloc_find(w, ep->l, ep->addr) == a && a->rec_idx == idx &&
+	    (memcmp(perms, a->rec->perms, sizeof(perms)) != 0 ||
+	     memcmp(chans, a->rec->chans, sizeof(chans)) != 0))
+		fz_die("a request answered with an error changed permissions or channels");
 }
 
 static void fz_deliver(struct fz *f, uint8_t sel, uint8_t flags, const uint8_t *msg, size_t len)
@@ -422,17 +477,20 @@ static void fz_deliver(struct fz *f, uint8_t sel, uint8_t flags, const uint8_t *
 
 	if (!buf)
 		return;
+	if (len == 0 && (flags & 0x80)) {
+		w->draining = !w->draining;	/* what IPC_DRAIN does */
+		free(buf);
+		return;
+	}
 	memcpy(buf, msg, len);
 	n = flags & 0x03 ? fz_sign(f, &ep, flags, buf, len, cap) : len;
 	/* Exact size, so a read past the datagram is caught. */
 	exact = malloc(n ? n : 1);
-	if (exact) {
-		for (int k = 0; k < (flags & 0x80 ? 2 : 1); k++) {
-			memcpy(exact, buf, n);
-			wk_turn_input(w, &ep, exact, n);
-		}
-		free(exact);
+	for (int k = 0; exact && k < (flags & 0x80 ? 2 : 1); k++) {
+		memcpy(exact, buf, n);
+		fz_input(f, &ep, exact, n);
 	}
+	free(exact);
 	free(buf);
 	wheel_advance(&w->wheel, wk_now_ms(), w);
 	if (flags & 0x40) {
@@ -443,7 +501,6 @@ static void fz_deliver(struct fz *f, uint8_t sel, uint8_t flags, const uint8_t *
 			fprintf(stderr, "fuzz_dispatch: +%u s: %zu of %zu allocations left\n",
 				fz_jumps[sel >> 4], w->n_allocs, before);
 	}
-	fz_drain(f);
 }
 
 #ifdef FUZZ_CORPUS

@@ -3,6 +3,7 @@
 directory: python3 scripts/fuzz_dispatch_seeds.py DIR. The checked-in corpus is these seeds grown by
 fuzzing and minimized with -merge=1."""
 import os
+import socket
 import struct
 import sys
 
@@ -29,12 +30,23 @@ def xor_peer(ip, port, t=0x0012):
     return attr(t, struct.pack('!BBHI', 0, 1, port ^ (COOKIE >> 16), x))
 
 
+def xor_peer6(ip, port):
+    """IPv6 XOR-PEER-ADDRESS: XORed with cookie and tid, so built once the tid is known."""
+    def build(tid):
+        key = struct.pack('!I', COOKIE) + tid
+        a = bytes(x ^ k for x, k in zip(socket.inet_pton(socket.AF_INET6, ip), key))
+        return attr(0x0012, struct.pack('!BBH', 0, 2, port ^ (COOKIE >> 16)) + a)
+    return build
+
+
 _tid = [0]
 
 
 def stun(method, attrs=b'', cls=REQUEST):
     _tid[0] += 1
     tid = struct.pack('!4sQ', b'fzdp', _tid[0])
+    if isinstance(attrs, list):
+        attrs = b''.join(a(tid) if callable(a) else a for a in attrs)
     return struct.pack('!HHI', msg_type(method, cls), len(attrs), COOKIE) + tid + attrs
 
 
@@ -112,6 +124,39 @@ SEEDS = {
     rec(0, FP, stun(BINDING, cls=2)) + rec(0, 0, chandata(0x4000, b'')[:3]),
     'nocred': rec(0, SIGN | NOCRED, stun(ALLOCATE, TRANSPORT + attr(0x0006, b'alice'))) +
     rec(0, 0, stun(ALLOCATE, TRANSPORT + attr(0x0006, b'alice') + attr(0x0008, b'\0' * 20))),
+    'dual_stack_v6_peer': rec(0, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x8000, b'\x02\0\0\0'))) +
+    rec(0, SIGN, stun(CREATE_PERM, [xor_peer6('::1', 40000)])) +
+    rec(0, SIGN, stun(CHANNEL_BIND, [chan(0x4010), xor_peer6('::1', 40002)])) +
+    rec(0, 0, stun(SEND, [xor_peer6('::1', 40000), attr(0x0013, b'v6 data')], INDICATION)) +
+    rec(0, 0, chandata(0x4010, b'v6 channel')) +
+    rec(1, SIGN, stun(ALLOCATE, TRANSPORT)) +
+    rec(1, SIGN, stun(CREATE_PERM, [xor_peer6('::1', 40000)])) +
+    rec(1, 0, stun(SEND, [xor_peer6('::1', 40000), attr(0x0013, b'x')], INDICATION)),
+    'perm_limit': rec(0, SIGN, stun(ALLOCATE, TRANSPORT)) +
+    b''.join(rec(0, SIGN, stun(CREATE_PERM, xor_peer('127.0.0.%d' % (20 + i), 1000)))
+             for i in range(5)) +
+    b''.join(rec(0, SIGN, stun(CHANNEL_BIND, chan(0x4020 + i) + xor_peer('127.0.0.%d' % (30 + i), 1000)))
+             for i in range(5)),
+    'resv_redeem': rec(0, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x0018, b'\x80'))) +
+    rec(1, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x0022, b'\0' * 8))) +
+    rec(REST | 2, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x0018, b'\x80'))) +
+    rec(3, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x0022, b'\0' * 8))),
+    'drain': rec(0, TWICE, b'') + rec(0, SIGN, stun(ALLOCATE, TRANSPORT)) + rec(0, TWICE, b'') +
+    rec(0, SIGN, stun(ALLOCATE, TRANSPORT)),
+    # alice x3 and bob on the static listener, alice x2 on the REST one: 6, the total quota
+    'total_quota': b''.join(rec(i, SIGN | (BOB if i == 3 else 0), stun(ALLOCATE, TRANSPORT))
+                            for i in range(4)) +
+    b''.join(rec(REST | i, SIGN, stun(ALLOCATE, TRANSPORT)) for i in range(3)),
+    # regression: a ChannelBind or CreatePermission that fails for want of a permission slot
+    # (508) left a channel bound, or the first peers' permissions installed
+    'failed_bind_state': rec(0, SIGN, stun(ALLOCATE, TRANSPORT)) +
+    b''.join(rec(0, SIGN, stun(CREATE_PERM, xor_peer('127.0.0.%d' % (20 + i), 1000)))
+             for i in range(3)) +
+    rec(0, SIGN, stun(CREATE_PERM, xor_peer('127.0.0.40', 1) + xor_peer('127.0.0.41', 1))) +
+    rec(0, SIGN, stun(CREATE_PERM, xor_peer('127.0.0.42', 1))) +
+    rec(0, SIGN, stun(CHANNEL_BIND, chan(0x4030) + xor_peer('127.0.0.50', 1000))) +
+    rec(0, SIGN, stun(CHANNEL_BIND, chan(0x4030) + xor_peer('127.0.0.20', 1000))),
+    'bad_fingerprint': rec(0, 0, stun(BINDING, attr(0x8028, b'\0\0\0\0'))),
 }
 
 
