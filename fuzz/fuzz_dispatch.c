@@ -3,7 +3,9 @@
  *
  * Set up once: a shm segment, a snapshot built from the embedded config below, and a
  * struct worker with three UDP listeners (static users, TURN REST secret, auth none) on
- * real loopback sockets, relay ports 61000-61999 on 127.0.0.1 (and ::1 when lo has it).
+ * real loopback sockets, relay ports 59000-59999 on 127.0.0.1 (and ::1 when lo has it):
+ * clear of the windows the integration and interop tests use (a port taken by somebody
+ * else is skipped).
  * Client sockets on 127.0.0.1-4 receive the responses, which must all parse.
  *
  * Input: a sequence of records [sel][flags][len hi][len lo][len bytes]:
@@ -48,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char fz_yaml[] =
 	"version: v1\n"
-	"admin:\n  loglevel: \"all:ERROR\"\n  relay_port_min: 61000\n  relay_port_max: 61999\n"
+	"admin:\n  loglevel: \"all:ERROR\"\n  relay_port_min: 59000\n  relay_port_max: 59999\n"
 	"  alternate_server: \"127.0.0.1:3999\"\n"
 	"auth:\n  type: static\n  realm: fuzz.example\n"
 	"  credentials: {username: alice, password: alice-pw}\n"

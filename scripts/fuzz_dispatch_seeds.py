@@ -135,7 +135,8 @@ SEEDS = {
     'perm_limit': rec(0, SIGN, stun(ALLOCATE, TRANSPORT)) +
     b''.join(rec(0, SIGN, stun(CREATE_PERM, xor_peer('127.0.0.%d' % (20 + i), 1000)))
              for i in range(5)) +
-    b''.join(rec(0, SIGN, stun(CHANNEL_BIND, chan(0x4020 + i) + xor_peer('127.0.0.%d' % (30 + i), 1000)))
+    b''.join(rec(0, SIGN, stun(CHANNEL_BIND,
+                               chan(0x4020 + i) + xor_peer('127.0.0.%d' % (30 + i), 1000)))
              for i in range(5)),
     'resv_redeem': rec(0, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x0018, b'\x80'))) +
     rec(1, SIGN, stun(ALLOCATE, TRANSPORT + attr(0x0022, b'\0' * 8))) +
