@@ -6,7 +6,10 @@
  * real loopback sockets, relay ports 59000-59999 on 127.0.0.1 (and ::1 when lo has it):
  * clear of the windows the integration and interop tests use (a port taken by somebody
  * else is skipped).
- * Client sockets on 127.0.0.1-4 receive the responses, which must all parse.
+ * Client sockets on 127.0.0.1-4 receive the responses, which must all parse. A peer socket
+ * on 127.0.0.9:40000 echoes what a relay sends it, and the loop runs once after every
+ * message, so peer data comes back through the relay sockets (wk_relay_cb) to the client
+ * as a Data indication or ChannelData.
  *
  * Input: a sequence of records [sel][flags][len hi][len lo][len bytes]:
  *   sel bits 0-1 client, bits 2-3 listener (mod 3), bits 4-7 time jump size (flag 6);
@@ -46,6 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FZ_CLIENTS 4
 #define FZ_LISTENERS 3
 #define FZ_MAX_MSGS 64
+#define FZ_PEER_IP 0x7f000009u	/* 127.0.0.9 */
+#define FZ_PEER_PORT 40000
 #define FZ_REST_EXPIRY "4102444800"	/* 2100-01-01: REST credentials that never expire */
 
 static const char fz_yaml[] =
@@ -72,6 +77,7 @@ static const uint32_t fz_jumps[16] = { 1, 2, 30, 31, 60, 299, 300, 301, 599, 600
 /* Successful responses seen by the clients, per method (the replay checks them). */
 struct fz_seen {
 	unsigned long alloc_ok, refresh_ok, perm_ok, chan_ok, binding_ok, errors;
+	unsigned long data_ind, chandata;	/* peer data relayed back to a client */
 };
 
 struct fz {
@@ -85,6 +91,7 @@ struct fz {
 	int cli_fd[FZ_CLIENTS];
 	struct sockaddr_in cli[FZ_CLIENTS];
 	struct sockaddr_in lst[FZ_LISTENERS];	/* where responses come from */
+	int peer_fd;			/* the echoing peer, or -1 */
 	struct fz_seen seen;
 	uint8_t token[8];		/* last RESERVATION-TOKEN in a response */
 	bool got_error;			/* an error response came since the last delivery */
@@ -118,6 +125,21 @@ static int fz_udp_socket(uint32_t ip, struct sockaddr_in *bound)
 	if (getsockname(fd, (struct sockaddr *)bound, &sl) < 0) {
 		close(fd);
 		return -1;
+	}
+	return fd;
+}
+
+/* The echoing peer at FZ_PEER_IP:FZ_PEER_PORT; -1 when the port is taken (then no data
+ * comes back from peers, which only costs coverage). */
+static int fz_peer_socket(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(FZ_PEER_PORT) };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(FZ_PEER_IP);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		close(fd);
+		fd = -1;
 	}
 	return fd;
 }
@@ -198,6 +220,7 @@ static struct fz *fz_init(void)
 		if (f->cli_fd[i] < 0)
 			fz_die("cannot open a client socket");
 	}
+	f->peer_fd = fz_peer_socket();
 	return f;
 }
 
@@ -313,6 +336,13 @@ static void fz_check_response(struct fz *f, const uint8_t *buf, size_t len)
 	const uint8_t *tok;
 	size_t tok_len;
 
+	if (len >= 1 && (buf[0] & 0xc0) == 0x40) {
+		/* Peer data on a channel: over UDP exactly header + data, no padding. */
+		if (len < 4 || (size_t)(buf[2] << 8 | buf[3]) != len - 4)
+			fz_die("ChannelData to a client is malformed");
+		f->seen.chandata++;
+		return;
+	}
 	/* The server's own messages must be what its parser accepts. */
 	if (stun_msg_parse(&m, buf, len) < 0)
 		fz_die("a response does not parse");
@@ -332,6 +362,8 @@ static void fz_check_response(struct fz *f, const uint8_t *buf, size_t len)
 		f->seen.errors++;
 		return;
 	}
+	if (m.cls == STUN_INDICATION && m.method == STUN_DATA)
+		f->seen.data_ind++;
 	if (m.cls != STUN_SUCCESS)
 		return;
 	if (stun_msg_get_raw(&m, STUN_ATTR_RESERVATION_TOKEN, &tok, &tok_len) == 0 &&
@@ -440,9 +472,29 @@ static void fz_reset(struct fz *f)
 		fz_die("a LIVE shm record outlived its allocation");
 	if (shm_counters_read(f->shm, 0, &c) < 0 || c.v[SHM_CTR_ALLOCS_ACTIVE] != 0)
 		fz_die("ALLOCS_ACTIVE is not 0 with no allocation");
+	for (int n = 0; f->peer_fd >= 0 && n < 64; n++)
+		if (recv(f->peer_fd, f->w->rx[0], WK_DGRAM_MAX, MSG_DONTWAIT) < 0)
+			break;
 	wheel_init(&w->wheel, wk_now_ms());
 	w->draining = false;
 	memset(f->token, 0, sizeof(f->token));
+}
+
+/* The peer sends back what it got, to where it came from (a relay socket). */
+static void fz_echo(struct fz *f)
+{
+	uint8_t buf[2048];
+
+	for (int n = 0; f->peer_fd >= 0 && n < 16; n++) {
+		struct sockaddr_in from;
+		socklen_t fl = sizeof(from);
+		ssize_t r = recvfrom(f->peer_fd, buf, sizeof(buf), MSG_DONTWAIT,
+				     (struct sockaddr *)&from, &fl);
+
+		if (r < 0)
+			break;
+		sendto(f->peer_fd, buf, (size_t)r, MSG_DONTWAIT, (struct sockaddr *)&from, fl);
+	}
 }
 
 /* One datagram through the dispatcher. A request answered with an error must leave the
@@ -461,7 +513,9 @@ static void fz_input(struct fz *f, const struct wk_ep *ep, uint8_t *buf, size_t 
 	}
 	f->got_error = false;
 	wk_turn_input(w, ep, buf, len);
-	fz_drain(f);	/* loopback: the response is already queued */
+	fz_echo(f);
+	ev_run(w->loop, EVRUN_NOWAIT);	/* relay sockets (and listeners) with data */
+	fz_drain(f);	/* loopback: responses and relayed data are already queued */
 	if (a && f->got_error && wk_alloc_find(w, ep->l, ep->addr) == a && a->rec_idx == idx &&
 	    (memcmp(perms, a->rec->perms, sizeof(perms)) != 0 ||
 	     memcmp(chans, a->rec->chans, sizeof(chans)) != 0))
@@ -517,15 +571,17 @@ static void fz_replay_report(void)
 		return;
 	printf("dispatch: allocations created %llu, Allocate ok %lu, Refresh ok %lu, "
 	       "CreatePermission ok %lu, ChannelBind ok %lu, Binding ok %lu, errors %lu, "
-	       "packets to peers %llu, allocations ended %llu\n",
+	       "packets to peers %llu, from peers %lu Data indications and %lu ChannelData, "
+	       "allocations ended %llu\n",
 	       (unsigned long long)c.v[SHM_CTR_ALLOCS_CREATED], f->seen.alloc_ok,
 	       f->seen.refresh_ok, f->seen.perm_ok, f->seen.chan_ok, f->seen.binding_ok,
 	       f->seen.errors, (unsigned long long)c.v[SHM_CTR_PEER_PKTS_OUT],
-	       (unsigned long long)c.v[SHM_CTR_ALLOCS_ENDED]);
+	       f->seen.data_ind, f->seen.chandata, (unsigned long long)c.v[SHM_CTR_ALLOCS_ENDED]);
 	fflush(stdout);
 	if (!c.v[SHM_CTR_ALLOCS_CREATED] || !f->seen.alloc_ok || !f->seen.refresh_ok ||
 	    !f->seen.perm_ok || !f->seen.chan_ok || !f->seen.binding_ok ||
-	    !c.v[SHM_CTR_PEER_PKTS_OUT]) {
+	    !c.v[SHM_CTR_PEER_PKTS_OUT] || (f->peer_fd >= 0 && (!f->seen.data_ind ||
+							       !f->seen.chandata))) {
 		fprintf(stderr, "dispatch: the corpus no longer reaches every TURN method\n");
 		_exit(1);
 	}
