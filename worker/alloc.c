@@ -524,6 +524,7 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 	const struct shm_chan *by_peer = wk_alloc_chan_by_peer(a, peer, now_ns);
 	struct shm_chan *slot = NULL;
 	unsigned used = 0;
+	int rc;
 
 	if (by_num != by_peer)
 		return -EEXIST;
@@ -541,13 +542,18 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		if (!slot || used >= w->hot.max_chans)
 			return -ENOSPC;
 	}
+	/* The permission first: when the table is full the request fails with nothing
+	 * bound (a channel left without its permission would block the number). */
+	rc = wk_alloc_perm_add(w, a, peer);
+	if (rc < 0)
+		return rc;
 	shm_alloc_begin_write(a->rec);
 	wk_addr_to_shm(peer, &slot->peer);
 	slot->number = ch;
 	slot->expires_ns = now_ns + (uint64_t)w->hot.chan_lifetime * 1000000000u;
 	a->rec->n_chans = (uint8_t)(used + (by_num ? 0 : 1));
 	shm_alloc_end_write(a->rec);
-	return wk_alloc_perm_add(w, a, peer);
+	return 0;
 }
 
 /* Per-user quota across workers: a scan of the LIVE records of the shared table (relaxed

@@ -436,6 +436,27 @@ static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struc
 	return 0;
 }
 
+/* Installs a permission for every peer of req, or none: when the table fills up midway
+ * the ones already installed or refreshed are put back as they were. 0 or 508. */
+static int wk_perms_install(struct worker *w, struct wk_alloc *a, const struct stun_msg *req)
+{
+	struct shm_perm saved[SHM_ALLOC_MAX_PERMS];
+	struct sockaddr_storage peer;
+	unsigned n = stun_msg_peer_count(req);
+
+	memcpy(saved, a->rec->perms, sizeof(saved));
+	for (unsigned i = 0; i < n; i++)
+		if (stun_msg_get_peer(req, i, &peer) == 0 &&
+		    wk_alloc_perm_add(w, a, (struct sockaddr *)&peer) < 0) {
+			shm_alloc_begin_write(a->rec);
+			memcpy(a->rec->perms, saved, sizeof(saved));
+			shm_alloc_end_write(a->rec);
+			wk_alloc_rearm(w, a);
+			return 508;
+		}
+	return 0;
+}
+
 static void wk_create_permission(struct worker *w, const struct wk_ep *ep,
 				 const struct stun_msg *req)
 {
@@ -457,10 +478,8 @@ static void wk_create_permission(struct worker *w, const struct wk_ep *ep,
 		else
 			code = wk_peer_check(w, a, (struct sockaddr *)&peer);
 	}
-	for (unsigned i = 0; i < n && !code; i++)
-		if (stun_msg_get_peer(req, i, &peer) == 0 &&
-		    wk_alloc_perm_add(w, a, (struct sockaddr *)&peer) < 0)
-			code = 508;
+	if (!code)
+		code = wk_perms_install(w, a, req);
 	if (code)
 		wk_reply_error(w, ep, req, code, NULL, &cred);
 	else

@@ -233,6 +233,11 @@ struct worker {
 uint64_t wk_now_ms(void);
 int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
+/* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
+ * (an opened snapshot the caller keeps alive) current as the ev_check watcher does for a
+ * new generation: hot values copied, listeners re-resolved, relay pools (re)built; no shm
+ * tracking, no adoption. */
+void wk_snap_use(struct worker *w, const struct snap *s);
 
 uint64_t wk_mono_ns(void);
 

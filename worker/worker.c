@@ -570,3 +570,11 @@ out:
 	free(w);
 	return status;
 }
+
+/* ---- harness entry (fuzz/fuzz_dispatch.c) ---- */
+
+void wk_snap_use(struct worker *w, const struct snap *s)
+{
+	w->snap = s;
+	wk_snap_apply(w);
+}
