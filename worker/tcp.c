@@ -269,8 +269,21 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 /* Reads into the input buffer: > 0 bytes, 0 end of stream, -EAGAIN, other < 0 fatal. */
 static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
 {
-	size_t room = WK_TCP_IN_MAX - c->in_len;
+	size_t room;
 	ssize_t n;
+
+	if (c->in_len == c->in_cap) {
+		/* Full without a whole message (wk_tconn_frames consumed what it could):
+		 * the message is larger than the first buffer. Grow once, to the largest
+		 * frame; a frame larger than that was refused by the framer. */
+		uint8_t *p = c->in_cap < WK_TCP_IN_MAX ? realloc(c->in, WK_TCP_IN_MAX) : NULL;
+
+		if (!p)
+			return -ENOMEM;
+		c->in = p;
+		c->in_cap = WK_TCP_IN_MAX;
+	}
+	room = c->in_cap - c->in_len;
 
 	if (!c->ssl) {
 		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
@@ -415,6 +428,34 @@ static bool wk_tcp_can_accept(const struct worker *w, const struct wk_listener *
 	return !l->secure || (l->tls_ctx && w->n_handshakes < WK_MAX_HANDSHAKES);
 }
 
+/* A connection for fd accepted on l (TLS: with its SSL object in accept state), or NULL. */
+static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
+{
+	struct wk_tconn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->in = malloc(WK_TCP_IN_START);
+	c->in_cap = WK_TCP_IN_START;
+	if (c->in && l->secure) {
+		c->ssl = SSL_new(l->tls_ctx);
+		if (c->ssl && SSL_set_fd(c->ssl, fd) == 1) {
+			SSL_set_accept_state(c->ssl);
+		} else {
+			SSL_free(c->ssl);
+			c->ssl = NULL;
+		}
+	}
+	if (!c->in || (l->secure && !c->ssl)) {
+		free(c->in);
+		free(c);
+		ERR_clear_error();
+		return NULL;
+	}
+	c->fd = fd;
+	return c;
+}
+
 static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
@@ -433,25 +474,11 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		c = calloc(1, sizeof(*c));
-		if (c)
-			c->in = malloc(WK_TCP_IN_MAX);
-		if (c && c->in && l->secure && (c->ssl = SSL_new(l->tls_ctx)) != NULL &&
-		    SSL_set_fd(c->ssl, fd) == 1)
-			SSL_set_accept_state(c->ssl);
-		else if (c && l->secure && c->ssl) {
-			SSL_free(c->ssl);
-			c->ssl = NULL;
-		}
-		if (!c || !c->in || (l->secure && !c->ssl)) {
-			if (c)
-				free(c->in);
-			free(c);
+		c = wk_tconn_new(l, fd);
+		if (!c) {
 			close(fd);
-			ERR_clear_error();
 			continue;
 		}
-		c->fd = fd;
 		memcpy(&c->peer, &ss, sl);
 		c->peer_len = sl;
 		ev_io_init(&c->rio, wk_tconn_rcb, fd, EV_READ);

@@ -27,6 +27,7 @@
 #define WK_DGRAM_MAX (65535 + 4)	/* any UDP payload, plus padding room */
 #define WK_GSO_SEG_MAX 1400		/* larger messages go one by one (path MTU) */
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
+#define WK_TCP_IN_START 4096		/* first input buffer; grows to WK_TCP_IN_MAX once */
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
 #define WK_TCP_MAX_CONNS 4096
 #define WK_RESV_LIFETIME_MS 30000u
@@ -87,8 +88,9 @@ struct wk_tconn {
 	double born, last_msg, partial_since;	/* ev_now() times; partial_since 0 = none */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
-	uint8_t *in;			/* WK_TCP_IN_MAX bytes */
-	size_t in_len;
+	uint8_t *in;			/* in_cap bytes: WK_TCP_IN_START, or WK_TCP_IN_MAX once
+					 * a message did not fit */
+	size_t in_len, in_cap;
 	uint8_t *out;			/* grows up to WK_TCP_OUT_MAX */
 	size_t out_len, out_off, out_cap;
 	struct wk_alloc *alloc;		/* the allocation this connection carries, or NULL */
