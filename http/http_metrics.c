@@ -309,6 +309,9 @@ static void render_global(struct mctx *m)
 	       "Allocations dropped at adoption after a worker restart.", SHM_CTR_ALLOCS_DROPPED);
 	single(m, "turngate_stun_binding_requests_total", "STUN Binding requests answered.",
 	       SHM_CTR_STUN_BINDING);
+	single(m, "turngate_unauth_responses_dropped_total",
+	       "Error responses to unauthenticated UDP requests not sent: the source prefix "
+	       "was over limits.unauth_rate (reflection protection).", SHM_CTR_UNAUTH_DROPPED);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",

@@ -175,6 +175,8 @@ enum shm_ctr {
 	SHM_CTR_ERR_TLS,              /* TLS/DTLS handshake or record errors */
 	SHM_CTR_ERR_INTERNAL,
 	SHM_CTR_STUN_BINDING,         /* Binding requests answered */
+	SHM_CTR_UNAUTH_DROPPED,       /* error responses to unauthenticated UDP requests not
+				       * sent: source prefix over limits.unauth_rate */
 	SHM_CTR__COUNT
 };
 

@@ -40,6 +40,7 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_ERR_TLS] = "err_tls",
 	[SHM_CTR_ERR_INTERNAL] = "err_internal",
 	[SHM_CTR_STUN_BINDING] = "stun_binding",
+	[SHM_CTR_UNAUTH_DROPPED] = "unauth_dropped",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {
