@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests  # noqa: E402
 from test_metrics import scrape  # noqa: E402
 from test_security_stun import (A_TRANSPORT, ALLOCATE, REQUEST, Client, Daemon,  # noqa: E402
-                                Listener, build, check, config, error_code, free_port, parse,
-                                relay_range)
+                                Failure, Listener, build, check, config, error_code, free_port,
+                                parse, relay_range)
 
 WORKERS = 2
 RATE, BURST = 50, 20
@@ -202,6 +202,18 @@ def relay_round(c, sink, tag):
     return False
 
 
+def serve_new_client(port, sink, src):
+    """A new client from src authenticates, allocates and relays; True when all worked."""
+    c = Client(port, user="late", bind=src)
+    try:
+        return error_code(c.allocate(expect="any")[3]) is None and relay_round(c, sink, b"late")
+    except Failure as e:
+        print("new client from %s: %s" % (src, e))
+        return False
+    finally:
+        c.close()
+
+
 def test_service_during_flood(d):
     """While 127.0.0.0/24 floods (the flood stops only after the checks): a client of
     127.0.1.0/24 gets its 401; a new client of 127.0.2.0/24 authenticates, allocates and
@@ -222,17 +234,18 @@ def test_service_during_flood(d):
         while delta(scrape(mport), before, DROPPED) < 100:
             check(time.monotonic() < deadline, "the flood is not being limited")
             time.sleep(0.05)
+        # Another prefix shares the flooded bucket with probability 1/4096 (keyed hash,
+        # by design); a second prefix makes a false failure negligible, while a limiter
+        # that grouped all of IPv4 together would still fail both.
         t = time.monotonic()
-        tries = probe_401(port, "127.0.1.5")
+        tries = probe_401(port, "127.0.1.5") or probe_401(port, "127.0.4.5")
         other_s = time.monotonic() - t
-        check(tries is not None, "a client of another /24 got no 401 during the flood")
-        late = Client(port, user="late", bind="127.0.2.1")
+        check(tries is not None, "clients of other /24s got no 401 during the flood")
         t = time.monotonic()
-        check(error_code(late.allocate(expect="any")[3]) is None,
-              "a client of another /24 could not allocate during the flood")
-        check(relay_round(late, sink, b"late"), "no relaying for the new client")
+        check(serve_new_client(port, sink, "127.0.2.1") or
+              serve_new_client(port, sink, "127.0.5.1"),
+              "new clients of other /24s could not allocate and relay during the flood")
         late_s = time.monotonic() - t
-        late.close()
         r = early.request(4, [(0x000D, struct.pack("!I", 600))])
         check(error_code(r[3]) is None, "authenticated Refresh from the flooded prefix: %r"
               % error_code(r[3]))
