@@ -164,6 +164,12 @@ struct conf_limits {
 	uint32_t channel_lifetime;      /* seconds, default 600 */
 	uint32_t nonce_lifetime;        /* seconds, default 3600 */
 	uint32_t channel_numbers;       /* ours; enum conf_chan_range, default RFC8656 */
+	/* ours: error responses to unauthenticated UDP requests, per source prefix and per
+	 * worker (docs/security.md "Reflection") */
+	uint32_t unauth_rate;           /* per second, default 20; 0 = unlimited */
+	uint32_t unauth_burst;          /* bucket size, default 40 */
+	uint32_t unauth_prefix_v4;      /* bits, default 24 */
+	uint32_t unauth_prefix_v6;      /* bits, default 64 */
 };
 
 struct conf_admin {

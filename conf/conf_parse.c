@@ -243,6 +243,8 @@ static const struct limit_key limit_keys[] = {
 	LIM(max_channels, 1, CONF_MAX_CHANNELS), LIM(allocation_lifetime, 1, 86400),
 	LIM(max_allocation_lifetime, 1, 86400), LIM(permission_lifetime, 1, 86400),
 	LIM(channel_lifetime, 1, 86400), LIM(nonce_lifetime, 1, 86400),
+	LIM(unauth_rate, 0, 1000000), LIM(unauth_burst, 1, 1000000),
+	LIM(unauth_prefix_v4, 0, 32), LIM(unauth_prefix_v6, 0, 128),
 };
 
 struct limit_nodes {

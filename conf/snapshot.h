@@ -168,6 +168,7 @@ struct snap_limits {
 	uint32_t allocation_lifetime, max_allocation_lifetime, permission_lifetime;
 	uint32_t channel_lifetime, nonce_lifetime;
 	uint32_t channel_numbers;       /* enum conf_chan_range */
+	uint32_t unauth_rate, unauth_burst, unauth_prefix_v4, unauth_prefix_v6;
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

@@ -337,6 +337,9 @@ static void render_global(struct mctx *m)
 	single(m, "turngate_connection_timeouts_total",
 	       "Connections closed by the handshake, idle or slow-sender deadline.",
 	       SHM_CTR_CONN_TIMEOUTS);
+	single(m, "turngate_unauth_responses_dropped_total",
+	       "Error responses to unauthenticated UDP requests not sent: the source prefix "
+	       "was over limits.unauth_rate (reflection protection).", SHM_CTR_UNAUTH_DROPPED);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",

@@ -179,6 +179,8 @@ enum shm_ctr {
 	SHM_CTR_DTLS_COOKIES,         /* DTLS ClientHellos answered with a cookie (no state) */
 	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: handshake/association bound */
 	SHM_CTR_CONN_TIMEOUTS,        /* connections closed by a handshake/idle/slow deadline */
+	SHM_CTR_UNAUTH_DROPPED,       /* error responses to unauthenticated UDP requests not
+				       * sent: source prefix over limits.unauth_rate */
 	SHM_CTR__COUNT
 };
 

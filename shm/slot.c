@@ -44,6 +44,7 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_DTLS_COOKIES] = "dtls_cookies",
 	[SHM_CTR_HANDSHAKES_REFUSED] = "handshakes_refused",
 	[SHM_CTR_CONN_TIMEOUTS] = "conn_timeouts",
+	[SHM_CTR_UNAUTH_DROPPED] = "unauth_dropped",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

@@ -3,7 +3,9 @@
  *
  * Nothing is stored for a client before its integrity check succeeds: the nonce is
  * stateless (an HMAC over time and the client address with the snapshot's key) and every
- * failure is answered from the request alone. */
+ * failure is answered from the request alone. Every answer here goes to a request that
+ * has not authenticated, so each passes the per-prefix limiter first (worker/ratelimit.h):
+ * over UDP the source may be spoofed, and these answers are larger than the request. */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -34,6 +36,8 @@ static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
 	struct stun_builder b;
 	size_t len;
 
+	if (!wk_unauth_may_reply(w, ep))
+		return;		/* before the nonce HMAC: a flood costs no crypto either */
 	wk_auth_bind(ep, &bind);
 	snprintf(realm, sizeof(realm), "%.*s", (int)realm_len, realm_s);
 	if (stun_nonce_make(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, (uint64_t)wk_unix_now(),
@@ -58,6 +62,8 @@ static void wk_auth_error(struct worker *w, const struct wk_ep *ep, const struct
 	size_t len;
 
 	(void)reason;
+	if (!wk_unauth_may_reply(w, ep))
+		return;
 	if (stun_build_error_response(w->txbuf, sizeof(w->txbuf), req, code, &o, &len) == 0)
 		wk_send_client(w, ep, w->txbuf, len);
 }

@@ -15,12 +15,16 @@
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
-/* Error response; signed when the request authenticated (cred != NULL). */
+/* Error response; signed when the request authenticated (cred with a key). An answer to
+ * an unauthenticated request passes the per-prefix limiter (worker/ratelimit.h). */
 static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			   int code, const char *reason, const struct wk_cred *cred)
 {
 	struct stun_builder b;
 	size_t len;
+
+	if (!(cred && cred->key_len) && !wk_unauth_may_reply(w, ep))
+		return;
 
 	log_debug("turn", "%s on listener %s: error %d%s%s", stun_method_name(req->method),
 		  ep->l->name, code, reason ? ": " : "", reason ? reason : "");

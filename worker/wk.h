@@ -16,6 +16,7 @@
 #include "shm/shm_alloc.h"
 #include "stun/stun.h"
 #include "worker/portpool.h"
+#include "worker/ratelimit.h"
 #include "worker/wheel.h"
 #include "worker/worker.h"
 
@@ -210,6 +211,7 @@ struct worker {
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
 	struct wk_hot hot;
+	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */
 	struct wheel wheel;
 	struct wk_listener *ls[WK_MAX_LISTENERS];
 	size_t n_ls;

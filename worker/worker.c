@@ -223,6 +223,7 @@ static void wk_snap_apply(struct worker *w)
 	h->user_quota = lim->user_quota;
 	h->total_quota = lim->total_quota;
 	h->have_alt = snap_alternate_server(w->snap, &h->alt) == 0;
+	wk_unauth_configure(w, lim);
 	if (spec && *spec && log_set_spec(spec) < 0)
 		log_warn("worker", "snapshot log spec \"%s\" rejected", spec);
 	log_set_format(snap_log_format(w->snap) == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);

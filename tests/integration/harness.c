@@ -537,6 +537,9 @@ int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void 
 
 	for (int attempt = 0; attempt < 3; attempt++) {
 		long long deadline = h_now_ms() + c->timeout_ms;
+		/* UDP: retransmit like a real client (RFC 8489 6.2.1, RTO 500 ms): an
+		 * unauthenticated request's 401 may be dropped by the per-prefix limit. */
+		long long rto = 500, next_tx = h_now_ms() + rto;
 		size_t len;
 		int code = 0;
 
@@ -549,9 +552,18 @@ int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void 
 			return -EIO;
 		for (;;) {
 			struct stun_msg m;
+			long long until = c->tcp || next_tx > deadline ? deadline : next_tx;
+			long long wait = until - h_now_ms();
 			int n = hturn_recv_raw(c, c->resp, sizeof(c->resp),
-					       (int)(deadline - h_now_ms()));
+					       wait > 0 ? (int)wait : 0);
 
+			if (n == -ETIMEDOUT && until < deadline) {
+				if (hturn_send_raw(c, buf, len) < 0)
+					return -EIO;
+				rto *= 2;
+				next_tx = h_now_ms() + rto;
+				continue;
+			}
 			if (n < 0)
 				return n;
 			if (stun_msg_parse(&m, c->resp, (size_t)n) < 0 ||

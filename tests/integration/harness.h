@@ -110,7 +110,8 @@ void hturn_close(struct hturn *c);
 void hturn_set_user(struct hturn *c, const char *user, const char *pass);
 
 /* Sends a request and waits for its response, answering 401/438 challenges (at most
- * twice) when auth is true. Returns 0 for success, the STUN error code (300..699) for an
+ * twice) when auth is true; over UDP it retransmits after 500 ms, 1 s, ... within
+ * c->timeout_ms. Returns 0 for success, the STUN error code (300..699) for an
  * error response, or -errno (-ETIMEDOUT when nothing came). The response stays in
  * c->resp. attrs adds the method's attributes (may be NULL). */
 int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void *arg, bool auth);

@@ -106,12 +106,13 @@ def credentials(user="alice", lifetime=3600):
 
 
 class Client:
-    """One TURN client on one UDP socket (one 5-tuple) against 127.0.0.1:port."""
+    """One TURN client on one UDP socket (one 5-tuple) against 127.0.0.1:port, from the
+    loopback address bind (another /24 than a flood's keeps clear of its rate limit)."""
 
-    def __init__(self, port, user="alice", server="127.0.0.1"):
+    def __init__(self, port, user="alice", server="127.0.0.1", bind="127.0.0.1"):
         self.server = (server, port)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((bind, 0))
         self.username, self.password = credentials(user)
         self.nonce = None
         self.key = hashlib.md5(("%s:%s:%s" % (self.username, REALM, self.password))

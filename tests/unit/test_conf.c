@@ -49,6 +49,10 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.permission_lifetime, 300);
 	assert_int_equal(c->limits.channel_lifetime, 600);
 	assert_int_equal(c->limits.nonce_lifetime, 3600);
+	assert_int_equal(c->limits.unauth_rate, 20);
+	assert_int_equal(c->limits.unauth_burst, 40);
+	assert_int_equal(c->limits.unauth_prefix_v4, 24);
+	assert_int_equal(c->limits.unauth_prefix_v6, 64);
 	assert_int_equal(c->n_listeners, 1);
 	struct conf_listener *l = &c->listeners[0];
 	assert_int_equal(l->port, 3478);
@@ -303,6 +307,14 @@ static const struct err_case err_cases[] = {
 	 "t.yaml:8:12: admin.workers: 256 is out of range (0..255)"},
 	{T_HEAD "limits:\n  max_permissions: 33\n",
 	 "t.yaml:8:20: limits.max_permissions: 33 is out of range (1..32)"},
+	{T_HEAD "limits:\n  unauth_rate: 2000000\n",
+	 "t.yaml:8:16: limits.unauth_rate: 2000000 is out of range (0..1000000)"},
+	{T_HEAD "limits:\n  unauth_burst: 0\n",
+	 "t.yaml:8:17: limits.unauth_burst: 0 is out of range (1..1000000)"},
+	{T_HEAD "limits:\n  unauth_prefix_v4: 33\n",
+	 "t.yaml:8:21: limits.unauth_prefix_v4: 33 is out of range (0..32)"},
+	{T_HEAD "limits:\n  unauth_prefix_v6: 129\n",
+	 "t.yaml:8:21: limits.unauth_prefix_v6: 129 is out of range (0..128)"},
 	{T_HEAD "auth2: {}\nlisteners: {}\n",
 	 "t.yaml:8:12: listeners: found a mapping (expected a list)"},
 	{T_HEAD "admin:\n  name: a\n  name: b\n",
@@ -548,6 +560,10 @@ static void test_extensions(void **state)
 	assert_int_equal(c->limits.max_permissions, 16);
 	assert_int_equal(c->limits.max_channels, 16);
 	assert_int_equal(c->limits.nonce_lifetime, 1800);
+	assert_int_equal(c->limits.unauth_rate, 50);
+	assert_int_equal(c->limits.unauth_burst, 100);
+	assert_int_equal(c->limits.unauth_prefix_v4, 22);
+	assert_int_equal(c->limits.unauth_prefix_v6, 56);
 	struct conf_listener *u = &c->listeners[0], *t = &c->listeners[1];
 	assert_string_equal(u->bind_address, "0.0.0.0");
 	assert_int_equal(u->relay_port_min, 50000);

@@ -62,7 +62,8 @@ static const char cfg_main[] =
 	"  alternate_server: \"[2001:db8::7]:3479\"\n"
 	"auth:\n  type: ephemeral\n  realm: r.example\n  credentials: {secret: cur}\n"
 	"  previous_secret: prev\n  previous_secret_until: 1700000100\n"
-	"limits:\n  max_allocations: 77\n  nonce_lifetime: 99\n"
+	"limits:\n  max_allocations: 77\n  nonce_lifetime: 99\n  unauth_rate: 7\n"
+	"  unauth_prefix_v6: 48\n"
 	"listeners:\n"
 	"  - name: open\n    address: 192.0.2.1\n    routes: [any, any6]\n"
 	"  - name: pods\n    address: 2001:db8::1\n    public_address: turn.example\n"
@@ -150,6 +151,10 @@ static void test_round_trip(void **state)
 	const struct snap_limits *lim = snap_limits(s);
 	assert_int_equal(lim->max_allocations, 77);
 	assert_int_equal(lim->nonce_lifetime, 99);
+	assert_int_equal(lim->unauth_rate, 7);
+	assert_int_equal(lim->unauth_burst, 40);
+	assert_int_equal(lim->unauth_prefix_v4, 24);
+	assert_int_equal(lim->unauth_prefix_v6, 48);
 	assert_int_equal(lim->allocation_lifetime, 600);
 	assert_int_equal(lim->permission_lifetime, 300);
 	assert_int_equal(snap_nonce_key(s)[31], 31);
