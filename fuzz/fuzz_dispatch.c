@@ -62,6 +62,9 @@ static const char fz_yaml[] =
 	"  users:\n    - {username: bob, password: bob-pw}\n"
 	"limits:\n  max_allocations: 64\n  user_quota: 3\n  total_quota: 6\n"
 	"  max_permissions: 4\n  max_channels: 4\n"
+	/* Off: the per-prefix limit would drop most error responses after its burst, by
+	 * wall-clock time, making coverage and the replay's counts depend on timing. */
+	"  unauth_rate: 0\n"
 	"listeners:\n"
 	"  - {name: static, address: 127.0.0.1, port: 3478, routes: [loop]}\n"
 	"  - name: rest\n    address: 127.0.0.1\n    port: 3479\n    routes: [loop]\n"
