@@ -10,35 +10,33 @@
 #include <openssl/x509.h>
 
 #include "conf/conf_internal.h"
+#include "conf/tls_pem.h"
 
-/* The worker serves at most this many pairs per listener (worker/tls.c agrees). */
-#define CONF_TLS_MAX_KEYS 8
-#define CONF_TLS_MAX_CERTS 64
-
-static int read_certs(const char *pem, size_t len, X509 **out, size_t *n)
+int conf_pem_read_certs(const void *pem, size_t len, X509 **out, size_t cap, size_t *n)
 {
 	BIO *b = BIO_new_mem_buf(pem, (int)len);
 
 	*n = 0;
 	if (b == NULL)
 		return -ENOMEM;
-	while (*n < CONF_TLS_MAX_CERTS && (out[*n] = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
+	while (*n < cap && (out[*n] = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
 		(*n)++;
 	BIO_free(b);
+	ERR_clear_error();	/* the end of the data reads as an error */
 	return 0;
 }
 
-static int read_keys(const char *pem, size_t len, EVP_PKEY **out, size_t *n)
+int conf_pem_read_keys(const void *pem, size_t len, EVP_PKEY **out, size_t cap, size_t *n)
 {
 	BIO *b = BIO_new_mem_buf(pem, (int)len);
 
 	*n = 0;
 	if (b == NULL)
 		return -ENOMEM;
-	while (*n < CONF_TLS_MAX_KEYS + 1 &&
-	       (out[*n] = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)) != NULL)
+	while (*n < cap && (out[*n] = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)) != NULL)
 		(*n)++;
 	BIO_free(b);
+	ERR_clear_error();
 	return 0;
 }
 
@@ -51,14 +49,14 @@ int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t ke
 	int rc = -EINVAL;
 
 	err[0] = '\0';
-	if (cert != NULL && read_certs(cert, cert_len, x, &nx) < 0)
+	if (cert != NULL && conf_pem_read_certs(cert, cert_len, x, CONF_TLS_MAX_CERTS, &nx) < 0)
 		goto oom;
 	if (cert != NULL && nx == 0) {
 		snprintf(err, errlen, "cert: not a PEM certificate (expected base64 of a "
 			 "PEM certificate)");
 		goto out;
 	}
-	if (key != NULL && read_keys(key, key_len, k, &nk) < 0)
+	if (key != NULL && conf_pem_read_keys(key, key_len, k, CONF_TLS_MAX_KEYS + 1, &nk) < 0)
 		goto oom;
 	if (key != NULL && nk == 0) {
 		snprintf(err, errlen, "key: not a PEM private key (expected base64 of an "

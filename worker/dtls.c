@@ -164,21 +164,9 @@ static void wk_dtls_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 	int n;
 
 	for (int round = 0; round < 8; round++) {
-		memset(msgs, 0, sizeof(msgs));
-		for (int i = 0; i < WK_BATCH; i++) {
-			iov[i].iov_base = w->rx[i] + WK_HEADROOM;
-			iov[i].iov_len = WK_DGRAM_MAX;
-			msgs[i].msg_hdr.msg_iov = &iov[i];
-			msgs[i].msg_hdr.msg_iovlen = 1;
-			msgs[i].msg_hdr.msg_name = &from[i];
-			msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
-		}
-		n = recvmmsg(l->fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
-		if (n <= 0) {
-			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				shm_ctr_add(w->ctr, SHM_CTR_ERR_RECV, 1);
+		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
+		if (n <= 0)
 			return;
-		}
 		for (int i = 0; i < n; i++) {
 			const struct sockaddr *sa = (struct sockaddr *)&from[i];
 			const uint8_t *buf = w->rx[i] + WK_HEADROOM;

@@ -20,8 +20,9 @@
 #include <openssl/x509v3.h>
 
 #include "common/log.h"
+#include "conf/tls_pem.h"
 
-#define WK_TLS_MAX_CERTS 8
+#define WK_TLS_MAX_CERTS CONF_TLS_MAX_KEYS
 #define WK_TLS_MAX_CHAIN 8
 #define WK_TLS_CIPHERS "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!SHA1"
 #define WK_DTLS_MTU 1200		/* records fit any path's MTU: no IP fragmentation */
@@ -182,31 +183,6 @@ static SSL_CTX *wk_tls_ctx_new(struct worker *w, bool dtls)
 	return ctx;
 }
 
-/* Every PEM object of one type in buf, in order. Returns the count (<= cap). */
-static size_t wk_pem_certs(const uint8_t *buf, size_t len, X509 **out, size_t cap)
-{
-	BIO *b = BIO_new_mem_buf(buf, (int)len);
-	size_t n = 0;
-
-	while (b && n < cap && (out[n] = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
-		n++;
-	BIO_free(b);
-	ERR_clear_error();
-	return n;
-}
-
-static size_t wk_pem_keys(const uint8_t *buf, size_t len, EVP_PKEY **out, size_t cap)
-{
-	BIO *b = BIO_new_mem_buf(buf, (int)len);
-	size_t n = 0;
-
-	while (b && n < cap && (out[n] = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL)) != NULL)
-		n++;
-	BIO_free(b);
-	ERR_clear_error();
-	return n;
-}
-
 /* Loads leaf+key into ctx and the chain that issued leaf, found among certs by issuer. */
 static int wk_ctx_use(SSL_CTX *ctx, X509 *leaf, EVP_PKEY *key, X509 **certs, size_t n)
 {
@@ -232,9 +208,9 @@ static int wk_ctx_use(SSL_CTX *ctx, X509 *leaf, EVP_PKEY *key, X509 **certs, siz
 int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls,
 		     SSL_CTX **out)
 {
-	X509 *certs[WK_TLS_MAX_CERTS * WK_TLS_MAX_CHAIN] = { 0 };
+	X509 *certs[CONF_TLS_MAX_CERTS] = { 0 };
 	EVP_PKEY *keys[WK_TLS_MAX_CERTS] = { 0 };
-	size_t nc, nk;
+	size_t nc = 0, nk = 0;
 	struct wk_tls_set *set = calloc(1, sizeof(*set));
 	int rc = -EINVAL;
 
@@ -243,9 +219,9 @@ int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls
 		free(set);
 		return set ? -EINVAL : -ENOMEM;
 	}
-	nc = wk_pem_certs(sl->cert_pem, sl->cert_pem_len, certs,
-			  sizeof(certs) / sizeof(certs[0]));
-	nk = wk_pem_keys(sl->key_pem, sl->key_pem_len, keys, WK_TLS_MAX_CERTS);
+	if (conf_pem_read_certs(sl->cert_pem, sl->cert_pem_len, certs, CONF_TLS_MAX_CERTS, &nc) < 0 ||
+	    conf_pem_read_keys(sl->key_pem, sl->key_pem_len, keys, WK_TLS_MAX_CERTS, &nk) < 0)
+		goto out;
 	/* Each key serves the certificate it matches; the others are intermediates. */
 	for (size_t k = 0; k < nk; k++) {
 		X509 *leaf = NULL;

@@ -13,6 +13,26 @@
 #include "stun/stun_frame.h"
 #include "worker/sockbuf.h"
 
+int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, struct iovec *iov,
+		  struct sockaddr_storage *from)
+{
+	int n;
+
+	memset(msgs, 0, sizeof(*msgs) * WK_BATCH);
+	for (int i = 0; i < WK_BATCH; i++) {
+		iov[i].iov_base = w->rx[i] + WK_HEADROOM;
+		iov[i].iov_len = cap;
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+		msgs[i].msg_hdr.msg_name = &from[i];
+		msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
+	}
+	n = recvmmsg(fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_RECV, 1);
+	return n;
+}
+
 static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
@@ -24,21 +44,9 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 	/* Bounded: a few batches per wakeup, then let other sockets run. */
 	for (int round = 0; round < 8; round++) {
-		memset(msgs, 0, sizeof(msgs));
-		for (int i = 0; i < WK_BATCH; i++) {
-			iov[i].iov_base = w->rx[i] + WK_HEADROOM;
-			iov[i].iov_len = WK_DGRAM_MAX;
-			msgs[i].msg_hdr.msg_iov = &iov[i];
-			msgs[i].msg_hdr.msg_iovlen = 1;
-			msgs[i].msg_hdr.msg_name = &from[i];
-			msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
-		}
-		n = recvmmsg(l->fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
-		if (n <= 0) {
-			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				shm_ctr_add(w->ctr, SHM_CTR_ERR_RECV, 1);
+		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
+		if (n <= 0)
 			return;
-		}
 		w->batch_ns = wk_mono_ns();
 		for (int i = 0; i < n; i++) {
 			struct wk_ep ep = {
@@ -253,16 +261,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 			    .addr_len = a->client_len };
 	int n;
 
-	memset(msgs, 0, sizeof(msgs));
-	for (int i = 0; i < WK_BATCH; i++) {
-		iov[i].iov_base = w->rx[i] + WK_HEADROOM;
-		iov[i].iov_len = WK_DGRAM_MAX - 4;	/* room for padding */
-		msgs[i].msg_hdr.msg_iov = &iov[i];
-		msgs[i].msg_hdr.msg_iovlen = 1;
-		msgs[i].msg_hdr.msg_name = &from[i];
-		msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
-	}
-	n = recvmmsg(r->fd, msgs, WK_BATCH, MSG_DONTWAIT, NULL);
+	n = wk_recv_batch(w, r->fd, WK_DGRAM_MAX - 4, msgs, iov, from);	/* room for padding */
 	if (n <= 0)
 		return;
 	memset(out, 0, sizeof(out));

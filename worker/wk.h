@@ -272,6 +272,11 @@ int wk_dtls_start(struct worker *w, struct wk_listener *l);
 void wk_dtls_unhash(struct worker *w, struct wk_tconn *c);
 
 /* ---- udp.c ---- */
+/* recvmmsg of up to WK_BATCH datagrams from fd into the worker's rx slots (payload at
+ * WK_HEADROOM, cap bytes each), addresses into from[]; counts hard errors. Returns the
+ * number received, 0 or < 0 when none. */
+int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, struct iovec *iov,
+		  struct sockaddr_storage *from);
 int wk_udp_start(struct worker *w, struct wk_listener *l);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 
