@@ -137,43 +137,70 @@ int harness_launch(struct harness *h, const char *yaml, unsigned workers,
 	return harness_start(h, workers, probe) == 0 ? 0 : -1;
 }
 
+/* SIGTERM, a second one after 5 s, SIGKILL after 15 s. 0 when it exited with status 0. */
+static int harness_terminate(struct harness *h)
+{
+	int st = 0, rc = 0;
+	long long deadline;
+	bool second = false;
+
+	if (h->pid <= 0)
+		return 0;
+	/* TERM drains (up to drain_timeout while allocations live); a second TERM after
+	 * 5 s stops at once; KILL after 15 s is a failure. */
+	kill(h->pid, SIGTERM);
+	deadline = h_now_ms() + 15000;
+	while (waitpid(h->pid, &st, WNOHANG) == 0) {
+		if (!second && h_now_ms() > deadline - 10000) {
+			kill(h->pid, SIGTERM);
+			second = true;
+		}
+		if (h_now_ms() > deadline) {
+			fprintf(stderr, "harness: turngated ignored SIGTERM for 15 s: SIGKILL\n");
+			kill(h->pid, SIGKILL);
+			waitpid(h->pid, &st, 0);
+			rc = -1;
+			break;
+		}
+		usleep(20000);
+	}
+	h->pid = 0;
+	if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+		fprintf(stderr, "harness: turngated ended with status 0x%x\n", st);
+		rc = -1;
+	}
+	return rc;
+}
+
 int harness_stop(struct harness *h)
 {
 	char why[1024];
-	int st = 0, rc = 0;
-	long long deadline;
+	int rc = harness_terminate(h);
 
-	if (h->pid > 0) {
-		bool second = false;
-
-		/* TERM drains (up to drain_timeout while allocations live); a second TERM
-		 * after 5 s stops at once; KILL after 15 s is a failure. */
-		kill(h->pid, SIGTERM);
-		deadline = h_now_ms() + 15000;
-		while (waitpid(h->pid, &st, WNOHANG) == 0) {
-			if (!second && h_now_ms() > deadline - 10000) {
-				kill(h->pid, SIGTERM);
-				second = true;
-			}
-			if (h_now_ms() > deadline) {
-				fprintf(stderr, "harness: turngated ignored SIGTERM for 15 s: SIGKILL\n");
-				kill(h->pid, SIGKILL);
-				waitpid(h->pid, &st, 0);
-				rc = -1;
-				break;
-			}
-			usleep(20000);
-		}
-		h->pid = 0;
-		if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-			fprintf(stderr, "harness: turngated ended with status 0x%x\n", st);
-			rc = -1;
-		}
-	}
 	if (harness_scan_log(h->log, why, sizeof(why)) < 0) {
 		fprintf(stderr, "harness: daemon log shows a failure: %s\n", why);
 		rc = -1;
 	}
+	if (rc < 0)
+		harness_print_tail(h);
+	return rc;
+}
+
+int harness_stop_killed(struct harness *h, int kills)
+{
+	static const char *const bad[] = { "Sanitizer", "runtime error", "Assertion", "[crit]" };
+	int rc = harness_terminate(h), n = harness_log_count(h, "killed by signal");
+
+	if (n != kills) {
+		fprintf(stderr, "harness: %d worker deaths in the log, the test caused %d\n", n,
+			kills);
+		rc = -1;
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (harness_log_count(h, bad[i]) != 0) {
+			fprintf(stderr, "harness: daemon log shows \"%s\"\n", bad[i]);
+			rc = -1;
+		}
 	if (rc < 0)
 		harness_print_tail(h);
 	return rc;

@@ -48,6 +48,10 @@ int harness_launch(struct harness *h, const char *yaml, unsigned workers,
  * with status 0 and the log is clean, -1 otherwise (reasons printed). Idempotent. */
 int harness_stop(struct harness *h);
 
+/* For a test that killed workers on purpose: stops the daemon like harness_stop, then
+ * requires exactly `kills` worker deaths in the log and no sanitizer report, runtime
+ * error, assertion or [crit] line. Returns 0 or -1 (reasons printed). Idempotent. */
+int harness_stop_killed(struct harness *h, int kills);
 /* Removes the temp directory (after harness_stop). */
 void harness_cleanup(struct harness *h);
 
