@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "client/turn_client.h"
+#include "tests/integration/client_flow.h"
 #include "tests/integration/harness.h"
 
 struct fx {
@@ -102,46 +103,11 @@ static struct turn_client *mk(enum turn_client_transport t, const char *pass)
 	return c;
 }
 
-static void roundtrip(struct turn_client *c, uint16_t ch, struct sockaddr_storage *peer,
-		      const char *msg)
-{
-	char buf[256];
-	size_t len = 0;
-	uint16_t got = 0xffff;
-
-	if (ch)
-		assert_int_equal(turn_client_send_channel(c, ch, msg, strlen(msg)), 0);
-	else
-		assert_int_equal(turn_client_send_indication(c, sa(peer), msg, strlen(msg), false), 0);
-	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, NULL, &got, 3000), 0);
-	assert_int_equal(len, strlen(msg));
-	assert_memory_equal(buf, msg, len);
-	assert_int_equal(got, ch);
-}
-
 static void relay_flow(enum turn_client_transport t)
 {
 	struct turn_client *c = mk(t, "pass1");
-	struct turn_alloc_opts ao = { .additional_family = AF_INET6 };
-	struct turn_alloc_result r;
-	uint32_t granted = 0;
 
-	assert_int_equal(turn_client_allocate(c, &ao, &r), 0);
-	assert_int_equal(r.relayed.ss_family, AF_INET);
-	assert_int_equal(r.relayed2.ss_family, AF_INET6);
-	assert_int_equal(turn_client_create_permission(c, &g.echo.addr, 1), 0);
-	assert_int_equal(turn_client_create_permission(c, &g.echo6.addr, 1), 0);
-	roundtrip(c, 0, &g.echo.addr, "indication-v4");
-	roundtrip(c, 0, &g.echo6.addr, "indication-v6");
-	assert_int_equal(turn_client_channel_bind(c, 0x4abc, sa(&g.echo.addr)), 0);
-	assert_int_equal(turn_client_channel_bind(c, 0x4abd, sa(&g.echo6.addr)), 0);
-	roundtrip(c, 0x4abc, NULL, "channel-v4");
-	roundtrip(c, 0x4abd, NULL, "channel-v6!");
-	assert_int_equal(turn_client_refresh(c, 1200, &granted), 0);
-	assert_int_equal(granted, 1200);
-	assert_int_equal(turn_client_refresh(c, 0, NULL), 0);
-	assert_int_equal(turn_client_refresh(c, 600, NULL), -EPROTO);
-	assert_int_equal(turn_client_last_error(c, NULL), 437);
+	cflow_relay(c, &g.echo.addr, &g.echo6.addr);
 	turn_client_destroy(c);
 }
 

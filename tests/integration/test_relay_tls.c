@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "client/turn_client.h"
+#include "tests/integration/client_flow.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/harness_admin.h"
 
@@ -148,51 +149,16 @@ static struct turn_client *mk(enum turn_client_transport t)
 	return c;
 }
 
-static void roundtrip(struct turn_client *c, uint16_t ch, struct sockaddr_storage *peer,
-		      const char *msg)
-{
-	char buf[256];
-	size_t len = 0;
-	uint16_t got = 0xffff;
-
-	if (ch)
-		assert_int_equal(turn_client_send_channel(c, ch, msg, strlen(msg)), 0);
-	else
-		assert_int_equal(turn_client_send_indication(c, sa(peer), msg, strlen(msg), false), 0);
-	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, NULL, &got, 3000), 0);
-	assert_int_equal(len, strlen(msg));
-	assert_memory_equal(buf, msg, len);
-	assert_int_equal(got, ch);
-}
-
 static void relay_flow(enum turn_client_transport t, const char *version)
 {
 	struct turn_client *c = mk(t);
 	struct turn_client_tls_info ti;
-	struct turn_alloc_opts ao = { .additional_family = AF_INET6 };
-	struct turn_alloc_result r;
-	uint32_t granted = 0;
 
 	assert_int_equal(turn_client_tls_info(c, &ti), 0);
 	assert_string_equal(ti.version, version);
 	assert_string_equal(ti.alpn, "stun.turn");
 	assert_string_equal(ti.subject_cn, "turn.tls.test");
-	assert_int_equal(turn_client_allocate(c, &ao, &r), 0);
-	assert_int_equal(r.relayed.ss_family, AF_INET);
-	assert_int_equal(r.relayed2.ss_family, AF_INET6);
-	assert_int_equal(turn_client_create_permission(c, &g.echo.addr, 1), 0);
-	assert_int_equal(turn_client_create_permission(c, &g.echo6.addr, 1), 0);
-	roundtrip(c, 0, &g.echo.addr, "indication-v4");
-	roundtrip(c, 0, &g.echo6.addr, "indication-v6");
-	assert_int_equal(turn_client_channel_bind(c, 0x4abc, sa(&g.echo.addr)), 0);
-	assert_int_equal(turn_client_channel_bind(c, 0x4abd, sa(&g.echo6.addr)), 0);
-	roundtrip(c, 0x4abc, NULL, "channel-v4");
-	roundtrip(c, 0x4abd, NULL, "channel-v6!");	/* odd length: padded on TLS only */
-	assert_int_equal(turn_client_refresh(c, 1200, &granted), 0);
-	assert_int_equal(granted, 1200);
-	assert_int_equal(turn_client_refresh(c, 0, NULL), 0);
-	assert_int_equal(turn_client_refresh(c, 600, NULL), -EPROTO);
-	assert_int_equal(turn_client_last_error(c, NULL), 437);
+	cflow_relay(c, &g.echo.addr, &g.echo6.addr);	/* "channel-v6!" is padded on TLS */
 	/* A new allocation on the same TLS connection / DTLS association works. */
 	assert_int_equal(turn_client_allocate(c, NULL, NULL), 0);
 	turn_client_destroy(c);
@@ -242,8 +208,8 @@ static void test_rotation(void **state)
 	assert_int_equal(turn_client_allocate(t, NULL, NULL), 0);
 	assert_int_equal(turn_client_channel_bind(d, 0x4001, sa(&g.echo.addr)), 0);
 	assert_int_equal(turn_client_channel_bind(t, 0x4002, sa(&g.echo.addr)), 0);
-	roundtrip(d, 0x4001, NULL, "dtls-before");
-	roundtrip(t, 0x4002, NULL, "tls-before");
+	cflow_roundtrip(d, 0x4001, NULL, "dtls-before");
+	cflow_roundtrip(t, 0x4002, NULL, "tls-before");
 	assert_int_equal(make_cert(g.crt, g.key, "turn.tls.test"), 0);
 	snprintf(cmd, sizeof(cmd), "cp %s %s.new && mv %s.new %s", g.crt, g.ca, g.ca, g.ca);
 	assert_int_equal(system(cmd), 0);
@@ -269,8 +235,8 @@ static void test_rotation(void **state)
 	turn_client_destroy(n);
 	n = mk(TURN_CLIENT_DTLS);
 	turn_client_destroy(n);
-	roundtrip(d, 0x4001, NULL, "dtls-after");
-	roundtrip(t, 0x4002, NULL, "tls-after");
+	cflow_roundtrip(d, 0x4001, NULL, "dtls-after");
+	cflow_roundtrip(t, 0x4002, NULL, "tls-after");
 	assert_int_equal(turn_client_refresh(d, 600, NULL), 0);
 	assert_int_equal(turn_client_refresh(t, 600, NULL), 0);
 	turn_client_destroy(d);
