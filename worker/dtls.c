@@ -154,40 +154,22 @@ static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct 
 	wk_dtls_feed(w, c, NULL, 0);	/* the buffered ClientHello: send our flight */
 }
 
+static void wk_dtls_dgram(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+			  socklen_t fromlen, uint8_t *buf, size_t len)
+{
+	struct wk_tconn *c = wk_dtls_find(w, l, from);
+
+	if (c)
+		wk_dtls_feed(w, c, buf, len);
+	else
+		wk_dtls_hello(w, l, from, fromlen, buf, len);
+}
+
 static void wk_dtls_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
-	struct worker *w = l->w;
-	struct mmsghdr msgs[WK_BATCH];
-	struct iovec iov[WK_BATCH];
-	struct sockaddr_storage from[WK_BATCH];
-	int n;
 
-	for (int round = 0; round < 8; round++) {
-		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
-		if (n <= 0)
-			return;
-		for (int i = 0; i < n; i++) {
-			const struct sockaddr *sa = (struct sockaddr *)&from[i];
-			const uint8_t *buf = w->rx[i] + WK_HEADROOM;
-			size_t len = msgs[i].msg_len;
-			struct wk_tconn *c;
-
-			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
-			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_IN, len);
-			if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !l->snap_ok || !w->snap)
-				continue;
-			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_PKTS_IN, 1);
-			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, len);
-			c = wk_dtls_find(w, l, sa);
-			if (c)
-				wk_dtls_feed(w, c, buf, len);
-			else
-				wk_dtls_hello(w, l, sa, msgs[i].msg_hdr.msg_namelen, buf, len);
-		}
-		if (n < WK_BATCH)
-			return;
-	}
+	wk_listener_drain(l->w, l, wk_dtls_dgram);
 }
 
 int wk_dtls_start(struct worker *w, struct wk_listener *l)

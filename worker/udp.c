@@ -33,10 +33,8 @@ int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, st
 	return n;
 }
 
-static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
+void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 {
-	struct wk_listener *l = io->data;
-	struct worker *w = l->w;
 	struct mmsghdr msgs[WK_BATCH];
 	struct iovec iov[WK_BATCH];
 	struct sockaddr_storage from[WK_BATCH];
@@ -49,10 +47,6 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 			return;
 		w->batch_ns = wk_mono_ns();
 		for (int i = 0; i < n; i++) {
-			struct wk_ep ep = {
-				.l = l, .c = NULL, .addr = (struct sockaddr *)&from[i],
-				.addr_len = msgs[i].msg_hdr.msg_namelen,
-			};
 			size_t len = msgs[i].msg_len;
 
 			shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
@@ -65,12 +59,28 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 				continue;
 			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_PKTS_IN, 1);
 			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, len);
-			wk_turn_input(w, &ep, w->rx[i] + WK_HEADROOM, len);
+			fn(w, l, (struct sockaddr *)&from[i], msgs[i].msg_hdr.msg_namelen,
+			   w->rx[i] + WK_HEADROOM, len);
 		}
 		w->batch_ns = 0;
 		if (n < WK_BATCH)
 			return;
 	}
+}
+
+static void wk_udp_dgram(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+			 socklen_t fromlen, uint8_t *buf, size_t len)
+{
+	struct wk_ep ep = { .l = l, .c = NULL, .addr = from, .addr_len = fromlen };
+
+	wk_turn_input(w, &ep, buf, len);
+}
+
+static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_listener *l = io->data;
+
+	wk_listener_drain(l->w, l, wk_udp_dgram);
 }
 
 int wk_udp_start(struct worker *w, struct wk_listener *l)

@@ -272,6 +272,13 @@ int wk_dtls_start(struct worker *w, struct wk_listener *l);
 void wk_dtls_unhash(struct worker *w, struct wk_tconn *c);
 
 /* ---- udp.c ---- */
+/* One datagram from a client on a listener socket (buf has WK_HEADROOM before it). */
+typedef void wk_dgram_fn(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+			 socklen_t fromlen, uint8_t *buf, size_t len);
+/* Reads a UDP/DTLS listener socket (8 batches at most per wakeup), counts every datagram,
+ * drops truncated ones and all while the listener has no snapshot, and hands the others to
+ * fn with the batch's clock (wk_batch_ns) set. */
+void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn);
 /* recvmmsg of up to WK_BATCH datagrams from fd into the worker's rx slots (payload at
  * WK_HEADROOM, cap bytes each), addresses into from[]; counts hard errors. Returns the
  * number received, 0 or < 0 when none. */
