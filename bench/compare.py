@@ -37,6 +37,11 @@ admin:
   drain_timeout: 0
   relay_port_min: {rmin}
   relay_port_max: {rmax}
+# Every bench allocation comes from 127.0.0.1 and starts with a 401: the per-prefix limit of
+# unauthenticated error responses (default 20/s, burst 40) would throttle the setup. coturn
+# has no such limit, so it is off here for equivalent settings (docs/performance.md).
+limits:
+  unauth_rate: 0
 auth:
 {auth}
 listeners:
