@@ -168,14 +168,15 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 {
 	json_t *st = find_named(json_object_get(d->status, "listeners"), name);
 	struct sockaddr_storage to;
-	char check[64], detail[256], hostbuf[128];
+	char check[64], detail[256], hostbuf[128], info[400] = "";
 	const char *host;
-	bool tcp = strcmp(proto, "TURN-TCP") == 0;
+	bool tcp = strcmp(proto, "TURN-TCP") == 0, dtls = strcmp(proto, "TURN-DTLS") == 0;
+	bool secure = dtls || strcmp(proto, "TURN-TLS") == 0;
 	unsigned port;
 	int rc;
 
 	snprintf(check, sizeof(check), "listener %s", name);
-	if (!tcp && strcmp(proto, "TURN-UDP") != 0) {
+	if (!tcp && !secure && strcmp(proto, "TURN-UDP") != 0) {
 		show(check, "skip", "%s is not checked by doctor", proto);
 		return 0;
 	}
@@ -196,18 +197,23 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 	}
 	host = test_host(d, jstr(st, "address"), hostbuf, sizeof(hostbuf));
 	rc = doctor_addr(host, (uint16_t)port, &to);
-	if (rc == 0)
+	if (rc == 0 && secure)
+		rc = doctor_tls_binding(&to, dtls, NULL, d->timeout_ms, info, sizeof(info));
+	else if (rc == 0)
 		rc = doctor_stun_binding(&to, tcp, d->timeout_ms);
 	if (rc < 0) {
 		snprintf(detail, sizeof(detail), "%s %s:%u: no STUN answer (%s)", proto,
 			 host, port, strerror(-rc));
-		return fail(L_LISTENER, check, detail, "the daemon holds the socket but nothing "
-			    "answers: check turngatectl workers, a firewall rule on the port "
-			    "(nft list ruleset), and that --host reaches the bind address");
+		return fail(L_LISTENER, check, detail, secure ? "the handshake or the Binding "
+			    "failed: the daemon's log names handshake errors; check the "
+			    "certificate and key (turngatectl check), a firewall rule on the "
+			    "port, and that --host reaches the bind address" : "the daemon holds "
+			    "the socket but nothing answers: check turngatectl workers, a firewall "
+			    "rule on the port (nft list ruleset), and that --host reaches the bind "
+			    "address");
 	}
-	show(check, "ok", "%s %s:%u answers a STUN Binding", proto,
-	     host, port);
-	if (!d->have_probe) {
+	show(check, "ok", "%s %s:%u answers a STUN Binding%s", proto, host, port, info);
+	if (!d->have_probe && !secure) {	/* the allocation probe speaks UDP/TCP */
 		d->have_probe = true;
 		d->probe_tcp = tcp;
 		memcpy(&d->probe_addr, &to, sizeof(to));

@@ -18,6 +18,13 @@ int doctor_addr(const char *host, uint16_t port, struct sockaddr_storage *out);
  * -ETIMEDOUT, -ECONNREFUSED (nothing bound), other -errno. */
 int doctor_stun_binding(const struct sockaddr_storage *to, bool tcp, int timeout_ms);
 
+/* The same over TLS (dtls false) or DTLS with the project's client: handshake (ALPN
+ * stun.turn offered, SNI sni when not NULL, the certificate not verified: doctor checks the
+ * listener, not the PKI), then a Binding. info (cap bytes) gets the protocol version, ALPN
+ * and the certificate's name. Returns 0 or the client's negative errno. */
+int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char *sni,
+		       int timeout_ms, char *info, size_t cap);
+
 /* Allocates on server with user/pass, then deletes the allocation. Returns 0, or -EPROTO
  * with *stun_code (401, 403, ...) and why "CODE REASON", or another -errno with why its
  * text. */

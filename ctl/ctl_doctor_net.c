@@ -154,3 +154,27 @@ int doctor_allocate(const struct sockaddr_storage *server, bool tcp, const char 
 	turn_client_destroy(c);
 	return rc;
 }
+
+int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char *sni,
+		       int timeout_ms, char *info, size_t cap)
+{
+	struct turn_client_opts o = {
+		.transport = dtls ? TURN_CLIENT_DTLS : TURN_CLIENT_TLS,
+		.server = (const struct sockaddr *)to, .sni = sni, .timeout_ms = timeout_ms,
+	};
+	struct turn_client *c = NULL;
+	struct turn_client_tls_info ti;
+	struct sockaddr_storage mapped;
+	int rc = turn_client_create(&o, &c);
+
+	info[0] = '\0';
+	if (rc < 0)
+		return rc;
+	rc = turn_client_binding(c, &mapped);
+	if (rc == 0 && turn_client_tls_info(c, &ti) == 0)
+		snprintf(info, cap, " over %s (ALPN %s, certificate %s)", ti.version,
+			 ti.alpn[0] ? ti.alpn : "none",
+			 ti.subject_cn[0] ? ti.subject_cn : ti.dns_san[0] ? ti.dns_san : "unnamed");
+	turn_client_destroy(c);
+	return rc;
+}

@@ -3,6 +3,7 @@ daemon and checks that doctor names that layer (and only passes on a healthy dae
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 
@@ -64,6 +65,34 @@ def test_doctor_healthy(d):
         check(rc == 0 and "credential and probe not tested" in out, (rc, out, err))
         rc, out, err = daemon.ctl("doctor", "-u", "x")
         check(rc == 2 and "usage:" in err, (rc, err))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_doctor_tls(d):
+    """TURN-TLS and TURN-DTLS listeners are checked with a handshake and a Binding."""
+    port, tport, dport = free_port(), free_port(), free_port()
+    crt, key = os.path.join(d, "t.crt"), os.path.join(d, "t.key")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
+                    "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=doctor.test",
+                    "-keyout", key, "-out", crt], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    sock = os.path.join(d, "admin.sock")
+    text = config_yaml(sock, [("udp", port, "TURN-UDP"), ("tls", tport, "TURN-TLS"),
+                              ("dtls", dport, "TURN-DTLS")])
+    for name in ("tls", "dtls"):
+        head, tail = text.split("  - name: %s\n" % name, 1)
+        first, rest = tail.split("    routes:", 1)
+        text = (head + "  - name: %s\n" % name + first +
+                "    cert_file: %s\n    key_file: %s\n" % (crt, key) + "    routes:" + rest)
+    daemon = Daemon(d, text).start()
+    try:
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
+        check(rc == 0 and "all layers ok" in out, (rc, out, err))
+        for name, ver in (("listener tls", "TLSv1.3"), ("listener dtls", "DTLSv1.2")):
+            line = next((l for l in out.splitlines() if l.split("  ")[0] == name), "")
+            check(" ok " in line and ver in line and "ALPN stun.turn" in line and
+                  "doctor.test" in line, (name, out))
     finally:
         check(daemon.stop() == 0, "exit status")
 
@@ -159,5 +188,5 @@ def test_doctor_routes(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_doctor_healthy, test_doctor_daemon_down, test_doctor_listener,
-               test_doctor_auth, test_doctor_routes])
+    run_tests([test_doctor_healthy, test_doctor_tls, test_doctor_daemon_down,
+               test_doctor_listener, test_doctor_auth, test_doctor_routes])
