@@ -161,6 +161,17 @@ int tc_tls_start(struct turn_client *c, const struct turn_client_opts *o, int64_
 	}
 }
 
+/* After an SSL_*_ex call that returned r (errno e): waits for what OpenSSL wants and
+ * returns 0 to retry, or the transport error. */
+static int tls_retry(struct turn_client *c, int r, int e, int64_t deadline)
+{
+	int err = SSL_get_error(c->ssl, r);
+
+	if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
+		return tls_error(c, err, e);
+	return tls_wait(c, err, deadline);
+}
+
 int tc_tls_write(struct turn_client *c, const uint8_t *buf, size_t len, int64_t deadline)
 {
 	size_t off = 0;
@@ -179,10 +190,7 @@ int tc_tls_write(struct turn_client *c, const uint8_t *buf, size_t len, int64_t 
 			off += w;
 			continue;
 		}
-		int err = SSL_get_error(c->ssl, r);
-		if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
-			return tls_error(c, err, e);
-		int rc = tls_wait(c, err, deadline);
+		int rc = tls_retry(c, r, e, deadline);
 		if (rc != 0)
 			return rc;
 	}
@@ -200,10 +208,7 @@ int tc_tls_read(struct turn_client *c, uint8_t *buf, size_t cap, int64_t deadlin
 		int e = errno;
 		if (r == 1)
 			return 0;
-		int err = SSL_get_error(c->ssl, r);
-		if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
-			return tls_error(c, err, e);
-		int rc = tls_wait(c, err, deadline);
+		int rc = tls_retry(c, r, e, deadline);
 		if (rc != 0)
 			return rc;
 	}
