@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 BUILD = os.environ.get("top_builddir", os.getcwd())
@@ -47,6 +48,19 @@ def free_port():
             t.close()
             u.close()
     raise Failure("no free port")
+
+
+def echo_peer():
+    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process); its port."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+
+    def loop():
+        while True:
+            data, addr = s.recvfrom(4096)
+            s.sendto(data, addr)
+    threading.Thread(target=loop, daemon=True).start()
+    return s.getsockname()[1]
 
 
 def listener_yaml(name, port, proto="TURN-UDP"):

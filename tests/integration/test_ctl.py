@@ -1,14 +1,12 @@
 """turngatectl against a running daemon: human output, --json, exit statuses, usage errors."""
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, free_port,  # noqa: E402
-                           run_tests)
+from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, echo_peer,  # noqa: E402
+                           free_port, run_tests)
 
 
 def test_ctl_commands(d):
@@ -69,19 +67,6 @@ def test_ctl_commands(d):
             check(rc == 2 and "usage:" in err, (args, rc, err))
     finally:
         check(daemon.stop() == 0, "exit status")
-
-
-def echo_peer():
-    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-
-    def loop():
-        while True:
-            data, addr = s.recvfrom(4096)
-            s.sendto(data, addr)
-    threading.Thread(target=loop, daemon=True).start()
-    return s.getsockname()[1]
 
 
 def test_ctl_probe(d):

@@ -2,27 +2,12 @@
 daemon and checks that doctor names that layer (and only passes on a healthy daemon)."""
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, check, config_yaml, free_port,  # noqa: E402
+from harness_admin import (Daemon, check, config_yaml, echo_peer, free_port,  # noqa: E402
                            run_tests)
-
-
-def echo_peer():
-    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-
-    def loop():
-        while True:
-            data, addr = s.recvfrom(4096)
-            s.sendto(data, addr)
-    threading.Thread(target=loop, daemon=True).start()
-    return s.getsockname()[1]
 
 
 def layer_of(out):
