@@ -64,6 +64,12 @@ int harness_log_count(const struct harness *h, const char *needle);
 /* A port free for both UDP and TCP on 127.0.0.1 and ::1 right now (kernel-chosen). */
 uint16_t harness_free_port(void);
 
+/* The generic view of a socket address (saves the cast at every call). */
+static inline struct sockaddr *sa(struct sockaddr_storage *ss)
+{
+	return (struct sockaddr *)ss;
+}
+
 /* Fills a sockaddr_in/_in6 from text. Returns its length, 0 on a bad address. */
 socklen_t harness_addr(const char *ip, uint16_t port, struct sockaddr_storage *out);
 

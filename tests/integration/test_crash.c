@@ -45,10 +45,6 @@ struct fx {
 
 static struct fx g;
 
-static struct sockaddr *sa(struct sockaddr_storage *ss)
-{
-	return (struct sockaddr *)ss;
-}
 
 static double now_s(void)
 {

@@ -41,10 +41,6 @@ struct fx {
 
 static struct fx g;
 
-static struct sockaddr *sa(struct sockaddr_storage *ss)
-{
-	return (struct sockaddr *)ss;
-}
 
 /* Config of reload round `round`: secret-<round> is current, secret-<round-1> the previous
  * one until prev_until (0: no previous secret). Odd rounds add the "extra" listener and a

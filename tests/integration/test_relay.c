@@ -159,10 +159,6 @@ static long long wait_allocations(long long want)
 	return hadmin_wait_status_int(g.h.sock, "allocations", want, 60, 50);
 }
 
-static struct sockaddr *sa(struct sockaddr_storage *s)
-{
-	return (struct sockaddr *)s;
-}
 
 static uint16_t port_of(const struct sockaddr_storage *s)
 {

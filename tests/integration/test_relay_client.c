@@ -31,10 +31,6 @@ struct fx {
 
 static struct fx g;
 
-static struct sockaddr *sa(struct sockaddr_storage *s)
-{
-	return (struct sockaddr *)s;
-}
 
 static int setup(void **state)
 {

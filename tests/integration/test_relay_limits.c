@@ -45,10 +45,6 @@ struct fx {
 
 static struct fx g;
 
-static struct sockaddr *sa(struct sockaddr_storage *s)
-{
-	return (struct sockaddr *)s;
-}
 
 static uint16_t port_of(const struct sockaddr_storage *s)
 {

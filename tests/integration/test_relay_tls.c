@@ -39,10 +39,6 @@ struct fx {
 
 static struct fx g;
 
-static struct sockaddr *sa(struct sockaddr_storage *s)
-{
-	return (struct sockaddr *)s;
-}
 
 /* A self-signed certificate for turn.tls.test (and 127.0.0.4), written to crt and key. */
 static int make_cert(const char *crt, const char *key, const char *cn)
