@@ -9,6 +9,7 @@ the exact edges of the measured window. Loopback only; every wait is bounded.
 
     bench/compare.py [--quick] [--reps N] [--tests flat172,flat1200,rate,setup,mem]
                      [--builddir DIR] [--auth static|secret] [--ceiling] [--raw FILE]
+                     [--base DIR --servers turngate,base]   (A/B of two turngated builds)
 """
 import argparse
 import os
@@ -57,7 +58,7 @@ clusters:
 """
 
 
-def turngate_cmd(args, rundir):
+def turngate_cmd(args, rundir, builddir=None):
     if args.auth == "secret":
         auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
     else:
@@ -67,7 +68,12 @@ def turngate_cmd(args, rundir):
     with open(conf, "w") as f:
         f.write(TURNGATE_YAML.format(rundir=rundir, rmin=RELAY_MIN, rmax=RELAY_MAX,
                                      auth=auth, port=SERVER[1], workers=args.workers))
-    return [os.path.join(args.builddir, "turngated"), "-c", conf]
+    return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf]
+
+
+def base_cmd(args, rundir):
+    # Another turngated build (--base DIR) on the same settings: A/B of a change.
+    return turngate_cmd(args, rundir, args.base)
 
 
 def coturn_cmd(args, rundir):
@@ -85,7 +91,7 @@ def coturn_cmd(args, rundir):
     return cmd
 
 
-SERVERS = {"turngate": turngate_cmd, "coturn": coturn_cmd}
+SERVERS = {"turngate": turngate_cmd, "coturn": coturn_cmd, "base": base_cmd}
 
 
 def wait_stun(deadline_s=10.0):
@@ -268,8 +274,9 @@ def cell(vals, fmt):
 
 def table(results, servers, reps):
     head = ["metric"] + servers
-    if "turngate" in servers and "coturn" in servers:
-        head.append("turngate/coturn")
+    ref = "coturn" if "coturn" in servers else "base"
+    if "turngate" in servers and ref in servers:
+        head.append(f"turngate/{ref}")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, test, key, scale, fmt in ROWS:
         row, meds = [label], {}
@@ -278,7 +285,7 @@ def table(results, servers, reps):
             row.append(cell(vals, fmt))
             meds[s] = statistics.median(vals) if vals else None
         if len(head) > len(servers) + 1:
-            a, b = meds.get("turngate"), meds.get("coturn")
+            a, b = meds.get("turngate"), meds.get(ref)
             row.append(f"{a / b:.2f}" if a is not None and b else "-")
         if any(c != "-" for c in row[1:len(servers) + 1]):
             lines.append("| " + " | ".join(row) + " |")
@@ -296,6 +303,7 @@ def main():
     ap.add_argument("--ceiling", action="store_true",
                     help="also run the harness alone (direct, no relay) in the flat tests")
     ap.add_argument("--builddir", default=os.getcwd(), help="build tree (turngated, bench/)")
+    ap.add_argument("--base", help="another build tree whose turngated runs as server 'base'")
     ap.add_argument("--auth", choices=["static", "secret"], default="static")
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--raw", help="append every run's raw line to this file")
@@ -324,6 +332,9 @@ def main():
     for s in servers:
         if s not in SERVERS:
             sys.exit(f"unknown server {s}")
+    if "base" in servers and not (args.base and os.access(os.path.join(args.base, "turngated"),
+                                                           os.X_OK)):
+        sys.exit("server 'base' needs --base DIR holding a built turngated")
     if "coturn" in servers and not shutil.which("turnserver"):
         sys.exit("turnserver (coturn) not found")
     tb = os.path.join(args.builddir, "bench", "turnbench")

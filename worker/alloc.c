@@ -220,6 +220,8 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
  * as it is. */
 static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 {
+	if (w->txg.n && w->txg.a == a)
+		wk_txg_flush(w);	/* grouped datagrams leave before their socket closes */
 	for (int i = 0; i < 2; i++) {
 		struct wk_relay *r = &a->relay[i];
 
@@ -338,6 +340,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 		return -errno;
 	if (family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	r->df_fast = !a->dont_fragment && wk_df_fast(fd, family);
 	if (a->dont_fragment) {
 		int v = family == AF_INET ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
 
@@ -358,6 +361,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	r->fd = fd;
 	r->family = family;
 	r->port = port;
+	r->gso_off = false;
 	memcpy(&r->addr, ann, sizeof(r->addr));
 	if (family == AF_INET)
 		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);

@@ -80,7 +80,7 @@ static bool wk_has_family(const struct wk_alloc *a, int family)
 	return a->relay[0].family == family || (a->relay[1].fd >= 0 && a->relay[1].family == family);
 }
 
-static const struct wk_relay *wk_relay_of(const struct wk_alloc *a, int family)
+static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
 {
 	if (a->relay[0].fd >= 0 && a->relay[0].family == family)
 		return &a->relay[0];
@@ -544,7 +544,7 @@ out:
 static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		       const uint8_t *data, size_t len)
 {
-	const struct wk_relay *r = wk_relay_of(a, peer->sa_family);
+	struct wk_relay *r = wk_relay_of(a, peer->sa_family);
 	uint32_t cl;
 
 	if (!r)
@@ -556,18 +556,7 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	}
 	if (!wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
 		return;
-	if (sendto(r->fd, data, len, MSG_DONTWAIT, peer, wk_addr_len(peer)) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
-		return;
-	}
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, len);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_OUT, 1);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_OUT, len);
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_OUT, 1);
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_OUT, len);
-	shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, 1);
-	shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, len);
+	wk_peer_send(w, a, r, peer, cl, data, len);
 }
 
 static void wk_send_indication(struct worker *w, const struct wk_ep *ep,
@@ -673,6 +662,7 @@ void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_
 		wk_channel_data(w, ep, buf, len);
 		return;
 	}
+	wk_txg_flush(w);	/* a request may take the grouped datagrams' allocation away */
 	if (stun_msg_parse(&msg, buf, len) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
 		return;

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,11 +41,14 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 	struct sockaddr_storage from[WK_BATCH];
 	int n;
 
-	/* Bounded: a few batches per wakeup, then let other sockets run. */
+	/* Bounded: a few batches per wakeup, then let other sockets run. Client -> peer
+	 * datagrams of a plain UDP batch may be grouped; DTLS plaintext lives in one scratch
+	 * buffer per datagram, so it goes at once. */
+	w->txg.on = !l->secure;
 	for (int round = 0; round < 8; round++) {
 		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
 		if (n <= 0)
-			return;
+			break;
 		w->batch_ns = wk_mono_ns();
 		for (int i = 0; i < n; i++) {
 			size_t len = msgs[i].msg_len;
@@ -62,10 +66,12 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 			fn(w, l, (struct sockaddr *)&from[i], msgs[i].msg_hdr.msg_namelen,
 			   w->rx[i] + WK_HEADROOM, len);
 		}
+		wk_txg_flush(w);	/* before the next recvmmsg reuses the rx slots */
 		w->batch_ns = 0;
 		if (n < WK_BATCH)
-			return;
+			break;
 	}
+	w->txg.on = false;
 }
 
 static void wk_udp_dgram(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
@@ -83,9 +89,45 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 	wk_listener_drain(l->w, l, wk_udp_dgram);
 }
 
+/* IPv4 datagrams leave with DF set either way: the kernel's default (IP_PMTUDISC_WANT)
+ * sets it on every datagram that fits the path MTU. Under WANT the IP ID of each one
+ * comes from a hashed per-destination counter (__ip_select_ident, a few percent of the
+ * relay's CPU); under IP_PMTUDISC_DO it is 0, which RFC 6864 allows for datagrams that
+ * cannot be fragmented. What DO changes is the datagram above the path MTU: it fails with
+ * EMSGSIZE instead of being fragmented, so wk_sendto_df sends it once more under WANT,
+ * fragmented as before. Sockets of a DONT-FRAGMENT allocation are not touched here: they
+ * are in DO mode for good and an oversized datagram is dropped (RFC 8656 7.2). */
+bool wk_df_fast(int fd, int family)
+{
+	int v = IP_PMTUDISC_DO;
+
+	return family == AF_INET && setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v)) == 0;
+}
+
+/* sendto; on EMSGSIZE from a wk_df_fast socket, once more fragmentable (see above). */
+static ssize_t wk_sendto_df(int fd, bool df_fast, const void *buf, size_t len,
+			    const struct sockaddr *to, socklen_t to_len)
+{
+	int want = IP_PMTUDISC_WANT, err;
+	ssize_t rc = sendto(fd, buf, len, MSG_DONTWAIT, to, to_len);
+
+	if (rc >= 0 || errno != EMSGSIZE || !df_fast)
+		return rc;
+	if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &want, sizeof(want)) < 0) {
+		errno = EMSGSIZE;
+		return -1;
+	}
+	rc = sendto(fd, buf, len, MSG_DONTWAIT, to, to_len);
+	err = errno;
+	wk_df_fast(fd, AF_INET);
+	errno = err;
+	return rc;
+}
+
 int wk_udp_start(struct worker *w, struct wk_listener *l)
 {
 	wk_sockbuf_grow(l->fd, WK_SOCKBUF_LISTENER);
+	l->df_fast = wk_df_fast(l->fd, l->family);
 	ev_io_init(&l->io, wk_udp_listener_cb, l->fd, EV_READ);
 	l->io.data = l;
 	ev_io_start(w->loop, &l->io);
@@ -187,21 +229,45 @@ static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
 }
 
-/* All of a relay socket's batch goes to one client: when the messages have one size (the
- * last may be shorter), one sendmsg with UDP_SEGMENT hands the kernel a single buffer to
- * cut, instead of one skb and route lookup per message. Returns false when the batch does
- * not qualify or the kernel refused (the caller then uses sendmmsg). */
-static bool wk_relay_gso(struct worker *w, struct wk_alloc *a, struct mmsghdr *out, unsigned n)
+/* One sendmsg of n messages of seg bytes each (the last may be shorter), cut into
+ * datagrams by the kernel (UDP_SEGMENT): one skb and one route lookup instead of n. */
+static ssize_t wk_send_segments(int fd, const struct sockaddr *to, socklen_t to_len,
+				struct iovec *iov, unsigned n, size_t seg)
 {
-	struct iovec iov[WK_BATCH];
 	union {
 		char buf[CMSG_SPACE(sizeof(uint16_t))];
 		struct cmsghdr align;
 	} ctl;
-	struct msghdr m = { 0 };
+	struct msghdr m = { .msg_name = (void *)to, .msg_namelen = to_len, .msg_iov = iov,
+			    .msg_iovlen = n, .msg_control = ctl.buf,
+			    .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *cm;
+	uint16_t gso = (uint16_t)seg;
+
+	memset(&ctl, 0, sizeof(ctl));
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_UDP;
+	cm->cmsg_type = UDP_SEGMENT;
+	cm->cmsg_len = CMSG_LEN(sizeof(gso));
+	memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
+	return sendmsg(fd, &m, MSG_DONTWAIT);
+}
+
+/* After a failed UDP_SEGMENT send: true when the socket will never take one (no GSO on
+ * this path); EINVAL (a segment above the MTU) and EAGAIN only fail this send. */
+static bool wk_gso_unsupported(int err)
+{
+	return err == EOPNOTSUPP || err == ENOPROTOOPT || err == EIO;
+}
+
+/* All of a relay socket's batch goes to one client: when the messages have one size (the
+ * last may be shorter), they leave as one UDP_SEGMENT send instead of a sendmmsg of
+ * separate datagrams. Returns false when the batch does not qualify or the kernel refused
+ * (the caller then uses sendmmsg). */
+static bool wk_relay_gso(struct wk_alloc *a, struct mmsghdr *out, unsigned n)
+{
+	struct iovec iov[WK_BATCH];
 	size_t seg = out[0].msg_hdr.msg_iov->iov_len, total = 0;
-	uint16_t gso;
 
 	if (n < 2 || a->l->gso_off || seg > WK_GSO_SEG_MAX)
 		return false;
@@ -213,26 +279,14 @@ static bool wk_relay_gso(struct worker *w, struct wk_alloc *a, struct mmsghdr *o
 		iov[i] = *out[i].msg_hdr.msg_iov;
 		total += len;
 	}
-	if (total > 65000)
+	if (total > WK_GSO_TOTAL_MAX)
 		return false;
-	memset(&ctl, 0, sizeof(ctl));
-	m.msg_name = &a->client;
-	m.msg_namelen = a->client_len;
-	m.msg_iov = iov;
-	m.msg_iovlen = n;
-	m.msg_control = ctl.buf;
-	m.msg_controllen = sizeof(ctl.buf);
-	cm = CMSG_FIRSTHDR(&m);
-	cm->cmsg_level = SOL_UDP;
-	cm->cmsg_type = UDP_SEGMENT;
-	cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-	gso = (uint16_t)seg;
-	memcpy(CMSG_DATA(cm), &gso, sizeof(gso));
-	if (sendmsg(a->l->fd, &m, MSG_DONTWAIT) >= 0)
+	if (wk_send_segments(a->l->fd, (struct sockaddr *)&a->client, a->client_len, iov, n,
+			     seg) >= 0)
 		return true;
-	if (errno == EOPNOTSUPP || errno == ENOPROTOOPT || errno == EIO)
-		a->l->gso_off = true;	/* no GSO on this path: never try again */
-	return false;			/* EINVAL (segment above the MTU), EAGAIN: per message */
+	if (wk_gso_unsupported(errno))
+		a->l->gso_off = true;	/* never try again on this socket */
+	return false;
 }
 
 static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
@@ -240,12 +294,17 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 {
 	unsigned sent = 0;
 
-	if (wk_relay_gso(w, a, out, n))
+	if (wk_relay_gso(a, out, n))
 		return;
 
 	while (sent < n) {
 		int r = sendmmsg(a->l->fd, out + sent, n - sent, MSG_DONTWAIT);
 
+		if (r <= 0 && errno == EMSGSIZE &&
+		    wk_sendto_df(a->l->fd, a->l->df_fast, out[sent].msg_hdr.msg_iov->iov_base,
+				 out[sent].msg_hdr.msg_iov->iov_len, (struct sockaddr *)&a->client,
+				 a->client_len) >= 0)
+			r = 1;
 		if (r <= 0) {
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, n - sent);
 			return;
@@ -302,13 +361,90 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_relay_flush(w, a, out, n_out);
 }
 
+static void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n,
+			  size_t bytes)
+{
+	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
+	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);
+	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_OUT, n);
+	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_OUT, bytes);
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_OUT, n);
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_OUT, bytes);
+	shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, n);
+	shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, bytes);
+}
+
+static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
+			     const struct sockaddr *peer, uint32_t cl, const void *data,
+			     size_t len)
+{
+	if (wk_sendto_df(r->fd, r->df_fast, data, len, peer, wk_addr_len(peer)) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+		return;
+	}
+	wk_peer_count(w, a, cl, 1, len);
+}
+
+void wk_txg_flush(struct worker *w)
+{
+	struct wk_txg *g = &w->txg;
+	const struct sockaddr *peer = (const struct sockaddr *)&g->peer;
+	unsigned n = g->n;
+
+	if (!n)
+		return;
+	g->n = 0;
+	if (n > 1 && !g->r->gso_off) {
+		if (wk_send_segments(g->r->fd, peer, wk_addr_len(peer), g->iov, n, g->seg) >= 0) {
+			wk_peer_count(w, g->a, g->cl, n, g->total);
+			return;
+		}
+		if (wk_gso_unsupported(errno))
+			g->r->gso_off = true;
+	}
+	for (unsigned i = 0; i < n; i++)
+		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base,
+				 g->iov[i].iov_len);
+}
+
+void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len)
+{
+	struct wk_txg *g = &w->txg;
+	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
+
+	if (g->n && !(groupable && g->r == r && !g->closed && len <= g->seg &&
+		      g->n < WK_BATCH && g->total + len <= WK_GSO_TOTAL_MAX &&
+		      wk_addr_equal(peer, (const struct sockaddr *)&g->peer)))
+		wk_txg_flush(w);
+	if (!groupable) {
+		wk_peer_send_one(w, a, r, peer, cl, data, len);
+		return;
+	}
+	if (!g->n) {
+		g->a = a;
+		g->r = r;
+		memcpy(&g->peer, peer, wk_addr_len(peer));
+		g->cl = cl;
+		g->seg = len;
+		g->total = 0;
+		g->closed = false;
+	}
+	g->iov[g->n].iov_base = (void *)data;
+	g->iov[g->n].iov_len = len;
+	g->n++;
+	g->total += len;
+	if (len < g->seg)
+		g->closed = true;
+}
+
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len)
 {
 	if (ep->c) {
 		wk_tconn_send(w, ep->c, buf, len);
 		return;
 	}
-	if (sendto(ep->l->fd, buf, len, MSG_DONTWAIT, ep->addr, ep->addr_len) < 0) {
+	if (wk_sendto_df(ep->l->fd, ep->l->df_fast, buf, len, ep->addr, ep->addr_len) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 		return;
 	}

@@ -27,6 +27,7 @@
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
 #define WK_DGRAM_MAX (65535 + 4)	/* any UDP payload, plus padding room */
 #define WK_GSO_SEG_MAX 1400		/* larger messages go one by one (path MTU) */
+#define WK_GSO_TOTAL_MAX 65000		/* bytes in one UDP_SEGMENT send */
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
 #define WK_TCP_IN_START 4096		/* first input buffer; grows to WK_TCP_IN_MAX once */
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
@@ -129,6 +130,7 @@ struct wk_listener {
 	uint8_t tls_digest[32];		/* SHA-256 of the cert and key PEM it was built from */
 	SSL *dtls_listen;		/* DTLSv1_listen's stateless object */
 	bool gso_off;			/* UDP_SEGMENT refused on this socket */
+	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
 };
 
 /* One relay socket of an allocation (two for a dual-stack allocation). */
@@ -139,6 +141,8 @@ struct wk_relay {
 	uint16_t port;
 	ev_io io;
 	struct sockaddr_storage addr;	/* announced address with port */
+	bool gso_off;			/* UDP_SEGMENT refused on this socket */
+	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
 };
 
 struct wk_alloc {
@@ -187,6 +191,23 @@ struct wk_ep {
 	socklen_t addr_len;
 };
 
+/* Client -> peer datagrams of one received UDP batch, grouped (udp.c): consecutive
+ * datagrams of one allocation to one peer with one size (the last may be shorter) leave as
+ * one sendmsg with UDP_SEGMENT instead of one sendto each. The iovecs point into the
+ * batch's rx slots, so the group is sent before the next recvmmsg and before any STUN
+ * message is handled (which may refresh an allocation away). */
+struct wk_txg {
+	bool on;			/* grouping allowed: inside a plain UDP listener batch */
+	struct wk_alloc *a;
+	struct wk_relay *r;
+	struct sockaddr_storage peer;
+	uint32_t cl;			/* the peer's cluster, for its counters */
+	size_t seg, total;
+	unsigned n;
+	bool closed;			/* the last datagram was shorter: nothing more joins */
+	struct iovec iov[WK_BATCH];
+};
+
 struct worker {
 	uint32_t magic;
 	const struct worker_heritage *h;
@@ -228,6 +249,7 @@ struct worker {
 	struct wk_tconn **dhash;	/* DTLS associations by (listener, client), WK_HASH_BUCKETS */
 	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
 	uint64_t batch_ns;		/* wk_mono_ns() of the datagram batch being handled, 0 outside */
+	struct wk_txg txg;
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
@@ -285,6 +307,15 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, struct iovec *iov,
 		  struct sockaddr_storage *from);
 int wk_udp_start(struct worker *w, struct wk_listener *l);
+/* Sends an admitted client -> peer datagram from relay socket r (cl: the peer's cluster):
+ * joins the current batch's group when it can (struct wk_txg), else goes at once. */
+void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
+/* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
+ * that fail with EMSGSIZE are retried fragmentable, see udp.c). */
+bool wk_df_fast(int fd, int family);
+/* Sends the pending client -> peer group, if any. */
+void wk_txg_flush(struct worker *w);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 
 /* ---- tcp.c ---- */
