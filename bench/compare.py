@@ -134,6 +134,45 @@ def pin(args, cpus):
     return cmd
 
 
+CGROUP_CPU = "/sys/fs/cgroup/cpu"      # cgroup v1 cpu controller (this machine's layout)
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def cap_workers(master, workers, pct):
+    """Puts each of turngated's worker processes in its own cpu cgroup capped at pct % of
+    one core (10 ms period): a stand-in for "one core per worker" on a box whose cores are
+    taken by the load generator. Returns the cgroup directories to remove afterwards."""
+    deadline = time.monotonic() + 10
+    pids = children(master)
+    while len(pids) < workers and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = children(master)
+    if len(pids) < workers:
+        raise RuntimeError(f"expected {workers} workers under {master}, found {pids}")
+    dirs = []
+    for i, pid in enumerate(sorted(pids)):
+        d = os.path.join(CGROUP_CPU, f"tgbench-{master}-w{i}")
+        os.makedirs(d, exist_ok=True)
+        for name, val in (("cpu.cfs_period_us", 10000), ("cpu.cfs_quota_us", pct * 100),
+                          ("cgroup.procs", pid)):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(str(val))
+        dirs.append(d)
+    return dirs
+
+
 def start_echo(args, tb, lifetime):
     p = subprocess.Popen(pin(args, args.gen_cpus) + [tb, "-m", "echo", "-p", PEER, "-d",
                                                str(lifetime)], stdout=subprocess.PIPE, text=True,
@@ -186,6 +225,7 @@ def run_one(args, server, test):
     tb = os.path.join(args.builddir, "bench", "turnbench")
     rundir = tempfile.mkdtemp(prefix=f"tgbench-{server}-")
     srv = echo = None
+    capped = []
     log = open(os.path.join(rundir, "server.log"), "w")
     try:
         if server == "direct":
@@ -199,6 +239,8 @@ def run_one(args, server, test):
                                    cwd=rundir, start_new_session=True)
             if not wait_stun():
                 raise RuntimeError(f"{server} did not answer STUN on {SERVER}")
+            if args.worker_quota and server != "coturn":
+                capped = cap_workers(srv.pid, args.workers, args.worker_quota)
             targs = tb_args(args, test) + ["-P", str(srv.pid)]
         echo = start_echo(args, tb, 600)
         targs += ["-E", str(echo.pid)]
@@ -219,6 +261,11 @@ def run_one(args, server, test):
     finally:
         stop(echo)
         stop(srv)
+        for d in capped:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
         log.close()
         if srv is not None and srv.returncode not in (0, -signal.SIGTERM, None) \
                 and not args.keep:
@@ -313,6 +360,9 @@ def main():
     ap.add_argument("--srv-cpus", default="0", help="taskset list for the server ('' = none)")
     ap.add_argument("--gen-cpus", default="1",
                     help="taskset list for generator and echo ('' = none)")
+    ap.add_argument("--worker-quota", type=int, default=0, metavar="PCT",
+                    help="turngated only: each worker in its own cpu cgroup capped at PCT %% "
+                         "of a core (root, cgroup v1), to show worker scaling on 2 cores")
     ap.add_argument("--nice", type=int, default=0,
                     help="nice value for server, generator and echo (e.g. -10 on a shared box)")
     args = ap.parse_args()
@@ -328,6 +378,9 @@ def main():
         args.p["dur"] = args.duration
     reps = max(1, min(reps, 20))
     args.workers = max(1, min(args.workers, 64))
+    if args.worker_quota and not (10 <= args.worker_quota <= 100
+                                  and os.access(CGROUP_CPU, os.W_OK)):
+        sys.exit(f"--worker-quota needs 10..100 and a writable {CGROUP_CPU} (root, cgroup v1)")
     servers = [s for s in args.servers.split(",") if s]
     for s in servers:
         if s not in SERVERS:
