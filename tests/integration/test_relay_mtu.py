@@ -18,7 +18,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import check, run_tests  # noqa: E402
@@ -68,18 +67,6 @@ def payload(tag, i, size):
     return (head * (size // len(head) + 1))[:size]
 
 
-def recv_all(listener, count, timeout=3.0):
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        listener.sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            got.append(listener.sock.recvfrom(70000))
-        except socket.timeout:
-            break
-    return got
-
-
 class Capture:
     """IPv4 UDP headers seen on the namespace's loopback (AF_PACKET, root)."""
 
@@ -125,7 +112,7 @@ def test_df_and_fragmentation(d):
         small, big = payload(1, 0, 1000), payload(1, 1, 3000)
         c.channel_data(0x4000, small)
         c.channel_data(0x4000, big)
-        got = recv_all(peer, 2)
+        got = peer.drain(3.0, limit=2)
         check([g[0] for g in got] == [small, big],
               "client -> peer: got %r" % [len(g[0]) for g in got])
         frames = cap.frames(peer.port)
@@ -142,9 +129,23 @@ def test_df_and_fragmentation(d):
         back = [c.recv_data(2.0), c.recv_data(2.0)]
         check(back == [small, big], "peer -> client: got %r"
               % [len(b) if b else b for b in back])
+        # Three datagrams of 1390 bytes read in one batch (the worker stopped meanwhile):
+        # as ChannelData they are 1394 bytes, too large for one GSO segment at MTU 1400,
+        # so the batch goes per datagram and each is retried fragmentable.
+        worker = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        near = [payload(3, i, 1390) for i in range(3)]
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            for x in near:
+                peer.sock.sendto(x, relay)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        back = [c.recv_data(2.0) for _ in near]
+        check(back == near, "peer -> client at the MTU: got %r"
+              % [len(b) if b else b for b in back])
         # A Send indication above the MTU takes the same fallback.
         c.send("127.0.0.1", peer.port, big)
-        got = recv_all(peer, 1)
+        got = peer.drain(3.0, limit=1)
         check([g[0] for g in got] == [big], "Send indication of 3000 bytes not relayed")
     finally:
         cap.close()
@@ -161,7 +162,7 @@ def test_dont_fragment_drops_oversize(d):
         big, small = payload(2, 0, 3000), payload(2, 1, 1000)
         c.channel_data(0x4000, big)
         c.channel_data(0x4000, small)
-        got = recv_all(peer, 2, timeout=1.5)
+        got = peer.drain(1.5, limit=2)
         check([g[0] for g in got] == [small],
               "DONT-FRAGMENT: 3000 bytes must be dropped, 1000 pass; got %r"
               % [len(g[0]) for g in got])
@@ -183,11 +184,14 @@ def test_grouped_bursts(d):
     cap = Capture()
     try:
         # Sizes chosen to cut groups every way: equal runs, a shorter last one, a larger
-        # one after a shorter, one above the GSO segment limit, a peer change.
+        # one after a shorter, one above the GSO segment limit, a peer change, another
+        # client, and a run the kernel cannot segment at this MTU.
         plan = [(a, 0x4000, 1200), (a, 0x4000, 1200), (a, 0x4000, 1200), (a, 0x4000, 700),
                 (a, 0x4000, 1200), (a, 0x4000, 1300), (a, 0x4000, 2500), (a, 0x4000, 100),
                 (a, 0x4001, 100), (a, 0x4001, 100), (a, 0x4000, 100), (b, 0x4000, 1200),
-                (b, 0x4000, 1200), (a, 0x4000, 1200), (a, 0x4000, 1)]
+                (b, 0x4000, 1200), (a, 0x4000, 1200), (a, 0x4000, 1),
+                # 1390 + 28 > MTU 1400: the kernel refuses the GSO send, each goes alone
+                (a, 0x4000, 1390), (a, 0x4000, 1390), (a, 0x4000, 1390)]
         expect = {(id(a), p1.port): [], (id(a), p2.port): [], (id(b), p1.port): []}
         # The worker is stopped while a round is sent, so the round waits in its socket
         # and is read as one batch, the case grouping is for (a burst of video packets).
@@ -202,8 +206,8 @@ def test_grouped_bursts(d):
             finally:
                 os.kill(worker, signal.SIGCONT)
         total = sum(len(v) for v in expect.values())
-        got1 = recv_all(p1, sum(len(expect[k]) for k in expect if k[1] == p1.port), 5.0)
-        got2 = recv_all(p2, len(expect[(id(a), p2.port)]), 5.0)
+        got1 = p1.drain(5.0, limit=sum(len(expect[k]) for k in expect if k[1] == p1.port))
+        got2 = p2.drain(5.0, limit=len(expect[(id(a), p2.port)]))
         # Per 5-tuple order must hold; the two clients' streams may interleave.
         by_src = {}
         for data, src in got1:

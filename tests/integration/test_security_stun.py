@@ -271,11 +271,11 @@ class Listener:
         self.sock.bind((ip, port))
         self.port = self.sock.getsockname()[1]
 
-    def drain(self, timeout=0.3):
-        """Everything that arrives within timeout: [(data, addr)]."""
+    def drain(self, timeout=0.3, limit=1000):
+        """Everything that arrives within timeout (at most limit): [(data, addr)]."""
         got = []
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and len(got) < 1000:
+        while time.monotonic() < deadline and len(got) < limit:
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
                 got.append(self.sock.recvfrom(70000))
