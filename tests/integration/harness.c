@@ -206,11 +206,35 @@ int harness_stop_killed(struct harness *h, int kills)
 	return rc;
 }
 
+static void harness_free_clients(struct harness *h)
+{
+	for (size_t i = 0; i < h->n_clients; i++)
+		hturn_close(&h->clients[i]);
+	free(h->clients);
+	h->clients = NULL;
+	h->n_clients = 0;
+}
+
+struct hturn *harness_clients(struct harness *h, size_t n)
+{
+	harness_free_clients(h);
+	h->clients = calloc(n, sizeof(*h->clients));
+	if (h->clients == NULL) {
+		fprintf(stderr, "harness: out of memory for %zu clients\n", n);
+		abort();
+	}
+	h->n_clients = n;
+	for (size_t i = 0; i < n; i++)
+		h->clients[i].fd = -1;
+	return h->clients;
+}
+
 void harness_cleanup(struct harness *h)
 {
 	const char *names[] = { "turngate.yaml", "turngated.log", "admin.sock" };
 	char p[256];
 
+	harness_free_clients(h);
 	if (!h->dir[0])
 		return;
 	if (getenv("TG_KEEP_TMP"))

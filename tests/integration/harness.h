@@ -17,16 +17,25 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+struct hturn;
+
 struct harness {
 	char dir[128];		/* private temp directory (config, log, admin socket) */
 	char conf[192];		/* dir/turngate.yaml */
 	char log[192];		/* dir/turngated.log: the daemon's stderr */
 	char sock[192];		/* dir/admin.sock: use as admin.admin_socket */
 	pid_t pid;		/* turngated, 0 when not running */
+	struct hturn *clients;	/* of harness_clients(), owned here */
+	size_t n_clients;
 };
 
 /* Creates the temp directory. Returns 0 or -errno. */
 int harness_init(struct harness *h);
+
+/* n unopened TURN clients (fd -1) owned by h: their sockets are closed and their memory
+ * freed by the next call or by harness_cleanup(), so a test whose assertion fails half
+ * way (cmocka jumps out of it) leaks nothing. Aborts when out of memory. */
+struct hturn *harness_clients(struct harness *h, size_t n);
 
 /* Writes the YAML config (text as given) to h->conf. Returns 0 or -errno. */
 int harness_write_config(struct harness *h, const char *yaml);

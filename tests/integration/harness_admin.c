@@ -139,10 +139,24 @@ int hadmin_worker_pid(const char *sock, int slot, double *uptime)
 	json_t *w = json_array_get(json_object_get(r, "workers"), (size_t)slot);
 	const char *st = json_string_value(json_object_get(w, "state"));
 	int pid = (int)json_integer_value(json_object_get(w, "pid"));
-	bool running = st != NULL && strcmp(st, "running") == 0;
+	int out = st == NULL ? -1 : strcmp(st, "running") == 0 ? pid : 0;
 
 	if (uptime)
 		*uptime = json_real_value(json_object_get(w, "uptime"));
 	json_decref(r);
-	return running ? pid : 0;
+	return out;
+}
+
+int hadmin_wait_worker_replaced(const char *sock, int slot, int old_pid, int tries,
+				int interval_ms)
+{
+	int pid = -1;
+
+	for (int i = 0; i < tries; i++) {
+		pid = hadmin_worker_pid(sock, slot, NULL);
+		if (pid > 0 && pid != old_pid)
+			break;
+		usleep((useconds_t)interval_ms * 1000);
+	}
+	return pid;
 }

@@ -27,8 +27,15 @@ long long hadmin_stat(const char *sock, const char *listener, const char *name);
 /* Worker slot that owns the allocation whose client is 127.0.0.1:port, or -1. */
 int hadmin_owner_of(const char *sock, uint16_t port);
 
-/* pid of the worker in slot while it is running, 0 otherwise; *uptime (may be NULL) gets
- * its uptime in seconds. */
+/* pid of the worker in slot while its state is "running", 0 while it is in any other
+ * state (starting, dead, stopping: a respawn in progress), -1 when the query failed (no
+ * reply, no such slot). *uptime (may be NULL) gets its uptime in seconds. */
 int hadmin_worker_pid(const char *sock, int slot, double *uptime);
+
+/* Polls slot up to tries times, interval_ms apart, until it runs a worker other than
+ * old_pid; each poll is one query, so the answer is one consistent sample. Returns the
+ * new pid, or the last value hadmin_worker_pid() returned (0, -1 or old_pid). */
+int hadmin_wait_worker_replaced(const char *sock, int slot, int old_pid, int tries,
+				int interval_ms);
 
 #endif

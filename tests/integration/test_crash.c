@@ -174,7 +174,7 @@ static void wait_allocations(long long want)
 static double kill_and_measure(int victim, struct hturn *probe, int round)
 {
 	double up = 0, t0, gap = -1;
-	int pid = 0;
+	int pid = 0, np;
 	char msg[48], prefix[24];
 
 	/* Let the worker serve long enough that the master respawns it at once (a faster
@@ -205,15 +205,8 @@ static double kill_and_measure(int victim, struct hturn *probe, int round)
 			gap = now_s() - t0;
 	}
 	/* The slot shows the new pid once the master got its READY. */
-	for (int i = 0; i < 500; i++) {
-		int np = hadmin_worker_pid(g.h.sock, victim, NULL);
-
-		if (np > 0 && np != pid)
-			break;
-		usleep(10000);
-	}
-	assert_true(hadmin_worker_pid(g.h.sock, victim, NULL) > 0 &&
-		    hadmin_worker_pid(g.h.sock, victim, NULL) != pid);
+	np = hadmin_wait_worker_replaced(g.h.sock, victim, pid, 500, 10);
+	assert_true(np > 0 && np != pid);
 	return gap;
 }
 
@@ -235,7 +228,7 @@ static void check_counters(long long want_active, long long want_udp_active)
 
 static void test_kill9_readopts(void **state)
 {
-	struct hturn *c = calloc(N_ALLOCS + 1, sizeof(*c));
+	struct hturn *c = harness_clients(&g.h, N_ALLOCS + 1);
 	struct hturn *tc = &c[N_ALLOCS];
 	int owner[N_ALLOCS], victim, n_victim = 0, probe = -1;
 	long long adopted0;
@@ -243,7 +236,6 @@ static void test_kill9_readopts(void **state)
 	char user[32];
 
 	(void)state;
-	assert_non_null(c);
 	for (int i = 0; i < N_ALLOCS; i++) {
 		snprintf(user, sizeof(user), "crash%d", i);
 		assert_int_equal(alloc_user(&c[i], sa(&g.srv), false, user), 0);
@@ -301,7 +293,6 @@ static void test_kill9_readopts(void **state)
 
 	/* Stop by hand: the log has exactly the deaths this test caused, nothing else. */
 	assert_int_equal(harness_stop_killed(&g.h, N_KILLS), 0);
-	free(c);
 }
 
 int main(void)

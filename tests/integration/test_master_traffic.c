@@ -125,15 +125,13 @@ static int alloc_with(struct hturn *c, int secret_round, const char *user)
 /* One new allocation under secret-<secret_round>: its result, and it is deleted again. */
 static int try_secret(int secret_round)
 {
-	struct hturn *c = calloc(1, sizeof(*c));
+	static struct hturn c; /* not harness_clients(): the caller's clients stay open */
 	int rc;
 
-	assert_non_null(c);
-	rc = alloc_with(c, secret_round, "probe");
+	rc = alloc_with(&c, secret_round, "probe");
 	if (rc == 0)
-		assert_int_equal(hturn_refresh(c, 0), 0);
-	hturn_close(c);
-	free(c);
+		assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
 	return rc;
 }
 
@@ -180,12 +178,11 @@ static void wait_extra(bool want)
 
 static void test_reload_under_traffic(void **state)
 {
-	struct hturn *c = calloc(N_ALLOCS, sizeof(*c));
+	struct hturn *c = harness_clients(&g.h, N_ALLOCS);
 	long long gen = hadmin_status_int(g.h.sock, "generation");
 	char user[16];
 
 	(void)state;
-	assert_non_null(c);
 	assert_true(gen >= 1);
 	for (int i = 0; i < N_ALLOCS; i++) {
 		snprintf(user, sizeof(user), "user%d", i);
@@ -227,12 +224,11 @@ static void test_reload_under_traffic(void **state)
 		hturn_close(&c[i]);
 	}
 	wait_allocations(0);
-	free(c);
 }
 
 static void test_admin_allocations_and_disconnect(void **state)
 {
-	struct hturn *c = calloc(2, sizeof(*c));
+	struct hturn *c = harness_clients(&g.h, 2);
 	json_t *r, *a;
 	char req[128];
 	long long id;
@@ -276,14 +272,13 @@ static void test_admin_allocations_and_disconnect(void **state)
 	assert_int_equal(hturn_refresh(&c[1], 600), 437);
 	hturn_close(&c[0]);
 	hturn_close(&c[1]);
-	free(c);
 }
 
 /* SIGTERM: new Allocates are refused, the existing allocation keeps relaying, and the
  * daemon exits 0 by itself once it has ended. */
 static void test_sigterm_drain(void **state)
 {
-	struct hturn *c = calloc(2, sizeof(*c));
+	struct hturn *c = harness_clients(&g.h, 2);
 	int rc = 0, st = 0;
 
 	(void)state;
@@ -313,14 +308,13 @@ static void test_sigterm_drain(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 	g.h.pid = 0;
 	assert_int_equal(harness_stop(&g.h), 0); /* scans the log */
-	free(c);
 }
 
 /* kill -9 of worker 0: worker 1's allocations keep relaying, slot 0 comes back. */
 static void test_kill9_other_worker_keeps_relaying(void **state)
 {
-	struct hturn *c = calloc(16, sizeof(*c));
-	int owner[16], n, on1 = 0, pid0;
+	struct hturn *c = harness_clients(&g.h, 16);
+	int owner[16], n, on1 = 0, pid0, pid1;
 	char user[16];
 
 	(void)state;
@@ -345,11 +339,10 @@ static void test_kill9_other_worker_keeps_relaying(void **state)
 	for (int i = 0; i < n; i++)
 		if (owner[i] == 1)
 			assert_true(echo_round(&c[i], 1, i));
-	for (int i = 0; i < 500 && (hadmin_worker_pid(g.h.sock, 0, NULL) == 0 ||
-				    hadmin_worker_pid(g.h.sock, 0, NULL) == pid0); i++)
-		usleep(20000);
-	assert_true(hadmin_worker_pid(g.h.sock, 0, NULL) > 0 &&
-		    hadmin_worker_pid(g.h.sock, 0, NULL) != pid0);
+	/* One sample per poll: two queries could see slot 0 still running pid0 (not reaped
+	 * yet) and then starting its successor (not READY yet), neither of them the new pid. */
+	pid1 = hadmin_wait_worker_replaced(g.h.sock, 0, pid0, 500, 20);
+	assert_true(pid1 > 0 && pid1 != pid0);
 	for (int i = 0; i < n; i++)
 		if (owner[i] == 1)
 			assert_true(echo_round(&c[i], 2, i));
@@ -359,7 +352,6 @@ static void test_kill9_other_worker_keeps_relaying(void **state)
 	}
 	/* Stop by hand: the log has exactly the one death this test caused, nothing else. */
 	assert_int_equal(harness_stop_killed(&g.h, 1), 0);
-	free(c);
 }
 
 static int teardown_killed(void **state)
