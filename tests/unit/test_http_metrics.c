@@ -455,6 +455,7 @@ static void test_render_values(void **state)
 		{ "turngate_reloads_total{result=\"success\"}", 2 },
 		{ "turngate_reloads_total{result=\"failure\"}", 1 },
 		{ "turngate_config_generation", 7 },
+		{ "turngate_config_last_reload_successful", 0 },
 		{ "turngate_worker_restarts_total", 1 },
 		{ "turngate_draining", 0 },
 		{ "turngate_worker_packets_total{worker=\"0\",direction=\"rx\"}", 10 },
@@ -492,12 +493,15 @@ static void test_render_values(void **state)
 static void test_render_no_snap(void **state)
 {
 	struct fx *fx = *state;
-	struct http_master_stats ms = { .draining = true };
+	struct http_master_stats ms = { .draining = true, .last_reload_ok = true };
 	size_t len;
 	char *t = render(fx, NULL, &ms, &len);
 	assert_null(strstr(t, "stunner_listener_packets_total{"));
 	assert_non_null(strstr(t, "# TYPE stunner_listener_packets_total counter\n"));
 	assert_true(value_of(t, "turngate_draining") == 1);
+	assert_true(value_of(t, "turngate_config_last_reload_successful") == 1);
+	/* no snapshot: no total_quota to read, the table's size is the limit */
+	assert_true(value_of(t, "turngate_allocations_limit") == 100);
 	assert_null(strstr(t, "process_cpu_seconds_total"));  /* master stats invalid */
 	free(t);
 	struct http_buf b = HTTP_BUF_INIT;
