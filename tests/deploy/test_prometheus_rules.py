@@ -13,28 +13,19 @@ a message, except in CI (CI=true), where it fails.
 """
 import copy
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness_admin import need_tool  # noqa: E402
+
 SRC = os.environ.get("top_srcdir") or os.path.join(os.path.dirname(__file__), "..", "..")
 PDIR = os.path.join(SRC, "deploy", "prometheus")
 RULES = os.path.join(PDIR, "turngate-rules.yaml")
 UNIT = os.path.join(PDIR, "turngate-rules.test.yaml")
-
-
-def need_tool(name):
-    """Path of tool name; exits 77 (automake's skip) outside CI, 1 in CI, when missing."""
-    path = shutil.which(name)
-    if path is None:
-        ci = os.environ.get("CI") == "true"
-        print("%s: %s not installed (Debian package prometheus, scripts/setup.sh)%s"
-              % (os.path.basename(__file__), name, "" if ci else ": skipped"))
-        sys.exit(1 if ci else 77)
-    return path
 
 
 def alerts(rules):
@@ -94,7 +85,7 @@ def promtool_test(promtool, d, rules, unit):
 
 
 def main():
-    promtool = need_tool("promtool")
+    promtool = need_tool("promtool", "prometheus")
     failed = 0
     r = subprocess.run([promtool, "check", "rules", RULES], capture_output=True, text=True,
                        timeout=60)
