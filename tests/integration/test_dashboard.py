@@ -331,15 +331,21 @@ def inject_load(daemon, ports, mport, peer, shot):
     a.challenge()
     rip, rport = a.allocate()
     check(a.permission(pip) == 0, "permission for the peer")
-    sends = 600 if shot else 20
-    for i in range(sends):
+    ramp = []
+    for i in range(600 if shot else 20):
         a.send_ind(pip, pport, b"media %04d" % i)
         check(peer.recvfrom(2048)[0] == b"media %04d" % i, "relayed payload")
         if i % 5 == 0:
             peer.sendto(b"back", (rip, rport))
             a.s.recv(2048)
-        if shot:
-            time.sleep(0.1)
+        if shot:   # a minute in four phases, fast and slow, with an allocation in each
+            if i % 150 == 75 and len(ramp) < 3:
+                c, code = try_allocate(udp)
+                check(code is None, "Allocate: %r" % code)
+                ramp.append(c)
+            time.sleep(0.05 if i // 150 % 2 == 0 else 0.15)
+    for c in ramp:
+        c.release()
     for i in range(10):                                   # a route that admits no 10/8 peer
         check(a.permission("10.9.8.%d" % i) == 403, "peer outside the routes: 403")
     b = Client(udp)                                       # a secret rotated on one side only
@@ -401,6 +407,7 @@ def test_against_prometheus(d):
         peer.bind(("127.0.0.1", 0))
         peer.settimeout(5.0)
         p = Prometheus(d, mport, rules)
+        t0 = time.monotonic()
         # two rule evaluations over a scraped target, and no alert yet
         wait_for(lambda: p.query('count_over_time(turngate:ready[1m]) >= 2'),
                  "two evaluations of turngate:ready", 60)
@@ -431,7 +438,7 @@ def test_against_prometheus(d):
         workers = p.query("sum by (worker) (turngate_worker_packets_total)")
         check({s["metric"]["worker"] for s in workers} == {"0", "1"}, workers)
         if shot:
-            screenshot(p, dash, shot)
+            screenshot(p, dash, shot, time.monotonic() - t0 + 10)
         for c in held:                                    # so the drain ends at once
             c.release()
         daemon.write_config(daemon.good_config)
@@ -450,27 +457,31 @@ def test_against_prometheus(d):
 # ---- screenshot (TG_DASHBOARD_SHOT) ------------------------------------------------------
 
 SHOT_PANELS = ("Active allocations per listener", "Listener packets", "Authentication failures",
-               "Peer permissions", "Packets per worker", "Reloads")
+               "Peer permissions", "Packets per worker")
 
 
-def screenshot(p, dash, path):
+def screenshot(p, dash, path, seconds):
     from selenium import webdriver
     exprs = [substitute(t["expr"]).replace("5m]", "15s]") for title, t in targets(dash)
              if title in SHOT_PANELS]
     params = {}
     for i, e in enumerate(exprs):
-        params.update({"g%d.expr" % i: e, "g%d.tab" % i: "0", "g%d.range_input" % i: "3m",
+        params.update({"g%d.expr" % i: e, "g%d.tab" % i: "0",
+                       "g%d.range_input" % i: "%ds" % seconds,
                        "g%d.stacked" % i: "0", "g%d.show_exemplars" % i: "0"})
     url = "http://127.0.0.1:%d/graph?%s" % (p.port, urllib.parse.urlencode(params))
     opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1300,2900",
-              "--hide-scrollbars"):
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--window-size=1300,1000", "--force-device-scale-factor=0.6"):
         opts.add_argument(a)
     drv = webdriver.Chrome(options=opts)
     try:
         drv.get(url)
-        wait_for(lambda: len(drv.find_elements("css selector", "canvas.flot-overlay"))
+        # Debian's Prometheus 2.42 serves the classic UI: one rickshaw SVG per graph
+        wait_for(lambda: len(drv.find_elements("css selector", ".graph_area svg path.path"))
                  >= len(exprs), "graphs drawn", 60)
+        drv.set_window_size(1300, drv.execute_script("return document.body.scrollHeight") + 40)
+        drv.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
         time.sleep(2)
         drv.save_screenshot(path)
     finally:
