@@ -4,9 +4,10 @@ and runs its unit tests (turngate-rules.test.yaml), where every alert fires on s
 and clears again.
 
 Also checked here, because promtool does not: every alert has a severity, a summary and a
-runbook naming a turngatectl command; every alert is expected firing at some time and not
-firing at a later one in the unit tests; and promtool's verdict can fail: the same unit tests
-run against a copy of the rules whose alerts never fire must be rejected.
+runbook naming a turngatectl command; docs/operations.md's alert table lists it with its
+for: and severity; the unit tests expect it firing at some time and not firing at a later
+one; and promtool's verdict can fail: the same unit tests run against a copy of the rules
+whose alerts never fire must be rejected.
 
 Without promtool (Debian's `prometheus` package, scripts/setup.sh) the test is skipped with
 a message, except in CI (CI=true), where it fails.
@@ -54,6 +55,24 @@ def lint(rules, unit):
     return errors
 
 
+def doc_problems(rules):
+    """docs/operations.md's alert table names every alert, with the rule's for: and
+    severity (numbers the docs repeat go stale unless a test reads them)."""
+    with open(os.path.join(SRC, "docs", "operations.md")) as f:
+        rows = [ln.split("|") for ln in f if ln.startswith("| `Turngate")]
+    doc = {r[1].strip().strip("`"): (r[3].strip(), r[4].strip()) for r in rows}
+    errors = []
+    for r in alerts(rules):
+        want = (r.get("for", "–"), r["labels"]["severity"])
+        if doc.get(r["alert"]) != want:
+            errors.append("docs/operations.md: %s is %r, the rule says %r"
+                          % (r["alert"], doc.get(r["alert"]), want))
+    extra = set(doc) - {r["alert"] for r in alerts(rules)}
+    if extra:
+        errors.append("docs/operations.md lists alerts that do not exist: %s" % sorted(extra))
+    return errors
+
+
 def minutes(t):
     check = t.endswith("m") and t[:-1].isdigit()
     if not check:
@@ -97,7 +116,7 @@ def main():
         rules = yaml.safe_load(f)
     with open(UNIT) as f:
         unit = yaml.safe_load(f)
-    errors = lint(rules, unit)
+    errors = lint(rules, unit) + doc_problems(rules)
     for e in errors:
         print("FAIL " + e)
     failed += bool(errors)
