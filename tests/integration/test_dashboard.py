@@ -47,8 +47,8 @@ sys.path.insert(0, os.path.join(SRC, "deploy", "grafana"))
 import dashboard as dashboard_src  # noqa: E402
 from harness_admin import (Daemon, Failure, check, free_port, need_tool, run_tests,  # noqa: E402
                            wait_for)
-from test_metrics import (ALLOCATE, A_TRANSPORT, SECRET, Client, attr, build,  # noqa: E402
-                          err_code, scrape)
+from test_metrics import (ALLOCATE, A_LIFETIME, A_TRANSPORT, REFRESH, SECRET,  # noqa: E402
+                          Client, attr, build, err_code, scrape)
 
 DASHBOARD = os.path.join(SRC, "deploy", "grafana", "turngate.json")
 RULES = os.path.join(SRC, "deploy", "prometheus", "turngate-rules.yaml")
@@ -147,7 +147,8 @@ def query_problems(dash, rules, scraped):
 # ---- turngated --------------------------------------------------------------------------
 
 def daemon_config(d, ports, mport, relay_base, port=None):
-    """port overrides the first listener's port (70000: a config a reload must refuse)."""
+    """Five listeners; udp and edge with relay ranges of their own from relay_base. port
+    overrides udp's port (70000: a config a reload must refuse)."""
     udp, edge, tls = ports
     first = udp if port is None else port
     ls = [("udp", "TURN-UDP", first, "relay_port_min: %d, relay_port_max: %d"
@@ -284,11 +285,13 @@ def load():
 
 
 def start_daemon(d):
+    """(daemon, listener ports, metrics port, config(port=None) -> its config text)."""
     ports = (free_port(), free_port(), free_port())
-    mport, relay_base = free_port(), 50000
-    daemon = Daemon(d, daemon_config(d, ports, mport, relay_base)).start()
-    daemon.conf_args = (d, ports, mport, relay_base)
-    return daemon, ports, mport
+    mport = free_port()
+
+    def config(port=None):
+        return daemon_config(d, ports, mport, 50000, port)
+    return Daemon(d, config()).start(), ports, mport, config
 
 
 def test_dashboard_static(d):
@@ -307,7 +310,7 @@ def test_dashboard_static(d):
             check(p.get("datasource", {}).get("uid") == "${datasource}",
                   p["title"] + ": panel not on ${datasource}")
     check(sum(1 for _ in targets(dash)) >= 30, "fewer panel queries than expected")
-    daemon, _, mport = start_daemon(d)
+    daemon, _, mport, _ = start_daemon(d)
     try:
         scraped = {re.sub(r"\{.*", "", k) for k in scrape(mport)}
         errs = query_problems(dash, rules, scraped)
@@ -326,7 +329,7 @@ def test_dashboard_static(d):
         daemon.kill()
 
 
-def inject_load(daemon, ports, mport, peer, shot):
+def inject_load(daemon, ports, config, peer, shot):
     """The known load and the faults; returns the clients holding allocations."""
     udp, edge, tls = ports
     pip, pport = peer.getsockname()
@@ -380,12 +383,9 @@ def inject_load(daemon, ports, mport, peer, shot):
         c.release()
     rc, out, err = daemon.ctl("reload")
     check(rc == 0 and "generation 2" in out, "good reload: %s %s" % (out, err))
-    d, cports, cmport, relay_base = daemon.conf_args
-    good = daemon_config(d, cports, cmport, relay_base)
-    daemon.write_config(daemon_config(d, cports, cmport, relay_base, port=70000))
+    daemon.write_config(config(port=70000))
     rc, out, err = daemon.ctl("reload")
     check(rc == 1, "a reload of port 70000 must fail: %s %s" % (out, err))
-    daemon.good_config = good
     for slot in (0, 1, 0):
         kill_worker(daemon, slot)
     daemon.allowed_deaths = 3
@@ -403,7 +403,7 @@ def test_against_prometheus(d):
         r.pop("for", None)            # fire at the first evaluation that matches
     alerts = {r["alert"] for r in rules_of(rules, "alert")}
     shot = os.environ.get("TG_DASHBOARD_SHOT")
-    daemon, ports, mport = start_daemon(d)
+    daemon, ports, mport, config = start_daemon(d)
     p = None
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -416,7 +416,7 @@ def test_against_prometheus(d):
                  "two evaluations of turngate:ready", 60)
         check(p.query('up{job="turngate"} == 1'), "target not up")
         check(not p.firing(), "alerts before any fault: %s" % p.firing())
-        held, edge_codes = inject_load(daemon, ports, mport, peer, shot)
+        held, edge_codes = inject_load(daemon, ports, config, peer, shot)
         want = alerts - {"TurngateNotReady"}
         try:
             wait_for(lambda: p.firing() >= want, "alerts firing", 90)
@@ -442,9 +442,9 @@ def test_against_prometheus(d):
         check({s["metric"]["worker"] for s in workers} == {"0", "1"}, workers)
         if shot:
             screenshot(p, dash, shot, time.monotonic() - t0 + 10)
-        for c in held:                                    # so the drain ends at once
-            c.release()
-        daemon.write_config(daemon.good_config)
+        for c in held:      # so the drain ends at once (else it waits drain_timeout)
+            c.request(REFRESH, [attr(A_LIFETIME, b"\0\0\0\0")], c.key)
+        daemon.write_config(config())
         check(daemon.stop() == 0, "exit status")
     except Exception:
         if p is not None:
