@@ -32,6 +32,11 @@ struct harness {
 /* Creates the temp directory. Returns 0 or -errno. */
 int harness_init(struct harness *h);
 
+/* For teardowns: when turngated still runs (the test failed before stopping it), prints
+ * the tail of its log, so the failure comes with the daemon's side of it, then kills and
+ * reaps it. Does nothing when the daemon was stopped. */
+void harness_abort(struct harness *h);
+
 /* n unopened TURN clients (fd -1) owned by h: their sockets are closed and their memory
  * freed by the next call or by harness_cleanup(), so a test whose assertion fails half
  * way (cmocka jumps out of it) leaks nothing. Aborts when out of memory. */
