@@ -8,6 +8,7 @@
  * over UDP the source may be spoofed, and these answers are larger than the request. */
 #include "config.h"
 
+#include "worker/unauth.h"
 #include "worker/wk.h"
 
 #include <errno.h>

@@ -70,19 +70,4 @@ uint32_t wk_rl_bucket(const struct wk_rl *rl, const struct sockaddr *src);
 /* SipHash-2-4 (Aumasson and Bernstein) of msg under a 16-byte key. */
 uint64_t wk_siphash24(const uint8_t key[WK_RL_KEY_LEN], const void *msg, size_t len);
 
-/* ---- worker glue (worker/unauth.c), worker process only ---- */
-struct worker;
-struct wk_ep;
-struct snap_limits;
-
-/* Applies limits.unauth_* of the current snapshot to w's limiter (first call: draws the
- * hash key). Called on every new snapshot. */
-void wk_unauth_configure(struct worker *w, const struct snap_limits *lim);
-
-/* Before an error response to a request that did not authenticate: true when it may be
- * sent; false when the source prefix is over its rate (counted in
- * SHM_CTR_UNAUTH_DROPPED; the caller sends nothing). Always true for stream clients
- * (ep->c set: TCP completed a handshake, the source is real, no reflection). */
-bool wk_unauth_may_reply(struct worker *w, const struct wk_ep *ep);
-
 #endif

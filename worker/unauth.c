@@ -2,8 +2,8 @@
  * the transport check and the drop counter (the limiter itself is worker/ratelimit.c). */
 #include "config.h"
 
+#include "worker/unauth.h"
 #include "worker/wk.h"
-#include "worker/ratelimit.h"
 
 #include "common/log.h"
 
