@@ -270,6 +270,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);
+	wk_unauth_trust(w, ep);
 	return WK_AUTH_OK;
 }
 
