@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests  # noqa: E402
-from test_security_ratelimit import DROPPED, MISSING, delta, settle  # noqa: E402
+from test_security_ratelimit import DROPPED, MISSING, delta, flood, settle  # noqa: E402
 from test_security_stun import (A_CHANNEL, A_LIFETIME, A_NONCE, A_PEER, A_REALM,  # noqa: E402
                                 A_TRANSPORT, A_USERNAME, ALLOCATE, CHANNEL_BIND,
                                 CREATE_PERMISSION, ERROR, REALM, REFRESH, REQUEST, SUCCESS,
@@ -246,70 +246,24 @@ def test_credits_off(d):
         daemon.stop()
 
 
-def flood(port, srcs, rate, secs, result):
-    """Unauthenticated Allocates from srcs (round robin) at `rate` per second for `secs`
-    (paced in 5 ms slices, bounded by the count), reading every answer. Puts (sent, bytes,
-    answers, answer bytes, elapsed) in result."""
-    socks = []
-    for ip in srcs:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((ip, 0))
-        s.setblocking(False)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        socks.append(s)
-    msgs = [build(ALLOCATE, REQUEST, os.urandom(12), [(A_TRANSPORT, bytes([17, 0, 0, 0]))])
-            for _ in range(64)]
-    total, sent, sbytes, answers, abytes = int(rate * secs), 0, 0, 0, 0
-
-    def drain():
-        nonlocal answers, abytes
-        for s in socks:
-            for _ in range(10000):
-                try:
-                    abytes += len(s.recv(4096))
-                except OSError:
-                    break
-                answers += 1
-
-    t0 = time.monotonic()
-    while sent < total and time.monotonic() - t0 < secs + 5:
-        due = min(total, int(rate * (time.monotonic() - t0)) + 1)
-        while sent < due:
-            m = msgs[sent % 64]
-            try:
-                socks[sent % len(socks)].sendto(m, ("127.0.0.1", port))
-                sbytes += len(m)
-            except OSError:
-                pass
-            sent += 1
-        drain()
-        time.sleep(0.005)
-    elapsed = time.monotonic() - t0
-    quiet = time.monotonic()
-    while time.monotonic() - quiet < 1.0 and time.monotonic() - t0 < secs + 15:
-        n = answers
-        drain()
-        if answers != n:
-            quiet = time.monotonic()
-        time.sleep(0.01)
-    result.put((sent, sbytes, answers, abytes, time.monotonic() - t0))
-    for s in socks:
-        s.close()
-
-
 def run_flood(port, srcs, rate, secs):
+    """rate * secs unauthenticated Allocates from srcs, paced (ratelimit's flood helper)."""
     q = multiprocessing.Queue()
-    p = multiprocessing.Process(target=flood, args=(port, srcs, rate, secs, q))
+    p = multiprocessing.Process(target=flood, args=(port, srcs, int(rate * secs), None, q),
+                                kwargs={"rate": rate})
     p.start()
     return p, q
 
 
 def join_flood(p, q, name):
-    sent, sbytes, answers, abytes, secs = q.get(timeout=60)
+    """(sent, bytes, answers, answer bytes, seconds from the first request to the last
+    answer) of a flood, printed."""
+    sent, sbytes, answers, abytes, _, t0, t_last = q.get(timeout=90)
     p.join(10)
+    secs = max(t_last - t0, 0.001)
     amp = abytes / sbytes if sbytes else 0.0
-    print("%s: %d unauthenticated Allocates (%d B) in %.1f s, %d answered (%d B): byte "
-          "amplification %.4f" % (name, sent, sbytes, secs, answers, abytes, amp))
+    print("%s: %d unauthenticated Allocates (%d B), %d answered (%d B) in %.1f s: byte "
+          "amplification %.4f" % (name, sent, sbytes, answers, abytes, secs, amp))
     return sent, sbytes, answers, abytes, secs
 
 
