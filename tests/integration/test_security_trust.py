@@ -11,6 +11,7 @@ address can be bound, so 127.0.N.x are distinct /24 prefixes.
 import hashlib
 import multiprocessing
 import os
+import re
 import selectors
 import socket
 import statistics
@@ -20,7 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests  # noqa: E402
-from test_security_ratelimit import DROPPED, MISSING, delta, flood, settle  # noqa: E402
+from test_security_ratelimit import (DROPPED, MISSING, daemon_conf, delta, flood,  # noqa: E402
+                                     settle, udp_paced)
 from test_security_stun import (A_CHANNEL, A_LIFETIME, A_NONCE, A_PEER, A_REALM,  # noqa: E402
                                 A_TRANSPORT, A_USERNAME, ALLOCATE, CHANNEL_BIND,
                                 CREATE_PERMISSION, ERROR, REALM, REFRESH, REQUEST, SUCCESS,
@@ -246,6 +248,36 @@ def test_credits_off(d):
         daemon.stop()
 
 
+def test_trust_reload(d):
+    """Credits live in the shared segment: a reload to unauth_trust_credits 0 stops their
+    use at once (the prefix's bucket alone answers), a reload back finds them again."""
+    daemon, port, mport, _ = start(d, {"unauth_trust_credits": 1000})
+    try:
+        r = setups(port, ["127.0.12.1"], 200, 16)
+        check(r["done"] == 200, "setups failed")
+        for credits in (0, 1000):
+            daemon.write_config(re.sub(r"unauth_trust_credits: \d+",
+                                       "unauth_trust_credits: %d" % credits,
+                                       daemon_conf(daemon)))
+            res = daemon.admin({"cmd": "reload"})
+            check(res.get("ok") is True, "reload failed: %r" % res)
+            base = settle(mport, KEYS)
+            answered = udp_paced(port, "127.0.12.1", 300)
+            after = settle(mport, KEYS)
+            dd = {k: delta(after, base, k) for k in KEYS}
+            print("unauth_trust_credits %d after reload: %d of 300 answered, counters %r"
+                  % (credits, answered, dd))
+            check(dd[MISSING] == 300 and answered == 300 - dd[DROPPED],
+                  "answers and drops do not add up: %d, %r" % (answered, dd))
+            if credits == 0:
+                check(dd[TRUSTED] == 0 and dd[DROPPED] > 0, "credits used while off: %r" % dd)
+            else:
+                # 200 setups earned 4 each and spent at most 1 each: 300 are in store.
+                check(dd[TRUSTED] == 300 and dd[DROPPED] == 0, "credits lost: %r" % dd)
+    finally:
+        daemon.stop()
+
+
 def run_flood(port, srcs, rate, secs):
     """rate * secs unauthenticated Allocates from srcs, paced (ratelimit's flood helper)."""
     q = multiprocessing.Queue()
@@ -351,4 +383,4 @@ def test_attacker_gains_nothing(d):
 
 if __name__ == "__main__":
     run_tests([test_crowd_one_address, test_crowd_one_prefix, test_credits_off,
-               test_flood_and_crowds, test_attacker_gains_nothing])
+               test_trust_reload, test_flood_and_crowds, test_attacker_gains_nothing])
