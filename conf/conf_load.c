@@ -21,8 +21,8 @@ static int conf_defaults(struct conf *c)
 		.max_allocations = 10000, .max_permissions = 32, .max_channels = 32,
 		.allocation_lifetime = 600, .max_allocation_lifetime = 3600,
 		.permission_lifetime = 300, .channel_lifetime = 600, .nonce_lifetime = 3600,
-		.unauth_rate = 20, .unauth_burst = 40, .unauth_prefix_v4 = 24,
-		.unauth_prefix_v6 = 64,
+		.unauth_rate = 20, .unauth_burst = 100, .unauth_prefix_v4 = 24,
+		.unauth_prefix_v6 = 64, .unauth_trust_window = 3600, .unauth_trust_credits = 1000,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);

@@ -245,6 +245,7 @@ static const struct limit_key limit_keys[] = {
 	LIM(channel_lifetime, 1, 86400), LIM(nonce_lifetime, 1, 86400),
 	LIM(unauth_rate, 0, 1000000), LIM(unauth_burst, 1, 1000000),
 	LIM(unauth_prefix_v4, 0, 32), LIM(unauth_prefix_v6, 0, 128),
+	LIM(unauth_trust_window, 1, 86400), LIM(unauth_trust_credits, 0, 65535),
 };
 
 struct limit_nodes {

@@ -3,10 +3,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "conf/snapshot.h"
 #include "http/http_metrics.h"
 #include "shm/shm.h"
+#include "shm/shm_trust.h"
 
 /* Rendering context: the sums are taken once per scrape so every family sees one view. */
 struct mctx {
@@ -291,6 +293,20 @@ static void listener_single(struct mctx *m, const char *name, const char *help,
 	}
 }
 
+/* Live entries of the trust table under the served configuration's window. */
+static void render_trust(struct mctx *m)
+{
+	struct timespec ts;
+	uint32_t n = 0;
+
+	if (m->snap != NULL && clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
+		n = shm_trust_count(m->shm, (uint32_t)ts.tv_sec,
+				    snap_limits(m->snap)->unauth_trust_window);
+	scalar_u(m, "turngate_unauth_trusted_addresses", "gauge",
+		 "Source addresses in the trust table that authenticated within "
+		 "limits.unauth_trust_window.", n);
+}
+
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
 {
 	scalar_u(m, name, "counter", help, m->sum.v[c]);
@@ -352,6 +368,17 @@ static void render_global(struct mctx *m)
 	single(m, "turngate_unauth_responses_dropped_total",
 	       "Error responses to unauthenticated UDP requests not sent: the source prefix "
 	       "was over limits.unauth_rate (reflection protection).", SHM_CTR_UNAUTH_DROPPED);
+	single(m, "turngate_unauth_responses_trusted_total",
+	       "Error responses to unauthenticated UDP requests sent on a credit of the source "
+	       "address (it authenticated within limits.unauth_trust_window).",
+	       SHM_CTR_UNAUTH_TRUSTED);
+	single(m, "turngate_unauth_trust_added_total",
+	       "Source addresses entered into the trust table after an authenticated request.",
+	       SHM_CTR_UNAUTH_TRUST_NEW);
+	single(m, "turngate_unauth_trust_evictions_total",
+	       "Trust table entries displaced by a new address while still live (full set).",
+	       SHM_CTR_UNAUTH_TRUST_EVICTED);
+	render_trust(m);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",

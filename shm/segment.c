@@ -42,8 +42,11 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 				      SHM_PAGE);
 	g->off_allocs = g->off_snaps + (uint64_t)cfg->snap_count * g->snap_stride;
 	g->alloc_stride = shm_round_up(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN);
-	g->size = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
-			       SHM_PAGE);
+	g->off_trust = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
+				    SHM_PAGE);
+	g->trust_size = sizeof(struct shm_trust_hdr) +
+			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
+	g->size = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -91,6 +94,12 @@ uint64_t shm_layout_hash(void)
 	LH(h, sizeof(struct shm_perm));
 	LH(h, sizeof(struct shm_chan));
 	LH(h, offsetof(struct shm_chan, expires_ns));
+	LH(h, offsetof(struct shm_hdr, off_trust));
+	LH(h, sizeof(struct shm_trust_hdr));
+	LH(h, offsetof(struct shm_trust_hdr, entries));
+	LH(h, sizeof(struct shm_trust_ent));
+	LH(h, SHM_TRUST_SETS);
+	LH(h, SHM_TRUST_WAYS);
 	return h;
 }
 
@@ -111,6 +120,8 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg,
 	h->snap_stride = g->snap_stride;
 	h->off_allocs = g->off_allocs;
 	h->alloc_stride = g->alloc_stride;
+	h->off_trust = g->off_trust;
+	h->trust_size = g->trust_size;
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
 	h->cur_snap = 0;
@@ -138,6 +149,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->snap_stride = g->snap_stride;
 	shm->off_allocs = g->off_allocs;
 	shm->alloc_stride = g->alloc_stride;
+	shm->off_trust = g->off_trust;
 	return shm;
 }
 
@@ -178,6 +190,9 @@ int shm_create(const struct shm_config *cfg, const char *name, struct shm **out)
 		rc = -errno;
 		goto fail;
 	}
+	rc = shm_trust_init((struct shm_trust_hdr *)((uint8_t *)base + g.off_trust));
+	if (rc < 0)
+		goto fail;
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -212,7 +227,8 @@ static int hdr_validate(const struct shm_hdr *h, uint64_t file_size, struct shm_
 		return -EINVAL;
 	if (h->off_slots != g->off_slots || h->slot_stride != g->slot_stride ||
 	    h->off_snaps != g->off_snaps || h->snap_stride != g->snap_stride ||
-	    h->off_allocs != g->off_allocs || h->alloc_stride != g->alloc_stride)
+	    h->off_allocs != g->off_allocs || h->alloc_stride != g->alloc_stride ||
+	    h->off_trust != g->off_trust || h->trust_size != g->trust_size)
 		return -EINVAL;
 	return 0;
 }
@@ -251,14 +267,21 @@ int shm_attach_ro(int fd, struct shm **out)
 		close(dfd);
 		return rc;
 	}
+	rc = shm_trust_validate((const struct shm_trust_hdr *)((const uint8_t *)base +
+								g.off_trust));
+	if (rc < 0)
+		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);
 	if (shm == NULL) {
-		munmap(base, (size_t)g.size);
-		close(dfd);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto fail;
 	}
 	*out = shm;
 	return 0;
+fail:
+	munmap(base, (size_t)g.size);
+	close(dfd);
+	return rc;
 }
 
 void shm_destroy(struct shm *shm)

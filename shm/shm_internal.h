@@ -13,16 +13,19 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_trust.h"
 
 /* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
 static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 
 #define SHM_MAGIC UINT64_C(0x314d48534754554e)   /* "NUTGSHM1" read little-endian */
-#define SHM_LAYOUT_VERSION 1u
+#define SHM_LAYOUT_VERSION 2u                    /* 2: the trust region */
 #define SHM_CL 128u                              /* = CAA_CACHE_LINE_SIZE on x86-64 */
 #define SHM_HANDLE_MAGIC 0x53484d48u             /* process-local handle check */
 #define SHM_SNAP_MAGIC 0x534e4150u               /* in a LIVE or RETIRED snapshot header */
 #define SHM_ALLOC_STRIDE_ALIGN 64u
+#define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
+#define SHM_TRUST_VERSION 1u
 
 /* Offset 0. Fields up to `generation` are written once by shm_create() (geometry), except
  * `generation` (master, each publish). Each hot word has its own cache line. */
@@ -39,6 +42,7 @@ struct shm_hdr {
 	uint64_t off_slots, slot_stride;
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
+	uint64_t off_trust, trust_size;
 	int32_t master_pid;
 	uint32_t pad0;
 	uint64_t generation;                 /* successful publishes (master) */
@@ -75,6 +79,23 @@ struct shm_snap_hdr {
 	_Alignas(SHM_CL) uint8_t payload[];
 };
 
+/* Trust region (shm/shm_trust.h): this header, then the entries at
+ * off_trust + sizeof(struct shm_trust_hdr), set after set. The master writes the header
+ * once in shm_create(); entries start all zero (empty). */
+struct shm_trust_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t n_sets;
+	uint32_t n_ways;
+	uint8_t key[SHM_TRUST_KEY_LEN];
+	_Alignas(SHM_CL) uint8_t entries[];
+};
+
+struct shm_trust_ent {
+	uint64_t key;    /* keyed hash of the address, 0 = empty */
+	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
+};
+
 /* Process-local handle. The geometry is copied here at create/attach time after
  * validation and never re-read from the segment, so a corrupted header cannot redirect
  * later accesses outside the mapping. */
@@ -88,6 +109,7 @@ struct shm {
 	uint64_t off_slots, slot_stride;
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
+	uint64_t off_trust;
 };
 
 static inline void shm_check_handle(const struct shm *shm)
@@ -135,6 +157,11 @@ static inline struct shm_alloc *shm_alloc_at(const struct shm *shm, uint32_t idx
 	return (struct shm_alloc *)(shm->base + shm->off_allocs + (uint64_t)idx * shm->alloc_stride);
 }
 
+static inline struct shm_trust_hdr *shm_trust_hdr(const struct shm *shm)
+{
+	return (struct shm_trust_hdr *)(shm->base + shm->off_trust);
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -145,10 +172,16 @@ struct shm_geom {
 	uint64_t off_slots, slot_stride;
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
+	uint64_t off_trust, trust_size;
 	uint64_t size;
 };
 
 int shm_config_check(const struct shm_config *cfg);
+/* Writes the trust region's header with a fresh random key (shm/trust.c). Returns 0 or
+ * -errno from getrandom(). */
+int shm_trust_init(struct shm_trust_hdr *t);
+/* 0 when the trust header at t is the one this build writes, else -EBADMSG. */
+int shm_trust_validate(const struct shm_trust_hdr *t);
 void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
 
 #endif

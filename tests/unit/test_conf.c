@@ -50,9 +50,11 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.channel_lifetime, 600);
 	assert_int_equal(c->limits.nonce_lifetime, 3600);
 	assert_int_equal(c->limits.unauth_rate, 20);
-	assert_int_equal(c->limits.unauth_burst, 40);
+	assert_int_equal(c->limits.unauth_burst, 100);
 	assert_int_equal(c->limits.unauth_prefix_v4, 24);
 	assert_int_equal(c->limits.unauth_prefix_v6, 64);
+	assert_int_equal(c->limits.unauth_trust_window, 3600);
+	assert_int_equal(c->limits.unauth_trust_credits, 1000);
 	assert_int_equal(c->n_listeners, 1);
 	struct conf_listener *l = &c->listeners[0];
 	assert_int_equal(l->port, 3478);
@@ -315,6 +317,10 @@ static const struct err_case err_cases[] = {
 	 "t.yaml:8:21: limits.unauth_prefix_v4: 33 is out of range (0..32)"},
 	{T_HEAD "limits:\n  unauth_prefix_v6: 129\n",
 	 "t.yaml:8:21: limits.unauth_prefix_v6: 129 is out of range (0..128)"},
+	{T_HEAD "limits:\n  unauth_trust_window: 0\n",
+	 "t.yaml:8:24: limits.unauth_trust_window: 0 is out of range (1..86400)"},
+	{T_HEAD "limits:\n  unauth_trust_credits: 65536\n",
+	 "t.yaml:8:25: limits.unauth_trust_credits: 65536 is out of range (0..65535)"},
 	{T_HEAD "auth2: {}\nlisteners: {}\n",
 	 "t.yaml:8:12: listeners: found a mapping (expected a list)"},
 	{T_HEAD "admin:\n  name: a\n  name: b\n",
@@ -564,6 +570,8 @@ static void test_extensions(void **state)
 	assert_int_equal(c->limits.unauth_burst, 100);
 	assert_int_equal(c->limits.unauth_prefix_v4, 22);
 	assert_int_equal(c->limits.unauth_prefix_v6, 56);
+	assert_int_equal(c->limits.unauth_trust_window, 600);
+	assert_int_equal(c->limits.unauth_trust_credits, 0);
 	struct conf_listener *u = &c->listeners[0], *t = &c->listeners[1];
 	assert_string_equal(u->bind_address, "0.0.0.0");
 	assert_int_equal(u->relay_port_min, 50000);
