@@ -287,6 +287,104 @@ static void test_y11_resolver(void **state)
 	check_y11("all:INFO", CONF_Y11_STR, NULL);
 }
 
+/* The pod environment of tests/conf/stunner.sh, in part. */
+static const char *const pod_env[] = {"STUNNER_ADDR=10.0.0.1", "STUNNER_AUTH_TYPE=plaintext",
+				      "STUNNER_USERNAME=12user34", "STUNNER_PORT=3478",
+				      "STUNNER_REALM=stunner.l7mp.io", "STUNNER_LOGLEVEL=all:INFO",
+				      NULL};
+
+static struct conf *load_corpus(const char *name, struct conf_diags *d)
+{
+	char path[512];
+	struct conf *c = NULL;
+	struct conf_load_opts o = {.getenv = t_getenv, .now = T_NOW};
+	snprintf(path, sizeof(path), "%s/stunner/%s", CONF_SAMPLES, name);
+	memset(d, 0, sizeof(*d));
+	t_env_pairs = pod_env;
+	int rc = conf_load_file(path, &o, &c, d);
+	t_env_pairs = NULL;
+	if (rc != 0)
+		t_dump(d);
+	assert_int_equal(rc, 0);
+	return c;
+}
+
+/* The values stunnerd's own tests assert (l7mp/stunner config_test.go checkDefaultConfig,
+ * the operator's render_pipeline_managed_mode_test.go) and what its parser makes of the
+ * image's default config. */
+static void test_corpus_values(void **state)
+{
+	(void)state;
+	struct conf_diags d;
+	struct conf *c = load_corpus("config-test-v1.json", &d);
+	assert_string_equal(c->admin.name, "ns1/tester");
+	assert_string_equal(c->admin.loglevel, "all:ERROR");
+	assert_string_equal(c->auth.users[0].username, "user1");
+	assert_string_equal(c->auth.users[0].password, "passwd1");
+	assert_string_equal(c->listeners[0].address, "1.2.3.4");
+	assert_int_equal(c->listeners[0].port, 3478);
+	assert_int_equal(c->clusters[0].type, CONF_CLUSTER_STATIC);
+	assert_string_equal(c->clusters[0].endpoints[0].text, "1.2.3.5");
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_corpus("config-test-dollar-passwd.json", &d);
+	assert_string_equal(c->auth.users[0].password, "pa$ss");
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_corpus("operator-managed-static.json", &d);
+	assert_string_equal(c->admin.name, "testnamespace/gateway-1");
+	assert_string_equal(c->admin.loglevel, "all:INFO"); /* "testloglevel" applies nothing */
+	assert_string_equal(c->auth.realm, "testrealm");
+	assert_string_equal(c->listeners[0].address, "10.0.0.1");
+	assert_int_equal(c->listeners[0].port, 1);
+	assert_string_equal(c->listeners[0].public_address, "1.2.3.4");
+	assert_int_equal(c->listeners[1].port, 2);
+	assert_int_equal(c->listeners[1].n_routes, 0);
+	assert_int_equal(c->clusters[0].n_endpoints, 5);
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_corpus("operator-missing-backend.json", &d);
+	assert_int_equal(c->listeners[0].n_routes, 2);
+	assert_int_equal(c->n_unknown_routes, 1);
+	assert_int_equal(c->clusters[0].endpoints[0].port_min, 5000);
+	assert_int_equal(c->clusters[0].endpoints[0].port_max, 5010);
+	conf_free(c);
+	conf_diags_free(&d);
+
+	/* credentials are restored from before expansion (STUNner #102), the rest expanded */
+	c = load_corpus("stunnerd-image-default.conf", &d);
+	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
+	assert_string_equal(c->auth.users[0].username, "$STUNNER_USERNAME");
+	assert_string_equal(c->auth.realm, "stunner.l7mp.io");
+	assert_string_equal(c->listeners[1].address, "10.0.0.1");
+	assert_int_equal(c->listeners[1].port, 3478);
+	assert_string_equal(c->admin.metrics_endpoint, "http://0.0.0.0:8080/metrics");
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_corpus("edge-merge-keys.yaml", &d);
+	assert_int_equal(c->listeners[1].protocol, CONF_PROTO_TURN_TCP);
+	assert_string_equal(c->listeners[1].address, "10.0.0.7");
+	assert_string_equal(c->listeners[1].routes[0], "media");
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_corpus("edge-yaml11.yaml", &d);
+	assert_string_equal(c->admin.name, "true");
+	assert_string_equal(c->auth.users[0].password, "31");
+	conf_free(c);
+	conf_diags_free(&d);
+
+	c = load_corpus("edge-duplicates.yaml", &d);
+	assert_string_equal(c->admin.name, "second");
+	assert_int_equal(c->listeners[0].port, 3478);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -301,6 +399,7 @@ int main(void)
 		cmocka_unit_test(test_merge_keys),
 		cmocka_unit_test(test_loglevel_items),
 		cmocka_unit_test(test_y11_resolver),
+		cmocka_unit_test(test_corpus_values),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
