@@ -18,15 +18,14 @@ from turngate's client:
 - The server answers a ping with a pong carrying "keepalive" and never pings itself; a read
   error or a close frame ends the stream with an empty close frame.
 """
-import base64
-import hashlib
 import json
-import socket
-import struct
-import threading
+import os
+import sys
 from urllib.parse import parse_qs, urlsplit
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cds_server import CdsServer, Conn, frame, ws_upgrade  # noqa: E402
+
 WRITE_BUFFER = 1024  # gorilla Upgrader WriteBufferSize in pkg/config/server/middleware.go
 
 
@@ -43,18 +42,6 @@ def zero_config(ident):
                                      "username": "dummy-username"}}}
 
 
-def frame(opcode, payload, fin=True):
-    head = bytes([(0x80 if fin else 0) | opcode])
-    n = len(payload)
-    if n < 126:
-        head += bytes([n])
-    elif n < 65536:
-        head += bytes([126]) + struct.pack("!H", n)
-    else:
-        head += bytes([127]) + struct.pack("!Q", n)
-    return head + payload
-
-
 def message_frames(data):
     """How gorilla's NextWriter splits a message with a 1024-byte write buffer."""
     parts = [data[i:i + WRITE_BUFFER] for i in range(0, len(data), WRITE_BUFFER)] or [b""]
@@ -62,74 +49,38 @@ def message_frames(data):
                     for i, p in enumerate(parts))
 
 
-class Stream:
-    def __init__(self, sock, topic, target, headers):
-        self.sock, self.topic, self.target, self.headers = sock, topic, target, headers
-        self.lock = threading.Lock()
-        self.closed = False
+class Stream(Conn):
+    """One watch stream: Conn plus the request it came with."""
 
-    def write(self, data):
-        with self.lock:
-            if self.closed:
-                return
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                self.closed = True
+    def __init__(self, sock, topic, target, headers):
+        Conn.__init__(self, sock, topic)
+        self.topic, self.target, self.headers = topic, target, headers
 
     def close(self):
         """closeConn: an empty close frame, then the socket goes."""
-        self.write(frame(0x8, b""))
-        with self.lock:
-            self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        self.send(frame(0x8, b""))
+        Conn.close(self)
 
 
-class OperatorCds:
+class OperatorCds(CdsServer):
+    """start() and stop() (a server restart) are CdsServer's; so is the reader of the
+    client's frames, with the operator's pong payload."""
+    pong_payload = b"keepalive"
+
     def __init__(self, port=0, host="127.0.0.1"):
-        self.host, self.port = host, port
-        self.configs = {}      # "ns/name" -> config (dict), the ConfigStore
-        self.streams = []
-        self.pings = []        # payloads of the client's pings
+        CdsServer.__init__(self, port, host)
+        self.store = {}        # "ns/name" -> config (dict), the ConfigStore
         self.upgrades = 0      # watch streams opened
-        self.lock = threading.Lock()
-        self.lsock = None
-
-    def start(self):
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((self.host, self.port))
-        self.port = self.lsock.getsockname()[1]
-        self.lsock.listen(16)
-        threading.Thread(target=self._accept, args=(self.lsock,), daemon=True).start()
-        return self
-
-    def stop(self):
-        if self.lsock is not None:
-            try:
-                self.lsock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self.lsock.close()
-            self.lsock = None
-        with self.lock:
-            streams, self.streams = self.streams, []
-        for s in streams:
-            s.close()
 
     def watching(self):
         with self.lock:
-            return [s for s in self.streams if not s.closed]
+            return [s for s in self.conns if not s.closed]
 
     # ---- the operator's side: Server.UpdateConfig ----
     def update_config(self, configs):
         """configs: {"ns/name": config}. Upserts changed ones, deletes missing ones."""
         with self.lock:
-            old = dict(self.configs)
+            old = dict(self.store)
         for ident in old:
             if ident not in configs:
                 self._delete(ident)
@@ -137,35 +88,28 @@ class OperatorCds:
             if old.get(ident) != conf:
                 self._upsert(ident, conf)
 
+    def _push(self, ident, conf):
+        with self.lock:
+            subs = [s for s in self.conns if self._matches(s.topic, ident)]
+        for s in subs:
+            s.send(message_frames(go_json(conf).encode()))
+
     def _upsert(self, ident, conf):
         with self.lock:
-            if self.configs.get(ident) == conf:
+            if self.store.get(ident) == conf:
                 return
-            self.configs[ident] = conf
-            subs = [s for s in self.streams if self._matches(s.topic, ident)]
-        for s in subs:
-            s.write(message_frames(go_json(conf).encode()))
+            self.store[ident] = conf
+        self._push(ident, conf)
 
     def _delete(self, ident):
         with self.lock:
-            self.configs.pop(ident, None)
-            subs = [s for s in self.streams if self._matches(s.topic, ident)]
-        for s in subs:
-            s.write(message_frames(go_json(zero_config(ident)).encode()))
+            self.store.pop(ident, None)
+        self._push(ident, zero_config(ident))
 
     @staticmethod
     def _matches(topic, ident):
         return topic == "all" or topic == ident or (topic.endswith("/*") and
                                                     ident.startswith(topic[:-1]))
-
-    # ---- serving ----
-    def _accept(self, lsock):
-        while True:
-            try:
-                s, _ = lsock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
 
     @staticmethod
     def _reply(s, code, body):
@@ -176,18 +120,14 @@ class OperatorCds:
         s.close()
 
     def _serve(self, s):
-        buf = b""
         try:
             s.settimeout(30)
-            while b"\r\n\r\n" not in buf:
-                chunk = s.recv(4096)
-                if not chunk:
-                    return s.close()
-                buf += chunk
+            head, rest = self._read_head(s)
         except OSError:
+            head = None
+        if head is None:
             return s.close()
-        head, rest = buf.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
+        lines = head.split("\r\n")
         target = (lines[0].split(" ") + ["", ""])[1]
         hdrs = {}
         for line in lines[1:]:
@@ -203,61 +143,22 @@ class OperatorCds:
             return self._reply(s, 404, {"code": 404, "message": "not found"})
         topic = "/".join(parts[3:5]) if len(parts) == 5 else \
             (parts[3] + "/*" if len(parts) == 4 else "all")
+        with self.lock:
+            items = [c for i, c in sorted(self.store.items()) if self._matches(topic, i)]
+        if not watch and len(parts) == 5:
+            if not items:
+                return self._reply(s, 404, {"code": 404, "message":
+                                            "Config not found for ID " + topic})
+            return self._reply(s, 200, items[0])
         if not watch:
-            with self.lock:
-                items = [c for i, c in sorted(self.configs.items())
-                         if self._matches(topic, i)]
-            if len(parts) == 5:
-                if not items:
-                    return self._reply(s, 404, {"code": 404, "message":
-                                                "Config not found for ID " + topic})
-                return self._reply(s, 200, items[0])
             return self._reply(s, 200, {"version": "v1", "items": items})
-        key = hdrs.get("sec-websocket-key", "").encode()
-        if (hdrs.get("upgrade", "").lower() != "websocket" or not key or
-                hdrs.get("sec-websocket-version") != "13"):
+        if not ws_upgrade(s, hdrs):
             return self._reply(s, 400, {"code": 400, "message": "Bad Request"})
-        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
-        s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
         st = Stream(s, topic, target, hdrs)
         with self.lock:
-            self.streams.append(st)
+            self.conns.append(st)
             self.upgrades += 1
-            current = [c for i, c in sorted(self.configs.items()) if self._matches(topic, i)]
-        for c in current:  # subscribeToTopic sends the current configs first
-            st.write(message_frames(go_json(c).encode()))
+        for c in items:  # subscribeToTopic sends the current configs first
+            st.send(message_frames(go_json(c).encode()))
         s.settimeout(None)
-        self._read(st, rest)
-
-    def _read(self, st, buf):
-        """The server's reader goroutine: ping -> pong "keepalive"; anything else that
-        fails (a close frame, EOF, an unmasked frame) closes the stream."""
-        while not st.closed:
-            while len(buf) >= 6:
-                n, off = buf[1] & 0x7f, 2
-                if n == 126:
-                    n, off = struct.unpack("!H", buf[2:4])[0], 4
-                elif n == 127:
-                    n, off = struct.unpack("!Q", buf[2:10])[0], 10
-                if not buf[1] & 0x80:
-                    return st.close()
-                if len(buf) < off + 4 + n:
-                    break
-                mask = buf[off:off + 4]
-                payload = bytes(b ^ mask[i % 4] for i, b in enumerate(buf[off + 4:off + 4 + n]))
-                op = buf[0] & 0x0f
-                buf = buf[off + 4 + n:]
-                if op == 0x9:
-                    with self.lock:
-                        self.pings.append(payload)
-                    st.write(frame(0xA, b"keepalive"))
-                elif op == 0x8:
-                    return st.close()
-            try:
-                chunk = st.sock.recv(65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                return st.close()
-            buf += chunk
+        self._read_frames(st, rest)

@@ -10,7 +10,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import check, free_port, run_tests  # noqa: E402
 from cds_operator import OperatorCds  # noqa: E402
-from test_cds import CdsDaemon, answers, generation, wait_for  # noqa: E402
+from test_cds import CdsDaemon, answers, generation, stop_all, wait_for  # noqa: E402
 
 IDENT = "testns/gw"
 
@@ -70,7 +70,7 @@ def test_operator_cds(d):
         check(generation(daemon) == g1 + 1, generation(daemon))
 
         # stunnerd's keepalive: a ping with "keepalive" every 5 s, answered by the server.
-        wait_for("a keepalive ping", lambda: b"keepalive" in srv.pings, timeout=15)
+        wait_for("a keepalive ping", lambda: b"keepalive" in srv.ping_payloads, timeout=15)
 
         # The Gateway is deleted: the server pushes ZeroConfig(id); stunnerd in watch mode
         # ignores it, so the pod keeps serving through its drain.
@@ -86,7 +86,7 @@ def test_operator_cds(d):
         time.sleep(3.5)
         check(answers(p1) and answers(p2), "stopped serving while the CDS was away")
         srv2 = OperatorCds(port)
-        srv2.configs[IDENT] = rendered([p3])
+        srv2.store[IDENT] = rendered([p3])
         t0 = time.monotonic()
         srv2.start()
         wait_for("the redial", lambda: srv2.watching(), timeout=10)
@@ -95,10 +95,7 @@ def test_operator_cds(d):
         check(not answers(p1) and generation(daemon) == g1 + 2, generation(daemon))
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
     finally:
-        srv.stop()
-        if srv2 is not None:
-            srv2.stop()
-        check(daemon.stop() == 0, "exit status")
+        stop_all(daemon, srv, srv2)
 
 
 if __name__ == "__main__":
