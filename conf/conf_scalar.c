@@ -290,11 +290,12 @@ static void go_format_float32(double f, char *out, size_t n)
 		snprintf(out, n, "NaN");
 		return;
 	}
-	if (isinf(f)) {
-		snprintf(out, n, f > 0 ? "+Inf" : "-Inf");
+	/* Beyond float32's range the value is an infinity, as Go's float32 conversion makes it. */
+	float want = fabs(f) > 3.4028234663852886e38 ? (f > 0 ? INFINITY : -INFINITY) : (float)f;
+	if (isinf(want)) {
+		snprintf(out, n, want > 0 ? "+Inf" : "-Inf");
 		return;
 	}
-	float want = (float)f;
 	char e[48];
 	int digits = 1;
 	for (; digits < 9; digits++) {

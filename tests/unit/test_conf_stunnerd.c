@@ -273,6 +273,8 @@ static void test_y11_resolver(void **state)
 	check_y11("1_000", CONF_Y11_INT, "1000");
 	check_y11("18446744073709551615", CONF_Y11_INT, "18446744073709551615");
 	check_y11("1e6", CONF_Y11_FLOAT, "1e+06");
+	check_y11("1e40", CONF_Y11_FLOAT, "+Inf"); /* past float32: Go formats +Inf */
+	check_y11("-1e300", CONF_Y11_FLOAT, "-Inf");
 	check_y11("123456.0", CONF_Y11_FLOAT, "123456");
 	check_y11("0.1", CONF_Y11_FLOAT, "0.1");
 	check_y11(".5", CONF_Y11_FLOAT, "0.5");
