@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, check, config_yaml, free_port,  # noqa: E402
@@ -75,9 +76,9 @@ def test_stunner_corpus_live(d):
         conf = json.load(f)
     with open(os.path.join(CORPUS, "edge-merge-keys.yaml")) as f:
         merged = f.read()
-    port = free_port()
+    port, hport = free_port(), free_port()
     conf["admin"].update({"admin_socket": os.path.join(d, "admin.sock"), "workers": 1,
-                          "healthcheck_endpoint": "",
+                          "healthcheck_endpoint": "http://127.0.0.1:%d" % hport,
                           "loglevel": "all:INFO,turn:WARN,bogus"})
     conf["listeners"][0]["port"] = port
     # Same JSON, as the CDS server sends it; the daemon gets the pod's address.
@@ -98,9 +99,13 @@ def test_stunner_corpus_live(d):
               cfg["clusters"])
         st = dm.admin({"cmd": "status"})
         check(st.get("unknown_routes") == 1, st)
+        with urllib.request.urlopen("http://127.0.0.1:%d/status" % hport, timeout=10) as r:
+            hs = json.loads(r.read())
+        check(hs.get("unknownRoutes") == 1, hs)
         # A reload to the merge-key config: the second listener keeps the merged routes.
         text = merged.replace("auth:", "admin: {admin_socket: %s, workers: 1, "
-                              "healthcheck_endpoint: \"\"}\nauth:" % dm.sock, 1)
+                              "healthcheck_endpoint: \"http://127.0.0.1:%d\"}\nauth:"
+                              % (dm.sock, hport), 1)
         text = text.replace("address: 10.0.0.7\n  port: 3478",
                             "address: 127.0.0.1\n  port: %d" % port)
         dm.write_config(text)
