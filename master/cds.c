@@ -1,4 +1,4 @@
-/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial with backoff). */
+/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial every second, as stunnerd). */
 #include "config.h"
 
 #include "master/cds.h"
