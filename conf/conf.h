@@ -212,6 +212,8 @@ struct conf {
 	size_t n_clusters;
 	struct conf_limits limits;
 	int64_t loaded_at;           /* unix seconds, from conf_load_opts.now */
+	size_t n_unknown_routes;     /* listener routes naming no cluster (admit nobody; warned;
+				      * counted in /status and the admin `status`) */
 };
 
 /* ---- loading ------------------------------------------------------------------------ */
