@@ -201,12 +201,12 @@ int reload_initial(struct master *m)
 	rc = load_config(m, &m->cfg, &diags);
 	conf_diags_print(&diags, stderr);
 	record_result(m, "startup", rc == 0, diags_to_json(&diags));
+	/* Diagnosed errors were printed above; only an undiagnosed failure needs a line. */
+	if (rc < 0 && diags.n_errors == 0)
+		fprintf(stderr, "turngated: cannot load configuration: %s\n", strerror(-rc));
 	conf_diags_free(&diags);
-	if (rc < 0) {
-		if (diags.n_errors == 0)
-			fprintf(stderr, "turngated: cannot load configuration: %s\n", strerror(-rc));
+	if (rc < 0)
 		return rc;
-	}
 	apply_logging(m, m->cfg);
 	return 0;
 }

@@ -224,6 +224,13 @@ int stun_msg_parse(struct stun_msg *msg, const uint8_t *buf, size_t len);
 /* True if the attribute is present (first occurrence before the integrity cut-off). */
 bool stun_msg_has(const struct stun_msg *msg, uint16_t attr_type);
 
+/* RFC 8489 14 / RFC 8656 18: a fixed-size attribute (LIFETIME, REQUESTED-TRANSPORT,
+ * CHANNEL-NUMBER, EVEN-PORT, DONT-FRAGMENT, RESERVATION-TOKEN, the address families,
+ * CONNECTION-ID, ICMP, USERHASH and the ICE attributes) whose length is another is
+ * malformed: a server answers 400. Returns 0, or -EBADMSG with *bad_type (may be NULL)
+ * set to the first such attribute in table order. */
+int stun_msg_check_sizes(const struct stun_msg *msg, uint16_t *bad_type);
+
 /* Raw value of the first occurrence of a known attribute type: *val points into the
  * message buffer, *len is the unpadded length. 0, -ENOENT, or -EINVAL for a type the
  * parser does not track (unknown types are not recorded). */

@@ -42,6 +42,44 @@ int stun_msg_get_raw(const struct stun_msg *msg, uint16_t attr_type, const uint8
 	return 0;
 }
 
+/* Attributes whose value has one size (the getters below read them with it). */
+static const struct {
+	uint16_t type;
+	uint16_t len;
+} fixed_sizes[] = {
+	{ STUN_ATTR_CHANNEL_NUMBER, 4 },
+	{ STUN_ATTR_LIFETIME, 4 },
+	{ STUN_ATTR_REQUESTED_ADDRESS_FAMILY, 4 },
+	{ STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY, 4 },
+	{ STUN_ATTR_EVEN_PORT, 1 },
+	{ STUN_ATTR_REQUESTED_TRANSPORT, 4 },
+	{ STUN_ATTR_DONT_FRAGMENT, 0 },
+	{ STUN_ATTR_RESERVATION_TOKEN, 8 },
+	{ STUN_ATTR_CONNECTION_ID, 4 },
+	{ STUN_ATTR_ICMP, 8 },
+	{ STUN_ATTR_USERHASH, 32 },
+	{ STUN_ATTR_PRIORITY, 4 },
+	{ STUN_ATTR_USE_CANDIDATE, 0 },
+	{ STUN_ATTR_ICE_CONTROLLED, 8 },
+	{ STUN_ATTR_ICE_CONTROLLING, 8 },
+};
+
+int stun_msg_check_sizes(const struct stun_msg *msg, uint16_t *bad_type)
+{
+	if (msg == NULL)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(fixed_sizes) / sizeof(fixed_sizes[0]); i++) {
+		const struct stun_attr_ref *ref = find_ref(msg, fixed_sizes[i].type);
+
+		if (ref != NULL && ref->off != 0 && ref->len != fixed_sizes[i].len) {
+			if (bad_type)
+				*bad_type = fixed_sizes[i].type;
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
 /* Reads an attribute into a cursor over its value. */
 static int attr_reader(const struct stun_msg *msg, uint16_t attr_type, struct wire_rd *r)
 {

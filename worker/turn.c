@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@ static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struc
 	struct stun_builder b;
 	size_t len;
 
+	if (code == 500)
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_INTERNAL, 1);
 	if (!(cred && cred->key_len) && !wk_unauth_may_reply(w, ep))
 		return;
 
@@ -119,7 +122,7 @@ static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, in
 	if (rc == 0 && *fam2 != AF_INET6)
 		return 400;		/* RFC 8656 7.2: only IPv6 may be additional */
 	if (rc < 0 && rc != -ENOENT)
-		return rc == -EAFNOSUPPORT ? 400 : 400;
+		return 400;
 	if (*fam2)
 		*fam = AF_INET;
 	return 0;
@@ -205,8 +208,14 @@ static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct
 	if (rc < 0)
 		return 508;
 	if (reserve) {
-		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0)
-			*token = wk_mono_ns() | 1;
+		/* The token is the only proof of the reservation: without the CSPRNG there is
+		 * none to hand out (a clock value would be guessable), so the request fails
+		 * and the pair's second port goes back (the caller frees the first). */
+		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0) {
+			portpool_put(&a->l->pool, rport);
+			*token = 0;
+			return 500;
+		}
 		wk_resv_add(w, a->l, fam, rport, *token);
 	}
 	if (fam2 && wk_alloc_bind_relay(w, a, fam2, 0, false, false, NULL) < 0)
@@ -599,9 +608,20 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 static void wk_request(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct snap_auth au;
+	uint16_t bad;
 
 	if (req->n_unknown) {
 		wk_reply_error(w, ep, req, 420, NULL, NULL);
+		return;
+	}
+	if (stun_msg_check_sizes(req, &bad) < 0) {
+		/* RFC 8489 6.3.1.1: a malformed attribute gets 400, before any other check
+		 * (a 0-length LIFETIME must not read as "no LIFETIME"). */
+		char reason[64];
+
+		snprintf(reason, sizeof(reason), "Malformed %s", stun_attr_name(bad));
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+		wk_reply_error(w, ep, req, 400, reason, NULL);
 		return;
 	}
 	if (req->method == STUN_BINDING) {
