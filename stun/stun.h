@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "stun/stun_frame.h"
+
 #define STUN_HEADER_LEN 20
 #define STUN_MAGIC_COOKIE 0x2112A442u
 #define STUN_TID_LEN 12
@@ -270,8 +272,9 @@ unsigned stun_msg_unknown(const struct stun_msg *msg, const uint16_t **types);
 
 /* Typed getters: 0, -ENOENT (absent) or -EBADMSG (wrong length/value). */
 int stun_msg_get_lifetime(const struct stun_msg *msg, uint32_t *seconds);
-/* CHANNEL-NUMBER; -EBADMSG if outside 0x4000..0x4FFF. */
-int stun_msg_get_channel(const struct stun_msg *msg, uint16_t *channel);
+/* CHANNEL-NUMBER; -EBADMSG if outside range (stun/stun_frame.h). */
+int stun_msg_get_channel(const struct stun_msg *msg, enum stun_chan_range range,
+			 uint16_t *channel);
 /* ERROR-CODE: code is 300..699; reason points into the buffer (may be NULL/0). */
 int stun_msg_get_error(const struct stun_msg *msg, int *code, const char **reason,
 		       size_t *reason_len);

@@ -306,7 +306,8 @@ int stun_msg_get_lifetime(const struct stun_msg *msg, uint32_t *seconds)
 	return stun_msg_get_u32(msg, STUN_ATTR_LIFETIME, seconds);
 }
 
-int stun_msg_get_channel(const struct stun_msg *msg, uint16_t *channel)
+int stun_msg_get_channel(const struct stun_msg *msg, enum stun_chan_range range,
+			 uint16_t *channel)
 {
 	uint32_t v;
 	int rc = stun_msg_get_u32(msg, STUN_ATTR_CHANNEL_NUMBER, &v);
@@ -315,7 +316,7 @@ int stun_msg_get_channel(const struct stun_msg *msg, uint16_t *channel)
 	if (channel == NULL)
 		return -EINVAL;
 	/* Channel number in the top 16 bits, RFFU in the low 16. */
-	if (!stun_channel_valid((uint16_t)(v >> 16)))
+	if (!stun_channel_valid((uint16_t)(v >> 16), range))
 		return -EBADMSG;
 	*channel = (uint16_t)(v >> 16);
 	return 0;

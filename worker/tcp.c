@@ -230,7 +230,11 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 
 	for (;;) {
 		size_t flen;
-		int rc = wk_frame_next(c->in + off, c->in_len - off, WK_TCP_IN_MAX, &flen);
+		/* Framed in the wide range whatever limits.channel_numbers says: a strict
+		 * server skips a 0x50-0x7F frame as malformed (wk_turn_input) rather than
+		 * lose the connection's framing. */
+		int rc = stun_frame_next(c->in + off, c->in_len - off, WK_TCP_IN_MAX,
+					 STUN_CHAN_RFC5766, &flen);
 
 		if (rc == -EAGAIN)
 			break;

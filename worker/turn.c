@@ -421,15 +421,11 @@ out:
 
 /* limits.channel_numbers: RFC 5766's wider range for legacy clients (opt-in). Anything
  * but the explicit legacy value, including no snapshot, means strict RFC 8656. */
-static bool wk_turn_chan_legacy(const struct worker *w)
+enum stun_chan_range wk_chan_range(const struct worker *w)
 {
-	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC5766;
-}
-
-/* ChannelBind's range: 0x4000-0x4FFF (RFC 8656 12), up to 0x7FFF when legacy. */
-static bool wk_turn_chan_ok(const struct worker *w, uint32_t ch)
-{
-	return wk_chan_valid(ch) && (ch <= STUN_CHANNEL_MAX || wk_turn_chan_legacy(w));
+	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC5766
+		       ? STUN_CHAN_RFC5766
+		       : STUN_CHAN_RFC8656;
 }
 
 /* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the
@@ -507,19 +503,16 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
 	struct sockaddr_storage peer;
 	const char *reason = NULL;
-	uint32_t chv;
 	uint16_t ch;
 	int code, rc;
 
 	if (!a)
 		goto out;
-	if (stun_msg_get_u32(req, STUN_ATTR_CHANNEL_NUMBER, &chv) < 0 ||
-	    !wk_turn_chan_ok(w, chv >> 16)) {
+	if (stun_msg_get_channel(req, wk_chan_range(w), &ch) < 0) {
 		code = 400;
 		reason = "Bad CHANNEL-NUMBER";
 		goto fail;
 	}
-	ch = (uint16_t)(chv >> 16);
 	if (stun_msg_get_peer(req, 0, &peer) < 0) {
 		code = 400;
 		reason = "Bad XOR-PEER-ADDRESS";
@@ -589,20 +582,17 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	struct wk_alloc *a = wk_alloc_of(w, ep);
 	const struct shm_chan *c;
 	struct sockaddr_storage peer;
+	const uint8_t *data;
 	size_t dlen;
 	uint16_t ch;
 
-	if (!a)
-		return;
-	/* Header: channel, length; trailing bytes (stream padding) are ignored. */
-	ch = (uint16_t)(buf[0] << 8 | buf[1]);
-	dlen = (size_t)(buf[2] << 8 | buf[3]);
-	if (dlen > len - STUN_CHANDATA_HEADER_LEN)
+	/* Trailing bytes (stream padding) are ignored by the decoder. */
+	if (!a || stun_chan_decode(buf, len, wk_chan_range(w), &ch, &data, &dlen) < 0)
 		return;
 	c = wk_alloc_chan_by_num(a, ch, wk_batch_ns(w));
 	if (!c || !wk_shm_to_addr(&c->peer, &peer))
 		return;
-	wk_to_peer(w, a, (struct sockaddr *)&peer, buf + STUN_CHANDATA_HEADER_LEN, dlen);
+	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
 }
 
 static void wk_request(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
@@ -653,32 +643,14 @@ static void wk_request(struct worker *w, const struct wk_ep *ep, const struct st
 	}
 }
 
-int wk_frame_next(const uint8_t *buf, size_t len, size_t max, size_t *frame_len)
-{
-	size_t n;
-
-	if (len < 1 || (buf[0] & 0xc0) != 0x40)
-		return stun_frame_next(buf, len, max, frame_len);
-	if (len < STUN_CHANDATA_HEADER_LEN)
-		return -EAGAIN;
-	n = STUN_CHANDATA_HEADER_LEN + (((size_t)(buf[2] << 8 | buf[3]) + 3) & ~(size_t)3);
-	if (n > max)
-		return -EMSGSIZE;
-	if (len < n)
-		return -EAGAIN;
-	*frame_len = n;
-	return 0;
-}
-
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len)
 {
 	struct stun_msg msg;
 
 	/* ChannelData fast path: first byte 0x40-0x4F, or 0x50-0x7F with legacy channel
-	 * numbers. In strict mode 0x50-0x7F falls through to the STUN parser, which counts
-	 * it as malformed: no such channel can have been bound. */
-	if (wk_is_chandata(buf, len) &&
-	    (buf[0] <= (STUN_CHANNEL_MAX >> 8) || wk_turn_chan_legacy(w))) {
+	 * numbers, and a whole header. In strict mode 0x50-0x7F falls through to the STUN
+	 * parser, which counts it as malformed: no such channel can have been bound. */
+	if (len >= STUN_CHANDATA_HEADER_LEN && stun_is_channeldata(buf, len, wk_chan_range(w))) {
 		wk_channel_data(w, ep, buf, len);
 		return;
 	}

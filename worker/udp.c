@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "stun/stun_frame.h"
+#include "stun/stun_wire.h"
 #include "worker/sockbuf.h"
 
 int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, struct iovec *iov,
@@ -143,7 +144,7 @@ static uint8_t *wk_data_indication(uint8_t *payload, size_t len, const struct so
 {
 	uint8_t hdr[WK_HEADROOM], tid[STUN_TID_LEN];
 	struct stun_builder b;
-	size_t hlen = 0, padded = (len + 3) & ~(size_t)3, body;
+	size_t hlen = 0, padded = STUN_PAD4(len), body;
 	uint8_t *m;
 
 	if (stun_tid_random(tid) < 0)
@@ -152,16 +153,13 @@ static uint8_t *wk_data_indication(uint8_t *payload, size_t len, const struct so
 	stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
 	if (stun_build_finish(&b, &hlen) < 0 || len > 0xffff)
 		return NULL;
-	hdr[hlen] = (uint8_t)(STUN_ATTR_DATA >> 8);
-	hdr[hlen + 1] = (uint8_t)STUN_ATTR_DATA;
-	hdr[hlen + 2] = (uint8_t)(len >> 8);
-	hdr[hlen + 3] = (uint8_t)len;
+	wire_put_u16(hdr + hlen, STUN_ATTR_DATA);
+	wire_put_u16(hdr + hlen + 2, (uint16_t)len);
 	hlen += 4;
 	body = hlen - STUN_HEADER_LEN + padded;
 	if (body > 0xffff)
 		return NULL;
-	hdr[2] = (uint8_t)(body >> 8);
-	hdr[3] = (uint8_t)body;
+	wire_put_u16(hdr + 2, (uint16_t)body);	/* the message length field */
 	m = payload - hlen;
 	memcpy(m, hdr, hlen);
 	memset(payload + len, 0, padded - len);
@@ -182,10 +180,9 @@ static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 
 	if (!ch)
 		return wk_data_indication(payload, len, peer, out_len);
-	h[0] = (uint8_t)(ch->number >> 8);
-	h[1] = (uint8_t)ch->number;
-	h[2] = (uint8_t)(len >> 8);
-	h[3] = (uint8_t)len;
+	/* The wide range: the channel was checked against the range of its ChannelBind. */
+	if (stun_chan_write_header(h, ch->number, len, STUN_CHAN_RFC5766) < 0)
+		return NULL;
 	while (a->conn && !a->conn->dgram && (total & 3)) {	/* streams only */
 		payload[len++] = 0;
 		total++;

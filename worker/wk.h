@@ -45,23 +45,6 @@
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
-/* Channel numbers accepted: RFC 5766's 0x4000-0x7FFF, not only RFC 8656's 0x4000-0x4FFF,
- * because deployed clients (coturn's turnutils_uclient among them) still pick from the
- * old range; on the server's port a first byte 0x50-0x7F cannot be anything else. */
-#define WK_CHAN_MIN 0x4000u
-#define WK_CHAN_MAX 0x7fffu
-
-static inline bool wk_chan_valid(uint32_t ch)
-{
-	return ch >= WK_CHAN_MIN && ch <= WK_CHAN_MAX;
-}
-
-/* ChannelData: first two bits 01 (0x40-0x7F) and a whole header. */
-static inline bool wk_is_chandata(const uint8_t *buf, size_t len)
-{
-	return len >= 4 && (buf[0] & 0xc0) == 0x40;
-}
-
 struct worker;
 struct wk_alloc;
 
@@ -332,10 +315,10 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 /* Sends a response/indication/ChannelData to the client behind ep. */
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
 
-/* Stream framing: stun_frame_next() plus ChannelData of the whole RFC 5766 range. */
-int wk_frame_next(const uint8_t *buf, size_t len, size_t max, size_t *frame_len);
-
 /* ---- turn.c ---- */
+/* The channel numbers clients may use (limits.channel_numbers): RFC 8656's range unless
+ * the current snapshot says RFC 5766 (no snapshot: RFC 8656). */
+enum stun_chan_range wk_chan_range(const struct worker *w);
 /* Handles one datagram or frame from a client (STUN or ChannelData). */
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
 

@@ -339,7 +339,7 @@ static void t_roundtrip_all(void **state)
 	assert_int_equal(alg, STUN_PWALG_SHA256);
 	assert_str_attr(&m, STUN_ATTR_SOFTWARE, "turngate");
 	assert_str_attr(&m, STUN_ATTR_ALTERNATE_DOMAIN, "turn.example.org");
-	assert_int_equal(stun_msg_get_channel(&m, &ch), 0);
+	assert_int_equal(stun_msg_get_channel(&m, STUN_CHAN_RFC8656, &ch), 0);
 	assert_int_equal(ch, 0x4001);
 	assert_int_equal(stun_msg_get_lifetime(&m, &u32), 0);
 	assert_int_equal(u32, 600);
@@ -586,7 +586,7 @@ static void t_bad_attrs(void **state)
 	assert_int_equal(stun_msg_parse(&m, buf, n), 0);
 	assert_int_equal(stun_msg_get_lifetime(&m, &u32), -EBADMSG);
 	assert_int_equal(stun_msg_get_addr(&m, STUN_ATTR_XOR_MAPPED_ADDRESS, &ss), -EBADMSG);
-	assert_int_equal(stun_msg_get_channel(&m, &ch), -EBADMSG);
+	assert_int_equal(stun_msg_get_channel(&m, STUN_CHAN_RFC8656, &ch), -EBADMSG);
 	assert_int_equal(stun_msg_get_error(&m, &code, NULL, NULL), -EBADMSG);
 	assert_int_equal(stun_msg_get_family(&m, STUN_ATTR_REQUESTED_ADDRESS_FAMILY, &af),
 			 -EAFNOSUPPORT);
