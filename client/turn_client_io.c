@@ -9,12 +9,11 @@
 #include <unistd.h>
 
 #include "client/turn_client_int.h"
+#include "common/mono.h"
 
 int64_t tc_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)mono_ms();
 }
 
 int tc_wait_fd(int fd, short events, int64_t deadline)

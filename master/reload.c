@@ -12,19 +12,12 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
 #include "master/cds.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void reload_result_clear(struct reload_result *r)
 {
@@ -119,11 +112,11 @@ static int publish_cfg(struct master *m, struct conf *cfg)
 	rc = build_blob(m, cfg, m->generation + 1, &blob, &len);
 	if (rc < 0)
 		return rc;
-	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
+	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, mono_ns());
 	if (rc == -EBUSY) {
 		/* Every arena slot is current or waiting for readers: reclaim what is due. */
 		reload_reclaim(m);
-		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
+		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, mono_ns());
 	}
 	if (rc == 0) {
 		m->generation++;

@@ -149,7 +149,7 @@ void wk_adopt_run(struct worker *w)
 	struct wk_adopt_stats st;
 
 	w->adopted = true;
-	if (wk_adopt_scan(w->shm, w->slot, w->ctr, wk_mono_ns(), wk_adopt_one, w, &st) < 0)
+	if (wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st) < 0)
 		return;
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker", "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "

@@ -256,7 +256,7 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	/* DYING first: a crash before the release then tells our replacement that this
 	 * record is no longer counted (see shm_alloc_retire). */
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
-		uint64_t now = wk_mono_ns(), born = a->rec->created_ns;
+		uint64_t now = mono_ns(), born = a->rec->created_ns;
 
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
@@ -288,7 +288,7 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 {
 	struct worker *w = arg;
 	struct wk_alloc *a = (struct wk_alloc *)((char *)t - offsetof(struct wk_alloc, timer));
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 
 	if (now_ns / 1000000u >= a->expires_ms) {
 		wk_alloc_destroy(w, a, "lifetime expired");
@@ -307,7 +307,7 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s)
 {
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 
 	a->expires_ms = now_ns / 1000000u + (uint64_t)lifetime_s * 1000u;
 	shm_alloc_begin_write(a->rec);
@@ -447,7 +447,7 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer)
 {
 	uint8_t fam, ip[16];
-	uint64_t now_ns = wk_mono_ns(), exp = now_ns + (uint64_t)w->hot.perm_lifetime * 1000000000u;
+	uint64_t now_ns = mono_ns(), exp = now_ns + (uint64_t)w->hot.perm_lifetime * 1000000000u;
 	struct shm_perm *slot = NULL;
 	unsigned used = 0;
 
@@ -523,7 +523,7 @@ const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer)
 {
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 	const struct shm_chan *by_num = wk_alloc_chan_by_num(a, ch, now_ns);
 	const struct shm_chan *by_peer = wk_alloc_chan_by_peer(a, peer, now_ns);
 	struct shm_chan *slot = NULL;
@@ -628,7 +628,7 @@ void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t p
 	r->port = port;
 	r->token = token;
 	wheel_timer_init(&r->timer, wk_resv_timer_cb);
-	wheel_arm(&w->wheel, &r->timer, wk_now_ms() + WK_RESV_LIFETIME_MS);
+	wheel_arm(&w->wheel, &r->timer, mono_ms() + WK_RESV_LIFETIME_MS);
 	r->next = w->resvs;
 	w->resvs = r;
 }

@@ -131,7 +131,7 @@ static int wk_cookie_gen(SSL *ssl, unsigned char *cookie, unsigned int *len)
 
 	if (!d)
 		return 0;
-	epoch = (uint32_t)(wk_now_ms() / 1000 / WK_COOKIE_EPOCH_S);
+	epoch = (uint32_t)(mono_ms() / 1000 / WK_COOKIE_EPOCH_S);
 	memcpy(cookie, &epoch, 4);
 	wk_cookie_mac(d->w, epoch, d, cookie + 4);
 	*len = WK_COOKIE_LEN;
@@ -141,7 +141,7 @@ static int wk_cookie_gen(SSL *ssl, unsigned char *cookie, unsigned int *len)
 static int wk_cookie_verify(SSL *ssl, const unsigned char *cookie, unsigned int len)
 {
 	struct wk_dbio *d = wk_dbio_of(ssl);
-	uint32_t epoch, now = (uint32_t)(wk_now_ms() / 1000 / WK_COOKIE_EPOCH_S);
+	uint32_t epoch, now = (uint32_t)(mono_ms() / 1000 / WK_COOKIE_EPOCH_S);
 	uint8_t mac[16];
 
 	if (!d || len != WK_COOKIE_LEN)

@@ -158,7 +158,7 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	wk_addr_to_shm((struct sockaddr *)&a->relay[0].addr, &rec->relay);
 	if (a->relay[1].fd >= 0)
 		wk_addr_to_shm((struct sockaddr *)&a->relay[1].addr, &rec->relay2);
-	rec->created_ns = wk_mono_ns();
+	rec->created_ns = mono_ns();
 	rec->cred_expiry = cred->cred_expiry;
 	rec->reservation = token;
 	memcpy(rec->txid, req->tid, STUN_TID_LEN);

@@ -50,7 +50,7 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
 		if (n <= 0)
 			break;
-		w->batch_ns = wk_mono_ns();
+		w->batch_ns = mono_ns();
 		for (int i = 0; i < n; i++) {
 			size_t len = msgs[i].msg_len;
 
@@ -321,7 +321,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 	struct mmsghdr msgs[WK_BATCH], out[WK_BATCH];
 	struct iovec iov[WK_BATCH], oiov[WK_BATCH];
 	struct sockaddr_storage from[WK_BATCH];
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 	unsigned n_out = 0;
 	struct wk_ep ep = { .l = a->l, .c = a->conn, .addr = (struct sockaddr *)&a->client,
 			    .addr_len = a->client_len };

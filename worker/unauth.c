@@ -33,7 +33,7 @@ static bool wk_unauth_spoofable(const struct wk_ep *ep)
 
 bool wk_unauth_may_reply(struct worker *w, const struct wk_ep *ep)
 {
-	if (!wk_unauth_spoofable(ep) || wk_rl_admit(&w->rl, ep->addr, wk_mono_ns()))
+	if (!wk_unauth_spoofable(ep) || wk_rl_admit(&w->rl, ep->addr, mono_ns()))
 		return true;
 	shm_ctr_add(w->ctr, SHM_CTR_UNAUTH_DROPPED, 1);
 	return false;

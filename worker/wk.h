@@ -11,6 +11,7 @@
 #include <ev.h>
 #include <openssl/ssl.h>
 
+#include "common/mono.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -239,7 +240,6 @@ struct worker {
 };
 
 /* ---- worker.c ---- */
-uint64_t wk_now_ms(void);
 int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
 /* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
@@ -248,13 +248,11 @@ void wk_listener_close(struct worker *w, struct wk_listener *l);
  * tracking, no adoption. */
 void wk_snap_use(struct worker *w, const struct snap *s);
 
-uint64_t wk_mono_ns(void);
-
 /* Monotonic time for expiry checks on the data path: one clock read per received batch
  * (permissions and channels live for minutes), a fresh one outside a batch. */
 static inline uint64_t wk_batch_ns(const struct worker *w)
 {
-	return w->batch_ns ? w->batch_ns : wk_mono_ns();
+	return w->batch_ns ? w->batch_ns : mono_ns();
 }
 
 /* ---- tls.c ---- */
@@ -358,7 +356,6 @@ void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t p
 int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
 		   uint16_t *port);
 void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
-uint64_t wk_mono_ns(void);
 
 /* Bucket of (listener, client address) in a WK_HASH_BUCKETS table. */
 uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa);

@@ -19,19 +19,6 @@
 #include "common/ipc.h"
 #include "common/log.h"
 
-uint64_t wk_now_ms(void)
-{
-	return wk_mono_ns() / 1000000u;
-}
-
-uint64_t wk_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int64_t wk_unix_now(void)
 {
 	return (int64_t)time(NULL);
@@ -293,7 +280,7 @@ static void wk_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
 
-	wheel_advance(&w->wheel, wk_now_ms(), w);
+	wheel_advance(&w->wheel, mono_ms(), w);
 	if (!w->wheel.armed)
 		ev_timer_stop(loop, t);
 }
@@ -302,7 +289,7 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = t->data;
 
-	shm_slot_heartbeat(w->shm, w->slot, wk_mono_ns());
+	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
 }
 
 static void wk_stop(struct worker *w, const char *why)
@@ -549,7 +536,7 @@ int worker_run(const struct worker_heritage *h)
 		free(w);
 		return 1;
 	}
-	wheel_init(&w->wheel, wk_now_ms());
+	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);
 	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
 	for (size_t i = 0; i < h->n_listeners; i++) {
