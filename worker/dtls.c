@@ -169,7 +169,7 @@ static void wk_dtls_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
 
-	wk_listener_drain(l->w, l, wk_dtls_dgram);
+	wk_listener_drain(wk_checked(l->w), l, wk_dtls_dgram);
 }
 
 int wk_dtls_start(struct worker *w, struct wk_listener *l)

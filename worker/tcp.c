@@ -114,16 +114,6 @@ static void wk_tconn_flush(struct worker *w, struct wk_tconn *c)
 	}
 }
 
-static void wk_tconn_count_out(struct worker *w, const struct wk_tconn *c, size_t len)
-{
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
-	if (c->l->snap_ok) {
-		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
-	}
-}
-
 /* Queues a whole frame or nothing: a frame that does not fit in the bounded output
  * buffer is dropped (data) so a slow reader cannot grow our memory. */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len)
@@ -139,7 +129,7 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 			return;
 		}
-		wk_tconn_count_out(w, c, len);
+		wk_client_sent(w, c->l, 1, len);
 		return;
 	}
 	if (c->out_off && c->out_off == c->out_len)
@@ -163,7 +153,7 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 	}
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
-	wk_tconn_count_out(w, c, len);
+	wk_client_sent(w, c->l, 1, len);
 	if (!ev_is_active(&c->wio))
 		wk_tconn_flush(w, c);
 }
@@ -207,7 +197,7 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c)
 static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_tconn *c = io->data;
-	struct worker *w = c->l->w;
+	struct worker *w = wk_checked(c->l->w);
 
 	if (!c->hs_done) {
 		if (wk_tconn_handshake(w, c) < 0)
@@ -315,7 +305,7 @@ static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
 static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_tconn *c = io->data;
-	struct worker *w = c->l->w;
+	struct worker *w = wk_checked(c->l->w);
 
 	if (!c->dead && !c->hs_done) {
 		int r = wk_tconn_handshake(w, c);
@@ -360,7 +350,7 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct wk_tconn *c = t->data;
-	struct worker *w = c->l->w;
+	struct worker *w = wk_checked(c->l->w);
 	double now = ev_now(loop), next;
 	const char *why = NULL;
 
@@ -463,7 +453,7 @@ static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
 static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
-	struct worker *w = l->w;
+	struct worker *w = wk_checked(l->w);
 
 	for (int i = 0; i < 32; i++) {
 		struct wk_tconn *c = NULL;

@@ -436,11 +436,8 @@ static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struc
 
 	if (!wk_has_family(a, peer->sa_family))
 		return 443;
-	if (snap_peer_match(w->snap, a->l->snap_idx, peer, false, &cl) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
+	if (wk_peer_allowed(w, a->l, peer, false, &cl) < 0)
 		return 403;
-	}
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PERM_GRANTED, 1);
 	return 0;
 }
@@ -549,14 +546,8 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	struct wk_relay *r = wk_relay_of(a, peer->sa_family);
 	uint32_t cl;
 
-	if (!r)
-		return;
-	if (snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
-		return;
-	}
-	if (!wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
+	if (!r || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
+	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
 		return;
 	wk_peer_send(w, a, r, peer, cl, data, len);
 }

@@ -87,7 +87,7 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
 
-	wk_listener_drain(l->w, l, wk_udp_dgram);
+	wk_listener_drain(wk_checked(l->w), l, wk_udp_dgram);
 }
 
 /* IPv4 datagrams leave with DF set either way: the kernel's default (IP_PMTUDISC_WANT)
@@ -196,23 +196,16 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 {
 	uint32_t cl;
 
-	if (!w->snap || !a->l->snap_ok ||
-	    snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		if (w->snap && a->l->snap_ok)
-			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
-		return false;
-	}
-	if (!wk_alloc_perm_ok(a, peer, now_ns))
+	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || !wk_alloc_perm_ok(a, peer, now_ns))
 		return false;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
 	return true;
 }
 
-/* Queues one wrapped message for the batch to a UDP client and counts it. */
-static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
-			   struct iovec *iov, uint8_t *m, size_t mlen)
+/* Queues one wrapped message for the batch to a UDP client (counted once sent). */
+static void wk_relay_queue(struct wk_alloc *a, struct mmsghdr *out, struct iovec *iov,
+			   uint8_t *m, size_t mlen)
 {
 	iov->iov_base = m;
 	iov->iov_len = mlen;
@@ -220,10 +213,16 @@ static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 	out->msg_hdr.msg_iovlen = 1;
 	out->msg_hdr.msg_name = &a->client;
 	out->msg_hdr.msg_namelen = a->client_len;
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, mlen);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
+}
+
+/* Bytes of out[0..n). */
+static size_t wk_msgs_bytes(const struct mmsghdr *out, unsigned n)
+{
+	size_t total = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		total += out[i].msg_hdr.msg_iov->iov_len;
+	return total;
 }
 
 /* One sendmsg of n messages of seg bytes each (the last may be shorter), cut into
@@ -291,9 +290,10 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 {
 	unsigned sent = 0;
 
-	if (wk_relay_gso(a, out, n))
+	if (wk_relay_gso(a, out, n)) {
+		wk_client_sent(w, a->l, n, wk_msgs_bytes(out, n));
 		return;
-
+	}
 	while (sent < n) {
 		int r = sendmmsg(a->l->fd, out + sent, n - sent, MSG_DONTWAIT);
 
@@ -306,6 +306,7 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, n - sent);
 			return;
 		}
+		wk_client_sent(w, a->l, (unsigned)r, wk_msgs_bytes(out + sent, (unsigned)r));
 		sent += (unsigned)r;
 	}
 }
@@ -316,8 +317,8 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_relay *r = io->data;
-	struct wk_alloc *a = r->a;
-	struct worker *w = a->w;
+	struct wk_alloc *a = wk_alloc_checked(r->a);
+	struct worker *w = wk_checked(a->w);
 	struct mmsghdr msgs[WK_BATCH], out[WK_BATCH];
 	struct iovec iov[WK_BATCH], oiov[WK_BATCH];
 	struct sockaddr_storage from[WK_BATCH];
@@ -351,7 +352,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 			wk_send_client(w, &ep, m, mlen);	/* into the stream buffer */
 			continue;
 		}
-		wk_relay_queue(w, a, &out[n_out], &oiov[n_out], m, mlen);
+		wk_relay_queue(a, &out[n_out], &oiov[n_out], m, mlen);
 		n_out++;
 	}
 	if (n_out)
@@ -435,21 +436,12 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		g->closed = true;
 }
 
-void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len)
+void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len)
 {
-	if (ep->c) {
-		wk_tconn_send(w, ep->c, buf, len);
-		return;
-	}
-	if (wk_sendto_df(ep->l->fd, ep->l->df_fast, buf, len, ep->addr, ep->addr_len) < 0) {
+	if (wk_sendto_df(l->fd, l->df_fast, buf, len, to, to_len) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 		return;
 	}
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
-	/* Responses count at the listener too: STUNner counts every datagram it sends. */
-	if (ep->l->snap_ok) {
-		shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-		shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
-	}
+	wk_client_sent(w, l, 1, len);
 }

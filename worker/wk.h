@@ -3,6 +3,7 @@
 #ifndef TG_WORKER_WK_H
 #define TG_WORKER_WK_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,8 +22,8 @@
 #include "worker/wheel.h"
 #include "worker/worker.h"
 
-#define WK_MAGIC 0x574b5231u
-#define WK_ALLOC_MAGIC 0x574b4131u
+#define WK_MAGIC 0x574b5231u		/* struct worker, checked by wk_checked() */
+#define WK_ALLOC_MAGIC 0x574b4131u	/* struct wk_alloc, checked by wk_alloc_checked() */
 #define WK_MAX_LISTENERS SHM_MAX_LISTENERS
 #define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
@@ -239,6 +240,22 @@ struct worker {
 	uint8_t txbuf[2048];
 };
 
+/* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
+ * CHECK_OBJ_NOTNULL): every callback's entry passes its worker (and allocation) through
+ * these, so a stale or foreign pointer stops at an assertion (asserts stay on in every
+ * build) instead of running on freed memory. */
+static inline struct worker *wk_checked(struct worker *w)
+{
+	assert(w != NULL && w->magic == WK_MAGIC);
+	return w;
+}
+
+static inline struct wk_alloc *wk_alloc_checked(struct wk_alloc *a)
+{
+	assert(a != NULL && a->magic == WK_ALLOC_MAGIC);
+	return a;
+}
+
 /* ---- worker.c ---- */
 int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
@@ -295,6 +312,10 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 /* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
  * that fail with EMSGSIZE are retried fragmentable, see udp.c). */
 bool wk_df_fast(int fd, int family);
+/* One message to a UDP client from listener l's socket (DF as wk_df_fast says), counted
+ * by wk_client_sent once sent, as a send error otherwise. */
+void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len);
 /* Sends the pending client -> peer group, if any. */
 void wk_txg_flush(struct worker *w);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
@@ -308,10 +329,26 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
+/* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
+ * a send error; what is queued is counted as sent (wk_client_sent). */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
 
-/* Sends a response/indication/ChannelData to the client behind ep. */
+/* ---- client.c ---- */
+/* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
+ * connection; UDP: wk_udp_send). */
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
+/* Counts n messages of bytes in all that reached the client side of listener l (sent, or
+ * queued on a stream): globally and, while l is in the snapshot, per listener. The only
+ * place that counts client output; called after the send succeeded. */
+void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
+
+/* ---- peer.c ---- */
+/* The listener's allowlist for peer in the current snapshot (check_port: the admitting
+ * cluster's port range too). Returns 0 and *cl (the cluster, may be NULL), or -EACCES
+ * after counting the denial (perm_denied, and at the listener while it is listed); no
+ * snapshot, or a listener without an entry, denies. */
+int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+		    bool check_port, uint32_t *cl);
 
 /* ---- turn.c ---- */
 /* The channel numbers clients may use (limits.channel_numbers): RFC 8656's range unless
@@ -357,12 +394,15 @@ int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int
 		   uint16_t *port);
 void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
 
+/* ---- addr.c ---- */
 /* Bucket of (listener, client address) in a WK_HASH_BUCKETS table. */
 uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa);
-/* shm_addr <-> sockaddr */
+/* shm_addr <-> sockaddr (IPv4 and IPv6; another family gives a zeroed shm_addr / 0). */
 void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out);
 socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out);
+/* Address and port (not scope or flow info). */
 bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b);
+/* sizeof the sockaddr of sa's family (IPv4 unless IPv6). */
 socklen_t wk_addr_len(const struct sockaddr *sa);
 
 /* ---- adopt.c ---- */

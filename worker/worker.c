@@ -223,7 +223,7 @@ static void wk_snap_apply(struct worker *w)
 /* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */
 static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 {
-	struct worker *w = ck->data;
+	struct worker *w = wk_checked(ck->data);
 	const void *blob;
 	size_t len;
 	uint64_t gen;
@@ -265,7 +265,7 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 {
-	struct worker *w = pr->data;
+	struct worker *w = wk_checked(pr->data);
 
 	/* Timers run from here too so expiry never needs the snapshot. */
 	if (w->wheel.armed && !ev_is_active(&w->tick)) {
@@ -278,7 +278,7 @@ static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 
 static void wk_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = t->data;
+	struct worker *w = wk_checked(t->data);
 
 	wheel_advance(&w->wheel, mono_ms(), w);
 	if (!w->wheel.armed)
@@ -287,7 +287,7 @@ static void wk_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = t->data;
+	struct worker *w = wk_checked(t->data);
 
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
 }
@@ -300,7 +300,7 @@ static void wk_stop(struct worker *w, const char *why)
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	wk_stop(s->data, s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	wk_stop(wk_checked(s->data), s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
 static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
@@ -444,7 +444,7 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 
 static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct worker *w = io->data;
+	struct worker *w = wk_checked(io->data);
 	struct ipc_msg *m = malloc(sizeof(*m));
 
 	if (!m)
