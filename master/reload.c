@@ -256,9 +256,10 @@ static void pending_free(struct pending *p, bool close_sockets)
  * a port that cannot be bound fails the reload with nothing changed. A restarted listener
  * may keep its port: SO_REUSEPORT lets the new sockets join while the old ones still hold
  * it, and the old ones are closed at commit. */
-static int open_new_listeners(struct master *m, const struct conf *nc, struct pending *p)
+static int open_new_listeners(struct master *m, const struct conf *oc, const struct conf *nc,
+			      struct pending *p)
 {
-	int rc = conf_diff_listeners(m->cfg, nc, &p->delta, &p->n);
+	int rc = conf_diff_listeners(oc, nc, &p->delta, &p->n);
 
 	if (rc < 0)
 		return rc;
@@ -271,8 +272,6 @@ static int open_new_listeners(struct master *m, const struct conf *nc, struct pe
 		if (d->change != CONF_LISTENER_ADDED && d->change != CONF_LISTENER_RESTART)
 			continue;
 		rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
-		if (rc == -EOPNOTSUPP)
-			continue;
 		if (rc < 0)
 			return rc;
 	}
@@ -304,6 +303,8 @@ static int add_listener(struct master *m, struct mlistener *l)
 	m->listeners[m->n_listeners] = *l;
 	memset(l, 0, sizeof(*l));
 	m->n_listeners++;
+	if (m->workers == NULL)
+		return 0;	/* startup: workers inherit every listener at fork */
 	supervise_broadcast(m, IPC_LISTENER_ADD, m->listeners[m->n_listeners - 1].name,
 			    strlen(m->listeners[m->n_listeners - 1].name),
 			    (int)(m->n_listeners - 1));
@@ -325,9 +326,23 @@ static void commit_listeners(struct master *m, struct pending *p)
 			continue;
 		if (add_listener(m, &p->opened[i]) < 0)
 			log_error("master", "listener %s: out of memory", p->delta[i].name);
-		else
+		else if (m->workers != NULL)
 			log_info("master", "listener %s added", p->delta[i].name);
 	}
+}
+
+int reload_open_listeners(struct master *m)
+{
+	static const struct conf before_start;	/* no listeners */
+	struct pending p = { 0 };
+	int rc;
+
+	assert(m->magic == MASTER_MAGIC && m->n_listeners == 0 && m->workers == NULL);
+	rc = open_new_listeners(m, &before_start, m->cfg, &p);
+	if (rc == 0)
+		commit_listeners(m, &p);
+	pending_free(&p, true);
+	return rc;
 }
 
 /* A daemon that started without its admin socket (a CDS bootstrap config, or a path that
@@ -371,7 +386,7 @@ int reload_run(struct master *m, const char *trigger)
 		goto out;
 	}
 	warn_restart_only(m, nc);
-	rc = open_new_listeners(m, nc, &p);
+	rc = open_new_listeners(m, m->cfg, nc, &p);
 	if (rc < 0) {
 		record_error(m, trigger, "cannot open new listeners", rc);
 		goto out;
