@@ -93,6 +93,7 @@ static int attr_reader(const struct stun_msg *msg, uint16_t attr_type, struct wi
 
 static size_t string_limit(uint16_t attr_type)
 {
+	/* clang-format off */
 	switch (attr_type) {
 	case STUN_ATTR_USERNAME: return STUN_MAX_USERNAME_LEN;
 	case STUN_ATTR_REALM: return STUN_MAX_REALM_LEN;
@@ -101,6 +102,7 @@ static size_t string_limit(uint16_t attr_type)
 	case STUN_ATTR_ALTERNATE_DOMAIN: return 255;
 	default: return 0;
 	}
+	/* clang-format on */
 }
 
 int stun_msg_get_string(const struct stun_msg *msg, uint16_t attr_type, const char **str,
