@@ -193,8 +193,7 @@ static int decode_addr(const struct stun_msg *msg, const uint8_t *val, size_t le
 	return 0;
 }
 
-int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type,
-		      struct sockaddr_storage *out)
+int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type, struct sockaddr_storage *out)
 {
 	const uint8_t *val;
 	size_t len;
@@ -308,8 +307,7 @@ int stun_msg_get_lifetime(const struct stun_msg *msg, uint32_t *seconds)
 	return stun_msg_get_u32(msg, STUN_ATTR_LIFETIME, seconds);
 }
 
-int stun_msg_get_channel(const struct stun_msg *msg, enum stun_chan_range range,
-			 uint16_t *channel)
+int stun_msg_get_channel(const struct stun_msg *msg, enum stun_chan_range range, uint16_t *channel)
 {
 	uint32_t v;
 	int rc = stun_msg_get_u32(msg, STUN_ATTR_CHANNEL_NUMBER, &v);
@@ -367,8 +365,8 @@ static int family_to_af(uint8_t fam)
 	return fam == STUN_FAMILY_IPV4 ? AF_INET : fam == STUN_FAMILY_IPV6 ? AF_INET6 : -1;
 }
 
-int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code,
-			       const char **reason, size_t *reason_len)
+int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code, const char **reason,
+			       size_t *reason_len)
 {
 	struct wire_rd r;
 	int rc = attr_reader(msg, STUN_ATTR_ADDRESS_ERROR_CODE, &r);

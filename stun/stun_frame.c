@@ -39,8 +39,8 @@ int stun_chan_encode(uint8_t *buf, size_t cap, uint16_t channel, const void *dat
 	return w.err;
 }
 
-int stun_chan_decode(const uint8_t *buf, size_t len, enum stun_chan_range range,
-		     uint16_t *channel, const uint8_t **data, size_t *data_len)
+int stun_chan_decode(const uint8_t *buf, size_t len, enum stun_chan_range range, uint16_t *channel,
+		     const uint8_t **data, size_t *data_len)
 {
 	struct wire_rd r;
 

@@ -57,8 +57,8 @@ int stun_chan_encode(uint8_t *buf, size_t cap, uint16_t channel, const void *dat
  * are allowed and ignored. -EBADMSG if shorter than 4, the channel is outside range, or
  * the length field runs past len. The worker's ChannelData path (worker/turn.c) and every
  * client in the tree decode through it. */
-int stun_chan_decode(const uint8_t *buf, size_t len, enum stun_chan_range range,
-		     uint16_t *channel, const uint8_t **data, size_t *data_len);
+int stun_chan_decode(const uint8_t *buf, size_t len, enum stun_chan_range range, uint16_t *channel,
+		     const uint8_t **data, size_t *data_len);
 
 /* Stream framer for TCP/TLS: looks at the start of buf[0..len) (bytes received and not yet
  * consumed) and says how long the next complete frame is:

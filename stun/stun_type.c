@@ -121,8 +121,8 @@ bool stun_is_stun(const uint8_t *buf, size_t len)
 		return false;
 	if ((buf[0] & 0xC0) != 0 || (buf[3] & 3) != 0)
 		return false;
-	return ((uint32_t)buf[4] << 24 | (uint32_t)buf[5] << 16 | (uint32_t)buf[6] << 8 |
-		buf[7]) == STUN_MAGIC_COOKIE;
+	return ((uint32_t)buf[4] << 24 | (uint32_t)buf[5] << 16 | (uint32_t)buf[6] << 8 | buf[7]) ==
+	       STUN_MAGIC_COOKIE;
 }
 
 int stun_tid_random(uint8_t tid[STUN_TID_LEN])

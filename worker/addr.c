@@ -9,8 +9,7 @@
 
 socklen_t wk_addr_len(const struct sockaddr *sa)
 {
-	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-					 : sizeof(struct sockaddr_in);
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
 void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out)

@@ -55,9 +55,9 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg);
 
 /* Private half of an allocation around record idx, linked into the worker's indexes:
  * the 5-tuple hash for UDP, the connection for TCP (conn != NULL). */
-static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l,
-				     struct wk_tconn *conn, const struct sockaddr *client,
-				     socklen_t client_len, uint32_t idx, struct shm_alloc *rec)
+static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, struct wk_tconn *conn,
+				     const struct sockaddr *client, socklen_t client_len,
+				     uint32_t idx, struct shm_alloc *rec)
 {
 	struct wk_alloc *a = calloc(1, sizeof(*a));
 
@@ -110,8 +110,8 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 	return 0;
 }
 
-int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx,
-		    struct shm_alloc *rec, struct wk_alloc **out)
+int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
+		    struct wk_alloc **out)
 {
 	struct sockaddr_storage client;
 	socklen_t len = wk_shm_to_addr(&rec->client, &client);
@@ -132,7 +132,8 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 		a->conn->alloc = NULL;
 		return;
 	}
-	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client)]; *pp; pp = &(*pp)->hnext)
+	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client)]; *pp;
+	     pp = &(*pp)->hnext)
 		if (*pp == a) {
 			*pp = a->hnext;
 			return;
@@ -183,7 +184,8 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
-		shm_ctr_observe_lifetime(w->ctr, now > born ? (now - born + 500000000u) / 1000000000u : 0);
+		shm_ctr_observe_lifetime(w->ctr,
+					 now > born ? (now - born + 500000000u) / 1000000000u : 0);
 		if (a->l->snap_ok)
 			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
@@ -240,13 +242,13 @@ void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime
 	wk_alloc_rearm(w, a);
 }
 
-static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-			   int family, uint16_t port)
+static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int family,
+			   uint16_t port)
 {
 	struct wk_listener *l = a->l;
 	struct sockaddr_storage bind_to;
 	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
-									   : &l->relay_addr2;
+									       : &l->relay_addr2;
 	bool local = family == l->relay_addr.ss_family ? l->relay_local : l->relay2_local;
 	int one = 1, fd;
 
@@ -303,8 +305,8 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
 	struct shm_addr got;
 	int rc, family = relay->family;
-	bool have = family != 0 && (family == l->relay_addr.ss_family ||
-				    family == l->relay_addr2.ss_family);
+	bool have = family != 0 &&
+		    (family == l->relay_addr.ss_family || family == l->relay_addr2.ss_family);
 
 	if (!have || relay->port == 0)
 		return -EAFNOSUPPORT;
@@ -330,8 +332,8 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
  * (a redeemed reservation); else a port comes from the pool (even / even pair on
  * request, *reserved_port gets the pair's second port). Returns 0, -EADDRNOTAVAIL (no
  * port: 508), -EAFNOSUPPORT (no relay address of that family: 440). */
-int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
-			bool even, bool reserve, uint16_t *reserved_port)
+int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
+			bool reserve, uint16_t *reserved_port)
 {
 	struct wk_listener *l = a->l;
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
@@ -415,8 +417,7 @@ bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uin
 	return false;
 }
 
-const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch,
-					    uint64_t now_ns)
+const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns)
 {
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
 		if (a->rec->chans[i].number == ch && a->rec->chans[i].expires_ns > now_ns)
@@ -424,8 +425,8 @@ const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t c
 	return NULL;
 }
 
-const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
-					     const struct sockaddr *peer, uint64_t now_ns)
+const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
+					     uint64_t now_ns)
 {
 	struct shm_addr k;
 
@@ -538,8 +539,7 @@ static void wk_resv_timer_cb(struct wheel_timer *t, void *arg)
 	free(r);
 }
 
-void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
-		 uint64_t token)
+void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port, uint64_t token)
 {
 	struct wk_resv *r = calloc(1, sizeof(*r));
 

@@ -26,9 +26,8 @@ static void wk_auth_bind(const struct wk_ep *ep, struct shm_addr *bind)
 }
 
 /* Sends 401/438 (or 400) with REALM, a fresh NONCE and PASSWORD-ALGORITHMS. */
-static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
-			      const struct stun_msg *req, const char *realm_s, size_t realm_len,
-			      int code, const char *reason)
+static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			      const char *realm_s, size_t realm_len, int code, const char *reason)
 {
 	char nonce[STUN_NONCE_MAX_LEN + 1];
 	char realm[STUN_MAX_REALM_LEN + 1];
@@ -111,7 +110,8 @@ static int wk_auth_lookup(struct worker *w, uint32_t auth_idx, const struct snap
 	if (au->type == CONF_AUTH_STATIC) {
 		*why = SHM_CTR_AUTH_FAIL_UNKNOWN_USER;
 		if (snap_auth_user_key(w->snap, auth_idx, cred->user, cred->user_len, salg, &key,
-				       &klen) < 0 || klen > sizeof(cred->key))
+				       &klen) < 0 ||
+		    klen > sizeof(cred->key))
 			return -EACCES;
 		*why = SHM_CTR_AUTH_FAIL_BAD_MAC;
 		if (wk_auth_verify(req, key, klen) < 0)
@@ -202,9 +202,9 @@ static void wk_auth_nonce_refused(struct worker *w, const struct wk_ep *ep,
  * and *pwalg set, or -1 after answering. A nonce that is not ours is not answered here:
  * *foreign says so, and the caller answers 438 once the credentials verify (RFC 8489
  * 9.2.4: the client retries with the fresh nonce) and 401 as before when they do not. */
-static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep,
-			    const struct stun_msg *req, const struct wk_realm *want,
-			    struct wk_cred *cred, uint16_t *pwalg, bool *foreign)
+static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			    const struct wk_realm *want, struct wk_cred *cred, uint16_t *pwalg,
+			    bool *foreign)
 {
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;

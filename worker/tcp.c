@@ -30,8 +30,8 @@ static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 {
 	if (c->alloc)
-		wk_alloc_destroy(w, c->alloc, c->dgram ? "DTLS association closed"
-						       : "TCP connection closed");
+		wk_alloc_destroy(w, c->alloc,
+				 c->dgram ? "DTLS association closed" : "TCP connection closed");
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
 	ev_timer_stop(w->loop, &c->tmo);
@@ -187,8 +187,9 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c)
 	default:
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_TLS, 1);
 		log_debug("worker", "listener %s: handshake failed: %s", c->l->name,
-			  ERR_reason_error_string(ERR_peek_last_error()) ?
-			  ERR_reason_error_string(ERR_peek_last_error()) : "closed");
+			  ERR_reason_error_string(ERR_peek_last_error())
+				  ? ERR_reason_error_string(ERR_peek_last_error())
+				  : "closed");
 		ERR_clear_error();
 		return -1;
 	}
@@ -215,8 +216,9 @@ static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 {
 	size_t off = 0;
-	struct wk_ep ep = { .l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer,
-			    .addr_len = c->peer_len };
+	struct wk_ep ep = {
+		.l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer, .addr_len = c->peer_len
+	};
 
 	for (;;) {
 		size_t flen;
@@ -399,7 +401,10 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
 	if (c->ssl)
 		w->n_handshakes++;
 	ev_timer_init(&c->tmo, wk_tconn_tmo_cb,
-		      c->dgram ? 0.001 : c->ssl ? WK_HS_TIMEOUT_S : WK_IDLE_TIMEOUT_S, 0.0);
+		      c->dgram ? 0.001
+		      : c->ssl ? WK_HS_TIMEOUT_S
+			       : WK_IDLE_TIMEOUT_S,
+		      0.0);
 	c->tmo.data = c;
 	ev_timer_start(w->loop, &c->tmo);
 	c->next = l->conns;

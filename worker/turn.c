@@ -80,7 +80,8 @@ static struct wk_alloc *wk_alloc_of(struct worker *w, const struct wk_ep *ep)
 
 static bool wk_has_family(const struct wk_alloc *a, int family)
 {
-	return a->relay[0].family == family || (a->relay[1].fd >= 0 && a->relay[1].family == family);
+	return a->relay[0].family == family ||
+	       (a->relay[1].fd >= 0 && a->relay[1].family == family);
 }
 
 static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
@@ -93,8 +94,7 @@ static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
 }
 
 /* Checks the Allocate attributes that need no state. Returns 0 or the error code. */
-static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, int *fam,
-				int *fam2)
+static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, int *fam, int *fam2)
 {
 	uint8_t proto;
 	int rc;
@@ -146,8 +146,10 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	socklen_t sl = sizeof(local);
 
 	shm_alloc_begin_write(rec);
-	rec->client_transport = !ep->c ? SHM_TRANSPORT_UDP : !ep->c->ssl ? SHM_TRANSPORT_TCP :
-				ep->c->dgram ? SHM_TRANSPORT_DTLS : SHM_TRANSPORT_TLS;
+	rec->client_transport = !ep->c         ? SHM_TRANSPORT_UDP
+				: !ep->c->ssl  ? SHM_TRANSPORT_TCP
+				: ep->c->dgram ? SHM_TRANSPORT_DTLS
+					       : SHM_TRANSPORT_TLS;
 	rec->key_alg = cred->key_alg;
 	rec->key_len = (uint8_t)cred->key_len;
 	memcpy(rec->key, cred->key, cred->key_len);
@@ -278,8 +280,8 @@ static int wk_allocate_checks(struct worker *w, const struct wk_cred *cred, cons
 	return 0;
 }
 
-static void wk_reply_alternate(struct worker *w, const struct wk_ep *ep,
-			       const struct stun_msg *req, const struct wk_cred *cred)
+static void wk_reply_alternate(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			       const struct wk_cred *cred)
 {
 	struct stun_builder b;
 	struct sockaddr_storage alt = w->hot.alt;
@@ -552,8 +554,7 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	wk_peer_send(w, a, r, peer, cl, data, len);
 }
 
-static void wk_send_indication(struct worker *w, const struct wk_ep *ep,
-			       const struct stun_msg *req)
+static void wk_send_indication(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct wk_alloc *a = wk_alloc_of(w, ep);
 	struct sockaddr_storage peer;

@@ -204,8 +204,8 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 }
 
 /* Queues one wrapped message for the batch to a UDP client (counted once sent). */
-static void wk_relay_queue(struct wk_alloc *a, struct mmsghdr *out, struct iovec *iov,
-			   uint8_t *m, size_t mlen)
+static void wk_relay_queue(struct wk_alloc *a, struct mmsghdr *out, struct iovec *iov, uint8_t *m,
+			   size_t mlen)
 {
 	iov->iov_base = m;
 	iov->iov_len = mlen;
@@ -234,8 +234,11 @@ static ssize_t wk_send_segments(int fd, const struct sockaddr *to, socklen_t to_
 		char buf[CMSG_SPACE(sizeof(uint16_t))];
 		struct cmsghdr align;
 	} ctl;
-	struct msghdr m = { .msg_name = (void *)to, .msg_namelen = to_len, .msg_iov = iov,
-			    .msg_iovlen = n, .msg_control = ctl.buf,
+	struct msghdr m = { .msg_name = (void *)to,
+			    .msg_namelen = to_len,
+			    .msg_iov = iov,
+			    .msg_iovlen = n,
+			    .msg_control = ctl.buf,
 			    .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *cm;
 	uint16_t gso = (uint16_t)seg;
@@ -277,16 +280,15 @@ static bool wk_relay_gso(struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 	}
 	if (total > WK_GSO_TOTAL_MAX)
 		return false;
-	if (wk_send_segments(a->l->fd, (struct sockaddr *)&a->client, a->client_len, iov, n,
-			     seg) >= 0)
+	if (wk_send_segments(a->l->fd, (struct sockaddr *)&a->client, a->client_len, iov, n, seg) >=
+	    0)
 		return true;
 	if (wk_gso_unsupported(errno))
 		a->l->gso_off = true;	/* never try again on this socket */
 	return false;
 }
 
-static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
-			   unsigned n)
+static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 {
 	unsigned sent = 0;
 
@@ -324,7 +326,9 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 	struct sockaddr_storage from[WK_BATCH];
 	uint64_t now_ns = mono_ns();
 	unsigned n_out = 0;
-	struct wk_ep ep = { .l = a->l, .c = a->conn, .addr = (struct sockaddr *)&a->client,
+	struct wk_ep ep = { .l = a->l,
+			    .c = a->conn,
+			    .addr = (struct sockaddr *)&a->client,
 			    .addr_len = a->client_len };
 	int n;
 
@@ -339,7 +343,8 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !wk_peer_admitted(w, a, peer, len, now_ns))
+		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
+		    !wk_peer_admitted(w, a, peer, len, now_ns))
 			continue;
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
@@ -373,8 +378,7 @@ static void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, uns
 }
 
 static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
-			     const struct sockaddr *peer, uint32_t cl, const void *data,
-			     size_t len)
+			     const struct sockaddr *peer, uint32_t cl, const void *data, size_t len)
 {
 	if (wk_sendto_df(r->fd, r->df_fast, data, len, peer, wk_addr_len(peer)) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
@@ -401,8 +405,7 @@ void wk_txg_flush(struct worker *w)
 			g->r->gso_off = true;
 	}
 	for (unsigned i = 0; i < n; i++)
-		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base,
-				 g->iov[i].iov_len);
+		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base, g->iov[i].iov_len);
 }
 
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
@@ -411,8 +414,8 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 	struct wk_txg *g = &w->txg;
 	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
 
-	if (g->n && !(groupable && g->r == r && !g->closed && len <= g->seg &&
-		      g->n < WK_BATCH && g->total + len <= WK_GSO_TOTAL_MAX &&
+	if (g->n && !(groupable && g->r == r && !g->closed && len <= g->seg && g->n < WK_BATCH &&
+		      g->total + len <= WK_GSO_TOTAL_MAX &&
 		      wk_addr_equal(peer, (const struct sockaddr *)&g->peer)))
 		wk_txg_flush(w);
 	if (!groupable) {

@@ -10,8 +10,10 @@
 void wk_unauth_configure(struct worker *w, const struct snap_limits *lim)
 {
 	struct wk_rl_conf c = {
-		.rate = lim->unauth_rate, .burst = lim->unauth_burst,
-		.prefix_v4 = lim->unauth_prefix_v4, .prefix_v6 = lim->unauth_prefix_v6,
+		.rate = lim->unauth_rate,
+		.burst = lim->unauth_burst,
+		.prefix_v4 = lim->unauth_prefix_v4,
+		.prefix_v6 = lim->unauth_prefix_v6,
 	};
 
 	if (w->rl.magic == WK_RL_MAGIC) {

@@ -278,8 +278,7 @@ int wk_dtls_meth_init(struct worker *w);
 /* Builds the listener's default context (and one per further certificate, chosen by
  * SNI) from the snapshot's PEM: every private key is paired with the certificate it
  * matches, the other certificates are the chains. Returns 0 or -EINVAL/-ENOMEM. */
-int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls,
-		     SSL_CTX **out);
+int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls, SSL_CTX **out);
 /* A server SSL whose BIO sends datagrams through fd (the listener's socket). */
 SSL *wk_dtls_ssl_new(struct worker *w, SSL_CTX *ctx, int fd);
 struct wk_dbio *wk_dtls_dbio(SSL *ssl);
@@ -366,8 +365,8 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
  * already owns (left LIVE by a dead predecessor), linked into the 5-tuple index. No
  * relay socket, timer or counter yet. Returns 0, -EINVAL (no client address), -EEXIST
  * (that 5-tuple is already served), -ENOMEM. */
-int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx,
-		    struct shm_alloc *rec, struct wk_alloc **out);
+int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
+		    struct wk_alloc **out);
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
@@ -377,16 +376,15 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
 void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
-int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
-			bool even, bool reserve, uint16_t *reserved_port);
+int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
+			bool reserve, uint16_t *reserved_port);
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer);
-const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch,
-					    uint64_t now_ns);
-const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
-					     const struct sockaddr *peer, uint64_t now_ns);
+const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);
+const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
+					     uint64_t now_ns);
 unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen);
 void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
 		 uint64_t token);
@@ -435,7 +433,10 @@ int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 void wk_adopt_run(struct worker *w);
 
 /* ---- auth.c ---- */
-enum wk_auth_result { WK_AUTH_OK = 0, WK_AUTH_REPLIED };
+enum wk_auth_result {
+	WK_AUTH_OK = 0,
+	WK_AUTH_REPLIED
+};
 /* Authenticates req for a new allocation (a == NULL) or an existing one. On success
  * writes the key (and its algorithm, username, credential expiry) into *cred and
  * returns WK_AUTH_OK; otherwise the error response was sent. */

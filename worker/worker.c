@@ -174,11 +174,13 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 		/* A changed range only affects new allocations: live ones keep
 		 * their ports, which the old pool no longer tracks. */
 		portpool_destroy(&l->pool);
-		if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max,
-				  w->slot, w->h->slot_count) < 0)
-			log_error("worker", "listener %s: relay port range %u-%u too small "
-				  "for %u workers", l->name, l->sl.relay_port_min,
-				  l->sl.relay_port_max, w->h->slot_count);
+		if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max, w->slot,
+				  w->h->slot_count) < 0)
+			log_error("worker",
+				  "listener %s: relay port range %u-%u too small "
+				  "for %u workers",
+				  l->name, l->sl.relay_port_min, l->sl.relay_port_max,
+				  w->h->slot_count);
 		l->pool_min = l->sl.relay_port_min;
 		l->pool_max = l->sl.relay_port_max;
 	}
@@ -303,8 +305,7 @@ static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 	wk_stop(wk_checked(s->data), s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
-			   int fd)
+static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto, int fd)
 {
 	struct wk_listener *l;
 	struct sockaddr_storage ss;
@@ -378,7 +379,8 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 		next = a->next;
 		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
 			wk_alloc_destroy(w, a, "disconnected by admin");
-		else if (d->by == IPC_DISC_USER && a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
+		else if (d->by == IPC_DISC_USER &&
+			 a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
 			 memcmp(a->rec->username, d->user, a->rec->user_len) == 0)
 			wk_alloc_destroy(w, a, "disconnected by admin");
 	}
@@ -401,8 +403,9 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 		socklen_t tl = sizeof(type);
 
 		getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl);
-		if (wk_listener_add(w, name, type == SOCK_STREAM ? WORKER_PROTO_TCP
-								 : WORKER_PROTO_UDP, fd) < 0) {
+		if (wk_listener_add(w, name,
+				    type == SOCK_STREAM ? WORKER_PROTO_TCP : WORKER_PROTO_UDP,
+				    fd) < 0) {
 			log_error("worker", "cannot add listener %s", name);
 			close(fd);
 		}
