@@ -38,7 +38,7 @@ struct tb_data {
 static void put_payload(struct tb_data *d, uint8_t *p, uint32_t idx, uint32_t seq, uint64_t t)
 {
 	if (d->hdr)
-		stun_chan_write_header(p, TB_CHANNEL, d->plen);
+		stun_chan_write_header(p, TB_CHANNEL, d->plen, STUN_CHAN_RFC8656);
 	p += d->hdr;
 	memcpy(p, &t, 8);
 	memcpy(p + 8, &idx, 4);

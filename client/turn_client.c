@@ -131,11 +131,6 @@ void turn_client_destroy(struct turn_client *c)
 	free(c);
 }
 
-int turn_client_fd(const struct turn_client *c)
-{
-	return c ? c->fd : -EINVAL;
-}
-
 int turn_client_local_addr(const struct turn_client *c, struct sockaddr_storage *out)
 {
 	socklen_t len = sizeof(*out);

@@ -71,13 +71,11 @@ int turn_client_create(const struct turn_client_opts *opts, struct turn_client *
  * password and key, frees everything. Accepts NULL. */
 void turn_client_destroy(struct turn_client *c);
 
-/* The client's socket (for poll) and its local address. A readable fd is not the only
- * sign of data: see turn_client_pending(). */
-int turn_client_fd(const struct turn_client *c);
 /* True when data is already buffered inside the client (queued relayed packets, the rest
  * of a TCP/TLS stream read, records decrypted by OpenSSL): call turn_client_recv()
  * (timeout 0 is fine) before poll()ing the fd, which would not wake up for it. */
 bool turn_client_pending(const struct turn_client *c);
+/* The client's local address. */
 int turn_client_local_addr(const struct turn_client *c, struct sockaddr_storage *out);
 
 /* STUN error code of the last -EPROTO result (0 if the last request succeeded); reason

@@ -9,12 +9,11 @@
 #include <unistd.h>
 
 #include "client/turn_client_int.h"
+#include "common/mono.h"
 
 int64_t tc_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)mono_ms();
 }
 
 int tc_wait_fd(int fd, short events, int64_t deadline)
@@ -94,7 +93,7 @@ static int recv_tcp(struct turn_client *c, int64_t deadline, const uint8_t **msg
 	}
 	for (;;) {
 		size_t fl;
-		int rc = stun_frame_next(c->rx, c->rx_len, TC_RX_CAP, &fl);
+		int rc = stun_frame_next(c->rx, c->rx_len, TC_RX_CAP, STUN_CHAN_RFC8656, &fl);
 		if (rc == 0) {
 			*msg = c->rx;
 			*len = fl;
@@ -142,7 +141,7 @@ bool turn_client_pending(const struct turn_client *c)
 
 bool tc_is_relayed(const uint8_t *msg, size_t len)
 {
-	if (stun_is_channeldata(msg, len))
+	if (stun_is_channeldata(msg, len, STUN_CHAN_RFC8656))
 		return true;
 	if (!stun_is_stun(msg, len))
 		return false;

@@ -189,7 +189,7 @@ int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void
 	if (c == NULL)
 		return -EINVAL;
 	int rc = stun_chan_encode(c->tx, TC_RX_CAP, channel, data, len,
-				  tc_is_stream(c), &n);
+				  tc_is_stream(c), STUN_CHAN_RFC8656, &n);
 	return rc == 0 ? tc_send(c, c->tx, n) : rc;
 }
 
@@ -204,8 +204,8 @@ static int deliver(struct turn_client *c, const uint8_t *m, size_t n, void *buf,
 	struct stun_msg msg;
 
 	memset(&p, 0, sizeof(p));
-	if (stun_is_channeldata(m, n)) {
-		if (stun_chan_decode(m, n, &ch, &d, &dl) != 0)
+	if (stun_is_channeldata(m, n, STUN_CHAN_RFC8656)) {
+		if (stun_chan_decode(m, n, STUN_CHAN_RFC8656, &ch, &d, &dl) != 0)
 			return -ENOMSG;
 		for (unsigned i = 0; i < c->n_chan; i++)
 			if (c->chan[i].channel == ch)

@@ -89,7 +89,8 @@ static int spec_apply(struct log_state *st, const char *spec)
 			lvlname = colon + 1;
 		}
 		enum log_level lvl;
-		if (*scope == '\0' || strlen(scope) >= LOG_SCOPE_LEN || log_level_parse(lvlname, &lvl) != 0)
+		if (*scope == '\0' || strlen(scope) >= LOG_SCOPE_LEN ||
+		    log_level_parse(lvlname, &lvl) != 0)
 			return -EINVAL;
 		if (strcmp(scope, "all") == 0) {
 			st->dflt = lvl;
@@ -193,12 +194,13 @@ void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 	if (g_log.fmt == LOG_FMT_JSON) {
 		char esc[sizeof(safe) + 64];
 		json_escape(esc, sizeof(esc), safe);
-		n = snprintf(line, sizeof(line),
-			     "{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,\"scope\":\"%s\",\"msg\":\"%s\"}\n",
-			     when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
+		n = snprintf(
+			line, sizeof(line),
+			"{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,\"scope\":\"%s\",\"msg\":\"%s\"}\n",
+			when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
 	} else {
-		n = snprintf(line, sizeof(line), "%s %-5s %s[%d] %s: %s\n", when, log_level_name(lvl),
-			     g_log.procname, (int)getpid(), scope, safe);
+		n = snprintf(line, sizeof(line), "%s %-5s %s[%d] %s: %s\n", when,
+			     log_level_name(lvl), g_log.procname, (int)getpid(), scope, safe);
 	}
 	if (n < 0)
 		return;

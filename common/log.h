@@ -23,7 +23,10 @@ enum log_level {
 	LOG_LVL_TRACE,
 };
 
-enum log_format { LOG_FMT_TEXT = 0, LOG_FMT_JSON };
+enum log_format {
+	LOG_FMT_TEXT = 0,
+	LOG_FMT_JSON
+};
 
 /* Sets the process name shown in each line ("master", "worker/3") and the format. */
 void log_init(const char *procname, enum log_format fmt);
@@ -49,9 +52,9 @@ void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 #define log_error(scope, ...) log_msg((scope), LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(scope, ...) log_msg((scope), LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(scope, ...) log_msg((scope), LOG_LVL_INFO, __VA_ARGS__)
-#define log_debug(scope, ...)                                      \
-	do {                                                       \
-		if (log_enabled((scope), LOG_LVL_DEBUG))           \
+#define log_debug(scope, ...)                                         \
+	do {                                                          \
+		if (log_enabled((scope), LOG_LVL_DEBUG))              \
 			log_msg((scope), LOG_LVL_DEBUG, __VA_ARGS__); \
 	} while (0)
 

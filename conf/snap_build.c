@@ -258,23 +258,31 @@ static void long_term_key(const struct conf_user *u, const char *realm, const EV
 	EVP_MD_CTX_free(ctx);
 }
 
+/* Users go into the snapshot for static auth only: counted (count_auth) and written
+ * (add_auth) through this one function, whatever the parser left in a->users. */
+static size_t auth_users(const struct conf_auth *a)
+{
+	return a->type == CONF_AUTH_STATIC ? a->n_users : 0;
+}
+
 static void add_auth(struct sb *b, const struct conf_auth *a)
 {
+	size_t n_users = auth_users(a);
 	struct snap_auth_rec *r = &b->auths[b->n_auths++];
 	r->type = (uint32_t)a->type;
 	r->realm = pool_str(b, a->realm);
 	r->strict_expiry = a->strict_expiry;
 	r->user_first = (uint32_t)b->n_users;
 	r->secret_first = (uint32_t)b->n_secrets;
-	const struct conf_user **sorted = calloc(a->n_users + 1, sizeof(*sorted));
+	const struct conf_user **sorted = calloc(n_users + 1, sizeof(*sorted));
 	if (sorted == NULL) {
 		b->err = -ENOMEM;
 		return;
 	}
-	for (size_t i = 0; i < a->n_users; i++)
+	for (size_t i = 0; i < n_users; i++)
 		sorted[i] = &a->users[i];
-	qsort(sorted, a->n_users, sizeof(*sorted), user_cmp);
-	for (size_t i = 0; i < a->n_users && !b->err; i++) {
+	qsort(sorted, n_users, sizeof(*sorted), user_cmp);
+	for (size_t i = 0; i < n_users && !b->err; i++) {
 		struct snap_user_rec *u = &b->users[b->n_users++];
 		u->name = pool_str(b, sorted[i]->username);
 		long_term_key(sorted[i], a->realm, EVP_md5(), u->md5, &b->err);
@@ -296,7 +304,7 @@ static void add_auth(struct sb *b, const struct conf_auth *a)
 
 static void count_auth(const struct conf_auth *a, size_t *users, size_t *secrets)
 {
-	*users += a->type == CONF_AUTH_STATIC ? a->n_users : 0;
+	*users += auth_users(a);
 	*secrets += a->type == CONF_AUTH_EPHEMERAL ? (a->secret != NULL) + (a->prev_secret != NULL) : 0;
 }
 

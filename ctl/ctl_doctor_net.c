@@ -15,16 +15,15 @@
 #include <unistd.h>
 
 #include "client/turn_client.h"
+#include "common/mono.h"
 
 #define STUN_MAGIC 0x2112A442u
 #define STUN_HDR 20
 
-static int64_t mono_ms(void)
+/* Signed, for deadline arithmetic. */
+static int64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)mono_ms();
 }
 
 int doctor_addr(const char *host, uint16_t port, struct sockaddr_storage *out)
@@ -45,7 +44,7 @@ int doctor_addr(const char *host, uint16_t port, struct sockaddr_storage *out)
 static int wait_in(int fd, int64_t deadline)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLIN };
-	int64_t left = deadline - mono_ms();
+	int64_t left = deadline - now_ms();
 	int rc;
 
 	if (left <= 0)
@@ -73,10 +72,10 @@ static int exchange(int fd, bool tcp, const uint8_t *req, const uint8_t tid[12],
 {
 	uint8_t buf[1500];
 	size_t have = 0;
-	int64_t end = mono_ms() + timeout_ms;
+	int64_t end = now_ms() + timeout_ms;
 
 	for (int attempt = 0; attempt < (tcp ? 1 : 3); attempt++) {
-		int64_t deadline = tcp ? end : mono_ms() + timeout_ms / 3;
+		int64_t deadline = tcp ? end : now_ms() + timeout_ms / 3;
 
 		if (send(fd, req, STUN_HDR, MSG_NOSIGNAL) != STUN_HDR)
 			return -errno;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "client/turn_client.h"
+#include "common/mono.h"
 #include "stun/stun_auth.h"
 
 #define PROBE_CHAN 0x4001
@@ -35,10 +36,7 @@ struct probe {
 
 static double now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+	return (double)mono_ns() / 1e6;
 }
 
 static void addr_str(const struct sockaddr_storage *ss, char *buf, size_t cap)

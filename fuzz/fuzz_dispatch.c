@@ -211,7 +211,7 @@ static struct fz *fz_init(void)
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
 	if (!w->ctr || !w->rx || !w->loop)
 		fz_die("worker setup failed");
-	wheel_init(&w->wheel, wk_now_ms());
+	wheel_init(&w->wheel, mono_ms());
 	for (int i = 0; i < FZ_LISTENERS; i++)
 		fz_add_listener(w, fz_names[i], &f->lst[i]);
 	wk_snap_use(w, f->snap);
@@ -443,7 +443,7 @@ static void fz_time_jump(struct worker *w, uint32_t secs)
 			wheel_arm(&w->wheel, &r->timer, fz_sub(r->timer.deadline_ms, d_ms));
 	/* A deadline now in the past was filed in the slot after the wheel's last tick: run
 	 * that one, even when an earlier jump already took the wheel past the real time. */
-	now_ms = wk_now_ms();
+	now_ms = mono_ms();
 	if (now_ms < (w->wheel.tick + 1) * WHEEL_TICK_MS)
 		now_ms = (w->wheel.tick + 1) * WHEEL_TICK_MS;
 	wheel_advance(&w->wheel, now_ms, w);
@@ -478,7 +478,7 @@ static void fz_reset(struct fz *f)
 	for (int n = 0; f->peer_fd >= 0 && n < 64; n++)
 		if (recv(f->peer_fd, f->w->rx[0], WK_DGRAM_MAX, MSG_DONTWAIT) < 0)
 			break;
-	wheel_init(&w->wheel, wk_now_ms());
+	wheel_init(&w->wheel, mono_ms());
 	w->draining = false;
 	memset(f->token, 0, sizeof(f->token));
 }
@@ -556,7 +556,7 @@ static void fz_deliver(struct fz *f, uint8_t sel, uint8_t flags, const uint8_t *
 	w->txg.on = false;
 	free(exact);
 	free(buf);
-	wheel_advance(&w->wheel, wk_now_ms(), w);
+	wheel_advance(&w->wheel, mono_ms(), w);
 	if (flags & 0x40) {
 		size_t before = w->n_allocs;
 

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* Bounded: every round either grows have or advances pos (frames are >= 4 bytes). */
 	while (pos < len) {
 		size_t fl = 0;
-		int rc = stun_frame_next(s + pos, have - pos, MAX_FRAME, &fl);
+		int rc = stun_frame_next(s + pos, have - pos, MAX_FRAME, STUN_CHAN_RFC8656, &fl);
 		if (rc == -EAGAIN) {
 			if (have == len)
 				break;	/* stream ended mid-frame */
@@ -34,18 +34,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			continue;
 		}
 		size_t whole_fl = 0;
-		int whole = stun_frame_next(s + pos, len - pos, MAX_FRAME, &whole_fl);
+		int whole = stun_frame_next(s + pos, len - pos, MAX_FRAME, STUN_CHAN_RFC8656, &whole_fl);
 		if (whole != rc || (rc == 0 && whole_fl != fl))
 			__builtin_trap();
 		if (rc != 0)
 			break;	/* -EBADMSG / -EMSGSIZE: the connection would close */
 		if (fl < 4 || fl > MAX_FRAME || fl > have - pos)
 			__builtin_trap();
-		if (stun_is_channeldata(s + pos, fl)) {
+		if (stun_is_channeldata(s + pos, fl, STUN_CHAN_RFC8656)) {
 			uint16_t ch;
 			const uint8_t *d;
 			size_t dl;
-			if (stun_chan_decode(s + pos, fl, &ch, &d, &dl) != 0)
+			if (stun_chan_decode(s + pos, fl, STUN_CHAN_RFC8656, &ch, &d, &dl) != 0)
 				__builtin_trap();
 		} else {
 			struct stun_msg m;

@@ -40,7 +40,7 @@ static void exercise_getters(const struct stun_msg *m)
 		(void)stun_msg_get_peer(m, i, &ss);
 	(void)stun_msg_get_raw(m, STUN_ATTR_DATA, &raw, &n);
 	(void)stun_msg_get_lifetime(m, &u32);
-	(void)stun_msg_get_channel(m, &u16);
+	(void)stun_msg_get_channel(m, STUN_CHAN_RFC8656, &u16);
 	(void)stun_msg_get_error(m, &i1, &s, &n);
 	(void)stun_msg_get_requested_transport(m, &u8a);
 	(void)stun_msg_get_family(m, STUN_ATTR_REQUESTED_ADDRESS_FAMILY, &i1);

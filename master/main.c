@@ -265,26 +265,6 @@ static int create_shm(struct master *m)
 	return rc;
 }
 
-static int open_listeners(struct master *m)
-{
-	const struct conf *cfg = m->cfg;
-
-	m->listeners = calloc(cfg->n_listeners ? cfg->n_listeners : 1, sizeof(*m->listeners));
-	if (m->listeners == NULL)
-		return -ENOMEM;
-	for (size_t i = 0; i < cfg->n_listeners; i++) {
-		int rc = listener_open(&cfg->listeners[i], m->n_slots,
-				       &m->listeners[m->n_listeners]);
-
-		if (rc == -EOPNOTSUPP)
-			continue;
-		if (rc < 0)
-			return rc;
-		m->n_listeners++;
-	}
-	return 0;
-}
-
 /* A live socket at the path means another turngated runs with this config: starting a
  * second one would silently share its SO_REUSEPORT ports, so that is fatal. Any other
  * failure only costs the admin interface and is logged. */
@@ -375,7 +355,7 @@ static int master_start(struct master *m)
 	rc = create_shm(m);
 	if (rc < 0)
 		return rc;
-	rc = open_listeners(m);
+	rc = reload_open_listeners(m);
 	if (rc < 0)
 		return rc;
 	rc = reload_publish(m);

@@ -126,9 +126,9 @@ struct master {
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */
 
-/* Opens one SO_REUSEPORT socket per slot for listener l of cfg (UDP: bound datagram
- * socket; TCP: listening stream socket). TLS/DTLS listeners are skipped (not served yet):
- * returns -EOPNOTSUPP and logs. Returns 0 and fills *out, or -errno (nothing left open). */
+/* Opens one SO_REUSEPORT socket per slot for listener l of cfg (TURN-UDP and TURN-DTLS:
+ * bound datagram socket; TURN-TCP and TURN-TLS: listening stream socket). Returns 0 and
+ * fills *out, or -errno after logging (nothing left open). */
 int listener_open(const struct conf_listener *l, unsigned n_slots, struct mlistener *out);
 
 /* Closes every socket and frees the strings. Accepts NULL / a zeroed struct. */
@@ -159,9 +159,14 @@ void supervise_free(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */
 
-/* Loads the config (path or default) for the first time, opens listeners; on error prints
- * the diagnostics to stderr. Returns 0 or -errno. */
+/* Loads the config (path or default) for the first time; on error prints the diagnostics
+ * to stderr. Returns 0 or -errno. */
 int reload_initial(struct master *m);
+/* Startup, before the workers exist: opens the listeners of m->cfg through the reload
+ * path, as a reload from a configuration without listeners would (one path opens
+ * listeners, nginx's ngx_init_cycle); a listener that cannot be opened fails the start.
+ * Returns 0 or -errno (what was opened is closed again). */
+int reload_open_listeners(struct master *m);
 /* Size of the blob m->cfg compiles to, to size the shm snapshot arena. */
 int reload_snap_size(struct master *m, size_t *len);
 /* Publishes the current m->cfg as a new snapshot (used at start and by loglevel). */

@@ -12,19 +12,12 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
 #include "master/cds.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void reload_result_clear(struct reload_result *r)
 {
@@ -119,11 +112,11 @@ static int publish_cfg(struct master *m, struct conf *cfg)
 	rc = build_blob(m, cfg, m->generation + 1, &blob, &len);
 	if (rc < 0)
 		return rc;
-	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
+	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, mono_ns());
 	if (rc == -EBUSY) {
 		/* Every arena slot is current or waiting for readers: reclaim what is due. */
 		reload_reclaim(m);
-		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, now_ns());
+		rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, mono_ns());
 	}
 	if (rc == 0) {
 		m->generation++;
@@ -201,12 +194,12 @@ int reload_initial(struct master *m)
 	rc = load_config(m, &m->cfg, &diags);
 	conf_diags_print(&diags, stderr);
 	record_result(m, "startup", rc == 0, diags_to_json(&diags));
+	/* Diagnosed errors were printed above; only an undiagnosed failure needs a line. */
+	if (rc < 0 && diags.n_errors == 0)
+		fprintf(stderr, "turngated: cannot load configuration: %s\n", strerror(-rc));
 	conf_diags_free(&diags);
-	if (rc < 0) {
-		if (diags.n_errors == 0)
-			fprintf(stderr, "turngated: cannot load configuration: %s\n", strerror(-rc));
+	if (rc < 0)
 		return rc;
-	}
 	apply_logging(m, m->cfg);
 	return 0;
 }
@@ -263,9 +256,10 @@ static void pending_free(struct pending *p, bool close_sockets)
  * a port that cannot be bound fails the reload with nothing changed. A restarted listener
  * may keep its port: SO_REUSEPORT lets the new sockets join while the old ones still hold
  * it, and the old ones are closed at commit. */
-static int open_new_listeners(struct master *m, const struct conf *nc, struct pending *p)
+static int open_new_listeners(struct master *m, const struct conf *oc, const struct conf *nc,
+			      struct pending *p)
 {
-	int rc = conf_diff_listeners(m->cfg, nc, &p->delta, &p->n);
+	int rc = conf_diff_listeners(oc, nc, &p->delta, &p->n);
 
 	if (rc < 0)
 		return rc;
@@ -278,8 +272,6 @@ static int open_new_listeners(struct master *m, const struct conf *nc, struct pe
 		if (d->change != CONF_LISTENER_ADDED && d->change != CONF_LISTENER_RESTART)
 			continue;
 		rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
-		if (rc == -EOPNOTSUPP)
-			continue;
 		if (rc < 0)
 			return rc;
 	}
@@ -311,6 +303,8 @@ static int add_listener(struct master *m, struct mlistener *l)
 	m->listeners[m->n_listeners] = *l;
 	memset(l, 0, sizeof(*l));
 	m->n_listeners++;
+	if (m->workers == NULL)
+		return 0;	/* startup: workers inherit every listener at fork */
 	supervise_broadcast(m, IPC_LISTENER_ADD, m->listeners[m->n_listeners - 1].name,
 			    strlen(m->listeners[m->n_listeners - 1].name),
 			    (int)(m->n_listeners - 1));
@@ -332,9 +326,23 @@ static void commit_listeners(struct master *m, struct pending *p)
 			continue;
 		if (add_listener(m, &p->opened[i]) < 0)
 			log_error("master", "listener %s: out of memory", p->delta[i].name);
-		else
+		else if (m->workers != NULL)
 			log_info("master", "listener %s added", p->delta[i].name);
 	}
+}
+
+int reload_open_listeners(struct master *m)
+{
+	static const struct conf before_start;	/* no listeners */
+	struct pending p = { 0 };
+	int rc;
+
+	assert(m->magic == MASTER_MAGIC && m->n_listeners == 0 && m->workers == NULL);
+	rc = open_new_listeners(m, &before_start, m->cfg, &p);
+	if (rc == 0)
+		commit_listeners(m, &p);
+	pending_free(&p, true);
+	return rc;
 }
 
 /* A daemon that started without its admin socket (a CDS bootstrap config, or a path that
@@ -378,7 +386,7 @@ int reload_run(struct master *m, const char *trigger)
 		goto out;
 	}
 	warn_restart_only(m, nc);
-	rc = open_new_listeners(m, nc, &p);
+	rc = open_new_listeners(m, m->cfg, nc, &p);
 	if (rc < 0) {
 		record_error(m, trigger, "cannot open new listeners", rc);
 		goto out;

@@ -10,7 +10,7 @@
 #include "shm/shm_internal.h"
 
 static_assert(sizeof(struct shm_alloc) == 2528, "update the record size in shm_alloc.h "
-	      "and docs/architecture.md");
+						"and docs/architecture.md");
 static_assert(offsetof(struct shm_alloc, owner) == 16, "state/seq/gen header changed");
 
 /* A few microseconds of retries: an owner's write bracket is a handful of stores. */
@@ -240,8 +240,8 @@ int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned 
 	return 0;
 }
 
-static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t *idx,
-			 bool live_only, unsigned slot)
+static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t *idx, bool live_only,
+			 unsigned slot)
 {
 	shm_check_handle(shm);
 	if (cursor == NULL || idx == NULL)
@@ -262,8 +262,7 @@ static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t *idx,
 	return -ENOENT;
 }
 
-int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor,
-			 uint32_t *idx)
+int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor, uint32_t *idx)
 {
 	if (slot >= shm->cfg.n_slots)
 		return -EINVAL;

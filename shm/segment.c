@@ -36,10 +36,10 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 {
 	g->off_slots = shm_round_up(sizeof(struct shm_hdr), SHM_PAGE);
 	g->slot_stride = shm_round_up(sizeof(struct shm_slot), SHM_CL);
-	g->off_snaps = shm_round_up(g->off_slots + (uint64_t)cfg->n_slots * g->slot_stride,
-				    SHM_PAGE);
-	g->snap_stride = shm_round_up(sizeof(struct shm_snap_hdr) + (uint64_t)cfg->snap_size,
-				      SHM_PAGE);
+	g->off_snaps =
+		shm_round_up(g->off_slots + (uint64_t)cfg->n_slots * g->slot_stride, SHM_PAGE);
+	g->snap_stride =
+		shm_round_up(sizeof(struct shm_snap_hdr) + (uint64_t)cfg->snap_size, SHM_PAGE);
 	g->off_allocs = g->off_snaps + (uint64_t)cfg->snap_count * g->snap_stride;
 	g->alloc_stride = shm_round_up(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN);
 	g->off_trust = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
@@ -103,8 +103,7 @@ uint64_t shm_layout_hash(void)
 	return h;
 }
 
-static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg,
-		     const struct shm_geom *g)
+static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const struct shm_geom *g)
 {
 	h->layout_version = SHM_LAYOUT_VERSION;
 	h->hdr_size = sizeof(*h);

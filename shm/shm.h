@@ -220,7 +220,9 @@ enum shm_cctr {
 /* Allocation lifetime histogram: upper bounds in whole seconds of the finite buckets,
  * ascending; one more bucket (+Inf) follows them. */
 #define SHM_LIFE_BUCKETS 6u
+/* clang-format off */
 #define SHM_LIFE_BOUNDS_INIT { 10, 60, 300, 600, 1800, 3600 }
+/* clang-format on */
 
 /* Buckets are NOT cumulative (bucket[i] counts lifetimes in (bound[i-1], bound[i]],
  * bucket[SHM_LIFE_BUCKETS] those above the last bound); the renderer accumulates them.
@@ -258,15 +260,15 @@ static inline void shm_ctr_add(struct shm_counters *c, enum shm_ctr i, uint64_t 
 }
 
 /* Gauges: v may be "negative" (two's complement), e.g. (uint64_t)-1. */
-static inline void shm_lctr_add(struct shm_counters *c, unsigned listener,
-				enum shm_lctr i, uint64_t v)
+static inline void shm_lctr_add(struct shm_counters *c, unsigned listener, enum shm_lctr i,
+				uint64_t v)
 {
 	if (listener < SHM_MAX_LISTENERS && (unsigned)i < SHM_LCTR__COUNT)
 		CMM_STORE_SHARED(c->lst[listener][i], CMM_LOAD_SHARED(c->lst[listener][i]) + v);
 }
 
-static inline void shm_cctr_add(struct shm_counters *c, unsigned cluster,
-				enum shm_cctr i, uint64_t v)
+static inline void shm_cctr_add(struct shm_counters *c, unsigned cluster, enum shm_cctr i,
+				uint64_t v)
 {
 	if (cluster < SHM_MAX_CLUSTERS && (unsigned)i < SHM_CCTR__COUNT)
 		CMM_STORE_SHARED(c->cls[cluster][i], CMM_LOAD_SHARED(c->cls[cluster][i]) + v);
@@ -343,8 +345,7 @@ int shm_qsbr_oldest_pending_ns(const struct shm *shm, uint64_t now_ns, uint64_t 
  * retires the previously current slot with that token (retire time = now_ns).
  * Never blocks. Returns 0, -EMSGSIZE (len > snap_size), -EBUSY (every slot is current or
  * still waiting for its grace period: run shm_snap_reclaim() and retry later), -EROFS. */
-int shm_snap_publish(struct shm *shm, const void *blob, size_t len, uint64_t gen,
-		     uint64_t now_ns);
+int shm_snap_publish(struct shm *shm, const void *blob, size_t len, uint64_t gen, uint64_t now_ns);
 
 /* Master, from a timer: frees every retired slot whose grace period has completed and
  * poisons its payload with SHM_POISON_BYTE. *n_freed / *n_pending (either may be NULL)

@@ -132,7 +132,7 @@ struct shm_alloc {
 };
 
 #define SHM_ALLOC_WORD(state, slot) ((uint32_t)(slot) << 8 | (uint32_t)(state))
-#define SHM_ALLOC_WORD_STATE(w) ((enum shm_alloc_state)((w) & 0xffu))
+#define SHM_ALLOC_WORD_STATE(w) ((enum shm_alloc_state)((w)&0xffu))
 #define SHM_ALLOC_WORD_OWNER(w) ((unsigned)(((w) >> 8) & 0xffu))
 
 /* Number of records in the table (the segment's alloc_cap). */
@@ -195,8 +195,7 @@ int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned 
  * in *idx (cursor advanced past it), or -ENOENT at the end.
  * _next_owned: records in any non-FREE state owned by `slot` (re-adoption after a crash).
  * _next_live:  LIVE records of any owner (admin listing, metrics). */
-int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor,
-			 uint32_t *idx);
+int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor, uint32_t *idx);
 int shm_alloc_next_live(const struct shm *shm, uint32_t *cursor, uint32_t *idx);
 
 /* Master, only for a slot with no running worker (after shm_slot_reaped and before a

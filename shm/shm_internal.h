@@ -62,7 +62,11 @@ struct shm_slot {
 	_Alignas(SHM_CL) struct shm_counters ctr;   /* worker; master only while slot is dead */
 };
 
-enum shm_snap_state { SHM_SNAP_FREE = 0, SHM_SNAP_LIVE, SHM_SNAP_RETIRED };
+enum shm_snap_state {
+	SHM_SNAP_FREE = 0,
+	SHM_SNAP_LIVE,
+	SHM_SNAP_RETIRED
+};
 
 /* Header of one snapshot slot; the payload follows at +sizeof(struct shm_snap_hdr).
  * Written only by the master: magic/gen/len/checksum before the slot is published
@@ -154,7 +158,8 @@ static inline struct shm_snap_hdr *shm_snap_at(const struct shm *shm, unsigned i
 
 static inline struct shm_alloc *shm_alloc_at(const struct shm *shm, uint32_t idx)
 {
-	return (struct shm_alloc *)(shm->base + shm->off_allocs + (uint64_t)idx * shm->alloc_stride);
+	return (struct shm_alloc *)(shm->base + shm->off_allocs +
+				    (uint64_t)idx * shm->alloc_stride);
 }
 
 static inline struct shm_trust_hdr *shm_trust_hdr(const struct shm *shm)

@@ -67,10 +67,8 @@ static const char *const lctr_names[SHM_LCTR__COUNT] = {
 };
 
 static const char *const cctr_names[SHM_CCTR__COUNT] = {
-	[SHM_CCTR_PEER_PKTS_IN] = "peer_pkts_in",
-	[SHM_CCTR_PEER_BYTES_IN] = "peer_bytes_in",
-	[SHM_CCTR_PEER_PKTS_OUT] = "peer_pkts_out",
-	[SHM_CCTR_PEER_BYTES_OUT] = "peer_bytes_out",
+	[SHM_CCTR_PEER_PKTS_IN] = "peer_pkts_in",   [SHM_CCTR_PEER_BYTES_IN] = "peer_bytes_in",
+	[SHM_CCTR_PEER_PKTS_OUT] = "peer_pkts_out", [SHM_CCTR_PEER_BYTES_OUT] = "peer_bytes_out",
 	[SHM_CCTR_PERM_GRANTED] = "perm_granted",
 };
 

@@ -73,8 +73,7 @@ static int snap_retire(struct shm *shm, uint64_t old_off, uint64_t now_ns)
 	return 0;
 }
 
-int shm_snap_publish(struct shm *shm, const void *blob, size_t len, uint64_t gen,
-		     uint64_t now_ns)
+int shm_snap_publish(struct shm *shm, const void *blob, size_t len, uint64_t gen, uint64_t now_ns)
 {
 	struct shm_hdr *h;
 	struct shm_snap_hdr *s;
@@ -203,8 +202,8 @@ int shm_qsbr_oldest_pending_ns(const struct shm *shm, uint64_t now_ns, uint64_t 
 }
 
 /* Acquire-load of the current offset and validation of the slot it names. */
-static int current_hdr(const struct shm *shm, const struct shm_snap_hdr **out,
-		       uint64_t *len, uint64_t *off)
+static int current_hdr(const struct shm *shm, const struct shm_snap_hdr **out, uint64_t *len,
+		       uint64_t *off)
 {
 	const struct shm_snap_hdr *s;
 	unsigned i;

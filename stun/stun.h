@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "stun/stun_frame.h"
+
 #define STUN_HEADER_LEN 20
 #define STUN_MAGIC_COOKIE 0x2112A442u
 #define STUN_TID_LEN 12
@@ -57,7 +59,7 @@ enum stun_method {
 	STUN_CHANNEL_BIND = 0x009,
 	STUN_CONNECT = 0x00A,		/* RFC 6062 */
 	STUN_CONNECTION_BIND = 0x00B,	/* RFC 6062 */
-	STUN_CONNECTION_ATTEMPT = 0x00C,/* RFC 6062 */
+	STUN_CONNECTION_ATTEMPT = 0x00C, /* RFC 6062 */
 };
 
 /* Attribute types. < 0x8000 are comprehension-required. */
@@ -224,6 +226,13 @@ int stun_msg_parse(struct stun_msg *msg, const uint8_t *buf, size_t len);
 /* True if the attribute is present (first occurrence before the integrity cut-off). */
 bool stun_msg_has(const struct stun_msg *msg, uint16_t attr_type);
 
+/* RFC 8489 14 / RFC 8656 18: a fixed-size attribute (LIFETIME, REQUESTED-TRANSPORT,
+ * CHANNEL-NUMBER, EVEN-PORT, DONT-FRAGMENT, RESERVATION-TOKEN, the address families,
+ * CONNECTION-ID, ICMP, USERHASH and the ICE attributes) whose length is another is
+ * malformed: a server answers 400. Returns 0, or -EBADMSG with *bad_type (may be NULL)
+ * set to the first such attribute in table order. */
+int stun_msg_check_sizes(const struct stun_msg *msg, uint16_t *bad_type);
+
 /* Raw value of the first occurrence of a known attribute type: *val points into the
  * message buffer, *len is the unpadded length. 0, -ENOENT, or -EINVAL for a type the
  * parser does not track (unknown types are not recorded). */
@@ -244,8 +253,7 @@ int stun_msg_copy_string(const struct stun_msg *msg, uint16_t attr_type, char *o
  * ALTERNATE-SERVER) are read as is. Writes a sockaddr_in or sockaddr_in6 into *out.
  * -EBADMSG on a bad length/family, -ENOENT if absent, -EINVAL if the type is not an
  * address attribute. */
-int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type,
-		      struct sockaddr_storage *out);
+int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type, struct sockaddr_storage *out);
 
 /* The idx-th occurrence (0-based) of any address attribute, found by walking the message
  * (no storage limit): e.g. the second XOR-RELAYED-ADDRESS of a dual-stack allocation.
@@ -263,8 +271,8 @@ unsigned stun_msg_unknown(const struct stun_msg *msg, const uint16_t **types);
 
 /* Typed getters: 0, -ENOENT (absent) or -EBADMSG (wrong length/value). */
 int stun_msg_get_lifetime(const struct stun_msg *msg, uint32_t *seconds);
-/* CHANNEL-NUMBER; -EBADMSG if outside 0x4000..0x4FFF. */
-int stun_msg_get_channel(const struct stun_msg *msg, uint16_t *channel);
+/* CHANNEL-NUMBER; -EBADMSG if outside range (stun/stun_frame.h). */
+int stun_msg_get_channel(const struct stun_msg *msg, enum stun_chan_range range, uint16_t *channel);
 /* ERROR-CODE: code is 300..699; reason points into the buffer (may be NULL/0). */
 int stun_msg_get_error(const struct stun_msg *msg, int *code, const char **reason,
 		       size_t *reason_len);
@@ -280,8 +288,8 @@ int stun_msg_get_reservation_token(const struct stun_msg *msg, uint64_t *token);
 /* CONNECTION-ID (RFC 6062). */
 int stun_msg_get_connection_id(const struct stun_msg *msg, uint32_t *id);
 /* ADDRESS-ERROR-CODE (RFC 8656 14.12): family as AF_INET/AF_INET6, code 300..699. */
-int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code,
-			       const char **reason, size_t *reason_len);
+int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code, const char **reason,
+			       size_t *reason_len);
 /* ICMP (RFC 8656 14.13). */
 int stun_msg_get_icmp(const struct stun_msg *msg, uint8_t *icmp_type, uint8_t *icmp_code,
 		      uint32_t *error_data);
@@ -308,8 +316,7 @@ int stun_msg_get_u64(const struct stun_msg *msg, uint16_t attr_type, uint64_t *v
  * 0 ok, -ENOENT absent, -EACCES mismatch, -EIO crypto failure. */
 int stun_msg_check_integrity(const struct stun_msg *msg, const uint8_t *key, size_t key_len);
 /* Same for MESSAGE-INTEGRITY-SHA256 (HMAC-SHA256, truncated value of 16..32 bytes). */
-int stun_msg_check_integrity_sha256(const struct stun_msg *msg, const uint8_t *key,
-				    size_t key_len);
+int stun_msg_check_integrity_sha256(const struct stun_msg *msg, const uint8_t *key, size_t key_len);
 /* Checks FINGERPRINT (CRC-32 ^ 0x5354554E). 0 ok, -ENOENT absent, -EBADMSG mismatch. */
 int stun_msg_check_fingerprint(const struct stun_msg *msg);
 
@@ -330,8 +337,8 @@ struct stun_builder {
 
 /* Starts a message of the given method and class with transaction id tid (copied) in
  * buf[0..cap). cap < 20 sets err = -ENOBUFS. */
-void stun_build_init(struct stun_builder *b, uint8_t *buf, size_t cap, uint16_t method,
-		     uint8_t cls, const uint8_t tid[STUN_TID_LEN]);
+void stun_build_init(struct stun_builder *b, uint8_t *buf, size_t cap, uint16_t method, uint8_t cls,
+		     const uint8_t tid[STUN_TID_LEN]);
 /* Starts a response (class STUN_SUCCESS or STUN_ERROR) to req: same method and tid. */
 void stun_build_init_response(struct stun_builder *b, uint8_t *buf, size_t cap,
 			      const struct stun_msg *req, uint8_t cls);
@@ -371,8 +378,8 @@ void stun_build_integrity(struct stun_builder *b, const uint8_t *key, size_t key
 /* Appends MESSAGE-INTEGRITY-SHA256 (full 32 bytes). May follow MESSAGE-INTEGRITY. */
 void stun_build_integrity_sha256(struct stun_builder *b, const uint8_t *key, size_t key_len);
 /* Same with the value truncated to len bytes (16..32, multiple of 4; else -EINVAL). */
-void stun_build_integrity_sha256_len(struct stun_builder *b, const uint8_t *key,
-				     size_t key_len, size_t len);
+void stun_build_integrity_sha256_len(struct stun_builder *b, const uint8_t *key, size_t key_len,
+				     size_t len);
 /* Appends FINGERPRINT; nothing may follow. */
 void stun_build_fingerprint(struct stun_builder *b);
 

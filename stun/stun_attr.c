@@ -42,6 +42,44 @@ int stun_msg_get_raw(const struct stun_msg *msg, uint16_t attr_type, const uint8
 	return 0;
 }
 
+/* Attributes whose value has one size (the getters below read them with it). */
+static const struct {
+	uint16_t type;
+	uint16_t len;
+} fixed_sizes[] = {
+	{ STUN_ATTR_CHANNEL_NUMBER, 4 },
+	{ STUN_ATTR_LIFETIME, 4 },
+	{ STUN_ATTR_REQUESTED_ADDRESS_FAMILY, 4 },
+	{ STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY, 4 },
+	{ STUN_ATTR_EVEN_PORT, 1 },
+	{ STUN_ATTR_REQUESTED_TRANSPORT, 4 },
+	{ STUN_ATTR_DONT_FRAGMENT, 0 },
+	{ STUN_ATTR_RESERVATION_TOKEN, 8 },
+	{ STUN_ATTR_CONNECTION_ID, 4 },
+	{ STUN_ATTR_ICMP, 8 },
+	{ STUN_ATTR_USERHASH, 32 },
+	{ STUN_ATTR_PRIORITY, 4 },
+	{ STUN_ATTR_USE_CANDIDATE, 0 },
+	{ STUN_ATTR_ICE_CONTROLLED, 8 },
+	{ STUN_ATTR_ICE_CONTROLLING, 8 },
+};
+
+int stun_msg_check_sizes(const struct stun_msg *msg, uint16_t *bad_type)
+{
+	if (msg == NULL)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(fixed_sizes) / sizeof(fixed_sizes[0]); i++) {
+		const struct stun_attr_ref *ref = find_ref(msg, fixed_sizes[i].type);
+
+		if (ref != NULL && ref->off != 0 && ref->len != fixed_sizes[i].len) {
+			if (bad_type)
+				*bad_type = fixed_sizes[i].type;
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
 /* Reads an attribute into a cursor over its value. */
 static int attr_reader(const struct stun_msg *msg, uint16_t attr_type, struct wire_rd *r)
 {
@@ -55,6 +93,7 @@ static int attr_reader(const struct stun_msg *msg, uint16_t attr_type, struct wi
 
 static size_t string_limit(uint16_t attr_type)
 {
+	/* clang-format off */
 	switch (attr_type) {
 	case STUN_ATTR_USERNAME: return STUN_MAX_USERNAME_LEN;
 	case STUN_ATTR_REALM: return STUN_MAX_REALM_LEN;
@@ -63,6 +102,7 @@ static size_t string_limit(uint16_t attr_type)
 	case STUN_ATTR_ALTERNATE_DOMAIN: return 255;
 	default: return 0;
 	}
+	/* clang-format on */
 }
 
 int stun_msg_get_string(const struct stun_msg *msg, uint16_t attr_type, const char **str,
@@ -153,8 +193,7 @@ static int decode_addr(const struct stun_msg *msg, const uint8_t *val, size_t le
 	return 0;
 }
 
-int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type,
-		      struct sockaddr_storage *out)
+int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type, struct sockaddr_storage *out)
 {
 	const uint8_t *val;
 	size_t len;
@@ -268,7 +307,7 @@ int stun_msg_get_lifetime(const struct stun_msg *msg, uint32_t *seconds)
 	return stun_msg_get_u32(msg, STUN_ATTR_LIFETIME, seconds);
 }
 
-int stun_msg_get_channel(const struct stun_msg *msg, uint16_t *channel)
+int stun_msg_get_channel(const struct stun_msg *msg, enum stun_chan_range range, uint16_t *channel)
 {
 	uint32_t v;
 	int rc = stun_msg_get_u32(msg, STUN_ATTR_CHANNEL_NUMBER, &v);
@@ -277,7 +316,7 @@ int stun_msg_get_channel(const struct stun_msg *msg, uint16_t *channel)
 	if (channel == NULL)
 		return -EINVAL;
 	/* Channel number in the top 16 bits, RFFU in the low 16. */
-	if (!stun_channel_valid((uint16_t)(v >> 16)))
+	if (!stun_channel_valid((uint16_t)(v >> 16), range))
 		return -EBADMSG;
 	*channel = (uint16_t)(v >> 16);
 	return 0;
@@ -326,8 +365,8 @@ static int family_to_af(uint8_t fam)
 	return fam == STUN_FAMILY_IPV4 ? AF_INET : fam == STUN_FAMILY_IPV6 ? AF_INET6 : -1;
 }
 
-int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code,
-			       const char **reason, size_t *reason_len)
+int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code, const char **reason,
+			       size_t *reason_len)
 {
 	struct wire_rd r;
 	int rc = attr_reader(msg, STUN_ATTR_ADDRESS_ERROR_CODE, &r);

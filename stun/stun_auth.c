@@ -74,8 +74,8 @@ int stun_rest_password(const uint8_t *secret, size_t secret_len, const char *use
 		return -EINVAL;
 	if (cap < STUN_REST_PASSWORD_LEN + 1)
 		return -ENOBUFS;
-	if (stun_hmac2("SHA1", secret, secret_len, (const uint8_t *)username, username_len, NULL,
-		       0, mac, &mac_len) != 0)
+	if (stun_hmac2("SHA1", secret, secret_len, (const uint8_t *)username, username_len, NULL, 0,
+		       mac, &mac_len) != 0)
 		return -EIO;
 	/* 20 bytes -> 28 base64 characters with one '=' of padding. */
 	EVP_EncodeBlock((unsigned char *)password, mac, (int)mac_len);
@@ -96,8 +96,7 @@ int stun_rest_mint(const uint8_t *secret, size_t secret_len, const char *user, u
 		n = snprintf(username, username_cap, "%" PRIu64, expiry);
 	if (n < 0 || (size_t)n >= username_cap)
 		return -ENOBUFS;
-	return stun_rest_password(secret, secret_len, username, (size_t)n, password,
-				  password_cap);
+	return stun_rest_password(secret, secret_len, username, (size_t)n, password, password_cap);
 }
 
 int stun_rest_expiry(const char *username, size_t username_len, uint64_t *expiry)
@@ -121,8 +120,7 @@ int stun_rest_expiry(const char *username, size_t username_len, uint64_t *expiry
 }
 
 int stun_rest_verify(const uint8_t *secret, size_t secret_len, const char *username,
-		     size_t username_len, const char *password, size_t password_len,
-		     uint64_t now)
+		     size_t username_len, const char *password, size_t password_len, uint64_t now)
 {
 	char want[STUN_REST_PASSWORD_LEN + 1];
 	uint64_t expiry;

@@ -53,8 +53,7 @@ int stun_rest_password(const uint8_t *secret, size_t secret_len, const char *use
  * 0 valid, -ETIMEDOUT expired (expiry < now), -EACCES wrong password, -EINVAL malformed.
  * Password comparison is constant-time. */
 int stun_rest_verify(const uint8_t *secret, size_t secret_len, const char *username,
-		     size_t username_len, const char *password, size_t password_len,
-		     uint64_t now);
+		     size_t username_len, const char *password, size_t password_len, uint64_t now);
 
 /* ---- Stateless nonces ---------------------------------------------------------------
  * nonce = [ "obMatJos2" + base64(3-byte security feature set) ]   (only if features != 0)

@@ -9,7 +9,12 @@
 #include "stun/stun_int.h"
 #include "stun/stun_wire.h"
 
-enum { STAGE_OPEN, STAGE_AFTER_MI, STAGE_AFTER_MI256, STAGE_AFTER_FP };
+enum {
+	STAGE_OPEN,
+	STAGE_AFTER_MI,
+	STAGE_AFTER_MI256,
+	STAGE_AFTER_FP
+};
 
 static void set_err(struct stun_builder *b, int err)
 {
@@ -17,8 +22,8 @@ static void set_err(struct stun_builder *b, int err)
 		b->err = err;
 }
 
-void stun_build_init(struct stun_builder *b, uint8_t *buf, size_t cap, uint16_t method,
-		     uint8_t cls, const uint8_t tid[STUN_TID_LEN])
+void stun_build_init(struct stun_builder *b, uint8_t *buf, size_t cap, uint16_t method, uint8_t cls,
+		     const uint8_t tid[STUN_TID_LEN])
 {
 	struct wire_wr w;
 

@@ -6,6 +6,7 @@
 
 const char *stun_error_reason(int code)
 {
+	/* clang-format off */
 	switch (code) {
 	case 300: return "Try Alternate";
 	case 400: return "Bad Request";
@@ -27,6 +28,7 @@ const char *stun_error_reason(int code)
 	case 508: return "Insufficient Capacity";
 	default: return "Error";
 	}
+	/* clang-format on */
 }
 
 int stun_build_error_response(uint8_t *buf, size_t cap, const struct stun_msg *req, int code,

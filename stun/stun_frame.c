@@ -6,19 +6,10 @@
 #include "stun/stun_frame.h"
 #include "stun/stun_wire.h"
 
-bool stun_channel_valid(uint16_t channel)
+int stun_chan_write_header(uint8_t hdr[STUN_CHANDATA_HEADER_LEN], uint16_t channel, size_t len,
+			   enum stun_chan_range range)
 {
-	return channel >= STUN_CHANNEL_MIN && channel <= STUN_CHANNEL_MAX;
-}
-
-bool stun_is_channeldata(const uint8_t *buf, size_t len)
-{
-	return buf != NULL && len >= 1 && buf[0] >= 0x40 && buf[0] <= 0x4F;
-}
-
-int stun_chan_write_header(uint8_t hdr[STUN_CHANDATA_HEADER_LEN], uint16_t channel, size_t len)
-{
-	if (hdr == NULL || !stun_channel_valid(channel) || len > 0xFFFF)
+	if (hdr == NULL || !stun_channel_valid(channel, range) || len > 0xFFFF)
 		return -EINVAL;
 	wire_put_u16(hdr, channel);
 	wire_put_u16(hdr + 2, (uint16_t)len);
@@ -26,14 +17,14 @@ int stun_chan_write_header(uint8_t hdr[STUN_CHANDATA_HEADER_LEN], uint16_t chann
 }
 
 int stun_chan_encode(uint8_t *buf, size_t cap, uint16_t channel, const void *data, size_t len,
-		     bool pad, size_t *out_len)
+		     bool pad, enum stun_chan_range range, size_t *out_len)
 {
 	struct wire_wr w;
 	uint8_t hdr[STUN_CHANDATA_HEADER_LEN];
 
 	if (buf == NULL || out_len == NULL || (data == NULL && len != 0))
 		return -EINVAL;
-	int rc = stun_chan_write_header(hdr, channel, len);
+	int rc = stun_chan_write_header(hdr, channel, len, range);
 	if (rc != 0)
 		return rc;
 	size_t total = STUN_CHANDATA_HEADER_LEN + (pad ? STUN_PAD4(len) : len);
@@ -48,8 +39,8 @@ int stun_chan_encode(uint8_t *buf, size_t cap, uint16_t channel, const void *dat
 	return w.err;
 }
 
-int stun_chan_decode(const uint8_t *buf, size_t len, uint16_t *channel, const uint8_t **data,
-		     size_t *data_len)
+int stun_chan_decode(const uint8_t *buf, size_t len, enum stun_chan_range range, uint16_t *channel,
+		     const uint8_t **data, size_t *data_len)
 {
 	struct wire_rd r;
 
@@ -59,7 +50,7 @@ int stun_chan_decode(const uint8_t *buf, size_t len, uint16_t *channel, const ui
 	uint16_t ch = wire_rd_u16(&r);
 	uint16_t n = wire_rd_u16(&r);
 	const uint8_t *p = wire_rd_take(&r, n);
-	if (r.err || !stun_channel_valid(ch))
+	if (r.err || !stun_channel_valid(ch, range))
 		return -EBADMSG;
 	*channel = ch;
 	*data = p;
@@ -67,7 +58,8 @@ int stun_chan_decode(const uint8_t *buf, size_t len, uint16_t *channel, const ui
 	return 0;
 }
 
-int stun_frame_next(const uint8_t *buf, size_t len, size_t max_frame, size_t *frame_len)
+int stun_frame_next(const uint8_t *buf, size_t len, size_t max_frame, enum stun_chan_range range,
+		    size_t *frame_len)
 {
 	size_t need;
 
@@ -88,7 +80,7 @@ int stun_frame_next(const uint8_t *buf, size_t len, size_t max_frame, size_t *fr
 		if ((mlen & 3) != 0)
 			return -EBADMSG;
 		need = STUN_HEADER_LEN + mlen;
-	} else if (buf[0] >= 0x40 && buf[0] <= 0x4F) {
+	} else if (stun_is_channeldata(buf, len, range)) {
 		if (len < 4)
 			return -EAGAIN;
 		need = STUN_CHANDATA_HEADER_LEN + STUN_PAD4((size_t)wire_get_u16(buf + 2));

@@ -12,7 +12,12 @@
 #include "stun/stun_int.h"
 #include "stun/stun_wire.h"
 
-enum { STAGE_OPEN, STAGE_AFTER_MI, STAGE_AFTER_MI256, STAGE_AFTER_FP };
+enum {
+	STAGE_OPEN,
+	STAGE_AFTER_MI,
+	STAGE_AFTER_MI256,
+	STAGE_AFTER_FP
+};
 
 int stun_hmac2(const char *md_name, const uint8_t *key, size_t key_len, const uint8_t *a,
 	       size_t a_len, const uint8_t *b, size_t b_len, uint8_t *out, size_t *out_len)
@@ -73,8 +78,8 @@ static void patched_header(const struct stun_msg *msg, uint32_t hoff, size_t vle
 	wire_put_u16(hdr + 2, (uint16_t)(hoff - STUN_HEADER_LEN + 4 + vlen));
 }
 
-static int check_mac(const struct stun_msg *msg, uint32_t hoff, const char *md,
-		     const uint8_t *key, size_t key_len)
+static int check_mac(const struct stun_msg *msg, uint32_t hoff, const char *md, const uint8_t *key,
+		     size_t key_len)
 {
 	uint8_t hdr[STUN_HEADER_LEN], mac[32];
 	size_t mac_len = 0;
@@ -100,8 +105,7 @@ int stun_msg_check_integrity(const struct stun_msg *msg, const uint8_t *key, siz
 	return check_mac(msg, msg ? msg->mi_off : 0, "SHA1", key, key_len);
 }
 
-int stun_msg_check_integrity_sha256(const struct stun_msg *msg, const uint8_t *key,
-				    size_t key_len)
+int stun_msg_check_integrity_sha256(const struct stun_msg *msg, const uint8_t *key, size_t key_len)
 {
 	return check_mac(msg, msg ? msg->mi256_off : 0, "SHA256", key, key_len);
 }
@@ -154,8 +158,8 @@ void stun_build_integrity(struct stun_builder *b, const uint8_t *key, size_t key
 		  key_len);
 }
 
-void stun_build_integrity_sha256_len(struct stun_builder *b, const uint8_t *key,
-				     size_t key_len, size_t len)
+void stun_build_integrity_sha256_len(struct stun_builder *b, const uint8_t *key, size_t key_len,
+				     size_t len)
 {
 	if (len < 16 || len > 32 || (len & 3) != 0) {
 		if (b->err == 0)

@@ -15,10 +15,8 @@
 #define NONCE_FEAT_CHARS 4
 #define NONCE_FUTURE_SLACK 60	/* seconds of clock skew tolerated between replicas */
 
-static const char b64std[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-static const char b64url[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+static const char b64std[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 size_t stun_b64url_encode(const uint8_t *in, size_t n, char *out)
 {

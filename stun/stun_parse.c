@@ -10,7 +10,12 @@
 /* Which attributes still count, given what integrity/fingerprint attributes came before
  * (RFC 8489 14.5/14.6: everything after MESSAGE-INTEGRITY except MI-SHA256 and FINGERPRINT
  * is ignored; FINGERPRINT is always last). */
-enum parse_stage { STAGE_OPEN, STAGE_AFTER_MI, STAGE_AFTER_MI256, STAGE_AFTER_FP };
+enum parse_stage {
+	STAGE_OPEN,
+	STAGE_AFTER_MI,
+	STAGE_AFTER_MI256,
+	STAGE_AFTER_FP
+};
 
 static int parse_header(struct stun_msg *msg, const uint8_t *buf, size_t len)
 {

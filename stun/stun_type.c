@@ -24,6 +24,7 @@ uint8_t stun_type_class(uint16_t type)
 
 const char *stun_method_name(uint16_t method)
 {
+	/* clang-format off */
 	switch (method) {
 	case STUN_BINDING: return "Binding";
 	case STUN_ALLOCATE: return "Allocate";
@@ -37,10 +38,12 @@ const char *stun_method_name(uint16_t method)
 	case STUN_CONNECTION_ATTEMPT: return "ConnectionAttempt";
 	default: return "unknown-method";
 	}
+	/* clang-format on */
 }
 
 const char *stun_class_name(uint8_t cls)
 {
+	/* clang-format off */
 	switch (cls) {
 	case STUN_REQUEST: return "request";
 	case STUN_INDICATION: return "indication";
@@ -48,6 +51,7 @@ const char *stun_class_name(uint8_t cls)
 	case STUN_ERROR: return "error response";
 	default: return "unknown-class";
 	}
+	/* clang-format on */
 }
 
 /* One table drives both the slot lookup and the names, so they cannot disagree. */
@@ -117,8 +121,8 @@ bool stun_is_stun(const uint8_t *buf, size_t len)
 		return false;
 	if ((buf[0] & 0xC0) != 0 || (buf[3] & 3) != 0)
 		return false;
-	return ((uint32_t)buf[4] << 24 | (uint32_t)buf[5] << 16 | (uint32_t)buf[6] << 8 |
-		buf[7]) == STUN_MAGIC_COOKIE;
+	return ((uint32_t)buf[4] << 24 | (uint32_t)buf[5] << 16 | (uint32_t)buf[6] << 8 | buf[7]) ==
+	       STUN_MAGIC_COOKIE;
 }
 
 int stun_tid_random(uint8_t tid[STUN_TID_LEN])

@@ -1,7 +1,10 @@
-/* Internal to stun/: bounds-checked read/write cursors with a sticky error flag.
+/* Bounds-checked read/write cursors with a sticky error flag, and big-endian loads and
+ * stores.
  *
  * Every operation is a no-op once err is set, so a parser or writer performs a sequence of
- * reads/writes and checks err once at the end. Not part of the public API.
+ * reads/writes and checks err once at the end. Used by stun/ and by the worker's hot paths
+ * that write headers in place (worker/udp.c): no hand-written shifts elsewhere. Not part
+ * of the library's public API (no ABI promise).
  */
 #ifndef TG_STUN_STUN_WIRE_H
 #define TG_STUN_STUN_WIRE_H

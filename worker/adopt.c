@@ -35,8 +35,8 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 /* Releases record idx of the dead predecessor. A LIVE record is still counted as active
  * (the predecessor uncounts only after shm_alloc_retire made it DYING, and counts only
  * after publishing it LIVE), so it is uncounted here as its owner would have done. */
-static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr,
-			  uint32_t idx, struct shm_alloc *rec)
+static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
+			  struct shm_alloc *rec)
 {
 	uint32_t word = CMM_LOAD_SHARED(rec->state);
 
@@ -149,10 +149,11 @@ void wk_adopt_run(struct worker *w)
 	struct wk_adopt_stats st;
 
 	w->adopted = true;
-	if (wk_adopt_scan(w->shm, w->slot, w->ctr, wk_mono_ns(), wk_adopt_one, w, &st) < 0)
+	if (wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st) < 0)
 		return;
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
-		log_warn("worker", "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "
-			 "%u TCP, %u expired, %u not rebindable", w->slot, st.adopted, st.torn,
-			 st.stream, st.expired, st.failed);
+		log_warn("worker",
+			 "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "
+			 "%u TCP, %u expired, %u not rebindable",
+			 w->slot, st.adopted, st.torn, st.stream, st.expired, st.failed);
 }

@@ -23,71 +23,6 @@
 _Static_assert(CONF_MAX_PERMISSIONS <= SHM_ALLOC_MAX_PERMS, "permission cap exceeds the record");
 _Static_assert(CONF_MAX_CHANNELS <= SHM_ALLOC_MAX_CHANS, "channel cap exceeds the record");
 
-socklen_t wk_addr_len(const struct sockaddr *sa)
-{
-	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-					 : sizeof(struct sockaddr_in);
-}
-
-void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out)
-{
-	memset(out, 0, sizeof(*out));
-	if (sa->sa_family == AF_INET) {
-		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
-
-		out->family = AF_INET;
-		memcpy(out->addr, &s4->sin_addr, 4);
-		out->port = ntohs(s4->sin_port);
-	} else if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-
-		out->family = AF_INET6;
-		memcpy(out->addr, &s6->sin6_addr, 16);
-		out->port = ntohs(s6->sin6_port);
-	}
-}
-
-socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out)
-{
-	memset(out, 0, sizeof(*out));
-	if (in->family == AF_INET) {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)out;
-
-		s4->sin_family = AF_INET;
-		memcpy(&s4->sin_addr, in->addr, 4);
-		s4->sin_port = htons(in->port);
-		return sizeof(*s4);
-	}
-	if (in->family == AF_INET6) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)out;
-
-		s6->sin6_family = AF_INET6;
-		memcpy(&s6->sin6_addr, in->addr, 16);
-		s6->sin6_port = htons(in->port);
-		return sizeof(*s6);
-	}
-	return 0;
-}
-
-/* Compares address and port (not scope or flow info). */
-bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b)
-{
-	if (a->sa_family != b->sa_family)
-		return false;
-	if (a->sa_family == AF_INET) {
-		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-
-		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-	}
-	if (a->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-
-		return x->sin6_port == y->sin6_port &&
-		       memcmp(&x->sin6_addr, &y->sin6_addr, 16) == 0;
-	}
-	return false;
-}
-
 /* IP part only, as raw family + bytes (permissions are keyed by IP, RFC 8656 9). */
 static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
 {
@@ -105,18 +40,6 @@ static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
 	return false;
 }
 
-uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)
-{
-	struct shm_addr k;
-	uint64_t h = 1469598103934665603ull ^ (uintptr_t)l;
-
-	wk_addr_to_shm(sa, &k);
-	for (size_t i = 0; i < 16; i++)
-		h = (h ^ k.addr[i]) * 1099511628211ull;
-	h = (h ^ k.port) * 1099511628211ull;
-	return (uint32_t)(h ^ (h >> 32)) & (WK_HASH_BUCKETS - 1);
-}
-
 struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
 			       const struct sockaddr *client)
 {
@@ -132,9 +55,9 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg);
 
 /* Private half of an allocation around record idx, linked into the worker's indexes:
  * the 5-tuple hash for UDP, the connection for TCP (conn != NULL). */
-static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l,
-				     struct wk_tconn *conn, const struct sockaddr *client,
-				     socklen_t client_len, uint32_t idx, struct shm_alloc *rec)
+static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, struct wk_tconn *conn,
+				     const struct sockaddr *client, socklen_t client_len,
+				     uint32_t idx, struct shm_alloc *rec)
 {
 	struct wk_alloc *a = calloc(1, sizeof(*a));
 
@@ -187,8 +110,8 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 	return 0;
 }
 
-int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx,
-		    struct shm_alloc *rec, struct wk_alloc **out)
+int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
+		    struct wk_alloc **out)
 {
 	struct sockaddr_storage client;
 	socklen_t len = wk_shm_to_addr(&rec->client, &client);
@@ -209,7 +132,8 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 		a->conn->alloc = NULL;
 		return;
 	}
-	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client)]; *pp; pp = &(*pp)->hnext)
+	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client)]; *pp;
+	     pp = &(*pp)->hnext)
 		if (*pp == a) {
 			*pp = a->hnext;
 			return;
@@ -256,11 +180,12 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	/* DYING first: a crash before the release then tells our replacement that this
 	 * record is no longer counted (see shm_alloc_retire). */
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
-		uint64_t now = wk_mono_ns(), born = a->rec->created_ns;
+		uint64_t now = mono_ns(), born = a->rec->created_ns;
 
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
-		shm_ctr_observe_lifetime(w->ctr, now > born ? (now - born + 500000000u) / 1000000000u : 0);
+		shm_ctr_observe_lifetime(w->ctr,
+					 now > born ? (now - born + 500000000u) / 1000000000u : 0);
 		if (a->l->snap_ok)
 			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
@@ -286,9 +211,10 @@ void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
 
 static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 {
-	struct worker *w = arg;
-	struct wk_alloc *a = (struct wk_alloc *)((char *)t - offsetof(struct wk_alloc, timer));
-	uint64_t now_ns = wk_mono_ns();
+	struct worker *w = wk_checked(arg);
+	struct wk_alloc *a =
+		wk_alloc_checked((struct wk_alloc *)((char *)t - offsetof(struct wk_alloc, timer)));
+	uint64_t now_ns = mono_ns();
 
 	if (now_ns / 1000000u >= a->expires_ms) {
 		wk_alloc_destroy(w, a, "lifetime expired");
@@ -307,7 +233,7 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s)
 {
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 
 	a->expires_ms = now_ns / 1000000u + (uint64_t)lifetime_s * 1000u;
 	shm_alloc_begin_write(a->rec);
@@ -316,13 +242,13 @@ void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime
 	wk_alloc_rearm(w, a);
 }
 
-static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-			   int family, uint16_t port)
+static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int family,
+			   uint16_t port)
 {
 	struct wk_listener *l = a->l;
 	struct sockaddr_storage bind_to;
 	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
-									   : &l->relay_addr2;
+									       : &l->relay_addr2;
 	bool local = family == l->relay_addr.ss_family ? l->relay_local : l->relay2_local;
 	int one = 1, fd;
 
@@ -379,8 +305,8 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
 	struct shm_addr got;
 	int rc, family = relay->family;
-	bool have = family != 0 && (family == l->relay_addr.ss_family ||
-				    family == l->relay_addr2.ss_family);
+	bool have = family != 0 &&
+		    (family == l->relay_addr.ss_family || family == l->relay_addr2.ss_family);
 
 	if (!have || relay->port == 0)
 		return -EAFNOSUPPORT;
@@ -406,8 +332,8 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
  * (a redeemed reservation); else a port comes from the pool (even / even pair on
  * request, *reserved_port gets the pair's second port). Returns 0, -EADDRNOTAVAIL (no
  * port: 508), -EAFNOSUPPORT (no relay address of that family: 440). */
-int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
-			bool even, bool reserve, uint16_t *reserved_port)
+int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
+			bool reserve, uint16_t *reserved_port)
 {
 	struct wk_listener *l = a->l;
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
@@ -447,7 +373,7 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer)
 {
 	uint8_t fam, ip[16];
-	uint64_t now_ns = wk_mono_ns(), exp = now_ns + (uint64_t)w->hot.perm_lifetime * 1000000000u;
+	uint64_t now_ns = mono_ns(), exp = now_ns + (uint64_t)w->hot.perm_lifetime * 1000000000u;
 	struct shm_perm *slot = NULL;
 	unsigned used = 0;
 
@@ -491,8 +417,7 @@ bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uin
 	return false;
 }
 
-const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch,
-					    uint64_t now_ns)
+const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns)
 {
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
 		if (a->rec->chans[i].number == ch && a->rec->chans[i].expires_ns > now_ns)
@@ -500,8 +425,8 @@ const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t c
 	return NULL;
 }
 
-const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
-					     const struct sockaddr *peer, uint64_t now_ns)
+const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
+					     uint64_t now_ns)
 {
 	struct shm_addr k;
 
@@ -523,7 +448,7 @@ const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer)
 {
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 	const struct shm_chan *by_num = wk_alloc_chan_by_num(a, ch, now_ns);
 	const struct shm_chan *by_peer = wk_alloc_chan_by_peer(a, peer, now_ns);
 	struct shm_chan *slot = NULL;
@@ -601,7 +526,7 @@ unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen)
 
 static void wk_resv_timer_cb(struct wheel_timer *t, void *arg)
 {
-	struct worker *w = arg;
+	struct worker *w = wk_checked(arg);
 	struct wk_resv *r = (struct wk_resv *)((char *)t - offsetof(struct wk_resv, timer));
 	struct wk_resv **pp;
 
@@ -614,8 +539,7 @@ static void wk_resv_timer_cb(struct wheel_timer *t, void *arg)
 	free(r);
 }
 
-void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
-		 uint64_t token)
+void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port, uint64_t token)
 {
 	struct wk_resv *r = calloc(1, sizeof(*r));
 
@@ -628,7 +552,7 @@ void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t p
 	r->port = port;
 	r->token = token;
 	wheel_timer_init(&r->timer, wk_resv_timer_cb);
-	wheel_arm(&w->wheel, &r->timer, wk_now_ms() + WK_RESV_LIFETIME_MS);
+	wheel_arm(&w->wheel, &r->timer, mono_ms() + WK_RESV_LIFETIME_MS);
 	r->next = w->resvs;
 	w->resvs = r;
 }

@@ -29,9 +29,8 @@ static void wk_auth_bind(const struct wk_ep *ep, struct shm_addr *bind)
 }
 
 /* Sends 401/438 (or 400) with REALM, a fresh NONCE and PASSWORD-ALGORITHMS. */
-static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
-			      const struct stun_msg *req, const char *realm_s, size_t realm_len,
-			      int code, const char *reason)
+static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			      const char *realm_s, size_t realm_len, int code, const char *reason)
 {
 	char nonce[STUN_NONCE_MAX_LEN + 1];
 	char realm[STUN_MAX_REALM_LEN + 1];
@@ -58,13 +57,13 @@ static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep,
 		wk_send_client(w, ep, w->txbuf, len);
 }
 
+/* An error without a challenge (400, 441), with the code's standard reason phrase. */
 static void wk_auth_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
-			  int code, const char *reason)
+			  int code)
 {
 	struct stun_error_opts o = { .fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT) };
 	size_t len;
 
-	(void)reason;
 	if (!wk_unauth_may_reply(w, ep))
 		return;
 	if (stun_build_error_response(w->txbuf, sizeof(w->txbuf), req, code, &o, &len) == 0)
@@ -114,7 +113,8 @@ static int wk_auth_lookup(struct worker *w, uint32_t auth_idx, const struct snap
 	if (au->type == CONF_AUTH_STATIC) {
 		*why = SHM_CTR_AUTH_FAIL_UNKNOWN_USER;
 		if (snap_auth_user_key(w->snap, auth_idx, cred->user, cred->user_len, salg, &key,
-				       &klen) < 0 || klen > sizeof(cred->key))
+				       &klen) < 0 ||
+		    klen > sizeof(cred->key))
 			return -EACCES;
 		*why = SHM_CTR_AUTH_FAIL_BAD_MAC;
 		if (wk_auth_verify(req, key, klen) < 0)
@@ -191,12 +191,23 @@ struct wk_realm {
 	size_t len;
 };
 
+/* A nonce that is not ours (forged, another address's, another master's key) costs the
+ * client a 401 with a fresh nonce, counted as a stale nonce. */
+static void wk_auth_nonce_refused(struct worker *w, const struct wk_ep *ep,
+				  const struct stun_msg *req, const struct wk_realm *want)
+{
+	shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
+	wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
+}
+
 /* Steps that need no credential: integrity present, USERNAME/REALM/NONCE well formed,
- * nonce fresh and ours, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with
- * cred->user and *pwalg set, or -1 after answering. */
-static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep,
-			    const struct stun_msg *req, const struct wk_realm *want,
-			    struct wk_cred *cred, uint16_t *pwalg)
+ * nonce fresh, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with cred->user
+ * and *pwalg set, or -1 after answering. A nonce that is not ours is not answered here:
+ * *foreign says so, and the caller answers 438 once the credentials verify (RFC 8489
+ * 9.2.4: the client retries with the fresh nonce) and 401 as before when they do not. */
+static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			    const struct wk_realm *want, struct wk_cred *cred, uint16_t *pwalg,
+			    bool *foreign)
 {
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;
@@ -213,7 +224,7 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep,
 	if (stun_msg_get_string(req, STUN_ATTR_NONCE, &nonce, &nonce_len) < 0 ||
 	    stun_msg_get_string(req, STUN_ATTR_REALM, &realm, &realm_len) < 0 ||
 	    stun_msg_copy_string(req, STUN_ATTR_USERNAME, cred->user, sizeof(cred->user)) < 0) {
-		wk_auth_error(w, ep, req, 400, NULL);
+		wk_auth_error(w, ep, req, 400);
 		return -1;
 	}
 	cred->user_len = strlen(cred->user);
@@ -221,19 +232,28 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep,
 	rc = stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
 			      (uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
 			      &features);
-	if (rc < 0) {
+	if (rc == -ETIMEDOUT) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
-		wk_auth_challenge(w, ep, req, want->s, want->len, rc == -ETIMEDOUT ? 438 : 401,
-				  NULL);
+		wk_auth_challenge(w, ep, req, want->s, want->len, 438, NULL);
 		return -1;
 	}
+	*foreign = rc < 0;
+	if (*foreign)		/* the features it claims, for the step below */
+		(void)stun_nonce_features(nonce, nonce_len, &features);
 	if (realm_len != want->len || memcmp(realm, want->s, realm_len) != 0) {
+		if (*foreign) {
+			wk_auth_nonce_refused(w, ep, req, want);
+			return -1;
+		}
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_WRONG_REALM, 1);
 		wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
 		return -1;
 	}
 	if (wk_auth_pw_alg(req, features, pwalg) < 0) {
-		wk_auth_error(w, ep, req, 400, NULL);
+		if (*foreign)
+			wk_auth_nonce_refused(w, ep, req, want);
+		else
+			wk_auth_error(w, ep, req, 400);
 		return -1;
 	}
 	return 0;
@@ -248,6 +268,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	struct snap_auth au;
 	struct wk_realm want;
 	uint16_t pwalg;
+	bool foreign = false;
 	int rc, code = 401;
 
 	memset(cred, 0, sizeof(*cred));
@@ -255,18 +276,26 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	want.s = a ? a->rec->realm : au.realm;
 	want.len = a ? a->rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg) < 0)
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, &foreign) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
 	if (a)
 		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
 	else
 		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
+	if (foreign) {
+		/* Credentials right, nonce not ours: 438 makes the client retry once with
+		 * the fresh nonce; wrong credentials get the 401 they always got. */
+		explicit_bzero(cred->key, sizeof(cred->key));
+		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
+		wk_auth_challenge(w, ep, req, want.s, want.len, rc == 0 ? 438 : 401, NULL);
+		return WK_AUTH_REPLIED;
+	}
 	if (rc < 0) {
 		shm_ctr_add(w->ctr, why, 1);
 		explicit_bzero(cred->key, sizeof(cred->key));
 		if (code == 441)
-			wk_auth_error(w, ep, req, 441, NULL);
+			wk_auth_error(w, ep, req, 441);
 		else
 			wk_auth_challenge(w, ep, req, want.s, want.len, 401, NULL);
 		return WK_AUTH_REPLIED;

@@ -43,8 +43,9 @@ void wk_dtls_unhash(struct worker *w, struct wk_tconn *c)
 /* Decrypts every record the datagram held and hands each message to the dispatcher. */
 static void wk_dtls_records(struct worker *w, struct wk_tconn *c)
 {
-	struct wk_ep ep = { .l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer,
-			    .addr_len = c->peer_len };
+	struct wk_ep ep = {
+		.l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer, .addr_len = c->peer_len
+	};
 
 	for (int i = 0; i < 16 && !c->dead; i++) {
 		int n = SSL_read(c->ssl, w->plain + WK_HEADROOM, WK_DGRAM_MAX - 4);
@@ -169,7 +170,7 @@ static void wk_dtls_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
 
-	wk_listener_drain(l->w, l, wk_dtls_dgram);
+	wk_listener_drain(wk_checked(l->w), l, wk_dtls_dgram);
 }
 
 int wk_dtls_start(struct worker *w, struct wk_listener *l)

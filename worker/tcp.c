@@ -30,8 +30,8 @@ static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 {
 	if (c->alloc)
-		wk_alloc_destroy(w, c->alloc, c->dgram ? "DTLS association closed"
-						       : "TCP connection closed");
+		wk_alloc_destroy(w, c->alloc,
+				 c->dgram ? "DTLS association closed" : "TCP connection closed");
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
 	ev_timer_stop(w->loop, &c->tmo);
@@ -114,16 +114,6 @@ static void wk_tconn_flush(struct worker *w, struct wk_tconn *c)
 	}
 }
 
-static void wk_tconn_count_out(struct worker *w, const struct wk_tconn *c, size_t len)
-{
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
-	if (c->l->snap_ok) {
-		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-		shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
-	}
-}
-
 /* Queues a whole frame or nothing: a frame that does not fit in the bounded output
  * buffer is dropped (data) so a slow reader cannot grow our memory. */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len)
@@ -139,7 +129,7 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 			return;
 		}
-		wk_tconn_count_out(w, c, len);
+		wk_client_sent(w, c->l, 1, len);
 		return;
 	}
 	if (c->out_off && c->out_off == c->out_len)
@@ -163,7 +153,7 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 	}
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
-	wk_tconn_count_out(w, c, len);
+	wk_client_sent(w, c->l, 1, len);
 	if (!ev_is_active(&c->wio))
 		wk_tconn_flush(w, c);
 }
@@ -197,8 +187,9 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c)
 	default:
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_TLS, 1);
 		log_debug("worker", "listener %s: handshake failed: %s", c->l->name,
-			  ERR_reason_error_string(ERR_peek_last_error()) ?
-			  ERR_reason_error_string(ERR_peek_last_error()) : "closed");
+			  ERR_reason_error_string(ERR_peek_last_error())
+				  ? ERR_reason_error_string(ERR_peek_last_error())
+				  : "closed");
 		ERR_clear_error();
 		return -1;
 	}
@@ -207,7 +198,7 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c)
 static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_tconn *c = io->data;
-	struct worker *w = c->l->w;
+	struct worker *w = wk_checked(c->l->w);
 
 	if (!c->hs_done) {
 		if (wk_tconn_handshake(w, c) < 0)
@@ -225,12 +216,17 @@ static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 {
 	size_t off = 0;
-	struct wk_ep ep = { .l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer,
-			    .addr_len = c->peer_len };
+	struct wk_ep ep = {
+		.l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer, .addr_len = c->peer_len
+	};
 
 	for (;;) {
 		size_t flen;
-		int rc = wk_frame_next(c->in + off, c->in_len - off, WK_TCP_IN_MAX, &flen);
+		/* Framed in the wide range whatever limits.channel_numbers says: a strict
+		 * server skips a 0x50-0x7F frame as malformed (wk_turn_input) rather than
+		 * lose the connection's framing. */
+		int rc = stun_frame_next(c->in + off, c->in_len - off, WK_TCP_IN_MAX,
+					 STUN_CHAN_RFC5766, &flen);
 
 		if (rc == -EAGAIN)
 			break;
@@ -311,7 +307,7 @@ static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
 static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_tconn *c = io->data;
-	struct worker *w = c->l->w;
+	struct worker *w = wk_checked(c->l->w);
 
 	if (!c->dead && !c->hs_done) {
 		int r = wk_tconn_handshake(w, c);
@@ -356,7 +352,7 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct wk_tconn *c = t->data;
-	struct worker *w = c->l->w;
+	struct worker *w = wk_checked(c->l->w);
 	double now = ev_now(loop), next;
 	const char *why = NULL;
 
@@ -405,7 +401,10 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
 	if (c->ssl)
 		w->n_handshakes++;
 	ev_timer_init(&c->tmo, wk_tconn_tmo_cb,
-		      c->dgram ? 0.001 : c->ssl ? WK_HS_TIMEOUT_S : WK_IDLE_TIMEOUT_S, 0.0);
+		      c->dgram ? 0.001
+		      : c->ssl ? WK_HS_TIMEOUT_S
+			       : WK_IDLE_TIMEOUT_S,
+		      0.0);
 	c->tmo.data = c;
 	ev_timer_start(w->loop, &c->tmo);
 	c->next = l->conns;
@@ -459,7 +458,7 @@ static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
 static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
-	struct worker *w = l->w;
+	struct worker *w = wk_checked(l->w);
 
 	for (int i = 0; i < 32; i++) {
 		struct wk_tconn *c = NULL;

@@ -131,7 +131,7 @@ static int wk_cookie_gen(SSL *ssl, unsigned char *cookie, unsigned int *len)
 
 	if (!d)
 		return 0;
-	epoch = (uint32_t)(wk_now_ms() / 1000 / WK_COOKIE_EPOCH_S);
+	epoch = (uint32_t)(mono_ms() / 1000 / WK_COOKIE_EPOCH_S);
 	memcpy(cookie, &epoch, 4);
 	wk_cookie_mac(d->w, epoch, d, cookie + 4);
 	*len = WK_COOKIE_LEN;
@@ -141,7 +141,7 @@ static int wk_cookie_gen(SSL *ssl, unsigned char *cookie, unsigned int *len)
 static int wk_cookie_verify(SSL *ssl, const unsigned char *cookie, unsigned int len)
 {
 	struct wk_dbio *d = wk_dbio_of(ssl);
-	uint32_t epoch, now = (uint32_t)(wk_now_ms() / 1000 / WK_COOKIE_EPOCH_S);
+	uint32_t epoch, now = (uint32_t)(mono_ms() / 1000 / WK_COOKIE_EPOCH_S);
 	uint8_t mac[16];
 
 	if (!d || len != WK_COOKIE_LEN)
@@ -164,12 +164,12 @@ static SSL_CTX *wk_tls_ctx_new(struct worker *w, bool dtls)
 	SSL_CTX_set_min_proto_version(ctx, dtls ? DTLS1_2_VERSION : TLS1_2_VERSION);
 	/* No resumption: tickets and caches would be per worker and per rotation anyway. */
 	SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_CIPHER_SERVER_PREFERENCE |
-				 SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
-				 (dtls ? SSL_OP_NO_QUERY_MTU : 0));
+					 SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
+					 (dtls ? SSL_OP_NO_QUERY_MTU : 0));
 	SSL_CTX_set_num_tickets(ctx, 0);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
-			      SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+				      SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	if (SSL_CTX_set_cipher_list(ctx, WK_TLS_CIPHERS) != 1) {
 		SSL_CTX_free(ctx);
 		return NULL;
@@ -205,8 +205,7 @@ static int wk_ctx_use(SSL_CTX *ctx, X509 *leaf, EVP_PKEY *key, X509 **certs, siz
 	return SSL_CTX_check_private_key(ctx) == 1 ? 0 : -EINVAL;
 }
 
-int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls,
-		     SSL_CTX **out)
+int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls, SSL_CTX **out)
 {
 	X509 *certs[CONF_TLS_MAX_CERTS] = { 0 };
 	EVP_PKEY *keys[WK_TLS_MAX_CERTS] = { 0 };
@@ -219,7 +218,8 @@ int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls
 		free(set);
 		return set ? -EINVAL : -ENOMEM;
 	}
-	if (conf_pem_read_certs(sl->cert_pem, sl->cert_pem_len, certs, CONF_TLS_MAX_CERTS, &nc) < 0 ||
+	if (conf_pem_read_certs(sl->cert_pem, sl->cert_pem_len, certs, CONF_TLS_MAX_CERTS, &nc) <
+		    0 ||
 	    conf_pem_read_keys(sl->key_pem, sl->key_pem_len, keys, WK_TLS_MAX_CERTS, &nk) < 0)
 		goto out;
 	/* Each key serves the certificate it matches; the others are intermediates. */
@@ -322,8 +322,8 @@ static long wk_dbio_ctrl(BIO *b, int cmd, long num, void *ptr)
 		} else if (d->peer.ss_family == AF_INET6) {
 			const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)&d->peer;
 
-			return BIO_ADDR_rawmake(ptr, AF_INET6, &s->sin6_addr,
-						sizeof(s->sin6_addr), s->sin6_port);
+			return BIO_ADDR_rawmake(ptr, AF_INET6, &s->sin6_addr, sizeof(s->sin6_addr),
+						s->sin6_port);
 		}
 		return 0;
 	case BIO_CTRL_DGRAM_QUERY_MTU:

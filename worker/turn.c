@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +25,8 @@ static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struc
 	struct stun_builder b;
 	size_t len;
 
+	if (code == 500)
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_INTERNAL, 1);
 	if (!(cred && cred->key_len) && !wk_unauth_may_reply(w, ep))
 		return;
 
@@ -78,7 +81,8 @@ static struct wk_alloc *wk_alloc_of(struct worker *w, const struct wk_ep *ep)
 
 static bool wk_has_family(const struct wk_alloc *a, int family)
 {
-	return a->relay[0].family == family || (a->relay[1].fd >= 0 && a->relay[1].family == family);
+	return a->relay[0].family == family ||
+	       (a->relay[1].fd >= 0 && a->relay[1].family == family);
 }
 
 static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
@@ -91,8 +95,7 @@ static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
 }
 
 /* Checks the Allocate attributes that need no state. Returns 0 or the error code. */
-static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, int *fam,
-				int *fam2)
+static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, int *fam, int *fam2)
 {
 	uint8_t proto;
 	int rc;
@@ -120,7 +123,7 @@ static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, in
 	if (rc == 0 && *fam2 != AF_INET6)
 		return 400;		/* RFC 8656 7.2: only IPv6 may be additional */
 	if (rc < 0 && rc != -ENOENT)
-		return rc == -EAFNOSUPPORT ? 400 : 400;
+		return 400;
 	if (*fam2)
 		*fam = AF_INET;
 	return 0;
@@ -144,8 +147,10 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	socklen_t sl = sizeof(local);
 
 	shm_alloc_begin_write(rec);
-	rec->client_transport = !ep->c ? SHM_TRANSPORT_UDP : !ep->c->ssl ? SHM_TRANSPORT_TCP :
-				ep->c->dgram ? SHM_TRANSPORT_DTLS : SHM_TRANSPORT_TLS;
+	rec->client_transport = !ep->c         ? SHM_TRANSPORT_UDP
+				: !ep->c->ssl  ? SHM_TRANSPORT_TCP
+				: ep->c->dgram ? SHM_TRANSPORT_DTLS
+					       : SHM_TRANSPORT_TLS;
 	rec->key_alg = cred->key_alg;
 	rec->key_len = (uint8_t)cred->key_len;
 	memcpy(rec->key, cred->key, cred->key_len);
@@ -156,7 +161,7 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	wk_addr_to_shm((struct sockaddr *)&a->relay[0].addr, &rec->relay);
 	if (a->relay[1].fd >= 0)
 		wk_addr_to_shm((struct sockaddr *)&a->relay[1].addr, &rec->relay2);
-	rec->created_ns = wk_mono_ns();
+	rec->created_ns = mono_ns();
 	rec->cred_expiry = cred->cred_expiry;
 	rec->reservation = token;
 	memcpy(rec->txid, req->tid, STUN_TID_LEN);
@@ -206,8 +211,14 @@ static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct
 	if (rc < 0)
 		return 508;
 	if (reserve) {
-		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0)
-			*token = wk_mono_ns() | 1;
+		/* The token is the only proof of the reservation: without the CSPRNG there is
+		 * none to hand out (a clock value would be guessable), so the request fails
+		 * and the pair's second port goes back (the caller frees the first). */
+		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0) {
+			portpool_put(&a->l->pool, rport);
+			*token = 0;
+			return 500;
+		}
 		wk_resv_add(w, a->l, fam, rport, *token);
 	}
 	if (fam2 && wk_alloc_bind_relay(w, a, fam2, 0, false, false, NULL) < 0)
@@ -270,8 +281,8 @@ static int wk_allocate_checks(struct worker *w, const struct wk_cred *cred, cons
 	return 0;
 }
 
-static void wk_reply_alternate(struct worker *w, const struct wk_ep *ep,
-			       const struct stun_msg *req, const struct wk_cred *cred)
+static void wk_reply_alternate(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			       const struct wk_cred *cred)
 {
 	struct stun_builder b;
 	struct sockaddr_storage alt = w->hot.alt;
@@ -413,15 +424,11 @@ out:
 
 /* limits.channel_numbers: RFC 5766's wider range for legacy clients (opt-in). Anything
  * but the explicit legacy value, including no snapshot, means strict RFC 8656. */
-static bool wk_turn_chan_legacy(const struct worker *w)
+enum stun_chan_range wk_chan_range(const struct worker *w)
 {
-	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC5766;
-}
-
-/* ChannelBind's range: 0x4000-0x4FFF (RFC 8656 12), up to 0x7FFF when legacy. */
-static bool wk_turn_chan_ok(const struct worker *w, uint32_t ch)
-{
-	return wk_chan_valid(ch) && (ch <= STUN_CHANNEL_MAX || wk_turn_chan_legacy(w));
+	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC5766
+		       ? STUN_CHAN_RFC5766
+		       : STUN_CHAN_RFC8656;
 }
 
 /* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the
@@ -432,11 +439,8 @@ static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struc
 
 	if (!wk_has_family(a, peer->sa_family))
 		return 443;
-	if (snap_peer_match(w->snap, a->l->snap_idx, peer, false, &cl) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
+	if (wk_peer_allowed(w, a->l, peer, false, &cl) < 0)
 		return 403;
-	}
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PERM_GRANTED, 1);
 	return 0;
 }
@@ -499,19 +503,16 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
 	struct sockaddr_storage peer;
 	const char *reason = NULL;
-	uint32_t chv;
 	uint16_t ch;
 	int code, rc;
 
 	if (!a)
 		goto out;
-	if (stun_msg_get_u32(req, STUN_ATTR_CHANNEL_NUMBER, &chv) < 0 ||
-	    !wk_turn_chan_ok(w, chv >> 16)) {
+	if (stun_msg_get_channel(req, wk_chan_range(w), &ch) < 0) {
 		code = 400;
 		reason = "Bad CHANNEL-NUMBER";
 		goto fail;
 	}
-	ch = (uint16_t)(chv >> 16);
 	if (stun_msg_get_peer(req, 0, &peer) < 0) {
 		code = 400;
 		reason = "Bad XOR-PEER-ADDRESS";
@@ -548,20 +549,13 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	struct wk_relay *r = wk_relay_of(a, peer->sa_family);
 	uint32_t cl;
 
-	if (!r)
-		return;
-	if (snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
-		return;
-	}
-	if (!wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
+	if (!r || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
+	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
 		return;
 	wk_peer_send(w, a, r, peer, cl, data, len);
 }
 
-static void wk_send_indication(struct worker *w, const struct wk_ep *ep,
-			       const struct stun_msg *req)
+static void wk_send_indication(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct wk_alloc *a = wk_alloc_of(w, ep);
 	struct sockaddr_storage peer;
@@ -581,28 +575,36 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	struct wk_alloc *a = wk_alloc_of(w, ep);
 	const struct shm_chan *c;
 	struct sockaddr_storage peer;
+	const uint8_t *data;
 	size_t dlen;
 	uint16_t ch;
 
-	if (!a)
-		return;
-	/* Header: channel, length; trailing bytes (stream padding) are ignored. */
-	ch = (uint16_t)(buf[0] << 8 | buf[1]);
-	dlen = (size_t)(buf[2] << 8 | buf[3]);
-	if (dlen > len - STUN_CHANDATA_HEADER_LEN)
+	/* Trailing bytes (stream padding) are ignored by the decoder. */
+	if (!a || stun_chan_decode(buf, len, wk_chan_range(w), &ch, &data, &dlen) < 0)
 		return;
 	c = wk_alloc_chan_by_num(a, ch, wk_batch_ns(w));
 	if (!c || !wk_shm_to_addr(&c->peer, &peer))
 		return;
-	wk_to_peer(w, a, (struct sockaddr *)&peer, buf + STUN_CHANDATA_HEADER_LEN, dlen);
+	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
 }
 
 static void wk_request(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct snap_auth au;
+	uint16_t bad;
 
 	if (req->n_unknown) {
 		wk_reply_error(w, ep, req, 420, NULL, NULL);
+		return;
+	}
+	if (stun_msg_check_sizes(req, &bad) < 0) {
+		/* RFC 8489 6.3.1.1: a malformed attribute gets 400, before any other check
+		 * (a 0-length LIFETIME must not read as "no LIFETIME"). */
+		char reason[64];
+
+		snprintf(reason, sizeof(reason), "Malformed %s", stun_attr_name(bad));
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+		wk_reply_error(w, ep, req, 400, reason, NULL);
 		return;
 	}
 	if (req->method == STUN_BINDING) {
@@ -634,32 +636,14 @@ static void wk_request(struct worker *w, const struct wk_ep *ep, const struct st
 	}
 }
 
-int wk_frame_next(const uint8_t *buf, size_t len, size_t max, size_t *frame_len)
-{
-	size_t n;
-
-	if (len < 1 || (buf[0] & 0xc0) != 0x40)
-		return stun_frame_next(buf, len, max, frame_len);
-	if (len < STUN_CHANDATA_HEADER_LEN)
-		return -EAGAIN;
-	n = STUN_CHANDATA_HEADER_LEN + (((size_t)(buf[2] << 8 | buf[3]) + 3) & ~(size_t)3);
-	if (n > max)
-		return -EMSGSIZE;
-	if (len < n)
-		return -EAGAIN;
-	*frame_len = n;
-	return 0;
-}
-
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len)
 {
 	struct stun_msg msg;
 
 	/* ChannelData fast path: first byte 0x40-0x4F, or 0x50-0x7F with legacy channel
-	 * numbers. In strict mode 0x50-0x7F falls through to the STUN parser, which counts
-	 * it as malformed: no such channel can have been bound. */
-	if (wk_is_chandata(buf, len) &&
-	    (buf[0] <= (STUN_CHANNEL_MAX >> 8) || wk_turn_chan_legacy(w))) {
+	 * numbers, and a whole header. In strict mode 0x50-0x7F falls through to the STUN
+	 * parser, which counts it as malformed: no such channel can have been bound. */
+	if (len >= STUN_CHANDATA_HEADER_LEN && stun_is_channeldata(buf, len, wk_chan_range(w))) {
 		wk_channel_data(w, ep, buf, len);
 		return;
 	}

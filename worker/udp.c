@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "stun/stun_frame.h"
+#include "stun/stun_wire.h"
 #include "worker/sockbuf.h"
 
 int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, struct iovec *iov,
@@ -49,7 +50,7 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
 		if (n <= 0)
 			break;
-		w->batch_ns = wk_mono_ns();
+		w->batch_ns = mono_ns();
 		for (int i = 0; i < n; i++) {
 			size_t len = msgs[i].msg_len;
 
@@ -86,7 +87,7 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
 
-	wk_listener_drain(l->w, l, wk_udp_dgram);
+	wk_listener_drain(wk_checked(l->w), l, wk_udp_dgram);
 }
 
 /* IPv4 datagrams leave with DF set either way: the kernel's default (IP_PMTUDISC_WANT)
@@ -143,7 +144,7 @@ static uint8_t *wk_data_indication(uint8_t *payload, size_t len, const struct so
 {
 	uint8_t hdr[WK_HEADROOM], tid[STUN_TID_LEN];
 	struct stun_builder b;
-	size_t hlen = 0, padded = (len + 3) & ~(size_t)3, body;
+	size_t hlen = 0, padded = STUN_PAD4(len), body;
 	uint8_t *m;
 
 	if (stun_tid_random(tid) < 0)
@@ -152,16 +153,13 @@ static uint8_t *wk_data_indication(uint8_t *payload, size_t len, const struct so
 	stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, peer);
 	if (stun_build_finish(&b, &hlen) < 0 || len > 0xffff)
 		return NULL;
-	hdr[hlen] = (uint8_t)(STUN_ATTR_DATA >> 8);
-	hdr[hlen + 1] = (uint8_t)STUN_ATTR_DATA;
-	hdr[hlen + 2] = (uint8_t)(len >> 8);
-	hdr[hlen + 3] = (uint8_t)len;
+	wire_put_u16(hdr + hlen, STUN_ATTR_DATA);
+	wire_put_u16(hdr + hlen + 2, (uint16_t)len);
 	hlen += 4;
 	body = hlen - STUN_HEADER_LEN + padded;
 	if (body > 0xffff)
 		return NULL;
-	hdr[2] = (uint8_t)(body >> 8);
-	hdr[3] = (uint8_t)body;
+	wire_put_u16(hdr + 2, (uint16_t)body);	/* the message length field */
 	m = payload - hlen;
 	memcpy(m, hdr, hlen);
 	memset(payload + len, 0, padded - len);
@@ -182,10 +180,9 @@ static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 
 	if (!ch)
 		return wk_data_indication(payload, len, peer, out_len);
-	h[0] = (uint8_t)(ch->number >> 8);
-	h[1] = (uint8_t)ch->number;
-	h[2] = (uint8_t)(len >> 8);
-	h[3] = (uint8_t)len;
+	/* The wide range: the channel was checked against the range of its ChannelBind. */
+	if (stun_chan_write_header(h, ch->number, len, STUN_CHAN_RFC5766) < 0)
+		return NULL;
 	while (a->conn && !a->conn->dgram && (total & 3)) {	/* streams only */
 		payload[len++] = 0;
 		total++;
@@ -199,23 +196,16 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 {
 	uint32_t cl;
 
-	if (!w->snap || !a->l->snap_ok ||
-	    snap_peer_match(w->snap, a->l->snap_idx, peer, true, &cl) < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		if (w->snap && a->l->snap_ok)
-			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
-		return false;
-	}
-	if (!wk_alloc_perm_ok(a, peer, now_ns))
+	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || !wk_alloc_perm_ok(a, peer, now_ns))
 		return false;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
 	return true;
 }
 
-/* Queues one wrapped message for the batch to a UDP client and counts it. */
-static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
-			   struct iovec *iov, uint8_t *m, size_t mlen)
+/* Queues one wrapped message for the batch to a UDP client (counted once sent). */
+static void wk_relay_queue(struct wk_alloc *a, struct mmsghdr *out, struct iovec *iov, uint8_t *m,
+			   size_t mlen)
 {
 	iov->iov_base = m;
 	iov->iov_len = mlen;
@@ -223,10 +213,16 @@ static void wk_relay_queue(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 	out->msg_hdr.msg_iovlen = 1;
 	out->msg_hdr.msg_name = &a->client;
 	out->msg_hdr.msg_namelen = a->client_len;
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, mlen);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, mlen);
+}
+
+/* Bytes of out[0..n). */
+static size_t wk_msgs_bytes(const struct mmsghdr *out, unsigned n)
+{
+	size_t total = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		total += out[i].msg_hdr.msg_iov->iov_len;
+	return total;
 }
 
 /* One sendmsg of n messages of seg bytes each (the last may be shorter), cut into
@@ -238,8 +234,11 @@ static ssize_t wk_send_segments(int fd, const struct sockaddr *to, socklen_t to_
 		char buf[CMSG_SPACE(sizeof(uint16_t))];
 		struct cmsghdr align;
 	} ctl;
-	struct msghdr m = { .msg_name = (void *)to, .msg_namelen = to_len, .msg_iov = iov,
-			    .msg_iovlen = n, .msg_control = ctl.buf,
+	struct msghdr m = { .msg_name = (void *)to,
+			    .msg_namelen = to_len,
+			    .msg_iov = iov,
+			    .msg_iovlen = n,
+			    .msg_control = ctl.buf,
 			    .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *cm;
 	uint16_t gso = (uint16_t)seg;
@@ -281,22 +280,22 @@ static bool wk_relay_gso(struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 	}
 	if (total > WK_GSO_TOTAL_MAX)
 		return false;
-	if (wk_send_segments(a->l->fd, (struct sockaddr *)&a->client, a->client_len, iov, n,
-			     seg) >= 0)
+	if (wk_send_segments(a->l->fd, (struct sockaddr *)&a->client, a->client_len, iov, n, seg) >=
+	    0)
 		return true;
 	if (wk_gso_unsupported(errno))
 		a->l->gso_off = true;	/* never try again on this socket */
 	return false;
 }
 
-static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out,
-			   unsigned n)
+static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 {
 	unsigned sent = 0;
 
-	if (wk_relay_gso(a, out, n))
+	if (wk_relay_gso(a, out, n)) {
+		wk_client_sent(w, a->l, n, wk_msgs_bytes(out, n));
 		return;
-
+	}
 	while (sent < n) {
 		int r = sendmmsg(a->l->fd, out + sent, n - sent, MSG_DONTWAIT);
 
@@ -309,6 +308,7 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, n - sent);
 			return;
 		}
+		wk_client_sent(w, a->l, (unsigned)r, wk_msgs_bytes(out + sent, (unsigned)r));
 		sent += (unsigned)r;
 	}
 }
@@ -319,14 +319,16 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_relay *r = io->data;
-	struct wk_alloc *a = r->a;
-	struct worker *w = a->w;
+	struct wk_alloc *a = wk_alloc_checked(r->a);
+	struct worker *w = wk_checked(a->w);
 	struct mmsghdr msgs[WK_BATCH], out[WK_BATCH];
 	struct iovec iov[WK_BATCH], oiov[WK_BATCH];
 	struct sockaddr_storage from[WK_BATCH];
-	uint64_t now_ns = wk_mono_ns();
+	uint64_t now_ns = mono_ns();
 	unsigned n_out = 0;
-	struct wk_ep ep = { .l = a->l, .c = a->conn, .addr = (struct sockaddr *)&a->client,
+	struct wk_ep ep = { .l = a->l,
+			    .c = a->conn,
+			    .addr = (struct sockaddr *)&a->client,
 			    .addr_len = a->client_len };
 	int n;
 
@@ -341,7 +343,8 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || !wk_peer_admitted(w, a, peer, len, now_ns))
+		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
+		    !wk_peer_admitted(w, a, peer, len, now_ns))
 			continue;
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
@@ -354,7 +357,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 			wk_send_client(w, &ep, m, mlen);	/* into the stream buffer */
 			continue;
 		}
-		wk_relay_queue(w, a, &out[n_out], &oiov[n_out], m, mlen);
+		wk_relay_queue(a, &out[n_out], &oiov[n_out], m, mlen);
 		n_out++;
 	}
 	if (n_out)
@@ -375,8 +378,7 @@ static void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, uns
 }
 
 static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
-			     const struct sockaddr *peer, uint32_t cl, const void *data,
-			     size_t len)
+			     const struct sockaddr *peer, uint32_t cl, const void *data, size_t len)
 {
 	if (wk_sendto_df(r->fd, r->df_fast, data, len, peer, wk_addr_len(peer)) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
@@ -403,8 +405,7 @@ void wk_txg_flush(struct worker *w)
 			g->r->gso_off = true;
 	}
 	for (unsigned i = 0; i < n; i++)
-		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base,
-				 g->iov[i].iov_len);
+		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base, g->iov[i].iov_len);
 }
 
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
@@ -413,8 +414,8 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 	struct wk_txg *g = &w->txg;
 	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
 
-	if (g->n && !(groupable && g->r == r && !g->closed && len <= g->seg &&
-		      g->n < WK_BATCH && g->total + len <= WK_GSO_TOTAL_MAX &&
+	if (g->n && !(groupable && g->r == r && !g->closed && len <= g->seg && g->n < WK_BATCH &&
+		      g->total + len <= WK_GSO_TOTAL_MAX &&
 		      wk_addr_equal(peer, (const struct sockaddr *)&g->peer)))
 		wk_txg_flush(w);
 	if (!groupable) {
@@ -438,21 +439,12 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		g->closed = true;
 }
 
-void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len)
+void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len)
 {
-	if (ep->c) {
-		wk_tconn_send(w, ep->c, buf, len);
-		return;
-	}
-	if (wk_sendto_df(ep->l->fd, ep->l->df_fast, buf, len, ep->addr, ep->addr_len) < 0) {
+	if (wk_sendto_df(l->fd, l->df_fast, buf, len, to, to_len) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 		return;
 	}
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_OUT, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, len);
-	/* Responses count at the listener too: STUNner counts every datagram it sends. */
-	if (ep->l->snap_ok) {
-		shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, 1);
-		shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, len);
-	}
+	wk_client_sent(w, l, 1, len);
 }

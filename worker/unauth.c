@@ -14,8 +14,10 @@
 void wk_unauth_configure(struct worker *w, const struct snap_limits *lim)
 {
 	struct wk_rl_conf c = {
-		.rate = lim->unauth_rate, .burst = lim->unauth_burst,
-		.prefix_v4 = lim->unauth_prefix_v4, .prefix_v6 = lim->unauth_prefix_v6,
+		.rate = lim->unauth_rate,
+		.burst = lim->unauth_burst,
+		.prefix_v4 = lim->unauth_prefix_v4,
+		.prefix_v6 = lim->unauth_prefix_v6,
 		.trust_window = lim->unauth_trust_window,
 		.trust_credits = lim->unauth_trust_credits,
 	};
@@ -55,7 +57,7 @@ static uint64_t wk_unauth_hash(const struct worker *w, const struct sockaddr *sr
 
 static uint32_t wk_unauth_now_s(void)
 {
-	return (uint32_t)(wk_mono_ns() / NS_PER_S);
+	return (uint32_t)(mono_ns() / NS_PER_S);
 }
 
 void wk_unauth_trust(struct worker *w, const struct wk_ep *ep)
@@ -84,7 +86,7 @@ bool wk_unauth_may_reply(struct worker *w, const struct wk_ep *ep)
 		shm_ctr_add(w->ctr, SHM_CTR_UNAUTH_TRUSTED, 1);
 		return true;
 	}
-	if (wk_rl_admit(&w->rl, ep->addr, wk_mono_ns()))
+	if (wk_rl_admit(&w->rl, ep->addr, mono_ns()))
 		return true;
 	shm_ctr_add(w->ctr, SHM_CTR_UNAUTH_DROPPED, 1);
 	return false;

@@ -3,6 +3,7 @@
 #ifndef TG_WORKER_WK_H
 #define TG_WORKER_WK_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <ev.h>
 #include <openssl/ssl.h>
 
+#include "common/mono.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -20,8 +22,8 @@
 #include "worker/wheel.h"
 #include "worker/worker.h"
 
-#define WK_MAGIC 0x574b5231u
-#define WK_ALLOC_MAGIC 0x574b4131u
+#define WK_MAGIC 0x574b5231u		/* struct worker, checked by wk_checked() */
+#define WK_ALLOC_MAGIC 0x574b4131u	/* struct wk_alloc, checked by wk_alloc_checked() */
 #define WK_MAX_LISTENERS SHM_MAX_LISTENERS
 #define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
@@ -45,23 +47,6 @@
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
-/* Channel numbers accepted: RFC 5766's 0x4000-0x7FFF, not only RFC 8656's 0x4000-0x4FFF,
- * because deployed clients (coturn's turnutils_uclient among them) still pick from the
- * old range; on the server's port a first byte 0x50-0x7F cannot be anything else. */
-#define WK_CHAN_MIN 0x4000u
-#define WK_CHAN_MAX 0x7fffu
-
-static inline bool wk_chan_valid(uint32_t ch)
-{
-	return ch >= WK_CHAN_MIN && ch <= WK_CHAN_MAX;
-}
-
-/* ChannelData: first two bits 01 (0x40-0x7F) and a whole header. */
-static inline bool wk_is_chandata(const uint8_t *buf, size_t len)
-{
-	return len >= 4 && (buf[0] & 0xc0) == 0x40;
-}
-
 struct worker;
 struct wk_alloc;
 
@@ -248,15 +233,30 @@ struct worker {
 	unsigned n_dtls;
 	struct wk_tconn **dhash;	/* DTLS associations by (listener, client), WK_HASH_BUCKETS */
 	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
-	uint64_t batch_ns;		/* wk_mono_ns() of the datagram batch being handled, 0 outside */
+	uint64_t batch_ns;		/* mono_ns() of the datagram batch being handled, 0 outside */
 	struct wk_txg txg;
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
 };
 
+/* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
+ * CHECK_OBJ_NOTNULL): every callback's entry passes its worker (and allocation) through
+ * these, so a stale or foreign pointer stops at an assertion (asserts stay on in every
+ * build) instead of running on freed memory. */
+static inline struct worker *wk_checked(struct worker *w)
+{
+	assert(w != NULL && w->magic == WK_MAGIC);
+	return w;
+}
+
+static inline struct wk_alloc *wk_alloc_checked(struct wk_alloc *a)
+{
+	assert(a != NULL && a->magic == WK_ALLOC_MAGIC);
+	return a;
+}
+
 /* ---- worker.c ---- */
-uint64_t wk_now_ms(void);
 int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
 /* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
@@ -265,13 +265,11 @@ void wk_listener_close(struct worker *w, struct wk_listener *l);
  * tracking, no adoption. */
 void wk_snap_use(struct worker *w, const struct snap *s);
 
-uint64_t wk_mono_ns(void);
-
 /* Monotonic time for expiry checks on the data path: one clock read per received batch
  * (permissions and channels live for minutes), a fresh one outside a batch. */
 static inline uint64_t wk_batch_ns(const struct worker *w)
 {
-	return w->batch_ns ? w->batch_ns : wk_mono_ns();
+	return w->batch_ns ? w->batch_ns : mono_ns();
 }
 
 /* ---- tls.c ---- */
@@ -280,8 +278,7 @@ int wk_dtls_meth_init(struct worker *w);
 /* Builds the listener's default context (and one per further certificate, chosen by
  * SNI) from the snapshot's PEM: every private key is paired with the certificate it
  * matches, the other certificates are the chains. Returns 0 or -EINVAL/-ENOMEM. */
-int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls,
-		     SSL_CTX **out);
+int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls, SSL_CTX **out);
 /* A server SSL whose BIO sends datagrams through fd (the listener's socket). */
 SSL *wk_dtls_ssl_new(struct worker *w, SSL_CTX *ctx, int fd);
 struct wk_dbio *wk_dtls_dbio(SSL *ssl);
@@ -314,6 +311,10 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 /* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
  * that fail with EMSGSIZE are retried fragmentable, see udp.c). */
 bool wk_df_fast(int fd, int family);
+/* One message to a UDP client from listener l's socket (DF as wk_df_fast says), counted
+ * by wk_client_sent once sent, as a send error otherwise. */
+void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len);
 /* Sends the pending client -> peer group, if any. */
 void wk_txg_flush(struct worker *w);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
@@ -327,15 +328,31 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
+/* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
+ * a send error; what is queued is counted as sent (wk_client_sent). */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
 
-/* Sends a response/indication/ChannelData to the client behind ep. */
+/* ---- client.c ---- */
+/* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
+ * connection; UDP: wk_udp_send). */
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
+/* Counts n messages of bytes in all that reached the client side of listener l (sent, or
+ * queued on a stream): globally and, while l is in the snapshot, per listener. The only
+ * place that counts client output; called after the send succeeded. */
+void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
 
-/* Stream framing: stun_frame_next() plus ChannelData of the whole RFC 5766 range. */
-int wk_frame_next(const uint8_t *buf, size_t len, size_t max, size_t *frame_len);
+/* ---- peer.c ---- */
+/* The listener's allowlist for peer in the current snapshot (check_port: the admitting
+ * cluster's port range too). Returns 0 and *cl (the cluster, may be NULL), or -EACCES
+ * after counting the denial (perm_denied, and at the listener while it is listed); no
+ * snapshot, or a listener without an entry, denies. */
+int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+		    bool check_port, uint32_t *cl);
 
 /* ---- turn.c ---- */
+/* The channel numbers clients may use (limits.channel_numbers): RFC 8656's range unless
+ * the current snapshot says RFC 5766 (no snapshot: RFC 8656). */
+enum stun_chan_range wk_chan_range(const struct worker *w);
 /* Handles one datagram or frame from a client (STUN or ChannelData). */
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
 
@@ -348,8 +365,8 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
  * already owns (left LIVE by a dead predecessor), linked into the 5-tuple index. No
  * relay socket, timer or counter yet. Returns 0, -EINVAL (no client address), -EEXIST
  * (that 5-tuple is already served), -ENOMEM. */
-int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx,
-		    struct shm_alloc *rec, struct wk_alloc **out);
+int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
+		    struct wk_alloc **out);
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
@@ -359,30 +376,31 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
 void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
-int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint,
-			bool even, bool reserve, uint16_t *reserved_port);
+int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
+			bool reserve, uint16_t *reserved_port);
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer);
-const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch,
-					    uint64_t now_ns);
-const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a,
-					     const struct sockaddr *peer, uint64_t now_ns);
+const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);
+const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
+					     uint64_t now_ns);
 unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen);
 void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
 		 uint64_t token);
 int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
 		   uint16_t *port);
 void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
-uint64_t wk_mono_ns(void);
 
+/* ---- addr.c ---- */
 /* Bucket of (listener, client address) in a WK_HASH_BUCKETS table. */
 uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa);
-/* shm_addr <-> sockaddr */
+/* shm_addr <-> sockaddr (IPv4 and IPv6; another family gives a zeroed shm_addr / 0). */
 void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out);
 socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out);
+/* Address and port (not scope or flow info). */
 bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b);
+/* sizeof the sockaddr of sa's family (IPv4 unless IPv6). */
 socklen_t wk_addr_len(const struct sockaddr *sa);
 
 /* ---- adopt.c ---- */
@@ -415,7 +433,10 @@ int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 void wk_adopt_run(struct worker *w);
 
 /* ---- auth.c ---- */
-enum wk_auth_result { WK_AUTH_OK = 0, WK_AUTH_REPLIED };
+enum wk_auth_result {
+	WK_AUTH_OK = 0,
+	WK_AUTH_REPLIED
+};
 /* Authenticates req for a new allocation (a == NULL) or an existing one. On success
  * writes the key (and its algorithm, username, credential expiry) into *cred and
  * returns WK_AUTH_OK; otherwise the error response was sent. */

@@ -20,19 +20,6 @@
 #include "common/ipc.h"
 #include "common/log.h"
 
-uint64_t wk_now_ms(void)
-{
-	return wk_mono_ns() / 1000000u;
-}
-
-uint64_t wk_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int64_t wk_unix_now(void)
 {
 	return (int64_t)time(NULL);
@@ -188,11 +175,13 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 		/* A changed range only affects new allocations: live ones keep
 		 * their ports, which the old pool no longer tracks. */
 		portpool_destroy(&l->pool);
-		if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max,
-				  w->slot, w->h->slot_count) < 0)
-			log_error("worker", "listener %s: relay port range %u-%u too small "
-				  "for %u workers", l->name, l->sl.relay_port_min,
-				  l->sl.relay_port_max, w->h->slot_count);
+		if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max, w->slot,
+				  w->h->slot_count) < 0)
+			log_error("worker",
+				  "listener %s: relay port range %u-%u too small "
+				  "for %u workers",
+				  l->name, l->sl.relay_port_min, l->sl.relay_port_max,
+				  w->h->slot_count);
 		l->pool_min = l->sl.relay_port_min;
 		l->pool_max = l->sl.relay_port_max;
 	}
@@ -237,7 +226,7 @@ static void wk_snap_apply(struct worker *w)
 /* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */
 static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 {
-	struct worker *w = ck->data;
+	struct worker *w = wk_checked(ck->data);
 	const void *blob;
 	size_t len;
 	uint64_t gen;
@@ -279,7 +268,7 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 {
-	struct worker *w = pr->data;
+	struct worker *w = wk_checked(pr->data);
 
 	/* Timers run from here too so expiry never needs the snapshot. */
 	if (w->wheel.armed && !ev_is_active(&w->tick)) {
@@ -292,18 +281,18 @@ static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 
 static void wk_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = t->data;
+	struct worker *w = wk_checked(t->data);
 
-	wheel_advance(&w->wheel, wk_now_ms(), w);
+	wheel_advance(&w->wheel, mono_ms(), w);
 	if (!w->wheel.armed)
 		ev_timer_stop(loop, t);
 }
 
 static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = t->data;
+	struct worker *w = wk_checked(t->data);
 
-	shm_slot_heartbeat(w->shm, w->slot, wk_mono_ns());
+	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
 }
 
 static void wk_stop(struct worker *w, const char *why)
@@ -314,11 +303,10 @@ static void wk_stop(struct worker *w, const char *why)
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	wk_stop(s->data, s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	wk_stop(wk_checked(s->data), s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
-			   int fd)
+static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto, int fd)
 {
 	struct wk_listener *l;
 	struct sockaddr_storage ss;
@@ -392,7 +380,8 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 		next = a->next;
 		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
 			wk_alloc_destroy(w, a, "disconnected by admin");
-		else if (d->by == IPC_DISC_USER && a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
+		else if (d->by == IPC_DISC_USER &&
+			 a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
 			 memcmp(a->rec->username, d->user, a->rec->user_len) == 0)
 			wk_alloc_destroy(w, a, "disconnected by admin");
 	}
@@ -415,8 +404,9 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 		socklen_t tl = sizeof(type);
 
 		getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl);
-		if (wk_listener_add(w, name, type == SOCK_STREAM ? WORKER_PROTO_TCP
-								 : WORKER_PROTO_UDP, fd) < 0) {
+		if (wk_listener_add(w, name,
+				    type == SOCK_STREAM ? WORKER_PROTO_TCP : WORKER_PROTO_UDP,
+				    fd) < 0) {
 			log_error("worker", "cannot add listener %s", name);
 			close(fd);
 		}
@@ -458,7 +448,7 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 
 static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct worker *w = io->data;
+	struct worker *w = wk_checked(io->data);
 	struct ipc_msg *m = malloc(sizeof(*m));
 
 	if (!m)
@@ -550,7 +540,7 @@ int worker_run(const struct worker_heritage *h)
 		free(w);
 		return 1;
 	}
-	wheel_init(&w->wheel, wk_now_ms());
+	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);
 	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
 	for (size_t i = 0; i < h->n_listeners; i++) {

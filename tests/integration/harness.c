@@ -531,7 +531,7 @@ int hturn_recv_raw(struct hturn *c, uint8_t *buf, size_t cap, int timeout_ms)
 	}
 	for (;;) {
 		size_t flen;
-		int rc = stun_frame_next(c->stream, c->stream_len, sizeof(c->stream), &flen);
+		int rc = stun_frame_next(c->stream, c->stream_len, sizeof(c->stream), STUN_CHAN_RFC8656, &flen);
 		ssize_t n;
 
 		if (rc == 0) {
@@ -754,7 +754,7 @@ int hturn_chan_send(struct hturn *c, uint16_t ch, const void *data, size_t len)
 	uint8_t buf[4100];
 	size_t n;
 
-	if (stun_chan_encode(buf, sizeof(buf), ch, data, len, c->tcp, &n) < 0)
+	if (stun_chan_encode(buf, sizeof(buf), ch, data, len, c->tcp, STUN_CHAN_RFC8656, &n) < 0)
 		return -EINVAL;
 	return hturn_send_raw(c, buf, n);
 }
@@ -774,8 +774,8 @@ int hturn_recv_data(struct hturn *c, void *out, size_t cap, uint16_t *ch,
 
 		if (n < 0)
 			return n;
-		if (stun_is_channeldata(buf, (size_t)n) &&
-		    stun_chan_decode(buf, (size_t)n, &chn, &d, &dl) == 0) {
+		if (stun_is_channeldata(buf, (size_t)n, STUN_CHAN_RFC8656) &&
+		    stun_chan_decode(buf, (size_t)n, STUN_CHAN_RFC8656, &chn, &d, &dl) == 0) {
 			*ch = chn;
 		} else if (stun_msg_parse(&m, buf, (size_t)n) == 0 && m.method == STUN_DATA &&
 			   m.cls == STUN_INDICATION &&

@@ -199,6 +199,21 @@ def test_second_daemon_refused(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_diagnosed_config_error_said_once(d):
+    """A config the loader diagnoses fails the start with its diagnostics only: the generic
+    "cannot load configuration" line is for failures without a diagnostic."""
+    conf = os.path.join(d, "bad.yaml")
+    with open(conf, "w") as f:
+        f.write("version: v1\nlisteners:\n  - name: x\n    protocol: TURN-BOGUS\n"
+                "    port: 3478\n")
+    r = subprocess.run([TURNGATED, "-c", conf], capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "TURN-BOGUS" in r.stderr, r)
+    check("cannot load configuration" not in r.stderr, r.stderr)
+    r = subprocess.run([TURNGATED, "-c", os.path.join(d, "missing.yaml")],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and r.stderr.count("missing.yaml") >= 1, r)
+
+
 def test_command_line(d):
     r = subprocess.run([TURNGATED, "-v"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 0 and r.stdout.startswith("turngated "), r)
@@ -229,4 +244,5 @@ def test_command_line(d):
 if __name__ == "__main__":
     run_tests([test_kill9_respawns, test_hung_worker_is_replaced,
                test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
-               test_second_signal_stops_now, test_second_daemon_refused, test_command_line])
+               test_second_signal_stops_now, test_second_daemon_refused,
+               test_diagnosed_config_error_said_once, test_command_line])

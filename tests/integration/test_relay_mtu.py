@@ -11,6 +11,8 @@ of the relay's send path:
 - Bursts of ChannelData that the worker groups into one UDP_SEGMENT send arrive complete and
   in order, whatever their sizes (groups end at a size change, a peer change, a larger
   datagram, another allocation), and the peer counters count every datagram once.
+- A peer -> client send that fails (the client's address gone) counts as a send error, not
+  as client output.
 """
 import os
 import signal
@@ -18,6 +20,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import check, run_tests  # noqa: E402
@@ -239,7 +242,54 @@ def test_grouped_bursts(d):
         daemon.stop()
 
 
+def client_out_and_errors(daemon):
+    ctr = daemon.admin({"cmd": "stats"})["counters"]
+    return ctr["client_pkts_out"], ctr["err_send"]
+
+
+def test_failed_send_counts_as_error_only(d):
+    """Peer -> client datagrams whose send to the client fails count as send errors and not
+    as client output (wk_client_sent counts after the send succeeded; the relay batch used
+    to count before sendmmsg, so a failed batch counted as sent and as failed). The client
+    sits on an address of the namespace's loopback that is deleted once it has allocated:
+    the listener's sends then fail with ENETUNREACH."""
+    client_ip = "10.77.0.1"
+    subprocess.check_call(["ip", "addr", "add", client_ip + "/32", "dev", "lo"])
+    daemon, port = start(d)
+    peer = Listener("127.0.0.1")
+    c = Client(port, bind=client_ip)
+    try:
+        relay = c.relayed(c.allocate())[0]
+        check(error_code(c.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission failed")
+        peer.sock.sendto(b"reaches", relay)
+        check(c.recv_data(2.0) == b"reaches", "peer -> client before the address goes")
+        out0, err0 = client_out_and_errors(daemon)
+        subprocess.check_call(["ip", "addr", "del", client_ip + "/32", "dev", "lo"])
+        # One batch of three (a UDP_SEGMENT try, then sendmmsg) and one datagram alone.
+        worker = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            for i in range(3):
+                peer.sock.sendto(payload(5, i, 200), relay)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        time.sleep(0.3)
+        peer.sock.sendto(payload(5, 3, 200), relay)
+        deadline = time.monotonic() + 10.0
+        while client_out_and_errors(daemon)[1] - err0 < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out1, err1 = client_out_and_errors(daemon)
+        check(err1 - err0 == 4, "send errors: %d, want 4" % (err1 - err0))
+        check(out1 == out0, "client_pkts_out grew by %d for sends that failed" % (out1 - out0))
+    finally:
+        subprocess.call(["ip", "addr", "del", client_ip + "/32", "dev", "lo"],
+                        stderr=subprocess.DEVNULL)
+        c.close()
+        peer.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
     enter_netns()
     run_tests([test_df_and_fragmentation, test_dont_fragment_drops_oversize,
-               test_grouped_bursts])
+               test_grouped_bursts, test_failed_send_counts_as_error_only])

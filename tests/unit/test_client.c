@@ -114,7 +114,7 @@ static void srv_channel_data(struct srv *s, uint16_t ch, const void *d, size_t n
 {
 	uint8_t out[1024];
 	size_t len;
-	if (stun_chan_encode(out, sizeof(out), ch, d, n, s->tcp, &len) == 0)
+	if (stun_chan_encode(out, sizeof(out), ch, d, n, s->tcp, STUN_CHAN_RFC8656, &len) == 0)
 		srv_send(s, out, len);
 }
 
@@ -170,7 +170,7 @@ static void srv_request(struct srv *s, const struct stun_msg *m)
 		}
 		break;
 	case STUN_CHANNEL_BIND:
-		if (stun_msg_get_channel(m, &s->chan) != 0 ||
+		if (stun_msg_get_channel(m, STUN_CHAN_RFC8656, &s->chan) != 0 ||
 		    stun_msg_get_peer(m, 0, &s->chan_peer) != 0) {
 			srv_error(s, m, 400, NULL);
 			return;
@@ -193,8 +193,8 @@ static void srv_handle(struct srv *s, const uint8_t *m, size_t n)
 	size_t dl;
 	uint16_t ch;
 
-	if (stun_is_channeldata(m, n)) {
-		if (stun_chan_decode(m, n, &ch, &d, &dl) == 0)
+	if (stun_is_channeldata(m, n, STUN_CHAN_RFC8656)) {
+		if (stun_chan_decode(m, n, STUN_CHAN_RFC8656, &ch, &d, &dl) == 0)
 			srv_channel_data(s, ch, d, dl);	/* echo */
 		return;
 	}
@@ -238,7 +238,7 @@ static void srv_loop_tcp(struct srv *s, int lfd)
 		_exit(2);
 	for (;;) {
 		size_t fl;
-		int rc = stun_frame_next(buf, have, sizeof(buf), &fl);
+		int rc = stun_frame_next(buf, have, sizeof(buf), STUN_CHAN_RFC8656, &fl);
 		if (rc == 0) {
 			srv_handle(s, buf, fl);
 			memmove(buf, buf + fl, have - fl);

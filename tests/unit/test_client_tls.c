@@ -197,7 +197,7 @@ static void srv_handle(struct tsrv *s, SSL *ssl, int cfd, const uint8_t *m, size
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
 
-	if (stun_is_channeldata(m, n)) {
+	if (stun_is_channeldata(m, n, STUN_CHAN_RFC8656)) {
 		if (SSL_write_ex(ssl, m, n, &len) == 1)
 			s->answered++;
 		return;
@@ -230,7 +230,7 @@ static void srv_serve(struct tsrv *s, SSL *ssl, int cfd)
 			have = 0;
 			continue;
 		}
-		while (stun_frame_next(buf, have, sizeof(buf), &fl) == 0) {
+		while (stun_frame_next(buf, have, sizeof(buf), STUN_CHAN_RFC8656, &fl) == 0) {
 			srv_handle(s, ssl, cfd, buf, fl);
 			memmove(buf, buf + fl, have - fl);
 			have -= fl;

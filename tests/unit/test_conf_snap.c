@@ -330,6 +330,45 @@ static void test_auth_material(void **state)
 	unbuild(&x);
 }
 
+/* Users left in a non-static auth block (conf_auth.c clears them, a hand-built conf
+ * need not) stay out of the snapshot: counted and written by one rule, no overflow. */
+static void test_users_static_only(void **state)
+{
+	(void)state;
+	struct blob x;
+	build(&x, cfg_main, 1);
+	struct conf_user extra[3] = {
+		{ .username = "u1", .password = "p1" },
+		{ .username = "u2", .password = "p2" },
+		{ .username = "u3", .password = "p3" },
+	};
+	struct conf_auth *eph = &x.c->auth;
+	assert_int_equal(eph->type, CONF_AUTH_EPHEMERAL);
+	struct conf_user *saved = eph->users;
+	size_t saved_n = eph->n_users;
+	eph->users = extra;
+	eph->n_users = 3;
+	struct snap_build_params p = {.generation = 2};
+	void *blob;
+	size_t len;
+	const struct snap *s;
+	assert_int_equal(snap_build(x.c, &p, &blob, &len), 0);
+	eph->users = saved;
+	eph->n_users = saved_n;
+	assert_int_equal(snap_open(blob, len, &s), 0);
+	struct snap_auth a;
+	assert_int_equal(snap_auth_get(s, 0, &a), 0);
+	assert_int_equal(a.n_users, 0);
+	const uint8_t *key;
+	size_t kl;
+	assert_int_equal(snap_auth_user_key(s, 0, "u1", 2, SNAP_KEY_MD5, &key, &kl), -ENOENT);
+	assert_int_equal(snap_auth_get(s, 1, &a), 0);
+	assert_int_equal(a.n_users, 2);
+	assert_string_equal(snap_auth_user_name(s, 1, 0), "amy");
+	snap_blob_free(blob, len);
+	unbuild(&x);
+}
+
 /* RFC 5389 long-term key example: MD5("user:realm:pass"). */
 static void test_static_key_vector(void **state)
 {
@@ -493,6 +532,7 @@ int main(void)
 		cmocka_unit_test(test_allowlist),
 		cmocka_unit_test(test_dns_special_not_admitted),
 		cmocka_unit_test(test_auth_material),
+		cmocka_unit_test(test_users_static_only),
 		cmocka_unit_test(test_static_key_vector),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_corrupt),

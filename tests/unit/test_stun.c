@@ -339,7 +339,7 @@ static void t_roundtrip_all(void **state)
 	assert_int_equal(alg, STUN_PWALG_SHA256);
 	assert_str_attr(&m, STUN_ATTR_SOFTWARE, "turngate");
 	assert_str_attr(&m, STUN_ATTR_ALTERNATE_DOMAIN, "turn.example.org");
-	assert_int_equal(stun_msg_get_channel(&m, &ch), 0);
+	assert_int_equal(stun_msg_get_channel(&m, STUN_CHAN_RFC8656, &ch), 0);
 	assert_int_equal(ch, 0x4001);
 	assert_int_equal(stun_msg_get_lifetime(&m, &u32), 0);
 	assert_int_equal(u32, 600);
@@ -464,6 +464,36 @@ static size_t raw_msg(uint8_t *buf, const uint8_t *attrs, size_t n, uint16_t hdr
 	return 20 + n;
 }
 
+/* Fixed-size attributes of another length parse (the message is well formed) but are
+ * malformed attributes: stun_msg_check_sizes names the first (the daemon answers 400). */
+static void t_fixed_sizes(void **state)
+{
+	struct stun_msg m;
+	uint8_t buf[1024];
+	uint16_t bad = 0;
+	size_t n, len;
+
+	(void)state;
+	len = build_all(buf, sizeof(buf));
+	assert_int_equal(stun_msg_parse(&m, buf, len), 0);
+	assert_int_equal(stun_msg_check_sizes(&m, &bad), 0);
+	static const uint8_t life0[] = { 0x00, 0x0d, 0x00, 0x00, 0x00, 0x19, 0x00, 0x04,
+					 17, 0, 0, 0 };
+	n = raw_msg(buf, life0, sizeof(life0), sizeof(life0));
+	assert_int_equal(stun_msg_parse(&m, buf, n), 0);
+	assert_int_equal(stun_msg_check_sizes(&m, &bad), -EBADMSG);
+	assert_int_equal(bad, STUN_ATTR_LIFETIME);
+	static const uint8_t df4[] = { 0x00, 0x1a, 0x00, 0x04, 0, 0, 0, 0 };
+	n = raw_msg(buf, df4, sizeof(df4), sizeof(df4));
+	assert_int_equal(stun_msg_parse(&m, buf, n), 0);
+	assert_int_equal(stun_msg_check_sizes(&m, NULL), -EBADMSG);
+	static const uint8_t even1[] = { 0x00, 0x18, 0x00, 0x01, 0x80, 0, 0, 0 };
+	n = raw_msg(buf, even1, sizeof(even1), sizeof(even1));
+	assert_int_equal(stun_msg_parse(&m, buf, n), 0);
+	assert_int_equal(stun_msg_check_sizes(&m, &bad), 0);
+	assert_int_equal(stun_msg_check_sizes(NULL, &bad), -EINVAL);
+}
+
 static void t_bad_header(void **state)
 {
 	struct stun_msg m;
@@ -556,7 +586,7 @@ static void t_bad_attrs(void **state)
 	assert_int_equal(stun_msg_parse(&m, buf, n), 0);
 	assert_int_equal(stun_msg_get_lifetime(&m, &u32), -EBADMSG);
 	assert_int_equal(stun_msg_get_addr(&m, STUN_ATTR_XOR_MAPPED_ADDRESS, &ss), -EBADMSG);
-	assert_int_equal(stun_msg_get_channel(&m, &ch), -EBADMSG);
+	assert_int_equal(stun_msg_get_channel(&m, STUN_CHAN_RFC8656, &ch), -EBADMSG);
 	assert_int_equal(stun_msg_get_error(&m, &code, NULL, NULL), -EBADMSG);
 	assert_int_equal(stun_msg_get_family(&m, STUN_ATTR_REQUESTED_ADDRESS_FAMILY, &af),
 			 -EAFNOSUPPORT);
@@ -738,6 +768,7 @@ int main(void)
 		cmocka_unit_test(t_builder_errors),
 		cmocka_unit_test(t_bad_header),
 		cmocka_unit_test(t_bad_attrs),
+		cmocka_unit_test(t_fixed_sizes),
 		cmocka_unit_test(t_length_limits),
 		cmocka_unit_test(t_after_integrity),
 		cmocka_unit_test(t_sha256_truncated_and_after),

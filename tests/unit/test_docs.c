@@ -1,0 +1,184 @@
+/* Unit test: figures the docs state that the code can derive (sizes from sizeof, counts
+ * from the enums, limits from their macros) still agree with the code.
+ *
+ * Each rule names a doc, an extended regex whose first group captures the figure, and the
+ * value the code gives. A rule must match at least once (a rephrased sentence fails the
+ * test rather than escaping it), and every match must agree. The doc text is read with
+ * line breaks and runs of spaces folded to one space, so a figure may wrap; thousands
+ * separators (a space or a comma between digits, "9 544", "65,000") are ignored. */
+#include "config.h"
+
+#include <regex.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "shm/shm_internal.h"
+#include "stun/stun_frame.h"
+#include "worker/wk.h"
+
+struct rule {
+	const char *doc;	/* under docs/ */
+	const char *re;		/* group 1: the figure */
+	int base;		/* 10 or 16 */
+	unsigned long long want;
+};
+
+#define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a) - 1) / (a) * (a))
+
+static const struct rule rules[] = {
+	/* Shared memory: the counter block and the allocation record. */
+	{ "architecture.md", "\\(([0-9]+) named counters", 10, SHM_CTR__COUNT },
+	{ "architecture.md", "named counters, ([0-9]+) listeners ×", 10, SHM_MAX_LISTENERS },
+	{ "architecture.md", "listeners × ([0-9]+),", 10, SHM_LCTR__COUNT },
+	{ "architecture.md", "([0-9]+) clusters ×", 10, SHM_MAX_CLUSTERS },
+	{ "architecture.md", "clusters × ([0-9]+),", 10, SHM_CCTR__COUNT },
+	{ "architecture.md", "lifetime histogram; ([0-9][0-9 ,]*) bytes\\)", 10,
+	  sizeof(struct shm_counters) },
+	{ "architecture.md", "`lst\\[([0-9]+)\\]", 10, SHM_MAX_LISTENERS },
+	{ "architecture.md", "`cls\\[([0-9]+)\\]", 10, SHM_MAX_CLUSTERS },
+	{ "architecture.md", "histogram of allocation lifetimes: ([0-9]+) buckets", 10,
+	  SHM_LIFE_BUCKETS + 1 },
+	{ "architecture.md", "`struct shm_alloc`,? ([0-9][0-9 ,]*) bytes", 10,
+	  sizeof(struct shm_alloc) },
+	{ "architecture.md", "stride ([0-9][0-9 ,]*[0-9])", 10,
+	  ROUND_UP(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN) },
+	{ "architecture.md", "up to ([0-9]+) permissions and [0-9]+ channel bindings", 10,
+	  SHM_ALLOC_MAX_PERMS },
+	{ "architecture.md", "up to [0-9]+ permissions and ([0-9]+) channel bindings", 10,
+	  SHM_ALLOC_MAX_CHANS },
+	{ "architecture.md", "record's ([0-9]+) inline entries", 10, SHM_ALLOC_MAX_CHANS },
+	/* Worker I/O. */
+	{ "architecture.md", "`recvmmsg` of up to ([0-9]+) datagrams \\(`WK_BATCH`\\)", 10,
+	  WK_BATCH },
+	{ "architecture.md", "buffers of ([0-9][0-9 ,]*) bytes \\(any UDP payload", 10,
+	  WK_DGRAM_MAX },
+	{ "architecture.md", "behind ([0-9]+) bytes of headroom", 10, WK_HEADROOM },
+	{ "architecture.md", "is at most ([0-9][0-9,]*) bytes, and the group", 10,
+	  WK_GSO_SEG_MAX },
+	{ "architecture.md", "within ([0-9][0-9 ,]*[0-9]) bytes; otherwise the group", 10,
+	  WK_GSO_TOTAL_MAX },
+	{ "architecture.md", "at most ([0-9]+) connections per listener per worker", 10,
+	  WK_TCP_MAX_CONNS },
+	{ "architecture.md", "`WK_TCP_IN_START` \\(([0-9]+) KiB\\)", 10, WK_TCP_IN_START / 1024 },
+	{ "architecture.md", "`WK_TCP_IN_MAX` \\(64 KiB \\+ ([0-9]+) bytes\\)", 10,
+	  WK_TCP_IN_MAX - 65536 },
+	{ "architecture.md", "output buffer that grows up to ([0-9]+) KiB", 10,
+	  WK_TCP_OUT_MAX / 1024 },
+	{ "architecture.md", "`WK_IDLE_TIMEOUT_S` \\(([0-9]+) s\\)", 10,
+	  (unsigned long long)WK_IDLE_TIMEOUT_S },
+	{ "architecture.md", "`WK_FRAME_TIMEOUT_S` \\(([0-9]+) s\\)", 10,
+	  (unsigned long long)WK_FRAME_TIMEOUT_S },
+	{ "architecture.md", "`WK_HS_TIMEOUT_S` \\(([0-9]+) s\\)", 10,
+	  (unsigned long long)WK_HS_TIMEOUT_S },
+	{ "architecture.md", "`WK_MAX_HANDSHAKES` \\(([0-9]+)\\)", 10, WK_MAX_HANDSHAKES },
+	{ "security.md", "grows once to ([0-9][0-9 ,]*) bytes", 10, WK_TCP_IN_MAX },
+	/* Channel numbers: the default range and the legacy one. */
+	{ "security.md", "\\| Channel numbers \\| 0x4000–0x([0-9A-Fa-f]+) \\(RFC 8656", 16,
+	  STUN_CHANNEL_MAX },
+	{ "security.md", "0x4000–0x([0-9A-Fa-f]+) with `limits.channel_numbers: rfc5766`", 16,
+	  STUN_CHANNEL_LEGACY_MAX },
+	{ "relay.md", "first byte is 0x40–0x([0-9A-Fa-f]+) \\(0x40", 16, STUN_CHANNEL_MAX >> 8 },
+};
+
+/* The doc with whitespace runs folded to one space (NUL-terminated, caller frees). */
+static char *doc_read(const char *name)
+{
+	char path[4096];
+	FILE *f;
+	char *out;
+	size_t n = 0;
+	int c, prev = 0;
+
+	snprintf(path, sizeof(path), "%s/docs/%s", TOP_SRCDIR, name);
+	f = fopen(path, "r");
+	if (f == NULL)
+		fail_msg("cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	out = malloc((size_t)ftell(f) + 1);
+	assert_non_null(out);
+	rewind(f);
+	while ((c = fgetc(f)) != EOF) {
+		if (c == '\n' || c == '\t')
+			c = ' ';
+		if (c == ' ' && prev == ' ')
+			continue;
+		out[n++] = (char)c;
+		prev = c;
+	}
+	out[n] = '\0';
+	fclose(f);
+	return out;
+}
+
+/* The captured figure without its thousands separators. */
+static unsigned long long figure(const char *s, size_t len, int base)
+{
+	char digits[64];
+	size_t n = 0;
+
+	for (size_t i = 0; i < len && n + 1 < sizeof(digits); i++)
+		if (s[i] != ' ' && s[i] != ',')
+			digits[n++] = s[i];
+	digits[n] = '\0';
+	return strtoull(digits, NULL, base);
+}
+
+/* Checks one rule; returns the number of its failures (each printed). */
+static unsigned check_rule(const struct rule *r)
+{
+	char *text = doc_read(r->doc);
+	regex_t re;
+	regmatch_t m[2];
+	const char *p = text;
+	unsigned matches = 0, bad = 0;
+
+	assert_int_equal(regcomp(&re, r->re, REG_EXTENDED), 0);
+	while (regexec(&re, p, 2, m, 0) == 0) {
+		unsigned long long got = figure(p + m[1].rm_so, (size_t)(m[1].rm_eo - m[1].rm_so),
+						r->base);
+
+		matches++;
+		if (got != r->want) {
+			bad++;
+			print_error("docs/%s: /%s/ says %llu, the code %llu\n", r->doc, r->re, got,
+				    r->want);
+		}
+		p += m[0].rm_eo;
+	}
+	if (matches == 0) {
+		bad++;
+		print_error("docs/%s: /%s/ not found (reworded? update the rule)\n", r->doc, r->re);
+	}
+	regfree(&re);
+	free(text);
+	return bad;
+}
+
+/* Every rule runs, so one run reports every drifted figure. */
+static void test_doc_figures(void **state)
+{
+	unsigned failed = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++)
+		failed += check_rule(&rules[i]);
+	assert_int_equal(failed, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_doc_figures),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
