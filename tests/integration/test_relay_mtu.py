@@ -261,8 +261,20 @@ def test_failed_send_counts_as_error_only(d):
     try:
         relay = c.relayed(c.allocate())[0]
         check(error_code(c.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission failed")
+        before = client_out_and_errors(daemon)[0]
         peer.sock.sendto(b"reaches", relay)
         check(c.recv_data(2.0) == b"reaches", "peer -> client before the address goes")
+        # The worker counts a datagram to the client after its send returned, which can be
+        # after the client read it (this one, and the responses before it): wait until the
+        # count has it and holds still, or a late +1 lands between out0 and out1.
+        deadline = time.monotonic() + 10.0
+        out0 = client_out_and_errors(daemon)[0]
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = client_out_and_errors(daemon)[0]
+            if now == out0 and now > before:
+                break
+            out0 = now
         out0, err0 = client_out_and_errors(daemon)
         subprocess.check_call(["ip", "addr", "del", client_ip + "/32", "dev", "lo"])
         # One batch of three (a UDP_SEGMENT try, then sendmmsg) and one datagram alone.
