@@ -6,11 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, Failure, check, free_port,  # noqa: E402
-                           run_tests, stun_binding_udp)
+from harness_admin import (TURNGATED, Daemon, check, free_port,  # noqa: E402
+                           run_tests, stun_binding_udp, wait_for)
 from cds_server import CdsServer  # noqa: E402
 
 IDENT = "testns/gw"
@@ -52,16 +51,6 @@ class CdsDaemon(Daemon):
         return self
 
 
-def wait_for(what, fn, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise Failure("timed out waiting for " + what)
-
-
 def answers(port):
     return stun_binding_udp(port, timeout=0.3, tries=1) is not None
 
@@ -88,7 +77,7 @@ def test_cds_watch(d):
                        {"STUNNER_NAMESPACE": "testns", "STUNNER_NAME": "gw"}).start()
     srv2 = None
     try:
-        wait_for("the initial config's listener", lambda: answers(p1))
+        wait_for(lambda: answers(p1), "the initial config's listener")
         st = daemon.admin({"cmd": "status"})
         check(st["config_source"] == origin and st["last_reload"]["trigger"] == "cds", st)
         check("/api/v1/configs/testns/gw?watch=true" in srv.requests, srv.requests)
@@ -96,7 +85,7 @@ def test_cds_watch(d):
 
         # A live update adds a listener.
         srv.set_config(IDENT, stunner_config(sock, [p1, p2]))
-        wait_for("the pushed listener", lambda: answers(p2))
+        wait_for(lambda: answers(p2), "the pushed listener")
         check(generation(daemon) == g1 + 1, (g1, generation(daemon)))
 
         # The same config again changes nothing; an invalid one is rejected and logged,
@@ -105,8 +94,8 @@ def test_cds_watch(d):
         bad = stunner_config(sock, [p1, p2])
         bad["listeners"][0]["protocol"] = "TURN-BOGUS"
         srv.set_config(IDENT, bad)
-        lr = wait_for("the rejection", lambda: (lambda s: s if not s["last_reload"]["ok"]
-                                                else None)(daemon.admin({"cmd": "status"})))
+        lr = wait_for(lambda: (lambda s: s if not s["last_reload"]["ok"] else None)(
+            daemon.admin({"cmd": "status"})), "the rejection")
         check(lr["last_reload"]["trigger"] == "cds" and lr["generation"] == g1 + 1, lr)
         check(any("TURN-BOGUS" in e for e in lr["last_reload"]["errors"]), lr)
         check(answers(p1) and answers(p2), "old config no longer serving")
@@ -115,7 +104,7 @@ def test_cds_watch(d):
         # A message split into a text frame and continuation frames.
         srv.fragment = 64
         srv.set_config(IDENT, stunner_config(sock, [p3]))
-        wait_for("the fragmented config", lambda: answers(p3))
+        wait_for(lambda: answers(p3), "the fragmented config")
         check(generation(daemon) == g1 + 2 and not answers(p1), "p1 still served")
 
         # A config over 64 KiB (a 64-bit frame length, many reads): 4000 endpoints.
@@ -124,7 +113,7 @@ def test_cds_watch(d):
                                                                   i & 255) for i in range(4000)]
         check(len(json.dumps(big)) > 65536, "not big enough")
         srv.set_config(IDENT, big)
-        wait_for("the big config", lambda: generation(daemon) == g1 + 3)
+        wait_for(lambda: generation(daemon) == g1 + 3, "the big config")
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "big config rejected")
         check(len(daemon.admin({"cmd": "config"})["config"]["clusters"][0]["endpoints"])
               == 4001, "endpoints")
@@ -137,7 +126,7 @@ def test_cds_watch(d):
                                    "password": "dummy-password"}},
                                "listeners": [], "clusters": []})
         srv.set_config(IDENT, stunner_config(sock, [p3, p4]))
-        wait_for("the config after the zero config", lambda: answers(p4))
+        wait_for(lambda: answers(p4), "the config after the zero config")
         check(generation(daemon) == g1 + 4 and answers(p3), "zero config applied")
         check("ignoring delete configuration update" in daemon.stderr(), daemon.stderr())
 
@@ -146,7 +135,7 @@ def test_cds_watch(d):
         srv.stop()
         srv2 = CdsServer(port).start()
         srv2.set_config(IDENT, stunner_config(sock, [p5]))
-        wait_for("the config after the server restart", lambda: answers(p5), timeout=60)
+        wait_for(lambda: answers(p5), "the config after the server restart", timeout=60)
         check(generation(daemon) == g1 + 5, generation(daemon))
         check("redialling" in daemon.stderr(), daemon.stderr())
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
@@ -162,20 +151,20 @@ def test_cds_env_origin_not_ready(d):
     daemon = CdsDaemon(d, ["--id", "other/gw2"],
                        {"STUNNER_CONFIG_ORIGIN": "http://127.0.0.1:%d" % srv.port}).start()
     try:
-        wait_for("the watch", lambda: srv.watchers() == 1)
+        wait_for(lambda: srv.watchers() == 1, "the watch")
         st = daemon.admin({"cmd": "status"})
         check(st["listeners"] == [] and st["last_reload"]["trigger"] == "startup", st)
         check("/api/v1/configs/other/gw2?watch=true" in srv.requests, srv.requests)
         check(not answers(p1), "something answers before any config")
         srv.set_config("other/gw2", stunner_config(sock, [p1], name="gw2"))
-        wait_for("the first config", lambda: answers(p1))
+        wait_for(lambda: answers(p1), "the first config")
         cfg = daemon.admin({"cmd": "config"})["config"]
         check(cfg["admin"]["name"] == "testns/gw2", cfg["admin"])
         # Keepalive both ways: the server's ping gets a (masked) pong with its payload,
         # and the daemon pings every 5 s.
         srv.ping_all(b"are-you-there")
-        wait_for("the pong", lambda: b"are-you-there" in srv.pongs)
-        wait_for("a keepalive ping", lambda: srv.pings > 0)
+        wait_for(lambda: b"are-you-there" in srv.pongs, "the pong")
+        wait_for(lambda: srv.pings > 0, "a keepalive ping")
     finally:
         srv.stop()
         check(daemon.stop() == 0, "exit status")

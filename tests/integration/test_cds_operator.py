@@ -48,7 +48,7 @@ def test_operator_cds(d):
     srv2 = None
     try:
         # The operator has no config yet: the watch is upgraded and waits (no 404, no redial).
-        st = wait_for("the watch", lambda: srv.watching())[0]
+        st = wait_for(lambda: srv.watching(), "the watch")[0]
         check(st.target == "/api/v1/configs/testns/gw?node=node-1&watch=true", st.target)
         check(st.headers.get("origin") == origin and
               st.headers.get("host") == "127.0.0.1:%d" % srv.port, st.headers)
@@ -58,7 +58,7 @@ def test_operator_cds(d):
 
         # The first config, big enough for gorilla to split it into 1024-byte frames.
         srv.update_config({IDENT: rendered([p1], extra_endpoints=200)})
-        wait_for("the first config", lambda: answers(p1))
+        wait_for(lambda: answers(p1), "the first config")
         g1 = generation(daemon)
         cfg = daemon.admin({"cmd": "config"})["config"]
         check(cfg["listeners"][0]["address"] == "127.0.0.1", cfg["listeners"])
@@ -66,17 +66,17 @@ def test_operator_cds(d):
 
         # An update; the same config again is not even sent (Upsert's DeepEqual).
         srv.update_config({IDENT: rendered([p1, p2])})
-        wait_for("the update", lambda: answers(p2))
+        wait_for(lambda: answers(p2), "the update")
         check(generation(daemon) == g1 + 1, generation(daemon))
 
         # stunnerd's keepalive: a ping with "keepalive" every 5 s, answered by the server.
-        wait_for("a keepalive ping", lambda: b"keepalive" in srv.ping_payloads, timeout=15)
+        wait_for(lambda: b"keepalive" in srv.ping_payloads, "a keepalive ping", timeout=15)
 
         # The Gateway is deleted: the server pushes ZeroConfig(id); stunnerd in watch mode
         # ignores it, so the pod keeps serving through its drain.
         srv.update_config({})
-        wait_for("the ignored zero config",
-                 lambda: "ignoring delete configuration update" in daemon.stderr())
+        wait_for(lambda: "ignoring delete configuration update" in daemon.stderr(),
+                 "the ignored zero config")
         check(answers(p1) and answers(p2) and generation(daemon) == g1 + 1, "zero config")
 
         # The server restarts: while it is away the last config keeps serving; it is
@@ -89,9 +89,9 @@ def test_operator_cds(d):
         srv2.store[IDENT] = rendered([p3])
         t0 = time.monotonic()
         srv2.start()
-        wait_for("the redial", lambda: srv2.watching(), timeout=10)
+        wait_for(lambda: srv2.watching(), "the redial", timeout=10)
         check(time.monotonic() - t0 < 2.5, "redial took %.1f s" % (time.monotonic() - t0))
-        wait_for("the config after the restart", lambda: answers(p3))
+        wait_for(lambda: answers(p3), "the config after the restart")
         check(not answers(p1) and generation(daemon) == g1 + 2, generation(daemon))
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
     finally:
