@@ -398,8 +398,3 @@ bool conf_prefix_is_special(const struct conf_prefix *p)
 	return false;
 }
 
-bool conf_prefix_contains(const struct conf_prefix *outer, const struct conf_prefix *inner)
-{
-	return outer->family == inner->family && inner->len >= outer->len &&
-	       bits_equal(inner->addr, outer->addr, outer->len);
-}

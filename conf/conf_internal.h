@@ -134,7 +134,6 @@ void conf_canon_prefix(struct conf_prefix *p);
 int conf_parse_hostport(const char *s, struct sockaddr_storage *out);
 /* Fills ss with family fam (AF_INET/AF_INET6), address a, port 0. */
 void conf_sockaddr_set(struct sockaddr_storage *ss, int fam, const uint8_t a[16]);
-bool conf_prefix_contains(const struct conf_prefix *outer, const struct conf_prefix *inner);
 
 /* Helpers for files and base64 (conf_util.c). */
 /* Reads a whole file (at most max bytes, NUL-terminated). regular_only: refuse anything

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/mono.h"
 #include "conf/snapshot.h"
 #include "http/http_metrics.h"
 #include "shm/shm.h"
@@ -296,11 +297,10 @@ static void listener_single(struct mctx *m, const char *name, const char *help,
 /* Live entries of the trust table under the served configuration's window. */
 static void render_trust(struct mctx *m)
 {
-	struct timespec ts;
 	uint32_t n = 0;
 
-	if (m->snap != NULL && clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
-		n = shm_trust_count(m->shm, (uint32_t)ts.tv_sec,
+	if (m->snap != NULL)
+		n = shm_trust_count(m->shm, (uint32_t)(mono_ns() / 1000000000u),
 				    snap_limits(m->snap)->unauth_trust_window);
 	scalar_u(m, "turngate_unauth_trusted_addresses", "gauge",
 		 "Source addresses in the trust table that authenticated within "

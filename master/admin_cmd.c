@@ -13,6 +13,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 
@@ -333,14 +334,6 @@ static int parse_filter(json_t *req, struct alloc_filter *f)
 	if (lim != NULL)
 		f->limit = json_integer_value(lim);
 	return 0;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static json_t *cmd_allocations(struct master *m, json_t *req)

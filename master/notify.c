@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "common/mono.h"
+
 #ifdef HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
 
@@ -18,11 +20,7 @@ void notify_ready(void)
 /* Type=notify-reload wants the monotonic time of the reload start alongside RELOADING=1. */
 void notify_reloading(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
-		   (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)(mono_ns() / 1000u));
 }
 
 void notify_stopping(void)

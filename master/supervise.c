@@ -17,6 +17,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "shm/shm.h"
 #include "worker/worker.h"
 
@@ -397,12 +398,9 @@ static void kill_worker(struct mworker *w, const char *why)
 static void check_gp_stall(struct master *m)
 {
 	uint64_t age = 0, token;
-	struct timespec ts;
 	unsigned slot = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (shm_qsbr_oldest_pending_ns(m->shm, (uint64_t)ts.tv_sec * 1000000000ull +
-					       (uint64_t)ts.tv_nsec, &age) < 0 ||
+	if (shm_qsbr_oldest_pending_ns(m->shm, mono_ns(), &age) < 0 ||
 	    age < (uint64_t)m->cfg->admin.worker_stall_timeout * 1000000000ull)
 		return;
 	token = shm_snap_oldest_token(m->shm);
