@@ -12,9 +12,6 @@ loopback peer added to the routed cluster) and checks each step with HTTP reques
 TURN client (python3-aioice) and a UDP echo peer. Timeouts are generous upper bounds.
 """
 import asyncio
-import base64
-import hashlib
-import hmac
 import os
 import signal
 import socket
@@ -27,6 +24,8 @@ import urllib.request
 
 import yaml
 from aioice import stun, turn
+
+from deploy_turn import Client, Echo, credential, round_trip
 
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
@@ -63,67 +62,11 @@ def wait_status(url, want, timeout):
     raise AssertionError(f"{url}: {got}, expected {want} within {timeout} s")
 
 
-def credential():
-    user = f"{int(time.time()) + 3600}:lifecycle"
-    mac = hmac.new(SECRET.encode(), user.encode(), hashlib.sha1).digest()
-    return user, base64.b64encode(mac).decode()
-
-
-def write_config(tmp, turn_port, health_port):
-    with open(CONFIGMAP, encoding="utf-8") as fh:
-        cfg = yaml.safe_load(yaml.safe_load(fh)["data"]["turngate.yaml"])
-    grace = cfg["admin"]["drain_timeout"]
-    cfg["admin"].update(admin_socket=os.path.join(tmp, "admin.sock"), workers=1,
-                        healthcheck_endpoint=f"http://127.0.0.1:{health_port}",
-                        metrics_endpoint="", drain_timeout=DRAIN_S)
-    for key in ("secret_file", "previous_secret_file"):
-        cfg["auth"][key] = os.path.join(tmp, os.path.basename(cfg["auth"][key]))
-        with open(cfg["auth"][key], "w", encoding="utf-8") as fh:
-            fh.write(SECRET + "\n")
-    cfg["listeners"] = [l for l in cfg["listeners"] if l["protocol"] == "TURN-UDP"]
-    cfg["listeners"][0]["port"] = turn_port
-    cfg["clusters"][0]["endpoints"].append("127.0.0.1")
-    path = os.path.join(tmp, "turngate.yaml")
-    with open(path, "w", encoding="utf-8") as fh:
-        yaml.safe_dump(cfg, fh)
-    return path, grace
-
-
-class Echo(asyncio.DatagramProtocol):
-    def connection_made(self, transport):
-        self.transport = transport
-
-    def datagram_received(self, data, addr):
-        self.transport.sendto(data, addr)
-
-
-class Client(asyncio.DatagramProtocol):
-    def __init__(self):
-        self.queue = asyncio.Queue()
-
-    def datagram_received(self, data, addr):
-        self.queue.put_nowait(data)
-
-
-async def round_trip(transport, client, peer, tag):
-    payload = f"{tag}-{os.urandom(4).hex()}".encode()
-    for _ in range(10):  # UDP: resend until echoed, bounded
-        transport.sendto(payload, peer)
-        try:
-            while True:
-                data = await asyncio.wait_for(client.queue.get(), 2)
-                if data == payload:
-                    return
-        except asyncio.TimeoutError:
-            continue
-    raise AssertionError(f"no relayed echo for {tag}")
-
-
 async def scenario(proc, turn_port, health):
     loop = asyncio.get_running_loop()
     echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
     peer = echo_t.get_extra_info("sockname")
-    user, password = credential()
+    user, password = credential(SECRET, "lifecycle")
     try:
         wait_status(health + "/ready", 200, 30)
         wait_status(health + "/live", 200, 5)

@@ -1,0 +1,84 @@
+"""tests/deploy/deploy_turn.py: TURN client pieces the deploy tests share (python3-aioice, a UDP echo peer, REST credentials).
+
+Run as a script it holds one allocation for a test that drives turngated from outside the
+process (a booted systemd, a container): `deploy_turn.py HOST PORT SECRET` allocates, relays a
+first round trip to its own echo peer and prints `ready`, then reads commands on stdin:
+`rt TAG` relays one more round trip (prints `ok TAG` or `fail TAG REASON`), `close` ends the
+allocation (Refresh with LIFETIME 0) and exits.
+"""
+import asyncio
+import base64
+import hashlib
+import hmac
+import os
+import sys
+import time
+
+from aioice import turn
+
+
+def credential(secret, name):
+    """A TURN REST API credential (EXPIRY:NAME, base64 HMAC-SHA1) valid for one hour."""
+    user = f"{int(time.time()) + 3600}:{name}"
+    mac = hmac.new(secret.encode(), user.encode(), hashlib.sha1).digest()
+    return user, base64.b64encode(mac).decode()
+
+
+class Echo(asyncio.DatagramProtocol):
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def datagram_received(self, data, addr):
+        self.transport.sendto(data, addr)
+
+
+class Client(asyncio.DatagramProtocol):
+    def __init__(self):
+        self.queue = asyncio.Queue()
+
+    def datagram_received(self, data, addr):
+        self.queue.put_nowait(data)
+
+
+async def round_trip(transport, client, peer, tag):
+    """Sends a tagged payload to peer through the allocation until it comes back (10 tries)."""
+    payload = f"{tag}-{os.urandom(4).hex()}".encode()
+    for _ in range(10):  # UDP: resend until echoed, bounded
+        transport.sendto(payload, peer)
+        try:
+            while True:
+                data = await asyncio.wait_for(client.queue.get(), 2)
+                if data == payload:
+                    return
+        except asyncio.TimeoutError:
+            continue
+    raise AssertionError(f"no relayed echo for {tag}")
+
+
+async def hold(host, port, secret):
+    loop = asyncio.get_running_loop()
+    echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=(host, 0))
+    peer = echo_t.get_extra_info("sockname")
+    user, password = credential(secret, "holder")
+    transport, client = await turn.create_turn_endpoint(
+        Client, server_addr=(host, port), username=user, password=password)
+    await round_trip(transport, client, peer, "first")
+    print("ready", flush=True)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while True:
+        line = (await reader.readline()).decode().split()
+        if not line or line[0] == "close":
+            break
+        try:
+            await round_trip(transport, client, peer, line[1])
+            print(f"ok {line[1]}", flush=True)
+        except AssertionError as e:
+            print(f"fail {line[1]} {e}", flush=True)
+    transport.close()
+    await asyncio.sleep(0.5)  # let the Refresh with LIFETIME 0 leave
+    echo_t.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(hold(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
