@@ -62,6 +62,26 @@ def wait_status(url, want, timeout):
     raise AssertionError(f"{url}: {got}, expected {want} within {timeout} s")
 
 
+def write_config(tmp, turn_port, health_port):
+    with open(CONFIGMAP, encoding="utf-8") as fh:
+        cfg = yaml.safe_load(yaml.safe_load(fh)["data"]["turngate.yaml"])
+    grace = cfg["admin"]["drain_timeout"]
+    cfg["admin"].update(admin_socket=os.path.join(tmp, "admin.sock"), workers=1,
+                        healthcheck_endpoint=f"http://127.0.0.1:{health_port}",
+                        metrics_endpoint="", drain_timeout=DRAIN_S)
+    for key in ("secret_file", "previous_secret_file"):
+        cfg["auth"][key] = os.path.join(tmp, os.path.basename(cfg["auth"][key]))
+        with open(cfg["auth"][key], "w", encoding="utf-8") as fh:
+            fh.write(SECRET + "\n")
+    cfg["listeners"] = [l for l in cfg["listeners"] if l["protocol"] == "TURN-UDP"]
+    cfg["listeners"][0]["port"] = turn_port
+    cfg["clusters"][0]["endpoints"].append("127.0.0.1")
+    path = os.path.join(tmp, "turngate.yaml")
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(cfg, fh)
+    return path, grace
+
+
 async def scenario(proc, turn_port, health):
     loop = asyncio.get_running_loop()
     echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
