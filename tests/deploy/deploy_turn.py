@@ -1,4 +1,4 @@
-"""tests/deploy/deploy_turn.py: TURN client pieces the deploy tests share (python3-aioice, a UDP echo peer, REST credentials).
+"""tests/deploy/deploy_turn.py: what the deploy tests share: a TURN client (python3-aioice), an echo peer, REST credentials, skips.
 
 Run as a script it holds one allocation for a test that drives turngated from outside the
 process (a booted systemd, a container): `deploy_turn.py HOST PORT SECRET` allocates, relays a
@@ -11,10 +11,14 @@ import base64
 import hashlib
 import hmac
 import os
+import subprocess
 import sys
 import time
 
-from aioice import turn
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECRET = "deploy-test-secret"
 
 
 def credential(secret, name):
@@ -56,6 +60,8 @@ async def round_trip(transport, client, peer, tag):
 
 
 async def hold(host, port, secret):
+    from aioice import turn  # here, so that a test importing this module can skip without it
+
     loop = asyncio.get_running_loop()
     echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=(host, 0))
     peer = echo_t.get_extra_info("sockname")
@@ -78,6 +84,56 @@ async def hold(host, port, secret):
     transport.close()
     await asyncio.sleep(0.5)  # let the Refresh with LIFETIME 0 leave
     echo_t.close()
+
+
+def unavailable(reason):
+    """A missing tool: a failure in CI, a printed skip elsewhere."""
+    if os.environ.get("CI") == "true":
+        print(f"FAIL: {reason} (CI=true: the deploy tests must run)")
+        sys.exit(1)
+    print(f"SKIP: {reason}")
+    sys.exit(77)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def write_yaml(path, cfg):
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        yaml.safe_dump(cfg, fh)
+    os.rename(path + ".tmp", path)
+
+
+def step(name):
+    print(f"--- {name}", flush=True)
+    return time.monotonic()
+
+
+class Holder:
+    """A TURN allocation held by this script in a child; wrap(argv) puts it in a network namespace."""
+
+    def __init__(self, wrap, port):
+        self.p = subprocess.Popen(
+            wrap([sys.executable, os.path.join(HERE, "deploy_turn.py"), "127.0.0.1",
+                  str(port), SECRET]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline().strip()
+        check(line == "ready", f"holder: {line!r}")
+
+    def round_trip(self, tag):
+        self.p.stdin.write(f"rt {tag}\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline().strip()
+        check(line == f"ok {tag}", f"held allocation, round trip {tag}: {line!r}")
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.stdin.write("close\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=30)
+
 
 
 if __name__ == "__main__":

@@ -37,26 +37,13 @@ import time
 
 import yaml
 
+from deploy_turn import SECRET, Holder, check, step, unavailable, write_yaml
+
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECRET = "boot-test-secret"
 DRAIN_S = 5
 PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def unavailable(reason):
-    """A missing tool: a failure in CI, a printed skip elsewhere."""
-    if os.environ.get("CI") == "true":
-        print(f"FAIL: {reason} (CI=true: the deploy tests must run)")
-        sys.exit(1)
-    print(f"SKIP: {reason}")
-    sys.exit(77)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 class Machine:
@@ -115,30 +102,6 @@ class Machine:
             self.nspawn.wait(timeout=30)
 
 
-class Holder:
-    """A TURN allocation held from the container's network (deploy_turn.py)."""
-
-    def __init__(self, m, port):
-        self.p = subprocess.Popen(
-            m.in_net([sys.executable, os.path.join(HERE, "deploy_turn.py"), "127.0.0.1",
-                      str(port), SECRET]),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.p.stdout.readline().strip()
-        check(line == "ready", f"holder: {line!r}")
-
-    def round_trip(self, tag):
-        self.p.stdin.write(f"rt {tag}\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline().strip()
-        check(line == f"ok {tag}", f"held allocation, round trip {tag}: {line!r}")
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.stdin.write("close\n")
-            self.p.stdin.flush()
-            self.p.wait(timeout=30)
-
-
 def unit_paths():
     """bindir, the config file and the EnvironmentFile of the generated unit."""
     with open(os.path.join(BUILD, "deploy", "systemd", "turngate.service"), encoding="utf-8") as fh:
@@ -168,12 +131,6 @@ def install(tree):
     return bindir, conf, cfg
 
 
-def write_yaml(path, cfg):
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        yaml.safe_dump(cfg, fh)
-    os.rename(path + ".tmp", path)
-
-
 def probe(m, bindir, port, transport="udp"):
     r = m.sh(f"{bindir}/turngatectl probe 'turn:127.0.0.1:{port}?transport={transport}' "
              f"--secret {SECRET}", check_rc=False)
@@ -186,11 +143,6 @@ def journal(m, since_cursor=None, prio=None):
     if prio:
         cmd += f" -p {prio}"
     return [json.loads(l) for l in m.sh(cmd).stdout.splitlines() if l.strip()]
-
-
-def step(name):
-    print(f"--- {name}", flush=True)
-    return time.monotonic()
 
 
 def scenario(m, tree, bindir, conf, cfg):
@@ -211,7 +163,7 @@ def scenario(m, tree, bindir, conf, cfg):
     print(f"active in {time.monotonic() - t:.1f} s, main pid {pid}, uid {uid}")
     print(probe(m, bindir, 3478, "udp"))
     probe(m, bindir, 3478, "tcp")
-    holder = Holder(m, 3478)
+    holder = Holder(m.in_net, 3478)
 
     step("reload: a new listener while an allocation is held")
     gen = json.loads(m.sh(f"{bindir}/turngatectl --json status").stdout)["generation"]
