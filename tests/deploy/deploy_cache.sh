@@ -1,12 +1,14 @@
 #!/bin/sh
 # tests/deploy/deploy_cache.sh: builds (once) and prints the cached Debian trees and base image the boot and image tests use.
 #
-# usage: deploy_cache.sh base|boot|image
+# usage: deploy_cache.sh base|boot|image|npm
 #   base   a `debootstrap --variant=minbase bookworm` tree (what an operator's minimal Debian
 #          12 has: no procps, no /bin/kill); prints its directory
 #   boot   base plus systemd, dbus and the container's RUNTIME_PACKAGES, for
 #          `systemd-nspawn --boot`; prints its directory
 #   image  base imported into podman (no registry here); prints the image name
+#   npm    tests/deploy/k8s-schema's packages (`npm ci` of its package-lock.json, keyed by
+#          that file); prints the directory holding node_modules
 #
 # Everything lives under $TG_DEPLOY_CACHE (default /var/cache/turngate-test), named by a key
 # over this script, the suite, the mirror and the package lists, so a changed list builds a
@@ -20,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=${top_srcdir:-$(cd "$here/../.." && pwd)}
 cache=${TG_DEPLOY_CACHE:-/var/cache/turngate-test}
 suite=bookworm
-what=${1:?usage: deploy_cache.sh base|boot|image}
+what=${1:?usage: deploy_cache.sh base|boot|image|npm}
 
 die() {
 	echo "deploy_cache: $*" >&2
@@ -55,9 +57,9 @@ key() {
 	} | sha256sum | cut -c1-12
 }
 
-# build NAME FUNCTION: runs FUNCTION DIR.tmp once, renames it to DIR; prints DIR.
+# build NAME FUNCTION [KEY]: runs FUNCTION DIR.tmp once, renames it to DIR; prints DIR.
 build() {
-	dir="$cache/$1-$(key)"
+	dir="$cache/$1-${3:-$(key)}"
 	mkdir -p "$cache"
 	exec 9>"$cache/.lock-$1"
 	flock 9
@@ -90,7 +92,14 @@ make_boot() {
 	: > "$1/etc/machine-id"
 }
 
+make_npm() {
+	mkdir -p "$1"
+	cp "$here/k8s-schema/package.json" "$here/k8s-schema/package-lock.json" "$1/"
+	(cd "$1" && npm ci --no-audit --no-fund)
+}
+
 case "$what" in
+npm) build npm make_npm "$(sha256sum < "$here/k8s-schema/package-lock.json" | cut -c1-12)" ;;
 base) build base make_base ;;
 boot) build boot make_boot ;;
 image)
@@ -102,5 +111,5 @@ image)
 	fi
 	echo "$name"
 	;;
-*) die "unknown artifact '$what' (base, boot or image)" ;;
+*) die "unknown artifact '$what' (base, boot, image or npm)" ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """tests/deploy/test_k8s_lifecycle.py: the pod lifecycle deploy/kubernetes relies on, against the real daemon.
 
-deployment.yaml assumes: /live and /ready on the health port answer 200 once the pod
+deployment.yaml assumes: its probes' paths (/live and /ready, read from the manifest) on
+the health port answer 200 once the pod
 serves; on SIGTERM (pod deletion) /ready turns 503 at once so the pod leaves the Service
 endpoints, /live stays 200 so the kubelet does not restart it mid-drain, existing
 allocations keep relaying, new ones are refused, and the process exits 0 as soon as the
@@ -82,21 +83,29 @@ def write_config(tmp, turn_port, health_port):
     return path, grace
 
 
+def probe_paths():
+    """The paths of the Deployment's liveness and readiness probes (what the kubelet asks)."""
+    with open(os.path.join(SRC, "deploy", "kubernetes", "deployment.yaml"), encoding="utf-8") as fh:
+        ctr = yaml.safe_load(fh)["spec"]["template"]["spec"]["containers"][0]
+    return ctr["livenessProbe"]["httpGet"]["path"], ctr["readinessProbe"]["httpGet"]["path"]
+
+
 async def scenario(proc, turn_port, health):
+    live, ready = probe_paths()
     loop = asyncio.get_running_loop()
     echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
     peer = echo_t.get_extra_info("sockname")
     user, password = credential(SECRET, "lifecycle")
     try:
-        wait_status(health + "/ready", 200, 30)
-        wait_status(health + "/live", 200, 5)
+        wait_status(health + ready, 200, 30)
+        wait_status(health + live, 200, 5)
         transport, client = await turn.create_turn_endpoint(
             Client, server_addr=("127.0.0.1", turn_port), username=user, password=password)
         await round_trip(transport, client, peer, "before")
 
         proc.send_signal(signal.SIGTERM)
-        wait_status(health + "/ready", 503, 10)
-        assert http_status(health + "/live") == 200, "/live failed while draining"
+        wait_status(health + ready, 503, 10)
+        assert http_status(health + live) == 200, f"{live} failed while draining"
         assert proc.poll() is None, "exited with an allocation still open"
         await round_trip(transport, client, peer, "draining")
         refused = False
