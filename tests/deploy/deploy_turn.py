@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -93,6 +94,32 @@ def unavailable(reason):
         sys.exit(1)
     print(f"SKIP: {reason}")
     sys.exit(77)
+
+
+def require(why_root, tools):
+    """Root, each of tools on PATH and python3-aioice, or unavailable() with the reason."""
+    if os.geteuid() != 0:
+        unavailable(f"needs root ({why_root})")
+    for tool in tools:
+        if shutil.which(tool) is None:
+            unavailable(f"{tool} not found (scripts/setup.sh installs it)")
+    try:
+        import aioice  # noqa: F401
+    except ImportError:
+        unavailable("python3-aioice not installed")
+
+
+def cached(artifact):
+    """deploy_cache.sh ARTIFACT: the cached tree or image name, built on first use; exits
+    with a failure when it cannot be built."""
+    t = time.monotonic()
+    r = subprocess.run([os.path.join(HERE, "deploy_cache.sh"), artifact], stdout=subprocess.PIPE,
+                       text=True)
+    if r.returncode != 0:
+        print(f"FAIL: deploy_cache.sh {artifact} failed")
+        sys.exit(1)
+    print(f"{artifact}: {r.stdout.strip()} ready in {time.monotonic() - t:.1f} s", flush=True)
+    return r.stdout.strip()
 
 
 def check(cond, what):

@@ -21,7 +21,6 @@ A missing tool fails when CI=true and skips (exit 77) with the reason otherwise.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import urllib.request
 
 import yaml
 
-from deploy_turn import HERE, SECRET, Holder, check, step, unavailable, write_yaml
+from deploy_turn import SECRET, Holder, cached, check, require, step, write_yaml
 
 SRC = os.environ.get("top_srcdir", ".")
 CACHE = os.environ.get("TG_DEPLOY_CACHE", "/var/cache/turngate-test")
@@ -171,15 +170,7 @@ def scenario(image, conf, cfg):
 
 
 def main():
-    if os.geteuid() != 0:
-        unavailable("needs root (podman, network namespaces)")
-    for tool in ("podman", "runc", "ip", "nsenter", "debootstrap"):
-        if shutil.which(tool) is None:
-            unavailable(f"{tool} not found (scripts/setup.sh installs it)")
-    try:
-        import aioice  # noqa: F401
-    except ImportError:
-        unavailable("python3-aioice not installed")
+    require("podman, network namespaces", ("podman", "runc", "ip", "nsenter", "debootstrap"))
     if "CONTAINERS_CONF" not in os.environ:
         os.makedirs(CACHE, exist_ok=True)
         path = os.path.join(CACHE, "containers.conf")
@@ -187,15 +178,11 @@ def main():
             fh.write("[containers]\ndefault_ulimits = []\n")
         os.environ["CONTAINERS_CONF"] = path
     t0 = time.monotonic()
-    r = subprocess.run([os.path.join(HERE, "deploy_cache.sh"), "image"], stdout=subprocess.PIPE,
-                       text=True)
-    if r.returncode != 0:
-        print("FAIL: could not make the base image")
-        return 1
+    base = cached("image")
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
         subprocess.run(ns(["ip", "link", "set", "lo", "up"]), check=True)
-        image = build(r.stdout.strip())
+        image = build(base)
         with tempfile.TemporaryDirectory(prefix="tg-image.") as conf:
             os.chmod(conf, 0o755)
             cfg = write_conf(conf)

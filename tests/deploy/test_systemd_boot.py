@@ -29,7 +29,6 @@ when CI=true and skips (exit 77) with the reason otherwise.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,11 +36,10 @@ import time
 
 import yaml
 
-from deploy_turn import SECRET, Holder, check, step, unavailable, write_yaml
+from deploy_turn import SECRET, Holder, cached, check, require, step, write_yaml
 
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
-HERE = os.path.dirname(os.path.abspath(__file__))
 DRAIN_S = 5
 PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -285,26 +283,13 @@ def scenario(m, tree, bindir, conf, cfg):
 
 
 def main():
-    if os.geteuid() != 0:
-        unavailable("needs root (systemd-nspawn)")
-    for tool in ("systemd-nspawn", "debootstrap", "nsenter", "ps"):
-        if shutil.which(tool) is None:
-            unavailable(f"{tool} not found (scripts/setup.sh installs it)")
-    try:
-        import aioice  # noqa: F401
-    except ImportError:
-        unavailable("python3-aioice not installed")
+    require("systemd-nspawn", ("systemd-nspawn", "debootstrap", "nsenter", "ps"))
     t0 = time.monotonic()
-    r = subprocess.run([os.path.join(HERE, "deploy_cache.sh"), "boot"], stdout=subprocess.PIPE,
-                       text=True)
-    if r.returncode != 0:
-        print("FAIL: could not build the cached boot tree")
-        return 1
-    print(f"boot tree {r.stdout.strip()} ready in {time.monotonic() - t0:.1f} s")
+    boot = cached("boot")
     cache = os.environ.get("TG_DEPLOY_CACHE", "/var/cache/turngate-test")
     with tempfile.TemporaryDirectory(dir=cache, prefix="run-boot.") as tmp:
         tree = os.path.join(tmp, "root")
-        subprocess.run(["cp", "-a", r.stdout.strip(), tree], check=True)
+        subprocess.run(["cp", "-a", boot, tree], check=True)
         with open(os.path.join(tree, "etc", "machine-id"), "w", encoding="utf-8") as fh:
             fh.write(os.urandom(16).hex() + "\n")
         bindir, conf, cfg = install(tree)
