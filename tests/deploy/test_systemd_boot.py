@@ -67,8 +67,15 @@ class Machine:
                 self.leader = int(kids[0])
             time.sleep(0.2)
         check(self.leader is not None, "no systemd under systemd-nspawn within 60 s")
-        state = self.sh("systemctl is-system-running --wait", check_rc=False, timeout=120)
-        check(state.stdout.strip() in ("running", "degraded"), f"boot: {state.stdout}")
+        # Until the container's systemd listens on its private socket, systemctl cannot
+        # connect and prints nothing; then --wait waits for the boot to finish.
+        while time.monotonic() < deadline + 60:
+            state = self.sh("systemctl is-system-running --wait", check_rc=False, timeout=120)
+            if state.stdout.strip():
+                break
+            time.sleep(0.5)
+        check(state.stdout.strip() in ("running", "degraded"),
+              f"boot: {state.stdout}{state.stderr}")
         if state.stdout.strip() == "degraded":
             print(self.sh("systemctl --failed --no-pager").stdout)
 
