@@ -8,7 +8,7 @@ libev-dev libssl-dev liburcu-dev libyaml-dev libjansson-dev libmicrohttpd-dev li
 libcmocka-dev clang libclang-rt-14-dev spin
 coturn python3-aioice python3-aiortc python3-selenium chromium chromium-driver
 iproute2 procps openssl systemd python3-yaml
-systemd-container debootstrap podman runc"
+systemd-container debootstrap podman runc dpkg-dev debhelper"
 
 missing=""
 for p in $PKGS; do
