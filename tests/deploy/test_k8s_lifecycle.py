@@ -84,10 +84,17 @@ def write_config(tmp, turn_port, health_port):
 
 
 def probe_paths():
-    """The paths of the Deployment's liveness and readiness probes (what the kubelet asks)."""
-    with open(os.path.join(SRC, "deploy", "kubernetes", "deployment.yaml"), encoding="utf-8") as fh:
-        ctr = yaml.safe_load(fh)["spec"]["template"]["spec"]["containers"][0]
-    return ctr["livenessProbe"]["httpGet"]["path"], ctr["readinessProbe"]["httpGet"]["path"]
+    """The paths of the Deployment's liveness and readiness probes (what the kubelet asks),
+    which the host-network DaemonSet must share, port included."""
+    probes = []
+    for path in (("kubernetes", "deployment.yaml"), ("kubernetes-hostnetwork", "daemonset.yaml")):
+        with open(os.path.join(SRC, "deploy", *path), encoding="utf-8") as fh:
+            ctr = yaml.safe_load(fh)["spec"]["template"]["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+        probes.append([(ctr[k]["httpGet"]["path"], ports[ctr[k]["httpGet"]["port"]])
+                       for k in ("livenessProbe", "readinessProbe")])
+    assert probes[0] == probes[1], f"the DaemonSet's probes {probes[1]} != the Deployment's {probes[0]}"
+    return probes[0][0][0], probes[0][1][0]
 
 
 async def scenario(proc, turn_port, health):

@@ -4,8 +4,8 @@
 # The validator is tests/deploy/k8s-schema/validate.mjs with the npm package
 # kubernetes-models (validators generated from the API's published OpenAPI definitions),
 # pinned by tests/deploy/k8s-schema/package-lock.json and installed by scripts/setup.sh
-# through tests/deploy/deploy_cache.sh npm. Every resource of kustomization.yaml must be
-# valid, and broken copies (a string containerPort, a probe without a port, a list for the
+# through tests/deploy/deploy_cache.sh npm. Every resource of kustomization.yaml and the
+# DaemonSet of deploy/kubernetes-hostnetwork must be valid, and broken copies (a string containerPort, a probe without a port, a list for the
 # Service's sessionAffinity and for the PodDisruptionBudget's maxUnavailable, an unknown
 # kind) must not be: otherwise the validator checks nothing. Ranges (a port above 65535)
 # are not in the published schemas; the API server checks them, and test_manifests.py. No node or packages: FAIL when CI=true,
@@ -42,6 +42,8 @@ files=$(sed -n 's/^  - \(.*\.yaml\)$/\1/p' "$k8s/kustomization.yaml")
 [ -n "$files" ] || { echo "FAIL: no resources in kustomization.yaml" >&2; exit 1; }
 set --
 for f in $files; do set -- "$@" "$k8s/$f"; done
+# The host-network variant's own manifest (its kustomization reuses the rest).
+set -- "$@" "$top_srcdir/deploy/kubernetes-hostnetwork/daemonset.yaml"
 if ! validate "$@"; then
 	echo "FAIL: deploy/kubernetes does not validate" >&2
 	exit 1
