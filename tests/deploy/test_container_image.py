@@ -93,8 +93,9 @@ def http_status(url):
     return r.stdout.strip()
 
 
-def status(bindir="/usr/local/bin"):
-    return json.loads(podman("exec", NAME, f"{bindir}/turngatectl", "--json", "status").stdout)
+def status():
+    """turngatectl status of the image's own client, as JSON."""
+    return json.loads(podman("exec", NAME, "/usr/local/bin/turngatectl", "--json", "status").stdout)
 
 
 def probe(port):

@@ -143,7 +143,7 @@ def probe(m, bindir, port, transport="udp"):
     return r.stdout
 
 
-def journal(m, since_cursor=None, prio=None):
+def journal(m, prio=None):
     cmd = "journalctl -u turngate -o json --no-pager"
     if prio:
         cmd += f" -p {prio}"
