@@ -20,6 +20,7 @@ struct mctx {
 	 * only (a dead worker's connections are gone), workers serving UDP sockets. */
 	uint64_t live_conns[SHM_MAX_LISTENERS];
 	uint64_t n_live, n_started;
+	uint32_t alloc_cap;        /* allocation records in the shared table */
 };
 
 struct label {
@@ -234,6 +235,17 @@ static void render_listeners(struct mctx *m)
 			sample_i(m, "turngate_listener_allocations_active", &l, 1,
 				 gauge(m->sum.lst[i][SHM_LCTR_ALLOCS_ACTIVE]));
 	}
+	/* The capacity the relay-port alert compares allocations_active with: every UDP
+	 * relay of the listener's allocations takes a port of this range. */
+	fam(m, "turngate_listener_relay_ports", "gauge",
+	    "Relay ports in a listener's range (relay_port_min..relay_port_max), all workers.");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct snap_listener sl;
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL && snap_listener_get(m->snap, i, &sl) == 0)
+			sample_u(m, "turngate_listener_relay_ports", &l, 1,
+				 (uint64_t)sl.relay_port_max - sl.relay_port_min + 1);
+	}
 	fam(m, "turngate_listener_allocations_created_total", "counter",
 	    "Allocations created through a listener.");
 	for (uint32_t i = 0; i < n_listeners(m); i++) {
@@ -377,6 +389,15 @@ static void render_lifetime(struct mctx *m)
 			name, cum);
 }
 
+/* What an Allocate is refused beyond: total_quota when set (the workers count live
+ * records against it), else the table, which is sized at start and fixed. */
+static uint64_t alloc_limit(struct mctx *m)
+{
+	uint32_t q = m->snap ? snap_limits(m->snap)->total_quota : 0;
+
+	return q != 0 && q < m->alloc_cap ? q : m->alloc_cap;
+}
+
 static void render_master(struct mctx *m)
 {
 	const struct http_master_stats *ms = m->ms;
@@ -388,6 +409,14 @@ static void render_master(struct mctx *m)
 	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_failed);
 	scalar_u(m, "turngate_config_generation", "gauge",
 		 "Generation of the configuration snapshot being served.", ms->generation);
+	/* Prometheus's own prometheus_config_last_reload_successful: an alert on the state,
+	 * not on the failure counter, clears with the next good reload. */
+	scalar_u(m, "turngate_config_last_reload_successful", "gauge",
+		 "1 when the latest reload (or the start) succeeded, 0 after a failed one.",
+		 ms->last_reload_ok ? 1 : 0);
+	scalar_u(m, "turngate_allocations_limit", "gauge",
+		 "Concurrent allocations admitted: limits.total_quota, else the table size.",
+		 alloc_limit(m));
 	scalar_u(m, "turngate_worker_restarts_total", "counter",
 		 "Worker processes respawned after dying or hanging.", ms->worker_restarts);
 	scalar_u(m, "turngate_draining", "gauge",
@@ -507,6 +536,7 @@ int http_metrics_render(const struct shm *shm, const struct snap *snap,
 		return -EINVAL;
 	shm_get_config(shm, &cfg);
 	m.n_slots = cfg.n_slots;
+	m.alloc_cap = cfg.alloc_cap;
 	if (shm_counters_sum(shm, &m.sum) != 0)
 		return -EIO;
 	live_view(&m);

@@ -243,10 +243,10 @@ static void test_kill9_readopts(void **state)
 		assert_true(echo_retry(&c[i], 0, i));
 	}
 	assert_int_equal(alloc_user(tc, sa(&g.srvt), true, "crash-tcp"), 0);
-	victim = hadmin_owner_of(g.h.sock, hturn_local_port(tc));
+	victim = hadmin_owner_of(g.h.sock, "tcp", hturn_local_port(tc));
 	assert_true(victim == 0 || victim == 1);
 	for (int i = 0; i < N_ALLOCS; i++) {
-		owner[i] = hadmin_owner_of(g.h.sock, hturn_local_port(&c[i]));
+		owner[i] = hadmin_owner_of(g.h.sock, "udp", hturn_local_port(&c[i]));
 		assert_true(owner[i] == 0 || owner[i] == 1);
 		if (owner[i] == victim) {
 			n_victim++;
@@ -277,7 +277,8 @@ static void test_kill9_readopts(void **state)
 				 (long long)n_victim * round);
 		assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_dropped"), 1);
 		for (int i = 0; i < N_ALLOCS; i++)
-			assert_int_equal(hadmin_owner_of(g.h.sock, hturn_local_port(&c[i])), owner[i]);
+			assert_int_equal(hadmin_owner_of(g.h.sock, "udp", hturn_local_port(&c[i])),
+					 owner[i]);
 	}
 	/* relaying still correct after the last round, then a clean end */
 	for (int i = 0; i < N_ALLOCS; i++) {
