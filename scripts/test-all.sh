@@ -49,10 +49,11 @@ if [ "${TG_SKIP_SANITIZERS:-0}" = 1 ]; then
 else
 	run_suite "$top/_build/sanitizers" --enable-sanitizers || status=1
 fi
-# One closing line over both suites, from automake's summaries.
+# One closing line over all suites, from automake's summaries.
 passed=0
 failed=0
-for log in "$top"/_build/default/test-suite.log "$top"/_build/sanitizers/test-suite.log; do
+for log in "$top"/_build/default/test-suite.log "$top"/_build/default/test-suite-deploy.log \
+	"$top"/_build/sanitizers/test-suite.log; do
 	[ -f "$log" ] || continue
 	p=$(sed -n 's/^# PASS: *//p' "$log" | head -n 1)
 	f=$(sed -n 's/^# FAIL: *//p' "$log" | head -n 1)
