@@ -7,7 +7,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,19 +25,48 @@ struct log_state {
 	char procname[32];
 	enum log_format fmt;
 	enum log_level dflt;
+	bool journal; /* stderr is systemd-journald's stream: lines start with <PRIORITY> */
 	int nscopes;
 	struct log_scope scopes[LOG_MAX_SCOPES];
 };
 
 /* Process-local logger state: the one piece of global state, set once per process. */
-static struct log_state g_log = { "turngate", LOG_FMT_TEXT, LOG_LVL_INFO, 0, { { "", 0 } } };
+static struct log_state g_log = { "turngate", LOG_FMT_TEXT, LOG_LVL_INFO, false, 0, { { "", 0 } } };
 
 static const char *const level_names[] = { "DISABLE", "ERROR", "WARN", "INFO", "DEBUG", "TRACE" };
+
+/* systemd sets JOURNAL_STREAM=DEV:INODE for a service whose stderr is connected to the
+ * journal (systemd.exec(5)). Only then is a "<N>" syslog prefix turned into the entry's
+ * PRIORITY; anywhere else (a terminal, a file, a container runtime's log) it would be noise.
+ * Comparing the device and inode keeps a variable inherited by a child with another stderr
+ * from switching it on. */
+static bool stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (e == NULL || sscanf(e, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) != 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
 
 void log_init(const char *procname, enum log_format fmt)
 {
 	log_set_procname(procname);
 	g_log.fmt = fmt;
+	g_log.journal = stderr_is_journal();
+}
+
+/* syslog(3) priorities of the levels (LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG). */
+static int journal_priority(enum log_level lvl)
+{
+	switch (lvl) {
+	case LOG_LVL_ERROR: return 3;
+	case LOG_LVL_WARN: return 4;
+	case LOG_LVL_INFO: return 6;
+	default: return 7;
+	}
 }
 
 void log_set_procname(const char *procname)
@@ -189,17 +220,19 @@ void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 	}
 	safe[o] = '\0';
 
-	char line[sizeof(safe) + 200];
+	char line[sizeof(safe) + 200], prio[8] = "";
 	int n;
+	if (g_log.journal)
+		snprintf(prio, sizeof(prio), "<%d>", journal_priority(lvl));
 	if (g_log.fmt == LOG_FMT_JSON) {
 		char esc[sizeof(safe) + 64];
 		json_escape(esc, sizeof(esc), safe);
 		n = snprintf(
 			line, sizeof(line),
-			"{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,\"scope\":\"%s\",\"msg\":\"%s\"}\n",
-			when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
+			"%s{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,\"scope\":\"%s\",\"msg\":\"%s\"}\n",
+			prio, when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
 	} else {
-		n = snprintf(line, sizeof(line), "%s %-5s %s[%d] %s: %s\n", when,
+		n = snprintf(line, sizeof(line), "%s%s %-5s %s[%d] %s: %s\n", prio, when,
 			     log_level_name(lvl), g_log.procname, (int)getpid(), scope, safe);
 	}
 	if (n < 0)

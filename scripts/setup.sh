@@ -7,7 +7,8 @@ PKGS="build-essential autoconf automake libtool pkg-config
 libev-dev libssl-dev liburcu-dev libyaml-dev libjansson-dev libmicrohttpd-dev libsystemd-dev
 libcmocka-dev clang libclang-rt-14-dev spin
 coturn python3-aioice python3-aiortc python3-selenium chromium chromium-driver
-iproute2 procps openssl systemd python3-yaml prometheus"
+iproute2 procps openssl systemd python3-yaml prometheus
+systemd-container debootstrap podman runc dpkg-dev debhelper"
 
 missing=""
 for p in $PKGS; do
@@ -16,25 +17,33 @@ for p in $PKGS; do
 	fi
 done
 
-if [ -z "$missing" ]; then
-	echo "setup: all build and test dependencies are installed"
-	exit 0
+# node and npm validate the Kubernetes manifests (tests/deploy/test_k8s_schema.sh); a
+# machine that has them from elsewhere keeps its own, others get Debian's.
+if ! command -v npm >/dev/null 2>&1; then
+	missing="$missing nodejs npm"
 fi
 
-echo "setup: installing:$missing"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
 	SUDO="sudo"
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -qq --no-install-recommends $missing
-# The coturn and prometheus packages enable system services; turngate's tests run their own
-# turnserver and Prometheus.
-if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-	for unit in coturn prometheus prometheus-node-exporter; do
-		$SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
-	done
+if [ -n "$missing" ]; then
+	echo "setup: installing:$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq
+	# shellcheck disable=SC2086
+	$SUDO apt-get install -y -qq --no-install-recommends $missing
+	# The coturn and prometheus packages enable system services; turngate's tests run their
+	# own turnserver and Prometheus.
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		for unit in coturn prometheus prometheus-node-exporter; do
+			$SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+		done
+	fi
+else
+	echo "setup: all build and test dependencies are installed"
 fi
+# The npm packages of the manifest schema check, pinned by their package-lock.json, in the
+# deploy tests' cache (a no-op once installed).
+$SUDO sh "$(dirname "$0")/../tests/deploy/deploy_cache.sh" npm >/dev/null
 echo "setup: done"

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """tests/deploy/test_k8s_lifecycle.py: the pod lifecycle deploy/kubernetes relies on, against the real daemon.
 
-deployment.yaml assumes: /live and /ready on the health port answer 200 once the pod
+deployment.yaml assumes: its probes' paths (/live and /ready, read from the manifest) on
+the health port answer 200 once the pod
 serves; on SIGTERM (pod deletion) /ready turns 503 at once so the pod leaves the Service
 endpoints, /live stays 200 so the kubelet does not restart it mid-drain, existing
 allocations keep relaying, new ones are refused, and the process exits 0 as soon as the
@@ -12,9 +13,6 @@ loopback peer added to the routed cluster) and checks each step with HTTP reques
 TURN client (python3-aioice) and a UDP echo peer. Timeouts are generous upper bounds.
 """
 import asyncio
-import base64
-import hashlib
-import hmac
 import os
 import signal
 import socket
@@ -27,6 +25,8 @@ import urllib.request
 
 import yaml
 from aioice import stun, turn
+
+from deploy_turn import Client, Echo, credential, round_trip
 
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
@@ -63,12 +63,6 @@ def wait_status(url, want, timeout):
     raise AssertionError(f"{url}: {got}, expected {want} within {timeout} s")
 
 
-def credential():
-    user = f"{int(time.time()) + 3600}:lifecycle"
-    mac = hmac.new(SECRET.encode(), user.encode(), hashlib.sha1).digest()
-    return user, base64.b64encode(mac).decode()
-
-
 def write_config(tmp, turn_port, health_port):
     with open(CONFIGMAP, encoding="utf-8") as fh:
         cfg = yaml.safe_load(yaml.safe_load(fh)["data"]["turngate.yaml"])
@@ -89,51 +83,36 @@ def write_config(tmp, turn_port, health_port):
     return path, grace
 
 
-class Echo(asyncio.DatagramProtocol):
-    def connection_made(self, transport):
-        self.transport = transport
-
-    def datagram_received(self, data, addr):
-        self.transport.sendto(data, addr)
-
-
-class Client(asyncio.DatagramProtocol):
-    def __init__(self):
-        self.queue = asyncio.Queue()
-
-    def datagram_received(self, data, addr):
-        self.queue.put_nowait(data)
-
-
-async def round_trip(transport, client, peer, tag):
-    payload = f"{tag}-{os.urandom(4).hex()}".encode()
-    for _ in range(10):  # UDP: resend until echoed, bounded
-        transport.sendto(payload, peer)
-        try:
-            while True:
-                data = await asyncio.wait_for(client.queue.get(), 2)
-                if data == payload:
-                    return
-        except asyncio.TimeoutError:
-            continue
-    raise AssertionError(f"no relayed echo for {tag}")
+def probe_paths():
+    """The paths of the Deployment's liveness and readiness probes (what the kubelet asks),
+    which the host-network DaemonSet must share, port included."""
+    probes = []
+    for path in (("kubernetes", "deployment.yaml"), ("kubernetes-hostnetwork", "daemonset.yaml")):
+        with open(os.path.join(SRC, "deploy", *path), encoding="utf-8") as fh:
+            ctr = yaml.safe_load(fh)["spec"]["template"]["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+        probes.append([(ctr[k]["httpGet"]["path"], ports[ctr[k]["httpGet"]["port"]])
+                       for k in ("livenessProbe", "readinessProbe")])
+    assert probes[0] == probes[1], f"the DaemonSet's probes {probes[1]} != the Deployment's {probes[0]}"
+    return probes[0][0][0], probes[0][1][0]
 
 
 async def scenario(proc, turn_port, health):
+    live, ready = probe_paths()
     loop = asyncio.get_running_loop()
     echo_t, _ = await loop.create_datagram_endpoint(Echo, local_addr=("127.0.0.1", 0))
     peer = echo_t.get_extra_info("sockname")
-    user, password = credential()
+    user, password = credential(SECRET, "lifecycle")
     try:
-        wait_status(health + "/ready", 200, 30)
-        wait_status(health + "/live", 200, 5)
+        wait_status(health + ready, 200, 30)
+        wait_status(health + live, 200, 5)
         transport, client = await turn.create_turn_endpoint(
             Client, server_addr=("127.0.0.1", turn_port), username=user, password=password)
         await round_trip(transport, client, peer, "before")
 
         proc.send_signal(signal.SIGTERM)
-        wait_status(health + "/ready", 503, 10)
-        assert http_status(health + "/live") == 200, "/live failed while draining"
+        wait_status(health + ready, 503, 10)
+        assert http_status(health + live) == 200, f"{live} failed while draining"
         assert proc.poll() is None, "exited with an allocation still open"
         await round_trip(transport, client, peer, "draining")
         refused = False

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """tests/deploy/test_notify.py: checks turngated keeps the sd_notify contract turngate.service relies on.
 
-The unit says Type=notify, NotifyAccess=main, WatchdogSec=, ExecReload=kill -HUP and
-KillMode=mixed. No systemd runs here, so this test plays systemd's part: it binds the
+The unit says Type=notify, NotifyAccess=main, WatchdogSec=, ExecReload=turngatectl reload
+(the master's reload path, the same as SIGHUP's) and KillMode=mixed. No systemd runs here, so this test plays systemd's part: it binds the
 NOTIFY_SOCKET datagram socket (with SO_PASSCRED, to see who sends), starts the real daemon
 on a loopback port, and checks that
 - READY=1 comes from the main (master) pid, and only once the listener answers STUN;

@@ -2,8 +2,8 @@
 # tests/deploy/test_systemd.sh: checks the generated systemd unit with systemd-analyze and against the example config.
 #
 # The generated unit names the installed binary (@bindir@), which does not exist during
-# make check, so a copy pointing at the build tree's turngated is verified; everything else
-# in the copy is byte for byte the unit `make install` installs.
+# make check, so a copy pointing at the build tree's turngated and turngatectl is verified;
+# everything else in the copy is byte for byte the unit `make install` installs.
 set -eu
 
 : "${top_builddir:?top_builddir must be set (run through make check)}"
@@ -46,8 +46,10 @@ esac
 
 # 1. systemd-analyze verify on the unit, pointed at the build tree's binary. verify exits 0
 # on unknown keys and bad values (it only warns), so any output at all is a failure.
-abs_daemon=$(cd "$(dirname "$daemon")" && pwd)/turngated
-sed "s|$installed|$abs_daemon|g" "$unit" > "$tmp/turngate.service"
+abs_build=$(cd "$(dirname "$daemon")" && pwd)
+sed -e "s|$installed|$abs_build/turngated|g" \
+	-e "s|$(dirname "$installed")/turngatectl|$abs_build/turngatectl|g" \
+	"$unit" > "$tmp/turngate.service"
 if ! systemd-analyze verify --man=no "$tmp/turngate.service" > "$tmp/verify.out" 2>&1; then
 	cat "$tmp/verify.out" >&2
 	fail "systemd-analyze verify exited non-zero"
@@ -72,7 +74,8 @@ expect() {
 expect Type notify "the master sends READY=1 (tests/deploy/test_notify.py)"
 expect NotifyAccess main "only the master notifies (tests/deploy/test_notify.py)"
 expect KillMode mixed "SIGTERM to the master only, which drains and stops its workers"
-expect ExecReload '/bin/kill -HUP $MAINPID' "SIGHUP reloads"
+expect ExecReload "$(dirname "$installed")/turngatectl reload" \
+	"reload through the admin socket: no /bin/kill on a minimal system, and a refused config fails the reload"
 expect AmbientCapabilities CAP_NET_BIND_SERVICE "the only capability"
 expect CapabilityBoundingSet CAP_NET_BIND_SERVICE "the only capability"
 expect NoNewPrivileges yes "hardening"

@@ -1,0 +1,73 @@
+#!/bin/sh
+# tests/deploy/test_k8s_schema.sh: validates deploy/kubernetes against the Kubernetes API's OpenAPI schemas.
+#
+# The validator is tests/deploy/k8s-schema/validate.mjs with the npm package
+# kubernetes-models (validators generated from the API's published OpenAPI definitions),
+# pinned by tests/deploy/k8s-schema/package-lock.json and installed by scripts/setup.sh
+# through tests/deploy/deploy_cache.sh npm. Every resource of kustomization.yaml and the
+# DaemonSet of deploy/kubernetes-hostnetwork must be valid, and broken copies (a string containerPort, a probe without a port, a list for the
+# Service's sessionAffinity and for the PodDisruptionBudget's maxUnavailable, an unknown
+# kind) must not be: otherwise the validator checks nothing. Ranges (a port above 65535)
+# are not in the published schemas; the API server checks them, and test_manifests.py. No node or packages: FAIL when CI=true,
+# SKIP with the reason elsewhere.
+set -eu
+
+: "${top_srcdir:?top_srcdir must be set (run through make check)}"
+k8s="$top_srcdir/deploy/kubernetes"
+here="$top_srcdir/tests/deploy"
+cache=${TG_DEPLOY_CACHE:-/var/cache/turngate-test}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-k8s-schema.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+unavailable() {
+	if [ "${CI:-}" = true ]; then
+		echo "FAIL: $* (CI=true: scripts/setup.sh must have installed it)" >&2
+		exit 1
+	fi
+	echo "SKIP: $* (run scripts/setup.sh)"
+	exit 77
+}
+
+command -v node >/dev/null 2>&1 || unavailable "node not found"
+modules="$cache/npm-$(sha256sum < "$here/k8s-schema/package-lock.json" | cut -c1-12)"
+[ -d "$modules/node_modules/kubernetes-models" ] || unavailable "no $modules/node_modules"
+cp "$here/k8s-schema/validate.mjs" "$modules/validate-$$.mjs"
+trap 'rm -rf "$tmp" "$modules/validate-$$.mjs"' EXIT INT TERM
+
+validate() {
+	node "$modules/validate-$$.mjs" "$@"
+}
+
+files=$(sed -n 's/^  - \(.*\.yaml\)$/\1/p' "$k8s/kustomization.yaml")
+[ -n "$files" ] || { echo "FAIL: no resources in kustomization.yaml" >&2; exit 1; }
+set --
+for f in $files; do set -- "$@" "$k8s/$f"; done
+# The host-network variant's own manifest (its kustomization reuses the rest).
+set -- "$@" "$top_srcdir/deploy/kubernetes-hostnetwork/daemonset.yaml"
+if ! validate "$@"; then
+	echo "FAIL: deploy/kubernetes does not validate" >&2
+	exit 1
+fi
+
+# broken NAME FILE SED: a copy of FILE edited by SED must be rejected.
+failures=0
+broken() {
+	sed "$3" "$k8s/$2" > "$tmp/$1.yaml"
+	if cmp -s "$k8s/$2" "$tmp/$1.yaml"; then
+		echo "FAIL: $1: the edit changed nothing in $2 (update the test)" >&2
+		failures=$((failures + 1))
+	elif validate "$tmp/$1.yaml" > "$tmp/$1.out"; then
+		cat "$tmp/$1.out" >&2
+		echo "FAIL: $1 was accepted" >&2
+		failures=$((failures + 1))
+	else
+		echo "rejected as expected: $1: $(tail -n 1 "$tmp/$1.out" | sed 's/^[^:]*: //')"
+	fi
+}
+broken string-containerPort deployment.yaml 's/containerPort: 3478/containerPort: "3478"/'
+broken probe-without-port deployment.yaml '/livenessProbe:/,/port:/{/port:/d}'
+broken service-affinity-list service.yaml 's/sessionAffinity: ClientIP/sessionAffinity: [ClientIP]/'
+broken pdb-list pdb.yaml 's/maxUnavailable: 1/maxUnavailable: [1]/'
+broken unknown-kind service.yaml 's/^kind: Service$/kind: Servicee/'
+[ "$failures" -eq 0 ] || exit 1
+echo "test_k8s_schema: ok"
