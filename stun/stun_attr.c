@@ -12,8 +12,10 @@
 
 static const struct stun_attr_ref *find_ref(const struct stun_msg *msg, uint16_t attr_type)
 {
+	int slot;
+
 	assert(msg->magic == STUN_MSG_MAGIC);
-	int slot = stun_slot_of(attr_type);
+	slot = stun_slot_of(attr_type);
 	if (slot < 0)
 		return NULL;
 	return &msg->attr[slot];
@@ -21,18 +23,22 @@ static const struct stun_attr_ref *find_ref(const struct stun_msg *msg, uint16_t
 
 bool stun_msg_has(const struct stun_msg *msg, uint16_t attr_type)
 {
+	const struct stun_attr_ref *ref;
+
 	if (msg == NULL)
 		return false;
-	const struct stun_attr_ref *ref = find_ref(msg, attr_type);
+	ref = find_ref(msg, attr_type);
 	return ref != NULL && ref->off != 0;
 }
 
 int stun_msg_get_raw(const struct stun_msg *msg, uint16_t attr_type, const uint8_t **val,
 		     size_t *len)
 {
+	const struct stun_attr_ref *ref;
+
 	if (msg == NULL || val == NULL || len == NULL)
 		return -EINVAL;
-	const struct stun_attr_ref *ref = find_ref(msg, attr_type);
+	ref = find_ref(msg, attr_type);
 	if (ref == NULL)
 		return -EINVAL;
 	if (ref->off == 0)
@@ -111,10 +117,11 @@ int stun_msg_get_string(const struct stun_msg *msg, uint16_t attr_type, const ch
 	const uint8_t *val;
 	size_t vlen;
 	size_t limit = string_limit(attr_type);
+	int rc;
 
 	if (limit == 0 || str == NULL || len == NULL)
 		return -EINVAL;
-	int rc = stun_msg_get_raw(msg, attr_type, &val, &vlen);
+	rc = stun_msg_get_raw(msg, attr_type, &val, &vlen);
 	if (rc != 0)
 		return rc;
 	/* A NUL inside would silently truncate the string for C callers. */
@@ -129,10 +136,11 @@ int stun_msg_copy_string(const struct stun_msg *msg, uint16_t attr_type, char *o
 {
 	const char *s;
 	size_t n;
+	int rc;
 
 	if (out == NULL)
 		return -EINVAL;
-	int rc = stun_msg_get_string(msg, attr_type, &s, &n);
+	rc = stun_msg_get_string(msg, attr_type, &s, &n);
 	if (rc != 0)
 		return rc;
 	if (n >= cap)
@@ -159,19 +167,23 @@ static int decode_addr(const struct stun_msg *msg, const uint8_t *val, size_t le
 {
 	struct wire_rd r;
 	uint8_t mask[16];
+	uint8_t fam;
+	uint16_t port;
+	size_t alen;
+	const uint8_t *a;
 
 	wire_put_u32(mask, STUN_MAGIC_COOKIE);
 	memcpy(mask + 4, msg->tid, STUN_TID_LEN);
 	wire_rd_init(&r, val, len);
 	wire_rd_skip(&r, 1);
-	uint8_t fam = wire_rd_u8(&r);
-	uint16_t port = wire_rd_u16(&r);
+	fam = wire_rd_u8(&r);
+	port = wire_rd_u16(&r);
 	if (xored)
 		port ^= (uint16_t)(STUN_MAGIC_COOKIE >> 16);
-	size_t alen = fam == 0x01 ? 4 : fam == 0x02 ? 16 : 0;
+	alen = fam == 0x01 ? 4 : fam == 0x02 ? 16 : 0;
 	if (alen == 0 || len != 4 + alen)
 		return -EBADMSG;
-	const uint8_t *a = wire_rd_take(&r, alen);
+	a = wire_rd_take(&r, alen);
 	if (r.err)
 		return -EBADMSG;
 	memset(out, 0, sizeof(*out));
@@ -197,10 +209,11 @@ int stun_msg_get_addr(const struct stun_msg *msg, uint16_t attr_type, struct soc
 {
 	const uint8_t *val;
 	size_t len;
+	int rc;
 
 	if (out == NULL || (!is_xor_addr(attr_type) && !is_plain_addr(attr_type)))
 		return -EINVAL;
-	int rc = stun_msg_get_raw(msg, attr_type, &val, &len);
+	rc = stun_msg_get_raw(msg, attr_type, &val, &len);
 	if (rc != 0)
 		return rc;
 	return decode_addr(msg, val, len, is_xor_addr(attr_type), out);
@@ -335,12 +348,16 @@ int stun_msg_get_reservation_token(const struct stun_msg *msg, uint64_t *token)
 /* Reads class/number and an optional reason; shared by ERROR-CODE and ADDRESS-ERROR-CODE. */
 static int read_code(struct wire_rd *r, int *code, const char **reason, size_t *reason_len)
 {
+	uint8_t cls;
+	uint8_t num;
+	size_t n;
+
 	wire_rd_skip(r, 2);
-	uint8_t cls = wire_rd_u8(r) & 0x07;
-	uint8_t num = wire_rd_u8(r);
+	cls = wire_rd_u8(r) & 0x07;
+	num = wire_rd_u8(r);
 	if (r->err || cls < 3 || cls > 6 || num > 99)
 		return -EBADMSG;
-	size_t n = wire_rd_left(r);
+	n = wire_rd_left(r);
 	if (n > STUN_MAX_REASON_LEN)
 		return -EBADMSG;
 	if (code)
@@ -370,11 +387,13 @@ int stun_msg_get_address_error(const struct stun_msg *msg, int *af, int *code, c
 {
 	struct wire_rd r;
 	int rc = attr_reader(msg, STUN_ATTR_ADDRESS_ERROR_CODE, &r);
+	int a;
+
 	if (rc != 0)
 		return rc;
 	if (r.len < 4)
 		return -EBADMSG;
-	int a = family_to_af(r.p[0]);
+	a = family_to_af(r.p[0]);
 	if (a < 0)
 		return -EBADMSG;
 	if (af)
@@ -394,14 +413,16 @@ int stun_msg_get_requested_transport(const struct stun_msg *msg, uint8_t *proto)
 int stun_msg_get_family(const struct stun_msg *msg, uint16_t attr_type, int *af)
 {
 	uint32_t v;
+	int rc;
+	int a;
 
 	if (attr_type != STUN_ATTR_REQUESTED_ADDRESS_FAMILY &&
 	    attr_type != STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY)
 		return -EINVAL;
-	int rc = stun_msg_get_u32(msg, attr_type, &v);
+	rc = stun_msg_get_u32(msg, attr_type, &v);
 	if (rc != 0)
 		return rc;
-	int a = family_to_af((uint8_t)(v >> 24));
+	a = family_to_af((uint8_t)(v >> 24));
 	if (a < 0)
 		return -EAFNOSUPPORT;
 	if (af)
@@ -427,14 +448,18 @@ int stun_msg_get_icmp(const struct stun_msg *msg, uint8_t *icmp_type, uint8_t *i
 {
 	struct wire_rd r;
 	int rc = attr_reader(msg, STUN_ATTR_ICMP, &r);
+	uint8_t t;
+	uint8_t c;
+	uint32_t d;
+
 	if (rc != 0)
 		return rc;
 	if (r.len != 8)
 		return -EBADMSG;
 	wire_rd_skip(&r, 2);
-	uint8_t t = wire_rd_u8(&r);
-	uint8_t c = wire_rd_u8(&r);
-	uint32_t d = wire_rd_u32(&r);
+	t = wire_rd_u8(&r);
+	c = wire_rd_u8(&r);
+	d = wire_rd_u32(&r);
 	if (icmp_type)
 		*icmp_type = t;
 	if (icmp_code)
@@ -447,8 +472,10 @@ int stun_msg_get_icmp(const struct stun_msg *msg, uint8_t *icmp_type, uint8_t *i
 /* Walks PASSWORD-ALGORITHM(S) entries: u16 alg, u16 param len, params padded to 4. */
 static int read_pwalg(struct wire_rd *r, uint16_t *alg)
 {
+	uint16_t plen;
+
 	*alg = wire_rd_u16(r);
-	uint16_t plen = wire_rd_u16(r);
+	plen = wire_rd_u16(r);
 	wire_rd_skip(r, STUN_PAD4(plen));
 	if (r->err)
 		return -EBADMSG;

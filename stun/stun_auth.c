@@ -124,10 +124,11 @@ int stun_rest_verify(const uint8_t *secret, size_t secret_len, const char *usern
 {
 	char want[STUN_REST_PASSWORD_LEN + 1];
 	uint64_t expiry;
+	int rc;
 
 	if (password == NULL)
 		return -EINVAL;
-	int rc = stun_rest_expiry(username, username_len, &expiry);
+	rc = stun_rest_expiry(username, username_len, &expiry);
 	if (rc != 0)
 		return rc;
 	rc = stun_rest_password(secret, secret_len, username, username_len, want, sizeof(want));

@@ -62,6 +62,7 @@ void stun_build_init_response(struct stun_builder *b, uint8_t *buf, size_t cap,
 static uint8_t *append_attr(struct stun_builder *b, uint16_t type, const void *val, size_t len)
 {
 	struct wire_wr w;
+	size_t voff;
 
 	assert(b->magic == STUN_BUILDER_MAGIC);
 	if (b->err)
@@ -73,7 +74,7 @@ static uint8_t *append_attr(struct stun_builder *b, uint16_t type, const void *v
 	wire_wr_init(&w, b->buf, b->cap, b->len);
 	wire_wr_u16(&w, type);
 	wire_wr_u16(&w, (uint16_t)len);
-	size_t voff = w.pos;
+	voff = w.pos;
 	if (val)
 		wire_wr_bytes(&w, val, len);
 	else
@@ -142,6 +143,7 @@ void stun_build_addr(struct stun_builder *b, uint16_t attr_type, const struct so
 	const uint8_t *a;
 	size_t alen;
 	uint16_t port;
+	bool x;
 
 	if (b->err)
 		return;
@@ -163,7 +165,7 @@ void stun_build_addr(struct stun_builder *b, uint16_t attr_type, const struct so
 		set_err(b, -EAFNOSUPPORT);
 		return;
 	}
-	bool x = is_xor_type(attr_type);
+	x = is_xor_type(attr_type);
 	/* Mask = magic cookie || transaction id, exactly as in the header. */
 	memcpy(mask, b->buf + 4, 16);
 	v[0] = 0;
@@ -179,6 +181,7 @@ static void build_code(struct stun_builder *b, uint16_t type, uint8_t first, int
 		       const char *reason)
 {
 	uint8_t v[4 + STUN_MAX_REASON_LEN];
+	size_t n;
 
 	if (b->err)
 		return;
@@ -188,7 +191,7 @@ static void build_code(struct stun_builder *b, uint16_t type, uint8_t first, int
 	}
 	if (reason == NULL)
 		reason = stun_error_reason(code);
-	size_t n = strlen(reason);
+	n = strlen(reason);
 	if (n > STUN_MAX_REASON_LEN) {
 		set_err(b, -EINVAL);
 		return;
@@ -303,13 +306,15 @@ void stun_build_password_algorithms(struct stun_builder *b, const uint16_t *algs
 uint8_t *stun_build_append_final(struct stun_builder *b, uint16_t type, size_t len,
 				 uint8_t max_stage, uint8_t new_stage)
 {
+	uint8_t *v;
+
 	if (b->err)
 		return NULL;
 	if (b->stage > max_stage) {
 		set_err(b, -EINVAL);
 		return NULL;
 	}
-	uint8_t *v = append_attr(b, type, NULL, len);
+	v = append_attr(b, type, NULL, len);
 	if (v)
 		b->stage = new_stage;
 	return v;

@@ -21,13 +21,15 @@ int stun_chan_encode(uint8_t *buf, size_t cap, uint16_t channel, const void *dat
 {
 	struct wire_wr w;
 	uint8_t hdr[STUN_CHANDATA_HEADER_LEN];
+	int rc;
+	size_t total;
 
 	if (buf == NULL || out_len == NULL || (data == NULL && len != 0))
 		return -EINVAL;
-	int rc = stun_chan_write_header(hdr, channel, len, range);
+	rc = stun_chan_write_header(hdr, channel, len, range);
 	if (rc != 0)
 		return rc;
-	size_t total = STUN_CHANDATA_HEADER_LEN + (pad ? STUN_PAD4(len) : len);
+	total = STUN_CHANDATA_HEADER_LEN + (pad ? STUN_PAD4(len) : len);
 	if (total > cap)
 		return -ENOBUFS;
 	/* Payload first: data may alias buf + 4, and memmove handles any overlap. */
@@ -43,13 +45,16 @@ int stun_chan_decode(const uint8_t *buf, size_t len, enum stun_chan_range range,
 		     const uint8_t **data, size_t *data_len)
 {
 	struct wire_rd r;
+	uint16_t ch;
+	uint16_t n;
+	const uint8_t *p;
 
 	if (buf == NULL || channel == NULL || data == NULL || data_len == NULL)
 		return -EINVAL;
 	wire_rd_init(&r, buf, len);
-	uint16_t ch = wire_rd_u16(&r);
-	uint16_t n = wire_rd_u16(&r);
-	const uint8_t *p = wire_rd_take(&r, n);
+	ch = wire_rd_u16(&r);
+	n = wire_rd_u16(&r);
+	p = wire_rd_take(&r, n);
 	if (r.err || !stun_channel_valid(ch, range))
 		return -EBADMSG;
 	*channel = ch;
@@ -68,6 +73,8 @@ int stun_frame_next(const uint8_t *buf, size_t len, size_t max_frame, enum stun_
 	if (len == 0)
 		return -EAGAIN;
 	if ((buf[0] & 0xC0) == 0x00) {
+		size_t mlen;
+
 		/* STUN: check the cookie as soon as its bytes are in, to drop garbage early. */
 		for (size_t i = 4; i < 8 && i < len; i++)
 			if (buf[i] != (uint8_t)(STUN_MAGIC_COOKIE >> (8 * (7 - i))))
@@ -76,7 +83,7 @@ int stun_frame_next(const uint8_t *buf, size_t len, size_t max_frame, enum stun_
 		 * -EMSGSIZE where the full header says -EBADMSG. */
 		if (len < 8)
 			return -EAGAIN;
-		size_t mlen = wire_get_u16(buf + 2);
+		mlen = wire_get_u16(buf + 2);
 		if ((mlen & 3) != 0)
 			return -EBADMSG;
 		need = STUN_HEADER_LEN + mlen;

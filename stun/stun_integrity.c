@@ -83,19 +83,21 @@ static int check_mac(const struct stun_msg *msg, uint32_t hoff, const char *md, 
 {
 	uint8_t hdr[STUN_HEADER_LEN], mac[32];
 	size_t mac_len = 0;
+	size_t vlen;
+	int rc;
 
 	if (msg == NULL || (key == NULL && key_len != 0))
 		return -EINVAL;
 	assert(msg->magic == STUN_MSG_MAGIC);
 	if (hoff == 0)
 		return -ENOENT;
-	size_t vlen = wire_get_u16(msg->buf + hoff + 2);
+	vlen = wire_get_u16(msg->buf + hoff + 2);
 	patched_header(msg, hoff, vlen, hdr);
 	if (stun_hmac2(md, key, key_len, hdr, sizeof(hdr), msg->buf + STUN_HEADER_LEN,
 		       hoff - STUN_HEADER_LEN, mac, &mac_len) != 0)
 		return -EIO;
 	/* The parser guarantees vlen <= mac_len (20 for SHA1, 16..32 for SHA256). */
-	int rc = CRYPTO_memcmp(mac, msg->buf + hoff + 4, vlen) == 0 ? 0 : -EACCES;
+	rc = CRYPTO_memcmp(mac, msg->buf + hoff + 4, vlen) == 0 ? 0 : -EACCES;
 	explicit_bzero(mac, sizeof(mac));
 	return rc;
 }
@@ -113,6 +115,7 @@ int stun_msg_check_integrity_sha256(const struct stun_msg *msg, const uint8_t *k
 int stun_msg_check_fingerprint(const struct stun_msg *msg)
 {
 	uint8_t hdr[STUN_HEADER_LEN];
+	uint32_t crc;
 
 	if (msg == NULL)
 		return -EINVAL;
@@ -120,7 +123,7 @@ int stun_msg_check_fingerprint(const struct stun_msg *msg)
 	if (msg->fp_off == 0)
 		return -ENOENT;
 	patched_header(msg, msg->fp_off, 4, hdr);
-	uint32_t crc = stun_crc32(0, hdr, sizeof(hdr));
+	crc = stun_crc32(0, hdr, sizeof(hdr));
 	crc = stun_crc32(crc, msg->buf + STUN_HEADER_LEN, msg->fp_off - STUN_HEADER_LEN);
 	crc ^= STUN_FINGERPRINT_XOR;
 	return wire_get_u32(msg->buf + msg->fp_off + 4) == crc ? 0 : -EBADMSG;
@@ -133,6 +136,8 @@ static void build_mac(struct stun_builder *b, uint16_t type, const char *md, siz
 {
 	uint8_t mac[32];
 	size_t mac_len = 0;
+	uint8_t *v;
+	size_t hoff;
 
 	if (b->err)
 		return;
@@ -140,10 +145,10 @@ static void build_mac(struct stun_builder *b, uint16_t type, const char *md, siz
 		b->err = -EINVAL;
 		return;
 	}
-	uint8_t *v = stun_build_append_final(b, type, vlen, max_stage, new_stage);
+	v = stun_build_append_final(b, type, vlen, max_stage, new_stage);
 	if (v == NULL)
 		return;
-	size_t hoff = (size_t)(v - b->buf) - 4;
+	hoff = (size_t)(v - b->buf) - 4;
 	if (stun_hmac2(md, key, key_len, b->buf, hoff, NULL, 0, mac, &mac_len) != 0) {
 		b->err = -EIO;
 		return;
@@ -179,8 +184,10 @@ void stun_build_fingerprint(struct stun_builder *b)
 {
 	uint8_t *v = stun_build_append_final(b, STUN_ATTR_FINGERPRINT, 4, STAGE_AFTER_MI256,
 					     STAGE_AFTER_FP);
+	size_t hoff;
+
 	if (v == NULL)
 		return;
-	size_t hoff = (size_t)(v - b->buf) - 4;
+	hoff = (size_t)(v - b->buf) - 4;
 	wire_put_u32(v, stun_crc32(0, b->buf, hoff) ^ STUN_FINGERPRINT_XOR);
 }

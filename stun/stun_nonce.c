@@ -24,11 +24,13 @@ size_t stun_b64url_encode(const uint8_t *in, size_t n, char *out)
 
 	for (size_t i = 0; i < n; i += 3) {
 		uint32_t v = (uint32_t)in[i] << 16;
+		size_t chars;
+
 		if (i + 1 < n)
 			v |= (uint32_t)in[i + 1] << 8;
 		if (i + 2 < n)
 			v |= in[i + 2];
-		size_t chars = n - i >= 3 ? 4 : n - i + 1;
+		chars = n - i >= 3 ? 4 : n - i + 1;
 		for (size_t k = 0; k < chars; k++)
 			out[o++] = b64url[(v >> (18 - 6 * k)) & 63];
 	}
@@ -115,6 +117,7 @@ int stun_nonce_make(const uint8_t *key, size_t key_len, uint64_t now, uint32_t f
 	uint8_t body[NONCE_BODY_LEN], mac[32];
 	char prefix[NONCE_COOKIE_LEN + NONCE_FEAT_CHARS + 1];
 	size_t plen = 0;
+	size_t n;
 
 	if (key == NULL || out == NULL || (bind == NULL && bind_len != 0) || features > 0xFFFFFF)
 		return -EINVAL;
@@ -131,7 +134,7 @@ int stun_nonce_make(const uint8_t *key, size_t key_len, uint64_t now, uint32_t f
 		return -EIO;
 	memcpy(body + 8, mac, NONCE_MAC_LEN);
 	memcpy(out, prefix, plen);
-	size_t n = plen + stun_b64url_encode(body, sizeof(body), out + plen);
+	n = plen + stun_b64url_encode(body, sizeof(body), out + plen);
 	explicit_bzero(mac, sizeof(mac));
 	if (out_len)
 		*out_len = n;
@@ -158,10 +161,13 @@ int stun_nonce_check(const uint8_t *key, size_t key_len, const char *nonce, size
 {
 	uint8_t body[NONCE_BODY_LEN], mac[32];
 	uint32_t feat;
+	int plen;
+	int rc;
+	uint64_t issued;
 
 	if (key == NULL || nonce == NULL || (bind == NULL && bind_len != 0))
 		return -EINVAL;
-	int plen = nonce_prefix(nonce, nonce_len, &feat);
+	plen = nonce_prefix(nonce, nonce_len, &feat);
 	if (plen < 0)
 		return plen;
 	if (stun_b64url_decode(nonce + plen, NONCE_BODY_CHARS, body, sizeof(body)) !=
@@ -169,11 +175,11 @@ int stun_nonce_check(const uint8_t *key, size_t key_len, const char *nonce, size
 		return -EACCES;
 	if (nonce_mac(key, key_len, nonce, (size_t)plen, body, bind, bind_len, mac) != 0)
 		return -EIO;
-	int rc = CRYPTO_memcmp(mac, body + 8, NONCE_MAC_LEN) == 0 ? 0 : -EACCES;
+	rc = CRYPTO_memcmp(mac, body + 8, NONCE_MAC_LEN) == 0 ? 0 : -EACCES;
 	explicit_bzero(mac, sizeof(mac));
 	if (rc != 0)
 		return rc;
-	uint64_t issued = (uint64_t)wire_get_u32(body) << 32 | wire_get_u32(body + 4);
+	issued = (uint64_t)wire_get_u32(body) << 32 | wire_get_u32(body + 4);
 	if (issued > now + NONCE_FUTURE_SLACK)
 		return -EACCES;
 	if (now > issued && now - issued > max_age)

@@ -20,12 +20,16 @@ enum parse_stage {
 static int parse_header(struct stun_msg *msg, const uint8_t *buf, size_t len)
 {
 	struct wire_rd r;
+	uint16_t type;
+	uint16_t mlen;
+	uint32_t cookie;
+	const uint8_t *tid;
 
 	wire_rd_init(&r, buf, len);
-	uint16_t type = wire_rd_u16(&r);
-	uint16_t mlen = wire_rd_u16(&r);
-	uint32_t cookie = wire_rd_u32(&r);
-	const uint8_t *tid = wire_rd_take(&r, STUN_TID_LEN);
+	type = wire_rd_u16(&r);
+	mlen = wire_rd_u16(&r);
+	cookie = wire_rd_u32(&r);
+	tid = wire_rd_take(&r, STUN_TID_LEN);
 	if (r.err)
 		return -EBADMSG;
 	if ((type & 0xC000) != 0 || cookie != STUN_MAGIC_COOKIE)
@@ -120,6 +124,8 @@ static int parse_attrs(struct stun_msg *msg)
 		uint32_t hoff = (uint32_t)r.pos;
 		uint16_t type = wire_rd_u16(&r);
 		uint16_t vlen = wire_rd_u16(&r);
+		int slot;
+
 		wire_rd_skip(&r, STUN_PAD4(vlen));
 		if (r.err)
 			return -EBADMSG;	/* header or value overflows the message */
@@ -133,7 +139,7 @@ static int parse_attrs(struct stun_msg *msg)
 		}
 		if (stage != STAGE_OPEN)
 			continue;
-		int slot = stun_slot_of(type);
+		slot = stun_slot_of(type);
 		if (slot >= 0)
 			note_known(msg, slot, hoff + 4, vlen);
 		else if (type < 0x8000)

@@ -37,13 +37,15 @@ static inline size_t wire_rd_left(const struct wire_rd *r)
 /* Claims n bytes; returns a pointer to them or NULL (and sets err) if they are not there. */
 static inline const uint8_t *wire_rd_take(struct wire_rd *r, size_t n)
 {
+	const uint8_t *q;
+
 	if (r->err)
 		return NULL;
 	if (n > r->len - r->pos) {
 		r->err = -EBADMSG;
 		return NULL;
 	}
-	const uint8_t *q = r->p + r->pos;
+	q = r->p + r->pos;
 	r->pos += n;
 	return q;
 }
@@ -96,13 +98,15 @@ static inline void wire_wr_init(struct wire_wr *w, uint8_t *p, size_t cap, size_
 /* Reserves n bytes; returns where to write them or NULL (and sets err). */
 static inline uint8_t *wire_wr_take(struct wire_wr *w, size_t n)
 {
+	uint8_t *q;
+
 	if (w->err)
 		return NULL;
 	if (n > w->cap - w->pos) {
 		w->err = -ENOBUFS;
 		return NULL;
 	}
-	uint8_t *q = w->p + w->pos;
+	q = w->p + w->pos;
 	w->pos += n;
 	return q;
 }
