@@ -105,21 +105,26 @@ const char *log_level_name(enum log_level lvl)
 static int spec_apply(struct log_state *st, const char *spec)
 {
 	char buf[512];
+	char *save = NULL;
+
 	if (strlen(spec) >= sizeof(buf))
 		return -EINVAL;
 	strcpy(buf, spec);
-	char *save = NULL;
 	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *colon;
+		const char *scope = "all", *lvlname;
+		enum log_level lvl;
+		int i;
+
 		while (*tok == ' ')
 			tok++;
-		char *colon = strchr(tok, ':');
-		const char *scope = "all", *lvlname = tok;
+		colon = strchr(tok, ':');
+		lvlname = tok;
 		if (colon) {
 			*colon = '\0';
 			scope = tok;
 			lvlname = colon + 1;
 		}
-		enum log_level lvl;
 		if (*scope == '\0' || strlen(scope) >= LOG_SCOPE_LEN ||
 		    log_level_parse(lvlname, &lvl) != 0)
 			return -EINVAL;
@@ -128,7 +133,6 @@ static int spec_apply(struct log_state *st, const char *spec)
 			st->nscopes = 0;
 			continue;
 		}
-		int i;
 		for (i = 0; i < st->nscopes; i++)
 			if (strcmp(st->scopes[i].name, scope) == 0)
 				break;
@@ -191,26 +195,31 @@ static size_t json_escape(char *out, size_t cap, const char *s)
 
 void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 {
-	if (!log_enabled(scope, lvl))
-		return;
 	char msg[1024];
 	va_list ap;
+	struct timespec ts;
+	struct tm tm;
+	char when[40];
+	size_t w;
+	char safe[sizeof(msg) * 4];
+	size_t o = 0;
+	char line[sizeof(safe) + 200], prio[8] = "";
+	int n;
+	ssize_t wr;
+
+	if (!log_enabled(scope, lvl))
+		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 
-	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	struct tm tm;
 	gmtime_r(&ts.tv_sec, &tm);
-	char when[40];
-	size_t w = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	w = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(when + w, sizeof(when) - w, ".%06ldZ", ts.tv_nsec / 1000);
 
 	/* Messages carry client-supplied strings (usernames, realms): a control character
 	 * must not start a forged line or hide one, so it is written as \xNN. */
-	char safe[sizeof(msg) * 4];
-	size_t o = 0;
 	for (const char *p = msg; *p && o + 5 < sizeof(safe); p++) {
 		unsigned char c = (unsigned char)*p;
 		if (c < 0x20 || c == 0x7f)
@@ -220,8 +229,6 @@ void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 	}
 	safe[o] = '\0';
 
-	char line[sizeof(safe) + 200], prio[8] = "";
-	int n;
 	if (g_log.journal)
 		snprintf(prio, sizeof(prio), "<%d>", journal_priority(lvl));
 	if (g_log.fmt == LOG_FMT_JSON) {
@@ -242,6 +249,6 @@ void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 		line[n - 1] = '\n';
 	}
 	/* One write per line so lines of different processes never interleave. */
-	ssize_t wr = write(STDERR_FILENO, line, (size_t)n);
+	wr = write(STDERR_FILENO, line, (size_t)n);
 	(void)wr;
 }
