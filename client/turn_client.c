@@ -21,18 +21,20 @@ static socklen_t sa_len(const struct sockaddr *sa)
 /* Non-blocking connect bounded by timeout_ms (for TCP; instant for UDP). */
 static int connect_bounded(int fd, const struct sockaddr *sa, int timeout_ms)
 {
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int rc;
+	int err = 0;
+	socklen_t el = sizeof(err);
+
 	if (connect(fd, sa, sa_len(sa)) == 0)
 		return 0;
 	if (errno != EINPROGRESS)
 		return -errno;
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	int rc = poll(&p, 1, timeout_ms);
+	rc = poll(&p, 1, timeout_ms);
 	if (rc == 0)
 		return -ETIMEDOUT;
 	if (rc < 0)
 		return -errno;
-	int err = 0;
-	socklen_t el = sizeof(err);
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
 		return -errno;
 	return err ? -err : 0;
@@ -42,6 +44,7 @@ static int open_socket(struct turn_client *c, const struct turn_client_opts *o)
 {
 	int type = tc_is_stream(c) ? SOCK_STREAM : SOCK_DGRAM;
 	int64_t deadline = tc_now_ms() + c->timeout_ms;
+	int rc;
 
 	c->fd = socket(o->server->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
@@ -52,7 +55,7 @@ static int open_socket(struct turn_client *c, const struct turn_client_opts *o)
 		if (bind(c->fd, o->local, sa_len(o->local)) != 0)
 			return -errno;
 	}
-	int rc = connect_bounded(c->fd, o->server, c->timeout_ms);
+	rc = connect_bounded(c->fd, o->server, c->timeout_ms);
 	if (rc != 0 || (c->transport != TURN_CLIENT_TLS && c->transport != TURN_CLIENT_DTLS))
 		return rc;
 	/* One budget for connect and handshake together. */
@@ -61,9 +64,11 @@ static int open_socket(struct turn_client *c, const struct turn_client_opts *o)
 
 static char *dup_opt(const char *s, int *rc)
 {
+	char *d;
+
 	if (s == NULL)
 		return NULL;
-	char *d = strdup(s);
+	d = strdup(s);
 	if (d == NULL)
 		*rc = -ENOMEM;
 	return d;

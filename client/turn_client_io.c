@@ -22,9 +22,11 @@ int tc_wait_fd(int fd, short events, int64_t deadline)
 	/* Bounded by the deadline; EINTR just recomputes the remaining time. */
 	for (;;) {
 		int64_t left = deadline - tc_now_ms();
+		int rc;
+
 		if (left <= 0)
 			return -ETIMEDOUT;
-		int rc = poll(&p, 1, left > 60000 ? 60000 : (int)left);
+		rc = poll(&p, 1, left > 60000 ? 60000 : (int)left);
 		if (rc > 0)
 			return 0;
 		if (rc < 0 && errno != EINTR)
@@ -47,13 +49,15 @@ int tc_send(struct turn_client *c, const uint8_t *buf, size_t len)
 	}
 	while (off < len) {
 		ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+		int rc;
+
 		if (n > 0) {
 			off += (size_t)n;
 			continue;
 		}
 		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		int rc = tc_wait_fd(c->fd, POLLOUT, deadline);
+		rc = tc_wait_fd(c->fd, POLLOUT, deadline);
 		if (rc != 0)
 			return rc;
 	}
@@ -70,9 +74,11 @@ static int recv_udp(struct turn_client *c, int64_t deadline, const uint8_t **msg
 	}
 	for (;;) {
 		int rc = tc_wait_fd(c->fd, POLLIN, deadline);
+		ssize_t n;
+
 		if (rc != 0)
 			return rc;
-		ssize_t n = recv(c->fd, c->rx, TC_RX_CAP, MSG_DONTWAIT);
+		n = recv(c->fd, c->rx, TC_RX_CAP, MSG_DONTWAIT);
 		if (n >= 0) {
 			*msg = c->rx;
 			*len = (size_t)n;
@@ -94,6 +100,8 @@ static int recv_tcp(struct turn_client *c, int64_t deadline, const uint8_t **msg
 	for (;;) {
 		size_t fl;
 		int rc = stun_frame_next(c->rx, c->rx_len, TC_RX_CAP, STUN_CHAN_RFC8656, &fl);
+		ssize_t n;
+
 		if (rc == 0) {
 			*msg = c->rx;
 			*len = fl;
@@ -103,17 +111,19 @@ static int recv_tcp(struct turn_client *c, int64_t deadline, const uint8_t **msg
 		if (rc != -EAGAIN)
 			return rc;
 		if (c->ssl != NULL) {
-			size_t n = 0;
-			rc = tc_tls_read(c, c->rx + c->rx_len, TC_RX_CAP - c->rx_len, deadline, &n);
+			size_t got = 0;
+
+			rc = tc_tls_read(c, c->rx + c->rx_len, TC_RX_CAP - c->rx_len, deadline,
+					 &got);
 			if (rc != 0)
 				return rc;
-			c->rx_len += n;
+			c->rx_len += got;
 			continue;
 		}
 		rc = tc_wait_fd(c->fd, POLLIN, deadline);
 		if (rc != 0)
 			return rc;
-		ssize_t n = recv(c->fd, c->rx + c->rx_len, TC_RX_CAP - c->rx_len, MSG_DONTWAIT);
+		n = recv(c->fd, c->rx + c->rx_len, TC_RX_CAP - c->rx_len, MSG_DONTWAIT);
 		if (n == 0)
 			return -ECONNRESET;
 		if (n > 0)
@@ -141,17 +151,21 @@ bool turn_client_pending(const struct turn_client *c)
 
 bool tc_is_relayed(const uint8_t *msg, size_t len)
 {
+	uint16_t type;
+
 	if (stun_is_channeldata(msg, len, STUN_CHAN_RFC8656))
 		return true;
 	if (!stun_is_stun(msg, len))
 		return false;
-	uint16_t type = (uint16_t)(msg[0] << 8 | msg[1]);
+	type = (uint16_t)(msg[0] << 8 | msg[1]);
 	return type == stun_type_make(STUN_DATA, STUN_INDICATION);
 }
 
 void tc_queue_push(struct turn_client *c, const uint8_t *msg, size_t len)
 {
 	uint8_t *copy = malloc(len ? len : 1);
+	unsigned tail;
+
 	if (copy == NULL)
 		return;	/* like a lost datagram */
 	memcpy(copy, msg, len);
@@ -160,7 +174,7 @@ void tc_queue_push(struct turn_client *c, const uint8_t *msg, size_t len)
 		c->q_head = (c->q_head + 1) % TC_QUEUE_MAX;
 		c->q_count--;
 	}
-	unsigned tail = (c->q_head + c->q_count) % TC_QUEUE_MAX;
+	tail = (c->q_head + c->q_count) % TC_QUEUE_MAX;
 	c->queue[tail].data = copy;
 	c->queue[tail].len = len;
 	c->q_count++;

@@ -10,9 +10,11 @@
 static int run(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
 	       unsigned flags, struct turn_response *rsp)
 {
+	int rc;
+
 	if (c == NULL)
 		return -EINVAL;
-	int rc = turn_client_request(c, method, fn, arg, flags, rsp);
+	rc = turn_client_request(c, method, fn, arg, flags, rsp);
 	if (rc != 0)
 		return rc;
 	return rsp->error_code ? -EPROTO : 0;
@@ -64,11 +66,12 @@ int turn_client_allocate(struct turn_client *c, const struct turn_alloc_opts *op
 {
 	static const struct turn_alloc_opts defaults;
 	struct turn_response *rsp = malloc(sizeof(*rsp));
+	int rc;
 
 	if (rsp == NULL)
 		return -ENOMEM;
-	int rc = run(c, STUN_ALLOCATE, alloc_attrs, (void *)(opts ? opts : &defaults),
-		     TURN_REQ_AUTH, rsp);
+	rc = run(c, STUN_ALLOCATE, alloc_attrs, (void *)(opts ? opts : &defaults), TURN_REQ_AUTH,
+		 rsp);
 	if (rc == 0 && !stun_msg_has(&rsp->msg, STUN_ATTR_XOR_RELAYED_ADDRESS))
 		rc = -EBADMSG;
 	if (rc == 0 && res)
@@ -148,10 +151,11 @@ int turn_client_channel_bind(struct turn_client *c, uint16_t channel,
 {
 	struct turn_response rsp;
 	struct chan_arg a = { channel, peer };
+	int rc;
 
 	if (peer == NULL)
 		return -EINVAL;
-	int rc = run(c, STUN_CHANNEL_BIND, chan_attrs, &a, TURN_REQ_AUTH, &rsp);
+	rc = run(c, STUN_CHANNEL_BIND, chan_attrs, &a, TURN_REQ_AUTH, &rsp);
 	if (rc == 0)
 		remember_channel(c, channel, peer);
 	return rc;
@@ -163,10 +167,11 @@ int turn_client_send_indication(struct turn_client *c, const struct sockaddr *pe
 	struct stun_builder b;
 	uint8_t tid[STUN_TID_LEN];
 	size_t n;
+	int rc;
 
 	if (c == NULL || peer == NULL || (data == NULL && len))
 		return -EINVAL;
-	int rc = stun_tid_random(tid);
+	rc = stun_tid_random(tid);
 	if (rc != 0)
 		return rc;
 	stun_build_init(&b, c->tx, TC_RX_CAP, STUN_SEND, STUN_INDICATION, tid);
@@ -185,11 +190,12 @@ int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void
 			     size_t len)
 {
 	size_t n;
+	int rc;
 
 	if (c == NULL)
 		return -EINVAL;
-	int rc = stun_chan_encode(c->tx, TC_RX_CAP, channel, data, len,
-				  tc_is_stream(c), STUN_CHAN_RFC8656, &n);
+	rc = stun_chan_encode(c->tx, TC_RX_CAP, channel, data, len, tc_is_stream(c),
+			      STUN_CHAN_RFC8656, &n);
 	return rc == 0 ? tc_send(c, c->tx, n) : rc;
 }
 

@@ -73,6 +73,7 @@ static int tls_wait(struct turn_client *c, int err, int64_t deadline)
 	int64_t until = deadline;
 	struct timeval tv;
 	bool timer = false;
+	int rc;
 
 	if (c->transport == TURN_CLIENT_DTLS && DTLSv1_get_timeout(c->ssl, &tv) == 1) {
 		int64_t t = tc_now_ms() + (int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
@@ -81,7 +82,7 @@ static int tls_wait(struct turn_client *c, int err, int64_t deadline)
 			timer = true;
 		}
 	}
-	int rc = tc_wait_fd(c->fd, ev, until);
+	rc = tc_wait_fd(c->fd, ev, until);
 	if (rc == -ETIMEDOUT && timer) {
 		ERR_clear_error();
 		/* -1: the flight was retransmitted too often; the server is not there. */
@@ -144,15 +145,17 @@ int tc_tls_start(struct turn_client *c, const struct turn_client_opts *o, int64_
 	/* Bounded: each round makes progress or waits, and waits end at the deadline. */
 	for (;;) {
 		struct pipe_guard g;
+		int r, e, err;
+
 		pipe_guard_on(&g);
 		ERR_clear_error();
 		errno = 0;
-		int r = SSL_do_handshake(c->ssl);
-		int e = errno;
+		r = SSL_do_handshake(c->ssl);
+		e = errno;
 		pipe_guard_off(&g);
 		if (r == 1)
 			return 0;
-		int err = SSL_get_error(c->ssl, r);
+		err = SSL_get_error(c->ssl, r);
 		if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE)
 			return tls_error(c, err, e);
 		rc = tls_wait(c, err, deadline);
@@ -180,17 +183,19 @@ int tc_tls_write(struct turn_client *c, const uint8_t *buf, size_t len, int64_t 
 	while (off < len) {
 		struct pipe_guard g;
 		size_t w = 0;
+		int r, e, rc;
+
 		pipe_guard_on(&g);
 		ERR_clear_error();
 		errno = 0;
-		int r = SSL_write_ex(c->ssl, buf + off, len - off, &w);
-		int e = errno;
+		r = SSL_write_ex(c->ssl, buf + off, len - off, &w);
+		e = errno;
 		pipe_guard_off(&g);
 		if (r == 1) {
 			off += w;
 			continue;
 		}
-		int rc = tls_retry(c, r, e, deadline);
+		rc = tls_retry(c, r, e, deadline);
 		if (rc != 0)
 			return rc;
 	}
@@ -202,13 +207,15 @@ int tc_tls_read(struct turn_client *c, uint8_t *buf, size_t cap, int64_t deadlin
 	/* Reading first, polling second: OpenSSL may hold decrypted data or whole records
 	 * while the socket has nothing left to read. */
 	for (;;) {
+		int r, e, rc;
+
 		ERR_clear_error();
 		errno = 0;
-		int r = SSL_read_ex(c->ssl, buf, cap, n);
-		int e = errno;
+		r = SSL_read_ex(c->ssl, buf, cap, n);
+		e = errno;
 		if (r == 1)
 			return 0;
-		int rc = tls_retry(c, r, e, deadline);
+		rc = tls_retry(c, r, e, deadline);
 		if (rc != 0)
 			return rc;
 	}
@@ -273,6 +280,8 @@ int turn_client_tls_info(const struct turn_client *c, struct turn_client_tls_inf
 {
 	const unsigned char *alpn = NULL;
 	unsigned alpn_len = 0;
+	const SSL_CIPHER *ci;
+	X509 *x;
 
 	if (c == NULL || out == NULL)
 		return -EINVAL;
@@ -283,9 +292,9 @@ int turn_client_tls_info(const struct turn_client *c, struct turn_client_tls_inf
 	SSL_get0_alpn_selected(c->ssl, &alpn, &alpn_len);
 	if (alpn != NULL && alpn_len < sizeof(out->alpn))
 		memcpy(out->alpn, alpn, alpn_len);
-	const SSL_CIPHER *ci = SSL_get_current_cipher(c->ssl);
+	ci = SSL_get_current_cipher(c->ssl);
 	snprintf(out->cipher, sizeof(out->cipher), "%s", ci ? SSL_CIPHER_get_name(ci) : "");
-	X509 *x = SSL_get0_peer_certificate(c->ssl);
+	x = SSL_get0_peer_certificate(c->ssl);
 	if (x != NULL)
 		cert_info(x, out);
 	return 0;

@@ -115,6 +115,7 @@ static int take_challenge(struct turn_client *c, const struct stun_msg *m)
 	const uint8_t *raw;
 	size_t raw_len;
 	uint32_t feat = 0;
+	int rc;
 
 	if (c->username == NULL || c->password == NULL)
 		return -EACCES;
@@ -135,9 +136,8 @@ static int take_challenge(struct turn_client *c, const struct stun_msg *m)
 		   (feat & STUN_NONCE_FEAT_PASSWORD_ALGORITHMS)) {
 		return -EBADMSG;	/* bid-down: the cookie promised the list */
 	}
-	int rc = stun_auth_key(c->pw_alg, c->username, strlen(c->username), c->realm,
-			       strlen(c->realm), c->password, strlen(c->password), c->key,
-			       &c->key_len);
+	rc = stun_auth_key(c->pw_alg, c->username, strlen(c->username), c->realm, strlen(c->realm),
+			   c->password, strlen(c->password), c->key, &c->key_len);
 	c->have_challenge = rc == 0;
 	return rc;
 }
@@ -173,17 +173,19 @@ int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attr
 	for (int attempt = 0; attempt < 3; attempt++) {
 		bool auth = (flags & TURN_REQ_AUTH) && c->have_challenge;
 		int rc = build_request(c, method, fn, arg, auth, req, sizeof(req), &len, tid);
+		int code;
+		char old_nonce[sizeof(c->nonce)];
+
 		if (rc == 0)
 			rc = txn_once(c, req, len, tid, auth, rsp);
 		if (rc != 0)
 			return rc;
 		note_result(c, rsp);
-		int code = rsp->error_code;
+		code = rsp->error_code;
 		if ((code != 401 && code != 438) || !(flags & TURN_REQ_AUTH))
 			return 0;
 		/* A 401 to an authenticated request means wrong credentials, unless the
 		 * server just rotated its nonce (some servers answer 401, not 438). */
-		char old_nonce[sizeof(c->nonce)];
 		memcpy(old_nonce, c->nonce, sizeof(old_nonce));
 		if (take_challenge(c, &rsp->msg) != 0 || (flags & TURN_REQ_NO_RETRY))
 			return 0;
@@ -206,11 +208,12 @@ int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *l
 	struct tc_pkt p;
 	const uint8_t *m;
 	size_t n;
+	int rc;
 
 	if (c == NULL || buf == NULL || len == NULL)
 		return -EINVAL;
 	if (tc_queue_pop(c, &p)) {
-		int rc = p.len <= cap ? 0 : -EMSGSIZE;
+		rc = p.len <= cap ? 0 : -EMSGSIZE;
 		if (rc == 0) {
 			memcpy(buf, p.data, p.len);
 			*len = p.len;
@@ -218,7 +221,7 @@ int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *l
 		free(p.data);
 		return rc;
 	}
-	int rc = tc_recv_msg(c, tc_now_ms() + timeout_ms, &m, &n);
+	rc = tc_recv_msg(c, tc_now_ms() + timeout_ms, &m, &n);
 	if (rc != 0)
 		return rc;
 	if (n > cap)
