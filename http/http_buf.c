@@ -9,19 +9,22 @@
 
 static int buf_reserve(struct http_buf *b, size_t extra)
 {
+	size_t need, cap;
+	char *p;
+
 	if (b->err)
 		return b->err;
 	if (extra > HTTP_BUF_MAX || b->len + extra + 1 > HTTP_BUF_MAX) {
 		b->err = -EMSGSIZE;
 		return b->err;
 	}
-	size_t need = b->len + extra + 1;
+	need = b->len + extra + 1;
 	if (need <= b->cap)
 		return 0;
-	size_t cap = b->cap ? b->cap : 1024;
+	cap = b->cap ? b->cap : 1024;
 	while (cap < need)
 		cap *= 2;
-	char *p = realloc(b->data, cap);
+	p = realloc(b->data, cap);
 	if (p == NULL) {
 		b->err = -ENOMEM;
 		return b->err;
@@ -47,11 +50,13 @@ void http_buf_puts(struct http_buf *b, const char *s)
 
 void http_buf_printf(struct http_buf *b, const char *fmt, ...)
 {
+	va_list ap;
+	int n;
+
 	if (b->err)
 		return;
-	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	n = vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
 	if (n < 0) {
 		b->err = -EINVAL;
@@ -72,6 +77,8 @@ int http_buf_error(const struct http_buf *b)
 
 char *http_buf_take(struct http_buf *b, size_t *len)
 {
+	char *p;
+
 	if (b->err) {
 		http_buf_free(b);
 		*len = 0;
@@ -81,7 +88,7 @@ char *http_buf_take(struct http_buf *b, size_t *len)
 		*len = 0;
 		return NULL;
 	}
-	char *p = b->data;
+	p = b->data;
 	p[b->len] = '\0';
 	*len = b->len;
 	b->data = NULL;

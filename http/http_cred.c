@@ -29,31 +29,38 @@ int http_json_error(struct http_buf *out, int status, const char *msg)
 int http_cred_listener_uri(const struct conf *cfg, size_t idx, const char *host_override,
 			   char *buf, size_t cap)
 {
+	const struct conf_listener *l;
+	const char *host = host_override;
+	bool secure, udp, v6;
+	unsigned port;
+	int n;
+
 	if (idx >= cfg->n_listeners)
 		return -EINVAL;
-	const struct conf_listener *l = &cfg->listeners[idx];
-	const char *host = host_override;
+	l = &cfg->listeners[idx];
 	if (host == NULL || *host == '\0')
 		host = l->public_address && *l->public_address ? l->public_address : l->address;
 	if (host == NULL || *host == '\0' || strcmp(host, NODE_ADDR_PLACEHOLDER) == 0)
 		host = "0.0.0.0";
-	bool secure = l->protocol == CONF_PROTO_TURN_TLS || l->protocol == CONF_PROTO_TURN_DTLS;
-	bool udp = l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS;
-	bool v6 = strchr(host, ':') != NULL;
-	unsigned port = l->public_port ? l->public_port : l->port;
-	int n = snprintf(buf, cap, "%s:%s%s%s:%u?transport=%s", secure ? "turns" : "turn",
-			 v6 ? "[" : "", host, v6 ? "]" : "", port, udp ? "udp" : "tcp");
+	secure = l->protocol == CONF_PROTO_TURN_TLS || l->protocol == CONF_PROTO_TURN_DTLS;
+	udp = l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS;
+	v6 = strchr(host, ':') != NULL;
+	port = l->public_port ? l->public_port : l->port;
+	n = snprintf(buf, cap, "%s:%s%s%s:%u?transport=%s", secure ? "turns" : "turn",
+		     v6 ? "[" : "", host, v6 ? "]" : "", port, udp ? "udp" : "tcp");
 	return n < 0 || (size_t)n >= cap ? -ENOBUFS : 0;
 }
 
 /* STUNner names listeners "namespace/gateway/listener"; accept the full name or its tail. */
 static bool listener_matches(const struct conf_listener *l, const char *want)
 {
+	const char *slash;
+
 	if (*want == '\0')
 		return true;
 	if (strcmp(l->name, want) == 0)
 		return true;
-	const char *slash = strrchr(l->name, '/');
+	slash = strrchr(l->name, '/');
 	return slash != NULL && strcmp(slash + 1, want) == 0;
 }
 
@@ -62,6 +69,7 @@ static bool gateway_matches(const struct conf *cfg, const struct http_cred_query
 {
 	const char *name = cfg->admin.name ? cfg->admin.name : "";
 	size_t nl = strlen(q->namespace_);
+
 	if (nl == 0)
 		return true;
 	if (strncmp(name, q->namespace_, nl) != 0 || name[nl] != '/')
@@ -84,6 +92,9 @@ struct minted {
 static int mint(const struct conf_auth *a, const struct http_cred_query *q, int64_t now,
 		struct minted *m, const char **why)
 {
+	uint64_t expiry;
+	int rc;
+
 	memset(m, 0, sizeof(*m));
 	if (a->type == CONF_AUTH_NONE)
 		return 0;
@@ -102,10 +113,10 @@ static int mint(const struct conf_auth *a, const struct http_cred_query *q, int6
 		*why = "no shared secret configured";
 		return -ENOENT;
 	}
-	uint64_t expiry = (uint64_t)(now < 0 ? 0 : now) + q->ttl;
+	expiry = (uint64_t)(now < 0 ? 0 : now) + q->ttl;
 	snprintf(m->user, sizeof(m->user), "%" PRIu64 ":%s", expiry, q->username);
-	int rc = stun_rest_password((const uint8_t *)a->secret, strlen(a->secret), m->user,
-				    strlen(m->user), m->pass, sizeof(m->pass));
+	rc = stun_rest_password((const uint8_t *)a->secret, strlen(a->secret), m->user,
+				strlen(m->user), m->pass, sizeof(m->pass));
 	if (rc != 0)
 		*why = "credential minting failed";
 	return rc;
@@ -146,13 +157,16 @@ static int render_ice(const struct conf *cfg, const struct http_cred_query *q, i
 	for (size_t i = 0; rc == 0 && i < cfg->n_listeners; i++) {
 		const struct conf_auth *a = listener_auth(cfg, i);
 		bool seen = !listener_matches(&cfg->listeners[i], q->listener);
+		struct minted m;
+		json_t *urls, *srv;
+
 		for (size_t k = 0; !seen && k < i; k++)
 			seen = listener_auth(cfg, k) == a &&
 			       listener_matches(&cfg->listeners[k], q->listener);
 		if (seen)
 			continue;
-		struct minted m;
-		json_t *urls = json_array(), *srv = json_object();
+		urls = json_array();
+		srv = json_object();
 		rc = urls && srv ? 0 : -ENOMEM;
 		if (rc == 0 && collect_uris(cfg, q, a, urls) < 0)
 			rc = -ENOMEM;

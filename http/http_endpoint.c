@@ -50,6 +50,7 @@ static void ep_host(struct ep_cur *c, struct http_endpoint *out)
 	char host[64];
 	struct sockaddr_in *v4 = (struct sockaddr_in *)&out->addr;
 	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&out->addr;
+	size_t n;
 
 	if (cur_skip(c, "[")) {
 		cur_take_until(c, "]", host, sizeof(host));
@@ -64,7 +65,7 @@ static void ep_host(struct ep_cur *c, struct http_endpoint *out)
 		out->addr_len = sizeof(*v6);
 		return;
 	}
-	size_t n = cur_take_until(c, ":/", host, sizeof(host));
+	n = cur_take_until(c, ":/", host, sizeof(host));
 	if (c->err)
 		return;
 	if (n == 0 || strcmp(host, "0.0.0.0") == 0) {
@@ -84,11 +85,12 @@ static void ep_host(struct ep_cur *c, struct http_endpoint *out)
 
 static void ep_port(struct ep_cur *c, uint16_t default_port, struct http_endpoint *out)
 {
+	unsigned long v = 0;
+	size_t digits = 0;
+
 	out->port = default_port;
 	if (!cur_skip(c, ":"))
 		return;
-	unsigned long v = 0;
-	size_t digits = 0;
 	while (!c->err && c->p < c->end && *c->p >= '0' && *c->p <= '9' && digits < 6) {
 		v = v * 10 + (unsigned long)(*c->p++ - '0');
 		digits++;

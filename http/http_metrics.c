@@ -134,9 +134,10 @@ static void listener_dir(struct mctx *m, const char *name, const char *help, int
 	fam(m, name, "counter", help);
 	for (uint32_t i = 0; i < n_listeners(m); i++) {
 		const char *ln = listener_name(m, i);
+		struct label l[2] = { { "name", ln }, { "direction", "rx" } };
+
 		if (ln == NULL)
 			continue;
-		struct label l[2] = { { "name", ln }, { "direction", "rx" } };
 		sample_u(m, name, l, 2, m->sum.lst[i][rx_i]);
 		l[1].value = "tx";
 		sample_u(m, name, l, 2, m->sum.lst[i][tx_i]);
@@ -148,9 +149,10 @@ static void cluster_dir(struct mctx *m, const char *name, const char *help, int 
 	fam(m, name, "counter", help);
 	for (uint32_t i = 0; i < n_clusters(m); i++) {
 		const char *cn = snap_cluster_name(m->snap, i);
+		struct label l[2] = { { "name", cn }, { "direction", "rx" } };
+
 		if (cn == NULL)
 			continue;
-		struct label l[2] = { { "name", cn }, { "direction", "rx" } };
 		sample_u(m, name, l, 2, m->sum.cls[i][rx_i]);
 		l[1].value = "tx";
 		sample_u(m, name, l, 2, m->sum.cls[i][tx_i]);
@@ -466,20 +468,22 @@ static void render_workers(struct mctx *m)
 	fam(m, name, "counter",
 	    "Packets received (rx: clients and peers) and sent (tx) by the worker of a slot.");
 	for (unsigned s = 0; s < m->n_slots; s++) {
+		struct label l[2] = { { "worker", slot }, { "direction", "rx" } };
+
 		if (!slot_used(m, s, &info) || shm_counters_read(m->shm, s, &c) != 0)
 			continue;
 		snprintf(slot, sizeof(slot), "%u", s);
-		struct label l[2] = { { "worker", slot }, { "direction", "rx" } };
 		sample_u(m, name, l, 2, c.v[SHM_CTR_CLIENT_PKTS_IN] + c.v[SHM_CTR_PEER_PKTS_IN]);
 		l[1].value = "tx";
 		sample_u(m, name, l, 2, c.v[SHM_CTR_CLIENT_PKTS_OUT] + c.v[SHM_CTR_PEER_PKTS_OUT]);
 	}
 	fam(m, "turngate_worker_up", "gauge", "1 while the worker of a slot is running.");
 	for (unsigned s = 0; s < m->n_slots; s++) {
+		struct label l = { "worker", slot };
+
 		if (!slot_used(m, s, &info))
 			continue;
 		snprintf(slot, sizeof(slot), "%u", s);
-		struct label l = { "worker", slot };
 		sample_u(m, "turngate_worker_up", &l, 1, info.state == SHM_SLOT_RUNNING);
 	}
 }
@@ -494,10 +498,11 @@ static void worker_proc(struct mctx *m, const char *name, const char *type, cons
 	fam(m, name, type, help);
 	for (unsigned s = 0; m->ms->workers != NULL && s < m->ms->n_workers; s++) {
 		const struct http_proc_stats *p = &m->ms->workers[s];
+		struct label l = { "worker", slot };
+
 		if (!p->valid)
 			continue;
 		snprintf(slot, sizeof(slot), "%u", s);
-		struct label l = { "worker", slot };
 		if (f == PF_CPU)
 			sample_f(m, name, &l, 1, p->cpu_seconds);
 		else

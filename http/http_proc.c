@@ -13,10 +13,13 @@
 static int read_small(const char *path, char *buf, size_t cap)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	int err;
+
 	if (fd < 0)
 		return -errno;
-	ssize_t n = read(fd, buf, cap - 1);
-	int err = n < 0 ? -errno : 0;
+	n = read(fd, buf, cap - 1);
+	err = n < 0 ? -errno : 0;
 	close(fd);
 	if (err)
 		return err;
@@ -28,9 +31,11 @@ static int boot_time(double *out)
 {
 	char buf[8192];
 	int rc = read_small("/proc/stat", buf, sizeof(buf));
+	const char *p;
+
 	if (rc != 0)
 		return rc;
-	const char *p = strstr(buf, "\nbtime ");
+	p = strstr(buf, "\nbtime ");
 	if (p == NULL)
 		return -EIO;
 	*out = strtod(p + 7, NULL);
@@ -43,13 +48,17 @@ static int parse_stat(const char *path, struct http_proc_stats *out)
 {
 	char buf[1024];
 	int rc = read_small(path, buf, sizeof(buf));
-	if (rc != 0)
-		return rc;
-	const char *p = strrchr(buf, ')');
-	if (p == NULL)
-		return -EIO;
+	const char *p;
 	unsigned long long f[25] = { 0 };
 	int field = 3;
+	long tck, page;
+	double btime = 0;
+
+	if (rc != 0)
+		return rc;
+	p = strrchr(buf, ')');
+	if (p == NULL)
+		return -EIO;
 	for (p++; *p && field <= 24; field++) {
 		while (*p == ' ')
 			p++;
@@ -59,8 +68,8 @@ static int parse_stat(const char *path, struct http_proc_stats *out)
 	}
 	if (field <= 24)
 		return -EIO;
-	long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
-	double btime = 0;
+	tck = sysconf(_SC_CLK_TCK);
+	page = sysconf(_SC_PAGESIZE);
 	if (tck <= 0 || page <= 0 || boot_time(&btime) != 0)
 		return -EIO;
 	out->cpu_seconds = (double)(f[14] + f[15]) / (double)tck;
@@ -74,6 +83,7 @@ static uint64_t count_fds(const char *path)
 {
 	DIR *d = opendir(path);
 	uint64_t n = 0;
+
 	if (d == NULL)
 		return 0;
 	for (struct dirent *e; (e = readdir(d)) != NULL;)
@@ -86,9 +96,11 @@ static uint64_t count_fds(const char *path)
 static uint64_t max_fds(const char *path)
 {
 	char buf[4096];
+	const char *p;
+
 	if (read_small(path, buf, sizeof(buf)) != 0)
 		return 0;
-	const char *p = strstr(buf, "Max open files");
+	p = strstr(buf, "Max open files");
 	if (p == NULL)
 		return 0;
 	p += strlen("Max open files");
@@ -101,6 +113,7 @@ int http_proc_read(pid_t pid, struct http_proc_stats *out)
 {
 	char path[64];
 	char base[32];
+	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (pid == 0)
@@ -108,7 +121,7 @@ int http_proc_read(pid_t pid, struct http_proc_stats *out)
 	else
 		snprintf(base, sizeof(base), "/proc/%ld", (long)pid);
 	snprintf(path, sizeof(path), "%s/stat", base);
-	int rc = parse_stat(path, out);
+	rc = parse_stat(path, out);
 	if (rc != 0)
 		return rc;
 	snprintf(path, sizeof(path), "%s/fd", base);

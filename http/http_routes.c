@@ -21,6 +21,9 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
 {
 	size_t len;
 	char *body = http_buf_take(b, &len);
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
 	if (body == NULL) {
 		status = MHD_HTTP_INTERNAL_SERVER_ERROR;
 		ctype = CT_JSON;
@@ -30,7 +33,7 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
 		len = strlen(body);
 		extra_hdr = NULL;
 	}
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
 	if (r == NULL) {
 		free(body);
 		return MHD_NO;
@@ -39,7 +42,7 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	if (extra_hdr != NULL)
 		MHD_add_response_header(r, extra_hdr, extra_val);
-	enum MHD_Result ret = MHD_queue_response(conn, status, r);
+	ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
@@ -48,6 +51,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
 				   const char *msg, const char *hdr, const char *val)
 {
 	struct http_buf b = HTTP_BUF_INIT;
+
 	http_json_error(&b, (int)status, msg);
 	return reply(conn, status, CT_JSON, &b, hdr, val);
 }
@@ -68,6 +72,8 @@ static enum MHD_Result route_health(struct http_server *s, struct MHD_Connection
 				    const char *url)
 {
 	struct http_buf b = HTTP_BUF_INIT;
+	int rc;
+
 	if (strcmp(url, "/live") == 0) {
 		bool live = s->h.is_live == NULL || s->h.is_live(s->ctx);
 		if (!live)
@@ -86,7 +92,7 @@ static enum MHD_Result route_health(struct http_server *s, struct MHD_Connection
 	/* /status */
 	if (s->h.status_json == NULL)
 		return reply_error(conn, MHD_HTTP_NOT_FOUND, "not found", NULL, NULL);
-	int rc = s->h.status_json(s->ctx, &b);
+	rc = s->h.status_json(s->ctx, &b);
 	return reply_cb(conn, rc, CT_JSON, &b);
 }
 
@@ -95,13 +101,14 @@ static enum MHD_Result route_health(struct http_server *s, struct MHD_Connection
 static bool bearer_ok(struct http_server *s, struct MHD_Connection *conn)
 {
 	const char *tok = s->h.cred_token ? s->h.cred_token(s->ctx) : NULL;
+	const char *got;
+	unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
+
 	if (tok == NULL || *tok == '\0')
 		return true;
-	const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-						      MHD_HTTP_HEADER_AUTHORIZATION);
+	got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	if (got == NULL || strncasecmp(got, "Bearer ", 7) != 0)
 		return false;
-	unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
 	SHA256((const unsigned char *)got + 7, strlen(got + 7), a);
 	SHA256((const unsigned char *)tok, strlen(tok), b);
 	return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
@@ -115,6 +122,9 @@ static enum MHD_Result route_cred(struct http_server *s, struct MHD_Connection *
 	struct http_buf b = HTTP_BUF_INIT;
 	const char *why = NULL;
 	int status = 0;
+	int64_t now;
+	enum http_cred_form form = strcmp(url, "/ice") == 0 ? HTTP_CRED_ICE : HTTP_CRED_REST;
+	int rc;
 
 	if (!bearer_ok(s, conn))
 		return reply_error(conn, MHD_HTTP_UNAUTHORIZED, "bearer token required",
@@ -126,9 +136,8 @@ static enum MHD_Result route_cred(struct http_server *s, struct MHD_Connection *
 	if (s->h.cred_config(s->ctx, &cfg) != 0 || cfg == NULL)
 		return reply_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				   "no STUNner configuration available", NULL, NULL);
-	int64_t now = s->h.now ? s->h.now(s->ctx) : (int64_t)time(NULL);
-	enum http_cred_form form = strcmp(url, "/ice") == 0 ? HTTP_CRED_ICE : HTTP_CRED_REST;
-	int rc = http_cred_render(cfg, &q, form, now, &b, &status);
+	now = s->h.now ? s->h.now(s->ctx) : (int64_t)time(NULL);
+	rc = http_cred_render(cfg, &q, form, now, &b, &status);
 	explicit_bzero(&q, sizeof(q));
 	if (rc != 0) {
 		http_buf_free(&b);

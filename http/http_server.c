@@ -47,13 +47,15 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-	(void)cls;
-	(void)conn;
 	struct http_req *req = calloc(1, sizeof(*req));
 	const char *q = uri ? strchr(uri, '?') : NULL;
+	size_t n;
+
+	(void)cls;
+	(void)conn;
 	if (req == NULL || q == NULL)
 		return req;
-	size_t n = strlen(q + 1);
+	n = strlen(q + 1);
 	if (n > HTTP_CRED_QUERY_MAX) {
 		req->query_too_long = true;
 		return req;
@@ -67,10 +69,11 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 			 enum MHD_RequestTerminationCode code)
 {
+	struct http_req *req = *req_cls;
+
 	(void)cls;
 	(void)conn;
 	(void)code;
-	struct http_req *req = *req_cls;
 	if (req != NULL) {
 		if (req->query != NULL)
 			explicit_bzero(req->query, req->query_len);
@@ -133,6 +136,8 @@ static uint16_t default_port(const struct http_handlers *h)
 
 static int srv_daemon(struct http_server *s, int lfd)
 {
+	const union MHD_DaemonInfo *info;
+
 	s->daemon = MHD_start_daemon(
 		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_route, s,
 		MHD_OPTION_LISTEN_SOCKET, lfd,
@@ -146,8 +151,7 @@ static int srv_daemon(struct http_server *s, int lfd)
 		MHD_OPTION_END);
 	if (s->daemon == NULL)
 		return -EIO;
-	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon,
-							       MHD_DAEMON_INFO_EPOLL_FD);
+	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
 	if (info == NULL || info->epoll_fd < 0)
 		return -EIO;
 	ev_io_init(&s->io, on_io, info->epoll_fd, EV_READ);
