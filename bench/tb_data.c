@@ -217,6 +217,7 @@ static void loop_rate(struct tb_data *d)
 		uint64_t now = tb_now_ns();
 		struct timespec ts;
 		int n;
+		uint64_t wait;
 
 		while (d->sending && due <= now) {
 			uint32_t idx = (uint32_t)(k % o->n);
@@ -231,7 +232,7 @@ static void loop_rate(struct tb_data *d)
 		edges(d, now);
 		if (now >= d->t_stop)
 			break;
-		uint64_t wait = d->sending && due > now ? due - now : (d->sending ? 0 : 1000000);
+		wait = d->sending && due > now ? due - now : (d->sending ? 0 : 1000000);
 		ts.tv_sec = (time_t)(wait / 1000000000ull);
 		ts.tv_nsec = (long)(wait % 1000000000ull);
 		n = epoll_pwait2(d->ctx->ep, ev, 256, &ts, NULL);

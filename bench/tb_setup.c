@@ -142,13 +142,15 @@ static void on_error(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *m)
 
 	stun_msg_get_error(m, &code, NULL, NULL);
 	if ((code == 401 && a->state == S_A0) || (code == 438 && a->tries < MAX_TRIES)) {
+		uint8_t tries;
+
 		if (take_nonce(ctx, a, m) != 0) {
 			fail(ctx, idx, "bad REALM/NONCE in", code);
 			return;
 		}
 		if (code == 438)
 			ctx->stale++;
-		uint8_t tries = a->tries;
+		tries = a->tries;
 		if (enter(ctx, idx, a->state == S_A0 ? S_A1 : a->state) != 0)
 			fail(ctx, idx, "send", 0);
 		a->tries = (uint8_t)(tries + (code == 438));

@@ -42,6 +42,7 @@ static int read_stat(pid_t pid, pid_t *ppid, unsigned long long t[4])
 	ssize_t n;
 	int fd;
 	char *p;
+	int pp;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -57,7 +58,6 @@ static int read_stat(pid_t pid, pid_t *ppid, unsigned long long t[4])
 		return -EIO;
 	/* fields from 3: state ppid pgrp session tty tpgid flags minflt cminflt majflt
 	 * cmajflt utime stime cutime cstime */
-	int pp;
 	if (sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
 		   &pp, &t[0], &t[1], &t[2], &t[3]) != 5)
 		return -EIO;
@@ -246,6 +246,7 @@ int tb_udp_open(const struct sockaddr_in *bind_addr, const struct sockaddr_in *d
 {
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int sz = 4 << 20;
+	int e;
 
 	if (fd < 0)
 		return -errno;
@@ -258,8 +259,8 @@ int tb_udp_open(const struct sockaddr_in *bind_addr, const struct sockaddr_in *d
 		goto fail;
 	*out = fd;
 	return 0;
-fail:;
-	int e = -errno;
+fail:
+	e = -errno;
 	close(fd);
 	return e;
 }
