@@ -259,10 +259,7 @@ static int create_shm(struct master *m)
 	/* Room for the config to grow fourfold by reloads (users, listeners, certificates). */
 	sc.snap_size = len * 4 < SNAP_MIN_SIZE ? SNAP_MIN_SIZE : (uint32_t)(len * 4);
 	sc.alloc_cap = m->cfg->limits.max_allocations;
-	rc = shm_create(&sc, "turngate", &m->shm);
-	if (rc < 0)
-		log_error("master", "cannot create shared memory: %s", strerror(-rc));
-	return rc;
+	return state_segment_open(m, &sc);
 }
 
 static int open_listeners(struct master *m)
@@ -344,6 +341,7 @@ static void master_free(struct master *m)
 	free(m->listeners);
 	if (m->shm != NULL)
 		shm_destroy(m->shm);
+	free(m->state_path);
 	conf_free(m->cfg);
 	reload_result_clear(&m->last_reload);
 	snap_blob_free(m->snap_blob, m->snap_len);

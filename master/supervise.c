@@ -103,7 +103,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd,
 		.listeners = wl,
 		.n_listeners = n_wl,
 	};
-	int keep[SHM_MAX_LISTENERS + 2];
+	int keep[SHM_MAX_LISTENERS + 3];
 	size_t nk = 0;
 	char name[32];
 
@@ -123,6 +123,9 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd,
 		_exit(1);
 	keep[nk++] = ctl_fd;
 	keep[nk++] = shm_fd(m->shm);
+	/* The state file lock: held until the last process of this daemon is gone. */
+	if (shm_lock_fd(m->shm) >= 0)
+		keep[nk++] = shm_lock_fd(m->shm);
 	for (size_t i = 0; i < n_wl && nk < sizeof(keep) / sizeof(keep[0]); i++)
 		keep[nk++] = wl[i].fd;
 	close_all_but(keep, nk);
@@ -443,9 +446,11 @@ void supervise_stop_all(struct master *m, bool immediate)
 			continue;
 		}
 		w->state = MW_STOPPING;
+		/* IPC_STOP ends the worker's allocations; a signal would leave them in the
+		 * table (worker.c), so it is only for a worker that cannot be told. */
 		if (w->ctl_fd >= 0)
 			ipc_send(w->ctl_fd, IPC_STOP, NULL, 0, -1);
-		if (immediate)
+		else if (immediate)
 			kill(w->pid, SIGTERM);
 	}
 }
