@@ -313,7 +313,11 @@ static void wk_stop(struct worker *w, const char *why)
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	wk_stop(s->data, s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	struct worker *w = s->data;
+
+	w->keep_table = true;
+	wk_stop(w, s->signum == SIGTERM ? "SIGTERM (allocations stay in the table)"
+					: "SIGINT (allocations stay in the table)");
 }
 
 static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
@@ -473,7 +477,8 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 			continue;
 		}
 		if (rc < 0) {
-			wk_stop(w, "control channel closed");
+			w->keep_table = true;
+			wk_stop(w, "control channel closed (allocations stay in the table)");
 			break;
 		}
 		wk_ctl_msg(w, m, fd);
@@ -507,8 +512,23 @@ static void wk_watchers_init(struct worker *w)
 	ev_signal_start(w->loop, &w->sigint);
 }
 
+/* Closes the private half of every allocation and leaves its record LIVE and counted, as
+ * a crash would, so the next process serving this slot adopts it. */
+static void wk_leave_table(struct worker *w)
+{
+	while (w->allocs) {
+		struct wk_alloc *a = w->allocs;
+
+		if (a->conn)
+			a->conn->alloc = NULL;
+		wk_alloc_forget(w, a);
+	}
+}
+
 static void wk_teardown(struct worker *w)
 {
+	if (w->keep_table)
+		wk_leave_table(w);
 	while (w->allocs)
 		wk_alloc_destroy(w, w->allocs, "worker exit");
 	/* Close all before freeing any: closing a connection looks at every listener. */
