@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -93,7 +94,7 @@ static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
 }
 
 /* Renames a refused file out of the way, so the next start does not refuse it again and
- * an operator can look at it. */
+ * an operator can look at it; never over an earlier one (NAME.state.refused-UTC-PID[.N]). */
 static void move_aside(const struct paths *p, struct shm_takeover *t)
 {
 	char stamp[32];
@@ -102,9 +103,20 @@ static void move_aside(const struct paths *p, struct shm_takeover *t)
 
 	gmtime_r(&now, &tm);
 	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
-	if (snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d", p->state, stamp,
-		     (int)getpid()) >= (int)sizeof(t->aside) || rename(p->state, t->aside) < 0)
-		t->aside[0] = '\0';
+	for (int n = 0; n < 100; n++) {
+		int len = n == 0 ? snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d",
+					   p->state, stamp, (int)getpid())
+				 : snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d.%d",
+					   p->state, stamp, (int)getpid(), n);
+
+		if (len >= (int)sizeof(t->aside))
+			break;
+		if (renameat2(AT_FDCWD, p->state, AT_FDCWD, t->aside, RENAME_NOREPLACE) == 0)
+			return;
+		if (errno != EEXIST)
+			break;
+	}
+	t->aside[0] = '\0';
 }
 
 static int refuse_file(struct shm_takeover *t, enum shm_state_verdict v, const char *why)
