@@ -43,7 +43,8 @@ static void usage(FILE *out)
 		"      --udp-thread-num=N  alias of --workers (stunnerd)\n"
 		"  -h, --help           this help\n"
 		"  -v, --version        print the version\n"
-		"Signals: HUP reloads, TERM drains then exits, a second TERM or INT stops now.\n");
+		"Signals: HUP reloads, TERM drains then exits, a second TERM or INT stops now,\n"
+		"QUIT stops now and leaves the allocations in the state file for the next start.\n");
 }
 
 struct opts {
@@ -221,6 +222,35 @@ static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
 	lifecycle_step(m);
 }
 
+/* Stop now, leaving every allocation LIVE in the state file: a signal makes each worker
+ * exit without ending its allocations (worker.c), and the next start takes them over. */
+static void sigquit_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct master *m = s->data;
+
+	(void)loop;
+	(void)revents;
+	if (m->stopping)
+		return;
+	log_info("master", "SIGQUIT: stopping now; the allocations stay in %s for the next start",
+		 m->state_path != NULL ? m->state_path : "memory (no state file: they end)");
+	notify_stopping();
+	m->stopping = true;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+
+		ev_timer_stop(m->loop, &w->respawn);
+		if (w->pid > 0) {
+			w->state = MW_STOPPING;
+			kill(w->pid, SIGTERM);
+		} else {
+			w->state = MW_STOPPED;
+		}
+	}
+	m->stop_deadline = ev_now(m->loop) + STOP_GRACE_S;
+	lifecycle_step(m);
+}
+
 static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	(void)loop;
@@ -312,7 +342,9 @@ static void start_watchers(struct master *m)
 	ev_signal_init(&m->sighup_w, sighup_cb, SIGHUP);
 	ev_signal_init(&m->sigterm_w, sigterm_cb, SIGTERM);
 	ev_signal_init(&m->sigint_w, sigterm_cb, SIGINT);
-	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m;
+	ev_signal_init(&m->sigquit_w, sigquit_cb, SIGQUIT);
+	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m->sigquit_w.data = m;
+	ev_signal_start(m->loop, &m->sigquit_w);
 	ev_signal_start(m->loop, &m->sighup_w);
 	ev_signal_start(m->loop, &m->sigterm_w);
 	ev_signal_start(m->loop, &m->sigint_w);
@@ -353,6 +385,7 @@ static void master_free(struct master *m)
 	ev_signal_stop(m->loop, &m->sighup_w);
 	ev_signal_stop(m->loop, &m->sigterm_w);
 	ev_signal_stop(m->loop, &m->sigint_w);
+	ev_signal_stop(m->loop, &m->sigquit_w);
 }
 
 static int master_start(struct master *m)

@@ -108,7 +108,7 @@ struct master {
 	bool publish_pending;     /* a snapshot waits for a free arena slot */
 	int exit_code;
 
-	ev_signal sighup_w, sigterm_w, sigint_w;
+	ev_signal sighup_w, sigterm_w, sigint_w, sigquit_w;
 	ev_timer tick_w;          /* reclaim, pings, drain progress */
 	unsigned long tick_count;
 	ev_timer watchdog_w;

@@ -80,7 +80,7 @@ static void close_all_but(int *keep, size_t n)
 static void reset_signals_in_child(void)
 {
 	sigset_t none;
-	int sigs[] = { SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2 };
+	int sigs[] = { SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2 };
 
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		signal(sigs[i], SIG_DFL);
@@ -113,6 +113,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd,
 	ev_signal_stop(m->loop, &m->sighup_w);
 	ev_signal_stop(m->loop, &m->sigterm_w);
 	ev_signal_stop(m->loop, &m->sigint_w);
+	ev_signal_stop(m->loop, &m->sigquit_w);
 	reset_signals_in_child();
 	/* Own process group: a terminal's ^C or a group-wide SIGTERM reaches the master only,
 	 * which then drains and stops the workers in order. */

@@ -317,7 +317,8 @@ static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 
 	w->keep_table = true;
 	wk_stop(w, s->signum == SIGTERM ? "SIGTERM (allocations stay in the table)"
-					: "SIGINT (allocations stay in the table)");
+		   : s->signum == SIGQUIT ? "SIGQUIT (allocations stay in the table)"
+					  : "SIGINT (allocations stay in the table)");
 }
 
 static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
@@ -510,6 +511,11 @@ static void wk_watchers_init(struct worker *w)
 	ev_signal_init(&w->sigint, wk_signal_cb, SIGINT);
 	w->sigint.data = w;
 	ev_signal_start(w->loop, &w->sigint);
+	/* systemctl kill -s QUIT reaches every process of the unit: a worker exits as on
+	 * SIGTERM instead of dumping core (SIGQUIT's default). */
+	ev_signal_init(&w->sigquit, wk_signal_cb, SIGQUIT);
+	w->sigquit.data = w;
+	ev_signal_start(w->loop, &w->sigquit);
 }
 
 /* Closes the private half of every allocation and leaves its record LIVE and counted, as

@@ -2,7 +2,8 @@
  * through the real turngated, SIGKILL of every process of the daemon at once, then the
  * same command again: the new run takes the state file over, and every allocation must
  * relay again (0 stalled) and refresh with its original credentials and nonce (no
- * 401/438). Five times with the same worker count, then 2 -> 1 -> 3 workers. Then state
+ * 401/438). Five times with the same worker count, then 2 -> 1 -> 3 workers, then a
+ * SIGKILL of the master alone and a SIGQUIT. Then state
  * files that must be refused (another layout version, truncated, random bytes, 0644, a
  * symlink, another owner): each with its own log line, serving from an empty table; the
  * unmodified file is taken over (the control). The longest relaying gap per allocation is
@@ -233,6 +234,30 @@ static void kill_everything(void)
 	g.h.pid = 0;
 }
 
+/* How a run ends before the next start. */
+enum end_how {
+	END_KILL_ALL,	/* SIGKILL to every process */
+	END_KILL_MASTER,	/* SIGKILL to the master only: its workers get SIGTERM from the
+			 * kernel (PR_SET_PDEATHSIG), leave their allocations and exit; the new
+			 * master waits on the state file lock until they are gone */
+	END_QUIT,	/* SIGQUIT: stop now, leave the table */
+};
+
+static void end_run(enum end_how how)
+{
+	int st = -1;
+
+	if (how == END_KILL_ALL) {
+		kill_everything();
+		return;
+	}
+	assert_int_equal(kill(g.h.pid, how == END_QUIT ? SIGQUIT : SIGKILL), 0);
+	assert_int_equal(waitpid(g.h.pid, &st, 0), g.h.pid);
+	if (how == END_QUIT)
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	g.h.pid = 0;
+}
+
 static void gaps_print(int round, unsigned from, unsigned to)
 {
 	long long worst = 0, sum = 0;
@@ -277,7 +302,7 @@ static void check_all_serving(long long since)
 	}
 }
 
-static void restart_round(int round, unsigned workers)
+static void restart_round_how(int round, unsigned workers, enum end_how how)
 {
 	unsigned from = g.workers;
 	long long t_kill;
@@ -291,13 +316,18 @@ static void restart_round(int round, unsigned workers)
 		 from);
 	n0 = harness_log_count(&g.h, needle);
 	t_kill = now_us();
-	kill_everything();
+	end_run(how);
 	g.workers = workers;
 	assert_int_equal(harness_spawn(&g.h, workers), 0);
 	load(1000000, t_kill);
 	gaps_print(round, from, workers);
 	assert_int_equal(harness_log_count(&g.h, needle), n0 + 1);
 	check_all_serving(t_kill);
+}
+
+static void restart_round(int round, unsigned workers)
+{
+	restart_round_how(round, workers, END_KILL_ALL);
 }
 
 static void alloc_all(void)
@@ -337,6 +367,20 @@ static void test_kill_all_restart(void **state)
 	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_adopted"),
 			 (long long)N_ALLOCS * N_ROUNDS);
 	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_active"), N_ALLOCS);
+	end_all();
+}
+
+/* A crash of the master alone, then SIGQUIT: both keep every allocation. */
+static void test_master_crash_and_quit(void **state)
+{
+	(void)state;
+	start(2);
+	alloc_all();
+	print_message("SIGKILL to the master only:\n");
+	restart_round_how(1, 2, END_KILL_MASTER);
+	print_message("SIGQUIT:\n");
+	restart_round_how(2, 2, END_QUIT);
+	assert_int_equal(harness_log_count(&g.h, "SIGQUIT: stopping now"), 1);
 	end_all();
 }
 
@@ -500,6 +544,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_kill_all_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_worker_counts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_master_crash_and_quit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_files, setup, teardown),
 	};
 
