@@ -43,8 +43,8 @@ static void usage(FILE *out)
 		"      --udp-thread-num=N  alias of --workers (stunnerd)\n"
 		"  -h, --help           this help\n"
 		"  -v, --version        print the version\n"
-		"Signals: HUP reloads, TERM drains then exits, a second TERM or INT stops now,\n"
-		"QUIT stops now and leaves the allocations in the state file for the next start.\n");
+		"Signals: HUP reloads, TERM drains then exits, a second TERM, INT or QUIT stops\n"
+		"now; what is still open stays in the state file for the next start.\n");
 }
 
 struct opts {
@@ -149,6 +149,11 @@ static void begin_stop(struct master *m, bool immediate)
 	if (m->stopping && !immediate)
 		return;
 	log_info("master", immediate ? "stopping now" : "stopping workers");
+	/* Workers leave what is still open in the table (worker.c): the next start takes
+	 * it over from the state file. */
+	log_info("master", "%u allocations stay in %s", master_alloc_count(m),
+		 m->state_path != NULL ? m->state_path
+				       : "memory and end with the daemon (no state file)");
 	notify_stopping();
 	supervise_stop_all(m, immediate);
 	m->stop_deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
@@ -209,7 +214,7 @@ static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (m->exiting || s->signum == SIGINT) {
+	if (m->exiting || s->signum == SIGINT || s->signum == SIGQUIT) {
 		begin_stop(m, true);
 	} else {
 		m->exiting = true;
@@ -219,35 +224,6 @@ static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
 		notify_stopping();
 		master_set_drain(m, true);
 	}
-	lifecycle_step(m);
-}
-
-/* Stop now, leaving every allocation LIVE in the state file: a signal makes each worker
- * exit without ending its allocations (worker.c), and the next start takes them over. */
-static void sigquit_cb(struct ev_loop *loop, ev_signal *s, int revents)
-{
-	struct master *m = s->data;
-
-	(void)loop;
-	(void)revents;
-	if (m->stopping)
-		return;
-	log_info("master", "SIGQUIT: stopping now; the allocations stay in %s for the next start",
-		 m->state_path != NULL ? m->state_path : "memory (no state file: they end)");
-	notify_stopping();
-	m->stopping = true;
-	for (unsigned i = 0; i < m->n_slots; i++) {
-		struct mworker *w = &m->workers[i];
-
-		ev_timer_stop(m->loop, &w->respawn);
-		if (w->pid > 0) {
-			w->state = MW_STOPPING;
-			kill(w->pid, SIGTERM);
-		} else {
-			w->state = MW_STOPPED;
-		}
-	}
-	m->stop_deadline = ev_now(m->loop) + STOP_GRACE_S;
 	lifecycle_step(m);
 }
 
@@ -342,7 +318,7 @@ static void start_watchers(struct master *m)
 	ev_signal_init(&m->sighup_w, sighup_cb, SIGHUP);
 	ev_signal_init(&m->sigterm_w, sigterm_cb, SIGTERM);
 	ev_signal_init(&m->sigint_w, sigterm_cb, SIGINT);
-	ev_signal_init(&m->sigquit_w, sigquit_cb, SIGQUIT);
+	ev_signal_init(&m->sigquit_w, sigterm_cb, SIGQUIT);
 	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m->sigquit_w.data = m;
 	ev_signal_start(m->loop, &m->sigquit_w);
 	ev_signal_start(m->loop, &m->sighup_w);

@@ -447,11 +447,9 @@ void supervise_stop_all(struct master *m, bool immediate)
 			continue;
 		}
 		w->state = MW_STOPPING;
-		/* IPC_STOP ends the worker's allocations; a signal would leave them in the
-		 * table (worker.c), so it is only for a worker that cannot be told. */
 		if (w->ctl_fd >= 0)
 			ipc_send(w->ctl_fd, IPC_STOP, NULL, 0, -1);
-		else if (immediate)
+		if (immediate)
 			kill(w->pid, SIGTERM);
 	}
 }

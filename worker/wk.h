@@ -231,10 +231,6 @@ struct worker {
 	uint64_t snap_bad_gen;		/* last generation snap_open rejected, logged once */
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
-	/* Stopping without the master's word (a signal, the master gone): the records stay
-	 * LIVE in the table for whoever serves this slot next (a respawned worker, or the
-	 * next start taking the state file over); only an IPC_STOP ends them. */
-	bool keep_table;
 	struct wk_hot hot;
 	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */
 	struct wheel wheel;

@@ -307,18 +307,15 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void wk_stop(struct worker *w, const char *why)
 {
-	log_info("worker", "slot %u stopping: %s", w->slot, why);
+	log_info("worker", "slot %u stopping: %s (%zu allocations stay in the table)", w->slot,
+		 why, w->n_allocs);
 	ev_break(w->loop, EVBREAK_ALL);
 }
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	struct worker *w = s->data;
-
-	w->keep_table = true;
-	wk_stop(w, s->signum == SIGTERM ? "SIGTERM (allocations stay in the table)"
-		   : s->signum == SIGQUIT ? "SIGQUIT (allocations stay in the table)"
-					  : "SIGINT (allocations stay in the table)");
+	wk_stop(s->data, s->signum == SIGTERM ? "SIGTERM" : s->signum == SIGQUIT ? "SIGQUIT"
+									      : "SIGINT");
 }
 
 static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto,
@@ -478,8 +475,7 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 			continue;
 		}
 		if (rc < 0) {
-			w->keep_table = true;
-			wk_stop(w, "control channel closed (allocations stay in the table)");
+			wk_stop(w, "control channel closed");
 			break;
 		}
 		wk_ctl_msg(w, m, fd);
@@ -519,7 +515,10 @@ static void wk_watchers_init(struct worker *w)
 }
 
 /* Closes the private half of every allocation and leaves its record LIVE and counted, as
- * a crash would, so the next process serving this slot adopts it. */
+ * a crash would, so the next process serving this slot adopts it: a respawned worker, or
+ * the next start taking the state file over. However the worker stops (STOP, a signal,
+ * the master gone), the table keeps what is still open; only a client, an expiry, a
+ * listener removal or an admin disconnect ends an allocation. */
 static void wk_leave_table(struct worker *w)
 {
 	while (w->allocs) {
@@ -533,10 +532,7 @@ static void wk_leave_table(struct worker *w)
 
 static void wk_teardown(struct worker *w)
 {
-	if (w->keep_table)
-		wk_leave_table(w);
-	while (w->allocs)
-		wk_alloc_destroy(w, w->allocs, "worker exit");
+	wk_leave_table(w);
 	/* Close all before freeing any: closing a connection looks at every listener. */
 	for (size_t i = 0; i < w->n_ls; i++)
 		wk_listener_close(w, w->ls[i]);

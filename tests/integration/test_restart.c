@@ -3,7 +3,7 @@
  * same command again: the new run takes the state file over, and every allocation must
  * relay again (0 stalled) and refresh with its original credentials and nonce (no
  * 401/438). Five times with the same worker count, then 2 -> 1 -> 3 workers, then a
- * SIGKILL of the master alone and a SIGQUIT. Then state
+ * SIGKILL of the master alone, a SIGQUIT and a SIGTERM (drain, then stop). Then state
  * files that must be refused (another layout version, truncated, random bytes, 0644, a
  * symlink, another owner): each with its own log line, serving from an empty table; the
  * unmodified file is taken over (the control). The longest relaying gap per allocation is
@@ -240,22 +240,35 @@ enum end_how {
 	END_KILL_MASTER,	/* SIGKILL to the master only: its workers get SIGTERM from the
 			 * kernel (PR_SET_PDEATHSIG), leave their allocations and exit; the new
 			 * master waits on the state file lock until they are gone */
-	END_QUIT,	/* SIGQUIT: stop now, leave the table */
+	END_QUIT,	/* SIGQUIT: stop now (as SIGINT); the workers leave the table */
+	END_TERM,	/* SIGTERM (systemctl restart): drain for drain_timeout while the
+			 * allocations relay on, then stop; what is open stays in the table */
 };
 
-static void end_run(enum end_how how)
+static void load(long long dur_us, long long recover_since);
+
+/* Ends the run; returns the time from which relaying may stop (the signal, or for the
+ * drain the daemon's exit: the allocations relay during the drain). */
+static long long end_run(enum end_how how)
 {
+	long long t = now_us(), limit = t + 30000000;
 	int st = -1;
+	pid_t r;
 
 	if (how == END_KILL_ALL) {
 		kill_everything();
-		return;
+		return t;
 	}
-	assert_int_equal(kill(g.h.pid, how == END_QUIT ? SIGQUIT : SIGKILL), 0);
-	assert_int_equal(waitpid(g.h.pid, &st, 0), g.h.pid);
-	if (how == END_QUIT)
+	assert_int_equal(kill(g.h.pid, how == END_TERM ? SIGTERM : how == END_QUIT ? SIGQUIT
+									     : SIGKILL), 0);
+	while ((r = waitpid(g.h.pid, &st, how == END_TERM ? WNOHANG : 0)) == 0 &&
+	       now_us() < limit)
+		load(50000, 0);
+	assert_int_equal(r, g.h.pid);
+	if (how != END_KILL_MASTER)
 		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	g.h.pid = 0;
+	return how == END_TERM ? now_us() : t;
 }
 
 static void gaps_print(int round, unsigned from, unsigned to)
@@ -315,8 +328,7 @@ static void restart_round_how(int round, unsigned workers, enum end_how how)
 	snprintf(needle, sizeof(needle), "%d allocations taken over from %u workers", N_ALLOCS,
 		 from);
 	n0 = harness_log_count(&g.h, needle);
-	t_kill = now_us();
-	end_run(how);
+	t_kill = end_run(how);
 	g.workers = workers;
 	assert_int_equal(harness_spawn(&g.h, workers), 0);
 	load(1000000, t_kill);
@@ -370,7 +382,8 @@ static void test_kill_all_restart(void **state)
 	end_all();
 }
 
-/* A crash of the master alone, then SIGQUIT: both keep every allocation. */
+/* A crash of the master alone, SIGQUIT, and SIGTERM's drain: each keeps every
+ * allocation. */
 static void test_master_crash_and_quit(void **state)
 {
 	(void)state;
@@ -380,7 +393,11 @@ static void test_master_crash_and_quit(void **state)
 	restart_round_how(1, 2, END_KILL_MASTER);
 	print_message("SIGQUIT:\n");
 	restart_round_how(2, 2, END_QUIT);
-	assert_int_equal(harness_log_count(&g.h, "SIGQUIT: stopping now"), 1);
+	print_message("SIGTERM (drain_timeout 5 s, then stop):\n");
+	restart_round_how(3, 2, END_TERM);
+	assert_int_equal(harness_log_count(&g.h, "100 allocations stay in"), 2);
+	assert_int_equal(harness_log_count(&g.h, "drain timeout: 100 allocations still open"),
+			 1);
 	end_all();
 }
 
