@@ -267,6 +267,18 @@ void harness_cleanup(struct harness *h)
 	h->dir[0] = 0;
 }
 
+void harness_teardown_killed(struct harness *h, struct harness_echo *e)
+{
+	if (h->pid > 0) {
+		kill(h->pid, SIGKILL);
+		waitpid(h->pid, NULL, 0);
+		h->pid = 0;
+	}
+	if (e != NULL)
+		harness_echo_stop(e);
+	harness_cleanup(h);
+}
+
 int harness_scan_log(const char *path, char *why, size_t cap)
 {
 	static const char *const bad[] = {

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 struct hturn;
+struct harness_echo;
 
 struct harness {
 	char dir[128];		/* private temp directory (config, log, admin socket) */
@@ -69,6 +70,10 @@ int harness_stop(struct harness *h);
 int harness_stop_killed(struct harness *h, int kills);
 /* Removes the temp directory and everything in it (after harness_stop). */
 void harness_cleanup(struct harness *h);
+
+/* A fixture's teardown after a test that may have failed half way: SIGKILLs the daemon if
+ * it still runs, stops the echo peer (e may be NULL) and removes the directory. */
+void harness_teardown_killed(struct harness *h, struct harness_echo *e);
 
 /* 0 when the log file has no failure marker; else -1 and the offending line in why. */
 int harness_scan_log(const char *path, char *why, size_t cap);

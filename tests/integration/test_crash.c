@@ -105,12 +105,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (g.h.pid > 0) {
-		kill(g.h.pid, SIGKILL);
-		waitpid(g.h.pid, NULL, 0);
-	}
-	harness_echo_stop(&g.echo);
-	harness_cleanup(&g.h);
+	harness_teardown_killed(&g.h, &g.echo);
 	return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -118,12 +119,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (g.h.pid > 0) {
-		kill(g.h.pid, SIGKILL);
-		waitpid(g.h.pid, NULL, 0);
-	}
-	harness_echo_stop(&g.echo);
-	harness_cleanup(&g.h);
+	harness_teardown_killed(&g.h, &g.echo);
 	return 0;
 }
 
@@ -451,16 +447,13 @@ static void patch(const char *path, off_t off, const void *v, size_t n)
 
 static int count_aside(void)
 {
-	char cmd[512], line[64];
-	FILE *p;
-	int n = 0;
+	char pat[300];
+	glob_t gl;
+	int n;
 
-	snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^restart.state.refused-'", g.h.dir);
-	p = popen(cmd, "r");
-	if (p != NULL && fgets(line, sizeof(line), p) != NULL)
-		n = atoi(line);
-	if (p != NULL)
-		pclose(p);
+	snprintf(pat, sizeof(pat), "%s/restart.state.refused-*", g.h.dir);
+	n = glob(pat, 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+	globfree(&gl);
 	return n;
 }
 

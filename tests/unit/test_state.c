@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -457,16 +458,10 @@ static char *path(const char *name)
 
 static int refused_files(void)
 {
-	char cmd[256], line[32];
-	FILE *f;
-	int n = -1;
+	glob_t gl;
+	int n = glob(path("inst.state.refused-*"), 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
 
-	snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^inst.state.refused-'", tmpdir);
-	f = popen(cmd, "r");
-	if (f != NULL && fgets(line, sizeof(line), f) != NULL)
-		n = atoi(line);
-	if (f != NULL)
-		pclose(f);
+	globfree(&gl);
 	return n;
 }
 
