@@ -331,6 +331,7 @@ static void restart_round_how(int round, unsigned workers, enum end_how how)
 	gaps_print(round, from, workers);
 	assert_int_equal(harness_log_count(&g.h, needle), n0 + 1);
 	check_all_serving(t_kill);
+	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), N_ALLOCS);
 }
 
 static void restart_round(int round, unsigned workers)
@@ -474,6 +475,7 @@ static void expect_refused(const char *verdict)
 	assert_int_equal(harness_log_count(&g.h, "refused ("), all0 + 1);
 	assert_int_equal(count_aside(), a0 + 1);
 	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), 0);
+	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), 0);
 	memset(&c, 0, sizeof(c));
 	c.fd = -1;
 	alloc_user(&c, "after-refusal");
@@ -543,6 +545,7 @@ static void test_refused_files(void **state)
 	start(2);
 	assert_int_equal(harness_log_count(&g.h, "3 allocations taken over from 2 workers"), 1);
 	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), 3);
+	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), 3);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(hturn_refresh(&c[i], 0), 0);
 	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", 0, 500, 20), 0);
