@@ -271,8 +271,10 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		  (unsigned long long)gen);
 	/* A dead predecessor's allocations need resolved listeners (relay addresses, port
 	 * pools), and must be indexed before any client packet is handled: we run before
-	 * every I/O callback of this first iteration. */
-	if (!w->adopted)
+	 * every I/O callback of this first iteration. A worker that has no listener yet (a
+	 * start on a config discovery service's bootstrap config: the listeners come with the
+	 * first real config) waits for them, else it would release every record. */
+	if (!w->adopted && w->n_ls > 0)
 		wk_adopt_run(w);
 }
 
