@@ -327,6 +327,9 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	w->pid = 0;
 	if (m->stopping) {
 		w->state = MW_STOPPED;
+		/* The last one: exit now rather than at the next tick (a restart waits for it). */
+		if (supervise_all_down(m))
+			ev_break(loop, EVBREAK_ALL);
 		return;
 	}
 	w->state = MW_DEAD;
