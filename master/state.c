@@ -19,15 +19,18 @@
  * (PR_SET_PDEATHSIG) and are gone in milliseconds; a successor waits this long. */
 #define STATE_LOCK_WAIT_MS 10000u
 
-/* admin.state_dir, or when unset the directory of an absolute admin socket path (the
- * instance's runtime directory: /run/turngate by default), else STATE_DEFAULT_DIR.
- * "" when the table lives in memory only. Returns a malloc'd string or NULL. */
+/* admin.state_dir; when unset $TURNGATE_STATE_DIR, else the directory of an absolute
+ * admin socket path (the instance's runtime directory: /run/turngate by default), else
+ * STATE_DEFAULT_DIR. "" when the table lives in memory only. Returns a malloc'd string or
+ * NULL. */
 static char *state_dir_of(const struct conf *cfg)
 {
-	const char *sock = cfg->admin.admin_socket, *slash;
+	const char *sock = cfg->admin.admin_socket, *slash, *env = getenv("TURNGATE_STATE_DIR");
 
 	if (cfg->admin.state_dir != NULL)
 		return strdup(cfg->admin.state_dir);
+	if (env != NULL)
+		return strdup(env);
 	if (sock == NULL || sock[0] != '/' || (slash = strrchr(sock, '/')) == sock)
 		return strdup(STATE_DEFAULT_DIR);
 	return strndup(sock, (size_t)(slash - sock));
