@@ -38,11 +38,9 @@ admin:
   drain_timeout: 0
   relay_port_min: {rmin}
   relay_port_max: {rmax}
-# Every bench allocation comes from 127.0.0.1 and starts with a 401: the per-prefix limit of
-# unauthenticated error responses (default 20/s, burst 40) would throttle the setup. coturn
-# has no such limit, so it is off here for equivalent settings (docs/performance.md).
-limits:
-  unauth_rate: 0
+# No limits section: turngated runs with its default limits, reflection protection on
+# (every bench allocation comes from 127.0.0.1 and starts with a 401, paid by the address's
+# credits once it has authenticated; docs/security.md). The output says so.
 auth:
 {auth}
 listeners:
@@ -419,6 +417,8 @@ def main():
                     raw.write(f"server={s} test={test} rep={rep + 1} {line}\n")
     if raw:
         raw.close()
+    print("turngated: default limits (limits.* unset; reflection protection on); set here: "
+          f"workers {args.workers}, relay ports {RELAY_MIN}-{RELAY_MAX}, loglevel all:INFO")
     print(table(results, order, reps))
     return 0
 

@@ -28,8 +28,6 @@ admin:
   drain_timeout: 0
   relay_port_min: 40000
   relay_port_max: 59999
-limits:
-  unauth_rate: 0    # as in compare.py: every bench allocation comes from one address
 auth:
   type: static
   realm: bench
@@ -68,4 +66,5 @@ cat "$OUT/relay.txt"
 grep -E 'syscalls:' "$OUT/syscalls.txt" | awk '{print $1, $2}'
 perf report -i "$OUT/perf.data" --no-children --sort symbol --stdio 2>/dev/null | \
 	grep -E '^ +[0-9]' | head -n 40
+echo "turngated: default limits (no limits section; reflection protection on)"
 echo "files in $OUT"

@@ -167,9 +167,12 @@ struct conf_limits {
 	/* ours: error responses to unauthenticated UDP requests, per source prefix and per
 	 * worker (docs/security.md "Reflection") */
 	uint32_t unauth_rate;           /* per second, default 20; 0 = unlimited */
-	uint32_t unauth_burst;          /* bucket size, default 40 */
+	uint32_t unauth_burst;          /* bucket size, default 100 */
 	uint32_t unauth_prefix_v4;      /* bits, default 24 */
 	uint32_t unauth_prefix_v6;      /* bits, default 64 */
+	/* ours: credits of addresses that authenticated (shm/shm_trust.h) */
+	uint32_t unauth_trust_window;   /* seconds an earned credit stays, default 3600 */
+	uint32_t unauth_trust_credits;  /* credits an address may hold, default 1000; 0 = off */
 };
 
 struct conf_admin {
@@ -212,6 +215,8 @@ struct conf {
 	size_t n_clusters;
 	struct conf_limits limits;
 	int64_t loaded_at;           /* unix seconds, from conf_load_opts.now */
+	size_t n_unknown_routes;     /* listener routes naming no cluster (admit nobody; warned;
+				      * counted in /status and the admin `status`) */
 };
 
 /* ---- loading ------------------------------------------------------------------------ */

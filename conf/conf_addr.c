@@ -165,7 +165,27 @@ static int parse_port(const char *s, size_t n, uint16_t *out)
 	return 0;
 }
 
-/* Splits "<addr>:<min-max>" (STUNner's literal angle brackets). */
+/* A port of a range as strconv.Atoi reads it: decimal digits, any value below 10^18. */
+static int range_num(const char *s, size_t n, uint64_t *out)
+{
+	if (n == 0)
+		return -EINVAL;
+	uint64_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		if (i >= 18)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* Splits "<addr>:<min-max>" (STUNner's literal angle brackets, the last ":<" of the
+ * text, as stunnerd's greedy regexp finds it). stunnerd admits any numbers: an end past
+ * 65535 is 65535 in effect (err says so, rc 0) and a range that holds no port matches
+ * nothing (-ENOENT, err says so). */
 int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t *max,
 			  bool *has_range, char *err, size_t errlen)
 {
@@ -174,6 +194,7 @@ int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t 
 	*has_range = false;
 	*min = 1;
 	*max = 65535;
+	err[0] = '\0';
 	if (len == 0 || s[len - 1] != '>')
 		return 0;
 	const char *lt = strstr(s, ":<");
@@ -184,23 +205,29 @@ int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t 
 		return -EINVAL;
 	}
 	const char *r = lt + 2, *dash = strchr(r, '-'), *end = s + len - 1;
-	if (dash == NULL || dash > end || parse_port(r, (size_t)(dash - r), min) == -EINVAL ||
-	    parse_port(dash + 1, (size_t)(end - dash - 1), max) == -EINVAL) {
+	uint64_t lo = 0, hi = 0;
+	int rl = dash && dash < end ? range_num(r, (size_t)(dash - r), &lo) : -EINVAL;
+	int rh = dash && dash < end ? range_num(dash + 1, (size_t)(end - dash - 1), &hi) : -EINVAL;
+	if (rl == -EINVAL || rh == -EINVAL) {
 		snprintf(err, errlen, "malformed port range '%s' (expected :<MIN-MAX>)", lt);
 		return -EINVAL;
 	}
-	if (parse_port(r, (size_t)(dash - r), min) != 0 ||
-	    parse_port(dash + 1, (size_t)(end - dash - 1), max) != 0) {
+	if (rl != 0 || rh != 0) {
 		snprintf(err, errlen, "port range '%s' is out of range (0..65535)", lt);
-		return -EINVAL;
-	}
-	if (*min > *max) {
-		snprintf(err, errlen, "port range %u-%u is empty (expected MIN <= MAX)", *min,
-			 *max);
 		return -EINVAL;
 	}
 	*iplen = (size_t)(lt - s);
 	*has_range = true;
+	if (lo > hi || lo > 65535) {
+		snprintf(err, errlen, "port range %llu-%llu holds no port (the endpoint matches "
+			 "nothing, as in stunnerd)", (unsigned long long)lo, (unsigned long long)hi);
+		return -ENOENT;
+	}
+	if (hi > 65535)
+		snprintf(err, errlen, "port range end %llu is past 65535 (read as 65535, as "
+			 "stunnerd matches it)", (unsigned long long)hi);
+	*min = (uint16_t)lo;
+	*max = (uint16_t)(hi > 65535 ? 65535 : hi);
 	return 0;
 }
 
@@ -208,8 +235,9 @@ int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size
 {
 	size_t iplen;
 	bool has_range, host_bits = false;
-	if (conf_split_port_range(s, &iplen, &ep->port_min, &ep->port_max, &has_range, err,
-				  errlen) != 0)
+	int split = conf_split_port_range(s, &iplen, &ep->port_min, &ep->port_max, &has_range,
+					  err, errlen);
+	if (split == -EINVAL)
 		return -EINVAL;
 	char buf[INET6_ADDRSTRLEN + 16];
 	if (iplen == 0 || iplen >= sizeof(buf)) {
@@ -230,8 +258,9 @@ int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size
 			 "followed by :<MIN-MAX>)", s);
 		return -EINVAL;
 	}
-	err[0] = '\0';
-	if (host_bits)
+	if (split != 0)
+		return split; /* the message in err says why it matches nothing */
+	if (host_bits && err[0] == '\0')
 		snprintf(err, errlen, "'%s' has host bits set (matching as its network prefix)",
 			 buf);
 	return 0;

@@ -41,6 +41,7 @@ struct auth_state {
 	yaml_node_t *prev, *prev_file, *until, *grace;
 	char *cred_user, *cred_pass;
 	int64_t until_v, grace_v;
+	bool type_given; /* a non-empty auth.type */
 };
 
 static int add_user(struct pctx *p, struct conf_auth *a, char *u, char *pw)
@@ -59,12 +60,14 @@ static int add_user(struct pctx *p, struct conf_auth *a, char *u, char *pw)
 	return 0;
 }
 
-static void parse_type(struct pctx *p, yaml_node_t *v, const char *path, struct conf_auth *a)
+/* Returns true for a non-empty type (stunnerd reads "" as static). */
+static bool parse_type(struct pctx *p, yaml_node_t *v, const char *path, struct conf_auth *a)
 {
-	char *s = pctx_string(p, v, path, false);
+	char *s = pctx_string(p, v, path, 0);
 	if (s == NULL)
-		return;
-	if (strcasecmp(s, "static") == 0 || strcasecmp(s, "plaintext") == 0)
+		return true; /* reported */
+	bool given = s[0] != '\0';
+	if (s[0] == '\0' || strcasecmp(s, "static") == 0 || strcasecmp(s, "plaintext") == 0)
 		a->type = CONF_AUTH_STATIC;
 	else if (strcasecmp(s, "ephemeral") == 0 || strcasecmp(s, "longterm") == 0 ||
 		 strcasecmp(s, "timewindowed") == 0)
@@ -75,6 +78,7 @@ static void parse_type(struct pctx *p, yaml_node_t *v, const char *path, struct 
 		pctx_error(p, v, path, "'%s' is not an auth type (expected static, ephemeral or "
 			   "none)", s);
 	free(s);
+	return given;
 }
 
 /* auth.credentials is never env-expanded (STUNner issue #102). */
@@ -96,7 +100,7 @@ static void cred_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 		pctx_unknown_key(p, k, path);
 		return;
 	}
-	char *s = pctx_string(p, v, path, true);
+	char *s = pctx_string(p, v, path, CONF_STR_NOENV);
 	if (s != NULL) {
 		conf_wipe_free(*dst);
 		*dst = s;
@@ -113,7 +117,7 @@ static void user_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 		pctx_unknown_key(p, k, path);
 		return;
 	}
-	char *s = pctx_string(p, v, path, true);
+	char *s = pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	if (s != NULL) {
 		conf_wipe_free(*dst);
 		*dst = s;
@@ -188,11 +192,13 @@ static void auth_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 	if (strcasecmp(key, "type") == 0) {
 		st->type = v;
 		if (!pctx_is_null(v))
-			parse_type(p, v, path, a);
+			st->type_given = parse_type(p, v, path, a);
 	} else if (strcasecmp(key, "realm") == 0) {
-		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
-		if (s != NULL && s[0] == '\0')
-			pctx_error(p, v, path, "empty (expected a realm)");
+		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, 0);
+		if (s != NULL && s[0] == '\0') {
+			free(s); /* stunnerd: an empty realm is the default one */
+			s = conf_strdup(p, CONF_DEF_REALM);
+		}
 		if (s != NULL) {
 			free(a->realm);
 			a->realm = s;
@@ -209,7 +215,7 @@ static void auth_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 	} else if (strcasecmp(key, "previous_secret") == 0) {
 		st->prev = v;
 		conf_wipe_free(a->prev_secret);
-		a->prev_secret = pctx_string(p, v, path, true);
+		a->prev_secret = pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	} else if (strcasecmp(key, "previous_secret_file") == 0) {
 		st->prev_file = v;
 	} else if (strcasecmp(key, "previous_secret_until") == 0) {
@@ -321,6 +327,13 @@ void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct co
 		a->strict_expiry = inherit->strict_expiry;
 	}
 	pctx_map_each(p, n, path, auth_pair, &st);
+	/* stunnerd's ConvertToV1 runs NewAuthType on auth.type before any default applies. */
+	if (p->v1alpha1 && inherit == NULL && !st.type_given) {
+		char sub[CONF_PATH_MAX];
+		conf_path_key(sub, path, "type");
+		pctx_error(p, st.type ? st.type : n, sub, "missing in a v1alpha1 config (stunnerd's "
+			   "conversion to v1 needs static, plaintext, ephemeral, longterm or none)");
+	}
 	if (n->type == YAML_MAPPING_NODE && !p->nomem) {
 		if (a->type == CONF_AUTH_STATIC)
 			finish_static(p, &st, path);

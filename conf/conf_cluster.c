@@ -38,7 +38,7 @@ static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 	if (s == NULL)
 		return;
 	if (strcasecmp(key, "type") == 0) {
-		if (strcasecmp(s, "STATIC") == 0)
+		if (s[0] == '\0' || strcasecmp(s, "STATIC") == 0) /* "": stunnerd's default */
 			cl->type = CONF_CLUSTER_STATIC;
 		else if (strcasecmp(s, "STRICT_DNS") == 0)
 			cl->type = CONF_CLUSTER_STRICT_DNS;
@@ -46,7 +46,7 @@ static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 			pctx_error(p, v, path, "'%s' is not a cluster type (expected STATIC or "
 				   "STRICT_DNS)", s);
 	} else {
-		if (strcasecmp(s, "UDP") == 0)
+		if (s[0] == '\0' || strcasecmp(s, "UDP") == 0)
 			cl->protocol = CONF_CPROTO_UDP;
 		else if (strcasecmp(s, "TCP") == 0)
 			cl->protocol = CONF_CPROTO_TCP;
@@ -57,34 +57,38 @@ static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 	free(s);
 }
 
-static void parse_static_ep(struct pctx *p, yaml_node_t *n, const char *path,
+/* Returns false for an endpoint that matches nothing (warned; the caller drops it). */
+static bool parse_static_ep(struct pctx *p, yaml_node_t *n, const char *path,
 			    struct conf_endpoint *ep)
 {
 	char err[200];
-	if (conf_parse_endpoint(ep->text, ep, err, sizeof(err)) != 0)
+	int rc = conf_parse_endpoint(ep->text, ep, err, sizeof(err));
+	if (rc == -EINVAL)
 		pctx_error(p, n, path, "%s", err);
 	else if (err[0] != '\0')
 		pctx_warn(p, n, path, "%s", err);
+	return rc != -ENOENT;
 }
 
-/* STRICT_DNS: names are resolved later (conf_resolve_clusters); port ranges do not apply
- * (STUNner ignores them too). */
-static void parse_dns_ep(struct pctx *p, yaml_node_t *n, const char *path,
+/* STRICT_DNS: names are resolved later (conf_resolve_clusters). stunnerd resolves each
+ * string as written, so one that is no host name (a "name:<a-b>" port range, which does
+ * not apply to DNS clusters) matches nothing there: turngate drops it with a warning
+ * rather than guess which peers were meant. */
+static bool parse_dns_ep(struct pctx *p, yaml_node_t *n, const char *path,
 			 struct conf_endpoint *ep)
 {
-	size_t iplen;
-	bool has_range;
-	char err[160];
-	if (conf_split_port_range(ep->text, &iplen, &ep->port_min, &ep->port_max, &has_range,
-				  err, sizeof(err)) == 0 && has_range) {
-		pctx_warn(p, n, path, "port ranges do not apply to STRICT_DNS clusters (ignored)");
-		ep->text[iplen] = '\0';
-	}
 	ep->port_min = 1;
 	ep->port_max = 65535;
-	if (!conf_valid_hostname(ep->text))
-		pctx_error(p, n, path, "'%s' is not a DNS name (expected a host name such as "
-			   "svc.ns.svc.cluster.local)", ep->text);
+	if (conf_valid_hostname(ep->text))
+		return true;
+	if (strstr(ep->text, ":<") != NULL)
+		pctx_warn(p, n, path, "port ranges do not apply to STRICT_DNS clusters: '%s' "
+			  "matches nothing (as in stunnerd, which resolves the whole text; write "
+			  "the name alone)", ep->text);
+	else
+		pctx_warn(p, n, path, "'%s' is not a DNS name (matches nothing, as in stunnerd; "
+			  "expected a host name such as svc.ns.svc.cluster.local)", ep->text);
+	return false;
 }
 
 static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
@@ -112,12 +116,14 @@ static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
 		char *s = pctx_string(p, e, item, false);
 		if (s == NULL)
 			continue;
-		struct conf_endpoint *ep = &cl->endpoints[cl->n_endpoints++];
+		struct conf_endpoint *ep = &cl->endpoints[cl->n_endpoints];
+		memset(ep, 0, sizeof(*ep));
 		ep->text = s;
-		if (cl->type == CONF_CLUSTER_STATIC)
-			parse_static_ep(p, e, item, ep);
+		if (cl->type == CONF_CLUSTER_STATIC ? parse_static_ep(p, e, item, ep) :
+						      parse_dns_ep(p, e, item, ep))
+			cl->n_endpoints++;
 		else
-			parse_dns_ep(p, e, item, ep);
+			free(s);
 	}
 }
 

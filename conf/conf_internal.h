@@ -36,6 +36,7 @@ struct pctx {
 	struct conf *cfg;
 	bool *lst_bad;   /* per listener: its own keys had errors (skip cross-checks on it) */
 	size_t bytes;    /* string bytes produced so far (aliases can repeat one scalar) */
+	bool v1alpha1;   /* version: v1alpha1, read as stunnerd's ConvertToV1 does */
 	int nomem;
 };
 
@@ -62,21 +63,50 @@ void conf_path_idx(char *out, const char *parent, size_t i);
 yaml_node_t *pctx_node(struct pctx *p, int idx);
 bool pctx_is_null(const yaml_node_t *n);
 const char *pctx_kind(const yaml_node_t *n);
-/* Returns the scalar (env-expanded unless raw) as a new string, or NULL after reporting
- * "expected a string". */
-char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, bool raw);
+/* pctx_string flags. Default: env-expanded, and a plain scalar that YAML 1.1 reads as a
+ * bool or a number becomes the text stunnerd's decoder would see ("yes" -> "true",
+ * "0x10" -> "16"), with a warning. NOENV: no $VAR expansion (secrets). VERBATIM: the text
+ * as written (our own keys whose syntax YAML typing would break, such as file modes). */
+#define CONF_STR_NOENV 1u
+#define CONF_STR_VERBATIM 2u
+/* Returns the scalar as a new string, or NULL after reporting "expected a string". */
+char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, unsigned flags);
+/* Integers as stunnerd's decoder reads them: decimal, YAML 1.1 forms (0x, 0o, 0b, leading
+ * 0 octal, underscores) and floats with an integral value (3478.0), plus quoted decimal
+ * text (ours). Returns 0, -ENOENT when the value is empty after expansion (means "not
+ * set", nothing reported), or -EINVAL after reporting. */
+int pctx_int64(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out);
+/* pctx_int64 within min..max (reported otherwise); -ENOENT as above. */
 int pctx_uint(struct pctx *p, yaml_node_t *n, const char *path, uint64_t min, uint64_t max,
 	      uint64_t *out);
 int pctx_int_clamped(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out);
 int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out);
 bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_type_t t);
 void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path);
-/* Walks a mapping: calls fn for each pair whose key is a scalar; reports duplicate keys. */
+/* Walks a mapping: calls fn for each pair whose key is a scalar, with YAML merge keys
+ * (`<<: *anchor`, or a list of them) expanded as go-yaml v2 does (a key written after
+ * the merge overrides it, earlier list entries win). Keys that match case-insensitively
+ * are one key: fn sees only the value stunnerd's JSON decoder keeps (the last in byte
+ * order of the spelling, then in document order), and explicit repeats are warnings. */
 typedef void (*pctx_pair_fn)(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 			     const char *path, void *arg);
 void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn,
 		   void *arg);
+/* os.ExpandEnv (conf_scalar.c): $NAME, ${NAME}, ${special}, a malformed reference expands
+ * to "" (warned), a lone '$' stays. */
 char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, const char *path);
+enum conf_y11_kind { CONF_Y11_STR, CONF_Y11_NULL, CONF_Y11_BOOL, CONF_Y11_INT, CONF_Y11_FLOAT };
+struct conf_y11 {
+	enum conf_y11_kind kind;
+	bool b, is_uint;
+	int64_t i;
+	uint64_t u;
+	double f;
+};
+/* Types a plain scalar the way go-yaml v2 does (YAML 1.1). */
+enum conf_y11_kind conf_y11_resolve(const char *in, struct conf_y11 *out);
+/* The string sigs.k8s.io/yaml gives a string field for a bool or number; false for others. */
+bool conf_y11_as_string(const struct conf_y11 *y, char *out, size_t n);
 char *conf_strdup(struct pctx *p, const char *s);
 
 /* Sections (conf_parse.c, conf_auth.c, conf_listener.c, conf_cluster.c). */
@@ -93,7 +123,8 @@ int conf_auth_default_realm(struct conf_auth *a);
 /* Addresses (conf_addr.c). */
 int conf_parse_ip(const char *s, int *family, uint8_t addr[16]);
 int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits);
-/* Parses a STATIC endpoint. Returns 0 or -EINVAL with a message in err. */
+/* Parses a STATIC endpoint. Returns 0 (err: "" or a warning), -ENOENT for an endpoint
+ * stunnerd accepts that matches nothing (err says why), or -EINVAL with a message in err. */
 int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size_t errlen);
 int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t *max,
 			  bool *has_range, char *err, size_t errlen);

@@ -126,7 +126,7 @@ static json_t *admin_json(const struct conf *c)
 
 static json_t *limits_json(const struct conf_limits *l)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I}",
 			 "max_allocations", (json_int_t)l->max_allocations,
 			 "user_quota", (json_int_t)l->user_quota,
 			 "total_quota", (json_int_t)l->total_quota,
@@ -142,7 +142,9 @@ static json_t *limits_json(const struct conf_limits *l)
 			 "unauth_rate", (json_int_t)l->unauth_rate,
 			 "unauth_burst", (json_int_t)l->unauth_burst,
 			 "unauth_prefix_v4", (json_int_t)l->unauth_prefix_v4,
-			 "unauth_prefix_v6", (json_int_t)l->unauth_prefix_v6);
+			 "unauth_prefix_v6", (json_int_t)l->unauth_prefix_v6,
+			 "unauth_trust_window", (json_int_t)l->unauth_trust_window,
+			 "unauth_trust_credits", (json_int_t)l->unauth_trust_credits);
 }
 
 json_t *conf_to_json_redacted(const struct conf *c)

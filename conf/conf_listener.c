@@ -29,13 +29,16 @@ static int parse_proto(const char *s, enum conf_proto *out)
 	return -EINVAL;
 }
 
-/* `address` must be an IP or localhost (STUNner's rule). */
+/* `address` must be an IP or localhost (STUNner's rule); "" (an unset $STUNNER_ADDR)
+ * means the default, as in stunnerd. */
 static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
 			  struct conf_listener *l)
 {
 	char *s = pctx_string(p, v, path, false);
-	if (s == NULL)
+	if (s == NULL || s[0] == '\0') {
+		free(s);
 		return;
+	}
 	if (strcasecmp(s, "localhost") == 0) {
 		free(s);
 		s = conf_strdup(p, "127.0.0.1");
@@ -58,6 +61,32 @@ static void set_port(struct pctx *p, yaml_node_t *v, const char *path, uint64_t 
 {
 	uint64_t x;
 	if (!pctx_is_null(v) && pctx_uint(p, v, path, min, 65535, &x) == 0)
+		*dst = (uint16_t)x;
+}
+
+/* STUNner's `port`: 0 means the default 3478, anything else must be 1..65535. */
+static void set_listen_port(struct pctx *p, yaml_node_t *v, const char *path, uint16_t *dst)
+{
+	int64_t x;
+	if (pctx_is_null(v) || pctx_int64(p, v, path, &x) != 0 || x == 0)
+		return;
+	if (x < 0 || x > 65535)
+		pctx_error(p, v, path, "%lld is out of range (1..65535)", (long long)x);
+	else
+		*dst = (uint16_t)x;
+}
+
+/* STUNner's `public_port` only feeds URIs and stunnerd never checks it: a value that is
+ * no port is a warning and unset. */
+static void set_public_port(struct pctx *p, yaml_node_t *v, const char *path, uint16_t *dst)
+{
+	int64_t x;
+	if (pctx_is_null(v) || pctx_int64(p, v, path, &x) != 0)
+		return;
+	if (x < 0 || x > 65535)
+		pctx_warn(p, v, path, "%lld is not a port (ignored; expected 0..65535)",
+			  (long long)x);
+	else
 		*dst = (uint16_t)x;
 }
 
@@ -107,7 +136,7 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		set_opt_str(p, v, path, &l->name);
 	} else if (strcasecmp(key, "protocol") == 0) {
 		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
-		if (s && parse_proto(s, &l->protocol) != 0)
+		if (s && s[0] != '\0' && parse_proto(s, &l->protocol) != 0)
 			pctx_error(p, v, path, "'%s' is not a listener protocol (expected TURN-UDP, "
 				   "TURN-TCP, TURN-TLS or TURN-DTLS)", s);
 		free(s);
@@ -117,11 +146,11 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 			parse_address(p, v, path, l);
 	} else if (strcasecmp(key, "port") == 0) {
 		st->port = v;
-		set_port(p, v, path, 1, &l->port);
+		set_listen_port(p, v, path, &l->port);
 	} else if (strcasecmp(key, "public_address") == 0) {
 		set_opt_str(p, v, path, &l->public_address);
 	} else if (strcasecmp(key, "public_port") == 0) {
-		set_port(p, v, path, 0, &l->public_port);
+		set_public_port(p, v, path, &l->public_port);
 	} else if (lst_tls_pair(p, key, v, path, st)) {
 		return;
 	} else if (strcasecmp(key, "bind_address") == 0) {
@@ -141,6 +170,10 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		st->routes = v;
 	} else if (strcasecmp(key, "auth") == 0) {
 		st->auth = v;
+	} else if (p->v1alpha1 && (strcasecmp(key, "min_relay_port") == 0 ||
+				   strcasecmp(key, "max_relay_port") == 0)) {
+		pctx_warn(p, k, path, "v1alpha1 key dropped by stunnerd's conversion to v1 "
+			  "(ignored; v1 puts peer port ranges on cluster endpoints)");
 	} else {
 		pctx_unknown_key(p, k, path);
 	}
@@ -257,9 +290,12 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 		char *s = pctx_string(p, r, item, false);
 		if (s == NULL)
 			continue;
-		if (!cluster_known(p->cfg, s))
-			pctx_error(p, r, item, "unknown cluster '%s' (expected the name of a "
-				   "cluster in clusters)", s);
+		/* The operator renders a route whose backend it cannot render this way, and
+		 * stunnerd matches nothing for it: a warning, not an outage. */
+		if (!cluster_known(p->cfg, s)) {
+			pctx_warn(p, r, item, "unknown cluster '%s' (admits no peer until a cluster "
+				  "of that name exists)", s);
+		}
 		l->routes[l->n_routes++] = s;
 	}
 	qsort(l->routes, l->n_routes, sizeof(char *), str_cmp);
@@ -271,6 +307,8 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 			l->routes[w++] = l->routes[i];
 	}
 	l->n_routes = w;
+	for (size_t i = 0; i < l->n_routes; i++)
+		p->cfg->n_unknown_routes += !cluster_known(p->cfg, l->routes[i]);
 }
 
 /* No `address`: STUNner's operator passes $STUNNER_ADDR (the pod IP); we use it when set,

@@ -21,8 +21,8 @@ static int conf_defaults(struct conf *c)
 		.max_allocations = 10000, .max_permissions = 32, .max_channels = 32,
 		.allocation_lifetime = 600, .max_allocation_lifetime = 3600,
 		.permission_lifetime = 300, .channel_lifetime = 600, .nonce_lifetime = 3600,
-		.unauth_rate = 20, .unauth_burst = 40, .unauth_prefix_v4 = 24,
-		.unauth_prefix_v6 = 64,
+		.unauth_rate = 20, .unauth_burst = 100, .unauth_prefix_v4 = 24,
+		.unauth_prefix_v6 = 64, .unauth_trust_window = 3600, .unauth_trust_credits = 1000,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);
@@ -66,8 +66,16 @@ static void parse_version(struct pctx *p, yaml_node_t *root, yaml_node_t *v)
 	char *s = pctx_string(p, v, "version", false);
 	if (s == NULL)
 		return;
-	if (strcmp(s, "v1") != 0)
+	/* stunnerd converts v1alpha1 to v1 (the stunnerd image's own stunnerd.conf is one):
+	 * the same keys, less the listeners' min/max_relay_port, and auth.type required. */
+	if (strcmp(s, "v1alpha1") == 0) {
+		p->v1alpha1 = true;
+		pctx_warn(p, v, "version", "v1alpha1 is read as v1, as stunnerd converts it");
+		free(s);
+		s = conf_strdup(p, "v1");
+	} else if (strcmp(s, "v1") != 0) {
 		pctx_error(p, v, "version", "unsupported API version '%s' (expected v1)", s);
+	}
 	free(p->cfg->version);
 	p->cfg->version = s;
 }

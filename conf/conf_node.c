@@ -1,6 +1,7 @@
 /* libyaml node helpers for the config parser: typed scalars, env expansion, mapping walks. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,113 +71,34 @@ bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_typ
 	return false;
 }
 
-static bool env_name_char(char c, bool first)
+/* A plain scalar that YAML 1.1 types as a bool or number reaches a string field of
+ * stunnerd as Go formats that value; say so when the text changes. */
+static char *y11_string(struct pctx *p, yaml_node_t *n, const char *path, char *s)
 {
-	return c == '_' || isalpha((unsigned char)c) || (!first && isdigit((unsigned char)c));
+	struct conf_y11 y;
+	char txt[64];
+	if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
+	    !conf_y11_as_string((conf_y11_resolve(s, &y), &y), txt, sizeof(txt)) ||
+	    strcmp(txt, s) == 0)
+		return s;
+	pctx_warn(p, n, path, "'%s' reads as \"%s\" (a YAML 1.1 %s, as in stunnerd; quote it to "
+		  "keep the text)", s, txt, y.kind == CONF_Y11_BOOL ? "boolean" : "number");
+	char *d = conf_strdup(p, txt);
+	free(s);
+	return d;
 }
 
-static const char *env_lookup(struct pctx *p, const char *name)
-{
-	return p->getenv ? p->getenv(p->getenv_ctx, name) : getenv(name);
-}
-
-/* STUNner sets STUNNER_PORT to STUNNER_PUBLIC_PORT or 3478 when unset or not numeric. */
-static const char *env_value(struct pctx *p, const char *name)
-{
-	const char *v = env_lookup(p, name);
-	if (strcmp(name, "STUNNER_PORT") != 0)
-		return v;
-	if (v != NULL && v[0] != '\0' && strspn(v, "0123456789") == strlen(v))
-		return v;
-	const char *pub = env_lookup(p, "STUNNER_PUBLIC_PORT");
-	if (pub != NULL && pub[0] != '\0' && strspn(pub, "0123456789") == strlen(pub))
-		return pub;
-	return "3478";
-}
-
-struct sbuf {
-	char *s;
-	size_t n, cap;
-	int err;
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->err)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = (b->n + n + 1) * 2;
-		char *ns = realloc(b->s, cap);
-		if (ns == NULL) {
-			b->err = 1;
-			return;
-		}
-		b->s = ns;
-		b->cap = cap;
-	}
-	memcpy(b->s + b->n, s, n);
-	b->n += n;
-	b->s[b->n] = '\0';
-}
-
-/* Expands $VAR and ${VAR}. A '$' not followed by a name or a closed ${...} stays as is;
- * an unset variable expands to "" (os.ExpandEnv) and earns a warning. */
-char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, const char *path)
-{
-	struct sbuf b = {0};
-	sb_put(&b, "", 0);
-	for (const char *c = in; *c != '\0';) {
-		const char *d = strchr(c, '$');
-		if (d == NULL) {
-			sb_put(&b, c, strlen(c));
-			break;
-		}
-		sb_put(&b, c, (size_t)(d - c));
-		char name[128];
-		size_t len = 0, skip = 0;
-		if (d[1] == '{') {
-			const char *e = strchr(d + 2, '}');
-			len = e ? (size_t)(e - d - 2) : 0;
-			skip = len + 3;
-			if (e == NULL || len == 0 || len >= sizeof(name))
-				len = 0;
-			else
-				memcpy(name, d + 2, len);
-		} else {
-			while (env_name_char(d[1 + len], len == 0) && len < sizeof(name) - 1) {
-				name[len] = d[1 + len];
-				len++;
-			}
-			skip = len + 1;
-		}
-		if (len == 0) {
-			sb_put(&b, "$", 1);
-			c = d + 1;
-			continue;
-		}
-		name[len] = '\0';
-		const char *v = env_value(p, name);
-		if (v == NULL)
-			pctx_warn(p, n, path, "environment variable %s is not set (expanded to \"\")",
-				  name);
-		else
-			sb_put(&b, v, strlen(v));
-		c = d + skip;
-	}
-	if (b.err) {
-		free(b.s);
-		p->nomem = 1;
-		return NULL;
-	}
-	return b.s;
-}
-
-char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, bool raw)
+char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, unsigned flags)
 {
 	if (!pctx_expect(p, n, path, YAML_SCALAR_NODE))
 		return NULL;
 	const char *v = (const char *)n->data.scalar.value;
-	char *s = raw ? conf_strdup(p, v) : conf_expand_env(p, v, n, path);
+	/* A null is Go's zero value: "" (credentials: `password: ~` is present and empty). */
+	if (pctx_is_null(n) && !(flags & CONF_STR_VERBATIM))
+		v = "";
+	char *s = flags & CONF_STR_NOENV ? conf_strdup(p, v) : conf_expand_env(p, v, n, path);
+	if (s != NULL && !(flags & CONF_STR_VERBATIM))
+		s = y11_string(p, n, path, s);
 	if (s == NULL)
 		return NULL;
 	/* YAML aliases let a small file name one big scalar many times. */
@@ -212,39 +134,77 @@ static int parse_i64(const char *s, int64_t *out)
 	return 0;
 }
 
-int pctx_uint(struct pctx *p, yaml_node_t *n, const char *path, uint64_t min, uint64_t max,
-	      uint64_t *out)
+/* The integer a plain scalar means to stunnerd's decoder (after expansion, as stunnerd
+ * expands before it parses). -ENOENT: null; -ERANGE: beyond int64; -EINVAL: no integer. */
+static int y11_int(const yaml_node_t *n, const char *s, int64_t *out)
 {
-	char *s = pctx_string(p, n, path, false);
+	struct conf_y11 y;
+	if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return parse_i64(s, out);
+	switch (conf_y11_resolve(s, &y)) {
+	case CONF_Y11_NULL:
+		return -ENOENT;
+	case CONF_Y11_INT:
+		if (y.is_uint)
+			return -ERANGE;
+		*out = y.i;
+		return 0;
+	case CONF_Y11_FLOAT:
+		if (!isfinite(y.f) || y.f != floor(y.f))
+			return -EINVAL;
+		if (y.f < -9.2e18 || y.f > 9.2e18)
+			return -ERANGE;
+		*out = (int64_t)y.f;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+int pctx_int64(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out)
+{
+	char *s = pctx_string(p, n, path, CONF_STR_VERBATIM);
 	if (s == NULL)
 		return -EINVAL;
 	int64_t v = 0;
-	int rc = parse_i64(s, &v);
+	int rc = y11_int(n, s, &v);
 	if (rc == -EINVAL)
-		pctx_error(p, n, path, "'%s' is not an integer (expected %llu..%llu)", s,
-			   (unsigned long long)min, (unsigned long long)max);
-	else if (rc != 0 || v < 0 || (uint64_t)v < min || (uint64_t)v > max)
-		pctx_error(p, n, path, "%s is out of range (%llu..%llu)", s,
-			   (unsigned long long)min, (unsigned long long)max);
-	else
-		*out = (uint64_t)v;
+		pctx_error(p, n, path, "'%s' is not an integer (expected a number)", s);
+	else if (rc == -ERANGE)
+		pctx_error(p, n, path, "%s is out of range (expected a 64-bit integer)", s);
+	else if (rc == 0 && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+		 (s[0] == '0' || strpbrk(s, "._eExXoObB") != NULL) && strcmp(s, "0") != 0)
+		pctx_warn(p, n, path, "'%s' reads as %lld (a YAML 1.1 number, as in stunnerd)", s,
+			  (long long)v);
+	if (rc == 0)
+		*out = v;
 	free(s);
-	return rc == 0 && v >= 0 && (uint64_t)v >= min && (uint64_t)v <= max ? 0 : -EINVAL;
+	return rc;
+}
+
+int pctx_uint(struct pctx *p, yaml_node_t *n, const char *path, uint64_t min, uint64_t max,
+	      uint64_t *out)
+{
+	int64_t v = 0;
+	int rc = pctx_int64(p, n, path, &v);
+	if (rc != 0)
+		return rc;
+	if (v < 0 || (uint64_t)v < min || (uint64_t)v > max) {
+		pctx_error(p, n, path, "%lld is out of range (%llu..%llu)", (long long)v,
+			   (unsigned long long)min, (unsigned long long)max);
+		return -EINVAL;
+	}
+	*out = (uint64_t)v;
+	return 0;
 }
 
 /* STUNner's user_quota: any integer, negative values mean 0. */
 int pctx_int_clamped(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out)
 {
-	char *s = pctx_string(p, n, path, false);
-	if (s == NULL)
-		return -EINVAL;
 	int64_t v = 0;
-	int rc = parse_i64(s, &v);
-	if (rc != 0)
-		pctx_error(p, n, path, "'%s' is not an integer (expected a number)", s);
-	else
+	int rc = pctx_int64(p, n, path, &v);
+	if (rc == 0)
 		*out = v < 0 ? 0 : v;
-	free(s);
 	return rc;
 }
 
@@ -252,7 +212,7 @@ int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out)
 {
 	static const char *const yes[] = {"true", "yes", "on", "1"};
 	static const char *const no[] = {"false", "no", "off", "0"};
-	char *s = pctx_string(p, n, path, false);
+	char *s = pctx_string(p, n, path, CONF_STR_VERBATIM);
 	if (s == NULL)
 		return -EINVAL;
 	int rc = -EINVAL;
@@ -276,23 +236,114 @@ void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path)
 	pctx_warn(p, key, path, "unknown key (ignored)");
 }
 
+/* One key/value of a mapping after merge keys are expanded; merged: it came from a `<<`. */
+struct map_pair {
+	yaml_node_t *k, *v;
+	bool merged;
+};
+
+struct map_flat {
+	struct map_pair pairs[CONF_MAX_KEYS];
+	size_t n;
+	bool overflow;
+};
+
+static bool is_merge_key(const yaml_node_t *k)
+{
+	return k->type == YAML_SCALAR_NODE && k->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+	       strcmp((const char *)k->data.scalar.value, "<<") == 0;
+}
+
+static void flatten(struct pctx *p, yaml_node_t *map, const char *path, struct map_flat *f,
+		    int depth, bool merged);
+
+/* `<<: *a` or `<<: [*a, *b]`: go-yaml v2 applies a list from its end, so the first entry
+ * wins over later ones. */
+static void flatten_merge(struct pctx *p, yaml_node_t *v, const char *path, struct map_flat *f,
+			  int depth)
+{
+	if (v->type == YAML_MAPPING_NODE) {
+		flatten(p, v, path, f, depth + 1, true);
+		return;
+	}
+	if (v->type == YAML_SEQUENCE_NODE) {
+		for (yaml_node_item_t *it = v->data.sequence.items.top;
+		     it > v->data.sequence.items.start;) {
+			yaml_node_t *m = pctx_node(p, *--it);
+			if (m != NULL && m->type == YAML_MAPPING_NODE) {
+				flatten(p, m, path, f, depth + 1, true);
+				continue;
+			}
+			pctx_error(p, m ? m : v, path, "merge list holds %s (expected mappings)",
+				   m ? pctx_kind(m) : "nothing");
+		}
+		return;
+	}
+	pctx_error(p, v, path, "merge key with %s (expected a mapping or a list of mappings)",
+		   pctx_kind(v));
+}
+
+static void flatten(struct pctx *p, yaml_node_t *map, const char *path, struct map_flat *f,
+		    int depth, bool merged)
+{
+	if (depth > 8) {
+		pctx_error(p, map, path, "merge keys nested too deep (expected at most 8 levels)");
+		return;
+	}
+	for (yaml_node_pair_t *pr = map->data.mapping.pairs.start;
+	     pr < map->data.mapping.pairs.top && !f->overflow; pr++) {
+		yaml_node_t *k = pctx_node(p, pr->key), *v = pctx_node(p, pr->value);
+		if (k == NULL || v == NULL)
+			continue;
+		if (is_merge_key(k)) {
+			flatten_merge(p, v, path, f, depth);
+			continue;
+		}
+		if (f->n == CONF_MAX_KEYS) {
+			/* No section has that many keys; refusing keeps the duplicate check cheap. */
+			pctx_error(p, map, path, "more than %d keys (expected at most %d)",
+				   CONF_MAX_KEYS, CONF_MAX_KEYS);
+			f->overflow = true;
+			return;
+		}
+		f->pairs[f->n++] = (struct map_pair){k, v, merged};
+	}
+}
+
+/* stunnerd's decoder sees the keys of a mapping in byte order (sigs.k8s.io/yaml builds a Go
+ * map, encoding/json sorts it) and each key that folds to a field's name overwrites the
+ * field: the winner is the greatest spelling, and of equal spellings the last (go-yaml
+ * keeps the last). Returns the index of the pair that wins over i, or i. */
+static size_t key_winner(const struct map_flat *f, size_t i)
+{
+	const char *ki = (const char *)f->pairs[i].k->data.scalar.value;
+	size_t w = i;
+	for (size_t j = 0; j < f->n; j++) {
+		const yaml_node_t *kj = f->pairs[j].k;
+		if (j == i || kj->type != YAML_SCALAR_NODE ||
+		    strcasecmp((const char *)kj->data.scalar.value, ki) != 0)
+			continue;
+		int c = strcmp((const char *)kj->data.scalar.value,
+			       (const char *)f->pairs[w].k->data.scalar.value);
+		if (c > 0 || (c == 0 && j > w))
+			w = j;
+	}
+	return w;
+}
+
 void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn,
 		   void *arg)
 {
 	if (!pctx_expect(p, map, path, YAML_MAPPING_NODE))
 		return;
-	yaml_node_pair_t *start = map->data.mapping.pairs.start;
-	yaml_node_pair_t *top = map->data.mapping.pairs.top;
-	if (top - start > CONF_MAX_KEYS) {
-		/* No section has that many keys; refusing keeps the duplicate check cheap. */
-		pctx_error(p, map, path, "%td keys (expected at most %d)", top - start,
-			   CONF_MAX_KEYS);
+	struct map_flat *f = calloc(1, sizeof(*f));
+	if (f == NULL) {
+		p->nomem = 1;
 		return;
 	}
-	for (yaml_node_pair_t *pr = start; pr < top && !p->nomem; pr++) {
-		yaml_node_t *k = pctx_node(p, pr->key), *v = pctx_node(p, pr->value);
-		if (k == NULL || v == NULL)
-			continue;
+	flatten(p, map, path, f, 0, false);
+	for (size_t i = 0; i < f->n && !f->overflow && !p->nomem; i++) {
+		yaml_node_t *k = f->pairs[i].k, *v = f->pairs[i].v;
 		if (k->type != YAML_SCALAR_NODE) {
 			pctx_error(p, k, path, "found %s as a key (expected a string)",
 				   pctx_kind(k));
@@ -301,16 +352,16 @@ void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair
 		const char *key = (const char *)k->data.scalar.value;
 		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, key);
-		bool dup = false;
-		for (yaml_node_pair_t *q = start; q < pr && !dup; q++) {
-			yaml_node_t *qk = pctx_node(p, q->key);
-			dup = qk && qk->type == YAML_SCALAR_NODE &&
-			      strcasecmp((const char *)qk->data.scalar.value, key) == 0;
-		}
-		if (dup) {
-			pctx_error(p, k, sub, "duplicate key (expected each key once)");
+		size_t w = key_winner(f, i);
+		if (w != i) {
+			/* A merged value that an explicit key overrides is what merges are for. */
+			if (!f->pairs[i].merged)
+				pctx_warn(p, k, sub, "duplicate key (ignored: stunnerd uses the one at "
+					  "line %zu, column %zu)", f->pairs[w].k->start_mark.line + 1,
+					  f->pairs[w].k->start_mark.column + 1);
 			continue;
 		}
 		fn(p, key, k, v, sub, arg);
 	}
+	free(f);
 }

@@ -1,4 +1,5 @@
 /* Config loader entry points: YAML document, top-level keys, admin and limits sections, conf_free. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,12 +45,32 @@ static void set_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 	*dst = s;
 }
 
+/* stunnerd takes any URL url.Parse accepts and serves plain HTTP on its host and port,
+ * whatever the scheme: so does turngate, with a warning (the value is kept as http://). */
 static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
 {
 	set_str(p, v, path, dst);
-	if (*dst != NULL && (*dst)[0] != '\0' && !http_url_ok(*dst))
+	char *u = *dst;
+	if (u == NULL || u[0] == '\0')
+		return;
+	size_t sl = strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+	if (sl > 0 && isalpha((unsigned char)u[0]) && strncmp(u + sl, "://", 3) == 0 &&
+	    strncasecmp(u, "http", sl > 4 ? sl : 4) != 0) {
+		char *h = malloc(strlen(u + sl) + 5);
+		if (h == NULL) {
+			p->nomem = 1;
+			return;
+		}
+		pctx_warn(p, v, path, "scheme '%.*s' served as plain http (stunnerd uses only the "
+			  "host, port and path)", (int)sl, u);
+		strcpy(h, "http");
+		strcat(h, u + sl);
+		free(u);
+		*dst = u = h;
+	}
+	if (!http_url_ok(u))
 		pctx_error(p, v, path, "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])",
-			   *dst);
+			   u);
 }
 
 static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min,
@@ -68,7 +89,7 @@ struct range_nodes {
 
 static void parse_mode(struct pctx *p, yaml_node_t *v, const char *path, uint32_t *mode)
 {
-	char *s = pctx_string(p, v, path, false);
+	char *s = pctx_string(p, v, path, CONF_STR_VERBATIM);
 	if (s == NULL)
 		return;
 	const char *d = strncasecmp(s, "0o", 2) == 0 ? s + 2 : s;
@@ -154,13 +175,62 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 	} else if (strcasecmp(key, "credential_api_token") == 0) {
 		rn->token = v;
 		conf_wipe_free(a->credential_api_token);
-		a->credential_api_token = pctx_is_null(v) ? NULL : pctx_string(p, v, path, true);
+		a->credential_api_token = pctx_is_null(v) ? NULL :
+			pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	} else if (strcasecmp(key, "credential_api_token_file") == 0) {
 		rn->token_file = v;
 	} else {
 		return false;
 	}
 	return true;
+}
+
+/* stunnerd's logger applies the items of a spec one by one and skips the malformed ones;
+ * keep the good items (in order) and warn about the rest. */
+static void parse_loglevel(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
+{
+	char *spec = *dst, *out = calloc(1, strlen(spec) + 1);
+	if (out == NULL) {
+		p->nomem = 1;
+		return;
+	}
+	for (char *save = NULL, *it = strtok_r(spec, ",", &save); it != NULL;
+	     it = strtok_r(NULL, ",", &save)) {
+		if (log_check_spec(it) != 0) {
+			pctx_warn(p, v, path, "item '%s' is malformed (skipped, as stunnerd does; "
+				  "expected SCOPE:LEVEL with DISABLE|ERROR|WARN|INFO|DEBUG|TRACE)",
+				  it);
+			continue;
+		}
+		if (out[0] != '\0')
+			strcat(out, ",");
+		strcat(out, it);
+	}
+	free(spec);
+	*dst = out;
+	if (out[0] == '\0') {
+		free(out);
+		*dst = conf_strdup(p, CONF_DEF_LOGLEVEL);
+	}
+}
+
+/* offload_engine: stunnerd refuses unknown engines; None is what the operator writes. */
+static void parse_offload(struct pctx *p, yaml_node_t *k, yaml_node_t *v, const char *path)
+{
+	static const char *const premium[] = {"XDP", "TC", "Auto"};
+	char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, 0);
+	bool known = s == NULL || s[0] == '\0' || strcasecmp(s, "None") == 0;
+	for (size_t i = 0; s && !known && i < 3; i++) {
+		if (strcasecmp(s, premium[i]) == 0) {
+			known = true;
+			pctx_warn(p, k, path, "offload engine '%s' is a premium stunnerd feature "
+				  "(ignored: turngate relays in user space)", s);
+		}
+	}
+	if (!known)
+		pctx_error(p, v, path, "'%s' is not an offload engine (expected None, XDP, TC or "
+			   "Auto)", s);
+	free(s);
 }
 
 static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
@@ -170,15 +240,14 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 	int64_t q;
 	if (strcasecmp(key, "name") == 0) {
 		set_str(p, v, path, &a->name);
+		if (a->name && a->name[0] == '\0') {
+			free(a->name);
+			a->name = conf_strdup(p, CONF_DEF_NAME);
+		}
 	} else if (strcasecmp(key, "loglevel") == 0) {
 		set_str(p, v, path, &a->loglevel);
-		if (a->loglevel && log_check_spec(a->loglevel) != 0) {
-			pctx_warn(p, v, path, "'%s' is malformed (expected SCOPE:LEVEL,... with "
-				  "DISABLE|ERROR|WARN|INFO|DEBUG|TRACE); using " CONF_DEF_LOGLEVEL,
-				  a->loglevel);
-			free(a->loglevel);
-			a->loglevel = conf_strdup(p, CONF_DEF_LOGLEVEL);
-		}
+		if (a->loglevel)
+			parse_loglevel(p, v, path, &a->loglevel);
 	} else if (strcasecmp(key, "metrics_endpoint") == 0) {
 		set_url(p, v, path, &a->metrics_endpoint);
 	} else if (strcasecmp(key, "healthcheck_endpoint") == 0) {
@@ -186,10 +255,17 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 	} else if (strcasecmp(key, "user_quota") == 0) {
 		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
 			p->cfg->limits.user_quota = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
-	} else if (strcasecmp(key, "offload_engine") == 0 ||
-		   strcasecmp(key, "offload_interfaces") == 0 ||
-		   strcasecmp(key, "license_config") == 0) {
-		pctx_warn(p, k, path, "STUNner key accepted and ignored (not supported by turngate)");
+	} else if (strcasecmp(key, "offload_engine") == 0) {
+		parse_offload(p, k, v, path);
+	} else if (strcasecmp(key, "offload_interfaces") == 0) {
+		if (!pctx_is_null(v) && pctx_expect(p, v, path, YAML_SEQUENCE_NODE) &&
+		    v->data.sequence.items.top > v->data.sequence.items.start)
+			pctx_warn(p, k, path, "offload interfaces are a premium stunnerd feature "
+				  "(ignored)");
+	} else if (strcasecmp(key, "license_config") == 0) {
+		if (!pctx_is_null(v))
+			pctx_warn(p, k, path, "STUNner's premium license is not used by turngate "
+				  "(ignored)");
 	} else if (!admin_ext_pair(p, key, v, path, arg)) {
 		pctx_unknown_key(p, k, path);
 	}
@@ -249,6 +325,7 @@ static const struct limit_key limit_keys[] = {
 	LIM(channel_lifetime, 1, 86400), LIM(nonce_lifetime, 1, 86400),
 	LIM(unauth_rate, 0, 1000000), LIM(unauth_burst, 1, 1000000),
 	LIM(unauth_prefix_v4, 0, 32), LIM(unauth_prefix_v6, 0, 128),
+	LIM(unauth_trust_window, 1, 86400), LIM(unauth_trust_credits, 0, 65535),
 };
 
 struct limit_nodes {

@@ -341,7 +341,8 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.max_allocation_lifetime, c->limits.permission_lifetime,
 		c->limits.channel_lifetime, c->limits.nonce_lifetime, c->limits.channel_numbers,
 		c->limits.unauth_rate, c->limits.unauth_burst, c->limits.unauth_prefix_v4,
-		c->limits.unauth_prefix_v6,
+		c->limits.unauth_prefix_v6, c->limits.unauth_trust_window,
+		c->limits.unauth_trust_credits,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
 	struct sockaddr_storage alt;

@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 1u
+#define SNAP_VERSION 2u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -169,6 +169,7 @@ struct snap_limits {
 	uint32_t channel_lifetime, nonce_lifetime;
 	uint32_t channel_numbers;       /* enum conf_chan_range */
 	uint32_t unauth_rate, unauth_burst, unauth_prefix_v4, unauth_prefix_v6;
+	uint32_t unauth_trust_window, unauth_trust_credits;
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

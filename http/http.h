@@ -110,7 +110,8 @@ struct http_status_info {
 
 /* Pure: renders STUNner's StunnerStatus shape ({"version","admin","auth","listeners",
  * "clusters",...,"allocationCount":N,"status":"READY"|"NOT-READY"|"TERMINATING"}) plus
- * turngate's "generation", "workers":{"running","total"} and "lastReload":"ok"|"failed".
+ * turngate's "generation", "workers":{"running","total"}, "lastReload":"ok"|"failed" and
+ * "unknownRoutes" (listener routes that name no cluster and so admit nobody).
  * The config part comes from conf_to_json_redacted(): secrets, passwords, certificates and
  * keys never appear. cfg may be NULL (no config part). Returns 0, -ENOMEM. */
 int http_status_render(const struct conf *cfg, const struct http_status_info *info,

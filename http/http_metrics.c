@@ -3,10 +3,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "conf/snapshot.h"
 #include "http/http_metrics.h"
 #include "shm/shm.h"
+#include "shm/shm_trust.h"
 
 /* Rendering context: the sums are taken once per scrape so every family sees one view. */
 struct mctx {
@@ -20,6 +22,7 @@ struct mctx {
 	 * only (a dead worker's connections are gone), workers serving UDP sockets. */
 	uint64_t live_conns[SHM_MAX_LISTENERS];
 	uint64_t n_live, n_started;
+	uint32_t alloc_cap;        /* allocation records in the shared table */
 };
 
 struct label {
@@ -234,6 +237,17 @@ static void render_listeners(struct mctx *m)
 			sample_i(m, "turngate_listener_allocations_active", &l, 1,
 				 gauge(m->sum.lst[i][SHM_LCTR_ALLOCS_ACTIVE]));
 	}
+	/* The capacity the relay-port alert compares allocations_active with: every UDP
+	 * relay of the listener's allocations takes a port of this range. */
+	fam(m, "turngate_listener_relay_ports", "gauge",
+	    "Relay ports in a listener's range (relay_port_min..relay_port_max), all workers.");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct snap_listener sl;
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL && snap_listener_get(m->snap, i, &sl) == 0)
+			sample_u(m, "turngate_listener_relay_ports", &l, 1,
+				 (uint64_t)sl.relay_port_max - sl.relay_port_min + 1);
+	}
 	fam(m, "turngate_listener_allocations_created_total", "counter",
 	    "Allocations created through a listener.");
 	for (uint32_t i = 0; i < n_listeners(m); i++) {
@@ -277,6 +291,20 @@ static void listener_single(struct mctx *m, const char *name, const char *help,
 		if (l.value != NULL)
 			sample_u(m, name, &l, 1, m->sum.lst[i][c]);
 	}
+}
+
+/* Live entries of the trust table under the served configuration's window. */
+static void render_trust(struct mctx *m)
+{
+	struct timespec ts;
+	uint32_t n = 0;
+
+	if (m->snap != NULL && clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
+		n = shm_trust_count(m->shm, (uint32_t)ts.tv_sec,
+				    snap_limits(m->snap)->unauth_trust_window);
+	scalar_u(m, "turngate_unauth_trusted_addresses", "gauge",
+		 "Source addresses in the trust table that authenticated within "
+		 "limits.unauth_trust_window.", n);
 }
 
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
@@ -340,6 +368,17 @@ static void render_global(struct mctx *m)
 	single(m, "turngate_unauth_responses_dropped_total",
 	       "Error responses to unauthenticated UDP requests not sent: the source prefix "
 	       "was over limits.unauth_rate (reflection protection).", SHM_CTR_UNAUTH_DROPPED);
+	single(m, "turngate_unauth_responses_trusted_total",
+	       "Error responses to unauthenticated UDP requests sent on a credit of the source "
+	       "address (it authenticated within limits.unauth_trust_window).",
+	       SHM_CTR_UNAUTH_TRUSTED);
+	single(m, "turngate_unauth_trust_added_total",
+	       "Source addresses entered into the trust table after an authenticated request.",
+	       SHM_CTR_UNAUTH_TRUST_NEW);
+	single(m, "turngate_unauth_trust_evictions_total",
+	       "Trust table entries displaced by a new address while still live (full set).",
+	       SHM_CTR_UNAUTH_TRUST_EVICTED);
+	render_trust(m);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",
@@ -377,6 +416,15 @@ static void render_lifetime(struct mctx *m)
 			name, cum);
 }
 
+/* What an Allocate is refused beyond: total_quota when set (the workers count live
+ * records against it), else the table, which is sized at start and fixed. */
+static uint64_t alloc_limit(struct mctx *m)
+{
+	uint32_t q = m->snap ? snap_limits(m->snap)->total_quota : 0;
+
+	return q != 0 && q < m->alloc_cap ? q : m->alloc_cap;
+}
+
 static void render_master(struct mctx *m)
 {
 	const struct http_master_stats *ms = m->ms;
@@ -388,6 +436,14 @@ static void render_master(struct mctx *m)
 	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_failed);
 	scalar_u(m, "turngate_config_generation", "gauge",
 		 "Generation of the configuration snapshot being served.", ms->generation);
+	/* Prometheus's own prometheus_config_last_reload_successful: an alert on the state,
+	 * not on the failure counter, clears with the next good reload. */
+	scalar_u(m, "turngate_config_last_reload_successful", "gauge",
+		 "1 when the latest reload (or the start) succeeded, 0 after a failed one.",
+		 ms->last_reload_ok ? 1 : 0);
+	scalar_u(m, "turngate_allocations_limit", "gauge",
+		 "Concurrent allocations admitted: limits.total_quota, else the table size.",
+		 alloc_limit(m));
 	scalar_u(m, "turngate_worker_restarts_total", "counter",
 		 "Worker processes respawned after dying or hanging.", ms->worker_restarts);
 	scalar_u(m, "turngate_draining", "gauge",
@@ -507,6 +563,7 @@ int http_metrics_render(const struct shm *shm, const struct snap *snap,
 		return -EINVAL;
 	shm_get_config(shm, &cfg);
 	m.n_slots = cfg.n_slots;
+	m.alloc_cap = cfg.alloc_cap;
 	if (shm_counters_sum(shm, &m.sum) != 0)
 		return -EIO;
 	live_view(&m);

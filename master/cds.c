@@ -1,8 +1,9 @@
-/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial with backoff). */
+/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial every second, as stunnerd). */
 #include "config.h"
 
 #include "master/cds.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -15,10 +16,11 @@
 
 #include "common/log.h"
 
-#define CDS_BACKOFF_MIN_S 1.0
-#define CDS_BACKOFF_MAX_S 8.0
-#define CDS_PING_S 5.0          /* stunnerd's PingPeriod */
-#define CDS_SILENCE_S 15.0      /* nothing received for this long: redial */
+/* stunnerd's client (l7mp/stunner pkg/config/client/client.go, cds_api.go): */
+#define CDS_RETRY_S 1.0         /* RetryPeriod: redial every second, no backoff */
+#define CDS_PING_S 5.0          /* PingPeriod */
+#define CDS_SILENCE_S 8.0       /* PongWait: nothing (message or pong) for this long: redial */
+#define CDS_TICK_S 1.0          /* how often the keepalive timer looks */
 #define CDS_OUT_CAP 4096
 
 enum cds_state { CDS_IDLE = 0, CDS_CONNECTING, CDS_HANDSHAKE, CDS_OPEN };
@@ -26,11 +28,12 @@ enum cds_state { CDS_IDLE = 0, CDS_CONNECTING, CDS_HANDSHAKE, CDS_OPEN };
 struct cds {
 	struct master *m;
 	char host[256], port[16], path[600], hostport[300];
+	char authority[300];         /* host[:port] as the origin spells it: Host and Origin */
 	enum cds_state state;
 	int fd;
 	ev_io io;
 	ev_timer retry, keepalive;
-	double backoff, last_rx;
+	double last_rx, last_ping;
 	char accept[WS_ACCEPT_LEN + 1];
 	uint8_t *in;                 /* received, not yet parsed */
 	size_t in_len, in_cap;
@@ -44,11 +47,22 @@ struct cds {
 	unsigned applied, rejected;
 };
 
+/* stunnerd's getURI puts "http://" before an origin without a scheme, so "IP:PORT" and
+ * "HOST:PORT" are CDS origins too (a file path has a '/' or no ":PORT" at its end). */
+static bool bare_hostport(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+
+	return colon != NULL && colon[1] != '\0' && strchr(s, '/') == NULL &&
+	       strspn(colon + 1, "0123456789") == strlen(colon + 1);
+}
+
 bool cds_is_origin(const char *config)
 {
 	return config != NULL &&
 	       (strncmp(config, "http://", 7) == 0 || strncmp(config, "https://", 8) == 0 ||
-		strncmp(config, "ws://", 5) == 0 || strncmp(config, "wss://", 6) == 0);
+		strncmp(config, "ws://", 5) == 0 || strncmp(config, "wss://", 6) == 0 ||
+		bare_hostport(config));
 }
 
 int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port,
@@ -59,9 +73,9 @@ int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port
 
 	if (strncmp(origin, "https://", 8) == 0 || strncmp(origin, "wss://", 6) == 0)
 		return -EPROTONOSUPPORT;
-	if (!cds_is_origin(origin) || p == NULL)
+	if (!cds_is_origin(origin))
 		return -EINVAL;
-	p += 3;
+	p = p != NULL ? p + 3 : origin;
 	end = p + strcspn(p, "/?#");
 	if (*p == '[') {
 		const char *rb = memchr(p, ']', (size_t)(end - p));
@@ -77,7 +91,8 @@ int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port
 		hl = (size_t)((colon ? colon : end) - p);
 		memcpy(host, p, hl < host_cap ? hl : 0);
 	}
-	if (hl == 0 || hl >= host_cap)
+	/* "http://:13478" (the operator's default origin) is the local host, as Go dials it. */
+	if ((hl == 0 && colon == NULL) || hl >= host_cap)
 		return -EINVAL;
 	host[hl] = '\0';
 	if (colon == NULL) {
@@ -122,11 +137,18 @@ static void drop(struct cds *c, const char *why)
 {
 	struct ev_loop *loop = c->m->loop;
 
-	if (c->state == CDS_OPEN)
+	if (c->state == CDS_OPEN) {
 		log_warn("cds", "stream from %s closed: %s; redialling", c->hostport, why);
-	else
+		/* stunnerd says goodbye with an empty close frame; best effort. */
+		static const uint8_t none[1];
+
+		c->out_len = 0;
+		if (ws_frame_build(WS_CLOSE, none, 0, c->out, sizeof(c->out), &c->out_len) == 0)
+			(void)send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	} else {
 		log_warn("cds", "cannot watch %s%s: %s; retrying in %.0f s", c->hostport,
-			 c->path, why, c->backoff);
+			 c->path, why, CDS_RETRY_S);
+	}
 	ev_io_stop(loop, &c->io);
 	ev_timer_stop(loop, &c->keepalive);
 	if (c->fd >= 0)
@@ -135,9 +157,8 @@ static void drop(struct cds *c, const char *why)
 	c->state = CDS_IDLE;
 	c->in_len = c->out_len = c->msg_len = 0;
 	c->in_msg = false;
-	ev_timer_set(&c->retry, c->backoff, 0.);
+	ev_timer_set(&c->retry, CDS_RETRY_S, 0.);
 	ev_timer_start(loop, &c->retry);
-	c->backoff = c->backoff * 2 > CDS_BACKOFF_MAX_S ? CDS_BACKOFF_MAX_S : c->backoff * 2;
 }
 
 /* Sends what is queued; waits for writability when the socket is full. */
@@ -184,7 +205,7 @@ static int send_request(struct cds *c)
 		     "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
 		     "Sec-WebSocket-Version: 13\r\nOrigin: http://%s\r\n"
 		     "User-Agent: turngated/" PACKAGE_VERSION "\r\n\r\n",
-		     c->path, c->hostport, key, c->hostport);
+		     c->path, c->authority, key, c->authority);
 	if (n < 0 || (size_t)n >= sizeof(c->out))
 		return -EMSGSIZE;
 	c->out_len = (size_t)n;
@@ -192,23 +213,61 @@ static int send_request(struct cds *c)
 	return flush_out(c);
 }
 
-/* A "zero config" is what the operator pushes when the Gateway is deleted: stunnerd in
- * watch mode ignores it so a pod being removed keeps serving through its drain. */
+static bool str_is(json_t *o, const char *key, const char *want)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_string(v) && strcmp(json_string_value(v), want) == 0;
+}
+
+/* An unset or empty string, or one equal to the default. */
+static bool str_default(json_t *o, const char *key, const char *def)
+{
+	json_t *v = json_object_get(o, key);
+
+	return v == NULL || json_is_null(v) ||
+	       (json_is_string(v) && (json_string_value(v)[0] == '\0' ||
+				      (def != NULL && strcmp(json_string_value(v), def) == 0)));
+}
+
+static bool empty_list(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return v == NULL || json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0);
+}
+
+/* stunnerd's IsConfigDeleted (pkg/config/client/config.go): the config equals, after
+ * Validate() defaults, the ZeroConfig the server pushes when a Gateway is deleted: admin
+ * with only its name (and any loglevel), static auth with the dummy credentials and the
+ * default realm, no listeners, no clusters. In watch mode stunnerd ignores it, so a pod
+ * being removed keeps serving through its drain. */
 static bool is_zero_config(const char *text)
 {
 	json_t *j = json_loads(text, 0, NULL);
+	json_t *admin, *auth, *cred;
 	bool zero = false;
 
-	if (j != NULL) {
-		json_t *user = json_object_get(json_object_get(json_object_get(j, "auth"),
-							       "credentials"), "username");
-
-		zero = json_array_size(json_object_get(j, "listeners")) == 0 &&
-		       json_array_size(json_object_get(j, "clusters")) == 0 &&
-		       json_is_string(user) &&
-		       strcmp(json_string_value(user), "dummy-username") == 0;
-		json_decref(j);
-	}
+	if (j == NULL)
+		return false;
+	admin = json_object_get(j, "admin");
+	auth = json_object_get(j, "auth");
+	cred = json_object_get(auth, "credentials");
+	zero = json_is_object(auth) && json_is_object(cred) && json_object_size(cred) == 2 &&
+	       str_is(cred, "username", "dummy-username") &&
+	       str_is(cred, "password", "dummy-password") &&
+	       str_default(auth, "type", "static") && str_default(auth, "realm", "stunner.l7mp.io") &&
+	       empty_list(j, "listeners") && empty_list(j, "clusters") &&
+	       (admin == NULL || (json_is_object(admin) &&
+				  str_default(admin, "metrics_endpoint", NULL) &&
+				  str_default(admin, "offload_engine", "None") &&
+				  empty_list(admin, "offload_interfaces") &&
+				  json_object_get(admin, "license_config") == NULL &&
+				  (json_object_get(admin, "healthcheck_endpoint") == NULL ||
+				   str_is(admin, "healthcheck_endpoint", "http://:8086")) &&
+				  (json_object_get(admin, "user_quota") == NULL ||
+				   json_integer_value(json_object_get(admin, "user_quota")) <= 0)));
+	json_decref(j);
 	return zero;
 }
 
@@ -217,6 +276,11 @@ static void apply_message(struct cds *c, char *text)
 {
 	int rc;
 
+	if (text[0] == '\0') {
+		log_warn("cds", "ignoring zero-length config");
+		free(text);
+		return;
+	}
 	if (c->good != NULL && strcmp(c->good, text) == 0) {
 		log_debug("cds", "config unchanged; nothing to apply");
 		free(text);
@@ -300,8 +364,8 @@ static int parse_input(struct cds *c)
 			return rc;
 		log_info("cds", "watching %s%s", c->hostport, c->path);
 		c->state = CDS_OPEN;
-		c->backoff = CDS_BACKOFF_MIN_S;
-		ev_timer_set(&c->keepalive, CDS_PING_S, CDS_PING_S);
+		c->last_ping = ev_now(c->m->loop);
+		ev_timer_set(&c->keepalive, CDS_TICK_S, CDS_TICK_S);
 		ev_timer_start(c->m->loop, &c->keepalive);
 	}
 	while (c->state == CDS_OPEN && off < c->in_len) {
@@ -379,7 +443,8 @@ static void cds_dial(struct cds *c)
 	int rc;
 
 	c->state = CDS_CONNECTING;
-	rc = getaddrinfo(c->host, c->port, &hints, &res);
+	/* An empty host is the local host (NULL without AI_PASSIVE: loopback). */
+	rc = getaddrinfo(c->host[0] ? c->host : NULL, c->port, &hints, &res);
 	if (rc != 0) {
 		drop(c, gai_strerror(rc));
 		return;
@@ -407,21 +472,53 @@ static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	cds_dial(t->data);
 }
 
-/* stunnerd pings every 5 s and gives up after 8 s of silence; a server that answers
- * pings keeps the stream alive, one that went away is noticed here. */
+/* stunnerd pings every 5 s ("keepalive") and gives up after 8 s without a message or a
+ * pong; a server that answers pings keeps the stream alive, one that went away is
+ * noticed here. */
 static void keepalive_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct cds *c = t->data;
-	int rc;
+	int rc = 0;
 
 	(void)revents;
 	if (ev_now(loop) - c->last_rx > CDS_SILENCE_S) {
-		drop(c, "no message or pong for 15 s");
+		drop(c, "no message or pong for 8 s");
 		return;
 	}
-	rc = queue_frame(c, WS_PING, (const uint8_t *)"turngated", 9);
+	if (ev_now(loop) - c->last_ping >= CDS_PING_S - 0.01) {
+		c->last_ping = ev_now(loop);
+		rc = queue_frame(c, WS_PING, (const uint8_t *)"keepalive", 9);
+	}
 	if (rc < 0)
 		drop(c, strerror(-rc));
+}
+
+/* Appends s to out as Go's url.QueryEscape writes it. */
+static void query_escape(char *out, size_t cap, const char *s)
+{
+	size_t n = strlen(out);
+
+	for (; *s != '\0' && n + 4 < cap; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~')
+			out[n++] = (char)ch;
+		else if (ch == ' ')
+			out[n++] = '+';
+		else
+			n += (size_t)snprintf(out + n, cap - n, "%%%02X", ch);
+	}
+	out[n] = '\0';
+}
+
+/* The origin's host[:port] as written ("http://:13478" gives ":13478"), which is what Go
+ * sends as Host and puts in stunnerd's Origin header. */
+static void origin_authority(const char *origin, char *out, size_t cap)
+{
+	const char *p = strstr(origin, "://");
+
+	p = p != NULL ? p + 3 : origin;
+	snprintf(out, cap, "%.*s", (int)strcspn(p, "/?#"), p);
 }
 
 int cds_start(struct master *m, const char *id)
@@ -441,12 +538,18 @@ int cds_start(struct master *m, const char *id)
 	}
 	snprintf(c->hostport, sizeof(c->hostport), strchr(c->host, ':') ? "[%s]:%s" : "%s:%s",
 		 c->host, c->port);
-	snprintf(c->path, sizeof(c->path), "/api/v1/configs/%.*s/%s?watch=true%s%s",
-		 (int)(slash - id), id, slash + 1, node && node[0] ? "&node=" : "",
-		 node && node[0] ? node : "");
+	origin_authority(m->config_path, c->authority, sizeof(c->authority));
+	/* stunnerd's wsURI: url.Values.Encode, so the keys are sorted and the node escaped. */
+	snprintf(c->path, sizeof(c->path), "/api/v1/configs/%.*s/%s?", (int)(slash - id), id,
+		 slash + 1);
+	if (node != NULL && node[0] != '\0') {
+		strcat(c->path, "node=");
+		query_escape(c->path, sizeof(c->path) - 16, node);
+		strcat(c->path, "&");
+	}
+	strcat(c->path, "watch=true");
 	c->m = m;
 	c->fd = -1;
-	c->backoff = CDS_BACKOFF_MIN_S;
 	ev_init(&c->io, io_cb);
 	c->io.data = c;
 	ev_init(&c->retry, retry_cb);

@@ -6,8 +6,10 @@
  * update, each a full JSON StunnerConfig. Each one goes through reload_run() (trigger
  * "cds"): an invalid one is rejected and logged and the running config stays. Until the
  * first config arrives the daemon runs a bootstrap config with no listeners, as stunnerd
- * does with its "zero config". A dropped stream is redialled with a backoff (1 s doubling
- * to 8 s); the server then resends the current config, and an identical one is skipped.
+ * does with its "zero config". As in stunnerd's client: pings every 5 s, a stream silent
+ * for 8 s is dropped, and a dropped stream (or a server that cannot be reached) is
+ * redialled every second while the running config keeps serving; the server then resends
+ * the current config, and an identical one is skipped.
  *
  * Process model: the master only, on its libev loop; the socket is non-blocking. The CDS
  * state hangs off m->watcher (in place of the inotify watch, see master/watch.c).
@@ -24,11 +26,13 @@
 #define CDS_DEFAULT_PORT "13478"
 #define CDS_MAX_MESSAGE (4u << 20)  /* a config larger than this is refused (and logged) */
 
-/* True when config (a -c value) names a CDS origin: http://, https://, ws:// or wss://. */
+/* True when config (a -c value) names a CDS origin: http://, https://, ws://, wss://, or
+ * HOST:PORT without a scheme (stunnerd reads it as http://HOST:PORT). */
 bool cds_is_origin(const char *config);
 
-/* Splits a CDS origin into host and port (default 13478). Returns 0, -EINVAL for a
- * malformed one, -EPROTONOSUPPORT for https:// and wss:// (TLS is not supported). */
+/* Splits a CDS origin into host and port (default 13478); host is "" for "http://:PORT"
+ * (the local host, as Go dials it). Returns 0, -EINVAL for a malformed one,
+ * -EPROTONOSUPPORT for https:// and wss:// (TLS is not supported). */
 int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port,
 		     size_t port_cap);
 

@@ -87,6 +87,7 @@ static int cb_metrics(void *ctx, struct http_buf *out)
 	ms.generation = m->generation;
 	ms.reloads_ok = m->reloads_ok;
 	ms.reloads_failed = m->reloads_failed;
+	ms.last_reload_ok = m->last_reload.ok;
 	for (unsigned i = 0; i < m->n_slots; i++)
 		ms.worker_restarts += m->workers[i].restarts;
 	ms.draining = m->draining;

@@ -7,7 +7,7 @@ PKGS="build-essential autoconf automake libtool pkg-config
 libev-dev libssl-dev liburcu-dev libyaml-dev libjansson-dev libmicrohttpd-dev libsystemd-dev
 libcmocka-dev clang libclang-rt-14-dev spin
 coturn python3-aioice python3-aiortc python3-selenium chromium chromium-driver
-iproute2 procps openssl systemd python3-yaml"
+iproute2 procps openssl systemd python3-yaml prometheus"
 
 missing=""
 for p in $PKGS; do
@@ -30,8 +30,11 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing
-# The coturn package enables a system service; turngate's tests run their own turnserver.
+# The coturn and prometheus packages enable system services; turngate's tests run their own
+# turnserver and Prometheus.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-	$SUDO systemctl disable --now coturn >/dev/null 2>&1 || true
+	for unit in coturn prometheus prometheus-node-exporter; do
+		$SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+	done
 fi
 echo "setup: done"

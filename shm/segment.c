@@ -42,8 +42,11 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 				      SHM_PAGE);
 	g->off_allocs = g->off_snaps + (uint64_t)cfg->snap_count * g->snap_stride;
 	g->alloc_stride = shm_round_up(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN);
-	g->size = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
-			       SHM_PAGE);
+	g->off_trust = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
+				    SHM_PAGE);
+	g->trust_size = sizeof(struct shm_trust_hdr) +
+			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
+	g->size = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -122,12 +125,26 @@ static uint64_t format_allocs(void)
 	return h;
 }
 
+static uint64_t format_trust(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, sizeof(struct shm_trust_hdr));
+	LH(h, offsetof(struct shm_trust_hdr, entries));
+	LH(h, sizeof(struct shm_trust_ent));
+	LH(h, SHM_TRUST_SETS);
+	LH(h, SHM_TRUST_WAYS);
+	LH(h, SHM_TRUST_VERSION);
+	return h;
+}
+
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
 	case SHM_REGION_SLOTS: return format_slots();
 	case SHM_REGION_SNAPS: return format_snaps();
 	case SHM_REGION_ALLOCS: return format_allocs();
+	case SHM_REGION_TRUST: return format_trust();
 	}
 	return 0;
 }
@@ -138,6 +155,7 @@ uint64_t shm_layout_hash(void)
 
 	LH(h, SHM_LAYOUT_VERSION);
 	LH(h, sizeof(struct shm_hdr));
+	LH(h, offsetof(struct shm_hdr, off_trust));
 	LH(h, offsetof(struct shm_hdr, regions));
 	LH(h, offsetof(struct shm_hdr, hdr_check));
 	LH(h, offsetof(struct shm_hdr, generation));
@@ -146,6 +164,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, format_slots());
 	LH(h, format_snaps());
 	LH(h, format_allocs());
+	LH(h, format_trust());
 	return h;
 }
 
@@ -203,10 +222,13 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg,
 	h->snap_stride = g->snap_stride;
 	h->off_allocs = g->off_allocs;
 	h->alloc_stride = g->alloc_stride;
+	h->off_trust = g->off_trust;
+	h->trust_size = g->trust_size;
 	shm_boot_id(h->boot_id);
 	hdr_region(h, SHM_REGION_SLOTS, cfg->n_slots, g->off_slots, g->slot_stride);
 	hdr_region(h, SHM_REGION_SNAPS, cfg->snap_count, g->off_snaps, g->snap_stride);
 	hdr_region(h, SHM_REGION_ALLOCS, cfg->alloc_cap, g->off_allocs, g->alloc_stride);
+	hdr_region(h, SHM_REGION_TRUST, 1, g->off_trust, g->trust_size);
 	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
@@ -260,6 +282,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->snap_stride = g->snap_stride;
 	shm->off_allocs = g->off_allocs;
 	shm->alloc_stride = g->alloc_stride;
+	shm->off_trust = g->off_trust;
 	shm->lock_fd = -1;
 	return shm;
 }
@@ -296,6 +319,11 @@ int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **o
 	base = mmap(NULL, (size_t)g.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (base == MAP_FAILED)
 		return -errno;
+	rc = shm_trust_init((struct shm_trust_hdr *)((uint8_t *)base + g.off_trust));
+	if (rc < 0) {
+		munmap(base, (size_t)g.size);
+		return rc;
+	}
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -340,7 +368,8 @@ static int hdr_validate(const struct shm_hdr *h, uint64_t file_size, struct shm_
 		return -EINVAL;
 	if (h->off_slots != g->off_slots || h->slot_stride != g->slot_stride ||
 	    h->off_snaps != g->off_snaps || h->snap_stride != g->snap_stride ||
-	    h->off_allocs != g->off_allocs || h->alloc_stride != g->alloc_stride)
+	    h->off_allocs != g->off_allocs || h->alloc_stride != g->alloc_stride ||
+	    h->off_trust != g->off_trust || h->trust_size != g->trust_size)
 		return -EINVAL;
 	/* Last, so that inconsistent geometry reads as -EINVAL: the fields after it are
 	 * covered too (boot id, nonce key, region table). */
@@ -383,14 +412,21 @@ int shm_attach_ro(int fd, struct shm **out)
 		close(dfd);
 		return rc;
 	}
+	rc = shm_trust_validate((const struct shm_trust_hdr *)((const uint8_t *)base +
+								g.off_trust));
+	if (rc < 0)
+		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);
 	if (shm == NULL) {
-		munmap(base, (size_t)g.size);
-		close(dfd);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto fail;
 	}
 	*out = shm;
 	return 0;
+fail:
+	munmap(base, (size_t)g.size);
+	close(dfd);
+	return rc;
 }
 
 void shm_destroy(struct shm *shm)

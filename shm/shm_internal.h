@@ -13,21 +13,25 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_trust.h"
 
 /* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
 static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 
 #define SHM_MAGIC UINT64_C(0x314d48534754554e)   /* "NUTGSHM1" read little-endian */
-/* Version of the header prefix below and of the region table's meaning. A new region or a
- * changed record is not a version change: it shows in the region table and in the
- * regions' format fingerprints (shm_region_format), which a take-over checks. */
-#define SHM_LAYOUT_VERSION 2u
+/* Version of the header prefix below and of the region table's meaning (3: the region
+ * table; 2 was the trust region's first layout). A new region or a changed record is not
+ * a version change: it shows in the region table and in the regions' format fingerprints
+ * (shm_region_format), which a take-over checks. */
+#define SHM_LAYOUT_VERSION 3u
 #define SHM_CL 128u                              /* = CAA_CACHE_LINE_SIZE on x86-64 */
 #define SHM_HANDLE_MAGIC 0x53484d48u             /* process-local handle check */
 #define SHM_SNAP_MAGIC 0x534e4150u               /* in a LIVE or RETIRED snapshot header */
 #define SHM_ALLOC_STRIDE_ALIGN 64u
 #define SHM_MAX_REGIONS 8u
 #define SHM_BOOT_ID_LEN 40u                      /* /proc/sys/kernel/random/boot_id text */
+#define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
+#define SHM_TRUST_VERSION 1u
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -37,6 +41,7 @@ enum shm_region_id {
 	SHM_REGION_SLOTS = 1,    /* struct shm_slot[n_slots] */
 	SHM_REGION_SNAPS = 2,    /* snapshot arena: snap_count slots of snap_stride bytes */
 	SHM_REGION_ALLOCS = 3,   /* struct shm_alloc[alloc_cap] */
+	SHM_REGION_TRUST = 4,    /* one trust table (shm/shm_trust.h) of trust_size bytes */
 };
 
 struct shm_region {
@@ -63,6 +68,7 @@ struct shm_hdr {
 	uint64_t off_slots, slot_stride;
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
+	uint64_t off_trust, trust_size;
 	char boot_id[SHM_BOOT_ID_LEN];       /* kernel boot the CLOCK_MONOTONIC times are of */
 	uint8_t nonce_key[SHM_NONCE_KEY_LEN];/* master: what clients' nonces are MACed with */
 	uint32_t n_regions;
@@ -105,6 +111,23 @@ struct shm_snap_hdr {
 	_Alignas(SHM_CL) uint8_t payload[];
 };
 
+/* Trust region (shm/shm_trust.h): this header, then the entries at
+ * off_trust + sizeof(struct shm_trust_hdr), set after set. The master writes the header
+ * once in shm_create(); entries start all zero (empty). */
+struct shm_trust_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t n_sets;
+	uint32_t n_ways;
+	uint8_t key[SHM_TRUST_KEY_LEN];
+	_Alignas(SHM_CL) uint8_t entries[];
+};
+
+struct shm_trust_ent {
+	uint64_t key;    /* keyed hash of the address, 0 = empty */
+	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
+};
+
 /* Process-local handle. The geometry is copied here at create/attach time after
  * validation and never re-read from the segment, so a corrupted header cannot redirect
  * later accesses outside the mapping. */
@@ -118,6 +141,7 @@ struct shm {
 	uint64_t off_slots, slot_stride;
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
+	uint64_t off_trust;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 };
 
@@ -166,6 +190,11 @@ static inline struct shm_alloc *shm_alloc_at(const struct shm *shm, uint32_t idx
 	return (struct shm_alloc *)(shm->base + shm->off_allocs + (uint64_t)idx * shm->alloc_stride);
 }
 
+static inline struct shm_trust_hdr *shm_trust_hdr(const struct shm *shm)
+{
+	return (struct shm_trust_hdr *)(shm->base + shm->off_trust);
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -176,10 +205,16 @@ struct shm_geom {
 	uint64_t off_slots, slot_stride;
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
+	uint64_t off_trust, trust_size;
 	uint64_t size;
 };
 
 int shm_config_check(const struct shm_config *cfg);
+/* Writes the trust region's header with a fresh random key (shm/trust.c). Returns 0 or
+ * -errno from getrandom(). */
+int shm_trust_init(struct shm_trust_hdr *t);
+/* 0 when the trust header at t is the one this build writes, else -EBADMSG. */
+int shm_trust_validate(const struct shm_trust_hdr *t);
 void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
 
 /* Fingerprint of the element layout of region `id` in this build (0 for an unknown id). */

@@ -45,6 +45,9 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_HANDSHAKES_REFUSED] = "handshakes_refused",
 	[SHM_CTR_CONN_TIMEOUTS] = "conn_timeouts",
 	[SHM_CTR_UNAUTH_DROPPED] = "unauth_dropped",
+	[SHM_CTR_UNAUTH_TRUSTED] = "unauth_trusted",
+	[SHM_CTR_UNAUTH_TRUST_NEW] = "unauth_trust_new",
+	[SHM_CTR_UNAUTH_TRUST_EVICTED] = "unauth_trust_evicted",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

@@ -4,10 +4,13 @@
  * Nothing is stored for a client before its integrity check succeeds: the nonce is
  * stateless (an HMAC over time and the client address with the snapshot's key) and every
  * failure is answered from the request alone. Every answer here goes to a request that
- * has not authenticated, so each passes the per-prefix limiter first (worker/ratelimit.h):
- * over UDP the source may be spoofed, and these answers are larger than the request. */
+ * has not authenticated, so each is paid for first (worker/unauth.h: a credit of the
+ * source address, else a token of its prefix): over UDP the source may be spoofed, and
+ * these answers are larger than the request. A request that authenticates earns its
+ * source address a credit: the nonce it carries proves the address. */
 #include "config.h"
 
+#include "worker/unauth.h"
 #include "worker/wk.h"
 
 #include <errno.h>
@@ -269,6 +272,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);
+	wk_unauth_trust(w, ep);
 	return WK_AUTH_OK;
 }
 

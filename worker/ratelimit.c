@@ -82,8 +82,8 @@ static void rl_mask(uint8_t *addr, size_t n, uint32_t bits)
 	}
 }
 
-/* The hashed message: family tag, prefix length, masked address (v4: 4 bytes, v6: 16). */
-static size_t rl_prefix(const struct wk_rl *rl, const struct sockaddr *sa, uint8_t out[18])
+size_t wk_rl_prefix_msg(const struct sockaddr *sa, uint32_t bits_v4, uint32_t bits_v6,
+			uint8_t out[WK_RL_MSG_MAX])
 {
 	const uint8_t *a = NULL;
 	size_t n = 0;
@@ -106,9 +106,9 @@ static size_t rl_prefix(const struct wk_rl *rl, const struct sockaddr *sa, uint8
 	}
 	out[0] = (uint8_t)n;
 	if (n == 4)
-		bits = rl->conf.prefix_v4;
+		bits = bits_v4 < 32 ? bits_v4 : 32;
 	else if (n == 16)
-		bits = rl->conf.prefix_v6;
+		bits = bits_v6 < 128 ? bits_v6 : 128;
 	out[1] = (uint8_t)bits;
 	if (n)
 		memcpy(out + 2, a, n);
@@ -118,8 +118,8 @@ static size_t rl_prefix(const struct wk_rl *rl, const struct sockaddr *sa, uint8
 
 uint32_t wk_rl_bucket(const struct wk_rl *rl, const struct sockaddr *src)
 {
-	uint8_t msg[18];
-	size_t len = rl_prefix(rl, src, msg);
+	uint8_t msg[WK_RL_MSG_MAX];
+	size_t len = wk_rl_prefix_msg(src, rl->conf.prefix_v4, rl->conf.prefix_v6, msg);
 
 	return (uint32_t)(wk_siphash24(rl->key, msg, len) & (WK_RL_BUCKETS - 1));
 }
@@ -135,6 +135,13 @@ static struct wk_rl_conf rl_normal(const struct wk_rl_conf *conf)
 	if (c.prefix_v6 > 128)
 		c.prefix_v6 = 128;
 	return c;
+}
+
+/* The fields that decide which bucket holds what, and how full it may be. */
+static bool rl_same_buckets(const struct wk_rl_conf *a, const struct wk_rl_conf *b)
+{
+	return a->rate == b->rate && a->burst == b->burst && a->prefix_v4 == b->prefix_v4 &&
+	       a->prefix_v6 == b->prefix_v6;
 }
 
 static void rl_apply(struct wk_rl *rl, const struct wk_rl_conf *conf)
@@ -164,8 +171,10 @@ void wk_rl_set(struct wk_rl *rl, const struct wk_rl_conf *conf)
 	struct wk_rl_conf c = rl_normal(conf);
 
 	assert(rl->magic == WK_RL_MAGIC);
-	if (memcmp(&rl->conf, &c, sizeof(c)) != 0)
+	if (!rl_same_buckets(&rl->conf, &c))
 		rl_apply(rl, &c);
+	else
+		rl->conf = c;
 }
 
 bool wk_rl_admit(struct wk_rl *rl, const struct sockaddr *src, uint64_t now_ns)

@@ -28,17 +28,15 @@
 #define WK_RL_BUCKETS 4096u	/* power of two */
 #define WK_RL_KEY_LEN 16u
 
-/* Defaults of limits.unauth_* (conf/conf_load.c uses the same values). */
-#define WK_RL_DEF_RATE 20u
-#define WK_RL_DEF_BURST 40u
-#define WK_RL_DEF_PREFIX_V4 24u
-#define WK_RL_DEF_PREFIX_V6 64u
-
 struct wk_rl_conf {
 	uint32_t rate;		/* responses per second per prefix; 0 = no limit */
 	uint32_t burst;		/* bucket size (>= 1; 0 is taken as 1) */
 	uint32_t prefix_v4;	/* 0..32 (larger is taken as 32) */
 	uint32_t prefix_v6;	/* 0..128 (larger is taken as 128) */
+	/* Not used here, carried for worker/unauth.c: the trust table's window (seconds)
+	 * and credit cap (0 = no trust), limits.unauth_trust_*. A change keeps the buckets. */
+	uint32_t trust_window;
+	uint32_t trust_credits;
 };
 
 struct wk_rl {
@@ -55,8 +53,9 @@ struct wk_rl {
  * unusable and wk_rl_admit answers false: fail towards limiting). */
 int wk_rl_init(struct wk_rl *rl, const struct wk_rl_conf *conf, const uint8_t *key);
 
-/* Applies a new configuration (a reload). When it differs from the current one every
- * bucket is reset to full: prefixes may map differently now. The key is kept. */
+/* Applies a new configuration (a reload). When rate, burst or a prefix length differs
+ * from the current one every bucket is reset to full: prefixes may map differently now.
+ * The key is kept. */
 void wk_rl_set(struct wk_rl *rl, const struct wk_rl_conf *conf);
 
 /* May an error response go to src at now_ns? True (one token taken) or false (drop it).
@@ -64,25 +63,17 @@ void wk_rl_set(struct wk_rl *rl, const struct wk_rl_conf *conf);
  * one bucket with its kind. */
 bool wk_rl_admit(struct wk_rl *rl, const struct sockaddr *src, uint64_t now_ns);
 
+/* The hashed form of src cut to a prefix: family tag, prefix length, masked address
+ * (IPv4: 4 bytes, IPv6: 16; an IPv4-mapped IPv6 address counts as IPv4, bits_v4 then
+ * applies). Writes at most WK_RL_MSG_MAX bytes to out; returns the length. */
+#define WK_RL_MSG_MAX 18u
+size_t wk_rl_prefix_msg(const struct sockaddr *src, uint32_t bits_v4, uint32_t bits_v6,
+			uint8_t out[WK_RL_MSG_MAX]);
+
 /* The bucket index src falls into (for tests: grouping and independence). */
 uint32_t wk_rl_bucket(const struct wk_rl *rl, const struct sockaddr *src);
 
 /* SipHash-2-4 (Aumasson and Bernstein) of msg under a 16-byte key. */
 uint64_t wk_siphash24(const uint8_t key[WK_RL_KEY_LEN], const void *msg, size_t len);
-
-/* ---- worker glue (worker/unauth.c), worker process only ---- */
-struct worker;
-struct wk_ep;
-struct snap_limits;
-
-/* Applies limits.unauth_* of the current snapshot to w's limiter (first call: draws the
- * hash key). Called on every new snapshot. */
-void wk_unauth_configure(struct worker *w, const struct snap_limits *lim);
-
-/* Before an error response to a request that did not authenticate: true when it may be
- * sent; false when the source prefix is over its rate (counted in
- * SHM_CTR_UNAUTH_DROPPED; the caller sends nothing). Always true for stream clients
- * (ep->c set: TCP completed a handshake, the source is real, no reflection). */
-bool wk_unauth_may_reply(struct worker *w, const struct wk_ep *ep);
 
 #endif

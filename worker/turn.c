@@ -2,6 +2,7 @@
  * ChannelBind, Send indications and ChannelData (RFC 8489, RFC 8656). */
 #include "config.h"
 
+#include "worker/unauth.h"
 #include "worker/wk.h"
 
 #include <errno.h>

@@ -1,6 +1,7 @@
 /* Worker process: libev loop, snapshot tracking (QSBR), listeners and the control channel. */
 #include "config.h"
 
+#include "worker/unauth.h"
 #include "worker/wk.h"
 
 #include <errno.h>

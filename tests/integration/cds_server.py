@@ -76,13 +76,29 @@ class Conn:
         self.sock.close()
 
 
+def ws_upgrade(s, hdrs):
+    """Answers a client's WebSocket upgrade (101 with its Sec-WebSocket-Accept); False when
+    the request is no valid upgrade (nothing sent)."""
+    key = hdrs.get("sec-websocket-key", "").encode()
+    if (hdrs.get("upgrade", "").lower() != "websocket" or not key or
+            hdrs.get("sec-websocket-version") != "13"):
+        return False
+    accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
+    s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    return True
+
+
 class CdsServer:
+    pong_payload = None  # None: a pong echoes the ping's payload
+
     def __init__(self, port=0, host="127.0.0.1"):
         self.host, self.port = host, port
         self.configs = {}   # "ns/name" -> JSON text
         self.conns = []
         self.requests = []  # request targets seen, in order
         self.pings = 0
+        self.ping_payloads = []
         self.pongs = []     # payloads of the pongs clients sent
         self.lock = threading.Lock()
         self.lsock = None
@@ -209,12 +225,8 @@ class CdsServer:
                 s.close()
 
     def _watch(self, s, sel, hdrs, rest):
-        key = hdrs.get("sec-websocket-key", "").encode()
-        if not key or hdrs.get("sec-websocket-version") != "13":
+        if not ws_upgrade(s, hdrs):
             return self._reply(s, 400, {"code": 400, "message": "bad WebSocket request"})
-        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
-        s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
         c = Conn(s, sel)
         with self.lock:
             self.conns.append(c)
@@ -246,7 +258,9 @@ class CdsServer:
                 if op == 0x9:
                     with self.lock:
                         self.pings += 1
-                    c.send(frame(0xA, payload))
+                        self.ping_payloads.append(payload)
+                    c.send(frame(0xA, payload if self.pong_payload is None
+                                 else self.pong_payload))
                 elif op == 0xA:
                     with self.lock:
                         self.pongs.append(payload)

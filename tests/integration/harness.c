@@ -219,6 +219,17 @@ int harness_stop_killed(struct harness *h, int kills)
 	return rc;
 }
 
+void harness_abort(struct harness *h)
+{
+	if (h->pid <= 0)
+		return;
+	fprintf(stderr, "harness: the test ended with turngated still running\n");
+	harness_print_tail(h);
+	kill(h->pid, SIGKILL);
+	waitpid(h->pid, NULL, 0);
+	h->pid = 0;
+}
+
 static void harness_free_clients(struct harness *h)
 {
 	for (size_t i = 0; i < h->n_clients; i++)
@@ -269,11 +280,7 @@ void harness_cleanup(struct harness *h)
 
 void harness_teardown_killed(struct harness *h, struct harness_echo *e)
 {
-	if (h->pid > 0) {
-		kill(h->pid, SIGKILL);
-		waitpid(h->pid, NULL, 0);
-		h->pid = 0;
-	}
+	harness_abort(h);
 	if (e != NULL)
 		harness_echo_stop(e);
 	harness_cleanup(h);

@@ -35,6 +35,11 @@ struct harness {
 /* Creates the temp directory. Returns 0 or -errno. */
 int harness_init(struct harness *h);
 
+/* For teardowns: when turngated still runs (the test failed before stopping it), prints
+ * the tail of its log, so the failure comes with the daemon's side of it, then kills and
+ * reaps it. Does nothing when the daemon was stopped. */
+void harness_abort(struct harness *h);
+
 /* n unopened TURN clients (fd -1) owned by h: their sockets are closed and their memory
  * freed by the next call or by harness_cleanup(), so a test whose assertion fails half
  * way (cmocka jumps out of it) leaks nothing. Aborts when out of memory. */
@@ -71,8 +76,8 @@ int harness_stop_killed(struct harness *h, int kills);
 /* Removes the temp directory and everything in it (after harness_stop). */
 void harness_cleanup(struct harness *h);
 
-/* A fixture's teardown after a test that may have failed half way: SIGKILLs the daemon if
- * it still runs, stops the echo peer (e may be NULL) and removes the directory. */
+/* A fixture's teardown after a test that may have failed half way: harness_abort(), then
+ * stops the echo peer (e may be NULL) and removes the directory. */
 void harness_teardown_killed(struct harness *h, struct harness_echo *e);
 
 /* 0 when the log file has no failure marker; else -1 and the offending line in why. */

@@ -126,22 +126,26 @@ long long hadmin_stat(const char *sock, const char *listener, const char *name)
 	return v;
 }
 
-int hadmin_owner_of(const char *sock, uint16_t port)
+int hadmin_owner_of(const char *sock, const char *transport, uint16_t port)
 {
 	json_t *r = hadmin_call(sock, "{\"cmd\":\"allocations\"}"), *a;
 	char want[32];
 	size_t i;
-	int owner = -1;
+	int owner = -1, matches = 0;
 
 	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
 	json_array_foreach(json_object_get(r, "allocations"), i, a) {
 		const char *client = json_string_value(json_object_get(a, "client"));
+		const char *t = json_string_value(json_object_get(a, "transport"));
 
-		if (client != NULL && strcmp(client, want) == 0)
+		if (client != NULL && t != NULL && strcmp(client, want) == 0 &&
+		    strcmp(t, transport) == 0) {
 			owner = (int)json_integer_value(json_object_get(a, "worker"));
+			matches++;
+		}
 	}
 	json_decref(r);
-	return owner;
+	return matches == 1 ? owner : -1;
 }
 
 int hadmin_worker_pid(const char *sock, int slot, double *uptime)

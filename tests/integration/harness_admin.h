@@ -25,8 +25,10 @@ long long hadmin_wait_status_int(const char *sock, const char *key, long long wa
  * counter. -1 on failure. */
 long long hadmin_stat(const char *sock, const char *listener, const char *name);
 
-/* Worker slot that owns the allocation whose client is 127.0.0.1:port, or -1. */
-int hadmin_owner_of(const char *sock, uint16_t port);
+/* Worker slot that owns the one allocation whose client is 127.0.0.1:port over transport
+ * ("udp", "tcp", "tls", "dtls"), or -1 when there is none or more than one. The transport
+ * is part of the key: a TCP client and a UDP client may have the same local port. */
+int hadmin_owner_of(const char *sock, const char *transport, uint16_t port);
 
 /* pid of the worker in slot while its state is "running", 0 while it is in any other
  * state (starting, dead, stopping: a respawn in progress), -1 when the query failed (no

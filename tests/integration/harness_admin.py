@@ -32,6 +32,30 @@ def check(cond, what):
         raise Failure(what)
 
 
+def wait_for(pred, what, timeout=30.0):
+    """Polls pred() until it returns something true (returned), else Failure after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise Failure("timed out waiting for " + what)
+
+
+def need_tool(name, package):
+    """Path of the program name. Missing: exit 77 (automake's skip) with the reason, or 1 in
+    CI (CI=true), where every tool must be installed (scripts/setup.sh)."""
+    import shutil
+    path = shutil.which(name)
+    if path is None:
+        ci = os.environ.get("CI") == "true"
+        print("%s: %s not installed (Debian package %s, scripts/setup.sh)%s"
+              % (os.path.basename(sys.argv[0]), name, package, "" if ci else ": skipped"))
+        sys.exit(1 if ci else 77)
+    return path
+
+
 def free_port():
     """A port free for both UDP and TCP on 127.0.0.1 (TURN-UDP and TURN-TCP may share it)."""
     for _ in range(50):

@@ -68,6 +68,14 @@ def answers(port):
     return stun_binding_udp(port, timeout=0.3, tries=1) is not None
 
 
+def stop_all(daemon, *servers):
+    """Stops the CDS servers (None: never started), then the daemon (exit status 0)."""
+    for s in servers:
+        if s is not None:
+            s.stop()
+    check(daemon.stop() == 0, "exit status")
+
+
 def generation(daemon):
     return daemon.admin({"cmd": "status"})["generation"]
 
@@ -145,10 +153,7 @@ def test_cds_watch(d):
         check("redialling" in daemon.stderr(), daemon.stderr())
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
     finally:
-        srv.stop()
-        if srv2 is not None:
-            srv2.stop()
-        check(daemon.stop() == 0, "exit status")
+        stop_all(daemon, srv, srv2)
 
 
 def test_cds_restart_keeps_allocations(d):

@@ -1,10 +1,15 @@
 """`turngated -c FILE -t`: exact output lines and exit statuses for valid and broken files."""
+import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATED, check, config_yaml, run_tests  # noqa: E402
+from harness_admin import (TURNGATED, Daemon, check, config_yaml, free_port,  # noqa: E402
+                           run_tests)
+
+CORPUS = os.path.join(os.environ.get("top_srcdir", "."), "tests", "conf", "stunner")
 
 
 def run_check(d, name, text, prefix=""):
@@ -63,6 +68,60 @@ def test_warning_only_is_ok(d):
     check(lines[1] == "configuration ok", lines)
 
 
+def test_stunner_corpus_live(d):
+    """Operator-rendered configs from the corpus, served by a running daemon with a pod's
+    $STUNNER_ADDR: `turngatectl config` shows the values stunnerd would use and `status`
+    counts the route to a cluster the operator could not render."""
+    with open(os.path.join(CORPUS, "operator-missing-backend.json")) as f:
+        conf = json.load(f)
+    with open(os.path.join(CORPUS, "edge-merge-keys.yaml")) as f:
+        merged = f.read()
+    port, hport = free_port(), free_port()
+    conf["admin"].update({"admin_socket": os.path.join(d, "admin.sock"), "workers": 1,
+                          "healthcheck_endpoint": "http://127.0.0.1:%d" % hport,
+                          "loglevel": "all:INFO,turn:WARN,bogus"})
+    conf["listeners"][0]["port"] = port
+    # Same JSON, as the CDS server sends it; the daemon gets the pod's address.
+    os.environ["STUNNER_ADDR"] = "127.0.0.1"
+    dm = Daemon(d, json.dumps(conf), workers=1)
+    try:
+        dm.start()
+        rc, out, err = dm.ctl("config")
+        check(rc == 0, (rc, out, err))
+        cfg = json.loads(out)
+        lst = cfg["listeners"][0]
+        check(lst["address"] == "127.0.0.1" and lst["port"] == port, lst)
+        check(lst["routes"] == ["testnamespace/udproute-no-backend",
+                                "testnamespace/udproute-ok"], lst)
+        check(cfg["admin"]["loglevel"] == "all:INFO,turn:WARN", cfg["admin"])
+        check(cfg["admin"]["name"] == "testnamespace/gateway-1", cfg["admin"])
+        check(cfg["clusters"][0]["endpoints"] == ["10.42.0.0/16:<5000-5010>", "10.96.0.10"],
+              cfg["clusters"])
+        st = dm.admin({"cmd": "status"})
+        check(st.get("unknown_routes") == 1, st)
+        with urllib.request.urlopen("http://127.0.0.1:%d/status" % hport, timeout=10) as r:
+            hs = json.loads(r.read())
+        check(hs.get("unknownRoutes") == 1, hs)
+        # A reload to the merge-key config: the second listener keeps the merged routes.
+        text = merged.replace("auth:", "admin: {admin_socket: %s, workers: 1, "
+                              "healthcheck_endpoint: \"http://127.0.0.1:%d\"}\nauth:"
+                              % (dm.sock, hport), 1)
+        text = text.replace("address: 10.0.0.7\n  port: 3478",
+                            "address: 127.0.0.1\n  port: %d" % port)
+        dm.write_config(text)
+        rc, out, err = dm.ctl("reload")
+        check(rc == 0, (rc, out, err))
+        rc, out, err = dm.ctl("config")
+        cfg = json.loads(out)
+        tcp = cfg["listeners"][1]
+        check(tcp["protocol"] == "TURN-TCP" and tcp["address"] == "127.0.0.1" and
+              tcp["port"] == port and tcp["routes"] == ["media"], tcp)
+        check(dm.admin({"cmd": "status"}).get("unknown_routes") == 0, "unknown_routes")
+    finally:
+        del os.environ["STUNNER_ADDR"]
+        dm.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_valid, test_every_problem_reported, test_syntax_and_missing,
-               test_warning_only_is_ok])
+               test_warning_only_is_ok, test_stunner_corpus_live])

@@ -11,17 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, Failure, binding_request,  # noqa: E402
-                           check, config_yaml, free_port, run_tests, stun_binding_udp)
-
-
-def wait_for(pred, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise Failure("timed out waiting for " + what)
+                           check, config_yaml, free_port, run_tests, stun_binding_udp, wait_for)
 
 
 def test_kill9_respawns(d):

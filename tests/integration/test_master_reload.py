@@ -8,19 +8,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, Failure, check, config_yaml,  # noqa: E402
+from harness_admin import (TURNGATECTL, Daemon, check, config_yaml,  # noqa: E402
                            free_port,
-                           run_tests, stun_binding_tcp, stun_binding_udp)
-
-
-def wait_for(pred, what, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise Failure("timed out waiting for " + what)
+                           run_tests, stun_binding_tcp, stun_binding_udp, wait_for)
 
 
 def test_sighup_invalid_keeps_running(d):

@@ -324,7 +324,7 @@ static void test_kill9_other_worker_keeps_relaying(void **state)
 		snprintf(user, sizeof(user), "k%d", n);
 		assert_int_equal(alloc_with(&c[n], 0, user), 0);
 		assert_int_equal(hturn_channel_bind(&c[n], CHAN, sa(&g.echo.addr)), 0);
-		owner[n] = hadmin_owner_of(g.h.sock, hturn_local_port(&c[n]));
+		owner[n] = hadmin_owner_of(g.h.sock, "udp", hturn_local_port(&c[n]));
 		assert_true(owner[n] == 0 || owner[n] == 1);
 		on1 += owner[n] == 1;
 		if (on1 > 0 && on1 < n + 1) {

@@ -372,8 +372,8 @@ static void test_crash_releases(void **state)
 	(void)state;
 	assert_int_equal(turn_client_allocate(t, NULL, NULL), 0);
 	assert_int_equal(turn_client_allocate(d, NULL, NULL), 0);
-	victim = hadmin_owner_of(g.h.sock, local_port(t));
-	owner_d = hadmin_owner_of(g.h.sock, local_port(d));
+	victim = hadmin_owner_of(g.h.sock, "tls", local_port(t));
+	owner_d = hadmin_owner_of(g.h.sock, "dtls", local_port(d));
 	assert_true(victim == 0 || victim == 1);
 	assert_true(owner_d == 0 || owner_d == 1);
 	drops = 1 + (owner_d == victim);

@@ -305,7 +305,7 @@ static void check_all_serving(long long since)
 	assert_int_equal(refreshed, N_ALLOCS);
 	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), N_ALLOCS);
 	for (int i = 0; i < N_ALLOCS; i++) {
-		int owner = hadmin_owner_of(g.h.sock, hturn_local_port(&g.c[i]));
+		int owner = hadmin_owner_of(g.h.sock, "udp", hturn_local_port(&g.c[i]));
 
 		assert_true(owner >= 0 && owner < (int)g.workers);
 	}

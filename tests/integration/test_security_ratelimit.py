@@ -65,11 +65,12 @@ def delta(after, before, key):
     return int(after.get(key, 0) - before.get(key, 0))
 
 
-def flood(port, srcs, total, stop, result):
+def flood(port, srcs, total, stop, result, rate=None):
     """Unauthenticated Allocates from the loopback addresses srcs (round robin), as fast as
-    the sockets take them, until `total` are sent or `stop` is set (when given); then
-    reads every answer until 1 s of quiet. Puts (sent, bytes sent, answers, bytes answered,
-    {error code: count}, t0, t_last) in result; times are time.monotonic()."""
+    the sockets take them (or paced at `rate` per second in 5 ms slices), until `total` are
+    sent or `stop` is set (when given); then reads every answer until 1 s of quiet. Puts
+    (sent, bytes sent, answers, bytes answered, {error code: count}, t0, t_last) in result;
+    times are time.monotonic()."""
     socks = []
     for ip in srcs:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -98,15 +99,18 @@ def flood(port, srcs, total, stop, result):
     t0 = time.monotonic()
     while sent < total and not (stop is not None and stop.is_set()) and \
             time.monotonic() - t0 < 60:
-        for j in range(64):
+        due = 64 if rate is None else min(64, int(rate * (time.monotonic() - t0)) + 1 - sent)
+        for j in range(due):
             m = msgs[(sent + j) % 64]
             try:
                 socks[(sent + j) % len(socks)].sendto(m, ("127.0.0.1", port))
                 sbytes += len(m)
             except OSError:
                 pass
-        sent += 64
+        sent += max(due, 0)
         drain()
+        if rate is not None and due < 64:
+            time.sleep(0.005)
     quiet = time.monotonic()
     while time.monotonic() - quiet < 1.0 and time.monotonic() - t0 < 90:
         n = answers

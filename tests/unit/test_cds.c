@@ -22,6 +22,20 @@ static void test_origin(void **state)
 	assert_false(cds_is_origin("/etc/turngate.yaml"));
 	assert_false(cds_is_origin("file:///x"));
 	assert_false(cds_is_origin(NULL));
+	/* stunnerd reads an origin without a scheme as http:// */
+	assert_true(cds_is_origin("10.0.0.1:13478"));
+	assert_true(cds_is_origin("cds.stunner-system.svc:13478"));
+	assert_false(cds_is_origin("turngate.yaml"));
+	assert_false(cds_is_origin("./a:1"));
+	assert_int_equal(cds_parse_origin("10.0.0.2:1", host, sizeof(host), port, sizeof(port)),
+			 0);
+	assert_string_equal(host, "10.0.0.2");
+	assert_string_equal(port, "1");
+	/* The operator's default origin, http://:13478: the local host. */
+	assert_int_equal(cds_parse_origin("http://:13478", host, sizeof(host), port,
+					  sizeof(port)), 0);
+	assert_string_equal(host, "");
+	assert_string_equal(port, "13478");
 	assert_int_equal(cds_parse_origin("http://10.0.0.1:13478", host, sizeof(host), port,
 					  sizeof(port)), 0);
 	assert_string_equal(host, "10.0.0.1");

@@ -152,9 +152,11 @@ static void test_round_trip(void **state)
 	assert_int_equal(lim->max_allocations, 77);
 	assert_int_equal(lim->nonce_lifetime, 99);
 	assert_int_equal(lim->unauth_rate, 7);
-	assert_int_equal(lim->unauth_burst, 40);
+	assert_int_equal(lim->unauth_burst, 100);
 	assert_int_equal(lim->unauth_prefix_v4, 24);
 	assert_int_equal(lim->unauth_prefix_v6, 48);
+	assert_int_equal(lim->unauth_trust_window, 3600);
+	assert_int_equal(lim->unauth_trust_credits, 1000);
 	assert_int_equal(lim->allocation_lifetime, 600);
 	assert_int_equal(lim->permission_lifetime, 300);
 	assert_int_equal(snap_nonce_key(s)[31], 31);

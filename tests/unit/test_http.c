@@ -438,6 +438,7 @@ static void test_status(void **state)
 	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "workers"),
 							    "running")), 2);
 	assert_string_equal(json_string_value(json_object_get(j, "lastReload")), "ok");
+	assert_int_equal(json_integer_value(json_object_get(j, "unknownRoutes")), 0);
 	assert_int_equal(json_array_size(json_object_get(j, "listeners")), 4);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "admin"),
 							      "name")), "ns1/gw1");

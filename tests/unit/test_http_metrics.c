@@ -282,11 +282,13 @@ static const char cfg_yaml[] =
 	"admin: {name: m}\n"
 	"auth: {type: ephemeral, credentials: {secret: s}}\n"
 	"listeners:\n"
-	"  - {name: udp, protocol: TURN-UDP, address: 127.0.0.1, port: 3478, routes: [pods, \"we\\\"ird\"]}\n"
+	"  - {name: udp, protocol: TURN-UDP, address: 127.0.0.1, port: 3478, routes: [pods, \"we\\\"ird\"],\n"
+	"     relay_port_min: 50000, relay_port_max: 50999}\n"
 	"  - {name: tcp, protocol: TURN-TCP, address: 127.0.0.1, port: 3479, routes: [pods]}\n"
 	"clusters:\n"
 	"  - {name: pods, type: STATIC, endpoints: [10.0.0.0/8]}\n"
-	"  - {name: \"we\\\"ird\", type: STATIC, endpoints: [10.1.0.0/16]}\n";
+	"  - {name: \"we\\\"ird\", type: STATIC, endpoints: [10.1.0.0/16]}\n"
+	"limits: {max_allocations: 100, total_quota: 40}\n";
 
 struct fx {
 	struct shm *shm;
@@ -299,7 +301,7 @@ struct fx {
 static int fx_setup(void **state)
 {
 	struct fx *fx = calloc(1, sizeof(*fx));
-	struct shm_config sc = { .n_slots = 3, .snap_count = 2, .snap_size = 4096, .alloc_cap = 0 };
+	struct shm_config sc = { .n_slots = 3, .snap_count = 2, .snap_size = 4096, .alloc_cap = 100 };
 	struct conf_diags d = { 0 };
 	struct snap_build_params p = { .generation = 7 };
 
@@ -425,6 +427,9 @@ static void test_render_values(void **state)
 		{ "stunner_cluster_bytes_total{name=\"we\\\"ird\",direction=\"rx\"}", 99 },
 		{ "stunner_cluster_bytes_total{name=\"pods\",direction=\"rx\"}", 0 },
 		{ "turngate_listener_allocations_active{name=\"udp\"}", 2 },
+		{ "turngate_listener_relay_ports{name=\"udp\"}", 1000 },
+		{ "turngate_listener_relay_ports{name=\"tcp\"}", 16384 },
+		{ "turngate_allocations_limit", 40 },
 		{ "turngate_auth_failures_total{reason=\"bad_mac\"}", 3 },
 		{ "turngate_auth_failures_total{reason=\"expired\"}", 4 },
 		{ "turngate_auth_failures_total{reason=\"missing\"}", 0 },
@@ -450,6 +455,7 @@ static void test_render_values(void **state)
 		{ "turngate_reloads_total{result=\"success\"}", 2 },
 		{ "turngate_reloads_total{result=\"failure\"}", 1 },
 		{ "turngate_config_generation", 7 },
+		{ "turngate_config_last_reload_successful", 0 },
 		{ "turngate_worker_restarts_total", 1 },
 		{ "turngate_draining", 0 },
 		{ "turngate_worker_packets_total{worker=\"0\",direction=\"rx\"}", 10 },
@@ -487,12 +493,15 @@ static void test_render_values(void **state)
 static void test_render_no_snap(void **state)
 {
 	struct fx *fx = *state;
-	struct http_master_stats ms = { .draining = true };
+	struct http_master_stats ms = { .draining = true, .last_reload_ok = true };
 	size_t len;
 	char *t = render(fx, NULL, &ms, &len);
 	assert_null(strstr(t, "stunner_listener_packets_total{"));
 	assert_non_null(strstr(t, "# TYPE stunner_listener_packets_total counter\n"));
 	assert_true(value_of(t, "turngate_draining") == 1);
+	assert_true(value_of(t, "turngate_config_last_reload_successful") == 1);
+	/* no snapshot: no total_quota to read, the table's size is the limit */
+	assert_true(value_of(t, "turngate_allocations_limit") == 100);
 	assert_null(strstr(t, "process_cpu_seconds_total"));  /* master stats invalid */
 	free(t);
 	struct http_buf b = HTTP_BUF_INIT;

@@ -49,7 +49,7 @@ static struct sockaddr_storage v6(const char *ip, uint16_t port)
 static struct wk_rl *rl_new(uint32_t rate, uint32_t burst, uint32_t p4, uint32_t p6)
 {
 	static struct wk_rl rl;	/* 32 KiB: not on the test's stack */
-	struct wk_rl_conf c = { rate, burst, p4, p6 };
+	struct wk_rl_conf c = { rate, burst, p4, p6, 0, 0 };
 
 	assert_int_equal(wk_rl_init(&rl, &c, test_key), 0);
 	return &rl;
@@ -164,7 +164,7 @@ static void test_prefix_configured(void **state)
 	(void)state;
 	assert_int_not_equal(wk_rl_bucket(rl, SA(a)), wk_rl_bucket(rl, SA(b)));
 	assert_int_equal(wk_rl_bucket(rl, SA(c)), wk_rl_bucket(rl, SA(d)));
-	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 1, 16, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 1, 16, 64, 0, 0 });
 	e = v4("10.1.200.1", 9);
 	assert_int_equal(wk_rl_bucket(rl, SA(a)), wk_rl_bucket(rl, SA(e)));
 	assert_int_not_equal(wk_rl_bucket(rl, SA(c)), wk_rl_bucket(rl, SA(d)));
@@ -214,9 +214,9 @@ static void test_disabled(void **state)
 	(void)state;
 	assert_int_equal(admit_n(rl, SA(a), T0, 100000), 100000);
 	/* Enabling on reload limits at once; disabling again lets everything through. */
-	wk_rl_set(rl, &(struct wk_rl_conf){ 5, 2, 24, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 5, 2, 24, 64, 0, 0 });
 	assert_int_equal(admit_n(rl, SA(a), T0, 10), 2);
-	wk_rl_set(rl, &(struct wk_rl_conf){ 0, 2, 24, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 0, 2, 24, 64, 0, 0 });
 	assert_int_equal(admit_n(rl, SA(a), T0, 10), 10);
 }
 
@@ -228,15 +228,54 @@ static void test_reload(void **state)
 
 	(void)state;
 	assert_int_equal(admit_n(rl, SA(a), T0, 10), 3);
-	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 3, 24, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 3, 24, 64, 0, 0 });
 	assert_false(wk_rl_admit(rl, SA(a), T0));
-	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 5, 24, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 5, 24, 64, 0, 0 });
 	assert_int_equal(admit_n(rl, SA(a), T0, 10), 5);
 	/* burst 0 is taken as 1, and re-applying it is no change */
-	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 0, 24, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 0, 24, 64, 0, 0 });
 	assert_int_equal(admit_n(rl, SA(a), T0, 10), 1);
-	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 0, 24, 64 });
+	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 0, 24, 64, 0, 0 });
 	assert_false(wk_rl_admit(rl, SA(a), T0));
+}
+
+/* The trust fields (limits.unauth_trust_*) ride along: changing them keeps the buckets. */
+static void test_reload_trust_keeps_buckets(void **state)
+{
+	struct wk_rl *rl = rl_new(1, 3, 24, 64);
+	struct sockaddr_storage a = v4("192.0.2.1", 1);
+
+	(void)state;
+	assert_int_equal(admit_n(rl, SA(a), T0, 10), 3);
+	wk_rl_set(rl, &(struct wk_rl_conf){ 1, 3, 24, 64, 600, 50 });
+	assert_false(wk_rl_admit(rl, SA(a), T0));
+	assert_int_equal(rl->conf.trust_window, 600);
+	assert_int_equal(rl->conf.trust_credits, 50);
+}
+
+/* The message both the buckets and the trust table hash: an IPv4-mapped address is its
+ * IPv4 address; a full-length prefix keeps every bit, a shorter one masks the rest. */
+static void test_prefix_msg(void **state)
+{
+	struct sockaddr_storage a = v4("192.0.2.1", 1), b = v4("192.0.2.2", 9);
+	struct sockaddr_storage m = v6("::ffff:192.0.2.1", 7), c = v6("2001:db8::1", 1);
+	struct sockaddr_storage e = v6("2001:db8::2", 1);
+	uint8_t x[WK_RL_MSG_MAX], y[WK_RL_MSG_MAX];
+
+	(void)state;
+	assert_int_equal(wk_rl_prefix_msg(SA(a), 32, 128, x), 6);
+	assert_int_equal(wk_rl_prefix_msg(SA(m), 32, 128, y), 6);
+	assert_memory_equal(x, y, 6);
+	wk_rl_prefix_msg(SA(b), 32, 128, y);
+	assert_memory_not_equal(x, y, 6);
+	wk_rl_prefix_msg(SA(a), 24, 64, x);
+	wk_rl_prefix_msg(SA(b), 24, 64, y);
+	assert_memory_equal(x, y, 6);
+	assert_int_equal(wk_rl_prefix_msg(SA(c), 32, 128, x), 18);
+	wk_rl_prefix_msg(SA(e), 32, 128, y);
+	assert_memory_not_equal(x, y, 18);
+	wk_rl_prefix_msg(SA(c), 32, 200, x);	/* taken as 128 */
+	assert_int_equal(x[1], 128);
 }
 
 /* State is the fixed table: a million distinct sources touch at most WK_RL_BUCKETS
@@ -273,7 +312,7 @@ static void test_bounded_table(void **state)
 static void test_keyed(void **state)
 {
 	static struct wk_rl r1, r2;
-	struct wk_rl_conf c = { 1, 1, 24, 64 };
+	struct wk_rl_conf c = { 1, 1, 24, 64, 0, 0 };
 	uint8_t k2[WK_RL_KEY_LEN];
 	unsigned same = 0;
 	char ip[32];
@@ -325,6 +364,8 @@ int main(void)
 		cmocka_unit_test(test_distinct_independent),
 		cmocka_unit_test(test_disabled),
 		cmocka_unit_test(test_reload),
+		cmocka_unit_test(test_reload_trust_keeps_buckets),
+		cmocka_unit_test(test_prefix_msg),
 		cmocka_unit_test(test_bounded_table),
 		cmocka_unit_test(test_keyed),
 		cmocka_unit_test(test_uninitialised_refuses),
