@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +66,30 @@ static int dir_check(const char *dir, struct shm_takeover *t)
 	return 0;
 }
 
+/* The lock must be the last thing a dying process of the daemon lets go of: a successor
+ * that gets it binds the same listener and relay ports at once. The kernel closes a
+ * dying process's descriptors in ascending order, and hands out the lowest free number,
+ * so the lock moves to the highest number the process may have (capped: a bigger table
+ * costs memory in every process); sockets always get lower ones unless the process uses
+ * more than that many. On failure the lock stays where it is. */
+static int fd_move_high(int fd)
+{
+	struct rlimit rl;
+	long top = 65535;
+	int hi;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long)rl.rlim_cur - 1 < top)
+		top = (long)rl.rlim_cur - 1;
+	if (top <= fd)
+		return fd;
+	hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)top);
+	if (hi < 0)
+		return fd;
+	close(fd);	/* the lock belongs to the open file, which hi still refers to */
+	return hi;
+}
+
 /* Waits for the instance lock; the returned fd holds it. */
 static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
 {
@@ -78,7 +103,7 @@ static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
 	}
 	for (unsigned waited = 0;; waited += LOCK_POLL_US / 1000) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-			return fd;
+			return fd_move_high(fd);
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			break;
 		if (waited >= wait_ms) {

@@ -487,7 +487,8 @@ static void test_files(void **state)
 	assert_int_equal(t.verdict, SHM_STATE_NONE);
 	assert_int_equal(stat(path("inst.state"), &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0600);
-	assert_true(shm_lock_fd(a) >= 0);
+	/* the highest descriptor: a dying process closes it last (shm/state.c) */
+	assert_true(shm_lock_fd(a) > 100);
 	rec_add(a, 1, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
 	/* the lock: a second instance is refused while the first lives */
 	assert_int_equal(open_state(tmpdir, &b, &t), -EBUSY);
