@@ -182,6 +182,9 @@ struct conf_admin {
 	char *healthcheck_endpoint;  /* default "http://:8086"; "" = off */
 	uint32_t workers;            /* ours; 0 = one per CPU (default) */
 	char *admin_socket;          /* ours; default "/run/turngate/admin.sock" */
+	char *state_dir;             /* ours; directory of the state file NAME.state that keeps
+				      * the allocation table across restarts. NULL (unset): the
+				      * admin socket's directory, else /run/turngate; "": none */
 	uint32_t admin_socket_mode;  /* ours; default 0600 */
 	enum conf_log_format log_format; /* ours; default text */
 	uint16_t relay_port_min, relay_port_max; /* ours; default 49152..65535 */

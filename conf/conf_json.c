@@ -109,6 +109,7 @@ static json_t *admin_json(const struct conf *c)
 	set_i(o, "workers", a->workers);
 	set_s(o, "admin_socket", a->admin_socket);
 	set_i(o, "admin_socket_mode", a->admin_socket_mode);
+	set_s(o, "state_dir", a->state_dir);
 	set_s(o, "log_format", a->log_format == CONF_LOG_JSON ? "json" : "text");
 	set_i(o, "relay_port_min", a->relay_port_min);
 	set_i(o, "relay_port_max", a->relay_port_max);

@@ -250,6 +250,7 @@ void conf_free(struct conf *c)
 	free(c->admin.metrics_endpoint);
 	free(c->admin.healthcheck_endpoint);
 	free(c->admin.admin_socket);
+	free(c->admin.state_dir);
 	free(c->admin.alternate_server);
 	free(c->admin.credential_api_endpoint);
 	conf_wipe_free(c->admin.credential_api_token);

@@ -138,6 +138,10 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 		set_u32(p, v, path, 0, 255, &a->workers); /* SHM_MAX_SLOTS worker slots */
 	} else if (strcasecmp(key, "admin_socket") == 0) {
 		set_str(p, v, path, &a->admin_socket);
+	} else if (strcasecmp(key, "state_dir") == 0) {
+		set_str(p, v, path, &a->state_dir);
+		if (a->state_dir && a->state_dir[0] != '\0' && a->state_dir[0] != '/')
+			pctx_error(p, v, path, "'%s' is not an absolute path", a->state_dir);
 	} else if (strcasecmp(key, "admin_socket_mode") == 0) {
 		if (!pctx_is_null(v))
 			parse_mode(p, v, path, &a->admin_socket_mode);

@@ -34,7 +34,7 @@ static void print_lines(json_t *arr, const char *prefix, FILE *out)
 static void print_status(json_t *r, FILE *out)
 {
 	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
-	json_t *ls = json_object_get(r, "listeners"), *l;
+	json_t *ls = json_object_get(r, "listeners"), *l, *st = json_object_get(r, "state");
 	size_t i;
 
 	fprintf(out, "version:        %s (pid %lld)\n", str_of(r, "version"), int_of(r, "pid"));
@@ -49,6 +49,11 @@ static void print_status(json_t *r, FILE *out)
 	fprintf(out, "allocations:    %lld\n", int_of(r, "allocations"));
 	fprintf(out, "draining:       %s\n",
 		json_is_true(json_object_get(r, "draining")) ? "yes" : "no");
+	if (json_is_string(json_object_get(st, "file")))
+		fprintf(out, "state file:     %s (%lld allocations taken over at start)\n",
+			str_of(st, "file"), int_of(st, "taken_over"));
+	else if (st != NULL)
+		fprintf(out, "state file:     none (the table ends with the daemon)\n");
 	json_array_foreach(ls, i, l)
 		fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"), str_of(l, "protocol"),
 			str_of(l, "address"));

@@ -351,9 +351,9 @@ static void render_global(struct mctx *m)
 	single(m, "turngate_allocations_ended_total", "Allocations ended (expired, deleted, dropped).",
 	       SHM_CTR_ALLOCS_ENDED);
 	single(m, "turngate_allocations_adopted_total",
-	       "Allocations re-adopted by a respawned worker.", SHM_CTR_ALLOCS_ADOPTED);
+	       "Allocations re-adopted by a respawned worker or by a start that took the state file over.", SHM_CTR_ALLOCS_ADOPTED);
 	single(m, "turngate_allocations_dropped_total",
-	       "Allocations dropped at adoption after a worker restart.", SHM_CTR_ALLOCS_DROPPED);
+	       "Allocations dropped at adoption after a worker restart or at a take-over (torn, TCP/TLS/DTLS, expired, over capacity).", SHM_CTR_ALLOCS_DROPPED);
 	single(m, "turngate_stun_binding_requests_total", "STUN Binding requests answered.",
 	       SHM_CTR_STUN_BINDING);
 	single(m, "turngate_tls_handshakes_total",

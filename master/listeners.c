@@ -156,6 +156,9 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
 			pin_port(fd, &ss);
 		out->fds[i] = fd;
 	}
+	/* TURN-UDP only: DTLS and stream clients keep no state across a restart. */
+	if (l->protocol == CONF_PROTO_TURN_UDP)
+		steer_attach(out->fds[0], ss.ss_family, n_slots, l->name);
 	addr_text(&ss, text, sizeof(text));
 	out->bind_text = strdup(text);
 	out->port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)

@@ -43,7 +43,8 @@ static void usage(FILE *out)
 		"      --udp-thread-num=N  alias of --workers (stunnerd)\n"
 		"  -h, --help           this help\n"
 		"  -v, --version        print the version\n"
-		"Signals: HUP reloads, TERM drains then exits, a second TERM or INT stops now.\n");
+		"Signals: HUP reloads, TERM drains then exits, a second TERM, INT or QUIT stops\n"
+		"now; what is still open stays in the state file for the next start.\n");
 }
 
 struct opts {
@@ -148,6 +149,11 @@ static void begin_stop(struct master *m, bool immediate)
 	if (m->stopping && !immediate)
 		return;
 	log_info("master", immediate ? "stopping now" : "stopping workers");
+	/* Workers leave what is still open in the table (worker.c): the next start takes
+	 * it over from the state file. */
+	log_info("master", "%u allocations stay in %s", master_alloc_count(m),
+		 m->state_path != NULL ? m->state_path
+				       : "memory and end with the daemon (no state file)");
 	notify_stopping();
 	supervise_stop_all(m, immediate);
 	m->stop_deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
@@ -208,7 +214,7 @@ static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (m->exiting || s->signum == SIGINT) {
+	if (m->exiting || s->signum == SIGINT || s->signum == SIGQUIT) {
 		begin_stop(m, true);
 	} else {
 		m->exiting = true;
@@ -259,10 +265,7 @@ static int create_shm(struct master *m)
 	/* Room for the config to grow fourfold by reloads (users, listeners, certificates). */
 	sc.snap_size = len * 4 < SNAP_MIN_SIZE ? SNAP_MIN_SIZE : (uint32_t)(len * 4);
 	sc.alloc_cap = m->cfg->limits.max_allocations;
-	rc = shm_create(&sc, "turngate", &m->shm);
-	if (rc < 0)
-		log_error("master", "cannot create shared memory: %s", strerror(-rc));
-	return rc;
+	return state_segment_open(m, &sc);
 }
 
 /* A live socket at the path means another turngated runs with this config: starting a
@@ -295,7 +298,9 @@ static void start_watchers(struct master *m)
 	ev_signal_init(&m->sighup_w, sighup_cb, SIGHUP);
 	ev_signal_init(&m->sigterm_w, sigterm_cb, SIGTERM);
 	ev_signal_init(&m->sigint_w, sigterm_cb, SIGINT);
-	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m;
+	ev_signal_init(&m->sigquit_w, sigterm_cb, SIGQUIT);
+	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m->sigquit_w.data = m;
+	ev_signal_start(m->loop, &m->sigquit_w);
 	ev_signal_start(m->loop, &m->sighup_w);
 	ev_signal_start(m->loop, &m->sigterm_w);
 	ev_signal_start(m->loop, &m->sigint_w);
@@ -324,6 +329,7 @@ static void master_free(struct master *m)
 	free(m->listeners);
 	if (m->shm != NULL)
 		shm_destroy(m->shm);
+	free(m->state_path);
 	conf_free(m->cfg);
 	reload_result_clear(&m->last_reload);
 	snap_blob_free(m->snap_blob, m->snap_len);
@@ -335,6 +341,7 @@ static void master_free(struct master *m)
 	ev_signal_stop(m->loop, &m->sighup_w);
 	ev_signal_stop(m->loop, &m->sigterm_w);
 	ev_signal_stop(m->loop, &m->sigint_w);
+	ev_signal_stop(m->loop, &m->sigquit_w);
 }
 
 static int master_start(struct master *m)

@@ -19,6 +19,7 @@
 #include "conf/conf.h"
 
 struct shm;
+struct shm_config;
 struct admin;
 
 #define MASTER_MAGIC 0x4d535452u /* "MSTR" */
@@ -88,6 +89,8 @@ struct master {
 
 	/* shared memory and workers */
 	struct shm *shm;
+	char *state_path;         /* the state file, NULL when the table lives in memory */
+	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
 	struct mworker *workers;  /* n_slots entries */
 	ev_child child_w;
@@ -105,7 +108,7 @@ struct master {
 	bool publish_pending;     /* a snapshot waits for a free arena slot */
 	int exit_code;
 
-	ev_signal sighup_w, sigterm_w, sigint_w;
+	ev_signal sighup_w, sigterm_w, sigint_w, sigquit_w;
 	ev_timer tick_w;          /* reclaim, pings, drain progress */
 	unsigned long tick_count;
 	ev_timer watchdog_w;
@@ -130,6 +133,11 @@ struct master {
  * bound datagram socket; TURN-TCP and TURN-TLS: listening stream socket). Returns 0 and
  * fills *out, or -errno after logging (nothing left open). */
 int listener_open(const struct conf_listener *l, unsigned n_slots, struct mlistener *out);
+
+/* Attaches the steering program (master/steer.c) to the reuseport group of fd, a bound
+ * UDP socket of the given family whose group has n_slots sockets in slot order: each
+ * datagram goes to slot shm_steer_slot(source). Returns 0 or -errno (logged). */
+int steer_attach(int fd, int family, unsigned n_slots, const char *name);
 
 /* Closes every socket and frees the strings. Accepts NULL / a zeroed struct. */
 void listener_close(struct mlistener *l);
@@ -186,6 +194,15 @@ void reload_result_clear(struct reload_result *r);
 
 /* Starts (on=true) or ends the refusal of new allocations (IPC_DRAIN to every worker). */
 void master_set_drain(struct master *m, bool on);
+
+/* ---- state file (master/state.c) ------------------------------------------------- */
+
+/* Creates m->shm of geometry sc: in the instance's state file under admin.state_dir,
+ * taking over the allocation table an earlier run left there (or refusing it, logged),
+ * or in memory when admin.state_dir is "" or unusable (logged). m->nonce_key is replaced
+ * by the taken-over one, else stored in the segment. Before any fork.
+ * Returns 0, -EBUSY (another daemon holds the state file: fatal), or -errno. */
+int state_segment_open(struct master *m, const struct shm_config *sc);
 
 /* ---- systemd notification (master/notify.c) ------------------------------------- */
 

@@ -226,6 +226,8 @@ static void warn_restart_only(struct master *m, const struct conf *nc)
 
 	if (oc->admin.workers != nc->admin.workers && m->workers_cli == 0)
 		log_warn("master", "admin.workers changed: takes effect at the next restart");
+	if (!str_eq(oc->admin.state_dir, nc->admin.state_dir))
+		log_warn("master", "admin.state_dir changed: takes effect at the next restart");
 	if (oc->limits.max_allocations != nc->limits.max_allocations)
 		log_warn("master", "max_allocations changed: the table size changes at the next "
 				   "restart");

@@ -81,7 +81,7 @@ static void close_all_but(int *keep, size_t n)
 static void reset_signals_in_child(void)
 {
 	sigset_t none;
-	int sigs[] = { SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2 };
+	int sigs[] = { SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2 };
 
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		signal(sigs[i], SIG_DFL);
@@ -104,7 +104,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd,
 		.listeners = wl,
 		.n_listeners = n_wl,
 	};
-	int keep[SHM_MAX_LISTENERS + 2];
+	int keep[SHM_MAX_LISTENERS + 3];
 	size_t nk = 0;
 	char name[32];
 
@@ -114,6 +114,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd,
 	ev_signal_stop(m->loop, &m->sighup_w);
 	ev_signal_stop(m->loop, &m->sigterm_w);
 	ev_signal_stop(m->loop, &m->sigint_w);
+	ev_signal_stop(m->loop, &m->sigquit_w);
 	reset_signals_in_child();
 	/* Own process group: a terminal's ^C or a group-wide SIGTERM reaches the master only,
 	 * which then drains and stops the workers in order. */
@@ -124,6 +125,9 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd,
 		_exit(1);
 	keep[nk++] = ctl_fd;
 	keep[nk++] = shm_fd(m->shm);
+	/* The state file lock: held until the last process of this daemon is gone. */
+	if (shm_lock_fd(m->shm) >= 0)
+		keep[nk++] = shm_lock_fd(m->shm);
 	for (size_t i = 0; i < n_wl && nk < sizeof(keep) / sizeof(keep[0]); i++)
 		keep[nk++] = wl[i].fd;
 	close_all_but(keep, nk);
@@ -324,6 +328,9 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	w->pid = 0;
 	if (m->stopping) {
 		w->state = MW_STOPPED;
+		/* The last one: exit now rather than at the next tick (a restart waits for it). */
+		if (supervise_all_down(m))
+			ev_break(loop, EVBREAK_ALL);
 		return;
 	}
 	w->state = MW_DEAD;

@@ -1,5 +1,5 @@
-/* Shared segment lifecycle: sealed memfd creation, geometry, read-only attach with full
- * validation, layout fingerprint. */
+/* Shared segment lifecycle: creation (sealed memfd, or a state file's fd), geometry and
+ * region table, read-only attach with full validation, layout fingerprints. */
 #include "config.h"
 
 #include <errno.h>
@@ -59,16 +59,12 @@ static uint64_t fnv_mix(uint64_t h, uint64_t v)
 }
 
 #define LH(h, v) ((h) = fnv_mix((h), (uint64_t)(v)))
+#define FNV_BASIS UINT64_C(0xcbf29ce484222325)
 
-uint64_t shm_layout_hash(void)
+static uint64_t format_slots(void)
 {
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	uint64_t h = FNV_BASIS;
 
-	LH(h, SHM_LAYOUT_VERSION);
-	LH(h, sizeof(struct shm_hdr));
-	LH(h, offsetof(struct shm_hdr, generation));
-	LH(h, offsetof(struct shm_hdr, epoch));
-	LH(h, offsetof(struct shm_hdr, cur_snap));
 	LH(h, sizeof(struct shm_slot));
 	LH(h, offsetof(struct shm_slot, pid));
 	LH(h, offsetof(struct shm_slot, alloc_hint));
@@ -79,31 +75,138 @@ uint64_t shm_layout_hash(void)
 	LH(h, SHM_CCTR__COUNT);
 	LH(h, SHM_MAX_LISTENERS);
 	LH(h, SHM_MAX_CLUSTERS);
+	LH(h, SHM_LIFE_BUCKETS);
+	return h;
+}
+
+static uint64_t format_snaps(void)
+{
+	uint64_t h = FNV_BASIS;
+
 	LH(h, sizeof(struct shm_snap_hdr));
 	LH(h, offsetof(struct shm_snap_hdr, retire_token));
 	LH(h, offsetof(struct shm_snap_hdr, payload));
+	return h;
+}
+
+/* The record format: what a take-over copies from an earlier run's file. */
+static uint64_t format_allocs(void)
+{
+	uint64_t h = FNV_BASIS;
+
 	LH(h, sizeof(struct shm_alloc));
+	LH(h, offsetof(struct shm_alloc, owner));
+	LH(h, offsetof(struct shm_alloc, listener_idx));
 	LH(h, offsetof(struct shm_alloc, client));
+	LH(h, offsetof(struct shm_alloc, server));
+	LH(h, offsetof(struct shm_alloc, relay));
+	LH(h, offsetof(struct shm_alloc, relay2));
 	LH(h, offsetof(struct shm_alloc, created_ns));
+	LH(h, offsetof(struct shm_alloc, cred_expiry));
+	LH(h, offsetof(struct shm_alloc, txid));
 	LH(h, offsetof(struct shm_alloc, username));
+	LH(h, offsetof(struct shm_alloc, realm));
 	LH(h, offsetof(struct shm_alloc, key));
 	LH(h, offsetof(struct shm_alloc, perms));
 	LH(h, offsetof(struct shm_alloc, chans));
 	LH(h, offsetof(struct shm_alloc, ctr));
 	LH(h, sizeof(struct shm_addr));
+	LH(h, offsetof(struct shm_addr, port));
 	LH(h, sizeof(struct shm_perm));
 	LH(h, sizeof(struct shm_chan));
+	LH(h, offsetof(struct shm_chan, number));
 	LH(h, offsetof(struct shm_chan, expires_ns));
-	LH(h, offsetof(struct shm_hdr, off_trust));
+	LH(h, SHM_ALLOC_MAX_PERMS);
+	LH(h, SHM_ALLOC_MAX_CHANS);
+	LH(h, SHM_ALLOC_USER_MAX);
+	LH(h, SHM_ALLOC_REALM_MAX);
+	LH(h, SHM_ALLOC_KEY_MAX);
+	LH(h, SHM_ACTR__COUNT);
+	return h;
+}
+
+static uint64_t format_trust(void)
+{
+	uint64_t h = FNV_BASIS;
+
 	LH(h, sizeof(struct shm_trust_hdr));
 	LH(h, offsetof(struct shm_trust_hdr, entries));
 	LH(h, sizeof(struct shm_trust_ent));
 	LH(h, SHM_TRUST_SETS);
 	LH(h, SHM_TRUST_WAYS);
+	LH(h, SHM_TRUST_VERSION);
 	return h;
 }
 
-static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const struct shm_geom *g)
+uint64_t shm_region_format(uint32_t id)
+{
+	switch (id) {
+	case SHM_REGION_SLOTS: return format_slots();
+	case SHM_REGION_SNAPS: return format_snaps();
+	case SHM_REGION_ALLOCS: return format_allocs();
+	case SHM_REGION_TRUST: return format_trust();
+	}
+	return 0;
+}
+
+uint64_t shm_layout_hash(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, SHM_LAYOUT_VERSION);
+	LH(h, sizeof(struct shm_hdr));
+	LH(h, offsetof(struct shm_hdr, off_trust));
+	LH(h, offsetof(struct shm_hdr, regions));
+	LH(h, offsetof(struct shm_hdr, hdr_check));
+	LH(h, offsetof(struct shm_hdr, generation));
+	LH(h, offsetof(struct shm_hdr, epoch));
+	LH(h, offsetof(struct shm_hdr, cur_snap));
+	LH(h, format_slots());
+	LH(h, format_snaps());
+	LH(h, format_allocs());
+	LH(h, format_trust());
+	return h;
+}
+
+void shm_boot_id(char out[SHM_BOOT_ID_LEN])
+{
+	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	ssize_t n = -1;
+
+	memset(out, 0, SHM_BOOT_ID_LEN);
+	if (fd >= 0) {
+		n = read(fd, out, SHM_BOOT_ID_LEN - 1);
+		close(fd);
+	}
+	if (n <= 0) {
+		memset(out, 0, SHM_BOOT_ID_LEN);
+		return;
+	}
+	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\0'))
+		out[--n] = '\0';
+}
+
+static void hdr_region(struct shm_hdr *h, uint32_t id, uint32_t count, uint64_t off,
+		       uint64_t stride)
+{
+	struct shm_region *r = &h->regions[h->n_regions++];
+
+	r->id = id;
+	r->count = count;
+	r->off = off;
+	r->stride = stride;
+	r->format = shm_region_format(id);
+}
+
+uint64_t shm_hdr_checksum(const struct shm_hdr *h)
+{
+	/* From the field after the magic: the magic is stored last (see hdr_init). */
+	return shm_checksum(&h->layout_version, offsetof(struct shm_hdr, hdr_check) -
+						offsetof(struct shm_hdr, layout_version));
+}
+
+static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg,
+		     const struct shm_geom *g)
 {
 	h->layout_version = SHM_LAYOUT_VERSION;
 	h->hdr_size = sizeof(*h);
@@ -121,12 +224,43 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const stru
 	h->alloc_stride = g->alloc_stride;
 	h->off_trust = g->off_trust;
 	h->trust_size = g->trust_size;
+	shm_boot_id(h->boot_id);
+	hdr_region(h, SHM_REGION_SLOTS, cfg->n_slots, g->off_slots, g->slot_stride);
+	hdr_region(h, SHM_REGION_SNAPS, cfg->snap_count, g->off_snaps, g->snap_stride);
+	hdr_region(h, SHM_REGION_ALLOCS, cfg->alloc_cap, g->off_allocs, g->alloc_stride);
+	hdr_region(h, SHM_REGION_TRUST, 1, g->off_trust, g->trust_size);
+	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
 	h->cur_snap = 0;
 	/* magic last: a reader that sees it sees an initialised header */
 	cmm_smp_wmb();
 	CMM_STORE_SHARED(h->magic, SHM_MAGIC);
+}
+
+int shm_nonce_key_set(struct shm *shm, const uint8_t key[SHM_NONCE_KEY_LEN])
+{
+	struct shm_hdr *h;
+
+	shm_check_handle(shm);
+	if (shm->ro)
+		return -EROFS;
+	h = shm_hdr(shm);
+	memcpy(h->nonce_key, key, SHM_NONCE_KEY_LEN);
+	h->hdr_check = shm_hdr_checksum(h);
+	return 0;
+}
+
+void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN])
+{
+	shm_check_handle(shm);
+	memcpy(key, shm_hdr(shm)->nonce_key, SHM_NONCE_KEY_LEN);
+}
+
+int shm_lock_fd(const struct shm *shm)
+{
+	shm_check_handle(shm);
+	return shm->lock_fd;
 }
 
 static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_config *cfg,
@@ -149,61 +283,69 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->off_allocs = g->off_allocs;
 	shm->alloc_stride = g->alloc_stride;
 	shm->off_trust = g->off_trust;
+	shm->lock_fd = -1;
 	return shm;
 }
 
-/* ftruncate + fallocate + seals; a missing fallocate on the backing fs is tolerated
- * (memfd is tmpfs, which has it; the fallback only loses the early ENOSPC). */
-static int memfd_size_and_seal(int fd, uint64_t size)
+/* ftruncate + fallocate (+ seals for a memfd); a missing fallocate on the backing fs is
+ * tolerated (memfd and the state directory's tmpfs have it; the fallback only loses the
+ * early ENOSPC). A regular file cannot be sealed: only the daemon's user may write it. */
+static int fd_size(int fd, uint64_t size, bool memfd)
 {
 	if (ftruncate(fd, (off_t)size) < 0)
 		return -errno;
 	if (fallocate(fd, 0, 0, (off_t)size) < 0 && errno != EOPNOTSUPP)
 		return -errno;
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+	if (memfd && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		return -errno;
+	return 0;
+}
+
+int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **out)
+{
+	struct shm_geom g;
+	struct shm *shm;
+	void *base;
+	int rc;
+
+	if (out == NULL || fd < 0 || shm_config_check(cfg) < 0)
+		return -EINVAL;
+	shm_geom_compute(cfg, &g);
+	if (g.size > SIZE_MAX)
+		return -ENOMEM;
+	rc = fd_size(fd, g.size, memfd);
+	if (rc < 0)
+		return rc;
+	base = mmap(NULL, (size_t)g.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	rc = shm_trust_init((struct shm_trust_hdr *)((uint8_t *)base + g.off_trust));
+	if (rc < 0) {
+		munmap(base, (size_t)g.size);
+		return rc;
+	}
+	hdr_init(base, cfg, &g);
+	shm = handle_new(fd, false, base, cfg, &g);
+	if (shm == NULL) {
+		munmap(base, (size_t)g.size);
+		return -ENOMEM;
+	}
+	*out = shm;
 	return 0;
 }
 
 int shm_create(const struct shm_config *cfg, const char *name, struct shm **out)
 {
-	struct shm_geom g;
-	struct shm *shm = NULL;
-	void *base = MAP_FAILED;
-	int fd = -1;
-	int rc;
+	int fd, rc;
 
-	if (out == NULL || (rc = shm_config_check(cfg)) < 0)
+	if (out == NULL || shm_config_check(cfg) < 0)
 		return -EINVAL;
-	shm_geom_compute(cfg, &g);
-	if (g.size > SIZE_MAX)
-		return -ENOMEM;
 	fd = memfd_create(name != NULL ? name : "turngate-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	rc = memfd_size_and_seal(fd, g.size);
+	rc = shm_init_fd(fd, true, cfg, out);
 	if (rc < 0)
-		goto fail;
-	base = mmap(NULL, (size_t)g.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (base == MAP_FAILED) {
-		rc = -errno;
-		goto fail;
-	}
-	rc = shm_trust_init((struct shm_trust_hdr *)((uint8_t *)base + g.off_trust));
-	if (rc < 0)
-		goto fail;
-	hdr_init(base, cfg, &g);
-	shm = handle_new(fd, false, base, cfg, &g);
-	if (shm == NULL) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	*out = shm;
-	return 0;
-fail:
-	if (base != MAP_FAILED)
-		munmap(base, (size_t)g.size);
-	close(fd);
+		close(fd);
 	return rc;
 }
 
@@ -229,6 +371,10 @@ static int hdr_validate(const struct shm_hdr *h, uint64_t file_size, struct shm_
 	    h->off_allocs != g->off_allocs || h->alloc_stride != g->alloc_stride ||
 	    h->off_trust != g->off_trust || h->trust_size != g->trust_size)
 		return -EINVAL;
+	/* Last, so that inconsistent geometry reads as -EINVAL: the fields after it are
+	 * covered too (boot id, nonce key, region table). */
+	if (h->hdr_check != shm_hdr_checksum(h))
+		return -EBADMSG;
 	return 0;
 }
 
@@ -290,6 +436,8 @@ void shm_destroy(struct shm *shm)
 	shm_check_handle(shm);
 	munmap(shm->base, shm->size);
 	close(shm->fd);
+	if (shm->lock_fd >= 0)
+		close(shm->lock_fd);
 	shm->magic = 0;
 	free(shm);
 }

@@ -53,6 +53,7 @@ struct shm;
 #define SHM_MAX_ALLOCS (1u << 24)
 #define SHM_MAX_LISTENERS 64u
 #define SHM_MAX_CLUSTERS 64u
+#define SHM_NONCE_KEY_LEN 32u
 
 /* Byte pattern written over a reclaimed snapshot slot, so a reader that (wrongly) still
  * uses it sees garbage that checksums and magic checks catch. */
@@ -92,8 +93,19 @@ void shm_get_config(const struct shm *shm, struct shm_config *out);
 size_t shm_size(const struct shm *shm);
 
 /* Fingerprint of every shared struct's size and field offsets in this build; two binaries
- * may share a segment only if their hashes match (exec upgrade, tools). */
+ * may share a segment only if their hashes match (exec upgrade, tools). A take-over of a
+ * state file (shm/shm_state.h) checks the allocation records' format only. */
 uint64_t shm_layout_hash(void);
+
+/* Master, before any fork: the nonce key stored in the header (what a state file carries
+ * across restarts, so clients' nonces stay valid). set returns 0 or -EROFS. */
+int shm_nonce_key_set(struct shm *shm, const uint8_t key[SHM_NONCE_KEY_LEN]);
+void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN]);
+
+/* The state file lock a file-backed segment holds (shm/shm_state.h), or -1. Every process
+ * of the daemon keeps it open (workers inherit it), so a successor knows when the last
+ * one is gone. Owned by the handle. */
+int shm_lock_fd(const struct shm *shm);
 
 /* ---- worker slots -------------------------------------------------------------- */
 

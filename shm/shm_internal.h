@@ -19,16 +19,42 @@
 static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 
 #define SHM_MAGIC UINT64_C(0x314d48534754554e)   /* "NUTGSHM1" read little-endian */
-#define SHM_LAYOUT_VERSION 2u                    /* 2: the trust region */
+/* Version of the header prefix below and of the region table's meaning (3: the region
+ * table; 2 was the trust region's first layout). A new region or a changed record is not
+ * a version change: it shows in the region table and in the regions' format fingerprints
+ * (shm_region_format), which a take-over checks. */
+#define SHM_LAYOUT_VERSION 3u
 #define SHM_CL 128u                              /* = CAA_CACHE_LINE_SIZE on x86-64 */
 #define SHM_HANDLE_MAGIC 0x53484d48u             /* process-local handle check */
 #define SHM_SNAP_MAGIC 0x534e4150u               /* in a LIVE or RETIRED snapshot header */
 #define SHM_ALLOC_STRIDE_ALIGN 64u
+#define SHM_MAX_REGIONS 8u
+#define SHM_BOOT_ID_LEN 40u                      /* /proc/sys/kernel/random/boot_id text */
 #define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
 #define SHM_TRUST_VERSION 1u
 
-/* Offset 0. Fields up to `generation` are written once by shm_create() (geometry), except
- * `generation` (master, each publish). Each hot word has its own cache line. */
+/* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
+ * list them; a reader finds a region by id in the header's table, so a region added by a
+ * later build is an entry an older reader skips, and a reader never assumes an offset. */
+enum shm_region_id {
+	SHM_REGION_UNUSED = 0,
+	SHM_REGION_SLOTS = 1,    /* struct shm_slot[n_slots] */
+	SHM_REGION_SNAPS = 2,    /* snapshot arena: snap_count slots of snap_stride bytes */
+	SHM_REGION_ALLOCS = 3,   /* struct shm_alloc[alloc_cap] */
+	SHM_REGION_TRUST = 4,    /* one trust table (shm/shm_trust.h) of trust_size bytes */
+};
+
+struct shm_region {
+	uint32_t id;             /* enum shm_region_id; 0: unused entry */
+	uint32_t count;          /* elements */
+	uint64_t off;            /* from the segment base */
+	uint64_t stride;         /* bytes per element */
+	uint64_t format;         /* shm_region_format(id) of the build that wrote it */
+};
+
+/* Offset 0. Everything up to hdr_check is written once by shm_create() (geometry, boot,
+ * regions) or by the master before it forks (nonce key), and covered by hdr_check; the
+ * fields after it change while the segment is in use. Each hot word has its own line. */
 struct shm_hdr {
 	uint64_t magic;
 	uint32_t layout_version;
@@ -43,6 +69,12 @@ struct shm_hdr {
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust, trust_size;
+	char boot_id[SHM_BOOT_ID_LEN];       /* kernel boot the CLOCK_MONOTONIC times are of */
+	uint8_t nonce_key[SHM_NONCE_KEY_LEN];/* master: what clients' nonces are MACed with */
+	uint32_t n_regions;
+	uint32_t pad1;
+	struct shm_region regions[SHM_MAX_REGIONS];
+	uint64_t hdr_check;                  /* shm_checksum of the bytes before it */
 	int32_t master_pid;
 	uint32_t pad0;
 	uint64_t generation;                 /* successful publishes (master) */
@@ -114,6 +146,7 @@ struct shm {
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust;
+	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 };
 
 static inline void shm_check_handle(const struct shm *shm)
@@ -188,5 +221,19 @@ int shm_trust_init(struct shm_trust_hdr *t);
 /* 0 when the trust header at t is the one this build writes, else -EBADMSG. */
 int shm_trust_validate(const struct shm_trust_hdr *t);
 void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
+
+/* Fingerprint of the element layout of region `id` in this build (0 for an unknown id). */
+uint64_t shm_region_format(uint32_t id);
+
+/* Checksum over the immutable header fields (stored in hdr_check). */
+uint64_t shm_hdr_checksum(const struct shm_hdr *h);
+
+/* This boot's id (/proc/sys/kernel/random/boot_id), NUL-padded; all zero if unreadable. */
+void shm_boot_id(char out[SHM_BOOT_ID_LEN]);
+
+/* Sizes fd (a memfd, sealed when `memfd`, or a regular file) to cfg's geometry, maps it
+ * shared and writes a fresh header. On success *out owns fd; on failure the caller still
+ * owns it. Returns 0, -EINVAL, -ENOMEM/-ENOSPC or another -errno. */
+int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **out);
 
 #endif

@@ -205,7 +205,7 @@ struct worker {
 	ev_io ctl_io;
 	ev_timer tick;
 	ev_timer hb;
-	ev_signal sigterm, sigint;
+	ev_signal sigterm, sigint, sigquit;
 	bool draining;
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */

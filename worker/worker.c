@@ -261,8 +261,10 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		  (unsigned long long)gen);
 	/* A dead predecessor's allocations need resolved listeners (relay addresses, port
 	 * pools), and must be indexed before any client packet is handled: we run before
-	 * every I/O callback of this first iteration. */
-	if (!w->adopted)
+	 * every I/O callback of this first iteration. A worker that has no listener yet (a
+	 * start on a config discovery service's bootstrap config: the listeners come with the
+	 * first real config) waits for them, else it would release every record. */
+	if (!w->adopted && w->n_ls > 0)
 		wk_adopt_run(w);
 }
 
@@ -297,13 +299,16 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void wk_stop(struct worker *w, const char *why)
 {
-	log_info("worker", "slot %u stopping: %s", w->slot, why);
+	log_info("worker", "slot %u stopping: %s (%zu allocations stay in the table)", w->slot,
+		 why, w->n_allocs);
 	ev_break(w->loop, EVBREAK_ALL);
 }
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	wk_stop(wk_checked(s->data), s->signum == SIGTERM ? "SIGTERM" : "SIGINT");
+	wk_stop(wk_checked(s->data), s->signum == SIGTERM   ? "SIGTERM"
+				     : s->signum == SIGQUIT ? "SIGQUIT"
+							    : "SIGINT");
 }
 
 static int wk_listener_add(struct worker *w, const char *name, enum worker_proto proto, int fd)
@@ -496,12 +501,32 @@ static void wk_watchers_init(struct worker *w)
 	ev_signal_init(&w->sigint, wk_signal_cb, SIGINT);
 	w->sigint.data = w;
 	ev_signal_start(w->loop, &w->sigint);
+	/* systemctl kill -s QUIT reaches every process of the unit: a worker exits as on
+	 * SIGTERM instead of dumping core (SIGQUIT's default). */
+	ev_signal_init(&w->sigquit, wk_signal_cb, SIGQUIT);
+	w->sigquit.data = w;
+	ev_signal_start(w->loop, &w->sigquit);
+}
+
+/* Closes the private half of every allocation and leaves its record LIVE and counted, as
+ * a crash would, so the next process serving this slot adopts it: a respawned worker, or
+ * the next start taking the state file over. However the worker stops (STOP, a signal,
+ * the master gone), the table keeps what is still open; only a client, an expiry, a
+ * listener removal or an admin disconnect ends an allocation. */
+static void wk_leave_table(struct worker *w)
+{
+	while (w->allocs) {
+		struct wk_alloc *a = w->allocs;
+
+		if (a->conn)
+			a->conn->alloc = NULL;
+		wk_alloc_forget(w, a);
+	}
 }
 
 static void wk_teardown(struct worker *w)
 {
-	while (w->allocs)
-		wk_alloc_destroy(w, w->allocs, "worker exit");
+	wk_leave_table(w);
 	/* Close all before freeing any: closing a connection looks at every listener. */
 	for (size_t i = 0; i < w->n_ls; i++)
 		wk_listener_close(w, w->ls[i]);

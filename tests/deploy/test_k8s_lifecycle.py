@@ -68,6 +68,7 @@ def write_config(tmp, turn_port, health_port):
         cfg = yaml.safe_load(yaml.safe_load(fh)["data"]["turngate.yaml"])
     grace = cfg["admin"]["drain_timeout"]
     cfg["admin"].update(admin_socket=os.path.join(tmp, "admin.sock"), workers=1,
+                        state_dir=os.path.join(tmp, "state"),
                         healthcheck_endpoint=f"http://127.0.0.1:{health_port}",
                         metrics_endpoint="", drain_timeout=DRAIN_S)
     for key in ("secret_file", "previous_secret_file"):

@@ -93,6 +93,7 @@ def test_config(tmp, vol, port):
         cm = yaml.safe_load(fh)
     cfg = yaml.safe_load(cm["data"]["turngate.yaml"])
     cfg["admin"]["admin_socket"] = os.path.join(tmp, "admin.sock")
+    cfg["admin"]["state_dir"] = os.path.join(tmp, "state")
     cfg["admin"]["healthcheck_endpoint"] = ""
     cfg["admin"]["metrics_endpoint"] = ""
     cfg["admin"]["workers"] = 1

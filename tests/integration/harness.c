@@ -4,6 +4,7 @@
 #include "tests/integration/harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -85,10 +86,10 @@ static void harness_print_tail(const struct harness *h)
 	fclose(f);
 }
 
-int harness_start(struct harness *h, unsigned workers, const struct sockaddr *probe)
+int harness_spawn(struct harness *h, unsigned workers)
 {
 	char path[512], nw[16];
-	long long deadline;
+	int trunc = h->starts++ == 0 ? O_TRUNC : 0;
 	pid_t pid;
 
 	if (harness_daemon_path(path, sizeof(path)) < 0) {
@@ -100,7 +101,7 @@ int harness_start(struct harness *h, unsigned workers, const struct sockaddr *pr
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
-		int fd = open(h->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+		int fd = open(h->log, O_WRONLY | O_CREAT | trunc | O_APPEND, 0600);
 
 		if (fd >= 0) {
 			dup2(fd, 2);
@@ -111,6 +112,18 @@ int harness_start(struct harness *h, unsigned workers, const struct sockaddr *pr
 		_exit(127);
 	}
 	h->pid = pid;
+	return 0;
+}
+
+int harness_start(struct harness *h, unsigned workers, const struct sockaddr *probe)
+{
+	long long deadline;
+	pid_t pid;
+	int rc = harness_spawn(h, workers);
+
+	if (rc < 0)
+		return rc;
+	pid = h->pid;
 	deadline = h_now_ms() + 10000;
 	while (h_now_ms() < deadline) {
 		int st;
@@ -242,20 +255,35 @@ struct hturn *harness_clients(struct harness *h, size_t n)
 
 void harness_cleanup(struct harness *h)
 {
-	const char *names[] = { "turngate.yaml", "turngated.log", "admin.sock" };
-	char p[256];
+	char p[512];
+	DIR *d;
+	struct dirent *de;
 
 	harness_free_clients(h);
 	if (!h->dir[0])
 		return;
 	if (getenv("TG_KEEP_TMP"))
 		return;
-	for (size_t i = 0; i < 3; i++) {
-		snprintf(p, sizeof(p), "%s/%s", h->dir, names[i]);
+	/* Everything the test and the daemon left: config, log, admin socket, state files. */
+	d = opendir(h->dir);
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", h->dir, de->d_name);
 		unlink(p);
 	}
+	if (d != NULL)
+		closedir(d);
 	rmdir(h->dir);
 	h->dir[0] = 0;
+}
+
+void harness_teardown_killed(struct harness *h, struct harness_echo *e)
+{
+	harness_abort(h);
+	if (e != NULL)
+		harness_echo_stop(e);
+	harness_cleanup(h);
 }
 
 int harness_scan_log(const char *path, char *why, size_t cap)

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 struct hturn;
+struct harness_echo;
 
 struct harness {
 	char dir[128];		/* private temp directory (config, log, admin socket) */
@@ -25,6 +26,8 @@ struct harness {
 	char log[192];		/* dir/turngated.log: the daemon's stderr */
 	char sock[192];		/* dir/admin.sock: use as admin.admin_socket */
 	pid_t pid;		/* turngated, 0 when not running */
+	unsigned starts;	/* daemons started: the first truncates the log, later ones
+				 * (restarts) append to it */
 	struct hturn *clients;	/* of harness_clients(), owned here */
 	size_t n_clients;
 };
@@ -53,6 +56,10 @@ int harness_daemon_path(char *out, size_t cap);
  * tail is printed), or -errno. */
 int harness_start(struct harness *h, unsigned workers, const struct sockaddr *probe);
 
+/* Starts turngated -c h->conf --workers N and returns at once (h->pid set): for a test
+ * that keeps traffic going while the daemon starts. Returns 0 or -errno. */
+int harness_spawn(struct harness *h, unsigned workers);
+
 /* harness_write_config() then harness_start(): the usual end of a fixture's setup.
  * Returns 0, or -1 when either step failed. */
 int harness_launch(struct harness *h, const char *yaml, unsigned workers,
@@ -66,8 +73,12 @@ int harness_stop(struct harness *h);
  * requires exactly `kills` worker deaths in the log and no sanitizer report, runtime
  * error, assertion or [crit] line. Returns 0 or -1 (reasons printed). Idempotent. */
 int harness_stop_killed(struct harness *h, int kills);
-/* Removes the temp directory (after harness_stop). */
+/* Removes the temp directory and everything in it (after harness_stop). */
 void harness_cleanup(struct harness *h);
+
+/* A fixture's teardown after a test that may have failed half way: harness_abort(), then
+ * stops the echo peer (e may be NULL) and removes the directory. */
+void harness_teardown_killed(struct harness *h, struct harness_echo *e);
 
 /* 0 when the log file has no failure marker; else -1 and the offending line in why. */
 int harness_scan_log(const char *path, char *why, size_t cap);

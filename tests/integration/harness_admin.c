@@ -79,8 +79,19 @@ out:
 long long hadmin_status_int(const char *sock, const char *key)
 {
 	json_t *r = hadmin_call(sock, "{\"cmd\":\"status\"}");
-	json_t *v = json_object_get(r, key);
-	long long out = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+	const char *dot = strchr(key, '.');
+	json_t *v;
+	long long out;
+
+	if (dot != NULL) {
+		char outer[64];
+
+		snprintf(outer, sizeof(outer), "%.*s", (int)(dot - key), key);
+		v = json_object_get(json_object_get(r, outer), dot + 1);
+	} else {
+		v = json_object_get(r, key);
+	}
+	out = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
 
 	json_decref(r);
 	return out;

@@ -12,7 +12,8 @@
  * and returns the parsed reply object (new reference), or NULL. */
 json_t *hadmin_call(const char *sock, const char *request);
 
-/* status' integer field key ("generation", "allocations"), or -1 on failure. */
+/* status' integer field key ("generation", "allocations"; "state.taken_over" for a field
+ * of an object), or -1 on failure. */
 long long hadmin_status_int(const char *sock, const char *key);
 
 /* Polls status' integer field key up to tries times, interval_ms apart, until it equals

@@ -1,9 +1,11 @@
 """turngated watching STUNner's config discovery service (CDS) over its WebSocket API, against
 the suite's CDS server (cds_server.py, written from STUNner's published API; the real
 operator was not run): initial config, live updates, a rejected invalid config, fragmented
-messages, the delete "zero config", server restart with redial and resync."""
+messages, the delete "zero config", server restart with redial and resync, and a restart of
+the daemon that keeps its allocations although it starts on the bootstrap config."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -143,6 +145,54 @@ def test_cds_watch(d):
         stop_all(daemon, srv, srv2)
 
 
+def test_cds_restart_keeps_allocations(d):
+    """SIGKILL of the whole daemon, then the same command: the new run starts on the
+    bootstrap config (no listeners), takes the state file over, and its workers adopt the
+    allocations only once the CDS config brought the listener back."""
+    import test_metrics as tm
+    tm.SECRET, tm.REALM = "cds-secret", "stunner.l7mp.io"
+    srv = CdsServer().start()
+    sock = os.path.join(d, "admin.sock")
+    port = free_port()
+    srv.set_config(IDENT, stunner_config(sock, [port]))
+    args = ["-c", "http://127.0.0.1:%d" % srv.port, "--udp-thread-num=2"]
+    env = {"STUNNER_NAMESPACE": "testns", "STUNNER_NAME": "gw"}
+    daemon = CdsDaemon(d, args, env).start()
+    clients = []
+    try:
+        wait_for("the listener", lambda: answers(port))
+        for _ in range(3):
+            c = tm.Client(port)
+            c.challenge()
+            c.allocate()
+            clients.append(c)
+        check(daemon.admin({"cmd": "status"})["allocations"] == 3, "3 allocations")
+        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+        daemon.proc.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        daemon.proc.wait(timeout=30)
+        daemon.err.close()
+        daemon = CdsDaemon(d, args, env).start()
+        wait_for("the listener again", lambda: answers(port))
+        # the workers adopt once the CDS config's listener is there, none is released
+        wait_for("the adoption", lambda: sum(int(n) for n in re.findall(
+            r"predecessor's allocations: (\d+) adopted", daemon.stderr())) == 3)
+        check(not re.search(r"allocations: \d+ adopted, dropped [1-9]|[1-9]\d* not rebindable",
+                            daemon.stderr()), daemon.stderr())
+        st = daemon.admin({"cmd": "status"})
+        check(st["state"]["taken_over"] == 3 and st["allocations"] == 3, st)
+        for c in clients:
+            c.release()     # with the nonce of the first run: no 401/438
+        check(daemon.admin({"cmd": "status"})["allocations"] == 0, "released")
+    finally:
+        srv.stop()
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_cds_env_origin_not_ready(d):
     """$STUNNER_CONFIG_ORIGIN without -c, --id, and no config yet: nothing is served."""
     srv = CdsServer().start()
@@ -181,4 +231,5 @@ def test_cds_bad_origin(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_cds_watch, test_cds_env_origin_not_ready, test_cds_bad_origin])
+    run_tests([test_cds_watch, test_cds_restart_keeps_allocations, test_cds_env_origin_not_ready,
+               test_cds_bad_origin])

@@ -105,9 +105,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	harness_abort(&g.h);
-	harness_echo_stop(&g.echo);
-	harness_cleanup(&g.h);
+	harness_teardown_killed(&g.h, &g.echo);
 	return 0;
 }
 

@@ -357,9 +357,7 @@ static void test_kill9_other_worker_keeps_relaying(void **state)
 static int teardown_killed(void **state)
 {
 	(void)state;
-	harness_abort(&g.h);
-	harness_echo_stop(&g.echo);
-	harness_cleanup(&g.h);
+	harness_teardown_killed(&g.h, &g.echo);
 	return 0;
 }
 

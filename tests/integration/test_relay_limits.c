@@ -439,6 +439,9 @@ static int stunner_start(bool isolated)
 	g.port = harness_free_port();
 	harness_addr("127.0.0.4", g.port, &g.srv);
 	setenv("STUNNER_ADDR", "127.0.0.4", 1);
+	/* The unchanged STUNner config names no state_dir: keep its table in the test's
+	 * directory, not in /run/turngate shared with every other run on the machine. */
+	setenv("TURNGATE_STATE_DIR", g.h.dir, 1);
 	if (stunner_write("stunner.l7mp.io", "[stunner/media-plane]") < 0)
 		return -1;
 	return harness_start(&g.h, 2, sa(&g.srv)) == 0 ? 0 : -1;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "master/admin.h"
 #include "master/master.h"
 #include "shm/shm.h"
+#include "shm/shm_state.h"
 
 static int count_fds(void)
 {
@@ -93,6 +95,80 @@ static void test_listener_slots_share_port(void **state)
 	listener_close(&tcp);
 	assert_null(udp.fds);
 	listener_close(NULL);
+}
+
+/* Sends one datagram from each of 40 client sockets to a TURN-UDP listener of n slots on
+ * ip and checks that slot shm_steer_slot(client) receives it: the steering program and
+ * the take-over's re-owning agree. Returns the number of clients checked. */
+static int steer_check(const char *ip, int family, unsigned n)
+{
+	struct conf_listener cl;
+	struct mlistener ml;
+	struct sockaddr_storage srv;
+	socklen_t sl;
+	unsigned hits[8] = { 0 };
+	int checked = 0;
+
+	make_listener(&cl, CONF_PROTO_TURN_UDP, "127.0.0.1", 0);
+	memset(&cl.relay_addr, 0, sizeof(cl.relay_addr));
+	cl.bind_address = (char *)ip;
+	if (listener_open(&cl, n, &ml) < 0)
+		return 0;	/* no such address family here */
+	sl = sizeof(srv);
+	assert_int_equal(getsockname(ml.fds[0], (struct sockaddr *)&srv, &sl), 0);
+	for (int i = 0; i < 40; i++) {
+		int c = socket(family, SOCK_DGRAM, 0), got = -1;
+		struct sockaddr_storage me;
+		socklen_t ml_len = sizeof(me);
+		struct shm_addr a;
+
+		assert_true(c >= 0);
+		/* bound to the address, so getsockname() names the source the program sees */
+		me = srv;
+		if (family == AF_INET)
+			((struct sockaddr_in *)&me)->sin_port = 0;
+		else
+			((struct sockaddr_in6 *)&me)->sin6_port = 0;
+		assert_int_equal(bind(c, (struct sockaddr *)&me, sl), 0);
+		assert_int_equal(sendto(c, "x", 1, 0, (struct sockaddr *)&srv, sl), 1);
+		assert_int_equal(getsockname(c, (struct sockaddr *)&me, &ml_len), 0);
+		for (int tries = 0; tries < 100 && got < 0; tries++) {
+			struct pollfd p[8];
+			char b[4];
+
+			for (unsigned s = 0; s < n; s++)
+				p[s] = (struct pollfd){ .fd = ml.fds[s], .events = POLLIN };
+			assert_true(poll(p, n, 20) >= 0);
+			for (unsigned s = 0; s < n; s++)
+				if (p[s].revents && recv(ml.fds[s], b, sizeof(b), 0) == 1)
+					got = (int)s;
+		}
+		memset(&a, 0, sizeof(a));
+		a.family = (uint8_t)family;
+		if (family == AF_INET) {
+			memcpy(a.addr, &((struct sockaddr_in *)&me)->sin_addr, 4);
+			a.port = ntohs(((struct sockaddr_in *)&me)->sin_port);
+		} else {
+			memcpy(a.addr, &((struct sockaddr_in6 *)&me)->sin6_addr, 16);
+			a.port = ntohs(((struct sockaddr_in6 *)&me)->sin6_port);
+		}
+		assert_int_equal(got, (int)shm_steer_slot(&a, n));
+		hits[got]++;
+		checked++;
+		close(c);
+	}
+	for (unsigned s = 0; s < n; s++)
+		assert_true(hits[s] > 0);	/* and it spreads clients of one address */
+	listener_close(&ml);
+	return checked;
+}
+
+static void test_listener_steering(void **state)
+{
+	(void)state;
+	assert_int_equal(steer_check("127.0.0.1", AF_INET, 3), 40);
+	assert_int_equal(steer_check("127.0.0.1", AF_INET, 2), 40);
+	print_message("IPv6: %d clients checked\n", steer_check("::1", AF_INET6, 3));
 }
 
 /* A relay address that is not local (behind NAT it is the public one) binds the wildcard;
@@ -296,6 +372,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_listener_slots_share_port),
 		cmocka_unit_test(test_listener_nonlocal_address),
+		cmocka_unit_test(test_listener_steering),
 		cmocka_unit_test(test_listener_failures_leave_nothing_open),
 		cmocka_unit_test(test_admin_malformed),
 		cmocka_unit_test(test_admin_mutations),

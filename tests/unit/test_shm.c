@@ -142,6 +142,9 @@ static void test_attach_validation(void **state)
 					-1), -EBADMSG);
 	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, layout_hash), &v64, 8, -1),
 			 -EBADMSG);
+	/* the immutable rest of the header is checksummed */
+	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, nonce_key), &v64, 8, -1),
+			 -EBADMSG);
 	v32 = 3;	/* more slots than the file has room for */
 	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, n_slots), &v32, 4, -1),
 			 -EINVAL);

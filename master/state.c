@@ -1,0 +1,127 @@
+/* Master: where the shared segment lives (the instance's state file, or memory only) and
+ * what a start took over from an earlier run (shm/shm_state.h). */
+#include "config.h"
+
+#include "master/master.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "shm/shm.h"
+#include "shm/shm_state.h"
+
+#define STATE_DEFAULT_DIR "/run/turngate"
+/* A master killed with its workers still running: they get SIGTERM from the kernel
+ * (PR_SET_PDEATHSIG) and are gone in milliseconds; a successor waits this long. */
+#define STATE_LOCK_WAIT_MS 10000u
+
+/* admin.state_dir; when unset $TURNGATE_STATE_DIR, else the directory of an absolute
+ * admin socket path (the instance's runtime directory: /run/turngate by default), else
+ * STATE_DEFAULT_DIR. "" when the table lives in memory only. Returns a malloc'd string or
+ * NULL. */
+static char *state_dir_of(const struct conf *cfg)
+{
+	const char *sock = cfg->admin.admin_socket, *slash, *env = getenv("TURNGATE_STATE_DIR");
+
+	if (cfg->admin.state_dir != NULL)
+		return strdup(cfg->admin.state_dir);
+	if (env != NULL)
+		return strdup(env);
+	if (sock == NULL || sock[0] != '/' || (slash = strrchr(sock, '/')) == sock)
+		return strdup(STATE_DEFAULT_DIR);
+	return strndup(sock, (size_t)(slash - sock));
+}
+
+/* admin.name as a file name: anything but [A-Za-z0-9._-] becomes '_' ("ns/gw" -> "ns_gw"),
+ * and a leading '.' too. */
+static void instance_file_name(const char *name, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	for (const char *p = name != NULL && name[0] ? name : "turngate"; *p && n + 1 < cap; p++) {
+		char c = *p;
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '-' || c == '_' || (c == '.' && n > 0);
+
+		out[n++] = ok ? c : '_';
+	}
+	out[n] = '\0';
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void log_takeover(const char *dir, const char *file, const struct shm_takeover *t)
+{
+	switch (t->verdict) {
+	case SHM_STATE_NONE:
+		log_info("master", "state file %s/%s.state created (allocations will survive a "
+				   "restart)", dir, file);
+		break;
+	case SHM_STATE_TAKEN:
+		log_info("master", "state file %s/%s.state: %s", dir, file, t->why);
+		break;
+	default:
+		log_warn("master", "state file %s/%s.state refused (%s): %s; %s%s; starting with "
+				   "an empty allocation table", dir, file,
+			 shm_state_verdict_name(t->verdict), t->why,
+			 t->aside[0] ? "moved to " : "replaced", t->aside);
+		break;
+	}
+}
+
+int state_segment_open(struct master *m, const struct shm_config *sc)
+{
+	struct shm_takeover t;
+	char file[256];
+	char *dir = state_dir_of(m->cfg);
+	int rc;
+
+	if (dir == NULL)
+		return -ENOMEM;
+	instance_file_name(m->cfg->admin.name, file, sizeof(file));
+	if (dir[0] == '\0') {
+		log_info("master", "admin.state_dir is empty: the allocation table lives in memory "
+				   "and ends with the daemon");
+		rc = -ENOENT;
+	} else {
+		rc = shm_state_open(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS, &m->shm, &t);
+		if (rc == -EBUSY) {
+			log_error("master", "state file %s/%s.state: %s", dir, file, t.why);
+			goto out;
+		}
+		if (rc < 0)
+			log_error("master", "state directory %s unusable: %s; the allocation table "
+					    "lives in memory and ends with the daemon", dir, t.why);
+	}
+	if (rc < 0) {
+		rc = shm_create(sc, "turngate", &m->shm);
+		if (rc < 0)
+			log_error("master", "cannot create shared memory: %s", strerror(-rc));
+		else
+			shm_nonce_key_set(m->shm, m->nonce_key);
+		goto out;
+	}
+	log_takeover(dir, file, &t);
+	m->takeover_adopted = t.verdict == SHM_STATE_TAKEN ? t.adopted : 0;
+	if (t.have_key)
+		shm_nonce_key_get(m->shm, m->nonce_key);
+	else
+		shm_nonce_key_set(m->shm, m->nonce_key);
+	free(m->state_path);
+	m->state_path = malloc(strlen(dir) + strlen(file) + 8);
+	if (m->state_path != NULL)
+		sprintf(m->state_path, "%s/%s.state", dir, file);
+out:
+	free(dir);
+	return rc;
+}

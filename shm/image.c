@@ -1,0 +1,379 @@
+/* Take-over of a segment image left by an earlier run: strict validation, then a copy of
+ * its live UDP records (and nonce key, counters) into this run's fresh segment. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "shm/shm_internal.h"
+#include "shm/shm_state.h"
+
+/* Lifetimes are at most an hour by default; a record that claims to live for more than
+ * this is not one this daemon wrote. */
+#define MAX_REMAINING_NS (UINT64_C(7) * 86400 * 1000000000)
+#define REC_BODY_OFF offsetof(struct shm_alloc, owner)
+
+/* What the header says, once validated. */
+struct img_geom {
+	uint32_t n_slots;
+	const struct shm_region *slots, *allocs;   /* into hdr */
+	struct shm_hdr hdr;
+};
+
+static int refuse(struct shm_takeover *t, enum shm_state_verdict v, const char *fmt, ...)
+{
+	va_list ap;
+
+	t->verdict = v;
+	va_start(ap, fmt);
+	vsnprintf(t->why, sizeof(t->why), fmt, ap);
+	va_end(ap);
+	return -EBADMSG;
+}
+
+/* Reads exactly n bytes at off; a short read or an out-of-range request is -EIO. */
+static int img_read(const struct shm_image *img, uint64_t off, void *dst, size_t n)
+{
+	if (off > img->size || n > img->size - off)
+		return -EIO;
+	if (img->fd < 0) {
+		memcpy(dst, img->buf + off, n);
+		return 0;
+	}
+	for (size_t done = 0; done < n;) {
+		ssize_t r = pread(img->fd, (uint8_t *)dst + done, n - done, (off_t)(off + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+static const struct shm_region *region_find(const struct shm_hdr *h, uint32_t id)
+{
+	for (uint32_t i = 0; i < h->n_regions; i++)
+		if (h->regions[i].id == id)
+			return &h->regions[i];
+	return NULL;
+}
+
+/* Every region lies after the header and inside the file, and none overlaps another. */
+static bool regions_ok(const struct shm_hdr *h)
+{
+	if (h->n_regions > SHM_MAX_REGIONS)
+		return false;
+	for (uint32_t i = 0; i < h->n_regions; i++) {
+		const struct shm_region *r = &h->regions[i];
+
+		if (r->stride == 0 || r->stride > h->seg_size || r->off < h->hdr_size ||
+		    r->off > h->seg_size || r->count > (h->seg_size - r->off) / r->stride)
+			return false;
+		for (uint32_t j = 0; j < i; j++) {
+			const struct shm_region *q = &h->regions[j];
+
+			if (q->id == r->id && r->id != SHM_REGION_UNUSED)
+				return false;
+			if (r->off < q->off + q->count * q->stride &&
+			    q->off < r->off + r->count * r->stride)
+				return false;
+		}
+	}
+	return true;
+}
+
+static int check_header(const struct shm_image *img, struct img_geom *g, struct shm_takeover *t)
+{
+	struct shm_hdr *h = &g->hdr;
+	char boot[SHM_BOOT_ID_LEN];
+
+	if (img->size < sizeof(*h))
+		return refuse(t, SHM_STATE_TRUNCATED, "truncated: %llu bytes, less than a header",
+			      (unsigned long long)img->size);
+	if (img_read(img, 0, h, sizeof(*h)) < 0)
+		return refuse(t, SHM_STATE_IO, "cannot read its header");
+	if (h->magic != SHM_MAGIC)
+		return refuse(t, SHM_STATE_FOREIGN, "not a turngate segment (magic %016llx)",
+			      (unsigned long long)h->magic);
+	if (h->layout_version != SHM_LAYOUT_VERSION)
+		return refuse(t, SHM_STATE_VERSION, "layout version %u, this build reads %u",
+			      h->layout_version, SHM_LAYOUT_VERSION);
+	if (h->hdr_check != shm_hdr_checksum(h))
+		return refuse(t, SHM_STATE_CORRUPT, "header checksum mismatch");
+	if (h->seg_size != img->size)
+		return refuse(t, SHM_STATE_TRUNCATED, "truncated: %llu bytes, its header says %llu",
+			      (unsigned long long)img->size, (unsigned long long)h->seg_size);
+	if (h->hdr_size < sizeof(*h) || !regions_ok(h))
+		return refuse(t, SHM_STATE_CORRUPT, "region table out of bounds");
+	g->allocs = region_find(h, SHM_REGION_ALLOCS);
+	g->slots = region_find(h, SHM_REGION_SLOTS);
+	if (g->allocs == NULL || g->slots == NULL || g->slots->count == 0 ||
+	    g->slots->count > SHM_MAX_SLOTS || g->allocs->count > SHM_MAX_ALLOCS)
+		return refuse(t, SHM_STATE_CORRUPT, "no usable slot or allocation region");
+	if (g->allocs->format != shm_region_format(SHM_REGION_ALLOCS) ||
+	    g->allocs->stride < sizeof(struct shm_alloc))
+		return refuse(t, SHM_STATE_FORMAT, "allocation record format %016llx, this build "
+			      "writes %016llx", (unsigned long long)g->allocs->format,
+			      (unsigned long long)shm_region_format(SHM_REGION_ALLOCS));
+	shm_boot_id(boot);
+	h->boot_id[SHM_BOOT_ID_LEN - 1] = '\0';
+	if (memcmp(boot, h->boot_id, sizeof(boot)) != 0)
+		return refuse(t, SHM_STATE_OTHER_BOOT, "written during another boot (%.36s)",
+			      h->boot_id);
+	g->n_slots = g->slots->count;
+	return 0;
+}
+
+static bool family_ok(uint8_t f)
+{
+	return f == AF_INET || f == AF_INET6;
+}
+
+static bool addr_ok(const struct shm_addr *a, bool need_port)
+{
+	return family_ok(a->family) && (!need_port || a->port != 0);
+}
+
+/* A LIVE, consistent record: every field within what this build writes. */
+static bool record_sane(const struct shm_alloc *r, unsigned old_slots, uint64_t now_ns)
+{
+	bool key = (r->key_alg == SHM_KEY_NONE && r->key_len == 0) ||
+		   (r->key_alg == SHM_KEY_MD5 && r->key_len == 16) ||
+		   (r->key_alg == SHM_KEY_SHA256 && r->key_len == 32);
+
+	if (r->owner != SHM_ALLOC_WORD_OWNER(r->state) || r->owner >= old_slots || !key ||
+	    r->client_transport < SHM_TRANSPORT_UDP || r->client_transport > SHM_TRANSPORT_DTLS ||
+	    r->user_len > SHM_ALLOC_USER_MAX || r->realm_len > SHM_ALLOC_REALM_MAX ||
+	    r->n_perms > SHM_ALLOC_MAX_PERMS || r->n_chans > SHM_ALLOC_MAX_CHANS ||
+	    r->listener_idx >= SHM_MAX_LISTENERS)
+		return false;
+	if (!addr_ok(&r->client, true) || !addr_ok(&r->server, true) ||
+	    !addr_ok(&r->relay, r->client_transport == SHM_TRANSPORT_UDP) ||
+	    (r->relay2.family != 0 && !addr_ok(&r->relay2, true)))
+		return false;
+	if (r->created_ns > now_ns || r->expires_ns < r->created_ns ||
+	    (r->expires_ns > now_ns && r->expires_ns - now_ns > MAX_REMAINING_NS))
+		return false;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)
+		if (r->perms[i].family != 0 && !family_ok(r->perms[i].family))
+			return false;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (r->chans[i].number != 0 &&
+		    (r->chans[i].number < 0x4000 || r->chans[i].number > 0x7fff ||
+		     !addr_ok(&r->chans[i].peer, true)))
+			return false;
+	return true;
+}
+
+enum rec_kind { REC_SKIP, REC_TORN, REC_STREAM, REC_EXPIRED, REC_TAKE, REC_BAD };
+
+static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, uint64_t now_ns)
+{
+	enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(r->state);
+
+	if (st == SHM_ALLOC_FREE)
+		return r->state == 0 ? REC_SKIP : REC_BAD;
+	if (st == SHM_ALLOC_CLAIMED || st == SHM_ALLOC_DYING || (r->seq & 1u) != 0)
+		return st <= SHM_ALLOC_DYING ? REC_TORN : REC_BAD;
+	if (st != SHM_ALLOC_LIVE || !record_sane(r, old_slots, now_ns))
+		return REC_BAD;
+	if (r->client_transport != SHM_TRANSPORT_UDP)
+		return REC_STREAM;
+	return r->expires_ns <= now_ns ? REC_EXPIRED : REC_TAKE;
+}
+
+/* Pass 1: every record is readable and sane; nothing is written. */
+static int check_records(const struct shm_image *img, const struct img_geom *g,
+			 uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
+{
+	for (uint32_t i = 0; i < g->allocs->count; i++) {
+		if (img_read(img, g->allocs->off + (uint64_t)i * g->allocs->stride, buf,
+			     sizeof(*buf)) < 0)
+			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
+		if (record_kind(buf, g->n_slots, now_ns) == REC_BAD)
+			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
+	}
+	return 0;
+}
+
+/* Copies one record into dst, owned by the slot its client is steered to, LIVE and
+ * counted as active there (the adopting worker keeps the count, or gives it back). */
+static int import_record(struct shm *dst, const struct shm_alloc *src)
+{
+	unsigned owner = shm_steer_slot(&src->client, dst->cfg.n_slots);
+	struct shm_alloc *r;
+	struct shm_counters *c;
+	uint32_t idx;
+	int rc = shm_alloc_claim(dst, owner, &idx, &r);
+
+	if (rc < 0)
+		return rc;
+	shm_alloc_begin_write(r);
+	memcpy((uint8_t *)r + REC_BODY_OFF, (const uint8_t *)src + REC_BODY_OFF,
+	       sizeof(*r) - REC_BODY_OFF);
+	r->owner = (uint8_t)owner;
+	shm_alloc_end_write(r);
+	rc = shm_alloc_publish(dst, owner, idx);
+	if (rc < 0)
+		return rc;
+	c = &shm_slot_at(dst, owner)->ctr;
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
+	shm_lctr_add(c, src->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	return 0;
+}
+
+/* Pass 2. */
+static int import_records(struct shm *dst, const struct shm_image *img,
+			  const struct img_geom *g, uint64_t now_ns, struct shm_alloc *buf,
+			  struct shm_takeover *t)
+{
+	for (uint32_t i = 0; i < g->allocs->count; i++) {
+		if (img_read(img, g->allocs->off + (uint64_t)i * g->allocs->stride, buf,
+			     sizeof(*buf)) < 0)
+			return -EIO;
+		switch (record_kind(buf, g->n_slots, now_ns)) {
+		case REC_TORN: t->torn++; break;
+		case REC_STREAM: t->stream++; break;
+		case REC_EXPIRED: t->expired++; break;
+		case REC_TAKE:
+			if (import_record(dst, buf) == 0)
+				t->adopted++;
+			else
+				t->overflow++;
+			break;
+		default: break;
+		}
+	}
+	explicit_bzero(buf, sizeof(*buf));
+	return 0;
+}
+
+static void counters_add(struct shm_counters *d, const struct shm_counters *s)
+{
+	uint64_t *dw = (uint64_t *)d;
+	const uint64_t *sw = (const uint64_t *)s;
+
+	for (size_t i = 0; i < sizeof(*d) / sizeof(uint64_t); i++)
+		dw[i] += sw[i];
+}
+
+/* The earlier run's cumulative counters, folded onto this run's slots. Gauges are not
+ * carried: import_record() counts what is active now. Everything created before and not
+ * carried over has ended. */
+static void import_counters(struct shm *dst, const struct shm_image *img,
+			    const struct img_geom *g, struct shm_takeover *t)
+{
+	struct shm_counters *c = malloc(sizeof(*c));
+	uint64_t created = 0, ended = 0, dropped = t->torn + t->stream + t->expired + t->overflow;
+	struct shm_counters *c0 = &shm_slot_at(dst, 0)->ctr;
+
+	if (c == NULL || g->slots->format != shm_region_format(SHM_REGION_SLOTS) ||
+	    g->slots->stride < sizeof(struct shm_slot)) {
+		free(c);
+		return;
+	}
+	for (uint32_t i = 0; i < g->n_slots; i++) {
+		struct shm_counters *d = &shm_slot_at(dst, i % dst->cfg.n_slots)->ctr;
+
+		if (img_read(img, g->slots->off + (uint64_t)i * g->slots->stride +
+				     offsetof(struct shm_slot, ctr), c, sizeof(*c)) < 0)
+			goto out;
+		c->v[SHM_CTR_ALLOCS_ACTIVE] = 0;
+		for (unsigned l = 0; l < SHM_MAX_LISTENERS; l++) {
+			c->lst[l][SHM_LCTR_ALLOCS_ACTIVE] = 0;
+			c->lst[l][SHM_LCTR_CONNS_ACTIVE] = 0;
+		}
+		created += c->v[SHM_CTR_ALLOCS_CREATED];
+		ended += c->v[SHM_CTR_ALLOCS_ENDED];
+		counters_add(d, c);
+	}
+	if (created >= ended + t->adopted)
+		shm_ctr_add(c0, SHM_CTR_ALLOCS_ENDED, created - ended - t->adopted);
+	shm_ctr_add(c0, SHM_CTR_ALLOCS_DROPPED, dropped);
+	t->have_counters = true;
+out:
+	free(c);
+}
+
+int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
+		   struct shm_takeover *t)
+{
+	struct img_geom g;
+	struct shm_alloc *buf;
+	int rc;
+
+	shm_check_handle(dst);
+	if (img == NULL || t == NULL || dst->ro)
+		return -EINVAL;
+	memset(&g, 0, sizeof(g));
+	rc = check_header(img, &g, t);
+	if (rc < 0)
+		return rc;
+	buf = malloc(sizeof(*buf));
+	if (buf == NULL)
+		return -ENOMEM;
+	rc = check_records(img, &g, now_ns, buf, t);
+	if (rc == 0)
+		rc = import_records(dst, img, &g, now_ns, buf, t);
+	explicit_bzero(buf, sizeof(*buf));
+	free(buf);
+	if (rc < 0) {
+		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
+		return rc;
+	}
+	import_counters(dst, img, &g, t);
+	shm_nonce_key_set(dst, g.hdr.nonce_key);
+	explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
+	t->have_key = true;
+	t->old_slots = g.n_slots;
+	t->old_master = g.hdr.master_pid;
+	t->verdict = SHM_STATE_TAKEN;
+	snprintf(t->why, sizeof(t->why), "%u allocations taken over from %u workers "
+		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
+		 "capacity", t->adopted, t->old_slots, t->old_master, t->expired, t->stream,
+		 t->torn, t->overflow);
+	return 0;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+unsigned shm_steer_slot(const struct shm_addr *client, unsigned n_slots)
+{
+	uint32_t h;
+
+	if (n_slots <= 1)
+		return 0;
+	if (client->family == AF_INET6)
+		h = be32(client->addr) ^ be32(client->addr + 4) ^ be32(client->addr + 8) ^
+		    be32(client->addr + 12);
+	else
+		h = be32(client->addr);
+	h = (h ^ client->port) * SHM_STEER_MUL;
+	return (h >> SHM_STEER_SHIFT) % n_slots;
+}
+
+const char *shm_state_verdict_name(enum shm_state_verdict v)
+{
+	static const char *const names[] = {
+		[SHM_STATE_NONE] = "none", [SHM_STATE_TAKEN] = "taken",
+		[SHM_STATE_SYMLINK] = "symlink", [SHM_STATE_NOT_REGULAR] = "not-regular",
+		[SHM_STATE_OWNER] = "owner", [SHM_STATE_MODE] = "mode",
+		[SHM_STATE_TRUNCATED] = "truncated", [SHM_STATE_FOREIGN] = "foreign",
+		[SHM_STATE_VERSION] = "version", [SHM_STATE_FORMAT] = "format",
+		[SHM_STATE_OTHER_BOOT] = "other-boot", [SHM_STATE_CORRUPT] = "corrupt",
+		[SHM_STATE_IO] = "io",
+	};
+
+	return (unsigned)v < sizeof(names) / sizeof(names[0]) ? names[v] : "?";
+}

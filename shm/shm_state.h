@@ -1,0 +1,112 @@
+/* State file: the shared segment in a file that outlives every process of the daemon, so
+ * a restart (a crash of every process, systemctl restart, a new binary) takes the
+ * allocation table over instead of starting empty.
+ *
+ * Files, all in one directory owned by the daemon's user and writable by nobody else:
+ *   NAME.lock   held (flock) by every process of the running daemon: workers inherit the
+ *               open file description, so a successor waits until the last one is gone
+ *               and never takes over a table that something still writes;
+ *   NAME.state  the segment (0600), mapped MAP_SHARED by the master and its workers;
+ *   NAME.state.refused-<UTC>-<pid>  a file that was not taken over, kept for a post-mortem.
+ *
+ * Take-over (master, before any fork, lock held): the earlier run's file is read with
+ * pread (never mapped: a file truncated under us cannot SIGBUS the master), validated
+ * completely, and its live UDP allocation records are copied into a freshly created
+ * segment of this run's geometry, which then replaces the file (rename). Copying rather
+ * than reusing the file in place is one path for every case: another worker count, another
+ * max_allocations, another snapshot size. Each copied record is re-owned by the worker
+ * slot the listeners' steering program sends its client to (shm_steer_slot), so a
+ * different worker count needs no hand-over between workers.
+ *
+ * Validation refuses the whole file, never a part of it, when anything is not as this
+ * build writes it: not a regular file, a symlink, another owner, group/world access,
+ * truncated, not a segment (magic), another layout version, a header whose checksum
+ * fails, a region table out of bounds, another record format, another boot (the records'
+ * CLOCK_MONOTONIC times would mean nothing), or a live record with an impossible field.
+ * Torn records (a process killed mid-update), TCP/TLS/DTLS records (their connection died
+ * with the process) and expired ones are not refusals: they are released and counted.
+ *
+ * Any process may call the image functions (the fuzz target does); only the master opens
+ * the state file. Errors are 0 / negative errno; reasons for the log in struct
+ * shm_takeover (shm/ does not log).
+ */
+#ifndef TG_SHM_SHM_STATE_H
+#define TG_SHM_SHM_STATE_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+
+/* What was found at NAME.state. */
+enum shm_state_verdict {
+	SHM_STATE_NONE = 0,      /* no file: a first start */
+	SHM_STATE_TAKEN,         /* taken over */
+	SHM_STATE_SYMLINK,
+	SHM_STATE_NOT_REGULAR,
+	SHM_STATE_OWNER,         /* owned by another user */
+	SHM_STATE_MODE,          /* group- or world-accessible */
+	SHM_STATE_TRUNCATED,     /* shorter (or longer) than its header says */
+	SHM_STATE_FOREIGN,       /* not a turngate segment (magic) */
+	SHM_STATE_VERSION,       /* another layout version */
+	SHM_STATE_FORMAT,        /* another allocation record format */
+	SHM_STATE_OTHER_BOOT,    /* written before the last reboot */
+	SHM_STATE_CORRUPT,       /* header checksum, region table or a record inconsistent */
+	SHM_STATE_IO,            /* could not be opened or read */
+};
+
+struct shm_takeover {
+	enum shm_state_verdict verdict;
+	char why[PATH_MAX + 256]; /* one line for the log (refusal reason or summary) */
+	char aside[PATH_MAX + 64]; /* where a refused file was moved, "" if it was not */
+	bool have_key;           /* the nonce key came from the file */
+	bool have_counters;      /* the earlier run's slot counters were carried over */
+	unsigned old_slots;
+	int old_master;          /* pid of the master that wrote the file */
+	uint32_t adopted;        /* records copied, to be re-adopted by the workers */
+	uint32_t expired, stream, torn, overflow;   /* released (overflow: table too small) */
+};
+
+/* An image of a segment: the file (pread) or a buffer (tests, fuzzing). */
+struct shm_image {
+	int fd;                  /* >= 0: read from the file */
+	const uint8_t *buf;      /* else from here */
+	uint64_t size;
+};
+
+/* Validates image `img` completely and, when it is acceptable, copies its live UDP
+ * records (not expired at now_ns, CLOCK_MONOTONIC) into `dst`, a freshly created
+ * segment in which no worker runs yet, with their owners set by shm_steer_slot();
+ * the nonce key and (same slot format) the counters come along. On refusal dst is
+ * untouched. Returns 0 (t->verdict TAKEN) or -EBADMSG (t->verdict and t->why say why),
+ * -EIO / -ENOMEM. */
+int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
+		   struct shm_takeover *t);
+
+/* Master, before any fork: opens or creates DIR/NAME.lock and waits (up to lock_wait_ms)
+ * for the lock, then takes over DIR/NAME.state if it is valid (else moves it aside) and
+ * leaves a segment of geometry cfg in its place, mapped and owned by *out (which also
+ * keeps the lock: shm_lock_fd). DIR is created (0700) when missing; it must belong to
+ * the effective user and be writable by nobody else. NAME must be a plain file name.
+ * Returns 0 (t says what happened to an earlier file), -EBUSY (the lock is still held:
+ * another turngated, or a process of the previous one, runs), -ENOTDIR/-EPERM (DIR
+ * unusable, t->why says why), or another -errno. */
+int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg,
+		   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
+		   struct shm_takeover *t);
+
+/* One word for a verdict ("symlink", "truncated", ...), for logs and tests. */
+const char *shm_state_verdict_name(enum shm_state_verdict v);
+
+/* Steering: the worker slot (< n_slots) for a client address, computed exactly as the
+ * listeners' SO_ATTACH_REUSEPORT_CBPF program (master/steer.c) computes the socket index
+ * from the packet: h = (folded address ^ port) * SHM_STEER_MUL, (h >> SHM_STEER_SHIFT)
+ * % n_slots, in 32-bit arithmetic. The fold is the IPv4 address, or the xor of the four
+ * 32-bit words of an IPv6 address, each read in network byte order. */
+#define SHM_STEER_MUL 0x9e3779b1u
+#define SHM_STEER_SHIFT 16
+unsigned shm_steer_slot(const struct shm_addr *client, unsigned n_slots);
+
+#endif

@@ -1,0 +1,269 @@
+/* The state file: directory checks, the instance lock, refusal of unsafe files (moved
+ * aside), take-over into a fresh segment file that replaces the old one atomically. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm/shm_internal.h"
+#include "shm/shm_state.h"
+
+#define LOCK_POLL_US 10000
+
+struct paths {
+	char lock[PATH_MAX], state[PATH_MAX], fresh[PATH_MAX];
+};
+
+static int paths_make(const char *dir, const char *name, struct paths *p)
+{
+	if (name[0] == '\0' || name[0] == '.' || strchr(name, '/') != NULL)
+		return -EINVAL;
+	if (snprintf(p->lock, sizeof(p->lock), "%s/%s.lock", dir, name) >= (int)sizeof(p->lock) ||
+	    snprintf(p->state, sizeof(p->state), "%s/%s.state", dir, name) >=
+		    (int)sizeof(p->state) ||
+	    snprintf(p->fresh, sizeof(p->fresh), "%s/%s.state.new", dir, name) >=
+		    (int)sizeof(p->fresh))
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Creates dir (0700) when missing; refuses one that another user owns or may write. */
+static int dir_check(const char *dir, struct shm_takeover *t)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		int rc = -errno;
+
+		snprintf(t->why, sizeof(t->why), "cannot create %s: %s", dir, strerror(-rc));
+		return rc;
+	}
+	if (stat(dir, &st) < 0) {
+		int rc = -errno;
+
+		snprintf(t->why, sizeof(t->why), "%s: %s", dir, strerror(-rc));
+		return rc;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(t->why, sizeof(t->why), "%s is not a directory", dir);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		snprintf(t->why, sizeof(t->why), "%s is owned by uid %u with mode %04o: it must "
+			 "be the daemon's (uid %u) and writable by nobody else", dir,
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* The lock must be the last thing a dying process of the daemon lets go of: a successor
+ * that gets it binds the same listener and relay ports at once. The kernel closes a
+ * dying process's descriptors in ascending order, and hands out the lowest free number,
+ * so the lock moves to the highest number the process may have (capped: a bigger table
+ * costs memory in every process); sockets always get lower ones unless the process uses
+ * more than that many. On failure the lock stays where it is. */
+static int fd_move_high(int fd)
+{
+	struct rlimit rl;
+	long top = 65535;
+	int hi;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (long)rl.rlim_cur - 1 < top)
+		top = (long)rl.rlim_cur - 1;
+	if (top <= fd)
+		return fd;
+	hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)top);
+	if (hi < 0)
+		return fd;
+	close(fd);	/* the lock belongs to the open file, which hi still refers to */
+	return hi;
+}
+
+/* Waits for the instance lock; the returned fd holds it. */
+static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0) {
+		int rc = -errno;
+
+		snprintf(t->why, sizeof(t->why), "%s: %s", path, strerror(-rc));
+		return rc;
+	}
+	for (unsigned waited = 0;; waited += LOCK_POLL_US / 1000) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return fd_move_high(fd);
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			break;
+		if (waited >= wait_ms) {
+			errno = EBUSY;
+			break;
+		}
+		usleep(LOCK_POLL_US);
+	}
+	snprintf(t->why, sizeof(t->why), "%s is held by another process (a running turngated, "
+		 "or what is left of the previous one)", path);
+	close(fd);
+	return -EBUSY;
+}
+
+/* Renames a refused file out of the way, so the next start does not refuse it again and
+ * an operator can look at it; never over an earlier one (NAME.state.refused-UTC-PID[.N]). */
+static void move_aside(const struct paths *p, struct shm_takeover *t)
+{
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	for (int n = 0; n < 100; n++) {
+		int len = n == 0 ? snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d",
+					   p->state, stamp, (int)getpid())
+				 : snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d.%d",
+					   p->state, stamp, (int)getpid(), n);
+
+		if (len >= (int)sizeof(t->aside))
+			break;
+		if (renameat2(AT_FDCWD, p->state, AT_FDCWD, t->aside, RENAME_NOREPLACE) == 0)
+			return;
+		if (errno != EEXIST)
+			break;
+	}
+	t->aside[0] = '\0';
+}
+
+static int refuse_file(struct shm_takeover *t, enum shm_state_verdict v, const char *why)
+{
+	t->verdict = v;
+	snprintf(t->why, sizeof(t->why), "%s", why);
+	return -EBADMSG;
+}
+
+/* Opens the earlier run's file for reading if it is safe to read: *fd -1 when there is
+ * none. Returns 0, or -EBADMSG with t set (refused; the caller moves it aside). */
+static int old_open(const struct paths *p, int *fd, uint64_t *size, struct shm_takeover *t)
+{
+	struct stat st;
+	char why[96];
+
+	*fd = open(p->state, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (*fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		if (errno == ELOOP)
+			return refuse_file(t, SHM_STATE_SYMLINK, "is a symbolic link");
+		snprintf(why, sizeof(why), "cannot be opened: %s", strerror(errno));
+		return refuse_file(t, SHM_STATE_IO, why);
+	}
+	if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return refuse_file(t, SHM_STATE_NOT_REGULAR, "is not a regular file");
+	if (st.st_uid != geteuid()) {
+		snprintf(why, sizeof(why), "belongs to uid %u, not to the daemon's uid %u",
+			 (unsigned)st.st_uid, (unsigned)geteuid());
+		return refuse_file(t, SHM_STATE_OWNER, why);
+	}
+	if ((st.st_mode & 077) != 0) {
+		snprintf(why, sizeof(why), "has mode %04o: group or others may access it",
+			 (unsigned)(st.st_mode & 07777));
+		return refuse_file(t, SHM_STATE_MODE, why);
+	}
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* A new segment file of geometry cfg at p->fresh, mapped into *out. */
+static int fresh_create(const struct paths *p, const struct shm_config *cfg, struct shm **out)
+{
+	int fd, rc;
+
+	if (unlink(p->fresh) < 0 && errno != ENOENT)
+		return -errno;
+	fd = open(p->fresh, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (fchmod(fd, 0600) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = shm_init_fd(fd, false, cfg, out);
+	if (rc == 0)
+		return 0;
+fail:
+	close(fd);
+	unlink(p->fresh);
+	return rc;
+}
+
+int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg,
+		   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
+		   struct shm_takeover *t)
+{
+	struct paths p;
+	struct shm *shm = NULL;
+	uint64_t size = 0;
+	int lock_fd = -1, old_fd = -1, rc;
+
+	if (dir == NULL || name == NULL || out == NULL || t == NULL)
+		return -EINVAL;
+	memset(t, 0, sizeof(*t));
+	rc = paths_make(dir, name, &p);
+	if (rc < 0) {
+		snprintf(t->why, sizeof(t->why), "instance name \"%s\" cannot name a file", name);
+		return rc;
+	}
+	rc = dir_check(dir, t);
+	if (rc < 0)
+		return rc;
+	lock_fd = lock_take(p.lock, lock_wait_ms, t);
+	if (lock_fd < 0)
+		return lock_fd;
+	rc = fresh_create(&p, cfg, &shm);
+	if (rc < 0) {
+		snprintf(t->why, sizeof(t->why), "cannot create %s: %s", p.fresh, strerror(-rc));
+		goto fail;
+	}
+	if (old_open(&p, &old_fd, &size, t) == 0 && old_fd >= 0) {
+		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
+
+		rc = shm_image_take(shm, &img, now_ns, t);
+		if (rc < 0 && rc != -EBADMSG) {
+			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,
+				 strerror(-rc));
+			goto fail;
+		}
+	}
+	if (t->verdict != SHM_STATE_NONE && t->verdict != SHM_STATE_TAKEN)
+		move_aside(&p, t);
+	if (old_fd >= 0)
+		close(old_fd);
+	old_fd = -1;
+	if (rename(p.fresh, p.state) < 0) {
+		rc = -errno;
+		snprintf(t->why, sizeof(t->why), "cannot rename %s: %s", p.fresh, strerror(-rc));
+		goto fail;
+	}
+	shm->lock_fd = lock_fd;
+	*out = shm;
+	return 0;
+fail:
+	if (old_fd >= 0)
+		close(old_fd);
+	if (shm != NULL) {
+		shm_destroy(shm);
+		unlink(p.fresh);
+	}
+	close(lock_fd);
+	return rc;
+}

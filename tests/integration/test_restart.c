@@ -1,0 +1,565 @@
+/* Restarts that keep the calls (issue 19): 100 UDP allocations relaying 40 packets/s each
+ * through the real turngated, SIGKILL of every process of the daemon at once, then the
+ * same command again: the new run takes the state file over, and every allocation must
+ * relay again (0 stalled) and refresh with its original credentials and nonce (no
+ * 401/438). Five times with the same worker count, then 2 -> 1 -> 3 workers, then a
+ * SIGKILL of the master alone, a SIGQUIT and a SIGTERM (drain, then stop). Then state
+ * files that must be refused (another layout version, truncated, random bytes, 0644, a
+ * symlink, another owner): each with its own log line, serving from an empty table; the
+ * unmodified file is taken over (the control). The longest relaying gap per allocation is
+ * printed, not asserted (timing). Loopback only, every wait bounded. */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "shm/shm_internal.h"
+#include "stun/stun.h"
+#include "stun/stun_auth.h"
+#include "tests/integration/harness.h"
+#include "tests/integration/harness_admin.h"
+
+#define RELAY_MIN 55000
+#define RELAY_MAX 55999
+#define N_ALLOCS 100
+#define N_ROUNDS 5
+#define CHAN 0x4000
+#define SEND_EVERY_US 25000		/* 40 packets/s per allocation */
+#define RECOVER_LIMIT_US 15000000	/* an allocation silent this long after a restart stalled */
+#define SECRET "restart-secret"
+
+struct flow {
+	long long last_rx, max_gap, rx;
+};
+
+struct fx {
+	struct harness h;
+	struct harness_echo echo;
+	uint16_t pu;
+	struct sockaddr_storage srv;
+	char state[256];
+	struct hturn *c;
+	struct flow f[N_ALLOCS];
+	unsigned workers;
+};
+
+static struct fx g;
+
+static long long now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int setup(void **state)
+{
+	char yaml[2048];
+	int n;
+
+	(void)state;
+	memset(&g, 0, sizeof(g));
+	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
+		return -1;
+	g.pu = harness_free_port();
+	harness_addr("127.0.0.1", g.pu, &g.srv);
+	/* admin.state_dir unset: the state file goes next to the admin socket */
+	snprintf(g.state, sizeof(g.state), "%s/restart.state", g.h.dir);
+	n = snprintf(yaml, sizeof(yaml),
+		     "version: v1\n"
+		     "admin:\n"
+		     "  name: restart\n"
+		     "  loglevel: all:INFO\n"
+		     "  healthcheck_endpoint: \"\"\n"
+		     "  admin_socket: %s\n"
+		     "  relay_port_min: %d\n"
+		     "  relay_port_max: %d\n"
+		     "  drain_timeout: 5\n"
+		     "auth:\n"
+		     "  type: ephemeral\n"
+		     "  realm: restart.example\n"
+		     "  credentials:\n"
+		     "    secret: " SECRET "\n"
+		     "listeners:\n"
+		     "  - name: udp\n"
+		     "    protocol: TURN-UDP\n"
+		     "    address: 127.0.0.1\n"
+		     "    port: %u\n"
+		     "    routes: [echo]\n"
+		     "clusters:\n"
+		     "  - name: echo\n"
+		     "    type: STATIC\n"
+		     "    endpoints: [127.0.0.1]\n",
+		     g.h.sock, RELAY_MIN, RELAY_MAX, g.pu);
+	if (n <= 0 || (size_t)n >= sizeof(yaml))
+		return -1;
+	return harness_write_config(&g.h, yaml);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	harness_teardown_killed(&g.h, &g.echo);
+	return 0;
+}
+
+static void start(unsigned workers)
+{
+	g.workers = workers;
+	assert_int_equal(harness_start(&g.h, workers, sa(&g.srv)), 0);
+}
+
+static void alloc_user(struct hturn *c, const char *user)
+{
+	char name[64], pass[64];
+
+	assert_int_equal(stun_rest_mint((const uint8_t *)SECRET, strlen(SECRET), user,
+				       (uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
+				       sizeof(pass)), 0);
+	assert_int_equal(hturn_open(c, sa(&g.srv), false), 0);
+	hturn_set_user(c, name, pass);
+	assert_int_equal(hturn_allocate(c, NULL, NULL), 0);
+	assert_int_equal(hturn_channel_bind(c, CHAN, sa(&g.echo.addr)), 0);
+}
+
+/* Drains every echo waiting on client i's socket; true when one came. */
+static bool drain_one(int i, long long now)
+{
+	uint8_t buf[256];
+	bool got = false;
+
+	for (;;) {
+		ssize_t n = recv(g.c[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n < 0 && errno == ECONNREFUSED)
+			continue;	/* an ICMP error of the restart: the next read goes on */
+		if (n < 4)
+			break;
+		if (buf[0] != (CHAN >> 8) || buf[1] != (CHAN & 0xff))
+			continue;	/* a late response */
+		got = true;
+	}
+	if (got) {
+		struct flow *f = &g.f[i];
+
+		if (f->rx > 0 && now - f->last_rx > f->max_gap)
+			f->max_gap = now - f->last_rx;
+		f->last_rx = now;
+		f->rx++;
+	}
+	return got;
+}
+
+/* True when every flow received something after `since`. */
+static bool all_after(long long since)
+{
+	for (int i = 0; i < N_ALLOCS; i++)
+		if (g.f[i].last_rx <= since)
+			return false;
+	return true;
+}
+
+/* Every client sends one ChannelData each SEND_EVERY_US and counts the echoes, for
+ * dur_us, or (recover_since > 0) until every flow has an echo newer than recover_since
+ * and dur_us has passed, at most RECOVER_LIMIT_US more. */
+static void load(long long dur_us, long long recover_since)
+{
+	struct pollfd pfd[N_ALLOCS];
+	long long t0 = now_us(), next = t0, now;
+	static const char msg[] = "restart-load-0123456789";
+
+	for (int i = 0; i < N_ALLOCS; i++)
+		pfd[i] = (struct pollfd){ .fd = g.c[i].fd, .events = POLLIN };
+	for (;;) {
+		now = now_us();
+		if (now - t0 >= dur_us &&
+		    (recover_since == 0 || all_after(recover_since) ||
+		     now - t0 >= dur_us + RECOVER_LIMIT_US))
+			break;
+		if (now >= next) {
+			for (int i = 0; i < N_ALLOCS; i++)
+				hturn_chan_send(&g.c[i], CHAN, msg, sizeof(msg) - 1);
+			next += SEND_EVERY_US;
+			if (next < now)
+				next = now + SEND_EVERY_US;
+		}
+		if (poll(pfd, N_ALLOCS, (int)((next - now) / 1000) + 1) <= 0)
+			continue;
+		now = now_us();
+		for (int i = 0; i < N_ALLOCS; i++)
+			if (pfd[i].revents)
+				drain_one(i, now);
+	}
+}
+
+/* SIGKILL to the master and every worker, as close together as a loop of kill() gets. */
+static void kill_everything(void)
+{
+	int pids[SHM_MAX_SLOTS], n = 0;
+
+	for (unsigned s = 0; s < g.workers; s++) {
+		int pid = hadmin_worker_pid(g.h.sock, (int)s, NULL);
+
+		assert_true(pid > 0);
+		pids[n++] = pid;
+	}
+	assert_int_equal(kill(g.h.pid, SIGKILL), 0);
+	for (int i = 0; i < n; i++)
+		kill(pids[i], SIGKILL);
+	waitpid(g.h.pid, NULL, 0);
+	g.h.pid = 0;
+}
+
+/* How a run ends before the next start. */
+enum end_how {
+	END_KILL_ALL,	/* SIGKILL to every process */
+	END_KILL_MASTER,	/* SIGKILL to the master only: its workers get SIGTERM from the
+			 * kernel (PR_SET_PDEATHSIG), leave their allocations and exit; the new
+			 * master waits on the state file lock until they are gone */
+	END_QUIT,	/* SIGQUIT: stop now (as SIGINT); the workers leave the table */
+	END_TERM,	/* SIGTERM (systemctl restart): drain for drain_timeout while the
+			 * allocations relay on, then stop; what is open stays in the table */
+};
+
+static void load(long long dur_us, long long recover_since);
+
+/* Ends the run; returns the time from which relaying may stop (the signal, or for the
+ * drain the daemon's exit: the allocations relay during the drain). */
+static long long end_run(enum end_how how)
+{
+	long long t = now_us(), limit = t + 30000000;
+	int st = -1;
+	pid_t r;
+
+	if (how == END_KILL_ALL) {
+		kill_everything();
+		return t;
+	}
+	assert_int_equal(kill(g.h.pid, how == END_TERM ? SIGTERM : how == END_QUIT ? SIGQUIT
+									     : SIGKILL), 0);
+	while ((r = waitpid(g.h.pid, &st, how == END_TERM ? WNOHANG : 0)) == 0 &&
+	       now_us() < limit)
+		load(50000, 0);
+	assert_int_equal(r, g.h.pid);
+	if (how != END_KILL_MASTER)
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	g.h.pid = 0;
+	return how == END_TERM ? now_us() : t;
+}
+
+static void gaps_print(int round, unsigned from, unsigned to)
+{
+	long long worst = 0, sum = 0;
+	int worst_i = 0;
+
+	for (int i = 0; i < N_ALLOCS; i++) {
+		sum += g.f[i].max_gap;
+		if (g.f[i].max_gap > worst) {
+			worst = g.f[i].max_gap;
+			worst_i = i;
+		}
+	}
+	print_message("restart %d (%u -> %u workers): longest gap %.1f ms (allocation %d), "
+		      "mean of the per-allocation longest gaps %.1f ms (target <= 1000 ms)\n",
+		      round, from, to, worst / 1e3, worst_i, sum / 1e3 / N_ALLOCS);
+}
+
+/* Every allocation relays again and refreshes with the credentials and nonce it had:
+ * a 401 or 438 would come back as that error code (no_retry). */
+static void check_all_serving(long long since)
+{
+	int stalled = 0, refreshed = 0;
+
+	for (int i = 0; i < N_ALLOCS; i++)
+		stalled += g.f[i].last_rx <= since;
+	assert_int_equal(stalled, 0);
+	for (int i = 0; i < N_ALLOCS; i++) {
+		g.c[i].no_retry = true;
+		if (hturn_refresh(&g.c[i], 600) == 0)
+			refreshed++;
+		else
+			print_message("allocation %d: refresh failed\n", i);
+	}
+	print_message("%d of %d refreshes with the original credentials succeeded\n", refreshed,
+		      N_ALLOCS);
+	assert_int_equal(refreshed, N_ALLOCS);
+	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), N_ALLOCS);
+	for (int i = 0; i < N_ALLOCS; i++) {
+		int owner = hadmin_owner_of(g.h.sock, "udp", hturn_local_port(&g.c[i]));
+
+		assert_true(owner >= 0 && owner < (int)g.workers);
+	}
+}
+
+static void restart_round_how(int round, unsigned workers, enum end_how how)
+{
+	unsigned from = g.workers;
+	long long t_kill;
+	char needle[96];
+	int n0;
+
+	load(1000000, 0);
+	for (int i = 0; i < N_ALLOCS; i++)
+		g.f[i].max_gap = 0;
+	snprintf(needle, sizeof(needle), "%d allocations taken over from %u workers", N_ALLOCS,
+		 from);
+	n0 = harness_log_count(&g.h, needle);
+	t_kill = end_run(how);
+	g.workers = workers;
+	assert_int_equal(harness_spawn(&g.h, workers), 0);
+	load(1000000, t_kill);
+	gaps_print(round, from, workers);
+	assert_int_equal(harness_log_count(&g.h, needle), n0 + 1);
+	check_all_serving(t_kill);
+	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), N_ALLOCS);
+}
+
+static void restart_round(int round, unsigned workers)
+{
+	restart_round_how(round, workers, END_KILL_ALL);
+}
+
+static void alloc_all(void)
+{
+	char user[32];
+
+	g.c = harness_clients(&g.h, N_ALLOCS);
+	memset(g.f, 0, sizeof(g.f));
+	for (int i = 0; i < N_ALLOCS; i++) {
+		snprintf(user, sizeof(user), "restart%d", i);
+		alloc_user(&g.c[i], user);
+	}
+	load(500000, 0);
+	for (int i = 0; i < N_ALLOCS; i++)
+		assert_true(g.f[i].rx > 0);
+}
+
+static void end_all(void)
+{
+	for (int i = 0; i < N_ALLOCS; i++) {
+		g.c[i].no_retry = false;
+		assert_int_equal(hturn_refresh(&g.c[i], 0), 0);
+	}
+	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", 0, 500, 20), 0);
+	/* SIGKILLed runs log no worker deaths: their master died with them */
+	assert_int_equal(harness_stop_killed(&g.h, 0), 0);
+}
+
+static void test_kill_all_restart(void **state)
+{
+	(void)state;
+	start(2);
+	alloc_all();
+	for (int round = 1; round <= N_ROUNDS; round++)
+		restart_round(round, 2);
+	/* the take-over counts what it re-adopted: each round adopts all of them */
+	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_adopted"),
+			 (long long)N_ALLOCS * N_ROUNDS);
+	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_active"), N_ALLOCS);
+	end_all();
+}
+
+/* A crash of the master alone, SIGQUIT, and SIGTERM's drain: each keeps every
+ * allocation. */
+static void test_master_crash_and_quit(void **state)
+{
+	(void)state;
+	start(2);
+	alloc_all();
+	print_message("SIGKILL to the master only:\n");
+	restart_round_how(1, 2, END_KILL_MASTER);
+	print_message("SIGQUIT:\n");
+	restart_round_how(2, 2, END_QUIT);
+	print_message("SIGTERM (drain_timeout 5 s, then stop):\n");
+	restart_round_how(3, 2, END_TERM);
+	assert_int_equal(harness_log_count(&g.h, "100 allocations stay in"), 2);
+	assert_int_equal(harness_log_count(&g.h, "drain timeout: 100 allocations still open"),
+			 1);
+	end_all();
+}
+
+static void test_worker_counts(void **state)
+{
+	static const unsigned counts[] = { 1, 3 };
+
+	(void)state;
+	start(2);
+	alloc_all();
+	for (size_t r = 0; r < sizeof(counts) / sizeof(counts[0]); r++)
+		restart_round((int)r + 1, counts[r]);
+	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_active"), N_ALLOCS);
+	end_all();
+}
+
+/* ---- refused state files ------------------------------------------------------------ */
+
+static void copy_file(const char *from, const char *to, off_t len)
+{
+	char buf[65536];
+	int in = open(from, O_RDONLY), out;
+	off_t done = 0;
+
+	assert_true(in >= 0);
+	unlink(to);
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(out >= 0);
+	while (len < 0 || done < len) {
+		size_t want = len < 0 || len - done > (off_t)sizeof(buf) ? sizeof(buf)
+									  : (size_t)(len - done);
+		ssize_t n = read(in, buf, want);
+
+		if (n <= 0)
+			break;
+		assert_int_equal(write(out, buf, (size_t)n), n);
+		done += n;
+	}
+	close(in);
+	close(out);
+}
+
+static void patch(const char *path, off_t off, const void *v, size_t n)
+{
+	int fd = open(path, O_WRONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, v, n, off), (ssize_t)n);
+	close(fd);
+}
+
+static int count_aside(void)
+{
+	char pat[300];
+	glob_t gl;
+	int n;
+
+	snprintf(pat, sizeof(pat), "%s/restart.state.refused-*", g.h.dir);
+	n = glob(pat, 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+	globfree(&gl);
+	return n;
+}
+
+/* Starts on what is at g.state; the daemon must say `verdict` once more than before, move
+ * the file aside and serve from an empty table (a new allocation works). */
+static void expect_refused(const char *verdict)
+{
+	static struct hturn c;	/* not harness_clients(): the test's 3 clients live on */
+	char needle[96];
+	int n0, all0, a0 = count_aside();
+
+	snprintf(needle, sizeof(needle), "refused (%s)", verdict);
+	n0 = harness_log_count(&g.h, needle);
+	all0 = harness_log_count(&g.h, "refused (");
+	start(2);
+	/* its own line, and only one */
+	assert_int_equal(harness_log_count(&g.h, needle), n0 + 1);
+	assert_int_equal(harness_log_count(&g.h, "refused ("), all0 + 1);
+	assert_int_equal(count_aside(), a0 + 1);
+	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), 0);
+	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), 0);
+	memset(&c, 0, sizeof(c));
+	c.fd = -1;
+	alloc_user(&c, "after-refusal");
+	assert_int_equal(hturn_refresh(&c, 0), 0);
+	hturn_close(&c);
+	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", 0, 500, 20), 0);
+	assert_int_equal(harness_stop(&g.h), 0);
+	print_message("%s: refused, moved aside, served from an empty table\n", verdict);
+}
+
+static void test_refused_files(void **state)
+{
+	char good[300], target[300];
+	uint32_t v32 = SHM_LAYOUT_VERSION + 1;
+	uint8_t junk[65536];
+	struct hturn *c;
+	int fd;
+
+	(void)state;
+	snprintf(good, sizeof(good), "%s/good.img", g.h.dir);
+	snprintf(target, sizeof(target), "%s/elsewhere.img", g.h.dir);
+	/* a valid file with 3 live allocations, from a run killed with them */
+	start(2);
+	c = harness_clients(&g.h, 3);
+	for (int i = 0; i < 3; i++) {
+		char user[16];
+
+		snprintf(user, sizeof(user), "keep%d", i);
+		alloc_user(&c[i], user);
+	}
+	kill_everything();
+	copy_file(g.state, good, -1);
+
+	copy_file(good, g.state, -1);
+	patch(g.state, offsetof(struct shm_hdr, layout_version), &v32, sizeof(v32));
+	expect_refused("version");
+
+	copy_file(good, g.state, 100000);
+	expect_refused("truncated");
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (uint8_t)(rand() >> 7);
+	unlink(g.state);
+	fd = open(g.state, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+	expect_refused("foreign");
+
+	copy_file(good, g.state, -1);
+	assert_int_equal(chmod(g.state, 0644), 0);
+	expect_refused("mode");
+
+	copy_file(good, target, -1);
+	unlink(g.state);
+	assert_int_equal(symlink(target, g.state), 0);
+	expect_refused("symlink");
+
+	if (geteuid() == 0) {
+		copy_file(good, g.state, -1);
+		assert_int_equal(chown(g.state, 65534, 65534), 0);
+		expect_refused("owner");
+	}
+
+	/* the control: the same file, unmodified, is taken over */
+	copy_file(good, g.state, -1);
+	start(2);
+	assert_int_equal(harness_log_count(&g.h, "3 allocations taken over from 2 workers"), 1);
+	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), 3);
+	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(hturn_refresh(&c[i], 0), 0);
+	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", 0, 500, 20), 0);
+	assert_int_equal(harness_stop(&g.h), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_kill_all_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_worker_counts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_master_crash_and_quit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_files, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

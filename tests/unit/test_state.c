@@ -1,0 +1,589 @@
+/* Unit tests for the state file (shm/shm_state.h): take-over of a segment image (what is
+ * copied, re-owned, released and counted), refusal of every kind of bad image with dst
+ * untouched, random corruption that never crashes, and the files of shm_state_open()
+ * (creation, lock, symlink, mode, directory). With $TG_STATE_CORPUS set it also writes
+ * the fuzz corpus of fuzz/fuzz_state.c there. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "shm/shm_internal.h"
+#include "shm/shm_state.h"
+
+#define NOW UINT64_C(5000000000000)	/* a CLOCK_MONOTONIC "now" for images */
+#define SEC UINT64_C(1000000000)
+#define N_LIVE 9
+
+static struct shm *mk(unsigned slots, unsigned cap)
+{
+	struct shm_config cfg = { slots, 2, 256, cap };
+	struct shm *shm = NULL;
+
+	assert_int_equal(shm_create(&cfg, "test-state", &shm), 0);
+	return shm;
+}
+
+static void rec_fill(struct shm_alloc *r, unsigned i, uint8_t transport, uint64_t expires)
+{
+	r->client_transport = transport;
+	r->key_alg = SHM_KEY_MD5;
+	r->key_len = 16;
+	r->listener_idx = 1;
+	r->client.family = AF_INET;
+	r->client.addr[0] = 127;
+	r->client.addr[3] = 1;
+	r->client.port = (uint16_t)(40000 + i);
+	r->server = r->client;
+	r->server.port = 3478;
+	r->relay = r->server;
+	r->relay.port = (uint16_t)(50000 + i);
+	r->created_ns = NOW - 10 * SEC;
+	r->expires_ns = expires;
+	r->user_len = (uint16_t)snprintf(r->username, sizeof(r->username), "user%u", i);
+	r->realm_len = (uint16_t)snprintf(r->realm, sizeof(r->realm), "realm");
+	memset(r->key, (int)i, 16);
+	r->chans[0].number = 0x4000;
+	r->chans[0].peer = r->relay;
+	r->chans[0].expires_ns = expires;
+	r->perms[0].family = AF_INET;
+	r->perms[0].expires_ns = expires;
+	r->ctr[SHM_ACTR_PKTS_TO_PEER] = 100 + i;
+}
+
+/* One record of slot `slot`; state: 0 LIVE, 1 CLAIMED (torn), 2 odd seqlock (torn). */
+static void rec_add(struct shm *s, unsigned slot, unsigned i, uint8_t transport,
+		    uint64_t expires, int torn)
+{
+	struct shm_alloc *r;
+	uint32_t idx;
+
+	assert_int_equal(shm_alloc_claim(s, slot, &idx, &r), 0);
+	shm_alloc_begin_write(r);
+	rec_fill(r, i, transport, expires);
+	shm_alloc_end_write(r);
+	if (torn == 1)
+		return;
+	assert_int_equal(shm_alloc_publish(s, slot, idx), 0);
+	shm_ctr_add(shm_slot_counters(s, slot), SHM_CTR_ALLOCS_CREATED, 1);
+	shm_ctr_add(shm_slot_counters(s, slot), SHM_CTR_ALLOCS_ACTIVE, 1);
+	if (torn == 2)
+		shm_alloc_begin_write(r);
+}
+
+/* An earlier run with 3 workers: N_LIVE live UDP records, 1 expired, 1 TCP, 2 torn, and
+ * 5 allocations that ended before it died. */
+static struct shm *src_build(void)
+{
+	struct shm *s = mk(3, 16);
+	uint8_t key[SHM_NONCE_KEY_LEN];
+
+	for (unsigned i = 0; i < N_LIVE; i++)
+		rec_add(s, i % 3, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	rec_add(s, 0, 20, SHM_TRANSPORT_UDP, NOW - SEC, 0);
+	rec_add(s, 1, 21, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+	rec_add(s, 2, 22, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 1);
+	rec_add(s, 2, 23, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 2);
+	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_CREATED, 5);
+	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_ENDED, 5);
+	shm_ctr_add(shm_slot_counters(s, 2), SHM_CTR_CLIENT_PKTS_IN, 1234);
+	memset(key, 0x5a, sizeof(key));
+	assert_int_equal(shm_nonce_key_set(s, key), 0);
+	return s;
+}
+
+static struct shm_image img_of(const struct shm *s)
+{
+	return (struct shm_image){ .fd = -1, .buf = s->base, .size = s->size };
+}
+
+/* A private copy of s's bytes, for corrupting. */
+static uint8_t *bytes_of(const struct shm *s)
+{
+	uint8_t *b = malloc(s->size);
+
+	assert_non_null(b);
+	memcpy(b, s->base, s->size);
+	return b;
+}
+
+static void reseal(uint8_t *b)
+{
+	struct shm_hdr *h = (struct shm_hdr *)b;
+
+	h->hdr_check = shm_hdr_checksum(h);
+}
+
+static unsigned live_count(const struct shm *s)
+{
+	uint32_t cursor = 0, idx;
+	unsigned n = 0;
+
+	while (shm_alloc_next_live(s, &cursor, &idx) == 0)
+		n++;
+	return n;
+}
+
+static void test_take_over(void **state)
+{
+	struct shm *src = src_build(), *dst = mk(2, 16);
+	struct shm_image img = img_of(src);
+	struct shm_takeover t;
+	struct shm_counters sum;
+	uint8_t key[SHM_NONCE_KEY_LEN], want[SHM_NONCE_KEY_LEN];
+	uint32_t cursor = 0, idx;
+	unsigned owned[2] = { 0, 0 };
+
+	(void)state;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.adopted, N_LIVE);
+	assert_int_equal(t.expired, 1);
+	assert_int_equal(t.stream, 1);
+	assert_int_equal(t.torn, 2);
+	assert_int_equal(t.overflow, 0);
+	assert_int_equal(t.old_slots, 3);
+	assert_true(t.have_key && t.have_counters);
+	assert_int_equal(live_count(dst), N_LIVE);
+	/* every record where the steering program sends its client, intact */
+	while (shm_alloc_next_live(dst, &cursor, &idx) == 0) {
+		struct shm_alloc r, *o;
+		unsigned i;
+
+		assert_int_equal(shm_alloc_read_copy(dst, idx, &r), 0);
+		assert_true(r.owner < 2);
+		assert_int_equal(r.owner, shm_steer_slot(&r.client, 2));
+		assert_int_equal(shm_alloc_get(dst, r.owner, idx, &o), 0);
+		i = r.client.port - 40000;
+		assert_true(i < N_LIVE);
+		assert_int_equal(r.relay.port, 50000 + i);
+		assert_int_equal(r.key[15], i);
+		assert_int_equal(r.chans[0].number, 0x4000);
+		assert_int_equal(r.ctr[SHM_ACTR_PKTS_TO_PEER], 100 + i);
+		owned[r.owner]++;
+	}
+	/* gauges: what is live now, per owner slot and per listener */
+	for (unsigned s = 0; s < 2; s++) {
+		struct shm_counters c;
+
+		assert_int_equal(shm_counters_read(dst, s, &c), 0);
+		assert_int_equal(c.v[SHM_CTR_ALLOCS_ACTIVE], owned[s]);
+	}
+	assert_true(owned[0] > 0 && owned[1] > 0);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], N_LIVE);
+	assert_int_equal(sum.lst[1][SHM_LCTR_ALLOCS_ACTIVE], N_LIVE);
+	/* cumulative counters carried; created - ended = active */
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], N_LIVE + 1 + 1 + 1 + 5);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], N_LIVE);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 4);
+	assert_int_equal(sum.v[SHM_CTR_CLIENT_PKTS_IN], 1234);
+	shm_nonce_key_get(dst, key);
+	memset(want, 0x5a, sizeof(want));
+	assert_memory_equal(key, want, sizeof(key));
+	shm_destroy(dst);
+
+	/* the same through the file descriptor (pread), into a smaller table */
+	img.fd = shm_fd(src);
+	dst = mk(1, 4);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 4);
+	assert_int_equal(t.overflow, N_LIVE - 4);
+	assert_int_equal(live_count(dst), 4);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
+typedef void corrupt_fn(uint8_t *b, size_t *len, const struct shm *src);
+
+static void c_magic(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	b[0] ^= 1;
+}
+
+static void c_version(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	((struct shm_hdr *)b)->layout_version++;
+	reseal(b);
+}
+
+static void c_checksum(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	((struct shm_hdr *)b)->nonce_key[3] ^= 0x80;
+}
+
+static void c_short(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)b; (void)s;
+	*len -= 4096;
+}
+
+static void c_tiny(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)b; (void)s;
+	*len = 100;
+}
+
+static struct shm_region *region(uint8_t *b, uint32_t id)
+{
+	struct shm_hdr *h = (struct shm_hdr *)b;
+
+	for (uint32_t i = 0; i < h->n_regions; i++)
+		if (h->regions[i].id == id)
+			return &h->regions[i];
+	fail();
+	return NULL;
+}
+
+static void c_format(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	region(b, SHM_REGION_ALLOCS)->format ^= 1;
+	reseal(b);
+}
+
+static void c_boot(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	((struct shm_hdr *)b)->boot_id[0] ^= 1;
+	reseal(b);
+}
+
+static void c_region_bounds(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	region(b, SHM_REGION_ALLOCS)->count += 1;
+	reseal(b);
+}
+
+static void c_region_overlap(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	region(b, SHM_REGION_ALLOCS)->off = region(b, SHM_REGION_SLOTS)->off;
+	reseal(b);
+}
+
+static void c_no_allocs(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len; (void)s;
+	region(b, SHM_REGION_ALLOCS)->id = 99;
+	reseal(b);
+}
+
+static struct shm_alloc *rec0(uint8_t *b, const struct shm *s)
+{
+	return (struct shm_alloc *)(b + s->off_allocs);
+}
+
+static void c_user_len(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->user_len = SHM_ALLOC_USER_MAX + 1;
+}
+
+static void c_owner(uint8_t *b, size_t *len, const struct shm *s)
+{
+	struct shm_alloc *r = rec0(b, s);
+
+	(void)len;
+	r->owner = 7;
+	r->state = SHM_ALLOC_WORD(SHM_ALLOC_LIVE, 7);
+}
+
+static void c_state(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state = SHM_ALLOC_WORD(9, 0);
+}
+
+static void c_lifetime(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->expires_ns = NOW + 365 * 86400 * SEC;
+}
+
+static void c_channel(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->chans[3].number = 0x3fff;
+}
+
+static void test_refusals(void **state)
+{
+	static const struct {
+		corrupt_fn *fn;
+		enum shm_state_verdict v;
+	} cases[] = {
+		{ c_magic, SHM_STATE_FOREIGN },       { c_version, SHM_STATE_VERSION },
+		{ c_checksum, SHM_STATE_CORRUPT },    { c_short, SHM_STATE_TRUNCATED },
+		{ c_tiny, SHM_STATE_TRUNCATED },      { c_format, SHM_STATE_FORMAT },
+		{ c_boot, SHM_STATE_OTHER_BOOT },     { c_region_bounds, SHM_STATE_CORRUPT },
+		{ c_region_overlap, SHM_STATE_CORRUPT }, { c_no_allocs, SHM_STATE_CORRUPT },
+		{ c_user_len, SHM_STATE_CORRUPT },    { c_owner, SHM_STATE_CORRUPT },
+		{ c_state, SHM_STATE_CORRUPT },       { c_lifetime, SHM_STATE_CORRUPT },
+		{ c_channel, SHM_STATE_CORRUPT },
+	};
+	struct shm *src = src_build();
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint8_t *b = bytes_of(src);
+		size_t len = src->size;
+		struct shm *dst = mk(2, 16);
+		struct shm_image img;
+		struct shm_takeover t;
+		struct shm_counters sum;
+		uint8_t key[SHM_NONCE_KEY_LEN], zero[SHM_NONCE_KEY_LEN] = { 0 };
+
+		cases[i].fn(b, &len, src);
+		img = (struct shm_image){ .fd = -1, .buf = b, .size = len };
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_take(dst, &img, NOW, &t), -EBADMSG);
+		if (t.verdict != cases[i].v)
+			fail_msg("case %zu: verdict %s, want %s (%s)", i,
+				 shm_state_verdict_name(t.verdict),
+				 shm_state_verdict_name(cases[i].v), t.why);
+		assert_true(t.why[0] != '\0');
+		/* nothing of the refused image reached dst */
+		assert_int_equal(live_count(dst), 0);
+		assert_int_equal(shm_counters_sum(dst, &sum), 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], 0);
+		shm_nonce_key_get(dst, key);
+		assert_memory_equal(key, zero, sizeof(key));
+		shm_destroy(dst);
+		free(b);
+	}
+	shm_destroy(src);
+}
+
+/* Random damage anywhere (the header re-sealed half of the time so the records are
+ * reached): the take-over never crashes and either refuses or takes sane records. */
+static void test_random_damage(void **state)
+{
+	struct shm *src = src_build();
+	unsigned taken = 0, refused = 0;
+
+	(void)state;
+	srand(19);
+	for (int round = 0; round < 300; round++) {
+		uint8_t *b = bytes_of(src);
+		struct shm *dst = mk(2, 16);
+		struct shm_image img = { .fd = -1, .buf = b, .size = src->size };
+		struct shm_takeover t;
+		int flips = 1 + rand() % 8;
+
+		for (int f = 0; f < flips; f++) {
+			size_t at = round % 2 ? (size_t)rand() % sizeof(struct shm_hdr)
+					      : src->off_allocs + (size_t)rand() % (16 * 2560);
+
+			b[at] ^= (uint8_t)(1 + rand() % 255);
+		}
+		if (round % 4 < 2)
+			reseal(b);
+		memset(&t, 0, sizeof(t));
+		if (shm_image_take(dst, &img, NOW, &t) == 0) {
+			taken++;
+			assert_true(live_count(dst) <= N_LIVE);
+		} else {
+			refused++;
+			assert_int_equal(live_count(dst), 0);
+		}
+		shm_destroy(dst);
+		free(b);
+	}
+	print_message("random damage: %u taken, %u refused\n", taken, refused);
+	assert_true(refused > 0);
+	shm_destroy(src);
+}
+
+/* ---- the files ---- */
+
+static char tmpdir[64];
+
+static int dir_setup(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tg-state-XXXXXX");
+	return mkdtemp(tmpdir) != NULL ? 0 : -1;
+}
+
+static int dir_teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static int open_state(const char *dir, struct shm **out, struct shm_takeover *t)
+{
+	struct shm_config cfg = { 2, 2, 256, 16 };
+
+	return shm_state_open(dir, "inst", &cfg, NOW, 50, out, t);
+}
+
+static char *path(const char *name)
+{
+	static char p[4][PATH_MAX];
+	static int n;
+	char *r = p[n++ % 4];
+
+	snprintf(r, PATH_MAX, "%s/%s", tmpdir, name);
+	return r;
+}
+
+static int refused_files(void)
+{
+	glob_t gl;
+	int n = glob(path("inst.state.refused-*"), 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+
+	globfree(&gl);
+	return n;
+}
+
+static void test_files(void **state)
+{
+	struct shm *a = NULL, *b = NULL;
+	struct shm_takeover t;
+	struct stat st;
+	char sub[PATH_MAX];
+
+	(void)state;
+	/* first start: the directory is created 0700, the file 0600 */
+	snprintf(sub, sizeof(sub), "%s/run", tmpdir);
+	assert_int_equal(shm_state_open(sub, "inst", &(struct shm_config){ 1, 2, 256, 4 }, NOW,
+					50, &a, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_NONE);
+	assert_int_equal(stat(sub, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+	shm_destroy(a);
+	a = NULL;
+
+	assert_int_equal(open_state(tmpdir, &a, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_NONE);
+	assert_int_equal(stat(path("inst.state"), &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	/* the highest descriptor: a dying process closes it last (shm/state.c) */
+	assert_true(shm_lock_fd(a) > 100);
+	rec_add(a, 1, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	/* the lock: a second instance is refused while the first lives */
+	assert_int_equal(open_state(tmpdir, &b, &t), -EBUSY);
+	assert_null(b);
+	shm_destroy(a);
+	a = NULL;
+	/* taken over once the first is gone */
+	assert_int_equal(open_state(tmpdir, &a, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.adopted, 1);
+	assert_int_equal(live_count(a), 1);
+	shm_destroy(a);
+	a = NULL;
+
+	/* a symlink, a group-readable file, a directory: refused, moved aside, replaced */
+	assert_int_equal(rename(path("inst.state"), path("target")), 0);
+	assert_int_equal(symlink(path("target"), path("inst.state")), 0);
+	assert_int_equal(open_state(tmpdir, &a, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_SYMLINK);
+	assert_true(t.aside[0] != '\0');
+	assert_int_equal(lstat(path("inst.state"), &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	shm_destroy(a);
+	a = NULL;
+	assert_int_equal(chmod(path("inst.state"), 0640), 0);
+	assert_int_equal(open_state(tmpdir, &a, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_MODE);
+	shm_destroy(a);
+	a = NULL;
+	assert_int_equal(unlink(path("inst.state")), 0);
+	assert_int_equal(mkdir(path("inst.state"), 0700), 0);
+	assert_int_equal(open_state(tmpdir, &a, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_NOT_REGULAR);
+	shm_destroy(a);
+	a = NULL;
+	assert_int_equal(refused_files(), 3);
+
+	/* unusable directories and names */
+	assert_int_equal(chmod(tmpdir, 0777), 0);
+	assert_int_equal(open_state(tmpdir, &a, &t), -EPERM);
+	assert_int_equal(chmod(tmpdir, 0700), 0);
+	assert_int_equal(shm_state_open(tmpdir, "a/b", &(struct shm_config){ 1, 2, 256, 4 }, NOW,
+					50, &a, &t), -EINVAL);
+	assert_int_equal(shm_state_open(path("inst.lock"), "x",
+					&(struct shm_config){ 1, 2, 256, 4 }, NOW, 50, &a, &t),
+			 -ENOTDIR);
+	assert_null(a);
+}
+
+/* ---- fuzz corpus (fuzz/fuzz_state.c reads images taken at NOW) ---- */
+
+static void corpus_write(const char *dir, const char *name, const uint8_t *b, size_t len)
+{
+	char p[PATH_MAX];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	f = fopen(p, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b, 1, len, f), len);
+	fclose(f);
+}
+
+static void test_corpus(void **state)
+{
+	const char *dir = getenv("TG_STATE_CORPUS");
+	struct shm *src;
+	uint8_t *b;
+
+	(void)state;
+	if (dir == NULL)
+		return;	/* only when asked: the corpus is checked in */
+	src = src_build();
+	corpus_write(dir, "valid", src->base, src->size);
+	b = bytes_of(src);
+	c_user_len(b, NULL, src);
+	corpus_write(dir, "bad-record", b, src->size);
+	free(b);
+	b = bytes_of(src);
+	c_version(b, NULL, src);
+	corpus_write(dir, "version", b, src->size);
+	corpus_write(dir, "truncated", src->base, src->size / 2);
+	free(b);
+	shm_destroy(src);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_take_over),
+		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_random_damage),
+		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
+		cmocka_unit_test(test_corpus),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
