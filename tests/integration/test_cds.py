@@ -160,7 +160,7 @@ def test_cds_restart_keeps_allocations(d):
     daemon = CdsDaemon(d, args, env).start()
     clients = []
     try:
-        wait_for("the listener", lambda: answers(port))
+        wait_for(lambda: answers(port), "the listener")
         for _ in range(3):
             c = tm.Client(port)
             c.challenge()
@@ -177,10 +177,10 @@ def test_cds_restart_keeps_allocations(d):
         daemon.proc.wait(timeout=30)
         daemon.err.close()
         daemon = CdsDaemon(d, args, env).start()
-        wait_for("the listener again", lambda: answers(port))
+        wait_for(lambda: answers(port), "the listener again")
         # the workers adopt once the CDS config's listener is there, none is released
-        wait_for("the adoption", lambda: sum(int(n) for n in re.findall(
-            r"predecessor's allocations: (\d+) adopted", daemon.stderr())) == 3)
+        wait_for(lambda: sum(int(n) for n in re.findall(
+            r"predecessor's allocations: (\d+) adopted", daemon.stderr())) == 3, "the adoption")
         check(not re.search(r"allocations: \d+ adopted, dropped [1-9]|[1-9]\d* not rebindable",
                             daemon.stderr()), daemon.stderr())
         st = daemon.admin({"cmd": "status"})
