@@ -16,8 +16,8 @@ no procps), boot it, let systemd-sysusers create the user, write the secret and
 - `journalctl -u turngate` carries the daemon's levels as journal priorities;
 - `systemctl stop` with an allocation held drains for admin.drain_timeout (the allocation
   relays meanwhile), then exits cleanly within TimeoutStopSec;
-- `systemctl restart`: a new main process that serves (the allocation is not kept: that
-  needs the state directory of the restart issue);
+- `systemctl restart` with an allocation held: a new main process takes it over from the
+  state file in /run/turngate (RuntimeDirectoryPreserve=yes) and it goes on relaying;
 - a stalled worker (SIGSTOP) is replaced by the master while the unit stays up; a
   SIGSTOPped master misses its watchdog pings (WatchdogSec lowered to 3 s by a drop-in) and
   systemd restarts the unit;
@@ -232,12 +232,19 @@ def scenario(m, tree, bindir, conf, cfg):
           "no drain line in the journal")
     holder.close()
 
-    step("restart: a new main process (the allocation is not kept yet)")
+    step("restart: a new main process takes the held allocation over (state file)")
     m.sh("systemctl start turngate")
     pid = int(m.show("MainPID"))
+    holder = Holder(m.in_net, 3478)
+    holder.round_trip("before-restart")
     m.sh("systemctl restart turngate", timeout=90)
     pid2 = int(m.show("MainPID"))
     check(pid2 != pid and m.show("ActiveState") == "active", "restart did not replace the master")
+    state = json.loads(m.sh(f"{bindir}/turngatectl --json status").stdout).get("state", {})
+    print(f"after restart: state file {state.get('file')}, {state.get('taken_over')} taken over")
+    check(state.get("taken_over", 0) >= 1, f"the restart took no allocation over: {state}")
+    holder.round_trip("after-restart")
+    holder.close()
     probe(m, bindir, 3478)
 
     step("a stalled worker is replaced by the master")
