@@ -52,11 +52,12 @@ static const struct v4_embed embeds[] = {
 static bool bits_equal(const uint8_t *a, const uint8_t *b, unsigned bits)
 {
 	unsigned full = bits / 8, rem = bits % 8;
+	uint8_t mask;
 	if (memcmp(a, b, full) != 0)
 		return false;
 	if (rem == 0)
 		return true;
-	uint8_t mask = (uint8_t)(0xffu << (8 - rem));
+	mask = (uint8_t)(0xffu << (8 - rem));
 	return (a[full] & mask) == (b[full] & mask);
 }
 
@@ -72,12 +73,13 @@ static const struct v4_embed *embed_of(const uint8_t a[16])
 
 void conf_canon_addr(int *family, uint8_t addr[16])
 {
+	const struct v4_embed *e;
+	uint8_t v4[4];
 	if (*family != AF_INET6)
 		return;
-	const struct v4_embed *e = embed_of(addr);
+	e = embed_of(addr);
 	if (e == NULL)
 		return;
-	uint8_t v4[4];
 	memcpy(v4, addr + e->off, 4);
 	if (e == &embeds[3]) {
 		/* compatible form: keep :: and ::1 as IPv6 */
@@ -93,16 +95,18 @@ void conf_canon_addr(int *family, uint8_t addr[16])
 /* A prefix converts to IPv4 only when it fixes the whole embedding prefix. */
 void conf_canon_prefix(struct conf_prefix *p)
 {
-	if (p->family != AF_INET6)
-		return;
-	const struct v4_embed *e = embed_of(p->addr);
-	if (e == NULL || p->len < e->off * 8 || (e->off == 12 && p->len < 96))
-		return;
-	unsigned v4len = p->len - e->off * 8u;
-	if (v4len > 32) /* 6to4 /48+ carries subnet bits after the IPv4 part */
-		v4len = 32;
+	const struct v4_embed *e;
+	unsigned v4len;
 	int fam = AF_INET6;
 	uint8_t a[16];
+	if (p->family != AF_INET6)
+		return;
+	e = embed_of(p->addr);
+	if (e == NULL || p->len < e->off * 8 || (e->off == 12 && p->len < 96))
+		return;
+	v4len = p->len - e->off * 8u;
+	if (v4len > 32) /* 6to4 /48+ carries subnet bits after the IPv4 part */
+		v4len = 32;
 	memcpy(a, p->addr, 16);
 	conf_canon_addr(&fam, a);
 	if (fam != AF_INET)
@@ -118,11 +122,12 @@ int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits)
 	char ip[INET6_ADDRSTRLEN + 8];
 	const char *slash = strchr(s, '/');
 	size_t iplen = slash ? (size_t)(slash - s) : strlen(s);
+	char *ipp = ip;
+	unsigned max;
 	if (iplen >= sizeof(ip) || iplen == 0)
 		return -EINVAL;
 	memcpy(ip, s, iplen);
 	ip[iplen] = '\0';
-	char *ipp = ip;
 	if (ip[0] == '[' && iplen > 2 && ip[iplen - 1] == ']') { /* ours: [v6] form */
 		ip[iplen - 1] = '\0';
 		ipp++;
@@ -130,14 +135,15 @@ int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits)
 	memset(out, 0, sizeof(*out));
 	if (conf_parse_ip(ipp, &out->family, out->addr) != 0)
 		return -EINVAL;
-	unsigned max = out->family == AF_INET ? 32 : 128;
+	max = out->family == AF_INET ? 32 : 128;
 	out->len = (uint8_t)max;
 	if (slash != NULL) {
 		const char *l = slash + 1;
 		size_t n = strspn(l, "0123456789");
+		unsigned v;
 		if (n == 0 || n > 3 || l[n] != '\0')
 			return -EINVAL;
-		unsigned v = (unsigned)atoi(l);
+		v = (unsigned)atoi(l);
 		if (v > max)
 			return -ERANGE;
 		out->len = (uint8_t)v;
@@ -151,9 +157,9 @@ int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits)
 
 static int parse_port(const char *s, size_t n, uint16_t *out)
 {
+	unsigned v = 0;
 	if (n == 0 || n > 5)
 		return -EINVAL;
-	unsigned v = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!isdigit((unsigned char)s[i]))
 			return -EINVAL;
@@ -168,9 +174,9 @@ static int parse_port(const char *s, size_t n, uint16_t *out)
 /* A port of a range as strconv.Atoi reads it: decimal digits, any value below 10^18. */
 static int range_num(const char *s, size_t n, uint64_t *out)
 {
+	uint64_t v = 0;
 	if (n == 0)
 		return -EINVAL;
-	uint64_t v = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!isdigit((unsigned char)s[i]))
 			return -EINVAL;
@@ -190,6 +196,9 @@ int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t 
 			  bool *has_range, char *err, size_t errlen)
 {
 	size_t len = strlen(s);
+	const char *lt, *r, *dash, *end;
+	uint64_t lo = 0, hi = 0;
+	int rl, rh;
 	*iplen = len;
 	*has_range = false;
 	*min = 1;
@@ -197,17 +206,18 @@ int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t 
 	err[0] = '\0';
 	if (len == 0 || s[len - 1] != '>')
 		return 0;
-	const char *lt = strstr(s, ":<");
+	lt = strstr(s, ":<");
 	while (lt != NULL && strstr(lt + 2, ":<") != NULL)
 		lt = strstr(lt + 2, ":<");
 	if (lt == NULL) {
 		snprintf(err, errlen, "malformed port range (expected ADDR:<MIN-MAX>)");
 		return -EINVAL;
 	}
-	const char *r = lt + 2, *dash = strchr(r, '-'), *end = s + len - 1;
-	uint64_t lo = 0, hi = 0;
-	int rl = dash && dash < end ? range_num(r, (size_t)(dash - r), &lo) : -EINVAL;
-	int rh = dash && dash < end ? range_num(dash + 1, (size_t)(end - dash - 1), &hi) : -EINVAL;
+	r = lt + 2;
+	dash = strchr(r, '-');
+	end = s + len - 1;
+	rl = dash && dash < end ? range_num(r, (size_t)(dash - r), &lo) : -EINVAL;
+	rh = dash && dash < end ? range_num(dash + 1, (size_t)(end - dash - 1), &hi) : -EINVAL;
 	if (rl == -EINVAL || rh == -EINVAL) {
 		snprintf(err, errlen, "malformed port range '%s' (expected :<MIN-MAX>)", lt);
 		return -EINVAL;
@@ -237,9 +247,10 @@ int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size
 	bool has_range, host_bits = false;
 	int split = conf_split_port_range(s, &iplen, &ep->port_min, &ep->port_max, &has_range,
 					  err, errlen);
+	char buf[INET6_ADDRSTRLEN + 16];
+	int rc;
 	if (split == -EINVAL)
 		return -EINVAL;
-	char buf[INET6_ADDRSTRLEN + 16];
 	if (iplen == 0 || iplen >= sizeof(buf)) {
 		snprintf(err, errlen, "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
 			 "followed by :<MIN-MAX>)", s);
@@ -247,7 +258,7 @@ int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size
 	}
 	memcpy(buf, s, iplen);
 	buf[iplen] = '\0';
-	int rc = conf_parse_prefix(buf, &ep->prefix, &host_bits);
+	rc = conf_parse_prefix(buf, &ep->prefix, &host_bits);
 	if (rc == -ERANGE) {
 		snprintf(err, errlen, "prefix length of '%s' is out of range (0..%d)", buf,
 			 strchr(buf, ':') ? 128 : 32);
@@ -297,6 +308,9 @@ int conf_parse_hostport(const char *s, struct sockaddr_storage *out)
 	char ip[INET6_ADDRSTRLEN + 2];
 	const char *port = NULL;
 	size_t n;
+	int fam;
+	uint8_t a[16];
+	uint16_t pv = 0;
 	if (s[0] == '[') {
 		const char *e = strchr(s, ']');
 		if (e == NULL)
@@ -320,9 +334,6 @@ int conf_parse_hostport(const char *s, struct sockaddr_storage *out)
 			port = c + 1;
 	}
 	ip[n] = '\0';
-	int fam;
-	uint8_t a[16];
-	uint16_t pv = 0;
 	if (conf_parse_ip(ip, &fam, a) != 0)
 		return -EINVAL;
 	if (port != NULL && (parse_port(port, strlen(port), &pv) != 0 || pv == 0))

@@ -46,9 +46,10 @@ struct auth_state {
 
 static int add_user(struct pctx *p, struct conf_auth *a, char *u, char *pw)
 {
+	struct conf_user *v;
 	if (a->n_users >= CONF_MAX_ITEMS)
 		return -E2BIG;
-	struct conf_user *v = realloc(a->users, (a->n_users + 1) * sizeof(*v));
+	v = realloc(a->users, (a->n_users + 1) * sizeof(*v));
 	if (v == NULL) {
 		p->nomem = 1;
 		return -ENOMEM;
@@ -64,9 +65,10 @@ static int add_user(struct pctx *p, struct conf_auth *a, char *u, char *pw)
 static bool parse_type(struct pctx *p, yaml_node_t *v, const char *path, struct conf_auth *a)
 {
 	char *s = pctx_string(p, v, path, 0);
+	bool given;
 	if (s == NULL)
 		return true; /* reported */
-	bool given = s[0] != '\0';
+	given = s[0] != '\0';
 	if (s[0] == '\0' || strcasecmp(s, "static") == 0 || strcasecmp(s, "plaintext") == 0)
 		a->type = CONF_AUTH_STATIC;
 	else if (strcasecmp(s, "ephemeral") == 0 || strcasecmp(s, "longterm") == 0 ||
@@ -87,6 +89,7 @@ static void cred_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 {
 	struct auth_state *st = arg;
 	char **dst = NULL;
+	char *s;
 	if (strcasecmp(key, "username") == 0) {
 		dst = &st->cred_user;
 		st->username = v;
@@ -100,7 +103,7 @@ static void cred_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 		pctx_unknown_key(p, k, path);
 		return;
 	}
-	char *s = pctx_string(p, v, path, CONF_STR_NOENV);
+	s = pctx_string(p, v, path, CONF_STR_NOENV);
 	if (s != NULL) {
 		conf_wipe_free(*dst);
 		*dst = s;
@@ -113,11 +116,12 @@ static void user_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 	char **up = arg;
 	char **dst = strcasecmp(key, "username") == 0 ? &up[0] :
 		     strcasecmp(key, "password") == 0 ? &up[1] : NULL;
+	char *s;
 	if (dst == NULL) {
 		pctx_unknown_key(p, k, path);
 		return;
 	}
-	char *s = pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
+	s = pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	if (s != NULL) {
 		conf_wipe_free(*dst);
 		*dst = s;
@@ -127,20 +131,20 @@ static void user_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 /* Ours: auth.users, a list of {username, password}, never env-expanded. */
 static void parse_users(struct pctx *p, yaml_node_t *n, const char *path, struct conf_auth *a)
 {
+	size_t i = 0;
 	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
 		return;
-	size_t i = 0;
 	for (yaml_node_item_t *it = n->data.sequence.items.start;
 	     it < n->data.sequence.items.top && !p->nomem; it++, i++) {
 		yaml_node_t *u = pctx_node(p, *it);
 		char sub[CONF_PATH_MAX];
 		char *up[2] = {NULL, NULL};
+		bool dup = false;
 		conf_path_idx(sub, path, i);
 		pctx_map_each(p, u, sub, user_pair, up);
 		if (u->type == YAML_MAPPING_NODE && (up[0] == NULL || up[1] == NULL))
 			pctx_error(p, u, sub, "missing %s (expected username and password)",
 				   up[0] == NULL ? "username" : "password");
-		bool dup = false;
 		for (size_t j = 0; up[0] && j < a->n_users && !dup; j++)
 			dup = strcmp(a->users[j].username, up[0]) == 0;
 		if (dup)
@@ -157,9 +161,10 @@ char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, ch
 {
 	char *fname = pctx_string(p, v, path, false), *buf = NULL;
 	size_t len = 0;
+	int rc;
 	if (fname == NULL)
 		return NULL;
-	int rc = conf_read_file(fname, 64 * 1024, true, &buf, &len);
+	rc = conf_read_file(fname, 64 * 1024, true, &buf, &len);
 	if (rc != 0) {
 		pctx_error(p, v, path, "cannot read '%s': %s (expected a readable secret file)",
 			   fname, conf_file_strerror(rc));

@@ -96,10 +96,11 @@ static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
 	struct conf_cluster *cl = st->cl;
 	yaml_node_t *n = st->endpoints;
 	char sub[CONF_PATH_MAX];
+	size_t cnt;
 	conf_path_key(sub, path, "endpoints");
 	if (n == NULL || pctx_is_null(n) || !pctx_expect(p, n, sub, YAML_SEQUENCE_NODE))
 		return;
-	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
 	if (cnt > CONF_MAX_ITEMS) {
 		pctx_error(p, n, sub, "%zu endpoints (expected at most %d)", cnt, CONF_MAX_ITEMS);
 		return;
@@ -112,11 +113,13 @@ static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
 	for (size_t i = 0; i < cnt && !p->nomem; i++) {
 		char item[CONF_PATH_MAX];
 		yaml_node_t *e = pctx_node(p, n->data.sequence.items.start[i]);
+		char *s;
+		struct conf_endpoint *ep;
 		conf_path_idx(item, sub, i);
-		char *s = pctx_string(p, e, item, false);
+		s = pctx_string(p, e, item, false);
 		if (s == NULL)
 			continue;
-		struct conf_endpoint *ep = &cl->endpoints[cl->n_endpoints];
+		ep = &cl->endpoints[cl->n_endpoints];
 		memset(ep, 0, sizeof(*ep));
 		ep->text = s;
 		if (cl->type == CONF_CLUSTER_STATIC ? parse_static_ep(p, e, item, ep) :
@@ -130,9 +133,10 @@ static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
 void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path)
 {
 	struct conf *c = p->cfg;
+	size_t cnt;
 	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
 		return;
-	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
 	if (cnt > CONF_MAX_ITEMS) {
 		pctx_error(p, n, path, "%zu clusters (expected at most %d)", cnt, CONF_MAX_ITEMS);
 		return;

@@ -43,13 +43,14 @@ int conf_load_default(const struct conf_load_opts *opts, struct conf **out)
 	uint8_t raw[32];
 	char hex[65], text[sizeof(default_fmt) + 64];
 	struct conf_diags d = {0};
+	int n, rc;
 	*out = NULL;
 	if (RAND_bytes(raw, sizeof(raw)) != 1)
 		return -EIO;
 	for (size_t i = 0; i < sizeof(raw); i++)
 		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-	int n = snprintf(text, sizeof(text), default_fmt, hex);
-	int rc = conf_load_string(text, (size_t)n, "<default>", opts, out, &d);
+	n = snprintf(text, sizeof(text), default_fmt, hex);
+	rc = conf_load_string(text, (size_t)n, "<default>", opts, out, &d);
 	explicit_bzero(raw, sizeof(raw));
 	explicit_bzero(hex, sizeof(hex));
 	explicit_bzero(text, sizeof(text));

@@ -10,10 +10,12 @@
 __attribute__((format(printf, 1, 0))) static char *vfmt(const char *fmt, va_list ap)
 {
 	va_list ap2;
+	int n;
+	char *s;
 	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap2);
+	n = vsnprintf(NULL, 0, fmt, ap2);
 	va_end(ap2);
-	char *s = n < 0 ? NULL : malloc((size_t)n + 1);
+	s = n < 0 ? NULL : malloc((size_t)n + 1);
 	if (s == NULL)
 		return NULL;
 	vsnprintf(s, (size_t)n + 1, fmt, ap);
@@ -25,10 +27,12 @@ __attribute__((format(printf, 1, 0))) static char *vfmt(const char *fmt, va_list
 
 static int diags_grow(struct conf_diags *d)
 {
+	size_t cap;
+	struct conf_diag *v;
 	if (d->n < d->cap)
 		return 0;
-	size_t cap = d->cap ? d->cap * 2 : 16;
-	struct conf_diag *v = realloc(d->v, cap * sizeof(*v));
+	cap = d->cap ? d->cap * 2 : 16;
+	v = realloc(d->v, cap * sizeof(*v));
 	if (v == NULL)
 		return -ENOMEM;
 	d->v = v;
@@ -39,6 +43,8 @@ static int diags_grow(struct conf_diags *d)
 void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
 		    uint32_t line, uint32_t col, const char *path, const char *fmt, va_list ap)
 {
+	struct conf_diag *x;
+	bool last;
 	if (d == NULL)
 		return;
 	if (d->n >= CONF_MAX_DIAGS) {
@@ -50,13 +56,13 @@ void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *fi
 	}
 	if (diags_grow(d) != 0)
 		goto nomem;
-	struct conf_diag *x = &d->v[d->n];
+	x = &d->v[d->n];
 	memset(x, 0, sizeof(*x));
 	x->sev = sev;
 	x->line = line;
 	x->col = col;
 	x->file = strdup(file ? file : "<config>");
-	bool last = d->n + 1 == CONF_MAX_DIAGS;
+	last = d->n + 1 == CONF_MAX_DIAGS;
 	x->path = strdup(path && !last ? path : "");
 	if (last) {
 		x->sev = CONF_DIAG_ERROR;
@@ -122,9 +128,9 @@ void pctx_warn(struct pctx *p, const yaml_node_t *n, const char *path, const cha
 int conf_diag_format(const struct conf_diag *d, char *buf, size_t size)
 {
 	char loc[64] = "";
+	const char *path = d->path ? d->path : "";
 	if (d->line > 0)
 		snprintf(loc, sizeof(loc), ":%u:%u", d->line, d->col);
-	const char *path = d->path ? d->path : "";
 	return snprintf(buf, size, "%s%s: %s%s%s%s", d->file ? d->file : "<config>", loc,
 			d->sev == CONF_DIAG_WARNING ? "warning: " : "", path,
 			path[0] ? ": " : "", d->msg ? d->msg : "");

@@ -35,6 +35,8 @@ static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
 			  struct conf_listener *l)
 {
 	char *s = pctx_string(p, v, path, false);
+	int fam;
+	uint8_t a[16];
 	if (s == NULL || s[0] == '\0') {
 		free(s);
 		return;
@@ -45,8 +47,6 @@ static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
 		if (s == NULL)
 			return;
 	}
-	int fam;
-	uint8_t a[16];
 	if (conf_parse_ip(s, &fam, a) != 0)
 		pctx_error(p, v, path, "'%s' is not an IP address (expected an IP address or "
 			   "localhost)", s);
@@ -92,9 +92,10 @@ static void set_public_port(struct pctx *p, yaml_node_t *v, const char *path, ui
 
 static void set_opt_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
 {
+	char *s;
 	if (pctx_is_null(v))
 		return;
-	char *s = pctx_string(p, v, path, false);
+	s = pctx_string(p, v, path, false);
 	free(*dst);
 	*dst = s;
 	if (s != NULL && s[0] == '\0') {
@@ -191,16 +192,18 @@ static void load_pem(struct pctx *p, const char *path, const char *what, yaml_no
 		return;
 	}
 	if (b64 != NULL) {
+		int rc;
 		conf_path_key(sub, path, strcmp(what, "cert_file") == 0 ? "cert" : "key");
-		int rc = conf_base64_decode(b64, pem, len);
+		rc = conf_base64_decode(b64, pem, len);
 		if (rc == -ENOMEM)
 			p->nomem = 1;
 		else if (rc != 0)
 			pctx_error(p, b64n, sub, "base64-decode error (expected base64 of a PEM %s)",
 				   strcmp(what, "cert_file") == 0 ? "certificate" : "private key");
 	} else if (file != NULL) {
+		int rc;
 		conf_path_key(sub, path, what);
-		int rc = conf_read_file(file, 1 << 20, true, pem, len);
+		rc = conf_read_file(file, 1 << 20, true, pem, len);
 		if (rc != 0)
 			pctx_error(p, filen, sub, "cannot read '%s': %s (expected a readable PEM "
 				   "file)", file, conf_file_strerror(rc));
@@ -211,11 +214,13 @@ static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
 {
 	struct conf_listener *l = st->l;
 	bool tls = l->protocol == CONF_PROTO_TURN_TLS || l->protocol == CONF_PROTO_TURN_DTLS;
+	char sub[CONF_PATH_MAX];
+	char err[160];
+	int rc;
 	load_pem(p, path, "cert_file", st->cert, st->cert_b64, st->cert_file, l->cert_file,
 		 &l->cert_pem, &l->cert_pem_len);
 	load_pem(p, path, "key_file", st->key, st->key_b64, st->key_file, l->key_file,
 		 &l->key_pem, &l->key_pem_len);
-	char sub[CONF_PATH_MAX];
 	if (tls && (l->cert_pem == NULL || l->key_pem == NULL)) {
 		bool nocert = l->cert_pem == NULL;
 		bool given = nocert ? (st->cert || st->cert_file) : (st->key || st->key_file);
@@ -236,9 +241,8 @@ static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
 	}
 	if (!tls)
 		return;
-	char err[160];
-	int rc = conf_tls_check(l->cert_pem, l->cert_pem_len, l->key_pem, l->key_pem_len, err,
-				sizeof(err));
+	rc = conf_tls_check(l->cert_pem, l->cert_pem_len, l->key_pem, l->key_pem_len, err,
+			    sizeof(err));
 	if (rc == -ENOMEM) {
 		p->nomem = 1;
 	} else if (rc != 0) {
@@ -270,10 +274,11 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 	struct conf_listener *l = st->l;
 	yaml_node_t *n = st->routes;
 	char sub[CONF_PATH_MAX];
+	size_t cnt, w = 0;
 	conf_path_key(sub, path, "routes");
 	if (n == NULL || pctx_is_null(n) || !pctx_expect(p, n, sub, YAML_SEQUENCE_NODE))
 		return;
-	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
 	if (cnt > CONF_MAX_ITEMS) {
 		pctx_error(p, n, sub, "%zu routes (expected at most %d)", cnt, CONF_MAX_ITEMS);
 		return;
@@ -286,8 +291,9 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 	for (size_t i = 0; i < cnt && !p->nomem; i++) {
 		char item[CONF_PATH_MAX];
 		yaml_node_t *r = pctx_node(p, n->data.sequence.items.start[i]);
+		char *s;
 		conf_path_idx(item, sub, i);
-		char *s = pctx_string(p, r, item, false);
+		s = pctx_string(p, r, item, false);
 		if (s == NULL)
 			continue;
 		/* The operator renders a route whose backend it cannot render this way, and
@@ -299,7 +305,6 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 		l->routes[l->n_routes++] = s;
 	}
 	qsort(l->routes, l->n_routes, sizeof(char *), str_cmp);
-	size_t w = 0;
 	for (size_t i = 0; i < l->n_routes; i++) {
 		if (w > 0 && strcmp(l->routes[w - 1], l->routes[i]) == 0)
 			free(l->routes[i]);
@@ -351,13 +356,14 @@ static void lst_port_clash(struct pctx *p, struct lst_state *st, const char *pat
 		return;
 	for (size_t i = 0; mine && i < idx; i++) {
 		const struct conf_listener *o = &p->cfg->listeners[i];
+		const char *other;
+		char sub[CONF_PATH_MAX];
 		if (p->lst_bad[i])
 			continue;
-		const char *other = o->bind_address ? o->bind_address : o->address;
+		other = o->bind_address ? o->bind_address : o->address;
 		if (o->port != l->port || lst_udp(o) != lst_udp(l) || other == NULL ||
 		    strcmp(mine, other) != 0 || (o->bind_address == NULL) != (l->bind_address == NULL))
 			continue;
-		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, "port");
 		pctx_error(p, st->port ? st->port : st->node, sub, "%u/%s on %s is already used by "
 			   "listeners[%zu] (expected a different port or address)", l->port,
@@ -409,9 +415,10 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
 {
 	struct conf *c = p->cfg;
+	size_t cnt;
 	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
 		return;
-	size_t cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
 	if (cnt > CONF_MAX_ITEMS) {
 		pctx_error(p, n, path, "%zu listeners (expected at most %d)", cnt, CONF_MAX_ITEMS);
 		return;
@@ -426,11 +433,12 @@ void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
 		struct conf_listener *l = &c->listeners[i];
 		struct lst_state st = {.l = l, .node = pctx_node(p, n->data.sequence.items.start[i])};
 		char sub[CONF_PATH_MAX];
+		size_t errors;
 		conf_path_idx(sub, path, i);
 		c->n_listeners++;
 		l->port = CONF_DEF_PORT;
 		l->protocol = CONF_PROTO_TURN_UDP;
-		size_t errors = p->diags->n_errors;
+		errors = p->diags->n_errors;
 		pctx_map_each(p, st.node, sub, lst_pair, &st);
 		p->lst_bad[i] = p->diags->n_errors > errors;
 		if (st.node->type == YAML_MAPPING_NODE && !p->nomem)

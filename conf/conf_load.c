@@ -59,11 +59,12 @@ static void root_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 
 static void parse_version(struct pctx *p, yaml_node_t *root, yaml_node_t *v)
 {
+	char *s;
 	if (v == NULL || pctx_is_null(v)) {
 		pctx_error(p, v ? v : root, "version", "missing (expected v1)");
 		return;
 	}
-	char *s = pctx_string(p, v, "version", false);
+	s = pctx_string(p, v, "version", false);
 	if (s == NULL)
 		return;
 	/* stunnerd converts v1alpha1 to v1 (the stunnerd image's own stunnerd.conf is one):
@@ -126,17 +127,18 @@ static int load_doc(struct pctx *p, const char *buf, size_t len)
 {
 	yaml_parser_t yp;
 	yaml_document_t doc;
+	int rc = 0;
+	yaml_node_t *root;
 	if (!yaml_parser_initialize(&yp))
 		return -ENOMEM;
 	yaml_parser_set_input_string(&yp, (const unsigned char *)buf, len);
-	int rc = 0;
 	if (!yaml_parser_load(&yp, &doc)) {
 		yaml_failed(p, &yp);
 		rc = p->nomem ? -ENOMEM : -EINVAL;
 		goto out;
 	}
 	p->doc = &doc;
-	yaml_node_t *root = yaml_document_get_root_node(&doc);
+	root = yaml_document_get_root_node(&doc);
 	if (root == NULL)
 		conf_diag_add(p->diags, CONF_DIAG_ERROR, p->file, 0, 0, "",
 			      "empty document (expected a STUNner v1 config)");
@@ -153,14 +155,18 @@ int conf_load_string(const char *buf, size_t len, const char *name,
 		     const struct conf_load_opts *opts, struct conf **out,
 		     struct conf_diags *diags)
 {
-	*out = NULL;
 	struct conf_diags local = {0};
+	struct conf *c;
+	struct pctx p;
+	size_t first, errors0;
+	int rc = 0;
+	*out = NULL;
 	if (diags == NULL)
 		diags = &local; /* errors must still be counted */
-	struct conf *c = calloc(1, sizeof(*c));
-	struct pctx p = {.file = name ? name : "<config>", .diags = diags};
-	size_t first = diags->n, errors0 = diags->n_errors;
-	int rc = 0;
+	c = calloc(1, sizeof(*c));
+	p = (struct pctx){.file = name ? name : "<config>", .diags = diags};
+	first = diags->n;
+	errors0 = diags->n_errors;
 	if (c == NULL || conf_defaults(c) != 0 || (c->source = strdup(p.file)) == NULL) {
 		rc = -ENOMEM;
 		goto out;
@@ -201,12 +207,13 @@ out:
 int conf_load_file(const char *path, const struct conf_load_opts *opts, struct conf **out,
 		   struct conf_diags *diags)
 {
+	char *buf = NULL;
+	size_t len = 0;
+	int rc;
 	*out = NULL;
 	if (strncmp(path, "file://", 7) == 0)
 		path += 7;
-	char *buf = NULL;
-	size_t len = 0;
-	int rc = conf_read_file(path, CONF_MAX_INPUT + 1, false, &buf, &len);
+	rc = conf_read_file(path, CONF_MAX_INPUT + 1, false, &buf, &len);
 	if (rc != 0) {
 		conf_diag_add(diags, CONF_DIAG_ERROR, path, 0, 0, "", "cannot read: %s",
 			      conf_file_strerror(rc));

@@ -42,11 +42,12 @@ const char *conf_cluster_proto_name(enum conf_cluster_proto p)
 int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out,
 			     size_t max, size_t *n)
 {
-	(void)ctx;
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
 	struct addrinfo *res = NULL;
+	int rc;
+	(void)ctx;
 	*n = 0;
-	int rc = getaddrinfo(name, NULL, &hints, &res);
+	rc = getaddrinfo(name, NULL, &hints, &res);
 	if (rc == EAI_MEMORY)
 		return -ENOMEM;
 	if (rc != 0)
@@ -76,10 +77,11 @@ static int resolve_one(struct conf *cfg, size_t ci, size_t ei, conf_resolve_fn f
 {
 	struct conf_endpoint *ep = &cfg->clusters[ci].endpoints[ei];
 	char path[CONF_PATH_MAX];
-	snprintf(path, sizeof(path), "clusters[%zu].endpoints[%zu]", ci, ei);
 	struct sockaddr_storage tmp[CONF_MAX_RESOLVED];
-	size_t n = 0;
-	int rc = fn(ctx, ep->text, tmp, CONF_MAX_RESOLVED, &n);
+	size_t n = 0, special = 0;
+	int rc;
+	snprintf(path, sizeof(path), "clusters[%zu].endpoints[%zu]", ci, ei);
+	rc = fn(ctx, ep->text, tmp, CONF_MAX_RESOLVED, &n);
 	if (rc == -ENOMEM)
 		return rc;
 	free(ep->resolved);
@@ -90,7 +92,6 @@ static int resolve_one(struct conf *cfg, size_t ci, size_t ei, conf_resolve_fn f
 			      "'%s' does not resolve (matches nothing until it does)", ep->text);
 		return 0;
 	}
-	size_t special = 0;
 	for (size_t i = 0; i < n && i < CONF_MAX_RESOLVED; i++)
 		special += sa_special(&tmp[i]);
 	if (special > 0)
@@ -154,16 +155,17 @@ static enum conf_listener_change lst_compare(const struct conf_listener *a,
 	/* Without bind_address the sockets are bound to `address` (when it is local), so a
 	 * new address needs new sockets as much as a new bind_address does. */
 	bool bound_to_address = a->bind_address == NULL && b->bind_address == NULL;
+	bool same;
 	if (a->protocol != b->protocol || a->port != b->port ||
 	    !str_eq(a->bind_address, b->bind_address) ||
 	    (bound_to_address && !str_eq(a->address, b->address)))
 		return CONF_LISTENER_RESTART;
-	bool same = str_eq(a->address, b->address) && str_eq(a->public_address, b->public_address) &&
-		    a->public_port == b->public_port && a->relay_port_min == b->relay_port_min &&
-		    a->relay_port_max == b->relay_port_max &&
-		    mem_eq(a->cert_pem, a->cert_pem_len, b->cert_pem, b->cert_pem_len) &&
-		    mem_eq(a->key_pem, a->key_pem_len, b->key_pem, b->key_pem_len) &&
-		    a->n_routes == b->n_routes && auth_eq(a->auth, b->auth);
+	same = str_eq(a->address, b->address) && str_eq(a->public_address, b->public_address) &&
+	       a->public_port == b->public_port && a->relay_port_min == b->relay_port_min &&
+	       a->relay_port_max == b->relay_port_max &&
+	       mem_eq(a->cert_pem, a->cert_pem_len, b->cert_pem, b->cert_pem_len) &&
+	       mem_eq(a->key_pem, a->key_pem_len, b->key_pem, b->key_pem_len) &&
+	       a->n_routes == b->n_routes && auth_eq(a->auth, b->auth);
 	for (size_t i = 0; same && i < a->n_routes; i++)
 		same = strcmp(a->routes[i], b->routes[i]) == 0;
 	return same ? CONF_LISTENER_UNCHANGED : CONF_LISTENER_UPDATED;

@@ -38,11 +38,12 @@ yaml_node_t *pctx_node(struct pctx *p, int idx)
 /* A plain scalar spelled like YAML's null is "absent": Go's JSON gives the zero value. */
 bool pctx_is_null(const yaml_node_t *n)
 {
+	const char *v;
 	if (n == NULL)
 		return true;
 	if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
 		return false;
-	const char *v = (const char *)n->data.scalar.value;
+	v = (const char *)n->data.scalar.value;
 	return v[0] == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 ||
 	       strcmp(v, "Null") == 0 || strcmp(v, "NULL") == 0;
 }
@@ -63,10 +64,10 @@ const char *pctx_kind(const yaml_node_t *n)
 
 bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_type_t t)
 {
-	if (n->type == t)
-		return true;
 	const char *want = t == YAML_MAPPING_NODE ? "a mapping" :
 			   t == YAML_SEQUENCE_NODE ? "a list" : "a scalar";
+	if (n->type == t)
+		return true;
 	pctx_error(p, n, path, "found %s (expected %s)", pctx_kind(n), want);
 	return false;
 }
@@ -77,32 +78,36 @@ static char *y11_string(struct pctx *p, yaml_node_t *n, const char *path, char *
 {
 	struct conf_y11 y;
 	char txt[64];
+	char *d;
 	if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
 	    !conf_y11_as_string((conf_y11_resolve(s, &y), &y), txt, sizeof(txt)) ||
 	    strcmp(txt, s) == 0)
 		return s;
 	pctx_warn(p, n, path, "'%s' reads as \"%s\" (a YAML 1.1 %s, as in stunnerd; quote it to "
 		  "keep the text)", s, txt, y.kind == CONF_Y11_BOOL ? "boolean" : "number");
-	char *d = conf_strdup(p, txt);
+	d = conf_strdup(p, txt);
 	free(s);
 	return d;
 }
 
 char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, unsigned flags)
 {
+	const char *v;
+	char *s;
+	size_t before;
 	if (!pctx_expect(p, n, path, YAML_SCALAR_NODE))
 		return NULL;
-	const char *v = (const char *)n->data.scalar.value;
+	v = (const char *)n->data.scalar.value;
 	/* A null is Go's zero value: "" (credentials: `password: ~` is present and empty). */
 	if (pctx_is_null(n) && !(flags & CONF_STR_VERBATIM))
 		v = "";
-	char *s = flags & CONF_STR_NOENV ? conf_strdup(p, v) : conf_expand_env(p, v, n, path);
+	s = flags & CONF_STR_NOENV ? conf_strdup(p, v) : conf_expand_env(p, v, n, path);
 	if (s != NULL && !(flags & CONF_STR_VERBATIM))
 		s = y11_string(p, n, path, s);
 	if (s == NULL)
 		return NULL;
 	/* YAML aliases let a small file name one big scalar many times. */
-	size_t before = p->bytes;
+	before = p->bytes;
 	p->bytes += strlen(s) + 1;
 	if (p->bytes > CONF_MAX_BYTES) {
 		if (before <= CONF_MAX_BYTES)
@@ -118,11 +123,11 @@ static int parse_i64(const char *s, int64_t *out)
 {
 	const char *c = s;
 	bool neg = false;
+	uint64_t v = 0;
 	if (*c == '+' || *c == '-')
 		neg = *c++ == '-';
 	if (!isdigit((unsigned char)*c))
 		return -EINVAL;
-	uint64_t v = 0;
 	for (; isdigit((unsigned char)*c); c++) {
 		if (v > (UINT64_MAX - 9) / 10 || v * 10 + (uint64_t)(*c - '0') > (uint64_t)INT64_MAX)
 			return -ERANGE;
@@ -164,10 +169,11 @@ static int y11_int(const yaml_node_t *n, const char *s, int64_t *out)
 int pctx_int64(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out)
 {
 	char *s = pctx_string(p, n, path, CONF_STR_VERBATIM);
+	int64_t v = 0;
+	int rc;
 	if (s == NULL)
 		return -EINVAL;
-	int64_t v = 0;
-	int rc = y11_int(n, s, &v);
+	rc = y11_int(n, s, &v);
 	if (rc == -EINVAL)
 		pctx_error(p, n, path, "'%s' is not an integer (expected a number)", s);
 	else if (rc == -ERANGE)
@@ -213,9 +219,9 @@ int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out)
 	static const char *const yes[] = {"true", "yes", "on", "1"};
 	static const char *const no[] = {"false", "no", "off", "0"};
 	char *s = pctx_string(p, n, path, CONF_STR_VERBATIM);
+	int rc = -EINVAL;
 	if (s == NULL)
 		return -EINVAL;
-	int rc = -EINVAL;
 	for (size_t i = 0; i < 4 && rc != 0; i++) {
 		if (strcasecmp(s, yes[i]) == 0) {
 			*out = true;
@@ -320,11 +326,12 @@ static size_t key_winner(const struct map_flat *f, size_t i)
 	size_t w = i;
 	for (size_t j = 0; j < f->n; j++) {
 		const yaml_node_t *kj = f->pairs[j].k;
+		int c;
 		if (j == i || kj->type != YAML_SCALAR_NODE ||
 		    strcasecmp((const char *)kj->data.scalar.value, ki) != 0)
 			continue;
-		int c = strcmp((const char *)kj->data.scalar.value,
-			       (const char *)f->pairs[w].k->data.scalar.value);
+		c = strcmp((const char *)kj->data.scalar.value,
+			   (const char *)f->pairs[w].k->data.scalar.value);
 		if (c > 0 || (c == 0 && j > w))
 			w = j;
 	}
@@ -334,9 +341,10 @@ static size_t key_winner(const struct map_flat *f, size_t i)
 void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn,
 		   void *arg)
 {
+	struct map_flat *f;
 	if (!pctx_expect(p, map, path, YAML_MAPPING_NODE))
 		return;
-	struct map_flat *f = calloc(1, sizeof(*f));
+	f = calloc(1, sizeof(*f));
 	if (f == NULL) {
 		p->nomem = 1;
 		return;
@@ -344,15 +352,17 @@ void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair
 	flatten(p, map, path, f, 0, false);
 	for (size_t i = 0; i < f->n && !f->overflow && !p->nomem; i++) {
 		yaml_node_t *k = f->pairs[i].k, *v = f->pairs[i].v;
+		const char *key;
+		char sub[CONF_PATH_MAX];
+		size_t w;
 		if (k->type != YAML_SCALAR_NODE) {
 			pctx_error(p, k, path, "found %s as a key (expected a string)",
 				   pctx_kind(k));
 			continue;
 		}
-		const char *key = (const char *)k->data.scalar.value;
-		char sub[CONF_PATH_MAX];
+		key = (const char *)k->data.scalar.value;
 		conf_path_key(sub, path, key);
-		size_t w = key_winner(f, i);
+		w = key_winner(f, i);
 		if (w != i) {
 			/* A merged value that an explicit key overrides is what merges are for. */
 			if (!f->pairs[i].merged)

@@ -11,9 +11,10 @@
 
 static bool http_url_ok(const char *s)
 {
+	const char *h, *e;
 	if (strncasecmp(s, "http://", 7) != 0)
 		return false;
-	const char *h = s + 7, *e;
+	h = s + 7;
 	if (*h == '[') {
 		e = strchr(h, ']');
 		if (e == NULL)
@@ -36,9 +37,10 @@ static bool http_url_ok(const char *s)
 /* Replaces *dst with the expanded string of v (NULL/"~" keeps the default). */
 static void set_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
 {
+	char *s;
 	if (pctx_is_null(v))
 		return;
-	char *s = pctx_string(p, v, path, false);
+	s = pctx_string(p, v, path, false);
 	if (s == NULL)
 		return;
 	free(*dst);
@@ -49,11 +51,13 @@ static void set_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst
  * whatever the scheme: so does turngate, with a warning (the value is kept as http://). */
 static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
 {
+	char *u;
+	size_t sl;
 	set_str(p, v, path, dst);
-	char *u = *dst;
+	u = *dst;
 	if (u == NULL || u[0] == '\0')
 		return;
-	size_t sl = strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+	sl = strspn(u, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
 	if (sl > 0 && isalpha((unsigned char)u[0]) && strncmp(u + sl, "://", 3) == 0 &&
 	    strncasecmp(u, "http", sl > 4 ? sl : 4) != 0) {
 		char *h = malloc(strlen(u + sl) + 5);
@@ -90,11 +94,14 @@ struct range_nodes {
 static void parse_mode(struct pctx *p, yaml_node_t *v, const char *path, uint32_t *mode)
 {
 	char *s = pctx_string(p, v, path, CONF_STR_VERBATIM);
+	const char *d;
+	size_t n;
+	unsigned long m;
 	if (s == NULL)
 		return;
-	const char *d = strncasecmp(s, "0o", 2) == 0 ? s + 2 : s;
-	size_t n = strspn(d, "01234567");
-	unsigned long m = n > 0 && n <= 4 && d[n] == '\0' ? strtoul(d, NULL, 8) : 01000;
+	d = strncasecmp(s, "0o", 2) == 0 ? s + 2 : s;
+	n = strspn(d, "01234567");
+	m = n > 0 && n <= 4 && d[n] == '\0' ? strtoul(d, NULL, 8) : 01000;
 	if (m > 0777)
 		pctx_error(p, v, path, "'%s' is not a file mode (expected octal 0000..0777)", s);
 	else
@@ -341,9 +348,10 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 		return;
 	}
 	for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++) {
+		uint32_t *dst;
 		if (strcasecmp(key, limit_keys[i].key) != 0)
 			continue;
-		uint32_t *dst = (uint32_t *)((char *)&p->cfg->limits + limit_keys[i].off);
+		dst = (uint32_t *)((char *)&p->cfg->limits + limit_keys[i].off);
 		set_u32(p, v, path, limit_keys[i].min, limit_keys[i].max, dst);
 		ln->n[i] = v;
 		return;

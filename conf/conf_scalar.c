@@ -28,12 +28,13 @@ static bool go_atoi(const char *s, long long *out)
 static const char *env_value(struct pctx *p, const char *name, char buf[24])
 {
 	const char *v = env_lookup(p, name);
+	const char *pub;
+	long long port = CONF_DEF_PORT;
 	if (strcmp(name, "STUNNER_PORT") != 0)
 		return v;
 	if (v != NULL && v[0] != '\0' && strspn(v, "0123456789") == strlen(v))
 		return v;
-	const char *pub = env_lookup(p, "STUNNER_PUBLIC_PORT");
-	long long port = CONF_DEF_PORT;
+	pub = env_lookup(p, "STUNNER_PUBLIC_PORT");
 	if (pub != NULL)
 		go_atoi(pub, &port);
 	snprintf(buf, 24, "%lld", port);
@@ -83,13 +84,14 @@ static void shell_name(const char *s, const char **name, size_t *len, size_t *w)
 	*name = s;
 	*len = *w = 0;
 	if (s[0] == '{') {
+		const char *e;
 		if (shell_special(s[1]) && s[2] == '}') {
 			*name = s + 1;
 			*len = 1;
 			*w = 3;
 			return;
 		}
-		const char *e = strchr(s + 1, '}');
+		e = strchr(s + 1, '}');
 		if (e == NULL) {
 			*w = 1; /* "${" without '}': both eaten */
 			return;
@@ -115,13 +117,15 @@ char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, cons
 	sb_put(&b, "", 0);
 	for (const char *c = in; *c != '\0';) {
 		const char *d = strchr(c, '$');
+		const char *name;
+		size_t len, w;
+		char *nm, num[24];
+		const char *v;
 		if (d == NULL || d[1] == '\0') {
 			sb_put(&b, c, strlen(c));
 			break;
 		}
 		sb_put(&b, c, (size_t)(d - c));
-		const char *name;
-		size_t len, w;
 		shell_name(d + 1, &name, &len, &w);
 		c = d + 1 + w;
 		if (len == 0 && w == 0) {
@@ -133,12 +137,12 @@ char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, cons
 				  "as os.ExpandEnv does)", (int)(w + 1), d);
 			continue;
 		}
-		char *nm = strndup(name, len), num[24];
+		nm = strndup(name, len);
 		if (nm == NULL) {
 			b.err = 1;
 			break;
 		}
-		const char *v = env_value(p, nm, num);
+		v = env_value(p, nm, num);
 		if (v == NULL)
 			pctx_warn(p, n, path, "environment variable %s is not set (expanded to \"\")",
 				  nm);
@@ -158,10 +162,11 @@ char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, cons
  * (signed only), then 0x, 0o, 0b, a leading 0 (octal) or decimal digits. */
 static bool go_parse_int(const char *s, bool is_signed, bool *neg, uint64_t *mag)
 {
+	unsigned base = 10;
+	uint64_t v = 0;
 	*neg = false;
 	if (is_signed && (*s == '+' || *s == '-'))
 		*neg = *s++ == '-';
-	unsigned base = 10;
 	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
 		base = 16, s += 2;
 	else if (s[0] == '0' && (s[1] == 'o' || s[1] == 'O'))
@@ -172,7 +177,6 @@ static bool go_parse_int(const char *s, bool is_signed, bool *neg, uint64_t *mag
 		base = 8, s += 1;
 	if (*s == '\0')
 		return false;
-	uint64_t v = 0;
 	for (; *s != '\0'; s++) {
 		unsigned d = isdigit((unsigned char)*s) ? (unsigned)(*s - '0') :
 			     isxdigit((unsigned char)*s) ? (unsigned)(tolower(*s) - 'a' + 10) : 99;
@@ -189,8 +193,9 @@ static bool go_parse_int(const char *s, bool is_signed, bool *neg, uint64_t *mag
 /* go-yaml's yamlStyleFloat: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)? */
 static bool yaml_style_float(const char *s)
 {
+	size_t n;
 	s += *s == '+' || *s == '-';
-	size_t n = strspn(s, "0123456789");
+	n = strspn(s, "0123456789");
 	if (n == 0) {
 		if (*s != '.' || !isdigit((unsigned char)s[1]))
 			return false;
@@ -232,14 +237,14 @@ static enum conf_y11_kind resolve_number(const char *in, struct conf_y11 *out)
 {
 	char plain[64];
 	size_t k = 0;
+	bool neg;
+	uint64_t mag;
 	for (const char *c = in; *c != '\0' && k < sizeof(plain) - 1; c++)
 		if (*c != '_')
 			plain[k++] = *c;
 	plain[k] = '\0';
 	if (strlen(in) >= sizeof(plain))
 		return CONF_Y11_STR;
-	bool neg;
-	uint64_t mag;
 	if (go_parse_int(plain, true, &neg, &mag)) {
 		out->i = neg ? (int64_t)(0 - mag) : (int64_t)mag;
 		return CONF_Y11_INT;
@@ -286,32 +291,34 @@ enum conf_y11_kind conf_y11_resolve(const char *in, struct conf_y11 *out)
  * float32, %e when the exponent is < -4 or >= 6 (Go's rule for the shortest form). */
 static void go_format_float32(double f, char *out, size_t n)
 {
+	float want;
+	char e[48];
+	int digits = 1;
+	int exp, decimals;
 	if (isnan(f)) {
 		snprintf(out, n, "NaN");
 		return;
 	}
 	/* Beyond float32's range the value is an infinity, as Go's float32 conversion makes it. */
-	float want = fabs(f) > 3.4028234663852886e38 ? (f > 0 ? INFINITY : -INFINITY) : (float)f;
+	want = fabs(f) > 3.4028234663852886e38 ? (f > 0 ? INFINITY : -INFINITY) : (float)f;
 	if (isinf(want)) {
 		snprintf(out, n, want > 0 ? "+Inf" : "-Inf");
 		return;
 	}
-	char e[48];
-	int digits = 1;
 	for (; digits < 9; digits++) {
 		snprintf(e, sizeof(e), "%.*e", digits - 1, (double)want);
 		if ((float)strtod(e, NULL) == want)
 			break;
 	}
 	snprintf(e, sizeof(e), "%.*e", digits - 1, (double)want);
-	int exp = atoi(strchr(e, 'e') + 1);
+	exp = atoi(strchr(e, 'e') + 1);
 	if (want == 0.0f)
 		exp = 0;
 	if (exp < -4 || exp >= 6) {
 		snprintf(out, n, "%s", e);
 		return;
 	}
-	int decimals = digits - (exp + 1);
+	decimals = digits - (exp + 1);
 	snprintf(out, n, "%.*f", decimals > 0 ? decimals : 0, (double)want);
 }
 

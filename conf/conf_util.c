@@ -10,17 +10,18 @@
 
 int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, size_t *len)
 {
-	*buf = NULL;
-	*len = 0;
-	/* Secret and certificate paths come from the config: a FIFO or device there must not
-	 * block the master, so those are opened non-blocking and must be regular files. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0));
-	if (fd < 0)
-		return -errno;
+	int fd;
 	int rc = 0;
 	size_t cap = 4096, n = 0;
 	char *b = NULL;
 	struct stat st;
+	*buf = NULL;
+	*len = 0;
+	/* Secret and certificate paths come from the config: a FIFO or device there must not
+	 * block the master, so those are opened non-blocking and must be regular files. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0));
+	if (fd < 0)
+		return -errno;
 	if (fstat(fd, &st) != 0) {
 		rc = -errno;
 		goto out;
@@ -35,20 +36,22 @@ int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, 
 		goto out;
 	}
 	for (;;) {
+		ssize_t r;
 		if (n == cap) {
+			char *nb;
 			if (cap >= max) {
 				rc = -EFBIG;
 				goto out;
 			}
 			cap = cap * 2 > max ? max : cap * 2;
-			char *nb = realloc(b, cap + 1);
+			nb = realloc(b, cap + 1);
 			if (nb == NULL) {
 				rc = -ENOMEM;
 				goto out;
 			}
 			b = nb;
 		}
-		ssize_t r = read(fd, b + n, cap - n);
+		r = read(fd, b + n, cap - n);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
@@ -93,20 +96,21 @@ int conf_base64_decode(const char *in, char **out, size_t *outlen)
 {
 	size_t n = strlen(in);
 	char *o = malloc(n / 4 * 3 + 4);
-	if (o == NULL)
-		return -ENOMEM;
 	uint32_t acc = 0;
 	unsigned bits = 0, pad = 0;
 	size_t k = 0;
+	if (o == NULL)
+		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)in[i];
+		int v;
 		if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
 			continue;
 		if (c == '=') {
 			pad++;
 			continue;
 		}
-		int v = b64_val(c);
+		v = b64_val(c);
 		if (v < 0 || pad > 0)
 			goto bad;
 		acc = acc << 6 | (uint32_t)v;

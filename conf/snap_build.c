@@ -82,12 +82,14 @@ static int find_cluster(const struct conf *c, const char *name)
 
 static void *grow(void *v, size_t *cap, size_t need, size_t size, int *err)
 {
+	size_t nc;
+	void *nv;
 	if (need <= *cap)
 		return v;
-	size_t nc = *cap ? *cap * 2 : 16;
+	nc = *cap ? *cap * 2 : 16;
 	while (nc < need)
 		nc *= 2;
-	void *nv = realloc(v, nc * size);
+	nv = realloc(v, nc * size);
 	if (nv == NULL) {
 		*err = -ENOMEM;
 		return v;
@@ -101,11 +103,12 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		       bool special, uint32_t cluster)
 {
 	if (p->family == AF_INET) {
+		struct snap_pfx4 *e;
+		uint32_t a;
 		b->p4 = grow(b->p4, &b->cap_p4, b->n_p4 + 1, sizeof(*b->p4), &b->err);
 		if (b->err)
 			return;
-		struct snap_pfx4 *e = &b->p4[b->n_p4++];
-		uint32_t a;
+		e = &b->p4[b->n_p4++];
 		memcpy(&a, p->addr, 4);
 		e->addr = ntohl(a);
 		e->mask = p->len ? (uint32_t)(0xffffffffu << (32 - p->len)) : 0;
@@ -115,10 +118,11 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		e->special = special;
 		e->cluster = cluster;
 	} else {
+		struct snap_pfx6 *e;
 		b->p6 = grow(b->p6, &b->cap_p6, b->n_p6 + 1, sizeof(*b->p6), &b->err);
 		if (b->err)
 			return;
-		struct snap_pfx6 *e = &b->p6[b->n_p6++];
+		e = &b->p6[b->n_p6++];
 		memcpy(e->addr, p->addr, 16);
 		e->len = p->len;
 		e->port_min = pmin;
@@ -170,9 +174,10 @@ static int cmp_p4(const void *x, const void *y)
 static int cmp_p6(const void *x, const void *y)
 {
 	const struct snap_pfx6 *a = x, *b = y;
+	int c;
 	if (a->len != b->len)
 		return a->len > b->len ? -1 : 1;
-	int c = memcmp(a->addr, b->addr, 16);
+	c = memcmp(a->addr, b->addr, 16);
 	if (c != 0)
 		return c;
 	return cmp_ports_cluster(a->port_min, a->port_max, a->cluster, b->port_min, b->port_max,
@@ -184,10 +189,12 @@ static int cmp_p6(const void *x, const void *y)
 static size_t sort_dedup(void *base, size_t first, size_t n, size_t size,
 			 int (*cmp)(const void *, const void *), size_t cmp_len)
 {
+	char *v;
+	size_t cnt, w = 0;
 	if (n == first)
 		return n; /* base may be NULL: nothing was added */
-	char *v = (char *)base + first * size;
-	size_t cnt = n - first, w = 0;
+	v = (char *)base + first * size;
+	cnt = n - first;
 	qsort(v, cnt, size, cmp);
 	for (size_t i = 0; i < cnt; i++) {
 		if (w > 0 && memcmp(v + (w - 1) * size, v + i * size, cmp_len) == 0)
@@ -206,9 +213,10 @@ static void compile_allowlist(struct sb *b, const struct conf_listener *l,
 	size_t f4 = b->n_p4, f6 = b->n_p6;
 	for (size_t i = 0; i < l->n_routes && !b->err; i++) {
 		int ci = find_cluster(b->cfg, l->routes[i]);
+		const struct conf_cluster *cl;
 		if (ci < 0)
 			continue; /* validation rejects these; a snapshot just matches nothing */
-		const struct conf_cluster *cl = &b->cfg->clusters[ci];
+		cl = &b->cfg->clusters[ci];
 		for (size_t j = 0; j < cl->n_endpoints && !b->err; j++) {
 			const struct conf_endpoint *ep = &cl->endpoints[j];
 			if (cl->type == CONF_CLUSTER_STRICT_DNS)
@@ -269,12 +277,14 @@ static void add_auth(struct sb *b, const struct conf_auth *a)
 {
 	size_t n_users = auth_users(a);
 	struct snap_auth_rec *r = &b->auths[b->n_auths++];
+	const struct conf_user **sorted;
+	const char *sec[2] = {a->secret, a->prev_secret};
 	r->type = (uint32_t)a->type;
 	r->realm = pool_str(b, a->realm);
 	r->strict_expiry = a->strict_expiry;
 	r->user_first = (uint32_t)b->n_users;
 	r->secret_first = (uint32_t)b->n_secrets;
-	const struct conf_user **sorted = calloc(n_users + 1, sizeof(*sorted));
+	sorted = calloc(n_users + 1, sizeof(*sorted));
 	if (sorted == NULL) {
 		b->err = -ENOMEM;
 		return;
@@ -290,11 +300,11 @@ static void add_auth(struct sb *b, const struct conf_auth *a)
 		r->user_count++;
 	}
 	free(sorted);
-	const char *sec[2] = {a->secret, a->prev_secret};
 	for (uint32_t i = 0; i < 2 && a->type == CONF_AUTH_EPHEMERAL; i++) {
+		struct snap_secret_rec *s;
 		if (sec[i] == NULL)
 			continue;
-		struct snap_secret_rec *s = &b->secrets[b->n_secrets++];
+		s = &b->secrets[b->n_secrets++];
 		s->secret = pool_str(b, sec[i]);
 		s->id = i;
 		s->deadline = i ? a->prev_deadline : 0;
@@ -337,6 +347,7 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_build_params *pp)
 {
 	const struct conf *c = b->cfg;
+	struct sockaddr_storage alt;
 	h->magic = SNAP_MAGIC;
 	h->version = SNAP_VERSION;
 	h->hdr_size = sizeof(*h);
@@ -353,7 +364,6 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.unauth_trust_credits,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
-	struct sockaddr_storage alt;
 	if (c->admin.alternate_server && conf_parse_hostport(c->admin.alternate_server, &alt) == 0) {
 		h->alt_family = alt.ss_family;
 		if (alt.ss_family == AF_INET) {
@@ -419,6 +429,8 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 {
 	uint64_t cur = sizeof(*h);
 	uint64_t o[7];
+	uint64_t total;
+	uint8_t *out;
 	o[0] = place(&cur, b->n_lst, sizeof(*b->lst), &h->listeners);
 	o[1] = place(&cur, b->n_cls, sizeof(*b->cls), &h->clusters);
 	o[2] = place(&cur, b->n_auths, sizeof(*b->auths), &h->auths);
@@ -428,13 +440,13 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 	o[6] = place(&cur, b->n_p6, sizeof(*b->p6), &h->pfx6);
 	if (cur != b->pool_off)
 		return -EINVAL; /* pool_off was computed from the same counts */
-	uint64_t total = cur + b->pool_len;
+	total = cur + b->pool_len;
 	if (total > UINT32_MAX)
 		return -E2BIG;
 	h->pool_off = (uint32_t)cur;
 	h->pool_len = (uint32_t)b->pool_len;
 	h->len = (uint32_t)total;
-	uint8_t *out = calloc(1, total);
+	out = calloc(1, total);
 	if (out == NULL)
 		return -ENOMEM;
 	memcpy(out + o[0], b->lst, b->n_lst * sizeof(*b->lst));
@@ -458,14 +470,16 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void **blob,
 	       size_t *len)
 {
+	struct sb b = {.cfg = cfg};
+	struct snap_hdr h;
+	int rc;
+	size_t n_auth = 1, n_users = 0, n_secrets = 0;
 	*blob = NULL;
 	*len = 0;
 	if (cfg == NULL || cfg->magic != CONF_MAGIC || pp == NULL)
 		return -EINVAL;
-	struct sb b = {.cfg = cfg};
-	struct snap_hdr h;
 	memset(&h, 0, sizeof(h));
-	int rc = sb_alloc(&b);
+	rc = sb_alloc(&b);
 	if (rc != 0)
 		goto out;
 	/* Allowlists first: their sizes fix where the string pool starts. */
@@ -475,7 +489,6 @@ int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void 
 	b.n_cls = cfg->n_clusters;
 	b.pool_off = sizeof(h) + b.n_lst * sizeof(*b.lst) + b.n_cls * sizeof(*b.cls) +
 		     b.n_p4 * sizeof(*b.p4) + b.n_p6 * sizeof(*b.p6);
-	size_t n_auth = 1, n_users = 0, n_secrets = 0;
 	count_auth(&cfg->auth, &n_users, &n_secrets);
 	for (size_t i = 0; i < cfg->n_listeners; i++)
 		if (cfg->listeners[i].auth) {

@@ -121,11 +121,12 @@ static bool records_ok(const struct snap *s)
 
 int snap_open(const void *blob, size_t len, const struct snap **out)
 {
+	const struct snap *s = blob;
+	const struct snap_hdr *h;
 	*out = NULL;
 	if (blob == NULL || ((uintptr_t)blob & 7) != 0 || len < sizeof(struct snap_hdr))
 		return -EINVAL;
-	const struct snap *s = blob;
-	const struct snap_hdr *h = &s->h;
+	h = &s->h;
 	if (h->magic != SNAP_MAGIC)
 		return -EINVAL;
 	if (h->version != SNAP_VERSION)
@@ -314,18 +315,20 @@ int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct so
 		    bool check_port, uint32_t *cluster_idx)
 {
 	const struct snap_lst_rec *l = lst(s, listener_idx);
-	if (l == NULL)
-		return -ENOENT;
 	int fam;
 	uint8_t a[16];
-	if (conf_addr_canon(peer, &fam, a) != 0)
-		return -EAFNOSUPPORT;
-	uint16_t port = peer->sa_family == AF_INET ?
-				ntohs(((const struct sockaddr_in *)peer)->sin_port) :
-				ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
-	bool special = conf_addr_is_special(fam, a);
+	uint16_t port;
+	bool special;
 	uint32_t cl = 0;
 	int rc;
+	if (l == NULL)
+		return -ENOENT;
+	if (conf_addr_canon(peer, &fam, a) != 0)
+		return -EAFNOSUPPORT;
+	port = peer->sa_family == AF_INET ?
+				ntohs(((const struct sockaddr_in *)peer)->sin_port) :
+				ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
+	special = conf_addr_is_special(fam, a);
 	if (fam == AF_INET) {
 		const struct snap_pfx4 *t = at(s, s->h.pfx4.off + (uint64_t)l->v4_first *
 						      sizeof(*t), (uint64_t)l->v4_count * sizeof(*t));
@@ -387,10 +390,12 @@ static int name_cmp(const struct snap *s, const struct snap_user_rec *u, const c
 		    size_t len)
 {
 	const char *un = str_at(s, &u->name);
+	size_t ul;
+	int c;
 	if (un == NULL)
 		return 1;
-	size_t ul = u->name.len;
-	int c = memcmp(un, name, ul < len ? ul : len);
+	ul = u->name.len;
+	c = memcmp(un, name, ul < len ? ul : len);
 	return c ? c : (ul > len) - (ul < len);
 }
 
@@ -398,17 +403,19 @@ int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *user
 		       size_t ulen, enum snap_key_alg alg, const uint8_t **key, size_t *key_len)
 {
 	const struct snap_auth_rec *a = auth_rec(s, auth_idx);
+	uint32_t lo = 0, hi;
 	if (a == NULL || a->type != CONF_AUTH_STATIC)
 		return -ENOENT;
 	if (alg != SNAP_KEY_MD5 && alg != SNAP_KEY_SHA256)
 		return -EINVAL;
-	uint32_t lo = 0, hi = a->user_count;
+	hi = a->user_count;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
 		const struct snap_user_rec *u = rec(s, &s->h.users, a->user_first + mid, sizeof(*u));
+		int c;
 		if (u == NULL)
 			return -EINVAL;
-		int c = name_cmp(s, u, username, ulen);
+		c = name_cmp(s, u, username, ulen);
 		if (c == 0) {
 			*key = alg == SNAP_KEY_MD5 ? u->md5 : u->sha256;
 			*key_len = alg == SNAP_KEY_MD5 ? SNAP_KEY_MD5_LEN : SNAP_KEY_SHA256_LEN;
@@ -425,9 +432,10 @@ int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *user
 const char *snap_auth_user_name(const struct snap *s, uint32_t auth_idx, uint32_t i)
 {
 	const struct snap_auth_rec *a = auth_rec(s, auth_idx);
+	const struct snap_user_rec *u;
 	if (a == NULL || i >= a->user_count)
 		return NULL;
-	const struct snap_user_rec *u = rec(s, &s->h.users, a->user_first + i, sizeof(*u));
+	u = rec(s, &s->h.users, a->user_first + i, sizeof(*u));
 	return u ? str_at(s, &u->name) : NULL;
 }
 

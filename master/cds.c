@@ -138,10 +138,10 @@ static void drop(struct cds *c, const char *why)
 	struct ev_loop *loop = c->m->loop;
 
 	if (c->state == CDS_OPEN) {
-		log_warn("cds", "stream from %s closed: %s; redialling", c->hostport, why);
 		/* stunnerd says goodbye with an empty close frame; best effort. */
 		static const uint8_t none[1];
 
+		log_warn("cds", "stream from %s closed: %s; redialling", c->hostport, why);
 		c->out_len = 0;
 		if (ws_frame_build(WS_CLOSE, none, 0, c->out, sizeof(c->out), &c->out_len) == 0)
 			(void)send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
