@@ -224,7 +224,8 @@ static void loop_rate(struct tb_data *d)
 			struct tb_alloc *a = &d->ctx->a[idx];
 
 			put_payload(d, pkt, idx, a->seq++, now);
-			if (send(a->fd, pkt, d->hdr + d->plen, MSG_DONTWAIT) > 0 && in_window(d, now))
+			if (send(a->fd, pkt, d->hdr + d->plen, MSG_DONTWAIT) > 0 &&
+			    in_window(d, now))
 				d->r->sent++;
 			k++;
 			due += interval;

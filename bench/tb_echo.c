@@ -33,7 +33,8 @@ static void echo_drain(struct tb_echo *e, int fd)
 			e->iov[j] = (struct iovec){ e->buf[j], ECHO_SLOT };
 			e->m[j].msg_hdr = (struct msghdr){ .msg_name = &e->from[j],
 							   .msg_namelen = sizeof(e->from[j]),
-							   .msg_iov = &e->iov[j], .msg_iovlen = 1 };
+							   .msg_iov = &e->iov[j],
+							   .msg_iovlen = 1 };
 		}
 		n = recvmmsg(fd, e->m, TB_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)

@@ -17,7 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 
-enum tb_state { S_IDLE, S_A0, S_A1, S_PERM, S_BIND, S_READY, S_FAIL };
+enum tb_state {
+	S_IDLE,
+	S_A0,
+	S_A1,
+	S_PERM,
+	S_BIND,
+	S_READY,
+	S_FAIL
+};
 
 #define RTO_NS 500000000ull
 #define MAX_TRIES 5

@@ -58,8 +58,8 @@ static int read_stat(pid_t pid, pid_t *ppid, unsigned long long t[4])
 		return -EIO;
 	/* fields from 3: state ppid pgrp session tty tpgid flags minflt cminflt majflt
 	 * cmajflt utime stime cutime cstime */
-	if (sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
-		   &pp, &t[0], &t[1], &t[2], &t[3]) != 5)
+	if (sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &pp,
+		   &t[0], &t[1], &t[2], &t[3]) != 5)
 		return -EIO;
 	*ppid = pp;
 	return 0;

@@ -72,7 +72,7 @@ static void test_sample_self(void **state)
 	assert_true(s.rss_kib > 0);
 	assert_true(s.pss_kib > 0);
 	assert_true(s.cpu_s >= 0);
-	if (access("/proc/self/schedstat", R_OK) == 0)	/* CONFIG_SCHED_INFO */
+	if (access("/proc/self/schedstat", R_OK) == 0) /* CONFIG_SCHED_INFO */
 		assert_true(s.sched_s > 0);
 	assert_true(tb_pid_cpu_s(getpid()) >= 0);
 	/* A PID that cannot exist (above the kernel's maximum) is reported as gone. */

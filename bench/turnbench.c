@@ -32,7 +32,8 @@ static void usage(FILE *f)
 	      "  -w SEC        warm-up (1)    -d SEC  measured window (10); echo: lifetime\n"
 	      "  -H SEC        hold: seconds to hold (5)  -T SEC  hold: settle before RSS (2)\n"
 	      "  -P PID[,PID]  server processes to sample (their descendants are included)\n"
-	      "  -E PID        echo peer process to sample\n", f);
+	      "  -E PID        echo peer process to sample\n",
+	      f);
 }
 
 static int parse_mode(const char *s, enum tb_mode *m)
@@ -106,31 +107,74 @@ static int opts_one(struct tb_opts *o, int c, const char *v)
 	double x = 0;
 
 	switch (c) {
-	case 'm': return parse_mode(v, &o->mode);
-	case 's': return tb_parse_addr(v, &o->server);
-	case 'p': return tb_parse_addr(v, &o->peer);
-	case 'b': return tb_parse_addr(v, &o->bind);
-	case 'u': o->user = v; return 0;
-	case 'k': o->pass = v; return 0;
-	case 'S': o->secret = v; return 0;
-	case 'P': return parse_pids(v, o);
-	case 'v': o->verbose = true; return 0;
-	case 'h': return 1;
-	default: break;
+	case 'm':
+		return parse_mode(v, &o->mode);
+	case 's':
+		return tb_parse_addr(v, &o->server);
+	case 'p':
+		return tb_parse_addr(v, &o->peer);
+	case 'b':
+		return tb_parse_addr(v, &o->bind);
+	case 'u':
+		o->user = v;
+		return 0;
+	case 'k':
+		o->pass = v;
+		return 0;
+	case 'S':
+		o->secret = v;
+		return 0;
+	case 'P':
+		return parse_pids(v, o);
+	case 'v':
+		o->verbose = true;
+		return 0;
+	case 'h':
+		return 1;
+	default:
+		break;
 	}
 	switch (c) {
-	case 'n': if (parse_num(v, 1, 100000, &x)) return -EINVAL; o->n = (unsigned)x; break;
-	case 'c': if (parse_num(v, 1, 4096, &x)) return -EINVAL; o->conc = (unsigned)x; break;
-	case 'W': if (parse_num(v, 1, 1000000, &x)) return -EINVAL; o->window = (unsigned)x; break;
-	case 'r': if (parse_num(v, 1, 10000000, &x)) return -EINVAL; o->rate = (unsigned)x; break;
-	case 'l': if (parse_num(v, 16, TB_MAX_PAYLOAD, &x)) return -EINVAL;
-		o->payload = (unsigned)x; break;
-	case 'w': return parse_num(v, 0, 3600, &o->warmup);
-	case 'd': return parse_num(v, 0, 3600, &o->duration);
-	case 'H': return parse_num(v, 0, 3600, &o->hold);
-	case 'T': return parse_num(v, 0, 3600, &o->settle);
-	case 'E': if (parse_num(v, 1, 4194304, &x)) return -EINVAL; o->echo_pid = (pid_t)x; break;
-	default: return -EINVAL;
+	case 'n':
+		if (parse_num(v, 1, 100000, &x))
+			return -EINVAL;
+		o->n = (unsigned)x;
+		break;
+	case 'c':
+		if (parse_num(v, 1, 4096, &x))
+			return -EINVAL;
+		o->conc = (unsigned)x;
+		break;
+	case 'W':
+		if (parse_num(v, 1, 1000000, &x))
+			return -EINVAL;
+		o->window = (unsigned)x;
+		break;
+	case 'r':
+		if (parse_num(v, 1, 10000000, &x))
+			return -EINVAL;
+		o->rate = (unsigned)x;
+		break;
+	case 'l':
+		if (parse_num(v, 16, TB_MAX_PAYLOAD, &x))
+			return -EINVAL;
+		o->payload = (unsigned)x;
+		break;
+	case 'w':
+		return parse_num(v, 0, 3600, &o->warmup);
+	case 'd':
+		return parse_num(v, 0, 3600, &o->duration);
+	case 'H':
+		return parse_num(v, 0, 3600, &o->hold);
+	case 'T':
+		return parse_num(v, 0, 3600, &o->settle);
+	case 'E':
+		if (parse_num(v, 1, 4194304, &x))
+			return -EINVAL;
+		o->echo_pid = (pid_t)x;
+		break;
+	default:
+		return -EINVAL;
 	}
 	return 0;
 }
@@ -191,11 +235,10 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 	       "received=%llu loss=%.6f relayed_pps=%.0f rtt_p50_us=%ld rtt_p99_us=%ld "
 	       "rtt_p999_us=%ld rtt_over_1s=%llu gen_cpu_s=%.3f echo_cpu_s=%.3f",
 	       names[o->mode], o->n, o->payload, o->mode == TB_MODE_RATE ? 0 : o->window,
-	       o->mode == TB_MODE_RATE ? o->rate : 0, r->window_s,
-	       (unsigned long long)r->sent, (unsigned long long)r->received, loss < 0 ? 0 : loss,
-	       relayed / r->window_s, tb_hist_quantile(&r->hist, 0.5),
-	       tb_hist_quantile(&r->hist, 0.99), tb_hist_quantile(&r->hist, 0.999),
-	       (unsigned long long)r->hist.over, r->gen_cpu_s,
+	       o->mode == TB_MODE_RATE ? o->rate : 0, r->window_s, (unsigned long long)r->sent,
+	       (unsigned long long)r->received, loss < 0 ? 0 : loss, relayed / r->window_s,
+	       tb_hist_quantile(&r->hist, 0.5), tb_hist_quantile(&r->hist, 0.99),
+	       tb_hist_quantile(&r->hist, 0.999), (unsigned long long)r->hist.over, r->gen_cpu_s,
 	       o->echo_pid ? r->echo_cpu_s : -1.0);
 	if (r->sampled) {
 		double cpu = r->after.cpu_s - r->before.cpu_s;
@@ -209,8 +252,8 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 		       (unsigned long long)r->after.pss_kib, r->after.nproc);
 		/* Busy time of the box not explained by the server, us or the echo peer:
 		 * other tenants (and softirq work charged to nobody). */
-		printf(" foreign_cpu_s=%.3f", r->box_busy_s - cpu - r->gen_cpu_s -
-		       (o->echo_pid ? r->echo_cpu_s : 0));
+		printf(" foreign_cpu_s=%.3f",
+		       r->box_busy_s - cpu - r->gen_cpu_s - (o->echo_pid ? r->echo_cpu_s : 0));
 	}
 	printf("\n");
 }

@@ -139,16 +139,14 @@ int turn_client_create_permission(struct turn_client *c, const struct sockaddr_s
 
 /* ChannelBind channel (0x4000..0x4FFF, not checked so tests can send bad ones) to peer;
  * on success the client remembers the binding to label received ChannelData. */
-int turn_client_channel_bind(struct turn_client *c, uint16_t channel,
-			     const struct sockaddr *peer);
+int turn_client_channel_bind(struct turn_client *c, uint16_t channel, const struct sockaddr *peer);
 
 /* Send indication to peer (no auth, no response). */
 int turn_client_send_indication(struct turn_client *c, const struct sockaddr *peer,
 				const void *data, size_t len, bool dont_fragment);
 
 /* ChannelData on channel (padded to 4 bytes on TCP and TLS). */
-int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void *data,
-			     size_t len);
+int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void *data, size_t len);
 
 /* Receives the next relayed payload: a Data indication or ChannelData, queued ones first.
  * Copies up to cap bytes into buf (-EMSGSIZE if larger, the packet is dropped), *len the
@@ -181,15 +179,14 @@ typedef void (*turn_client_attrs_fn)(struct stun_builder *b, void *arg);
  * matching response. Returns 0 when a response arrived (success OR error: check
  * rsp->error_code and rsp->msg), -ETIMEDOUT, or a transport error. Also updates the
  * client's realm/nonce from 401/438 responses. */
-int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn,
-			void *arg, unsigned flags, struct turn_response *rsp);
+int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
+			unsigned flags, struct turn_response *rsp);
 
 /* Sends bytes as they are (UDP datagram, DTLS record, or TCP/TLS stream bytes) for
  * malformed-input tests. */
 int turn_client_send_raw(struct turn_client *c, const void *buf, size_t len);
 /* Receives the next whole message (datagram or DTLS record, or frame on TCP/TLS) into
  * buf[cap]. */
-int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *len,
-			 int timeout_ms);
+int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *len, int timeout_ms);
 
 #endif

@@ -103,7 +103,8 @@ static void perm_attrs(struct stun_builder *b, void *arg)
 {
 	const struct peers_arg *p = arg;
 	for (size_t i = 0; i < p->n; i++)
-		stun_build_addr(b, STUN_ATTR_XOR_PEER_ADDRESS, (const struct sockaddr *)&p->peers[i]);
+		stun_build_addr(b, STUN_ATTR_XOR_PEER_ADDRESS,
+				(const struct sockaddr *)&p->peers[i]);
 }
 
 int turn_client_create_permission(struct turn_client *c, const struct sockaddr_storage *peers,
@@ -129,8 +130,7 @@ static void chan_attrs(struct stun_builder *b, void *arg)
 	stun_build_addr(b, STUN_ATTR_XOR_PEER_ADDRESS, a->peer);
 }
 
-static void remember_channel(struct turn_client *c, uint16_t channel,
-			     const struct sockaddr *peer)
+static void remember_channel(struct turn_client *c, uint16_t channel, const struct sockaddr *peer)
 {
 	unsigned i;
 	for (i = 0; i < c->n_chan && c->chan[i].channel != channel; i++)
@@ -146,8 +146,7 @@ static void remember_channel(struct turn_client *c, uint16_t channel,
 					   : sizeof(struct sockaddr_in));
 }
 
-int turn_client_channel_bind(struct turn_client *c, uint16_t channel,
-			     const struct sockaddr *peer)
+int turn_client_channel_bind(struct turn_client *c, uint16_t channel, const struct sockaddr *peer)
 {
 	struct turn_response rsp;
 	struct chan_arg a = { channel, peer };
@@ -186,8 +185,7 @@ int turn_client_send_indication(struct turn_client *c, const struct sockaddr *pe
 }
 
 /* Reuses the client's transmit buffer: no allocation per packet (the benchmark's path). */
-int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void *data,
-			     size_t len)
+int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void *data, size_t len)
 {
 	size_t n;
 	int rc;

@@ -23,8 +23,8 @@ static void add_auth(struct turn_client *c, struct stun_builder *b)
 		stun_build_integrity_sha256(b, c->key, c->key_len);
 }
 
-static int build_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn,
-			 void *arg, bool auth, uint8_t *buf, size_t cap, size_t *len,
+static int build_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
+			 bool auth, uint8_t *buf, size_t cap, size_t *len,
 			 uint8_t tid[STUN_TID_LEN])
 {
 	struct stun_builder b;
@@ -65,8 +65,8 @@ static int match_response(struct turn_client *c, const uint8_t *m, size_t n,
 	if (stun_msg_parse(&rsp->msg, rsp->buf, n) != 0)
 		return 0;
 	rsp->error_code = 0;
-	if (msg.cls == STUN_ERROR && stun_msg_get_error(&rsp->msg, &rsp->error_code, NULL,
-							NULL) != 0)
+	if (msg.cls == STUN_ERROR &&
+	    stun_msg_get_error(&rsp->msg, &rsp->error_code, NULL, NULL) != 0)
 		rsp->error_code = 500;	/* error response without a usable ERROR-CODE */
 	return 1;
 }
@@ -149,8 +149,8 @@ static void note_result(struct turn_client *c, const struct turn_response *rsp)
 
 	c->last_error = rsp->error_code;
 	c->last_reason[0] = '\0';
-	if (rsp->error_code &&
-	    stun_msg_get_error(&rsp->msg, NULL, &reason, &rl) == 0 && reason != NULL) {
+	if (rsp->error_code && stun_msg_get_error(&rsp->msg, NULL, &reason, &rl) == 0 &&
+	    reason != NULL) {
 		if (rl >= sizeof(c->last_reason))
 			rl = sizeof(c->last_reason) - 1;
 		memcpy(c->last_reason, reason, rl);
@@ -158,8 +158,8 @@ static void note_result(struct turn_client *c, const struct turn_response *rsp)
 	}
 }
 
-int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn,
-			void *arg, unsigned flags, struct turn_response *rsp)
+int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
+			unsigned flags, struct turn_response *rsp)
 {
 	uint8_t req[TURN_RESPONSE_MAX];
 	uint8_t tid[STUN_TID_LEN];
@@ -202,8 +202,7 @@ int turn_client_send_raw(struct turn_client *c, const void *buf, size_t len)
 	return tc_send(c, buf, len);
 }
 
-int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *len,
-			 int timeout_ms)
+int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *len, int timeout_ms)
 {
 	struct tc_pkt p;
 	const uint8_t *m;

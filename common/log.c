@@ -62,10 +62,14 @@ void log_init(const char *procname, enum log_format fmt)
 static int journal_priority(enum log_level lvl)
 {
 	switch (lvl) {
-	case LOG_LVL_ERROR: return 3;
-	case LOG_LVL_WARN: return 4;
-	case LOG_LVL_INFO: return 6;
-	default: return 7;
+	case LOG_LVL_ERROR:
+		return 3;
+	case LOG_LVL_WARN:
+		return 4;
+	case LOG_LVL_INFO:
+		return 6;
+	default:
+		return 7;
 	}
 }
 

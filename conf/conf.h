@@ -26,7 +26,10 @@
 
 /* ---- diagnostics -------------------------------------------------------------------- */
 
-enum conf_diag_sev { CONF_DIAG_ERROR = 0, CONF_DIAG_WARNING };
+enum conf_diag_sev {
+	CONF_DIAG_ERROR = 0,
+	CONF_DIAG_WARNING
+};
 
 /* One problem found while loading. line/col are 1-based; 0 when the problem has no
  * position (a missing file, a cross-check on the whole document). */
@@ -59,15 +62,35 @@ void conf_diags_free(struct conf_diags *d);
 
 /* ---- the typed configuration ---------------------------------------------------------- */
 
-enum conf_auth_type { CONF_AUTH_NONE = 0, CONF_AUTH_STATIC, CONF_AUTH_EPHEMERAL };
-enum conf_proto { CONF_PROTO_TURN_UDP = 0, CONF_PROTO_TURN_TCP, CONF_PROTO_TURN_TLS,
-		  CONF_PROTO_TURN_DTLS };
-enum conf_cluster_type { CONF_CLUSTER_STATIC = 0, CONF_CLUSTER_STRICT_DNS };
-enum conf_cluster_proto { CONF_CPROTO_UDP = 0, CONF_CPROTO_TCP };
-enum conf_log_format { CONF_LOG_TEXT = 0, CONF_LOG_JSON };
+enum conf_auth_type {
+	CONF_AUTH_NONE = 0,
+	CONF_AUTH_STATIC,
+	CONF_AUTH_EPHEMERAL
+};
+enum conf_proto {
+	CONF_PROTO_TURN_UDP = 0,
+	CONF_PROTO_TURN_TCP,
+	CONF_PROTO_TURN_TLS,
+	CONF_PROTO_TURN_DTLS
+};
+enum conf_cluster_type {
+	CONF_CLUSTER_STATIC = 0,
+	CONF_CLUSTER_STRICT_DNS
+};
+enum conf_cluster_proto {
+	CONF_CPROTO_UDP = 0,
+	CONF_CPROTO_TCP
+};
+enum conf_log_format {
+	CONF_LOG_TEXT = 0,
+	CONF_LOG_JSON
+};
 /* limits.channel_numbers: RFC 8656's 0x4000-0x4FFF (default) or RFC 5766's 0x4000-0x7FFF
  * for legacy clients. */
-enum conf_chan_range { CONF_CHAN_RFC8656 = 0, CONF_CHAN_RFC5766 };
+enum conf_chan_range {
+	CONF_CHAN_RFC8656 = 0,
+	CONF_CHAN_RFC5766
+};
 
 /* Canonical spellings: "none|static|ephemeral", "TURN-UDP|...", "STATIC|STRICT_DNS", "UDP|TCP". */
 const char *conf_auth_type_name(enum conf_auth_type t);
@@ -109,8 +132,9 @@ struct conf_user {
 /* Authentication settings: the global `auth` block, or a listener's `auth` override. */
 struct conf_auth {
 	enum conf_auth_type type;
-	char *realm;                 /* default "stunner.l7mp.io" */
-	struct conf_user *users;     /* static: credentials.username/password first, then auth.users[] */
+	char *realm; /* default "stunner.l7mp.io" */
+	struct conf_user
+		*users; /* static: credentials.username/password first, then auth.users[] */
 	size_t n_users;
 	char *secret;                /* ephemeral: current secret (credentials.secret or secret_file) */
 	char *prev_secret;           /* ephemeral: previous secret accepted until prev_deadline; NULL if none */
@@ -274,8 +298,8 @@ typedef int (*conf_resolve_fn)(void *ctx, const char *name, struct sockaddr_stor
 			       size_t max, size_t *n);
 
 /* The getaddrinfo(3) resolver (blocking; master only). */
-int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out,
-			     size_t max, size_t *n);
+int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out, size_t max,
+			     size_t *n);
 
 /* Fills every STRICT_DNS endpoint's resolved[] with fn (NULL: getaddrinfo), replacing
  * earlier results. A name that does not resolve, or resolves only to special-purpose

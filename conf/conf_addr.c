@@ -43,10 +43,10 @@ struct v4_embed {
 };
 
 static const struct v4_embed embeds[] = {
-	{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 96, 12},  /* ::ffff:0:0/96 mapped */
-	{{0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0}, 96, 12}, /* 64:ff9b::/96 NAT64 */
-	{{0x20, 0x02}, 16, 2},                                    /* 2002::/16 6to4 */
-	{{0}, 96, 12},                                            /* ::/96 compatible */
+	{ { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff }, 96, 12 },       /* ::ffff:0:0/96 mapped */
+	{ { 0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0 }, 96, 12 }, /* 64:ff9b::/96 NAT64 */
+	{ { 0x20, 0x02 }, 16, 2 },                                      /* 2002::/16 6to4 */
+	{ { 0 }, 96, 12 },                                              /* ::/96 compatible */
 };
 
 static bool bits_equal(const uint8_t *a, const uint8_t *b, unsigned bits)
@@ -229,13 +229,17 @@ int conf_split_port_range(const char *s, size_t *iplen, uint16_t *min, uint16_t 
 	*iplen = (size_t)(lt - s);
 	*has_range = true;
 	if (lo > hi || lo > 65535) {
-		snprintf(err, errlen, "port range %llu-%llu holds no port (the endpoint matches "
-			 "nothing, as in stunnerd)", (unsigned long long)lo, (unsigned long long)hi);
+		snprintf(err, errlen,
+			 "port range %llu-%llu holds no port (the endpoint matches "
+			 "nothing, as in stunnerd)",
+			 (unsigned long long)lo, (unsigned long long)hi);
 		return -ENOENT;
 	}
 	if (hi > 65535)
-		snprintf(err, errlen, "port range end %llu is past 65535 (read as 65535, as "
-			 "stunnerd matches it)", (unsigned long long)hi);
+		snprintf(err, errlen,
+			 "port range end %llu is past 65535 (read as 65535, as "
+			 "stunnerd matches it)",
+			 (unsigned long long)hi);
 	*min = (uint16_t)lo;
 	*max = (uint16_t)(hi > 65535 ? 65535 : hi);
 	return 0;
@@ -245,15 +249,17 @@ int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size
 {
 	size_t iplen;
 	bool has_range, host_bits = false;
-	int split = conf_split_port_range(s, &iplen, &ep->port_min, &ep->port_max, &has_range,
-					  err, errlen);
+	int split = conf_split_port_range(s, &iplen, &ep->port_min, &ep->port_max, &has_range, err,
+					  errlen);
 	char buf[INET6_ADDRSTRLEN + 16];
 	int rc;
 	if (split == -EINVAL)
 		return -EINVAL;
 	if (iplen == 0 || iplen >= sizeof(buf)) {
-		snprintf(err, errlen, "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
-			 "followed by :<MIN-MAX>)", s);
+		snprintf(err, errlen,
+			 "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
+			 "followed by :<MIN-MAX>)",
+			 s);
 		return -EINVAL;
 	}
 	memcpy(buf, s, iplen);
@@ -265,8 +271,10 @@ int conf_parse_endpoint(const char *s, struct conf_endpoint *ep, char *err, size
 		return -EINVAL;
 	}
 	if (rc != 0) {
-		snprintf(err, errlen, "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
-			 "followed by :<MIN-MAX>)", s);
+		snprintf(err, errlen,
+			 "'%s' is not an endpoint (expected IP, IP/LEN, optionally "
+			 "followed by :<MIN-MAX>)",
+			 s);
 		return -EINVAL;
 	}
 	if (split != 0)
@@ -370,28 +378,31 @@ int conf_addr_canon(const struct sockaddr *sa, int *family, uint8_t addr[16])
 	return -EAFNOSUPPORT;
 }
 
-struct special { uint8_t addr[16]; uint8_t len; };
+struct special {
+	uint8_t addr[16];
+	uint8_t len;
+};
 
 static const struct special special_v4[] = {
-	{{0}, 8},                  /* 0.0.0.0/8 "this network" */
-	{{127}, 8},                /* loopback */
-	{{169, 254}, 16},          /* link local, incl. 169.254.169.254 metadata */
-	{{224}, 4},                /* multicast */
-	{{240}, 4},                /* reserved, incl. 255.255.255.255 */
+	{ { 0 }, 8 },         /* 0.0.0.0/8 "this network" */
+	{ { 127 }, 8 },       /* loopback */
+	{ { 169, 254 }, 16 }, /* link local, incl. 169.254.169.254 metadata */
+	{ { 224 }, 4 },       /* multicast */
+	{ { 240 }, 4 },       /* reserved, incl. 255.255.255.255 */
 };
 
 static const struct special special_v6[] = {
-	{{0}, 128},                                              /* :: */
-	{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128}, /* ::1 */
-	{{0xfe, 0x80}, 10},                                      /* link local */
-	{{0xff}, 8},                                             /* multicast */
+	{ { 0 }, 128 },                                              /* :: */
+	{ { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1 }, 128 }, /* ::1 */
+	{ { 0xfe, 0x80 }, 10 },                                      /* link local */
+	{ { 0xff }, 8 },                                             /* multicast */
 };
 
 bool conf_addr_is_special(int family, const uint8_t addr[16])
 {
 	const struct special *t = family == AF_INET ? special_v4 : special_v6;
-	size_t n = family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0]) :
-				       sizeof(special_v6) / sizeof(special_v6[0]);
+	size_t n = family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0])
+				     : sizeof(special_v6) / sizeof(special_v6[0]);
 	for (size_t i = 0; i < n; i++)
 		if (bits_equal(addr, t[i].addr, t[i].len))
 			return true;
@@ -401,11 +412,10 @@ bool conf_addr_is_special(int family, const uint8_t addr[16])
 bool conf_prefix_is_special(const struct conf_prefix *p)
 {
 	const struct special *t = p->family == AF_INET ? special_v4 : special_v6;
-	size_t n = p->family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0]) :
-					  sizeof(special_v6) / sizeof(special_v6[0]);
+	size_t n = p->family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0])
+					: sizeof(special_v6) / sizeof(special_v6[0]);
 	for (size_t i = 0; i < n; i++)
 		if (p->len >= t[i].len && bits_equal(p->addr, t[i].addr, t[i].len))
 			return true;
 	return false;
 }
-

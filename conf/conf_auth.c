@@ -77,8 +77,10 @@ static bool parse_type(struct pctx *p, yaml_node_t *v, const char *path, struct 
 	else if (strcasecmp(s, "none") == 0)
 		a->type = CONF_AUTH_NONE;
 	else
-		pctx_error(p, v, path, "'%s' is not an auth type (expected static, ephemeral or "
-			   "none)", s);
+		pctx_error(p, v, path,
+			   "'%s' is not an auth type (expected static, ephemeral or "
+			   "none)",
+			   s);
 	free(s);
 	return given;
 }
@@ -114,8 +116,9 @@ static void user_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 		      const char *path, void *arg)
 {
 	char **up = arg;
-	char **dst = strcasecmp(key, "username") == 0 ? &up[0] :
-		     strcasecmp(key, "password") == 0 ? &up[1] : NULL;
+	char **dst = strcasecmp(key, "username") == 0   ? &up[0]
+		     : strcasecmp(key, "password") == 0 ? &up[1]
+							: NULL;
 	char *s;
 	if (dst == NULL) {
 		pctx_unknown_key(p, k, path);
@@ -138,7 +141,7 @@ static void parse_users(struct pctx *p, yaml_node_t *n, const char *path, struct
 	     it < n->data.sequence.items.top && !p->nomem; it++, i++) {
 		yaml_node_t *u = pctx_node(p, *it);
 		char sub[CONF_PATH_MAX];
-		char *up[2] = {NULL, NULL};
+		char *up[2] = { NULL, NULL };
 		bool dup = false;
 		conf_path_idx(sub, path, i);
 		pctx_map_each(p, u, sub, user_pair, up);
@@ -173,8 +176,10 @@ char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, ch
 				   buf[len - 1] == ' ' || buf[len - 1] == '\t'))
 			buf[--len] = '\0';
 		if (len == 0 || strlen(buf) != len) {
-			pctx_error(p, v, path, "'%s' holds no usable secret (expected one line of "
-				   "text)", fname);
+			pctx_error(p, v, path,
+				   "'%s' holds no usable secret (expected one line of "
+				   "text)",
+				   fname);
 			conf_wipe_free(buf);
 			buf = NULL;
 		}
@@ -248,7 +253,8 @@ static void finish_static(struct pctx *p, struct auth_state *st, const char *pat
 	if ((st->cred_user == NULL) != (st->cred_pass == NULL)) {
 		char miss[CONF_PATH_MAX];
 		conf_path_key(miss, sub, st->cred_user ? "password" : "username");
-		pctx_error(p, st->cred, miss, "missing (expected both username and password for "
+		pctx_error(p, st->cred, miss,
+			   "missing (expected both username and password for "
 			   "static auth)");
 	}
 	if (st->cred_user && st->cred_pass) {
@@ -256,8 +262,10 @@ static void finish_static(struct pctx *p, struct auth_state *st, const char *pat
 		for (size_t j = 0; j < a->n_users && !dup; j++)
 			dup = strcmp(a->users[j].username, st->cred_user) == 0;
 		if (dup) {
-			pctx_error(p, st->username, sub, "user '%s' is also listed in users "
-				   "(expected each username once)", st->cred_user);
+			pctx_error(p, st->username, sub,
+				   "user '%s' is also listed in users "
+				   "(expected each username once)",
+				   st->cred_user);
 		} else if (add_user(p, a, st->cred_user, st->cred_pass) == 0) {
 			/* credentials' pair goes first: STUNner users expect it as "the" user */
 			struct conf_user u = a->users[a->n_users - 1];
@@ -266,13 +274,17 @@ static void finish_static(struct pctx *p, struct auth_state *st, const char *pat
 			st->cred_user = st->cred_pass = NULL;
 		}
 	} else if (a->n_users == 0 && !((st->cred_user == NULL) != (st->cred_pass == NULL))) {
-		pctx_error(p, st->cred ? st->cred : st->node, sub, "static auth without users "
+		pctx_error(p, st->cred ? st->cred : st->node, sub,
+			   "static auth without users "
 			   "(expected username and password, or users)");
 	}
 	if (st->secret || st->secret_file || st->prev || st->prev_file)
-		pctx_warn(p, st->secret ? st->secret : st->secret_file ? st->secret_file :
-			  st->prev ? st->prev : st->prev_file, path,
-			  "secrets are not used by static auth (ignored)");
+		pctx_warn(p,
+			  st->secret        ? st->secret
+			  : st->secret_file ? st->secret_file
+			  : st->prev        ? st->prev
+					    : st->prev_file,
+			  path, "secrets are not used by static auth (ignored)");
 }
 
 static void finish_secrets(struct pctx *p, struct auth_state *st, const char *path)
@@ -282,14 +294,16 @@ static void finish_secrets(struct pctx *p, struct auth_state *st, const char *pa
 	if (st->secret_file) {
 		conf_path_key(sub, path, "secret_file");
 		if (st->secret)
-			pctx_error(p, st->secret_file, sub, "given together with credentials.secret "
+			pctx_error(p, st->secret_file, sub,
+				   "given together with credentials.secret "
 				   "(expected one of them)");
 		else
 			a->secret = conf_read_secret_file(p, st->secret_file, sub, &a->secret_file);
 	}
 	if (a->secret == NULL && st->secret_file == NULL) {
 		conf_path_key(sub, path, "credentials.secret");
-		pctx_error(p, st->cred ? st->cred : st->node, sub, "missing (expected a secret "
+		pctx_error(p, st->cred ? st->cred : st->node, sub,
+			   "missing (expected a secret "
 			   "for ephemeral auth, or secret_file)");
 	} else if (a->secret && a->secret[0] == '\0') {
 		conf_path_key(sub, path, "credentials.secret");
@@ -298,19 +312,22 @@ static void finish_secrets(struct pctx *p, struct auth_state *st, const char *pa
 	if (st->prev_file) {
 		conf_path_key(sub, path, "previous_secret_file");
 		if (st->prev)
-			pctx_error(p, st->prev_file, sub, "given together with previous_secret "
+			pctx_error(p, st->prev_file, sub,
+				   "given together with previous_secret "
 				   "(expected one of them)");
 		else
-			a->prev_secret = conf_read_secret_file(p, st->prev_file, sub,
-						       &a->prev_secret_file);
+			a->prev_secret =
+				conf_read_secret_file(p, st->prev_file, sub, &a->prev_secret_file);
 	}
 	conf_path_key(sub, path, "previous_secret_grace");
 	if (st->until && st->grace)
-		pctx_error(p, st->grace, sub, "given together with previous_secret_until "
+		pctx_error(p, st->grace, sub,
+			   "given together with previous_secret_until "
 			   "(expected one of them)");
 	if ((st->prev || st->prev_file) && !st->until && !st->grace) {
 		conf_path_key(sub, path, st->prev ? "previous_secret" : "previous_secret_file");
-		pctx_error(p, st->prev ? st->prev : st->prev_file, sub, "has no deadline "
+		pctx_error(p, st->prev ? st->prev : st->prev_file, sub,
+			   "has no deadline "
 			   "(expected previous_secret_until or previous_secret_grace)");
 	}
 	if (!st->prev && !st->prev_file && (st->until || st->grace))
@@ -319,14 +336,17 @@ static void finish_secrets(struct pctx *p, struct auth_state *st, const char *pa
 	if (a->prev_secret != NULL)
 		a->prev_deadline = st->until ? st->until_v : p->now + st->grace_v;
 	if (st->cred_user || st->cred_pass || a->n_users)
-		pctx_warn(p, st->username ? st->username : st->password ? st->password : st->node,
+		pctx_warn(p,
+			  st->username   ? st->username
+			  : st->password ? st->password
+					 : st->node,
 			  path, "usernames and passwords are not used by ephemeral auth (ignored)");
 }
 
 void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct conf_auth *a,
 		     const struct conf_auth *inherit)
 {
-	struct auth_state st = {.a = a, .node = n};
+	struct auth_state st = { .a = a, .node = n };
 	if (inherit != NULL) {
 		a->realm = conf_strdup(p, inherit->realm);
 		a->strict_expiry = inherit->strict_expiry;
@@ -336,8 +356,10 @@ void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct co
 	if (p->v1alpha1 && inherit == NULL && !st.type_given) {
 		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, "type");
-		pctx_error(p, st.type ? st.type : n, sub, "missing in a v1alpha1 config (stunnerd's "
-			   "conversion to v1 needs static, plaintext, ephemeral, longterm or none)");
+		pctx_error(
+			p, st.type ? st.type : n, sub,
+			"missing in a v1alpha1 config (stunnerd's "
+			"conversion to v1 needs static, plaintext, ephemeral, longterm or none)");
 	}
 	if (n->type == YAML_MAPPING_NODE && !p->nomem) {
 		if (a->type == CONF_AUTH_STATIC)

@@ -43,16 +43,18 @@ static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 		else if (strcasecmp(s, "STRICT_DNS") == 0)
 			cl->type = CONF_CLUSTER_STRICT_DNS;
 		else
-			pctx_error(p, v, path, "'%s' is not a cluster type (expected STATIC or "
-				   "STRICT_DNS)", s);
+			pctx_error(p, v, path,
+				   "'%s' is not a cluster type (expected STATIC or "
+				   "STRICT_DNS)",
+				   s);
 	} else {
 		if (s[0] == '\0' || strcasecmp(s, "UDP") == 0)
 			cl->protocol = CONF_CPROTO_UDP;
 		else if (strcasecmp(s, "TCP") == 0)
 			cl->protocol = CONF_CPROTO_TCP;
 		else
-			pctx_error(p, v, path, "'%s' is not a cluster protocol (expected UDP or TCP)",
-				   s);
+			pctx_error(p, v, path,
+				   "'%s' is not a cluster protocol (expected UDP or TCP)", s);
 	}
 	free(s);
 }
@@ -74,20 +76,23 @@ static bool parse_static_ep(struct pctx *p, yaml_node_t *n, const char *path,
  * string as written, so one that is no host name (a "name:<a-b>" port range, which does
  * not apply to DNS clusters) matches nothing there: turngate drops it with a warning
  * rather than guess which peers were meant. */
-static bool parse_dns_ep(struct pctx *p, yaml_node_t *n, const char *path,
-			 struct conf_endpoint *ep)
+static bool parse_dns_ep(struct pctx *p, yaml_node_t *n, const char *path, struct conf_endpoint *ep)
 {
 	ep->port_min = 1;
 	ep->port_max = 65535;
 	if (conf_valid_hostname(ep->text))
 		return true;
 	if (strstr(ep->text, ":<") != NULL)
-		pctx_warn(p, n, path, "port ranges do not apply to STRICT_DNS clusters: '%s' "
+		pctx_warn(p, n, path,
+			  "port ranges do not apply to STRICT_DNS clusters: '%s' "
 			  "matches nothing (as in stunnerd, which resolves the whole text; write "
-			  "the name alone)", ep->text);
+			  "the name alone)",
+			  ep->text);
 	else
-		pctx_warn(p, n, path, "'%s' is not a DNS name (matches nothing, as in stunnerd; "
-			  "expected a host name such as svc.ns.svc.cluster.local)", ep->text);
+		pctx_warn(p, n, path,
+			  "'%s' is not a DNS name (matches nothing, as in stunnerd; "
+			  "expected a host name such as svc.ns.svc.cluster.local)",
+			  ep->text);
 	return false;
 }
 
@@ -122,8 +127,8 @@ static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
 		ep = &cl->endpoints[cl->n_endpoints];
 		memset(ep, 0, sizeof(*ep));
 		ep->text = s;
-		if (cl->type == CONF_CLUSTER_STATIC ? parse_static_ep(p, e, item, ep) :
-						      parse_dns_ep(p, e, item, ep))
+		if (cl->type == CONF_CLUSTER_STATIC ? parse_static_ep(p, e, item, ep)
+						    : parse_dns_ep(p, e, item, ep))
 			cl->n_endpoints++;
 		else
 			free(s);
@@ -148,7 +153,8 @@ void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path)
 	}
 	for (size_t i = 0; i < cnt && !p->nomem; i++) {
 		struct conf_cluster *cl = &c->clusters[i];
-		struct cl_state st = {.cl = cl, .node = pctx_node(p, n->data.sequence.items.start[i])};
+		struct cl_state st = { .cl = cl,
+				       .node = pctx_node(p, n->data.sequence.items.start[i]) };
 		char sub[CONF_PATH_MAX], nm[CONF_PATH_MAX];
 		conf_path_idx(sub, path, i);
 		conf_path_key(nm, sub, "name");
@@ -157,12 +163,15 @@ void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path)
 		if (st.node->type != YAML_MAPPING_NODE || p->nomem)
 			continue;
 		if (cl->name == NULL)
-			pctx_error(p, st.name ? st.name : st.node, nm, "missing name (expected a "
+			pctx_error(p, st.name ? st.name : st.node, nm,
+				   "missing name (expected a "
 				   "non-empty cluster name)");
 		for (size_t j = 0; cl->name && j < i; j++)
 			if (c->clusters[j].name && strcmp(c->clusters[j].name, cl->name) == 0)
-				pctx_error(p, st.name, nm, "duplicate cluster name '%s' (expected unique "
-					   "names; first used by clusters[%zu])", cl->name, j);
+				pctx_error(p, st.name, nm,
+					   "duplicate cluster name '%s' (expected unique "
+					   "names; first used by clusters[%zu])",
+					   cl->name, j);
 		cl_endpoints(p, &st, sub);
 	}
 }

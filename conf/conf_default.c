@@ -12,37 +12,36 @@
 
 #include "conf/conf_internal.h"
 
-static const char default_fmt[] =
-	"version: v1\n"
-	"admin:\n"
-	"  name: turngate-default\n"
-	"  healthcheck_endpoint: \"http://127.0.0.1:8086\"\n"
-	"auth:\n"
-	"  type: ephemeral\n"
-	"  realm: " CONF_DEF_REALM "\n"
-	"  credentials:\n"
-	"    secret: \"%s\"\n"
-	"listeners:\n"
-	"  - name: default-udp\n"
-	"    protocol: TURN-UDP\n"
-	"    address: 127.0.0.1\n"
-	"    port: 3478\n"
-	"    routes: [loopback]\n"
-	"  - name: default-tcp\n"
-	"    protocol: TURN-TCP\n"
-	"    address: 127.0.0.1\n"
-	"    port: 3478\n"
-	"    routes: [loopback]\n"
-	"clusters:\n"
-	"  - name: loopback\n"
-	"    type: STATIC\n"
-	"    endpoints: [\"127.0.0.0/8\", \"::1\"]\n";
+static const char default_fmt[] = "version: v1\n"
+				  "admin:\n"
+				  "  name: turngate-default\n"
+				  "  healthcheck_endpoint: \"http://127.0.0.1:8086\"\n"
+				  "auth:\n"
+				  "  type: ephemeral\n"
+				  "  realm: " CONF_DEF_REALM "\n"
+				  "  credentials:\n"
+				  "    secret: \"%s\"\n"
+				  "listeners:\n"
+				  "  - name: default-udp\n"
+				  "    protocol: TURN-UDP\n"
+				  "    address: 127.0.0.1\n"
+				  "    port: 3478\n"
+				  "    routes: [loopback]\n"
+				  "  - name: default-tcp\n"
+				  "    protocol: TURN-TCP\n"
+				  "    address: 127.0.0.1\n"
+				  "    port: 3478\n"
+				  "    routes: [loopback]\n"
+				  "clusters:\n"
+				  "  - name: loopback\n"
+				  "    type: STATIC\n"
+				  "    endpoints: [\"127.0.0.0/8\", \"::1\"]\n";
 
 int conf_load_default(const struct conf_load_opts *opts, struct conf **out)
 {
 	uint8_t raw[32];
 	char hex[65], text[sizeof(default_fmt) + 64];
-	struct conf_diags d = {0};
+	struct conf_diags d = { 0 };
 	int n, rc;
 	*out = NULL;
 	if (RAND_bytes(raw, sizeof(raw)) != 1)
@@ -69,7 +68,8 @@ int conf_mint_password(const char *secret, const char *username, char out[29])
 	unsigned char mac[EVP_MAX_MD_SIZE];
 	unsigned int maclen = 0;
 	if (HMAC(EVP_sha1(), secret, (int)strlen(secret), (const unsigned char *)username,
-		 strlen(username), mac, &maclen) == NULL || maclen != 20)
+		 strlen(username), mac, &maclen) == NULL ||
+	    maclen != 20)
 		return -EIO;
 	EVP_EncodeBlock((unsigned char *)out, mac, 20);
 	explicit_bzero(mac, sizeof(mac));

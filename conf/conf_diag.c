@@ -40,8 +40,8 @@ static int diags_grow(struct conf_diags *d)
 	return 0;
 }
 
-void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
-		    uint32_t line, uint32_t col, const char *path, const char *fmt, va_list ap)
+void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file, uint32_t line,
+		    uint32_t col, const char *path, const char *fmt, va_list ap)
 {
 	struct conf_diag *x;
 	bool last;
@@ -88,8 +88,8 @@ nomem:
 	d->n_errors++;
 }
 
-void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
-		   uint32_t line, uint32_t col, const char *path, const char *fmt, ...)
+void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *file, uint32_t line,
+		   uint32_t col, const char *path, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -97,9 +97,11 @@ void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *fil
 	va_end(ap);
 }
 
-__attribute__((format(printf, 5, 0))) static void
-pctx_report(struct pctx *p, enum conf_diag_sev sev, const yaml_node_t *n, const char *path,
-	    const char *fmt, va_list ap)
+__attribute__((format(printf, 5, 0))) static void pctx_report(struct pctx *p,
+							      enum conf_diag_sev sev,
+							      const yaml_node_t *n,
+							      const char *path, const char *fmt,
+							      va_list ap)
 {
 	uint32_t line = 0, col = 0;
 	if (n != NULL) {
@@ -132,8 +134,8 @@ int conf_diag_format(const struct conf_diag *d, char *buf, size_t size)
 	if (d->line > 0)
 		snprintf(loc, sizeof(loc), ":%u:%u", d->line, d->col);
 	return snprintf(buf, size, "%s%s: %s%s%s%s", d->file ? d->file : "<config>", loc,
-			d->sev == CONF_DIAG_WARNING ? "warning: " : "", path,
-			path[0] ? ": " : "", d->msg ? d->msg : "");
+			d->sev == CONF_DIAG_WARNING ? "warning: " : "", path, path[0] ? ": " : "",
+			d->msg ? d->msg : "");
 }
 
 void conf_diags_print(const struct conf_diags *d, FILE *out)

@@ -41,11 +41,11 @@ struct pctx {
 };
 
 /* Diagnostics (conf_diag.c). Positions are libyaml marks (0-based) or NULL. */
-void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
-		    uint32_t line, uint32_t col, const char *path, const char *fmt, va_list ap)
+void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file, uint32_t line,
+		    uint32_t col, const char *path, const char *fmt, va_list ap)
 	__attribute__((format(printf, 7, 0)));
-void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *file,
-		   uint32_t line, uint32_t col, const char *path, const char *fmt, ...)
+void conf_diag_add(struct conf_diags *d, enum conf_diag_sev sev, const char *file, uint32_t line,
+		   uint32_t col, const char *path, const char *fmt, ...)
 	__attribute__((format(printf, 7, 8)));
 void pctx_error(struct pctx *p, const yaml_node_t *n, const char *path, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -90,12 +90,17 @@ void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path);
  * order of the spelling, then in document order), and explicit repeats are warnings. */
 typedef void (*pctx_pair_fn)(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 			     const char *path, void *arg);
-void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn,
-		   void *arg);
+void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn, void *arg);
 /* os.ExpandEnv (conf_scalar.c): $NAME, ${NAME}, ${special}, a malformed reference expands
  * to "" (warned), a lone '$' stays. */
 char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, const char *path);
-enum conf_y11_kind { CONF_Y11_STR, CONF_Y11_NULL, CONF_Y11_BOOL, CONF_Y11_INT, CONF_Y11_FLOAT };
+enum conf_y11_kind {
+	CONF_Y11_STR,
+	CONF_Y11_NULL,
+	CONF_Y11_BOOL,
+	CONF_Y11_INT,
+	CONF_Y11_FLOAT
+};
 struct conf_y11 {
 	enum conf_y11_kind kind;
 	bool b, is_uint;
@@ -152,8 +157,7 @@ char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, ch
 
 /* Checks PEM cert and/or key (either may be NULL) and that they match (conf_tls.c).
  * Returns 0, -EINVAL with "cert: ..." or "key: ..." in err, or -ENOMEM. */
-int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len,
-		   char *err, size_t errlen);
-
+int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len, char *err,
+		   size_t errlen);
 
 #endif

@@ -127,24 +127,22 @@ static json_t *admin_json(const struct conf *c)
 static json_t *limits_json(const struct conf_limits *l)
 {
 	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I}",
-			 "max_allocations", (json_int_t)l->max_allocations,
-			 "user_quota", (json_int_t)l->user_quota,
-			 "total_quota", (json_int_t)l->total_quota,
-			 "max_permissions", (json_int_t)l->max_permissions,
-			 "max_channels", (json_int_t)l->max_channels,
-			 "allocation_lifetime", (json_int_t)l->allocation_lifetime,
-			 "max_allocation_lifetime", (json_int_t)l->max_allocation_lifetime,
-			 "permission_lifetime", (json_int_t)l->permission_lifetime,
-			 "channel_lifetime", (json_int_t)l->channel_lifetime,
-			 "nonce_lifetime", (json_int_t)l->nonce_lifetime,
-			 "channel_numbers",
+			 "max_allocations", (json_int_t)l->max_allocations, "user_quota",
+			 (json_int_t)l->user_quota, "total_quota", (json_int_t)l->total_quota,
+			 "max_permissions", (json_int_t)l->max_permissions, "max_channels",
+			 (json_int_t)l->max_channels, "allocation_lifetime",
+			 (json_int_t)l->allocation_lifetime, "max_allocation_lifetime",
+			 (json_int_t)l->max_allocation_lifetime, "permission_lifetime",
+			 (json_int_t)l->permission_lifetime, "channel_lifetime",
+			 (json_int_t)l->channel_lifetime, "nonce_lifetime",
+			 (json_int_t)l->nonce_lifetime, "channel_numbers",
 			 l->channel_numbers == CONF_CHAN_RFC5766 ? "rfc5766" : "rfc8656",
-			 "unauth_rate", (json_int_t)l->unauth_rate,
-			 "unauth_burst", (json_int_t)l->unauth_burst,
-			 "unauth_prefix_v4", (json_int_t)l->unauth_prefix_v4,
-			 "unauth_prefix_v6", (json_int_t)l->unauth_prefix_v6,
-			 "unauth_trust_window", (json_int_t)l->unauth_trust_window,
-			 "unauth_trust_credits", (json_int_t)l->unauth_trust_credits);
+			 "unauth_rate", (json_int_t)l->unauth_rate, "unauth_burst",
+			 (json_int_t)l->unauth_burst, "unauth_prefix_v4",
+			 (json_int_t)l->unauth_prefix_v4, "unauth_prefix_v6",
+			 (json_int_t)l->unauth_prefix_v6, "unauth_trust_window",
+			 (json_int_t)l->unauth_trust_window, "unauth_trust_credits",
+			 (json_int_t)l->unauth_trust_credits);
 }
 
 json_t *conf_to_json_redacted(const struct conf *c)

@@ -18,7 +18,7 @@ struct lst_state {
 
 static int parse_proto(const char *s, enum conf_proto *out)
 {
-	static const char *const names[] = {"UDP", "TCP", "TLS", "DTLS"};
+	static const char *const names[] = { "UDP", "TCP", "TLS", "DTLS" };
 	const char *x = strncasecmp(s, "TURN-", 5) == 0 ? s + 5 : s;
 	for (int i = 0; i < 4; i++) {
 		if (strcasecmp(x, names[i]) == 0) {
@@ -31,8 +31,7 @@ static int parse_proto(const char *s, enum conf_proto *out)
 
 /* `address` must be an IP or localhost (STUNner's rule); "" (an unset $STUNNER_ADDR)
  * means the default, as in stunnerd. */
-static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
-			  struct conf_listener *l)
+static void parse_address(struct pctx *p, yaml_node_t *v, const char *path, struct conf_listener *l)
 {
 	char *s = pctx_string(p, v, path, false);
 	int fam;
@@ -48,16 +47,17 @@ static void parse_address(struct pctx *p, yaml_node_t *v, const char *path,
 			return;
 	}
 	if (conf_parse_ip(s, &fam, a) != 0)
-		pctx_error(p, v, path, "'%s' is not an IP address (expected an IP address or "
-			   "localhost)", s);
+		pctx_error(p, v, path,
+			   "'%s' is not an IP address (expected an IP address or "
+			   "localhost)",
+			   s);
 	else
 		conf_sockaddr_set(&l->relay_addr, fam, a);
 	free(l->address);
 	l->address = s;
 }
 
-static void set_port(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min,
-		     uint16_t *dst)
+static void set_port(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min, uint16_t *dst)
 {
 	uint64_t x;
 	if (!pctx_is_null(v) && pctx_uint(p, v, path, min, 65535, &x) == 0)
@@ -138,8 +138,10 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 	} else if (strcasecmp(key, "protocol") == 0) {
 		char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);
 		if (s && s[0] != '\0' && parse_proto(s, &l->protocol) != 0)
-			pctx_error(p, v, path, "'%s' is not a listener protocol (expected TURN-UDP, "
-				   "TURN-TCP, TURN-TLS or TURN-DTLS)", s);
+			pctx_error(p, v, path,
+				   "'%s' is not a listener protocol (expected TURN-UDP, "
+				   "TURN-TCP, TURN-TLS or TURN-DTLS)",
+				   s);
 		free(s);
 	} else if (strcasecmp(key, "address") == 0) {
 		st->address = v;
@@ -173,7 +175,8 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		st->auth = v;
 	} else if (p->v1alpha1 && (strcasecmp(key, "min_relay_port") == 0 ||
 				   strcasecmp(key, "max_relay_port") == 0)) {
-		pctx_warn(p, k, path, "v1alpha1 key dropped by stunnerd's conversion to v1 "
+		pctx_warn(p, k, path,
+			  "v1alpha1 key dropped by stunnerd's conversion to v1 "
 			  "(ignored; v1 puts peer port ranges on cluster endpoints)");
 	} else {
 		pctx_unknown_key(p, k, path);
@@ -198,15 +201,18 @@ static void load_pem(struct pctx *p, const char *path, const char *what, yaml_no
 		if (rc == -ENOMEM)
 			p->nomem = 1;
 		else if (rc != 0)
-			pctx_error(p, b64n, sub, "base64-decode error (expected base64 of a PEM %s)",
+			pctx_error(p, b64n, sub,
+				   "base64-decode error (expected base64 of a PEM %s)",
 				   strcmp(what, "cert_file") == 0 ? "certificate" : "private key");
 	} else if (file != NULL) {
 		int rc;
 		conf_path_key(sub, path, what);
 		rc = conf_read_file(file, 1 << 20, true, pem, len);
 		if (rc != 0)
-			pctx_error(p, filen, sub, "cannot read '%s': %s (expected a readable PEM "
-				   "file)", file, conf_file_strerror(rc));
+			pctx_error(p, filen, sub,
+				   "cannot read '%s': %s (expected a readable PEM "
+				   "file)",
+				   file, conf_file_strerror(rc));
 	}
 }
 
@@ -219,24 +225,29 @@ static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
 	int rc;
 	load_pem(p, path, "cert_file", st->cert, st->cert_b64, st->cert_file, l->cert_file,
 		 &l->cert_pem, &l->cert_pem_len);
-	load_pem(p, path, "key_file", st->key, st->key_b64, st->key_file, l->key_file,
-		 &l->key_pem, &l->key_pem_len);
+	load_pem(p, path, "key_file", st->key, st->key_b64, st->key_file, l->key_file, &l->key_pem,
+		 &l->key_pem_len);
 	if (tls && (l->cert_pem == NULL || l->key_pem == NULL)) {
 		bool nocert = l->cert_pem == NULL;
 		bool given = nocert ? (st->cert || st->cert_file) : (st->key || st->key_file);
 		conf_path_key(sub, path, nocert ? "cert" : "key");
 		if (!given)
-			pctx_error(p, st->node, sub, "missing: %s listener without %s (expected %s "
-				   "or %s_file)", conf_proto_name(l->protocol),
+			pctx_error(p, st->node, sub,
+				   "missing: %s listener without %s (expected %s "
+				   "or %s_file)",
+				   conf_proto_name(l->protocol),
 				   nocert ? "certificate" : "private key", nocert ? "cert" : "key",
 				   nocert ? "cert" : "key");
 		return;
 	}
 	if (!tls && (l->cert_pem || l->key_pem)) {
 		conf_path_key(sub, path, l->cert_pem ? "cert" : "key");
-		pctx_warn(p, st->cert ? st->cert : st->key ? st->key : st->cert_file ?
-			  st->cert_file : st->key_file, sub, "not used by %s listeners (ignored)",
-			  conf_proto_name(l->protocol));
+		pctx_warn(p,
+			  st->cert        ? st->cert
+			  : st->key       ? st->key
+			  : st->cert_file ? st->cert_file
+					  : st->key_file,
+			  sub, "not used by %s listeners (ignored)", conf_proto_name(l->protocol));
 		return;
 	}
 	if (!tls)
@@ -247,10 +258,11 @@ static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
 		p->nomem = 1;
 	} else if (rc != 0) {
 		bool k = strncmp(err, "key", 3) == 0;
-		yaml_node_t *n = k ? (st->key ? st->key : st->key_file) :
-				     (st->cert ? st->cert : st->cert_file);
-		conf_path_key(sub, path, k ? (st->key ? "key" : "key_file") :
-					     (st->cert ? "cert" : "cert_file"));
+		yaml_node_t *n = k ? (st->key ? st->key : st->key_file)
+				   : (st->cert ? st->cert : st->cert_file);
+		conf_path_key(sub, path,
+			      k ? (st->key ? "key" : "key_file")
+				: (st->cert ? "cert" : "cert_file"));
 		pctx_error(p, n, sub, "%s", err + (k ? 5 : 6));
 	}
 }
@@ -299,8 +311,10 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 		/* The operator renders a route whose backend it cannot render this way, and
 		 * stunnerd matches nothing for it: a warning, not an outage. */
 		if (!cluster_known(p->cfg, s)) {
-			pctx_warn(p, r, item, "unknown cluster '%s' (admits no peer until a cluster "
-				  "of that name exists)", s);
+			pctx_warn(p, r, item,
+				  "unknown cluster '%s' (admits no peer until a cluster "
+				  "of that name exists)",
+				  s);
 		}
 		l->routes[l->n_routes++] = s;
 	}
@@ -321,8 +335,8 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 static void lst_default_address(struct pctx *p, struct lst_state *st, const char *path)
 {
 	struct conf_listener *l = st->l;
-	const char *env = p->getenv ? p->getenv(p->getenv_ctx, "STUNNER_ADDR") :
-				      getenv("STUNNER_ADDR");
+	const char *env = p->getenv ? p->getenv(p->getenv_ctx, "STUNNER_ADDR")
+				    : getenv("STUNNER_ADDR");
 	int fam;
 	uint8_t a[16];
 	char sub[CONF_PATH_MAX];
@@ -330,7 +344,8 @@ static void lst_default_address(struct pctx *p, struct lst_state *st, const char
 	if (env != NULL && conf_parse_ip(env, &fam, a) == 0) {
 		l->address = conf_strdup(p, env);
 	} else {
-		pctx_warn(p, st->node, sub, "not set and $STUNNER_ADDR is not an IP: relay "
+		pctx_warn(p, st->node, sub,
+			  "not set and $STUNNER_ADDR is not an IP: relay "
 			  "addresses will be advertised as 0.0.0.0");
 		l->address = conf_strdup(p, "0.0.0.0");
 		conf_parse_ip("0.0.0.0", &fam, a);
@@ -362,12 +377,14 @@ static void lst_port_clash(struct pctx *p, struct lst_state *st, const char *pat
 			continue;
 		other = o->bind_address ? o->bind_address : o->address;
 		if (o->port != l->port || lst_udp(o) != lst_udp(l) || other == NULL ||
-		    strcmp(mine, other) != 0 || (o->bind_address == NULL) != (l->bind_address == NULL))
+		    strcmp(mine, other) != 0 ||
+		    (o->bind_address == NULL) != (l->bind_address == NULL))
 			continue;
 		conf_path_key(sub, path, "port");
-		pctx_error(p, st->port ? st->port : st->node, sub, "%u/%s on %s is already used by "
-			   "listeners[%zu] (expected a different port or address)", l->port,
-			   lst_udp(l) ? "udp" : "tcp", mine, i);
+		pctx_error(p, st->port ? st->port : st->node, sub,
+			   "%u/%s on %s is already used by "
+			   "listeners[%zu] (expected a different port or address)",
+			   l->port, lst_udp(l) ? "udp" : "tcp", mine, i);
 		return;
 	}
 }
@@ -379,12 +396,15 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 	char sub[CONF_PATH_MAX];
 	conf_path_key(sub, path, "name");
 	if (l->name == NULL)
-		pctx_error(p, st->name ? st->name : st->node, sub, "missing name (expected a "
+		pctx_error(p, st->name ? st->name : st->node, sub,
+			   "missing name (expected a "
 			   "non-empty listener name)");
 	for (size_t i = 0; l->name && i < idx; i++)
 		if (c->listeners[i].name && strcmp(c->listeners[i].name, l->name) == 0)
-			pctx_error(p, st->name, sub, "duplicate listener name '%s' (expected unique "
-				   "names; first used by listeners[%zu])", l->name, i);
+			pctx_error(p, st->name, sub,
+				   "duplicate listener name '%s' (expected unique "
+				   "names; first used by listeners[%zu])",
+				   l->name, i);
 	if (l->address == NULL)
 		lst_default_address(p, st, path);
 	lst_port_clash(p, st, path, idx);
@@ -394,9 +414,14 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 		l->relay_port_max = c->admin.relay_port_max;
 	if (l->relay_port_min > l->relay_port_max) {
 		conf_path_key(sub, path, st->rmin ? "relay_port_min" : "relay_port_max");
-		pctx_error(p, st->rmin ? st->rmin : st->rmax ? st->rmax : st->node, sub,
-			   "relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
-			   l->relay_port_min, l->relay_port_max);
+		pctx_error(
+			p,
+			st->rmin   ? st->rmin
+			: st->rmax ? st->rmax
+				   : st->node,
+			sub,
+			"relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
+			l->relay_port_min, l->relay_port_max);
 	}
 	lst_tls(p, st, path);
 	lst_routes(p, st, path);
@@ -431,7 +456,8 @@ void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
 	}
 	for (size_t i = 0; i < cnt && !p->nomem; i++) {
 		struct conf_listener *l = &c->listeners[i];
-		struct lst_state st = {.l = l, .node = pctx_node(p, n->data.sequence.items.start[i])};
+		struct lst_state st = { .l = l,
+					.node = pctx_node(p, n->data.sequence.items.start[i]) };
 		char sub[CONF_PATH_MAX];
 		size_t errors;
 		conf_path_idx(sub, path, i);

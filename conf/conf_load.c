@@ -18,11 +18,20 @@ static int conf_defaults(struct conf *c)
 	c->admin.worker_stall_timeout = 20;
 	c->admin.log_format = CONF_LOG_TEXT;
 	c->limits = (struct conf_limits){
-		.max_allocations = 10000, .max_permissions = 32, .max_channels = 32,
-		.allocation_lifetime = 600, .max_allocation_lifetime = 3600,
-		.permission_lifetime = 300, .channel_lifetime = 600, .nonce_lifetime = 3600,
-		.unauth_rate = 20, .unauth_burst = 100, .unauth_prefix_v4 = 24,
-		.unauth_prefix_v6 = 64, .unauth_trust_window = 3600, .unauth_trust_credits = 1000,
+		.max_allocations = 10000,
+		.max_permissions = 32,
+		.max_channels = 32,
+		.allocation_lifetime = 600,
+		.max_allocation_lifetime = 3600,
+		.permission_lifetime = 300,
+		.channel_lifetime = 600,
+		.nonce_lifetime = 3600,
+		.unauth_rate = 20,
+		.unauth_burst = 100,
+		.unauth_prefix_v4 = 24,
+		.unauth_prefix_v6 = 64,
+		.unauth_trust_window = 3600,
+		.unauth_trust_credits = 1000,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);
@@ -35,9 +44,17 @@ static int conf_defaults(struct conf *c)
 	return 0;
 }
 
-enum { R_VERSION, R_ADMIN, R_LIMITS, R_CLUSTERS, R_AUTH, R_LISTENERS, R_N };
-static const char *const root_keys[R_N] = {"version", "admin", "limits", "clusters", "auth",
-					   "listeners"};
+enum {
+	R_VERSION,
+	R_ADMIN,
+	R_LIMITS,
+	R_CLUSTERS,
+	R_AUTH,
+	R_LISTENERS,
+	R_N
+};
+static const char *const root_keys[R_N] = { "version",  "admin", "limits",
+					    "clusters", "auth",  "listeners" };
 
 struct root_nodes {
 	yaml_node_t *k[R_N], *v[R_N];
@@ -100,7 +117,8 @@ static void parse_root(struct pctx *p, yaml_node_t *root)
 	if (r.v[R_AUTH] && !pctx_is_null(r.v[R_AUTH]))
 		conf_parse_auth(p, r.v[R_AUTH], "auth", &p->cfg->auth, NULL);
 	else
-		pctx_error(p, root, "auth", "missing (expected an auth section; STUNner's "
+		pctx_error(p, root, "auth",
+			   "missing (expected an auth section; STUNner's "
 			   "default static auth needs credentials)");
 	if (r.v[R_LISTENERS] && !pctx_is_null(r.v[R_LISTENERS]))
 		conf_parse_listeners(p, r.v[R_LISTENERS], "listeners");
@@ -152,10 +170,9 @@ out:
 }
 
 int conf_load_string(const char *buf, size_t len, const char *name,
-		     const struct conf_load_opts *opts, struct conf **out,
-		     struct conf_diags *diags)
+		     const struct conf_load_opts *opts, struct conf **out, struct conf_diags *diags)
 {
-	struct conf_diags local = {0};
+	struct conf_diags local = { 0 };
 	struct conf *c;
 	struct pctx p;
 	size_t first, errors0;
@@ -164,7 +181,7 @@ int conf_load_string(const char *buf, size_t len, const char *name,
 	if (diags == NULL)
 		diags = &local; /* errors must still be counted */
 	c = calloc(1, sizeof(*c));
-	p = (struct pctx){.file = name ? name : "<config>", .diags = diags};
+	p = (struct pctx){ .file = name ? name : "<config>", .diags = diags };
 	first = diags->n;
 	errors0 = diags->n_errors;
 	if (c == NULL || conf_defaults(c) != 0 || (c->source = strdup(p.file)) == NULL) {

@@ -24,14 +24,15 @@ const char *conf_auth_type_name(enum conf_auth_type t)
 
 const char *conf_proto_name(enum conf_proto p)
 {
-	static const char *const n[] = {"TURN-UDP", "TURN-TCP", "TURN-TLS", "TURN-DTLS"};
+	static const char *const n[] = { "TURN-UDP", "TURN-TCP", "TURN-TLS", "TURN-DTLS" };
 	return (unsigned)p < 4 ? n[p] : "?";
 }
 
 const char *conf_cluster_type_name(enum conf_cluster_type t)
 {
-	return t == CONF_CLUSTER_STATIC ? "STATIC" : t == CONF_CLUSTER_STRICT_DNS ? "STRICT_DNS" :
-										   "?";
+	return t == CONF_CLUSTER_STATIC       ? "STATIC"
+	       : t == CONF_CLUSTER_STRICT_DNS ? "STRICT_DNS"
+					      : "?";
 }
 
 const char *conf_cluster_proto_name(enum conf_cluster_proto p)
@@ -39,10 +40,10 @@ const char *conf_cluster_proto_name(enum conf_cluster_proto p)
 	return p == CONF_CPROTO_UDP ? "UDP" : p == CONF_CPROTO_TCP ? "TCP" : "?";
 }
 
-int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out,
-			     size_t max, size_t *n)
+int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out, size_t max,
+			     size_t *n)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM };
 	struct addrinfo *res = NULL;
 	int rc;
 	(void)ctx;
@@ -97,7 +98,8 @@ static int resolve_one(struct conf *cfg, size_t ci, size_t ei, conf_resolve_fn f
 	if (special > 0)
 		conf_diag_add(diags, CONF_DIAG_WARNING, cfg->source, 0, 0, path,
 			      "'%s' resolves to %zu special-purpose address(es), never admitted "
-			      "through DNS (list them as STATIC endpoints)", ep->text, special);
+			      "through DNS (list them as STATIC endpoints)",
+			      ep->text, special);
 	ep->resolved = malloc(n * sizeof(*ep->resolved));
 	if (ep->resolved == NULL)
 		return -ENOMEM;
@@ -106,8 +108,7 @@ static int resolve_one(struct conf *cfg, size_t ci, size_t ei, conf_resolve_fn f
 	return 0;
 }
 
-int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx,
-			  struct conf_diags *diags)
+int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx, struct conf_diags *diags)
 {
 	if (fn == NULL)
 		fn = conf_resolve_getaddrinfo;
@@ -192,16 +193,19 @@ int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
 		const struct conf_listener *l = &new_cfg->listeners[i];
 		ssize_t o = lst_find(old, l->name);
 		d[k++] = (struct conf_listener_delta){
-			.name = l->name, .old_idx = o, .new_idx = (ssize_t)i,
-			.change = o < 0 ? CONF_LISTENER_ADDED :
-					  lst_compare(&old->listeners[o], l),
+			.name = l->name,
+			.old_idx = o,
+			.new_idx = (ssize_t)i,
+			.change = o < 0 ? CONF_LISTENER_ADDED : lst_compare(&old->listeners[o], l),
 		};
 	}
 	for (size_t i = 0; i < no; i++) {
 		if (lst_find(new_cfg, old->listeners[i].name) >= 0)
 			continue;
-		d[k++] = (struct conf_listener_delta){.name = old->listeners[i].name,
-			.change = CONF_LISTENER_REMOVED, .old_idx = (ssize_t)i, .new_idx = -1};
+		d[k++] = (struct conf_listener_delta){ .name = old->listeners[i].name,
+						       .change = CONF_LISTENER_REMOVED,
+						       .old_idx = (ssize_t)i,
+						       .new_idx = -1 };
 	}
 	*out = d;
 	*n = k;
@@ -210,7 +214,7 @@ int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
 
 int conf_check_main(const char *path, FILE *out)
 {
-	struct conf_diags d = {0};
+	struct conf_diags d = { 0 };
 	struct conf *c = NULL;
 	int rc = path ? conf_load_file(path, NULL, &c, &d) : conf_load_default(NULL, &c);
 	if (rc == 0)

@@ -64,8 +64,9 @@ const char *pctx_kind(const yaml_node_t *n)
 
 bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_type_t t)
 {
-	const char *want = t == YAML_MAPPING_NODE ? "a mapping" :
-			   t == YAML_SEQUENCE_NODE ? "a list" : "a scalar";
+	const char *want = t == YAML_MAPPING_NODE    ? "a mapping"
+			   : t == YAML_SEQUENCE_NODE ? "a list"
+						     : "a scalar";
 	if (n->type == t)
 		return true;
 	pctx_error(p, n, path, "found %s (expected %s)", pctx_kind(n), want);
@@ -83,8 +84,10 @@ static char *y11_string(struct pctx *p, yaml_node_t *n, const char *path, char *
 	    !conf_y11_as_string((conf_y11_resolve(s, &y), &y), txt, sizeof(txt)) ||
 	    strcmp(txt, s) == 0)
 		return s;
-	pctx_warn(p, n, path, "'%s' reads as \"%s\" (a YAML 1.1 %s, as in stunnerd; quote it to "
-		  "keep the text)", s, txt, y.kind == CONF_Y11_BOOL ? "boolean" : "number");
+	pctx_warn(p, n, path,
+		  "'%s' reads as \"%s\" (a YAML 1.1 %s, as in stunnerd; quote it to "
+		  "keep the text)",
+		  s, txt, y.kind == CONF_Y11_BOOL ? "boolean" : "number");
 	d = conf_strdup(p, txt);
 	free(s);
 	return d;
@@ -111,8 +114,10 @@ char *pctx_string(struct pctx *p, yaml_node_t *n, const char *path, unsigned fla
 	p->bytes += strlen(s) + 1;
 	if (p->bytes > CONF_MAX_BYTES) {
 		if (before <= CONF_MAX_BYTES)
-			pctx_error(p, n, path, "too much data after alias and variable expansion "
-				   "(expected at most %u bytes)", CONF_MAX_BYTES);
+			pctx_error(p, n, path,
+				   "too much data after alias and variable expansion "
+				   "(expected at most %u bytes)",
+				   CONF_MAX_BYTES);
 		free(s);
 		return NULL;
 	}
@@ -129,7 +134,8 @@ static int parse_i64(const char *s, int64_t *out)
 	if (!isdigit((unsigned char)*c))
 		return -EINVAL;
 	for (; isdigit((unsigned char)*c); c++) {
-		if (v > (UINT64_MAX - 9) / 10 || v * 10 + (uint64_t)(*c - '0') > (uint64_t)INT64_MAX)
+		if (v > (UINT64_MAX - 9) / 10 ||
+		    v * 10 + (uint64_t)(*c - '0') > (uint64_t)INT64_MAX)
 			return -ERANGE;
 		v = v * 10 + (uint64_t)(*c - '0');
 	}
@@ -216,8 +222,8 @@ int pctx_int_clamped(struct pctx *p, yaml_node_t *n, const char *path, int64_t *
 
 int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out)
 {
-	static const char *const yes[] = {"true", "yes", "on", "1"};
-	static const char *const no[] = {"false", "no", "off", "0"};
+	static const char *const yes[] = { "true", "yes", "on", "1" };
+	static const char *const no[] = { "false", "no", "off", "0" };
 	char *s = pctx_string(p, n, path, CONF_STR_VERBATIM);
 	int rc = -EINVAL;
 	if (s == NULL)
@@ -312,7 +318,7 @@ static void flatten(struct pctx *p, yaml_node_t *map, const char *path, struct m
 			f->overflow = true;
 			return;
 		}
-		f->pairs[f->n++] = (struct map_pair){k, v, merged};
+		f->pairs[f->n++] = (struct map_pair){ k, v, merged };
 	}
 }
 
@@ -338,8 +344,7 @@ static size_t key_winner(const struct map_flat *f, size_t i)
 	return w;
 }
 
-void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn,
-		   void *arg)
+void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair_fn fn, void *arg)
 {
 	struct map_flat *f;
 	if (!pctx_expect(p, map, path, YAML_MAPPING_NODE))
@@ -366,8 +371,10 @@ void pctx_map_each(struct pctx *p, yaml_node_t *map, const char *path, pctx_pair
 		if (w != i) {
 			/* A merged value that an explicit key overrides is what merges are for. */
 			if (!f->pairs[i].merged)
-				pctx_warn(p, k, sub, "duplicate key (ignored: stunnerd uses the one at "
-					  "line %zu, column %zu)", f->pairs[w].k->start_mark.line + 1,
+				pctx_warn(p, k, sub,
+					  "duplicate key (ignored: stunnerd uses the one at "
+					  "line %zu, column %zu)",
+					  f->pairs[w].k->start_mark.line + 1,
 					  f->pairs[w].k->start_mark.column + 1);
 			continue;
 		}

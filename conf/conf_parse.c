@@ -65,20 +65,22 @@ static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 			p->nomem = 1;
 			return;
 		}
-		pctx_warn(p, v, path, "scheme '%.*s' served as plain http (stunnerd uses only the "
-			  "host, port and path)", (int)sl, u);
+		pctx_warn(p, v, path,
+			  "scheme '%.*s' served as plain http (stunnerd uses only the "
+			  "host, port and path)",
+			  (int)sl, u);
 		strcpy(h, "http");
 		strcat(h, u + sl);
 		free(u);
 		*dst = u = h;
 	}
 	if (!http_url_ok(u))
-		pctx_error(p, v, path, "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])",
-			   u);
+		pctx_error(p, v, path,
+			   "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])", u);
 }
 
-static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min,
-		    uint64_t max, uint32_t *dst)
+static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min, uint64_t max,
+		    uint32_t *dst)
 {
 	uint64_t x;
 	if (!pctx_is_null(v) && pctx_uint(p, v, path, min, max, &x) == 0)
@@ -175,15 +177,19 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 		set_str(p, v, path, &a->alternate_server);
 		if (a->alternate_server && a->alternate_server[0] &&
 		    conf_parse_hostport(a->alternate_server, &ss) != 0)
-			pctx_error(p, v, path, "'%s' is not an address (expected IP, IP:PORT or "
-				   "[IPV6]:PORT)", a->alternate_server);
+			pctx_error(p, v, path,
+				   "'%s' is not an address (expected IP, IP:PORT or "
+				   "[IPV6]:PORT)",
+				   a->alternate_server);
 	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
 		set_url(p, v, path, &a->credential_api_endpoint);
 	} else if (strcasecmp(key, "credential_api_token") == 0) {
 		rn->token = v;
 		conf_wipe_free(a->credential_api_token);
-		a->credential_api_token = pctx_is_null(v) ? NULL :
-			pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
+		a->credential_api_token =
+			pctx_is_null(v)
+				? NULL
+				: pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	} else if (strcasecmp(key, "credential_api_token_file") == 0) {
 		rn->token_file = v;
 	} else {
@@ -204,7 +210,8 @@ static void parse_loglevel(struct pctx *p, yaml_node_t *v, const char *path, cha
 	for (char *save = NULL, *it = strtok_r(spec, ",", &save); it != NULL;
 	     it = strtok_r(NULL, ",", &save)) {
 		if (log_check_spec(it) != 0) {
-			pctx_warn(p, v, path, "item '%s' is malformed (skipped, as stunnerd does; "
+			pctx_warn(p, v, path,
+				  "item '%s' is malformed (skipped, as stunnerd does; "
 				  "expected SCOPE:LEVEL with DISABLE|ERROR|WARN|INFO|DEBUG|TRACE)",
 				  it);
 			continue;
@@ -224,19 +231,23 @@ static void parse_loglevel(struct pctx *p, yaml_node_t *v, const char *path, cha
 /* offload_engine: stunnerd refuses unknown engines; None is what the operator writes. */
 static void parse_offload(struct pctx *p, yaml_node_t *k, yaml_node_t *v, const char *path)
 {
-	static const char *const premium[] = {"XDP", "TC", "Auto"};
+	static const char *const premium[] = { "XDP", "TC", "Auto" };
 	char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, 0);
 	bool known = s == NULL || s[0] == '\0' || strcasecmp(s, "None") == 0;
 	for (size_t i = 0; s && !known && i < 3; i++) {
 		if (strcasecmp(s, premium[i]) == 0) {
 			known = true;
-			pctx_warn(p, k, path, "offload engine '%s' is a premium stunnerd feature "
-				  "(ignored: turngate relays in user space)", s);
+			pctx_warn(p, k, path,
+				  "offload engine '%s' is a premium stunnerd feature "
+				  "(ignored: turngate relays in user space)",
+				  s);
 		}
 	}
 	if (!known)
-		pctx_error(p, v, path, "'%s' is not an offload engine (expected None, XDP, TC or "
-			   "Auto)", s);
+		pctx_error(p, v, path,
+			   "'%s' is not an offload engine (expected None, XDP, TC or "
+			   "Auto)",
+			   s);
 	free(s);
 }
 
@@ -267,11 +278,13 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 	} else if (strcasecmp(key, "offload_interfaces") == 0) {
 		if (!pctx_is_null(v) && pctx_expect(p, v, path, YAML_SEQUENCE_NODE) &&
 		    v->data.sequence.items.top > v->data.sequence.items.start)
-			pctx_warn(p, k, path, "offload interfaces are a premium stunnerd feature "
+			pctx_warn(p, k, path,
+				  "offload interfaces are a premium stunnerd feature "
 				  "(ignored)");
 	} else if (strcasecmp(key, "license_config") == 0) {
 		if (!pctx_is_null(v))
-			pctx_warn(p, k, path, "STUNner's premium license is not used by turngate "
+			pctx_warn(p, k, path,
+				  "STUNner's premium license is not used by turngate "
 				  "(ignored)");
 	} else if (!admin_ext_pair(p, key, v, path, arg)) {
 		pctx_unknown_key(p, k, path);
@@ -286,11 +299,13 @@ static void finish_token(struct pctx *p, const struct range_nodes *rn, const cha
 	if (rn->token_file != NULL && !pctx_is_null(rn->token_file)) {
 		conf_path_key(sub, path, "credential_api_token_file");
 		if (a->credential_api_token != NULL)
-			pctx_error(p, rn->token_file, sub, "given together with credential_api_token "
+			pctx_error(p, rn->token_file, sub,
+				   "given together with credential_api_token "
 				   "(expected one of them)");
 		else
-			a->credential_api_token = conf_read_secret_file(p, rn->token_file, sub,
-								&a->credential_api_token_file);
+			a->credential_api_token =
+				conf_read_secret_file(p, rn->token_file, sub,
+						      &a->credential_api_token_file);
 	}
 	if (a->credential_api_token != NULL && a->credential_api_token[0] == '\0') {
 		conf_wipe_free(a->credential_api_token);
@@ -300,16 +315,17 @@ static void finish_token(struct pctx *p, const struct range_nodes *rn, const cha
 
 void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)
 {
-	struct range_nodes rn = {0};
+	struct range_nodes rn = { 0 };
 	struct conf_admin *a = &p->cfg->admin;
 	pctx_map_each(p, n, path, admin_pair, &rn);
 	finish_token(p, &rn, path);
 	if (a->relay_port_min > a->relay_port_max) {
 		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, rn.min ? "relay_port_min" : "relay_port_max");
-		pctx_error(p, rn.min ? rn.min : rn.max, sub,
-			   "relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
-			   a->relay_port_min, a->relay_port_max);
+		pctx_error(
+			p, rn.min ? rn.min : rn.max, sub,
+			"relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
+			a->relay_port_min, a->relay_port_max);
 	}
 	if (a->alternate_server && a->alternate_server[0] == '\0') {
 		free(a->alternate_server);
@@ -323,16 +339,27 @@ struct limit_key {
 	uint32_t min, max;
 };
 
-#define LIM(k, lo, hi) {#k, offsetof(struct conf_limits, k), lo, hi}
+#define LIM(k, lo, hi)                                      \
+	{                                                   \
+#k, offsetof(struct conf_limits, k), lo, hi \
+	}
 static const struct limit_key limit_keys[] = {
-	LIM(max_allocations, 1, 10000000), LIM(user_quota, 0, 10000000),
-	LIM(total_quota, 0, 10000000), LIM(max_permissions, 1, CONF_MAX_PERMISSIONS),
-	LIM(max_channels, 1, CONF_MAX_CHANNELS), LIM(allocation_lifetime, 1, 86400),
-	LIM(max_allocation_lifetime, 1, 86400), LIM(permission_lifetime, 1, 86400),
-	LIM(channel_lifetime, 1, 86400), LIM(nonce_lifetime, 1, 86400),
-	LIM(unauth_rate, 0, 1000000), LIM(unauth_burst, 1, 1000000),
-	LIM(unauth_prefix_v4, 0, 32), LIM(unauth_prefix_v6, 0, 128),
-	LIM(unauth_trust_window, 1, 86400), LIM(unauth_trust_credits, 0, 65535),
+	LIM(max_allocations, 1, 10000000),
+	LIM(user_quota, 0, 10000000),
+	LIM(total_quota, 0, 10000000),
+	LIM(max_permissions, 1, CONF_MAX_PERMISSIONS),
+	LIM(max_channels, 1, CONF_MAX_CHANNELS),
+	LIM(allocation_lifetime, 1, 86400),
+	LIM(max_allocation_lifetime, 1, 86400),
+	LIM(permission_lifetime, 1, 86400),
+	LIM(channel_lifetime, 1, 86400),
+	LIM(nonce_lifetime, 1, 86400),
+	LIM(unauth_rate, 0, 1000000),
+	LIM(unauth_burst, 1, 1000000),
+	LIM(unauth_prefix_v4, 0, 32),
+	LIM(unauth_prefix_v6, 0, 128),
+	LIM(unauth_trust_window, 1, 86400),
+	LIM(unauth_trust_credits, 0, 65535),
 };
 
 struct limit_nodes {
@@ -361,7 +388,7 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 
 void conf_parse_limits(struct pctx *p, yaml_node_t *n, const char *path)
 {
-	struct limit_nodes ln = {{0}};
+	struct limit_nodes ln = { { 0 } };
 	struct conf_limits *l = &p->cfg->limits;
 	char sub[CONF_PATH_MAX];
 	pctx_map_each(p, n, path, limits_pair, &ln);

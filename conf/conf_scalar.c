@@ -113,7 +113,7 @@ static void shell_name(const char *s, const char **name, size_t *len, size_t *w)
 /* os.ExpandEnv, byte for byte. An unset variable expands to "" and earns a warning. */
 char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, const char *path)
 {
-	struct sbuf b = {0};
+	struct sbuf b = { 0 };
 	sb_put(&b, "", 0);
 	for (const char *c = in; *c != '\0';) {
 		const char *d = strchr(c, '$');
@@ -133,8 +133,10 @@ char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, cons
 			continue;
 		}
 		if (len == 0) {
-			pctx_warn(p, n, path, "malformed variable reference '%.*s' (expanded to \"\", "
-				  "as os.ExpandEnv does)", (int)(w + 1), d);
+			pctx_warn(p, n, path,
+				  "malformed variable reference '%.*s' (expanded to \"\", "
+				  "as os.ExpandEnv does)",
+				  (int)(w + 1), d);
 			continue;
 		}
 		nm = strndup(name, len);
@@ -144,8 +146,8 @@ char *conf_expand_env(struct pctx *p, const char *in, const yaml_node_t *n, cons
 		}
 		v = env_value(p, nm, num);
 		if (v == NULL)
-			pctx_warn(p, n, path, "environment variable %s is not set (expanded to \"\")",
-				  nm);
+			pctx_warn(p, n, path,
+				  "environment variable %s is not set (expanded to \"\")", nm);
 		else
 			sb_put(&b, v, strlen(v));
 		free(nm);
@@ -178,8 +180,9 @@ static bool go_parse_int(const char *s, bool is_signed, bool *neg, uint64_t *mag
 	if (*s == '\0')
 		return false;
 	for (; *s != '\0'; s++) {
-		unsigned d = isdigit((unsigned char)*s) ? (unsigned)(*s - '0') :
-			     isxdigit((unsigned char)*s) ? (unsigned)(tolower(*s) - 'a' + 10) : 99;
+		unsigned d = isdigit((unsigned char)*s)    ? (unsigned)(*s - '0')
+			     : isxdigit((unsigned char)*s) ? (unsigned)(tolower(*s) - 'a' + 10)
+							   : 99;
 		if (d >= base || v > (UINT64_MAX - d) / base)
 			return false;
 		v = v * base + d;
@@ -224,14 +227,14 @@ static bool in_list(const char *s, const char *const *l)
 	return false;
 }
 
-static const char *const y11_true[] = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE",
-				       "on", "On", "ON", NULL};
-static const char *const y11_false[] = {"n", "N", "no", "No", "NO", "false", "False", "FALSE",
-					"off", "Off", "OFF", NULL};
-static const char *const y11_null[] = {"", "~", "null", "Null", "NULL", NULL};
-static const char *const y11_inf[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", NULL};
-static const char *const y11_ninf[] = {"-.inf", "-.Inf", "-.INF", NULL};
-static const char *const y11_nan[] = {".nan", ".NaN", ".NAN", NULL};
+static const char *const y11_true[] = { "y",    "Y",    "yes", "Yes", "YES", "true",
+					"True", "TRUE", "on",  "On",  "ON",  NULL };
+static const char *const y11_false[] = { "n",     "N",     "no",  "No",  "NO",  "false",
+					 "False", "FALSE", "off", "Off", "OFF", NULL };
+static const char *const y11_null[] = { "", "~", "null", "Null", "NULL", NULL };
+static const char *const y11_inf[] = { ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", NULL };
+static const char *const y11_ninf[] = { "-.inf", "-.Inf", "-.INF", NULL };
+static const char *const y11_nan[] = { ".nan", ".NaN", ".NAN", NULL };
 
 static enum conf_y11_kind resolve_number(const char *in, struct conf_y11 *out)
 {
@@ -279,8 +282,8 @@ enum conf_y11_kind conf_y11_resolve(const char *in, struct conf_y11 *out)
 	if (in[0] == '.') {
 		char *end;
 		out->f = strtod(in, &end);
-		return out->kind = (*end == '\0' && isdigit((unsigned char)in[1])) ?
-					   CONF_Y11_FLOAT : CONF_Y11_STR;
+		return out->kind = (*end == '\0' && isdigit((unsigned char)in[1])) ? CONF_Y11_FLOAT
+										   : CONF_Y11_STR;
 	}
 	if (!isdigit((unsigned char)in[0]) && in[0] != '+' && in[0] != '-')
 		return out->kind = CONF_Y11_STR;

@@ -40,8 +40,8 @@ int conf_pem_read_keys(const void *pem, size_t len, EVP_PKEY **out, size_t cap, 
 	return 0;
 }
 
-int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len,
-		   char *err, size_t errlen)
+int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len, char *err,
+		   size_t errlen)
 {
 	X509 *x[CONF_TLS_MAX_CERTS];
 	EVP_PKEY *k[CONF_TLS_MAX_KEYS + 1];
@@ -52,20 +52,24 @@ int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t ke
 	if (cert != NULL && conf_pem_read_certs(cert, cert_len, x, CONF_TLS_MAX_CERTS, &nx) < 0)
 		goto oom;
 	if (cert != NULL && nx == 0) {
-		snprintf(err, errlen, "cert: not a PEM certificate (expected base64 of a "
+		snprintf(err, errlen,
+			 "cert: not a PEM certificate (expected base64 of a "
 			 "PEM certificate)");
 		goto out;
 	}
 	if (key != NULL && conf_pem_read_keys(key, key_len, k, CONF_TLS_MAX_KEYS + 1, &nk) < 0)
 		goto oom;
 	if (key != NULL && nk == 0) {
-		snprintf(err, errlen, "key: not a PEM private key (expected base64 of an "
+		snprintf(err, errlen,
+			 "key: not a PEM private key (expected base64 of an "
 			 "unencrypted PEM private key)");
 		goto out;
 	}
 	if (nk > CONF_TLS_MAX_KEYS) {
-		snprintf(err, errlen, "key: more than %d private keys (expected one per "
-			 "certificate, at most %d)", CONF_TLS_MAX_KEYS, CONF_TLS_MAX_KEYS);
+		snprintf(err, errlen,
+			 "key: more than %d private keys (expected one per "
+			 "certificate, at most %d)",
+			 CONF_TLS_MAX_KEYS, CONF_TLS_MAX_KEYS);
 		goto out;
 	}
 	for (size_t i = 0; cert != NULL && i < nk; i++) {
@@ -74,13 +78,16 @@ int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t ke
 		for (size_t j = 0; j < nx && !found; j++)
 			found = X509_check_private_key(x[j], k[i]) == 1;
 		if (!found && nk == 1) {
-			snprintf(err, errlen, "key: does not match the certificate (expected the "
+			snprintf(err, errlen,
+				 "key: does not match the certificate (expected the "
 				 "certificate's private key)");
 			goto out;
 		}
 		if (!found) {
-			snprintf(err, errlen, "key: private key %zu of %zu matches no certificate "
-				 "(expected one key per certificate of cert)", i + 1, nk);
+			snprintf(err, errlen,
+				 "key: private key %zu of %zu matches no certificate "
+				 "(expected one key per certificate of cert)",
+				 i + 1, nk);
 			goto out;
 		}
 	}

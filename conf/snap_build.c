@@ -41,7 +41,7 @@ struct sb {
 
 static struct snap_str pool_add(struct sb *b, const void *data, size_t len)
 {
-	struct snap_str r = {0, 0};
+	struct snap_str r = { 0, 0 };
 	if (b->err)
 		return r;
 	if (b->pool_off + b->pool_len + len + 1 > UINT32_MAX) {
@@ -137,9 +137,10 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint32_t cluster)
 {
 	for (size_t k = 0; k < ep->n_resolved; k++) {
-		struct conf_prefix p = {0};
-		if (conf_addr_canon((const struct sockaddr *)&ep->resolved[k], &p.family,
-				    p.addr) != 0 || conf_addr_is_special(p.family, p.addr))
+		struct conf_prefix p = { 0 };
+		if (conf_addr_canon((const struct sockaddr *)&ep->resolved[k], &p.family, p.addr) !=
+			    0 ||
+		    conf_addr_is_special(p.family, p.addr))
 			continue;
 		p.len = p.family == AF_INET ? 32 : 128;
 		add_prefix(b, &p, 0, 65535, false, cluster);
@@ -207,8 +208,7 @@ static size_t sort_dedup(void *base, size_t first, size_t n, size_t size,
 	return first + w;
 }
 
-static void compile_allowlist(struct sb *b, const struct conf_listener *l,
-			      struct snap_lst_rec *r)
+static void compile_allowlist(struct sb *b, const struct conf_listener *l, struct snap_lst_rec *r)
 {
 	size_t f4 = b->n_p4, f6 = b->n_p6;
 	for (size_t i = 0; i < l->n_routes && !b->err; i++) {
@@ -278,7 +278,7 @@ static void add_auth(struct sb *b, const struct conf_auth *a)
 	size_t n_users = auth_users(a);
 	struct snap_auth_rec *r = &b->auths[b->n_auths++];
 	const struct conf_user **sorted;
-	const char *sec[2] = {a->secret, a->prev_secret};
+	const char *sec[2] = { a->secret, a->prev_secret };
 	r->type = (uint32_t)a->type;
 	r->realm = pool_str(b, a->realm);
 	r->strict_expiry = a->strict_expiry;
@@ -315,7 +315,8 @@ static void add_auth(struct sb *b, const struct conf_auth *a)
 static void count_auth(const struct conf_auth *a, size_t *users, size_t *secrets)
 {
 	*users += auth_users(a);
-	*secrets += a->type == CONF_AUTH_EPHEMERAL ? (a->secret != NULL) + (a->prev_secret != NULL) : 0;
+	*secrets += a->type == CONF_AUTH_EPHEMERAL ? (a->secret != NULL) + (a->prev_secret != NULL)
+						   : 0;
 }
 
 static void fill_listener(struct sb *b, const struct conf_listener *l, struct snap_lst_rec *r)
@@ -337,7 +338,8 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	if (l->relay_addr.ss_family == AF_INET)
 		memcpy(r->relay_addr, &((const struct sockaddr_in *)&l->relay_addr)->sin_addr, 4);
 	else if (l->relay_addr.ss_family == AF_INET6)
-		memcpy(r->relay_addr, &((const struct sockaddr_in6 *)&l->relay_addr)->sin6_addr, 16);
+		memcpy(r->relay_addr, &((const struct sockaddr_in6 *)&l->relay_addr)->sin6_addr,
+		       16);
 	if (l->auth) {
 		r->auth_idx = (uint32_t)b->n_auths;
 		add_auth(b, l->auth);
@@ -355,16 +357,27 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 	h->log_format = (uint32_t)c->admin.log_format;
 	memcpy(h->nonce_key, pp->nonce_key, SNAP_NONCE_KEY_LEN);
 	h->limits = (struct snap_limits){
-		c->limits.max_allocations, c->limits.user_quota, c->limits.total_quota,
-		c->limits.max_permissions, c->limits.max_channels, c->limits.allocation_lifetime,
-		c->limits.max_allocation_lifetime, c->limits.permission_lifetime,
-		c->limits.channel_lifetime, c->limits.nonce_lifetime, c->limits.channel_numbers,
-		c->limits.unauth_rate, c->limits.unauth_burst, c->limits.unauth_prefix_v4,
-		c->limits.unauth_prefix_v6, c->limits.unauth_trust_window,
+		c->limits.max_allocations,
+		c->limits.user_quota,
+		c->limits.total_quota,
+		c->limits.max_permissions,
+		c->limits.max_channels,
+		c->limits.allocation_lifetime,
+		c->limits.max_allocation_lifetime,
+		c->limits.permission_lifetime,
+		c->limits.channel_lifetime,
+		c->limits.nonce_lifetime,
+		c->limits.channel_numbers,
+		c->limits.unauth_rate,
+		c->limits.unauth_burst,
+		c->limits.unauth_prefix_v4,
+		c->limits.unauth_prefix_v6,
+		c->limits.unauth_trust_window,
 		c->limits.unauth_trust_credits,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
-	if (c->admin.alternate_server && conf_parse_hostport(c->admin.alternate_server, &alt) == 0) {
+	if (c->admin.alternate_server &&
+	    conf_parse_hostport(c->admin.alternate_server, &alt) == 0) {
 		h->alt_family = alt.ss_family;
 		if (alt.ss_family == AF_INET) {
 			const struct sockaddr_in *s4 = (const struct sockaddr_in *)&alt;
@@ -467,10 +480,9 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 	return 0;
 }
 
-int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void **blob,
-	       size_t *len)
+int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void **blob, size_t *len)
 {
-	struct sb b = {.cfg = cfg};
+	struct sb b = { .cfg = cfg };
 	struct snap_hdr h;
 	int rc;
 	size_t n_auth = 1, n_users = 0, n_secrets = 0;

@@ -70,8 +70,8 @@ static bool lst_ok(const struct snap *s, const struct snap_lst_rec *l)
 	       l->auth_idx < h->auths.count && l->relay_min <= l->relay_max &&
 	       (l->relay_family == AF_INET || l->relay_family == AF_INET6) &&
 	       (uint64_t)l->v4_first + l->v4_count <= h->pfx4.count &&
-	       (uint64_t)l->v6_first + l->v6_count <= h->pfx6.count &&
-	       l->v4_hosts <= l->v4_count && l->v6_hosts <= l->v6_count;
+	       (uint64_t)l->v6_first + l->v6_count <= h->pfx6.count && l->v4_hosts <= l->v4_count &&
+	       l->v6_hosts <= l->v6_count;
 }
 
 static bool auth_ok(const struct snap *s, const struct snap_auth_rec *a)
@@ -99,7 +99,8 @@ static bool records_ok(const struct snap *s)
 			return false;
 	for (uint32_t i = 0; i < h->users.count; i++)
 		if (!str_ok(s, &((const struct snap_user_rec *)rec(s, &h->users, i,
-				sizeof(struct snap_user_rec)))->name))
+								   sizeof(struct snap_user_rec)))
+					->name))
 			return false;
 	for (uint32_t i = 0; i < h->secrets.count; i++) {
 		const struct snap_secret_rec *x = rec(s, &h->secrets, i, sizeof(*x));
@@ -261,7 +262,8 @@ static int match_v4(const struct snap_pfx4 *t, uint32_t n, uint32_t hosts, uint3
 			hi = mid;
 	}
 	for (uint32_t i = lo; i < hosts && t[i].addr == a; i++) {
-		if ((!special || t[i].special) && port_ok(port, check, t[i].port_min, t[i].port_max)) {
+		if ((!special || t[i].special) &&
+		    port_ok(port, check, t[i].port_min, t[i].port_max)) {
 			*cluster = t[i].cluster;
 			return 0;
 		}
@@ -296,7 +298,8 @@ static int match_v6(const struct snap_pfx6 *t, uint32_t n, uint32_t hosts, const
 			hi = mid;
 	}
 	for (uint32_t i = lo; i < hosts && memcmp(t[i].addr, a, 16) == 0; i++) {
-		if ((!special || t[i].special) && port_ok(port, check, t[i].port_min, t[i].port_max)) {
+		if ((!special || t[i].special) &&
+		    port_ok(port, check, t[i].port_min, t[i].port_max)) {
 			*cluster = t[i].cluster;
 			return 0;
 		}
@@ -325,26 +328,29 @@ int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct so
 		return -ENOENT;
 	if (conf_addr_canon(peer, &fam, a) != 0)
 		return -EAFNOSUPPORT;
-	port = peer->sa_family == AF_INET ?
-				ntohs(((const struct sockaddr_in *)peer)->sin_port) :
-				ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
+	port = peer->sa_family == AF_INET ? ntohs(((const struct sockaddr_in *)peer)->sin_port)
+					  : ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
 	special = conf_addr_is_special(fam, a);
 	if (fam == AF_INET) {
-		const struct snap_pfx4 *t = at(s, s->h.pfx4.off + (uint64_t)l->v4_first *
-						      sizeof(*t), (uint64_t)l->v4_count * sizeof(*t));
+		const struct snap_pfx4 *t = at(s,
+					       s->h.pfx4.off + (uint64_t)l->v4_first * sizeof(*t),
+					       (uint64_t)l->v4_count * sizeof(*t));
 		uint32_t a4;
 		memcpy(&a4, a, 4);
 		if (t == NULL && l->v4_count)
 			return -EACCES;
 		rc = t ? match_v4(t, l->v4_count, l->v4_hosts <= l->v4_count ? l->v4_hosts : 0,
-				  ntohl(a4), port, check_port, special, &cl) : -EACCES;
+				  ntohl(a4), port, check_port, special, &cl)
+		       : -EACCES;
 	} else {
-		const struct snap_pfx6 *t = at(s, s->h.pfx6.off + (uint64_t)l->v6_first *
-						      sizeof(*t), (uint64_t)l->v6_count * sizeof(*t));
+		const struct snap_pfx6 *t = at(s,
+					       s->h.pfx6.off + (uint64_t)l->v6_first * sizeof(*t),
+					       (uint64_t)l->v6_count * sizeof(*t));
 		if (t == NULL && l->v6_count)
 			return -EACCES;
-		rc = t ? match_v6(t, l->v6_count, l->v6_hosts <= l->v6_count ? l->v6_hosts : 0,
-				  a, port, check_port, special, &cl) : -EACCES;
+		rc = t ? match_v6(t, l->v6_count, l->v6_hosts <= l->v6_count ? l->v6_hosts : 0, a,
+				  port, check_port, special, &cl)
+		       : -EACCES;
 	}
 	if (rc == 0 && cluster_idx != NULL)
 		*cluster_idx = cl;
@@ -356,8 +362,7 @@ bool snap_peer_allowed(const struct snap *s, uint32_t listener_idx, const struct
 	return snap_peer_match(s, listener_idx, peer, true, NULL) == 0;
 }
 
-bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx,
-			  const struct sockaddr *peer)
+bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer)
 {
 	return snap_peer_match(s, listener_idx, peer, false, NULL) == 0;
 }
@@ -399,8 +404,8 @@ static int name_cmp(const struct snap *s, const struct snap_user_rec *u, const c
 	return c ? c : (ul > len) - (ul < len);
 }
 
-int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *username,
-		       size_t ulen, enum snap_key_alg alg, const uint8_t **key, size_t *key_len)
+int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *username, size_t ulen,
+		       enum snap_key_alg alg, const uint8_t **key, size_t *key_len)
 {
 	const struct snap_auth_rec *a = auth_rec(s, auth_idx);
 	uint32_t lo = 0, hi;
@@ -411,7 +416,8 @@ int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *user
 	hi = a->user_count;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		const struct snap_user_rec *u = rec(s, &s->h.users, a->user_first + mid, sizeof(*u));
+		const struct snap_user_rec *u =
+			rec(s, &s->h.users, a->user_first + mid, sizeof(*u));
 		int c;
 		if (u == NULL)
 			return -EINVAL;
@@ -452,8 +458,8 @@ size_t snap_auth_secrets(const struct snap *s, uint32_t auth_idx, int64_t now,
 		const char *p = x ? str_at(s, &x->secret) : NULL;
 		if (p == NULL || (x->deadline != 0 && now >= x->deadline))
 			continue;
-		out[n++] = (struct snap_secret){(const uint8_t *)p, x->secret.len, x->id,
-						x->deadline};
+		out[n++] = (struct snap_secret){ (const uint8_t *)p, x->secret.len, x->id,
+						 x->deadline };
 	}
 	return n;
 }

@@ -110,8 +110,7 @@ int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct so
 bool snap_peer_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer);
 
 /* Permission form: IP only. */
-bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx,
-			  const struct sockaddr *peer);
+bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer);
 
 uint32_t snap_cluster_count(const struct snap *s);
 /* Cluster name, or NULL when idx is out of range. */
@@ -129,7 +128,10 @@ struct snap_auth {
 	uint32_t n_secrets;          /* configured, ignoring deadlines */
 };
 
-enum snap_key_alg { SNAP_KEY_MD5 = 0, SNAP_KEY_SHA256 };
+enum snap_key_alg {
+	SNAP_KEY_MD5 = 0,
+	SNAP_KEY_SHA256
+};
 #define SNAP_KEY_MD5_LEN 16
 #define SNAP_KEY_SHA256_LEN 32
 
@@ -140,8 +142,8 @@ int snap_auth_get(const struct snap *s, uint32_t auth_idx, struct snap_auth *out
  * MD5(username ":" realm ":" password) or SHA-256 of the same string (RFC 8489 §9.2.2; no
  * SASLprep/OpaqueString applied). *key points into the blob. Binary search, no allocation.
  * Returns 0, -ENOENT (no such user, or auth block not static), -EINVAL. */
-int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *username,
-		       size_t ulen, enum snap_key_alg alg, const uint8_t **key, size_t *key_len);
+int snap_auth_user_key(const struct snap *s, uint32_t auth_idx, const char *username, size_t ulen,
+		       enum snap_key_alg alg, const uint8_t **key, size_t *key_len);
 
 /* The i-th static username (sorted order), for listings; NULL when out of range. */
 const char *snap_auth_user_name(const struct snap *s, uint32_t auth_idx, uint32_t i);

@@ -16,7 +16,12 @@
 #define CTL_TIMEOUT_S 30
 
 /* Exit statuses. */
-enum { CTL_EXIT_OK = 0, CTL_EXIT_ERROR = 1, CTL_EXIT_USAGE = 2, CTL_EXIT_CONNECT = 3 };
+enum {
+	CTL_EXIT_OK = 0,
+	CTL_EXIT_ERROR = 1,
+	CTL_EXIT_USAGE = 2,
+	CTL_EXIT_CONNECT = 3
+};
 
 /* Sends req (one JSON line) to the admin socket at path and reads one reply line.
  * Returns 0 and *reply (new reference), or -errno (connect, I/O, timeout) / -EBADMSG

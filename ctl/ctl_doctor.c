@@ -16,10 +16,16 @@
 
 #define DOCTOR_TTL_S 3600
 
-enum layer { L_DAEMON = 0, L_LISTENER, L_AUTH, L_ROUTES, L_PROBE };
+enum layer {
+	L_DAEMON = 0,
+	L_LISTENER,
+	L_AUTH,
+	L_ROUTES,
+	L_PROBE
+};
 
 static const char *const layer_names[] = {
-	"0 daemon and configuration", "1 listener bound", "2 auth material loaded",
+	"0 daemon and configuration",     "1 listener bound", "2 auth material loaded",
 	"3 routes and clusters resolved", "4 live probe",
 };
 
@@ -68,9 +74,7 @@ static json_t *find_named(json_t *arr, const char *name)
 	size_t i;
 	json_t *v;
 
-	json_array_foreach(arr, i, v)
-		if (strcmp(jstr(v, "name"), name) == 0)
-			return v;
+	json_array_foreach(arr, i, v) if (strcmp(jstr(v, "name"), name) == 0) return v;
 	return NULL;
 }
 
@@ -94,7 +98,8 @@ static int check_daemon(struct doctor *d)
 
 	if (rc < 0) {
 		snprintf(detail, sizeof(detail), "admin socket %s: %s", d->sock, strerror(-rc));
-		fail(L_DAEMON, "daemon", detail, "start turngated (systemctl start turngate; its "
+		fail(L_DAEMON, "daemon", detail,
+		     "start turngated (systemctl start turngate; its "
 		     "log says why it stopped), or point -s / $TURNGATE_ADMIN_SOCKET at the "
 		     "admin_socket of its config");
 		return CTL_EXIT_CONNECT;
@@ -109,7 +114,8 @@ static int check_daemon(struct doctor *d)
 
 		snprintf(detail, sizeof(detail), "last reload (%s) FAILED: %s", jstr(lr, "trigger"),
 			 e != NULL ? json_string_value(e) : "?");
-		return fail(L_DAEMON, "last reload", detail, "fix the configuration (turngated -c "
+		return fail(L_DAEMON, "last reload", detail,
+			    "fix the configuration (turngated -c "
 			    "FILE -t lists every problem), then turngatectl reload; until then the "
 			    "daemon runs the previous configuration");
 	}
@@ -131,7 +137,8 @@ static int check_daemon(struct doctor *d)
 		else
 			snprintf(detail, sizeof(detail), "%s: %s", d->conf_path, strerror(-rc));
 		conf_diags_free(&diags);
-		return fail(L_DAEMON, "config file", detail, "turngated -c FILE -t lists every "
+		return fail(L_DAEMON, "config file", detail,
+			    "turngated -c FILE -t lists every "
 			    "problem; fix them, then turngatectl reload");
 	}
 	conf_diags_free(&diags);
@@ -141,8 +148,7 @@ static int check_daemon(struct doctor *d)
 
 /* The address to test for a listener bound at bind_text (status "address": "IP:PORT",
  * "[IP6]:PORT"); buf holds the host part. */
-static const char *test_host(const struct doctor *d, const char *bind_text, char *buf,
-			     size_t cap)
+static const char *test_host(const struct doctor *d, const char *bind_text, char *buf, size_t cap)
 {
 	const char *bind = buf, *colon = strrchr(bind_text, ':');
 
@@ -183,16 +189,20 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 	if (st == NULL) {
 		snprintf(detail, sizeof(detail), "%s %s:%u is not open in the daemon", proto,
 			 d->file ? "configured" : "running config", want_port);
-		return fail(L_LISTENER, check, detail, "if the file differs from the running "
+		return fail(L_LISTENER, check, detail,
+			    "if the file differs from the running "
 			    "config, run turngatectl reload; otherwise the daemon's log names the "
 			    "bind error (port in use, address not local, port < 1024 without "
 			    "CAP_NET_BIND_SERVICE)");
 	}
 	port = (unsigned)json_integer_value(json_object_get(st, "port"));
 	if (want_port != 0 && port != want_port) {
-		snprintf(detail, sizeof(detail), "the config says port %u, the daemon listens on "
-			 "%u", want_port, port);
-		return fail(L_LISTENER, check, detail, "turngatectl reload to apply the file, or "
+		snprintf(detail, sizeof(detail),
+			 "the config says port %u, the daemon listens on "
+			 "%u",
+			 want_port, port);
+		return fail(L_LISTENER, check, detail,
+			    "turngatectl reload to apply the file, or "
 			    "correct the port in the file (and the load balancer's target port)");
 	}
 	host = test_host(d, jstr(st, "address"), hostbuf, sizeof(hostbuf));
@@ -202,15 +212,18 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 	else if (rc == 0)
 		rc = doctor_stun_binding(&to, tcp, d->timeout_ms);
 	if (rc < 0) {
-		snprintf(detail, sizeof(detail), "%s %s:%u: no STUN answer (%s)", proto,
-			 host, port, strerror(-rc));
-		return fail(L_LISTENER, check, detail, secure ? "the handshake or the Binding "
-			    "failed: the daemon's log names handshake errors; check the "
-			    "certificate and key (turngatectl check), a firewall rule on the "
-			    "port, and that --host reaches the bind address" : "the daemon holds "
-			    "the socket but nothing answers: check turngatectl workers, a firewall "
-			    "rule on the port (nft list ruleset), and that --host reaches the bind "
-			    "address");
+		snprintf(detail, sizeof(detail), "%s %s:%u: no STUN answer (%s)", proto, host, port,
+			 strerror(-rc));
+		return fail(
+			L_LISTENER, check, detail,
+			secure ? "the handshake or the Binding "
+				 "failed: the daemon's log names handshake errors; check the "
+				 "certificate and key (turngatectl check), a firewall rule on the "
+				 "port, and that --host reaches the bind address"
+			       : "the daemon holds "
+				 "the socket but nothing answers: check turngatectl workers, a firewall "
+				 "rule on the port (nft list ruleset), and that --host reaches the bind "
+				 "address");
 	}
 	show(check, "ok", "%s %s:%u answers a STUN Binding%s", proto, host, port, info);
 	if (!d->have_probe && !secure) {	/* the allocation probe speaks UDP/TCP */
@@ -242,7 +255,8 @@ static int check_listeners(struct doctor *d)
 	if (json_array_size(ls) == 0)
 		return fail(L_LISTENER, "listeners", "the running config has none",
 			    "add a listener (listeners[] in the config), then turngatectl reload");
-	json_array_foreach(ls, i, l) {
+	json_array_foreach(ls, i, l)
+	{
 		rc = check_one_listener(d, jstr(l, "name"), jstr(l, "protocol"),
 					(unsigned)json_integer_value(json_object_get(l, "port")));
 		if (rc != 0)
@@ -310,11 +324,13 @@ static int check_auth(struct doctor *d)
 		return 0;
 	}
 	if (strcmp(type, "ephemeral") == 0 && !json_is_string(json_object_get(cred, "secret")))
-		return fail(L_AUTH, "auth", "ephemeral auth without a secret", "set "
+		return fail(L_AUTH, "auth", "ephemeral auth without a secret",
+			    "set "
 			    "auth.credentials.secret or auth.secret_file, then turngatectl reload");
 	if (strcmp(type, "static") == 0 && !json_is_string(json_object_get(cred, "username")) &&
 	    json_array_size(json_object_get(a, "users")) == 0)
-		return fail(L_AUTH, "auth", "static auth without users", "set "
+		return fail(L_AUTH, "auth", "static auth without users",
+			    "set "
 			    "auth.credentials.username/password or auth.users[]");
 	show("auth", "ok", "%s, realm %s, %s loaded", type, jstr(a, "realm"),
 	     strcmp(type, "ephemeral") == 0 ? "secret" : "users");
@@ -322,7 +338,8 @@ static int check_auth(struct doctor *d)
 	if (!d->have_probe)
 		d->cred_source = NULL;
 	if (d->cred_source == NULL) {
-		show("credential", "skip", "nothing to test with: pass --secret (ephemeral), "
+		show("credential", "skip",
+		     "nothing to test with: pass --secret (ephemeral), "
 		     "-u/-p (static) or -c CONFIG");
 		return 0;
 	}
@@ -335,13 +352,15 @@ static int check_auth(struct doctor *d)
 	}
 	snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail),
 		 " with a credential from %s", d->cred_source);
-	return fail(L_AUTH, "credential", detail, code == 401 ?
-		    (strcmp(type, "ephemeral") == 0 ?
-		     "the secret differs from the daemon's: put the minting service's secret in "
-		     "auth.secret_file (or credentials.secret) and reload, or mint with the "
-		     "daemon's; also check the minting host's clock" :
-		     "the username/password is not one of the daemon's static users") :
-		    "the allocation failed for another reason: see the error code");
+	return fail(
+		L_AUTH, "credential", detail,
+		code == 401
+			? (strcmp(type, "ephemeral") == 0
+				   ? "the secret differs from the daemon's: put the minting service's secret in "
+				     "auth.secret_file (or credentials.secret) and reload, or mint with the "
+				     "daemon's; also check the minting host's clock"
+				   : "the username/password is not one of the daemon's static users")
+			: "the allocation failed for another reason: see the error code");
 }
 
 /* A STRICT_DNS endpoint is "name" or "name:ports": resolve the name part. */
@@ -369,14 +388,17 @@ static int check_routes(struct doctor *d)
 	char check[64], detail[256];
 	size_t i, j, k;
 
-	json_array_foreach(json_object_get(d->config, "listeners"), i, l) {
+	json_array_foreach(json_object_get(d->config, "listeners"), i, l)
+	{
 		size_t eps = 0;
 
 		snprintf(check, sizeof(check), "routes %s", jstr(l, "name"));
 		if (json_array_size(json_object_get(l, "routes")) == 0)
-			return fail(L_ROUTES, check, "no routes: every peer is refused",
-				    "add routes: [CLUSTER] to the listener, then turngatectl reload");
-		json_array_foreach(json_object_get(l, "routes"), j, r) {
+			return fail(
+				L_ROUTES, check, "no routes: every peer is refused",
+				"add routes: [CLUSTER] to the listener, then turngatectl reload");
+		json_array_foreach(json_object_get(l, "routes"), j, r)
+		{
 			c = find_named(clusters, json_string_value(r));
 			snprintf(detail, sizeof(detail), "route %s", json_string_value(r));
 			if (c == NULL)
@@ -384,16 +406,23 @@ static int check_routes(struct doctor *d)
 					    "route names must equal a clusters[].name exactly: "
 					    "fix the name or add the cluster");
 			if (json_array_size(json_object_get(c, "endpoints")) == 0)
-				return fail(L_ROUTES, check, strcat(detail, ": cluster has no "
-					    "endpoints"), "add the media servers' addresses (pod "
+				return fail(L_ROUTES, check,
+					    strcat(detail, ": cluster has no "
+							   "endpoints"),
+					    "add the media servers' addresses (pod "
 					    "IPs or a prefix) to the cluster's endpoints");
-			json_array_foreach(json_object_get(c, "endpoints"), k, e) {
+			json_array_foreach(json_object_get(c, "endpoints"), k, e)
+			{
 				if (strcmp(jstr(c, "type"), "STRICT_DNS") == 0 &&
 				    !dns_resolves(json_string_value(e))) {
-					snprintf(detail, sizeof(detail), "cluster %s: %s does not "
-						 "resolve", jstr(c, "name"), json_string_value(e));
-					return fail(L_ROUTES, check, detail, "fix the DNS name "
-						    "(a headless Service's FQDN) or its DNS record");
+					snprintf(detail, sizeof(detail),
+						 "cluster %s: %s does not "
+						 "resolve",
+						 jstr(c, "name"), json_string_value(e));
+					return fail(
+						L_ROUTES, check, detail,
+						"fix the DNS name "
+						"(a headless Service's FQDN) or its DNS record");
 				}
 				eps++;
 			}
@@ -407,14 +436,17 @@ static int check_routes(struct doctor *d)
 /* Layer 4: the probe; a 401 or 403 on the way names layer 2 or 3. */
 static int check_probe(struct doctor *d)
 {
-	struct ctl_probe_opts o = { .tcp = d->probe_tcp, .user = d->cred_user,
-				    .pass = d->cred_pass, .peer = d->peer,
-				    .timeout_ms = d->timeout_ms, .indent = "  probe: " };
+	struct ctl_probe_opts o = { .tcp = d->probe_tcp,
+				    .user = d->cred_user,
+				    .pass = d->cred_pass,
+				    .peer = d->peer,
+				    .timeout_ms = d->timeout_ms,
+				    .indent = "  probe: " };
 	struct ctl_probe_result res;
 	char detail[256];
 
-	if (d->cred_source == NULL || strcmp(jstr(json_object_get(d->config, "auth"), "type"),
-					     "none") == 0) {
+	if (d->cred_source == NULL ||
+	    strcmp(jstr(json_object_get(d->config, "auth"), "type"), "none") == 0) {
 		show("probe", "skip", "no credential (see above)");
 		return 0;
 	}
@@ -430,11 +462,13 @@ static int check_probe(struct doctor *d)
 	else
 		snprintf(detail, sizeof(detail), "%s: %s", res.failed_step, strerror(-res.err));
 	if (res.stun_code == 403)
-		return fail(L_ROUTES, "probe", detail, "the peer is not admitted: add its address "
+		return fail(L_ROUTES, "probe", detail,
+			    "the peer is not admitted: add its address "
 			    "(and port) to a cluster routed from this listener");
 	if (res.stun_code == 401)
 		return fail(L_AUTH, "probe", detail, "the credential was refused: see layer 2");
-	return fail(L_PROBE, "probe", detail, "a timeout on the round trip means the peer "
+	return fail(L_PROBE, "probe", detail,
+		    "a timeout on the round trip means the peer "
 		    "did not echo, or the relay ports (relay_port_min..max) are filtered");
 }
 
@@ -491,7 +525,8 @@ int ctl_doctor_main(const char *sock, int argc, char **argv)
 		rc = check_probe(&d);
 	if (rc == 0)
 		printf("\nall layers ok%s\n", d.cred_source == NULL ? " (credential and probe "
-		       "not tested)" : "");
+								      "not tested)"
+								    : "");
 	explicit_bzero(d.cred_pass, sizeof(d.cred_pass));
 	json_decref(d.status);
 	json_decref(d.config);

@@ -80,8 +80,8 @@ static int exchange(int fd, bool tcp, const uint8_t *req, const uint8_t tid[12],
 		if (send(fd, req, STUN_HDR, MSG_NOSIGNAL) != STUN_HDR)
 			return -errno;
 		while (wait_in(fd, deadline) == 0) {
-			ssize_t n = recv(fd, buf + (tcp ? have : 0),
-					 sizeof(buf) - (tcp ? have : 0), 0);
+			ssize_t n =
+				recv(fd, buf + (tcp ? have : 0), sizeof(buf) - (tcp ? have : 0), 0);
 
 			if (n <= 0)
 				return n == 0 ? -ECONNRESET : -errno;
@@ -159,7 +159,9 @@ int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char 
 {
 	struct turn_client_opts o = {
 		.transport = dtls ? TURN_CLIENT_DTLS : TURN_CLIENT_TLS,
-		.server = (const struct sockaddr *)to, .sni = sni, .timeout_ms = timeout_ms,
+		.server = (const struct sockaddr *)to,
+		.sni = sni,
+		.timeout_ms = timeout_ms,
 	};
 	struct turn_client *c = NULL;
 	struct turn_client_tls_info ti;
@@ -173,7 +175,9 @@ int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char 
 	if (rc == 0 && turn_client_tls_info(c, &ti) == 0)
 		snprintf(info, cap, " over %s (ALPN %s, certificate %s)", ti.version,
 			 ti.alpn[0] ? ti.alpn : "none",
-			 ti.subject_cn[0] ? ti.subject_cn : ti.dns_san[0] ? ti.dns_san : "unnamed");
+			 ti.subject_cn[0] ? ti.subject_cn
+			 : ti.dns_san[0]  ? ti.dns_san
+					  : "unnamed");
 	turn_client_destroy(c);
 	return rc;
 }

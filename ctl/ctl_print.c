@@ -54,9 +54,8 @@ static void print_status(json_t *r, FILE *out)
 			str_of(st, "file"), int_of(st, "taken_over"));
 	else if (st != NULL)
 		fprintf(out, "state file:     none (the table ends with the daemon)\n");
-	json_array_foreach(ls, i, l)
-		fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"), str_of(l, "protocol"),
-			str_of(l, "address"));
+	json_array_foreach(ls, i, l) fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"),
+					     str_of(l, "protocol"), str_of(l, "address"));
 }
 
 static void print_workers(json_t *r, FILE *out)
@@ -64,9 +63,10 @@ static void print_workers(json_t *r, FILE *out)
 	json_t *w;
 	size_t i;
 
-	fprintf(out, "%-5s %-8s %-9s %-8s %-10s %s\n", "SLOT", "PID", "STATE", "RESTARTS",
-		"UPTIME", "LAST_EXIT");
-	json_array_foreach(json_object_get(r, "workers"), i, w) {
+	fprintf(out, "%-5s %-8s %-9s %-8s %-10s %s\n", "SLOT", "PID", "STATE", "RESTARTS", "UPTIME",
+		"LAST_EXIT");
+	json_array_foreach(json_object_get(r, "workers"), i, w)
+	{
 		char last[32] = "-";
 
 		if (json_object_get(w, "last_exit") != NULL) {
@@ -89,14 +89,16 @@ static void print_allocations(json_t *r, FILE *out)
 	json_t *a;
 	size_t i;
 
-	fprintf(out, "%-6s %-3s %-24s %-10s %-22s %-22s %6s %6s %5s %5s %s\n", "ID", "WRK",
-		"USER", "LISTENER", "CLIENT", "RELAY", "AGE", "LEFT", "PERMS", "CHANS",
+	fprintf(out, "%-6s %-3s %-24s %-10s %-22s %-22s %6s %6s %5s %5s %s\n", "ID", "WRK", "USER",
+		"LISTENER", "CLIENT", "RELAY", "AGE", "LEFT", "PERMS", "CHANS",
 		"TO_PEER/FROM_PEER (pkts bytes)");
-	json_array_foreach(json_object_get(r, "allocations"), i, a) {
+	json_array_foreach(json_object_get(r, "allocations"), i, a)
+	{
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
 
-		fprintf(out, "%-6lld %-3lld %-24s %-10s %-22s %-22s %6.0f %6.0f %5zu %5zu "
-			     "%lld %lld / %lld %lld\n",
+		fprintf(out,
+			"%-6lld %-3lld %-24s %-10s %-22s %-22s %6.0f %6.0f %5zu %5zu "
+			"%lld %lld / %lld %lld\n",
 			int_of(a, "id"), int_of(a, "worker"), str_of(a, "user"),
 			str_of(a, "listener"), str_of(a, "client"), str_of(a, "relay"),
 			num_of(a, "age"), num_of(a, "lifetime_left"),
@@ -116,12 +118,12 @@ static void print_stats(json_t *r, FILE *out)
 	fprintf(out, "allocations %lld\n", int_of(r, "allocations"));
 	json_object_foreach(json_object_get(r, "counters"), key, v)
 		fprintf(out, "%s %lld\n", key, (long long)json_integer_value(v));
-	json_object_foreach(json_object_get(r, "listeners"), key, l) {
+	json_object_foreach(json_object_get(r, "listeners"), key, l)
+	{
 		const char *k2;
 
-		json_object_foreach(l, k2, v)
-			fprintf(out, "listener{%s} %s %lld\n", key, k2,
-				(long long)json_integer_value(v));
+		json_object_foreach(l, k2, v) fprintf(out, "listener{%s} %s %lld\n", key, k2,
+						      (long long)json_integer_value(v));
 	}
 }
 

@@ -75,12 +75,12 @@ static int step(struct probe *p, const char *name, double t0, int rc, struct tur
 		}
 		p->failed = 1;
 	}
-	json_array_append_new(p->steps, json_pack("{s:s, s:b, s:f, s:s}", "step", name, "ok",
-						  rc >= 0, "ms", ms, "detail",
-						  rc < 0 ? why : (detail ? detail : "")));
+	json_array_append_new(p->steps,
+			      json_pack("{s:s, s:b, s:f, s:s}", "step", name, "ok", rc >= 0, "ms",
+					ms, "detail", rc < 0 ? why : (detail ? detail : "")));
 	if (!p->json)
-		printf("%s%-18s %-4s %8.1f ms  %s\n", p->indent ? p->indent : "", name, rc < 0 ? "FAIL" : "ok", ms,
-		       rc < 0 ? why : (detail ? detail : ""));
+		printf("%s%-18s %-4s %8.1f ms  %s\n", p->indent ? p->indent : "", name,
+		       rc < 0 ? "FAIL" : "ok", ms, rc < 0 ? why : (detail ? detail : ""));
 	return rc;
 }
 
@@ -297,8 +297,9 @@ static void run_probe(struct probe *p)
 	rc = client_new(p, &c);
 	snprintf(detail, sizeof(detail), "%s", transport_name(p->transport));
 	if (rc == 0 && turn_client_tls_info(c, &ti) == 0)
-		snprintf(detail, sizeof(detail), "%s %s alpn=%s cn=%s", transport_name(p->transport),
-			 ti.version, ti.alpn[0] ? ti.alpn : "-", ti.subject_cn[0] ? ti.subject_cn : "-");
+		snprintf(detail, sizeof(detail), "%s %s alpn=%s cn=%s",
+			 transport_name(p->transport), ti.version, ti.alpn[0] ? ti.alpn : "-",
+			 ti.subject_cn[0] ? ti.subject_cn : "-");
 	if (step(p, "connect", t0, rc, NULL, detail) < 0)
 		goto out;
 	t0 = now_ms();
@@ -397,8 +398,10 @@ int ctl_probe_main(int argc, char **argv)
 		snprintf(p.sni, sizeof(p.sni), "%s", sni);
 	rc = parse_uri(uri, &p);
 	if (rc < 0) {
-		fprintf(stderr, "turngatectl: probe: bad TURN URI %s (expected "
-				"turn[s]:HOST[:PORT][?transport=udp|tcp])\n", uri);
+		fprintf(stderr,
+			"turngatectl: probe: bad TURN URI %s (expected "
+			"turn[s]:HOST[:PORT][?transport=udp|tcp])\n",
+			uri);
 		return CTL_EXIT_USAGE;
 	}
 	if (transport != NULL && parse_transport(transport, &p.transport) < 0) {

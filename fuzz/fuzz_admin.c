@@ -74,8 +74,9 @@ static void add_alloc(struct shm *shm, unsigned i)
 
 static struct fuzz_admin *fixture_get(void)
 {
-	struct shm_config sc = { .n_slots = 1, .snap_count = 4, .snap_size = 1u << 20,
-				 .alloc_cap = 16 };
+	struct shm_config sc = {
+		.n_slots = 1, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 16
+	};
 	struct fuzz_admin *f;
 	int fds[2];
 
@@ -94,8 +95,8 @@ static struct fuzz_admin *fixture_get(void)
 	f->w.ctl_fd = fds[0];
 	f->w.last_status = -1;
 	f->peer_fd = fds[1];
-	if (conf_load_default(NULL, &f->m.cfg) < 0 || shm_create(&sc, "fuzz-admin", &f->m.shm) < 0 ||
-	    reload_publish(&f->m) < 0)
+	if (conf_load_default(NULL, &f->m.cfg) < 0 ||
+	    shm_create(&sc, "fuzz-admin", &f->m.shm) < 0 || reload_publish(&f->m) < 0)
 		abort();
 	for (unsigned i = 0; i < FUZZ_ALLOCS; i++)
 		add_alloc(f->m.shm, i);

@@ -9,8 +9,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Decodes in one range; returns 1 when it decoded (then re-encoding must round-trip). */
-static int one_range(const uint8_t *data, size_t size, enum stun_chan_range range,
-		     uint16_t *ch, size_t *dl)
+static int one_range(const uint8_t *data, size_t size, enum stun_chan_range range, uint16_t *ch,
+		     size_t *dl)
 {
 	static uint8_t out[STUN_CHANDATA_MAX_LEN];
 	uint16_t ch2;

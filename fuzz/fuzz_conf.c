@@ -41,8 +41,8 @@ static int fuzz_resolve(void *ctx, const char *name, struct sockaddr_storage *ou
  * snapshot that snap_open accepted may fail an accessor, but must stay in bounds. */
 static void probe(const struct snap *s, bool strict)
 {
-	struct sockaddr_in p4 = {.sin_family = AF_INET, .sin_port = htons(40000)};
-	struct sockaddr_in6 p6 = {.sin6_family = AF_INET6, .sin6_port = htons(40000)};
+	struct sockaddr_in p4 = { .sin_family = AF_INET, .sin_port = htons(40000) };
+	struct sockaddr_in6 p6 = { .sin6_family = AF_INET6, .sin6_port = htons(40000) };
 	p4.sin_addr.s_addr = htonl(0x0a2a0001u);
 	p6.sin6_addr.s6_addr[0] = 0xfd;
 	for (uint32_t i = 0; i < snap_listener_count(s); i++) {
@@ -64,14 +64,14 @@ static void probe(const struct snap *s, bool strict)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct conf_diags d = {0};
+	struct conf_diags d = { 0 };
 	struct conf *c = NULL;
-	struct conf_load_opts o = {.getenv = fuzz_getenv, .now = 1700000000};
+	struct conf_load_opts o = { .getenv = fuzz_getenv, .now = 1700000000 };
 	if (conf_load_string((const char *)data, size, "fuzz.yaml", &o, &c, &d) == 0) {
 		json_t *j = conf_to_json_redacted(c);
 		json_decref(j);
 		if (conf_resolve_clusters(c, fuzz_resolve, NULL, &d) == 0) {
-			struct snap_build_params bp = {.generation = 1};
+			struct snap_build_params bp = { .generation = 1 };
 			void *blob = NULL;
 			size_t len = 0;
 			const struct snap *s = NULL;

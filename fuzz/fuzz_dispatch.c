@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FZ_MAX_MSGS 64
 #define FZ_PEER_IP 0x7f000009u	/* 127.0.0.9 */
 #define FZ_PEER_PORT 40000
-#define FZ_REST_EXPIRY "4102444800"	/* 2100-01-01: REST credentials that never expire */
+#define FZ_REST_EXPIRY "4102444800" /* 2100-01-01: REST credentials that never expire */
 
 static const char fz_yaml[] =
 	"version: v1\n"
@@ -74,8 +74,8 @@ static const char fz_yaml[] =
 	"clusters:\n  - {name: loop, endpoints: [\"127.0.0.0/8\", \"::1\"]}\n";
 
 static const char *const fz_names[FZ_LISTENERS] = { "static", "rest", "open" };
-static const uint32_t fz_jumps[16] = { 1, 2, 30, 31, 60, 299, 300, 301, 599, 600, 601,
-				       1800, 3599, 3600, 3601, 86400 };
+static const uint32_t fz_jumps[16] = { 1,   2,   30,  31,   60,   299,  300,  301,
+				       599, 600, 601, 1800, 3599, 3600, 3601, 86400 };
 
 /* Successful responses seen by the clients, per method (the replay checks them). */
 struct fz_seen {
@@ -173,8 +173,8 @@ static void fz_init_snapshot(struct fz *f)
 
 	for (size_t i = 0; i < sizeof(bp.nonce_key); i++)
 		bp.nonce_key[i] = (uint8_t)(0x5a ^ i);
-	if (conf_load_string(fz_yaml, sizeof(fz_yaml) - 1, "fuzz_dispatch.yaml", &o, &f->cfg,
-			     &d) < 0) {
+	if (conf_load_string(fz_yaml, sizeof(fz_yaml) - 1, "fuzz_dispatch.yaml", &o, &f->cfg, &d) <
+	    0) {
 		conf_diags_print(&d, stderr);
 		fz_die("embedded config rejected");
 	}
@@ -186,8 +186,9 @@ static void fz_init_snapshot(struct fz *f)
 
 static struct fz *fz_init(void)
 {
-	struct shm_config sc = { .n_slots = 1, .snap_count = 2, .snap_size = 65536,
-				 .alloc_cap = 64 };
+	struct shm_config sc = {
+		.n_slots = 1, .snap_count = 2, .snap_size = 65536, .alloc_cap = 64
+	};
 	struct fz *f = calloc(1, sizeof(*f));
 	struct worker *w;
 
@@ -278,8 +279,8 @@ static void fz_put_token(const struct fz *f, uint8_t *buf, size_t len)
 /* Appends credentials and MESSAGE-INTEGRITY(-SHA256) (flags bits 0, 2-5) and FINGERPRINT
  * (bit 1) to the message in buf[0..len), as a client would. Returns the new length, or
  * len unchanged when the message is too short to be signed. */
-static size_t fz_sign(struct fz *f, const struct wk_ep *ep, uint8_t flags, uint8_t *buf,
-		      size_t len, size_t cap)
+static size_t fz_sign(struct fz *f, const struct wk_ep *ep, uint8_t flags, uint8_t *buf, size_t len,
+		      size_t cap)
 {
 	static const uint16_t algs[] = { STUN_PWALG_MD5, STUN_PWALG_SHA256 };
 	struct stun_builder b = { .magic = STUN_BUILDER_MAGIC, .buf = buf, .cap = cap };
@@ -373,12 +374,23 @@ static void fz_check_response(struct fz *f, const uint8_t *buf, size_t len)
 	    tok_len == sizeof(f->token))
 		memcpy(f->token, tok, sizeof(f->token));
 	switch (m.method) {
-	case STUN_BINDING: f->seen.binding_ok++; break;
-	case STUN_ALLOCATE: f->seen.alloc_ok++; break;
-	case STUN_REFRESH: f->seen.refresh_ok++; break;
-	case STUN_CREATE_PERMISSION: f->seen.perm_ok++; break;
-	case STUN_CHANNEL_BIND: f->seen.chan_ok++; break;
-	default: break;
+	case STUN_BINDING:
+		f->seen.binding_ok++;
+		break;
+	case STUN_ALLOCATE:
+		f->seen.alloc_ok++;
+		break;
+	case STUN_REFRESH:
+		f->seen.refresh_ok++;
+		break;
+	case STUN_CREATE_PERMISSION:
+		f->seen.perm_ok++;
+		break;
+	case STUN_CHANNEL_BIND:
+		f->seen.chan_ok++;
+		break;
+	default:
+		break;
 	}
 }
 
@@ -392,14 +404,16 @@ static void fz_drain(struct fz *f)
 		for (int n = 0; n < 64; n++) {
 			struct sockaddr_in from;
 			socklen_t fl = sizeof(from);
-			ssize_t r = recvfrom(f->cli_fd[i], buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC,
-					     (struct sockaddr *)&from, &fl);
+			ssize_t r = recvfrom(f->cli_fd[i], buf, sizeof(buf),
+					     MSG_DONTWAIT | MSG_TRUNC, (struct sockaddr *)&from,
+					     &fl);
 			bool from_listener = false;
 
 			if (r < 0)
 				break;
 			for (int k = 0; k < FZ_LISTENERS; k++)
-				if (wk_addr_equal((struct sockaddr *)&f->lst[k], (struct sockaddr *)&from))
+				if (wk_addr_equal((struct sockaddr *)&f->lst[k],
+						  (struct sockaddr *)&from))
 					from_listener = true;
 			if (from_listener && (size_t)r > sizeof(buf))
 				fz_die("a response is larger than any the worker can build");
@@ -583,13 +597,13 @@ static void fz_replay_report(void)
 	       "allocations ended %llu\n",
 	       (unsigned long long)c.v[SHM_CTR_ALLOCS_CREATED], f->seen.alloc_ok,
 	       f->seen.refresh_ok, f->seen.perm_ok, f->seen.chan_ok, f->seen.binding_ok,
-	       f->seen.errors, (unsigned long long)c.v[SHM_CTR_PEER_PKTS_OUT],
-	       f->seen.data_ind, f->seen.chandata, (unsigned long long)c.v[SHM_CTR_ALLOCS_ENDED]);
+	       f->seen.errors, (unsigned long long)c.v[SHM_CTR_PEER_PKTS_OUT], f->seen.data_ind,
+	       f->seen.chandata, (unsigned long long)c.v[SHM_CTR_ALLOCS_ENDED]);
 	fflush(stdout);
 	if (!c.v[SHM_CTR_ALLOCS_CREATED] || !f->seen.alloc_ok || !f->seen.refresh_ok ||
 	    !f->seen.perm_ok || !f->seen.chan_ok || !f->seen.binding_ok ||
-	    !c.v[SHM_CTR_PEER_PKTS_OUT] || (f->peer_fd >= 0 && (!f->seen.data_ind ||
-							       !f->seen.chandata))) {
+	    !c.v[SHM_CTR_PEER_PKTS_OUT] ||
+	    (f->peer_fd >= 0 && (!f->seen.data_ind || !f->seen.chandata))) {
 		fprintf(stderr, "dispatch: the corpus no longer reaches every TURN method\n");
 		_exit(1);
 	}

@@ -28,13 +28,21 @@ static void fake_conf(struct conf *cfg, struct conf_listener *l, struct conf_aut
 	st->type = CONF_AUTH_STATIC;
 	st->users = u;
 	st->n_users = 1;
-	l[0] = (struct conf_listener){ .name = "ns/gw/udp", .protocol = CONF_PROTO_TURN_UDP,
-				       .address = "10.0.0.1", .port = 3478,
+	l[0] = (struct conf_listener){ .name = "ns/gw/udp",
+				       .protocol = CONF_PROTO_TURN_UDP,
+				       .address = "10.0.0.1",
+				       .port = 3478,
 				       .public_address = "203.0.113.1" };
-	l[1] = (struct conf_listener){ .name = "tls", .protocol = CONF_PROTO_TURN_TLS,
-				       .address = "2001:db8::1", .port = 443, .public_port = 8443 };
-	l[2] = (struct conf_listener){ .name = "st", .protocol = CONF_PROTO_TURN_TCP,
-				       .address = "10.0.0.2", .port = 3479, .auth = st };
+	l[1] = (struct conf_listener){ .name = "tls",
+				       .protocol = CONF_PROTO_TURN_TLS,
+				       .address = "2001:db8::1",
+				       .port = 443,
+				       .public_port = 8443 };
+	l[2] = (struct conf_listener){ .name = "st",
+				       .protocol = CONF_PROTO_TURN_TCP,
+				       .address = "10.0.0.2",
+				       .port = 3479,
+				       .auth = st };
 	cfg->listeners = l;
 	cfg->n_listeners = 3;
 }

@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			continue;
 		}
 		size_t whole_fl = 0;
-		int whole = stun_frame_next(s + pos, len - pos, MAX_FRAME, STUN_CHAN_RFC8656, &whole_fl);
+		int whole = stun_frame_next(s + pos, len - pos, MAX_FRAME, STUN_CHAN_RFC8656,
+					    &whole_fl);
 		if (whole != rc || (rc == 0 && whole_fl != fl))
 			__builtin_trap();
 		if (rc != 0)

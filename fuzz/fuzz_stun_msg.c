@@ -11,11 +11,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void exercise_getters(const struct stun_msg *m)
 {
-	static const uint16_t addr_types[] = { STUN_ATTR_MAPPED_ADDRESS,
-		STUN_ATTR_XOR_MAPPED_ADDRESS, STUN_ATTR_XOR_PEER_ADDRESS,
-		STUN_ATTR_XOR_RELAYED_ADDRESS, STUN_ATTR_ALTERNATE_SERVER };
-	static const uint16_t str_types[] = { STUN_ATTR_USERNAME, STUN_ATTR_REALM,
-		STUN_ATTR_NONCE, STUN_ATTR_SOFTWARE, STUN_ATTR_ALTERNATE_DOMAIN };
+	static const uint16_t addr_types[] = {
+		STUN_ATTR_MAPPED_ADDRESS, STUN_ATTR_XOR_MAPPED_ADDRESS, STUN_ATTR_XOR_PEER_ADDRESS,
+		STUN_ATTR_XOR_RELAYED_ADDRESS, STUN_ATTR_ALTERNATE_SERVER
+	};
+	static const uint16_t str_types[] = { STUN_ATTR_USERNAME, STUN_ATTR_REALM, STUN_ATTR_NONCE,
+					      STUN_ATTR_SOFTWARE, STUN_ATTR_ALTERNATE_DOMAIN };
 	struct sockaddr_storage ss;
 	const char *s;
 	const uint8_t *raw;
@@ -73,10 +74,12 @@ static void exercise_reply(const struct stun_msg *m)
 	size_t len;
 	struct stun_msg again;
 	unsigned n = stun_msg_unknown(m, &unk);
-	struct stun_error_opts o = { .unknown = unk, .n_unknown = n, .realm = "r",
-				     .nonce = "n", .fingerprint = true };
+	struct stun_error_opts o = {
+		.unknown = unk, .n_unknown = n, .realm = "r", .nonce = "n", .fingerprint = true
+	};
 	if (stun_build_error_response(out, sizeof(out), m, n ? 420 : 400, &o, &len) == 0) {
-		if (stun_msg_parse(&again, out, len) != 0 || stun_msg_check_fingerprint(&again) != 0)
+		if (stun_msg_parse(&again, out, len) != 0 ||
+		    stun_msg_check_fingerprint(&again) != 0)
 			__builtin_trap();
 	}
 }

@@ -19,7 +19,10 @@ struct http_buf {
 	int err;        /* 0, -ENOMEM or -EMSGSIZE (over HTTP_BUF_MAX) */
 };
 
-#define HTTP_BUF_INIT { NULL, 0, 0, 0 }
+#define HTTP_BUF_INIT         \
+	{                     \
+		NULL, 0, 0, 0 \
+	}
 
 /* Appends len bytes of s. */
 void http_buf_append(struct http_buf *b, const char *s, size_t len);

@@ -26,8 +26,8 @@ int http_json_error(struct http_buf *out, int status, const char *msg)
 	return http_buf_error(out);
 }
 
-int http_cred_listener_uri(const struct conf *cfg, size_t idx, const char *host_override,
-			   char *buf, size_t cap)
+int http_cred_listener_uri(const struct conf *cfg, size_t idx, const char *host_override, char *buf,
+			   size_t cap)
 {
 	const struct conf_listener *l;
 	const char *host = host_override;
@@ -174,8 +174,9 @@ static int render_ice(const struct conf *cfg, const struct http_cred_query *q, i
 			rc = mint(a, q, now, &m, why);
 		if (rc == 0 && json_object_set(srv, "urls", urls) != 0)
 			rc = -ENOMEM;
-		if (rc == 0 && m.has && (json_object_set_new(srv, "username", json_string(m.user)) ||
-					 json_object_set_new(srv, "credential", json_string(m.pass))))
+		if (rc == 0 && m.has &&
+		    (json_object_set_new(srv, "username", json_string(m.user)) ||
+		     json_object_set_new(srv, "credential", json_string(m.pass))))
 			rc = -ENOMEM;
 		if (rc == 0 && json_array_append(servers, srv) != 0)
 			rc = -ENOMEM;

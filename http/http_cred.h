@@ -37,7 +37,11 @@ struct conf;
 #define HTTP_CRED_HOST_MAX 253     /* public-addr */
 #define HTTP_CRED_QUERY_MAX 4096   /* raw query bytes */
 
-enum http_ice_policy { HTTP_ICE_ALL = 0, HTTP_ICE_PUBLIC, HTTP_ICE_RELAY };
+enum http_ice_policy {
+	HTTP_ICE_ALL = 0,
+	HTTP_ICE_PUBLIC,
+	HTTP_ICE_RELAY
+};
 
 struct http_cred_query {
 	char username[HTTP_CRED_USER_MAX + 1];
@@ -55,7 +59,10 @@ struct http_cred_query {
 int http_cred_query_parse(const char *query, size_t len, struct http_cred_query *out,
 			  const char **why);
 
-enum http_cred_form { HTTP_CRED_REST = 0, HTTP_CRED_ICE };
+enum http_cred_form {
+	HTTP_CRED_REST = 0,
+	HTTP_CRED_ICE
+};
 
 /* Renders the response for q under cfg at unix time now into out (JSON object followed by
  * a newline) and sets *status: 200, 404 (no listener matches the filters) or 500 (the
@@ -70,7 +77,7 @@ int http_json_error(struct http_buf *out, int status, const char *msg);
 /* RFC 7065 URI of one listener: "<turn|turns>:<host>:<port>?transport=<udp|tcp>" with an
  * IPv6 host in brackets; host override (may be NULL/"") replaces the listener's public
  * address. Returns 0, -ENOBUFS, -EINVAL (listener index out of range). */
-int http_cred_listener_uri(const struct conf *cfg, size_t idx, const char *host_override,
-			   char *buf, size_t cap);
+int http_cred_listener_uri(const struct conf *cfg, size_t idx, const char *host_override, char *buf,
+			   size_t cap);
 
 #endif

@@ -70,16 +70,14 @@ static void sample_u(struct mctx *m, const char *name, const struct label *l, un
 	http_buf_printf(m->b, " %" PRIu64 "\n", v);
 }
 
-static void sample_i(struct mctx *m, const char *name, const struct label *l, unsigned n,
-		     int64_t v)
+static void sample_i(struct mctx *m, const char *name, const struct label *l, unsigned n, int64_t v)
 {
 	http_buf_puts(m->b, name);
 	labels(m, l, n);
 	http_buf_printf(m->b, " %" PRId64 "\n", v);
 }
 
-static void sample_f(struct mctx *m, const char *name, const struct label *l, unsigned n,
-		     double v)
+static void sample_f(struct mctx *m, const char *name, const struct label *l, unsigned n, double v)
 {
 	http_buf_puts(m->b, name);
 	labels(m, l, n);
@@ -95,8 +93,7 @@ static void scalar_u(struct mctx *m, const char *name, const char *type, const c
 	sample_u(m, name, NULL, 0, v);
 }
 
-static void scalar_f(struct mctx *m, const char *name, const char *type, const char *help,
-		     double v)
+static void scalar_f(struct mctx *m, const char *name, const char *type, const char *help, double v)
 {
 	fam(m, name, type, help);
 	sample_f(m, name, NULL, 0, v);
@@ -222,12 +219,14 @@ static void render_stunner(struct mctx *m)
 		     SHM_LCTR_CLIENT_BYTES_IN, SHM_LCTR_CLIENT_BYTES_OUT);
 	render_connections(m);
 	render_dtls(m);
-	cluster_dir(m, "stunner_cluster_packets_total",
-		    "Packets received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
-		    SHM_CCTR_PEER_PKTS_IN, SHM_CCTR_PEER_PKTS_OUT);
-	cluster_dir(m, "stunner_cluster_bytes_total",
-		    "Bytes received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
-		    SHM_CCTR_PEER_BYTES_IN, SHM_CCTR_PEER_BYTES_OUT);
+	cluster_dir(
+		m, "stunner_cluster_packets_total",
+		"Packets received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
+		SHM_CCTR_PEER_PKTS_IN, SHM_CCTR_PEER_PKTS_OUT);
+	cluster_dir(
+		m, "stunner_cluster_bytes_total",
+		"Bytes received from (rx) and sent to (tx) peers of a cluster on relay sockets.",
+		SHM_CCTR_PEER_BYTES_IN, SHM_CCTR_PEER_BYTES_OUT);
 }
 
 static void render_listeners(struct mctx *m)
@@ -285,8 +284,7 @@ static void labelled(struct mctx *m, const char *name, const char *help, const c
 	}
 }
 
-static void listener_single(struct mctx *m, const char *name, const char *help,
-			    enum shm_lctr c)
+static void listener_single(struct mctx *m, const char *name, const char *help, enum shm_lctr c)
 {
 	fam(m, name, "counter", help);
 	for (uint32_t i = 0; i < n_listeners(m); i++) {
@@ -306,7 +304,8 @@ static void render_trust(struct mctx *m)
 				    snap_limits(m->snap)->unauth_trust_window);
 	scalar_u(m, "turngate_unauth_trusted_addresses", "gauge",
 		 "Source addresses in the trust table that authenticated within "
-		 "limits.unauth_trust_window.", n);
+		 "limits.unauth_trust_window.",
+		 n);
 }
 
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
@@ -317,43 +316,55 @@ static void single(struct mctx *m, const char *name, const char *help, enum shm_
 static void render_global(struct mctx *m)
 {
 	static const struct lc auth[] = {
-		{ "missing", SHM_CTR_AUTH_FAIL_MISSING }, { "bad_mac", SHM_CTR_AUTH_FAIL_BAD_MAC },
+		{ "missing", SHM_CTR_AUTH_FAIL_MISSING },
+		{ "bad_mac", SHM_CTR_AUTH_FAIL_BAD_MAC },
 		{ "unknown_user", SHM_CTR_AUTH_FAIL_UNKNOWN_USER },
 		{ "expired", SHM_CTR_AUTH_FAIL_EXPIRED },
 		{ "stale_nonce", SHM_CTR_AUTH_FAIL_STALE_NONCE },
 		{ "wrong_realm", SHM_CTR_AUTH_FAIL_WRONG_REALM },
 	};
 	static const struct lc quota[] = {
-		{ "user", SHM_CTR_QUOTA_USER }, { "total", SHM_CTR_QUOTA_TOTAL },
+		{ "user", SHM_CTR_QUOTA_USER },
+		{ "total", SHM_CTR_QUOTA_TOTAL },
 		{ "bandwidth", SHM_CTR_QUOTA_BANDWIDTH },
 	};
 	static const struct lc errs[] = {
-		{ "malformed", SHM_CTR_ERR_MALFORMED }, { "unknown_method", SHM_CTR_ERR_UNKNOWN_METHOD },
+		{ "malformed", SHM_CTR_ERR_MALFORMED },
+		{ "unknown_method", SHM_CTR_ERR_UNKNOWN_METHOD },
 		{ "allocation_mismatch", SHM_CTR_ERR_ALLOC_MISMATCH },
-		{ "relay_bind", SHM_CTR_ERR_RELAY_BIND }, { "send", SHM_CTR_ERR_SEND },
-		{ "recv", SHM_CTR_ERR_RECV }, { "tls", SHM_CTR_ERR_TLS },
+		{ "relay_bind", SHM_CTR_ERR_RELAY_BIND },
+		{ "send", SHM_CTR_ERR_SEND },
+		{ "recv", SHM_CTR_ERR_RECV },
+		{ "tls", SHM_CTR_ERR_TLS },
 		{ "internal", SHM_CTR_ERR_INTERNAL },
 	};
-	static const struct lc cpk[] = { { "rx", SHM_CTR_CLIENT_PKTS_IN }, { "tx", SHM_CTR_CLIENT_PKTS_OUT } };
-	static const struct lc cby[] = { { "rx", SHM_CTR_CLIENT_BYTES_IN }, { "tx", SHM_CTR_CLIENT_BYTES_OUT } };
-	static const struct lc ppk[] = { { "rx", SHM_CTR_PEER_PKTS_IN }, { "tx", SHM_CTR_PEER_PKTS_OUT } };
-	static const struct lc pby[] = { { "rx", SHM_CTR_PEER_BYTES_IN }, { "tx", SHM_CTR_PEER_BYTES_OUT } };
+	static const struct lc cpk[] = { { "rx", SHM_CTR_CLIENT_PKTS_IN },
+					 { "tx", SHM_CTR_CLIENT_PKTS_OUT } };
+	static const struct lc cby[] = { { "rx", SHM_CTR_CLIENT_BYTES_IN },
+					 { "tx", SHM_CTR_CLIENT_BYTES_OUT } };
+	static const struct lc ppk[] = { { "rx", SHM_CTR_PEER_PKTS_IN },
+					 { "tx", SHM_CTR_PEER_PKTS_OUT } };
+	static const struct lc pby[] = { { "rx", SHM_CTR_PEER_BYTES_IN },
+					 { "tx", SHM_CTR_PEER_BYTES_OUT } };
 
-	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.",
-		 "reason", auth, sizeof(auth) / sizeof(auth[0]));
+	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.", "reason",
+		 auth, sizeof(auth) / sizeof(auth[0]));
 	listener_single(m, "turngate_permission_denied_total",
 			"Peer addresses refused by the route allowlist (403, or a dropped packet), "
-			"by the client's listener.", SHM_LCTR_PERM_DENIED);
+			"by the client's listener.",
+			SHM_LCTR_PERM_DENIED);
 	labelled(m, "turngate_quota_rejections_total", "Requests refused by a quota, by kind.",
 		 "kind", quota, sizeof(quota) / sizeof(quota[0]));
 	single(m, "turngate_allocations_created_total", "Allocations created.",
 	       SHM_CTR_ALLOCS_CREATED);
-	single(m, "turngate_allocations_ended_total", "Allocations ended (expired, deleted, dropped).",
-	       SHM_CTR_ALLOCS_ENDED);
+	single(m, "turngate_allocations_ended_total",
+	       "Allocations ended (expired, deleted, dropped).", SHM_CTR_ALLOCS_ENDED);
 	single(m, "turngate_allocations_adopted_total",
-	       "Allocations re-adopted by a respawned worker or by a start that took the state file over.", SHM_CTR_ALLOCS_ADOPTED);
+	       "Allocations re-adopted by a respawned worker or by a start that took the state file over.",
+	       SHM_CTR_ALLOCS_ADOPTED);
 	single(m, "turngate_allocations_dropped_total",
-	       "Allocations dropped at adoption after a worker restart or at a take-over (torn, TCP/TLS/DTLS, expired, over capacity).", SHM_CTR_ALLOCS_DROPPED);
+	       "Allocations dropped at adoption after a worker restart or at a take-over (torn, TCP/TLS/DTLS, expired, over capacity).",
+	       SHM_CTR_ALLOCS_DROPPED);
 	single(m, "turngate_stun_binding_requests_total", "STUN Binding requests answered.",
 	       SHM_CTR_STUN_BINDING);
 	single(m, "turngate_tls_handshakes_total",
@@ -363,13 +374,15 @@ static void render_global(struct mctx *m)
 	       "DTLS ClientHellos answered with a stateless cookie.", SHM_CTR_DTLS_COOKIES);
 	single(m, "turngate_handshakes_refused_total",
 	       "DTLS ClientHellos dropped because a worker had too many handshakes or "
-	       "associations.", SHM_CTR_HANDSHAKES_REFUSED);
+	       "associations.",
+	       SHM_CTR_HANDSHAKES_REFUSED);
 	single(m, "turngate_connection_timeouts_total",
 	       "Connections closed by the handshake, idle or slow-sender deadline.",
 	       SHM_CTR_CONN_TIMEOUTS);
 	single(m, "turngate_unauth_responses_dropped_total",
 	       "Error responses to unauthenticated UDP requests not sent: the source prefix "
-	       "was over limits.unauth_rate (reflection protection).", SHM_CTR_UNAUTH_DROPPED);
+	       "was over limits.unauth_rate (reflection protection).",
+	       SHM_CTR_UNAUTH_DROPPED);
 	single(m, "turngate_unauth_responses_trusted_total",
 	       "Error responses to unauthenticated UDP requests sent on a credit of the source "
 	       "address (it authenticated within limits.unauth_trust_window).",
@@ -383,12 +396,12 @@ static void render_global(struct mctx *m)
 	render_trust(m);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
-	labelled(m, "turngate_client_packets_total", "Packets from (rx) and to (tx) clients, all listeners.",
-		 "direction", cpk, 2);
-	labelled(m, "turngate_client_bytes_total", "Bytes from (rx) and to (tx) clients, all listeners.",
-		 "direction", cby, 2);
-	labelled(m, "turngate_peer_packets_total", "Packets from (rx) and to (tx) peers, all relays.",
-		 "direction", ppk, 2);
+	labelled(m, "turngate_client_packets_total",
+		 "Packets from (rx) and to (tx) clients, all listeners.", "direction", cpk, 2);
+	labelled(m, "turngate_client_bytes_total",
+		 "Bytes from (rx) and to (tx) clients, all listeners.", "direction", cby, 2);
+	labelled(m, "turngate_peer_packets_total",
+		 "Packets from (rx) and to (tx) peers, all relays.", "direction", ppk, 2);
 	labelled(m, "turngate_peer_bytes_total", "Bytes from (rx) and to (tx) peers, all relays.",
 		 "direction", pby, 2);
 }
@@ -414,8 +427,8 @@ static void render_lifetime(struct mctx *m)
 		labels(m, &l, 1);
 		http_buf_printf(m->b, " %" PRIu64 "\n", cum);
 	}
-	http_buf_printf(m->b, "%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n", name, h->sum_s,
-			name, cum);
+	http_buf_printf(m->b, "%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n", name, h->sum_s, name,
+			cum);
 }
 
 /* What an Allocate is refused beyond: total_quota when set (the workers count live
@@ -448,8 +461,8 @@ static void render_master(struct mctx *m)
 		 alloc_limit(m));
 	scalar_u(m, "turngate_worker_restarts_total", "counter",
 		 "Worker processes respawned after dying or hanging.", ms->worker_restarts);
-	scalar_u(m, "turngate_draining", "gauge",
-		 "1 while draining (refusing new allocations).", ms->draining ? 1 : 0);
+	scalar_u(m, "turngate_draining", "gauge", "1 while draining (refusing new allocations).",
+		 ms->draining ? 1 : 0);
 }
 
 /* Slots that ever ran a worker; counters of dead slots are kept (they stay monotonic). */
@@ -489,7 +502,11 @@ static void render_workers(struct mctx *m)
 }
 
 /* One per-worker process family; field selects the value. */
-enum pfield { PF_CPU, PF_RSS, PF_FDS };
+enum pfield {
+	PF_CPU,
+	PF_RSS,
+	PF_FDS
+};
 
 static void worker_proc(struct mctx *m, const char *name, const char *type, const char *help,
 			enum pfield f)

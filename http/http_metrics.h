@@ -54,8 +54,8 @@ int http_proc_read(pid_t pid, struct http_proc_stats *out);
 /* Master: http_proc_read() for every worker slot of shm with a live pid (slot state
  * STARTING/RUNNING/STOPPING) into workers[0..cap) (invalid entries for the others);
  * *n gets min(cap, number of slots). Returns 0 or -EINVAL. */
-int http_proc_read_workers(const struct shm *shm, struct http_proc_stats *workers,
-			   unsigned cap, unsigned *n);
+int http_proc_read_workers(const struct shm *shm, struct http_proc_stats *workers, unsigned cap,
+			   unsigned *n);
 
 /* Renders every metric into out. snap may be NULL (then no per-listener/per-cluster
  * series: names are unknown). Listener index i of the snapshot is shm listener counter

@@ -132,8 +132,8 @@ int http_proc_read(pid_t pid, struct http_proc_stats *out)
 	return 0;
 }
 
-int http_proc_read_workers(const struct shm *shm, struct http_proc_stats *workers,
-			   unsigned cap, unsigned *n)
+int http_proc_read_workers(const struct shm *shm, struct http_proc_stats *workers, unsigned cap,
+			   unsigned *n)
 {
 	struct shm_config cfg;
 	struct shm_slot_info info;

@@ -62,8 +62,11 @@ static bool text_ok(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n;) {
 		unsigned char ch = (unsigned char)s[i];
-		size_t len = ch < 0x80 ? 1 : (ch & 0xe0) == 0xc0 ? 2 : (ch & 0xf0) == 0xe0 ? 3
-			   : (ch & 0xf8) == 0xf0 ? 4 : 0;
+		size_t len = ch < 0x80             ? 1
+			     : (ch & 0xe0) == 0xc0 ? 2
+			     : (ch & 0xf0) == 0xe0 ? 3
+			     : (ch & 0xf8) == 0xf0 ? 4
+						   : 0;
 		if (len == 0 || i + len > n || ch < 0x20 || ch == 0x7f)
 			return false;
 		if ((len == 2 && ch < 0xc2) || (len == 4 && ch > 0xf4))
@@ -128,11 +131,20 @@ static void q_policy(struct q_cur *c, const char *v, enum http_ice_policy *out)
 		q_fail(c, "\"iceTransportPolicy\" must be all, public or relay");
 }
 
-enum q_key { QK_SERVICE, QK_USERNAME, QK_TTL, QK_POLICY, QK_NS, QK_GW, QK_LISTENER, QK_PUBADDR,
-	     QK__COUNT };
+enum q_key {
+	QK_SERVICE,
+	QK_USERNAME,
+	QK_TTL,
+	QK_POLICY,
+	QK_NS,
+	QK_GW,
+	QK_LISTENER,
+	QK_PUBADDR,
+	QK__COUNT
+};
 static const char *const q_names[QK__COUNT] = {
-	"service", "username", "ttl", "iceTransportPolicy", "namespace", "gateway",
-	"listener", "public-addr",
+	"service",   "username", "ttl",      "iceTransportPolicy",
+	"namespace", "gateway",  "listener", "public-addr",
 };
 
 static void q_apply(struct q_cur *c, enum q_key k, const char *v, size_t n,
@@ -162,7 +174,9 @@ static void q_apply(struct q_cur *c, enum q_key k, const char *v, size_t n,
 			memcpy(out->public_addr, v, n + 1);
 		break;
 	default: {
-		char *dst = k == QK_NS ? out->namespace_ : k == QK_GW ? out->gateway : out->listener;
+		char *dst = k == QK_NS   ? out->namespace_
+			    : k == QK_GW ? out->gateway
+					 : out->listener;
 		if (n > HTTP_CRED_FIELD_MAX || !text_ok(v, n))
 			q_fail(c, "namespace, gateway and listener must be UTF-8 text");
 		else

@@ -47,8 +47,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
 	return ret;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
-				   const char *msg, const char *hdr, const char *val)
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *msg,
+				   const char *hdr, const char *val)
 {
 	struct http_buf b = HTTP_BUF_INIT;
 
@@ -77,7 +77,8 @@ static enum MHD_Result route_health(struct http_server *s, struct MHD_Connection
 	if (strcmp(url, "/live") == 0) {
 		bool live = s->h.is_live == NULL || s->h.is_live(s->ctx);
 		if (!live)
-			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "not live", NULL, NULL);
+			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "not live", NULL,
+					   NULL);
 		http_buf_puts(&b, "{}\n");
 		return reply(conn, MHD_HTTP_OK, CT_JSON, &b, NULL, NULL);
 	}
@@ -164,8 +165,8 @@ enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *u
 	if (s->h.readiness != NULL && (strcmp(url, "/live") == 0 || strcmp(url, "/ready") == 0 ||
 				       strcmp(url, "/status") == 0))
 		return route_health(s, conn, url);
-	if (s->h.metrics != NULL && (strcmp(url, s->metrics_path) == 0 ||
-				     (s->metrics_at_root && strcmp(url, "/") == 0))) {
+	if (s->h.metrics != NULL &&
+	    (strcmp(url, s->metrics_path) == 0 || (s->metrics_at_root && strcmp(url, "/") == 0))) {
 		struct http_buf b = HTTP_BUF_INIT;
 		int rc = s->h.metrics(s->ctx, &b);
 		return reply_cb(conn, rc, CT_PROM, &b);

@@ -83,8 +83,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 }
 
-__attribute__((format(printf, 2, 0)))
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char msg[256];
 	(void)cls;
@@ -138,17 +137,15 @@ static int srv_daemon(struct http_server *s, int lfd)
 {
 	const union MHD_DaemonInfo *info;
 
-	s->daemon = MHD_start_daemon(
-		MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_route, s,
-		MHD_OPTION_LISTEN_SOCKET, lfd,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONN_LIMIT,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_CONN_PER_IP,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_CONN_TIMEOUT_S,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEM_LIMIT,
-		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-		MHD_OPTION_END);
+	s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_route,
+				     s, MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_CONNECTION_LIMIT,
+				     (unsigned)HTTP_CONN_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				     (unsigned)HTTP_CONN_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
+				     (unsigned)HTTP_CONN_TIMEOUT_S,
+				     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEM_LIMIT,
+				     MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+				     MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
 	if (s->daemon == NULL)
 		return -EIO;
 	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);

@@ -16,14 +16,15 @@ int http_status_render(const struct conf *cfg, const struct http_status_info *in
 		       struct http_buf *out)
 {
 	json_t *o = cfg ? conf_to_json_redacted(cfg) : json_object();
-	json_t *w = json_pack("{s:I, s:I}", "running", (json_int_t)info->workers_running,
-			      "total", (json_int_t)info->workers_total);
+	json_t *w = json_pack("{s:I, s:I}", "running", (json_int_t)info->workers_running, "total",
+			      (json_int_t)info->workers_total);
 	char *txt = NULL;
 	int rc = -ENOMEM;
 
 	if (o == NULL || w == NULL)
 		goto out;
-	if (json_object_set_new(o, "allocationCount", json_integer((json_int_t)info->allocations)) ||
+	if (json_object_set_new(o, "allocationCount",
+				json_integer((json_int_t)info->allocations)) ||
 	    json_object_set_new(o, "status", json_string(status_name(info->readiness))) ||
 	    json_object_set_new(o, "generation", json_integer((json_int_t)info->generation)) ||
 	    json_object_set(o, "workers", w) ||

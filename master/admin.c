@@ -110,8 +110,7 @@ static void handle_line(struct admin_client *c, const char *line, size_t len)
 		return;
 	}
 	if (client_queue(c, reply) == -ENOBUFS)
-		client_error(c, "reply too large: narrow the request with filters or limit",
-			     false);
+		client_error(c, "reply too large: narrow the request with filters or limit", false);
 	json_decref(reply);
 }
 

@@ -74,9 +74,9 @@ static json_t *cmd_status(struct master *m, json_t *req)
 			 "config_source", m->config_path != NULL ? m->config_path : "<default>",
 			 "last_reload", reload_json(m), "draining", m->draining, "workers",
 			 "configured", (int)m->n_slots, "running", (int)workers_running(m),
-			 "allocations", (int)master_alloc_count(m), "listeners",
-			 listeners_json(m), "snapshots", "pending", (int)m->snaps_pending,
-			 "reclaimed", (json_int_t)m->snaps_reclaimed, "unknown_routes",
+			 "allocations", (int)master_alloc_count(m), "listeners", listeners_json(m),
+			 "snapshots", "pending", (int)m->snaps_pending, "reclaimed",
+			 (json_int_t)m->snaps_reclaimed, "unknown_routes",
 			 (json_int_t)(m->cfg ? m->cfg->n_unknown_routes : 0), "state", "file",
 			 m->state_path, "taken_over", (int)m->takeover_adopted);
 }
@@ -124,10 +124,10 @@ static json_t *cmd_loglevel(struct master *m, json_t *req)
 
 	if (spec == NULL)
 		return json_pack("{s:b, s:s, s:s}", "ok", 1, "spec",
-				 m->log_override != NULL ? m->log_override
-							 : (m->cfg->admin.loglevel != NULL
-								    ? m->cfg->admin.loglevel
-								    : "all:INFO"),
+				 m->log_override != NULL
+					 ? m->log_override
+					 : (m->cfg->admin.loglevel != NULL ? m->cfg->admin.loglevel
+									   : "all:INFO"),
 				 "source", m->log_override != NULL ? "override" : "config");
 	if (!json_is_string(spec))
 		return err("\"spec\" must be a string such as \"all:INFO,turn:DEBUG\"");
@@ -188,8 +188,8 @@ static json_t *cmd_stats(struct master *m, json_t *req)
 					    json_integer((json_int_t)sum.lst[l][i]));
 		json_object_set_new(lst, m->cfg->listeners[l].name, o);
 	}
-	return json_pack("{s:b, s:i, s:o, s:o}", "ok", 1, "allocations",
-			 (int)master_alloc_count(m), "counters", ctr, "listeners", lst);
+	return json_pack("{s:b, s:i, s:o, s:o}", "ok", 1, "allocations", (int)master_alloc_count(m),
+			 "counters", ctr, "listeners", lst);
 }
 
 /* ---- allocations --------------------------------------------------------------------- */
@@ -259,14 +259,14 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 	/* Lengths come from another process: never trust them past the arrays. */
 	int ulen = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 	int rlen = r->realm_len < SHM_ALLOC_REALM_MAX ? r->realm_len : SHM_ALLOC_REALM_MAX;
-	json_t *o = json_pack(
-		"{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id", (int)idx,
-		"worker", (int)r->owner, "user", r->username, ulen, "realm", r->realm, rlen,
-		"listener", listener_name(m, r->listener_idx), "transport",
-		transport_name(r->client_transport), "client", addr_json(&r->client), "server",
-		addr_json(&r->server), "relay", addr_json(&r->relay), "age",
-		now > r->created_ns ? (double)(now - r->created_ns) / 1e9 : 0.0, "lifetime_left",
-		left_s(r->expires_ns, now));
+	json_t *o = json_pack("{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id",
+			      (int)idx, "worker", (int)r->owner, "user", r->username, ulen, "realm",
+			      r->realm, rlen, "listener", listener_name(m, r->listener_idx),
+			      "transport", transport_name(r->client_transport), "client",
+			      addr_json(&r->client), "server", addr_json(&r->server), "relay",
+			      addr_json(&r->relay), "age",
+			      now > r->created_ns ? (double)(now - r->created_ns) / 1e9 : 0.0,
+			      "lifetime_left", left_s(r->expires_ns, now));
 
 	if (o == NULL)
 		return NULL;
@@ -274,22 +274,22 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 		json_object_set_new(o, "relay2", addr_json(&r->relay2));
 	json_object_set_new(o, "permissions", perms_json(r, now));
 	json_object_set_new(o, "channels", chans_json(r, now));
-	json_object_set_new(o, "to_peer", json_pack("{s:I, s:I}", "packets",
-						    (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER],
-						    "bytes",
-						    (json_int_t)r->ctr[SHM_ACTR_BYTES_TO_PEER]));
-	json_object_set_new(o, "from_peer", json_pack("{s:I, s:I}", "packets",
-						      (json_int_t)r->ctr[SHM_ACTR_PKTS_FROM_PEER],
-						      "bytes",
-						      (json_int_t)r->ctr[SHM_ACTR_BYTES_FROM_PEER]));
+	json_object_set_new(o, "to_peer",
+			    json_pack("{s:I, s:I}", "packets",
+				      (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER], "bytes",
+				      (json_int_t)r->ctr[SHM_ACTR_BYTES_TO_PEER]));
+	json_object_set_new(o, "from_peer",
+			    json_pack("{s:I, s:I}", "packets",
+				      (json_int_t)r->ctr[SHM_ACTR_PKTS_FROM_PEER], "bytes",
+				      (json_int_t)r->ctr[SHM_ACTR_BYTES_FROM_PEER]));
 	return o;
 }
 
 /* The whole username, or for a TURN REST username "<expiry>:<user>" the user part. */
 static bool user_match(const char *want, const struct shm_alloc *r)
 {
-	size_t n = strlen(want), len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len
-								    : SHM_ALLOC_USER_MAX;
+	size_t n = strlen(want),
+	       len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 	const char *colon = memchr(r->username, ':', len);
 
 	if (n == len && memcmp(want, r->username, len) == 0)
@@ -417,10 +417,10 @@ static const struct {
 	const char *name;
 	cmd_fn fn;
 } commands[] = {
-	{ "status", cmd_status },	{ "config", cmd_config },
-	{ "reload", cmd_reload },	{ "allocations", cmd_allocations },
+	{ "status", cmd_status },         { "config", cmd_config },
+	{ "reload", cmd_reload },         { "allocations", cmd_allocations },
 	{ "disconnect", cmd_disconnect }, { "drain", cmd_drain },
-	{ "stats", cmd_stats },		{ "workers", cmd_workers },
+	{ "stats", cmd_stats },           { "workers", cmd_workers },
 	{ "loglevel", cmd_loglevel },
 };
 

@@ -23,7 +23,12 @@
 #define CDS_TICK_S 1.0          /* how often the keepalive timer looks */
 #define CDS_OUT_CAP 4096
 
-enum cds_state { CDS_IDLE = 0, CDS_CONNECTING, CDS_HANDSHAKE, CDS_OPEN };
+enum cds_state {
+	CDS_IDLE = 0,
+	CDS_CONNECTING,
+	CDS_HANDSHAKE,
+	CDS_OPEN
+};
 
 struct cds {
 	struct master *m;
@@ -65,8 +70,7 @@ bool cds_is_origin(const char *config)
 		bare_hostport(config));
 }
 
-int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port,
-		     size_t port_cap)
+int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port, size_t port_cap)
 {
 	const char *p = strstr(origin, "://"), *end, *colon;
 	size_t hl;
@@ -146,8 +150,8 @@ static void drop(struct cds *c, const char *why)
 		if (ws_frame_build(WS_CLOSE, none, 0, c->out, sizeof(c->out), &c->out_len) == 0)
 			(void)send(c->fd, c->out, c->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	} else {
-		log_warn("cds", "cannot watch %s%s: %s; retrying in %.0f s", c->hostport,
-			 c->path, why, CDS_RETRY_S);
+		log_warn("cds", "cannot watch %s%s: %s; retrying in %.0f s", c->hostport, c->path,
+			 why, CDS_RETRY_S);
 	}
 	ev_io_stop(loop, &c->io);
 	ev_timer_stop(loop, &c->keepalive);
@@ -255,18 +259,18 @@ static bool is_zero_config(const char *text)
 	cred = json_object_get(auth, "credentials");
 	zero = json_is_object(auth) && json_is_object(cred) && json_object_size(cred) == 2 &&
 	       str_is(cred, "username", "dummy-username") &&
-	       str_is(cred, "password", "dummy-password") &&
-	       str_default(auth, "type", "static") && str_default(auth, "realm", "stunner.l7mp.io") &&
-	       empty_list(j, "listeners") && empty_list(j, "clusters") &&
-	       (admin == NULL || (json_is_object(admin) &&
-				  str_default(admin, "metrics_endpoint", NULL) &&
-				  str_default(admin, "offload_engine", "None") &&
-				  empty_list(admin, "offload_interfaces") &&
-				  json_object_get(admin, "license_config") == NULL &&
-				  (json_object_get(admin, "healthcheck_endpoint") == NULL ||
-				   str_is(admin, "healthcheck_endpoint", "http://:8086")) &&
-				  (json_object_get(admin, "user_quota") == NULL ||
-				   json_integer_value(json_object_get(admin, "user_quota")) <= 0)));
+	       str_is(cred, "password", "dummy-password") && str_default(auth, "type", "static") &&
+	       str_default(auth, "realm", "stunner.l7mp.io") && empty_list(j, "listeners") &&
+	       empty_list(j, "clusters") &&
+	       (admin == NULL ||
+		(json_is_object(admin) && str_default(admin, "metrics_endpoint", NULL) &&
+		 str_default(admin, "offload_engine", "None") &&
+		 empty_list(admin, "offload_interfaces") &&
+		 json_object_get(admin, "license_config") == NULL &&
+		 (json_object_get(admin, "healthcheck_endpoint") == NULL ||
+		  str_is(admin, "healthcheck_endpoint", "http://:8086")) &&
+		 (json_object_get(admin, "user_quota") == NULL ||
+		  json_integer_value(json_object_get(admin, "user_quota")) <= 0)));
 	json_decref(j);
 	return zero;
 }
@@ -451,8 +455,8 @@ static void cds_dial(struct cds *c)
 	}
 	/* The first address only: the operator hands out the CDS pod's IP. */
 	c->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (c->fd < 0 || (connect(c->fd, res->ai_addr, res->ai_addrlen) < 0 &&
-			  errno != EINPROGRESS)) {
+	if (c->fd < 0 ||
+	    (connect(c->fd, res->ai_addr, res->ai_addrlen) < 0 && errno != EINPROGRESS)) {
 		int err = errno;
 
 		freeaddrinfo(res);
@@ -530,8 +534,7 @@ int cds_start(struct master *m, const char *id)
 
 	if (c == NULL)
 		return -ENOMEM;
-	rc = cds_parse_origin(m->config_path, c->host, sizeof(c->host), c->port,
-			      sizeof(c->port));
+	rc = cds_parse_origin(m->config_path, c->host, sizeof(c->host), c->port, sizeof(c->port));
 	if (rc < 0 || slash == NULL) {
 		free(c);
 		return rc < 0 ? rc : -EINVAL;
@@ -557,8 +560,10 @@ int cds_start(struct master *m, const char *id)
 	ev_init(&c->keepalive, keepalive_cb);
 	c->keepalive.data = c;
 	m->watcher = c;
-	log_info("cds", "config origin %s, identity %s: serving nothing until the first config "
-			"arrives", m->config_path, id);
+	log_info("cds",
+		 "config origin %s, identity %s: serving nothing until the first config "
+		 "arrives",
+		 m->config_path, id);
 	cds_dial(c);
 	return 0;
 }
@@ -597,8 +602,8 @@ int cds_config_text(struct master *m, char **text, size_t *len)
 	/* stunnerd's bootstrap "zero config": nothing served; the admin socket is ours. */
 	boot = json_pack("{s:s, s:{s:s, s:s}, s:{s:s, s:{s:s, s:s}}, s:[], s:[]}", "version", "v1",
 			 "admin", "name", "cds-bootstrap", "healthcheck_endpoint", "", "auth",
-			 "type", "static", "credentials", "username", "dummy-username",
-			 "password", "dummy-password", "listeners", "clusters");
+			 "type", "static", "credentials", "username", "dummy-username", "password",
+			 "dummy-password", "listeners", "clusters");
 	if (boot != NULL && sock != NULL && sock[0] != '\0')
 		json_object_set_new(json_object_get(boot, "admin"), "admin_socket",
 				    json_string(sock));

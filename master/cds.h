@@ -33,8 +33,7 @@ bool cds_is_origin(const char *config);
 /* Splits a CDS origin into host and port (default 13478); host is "" for "http://:PORT"
  * (the local host, as Go dials it). Returns 0, -EINVAL for a malformed one,
  * -EPROTONOSUPPORT for https:// and wss:// (TLS is not supported). */
-int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port,
-		     size_t port_cap);
+int cds_parse_origin(const char *origin, char *host, size_t host_cap, char *port, size_t port_cap);
 
 /* The identity: id ("NS/NAME", from --id) when given, else $STUNNER_NAMESPACE and
  * $STUNNER_NAME, else "default/stunnerd-HOSTNAME" (stunnerd's default). Writes
@@ -59,8 +58,14 @@ int cds_config_text(struct master *m, char **text, size_t *len);
 #define WS_KEY_LEN 24
 #define WS_ACCEPT_LEN 28
 #define WS_MAX_HEADERS 8192
-enum { WS_CONT = 0x0, WS_TEXT = 0x1, WS_BINARY = 0x2, WS_CLOSE = 0x8, WS_PING = 0x9,
-       WS_PONG = 0xa };
+enum {
+	WS_CONT = 0x0,
+	WS_TEXT = 0x1,
+	WS_BINARY = 0x2,
+	WS_CLOSE = 0x8,
+	WS_PING = 0x9,
+	WS_PONG = 0xa
+};
 
 /* A random Sec-WebSocket-Key (base64 of 16 bytes). Returns 0 or -EIO. */
 int ws_key_new(char key[WS_KEY_LEN + 1]);
@@ -89,7 +94,7 @@ int ws_frame_parse(const uint8_t *buf, size_t len, size_t max_payload, struct ws
 
 /* Builds one masked client frame (FIN set) into out. Returns 0 and *out_len, -EMSGSIZE
  * (payload over 65535 bytes or cap too small), -EIO. */
-int ws_frame_build(uint8_t opcode, const uint8_t *payload, size_t len, uint8_t *out,
-		   size_t cap, size_t *out_len);
+int ws_frame_build(uint8_t opcode, const uint8_t *payload, size_t len, uint8_t *out, size_t cap,
+		   size_t *out_len);
 
 #endif

@@ -36,8 +36,7 @@ void ws_accept_of(const char *key, char out[WS_ACCEPT_LEN + 1])
 
 /* Value of header name in the block [p, end) of "Name: value\r\n" lines; copies it
  * (trimmed) into val. Returns 0 or -ENOENT. */
-static int header_get(const char *p, const char *end, const char *name, char *val,
-		      size_t cap)
+static int header_get(const char *p, const char *end, const char *name, char *val, size_t cap)
 {
 	size_t nl = strlen(name);
 
@@ -145,8 +144,8 @@ int ws_frame_parse(const uint8_t *buf, size_t len, size_t max_payload, struct ws
 	return 1;
 }
 
-int ws_frame_build(uint8_t opcode, const uint8_t *payload, size_t len, uint8_t *out,
-		   size_t cap, size_t *out_len)
+int ws_frame_build(uint8_t opcode, const uint8_t *payload, size_t len, uint8_t *out, size_t cap,
+		   size_t *out_len)
 {
 	uint8_t mask[4];
 	size_t hl = len < 126 ? 2 : 4;

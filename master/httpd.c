@@ -181,16 +181,20 @@ static void plan_build(const struct conf *c, struct httpd *p)
 	c_in_m = !c_in_h && !m_in_h && set(metrics) && set(cred) &&
 		 same_socket(metrics, cred, HTTP_METRICS_PORT, HTTP_CRED_PORT);
 	if (c_in_h)
-		log_error("master", "credential API endpoint %s uses the health endpoint's port "
-				    "(%s): not served; give it its own port", cred, health);
+		log_error("master",
+			  "credential API endpoint %s uses the health endpoint's port "
+			  "(%s): not served; give it its own port",
+			  cred, health);
 	if (set(health)) {
 		if (!m_in_h)
 			plan_add(p, health, ROLE_HEALTH);
 		else if (merged_url(health, metrics, url, sizeof(url)) == 0)
 			plan_add(p, url, ROLE_HEALTH | ROLE_METRICS);
 		else
-			log_error("master", "health endpoint %s with metrics %s: cannot combine "
-					    "(not served)", health, metrics);
+			log_error("master",
+				  "health endpoint %s with metrics %s: cannot combine "
+				  "(not served)",
+				  health, metrics);
 	}
 	if (set(metrics) && !m_in_h)
 		plan_add(p, metrics, ROLE_METRICS | (c_in_m ? ROLE_CRED : 0));
@@ -200,6 +204,7 @@ static void plan_build(const struct conf *c, struct httpd *p)
 
 static const char *roles_name(unsigned roles)
 {
+	/* clang-format off */
 	switch (roles) {
 	case ROLE_HEALTH: return "health";
 	case ROLE_METRICS: return "metrics";
@@ -207,6 +212,7 @@ static const char *roles_name(unsigned roles)
 	case ROLE_HEALTH | ROLE_METRICS: return "health and metrics";
 	default: return "metrics and credential API";
 	}
+	/* clang-format on */
 }
 
 static void srv_start(struct master *m, struct httpd_srv *s)

@@ -18,8 +18,7 @@
 
 /* The address to bind: bind_address when set, else the relay address; wildcard_ok tells
  * the caller it may retry on the wildcard of the same family when that is not local. */
-static int bind_addr_of(const struct conf_listener *l, struct sockaddr_storage *ss,
-			socklen_t *sl)
+static int bind_addr_of(const struct conf_listener *l, struct sockaddr_storage *ss, socklen_t *sl)
 {
 	memset(ss, 0, sizeof(*ss));
 	if (l->bind_address != NULL) {
@@ -120,7 +119,8 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
 
 	memset(out, 0, sizeof(*out));
 	type = l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS
-		       ? SOCK_DGRAM : SOCK_STREAM;
+		       ? SOCK_DGRAM
+		       : SOCK_STREAM;
 	rc = bind_addr_of(l, &ss, &sl);
 	if (rc < 0) {
 		log_error("master", "listener %s: bad bind address", l->name);

@@ -88,11 +88,21 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	while ((c = getopt_long(argc, argv, "c:twl:i:hv", longs, NULL)) != -1) {
 		switch (c) {
-		case 'c': o->config = optarg; break;
-		case 't': o->check = true; break;
-		case 'w': o->watch = true; break;
-		case 'i': o->id = optarg; break;
-		case 'l': o->log = optarg; break;
+		case 'c':
+			o->config = optarg;
+			break;
+		case 't':
+			o->check = true;
+			break;
+		case 'w':
+			o->watch = true;
+			break;
+		case 'i':
+			o->id = optarg;
+			break;
+		case 'l':
+			o->log = optarg;
+			break;
 		case 'W':
 			if (parse_uint(optarg, SHM_MAX_SLOTS, &o->workers) < 0) {
 				fprintf(stderr, "turngated: worker count must be 1..%u\n",
@@ -100,9 +110,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				return -1;
 			}
 			break;
-		case 'h': usage(stdout); return 1;
-		case 'v': printf("turngated %s\n", PACKAGE_VERSION); return 1;
-		default: usage(stderr); return -1;
+		case 'h':
+			usage(stdout);
+			return 1;
+		case 'v':
+			printf("turngated %s\n", PACKAGE_VERSION);
+			return 1;
+		default:
+			usage(stderr);
+			return -1;
 		}
 	}
 	if (optind != argc) {
@@ -124,8 +140,10 @@ static int check_cds(const struct opts *o, char *id, size_t cap)
 	int rc = cds_parse_origin(o->config, host, sizeof(host), port, sizeof(port));
 
 	if (rc == -EPROTONOSUPPORT) {
-		fprintf(stderr, "turngated: %s: TLS to the config discovery service is not "
-				"supported (use http:// or ws://)\n", o->config);
+		fprintf(stderr,
+			"turngated: %s: TLS to the config discovery service is not "
+			"supported (use http:// or ws://)\n",
+			o->config);
 		return -1;
 	}
 	if (rc < 0) {
@@ -243,7 +261,7 @@ static unsigned slot_count(const struct master *m)
 		return m->workers_cli;
 	if (m->cfg->admin.workers > 0)
 		return m->cfg->admin.workers > SHM_MAX_SLOTS ? SHM_MAX_SLOTS
-							      : m->cfg->admin.workers;
+							     : m->cfg->admin.workers;
 	cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cpus < 1)
 		cpus = 1;
@@ -286,8 +304,10 @@ static int open_admin(struct master *m)
 		return rc;
 	}
 	if (rc < 0)
-		log_error("master", "admin socket %s: %s (turngatectl will not reach this "
-				    "daemon)", path, strerror(-rc));
+		log_error("master",
+			  "admin socket %s: %s (turngatectl will not reach this "
+			  "daemon)",
+			  path, strerror(-rc));
 	else
 		log_info("master", "admin socket %s (mode %04o)", path, mode);
 	return 0;

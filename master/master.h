@@ -152,8 +152,8 @@ int supervise_init(struct master *m);
 int supervise_spawn(struct master *m, unsigned slot);
 /* Sends one frame to every live worker; returns how many got it. */
 /* listener_idx >= 0 attaches that listener's socket of each worker's slot. */
-unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload,
-			     size_t len, int listener_idx);
+unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload, size_t len,
+			     int listener_idx);
 /* From the tick timer: pings, hang detection, QSBR stall detection. */
 void supervise_tick(struct master *m);
 /* Asks every worker to stop (IPC_STOP, then SIGTERM at the deadline, SIGKILL after). */

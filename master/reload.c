@@ -85,8 +85,7 @@ static void apply_logging(struct master *m, const struct conf *cfg)
 
 /* Builds the blob of cfg with the effective log level (the override, when any, is what
  * workers must apply, so it travels inside the snapshot like everything else). */
-static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, void **blob,
-		      size_t *len)
+static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, void **blob, size_t *len)
 {
 	struct snap_build_params p;
 	char *saved = cfg->admin.loglevel;
@@ -382,8 +381,10 @@ int reload_run(struct master *m, const char *trigger)
 			record_error(m, trigger, "cannot load configuration", rc);
 		else
 			record_result(m, trigger, false, diags_to_json(&diags));
-		log_error("master", "reload (%s) rejected: %zu errors; the running configuration "
-				    "is unchanged", trigger, diags.n_errors);
+		log_error("master",
+			  "reload (%s) rejected: %zu errors; the running configuration "
+			  "is unchanged",
+			  trigger, diags.n_errors);
 		rc = -EINVAL;
 		goto out;
 	}

@@ -64,16 +64,19 @@ static void log_takeover(const char *dir, const char *file, const struct shm_tak
 {
 	switch (t->verdict) {
 	case SHM_STATE_NONE:
-		log_info("master", "state file %s/%s.state created (allocations will survive a "
-				   "restart)", dir, file);
+		log_info("master",
+			 "state file %s/%s.state created (allocations will survive a "
+			 "restart)",
+			 dir, file);
 		break;
 	case SHM_STATE_TAKEN:
 		log_info("master", "state file %s/%s.state: %s", dir, file, t->why);
 		break;
 	default:
-		log_warn("master", "state file %s/%s.state refused (%s): %s; %s%s; starting with "
-				   "an empty allocation table", dir, file,
-			 shm_state_verdict_name(t->verdict), t->why,
+		log_warn("master",
+			 "state file %s/%s.state refused (%s): %s; %s%s; starting with "
+			 "an empty allocation table",
+			 dir, file, shm_state_verdict_name(t->verdict), t->why,
 			 t->aside[0] ? "moved to " : "replaced", t->aside);
 		break;
 	}
@@ -100,8 +103,10 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 			goto out;
 		}
 		if (rc < 0)
-			log_error("master", "state directory %s unusable: %s; the allocation table "
-					    "lives in memory and ends with the daemon", dir, t.why);
+			log_error("master",
+				  "state directory %s unusable: %s; the allocation table "
+				  "lives in memory and ends with the daemon",
+				  dir, t.why);
 	}
 	if (rc < 0) {
 		rc = shm_create(sc, "turngate", &m->shm);

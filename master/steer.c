@@ -23,13 +23,11 @@
 /* The program runs with the packet's data at the UDP payload; SKF_NET_OFF reaches the IP
  * header. Classic BPF arithmetic is 32-bit, like shm_steer_slot(). An index the group
  * does not have (never: n is the group's size) falls back to the kernel's hash. */
-#define FINISH(n)                                                                   \
-	BPF_STMT(BPF_LDX | BPF_W | BPF_MEM, 0),                                     \
-	BPF_STMT(BPF_ALU | BPF_XOR | BPF_X, 0),                                     \
-	BPF_STMT(BPF_ALU | BPF_MUL | BPF_K, SHM_STEER_MUL),                         \
-	BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, SHM_STEER_SHIFT),                       \
-	BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, (n)),                                   \
-	BPF_STMT(BPF_RET | BPF_A, 0)
+#define FINISH(n)                                                                       \
+	BPF_STMT(BPF_LDX | BPF_W | BPF_MEM, 0), BPF_STMT(BPF_ALU | BPF_XOR | BPF_X, 0), \
+		BPF_STMT(BPF_ALU | BPF_MUL | BPF_K, SHM_STEER_MUL),                     \
+		BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, SHM_STEER_SHIFT),                   \
+		BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, (n)), BPF_STMT(BPF_RET | BPF_A, 0)
 
 int steer_attach(int fd, int family, unsigned n_slots, const char *name)
 {
@@ -75,9 +73,11 @@ int steer_attach(int fd, int family, unsigned n_slots, const char *name)
 	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) < 0) {
 		int rc = -errno;
 
-		log_warn("master", "listener %s: no reuseport steering (%s): the kernel's hash "
-				   "picks the worker, and a restart with another worker count loses "
-				   "the allocations it moves", name, strerror(-rc));
+		log_warn("master",
+			 "listener %s: no reuseport steering (%s): the kernel's hash "
+			 "picks the worker, and a restart with another worker count loses "
+			 "the allocations it moves",
+			 name, strerror(-rc));
 		return rc;
 	}
 	return 0;

@@ -33,6 +33,7 @@
 
 const char *supervise_state_name(enum mworker_state s)
 {
+	/* clang-format off */
 	switch (s) {
 	case MW_EMPTY: return "empty";
 	case MW_STARTING: return "starting";
@@ -41,6 +42,7 @@ const char *supervise_state_name(enum mworker_state s)
 	case MW_DEAD: return "dead";
 	case MW_STOPPED: return "stopped";
 	}
+	/* clang-format on */
 	return "?";
 }
 
@@ -93,8 +95,8 @@ static void reset_signals_in_child(void)
 }
 
 /* Runs in the child after fork: never returns. */
-static void child_main(struct master *m, unsigned slot, int ctl_fd,
-		       struct worker_listener *wl, size_t n_wl, pid_t parent)
+static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worker_listener *wl,
+		       size_t n_wl, pid_t parent)
 {
 	struct worker_heritage h = {
 		.slot = slot,
@@ -151,7 +153,8 @@ static size_t slot_listeners(struct master *m, unsigned slot, struct worker_list
 			continue;
 		wl[n].name = l->name;
 		wl[n].proto = l->proto == CONF_PROTO_TURN_UDP || l->proto == CONF_PROTO_TURN_DTLS
-				      ? WORKER_PROTO_UDP : WORKER_PROTO_TCP;
+				      ? WORKER_PROTO_UDP
+				      : WORKER_PROTO_TCP;
 		wl[n].fd = l->fds[slot];
 		n++;
 	}

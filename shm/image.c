@@ -120,8 +120,10 @@ static int check_header(const struct shm_image *img, struct img_geom *g, struct 
 		return refuse(t, SHM_STATE_CORRUPT, "no usable slot or allocation region");
 	if (g->allocs->format != shm_region_format(SHM_REGION_ALLOCS) ||
 	    g->allocs->stride < sizeof(struct shm_alloc))
-		return refuse(t, SHM_STATE_FORMAT, "allocation record format %016llx, this build "
-			      "writes %016llx", (unsigned long long)g->allocs->format,
+		return refuse(t, SHM_STATE_FORMAT,
+			      "allocation record format %016llx, this build "
+			      "writes %016llx",
+			      (unsigned long long)g->allocs->format,
 			      (unsigned long long)shm_region_format(SHM_REGION_ALLOCS));
 	shm_boot_id(boot);
 	h->boot_id[SHM_BOOT_ID_LEN - 1] = '\0';
@@ -173,7 +175,14 @@ static bool record_sane(const struct shm_alloc *r, unsigned old_slots, uint64_t 
 	return true;
 }
 
-enum rec_kind { REC_SKIP, REC_TORN, REC_STREAM, REC_EXPIRED, REC_TAKE, REC_BAD };
+enum rec_kind {
+	REC_SKIP,
+	REC_TORN,
+	REC_STREAM,
+	REC_EXPIRED,
+	REC_TAKE,
+	REC_BAD
+};
 
 static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, uint64_t now_ns)
 {
@@ -191,8 +200,8 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 }
 
 /* Pass 1: every record is readable and sane; nothing is written. */
-static int check_records(const struct shm_image *img, const struct img_geom *g,
-			 uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
+static int check_records(const struct shm_image *img, const struct img_geom *g, uint64_t now_ns,
+			 struct shm_alloc *buf, struct shm_takeover *t)
 {
 	for (uint32_t i = 0; i < g->allocs->count; i++) {
 		if (img_read(img, g->allocs->off + (uint64_t)i * g->allocs->stride, buf,
@@ -231,25 +240,31 @@ static int import_record(struct shm *dst, const struct shm_alloc *src)
 }
 
 /* Pass 2. */
-static int import_records(struct shm *dst, const struct shm_image *img,
-			  const struct img_geom *g, uint64_t now_ns, struct shm_alloc *buf,
-			  struct shm_takeover *t)
+static int import_records(struct shm *dst, const struct shm_image *img, const struct img_geom *g,
+			  uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
 {
 	for (uint32_t i = 0; i < g->allocs->count; i++) {
 		if (img_read(img, g->allocs->off + (uint64_t)i * g->allocs->stride, buf,
 			     sizeof(*buf)) < 0)
 			return -EIO;
 		switch (record_kind(buf, g->n_slots, now_ns)) {
-		case REC_TORN: t->torn++; break;
-		case REC_STREAM: t->stream++; break;
-		case REC_EXPIRED: t->expired++; break;
+		case REC_TORN:
+			t->torn++;
+			break;
+		case REC_STREAM:
+			t->stream++;
+			break;
+		case REC_EXPIRED:
+			t->expired++;
+			break;
 		case REC_TAKE:
 			if (import_record(dst, buf) == 0)
 				t->adopted++;
 			else
 				t->overflow++;
 			break;
-		default: break;
+		default:
+			break;
 		}
 	}
 	explicit_bzero(buf, sizeof(*buf));
@@ -268,8 +283,8 @@ static void counters_add(struct shm_counters *d, const struct shm_counters *s)
 /* The earlier run's cumulative counters, folded onto this run's slots. Gauges are not
  * carried: import_record() counts what is active now. Everything created before and not
  * carried over has ended. */
-static void import_counters(struct shm *dst, const struct shm_image *img,
-			    const struct img_geom *g, struct shm_takeover *t)
+static void import_counters(struct shm *dst, const struct shm_image *img, const struct img_geom *g,
+			    struct shm_takeover *t)
 {
 	struct shm_counters *c = malloc(sizeof(*c));
 	uint64_t created = 0, ended = 0, dropped = t->torn + t->stream + t->expired + t->overflow;
@@ -283,8 +298,10 @@ static void import_counters(struct shm *dst, const struct shm_image *img,
 	for (uint32_t i = 0; i < g->n_slots; i++) {
 		struct shm_counters *d = &shm_slot_at(dst, i % dst->cfg.n_slots)->ctr;
 
-		if (img_read(img, g->slots->off + (uint64_t)i * g->slots->stride +
-				     offsetof(struct shm_slot, ctr), c, sizeof(*c)) < 0)
+		if (img_read(img,
+			     g->slots->off + (uint64_t)i * g->slots->stride +
+				     offsetof(struct shm_slot, ctr),
+			     c, sizeof(*c)) < 0)
 			goto out;
 		c->v[SHM_CTR_ALLOCS_ACTIVE] = 0;
 		for (unsigned l = 0; l < SHM_MAX_LISTENERS; l++) {
@@ -336,10 +353,12 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	t->old_slots = g.n_slots;
 	t->old_master = g.hdr.master_pid;
 	t->verdict = SHM_STATE_TAKEN;
-	snprintf(t->why, sizeof(t->why), "%u allocations taken over from %u workers "
+	snprintf(t->why, sizeof(t->why),
+		 "%u allocations taken over from %u workers "
 		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity", t->adopted, t->old_slots, t->old_master, t->expired, t->stream,
-		 t->torn, t->overflow);
+		 "capacity",
+		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
+		 t->overflow);
 	return 0;
 }
 
@@ -366,12 +385,18 @@ unsigned shm_steer_slot(const struct shm_addr *client, unsigned n_slots)
 const char *shm_state_verdict_name(enum shm_state_verdict v)
 {
 	static const char *const names[] = {
-		[SHM_STATE_NONE] = "none", [SHM_STATE_TAKEN] = "taken",
-		[SHM_STATE_SYMLINK] = "symlink", [SHM_STATE_NOT_REGULAR] = "not-regular",
-		[SHM_STATE_OWNER] = "owner", [SHM_STATE_MODE] = "mode",
-		[SHM_STATE_TRUNCATED] = "truncated", [SHM_STATE_FOREIGN] = "foreign",
-		[SHM_STATE_VERSION] = "version", [SHM_STATE_FORMAT] = "format",
-		[SHM_STATE_OTHER_BOOT] = "other-boot", [SHM_STATE_CORRUPT] = "corrupt",
+		[SHM_STATE_NONE] = "none",
+		[SHM_STATE_TAKEN] = "taken",
+		[SHM_STATE_SYMLINK] = "symlink",
+		[SHM_STATE_NOT_REGULAR] = "not-regular",
+		[SHM_STATE_OWNER] = "owner",
+		[SHM_STATE_MODE] = "mode",
+		[SHM_STATE_TRUNCATED] = "truncated",
+		[SHM_STATE_FOREIGN] = "foreign",
+		[SHM_STATE_VERSION] = "version",
+		[SHM_STATE_FORMAT] = "format",
+		[SHM_STATE_OTHER_BOOT] = "other-boot",
+		[SHM_STATE_CORRUPT] = "corrupt",
 		[SHM_STATE_IO] = "io",
 	};
 

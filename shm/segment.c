@@ -42,8 +42,8 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 		shm_round_up(sizeof(struct shm_snap_hdr) + (uint64_t)cfg->snap_size, SHM_PAGE);
 	g->off_allocs = g->off_snaps + (uint64_t)cfg->snap_count * g->snap_stride;
 	g->alloc_stride = shm_round_up(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN);
-	g->off_trust = shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride,
-				    SHM_PAGE);
+	g->off_trust =
+		shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride, SHM_PAGE);
 	g->trust_size = sizeof(struct shm_trust_hdr) +
 			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
 	g->size = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
@@ -141,10 +141,14 @@ static uint64_t format_trust(void)
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
-	case SHM_REGION_SLOTS: return format_slots();
-	case SHM_REGION_SNAPS: return format_snaps();
-	case SHM_REGION_ALLOCS: return format_allocs();
-	case SHM_REGION_TRUST: return format_trust();
+	case SHM_REGION_SLOTS:
+		return format_slots();
+	case SHM_REGION_SNAPS:
+		return format_snaps();
+	case SHM_REGION_ALLOCS:
+		return format_allocs();
+	case SHM_REGION_TRUST:
+		return format_trust();
 	}
 	return 0;
 }
@@ -202,11 +206,10 @@ uint64_t shm_hdr_checksum(const struct shm_hdr *h)
 {
 	/* From the field after the magic: the magic is stored last (see hdr_init). */
 	return shm_checksum(&h->layout_version, offsetof(struct shm_hdr, hdr_check) -
-						offsetof(struct shm_hdr, layout_version));
+							offsetof(struct shm_hdr, layout_version));
 }
 
-static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg,
-		     const struct shm_geom *g)
+static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const struct shm_geom *g)
 {
 	h->layout_version = SHM_LAYOUT_VERSION;
 	h->hdr_size = sizeof(*h);
@@ -412,8 +415,8 @@ int shm_attach_ro(int fd, struct shm **out)
 		close(dfd);
 		return rc;
 	}
-	rc = shm_trust_validate((const struct shm_trust_hdr *)((const uint8_t *)base +
-								g.off_trust));
+	rc = shm_trust_validate(
+		(const struct shm_trust_hdr *)((const uint8_t *)base + g.off_trust));
 	if (rc < 0)
 		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);

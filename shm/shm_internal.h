@@ -70,7 +70,7 @@ struct shm_hdr {
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust, trust_size;
 	char boot_id[SHM_BOOT_ID_LEN];       /* kernel boot the CLOCK_MONOTONIC times are of */
-	uint8_t nonce_key[SHM_NONCE_KEY_LEN];/* master: what clients' nonces are MACed with */
+	uint8_t nonce_key[SHM_NONCE_KEY_LEN]; /* master: what clients' nonces are MACed with */
 	uint32_t n_regions;
 	uint32_t pad1;
 	struct shm_region regions[SHM_MAX_REGIONS];

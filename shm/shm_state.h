@@ -93,9 +93,8 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
  * Returns 0 (t says what happened to an earlier file), -EBUSY (the lock is still held:
  * another turngated, or a process of the previous one, runs), -ENOTDIR/-EPERM (DIR
  * unusable, t->why says why), or another -errno. */
-int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg,
-		   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
-		   struct shm_takeover *t);
+int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
+		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t);
 
 /* One word for a verdict ("symlink", "truncated", ...), for logs and tests. */
 const char *shm_state_verdict_name(enum shm_state_verdict v);

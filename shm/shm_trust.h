@@ -62,16 +62,14 @@ enum shm_trust_earned {
  * An entry already at the cap that earned this second is left alone (no write: the hot
  * path of a busy address is one read). Returns a value of enum shm_trust_earned, or
  * -EROFS on a read-only handle. */
-int shm_trust_earn(struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s,
-		   uint32_t cap);
+int shm_trust_earn(struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s, uint32_t cap);
 
 /* Worker: takes one credit of h's entry when it has one and earned within window_s of
  * now_s. True when a credit was taken. False on a read-only handle. */
 bool shm_trust_spend(struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s);
 
 /* Any process: credits h's entry holds now (0 when none or expired). For tests. */
-uint32_t shm_trust_credits(const struct shm *shm, uint64_t h, uint32_t now_s,
-			   uint32_t window_s);
+uint32_t shm_trust_credits(const struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s);
 
 /* Any process: entries that earned within window_s of now_s (a relaxed scan of the
  * table: a gauge, not a snapshot). */

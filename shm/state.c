@@ -58,9 +58,11 @@ static int dir_check(const char *dir, struct shm_takeover *t)
 		return -ENOTDIR;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-		snprintf(t->why, sizeof(t->why), "%s is owned by uid %u with mode %04o: it must "
-			 "be the daemon's (uid %u) and writable by nobody else", dir,
-			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+		snprintf(t->why, sizeof(t->why),
+			 "%s is owned by uid %u with mode %04o: it must "
+			 "be the daemon's (uid %u) and writable by nobody else",
+			 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+			 (unsigned)geteuid());
 		return -EPERM;
 	}
 	return 0;
@@ -112,8 +114,10 @@ static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
 		}
 		usleep(LOCK_POLL_US);
 	}
-	snprintf(t->why, sizeof(t->why), "%s is held by another process (a running turngated, "
-		 "or what is left of the previous one)", path);
+	snprintf(t->why, sizeof(t->why),
+		 "%s is held by another process (a running turngated, "
+		 "or what is left of the previous one)",
+		 path);
 	close(fd);
 	return -EBUSY;
 }
@@ -130,9 +134,9 @@ static void move_aside(const struct paths *p, struct shm_takeover *t)
 	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
 	for (int n = 0; n < 100; n++) {
 		int len = n == 0 ? snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d",
-					   p->state, stamp, (int)getpid())
+					    p->state, stamp, (int)getpid())
 				 : snprintf(t->aside, sizeof(t->aside), "%s.refused-%s-%d.%d",
-					   p->state, stamp, (int)getpid(), n);
+					    p->state, stamp, (int)getpid(), n);
 
 		if (len >= (int)sizeof(t->aside))
 			break;
@@ -206,9 +210,8 @@ fail:
 	return rc;
 }
 
-int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg,
-		   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
-		   struct shm_takeover *t)
+int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
+		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t)
 {
 	struct paths p;
 	struct shm *shm = NULL;

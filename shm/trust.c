@@ -52,9 +52,18 @@ static inline uint64_t trust_key(uint64_t h)
 	return h ? h : 1;
 }
 
-static inline uint64_t st_tag(uint64_t st) { return st >> 48; }
-static inline uint32_t st_credits(uint64_t st) { return (uint32_t)(st >> 32) & 0xffffu; }
-static inline uint32_t st_time(uint64_t st) { return (uint32_t)st; }
+static inline uint64_t st_tag(uint64_t st)
+{
+	return st >> 48;
+}
+static inline uint32_t st_credits(uint64_t st)
+{
+	return (uint32_t)(st >> 32) & 0xffffu;
+}
+static inline uint32_t st_time(uint64_t st)
+{
+	return (uint32_t)st;
+}
 
 static inline uint64_t st_make(uint64_t key, uint32_t credits, uint32_t t)
 {
@@ -98,8 +107,8 @@ static uint32_t st_credits_for(uint64_t st, uint64_t key, uint32_t now_s, uint32
 
 /* One credit more for key in e (or a fresh start at one). False when e was taken over by
  * another key meanwhile (the caller searches again). */
-static bool trust_credit(struct shm_trust_ent *e, uint64_t key, uint32_t now_s,
-			 uint32_t window_s, uint32_t cap)
+static bool trust_credit(struct shm_trust_ent *e, uint64_t key, uint32_t now_s, uint32_t window_s,
+			 uint32_t cap)
 {
 	for (;;) {
 		uint64_t st = CMM_LOAD_SHARED(e->state), nst;
@@ -117,8 +126,8 @@ static bool trust_credit(struct shm_trust_ent *e, uint64_t key, uint32_t now_s,
 
 /* The way a new key takes: an empty one, else an expired one, else the one that earned
  * least recently. *live tells whether that one was live. */
-static struct shm_trust_ent *trust_victim(const struct shm *shm, uint64_t key,
-					  uint32_t now_s, uint32_t window_s, bool *live)
+static struct shm_trust_ent *trust_victim(const struct shm *shm, uint64_t key, uint32_t now_s,
+					  uint32_t window_s, bool *live)
 {
 	struct shm_trust_ent *set = trust_set(shm, key), *best = NULL;
 	int64_t best_age = -1;
@@ -140,8 +149,7 @@ static struct shm_trust_ent *trust_victim(const struct shm *shm, uint64_t key,
 	return best;
 }
 
-int shm_trust_earn(struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s,
-		   uint32_t cap)
+int shm_trust_earn(struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s, uint32_t cap)
 {
 	uint64_t key = trust_key(h);
 
@@ -198,8 +206,7 @@ bool shm_trust_spend(struct shm *shm, uint64_t h, uint32_t now_s, uint32_t windo
 	}
 }
 
-uint32_t shm_trust_credits(const struct shm *shm, uint64_t h, uint32_t now_s,
-			   uint32_t window_s)
+uint32_t shm_trust_credits(const struct shm *shm, uint64_t h, uint32_t now_s, uint32_t window_s)
 {
 	uint64_t key = trust_key(h);
 	const struct shm_trust_ent *e;

@@ -80,9 +80,8 @@ bool wk_unauth_may_reply(struct worker *w, const struct wk_ep *ep)
 {
 	if (!wk_unauth_spoofable(ep))
 		return true;
-	if (wk_unauth_trust_on(w) &&
-	    shm_trust_spend(w->shm, wk_unauth_hash(w, ep->addr), wk_unauth_now_s(),
-			    w->rl.conf.trust_window)) {
+	if (wk_unauth_trust_on(w) && shm_trust_spend(w->shm, wk_unauth_hash(w, ep->addr),
+						     wk_unauth_now_s(), w->rl.conf.trust_window)) {
 		shm_ctr_add(w->ctr, SHM_CTR_UNAUTH_TRUSTED, 1);
 		return true;
 	}

@@ -299,8 +299,8 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void wk_stop(struct worker *w, const char *why)
 {
-	log_info("worker", "slot %u stopping: %s (%zu allocations stay in the table)", w->slot,
-		 why, w->n_allocs);
+	log_info("worker", "slot %u stopping: %s (%zu allocations stay in the table)", w->slot, why,
+		 w->n_allocs);
 	ev_break(w->loop, EVBREAK_ALL);
 }
 

@@ -23,7 +23,8 @@ void cflow_roundtrip(struct turn_client *c, uint16_t ch, struct sockaddr_storage
 		assert_int_equal(turn_client_send_channel(c, ch, msg, strlen(msg)), 0);
 	else
 		assert_int_equal(turn_client_send_indication(c, (struct sockaddr *)peer, msg,
-							     strlen(msg), false), 0);
+							     strlen(msg), false),
+				 0);
 	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, NULL, &got, 3000), 0);
 	assert_int_equal(len, strlen(msg));
 	assert_memory_equal(buf, msg, len);

@@ -130,7 +130,8 @@ int harness_start(struct harness *h, unsigned workers, const struct sockaddr *pr
 
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			h->pid = 0;
-			fprintf(stderr, "harness: turngated exited during startup (status 0x%x)\n", st);
+			fprintf(stderr, "harness: turngated exited during startup (status 0x%x)\n",
+				st);
 			harness_print_tail(h);
 			return -ECHILD;
 		}
@@ -289,8 +290,9 @@ void harness_teardown_killed(struct harness *h, struct harness_echo *e)
 int harness_scan_log(const char *path, char *why, size_t cap)
 {
 	static const char *const bad[] = {
-		"AddressSanitizer", "LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer",
-		"[crit]", "CRIT", "killed by signal", "Assertion", "assertion",
+		"AddressSanitizer",           "LeakSanitizer", "runtime error:",
+		"UndefinedBehaviorSanitizer", "[crit]",        "CRIT",
+		"killed by signal",           "Assertion",     "assertion",
 	};
 	char line[2048];
 	FILE *f = fopen(path, "r");
@@ -385,9 +387,11 @@ uint16_t harness_free_port(void)
 		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 		close(fd);
 		if (port < 20000 || port >= 49152)
-			continue;	/* keep clear of the relay ranges tests configure */
-		if (h_port_free(AF_INET, SOCK_DGRAM, port) && h_port_free(AF_INET, SOCK_STREAM, port) &&
-		    h_port_free(AF_INET6, SOCK_DGRAM, port) && h_port_free(AF_INET6, SOCK_STREAM, port))
+			continue; /* keep clear of the relay ranges tests configure */
+		if (h_port_free(AF_INET, SOCK_DGRAM, port) &&
+		    h_port_free(AF_INET, SOCK_STREAM, port) &&
+		    h_port_free(AF_INET6, SOCK_DGRAM, port) &&
+		    h_port_free(AF_INET6, SOCK_STREAM, port))
 			return port;
 	}
 	return 0;
@@ -559,7 +563,8 @@ int hturn_recv_raw(struct hturn *c, uint8_t *buf, size_t cap, int timeout_ms)
 	}
 	for (;;) {
 		size_t flen;
-		int rc = stun_frame_next(c->stream, c->stream_len, sizeof(c->stream), STUN_CHAN_RFC8656, &flen);
+		int rc = stun_frame_next(c->stream, c->stream_len, sizeof(c->stream),
+					 STUN_CHAN_RFC8656, &flen);
 		ssize_t n;
 
 		if (rc == 0) {
@@ -590,8 +595,8 @@ static int hturn_key(const struct hturn *c, uint8_t *key, size_t *klen)
 }
 
 static int hturn_build(struct hturn *c, uint8_t *buf, size_t cap, uint16_t method,
-		       const uint8_t tid[STUN_TID_LEN], hturn_attrs_fn *attrs, void *arg,
-		       bool auth, size_t *len)
+		       const uint8_t tid[STUN_TID_LEN], hturn_attrs_fn *attrs, void *arg, bool auth,
+		       size_t *len)
 {
 	struct stun_builder b;
 
@@ -665,8 +670,10 @@ int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void 
 			if (stun_msg_get_error(&m, &code, NULL, NULL) < 0)
 				return -EBADMSG;
 			if (auth && !c->no_retry && (code == 401 || code == 438) && attempt < 2 &&
-			    stun_msg_copy_string(&m, STUN_ATTR_NONCE, c->nonce, sizeof(c->nonce)) == 0 &&
-			    stun_msg_copy_string(&m, STUN_ATTR_REALM, c->realm, sizeof(c->realm)) == 0 &&
+			    stun_msg_copy_string(&m, STUN_ATTR_NONCE, c->nonce, sizeof(c->nonce)) ==
+				    0 &&
+			    stun_msg_copy_string(&m, STUN_ATTR_REALM, c->realm, sizeof(c->realm)) ==
+				    0 &&
 			    (code == 438 || attempt == 0 || !c->user[0]))
 				break;	/* retry with the fresh nonce */
 			return code;
@@ -677,7 +684,10 @@ int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void 
 
 static void hturn_udp_attr(struct stun_builder *b, void *arg)
 {
-	struct { hturn_attrs_fn *fn; void *arg; } *x = arg;
+	struct {
+		hturn_attrs_fn *fn;
+		void *arg;
+	} *x = arg;
 
 	stun_build_requested_transport(b, STUN_TRANSPORT_UDP);
 	if (x->fn)
@@ -686,7 +696,10 @@ static void hturn_udp_attr(struct stun_builder *b, void *arg)
 
 int hturn_allocate(struct hturn *c, hturn_attrs_fn *attrs, void *arg)
 {
-	struct { hturn_attrs_fn *fn; void *arg; } x = { attrs, arg };
+	struct {
+		hturn_attrs_fn *fn;
+		void *arg;
+	} x = { attrs, arg };
 	struct stun_msg m;
 	int rc = hturn_request(c, STUN_ALLOCATE, hturn_udp_attr, &x, true);
 
@@ -745,7 +758,10 @@ int hturn_permission(struct hturn *c, const struct sockaddr *peer)
 	return hturn_request(c, STUN_CREATE_PERMISSION, hturn_peer_attr, (void *)peer, true);
 }
 
-struct hturn_cb { uint16_t ch; const struct sockaddr *peer; };
+struct hturn_cb {
+	uint16_t ch;
+	const struct sockaddr *peer;
+};
 
 static void hturn_chan_attr(struct stun_builder *b, void *arg)
 {

@@ -134,7 +134,8 @@ int hadmin_owner_of(const char *sock, const char *transport, uint16_t port)
 	int owner = -1, matches = 0;
 
 	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
-	json_array_foreach(json_object_get(r, "allocations"), i, a) {
+	json_array_foreach(json_object_get(r, "allocations"), i, a)
+	{
 		const char *client = json_string_value(json_object_get(a, "client"));
 		const char *t = json_string_value(json_object_get(a, "transport"));
 
@@ -162,8 +163,7 @@ int hadmin_worker_pid(const char *sock, int slot, double *uptime)
 	return out;
 }
 
-int hadmin_wait_worker_replaced(const char *sock, int slot, int old_pid, int tries,
-				int interval_ms)
+int hadmin_wait_worker_replaced(const char *sock, int slot, int old_pid, int tries, int interval_ms)
 {
 	int pid = -1;
 

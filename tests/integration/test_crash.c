@@ -45,7 +45,6 @@ struct fx {
 
 static struct fx g;
 
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -115,8 +114,9 @@ static int alloc_user(struct hturn *c, const struct sockaddr *srv, bool tcp, con
 	char name[64], pass[64];
 
 	assert_int_equal(stun_rest_mint((const uint8_t *)secret, strlen(secret), user,
-				       (uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
-				       sizeof(pass)), 0);
+					(uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
+					sizeof(pass)),
+			 0);
 	if (hturn_open(c, srv, tcp) < 0)
 		return -1;
 	hturn_set_user(c, name, pass);

@@ -41,7 +41,6 @@ struct fx {
 
 static struct fx g;
 
-
 /* Config of reload round `round`: secret-<round> is current, secret-<round-1> the previous
  * one until prev_until (0: no previous secret). Odd rounds add the "extra" listener and a
  * second routed cluster and raise a log level; even rounds take them away again. */
@@ -58,7 +57,8 @@ static void write_conf(int round, int64_t prev_until)
 	if (odd)
 		snprintf(extra, sizeof(extra),
 			 "  - name: extra\n    protocol: TURN-UDP\n    address: 127.0.0.1\n"
-			 "    port: %u\n    routes: [echo]\n", g.p2);
+			 "    port: %u\n    routes: [echo]\n",
+			 g.p2);
 	n = snprintf(yaml, sizeof(yaml),
 		     "version: v1\n"
 		     "admin:\n"
@@ -115,8 +115,9 @@ static int alloc_with(struct hturn *c, int secret_round, const char *user)
 
 	snprintf(secret, sizeof(secret), "secret-%d", secret_round);
 	assert_int_equal(stun_rest_mint((const uint8_t *)secret, strlen(secret), user,
-				       (uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
-				       sizeof(pass)), 0);
+					(uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
+					sizeof(pass)),
+			 0);
 	assert_int_equal(hturn_open(c, sa(&g.srv), false), 0);
 	hturn_set_user(c, name, pass);
 	return hturn_allocate(c, NULL, NULL);
@@ -253,8 +254,8 @@ static void test_admin_allocations_and_disconnect(void **state)
 	assert_string_equal(json_string_value(json_object_get(a, "transport")), "udp");
 	assert_int_equal(json_array_size(json_object_get(a, "channels")), 1);
 	assert_int_equal(json_array_size(json_object_get(a, "permissions")), 1);
-	assert_true(json_integer_value(json_object_get(json_object_get(a, "to_peer"),
-						       "packets")) >= 1);
+	assert_true(json_integer_value(json_object_get(json_object_get(a, "to_peer"), "packets")) >=
+		    1);
 	assert_true(json_real_value(json_object_get(a, "lifetime_left")) > 0);
 	id = json_integer_value(json_object_get(a, "id"));
 	json_decref(r);

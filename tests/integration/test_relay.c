@@ -109,8 +109,8 @@ static int fx_config(struct fx *f)
 		 "    type: STATIC\n"
 		 "    endpoints: [\"::1\"]\n",
 		 f->h.sock, RELAY_MIN, RELAY_MAX,
-		 f->legacy_channels ? "limits:\n  channel_numbers: rfc5766\n" : "", f->port, f->port, f->port6, f->port_rest,
-		 REST_SECRET, f->port_none, ep, ep);
+		 f->legacy_channels ? "limits:\n  channel_numbers: rfc5766\n" : "", f->port,
+		 f->port, f->port6, f->port_rest, REST_SECRET, f->port_none, ep, ep);
 	return harness_write_config(&f->h, yaml);
 }
 
@@ -158,7 +158,6 @@ static long long wait_allocations(long long want)
 {
 	return hadmin_wait_status_int(g.h.sock, "allocations", want, 60, 50);
 }
-
 
 static uint16_t port_of(const struct sockaddr_storage *s)
 {
@@ -334,7 +333,8 @@ static void test_rest_credentials(void **state)
 	(void)state;
 	assert_int_equal(hturn_open(&c, sa(&g.srv_rest), false), 0);
 	assert_int_equal(stun_rest_mint((const uint8_t *)REST_SECRET, strlen(REST_SECRET), "alice",
-				       now + 3600, user, sizeof(user), pass, sizeof(pass)), 0);
+					now + 3600, user, sizeof(user), pass, sizeof(pass)),
+			 0);
 	hturn_set_user(&c, user, pass);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	assert_true(echo_roundtrip(&c, 0, &g.echo.addr, "rest") == false); /* no permission yet */
@@ -345,12 +345,14 @@ static void test_rest_credentials(void **state)
 	/* expired credential */
 	assert_int_equal(hturn_open(&c, sa(&g.srv_rest), false), 0);
 	assert_int_equal(stun_rest_mint((const uint8_t *)REST_SECRET, strlen(REST_SECRET), "alice",
-				       now - 10, user, sizeof(user), pass, sizeof(pass)), 0);
+					now - 10, user, sizeof(user), pass, sizeof(pass)),
+			 0);
 	hturn_set_user(&c, user, pass);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 401);
 	/* wrong secret */
 	assert_int_equal(stun_rest_mint((const uint8_t *)"other", 5, "alice", now + 3600, user,
-				       sizeof(user), pass, sizeof(pass)), 0);
+					sizeof(user), pass, sizeof(pass)),
+			 0);
 	hturn_set_user(&c, user, pass);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 401);
 	hturn_close(&c);
@@ -389,7 +391,8 @@ static void test_allocate_errors(void **state)
 	client(&c, &g.srv, false);
 	/* 442: TCP relaying is not offered. */
 	assert_int_equal(hturn_request(&c, STUN_ALLOCATE, req_transport,
-				       (void *)(uintptr_t)STUN_TRANSPORT_TCP, true), 442);
+				       (void *)(uintptr_t)STUN_TRANSPORT_TCP, true),
+			 442);
 	/* 400: REQUESTED-TRANSPORT missing. */
 	assert_int_equal(hturn_request(&c, STUN_ALLOCATE, NULL, NULL, true), 400);
 	/* 440: unknown address family value. */
@@ -510,7 +513,7 @@ static void test_asymmetric_udp(void **state)
 	assert_true(big_roundtrip(&c, 0, &g.echo.addr));
 	assert_int_equal(hturn_channel_bind(&c, 0x4001, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0x4001, NULL, "channel-data"));
-	assert_true(echo_roundtrip(&c, 0x4001, NULL, "odd"));	/* unpadded length */
+	assert_true(echo_roundtrip(&c, 0x4001, NULL, "odd")); /* unpadded length */
 	assert_true(big_roundtrip(&c, 0x4001, NULL));
 	assert_int_equal(hturn_refresh(&c, 0), 0);
 	hturn_close(&c);
@@ -680,7 +683,8 @@ static void test_inbound_denial(void **state)
 	fd_bad = socket(AF_INET, SOCK_DGRAM, 0);
 	sl = harness_addr("127.0.0.1", 0, &src);
 	assert_int_equal(bind(fd_bad, sa(&src), sl), 0);
-	assert_int_equal(sendto(fd_bad, "intruder", 8, 0, sa(&c.relay), sizeof(struct sockaddr_in)), 8);
+	assert_int_equal(sendto(fd_bad, "intruder", 8, 0, sa(&c.relay), sizeof(struct sockaddr_in)),
+			 8);
 	n = hturn_recv_data(&c, buf, sizeof(buf), &ch, NULL, 800);
 	assert_int_equal(n, -ETIMEDOUT);
 	/* positive control: the admitted peer's traffic arrives */
@@ -709,7 +713,8 @@ static void test_symmetric(void **state)
 		assert_int_equal(hturn_allocate(&c[n], NULL, NULL), 0);
 		if (a < 0)
 			a = n;
-		else if (g.workers < 2 || (port_of(&c[a].relay) < mid) != (port_of(&c[n].relay) < mid))
+		else if (g.workers < 2 ||
+			 (port_of(&c[a].relay) < mid) != (port_of(&c[n].relay) < mid))
 			b = n;
 		if (b >= 0) {
 			n++;

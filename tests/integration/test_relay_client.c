@@ -31,7 +31,6 @@ struct fx {
 
 static struct fx g;
 
-
 static int setup(void **state)
 {
 	char yaml[2048];
@@ -90,8 +89,12 @@ static int teardown(void **state)
 static struct turn_client *mk(enum turn_client_transport t, const char *pass)
 {
 	struct turn_client_opts o = {
-		.transport = t, .server = sa(&g.srv), .username = "user1", .password = pass,
-		.timeout_ms = 3000, .fingerprint = true,
+		.transport = t,
+		.server = sa(&g.srv),
+		.username = "user1",
+		.password = pass,
+		.timeout_ms = 3000,
+		.fingerprint = true,
 	};
 	struct turn_client *c = NULL;
 
@@ -151,8 +154,8 @@ static void test_malformed_input(void **state)
 		{ 0x00, 0x01, 0x00, 0x04, 0x21, 0x12, 0xa4, 0x42 },	/* length past the end */
 		{ 0x40, 0x00, 0xff, 0xff, 1, 2, 3 },			/* ChannelData too long */
 		{ 0x7f, 0xff, 0x00, 0x02, 1, 2 },			/* unbound channel */
-		{ 0x00, 0x03, 0x00, 0x00, 0x21, 0x12, 0xa4, 0x42, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-		  10, 11, 12 },						/* Allocate, no attrs */
+		{ 0x00, 0x03, 0x00, 0x00, 0x21, 0x12, 0xa4, 0x42, 1,  2,
+		  3,    4,    5,    6,    7,    8,    9,    10,   11, 12 }, /* Allocate, no attrs */
 		{ 0xff, 0xff, 0xff, 0xff },
 		{ 0x01 },
 	};
@@ -203,19 +206,24 @@ static void test_peer_burst(void **state)
 		uint8_t out[1000], in[1100];
 
 		for (int i = 0; i < 24; i++) {
-			size_t len = sizes[k][1] == 0 ? (size_t)(64 + i * 37) :
-				     i == 23 ? sizes[k][1] : sizes[k][0];
+			size_t len = sizes[k][1] == 0 ? (size_t)(64 + i * 37)
+				     : i == 23        ? sizes[k][1]
+						      : sizes[k][0];
 
 			memset(out, (int)(k * 24 + (size_t)i), len);
 			assert_int_equal(sendto(fd, out, len, 0, sa(&r.relayed),
-						sizeof(struct sockaddr_in)), (ssize_t)len);
+						sizeof(struct sockaddr_in)),
+					 (ssize_t)len);
 		}
 		for (int i = 0; i < 24; i++) {
-			size_t want = sizes[k][1] == 0 ? (size_t)(64 + i * 37) :
-				      i == 23 ? sizes[k][1] : sizes[k][0], len = 0;
+			size_t want = sizes[k][1] == 0 ? (size_t)(64 + i * 37)
+				      : i == 23        ? sizes[k][1]
+						       : sizes[k][0],
+			       len = 0;
 			uint16_t ch = 0;
 
-			assert_int_equal(turn_client_recv(c, in, sizeof(in), &len, NULL, &ch, 3000), 0);
+			assert_int_equal(turn_client_recv(c, in, sizeof(in), &len, NULL, &ch, 3000),
+					 0);
 			assert_int_equal(ch, 0x4100);
 			assert_int_equal(len, want);
 			memset(out, (int)(k * 24 + (size_t)i), want);
@@ -229,10 +237,8 @@ static void test_peer_burst(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_udp_flow),
-		cmocka_unit_test(test_tcp_flow),
-		cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_malformed_input),
+		cmocka_unit_test(test_udp_flow),   cmocka_unit_test(test_tcp_flow),
+		cmocka_unit_test(test_errors),     cmocka_unit_test(test_malformed_input),
 		cmocka_unit_test(test_peer_burst),
 	};
 

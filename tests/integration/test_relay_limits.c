@@ -45,7 +45,6 @@ struct fx {
 
 static struct fx g;
 
-
 static uint16_t port_of(const struct sockaddr_storage *s)
 {
 	return ntohs(((const struct sockaddr_in *)s)->sin_port);
@@ -88,8 +87,8 @@ static int limits_setup(void **state)
 	for (int i = 0; i < 8; i++) {
 		size_t n = strlen(users);
 
-		snprintf(users + n, sizeof(users) - n,
-			 "    - username: u%d\n      password: pw\n", i);
+		snprintf(users + n, sizeof(users) - n, "    - username: u%d\n      password: pw\n",
+			 i);
 	}
 	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
 		return -1;
@@ -240,8 +239,9 @@ static void test_rest_strict_expiry(void **state)
 
 	(void)state;
 	assert_int_equal(stun_rest_mint((const uint8_t *)REST_SECRET, strlen(REST_SECRET), "bob",
-				       (uint64_t)time(NULL) + 2, user, sizeof(user), pass,
-				       sizeof(pass)), 0);
+					(uint64_t)time(NULL) + 2, user, sizeof(user), pass,
+					sizeof(pass)),
+			 0);
 	assert_int_equal(hturn_open(&s, sa(&g.srv_strict), false), 0);
 	assert_int_equal(hturn_open(&l, sa(&g.srv_lax), false), 0);
 	hturn_set_user(&s, user, pass);
@@ -385,33 +385,32 @@ static void test_drain_alternate_server(void **state)
 
 /* ---- a STUNner config, unchanged (only STUNner keys; $STUNNER_ADDR expanded) ---- */
 
-static const char stunner_yaml[] =
-	"version: v1\n"
-	"admin:\n"
-	"  name: stunner/stunnerd\n"
-	"  loglevel: all:INFO\n"
-	"  healthcheck_endpoint: \"\"\n"
-	"%s"
-	"auth:\n"
-	"  type: plaintext\n"
-	"  realm: %s\n"
-	"  credentials:\n"
-	"    username: user1\n"
-	"    password: pw\n"
-	"listeners:\n"
-	"  - name: stunner/udp-gateway/udp-listener\n"
-	"    protocol: TURN-UDP\n"
-	"    public_address: 203.0.113.10\n"
-	"    public_port: 3478\n"
-	"    address: \"$STUNNER_ADDR\"\n"
-	"    port: %u\n"
-	"    routes: %s\n"
-	"clusters:\n"
-	"  - name: stunner/media-plane\n"
-	"    type: STATIC\n"
-	"    protocol: udp\n"
-	"    endpoints:\n"
-	"      - 127.0.0.1\n";
+static const char stunner_yaml[] = "version: v1\n"
+				   "admin:\n"
+				   "  name: stunner/stunnerd\n"
+				   "  loglevel: all:INFO\n"
+				   "  healthcheck_endpoint: \"\"\n"
+				   "%s"
+				   "auth:\n"
+				   "  type: plaintext\n"
+				   "  realm: %s\n"
+				   "  credentials:\n"
+				   "    username: user1\n"
+				   "    password: pw\n"
+				   "listeners:\n"
+				   "  - name: stunner/udp-gateway/udp-listener\n"
+				   "    protocol: TURN-UDP\n"
+				   "    public_address: 203.0.113.10\n"
+				   "    public_port: 3478\n"
+				   "    address: \"$STUNNER_ADDR\"\n"
+				   "    port: %u\n"
+				   "    routes: %s\n"
+				   "clusters:\n"
+				   "  - name: stunner/media-plane\n"
+				   "    type: STATIC\n"
+				   "    protocol: udp\n"
+				   "    endpoints:\n"
+				   "      - 127.0.0.1\n";
 
 /* extensions: "" for the STUNner config as is; the reload group adds turngate's own
  * admin socket in the temp dir (its admin `status` tells when a reload is live). */

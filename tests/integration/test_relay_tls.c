@@ -39,7 +39,6 @@ struct fx {
 
 static struct fx g;
 
-
 /* A self-signed certificate for turn.tls.test (and 127.0.0.4), written to crt and key. */
 static int make_cert(const char *crt, const char *key, const char *cn)
 {
@@ -48,7 +47,8 @@ static int make_cert(const char *crt, const char *key, const char *cn)
 	snprintf(cmd, sizeof(cmd),
 		 "openssl req -x509 -nodes -days 2 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
 		 "-subj /CN=%s -addext subjectAltName=DNS:%s,IP:127.0.0.4 -keyout %s -out %s "
-		 ">/dev/null 2>&1", cn, cn, key, crt);
+		 ">/dev/null 2>&1",
+		 cn, cn, key, crt);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -128,9 +128,13 @@ static int teardown(void **state)
 static int mk_opt(enum turn_client_transport t, const char *ca, struct turn_client **c)
 {
 	struct turn_client_opts o = {
-		.transport = t, .server = sa(t == TURN_CLIENT_DTLS ? &g.dsrv : &g.srv),
-		.username = "user1", .password = "pass1", .timeout_ms = 5000,
-		.sni = "turn.tls.test", .ca_file = ca,
+		.transport = t,
+		.server = sa(t == TURN_CLIENT_DTLS ? &g.dsrv : &g.srv),
+		.username = "user1",
+		.password = "pass1",
+		.timeout_ms = 5000,
+		.sni = "turn.tls.test",
+		.ca_file = ca,
 	};
 
 	*c = NULL;
@@ -288,8 +292,9 @@ static void workers_usage(long *rss_kb, double *cpu_s)
 			unsigned long ut = 0, st = 0;
 
 			/* fields after ") ": state ppid ... utime is field 14, stime 15 */
-			if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-					&ut, &st) == 2)
+			if (p &&
+			    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+				   &ut, &st) == 2)
 				*cpu_s += (double)(ut + st) / (double)tck;
 		}
 		if (f)
@@ -327,9 +332,9 @@ static void measure(enum turn_client_transport t, const char *name)
 	}
 	workers_usage(&rss2, &cpu2);
 	printf("# %s: %d handshakes: %.3f ms of worker CPU each; %.1f KiB of worker RSS per "
-	       "established session, %.1f KiB with an allocation\n", name, N_CLIENTS,
-	       (cpu1 - cpu0) * 1000.0 / N_CLIENTS, (double)(rss1 - rss0) / N_CLIENTS,
-	       (double)(rss2 - rss0) / N_CLIENTS);
+	       "established session, %.1f KiB with an allocation\n",
+	       name, N_CLIENTS, (cpu1 - cpu0) * 1000.0 / N_CLIENTS,
+	       (double)(rss1 - rss0) / N_CLIENTS, (double)(rss2 - rss0) / N_CLIENTS);
 #if defined(__SANITIZE_ADDRESS__)
 	printf("# RSS bound not checked: AddressSanitizer's allocator and quarantine inflate it\n");
 #else
@@ -382,12 +387,12 @@ static void test_crash_releases(void **state)
 	pid = hadmin_worker_pid(g.h.sock, victim, NULL);
 	assert_true(pid > 0);
 	assert_int_equal(kill(pid, SIGKILL), 0);
-	for (int i = 0; i < 500 && hadmin_stat(g.h.sock, NULL, "allocs_dropped") !=
-					   dropped0 + drops; i++)
+	for (int i = 0;
+	     i < 500 && hadmin_stat(g.h.sock, NULL, "allocs_dropped") != dropped0 + drops; i++)
 		usleep(20000);
 	assert_int_equal(hadmin_stat(g.h.sock, NULL, "allocs_dropped"), dropped0 + drops);
-	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", active0 - drops, 100,
-						20), active0 - drops);
+	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", active0 - drops, 100, 20),
+			 active0 - drops);
 	print_message("worker %d killed: %d stream allocation(s) released (DTLS on worker %d)\n",
 		      victim, drops, owner_d);
 	assert_true(turn_client_refresh(t, 600, NULL) < 0);
@@ -404,12 +409,9 @@ static void test_crash_releases(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tls_flow),
-		cmocka_unit_test(test_dtls_flow),
-		cmocka_unit_test(test_verify),
-		cmocka_unit_test(test_cost_tls),
-		cmocka_unit_test(test_cost_dtls),
-		cmocka_unit_test(test_rotation),
+		cmocka_unit_test(test_tls_flow),       cmocka_unit_test(test_dtls_flow),
+		cmocka_unit_test(test_verify),         cmocka_unit_test(test_cost_tls),
+		cmocka_unit_test(test_cost_dtls),      cmocka_unit_test(test_rotation),
 		cmocka_unit_test(test_crash_releases),
 	};
 

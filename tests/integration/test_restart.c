@@ -134,8 +134,9 @@ static void alloc_user(struct hturn *c, const char *user)
 	char name[64], pass[64];
 
 	assert_int_equal(stun_rest_mint((const uint8_t *)SECRET, strlen(SECRET), user,
-				       (uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
-				       sizeof(pass)), 0);
+					(uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
+					sizeof(pass)),
+			 0);
 	assert_int_equal(hturn_open(c, sa(&g.srv), false), 0);
 	hturn_set_user(c, name, pass);
 	assert_int_equal(hturn_allocate(c, NULL, NULL), 0);
@@ -192,9 +193,8 @@ static void load(long long dur_us, long long recover_since)
 		pfd[i] = (struct pollfd){ .fd = g.c[i].fd, .events = POLLIN };
 	for (;;) {
 		now = now_us();
-		if (now - t0 >= dur_us &&
-		    (recover_since == 0 || all_after(recover_since) ||
-		     now - t0 >= dur_us + RECOVER_LIMIT_US))
+		if (now - t0 >= dur_us && (recover_since == 0 || all_after(recover_since) ||
+					   now - t0 >= dur_us + RECOVER_LIMIT_US))
 			break;
 		if (now >= next) {
 			for (int i = 0; i < N_ALLOCS; i++)
@@ -255,10 +255,11 @@ static long long end_run(enum end_how how)
 		kill_everything();
 		return t;
 	}
-	assert_int_equal(kill(g.h.pid, how == END_TERM ? SIGTERM : how == END_QUIT ? SIGQUIT
-									     : SIGKILL), 0);
-	while ((r = waitpid(g.h.pid, &st, how == END_TERM ? WNOHANG : 0)) == 0 &&
-	       now_us() < limit)
+	assert_int_equal(kill(g.h.pid, how == END_TERM   ? SIGTERM
+				       : how == END_QUIT ? SIGQUIT
+							 : SIGKILL),
+			 0);
+	while ((r = waitpid(g.h.pid, &st, how == END_TERM ? WNOHANG : 0)) == 0 && now_us() < limit)
 		load(50000, 0);
 	assert_int_equal(r, g.h.pid);
 	if (how != END_KILL_MASTER)
@@ -393,8 +394,7 @@ static void test_master_crash_and_quit(void **state)
 	print_message("SIGTERM (drain_timeout 5 s, then stop):\n");
 	restart_round_how(3, 2, END_TERM);
 	assert_int_equal(harness_log_count(&g.h, "100 allocations stay in"), 2);
-	assert_int_equal(harness_log_count(&g.h, "drain timeout: 100 allocations still open"),
-			 1);
+	assert_int_equal(harness_log_count(&g.h, "drain timeout: 100 allocations still open"), 1);
 	end_all();
 }
 
@@ -425,7 +425,7 @@ static void copy_file(const char *from, const char *to, off_t len)
 	assert_true(out >= 0);
 	while (len < 0 || done < len) {
 		size_t want = len < 0 || len - done > (off_t)sizeof(buf) ? sizeof(buf)
-									  : (size_t)(len - done);
+									 : (size_t)(len - done);
 		ssize_t n = read(in, buf, want);
 
 		if (n <= 0)

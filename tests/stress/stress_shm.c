@@ -232,8 +232,8 @@ static void reader_use_snapshot(struct reader *rd)
 	unsigned spin;
 
 	if (rc != 0) {
-		violation(rd->st, rd->slot, rc == -EBADMSG ? "corrupt snapshot header"
-							    : "no snapshot", gen);
+		violation(rd->st, rd->slot,
+			  rc == -EBADMSG ? "corrupt snapshot header" : "no snapshot", gen);
 		return;
 	}
 	if (!blob_ok(blob, len, gen, rd->snap_size)) {
@@ -251,8 +251,9 @@ static void reader_use_snapshot(struct reader *rd)
 static void reader_main(struct shm *shm, struct stats *st, unsigned slot, unsigned snap_size,
 			uint64_t seed, pid_t master)
 {
-	struct reader rd = { .shm = shm, .st = st, .slot = slot, .snap_size = snap_size,
-			     .rng = seed | 1 };
+	struct reader rd = {
+		.shm = shm, .st = st, .slot = slot, .snap_size = snap_size, .rng = seed | 1
+	};
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != master)
@@ -375,15 +376,16 @@ static void reap(struct master *m, bool respawn)
 			continue;
 		}
 		if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
-			fprintf(stderr, "reader %d (pid %d) died unexpectedly, status 0x%x\n",
-				slot, (int)pid, status);
+			fprintf(stderr, "reader %d (pid %d) died unexpectedly, status 0x%x\n", slot,
+				(int)pid, status);
 			m->master_violations++;
 		}
 		m->pids[slot] = 0;
 		shm_slot_reaped(m->shm, (unsigned)slot);
 		/* half of the time the master drops the dead slot's records itself, otherwise
 		 * the replacement adopts them */
-		if ((rnd(&m->rng) & 1) == 0 && shm_slot_release_all(m->shm, (unsigned)slot, &n) == 0)
+		if ((rnd(&m->rng) & 1) == 0 &&
+		    shm_slot_release_all(m->shm, (unsigned)slot, &n) == 0)
 			m->released += n;
 		if (respawn && spawn(m, (unsigned)slot) == 0)
 			m->respawns++;
@@ -436,7 +438,8 @@ static void master_step(struct master *m)
 		unsigned blk = 0;
 
 		shm_qsbr_blocker(m->shm, shm_snap_oldest_token(m->shm), &blk);
-		fprintf(stderr, "reclamation stalled %" PRIu64 " ms, slot %u\n", age / 1000000, blk);
+		fprintf(stderr, "reclamation stalled %" PRIu64 " ms, slot %u\n", age / 1000000,
+			blk);
 		m->master_violations++;
 	}
 }
@@ -539,17 +542,33 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	};
 	int c;
 
-	*o = (struct opts){ .readers = 4, .seconds = 15, .snap_size = 16384, .kill_ms = 20,
+	*o = (struct opts){ .readers = 4,
+			    .seconds = 15,
+			    .snap_size = 16384,
+			    .kill_ms = 20,
 			    .seed = (unsigned)getpid() };
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
-		case 'r': o->readers = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 's': o->seconds = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'z': o->snap_size = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'k': o->kill_ms = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'x': o->seed = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'b': o->broken = true; break;
-		default: return -1;
+		case 'r':
+			o->readers = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 's':
+			o->seconds = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'z':
+			o->snap_size = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'k':
+			o->kill_ms = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'x':
+			o->seed = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'b':
+			o->broken = true;
+			break;
+		default:
+			return -1;
 		}
 	}
 	if (o->readers < 1 || o->readers > MAX_READERS || o->seconds < 1 || o->seconds > 600 ||
@@ -572,17 +591,18 @@ static uint64_t report(const struct master *m)
 			printf("slot %u: %" PRIu64 " violations, first: %s\n", i,
 			       m->st->violations[i], m->st->first_violation[i]);
 	}
-	printf("%s: readers %u, published %" PRIu64 ", reclaimed %" PRIu64 ", publish deferred %"
-	       PRIu64 ", max pending %u, kills %" PRIu64 ", respawns %" PRIu64 "\n",
-	       m->o.broken ? "BROKEN (reclaim without grace period)" : "protocol",
-	       m->o.readers, m->published, m->freed, m->busy, m->max_pending, m->kills,
-	       m->respawns);
-	printf("reads %" PRIu64 ", alloc ops %" PRIu64 ", adopted %" PRIu64 ", torn dropped %"
-	       PRIu64 ", released by master %" PRIu64 ", seqlock copies checked %" PRIu64 "\n",
+	printf("%s: readers %u, published %" PRIu64 ", reclaimed %" PRIu64
+	       ", publish deferred %" PRIu64 ", max pending %u, kills %" PRIu64
+	       ", respawns %" PRIu64 "\n",
+	       m->o.broken ? "BROKEN (reclaim without grace period)" : "protocol", m->o.readers,
+	       m->published, m->freed, m->busy, m->max_pending, m->kills, m->respawns);
+	printf("reads %" PRIu64 ", alloc ops %" PRIu64 ", adopted %" PRIu64
+	       ", torn dropped %" PRIu64 ", released by master %" PRIu64
+	       ", seqlock copies checked %" PRIu64 "\n",
 	       reads, ops, adopted, dropped, m->released, m->copies_checked);
 	printf("tool (read-only attach): snapshot copies %" PRIu64 ", retries %" PRIu64
-	       ", record copies %" PRIu64 "\n", m->st->tool_copies, m->st->tool_retries,
-	       m->st->tool_records);
+	       ", record copies %" PRIu64 "\n",
+	       m->st->tool_copies, m->st->tool_retries, m->st->tool_records);
 	if (m->st->tool_violations)
 		printf("tool: %" PRIu64 " violations, first: %s\n", m->st->tool_violations,
 		       m->st->tool_first_violation);
@@ -599,14 +619,15 @@ int main(int argc, char **argv)
 	int rc = 2;
 
 	if (parse_opts(argc, argv, &m.o) < 0) {
-		fprintf(stderr, "usage: %s [--readers N] [--seconds S] [--snap-size B] "
-			"[--kill-ms MS] [--seed X] [--broken]\n", argv[0]);
+		fprintf(stderr,
+			"usage: %s [--readers N] [--seconds S] [--snap-size B] "
+			"[--kill-ms MS] [--seed X] [--broken]\n",
+			argv[0]);
 		return 2;
 	}
 	m.rng = (uint64_t)m.o.seed * 2654435761u + 1;
 	cfg = (struct shm_config){ m.o.readers, 4, m.o.snap_size, m.o.readers * 64 };
-	m.st = mmap(NULL, sizeof(*m.st), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-		    -1, 0);
+	m.st = mmap(NULL, sizeof(*m.st), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	m.blob = malloc(m.o.snap_size);
 	if (m.st == MAP_FAILED || m.blob == NULL || shm_create(&cfg, "stress-shm", &m.shm) < 0) {
 		fprintf(stderr, "setup failed\n");

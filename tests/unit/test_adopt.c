@@ -78,7 +78,8 @@ static uint64_t lctr_active(struct shm *shm, unsigned slot)
 
 static bool is_free(struct shm *shm, uint32_t idx)
 {
-	return shm_alloc_get(shm, 0, idx, NULL) == -EPERM && shm_alloc_get(shm, 1, idx, NULL) == -EPERM;
+	return shm_alloc_get(shm, 0, idx, NULL) == -EPERM &&
+	       shm_alloc_get(shm, 1, idx, NULL) == -EPERM;
 }
 
 static void test_scan_sorts_records(void **state)

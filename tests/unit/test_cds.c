@@ -27,25 +27,27 @@ static void test_origin(void **state)
 	assert_true(cds_is_origin("cds.stunner-system.svc:13478"));
 	assert_false(cds_is_origin("turngate.yaml"));
 	assert_false(cds_is_origin("./a:1"));
-	assert_int_equal(cds_parse_origin("10.0.0.2:1", host, sizeof(host), port, sizeof(port)),
-			 0);
+	assert_int_equal(cds_parse_origin("10.0.0.2:1", host, sizeof(host), port, sizeof(port)), 0);
 	assert_string_equal(host, "10.0.0.2");
 	assert_string_equal(port, "1");
 	/* The operator's default origin, http://:13478: the local host. */
-	assert_int_equal(cds_parse_origin("http://:13478", host, sizeof(host), port,
-					  sizeof(port)), 0);
+	assert_int_equal(cds_parse_origin("http://:13478", host, sizeof(host), port, sizeof(port)),
+			 0);
 	assert_string_equal(host, "");
 	assert_string_equal(port, "13478");
 	assert_int_equal(cds_parse_origin("http://10.0.0.1:13478", host, sizeof(host), port,
-					  sizeof(port)), 0);
+					  sizeof(port)),
+			 0);
 	assert_string_equal(host, "10.0.0.1");
 	assert_string_equal(port, "13478");
 	assert_int_equal(cds_parse_origin("ws://cds.example/api", host, sizeof(host), port,
-					  sizeof(port)), 0);
+					  sizeof(port)),
+			 0);
 	assert_string_equal(host, "cds.example");
 	assert_string_equal(port, CDS_DEFAULT_PORT);
 	assert_int_equal(cds_parse_origin("http://[::1]:99", host, sizeof(host), port,
-					  sizeof(port)), 0);
+					  sizeof(port)),
+			 0);
 	assert_string_equal(host, "::1");
 	assert_string_equal(port, "99");
 	assert_int_equal(cds_parse_origin("https://a", host, sizeof(host), port, sizeof(port)),
@@ -106,13 +108,14 @@ static void test_handshake(void **state)
 	assert_int_equal(ws_handshake_parse(ok, sizeof(ok) - 1, acc, &used, &status), 1);
 	assert_int_equal(used, sizeof(ok) - 3);
 	assert_int_equal(ws_handshake_parse(ok, 40, acc, &used, &status), 0);
-	assert_int_equal(ws_handshake_parse(ok, sizeof(ok) - 1, "AAAA", &used, &status),
-			 -EACCES);
+	assert_int_equal(ws_handshake_parse(ok, sizeof(ok) - 1, "AAAA", &used, &status), -EACCES);
 	snprintf(buf, sizeof(buf), "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
 	assert_int_equal(ws_handshake_parse(buf, strlen(buf), acc, &used, &status), -EPROTO);
 	assert_int_equal(status, 404);
-	snprintf(buf, sizeof(buf), "HTTP/1.1 101 x\r\nConnection: Upgrade\r\n"
-		 "Sec-WebSocket-Accept: %s\r\n\r\n", acc);
+	snprintf(buf, sizeof(buf),
+		 "HTTP/1.1 101 x\r\nConnection: Upgrade\r\n"
+		 "Sec-WebSocket-Accept: %s\r\n\r\n",
+		 acc);
 	assert_int_equal(ws_handshake_parse(buf, strlen(buf), acc, &used, &status), -EBADMSG);
 	snprintf(buf, sizeof(buf), "garbage\r\n\r\n");
 	assert_int_equal(ws_handshake_parse(buf, strlen(buf), acc, &used, &status), -EBADMSG);
@@ -190,9 +193,9 @@ static void test_build(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_origin),    cmocka_unit_test(test_identity),
-		cmocka_unit_test(test_accept),    cmocka_unit_test(test_handshake),
-		cmocka_unit_test(test_frames),    cmocka_unit_test(test_build),
+		cmocka_unit_test(test_origin), cmocka_unit_test(test_identity),
+		cmocka_unit_test(test_accept), cmocka_unit_test(test_handshake),
+		cmocka_unit_test(test_frames), cmocka_unit_test(test_build),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -99,8 +99,8 @@ static bool srv_auth(struct srv *s, const struct stun_msg *m)
 	return true;
 }
 
-static void srv_data_indication(struct srv *s, const struct sockaddr_storage *peer,
-				const void *d, size_t n)
+static void srv_data_indication(struct srv *s, const struct sockaddr_storage *peer, const void *d,
+				size_t n)
 {
 	uint8_t out[1024], tid[STUN_TID_LEN] = { 0 };
 	struct stun_builder b;
@@ -218,8 +218,8 @@ static void srv_loop_udp(struct srv *s)
 		if (poll(&p, 1, 20000) <= 0)
 			_exit(0);
 		s->plen = sizeof(s->peer);
-		ssize_t n = recvfrom(s->fd, buf, sizeof(buf), 0, (struct sockaddr *)&s->peer,
-				     &s->plen);
+		ssize_t n =
+			recvfrom(s->fd, buf, sizeof(buf), 0, (struct sockaddr *)&s->peer, &s->plen);
 		if (n > 0)
 			srv_handle(s, buf, (size_t)n);
 	}
@@ -279,8 +279,9 @@ static int start_server(struct fixture *f, bool tcp, int family)
 		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	}
 	int fd = socket(family, tcp ? SOCK_STREAM : SOCK_DGRAM, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&f->addr, family == AF_INET6 ?
-			   sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) != 0)
+	if (fd < 0 || bind(fd, (struct sockaddr *)&f->addr,
+			   family == AF_INET6 ? sizeof(struct sockaddr_in6)
+					      : sizeof(struct sockaddr_in)) != 0)
 		return -1;
 	if (tcp && listen(fd, 1) != 0)
 		return -1;
@@ -325,10 +326,22 @@ static int setup(void **state, bool tcp, int family)
 	return 0;
 }
 
-static int setup_udp4(void **state) { return setup(state, false, AF_INET); }
-static int setup_udp6(void **state) { return setup(state, false, AF_INET6); }
-static int setup_tcp4(void **state) { return setup(state, true, AF_INET); }
-static int setup_tcp6(void **state) { return setup(state, true, AF_INET6); }
+static int setup_udp4(void **state)
+{
+	return setup(state, false, AF_INET);
+}
+static int setup_udp6(void **state)
+{
+	return setup(state, false, AF_INET6);
+}
+static int setup_tcp4(void **state)
+{
+	return setup(state, true, AF_INET);
+}
+static int setup_tcp6(void **state)
+{
+	return setup(state, true, AF_INET6);
+}
 
 static int teardown(void **state)
 {
@@ -402,7 +415,8 @@ static void t_session(void **state)
 	assert_int_equal(ch, 0x4001);
 
 	assert_int_equal(turn_client_send_indication(c, (struct sockaddr *)&peers[0], "ind", 3,
-						     false), 0);
+						     false),
+			 0);
 	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, &from, &ch, 2000), 0);
 	assert_int_equal(len, 3);
 	assert_memory_equal(buf, "ind", 3);
@@ -412,8 +426,7 @@ static void t_session(void **state)
 	/* Too small a buffer, and nothing more to receive. */
 	assert_int_equal(turn_client_send_channel(c, 0x4001, "hello", 5), 0);
 	assert_int_equal(turn_client_recv(c, buf, 2, &len, &from, &ch, 2000), -EMSGSIZE);
-	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, &from, &ch, 100),
-			 -ETIMEDOUT);
+	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, &from, &ch, 100), -ETIMEDOUT);
 }
 
 static void set_tcp_transport(struct stun_builder *b, void *arg)
@@ -430,7 +443,8 @@ static void t_errors_and_raw(void **state)
 
 	/* Without retries the first 401 is returned as is (but its nonce is learnt). */
 	assert_int_equal(turn_client_request(c, STUN_ALLOCATE, set_tcp_transport, NULL,
-					     TURN_REQ_AUTH | TURN_REQ_NO_RETRY, &rsp), 0);
+					     TURN_REQ_AUTH | TURN_REQ_NO_RETRY, &rsp),
+			 0);
 	assert_int_equal(rsp.error_code, 401);
 	assert_true(stun_msg_has(&rsp.msg, STUN_ATTR_NONCE));
 	assert_int_equal(turn_client_last_error(c, NULL), 401);
@@ -445,7 +459,8 @@ static void t_errors_and_raw(void **state)
 
 	/* Raw request: the full error response comes back for inspection. */
 	assert_int_equal(turn_client_request(c, STUN_ALLOCATE, set_tcp_transport, NULL,
-					     TURN_REQ_AUTH, &rsp), 0);
+					     TURN_REQ_AUTH, &rsp),
+			 0);
 	assert_int_equal(rsp.error_code, 442);
 	assert_int_equal(rsp.msg.cls, STUN_ERROR);
 	assert_int_equal(rsp.msg.method, STUN_ALLOCATE);
@@ -476,8 +491,10 @@ static void t_timeout_udp(void **state)
 	al = sizeof(a);
 	getsockname(fd, (struct sockaddr *)&a, &al);
 	struct turn_client_opts o = { .transport = TURN_CLIENT_UDP,
-				      .server = (struct sockaddr *)&a, .timeout_ms = 300,
-				      .rto_ms = 20, .max_retrans = 3 };
+				      .server = (struct sockaddr *)&a,
+				      .timeout_ms = 300,
+				      .rto_ms = 20,
+				      .max_retrans = 3 };
 	struct turn_client *c;
 	struct sockaddr_storage mapped;
 	assert_int_equal(turn_client_create(&o, &c), 0);

@@ -80,7 +80,8 @@ static X509 *make_cert(EVP_PKEY *key, long serial)
 	assert_int_equal(X509_set_pubkey(x, key), 1);
 	X509_NAME *n = X509_get_subject_name(x);
 	assert_int_equal(X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC,
-						    (const unsigned char *)HOST, -1, -1, 0), 1);
+						    (const unsigned char *)HOST, -1, -1, 0),
+			 1);
 	assert_int_equal(X509_set_issuer_name(x, n), 1);
 	X509V3_set_ctx_nodb(&v);
 	X509V3_set_ctx(&v, x, x, NULL, NULL, 0);
@@ -140,8 +141,8 @@ static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 {
 	(void)ssl;
 	(void)arg;
-	if (SSL_select_next_proto((unsigned char **)out, outlen, srv_alpn, sizeof(srv_alpn) - 1,
-				  in, inlen) == OPENSSL_NPN_NEGOTIATED)
+	if (SSL_select_next_proto((unsigned char **)out, outlen, srv_alpn, sizeof(srv_alpn) - 1, in,
+				  inlen) == OPENSSL_NPN_NEGOTIATED)
 		return SSL_TLSEXT_ERR_OK;
 	return SSL_TLSEXT_ERR_NOACK;
 }
@@ -455,7 +456,7 @@ static void check_channel(struct turn_client *c, bool dtls)
 	uint8_t buf[64];
 	size_t len = 0;
 	uint16_t ch = 0;
-	static const char payload[] = "odd-7";	/* 5 bytes: padded to 8 on a stream */
+	static const char payload[] = "odd-7"; /* 5 bytes: padded to 8 on a stream */
 
 	assert_int_equal(turn_client_send_channel(c, 0x4001, payload, 5), 0);
 	assert_int_equal(turn_client_recv(c, buf, sizeof(buf), &len, NULL, &ch, IO_TIMEOUT_MS), 0);
@@ -497,7 +498,10 @@ static void session(void **state, bool dtls)
 		assert_true(s.cookie_verified);
 }
 
-static void t_tls_session(void **state) { session(state, false); }
+static void t_tls_session(void **state)
+{
+	session(state, false);
+}
 
 /* The first ClientHello is lost: the client's DTLS timer retransmits it (after ~1 s). */
 static void t_dtls_lost_hello(void **state)
@@ -514,7 +518,10 @@ static void t_dtls_lost_hello(void **state)
 	srv_stop(&s);
 	assert_true(s.cookie_verified);
 }
-static void t_dtls_session(void **state) { session(state, true); }
+static void t_dtls_session(void **state)
+{
+	session(state, true);
+}
 
 /* No ALPN offered -> none selected; no SNI set -> the server saw none. */
 static void no_alpn(void **state, bool dtls)
@@ -536,8 +543,14 @@ static void no_alpn(void **state, bool dtls)
 	assert_string_equal(s.sni, "");
 }
 
-static void t_tls_no_alpn(void **state) { no_alpn(state, false); }
-static void t_dtls_no_alpn(void **state) { no_alpn(state, true); }
+static void t_tls_no_alpn(void **state)
+{
+	no_alpn(state, false);
+}
+static void t_dtls_no_alpn(void **state)
+{
+	no_alpn(state, true);
+}
 
 /* A server that closes after the first request: the client sees -ECONNRESET. */
 static void server_close(void **state, bool dtls)
@@ -555,7 +568,10 @@ static void server_close(void **state, bool dtls)
 	assert_true(s.handshake_done);
 }
 
-static void t_tls_server_close(void **state) { server_close(state, false); }
+static void t_tls_server_close(void **state)
+{
+	server_close(state, false);
+}
 
 /* A TLS server that drops the connection without close_notify: -ECONNRESET, then writes
  * fail with an error (EPIPE, ECONNRESET) instead of a SIGPIPE killing the program. */
@@ -580,7 +596,10 @@ static void t_tls_server_abort(void **state)
 	assert_true(rc == -EPIPE || rc == -ECONNRESET);
 	turn_client_destroy(c);
 }
-static void t_dtls_server_close(void **state) { server_close(state, true); }
+static void t_dtls_server_close(void **state)
+{
+	server_close(state, true);
+}
 
 /* A server that never answers the handshake: -ETIMEDOUT, within the timeout. */
 static void silent(bool dtls)
@@ -603,8 +622,16 @@ static void silent(bool dtls)
 	close(s.fd);
 }
 
-static void t_tls_silent(void **state) { (void)state; silent(false); }
-static void t_dtls_silent(void **state) { (void)state; silent(true); }
+static void t_tls_silent(void **state)
+{
+	(void)state;
+	silent(false);
+}
+static void t_dtls_silent(void **state)
+{
+	(void)state;
+	silent(true);
+}
 
 /* ca_file: the right CA and host name verify; a wrong host or CA is -ECONNABORTED. */
 static void verify(void **state, bool dtls)
@@ -641,8 +668,14 @@ static void verify(void **state, bool dtls)
 	close(s.fd);
 }
 
-static void t_tls_verify(void **state) { verify(state, false); }
-static void t_dtls_verify(void **state) { verify(state, true); }
+static void t_tls_verify(void **state)
+{
+	verify(state, false);
+}
+static void t_dtls_verify(void **state)
+{
+	verify(state, true);
+}
 
 static void t_info_errors(void **state)
 {
@@ -669,18 +702,12 @@ static void t_info_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(t_tls_session),
-		cmocka_unit_test(t_dtls_session),
-		cmocka_unit_test(t_dtls_lost_hello),
-		cmocka_unit_test(t_tls_no_alpn),
-		cmocka_unit_test(t_dtls_no_alpn),
-		cmocka_unit_test(t_tls_server_close),
-		cmocka_unit_test(t_dtls_server_close),
-		cmocka_unit_test(t_tls_server_abort),
-		cmocka_unit_test(t_tls_silent),
-		cmocka_unit_test(t_dtls_silent),
-		cmocka_unit_test(t_tls_verify),
-		cmocka_unit_test(t_dtls_verify),
+		cmocka_unit_test(t_tls_session),       cmocka_unit_test(t_dtls_session),
+		cmocka_unit_test(t_dtls_lost_hello),   cmocka_unit_test(t_tls_no_alpn),
+		cmocka_unit_test(t_dtls_no_alpn),      cmocka_unit_test(t_tls_server_close),
+		cmocka_unit_test(t_dtls_server_close), cmocka_unit_test(t_tls_server_abort),
+		cmocka_unit_test(t_tls_silent),        cmocka_unit_test(t_dtls_silent),
+		cmocka_unit_test(t_tls_verify),        cmocka_unit_test(t_dtls_verify),
 		cmocka_unit_test(t_info_errors),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

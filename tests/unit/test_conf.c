@@ -76,7 +76,7 @@ static void test_defaults(void **state)
 static void test_default_address_without_env(void **state)
 {
 	(void)state;
-	static const char *const env[] = {NULL};
+	static const char *const env[] = { NULL };
 	struct conf *c;
 	struct conf_diags d;
 	t_env_pairs = env;
@@ -95,7 +95,8 @@ static void test_cluster_defaults(void **state)
 	struct conf *c;
 	struct conf_diags d;
 	assert_int_equal(t_load(T_HEAD "clusters:\n  - name: c\n    endpoints: [1.2.3.4]\n", &c,
-				&d), 0);
+				&d),
+			 0);
 	assert_int_equal(c->clusters[0].type, CONF_CLUSTER_STATIC);
 	assert_int_equal(c->clusters[0].protocol, CONF_CPROTO_UDP);
 	assert_int_equal(c->clusters[0].endpoints[0].port_min, 1);
@@ -109,8 +110,10 @@ static void check_auth_type(const char *spelling, enum conf_auth_type want)
 	char buf[512];
 	struct conf *c;
 	struct conf_diags d;
-	snprintf(buf, sizeof(buf), "version: v1\nauth:\n  type: %s\n  credentials:\n"
-		 "    username: u\n    password: p\n    secret: s\n", spelling);
+	snprintf(buf, sizeof(buf),
+		 "version: v1\nauth:\n  type: %s\n  credentials:\n"
+		 "    username: u\n    password: p\n    secret: s\n",
+		 spelling);
 	int rc = t_load(buf, &c, &d);
 	if (rc != 0)
 		t_dump(&d);
@@ -141,9 +144,10 @@ static void check_proto(const char *spelling, enum conf_proto want)
 	char buf[512];
 	struct conf *c;
 	struct conf_diags d;
-	snprintf(buf, sizeof(buf), T_HEAD "listeners:\n  - name: l\n    protocol: %s\n"
-		 "    cert_file: %s/test-cert.pem\n    key_file: %s/test-key.pem\n", spelling,
-		 CONF_SAMPLES, CONF_SAMPLES);
+	snprintf(buf, sizeof(buf),
+		 T_HEAD "listeners:\n  - name: l\n    protocol: %s\n"
+			"    cert_file: %s/test-cert.pem\n    key_file: %s/test-key.pem\n",
+		 spelling, CONF_SAMPLES, CONF_SAMPLES);
 	int rc = t_load(buf, &c, &d);
 	if (rc != 0)
 		t_dump(&d);
@@ -175,10 +179,13 @@ static void test_cluster_spellings(void **state)
 	(void)state;
 	struct conf *c;
 	struct conf_diags d;
-	assert_int_equal(t_load(T_HEAD "clusters:\n"
+	assert_int_equal(t_load(T_HEAD
+				"clusters:\n"
 				"  - {name: a, type: static, protocol: udp, endpoints: [1.1.1.1]}\n"
 				"  - {name: b, type: Strict_DNS, protocol: TCP, endpoints: [a.b]}\n"
-				"  - {name: c, type: STRICT_DNS, protocol: Tcp}\n", &c, &d), 0);
+				"  - {name: c, type: STRICT_DNS, protocol: Tcp}\n",
+				&c, &d),
+			 0);
 	assert_int_equal(c->clusters[0].type, CONF_CLUSTER_STATIC);
 	assert_int_equal(c->clusters[0].protocol, CONF_CPROTO_UDP);
 	assert_int_equal(c->clusters[1].type, CONF_CLUSTER_STRICT_DNS);
@@ -196,171 +203,173 @@ struct err_case {
 };
 
 static const struct err_case err_cases[] = {
-	{T_HEAD "listeners:\n  - name: a\n    port: 3478\n  - name: b\n    port: 70000\n",
-	 "t.yaml:11:11: listeners[1].port: 70000 is out of range (1..65535)"},
-	{T_HEAD "listeners:\n  - name: a\n    port: -1\n",
-	 "t.yaml:9:11: listeners[0].port: -1 is out of range (1..65535)"},
-	{T_HEAD "listeners:\n  - name: a\n    port: abc\n",
-	 "t.yaml:9:11: listeners[0].port: 'abc' is not an integer (expected a number)"},
+	{ T_HEAD "listeners:\n  - name: a\n    port: 3478\n  - name: b\n    port: 70000\n",
+	  "t.yaml:11:11: listeners[1].port: 70000 is out of range (1..65535)" },
+	{ T_HEAD "listeners:\n  - name: a\n    port: -1\n",
+	  "t.yaml:9:11: listeners[0].port: -1 is out of range (1..65535)" },
+	{ T_HEAD "listeners:\n  - name: a\n    port: abc\n",
+	  "t.yaml:9:11: listeners[0].port: 'abc' is not an integer (expected a number)" },
 	/* What stunnerd's decoder refuses for an int field. */
-	{T_HEAD "listeners:\n  - name: a\n    port: 3478.5\n",
-	 "t.yaml:9:11: listeners[0].port: '3478.5' is not an integer (expected a number)"},
-	{T_HEAD "listeners:\n  - name: a\n    port: yes\n",
-	 "t.yaml:9:11: listeners[0].port: 'yes' is not an integer (expected a number)"},
-	{T_HEAD "admin:\n  user_quota: 99999999999999999999\n",
-	 "t.yaml:8:15: admin.user_quota: 99999999999999999999 is out of range (expected a 64-bit "
-	 "integer)"},
-	{T_HEAD "admin:\n  offload_engine: Turbo\n",
-	 "t.yaml:8:19: admin.offload_engine: 'Turbo' is not an offload engine (expected None, XDP, "
-	 "TC or Auto)"},
-	{"version: v1alpha1\nauth:\n  credentials: {username: u, password: p}\n",
-	 "t.yaml:3:3: auth.type: missing in a v1alpha1 config (stunnerd's conversion to v1 needs "
-	 "static, plaintext, ephemeral, longterm or none)"},
-	{T_HEAD "base: &b {port: 1}\nlisteners:\n  - {name: a, <<: 5}\n",
-	 "t.yaml:9:19: listeners[0]: merge key with a scalar (expected a mapping or a list of "
-	 "mappings)"},
-	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<1-9999999999999999999>\"]\n",
-	 "t.yaml:9:17: clusters[0].endpoints[0]: port range ':<1-9999999999999999999>' is out of "
-	 "range (0..65535)"},
-	{"version: v2\n" "auth:\n  type: none\n",
-	 "t.yaml:1:10: version: unsupported API version 'v2' (expected v1)"},
-	{"auth:\n  type: none\n", "t.yaml:1:1: version: missing (expected v1)"},
-	{"version: v1\n", "t.yaml:1:1: auth: missing (expected an auth section; STUNner's "
-			  "default static auth needs credentials)"},
-	{T_HEAD "listeners:\n  - name: a\n  - name: a\n",
-	 "t.yaml:9:11: listeners[1].name: duplicate listener name 'a' (expected unique names; "
-	 "first used by listeners[0])"},
-	{T_HEAD "listeners:\n  - port: 1\n",
-	 "t.yaml:8:5: listeners[0].name: missing name (expected a non-empty listener name)"},
-	{T_HEAD "clusters:\n  - name: c\n  - name: c\n",
-	 "t.yaml:9:11: clusters[1].name: duplicate cluster name 'c' (expected unique names; "
-	 "first used by clusters[0])"},
-	{T_HEAD "clusters:\n  - type: STATIC\n",
-	 "t.yaml:8:5: clusters[0].name: missing name (expected a non-empty cluster name)"},
-	{T_HEAD "listeners:\n  - name: a\n    protocol: TURN-TLS\n",
-	 "t.yaml:8:5: listeners[0].cert: missing: TURN-TLS listener without certificate "
-	 "(expected cert or cert_file)"},
-	{T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    cert: \"@@@\"\n",
-	 "t.yaml:10:11: listeners[0].cert: base64-decode error (expected base64 of a PEM "
-	 "certificate)"},
-	{T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    cert: \"aGVsbG8=\"\n"
-		"    key: \"aGVsbG8=\"\n",
-	 "t.yaml:10:11: listeners[0].cert: not a PEM certificate (expected base64 of a PEM "
-	 "certificate)"},
-	{T_HEAD "listeners:\n  - name: a\n    protocol: SCTP\n",
-	 "t.yaml:9:15: listeners[0].protocol: 'SCTP' is not a listener protocol (expected "
-	 "TURN-UDP, TURN-TCP, TURN-TLS or TURN-DTLS)"},
-	{T_HEAD "listeners:\n  - name: a\n    address: not-an-ip\n",
-	 "t.yaml:9:14: listeners[0].address: 'not-an-ip' is not an IP address (expected an IP "
-	 "address or localhost)"},
-	{"version: v1\nauth:\n  type: static\n",
-	 "t.yaml:3:3: auth.credentials: static auth without users (expected username and "
-	 "password, or users)"},
-	{"version: v1\nauth:\n  type: static\n  credentials:\n    username: u\n",
-	 "t.yaml:5:5: auth.credentials.password: missing (expected both username and password "
-	 "for static auth)"},
-	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {}\n",
-	 "t.yaml:4:16: auth.credentials.secret: missing (expected a secret for ephemeral auth, "
-	 "or secret_file)"},
-	{"version: v1\nauth:\n  type: magic\n",
-	 "t.yaml:3:9: auth.type: 'magic' is not an auth type (expected static, ephemeral or "
-	 "none)"},
-	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/33\"]\n",
-	 "t.yaml:9:17: clusters[0].endpoints[0]: prefix length of '10.0.0.0/33' is out of range "
-	 "(0..32)"},
-	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"fd00::/129\"]\n",
-	 "t.yaml:9:17: clusters[0].endpoints[0]: prefix length of 'fd00::/129' is out of range "
-	 "(0..128)"},
-	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.300\"]\n",
-	 "t.yaml:9:17: clusters[0].endpoints[0]: '10.0.0.300' is not an endpoint (expected IP, "
-	 "IP/LEN, optionally followed by :<MIN-MAX>)"},
-	{T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<a-b>\"]\n",
-	 "t.yaml:9:17: clusters[0].endpoints[0]: malformed port range ':<a-b>' (expected "
-	 ":<MIN-MAX>)"},
-	{T_HEAD "clusters:\n  - name: c\n    type: ANYCAST\n",
-	 "t.yaml:9:11: clusters[0].type: 'ANYCAST' is not a cluster type (expected STATIC or "
-	 "STRICT_DNS)"},
-	{T_HEAD "clusters:\n  - name: c\n    protocol: SCTP\n",
-	 "t.yaml:9:15: clusters[0].protocol: 'SCTP' is not a cluster protocol (expected UDP or "
-	 "TCP)"},
-	{T_HEAD "admin:\n  relay_port_min: 5000\n  relay_port_max: 4000\n",
-	 "t.yaml:8:19: admin.relay_port_min: relay_port_min 5000 is greater than relay_port_max "
-	 "4000 (expected MIN <= MAX)"},
-	{T_HEAD "listeners:\n  - name: a\n    relay_port_min: 60000\n    relay_port_max: 50000\n",
-	 "t.yaml:9:21: listeners[0].relay_port_min: relay_port_min 60000 is greater than "
-	 "relay_port_max 50000 (expected MIN <= MAX)"},
-	{T_HEAD "limits:\n  allocation_lifetime: 7200\n",
-	 "t.yaml:8:24: limits.allocation_lifetime: 7200 is greater than max_allocation_lifetime "
-	 "3600 (expected at most that)"},
-	{T_HEAD "limits:\n  max_allocations: 10\n  total_quota: 20\n",
-	 "t.yaml:9:16: limits.total_quota: 20 is greater than max_allocations 10 (expected at "
-	 "most that)"},
-	{T_HEAD "limits:\n  max_channels: 5000\n",
-	 "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..32)"},
-	{T_HEAD "admin:\n  log_format: xml\n",
-	 "t.yaml:8:15: admin.log_format: 'xml' is not a log format (expected text or json)"},
-	{T_HEAD "admin:\n  admin_socket_mode: \"0999\"\n",
-	 "t.yaml:8:22: admin.admin_socket_mode: '0999' is not a file mode (expected octal "
-	 "0000..0777)"},
-	{T_HEAD "admin:\n  metrics_endpoint: \"http://x:99999\"\n",
-	 "t.yaml:8:21: admin.metrics_endpoint: 'http://x:99999' is not a valid URL (expected "
-	 "http://[HOST][:PORT][/PATH])"},
-	{T_HEAD "admin:\n  alternate_server: \"host:1\"\n",
-	 "t.yaml:8:21: admin.alternate_server: 'host:1' is not an address (expected IP, IP:PORT "
-	 "or [IPV6]:PORT)"},
-	{T_HEAD "admin:\n  workers: -1\n",
-	 "t.yaml:8:12: admin.workers: -1 is out of range (0..255)"},
-	{T_HEAD "admin:\n  workers: 256\n",
-	 "t.yaml:8:12: admin.workers: 256 is out of range (0..255)"},
-	{T_HEAD "limits:\n  max_permissions: 33\n",
-	 "t.yaml:8:20: limits.max_permissions: 33 is out of range (1..32)"},
-	{T_HEAD "limits:\n  unauth_rate: 2000000\n",
-	 "t.yaml:8:16: limits.unauth_rate: 2000000 is out of range (0..1000000)"},
-	{T_HEAD "limits:\n  unauth_burst: 0\n",
-	 "t.yaml:8:17: limits.unauth_burst: 0 is out of range (1..1000000)"},
-	{T_HEAD "limits:\n  unauth_prefix_v4: 33\n",
-	 "t.yaml:8:21: limits.unauth_prefix_v4: 33 is out of range (0..32)"},
-	{T_HEAD "limits:\n  unauth_prefix_v6: 129\n",
-	 "t.yaml:8:21: limits.unauth_prefix_v6: 129 is out of range (0..128)"},
-	{T_HEAD "limits:\n  unauth_trust_window: 0\n",
-	 "t.yaml:8:24: limits.unauth_trust_window: 0 is out of range (1..86400)"},
-	{T_HEAD "limits:\n  unauth_trust_credits: 65536\n",
-	 "t.yaml:8:25: limits.unauth_trust_credits: 65536 is out of range (0..65535)"},
-	{T_HEAD "auth2: {}\nlisteners: {}\n",
-	 "t.yaml:8:12: listeners: found a mapping (expected a list)"},
-	{"version: v1\nauth: [\n", "t.yaml:3:1: syntax error: did not find expected node "
-				   "content while parsing a flow node"},
-	{"", "t.yaml: empty document (expected a STUNner v1 config)"},
-	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
-	 "  previous_secret: b\n",
-	 "t.yaml:5:20: auth.previous_secret: has no deadline (expected previous_secret_until or "
-	 "previous_secret_grace)"},
-	{"version: v1\nauth:\n  type: ephemeral\n  secret_file: /nonexistent/secret\n",
-	 "t.yaml:4:16: auth.secret_file: cannot read '/nonexistent/secret': No such file or "
-	 "directory (expected a readable secret file)"},
-	{"version: v1\nauth:\n  type: static\n  users:\n    - {username: a, password: b}\n"
-	 "    - {username: a, password: c}\n",
-	 "t.yaml:6:7: auth.users[1]: duplicate user 'a' (expected each username once)"},
-	{T_HEAD "listeners:\n  - name: a\n    auth:\n      type: ephemeral\n",
-	 "t.yaml:10:7: listeners[0].auth.credentials.secret: missing (expected a secret for "
-	 "ephemeral auth, or secret_file)"},
-	{T_HEAD "listeners:\n  - name: a\n    bind_address: eth0\n",
-	 "t.yaml:9:19: listeners[0].bind_address: 'eth0' is not an IP address (expected an IP "
-	 "address)"},
-	{T_HEAD "auth2: {}\nadmin:\n  name: [a]\n",
-	 "t.yaml:9:9: admin.name: found a list (expected a scalar)"},
-	{T_HEAD "auth2: {}\nlimits:\n  max_permissions: 0\n",
-	 "t.yaml:9:20: limits.max_permissions: 0 is out of range (1..32)"},
-	{T_HEAD "auth2: {}\nauth3:\n  x: 1\nadmin:\n  strict: [\n",
-	 "t.yaml:12:1: syntax error: did not find expected node content while parsing a flow "
-	 "node"},
-	{T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1}\n"
-		"  - {name: b, address: 1.1.1.1, protocol: TURN-DTLS, port: 3478}\n",
-	 "t.yaml:9:60: listeners[1].port: 3478/udp on 1.1.1.1 is already used by listeners[0] "
-	 "(expected a different port or address)"},
-	{"version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
-	 "  strict_expiry: maybe\n",
-	 "t.yaml:5:18: auth.strict_expiry: 'maybe' is not a boolean (expected true or false)"},
+	{ T_HEAD "listeners:\n  - name: a\n    port: 3478.5\n",
+	  "t.yaml:9:11: listeners[0].port: '3478.5' is not an integer (expected a number)" },
+	{ T_HEAD "listeners:\n  - name: a\n    port: yes\n",
+	  "t.yaml:9:11: listeners[0].port: 'yes' is not an integer (expected a number)" },
+	{ T_HEAD "admin:\n  user_quota: 99999999999999999999\n",
+	  "t.yaml:8:15: admin.user_quota: 99999999999999999999 is out of range (expected a 64-bit "
+	  "integer)" },
+	{ T_HEAD "admin:\n  offload_engine: Turbo\n",
+	  "t.yaml:8:19: admin.offload_engine: 'Turbo' is not an offload engine (expected None, XDP, "
+	  "TC or Auto)" },
+	{ "version: v1alpha1\nauth:\n  credentials: {username: u, password: p}\n",
+	  "t.yaml:3:3: auth.type: missing in a v1alpha1 config (stunnerd's conversion to v1 needs "
+	  "static, plaintext, ephemeral, longterm or none)" },
+	{ T_HEAD "base: &b {port: 1}\nlisteners:\n  - {name: a, <<: 5}\n",
+	  "t.yaml:9:19: listeners[0]: merge key with a scalar (expected a mapping or a list of "
+	  "mappings)" },
+	{ T_HEAD
+	  "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<1-9999999999999999999>\"]\n",
+	  "t.yaml:9:17: clusters[0].endpoints[0]: port range ':<1-9999999999999999999>' is out of "
+	  "range (0..65535)" },
+	{ "version: v2\n"
+	  "auth:\n  type: none\n",
+	  "t.yaml:1:10: version: unsupported API version 'v2' (expected v1)" },
+	{ "auth:\n  type: none\n", "t.yaml:1:1: version: missing (expected v1)" },
+	{ "version: v1\n", "t.yaml:1:1: auth: missing (expected an auth section; STUNner's "
+			   "default static auth needs credentials)" },
+	{ T_HEAD "listeners:\n  - name: a\n  - name: a\n",
+	  "t.yaml:9:11: listeners[1].name: duplicate listener name 'a' (expected unique names; "
+	  "first used by listeners[0])" },
+	{ T_HEAD "listeners:\n  - port: 1\n",
+	  "t.yaml:8:5: listeners[0].name: missing name (expected a non-empty listener name)" },
+	{ T_HEAD "clusters:\n  - name: c\n  - name: c\n",
+	  "t.yaml:9:11: clusters[1].name: duplicate cluster name 'c' (expected unique names; "
+	  "first used by clusters[0])" },
+	{ T_HEAD "clusters:\n  - type: STATIC\n",
+	  "t.yaml:8:5: clusters[0].name: missing name (expected a non-empty cluster name)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-TLS\n",
+	  "t.yaml:8:5: listeners[0].cert: missing: TURN-TLS listener without certificate "
+	  "(expected cert or cert_file)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    cert: \"@@@\"\n",
+	  "t.yaml:10:11: listeners[0].cert: base64-decode error (expected base64 of a PEM "
+	  "certificate)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    cert: \"aGVsbG8=\"\n"
+		 "    key: \"aGVsbG8=\"\n",
+	  "t.yaml:10:11: listeners[0].cert: not a PEM certificate (expected base64 of a PEM "
+	  "certificate)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: SCTP\n",
+	  "t.yaml:9:15: listeners[0].protocol: 'SCTP' is not a listener protocol (expected "
+	  "TURN-UDP, TURN-TCP, TURN-TLS or TURN-DTLS)" },
+	{ T_HEAD "listeners:\n  - name: a\n    address: not-an-ip\n",
+	  "t.yaml:9:14: listeners[0].address: 'not-an-ip' is not an IP address (expected an IP "
+	  "address or localhost)" },
+	{ "version: v1\nauth:\n  type: static\n",
+	  "t.yaml:3:3: auth.credentials: static auth without users (expected username and "
+	  "password, or users)" },
+	{ "version: v1\nauth:\n  type: static\n  credentials:\n    username: u\n",
+	  "t.yaml:5:5: auth.credentials.password: missing (expected both username and password "
+	  "for static auth)" },
+	{ "version: v1\nauth:\n  type: ephemeral\n  credentials: {}\n",
+	  "t.yaml:4:16: auth.credentials.secret: missing (expected a secret for ephemeral auth, "
+	  "or secret_file)" },
+	{ "version: v1\nauth:\n  type: magic\n",
+	  "t.yaml:3:9: auth.type: 'magic' is not an auth type (expected static, ephemeral or "
+	  "none)" },
+	{ T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/33\"]\n",
+	  "t.yaml:9:17: clusters[0].endpoints[0]: prefix length of '10.0.0.0/33' is out of range "
+	  "(0..32)" },
+	{ T_HEAD "clusters:\n  - name: c\n    endpoints: [\"fd00::/129\"]\n",
+	  "t.yaml:9:17: clusters[0].endpoints[0]: prefix length of 'fd00::/129' is out of range "
+	  "(0..128)" },
+	{ T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.300\"]\n",
+	  "t.yaml:9:17: clusters[0].endpoints[0]: '10.0.0.300' is not an endpoint (expected IP, "
+	  "IP/LEN, optionally followed by :<MIN-MAX>)" },
+	{ T_HEAD "clusters:\n  - name: c\n    endpoints: [\"10.0.0.0/8:<a-b>\"]\n",
+	  "t.yaml:9:17: clusters[0].endpoints[0]: malformed port range ':<a-b>' (expected "
+	  ":<MIN-MAX>)" },
+	{ T_HEAD "clusters:\n  - name: c\n    type: ANYCAST\n",
+	  "t.yaml:9:11: clusters[0].type: 'ANYCAST' is not a cluster type (expected STATIC or "
+	  "STRICT_DNS)" },
+	{ T_HEAD "clusters:\n  - name: c\n    protocol: SCTP\n",
+	  "t.yaml:9:15: clusters[0].protocol: 'SCTP' is not a cluster protocol (expected UDP or "
+	  "TCP)" },
+	{ T_HEAD "admin:\n  relay_port_min: 5000\n  relay_port_max: 4000\n",
+	  "t.yaml:8:19: admin.relay_port_min: relay_port_min 5000 is greater than relay_port_max "
+	  "4000 (expected MIN <= MAX)" },
+	{ T_HEAD "listeners:\n  - name: a\n    relay_port_min: 60000\n    relay_port_max: 50000\n",
+	  "t.yaml:9:21: listeners[0].relay_port_min: relay_port_min 60000 is greater than "
+	  "relay_port_max 50000 (expected MIN <= MAX)" },
+	{ T_HEAD "limits:\n  allocation_lifetime: 7200\n",
+	  "t.yaml:8:24: limits.allocation_lifetime: 7200 is greater than max_allocation_lifetime "
+	  "3600 (expected at most that)" },
+	{ T_HEAD "limits:\n  max_allocations: 10\n  total_quota: 20\n",
+	  "t.yaml:9:16: limits.total_quota: 20 is greater than max_allocations 10 (expected at "
+	  "most that)" },
+	{ T_HEAD "limits:\n  max_channels: 5000\n",
+	  "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..32)" },
+	{ T_HEAD "admin:\n  log_format: xml\n",
+	  "t.yaml:8:15: admin.log_format: 'xml' is not a log format (expected text or json)" },
+	{ T_HEAD "admin:\n  admin_socket_mode: \"0999\"\n",
+	  "t.yaml:8:22: admin.admin_socket_mode: '0999' is not a file mode (expected octal "
+	  "0000..0777)" },
+	{ T_HEAD "admin:\n  metrics_endpoint: \"http://x:99999\"\n",
+	  "t.yaml:8:21: admin.metrics_endpoint: 'http://x:99999' is not a valid URL (expected "
+	  "http://[HOST][:PORT][/PATH])" },
+	{ T_HEAD "admin:\n  alternate_server: \"host:1\"\n",
+	  "t.yaml:8:21: admin.alternate_server: 'host:1' is not an address (expected IP, IP:PORT "
+	  "or [IPV6]:PORT)" },
+	{ T_HEAD "admin:\n  workers: -1\n",
+	  "t.yaml:8:12: admin.workers: -1 is out of range (0..255)" },
+	{ T_HEAD "admin:\n  workers: 256\n",
+	  "t.yaml:8:12: admin.workers: 256 is out of range (0..255)" },
+	{ T_HEAD "limits:\n  max_permissions: 33\n",
+	  "t.yaml:8:20: limits.max_permissions: 33 is out of range (1..32)" },
+	{ T_HEAD "limits:\n  unauth_rate: 2000000\n",
+	  "t.yaml:8:16: limits.unauth_rate: 2000000 is out of range (0..1000000)" },
+	{ T_HEAD "limits:\n  unauth_burst: 0\n",
+	  "t.yaml:8:17: limits.unauth_burst: 0 is out of range (1..1000000)" },
+	{ T_HEAD "limits:\n  unauth_prefix_v4: 33\n",
+	  "t.yaml:8:21: limits.unauth_prefix_v4: 33 is out of range (0..32)" },
+	{ T_HEAD "limits:\n  unauth_prefix_v6: 129\n",
+	  "t.yaml:8:21: limits.unauth_prefix_v6: 129 is out of range (0..128)" },
+	{ T_HEAD "limits:\n  unauth_trust_window: 0\n",
+	  "t.yaml:8:24: limits.unauth_trust_window: 0 is out of range (1..86400)" },
+	{ T_HEAD "limits:\n  unauth_trust_credits: 65536\n",
+	  "t.yaml:8:25: limits.unauth_trust_credits: 65536 is out of range (0..65535)" },
+	{ T_HEAD "auth2: {}\nlisteners: {}\n",
+	  "t.yaml:8:12: listeners: found a mapping (expected a list)" },
+	{ "version: v1\nauth: [\n", "t.yaml:3:1: syntax error: did not find expected node "
+				    "content while parsing a flow node" },
+	{ "", "t.yaml: empty document (expected a STUNner v1 config)" },
+	{ "version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
+	  "  previous_secret: b\n",
+	  "t.yaml:5:20: auth.previous_secret: has no deadline (expected previous_secret_until or "
+	  "previous_secret_grace)" },
+	{ "version: v1\nauth:\n  type: ephemeral\n  secret_file: /nonexistent/secret\n",
+	  "t.yaml:4:16: auth.secret_file: cannot read '/nonexistent/secret': No such file or "
+	  "directory (expected a readable secret file)" },
+	{ "version: v1\nauth:\n  type: static\n  users:\n    - {username: a, password: b}\n"
+	  "    - {username: a, password: c}\n",
+	  "t.yaml:6:7: auth.users[1]: duplicate user 'a' (expected each username once)" },
+	{ T_HEAD "listeners:\n  - name: a\n    auth:\n      type: ephemeral\n",
+	  "t.yaml:10:7: listeners[0].auth.credentials.secret: missing (expected a secret for "
+	  "ephemeral auth, or secret_file)" },
+	{ T_HEAD "listeners:\n  - name: a\n    bind_address: eth0\n",
+	  "t.yaml:9:19: listeners[0].bind_address: 'eth0' is not an IP address (expected an IP "
+	  "address)" },
+	{ T_HEAD "auth2: {}\nadmin:\n  name: [a]\n",
+	  "t.yaml:9:9: admin.name: found a list (expected a scalar)" },
+	{ T_HEAD "auth2: {}\nlimits:\n  max_permissions: 0\n",
+	  "t.yaml:9:20: limits.max_permissions: 0 is out of range (1..32)" },
+	{ T_HEAD "auth2: {}\nauth3:\n  x: 1\nadmin:\n  strict: [\n",
+	  "t.yaml:12:1: syntax error: did not find expected node content while parsing a flow "
+	  "node" },
+	{ T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1}\n"
+		 "  - {name: b, address: 1.1.1.1, protocol: TURN-DTLS, port: 3478}\n",
+	  "t.yaml:9:60: listeners[1].port: 3478/udp on 1.1.1.1 is already used by listeners[0] "
+	  "(expected a different port or address)" },
+	{ "version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: a}\n"
+	  "  strict_expiry: maybe\n",
+	  "t.yaml:5:18: auth.strict_expiry: 'maybe' is not a boolean (expected true or false)" },
 };
 
 static void test_errors(void **state)
@@ -388,7 +397,8 @@ static void test_all_errors_reported(void **state)
 	int rc = t_load("version: v9\nauth:\n  type: bogus\nlisteners:\n  - name: a\n"
 			"    port: -1\n    protocol: x\n    routes: [missing]\n  - name: a\n"
 			"clusters:\n  - name: c\n    endpoints: [\"1.2.3.4/40\", \"::1:<a-1>\"]\n"
-			"  - name: c\n", &c, &d);
+			"  - name: c\n",
+			&c, &d);
 	assert_int_equal(rc, -EINVAL);
 	assert_true(d.n_errors >= 8);
 	/* Document order. */
@@ -404,9 +414,11 @@ static void test_port_sharing_ok(void **state)
 	struct conf *c;
 	struct conf_diags d;
 	assert_int_equal(t_load(T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1}\n"
-				"  - {name: b, address: 1.1.1.1, protocol: TURN-TCP}\n"
-				"  - {name: c, address: 1.1.1.2}\n"
-				"  - {name: d, address: 1.1.1.1, bind_address: 0.0.0.0}\n", &c, &d), 0);
+				       "  - {name: b, address: 1.1.1.1, protocol: TURN-TCP}\n"
+				       "  - {name: c, address: 1.1.1.2}\n"
+				       "  - {name: d, address: 1.1.1.1, bind_address: 0.0.0.0}\n",
+				&c, &d),
+			 0);
 	conf_free(c);
 	conf_diags_free(&d);
 }
@@ -418,7 +430,8 @@ static void test_no_cascading_clash(void **state)
 	struct conf *c;
 	struct conf_diags d;
 	assert_int_equal(t_load(T_HEAD "listeners:\n  - {name: a, address: 1.1.1.1, port: 70000}\n"
-				"  - {name: b, address: 1.1.1.1, protocol: TURN-FOO}\n", &c, &d),
+				       "  - {name: b, address: 1.1.1.1, protocol: TURN-FOO}\n",
+				&c, &d),
 			 -EINVAL);
 	assert_int_equal(d.n, 2);
 	assert_int_equal(d.n_errors, 2);
@@ -435,8 +448,10 @@ static void test_unknown_keys_warn(void **state)
 	struct conf *c;
 	struct conf_diags d;
 	assert_int_equal(t_load(T_HEAD "colour: blue\nadmin:\n  offload_engine: XDP\n  foo: 1\n"
-				"listeners:\n  - name: a\n    min_relay_port: 10\n"
-				"clusters:\n  - name: c\n    weight: 3\n", &c, &d), 0);
+				       "listeners:\n  - name: a\n    min_relay_port: 10\n"
+				       "clusters:\n  - name: c\n    weight: 3\n",
+				&c, &d),
+			 0);
 	assert_diag(&d, "t.yaml:7:1: warning: colour: unknown key (ignored)");
 	assert_diag(&d, "t.yaml:9:3: warning: admin.offload_engine: offload engine 'XDP' is a "
 			"premium stunnerd feature (ignored: turngate relays in user space)");
@@ -451,18 +466,19 @@ static void test_unknown_keys_warn(void **state)
 static void test_env_expansion(void **state)
 {
 	(void)state;
-	static const char *const env[] = {"ADDR=192.0.2.7", "PORT=4000", "REALM=r.example",
-					  "SECRET=expanded", NULL};
+	static const char *const env[] = { "ADDR=192.0.2.7", "PORT=4000", "REALM=r.example",
+					   "SECRET=expanded", NULL };
 	struct conf *c;
 	struct conf_diags d;
 	t_env_pairs = env;
-	int rc = t_load("version: v1\nauth:\n  type: static\n  realm: ${REALM}\n"
-			"  credentials:\n    username: $USER_X\n    password: \"$SECRET\"\n"
-			"  users:\n    - {username: \"$SECRET\", password: \"${SECRET}\"}\n"
-			"listeners:\n  - name: l-$PORT\n    address: $ADDR\n    port: $PORT\n"
-			"    public_address: \"a$UNSET_VAR.b\"\n    public_port: ${STUNNER_PORT}\n"
-			"    routes: [\"c$\"]\nclusters:\n  - name: c$\n    endpoints: [\"${ADDR}\"]\n",
-			&c, &d);
+	int rc = t_load(
+		"version: v1\nauth:\n  type: static\n  realm: ${REALM}\n"
+		"  credentials:\n    username: $USER_X\n    password: \"$SECRET\"\n"
+		"  users:\n    - {username: \"$SECRET\", password: \"${SECRET}\"}\n"
+		"listeners:\n  - name: l-$PORT\n    address: $ADDR\n    port: $PORT\n"
+		"    public_address: \"a$UNSET_VAR.b\"\n    public_port: ${STUNNER_PORT}\n"
+		"    routes: [\"c$\"]\nclusters:\n  - name: c$\n    endpoints: [\"${ADDR}\"]\n",
+		&c, &d);
 	t_env_pairs = NULL;
 	if (rc != 0)
 		t_dump(&d);
@@ -488,14 +504,15 @@ static void test_env_expansion(void **state)
 static void test_env_secret_not_expanded(void **state)
 {
 	(void)state;
-	static const char *const env[] = {"S=leak", "STUNNER_PUBLIC_PORT=5000", NULL};
+	static const char *const env[] = { "S=leak", "STUNNER_PUBLIC_PORT=5000", NULL };
 	struct conf *c;
 	struct conf_diags d;
 	t_env_pairs = env;
-	int rc = t_load("version: v1\nauth:\n  type: ephemeral\n  credentials:\n"
-			"    secret: $S\n  previous_secret: ${S}\n  previous_secret_grace: 60\n"
-			"listeners:\n  - name: l\n    address: 127.0.0.1\n    port: $STUNNER_PORT\n",
-			&c, &d);
+	int rc =
+		t_load("version: v1\nauth:\n  type: ephemeral\n  credentials:\n"
+		       "    secret: $S\n  previous_secret: ${S}\n  previous_secret_grace: 60\n"
+		       "listeners:\n  - name: l\n    address: 127.0.0.1\n    port: $STUNNER_PORT\n",
+		       &c, &d);
 	t_env_pairs = NULL;
 	assert_int_equal(rc, 0);
 	assert_string_equal(c->auth.secret, "$S");
@@ -509,16 +526,16 @@ static void test_env_secret_not_expanded(void **state)
 static void test_expand_edge_cases(void **state)
 {
 	(void)state;
-	static const char *const env[] = {"A=x", NULL};
-	struct pctx p = {.getenv = t_getenv};
-	struct conf_diags d = {0};
+	static const char *const env[] = { "A=x", NULL };
+	struct pctx p = { .getenv = t_getenv };
+	struct conf_diags d = { 0 };
 	p.diags = &d;
 	t_env_pairs = env;
 	/* os.ExpandEnv: $$, $1, $- are variables; "${" without '}' and "${}" are eaten. */
-	const char *in[] = {"$", "$$A", "${A", "${}", "a$1", "${A}${A}$A", "$A_", "1$A-",
-			    "${A B}", "$-x", "${*}", "a$ b", "$/", "x$", "${1}2"};
-	const char *out[] = {"$", "A", "A", "", "a", "xxx", "", "1x-", "", "x", "", "a$ b",
-			     "$/", "x$", "2"};
+	const char *in[] = { "$",      "$$A", "${A",  "${}",  "a$1", "${A}${A}$A", "$A_",  "1$A-",
+			     "${A B}", "$-x", "${*}", "a$ b", "$/",  "x$",         "${1}2" };
+	const char *out[] = { "$", "A", "A", "",     "a",  "xxx", "", "1x-",
+			      "",  "x", "",  "a$ b", "$/", "x$",  "2" };
 	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
 		char *s = conf_expand_env(&p, in[i], NULL, "x");
 		assert_non_null(s);
@@ -535,7 +552,7 @@ static struct conf *load_sample(const char *name, struct conf_diags *d)
 {
 	char path[512];
 	struct conf *c = NULL;
-	struct conf_load_opts o = {.getenv = t_getenv, .now = T_NOW};
+	struct conf_load_opts o = { .getenv = t_getenv, .now = T_NOW };
 	t_env_pairs = t_default_env;
 	snprintf(path, sizeof(path), "file://%s/%s", CONF_SAMPLES, name);
 	memset(d, 0, sizeof(*d));
@@ -611,7 +628,8 @@ static void test_user_quota_admin(void **state)
 	conf_free(c);
 	conf_diags_free(&d);
 	assert_int_equal(t_load(T_HEAD "admin:\n  user_quota: 7\nlimits:\n  user_quota: 3\n", &c,
-				&d), 0);
+				&d),
+			 0);
 	assert_int_equal(c->limits.user_quota, 3);
 	conf_free(c);
 	conf_diags_free(&d);
@@ -620,8 +638,8 @@ static void test_user_quota_admin(void **state)
 static void test_samples(void **state)
 {
 	(void)state;
-	static const char *const names[] = {"headless.yaml", "media-plane.yaml",
-					    "multi-listener.json", "extensions.yaml"};
+	static const char *const names[] = { "headless.yaml", "media-plane.yaml",
+					     "multi-listener.json", "extensions.yaml" };
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct conf_diags d;
 		struct conf *c = load_sample(names[i], &d);
@@ -681,7 +699,8 @@ static void test_check_main(void **state)
 	snprintf(want, sizeof(want),
 		 "%s:8:21: listeners[0].port: 70000 is out of range (1..65535)\n"
 		 "%s:9:12: listeners[1].name: duplicate listener name 'a' (expected unique names; "
-		 "first used by listeners[0])\n", tmpl, tmpl);
+		 "first used by listeners[0])\n",
+		 tmpl, tmpl);
 	assert_string_equal(buf, want);
 	fclose(f);
 	free(buf);
@@ -752,8 +771,8 @@ static struct conf *must_load(const char *text)
 	return c;
 }
 
-static const struct conf_listener_delta *delta_of(const struct conf_listener_delta *v,
-						  size_t n, const char *name)
+static const struct conf_listener_delta *delta_of(const struct conf_listener_delta *v, size_t n,
+						  const char *name)
 {
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(v[i].name, name) == 0)
@@ -765,22 +784,24 @@ static const struct conf_listener_delta *delta_of(const struct conf_listener_del
 static void test_diff_listeners(void **state)
 {
 	(void)state;
-	struct conf *a = must_load(T_HEAD "listeners:\n"
-				   "  - {name: same, address: 1.1.1.1}\n"
-				   "  - {name: port, address: 1.1.1.1, port: 1000}\n"
-				   "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [c]}\n"
-				   "  - {name: gone, address: 1.1.1.1, port: 3000}\n"
-				   "  - {name: addr, address: 1.1.1.1, port: 5000}\n"
-				   "  - {name: pub, address: 1.1.1.1, port: 6000, bind_address: 0.0.0.0}\n"
-				   "clusters:\n  - {name: c}\n  - {name: d}\n");
-	struct conf *b = must_load(T_HEAD "listeners:\n"
-				   "  - {name: new, address: 1.1.1.1, port: 4000}\n"
-				   "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [d]}\n"
-				   "  - {name: port, address: 1.1.1.1, port: 1001}\n"
-				   "  - {name: same, address: 1.1.1.1}\n"
-				   "  - {name: addr, address: 2.2.2.2, port: 5000}\n"
-				   "  - {name: pub, address: 2.2.2.2, port: 6000, bind_address: 0.0.0.0}\n"
-				   "clusters:\n  - {name: c}\n  - {name: d}\n");
+	struct conf *a = must_load(
+		T_HEAD "listeners:\n"
+		       "  - {name: same, address: 1.1.1.1}\n"
+		       "  - {name: port, address: 1.1.1.1, port: 1000}\n"
+		       "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [c]}\n"
+		       "  - {name: gone, address: 1.1.1.1, port: 3000}\n"
+		       "  - {name: addr, address: 1.1.1.1, port: 5000}\n"
+		       "  - {name: pub, address: 1.1.1.1, port: 6000, bind_address: 0.0.0.0}\n"
+		       "clusters:\n  - {name: c}\n  - {name: d}\n");
+	struct conf *b = must_load(
+		T_HEAD "listeners:\n"
+		       "  - {name: new, address: 1.1.1.1, port: 4000}\n"
+		       "  - {name: routes, address: 1.1.1.1, port: 2000, routes: [d]}\n"
+		       "  - {name: port, address: 1.1.1.1, port: 1001}\n"
+		       "  - {name: same, address: 1.1.1.1}\n"
+		       "  - {name: addr, address: 2.2.2.2, port: 5000}\n"
+		       "  - {name: pub, address: 2.2.2.2, port: 6000, bind_address: 0.0.0.0}\n"
+		       "clusters:\n  - {name: c}\n  - {name: d}\n");
 	struct conf_listener_delta *v;
 	size_t n;
 	assert_int_equal(conf_diff_listeners(a, b, &v, &n), 0);
@@ -838,8 +859,8 @@ static void test_default_config(void **state)
 	/* Recompute base64(HMAC-SHA1(secret, username)) independently. */
 	unsigned char mac[20];
 	unsigned int ml = 0;
-	HMAC(EVP_sha1(), c->auth.secret, (int)strlen(c->auth.secret),
-	     (const unsigned char *)user, strlen(user), mac, &ml);
+	HMAC(EVP_sha1(), c->auth.secret, (int)strlen(c->auth.secret), (const unsigned char *)user,
+	     strlen(user), mac, &ml);
 	unsigned char b64[64];
 	EVP_EncodeBlock(b64, mac, 20);
 	assert_string_equal(pw, (char *)b64);
@@ -862,8 +883,7 @@ static void test_mint_password_vector(void **state)
 	assert_int_equal(conf_mint_password("my-secret", "1681490135:user-id", pw), 0);
 	unsigned char mac[20], b64[64];
 	unsigned int ml = 0;
-	HMAC(EVP_sha1(), "my-secret", 9, (const unsigned char *)"1681490135:user-id", 18, mac,
-	     &ml);
+	HMAC(EVP_sha1(), "my-secret", 9, (const unsigned char *)"1681490135:user-id", 18, mac, &ml);
 	EVP_EncodeBlock(b64, mac, 20);
 	assert_string_equal(pw, (char *)b64);
 	assert_int_equal(strlen(pw), 28);
@@ -890,7 +910,9 @@ static void test_worker_timeouts(void **state)
 	assert_int_equal(c->admin.worker_stall_timeout, 2);
 	conf_free(c);
 	assert_int_equal(t_load("version: v1\nauth: {type: none}\nadmin:\n"
-				"  worker_stall_timeout: 0\n", &c, &d), -EINVAL);
+				"  worker_stall_timeout: 0\n",
+				&c, &d),
+			 -EINVAL);
 	assert_diag(&d, "t.yaml:4:25: admin.worker_stall_timeout: 0 is out of range (1..3600)");
 	conf_diags_free(&d);
 }
@@ -916,7 +938,9 @@ static void test_channel_numbers(void **state)
 	snap_blob_free(blob, len);
 	conf_free(c);
 	assert_int_equal(t_load("version: v1\nauth: {type: none}\nlimits:\n"
-				"  channel_numbers: rfc3489\n", &c, &d), -EINVAL);
+				"  channel_numbers: rfc3489\n",
+				&c, &d),
+			 -EINVAL);
 	assert_diag(&d, "t.yaml:4:20: limits.channel_numbers: 'rfc3489' is not a channel number "
 			"range (expected rfc8656 or rfc5766)");
 	conf_diags_free(&d);
@@ -930,8 +954,8 @@ static void test_cred_token(void **state)
 	char text[1024];
 	struct conf_diags d;
 	struct conf *c;
-	snprintf(text, sizeof(text), "version: v1\nauth: {type: none}\nadmin:\n  credential_api_token_file: %s\n",
-		 tok);
+	snprintf(text, sizeof(text),
+		 "version: v1\nauth: {type: none}\nadmin:\n  credential_api_token_file: %s\n", tok);
 	c = must_load(text);
 	assert_string_equal(c->admin.credential_api_token, "file-token");
 	assert_string_equal(c->admin.credential_api_token_file, tok);
@@ -949,16 +973,22 @@ static void test_cred_token(void **state)
 	c = must_load("version: v1\nauth: {type: none}\nadmin:\n  credential_api_token: \"\"\n");
 	assert_null(c->admin.credential_api_token);
 	conf_free(c);
-	snprintf(text, sizeof(text), "version: v1\nauth: {type: none}\nadmin:\n  credential_api_token: x\n"
-		 "  credential_api_token_file: %s\n", tok);
+	snprintf(text, sizeof(text),
+		 "version: v1\nauth: {type: none}\nadmin:\n  credential_api_token: x\n"
+		 "  credential_api_token_file: %s\n",
+		 tok);
 	assert_int_equal(t_load(text, &c, &d), -EINVAL);
 	assert_diag(&d, "t.yaml:5:30: admin.credential_api_token_file: given together with "
 			"credential_api_token (expected one of them)");
 	conf_diags_free(&d);
-	assert_int_equal(t_load("version: v1\nauth: {type: none}\nadmin:\n  credential_api_token_file: /nonexistent/t\n",
-				&c, &d), -EINVAL);
-	assert_diag(&d, "t.yaml:4:30: admin.credential_api_token_file: cannot read "
-			"'/nonexistent/t': No such file or directory (expected a readable secret file)");
+	assert_int_equal(
+		t_load("version: v1\nauth: {type: none}\nadmin:\n  credential_api_token_file: /nonexistent/t\n",
+		       &c, &d),
+		-EINVAL);
+	assert_diag(
+		&d,
+		"t.yaml:4:30: admin.credential_api_token_file: cannot read "
+		"'/nonexistent/t': No such file or directory (expected a readable secret file)");
 	conf_diags_free(&d);
 	unlink(tok);
 	free(tok);
@@ -969,9 +999,11 @@ static void test_secret_files(void **state)
 	(void)state;
 	char *cur = write_tmp("file-secret\n"), *prev = write_tmp("old\r\n");
 	char text[1024];
-	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
+	snprintf(text, sizeof(text),
+		 "version: v1\nauth:\n  type: ephemeral\n"
 		 "  secret_file: %s\n  previous_secret_file: %s\n"
-		 "  previous_secret_until: 1800000000\n", cur, prev);
+		 "  previous_secret_until: 1800000000\n",
+		 cur, prev);
 	struct conf *c = must_load(text);
 	assert_string_equal(c->auth.secret, "file-secret");
 	assert_string_equal(c->auth.prev_secret, "old");
@@ -982,8 +1014,10 @@ static void test_secret_files(void **state)
 	conf_free(c);
 
 	struct conf_diags d;
-	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
-		 "  credentials: {secret: x}\n  secret_file: %s\n", cur);
+	snprintf(text, sizeof(text),
+		 "version: v1\nauth:\n  type: ephemeral\n"
+		 "  credentials: {secret: x}\n  secret_file: %s\n",
+		 cur);
 	assert_int_equal(t_load(text, &c, &d), -EINVAL);
 	assert_diag(&d, "t.yaml:5:16: auth.secret_file: given together with credentials.secret "
 			"(expected one of them)");
@@ -995,19 +1029,27 @@ static void test_secret_files(void **state)
 	char fpath[64];
 	snprintf(fpath, sizeof(fpath), "%s/f", fifo);
 	assert_int_equal(mkfifo(fpath, 0600), 0);
-	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
-		 "  secret_file: %s\n", fpath);
+	snprintf(text, sizeof(text),
+		 "version: v1\nauth:\n  type: ephemeral\n"
+		 "  secret_file: %s\n",
+		 fpath);
 	assert_int_equal(t_load(text, &c, &d), -EINVAL);
 	char want[256];
-	snprintf(want, sizeof(want), "t.yaml:4:16: auth.secret_file: cannot read '%s': not a "
-		 "regular file (expected a readable secret file)", fpath);
+	snprintf(want, sizeof(want),
+		 "t.yaml:4:16: auth.secret_file: cannot read '%s': not a "
+		 "regular file (expected a readable secret file)",
+		 fpath);
 	assert_diag(&d, want);
 	conf_diags_free(&d);
-	snprintf(text, sizeof(text), "version: v1\nauth:\n  type: ephemeral\n"
-		 "  secret_file: %s\n", fifo);
+	snprintf(text, sizeof(text),
+		 "version: v1\nauth:\n  type: ephemeral\n"
+		 "  secret_file: %s\n",
+		 fifo);
 	assert_int_equal(t_load(text, &c, &d), -EINVAL);
-	snprintf(want, sizeof(want), "t.yaml:4:16: auth.secret_file: cannot read '%s': Is a "
-		 "directory (expected a readable secret file)", fifo);
+	snprintf(want, sizeof(want),
+		 "t.yaml:4:16: auth.secret_file: cannot read '%s': Is a "
+		 "directory (expected a readable secret file)",
+		 fifo);
 	assert_diag(&d, want);
 	conf_diags_free(&d);
 	unlink(fpath);
@@ -1022,8 +1064,9 @@ static void test_cert_files(void **state)
 {
 	(void)state;
 	char text[1024];
-	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
-		 "    cert_file: %s/test-cert.pem\n    key_file: %s/test-key.pem\n",
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
+			"    cert_file: %s/test-cert.pem\n    key_file: %s/test-key.pem\n",
 		 CONF_SAMPLES, CONF_SAMPLES);
 	struct conf *c = must_load(text);
 	assert_non_null(strstr(c->listeners[0].key_pem, "PRIVATE KEY"));
@@ -1038,8 +1081,10 @@ static void test_cert_files(void **state)
 	assert_int_equal(PEM_write_PrivateKey(kf, k, NULL, NULL, 0, NULL, NULL), 1);
 	fclose(kf);
 	EVP_PKEY_free(k);
-	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
-		 "    cert_file: %s/test-cert.pem\n    key_file: %s\n", CONF_SAMPLES, other);
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
+			"    cert_file: %s/test-cert.pem\n    key_file: %s\n",
+		 CONF_SAMPLES, other);
 	struct conf_diags d;
 	assert_int_equal(t_load(text, &c, &d), -EINVAL);
 	assert_diag(&d, "t.yaml:11:15: listeners[0].key_file: does not match the certificate "
@@ -1053,8 +1098,10 @@ static void test_cert_files(void **state)
 	snprintf(cmd, sizeof(cmd), "cat %s/test-key.pem %s > %s && cat %s/test-cert.pem > %s",
 		 CONF_SAMPLES, other, keys2, CONF_SAMPLES, certs2);
 	assert_int_equal(system(cmd), 0);
-	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
-		 "    cert_file: %s\n    key_file: %s\n", certs2, keys2);
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TLS\n"
+			"    cert_file: %s\n    key_file: %s\n",
+		 certs2, keys2);
 	assert_int_equal(t_load(text, &c, &d), -EINVAL);
 	assert_diag(&d, "t.yaml:11:15: listeners[0].key_file: private key 2 of 2 matches no "
 			"certificate (expected one key per certificate of cert)");
@@ -1066,8 +1113,10 @@ static void test_cert_files(void **state)
 	unlink(other);
 	free(other);
 
-	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TCP\n"
-		 "    cert_file: %s/test-cert.pem\n", CONF_SAMPLES);
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: t\n    protocol: TURN-TCP\n"
+			"    cert_file: %s/test-cert.pem\n",
+		 CONF_SAMPLES);
 	assert_int_equal(t_load(text, &c, &d), 0);
 	assert_diag(&d, "t.yaml:10:16: warning: listeners[0].cert: not used by TURN-TCP "
 			"listeners (ignored)");
@@ -1107,9 +1156,9 @@ static void test_dns_resolution(void **state)
 {
 	(void)state;
 	struct conf *c = must_load(T_HEAD "clusters:\n  - name: d\n    type: STRICT_DNS\n"
-				   "    endpoints: [sfu.example, nx.example, meta.example, "
-				   "\"x.example:<1-2>\"]\n");
-	struct conf_diags d = {0};
+					  "    endpoints: [sfu.example, nx.example, meta.example, "
+					  "\"x.example:<1-2>\"]\n");
+	struct conf_diags d = { 0 };
 	int calls = 0;
 	assert_int_equal(conf_resolve_clusters(c, fake_resolve, &calls, &d), 0);
 	/* The ranged name matches nothing in stunnerd (it resolves the whole text): dropped. */
@@ -1131,7 +1180,9 @@ static void test_dns_resolution(void **state)
 
 	struct conf_diags w;
 	assert_int_equal(t_load(T_HEAD "clusters:\n  - name: d\n    type: STRICT_DNS\n"
-				"    endpoints: [\"x.example:<1-2>\"]\n", &c, &w), 0);
+				       "    endpoints: [\"x.example:<1-2>\"]\n",
+				&c, &w),
+			 0);
 	assert_diag(&w, "t.yaml:10:17: warning: clusters[0].endpoints[0]: port ranges do not "
 			"apply to STRICT_DNS clusters: 'x.example:<1-2>' matches nothing (as in "
 			"stunnerd, which resolves the whole text; write the name alone)");
@@ -1142,13 +1193,13 @@ static void test_dns_resolution(void **state)
 
 static void check_ep(const char *text, int fam, const char *addr, int len, int pmin, int pmax)
 {
-	struct conf_endpoint ep = {0};
+	struct conf_endpoint ep = { 0 };
 	char err[200];
 	int rc = conf_parse_endpoint(text, &ep, err, sizeof(err));
 	if (rc != 0)
 		fprintf(stderr, "%s: %s\n", text, err);
 	assert_int_equal(rc, 0);
-	uint8_t want[16] = {0};
+	uint8_t want[16] = { 0 };
 	assert_int_equal(inet_pton(fam, addr, want), 1);
 	assert_int_equal(ep.prefix.family, fam);
 	assert_memory_equal(ep.prefix.addr, want, fam == AF_INET ? 4 : 16);
@@ -1159,7 +1210,7 @@ static void check_ep(const char *text, int fam, const char *addr, int len, int p
 
 static void check_ep_bad(const char *text)
 {
-	struct conf_endpoint ep = {0};
+	struct conf_endpoint ep = { 0 };
 	char err[200];
 	if (conf_parse_endpoint(text, &ep, err, sizeof(err)) == 0)
 		fail_msg("accepted %s", text);
@@ -1206,15 +1257,15 @@ static void test_endpoint_grammar(void **state)
 
 static void check_canon(const char *in, int fam_out, const char *out, bool special)
 {
-	struct sockaddr_in6 s6 = {.sin6_family = AF_INET6};
-	struct sockaddr_in s4 = {.sin_family = AF_INET};
+	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
+	struct sockaddr_in s4 = { .sin_family = AF_INET };
 	const struct sockaddr *sa = (const struct sockaddr *)&s6;
 	if (inet_pton(AF_INET6, in, &s6.sin6_addr) != 1) {
 		assert_int_equal(inet_pton(AF_INET, in, &s4.sin_addr), 1);
 		sa = (const struct sockaddr *)&s4;
 	}
 	int fam;
-	uint8_t a[16], want[16] = {0};
+	uint8_t a[16], want[16] = { 0 };
 	assert_int_equal(conf_addr_canon(sa, &fam, a), 0);
 	assert_int_equal(inet_pton(fam_out, out, want), 1);
 	if (fam != fam_out)
@@ -1269,8 +1320,12 @@ static void test_canon_special(void **state)
 static void test_diag_format(void **state)
 {
 	(void)state;
-	struct conf_diag d = {.sev = CONF_DIAG_ERROR, .file = "f", .line = 3, .col = 4,
-			      .path = "a.b", .msg = "bad"};
+	struct conf_diag d = { .sev = CONF_DIAG_ERROR,
+			       .file = "f",
+			       .line = 3,
+			       .col = 4,
+			       .path = "a.b",
+			       .msg = "bad" };
 	char buf[128];
 	conf_diag_format(&d, buf, sizeof(buf));
 	assert_string_equal(buf, "f:3:4: a.b: bad");

@@ -43,7 +43,7 @@ static void build(struct blob *x, const char *text, uint64_t gen)
 	assert_int_equal(rc, 0);
 	assert_int_equal(conf_resolve_clusters(x->c, resolve_fixed, NULL, &d), 0);
 	conf_diags_free(&d);
-	struct snap_build_params p = {.generation = gen};
+	struct snap_build_params p = { .generation = gen };
 	for (int i = 0; i < SNAP_NONCE_KEY_LEN; i++)
 		p.nonce_key[i] = (uint8_t)i;
 	assert_int_equal(snap_build(x->c, &p, &x->b, &x->len), 0);
@@ -174,9 +174,11 @@ static void test_tls_material(void **state)
 {
 	(void)state;
 	char text[1024];
-	snprintf(text, sizeof(text), T_HEAD "listeners:\n  - name: t\n    protocol: TURN-DTLS\n"
-		 "    address: 127.0.0.1\n    cert_file: %s/test-cert.pem\n"
-		 "    key_file: %s/test-key.pem\n", CONF_SAMPLES, CONF_SAMPLES);
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: t\n    protocol: TURN-DTLS\n"
+			"    address: 127.0.0.1\n    cert_file: %s/test-cert.pem\n"
+			"    key_file: %s/test-key.pem\n",
+		 CONF_SAMPLES, CONF_SAMPLES);
 	struct blob x;
 	build(&x, text, 1);
 	struct snap_listener l;
@@ -205,12 +207,34 @@ static void test_allowlist(void **state)
 	assert_true(allowed(s, 0, "64:ff9b::808:808", 53));
 	assert_true(allowed(s, 0, "2002:0808:0808::1", 53));
 	static const char *const special[] = {
-		"0.0.0.0", "0.1.2.3", "127.0.0.1", "127.1.2.3", "169.254.169.254", "169.254.1.1",
-		"224.0.0.1", "239.1.2.3", "240.0.0.1", "255.255.255.255", "::", "::1", "fe80::1",
-		"fe80::1234:5678", "ff02::1", "ff05::2", "::ffff:127.0.0.1",
-		"::ffff:169.254.169.254", "::ffff:0.0.0.0", "::ffff:255.255.255.255",
-		"::127.0.0.1", "::169.254.169.254", "::2", "2002:7f00:1::1",
-		"2002:a9fe:a9fe::", "2002:e000:1::", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe",
+		"0.0.0.0",
+		"0.1.2.3",
+		"127.0.0.1",
+		"127.1.2.3",
+		"169.254.169.254",
+		"169.254.1.1",
+		"224.0.0.1",
+		"239.1.2.3",
+		"240.0.0.1",
+		"255.255.255.255",
+		"::",
+		"::1",
+		"fe80::1",
+		"fe80::1234:5678",
+		"ff02::1",
+		"ff05::2",
+		"::ffff:127.0.0.1",
+		"::ffff:169.254.169.254",
+		"::ffff:0.0.0.0",
+		"::ffff:255.255.255.255",
+		"::127.0.0.1",
+		"::169.254.169.254",
+		"::2",
+		"2002:7f00:1::1",
+		"2002:a9fe:a9fe::",
+		"2002:e000:1::",
+		"64:ff9b::7f00:1",
+		"64:ff9b::a9fe:a9fe",
 		"64:ff9b::ffff:ffff",
 	};
 	for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++) {
@@ -222,7 +246,7 @@ static void test_allowlist(void **state)
 	assert_true(allowed(s, 1, "10.42.1.1", 49999));
 	assert_false(allowed(s, 1, "10.42.1.1", 39999));
 	assert_false(allowed(s, 1, "10.42.1.1", 50000));
-	assert_true(ip_allowed(s, 1, "10.42.1.1"));   /* permission: IP only */
+	assert_true(ip_allowed(s, 1, "10.42.1.1")); /* permission: IP only */
 	assert_false(ip_allowed(s, 1, "10.43.0.1"));
 	assert_true(allowed(s, 1, "10.96.0.1", 1));
 	assert_true(allowed(s, 1, "10.96.0.2", 53));
@@ -232,14 +256,14 @@ static void test_allowlist(void **state)
 	assert_true(allowed(s, 1, "fd12::1", 1500));
 	assert_false(allowed(s, 1, "fd12::1", 999));
 	assert_true(allowed(s, 1, "::ffff:10.96.0.1", 7)); /* mapped peer, v4 entry */
-	assert_true(allowed(s, 1, "127.0.0.1", 9));         /* listed explicitly */
+	assert_true(allowed(s, 1, "127.0.0.1", 9));        /* listed explicitly */
 	assert_true(allowed(s, 1, "::ffff:127.0.0.1", 9));
 	assert_true(allowed(s, 1, "64:ff9b::7f00:1", 9));
 	assert_false(allowed(s, 1, "127.0.0.2", 9));
 	assert_true(allowed(s, 1, "::1", 9));
 	assert_true(allowed(s, 1, "169.254.169.254", 80));
 	assert_false(allowed(s, 1, "169.254.169.253", 80));
-	assert_true(allowed(s, 1, "10.200.0.9", 1));       /* DNS answer */
+	assert_true(allowed(s, 1, "10.200.0.9", 1)); /* DNS answer */
 	assert_false(allowed(s, 1, "8.8.8.8", 53));
 	/* listener 2: no routes, nothing */
 	assert_false(allowed(s, 2, "8.8.8.8", 53));
@@ -254,7 +278,7 @@ static void test_allowlist(void **state)
 	p = sa("8.8.8.8", 5);
 	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, true, &cl), -EACCES);
 	assert_int_equal(snap_peer_match(s, 7, (struct sockaddr *)&p, true, &cl), -ENOENT);
-	struct sockaddr un = {.sa_family = AF_UNIX};
+	struct sockaddr un = { .sa_family = AF_UNIX };
 	assert_int_equal(snap_peer_match(s, 1, &un, true, &cl), -EAFNOSUPPORT);
 	unbuild(&x);
 }
@@ -263,13 +287,17 @@ static void test_dns_special_not_admitted(void **state)
 {
 	(void)state;
 	struct blob x;
-	build(&x, T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [d]\n"
-		  "clusters:\n  - name: d\n    type: STRICT_DNS\n    endpoints: [lo.example]\n", 1);
+	build(&x,
+	      T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [d]\n"
+		     "clusters:\n  - name: d\n    type: STRICT_DNS\n    endpoints: [lo.example]\n",
+	      1);
 	assert_false(allowed(x.s, 0, "127.0.0.1", 5)); /* special via DNS: never */
 	unbuild(&x);
-	build(&x, T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [s]\n"
-		  "clusters:\n  - name: s\n    endpoints: [\"127.0.0.0/8\", \"fe80::/10\", "
-		  "\"2002:7f00::/24\"]\n", 1);
+	build(&x,
+	      T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [s]\n"
+		     "clusters:\n  - name: s\n    endpoints: [\"127.0.0.0/8\", \"fe80::/10\", "
+		     "\"2002:7f00::/24\"]\n",
+	      1);
 	assert_true(allowed(x.s, 0, "127.0.0.1", 5));
 	assert_true(allowed(x.s, 0, "127.9.9.9", 5));
 	assert_true(allowed(x.s, 0, "fe80::9", 5));
@@ -348,7 +376,7 @@ static void test_users_static_only(void **state)
 	size_t saved_n = eph->n_users;
 	eph->users = extra;
 	eph->n_users = 3;
-	struct snap_build_params p = {.generation = 2};
+	struct snap_build_params p = { .generation = 2 };
 	void *blob;
 	size_t len;
 	const struct snap *s;
@@ -374,13 +402,15 @@ static void test_static_key_vector(void **state)
 {
 	(void)state;
 	struct blob x;
-	build(&x, "version: v1\nauth:\n  type: static\n  realm: realm\n"
-		  "  credentials: {username: user, password: pass}\n", 1);
+	build(&x,
+	      "version: v1\nauth:\n  type: static\n  realm: realm\n"
+	      "  credentials: {username: user, password: pass}\n",
+	      1);
 	const uint8_t *key;
 	size_t kl;
 	assert_int_equal(snap_auth_user_key(x.s, 0, "user", 4, SNAP_KEY_MD5, &key, &kl), 0);
-	static const uint8_t md5[16] = {0x84, 0x93, 0xfb, 0xc5, 0x3b, 0xa5, 0x82, 0xfb,
-					0x4c, 0x04, 0x4c, 0x45, 0x6b, 0xdc, 0x40, 0xeb};
+	static const uint8_t md5[16] = { 0x84, 0x93, 0xfb, 0xc5, 0x3b, 0xa5, 0x82, 0xfb,
+					 0x4c, 0x04, 0x4c, 0x45, 0x6b, 0xdc, 0x40, 0xeb };
 	assert_memory_equal(key, md5, 16);
 	unbuild(&x);
 }
@@ -437,15 +467,15 @@ static void test_corrupt(void **state)
 	assert_int_equal(snap_open(b, x.len, &s), -EPROTO);
 	h->version = SNAP_VERSION;
 	/* structural damage with a valid checksum: bad offsets and indexes */
-#define FIXED(stmt)                                                      \
-	do {                                                             \
-		uint8_t *save = malloc(x.len);                           \
-		memcpy(save, b, x.len);                                  \
-		stmt;                                                    \
-		h->crc = snap_crc32c(b + 16, x.len - 16);                \
-		assert_int_equal(snap_open(b, x.len, &s), -EINVAL);      \
-		memcpy(b, save, x.len);                                  \
-		free(save);                                              \
+#define FIXED(stmt)                                                 \
+	do {                                                        \
+		uint8_t *save = malloc(x.len);                      \
+		memcpy(save, b, x.len);                             \
+		stmt;                                               \
+		h->crc = snap_crc32c(b + 16, x.len - 16);           \
+		assert_int_equal(snap_open(b, x.len, &s), -EINVAL); \
+		memcpy(b, save, x.len);                             \
+		free(save);                                         \
 	} while (0)
 	struct snap_lst_rec *l = (struct snap_lst_rec *)(b + h->listeners.off);
 	struct snap_auth_rec *a = (struct snap_auth_rec *)(b + h->auths.off);
@@ -490,28 +520,28 @@ static void test_empty_listeners(void **state)
 	assert_string_equal(a.realm, "stunner.l7mp.io");
 	assert_string_equal(snap_log_spec(x.s), "all:INFO");
 	unbuild(&x);
-	struct snap_build_params p = {0};
+	struct snap_build_params p = { 0 };
 	void *blob;
 	size_t len;
-	struct conf bad = {0};
+	struct conf bad = { 0 };
 	assert_int_equal(snap_build(&bad, &p, &blob, &len), -EINVAL);
 }
 
 static void test_samples_build(void **state)
 {
 	(void)state;
-	static const char *const names[] = {"headless.yaml", "media-plane.yaml",
-					    "multi-listener.json", "extensions.yaml"};
+	static const char *const names[] = { "headless.yaml", "media-plane.yaml",
+					     "multi-listener.json", "extensions.yaml" };
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		char path[512];
 		struct conf *c;
-		struct conf_diags d = {0};
-		struct conf_load_opts o = {.getenv = t_getenv, .now = T_NOW};
+		struct conf_diags d = { 0 };
+		struct conf_load_opts o = { .getenv = t_getenv, .now = T_NOW };
 		t_env_pairs = t_default_env;
 		snprintf(path, sizeof(path), "%s/%s", CONF_SAMPLES, names[i]);
 		assert_int_equal(conf_load_file(path, &o, &c, &d), 0);
 		assert_int_equal(conf_resolve_clusters(c, resolve_fixed, NULL, &d), 0);
-		struct snap_build_params p = {.generation = i};
+		struct snap_build_params p = { .generation = i };
 		void *blob;
 		size_t len;
 		const struct snap *s;

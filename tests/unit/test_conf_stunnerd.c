@@ -28,11 +28,12 @@ static void expect_diag(const struct conf_diags *d, const char *line)
 static void test_unset_stunner_addr(void **state)
 {
 	(void)state;
-	static const char *const env[] = {NULL};
+	static const char *const env[] = { NULL };
 	struct conf_diags d;
 	t_env_pairs = env;
 	struct conf *c = load_ok(T_HEAD "listeners:\n  - name: l\n    address: \"$STUNNER_ADDR\"\n"
-				 "    port: $STUNNER_PORT\n", &d);
+					"    port: $STUNNER_PORT\n",
+				 &d);
 	t_env_pairs = NULL;
 	assert_string_equal(c->listeners[0].address, "0.0.0.0");
 	assert_int_equal(c->listeners[0].port, 3478);
@@ -47,13 +48,15 @@ static void test_empty_means_default(void **state)
 {
 	(void)state;
 	struct conf_diags d;
-	struct conf *c = load_ok("version: v1\nadmin: {name: \"\", loglevel: \"\"}\n"
-				 "auth: {type: \"\", realm: \"\", credentials: {username: u, "
-				 "password: \"\"}}\n"
-				 "listeners:\n  - {name: l, protocol: \"\", address: \"\", port: 0, "
-				 "routes: [c]}\n"
-				 "clusters:\n  - {name: c, type: \"\", protocol: \"\", endpoints: "
-				 "[10.0.0.0/8]}\n", &d);
+	struct conf *c =
+		load_ok("version: v1\nadmin: {name: \"\", loglevel: \"\"}\n"
+			"auth: {type: \"\", realm: \"\", credentials: {username: u, "
+			"password: \"\"}}\n"
+			"listeners:\n  - {name: l, protocol: \"\", address: \"\", port: 0, "
+			"routes: [c]}\n"
+			"clusters:\n  - {name: c, type: \"\", protocol: \"\", endpoints: "
+			"[10.0.0.0/8]}\n",
+			&d);
 	assert_string_equal(c->admin.name, "default-stunnerd");
 	assert_string_equal(c->admin.loglevel, "all:INFO");
 	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
@@ -75,7 +78,8 @@ static void test_unknown_route_warns(void **state)
 	(void)state;
 	struct conf_diags d;
 	struct conf *c = load_ok(T_HEAD "listeners:\n  - name: a\n    routes: [x, nope, x]\n"
-				 "  - name: b\n    port: 3479\n    routes: [nope]\n", &d);
+					"  - name: b\n    port: 3479\n    routes: [nope]\n",
+				 &d);
 	expect_diag(&d, "t.yaml:9:14: warning: listeners[0].routes[0]: unknown cluster 'x' "
 			"(admits no peer until a cluster of that name exists)");
 	expect_diag(&d, "t.yaml:9:17: warning: listeners[0].routes[1]: unknown cluster 'nope' "
@@ -93,7 +97,8 @@ static void test_v1alpha1(void **state)
 	struct conf_diags d;
 	struct conf *c = load_ok("version: v1alpha1\nauth:\n  type: plaintext\n  credentials: "
 				 "{username: u, password: p}\nlisteners:\n  - name: l\n"
-				 "    min_relay_port: 10000\n    max_relay_port: 20000\n", &d);
+				 "    min_relay_port: 10000\n    max_relay_port: 20000\n",
+				 &d);
 	assert_string_equal(c->version, "v1");
 	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
 	assert_int_equal(c->listeners[0].relay_port_min, 49152); /* not a relay range */
@@ -112,9 +117,11 @@ static void test_duplicate_keys(void **state)
 {
 	(void)state;
 	struct conf_diags d;
-	struct conf *c = load_ok(T_HEAD "admin:\n  name: a\n  name: b\n  loglevel: all:DEBUG\n"
+	struct conf *c = load_ok(T_HEAD
+				 "admin:\n  name: a\n  name: b\n  loglevel: all:DEBUG\n"
 				 "  logLevel: all:WARN\nlisteners:\n  - {name: l, port: 4000, "
-				 "Port: 5000}\n", &d);
+				 "Port: 5000}\n",
+				 &d);
 	assert_string_equal(c->admin.name, "b");
 	assert_string_equal(c->admin.loglevel, "all:DEBUG"); /* "loglevel" > "logLevel" */
 	assert_int_equal(c->listeners[0].port, 4000);
@@ -132,8 +139,9 @@ static void test_endpoint_ranges(void **state)
 	(void)state;
 	struct conf_diags d;
 	struct conf *c = load_ok(T_HEAD "clusters:\n  - name: c\n    endpoints: "
-				 "[\"10.0.0.0/8:<2000-1000>\", \"10.1.0.0/16:<1-70000>\", "
-				 "\"10.2.0.0/16:<70000-80000>\", \"10.3.0.1\"]\n", &d);
+					"[\"10.0.0.0/8:<2000-1000>\", \"10.1.0.0/16:<1-70000>\", "
+					"\"10.2.0.0/16:<70000-80000>\", \"10.3.0.1\"]\n",
+				 &d);
 	struct conf_cluster *cl = &c->clusters[0];
 	assert_int_equal(cl->n_endpoints, 2);
 	assert_string_equal(cl->endpoints[0].text, "10.1.0.0/16:<1-70000>");
@@ -154,8 +162,9 @@ static void test_ports_and_urls(void **state)
 	(void)state;
 	struct conf_diags d;
 	struct conf *c = load_ok(T_HEAD "admin:\n  metrics_endpoint: \"https://:8080/metrics\"\n"
-				 "  offload_engine: None\n  offload_interfaces: []\n"
-				 "listeners:\n  - {name: l, public_port: 70000}\n", &d);
+					"  offload_engine: None\n  offload_interfaces: []\n"
+					"listeners:\n  - {name: l, public_port: 70000}\n",
+				 &d);
 	assert_string_equal(c->admin.metrics_endpoint, "http://:8080/metrics");
 	assert_int_equal(c->listeners[0].public_port, 0);
 	expect_diag(&d, "t.yaml:8:21: warning: admin.metrics_endpoint: scheme 'https' served as "
@@ -177,7 +186,8 @@ static void test_yaml11_scalars(void **state)
 				 "  credentials: {username: on, password: 1.50}\n"
 				 "listeners:\n  - {name: a, port: 3478.0}\n"
 				 "  - {name: b, port: 0xD96, address: 127.0.0.1}\n"
-				 "  - {name: c, port: 0o15_000, address: 127.0.0.2}\n", &d);
+				 "  - {name: c, port: 0o15_000, address: 127.0.0.2}\n",
+				 &d);
 	assert_string_equal(c->admin.name, "16");
 	assert_string_equal(c->auth.realm, "true");
 	assert_string_equal(c->auth.users[0].username, "true");
@@ -202,11 +212,13 @@ static void test_merge_keys(void **state)
 {
 	(void)state;
 	struct conf_diags d;
-	struct conf *c = load_ok(T_HEAD "clusters: [{name: c, endpoints: [10.0.0.0/8]}]\n"
-				 "listeners:\n"
-				 "  - &base {name: a, address: 192.0.2.1, port: 4000, routes: [c]}\n"
-				 "  - {<<: *base, name: b, port: 4001}\n"
-				 "  - {port: 1, <<: [{name: x, port: 4002}, *base]}\n", &d);
+	struct conf *c =
+		load_ok(T_HEAD "clusters: [{name: c, endpoints: [10.0.0.0/8]}]\n"
+			       "listeners:\n"
+			       "  - &base {name: a, address: 192.0.2.1, port: 4000, routes: [c]}\n"
+			       "  - {<<: *base, name: b, port: 4001}\n"
+			       "  - {port: 1, <<: [{name: x, port: 4002}, *base]}\n",
+			&d);
 	assert_int_equal(c->n_listeners, 3);
 	struct conf_listener *b = &c->listeners[1], *x = &c->listeners[2];
 	assert_string_equal(b->name, "b");
@@ -231,8 +243,8 @@ static void test_loglevel_items(void **state)
 {
 	(void)state;
 	struct conf_diags d;
-	struct conf *c = load_ok(T_HEAD "admin: {loglevel: \"all:DEBUG,bogus,turn:WARN,x:LOUD\"}\n",
-				 &d);
+	struct conf *c =
+		load_ok(T_HEAD "admin: {loglevel: \"all:DEBUG,bogus,turn:WARN,x:LOUD\"}\n", &d);
 	assert_string_equal(c->admin.loglevel, "all:DEBUG,turn:WARN");
 	expect_diag(&d, "t.yaml:7:19: warning: admin.loglevel: item 'bogus' is malformed "
 			"(skipped, as stunnerd does; expected SCOPE:LEVEL with "
@@ -290,16 +302,19 @@ static void test_y11_resolver(void **state)
 }
 
 /* The pod environment of tests/conf/stunner.sh, in part. */
-static const char *const pod_env[] = {"STUNNER_ADDR=10.0.0.1", "STUNNER_AUTH_TYPE=plaintext",
-				      "STUNNER_USERNAME=12user34", "STUNNER_PORT=3478",
-				      "STUNNER_REALM=stunner.l7mp.io", "STUNNER_LOGLEVEL=all:INFO",
-				      NULL};
+static const char *const pod_env[] = { "STUNNER_ADDR=10.0.0.1",
+				       "STUNNER_AUTH_TYPE=plaintext",
+				       "STUNNER_USERNAME=12user34",
+				       "STUNNER_PORT=3478",
+				       "STUNNER_REALM=stunner.l7mp.io",
+				       "STUNNER_LOGLEVEL=all:INFO",
+				       NULL };
 
 static struct conf *load_corpus(const char *name, struct conf_diags *d)
 {
 	char path[512];
 	struct conf *c = NULL;
-	struct conf_load_opts o = {.getenv = t_getenv, .now = T_NOW};
+	struct conf_load_opts o = { .getenv = t_getenv, .now = T_NOW };
 	snprintf(path, sizeof(path), "%s/stunner/%s", CONF_SAMPLES, name);
 	memset(d, 0, sizeof(*d));
 	t_env_pairs = pod_env;

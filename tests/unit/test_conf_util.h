@@ -28,12 +28,12 @@ __attribute__((unused)) static const char *t_getenv(void *ctx, const char *name)
 	return NULL;
 }
 
-static const char *const t_default_env[] = {"STUNNER_ADDR=10.0.0.1", NULL};
+static const char *const t_default_env[] = { "STUNNER_ADDR=10.0.0.1", NULL };
 
 /* Loads text as "t.yaml"; returns the rc, fills *c and *d. */
 __attribute__((unused)) static int t_load(const char *text, struct conf **c, struct conf_diags *d)
 {
-	struct conf_load_opts o = {.getenv = t_getenv, .now = T_NOW};
+	struct conf_load_opts o = { .getenv = t_getenv, .now = T_NOW };
 	if (t_env_pairs == NULL)
 		t_env_pairs = t_default_env;
 	memset(d, 0, sizeof(*d));
@@ -58,16 +58,17 @@ __attribute__((unused)) static void t_dump(const struct conf_diags *d)
 	conf_diags_print(d, stderr);
 }
 
-#define assert_diag(d, line)                                  \
-	do {                                                  \
-		if (!t_has((d), (line))) {                    \
+#define assert_diag(d, line)                                             \
+	do {                                                             \
+		if (!t_has((d), (line))) {                               \
 			fprintf(stderr, "missing: %s\nhave:\n", (line)); \
-			t_dump(d);                            \
-		}                                             \
-		assert_true(t_has((d), (line)));              \
+			t_dump(d);                                       \
+		}                                                        \
+		assert_true(t_has((d), (line)));                         \
 	} while (0)
 
 /* Minimal valid prefix; tests append sections. */
-#define T_HEAD "version: v1\nauth:\n  type: static\n  credentials:\n    username: u\n    password: p\n"
+#define T_HEAD \
+	"version: v1\nauth:\n  type: static\n  credentials:\n    username: u\n    password: p\n"
 
 #endif

@@ -32,7 +32,7 @@ struct rule {
 	unsigned long long want;
 };
 
-#define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a) - 1) / (a) * (a))
+#define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a)-1) / (a) * (a))
 
 static const struct rule rules[] = {
 	/* Shared memory: the counter block and the allocation record. */
@@ -62,8 +62,7 @@ static const struct rule rules[] = {
 	{ "architecture.md", "buffers of ([0-9][0-9 ,]*) bytes \\(any UDP payload", 10,
 	  WK_DGRAM_MAX },
 	{ "architecture.md", "behind ([0-9]+) bytes of headroom", 10, WK_HEADROOM },
-	{ "architecture.md", "is at most ([0-9][0-9,]*) bytes, and the group", 10,
-	  WK_GSO_SEG_MAX },
+	{ "architecture.md", "is at most ([0-9][0-9,]*) bytes, and the group", 10, WK_GSO_SEG_MAX },
 	{ "architecture.md", "within ([0-9][0-9 ,]*[0-9]) bytes; otherwise the group", 10,
 	  WK_GSO_TOTAL_MAX },
 	{ "architecture.md", "at most ([0-9]+) connections per listener per worker", 10,
@@ -143,8 +142,8 @@ static unsigned check_rule(const struct rule *r)
 
 	assert_int_equal(regcomp(&re, r->re, REG_EXTENDED), 0);
 	while (regexec(&re, p, 2, m, 0) == 0) {
-		unsigned long long got = figure(p + m[1].rm_so, (size_t)(m[1].rm_eo - m[1].rm_so),
-						r->base);
+		unsigned long long got =
+			figure(p + m[1].rm_so, (size_t)(m[1].rm_eo - m[1].rm_so), r->base);
 
 		matches++;
 		if (got != r->want) {

@@ -64,10 +64,23 @@ static void test_endpoint_ok(void **state)
 static void test_endpoint_bad(void **state)
 {
 	static const char *const bad[] = {
-		"", ":8086", "8086", "http:/:8086", "http://:99999", "http://:", "http://:80a",
-		"http://example.com:80", "http://[::1:80", "http://[zz]:80", "http://u@:80",
-		"http://:80metrics", "http://:80/a b", "http://:80/a?b", "http://:80/a#b",
-		"http://1.2.3.4.5:80", "http://:123456",
+		"",
+		":8086",
+		"8086",
+		"http:/:8086",
+		"http://:99999",
+		"http://:",
+		"http://:80a",
+		"http://example.com:80",
+		"http://[::1:80",
+		"http://[zz]:80",
+		"http://u@:80",
+		"http://:80metrics",
+		"http://:80/a b",
+		"http://:80/a?b",
+		"http://:80/a#b",
+		"http://1.2.3.4.5:80",
+		"http://:123456",
 	};
 	struct http_endpoint ep;
 	const char *why = NULL;
@@ -119,12 +132,16 @@ static void test_query_ok(void **state)
 
 	assert_int_equal(qparse("service=turn&username=al%20ice+b%3Ac&ttl=3600&key=x"
 				"&iceTransportPolicy=relay&namespace=ns&gateway=gw&listener=udp"
-				"&public-addr=1.2.3.4&unknown=%zz-ignored-not", &q, &why), -EINVAL);
+				"&public-addr=1.2.3.4&unknown=%zz-ignored-not",
+				&q, &why),
+			 -EINVAL);
 	assert_string_equal(why, "malformed percent-encoding in query");
 
 	assert_int_equal(qparse("service=turn&username=al%20ice+b%3Ac&ttl=3600&key=x"
 				"&iceTransportPolicy=relay&namespace=ns&gateway=gw&listener=udp"
-				"&public-addr=1.2.3.4&unknown=zz&&=x&novalue", &q, &why), 0);
+				"&public-addr=1.2.3.4&unknown=zz&&=x&novalue",
+				&q, &why),
+			 0);
 	assert_string_equal(q.username, "al ice b:c");
 	assert_int_equal(q.ttl, 3600);
 	assert_int_equal(q.policy, HTTP_ICE_RELAY);
@@ -173,7 +190,8 @@ static void test_query_bad(void **state)
 		{ "service=turn&username=a%00b", "NUL byte in query parameter" },
 		{ "service=turn&public-addr=a/b",
 		  "\"public-addr\" must be an IP address or host name" },
-		{ "service=turn&public-addr=", "\"public-addr\" must be an IP address or host name" },
+		{ "service=turn&public-addr=",
+		  "\"public-addr\" must be an IP address or host name" },
 		{ "service=turn&gateway=g", "\"gateway\" requires \"namespace\"" },
 		{ "service=turn&listener=%1", "malformed percent-encoding in query" },
 		{ "service=turn&listener=%", "malformed percent-encoding in query" },
@@ -206,46 +224,45 @@ static void test_query_bad(void **state)
 
 /* ---- credential responses --------------------------------------------------------- */
 
-static const char cfg_yaml[] =
-	"version: v1\n"
-	"admin:\n"
-	"  name: ns1/gw1\n"
-	"auth:\n"
-	"  type: ephemeral\n"
-	"  realm: turn.example.org\n"
-	"  credentials:\n"
-	"    secret: s3cret\n"
-	"listeners:\n"
-	"  - name: ns1/gw1/udp\n"
-	"    protocol: TURN-UDP\n"
-	"    address: 10.0.0.1\n"
-	"    public_address: 203.0.113.5\n"
-	"    public_port: 30478\n"
-	"    port: 3478\n"
-	"    routes: [pods]\n"
-	"  - name: ns1/gw1/tcp\n"
-	"    protocol: TURN-TCP\n"
-	"    address: 10.0.0.1\n"
-	"    port: 3479\n"
-	"    routes: [pods]\n"
-	"  - name: ns1/gw1/v6\n"
-	"    protocol: TURN-UDP\n"
-	"    address: \"2001:db8::1\"\n"
-	"    port: 3480\n"
-	"    routes: [pods]\n"
-	"  - name: st\n"
-	"    protocol: TURN-TCP\n"
-	"    address: 10.0.0.2\n"
-	"    port: 3481\n"
-	"    auth:\n"
-	"      type: static\n"
-	"      users:\n"
-	"        - {username: bob, password: bobpw}\n"
-	"    routes: [pods]\n"
-	"clusters:\n"
-	"  - name: pods\n"
-	"    type: STATIC\n"
-	"    endpoints: [\"10.0.0.0/8\"]\n";
+static const char cfg_yaml[] = "version: v1\n"
+			       "admin:\n"
+			       "  name: ns1/gw1\n"
+			       "auth:\n"
+			       "  type: ephemeral\n"
+			       "  realm: turn.example.org\n"
+			       "  credentials:\n"
+			       "    secret: s3cret\n"
+			       "listeners:\n"
+			       "  - name: ns1/gw1/udp\n"
+			       "    protocol: TURN-UDP\n"
+			       "    address: 10.0.0.1\n"
+			       "    public_address: 203.0.113.5\n"
+			       "    public_port: 30478\n"
+			       "    port: 3478\n"
+			       "    routes: [pods]\n"
+			       "  - name: ns1/gw1/tcp\n"
+			       "    protocol: TURN-TCP\n"
+			       "    address: 10.0.0.1\n"
+			       "    port: 3479\n"
+			       "    routes: [pods]\n"
+			       "  - name: ns1/gw1/v6\n"
+			       "    protocol: TURN-UDP\n"
+			       "    address: \"2001:db8::1\"\n"
+			       "    port: 3480\n"
+			       "    routes: [pods]\n"
+			       "  - name: st\n"
+			       "    protocol: TURN-TCP\n"
+			       "    address: 10.0.0.2\n"
+			       "    port: 3481\n"
+			       "    auth:\n"
+			       "      type: static\n"
+			       "      users:\n"
+			       "        - {username: bob, password: bobpw}\n"
+			       "    routes: [pods]\n"
+			       "clusters:\n"
+			       "  - name: pods\n"
+			       "    type: STATIC\n"
+			       "    endpoints: [\"10.0.0.0/8\"]\n";
 
 static int setup_conf(void **state)
 {
@@ -285,11 +302,11 @@ static json_t *render(const struct conf *cfg, const char *query, enum http_cred_
 	return j;
 }
 
-static void assert_verifies(const char *secret, const char *user, const char *pass,
-			    uint64_t now)
+static void assert_verifies(const char *secret, const char *user, const char *pass, uint64_t now)
 {
 	assert_int_equal(stun_rest_verify((const uint8_t *)secret, strlen(secret), user,
-					  strlen(user), pass, strlen(pass), now), 0);
+					  strlen(user), pass, strlen(pass), now),
+			 0);
 }
 
 static void test_cred_rest(void **state)
@@ -297,8 +314,7 @@ static void test_cred_rest(void **state)
 	const struct conf *cfg = *state;
 	json_t *j = render(cfg, "service=turn&username=alice&ttl=600", HTTP_CRED_REST, 200);
 
-	assert_string_equal(json_string_value(json_object_get(j, "username")),
-			    "1700000600:alice");
+	assert_string_equal(json_string_value(json_object_get(j, "username")), "1700000600:alice");
 	const char *pass = json_string_value(json_object_get(j, "password"));
 	assert_non_null(pass);
 	assert_int_equal(strlen(pass), STUN_REST_PASSWORD_LEN);
@@ -306,10 +322,12 @@ static void test_cred_rest(void **state)
 	assert_verifies("s3cret", "1700000600:alice", pass, NOW + 599);
 	/* Expired after ttl. */
 	assert_int_equal(stun_rest_verify((const uint8_t *)"s3cret", 6, "1700000600:alice", 16,
-					  pass, strlen(pass), NOW + 601), -ETIMEDOUT);
+					  pass, strlen(pass), NOW + 601),
+			 -ETIMEDOUT);
 	/* Another secret does not verify it. */
-	assert_int_equal(stun_rest_verify((const uint8_t *)"other", 5, "1700000600:alice", 16,
-					  pass, strlen(pass), NOW), -EACCES);
+	assert_int_equal(stun_rest_verify((const uint8_t *)"other", 5, "1700000600:alice", 16, pass,
+					  strlen(pass), NOW),
+			 -EACCES);
 	/* The REST form lists the listeners of the first auth block (the global one). */
 	json_t *uris = json_object_get(j, "uris");
 	assert_int_equal(json_array_size(uris), 3);
@@ -354,8 +372,8 @@ static void test_cred_ice(void **state)
 static void test_cred_filters(void **state)
 {
 	const struct conf *cfg = *state;
-	json_t *j = render(cfg, "service=turn&listener=tcp&public-addr=198.51.100.7",
-			   HTTP_CRED_ICE, 200);
+	json_t *j = render(cfg, "service=turn&listener=tcp&public-addr=198.51.100.7", HTTP_CRED_ICE,
+			   200);
 	json_t *servers = json_object_get(j, "iceServers");
 	assert_int_equal(json_array_size(servers), 1);
 	json_t *urls = json_object_get(json_array_get(servers, 0), "urls");
@@ -378,8 +396,10 @@ static void test_cred_filters(void **state)
 	json_decref(j);
 
 	static const char *const nomatch[] = {
-		"service=turn&listener=nope", "service=turn&namespace=ns2",
-		"service=turn&namespace=ns1&gateway=gw2", "service=turn&namespace=ns",
+		"service=turn&listener=nope",
+		"service=turn&namespace=ns2",
+		"service=turn&namespace=ns1&gateway=gw2",
+		"service=turn&namespace=ns",
 	};
 	for (size_t i = 0; i < sizeof(nomatch) / sizeof(nomatch[0]); i++) {
 		j = render(cfg, nomatch[i], HTTP_CRED_ICE, 404);
@@ -422,9 +442,12 @@ static void test_listener_uri(void **state)
 static void test_status(void **state)
 {
 	const struct conf *cfg = *state;
-	struct http_status_info info = { .readiness = HTTP_DRAINING, .allocations = 12,
-					 .generation = 4, .workers_running = 2,
-					 .workers_total = 3, .last_reload_ok = true };
+	struct http_status_info info = { .readiness = HTTP_DRAINING,
+					 .allocations = 12,
+					 .generation = 4,
+					 .workers_running = 2,
+					 .workers_total = 3,
+					 .last_reload_ok = true };
 	struct http_buf b = HTTP_BUF_INIT;
 
 	assert_int_equal(http_status_render(cfg, &info, &b), 0);
@@ -435,13 +458,14 @@ static void test_status(void **state)
 	assert_string_equal(json_string_value(json_object_get(j, "status")), "TERMINATING");
 	assert_int_equal(json_integer_value(json_object_get(j, "allocationCount")), 12);
 	assert_int_equal(json_integer_value(json_object_get(j, "generation")), 4);
-	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "workers"),
-							    "running")), 2);
+	assert_int_equal(json_integer_value(
+				 json_object_get(json_object_get(j, "workers"), "running")),
+			 2);
 	assert_string_equal(json_string_value(json_object_get(j, "lastReload")), "ok");
 	assert_int_equal(json_integer_value(json_object_get(j, "unknownRoutes")), 0);
 	assert_int_equal(json_array_size(json_object_get(j, "listeners")), 4);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "admin"),
-							      "name")), "ns1/gw1");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "admin"), "name")),
+			    "ns1/gw1");
 	json_decref(j);
 	http_buf_free(&b);
 

@@ -218,7 +218,8 @@ static bool prom_check(const char *text, size_t len, struct checker *c)
 		return chk_fail(c, "", "empty, NUL inside, or no final newline");
 	char *copy = strndup(text, len), *save = NULL;
 	bool ok = true;
-	for (char *line = strtok_r(copy, "\n", &save); ok && line; line = strtok_r(NULL, "\n", &save)) {
+	for (char *line = strtok_r(copy, "\n", &save); ok && line;
+	     line = strtok_r(NULL, "\n", &save)) {
 		if (line[0] == '#')
 			ok = check_comment(c, line);
 		else
@@ -301,7 +302,9 @@ struct fx {
 static int fx_setup(void **state)
 {
 	struct fx *fx = calloc(1, sizeof(*fx));
-	struct shm_config sc = { .n_slots = 3, .snap_count = 2, .snap_size = 4096, .alloc_cap = 100 };
+	struct shm_config sc = {
+		.n_slots = 3, .snap_count = 2, .snap_size = 4096, .alloc_cap = 100
+	};
 	struct conf_diags d = { 0 };
 	struct snap_build_params p = { .generation = 7 };
 
@@ -404,11 +407,19 @@ static void test_render_values(void **state)
 		{ .valid = false },
 	};
 	struct http_master_stats ms = {
-		.generation = 7, .reloads_ok = 2, .reloads_failed = 1, .worker_restarts = 1,
-		.master = { .valid = true, .cpu_seconds = 0.25, .resident_bytes = 1 << 20,
-			    .virtual_bytes = 1 << 24, .start_time = 1700000000.5, .open_fds = 9,
+		.generation = 7,
+		.reloads_ok = 2,
+		.reloads_failed = 1,
+		.worker_restarts = 1,
+		.master = { .valid = true,
+			    .cpu_seconds = 0.25,
+			    .resident_bytes = 1 << 20,
+			    .virtual_bytes = 1 << 24,
+			    .start_time = 1700000000.5,
+			    .open_fds = 9,
 			    .max_fds = 1024 },
-		.workers = workers, .n_workers = 3,
+		.workers = workers,
+		.n_workers = 3,
 	};
 	size_t len;
 
@@ -502,7 +513,7 @@ static void test_render_no_snap(void **state)
 	assert_true(value_of(t, "turngate_config_last_reload_successful") == 1);
 	/* no snapshot: no total_quota to read, the table's size is the limit */
 	assert_true(value_of(t, "turngate_allocations_limit") == 100);
-	assert_null(strstr(t, "process_cpu_seconds_total"));  /* master stats invalid */
+	assert_null(strstr(t, "process_cpu_seconds_total")); /* master stats invalid */
 	free(t);
 	struct http_buf b = HTTP_BUF_INIT;
 	assert_int_equal(http_metrics_render(NULL, NULL, &ms, &b), -EINVAL);

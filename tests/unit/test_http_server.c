@@ -135,7 +135,8 @@ static void start_health(struct fx *fx)
 /* Connects from 127.0.0.<src> (any address of 127/8 is local on Linux). */
 static int connect_from(struct fx *fx, unsigned src)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(http_server_port(fx->srv)) };
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_port = htons(http_server_port(fx->srv)) };
 	struct sockaddr_in me = { .sin_family = AF_INET };
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	me.sin_addr.s_addr = htonl(0x7f000000u | src);
@@ -266,7 +267,7 @@ static void test_errors(void **state)
 	int st;
 	start_health(fx);
 	expect(fx, "GET", "/nope", 404, "{\"status\":404,\"message\":\"not found\"}\n");
-	expect(fx, "GET", "/metrics", 404, NULL);   /* no metrics on this server */
+	expect(fx, "GET", "/metrics", 404, NULL); /* no metrics on this server */
 	expect(fx, "GET", "/ice?service=turn", 404, NULL);
 	char *r = request(fx, "POST", "/live", "Content-Length: 3\r\n", &st);
 	assert_int_equal(st, 405);
@@ -393,8 +394,9 @@ static void test_ipv6(void **state)
 		skip();
 	close(probe);
 	if (http_server_start(fx->loop, "http://[::1]:0", &h, fx, &fx->srv) != 0)
-		skip();   /* no ::1 in this sandbox */
-	struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT,
+		skip(); /* no ::1 in this sandbox */
+	struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6,
+				     .sin6_addr = IN6ADDR_LOOPBACK_INIT,
 				     .sin6_port = htons(http_server_port(fx->srv)) };
 	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(fd >= 0);
@@ -415,8 +417,8 @@ static void test_metrics(void **state)
 	int st;
 	assert_int_equal(shm_create(&sc, "test_http_server", &fx->shm), 0);
 	shm_ctr_add(shm_slot_counters(fx->shm, 0), SHM_CTR_ALLOCS_ACTIVE, 4);
-	assert_int_equal(http_server_start(fx->loop, "http://127.0.0.1:0/prom", &h, fx,
-					   &fx->srv), 0);
+	assert_int_equal(http_server_start(fx->loop, "http://127.0.0.1:0/prom", &h, fx, &fx->srv),
+			 0);
 	char *r = request(fx, "GET", "/prom", NULL, &st);
 	assert_int_equal(st, 200);
 	assert_non_null(strstr(r, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
@@ -424,7 +426,7 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(body_of(r), "\nturngate_config_generation 3\n"));
 	free(r);
 	expect(fx, "GET", "/metrics", 404, NULL);
-	expect(fx, "GET", "/live", 404, NULL);   /* no health on this server */
+	expect(fx, "GET", "/live", 404, NULL); /* no health on this server */
 	http_server_stop(fx->srv);
 	/* Without a path: /metrics and / (STUNner's default) both answer. */
 	assert_int_equal(http_server_start(fx->loop, "http://127.0.0.1:0", &h, fx, &fx->srv), 0);
@@ -443,10 +445,12 @@ static const char cfg_yaml[] =
 static void start_cred(struct fx *fx)
 {
 	struct conf_diags d = { 0 };
-	struct http_handlers h = { .cred_config = cb_cred_config, .cred_token = cb_token,
+	struct http_handlers h = { .cred_config = cb_cred_config,
+				   .cred_token = cb_token,
 				   .now = cb_now };
-	assert_int_equal(conf_load_string(cfg_yaml, sizeof(cfg_yaml) - 1, "c.yaml", NULL,
-					  &fx->cfg, &d), 0);
+	assert_int_equal(conf_load_string(cfg_yaml, sizeof(cfg_yaml) - 1, "c.yaml", NULL, &fx->cfg,
+					  &d),
+			 0);
 	conf_diags_free(&d);
 	start(fx, &h);
 }
@@ -466,7 +470,8 @@ static void test_cred_api(void **state)
 	const char *pass = json_string_value(json_object_get(s0, "credential"));
 	assert_string_equal(user, "1700000120:alice");
 	assert_int_equal(stun_rest_verify((const uint8_t *)"api-secret", 10, user, strlen(user),
-					  pass, strlen(pass), NOW), 0);
+					  pass, strlen(pass), NOW),
+			 0);
 	assert_string_equal(json_string_value(json_array_get(json_object_get(s0, "urls"), 0)),
 			    "turn:127.0.0.1:3478?transport=udp");
 	json_decref(j);
@@ -524,8 +529,9 @@ static void test_cred_token(void **state)
 	fx->cfg = NULL;
 	r = request(fx, "GET", "/ice?service=turn", "Authorization: Bearer tok-123\r\n", &st);
 	assert_int_equal(st, 500);
-	assert_string_equal(body_of(r),
-			    "{\"status\":500,\"message\":\"no STUNner configuration available\"}\n");
+	assert_string_equal(
+		body_of(r),
+		"{\"status\":500,\"message\":\"no STUNner configuration available\"}\n");
 	free(r);
 }
 
@@ -536,8 +542,7 @@ static void test_start_errors(void **state)
 	struct http_server *s2 = NULL;
 	assert_int_equal(http_server_start(fx->loop, "ftp://:1", &h, fx, &s2), -EPROTONOSUPPORT);
 	assert_null(s2);
-	assert_int_equal(http_server_start(fx->loop, "http://example.com:1", &h, fx, &s2),
-			 -EINVAL);
+	assert_int_equal(http_server_start(fx->loop, "http://example.com:1", &h, fx, &s2), -EINVAL);
 	assert_int_equal(http_server_start(NULL, "http://127.0.0.1:0", &h, fx, &s2), -EINVAL);
 	assert_int_equal(http_server_start(fx->loop, "http://127.0.0.1:0", NULL, fx, &s2), -EINVAL);
 	start_health(fx);

@@ -249,8 +249,9 @@ static void test_admin_malformed(void **state)
 	expect_error(&m, "{\"cmd\":null}", "missing \"cmd\" (a string)");
 	expect_error(&m, "{\"command\":\"status\"}", "missing \"cmd\" (a string)");
 	expect_error(&m, "{\"cmd\":\"STATUS\"}", "unknown command");
-	expect_error(&m, "{\"cmd\":\"status\"} trailing", "malformed request: expected one JSON "
-							  "object per line");
+	expect_error(&m, "{\"cmd\":\"status\"} trailing",
+		     "malformed request: expected one JSON "
+		     "object per line");
 	expect_error(&m, "{\"cmd\":\"a\",\"cmd\":\"b\"}",
 		     "malformed request: expected one JSON object per line");
 }
@@ -261,8 +262,9 @@ static struct master *fixture(void)
 {
 	static struct master m;
 	static struct mworker w;
-	struct shm_config sc = { .n_slots = 1, .snap_count = 4, .snap_size = 1u << 20,
-				 .alloc_cap = 64 };
+	struct shm_config sc = {
+		.n_slots = 1, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
 
 	memset(&m, 0, sizeof(m));
 	memset(&w, 0, sizeof(w));
@@ -326,7 +328,9 @@ static void test_admin_mutations(void **state)
 			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 			pos = len ? (size_t)(x >> 8) % len : 0;
 			switch (x % 4) {
-			case 0: buf[pos] = (char)(x >> 32); break;
+			case 0:
+				buf[pos] = (char)(x >> 32);
+				break;
 			case 1:
 				if (len + 1 < sizeof(buf)) {
 					memmove(buf + pos + 1, buf + pos, len - pos);
@@ -340,7 +344,9 @@ static void test_admin_mutations(void **state)
 					len--;
 				}
 				break;
-			default: len = pos; break;
+			default:
+				len = pos;
+				break;
 			}
 		}
 		json_t *r = admin_dispatch(m, buf, len);

@@ -17,7 +17,7 @@
 #define SEC 1000000000ull
 #define T0 (1000 * SEC)	/* an arbitrary monotonic start */
 
-static const uint8_t test_key[WK_RL_KEY_LEN] = { 1, 2, 3, 4, 5, 6, 7, 8,
+static const uint8_t test_key[WK_RL_KEY_LEN] = { 1, 2,  3,  4,  5,  6,  7,  8,
 						 9, 10, 11, 12, 13, 14, 15, 16 };
 
 static struct sockaddr_storage v4(const char *ip, uint16_t port)

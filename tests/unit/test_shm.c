@@ -36,12 +36,9 @@ static struct shm *mk(unsigned slots, unsigned snaps, unsigned snap_size, unsign
 static void test_create_rejects_bad_config(void **state)
 {
 	struct shm_config bad[] = {
-		{ 0, 4, 4096, 10 },
-		{ SHM_MAX_SLOTS + 1, 4, 4096, 10 },
-		{ 2, 1, 4096, 10 },
-		{ 2, SHM_MAX_SNAPS + 1, 4096, 10 },
-		{ 2, 4, 16, 10 },
-		{ 2, 4, 4096, SHM_MAX_ALLOCS + 1 },
+		{ 0, 4, 4096, 10 }, { SHM_MAX_SLOTS + 1, 4, 4096, 10 },
+		{ 2, 1, 4096, 10 }, { 2, SHM_MAX_SNAPS + 1, 4096, 10 },
+		{ 2, 4, 16, 10 },   { 2, 4, 4096, SHM_MAX_ALLOCS + 1 },
 	};
 	struct shm *shm = NULL;
 
@@ -101,8 +98,7 @@ static void test_attach_ro_ok(void **state)
 }
 
 /* A writable copy of a segment in a fresh memfd, with `patch` applied at `off`. */
-static int copy_patched(struct shm *shm, size_t off, const void *patch, size_t n,
-			off_t new_size)
+static int copy_patched(struct shm *shm, size_t off, const void *patch, size_t n, off_t new_size)
 {
 	int fd = memfd_create("copy", MFD_CLOEXEC);
 
@@ -115,8 +111,7 @@ static int copy_patched(struct shm *shm, size_t off, const void *patch, size_t n
 	return fd;
 }
 
-static int attach_patched(struct shm *shm, size_t off, const void *patch, size_t n,
-			  off_t new_size)
+static int attach_patched(struct shm *shm, size_t off, const void *patch, size_t n, off_t new_size)
 {
 	struct shm *ro = NULL;
 	int fd = copy_patched(shm, off, patch, n, new_size);
@@ -138,8 +133,8 @@ static void test_attach_validation(void **state)
 	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, magic), &v64, 8, -1),
 			 -EBADMSG);
 	v32 = SHM_LAYOUT_VERSION + 1;
-	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, layout_version), &v32, 4,
-					-1), -EBADMSG);
+	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, layout_version), &v32, 4, -1),
+			 -EBADMSG);
 	assert_int_equal(attach_patched(shm, offsetof(struct shm_hdr, layout_hash), &v64, 8, -1),
 			 -EBADMSG);
 	/* the immutable rest of the header is checksummed */
@@ -550,7 +545,10 @@ static void test_alloc_torn_and_release_all(void **state)
 /* Children race to claim every record; each must be claimed exactly once. */
 static void test_alloc_claim_race(void **state)
 {
-	enum { KIDS = 4, CAP = 2000 };
+	enum {
+		KIDS = 4,
+		CAP = 2000
+	};
 	struct shm *shm = mk(KIDS, 2, 4096, CAP);
 	uint32_t *owner_of = mmap(NULL, CAP * sizeof(uint32_t), PROT_READ | PROT_WRITE,
 				  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -640,10 +638,8 @@ static void test_seqlock_copy_consistent(void **state)
 		assert_int_equal(copy->reservation, ~(uint64_t)copy->cred_expiry);
 		assert_int_equal(copy->perms[SHM_ALLOC_MAX_PERMS - 1].expires_ns,
 				 (uint64_t)copy->cred_expiry);
-		assert_int_equal((uint8_t)copy->username[0],
-				 (uint8_t)(copy->cred_expiry & 0xff));
-		assert_int_equal((uint8_t)copy->username[127],
-				 (uint8_t)(copy->cred_expiry & 0xff));
+		assert_int_equal((uint8_t)copy->username[0], (uint8_t)(copy->cred_expiry & 0xff));
+		assert_int_equal((uint8_t)copy->username[127], (uint8_t)(copy->cred_expiry & 0xff));
 		ok++;
 	}
 	kill(pid, SIGKILL);

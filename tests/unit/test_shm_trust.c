@@ -154,10 +154,9 @@ static void test_evict_same_tag(void **state)
 	for (unsigned i = 0; i < SHM_TRUST_WAYS; i++)
 		for (int n = 0; n < 9; n++)
 			shm_trust_earn(shm, k0 + (uint64_t)i * SHM_TRUST_SETS, 100 + i, WIN, CAP);
-	assert_int_equal(shm_trust_earn(shm, k0 + SHM_TRUST_WAYS * SHM_TRUST_SETS, 110, WIN,
-					CAP), SHM_TRUST_EVICTED);
-	assert_int_equal(shm_trust_credits(shm, k0 + SHM_TRUST_WAYS * SHM_TRUST_SETS, 110, WIN),
-			 1);
+	assert_int_equal(shm_trust_earn(shm, k0 + SHM_TRUST_WAYS * SHM_TRUST_SETS, 110, WIN, CAP),
+			 SHM_TRUST_EVICTED);
+	assert_int_equal(shm_trust_credits(shm, k0 + SHM_TRUST_WAYS * SHM_TRUST_SETS, 110, WIN), 1);
 	assert_int_equal(shm_trust_credits(shm, k0, 110, WIN), 0);
 	assert_int_equal(shm_trust_credits(shm, k0 + SHM_TRUST_SETS, 110, WIN), 9);
 	shm_destroy(shm);
@@ -225,11 +224,14 @@ static void test_key_random(void **state)
  * earned, and none is lost or made up: spent + credits left in the set = earned. */
 static void test_race_conserves(void **state)
 {
-	enum { N = 20000, PROCS = 2 };
+	enum {
+		N = 20000,
+		PROCS = 2
+	};
 	struct shm *shm = mk();
 	uint64_t k = 0xabcdef0123456789ull;
-	uint32_t *spent = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-			       -1, 0);
+	uint32_t *spent =
+		mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	uint64_t left = 0;
 	pid_t pid[PROCS];
 
@@ -276,14 +278,10 @@ static void test_race_conserves(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_earn_spend),
-		cmocka_unit_test(test_cap),
-		cmocka_unit_test(test_window),
-		cmocka_unit_test(test_eviction),
-		cmocka_unit_test(test_evict_same_tag),
-		cmocka_unit_test(test_torn_way),
-		cmocka_unit_test(test_read_only),
-		cmocka_unit_test(test_key_random),
+		cmocka_unit_test(test_earn_spend),     cmocka_unit_test(test_cap),
+		cmocka_unit_test(test_window),         cmocka_unit_test(test_eviction),
+		cmocka_unit_test(test_evict_same_tag), cmocka_unit_test(test_torn_way),
+		cmocka_unit_test(test_read_only),      cmocka_unit_test(test_key_random),
 		cmocka_unit_test(test_race_conserves),
 	};
 

@@ -70,8 +70,8 @@ static void rec_fill(struct shm_alloc *r, unsigned i, uint8_t transport, uint64_
 }
 
 /* One record of slot `slot`; state: 0 LIVE, 1 CLAIMED (torn), 2 odd seqlock (torn). */
-static void rec_add(struct shm *s, unsigned slot, unsigned i, uint8_t transport,
-		    uint64_t expires, int torn)
+static void rec_add(struct shm *s, unsigned slot, unsigned i, uint8_t transport, uint64_t expires,
+		    int torn)
 {
 	struct shm_alloc *r;
 	uint32_t idx;
@@ -218,32 +218,37 @@ typedef void corrupt_fn(uint8_t *b, size_t *len, const struct shm *src);
 
 static void c_magic(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	b[0] ^= 1;
 }
 
 static void c_version(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	((struct shm_hdr *)b)->layout_version++;
 	reseal(b);
 }
 
 static void c_checksum(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	((struct shm_hdr *)b)->nonce_key[3] ^= 0x80;
 }
 
 static void c_short(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)b; (void)s;
+	(void)b;
+	(void)s;
 	*len -= 4096;
 }
 
 static void c_tiny(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)b; (void)s;
+	(void)b;
+	(void)s;
 	*len = 100;
 }
 
@@ -260,35 +265,40 @@ static struct shm_region *region(uint8_t *b, uint32_t id)
 
 static void c_format(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	region(b, SHM_REGION_ALLOCS)->format ^= 1;
 	reseal(b);
 }
 
 static void c_boot(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	((struct shm_hdr *)b)->boot_id[0] ^= 1;
 	reseal(b);
 }
 
 static void c_region_bounds(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	region(b, SHM_REGION_ALLOCS)->count += 1;
 	reseal(b);
 }
 
 static void c_region_overlap(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	region(b, SHM_REGION_ALLOCS)->off = region(b, SHM_REGION_SLOTS)->off;
 	reseal(b);
 }
 
 static void c_no_allocs(uint8_t *b, size_t *len, const struct shm *s)
 {
-	(void)len; (void)s;
+	(void)len;
+	(void)s;
 	region(b, SHM_REGION_ALLOCS)->id = 99;
 	reseal(b);
 }
@@ -337,13 +347,13 @@ static void test_refusals(void **state)
 		corrupt_fn *fn;
 		enum shm_state_verdict v;
 	} cases[] = {
-		{ c_magic, SHM_STATE_FOREIGN },       { c_version, SHM_STATE_VERSION },
-		{ c_checksum, SHM_STATE_CORRUPT },    { c_short, SHM_STATE_TRUNCATED },
-		{ c_tiny, SHM_STATE_TRUNCATED },      { c_format, SHM_STATE_FORMAT },
-		{ c_boot, SHM_STATE_OTHER_BOOT },     { c_region_bounds, SHM_STATE_CORRUPT },
+		{ c_magic, SHM_STATE_FOREIGN },          { c_version, SHM_STATE_VERSION },
+		{ c_checksum, SHM_STATE_CORRUPT },       { c_short, SHM_STATE_TRUNCATED },
+		{ c_tiny, SHM_STATE_TRUNCATED },         { c_format, SHM_STATE_FORMAT },
+		{ c_boot, SHM_STATE_OTHER_BOOT },        { c_region_bounds, SHM_STATE_CORRUPT },
 		{ c_region_overlap, SHM_STATE_CORRUPT }, { c_no_allocs, SHM_STATE_CORRUPT },
-		{ c_user_len, SHM_STATE_CORRUPT },    { c_owner, SHM_STATE_CORRUPT },
-		{ c_state, SHM_STATE_CORRUPT },       { c_lifetime, SHM_STATE_CORRUPT },
+		{ c_user_len, SHM_STATE_CORRUPT },       { c_owner, SHM_STATE_CORRUPT },
+		{ c_state, SHM_STATE_CORRUPT },          { c_lifetime, SHM_STATE_CORRUPT },
 		{ c_channel, SHM_STATE_CORRUPT },
 	};
 	struct shm *src = src_build();
@@ -475,8 +485,9 @@ static void test_files(void **state)
 	(void)state;
 	/* first start: the directory is created 0700, the file 0600 */
 	snprintf(sub, sizeof(sub), "%s/run", tmpdir);
-	assert_int_equal(shm_state_open(sub, "inst", &(struct shm_config){ 1, 2, 256, 4 }, NOW,
-					50, &a, &t), 0);
+	assert_int_equal(shm_state_open(sub, "inst", &(struct shm_config){ 1, 2, 256, 4 }, NOW, 50,
+					&a, &t),
+			 0);
 	assert_int_equal(t.verdict, SHM_STATE_NONE);
 	assert_int_equal(stat(sub, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700);
@@ -531,7 +542,8 @@ static void test_files(void **state)
 	assert_int_equal(open_state(tmpdir, &a, &t), -EPERM);
 	assert_int_equal(chmod(tmpdir, 0700), 0);
 	assert_int_equal(shm_state_open(tmpdir, "a/b", &(struct shm_config){ 1, 2, 256, 4 }, NOW,
-					50, &a, &t), -EINVAL);
+					50, &a, &t),
+			 -EINVAL);
 	assert_int_equal(shm_state_open(path("inst.lock"), "x",
 					&(struct shm_config){ 1, 2, 256, 4 }, NOW, 50, &a, &t),
 			 -ENOTDIR);

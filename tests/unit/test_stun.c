@@ -78,8 +78,7 @@ static void t_rfc5769_request(void **state)
 	assert_true(tie == 0x932ff9b151263b36ull);
 	assert_int_equal(stun_msg_unknown(&m, NULL), 0);
 	assert_int_equal(stun_msg_check_integrity(&m, pw, strlen(RFC5769_SHORT_PASS)), 0);
-	assert_int_equal(stun_msg_check_integrity(&m, pw, strlen(RFC5769_SHORT_PASS) - 1),
-			 -EACCES);
+	assert_int_equal(stun_msg_check_integrity(&m, pw, strlen(RFC5769_SHORT_PASS) - 1), -EACCES);
 	assert_int_equal(stun_msg_check_integrity_sha256(&m, pw, 3), -ENOENT);
 	assert_int_equal(stun_msg_check_fingerprint(&m), 0);
 }
@@ -113,8 +112,8 @@ static void t_rfc5769_responses(void **state)
 
 static void lt_key(uint16_t alg, uint8_t *key, size_t *key_len)
 {
-	assert_int_equal(stun_auth_key(alg, RFC5769_LT_USER, strlen(RFC5769_LT_USER),
-				       "example.org", 11, "TheMatrIX", 9, key, key_len),
+	assert_int_equal(stun_auth_key(alg, RFC5769_LT_USER, strlen(RFC5769_LT_USER), "example.org",
+				       11, "TheMatrIX", 9, key, key_len),
 			 0);
 }
 
@@ -127,7 +126,8 @@ static void t_rfc5769_longterm(void **state)
 	lt_key(STUN_PWALG_MD5, key, &key_len);
 	assert_int_equal(key_len, 16);
 	assert_int_equal(stun_msg_parse(&m, rfc5769_longterm_request,
-					sizeof(rfc5769_longterm_request)), 0);
+					sizeof(rfc5769_longterm_request)),
+			 0);
 	assert_str_attr(&m, STUN_ATTR_USERNAME, RFC5769_LT_USER);
 	assert_str_attr(&m, STUN_ATTR_REALM, "example.org");
 	assert_str_attr(&m, STUN_ATTR_NONCE, "f//499k954d6OL34oL9FSTvy64sA");
@@ -161,8 +161,9 @@ static void t_rfc8489_b1(void **state)
 	uint32_t feat;
 
 	assert_int_equal(stun_msg_parse(&m, rfc8489_b1_request, sizeof(rfc8489_b1_request)), 0);
-	assert_int_equal(stun_auth_userhash(RFC5769_LT_USER, strlen(RFC5769_LT_USER),
-					    "example.org", 11, uh), 0);
+	assert_int_equal(stun_auth_userhash(RFC5769_LT_USER, strlen(RFC5769_LT_USER), "example.org",
+					    11, uh),
+			 0);
 	assert_int_equal(stun_msg_get_userhash(&m, &hash), 0);
 	assert_memory_equal(hash, uh, 32);
 	assert_int_equal(stun_msg_get_password_algorithm(&m, &alg), 0);
@@ -201,9 +202,17 @@ static void t_types(void **state)
 	assert_int_equal(stun_type_make(STUN_SEND, STUN_INDICATION), 0x0016);
 	assert_int_equal(stun_type_make(STUN_DATA, STUN_INDICATION), 0x0017);
 	assert_int_equal(stun_type_make(STUN_CONNECTION_ATTEMPT, STUN_INDICATION), 0x001c);
-	static const uint16_t methods[] = { STUN_BINDING, STUN_ALLOCATE, STUN_REFRESH,
-		STUN_SEND, STUN_DATA, STUN_CREATE_PERMISSION, STUN_CHANNEL_BIND, STUN_CONNECT,
-		STUN_CONNECTION_BIND, STUN_CONNECTION_ATTEMPT, 0xFFF };
+	static const uint16_t methods[] = { STUN_BINDING,
+					    STUN_ALLOCATE,
+					    STUN_REFRESH,
+					    STUN_SEND,
+					    STUN_DATA,
+					    STUN_CREATE_PERMISSION,
+					    STUN_CHANNEL_BIND,
+					    STUN_CONNECT,
+					    STUN_CONNECTION_BIND,
+					    STUN_CONNECTION_ATTEMPT,
+					    0xFFF };
 	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
 		for (uint8_t c = 0; c < 4; c++) {
 			uint16_t t = stun_type_make(methods[i], c);
@@ -220,8 +229,8 @@ static void t_types(void **state)
 
 static void t_reasons(void **state)
 {
-	static const int codes[] = { 300, 400, 401, 403, 420, 437, 438, 440, 441, 442, 443,
-				     446, 447, 486, 500, 508 };
+	static const int codes[] = { 300, 400, 401, 403, 420, 437, 438, 440,
+				     441, 442, 443, 446, 447, 486, 500, 508 };
 	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++)
 		assert_string_not_equal(stun_error_reason(codes[i]), "Error");
 	assert_string_equal(stun_error_reason(438), "Stale Nonce");
@@ -391,8 +400,12 @@ static void t_error_response(void **state)
 	assert_int_equal(stun_msg_parse(&mreq, req, len), 0);
 	assert_int_equal(stun_msg_unknown(&mreq, NULL), 1);
 
-	struct stun_error_opts o = { .unknown = unk, .n_unknown = 1, .realm = "r",
-				     .nonce = "n", .software = "tg", .fingerprint = true };
+	struct stun_error_opts o = { .unknown = unk,
+				     .n_unknown = 1,
+				     .realm = "r",
+				     .nonce = "n",
+				     .software = "tg",
+				     .fingerprint = true };
 	assert_int_equal(stun_build_error_response(rsp, sizeof(rsp), &mreq, 420, &o, &len), 0);
 	assert_int_equal(stun_msg_parse(&m, rsp, len), 0);
 	assert_int_equal(m.cls, STUN_ERROR);
@@ -477,8 +490,9 @@ static void t_fixed_sizes(void **state)
 	len = build_all(buf, sizeof(buf));
 	assert_int_equal(stun_msg_parse(&m, buf, len), 0);
 	assert_int_equal(stun_msg_check_sizes(&m, &bad), 0);
-	static const uint8_t life0[] = { 0x00, 0x0d, 0x00, 0x00, 0x00, 0x19, 0x00, 0x04,
-					 17, 0, 0, 0 };
+	static const uint8_t life0[] = {
+		0x00, 0x0d, 0x00, 0x00, 0x00, 0x19, 0x00, 0x04, 17, 0, 0, 0
+	};
 	n = raw_msg(buf, life0, sizeof(life0), sizeof(life0));
 	assert_int_equal(stun_msg_parse(&m, buf, n), 0);
 	assert_int_equal(stun_msg_check_sizes(&m, &bad), -EBADMSG);
@@ -541,8 +555,8 @@ static void t_bad_attrs(void **state)
 	n = raw_msg(buf, half, sizeof(half), sizeof(half));
 	assert_int_equal(stun_msg_parse(&m, buf, n), -EBADMSG);
 	/* odd-aligned: second attribute written without the first one's padding */
-	static const uint8_t odd[] = { 0x80, 0x22, 0x00, 0x01, 'a', 0x80, 0x22, 0x00, 0x07,
-				       'a', 'b', 'c', 'd', 'e', 'f', 'g' };
+	static const uint8_t odd[] = { 0x80, 0x22, 0x00, 0x01, 'a', 0x80, 0x22, 0x00,
+				       0x07, 'a',  'b',  'c',  'd', 'e',  'f',  'g' };
 	n = raw_msg(buf, odd, sizeof(odd), sizeof(odd));
 	assert_int_equal(stun_msg_parse(&m, buf, n), -EBADMSG);
 	/* padding present but value length odd: fine */
@@ -561,20 +575,20 @@ static void t_bad_attrs(void **state)
 	n = raw_msg(buf, fp8, sizeof(fp8), sizeof(fp8));
 	assert_int_equal(stun_msg_parse(&m, buf, n), -EBADMSG);
 	/* something after FINGERPRINT */
-	static const uint8_t after_fp[16] = { 0x80, 0x28, 0x00, 0x04, 0, 0, 0, 0,
-					      0x00, 0x0d, 0x00, 0x04 };
+	static const uint8_t after_fp[16] = { 0x80, 0x28, 0x00, 0x04, 0,    0,
+					      0,    0,    0x00, 0x0d, 0x00, 0x04 };
 	n = raw_msg(buf, after_fp, sizeof(after_fp), sizeof(after_fp));
 	assert_int_equal(stun_msg_parse(&m, buf, n), -EBADMSG);
 	/* malformed values are caught by the getters */
 	static const uint8_t bad_vals[] = {
-		0x00, 0x0d, 0x00, 0x02, 0, 0, 0, 0,		/* LIFETIME of 2 bytes */
-		0x00, 0x20, 0x00, 0x08, 0, 0x03, 0, 0, 1, 2, 3, 4, /* XOR-MAPPED family 3 */
-		0x00, 0x0c, 0x00, 0x04, 0x30, 0x00, 0, 0,	/* CHANNEL-NUMBER 0x3000 */
-		0x00, 0x09, 0x00, 0x04, 0, 0, 7, 0,		/* ERROR-CODE class 7 */
-		0x00, 0x17, 0x00, 0x04, 0x03, 0, 0, 0,		/* REQUESTED-ADDRESS-FAMILY 3 */
-		0x00, 0x06, 0x00, 0x03, 'a', 0, 'b', 0,		/* USERNAME with a NUL */
-		0x00, 0x12, 0x00, 0x14, 0, 0x01, 0, 0, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4,
-		1, 2, 3, 4,					/* IPv4 peer with 16 bytes */
+		0x00, 0x0d, 0x00, 0x02, 0,    0,    0,   0,             /* LIFETIME of 2 bytes */
+		0x00, 0x20, 0x00, 0x08, 0,    0x03, 0,   0, 1, 2, 3, 4, /* XOR-MAPPED family 3 */
+		0x00, 0x0c, 0x00, 0x04, 0x30, 0x00, 0,   0,             /* CHANNEL-NUMBER 0x3000 */
+		0x00, 0x09, 0x00, 0x04, 0,    0,    7,   0,             /* ERROR-CODE class 7 */
+		0x00, 0x17, 0x00, 0x04, 0x03, 0,    0,   0, /* REQUESTED-ADDRESS-FAMILY 3 */
+		0x00, 0x06, 0x00, 0x03, 'a',  0,    'b', 0, /* USERNAME with a NUL */
+		0x00, 0x12, 0x00, 0x14, 0,    0x01, 0,   0, 1, 2, 3, 4, 1,
+		2,    3,    4,    1,    2,    3,    4,   1, 2, 3, 4, /* IPv4 peer with 16 bytes */
 	};
 	uint32_t u32;
 	uint16_t ch;
@@ -644,9 +658,8 @@ static void t_after_integrity(void **state)
 	assert_int_equal(stun_build_finish(&b, &len), 0);
 	/* Append LIFETIME, an unknown comprehension-required attribute and a second,
 	 * wrongly sized MI by hand after MESSAGE-INTEGRITY: all must be ignored. */
-	static const uint8_t tail[] = { 0x00, 0x0d, 0x00, 0x04, 0, 0, 0, 1,
-					0x07, 0x77, 0x00, 0x00,
-					0x00, 0x08, 0x00, 0x04, 0, 0, 0, 0 };
+	static const uint8_t tail[] = { 0x00, 0x0d, 0x00, 0x04, 0,    0,    0, 1, 0x07, 0x77,
+					0x00, 0x00, 0x00, 0x08, 0x00, 0x04, 0, 0, 0,    0 };
 	memcpy(buf + len, tail, sizeof(tail));
 	len += sizeof(tail);
 	buf[2] = (uint8_t)((len - 20) >> 8);
@@ -674,9 +687,9 @@ static void t_sha256_truncated_and_after(void **state)
 	assert_int_equal(stun_build_finish(&b, &len), 0);
 	assert_int_equal(len, 20 + 8 + 20);
 	/* After MESSAGE-INTEGRITY-SHA256: a second LIFETIME and an MI are ignored. */
-	static const uint8_t tail[] = { 0x00, 0x0d, 0x00, 0x04, 0, 0, 0, 9,
-					0x00, 0x08, 0x00, 0x14, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-					11, 12, 13, 14, 15, 16, 17, 18, 19, 20 };
+	static const uint8_t tail[] = { 0x00, 0x0d, 0x00, 0x04, 0,  0,  0,  9,  0x00, 0x08, 0x00,
+					0x14, 1,    2,    3,    4,  5,  6,  7,  8,    9,    10,
+					11,   12,   13,   14,   15, 16, 17, 18, 19,   20 };
 	memcpy(buf + len, tail, sizeof(tail));
 	len += sizeof(tail);
 	buf[2] = (uint8_t)((len - 20) >> 8);
@@ -743,7 +756,8 @@ static void t_bad_fingerprint(void **state)
 	assert_int_equal(stun_msg_parse(&m, buf, sizeof(buf)), 0);
 	assert_int_equal(stun_msg_check_fingerprint(&m), -EBADMSG);
 	assert_int_equal(stun_msg_check_integrity(&m, (const uint8_t *)RFC5769_SHORT_PASS,
-						  strlen(RFC5769_SHORT_PASS)), -EACCES);
+						  strlen(RFC5769_SHORT_PASS)),
+			 -EACCES);
 }
 
 static void t_tid_random(void **state)

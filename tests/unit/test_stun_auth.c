@@ -34,43 +34,54 @@ static void t_rest_mint_verify(void **state)
 {
 	char user[64], pass[64];
 
-	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, "alice", 1700000000, user,
-					sizeof(user), pass, sizeof(pass)), 0);
+	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, "alice", 1700000000, user, sizeof(user),
+					pass, sizeof(pass)),
+			 0);
 	assert_string_equal(user, "1700000000:alice");
 	/* base64(HMAC-SHA1("north", "1700000000:alice")), computed with python. */
 	assert_string_equal(pass, "Cd/49soE35ICqcJF/bCTn8Z4OyE=");
 	assert_int_equal(strlen(pass), STUN_REST_PASSWORD_LEN);
 	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, NULL, 1700000000, user, sizeof(user),
-					pass, sizeof(pass)), 0);
+					pass, sizeof(pass)),
+			 0);
 	assert_string_equal(user, "1700000000");
 	assert_string_equal(pass, "CWyHi3zCeWqXBir9thl4m+iZPRY=");
 
-	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, "alice", 1700000000, user,
-					sizeof(user), pass, sizeof(pass)), 0);
+	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, "alice", 1700000000, user, sizeof(user),
+					pass, sizeof(pass)),
+			 0);
 	/* valid until and including the expiry second */
 	assert_int_equal(stun_rest_verify(secret, SECRET_LEN, user, strlen(user), pass,
-					  strlen(pass), 1699999999), 0);
+					  strlen(pass), 1699999999),
+			 0);
 	assert_int_equal(stun_rest_verify(secret, SECRET_LEN, user, strlen(user), pass,
-					  strlen(pass), 1700000000), 0);
+					  strlen(pass), 1700000000),
+			 0);
 	assert_int_equal(stun_rest_verify(secret, SECRET_LEN, user, strlen(user), pass,
-					  strlen(pass), 1700000001), -ETIMEDOUT);
+					  strlen(pass), 1700000001),
+			 -ETIMEDOUT);
 	/* wrong secret, wrong password, tampered expiry */
 	assert_int_equal(stun_rest_verify((const uint8_t *)"south", 5, user, strlen(user), pass,
-					  strlen(pass), 0), -EACCES);
+					  strlen(pass), 0),
+			 -EACCES);
 	pass[3] ^= 1;
 	assert_int_equal(stun_rest_verify(secret, SECRET_LEN, user, strlen(user), pass,
-					  strlen(pass), 0), -EACCES);
+					  strlen(pass), 0),
+			 -EACCES);
 	pass[3] ^= 1;
 	user[0] = '2';
 	assert_int_equal(stun_rest_verify(secret, SECRET_LEN, user, strlen(user), pass,
-					  strlen(pass), 0), -EACCES);
+					  strlen(pass), 0),
+			 -EACCES);
 	assert_int_equal(stun_rest_verify(secret, SECRET_LEN, user, strlen(user), pass, 27, 0),
 			 -EACCES);
 	/* too small buffers */
 	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, "alice", 1, user, 4, pass,
-					sizeof(pass)), -ENOBUFS);
+					sizeof(pass)),
+			 -ENOBUFS);
 	assert_int_equal(stun_rest_mint(secret, SECRET_LEN, "alice", 1, user, sizeof(user), pass,
-					28), -ENOBUFS);
+					28),
+			 -ENOBUFS);
 }
 
 static void t_rest_expiry(void **state)
@@ -100,26 +111,33 @@ static void t_nonce_ok_expired(void **state)
 	uint32_t feat = 99;
 
 	assert_int_equal(stun_nonce_make(nkey, sizeof(nkey), 1000, 0, bind_a, sizeof(bind_a), n,
-					 sizeof(n), &len), 0);
+					 sizeof(n), &len),
+			 0);
 	assert_int_equal(len, 32);
 	assert_int_equal(strlen(n), len);
 	for (size_t i = 0; i < len; i++)
 		assert_true((n[i] >= 'A' && n[i] <= 'Z') || (n[i] >= 'a' && n[i] <= 'z') ||
 			    (n[i] >= '0' && n[i] <= '9') || n[i] == '-' || n[i] == '_');
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 1000, 600, bind_a,
-					  sizeof(bind_a), &feat), 0);
+					  sizeof(bind_a), &feat),
+			 0);
 	assert_int_equal(feat, 0);
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 1600, 600, bind_a,
-					  sizeof(bind_a), NULL), 0);
+					  sizeof(bind_a), NULL),
+			 0);
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 1601, 600, bind_a,
-					  sizeof(bind_a), NULL), -ETIMEDOUT);
+					  sizeof(bind_a), NULL),
+			 -ETIMEDOUT);
 	/* clock skew: slightly in the future is fine, far in the future is not */
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 990, 600, bind_a,
-					  sizeof(bind_a), NULL), 0);
+					  sizeof(bind_a), NULL),
+			 0);
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 100, 600, bind_a,
-					  sizeof(bind_a), NULL), -EACCES);
+					  sizeof(bind_a), NULL),
+			 -EACCES);
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 1000, 600, bind_b,
-					  sizeof(bind_b), NULL), -EACCES);
+					  sizeof(bind_b), NULL),
+			 -EACCES);
 }
 
 static void t_nonce_tampered(void **state)
@@ -128,21 +146,23 @@ static void t_nonce_tampered(void **state)
 	size_t len;
 	uint8_t other[STUN_NONCE_KEY_LEN] = { 9 };
 
-	assert_int_equal(stun_nonce_make(nkey, sizeof(nkey), 5000, 0, NULL, 0, n, sizeof(n),
-					 &len), 0);
+	assert_int_equal(stun_nonce_make(nkey, sizeof(nkey), 5000, 0, NULL, 0, n, sizeof(n), &len),
+			 0);
 	assert_int_equal(stun_nonce_check(other, sizeof(other), n, len, 5000, 60, NULL, 0, NULL),
 			 -EACCES);
 	for (size_t i = 0; i < len; i++) {
 		char c = n[i];
 		n[i] = c == 'A' ? 'B' : 'A';
 		assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 5000, 60, NULL, 0,
-						  NULL), -EACCES);
+						  NULL),
+				 -EACCES);
 		n[i] = c;
 	}
-	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len - 1, 5000, 60, NULL, 0,
-					  NULL), -EACCES);
+	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len - 1, 5000, 60, NULL, 0, NULL),
+			 -EACCES);
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), "f//499k954d6OL34oL9FSTvy64sA", 28,
-					  5000, 60, NULL, 0, NULL), -EACCES);
+					  5000, 60, NULL, 0, NULL),
+			 -EACCES);
 	n[5] = '*';
 	assert_int_equal(stun_nonce_check(nkey, sizeof(nkey), n, len, 5000, 60, NULL, 0, NULL),
 			 -EACCES);
@@ -157,8 +177,8 @@ static void t_nonce_cookie(void **state)
 	uint32_t feat = 0;
 	uint32_t want = STUN_NONCE_FEAT_PASSWORD_ALGORITHMS | STUN_NONCE_FEAT_USERNAME_ANONYMITY;
 
-	assert_int_equal(stun_nonce_make(nkey, sizeof(nkey), 7, want, NULL, 0, n, sizeof(n),
-					 &len), 0);
+	assert_int_equal(stun_nonce_make(nkey, sizeof(nkey), 7, want, NULL, 0, n, sizeof(n), &len),
+			 0);
 	assert_int_equal(len, STUN_NONCE_MAX_LEN);
 	assert_memory_equal(n, "obMatJos2AAAD", 13);
 	assert_int_equal(stun_nonce_features(n, len, &feat), 0);
@@ -173,18 +193,16 @@ static void t_nonce_cookie(void **state)
 	assert_int_equal(stun_nonce_features("abc", 3, &feat), -ENOENT);
 	assert_int_equal(feat, 0);
 	assert_int_equal(stun_nonce_make(nkey, sizeof(nkey), 7, 0x1000000, NULL, 0, n, sizeof(n),
-					 &len), -EINVAL);
+					 &len),
+			 -EINVAL);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(t_key_md5),
-		cmocka_unit_test(t_rest_mint_verify),
-		cmocka_unit_test(t_rest_expiry),
-		cmocka_unit_test(t_nonce_ok_expired),
-		cmocka_unit_test(t_nonce_tampered),
-		cmocka_unit_test(t_nonce_cookie),
+		cmocka_unit_test(t_key_md5),        cmocka_unit_test(t_rest_mint_verify),
+		cmocka_unit_test(t_rest_expiry),    cmocka_unit_test(t_nonce_ok_expired),
+		cmocka_unit_test(t_nonce_tampered), cmocka_unit_test(t_nonce_cookie),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

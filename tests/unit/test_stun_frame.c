@@ -23,7 +23,9 @@ static void t_chan_roundtrip(void **state)
 	uint16_t ch;
 	const uint8_t *d;
 
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4000, "abcde", 5, false, STRICT, &len), 0);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4000, "abcde", 5, false, STRICT,
+					  &len),
+			 0);
 	assert_int_equal(len, 9);
 	assert_int_equal(buf[0], 0x40);
 	assert_int_equal(buf[3], 5);
@@ -33,17 +35,21 @@ static void t_chan_roundtrip(void **state)
 	assert_int_equal(dl, 5);
 	assert_memory_equal(d, "abcde", 5);
 	/* Stream transports pad to 4; decode ignores the padding. */
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4FFF, "abcde", 5, true, STRICT, &len), 0);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4FFF, "abcde", 5, true, STRICT, &len),
+			 0);
 	assert_int_equal(len, 12);
 	assert_int_equal(buf[9] | buf[10] | buf[11], 0);
 	assert_int_equal(stun_chan_decode(buf, len, STRICT, &ch, &d, &dl), 0);
 	assert_int_equal(ch, 0x4FFF);
 	assert_int_equal(dl, 5);
 	/* Empty payload, payload already in place (aliasing). */
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4001, NULL, 0, true, STRICT, &len), 0);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4001, NULL, 0, true, STRICT, &len),
+			 0);
 	assert_int_equal(len, 4);
 	memcpy(buf + 4, "xyz", 3);
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4002, buf + 4, 3, false, STRICT, &len), 0);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4002, buf + 4, 3, false, STRICT,
+					  &len),
+			 0);
 	assert_int_equal(stun_chan_decode(buf, len, STRICT, &ch, &d, &dl), 0);
 	assert_memory_equal(d, "xyz", 3);
 	uint8_t hdr[4];
@@ -61,15 +67,21 @@ static void t_chan_errors(void **state)
 	uint16_t ch;
 	const uint8_t *d;
 
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x3FFF, "a", 1, false, STRICT, &len), -EINVAL);
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x5000, "a", 1, false, STRICT, &len), -EINVAL);
-	assert_int_equal(stun_chan_encode(buf, 8, 0x4000, "abcde", 5, false, STRICT, &len), -ENOBUFS);
-	assert_int_equal(stun_chan_encode(buf, 9, 0x4000, "abcde", 5, true, STRICT, &len), -ENOBUFS);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x3FFF, "a", 1, false, STRICT, &len),
+			 -EINVAL);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x5000, "a", 1, false, STRICT, &len),
+			 -EINVAL);
+	assert_int_equal(stun_chan_encode(buf, 8, 0x4000, "abcde", 5, false, STRICT, &len),
+			 -ENOBUFS);
+	assert_int_equal(stun_chan_encode(buf, 9, 0x4000, "abcde", 5, true, STRICT, &len),
+			 -ENOBUFS);
 	assert_false(stun_channel_valid(0x3FFF, STRICT));
 	assert_true(stun_channel_valid(0x4000, STRICT));
 	assert_false(stun_channel_valid(0x5000, STRICT));
 	/* Length beyond the datagram. */
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4000, "abcde", 5, false, STRICT, &len), 0);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4000, "abcde", 5, false, STRICT,
+					  &len),
+			 0);
 	assert_int_equal(stun_chan_decode(buf, len - 1, STRICT, &ch, &d, &dl), -EBADMSG);
 	buf[2] = 0xFF;
 	assert_int_equal(stun_chan_decode(buf, len, STRICT, &ch, &d, &dl), -EBADMSG);
@@ -127,7 +139,8 @@ static void t_framer_basic(void **state)
 	assert_int_equal(stun_frame_next(buf, sizeof(rfc5769_request), 4096, STRICT, &fl), 0);
 	assert_int_equal(fl, sizeof(rfc5769_request));
 	/* ChannelData with 5 bytes of payload takes 12 bytes on a stream. */
-	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4000, "abcde", 5, true, STRICT, &len), 0);
+	assert_int_equal(stun_chan_encode(buf, sizeof(buf), 0x4000, "abcde", 5, true, STRICT, &len),
+			 0);
 	for (size_t n = 0; n < 12; n++)
 		assert_int_equal(stun_frame_next(buf, n, 4096, STRICT, &fl), -EAGAIN);
 	assert_int_equal(stun_frame_next(buf, 12, 4096, STRICT, &fl), 0);
@@ -144,13 +157,15 @@ static void t_framer_interleaved(void **state)
 	/* STUN, ChannelData, STUN, ChannelData(empty) back to back, fed in chunks of 1..7. */
 	memcpy(stream, rfc5769_ipv4_response, sizeof(rfc5769_ipv4_response));
 	len = sizeof(rfc5769_ipv4_response);
-	assert_int_equal(stun_chan_encode(stream + len, sizeof(stream) - len, 0x4123, "hello!",
-					  6, true, STRICT, &n), 0);
+	assert_int_equal(stun_chan_encode(stream + len, sizeof(stream) - len, 0x4123, "hello!", 6,
+					  true, STRICT, &n),
+			 0);
 	len += n;
 	memcpy(stream + len, rfc5769_ipv6_response, sizeof(rfc5769_ipv6_response));
 	len += sizeof(rfc5769_ipv6_response);
-	assert_int_equal(stun_chan_encode(stream + len, sizeof(stream) - len, 0x4fff, NULL, 0,
-					  true, STRICT, &n), 0);
+	assert_int_equal(stun_chan_encode(stream + len, sizeof(stream) - len, 0x4fff, NULL, 0, true,
+					  STRICT, &n),
+			 0);
 	len += n;
 	static const size_t want[] = { 80, 12, 92, 4 };
 
@@ -158,7 +173,8 @@ static void t_framer_interleaved(void **state)
 		size_t have = 0, consumed = 0, frames = 0;
 		while (consumed < len) {
 			size_t fl;
-			int rc = stun_frame_next(stream + consumed, have - consumed, 1024, STRICT, &fl);
+			int rc = stun_frame_next(stream + consumed, have - consumed, 1024, STRICT,
+						 &fl);
 			if (rc == -EAGAIN) {
 				assert_true(have < len);
 				have = have + chunk > len ? len : have + chunk;
@@ -210,12 +226,9 @@ static void t_framer_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(t_chan_roundtrip),
-		cmocka_unit_test(t_chan_errors),
-		cmocka_unit_test(t_chan_legacy_range),
-		cmocka_unit_test(t_framer_basic),
-		cmocka_unit_test(t_framer_interleaved),
-		cmocka_unit_test(t_framer_errors),
+		cmocka_unit_test(t_chan_roundtrip),     cmocka_unit_test(t_chan_errors),
+		cmocka_unit_test(t_chan_legacy_range),  cmocka_unit_test(t_framer_basic),
+		cmocka_unit_test(t_framer_interleaved), cmocka_unit_test(t_framer_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
