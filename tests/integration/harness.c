@@ -18,16 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/mono.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
 #include "stun/stun_frame.h"
 
 static long long h_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (long long)mono_ms();
 }
 
 int harness_init(struct harness *h)

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "common/mono.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
 #include "tests/integration/harness.h"
@@ -47,10 +48,7 @@ static struct fx g;
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)mono_ns() / 1e9;
 }
 
 static int setup(void **state)

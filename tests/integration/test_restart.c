@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "shm/shm_internal.h"
+#include "common/mono.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
 #include "tests/integration/harness.h"
@@ -66,10 +67,7 @@ static struct fx g;
 
 static long long now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return (long long)(mono_ns() / 1000u);
 }
 
 static int setup(void **state)
