@@ -63,4 +63,9 @@ int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res);
  * CTL_EXIT_USAGE for bad arguments). */
 int ctl_doctor_main(const char *sock, int argc, char **argv);
 
+/* `turngatectl upgrade [--binary PATH] [--timeout S]`: starts a live upgrade and waits for
+ * its outcome: 0 and the serving master's PID on stdout, 1 and the reason on stderr,
+ * 3 daemon unreachable, CTL_EXIT_USAGE for bad arguments. */
+int ctl_upgrade_main(const char *sock, int argc, char **argv);
+
 #endif

@@ -34,6 +34,11 @@ static void usage(FILE *out)
 		"         [--peer IP:PORT] [--host HOST] [--timeout MS]\n"
 		"                             check daemon, listeners, auth, routes, then probe;\n"
 		"                             names the first broken layer and its fix\n"
+		"  upgrade [--binary PATH] [--timeout S]\n"
+		"                             live upgrade: start PATH (default: the running\n"
+		"                             binary) as the new master, which takes the sockets\n"
+		"                             and allocations over; prints its PID (exit 0), or\n"
+		"                             why it failed while the old master serves on\n"
 		"options:\n"
 		"  -s, --socket PATH          admin socket (default: $TURNGATE_ADMIN_SOCKET or\n"
 		"                             " CTL_DEFAULT_SOCKET ")\n"
@@ -149,6 +154,12 @@ int main(int argc, char **argv)
 	cmd = argv[i];
 	if (strcmp(cmd, "probe") == 0) {
 		rc = ctl_probe_main(argc - i - 1, argv + i + 1);
+		if (rc == CTL_EXIT_USAGE)
+			usage(stderr);
+		return rc;
+	}
+	if (strcmp(cmd, "upgrade") == 0) {
+		rc = ctl_upgrade_main(sock, argc - i - 1, argv + i + 1);
 		if (rc == CTL_EXIT_USAGE)
 			usage(stderr);
 		return rc;

@@ -95,6 +95,9 @@ struct http_handlers {
 	const char *(*cred_token)(void *ctx);
 	/* Unix seconds for minting; NULL = time(NULL). Injectable for tests. */
 	int64_t (*now)(void *ctx);
+	/* A listening socket already bound to addr (a live upgrade's inherited one: the
+	 * server takes it), or -1 to open one. NULL = always open one. */
+	int (*inherited_socket)(void *ctx, const struct sockaddr *addr);
 };
 
 /* ---- /status body ------------------------------------------------------------------ */
@@ -133,6 +136,9 @@ int http_server_start(struct ev_loop *loop, const char *endpoint,
 
 /* The port actually bound (useful with ":0"). */
 uint16_t http_server_port(const struct http_server *srv);
+
+/* The listening socket (owned by the server), -1 for NULL. */
+int http_server_fd(const struct http_server *srv);
 
 /* Stops the watchers, closes every connection and the socket, frees. Accepts NULL. */
 void http_server_stop(struct http_server *srv);

@@ -17,6 +17,7 @@ struct http_server {
 	uint32_t magic;
 	struct ev_loop *loop;
 	struct MHD_Daemon *daemon;
+	int listen_fd;                /* owned by MHD once it started */
 	ev_io io;                     /* MHD's epoll fd */
 	ev_timer timer;               /* MHD_get_timeout() */
 	struct http_handlers h;

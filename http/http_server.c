@@ -93,12 +93,21 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
 }
 
 /* Opens the listening socket; "any" binds [::] dual stack, or 0.0.0.0 without IPv6. */
-static int srv_listen(const struct http_endpoint *ep, int *fd_out, uint16_t *port)
+static int srv_listen(const struct http_server *s, const struct http_endpoint *ep, int *fd_out,
+		      uint16_t *port)
 {
 	struct sockaddr_storage ss = ep->addr;
 	socklen_t len = ep->addr_len;
 	int one = 1, zero = 0;
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int fd = s->h.inherited_socket != NULL
+			 ? s->h.inherited_socket(s->ctx, (const struct sockaddr *)&ss)
+			 : -1;
+	if (fd >= 0) {
+		*port = ep->port;
+		*fd_out = fd;
+		return 0;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0 && ep->any_host && errno == EAFNOSUPPORT) {
 		struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
 		memset(&ss, 0, sizeof(ss));
@@ -187,7 +196,8 @@ int http_server_start(struct ev_loop *loop, const char *endpoint,
 	s->metrics_at_root = ep.path[0] == '\0';
 	snprintf(s->metrics_path, sizeof(s->metrics_path), "%s",
 		 ep.path[0] ? ep.path : HTTP_METRICS_PATH);
-	rc = srv_listen(&ep, &lfd, &s->port);
+	rc = srv_listen(s, &ep, &lfd, &s->port);
+	s->listen_fd = lfd;
 	if (rc != 0) {
 		log_error("http", "cannot listen on %s: %s", endpoint, strerror(-rc));
 		goto fail;
@@ -205,6 +215,11 @@ fail:
 		close(lfd);  /* MHD owns (and closes) it once started */
 	http_server_stop(s);
 	return rc;
+}
+
+int http_server_fd(const struct http_server *srv)
+{
+	return srv != NULL ? srv->listen_fd : -1;
 }
 
 uint16_t http_server_port(const struct http_server *srv)

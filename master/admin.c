@@ -31,6 +31,7 @@ struct admin_client {
 struct admin {
 	struct master *m;
 	int fd;
+	bool paused;       /* inherited by a live upgrade: not accepting until it serves */
 	ev_io io;
 	char *path;
 	unsigned n_clients;
@@ -273,6 +274,40 @@ static void ensure_parent(const char *path)
 	free(copy);
 }
 
+/* A live upgrade's new master: the old one's listening socket, served once it serves
+ * (admin_resume), so that nobody talks to a master that may still fail. */
+static int adopt(struct master *m, const char *path, int fd, struct admin **out)
+{
+	struct admin *a = calloc(1, sizeof(*a));
+
+	if (a == NULL || (a->path = strdup(path)) == NULL) {
+		free(a);
+		close(fd);
+		return -ENOMEM;
+	}
+	a->m = m;
+	a->fd = fd;
+	a->paused = true;
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	ev_io_init(&a->io, accept_cb, a->fd, EV_READ);
+	a->io.data = a;
+	*out = a;
+	return 0;
+}
+
+void admin_resume(struct admin *a)
+{
+	if (a == NULL || !a->paused)
+		return;
+	a->paused = false;
+	ev_io_start(a->m->loop, &a->io);
+}
+
+int admin_fd(const struct admin *a)
+{
+	return a != NULL ? a->fd : -1;
+}
+
 int admin_open(struct master *m, const char *path, unsigned mode, struct admin **out)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -283,6 +318,10 @@ int admin_open(struct master *m, const char *path, unsigned mode, struct admin *
 	*out = NULL;
 	if (path == NULL || path[0] == '\0' || strlen(path) >= sizeof(sun.sun_path))
 		return -ENAMETOOLONG;
+	memcpy(sun.sun_path, path, strlen(path) + 1);
+	rc = upgrade_take_socket(m, SOCK_STREAM, (struct sockaddr *)&sun);
+	if (rc >= 0)
+		return adopt(m, path, rc, out);
 	ensure_parent(path);
 	rc = remove_stale(path);
 	if (rc < 0)
@@ -297,7 +336,6 @@ int admin_open(struct master *m, const char *path, unsigned mode, struct admin *
 		rc = a->path == NULL ? -ENOMEM : -errno;
 		goto fail;
 	}
-	memcpy(sun.sun_path, path, strlen(path) + 1);
 	/* The socket is created with the final mode: no window in which others may connect. */
 	old = umask((mode_t)(~mode & 0777));
 	rc = bind(a->fd, (struct sockaddr *)&sun, sizeof(sun));
@@ -327,7 +365,10 @@ void admin_close(struct admin *a)
 		client_free(a->clients);
 	ev_io_stop(a->m->loop, &a->io);
 	close(a->fd);
-	unlink(a->path);
+	/* After a live upgrade the socket (and its path) is the new master's; a new master
+	 * that never served leaves it to the old one. */
+	if (!a->m->handed_over && !a->paused)
+		unlink(a->path);
 	free(a->path);
 	free(a);
 }

@@ -23,8 +23,15 @@
  * non-socket file is -EEXIST). Returns 0 and *out, or -errno. */
 int admin_open(struct master *m, const char *path, unsigned mode, struct admin **out);
 
-/* Closes every connection, removes the socket file. Accepts NULL. */
+/* Closes every connection, removes the socket file (unless the master handed it over to
+ * a live upgrade's new master). Accepts NULL. */
 void admin_close(struct admin *a);
+
+/* The listening socket, -1 for NULL. */
+int admin_fd(const struct admin *a);
+
+/* A socket inherited by a live upgrade is served from here on (no-op otherwise). */
+void admin_resume(struct admin *a);
 
 /* Runs one request line and returns the reply object (new reference; NULL only when out of
  * memory). Never fails on bad input: malformed JSON, a missing or unknown command and bad

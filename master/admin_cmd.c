@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -413,6 +414,32 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 	return json_pack("{s:b, s:i, s:i}", "ok", 1, "disconnected", 1, "worker", (int)rec.owner);
 }
 
+/* {"cmd":"upgrade","binary":PATH?,"timeout":SECONDS?}: starts a live upgrade; its outcome
+ * is asked with upgrade_status (the admin socket is the new master's once it serves). */
+static json_t *cmd_upgrade(struct master *m, json_t *req)
+{
+	json_t *bin = json_object_get(req, "binary"), *tmo = json_object_get(req, "timeout");
+	char why[PATH_MAX + 256];
+
+	if (m->up == NULL)
+		return err("live upgrade is not available in this process");
+	if (bin != NULL && !json_is_string(bin))
+		return err("\"binary\" must be a path");
+	if (tmo != NULL && (!json_is_number(tmo) || json_number_value(tmo) <= 0 ||
+			    json_number_value(tmo) > 3600))
+		return err("\"timeout\" must be seconds in (0, 3600]");
+	if (upgrade_begin(m, bin ? json_string_value(bin) : NULL,
+			  tmo ? json_number_value(tmo) : 0, why, sizeof(why)) < 0)
+		return err(why);
+	return json_pack("{s:b, s:o}", "ok", 1, "upgrade", upgrade_status(m));
+}
+
+static json_t *cmd_upgrade_status(struct master *m, json_t *req)
+{
+	(void)req;
+	return json_pack("{s:b, s:o}", "ok", 1, "upgrade", upgrade_status(m));
+}
+
 static const struct {
 	const char *name;
 	cmd_fn fn;
@@ -421,7 +448,8 @@ static const struct {
 	{ "reload", cmd_reload },         { "allocations", cmd_allocations },
 	{ "disconnect", cmd_disconnect }, { "drain", cmd_drain },
 	{ "stats", cmd_stats },           { "workers", cmd_workers },
-	{ "loglevel", cmd_loglevel },
+	{ "loglevel", cmd_loglevel },     { "upgrade", cmd_upgrade },
+	{ "upgrade_status", cmd_upgrade_status },
 };
 
 json_t *admin_dispatch(struct master *m, const char *line, size_t len)

@@ -215,9 +215,14 @@ static const char *roles_name(unsigned roles)
 	/* clang-format on */
 }
 
+static int cb_inherited(void *ctx, const struct sockaddr *addr)
+{
+	return upgrade_take_socket(ctx, SOCK_STREAM, addr);
+}
+
 static void srv_start(struct master *m, struct httpd_srv *s)
 {
-	struct http_handlers hd = { 0 };
+	struct http_handlers hd = { .inherited_socket = cb_inherited };
 	int rc;
 
 	if (s->roles & ROLE_HEALTH) {
@@ -302,4 +307,15 @@ void httpd_stop(struct master *m)
 		http_server_stop(h->s[i].srv);
 	free(h);
 	m->httpd = NULL;
+}
+
+size_t httpd_fds(const struct master *m, int *fds, size_t cap)
+{
+	const struct httpd *h = m->httpd;
+	size_t n = 0;
+
+	for (unsigned i = 0; h != NULL && i < h->n && n < cap; i++)
+		if (http_server_fd(h->s[i].srv) >= 0)
+			fds[n++] = http_server_fd(h->s[i].srv);
+	return n;
 }

@@ -110,6 +110,58 @@ static void pin_port(int fd, struct sockaddr_storage *ss)
 		((struct sockaddr_in6 *)ss)->sin6_port = ((struct sockaddr_in6 *)&got)->sin6_port;
 }
 
+int listener_bind_addr(const struct conf_listener *l, struct sockaddr_storage *ss)
+{
+	socklen_t sl;
+
+	return bind_addr_of(l, ss, &sl);
+}
+
+/* The name and n_slots empty fd entries of *out (zeroed first). */
+static int out_init(const struct conf_listener *l, unsigned n_slots, struct mlistener *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->name = strdup(l->name);
+	out->fds = malloc(sizeof(int) * n_slots);
+	if (out->name == NULL || out->fds == NULL)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n_slots; i++)
+		out->fds[i] = -1;
+	out->n_fds = n_slots;
+	out->proto = l->protocol;
+	return 0;
+}
+
+/* The address bound (ss), for status and logs. */
+static int out_describe(const struct sockaddr_storage *ss, struct mlistener *out, const char *how)
+{
+	char text[INET6_ADDRSTRLEN + 16];
+
+	addr_text(ss, text, sizeof(text));
+	out->bind_text = strdup(text);
+	out->port = ss->ss_family == AF_INET ? ntohs(((const struct sockaddr_in *)ss)->sin_port)
+					     : ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+	if (out->bind_text == NULL)
+		return -ENOMEM;
+	log_info("master", "listener %s: %s on %s, %u sockets%s", out->name,
+		 conf_proto_name(out->proto), text, out->n_fds, how);
+	return 0;
+}
+
+/* Closes what *out holds and zeroes it. */
+static void out_free(struct mlistener *out)
+{
+	if (out->fds != NULL) {
+		for (unsigned i = 0; i < out->n_fds; i++)
+			if (out->fds[i] >= 0)
+				close(out->fds[i]);
+	}
+	free(out->fds);
+	free(out->name);
+	free(out->bind_text);
+	memset(out, 0, sizeof(*out));
+}
+
 int listener_open(const struct conf_listener *l, unsigned n_slots, struct mlistener *out)
 {
 	struct sockaddr_storage ss;
@@ -126,16 +178,9 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
 		log_error("master", "listener %s: bad bind address", l->name);
 		return rc;
 	}
-	out->name = strdup(l->name);
-	out->fds = malloc(sizeof(int) * n_slots);
-	if (out->name == NULL || out->fds == NULL) {
-		rc = -ENOMEM;
+	rc = out_init(l, n_slots, out);
+	if (rc < 0)
 		goto fail;
-	}
-	for (unsigned i = 0; i < n_slots; i++)
-		out->fds[i] = -1;
-	out->n_fds = n_slots;
-	out->proto = l->protocol;
 	for (unsigned i = 0; i < n_slots; i++) {
 		int fd = open_one(type, &ss, sl);
 
@@ -159,26 +204,36 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
 	/* TURN-UDP only: DTLS and stream clients keep no state across a restart. */
 	if (l->protocol == CONF_PROTO_TURN_UDP)
 		steer_attach(out->fds[0], ss.ss_family, n_slots, l->name);
-	addr_text(&ss, text, sizeof(text));
-	out->bind_text = strdup(text);
-	out->port = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
-					    : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-	if (out->bind_text == NULL) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	log_info("master", "listener %s: %s on %s, %u sockets", l->name,
-		 conf_proto_name(l->protocol), text, n_slots);
-	return 0;
+	rc = out_describe(&ss, out, "");
+	if (rc == 0)
+		return 0;
 fail:
-	if (out->fds != NULL) {
-		for (unsigned i = 0; i < n_slots; i++)
-			if (out->fds[i] >= 0)
-				close(out->fds[i]);
+	out_free(out);
+	return rc;
+}
+
+int listener_adopt(const struct conf_listener *l, const int *fds, unsigned n,
+		   struct mlistener *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int rc = out_init(l, n, out);
+
+	if (rc == 0 && getsockname(fds[0], (struct sockaddr *)&ss, &sl) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		/* the caller keeps the fds */
+		free(out->fds);
+		out->fds = NULL;
+		out_free(out);
+		return rc;
 	}
-	free(out->fds);
-	free(out->name);
-	memset(out, 0, sizeof(*out));
+	memcpy(out->fds, fds, sizeof(int) * n);
+	rc = out_describe(&ss, out, " (inherited)");
+	if (rc < 0) {
+		memset(out->fds, 0xff, sizeof(int) * n);
+		out_free(out);
+	}
 	return rc;
 }
 
@@ -186,13 +241,7 @@ void listener_close(struct mlistener *l)
 {
 	if (l == NULL)
 		return;
-	for (unsigned i = 0; l->fds != NULL && i < l->n_fds; i++)
-		if (l->fds[i] >= 0)
-			close(l->fds[i]);
-	free(l->fds);
-	free(l->name);
-	free(l->bind_text);
-	memset(l, 0, sizeof(*l));
+	out_free(l);
 }
 
 ssize_t listener_find(const struct master *m, const char *name)

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +233,7 @@ static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
 
 	(void)loop;
 	(void)revents;
+	upgrade_stop(m);
 	if (m->exiting || s->signum == SIGINT || s->signum == SIGQUIT) {
 		begin_stop(m, true);
 	} else {
@@ -243,6 +245,18 @@ static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)
 		master_set_drain(m, true);
 	}
 	lifecycle_step(m);
+}
+
+/* SIGUSR2: a live upgrade to the running binary's path (master/upgrade.c). */
+static void sigusr2_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct master *m = s->data;
+	char why[PATH_MAX + 128];
+
+	(void)loop;
+	(void)revents;
+	if (upgrade_begin(m, NULL, 0, why, sizeof(why)) < 0)
+		log_error("master", "SIGUSR2: no upgrade: %s", why);
 }
 
 static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -268,21 +282,49 @@ static unsigned slot_count(const struct master *m)
 	return cpus > (long)SHM_MAX_SLOTS ? SHM_MAX_SLOTS : (unsigned)cpus;
 }
 
-static int create_shm(struct master *m)
+static int shm_geometry(struct master *m, struct shm_config *sc)
 {
-	struct shm_config sc;
 	size_t len = 0;
 	int rc;
 
 	rc = reload_snap_size(m, &len);
 	if (rc < 0)
 		return rc;
-	memset(&sc, 0, sizeof(sc));
-	sc.n_slots = m->n_slots;
-	sc.snap_count = SNAP_SLOTS;
+	memset(sc, 0, sizeof(*sc));
+	sc->n_slots = m->n_slots;
+	sc->snap_count = SNAP_SLOTS;
 	/* Room for the config to grow fourfold by reloads (users, listeners, certificates). */
-	sc.snap_size = len * 4 < SNAP_MIN_SIZE ? SNAP_MIN_SIZE : (uint32_t)(len * 4);
-	sc.alloc_cap = m->cfg->limits.max_allocations;
+	sc->snap_size = len * 4 < SNAP_MIN_SIZE ? SNAP_MIN_SIZE : (uint32_t)(len * 4);
+	sc->alloc_cap = m->cfg->limits.max_allocations;
+	return 0;
+}
+
+/* A live upgrade's new master: everything that could fail without the table has been
+ * done; the dry run of the take-over says whether the table can be read. Only then does
+ * the old master stop its workers (master/upgrade.c). */
+static int upgrade_ready(struct master *m, const struct shm_config *sc)
+{
+	char why[PATH_MAX + 256];
+	int rc = state_upgrade_check(m, sc, why, sizeof(why));
+
+	if (rc < 0) {
+		log_error("master", "upgrade: %s", why);
+		upgrade_report_failure(m, why);
+		return rc;
+	}
+	upgrade_report_ready(m);
+	return 0;
+}
+
+static int create_shm(struct master *m)
+{
+	struct shm_config sc;
+	int rc = shm_geometry(m, &sc);
+
+	if (rc == 0 && upgrade_is_child(m))
+		rc = upgrade_ready(m, &sc);
+	if (rc < 0)
+		return rc;
 	return state_segment_open(m, &sc);
 }
 
@@ -319,7 +361,10 @@ static void start_watchers(struct master *m)
 	ev_signal_init(&m->sigterm_w, sigterm_cb, SIGTERM);
 	ev_signal_init(&m->sigint_w, sigterm_cb, SIGINT);
 	ev_signal_init(&m->sigquit_w, sigterm_cb, SIGQUIT);
+	ev_signal_init(&m->sigusr2_w, sigusr2_cb, SIGUSR2);
 	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m->sigquit_w.data = m;
+	m->sigusr2_w.data = m;
+	ev_signal_start(m->loop, &m->sigusr2_w);
 	ev_signal_start(m->loop, &m->sigquit_w);
 	ev_signal_start(m->loop, &m->sighup_w);
 	ev_signal_start(m->loop, &m->sigterm_w);
@@ -362,6 +407,8 @@ static void master_free(struct master *m)
 	ev_signal_stop(m->loop, &m->sigterm_w);
 	ev_signal_stop(m->loop, &m->sigint_w);
 	ev_signal_stop(m->loop, &m->sigquit_w);
+	ev_signal_stop(m->loop, &m->sigusr2_w);
+	upgrade_free(m);
 }
 
 static int master_start(struct master *m)
@@ -376,6 +423,10 @@ static int master_start(struct master *m)
 	if (m->config_path == NULL)
 		conf_print_credential_help(m->cfg, (int64_t)time(NULL), stderr);
 	m->n_slots = slot_count(m);
+	if (upgrade_inherit(m) == 1 && m->n_slots != slot_count(m))
+		log_warn("master", "upgrade: %u workers as before (a live upgrade keeps the "
+				   "worker count; restart to change it)",
+			 m->n_slots);
 	rc = open_admin(m);
 	if (rc < 0)
 		return rc;
@@ -397,7 +448,9 @@ static int master_start(struct master *m)
 			return rc;
 	}
 	start_watchers(m);
-	return httpd_start(m);
+	rc = httpd_start(m);
+	upgrade_close_unused(m);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -430,19 +483,27 @@ int main(int argc, char **argv)
 	m.workers_cli = o.workers;
 	m.log_override = o.log != NULL ? strdup(o.log) : NULL;
 	m.started_at = ev_now(m.loop);
-	rc = master_start(&m);
+	rc = upgrade_init(&m, argv);
+	if (rc == 0)
+		rc = master_start(&m);
 	if (rc == 0 && cds_is_origin(m.config_path))
 		rc = cds_start(&m, cds_id);
 	if (rc == 0) {
 		log_info("master", "turngated %s serving with %u workers (generation %llu)",
 			 PACKAGE_VERSION, m.n_slots, (unsigned long long)m.generation);
 		/* From a CDS, ready means configured: the first applied config says READY. */
-		if (!cds_is_origin(m.config_path))
+		if (!cds_is_origin(m.config_path) && !upgrade_is_child(&m))
 			notify_ready();
 		ev_run(m.loop, 0);
 		log_info("master", "exiting");
 	} else {
 		log_error("master", "startup failed: %s", strerror(-rc));
+		if (m.up != NULL) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "startup failed: %s", strerror(-rc));
+			upgrade_report_failure(&m, why);
+		}
 		if (m.workers != NULL) {
 			supervise_stop_all(&m, true);
 			m.stop_deadline = ev_now(m.loop) + 2.0;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <ev.h>
@@ -99,6 +100,12 @@ struct master {
 	struct mlistener *listeners;
 	size_t n_listeners;
 
+	/* live upgrade (master/upgrade.c) */
+	struct upgrade *up;
+	bool handing_over;        /* our workers stop for a new binary: do not respawn */
+	bool handed_over;         /* the new binary serves: exit, leave the shared sockets */
+	pid_t upgraded_from;      /* this master took over from that pid (0: it did not) */
+
 	/* lifecycle */
 	bool draining;            /* refusing new allocations (SIGTERM or admin drain) */
 	bool exiting;             /* SIGTERM drain: exit once allocations reach 0 */
@@ -108,7 +115,7 @@ struct master {
 	bool publish_pending;     /* a snapshot waits for a free arena slot */
 	int exit_code;
 
-	ev_signal sighup_w, sigterm_w, sigint_w, sigquit_w;
+	ev_signal sighup_w, sigterm_w, sigint_w, sigquit_w, sigusr2_w;
 	ev_timer tick_w;          /* reclaim, pings, drain progress */
 	unsigned long tick_count;
 	ev_timer watchdog_w;
@@ -139,6 +146,15 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
  * datagram goes to slot shm_steer_slot(source). Returns 0 or -errno (logged). */
 int steer_attach(int fd, int family, unsigned n_slots, const char *name);
 
+/* The address listener l binds (its bind_address, else its address, and port). */
+int listener_bind_addr(const struct conf_listener *l, struct sockaddr_storage *ss);
+
+/* Fills *out with n sockets of listener l that are already open and bound (inherited by a
+ * live upgrade: its reuseport group and steering program come with them). Takes the fds.
+ * Returns 0 or -ENOMEM. */
+int listener_adopt(const struct conf_listener *l, const int *fds, unsigned n,
+		   struct mlistener *out);
+
 /* Closes every socket and frees the strings. Accepts NULL / a zeroed struct. */
 void listener_close(struct mlistener *l);
 
@@ -160,6 +176,9 @@ void supervise_tick(struct master *m);
 void supervise_stop_all(struct master *m, bool immediate);
 /* SIGKILLs every worker still alive (stop deadline passed). */
 void supervise_kill_all(struct master *m);
+/* Live upgrade: SIGQUIT to every worker (stop now, allocations stay in the table); the
+ * slots stay down (no respawn) while m->handing_over. */
+void supervise_suspend_all(struct master *m);
 /* True when no worker process is alive. */
 bool supervise_all_down(const struct master *m);
 const char *supervise_state_name(enum mworker_state s);
@@ -204,7 +223,54 @@ void master_set_drain(struct master *m, bool on);
  * Returns 0, -EBUSY (another daemon holds the state file: fatal), or -errno. */
 int state_segment_open(struct master *m, const struct shm_config *sc);
 
+/* A live upgrade's new master, before the old one stops anything: would the take-over
+ * of the state file succeed with geometry sc? Returns 0, else -errno with why filled. */
+int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why, size_t cap);
+
+/* Takes the instance lock again after a failed live upgrade let go of it. Returns 0,
+ * -EBUSY (a process of the new binary still holds it) or -errno. */
+int state_relock(struct master *m);
+
+/* ---- live upgrade (master/upgrade.c) --------------------------------------------- */
+
+#define UPGRADE_TIMEOUT_S 30.0
+
+/* Both sides: remembers argv (the new binary gets the same command line) and the path of
+ * the running binary (the default new binary). Returns 0 or -ENOMEM. */
+int upgrade_init(struct master *m, char **argv);
+/* Old master: starts binary (NULL: the running binary's path) as the new master; the
+ * outcome is logged and shown by upgrade_status(). Returns 0 when it started, else
+ * -errno with why filled. */
+int upgrade_begin(struct master *m, const char *binary, double timeout, char *why, size_t cap);
+/* Old master, from the supervisor: every worker stopped during a handover. */
+void upgrade_workers_down(struct master *m);
+/* Old master told to stop during an upgrade: the new binary is killed. */
+void upgrade_stop(struct master *m);
+/* The sockets a new master inherits: every listener's, the admin socket, HTTP servers. */
+size_t upgrade_collect_fds(const struct master *m, int *fds, size_t cap);
+/* New master, first thing: reads $TURNGATE_UPGRADE. Returns 1 (this start is an
+ * upgrade: m->n_slots set), 0 (it is not), -EINVAL (malformed: not an upgrade). */
+int upgrade_inherit(struct master *m);
+bool upgrade_is_child(const struct master *m);
+/* New master: an inherited socket of this type bound to addr (the fd, now ours), or -1. */
+int upgrade_take_socket(struct master *m, int type, const struct sockaddr *addr);
+/* New master: listener l's inherited sockets into *out. Returns 1 (adopted), 0 (none
+ * inherited: open them), -errno. */
+int upgrade_take_listener(struct master *m, const struct conf_listener *l, struct mlistener *out);
+/* New master: closes the inherited sockets that no listener or server took. */
+void upgrade_close_unused(struct master *m);
+void upgrade_report_ready(struct master *m);
+void upgrade_report_failure(struct master *m, const char *why);
+/* New master, from the supervisor: a worker answered; once all have, it serves. */
+void upgrade_worker_running(struct master *m);
+/* {"state",...} for the admin socket. */
+json_t *upgrade_status(const struct master *m);
+void upgrade_free(struct master *m);
+
 /* ---- systemd notification (master/notify.c) ------------------------------------- */
+
+/* MAINPID=pid and READY=1: a live upgrade's new master is the service's main process. */
+void notify_mainpid(pid_t pid);
 
 void notify_ready(void);
 void notify_reloading(void);
@@ -228,6 +294,8 @@ int httpd_start(struct master *m);
  * tests, the admin fuzzer) starts nothing. Returns 0. */
 int httpd_reload(struct master *m);
 void httpd_stop(struct master *m);
+/* The listening sockets of the running HTTP servers (for a live upgrade). */
+size_t httpd_fds(const struct master *m, int *fds, size_t cap);
 
 /* ---- config file watch (master/watch.c) ------------------------------------------ */
 

@@ -28,6 +28,11 @@ void notify_stopping(void)
 	sd_notify(0, "STOPPING=1");
 }
 
+void notify_mainpid(pid_t pid)
+{
+	sd_notifyf(0, "MAINPID=%d\nREADY=1", (int)pid);
+}
+
 void notify_status(const char *text)
 {
 	sd_notifyf(0, "STATUS=%s", text);
@@ -57,6 +62,11 @@ void notify_reloading(void)
 
 void notify_stopping(void)
 {
+}
+
+void notify_mainpid(pid_t pid)
+{
+	(void)pid;
 }
 
 void notify_status(const char *text)

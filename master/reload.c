@@ -272,7 +272,10 @@ static int open_new_listeners(struct master *m, const struct conf *oc, const str
 
 		if (d->change != CONF_LISTENER_ADDED && d->change != CONF_LISTENER_RESTART)
 			continue;
-		rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
+		/* A live upgrade's new master finds the sockets already open. */
+		rc = upgrade_take_listener(m, &nc->listeners[d->new_idx], &p->opened[i]);
+		if (rc == 0)
+			rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
 		if (rc < 0)
 			return rc;
 	}

@@ -92,12 +92,25 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 	if (dir == NULL)
 		return -ENOMEM;
 	instance_file_name(m->cfg->admin.name, file, sizeof(file));
+	if (dir[0] == '\0' && upgrade_is_child(m)) {
+		log_error("master", "admin.state_dir is empty: a live upgrade needs the state file");
+		rc = -ENOENT;
+		goto out;
+	}
 	if (dir[0] == '\0') {
 		log_info("master", "admin.state_dir is empty: the allocation table lives in memory "
 				   "and ends with the daemon");
 		rc = -ENOENT;
 	} else {
-		rc = shm_state_open(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS, &m->shm, &t);
+		rc = upgrade_is_child(m) ? shm_state_open_upgrade(dir, file, sc, mono_ns(),
+								  STATE_LOCK_WAIT_MS, &m->shm, &t)
+					 : shm_state_open(dir, file, sc, mono_ns(),
+							  STATE_LOCK_WAIT_MS, &m->shm, &t);
+		if (rc < 0 && upgrade_is_child(m)) {
+			/* Never an empty table: the old master serves on from this file. */
+			log_error("master", "state file %s/%s.state: %s", dir, file, t.why);
+			goto out;
+		}
 		if (rc == -EBUSY) {
 			log_error("master", "state file %s/%s.state: %s", dir, file, t.why);
 			goto out;
@@ -127,6 +140,38 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 	if (m->state_path != NULL)
 		sprintf(m->state_path, "%s/%s.state", dir, file);
 out:
+	free(dir);
+	return rc;
+}
+
+int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why, size_t cap)
+{
+	struct shm_takeover t;
+	char file[256];
+	char *dir = state_dir_of(m->cfg);
+	int rc;
+
+	if (dir == NULL)
+		return -ENOMEM;
+	instance_file_name(m->cfg->admin.name, file, sizeof(file));
+	rc = dir[0] == '\0' ? -ENOENT : shm_state_check(dir, file, sc, mono_ns(), &t);
+	if (rc < 0)
+		snprintf(why, cap, "state file %s/%s.state: %s", dir, file,
+			 dir[0] == '\0' ? "admin.state_dir is empty" : t.why);
+	free(dir);
+	return rc;
+}
+
+int state_relock(struct master *m)
+{
+	char file[256];
+	char *dir = state_dir_of(m->cfg);
+	int rc;
+
+	if (dir == NULL)
+		return -ENOMEM;
+	instance_file_name(m->cfg->admin.name, file, sizeof(file));
+	rc = shm_state_relock(dir, file, m->shm);
 	free(dir);
 	return rc;
 }

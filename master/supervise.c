@@ -233,8 +233,10 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg)
 			return;
 		}
 		w->last_pong = ev_now(w->m->loop);
-		if (w->state == MW_STARTING)
+		if (w->state == MW_STARTING) {
 			w->state = MW_RUNNING;
+			upgrade_worker_running(w->m);
+		}
 		break;
 	default:
 		log_warn("master", "worker %u: unexpected %s", w->slot,
@@ -329,6 +331,13 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	ctl_close(m, w);
 	w->last_status = c->rstatus;
 	w->pid = 0;
+	if (m->handing_over && !m->stopping) {
+		/* A live upgrade: the slot stays down until the new binary serves (or failed). */
+		w->state = MW_STOPPED;
+		if (supervise_all_down(m))
+			upgrade_workers_down(m);
+		return;
+	}
 	if (m->stopping) {
 		w->state = MW_STOPPED;
 		/* The last one: exit now rather than at the next tick (a restart waits for it). */
@@ -455,6 +464,21 @@ void supervise_stop_all(struct master *m, bool immediate)
 			ipc_send(w->ctl_fd, IPC_STOP, NULL, 0, -1);
 		if (immediate)
 			kill(w->pid, SIGTERM);
+	}
+}
+
+void supervise_suspend_all(struct master *m)
+{
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+
+		ev_timer_stop(m->loop, &w->respawn);
+		if (w->pid <= 0) {
+			w->state = MW_STOPPED;
+			continue;
+		}
+		w->state = MW_STOPPING;
+		kill(w->pid, SIGQUIT);
 	}
 }
 

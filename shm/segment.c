@@ -260,6 +260,14 @@ void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN])
 	memcpy(key, shm_hdr(shm)->nonce_key, SHM_NONCE_KEY_LEN);
 }
 
+void shm_lock_set(struct shm *shm, int fd)
+{
+	shm_check_handle(shm);
+	if (shm->lock_fd >= 0)
+		close(shm->lock_fd);
+	shm->lock_fd = fd;
+}
+
 int shm_lock_fd(const struct shm *shm)
 {
 	shm_check_handle(shm);

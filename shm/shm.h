@@ -107,6 +107,10 @@ void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN]);
  * one is gone. Owned by the handle. */
 int shm_lock_fd(const struct shm *shm);
 
+/* Master: replaces the lock the handle holds by fd (-1: lets go of it, as a live upgrade
+ * does once its workers are gone, so that the new binary may take the table over). */
+void shm_lock_set(struct shm *shm, int fd);
+
 /* ---- worker slots -------------------------------------------------------------- */
 
 enum shm_slot_state {

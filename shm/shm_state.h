@@ -96,6 +96,25 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
 		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t);
 
+/* As shm_state_open(), for the new binary of a live upgrade: a file that cannot be taken
+ * over is left where it is and -EBADMSG returned (t says why), since the running binary
+ * still serves from it and goes on doing so when the upgrade fails. */
+int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
+			   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
+			   struct shm_takeover *t);
+
+/* A dry run of the take-over, without the lock and without touching any file: validates
+ * DIR/NAME.state as shm_state_open() would and copies it into a throw-away memory segment
+ * of geometry cfg. Returns 0 (t->verdict TAKEN: it could be taken over), -ENOENT (no
+ * file), -EBADMSG (refused: t says why), or another -errno. A file that processes still
+ * write may show torn records: those are counted, never refused. */
+int shm_state_check(const char *dir, const char *name, const struct shm_config *cfg,
+		    uint64_t now_ns, struct shm_takeover *t);
+
+/* Master: takes the instance lock DIR/NAME.lock again without waiting, into shm (after
+ * shm_lock_set(shm, -1)). Returns 0, -EBUSY (another process holds it), or -errno. */
+int shm_state_relock(const char *dir, const char *name, struct shm *shm);
+
 /* One word for a verdict ("symlink", "truncated", ...), for logs and tests. */
 const char *shm_state_verdict_name(enum shm_state_verdict v);
 

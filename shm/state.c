@@ -210,8 +210,9 @@ fail:
 	return rc;
 }
 
-int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
-		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t)
+static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
+		      uint64_t now_ns, unsigned lock_wait_ms, bool keep_refused, struct shm **out,
+		      struct shm_takeover *t)
 {
 	struct paths p;
 	struct shm *shm = NULL;
@@ -247,8 +248,13 @@ int shm_state_open(const char *dir, const char *name, const struct shm_config *c
 			goto fail;
 		}
 	}
-	if (t->verdict != SHM_STATE_NONE && t->verdict != SHM_STATE_TAKEN)
+	if (t->verdict != SHM_STATE_NONE && t->verdict != SHM_STATE_TAKEN) {
+		if (keep_refused) {
+			rc = -EBADMSG;
+			goto fail;
+		}
 		move_aside(&p, t);
+	}
 	if (old_fd >= 0)
 		close(old_fd);
 	old_fd = -1;
@@ -269,4 +275,69 @@ fail:
 	}
 	close(lock_fd);
 	return rc;
+}
+
+int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
+		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t)
+{
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, false, out, t);
+}
+
+int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
+			   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
+			   struct shm_takeover *t)
+{
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, out, t);
+}
+
+int shm_state_check(const char *dir, const char *name, const struct shm_config *cfg,
+		    uint64_t now_ns, struct shm_takeover *t)
+{
+	struct paths p;
+	struct shm *dry = NULL;
+	uint64_t size = 0;
+	int fd = -1, rc;
+
+	if (dir == NULL || name == NULL || t == NULL)
+		return -EINVAL;
+	memset(t, 0, sizeof(*t));
+	rc = paths_make(dir, name, &p);
+	if (rc < 0)
+		return rc;
+	rc = old_open(&p, &fd, &size, t);
+	if (rc == 0 && fd < 0) {
+		snprintf(t->why, sizeof(t->why), "%s does not exist", p.state);
+		return -ENOENT;
+	}
+	if (rc == 0)
+		rc = shm_create(cfg, "turngate-check", &dry);
+	if (rc == 0) {
+		struct shm_image img = { .fd = fd, .buf = NULL, .size = size };
+
+		rc = shm_image_take(dry, &img, now_ns, t);
+		shm_destroy(dry);
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+int shm_state_relock(const char *dir, const char *name, struct shm *shm)
+{
+	struct paths p;
+	int fd, rc;
+
+	rc = paths_make(dir, name, &p);
+	if (rc < 0)
+		return rc;
+	fd = open(p.lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc == -EWOULDBLOCK ? -EBUSY : rc;
+	}
+	shm_lock_set(shm, fd_move_high(fd));
+	return 0;
 }

@@ -1,0 +1,659 @@
+/* Master: live upgrade in place (SIGUSR2, `turngatectl upgrade`), nginx's convention.
+ *
+ * The running master (the old one) forks and executes the new binary with its own command
+ * line. The new master inherits every listening socket (TURN listeners of every slot, the
+ * admin socket, the HTTP servers) through $TURNGATE_UPGRADE and a SOCK_SEQPACKET channel
+ * to the old one, and goes through its start as far as it can without the allocation
+ * table: configuration, sockets, and a dry run of the take-over of the state file. Then:
+ *
+ *   new -> old  "ready"           the old master stops its workers now (SIGQUIT: their
+ *                                 allocations stay LIVE in the table), links the state
+ *                                 file to NAME.state.upgrade, and once every worker is
+ *                                 reaped lets go of the instance lock;
+ *   new                           takes the lock and the table over (as a restart does),
+ *                                 binds the relay ports, starts its workers;
+ *   new -> old  "serving PID"     every worker answered: the old master exits (exit 0),
+ *                                 the new one announces MAINPID= to systemd;
+ *   new -> old  "fail REASON"     or the channel closes, or the timeout passes: the new
+ *                                 master is killed; the old one goes on serving (before
+ *                                 "ready": it never stopped; after: it takes the lock back
+ *                                 once the new processes are gone, puts its own file back
+ *                                 in place and respawns its workers, which re-adopt).
+ *
+ * Datagrams that reach a listener meanwhile wait in the inherited sockets (the same
+ * sockets, not copies); the relay sockets are closed and bound again (the gap). The new
+ * master keeps the old one's worker count, since the reuseport group and its steering
+ * program are inherited with the sockets. TCP, TLS and DTLS connections end with the old
+ * workers. */
+#include "config.h"
+
+#include "master/master.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "master/admin.h"
+#include "shm/shm.h"
+
+#define UPGRADE_ENV "TURNGATE_UPGRADE"
+#define UPGRADE_MAX_FDS 512
+#define UPGRADE_RELOCK_S 0.01
+
+enum up_phase {
+	UP_IDLE = 0,
+	UP_STARTING,  /* the new binary runs, no "ready" yet */
+	UP_HANDOVER,  /* our workers stop; the new master takes the table over */
+	UP_FALLBACK,  /* it failed after "ready": waiting to take the lock back */
+	UP_FAILED,    /* the last attempt failed; we serve */
+	UP_DONE,      /* the new master serves; we exit */
+};
+
+struct upgrade {
+	/* both sides */
+	char **argv;
+	char exe[PATH_MAX];
+	/* old side: the attempt in progress or the last one */
+	enum up_phase phase;
+	unsigned attempt;
+	pid_t child;
+	int fd;                   /* our end of the channel, -1 when none */
+	ev_io io;
+	ev_timer tmo, relock;
+	double timeout;
+	bool lock_dropped;
+	char backup[PATH_MAX];
+	char error[512];
+	/* new side: what the old master handed down */
+	int ctl;                  /* the channel, -1 when this start is no upgrade */
+	pid_t from;
+	unsigned slots;
+	int inh[UPGRADE_MAX_FDS];
+	size_t n_inh;
+	bool serving;
+};
+
+static const char *phase_name(enum up_phase p)
+{
+	static const char *const names[] = { "idle",     "starting", "handover",
+					     "fallback", "failed",   "done" };
+
+	return names[p];
+}
+
+int upgrade_init(struct master *m, char **argv)
+{
+	struct upgrade *u = calloc(1, sizeof(*u));
+	ssize_t n;
+
+	if (u == NULL)
+		return -ENOMEM;
+	u->argv = argv;
+	u->fd = u->ctl = -1;
+	n = readlink("/proc/self/exe", u->exe, sizeof(u->exe) - 1);
+	if (n <= 0)
+		snprintf(u->exe, sizeof(u->exe), "%s", argv[0]);
+	else
+		u->exe[n] = '\0';
+	m->up = u;
+	return 0;
+}
+
+/* ---- the new master's side --------------------------------------------------------- */
+
+static void report(struct upgrade *u, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void report(struct upgrade *u, const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+	int n;
+
+	if (u->ctl < 0)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (send(u->ctl, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
+		 MSG_NOSIGNAL) < 0)
+		log_warn("master", "upgrade: cannot report to the old master: %s", strerror(errno));
+}
+
+/* "ctl=FD slots=N from=PID fds=FD,FD,..." */
+static int parse_env(struct upgrade *u, const char *env)
+{
+	const char *p = strstr(env, "fds=");
+	int ctl, from;
+	unsigned slots;
+
+	if (sscanf(env, "ctl=%d slots=%u from=%d", &ctl, &slots, &from) != 3 || ctl < 0 ||
+	    slots == 0 || slots > SHM_MAX_SLOTS || from <= 0 || p == NULL)
+		return -EINVAL;
+	for (p += 4; *p != '\0' && u->n_inh < UPGRADE_MAX_FDS;) {
+		char *end;
+		long fd = strtol(p, &end, 10);
+
+		if (end == p || fd < 0 || fd > INT_MAX || (*end != ',' && *end != '\0'))
+			return -EINVAL;
+		u->inh[u->n_inh++] = (int)fd;
+		p = *end == ',' ? end + 1 : end;
+	}
+	u->ctl = ctl;
+	u->slots = slots;
+	u->from = from;
+	return 0;
+}
+
+int upgrade_inherit(struct master *m)
+{
+	struct upgrade *u = m->up;
+	const char *env = getenv(UPGRADE_ENV);
+	int rc;
+
+	if (env == NULL)
+		return 0;
+	rc = parse_env(u, env);
+	unsetenv(UPGRADE_ENV);
+	if (rc < 0) {
+		log_error("master", "$" UPGRADE_ENV " is malformed: not an upgrade");
+		u->n_inh = 0;
+		u->ctl = -1;
+		return rc;
+	}
+	/* Ours now, and nobody else's: a later upgrade or a worker gets them explicitly. */
+	fcntl(u->ctl, F_SETFD, FD_CLOEXEC);
+	for (size_t i = 0; i < u->n_inh; i++)
+		if (fcntl(u->inh[i], F_SETFD, FD_CLOEXEC) < 0)
+			u->inh[i] = -1;
+	m->n_slots = u->slots;
+	log_info("master", "live upgrade from pid %d: %zu sockets inherited, %u workers",
+		 (int)u->from, u->n_inh, u->slots);
+	return 1;
+}
+
+bool upgrade_is_child(const struct master *m)
+{
+	return m->up != NULL && m->up->ctl >= 0;
+}
+
+static bool same_inet(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+	if (a->ss_family != b->sa_family)
+		return false;
+	if (b->sa_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (b->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+
+		return x->sin6_port == y->sin6_port &&
+		       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+	}
+	if (b->sa_family == AF_UNIX) {
+		const struct sockaddr_un *x = (const void *)a, *y = (const void *)b;
+
+		return strncmp(x->sun_path, y->sun_path, sizeof(x->sun_path)) == 0;
+	}
+	return false;
+}
+
+int upgrade_take_socket(struct master *m, int type, const struct sockaddr *addr)
+{
+	struct upgrade *u = m->up;
+
+	if (u == NULL || u->ctl < 0 || addr == NULL)
+		return -1;
+	for (size_t i = 0; i < u->n_inh; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int t = 0;
+		socklen_t tl = sizeof(t);
+
+		if (u->inh[i] < 0 || getsockopt(u->inh[i], SOL_SOCKET, SO_TYPE, &t, &tl) < 0 ||
+		    t != type || getsockname(u->inh[i], (struct sockaddr *)&ss, &sl) < 0 ||
+		    !same_inet(&ss, addr))
+			continue;
+		t = u->inh[i];
+		u->inh[i] = -1;
+		return t;
+	}
+	return -1;
+}
+
+int upgrade_take_listener(struct master *m, const struct conf_listener *l, struct mlistener *out)
+{
+	struct sockaddr_storage ss, any;
+	int type, fds[SHM_MAX_SLOTS], rc;
+	unsigned n = 0;
+
+	if (!upgrade_is_child(m) || listener_bind_addr(l, &ss) < 0)
+		return 0;
+	type = l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS
+		       ? SOCK_DGRAM
+		       : SOCK_STREAM;
+	/* listener_open() falls back to the wildcard address for a relay address that is not
+	 * local: so did the old master. */
+	any = ss;
+	if (any.ss_family == AF_INET)
+		((struct sockaddr_in *)&any)->sin_addr.s_addr = htonl(INADDR_ANY);
+	else
+		((struct sockaddr_in6 *)&any)->sin6_addr = in6addr_any;
+	while (n < m->n_slots) {
+		int fd = upgrade_take_socket(m, type, (struct sockaddr *)&ss);
+
+		if (fd < 0)
+			fd = upgrade_take_socket(m, type, (struct sockaddr *)&any);
+		if (fd < 0)
+			break;
+		fds[n++] = fd;
+	}
+	if (n == 0)
+		return 0;
+	if (n < m->n_slots) {
+		log_error("master", "listener %s: %u of %u sockets inherited", l->name, n,
+			  m->n_slots);
+		for (unsigned i = 0; i < n; i++)
+			close(fds[i]);
+		return -EBADF;
+	}
+	rc = listener_adopt(l, fds, n, out);
+	if (rc < 0) {
+		for (unsigned i = 0; i < n; i++)
+			close(fds[i]);
+		return rc;
+	}
+	return 1;
+}
+
+void upgrade_close_unused(struct master *m)
+{
+	struct upgrade *u = m->up;
+	unsigned n = 0;
+
+	if (!upgrade_is_child(m))
+		return;
+	for (size_t i = 0; i < u->n_inh; i++)
+		if (u->inh[i] >= 0) {
+			close(u->inh[i]);
+			u->inh[i] = -1;
+			n++;
+		}
+	if (n > 0)
+		log_info("master", "upgrade: %u inherited sockets are not in this configuration "
+				   "(closed)",
+			 n);
+}
+
+void upgrade_report_ready(struct master *m)
+{
+	report(m->up, "ready");
+}
+
+void upgrade_report_failure(struct master *m, const char *why)
+{
+	report(m->up, "fail %s", why);
+}
+
+void upgrade_worker_running(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	if (!upgrade_is_child(m) || u->serving || m->workers == NULL)
+		return;
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (m->workers[i].state != MW_RUNNING)
+			return;
+	u->serving = true;
+	notify_mainpid(getpid());
+	report(u, "serving %d", (int)getpid());
+	close(u->ctl);
+	u->ctl = -1;
+	m->upgraded_from = u->from;
+	admin_resume(m->admin);
+	log_info("master", "upgrade: serving; the old master (pid %d) exits", (int)u->from);
+}
+
+/* ---- the old master's side --------------------------------------------------------- */
+
+static void child_env(const struct master *m, int ctl, char *env, size_t cap)
+{
+	size_t len;
+	int fds[UPGRADE_MAX_FDS];
+	size_t n = upgrade_collect_fds(m, fds, UPGRADE_MAX_FDS);
+
+	len = (size_t)snprintf(env, cap, UPGRADE_ENV "=ctl=%d slots=%u from=%d fds=", ctl,
+			       m->n_slots, (int)getppid());
+	for (size_t i = 0; i < n && len + 16 < cap; i++) {
+		len += (size_t)snprintf(env + len, cap - len, i ? ",%d" : "%d", fds[i]);
+		fcntl(fds[i], F_SETFD, 0);
+	}
+}
+
+size_t upgrade_collect_fds(const struct master *m, int *fds, size_t cap)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->n_listeners; i++)
+		for (unsigned s = 0; s < m->listeners[i].n_fds && n < cap; s++)
+			if (m->listeners[i].fds[s] >= 0)
+				fds[n++] = m->listeners[i].fds[s];
+	if (admin_fd(m->admin) >= 0 && n < cap)
+		fds[n++] = admin_fd(m->admin);
+	n += httpd_fds(m, fds + n, cap - n);
+	return n;
+}
+
+static void stop_watchers(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	ev_timer_stop(m->loop, &u->tmo);
+	if (u->fd >= 0) {
+		ev_io_stop(m->loop, &u->io);
+		close(u->fd);
+		u->fd = -1;
+	}
+}
+
+static void restore_file(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	if (u->backup[0] == '\0')
+		return;
+	/* Both names may still be the same file (the new master never renamed): then
+	 * rename() does nothing and the unlink removes the second name. */
+	if (rename(u->backup, m->state_path) < 0)
+		log_error("master", "upgrade: cannot put %s back: %s", m->state_path,
+			  strerror(errno));
+	unlink(u->backup);
+	u->backup[0] = '\0';
+}
+
+static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct master *m = t->data;
+	struct upgrade *u = m->up;
+
+	(void)revents;
+	if (!supervise_all_down(m))
+		return;
+	if (u->lock_dropped && state_relock(m) < 0)
+		return;	/* a process of the new binary still runs */
+	ev_timer_stop(loop, t);
+	u->lock_dropped = false;
+	restore_file(m);
+	m->handing_over = false;
+	u->phase = UP_FAILED;
+	if (m->stopping) {
+		/* told to stop meanwhile: the table stays in our file for the next start */
+		ev_break(loop, EVBREAK_ALL);
+		return;
+	}
+	log_error("master", "upgrade failed: %s; this master (pid %d) serves on", u->error,
+		  (int)getpid());
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		m->workers[i].state = MW_DEAD;
+		supervise_spawn(m, i);
+	}
+}
+
+static void fail(struct master *m, const char *why)
+{
+	struct upgrade *u = m->up;
+
+	if (u->phase != UP_STARTING && u->phase != UP_HANDOVER)
+		return;
+	snprintf(u->error, sizeof(u->error), "%s", why);
+	stop_watchers(m);
+	if (u->child > 0)
+		kill(u->child, SIGKILL);	/* reaped by the supervisor's child watcher */
+	if (u->phase == UP_STARTING) {
+		u->phase = UP_FAILED;
+		log_error("master", "upgrade failed: %s; this master (pid %d) serves on", why,
+			  (int)getpid());
+		return;
+	}
+	/* After "ready": our workers are stopping or gone. */
+	u->phase = UP_FALLBACK;
+	supervise_kill_all(m);
+	ev_timer_init(&u->relock, relock_cb, 0., UPGRADE_RELOCK_S);
+	u->relock.data = m;
+	ev_timer_start(m->loop, &u->relock);
+}
+
+void upgrade_workers_down(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	if (u->phase != UP_HANDOVER)
+		return;
+	/* Nothing of ours writes the table any more: the new master may take it. */
+	shm_lock_set(m->shm, -1);
+	u->lock_dropped = true;
+	log_info("master", "upgrade: workers stopped, the new master (pid %d) takes over",
+		 (int)u->child);
+}
+
+static void handover(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	snprintf(u->backup, sizeof(u->backup), "%s.upgrade", m->state_path);
+	unlink(u->backup);
+	if (link(m->state_path, u->backup) < 0) {
+		char why[PATH_MAX + 64];
+
+		snprintf(why, sizeof(why), "cannot link %s: %s", u->backup, strerror(errno));
+		u->backup[0] = '\0';
+		fail(m, why);
+		return;
+	}
+	u->phase = UP_HANDOVER;
+	m->handing_over = true;
+	ev_timer_stop(m->loop, &u->tmo);
+	ev_timer_set(&u->tmo, u->timeout, 0.);
+	ev_timer_start(m->loop, &u->tmo);
+	log_info("master", "upgrade: the new master (pid %d) is ready; stopping the workers",
+		 (int)u->child);
+	supervise_suspend_all(m);
+	if (supervise_all_down(m))
+		upgrade_workers_down(m);
+}
+
+static void done(struct master *m, pid_t pid)
+{
+	struct upgrade *u = m->up;
+
+	stop_watchers(m);
+	if (u->backup[0] != '\0')
+		unlink(u->backup);
+	u->backup[0] = '\0';
+	u->phase = UP_DONE;
+	u->child = pid;
+	m->handed_over = true;
+	log_info("master", "upgrade: pid %d serves; exiting", (int)pid);
+	ev_break(m->loop, EVBREAK_ALL);
+}
+
+static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct master *m = w->data;
+	struct upgrade *u = m->up;
+	char msg[600], why[700];
+	ssize_t n;
+	int pid;
+
+	(void)loop;
+	(void)revents;
+	n = recv(u->fd, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		fail(m, "the new binary exited before it served (see its log lines above)");
+		return;
+	}
+	msg[n] = '\0';
+	if (strcmp(msg, "ready") == 0 && u->phase == UP_STARTING) {
+		handover(m);
+	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
+		done(m, (pid_t)pid);
+	} else if (strncmp(msg, "fail ", 5) == 0) {
+		snprintf(why, sizeof(why), "the new binary: %s", msg + 5);
+		fail(m, why);
+	} else {
+		fail(m, "the new binary sent an unexpected message");
+	}
+}
+
+static void tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct master *m = t->data;
+	char why[96];
+
+	(void)loop;
+	(void)revents;
+	snprintf(why, sizeof(why), "the new binary did not %s within %.0f s",
+		 m->up->phase == UP_STARTING ? "become ready" : "serve", m->up->timeout);
+	fail(m, why);
+}
+
+static void exec_child(struct master *m, const char *binary, int ctl)
+{
+	char env[8192];
+	sigset_t none;
+
+	child_env(m, ctl, env, sizeof(env));
+	fcntl(ctl, F_SETFD, 0);
+	putenv(env);
+	/* sd_watchdog_enabled() only believes a WATCHDOG_PID that names the caller. */
+	if (getenv("WATCHDOG_PID") != NULL) {
+		char pid[16];
+
+		snprintf(pid, sizeof(pid), "%d", (int)getpid());
+		setenv("WATCHDOG_PID", pid, 1);
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execv(binary, m->up->argv);
+	dprintf(ctl, "fail cannot execute %s: %s", binary, strerror(errno));
+	_exit(127);
+}
+
+int upgrade_begin(struct master *m, const char *binary, double timeout, char *why, size_t cap)
+{
+	struct upgrade *u = m->up;
+	int sp[2];
+	pid_t pid;
+
+	if (binary == NULL || binary[0] == '\0')
+		binary = u->exe;
+	if (u->phase == UP_STARTING || u->phase == UP_HANDOVER || u->phase == UP_FALLBACK) {
+		snprintf(why, cap, "an upgrade is already in progress (to pid %d)", (int)u->child);
+		return -EBUSY;
+	}
+	if (m->stopping || m->exiting || m->handed_over) {
+		snprintf(why, cap, "the daemon is stopping");
+		return -ESHUTDOWN;
+	}
+	if (upgrade_is_child(m)) {
+		snprintf(why, cap, "this master is itself still taking over");
+		return -EBUSY;
+	}
+	if (m->state_path == NULL) {
+		snprintf(why, cap, "the allocation table lives in memory (admin.state_dir is "
+				   "empty or unusable): a live upgrade needs the state file");
+		return -ENOENT;
+	}
+	if (access(binary, X_OK) < 0) {
+		snprintf(why, cap, "cannot execute %s: %s", binary, strerror(errno));
+		return -errno;
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		snprintf(why, cap, "socketpair: %s", strerror(errno));
+		return -errno;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		snprintf(why, cap, "fork: %s", strerror(errno));
+		close(sp[0]);
+		close(sp[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		close(sp[0]);
+		exec_child(m, binary, sp[1]);
+	}
+	close(sp[1]);
+	u->attempt++;
+	u->phase = UP_STARTING;
+	u->child = pid;
+	u->fd = sp[0];
+	u->timeout = timeout > 0 ? timeout : UPGRADE_TIMEOUT_S;
+	u->error[0] = '\0';
+	ev_io_init(&u->io, io_cb, u->fd, EV_READ);
+	u->io.data = m;
+	ev_io_start(m->loop, &u->io);
+	ev_timer_init(&u->tmo, tmo_cb, u->timeout, 0.);
+	u->tmo.data = m;
+	ev_timer_start(m->loop, &u->tmo);
+	log_info("master", "upgrade %u: started %s as pid %d", u->attempt, binary, (int)pid);
+	return 0;
+}
+
+void upgrade_stop(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	if (u == NULL || (u->phase != UP_STARTING && u->phase != UP_HANDOVER))
+		return;
+	fail(m, "the old master was told to stop");
+}
+
+json_t *upgrade_status(const struct master *m)
+{
+	const struct upgrade *u = m->up;
+
+	if (u == NULL)
+		return json_object();
+	/* serving: this master serves (a new master is not until its workers all run) */
+	return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:s, s:s}", "state", phase_name(u->phase),
+			 "pid", (int)getpid(), "serving", !upgrade_is_child(m), "from_pid",
+			 (int)m->upgraded_from, "attempt", (int)u->attempt, "new_pid",
+			 (int)u->child, "error", u->error, "binary", u->exe);
+}
+
+void upgrade_free(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	if (u == NULL)
+		return;
+	stop_watchers(m);
+	ev_timer_stop(m->loop, &u->relock);
+	if (u->ctl >= 0)
+		close(u->ctl);
+	for (size_t i = 0; i < u->n_inh; i++)
+		if (u->inh[i] >= 0)
+			close(u->inh[i]);
+	free(u);
+	m->up = NULL;
+}
