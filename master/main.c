@@ -301,7 +301,8 @@ static int shm_geometry(struct master *m, struct shm_config *sc)
 
 /* A live upgrade's new master: everything that could fail without the table has been
  * done; the dry run of the take-over says whether the table can be read. Only then does
- * the old master stop its workers (master/upgrade.c). */
+ * it say ready (from state_segment_open, once its own segment exists) and the old master
+ * stop its workers (master/upgrade.c). */
 static int upgrade_ready(struct master *m, const struct shm_config *sc)
 {
 	char why[PATH_MAX + 256];
@@ -310,10 +311,8 @@ static int upgrade_ready(struct master *m, const struct shm_config *sc)
 	if (rc < 0) {
 		log_error("master", "upgrade: %s", why);
 		upgrade_report_failure(m, why);
-		return rc;
 	}
-	upgrade_report_ready(m);
-	return 0;
+	return rc;
 }
 
 static int create_shm(struct master *m)

@@ -82,6 +82,11 @@ static void log_takeover(const char *dir, const char *file, const struct shm_tak
 	}
 }
 
+static void say_ready(void *ctx)
+{
+	upgrade_report_ready(ctx);
+}
+
 int state_segment_open(struct master *m, const struct shm_config *sc)
 {
 	struct shm_takeover t;
@@ -103,7 +108,8 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 		rc = -ENOENT;
 	} else {
 		rc = upgrade_is_child(m) ? shm_state_open_upgrade(dir, file, sc, mono_ns(),
-								  STATE_LOCK_WAIT_MS, &m->shm, &t)
+								  STATE_LOCK_WAIT_MS, say_ready, m,
+								  &m->shm, &t)
 					 : shm_state_open(dir, file, sc, mono_ns(),
 							  STATE_LOCK_WAIT_MS, &m->shm, &t);
 		if (rc < 0 && upgrade_is_child(m)) {

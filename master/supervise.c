@@ -106,10 +106,15 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		.listeners = wl,
 		.n_listeners = n_wl,
 	};
+	uint32_t n_taken = 0;
 	int keep[SHM_MAX_LISTENERS + 3];
 	size_t nk = 0;
 	char name[32];
 
+	/* The slot's first worker after a take-over adopts from the take-over's list; a
+	 * respawn scans (allocations made since are in no list). */
+	if (m->workers[slot].last_status == -1 && (h.adopt = shm_taken(m->shm, &n_taken)) != NULL)
+		h.n_adopt = n_taken;
 	/* libev records, per signal, the loop that owns it in process-wide state the child
 	 * inherits: the master's watchers must be detached or the worker's own loop could not
 	 * watch the same signals. (No signalfd is used, so this touches nothing shared.) */

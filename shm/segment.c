@@ -260,6 +260,13 @@ void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN])
 	memcpy(key, shm_hdr(shm)->nonce_key, SHM_NONCE_KEY_LEN);
 }
 
+const uint32_t *shm_taken(const struct shm *shm, uint32_t *n)
+{
+	shm_check_handle(shm);
+	*n = shm->n_taken;
+	return shm->taken;
+}
+
 void shm_lock_set(struct shm *shm, int fd)
 {
 	shm_check_handle(shm);
@@ -447,6 +454,7 @@ void shm_destroy(struct shm *shm)
 	shm_check_handle(shm);
 	munmap(shm->base, shm->size);
 	close(shm->fd);
+	free(shm->taken);
 	if (shm->lock_fd >= 0)
 		close(shm->lock_fd);
 	shm->magic = 0;

@@ -107,6 +107,12 @@ void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN]);
  * one is gone. Owned by the handle. */
 int shm_lock_fd(const struct shm *shm);
 
+/* The indexes of the records a take-over (shm_image_take) copied into this segment, in
+ * no order, NULL when none: the first workers adopt from this list instead of scanning
+ * the whole table (each record sits on its own page: a scan of 10 000 costs tens of
+ * milliseconds of page walks, the bulk of a restart's gap). Owned by the handle. */
+const uint32_t *shm_taken(const struct shm *shm, uint32_t *n);
+
 /* Master: replaces the lock the handle holds by fd (-1: lets go of it, as a live upgrade
  * does once its workers are gone, so that the new binary may take the table over). */
 void shm_lock_set(struct shm *shm, int fd);

@@ -147,6 +147,8 @@ struct shm {
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
+	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
+	uint32_t n_taken, cap_taken;
 };
 
 static inline void shm_check_handle(const struct shm *shm)

@@ -96,12 +96,15 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
 		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t);
 
-/* As shm_state_open(), for the new binary of a live upgrade: a file that cannot be taken
- * over is left where it is and -EBADMSG returned (t says why), since the running binary
- * still serves from it and goes on doing so when the upgrade fails. */
+/* As shm_state_open(), for the new binary of a live upgrade, whose predecessor still
+ * holds the lock: the new segment is created first, then ready(ctx) is called (the
+ * predecessor then stops its workers and lets go of the lock), then the lock is awaited,
+ * so that creating the segment is not part of the gap. A file that cannot be taken over
+ * is left where it is and -EBADMSG returned (t says why), since the running binary still
+ * serves from it and goes on doing so when the upgrade fails. */
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
-			   struct shm_takeover *t);
+			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *), void *ctx,
+			   struct shm **out, struct shm_takeover *t);
 
 /* A dry run of the take-over, without the lock and without touching any file: validates
  * DIR/NAME.state as shm_state_open() would and copies it into a throw-away memory segment

@@ -17,7 +17,7 @@
 #include "shm/shm_internal.h"
 #include "shm/shm_state.h"
 
-#define LOCK_POLL_US 10000
+#define LOCK_POLL_US 1000
 
 struct paths {
 	char lock[PATH_MAX], state[PATH_MAX], fresh[PATH_MAX];
@@ -210,9 +210,11 @@ fail:
 	return rc;
 }
 
+/* keep_refused: a live upgrade's new binary (shm_state_open_upgrade), which creates its
+ * segment before it says ready (ready(ctx)) and only then waits for the lock. */
 static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
-		      uint64_t now_ns, unsigned lock_wait_ms, bool keep_refused, struct shm **out,
-		      struct shm_takeover *t)
+		      uint64_t now_ns, unsigned lock_wait_ms, bool keep_refused,
+		      void (*ready)(void *), void *ctx, struct shm **out, struct shm_takeover *t)
 {
 	struct paths p;
 	struct shm *shm = NULL;
@@ -230,13 +232,24 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	rc = dir_check(dir, t);
 	if (rc < 0)
 		return rc;
-	lock_fd = lock_take(p.lock, lock_wait_ms, t);
-	if (lock_fd < 0)
-		return lock_fd;
+	if (!keep_refused) {
+		lock_fd = lock_take(p.lock, lock_wait_ms, t);
+		if (lock_fd < 0)
+			return lock_fd;
+	}
 	rc = fresh_create(&p, cfg, &shm);
 	if (rc < 0) {
 		snprintf(t->why, sizeof(t->why), "cannot create %s: %s", p.fresh, strerror(-rc));
 		goto fail;
+	}
+	if (keep_refused) {
+		if (ready != NULL)
+			ready(ctx);
+		lock_fd = lock_take(p.lock, lock_wait_ms, t);
+		if (lock_fd < 0) {
+			rc = lock_fd;
+			goto fail;
+		}
 	}
 	if (old_open(&p, &old_fd, &size, t) == 0 && old_fd >= 0) {
 		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
@@ -273,21 +286,22 @@ fail:
 		shm_destroy(shm);
 		unlink(p.fresh);
 	}
-	close(lock_fd);
+	if (lock_fd >= 0)
+		close(lock_fd);
 	return rc;
 }
 
 int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
 		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t)
 {
-	return state_open(dir, name, cfg, now_ns, lock_wait_ms, false, out, t);
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, false, NULL, NULL, out, t);
 }
 
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, struct shm **out,
-			   struct shm_takeover *t)
+			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *), void *ctx,
+			   struct shm **out, struct shm_takeover *t)
 {
-	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, out, t);
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, ready, ctx, out, t);
 }
 
 int shm_state_check(const char *dir, const char *name, const struct shm_config *cfg,

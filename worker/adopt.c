@@ -49,6 +49,28 @@ static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *c
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);
 }
 
+/* Adopts or releases record idx of the predecessor. */
+static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		      uint32_t idx, wk_adopt_fn *fn, void *arg, struct wk_adopt_stats *st)
+{
+	struct shm_alloc *rec;
+	enum wk_adopt_verdict v;
+
+	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
+		return;
+	v = wk_adopt_classify(shm, idx, rec, now_ns);
+	if (v == WK_ADOPT_TRY && fn(arg, idx, rec) == 0) {
+		st->adopted++;
+		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
+		return;
+	}
+	st->torn += v == WK_ADOPT_TORN;
+	st->stream += v == WK_ADOPT_STREAM;
+	st->expired += v == WK_ADOPT_EXPIRED;
+	st->failed += v == WK_ADOPT_TRY;
+	wk_adopt_drop(shm, slot, ctr, idx, rec);
+}
+
 int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
 		  wk_adopt_fn *fn, void *arg, struct wk_adopt_stats *st)
 {
@@ -60,24 +82,27 @@ int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 	if (!st)
 		st = &local;
 	memset(st, 0, sizeof(*st));
-	while (shm_alloc_next_owned(shm, slot, &cursor, &idx) == 0) {
-		struct shm_alloc *rec;
-		enum wk_adopt_verdict v;
+	while (shm_alloc_next_owned(shm, slot, &cursor, &idx) == 0)
+		adopt_idx(shm, slot, ctr, now_ns, idx, fn, arg, st);
+	return 0;
+}
 
-		if (shm_alloc_get(shm, slot, idx, &rec) < 0)
-			continue;
-		v = wk_adopt_classify(shm, idx, rec, now_ns);
-		if (v == WK_ADOPT_TRY && fn(arg, idx, rec) == 0) {
-			st->adopted++;
-			shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
-			continue;
-		}
-		st->torn += v == WK_ADOPT_TORN;
-		st->stream += v == WK_ADOPT_STREAM;
-		st->expired += v == WK_ADOPT_EXPIRED;
-		st->failed += v == WK_ADOPT_TRY;
-		wk_adopt_drop(shm, slot, ctr, idx, rec);
-	}
+int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		  const uint32_t *list, size_t n, wk_adopt_fn *fn, void *arg,
+		  struct wk_adopt_stats *st)
+{
+	struct wk_adopt_stats local;
+	struct shm_alloc *rec;
+
+	if (!shm || !ctr || !fn || (!list && n > 0))
+		return -EINVAL;
+	if (!st)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	for (size_t i = 0; i < n; i++)
+		/* shm_alloc_get() refuses a record another slot owns or a free one */
+		if (shm_alloc_get(shm, slot, list[i], &rec) == 0)
+			adopt_idx(shm, slot, ctr, now_ns, list[i], fn, arg, st);
 	return 0;
 }
 
@@ -149,7 +174,10 @@ void wk_adopt_run(struct worker *w)
 	struct wk_adopt_stats st;
 
 	w->adopted = true;
-	if (wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st) < 0)
+	if ((w->h->adopt != NULL ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt,
+						 w->h->n_adopt, wk_adopt_one, w, &st)
+				 : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w,
+						 &st)) < 0)
 		return;
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker",

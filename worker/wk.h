@@ -429,6 +429,11 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
  * ALLOCS_ADOPTED and ALLOCS_DROPPED. *st may be NULL. Returns 0 or -EINVAL. */
 int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
 		  wk_adopt_fn *fn, void *arg, struct wk_adopt_stats *st);
+/* The same over the records of list (a take-over's, shm_taken) that slot owns: only
+ * their pages are touched. */
+int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		  const uint32_t *list, size_t n, wk_adopt_fn *fn, void *arg,
+		  struct wk_adopt_stats *st);
 /* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
 void wk_adopt_run(struct worker *w);
 

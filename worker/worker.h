@@ -50,6 +50,10 @@ struct worker_heritage {
 	int ctl_fd;
 	const struct worker_listener *listeners;
 	size_t n_listeners;
+	/* The records a take-over gave the table (shm_taken): the first worker of a slot
+	 * adopts those it owns from this list; NULL: it scans the whole table (a respawn). */
+	const uint32_t *adopt;
+	size_t n_adopt;
 };
 
 /* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,

@@ -464,6 +464,11 @@ int harness_echo_start(const char *ip, uint16_t port, struct harness_echo *e)
 	if (pid == 0) {
 		long long end = h_now_ms() + 120000;
 		uint8_t buf[65536];
+		int big = 4 << 20;
+
+		/* A relay that was paused (a restart, an upgrade) sends its backlog at once:
+		 * the default buffer (about 270 small datagrams) would drop some of it here. */
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
 
 		while (h_now_ms() < end) {
 			struct sockaddr_storage from;

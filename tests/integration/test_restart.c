@@ -36,179 +36,10 @@
 #include "common/mono.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
+#include "tests/integration/calls.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/harness_admin.h"
 
-#define RELAY_MIN 55000
-#define RELAY_MAX 55999
-#define N_ALLOCS 100
-#define N_ROUNDS 5
-#define CHAN 0x4000
-#define SEND_EVERY_US 25000		/* 40 packets/s per allocation */
-#define RECOVER_LIMIT_US 15000000	/* an allocation silent this long after a restart stalled */
-#define SECRET "restart-secret"
-
-struct flow {
-	long long last_rx, max_gap, rx;
-};
-
-struct fx {
-	struct harness h;
-	struct harness_echo echo;
-	uint16_t pu;
-	struct sockaddr_storage srv;
-	char state[256];
-	struct hturn *c;
-	struct flow f[N_ALLOCS];
-	unsigned workers;
-};
-
-static struct fx g;
-
-static long long now_us(void)
-{
-	return (long long)(mono_ns() / 1000u);
-}
-
-static int setup(void **state)
-{
-	char yaml[2048];
-	int n;
-
-	(void)state;
-	memset(&g, 0, sizeof(g));
-	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
-		return -1;
-	g.pu = harness_free_port();
-	harness_addr("127.0.0.1", g.pu, &g.srv);
-	/* admin.state_dir unset: the state file goes next to the admin socket */
-	snprintf(g.state, sizeof(g.state), "%s/restart.state", g.h.dir);
-	n = snprintf(yaml, sizeof(yaml),
-		     "version: v1\n"
-		     "admin:\n"
-		     "  name: restart\n"
-		     "  loglevel: all:INFO\n"
-		     "  healthcheck_endpoint: \"\"\n"
-		     "  admin_socket: %s\n"
-		     "  relay_port_min: %d\n"
-		     "  relay_port_max: %d\n"
-		     "  drain_timeout: 5\n"
-		     "auth:\n"
-		     "  type: ephemeral\n"
-		     "  realm: restart.example\n"
-		     "  credentials:\n"
-		     "    secret: " SECRET "\n"
-		     "listeners:\n"
-		     "  - name: udp\n"
-		     "    protocol: TURN-UDP\n"
-		     "    address: 127.0.0.1\n"
-		     "    port: %u\n"
-		     "    routes: [echo]\n"
-		     "clusters:\n"
-		     "  - name: echo\n"
-		     "    type: STATIC\n"
-		     "    endpoints: [127.0.0.1]\n",
-		     g.h.sock, RELAY_MIN, RELAY_MAX, g.pu);
-	if (n <= 0 || (size_t)n >= sizeof(yaml))
-		return -1;
-	return harness_write_config(&g.h, yaml);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	harness_teardown_killed(&g.h, &g.echo);
-	return 0;
-}
-
-static void start(unsigned workers)
-{
-	g.workers = workers;
-	assert_int_equal(harness_start(&g.h, workers, sa(&g.srv)), 0);
-}
-
-static void alloc_user(struct hturn *c, const char *user)
-{
-	char name[64], pass[64];
-
-	assert_int_equal(stun_rest_mint((const uint8_t *)SECRET, strlen(SECRET), user,
-					(uint64_t)time(NULL) + 3600, name, sizeof(name), pass,
-					sizeof(pass)),
-			 0);
-	assert_int_equal(hturn_open(c, sa(&g.srv), false), 0);
-	hturn_set_user(c, name, pass);
-	assert_int_equal(hturn_allocate(c, NULL, NULL), 0);
-	assert_int_equal(hturn_channel_bind(c, CHAN, sa(&g.echo.addr)), 0);
-}
-
-/* Drains every echo waiting on client i's socket; true when one came. */
-static bool drain_one(int i, long long now)
-{
-	uint8_t buf[256];
-	bool got = false;
-
-	for (;;) {
-		ssize_t n = recv(g.c[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
-
-		if (n < 0 && errno == ECONNREFUSED)
-			continue;	/* an ICMP error of the restart: the next read goes on */
-		if (n < 4)
-			break;
-		if (buf[0] != (CHAN >> 8) || buf[1] != (CHAN & 0xff))
-			continue;	/* a late response */
-		got = true;
-	}
-	if (got) {
-		struct flow *f = &g.f[i];
-
-		if (f->rx > 0 && now - f->last_rx > f->max_gap)
-			f->max_gap = now - f->last_rx;
-		f->last_rx = now;
-		f->rx++;
-	}
-	return got;
-}
-
-/* True when every flow received something after `since`. */
-static bool all_after(long long since)
-{
-	for (int i = 0; i < N_ALLOCS; i++)
-		if (g.f[i].last_rx <= since)
-			return false;
-	return true;
-}
-
-/* Every client sends one ChannelData each SEND_EVERY_US and counts the echoes, for
- * dur_us, or (recover_since > 0) until every flow has an echo newer than recover_since
- * and dur_us has passed, at most RECOVER_LIMIT_US more. */
-static void load(long long dur_us, long long recover_since)
-{
-	struct pollfd pfd[N_ALLOCS];
-	long long t0 = now_us(), next = t0, now;
-	static const char msg[] = "restart-load-0123456789";
-
-	for (int i = 0; i < N_ALLOCS; i++)
-		pfd[i] = (struct pollfd){ .fd = g.c[i].fd, .events = POLLIN };
-	for (;;) {
-		now = now_us();
-		if (now - t0 >= dur_us && (recover_since == 0 || all_after(recover_since) ||
-					   now - t0 >= dur_us + RECOVER_LIMIT_US))
-			break;
-		if (now >= next) {
-			for (int i = 0; i < N_ALLOCS; i++)
-				hturn_chan_send(&g.c[i], CHAN, msg, sizeof(msg) - 1);
-			next += SEND_EVERY_US;
-			if (next < now)
-				next = now + SEND_EVERY_US;
-		}
-		if (poll(pfd, N_ALLOCS, (int)((next - now) / 1000) + 1) <= 0)
-			continue;
-		now = now_us();
-		for (int i = 0; i < N_ALLOCS; i++)
-			if (pfd[i].revents)
-				drain_one(i, now);
-	}
-}
 
 /* SIGKILL to the master and every worker, as close together as a loop of kill() gets. */
 static void kill_everything(void)
@@ -239,8 +70,6 @@ enum end_how {
 			 * allocations relay on, then stop; what is open stays in the table */
 };
 
-static void load(long long dur_us, long long recover_since);
-
 /* Ends the run; returns the time from which relaying may stop (the signal, or for the
  * drain the daemon's exit: the allocations relay during the drain). */
 static long long end_run(enum end_how how)
@@ -266,50 +95,6 @@ static long long end_run(enum end_how how)
 	return how == END_TERM ? now_us() : t;
 }
 
-static void gaps_print(int round, unsigned from, unsigned to)
-{
-	long long worst = 0, sum = 0;
-	int worst_i = 0;
-
-	for (int i = 0; i < N_ALLOCS; i++) {
-		sum += g.f[i].max_gap;
-		if (g.f[i].max_gap > worst) {
-			worst = g.f[i].max_gap;
-			worst_i = i;
-		}
-	}
-	print_message("restart %d (%u -> %u workers): longest gap %.1f ms (allocation %d), "
-		      "mean of the per-allocation longest gaps %.1f ms (target <= 1000 ms)\n",
-		      round, from, to, worst / 1e3, worst_i, sum / 1e3 / N_ALLOCS);
-}
-
-/* Every allocation relays again and refreshes with the credentials and nonce it had:
- * a 401 or 438 would come back as that error code (no_retry). */
-static void check_all_serving(long long since)
-{
-	int stalled = 0, refreshed = 0;
-
-	for (int i = 0; i < N_ALLOCS; i++)
-		stalled += g.f[i].last_rx <= since;
-	assert_int_equal(stalled, 0);
-	for (int i = 0; i < N_ALLOCS; i++) {
-		g.c[i].no_retry = true;
-		if (hturn_refresh(&g.c[i], 600) == 0)
-			refreshed++;
-		else
-			print_message("allocation %d: refresh failed\n", i);
-	}
-	print_message("%d of %d refreshes with the original credentials succeeded\n", refreshed,
-		      N_ALLOCS);
-	assert_int_equal(refreshed, N_ALLOCS);
-	assert_int_equal(hadmin_status_int(g.h.sock, "allocations"), N_ALLOCS);
-	for (int i = 0; i < N_ALLOCS; i++) {
-		int owner = hadmin_owner_of(g.h.sock, "udp", hturn_local_port(&g.c[i]));
-
-		assert_true(owner >= 0 && owner < (int)g.workers);
-	}
-}
-
 static void restart_round_how(int round, unsigned workers, enum end_how how)
 {
 	unsigned from = g.workers;
@@ -318,8 +103,7 @@ static void restart_round_how(int round, unsigned workers, enum end_how how)
 	int n0;
 
 	load(1000000, 0);
-	for (int i = 0; i < N_ALLOCS; i++)
-		g.f[i].max_gap = 0;
+	gaps_reset();
 	snprintf(needle, sizeof(needle), "%d allocations taken over from %u workers", N_ALLOCS,
 		 from);
 	n0 = harness_log_count(&g.h, needle);
@@ -327,7 +111,7 @@ static void restart_round_how(int round, unsigned workers, enum end_how how)
 	g.workers = workers;
 	assert_int_equal(harness_spawn(&g.h, workers), 0);
 	load(1000000, t_kill);
-	gaps_print(round, from, workers);
+	gaps_print("restart", round, from, workers);
 	assert_int_equal(harness_log_count(&g.h, needle), n0 + 1);
 	check_all_serving(t_kill);
 	assert_int_equal(hadmin_status_int(g.h.sock, "state.taken_over"), N_ALLOCS);
@@ -336,32 +120,6 @@ static void restart_round_how(int round, unsigned workers, enum end_how how)
 static void restart_round(int round, unsigned workers)
 {
 	restart_round_how(round, workers, END_KILL_ALL);
-}
-
-static void alloc_all(void)
-{
-	char user[32];
-
-	g.c = harness_clients(&g.h, N_ALLOCS);
-	memset(g.f, 0, sizeof(g.f));
-	for (int i = 0; i < N_ALLOCS; i++) {
-		snprintf(user, sizeof(user), "restart%d", i);
-		alloc_user(&g.c[i], user);
-	}
-	load(500000, 0);
-	for (int i = 0; i < N_ALLOCS; i++)
-		assert_true(g.f[i].rx > 0);
-}
-
-static void end_all(void)
-{
-	for (int i = 0; i < N_ALLOCS; i++) {
-		g.c[i].no_retry = false;
-		assert_int_equal(hturn_refresh(&g.c[i], 0), 0);
-	}
-	assert_int_equal(hadmin_wait_status_int(g.h.sock, "allocations", 0, 500, 20), 0);
-	/* SIGKILLed runs log no worker deaths: their master died with them */
-	assert_int_equal(harness_stop_killed(&g.h, 0), 0);
 }
 
 static void test_kill_all_restart(void **state)
@@ -550,13 +308,22 @@ static void test_refused_files(void **state)
 	assert_int_equal(harness_stop(&g.h), 0);
 }
 
+#define RELAY_MIN 55000
+#define RELAY_MAX 55999
+
+static int setup(void **state)
+{
+	(void)state;
+	return calls_setup(RELAY_MIN, RELAY_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_kill_all_restart, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_worker_counts, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_master_crash_and_quit, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refused_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kill_all_restart, setup, calls_teardown),
+		cmocka_unit_test_setup_teardown(test_worker_counts, setup, calls_teardown),
+		cmocka_unit_test_setup_teardown(test_master_crash_and_quit, setup, calls_teardown),
+		cmocka_unit_test_setup_teardown(test_refused_files, setup, calls_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -151,6 +151,45 @@ static void test_scan_sorts_records(void **state)
 	shm_destroy(shm);
 }
 
+/* A take-over's list: only the listed records the slot owns are offered (another slot's,
+ * a free one and an index past the table are skipped), and nothing else is touched. */
+static void test_list(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct wk_adopt_stats st;
+	struct offer o;
+	uint32_t a, b, unlisted, other, list[5];
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	a = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	b = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS - 1, true);	/* expired */
+	unlisted = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	other = mk_rec(shm, 1, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	list[0] = other;
+	list[1] = a;
+	list[2] = 31;	/* free */
+	list[3] = b;
+	list[4] = 4096;	/* past the table */
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_list(shm, 0, c, NOW_NS, list, 5, offer_cb, &o, &st), 0);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(o.seen[0], a);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.expired, 1);
+	assert_true(is_free(shm, b));
+	assert_int_equal(shm_alloc_get(shm, 0, unlisted, NULL), 0);
+	assert_int_equal(shm_alloc_get(shm, 1, other, NULL), 0);
+	assert_int_equal(wk_adopt_list(shm, 0, c, NOW_NS, NULL, 1, offer_cb, &o, &st), -EINVAL);
+	assert_int_equal(wk_adopt_list(shm, 0, c, NOW_NS, NULL, 0, offer_cb, &o, &st), 0);
+	assert_int_equal(st.adopted, 0);
+	shm_destroy(shm);
+}
+
 static void test_classify_and_bad_args(void **state)
 {
 	struct shm_config cfg = { 1, 4, 4096, 4 };
@@ -182,6 +221,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scan_sorts_records),
+		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_classify_and_bad_args),
 	};
 

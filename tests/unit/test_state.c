@@ -164,6 +164,16 @@ static void test_take_over(void **state)
 	assert_int_equal(t.old_slots, 3);
 	assert_true(t.have_key && t.have_counters);
 	assert_int_equal(live_count(dst), N_LIVE);
+	/* the list the first workers adopt from names exactly the live records */
+	{
+		uint32_t n_taken = 0;
+		const uint32_t *taken = shm_taken(dst, &n_taken);
+
+		assert_int_equal(n_taken, N_LIVE);
+		for (uint32_t i = 0; i < n_taken; i++)
+			assert_int_equal(SHM_ALLOC_WORD_STATE(shm_alloc_at(dst, taken[i])->state),
+					 SHM_ALLOC_LIVE);
+	}
 	/* every record where the steering program sends its client, intact */
 	while (shm_alloc_next_live(dst, &cursor, &idx) == 0) {
 		struct shm_alloc r, *o;
