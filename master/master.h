@@ -269,7 +269,8 @@ void upgrade_free(struct master *m);
 
 /* ---- systemd notification (master/notify.c) ------------------------------------- */
 
-/* MAINPID=pid and READY=1: a live upgrade's new master is the service's main process. */
+/* MAINPID=pid and READY=1, from the old master of a live upgrade: the new master is the
+ * service's main process from now on. */
 void notify_mainpid(pid_t pid);
 
 void notify_ready(void);

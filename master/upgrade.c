@@ -12,8 +12,9 @@
  *                                 reaped lets go of the instance lock;
  *   new                           takes the lock and the table over (as a restart does),
  *                                 binds the relay ports, starts its workers;
- *   new -> old  "serving PID"     every worker answered: the old master exits (exit 0),
- *                                 the new one announces MAINPID= to systemd;
+ *   new -> old  "serving PID"     every worker answered: the old master tells systemd
+ *                                 MAINPID=PID (NotifyAccess=main: only the main process
+ *                                 may) and exits 0;
  *   new -> old  "fail REASON"     or the channel closes, or the timeout passes: the new
  *                                 master is killed; the old one goes on serving (before
  *                                 "ready": it never stopped; after: it takes the lock back
@@ -321,7 +322,6 @@ void upgrade_worker_running(struct master *m)
 		if (m->workers[i].state != MW_RUNNING)
 			return;
 	u->serving = true;
-	notify_mainpid(getpid());
 	report(u, "serving %d", (int)getpid());
 	close(u->ctl);
 	u->ctl = -1;
@@ -489,6 +489,8 @@ static void done(struct master *m, pid_t pid)
 	u->phase = UP_DONE;
 	u->child = pid;
 	m->handed_over = true;
+	/* From the main process (NotifyAccess=main): the new master is the service now. */
+	notify_mainpid(pid);
 	log_info("master", "upgrade: pid %d serves; exiting", (int)pid);
 	ev_break(m->loop, EVBREAK_ALL);
 }

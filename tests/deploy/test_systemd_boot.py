@@ -18,6 +18,8 @@ no procps), boot it, let systemd-sysusers create the user, write the secret and
   relays meanwhile), then exits cleanly within TimeoutStopSec;
 - `systemctl restart` with an allocation held: a new main process takes it over from the
   state file in /run/turngate (RuntimeDirectoryPreserve=yes) and it goes on relaying;
+- `turngatectl upgrade` with an allocation held: the new master becomes the unit's MainPID
+  (the old one says MAINPID=, NotifyAccess=main), the allocation relays on, reload works;
 - a stalled worker (SIGSTOP) is replaced by the master while the unit stays up; a
   SIGSTOPped master misses its watchdog pings (WatchdogSec lowered to 3 s by a drop-in) and
   systemd restarts the unit;
@@ -244,6 +246,23 @@ def scenario(m, tree, bindir, conf, cfg):
     print(f"after restart: state file {state.get('file')}, {state.get('taken_over')} taken over")
     check(state.get("taken_over", 0) >= 1, f"the restart took no allocation over: {state}")
     holder.round_trip("after-restart")
+
+    step("live upgrade: turngatectl upgrade, the new master becomes MainPID and keeps the allocation")
+    restarts = m.show("NRestarts")
+    up = m.sh(f"{bindir}/turngatectl upgrade --timeout 30", timeout=60)
+    pid3 = int(up.stdout.strip())
+    check(pid3 not in (pid2, 0), f"upgrade printed {up.stdout!r}")
+    deadline = time.monotonic() + 10
+    while int(m.show("MainPID")) != pid3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    check(int(m.show("MainPID")) == pid3 and m.show("ActiveState") == "active" and
+          m.show("NRestarts") == restarts,
+          f"after the upgrade: MainPID {m.show('MainPID')} (want {pid3}), "
+          f"{m.show('ActiveState')}, NRestarts {m.show('NRestarts')}")
+    holder.round_trip("after-upgrade")
+    m.sh("systemctl reload turngate")
+    print(f"upgraded: MainPID {pid2} -> {pid3}, allocation kept, reload through the new master")
+    pid2 = pid3
     holder.close()
     probe(m, bindir, 3478)
 
