@@ -17,6 +17,15 @@
 #include "worker/sockbuf.h"
 
 #define WK_DTLS_CT_HANDSHAKE 22	/* DTLS record content type of a ClientHello */
+#define WK_DTLS_HT_CLIENT_HELLO 1
+/* Offsets in a datagram that opens with a ClientHello: 13-byte record header, 12-byte
+ * handshake header (type, length, message_seq, fragment_offset, fragment_length), then
+ * client_version and the 32-byte random. */
+#define WK_DTLS_OFF_EPOCH 3
+#define WK_DTLS_OFF_HS 13
+#define WK_DTLS_OFF_FRAG (WK_DTLS_OFF_HS + 6)
+#define WK_DTLS_OFF_RANDOM (WK_DTLS_OFF_HS + 12 + 2)
+#define WK_DTLS_RANDOM_LEN 32
 
 static struct wk_tconn *wk_dtls_find(struct worker *w, const struct wk_listener *l,
 				     const struct sockaddr *from)
@@ -38,6 +47,26 @@ void wk_dtls_unhash(struct worker *w, struct wk_tconn *c)
 			*pp = c->dnext;
 			return;
 		}
+}
+
+/* Whether buf opens with an epoch-0 ClientHello from another client than the one that
+ * made association c: its random differs from c's. That is a new client on c's address
+ * and port (RFC 6347 4.2.8), typically a new socket that got the port of one closed
+ * without close_notify, whose association (with its allocation) would otherwise swallow
+ * every hello as a stale retransmission until it expired. A retransmission of c's own
+ * hello carries c's random and still goes to c. */
+static bool wk_dtls_new_client(const struct wk_tconn *c, const uint8_t *buf, size_t len)
+{
+	uint8_t random[WK_DTLS_RANDOM_LEN];
+
+	if (len < WK_DTLS_OFF_RANDOM + WK_DTLS_RANDOM_LEN || buf[0] != WK_DTLS_CT_HANDSHAKE ||
+	    buf[WK_DTLS_OFF_EPOCH] != 0 || buf[WK_DTLS_OFF_EPOCH + 1] != 0 ||
+	    buf[WK_DTLS_OFF_HS] != WK_DTLS_HT_CLIENT_HELLO ||
+	    (buf[WK_DTLS_OFF_FRAG] | buf[WK_DTLS_OFF_FRAG + 1] | buf[WK_DTLS_OFF_FRAG + 2]) != 0)
+		return false;
+	if (SSL_get_client_random(c->ssl, random, sizeof(random)) != sizeof(random))
+		return false;
+	return memcmp(random, buf + WK_DTLS_OFF_RANDOM, sizeof(random)) != 0;
 }
 
 /* Decrypts every record the datagram held and hands each message to the dispatcher. */
@@ -99,12 +128,14 @@ static void wk_dtls_feed(struct worker *w, struct wk_tconn *c, const uint8_t *bu
 }
 
 /* The stateless step: answers a cookie-less ClientHello with a HelloVerifyRequest, and
- * turns one carrying a valid cookie into an association. */
+ * turns one carrying a valid cookie into an association. An association the source
+ * address already has ends only then: the cookie round trip proves that the new client
+ * owns the address (RFC 6347 4.2.8), so a forged hello cannot end someone's association. */
 static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
 			  socklen_t fromlen, const uint8_t *buf, size_t len)
 {
 	struct wk_dbio *d;
-	struct wk_tconn *c;
+	struct wk_tconn *c, *old;
 	BIO_ADDR *peer;
 	int r;
 
@@ -142,6 +173,13 @@ static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct 
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return;		/* the client retransmits its hello */
+	old = wk_dtls_find(w, l, from);
+	if (old) {
+		log_debug("worker", "listener %s: new DTLS client on an association's address",
+			  l->name);
+		old->dead = true; /* no close_notify: the address has a new owner */
+		wk_tconn_close(w, old);
+	}
 	c->ssl = l->dtls_listen;
 	l->dtls_listen = NULL;
 	c->dgram = true;
@@ -160,7 +198,7 @@ static void wk_dtls_dgram(struct worker *w, struct wk_listener *l, const struct 
 {
 	struct wk_tconn *c = wk_dtls_find(w, l, from);
 
-	if (c)
+	if (c && !wk_dtls_new_client(c, buf, len))
 		wk_dtls_feed(w, c, buf, len);
 	else
 		wk_dtls_hello(w, l, from, fromlen, buf, len);

@@ -7,12 +7,20 @@ is a failure, not a skip (install the Debian package coturn). The daemon's log m
 free of sanitizer reports and worker deaths.
 
 uclient picks channel numbers up to 0x7FFF (RFC 5766), outside RFC 8656's 0x4000-0x4FFF that
-turngate enforces by default, so the config sets limits.channel_numbers: rfc5766."""
+turngate enforces by default, so the config sets limits.channel_numbers: rfc5766.
+
+uclient drops each client's probe DTLS association without close_notify (its allocation
+stays), so a later socket of the same run can get the probe's source port: the server must
+then take the new ClientHello as a new client (RFC 6347 4.2.8), or uclient blocks in
+SSL_connect for good. That happens in a few percent of runs; dtls_same_port() checks it
+every time with a client of our own (libssl through ctypes)."""
+import ctypes
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +28,9 @@ import time
 
 UCLIENT = "/usr/bin/turnutils_uclient"
 PEER = "/usr/bin/turnutils_peer"
+# Daemon counters that name the cause of a stuck client (turngatectl stats).
+COUNTERS = ("err_tls", "err_malformed", "err_send", "dtls_cookies", "tls_handshakes",
+            "handshakes_refused", "conn_timeouts", "allocs_active", "conns_active")
 BAD = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "[crit]", "killed by signal")
 
 
@@ -55,6 +66,78 @@ def daemon_path(top):
     fail("turngated not found under " + top)
 
 
+def daemon_counters(top, sock):
+    """The counters in COUNTERS, as turngatectl prints them, for a failure message."""
+    ctl = os.path.join(top, "turngatectl")
+    try:
+        out = subprocess.run([ctl, "-s", sock, "stats"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=10).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "(turngatectl stats: %s)" % e
+    return "\n".join(l for l in out.splitlines() if any(c in l.split() for c in COUNTERS))
+
+
+def dtls_handshake(lib, ctx, lport, port, budget):
+    """A DTLS 1.2 handshake from 127.0.0.1:lport to 127.0.0.4:port within budget seconds.
+    Returns (connected, socket, SSL*); the caller frees the SSL* before closing the socket."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", lport))
+    s.connect(("127.0.0.4", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 1, 0))
+    peer = ctypes.create_string_buffer(struct.pack("=H", socket.AF_INET) + struct.pack("!H", port)
+                                       + socket.inet_aton("127.0.0.4") + bytes(8))
+    conn = lib.SSL_new(ctx)
+    bio = lib.BIO_new_dgram(s.fileno(), 0)  # BIO_NOCLOSE: the socket stays ours
+    lib.BIO_ctrl(bio, 32, 0, peer)          # BIO_CTRL_DGRAM_SET_CONNECTED
+    lib.SSL_set_bio(conn, bio, bio)
+    deadline = time.monotonic() + budget
+    while time.monotonic() < deadline:
+        r = lib.SSL_connect(conn)
+        if r == 1:
+            return True, s, conn
+        if lib.SSL_get_error(conn, r) not in (2, 3):  # SSL_ERROR_WANT_READ/WRITE
+            break
+    return False, s, conn
+
+
+def dtls_same_port(port):
+    """What uclient does to its probes: a client completes a handshake and vanishes
+    (no close_notify); a new client from the same address and port must get its own
+    association at once, not be taken for a stale retransmission of the old one."""
+    lib = ctypes.CDLL("libssl.so.3")
+    for name, res, args in (
+            ("DTLS_client_method", ctypes.c_void_p, []),
+            ("SSL_CTX_new", ctypes.c_void_p, [ctypes.c_void_p]),
+            ("SSL_CTX_free", None, [ctypes.c_void_p]),
+            ("SSL_new", ctypes.c_void_p, [ctypes.c_void_p]),
+            ("SSL_free", None, [ctypes.c_void_p]),
+            ("BIO_new_dgram", ctypes.c_void_p, [ctypes.c_int, ctypes.c_int]),
+            ("BIO_ctrl", ctypes.c_long, [ctypes.c_void_p, ctypes.c_int, ctypes.c_long,
+                                         ctypes.c_void_p]),
+            ("SSL_set_bio", None, [ctypes.c_void_p] * 3),
+            ("SSL_connect", ctypes.c_int, [ctypes.c_void_p]),
+            ("SSL_get_error", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int])):
+        getattr(lib, name).restype = res
+        getattr(lib, name).argtypes = args
+    ctx = lib.SSL_CTX_new(lib.DTLS_client_method())
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    lport = u.getsockname()[1]
+    u.close()
+    try:
+        for who in ("first", "second"):
+            ok, s, conn = dtls_handshake(lib, ctx, lport, port, 5)
+            lib.SSL_free(conn)  # sends nothing: the client just vanishes
+            s.close()
+            if not ok:
+                fail("DTLS: the %s client from 127.0.0.1:%d got no handshake in 5 s"
+                     % (who, lport))
+    finally:
+        lib.SSL_CTX_free(ctx)
+    print("DTLS: a new client on a vanished client's address and port connected")
+
+
 def wait_binding(port, deadline):
     req = bytes.fromhex("000100002112a442") + os.urandom(12)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -73,8 +156,8 @@ def wait_binding(port, deadline):
         s.close()
 
 
-def run_uclient(port, peer_port, mode):
-    """mode: UDP, TCP, TLS or DTLS."""
+def run_uclient(port, peer_port, mode, counters):
+    """mode: UDP, TCP, TLS or DTLS; counters() gives the daemon's counters for a failure."""
     tcp = mode in ("TCP", "TLS")
     args = [UCLIENT, "-m", "20", "-n", "200", "-c", "-u", "user1", "-w", "pass1",
             "-e", "127.0.0.1", "-r", str(peer_port), "-p", str(port)]
@@ -86,7 +169,10 @@ def run_uclient(port, peer_port, mode):
     try:
         out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=180).stdout.decode(errors="replace")
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        # Where the client got stuck, and what the daemon counted meanwhile.
+        print((e.output or b"").decode(errors="replace")[-3000:])
+        print("daemon counters:\n" + counters())
         fail("turnutils_uclient %s timed out" % mode)
     m = re.search(r"Total lost packets (\d+) \(([\d.]+)%\)", out)
     sent = re.search(r"Total transmit time is", out)
@@ -185,10 +271,14 @@ clusters:
     try:
         if not wait_binding(port, time.monotonic() + 10):
             fail("turngated did not answer a Binding within 10 s")
-        run_uclient(port, peer_port, "UDP")
-        run_uclient(port, peer_port, "TCP")
-        run_uclient(tls_port, peer_port, "TLS")
-        run_uclient(dtls_port, peer_port, "DTLS")
+        def counters():
+            return daemon_counters(top, os.path.join(tmp, "admin.sock"))
+
+        run_uclient(port, peer_port, "UDP", counters)
+        run_uclient(port, peer_port, "TCP", counters)
+        run_uclient(tls_port, peer_port, "TLS", counters)
+        dtls_same_port(dtls_port)
+        run_uclient(dtls_port, peer_port, "DTLS", counters)
         status = 0
     finally:
         d.send_signal(signal.SIGTERM)
