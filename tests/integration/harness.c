@@ -351,6 +351,10 @@ static socklen_t h_len(const struct sockaddr *sa)
 	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
+/* Free on every address of the family: a wildcard bind without SO_REUSEADDR fails while any
+ * socket holds the port on any address (127.0.0.4 included, where tests run daemons whose
+ * SO_REUSEPORT listeners another daemon could otherwise silently join), and UDP's
+ * SO_REUSEADDR would let a duplicate bind pass. */
 static bool h_port_free(int family, int type, uint16_t port)
 {
 	struct sockaddr_storage ss;
@@ -359,8 +363,9 @@ static bool h_port_free(int family, int type, uint16_t port)
 
 	if (fd < 0)
 		return family == AF_INET6;	/* no IPv6 at all: nothing to clash with */
-	harness_addr(family == AF_INET ? "127.0.0.1" : "::1", port, &ss);
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	harness_addr(family == AF_INET ? "0.0.0.0" : "::", port, &ss);
+	if (family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	ok = bind(fd, (struct sockaddr *)&ss, h_len((struct sockaddr *)&ss)) == 0;
 	close(fd);
 	return ok;
