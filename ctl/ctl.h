@@ -28,6 +28,11 @@ enum {
  * (reply not a JSON object); *why gets a static description on failure. */
 int ctl_request(const char *path, json_t *req, json_t **reply, const char **why);
 
+/* ctl_request() of req (consumed), saying on stderr why the daemon could not be reached.
+ * Returns CTL_EXIT_OK with *reply ({"ok":true,...}), CTL_EXIT_ERROR with *reply (the
+ * daemon's error), or CTL_EXIT_CONNECT (no reply). */
+int ctl_call(const char *sock, json_t *req, json_t **reply);
+
 /* Prints a successful reply of command cmd in human form to out. */
 void ctl_print_human(const char *cmd, json_t *reply, FILE *out);
 

@@ -144,3 +144,16 @@ out:
 	close(fd);
 	return rc;
 }
+
+int ctl_call(const char *sock, json_t *req, json_t **reply)
+{
+	const char *why = "";
+	int rc = ctl_request(sock, req, reply, &why);
+
+	json_decref(req);
+	if (rc < 0) {
+		fprintf(stderr, "turngatectl: %s %s: %s\n", why, sock, strerror(-rc));
+		return CTL_EXIT_CONNECT;
+	}
+	return json_is_true(json_object_get(*reply, "ok")) ? CTL_EXIT_OK : CTL_EXIT_ERROR;
+}

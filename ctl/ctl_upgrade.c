@@ -60,7 +60,6 @@ int ctl_upgrade_main(const char *sock, int argc, char **argv)
 {
 	json_t *req = json_pack("{s:s}", "cmd", "upgrade"), *reply = NULL, *u;
 	double timeout = 30;
-	const char *why = "";
 	uint64_t deadline;
 	int old_pid, attempt, rc;
 
@@ -81,16 +80,13 @@ int ctl_upgrade_main(const char *sock, int argc, char **argv)
 			return CTL_EXIT_USAGE;
 		}
 	}
-	rc = ctl_request(sock, req, &reply, &why);
-	json_decref(req);
-	if (rc < 0) {
-		fprintf(stderr, "turngatectl: %s %s: %s\n", why, sock, strerror(-rc));
-		return CTL_EXIT_CONNECT;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
+	rc = ctl_call(sock, req, &reply);
+	if (rc == CTL_EXIT_CONNECT)
+		return rc;
+	if (rc != CTL_EXIT_OK) {
 		ctl_print_error("upgrade", reply, stderr);
 		json_decref(reply);
-		return CTL_EXIT_ERROR;
+		return rc;
 	}
 	u = json_object_get(reply, "upgrade");
 	old_pid = (int)json_integer_value(json_object_get(u, "pid"));

@@ -123,7 +123,7 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	const char *sock = getenv("TURNGATE_ADMIN_SOCKET"), *cmd, *why = "";
+	const char *sock = getenv("TURNGATE_ADMIN_SOCKET"), *cmd;
 	bool as_json = false;
 	json_t *req, *reply = NULL;
 	int i = 1, rc;
@@ -176,13 +176,9 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	rc = ctl_request(sock, req, &reply, &why);
-	json_decref(req);
-	if (rc < 0) {
-		fprintf(stderr, "turngatectl: %s %s: %s\n", why, sock, strerror(-rc));
-		return CTL_EXIT_CONNECT;
-	}
-	rc = json_is_true(json_object_get(reply, "ok")) ? CTL_EXIT_OK : CTL_EXIT_ERROR;
+	rc = ctl_call(sock, req, &reply);
+	if (rc == CTL_EXIT_CONNECT)
+		return rc;
 	if (as_json) {
 		json_dumpf(reply, stdout, JSON_COMPACT);
 		fputc('\n', stdout);

@@ -82,6 +82,17 @@ static void log_takeover(const char *dir, const char *file, const struct shm_tak
 	}
 }
 
+/* The instance's state directory (malloc'd; "" when the table lives in memory) and its
+ * file name without the extension (file). NULL when out of memory. */
+static char *state_names(const struct master *m, char *file, size_t cap)
+{
+	char *dir = state_dir_of(m->cfg);
+
+	if (dir != NULL)
+		instance_file_name(m->cfg->admin.name, file, cap);
+	return dir;
+}
+
 static void say_ready(void *ctx)
 {
 	upgrade_report_ready(ctx);
@@ -91,12 +102,11 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 {
 	struct shm_takeover t;
 	char file[256];
-	char *dir = state_dir_of(m->cfg);
+	char *dir = state_names(m, file, sizeof(file));
 	int rc;
 
 	if (dir == NULL)
 		return -ENOMEM;
-	instance_file_name(m->cfg->admin.name, file, sizeof(file));
 	if (dir[0] == '\0' && upgrade_is_child(m)) {
 		log_error("master", "admin.state_dir is empty: a live upgrade needs the state file");
 		rc = -ENOENT;
@@ -154,12 +164,11 @@ int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why
 {
 	struct shm_takeover t;
 	char file[256];
-	char *dir = state_dir_of(m->cfg);
+	char *dir = state_names(m, file, sizeof(file));
 	int rc;
 
 	if (dir == NULL)
 		return -ENOMEM;
-	instance_file_name(m->cfg->admin.name, file, sizeof(file));
 	rc = dir[0] == '\0' ? -ENOENT : shm_state_check(dir, file, sc, mono_ns(), &t);
 	if (rc < 0)
 		snprintf(why, cap, "state file %s/%s.state: %s", dir, file,
@@ -171,12 +180,11 @@ int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why
 int state_relock(struct master *m)
 {
 	char file[256];
-	char *dir = state_dir_of(m->cfg);
+	char *dir = state_names(m, file, sizeof(file));
 	int rc;
 
 	if (dir == NULL)
 		return -ENOMEM;
-	instance_file_name(m->cfg->admin.name, file, sizeof(file));
 	rc = shm_state_relock(dir, file, m->shm);
 	free(dir);
 	return rc;
