@@ -39,8 +39,7 @@ static int poll_once(const char *sock, int old_pid, int attempt, int *rc)
 		printf("%d\n", pid);
 		*rc = CTL_EXIT_OK;
 		settled = 1;
-	} else if (pid == old_pid &&
-		   json_integer_value(json_object_get(u, "attempt")) == attempt) {
+	} else if (pid == old_pid && json_integer_value(json_object_get(u, "attempt")) == attempt) {
 		if (strcmp(state, "done") == 0) {
 			printf("%d\n", (int)json_integer_value(json_object_get(u, "new_pid")));
 			*rc = CTL_EXIT_OK;

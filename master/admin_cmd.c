@@ -425,11 +425,11 @@ static json_t *cmd_upgrade(struct master *m, json_t *req)
 		return err("live upgrade is not available in this process");
 	if (bin != NULL && !json_is_string(bin))
 		return err("\"binary\" must be a path");
-	if (tmo != NULL && (!json_is_number(tmo) || json_number_value(tmo) <= 0 ||
-			    json_number_value(tmo) > 3600))
+	if (tmo != NULL &&
+	    (!json_is_number(tmo) || json_number_value(tmo) <= 0 || json_number_value(tmo) > 3600))
 		return err("\"timeout\" must be seconds in (0, 3600]");
-	if (upgrade_begin(m, bin ? json_string_value(bin) : NULL,
-			  tmo ? json_number_value(tmo) : 0, why, sizeof(why)) < 0)
+	if (upgrade_begin(m, bin ? json_string_value(bin) : NULL, tmo ? json_number_value(tmo) : 0,
+			  why, sizeof(why)) < 0)
 		return err(why);
 	return json_pack("{s:b, s:o}", "ok", 1, "upgrade", upgrade_status(m));
 }
@@ -444,11 +444,16 @@ static const struct {
 	const char *name;
 	cmd_fn fn;
 } commands[] = {
-	{ "status", cmd_status },         { "config", cmd_config },
-	{ "reload", cmd_reload },         { "allocations", cmd_allocations },
-	{ "disconnect", cmd_disconnect }, { "drain", cmd_drain },
-	{ "stats", cmd_stats },           { "workers", cmd_workers },
-	{ "loglevel", cmd_loglevel },     { "upgrade", cmd_upgrade },
+	{ "status", cmd_status },
+	{ "config", cmd_config },
+	{ "reload", cmd_reload },
+	{ "allocations", cmd_allocations },
+	{ "disconnect", cmd_disconnect },
+	{ "drain", cmd_drain },
+	{ "stats", cmd_stats },
+	{ "workers", cmd_workers },
+	{ "loglevel", cmd_loglevel },
+	{ "upgrade", cmd_upgrade },
 	{ "upgrade_status", cmd_upgrade_status },
 };
 

@@ -212,8 +212,7 @@ fail:
 	return rc;
 }
 
-int listener_adopt(const struct conf_listener *l, const int *fds, unsigned n,
-		   struct mlistener *out)
+int listener_adopt(const struct conf_listener *l, const int *fds, unsigned n, struct mlistener *out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);

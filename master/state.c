@@ -108,7 +108,8 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 	if (dir == NULL)
 		return -ENOMEM;
 	if (dir[0] == '\0' && upgrade_is_child(m)) {
-		log_error("master", "admin.state_dir is empty: a live upgrade needs the state file");
+		log_error("master",
+			  "admin.state_dir is empty: a live upgrade needs the state file");
 		rc = -ENOENT;
 		goto out;
 	}
@@ -117,11 +118,11 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 				   "and ends with the daemon");
 		rc = -ENOENT;
 	} else {
-		rc = upgrade_is_child(m) ? shm_state_open_upgrade(dir, file, sc, mono_ns(),
-								  STATE_LOCK_WAIT_MS, say_ready, m,
-								  &m->shm, &t)
-					 : shm_state_open(dir, file, sc, mono_ns(),
-							  STATE_LOCK_WAIT_MS, &m->shm, &t);
+		rc = upgrade_is_child(m)
+			     ? shm_state_open_upgrade(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS,
+						      say_ready, m, &m->shm, &t)
+			     : shm_state_open(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS, &m->shm,
+					      &t);
 		if (rc < 0 && upgrade_is_child(m)) {
 			/* Never an empty table: the old master serves on from this file. */
 			log_error("master", "state file %s/%s.state: %s", dir, file, t.why);

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sockaddr.h"
 #include "master/admin.h"
 #include "shm/shm.h"
 
@@ -130,8 +131,8 @@ static void report(struct upgrade *u, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return;
-	if (send(u->ctl, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
-		 MSG_NOSIGNAL) < 0)
+	if (send(u->ctl, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1, MSG_NOSIGNAL) <
+	    0)
 		log_warn("master", "upgrade: cannot report to the old master: %s", strerror(errno));
 }
 
@@ -192,27 +193,14 @@ bool upgrade_is_child(const struct master *m)
 	return m->up != NULL && m->up->ctl >= 0;
 }
 
-static bool same_inet(const struct sockaddr_storage *a, const struct sockaddr *b)
+/* a (from getsockname) is b: an IP address and port, or a unix socket's path. */
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr *b)
 {
-	if (a->ss_family != b->sa_family)
-		return false;
-	if (b->sa_family == AF_INET) {
-		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-
-		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-	}
-	if (b->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-
-		return x->sin6_port == y->sin6_port &&
-		       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
-	}
-	if (b->sa_family == AF_UNIX) {
-		const struct sockaddr_un *x = (const void *)a, *y = (const void *)b;
-
-		return strncmp(x->sun_path, y->sun_path, sizeof(x->sun_path)) == 0;
-	}
-	return false;
+	if (a->ss_family == AF_UNIX && b->sa_family == AF_UNIX)
+		return strncmp(((const struct sockaddr_un *)a)->sun_path,
+			       ((const struct sockaddr_un *)b)->sun_path,
+			       sizeof(((const struct sockaddr_un *)a)->sun_path)) == 0;
+	return sockaddr_equal((const struct sockaddr *)a, b);
 }
 
 int upgrade_take_socket(struct master *m, int type, const struct sockaddr *addr)
@@ -229,7 +217,7 @@ int upgrade_take_socket(struct master *m, int type, const struct sockaddr *addr)
 
 		if (u->inh[i] < 0 || getsockopt(u->inh[i], SOL_SOCKET, SO_TYPE, &t, &tl) < 0 ||
 		    t != type || getsockname(u->inh[i], (struct sockaddr *)&ss, &sl) < 0 ||
-		    !same_inet(&ss, addr))
+		    !same_addr(&ss, addr))
 			continue;
 		t = u->inh[i];
 		u->inh[i] = -1;
@@ -297,8 +285,9 @@ void upgrade_close_unused(struct master *m)
 			n++;
 		}
 	if (n > 0)
-		log_info("master", "upgrade: %u inherited sockets are not in this configuration "
-				   "(closed)",
+		log_info("master",
+			 "upgrade: %u inherited sockets are not in this configuration "
+			 "(closed)",
 			 n);
 }
 
@@ -580,8 +569,9 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 		return -EBUSY;
 	}
 	if (m->state_path == NULL) {
-		snprintf(why, cap, "the allocation table lives in memory (admin.state_dir is "
-				   "empty or unusable): a live upgrade needs the state file");
+		snprintf(why, cap,
+			 "the allocation table lives in memory (admin.state_dir is "
+			 "empty or unusable): a live upgrade needs the state file");
 		return -ENOENT;
 	}
 	if (access(binary, X_OK) < 0) {

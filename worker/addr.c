@@ -7,6 +7,8 @@
 #include <netinet/in.h>
 #include <string.h>
 
+#include "common/sockaddr.h"
+
 socklen_t wk_addr_len(const struct sockaddr *sa)
 {
 	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
@@ -55,20 +57,7 @@ socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out
 /* Compares address and port (not scope or flow info). */
 bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b)
 {
-	if (a->sa_family != b->sa_family)
-		return false;
-	if (a->sa_family == AF_INET) {
-		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-
-		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-	}
-	if (a->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-
-		return x->sin6_port == y->sin6_port &&
-		       memcmp(&x->sin6_addr, &y->sin6_addr, 16) == 0;
-	}
-	return false;
+	return sockaddr_equal(a, b);
 }
 
 uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)

@@ -174,10 +174,10 @@ void wk_adopt_run(struct worker *w)
 	struct wk_adopt_stats st;
 
 	w->adopted = true;
-	if ((w->h->adopt != NULL ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt,
-						 w->h->n_adopt, wk_adopt_one, w, &st)
-				 : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w,
-						 &st)) < 0)
+	if ((w->h->adopt != NULL
+		     ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt, w->h->n_adopt,
+				     wk_adopt_one, w, &st)
+		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st)) < 0)
 		return;
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker",

@@ -293,4 +293,3 @@ void end_all(void)
 	/* SIGKILLed runs log no worker deaths: their master died with them */
 	assert_int_equal(harness_stop_killed(&g.h, 0), 0);
 }
-

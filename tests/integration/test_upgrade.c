@@ -94,8 +94,8 @@ static void wait_state(const char *want)
 
 	for (;;) {
 		json_t *r = hadmin_call(g.h.sock, "{\"cmd\":\"upgrade_status\"}");
-		const char *s = json_string_value(json_object_get(json_object_get(r, "upgrade"),
-								  "state"));
+		const char *s =
+			json_string_value(json_object_get(json_object_get(r, "upgrade"), "state"));
 		bool done = s != NULL && strcmp(s, want) == 0;
 
 		json_decref(r);
@@ -186,8 +186,8 @@ static void failed_upgrade(const char *binary, double timeout, const char *why)
 	long long t = now_us();
 	json_t *r;
 
-	snprintf(req, sizeof(req), "{\"cmd\":\"upgrade\",\"binary\":\"%s\",\"timeout\":%g}",
-		 binary, timeout);
+	snprintf(req, sizeof(req), "{\"cmd\":\"upgrade\",\"binary\":\"%s\",\"timeout\":%g}", binary,
+		 timeout);
 	r = hadmin_call(g.h.sock, req);
 	assert_non_null(r);
 	assert_true(json_is_true(json_object_get(r, "ok")));
