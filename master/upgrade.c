@@ -54,6 +54,7 @@
 #define UPGRADE_ENV "TURNGATE_UPGRADE"
 #define UPGRADE_MAX_FDS 512
 #define UPGRADE_RELOCK_S 0.01
+#define UPGRADE_STOP_GRACE_S 5.0
 
 enum up_phase {
 	UP_IDLE = 0,
@@ -77,6 +78,7 @@ struct upgrade {
 	ev_timer tmo, relock;
 	double timeout;
 	bool lock_dropped;
+	double fallback_since;
 	char backup[PATH_MAX];
 	char error[512];
 	/* new side: what the old master handed down */
@@ -382,8 +384,12 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	struct upgrade *u = m->up;
 
 	(void)revents;
-	if (!supervise_all_down(m))
+	if (!supervise_all_down(m)) {
+		/* ours got SIGQUIT at the handover; one that hangs is killed, as at a stop */
+		if (ev_now(loop) - u->fallback_since > UPGRADE_STOP_GRACE_S)
+			supervise_kill_all(m);
 		return;
+	}
 	if (u->lock_dropped && state_relock(m) < 0)
 		return;	/* a process of the new binary still runs */
 	ev_timer_stop(loop, t);
@@ -422,7 +428,7 @@ static void fail(struct master *m, const char *why)
 	}
 	/* After "ready": our workers are stopping or gone. */
 	u->phase = UP_FALLBACK;
-	supervise_kill_all(m);
+	u->fallback_since = ev_now(m->loop);
 	ev_timer_init(&u->relock, relock_cb, 0., UPGRADE_RELOCK_S);
 	u->relock.data = m;
 	ev_timer_start(m->loop, &u->relock);
