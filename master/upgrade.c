@@ -49,6 +49,7 @@
 #include "common/log.h"
 #include "common/sockaddr.h"
 #include "master/admin.h"
+#include "master/cds.h"
 #include "shm/shm.h"
 
 #define UPGRADE_ENV "TURNGATE_UPGRADE"
@@ -573,6 +574,13 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 	if (upgrade_is_child(m)) {
 		snprintf(why, cap, "this master is itself still taking over");
 		return -EBUSY;
+	}
+	if (cds_is_origin(m->config_path)) {
+		/* The new master would start on the bootstrap config, without the listeners
+		 * whose sockets it inherits, until the service answers. */
+		snprintf(why, cap, "the configuration comes from a config discovery service: "
+				   "restart instead (the table is kept)");
+		return -EOPNOTSUPP;
 	}
 	if (m->state_path == NULL) {
 		snprintf(why, cap,
