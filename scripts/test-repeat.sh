@@ -6,9 +6,12 @@
 #   scripts/test-repeat.sh N                   # the README's test command, N times
 #   scripts/test-repeat.sh N tests/integration/test_master_traffic [...]
 #
-# As root each run gets a private network namespace (unshare -n, loopback up), so two
-# runs on one machine, or a run beside a developer's suite, cannot collide on the fixed
-# loopback relay port ranges of the integration tests; TG_REPEAT_NETNS=0 turns that off.
+# As root, runs of named tests get a private network namespace each (unshare -n, loopback
+# up), so two runs on one machine, or a run beside a developer's suite, cannot collide on
+# the fixed loopback relay port ranges of the integration tests; TG_REPEAT_NETNS=0 turns
+# that off. Runs of the whole suite stay in the host's namespace (TG_REPEAT_NETNS=1 to
+# force one): its container image test builds an image whose build stage fetches Debian
+# packages, which a private namespace cannot reach.
 # The log of every run is kept in _build/repeat/run-K.log; a failed run's failing test
 # logs are in that file (test-all prints them) or in the build tree (TESTS mode).
 # Exits 0 when every run passed.
@@ -46,13 +49,18 @@ shift
 tests="$*"
 mkdir -p "$top/_build/repeat"
 
+# The whole suite stays in the host's namespace by default: make check-deploy builds the
+# container image, whose build stage installs Debian packages (no network in a private
+# namespace: the image test would fail there). Named tests get a namespace.
+netns_default=1
+[ -n "$tests" ] || netns_default=0
 isolate=""
-if [ "${TG_REPEAT_NETNS:-1}" = 1 ] && [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null &&
-	unshare -n true 2>/dev/null; then
+if [ "${TG_REPEAT_NETNS:-$netns_default}" = 1 ] && [ "$(id -u)" -eq 0 ] &&
+	command -v unshare >/dev/null && unshare -n true 2>/dev/null; then
 	isolate="unshare -n"
 	echo "test-repeat: each run in its own network namespace"
 else
-	echo "test-repeat: runs share the host's network namespace (not root, no unshare, or TG_REPEAT_NETNS=0)"
+	echo "test-repeat: runs share the host's network namespace (the whole suite, not root, no unshare, or TG_REPEAT_NETNS=0)"
 fi
 
 if [ -n "$tests" ]; then
