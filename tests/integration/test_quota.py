@@ -13,6 +13,7 @@ admitted, and one more exactly when one ended. Relay ports 57000-57999 (no other
 import hashlib
 import os
 import signal
+import socket
 import struct
 import sys
 import time
@@ -20,7 +21,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests, wait_for  # noqa: E402
 from test_security_stun import (A_LIFETIME, REALM, REFRESH, Client, Daemon,  # noqa: E402
-                                check, config, credentials, error_code, free_port)
+                                check, config, credentials, error_code, free_port,
+                                parse)
 
 RELAY = (57000, 57999)
 
@@ -223,6 +225,83 @@ def test_total_quota_across_workers(d):
         daemon.stop()
 
 
+class TcpClient(Client):
+    """A TURN-TCP client: one connection, STUN messages back to back on it."""
+
+    def __init__(self, port, user):
+        super().__init__(port, user=user)
+        self.sock.close()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+
+    def transact(self, msg, tid, timeout=2.0, tries=1):
+        self.sock.sendall(msg)
+        self.sock.settimeout(timeout)
+        head = b""
+        while len(head) < 20:
+            head += self.sock.recv(20 - len(head))
+        body = b""
+        need = struct.unpack("!H", head[2:4])[0]
+        while len(body) < need:
+            body += self.sock.recv(need - len(body))
+        p = parse(head + body)
+        check(p is not None and p[2] == tid, "TCP: unexpected response")
+        return p
+
+
+def test_other_endings(d):
+    """Expiry, a closed TURN-TCP connection, the admin's disconnect and the release of a
+    killed worker's TURN-TCP allocation by its replacement give the counts back."""
+    port = free_port()
+    text = make_config(d, port, {"user_quota": 1, "allocation_lifetime": 1,
+                                 "max_allocation_lifetime": 1})
+    text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
+                        "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
+                        % port, 1)
+    daemon = Daemon(d, text).start()
+    try:
+        a, b = Client(port, user="e"), Client(port, user="e")
+        as_user(b, (a.username, a.password, a.key))
+        a.allocate()
+        b.allocate(expect=486)
+        wait_for(lambda: not allocs(daemon), "the allocation to expire", timeout=10)
+        b.allocate()
+        wait_for(lambda: not allocs(daemon), "the second allocation to expire", timeout=10)
+        # TURN-TCP: the allocation ends with its connection.
+        t = TcpClient(port, user="t")
+        t.allocate()
+        check([x["transport"] for x in allocs(daemon)] == ["tcp"], "a TCP allocation")
+        u = Client(port, user="t")
+        as_user(u, (t.username, t.password, t.key))
+        u.allocate(expect=486)
+        t.sock.close()
+        wait_for(lambda: not allocs(daemon), "the TCP allocation to end")
+        u.allocate()
+        # The admin's disconnect.
+        r = daemon.admin({"cmd": "disconnect", "user": u.username})
+        check(r.get("ok") is True, "disconnect: %r" % (r,))
+        wait_for(lambda: not allocs(daemon), "the disconnected allocation to end")
+        v = Client(port, user="t")
+        as_user(v, (t.username, t.password, t.key))
+        v.allocate()
+        refresh0(v)
+        # A TURN-TCP allocation of a worker killed with SIGKILL: its replacement releases
+        # the record (the connection died) and gives the counts back.
+        t2 = TcpClient(port, user="t")
+        as_user(t2, (t.username, t.password, t.key))
+        t2.allocate()
+        slot = allocs(daemon)[0]["worker"]
+        old = worker_pid(daemon, slot)
+        daemon.allowed_deaths += 1
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: worker_pid(daemon, slot) not in (0, old) and daemon.admin(
+            {"cmd": "status"})["workers"]["running"] == 2, "the worker respawned")
+        wait_for(lambda: not allocs(daemon), "the dead worker's TCP allocation released")
+        v.allocate()
+        t2.sock.close()
+    finally:
+        daemon.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_user_quota_across_workers, test_listener_cap_across_workers,
-               test_total_quota_across_workers])
+               test_total_quota_across_workers, test_other_endings])
