@@ -168,11 +168,17 @@ struct conf_listener {
 	char **routes;               /* cluster names, sorted, deduplicated */
 	size_t n_routes;
 	struct conf_auth *auth;      /* ours: per-listener override, NULL = use conf.auth */
+	uint32_t max_allocations;    /* ours: live allocations on this listener over all
+				      * workers, 0 = unlimited; live on reload */
 };
 
 /* Upper bounds of limits.max_permissions and max_channels: the inline arrays of a shared
  * allocation record (SHM_ALLOC_MAX_PERMS, SHM_ALLOC_MAX_CHANS; the worker checks at build
  * time that they agree), so a configured cap is never silently lowered. */
+/* Upper bound of limits.max_allocations, total_quota, user_quota and
+ * listeners[].max_allocations. */
+#define CONF_MAX_ALLOCATIONS 10000000
+
 #define CONF_MAX_PERMISSIONS 32
 #define CONF_MAX_CHANNELS 32
 

@@ -66,6 +66,7 @@ static json_t *listener_json(const struct conf_listener *l)
 	set_s(o, "bind_address", l->bind_address);
 	set_i(o, "relay_port_min", l->relay_port_min);
 	set_i(o, "relay_port_max", l->relay_port_max);
+	set_i(o, "max_allocations", l->max_allocations);
 	set_s(o, "cert", l->cert_pem ? REDACTED : NULL);
 	set_s(o, "key", l->key_pem ? REDACTED : NULL);
 	set_s(o, "cert_file", l->cert_file);

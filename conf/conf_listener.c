@@ -169,6 +169,10 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 	} else if (strcasecmp(key, "relay_port_max") == 0) {
 		st->rmax = v;
 		set_port(p, v, path, 1, &l->relay_port_max);
+	} else if (strcasecmp(key, "max_allocations") == 0) {
+		uint64_t x;
+		if (!pctx_is_null(v) && pctx_uint(p, v, path, 0, CONF_MAX_ALLOCATIONS, &x) == 0)
+			l->max_allocations = (uint32_t)x;
 	} else if (strcasecmp(key, "routes") == 0) {
 		st->routes = v;
 	} else if (strcasecmp(key, "auth") == 0) {

@@ -344,9 +344,9 @@ struct limit_key {
 #k, offsetof(struct conf_limits, k), lo, hi \
 	}
 static const struct limit_key limit_keys[] = {
-	LIM(max_allocations, 1, 10000000),
-	LIM(user_quota, 0, 10000000),
-	LIM(total_quota, 0, 10000000),
+	LIM(max_allocations, 1, CONF_MAX_ALLOCATIONS),
+	LIM(user_quota, 0, CONF_MAX_ALLOCATIONS),
+	LIM(total_quota, 0, CONF_MAX_ALLOCATIONS),
 	LIM(max_permissions, 1, CONF_MAX_PERMISSIONS),
 	LIM(max_channels, 1, CONF_MAX_CHANNELS),
 	LIM(allocation_lifetime, 1, 86400),

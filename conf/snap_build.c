@@ -334,6 +334,7 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	r->public_port = l->public_port;
 	r->relay_min = l->relay_port_min;
 	r->relay_max = l->relay_port_max;
+	r->max_allocs = l->max_allocations;
 	r->relay_family = (uint16_t)l->relay_addr.ss_family;
 	if (l->relay_addr.ss_family == AF_INET)
 		memcpy(r->relay_addr, &((const struct sockaddr_in *)&l->relay_addr)->sin_addr, 4);

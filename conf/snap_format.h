@@ -53,7 +53,7 @@ struct snap_lst_rec {
 	uint8_t relay_addr[16];
 	uint32_t v4_first, v4_count, v6_first, v6_count;
 	uint32_t v4_hosts, v6_hosts; /* leading exact-host (/32, /128) entries, sorted by address */
-	uint32_t pad1;
+	uint32_t max_allocs; /* listeners[].max_allocations, 0 = unlimited (was padding: 0) */
 };
 
 struct snap_cluster_rec {

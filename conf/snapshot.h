@@ -84,6 +84,7 @@ struct snap_listener {
 	uint32_t n_allow_v4, n_allow_v6;          /* compiled allowlist sizes */
 	struct sockaddr_storage bind_addr;        /* parsed bind_address, port 0;
 						   * ss_family AF_UNSPEC when unset */
+	uint32_t max_allocations;                 /* live allocations over all workers, 0 none */
 };
 
 uint32_t snap_listener_count(const struct snap *s);

@@ -134,8 +134,8 @@ int shm_alloc_get(struct shm *shm, unsigned slot, uint32_t idx, struct shm_alloc
 	return 0;
 }
 
-/* Only for records the master ends on behalf of a dead slot (shm_slot_release_all);
- * live workers count their own allocations. */
+/* Only for records the master ends on behalf of a dead slot (shm_slot_release_all, which
+ * gives back the record's quota counts too); live workers count their own allocations. */
 static void count_ended(struct shm_counters *c, const struct shm_alloc *r)
 {
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ENDED, 1);
@@ -294,8 +294,10 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 		struct shm_alloc *r = shm_alloc_at(shm, idx);
 
 		/* the dead worker counted its LIVE records as active; nobody else will end them */
-		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
+		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
 			count_ended(&s->ctr, r);
+			shm_quota_give_rec(shm, r);
+		}
 		rec_release(r, slot);
 		n++;
 	}

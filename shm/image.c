@@ -268,7 +268,8 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
 }
 
 /* Copies one record into dst, owned by the slot its client is steered to, LIVE and
- * counted as active there (the adopting worker keeps the count, or gives it back). */
+ * counted as active there and in dst's quota counts (the adopting worker keeps the
+ * counts, or gives them back). */
 static int import_record(struct shm *dst, const struct shm_alloc *src)
 {
 	unsigned owner = shm_steer_slot(&src->client, dst->cfg.n_slots);
@@ -301,6 +302,11 @@ static int import_record(struct shm *dst, const struct shm_alloc *src)
 	c = &shm_slot_at(dst, owner)->ctr;
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
 	shm_lctr_add(c, src->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	/* The fresh segment's counts start at 0: each record copied is counted again, with
+	 * no limit (a limit refuses new allocations only). Its table has room for every
+	 * record's two keys, so this does not fail; if it did, the record would stay
+	 * uncounted and its end would change nothing (shm_quota_give). */
+	(void)shm_quota_take_rec(dst, r, &(struct shm_quota_limits){ 0 });
 	return 0;
 }
 

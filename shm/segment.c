@@ -46,7 +46,10 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 		shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride, SHM_PAGE);
 	g->trust_size = sizeof(struct shm_trust_hdr) +
 			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
-	g->size = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
+	g->off_quota = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
+	g->quota_size =
+		sizeof(struct shm_quota_hdr) + shm_quota_entries(cfg->alloc_cap) * sizeof(uint64_t);
+	g->size = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -138,6 +141,20 @@ static uint64_t format_trust(void)
 	return h;
 }
 
+static uint64_t format_quota(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, sizeof(struct shm_quota_hdr));
+	LH(h, offsetof(struct shm_quota_hdr, total));
+	LH(h, offsetof(struct shm_quota_hdr, entries));
+	LH(h, SHM_QUOTA_WINDOW);
+	LH(h, SHM_QUOTA_MIN_ENTRIES);
+	LH(h, SHM_QUOTA_COUNT_BITS);
+	LH(h, SHM_QUOTA_VERSION);
+	return h;
+}
+
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
@@ -149,6 +166,8 @@ uint64_t shm_region_format(uint32_t id)
 		return format_allocs();
 	case SHM_REGION_TRUST:
 		return format_trust();
+	case SHM_REGION_QUOTA:
+		return format_quota();
 	}
 	return 0;
 }
@@ -169,6 +188,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, format_snaps());
 	LH(h, format_allocs());
 	LH(h, format_trust());
+	LH(h, format_quota());
 	return h;
 }
 
@@ -232,6 +252,7 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const stru
 	hdr_region(h, SHM_REGION_SNAPS, cfg->snap_count, g->off_snaps, g->snap_stride);
 	hdr_region(h, SHM_REGION_ALLOCS, cfg->alloc_cap, g->off_allocs, g->alloc_stride);
 	hdr_region(h, SHM_REGION_TRUST, 1, g->off_trust, g->trust_size);
+	hdr_region(h, SHM_REGION_QUOTA, 1, g->off_quota, g->quota_size);
 	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
@@ -301,6 +322,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->off_allocs = g->off_allocs;
 	shm->alloc_stride = g->alloc_stride;
 	shm->off_trust = g->off_trust;
+	shm->off_quota = g->off_quota;
 	shm->lock_fd = -1;
 	return shm;
 }
@@ -342,6 +364,7 @@ int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **o
 		munmap(base, (size_t)g.size);
 		return rc;
 	}
+	shm_quota_init((struct shm_quota_hdr *)((uint8_t *)base + g.off_quota), cfg->alloc_cap);
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -432,6 +455,10 @@ int shm_attach_ro(int fd, struct shm **out)
 	}
 	rc = shm_trust_validate(
 		(const struct shm_trust_hdr *)((const uint8_t *)base + g.off_trust));
+	if (rc == 0)
+		rc = shm_quota_validate((const struct shm_quota_hdr *)((const uint8_t *)base +
+								       g.off_quota),
+					cfg.alloc_cap);
 	if (rc < 0)
 		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);

@@ -13,6 +13,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_quota.h"
 #include "shm/shm_trust.h"
 
 /* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
@@ -32,6 +33,8 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_BOOT_ID_LEN 40u                      /* /proc/sys/kernel/random/boot_id text */
 #define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
 #define SHM_TRUST_VERSION 1u
+#define SHM_QUOTA_MAGIC 0x41544f51u              /* "QOTA" read little-endian */
+#define SHM_QUOTA_VERSION 1u
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -42,6 +45,7 @@ enum shm_region_id {
 	SHM_REGION_SNAPS = 2,    /* snapshot arena: snap_count slots of snap_stride bytes */
 	SHM_REGION_ALLOCS = 3,   /* struct shm_alloc[alloc_cap] */
 	SHM_REGION_TRUST = 4,    /* one trust table (shm/shm_trust.h) of trust_size bytes */
+	SHM_REGION_QUOTA = 5,    /* one allocation-count table (shm/shm_quota.h) */
 };
 
 struct shm_region {
@@ -127,6 +131,16 @@ struct shm_trust_hdr {
 	_Alignas(SHM_CL) uint8_t entries[];
 };
 
+/* Quota region (shm/shm_quota.h): the master writes the header once in shm_create();
+ * the total and the entries start at 0 and change only by CAS (shm/quota.c). */
+struct shm_quota_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint64_t n_entries;
+	_Alignas(SHM_CL) uint64_t total;     /* live counted allocations */
+	_Alignas(SHM_CL) uint64_t entries[]; /* tag 38 | count 26; 0 = never used */
+};
+
 struct shm_trust_ent {
 	uint64_t key;    /* keyed hash of the address, 0 = empty */
 	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
@@ -146,6 +160,7 @@ struct shm {
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust;
+	uint64_t off_quota;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t n_taken, cap_taken;
@@ -202,6 +217,11 @@ static inline struct shm_trust_hdr *shm_trust_hdr(const struct shm *shm)
 	return (struct shm_trust_hdr *)(shm->base + shm->off_trust);
 }
 
+static inline struct shm_quota_hdr *shm_quota_hdr(const struct shm *shm)
+{
+	return (struct shm_quota_hdr *)(shm->base + shm->off_quota);
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -213,6 +233,7 @@ struct shm_geom {
 	uint64_t off_snaps, snap_stride;
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust, trust_size;
+	uint64_t off_quota, quota_size;
 	uint64_t size;
 };
 
@@ -222,6 +243,10 @@ int shm_config_check(const struct shm_config *cfg);
 int shm_trust_init(struct shm_trust_hdr *t);
 /* 0 when the trust header at t is the one this build writes, else -EBADMSG. */
 int shm_trust_validate(const struct shm_trust_hdr *t);
+/* Writes the quota region's header for alloc_cap records (shm/quota.c). */
+void shm_quota_init(struct shm_quota_hdr *q, uint32_t alloc_cap);
+/* 0 when the quota header at q is the one this build writes for alloc_cap, else -EBADMSG. */
+int shm_quota_validate(const struct shm_quota_hdr *q, uint32_t alloc_cap);
 void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
 
 /* Fingerprint of the element layout of region `id` in this build (0 for an unknown id). */

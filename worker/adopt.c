@@ -33,8 +33,9 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 }
 
 /* Releases record idx of the dead predecessor. A LIVE record is still counted as active
- * (the predecessor uncounts only after shm_alloc_retire made it DYING, and counts only
- * after publishing it LIVE), so it is uncounted here as its owner would have done. */
+ * and in the quota counts (the predecessor uncounts only after shm_alloc_retire made it
+ * DYING, and counts only after publishing it LIVE, or for the quota counts just before),
+ * so it is uncounted here as its owner would have done. */
 static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
 			  struct shm_alloc *rec)
 {
@@ -44,6 +45,7 @@ static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *c
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		shm_quota_give_rec(shm, rec);
 	}
 	shm_alloc_release(shm, slot, idx);
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);

@@ -184,6 +184,7 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		shm_quota_give_rec(w->shm, a->rec);
 		shm_ctr_observe_lifetime(w->ctr,
 					 now > born ? (now - born + 500000000u) / 1000000000u : 0);
 		if (a->l->snap_ok)
@@ -483,45 +484,6 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 	a->rec->n_chans = (uint8_t)(used + (by_num ? 0 : 1));
 	shm_alloc_end_write(a->rec);
 	return 0;
-}
-
-/* Per-user quota across workers: a scan of the LIVE records of the shared table (relaxed
- * reads of other workers' records; a record changing under the scan can only make the
- * count off by the allocations being created or ended right now). Allocate is rare next
- * to data, and the table is bounded, so the scan is cheaper than keeping a shared
- * counter consistent across worker crashes. */
-unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen)
-{
-	uint32_t cursor = 0, idx;
-	unsigned n = 0;
-
-	while (shm_alloc_next_live(w->shm, &cursor, &idx) == 0) {
-		struct shm_alloc *rec;
-		unsigned owner = 0;
-		bool torn;
-
-		if (shm_alloc_is_torn(w->shm, idx, &torn, &owner) < 0)
-			continue;
-		if (owner == w->slot) {
-			if (shm_alloc_get(w->shm, w->slot, idx, &rec) == 0 &&
-			    rec->user_len == ulen && memcmp(rec->username, user, ulen) == 0)
-				n++;
-			continue;
-		}
-		{
-			struct shm_alloc *copy = malloc(sizeof(*copy));
-
-			if (!copy)
-				continue;
-			if (shm_alloc_read_copy(w->shm, idx, copy) == 0 &&
-			    SHM_ALLOC_WORD_STATE(copy->state) == SHM_ALLOC_LIVE &&
-			    copy->user_len == ulen && memcmp(copy->username, user, ulen) == 0)
-				n++;
-			explicit_bzero(copy, sizeof(*copy));
-			free(copy);
-		}
-	}
-	return n;
 }
 
 static void wk_resv_timer_cb(struct wheel_timer *t, void *arg)

@@ -155,6 +155,8 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	rec->key_len = (uint8_t)cred->key_len;
 	memcpy(rec->key, cred->key, cred->key_len);
 	rec->listener_idx = (uint16_t)ep->l->snap_idx;
+	/* The listener's count key: its name, which stays when a reload moves its index. */
+	rec->listener_hash = shm_quota_key(SHM_QUOTA_LISTENER, ep->l->name, strlen(ep->l->name));
 	wk_addr_to_shm(ep->addr, &rec->client);
 	if (getsockname(ep->c ? ep->c->fd : ep->l->fd, (struct sockaddr *)&local, &sl) == 0)
 		wk_addr_to_shm((struct sockaddr *)&local, &rec->server);
@@ -262,23 +264,34 @@ static int wk_allocate_checks(struct worker *w, const struct wk_cred *cred, cons
 		*reason = "Server draining";
 		return w->hot.have_alt ? 300 : 403;
 	}
-	if (w->hot.user_quota &&
-	    wk_alloc_user_count(w, cred->user, cred->user_len) >= w->hot.user_quota) {
+	return 0;
+}
+
+/* The one quota decision, right before the record is published: counts the allocation
+ * for its user, its listener and the total in the shared counts (shm/shm_quota.h), or
+ * refuses it: 486 for a user at limits.user_quota, 508 for a listener at its
+ * max_allocations, the total at limits.total_quota, or no room in the count table. The
+ * limits are this snapshot's: a lower one refuses new allocations and ends none. */
+static int wk_quota_take(struct worker *w, const struct wk_ep *ep, const struct wk_alloc *a)
+{
+	const struct shm_quota_limits lim = {
+		.user = w->hot.user_quota,
+		.listener = ep->l->sl.max_allocations,
+		.total = w->hot.total_quota,
+	};
+	int rc = shm_quota_take_rec(w->shm, a->rec, &lim);
+
+	if (rc == 0)
+		return 0;
+	if (rc == -EDQUOT) {
 		shm_ctr_add(w->ctr, SHM_CTR_QUOTA_USER, 1);
 		return 486;
 	}
-	if (w->hot.total_quota) {
-		uint32_t cursor = 0, idx;
-		uint32_t n = 0;
-
-		while (n < w->hot.total_quota && shm_alloc_next_live(w->shm, &cursor, &idx) == 0)
-			n++;
-		if (n >= w->hot.total_quota) {
-			shm_ctr_add(w->ctr, SHM_CTR_QUOTA_TOTAL, 1);
-			return 508;
-		}
-	}
-	return 0;
+	if (rc != -EUSERS && rc != -EBUSY)
+		log_warn("turn", "allocation for %.*s on %s not counted: %s", (int)a->rec->user_len,
+			 a->rec->username, ep->l->name, strerror(-rc));
+	shm_ctr_add(w->ctr, SHM_CTR_QUOTA_TOTAL, 1);
+	return 508;
 }
 
 static void wk_reply_alternate(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
@@ -347,6 +360,13 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	lifetime = wk_lifetime(w, req);
 	wk_record_fill(w, a, ep, req, &cred, &au, token);
 	wk_alloc_set_expiry(w, a, lifetime);
+	/* Counted before it is LIVE: a crash in between leaves the counts one high (a
+	 * CLAIMED record is released uncounted), never low; a restart's take-over recounts. */
+	code = wk_quota_take(w, ep, a);
+	if (code) {
+		wk_alloc_destroy(w, a, "over quota");
+		goto fail;
+	}
 	shm_alloc_publish(w->shm, w->slot, a->rec_idx);
 	a->published = true;
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_CREATED, 1);

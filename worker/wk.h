@@ -16,6 +16,7 @@
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_quota.h"
 #include "stun/stun.h"
 #include "worker/portpool.h"
 #include "worker/ratelimit.h"
@@ -385,7 +386,6 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);
 const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
 					     uint64_t now_ns);
-unsigned wk_alloc_user_count(struct worker *w, const char *user, size_t ulen);
 void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
 		 uint64_t token);
 int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,

@@ -63,6 +63,7 @@ static void test_defaults(void **state)
 	assert_null(l->bind_address);
 	assert_null(l->public_address);
 	assert_int_equal(l->public_port, 0);
+	assert_int_equal(l->max_allocations, 0);
 	assert_int_equal(l->relay_port_min, 49152);
 	assert_int_equal(l->relay_port_max, 65535);
 	assert_int_equal(l->n_routes, 0);
@@ -295,6 +296,10 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "admin:\n  relay_port_min: 5000\n  relay_port_max: 4000\n",
 	  "t.yaml:8:19: admin.relay_port_min: relay_port_min 5000 is greater than relay_port_max "
 	  "4000 (expected MIN <= MAX)" },
+	{ T_HEAD "listeners:\n  - name: a\n    max_allocations: -1\n",
+	  "t.yaml:9:22: listeners[0].max_allocations: -1 is out of range (0..10000000)" },
+	{ T_HEAD "listeners:\n  - name: a\n    max_allocations: 10000001\n",
+	  "t.yaml:9:22: listeners[0].max_allocations: 10000001 is out of range (0..10000000)" },
 	{ T_HEAD "listeners:\n  - name: a\n    relay_port_min: 60000\n    relay_port_max: 50000\n",
 	  "t.yaml:9:21: listeners[0].relay_port_min: relay_port_min 60000 is greater than "
 	  "relay_port_max 50000 (expected MIN <= MAX)" },
@@ -792,6 +797,7 @@ static void test_diff_listeners(void **state)
 		       "  - {name: gone, address: 1.1.1.1, port: 3000}\n"
 		       "  - {name: addr, address: 1.1.1.1, port: 5000}\n"
 		       "  - {name: pub, address: 1.1.1.1, port: 6000, bind_address: 0.0.0.0}\n"
+		       "  - {name: cap, address: 1.1.1.1, port: 7000, max_allocations: 10}\n"
 		       "clusters:\n  - {name: c}\n  - {name: d}\n");
 	struct conf *b = must_load(
 		T_HEAD "listeners:\n"
@@ -801,11 +807,15 @@ static void test_diff_listeners(void **state)
 		       "  - {name: same, address: 1.1.1.1}\n"
 		       "  - {name: addr, address: 2.2.2.2, port: 5000}\n"
 		       "  - {name: pub, address: 2.2.2.2, port: 6000, bind_address: 0.0.0.0}\n"
+		       "  - {name: cap, address: 1.1.1.1, port: 7000, max_allocations: 5}\n"
 		       "clusters:\n  - {name: c}\n  - {name: d}\n");
 	struct conf_listener_delta *v;
 	size_t n;
 	assert_int_equal(conf_diff_listeners(a, b, &v, &n), 0);
-	assert_int_equal(n, 7);
+	assert_int_equal(n, 8);
+	/* a listener's cap is a snapshot update, live */
+	assert_int_equal(delta_of(v, n, "cap")->change, CONF_LISTENER_UPDATED);
+	assert_int_equal(b->listeners[6].max_allocations, 5);
 	assert_int_equal(delta_of(v, n, "same")->change, CONF_LISTENER_UNCHANGED);
 	/* Sockets bound to `address` must move with it; with an explicit bind_address a new
 	 * advertised address is only a snapshot update. */

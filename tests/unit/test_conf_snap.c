@@ -68,7 +68,7 @@ static const char cfg_main[] =
 	"  - name: open\n    address: 192.0.2.1\n    routes: [any, any6]\n"
 	"  - name: pods\n    address: 2001:db8::1\n    public_address: turn.example\n"
 	"    public_port: 443\n    bind_address: \"::\"\n    port: 5000\n"
-	"    relay_port_min: 40000\n    relay_port_max: 40100\n"
+	"    relay_port_min: 40000\n    relay_port_max: 40100\n    max_allocations: 250\n"
 	"    routes: [pods, lo, dns]\n"
 	"    auth:\n      type: static\n      users:\n"
 	"        - {username: zed, password: zpw}\n        - {username: amy, password: apw}\n"
@@ -132,6 +132,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(l.bind_addr.ss_family, AF_INET6);
 	assert_int_equal(l.relay_port_min, 40000);
 	assert_int_equal(l.relay_port_max, 40100);
+	assert_int_equal(l.max_allocations, 250);
 	assert_int_equal(l.auth_idx, 1);
 	assert_null(l.cert_pem);
 	assert_int_equal(snap_listener_get(s, 0, &l), 0);
@@ -140,6 +141,7 @@ static void test_round_trip(void **state)
 	assert_string_equal(l.bind_address, "");
 	assert_int_equal(l.bind_addr.ss_family, AF_UNSPEC);
 	assert_int_equal(l.relay_port_min, 49152);
+	assert_int_equal(l.max_allocations, 0);
 	assert_int_equal(snap_listener_get(s, 3, &l), -ENOENT);
 	uint32_t idx = 9;
 	assert_int_equal(snap_listener_find(s, "none", &idx), 0);

@@ -22,6 +22,7 @@
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
+#include "shm/shm_quota.h"
 #include "stun/stun_frame.h"
 #include "worker/wk.h"
 
@@ -56,6 +57,14 @@ static const struct rule rules[] = {
 	{ "architecture.md", "up to [0-9]+ permissions and ([0-9]+) channel bindings", 10,
 	  SHM_ALLOC_MAX_CHANS },
 	{ "architecture.md", "record's ([0-9]+) inline entries", 10, SHM_ALLOC_MAX_CHANS },
+	/* Allocation counts. */
+	{ "architecture.md", "among the ([0-9]+) from `key % entries`", 10, SHM_QUOTA_WINDOW },
+	{ "architecture.md", "none of a key's ([0-9]+) entries has", 10, SHM_QUOTA_WINDOW },
+	{ "architecture.md", "a key's top ([0-9]+) bits \\(the tag\\)", 10,
+	  64 - SHM_QUOTA_COUNT_BITS },
+	{ "architecture.md", "the tag\\) and a ([0-9]+)-bit count", 10, SHM_QUOTA_COUNT_BITS },
+	{ "architecture.md", "a power of two, at least ([0-9]+) and at least 4", 10,
+	  SHM_QUOTA_MIN_ENTRIES },
 	/* Worker I/O. */
 	{ "architecture.md", "`recvmmsg` of up to ([0-9]+) datagrams \\(`WK_BATCH`\\)", 10,
 	  WK_BATCH },

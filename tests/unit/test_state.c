@@ -27,6 +27,7 @@
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
+#include "shm/shm_quota.h"
 #include "shm/shm_state.h"
 
 #define NOW UINT64_C(5000000000000)	/* a CLOCK_MONOTONIC "now" for images */
@@ -48,6 +49,7 @@ static void rec_fill(struct shm_alloc *r, unsigned i, uint8_t transport, uint64_
 	r->key_alg = SHM_KEY_MD5;
 	r->key_len = 16;
 	r->listener_idx = 1;
+	r->listener_hash = shm_quota_key(SHM_QUOTA_LISTENER, "udp", 3);
 	r->client.family = AF_INET;
 	r->client.addr[0] = 127;
 	r->client.addr[3] = 1;
@@ -207,6 +209,18 @@ static void test_take_over(void **state)
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], N_LIVE);
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 4);
 	assert_int_equal(sum.v[SHM_CTR_CLIENT_PKTS_IN], 1234);
+	/* quota counts start at 0 in the new segment and are recounted from what was copied */
+	assert_int_equal(shm_quota_total(dst), N_LIVE);
+	assert_int_equal(shm_quota_count(dst, shm_quota_key(SHM_QUOTA_LISTENER, "udp", 3)), N_LIVE);
+	for (unsigned i = 0; i < N_LIVE; i++) {
+		char u[16];
+		int n = snprintf(u, sizeof(u), "user%u", i);
+
+		assert_int_equal(shm_quota_count(dst, shm_quota_key(SHM_QUOTA_USER, u, (size_t)n)),
+				 1);
+	}
+	assert_int_equal(shm_quota_count(dst, shm_quota_key(SHM_QUOTA_USER, "user20", 6)), 0);
+	assert_int_equal(shm_quota_count(dst, shm_quota_key(SHM_QUOTA_USER, "user21", 6)), 0);
 	shm_nonce_key_get(dst, key);
 	memset(want, 0x5a, sizeof(want));
 	assert_memory_equal(key, want, sizeof(key));
@@ -220,6 +234,7 @@ static void test_take_over(void **state)
 	assert_int_equal(t.adopted, 4);
 	assert_int_equal(t.overflow, N_LIVE - 4);
 	assert_int_equal(live_count(dst), 4);
+	assert_int_equal(shm_quota_total(dst), 4);
 	shm_destroy(dst);
 	shm_destroy(src);
 }
