@@ -68,7 +68,7 @@ def daemon_path():
 def free_port(addr="127.0.0.1"):
     """A port free for both UDP and TCP on addr, from 20000..32767: below the kernel's
     ephemeral range (32768..60999 on Debian) and the fixed relay ranges other tests use
-    (50000..53999), so the suite never takes a port another test counts on."""
+    (50000..60999), so the suite never takes a port another test counts on."""
     for _ in range(200):
         port = random.randrange(20000, 32768)
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -103,7 +103,7 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
 
     auth: ("static", user, password) or ("ephemeral", secret). The relay window is a random
     500-port slice of 61000..64999: above the kernel's ephemeral range and clear of the fixed
-    ranges of the integration tests (50000..53999, one of them only 10 ports wide), so our
+    ranges of the integration tests (50000..60999; 65000.. are port-counting windows), so our
     relay sockets never starve another test; parallel interop tests rarely share a slice
     and the worker skips ports in use anyway."""
     lo = random.randrange(61000, 65000, 500)

@@ -221,8 +221,8 @@ admin:
   healthcheck_endpoint: ""
   admin_socket: %s/admin.sock
   drain_timeout: 1
-  relay_port_min: 52000
-  relay_port_max: 52999
+  relay_port_min: 58000
+  relay_port_max: 58999
 # turnutils_uclient picks channel numbers from RFC 5766's 0x4000-0x7FFF; turngate's default
 # is RFC 8656's 0x4000-0x4FFF (400 above it), so this legacy client needs the extension.
 limits:
