@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
+from harness_admin import Failure, run_tests, wait_for  # noqa: E402
 from test_security_flood import Relayer, total_rss  # noqa: E402
 from test_security_stun import (A_PEER, A_DATA, DATA, INDICATION, MAGIC, REQUEST,  # noqa: E402
                                 SEND, Client, Daemon, Listener, build, check, config,
@@ -386,7 +386,17 @@ def test_dtls_floods(d):
                     pass
                 s.close()
             after, _ = total_rss(daemon)
-            st1 = daemon.admin({"cmd": "stats"})["counters"]
+            # The worker counts a cookie after its send returned, which can be after the
+            # client read it: wait (bounded) for the count instead of sampling once.
+            def counted():
+                c = daemon.admin({"cmd": "stats"})["counters"]
+                return c if c.get("dtls_cookies", 0) - st0.get("dtls_cookies", 0) >= answered \
+                    else None
+
+            try:
+                st1 = wait_for(counted, "the cookie counter", timeout=5.0)
+            except Failure:
+                st1 = daemon.admin({"cmd": "stats"})["counters"]
             conns = daemon.admin({"cmd": "status"})
             print("cookie-less DTLS hellos: 2000 sent, %d cookies back; RSS %d -> %d KiB"
                   % (answered, before, after))
