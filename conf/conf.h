@@ -170,6 +170,8 @@ struct conf_listener {
 	struct conf_auth *auth;      /* ours: per-listener override, NULL = use conf.auth */
 	uint32_t max_allocations;    /* ours: live allocations on this listener over all
 				      * workers, 0 = unlimited; live on reload */
+	uint64_t max_bps;            /* ours: bandwidth of all its allocations, bits/s of
+				      * relayed payload each direction, 0 = unlimited */
 };
 
 /* Upper bounds of limits.max_permissions and max_channels: the inline arrays of a shared
@@ -178,6 +180,8 @@ struct conf_listener {
 /* Upper bound of limits.max_allocations, total_quota, user_quota and
  * listeners[].max_allocations. */
 #define CONF_MAX_ALLOCATIONS 10000000
+/* Upper bound of the bandwidth limits in bits per second (1 Tbit/s). */
+#define CONF_MAX_BPS UINT64_C(1000000000000)
 
 #define CONF_MAX_PERMISSIONS 32
 #define CONF_MAX_CHANNELS 32
@@ -203,6 +207,11 @@ struct conf_limits {
 	/* ours: credits of addresses that authenticated (shm/shm_trust.h) */
 	uint32_t unauth_trust_window;   /* seconds an earned credit stays, default 3600 */
 	uint32_t unauth_trust_credits;  /* credits an address may hold, default 1000; 0 = off */
+	/* ours: bandwidth limits (shm/shm_bw.h), bits per second of relayed payload, each
+	 * direction separately, 0 = unlimited; live on reload */
+	uint32_t bandwidth_burst_ms;    /* bucket size as time at the rate, default 500 */
+	uint64_t allocation_bps;        /* each allocation */
+	uint64_t user_bps;              /* all allocations of a user on this node */
 };
 
 struct conf_admin {

@@ -67,6 +67,7 @@ static json_t *listener_json(const struct conf_listener *l)
 	set_i(o, "relay_port_min", l->relay_port_min);
 	set_i(o, "relay_port_max", l->relay_port_max);
 	set_i(o, "max_allocations", l->max_allocations);
+	set_i(o, "max_bps", (json_int_t)l->max_bps);
 	set_s(o, "cert", l->cert_pem ? REDACTED : NULL);
 	set_s(o, "key", l->key_pem ? REDACTED : NULL);
 	set_s(o, "cert_file", l->cert_file);
@@ -127,7 +128,7 @@ static json_t *admin_json(const struct conf *c)
 
 static json_t *limits_json(const struct conf_limits *l)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I}",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
 			 "max_allocations", (json_int_t)l->max_allocations, "user_quota",
 			 (json_int_t)l->user_quota, "total_quota", (json_int_t)l->total_quota,
 			 "max_permissions", (json_int_t)l->max_permissions, "max_channels",
@@ -143,7 +144,9 @@ static json_t *limits_json(const struct conf_limits *l)
 			 (json_int_t)l->unauth_prefix_v4, "unauth_prefix_v6",
 			 (json_int_t)l->unauth_prefix_v6, "unauth_trust_window",
 			 (json_int_t)l->unauth_trust_window, "unauth_trust_credits",
-			 (json_int_t)l->unauth_trust_credits);
+			 (json_int_t)l->unauth_trust_credits, "allocation_bps",
+			 (json_int_t)l->allocation_bps, "user_bps", (json_int_t)l->user_bps,
+			 "bandwidth_burst_ms", (json_int_t)l->bandwidth_burst_ms);
 }
 
 json_t *conf_to_json_redacted(const struct conf *c)

@@ -173,6 +173,9 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		uint64_t x;
 		if (!pctx_is_null(v) && pctx_uint(p, v, path, 0, CONF_MAX_ALLOCATIONS, &x) == 0)
 			l->max_allocations = (uint32_t)x;
+	} else if (strcasecmp(key, "max_bps") == 0) {
+		if (!pctx_is_null(v))
+			pctx_uint(p, v, path, 0, CONF_MAX_BPS, &l->max_bps);
 	} else if (strcasecmp(key, "routes") == 0) {
 		st->routes = v;
 	} else if (strcasecmp(key, "auth") == 0) {

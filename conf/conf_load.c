@@ -32,6 +32,7 @@ static int conf_defaults(struct conf *c)
 		.unauth_prefix_v6 = 64,
 		.unauth_trust_window = 3600,
 		.unauth_trust_credits = 1000,
+		.bandwidth_burst_ms = 500,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);

@@ -360,6 +360,7 @@ static const struct limit_key limit_keys[] = {
 	LIM(unauth_prefix_v6, 0, 128),
 	LIM(unauth_trust_window, 1, 86400),
 	LIM(unauth_trust_credits, 0, 65535),
+	LIM(bandwidth_burst_ms, 1, 60000),
 };
 
 struct limit_nodes {
@@ -372,6 +373,13 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 	struct limit_nodes *ln = arg;
 	if (strcasecmp(key, "channel_numbers") == 0) {
 		parse_chan_range(p, v, path, &p->cfg->limits.channel_numbers);
+		return;
+	}
+	if (strcasecmp(key, "allocation_bps") == 0 || strcasecmp(key, "user_bps") == 0) {
+		uint64_t *dst = strcasecmp(key, "user_bps") == 0 ? &p->cfg->limits.user_bps
+								  : &p->cfg->limits.allocation_bps;
+		if (!pctx_is_null(v))
+			pctx_uint(p, v, path, 0, CONF_MAX_BPS, dst);
 		return;
 	}
 	for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++) {

@@ -335,6 +335,7 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	r->relay_min = l->relay_port_min;
 	r->relay_max = l->relay_port_max;
 	r->max_allocs = l->max_allocations;
+	r->max_bps = l->max_bps;
 	r->relay_family = (uint16_t)l->relay_addr.ss_family;
 	if (l->relay_addr.ss_family == AF_INET)
 		memcpy(r->relay_addr, &((const struct sockaddr_in *)&l->relay_addr)->sin_addr, 4);
@@ -375,6 +376,9 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.unauth_prefix_v6,
 		c->limits.unauth_trust_window,
 		c->limits.unauth_trust_credits,
+		c->limits.bandwidth_burst_ms,
+		c->limits.allocation_bps,
+		c->limits.user_bps,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
 	if (c->admin.alternate_server &&

@@ -54,6 +54,7 @@ struct snap_lst_rec {
 	uint32_t v4_first, v4_count, v6_first, v6_count;
 	uint32_t v4_hosts, v6_hosts; /* leading exact-host (/32, /128) entries, sorted by address */
 	uint32_t max_allocs; /* listeners[].max_allocations, 0 = unlimited (was padding: 0) */
+	uint64_t max_bps;    /* listeners[].max_bps, 0 = unlimited */
 };
 
 struct snap_cluster_rec {

@@ -196,6 +196,7 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 	out->relay_port_min = l->relay_min;
 	out->relay_port_max = l->relay_max;
 	out->max_allocations = l->max_allocs;
+	out->max_bps = l->max_bps;
 	if (l->relay_family == AF_INET) {
 		struct sockaddr_in *a = (struct sockaddr_in *)&out->relay_addr;
 		a->sin_family = AF_INET;

@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 2u
+#define SNAP_VERSION 3u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -85,6 +85,7 @@ struct snap_listener {
 	struct sockaddr_storage bind_addr;        /* parsed bind_address, port 0;
 						   * ss_family AF_UNSPEC when unset */
 	uint32_t max_allocations;                 /* live allocations over all workers, 0 none */
+	uint64_t max_bps;                         /* listeners[].max_bps, 0 none */
 };
 
 uint32_t snap_listener_count(const struct snap *s);
@@ -173,6 +174,8 @@ struct snap_limits {
 	uint32_t channel_numbers;       /* enum conf_chan_range */
 	uint32_t unauth_rate, unauth_burst, unauth_prefix_v4, unauth_prefix_v6;
 	uint32_t unauth_trust_window, unauth_trust_credits;
+	uint32_t bandwidth_burst_ms;
+	uint64_t allocation_bps, user_bps;
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

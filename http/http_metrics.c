@@ -9,6 +9,7 @@
 #include "conf/snapshot.h"
 #include "http/http_metrics.h"
 #include "shm/shm.h"
+#include "shm/shm_bw.h"
 #include "shm/shm_trust.h"
 
 /* Rendering context: the sums are taken once per scrape so every family sees one view. */
@@ -257,6 +258,14 @@ static void render_listeners(struct mctx *m)
 		if (l.value != NULL)
 			sample_u(m, "turngate_listener_allocations_created_total", &l, 1,
 				 m->sum.lst[i][SHM_LCTR_ALLOCS_CREATED]);
+	}
+	fam(m, "turngate_listener_bandwidth_drops_total", "counter",
+	    "Datagrams of a listener's allocations dropped by a bandwidth limit, both directions.");
+	for (uint32_t i = 0; i < n_listeners(m); i++) {
+		struct label l = { "name", listener_name(m, i) };
+		if (l.value != NULL)
+			sample_u(m, "turngate_listener_bandwidth_drops_total", &l, 1,
+				 shm_bw_listener_drops(m->shm, i));
 	}
 	fam(m, "turngate_cluster_permissions_granted_total", "counter",
 	    "Permissions (CreatePermission/ChannelBind) admitted by a cluster.");

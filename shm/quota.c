@@ -40,6 +40,14 @@ uint64_t shm_quota_key(enum shm_quota_domain domain, const char *name, size_t le
 	return h;
 }
 
+uint64_t shm_quota_region_size(uint32_t alloc_cap)
+{
+	uint64_t n = shm_quota_entries(alloc_cap);
+
+	return sizeof(struct shm_quota_hdr) + n * sizeof(uint64_t) +
+	       n * SHM_BW_DIRS * sizeof(uint64_t) + (uint64_t)alloc_cap * sizeof(struct shm_bw_rec);
+}
+
 void shm_quota_init(struct shm_quota_hdr *q, uint32_t alloc_cap)
 {
 	q->n_entries = shm_quota_entries(alloc_cap);
@@ -97,8 +105,11 @@ static int quota_take_key(struct shm *shm, uint64_t key, uint32_t limit, int ful
 				return 0;
 		} else if (spare) {
 			/* A new count starts at 1, within any limit (a limit of 0 is none). */
-			if (uatomic_cmpxchg(spare, spare_seen, tag | 1) == spare_seen)
+			if (uatomic_cmpxchg(spare, spare_seen, tag | 1) == spare_seen) {
+				if (QUOTA_TAG(spare_seen) != tag)
+					shm_bw_key_reset(shm, spare);
 				return 0;
+			}
 		} else {
 			return -ENOSPC;
 		}
@@ -232,6 +243,19 @@ int shm_quota_take_rec(struct shm *shm, const struct shm_alloc *rec,
 int shm_quota_give_rec(struct shm *shm, const struct shm_alloc *rec)
 {
 	return shm_quota_give(shm, rec_user_key(rec), rec->listener_hash);
+}
+
+uint64_t *shm_quota_entry_of(const struct shm *shm, uint64_t key)
+{
+	uint64_t tag = QUOTA_TAG(key);
+
+	for (unsigned i = 0; i < quota_window(shm); i++) {
+		uint64_t *e = quota_ent(shm, key, i), v = CMM_LOAD_SHARED(*e);
+
+		if (QUOTA_TAG(v) == tag && (v & QUOTA_COUNT_MASK) != 0)
+			return e;
+	}
+	return NULL;
 }
 
 uint64_t shm_quota_count(const struct shm *shm, uint64_t key)

@@ -47,8 +47,7 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 	g->trust_size = sizeof(struct shm_trust_hdr) +
 			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
 	g->off_quota = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
-	g->quota_size =
-		sizeof(struct shm_quota_hdr) + shm_quota_entries(cfg->alloc_cap) * sizeof(uint64_t);
+	g->quota_size = shm_quota_region_size(cfg->alloc_cap);
 	g->size = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
 }
 
@@ -147,7 +146,10 @@ static uint64_t format_quota(void)
 
 	LH(h, sizeof(struct shm_quota_hdr));
 	LH(h, offsetof(struct shm_quota_hdr, total));
+	LH(h, offsetof(struct shm_quota_hdr, listener_drops));
 	LH(h, offsetof(struct shm_quota_hdr, entries));
+	LH(h, sizeof(struct shm_bw_rec));
+	LH(h, SHM_BW_DIRS);
 	LH(h, SHM_QUOTA_WINDOW);
 	LH(h, SHM_QUOTA_MIN_ENTRIES);
 	LH(h, SHM_QUOTA_COUNT_BITS);

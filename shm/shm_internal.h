@@ -13,6 +13,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_trust.h"
 
@@ -34,7 +35,7 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
 #define SHM_TRUST_VERSION 1u
 #define SHM_QUOTA_MAGIC 0x41544f51u              /* "QOTA" read little-endian */
-#define SHM_QUOTA_VERSION 1u
+#define SHM_QUOTA_VERSION 2u                     /* 2: bandwidth buckets (shm_bw.h) */
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -132,13 +133,24 @@ struct shm_trust_hdr {
 };
 
 /* Quota region (shm/shm_quota.h): the master writes the header once in shm_create();
- * the total and the entries start at 0 and change only by CAS (shm/quota.c). */
+ * the total and the entries start at 0 and change only by CAS (shm/quota.c). After the
+ * n_entries count entries come the bandwidth words (shm/shm_bw.h, shm/bw.c): the buckets
+ * of each count entry (uint64_t[n_entries][SHM_BW_DIRS]), then one struct shm_bw_rec per
+ * allocation record. */
 struct shm_quota_hdr {
 	uint32_t magic;
 	uint32_t version;
 	uint64_t n_entries;
 	_Alignas(SHM_CL) uint64_t total;     /* live counted allocations */
+	_Alignas(SHM_CL) uint64_t listener_drops[SHM_MAX_LISTENERS];  /* bandwidth drops */
 	_Alignas(SHM_CL) uint64_t entries[]; /* tag 38 | count 26; 0 = never used */
+};
+
+/* Bandwidth words of one allocation record (shm/bw.c). */
+struct shm_bw_rec {
+	uint64_t tat[SHM_BW_DIRS];           /* bucket: theoretical arrival time, ns */
+	uint64_t drops[SHM_BW_DIRS];         /* datagrams dropped */
+	uint32_t last[SHM_BW_DIRS];          /* enum shm_bw_verdict of the last drop */
 };
 
 struct shm_trust_ent {
@@ -222,6 +234,18 @@ static inline struct shm_quota_hdr *shm_quota_hdr(const struct shm *shm)
 	return (struct shm_quota_hdr *)(shm->base + shm->off_quota);
 }
 
+/* Bandwidth words after the count entries (layout at struct shm_quota_hdr). */
+static inline uint64_t *shm_bw_key_words(const struct shm *shm)
+{
+	return shm_quota_hdr(shm)->entries + shm_quota_entries(shm->cfg.alloc_cap);
+}
+
+static inline struct shm_bw_rec *shm_bw_recs(const struct shm *shm)
+{
+	return (struct shm_bw_rec *)(shm_bw_key_words(shm) +
+				     shm_quota_entries(shm->cfg.alloc_cap) * SHM_BW_DIRS);
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -243,6 +267,12 @@ int shm_config_check(const struct shm_config *cfg);
 int shm_trust_init(struct shm_trust_hdr *t);
 /* 0 when the trust header at t is the one this build writes, else -EBADMSG. */
 int shm_trust_validate(const struct shm_trust_hdr *t);
+/* Bytes of the quota region (counts and bandwidth words) for alloc_cap records. */
+uint64_t shm_quota_region_size(uint32_t alloc_cap);
+/* The first count entry of key with a count (where its buckets live), or NULL. */
+uint64_t *shm_quota_entry_of(const struct shm *shm, uint64_t key);
+/* The key of count entry e changed (a new tag): its buckets start full (shm/bw.c). */
+void shm_bw_key_reset(struct shm *shm, const uint64_t *e);
 /* Writes the quota region's header for alloc_cap records (shm/quota.c). */
 void shm_quota_init(struct shm_quota_hdr *q, uint32_t alloc_cap);
 /* 0 when the quota header at q is the one this build writes for alloc_cap, else -EBADMSG. */

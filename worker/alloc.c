@@ -102,6 +102,7 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 	rc = shm_alloc_claim(w->shm, w->slot, &idx, &rec);
 	if (rc < 0)
 		return rc;
+	shm_bw_alloc_reset(w->shm, idx);
 	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec);
 	if (!*out) {
 		shm_alloc_release(w->shm, w->slot, idx);
@@ -415,6 +416,30 @@ bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uin
 		if (p->family == fam && p->expires_ns > now_ns && memcmp(p->addr, ip, 16) == 0)
 			return true;
 	}
+	return false;
+}
+
+bool wk_alloc_bw_admit(struct worker *w, struct wk_alloc *a, enum shm_bw_dir dir, size_t len,
+		       uint64_t now_ns)
+{
+	struct shm_bw_limits lim = w->hot.bw;
+	struct shm_bw_who who;
+
+	lim.listener_bps = a->l->sl.max_bps;
+	if (!shm_bw_on(&lim))
+		return true;
+	if (a->user_key == 0)
+		a->user_key = shm_quota_user_key(a->rec->username,
+						 a->rec->user_len < SHM_ALLOC_USER_MAX
+							 ? a->rec->user_len
+							 : SHM_ALLOC_USER_MAX);
+	who = (struct shm_bw_who){ .alloc_idx = a->rec_idx,
+				   .listener_idx = a->l->snap_idx,
+				   .user_key = a->user_key,
+				   .listener_key = a->rec->listener_hash };
+	if (shm_bw_admit(w->shm, &who, dir, len, now_ns, &lim) == SHM_BW_PASS)
+		return true;
+	shm_ctr_add(w->ctr, SHM_CTR_QUOTA_BANDWIDTH, 1);
 	return false;
 }
 

@@ -561,7 +561,8 @@ out:
 }
 
 /* Client -> peer, shared by Send indications and ChannelData: the peer must be admitted
- * by the current snapshot (IP and port) and hold a permission. Nothing is answered on a
+ * by the current snapshot (IP and port), hold a permission, and the data must be within
+ * the bandwidth limits. Nothing is answered on a
  * drop (indications and ChannelData have no responses). */
 static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		       const uint8_t *data, size_t len)
@@ -570,7 +571,8 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	uint32_t cl;
 
 	if (!r || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
-	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)))
+	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)) ||
+	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_PEER, len, wk_batch_ns(w)))
 		return;
 	wk_peer_send(w, a, r, peer, cl, data, len);
 }

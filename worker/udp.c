@@ -196,7 +196,8 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 {
 	uint32_t cl;
 
-	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || !wk_alloc_perm_ok(a, peer, now_ns))
+	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || !wk_alloc_perm_ok(a, peer, now_ns) ||
+	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_CLIENT, len, now_ns))
 		return false;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);

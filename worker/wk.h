@@ -16,6 +16,7 @@
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
 #include "stun/stun.h"
 #include "worker/portpool.h"
@@ -143,6 +144,7 @@ struct wk_alloc {
 	struct wk_relay relay[2];
 	uint32_t rec_idx;
 	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
+	uint64_t user_key;		/* shm_quota_user_key of its username, 0 until needed */
 	uint64_t expires_ms;
 	struct wheel_timer timer;	/* earliest of allocation/permission/channel expiry */
 	bool dont_fragment;
@@ -165,6 +167,7 @@ struct wk_hot {
 	uint32_t max_perms, max_chans;
 	uint32_t alloc_lifetime, max_alloc_lifetime, perm_lifetime, chan_lifetime;
 	uint32_t nonce_lifetime, user_quota, total_quota;
+	struct shm_bw_limits bw;	/* listener_bps 0: each listener's own max_bps */
 	bool have_alt;
 	struct sockaddr_storage alt;
 };
@@ -381,6 +384,12 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 			bool reserve, uint16_t *reserved_port);
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
+/* The bandwidth limits (limits.allocation_bps, user_bps, the listener's max_bps;
+ * shm/shm_bw.h) for one datagram of len payload bytes in direction dir: true when it may
+ * be relayed; false when a bucket refused it (counted in the shared drop counts and in
+ * SHM_CTR_QUOTA_BANDWIDTH). */
+bool wk_alloc_bw_admit(struct worker *w, struct wk_alloc *a, enum shm_bw_dir dir, size_t len,
+		       uint64_t now_ns);
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer);
 const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);

@@ -212,6 +212,9 @@ static void wk_snap_apply(struct worker *w)
 	h->nonce_lifetime = lim->nonce_lifetime;
 	h->user_quota = lim->user_quota;
 	h->total_quota = lim->total_quota;
+	h->bw = (struct shm_bw_limits){ .alloc_bps = lim->allocation_bps,
+					.user_bps = lim->user_bps,
+					.burst_ns = (uint64_t)lim->bandwidth_burst_ms * 1000000 };
 	h->have_alt = snap_alternate_server(w->snap, &h->alt) == 0;
 	wk_unauth_configure(w, lim);
 	if (spec && *spec && log_set_spec(spec) < 0)

@@ -55,6 +55,9 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.unauth_prefix_v6, 64);
 	assert_int_equal(c->limits.unauth_trust_window, 3600);
 	assert_int_equal(c->limits.unauth_trust_credits, 1000);
+	assert_int_equal(c->limits.allocation_bps, 0);
+	assert_int_equal(c->limits.user_bps, 0);
+	assert_int_equal(c->limits.bandwidth_burst_ms, 500);
 	assert_int_equal(c->n_listeners, 1);
 	struct conf_listener *l = &c->listeners[0];
 	assert_int_equal(l->port, 3478);
@@ -64,6 +67,7 @@ static void test_defaults(void **state)
 	assert_null(l->public_address);
 	assert_int_equal(l->public_port, 0);
 	assert_int_equal(l->max_allocations, 0);
+	assert_int_equal(l->max_bps, 0);
 	assert_int_equal(l->relay_port_min, 49152);
 	assert_int_equal(l->relay_port_max, 65535);
 	assert_int_equal(l->n_routes, 0);
@@ -298,6 +302,12 @@ static const struct err_case err_cases[] = {
 	  "4000 (expected MIN <= MAX)" },
 	{ T_HEAD "listeners:\n  - name: a\n    max_allocations: -1\n",
 	  "t.yaml:9:22: listeners[0].max_allocations: -1 is out of range (0..10000000)" },
+	{ T_HEAD "listeners:\n  - name: a\n    max_bps: 1000000000001\n",
+	  "t.yaml:9:14: listeners[0].max_bps: 1000000000001 is out of range (0..1000000000000)" },
+	{ T_HEAD "limits:\n  user_bps: -1\n",
+	  "t.yaml:8:13: limits.user_bps: -1 is out of range (0..1000000000000)" },
+	{ T_HEAD "limits:\n  bandwidth_burst_ms: 0\n",
+	  "t.yaml:8:23: limits.bandwidth_burst_ms: 0 is out of range (1..60000)" },
 	{ T_HEAD "listeners:\n  - name: a\n    max_allocations: 10000001\n",
 	  "t.yaml:9:22: listeners[0].max_allocations: 10000001 is out of range (0..10000000)" },
 	{ T_HEAD "listeners:\n  - name: a\n    relay_port_min: 60000\n    relay_port_max: 50000\n",
@@ -636,6 +646,25 @@ static void test_user_quota_admin(void **state)
 				&d),
 			 0);
 	assert_int_equal(c->limits.user_quota, 3);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+/* Bandwidth limits: 64-bit rates, the burst, a listener's max_bps. */
+static void test_bandwidth_keys(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "limits:\n  allocation_bps: 10000000000\n  user_bps: "
+					"2000000\n  bandwidth_burst_ms: 100\nlisteners:\n  - name: "
+					"a\n    max_bps: 5000000\n",
+				&c, &d),
+			 0);
+	assert_true(c->limits.allocation_bps == UINT64_C(10000000000));
+	assert_int_equal(c->limits.user_bps, 2000000);
+	assert_int_equal(c->limits.bandwidth_burst_ms, 100);
+	assert_int_equal(c->listeners[0].max_bps, 5000000);
 	conf_free(c);
 	conf_diags_free(&d);
 }
@@ -1415,6 +1444,7 @@ int main(void)
 		cmocka_unit_test(test_expand_edge_cases),
 		cmocka_unit_test(test_extensions),
 		cmocka_unit_test(test_user_quota_admin),
+		cmocka_unit_test(test_bandwidth_keys),
 		cmocka_unit_test(test_samples),
 		cmocka_unit_test(test_check_main),
 		cmocka_unit_test(test_json_redacted),
