@@ -73,4 +73,9 @@ int ctl_doctor_main(const char *sock, int argc, char **argv);
  * 3 daemon unreachable, CTL_EXIT_USAGE for bad arguments. */
 int ctl_upgrade_main(const char *sock, int argc, char **argv);
 
+/* `turngatectl top [--once] [--json] [--interval S] [--rows N] [--count N]`: the heaviest
+ * allocations and users by bit rate from two samples of the daemon's `top` an interval
+ * apart, refreshed until interrupted (or N times); returns the exit status. */
+int ctl_top_main(const char *sock, bool as_json, int argc, char **argv);
+
 #endif

@@ -17,6 +17,11 @@ static void usage(FILE *out)
 		"  config                     running configuration (secrets redacted)\n"
 		"  reload                     reload the configuration (non-zero exit if invalid)\n"
 		"  allocations [--user U] [--listener L] [--worker N] [--limit N]\n"
+		"  top [--once] [--json] [--interval S] [--rows N] [--count N]\n"
+		"                             heaviest allocations and users by bit rate, with\n"
+		"                             listener, age, permissions, channels and the\n"
+		"                             bandwidth limit throttling them; refreshed every\n"
+		"                             interval (1 s) like top; --once: one refresh\n"
 		"  disconnect ID | --user U   end one allocation, or every one of a user\n"
 		"  drain [off]                refuse new allocations (or accept them again)\n"
 		"  stats                      counters summed over workers\n"
@@ -160,6 +165,12 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "upgrade") == 0) {
 		rc = ctl_upgrade_main(sock, argc - i - 1, argv + i + 1);
+		if (rc == CTL_EXIT_USAGE)
+			usage(stderr);
+		return rc;
+	}
+	if (strcmp(cmd, "top") == 0) {
+		rc = ctl_top_main(sock, as_json, argc - i - 1, argv + i + 1);
 		if (rc == CTL_EXIT_USAGE)
 			usage(stderr);
 		return rc;

@@ -1,4 +1,5 @@
-/* Master: admin commands (status, config, reload, allocations, disconnect, drain, stats, workers, loglevel). */
+/* Master: admin commands (status, config, reload, allocations, top, disconnect, drain, stats,
+ * workers, loglevel, upgrade). */
 #include "config.h"
 
 #include "master/admin.h"
@@ -17,6 +18,8 @@
 #include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_bw.h"
+#include "shm/shm_quota.h"
 
 typedef json_t *(*cmd_fn)(struct master *m, json_t *req);
 
@@ -365,6 +368,98 @@ static json_t *cmd_allocations(struct master *m, json_t *req)
 	return json_pack("{s:b, s:o, s:b}", "ok", 1, "allocations", arr, "truncated", truncated);
 }
 
+/* ---- top -------------------------------------------------------------------------- */
+
+static const char *bw_verdict_name(enum shm_bw_verdict v)
+{
+	static const char *const names[] = { "", "allocation", "user", "listener" };
+
+	return (unsigned)v < sizeof(names) / sizeof(names[0]) ? names[v] : "";
+}
+
+/* The user an allocation counts under (shm_quota_user_key): a REST username's user id,
+ * else the whole username. */
+static json_t *quota_user_json(const struct shm_alloc *r)
+{
+	size_t len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
+	size_t off = shm_quota_user_off(r->username, len);
+
+	return json_stringn(r->username + off, len - off);
+}
+
+static json_t *top_alloc_json(const struct master *m, uint32_t idx, const struct shm_alloc *r,
+			      uint64_t now)
+{
+	struct shm_bw_stat bw;
+	unsigned perms = 0, chans = 0;
+
+	memset(&bw, 0, sizeof(bw));
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)
+		perms += r->perms[i].family != 0 && r->perms[i].expires_ns > now;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		chans += r->chans[i].number != 0 && r->chans[i].expires_ns > now;
+	(void)shm_bw_alloc_stat(m->shm, idx, &bw);
+	return json_pack("{s:i, s:I, s:o, s:s, s:i, s:f, s:i, s:i, s:[I,I], s:[I,I], s:[I,I], "
+			 "s:[s,s]}",
+			 "id", (int)idx, "gen", (json_int_t)r->gen, "user", quota_user_json(r),
+			 "listener", listener_name(m, r->listener_idx), "worker", (int)r->owner,
+			 "age", now > r->created_ns ? (double)(now - r->created_ns) / 1e9 : 0.0,
+			 "permissions", (int)perms, "channels", (int)chans, "to_peer",
+			 (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER],
+			 (json_int_t)r->ctr[SHM_ACTR_BYTES_TO_PEER], "from_peer",
+			 (json_int_t)r->ctr[SHM_ACTR_PKTS_FROM_PEER],
+			 (json_int_t)r->ctr[SHM_ACTR_BYTES_FROM_PEER], "dropped",
+			 (json_int_t)bw.drops[SHM_BW_TO_PEER], (json_int_t)bw.drops[SHM_BW_TO_CLIENT],
+			 "limited_by", bw_verdict_name(bw.last[SHM_BW_TO_PEER]),
+			 bw_verdict_name(bw.last[SHM_BW_TO_CLIENT]));
+}
+
+static json_t *top_limits_json(const struct master *m)
+{
+	const struct conf_limits *l = &m->cfg->limits;
+	json_t *lst = json_object();
+
+	for (size_t i = 0; i < m->cfg->n_listeners && lst != NULL; i++)
+		json_object_set_new(lst, m->cfg->listeners[i].name,
+				    json_integer((json_int_t)m->cfg->listeners[i].max_bps));
+	return json_pack("{s:I, s:I, s:i, s:o}", "allocation_bps", (json_int_t)l->allocation_bps,
+			 "user_bps", (json_int_t)l->user_bps, "bandwidth_burst_ms",
+			 (int)l->bandwidth_burst_ms, "listener_bps", lst);
+}
+
+/* The live counters behind `turngatectl top`: every live allocation's relayed packets and
+ * bytes, bandwidth drops and the limit that dropped last, with the monotonic time of the
+ * sample; the client takes two samples and divides (docs/operations.md). */
+static json_t *cmd_top(struct master *m, json_t *req)
+{
+	struct shm_alloc rec;
+	json_t *arr = json_array(), *lim = json_object_get(req, "limit");
+	json_int_t limit = 100000;
+	uint32_t cursor = 0, idx;
+	uint64_t now = mono_ns();
+	bool truncated = false;
+
+	if (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0)) {
+		json_decref(arr);
+		return err("\"limit\" must be a non-negative integer");
+	}
+	if (lim != NULL)
+		limit = json_integer_value(lim);
+	while (arr != NULL && shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
+		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
+		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE)
+			continue;
+		if ((json_int_t)json_array_size(arr) >= limit) {
+			truncated = true;
+			break;
+		}
+		json_array_append_new(arr, top_alloc_json(m, idx, &rec, now));
+	}
+	explicit_bzero(&rec, sizeof(rec));
+	return json_pack("{s:b, s:f, s:o, s:o, s:b}", "ok", 1, "mono", (double)now / 1e9,
+			 "limits", top_limits_json(m), "allocations", arr, "truncated", truncated);
+}
+
 /* Ends every live allocation of user (whole username or REST user part): each owner
  * worker gets the record index, so the reply can say how many were ended. */
 static json_t *disconnect_user(struct master *m, json_t *user)
@@ -448,6 +543,7 @@ static const struct {
 	{ "config", cmd_config },
 	{ "reload", cmd_reload },
 	{ "allocations", cmd_allocations },
+	{ "top", cmd_top },
 	{ "disconnect", cmd_disconnect },
 	{ "drain", cmd_drain },
 	{ "stats", cmd_stats },
