@@ -215,16 +215,21 @@ int shm_quota_give(struct shm *shm, uint64_t user_key, uint64_t listener_key)
 	return rc2;
 }
 
-uint64_t shm_quota_user_key(const char *user, size_t len)
+size_t shm_quota_user_off(const char *user, size_t len)
 {
 	size_t i = 0;
 
 	/* A REST username is "<expiry>:<id>" (stun_rest_expiry): 1 to 19 digits, a colon. */
 	while (i < len && i < 20 && user[i] >= '0' && user[i] <= '9')
 		i++;
-	if (i > 0 && i < 20 && i + 1 < len && user[i] == ':')
-		return shm_quota_key(SHM_QUOTA_USER, user + i + 1, len - i - 1);
-	return shm_quota_key(SHM_QUOTA_USER, user, len);
+	return i > 0 && i < 20 && i + 1 < len && user[i] == ':' ? i + 1 : 0;
+}
+
+uint64_t shm_quota_user_key(const char *user, size_t len)
+{
+	size_t off = shm_quota_user_off(user, len);
+
+	return shm_quota_key(SHM_QUOTA_USER, user + off, len - off);
 }
 
 static uint64_t rec_user_key(const struct shm_alloc *rec)

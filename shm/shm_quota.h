@@ -49,6 +49,9 @@ enum shm_quota_domain {
  * username (a static user). A static username of that form counts under its <id>. */
 uint64_t shm_quota_user_key(const char *user, size_t len);
 
+/* Where that user id starts in user[0..len): after the colon of a REST username, else 0. */
+size_t shm_quota_user_off(const char *user, size_t len);
+
 /* Limits of one take; 0 = unlimited. */
 struct shm_quota_limits {
 	uint32_t user;
