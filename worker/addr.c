@@ -69,5 +69,5 @@ uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)
 	for (size_t i = 0; i < 16; i++)
 		h = (h ^ k.addr[i]) * 1099511628211ull;
 	h = (h ^ k.port) * 1099511628211ull;
-	return (uint32_t)(h ^ (h >> 32)) & (WK_HASH_BUCKETS - 1);
+	return (uint32_t)(h ^ (h >> 32));
 }

@@ -43,7 +43,7 @@ static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
 struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
 			       const struct sockaddr *client)
 {
-	struct wk_alloc *a = w->hash[wk_ep_hash(l, client)];
+	struct wk_alloc *a = w->hash[wk_ep_hash(l, client) & w->hash_mask];
 
 	for (; a; a = a->hnext)
 		if (a->l == l && wk_addr_equal((struct sockaddr *)&a->client, client))
@@ -79,7 +79,7 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, st
 	if (conn) {
 		conn->alloc = a;
 	} else {
-		uint32_t b = wk_ep_hash(l, client);
+		uint32_t b = wk_ep_hash(l, client) & w->hash_mask;
 
 		a->hnext = w->hash[b];
 		w->hash[b] = a;
@@ -133,7 +133,7 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 		a->conn->alloc = NULL;
 		return;
 	}
-	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client)]; *pp;
+	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client) & w->hash_mask]; *pp;
 	     pp = &(*pp)->hnext)
 		if (*pp == a) {
 			*pp = a->hnext;

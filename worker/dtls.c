@@ -30,7 +30,7 @@
 static struct wk_tconn *wk_dtls_find(struct worker *w, const struct wk_listener *l,
 				     const struct sockaddr *from)
 {
-	struct wk_tconn *c = w->dhash[wk_ep_hash(l, from)];
+	struct wk_tconn *c = w->dhash[wk_ep_hash(l, from) & (WK_HASH_BUCKETS - 1)];
 
 	for (; c; c = c->dnext)
 		if (c->l == l && wk_addr_equal((struct sockaddr *)&c->peer, from))
@@ -40,7 +40,7 @@ static struct wk_tconn *wk_dtls_find(struct worker *w, const struct wk_listener 
 
 void wk_dtls_unhash(struct worker *w, struct wk_tconn *c)
 {
-	struct wk_tconn **pp = &w->dhash[wk_ep_hash(c->l, (struct sockaddr *)&c->peer)];
+	struct wk_tconn **pp = &w->dhash[wk_ep_hash(c->l, (struct sockaddr *)&c->peer) & (WK_HASH_BUCKETS - 1)];
 
 	for (; *pp; pp = &(*pp)->dnext)
 		if (*pp == c) {
@@ -186,8 +186,8 @@ static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct 
 	c->fd = l->fd;
 	memcpy(&c->peer, from, fromlen);
 	c->peer_len = fromlen;
-	c->dnext = w->dhash[wk_ep_hash(l, from)];
-	w->dhash[wk_ep_hash(l, from)] = c;
+	c->dnext = w->dhash[wk_ep_hash(l, from) & (WK_HASH_BUCKETS - 1)];
+	w->dhash[wk_ep_hash(l, from) & (WK_HASH_BUCKETS - 1)] = c;
 	w->n_dtls++;
 	wk_tconn_link(w, l, c);
 	wk_dtls_feed(w, c, NULL, 0);	/* the buffered ClientHello: send our flight */

@@ -37,7 +37,7 @@
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
 #define WK_TCP_MAX_CONNS 4096
 #define WK_RESV_LIFETIME_MS 30000u
-#define WK_HASH_BUCKETS 4096u	/* power of two */
+#define WK_HASH_BUCKETS 4096u	/* DTLS associations; the least allocation buckets (pow2) */
 /* Stream and DTLS connection bounds (docs/security.md). A TLS/DTLS handshake must finish
  * within WK_HS_TIMEOUT_S and a worker runs at most WK_MAX_HANDSHAKES at once (TLS and
  * DTLS together): more connections wait in the kernel's backlog (TLS) or are dropped
@@ -225,7 +225,11 @@ struct worker {
 	struct wheel wheel;
 	struct wk_listener *ls[WK_MAX_LISTENERS];
 	size_t n_ls;
-	struct wk_alloc *hash[WK_HASH_BUCKETS];
+	/* UDP allocations by (listener, client): a power of two of buckets, at least the
+	 * table's capacity (so chains stay short however many allocations one worker holds,
+	 * and a lookup costs the same with 0 or 100,000 held), hash_mask = buckets - 1. */
+	struct wk_alloc **hash;
+	uint32_t hash_mask;
 	struct wk_alloc *allocs;
 	size_t n_allocs;
 	struct wk_resv *resvs;
@@ -402,7 +406,7 @@ int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int
 void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
 
 /* ---- addr.c ---- */
-/* Bucket of (listener, client address) in a WK_HASH_BUCKETS table. */
+/* Hash of (listener, client address); a table of 2^k buckets takes its low k bits. */
 uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa);
 /* shm_addr <-> sockaddr (IPv4 and IPv6; another family gives a zeroed shm_addr / 0). */
 void wk_addr_to_shm(const struct sockaddr *sa, struct shm_addr *out);

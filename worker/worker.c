@@ -537,6 +537,7 @@ static void wk_teardown(struct worker *w)
 		free(w->ls[i]);
 	shm_qsbr_offline(w->shm, w->slot);
 	free(w->rx);
+	free(w->hash);
 	free(w->dhash);
 	free(w->plain);
 	BIO_meth_free(w->dbio_meth);
@@ -559,10 +560,15 @@ int worker_run(const struct worker_heritage *h)
 	signal(SIGPIPE, SIG_IGN);
 	w->ctr = shm_slot_counters(w->shm, w->slot);
 	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
+	w->hash_mask = WK_HASH_BUCKETS - 1;
+	while (w->hash_mask < shm_alloc_capacity(w->shm) - 1 && w->hash_mask < (1u << 24) - 1)
+		w->hash_mask = w->hash_mask << 1 | 1;
+	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-	if (!w->ctr || !w->rx || !w->loop || wk_tls_init(w) < 0 || wk_dtls_meth_init(w) < 0) {
+	if (!w->ctr || !w->rx || !w->hash || !w->loop || wk_tls_init(w) < 0 || wk_dtls_meth_init(w) < 0) {
 		log_error("worker", "slot %u: setup failed", h->slot);
 		free(w->rx);
+		free(w->hash);
 		if (w->loop)
 			ev_loop_destroy(w->loop);
 		free(w);
