@@ -1,0 +1,605 @@
+/* eBPF programs of the kernel fast path (issue #21): ChannelData over UDP on bound channels,
+ * relayed at TC ingress (tgo_tc) or XDP (tgo_xdp); everything else passes up unchanged.
+ *
+ * Client -> peer: an IPv4 (no options, not a fragment) or IPv6 (no extension header) UDP
+ * datagram client:port -> listener:port whose payload is a ChannelData message on a
+ * channel with an unexpired entry leaves as a UDP datagram relay:port -> peer:port
+ * carrying the message's data (header and padding removed). Peer -> client: a UDP
+ * datagram peer:port -> relay:port with an unexpired entry leaves as ChannelData
+ * listener:port -> client:port. Routing: bpf_fib_lookup from the new addresses, done
+ * before anything is rewritten so that whatever cannot be relayed leaves untouched.
+ *
+ * Layout of a rewrite (TC): the Ethernet, IP and UDP headers stay where they are and the
+ * payload moves by 4 bytes. A CHECKSUM_PARTIAL skb (from a local socket, through a veth or
+ * lo) names where its checksum starts (csum_start); moving the headers instead
+ * (bpf_skb_adjust_room) would leave csum_start 4 bytes off the new UDP header, and the
+ * device that completes the checksum would write it into a port or the ChannelData
+ * length. Moving the payload keeps csum_start right for every checksum state.
+ *
+ * Checksums: the UDP checksum is updated incrementally from the differences, in two
+ * parts: the pseudo-header's (addresses, length) with BPF_F_PSEUDO_HDR, which is all a
+ * CHECKSUM_PARTIAL field holds, and the rest (ports, length, ChannelData header and
+ * padding) without it, which the helper applies only to a full checksum. An IPv4 checksum
+ * of 0 (none) stays 0 (BPF_F_MARK_MANGLED_0; a partial field is never 0, as a one's
+ * complement sum of the non-zero pseudo-header). An IPv6 datagram with 0 goes up. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <linux/udp.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "offload/tgo_maps.h"
+
+#define TGO_AF_INET 2
+#define TGO_AF_INET6 10
+#define TGO_IP4_HLEN 20
+#define TGO_IP6_HLEN 40
+#define TGO_UDP_HLEN 8
+#define TGO_LOOPBACK_IFINDEX 1	/* in every network namespace */
+
+/* Sizes set by user space before load (bpf_map__set_max_entries). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct tgo_c2p_key);
+	__type(value, struct tgo_c2p_val);
+	__uint(max_entries, 1024);
+} tgo_c2p SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct tgo_p2c_key);
+	__type(value, struct tgo_p2c_val);
+	__uint(max_entries, 1024);
+} tgo_p2c SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tgo_ctr);
+	__uint(max_entries, TGO_CTR_SLOTS);
+} tgo_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tgo_scratch);
+	__uint(max_entries, 1);
+} tgo_scratch SEC(".maps");
+
+/* What the parser found: offsets from the start of the frame, lengths from the headers. */
+struct tgo_pkt {
+	__u32 l4;		/* UDP header */
+	__u32 ulen;		/* UDP length (header included) */
+	__u8 v6;
+	__u8 tos;		/* IPv4 TOS, for the route lookup */
+	__be16 sport, dport;
+	__u8 saddr[16], daddr[16];
+	__u8 chan_ok;		/* the payload parses as ChannelData */
+	__be16 chan;
+	__u16 chlen;		/* its length field */
+};
+
+/* One relay decided: where the datagram goes and what it becomes. */
+struct tgo_out {
+	__u64 expires_ns;
+	__u8 dir;		/* 0: client -> peer, 1: peer -> client */
+	__u32 listener_idx, cluster_idx;
+	__u8 saddr[16], daddr[16];
+	__be16 sport, dport;
+	__be16 chan;		/* peer -> client: the channel to write */
+	__u32 plen;		/* payload relayed */
+	__u32 new_ulen;
+};
+
+/* One's complement sums of 16-bit words as they sit in memory, as the kernel's csum code
+ * adds them: the result feeds bpf_l4_csum_replace as a difference. */
+static __always_inline __u32 csum_add16(__u32 s, __u16 w)
+{
+	return s + w;
+}
+
+static __always_inline __u32 csum_sub16(__u32 s, __u16 w)
+{
+	return s + (__u16)~w;
+}
+
+/* The difference from the old to the new addresses (4 or 16 bytes each), added to s. */
+static __always_inline __u32 csum_addrs(__u32 s, const struct tgo_pkt *p, const struct tgo_out *o)
+{
+	__u32 n = p->v6 ? 16 : 4;
+	__s64 d;
+
+	d = bpf_csum_diff((__be32 *)p->saddr, n, (__be32 *)o->saddr, n, 0);
+	if (d < 0)
+		return s;
+	s = (s & 0xffff) + (s >> 16) + ((__u32)d & 0xffff) + ((__u32)d >> 16);
+	d = bpf_csum_diff((__be32 *)p->daddr, n, (__be32 *)o->daddr, n, 0);
+	if (d < 0)
+		return s;
+	return s + ((__u32)d & 0xffff) + ((__u32)d >> 16);
+}
+
+static __always_inline void copy_addr(__u8 *dst, const __u8 *src)
+{
+	__builtin_memcpy(dst, src, 16);
+}
+
+static __always_inline void count(const struct tgo_out *o)
+{
+	__u32 slots[3] = { TGO_CTR_LISTENER0 + o->listener_idx, TGO_CTR_CLUSTER0 + o->cluster_idx,
+			   TGO_CTR_TOTAL };
+
+#pragma unroll
+	for (int i = 0; i < 3; i++) {
+		struct tgo_ctr *c;
+
+		if ((i == 0 && o->listener_idx >= TGO_CTR_LISTENERS) ||
+		    (i == 1 && o->cluster_idx >= TGO_CTR_CLUSTERS))
+			continue;
+		c = bpf_map_lookup_elem(&tgo_counts, &slots[i]);
+		if (!c)
+			continue;
+		/* Per-CPU slot: no other writer while the program runs on this CPU. */
+		c->pkts[o->dir & 1] += 1;
+		c->bytes[o->dir & 1] += o->plen;
+	}
+}
+
+/* Looks the parsed datagram up in both maps (client -> peer first when its payload is
+ * ChannelData); fills o. Returns 0 when an unexpired entry relays it. The entry is copied
+ * at once: a deleted element of a preallocated hash may be reused under a reader. */
+static __always_inline int lookup(const struct tgo_pkt *p, struct tgo_out *o)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (p->chan_ok) {
+		struct tgo_c2p_key k = {};
+		struct tgo_c2p_val *v;
+
+		k.family = p->v6 ? TGO_FAMILY_V6 : TGO_FAMILY_V4;
+		k.channel = p->chan;
+		k.client_port = p->sport;
+		k.listener_port = p->dport;
+		copy_addr(k.client, p->saddr);
+		copy_addr(k.listener, p->daddr);
+		v = bpf_map_lookup_elem(&tgo_c2p, &k);
+		if (v) {
+			o->expires_ns = v->expires_ns;
+			o->dir = 0;
+			o->listener_idx = v->listener_idx;
+			o->cluster_idx = v->cluster_idx;
+			copy_addr(o->saddr, v->relay);
+			copy_addr(o->daddr, v->peer);
+			o->sport = v->relay_port;
+			o->dport = v->peer_port;
+			o->chan = p->chan;
+			o->plen = p->chlen;
+			o->new_ulen = TGO_UDP_HLEN + p->chlen;
+			return o->expires_ns > now ? 0 : -1;
+		}
+	}
+	{
+		struct tgo_p2c_key k = {};
+		struct tgo_p2c_val *v;
+
+		k.family = p->v6 ? TGO_FAMILY_V6 : TGO_FAMILY_V4;
+		k.peer_port = p->sport;
+		k.relay_port = p->dport;
+		copy_addr(k.peer, p->saddr);
+		copy_addr(k.relay, p->daddr);
+		v = bpf_map_lookup_elem(&tgo_p2c, &k);
+		if (!v)
+			return -1;
+		o->expires_ns = v->expires_ns;
+		o->dir = 1;
+		o->listener_idx = v->listener_idx;
+		o->cluster_idx = v->cluster_idx;
+		copy_addr(o->saddr, v->listener);
+		copy_addr(o->daddr, v->client);
+		o->sport = v->listener_port;
+		o->dport = v->client_port;
+		o->chan = v->channel;
+		o->plen = p->ulen - TGO_UDP_HLEN;
+		o->new_ulen = p->ulen + TGO_CHAN_HDR;
+		return o->expires_ns > now ? 0 : -1;
+	}
+}
+
+/* The route of the rewritten datagram, looked up before anything is rewritten. Returns
+ * the bpf_fib_lookup result; the MTU check covers the new length (FRAG_NEEDED). */
+static __always_inline long route(void *ctx, const struct tgo_pkt *p, const struct tgo_out *o,
+				  __u32 ifindex, struct bpf_fib_lookup *fib)
+{
+	__u32 l3len = o->new_ulen + (p->v6 ? TGO_IP6_HLEN : TGO_IP4_HLEN);
+
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = p->v6 ? TGO_AF_INET6 : TGO_AF_INET;
+	fib->l4_protocol = IPPROTO_UDP;
+	fib->sport = o->sport;
+	fib->dport = o->dport;
+	fib->tot_len = (__u16)l3len;
+	fib->ifindex = ifindex;
+	if (p->v6) {
+		__builtin_memcpy(fib->ipv6_src, o->saddr, 16);
+		__builtin_memcpy(fib->ipv6_dst, o->daddr, 16);
+	} else {
+		fib->tos = p->tos;
+		__builtin_memcpy(&fib->ipv4_src, o->saddr, 4);
+		__builtin_memcpy(&fib->ipv4_dst, o->daddr, 4);
+	}
+	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+}
+
+/* The UDP checksum differences of a rewrite: the pseudo-header's in *pseudo, the rest
+ * (UDP header, ChannelData header) in *rest. The padding a client -> peer datagram loses
+ * is subtracted by the caller. */
+static __always_inline void csum_diffs(const struct tgo_pkt *p, const struct tgo_out *o,
+				       __u32 *pseudo, __u32 *rest)
+{
+	__u16 old_len = bpf_htons((__u16)p->ulen), new_len = bpf_htons((__u16)o->new_ulen);
+	__u32 ps = 0, r = 0;
+
+	ps = csum_addrs(ps, p, o);
+	ps = csum_sub16(csum_add16(ps, new_len), old_len);
+
+	r = csum_add16(r, o->sport);
+	r = csum_add16(r, o->dport);
+	r = csum_sub16(r, p->sport);
+	r = csum_sub16(r, p->dport);
+	r = csum_sub16(csum_add16(r, new_len), old_len);
+	if (o->dir == 0) {
+		r = csum_sub16(r, p->chan);
+		r = csum_sub16(r, bpf_htons(p->chlen));
+	} else {
+		r = csum_add16(r, o->chan);
+		r = csum_add16(r, bpf_htons((__u16)o->plen));
+	}
+	*pseudo = ps;
+	*rest = r;
+}
+
+/* The sum of up to 3 padding bytes as they sit in the datagram: a byte at an even offset
+ * from the UDP header is the first of its 16-bit word. */
+static __always_inline __u32 csum_padding(const __u8 pad[3], __u32 npad, __u32 first_off)
+{
+	__u8 w[4] = {};
+
+	if (first_off & 1) {
+		w[1] = npad > 0 ? pad[0] : 0;
+		w[2] = npad > 1 ? pad[1] : 0;
+		w[3] = npad > 2 ? pad[2] : 0;
+	} else {
+		w[0] = npad > 0 ? pad[0] : 0;
+		w[1] = npad > 1 ? pad[1] : 0;
+		w[2] = npad > 2 ? pad[2] : 0;
+	}
+	__u32 s = (__u32)((__u16 *)w)[0] + ((__u16 *)w)[1];
+
+	return (s & 0xffff) + (s >> 16);	/* at most 0xffff */
+}
+
+/* ---- TC ---------------------------------------------------------------------------- */
+
+/* Parses the IP and UDP headers of an skb (Ethernet framing) and, when present, the
+ * ChannelData header. Returns 0 for a candidate datagram. */
+static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
+{
+	__u32 l3 = ETH_HLEN, l4, need, l3len;
+	void *data, *data_end;
+	struct udphdr *uh;
+	__u8 *ch;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		p->v6 = 0;
+		l4 = l3 + TGO_IP4_HLEN;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		p->v6 = 1;
+		l4 = l3 + TGO_IP6_HLEN;
+	} else {
+		return -1;
+	}
+	if (skb->len < l4 + TGO_UDP_HLEN)
+		return -1;
+	need = skb->len >= l4 + TGO_UDP_HLEN + TGO_CHAN_HDR ? l4 + TGO_UDP_HLEN + TGO_CHAN_HDR
+							     : l4 + TGO_UDP_HLEN;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (data + need > data_end) {
+		if (bpf_skb_pull_data(skb, need))
+			return -1;
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
+	if (data + l4 + TGO_UDP_HLEN > data_end)
+		return -1;
+	if (!p->v6) {
+		struct iphdr *ip = data + l3;
+
+		const __u16 *w = (const __u16 *)ip;
+		__u32 sum = 0;
+
+		if (ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
+		    (ip->frag_off & bpf_htons(0x3FFF)))
+			return -1;
+		/* A damaged header goes up to be dropped by the stack, not relayed afresh. */
+#pragma unroll
+		for (int i = 0; i < TGO_IP4_HLEN / 2; i++)
+			sum += w[i];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		if (sum != 0xffff)
+			return -1;
+		l3len = bpf_ntohs(ip->tot_len);
+		p->tos = ip->tos;
+		__builtin_memset(p->saddr, 0, 16);
+		__builtin_memset(p->daddr, 0, 16);
+		__builtin_memcpy(p->saddr, &ip->saddr, 4);
+		__builtin_memcpy(p->daddr, &ip->daddr, 4);
+		uh = data + l4;
+		p->ulen = bpf_ntohs(uh->len);
+		if (l3len != TGO_IP4_HLEN + p->ulen)
+			return -1;
+	} else {
+		struct ipv6hdr *ip6 = data + l3;
+
+		if (ip6->version != 6 || ip6->nexthdr != IPPROTO_UDP)
+			return -1;
+		l3len = TGO_IP6_HLEN + bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(p->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(p->daddr, &ip6->daddr, 16);
+		uh = data + l4;
+		p->ulen = bpf_ntohs(uh->len);
+		if (l3len != TGO_IP6_HLEN + p->ulen || !uh->check)
+			return -1;
+	}
+	/* Ethernet padding may follow the datagram, never less than it. */
+	if (p->ulen < TGO_UDP_HLEN || l3 + l3len > skb->len)
+		return -1;
+	p->l4 = l4;
+	p->sport = uh->source;
+	p->dport = uh->dest;
+	p->chan_ok = 0;
+	ch = data + l4 + TGO_UDP_HLEN;
+	if (p->ulen >= TGO_UDP_HLEN + TGO_CHAN_HDR && (void *)(ch + TGO_CHAN_HDR) <= data_end) {
+		__u16 c = ((__u16)ch[0] << 8) | ch[1];
+		__u16 n = ((__u16)ch[2] << 8) | ch[3];
+		__u32 room = p->ulen - TGO_UDP_HLEN - TGO_CHAN_HDR;
+
+		if (c >= TGO_CHAN_MIN && c <= TGO_CHAN_MAX && n <= room &&
+		    room - n <= TGO_CHAN_MAX_PAD) {
+			p->chan_ok = 1;
+			p->chan = bpf_htons(c);
+			p->chlen = n;
+		}
+	}
+	return 0;
+}
+
+/* Moves len bytes at src to dst (|src - dst| = 4) through the per-CPU scratch buffer, in
+ * the order that never overwrites what is still to be read. BPF_F_RECOMPUTE_CSUM keeps a
+ * CHECKSUM_COMPLETE skb's csum right (and costs nothing for the other states). */
+static __always_inline int tc_move(struct __sk_buff *skb, __u64 src, __u64 dst, __u64 len)
+{
+	__u32 zero = 0;
+	struct tgo_scratch *s = bpf_map_lookup_elem(&tgo_scratch, &zero);
+
+	if (!s || len > TGO_MAX_PAYLOAD)
+		return -1;
+	for (int i = 0; i < TGO_MOVE_CHUNKS; i++) {
+		__u64 done = (__u64)i * TGO_MOVE_CHUNK, n, off;
+
+		if (done >= len)
+			break;
+		n = len - done;
+		if (n > TGO_MOVE_CHUNK)
+			n = TGO_MOVE_CHUNK;
+		/* Toward the front: front piece first; toward the back: back piece first. */
+		off = dst < src ? done : len - done - n;
+		barrier_var(n);
+		barrier_var(off);
+		if (n == 0 || n > TGO_MOVE_CHUNK || off > TGO_MAX_PAYLOAD)
+			break;
+		if (bpf_skb_load_bytes(skb, src + off, s->buf, n) < 0)
+			return -1;
+		if (bpf_skb_store_bytes(skb, dst + off, s->buf, n, BPF_F_RECOMPUTE_CSUM) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Writes the new IP and UDP headers (and the ChannelData header toward the client) once
+ * the payload is in place and the frame has its final length. */
+static __always_inline int tc_write_headers(struct __sk_buff *skb, const struct tgo_pkt *p,
+					    const struct tgo_out *o)
+{
+	__u32 hdr = p->l4 + TGO_UDP_HLEN + (o->dir == 1 ? TGO_CHAN_HDR : 0);
+	void *data, *data_end;
+	struct udphdr *uh;
+
+	if (bpf_skb_pull_data(skb, hdr) < 0)
+		return -1;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (!p->v6) {
+		struct iphdr *ip = data + ETH_HLEN;
+		__u16 *w = (__u16 *)ip;
+		__u32 sum = 0;
+
+		if ((void *)(ip + 1) + TGO_UDP_HLEN > data_end)
+			return -1;
+		__builtin_memcpy(&ip->saddr, o->saddr, 4);
+		__builtin_memcpy(&ip->daddr, o->daddr, 4);
+		ip->tot_len = bpf_htons((__u16)(TGO_IP4_HLEN + o->new_ulen));
+		ip->ttl = TGO_TTL;
+		ip->check = 0;
+#pragma unroll
+		for (int i = 0; i < TGO_IP4_HLEN / 2; i++)
+			sum += w[i];
+		sum = (sum & 0xffff) + (sum >> 16);
+		sum = (sum & 0xffff) + (sum >> 16);
+		ip->check = (__u16)~sum;
+		uh = (void *)(ip + 1);
+	} else {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+
+		if ((void *)(ip6 + 1) + TGO_UDP_HLEN > data_end)
+			return -1;
+		__builtin_memcpy(&ip6->saddr, o->saddr, 16);
+		__builtin_memcpy(&ip6->daddr, o->daddr, 16);
+		ip6->payload_len = bpf_htons((__u16)o->new_ulen);
+		ip6->hop_limit = TGO_TTL;
+		uh = (void *)(ip6 + 1);
+	}
+	uh->source = o->sport;
+	uh->dest = o->dport;
+	uh->len = bpf_htons((__u16)o->new_ulen);
+	if (o->dir == 1) {
+		__u8 *ch = (__u8 *)(uh + 1);
+
+		if ((void *)(ch + TGO_CHAN_HDR) > data_end)
+			return -1;
+		__builtin_memcpy(ch, &o->chan, 2);
+		ch[2] = (__u8)(o->plen >> 8);
+		ch[3] = (__u8)o->plen;
+	}
+	return 0;
+}
+
+/* The padding bytes of a client -> peer datagram, summed as the checksum saw them. */
+static __always_inline int tc_padding_sum(struct __sk_buff *skb, const struct tgo_pkt *p,
+					  __u32 *sum)
+{
+	__u32 first = TGO_UDP_HLEN + TGO_CHAN_HDR + p->chlen;
+	__u64 npad = p->ulen - first;
+	__u8 pad[4] = {};
+
+	*sum = 0;
+	if (npad > TGO_CHAN_MAX_PAD)
+		return -1;
+	barrier_var(npad);
+	npad &= 3;
+	if (npad == 0)
+		return 0;
+	if (bpf_skb_load_bytes(skb, p->l4 + first, pad, npad) < 0)
+		return -1;
+	*sum = csum_padding(pad, npad, first);
+	return 0;
+}
+
+/* Rewrites the datagram in place; 0, or -1 once the skb is no longer intact (drop). */
+static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pkt *p,
+				      const struct tgo_out *o, __u32 padsum)
+{
+	__u32 payload = p->l4 + TGO_UDP_HLEN, new_len = payload + TGO_CHAN_HDR + o->plen;
+	__u32 pseudo, rest, mm0 = BPF_F_MARK_MANGLED_0;
+
+	if (o->dir == 0) {
+		new_len = payload + o->plen;
+		if (tc_move(skb, payload + TGO_CHAN_HDR, payload, o->plen) < 0)
+			return -1;
+		if (bpf_skb_change_tail(skb, new_len, 0) < 0)
+			return -1;
+	} else {
+		if (bpf_skb_change_tail(skb, new_len, 0) < 0)
+			return -1;
+		if (tc_move(skb, payload, payload + TGO_CHAN_HDR, o->plen) < 0)
+			return -1;
+	}
+	if (tc_write_headers(skb, p, o) < 0)
+		return -1;
+	csum_diffs(p, o, &pseudo, &rest);
+	rest = csum_sub16(rest, (__u16)padsum);
+	if (bpf_l4_csum_replace(skb, p->l4 + 6, 0, pseudo, BPF_F_PSEUDO_HDR | mm0) < 0 ||
+	    bpf_l4_csum_replace(skb, p->l4 + 6, 0, rest, mm0) < 0)
+		return -1;
+	return 0;
+}
+
+/* A local destination (NOT_FWDED) is relayed only when the datagram arrived on loopback,
+ * whose skb keeps the route to local delivery (elsewhere the stack would drop a datagram
+ * from a local address as a martian), and a socket of this namespace takes it; an
+ * unroutable destination also reads NOT_FWDED and goes up like any other. */
+static __always_inline int tc_local_ok(struct __sk_buff *skb, const struct tgo_pkt *p,
+				       const struct tgo_out *o)
+{
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+	__u32 size;
+
+	if (skb->ingress_ifindex != TGO_LOOPBACK_IFINDEX)
+		return 0;
+	if (p->v6) {
+		__builtin_memcpy(t.ipv6.saddr, o->saddr, 16);
+		__builtin_memcpy(t.ipv6.daddr, o->daddr, 16);
+		t.ipv6.sport = o->sport;
+		t.ipv6.dport = o->dport;
+		size = sizeof(t.ipv6);
+	} else {
+		__builtin_memcpy(&t.ipv4.saddr, o->saddr, 4);
+		__builtin_memcpy(&t.ipv4.daddr, o->daddr, 4);
+		t.ipv4.sport = o->sport;
+		t.ipv4.dport = o->dport;
+		size = sizeof(t.ipv4);
+	}
+	sk = bpf_sk_lookup_udp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	bpf_sk_release(sk);
+	return 1;
+}
+
+static __always_inline int tc_set_macs(struct __sk_buff *skb, const struct bpf_fib_lookup *fib)
+{
+	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	return 0;
+}
+
+SEC("tc")
+int tgo_tc(struct __sk_buff *skb)
+{
+	struct bpf_fib_lookup fib;
+	struct tgo_pkt p;
+	struct tgo_out o;
+	__u32 padsum = 0;
+	long rc;
+
+	if (skb->gso_size || skb->pkt_type != PACKET_HOST)
+		return TC_ACT_OK;
+	if (tc_parse(skb, &p) < 0 || lookup(&p, &o) < 0 || o.plen > TGO_MAX_PAYLOAD)
+		return TC_ACT_OK;
+	rc = route(skb, &p, &o, skb->ingress_ifindex ? skb->ingress_ifindex : skb->ifindex, &fib);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
+	    (rc != BPF_FIB_LKUP_RET_NOT_FWDED || !tc_local_ok(skb, &p, &o)))
+		return TC_ACT_OK;
+	if (o.dir == 0 && tc_padding_sum(skb, &p, &padsum) < 0)
+		return TC_ACT_OK;
+	if (tc_rewrite(skb, &p, &o, padsum) < 0)
+		return TC_ACT_SHOT;
+	count(&o);
+	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED)
+		return TC_ACT_OK;	/* a local destination: the stack delivers it */
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		struct bpf_redir_neigh nh = {};
+
+		nh.nh_family = fib.family;
+		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+		return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	}
+	if (tc_set_macs(skb, &fib) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+char _license[] SEC("license") = "GPL";
