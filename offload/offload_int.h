@@ -1,0 +1,60 @@
+/* Offload module internals shared by offload.c (open, pins, close) and offload_attach.c
+ * (the TC and XDP hooks of one interface). Built only with HAVE_OFFLOAD. */
+#ifndef TG_OFFLOAD_OFFLOAD_INT_H
+#define TG_OFFLOAD_OFFLOAD_INT_H
+
+#include <net/if.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "offload/offload.h"
+
+#define TGO_MAGIC 0x54474f46u /* "TGOF" */
+
+/* The clsact ingress filter: a handle and priority of our own, so that a filter of
+ * another tool is never replaced, and a take-over replaces ours in place. */
+#define TGO_TC_HANDLE 0x7467u
+#define TGO_TC_PRIO 0x7467u
+
+/* Kernel names of the programs (as bpftool shows them). */
+#define TGO_PROG_TC "tgo_tc"
+#define TGO_PROG_XDP "tgo_xdp"
+
+enum tgo_hook {
+	TGO_HOOK_TC = 1,
+	TGO_HOOK_XDP_NATIVE,
+	TGO_HOOK_XDP_GENERIC,
+};
+
+struct tgo_iface {
+	char name[IF_NAMESIZE];
+	int ifindex;
+	enum tgo_hook hook;
+	bool created_clsact;	/* this open created the clsact qdisc */
+};
+
+struct tgo_relay;
+
+struct tgo {
+	uint32_t magic;
+	struct tgo_relay *skel;
+	char pin_dir[256];	/* "" when not pinned */
+	struct tgo_iface *ifs;
+	size_t n_ifs;
+	struct tgo_maps maps;
+	int ctr_fd;
+};
+
+/* Attaches prog_fd (TC) or xdp_fd (XDP) to f->ifindex as engine asks (AUTO: native XDP
+ * where the driver has it, else TC); replaces a program of ours already there (a
+ * take-over), refuses to replace anyone else's. Fills f->hook. 0 or -errno with why. */
+int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, int xdp_fd,
+		     char *why, size_t why_len);
+/* Detaches what tgo_iface_attach attached (only programs of ours). */
+void tgo_iface_detach(const struct tgo_iface *f);
+
+/* The entries in the hash map fd, or -errno. */
+int tgo_map_count(int fd);
+
+#endif
