@@ -521,6 +521,16 @@ static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pk
 	return 0;
 }
 
+/* 127.0.0.0/8 or ::1 */
+static __always_inline int is_loopback(const struct tgo_pkt *p, const struct tgo_out *o)
+{
+	const __u32 *a = (const __u32 *)o->daddr;
+
+	if (!p->v6)
+		return o->daddr[0] == 127;
+	return a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == bpf_htonl(1);
+}
+
 /* A local destination (NOT_FWDED) is relayed only when the datagram arrived on loopback,
  * whose skb keeps the route to local delivery (elsewhere the stack would drop a datagram
  * from a local address as a martian), and a socket of this namespace takes it; an
@@ -579,7 +589,13 @@ int tgo_tc(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (tc_parse(skb, &p) < 0 || lookup(&p, &o) < 0 || o.plen > TGO_MAX_PAYLOAD)
 		return TC_ACT_OK;
-	rc = route(skb, &p, &o, skb->ingress_ifindex ? skb->ingress_ifindex : skb->ifindex, &fib);
+	/* Loopback to a loopback address is local by definition: no route lookup, hence no
+	 * need for forwarding on lo (the daemon's tests run so). */
+	if (skb->ingress_ifindex == TGO_LOOPBACK_IFINDEX && is_loopback(&p, &o))
+		rc = BPF_FIB_LKUP_RET_NOT_FWDED;
+	else
+		rc = route(skb, &p, &o, skb->ingress_ifindex ? skb->ingress_ifindex : skb->ifindex,
+			   &fib);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH &&
 	    (rc != BPF_FIB_LKUP_RET_NOT_FWDED || !tc_local_ok(skb, &p, &o)))
 		return TC_ACT_OK;

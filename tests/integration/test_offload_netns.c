@@ -271,6 +271,11 @@ struct fam {
 	int client, peer, listener, relay;	/* sockets: client (C), peer (P), server (S) */
 };
 
+static const struct ep LC4 = { AF_INET, "127.0.0.1", 5100 }, LL4 = { AF_INET, "127.0.0.1", 3479 },
+		       LR4 = { AF_INET, "127.0.0.1", 49200 }, LP4 = { AF_INET, "127.0.0.1", 6100 };
+static const struct ep LC6 = { AF_INET6, "::1", 5100 }, LL6 = { AF_INET6, "::1", 3479 },
+		       LR6 = { AF_INET6, "::1", 49200 }, LP6 = { AF_INET6, "::1", 6100 };
+
 static struct fam F[2] = { { &C4, &L4, &R4, &P4, -1, -1, -1, -1 },
 			   { &C6, &L6, &R6, &P6, -1, -1, -1, -1 } };
 static struct tgo *g_t;
@@ -305,8 +310,8 @@ static struct tgo_channel chan_of(const struct fam *f, uint16_t number, uint64_t
 
 static int open_offload(struct tgo **t, const char *pin)
 {
-	const char *ifs[] = { "s0", "s1" };
-	struct tgo_opts o = { TGO_ENGINE_TC, ifs, 2, pin, 1024, false };
+	const char *ifs[] = { "s0", "s1", "lo" };
+	struct tgo_opts o = { TGO_ENGINE_TC, ifs, 3, pin, 1024, false };
 	char why[256];
 	int err;
 
@@ -338,7 +343,7 @@ static int group_teardown(void **state)
 
 /* ---- Traffic ----------------------------------------------------------------------- */
 
-static uint8_t g_data[1600];
+static uint8_t g_data[4000];
 
 static size_t chandata(uint8_t *m, uint16_t ch, size_t n, size_t pad, unsigned seed)
 {
@@ -371,7 +376,7 @@ static void expect_relayed(int dir, size_t n)
  * untouched, and the peer nothing). */
 static void c2p(struct fam *f, uint16_t ch, size_t n, size_t pad, bool relayed)
 {
-	uint8_t m[1700], got[1700];
+	uint8_t m[4000], got[4000];
 	char abuf[INET6_ADDRSTRLEN];
 	struct ep from;
 	size_t len = chandata(m, ch, n, pad, (unsigned)n);
@@ -398,7 +403,7 @@ static void c2p(struct fam *f, uint16_t ch, size_t n, size_t pad, bool relayed)
  * ChannelData on ch from the listener address; else the relay socket gets them. */
 static void p2c(struct fam *f, uint16_t ch, size_t n, bool relayed)
 {
-	uint8_t got[1700];
+	uint8_t got[4000];
 	char abuf[INET6_ADDRSTRLEN];
 	struct ep from;
 	ssize_t r;
@@ -563,6 +568,55 @@ static void test_goes_up(void **state)
 	check_no_csum_errors();
 }
 
+/* Every end on the server's loopback (the daemon's own tests): the programs on lo
+ * deliver locally (NOT_FWDED) to a socket that takes the datagram, and send up what no
+ * socket would take. */
+static void test_loopback(void **state)
+{
+	struct fam lo[2] = { { &LC4, &LL4, &LR4, &LP4, -1, -1, -1, -1 },
+			     { &LC6, &LL6, &LR6, &LP6, -1, -1, -1, -1 } };
+	struct tgo_maps m;
+
+	(void)state;
+	tgo_maps_of(g_t, &m);
+	for (int i = 0; i < 2; i++) {
+		struct fam *f = &lo[i];
+		struct tgo_channel ch = chan_of(f, 0x5555, 60000 * MS_NS);
+
+		f->client = sock_at(NS_S, f->c);
+		f->peer = sock_at(NS_S, f->p);
+		f->listener = sock_at(NS_S, f->l);
+		f->relay = sock_at(NS_S, f->r);
+		assert_int_equal(tgo_channel_set(&m, &ch), 0);
+		c2p(f, ch.channel, 0, 0, true);
+		c2p(f, ch.channel, 1200, 3, true);
+		/* Without forwarding on lo (the default of a host) as well. */
+		assert_int_equal(sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv4/conf/lo/forwarding;"
+				    " echo 0 > /proc/sys/net/ipv6/conf/lo/forwarding'", ns_name[NS_S]), 0);
+		c2p(f, ch.channel, 7, 0, true);
+		p2c(f, ch.channel, 8, true);
+		assert_int_equal(sh("ip netns exec %s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/lo/forwarding;"
+				    " echo 1 > /proc/sys/net/ipv6/conf/lo/forwarding'", ns_name[NS_S]), 0);
+		p2c(f, ch.channel, 0, true);
+		p2c(f, ch.channel, 3000, true);
+		/* No socket at the peer's address: up, as the worker would get it. */
+		close(f->peer);
+		f->peer = -1;
+		c2p(f, ch.channel, 10, 0, false);
+		f->peer = sock_at(NS_S, f->p);
+		c2p(f, ch.channel, 11, 0, true);
+		assert_int_equal(tgo_channel_del(&m, &ch), 0);
+		c2p(f, ch.channel, 12, 0, false);
+		p2c(f, ch.channel, 13, false);
+		close(f->client);
+		close(f->peer);
+		close(f->listener);
+		close(f->relay);
+	}
+	check_counts();
+	check_no_csum_errors();
+}
+
 /* Pinned: a close that keeps leaves the kernel relaying; a second open takes the maps
  * over (entries and counts kept); a close that does not keep stops it all. */
 static void test_takeover(void **state)
@@ -626,6 +680,7 @@ static int run_all(void)
 		cmocka_unit_test(test_partial_checksums),
 		cmocka_unit_test(test_no_checksum),
 		cmocka_unit_test(test_goes_up),
+		cmocka_unit_test(test_loopback),
 		cmocka_unit_test(test_takeover),
 	};
 

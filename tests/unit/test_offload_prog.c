@@ -538,10 +538,12 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 	plen = dir == 0 ? chlen : ulen - 8;
 	if (plen > TGO_MAX_PAYLOAD)
 		return;
-	if (rc->fwd_off)
-		return;
 	{
 		const uint8_t *ndst = dir == 0 ? c->peer : c->client;
+		bool lo_dst = v6 ? !memcmp(ndst, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16) : ndst[0] == 127;
+
+		if (rc->fwd_off && !(rc->ingress == 1 && lo_dst))
+			return;
 		size_t new_l3 = (v6 ? 40 : 20) + 8 + plen + (dir == 1 ? 4 : 0);
 
 		route = model_route(v6, ndst, &egress, &dmac, &smac, &mtu);
@@ -1012,6 +1014,21 @@ static void test_route_results(void **state)
 		assert_int_equal(check_frame(f, len, &rc), M_PASS);
 	}
 	fwd_ingress("tgA", 1);
+	/* Loopback to a loopback address needs no forwarding on lo. */
+	fwd_ingress("lo", 0);
+	{
+		static uint8_t f[FRAME_MAX];
+		struct run_ctx rc = { 1, 0, true };
+		size_t len;
+
+		s = spec_c2p(&chans[3], chans[3].channel, 50, 0, 50);
+		len = frame_build(f, &s);
+		assert_int_equal(check_frame(f, len, &rc), M_LOCAL);
+		s = spec_p2c(&chans[9], 50);
+		len = frame_build(f, &s);
+		assert_int_equal(check_frame(f, len, &rc), M_LOCAL);
+	}
+	fwd_ingress("lo", 1);
 	/* A local destination arriving on tgA (not lo): up to user space. */
 	{
 		static uint8_t f[FRAME_MAX];
