@@ -30,6 +30,8 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_DISCONNECT] = { "DISCONNECT", LEN_EXACT, sizeof(struct ipc_disconnect), false },
 	[IPC_LOGLEVEL] = { "LOGLEVEL", LEN_STR, 0, false },
 	[IPC_STOP] = { "STOP", LEN_EXACT, 0, false },
+	[IPC_OFFLOAD_MAP] = { "OFFLOAD_MAP", LEN_EXACT, 1, true },
+	[IPC_OFFLOAD_OFF] = { "OFFLOAD_OFF", LEN_EXACT, 0, false },
 };
 
 static const struct type_rule *rule_of(uint16_t type)

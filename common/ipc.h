@@ -19,6 +19,9 @@
  *   IPC_DISCONNECT       master->worker   struct ipc_disconnect            no
  *   IPC_LOGLEVEL         master->worker   log spec (1..IPC_NAME_MAX)       no
  *   IPC_STOP             master->worker   empty                            no
+ *   IPC_OFFLOAD_MAP      master->worker   one byte: 0 client->peer map,    yes: the map
+ *                                         1 peer->client map (the last)
+ *   IPC_OFFLOAD_OFF      master->worker   empty                            no
  *
  * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
  * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
@@ -46,6 +49,8 @@ enum ipc_type {
 	IPC_DISCONNECT,
 	IPC_LOGLEVEL,
 	IPC_STOP,
+	IPC_OFFLOAD_MAP,
+	IPC_OFFLOAD_OFF,
 	IPC_TYPE_END, /* one past the last valid type */
 };
 

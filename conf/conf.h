@@ -214,6 +214,20 @@ struct conf_limits {
 	uint64_t user_bps;              /* all allocations of a user on this node */
 };
 
+/* admin.offload_engine (STUNner's names, case-insensitive). */
+enum conf_offload {
+	CONF_OFFLOAD_NONE = 0,       /* user space only (default) */
+	CONF_OFFLOAD_AUTO,           /* XDP where the driver runs it natively, else TC */
+	CONF_OFFLOAD_TC,
+	CONF_OFFLOAD_XDP,
+};
+
+/* "None", "Auto", "TC" or "XDP". */
+const char *conf_offload_name(enum conf_offload e);
+
+/* Upper bound of admin.offload_interfaces. */
+#define CONF_MAX_OFFLOAD_IFACES 16
+
 struct conf_admin {
 	char *name;                  /* default "default-stunnerd" */
 	char *loglevel;              /* default "all:INFO" */
@@ -238,6 +252,10 @@ struct conf_admin {
 				      * credential_api_token or the file); NULL = none. Secret:
 				      * redacted in JSON, wiped on free. */
 	char *credential_api_token_file; /* ours; path as written, NULL when unset (watched by -w) */
+	enum conf_offload offload_engine; /* STUNner's; default None */
+	char **offload_ifaces;       /* STUNner's offload_interfaces; NULL/0: the interfaces that
+				      * carry the listeners' and relays' addresses */
+	size_t n_offload_ifaces;
 };
 
 #define CONF_MAGIC 0x434f4e46u  /* "CONF" */

@@ -123,6 +123,14 @@ static json_t *admin_json(const struct conf *c)
 	if (a->credential_api_token != NULL)
 		set_s(o, "credential_api_token", REDACTED);
 	set_s(o, "credential_api_token_file", a->credential_api_token_file);
+	set_s(o, "offload_engine", conf_offload_name(a->offload_engine));
+	{
+		json_t *ifs = json_array();
+
+		for (size_t i = 0; i < a->n_offload_ifaces && ifs != NULL; i++)
+			json_array_append_new(ifs, json_string(a->offload_ifaces[i]));
+		json_object_set_new(o, "offload_interfaces", ifs ? ifs : json_null());
+	}
 	return o;
 }
 

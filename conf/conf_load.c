@@ -280,6 +280,9 @@ void conf_free(struct conf *c)
 	free(c->admin.credential_api_endpoint);
 	conf_wipe_free(c->admin.credential_api_token);
 	free(c->admin.credential_api_token_file);
+	for (size_t i = 0; i < c->admin.n_offload_ifaces; i++)
+		free(c->admin.offload_ifaces[i]);
+	free(c->admin.offload_ifaces);
 	conf_auth_clear(&c->auth);
 	for (size_t i = 0; i < c->n_listeners; i++)
 		listener_free(&c->listeners[i]);

@@ -228,27 +228,74 @@ static void parse_loglevel(struct pctx *p, yaml_node_t *v, const char *path, cha
 	}
 }
 
-/* offload_engine: stunnerd refuses unknown engines; None is what the operator writes. */
-static void parse_offload(struct pctx *p, yaml_node_t *k, yaml_node_t *v, const char *path)
+static const char *const offload_names[] = { "None", "Auto", "TC", "XDP" };
+
+const char *conf_offload_name(enum conf_offload e)
 {
-	static const char *const premium[] = { "XDP", "TC", "Auto" };
+	return (unsigned)e < 4 ? offload_names[e] : "None";
+}
+
+/* offload_engine: STUNner's names, case-insensitive; unknown engines are refused, as
+ * stunnerd does. */
+static void parse_offload(struct pctx *p, yaml_node_t *v, const char *path)
+{
+	const char *const *names = offload_names;
 	char *s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, 0);
-	bool known = s == NULL || s[0] == '\0' || strcasecmp(s, "None") == 0;
-	for (size_t i = 0; s && !known && i < 3; i++) {
-		if (strcasecmp(s, premium[i]) == 0) {
-			known = true;
-			pctx_warn(p, k, path,
-				  "offload engine '%s' is a premium stunnerd feature "
-				  "(ignored: turngate relays in user space)",
-				  s);
-		}
+	size_t i = 0;
+
+	if (s == NULL || s[0] == '\0') {
+		p->cfg->admin.offload_engine = CONF_OFFLOAD_NONE;
+		free(s);
+		return;
 	}
-	if (!known)
+	while (i < 4 && strcasecmp(s, names[i]) != 0)
+		i++;
+	if (i < 4)
+		p->cfg->admin.offload_engine = (enum conf_offload)i;
+	else
 		pctx_error(p, v, path,
 			   "'%s' is not an offload engine (expected None, XDP, TC or "
 			   "Auto)",
 			   s);
 	free(s);
+}
+
+/* offload_interfaces: interface names (at most IFNAMSIZ - 1 bytes each). */
+static void parse_offload_ifaces(struct pctx *p, yaml_node_t *v, const char *path)
+{
+	struct conf_admin *a = &p->cfg->admin;
+	size_t cnt;
+
+	if (pctx_is_null(v) || !pctx_expect(p, v, path, YAML_SEQUENCE_NODE))
+		return;
+	cnt = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+	if (cnt > CONF_MAX_OFFLOAD_IFACES) {
+		pctx_error(p, v, path, "%zu interfaces (expected at most %d)", cnt,
+			   CONF_MAX_OFFLOAD_IFACES);
+		return;
+	}
+	a->offload_ifaces = calloc(cnt ? cnt : 1, sizeof(char *));
+	if (a->offload_ifaces == NULL) {
+		p->nomem = 1;
+		return;
+	}
+	for (size_t i = 0; i < cnt && !p->nomem; i++) {
+		char item[CONF_PATH_MAX];
+		yaml_node_t *n = pctx_node(p, v->data.sequence.items.start[i]);
+		char *s;
+
+		conf_path_idx(item, path, i);
+		s = pctx_string(p, n, item, false);
+		if (s == NULL)
+			continue;
+		if (s[0] == '\0' || strlen(s) > 15 || strchr(s, '/') != NULL) {
+			pctx_error(p, n, item, "'%s' is not an interface name (expected 1 to 15 "
+				   "bytes, no '/')", s);
+			free(s);
+			continue;
+		}
+		a->offload_ifaces[a->n_offload_ifaces++] = s;
+	}
 }
 
 static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
@@ -274,13 +321,9 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
 			p->cfg->limits.user_quota = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
 	} else if (strcasecmp(key, "offload_engine") == 0) {
-		parse_offload(p, k, v, path);
+		parse_offload(p, v, path);
 	} else if (strcasecmp(key, "offload_interfaces") == 0) {
-		if (!pctx_is_null(v) && pctx_expect(p, v, path, YAML_SEQUENCE_NODE) &&
-		    v->data.sequence.items.top > v->data.sequence.items.start)
-			pctx_warn(p, k, path,
-				  "offload interfaces are a premium stunnerd feature "
-				  "(ignored)");
+		parse_offload_ifaces(p, v, path);
 	} else if (strcasecmp(key, "license_config") == 0) {
 		if (!pctx_is_null(v))
 			pctx_warn(p, k, path,

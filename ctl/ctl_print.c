@@ -31,6 +31,24 @@ static void print_lines(json_t *arr, const char *prefix, FILE *out)
 		fprintf(out, "%s%s\n", prefix, json_string_value(v) ? json_string_value(v) : "?");
 }
 
+/* "offload: TC on lo, XDP on eth0; 12 entries" or "offload: None (user space)". */
+static void print_offload(json_t *o, FILE *out)
+{
+	json_t *ifs = json_object_get(o, "interfaces"), *f;
+	size_t i;
+
+	if (o == NULL)
+		return;
+	if (!json_is_true(json_object_get(o, "active"))) {
+		fprintf(out, "offload:        %s (user space)\n", str_of(o, "engine"));
+		return;
+	}
+	fprintf(out, "offload:        %s:", str_of(o, "engine"));
+	json_array_foreach(ifs, i, f)
+		fprintf(out, "%s %s on %s", i ? "," : "", str_of(f, "engine"), str_of(f, "name"));
+	fprintf(out, "; %lld entries\n", int_of(o, "entries"));
+}
+
 static void print_status(json_t *r, FILE *out)
 {
 	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
@@ -54,6 +72,7 @@ static void print_status(json_t *r, FILE *out)
 			str_of(st, "file"), int_of(st, "taken_over"));
 	else if (st != NULL)
 		fprintf(out, "state file:     none (the table ends with the daemon)\n");
+	print_offload(json_object_get(r, "offload"), out);
 	json_array_foreach(ls, i, l) fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"),
 					     str_of(l, "protocol"), str_of(l, "address"));
 }

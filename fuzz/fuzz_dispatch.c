@@ -199,7 +199,9 @@ static struct fz *fz_init(void)
 	fz_init_snapshot(f);
 	if (shm_create(&sc, "fuzz-dispatch", &f->shm) < 0)
 		fz_die("cannot create the shm segment");
-	f->h = (struct worker_heritage){ .slot = 0, .slot_count = 1, .shm = f->shm, .ctl_fd = -1 };
+	f->h = (struct worker_heritage){
+		.slot = 0, .slot_count = 1, .shm = f->shm, .ctl_fd = -1, .offload = { -1, -1 }
+	};
 	w = f->w = calloc(1, sizeof(*w));
 	if (!w)
 		fz_die("out of memory");
@@ -208,9 +210,8 @@ static struct fz *fz_init(void)
 	w->shm = f->shm;
 	w->slot = 0;
 	w->ctr = shm_slot_counters(f->shm, 0);
-	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-	if (!w->ctr || !w->rx || !w->loop)
+	if (!w->ctr || wk_tables_init(w) < 0 || !w->loop)
 		fz_die("worker setup failed");
 	wheel_init(&w->wheel, mono_ms());
 	for (int i = 0; i < FZ_LISTENERS; i++)

@@ -322,6 +322,24 @@ static void single(struct mctx *m, const char *name, const char *help, enum shm_
 	scalar_u(m, name, "counter", help, m->sum.v[c]);
 }
 
+/* The kernel fast path: its share of the datagrams (already in every other counter). */
+static void render_offload(struct mctx *m)
+{
+	static const char *const dirs[] = { "to_peer", "to_client" };
+
+	fam(m, "turngate_offload_packets_total", "counter",
+	    "Datagrams of bound channels relayed by the kernel fast path (eBPF), by direction; "
+	    "they are counted in the listener, cluster and peer counters as well.");
+	for (unsigned d = 0; d < 2; d++) {
+		struct label l = { "direction", dirs[d] };
+
+		sample_u(m, "turngate_offload_packets_total", &l, 1, m->ms->offload_pkts[d]);
+	}
+	fam(m, "turngate_offload_entries", "gauge",
+	    "Bound channels entered in the kernel fast path's maps (0 when it is off).");
+	sample_u(m, "turngate_offload_entries", NULL, 0, m->ms->offload_entries);
+}
+
 static void render_global(struct mctx *m)
 {
 	static const struct lc auth[] = {
@@ -597,11 +615,14 @@ int http_metrics_render(const struct shm *shm, const struct snap *snap,
 	m.alloc_cap = cfg.alloc_cap;
 	if (shm_counters_sum(shm, &m.sum) != 0)
 		return -EIO;
+	if (ms->offload_add != NULL)
+		shm_counters_add(&m.sum, ms->offload_add);
 	live_view(&m);
 	render_stunner(&m);
 	render_listeners(&m);
 	render_global(&m);
 	render_lifetime(&m);
+	render_offload(&m);
 	render_master(&m);
 	render_workers(&m);
 	render_process(&m);

@@ -45,6 +45,11 @@ struct http_master_stats {
 	/* Per worker slot, indexed by slot (n_workers entries, may be 0/NULL). */
 	const struct http_proc_stats *workers;
 	unsigned n_workers;
+	/* The kernel fast path (offload/offload.h): what it relayed, added to the workers'
+	 * counters (NULL: off), its datagrams per direction (0 client -> peer, 1 peer ->
+	 * client) and its entries. */
+	const struct shm_counters *offload_add;
+	uint64_t offload_pkts[2], offload_entries;
 };
 
 /* Fills *out for pid (0 = the calling process) from /proc/PID/{stat,fd,limits} and

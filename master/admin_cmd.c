@@ -72,7 +72,7 @@ static json_t *cmd_status(struct master *m, json_t *req)
 {
 	(void)req;
 	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i}, s:i, s:o, "
-			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}}",
+			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}, s:o}",
 			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
 			 ev_now(m->loop) - m->started_at, "generation", (json_int_t)m->generation,
 			 "config_source", m->config_path != NULL ? m->config_path : "<default>",
@@ -82,7 +82,8 @@ static json_t *cmd_status(struct master *m, json_t *req)
 			 "snapshots", "pending", (int)m->snaps_pending, "reclaimed",
 			 (json_int_t)m->snaps_reclaimed, "unknown_routes",
 			 (json_int_t)(m->cfg ? m->cfg->n_unknown_routes : 0), "state", "file",
-			 m->state_path, "taken_over", (int)m->takeover_adopted);
+			 m->state_path, "taken_over", (int)m->takeover_adopted, "offload",
+			 master_offload_json(m));
 }
 
 static json_t *cmd_config(struct master *m, json_t *req)
@@ -181,6 +182,7 @@ static json_t *cmd_stats(struct master *m, json_t *req)
 	(void)req;
 	memset(&sum, 0, sizeof(sum));
 	shm_counters_sum(m->shm, &sum);
+	master_offload_add(m, &sum);
 	for (int i = 0; i < SHM_CTR__COUNT && ctr != NULL; i++)
 		json_object_set_new(ctr, shm_ctr_name(i), json_integer((json_int_t)sum.v[i]));
 	/* Listener counters are indexed like the current config's listener list. */

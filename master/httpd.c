@@ -77,6 +77,7 @@ static int cb_metrics(void *ctx, struct http_buf *out)
 	struct master *m = ctx;
 	struct http_master_stats ms;
 	struct http_proc_stats *ws;
+	struct shm_counters *off = NULL;
 	const struct snap *snap = NULL;
 	int rc;
 
@@ -94,11 +95,22 @@ static int cb_metrics(void *ctx, struct http_buf *out)
 	http_proc_read(0, &ms.master);
 	http_proc_read_workers(m->shm, ws, m->n_slots, &ms.n_workers);
 	ms.workers = ws;
+	if (m->offload != NULL && (off = calloc(1, sizeof(*off))) != NULL) {
+		struct tgo_count c;
+
+		master_offload_add(m, off);
+		if (tgo_totals(m->offload, &c, &ms.offload_entries) == 0) {
+			ms.offload_pkts[0] = c.pkts[0];
+			ms.offload_pkts[1] = c.pkts[1];
+		}
+		ms.offload_add = off;
+	}
 	/* The master's own copy of what it published: names for listener/cluster series. */
 	if (m->snap_blob != NULL && snap_open(m->snap_blob, m->snap_len, &snap) < 0)
 		snap = NULL;
 	rc = http_metrics_render(m->shm, snap, &ms, out);
 	free(ws);
+	free(off);
 	return rc;
 }
 

@@ -214,6 +214,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	m->tick_count++;
 	if (m->tick_count % PING_EVERY_TICKS == 0 && !m->stopping && m->workers != NULL)
 		supervise_tick(m);
+	master_offload_tick(m);
 	lifecycle_step(m);
 }
 
@@ -391,6 +392,7 @@ static void master_free(struct master *m)
 	for (size_t i = 0; i < m->n_listeners; i++)
 		listener_close(&m->listeners[i]);
 	free(m->listeners);
+	master_offload_close(m);
 	if (m->shm != NULL)
 		shm_destroy(m->shm);
 	free(m->state_path);
@@ -435,6 +437,7 @@ static int master_start(struct master *m)
 	rc = reload_open_listeners(m);
 	if (rc < 0)
 		return rc;
+	master_offload_open(m);
 	rc = reload_publish(m);
 	if (rc < 0)
 		return rc;

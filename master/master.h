@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "conf/conf.h"
+#include "offload/offload.h"
 
 struct shm;
 struct shm_config;
@@ -132,6 +133,11 @@ struct master {
 	/* A private copy of the last published snapshot blob (for metrics' names). */
 	void *snap_blob;
 	size_t snap_len;
+
+	/* kernel fast path (master/offload.c): NULL and -1 fds when off */
+	struct tgo *offload;
+	struct tgo_maps off_maps;
+	enum conf_offload off_engine;  /* the engine the running programs were opened for */
 };
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */
@@ -170,6 +176,9 @@ int supervise_spawn(struct master *m, unsigned slot);
 /* listener_idx >= 0 attaches that listener's socket of each worker's slot. */
 unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload, size_t len,
 			     int listener_idx);
+/* The same frame with the same descriptor fd to every live worker. */
+unsigned supervise_broadcast_fd(struct master *m, uint16_t type, const void *payload, size_t len,
+				int fd);
 /* From the tick timer: pings, hang detection, QSBR stall detection. */
 void supervise_tick(struct master *m);
 /* Asks every worker to stop (IPC_STOP, then SIGTERM at the deadline, SIGKILL after). */
@@ -209,6 +218,30 @@ int reload_run(struct master *m, const char *trigger);
 int reload_set_loglevel(struct master *m, const char *spec);
 /* Number of LIVE allocations in the shared table. */
 unsigned master_alloc_count(const struct master *m);
+
+/* ---- kernel fast path (master/offload.c) ---------------------------------------- */
+
+/* Loads and attaches the programs of admin.offload_engine (before the workers are
+ * forked: they inherit m->off_maps). A failure is one log line and user space, never an
+ * error: returns 0. */
+int master_offload_open(struct master *m);
+/* True when a reload from oc to nc changes admin.offload_engine or offload_interfaces. */
+bool master_offload_changed(const struct conf *oc, const struct conf *nc);
+/* Such a reload: detaches, opens with the new settings, hands the workers the new maps
+ * (IPC_OFFLOAD_MAP; IPC_OFFLOAD_OFF when it is now off), which enter their channels again. */
+void master_offload_reopen(struct master *m);
+/* At exit: detaches, unless allocations stay in the state file for the next start. */
+void master_offload_close(struct master *m);
+/* Removes the entries that expired or whose channel the table no longer holds. */
+void master_offload_gc(struct master *m);
+/* From the tick timer: master_offload_gc every few seconds. */
+void master_offload_tick(struct master *m);
+struct shm_counters;
+/* Adds what the kernel relayed to per-listener, per-cluster and global counters. */
+void master_offload_add(const struct master *m, struct shm_counters *sum);
+/* {"engine", "active", "interfaces": [{"name", "engine"}], "entries", "packets_to_peer",
+ * "packets_to_client"} for status. */
+json_t *master_offload_json(const struct master *m);
 void reload_result_clear(struct reload_result *r);
 
 /* Starts (on=true) or ends the refusal of new allocations (IPC_DRAIN to every worker). */

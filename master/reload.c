@@ -372,6 +372,7 @@ int reload_run(struct master *m, const char *trigger)
 	struct conf_diags diags = { 0 };
 	struct pending p = { 0 };
 	struct conf *nc = NULL;
+	bool off_changed;
 	int rc;
 
 	assert(m->magic == MASTER_MAGIC);
@@ -403,9 +404,12 @@ int reload_run(struct master *m, const char *trigger)
 		goto out;
 	}
 	commit_listeners(m, &p);
+	off_changed = master_offload_changed(m->cfg, nc);
 	conf_free(m->cfg);
 	m->cfg = nc;
 	nc = NULL;
+	if (off_changed)
+		master_offload_reopen(m);
 	m->publish_pending = false;
 	apply_logging(m, m->cfg);
 	httpd_reload(m);

@@ -105,9 +105,10 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		.ctl_fd = ctl_fd,
 		.listeners = wl,
 		.n_listeners = n_wl,
+		.offload = { -1, -1 },
 	};
 	uint32_t n_taken = 0;
-	int keep[SHM_MAX_LISTENERS + 3];
+	int keep[SHM_MAX_LISTENERS + 5];
 	size_t nk = 0;
 	char name[32];
 
@@ -135,6 +136,11 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	/* The state file lock: held until the last process of this daemon is gone. */
 	if (shm_lock_fd(m->shm) >= 0)
 		keep[nk++] = shm_lock_fd(m->shm);
+	if (m->offload != NULL) {
+		h.offload = m->off_maps;
+		keep[nk++] = m->off_maps.c2p_fd;
+		keep[nk++] = m->off_maps.p2c_fd;
+	}
 	for (size_t i = 0; i < n_wl && nk < sizeof(keep) / sizeof(keep[0]); i++)
 		keep[nk++] = wl[i].fd;
 	close_all_but(keep, nk);
@@ -386,14 +392,16 @@ int supervise_init(struct master *m)
 	return 0;
 }
 
-unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload, size_t len,
-			     int listener_idx)
+/* One frame to every live worker, with listener listener_idx's socket of its slot, or
+ * else fd_all (-1: none). */
+static unsigned broadcast(struct master *m, uint16_t type, const void *payload, size_t len,
+			  int listener_idx, int fd_all)
 {
 	unsigned sent = 0;
 
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		struct mworker *w = &m->workers[i];
-		int fd = -1, rc;
+		int fd = fd_all, rc;
 
 		if (w->ctl_fd < 0)
 			continue;
@@ -407,6 +415,18 @@ unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payloa
 			sent++;
 	}
 	return sent;
+}
+
+unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload, size_t len,
+			     int listener_idx)
+{
+	return broadcast(m, type, payload, len, listener_idx, -1);
+}
+
+unsigned supervise_broadcast_fd(struct master *m, uint16_t type, const void *payload, size_t len,
+				int fd)
+{
+	return broadcast(m, type, payload, len, -1, fd);
 }
 
 static void kill_worker(struct mworker *w, const char *why)

@@ -326,6 +326,9 @@ int shm_counters_read(const struct shm *shm, unsigned slot, struct shm_counters 
  * monotonic across respawns). Returns 0. */
 int shm_counters_sum(const struct shm *shm, struct shm_counters *out);
 
+/* dst += src, word by word (every counter, listener and cluster counters included). */
+void shm_counters_add(struct shm_counters *dst, const struct shm_counters *src);
+
 /* ---- cross-process QSBR (argument in shm/qsbr.c) -------------------------------- */
 
 /* Worker, own slot: announce "I may read snapshots from now on". Stores the current

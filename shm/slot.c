@@ -217,6 +217,11 @@ int shm_counters_read(const struct shm *shm, unsigned slot, struct shm_counters 
 	return 0;
 }
 
+void shm_counters_add(struct shm_counters *dst, const struct shm_counters *src)
+{
+	counters_accumulate(dst, src);
+}
+
 int shm_counters_sum(const struct shm *shm, struct shm_counters *out)
 {
 	shm_check_handle(shm);

@@ -177,6 +177,7 @@ void wk_alloc_forget(struct worker *w, struct wk_alloc *a)
 void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 {
 	log_debug("turn", "allocation %u ended: %s", a->rec_idx, why);
+	wk_offload_drop_all(w, a);	/* its keys need the relay sockets still open */
 	wk_alloc_unlink(w, a);
 	/* DYING first: a crash before the release then tells our replacement that this
 	 * record is no longer counted (see shm_alloc_retire). */
@@ -209,6 +210,8 @@ void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
 		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns / ns_per_ms < next)
 			next = a->rec->chans[i].expires_ns / ns_per_ms;
 	wheel_arm(&w->wheel, &a->timer, next + 1);
+	/* Every change of an expiry ends here: the kernel's entries follow. */
+	wk_offload_sync(w, a);
 }
 
 static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
@@ -227,8 +230,10 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 		if (a->rec->perms[i].family && a->rec->perms[i].expires_ns <= now_ns)
 			memset(&a->rec->perms[i], 0, sizeof(a->rec->perms[i]));
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
-		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns <= now_ns)
+		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns <= now_ns) {
+			wk_offload_drop(w, a, i);
 			memset(&a->rec->chans[i], 0, sizeof(a->rec->chans[i]));
+		}
 	shm_alloc_end_write(a->rec);
 	wk_alloc_rearm(w, a);
 }
@@ -502,6 +507,8 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 	rc = wk_alloc_perm_add(w, a, peer);
 	if (rc < 0)
 		return rc;
+	if (!by_num)	/* a free or expired slot: its old channel's entry goes first */
+		wk_offload_drop(w, a, (unsigned)(slot - a->rec->chans));
 	shm_alloc_begin_write(a->rec);
 	wk_addr_to_shm(peer, &slot->peer);
 	slot->number = ch;

@@ -145,6 +145,7 @@ struct wk_alloc {
 	uint32_t rec_idx;
 	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
 	uint64_t user_key;		/* shm_quota_user_key of its username, 0 until needed */
+	uint32_t off_mask;		/* channel slots with a kernel fast path entry (offload.c) */
 	uint64_t expires_ms;
 	struct wheel_timer timer;	/* earliest of allocation/permission/channel expiry */
 	bool dont_fragment;
@@ -225,6 +226,7 @@ struct worker {
 	struct wheel wheel;
 	struct wk_listener *ls[WK_MAX_LISTENERS];
 	size_t n_ls;
+	struct tgo_maps off;		/* the kernel fast path's maps, -1 when off */
 	/* UDP allocations by (listener, client): a power of two of buckets, at least the
 	 * table's capacity (so chains stay short however many allocations one worker holds,
 	 * and a lookup costs the same with 0 or 100,000 held), hash_mask = buckets - 1. */
@@ -404,6 +406,27 @@ void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t p
 int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
 		   uint16_t *port);
 void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
+
+/* ---- worker.c ---- */
+/* The worker's private tables (receive buffers, allocation hash sized from the table's
+ * capacity) and its fast path maps from the heritage: w->h and w->shm set first. Freed
+ * with the worker. Returns 0 or -ENOMEM. */
+int wk_tables_init(struct worker *w);
+
+/* ---- offload.c ---- */
+/* Rewrites the kernel fast path entries of a's channels from its record (after anything
+ * that changes them or their eligibility); no-op when the fast path is off. */
+void wk_offload_sync(struct worker *w, struct wk_alloc *a);
+/* Removes the entry of channel slot i (before the slot is overwritten or cleared). */
+void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i);
+/* Removes every entry of a (the allocation ends). */
+void wk_offload_drop_all(struct worker *w, struct wk_alloc *a);
+/* wk_offload_sync of every allocation of the worker (a new snapshot). */
+void wk_offload_sync_all(struct worker *w);
+/* A reload changed the fast path (IPC_OFFLOAD_MAP/OFF): which 0 takes fd as the client ->
+ * peer map, 1 as the peer -> client map and then enters every channel in the new maps;
+ * 2 turns the fast path off. Takes fd. */
+void wk_offload_map(struct worker *w, unsigned which, int fd);
 
 /* ---- addr.c ---- */
 /* Hash of (listener, client address); a table of 2^k buckets takes its low k bits. */

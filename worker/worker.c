@@ -224,6 +224,8 @@ static void wk_snap_apply(struct worker *w)
 	for (size_t i = 0; i < w->n_ls; i++)
 		if (w->ls[i]->active)
 			wk_listener_apply(w, w->ls[i]);
+	/* Routes, limits or listener indices may have changed: the kernel's entries follow. */
+	wk_offload_sync_all(w);
 }
 
 /* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */
@@ -446,6 +448,13 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_STOP:
 		wk_stop(w, "STOP from master");
 		break;
+	case IPC_OFFLOAD_MAP:
+		wk_offload_map(w, m->payload[0], fd);
+		fd = -1;
+		break;
+	case IPC_OFFLOAD_OFF:
+		wk_offload_map(w, 2, -1);
+		break;
 	default:
 		log_warn("worker", "unexpected control message %s", ipc_type_name(m->hdr.type));
 		break;
@@ -544,6 +553,17 @@ static void wk_teardown(struct worker *w)
 	ev_loop_destroy(w->loop);
 }
 
+int wk_tables_init(struct worker *w)
+{
+	w->off = w->h->offload;
+	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
+	w->hash_mask = WK_HASH_BUCKETS - 1;
+	while (w->hash_mask < shm_alloc_capacity(w->shm) - 1 && w->hash_mask < (1u << 24) - 1)
+		w->hash_mask = w->hash_mask << 1 | 1;
+	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
+	return w->rx && w->hash ? 0 : -ENOMEM;
+}
+
 int worker_run(const struct worker_heritage *h)
 {
 	struct worker *w;
@@ -559,13 +579,8 @@ int worker_run(const struct worker_heritage *h)
 	w->exit_status = 0;
 	signal(SIGPIPE, SIG_IGN);
 	w->ctr = shm_slot_counters(w->shm, w->slot);
-	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
-	w->hash_mask = WK_HASH_BUCKETS - 1;
-	while (w->hash_mask < shm_alloc_capacity(w->shm) - 1 && w->hash_mask < (1u << 24) - 1)
-		w->hash_mask = w->hash_mask << 1 | 1;
-	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-	if (!w->ctr || !w->rx || !w->hash || !w->loop || wk_tls_init(w) < 0 || wk_dtls_meth_init(w) < 0) {
+	if (!w->ctr || wk_tables_init(w) < 0 || !w->loop || wk_tls_init(w) < 0 || wk_dtls_meth_init(w) < 0) {
 		log_error("worker", "slot %u: setup failed", h->slot);
 		free(w->rx);
 		free(w->hash);

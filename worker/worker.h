@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "offload/offload.h"
+
 struct shm; /* shm/shm.h: the mapped segment handle, created by the master before fork */
 
 /* Socket type of a listening socket: TURN-DTLS listeners are UDP sockets and TURN-TLS
@@ -54,6 +56,9 @@ struct worker_heritage {
 	 * adopts those it owns from this list; NULL: it scans the whole table (a respawn). */
 	const uint32_t *adopt;
 	size_t n_adopt;
+	/* The kernel fast path's map fds (offload/offload.h), -1 when it is off: the worker
+	 * enters its allocations' bound channels. */
+	struct tgo_maps offload;
 };
 
 /* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,

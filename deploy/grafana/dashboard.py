@@ -75,6 +75,20 @@ ROWS = [
          [("sum by (name) (stunner_listener_connections{%s})" % LST, "{{name}} open"),
           ("sum by (name) (rate(stunner_listener_connections_total{%s}%s))" % (LST, RATE),
            "{{name}} opened/s")]),
+        ("timeseries", "Kernel fast path", "pps",
+         "Datagrams of bound channels relayed by the eBPF programs (admin.offload_engine), "
+         "by direction; they are in the listener and cluster panels too. 0 when the fast "
+         "path is off.",
+         [("sum by (direction) (rate(turngate_offload_packets_total{%s}%s))" % (INST, RATE),
+           "{{direction}}")]),
+        ("timeseries", "Kernel fast path entries", "short",
+         "Bound channels entered in the fast path's maps.",
+         [("sum by (instance) (turngate_offload_entries{%s})" % INST, "{{instance}}")]),
+        ("timeseries", "Bandwidth drops", "pps",
+         "Datagrams dropped by a bandwidth limit (limits.allocation_bps, limits.user_bps, "
+         "listeners[].max_bps), by listener; `turngatectl top` names the allocations.",
+         [("sum by (name) (rate(turngate_listener_bandwidth_drops_total{%s}%s))"
+           % (LST, RATE), "{{name}}")]),
     ]),
     ("Security and errors", [
         ("timeseries", "Authentication failures", "ops",
@@ -146,8 +160,8 @@ ROWS = [
     ]),
 ]
 
-NOTE = ("Offload (kernel fast path) and TCP-relay (RFC 6062) panels come with those "
-        "features: turngate does not export their series yet.")
+NOTE = ("TCP-relay (RFC 6062) panels come with that feature: turngate does not export "
+        "its series yet.")
 
 
 def variables():

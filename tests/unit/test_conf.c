@@ -58,6 +58,8 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.allocation_bps, 0);
 	assert_int_equal(c->limits.user_bps, 0);
 	assert_int_equal(c->limits.bandwidth_burst_ms, 500);
+	assert_int_equal(c->admin.offload_engine, CONF_OFFLOAD_NONE);
+	assert_int_equal(c->admin.n_offload_ifaces, 0);
 	assert_int_equal(c->n_listeners, 1);
 	struct conf_listener *l = &c->listeners[0];
 	assert_int_equal(l->port, 3478);
@@ -222,6 +224,9 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "admin:\n  user_quota: 99999999999999999999\n",
 	  "t.yaml:8:15: admin.user_quota: 99999999999999999999 is out of range (expected a 64-bit "
 	  "integer)" },
+	{ T_HEAD "admin:\n  offload_interfaces: [eth0, \"a/b\"]\n",
+	  "t.yaml:8:30: admin.offload_interfaces[1]: 'a/b' is not an interface name (expected 1 "
+	  "to 15 bytes, no '/')" },
 	{ T_HEAD "admin:\n  offload_engine: Turbo\n",
 	  "t.yaml:8:19: admin.offload_engine: 'Turbo' is not an offload engine (expected None, XDP, "
 	  "TC or Auto)" },
@@ -462,14 +467,13 @@ static void test_unknown_keys_warn(void **state)
 	(void)state;
 	struct conf *c;
 	struct conf_diags d;
-	assert_int_equal(t_load(T_HEAD "colour: blue\nadmin:\n  offload_engine: XDP\n  foo: 1\n"
+	assert_int_equal(t_load(T_HEAD "colour: blue\nadmin:\n  offload_engine: xdp\n  foo: 1\n"
 				       "listeners:\n  - name: a\n    min_relay_port: 10\n"
 				       "clusters:\n  - name: c\n    weight: 3\n",
 				&c, &d),
 			 0);
 	assert_diag(&d, "t.yaml:7:1: warning: colour: unknown key (ignored)");
-	assert_diag(&d, "t.yaml:9:3: warning: admin.offload_engine: offload engine 'XDP' is a "
-			"premium stunnerd feature (ignored: turngate relays in user space)");
+	assert_int_equal(c->admin.offload_engine, CONF_OFFLOAD_XDP); /* case-insensitive */
 	assert_diag(&d, "t.yaml:10:3: warning: admin.foo: unknown key (ignored)");
 	assert_diag(&d, "t.yaml:13:5: warning: listeners[0].min_relay_port: unknown key (ignored)");
 	assert_diag(&d, "t.yaml:16:5: warning: clusters[0].weight: unknown key (ignored)");
@@ -646,6 +650,25 @@ static void test_user_quota_admin(void **state)
 				&d),
 			 0);
 	assert_int_equal(c->limits.user_quota, 3);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+/* The offload keys: STUNner's engine names in any case, the interface list. */
+static void test_offload_keys(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "admin:\n  offload_engine: auto\n  offload_interfaces: "
+					"[eth0, lo]\n",
+				&c, &d),
+			 0);
+	assert_int_equal(d.n, 0);
+	assert_int_equal(c->admin.offload_engine, CONF_OFFLOAD_AUTO);
+	assert_int_equal(c->admin.n_offload_ifaces, 2);
+	assert_string_equal(c->admin.offload_ifaces[0], "eth0");
+	assert_string_equal(c->admin.offload_ifaces[1], "lo");
 	conf_free(c);
 	conf_diags_free(&d);
 }
@@ -1445,6 +1468,7 @@ int main(void)
 		cmocka_unit_test(test_extensions),
 		cmocka_unit_test(test_user_quota_admin),
 		cmocka_unit_test(test_bandwidth_keys),
+		cmocka_unit_test(test_offload_keys),
 		cmocka_unit_test(test_samples),
 		cmocka_unit_test(test_check_main),
 		cmocka_unit_test(test_json_redacted),

@@ -1,0 +1,427 @@
+#!/usr/bin/python3
+"""The kernel fast path through the daemon (#21): bound channels relayed by eBPF.
+
+Three network namespaces joined by veth pairs, so the packets cross real interfaces: a
+client's (10.77.1.1, fd77:1::1), the server's (10.77.1.2 / fd77:1::2 towards the client,
+10.77.2.2 / fd77:2::2 towards the peer, forwarding on) and a peer's (10.77.2.1, fd77:2::1).
+The daemon runs in the server's namespace with `offload_engine: TC` and no
+offload_interfaces (the interfaces carrying its listener and relay addresses are found).
+The test process lives in the server's namespace and makes the client's and the peer's
+sockets in theirs (setns), so the receiving stacks verify every checksum.
+
+- A bound channel's datagrams go both ways while every worker is SIGSTOPped (only the
+  kernel can have relayed them), IPv4 and IPv6; the listener, cluster and offload counters
+  count each of them exactly once.
+- They stop at once when the permission expires (permission_lifetime 4 s), when the
+  allocation is deleted (Refresh 0), and when a reload drops the peer's cluster.
+- Send indications and a ChannelData too large for one datagram on the path (fragments) are
+  still relayed, by user space.
+- With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
+  space, and the same round trip works.
+Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs (exit 77)
+saying why.
+"""
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import TURNGATED, check, wait_for  # noqa: E402
+from test_security_stun import (ALLOCATE, REALM, REFRESH, SECRET, A_LIFETIME,  # noqa: E402
+                                Client, error_code)
+
+TAG = "tgo%d" % os.getpid()
+NS = {"cli": TAG + "c", "srv": TAG + "s", "peer": TAG + "p"}
+MARK = "TG_OFFLOAD_INNER"
+CLONE_NEWNET = 0x40000000
+A_FAMILY = 0x0017
+CHANNEL = 0x4000
+PORT = 3478
+PEER_PORT = 40000
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def sh(cmd):
+    subprocess.run(cmd, shell=True, check=True, stdout=subprocess.DEVNULL)
+
+
+def topology_up():
+    for n in NS.values():
+        sh("ip netns add %s" % n)
+        sh("ip -n %s link set lo up" % n)
+    sh("ip link add %sa netns %s type veth peer name %sb netns %s"
+       % (TAG, NS["cli"], TAG, NS["srv"]))
+    sh("ip link add %sc netns %s type veth peer name %sd netns %s"
+       % (TAG, NS["srv"], TAG, NS["peer"]))
+    for ns, dev, v4, v6 in ((NS["cli"], TAG + "a", "10.77.1.1/24", "fd77:1::1/64"),
+                            (NS["srv"], TAG + "b", "10.77.1.2/24", "fd77:1::2/64"),
+                            (NS["srv"], TAG + "c", "10.77.2.2/24", "fd77:2::2/64"),
+                            (NS["peer"], TAG + "d", "10.77.2.1/24", "fd77:2::1/64")):
+        sh("ip -n %s addr add %s dev %s" % (ns, v4, dev))
+        sh("ip -n %s addr add %s dev %s nodad" % (ns, v6, dev))
+        sh("ip -n %s link set %s up" % (ns, dev))
+    sh("ip netns exec %s sysctl -qw net.ipv4.conf.all.forwarding=1 "
+       "net.ipv6.conf.all.forwarding=1" % NS["srv"])
+
+
+def topology_down():
+    for n in NS.values():
+        subprocess.run(["ip", "netns", "del", n], stderr=subprocess.DEVNULL)
+
+
+def outer():
+    """Builds the namespaces and re-runs this file inside the server's."""
+    if os.geteuid() != 0:
+        print("SKIP test_offload: needs root (network namespaces and eBPF)")
+        sys.exit(77)
+    try:
+        topology_up()
+    except subprocess.CalledProcessError as e:
+        topology_down()
+        print("SKIP test_offload: cannot build the namespaces (%s)" % e)
+        sys.exit(77)
+    try:
+        rc = subprocess.call(["ip", "netns", "exec", NS["srv"], sys.executable,
+                              os.path.abspath(__file__)], env=dict(os.environ, **{MARK: TAG}))
+    finally:
+        topology_down()
+    sys.exit(rc)
+
+
+class InNs:
+    """with InNs("cli"): sockets made inside belong to that namespace."""
+
+    def __init__(self, which):
+        self.path = "/var/run/netns/" + NS[which]
+
+    def __enter__(self):
+        self.home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns")
+        finally:
+            os.close(fd)
+
+    def __exit__(self, *exc):
+        libc.setns(self.home, CLONE_NEWNET)
+        os.close(self.home)
+
+
+class Client6(Client):
+    def __init__(self, port, server, bind):
+        Client.__init__(self, port)
+        self.sock.close()
+        self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.sock.bind((bind, 0))
+        self.server = (server, port)
+
+
+def client(v6):
+    with InNs("cli"):
+        if v6:
+            return Client6(PORT, "fd77:1::2", "fd77:1::1")
+        return Client(PORT, server="10.77.1.2", bind="10.77.1.1")
+
+
+def peer_sock(v6):
+    with InNs("peer"):
+        s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("fd77:2::1" if v6 else "10.77.2.1", PEER_PORT))
+        s.settimeout(0.2)
+        return s
+
+
+CONFIG = """version: v1
+admin:
+  name: offload
+  loglevel: all:INFO
+  workers: 2
+  admin_socket: {d}/admin.sock
+  state_dir: {d}
+  healthcheck_endpoint: ""
+  offload_engine: TC
+  relay_port_min: 50000
+  relay_port_max: 50999
+auth:
+  type: ephemeral
+  realm: {realm}
+  credentials:
+    secret: {secret}
+listeners:
+  - name: udp4
+    protocol: TURN-UDP
+    address: 10.77.2.2
+    bind_address: 10.77.1.2
+    port: {port}
+    routes: [{routes}]
+  - name: udp6
+    protocol: TURN-UDP
+    address: fd77:2::2
+    bind_address: fd77:1::2
+    port: {port}
+    routes: [{routes}]
+clusters:
+  - name: peers
+    type: STATIC
+    endpoints: ["10.77.2.1", "fd77:2::1"]
+  - name: none
+    type: STATIC
+    endpoints: ["10.77.3.1"]
+limits:
+  permission_lifetime: {perm}
+"""
+
+
+class Daemon:
+    def __init__(self, d, perm=300, env=None):
+        self.d, self.perm = d, perm
+        self.conf = os.path.join(d, "turngate.yaml")
+        self.write("peers")
+        self.err = open(os.path.join(d, "stderr.log"), "wb")
+        self.proc = subprocess.Popen([TURNGATED, "-c", self.conf], stdout=self.err,
+                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+        wait_for(lambda: self.workers_running(), "the daemon to start")
+
+    def write(self, routes):
+        with open(self.conf, "w") as f:
+            f.write(CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
+                                  realm=REALM, secret=SECRET))
+
+    def admin(self, req):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(os.path.join(self.d, "admin.sock"))
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+        s.close()
+        return json.loads(buf)
+
+    def workers_running(self):
+        try:
+            w = self.admin({"cmd": "workers"})["workers"]
+        except OSError:
+            return False
+        return len(w) == 2 and all(x["state"] == "running" for x in w)
+
+    def worker_pids(self):
+        return [w["pid"] for w in self.admin({"cmd": "workers"})["workers"]]
+
+    def stop_workers(self, sig):
+        for pid in self.worker_pids():
+            os.kill(pid, sig)
+
+    def log(self):
+        with open(os.path.join(self.d, "stderr.log"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def stop(self):
+        self.stop_workers(signal.SIGCONT)
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+def bound(v6):
+    """A client with CHANNEL bound to the peer, the peer's socket and the peer's address."""
+    c = client(v6)
+    extra = [(A_FAMILY, bytes([2 if v6 else 1, 0, 0, 0]))]
+    r = c.request(ALLOCATE, [(0x0019, bytes([17, 0, 0, 0]))] + extra)
+    check(error_code(r[3]) is None, "Allocate: %r" % (error_code(r[3]),))
+    p = peer_sock(v6)
+    ip = "fd77:2::1" if v6 else "10.77.2.1"
+    r = c.bind(ip, PEER_PORT, CHANNEL)
+    check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
+    return c, p
+
+
+def round_trip(c, p, n, payload=b"x" * 160):
+    """Sends n ChannelData datagrams each way; returns (reached the peer, reached the
+    client)."""
+    got_p = got_c = 0
+    for i in range(n):
+        c.channel_data(CHANNEL, payload + struct.pack("!I", i))
+    deadline = time.monotonic() + 2
+    relay = None
+    while got_p < n and time.monotonic() < deadline:
+        try:
+            data, relay = p.recvfrom(70000)
+        except socket.timeout:
+            continue
+        got_p += data[:len(payload)] == payload
+    if relay is None:
+        return got_p, 0
+    for i in range(n):
+        p.sendto(payload + struct.pack("!I", i), relay)
+    deadline = time.monotonic() + 2
+    c.sock.settimeout(0.2)
+    while got_c < n and time.monotonic() < deadline:
+        try:
+            data = c.sock.recv(70000)
+        except socket.timeout:
+            continue
+        got_c += (data[:4] == struct.pack("!HH", CHANNEL, len(payload) + 4) and
+                  data[4:4 + len(payload)] == payload)
+    return got_p, got_c
+
+
+def stopped_round_trip(daemon, c, p, n):
+    daemon.stop_workers(signal.SIGSTOP)
+    try:
+        return round_trip(c, p, n)
+    finally:
+        daemon.stop_workers(signal.SIGCONT)
+
+
+def entries(daemon):
+    return daemon.admin({"cmd": "status"})["offload"]["entries"]
+
+
+def offload_or_skip(daemon):
+    o = daemon.admin({"cmd": "status"})["offload"]
+    if not o["active"]:
+        daemon.stop()
+        print("SKIP test_offload: the fast path did not load: %s"
+              % [ln for ln in daemon.log().splitlines() if "offload" in ln])
+        sys.exit(77)
+    return o
+
+
+def test_kernel_relays_while_workers_stopped(d):
+    daemon = Daemon(d)
+    try:
+        o = offload_or_skip(daemon)
+        names = sorted(i["name"] for i in o["interfaces"])
+        check(names == [TAG + "b", TAG + "c"] and
+              all(i["engine"] == "tc" for i in o["interfaces"]), "interfaces: %r" % o)
+        for v6, name in ((False, "udp4"), (True, "udp6")):
+            c, p = bound(v6)
+            check(round_trip(c, p, 5) == (5, 5), "user-space round trip")
+            wait_for(lambda: entries(daemon) >= (2 if v6 else 1), "the channel's entry")
+            before = daemon.admin({"cmd": "stats"})
+            o0 = daemon.admin({"cmd": "status"})["offload"]
+            got = stopped_round_trip(daemon, c, p, 50)
+            check(got == (50, 50), "with the workers stopped (v6=%s): %r" % (v6, got))
+            # Counted once each, in the listener's counters and the offload counters.
+            after = daemon.admin({"cmd": "stats"})
+            o1 = daemon.admin({"cmd": "status"})["offload"]
+            b, a = before["listeners"][name], after["listeners"][name]
+            for k in ("client_pkts_in", "peer_pkts_out", "peer_pkts_in", "client_pkts_out"):
+                check(a[k] - b[k] == 50, "%s %s: %d -> %d" % (name, k, b[k], a[k]))
+            check(a["peer_bytes_out"] - b["peer_bytes_out"] == 50 * 164 and
+                  a["client_bytes_in"] - b["client_bytes_in"] == 50 * 168, "byte counters")
+            check(o1["packets_to_peer"] - o0["packets_to_peer"] == 50 and
+                  o1["packets_to_client"] - o0["packets_to_client"] == 50,
+                  "offload counters: %r -> %r" % (o0, o1))
+            # Send indications still go through user space: nothing while stopped.
+            daemon.stop_workers(signal.SIGSTOP)
+            c.send("fd77:2::1" if v6 else "10.77.2.1", PEER_PORT, b"send-ind")
+            time.sleep(0.3)
+            try:
+                p.recv(100)
+                check(False, "a Send indication went through with the workers stopped")
+            except socket.timeout:
+                pass
+            daemon.stop_workers(signal.SIGCONT)
+            check(p.recv(100) == b"send-ind", "Send indication after SIGCONT")
+            # A ChannelData larger than the path's MTU arrives as fragments: user space.
+            big = os.urandom(3000)
+            c.channel_data(CHANNEL, big)
+            check(p.recv(4000) == big, "fragmented ChannelData")
+            p.close()
+    finally:
+        daemon.stop()
+
+
+def test_entries_end_with_their_permission(d):
+    daemon = Daemon(d, perm=5)
+    try:
+        offload_or_skip(daemon)
+        c, p = bound(False)
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay")
+        # The permission (5 s) expires while the workers are stopped: the kernel checks
+        # the expiry itself.
+        daemon.stop_workers(signal.SIGSTOP)
+        time.sleep(5.5)
+        got = round_trip(c, p, 5)
+        daemon.stop_workers(signal.SIGCONT)
+        check(got == (0, 0), "relayed after the permission expired: %r" % (got,))
+        # Refresh 0 ends the allocation: its entries go (well before its permission).
+        p.close()
+        wait_for(lambda: entries(daemon) == 0, "the expired entry to go")
+        c2, p2 = bound(False)
+        wait_for(lambda: entries(daemon) == 1, "one entry")
+        r = c2.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
+        check(error_code(r[3]) is None, "Refresh 0")
+        wait_for(lambda: entries(daemon) == 0, "the entry to go")
+        check(stopped_round_trip(daemon, c2, p2, 3) == (0, 0), "relayed after Refresh 0")
+    finally:
+        daemon.stop()
+
+
+def test_reload_drops_the_route(d):
+    daemon = Daemon(d)
+    try:
+        offload_or_skip(daemon)
+        c, p = bound(False)
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay")
+        daemon.write("none")
+        r = daemon.admin({"cmd": "reload"})
+        check(r.get("ok") is True, "reload: %r" % r)
+        wait_for(lambda: entries(daemon) == 0, "the entry to go")
+        check(stopped_round_trip(daemon, c, p, 3) == (0, 0), "relayed after the reload")
+    finally:
+        daemon.stop()
+
+
+def test_refused_programs_fall_back(d):
+    daemon = Daemon(d, env={"TURNGATE_OFFLOAD_FAIL": "1"})
+    try:
+        o = daemon.admin({"cmd": "status"})["offload"]
+        check(not o["active"] and o["engine"] == "TC", "status: %r" % o)
+        check("relaying in user space" in daemon.log(), "no log line says why")
+        c, p = bound(False)
+        check(round_trip(c, p, 20) == (20, 20), "user-space relay")
+        check(stopped_round_trip(daemon, c, p, 3) == (0, 0), "relayed with the workers stopped")
+    finally:
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    if os.environ.get(MARK) is None:
+        outer()
+    TAG = os.environ[MARK]
+    NS = {"cli": TAG + "c", "srv": TAG + "s", "peer": TAG + "p"}
+    tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
+             test_reload_drops_the_route, test_refused_programs_fall_back]
+    if len(sys.argv) > 1:
+        tests = [t for t in tests if t.__name__ in sys.argv[1:]]
+    failed = 0
+    for t in tests:
+        with tempfile.TemporaryDirectory(prefix="tg-offload-") as d:
+            t0 = time.monotonic()
+            try:
+                t(d)
+                print("ok   %s (%.1fs)" % (t.__name__, time.monotonic() - t0))
+            except Exception as e:  # report every failure, keep running the rest
+                failed += 1
+                print("FAIL %s: %s: %s" % (t.__name__, type(e).__name__, e))
+                for ln in open(os.path.join(d, "stderr.log"), errors="replace").read().splitlines()[-20:]:
+                    print("  | " + ln)
+    sys.exit(1 if failed else 0)
