@@ -14,6 +14,7 @@ is bounded.
                      [--builddir DIR] [--auth static|secret] [--ceiling] [--raw FILE]
                      [--base DIR --servers turngate,base]   (A/B of two turngated builds)
                      [--netns] [--coturn PATH] [--servers turngate,turngate-offload,coturn]
+                     [--srv-cpus LIST] [--gen-cpus LIST] [--echo-cpus LIST]
 
 Servers: turngate (the YAML below), turngate-offload (the same plus admin.offload_engine: TC,
 issue 21's kernel fast path), coturn (--coturn PATH, Debian's turnserver by default), base
@@ -215,7 +216,7 @@ def cap_workers(master, workers, pct):
 
 
 def start_echo(args, tb, lifetime):
-    p = subprocess.Popen(pin(args, args.gen_cpus, "peer") +
+    p = subprocess.Popen(pin(args, echo_cpus(args), "peer") +
                          [tb, "-m", "echo", "-p", topo_of(args).peer, "-d", str(lifetime)],
                          stdout=subprocess.PIPE, text=True, start_new_session=True)
     line = p.stdout.readline()
@@ -223,6 +224,12 @@ def start_echo(args, tb, lifetime):
         stop(p)
         raise RuntimeError("echo peer did not start")
     return p
+
+
+def echo_cpus(args):
+    """--echo-cpus, or the generator's cores (quota_scale.py's args have neither)."""
+    e = getattr(args, "echo_cpus", None)
+    return args.gen_cpus if e is None else e
 
 
 def udp_rcvbuf_errors(topo=None):
@@ -384,7 +391,9 @@ def main():
                     help="turngated workers and coturn relay threads (1)")
     ap.add_argument("--srv-cpus", default="0", help="taskset list for the server ('' = none)")
     ap.add_argument("--gen-cpus", default="1",
-                    help="taskset list for generator and echo ('' = none)")
+                    help="taskset list for the generator, and the echo peer ('' = none)")
+    ap.add_argument("--echo-cpus", default=None,
+                    help="taskset list for the echo peer (default: --gen-cpus)")
     ap.add_argument("--worker-quota", type=int, default=0, metavar="PCT",
                     help="turngated only: each worker in its own cpu cgroup capped at PCT %% "
                          "of a core (root, cgroup v1), to show worker scaling on 2 cores")

@@ -117,7 +117,37 @@ def targets(results, tests):
             ratio = va / vb
             ok = ratio >= bound if at_least else ratio <= bound
             out.append(f"{'PASS' if ok else 'FAIL'} {name} = {ratio:.2f} (target {want})")
+        out += caveats(results, test)
     return out or ["none: the targets are taken in the flat tests (--tests flat172,flat1200)"]
+
+
+def caveats(results, test):
+    """NOTE lines that say what the targets above can mean on this run, from the numbers:
+    whether the kernel did relay (the worker's CPU per packet falls towards 0 when it does),
+    and whether the harness could show a relay twice as fast as the user-space one at all
+    (the direct path is the most any relay can reach with the same generator)."""
+    size = f"{test[:4]} {test[4:]} B"
+    out = []
+    off = median_of(results, "turngate-offload", test, "cpu_s_per_mpkt")
+    user = median_of(results, "turngate", test, "cpu_s_per_mpkt")
+    if off is not None and user:
+        r = off / user
+        out.append(f"NOTE {size}: server CPU per relayed pkt, turngate-offload / turngate = "
+                   f"{r:.2f}: " + (
+                       "the worker still handled (nearly) every packet, so the kernel fast "
+                       "path relayed little or nothing and the lines above compare user "
+                       "space with user space" if r >= 0.5 else
+                       "the worker handled few of the relayed packets: the kernel relayed "
+                       "them"))
+    direct = median_of(results, "direct", test, "relayed_pps")
+    user = median_of(results, "turngate", test, "relayed_pps")
+    if direct is not None and user and direct / user < TARGETS[0][4]:
+        out.append(f"NOTE {size}: direct / turngate = {direct / user:.2f}: the harness alone "
+                   f"moves less than {TARGETS[0][4]:g} × the user-space relay's rate, so the "
+                   f"{TARGETS[0][4]:g} × target cannot be met on this machine and pinning "
+                   "whatever the fast path does (give the generator and the echo peer cores "
+                   "of their own: --gen-cpus, --echo-cpus)")
+    return out
 
 
 def notes(args, results, order):
