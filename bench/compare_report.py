@@ -142,11 +142,17 @@ def caveats(results, test):
     direct = median_of(results, "direct", test, "relayed_pps")
     user = median_of(results, "turngate", test, "relayed_pps")
     if direct is not None and user and direct / user < TARGETS[0][4]:
-        out.append(f"NOTE {size}: direct / turngate = {direct / user:.2f}: the harness alone "
-                   f"moves less than {TARGETS[0][4]:g} × the user-space relay's rate, so the "
-                   f"{TARGETS[0][4]:g} × target cannot be met on this machine and pinning "
+        r = direct / user
+        out.append(f"NOTE {size}: direct / turngate = {r:.2f}: the harness alone moves less "
+                   f"than {TARGETS[0][4]:g} × the user-space relay's rate, so the "
+                   f"{TARGETS[0][4]:g} × target cannot be met with this machine and pinning "
                    "whatever the fast path does (give the generator and the echo peer cores "
-                   "of their own: --gen-cpus, --echo-cpus)")
+                   "of their own: --gen-cpus, --echo-cpus)" + (
+                       "; and direct is no ceiling here: its kernel work (a veth or loopback "
+                       "receive runs in the sender's softirq) all lands on the generator's "
+                       "and echo peer's cores, where a user-space relay moves half of it to "
+                       "the server's core; a TC fast path would put it back on the senders' "
+                       "cores, as direct does" if r < 1 else ""))
     return out
 
 

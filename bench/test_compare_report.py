@@ -116,6 +116,9 @@ def test_targets():
     res[("direct", "flat172")][0]["relayed_pps"] = 300.0
     notes = [l for l in compare_report.targets(res, ["flat172"]) if l.startswith("NOTE")]
     check(len(notes) == 1 and "the kernel relayed them" in notes[0], f"{notes}")
+    res[("direct", "flat172")][0]["relayed_pps"] = 90.0
+    notes = [l for l in compare_report.targets(res, ["flat172"]) if l.startswith("NOTE")]
+    check(len(notes) == 2 and "direct is no ceiling here" in notes[1], f"{notes}")
 
 
 def test_table():
