@@ -5,26 +5,42 @@ Every run starts the server fresh (pinned to core 0) and a fresh echo peer, runs
 (pinned with the echo peer to core 1), and stops both by PID. turnbench samples the server's
 CPU (utime+stime of the master and all its descendants) and memory (Pss summed over them, so
 a shared-memory segment mapped by several processes is counted once; VmRSS sum also kept) at
-the exact edges of the measured window. Loopback only; every wait is bounded.
+the exact edges of the measured window, and the whole machine's CPU (/proc/stat, all CPUs,
+softirq included) over the same window. Loopback by default; --netns runs the same tests
+across three network namespaces joined by veth pairs (bench/topology.py; root). Every wait
+is bounded.
 
     bench/compare.py [--quick] [--reps N] [--tests flat172,flat1200,rate,setup,mem]
                      [--builddir DIR] [--auth static|secret] [--ceiling] [--raw FILE]
                      [--base DIR --servers turngate,base]   (A/B of two turngated builds)
+                     [--netns] [--coturn PATH] [--servers turngate,turngate-offload,coturn]
+                     [--srv-cpus LIST] [--gen-cpus LIST] [--echo-cpus LIST]
+
+Servers: turngate (the YAML below), turngate-offload (the same plus admin.offload_engine: TC,
+issue 21's kernel fast path), coturn (--coturn PATH, Debian's turnserver by default), base
+(another turngated build), and with --ceiling the direct path (no relay). With
+turngate-offload the targets of issue 21 are printed as PASS/FAIL lines under the table.
 """
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
-import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-SERVER = ("127.0.0.1", 13478)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_report  # noqa: E402  (table, notes, targets)
+import topology  # noqa: E402  (loopback or network namespaces)
+
+SERVER = ("127.0.0.1", 13478)   # the loopback layout (quota_scale.py uses these too)
 PEER = "127.0.0.1:13500"
+LOOPBACK = topology.loopback(SERVER[1], int(PEER.split(":")[1]))
+COTURN = "/usr/bin/turnserver"  # Debian's coturn 4.6.1
 RELAY_MIN, RELAY_MAX = 40000, 59999
 USER, PASS, REALM, SECRET = "bench", "bench", "bench", "bench-secret-0123456789"
 
@@ -37,7 +53,7 @@ admin:
   workers: {workers}
   drain_timeout: 0
   relay_port_min: {rmin}
-  relay_port_max: {rmax}
+  relay_port_max: {rmax}{offload}
 # No limits section: turngated runs with its default limits, reflection protection on
 # (every bench allocation comes from 127.0.0.1 and starts with a 401, paid by the address's
 # credits once it has authenticated; docs/security.md). The output says so.
@@ -46,27 +62,44 @@ auth:
 listeners:
   - name: udp
     protocol: TURN-UDP
-    address: 127.0.0.1
+    address: {relay_ip}{bind}
     port: {port}
     routes: [echo]
 clusters:
   - name: echo
     type: STATIC
-    endpoints: [127.0.0.1]
+    endpoints: [{cluster}]
 """
+# turngate-offload: the only difference from turngate (issue 21's kernel fast path; no
+# offload_interfaces, so the daemon picks the interfaces that carry the listener's and the
+# relay's addresses: the server's two veths with --netns, lo on loopback).
+OFFLOAD_YAML = "\n  offload_engine: TC"
 
 
-def turngate_cmd(args, rundir, builddir=None):
+def topo_of(args):
+    """The layout of this run (helpers shared with quota_scale.py default to loopback)."""
+    return getattr(args, "topo", None) or LOOPBACK
+
+
+def turngate_cmd(args, rundir, builddir=None, offload=False):
     if args.auth == "secret":
         auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
     else:
         auth = (f"  type: static\n  realm: {REALM}\n  credentials:\n"
                 f"    username: {USER}\n    password: {PASS}")
+    topo = topo_of(args)
     conf = os.path.join(rundir, "turngate.yaml")
     with open(conf, "w") as f:
-        f.write(TURNGATE_YAML.format(rundir=rundir, rmin=RELAY_MIN, rmax=RELAY_MAX,
-                                     auth=auth, port=SERVER[1], workers=args.workers))
+        f.write(TURNGATE_YAML.format(
+            rundir=rundir, rmin=RELAY_MIN, rmax=RELAY_MAX, auth=auth, port=topo.server[1],
+            workers=args.workers, relay_ip=topo.relay_ip, cluster=", ".join(topo.cluster),
+            bind=f"\n    bind_address: {topo.bind}" if topo.bind else "",
+            offload=OFFLOAD_YAML if offload else ""))
     return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf]
+
+
+def offload_cmd(args, rundir):
+    return turngate_cmd(args, rundir, offload=True)
 
 
 def base_cmd(args, rundir):
@@ -76,12 +109,17 @@ def base_cmd(args, rundir):
 
 def coturn_cmd(args, rundir):
     # The coturn settings of docs/performance.md (research baseline): one relay thread.
-    cmd = ["turnserver", "-n", "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1",
-           f"--listening-port={SERVER[1]}", f"--min-port={RELAY_MIN}",
+    # Loopback peers are allowed only where the peer is on loopback.
+    topo = topo_of(args)
+    cmd = [getattr(args, "coturn", None) or COTURN, "-n",
+           f"--listening-ip={topo.server[0]}", f"--relay-ip={topo.relay_ip}",
+           f"--listening-port={topo.server[1]}", f"--min-port={RELAY_MIN}",
            f"--max-port={RELAY_MAX}", f"--realm={REALM}", "--no-tls", "--no-dtls",
-           "--no-cli", "--allow-loopback-peers", "--log-file=stdout", "--simple-log",
+           "--no-cli", "--log-file=stdout", "--simple-log",
            f"--pidfile={rundir}/turnserver.pid", f"--userdb={rundir}/turndb",
            f"--relay-threads={args.workers}"]
+    if topo.peer.startswith("127."):
+        cmd.insert(cmd.index("--no-cli") + 1, "--allow-loopback-peers")
     if args.auth == "secret":
         cmd += ["--use-auth-secret", f"--static-auth-secret={SECRET}"]
     else:
@@ -89,18 +127,23 @@ def coturn_cmd(args, rundir):
     return cmd
 
 
-SERVERS = {"turngate": turngate_cmd, "coturn": coturn_cmd, "base": base_cmd}
+SERVERS = {"turngate": turngate_cmd, "turngate-offload": offload_cmd, "coturn": coturn_cmd,
+           "base": base_cmd}
 
 
-def wait_stun(deadline_s=10.0):
-    """True once the server answers a STUN Binding request on SERVER."""
+def wait_stun(deadline_s=10.0, topo=None):
+    """True once the server answers a STUN Binding request on the layout's server address
+    (asked from the client's namespace)."""
+    topo = topo or LOOPBACK
     req = struct.pack("!HHI", 0x0001, 0, 0x2112A442) + os.urandom(12)
     end = time.monotonic() + deadline_s
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    with topo.entered("client"):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with s:
         s.settimeout(0.1)
         while time.monotonic() < end:
             try:
-                s.sendto(req, SERVER)
+                s.sendto(req, topo.server)
                 data, _ = s.recvfrom(2048)
                 if len(data) >= 20 and data[8:20] == req[8:20]:
                     return True
@@ -124,12 +167,13 @@ def stop(proc, grace=5.0):
         proc.wait(timeout=5)
 
 
-def pin(args, cpus):
-    """taskset to the given cores ("" = unpinned), and optionally a nice value."""
+def pin(args, cpus, role=None):
+    """taskset to the given cores ("" = unpinned), and optionally a nice value; with role
+    (client, server, peer), in that role's network namespace of the layout."""
     cmd = ["taskset", "-c", cpus] if cpus else []
     if args.nice:
         cmd = ["nice", "-n", str(args.nice)] + cmd
-    return cmd
+    return (topo_of(args).prefix(role) if role else []) + cmd
 
 
 CGROUP_CPU = "/sys/fs/cgroup/cpu"      # cgroup v1 cpu controller (this machine's layout)
@@ -172,9 +216,9 @@ def cap_workers(master, workers, pct):
 
 
 def start_echo(args, tb, lifetime):
-    p = subprocess.Popen(pin(args, args.gen_cpus) + [tb, "-m", "echo", "-p", PEER, "-d",
-                                               str(lifetime)], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(pin(args, echo_cpus(args), "peer") +
+                         [tb, "-m", "echo", "-p", topo_of(args).peer, "-d", str(lifetime)],
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)
     line = p.stdout.readline()
     if "echo ready" not in line:
         stop(p)
@@ -182,14 +226,42 @@ def start_echo(args, tb, lifetime):
     return p
 
 
-def udp_rcvbuf_errors():
-    """Box-wide UDP RcvbufErrors (datagrams dropped on a full receive buffer)."""
-    try:
-        with open("/proc/net/snmp") as f:
-            rows = [l.split() for l in f if l.startswith("Udp:")]
-        return int(rows[1][rows[0].index("RcvbufErrors")])
-    except (OSError, ValueError, IndexError):
-        return 0
+def echo_cpus(args):
+    """--echo-cpus, or the generator's cores (quota_scale.py's args have neither)."""
+    e = getattr(args, "echo_cpus", None)
+    return args.gen_cpus if e is None else e
+
+
+def udp_rcvbuf_errors(topo=None):
+    """UDP RcvbufErrors (datagrams dropped on a full receive buffer) of the box, or summed
+    over the layout's namespaces."""
+    return (topo or LOOPBACK).udp_counter("RcvbufErrors")
+
+
+def udp_bound(pid):
+    """(address, port) of every IPv4 UDP socket in pid's network namespace."""
+    out = []
+    with open(f"/proc/{pid}/net/udp") as f:
+        for line in list(f)[1:]:
+            addr, port = line.split()[1].split(":")
+            out.append((socket.inet_ntoa(int(addr, 16).to_bytes(4, sys.byteorder)),
+                        int(port, 16)))
+    return out
+
+
+def check_listener(topo, pid, server):
+    """The listener is bound to the layout's server address, not to the wildcard."""
+    bound = udp_bound(pid)
+    if topo.server not in bound or ("0.0.0.0", topo.server[1]) in bound:
+        raise RuntimeError(f"{server} is not bound to {topo.server} alone: "
+                           f"{sorted(b for b in bound if b[1] == topo.server[1])}")
+
+
+def relay_sockets(topo, pid):
+    """UDP sockets on the relay address in the relay port range (the namespace's alone
+    with --netns; on loopback other programs' sockets there would count too)."""
+    return sum(1 for a, p in udp_bound(pid)
+               if a == topo.relay_ip and RELAY_MIN <= p <= RELAY_MAX)
 
 
 def parse_line(out):
@@ -202,8 +274,9 @@ def parse_line(out):
 
 
 def tb_args(args, test):
-    p = args.p
-    common = ["-s", f"{SERVER[0]}:{SERVER[1]}", "-p", PEER, "-u", USER]
+    p, topo = args.p, topo_of(args)
+    common = ["-s", f"{topo.server[0]}:{topo.server[1]}", "-p", topo.peer, "-b", topo.client,
+              "-u", USER]
     common += ["-S", SECRET] if args.auth == "secret" else ["-k", PASS]
     if test.startswith("flat"):
         return common + ["-m", "relay", "-n", "100", "-W", "256", "-l", test[4:],
@@ -221,6 +294,7 @@ def tb_args(args, test):
 def run_one(args, server, test):
     """One fresh server + echo + turnbench run; returns the parsed result dict or None."""
     tb = os.path.join(args.builddir, "bench", "turnbench")
+    topo = topo_of(args)
     rundir = tempfile.mkdtemp(prefix=f"tgbench-{server}-")
     srv = echo = None
     capped = []
@@ -229,25 +303,29 @@ def run_one(args, server, test):
         if server == "direct":
             if not test.startswith("flat"):
                 return None
-            targs = ["-m", "direct", "-p", PEER, "-n", "100", "-W", "256", "-l", test[4:],
-                     "-w", str(args.p["warm"]), "-d", str(args.p["dur"])]
+            targs = ["-m", "direct", "-p", topo.peer, "-b", topo.client, "-n", "100", "-W",
+                     "256", "-l", test[4:], "-w", str(args.p["warm"]), "-d",
+                     str(args.p["dur"])]
         else:
             cmd = SERVERS[server](args, rundir)
-            srv = subprocess.Popen(pin(args, args.srv_cpus) + cmd, stdout=log, stderr=log,
-                                   cwd=rundir, start_new_session=True)
-            if not wait_stun():
-                raise RuntimeError(f"{server} did not answer STUN on {SERVER}")
+            srv = subprocess.Popen(pin(args, args.srv_cpus, "server") + cmd, stdout=log,
+                                   stderr=log, cwd=rundir, start_new_session=True)
+            if not wait_stun(topo=topo):
+                raise RuntimeError(f"{server} did not answer STUN on {topo.server}")
+            check_listener(topo, srv.pid, server)
             if args.worker_quota and server != "coturn":
                 capped = cap_workers(srv.pid, args.workers, args.worker_quota)
             targs = tb_args(args, test) + ["-P", str(srv.pid)]
         echo = start_echo(args, tb, 600)
         targs += ["-E", str(echo.pid)]
-        drops = udp_rcvbuf_errors()
-        r = subprocess.run(pin(args, args.gen_cpus) + [tb] + targs, capture_output=True,
-                           text=True, timeout=args.p["run_timeout"])
+        drops = udp_rcvbuf_errors(topo)
+        r = subprocess.run(pin(args, args.gen_cpus, "client") + [tb] + targs,
+                           capture_output=True, text=True, timeout=args.p["run_timeout"])
         res = parse_line(r.stdout)
         if res is not None:
-            res["rcvbuf_errors"] = udp_rcvbuf_errors() - drops
+            res["rcvbuf_errors"] = udp_rcvbuf_errors(topo) - drops
+            if srv is not None and topo.ns:
+                res["relay_sockets"] = relay_sockets(topo, srv.pid)
         if r.returncode != 0 or res is None:
             print(f"# {server} {test}: turnbench rc={r.returncode}: "
                   f"{r.stderr.strip()[-400:]}", file=sys.stderr)
@@ -265,6 +343,8 @@ def run_one(args, server, test):
             except OSError:
                 pass
         log.close()
+        if server.startswith("turngate"):
+            offload_notes(args, server, rundir)
         if srv is not None and srv.returncode not in (0, -signal.SIGTERM, None) \
                 and not args.keep:
             print(f"# {server} exit status {srv.returncode}, log kept in {rundir}",
@@ -273,70 +353,24 @@ def run_one(args, server, test):
             shutil.rmtree(rundir, ignore_errors=True)
 
 
-# (label, test, key, scale, format)
-ROWS = [
-    ("flat 172 B: relayed pkt/s", "flat172", "relayed_pps", 1, "{:,.0f}"),
-    ("flat 172 B: server CPU-s per M relayed pkts", "flat172", "cpu_s_per_mpkt", 1, "{:.2f}"),
-    ("flat 172 B: server CPU %", "flat172", "server_cpu_pct", 1, "{:.0f}"),
-    ("flat 172 B: loss %", "flat172", "loss", 100, "{:.3f}"),
-    ("flat 1200 B: relayed pkt/s", "flat1200", "relayed_pps", 1, "{:,.0f}"),
-    ("flat 1200 B: server CPU-s per M relayed pkts", "flat1200", "cpu_s_per_mpkt", 1,
-     "{:.2f}"),
-    ("flat 1200 B: server CPU %", "flat1200", "server_cpu_pct", 1, "{:.0f}"),
-    ("flat 1200 B: loss %", "flat1200", "loss", 100, "{:.3f}"),
-    ("rate: server CPU-s per M relayed pkts", "rate", "cpu_s_per_mpkt", 1, "{:.2f}"),
-    ("rate: RTT p50 us", "rate", "rtt_p50_us", 1, "{:,.0f}"),
-    ("rate: RTT p99 us", "rate", "rtt_p99_us", 1, "{:,.0f}"),
-    ("rate: RTT p99.9 us", "rate", "rtt_p999_us", 1, "{:,.0f}"),
-    ("rate: loss %", "rate", "loss", 100, "{:.3f}"),
-    ("setup: allocations/s", "setup", "allocs_per_s", 1, "{:,.0f}"),
-    ("setup: server CPU-ms per allocation", "setup", "cpu_ms_per_alloc", 1, "{:.3f}"),
-    ("setup: same from schedstat (ns clock)", "setup", "sched_ms_per_alloc", 1, "{:.3f}"),
-    ("setup of 10,000 (mem test): allocations/s", "mem", "allocs_per_s", 1, "{:,.0f}"),
-    ("memory: bytes per held allocation (Pss, shm once)", "mem", "pss_per_alloc_b", 1,
-     "{:,.0f}"),
-    ("memory: bytes per held allocation (VmRSS sum)", "mem", "rss_per_alloc_b", 1,
-     "{:,.0f}"),
-    ("memory: whole server Pss held / allocations, bytes", "mem", "pss_total_per_alloc_b", 1,
-     "{:,.0f}"),
-    ("memory: Pss idle KiB", "mem", "pss_idle_kib", 1, "{:,.0f}"),
-    ("memory: Pss held KiB", "mem", "pss_held_kib", 1, "{:,.0f}"),
-    ("generator CPU % (flat 172 B)", "flat172", "gen_cpu_pct", 1, "{:.0f}"),
-    ("foreign CPU-s in window (flat 172 B)", "flat172", "foreign_cpu_s", 1, "{:.2f}"),
-    ("UDP RcvbufErrors per run (flat 1200 B)", "flat1200", "rcvbuf_errors", 1, "{:,.0f}"),
-    ("UDP RcvbufErrors per run (rate)", "rate", "rcvbuf_errors", 1, "{:,.0f}"),
-]
+OFFLOAD_RE = re.compile(r"offload|\bbpf\b|\bxdp\b|\btc\b", re.IGNORECASE)
 
 
-def cell(vals, fmt):
-    if not vals:
-        return "-"
-    med = statistics.median(vals)
-    if len(vals) == 1:
-        return fmt.format(med)
-    return f"{fmt.format(med)} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
-
-
-def table(results, servers, reps):
-    head = ["metric"] + servers
-    ref = "coturn" if "coturn" in servers else "base"
-    if "turngate" in servers and ref in servers:
-        head.append(f"turngate/{ref}")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, test, key, scale, fmt in ROWS:
-        row, meds = [label], {}
-        for s in servers:
-            vals = [r[key] * scale for r in results.get((s, test), []) if key in r]
-            row.append(cell(vals, fmt))
-            meds[s] = statistics.median(vals) if vals else None
-        if len(head) > len(servers) + 1:
-            a, b = meds.get("turngate"), meds.get(ref)
-            row.append(f"{a / b:.2f}" if a is not None and b else "-")
-        if any(c != "-" for c in row[1:len(servers) + 1]):
-            lines.append("| " + " | ".join(row) + " |")
-    lines.append(f"\nmedian (min–max) of {reps} run(s) per cell; "
-                 "relayed packets count both directions.")
-    return "\n".join(lines)
+def offload_notes(args, server, rundir):
+    """Keeps what the daemon's log said about the offload engine (whether the programs
+    loaded, and where), so the output shows whether the kernel relayed at all."""
+    notes = args.notes.setdefault(server, []) if hasattr(args, "notes") else []
+    try:
+        with open(os.path.join(rundir, "server.log"), errors="replace") as f:
+            for line in f:
+                # The run directory's name holds the server's: it must not match.
+                line = re.sub(r"^\d{4}-\d\d-\d\dT\S+\s+", "",
+                              line.strip().replace(rundir, "RUNDIR"))
+                line = re.sub(r"\[\d+\]", "", line)      # PIDs differ from run to run
+                if OFFLOAD_RE.search(line) and line not in notes and len(notes) < 8:
+                    notes.append(line[:300])
+    except OSError:
+        pass
 
 
 def main():
@@ -357,12 +391,19 @@ def main():
                     help="turngated workers and coturn relay threads (1)")
     ap.add_argument("--srv-cpus", default="0", help="taskset list for the server ('' = none)")
     ap.add_argument("--gen-cpus", default="1",
-                    help="taskset list for generator and echo ('' = none)")
+                    help="taskset list for the generator, and the echo peer ('' = none)")
+    ap.add_argument("--echo-cpus", default=None,
+                    help="taskset list for the echo peer (default: --gen-cpus)")
     ap.add_argument("--worker-quota", type=int, default=0, metavar="PCT",
                     help="turngated only: each worker in its own cpu cgroup capped at PCT %% "
                          "of a core (root, cgroup v1), to show worker scaling on 2 cores")
     ap.add_argument("--nice", type=int, default=0,
                     help="nice value for server, generator and echo (e.g. -10 on a shared box)")
+    ap.add_argument("--coturn", default=COTURN,
+                    help=f"the turnserver binary of server coturn ({COTURN})")
+    ap.add_argument("--netns", action="store_true",
+                    help="client, server and echo peer in three network namespaces joined by "
+                         "veth pairs (root; bench/topology.py), instead of loopback")
     args = ap.parse_args()
     if args.quick:
         args.p = dict(warm=0.3, dur=1, rate_n=400, rate=20000, setup_n=500, mem_n=1000,
@@ -386,21 +427,54 @@ def main():
     if "base" in servers and not (args.base and os.access(os.path.join(args.base, "turngated"),
                                                            os.X_OK)):
         sys.exit("server 'base' needs --base DIR holding a built turngated")
-    if "coturn" in servers and not shutil.which("turnserver"):
-        sys.exit("turnserver (coturn) not found")
+    if "coturn" in servers:
+        if not shutil.which(args.coturn):
+            sys.exit(f"{args.coturn} (coturn's turnserver) not found: pass --coturn PATH")
+        args.coturn = os.path.abspath(shutil.which(args.coturn))   # servers run in rundir
+        args.coturn_version = coturn_version(args.coturn)
     tb = os.path.join(args.builddir, "bench", "turnbench")
     if not os.access(tb, os.X_OK):
         sys.exit(f"{tb} not built (run make in the build tree or pass --builddir)")
-    for host, port in (SERVER, (PEER.split(":")[0], int(PEER.split(":")[1]))):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+    if args.netns:
+        if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"):
+            sys.exit("--netns needs root, ip (iproute2) and nsenter (util-linux)")
+    else:
+        for host, port in (SERVER, (PEER.split(":")[0], int(PEER.split(":")[1]))):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                try:
+                    probe.bind((host, port))
+                except OSError as e:
+                    sys.exit(f"UDP {host}:{port} is busy ({e.strerror}): stop what holds it")
+    # SIGTERM and SIGHUP unwind like ^C, so the servers stop and the namespaces go.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
+    args.notes = {}
+    args.topo = LOOPBACK
+    try:
+        if args.netns:
             try:
-                probe.bind((host, port))
-            except OSError as e:
-                sys.exit(f"UDP {host}:{port} is busy ({e.strerror}): stop what holds it")
+                args.topo = topology.netns(SERVER[1], int(PEER.split(":")[1]))
+            except RuntimeError as e:
+                sys.exit(str(e))
+        return run_all(args, servers, reps)
+    finally:
+        args.topo.close()
+
+
+def coturn_version(path):
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        return "version " + (r.stdout.strip().splitlines() or ["?"])[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return "version unknown"
+
+
+def run_all(args, servers, reps):
     order = servers + (["direct"] if args.ceiling else [])
+    tests = [t for t in args.tests.split(",") if t]
     results = {}
     raw = open(args.raw, "a") if args.raw else None
-    for test in [t for t in args.tests.split(",") if t]:
+    for test in tests:
         for rep in range(reps):
             for s in order:         # A B A B ...: noise spreads over all servers
                 res = run_one(args, s, test)
@@ -410,6 +484,9 @@ def main():
                     res["gen_cpu_pct"] = 100 * res["gen_cpu_s"] / res["duration"]
                 if res.get("pss_held_kib") and res.get("ready"):
                     res["pss_total_per_alloc_b"] = res["pss_held_kib"] * 1024 / res["ready"]
+                if "machine_softirq_s" in res and res.get("relayed_pps"):
+                    res["softirq_s_per_mpkt"] = (res["machine_softirq_s"] * 1e6 /
+                                                 (res["relayed_pps"] * res["duration"]))
                 results.setdefault((s, test), []).append(res)
                 line = " ".join(f"{k}={v}" for k, v in res.items())
                 print(f"# {s} {test} rep{rep + 1}: {line}", file=sys.stderr, flush=True)
@@ -419,7 +496,12 @@ def main():
         raw.close()
     print("turngated: default limits (limits.* unset; reflection protection on); set here: "
           f"workers {args.workers}, relay ports {RELAY_MIN}-{RELAY_MAX}, loglevel all:INFO")
-    print(table(results, order, reps))
+    print("\n".join(compare_report.notes(args, results, order)))
+    print(compare_report.table(results, order, reps))
+    if "turngate-offload" in order:
+        print(f"\nissue 21 targets (medians of {reps} run(s)"
+              f"{'; one run per cell is a smoke test, not a verdict' if reps == 1 else ''}):")
+        print("\n".join(compare_report.targets(results, tests)))
     return 0
 
 

@@ -102,8 +102,17 @@ uint64_t tb_now_ns(void);
 double tb_self_cpu_s(void);
 /* Samples the server tree rooted at o->srv[] (0 on success, -ESRCH if no process). */
 int tb_sample_server(const struct tb_opts *o, struct tb_sample *s);
-/* Busy CPU seconds of the whole box (all CPUs, /proc/stat, steal excluded). */
-double tb_box_busy_s(void);
+/* The whole machine's CPU time (the aggregate "cpu" line of /proc/stat, all CPUs), s. */
+struct tb_box {
+	double busy_s;			/* user+nice+system+irq+softirq+steal: not idle, not iowait */
+	double softirq_s;		/* softirq (also in busy_s) */
+	double steal_s;			/* steal (also in busy_s) */
+};
+/* Parses the aggregate line "cpu  user nice system idle iowait irq softirq steal ..." in
+ * USER_HZ ticks; 0 or -EINVAL. Pure, for the unit test. */
+int tb_box_parse(const char *line, long hz, struct tb_box *b);
+/* Samples /proc/stat; 0 or -errno (then *b is zero). */
+int tb_box_sample(struct tb_box *b);
 /* CPU seconds (utime+stime) of one process, -1 if gone. */
 double tb_pid_cpu_s(pid_t pid);
 int tb_hist_init(struct tb_hist *h);
@@ -128,7 +137,8 @@ struct tb_result {
 	double window_s;
 	double gen_cpu_s;
 	double echo_cpu_s;
-	double box_busy_s;		/* whole box, for the foreign load estimate */
+	struct tb_box box;		/* whole machine over the window (after - before) */
+	bool box_ok;			/* both /proc/stat samples were read */
 	struct tb_sample before, after;
 	bool sampled;
 	struct tb_hist hist;

@@ -29,6 +29,7 @@ struct tb_data {
 	unsigned plen;
 	uint64_t t_warm, t_end, t_stop;
 	bool sending, sampled_before, sampled_after;
+	struct tb_box box0;		/* the machine at the start of the window */
 	uint8_t *tx, *rx;		/* TB_BATCH buffers each */
 	size_t slot;			/* bytes per buffer */
 	struct mmsghdr tm[TB_BATCH], rm[TB_BATCH];
@@ -153,7 +154,7 @@ static void edges(struct tb_data *d, uint64_t now)
 		d->sampled_before = true;
 		r->gen_cpu_s = -tb_self_cpu_s();
 		r->echo_cpu_s = -tb_pid_cpu_s(o->echo_pid);
-		r->box_busy_s = -tb_box_busy_s();
+		r->box_ok = tb_box_sample(&d->box0) == 0;
 		if (o->n_srv)
 			r->sampled = tb_sample_server(o, &r->before) == 0;
 	}
@@ -162,7 +163,10 @@ static void edges(struct tb_data *d, uint64_t now)
 		d->sending = false;
 		r->gen_cpu_s += tb_self_cpu_s();
 		r->echo_cpu_s += tb_pid_cpu_s(o->echo_pid);
-		r->box_busy_s += tb_box_busy_s();
+		r->box_ok = tb_box_sample(&r->box) == 0 && r->box_ok;
+		r->box.busy_s -= d->box0.busy_s;
+		r->box.softirq_s -= d->box0.softirq_s;
+		r->box.steal_s -= d->box0.steal_s;
 		if (o->n_srv && r->sampled)
 			r->sampled = tb_sample_server(o, &r->after) == 0;
 	}

@@ -182,21 +182,36 @@ int tb_sample_server(const struct tb_opts *o, struct tb_sample *s)
 	return s->nproc ? 0 : -ESRCH;
 }
 
-double tb_box_busy_s(void)
+int tb_box_parse(const char *line, long hz, struct tb_box *b)
 {
 	unsigned long long v[8] = { 0 };
-	FILE *f = fopen("/proc/stat", "re");
-	int n;
 
+	memset(b, 0, sizeof(*b));
+	/* user nice system idle iowait irq softirq steal (guest time is inside user); the
+	 * aggregate line only, not "cpu0 ..." */
+	if (hz <= 0 || strncmp(line, "cpu ", 4) != 0 ||
+	    sscanf(line, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		   &v[4], &v[5], &v[6], &v[7]) != 8)
+		return -EINVAL;
+	b->busy_s = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+	b->softirq_s = (double)v[6] / (double)hz;
+	b->steal_s = (double)v[7] / (double)hz;
+	return 0;
+}
+
+int tb_box_sample(struct tb_box *b)
+{
+	char line[512];
+	FILE *f = fopen("/proc/stat", "re");
+	int ret = -EIO;
+
+	memset(b, 0, sizeof(*b));
 	if (!f)
-		return 0;
-	/* cpu user nice system idle iowait irq softirq steal */
-	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-		   &v[4], &v[5], &v[6], &v[7]);
+		return -errno;
+	if (fgets(line, sizeof(line), f))
+		ret = tb_box_parse(line, sysconf(_SC_CLK_TCK), b);
 	fclose(f);
-	if (n != 8)
-		return 0;
-	return (double)(v[0] + v[1] + v[2] + v[5] + v[6]) / (double)sysconf(_SC_CLK_TCK);
+	return ret;
 }
 
 int tb_hist_init(struct tb_hist *h)

@@ -81,12 +81,34 @@ static void test_sample_self(void **state)
 	assert_true(tb_pid_cpu_s(4194305) < 0);
 }
 
+static void test_box_parse(void **state)
+{
+	struct tb_box b;
+
+	(void)state;
+	/* user nice system idle iowait irq softirq steal guest guest_nice, at 100 Hz:
+	 * busy = 100+20+30+5+40+5 = 200 ticks; idle and iowait stay out. */
+	assert_int_equal(tb_box_parse("cpu  100 20 30 900 50 5 40 5 7 0\n", 100, &b), 0);
+	assert_true(b.busy_s > 1.999 && b.busy_s < 2.001);
+	assert_true(b.softirq_s > 0.399 && b.softirq_s < 0.401);
+	assert_true(b.steal_s > 0.049 && b.steal_s < 0.051);
+	/* A per-CPU line, a short line and a bad clock are refused, and leave zeros. */
+	assert_int_equal(tb_box_parse("cpu0 1 2 3 4 5 6 7 8\n", 100, &b), -EINVAL);
+	assert_int_equal(tb_box_parse("cpu  1 2 3 4 5 6 7\n", 100, &b), -EINVAL);
+	assert_int_equal(tb_box_parse("cpu  1 2 3 4 5 6 7 8\n", 0, &b), -EINVAL);
+	assert_true(b.busy_s == 0 && b.softirq_s == 0);
+	/* The live file parses, and the machine has been busy at some point. */
+	assert_int_equal(tb_box_sample(&b), 0);
+	assert_true(b.busy_s > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_addr),
 		cmocka_unit_test(test_hist_quantiles),
 		cmocka_unit_test(test_sample_self),
+		cmocka_unit_test(test_box_parse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -230,6 +230,7 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 	static const char *names[] = { "relay", "rate", "setup", "hold", "direct", "echo" };
 	double relayed = 2.0 * (double)r->received;
 	double loss = r->sent ? 1.0 - (double)r->received / (double)r->sent : 0;
+	double cpu = r->sampled ? r->after.cpu_s - r->before.cpu_s : 0;
 
 	printf("turnbench mode=%s n=%u payload=%u window=%u rate=%u duration=%.3f sent=%llu "
 	       "received=%llu loss=%.6f relayed_pps=%.0f rtt_p50_us=%ld rtt_p99_us=%ld "
@@ -241,7 +242,6 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 	       tb_hist_quantile(&r->hist, 0.999), (unsigned long long)r->hist.over, r->gen_cpu_s,
 	       o->echo_pid ? r->echo_cpu_s : -1.0);
 	if (r->sampled) {
-		double cpu = r->after.cpu_s - r->before.cpu_s;
 		double sch = r->after.sched_s - r->before.sched_s;
 
 		printf(" server_cpu_s=%.3f server_sched_s=%.3f server_cpu_pct=%.1f "
@@ -250,11 +250,22 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 		       cpu, sch, 100.0 * cpu / r->window_s, relayed ? cpu * 1e6 / relayed : -1,
 		       relayed ? sch * 1e6 / relayed : -1, (unsigned long long)r->after.rss_kib,
 		       (unsigned long long)r->after.pss_kib, r->after.nproc);
-		/* Busy time of the box not explained by the server, us or the echo peer:
-		 * other tenants (and softirq work charged to nobody). */
-		printf(" foreign_cpu_s=%.3f",
-		       r->box_busy_s - cpu - r->gen_cpu_s - (o->echo_pid ? r->echo_cpu_s : 0));
 	}
+	/* Busy time of the box not explained by the server, us or the echo peer: other
+	 * tenants (and softirq work that ran while none of them was on a CPU). Steal stays
+	 * out of it, as before the machine-wide figure existed. Direct mode has no server. */
+	if (r->box_ok && (r->sampled || o->mode == TB_MODE_DIRECT))
+		printf(" foreign_cpu_s=%.3f", r->box.busy_s - r->box.steal_s - cpu - r->gen_cpu_s -
+						      (o->echo_pid ? r->echo_cpu_s : 0));
+	/* The whole machine, every CPU, softirq included: a kernel fast path relays in softirq,
+	 * charged to whatever process it interrupted (the generator, the echo peer) or to none,
+	 * never to the server, so only this figure compares a relay with and without it. */
+	if (r->box_ok)
+		printf(" machine_cpu_s=%.3f machine_softirq_s=%.3f machine_steal_s=%.3f "
+		       "machine_cpu_pct=%.1f machine_s_per_mpkt=%.3f machine_ncpu=%ld",
+		       r->box.busy_s, r->box.softirq_s, r->box.steal_s,
+		       100.0 * r->box.busy_s / r->window_s,
+		       relayed ? r->box.busy_s * 1e6 / relayed : -1, sysconf(_SC_NPROCESSORS_ONLN));
 	printf("\n");
 }
 

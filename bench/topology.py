@@ -1,0 +1,140 @@
+"""topology.py: where compare.py's client, relay server and echo peer live.
+
+Loopback (the default): everything on 127.0.0.1 in the current network namespace, the
+client bound to 127.0.0.2. Or, with --netns, three network namespaces joined by two veth
+pairs, so that every datagram crosses real interfaces (a kernel fast path attaches its TC
+programs to the server's two veth interfaces, where on loopback it would attach to lo):
+
+    client ns            server ns (forwarding on)              peer ns
+    tgb-c 10.78.1.2 <--> tgb-sc 10.78.1.1 | tgb-sp 10.78.2.1 <--> tgb-p 10.78.2.2
+    turnbench            relay: listens on 10.78.1.1,           echo peer
+                         relays from 10.78.2.1
+
+The client and the peer route everything through the server namespace, so the `direct`
+run (no relay) is the same datagram routed by the server's kernel. Processes enter a
+namespace with nsenter --net, which changes nothing else: `ip netns exec` would also
+remount /sys in a new mount namespace and hide the bpffs (/sys/fs/bpf) where an offload
+engine pins its maps. Needs root. Every namespace is deleted by Topology.close (the veth
+pairs go with them), also when a run fails.
+"""
+import contextlib
+import ctypes
+import os
+import subprocess
+
+CLONE_NEWNET = 0x40000000
+NETNS_DIR = "/run/netns"
+
+
+class Topology:
+    """Addresses of one layout; ns maps a role (client, server, peer) to a namespace name,
+    or is empty on loopback."""
+
+    def __init__(self, name, server, relay_ip, peer, client, cluster, bind=None, ns=None):
+        self.name = name
+        self.server = server            # (host, port) the TURN listener binds and serves
+        self.relay_ip = relay_ip        # relay address (advertised and bound)
+        self.peer = peer                # "host:port" of the echo peer
+        self.client = client            # turnbench's source address
+        self.cluster = cluster          # the peer cluster's endpoints (the allowlist)
+        self.bind = bind                # the listener's bind_address, None = its address
+        self.ns = ns or {}
+
+    def prefix(self, role):
+        """Command prefix that runs a program in role's namespace ([] on loopback)."""
+        ns = self.ns.get(role)
+        return ["nsenter", f"--net={NETNS_DIR}/{ns}", "--"] if ns else []
+
+    @contextlib.contextmanager
+    def entered(self, role):
+        """The calling thread in role's namespace for the block: sockets created inside stay
+        there, files under /proc/thread-self/net read its counters."""
+        ns = self.ns.get(role)
+        if not ns:
+            yield
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(f"{NETNS_DIR}/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"setns {ns}: {os.strerror(e)}")
+            yield
+        finally:
+            back = libc.setns(own, CLONE_NEWNET)
+            os.close(fd)
+            os.close(own)
+            if back != 0:   # the thread would stay in the wrong namespace: stop here
+                raise OSError(ctypes.get_errno(), "setns back to the original namespace")
+
+    def udp_counter(self, key):
+        """A Udp: counter of /proc/net/snmp summed over the layout's namespaces."""
+        total = 0
+        for role in sorted(set(self.ns) or {None}):
+            with self.entered(role):
+                try:
+                    with open("/proc/thread-self/net/snmp") as f:
+                        rows = [l.split() for l in f if l.startswith("Udp:")]
+                    total += int(rows[1][rows[0].index(key)])
+                except (OSError, ValueError, IndexError):
+                    pass
+        return total
+
+    def describe(self):
+        if not self.ns:
+            return (f"loopback: server {self.server[0]}:{self.server[1]}, relay "
+                    f"{self.relay_ip}, peer {self.peer}, clients {self.client}")
+        return (f"network namespaces {self.ns['client']}/{self.ns['server']}/"
+                f"{self.ns['peer']} joined by veth pairs: client {self.client} -> server "
+                f"{self.server[0]}:{self.server[1]} (bind_address), relay {self.relay_ip} "
+                f"(listener address) -> peer {self.peer}; the server namespace forwards, so "
+                "`direct` is routed through it")
+
+    def close(self):
+        """Deletes the namespaces (and with them the veth pairs); idempotent."""
+        for ns in self.ns.values():
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL, timeout=30)
+        self.ns = {}
+
+
+def loopback(port=13478, peer_port=13500):
+    return Topology("loopback", ("127.0.0.1", port), "127.0.0.1", f"127.0.0.1:{peer_port}",
+                    "127.0.0.2", ["127.0.0.1"])
+
+
+def _ip(*argv):
+    subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
+
+
+def netns(port=13478, peer_port=13500, tag=None):
+    """Creates the three namespaces and the veth pairs; returns the Topology (close it).
+    Namespace names carry tag (default: this process's PID), so runs never collide."""
+    tag = tag or str(os.getpid())
+    names = {r: f"tgb{tag}{r[0]}" for r in ("client", "server", "peer")}
+    topo = Topology("netns", ("10.78.1.1", port), "10.78.2.1", f"10.78.2.2:{peer_port}",
+                    "10.78.1.2", ["10.78.2.2"], bind="10.78.1.1", ns={})
+    c, s, p = names["client"], names["server"], names["peer"]
+    try:
+        for role, ns in names.items():
+            _ip("netns", "add", ns)
+            topo.ns[role] = ns      # from here on close() deletes it
+        _ip("link", "add", "tgb-c", "netns", c, "type", "veth", "peer", "name", "tgb-sc",
+            "netns", s)
+        _ip("link", "add", "tgb-sp", "netns", s, "type", "veth", "peer", "name", "tgb-p",
+            "netns", p)
+        for ns, dev, addr in ((c, "tgb-c", "10.78.1.2/24"), (s, "tgb-sc", "10.78.1.1/24"),
+                              (s, "tgb-sp", "10.78.2.1/24"), (p, "tgb-p", "10.78.2.2/24")):
+            _ip("-n", ns, "addr", "add", addr, "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+        for ns in (c, s, p):
+            _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", c, "route", "add", "default", "via", "10.78.1.1")
+        _ip("-n", p, "route", "add", "default", "via", "10.78.2.1")
+        subprocess.run(["nsenter", f"--net={NETNS_DIR}/{s}", "--", "sysctl", "-qw",
+                        "net.ipv4.ip_forward=1"], check=True, capture_output=True, timeout=30)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        topo.close()
+        err = getattr(e, "stderr", b"") or b""
+        raise RuntimeError(f"network namespaces: {e}: {err.decode(errors='replace').strip()}")
+    return topo
