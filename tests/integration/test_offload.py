@@ -16,6 +16,10 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   allocation is deleted (Refresh 0), and when a reload drops the peer's cluster.
 - Send indications and a ChannelData too large for one datagram on the path (fragments) are
   still relayed, by user space.
+- With the maps pinned (a bpffs mounted in the test's own mount namespace), the kernel
+  relays while no daemon runs at all (every process SIGKILLed); the next start takes the
+  table and the maps over (the entry stays) and relays on; a stop with no allocation left
+  detaches the programs.
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
 Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs (exit 77)
@@ -390,6 +394,46 @@ def test_reload_drops_the_route(d):
         daemon.stop()
 
 
+def tc_filters(dev):
+    return subprocess.run(["tc", "filter", "show", "dev", dev, "ingress"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_restart_keeps_kernel_relaying(d):
+    """Pinned maps (a bpffs of this test's mount namespace): the kernel relays while no
+    daemon runs at all, the next start takes the maps over with the table, and a stop with
+    no allocation left detaches."""
+    if subprocess.run("mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf",
+                      shell=True).returncode != 0:
+        print("SKIP test_restart_keeps_kernel_relaying: cannot mount bpffs")
+        return
+    daemon = Daemon(d)
+    try:
+        offload_or_skip(daemon)
+        check("not kept across restarts" not in daemon.log(), "maps not pinned")
+        c, p = bound(False)
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay")
+        pids = [daemon.proc.pid] + daemon.worker_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        daemon.proc.wait()
+        got = round_trip(c, p, 20)
+        check(got == (20, 20), "with no daemon running: %r" % (got,))
+        daemon.err.close()
+        daemon = Daemon(d)
+        check("taken over" in daemon.log(), "no take-over")
+        wait_for(lambda: entries(daemon) == 1, "the entry kept across the restart")
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay after the restart")
+        r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
+        check(error_code(r[3]) is None, "Refresh 0")
+        wait_for(lambda: entries(daemon) == 0, "the entry to go")
+        check(tc_filters(TAG + "b") != "", "no filter attached")
+    finally:
+        daemon.stop()
+    check(tc_filters(TAG + "b") == "" and tc_filters(TAG + "c") == "",
+          "still attached after a stop with no allocation: %r" % tc_filters(TAG + "b"))
+
+
 def test_refused_programs_fall_back(d):
     daemon = Daemon(d, env={"TURNGATE_OFFLOAD_FAIL": "1"})
     try:
@@ -409,7 +453,8 @@ if __name__ == "__main__":
     TAG = os.environ[MARK]
     NS = {"cli": TAG + "c", "srv": TAG + "s", "peer": TAG + "p"}
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
-             test_reload_drops_the_route, test_refused_programs_fall_back]
+             test_reload_drops_the_route, test_restart_keeps_kernel_relaying,
+             test_refused_programs_fall_back]
     if len(sys.argv) > 1:
         tests = [t for t in tests if t.__name__ in sys.argv[1:]]
     failed = 0

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import hmac
 import importlib
+import json
 import os
 import random
 import shutil
@@ -117,6 +118,11 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
             "  healthcheck_endpoint: \"\"\n  admin_socket: %s/admin.sock\n  drain_timeout: 1\n"
             "  relay_port_min: %d\n  relay_port_max: %d\nauth:\n%slisteners:\n"
             % (workers, tmp, lo, lo + 499, auth_text))
+    # TG_OFFLOAD=Auto (or TC, XDP): the same suite with the kernel fast path (issue 21);
+    # run it in a network namespace of its own (the programs attach to its lo).
+    if os.environ.get("TG_OFFLOAD"):
+        text = text.replace("admin:\n", "admin:\n  offload_engine: %s\n"
+                            % os.environ["TG_OFFLOAD"], 1)
     protos = ["TURN-UDP"] + (["TURN-TCP"] if tcp else [])
     for p in protos:
         text += ("  - name: %s\n    protocol: %s\n    address: %s\n    port: %d\n"
@@ -221,6 +227,8 @@ class Daemon:
         problems = []
         if self.proc is None:
             return problems
+        if os.environ.get("TG_OFFLOAD") and self.proc.poll() is None:
+            problems += self.offload_report()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -241,6 +249,29 @@ class Daemon:
             if problems:
                 print(text[-4000:])
         return problems
+
+    def offload_report(self):
+        """Under TG_OFFLOAD: prints what the kernel fast path relayed; a problem when the
+        programs did not load (the run would not test them)."""
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(os.path.join(self.tmp, "admin.sock"))
+            s.sendall(b'{"cmd":"status"}\n')
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            s.close()
+            o = json.loads(buf)["offload"]
+        except (OSError, ValueError, KeyError) as e:
+            return ["offload status unreadable: %s" % e]
+        print("offload %s: active %s, interfaces %s, to peer %d, to client %d datagrams"
+              % (o["engine"], o["active"], [(i["name"], i["engine"]) for i in o["interfaces"]],
+                 o["packets_to_peer"], o["packets_to_client"]), flush=True)
+        return [] if o["active"] else ["TG_OFFLOAD set but the fast path did not load"]
 
     def __enter__(self):
         return self.start()
