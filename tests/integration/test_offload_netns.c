@@ -308,18 +308,31 @@ static struct tgo_channel chan_of(const struct fam *f, uint16_t number, uint64_t
 	return ch;
 }
 
-static int open_offload(struct tgo **t, const char *pin)
+/* Opens on the server's s0, s1 and lo (and an interface that does not exist: bad). */
+static int open_offload_on(struct tgo **t, const char *pin, enum tgo_engine engine, bool bad)
 {
-	const char *ifs[] = { "s0", "s1", "lo" };
-	struct tgo_opts o = { TGO_ENGINE_TC, ifs, 3, pin, 1024, false };
+	const char *ifs[] = { "s0", "s1", "lo", "tgo-nonesuch" };
+	struct tgo_opts o = { engine, ifs, bad ? 4 : 3, pin, 1024, false };
 	char why[256];
 	int err;
 
 	enter(NS_S);
 	err = tgo_open(&o, t, why, sizeof(why));
-	if (err)
+	if (err && !bad)
 		fprintf(stderr, "tgo_open: %s\n", why);
+	if (err == 0) {
+		assert_int_equal(tgo_iface_count(*t), 3);
+		for (size_t i = 0; i < 3; i++) {
+			assert_string_equal(tgo_iface_name(*t, i), ifs[i]);
+			assert_string_equal(tgo_iface_engine(*t, i), "tc");
+		}
+	}
 	return err;
+}
+
+static int open_offload(struct tgo **t, const char *pin)
+{
+	return open_offload_on(t, pin, TGO_ENGINE_TC, false);
 }
 
 static int group_setup(void **state)
@@ -618,10 +631,11 @@ static void test_loopback(void **state)
 }
 
 /* Pinned: a close that keeps leaves the kernel relaying; a second open takes the maps
- * over (entries and counts kept); a close that does not keep stops it all. */
+ * over (entries and counts kept); a failed open leaves nothing attached (not even the
+ * earlier run's filters), the pins stay; a close that does not keep stops it all. */
 static void test_takeover(void **state)
 {
-	struct tgo *t1, *t2;
+	struct tgo *t;
 	struct tgo_maps m;
 	struct tgo_channel ch = chan_of(&F[0], 0x6000, 60000 * MS_NS);
 	struct tgo_channel ch6 = chan_of(&F[1], 0x6001, 60000 * MS_NS);
@@ -635,36 +649,49 @@ static void test_takeover(void **state)
 	g_t = NULL;
 	c2p(&F[0], 0x4000, 5, 0, false);	/* detached */
 	snprintf(pin, sizeof(pin), "%s/turngate/test", bpffs);
-	assert_int_equal(open_offload(&t1, pin), 0);
-	g_t = t1;
+	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_AUTO, false), 0);
+	g_t = t;
 	memset(&want_l, 0, sizeof(want_l));
 	want_c = want_total = want_l;
-	tgo_maps_of(t1, &m);
+	tgo_maps_of(t, &m);
 	assert_int_equal(tgo_channel_set(&m, &ch), 0);
 	assert_int_equal(tgo_channel_set(&m, &ch6), 0);
 	c2p(&F[0], ch.channel, 40, 0, true);
 	p2c(&F[1], ch6.channel, 41, true);
-	tgo_close(t1, true);
+	tgo_close(t, true);
 	g_t = NULL;
 	/* Nobody holds a handle: the kernel still relays. */
 	c2p(&F[0], ch.channel, 42, 0, true);
 	p2c(&F[0], ch.channel, 43, true);
 	c2p(&F[1], ch6.channel, 44, 1, true);
 	/* A new open: the same maps, the programs replaced in place. */
-	assert_int_equal(open_offload(&t2, pin), 0);
-	g_t = t2;
-	assert_int_equal(tgo_totals(t2, &got, &entries), 0);
+	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_XDP, false), 0);
+	g_t = t;
+	assert_int_equal(tgo_totals(t, &got, &entries), 0);
 	assert_int_equal(entries, 2);
 	check_counts();
 	c2p(&F[0], ch.channel, 45, 0, true);
 	p2c(&F[1], ch6.channel, 46, true);
 	check_counts();
-	tgo_maps_of(t2, &m);
-	assert_int_equal(tgo_channel_del(&m, &ch), 0);
-	c2p(&F[0], ch.channel, 47, 0, false);
-	tgo_close(t2, false);
+	tgo_close(t, true);
 	g_t = NULL;
-	c2p(&F[1], ch6.channel, 48, 0, false);
+	/* A failed open: nothing relays any more; the pins stay for the next one. */
+	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_TC, true), -ENODEV);
+	assert_null(t);
+	c2p(&F[0], ch.channel, 47, 0, false);
+	p2c(&F[1], ch6.channel, 48, false);
+	assert_int_equal(open_offload(&t, pin), 0);
+	g_t = t;
+	assert_int_equal(tgo_totals(t, &got, &entries), 0);
+	assert_int_equal(entries, 2);
+	c2p(&F[0], ch.channel, 49, 0, true);
+	check_counts();
+	tgo_maps_of(t, &m);
+	assert_int_equal(tgo_channel_del(&m, &ch), 0);
+	c2p(&F[0], ch.channel, 50, 0, false);
+	tgo_close(t, false);
+	g_t = NULL;
+	c2p(&F[1], ch6.channel, 51, 0, false);
 	assert_int_equal(stat(pin, &st), -1);
 	/* The group's handle again, unpinned, for the tests after this one. */
 	assert_int_equal(open_offload(&g_t, NULL), 0);
