@@ -135,7 +135,8 @@ static bool tgo_map_fits(int fd, const struct bpf_map *m)
 		return false;
 	return info.type == bpf_map__type(m) && info.key_size == bpf_map__key_size(m) &&
 	       info.value_size == bpf_map__value_size(m) &&
-	       info.max_entries == bpf_map__max_entries(m) && info.map_flags == bpf_map__map_flags(m);
+	       info.max_entries == bpf_map__max_entries(m) &&
+	       info.map_flags == bpf_map__map_flags(m);
 }
 
 /* Before load: each pinned map that fits is reused (its entries and counts kept); one
@@ -306,9 +307,10 @@ static int tgo_load(struct tgo *t, const struct tgo_opts *o, char *why, size_t w
 	err = tgo_relay__load(t->skel);
 	if (err < 0) {
 		if (err == -EPERM || err == -EACCES)
-			snprintf(why, why_len, "the kernel refused the programs (%s: needs CAP_BPF "
-				 "and CAP_NET_ADMIN)%s%s", strerror(-err),
-				 tgo_libbpf_msg[0] ? ": " : "", tgo_libbpf_msg);
+			snprintf(why, why_len,
+				 "the kernel refused the programs (%s: needs CAP_BPF "
+				 "and CAP_NET_ADMIN)%s%s",
+				 strerror(-err), tgo_libbpf_msg[0] ? ": " : "", tgo_libbpf_msg);
 		else
 			snprintf(why, why_len, "cannot load the programs: %s%s%s", strerror(-err),
 				 tgo_libbpf_msg[0] ? ": " : "", tgo_libbpf_msg);
@@ -341,8 +343,8 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 	}
 	t->magic = TGO_MAGIC;
 	t->maps.c2p_fd = t->maps.p2c_fd = t->ctr_fd = -1;
-	if (o->pin_dir && snprintf(t->pin_dir, sizeof(t->pin_dir), "%s", o->pin_dir) >=
-				  (int)sizeof(t->pin_dir)) {
+	if (o->pin_dir &&
+	    snprintf(t->pin_dir, sizeof(t->pin_dir), "%s", o->pin_dir) >= (int)sizeof(t->pin_dir)) {
 		snprintf(why, why_len, "pin_dir too long");
 		err = -ENAMETOOLONG;
 		goto fail;
@@ -353,8 +355,8 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 	if (err < 0)
 		goto fail;
 	for (size_t i = 0; i < t->n_ifs; i++) {
-		err = tgo_iface_attach(&t->ifs[i], o->engine, bpf_program__fd(t->skel->progs.tgo_tc),
-				       why, why_len);
+		err = tgo_iface_attach(&t->ifs[i], o->engine,
+				       bpf_program__fd(t->skel->progs.tgo_tc), why, why_len);
 		if (err < 0)
 			goto fail;
 	}

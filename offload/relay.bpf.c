@@ -307,7 +307,7 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
 	if (skb->len < l4 + TGO_UDP_HLEN)
 		return -1;
 	need = skb->len >= l4 + TGO_UDP_HLEN + TGO_CHAN_HDR ? l4 + TGO_UDP_HLEN + TGO_CHAN_HDR
-							     : l4 + TGO_UDP_HLEN;
+							    : l4 + TGO_UDP_HLEN;
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	if (data + need > data_end) {
@@ -327,7 +327,7 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
 		if (ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
 		    (ip->frag_off & bpf_htons(0x3FFF)))
 			return -1;
-		/* A damaged header goes up to be dropped by the stack, not relayed afresh. */
+			/* A damaged header goes up to be dropped by the stack, not relayed afresh. */
 #pragma unroll
 		for (int i = 0; i < TGO_IP4_HLEN / 2; i++)
 			sum += w[i];

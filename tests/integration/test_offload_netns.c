@@ -42,7 +42,11 @@
 
 #define MS_NS UINT64_C(1000000)
 
-enum { NS_C, NS_S, NS_P };
+enum {
+	NS_C,
+	NS_S,
+	NS_P
+};
 static char ns_name[3][32];
 static int ns_fd[3] = { -1, -1, -1 };
 static char bpffs[64];
@@ -108,17 +112,20 @@ static int netns_setup(void)
 	if (sh("ip -n %1$s link set c0 up && ip -n %1$s addr add 10.9.1.2/24 dev c0 && "
 	       "ip -n %1$s addr add fd09:1::2/64 dev c0 nodad && "
 	       "ip -n %1$s route add default via 10.9.1.1 && "
-	       "ip -n %1$s -6 route add default via fd09:1::1", ns_name[NS_C]) != 0 ||
+	       "ip -n %1$s -6 route add default via fd09:1::1",
+	       ns_name[NS_C]) != 0 ||
 	    sh("ip -n %1$s link set p0 up && ip -n %1$s addr add 10.9.2.2/24 dev p0 && "
 	       "ip -n %1$s addr add fd09:2::2/64 dev p0 nodad && "
 	       "ip -n %1$s route add default via 10.9.2.1 && "
-	       "ip -n %1$s -6 route add default via fd09:2::1", ns_name[NS_P]) != 0 ||
+	       "ip -n %1$s -6 route add default via fd09:2::1",
+	       ns_name[NS_P]) != 0 ||
 	    sh("ip -n %1$s link set s0 up && ip -n %1$s link set s1 up && "
 	       "ip -n %1$s addr add 10.9.1.1/24 dev s0 && ip -n %1$s addr add 10.9.2.1/24 dev s1 && "
 	       "ip -n %1$s addr add fd09:1::1/64 dev s0 nodad && "
 	       "ip -n %1$s addr add fd09:2::1/64 dev s1 nodad && "
 	       "ip netns exec %1$s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/all/forwarding; "
-	       "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding'", ns_name[NS_S]) != 0)
+	       "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding'",
+	       ns_name[NS_S]) != 0)
 		return -1;
 	return 0;
 }
@@ -164,7 +171,8 @@ static unsigned long udp_csum_errors(int ns, bool v6)
 			continue;
 		}
 		{
-			char *hs, *vs, *h = strtok_r(hdr, " \n", &hs), *v = strtok_r(line, " \n", &vs);
+			char *hs, *vs, *h = strtok_r(hdr, " \n", &hs),
+				       *v = strtok_r(line, " \n", &vs);
 
 			while (h && v) {
 				if (strcmp(h, "InCsumErrors") == 0)
@@ -604,12 +612,18 @@ static void test_loopback(void **state)
 		c2p(f, ch.channel, 0, 0, true);
 		c2p(f, ch.channel, 1200, 3, true);
 		/* Without forwarding on lo (the default of a host) as well. */
-		assert_int_equal(sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv4/conf/lo/forwarding;"
-				    " echo 0 > /proc/sys/net/ipv6/conf/lo/forwarding'", ns_name[NS_S]), 0);
+		assert_int_equal(
+			sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv4/conf/lo/forwarding;"
+			   " echo 0 > /proc/sys/net/ipv6/conf/lo/forwarding'",
+			   ns_name[NS_S]),
+			0);
 		c2p(f, ch.channel, 7, 0, true);
 		p2c(f, ch.channel, 8, true);
-		assert_int_equal(sh("ip netns exec %s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/lo/forwarding;"
-				    " echo 1 > /proc/sys/net/ipv6/conf/lo/forwarding'", ns_name[NS_S]), 0);
+		assert_int_equal(
+			sh("ip netns exec %s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/lo/forwarding;"
+			   " echo 1 > /proc/sys/net/ipv6/conf/lo/forwarding'",
+			   ns_name[NS_S]),
+			0);
 		p2c(f, ch.channel, 0, true);
 		p2c(f, ch.channel, 3000, true);
 		/* No socket at the peer's address: up, as the worker would get it. */
@@ -703,12 +717,9 @@ static void test_takeover(void **state)
 static int run_all(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_full_checksums),
-		cmocka_unit_test(test_partial_checksums),
-		cmocka_unit_test(test_no_checksum),
-		cmocka_unit_test(test_goes_up),
-		cmocka_unit_test(test_loopback),
-		cmocka_unit_test(test_takeover),
+		cmocka_unit_test(test_full_checksums), cmocka_unit_test(test_partial_checksums),
+		cmocka_unit_test(test_no_checksum),    cmocka_unit_test(test_goes_up),
+		cmocka_unit_test(test_loopback),       cmocka_unit_test(test_takeover),
 	};
 
 	/* A bpffs of this test's own, in a mount namespace of its own. */
