@@ -86,6 +86,23 @@ static void netns_cleanup(void)
 		rmdir(bpffs);
 }
 
+/* Namespaces an earlier run left behind when it was killed outright (SIGKILL): named
+ * tgo<pid>[csp] after a process that is gone. */
+static void netns_stale_cleanup(void)
+{
+	char line[128], kind;
+	FILE *f = popen("ip netns list 2>/dev/null", "r");
+	int pid;
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "tgo%d%c", &pid, &kind) == 2 && strchr("csp", kind) &&
+		    pid != getpid() && kill(pid, 0) < 0 && errno == ESRCH)
+			sh("ip netns del tgo%d%c 2>/dev/null", pid, kind);
+	pclose(f);
+}
+
 static int netns_setup(void)
 {
 	static const char *const names = "csp";
@@ -754,6 +771,7 @@ int main(void)
 		printf("SKIP test_offload_netns: mkdtemp: %s\n", strerror(errno));
 		return 77;
 	}
+	netns_stale_cleanup();
 	if (netns_setup() < 0) {
 		netns_cleanup();
 		printf("SKIP test_offload_netns: cannot create the namespaces and veth pairs\n");
