@@ -87,7 +87,7 @@ static void netns_cleanup(void)
 }
 
 /* Namespaces an earlier run left behind when it was killed outright (SIGKILL): named
- * tgo<pid>[csp] after a process that is gone. */
+ * tgon<pid>[csp] after a process that is gone (test_offload.py names its own tgo<pid>). */
 static void netns_stale_cleanup(void)
 {
 	char line[128], kind;
@@ -97,9 +97,9 @@ static void netns_stale_cleanup(void)
 	if (!f)
 		return;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "tgo%d%c", &pid, &kind) == 2 && strchr("csp", kind) &&
+		if (sscanf(line, "tgon%d%c", &pid, &kind) == 2 && strchr("csp", kind) &&
 		    pid != getpid() && kill(pid, 0) < 0 && errno == ESRCH)
-			sh("ip netns del tgo%d%c 2>/dev/null", pid, kind);
+			sh("ip netns del tgon%d%c 2>/dev/null", pid, kind);
 	pclose(f);
 }
 
@@ -109,7 +109,7 @@ static int netns_setup(void)
 	char path[96];
 
 	for (int i = 0; i < 3; i++) {
-		snprintf(ns_name[i], sizeof(ns_name[i]), "tgo%d%c", (int)getpid(), names[i]);
+		snprintf(ns_name[i], sizeof(ns_name[i]), "tgon%d%c", (int)getpid(), names[i]);
 		if (sh("ip netns add %s", ns_name[i]) != 0)
 			return -1;
 		if (sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad; "
