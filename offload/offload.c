@@ -135,7 +135,8 @@ static bool tgo_map_fits(int fd, const struct bpf_map *m)
 		return false;
 	return info.type == bpf_map__type(m) && info.key_size == bpf_map__key_size(m) &&
 	       info.value_size == bpf_map__value_size(m) &&
-	       info.max_entries == bpf_map__max_entries(m) && info.map_flags == bpf_map__map_flags(m);
+	       info.max_entries == bpf_map__max_entries(m) &&
+	       info.map_flags == bpf_map__map_flags(m);
 }
 
 /* Before load: each pinned map that fits is reused (its entries and counts kept); one
@@ -242,16 +243,21 @@ static int tgo_ifaces(struct tgo *t, const struct tgo_opts *o, char *why, size_t
 		snprintf(why, why_len, "out of memory");
 		return -ENOMEM;
 	}
+	/* Every name resolved first: a failure detaches our filter from all that exist. */
+	t->n_ifs = o->n_ifaces;
+	for (size_t i = 0; i < o->n_ifaces; i++)
+		if (o->ifaces[i] && strlen(o->ifaces[i]) < sizeof(t->ifs[i].name)) {
+			strcpy(t->ifs[i].name, o->ifaces[i]);
+			t->ifs[i].ifindex = (int)if_nametoindex(t->ifs[i].name);
+		}
 	for (size_t i = 0; i < o->n_ifaces; i++) {
-		struct tgo_iface *f = &t->ifs[i];
+		const struct tgo_iface *f = &t->ifs[i];
 		int type;
 
-		if (!o->ifaces[i] || strlen(o->ifaces[i]) >= sizeof(f->name)) {
+		if (!f->name[0]) {
 			snprintf(why, why_len, "bad interface name");
 			return -EINVAL;
 		}
-		strcpy(f->name, o->ifaces[i]);
-		f->ifindex = (int)if_nametoindex(f->name);
 		if (f->ifindex == 0) {
 			snprintf(why, why_len, "%s: no such interface", f->name);
 			return -ENODEV;
@@ -268,7 +274,6 @@ static int tgo_ifaces(struct tgo *t, const struct tgo_opts *o, char *why, size_t
 				return -EINVAL;
 			}
 	}
-	t->n_ifs = o->n_ifaces;
 	return 0;
 }
 
@@ -302,9 +307,10 @@ static int tgo_load(struct tgo *t, const struct tgo_opts *o, char *why, size_t w
 	err = tgo_relay__load(t->skel);
 	if (err < 0) {
 		if (err == -EPERM || err == -EACCES)
-			snprintf(why, why_len, "the kernel refused the programs (%s: needs CAP_BPF "
-				 "and CAP_NET_ADMIN)%s%s", strerror(-err),
-				 tgo_libbpf_msg[0] ? ": " : "", tgo_libbpf_msg);
+			snprintf(why, why_len,
+				 "the kernel refused the programs (%s: needs CAP_BPF "
+				 "and CAP_NET_ADMIN)%s%s",
+				 strerror(-err), tgo_libbpf_msg[0] ? ": " : "", tgo_libbpf_msg);
 		else
 			snprintf(why, why_len, "cannot load the programs: %s%s%s", strerror(-err),
 				 tgo_libbpf_msg[0] ? ": " : "", tgo_libbpf_msg);
@@ -318,7 +324,6 @@ static int tgo_load(struct tgo *t, const struct tgo_opts *o, char *why, size_t w
 int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_len)
 {
 	struct tgo *t;
-	size_t attached = 0;
 	int err;
 
 	*out = NULL;
@@ -338,8 +343,8 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 	}
 	t->magic = TGO_MAGIC;
 	t->maps.c2p_fd = t->maps.p2c_fd = t->ctr_fd = -1;
-	if (o->pin_dir && snprintf(t->pin_dir, sizeof(t->pin_dir), "%s", o->pin_dir) >=
-				  (int)sizeof(t->pin_dir)) {
+	if (o->pin_dir &&
+	    snprintf(t->pin_dir, sizeof(t->pin_dir), "%s", o->pin_dir) >= (int)sizeof(t->pin_dir)) {
 		snprintf(why, why_len, "pin_dir too long");
 		err = -ENAMETOOLONG;
 		goto fail;
@@ -349,9 +354,9 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 		err = tgo_load(t, o, why, why_len);
 	if (err < 0)
 		goto fail;
-	for (; attached < t->n_ifs; attached++) {
-		err = tgo_iface_attach(&t->ifs[attached], o->engine,
-				       bpf_program__fd(t->skel->progs.tgo_tc), -1, why, why_len);
+	for (size_t i = 0; i < t->n_ifs; i++) {
+		err = tgo_iface_attach(&t->ifs[i], o->engine,
+				       bpf_program__fd(t->skel->progs.tgo_tc), why, why_len);
 		if (err < 0)
 			goto fail;
 	}
@@ -361,8 +366,8 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 	*out = t;
 	return 0;
 fail:
-	/* Nothing stays attached, not even an interface an earlier run had attached. */
-	for (size_t i = 0; i < attached; i++)
+	/* Nothing stays attached, not even an earlier run's filter on a listed interface. */
+	for (size_t i = 0; i < t->n_ifs; i++)
 		tgo_iface_detach(&t->ifs[i]);
 	if (t->skel)
 		tgo_relay__destroy(t->skel);
@@ -385,7 +390,7 @@ const char *tgo_iface_name(const struct tgo *t, size_t i)
 const char *tgo_iface_engine(const struct tgo *t, size_t i)
 {
 	assert(t->magic == TGO_MAGIC && i < t->n_ifs);
-	return t->ifs[i].hook == TGO_HOOK_TC ? "tc" : "xdp";
+	return t->ifs[i].hook == TGO_HOOK_TC ? "tc" : "none";
 }
 
 void tgo_close(struct tgo *t, bool keep)

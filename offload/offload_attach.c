@@ -1,11 +1,10 @@
-/* Offload: the TC (clsact ingress) and XDP hooks of one interface, attached and detached
- * so that only programs of ours are ever replaced or removed. */
+/* Offload: the TC (clsact ingress) hook of one interface, attached and detached so that
+ * only a filter of ours is ever replaced or removed. */
 #include "config.h"
 
 #include "offload/offload_int.h"
 
 #include <errno.h>
-#include <linux/if_link.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -75,31 +74,6 @@ static void tgo_tc_detach(int ifindex, bool destroy_clsact)
 		bpf_tc_hook_destroy(&h);
 }
 
-/* The XDP program of ours attached in mode (XDP_FLAGS_DRV_MODE or XDP_FLAGS_SKB_MODE), or
- * -1 when another program is there, 0 when none. */
-static int tgo_xdp_current(int ifindex, uint32_t mode, uint32_t *id)
-{
-	*id = 0;
-	if (bpf_xdp_query_id(ifindex, (int)mode, id) < 0 || *id == 0)
-		return 0;
-	return tgo_prog_is(*id, TGO_PROG_XDP) ? 1 : -1;
-}
-
-static void tgo_xdp_detach(int ifindex, uint32_t mode)
-{
-	uint32_t id;
-
-	if (tgo_xdp_current(ifindex, mode, &id) == 1) {
-		int fd = bpf_prog_get_fd_by_id(id);
-		LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = fd);
-
-		if (fd >= 0) {
-			bpf_xdp_detach(ifindex, mode | XDP_FLAGS_REPLACE, &opts);
-			close(fd);
-		}
-	}
-}
-
 static int tgo_attach_tc(struct tgo_iface *f, int prog_fd, char *why, size_t why_len)
 {
 	struct bpf_tc_hook h;
@@ -131,73 +105,16 @@ static int tgo_attach_tc(struct tgo_iface *f, int prog_fd, char *why, size_t why
 	return 0;
 }
 
-static int tgo_attach_xdp(struct tgo_iface *f, int prog_fd, uint32_t mode, char *why,
-			  size_t why_len)
+int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, char *why,
+		     size_t why_len)
 {
-	LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
-	uint32_t id, flags = mode;
-	int cur = tgo_xdp_current(f->ifindex, mode, &id), old_fd = -1, err;
-
-	if (cur < 0) {
-		snprintf(why, why_len, "%s: another XDP program is attached", f->name);
-		return -EBUSY;
-	}
-	if (cur == 1) {
-		old_fd = bpf_prog_get_fd_by_id(id);
-		opts.old_prog_fd = old_fd;
-		flags |= XDP_FLAGS_REPLACE;
-	} else {
-		flags |= XDP_FLAGS_UPDATE_IF_NOEXIST;
-	}
-	err = bpf_xdp_attach(f->ifindex, prog_fd, flags, &opts);
-	if (old_fd >= 0)
-		close(old_fd);
-	if (err < 0) {
-		snprintf(why, why_len, "%s: XDP (%s) attach failed: %s", f->name,
-			 mode == XDP_FLAGS_DRV_MODE ? "native" : "generic", strerror(-err));
-		return err;
-	}
-	f->hook = mode == XDP_FLAGS_DRV_MODE ? TGO_HOOK_XDP_NATIVE : TGO_HOOK_XDP_GENERIC;
-	return 0;
-}
-
-int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, int xdp_fd,
-		     char *why, size_t why_len)
-{
-	int err;
-
-	if (engine == TGO_ENGINE_TC || xdp_fd < 0) {
-		err = tgo_attach_tc(f, tc_fd, why, why_len);
-		if (err == 0) {	/* an earlier run's other engine must not relay in front */
-			tgo_xdp_detach(f->ifindex, XDP_FLAGS_DRV_MODE);
-			tgo_xdp_detach(f->ifindex, XDP_FLAGS_SKB_MODE);
-		}
-		return err;
-	}
-	err = tgo_attach_xdp(f, xdp_fd, XDP_FLAGS_DRV_MODE, why, why_len);
-	if (err < 0 && err != -EBUSY && engine == TGO_ENGINE_XDP)
-		err = tgo_attach_xdp(f, xdp_fd, XDP_FLAGS_SKB_MODE, why, why_len);
-	else if (err < 0 && err != -EBUSY)
-		return tgo_iface_attach(f, TGO_ENGINE_TC, tc_fd, -1, why, why_len);
-	if (err == 0) {
-		tgo_tc_detach(f->ifindex, false);
-		tgo_xdp_detach(f->ifindex, f->hook == TGO_HOOK_XDP_NATIVE ? XDP_FLAGS_SKB_MODE
-									: XDP_FLAGS_DRV_MODE);
-	}
-	return err;
+	/* No XDP program yet (docs/offload.md, Engines): every engine is TC. */
+	(void)engine;
+	return tgo_attach_tc(f, tc_fd, why, why_len);
 }
 
 void tgo_iface_detach(const struct tgo_iface *f)
 {
-	switch (f->hook) {
-	case TGO_HOOK_TC:
+	if (f->ifindex > 0)
 		tgo_tc_detach(f->ifindex, f->created_clsact);
-		break;
-	case TGO_HOOK_XDP_NATIVE:
-		tgo_xdp_detach(f->ifindex, XDP_FLAGS_DRV_MODE);
-		break;
-	case TGO_HOOK_XDP_GENERIC:
-		tgo_xdp_detach(f->ifindex, XDP_FLAGS_SKB_MODE);
-		break;
-	}
 }

@@ -17,14 +17,12 @@
 #define TGO_TC_HANDLE 0x7467u
 #define TGO_TC_PRIO 0x7467u
 
-/* Kernel names of the programs (as bpftool shows them). */
+/* Kernel name of the program (as bpftool shows it). */
 #define TGO_PROG_TC "tgo_tc"
-#define TGO_PROG_XDP "tgo_xdp"
 
 enum tgo_hook {
-	TGO_HOOK_TC = 1,
-	TGO_HOOK_XDP_NATIVE,
-	TGO_HOOK_XDP_GENERIC,
+	TGO_HOOK_NONE = 0,
+	TGO_HOOK_TC,
 };
 
 struct tgo_iface {
@@ -46,12 +44,13 @@ struct tgo {
 	int ctr_fd;
 };
 
-/* Attaches prog_fd (TC) or xdp_fd (XDP) to f->ifindex as engine asks (AUTO: native XDP
- * where the driver has it, else TC); replaces a program of ours already there (a
- * take-over), refuses to replace anyone else's. Fills f->hook. 0 or -errno with why. */
-int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, int xdp_fd,
-		     char *why, size_t why_len);
-/* Detaches what tgo_iface_attach attached (only programs of ours). */
+/* Attaches the TC program tc_fd to f->ifindex for engine (every engine is TC: there is
+ * no XDP program yet); replaces a filter of ours already there (a take-over), refuses to
+ * replace anyone else's. Fills f->hook. 0 or -errno with why. */
+int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, char *why,
+		     size_t why_len);
+/* Detaches our filter from f->ifindex, whoever attached it (this open or an earlier
+ * run's), and the clsact qdisc if this open created it. */
 void tgo_iface_detach(const struct tgo_iface *f);
 
 /* The entries in the hash map fd, or -errno. */

@@ -307,7 +307,7 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
 	if (skb->len < l4 + TGO_UDP_HLEN)
 		return -1;
 	need = skb->len >= l4 + TGO_UDP_HLEN + TGO_CHAN_HDR ? l4 + TGO_UDP_HLEN + TGO_CHAN_HDR
-							     : l4 + TGO_UDP_HLEN;
+							    : l4 + TGO_UDP_HLEN;
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
 	if (data + need > data_end) {
@@ -327,7 +327,7 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
 		if (ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
 		    (ip->frag_off & bpf_htons(0x3FFF)))
 			return -1;
-		/* A damaged header goes up to be dropped by the stack, not relayed afresh. */
+			/* A damaged header goes up to be dropped by the stack, not relayed afresh. */
 #pragma unroll
 		for (int i = 0; i < TGO_IP4_HLEN / 2; i++)
 			sum += w[i];
@@ -493,6 +493,13 @@ static __always_inline int tc_padding_sum(struct __sk_buff *skb, const struct tg
 }
 
 /* Rewrites the datagram in place; 0, or -1 once the skb is no longer intact (drop). */
+/* Rewrites the datagram in place. Returns 0; TGO_UNTOUCHED when the frame could not be
+ * changed and is as it came (pass it up); TGO_DAMAGED once it is no longer intact (drop).
+ * The first change of length doubles as the test of every later step's preconditions:
+ * bpf_skb_change_tail refuses an encapsulated skb, and once it succeeded the frame is
+ * linear and writable, so the moves and stores after it do not fail. */
+#define TGO_UNTOUCHED (-1)
+#define TGO_DAMAGED (-2)
 static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pkt *p,
 				      const struct tgo_out *o, __u32 padsum)
 {
@@ -500,24 +507,27 @@ static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pk
 	__u32 pseudo, rest, mm0 = BPF_F_MARK_MANGLED_0;
 
 	if (o->dir == 0) {
+		/* Shrinking must wait for the move: change the length to itself first. */
 		new_len = payload + o->plen;
+		if (bpf_skb_change_tail(skb, skb->len, 0) < 0)
+			return TGO_UNTOUCHED;
 		if (tc_move(skb, payload + TGO_CHAN_HDR, payload, o->plen) < 0)
-			return -1;
+			return TGO_DAMAGED;
 		if (bpf_skb_change_tail(skb, new_len, 0) < 0)
-			return -1;
+			return TGO_DAMAGED;
 	} else {
 		if (bpf_skb_change_tail(skb, new_len, 0) < 0)
-			return -1;
+			return TGO_UNTOUCHED;
 		if (tc_move(skb, payload, payload + TGO_CHAN_HDR, o->plen) < 0)
-			return -1;
+			return TGO_DAMAGED;
 	}
 	if (tc_write_headers(skb, p, o) < 0)
-		return -1;
+		return TGO_DAMAGED;
 	csum_diffs(p, o, &pseudo, &rest);
 	rest = csum_sub16(rest, (__u16)padsum);
 	if (bpf_l4_csum_replace(skb, p->l4 + 6, 0, pseudo, BPF_F_PSEUDO_HDR | mm0) < 0 ||
 	    bpf_l4_csum_replace(skb, p->l4 + 6, 0, rest, mm0) < 0)
-		return -1;
+		return TGO_DAMAGED;
 	return 0;
 }
 
@@ -584,6 +594,7 @@ int tgo_tc(struct __sk_buff *skb)
 	struct tgo_out o;
 	__u32 padsum = 0;
 	long rc;
+	int err;
 
 	if (skb->gso_size || skb->pkt_type != PACKET_HOST)
 		return TC_ACT_OK;
@@ -601,7 +612,10 @@ int tgo_tc(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (o.dir == 0 && tc_padding_sum(skb, &p, &padsum) < 0)
 		return TC_ACT_OK;
-	if (tc_rewrite(skb, &p, &o, padsum) < 0)
+	err = tc_rewrite(skb, &p, &o, padsum);
+	if (err == TGO_UNTOUCHED)
+		return TC_ACT_OK;
+	if (err < 0)
 		return TC_ACT_SHOT;
 	count(&o);
 	if (rc == BPF_FIB_LKUP_RET_NOT_FWDED)

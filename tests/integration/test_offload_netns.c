@@ -42,7 +42,11 @@
 
 #define MS_NS UINT64_C(1000000)
 
-enum { NS_C, NS_S, NS_P };
+enum {
+	NS_C,
+	NS_S,
+	NS_P
+};
 static char ns_name[3][32];
 static int ns_fd[3] = { -1, -1, -1 };
 static char bpffs[64];
@@ -82,13 +86,30 @@ static void netns_cleanup(void)
 		rmdir(bpffs);
 }
 
+/* Namespaces an earlier run left behind when it was killed outright (SIGKILL): named
+ * tgon<pid>[csp] after a process that is gone (test_offload.py names its own tgo<pid>). */
+static void netns_stale_cleanup(void)
+{
+	char line[128], kind;
+	FILE *f = popen("ip netns list 2>/dev/null", "r");
+	int pid;
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "tgon%d%c", &pid, &kind) == 2 && strchr("csp", kind) &&
+		    pid != getpid() && kill(pid, 0) < 0 && errno == ESRCH)
+			sh("ip netns del tgon%d%c 2>/dev/null", pid, kind);
+	pclose(f);
+}
+
 static int netns_setup(void)
 {
 	static const char *const names = "csp";
 	char path[96];
 
 	for (int i = 0; i < 3; i++) {
-		snprintf(ns_name[i], sizeof(ns_name[i]), "tgo%d%c", (int)getpid(), names[i]);
+		snprintf(ns_name[i], sizeof(ns_name[i]), "tgon%d%c", (int)getpid(), names[i]);
 		if (sh("ip netns add %s", ns_name[i]) != 0)
 			return -1;
 		if (sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad; "
@@ -108,17 +129,20 @@ static int netns_setup(void)
 	if (sh("ip -n %1$s link set c0 up && ip -n %1$s addr add 10.9.1.2/24 dev c0 && "
 	       "ip -n %1$s addr add fd09:1::2/64 dev c0 nodad && "
 	       "ip -n %1$s route add default via 10.9.1.1 && "
-	       "ip -n %1$s -6 route add default via fd09:1::1", ns_name[NS_C]) != 0 ||
+	       "ip -n %1$s -6 route add default via fd09:1::1",
+	       ns_name[NS_C]) != 0 ||
 	    sh("ip -n %1$s link set p0 up && ip -n %1$s addr add 10.9.2.2/24 dev p0 && "
 	       "ip -n %1$s addr add fd09:2::2/64 dev p0 nodad && "
 	       "ip -n %1$s route add default via 10.9.2.1 && "
-	       "ip -n %1$s -6 route add default via fd09:2::1", ns_name[NS_P]) != 0 ||
+	       "ip -n %1$s -6 route add default via fd09:2::1",
+	       ns_name[NS_P]) != 0 ||
 	    sh("ip -n %1$s link set s0 up && ip -n %1$s link set s1 up && "
 	       "ip -n %1$s addr add 10.9.1.1/24 dev s0 && ip -n %1$s addr add 10.9.2.1/24 dev s1 && "
 	       "ip -n %1$s addr add fd09:1::1/64 dev s0 nodad && "
 	       "ip -n %1$s addr add fd09:2::1/64 dev s1 nodad && "
 	       "ip netns exec %1$s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/all/forwarding; "
-	       "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding'", ns_name[NS_S]) != 0)
+	       "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding'",
+	       ns_name[NS_S]) != 0)
 		return -1;
 	return 0;
 }
@@ -164,7 +188,8 @@ static unsigned long udp_csum_errors(int ns, bool v6)
 			continue;
 		}
 		{
-			char *hs, *vs, *h = strtok_r(hdr, " \n", &hs), *v = strtok_r(line, " \n", &vs);
+			char *hs, *vs, *h = strtok_r(hdr, " \n", &hs),
+				       *v = strtok_r(line, " \n", &vs);
 
 			while (h && v) {
 				if (strcmp(h, "InCsumErrors") == 0)
@@ -308,18 +333,31 @@ static struct tgo_channel chan_of(const struct fam *f, uint16_t number, uint64_t
 	return ch;
 }
 
-static int open_offload(struct tgo **t, const char *pin)
+/* Opens on the server's s0, s1 and lo (and an interface that does not exist: bad). */
+static int open_offload_on(struct tgo **t, const char *pin, enum tgo_engine engine, bool bad)
 {
-	const char *ifs[] = { "s0", "s1", "lo" };
-	struct tgo_opts o = { TGO_ENGINE_TC, ifs, 3, pin, 1024, false };
+	const char *ifs[] = { "s0", "s1", "lo", "tgo-nonesuch" };
+	struct tgo_opts o = { engine, ifs, bad ? 4 : 3, pin, 1024, false };
 	char why[256];
 	int err;
 
 	enter(NS_S);
 	err = tgo_open(&o, t, why, sizeof(why));
-	if (err)
+	if (err && !bad)
 		fprintf(stderr, "tgo_open: %s\n", why);
+	if (err == 0) {
+		assert_int_equal(tgo_iface_count(*t), 3);
+		for (size_t i = 0; i < 3; i++) {
+			assert_string_equal(tgo_iface_name(*t, i), ifs[i]);
+			assert_string_equal(tgo_iface_engine(*t, i), "tc");
+		}
+	}
 	return err;
+}
+
+static int open_offload(struct tgo **t, const char *pin)
+{
+	return open_offload_on(t, pin, TGO_ENGINE_TC, false);
 }
 
 static int group_setup(void **state)
@@ -591,12 +629,18 @@ static void test_loopback(void **state)
 		c2p(f, ch.channel, 0, 0, true);
 		c2p(f, ch.channel, 1200, 3, true);
 		/* Without forwarding on lo (the default of a host) as well. */
-		assert_int_equal(sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv4/conf/lo/forwarding;"
-				    " echo 0 > /proc/sys/net/ipv6/conf/lo/forwarding'", ns_name[NS_S]), 0);
+		assert_int_equal(
+			sh("ip netns exec %s sh -c 'echo 0 > /proc/sys/net/ipv4/conf/lo/forwarding;"
+			   " echo 0 > /proc/sys/net/ipv6/conf/lo/forwarding'",
+			   ns_name[NS_S]),
+			0);
 		c2p(f, ch.channel, 7, 0, true);
 		p2c(f, ch.channel, 8, true);
-		assert_int_equal(sh("ip netns exec %s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/lo/forwarding;"
-				    " echo 1 > /proc/sys/net/ipv6/conf/lo/forwarding'", ns_name[NS_S]), 0);
+		assert_int_equal(
+			sh("ip netns exec %s sh -c 'echo 1 > /proc/sys/net/ipv4/conf/lo/forwarding;"
+			   " echo 1 > /proc/sys/net/ipv6/conf/lo/forwarding'",
+			   ns_name[NS_S]),
+			0);
 		p2c(f, ch.channel, 0, true);
 		p2c(f, ch.channel, 3000, true);
 		/* No socket at the peer's address: up, as the worker would get it. */
@@ -618,10 +662,11 @@ static void test_loopback(void **state)
 }
 
 /* Pinned: a close that keeps leaves the kernel relaying; a second open takes the maps
- * over (entries and counts kept); a close that does not keep stops it all. */
+ * over (entries and counts kept); a failed open leaves nothing attached (not even the
+ * earlier run's filters), the pins stay; a close that does not keep stops it all. */
 static void test_takeover(void **state)
 {
-	struct tgo *t1, *t2;
+	struct tgo *t;
 	struct tgo_maps m;
 	struct tgo_channel ch = chan_of(&F[0], 0x6000, 60000 * MS_NS);
 	struct tgo_channel ch6 = chan_of(&F[1], 0x6001, 60000 * MS_NS);
@@ -635,36 +680,49 @@ static void test_takeover(void **state)
 	g_t = NULL;
 	c2p(&F[0], 0x4000, 5, 0, false);	/* detached */
 	snprintf(pin, sizeof(pin), "%s/turngate/test", bpffs);
-	assert_int_equal(open_offload(&t1, pin), 0);
-	g_t = t1;
+	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_AUTO, false), 0);
+	g_t = t;
 	memset(&want_l, 0, sizeof(want_l));
 	want_c = want_total = want_l;
-	tgo_maps_of(t1, &m);
+	tgo_maps_of(t, &m);
 	assert_int_equal(tgo_channel_set(&m, &ch), 0);
 	assert_int_equal(tgo_channel_set(&m, &ch6), 0);
 	c2p(&F[0], ch.channel, 40, 0, true);
 	p2c(&F[1], ch6.channel, 41, true);
-	tgo_close(t1, true);
+	tgo_close(t, true);
 	g_t = NULL;
 	/* Nobody holds a handle: the kernel still relays. */
 	c2p(&F[0], ch.channel, 42, 0, true);
 	p2c(&F[0], ch.channel, 43, true);
 	c2p(&F[1], ch6.channel, 44, 1, true);
 	/* A new open: the same maps, the programs replaced in place. */
-	assert_int_equal(open_offload(&t2, pin), 0);
-	g_t = t2;
-	assert_int_equal(tgo_totals(t2, &got, &entries), 0);
+	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_XDP, false), 0);
+	g_t = t;
+	assert_int_equal(tgo_totals(t, &got, &entries), 0);
 	assert_int_equal(entries, 2);
 	check_counts();
 	c2p(&F[0], ch.channel, 45, 0, true);
 	p2c(&F[1], ch6.channel, 46, true);
 	check_counts();
-	tgo_maps_of(t2, &m);
-	assert_int_equal(tgo_channel_del(&m, &ch), 0);
-	c2p(&F[0], ch.channel, 47, 0, false);
-	tgo_close(t2, false);
+	tgo_close(t, true);
 	g_t = NULL;
-	c2p(&F[1], ch6.channel, 48, 0, false);
+	/* A failed open: nothing relays any more; the pins stay for the next one. */
+	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_TC, true), -ENODEV);
+	assert_null(t);
+	c2p(&F[0], ch.channel, 47, 0, false);
+	p2c(&F[1], ch6.channel, 48, false);
+	assert_int_equal(open_offload(&t, pin), 0);
+	g_t = t;
+	assert_int_equal(tgo_totals(t, &got, &entries), 0);
+	assert_int_equal(entries, 2);
+	c2p(&F[0], ch.channel, 49, 0, true);
+	check_counts();
+	tgo_maps_of(t, &m);
+	assert_int_equal(tgo_channel_del(&m, &ch), 0);
+	c2p(&F[0], ch.channel, 50, 0, false);
+	tgo_close(t, false);
+	g_t = NULL;
+	c2p(&F[1], ch6.channel, 51, 0, false);
 	assert_int_equal(stat(pin, &st), -1);
 	/* The group's handle again, unpinned, for the tests after this one. */
 	assert_int_equal(open_offload(&g_t, NULL), 0);
@@ -676,12 +734,9 @@ static void test_takeover(void **state)
 static int run_all(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_full_checksums),
-		cmocka_unit_test(test_partial_checksums),
-		cmocka_unit_test(test_no_checksum),
-		cmocka_unit_test(test_goes_up),
-		cmocka_unit_test(test_loopback),
-		cmocka_unit_test(test_takeover),
+		cmocka_unit_test(test_full_checksums), cmocka_unit_test(test_partial_checksums),
+		cmocka_unit_test(test_no_checksum),    cmocka_unit_test(test_goes_up),
+		cmocka_unit_test(test_loopback),       cmocka_unit_test(test_takeover),
 	};
 
 	/* A bpffs of this test's own, in a mount namespace of its own. */
@@ -716,6 +771,7 @@ int main(void)
 		printf("SKIP test_offload_netns: mkdtemp: %s\n", strerror(errno));
 		return 77;
 	}
+	netns_stale_cleanup();
 	if (netns_setup() < 0) {
 		netns_cleanup();
 		printf("SKIP test_offload_netns: cannot create the namespaces and veth pairs\n");

@@ -135,8 +135,9 @@ static int socks[8];
 static size_t n_socks;
 
 static struct tgo_channel *ch_add(int fam, const char *client, uint16_t cport, const char *listener,
-				  uint16_t lport, const char *relay, uint16_t rport, const char *peer,
-				  uint16_t pport, uint16_t chan, bool expired, uint32_t li, uint32_t ci)
+				  uint16_t lport, const char *relay, uint16_t rport,
+				  const char *peer, uint16_t pport, uint16_t chan, bool expired,
+				  uint32_t li, uint32_t ci)
 {
 	struct tgo_channel *c = &chans[n_chans++];
 	void (*conv)(uint8_t *, const char *) = fam == AF_INET ? a4 : a6;
@@ -198,12 +199,12 @@ static void channels_make(void)
 	       0x4001, false, 0, 2);
 	ch_add(AF_INET, "10.0.0.2", 5000, "10.0.0.1", 3478, "10.0.1.1", 49152, "10.0.1.2", 6002,
 	       0x4002, true, 0, 1);
-	ch_add(AF_INET, "127.0.0.1", 5001, "127.0.0.1", 3478, "127.0.0.1", 49153, "127.0.0.1",
-	       7000, 0x7fff, false, 3, 63);
-	ch_add(AF_INET, "127.0.0.1", 5002, "127.0.0.1", 3478, "127.0.0.1", 49154, "127.0.0.1",
-	       7001, 0x5000, false, 3, 5);
-	ch_add(AF_INET, "10.0.0.2", 5003, "10.0.0.1", 3478, "10.0.1.1", 49155, "198.51.100.7",
-	       6000, 0x4000, false, 1, 1);
+	ch_add(AF_INET, "127.0.0.1", 5001, "127.0.0.1", 3478, "127.0.0.1", 49153, "127.0.0.1", 7000,
+	       0x7fff, false, 3, 63);
+	ch_add(AF_INET, "127.0.0.1", 5002, "127.0.0.1", 3478, "127.0.0.1", 49154, "127.0.0.1", 7001,
+	       0x5000, false, 3, 5);
+	ch_add(AF_INET, "10.0.0.2", 5003, "10.0.0.1", 3478, "10.0.1.1", 49155, "198.51.100.7", 6000,
+	       0x4000, false, 1, 1);
 	ch_add(AF_INET6, "fd00:a::2", 5000, "fd00:a::1", 3478, "fd00:b::1", 49152, "fd00:b::2",
 	       6000, 0x4000, false, 2, 3);
 	ch_add(AF_INET6, "fd00:a::2", 5000, "fd00:a::1", 3478, "fd00:b::1", 49152, "fd00:b::3",
@@ -351,7 +352,12 @@ static size_t frame_build(uint8_t *f, const struct spec *s)
 
 /* ---- The model --------------------------------------------------------------------- */
 
-enum { M_PASS, M_REDIRECT, M_LOCAL, M_DROP };
+enum {
+	M_PASS,
+	M_REDIRECT,
+	M_LOCAL,
+	M_DROP
+};
 
 struct verdict {
 	int kind;
@@ -370,7 +376,12 @@ struct run_ctx {
 };
 
 /* Where the FIB sends a destination: SUCCESS with MACs, NO_NEIGH, or local/none. */
-enum { RT_FWD, RT_NONEIGH, RT_LOCAL, RT_NONE };
+enum {
+	RT_FWD,
+	RT_NONEIGH,
+	RT_LOCAL,
+	RT_NONE
+};
 
 static int model_route(int v6, const uint8_t *dst, unsigned *egress, const uint8_t **dmac,
 		       const uint8_t **smac, unsigned *mtu)
@@ -456,8 +467,9 @@ static const struct tgo_channel *model_p2c(int fam, const uint8_t *src, uint16_t
 	for (size_t i = 0; i < n_chans; i++) {
 		const struct tgo_channel *c = &chans[i];
 
-		if (!gone[i] && c->family == fam && c->peer_port == sport && c->relay_port == dport &&
-		    !memcmp(c->peer, src, alen) && !memcmp(c->relay, dst, alen))
+		if (!gone[i] && c->family == fam && c->peer_port == sport &&
+		    c->relay_port == dport && !memcmp(c->peer, src, alen) &&
+		    !memcmp(c->relay, dst, alen))
 			return c;
 	}
 	return NULL;
@@ -540,7 +552,8 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 		return;
 	{
 		const uint8_t *ndst = dir == 0 ? c->peer : c->client;
-		bool lo_dst = v6 ? !memcmp(ndst, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16) : ndst[0] == 127;
+		bool lo_dst = v6 ? !memcmp(ndst, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16)
+				 : ndst[0] == 127;
 
 		if (rc->fwd_off && !(rc->ingress == 1 && lo_dst))
 			return;
@@ -552,7 +565,8 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 		if ((route == RT_FWD || route == RT_NONEIGH) && new_l3 > mtu)
 			return;
 		if (route == RT_LOCAL &&
-		    (rc->ingress != 1 || !sock_exists(v6, ndst, dir == 0 ? c->peer_port : c->client_port)))
+		    (rc->ingress != 1 ||
+		     !sock_exists(v6, ndst, dir == 0 ? c->peer_port : c->client_port)))
 			return;
 	}
 	/* The relayed frame, built afresh. */
@@ -563,7 +577,8 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 		memcpy(o + 6, smac, 6);
 	}
 	{
-		const uint8_t *nsrc = dir == 0 ? c->relay : c->listener, *ndst = dir == 0 ? c->peer : c->client;
+		const uint8_t *nsrc = dir == 0 ? c->relay : c->listener,
+			      *ndst = dir == 0 ? c->peer : c->client;
 		unsigned nsport = dir == 0 ? c->relay_port : c->listener_port;
 		unsigned ndport = dir == 0 ? c->peer_port : c->client_port;
 		size_t new_ulen = 8 + plen + (dir == 1 ? 4 : 0);
@@ -652,8 +667,8 @@ static int prog_run(const uint8_t *f, size_t len, const struct run_ctx *rc, uint
 		return TC_ACT_OK;
 	}
 	if (err != 0)
-		fprintf(stderr, "test run of %zu bytes (ingress %u, gso %u): %s\n", len, rc->ingress,
-			rc->gso, strerror(-err));
+		fprintf(stderr, "test run of %zu bytes (ingress %u, gso %u): %s\n", len,
+			rc->ingress, rc->gso, strerror(-err));
 	assert_int_equal(err, 0);
 	*out_len = opts.data_size_out;
 	return (int)opts.retval;
@@ -689,13 +704,14 @@ static int check_frame(const uint8_t *f, size_t len, const struct run_ctx *rc)
 					     f + l4, get16(f + l4 + 4));
 
 		assert_int_equal(udp_residual(v6, v6 ? oip + 8 : oip + 12, v6 ? oip + 24 : oip + 16,
-					      out + l4, out_len - l4), r_in);
+					      out + l4, out_len - l4),
+				 r_in);
 		v.out[v.csum_off] = out[v.csum_off];
 		v.out[v.csum_off + 1] = out[v.csum_off + 1];
 	}
 	if (ret != want || out_len != v.out_len || memcmp(out, v.out, out_len) != 0) {
-		fprintf(stderr, "mismatch: ret %d want %d, len %zu want %zu (model kind %d)\n",
-			ret, want, out_len, v.out_len, v.kind);
+		fprintf(stderr, "mismatch: ret %d want %d, len %zu want %zu (model kind %d)\n", ret,
+			want, out_len, v.out_len, v.kind);
 		hexdiff(out, out_len, v.out, v.out_len);
 		fail();
 	}
@@ -707,8 +723,9 @@ static int check_frame(const uint8_t *f, size_t len, const struct run_ctx *rc)
 		if (!v6)
 			assert_int_equal(fold(sum16(ip, 20, 0)), 0xffff);
 		if ((v6 || get16(udp + 6)) && !v.bad_csum)
-			assert_int_equal(udp_residual(v6, v6 ? ip + 8 : ip + 12, v6 ? ip + 24 : ip + 16,
-						      udp, ulen), 0xffff);
+			assert_int_equal(udp_residual(v6, v6 ? ip + 8 : ip + 12,
+						      v6 ? ip + 24 : ip + 16, udp, ulen),
+					 0xffff);
 		g_lcount[v.li].pkts[v.dir]++;
 		g_lcount[v.li].bytes[v.dir] += v.plen;
 		g_ccount[v.ci].pkts[v.dir]++;
@@ -734,9 +751,8 @@ static struct spec spec_c2p(const struct tgo_channel *c, uint16_t chan, size_t n
 
 	memset(&s, 0, sizeof(s));
 	s.v6 = c->family == AF_INET6;
-	s.dmac = c->client[0] == 127 || (s.v6 && c->client[15] == 1 && c->client[0] == 0)
-			 ? MAC_ZERO
-			 : MAC_A;
+	s.dmac = c->client[0] == 127 || (s.v6 && c->client[15] == 1 && c->client[0] == 0) ? MAC_ZERO
+											  : MAC_A;
 	memcpy(s.src, c->client, 16);
 	memcpy(s.dst, c->listener, 16);
 	s.sport = c->client_port;
@@ -761,7 +777,7 @@ static struct spec spec_p2c(const struct tgo_channel *c, size_t n)
 	memset(&s, 0, sizeof(s));
 	s.v6 = c->family == AF_INET6;
 	s.dmac = c->peer[0] == 127 || (s.v6 && c->peer[15] == 1 && c->peer[0] == 0) ? MAC_ZERO
-										     : MAC_B;
+										    : MAC_B;
 	memcpy(s.src, c->peer, 16);
 	memcpy(s.dst, c->relay, 16);
 	s.sport = c->peer_port;
@@ -982,8 +998,8 @@ static void test_bad_checksum_kept(void **state)
 			rc.ingress = ingress_of(&s);
 			assert_int_equal(prog_run(f, len, &rc, out, &out_len), TC_ACT_REDIRECT);
 			count_expect(c, dir, 77);
-			r_out = udp_residual(v, v ? ip + 8 : ip + 12, v ? ip + 24 : ip + 16, out + l4,
-					     out_len - l4);
+			r_out = udp_residual(v, v ? ip + 8 : ip + 12, v ? ip + 24 : ip + 16,
+					     out + l4, out_len - l4);
 			assert_int_not_equal(r_in, 0xffff);
 			assert_int_equal(r_in, r_out);
 		}
