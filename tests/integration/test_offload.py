@@ -20,6 +20,8 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   relays while no daemon runs at all (every process SIGKILLed); the next start takes the
   table and the maps over (the entry stays) and relays on; a stop with no allocation left
   detaches the programs.
+- An allocation under a bandwidth limit gets no entry: the limit holds with the fast path
+  on (the user-space buckets drop what is over it).
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
 Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs (exit 77)
@@ -181,12 +183,12 @@ clusters:
     endpoints: ["10.77.3.1"]
 limits:
   permission_lifetime: {perm}
-"""
+{limits}"""
 
 
 class Daemon:
-    def __init__(self, d, perm=300, env=None):
-        self.d, self.perm = d, perm
+    def __init__(self, d, perm=300, env=None, limits=""):
+        self.d, self.perm, self.limits = d, perm, limits
         self.conf = os.path.join(d, "turngate.yaml")
         self.write("peers")
         self.err = open(os.path.join(d, "stderr.log"), "wb")
@@ -197,7 +199,7 @@ class Daemon:
     def write(self, routes):
         with open(self.conf, "w") as f:
             f.write(CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
-                                  realm=REALM, secret=SECRET))
+                                  realm=REALM, secret=SECRET, limits=self.limits))
 
     def admin(self, req):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -419,7 +421,7 @@ def test_restart_keeps_kernel_relaying(d):
     no allocation left detaches."""
     if subprocess.run("mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf",
                       shell=True).returncode != 0:
-        print("SKIP test_restart_keeps_kernel_relaying: cannot mount bpffs")
+        print("SKIP test_restart_keeps_kernel_relaying: cannot mount bpffs", flush=True)
         return
     daemon = Daemon(d)
     try:
@@ -448,6 +450,23 @@ def test_restart_keeps_kernel_relaying(d):
           "still attached after a stop with no allocation: %r" % tc_filters(TAG + "b"))
 
 
+def test_bandwidth_limit_holds(d):
+    """An allocation under a bandwidth limit stays in user space (the programs do not
+    charge the buckets), so the limit holds with the fast path on (#23)."""
+    daemon = Daemon(d, limits="  allocation_bps: 8000\n  bandwidth_burst_ms: 100\n")
+    try:
+        offload_or_skip(daemon)
+        c, p = bound(False)
+        # The entry would be set before the ChannelBind response: there is none.
+        check(entries(daemon) == 0, "a limited allocation was entered")
+        got = round_trip(c, p, 20)
+        check(got[0] <= 2, "the limit (1000 B/s, burst 100 ms) let %d of 20 through" % got[0])
+        drops = daemon.admin({"cmd": "stats"})["counters"]["quota_bandwidth"]
+        check(drops >= 18, "bandwidth drops %r" % drops)
+    finally:
+        daemon.stop()
+
+
 def test_refused_programs_fall_back(d):
     daemon = Daemon(d, env={"TURNGATE_OFFLOAD_FAIL": "1"})
     try:
@@ -468,7 +487,7 @@ if __name__ == "__main__":
     NS = {"cli": TAG + "c", "srv": TAG + "s", "peer": TAG + "p"}
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
              test_reload_drops_the_route, test_restart_keeps_kernel_relaying,
-             test_refused_programs_fall_back]
+             test_bandwidth_limit_holds, test_refused_programs_fall_back]
     if len(sys.argv) > 1:
         tests = [t for t in tests if t.__name__ in sys.argv[1:]]
     failed = 0
