@@ -35,11 +35,10 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATED, check, wait_for  # noqa: E402
+from harness_admin import TURNGATED, check, run_tests, wait_for  # noqa: E402
 from test_security_stun import (ALLOCATE, REALM, REFRESH, SECRET, A_LIFETIME,  # noqa: E402
                                 Client, error_code)
 
@@ -410,6 +409,20 @@ def test_reload_drops_the_route(d):
         daemon.stop()
 
 
+def with_log(fn):
+    """fn, printing the tail of the daemon's log when it fails."""
+    def run(d):
+        try:
+            fn(d)
+        except Exception:
+            with open(os.path.join(d, "stderr.log"), errors="replace") as f:
+                for ln in f.read().splitlines()[-20:]:
+                    print("  | " + ln)
+            raise
+    run.__name__ = fn.__name__
+    return run
+
+
 def tc_filters(dev):
     return subprocess.run(["tc", "filter", "show", "dev", dev, "ingress"], capture_output=True,
                           text=True).stdout.strip()
@@ -488,18 +501,4 @@ if __name__ == "__main__":
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
              test_reload_drops_the_route, test_restart_keeps_kernel_relaying,
              test_bandwidth_limit_holds, test_refused_programs_fall_back]
-    if len(sys.argv) > 1:
-        tests = [t for t in tests if t.__name__ in sys.argv[1:]]
-    failed = 0
-    for t in tests:
-        with tempfile.TemporaryDirectory(prefix="tg-offload-") as d:
-            t0 = time.monotonic()
-            try:
-                t(d)
-                print("ok   %s (%.1fs)" % (t.__name__, time.monotonic() - t0))
-            except Exception as e:  # report every failure, keep running the rest
-                failed += 1
-                print("FAIL %s: %s: %s" % (t.__name__, type(e).__name__, e))
-                for ln in open(os.path.join(d, "stderr.log"), errors="replace").read().splitlines()[-20:]:
-                    print("  | " + ln)
-    sys.exit(1 if failed else 0)
+    run_tests([with_log(t) for t in tests])
