@@ -46,7 +46,7 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 	if (c->dgram) {
 		wk_dtls_unhash(w, c);
 		w->n_dtls--;
-	} else {
+	} else if (c->fd >= 0) {
 		close(c->fd);
 	}
 	*c->pprev = c->next;
@@ -210,10 +210,25 @@ static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_tconn_close(w, c);
 }
 
-/* Cuts complete frames off the input buffer. Returns false when the connection was
- * closed (framing error). The callee may close the connection only through a framing
- * error here, never from wk_turn_input (which only queues output). */
-static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
+/* After a successful ConnectionBind (RFC 6062 5.4) the connection stops being a TURN
+ * connection: its socket, the bytes the client sent after the request and the response
+ * not yet written go to the peer connection (tcprelay.c), and c is freed. */
+static void wk_tconn_handover(struct worker *w, struct wk_tconn *c, size_t off)
+{
+	struct wk_tpeer *tp = c->bind_to;
+	int fd = c->fd;
+
+	c->fd = -1;
+	wk_tcpr_attach(w, tp, fd, c->in + off, c->in_len - off, c->out + c->out_off,
+		       c->out_len - c->out_off);
+	wk_tconn_close(w, c);
+}
+
+/* Cuts complete frames off the input buffer. Returns 1, or 0 when the connection must be
+ * closed (framing error), or -1 when it was handed over (c is freed). The callee may
+ * close the connection only through a framing error here, never from wk_turn_input
+ * (which only queues output or marks the connection for a handover). */
+static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 {
 	size_t off = 0;
 	struct wk_ep ep = {
@@ -232,7 +247,7 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			break;
 		if (rc < 0) {
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
-			return false;
+			return 0;
 		}
 		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_IN, flen);
@@ -242,6 +257,10 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			wk_turn_input(w, &ep, c->in + off, flen);
 		}
 		off += flen;
+		if (c->bind_to) {
+			wk_tconn_handover(w, c, off);
+			return -1;
+		}
 	}
 	if (off) {
 		memmove(c->in, c->in + off, c->in_len - off);
@@ -259,7 +278,7 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			ev_timer_start(w->loop, &c->tmo);
 		}
 	}
-	return true;
+	return 1;
 }
 
 /* Reads into the input buffer: > 0 bytes, 0 end of stream, -EAGAIN, other < 0 fatal. */
@@ -332,9 +351,14 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 			return;
 		}
 		c->in_len += (size_t)n;
-		if (!wk_tconn_frames(w, c)) {
+		switch (wk_tconn_frames(w, c)) {
+		case 0:
 			wk_tconn_close(w, c);
 			return;
+		case -1:
+			return;		/* now a data connection (tcprelay.c) */
+		default:
+			break;
 		}
 	}
 	/* Plaintext left inside OpenSSL makes the socket look idle: come back for it. */

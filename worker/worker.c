@@ -561,7 +561,8 @@ int wk_tables_init(struct worker *w)
 	while (w->hash_mask < shm_alloc_capacity(w->shm) - 1 && w->hash_mask < (1u << 24) - 1)
 		w->hash_mask = w->hash_mask << 1 | 1;
 	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
-	return w->rx && w->hash ? 0 : -ENOMEM;
+	w->tphash = calloc(WK_TCPR_HASH, sizeof(*w->tphash));
+	return w->rx && w->hash && w->tphash ? 0 : -ENOMEM;
 }
 
 int worker_run(const struct worker_heritage *h)
@@ -584,6 +585,7 @@ int worker_run(const struct worker_heritage *h)
 		log_error("worker", "slot %u: setup failed", h->slot);
 		free(w->rx);
 		free(w->hash);
+		free(w->tphash);
 		if (w->loop)
 			ev_loop_destroy(w->loop);
 		free(w);

@@ -1,0 +1,432 @@
+"""TURN TCP relaying (RFC 6062, #24) against the real daemon over TURN-TCP control connections.
+
+A small RFC 6062 client (Allocate with REQUESTED-TRANSPORT TCP, Connect, ConnectionBind on a
+new connection, then raw bytes) against TCP peers on loopback: the full flow against an
+echo peer (IPv4 and IPv6, the peer sees the relayed address as the source, half-close both
+ways), a refused peer (403, and a listener on the refused address counts no accept), 446
+and 447, unknown, reused and another user's CONNECTION-ID (400), UDP control Allocate TCP
+(400), a peer that never reads (the client is stopped by flow control and the worker's RSS
+stays flat), 24 connections in parallel, and a peer reset that reaches the client. With 2
+workers a ConnectionBind that the kernel hands to the worker that does not own the
+allocation gets 400 (documented in docs/relay.md); the client retries on a new connection.
+Every wait is bounded.
+"""
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import run_tests, wait_for  # noqa: E402
+from test_security_stun import (A_PEER, A_RELAYED, ALLOCATE, ERROR, INDICATION,  # noqa: E402
+                                SUCCESS, Client, Daemon, check, config, daemon_pids,
+                                error_code, free_port, parse, parse_xor_addr, relay_range,
+                                rss_kb, xor_addr)
+
+CONNECT, CONNECTION_BIND = 0x000A, 0x000B
+A_CONNECTION_ID, A_TRANSPORT, A_REQ_FAMILY, A_EVEN_PORT = 0x002A, 0x0019, 0x0017, 0x0018
+
+
+class TcpTurn(Client):
+    """A TURN client on one TCP connection; after a ConnectionBind the connection is raw
+    (the bytes read past the response stay in self.buf)."""
+
+    def __init__(self, port, user="alice", creds=None):
+        super().__init__(port, user=user)
+        self.sock.close()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buf = b""
+        if creds:
+            self.username, self.password, self.key = creds
+
+    def creds(self):
+        return self.username, self.password, self.key
+
+    def read_msg(self, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            if len(self.buf) >= 20:
+                need = 20 + struct.unpack("!H", self.buf[2:4])[0]
+                if len(self.buf) >= need:
+                    msg, self.buf = self.buf[:need], self.buf[need:]
+                    return parse(msg)
+            left = deadline - time.monotonic()
+            check(left > 0, "no message in %.0f s" % timeout)
+            self.sock.settimeout(left)
+            data = self.sock.recv(65536)
+            check(data, "connection closed by the server")
+            self.buf += data
+
+    def transact(self, msg, tid, timeout=12.0, tries=1):
+        self.sock.sendall(msg)
+        for _ in range(16):
+            p = self.read_msg(timeout)
+            if p and p[2] == tid and p[1] in (SUCCESS, ERROR):
+                return p
+            check(p is not None and p[1] == INDICATION, "unexpected message %r" % (p,))
+        return None
+
+    def allocate_tcp(self, extra=(), expect=None):
+        r = self.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))] + list(extra))
+        check(error_code(r[3]) == expect, "Allocate TCP: expected %r, got %r"
+              % (expect, error_code(r[3])))
+        return r
+
+    def connect(self, ip, port, expect=None):
+        """Connect; returns the CONNECTION-ID (bytes) or the error code when expected."""
+        r = self._peer_request(CONNECT, [], ip, port)
+        code = error_code(r[3])
+        check(code == expect, "Connect %s:%d: expected %r, got %r" % (ip, port, expect, code))
+        if code is None:
+            cid = r[3].get(A_CONNECTION_ID, [b""])[0]
+            check(len(cid) == 4, "CONNECTION-ID of 4 bytes: %r" % (cid,))
+            return cid
+        return code
+
+    def connection_bind(self, cid):
+        r = self.request(CONNECTION_BIND, [(A_CONNECTION_ID, cid)])
+        return error_code(r[3])
+
+    def recv_exact(self, n, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            check(left > 0, "got %d of %d bytes" % (len(self.buf), n))
+            self.sock.settimeout(left)
+            data = self.sock.recv(65536)
+            check(data, "EOF after %d of %d bytes" % (len(self.buf), n))
+            self.buf += data
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def recv_eof(self, timeout=10.0):
+        """True when the data connection reads EOF (nothing else) within timeout."""
+        self.sock.settimeout(timeout)
+        return self.buf == b"" and self.sock.recv(1) == b""
+
+
+class TcpPeer:
+    """A TCP server on ip: mode 'echo' (echoes until EOF, then closes), 'sink' (accepts and
+    never reads), 'reset' (accepts, reads a byte, answers with a RST). Counts accepts and
+    records the source address of each."""
+
+    def __init__(self, ip, mode="echo"):
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        self.ls = socket.socket(fam, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((ip, 0))
+        self.ls.listen(256)
+        self.port = self.ls.getsockname()[1]
+        self.mode = mode
+        self.sources, self.conns = [], []
+        self.stop = False
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+
+    def _accept(self):
+        self.ls.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, addr = self.ls.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.sources.append(addr[:2])
+            self.conns.append(c)
+            if self.mode == "echo":
+                threading.Thread(target=self._echo, args=(c,), daemon=True).start()
+            elif self.mode == "reset":
+                threading.Thread(target=self._reset, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _echo(c):
+        c.settimeout(30)
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                c.sendall(d)
+        except OSError:
+            pass
+        c.close()
+
+    @staticmethod
+    def _reset(c):
+        c.settimeout(30)
+        try:
+            c.recv(1)
+        except OSError:
+            pass
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+
+    def close(self):
+        self.stop = True
+        self.t.join(2)
+        self.ls.close()
+        for c in self.conns:
+            c.close()
+
+
+def tcp_config(d, port, workers=1, clusters=None):
+    return config(d, [("tcp", port, "TURN-TCP", ["loopback"]),
+                      ("udp", port, "TURN-UDP", ["loopback"])],
+                  clusters or {"loopback": ["127.0.0.1", "::1"]}, workers=workers,
+                  relay=relay_range())
+
+
+def start(d, workers=1, clusters=None):
+    port = free_port()
+    return Daemon(d, tcp_config(d, port, workers, clusters), workers=workers).start(), port
+
+
+def open_data(port, creds, cid):
+    """A new connection bound to cid (ConnectionBind answered with success)."""
+    dc = TcpTurn(port, creds=creds)
+    code = dc.connection_bind(cid)
+    check(code is None, "ConnectionBind: got %r" % (code,))
+    return dc
+
+
+def flow(port, peer_ip, family=None):
+    """Allocate TCP, Connect to an echo peer, bind, 200 KB both ways, half-close."""
+    peer = TcpPeer(peer_ip)
+    try:
+        ctl = TcpTurn(port)
+        extra = [(A_REQ_FAMILY, bytes([2, 0, 0, 0]))] if family == 6 else []
+        r = ctl.allocate_tcp(extra)
+        relayed = [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])]
+        check(len(relayed) == 1, "one XOR-RELAYED-ADDRESS: %r" % (relayed,))
+        cid = ctl.connect(peer_ip, peer.port)
+        wait_for(lambda: len(peer.sources) == 1, "the peer's accept", timeout=10)
+        # The peer sees the allocation's relayed transport address (RFC 6062 5.2).
+        check(tuple(peer.sources[0]) == tuple(relayed[0]),
+              "source %r, relayed %r" % (peer.sources[0], relayed[0]))
+        dc = open_data(port, ctl.creds(), cid)
+        payload = os.urandom(200 * 1024)
+        threading.Thread(target=dc.sock.sendall, args=(payload,), daemon=True).start()
+        check(dc.recv_exact(len(payload), timeout=20) == payload, "echo mismatch")
+        # Half-close: the client's FIN reaches the peer, which closes; the client reads EOF.
+        dc.sock.shutdown(socket.SHUT_WR)
+        check(dc.recv_eof(), "EOF after the peer closed")
+        dc.close()
+        ctl.close()
+    finally:
+        peer.close()
+
+
+def test_flow_ipv4(d):
+    daemon, port = start(d)
+    try:
+        flow(port, "127.0.0.1")
+    finally:
+        daemon.stop()
+
+
+def test_flow_ipv6(d):
+    daemon, port = start(d)
+    try:
+        flow(port, "::1", family=6)
+    finally:
+        daemon.stop()
+
+
+def test_refused_peer(d):
+    """403 before any SYN: a listener on the refused address (127.0.0.2, outside the
+    routes) and one on an admitted address outside the cluster's port range accept
+    nothing."""
+    refused = TcpPeer("127.0.0.2")
+    ranged = TcpPeer("127.0.0.3")
+    lo = ranged.port + 1 if ranged.port < 65000 else ranged.port - 100
+    daemon, port = start(d, clusters={"loopback": ["127.0.0.1", "127.0.0.3:<%d-%d>"
+                                                   % (lo, lo + 10)]})
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        check(ctl.connect("127.0.0.2", refused.port, expect=403) == 403, "403")
+        check(ctl.connect("127.0.0.3", ranged.port, expect=403) == 403, "403 (port)")
+        time.sleep(0.5)
+        check(not refused.sources and not ranged.sources,
+              "refused peers accepted %r %r" % (refused.sources, ranged.sources))
+        ctl.close()
+    finally:
+        refused.close()
+        ranged.close()
+        daemon.stop()
+
+
+def test_errors(d):
+    """446 for a second Connect to one peer, 447 for a closed port, 400 for Connect on a
+    UDP allocation, Allocate TCP over UDP and Allocate TCP with EVEN-PORT."""
+    peer = TcpPeer("127.0.0.1")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    cport = closed.getsockname()[1]   # bound, never listening: connects are refused
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        ctl.connect("127.0.0.1", peer.port)
+        ctl.connect("127.0.0.1", peer.port, expect=446)
+        ctl.connect("127.0.0.1", cport, expect=447)
+        ctl2 = TcpTurn(port)
+        ctl2.allocate_tcp([(A_EVEN_PORT, bytes([0, 0, 0, 0]))], expect=400)
+        u = Client(port)
+        r = u.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))])
+        check(error_code(r[3]) == 400, "UDP Allocate TCP: %r" % (error_code(r[3]),))
+        u.allocate()
+        r = u._peer_request(CONNECT, [], "127.0.0.1", peer.port)
+        check(error_code(r[3]) == 400, "Connect on a UDP allocation: %r"
+              % (error_code(r[3]),))
+        for c in (ctl, ctl2, u):
+            c.close()
+    finally:
+        closed.close()
+        peer.close()
+        daemon.stop()
+
+
+def test_connection_ids(d):
+    """Unknown, reused and another user's CONNECTION-ID get 400; the right one binds."""
+    peer = TcpPeer("127.0.0.1")
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port, user="alice")
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peer.port)
+        unknown = struct.pack("!I", struct.unpack("!I", cid)[0] ^ 0x5A5A5A5A)
+        check(TcpTurn(port, creds=ctl.creds()).connection_bind(unknown) == 400, "unknown")
+        check(TcpTurn(port, user="mallory").connection_bind(cid) == 400, "another user")
+        dc = open_data(port, ctl.creds(), cid)
+        check(TcpTurn(port, creds=ctl.creds()).connection_bind(cid) == 400, "reused")
+        dc.sock.sendall(b"ping")
+        check(dc.recv_exact(4) == b"ping", "echo after the refused binds")
+        dc.close()
+        ctl.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
+def test_slow_peer_bounded(d):
+    """A peer that never reads: the client is stopped by flow control (what it can send
+    is bounded by the socket buffers and the worker's 64 KiB) and the worker's RSS stays
+    flat; closing the control connection ends everything."""
+    peer = TcpPeer("127.0.0.1", mode="sink")
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peer.port)
+        dc = open_data(port, ctl.creds(), cid)
+        pids = daemon_pids(daemon)[1:]
+        before = sum(rss_kb(pids).values())
+        chunk, sent = b"x" * 65536, 0
+        dc.sock.settimeout(1.0)
+        while sent < 256 * 1024 * 1024:
+            try:
+                sent += dc.sock.send(chunk)
+            except socket.timeout:
+                break
+        after = sum(rss_kb(pids).values())
+        check(sent < 64 * 1024 * 1024, "the client sent %d bytes unhindered" % sent)
+        check(after - before < 4096, "worker RSS grew by %d KiB" % (after - before))
+        ctl.close()
+        dc.sock.settimeout(10)
+        try:
+            while dc.sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        dc.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
+def test_parallel(d):
+    """24 peer connections of one allocation, each bound and echoing its own bytes."""
+    peer = TcpPeer("127.0.0.1")
+    daemon, port = start(d)
+    n = 24
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        # One Connect per peer address: 127.0.0.1 with n distinct echo servers.
+        peers = [TcpPeer("127.0.0.1") for _ in range(n)]
+        dcs = []
+        for p in peers:
+            dcs.append(open_data(port, ctl.creds(), ctl.connect("127.0.0.1", p.port)))
+        payloads = [os.urandom(4096 + i) for i in range(n)]
+        for dc, pl in zip(dcs, payloads):
+            dc.sock.sendall(pl)
+        for dc, pl in zip(dcs, payloads):
+            check(dc.recv_exact(len(pl)) == pl, "parallel echo mismatch")
+        for dc in dcs:
+            dc.close()
+        ctl.close()
+        for p in peers:
+            p.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
+def test_reset_propagated(d):
+    """A peer's RST reaches the client's data connection as a reset."""
+    peer = TcpPeer("127.0.0.1", mode="reset")
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
+        dc.sock.sendall(b"x")
+        dc.sock.settimeout(10)
+        try:
+            got = dc.sock.recv(10)
+            reset = False
+        except ConnectionResetError:
+            got, reset = b"", True
+        check(reset, "expected a reset, got %r" % (got,))
+        dc.close()
+        ctl.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
+def test_two_workers(d):
+    """With 2 workers a ConnectionBind reaching the worker that does not own the
+    allocation gets 400 (the connection is not handed over: docs/relay.md); the same
+    CONNECTION-ID binds from a new connection that reaches the owner."""
+    peer = TcpPeer("127.0.0.1")
+    daemon, port = start(d, workers=2)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peer.port)
+        codes = []
+        for _ in range(40):
+            dc = TcpTurn(port, creds=ctl.creds())
+            codes.append(dc.connection_bind(cid))
+            if codes[-1] is None:
+                break
+            dc.close()
+        check(codes[-1] is None and set(codes[:-1]) <= {400}, "bind results %r" % (codes,))
+        dc.sock.sendall(b"hello")
+        check(dc.recv_exact(5) == b"hello", "echo")
+        dc.close()
+        ctl.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
+               test_connection_ids, test_slow_peer_bounded, test_parallel,
+               test_reset_propagated, test_two_workers])
