@@ -13,6 +13,7 @@
 
 #include <openssl/err.h>
 
+#include "common/ipc.h"
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
@@ -224,6 +225,27 @@ static void wk_tconn_handover(struct worker *w, struct wk_tconn *c, size_t off)
 	wk_tconn_close(w, c);
 }
 
+/* A ConnectionBind for another worker's CONNECTION-ID: the socket and the bytes from
+ * that request on go to the owner through the master (IPC_TCP_HANDOFF), and c is freed
+ * here (our copy of the descriptor closed). When that fails the client sees a close. */
+static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
+{
+	struct ipc_handoff *h = calloc(1, sizeof(*h));
+	size_t len = c->in_len - from;
+
+	if (h && len <= IPC_HANDOFF_DATA_MAX && strlen(c->l->name) <= IPC_NAME_MAX) {
+		h->slot = c->handoff_slot - 1;
+		h->len = (uint32_t)len;
+		memcpy(h->listener, c->l->name, strlen(c->l->name));
+		memcpy(h->data, c->in + from, len);
+		if (ipc_send(w->h->ctl_fd, IPC_TCP_HANDOFF, h, sizeof(*h), c->fd) < 0)
+			log_debug("worker", "listener %s: TCP connection for slot %u dropped",
+				  c->l->name, h->slot);
+	}
+	free(h);
+	wk_tconn_close(w, c);
+}
+
 /* Cuts complete frames off the input buffer. Returns 1, or 0 when the connection must be
  * closed (framing error), or -1 when it was handed over (c is freed). The callee may
  * close the connection only through a framing error here, never from wk_turn_input
@@ -257,6 +279,10 @@ static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			wk_turn_input(w, &ep, c->in + off, flen);
 		}
 		off += flen;
+		if (c->handoff_slot) {
+			wk_tconn_handoff(w, c, off - flen);
+			return -1;
+		}
 		if (c->bind_to) {
 			wk_tconn_handover(w, c, off);
 			return -1;
@@ -511,6 +537,41 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		ev_io_start(w->loop, &c->rio);
 		wk_tconn_link(w, l, c);
 	}
+}
+
+void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
+		       size_t len)
+{
+	struct wk_listener *l = NULL;
+	struct wk_tconn *c;
+
+	for (size_t i = 0; i < w->n_ls && !l; i++)
+		if (w->ls[i]->active && w->ls[i]->proto == WORKER_PROTO_TCP && !w->ls[i]->secure &&
+		    strcmp(w->ls[i]->name, listener) == 0)
+			l = w->ls[i];
+	c = l && len <= WK_TCP_IN_START ? wk_tconn_new(l, fd) : NULL;
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->peer_len = sizeof(c->peer);
+	if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
+		free(c->in);
+		free(c);
+		close(fd);
+		return;
+	}
+	memcpy(c->in, data, len);
+	c->in_len = len;
+	ev_io_init(&c->rio, wk_tconn_rcb, fd, EV_READ);
+	c->rio.data = c;
+	ev_io_init(&c->wio, wk_tconn_wcb, fd, EV_WRITE);
+	c->wio.data = c;
+	ev_io_start(w->loop, &c->rio);
+	wk_tconn_link(w, l, c);
+	/* What the other worker read is handled now; the rest comes through rio. */
+	if (wk_tconn_frames(w, c) == 0)
+		wk_tconn_close(w, c);
 }
 
 void wk_tcp_resume(struct worker *w)

@@ -256,15 +256,20 @@ static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
 	wk_tpeer_answer(w, tp, 0);
 }
 
-/* A fresh CONNECTION-ID: from the CSPRNG, never 0, unique in the worker. */
+/* A fresh CONNECTION-ID: 24 bits from the CSPRNG (never all 0), unique in the worker,
+ * above the owner's slot in the low byte, so that a worker that receives a ConnectionBind
+ * for it knows where to hand the connection (wk_tcpr_slot). Guessing one gains nothing
+ * without the allocation user's credentials. */
 static int wk_tpeer_new_id(struct worker *w, uint32_t *id)
 {
+	static_assert(SHM_MAX_SLOTS <= 256, "the slot fits the CONNECTION-ID's low byte");
 	for (int tries = 0; tries < 8; tries++) {
 		struct wk_tpeer *p;
 
 		if (RAND_bytes((uint8_t *)id, sizeof(*id)) != 1)
 			return -EIO;
-		if (*id == 0)
+		*id = (*id & ~0xffu) | w->slot;
+		if ((*id & ~0xffu) == 0)
 			continue;
 		for (p = *wk_tpeer_bucket(w, *id); p && p->id != *id; p = p->hnext)
 			;

@@ -627,6 +627,14 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
 }
 
+static unsigned wk_slot_count(const struct worker *w)
+{
+	struct shm_config cfg;
+
+	shm_get_config(w->shm, &cfg);
+	return cfg.n_slots;
+}
+
 /* RFC 6062 5.2: the peer is checked against the routes (IP and port) before any packet
  * leaves; a permission is installed for it; then the connect runs and is answered when
  * it ends (tcprelay.c). */
@@ -681,9 +689,9 @@ out:
 }
 
 /* RFC 6062 5.4: on a fresh TCP connection (no allocation on it), with credentials of the
- * user whose allocation made the connection. Any CONNECTION-ID that is not a connected,
- * unbound connection of this worker and this user gets 400; the client learns nothing
- * before it authenticates. */
+ * user whose allocation made the connection. A CONNECTION-ID of another worker hands the
+ * connection to it; any other that is not a connected, unbound connection of this worker
+ * and this user gets 400. The client learns nothing before it authenticates. */
 static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct wk_cred cred;
@@ -693,8 +701,18 @@ static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const s
 	if (wk_auth_check(w, ep, req, NULL, &cred) != WK_AUTH_OK)
 		return;
 	if (!ep->c || ep->c->dgram || ep->c->ssl || ep->c->alloc || ep->c->bind_to ||
-	    stun_msg_get_connection_id(req, &id) < 0 ||
-	    !(tp = wk_tcpr_find(w, id, cred.user, cred.user_len))) {
+	    stun_msg_get_connection_id(req, &id) < 0) {
+		wk_reply_error(w, ep, req, 400, "Bad CONNECTION-ID", &cred);
+		goto out;
+	}
+	if (wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {
+		/* Another worker's: the connection goes there, this request with it, and the
+		 * owner answers (worker/tcp.c, the master passes it on). */
+		ep->c->handoff_slot = wk_tcpr_slot(id) + 1;
+		goto out;
+	}
+	tp = wk_tcpr_find(w, id, cred.user, cred.user_len);
+	if (!tp) {
 		wk_reply_error(w, ep, req, 400, "Bad CONNECTION-ID", &cred);
 		goto out;
 	}

@@ -99,6 +99,8 @@ struct wk_tconn {
 	size_t out_len, out_off, out_cap;
 	struct wk_alloc *alloc;		/* the allocation this connection carries, or NULL */
 	struct wk_tpeer *bind_to;	/* ConnectionBind answered: becomes its data connection */
+	unsigned handoff_slot;		/* 1 + the slot whose CONNECTION-ID a ConnectionBind
+					 * named: the connection goes there; 0 none */
 	bool dead;			/* send failed: closed by the next read callback */
 };
 
@@ -357,6 +359,11 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c);
 /* Handshake step: 1 done, 0 in progress, -1 failed (the caller closes). */
 int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
+/* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF): served on the
+ * listener of that name as if accepted here, data (the bytes read so far) handled first.
+ * Takes fd (closed when there is no such plain TCP listener). */
+void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
+		       size_t len);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
 /* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
@@ -373,6 +380,11 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 /* The connected peer connection id, waiting for its ConnectionBind, owned by this worker
  * and by an allocation of user (user_len bytes), or NULL. */
 struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len);
+/* The slot whose worker owns CONNECTION-ID id (its low byte, see wk_tpeer_new_id). */
+static inline unsigned wk_tcpr_slot(uint32_t id)
+{
+	return id & 0xffu;
+}
 /* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
 void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
 /* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes

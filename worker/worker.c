@@ -455,6 +455,16 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_OFFLOAD_OFF:
 		wk_offload_map(w, 2, -1);
 		break;
+	case IPC_TCP_HANDOFF: {
+		struct ipc_handoff *h = malloc(sizeof(*h));
+
+		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot) {
+			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len);
+			fd = -1;
+		}
+		free(h);
+		break;
+	}
 	default:
 		log_warn("worker", "unexpected control message %s", ipc_type_name(m->hdr.type));
 		break;

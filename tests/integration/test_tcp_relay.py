@@ -8,8 +8,8 @@ and 447, unknown, reused and another user's CONNECTION-ID (400), UDP control All
 (400), a peer that never reads (the client is stopped by flow control and the worker's RSS
 stays flat), 24 connections in parallel, and a peer reset that reaches the client. With 2
 workers a ConnectionBind that the kernel hands to the worker that does not own the
-allocation gets 400 (documented in docs/relay.md); the client retries on a new connection.
-Every wait is bounded.
+allocation is passed to the owner through the master, so every bind succeeds. Every wait
+is bounded.
 """
 import os
 import socket
@@ -290,16 +290,20 @@ def test_errors(d):
         daemon.stop()
 
 
-def test_connection_ids(d):
+def test_connection_ids(d, workers=1):
     """Unknown, reused and another user's CONNECTION-ID get 400; the right one binds."""
     peer = TcpPeer("127.0.0.1")
-    daemon, port = start(d)
+    daemon, port = start(d, workers=workers)
     try:
         ctl = TcpTurn(port, user="alice")
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peer.port)
-        unknown = struct.pack("!I", struct.unpack("!I", cid)[0] ^ 0x5A5A5A5A)
+        # Unknown: another random part (the low byte names the owner's slot), and a slot
+        # that does not exist.
+        unknown = struct.pack("!I", struct.unpack("!I", cid)[0] ^ 0x5A5A5A00)
         check(TcpTurn(port, creds=ctl.creds()).connection_bind(unknown) == 400, "unknown")
+        noslot = struct.pack("!I", struct.unpack("!I", cid)[0] | 0xFF)
+        check(TcpTurn(port, creds=ctl.creds()).connection_bind(noslot) == 400, "no slot")
         check(TcpTurn(port, user="mallory").connection_bind(cid) == 400, "another user")
         dc = open_data(port, ctl.creds(), cid)
         check(TcpTurn(port, creds=ctl.creds()).connection_bind(cid) == 400, "reused")
@@ -310,6 +314,13 @@ def test_connection_ids(d):
     finally:
         peer.close()
         daemon.stop()
+
+
+def test_connection_ids_2_workers(d):
+    """The same with 2 workers: binds that reach the other worker are answered by the
+    owner after the handover, 400 included."""
+    for _ in range(3):
+        test_connection_ids(d, workers=2)
 
 
 def test_slow_peer_bounded(d):
@@ -400,33 +411,41 @@ def test_reset_propagated(d):
 
 
 def test_two_workers(d):
-    """With 2 workers a ConnectionBind reaching the worker that does not own the
-    allocation gets 400 (the connection is not handed over: docs/relay.md); the same
-    CONNECTION-ID binds from a new connection that reaches the owner."""
+    """With 2 workers the kernel hands about half of the data connections to the worker
+    that does not own the allocation: it passes them (socket and ConnectionBind) to the
+    owner through the master, so every bind succeeds and relays. Several allocations, so
+    that both workers own some, and 8 data connections each."""
     peer = TcpPeer("127.0.0.1")
+    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
     daemon, port = start(d, workers=2)
     try:
-        ctl = TcpTurn(port)
-        ctl.allocate_tcp()
-        cid = ctl.connect("127.0.0.1", peer.port)
-        codes = []
-        for _ in range(40):
-            dc = TcpTurn(port, creds=ctl.creds())
-            codes.append(dc.connection_bind(cid))
-            if codes[-1] is None:
-                break
+        owners, dcs = set(), []
+        for k in range(6):
+            ctl = TcpTurn(port, user="u%d" % k)
+            ctl.allocate_tcp()
+            me = "127.0.0.1:%d" % ctl.sock.getsockname()[1]
+            owners |= {a["worker"] for a in daemon.admin({"cmd": "allocations"})[
+                "allocations"] if a["client"] == me}
+            for p in peers:
+                dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", p.port))
+                dcs.append((ctl, dc))
+        for i, (_, dc) in enumerate(dcs):
+            dc.sock.sendall(b"hello %d" % i)
+        for i, (_, dc) in enumerate(dcs):
+            want = b"hello %d" % i
+            check(dc.recv_exact(len(want)) == want, "echo %d" % i)
+        check(owners == {0, 1}, "allocations on both workers: %r" % (owners,))
+        for ctl, dc in dcs:
             dc.close()
-        check(codes[-1] is None and set(codes[:-1]) <= {400}, "bind results %r" % (codes,))
-        dc.sock.sendall(b"hello")
-        check(dc.recv_exact(5) == b"hello", "echo")
-        dc.close()
-        ctl.close()
+            ctl.close()
     finally:
+        for p in peers:
+            p.close()
         peer.close()
         daemon.stop()
 
 
 if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
-               test_connection_ids, test_slow_peer_bounded, test_parallel,
-               test_reset_propagated, test_two_workers])
+               test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
+               test_parallel, test_reset_propagated, test_two_workers])

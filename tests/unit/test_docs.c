@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "common/ipc.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -84,6 +85,7 @@ static const struct rule rules[] = {
 	  (unsigned long long)WK_TCPR_CONNECT_TIMEOUT_S },
 	{ "relay.md", "not bound within ([0-9]+) s is reset", 10,
 	  (unsigned long long)WK_TCPR_BIND_TIMEOUT_S },
+	{ "architecture.md", "the bytes read \\(≤ ([0-9]+)\\)", 10, IPC_HANDOFF_DATA_MAX },
 	/* Worker I/O. */
 	{ "architecture.md", "`recvmmsg` of up to ([0-9]+) datagrams \\(`WK_BATCH`\\)", 10,
 	  WK_BATCH },
