@@ -92,10 +92,31 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 	free(tp);
 }
 
+static void wk_tpeer_answer(struct worker *w, struct wk_tpeer *tp, int code);
+
 void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a)
 {
 	while (a->tpeers)
 		wk_tpeer_free(w, a->tpeers, false);
+}
+
+void wk_tcpr_recheck_all(struct worker *w)
+{
+	for (struct wk_alloc *a = w->allocs; a; a = a->next) {
+		struct wk_tpeer *tp = a->tpeers, *next;
+		uint32_t cl;
+
+		for (; tp; tp = next) {
+			next = tp->anext;
+			if (wk_peer_allowed(w, a->l, (struct sockaddr *)&tp->peer, true, &cl) == 0)
+				continue;
+			log_debug("turn", "allocation %u: connection %08x reset: route removed",
+				  a->rec_idx, tp->id);
+			if (tp->st == WK_TP_CONNECTING)
+				wk_tpeer_answer(w, tp, 403);
+			wk_tpeer_free(w, tp, true);
+		}
+	}
 }
 
 /* The deferred answer to the Connect, on the allocation's control connection, signed

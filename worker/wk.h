@@ -392,6 +392,10 @@ void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
  * written) to the client first. Closes fd on failure. */
 void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t *pre,
 		    size_t pre_len, const uint8_t *out, size_t out_len);
+/* A new snapshot: resets every peer connection of the worker whose peer the listener's
+ * routes (IP and port) no longer admit, as the UDP path's per-packet check drops its
+ * datagrams. */
+void wk_tcpr_recheck_all(struct worker *w);
 /* Closes every peer connection of a (the allocation ends). */
 void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a);
 

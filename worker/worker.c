@@ -224,8 +224,10 @@ static void wk_snap_apply(struct worker *w)
 	for (size_t i = 0; i < w->n_ls; i++)
 		if (w->ls[i]->active)
 			wk_listener_apply(w, w->ls[i]);
-	/* Routes, limits or listener indices may have changed: the kernel's entries follow. */
+	/* Routes, limits or listener indices may have changed: the kernel's entries follow,
+	 * and TCP peer connections whose peer the routes no longer admit end. */
 	wk_offload_sync_all(w);
+	wk_tcpr_recheck_all(w);
 }
 
 /* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */

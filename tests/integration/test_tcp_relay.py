@@ -172,16 +172,18 @@ class TcpPeer:
             c.close()
 
 
-def tcp_config(d, port, workers=1, clusters=None):
+def tcp_config(d, port, relay, workers=1, clusters=None):
     return config(d, [("tcp", port, "TURN-TCP", ["loopback"]),
                       ("udp", port, "TURN-UDP", ["loopback"])],
                   clusters or {"loopback": ["127.0.0.1", "::1"]}, workers=workers,
-                  relay=relay_range())
+                  relay=relay)
 
 
 def start(d, workers=1, clusters=None):
-    port = free_port()
-    return Daemon(d, tcp_config(d, port, workers, clusters), workers=workers).start(), port
+    port, relay = free_port(), relay_range()
+    daemon = Daemon(d, tcp_config(d, port, relay, workers, clusters), workers=workers)
+    daemon.relay = relay
+    return daemon.start(), port
 
 
 def open_data(port, creds, cid):
@@ -410,6 +412,34 @@ def test_reset_propagated(d):
         daemon.stop()
 
 
+def test_reload_removes_route(d):
+    """A reload whose routes no longer admit the peer resets its bound connection (and an
+    unbound one); a Connect to it is then refused."""
+    peer = TcpPeer("127.0.0.1")
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
+        dc.sock.sendall(b"before")
+        check(dc.recv_exact(6) == b"before", "echo before the reload")
+        daemon.write_config(tcp_config(d, port, daemon.relay, clusters={"loopback": ["::1"]}))
+        r = daemon.admin({"cmd": "reload"})
+        check(r.get("ok") is True, "reload failed: %r" % (r,))
+        dc.sock.settimeout(10)
+        try:
+            got = dc.sock.recv(10)
+        except ConnectionResetError:
+            got = None
+        check(got is None, "expected a reset after the reload, got %r" % (got,))
+        ctl.connect("127.0.0.1", peer.port, expect=403)
+        dc.close()
+        ctl.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
 def test_two_workers(d):
     """With 2 workers the kernel hands about half of the data connections to the worker
     that does not own the allocation: it passes them (socket and ConnectionBind) to the
@@ -448,4 +478,5 @@ def test_two_workers(d):
 if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
-               test_parallel, test_reset_propagated, test_two_workers])
+               test_parallel, test_reset_propagated, test_reload_removes_route,
+               test_two_workers])
