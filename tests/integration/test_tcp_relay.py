@@ -6,10 +6,12 @@ echo peer (IPv4 and IPv6, the peer sees the relayed address as the source, half-
 ways), a refused peer (403, and a listener on the refused address counts no accept), 446
 and 447, unknown, reused and another user's CONNECTION-ID (400), UDP control Allocate TCP
 (400), a peer that never reads (the client is stopped by flow control and the worker's RSS
-stays flat), 24 connections in parallel, and a peer reset that reaches the client. With 2
+stays flat), 200 connections in parallel, and a peer reset that reaches the client. With 2
 workers a ConnectionBind that the kernel hands to the worker that does not own the
-allocation is passed to the owner through the master, so every bind succeeds. Every wait
-is bounded.
+allocation is passed to the owner through the master, so every bind succeeds. Also: a
+TURN-TLS control connection (data over TURN-TCP; ConnectionBind over TLS gets 400), a
+reload that removes the peer's route (the connection is reset), kill -9 of the worker
+(connections die, the allocation is released). Every wait is bounded.
 """
 import os
 import socket
@@ -362,30 +364,29 @@ def test_slow_peer_bounded(d):
 
 
 def test_parallel(d):
-    """24 peer connections of one allocation, each bound and echoing its own bytes."""
-    peer = TcpPeer("127.0.0.1")
-    daemon, port = start(d)
-    n = 24
+    """200 peer connections at once (4 allocations of 50, on 2 workers), each bound and
+    echoing its own bytes, all open together."""
+    daemon, port = start(d, workers=2)
+    peers = [TcpPeer("127.0.0.1") for _ in range(50)]
+    ctls, dcs = [], []
     try:
-        ctl = TcpTurn(port)
-        ctl.allocate_tcp()
-        # One Connect per peer address: 127.0.0.1 with n distinct echo servers.
-        peers = [TcpPeer("127.0.0.1") for _ in range(n)]
-        dcs = []
-        for p in peers:
-            dcs.append(open_data(port, ctl.creds(), ctl.connect("127.0.0.1", p.port)))
-        payloads = [os.urandom(4096 + i) for i in range(n)]
+        for k in range(4):
+            ctl = TcpTurn(port, user="p%d" % k)
+            ctl.allocate_tcp()
+            ctls.append(ctl)
+            for p in peers:
+                dcs.append(open_data(port, ctl.creds(), ctl.connect("127.0.0.1", p.port)))
+        check(len(dcs) == 200, "200 connections")
+        payloads = [os.urandom(4096 + i) for i in range(len(dcs))]
         for dc, pl in zip(dcs, payloads):
             dc.sock.sendall(pl)
         for dc, pl in zip(dcs, payloads):
             check(dc.recv_exact(len(pl)) == pl, "parallel echo mismatch")
-        for dc in dcs:
-            dc.close()
-        ctl.close()
+    finally:
+        for c in dcs + ctls:
+            c.close()
         for p in peers:
             p.close()
-    finally:
-        peer.close()
         daemon.stop()
 
 
@@ -440,6 +441,71 @@ def test_reload_removes_route(d):
         daemon.stop()
 
 
+def test_tls_control(d):
+    """Allocate TCP and Connect over a TURN-TLS control connection; the data connection
+    binds over TURN-TCP (a ConnectionBind over TLS gets 400: TLS data connections are not
+    implemented)."""
+    from test_tls import make_cert, tls_config, tls_connect
+    crt, key = make_cert(d, "turn.test")
+    udp_port, tls_port, dtls_port, tcp_port = free_port(), free_port(), free_port(), free_port()
+    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key)
+    text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
+                        "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
+                        % tcp_port, 1)
+    peer = TcpPeer("127.0.0.1")
+    daemon = Daemon(d, text).start()
+    try:
+        ctl = TcpTurn(tcp_port)
+        ctl.sock.close()
+        ctl.sock = tls_connect(tls_port)
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peer.port)
+        tls_dc = TcpTurn(tcp_port, creds=ctl.creds())
+        tls_dc.sock.close()
+        tls_dc.sock = tls_connect(tls_port)
+        check(tls_dc.connection_bind(cid) == 400, "ConnectionBind over TLS")
+        dc = open_data(tcp_port, ctl.creds(), cid)
+        dc.sock.sendall(b"over tls control")
+        check(dc.recv_exact(16) == b"over tls control", "echo")
+        for c in (dc, tls_dc, ctl):
+            c.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
+def test_worker_killed(d):
+    """kill -9 of the worker: its data and peer connections die with it, the TCP
+    allocation is released by its replacement, and a new one works."""
+    import signal
+    peer = TcpPeer("127.0.0.1")
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
+        old = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        daemon.allowed_deaths += 1
+        os.kill(old, signal.SIGKILL)
+        dc.sock.settimeout(10)
+        try:
+            got = dc.sock.recv(10)
+        except ConnectionResetError:
+            got = b""
+        check(got == b"", "data connection still open: %r" % (got,))
+        wait_for(lambda: daemon.admin({"cmd": "workers"})["workers"][0]["pid"] not in (0, old)
+                 and daemon.admin({"cmd": "status"})["workers"]["running"] == 1,
+                 "the worker respawned")
+        wait_for(lambda: not daemon.admin({"cmd": "allocations"})["allocations"],
+                 "the dead worker's TCP allocation released")
+        flow(port, "127.0.0.1")
+        dc.close()
+        ctl.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
 def test_two_workers(d):
     """With 2 workers the kernel hands about half of the data connections to the worker
     that does not own the allocation: it passes them (socket and ConnectionBind) to the
@@ -479,4 +545,4 @@ if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
                test_parallel, test_reset_propagated, test_reload_removes_route,
-               test_two_workers])
+               test_tls_control, test_worker_killed, test_two_workers])
