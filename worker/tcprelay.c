@@ -54,6 +54,13 @@ static struct wk_tpeer *wk_tpeer_checked(struct wk_tpeer *tp)
 	return tp;
 }
 
+/* The gauge is this slot's absolute count (never +1/-1, so it cannot drift; a dead
+ * worker's slot is left out by the renderer, which sums live slots only). */
+static void wk_tpeer_count(struct worker *w)
+{
+	CMM_STORE_SHARED(w->ctr->v[SHM_CTR_TCP_PEER_CONNS], (uint64_t)w->n_tpeers);
+}
+
 static struct wk_tpeer **wk_tpeer_bucket(struct worker *w, uint32_t id)
 {
 	return &w->tphash[id & (WK_TCPR_HASH - 1)];
@@ -73,6 +80,8 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 	if (tp->anext)
 		tp->anext->apprev = tp->apprev;
 	tp->a->n_tpeers--;
+	w->n_tpeers--;
+	wk_tpeer_count(w);
 	if (tp->st == WK_TP_CONNECTING)
 		w->n_tconnecting--;
 	ev_timer_stop(w->loop, &tp->tmo);
@@ -117,6 +126,7 @@ void wk_tcpr_recheck_all(struct worker *w)
 			wk_tpeer_free(w, tp, true);
 		}
 	}
+	wk_tpeer_count(w);	/* also the first snapshot: a predecessor's value goes */
 }
 
 /* The deferred answer to the Connect, on the allocation's control connection, signed
@@ -154,6 +164,7 @@ static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)revents;
 	if (tp->st == WK_TP_CONNECTING) {
 		log_debug("turn", "allocation %u: Connect timed out", tp->a->rec_idx);
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_TIMEOUT, 1);
 		wk_tpeer_answer(w, tp, 447);
 	} else {
 		log_debug("turn", "allocation %u: connection %08x not bound in time",
@@ -264,6 +275,7 @@ static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
 	if (err) {
 		log_debug("turn", "allocation %u: Connect failed: %s", tp->a->rec_idx,
 			  strerror(err));
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
 		wk_tpeer_answer(w, tp, 447);
 		wk_tpeer_free(w, tp, false);
 		return;
@@ -274,6 +286,7 @@ static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
 	ev_timer_stop(w->loop, &tp->tmo);
 	ev_timer_set(&tp->tmo, WK_TCPR_BIND_TIMEOUT_S, 0.0);
 	ev_timer_start(w->loop, &tp->tmo);
+	shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_OK, 1);
 	wk_tpeer_answer(w, tp, 0);
 }
 
@@ -332,10 +345,14 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 	uint32_t id;
 
 	for (tp = a->tpeers; tp; tp = tp->anext)
-		if (wk_addr_equal((struct sockaddr *)&tp->peer, peer))
+		if (wk_addr_equal((struct sockaddr *)&tp->peer, peer)) {
+			shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
 			return 446;
-	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || w->n_tconnecting >= WK_TCPR_MAX_PENDING)
+		}
+	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || w->n_tconnecting >= WK_TCPR_MAX_PENDING) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
 		return 508;
+	}
 	if (wk_tpeer_new_id(w, &id) < 0)
 		return 500;
 	tp = calloc(1, sizeof(*tp));
@@ -344,6 +361,7 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 	tp->fd[0] = wk_tpeer_socket(a, peer);
 	if (tp->fd[0] < 0) {
 		free(tp);
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
 		return 447;
 	}
 	tp->magic = WK_TPEER_MAGIC;
@@ -374,6 +392,8 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 	a->tpeers = tp;
 	a->n_tpeers++;
 	w->n_tconnecting++;
+	w->n_tpeers++;
+	wk_tpeer_count(w);
 	return 0;
 }
 

@@ -669,6 +669,7 @@ static void wk_connect(struct worker *w, const struct wk_ep *ep, const struct st
 		goto fail;
 	}
 	if (wk_peer_allowed(w, a->l, (struct sockaddr *)&peer, true, &cl) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_DENIED, 1);
 		code = 403;
 		goto fail;
 	}

@@ -258,6 +258,7 @@ struct worker {
 	struct wk_resv *resvs;
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
 	unsigned n_tconnecting;		/* Connects in progress */
+	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
 	/* TLS/DTLS */
 	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
 	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */

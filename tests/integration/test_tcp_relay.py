@@ -11,7 +11,8 @@ workers a ConnectionBind that the kernel hands to the worker that does not own t
 allocation is passed to the owner through the master, so every bind succeeds. Also: a
 TURN-TLS control connection (data over TURN-TCP; ConnectionBind over TLS gets 400), a
 reload that removes the peer's route (the connection is reset), kill -9 of the worker
-(connections die, the allocation is released). Every wait is bounded.
+(connections die, the allocation is released), and the exact Connect counts and peer
+connection gauge on /metrics. Every wait is bounded.
 """
 import os
 import socket
@@ -506,6 +507,55 @@ def test_worker_killed(d):
         daemon.stop()
 
 
+def test_metrics(d):
+    """turngate_tcp_connects_total by result and the turngate_tcp_peer_connections gauge,
+    exactly, from the daemon's /metrics (2 workers: the gauge sums both)."""
+    from test_metrics import wait_equal
+    peer = TcpPeer("127.0.0.1")
+    refused = TcpPeer("127.0.0.2")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port, mport, relay = free_port(), free_port(), relay_range()
+    text = tcp_config(d, port, relay, workers=2).replace(
+        "  drain_timeout: 1\n", "  drain_timeout: 1\n  metrics_endpoint: "
+        "\"http://127.0.0.1:%d/metrics\"\n" % mport, 1)
+    check("metrics_endpoint" in text, "config edit")
+    daemon = Daemon(d, text, workers=2).start()
+
+    def want(ok, denied, failed, exists, conns):
+        r = {'turngate_tcp_connects_total{result="%s"}' % k: v for k, v in (
+            ("ok", ok), ("denied", denied), ("failed", failed), ("timeout", 0),
+            ("exists", exists), ("limit", 0))}
+        r["turngate_tcp_peer_connections"] = conns
+        return r
+    try:
+        wait_equal(mport, want(0, 0, 0, 0, 0))
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peer.port)
+        ctl.connect("127.0.0.1", peer.port, expect=446)
+        ctl.connect("127.0.0.2", refused.port, expect=403)
+        ctl.connect("127.0.0.1", closed.getsockname()[1], expect=447)
+        wait_equal(mport, want(1, 1, 1, 1, 1))
+        dc = open_data(port, ctl.creds(), cid)
+        ctl2 = TcpTurn(port, user="other")
+        ctl2.allocate_tcp()
+        ctl2.connect("127.0.0.1", peer.port)
+        wait_equal(mport, want(2, 1, 1, 1, 2))
+        dc.sock.sendall(b"x")
+        check(dc.recv_exact(1) == b"x", "echo")
+        ctl.close()   # the allocation ends, and its bound connection with it
+        wait_equal(mport, want(2, 1, 1, 1, 1))
+        ctl2.close()
+        wait_equal(mport, want(2, 1, 1, 1, 0))
+        dc.close()
+    finally:
+        closed.close()
+        refused.close()
+        peer.close()
+        daemon.stop()
+
+
 def test_two_workers(d):
     """With 2 workers the kernel hands about half of the data connections to the worker
     that does not own the allocation: it passes them (socket and ConnectionBind) to the
@@ -545,4 +595,4 @@ if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
                test_parallel, test_reset_propagated, test_reload_removes_route,
-               test_tls_control, test_worker_killed, test_two_workers])
+               test_tls_control, test_worker_killed, test_metrics, test_two_workers])
