@@ -12,8 +12,11 @@ allocation is passed to the owner through the master, so every bind succeeds. Al
 TURN-TLS control connection (data over TURN-TCP; ConnectionBind over TLS gets 400), a
 reload that removes the peer's route (the connection is reset), kill -9 of the worker
 (connections die, the allocation is released), and the exact Connect counts and peer
-connection gauge on /metrics. Every wait is bounded.
+connection gauge on /metrics, every Connect answer signed with the allocation's key, and
+the 30 s ConnectionBind deadline (the one long wait). Every wait is bounded.
 """
+import hashlib
+import hmac
 import os
 import socket
 import struct
@@ -54,6 +57,7 @@ class TcpTurn(Client):
                 need = 20 + struct.unpack("!H", self.buf[2:4])[0]
                 if len(self.buf) >= need:
                     msg, self.buf = self.buf[:need], self.buf[need:]
+                    self.last_raw = msg
                     return parse(msg)
             left = deadline - time.monotonic()
             check(left > 0, "no message in %.0f s" % timeout)
@@ -82,6 +86,7 @@ class TcpTurn(Client):
         r = self._peer_request(CONNECT, [], ip, port)
         code = error_code(r[3])
         check(code == expect, "Connect %s:%d: expected %r, got %r" % (ip, port, expect, code))
+        check(mi_ok(self.last_raw, self.key), "Connect response not signed with the key")
         if code is None:
             cid = r[3].get(A_CONNECTION_ID, [b""])[0]
             check(len(cid) == 4, "CONNECTION-ID of 4 bytes: %r" % (cid,))
@@ -108,6 +113,19 @@ class TcpTurn(Client):
         """True when the data connection reads EOF (nothing else) within timeout."""
         self.sock.settimeout(timeout)
         return self.buf == b"" and self.sock.recv(1) == b""
+
+
+def mi_ok(raw, key):
+    """True when raw (a whole STUN message) carries a MESSAGE-INTEGRITY made with key."""
+    pos = 20
+    while pos + 4 <= len(raw):
+        t, ln = struct.unpack("!HH", raw[pos:pos + 4])
+        if t == 0x0008:
+            hdr = raw[:2] + struct.pack("!H", pos + 24 - 20) + raw[4:20]
+            mac = hmac.new(key, hdr + raw[20:pos], hashlib.sha1).digest()
+            return hmac.compare_digest(mac, raw[pos + 4:pos + 24])
+        pos += 4 + ((ln + 3) & ~3)
+    return False
 
 
 class TcpPeer:
@@ -507,6 +525,33 @@ def test_worker_killed(d):
         daemon.stop()
 
 
+def test_bind_deadline(d):
+    """A connected peer connection that no ConnectionBind claims within 30 s is reset;
+    its CONNECTION-ID then gets 400. (A bounded wait of about 31 s.)"""
+    peer = TcpPeer("127.0.0.1", mode="sink")
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peer.port)
+        wait_for(lambda: len(peer.conns) == 1, "the peer's accept", timeout=10)
+        pc = peer.conns[0]
+        pc.settimeout(45)
+        t0 = time.monotonic()
+        try:
+            got = pc.recv(1)
+        except ConnectionResetError:
+            got = b""
+        waited = time.monotonic() - t0
+        check(got == b"" and 25 < waited < 45, "peer connection: %r after %.1f s"
+              % (got, waited))
+        check(TcpTurn(port, creds=ctl.creds()).connection_bind(cid) == 400, "expired id")
+        ctl.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
 def test_metrics(d):
     """turngate_tcp_connects_total by result and the turngate_tcp_peer_connections gauge,
     exactly, from the daemon's /metrics (2 workers: the gauge sums both)."""
@@ -559,14 +604,16 @@ def test_metrics(d):
 def test_two_workers(d):
     """With 2 workers the kernel hands about half of the data connections to the worker
     that does not own the allocation: it passes them (socket and ConnectionBind) to the
-    owner through the master, so every bind succeeds and relays. Several allocations, so
-    that both workers own some, and 8 data connections each."""
+    owner through the master, so every bind succeeds and relays. At least 4 allocations,
+    until both workers own some, and 8 data connections each."""
     peer = TcpPeer("127.0.0.1")
     peers = [TcpPeer("127.0.0.1") for _ in range(8)]
     daemon, port = start(d, workers=2)
     try:
         owners, dcs = set(), []
-        for k in range(6):
+        for k in range(40):   # until both workers own allocations (the hash decides)
+            if k >= 4 and owners == {0, 1}:
+                break
             ctl = TcpTurn(port, user="u%d" % k)
             ctl.allocate_tcp()
             me = "127.0.0.1:%d" % ctl.sock.getsockname()[1]
@@ -595,4 +642,5 @@ if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
                test_parallel, test_reset_propagated, test_reload_removes_route,
-               test_tls_control, test_worker_killed, test_metrics, test_two_workers])
+               test_tls_control, test_worker_killed, test_metrics, test_two_workers,
+               test_bind_deadline])
