@@ -250,10 +250,10 @@ void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime
 	wk_alloc_rearm(w, a);
 }
 
-/* The relayed address of a TCP allocation (RFC 6062): a bound TCP socket that holds the
- * port and never listens (ConnectionAttempt is not implemented, so a peer's SYN gets a
- * RST); Connects bind their sockets to the same address and port (SO_REUSEADDR and
- * SO_REUSEPORT on all of them, none listening). */
+/* The relayed address of a TCP allocation (RFC 6062): a TCP socket listening on the
+ * relayed address and port for peers (ConnectionAttempt, worker/tcprelay.c); Connects bind
+ * their sockets to the same address and port (SO_REUSEADDR and SO_REUSEPORT on all of
+ * them, so the listening one and the connecting ones share the port). */
 static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 			     const struct sockaddr_storage *bind_to,
 			     const struct sockaddr_storage *ann, int family, uint16_t port)
@@ -261,7 +261,6 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 	const struct sockaddr *sa = (const struct sockaddr *)bind_to;
 	int one = 1;
 
-	(void)w;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	if (bind(fd, sa, wk_addr_len(sa)) < 0) {
@@ -279,8 +278,16 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
 	else
 		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
-	ev_io_init(&r->io, wk_relay_cb, fd, EV_READ);	/* never started */
+	if (listen(fd, 64) < 0) {
+		int err = -errno;
+
+		close(fd);
+		r->fd = -1;
+		return err;
+	}
+	ev_io_init(&r->io, wk_tcpr_accept_cb, fd, EV_READ);
 	r->io.data = r;
+	ev_io_start(w->loop, &r->io);
 	return 0;
 }
 

@@ -102,6 +102,9 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 }
 
 static void wk_tpeer_answer(struct worker *w, struct wk_tpeer *tp, int code);
+static void wk_tpeer_rcb(struct ev_loop *loop, ev_io *io, int revents);
+static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents);
+static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents);
 
 void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a)
 {
@@ -172,9 +175,6 @@ static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	}
 	wk_tpeer_free(w, tp, true);
 }
-
-static void wk_tpeer_rcb(struct ev_loop *loop, ev_io *io, int revents);
-static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents);
 
 /* Writes buf[1 - j] to fd[j]. Returns false when tp was freed (a reset). */
 static bool wk_tpeer_flush(struct worker *w, struct wk_tpeer *tp, int j)
@@ -338,51 +338,33 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 	return fd;
 }
 
-int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
-		    const struct stun_msg *req, bool sha256)
+/* A peer connection of a on fd (connecting, or accepted and waiting for its bind), linked
+ * into the allocation, the id hash and the counts, with its deadline running. */
+static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int fd, uint32_t id,
+				     const struct sockaddr *peer, enum wk_tpeer_state st)
 {
-	struct wk_tpeer *tp;
-	uint32_t id;
+	struct wk_tpeer *tp = calloc(1, sizeof(*tp));
 
-	for (tp = a->tpeers; tp; tp = tp->anext)
-		if (wk_addr_equal((struct sockaddr *)&tp->peer, peer)) {
-			shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
-			return 446;
-		}
-	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || w->n_tconnecting >= WK_TCPR_MAX_PENDING) {
-		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
-		return 508;
-	}
-	if (wk_tpeer_new_id(w, &id) < 0)
-		return 500;
-	tp = calloc(1, sizeof(*tp));
 	if (!tp)
-		return 508;
-	tp->fd[0] = wk_tpeer_socket(a, peer);
-	if (tp->fd[0] < 0) {
-		free(tp);
-		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
-		return 447;
-	}
+		return NULL;
 	tp->magic = WK_TPEER_MAGIC;
 	tp->w = w;
 	tp->a = a;
 	tp->id = id;
+	tp->fd[0] = fd;
 	tp->fd[1] = -1;
-	tp->st = WK_TP_CONNECTING;
+	tp->st = st;
 	memcpy(&tp->peer, peer, wk_addr_len(peer));
-	memcpy(tp->tid, req->tid, STUN_TID_LEN);
-	tp->sha256 = sha256;
-	tp->fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT);
 	for (int i = 0; i < 2; i++) {
-		ev_io_init(&tp->rio[i], wk_tpeer_rcb, i == 0 ? tp->fd[0] : 0, EV_READ);
-		ev_io_init(&tp->wio[i], wk_tpeer_wcb, i == 0 ? tp->fd[0] : 0, EV_WRITE);
+		ev_io_init(&tp->rio[i], wk_tpeer_rcb, i == 0 ? fd : 0, EV_READ);
+		ev_io_init(&tp->wio[i], wk_tpeer_wcb, i == 0 ? fd : 0, EV_WRITE);
 		tp->rio[i].data = tp->wio[i].data = tp;
 	}
-	ev_timer_init(&tp->tmo, wk_tpeer_tmo_cb, WK_TCPR_CONNECT_TIMEOUT_S, 0.0);
+	ev_timer_init(&tp->tmo, wk_tpeer_tmo_cb,
+		      st == WK_TP_CONNECTING ? WK_TCPR_CONNECT_TIMEOUT_S : WK_TCPR_BIND_TIMEOUT_S,
+		      0.0);
 	tp->tmo.data = tp;
 	ev_timer_start(w->loop, &tp->tmo);
-	ev_io_start(w->loop, &tp->wio[0]);
 	tp->hnext = *wk_tpeer_bucket(w, id);
 	*wk_tpeer_bucket(w, id) = tp;
 	tp->anext = a->tpeers;
@@ -391,10 +373,123 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 	tp->apprev = &a->tpeers;
 	a->tpeers = tp;
 	a->n_tpeers++;
-	w->n_tconnecting++;
+	if (st == WK_TP_CONNECTING)
+		w->n_tconnecting++;
 	w->n_tpeers++;
 	wk_tpeer_count(w);
+	return tp;
+}
+
+static struct wk_tpeer *wk_tpeer_of_peer(struct wk_alloc *a, const struct sockaddr *peer)
+{
+	struct wk_tpeer *tp;
+
+	for (tp = a->tpeers; tp; tp = tp->anext)
+		if (wk_addr_equal((struct sockaddr *)&tp->peer, peer))
+			return tp;
+	return NULL;
+}
+
+int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
+		    const struct stun_msg *req, bool sha256)
+{
+	struct wk_tpeer *tp;
+	uint32_t id;
+	int fd;
+
+	if (wk_tpeer_of_peer(a, peer)) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
+		return 446;
+	}
+	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || w->n_tconnecting >= WK_TCPR_MAX_PENDING) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
+		return 508;
+	}
+	if (wk_tpeer_new_id(w, &id) < 0)
+		return 500;
+	fd = wk_tpeer_socket(a, peer);
+	if (fd < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
+		return 447;
+	}
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_CONNECTING);
+	if (!tp) {
+		close(fd);
+		return 508;
+	}
+	memcpy(tp->tid, req->tid, STUN_TID_LEN);
+	tp->sha256 = sha256;
+	tp->fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT);
+	ev_io_start(w->loop, &tp->wio[0]);
 	return 0;
+}
+
+/* ConnectionAttempt indication (RFC 6062 5.3) on the control connection: the peer and the
+ * CONNECTION-ID to bind. */
+static void wk_tpeer_announce(struct worker *w, struct wk_tpeer *tp)
+{
+	struct wk_alloc *a = tp->a;
+	struct wk_ep ep = { .l = a->l,
+			    .c = a->conn,
+			    .addr = (struct sockaddr *)&a->client,
+			    .addr_len = a->client_len };
+	uint8_t tid[STUN_TID_LEN];
+	struct stun_builder b;
+	size_t len;
+
+	if (RAND_bytes(tid, sizeof(tid)) != 1)
+		memset(tid, 0, sizeof(tid));
+	stun_build_init(&b, w->txbuf, sizeof(w->txbuf), STUN_CONNECTION_ATTEMPT, STUN_INDICATION,
+			tid);
+	stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, (struct sockaddr *)&tp->peer);
+	stun_build_connection_id(&b, tp->id);
+	if (stun_build_finish(&b, &len) == 0 && a->conn)
+		wk_send_client(w, &ep, w->txbuf, len);
+}
+
+/* An inbound peer connection is admitted only with a live permission for its IP and
+ * when the routes admit its address and port (as a datagram from it would be); then it
+ * waits for a ConnectionBind like a connected Connect. Returns false to refuse it. */
+static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
+			    const struct sockaddr *peer)
+{
+	struct wk_tpeer *tp;
+	uint32_t id, cl;
+
+	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || wk_tpeer_of_peer(a, peer) ||
+	    !wk_alloc_perm_ok(a, peer, mono_ns()) ||
+	    wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || wk_tpeer_new_id(w, &id) < 0)
+		return false;
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND);
+	if (!tp)
+		return false;
+	log_debug("turn", "allocation %u: inbound connection %08x", a->rec_idx, id);
+	wk_tpeer_announce(w, tp);
+	return true;
+}
+
+void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_relay *r = io->data;
+	struct wk_alloc *a = wk_alloc_checked(r->a);
+	struct worker *w = wk_checked(a->w);
+
+	(void)loop;
+	(void)revents;
+	for (int i = 0; i < 16; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(r->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		if (!wk_tcpr_inbound(w, a, fd, (struct sockaddr *)&ss)) {
+			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			close(fd);	/* refused: a RST */
+		}
+	}
 }
 
 struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len)
@@ -408,6 +503,11 @@ struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, s
 	    memcmp(tp->a->rec->username, user, user_len) != 0)
 		return NULL;
 	return tp;
+}
+
+struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp)
+{
+	return wk_alloc_checked(tp->a);
 }
 
 void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c)

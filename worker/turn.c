@@ -689,30 +689,48 @@ out:
 	explicit_bzero(&cred, sizeof(cred));
 }
 
+/* The waiting peer connection a ConnectionBind names, when its USERNAME is the
+ * allocation's (nothing is decided on it before authentication), else NULL. */
+static struct wk_tpeer *wk_bind_target(struct worker *w, const struct stun_msg *req, uint32_t id)
+{
+	const uint8_t *user;
+	size_t user_len;
+
+	if (stun_msg_get_raw(req, STUN_ATTR_USERNAME, &user, &user_len) < 0)
+		return NULL;
+	return wk_tcpr_find(w, id, (const char *)user, user_len);
+}
+
 /* RFC 6062 5.4: on a fresh TCP connection (no allocation on it), with credentials of the
  * user whose allocation made the connection. A CONNECTION-ID of another worker hands the
- * connection to it; any other that is not a connected, unbound connection of this worker
- * and this user gets 400. The client learns nothing before it authenticates. */
+ * connection to it before anything else (the owner authenticates). For its own peer
+ * connection the request is verified with the allocation's key, and its nonce as if it
+ * came from the control connection's address: clients reuse that nonce (coturn's do),
+ * and a stateless nonce is bound to an address. Anything else (unknown, bound, another
+ * user's) gets 400 once the request authenticates; nothing is learnt before. */
 static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
-	struct wk_cred cred;
-	struct wk_tpeer *tp;
-	uint32_t id;
+	struct wk_cred cred = { 0 };
+	struct wk_tpeer *tp = NULL;
+	struct wk_alloc *a = NULL;
+	struct wk_ep nep = *ep;
+	uint32_t id = 0;
+	bool usable = ep->c && !ep->c->dgram && !ep->c->ssl && !ep->c->alloc && !ep->c->bind_to &&
+		      stun_msg_get_connection_id(req, &id) == 0;
 
-	if (wk_auth_check(w, ep, req, NULL, &cred) != WK_AUTH_OK)
-		return;
-	if (!ep->c || ep->c->dgram || ep->c->ssl || ep->c->alloc || ep->c->bind_to ||
-	    stun_msg_get_connection_id(req, &id) < 0) {
-		wk_reply_error(w, ep, req, 400, "Bad CONNECTION-ID", &cred);
-		goto out;
-	}
-	if (wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {
+	if (usable && wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {
 		/* Another worker's: the connection goes there, this request with it, and the
 		 * owner answers (worker/tcp.c, the master passes it on). */
 		ep->c->handoff_slot = wk_tcpr_slot(id) + 1;
-		goto out;
+		return;
 	}
-	tp = wk_tcpr_find(w, id, cred.user, cred.user_len);
+	if (usable && (tp = wk_bind_target(w, req, id)) != NULL) {
+		a = wk_tcpr_alloc(tp);
+		nep.addr = (struct sockaddr *)&a->client;
+		nep.addr_len = a->client_len;
+	}
+	if (wk_auth_check(w, &nep, req, a, &cred) != WK_AUTH_OK)
+		return;
 	if (!tp) {
 		wk_reply_error(w, ep, req, 400, "Bad CONNECTION-ID", &cred);
 		goto out;

@@ -378,6 +378,10 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
  * connection to peer exists), 508 (limits, no memory, no socket). */
 int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		    const struct stun_msg *req, bool sha256);
+/* The relay socket of a TCP allocation is listening: accepts peers that have a permission
+ * and that the routes admit, announcing each with a ConnectionAttempt; refuses others
+ * with a RST. */
+void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents);
 /* The connected peer connection id, waiting for its ConnectionBind, owned by this worker
  * and by an allocation of user (user_len bytes), or NULL. */
 struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len);
@@ -386,6 +390,8 @@ static inline unsigned wk_tcpr_slot(uint32_t id)
 {
 	return id & 0xffu;
 }
+/* The allocation tp belongs to. */
+struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp);
 /* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
 void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
 /* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes

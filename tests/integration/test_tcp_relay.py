@@ -552,6 +552,54 @@ def test_bind_deadline(d):
         daemon.stop()
 
 
+def test_connection_attempt(d):
+    """A peer connecting to the relayed address: refused (RST, no indication) without a
+    permission; with one, the client gets a ConnectionAttempt with the peer's address and
+    a CONNECTION-ID, binds it and the bytes flow both ways."""
+    daemon, port = start(d)
+    try:
+        ctl = TcpTurn(port)
+        r = ctl.allocate_tcp()
+        relayed = [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])][0]
+        # No permission: the connection is reset and nothing reaches the client.
+        p = socket.create_connection(relayed, timeout=5)
+        p.settimeout(5)
+        try:
+            got = p.recv(1)
+        except ConnectionResetError:
+            got = b""
+        check(got == b"", "a peer without permission was served: %r" % (got,))
+        p.close()
+        ctl.sock.settimeout(0.3)
+        try:
+            stray = ctl.sock.recv(100)
+        except socket.timeout:
+            stray = b""
+        check(stray == b"", "indication without permission: %r" % (stray,))
+        # With a permission for 127.0.0.1.
+        pr = ctl.perm("127.0.0.1")
+        check(error_code(pr[3]) is None, "CreatePermission: %r" % (error_code(pr[3]),))
+        p = socket.create_connection(relayed, timeout=5)
+        ind = ctl.read_msg(10)
+        check(ind[0] == 0x000C and ind[1] == INDICATION, "ConnectionAttempt: %r" % (ind,))
+        check(parse_xor_addr(ind[3][A_PEER][0], ind[2]) == p.getsockname()[:2],
+              "XOR-PEER-ADDRESS %r, peer %r" % (parse_xor_addr(ind[3][A_PEER][0], ind[2]),
+                                              p.getsockname()))
+        dc = open_data(port, ctl.creds(), ind[3][A_CONNECTION_ID][0])
+        p.sendall(b"from the peer")
+        check(dc.recv_exact(13) == b"from the peer", "peer -> client")
+        dc.sock.sendall(b"from the client")
+        got = b""
+        while len(got) < 15:
+            got += p.recv(100)
+        check(got == b"from the client", "client -> peer: %r" % (got,))
+        p.close()
+        dc.close()
+        ctl.close()
+    finally:
+        daemon.stop()
+
+
 def test_metrics(d):
     """turngate_tcp_connects_total by result and the turngate_tcp_peer_connections gauge,
     exactly, from the daemon's /metrics (2 workers: the gauge sums both)."""
@@ -642,5 +690,6 @@ if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
                test_parallel, test_reset_propagated, test_reload_removes_route,
-               test_tls_control, test_worker_killed, test_metrics, test_two_workers,
+               test_tls_control, test_worker_killed, test_connection_attempt, test_metrics,
+               test_two_workers,
                test_bind_deadline])
