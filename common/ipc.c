@@ -32,6 +32,7 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_STOP] = { "STOP", LEN_EXACT, 0, false },
 	[IPC_OFFLOAD_MAP] = { "OFFLOAD_MAP", LEN_EXACT, 1, true },
 	[IPC_OFFLOAD_OFF] = { "OFFLOAD_OFF", LEN_EXACT, 0, false },
+	[IPC_TCP_HANDOFF] = { "TCP_HANDOFF", LEN_EXACT, sizeof(struct ipc_handoff), true },
 };
 
 static const struct type_rule *rule_of(uint16_t type)
@@ -53,6 +54,16 @@ static bool frame_valid(uint16_t type, const void *payload, size_t len, bool has
 	if (r->rule == LEN_EXACT)
 		return len == r->size;
 	return len >= 1 && len <= IPC_NAME_MAX && memchr(payload, '\0', len) == NULL;
+}
+
+/* IPC_TCP_HANDOFF: a named listener and a length within the data. */
+static bool handoff_valid(const void *payload)
+{
+	struct ipc_handoff h;
+
+	memcpy(&h, payload, sizeof(h));
+	return h.len <= IPC_HANDOFF_DATA_MAX && h.listener[0] != '\0' &&
+	       memchr(h.listener, '\0', sizeof(h.listener)) != NULL;
 }
 
 /* IPC_DISCONNECT carries a string inside a fixed struct: it must be NUL-terminated there. */
@@ -89,6 +100,8 @@ int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd)
 	if (!frame_valid(type, payload, len, passfd >= 0))
 		return -EINVAL;
 	if (type == IPC_DISCONNECT && !disconnect_valid(payload))
+		return -EINVAL;
+	if (type == IPC_TCP_HANDOFF && !handoff_valid(payload))
 		return -EINVAL;
 	if (passfd >= 0)
 		hdr.flags |= IPC_F_FD;
@@ -192,6 +205,8 @@ int ipc_recv(int fd, struct ipc_msg *msg, int *passfd)
 	if (!frame_valid(msg->hdr.type, msg->payload, len, got >= 0))
 		goto fail;
 	if (msg->hdr.type == IPC_DISCONNECT && !disconnect_valid(msg->payload))
+		goto fail;
+	if (msg->hdr.type == IPC_TCP_HANDOFF && !handoff_valid(msg->payload))
 		goto fail;
 	msg->payload[len] = '\0';
 	*passfd = got;

@@ -22,6 +22,9 @@
  *   IPC_OFFLOAD_MAP      master->worker   one byte: 0 client->peer map,    yes: the map
  *                                         1 peer->client map (the last)
  *   IPC_OFFLOAD_OFF      master->worker   empty                            no
+ *   IPC_TCP_HANDOFF      worker->master,  struct ipc_handoff               yes: the TCP
+ *                        master->worker   (the master passes it on to          connection
+ *                                         `slot`'s worker)
  *
  * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
  * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
@@ -51,6 +54,7 @@ enum ipc_type {
 	IPC_STOP,
 	IPC_OFFLOAD_MAP,
 	IPC_OFFLOAD_OFF,
+	IPC_TCP_HANDOFF,
 	IPC_TYPE_END, /* one past the last valid type */
 };
 
@@ -77,6 +81,19 @@ struct ipc_drain {
 	uint32_t on; /* 1: refuse new Allocates (403, or 300 + ALTERNATE-SERVER per snapshot);
 		      * 0: accept them again */
 	uint32_t reserved;
+};
+
+/* IPC_TCP_HANDOFF: a client's TURN-TCP connection whose ConnectionBind (RFC 6062) names a
+ * peer connection of an allocation that another worker owns (the CONNECTION-ID's low
+ * byte is the owner's slot): its socket travels with the frame, and data holds the bytes
+ * read from it so far (the ConnectionBind first), which the owner handles as if it had
+ * read them itself. The listener is named so the owner serves it as its own. */
+#define IPC_HANDOFF_DATA_MAX 2048u
+struct ipc_handoff {
+	uint32_t slot;				/* the owner's slot */
+	uint32_t len;				/* bytes of data, <= IPC_HANDOFF_DATA_MAX */
+	char listener[IPC_NAME_MAX + 1];	/* NUL-terminated, not empty */
+	uint8_t data[IPC_HANDOFF_DATA_MAX];
 };
 
 enum ipc_disconnect_by {

@@ -24,6 +24,7 @@ struct mctx {
 	 * only (a dead worker's connections are gone), workers serving UDP sockets. */
 	uint64_t live_conns[SHM_MAX_LISTENERS];
 	uint64_t n_live, n_started;
+	uint64_t live_tcp_peers;	/* SHM_CTR_TCP_PEER_CONNS over live slots */
 	uint32_t alloc_cap;        /* allocation records in the shared table */
 };
 
@@ -355,6 +356,14 @@ static void render_global(struct mctx *m)
 		{ "total", SHM_CTR_QUOTA_TOTAL },
 		{ "bandwidth", SHM_CTR_QUOTA_BANDWIDTH },
 	};
+	static const struct lc tcpc[] = {
+		{ "ok", SHM_CTR_TCP_CONNECT_OK },
+		{ "denied", SHM_CTR_TCP_CONNECT_DENIED },
+		{ "failed", SHM_CTR_TCP_CONNECT_FAILED },
+		{ "timeout", SHM_CTR_TCP_CONNECT_TIMEOUT },
+		{ "exists", SHM_CTR_TCP_CONNECT_EXISTS },
+		{ "limit", SHM_CTR_TCP_CONNECT_LIMIT },
+	};
 	static const struct lc errs[] = {
 		{ "malformed", SHM_CTR_ERR_MALFORMED },
 		{ "unknown_method", SHM_CTR_ERR_UNKNOWN_METHOD },
@@ -382,6 +391,12 @@ static void render_global(struct mctx *m)
 			SHM_LCTR_PERM_DENIED);
 	labelled(m, "turngate_quota_rejections_total", "Requests refused by a quota, by kind.",
 		 "kind", quota, sizeof(quota) / sizeof(quota[0]));
+	labelled(m, "turngate_tcp_connects_total", "RFC 6062 Connect requests by result.", "result",
+		 tcpc, sizeof(tcpc) / sizeof(tcpc[0]));
+	scalar_u(m, "turngate_tcp_peer_connections", "gauge",
+		 "RFC 6062 peer connections (connecting, waiting for ConnectionBind, relaying) "
+		 "of the live workers.",
+		 m->live_tcp_peers);
 	single(m, "turngate_allocations_created_total", "Allocations created.",
 	       SHM_CTR_ALLOCS_CREATED);
 	single(m, "turngate_allocations_ended_total",
@@ -597,6 +612,7 @@ static void live_view(struct mctx *m)
 		    shm_counters_read(m->shm, s, &c) != 0)
 			continue;
 		m->n_live++;
+		m->live_tcp_peers += c.v[SHM_CTR_TCP_PEER_CONNS];
 		for (unsigned i = 0; i < SHM_MAX_LISTENERS; i++)
 			m->live_conns[i] += c.lst[i][SHM_LCTR_CONNS_ACTIVE];
 	}

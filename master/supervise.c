@@ -229,11 +229,32 @@ out:
 	return rc;
 }
 
-static void ctl_msg(struct mworker *w, const struct ipc_msg *msg)
+/* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
+ * to the owner slot's worker as it came, or dropped (closed by the caller) when that
+ * worker is not there; the client then sees its connection close. */
+static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int fd)
+{
+	struct master *m = w->m;
+	struct ipc_handoff h;
+	int rc = -ESRCH;
+
+	if (ipc_msg_get(msg, &h, sizeof(h)) < 0)
+		return;
+	if (h.slot < m->n_slots && h.slot != w->slot && m->workers[h.slot].ctl_fd >= 0)
+		rc = ipc_send(m->workers[h.slot].ctl_fd, IPC_TCP_HANDOFF, &h, sizeof(h), fd);
+	if (rc < 0)
+		log_debug("master", "worker %u: TCP connection for slot %u dropped: %s", w->slot,
+			  h.slot, strerror(-rc));
+}
+
+static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int fd)
 {
 	struct ipc_pong pong;
 
 	switch (msg->hdr.type) {
+	case IPC_TCP_HANDOFF:
+		ctl_handoff(w, msg, fd);
+		break;
 	case IPC_READY:
 	case IPC_PONG:
 		if (ipc_msg_get(msg, &pong, sizeof(pong)) < 0)
@@ -289,9 +310,9 @@ static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 			ctl_close(w->m, w);
 			break;
 		}
+		ctl_msg(w, msg, fd);
 		if (fd >= 0)
 			close(fd);
-		ctl_msg(w, msg);
 	}
 	free(msg);
 }

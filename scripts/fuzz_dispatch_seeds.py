@@ -9,6 +9,7 @@ import sys
 
 COOKIE = 0x2112A442
 BINDING, ALLOCATE, REFRESH, SEND, CREATE_PERM, CHANNEL_BIND = 1, 3, 4, 6, 8, 9
+CONNECT, CONNECTION_BIND = 0x00A, 0x00B
 REQUEST, INDICATION = 0, 1
 SIGN, FP, MI256, PWSHA, BOB, NOCRED, JUMP, TWICE = (1 << i for i in range(8))
 STATIC, REST, OPEN = 0, 4, 8          # sel bits 2-3: listener
@@ -158,6 +159,16 @@ SEEDS = {
     rec(0, SIGN, stun(CHANNEL_BIND, chan(0x4030) + xor_peer('127.0.0.50', 1000))) +
     rec(0, SIGN, stun(CHANNEL_BIND, chan(0x4030) + xor_peer('127.0.0.20', 1000))),
     'bad_fingerprint': rec(0, 0, stun(BINDING, attr(0x8028, b'\0\0\0\0'))),
+    # RFC 6062 over UDP: Allocate TCP, Connect, ConnectionBind all get 400 (unauthenticated
+    # first, then signed, with and without an allocation; a CONNECTION-ID of another length)
+    'rfc6062_udp': rec(0, 0, stun(CONNECT, PEER)) +
+    rec(0, SIGN, stun(ALLOCATE, attr(0x0019, b'\x06\0\0\0'))) +
+    rec(0, SIGN, stun(CONNECT, PEER)) +
+    rec(0, SIGN, stun(ALLOCATE, TRANSPORT)) +
+    rec(0, SIGN, stun(CONNECT, PEER)) + rec(0, SIGN, stun(CONNECT)) +
+    rec(0, SIGN, stun(CONNECTION_BIND, attr(0x002A, b'\0\0\0\x01'))) +
+    rec(1, SIGN, stun(CONNECTION_BIND, attr(0x002A, b'\0\0\x01'))) +
+    rec(1, 0, stun(CONNECTION_BIND, attr(0x002A, b'\0\0\0\x01'))),
 }
 
 

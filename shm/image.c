@@ -374,6 +374,7 @@ static void import_counters(struct shm *dst, const struct shm_image *img, const 
 			     c, sizeof(*c)) < 0)
 			goto out;
 		c->v[SHM_CTR_ALLOCS_ACTIVE] = 0;
+		c->v[SHM_CTR_TCP_PEER_CONNS] = 0;
 		for (unsigned l = 0; l < SHM_MAX_LISTENERS; l++) {
 			c->lst[l][SHM_LCTR_ALLOCS_ACTIVE] = 0;
 			c->lst[l][SHM_LCTR_CONNS_ACTIVE] = 0;

@@ -207,6 +207,14 @@ enum shm_ctr {
 				       * (it authenticated recently, shm/shm_trust.h) */
 	SHM_CTR_UNAUTH_TRUST_NEW,     /* addresses entered into the trust table */
 	SHM_CTR_UNAUTH_TRUST_EVICTED, /* of those, entries that displaced a live one */
+	SHM_CTR_TCP_PEER_CONNS,       /* gauge, stored absolute by the worker: RFC 6062 peer
+				       * connections (connecting, waiting, bound) */
+	SHM_CTR_TCP_CONNECT_OK,       /* Connects by result: connected */
+	SHM_CTR_TCP_CONNECT_DENIED,   /* 403: the routes refused the peer (no SYN sent) */
+	SHM_CTR_TCP_CONNECT_FAILED,   /* 447: refused or failed */
+	SHM_CTR_TCP_CONNECT_TIMEOUT,  /* 447: not connected within the connect timeout */
+	SHM_CTR_TCP_CONNECT_EXISTS,   /* 446 */
+	SHM_CTR_TCP_CONNECT_LIMIT,    /* 508: per-allocation or per-worker limit */
 	SHM_CTR__COUNT
 };
 

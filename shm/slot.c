@@ -48,6 +48,13 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_UNAUTH_TRUSTED] = "unauth_trusted",
 	[SHM_CTR_UNAUTH_TRUST_NEW] = "unauth_trust_new",
 	[SHM_CTR_UNAUTH_TRUST_EVICTED] = "unauth_trust_evicted",
+	[SHM_CTR_TCP_PEER_CONNS] = "tcp_peer_conns",
+	[SHM_CTR_TCP_CONNECT_OK] = "tcp_connect_ok",
+	[SHM_CTR_TCP_CONNECT_DENIED] = "tcp_connect_denied",
+	[SHM_CTR_TCP_CONNECT_FAILED] = "tcp_connect_failed",
+	[SHM_CTR_TCP_CONNECT_TIMEOUT] = "tcp_connect_timeout",
+	[SHM_CTR_TCP_CONNECT_EXISTS] = "tcp_connect_exists",
+	[SHM_CTR_TCP_CONNECT_LIMIT] = "tcp_connect_limit",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

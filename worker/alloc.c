@@ -147,6 +147,7 @@ static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 {
 	if (w->txg.n && w->txg.a == a)
 		wk_txg_flush(w);	/* grouped datagrams leave before their socket closes */
+	wk_tcpr_alloc_end(w, a);
 	for (int i = 0; i < 2; i++) {
 		struct wk_relay *r = &a->relay[i];
 
@@ -249,6 +250,47 @@ void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime
 	wk_alloc_rearm(w, a);
 }
 
+/* The relayed address of a TCP allocation (RFC 6062): a TCP socket listening on the
+ * relayed address and port for peers (ConnectionAttempt, worker/tcprelay.c); Connects bind
+ * their sockets to the same address and port (SO_REUSEADDR and SO_REUSEPORT on all of
+ * them, so the listening one and the connecting ones share the port). */
+static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
+			     const struct sockaddr_storage *bind_to,
+			     const struct sockaddr_storage *ann, int family, uint16_t port)
+{
+	const struct sockaddr *sa = (const struct sockaddr *)bind_to;
+	int one = 1;
+
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (bind(fd, sa, wk_addr_len(sa)) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	r->fd = fd;
+	r->family = family;
+	r->port = port;
+	r->gso_off = true;
+	memcpy(&r->addr, ann, sizeof(r->addr));
+	if (family == AF_INET)
+		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
+	if (listen(fd, 64) < 0) {
+		int err = -errno;
+
+		close(fd);
+		r->fd = -1;
+		return err;
+	}
+	ev_io_init(&r->io, wk_tcpr_accept_cb, fd, EV_READ);
+	r->io.data = r;
+	ev_io_start(w->loop, &r->io);
+	return 0;
+}
+
 static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int family,
 			   uint16_t port)
 {
@@ -268,11 +310,13 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 		((struct sockaddr_in *)&bind_to)->sin_port = htons(port);
 	else
 		((struct sockaddr_in6 *)&bind_to)->sin6_port = htons(port);
-	fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = socket(family, (a->tcp ? SOCK_STREAM : SOCK_DGRAM) | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	if (family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (a->tcp)
+		return wk_relay_tcp_bind(w, r, fd, &bind_to, ann, family, port);
 	r->df_fast = !a->dont_fragment && wk_df_fast(fd, family);
 	if (a->dont_fragment) {
 		int v = family == AF_INET ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;

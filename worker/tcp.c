@@ -13,6 +13,7 @@
 
 #include <openssl/err.h>
 
+#include "common/ipc.h"
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
@@ -46,7 +47,7 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 	if (c->dgram) {
 		wk_dtls_unhash(w, c);
 		w->n_dtls--;
-	} else {
+	} else if (c->fd >= 0) {
 		close(c->fd);
 	}
 	*c->pprev = c->next;
@@ -210,10 +211,46 @@ static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_tconn_close(w, c);
 }
 
-/* Cuts complete frames off the input buffer. Returns false when the connection was
- * closed (framing error). The callee may close the connection only through a framing
- * error here, never from wk_turn_input (which only queues output). */
-static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
+/* After a successful ConnectionBind (RFC 6062 5.4) the connection stops being a TURN
+ * connection: its socket, the bytes the client sent after the request and the response
+ * not yet written go to the peer connection (tcprelay.c), and c is freed. */
+static void wk_tconn_handover(struct worker *w, struct wk_tconn *c, size_t off)
+{
+	struct wk_tpeer *tp = c->bind_to;
+	int fd = c->fd;
+
+	c->fd = -1;
+	wk_tcpr_attach(w, tp, fd, c->in + off, c->in_len - off, c->out + c->out_off,
+		       c->out_len - c->out_off);
+	wk_tconn_close(w, c);
+}
+
+/* A ConnectionBind for another worker's CONNECTION-ID: the socket and the bytes from
+ * that request on go to the owner through the master (IPC_TCP_HANDOFF), and c is freed
+ * here (our copy of the descriptor closed). When that fails the client sees a close. */
+static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
+{
+	struct ipc_handoff *h = calloc(1, sizeof(*h));
+	size_t len = c->in_len - from;
+
+	if (h && len <= IPC_HANDOFF_DATA_MAX && strlen(c->l->name) <= IPC_NAME_MAX) {
+		h->slot = c->handoff_slot - 1;
+		h->len = (uint32_t)len;
+		memcpy(h->listener, c->l->name, strlen(c->l->name));
+		memcpy(h->data, c->in + from, len);
+		if (ipc_send(w->h->ctl_fd, IPC_TCP_HANDOFF, h, sizeof(*h), c->fd) < 0)
+			log_debug("worker", "listener %s: TCP connection for slot %u dropped",
+				  c->l->name, h->slot);
+	}
+	free(h);
+	wk_tconn_close(w, c);
+}
+
+/* Cuts complete frames off the input buffer. Returns 1, or 0 when the connection must be
+ * closed (framing error), or -1 when it was handed over (c is freed). The callee may
+ * close the connection only through a framing error here, never from wk_turn_input
+ * (which only queues output or marks the connection for a handover). */
+static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 {
 	size_t off = 0;
 	struct wk_ep ep = {
@@ -232,7 +269,7 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			break;
 		if (rc < 0) {
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
-			return false;
+			return 0;
 		}
 		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_IN, flen);
@@ -242,6 +279,14 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			wk_turn_input(w, &ep, c->in + off, flen);
 		}
 		off += flen;
+		if (c->handoff_slot) {
+			wk_tconn_handoff(w, c, off - flen);
+			return -1;
+		}
+		if (c->bind_to) {
+			wk_tconn_handover(w, c, off);
+			return -1;
+		}
 	}
 	if (off) {
 		memmove(c->in, c->in + off, c->in_len - off);
@@ -259,7 +304,7 @@ static bool wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 			ev_timer_start(w->loop, &c->tmo);
 		}
 	}
-	return true;
+	return 1;
 }
 
 /* Reads into the input buffer: > 0 bytes, 0 end of stream, -EAGAIN, other < 0 fatal. */
@@ -332,9 +377,14 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 			return;
 		}
 		c->in_len += (size_t)n;
-		if (!wk_tconn_frames(w, c)) {
+		switch (wk_tconn_frames(w, c)) {
+		case 0:
 			wk_tconn_close(w, c);
 			return;
+		case -1:
+			return;		/* now a data connection (tcprelay.c) */
+		default:
+			break;
 		}
 	}
 	/* Plaintext left inside OpenSSL makes the socket look idle: come back for it. */
@@ -487,6 +537,41 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		ev_io_start(w->loop, &c->rio);
 		wk_tconn_link(w, l, c);
 	}
+}
+
+void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
+		       size_t len)
+{
+	struct wk_listener *l = NULL;
+	struct wk_tconn *c;
+
+	for (size_t i = 0; i < w->n_ls && !l; i++)
+		if (w->ls[i]->active && w->ls[i]->proto == WORKER_PROTO_TCP && !w->ls[i]->secure &&
+		    strcmp(w->ls[i]->name, listener) == 0)
+			l = w->ls[i];
+	c = l && len <= WK_TCP_IN_START ? wk_tconn_new(l, fd) : NULL;
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->peer_len = sizeof(c->peer);
+	if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
+		free(c->in);
+		free(c);
+		close(fd);
+		return;
+	}
+	memcpy(c->in, data, len);
+	c->in_len = len;
+	ev_io_init(&c->rio, wk_tconn_rcb, fd, EV_READ);
+	c->rio.data = c;
+	ev_io_init(&c->wio, wk_tconn_wcb, fd, EV_WRITE);
+	c->wio.data = c;
+	ev_io_start(w->loop, &c->rio);
+	wk_tconn_link(w, l, c);
+	/* What the other worker read is handled now; the rest comes through rio. */
+	if (wk_tconn_frames(w, c) == 0)
+		wk_tconn_close(w, c);
 }
 
 void wk_tcp_resume(struct worker *w)

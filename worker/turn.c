@@ -19,8 +19,8 @@
 
 /* Error response; signed when the request authenticated (cred with a key). An answer to
  * an unauthenticated request passes the per-prefix limiter (worker/ratelimit.h). */
-static void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
-			   int code, const char *reason, const struct wk_cred *cred)
+void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req, int code,
+		    const char *reason, const struct wk_cred *cred)
 {
 	struct stun_builder b;
 	size_t len;
@@ -94,16 +94,26 @@ static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
 	return NULL;
 }
 
-/* Checks the Allocate attributes that need no state. Returns 0 or the error code. */
-static int wk_allocate_validate(struct worker *w, const struct stun_msg *req, int *fam, int *fam2)
+/* Checks the Allocate attributes that need no state. Returns 0 or the error code; *tcp
+ * for an RFC 6062 allocation (REQUESTED-TRANSPORT TCP over a TCP or TLS connection). */
+static int wk_allocate_validate(const struct wk_ep *ep, const struct stun_msg *req, int *fam,
+				int *fam2, bool *tcp)
 {
 	uint8_t proto;
 	int rc;
 
 	if (stun_msg_get_requested_transport(req, &proto) < 0)
 		return 400;
-	if (proto != STUN_TRANSPORT_UDP)
+	if (proto != STUN_TRANSPORT_UDP && proto != STUN_TRANSPORT_TCP)
 		return 442;
+	*tcp = proto == STUN_TRANSPORT_TCP;
+	/* RFC 6062 5.1: TCP relaying only for a client on a stream, and without the UDP
+	 * port options. */
+	if (*tcp && (!ep->c || ep->c->dgram || stun_msg_has(req, STUN_ATTR_DONT_FRAGMENT) ||
+		     stun_msg_has(req, STUN_ATTR_EVEN_PORT) ||
+		     stun_msg_has(req, STUN_ATTR_RESERVATION_TOKEN) ||
+		     stun_msg_has(req, STUN_ATTR_ADDITIONAL_ADDRESS_FAMILY)))
+		return 400;
 	*fam = 0;
 	*fam2 = 0;
 	if (stun_msg_has(req, STUN_ATTR_RESERVATION_TOKEN) &&
@@ -321,6 +331,7 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	const char *reason = NULL;
 	uint64_t token = 0;
 	int fam, fam2, code, addr_err = 0;
+	bool tcp = false;
 	uint32_t lifetime;
 
 	if (a && a->resp && memcmp(a->rec->txid, req->tid, STUN_TID_LEN) == 0) {
@@ -340,7 +351,7 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 		goto out;
 	}
 	if (!code)
-		code = wk_allocate_validate(w, req, &fam, &fam2);
+		code = wk_allocate_validate(ep, req, &fam, &fam2, &tcp);
 	if (code)
 		goto fail;
 	if (!fam)
@@ -351,6 +362,7 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 		goto fail;
 	}
 	a->dont_fragment = stun_msg_has(req, STUN_ATTR_DONT_FRAGMENT);
+	a->tcp = tcp;
 	code = wk_allocate_relays(w, a, req, fam, fam2, &token, &addr_err);
 	if (code || snap_auth_get(w->snap, ep->l->sl.auth_idx, &au) < 0) {
 		wk_alloc_destroy(w, a, "relay setup failed");
@@ -400,8 +412,8 @@ static struct wk_alloc *wk_auth_alloc(struct worker *w, const struct wk_ep *ep,
 	return a;
 }
 
-static void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
-			const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime)
+void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+		 const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime)
 {
 	struct stun_builder b;
 	size_t len;
@@ -538,6 +550,11 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 		reason = "Bad XOR-PEER-ADDRESS";
 		goto fail;
 	}
+	if (a->tcp) {
+		code = 400;
+		reason = "No channels on a TCP allocation";
+		goto fail;
+	}
 	code = wk_peer_check(w, a, (struct sockaddr *)&peer);
 	if (code)
 		goto fail;
@@ -570,7 +587,7 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	struct wk_relay *r = wk_relay_of(a, peer->sa_family);
 	uint32_t cl;
 
-	if (!r || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
+	if (!r || a->tcp || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
 	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)) ||
 	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_PEER, len, wk_batch_ns(w)))
 		return;
@@ -608,6 +625,120 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	if (!c || !wk_shm_to_addr(&c->peer, &peer))
 		return;
 	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
+}
+
+static unsigned wk_slot_count(const struct worker *w)
+{
+	struct shm_config cfg;
+
+	shm_get_config(w->shm, &cfg);
+	return cfg.n_slots;
+}
+
+/* RFC 6062 5.2: the peer is checked against the routes (IP and port) before any packet
+ * leaves; a permission is installed for it; then the connect runs and is answered when
+ * it ends (tcprelay.c). */
+static void wk_connect(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct wk_cred cred;
+	struct wk_alloc *a = wk_auth_alloc(w, ep, req, &cred);
+	struct sockaddr_storage peer;
+	const char *reason = NULL;
+	uint32_t cl;
+	int code;
+
+	if (!a)
+		goto out;
+	if (!a->tcp) {
+		code = 400;
+		reason = "Not a TCP allocation";
+		goto fail;
+	}
+	if (stun_msg_get_peer(req, 0, &peer) < 0) {
+		code = 400;
+		reason = "Bad XOR-PEER-ADDRESS";
+		goto fail;
+	}
+	if (w->draining) {
+		code = 403;
+		reason = "Server draining";
+		goto fail;
+	}
+	if (!wk_has_family(a, peer.ss_family)) {
+		code = 443;
+		goto fail;
+	}
+	if (wk_peer_allowed(w, a->l, (struct sockaddr *)&peer, true, &cl) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_DENIED, 1);
+		code = 403;
+		goto fail;
+	}
+	if (wk_alloc_perm_add(w, a, (struct sockaddr *)&peer) < 0) {
+		code = 508;
+		goto fail;
+	}
+	wk_alloc_rearm(w, a);
+	code = wk_tcpr_connect(w, a, (struct sockaddr *)&peer, req, cred.sha256);
+	if (code)
+		goto fail;
+	shm_cctr_add(w->ctr, cl, SHM_CCTR_PERM_GRANTED, 1);
+	goto out;
+fail:
+	wk_reply_error(w, ep, req, code, reason, &cred);
+out:
+	explicit_bzero(&cred, sizeof(cred));
+}
+
+/* The waiting peer connection a ConnectionBind names, when its USERNAME is the
+ * allocation's (nothing is decided on it before authentication), else NULL. */
+static struct wk_tpeer *wk_bind_target(struct worker *w, const struct stun_msg *req, uint32_t id)
+{
+	const uint8_t *user;
+	size_t user_len;
+
+	if (stun_msg_get_raw(req, STUN_ATTR_USERNAME, &user, &user_len) < 0)
+		return NULL;
+	return wk_tcpr_find(w, id, (const char *)user, user_len);
+}
+
+/* RFC 6062 5.4: on a fresh TCP connection (no allocation on it), with credentials of the
+ * user whose allocation made the connection. A CONNECTION-ID of another worker hands the
+ * connection to it before anything else (the owner authenticates). For its own peer
+ * connection the request is verified with the allocation's key, and its nonce as if it
+ * came from the control connection's address: clients reuse that nonce (coturn's do),
+ * and a stateless nonce is bound to an address. Anything else (unknown, bound, another
+ * user's) gets 400 once the request authenticates; nothing is learnt before. */
+static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	struct wk_cred cred = { 0 };
+	struct wk_tpeer *tp = NULL;
+	struct wk_alloc *a = NULL;
+	struct wk_ep nep = *ep;
+	uint32_t id = 0;
+	bool usable = ep->c && !ep->c->dgram && !ep->c->ssl && !ep->c->alloc && !ep->c->bind_to &&
+		      stun_msg_get_connection_id(req, &id) == 0;
+
+	if (usable && wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {
+		/* Another worker's: the connection goes there, this request with it, and the
+		 * owner answers (worker/tcp.c, the master passes it on). */
+		ep->c->handoff_slot = wk_tcpr_slot(id) + 1;
+		return;
+	}
+	if (usable && (tp = wk_bind_target(w, req, id)) != NULL) {
+		a = wk_tcpr_alloc(tp);
+		nep.addr = (struct sockaddr *)&a->client;
+		nep.addr_len = a->client_len;
+	}
+	if (wk_auth_check(w, &nep, req, a, &cred) != WK_AUTH_OK)
+		return;
+	if (!tp) {
+		wk_reply_error(w, ep, req, 400, "Bad CONNECTION-ID", &cred);
+		goto out;
+	}
+	wk_reply_ok(w, ep, req, &cred, false, 0);
+	wk_tcpr_claim(w, tp, ep->c);
+out:
+	explicit_bzero(&cred, sizeof(cred));
 }
 
 static void wk_request(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
@@ -650,6 +781,12 @@ static void wk_request(struct worker *w, const struct wk_ep *ep, const struct st
 		break;
 	case STUN_CHANNEL_BIND:
 		wk_channel_bind(w, ep, req);
+		break;
+	case STUN_CONNECT:
+		wk_connect(w, ep, req);
+		break;
+	case STUN_CONNECTION_BIND:
+		wk_connection_bind(w, ep, req);
 		break;
 	default:
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_UNKNOWN_METHOD, 1);

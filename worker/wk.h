@@ -49,7 +49,22 @@
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
+/* TCP relaying (RFC 6062, worker/tcprelay.c): a Connect must complete within
+ * WK_TCPR_CONNECT_TIMEOUT_S (else 447); a connected peer must be bound by a ConnectionBind
+ * within WK_TCPR_BIND_TIMEOUT_S (RFC 6062 5.3: 30 s) or it is closed. An allocation holds
+ * at most WK_TCPR_MAX_PER_ALLOC peer connections and a worker runs at most
+ * WK_TCPR_MAX_PENDING connects at once (508 beyond either). Each direction of a bound
+ * connection buffers at most WK_TCPR_BUF bytes: a full buffer stops reading the side that
+ * fills it until the other side drains it. */
+#define WK_TCPR_CONNECT_TIMEOUT_S 10.0
+#define WK_TCPR_BIND_TIMEOUT_S 30.0
+#define WK_TCPR_MAX_PER_ALLOC 64u
+#define WK_TCPR_MAX_PENDING 256u
+#define WK_TCPR_BUF (64u * 1024u)
+#define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
 struct worker;
+struct wk_tpeer;
+struct wk_cred;
 struct wk_alloc;
 
 /* The DTLS BIO's state: where datagrams go, and the one received datagram to hand out. */
@@ -83,6 +98,9 @@ struct wk_tconn {
 	uint8_t *out;			/* grows up to WK_TCP_OUT_MAX */
 	size_t out_len, out_off, out_cap;
 	struct wk_alloc *alloc;		/* the allocation this connection carries, or NULL */
+	struct wk_tpeer *bind_to;	/* ConnectionBind answered: becomes its data connection */
+	unsigned handoff_slot;		/* 1 + the slot whose CONNECTION-ID a ConnectionBind
+					 * named: the connection goes there; 0 none */
 	bool dead;			/* send failed: closed by the next read callback */
 };
 
@@ -149,6 +167,9 @@ struct wk_alloc {
 	uint64_t expires_ms;
 	struct wheel_timer timer;	/* earliest of allocation/permission/channel expiry */
 	bool dont_fragment;
+	bool tcp;			/* RFC 6062 allocation: relay[0] is a bound TCP socket */
+	struct wk_tpeer *tpeers;	/* its peer connections (tcprelay.c) */
+	unsigned n_tpeers;
 	bool published;			/* counted in ALLOCS_ACTIVE */
 	uint8_t *resp;			/* cached Allocate success (retransmissions) */
 	size_t resp_len;
@@ -235,6 +256,9 @@ struct worker {
 	struct wk_alloc *allocs;
 	size_t n_allocs;
 	struct wk_resv *resvs;
+	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
+	unsigned n_tconnecting;		/* Connects in progress */
+	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
 	/* TLS/DTLS */
 	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
 	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */
@@ -336,11 +360,51 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c);
 /* Handshake step: 1 done, 0 in progress, -1 failed (the caller closes). */
 int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
+/* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF): served on the
+ * listener of that name as if accepted here, data (the bytes read so far) handled first.
+ * Takes fd (closed when there is no such plain TCP listener). */
+void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
+		       size_t len);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
 /* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
  * a send error; what is queued is counted as sent (wk_client_sent). */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
+
+/* ---- tcprelay.c (RFC 6062) ---- */
+/* Connect: a is a TCP allocation, peer passed its checks; starts a non-blocking connect
+ * from a's relayed address and answers req (success with CONNECTION-ID, or 447) when it
+ * ends. Returns 0 (the answer comes later) or an error code to answer now: 446 (a
+ * connection to peer exists), 508 (limits, no memory, no socket). */
+int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
+		    const struct stun_msg *req, bool sha256);
+/* The relay socket of a TCP allocation is listening: accepts peers that have a permission
+ * and that the routes admit, announcing each with a ConnectionAttempt; refuses others
+ * with a RST. */
+void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents);
+/* The connected peer connection id, waiting for its ConnectionBind, owned by this worker
+ * and by an allocation of user (user_len bytes), or NULL. */
+struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len);
+/* The slot whose worker owns CONNECTION-ID id (its low byte, see wk_tpeer_new_id). */
+static inline unsigned wk_tcpr_slot(uint32_t id)
+{
+	return id & 0xffu;
+}
+/* The allocation tp belongs to. */
+struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp);
+/* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
+void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
+/* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes
+ * after the ConnectionBind) goes to the peer, out (out_len bytes: the response not yet
+ * written) to the client first. Closes fd on failure. */
+void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t *pre,
+		    size_t pre_len, const uint8_t *out, size_t out_len);
+/* A new snapshot: resets every peer connection of the worker whose peer the listener's
+ * routes (IP and port) no longer admit, as the UDP path's per-packet check drops its
+ * datagrams. */
+void wk_tcpr_recheck_all(struct worker *w);
+/* Closes every peer connection of a (the allocation ends). */
+void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a);
 
 /* ---- client.c ---- */
 /* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
@@ -360,6 +424,12 @@ int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct 
 		    bool check_port, uint32_t *cl);
 
 /* ---- turn.c ---- */
+/* Error response to req (signed when cred has a key; unsigned ones are rate limited). */
+void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req, int code,
+		    const char *reason, const struct wk_cred *cred);
+/* Success response to req with no attributes (signed as cred says). */
+void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+		 const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime);
 /* The channel numbers clients may use (limits.channel_numbers): RFC 8656's range unless
  * the current snapshot says RFC 5766 (no snapshot: RFC 8656). */
 enum stun_chan_range wk_chan_range(const struct worker *w);

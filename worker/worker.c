@@ -224,8 +224,10 @@ static void wk_snap_apply(struct worker *w)
 	for (size_t i = 0; i < w->n_ls; i++)
 		if (w->ls[i]->active)
 			wk_listener_apply(w, w->ls[i]);
-	/* Routes, limits or listener indices may have changed: the kernel's entries follow. */
+	/* Routes, limits or listener indices may have changed: the kernel's entries follow,
+	 * and TCP peer connections whose peer the routes no longer admit end. */
 	wk_offload_sync_all(w);
+	wk_tcpr_recheck_all(w);
 }
 
 /* ev_check at EV_MAXPRI: runs after the poll, before any I/O callback. */
@@ -455,6 +457,16 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_OFFLOAD_OFF:
 		wk_offload_map(w, 2, -1);
 		break;
+	case IPC_TCP_HANDOFF: {
+		struct ipc_handoff *h = malloc(sizeof(*h));
+
+		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot) {
+			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len);
+			fd = -1;
+		}
+		free(h);
+		break;
+	}
 	default:
 		log_warn("worker", "unexpected control message %s", ipc_type_name(m->hdr.type));
 		break;
@@ -561,7 +573,8 @@ int wk_tables_init(struct worker *w)
 	while (w->hash_mask < shm_alloc_capacity(w->shm) - 1 && w->hash_mask < (1u << 24) - 1)
 		w->hash_mask = w->hash_mask << 1 | 1;
 	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
-	return w->rx && w->hash ? 0 : -ENOMEM;
+	w->tphash = calloc(WK_TCPR_HASH, sizeof(*w->tphash));
+	return w->rx && w->hash && w->tphash ? 0 : -ENOMEM;
 }
 
 int worker_run(const struct worker_heritage *h)
@@ -584,6 +597,7 @@ int worker_run(const struct worker_heritage *h)
 		log_error("worker", "slot %u: setup failed", h->slot);
 		free(w->rx);
 		free(w->hash);
+		free(w->tphash);
 		if (w->loop)
 			ev_loop_destroy(w->loop);
 		free(w);

@@ -389,9 +389,13 @@ static void test_allocate_errors(void **state)
 
 	(void)state;
 	client(&c, &g.srv, false);
-	/* 442: TCP relaying is not offered. */
+	/* 400: TCP relaying over a UDP control connection (RFC 6062 5.1). */
 	assert_int_equal(hturn_request(&c, STUN_ALLOCATE, req_transport,
 				       (void *)(uintptr_t)STUN_TRANSPORT_TCP, true),
+			 400);
+	/* 442: a transport that is neither UDP nor TCP. */
+	assert_int_equal(hturn_request(&c, STUN_ALLOCATE, req_transport, (void *)(uintptr_t)132,
+				       true),
 			 442);
 	/* 400: REQUESTED-TRANSPORT missing. */
 	assert_int_equal(hturn_request(&c, STUN_ALLOCATE, NULL, NULL, true), 400);

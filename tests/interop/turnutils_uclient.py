@@ -2,7 +2,9 @@
 """Interop: coturn's turnutils_uclient against turngated (2 workers).
 
 Twenty clients send 200 ChannelData messages each to turnutils_peer (an echo peer) through
-turngated, over UDP, TCP, TLS (-t -S) and DTLS (-S); uclient must report 0 lost packets. A missing tool
+turngated, over UDP, TCP, TLS (-t -S) and DTLS (-S), and twenty send 200 messages each to
+one another through TCP allocations (RFC 6062, -T: Connect to the other's relayed address,
+ConnectionAttempt, ConnectionBind, 2 workers); uclient must report 0 lost packets. A missing tool
 is a failure, not a skip (install the Debian package coturn). The daemon's log must stay
 free of sanitizer reports and worker deaths.
 
@@ -157,15 +159,19 @@ def wait_binding(port, deadline):
 
 
 def run_uclient(port, peer_port, mode, counters):
-    """mode: UDP, TCP, TLS or DTLS; counters() gives the daemon's counters for a failure."""
-    tcp = mode in ("TCP", "TLS")
+    """mode: UDP, TCP, TLS, DTLS or TCP-RELAY (RFC 6062: -T, the clients relay to each
+    other's TCP allocations through Connect and ConnectionAttempt; peer_port unused);
+    counters() gives the daemon's counters for a failure."""
+    tcp = mode in ("TCP", "TLS", "TCP-RELAY")
     args = [UCLIENT, "-m", "20", "-n", "200", "-c", "-u", "user1", "-w", "pass1",
             "-e", "127.0.0.1", "-r", str(peer_port), "-p", str(port)]
     if tcp:
         args.append("-t")
     if mode in ("TLS", "DTLS"):
         args.append("-S")
-    args.append("127.0.0.4")
+    if mode == "TCP-RELAY":
+        args.append("-T")
+    args.append("127.0.0.5" if mode == "TCP-RELAY" else "127.0.0.4")
     try:
         out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=180).stdout.decode(errors="replace")
@@ -208,6 +214,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tg-interop-")
     # TLS and DTLS need ports of their own: they share socket types with TCP and UDP.
     port, peer_port, tls_port, dtls_port = free_port(), free_port(), free_port(), free_port()
+    relay_tcp_port = free_port()
     conf = os.path.join(tmp, "turngate.yaml")
     crt, key = os.path.join(tmp, "turn.crt"), os.path.join(tmp, "turn.key")
     subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
@@ -258,11 +265,19 @@ listeners:
     cert_file: %s
     key_file: %s
     routes: [peer]
+  - name: tcprelay
+    protocol: TURN-TCP
+    address: 127.0.0.5
+    port: %d
+    routes: [relays]
 clusters:
   - name: peer
     type: STATIC
     endpoints: ["127.0.0.1"]
-""" % (tmp, port, port, tls_port, crt, key, dtls_port, crt, key))
+  - name: relays
+    type: STATIC
+    endpoints: ["127.0.0.5"]
+""" % (tmp, port, port, tls_port, crt, key, dtls_port, crt, key, relay_tcp_port))
     peer = subprocess.Popen([PEER, "-p", str(peer_port), "-L", "127.0.0.1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     logf = open(log, "w")
@@ -279,6 +294,7 @@ clusters:
         run_uclient(tls_port, peer_port, "TLS", counters)
         dtls_same_port(dtls_port)
         run_uclient(dtls_port, peer_port, "DTLS", counters)
+        run_uclient(relay_tcp_port, peer_port, "TCP-RELAY", counters)
         status = 0
     finally:
         d.send_signal(signal.SIGTERM)

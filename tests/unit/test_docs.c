@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "common/ipc.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -65,6 +66,26 @@ static const struct rule rules[] = {
 	{ "architecture.md", "the tag\\) and a ([0-9]+)-bit count", 10, SHM_QUOTA_COUNT_BITS },
 	{ "architecture.md", "a power of two, at least ([0-9]+) and at least 4", 10,
 	  SHM_QUOTA_MIN_ENTRIES },
+	/* TCP relaying (RFC 6062). */
+	{ "relay.md", "connecting \\(([0-9]+) s, `WK_TCPR_CONNECT_TIMEOUT_S`\\)", 10,
+	  (unsigned long long)WK_TCPR_CONNECT_TIMEOUT_S },
+	{ "relay.md", "ConnectionBind \\(([0-9]+) s, `WK_TCPR_BIND_TIMEOUT_S`\\)", 10,
+	  (unsigned long long)WK_TCPR_BIND_TIMEOUT_S },
+	{ "relay.md", "one buffer of ([0-9]+) KiB per direction \\(`WK_TCPR_BUF`\\)", 10,
+	  WK_TCPR_BUF / 1024 },
+	{ "relay.md", "([0-9]+) peer connections per allocation \\(`WK_TCPR_MAX_PER_ALLOC`\\)", 10,
+	  WK_TCPR_MAX_PER_ALLOC },
+	{ "relay.md", "([0-9]+) connects in flight per worker \\(`WK_TCPR_MAX_PENDING`\\)", 10,
+	  WK_TCPR_MAX_PENDING },
+	{ "relay.md", "more than ([0-9]+) per allocation or [0-9]+ connects in flight", 10,
+	  WK_TCPR_MAX_PER_ALLOC },
+	{ "relay.md", "per allocation or ([0-9]+) connects in flight in the worker", 10,
+	  WK_TCPR_MAX_PENDING },
+	{ "relay.md", "or none within ([0-9]+) s → 447", 10,
+	  (unsigned long long)WK_TCPR_CONNECT_TIMEOUT_S },
+	{ "relay.md", "not bound within ([0-9]+) s is reset", 10,
+	  (unsigned long long)WK_TCPR_BIND_TIMEOUT_S },
+	{ "architecture.md", "the bytes read \\(≤ ([0-9]+)\\)", 10, IPC_HANDOFF_DATA_MAX },
 	/* Worker I/O. */
 	{ "architecture.md", "`recvmmsg` of up to ([0-9]+) datagrams \\(`WK_BATCH`\\)", 10,
 	  WK_BATCH },

@@ -1,0 +1,544 @@
+/* Worker TCP relaying (RFC 6062): peer connections made by Connect, bound to a client data
+ * connection by ConnectionBind, then raw bytes both ways with bounded buffers, flow
+ * control, half-close and reset propagation. Every socket is a plain one in the worker's
+ * loop; a peer connection belongs to one allocation and ends with it. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "common/log.h"
+
+#define WK_TPEER_MAGIC 0x54504552u	/* struct wk_tpeer, checked by wk_tpeer_checked() */
+
+enum wk_tpeer_state {
+	WK_TP_CONNECTING,	/* connect in flight, Connect not answered yet */
+	WK_TP_WAIT_BIND,	/* connected, CONNECTION-ID handed out */
+	WK_TP_BOUND,		/* relaying between fd[0] (peer) and fd[1] (client) */
+};
+
+/* Side 0 is the peer, side 1 the client's data connection. buf[i] holds what was read
+ * from fd[i] and not yet written to fd[1 - i]; eof[i]: fd[i] sent its FIN (then, once
+ * buf[i] is written, fd[1 - i] gets shutdown(SHUT_WR)). */
+struct wk_tpeer {
+	uint32_t magic;
+	struct worker *w;
+	struct wk_alloc *a;
+	struct wk_tpeer *anext, **apprev;	/* the allocation's list */
+	struct wk_tpeer *hnext;			/* worker's hash by id */
+	uint32_t id;
+	enum wk_tpeer_state st;
+	struct sockaddr_storage peer;
+	/* the Connect request, answered when the connect ends */
+	uint8_t tid[STUN_TID_LEN];
+	bool sha256, fingerprint;
+	int fd[2];
+	ev_io rio[2], wio[2];
+	ev_timer tmo;
+	bool eof[2], shut[2];
+	size_t len[2], off[2];
+	uint8_t buf[2][WK_TCPR_BUF];
+};
+
+static struct wk_tpeer *wk_tpeer_checked(struct wk_tpeer *tp)
+{
+	assert(tp != NULL && tp->magic == WK_TPEER_MAGIC);
+	return tp;
+}
+
+/* The gauge is this slot's absolute count (never +1/-1, so it cannot drift; a dead
+ * worker's slot is left out by the renderer, which sums live slots only). */
+static void wk_tpeer_count(struct worker *w)
+{
+	CMM_STORE_SHARED(w->ctr->v[SHM_CTR_TCP_PEER_CONNS], (uint64_t)w->n_tpeers);
+}
+
+static struct wk_tpeer **wk_tpeer_bucket(struct worker *w, uint32_t id)
+{
+	return &w->tphash[id & (WK_TCPR_HASH - 1)];
+}
+
+/* Unlinks and frees tp; abort: close with a RST (SO_LINGER 0) instead of a FIN. */
+static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn)
+{
+	struct wk_tpeer **pp;
+
+	for (pp = wk_tpeer_bucket(w, tp->id); *pp; pp = &(*pp)->hnext)
+		if (*pp == tp) {
+			*pp = tp->hnext;
+			break;
+		}
+	*tp->apprev = tp->anext;
+	if (tp->anext)
+		tp->anext->apprev = tp->apprev;
+	tp->a->n_tpeers--;
+	w->n_tpeers--;
+	wk_tpeer_count(w);
+	if (tp->st == WK_TP_CONNECTING)
+		w->n_tconnecting--;
+	ev_timer_stop(w->loop, &tp->tmo);
+	for (int i = 0; i < 2; i++) {
+		if (tp->fd[i] < 0)
+			continue;
+		ev_io_stop(w->loop, &tp->rio[i]);
+		ev_io_stop(w->loop, &tp->wio[i]);
+		if (abort_conn) {
+			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+			setsockopt(tp->fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		}
+		close(tp->fd[i]);
+	}
+	tp->magic = 0;
+	free(tp);
+}
+
+static void wk_tpeer_answer(struct worker *w, struct wk_tpeer *tp, int code);
+static void wk_tpeer_rcb(struct ev_loop *loop, ev_io *io, int revents);
+static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents);
+static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents);
+
+void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a)
+{
+	while (a->tpeers)
+		wk_tpeer_free(w, a->tpeers, false);
+}
+
+void wk_tcpr_recheck_all(struct worker *w)
+{
+	for (struct wk_alloc *a = w->allocs; a; a = a->next) {
+		struct wk_tpeer *tp = a->tpeers, *next;
+		uint32_t cl;
+
+		for (; tp; tp = next) {
+			next = tp->anext;
+			if (wk_peer_allowed(w, a->l, (struct sockaddr *)&tp->peer, true, &cl) == 0)
+				continue;
+			log_debug("turn", "allocation %u: connection %08x reset: route removed",
+				  a->rec_idx, tp->id);
+			if (tp->st == WK_TP_CONNECTING)
+				wk_tpeer_answer(w, tp, 403);
+			wk_tpeer_free(w, tp, true);
+		}
+	}
+	wk_tpeer_count(w);	/* also the first snapshot: a predecessor's value goes */
+}
+
+/* The deferred answer to the Connect, on the allocation's control connection, signed
+ * with the allocation's key as the request was. */
+static void wk_tpeer_answer(struct worker *w, struct wk_tpeer *tp, int code)
+{
+	struct wk_alloc *a = tp->a;
+	struct wk_cred cred = { .key_len = a->rec->key_len, .sha256 = tp->sha256 };
+	struct wk_ep ep = { .l = a->l,
+			    .c = a->conn,
+			    .addr = (struct sockaddr *)&a->client,
+			    .addr_len = a->client_len };
+	struct stun_builder b;
+	size_t len;
+
+	memcpy(cred.key, a->rec->key, a->rec->key_len);
+	stun_build_init(&b, w->txbuf, sizeof(w->txbuf), STUN_CONNECT,
+			code ? STUN_ERROR : STUN_SUCCESS, tp->tid);
+	if (code)
+		stun_build_error_code(&b, code, NULL);
+	else
+		stun_build_connection_id(&b, tp->id);
+	wk_auth_sign(&b, &cred, tp->fingerprint);
+	if (stun_build_finish(&b, &len) == 0 && a->conn)
+		wk_send_client(w, &ep, w->txbuf, len);
+	explicit_bzero(&cred, sizeof(cred));
+}
+
+static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct wk_tpeer *tp = wk_tpeer_checked(t->data);
+	struct worker *w = wk_checked(tp->w);
+
+	(void)loop;
+	(void)revents;
+	if (tp->st == WK_TP_CONNECTING) {
+		log_debug("turn", "allocation %u: Connect timed out", tp->a->rec_idx);
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_TIMEOUT, 1);
+		wk_tpeer_answer(w, tp, 447);
+	} else {
+		log_debug("turn", "allocation %u: connection %08x not bound in time",
+			  tp->a->rec_idx, tp->id);
+	}
+	wk_tpeer_free(w, tp, true);
+}
+
+/* Writes buf[1 - j] to fd[j]. Returns false when tp was freed (a reset). */
+static bool wk_tpeer_flush(struct worker *w, struct wk_tpeer *tp, int j)
+{
+	int i = 1 - j;
+
+	while (tp->off[i] < tp->len[i]) {
+		ssize_t n = send(tp->fd[j], tp->buf[i] + tp->off[i], tp->len[i] - tp->off[i],
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			break;
+		if (n < 0) {
+			wk_tpeer_free(w, tp, true);	/* reset: the other side gets one too */
+			return false;
+		}
+		tp->off[i] += (size_t)n;
+		shm_ctr_add(w->ctr, j == 1 ? SHM_CTR_CLIENT_BYTES_OUT : SHM_CTR_PEER_BYTES_OUT,
+			    (uint64_t)n);
+	}
+	if (tp->off[i] == tp->len[i]) {
+		tp->off[i] = tp->len[i] = 0;
+		ev_io_stop(w->loop, &tp->wio[j]);
+		if (tp->eof[i] && !tp->shut[j]) {
+			shutdown(tp->fd[j], SHUT_WR);	/* half-close propagated */
+			tp->shut[j] = true;
+		}
+	} else {
+		ev_io_start(w->loop, &tp->wio[j]);
+	}
+	/* Room again: resume reading the side that filled it (flow control). */
+	if (!tp->eof[i] && tp->len[i] < WK_TCPR_BUF)
+		ev_io_start(w->loop, &tp->rio[i]);
+	if (tp->shut[0] && tp->shut[1]) {
+		wk_tpeer_free(w, tp, false);	/* both directions done */
+		return false;
+	}
+	return true;
+}
+
+/* Reads fd[i] into buf[i] while there is room, then writes it on. */
+static void wk_tpeer_pump(struct worker *w, struct wk_tpeer *tp, int i)
+{
+	for (int k = 0; k < 16; k++) {
+		ssize_t n;
+
+		if (tp->off[i] && tp->off[i] == tp->len[i])
+			tp->off[i] = tp->len[i] = 0;
+		if (tp->len[i] == WK_TCPR_BUF) {
+			ev_io_stop(w->loop, &tp->rio[i]);	/* the other side is slow */
+			break;
+		}
+		n = recv(tp->fd[i], tp->buf[i] + tp->len[i], WK_TCPR_BUF - tp->len[i],
+			 MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			break;
+		if (n < 0) {
+			wk_tpeer_free(w, tp, true);
+			return;
+		}
+		if (n == 0) {
+			tp->eof[i] = true;
+			ev_io_stop(w->loop, &tp->rio[i]);
+			break;
+		}
+		tp->len[i] += (size_t)n;
+		shm_ctr_add(w->ctr, i == 0 ? SHM_CTR_PEER_BYTES_IN : SHM_CTR_CLIENT_BYTES_IN,
+			    (uint64_t)n);
+	}
+	wk_tpeer_flush(w, tp, 1 - i);
+}
+
+static void wk_tpeer_rcb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_tpeer *tp = wk_tpeer_checked(io->data);
+
+	(void)loop;
+	(void)revents;
+	wk_tpeer_pump(wk_checked(tp->w), tp, io == &tp->rio[0] ? 0 : 1);
+}
+
+/* Writable: the connect finished (connecting) or buffered bytes can go on. */
+static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_tpeer *tp = wk_tpeer_checked(io->data);
+	struct worker *w = wk_checked(tp->w);
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	(void)loop;
+	(void)revents;
+	if (tp->st != WK_TP_CONNECTING) {
+		wk_tpeer_flush(w, tp, io == &tp->wio[0] ? 0 : 1);
+		return;
+	}
+	if (getsockopt(tp->fd[0], SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+		err = errno;
+	if (err) {
+		log_debug("turn", "allocation %u: Connect failed: %s", tp->a->rec_idx,
+			  strerror(err));
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
+		wk_tpeer_answer(w, tp, 447);
+		wk_tpeer_free(w, tp, false);
+		return;
+	}
+	ev_io_stop(w->loop, &tp->wio[0]);
+	tp->st = WK_TP_WAIT_BIND;
+	w->n_tconnecting--;
+	ev_timer_stop(w->loop, &tp->tmo);
+	ev_timer_set(&tp->tmo, WK_TCPR_BIND_TIMEOUT_S, 0.0);
+	ev_timer_start(w->loop, &tp->tmo);
+	shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_OK, 1);
+	wk_tpeer_answer(w, tp, 0);
+}
+
+/* A fresh CONNECTION-ID: 24 bits from the CSPRNG (never all 0), unique in the worker,
+ * above the owner's slot in the low byte, so that a worker that receives a ConnectionBind
+ * for it knows where to hand the connection (wk_tcpr_slot). Guessing one gains nothing
+ * without the allocation user's credentials. */
+static int wk_tpeer_new_id(struct worker *w, uint32_t *id)
+{
+	static_assert(SHM_MAX_SLOTS <= 256, "the slot fits the CONNECTION-ID's low byte");
+	for (int tries = 0; tries < 8; tries++) {
+		struct wk_tpeer *p;
+
+		if (RAND_bytes((uint8_t *)id, sizeof(*id)) != 1)
+			return -EIO;
+		*id = (*id & ~0xffu) | w->slot;
+		if ((*id & ~0xffu) == 0)
+			continue;
+		for (p = *wk_tpeer_bucket(w, *id); p && p->id != *id; p = p->hnext)
+			;
+		if (!p)
+			return 0;
+	}
+	return -EAGAIN;
+}
+
+/* The connecting socket: bound to the allocation's relayed address and port (the source
+ * the peer sees, RFC 6062 5.2), connect started. */
+static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
+{
+	struct sockaddr_storage src;
+	socklen_t sl = sizeof(src);
+	int one = 1, fd;
+
+	if (getsockname(a->relay[0].fd, (struct sockaddr *)&src, &sl) < 0)
+		return -1;
+	fd = socket(peer->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (peer->sa_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&src, sl) < 0 ||
+	    (connect(fd, peer, wk_addr_len(peer)) < 0 && errno != EINPROGRESS)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* A peer connection of a on fd (connecting, or accepted and waiting for its bind), linked
+ * into the allocation, the id hash and the counts, with its deadline running. */
+static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int fd, uint32_t id,
+				     const struct sockaddr *peer, enum wk_tpeer_state st)
+{
+	struct wk_tpeer *tp = calloc(1, sizeof(*tp));
+
+	if (!tp)
+		return NULL;
+	tp->magic = WK_TPEER_MAGIC;
+	tp->w = w;
+	tp->a = a;
+	tp->id = id;
+	tp->fd[0] = fd;
+	tp->fd[1] = -1;
+	tp->st = st;
+	memcpy(&tp->peer, peer, wk_addr_len(peer));
+	for (int i = 0; i < 2; i++) {
+		ev_io_init(&tp->rio[i], wk_tpeer_rcb, i == 0 ? fd : 0, EV_READ);
+		ev_io_init(&tp->wio[i], wk_tpeer_wcb, i == 0 ? fd : 0, EV_WRITE);
+		tp->rio[i].data = tp->wio[i].data = tp;
+	}
+	ev_timer_init(&tp->tmo, wk_tpeer_tmo_cb,
+		      st == WK_TP_CONNECTING ? WK_TCPR_CONNECT_TIMEOUT_S : WK_TCPR_BIND_TIMEOUT_S,
+		      0.0);
+	tp->tmo.data = tp;
+	ev_timer_start(w->loop, &tp->tmo);
+	tp->hnext = *wk_tpeer_bucket(w, id);
+	*wk_tpeer_bucket(w, id) = tp;
+	tp->anext = a->tpeers;
+	if (tp->anext)
+		tp->anext->apprev = &tp->anext;
+	tp->apprev = &a->tpeers;
+	a->tpeers = tp;
+	a->n_tpeers++;
+	if (st == WK_TP_CONNECTING)
+		w->n_tconnecting++;
+	w->n_tpeers++;
+	wk_tpeer_count(w);
+	return tp;
+}
+
+static struct wk_tpeer *wk_tpeer_of_peer(struct wk_alloc *a, const struct sockaddr *peer)
+{
+	struct wk_tpeer *tp;
+
+	for (tp = a->tpeers; tp; tp = tp->anext)
+		if (wk_addr_equal((struct sockaddr *)&tp->peer, peer))
+			return tp;
+	return NULL;
+}
+
+int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
+		    const struct stun_msg *req, bool sha256)
+{
+	struct wk_tpeer *tp;
+	uint32_t id;
+	int fd;
+
+	if (wk_tpeer_of_peer(a, peer)) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
+		return 446;
+	}
+	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || w->n_tconnecting >= WK_TCPR_MAX_PENDING) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
+		return 508;
+	}
+	if (wk_tpeer_new_id(w, &id) < 0)
+		return 500;
+	fd = wk_tpeer_socket(a, peer);
+	if (fd < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
+		return 447;
+	}
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_CONNECTING);
+	if (!tp) {
+		close(fd);
+		return 508;
+	}
+	memcpy(tp->tid, req->tid, STUN_TID_LEN);
+	tp->sha256 = sha256;
+	tp->fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT);
+	ev_io_start(w->loop, &tp->wio[0]);
+	return 0;
+}
+
+/* ConnectionAttempt indication (RFC 6062 5.3) on the control connection: the peer and the
+ * CONNECTION-ID to bind. */
+static void wk_tpeer_announce(struct worker *w, struct wk_tpeer *tp)
+{
+	struct wk_alloc *a = tp->a;
+	struct wk_ep ep = { .l = a->l,
+			    .c = a->conn,
+			    .addr = (struct sockaddr *)&a->client,
+			    .addr_len = a->client_len };
+	uint8_t tid[STUN_TID_LEN];
+	struct stun_builder b;
+	size_t len;
+
+	if (RAND_bytes(tid, sizeof(tid)) != 1)
+		memset(tid, 0, sizeof(tid));
+	stun_build_init(&b, w->txbuf, sizeof(w->txbuf), STUN_CONNECTION_ATTEMPT, STUN_INDICATION,
+			tid);
+	stun_build_addr(&b, STUN_ATTR_XOR_PEER_ADDRESS, (struct sockaddr *)&tp->peer);
+	stun_build_connection_id(&b, tp->id);
+	if (stun_build_finish(&b, &len) == 0 && a->conn)
+		wk_send_client(w, &ep, w->txbuf, len);
+}
+
+/* An inbound peer connection is admitted only with a live permission for its IP and
+ * when the routes admit its address and port (as a datagram from it would be); then it
+ * waits for a ConnectionBind like a connected Connect. Returns false to refuse it. */
+static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
+			    const struct sockaddr *peer)
+{
+	struct wk_tpeer *tp;
+	uint32_t id, cl;
+
+	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || wk_tpeer_of_peer(a, peer) ||
+	    !wk_alloc_perm_ok(a, peer, mono_ns()) ||
+	    wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || wk_tpeer_new_id(w, &id) < 0)
+		return false;
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND);
+	if (!tp)
+		return false;
+	log_debug("turn", "allocation %u: inbound connection %08x", a->rec_idx, id);
+	wk_tpeer_announce(w, tp);
+	return true;
+}
+
+void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct wk_relay *r = io->data;
+	struct wk_alloc *a = wk_alloc_checked(r->a);
+	struct worker *w = wk_checked(a->w);
+
+	(void)loop;
+	(void)revents;
+	for (int i = 0; i < 16; i++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(r->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		if (!wk_tcpr_inbound(w, a, fd, (struct sockaddr *)&ss)) {
+			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			close(fd);	/* refused: a RST */
+		}
+	}
+}
+
+struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len)
+{
+	struct wk_tpeer *tp;
+
+	for (tp = *wk_tpeer_bucket(w, id); tp; tp = tp->hnext)
+		if (tp->id == id)
+			break;
+	if (!tp || tp->st != WK_TP_WAIT_BIND || tp->a->rec->user_len != user_len ||
+	    memcmp(tp->a->rec->username, user, user_len) != 0)
+		return NULL;
+	return tp;
+}
+
+struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp)
+{
+	return wk_alloc_checked(tp->a);
+}
+
+void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c)
+{
+	(void)w;
+	tp->st = WK_TP_BOUND;	/* not found by another ConnectionBind any more */
+	c->bind_to = tp;
+}
+
+void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t *pre,
+		    size_t pre_len, const uint8_t *out, size_t out_len)
+{
+	tp = wk_tpeer_checked(tp);
+	if (pre_len > WK_TCPR_BUF || out_len > WK_TCPR_BUF) {
+		close(fd);
+		wk_tpeer_free(w, tp, true);
+		return;
+	}
+	ev_timer_stop(w->loop, &tp->tmo);
+	tp->fd[1] = fd;
+	ev_io_set(&tp->rio[1], fd, EV_READ);
+	ev_io_set(&tp->wio[1], fd, EV_WRITE);
+	if (pre_len)
+		memcpy(tp->buf[1], pre, pre_len);
+	tp->len[1] = pre_len;
+	if (out_len)
+		memcpy(tp->buf[0], out, out_len);	/* the ConnectionBind response goes first */
+	tp->len[0] = out_len;
+	log_debug("turn", "allocation %u: connection %08x bound", tp->a->rec_idx, tp->id);
+	ev_io_start(w->loop, &tp->rio[0]);
+	ev_io_start(w->loop, &tp->rio[1]);
+	if (wk_tpeer_flush(w, tp, 1) && tp->len[1])
+		wk_tpeer_flush(w, tp, 0);
+}
