@@ -84,6 +84,14 @@ ROWS = [
         ("timeseries", "Kernel fast path entries", "short",
          "Bound channels entered in the fast path's maps.",
          [("sum by (instance) (turngate_offload_entries{%s})" % INST, "{{instance}}")]),
+        ("timeseries", "TCP relay connects", "ops",
+         "RFC 6062 Connect requests per second by result (ok, denied by the routes, failed, "
+         "timeout, exists, limit).",
+         [("sum by (result) (rate(turngate_tcp_connects_total{%s}%s))" % (INST, RATE),
+           "{{result}}")]),
+        ("timeseries", "TCP relay peer connections", "short",
+         "RFC 6062 peer connections (connecting, waiting for ConnectionBind, relaying).",
+         [("sum by (instance) (turngate_tcp_peer_connections{%s})" % INST, "{{instance}}")]),
         ("timeseries", "Bandwidth drops", "pps",
          "Datagrams dropped by a bandwidth limit (limits.allocation_bps, limits.user_bps, "
          "listeners[].max_bps), by listener; `turngatectl top` names the allocations.",
@@ -160,8 +168,6 @@ ROWS = [
     ]),
 ]
 
-NOTE = ("TCP-relay (RFC 6062) panels come with that feature: turngate does not export "
-        "its series yet.")
 
 
 def variables():
@@ -209,9 +215,6 @@ def dashboard():
             panels.append(panel(pid, *spec, pos))
             pid += 1
         y += 8 * ((len(row) + 2) // 3)
-    panels.append({"id": pid, "type": "text", "title": "Not yet exported",
-                   "gridPos": {"h": 3, "w": 24, "x": 0, "y": y},
-                   "options": {"mode": "markdown", "content": NOTE}})
     return {
         "title": "turngate", "uid": "turngate", "description":
         "TURN relay: allocations, traffic, authentication, workers, reloads "
