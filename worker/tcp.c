@@ -505,6 +505,17 @@ static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
 	return c;
 }
 
+/* Watches a new connection of listener l (accepted here or handed over) and links it. */
+static void wk_tconn_start(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
+{
+	ev_io_init(&c->rio, wk_tconn_rcb, c->fd, EV_READ);
+	c->rio.data = c;
+	ev_io_init(&c->wio, wk_tconn_wcb, c->fd, EV_WRITE);
+	c->wio.data = c;
+	ev_io_start(w->loop, &c->rio);
+	wk_tconn_link(w, l, c);
+}
+
 static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_listener *l = io->data;
@@ -530,12 +541,7 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		}
 		memcpy(&c->peer, &ss, sl);
 		c->peer_len = sl;
-		ev_io_init(&c->rio, wk_tconn_rcb, fd, EV_READ);
-		c->rio.data = c;
-		ev_io_init(&c->wio, wk_tconn_wcb, fd, EV_WRITE);
-		c->wio.data = c;
-		ev_io_start(w->loop, &c->rio);
-		wk_tconn_link(w, l, c);
+		wk_tconn_start(w, l, c);
 	}
 }
 
@@ -563,12 +569,7 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 	}
 	memcpy(c->in, data, len);
 	c->in_len = len;
-	ev_io_init(&c->rio, wk_tconn_rcb, fd, EV_READ);
-	c->rio.data = c;
-	ev_io_init(&c->wio, wk_tconn_wcb, fd, EV_WRITE);
-	c->wio.data = c;
-	ev_io_start(w->loop, &c->rio);
-	wk_tconn_link(w, l, c);
+	wk_tconn_start(w, l, c);
 	/* What the other worker read is handled now; the rest comes through rio. */
 	if (wk_tconn_frames(w, c) == 0)
 		wk_tconn_close(w, c);
