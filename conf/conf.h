@@ -183,6 +183,16 @@ struct conf_listener {
 /* Upper bound of the bandwidth limits in bits per second (1 Tbit/s). */
 #define CONF_MAX_BPS UINT64_C(1000000000000)
 
+/* Defaults of the TCP relaying limits (limits.tcp_*), and bounds of tcp_connections and
+ * tcp_buffer (bytes). */
+#define CONF_DEF_TCP_CONNECTIONS 64
+#define CONF_DEF_TCP_PENDING_CONNECTS 256
+#define CONF_DEF_TCP_CONNECT_TIMEOUT 10
+#define CONF_DEF_TCP_BUFFER 65536
+#define CONF_MAX_TCP_CONNECTIONS 4096
+#define CONF_MIN_TCP_BUFFER 4096
+#define CONF_MAX_TCP_BUFFER (16 * 1024 * 1024)
+
 #define CONF_MAX_PERMISSIONS 32
 #define CONF_MAX_CHANNELS 32
 
@@ -212,6 +222,12 @@ struct conf_limits {
 	uint32_t bandwidth_burst_ms;    /* bucket size as time at the rate, default 500 */
 	uint64_t allocation_bps;        /* each allocation */
 	uint64_t user_bps;              /* all allocations of a user on this node */
+	/* ours: TCP relaying (RFC 6062, worker/tcprelay.c); live on reload for what starts
+	 * after it */
+	uint32_t tcp_connections;      /* peer connections per allocation, default 64 */
+	uint32_t tcp_pending_connects; /* Connects in flight per worker, default 256 */
+	uint32_t tcp_connect_timeout;  /* seconds before 447, default 10 */
+	uint32_t tcp_buffer; /* bytes buffered per connection and direction, default 65536 */
 };
 
 /* admin.offload_engine (STUNner's names, case-insensitive). */

@@ -136,7 +136,7 @@ static json_t *admin_json(const struct conf *c)
 
 static json_t *limits_json(const struct conf_limits *l)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+	json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
 			 "max_allocations", (json_int_t)l->max_allocations, "user_quota",
 			 (json_int_t)l->user_quota, "total_quota", (json_int_t)l->total_quota,
 			 "max_permissions", (json_int_t)l->max_permissions, "max_channels",
@@ -155,6 +155,14 @@ static json_t *limits_json(const struct conf_limits *l)
 			 (json_int_t)l->unauth_trust_credits, "allocation_bps",
 			 (json_int_t)l->allocation_bps, "user_bps", (json_int_t)l->user_bps,
 			 "bandwidth_burst_ms", (json_int_t)l->bandwidth_burst_ms);
+
+	if (o != NULL) {
+		set_i(o, "tcp_connections", l->tcp_connections);
+		set_i(o, "tcp_pending_connects", l->tcp_pending_connects);
+		set_i(o, "tcp_connect_timeout", l->tcp_connect_timeout);
+		set_i(o, "tcp_buffer", l->tcp_buffer);
+	}
+	return o;
 }
 
 json_t *conf_to_json_redacted(const struct conf *c)

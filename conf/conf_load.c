@@ -33,6 +33,10 @@ static int conf_defaults(struct conf *c)
 		.unauth_trust_window = 3600,
 		.unauth_trust_credits = 1000,
 		.bandwidth_burst_ms = 500,
+		.tcp_connections = CONF_DEF_TCP_CONNECTIONS,
+		.tcp_pending_connects = CONF_DEF_TCP_PENDING_CONNECTS,
+		.tcp_connect_timeout = CONF_DEF_TCP_CONNECT_TIMEOUT,
+		.tcp_buffer = CONF_DEF_TCP_BUFFER,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);

@@ -404,6 +404,10 @@ static const struct limit_key limit_keys[] = {
 	LIM(unauth_trust_window, 1, 86400),
 	LIM(unauth_trust_credits, 0, 65535),
 	LIM(bandwidth_burst_ms, 1, 60000),
+	LIM(tcp_connections, 1, CONF_MAX_TCP_CONNECTIONS),
+	LIM(tcp_pending_connects, 1, 65536),
+	LIM(tcp_connect_timeout, 1, 300),
+	LIM(tcp_buffer, CONF_MIN_TCP_BUFFER, CONF_MAX_TCP_BUFFER),
 };
 
 struct limit_nodes {

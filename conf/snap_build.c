@@ -379,6 +379,10 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.bandwidth_burst_ms,
 		c->limits.allocation_bps,
 		c->limits.user_bps,
+		c->limits.tcp_connections,
+		c->limits.tcp_pending_connects,
+		c->limits.tcp_connect_timeout,
+		c->limits.tcp_buffer,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
 	if (c->admin.alternate_server &&

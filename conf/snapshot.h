@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 3u
+#define SNAP_VERSION 4u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -176,6 +176,7 @@ struct snap_limits {
 	uint32_t unauth_trust_window, unauth_trust_credits;
 	uint32_t bandwidth_burst_ms;
 	uint64_t allocation_bps, user_bps;
+	uint32_t tcp_connections, tcp_pending_connects, tcp_connect_timeout, tcp_buffer;
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

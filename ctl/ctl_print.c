@@ -108,22 +108,23 @@ static void print_allocations(json_t *r, FILE *out)
 	json_t *a;
 	size_t i;
 
-	fprintf(out, "%-6s %-3s %-24s %-10s %-22s %-22s %6s %6s %5s %5s %s\n", "ID", "WRK", "USER",
-		"LISTENER", "CLIENT", "RELAY", "AGE", "LEFT", "PERMS", "CHANS",
+	fprintf(out, "%-6s %-3s %-24s %-10s %-22s %-22s %6s %6s %5s %5s %4s %s\n", "ID", "WRK",
+		"USER", "LISTENER", "CLIENT", "RELAY", "AGE", "LEFT", "PERMS", "CHANS", "TCP",
 		"TO_PEER/FROM_PEER (pkts bytes)");
 	json_array_foreach(json_object_get(r, "allocations"), i, a)
 	{
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
 
 		fprintf(out,
-			"%-6lld %-3lld %-24s %-10s %-22s %-22s %6.0f %6.0f %5zu %5zu "
+			"%-6lld %-3lld %-24s %-10s %-22s %-22s %6.0f %6.0f %5zu %5zu %4lld "
 			"%lld %lld / %lld %lld\n",
 			int_of(a, "id"), int_of(a, "worker"), str_of(a, "user"),
 			str_of(a, "listener"), str_of(a, "client"), str_of(a, "relay"),
 			num_of(a, "age"), num_of(a, "lifetime_left"),
 			json_array_size(json_object_get(a, "permissions")),
-			json_array_size(json_object_get(a, "channels")), int_of(tp, "packets"),
-			int_of(tp, "bytes"), int_of(fp, "packets"), int_of(fp, "bytes"));
+			json_array_size(json_object_get(a, "channels")),
+			int_of(a, "tcp_connections"), int_of(tp, "packets"), int_of(tp, "bytes"),
+			int_of(fp, "packets"), int_of(fp, "bytes"));
 	}
 	if (json_is_true(json_object_get(r, "truncated")))
 		fprintf(out, "(list truncated: use --limit N or filters)\n");

@@ -265,6 +265,7 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 	/* Lengths come from another process: never trust them past the arrays. */
 	int ulen = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 	int rlen = r->realm_len < SHM_ALLOC_REALM_MAX ? r->realm_len : SHM_ALLOC_REALM_MAX;
+	struct shm_bw_stat bw = { 0 };
 	json_t *o = json_pack("{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id",
 			      (int)idx, "worker", (int)r->owner, "user", r->username, ulen, "realm",
 			      r->realm, rlen, "listener", listener_name(m, r->listener_idx),
@@ -276,10 +277,12 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 
 	if (o == NULL)
 		return NULL;
+	(void)shm_bw_alloc_stat(m->shm, idx, &bw);
 	if (r->relay2.family != 0)
 		json_object_set_new(o, "relay2", addr_json(&r->relay2));
 	json_object_set_new(o, "permissions", perms_json(r, now));
 	json_object_set_new(o, "channels", chans_json(r, now));
+	json_object_set_new(o, "tcp_connections", json_integer(bw.tcp_conns));
 	json_object_set_new(o, "to_peer",
 			    json_pack("{s:I, s:I}", "packets",
 				      (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER], "bytes",

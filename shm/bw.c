@@ -110,6 +110,14 @@ void shm_bw_alloc_reset(struct shm *shm, uint32_t idx)
 		CMM_STORE_SHARED(shm_bw_recs(shm)[idx].drops[d], 0);
 		CMM_STORE_SHARED(shm_bw_recs(shm)[idx].last[d], SHM_BW_PASS);
 	}
+	CMM_STORE_SHARED(shm_bw_recs(shm)[idx].tcp_conns, 0);
+}
+
+void shm_bw_alloc_tcp_conns(struct shm *shm, uint32_t idx, uint32_t n)
+{
+	shm_check_handle(shm);
+	if (!shm->ro && idx < shm->cfg.alloc_cap)
+		CMM_STORE_SHARED(shm_bw_recs(shm)[idx].tcp_conns, n);
 }
 
 int shm_bw_alloc_stat(const struct shm *shm, uint32_t idx, struct shm_bw_stat *out)
@@ -123,6 +131,7 @@ int shm_bw_alloc_stat(const struct shm *shm, uint32_t idx, struct shm_bw_stat *o
 		out->drops[d] = CMM_LOAD_SHARED(shm_bw_recs(shm)[idx].drops[d]);
 		out->last[d] = v <= SHM_BW_LISTENER ? (enum shm_bw_verdict)v : SHM_BW_PASS;
 	}
+	out->tcp_conns = CMM_LOAD_SHARED(shm_bw_recs(shm)[idx].tcp_conns);
 	return 0;
 }
 

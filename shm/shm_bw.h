@@ -76,14 +76,20 @@ enum shm_bw_verdict shm_bw_admit(struct shm *shm, const struct shm_bw_who *who,
 				 enum shm_bw_dir dir, size_t bytes, uint64_t now_ns,
 				 const struct shm_bw_limits *lim);
 
-/* Full buckets and no drops for record idx (its owner, when it claims the record). */
+/* Full buckets, no drops and no TCP peer connections for record idx (its owner, when it
+ * claims the record). */
 void shm_bw_alloc_reset(struct shm *shm, uint32_t idx);
 
+/* Owner: record idx now holds n TCP peer connections (RFC 6062), for listings. */
+void shm_bw_alloc_tcp_conns(struct shm *shm, uint32_t idx, uint32_t n);
+
 /* What the limits did to record idx since its reset, per direction: datagrams dropped
- * and the bucket that refused the last of them (SHM_BW_PASS: none yet). */
+ * and the bucket that refused the last of them (SHM_BW_PASS: none yet); and the TCP peer
+ * connections it holds. */
 struct shm_bw_stat {
 	uint64_t drops[SHM_BW_DIRS];
 	enum shm_bw_verdict last[SHM_BW_DIRS];
+	uint32_t tcp_conns;
 };
 
 /* Readers (admin). Returns 0, or -EINVAL for an index out of range. */

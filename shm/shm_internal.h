@@ -35,7 +35,7 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
 #define SHM_TRUST_VERSION 1u
 #define SHM_QUOTA_MAGIC 0x41544f51u              /* "QOTA" read little-endian */
-#define SHM_QUOTA_VERSION 2u                     /* 2: bandwidth buckets (shm_bw.h) */
+#define SHM_QUOTA_VERSION 3u                     /* 3: TCP peer connections per record */
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -146,11 +146,14 @@ struct shm_quota_hdr {
 	_Alignas(SHM_CL) uint64_t entries[]; /* tag 38 | count 26; 0 = never used */
 };
 
-/* Bandwidth words of one allocation record (shm/bw.c). */
+/* Bandwidth words of one allocation record (shm/bw.c), and its live TCP peer
+ * connection count (RFC 6062): figures a take-over does not carry. */
 struct shm_bw_rec {
 	uint64_t tat[SHM_BW_DIRS];           /* bucket: theoretical arrival time, ns */
 	uint64_t drops[SHM_BW_DIRS];         /* datagrams dropped */
 	uint32_t last[SHM_BW_DIRS];          /* enum shm_bw_verdict of the last drop */
+	uint32_t tcp_conns;                  /* peer connections held (owner's store) */
+	uint32_t pad;
 };
 
 struct shm_trust_ent {

@@ -45,7 +45,9 @@ struct wk_tpeer {
 	ev_timer tmo;
 	bool eof[2], shut[2];
 	size_t len[2], off[2];
-	uint8_t buf[2][WK_TCPR_BUF];
+	size_t cap;      /* bytes per buffer: the snapshot's tcp_buffer at creation */
+	uint8_t *buf[2]; /* both in the allocation of the struct */
+	uint8_t bufs[];
 };
 
 static struct wk_tpeer *wk_tpeer_checked(struct wk_tpeer *tp)
@@ -59,6 +61,12 @@ static struct wk_tpeer *wk_tpeer_checked(struct wk_tpeer *tp)
 static void wk_tpeer_count(struct worker *w)
 {
 	CMM_STORE_SHARED(w->ctr->v[SHM_CTR_TCP_PEER_CONNS], (uint64_t)w->n_tpeers);
+}
+
+/* The allocation's own count, for `turngatectl allocations`. */
+static void wk_tpeer_count_alloc(struct worker *w, struct wk_alloc *a)
+{
+	shm_bw_alloc_tcp_conns(w->shm, a->rec_idx, a->n_tpeers);
 }
 
 static struct wk_tpeer **wk_tpeer_bucket(struct worker *w, uint32_t id)
@@ -82,6 +90,7 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 	tp->a->n_tpeers--;
 	w->n_tpeers--;
 	wk_tpeer_count(w);
+	wk_tpeer_count_alloc(w, tp->a);
 	if (tp->st == WK_TP_CONNECTING)
 		w->n_tconnecting--;
 	ev_timer_stop(w->loop, &tp->tmo);
@@ -194,6 +203,9 @@ static bool wk_tpeer_flush(struct worker *w, struct wk_tpeer *tp, int j)
 		tp->off[i] += (size_t)n;
 		shm_ctr_add(w->ctr, j == 1 ? SHM_CTR_CLIENT_BYTES_OUT : SHM_CTR_PEER_BYTES_OUT,
 			    (uint64_t)n);
+		shm_alloc_ctr_add(tp->a->rec,
+				  j == 1 ? SHM_ACTR_BYTES_FROM_PEER : SHM_ACTR_BYTES_TO_PEER,
+				  (uint64_t)n);
 	}
 	if (tp->off[i] == tp->len[i]) {
 		tp->off[i] = tp->len[i] = 0;
@@ -206,7 +218,7 @@ static bool wk_tpeer_flush(struct worker *w, struct wk_tpeer *tp, int j)
 		ev_io_start(w->loop, &tp->wio[j]);
 	}
 	/* Room again: resume reading the side that filled it (flow control). */
-	if (!tp->eof[i] && tp->len[i] < WK_TCPR_BUF)
+	if (!tp->eof[i] && tp->len[i] < tp->cap)
 		ev_io_start(w->loop, &tp->rio[i]);
 	if (tp->shut[0] && tp->shut[1]) {
 		wk_tpeer_free(w, tp, false);	/* both directions done */
@@ -223,12 +235,11 @@ static void wk_tpeer_pump(struct worker *w, struct wk_tpeer *tp, int i)
 
 		if (tp->off[i] && tp->off[i] == tp->len[i])
 			tp->off[i] = tp->len[i] = 0;
-		if (tp->len[i] == WK_TCPR_BUF) {
+		if (tp->len[i] == tp->cap) {
 			ev_io_stop(w->loop, &tp->rio[i]);	/* the other side is slow */
 			break;
 		}
-		n = recv(tp->fd[i], tp->buf[i] + tp->len[i], WK_TCPR_BUF - tp->len[i],
-			 MSG_DONTWAIT);
+		n = recv(tp->fd[i], tp->buf[i] + tp->len[i], tp->cap - tp->len[i], MSG_DONTWAIT);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			break;
 		if (n < 0) {
@@ -343,11 +354,15 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int fd, uint32_t id,
 				     const struct sockaddr *peer, enum wk_tpeer_state st)
 {
-	struct wk_tpeer *tp = calloc(1, sizeof(*tp));
+	size_t cap = w->hot.tcp_buf;
+	struct wk_tpeer *tp = calloc(1, sizeof(*tp) + 2 * cap);
 
 	if (!tp)
 		return NULL;
 	tp->magic = WK_TPEER_MAGIC;
+	tp->cap = cap;
+	tp->buf[0] = tp->bufs;
+	tp->buf[1] = tp->bufs + cap;
 	tp->w = w;
 	tp->a = a;
 	tp->id = id;
@@ -361,7 +376,7 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		tp->rio[i].data = tp->wio[i].data = tp;
 	}
 	ev_timer_init(&tp->tmo, wk_tpeer_tmo_cb,
-		      st == WK_TP_CONNECTING ? WK_TCPR_CONNECT_TIMEOUT_S : WK_TCPR_BIND_TIMEOUT_S,
+		      st == WK_TP_CONNECTING ? w->hot.tcp_connect_timeout : WK_TCPR_BIND_TIMEOUT_S,
 		      0.0);
 	tp->tmo.data = tp;
 	ev_timer_start(w->loop, &tp->tmo);
@@ -377,6 +392,7 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		w->n_tconnecting++;
 	w->n_tpeers++;
 	wk_tpeer_count(w);
+	wk_tpeer_count_alloc(w, a);
 	return tp;
 }
 
@@ -401,7 +417,7 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
 		return 446;
 	}
-	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || w->n_tconnecting >= WK_TCPR_MAX_PENDING) {
+	if (a->n_tpeers >= w->hot.tcp_conns || w->n_tconnecting >= w->hot.tcp_pending) {
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
 		return 508;
 	}
@@ -456,7 +472,7 @@ static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
 	struct wk_tpeer *tp;
 	uint32_t id, cl;
 
-	if (a->n_tpeers >= WK_TCPR_MAX_PER_ALLOC || wk_tpeer_of_peer(a, peer) ||
+	if (a->n_tpeers >= w->hot.tcp_conns || wk_tpeer_of_peer(a, peer) ||
 	    !wk_alloc_perm_ok(a, peer, mono_ns()) ||
 	    wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || wk_tpeer_new_id(w, &id) < 0)
 		return false;
@@ -521,7 +537,7 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 		    size_t pre_len, const uint8_t *out, size_t out_len)
 {
 	tp = wk_tpeer_checked(tp);
-	if (pre_len > WK_TCPR_BUF || out_len > WK_TCPR_BUF) {
+	if (pre_len > tp->cap || out_len > tp->cap) {
 		close(fd);
 		wk_tpeer_free(w, tp, true);
 		return;

@@ -49,18 +49,15 @@
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
-/* TCP relaying (RFC 6062, worker/tcprelay.c): a Connect must complete within
- * WK_TCPR_CONNECT_TIMEOUT_S (else 447); a connected peer must be bound by a ConnectionBind
- * within WK_TCPR_BIND_TIMEOUT_S (RFC 6062 5.3: 30 s) or it is closed. An allocation holds
- * at most WK_TCPR_MAX_PER_ALLOC peer connections and a worker runs at most
- * WK_TCPR_MAX_PENDING connects at once (508 beyond either). Each direction of a bound
- * connection buffers at most WK_TCPR_BUF bytes: a full buffer stops reading the side that
- * fills it until the other side drains it. */
-#define WK_TCPR_CONNECT_TIMEOUT_S 10.0
+/* TCP relaying (RFC 6062, worker/tcprelay.c), bounded by the snapshot's limits (struct
+ * wk_hot): a Connect must complete within tcp_connect_timeout seconds (else 447); a
+ * connected peer must be bound by a ConnectionBind within WK_TCPR_BIND_TIMEOUT_S (RFC 6062
+ * 5.3: 30 s) or it is closed. An allocation holds at most tcp_connections peer
+ * connections and a worker runs at most tcp_pending_connects connects at once (508 beyond
+ * either). Each direction of a bound connection buffers at most tcp_buffer bytes (fixed
+ * for the connection when it starts): a full buffer stops reading the side that fills it
+ * until the other side drains it. */
 #define WK_TCPR_BIND_TIMEOUT_S 30.0
-#define WK_TCPR_MAX_PER_ALLOC 64u
-#define WK_TCPR_MAX_PENDING 256u
-#define WK_TCPR_BUF (64u * 1024u)
 #define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
 struct worker;
 struct wk_tpeer;
@@ -190,6 +187,8 @@ struct wk_hot {
 	uint32_t alloc_lifetime, max_alloc_lifetime, perm_lifetime, chan_lifetime;
 	uint32_t nonce_lifetime, user_quota, total_quota;
 	struct shm_bw_limits bw;	/* listener_bps 0: each listener's own max_bps */
+	uint32_t tcp_conns, tcp_pending, tcp_buf; /* RFC 6062 limits (above) */
+	double tcp_connect_timeout;               /* seconds */
 	bool have_alt;
 	struct sockaddr_storage alt;
 };

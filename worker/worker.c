@@ -215,6 +215,10 @@ static void wk_snap_apply(struct worker *w)
 	h->bw = (struct shm_bw_limits){ .alloc_bps = lim->allocation_bps,
 					.user_bps = lim->user_bps,
 					.burst_ns = (uint64_t)lim->bandwidth_burst_ms * 1000000 };
+	h->tcp_conns = lim->tcp_connections;
+	h->tcp_pending = lim->tcp_pending_connects;
+	h->tcp_buf = lim->tcp_buffer;
+	h->tcp_connect_timeout = lim->tcp_connect_timeout;
 	h->have_alt = snap_alternate_server(w->snap, &h->alt) == 0;
 	wk_unauth_configure(w, lim);
 	if (spec && *spec && log_set_spec(spec) < 0)

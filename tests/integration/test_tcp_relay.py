@@ -13,8 +13,10 @@ TURN-TLS control connection (data over TURN-TCP; ConnectionBind over TLS gets 40
 reload that removes the peer's route (the connection is reset), kill -9 of the worker
 (connections die, the allocation is released), and the exact Connect counts and peer
 connection gauge on /metrics, a drain (Connect 403, bound connections go on), inbound
-peers (ConnectionAttempt, only with a permission), every Connect answer signed with the allocation's key, and
-the 30 s ConnectionBind deadline (the one long wait). Every wait is bounded.
+peers (ConnectionAttempt, only with a permission), every Connect answer signed with the allocation's key,
+the limits.tcp_* keys (connections per allocation, connect timeout, buffer size; changed by
+a reload) with the per-allocation figures of `allocations`, and the 30 s ConnectionBind
+deadline (the one long wait). Every wait is bounded.
 """
 import hashlib
 import hmac
@@ -196,11 +198,11 @@ class TcpPeer:
             c.close()
 
 
-def tcp_config(d, port, relay, workers=1, clusters=None):
+def tcp_config(d, port, relay, workers=1, clusters=None, limits=None):
     return config(d, [("tcp", port, "TURN-TCP", ["loopback"]),
                       ("udp", port, "TURN-UDP", ["loopback"])],
                   clusters or {"loopback": ["127.0.0.1", "::1"]}, workers=workers,
-                  relay=relay)
+                  relay=relay, limits=limits)
 
 
 def start(d, workers=1, clusters=None):
@@ -687,6 +689,82 @@ def test_metrics(d):
         daemon.stop()
 
 
+def with_metrics(text, mport):
+    """text with a metrics endpoint on 127.0.0.1:mport."""
+    out = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n  metrics_endpoint: "
+                       "\"http://127.0.0.1:%d/metrics\"\n" % mport, 1)
+    check("metrics_endpoint" in out, "config edit")
+    return out
+
+
+def test_limits(d):
+    """The limits.tcp_* keys through the daemon: tcp_connections 2 (a third Connect gets
+    508, counted as result="limit"), tcp_connect_timeout 1 (a Connect to a peer whose accept
+    queue is full, so its SYNs are dropped, gets 447 long before the 10 s default, counted
+    as "timeout"), tcp_buffer 4096 (200 KB echoed through 4 KiB buffers); `allocations`
+    shows each allocation's TCP connections and the bytes relayed exactly; a reload that
+    raises tcp_connections admits the third Connect on the same allocation."""
+    from test_metrics import scrape
+    peers = [TcpPeer("127.0.0.1") for _ in range(3)]
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)
+    filler = socket.create_connection(full.getsockname(), timeout=5)  # the queue is full
+    port, mport, relay = free_port(), free_port(), relay_range()
+
+    def text(conns):
+        return with_metrics(tcp_config(d, port, relay, limits={
+            "tcp_connections": conns, "tcp_connect_timeout": 1, "tcp_buffer": 4096}), mport)
+
+    def tcp_allocs():
+        r = daemon.admin({"cmd": "allocations"})
+        check(r.get("ok") is True, "allocations: %r" % (r,))
+        return {a["user"].split(":")[-1]: a for a in r["allocations"]
+                if a["listener"] == "tcp"}
+
+    def connects(result):
+        return scrape(mport).get('turngate_tcp_connects_total{result="%s"}' % result)
+
+    daemon = Daemon(d, text(2), workers=1).start()
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate_tcp()
+        cid = ctl.connect("127.0.0.1", peers[0].port)
+        ctl.connect("127.0.0.1", peers[1].port)
+        ctl.connect("127.0.0.1", peers[2].port, expect=508)
+        check(connects("limit") == 1, "limit counted: %r" % (connects("limit"),))
+        dc = open_data(port, ctl.creds(), cid)
+        payload = os.urandom(200 * 1024)
+        threading.Thread(target=dc.sock.sendall, args=(payload,), daemon=True).start()
+        check(dc.recv_exact(len(payload), timeout=20) == payload, "echo through 4 KiB buffers")
+        a = tcp_allocs()["alice"]
+        check(a["tcp_connections"] == 2, "tcp_connections: %r" % (a,))
+        check(a["to_peer"] == {"packets": 0, "bytes": len(payload)} and
+              a["from_peer"] == {"packets": 0, "bytes": len(payload)},
+              "relayed bytes: %r / %r" % (a["to_peer"], a["from_peer"]))
+        ctl2 = TcpTurn(port, user="other")
+        ctl2.allocate_tcp()
+        t0 = time.monotonic()
+        ctl2.connect("127.0.0.1", full.getsockname()[1], expect=447)
+        took = time.monotonic() - t0
+        check(took < 8, "the 1 s connect timeout took %.1f s" % took)
+        check(connects("timeout") == 1, "timeout counted: %r" % (connects("timeout"),))
+        check(tcp_allocs()["other"]["tcp_connections"] == 0, "the timed-out one is gone")
+        daemon.write_config(text(3))
+        r = daemon.admin({"cmd": "reload"})
+        check(r.get("ok") is True, "reload failed: %r" % (r,))
+        ctl.connect("127.0.0.1", peers[2].port)
+        check(tcp_allocs()["alice"]["tcp_connections"] == 3, "three after the reload")
+        for c in (dc, ctl, ctl2):
+            c.close()
+    finally:
+        filler.close()
+        full.close()
+        for p in peers:
+            p.close()
+        daemon.stop()
+
+
 def test_two_workers(d):
     """With 2 workers the kernel hands about half of the data connections to the worker
     that does not own the allocation: it passes them (socket and ConnectionBind) to the
@@ -729,6 +807,6 @@ if __name__ == "__main__":
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
                test_parallel, test_reset_propagated, test_reload_removes_route,
                test_tls_control, test_worker_killed, test_connection_attempt, test_drain,
-               test_metrics,
+               test_metrics, test_limits,
                test_two_workers,
                test_bind_deadline])

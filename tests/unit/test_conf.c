@@ -58,6 +58,10 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.allocation_bps, 0);
 	assert_int_equal(c->limits.user_bps, 0);
 	assert_int_equal(c->limits.bandwidth_burst_ms, 500);
+	assert_int_equal(c->limits.tcp_connections, 64);
+	assert_int_equal(c->limits.tcp_pending_connects, 256);
+	assert_int_equal(c->limits.tcp_connect_timeout, 10);
+	assert_int_equal(c->limits.tcp_buffer, 65536);
 	assert_int_equal(c->admin.offload_engine, CONF_OFFLOAD_NONE);
 	assert_int_equal(c->admin.n_offload_ifaces, 0);
 	assert_int_equal(c->n_listeners, 1);
@@ -313,6 +317,12 @@ static const struct err_case err_cases[] = {
 	  "t.yaml:8:13: limits.user_bps: -1 is out of range (0..1000000000000)" },
 	{ T_HEAD "limits:\n  bandwidth_burst_ms: 0\n",
 	  "t.yaml:8:23: limits.bandwidth_burst_ms: 0 is out of range (1..60000)" },
+	{ T_HEAD "limits:\n  tcp_connections: 0\n",
+	  "t.yaml:8:20: limits.tcp_connections: 0 is out of range (1..4096)" },
+	{ T_HEAD "limits:\n  tcp_buffer: 1024\n",
+	  "t.yaml:8:15: limits.tcp_buffer: 1024 is out of range (4096..16777216)" },
+	{ T_HEAD "limits:\n  tcp_connect_timeout: 301\n",
+	  "t.yaml:8:24: limits.tcp_connect_timeout: 301 is out of range (1..300)" },
 	{ T_HEAD "listeners:\n  - name: a\n    max_allocations: 10000001\n",
 	  "t.yaml:9:22: listeners[0].max_allocations: 10000001 is out of range (0..10000000)" },
 	{ T_HEAD "listeners:\n  - name: a\n    relay_port_min: 60000\n    relay_port_max: 50000\n",
