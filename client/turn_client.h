@@ -110,7 +110,8 @@ struct turn_alloc_opts {
 	uint64_t token;
 	bool dont_fragment;
 	bool omit_transport;		/* leave REQUESTED-TRANSPORT out (expects 400) */
-	uint8_t transport;		/* REQUESTED-TRANSPORT protocol, 0 = UDP (17); 6 -> 442 */
+	uint8_t transport;		/* REQUESTED-TRANSPORT protocol, 0 = UDP (17); TCP (6):
+					 * RFC 6062, over a TCP or TLS client */
 };
 
 struct turn_alloc_result {
@@ -155,6 +156,49 @@ int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void
  * Other STUN messages are ignored. -ETIMEDOUT after timeout_ms. */
 int turn_client_recv(struct turn_client *c, void *buf, size_t cap, size_t *len,
 		     struct sockaddr_storage *peer, uint16_t *channel, int timeout_ms);
+
+/* ---- TCP relaying (RFC 6062) --------------------------------------------------------
+ * The control connection is a TCP or TLS client that allocated with REQUESTED-TRANSPORT
+ * TCP (turn_alloc_opts.transport = STUN_TRANSPORT_TCP). Each peer connection then gets a
+ * data connection of its own: a second client, bound to the peer connection with
+ * ConnectionBind, which carries raw bytes afterwards (turn_client_data_send/_recv; the
+ * STUN calls refuse it with -EINVAL). */
+
+/* Connect (RFC 6062 4.3): asks the server to open a TCP connection from the relayed
+ * address to peer; *connection_id (may be NULL) gets the CONNECTION-ID of the success
+ * response. The server answers once its connect completed, which may take longer than
+ * c's timeout (turngate gives up after 10 s with 447): then -ETIMEDOUT. -EPROTO with
+ * turn_client_last_error(): 403 (the peer is not admitted), 446 (the allocation already
+ * has a connection to peer), 447 (connect failed or timed out), 400 (no TCP allocation),
+ * 508 (connection limits). -EBADMSG: a success response without CONNECTION-ID. */
+int turn_client_connect(struct turn_client *c, const struct sockaddr *peer,
+			uint32_t *connection_id);
+
+/* Opens a data connection and binds it to connection_id (RFC 6062 4.3, 5.4): connects to
+ * the server, sends ConnectionBind with CONNECTION-ID, authenticated with c's credentials
+ * and the realm and nonce c learnt (servers check the nonce as if it came over the
+ * control connection; a 401/438 is retried as for any request). On success *data (owned
+ * by the caller, turn_client_destroy()) is the data connection, raw from here on, and
+ * bytes the server sent right behind the response are kept for turn_client_data_recv().
+ * o: the data connection's transport and address; NULL = TURN_CLIENT_TCP to c's server
+ * address. Of o only transport (TURN_CLIENT_TCP or TURN_CLIENT_TLS, else -EINVAL),
+ * server (NULL = c's), local and the TLS fields (sni, no_alpn, ca_file) are used;
+ * credentials, SOFTWARE, FINGERPRINT and the timeout are c's. RFC 6062 puts the data
+ * connection on the control connection's address and transport; turngate takes
+ * ConnectionBind over TURN-TCP only (over TLS: 400), so a TLS control connection binds
+ * its data connections on a TURN-TCP listener. -EPROTO with turn_client_last_error(c):
+ * 400 (unknown, expired, already bound or another user's CONNECTION-ID), 401. */
+int turn_client_connection_bind(struct turn_client *c, uint32_t connection_id,
+				const struct turn_client_opts *o, struct turn_client **data);
+
+/* Sends len bytes on a bound data connection (all of them, bounded by its timeout). */
+int turn_client_data_send(struct turn_client *d, const void *buf, size_t len);
+/* Receives what the peer sent on a bound data connection, up to cap bytes: *len > 0, or
+ * (TCP) *len == 0 when the server closed the connection's reading side (the peer's FIN).
+ * -ETIMEDOUT after timeout_ms, -ECONNRESET on a reset (TLS: also when the session
+ * ends). */
+int turn_client_data_recv(struct turn_client *d, void *buf, size_t cap, size_t *len,
+			  int timeout_ms);
 
 /* ---- Raw access for tests ------------------------------------------------------------ */
 

@@ -59,6 +59,9 @@ struct turn_client {
 	uint8_t *tx;			/* TC_RX_CAP bytes: indications and ChannelData out */
 	size_t rx_len;			/* TCP: bytes buffered */
 	size_t rx_used;			/* TCP: bytes of the frame handed out last */
+	/* RFC 6062 data connection after its ConnectionBind: raw bytes, no STUN (the
+	 * bytes of rx past rx_used came right behind the response). */
+	bool raw;
 };
 
 /* Stream framing (TCP, TLS) vs one message per datagram/record (UDP, DTLS). */
@@ -72,6 +75,11 @@ static inline bool tc_is_dgram(const struct turn_client *c)
 {
 	return !tc_is_stream(c);
 }
+
+/* Runs turn_client_request() and folds an error response into -EPROTO (the code in
+ * c->last_error). */
+int tc_run(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
+	   unsigned flags, struct turn_response *rsp);
 
 /* Monotonic milliseconds. */
 int64_t tc_now_ms(void);

@@ -6,9 +6,8 @@
 
 #include "client/turn_client_int.h"
 
-/* Runs an authenticated request and folds an error response into -EPROTO. */
-static int run(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
-	       unsigned flags, struct turn_response *rsp)
+int tc_run(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, void *arg,
+	   unsigned flags, struct turn_response *rsp)
 {
 	int rc;
 
@@ -23,7 +22,7 @@ static int run(struct turn_client *c, uint16_t method, turn_client_attrs_fn fn, 
 int turn_client_binding(struct turn_client *c, struct sockaddr_storage *mapped)
 {
 	struct turn_response rsp;
-	int rc = run(c, STUN_BINDING, NULL, NULL, 0, &rsp);
+	int rc = tc_run(c, STUN_BINDING, NULL, NULL, 0, &rsp);
 	if (rc == 0 && mapped)
 		rc = stun_msg_get_addr(&rsp.msg, STUN_ATTR_XOR_MAPPED_ADDRESS, mapped);
 	return rc;
@@ -70,8 +69,8 @@ int turn_client_allocate(struct turn_client *c, const struct turn_alloc_opts *op
 
 	if (rsp == NULL)
 		return -ENOMEM;
-	rc = run(c, STUN_ALLOCATE, alloc_attrs, (void *)(opts ? opts : &defaults), TURN_REQ_AUTH,
-		 rsp);
+	rc = tc_run(c, STUN_ALLOCATE, alloc_attrs, (void *)(opts ? opts : &defaults), TURN_REQ_AUTH,
+		    rsp);
 	if (rc == 0 && !stun_msg_has(&rsp->msg, STUN_ATTR_XOR_RELAYED_ADDRESS))
 		rc = -EBADMSG;
 	if (rc == 0 && res)
@@ -88,7 +87,7 @@ static void refresh_attrs(struct stun_builder *b, void *arg)
 int turn_client_refresh(struct turn_client *c, uint32_t lifetime, uint32_t *granted)
 {
 	struct turn_response rsp;
-	int rc = run(c, STUN_REFRESH, refresh_attrs, &lifetime, TURN_REQ_AUTH, &rsp);
+	int rc = tc_run(c, STUN_REFRESH, refresh_attrs, &lifetime, TURN_REQ_AUTH, &rsp);
 	if (rc == 0 && granted && stun_msg_get_lifetime(&rsp.msg, granted) != 0)
 		*granted = 0;
 	return rc;
@@ -115,7 +114,7 @@ int turn_client_create_permission(struct turn_client *c, const struct sockaddr_s
 
 	if (peers == NULL || n == 0 || n > STUN_MAX_PEERS)
 		return -EINVAL;
-	return run(c, STUN_CREATE_PERMISSION, perm_attrs, &a, TURN_REQ_AUTH, &rsp);
+	return tc_run(c, STUN_CREATE_PERMISSION, perm_attrs, &a, TURN_REQ_AUTH, &rsp);
 }
 
 struct chan_arg {
@@ -154,7 +153,7 @@ int turn_client_channel_bind(struct turn_client *c, uint16_t channel, const stru
 
 	if (peer == NULL)
 		return -EINVAL;
-	rc = run(c, STUN_CHANNEL_BIND, chan_attrs, &a, TURN_REQ_AUTH, &rsp);
+	rc = tc_run(c, STUN_CHANNEL_BIND, chan_attrs, &a, TURN_REQ_AUTH, &rsp);
 	if (rc == 0)
 		remember_channel(c, channel, peer);
 	return rc;
@@ -168,7 +167,7 @@ int turn_client_send_indication(struct turn_client *c, const struct sockaddr *pe
 	size_t n;
 	int rc;
 
-	if (c == NULL || peer == NULL || (data == NULL && len))
+	if (c == NULL || peer == NULL || (data == NULL && len) || c->raw)
 		return -EINVAL;
 	rc = stun_tid_random(tid);
 	if (rc != 0)
@@ -190,7 +189,7 @@ int turn_client_send_channel(struct turn_client *c, uint16_t channel, const void
 	size_t n;
 	int rc;
 
-	if (c == NULL)
+	if (c == NULL || c->raw)
 		return -EINVAL;
 	rc = stun_chan_encode(c->tx, TC_RX_CAP, channel, data, len, tc_is_stream(c),
 			      STUN_CHAN_RFC8656, &n);
@@ -239,7 +238,7 @@ int turn_client_recv(struct turn_client *c, void *buf, size_t cap, size_t *len,
 	struct tc_pkt p;
 	int rc;
 
-	if (c == NULL || buf == NULL || len == NULL)
+	if (c == NULL || buf == NULL || len == NULL || c->raw)
 		return -EINVAL;
 	/* Bounded by the queue length, then by the deadline. */
 	while (tc_queue_pop(c, &p)) {

@@ -165,7 +165,7 @@ int turn_client_request(struct turn_client *c, uint16_t method, turn_client_attr
 	uint8_t tid[STUN_TID_LEN];
 	size_t len;
 
-	if (c == NULL || rsp == NULL)
+	if (c == NULL || rsp == NULL || c->raw)
 		return -EINVAL;
 	assert(c->magic == TC_MAGIC);
 	memset(rsp, 0, offsetof(struct turn_response, msg));
@@ -209,7 +209,7 @@ int turn_client_recv_raw(struct turn_client *c, void *buf, size_t cap, size_t *l
 	size_t n;
 	int rc;
 
-	if (c == NULL || buf == NULL || len == NULL)
+	if (c == NULL || buf == NULL || len == NULL || c->raw)
 		return -EINVAL;
 	if (tc_queue_pop(c, &p)) {
 		rc = p.len <= cap ? 0 : -EMSGSIZE;

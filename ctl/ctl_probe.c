@@ -1,4 +1,4 @@
-/* turngatectl probe: allocate, permit, relay a round trip against a live server, timing each step. */
+/* turngatectl probe: allocate, permit (or Connect, RFC 6062), relay a round trip, timing each step. */
 #include "config.h"
 
 #include "ctl/ctl.h"
@@ -22,6 +22,8 @@ struct probe {
 	struct sockaddr_storage server;
 	enum turn_client_transport transport;
 	const char *user, *pass, *secret, *peer;
+	const char *tcp_peer;	/* RFC 6062: the TCP echo to Connect to, NULL = none */
+	int data_port;		/* its data connection's TURN-TCP port, 0 = the server's */
 	char sni[256];		/* TLS/DTLS server name: --sni, else the URI's host name */
 	char rest_user[96], rest_pass[STUN_REST_PASSWORD_LEN + 1];
 	int timeout_ms;
@@ -284,10 +286,69 @@ out:
 	return rc;
 }
 
+/* Sends payload on the data connection and waits for the same bytes back. */
+static int echo_tcp(struct turn_client *d, const char *payload, int timeout_ms)
+{
+	char buf[256];
+	size_t want = strlen(payload), have = 0, n = 0;
+	double deadline = now_ms() + timeout_ms;
+	int rc = turn_client_data_send(d, payload, want);
+
+	/* Bounded by the deadline; every round gets bytes or ends the loop. */
+	while (rc == 0 && have < want) {
+		double left = deadline - now_ms();
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		rc = turn_client_data_recv(d, buf + have, sizeof(buf) - have, &n, (int)left + 1);
+		if (rc == 0 && n == 0)
+			rc = -ENODATA;	/* the peer closed before echoing */
+		have += n;
+	}
+	if (rc == 0 && memcmp(buf, payload, want) != 0)
+		rc = -EBADMSG;
+	return rc;
+}
+
+/* RFC 6062 through the TCP echo at --tcp-peer: Connect, a data connection bound to the
+ * CONNECTION-ID over TURN-TCP (the server's address, or --data-port), bytes both ways. */
+static void tcp_relay(struct probe *p, struct turn_client *c)
+{
+	struct sockaddr_storage peer, srv = p->server;
+	struct turn_client_opts dopts = { .transport = TURN_CLIENT_TCP,
+					  .server = (struct sockaddr *)&srv };
+	struct turn_client *d = NULL;
+	char detail[160], where[64];
+	uint32_t cid = 0;
+	double t0 = now_ms();
+	int rc = peer_addr(p->tcp_peer, &peer);
+
+	if (rc == 0)
+		rc = turn_client_connect(c, (struct sockaddr *)&peer, &cid);
+	snprintf(detail, sizeof(detail), "%s connection-id 0x%08x", p->tcp_peer, cid);
+	if (step(p, "tcp-connect", t0, rc, c, detail) < 0)
+		return;
+	t0 = now_ms();
+	if (p->data_port != 0 && srv.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&srv)->sin6_port = htons((uint16_t)p->data_port);
+	else if (p->data_port != 0)
+		((struct sockaddr_in *)&srv)->sin_port = htons((uint16_t)p->data_port);
+	rc = turn_client_connection_bind(c, cid, &dopts, &d);
+	addr_str(&srv, where, sizeof(where));
+	snprintf(detail, sizeof(detail), "data connection tcp %s", where);
+	if (step(p, "connection-bind", t0, rc, c, detail) < 0)
+		return;
+	t0 = now_ms();
+	rc = echo_tcp(d, "turngate probe", p->timeout_ms);
+	step(p, "round trip", t0, rc, NULL, "through the TCP peer echo");
+	turn_client_destroy(d);
+}
+
 static void run_probe(struct probe *p)
 {
 	struct turn_client *c = NULL;
 	struct turn_alloc_result ra;
+	struct turn_alloc_opts ao = { .transport = p->tcp_peer != NULL ? STUN_TRANSPORT_TCP : 0 };
 	struct sockaddr_storage peer;
 	char detail[384];	/* room for the TLS summary: version, ALPN, CN */
 	double t0 = now_ms();
@@ -304,11 +365,15 @@ static void run_probe(struct probe *p)
 		goto out;
 	t0 = now_ms();
 	memset(&ra, 0, sizeof(ra));
-	rc = turn_client_allocate(c, NULL, &ra);
+	rc = turn_client_allocate(c, &ao, &ra);
 	addr_str(&ra.relayed, detail, sizeof(detail));
+	if (p->tcp_peer != NULL)
+		snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail), " tcp");
 	if (step(p, "allocate", t0, rc, c, rc == 0 ? detail : NULL) < 0)
 		goto out;
-	if (p->peer == NULL) {
+	if (p->tcp_peer != NULL) {
+		tcp_relay(p, c);
+	} else if (p->peer == NULL) {
 		roundtrip_second(p, c, &ra);
 	} else {
 		t0 = now_ms();
@@ -357,6 +422,31 @@ int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res)
 	return p.failed ? 1 : 0;
 }
 
+/* --tcp-peer and --data-port against the transport; says what is wrong on stderr. */
+static int check_tcp_args(const struct probe *p)
+{
+	struct sockaddr_storage ss;
+	const char *why = NULL;
+
+	if (p->tcp_peer == NULL)
+		why = p->data_port != 0 ? "--data-port goes with --tcp-peer" : NULL;
+	else if (p->peer != NULL)
+		why = "--peer (UDP echo) and --tcp-peer (TCP echo) exclude each other";
+	else if (peer_addr(p->tcp_peer, &ss) < 0)
+		why = "bad --tcp-peer (expected IP:PORT or [IPv6]:PORT)";
+	else if (p->transport != TURN_CLIENT_TCP && p->transport != TURN_CLIENT_TLS)
+		why = "--tcp-peer needs a TCP or TLS control connection "
+		      "(turn:HOST?transport=tcp or turns:HOST)";
+	else if (p->data_port < 0 || p->data_port > 65535)
+		why = "bad --data-port";
+	else if (p->transport == TURN_CLIENT_TLS && p->data_port == 0)
+		why = "over TLS --tcp-peer needs --data-port PORT: turngate takes ConnectionBind "
+		      "over TURN-TCP only (a TURN-TCP listener's port on the same host)";
+	if (why != NULL)
+		fprintf(stderr, "turngatectl: probe: %s\n", why);
+	return why != NULL ? -EINVAL : 0;
+}
+
 int ctl_probe_main(int argc, char **argv)
 {
 	struct probe p;
@@ -380,6 +470,10 @@ int ctl_probe_main(int argc, char **argv)
 			rest_name = argv[++i];
 		else if (strcmp(argv[i], "--peer") == 0 && has)
 			p.peer = argv[++i];
+		else if (strcmp(argv[i], "--tcp-peer") == 0 && has)
+			p.tcp_peer = argv[++i];
+		else if (strcmp(argv[i], "--data-port") == 0 && has)
+			p.data_port = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--timeout") == 0 && has)
 			p.timeout_ms = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--transport") == 0 && has)
@@ -409,6 +503,8 @@ int ctl_probe_main(int argc, char **argv)
 			transport);
 		return CTL_EXIT_USAGE;
 	}
+	if (check_tcp_args(&p) < 0)
+		return CTL_EXIT_USAGE;
 	if (p.secret != NULL &&
 	    stun_rest_mint((const uint8_t *)p.secret, strlen(p.secret), rest_name,
 			   (uint64_t)time(NULL) + PROBE_TTL_S, p.rest_user, sizeof(p.rest_user),

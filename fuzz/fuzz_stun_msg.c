@@ -1,4 +1,4 @@
-/* libFuzzer target: STUN message parser, every getter, integrity/fingerprint checks, rebuild. */
+/* libFuzzer target: STUN parser, every getter, the size check, integrity/fingerprint, rebuild. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -66,6 +66,28 @@ static void exercise_getters(const struct stun_msg *m)
 		(void)stun_rest_expiry(s, n, &u64);
 }
 
+/* The size check the server runs before authentication (stun_msg_check_sizes): a failure
+ * names an attribute the message has; a pass means the fixed-size getters read theirs
+ * (CONNECTION-ID of Connect/ConnectionBind/ConnectionAttempt among them). */
+static void exercise_sizes(const struct stun_msg *m)
+{
+	uint16_t bad = 0;
+	uint32_t u32;
+	uint64_t u64;
+
+	if (stun_msg_check_sizes(m, &bad) != 0) {
+		if (!stun_msg_has(m, bad))
+			__builtin_trap();
+		return;
+	}
+	if ((stun_msg_has(m, STUN_ATTR_CONNECTION_ID) &&
+	     stun_msg_get_connection_id(m, &u32) != 0) ||
+	    (stun_msg_has(m, STUN_ATTR_LIFETIME) && stun_msg_get_lifetime(m, &u32) != 0) ||
+	    (stun_msg_has(m, STUN_ATTR_RESERVATION_TOKEN) &&
+	     stun_msg_get_reservation_token(m, &u64) != 0))
+		__builtin_trap();
+}
+
 /* Answers the message as a server would: an error response echoing its unknowns. */
 static void exercise_reply(const struct stun_msg *m)
 {
@@ -93,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (stun_msg_parse(&m, data, size) != 0)
 		return 0;
 	exercise_getters(&m);
+	exercise_sizes(&m);
 	(void)stun_msg_check_integrity(&m, key, sizeof(key) - 1);
 	(void)stun_msg_check_integrity_sha256(&m, key, sizeof(key) - 1);
 	(void)stun_msg_check_fingerprint(&m);

@@ -2,7 +2,9 @@
  * relay flow over each (certificate verified against the test's CA, SNI, ALPN), a DTLS
  * association that keeps relaying across a certificate rotation, and the measured cost of
  * a handshake and the memory of an established association (printed for docs/tls.md,
- * bounded loosely). 2 workers; TLS on the UDP listener's port number, DTLS on its own. */
+ * bounded loosely), and RFC 6062 over a TLS control connection (data connections on the
+ * TURN-TCP listener). 2 workers; TLS on the UDP listener's port number, DTLS and TURN-TCP on
+ * their own. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -16,12 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "client/turn_client.h"
+#include "stun/stun.h"
 #include "tests/integration/client_flow.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/harness_admin.h"
@@ -31,8 +36,8 @@
 struct fx {
 	struct harness h;
 	struct harness_echo echo, echo6;
-	uint16_t port, dtls_port;
-	struct sockaddr_storage srv, dsrv;
+	uint16_t port, dtls_port, tcp_port;
+	struct sockaddr_storage srv, dsrv, tsrv;
 	char crt[256], key[256], ca[256];
 	char yaml[4096];
 };
@@ -70,6 +75,10 @@ static int setup(void **state)
 		return -1;
 	g.port = harness_free_port();
 	g.dtls_port = harness_free_port();
+	/* Free ports are drawn independently: the TURN-TCP one must not be the TLS one. */
+	for (int i = 0; i < 8 && (g.tcp_port == 0 || g.tcp_port == g.port); i++)
+		g.tcp_port = harness_free_port();
+	harness_addr("127.0.0.4", g.tcp_port, &g.tsrv);
 	harness_addr("127.0.0.4", g.port, &g.srv);
 	harness_addr("127.0.0.4", g.dtls_port, &g.dsrv);
 	snprintf(g.yaml, sizeof(g.yaml),
@@ -106,11 +115,17 @@ static int setup(void **state)
 		 "    cert_file: %s\n"
 		 "    key_file: %s\n"
 		 "    routes: [peers]\n"
+		 "  - name: tcp\n"
+		 "    protocol: TURN-TCP\n"
+		 "    address: 127.0.0.4\n"
+		 "    port: %u\n"
+		 "    routes: [peers]\n"
 		 "clusters:\n"
 		 "  - name: peers\n"
 		 "    type: STATIC\n"
 		 "    endpoints: [\"127.0.0.1\", \"::1\"]\n",
-		 g.h.sock, lo, lo + 999, g.port, g.port, g.crt, g.key, g.dtls_port, g.crt, g.key);
+		 g.h.sock, lo, lo + 999, g.port, g.port, g.crt, g.key, g.dtls_port, g.crt, g.key,
+		 g.tcp_port);
 	return harness_launch(&g.h, g.yaml, 2, sa(&g.srv));
 }
 
@@ -177,6 +192,65 @@ static void test_dtls_flow(void **state)
 {
 	(void)state;
 	relay_flow(TURN_CLIENT_DTLS, "DTLSv1.2");
+}
+
+/* Reads exactly n bytes from a data connection within 5 s. */
+static void data_read(struct turn_client *d, char *buf, size_t n)
+{
+	size_t have = 0, got = 0;
+
+	while (have < n) {
+		assert_int_equal(turn_client_data_recv(d, buf + have, n - have, &got, 5000), 0);
+		assert_true(got > 0);
+		have += got;
+	}
+}
+
+/* RFC 6062 through the library over a TLS control connection: Allocate TCP, Connect to a
+ * listening TCP peer, a ConnectionBind over TLS refused with 400 (turngate binds data
+ * connections over TURN-TCP only), the same CONNECTION-ID bound over TURN-TCP, bytes both
+ * ways, and the peer's FIN read as the end of the data connection. */
+static void test_tcp_relay(void **state)
+{
+	struct turn_client *c = mk(TURN_CLIENT_TLS), *d = NULL;
+	struct turn_client_opts tls = { .transport = TURN_CLIENT_TLS,
+					.sni = "turn.tls.test",
+					.ca_file = g.ca };
+	struct turn_client_opts tcp = { .transport = TURN_CLIENT_TCP, .server = sa(&g.tsrv) };
+	struct turn_alloc_opts ao = { .transport = STUN_TRANSPORT_TCP };
+	struct timeval tv = { .tv_sec = 5 };
+	struct sockaddr_storage peer;
+	socklen_t pl = sizeof(peer);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), pfd;
+	uint32_t cid = 0;
+	char buf[16];
+	size_t len = 1;
+
+	(void)state;
+	harness_addr("127.0.0.1", 0, &peer);
+	assert_int_equal(bind(lfd, sa(&peer), sizeof(struct sockaddr_in)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, sa(&peer), &pl), 0);
+	assert_int_equal(turn_client_allocate(c, &ao, NULL), 0);
+	assert_int_equal(turn_client_connect(c, sa(&peer), &cid), 0);
+	assert_int_equal(turn_client_connection_bind(c, cid, &tls, &d), -EPROTO);
+	assert_int_equal(turn_client_last_error(c, NULL), 400);
+	assert_int_equal(turn_client_connection_bind(c, cid, &tcp, &d), 0);
+	pfd = accept(lfd, NULL, NULL);	/* connected already: in the backlog */
+	assert_true(pfd >= 0);
+	assert_int_equal(setsockopt(pfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	assert_int_equal(turn_client_data_send(d, "ping", 4), 0);
+	assert_int_equal(recv(pfd, buf, 4, MSG_WAITALL), 4);
+	assert_memory_equal(buf, "ping", 4);
+	assert_int_equal(send(pfd, "pong", 4, 0), 4);
+	data_read(d, buf, 4);
+	assert_memory_equal(buf, "pong", 4);
+	close(pfd);
+	assert_int_equal(turn_client_data_recv(d, buf, sizeof(buf), &len, 5000), 0);
+	assert_int_equal(len, 0);
+	turn_client_destroy(d);
+	turn_client_destroy(c);
+	close(lfd);
 }
 
 /* The certificate is verified against the test's CA: a client trusting another CA fails
@@ -412,10 +486,10 @@ static void test_crash_releases(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tls_flow),       cmocka_unit_test(test_dtls_flow),
-		cmocka_unit_test(test_verify),         cmocka_unit_test(test_cost_tls),
-		cmocka_unit_test(test_cost_dtls),      cmocka_unit_test(test_rotation),
-		cmocka_unit_test(test_crash_releases),
+		cmocka_unit_test(test_tls_flow),  cmocka_unit_test(test_dtls_flow),
+		cmocka_unit_test(test_verify),    cmocka_unit_test(test_cost_tls),
+		cmocka_unit_test(test_cost_dtls), cmocka_unit_test(test_rotation),
+		cmocka_unit_test(test_tcp_relay), cmocka_unit_test(test_crash_releases),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
