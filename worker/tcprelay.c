@@ -25,9 +25,8 @@ enum wk_tpeer_state {
 	WK_TP_BOUND,		/* relaying between fd[0] (peer) and fd[1] (client) */
 };
 
-/* Side 0 is the peer, side 1 the client's data connection. buf[i] holds what was read
- * from fd[i] and not yet written to fd[1 - i]; eof[i]: fd[i] sent its FIN (then, once
- * buf[i] is written, fd[1 - i] gets shutdown(SHUT_WR)). */
+/* fd is the peer connection until the bind; bound, the pipe joins side 0 (the peer, fd)
+ * and side 1 (the client's data connection) with bufs as its two buffers. */
 struct wk_tpeer {
 	uint32_t magic;
 	struct worker *w;
@@ -40,13 +39,11 @@ struct wk_tpeer {
 	/* the Connect request, answered when the connect ends */
 	uint8_t tid[STUN_TID_LEN];
 	bool sha256, fingerprint;
-	int fd[2];
-	ev_io rio[2], wio[2];
+	int fd;
+	size_t cap;			/* bytes per buffer: the snapshot's tcp_buffer at creation */
+	ev_io cio;			/* connecting: the connect's completion */
 	ev_timer tmo;
-	bool eof[2], shut[2];
-	size_t len[2], off[2];
-	size_t cap;      /* bytes per buffer: the snapshot's tcp_buffer at creation */
-	uint8_t *buf[2]; /* both in the allocation of the struct */
+	struct wk_pipe pipe;		/* bound */
 	uint8_t bufs[];
 };
 
@@ -94,25 +91,23 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 	if (tp->st == WK_TP_CONNECTING)
 		w->n_tconnecting--;
 	ev_timer_stop(w->loop, &tp->tmo);
-	for (int i = 0; i < 2; i++) {
-		if (tp->fd[i] < 0)
-			continue;
-		ev_io_stop(w->loop, &tp->rio[i]);
-		ev_io_stop(w->loop, &tp->wio[i]);
+	if (tp->st == WK_TP_BOUND && tp->pipe.w) {
+		wk_pipe_close(&tp->pipe, abort_conn);
+	} else if (tp->fd >= 0) {
+		ev_io_stop(w->loop, &tp->cio);
 		if (abort_conn) {
 			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 
-			setsockopt(tp->fd[i], SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			setsockopt(tp->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		}
-		close(tp->fd[i]);
+		close(tp->fd);
 	}
 	tp->magic = 0;
 	free(tp);
 }
 
 static void wk_tpeer_answer(struct worker *w, struct wk_tpeer *tp, int code);
-static void wk_tpeer_rcb(struct ev_loop *loop, ev_io *io, int revents);
-static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents);
+static void wk_tpeer_ccb(struct ev_loop *loop, ev_io *io, int revents);
 static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents);
 
 void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a)
@@ -185,90 +180,38 @@ static void wk_tpeer_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	wk_tpeer_free(w, tp, true);
 }
 
-/* Writes buf[1 - j] to fd[j]. Returns false when tp was freed (a reset). */
-static bool wk_tpeer_flush(struct worker *w, struct wk_tpeer *tp, int j)
+static struct wk_tpeer *wk_tpeer_of_pipe(struct wk_pipe *p)
 {
-	int i = 1 - j;
-
-	while (tp->off[i] < tp->len[i]) {
-		ssize_t n = send(tp->fd[j], tp->buf[i] + tp->off[i], tp->len[i] - tp->off[i],
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-			break;
-		if (n < 0) {
-			wk_tpeer_free(w, tp, true);	/* reset: the other side gets one too */
-			return false;
-		}
-		tp->off[i] += (size_t)n;
-		shm_ctr_add(w->ctr, j == 1 ? SHM_CTR_CLIENT_BYTES_OUT : SHM_CTR_PEER_BYTES_OUT,
-			    (uint64_t)n);
-		shm_alloc_ctr_add(tp->a->rec,
-				  j == 1 ? SHM_ACTR_BYTES_FROM_PEER : SHM_ACTR_BYTES_TO_PEER,
-				  (uint64_t)n);
-	}
-	if (tp->off[i] == tp->len[i]) {
-		tp->off[i] = tp->len[i] = 0;
-		ev_io_stop(w->loop, &tp->wio[j]);
-		if (tp->eof[i] && !tp->shut[j]) {
-			shutdown(tp->fd[j], SHUT_WR);	/* half-close propagated */
-			tp->shut[j] = true;
-		}
-	} else {
-		ev_io_start(w->loop, &tp->wio[j]);
-	}
-	/* Room again: resume reading the side that filled it (flow control). */
-	if (!tp->eof[i] && tp->len[i] < tp->cap)
-		ev_io_start(w->loop, &tp->rio[i]);
-	if (tp->shut[0] && tp->shut[1]) {
-		wk_tpeer_free(w, tp, false);	/* both directions done */
-		return false;
-	}
-	return true;
+	return wk_tpeer_checked((struct wk_tpeer *)((char *)p - offsetof(struct wk_tpeer, pipe)));
 }
 
-/* Reads fd[i] into buf[i] while there is room, then writes it on. */
-static void wk_tpeer_pump(struct worker *w, struct wk_tpeer *tp, int i)
+/* Bytes through a bound pair: side 0 the peer, side 1 the client. */
+static void wk_tpeer_moved(struct wk_pipe *p, int side, bool write, size_t n)
 {
-	for (int k = 0; k < 16; k++) {
-		ssize_t n;
+	struct wk_tpeer *tp = wk_tpeer_of_pipe(p);
+	struct worker *w = tp->w;
 
-		if (tp->off[i] && tp->off[i] == tp->len[i])
-			tp->off[i] = tp->len[i] = 0;
-		if (tp->len[i] == tp->cap) {
-			ev_io_stop(w->loop, &tp->rio[i]);	/* the other side is slow */
-			break;
-		}
-		n = recv(tp->fd[i], tp->buf[i] + tp->len[i], tp->cap - tp->len[i], MSG_DONTWAIT);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-			break;
-		if (n < 0) {
-			wk_tpeer_free(w, tp, true);
-			return;
-		}
-		if (n == 0) {
-			tp->eof[i] = true;
-			ev_io_stop(w->loop, &tp->rio[i]);
-			break;
-		}
-		tp->len[i] += (size_t)n;
-		shm_ctr_add(w->ctr, i == 0 ? SHM_CTR_PEER_BYTES_IN : SHM_CTR_CLIENT_BYTES_IN,
-			    (uint64_t)n);
+	if (!write) {
+		shm_ctr_add(w->ctr, side == 0 ? SHM_CTR_PEER_BYTES_IN : SHM_CTR_CLIENT_BYTES_IN, n);
+		return;
 	}
-	wk_tpeer_flush(w, tp, 1 - i);
+	shm_ctr_add(w->ctr, side == 1 ? SHM_CTR_CLIENT_BYTES_OUT : SHM_CTR_PEER_BYTES_OUT, n);
+	shm_alloc_ctr_add(tp->a->rec, side == 1 ? SHM_ACTR_BYTES_FROM_PEER : SHM_ACTR_BYTES_TO_PEER,
+			  n);
 }
 
-static void wk_tpeer_rcb(struct ev_loop *loop, ev_io *io, int revents)
+static void wk_tpeer_done(struct wk_pipe *p, bool reset)
 {
-	struct wk_tpeer *tp = wk_tpeer_checked(io->data);
+	struct wk_tpeer *tp = wk_tpeer_of_pipe(p);
 
-	(void)loop;
-	(void)revents;
-	wk_tpeer_pump(wk_checked(tp->w), tp, io == &tp->rio[0] ? 0 : 1);
+	wk_tpeer_free(tp->w, tp, reset);
 }
 
-/* Writable: the connect finished (connecting) or buffered bytes can go on. */
-static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
+static const struct wk_pipe_ops wk_tpeer_ops = { .moved = wk_tpeer_moved,
+						 .done = wk_tpeer_done };
+
+/* Writable while connecting: the connect finished. */
+static void wk_tpeer_ccb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_tpeer *tp = wk_tpeer_checked(io->data);
 	struct worker *w = wk_checked(tp->w);
@@ -277,11 +220,7 @@ static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (tp->st != WK_TP_CONNECTING) {
-		wk_tpeer_flush(w, tp, io == &tp->wio[0] ? 0 : 1);
-		return;
-	}
-	if (getsockopt(tp->fd[0], SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+	if (getsockopt(tp->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
 		err = errno;
 	if (err) {
 		log_debug("turn", "allocation %u: Connect failed: %s", tp->a->rec_idx,
@@ -291,7 +230,7 @@ static void wk_tpeer_wcb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_tpeer_free(w, tp, false);
 		return;
 	}
-	ev_io_stop(w->loop, &tp->wio[0]);
+	ev_io_stop(w->loop, &tp->cio);
 	tp->st = WK_TP_WAIT_BIND;
 	w->n_tconnecting--;
 	ev_timer_stop(w->loop, &tp->tmo);
@@ -361,20 +300,14 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		return NULL;
 	tp->magic = WK_TPEER_MAGIC;
 	tp->cap = cap;
-	tp->buf[0] = tp->bufs;
-	tp->buf[1] = tp->bufs + cap;
 	tp->w = w;
 	tp->a = a;
 	tp->id = id;
-	tp->fd[0] = fd;
-	tp->fd[1] = -1;
+	tp->fd = fd;
 	tp->st = st;
 	memcpy(&tp->peer, peer, wk_addr_len(peer));
-	for (int i = 0; i < 2; i++) {
-		ev_io_init(&tp->rio[i], wk_tpeer_rcb, i == 0 ? fd : 0, EV_READ);
-		ev_io_init(&tp->wio[i], wk_tpeer_wcb, i == 0 ? fd : 0, EV_WRITE);
-		tp->rio[i].data = tp->wio[i].data = tp;
-	}
+	ev_io_init(&tp->cio, wk_tpeer_ccb, fd, EV_WRITE);
+	tp->cio.data = tp;
 	ev_timer_init(&tp->tmo, wk_tpeer_tmo_cb,
 		      st == WK_TP_CONNECTING ? w->hot.tcp_connect_timeout : WK_TCPR_BIND_TIMEOUT_S,
 		      0.0);
@@ -436,7 +369,7 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 	memcpy(tp->tid, req->tid, STUN_TID_LEN);
 	tp->sha256 = sha256;
 	tp->fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT);
-	ev_io_start(w->loop, &tp->wio[0]);
+	ev_io_start(w->loop, &tp->cio);
 	return 0;
 }
 
@@ -543,18 +476,12 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 		return;
 	}
 	ev_timer_stop(w->loop, &tp->tmo);
-	tp->fd[1] = fd;
-	ev_io_set(&tp->rio[1], fd, EV_READ);
-	ev_io_set(&tp->wio[1], fd, EV_WRITE);
-	if (pre_len)
-		memcpy(tp->buf[1], pre, pre_len);
-	tp->len[1] = pre_len;
-	if (out_len)
-		memcpy(tp->buf[0], out, out_len);	/* the ConnectionBind response goes first */
-	tp->len[0] = out_len;
+	/* The bytes the client sent after its ConnectionBind go to the peer; the response
+	 * (out) goes first to the client. */
+	wk_pipe_init(&tp->pipe, w, &wk_tpeer_ops, tp->bufs, tp->cap);
+	wk_pipe_side(&tp->pipe, 0, tp->fd, NULL, out, out_len);
+	wk_pipe_side(&tp->pipe, 1, fd, NULL, pre, pre_len);
+	tp->fd = -1;
 	log_debug("turn", "allocation %u: connection %08x bound", tp->a->rec_idx, tp->id);
-	ev_io_start(w->loop, &tp->rio[0]);
-	ev_io_start(w->loop, &tp->rio[1]);
-	if (wk_tpeer_flush(w, tp, 1) && tp->len[1])
-		wk_tpeer_flush(w, tp, 0);
+	wk_pipe_start(&tp->pipe);
 }

@@ -61,6 +61,30 @@
 #define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
 struct worker;
 struct wk_tpeer;
+struct wk_tlsb;
+struct wk_pipe;
+
+/* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
+ * 6062 peer connection and its client data connection; a TLS bridge). */
+struct wk_pipe_ops {
+	/* n bytes were read from (write: written to) side. May be NULL. */
+	void (*moved)(struct wk_pipe *p, int side, bool write, size_t n);
+	/* The pipe is over: both directions ended (reset false), or a side failed (reset
+	 * true: the caller closes both with a RST). Must close the pipe (wk_pipe_close) and
+	 * may free what holds it: p is not touched after. */
+	void (*done)(struct wk_pipe *p, bool reset);
+};
+
+struct wk_pipe {
+	struct worker *w;		/* NULL until wk_pipe_init */
+	const struct wk_pipe_ops *ops;
+	int fd[2];
+	SSL *ssl[2];			/* TLS side: read and written through it; owned */
+	ev_io rio[2], wio[2];
+	bool eof[2], shut[2];		/* eof[i]: side i ended; shut[j]: side j shut down */
+	size_t len[2], off[2], cap;	/* buf[i]: read from side i, for side 1 - i */
+	uint8_t *buf[2];
+};
 struct wk_cred;
 struct wk_alloc;
 
@@ -256,6 +280,7 @@ struct worker {
 	size_t n_allocs;
 	struct wk_resv *resvs;
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
+	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
 	unsigned n_tconnecting;		/* Connects in progress */
 	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
 	/* TLS/DTLS */
@@ -369,6 +394,23 @@ void wk_tcp_resume(struct worker *w);
 /* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
  * a send error; what is queued is counted as sent (wk_client_sent). */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
+
+/* ---- pipe.c ---- */
+/* An idle pipe of two cap-byte buffers (bufs: 2 * cap bytes, the caller's). */
+void wk_pipe_init(struct wk_pipe *p, struct worker *w, const struct wk_pipe_ops *ops,
+		  uint8_t *bufs, size_t cap);
+/* Side i is fd (ssl: a TLS session over it, or NULL), both owned by the pipe from now;
+ * pre: len bytes (<= cap) already read from it, to be written to the other side. */
+void wk_pipe_side(struct wk_pipe *p, int i, int fd, SSL *ssl, const uint8_t *pre, size_t len);
+/* Starts relaying (ops->done may run before it returns). */
+void wk_pipe_start(struct wk_pipe *p);
+/* Stops watching and closes both sides (abort: with a RST), TLS sessions freed. */
+void wk_pipe_close(struct wk_pipe *p, bool abort_conn);
+/* A data connection that came over TURN-TLS (fd, its session ssl; out: the plaintext
+ * still owed to the client): bridged to one end of a new socket pair. Returns the other
+ * end (plain, for the relay or a handover), or -1 (fd and ssl are then the caller's). */
+int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t out_len);
+void wk_tlsb_close_all(struct worker *w);
 
 /* ---- tcprelay.c (RFC 6062) ---- */
 /* Connect: a is a TCP allocation, peer passed its checks; starts a non-blocking connect

@@ -555,6 +555,7 @@ static void wk_leave_table(struct worker *w)
 static void wk_teardown(struct worker *w)
 {
 	wk_leave_table(w);
+	wk_tlsb_close_all(w);
 	/* Close all before freeing any: closing a connection looks at every listener. */
 	for (size_t i = 0; i < w->n_ls; i++)
 		wk_listener_close(w, w->ls[i]);
