@@ -184,9 +184,8 @@ int turn_client_connect(struct turn_client *c, const struct sockaddr *peer,
  * address. Of o only transport (TURN_CLIENT_TCP or TURN_CLIENT_TLS, else -EINVAL),
  * server (NULL = c's), local and the TLS fields (sni, no_alpn, ca_file) are used;
  * credentials, SOFTWARE, FINGERPRINT and the timeout are c's. RFC 6062 puts the data
- * connection on the control connection's address and transport; turngate takes
- * ConnectionBind over TURN-TCP only (over TLS: 400), so a TLS control connection binds
- * its data connections on a TURN-TCP listener. -EPROTO with turn_client_last_error(c):
+ * connection on the control connection's address and transport (turngate takes it over
+ * TURN-TCP and TURN-TLS alike). -EPROTO with turn_client_last_error(c):
  * 400 (unknown, expired, already bound or another user's CONNECTION-ID), 401. */
 int turn_client_connection_bind(struct turn_client *c, uint32_t connection_id,
 				const struct turn_client_opts *o, struct turn_client **data);

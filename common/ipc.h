@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #define IPC_PAYLOAD_MAX 4096u
 /* Longest listener name or log spec carried in a string payload. */
@@ -87,13 +88,18 @@ struct ipc_drain {
  * peer connection of an allocation that another worker owns (the CONNECTION-ID's low
  * byte is the owner's slot): its socket travels with the frame, and data holds the bytes
  * read from it so far (the ConnectionBind first), which the owner handles as if it had
- * read them itself. The listener is named so the owner serves it as its own. */
+ * read them itself. The listener is named so the owner serves it as its own. A data
+ * connection that came over TURN-TLS stays in the worker that holds its TLS session: what
+ * travels (tls 1) is the plain end of a socket pair bridged to it, with the client's
+ * address. */
 #define IPC_HANDOFF_DATA_MAX 2048u
 struct ipc_handoff {
 	uint32_t slot;				/* the owner's slot */
 	uint32_t len;				/* bytes of data, <= IPC_HANDOFF_DATA_MAX */
 	char listener[IPC_NAME_MAX + 1];	/* NUL-terminated, not empty */
 	uint8_t data[IPC_HANDOFF_DATA_MAX];
+	uint32_t tls;                   /* 1: a TLS bridge's plain end (below) */
+	struct sockaddr_storage client; /* tls 1: the client's address */
 };
 
 enum ipc_disconnect_by {

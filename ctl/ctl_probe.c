@@ -311,12 +311,17 @@ static int echo_tcp(struct turn_client *d, const char *payload, int timeout_ms)
 }
 
 /* RFC 6062 through the TCP echo at --tcp-peer: Connect, a data connection bound to the
- * CONNECTION-ID over TURN-TCP (the server's address, or --data-port), bytes both ways. */
+ * CONNECTION-ID (over the control connection's transport to the server's address, or
+ * over TURN-TCP to --data-port), bytes both ways. */
 static void tcp_relay(struct probe *p, struct turn_client *c)
 {
 	struct sockaddr_storage peer, srv = p->server;
-	struct turn_client_opts dopts = { .transport = TURN_CLIENT_TCP,
-					  .server = (struct sockaddr *)&srv };
+	struct turn_client_opts dopts = {
+		.transport = p->data_port != 0 ? TURN_CLIENT_TCP : p->transport,
+		.server = (struct sockaddr *)&srv,
+		.timeout_ms = p->timeout_ms,
+		.sni = p->sni[0] != '\0' ? p->sni : NULL,
+	};
 	struct turn_client *d = NULL;
 	char detail[160], where[64];
 	uint32_t cid = 0;
@@ -335,7 +340,8 @@ static void tcp_relay(struct probe *p, struct turn_client *c)
 		((struct sockaddr_in *)&srv)->sin_port = htons((uint16_t)p->data_port);
 	rc = turn_client_connection_bind(c, cid, &dopts, &d);
 	addr_str(&srv, where, sizeof(where));
-	snprintf(detail, sizeof(detail), "data connection tcp %s", where);
+	snprintf(detail, sizeof(detail), "data connection %s %s",
+		 dopts.transport == TURN_CLIENT_TLS ? "tls" : "tcp", where);
 	if (step(p, "connection-bind", t0, rc, c, detail) < 0)
 		return;
 	t0 = now_ms();
@@ -439,9 +445,6 @@ static int check_tcp_args(const struct probe *p)
 		      "(turn:HOST?transport=tcp or turns:HOST)";
 	else if (p->data_port < 0 || p->data_port > 65535)
 		why = "bad --data-port";
-	else if (p->transport == TURN_CLIENT_TLS && p->data_port == 0)
-		why = "over TLS --tcp-peer needs --data-port PORT: turngate takes ConnectionBind "
-		      "over TURN-TCP only (a TURN-TCP listener's port on the same host)";
 	if (why != NULL)
 		fprintf(stderr, "turngatectl: probe: %s\n", why);
 	return why != NULL ? -EINVAL : 0;

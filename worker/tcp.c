@@ -211,36 +211,68 @@ static void wk_tconn_wcb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_tconn_close(w, c);
 }
 
+/* A TLS connection's plain stand-in: its session goes to a TLS bridge (pipe.c) with the
+ * plaintext still owed to the client (from out_from in the output buffer); c keeps no
+ * socket. Returns the bridge's plain end, or -1 (c unchanged). */
+static int wk_tconn_bridge(struct worker *w, struct wk_tconn *c, size_t out_from)
+{
+	int fd = wk_tlsb_new(w, c->fd, c->ssl, c->out + out_from, c->out_len - out_from);
+
+	if (fd >= 0) {
+		c->fd = -1;
+		c->ssl = NULL;
+		c->out_off = c->out_len = 0;
+	}
+	return fd;
+}
+
 /* After a successful ConnectionBind (RFC 6062 5.4) the connection stops being a TURN
  * connection: its socket, the bytes the client sent after the request and the response
- * not yet written go to the peer connection (tcprelay.c), and c is freed. */
+ * not yet written go to the peer connection (tcprelay.c), and c is freed. Over TLS the
+ * peer connection gets the plain end of the connection's TLS bridge, which writes the
+ * response. */
 static void wk_tconn_handover(struct worker *w, struct wk_tconn *c, size_t off)
 {
 	struct wk_tpeer *tp = c->bind_to;
-	int fd = c->fd;
+	int fd = c->ssl ? wk_tconn_bridge(w, c, c->out_off) : c->fd;
 
-	c->fd = -1;
-	wk_tcpr_attach(w, tp, fd, c->in + off, c->in_len - off, c->out + c->out_off,
-		       c->out_len - c->out_off);
+	if (!c->ssl)
+		c->fd = -1;
+	if (fd < 0)
+		wk_tcpr_drop(w, tp);
+	else
+		wk_tcpr_attach(w, tp, fd, c->in + off, c->in_len - off, c->out + c->out_off,
+			       c->out_len - c->out_off);
 	wk_tconn_close(w, c);
 }
 
 /* A ConnectionBind for another worker's CONNECTION-ID: the socket and the bytes from
  * that request on go to the owner through the master (IPC_TCP_HANDOFF), and c is freed
- * here (our copy of the descriptor closed). When that fails the client sees a close. */
+ * here (our copy of the descriptor closed). A TLS connection stays here, bridged (its
+ * session cannot move): the bridge's plain end goes instead. When that fails the client
+ * sees a close. */
 static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
 {
 	struct ipc_handoff *h = calloc(1, sizeof(*h));
 	size_t len = c->in_len - from;
 
 	if (h && len <= IPC_HANDOFF_DATA_MAX && strlen(c->l->name) <= IPC_NAME_MAX) {
+		bool tls = c->ssl != NULL;
+		int fd = tls ? wk_tconn_bridge(w, c, c->out_off) : c->fd;
+
 		h->slot = c->handoff_slot - 1;
 		h->len = (uint32_t)len;
 		memcpy(h->listener, c->l->name, strlen(c->l->name));
 		memcpy(h->data, c->in + from, len);
-		if (ipc_send(w->h->ctl_fd, IPC_TCP_HANDOFF, h, sizeof(*h), c->fd) < 0)
+		if (tls) {
+			h->tls = 1;
+			memcpy(&h->client, &c->peer, c->peer_len);
+		}
+		if (fd < 0 || ipc_send(w->h->ctl_fd, IPC_TCP_HANDOFF, h, sizeof(*h), fd) < 0)
 			log_debug("worker", "listener %s: TCP connection for slot %u dropped",
 				  c->l->name, h->slot);
+		if (tls && fd >= 0)
+			close(fd); /* our copy; the bridge keeps the TLS session */
 	}
 	free(h);
 	wk_tconn_close(w, c);
@@ -477,8 +509,9 @@ static bool wk_tcp_can_accept(const struct worker *w, const struct wk_listener *
 	return !l->secure || (l->tls_ctx && w->n_handshakes < WK_MAX_HANDSHAKES);
 }
 
-/* A connection for fd accepted on l (TLS: with its SSL object in accept state), or NULL. */
-static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
+/* A connection for fd accepted on l (TLS unless plain: with its SSL object in accept
+ * state), or NULL. */
+static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd, bool plain)
 {
 	struct wk_tconn *c = calloc(1, sizeof(*c));
 
@@ -486,7 +519,7 @@ static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
 		return NULL;
 	c->in = malloc(WK_TCP_IN_START);
 	c->in_cap = WK_TCP_IN_START;
-	if (c->in && l->secure) {
+	if (c->in && l->secure && !plain) {
 		c->ssl = SSL_new(l->tls_ctx);
 		if (c->ssl && SSL_set_fd(c->ssl, fd) == 1) {
 			SSL_set_accept_state(c->ssl);
@@ -495,7 +528,7 @@ static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd)
 			c->ssl = NULL;
 		}
 	}
-	if (!c->in || (l->secure && !c->ssl)) {
+	if (!c->in || (l->secure && !plain && !c->ssl)) {
 		free(c->in);
 		free(c);
 		ERR_clear_error();
@@ -534,7 +567,7 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		c = wk_tconn_new(l, fd);
+		c = wk_tconn_new(l, fd, false);
 		if (!c) {
 			close(fd);
 			continue;
@@ -546,22 +579,25 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 }
 
 void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
-		       size_t len)
+		       size_t len, const struct sockaddr *client)
 {
 	struct wk_listener *l = NULL;
 	struct wk_tconn *c;
 
+	/* A plain TCP listener's connection, or a TLS one's bridged plain end. */
 	for (size_t i = 0; i < w->n_ls && !l; i++)
-		if (w->ls[i]->active && w->ls[i]->proto == WORKER_PROTO_TCP && !w->ls[i]->secure &&
-		    strcmp(w->ls[i]->name, listener) == 0)
+		if (w->ls[i]->active && w->ls[i]->proto == WORKER_PROTO_TCP &&
+		    w->ls[i]->secure == (client != NULL) && strcmp(w->ls[i]->name, listener) == 0)
 			l = w->ls[i];
-	c = l && len <= WK_TCP_IN_START ? wk_tconn_new(l, fd) : NULL;
+	c = l && len <= WK_TCP_IN_START ? wk_tconn_new(l, fd, true) : NULL;
 	if (!c) {
 		close(fd);
 		return;
 	}
-	c->peer_len = sizeof(c->peer);
-	if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
+	c->peer_len = client ? wk_addr_len(client) : sizeof(c->peer);
+	if (client)
+		memcpy(&c->peer, client, c->peer_len);
+	else if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
 		free(c->in);
 		free(c);
 		close(fd);

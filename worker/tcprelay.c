@@ -454,6 +454,11 @@ struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, s
 	return tp;
 }
 
+void wk_tcpr_drop(struct worker *w, struct wk_tpeer *tp)
+{
+	wk_tpeer_free(w, wk_tpeer_checked(tp), true);
+}
+
 struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp)
 {
 	return wk_alloc_checked(tp->a);

@@ -715,7 +715,7 @@ static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const s
 	struct wk_alloc *a = NULL;
 	struct wk_ep nep = *ep;
 	uint32_t id = 0;
-	bool usable = ep->c && !ep->c->dgram && !ep->c->ssl && !ep->c->alloc && !ep->c->bind_to &&
+	bool usable = ep->c && !ep->c->dgram && !ep->c->alloc && !ep->c->bind_to &&
 		      stun_msg_get_connection_id(req, &id) == 0;
 
 	if (usable && wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {

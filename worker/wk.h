@@ -386,9 +386,11 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
 /* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF): served on the
  * listener of that name as if accepted here, data (the bytes read so far) handled first.
- * Takes fd (closed when there is no such plain TCP listener). */
+ * client: NULL for a plain TCP listener's connection, else the client's address of a
+ * TURN-TLS connection that fd is the bridged plain end of. Takes fd (closed when there is
+ * no such listener). */
 void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
-		       size_t len);
+		       size_t len, const struct sockaddr *client);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
 /* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
@@ -433,6 +435,8 @@ static inline unsigned wk_tcpr_slot(uint32_t id)
 }
 /* The allocation tp belongs to. */
 struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp);
+/* A claimed tp whose data connection could not be attached: reset and freed. */
+void wk_tcpr_drop(struct worker *w, struct wk_tpeer *tp);
 /* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
 void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
 /* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes

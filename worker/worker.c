@@ -465,7 +465,8 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 		struct ipc_handoff *h = malloc(sizeof(*h));
 
 		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot) {
-			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len);
+			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len,
+					  h->tls ? (const struct sockaddr *)&h->client : NULL);
 			fd = -1;
 		}
 		free(h);

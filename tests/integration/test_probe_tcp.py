@@ -1,7 +1,7 @@
 """turngatectl probe --tcp-peer (RFC 6062 through the project's client library, #24) against
 the real daemon: Allocate TCP, Connect, ConnectionBind on a data connection and a round trip
 through an echoing TCP peer, over a TURN-TCP control connection (1 and 2 workers) and
-over TURN-TLS (data connection on the TURN-TCP listener, --data-port); a peer outside the
+over TURN-TLS (data connection over TURN-TLS, or on the TURN-TCP listener with --data-port); a peer outside the
 routes fails the tcp-connect step with 403, exit status 1, and no SYN reaches it. Relay
 ports from relay_range() (the shared windows of test_tcp_relay.py). Every wait is bounded.
 """
@@ -101,8 +101,8 @@ def test_refused_peer(d):
 
 
 def test_tls_control(d):
-    """turns: control connection, data connection on the TURN-TCP listener (--data-port);
-    without --data-port the probe refuses to start (exit 2) and says why."""
+    """turns: control connection: the data connection over TURN-TLS to the same address by
+    default, on the TURN-TCP listener with --data-port."""
     from test_tls import make_cert, tls_config
     crt, key = make_cert(d, "turn.test")
     udp_port, tls_port, dtls_port, tcp_port = free_port(), free_port(), free_port(), free_port()
@@ -118,8 +118,9 @@ def test_tls_control(d):
         check(steps[0]["detail"].startswith("tls TLSv1."), "connect: %r" % (steps[0],))
         check(steps[3]["detail"] == "data connection tcp 127.0.0.1:%d" % tcp_port,
               "connection-bind: %r" % (steps[3],))
-        rc, out, err = probe(uri, "--tcp-peer", "127.0.0.1:%d" % peer.port)
-        check(rc == 2 and "--data-port" in err and not out, "rc %d: %r %r" % (rc, out, err))
+        steps = check_echo(uri, peer)
+        check(steps[3]["detail"] == "data connection tls 127.0.0.1:%d" % tls_port,
+              "connection-bind: %r" % (steps[3],))
     finally:
         peer.close()
         daemon.stop()

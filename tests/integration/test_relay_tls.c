@@ -206,37 +206,16 @@ static void data_read(struct turn_client *d, char *buf, size_t n)
 	}
 }
 
-/* RFC 6062 through the library over a TLS control connection: Allocate TCP, Connect to a
- * listening TCP peer, a ConnectionBind over TLS refused with 400 (turngate binds data
- * connections over TURN-TCP only), the same CONNECTION-ID bound over TURN-TCP, bytes both
- * ways, and the peer's FIN read as the end of the data connection. */
-static void test_tcp_relay(void **state)
+/* One peer connection through data connection d: ping to the peer accepted on lfd, pong
+ * back, then the peer's FIN read as the end (a TLS data connection ends with close_notify,
+ * which the library reports as -ECONNRESET). */
+static void tcp_pair_roundtrip(struct turn_client *d, int lfd, bool tls)
 {
-	struct turn_client *c = mk(TURN_CLIENT_TLS), *d = NULL;
-	struct turn_client_opts tls = { .transport = TURN_CLIENT_TLS,
-					.sni = "turn.tls.test",
-					.ca_file = g.ca };
-	struct turn_client_opts tcp = { .transport = TURN_CLIENT_TCP, .server = sa(&g.tsrv) };
-	struct turn_alloc_opts ao = { .transport = STUN_TRANSPORT_TCP };
 	struct timeval tv = { .tv_sec = 5 };
-	struct sockaddr_storage peer;
-	socklen_t pl = sizeof(peer);
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), pfd;
-	uint32_t cid = 0;
 	char buf[16];
 	size_t len = 1;
+	int pfd = accept(lfd, NULL, NULL); /* connected already: in the backlog */
 
-	(void)state;
-	harness_addr("127.0.0.1", 0, &peer);
-	assert_int_equal(bind(lfd, sa(&peer), sizeof(struct sockaddr_in)), 0);
-	assert_int_equal(listen(lfd, 4), 0);
-	assert_int_equal(getsockname(lfd, sa(&peer), &pl), 0);
-	assert_int_equal(turn_client_allocate(c, &ao, NULL), 0);
-	assert_int_equal(turn_client_connect(c, sa(&peer), &cid), 0);
-	assert_int_equal(turn_client_connection_bind(c, cid, &tls, &d), -EPROTO);
-	assert_int_equal(turn_client_last_error(c, NULL), 400);
-	assert_int_equal(turn_client_connection_bind(c, cid, &tcp, &d), 0);
-	pfd = accept(lfd, NULL, NULL);	/* connected already: in the backlog */
 	assert_true(pfd >= 0);
 	assert_int_equal(setsockopt(pfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
 	assert_int_equal(turn_client_data_send(d, "ping", 4), 0);
@@ -246,11 +225,58 @@ static void test_tcp_relay(void **state)
 	data_read(d, buf, 4);
 	assert_memory_equal(buf, "pong", 4);
 	close(pfd);
-	assert_int_equal(turn_client_data_recv(d, buf, sizeof(buf), &len, 5000), 0);
-	assert_int_equal(len, 0);
+	if (tls) {
+		assert_int_equal(turn_client_data_recv(d, buf, sizeof(buf), &len, 5000),
+				 -ECONNRESET);
+	} else {
+		assert_int_equal(turn_client_data_recv(d, buf, sizeof(buf), &len, 5000), 0);
+		assert_int_equal(len, 0);
+	}
+}
+
+/* RFC 6062 through the library over a TLS control connection: Allocate TCP, Connect to a
+ * listening TCP peer, the data connection bound over TURN-TLS (the server bridges its TLS
+ * session to the relay), bytes both ways and the peer's FIN; a second Connect's data
+ * connection bound over TURN-TCP the same way; a CONNECTION-ID bound once gets 400 the
+ * second time. */
+static void test_tcp_relay(void **state)
+{
+	struct turn_client *c = mk(TURN_CLIENT_TLS), *d = NULL, *e = NULL;
+	struct turn_client_opts tls = { .transport = TURN_CLIENT_TLS,
+					.sni = "turn.tls.test",
+					.ca_file = g.ca };
+	struct turn_client_opts tcp = { .transport = TURN_CLIENT_TCP, .server = sa(&g.tsrv) };
+	struct turn_alloc_opts ao = { .transport = STUN_TRANSPORT_TCP };
+	struct sockaddr_storage peer, peer2;
+	socklen_t pl = sizeof(peer), pl2 = sizeof(peer2);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int lfd2 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	uint32_t cid = 0, cid2 = 0;
+
+	(void)state;
+	harness_addr("127.0.0.1", 0, &peer);
+	harness_addr("127.0.0.1", 0, &peer2);
+	assert_int_equal(bind(lfd, sa(&peer), sizeof(struct sockaddr_in)), 0);
+	assert_int_equal(bind(lfd2, sa(&peer2), sizeof(struct sockaddr_in)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(listen(lfd2, 4), 0);
+	assert_int_equal(getsockname(lfd, sa(&peer), &pl), 0);
+	assert_int_equal(getsockname(lfd2, sa(&peer2), &pl2), 0);
+	assert_int_equal(turn_client_allocate(c, &ao, NULL), 0);
+	assert_int_equal(turn_client_connect(c, sa(&peer), &cid), 0);
+	assert_int_equal(turn_client_connection_bind(c, cid, &tls, &d), 0);
+	tcp_pair_roundtrip(d, lfd, true);
+	assert_int_equal(turn_client_connection_bind(c, cid, &tls, &e), -EPROTO);
+	assert_int_equal(turn_client_last_error(c, NULL), 400);
+	/* Another peer, bound over TURN-TCP. */
+	assert_int_equal(turn_client_connect(c, sa(&peer2), &cid2), 0);
+	assert_int_equal(turn_client_connection_bind(c, cid2, &tcp, &e), 0);
+	tcp_pair_roundtrip(e, lfd2, false);
+	turn_client_destroy(e);
 	turn_client_destroy(d);
 	turn_client_destroy(c);
 	close(lfd);
+	close(lfd2);
 }
 
 /* The certificate is verified against the test's CA: a client trusting another CA fails

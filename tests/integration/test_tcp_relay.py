@@ -9,7 +9,7 @@ and 447, unknown, reused and another user's CONNECTION-ID (400), UDP control All
 stays flat), 200 connections in parallel, and a peer reset that reaches the client. With 2
 workers a ConnectionBind that the kernel hands to the worker that does not own the
 allocation is passed to the owner through the master, so every bind succeeds. Also: a
-TURN-TLS control connection (data over TURN-TCP; ConnectionBind over TLS gets 400), a
+TURN-TLS control connection (data connections over TURN-TLS, bridged, and TURN-TCP), a
 reload that removes the peer's route (the connection is reset), kill -9 of the worker
 (connections die, the allocation is released), and the exact Connect counts and peer
 connection gauge on /metrics, a drain (Connect 403, bound connections go on), inbound
@@ -466,9 +466,11 @@ def test_reload_removes_route(d):
 
 
 def test_tls_control(d):
-    """Allocate TCP and Connect over a TURN-TLS control connection; the data connection
-    binds over TURN-TCP (a ConnectionBind over TLS gets 400: TLS data connections are not
-    implemented)."""
+    """Allocate TCP and Connect over a TURN-TLS control connection, 2 workers; data
+    connections bound over TURN-TLS (each worker bridges the TLS session it accepted to a
+    plain socket pair, so the kernel's choice of worker does not matter: 6 of them, each
+    echoing its own 64 KB) and over TURN-TCP; a half-close over TLS (close_notify) reaches
+    the peer, whose close comes back as close_notify."""
     from test_tls import make_cert, tls_config, tls_connect
     crt, key = make_cert(d, "turn.test")
     udp_port, tls_port, dtls_port, tcp_port = free_port(), free_port(), free_port(), free_port()
@@ -476,25 +478,44 @@ def test_tls_control(d):
     text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
                         "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
                         % tcp_port, 1)
-    peer = TcpPeer("127.0.0.1")
+    peers = [TcpPeer("127.0.0.1") for _ in range(7)]
     daemon = Daemon(d, text).start()
+    dcs = []
     try:
         ctl = TcpTurn(tcp_port)
         ctl.sock.close()
         ctl.sock = tls_connect(tls_port)
         ctl.allocate_tcp()
-        cid = ctl.connect("127.0.0.1", peer.port)
-        tls_dc = TcpTurn(tcp_port, creds=ctl.creds())
-        tls_dc.sock.close()
-        tls_dc.sock = tls_connect(tls_port)
-        check(tls_dc.connection_bind(cid) == 400, "ConnectionBind over TLS")
+        for peer in peers[:6]:
+            cid = ctl.connect("127.0.0.1", peer.port)
+            dc = TcpTurn(tcp_port, creds=ctl.creds())
+            dc.sock.close()
+            dc.sock = tls_connect(tls_port)
+            check(dc.connection_bind(cid) is None, "ConnectionBind over TLS")
+            dcs.append(dc)
+        for k, dc in enumerate(dcs):
+            payload, got = os.urandom(64 * 1024), b""
+            for off in range(0, len(payload), 16384):   # one SSL object: no two threads
+                dc.sock.sendall(payload[off:off + 16384])
+                got += dc.recv_exact(16384)
+            check(got == payload, "echo over TLS data connection %d" % k)
+        # Half-close over TLS: close_notify goes to the peer as a FIN; the echo peer
+        # closes, which comes back as close_notify (unwrap returns).
+        dcs[0].sock.settimeout(10)
+        dcs[0].sock = dcs[0].sock.unwrap()
+        check(dcs[0].sock.recv(1) == b"", "EOF after close_notify")
+        wait_for(lambda: len(peers[0].conns) == 1, "the peer's accept")
+        cid = ctl.connect("127.0.0.1", peers[6].port)
         dc = open_data(tcp_port, ctl.creds(), cid)
-        dc.sock.sendall(b"over tls control")
-        check(dc.recv_exact(16) == b"over tls control", "echo")
-        for c in (dc, tls_dc, ctl):
-            c.close()
+        dc.sock.sendall(b"tcp data, tls control")
+        check(dc.recv_exact(21) == b"tcp data, tls control", "echo over TURN-TCP")
+        dcs.append(dc)
+        ctl.close()
     finally:
-        peer.close()
+        for c in dcs:
+            c.close()
+        for p in peers:
+            p.close()
         daemon.stop()
 
 
