@@ -519,29 +519,6 @@ int tgo_totals(const struct tgo *t, struct tgo_count *out, uint64_t *entries)
 
 #else /* !HAVE_OFFLOAD: the fallback; tgo_open fails, the rest does nothing. */
 
-/* What the XDP program knows of the interfaces: their link addresses, and which take XDP
- * frames. Read once here: a veth whose peer turns GRO on later is not a redirect target
- * until the next open (the TC program behind relays for it meanwhile). */
-static int tgo_ifs_fill(struct tgo *t, char *why, size_t why_len)
-{
-	int fd = bpf_map__fd(t->skel->maps.tgo_ifs);
-
-	for (size_t i = 0; i < t->n_ifs; i++) {
-		struct tgo_if v;
-		uint32_t k = (uint32_t)t->ifs[i].ifindex;
-
-		memset(&v, 0, sizeof(v));
-		memcpy(v.mac, t->ifs[i].mac, sizeof(v.mac));
-		v.xmit = tgo_iface_xmit(t->ifs[i].ifindex);
-		if (bpf_map_update_elem(fd, &k, &v, BPF_ANY) < 0) {
-			snprintf(why, why_len, "%s: cannot enter the interface: %s", t->ifs[i].name,
-				 strerror(errno));
-			return -errno;
-		}
-	}
-	return 0;
-}
-
 int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_len)
 {
 	(void)o;

@@ -297,6 +297,21 @@ static __always_inline __u32 csum_padding(const __u8 pad[3], __u32 npad, __u32 f
 	return (s & 0xffff) + (s >> 16);	/* at most 0xffff */
 }
 
+/* Where a client -> peer datagram's padding starts (from the UDP header) and how many
+ * bytes it has (0..3, bounded for the verifier). -1: more than ChannelData allows. */
+static __always_inline int pad_span(const struct tgo_pkt *p, __u32 *first, __u32 *npad)
+{
+	__u32 n;
+
+	*first = TGO_UDP_HLEN + TGO_CHAN_HDR + p->chlen;
+	n = p->ulen - *first;
+	if (n > TGO_CHAN_MAX_PAD)
+		return -1;
+	barrier_var(n);
+	*npad = n & 3;
+	return 0;
+}
+
 /* ---- Shared by TC and XDP ---------------------------------------------------------- */
 
 /* Parses the IP and UDP headers of a frame (Ethernet framing) whose first bytes lie at
@@ -515,24 +530,20 @@ static __always_inline int tc_write_headers(struct __sk_buff *skb, const struct 
 static __always_inline int tc_padding_sum(struct __sk_buff *skb, const struct tgo_pkt *p,
 					  __u32 *sum)
 {
-	__u32 first = TGO_UDP_HLEN + TGO_CHAN_HDR + p->chlen;
-	__u64 npad = p->ulen - first;
+	__u32 first, npad;
 	__u8 pad[4] = {};
 
 	*sum = 0;
-	if (npad > TGO_CHAN_MAX_PAD)
+	if (pad_span(p, &first, &npad) < 0)
 		return -1;
-	barrier_var(npad);
-	npad &= 3;
-	if (npad == 0)
-		return 0;
-	if (bpf_skb_load_bytes(skb, p->l4 + first, pad, npad) < 0)
+	if (npad && bpf_skb_load_bytes(skb, p->l4 + first, pad, npad) < 0)
 		return -1;
 	*sum = csum_padding(pad, npad, first);
 	return 0;
 }
 
-/* Rewrites the datagram in place. Returns 0, TGO_UNTOUCHED or TGO_DAMAGED. The first change of length doubles as the test of every later step's preconditions:
+/* Rewrites the datagram in place. Returns 0, TGO_UNTOUCHED or TGO_DAMAGED. The first
+ * change of length doubles as the test of every later step's preconditions:
  * bpf_skb_change_tail refuses an encapsulated skb, and once it succeeded the frame is
  * linear and writable, so the moves and stores after it do not fail. */
 static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pkt *p,
@@ -808,18 +819,13 @@ static __always_inline int xdp_rewrite(struct xdp_md *ctx, const struct tgo_pkt 
 /* The padding bytes of a client -> peer datagram, summed as the checksum saw them. */
 static __always_inline int xdp_padding_sum(struct xdp_md *ctx, const struct tgo_pkt *p, __u32 *sum)
 {
-	__u32 first = TGO_UDP_HLEN + TGO_CHAN_HDR + p->chlen;
-	__u32 npad = p->ulen - first;
+	__u32 first, npad;
 	__u8 pad[4] = {};
 
 	*sum = 0;
-	if (npad > TGO_CHAN_MAX_PAD)
+	if (pad_span(p, &first, &npad) < 0)
 		return -1;
-	barrier_var(npad);
-	npad &= 3;
-	if (npad == 0)
-		return 0;
-	if (bpf_xdp_load_bytes(ctx, p->l4 + first, pad, npad) < 0)
+	if (npad && bpf_xdp_load_bytes(ctx, p->l4 + first, pad, npad) < 0)
 		return -1;
 	*sum = csum_padding(pad, npad, first);
 	return 0;
