@@ -30,9 +30,8 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   passes the datagrams up and TC relays them; with full ones (transmit checksumming off on
   the client's and peer's ends) and our TC filters removed, XDP alone relays them, both
   ways, IPv4 and IPv6, counted exactly once; it stops when the permission expires and
-  when the allocation is deleted; the
-  pinned program survives a restart and is replaced by the next start's, and a stop with
-  no allocation left detaches it.
+  when the allocation is deleted; the XDP program stays attached while no daemon runs and
+  after the next start's take-over, and a stop with no allocation left detaches it.
 Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs (exit 77)
 saying why.
 """
