@@ -173,7 +173,7 @@ static int tgo_pins_reuse(struct tgo *t, char *why, size_t why_len)
 static int tgo_pins_make(struct tgo *t, char *why, size_t why_len)
 {
 	char path[PATH_MAX];
-	struct bpf_program *progs[] = { t->skel->progs.tgo_tc };
+	struct bpf_program *progs[] = { t->skel->progs.tgo_tc, t->skel->progs.tgo_xdp };
 
 	for (size_t i = 0; i < TGO_N_PINS; i++) {
 		struct bpf_map *m = tgo_pins[i].map(t->skel);
@@ -215,11 +215,14 @@ static void tgo_pins_remove(const struct tgo *t)
 			unlink(path);
 	if (tgo_path(path, sizeof(path), t->pin_dir, TGO_PROG_TC) == 0)
 		unlink(path);
+	if (tgo_path(path, sizeof(path), t->pin_dir, TGO_PROG_XDP) == 0)
+		unlink(path);
 	rmdir(t->pin_dir);
 }
 
-/* The ARPHRD_ type of an interface of this network namespace (sysfs may show another's). */
-static int tgo_iface_type(const char *name)
+/* The ARPHRD_ type and link address of an interface of this network namespace (sysfs may
+ * show another's). */
+static int tgo_iface_type(const char *name, unsigned char mac[6])
 {
 	struct ifreq ifr;
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), type = -1;
@@ -228,8 +231,10 @@ static int tgo_iface_type(const char *name)
 		return -1;
 	memset(&ifr, 0, sizeof(ifr));
 	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
-	if (ioctl(fd, SIOCGIFHWADDR, &ifr) == 0)
+	if (ioctl(fd, SIOCGIFHWADDR, &ifr) == 0) {
 		type = ifr.ifr_hwaddr.sa_family;
+		memcpy(mac, ifr.ifr_hwaddr.sa_data, 6);
+	}
 	close(fd);
 	return type;
 }
@@ -251,7 +256,7 @@ static int tgo_ifaces(struct tgo *t, const struct tgo_opts *o, char *why, size_t
 			t->ifs[i].ifindex = (int)if_nametoindex(t->ifs[i].name);
 		}
 	for (size_t i = 0; i < o->n_ifaces; i++) {
-		const struct tgo_iface *f = &t->ifs[i];
+		struct tgo_iface *f = &t->ifs[i];
 		int type;
 
 		if (!f->name[0]) {
@@ -262,7 +267,7 @@ static int tgo_ifaces(struct tgo *t, const struct tgo_opts *o, char *why, size_t
 			snprintf(why, why_len, "%s: no such interface", f->name);
 			return -ENODEV;
 		}
-		type = tgo_iface_type(f->name);
+		type = tgo_iface_type(f->name, f->mac);
 		if (type != ARPHRD_ETHER && type != ARPHRD_LOOPBACK) {
 			snprintf(why, why_len, "%s: not an Ethernet interface (type %d)", f->name,
 				 type);
@@ -321,6 +326,29 @@ static int tgo_load(struct tgo *t, const struct tgo_opts *o, char *why, size_t w
 	return 0;
 }
 
+/* What the XDP program knows of the interfaces: their link addresses, and which take XDP
+ * frames. Read once here: a veth whose peer turns GRO on later is not a redirect target
+ * until the next open (the TC program behind relays for it meanwhile). */
+static int tgo_ifs_fill(struct tgo *t, char *why, size_t why_len)
+{
+	int fd = bpf_map__fd(t->skel->maps.tgo_ifs);
+
+	for (size_t i = 0; i < t->n_ifs; i++) {
+		struct tgo_if v;
+		uint32_t k = (uint32_t)t->ifs[i].ifindex;
+
+		memset(&v, 0, sizeof(v));
+		memcpy(v.mac, t->ifs[i].mac, sizeof(v.mac));
+		v.xmit = tgo_iface_xmit(t->ifs[i].ifindex);
+		if (bpf_map_update_elem(fd, &k, &v, BPF_ANY) < 0) {
+			snprintf(why, why_len, "%s: cannot enter the interface: %s", t->ifs[i].name,
+				 strerror(errno));
+			return -errno;
+		}
+	}
+	return 0;
+}
+
 int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_len)
 {
 	struct tgo *t;
@@ -354,12 +382,13 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 		err = tgo_load(t, o, why, why_len);
 	if (err < 0)
 		goto fail;
-	for (size_t i = 0; i < t->n_ifs; i++) {
+	err = tgo_ifs_fill(t, why, why_len);
+	for (size_t i = 0; err == 0 && i < t->n_ifs; i++)
 		err = tgo_iface_attach(&t->ifs[i], o->engine,
-				       bpf_program__fd(t->skel->progs.tgo_tc), why, why_len);
-		if (err < 0)
-			goto fail;
-	}
+				       bpf_program__fd(t->skel->progs.tgo_tc),
+				       bpf_program__fd(t->skel->progs.tgo_xdp), why, why_len);
+	if (err < 0)
+		goto fail;
 	t->maps.c2p_fd = bpf_map__fd(t->skel->maps.tgo_c2p);
 	t->maps.p2c_fd = bpf_map__fd(t->skel->maps.tgo_p2c);
 	t->ctr_fd = bpf_map__fd(t->skel->maps.tgo_counts);
@@ -390,7 +419,16 @@ const char *tgo_iface_name(const struct tgo *t, size_t i)
 const char *tgo_iface_engine(const struct tgo *t, size_t i)
 {
 	assert(t->magic == TGO_MAGIC && i < t->n_ifs);
-	return t->ifs[i].hook == TGO_HOOK_TC ? "tc" : "none";
+	switch (t->ifs[i].hook) {
+	case TGO_HOOK_TC:
+		return "tc";
+	case TGO_HOOK_XDP:
+		return "xdp";
+	case TGO_HOOK_XDP_GENERIC:
+		return "xdp-generic";
+	default:
+		return "none";
+	}
 }
 
 void tgo_close(struct tgo *t, bool keep)

@@ -17,12 +17,17 @@
 #define TGO_TC_HANDLE 0x7467u
 #define TGO_TC_PRIO 0x7467u
 
-/* Kernel name of the program (as bpftool shows it). */
+/* Kernel names of the programs (as bpftool shows them). */
 #define TGO_PROG_TC "tgo_tc"
+#define TGO_PROG_XDP "tgo_xdp"
 
+/* What relays on an interface: the TC program alone, or XDP in front of it (native, in
+ * the driver, or generic, on the skb) with the TC program behind for what XDP passes up. */
 enum tgo_hook {
 	TGO_HOOK_NONE = 0,
 	TGO_HOOK_TC,
+	TGO_HOOK_XDP,
+	TGO_HOOK_XDP_GENERIC,
 };
 
 struct tgo_iface {
@@ -30,6 +35,7 @@ struct tgo_iface {
 	int ifindex;
 	enum tgo_hook hook;
 	bool created_clsact;	/* this open created the clsact qdisc */
+	unsigned char mac[6];	/* the link address the host takes frames at */
 };
 
 struct tgo_relay;
@@ -44,14 +50,21 @@ struct tgo {
 	int ctr_fd;
 };
 
-/* Attaches the TC program tc_fd to f->ifindex for engine (every engine is TC: there is
- * no XDP program yet); replaces a filter of ours already there (a take-over), refuses to
- * replace anyone else's. Fills f->hook. 0 or -errno with why. */
-int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, char *why,
+/* Attaches to f->ifindex for engine: the TC program tc_fd always; for TGO_ENGINE_XDP the
+ * XDP program xdp_fd in front, native where the driver runs it, else generic; for
+ * TGO_ENGINE_AUTO native XDP where the driver runs it, else TC alone; for TGO_ENGINE_TC
+ * TC alone (an earlier run's XDP program of ours goes). Replaces a program of ours
+ * already there (a take-over), refuses to replace anyone else's. Fills f->hook. 0 or
+ * -errno with why. */
+int tgo_iface_attach(struct tgo_iface *f, enum tgo_engine engine, int tc_fd, int xdp_fd, char *why,
 		     size_t why_len);
-/* Detaches our filter from f->ifindex, whoever attached it (this open or an earlier
+/* Detaches our programs from f->ifindex, whoever attached them (this open or an earlier
  * run's), and the clsact qdisc if this open created it. */
 void tgo_iface_detach(const struct tgo_iface *f);
+
+/* Whether the interface takes XDP frames from a redirect (its xdp_features has
+ * NDO_XMIT; a veth only while its peer runs XDP or has GRO on). false when unknown. */
+bool tgo_iface_xmit(int ifindex);
 
 /* The entries in the hash map fd, or -errno. */
 int tgo_map_count(int fd);

@@ -42,6 +42,11 @@
 #define TGO_IP6_HLEN 40
 #define TGO_UDP_HLEN 8
 #define TGO_LOOPBACK_IFINDEX 1	/* in every network namespace */
+#define TGO_ETH_IP6_UDP (ETH_HLEN + TGO_IP6_HLEN + TGO_UDP_HLEN)
+/* XDP verifies a checksum in blocks of bpf_csum_diff's largest size, then in halves. */
+#define TGO_CSUM_BLOCK 512
+#define TGO_CSUM_BLOCKS \
+	((TGO_MAX_PAYLOAD + TGO_UDP_HLEN + TGO_CHAN_HDR + TGO_CHAN_MAX_PAD) / TGO_CSUM_BLOCK + 1)
 
 /* Sizes set by user space before load (bpf_map__set_max_entries). */
 struct {
@@ -72,6 +77,13 @@ struct {
 	__uint(max_entries, 1);
 } tgo_scratch SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct tgo_if);
+	__uint(max_entries, TGO_MAX_IFS);
+} tgo_ifs SEC(".maps");
+
 /* What the parser found: offsets from the start of the frame, lengths from the headers. */
 struct tgo_pkt {
 	__u32 l4;		/* UDP header */
@@ -79,6 +91,7 @@ struct tgo_pkt {
 	__u8 v6;
 	__u8 tos;		/* IPv4 TOS, for the route lookup */
 	__be16 sport, dport;
+	__be16 csum;		/* the UDP checksum field as it came */
 	__u8 saddr[16], daddr[16];
 	__u8 chan_ok;		/* the payload parses as ChannelData */
 	__be16 chan;
@@ -284,38 +297,33 @@ static __always_inline __u32 csum_padding(const __u8 pad[3], __u32 npad, __u32 f
 	return (s & 0xffff) + (s >> 16);	/* at most 0xffff */
 }
 
-/* ---- TC ---------------------------------------------------------------------------- */
-
-/* Parses the IP and UDP headers of an skb (Ethernet framing) and, when present, the
- * ChannelData header. Returns 0 for a candidate datagram. */
-static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
+/* Where a client -> peer datagram's padding starts (from the UDP header) and how many
+ * bytes it has (0..3, bounded for the verifier). -1: more than ChannelData allows. */
+static __always_inline int pad_span(const struct tgo_pkt *p, __u32 *first, __u32 *npad)
 {
-	__u32 l3 = ETH_HLEN, l4, need, l3len;
-	void *data, *data_end;
+	__u32 n;
+
+	*first = TGO_UDP_HLEN + TGO_CHAN_HDR + p->chlen;
+	n = p->ulen - *first;
+	if (n > TGO_CHAN_MAX_PAD)
+		return -1;
+	barrier_var(n);
+	*npad = n & 3;
+	return 0;
+}
+
+/* ---- Shared by TC and XDP ---------------------------------------------------------- */
+
+/* Parses the IP and UDP headers of a frame (Ethernet framing) whose first bytes lie at
+ * data..data_end (at least the UDP header, and the ChannelData header when the datagram is
+ * long enough) and whose whole length is len; when present, the ChannelData header.
+ * Returns 0 for a candidate datagram. */
+static __always_inline int parse_ip(void *data, void *data_end, __u32 len, struct tgo_pkt *p)
+{
+	__u32 l3 = ETH_HLEN, l4 = l3 + (p->v6 ? TGO_IP6_HLEN : TGO_IP4_HLEN), l3len;
 	struct udphdr *uh;
 	__u8 *ch;
 
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		p->v6 = 0;
-		l4 = l3 + TGO_IP4_HLEN;
-	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		p->v6 = 1;
-		l4 = l3 + TGO_IP6_HLEN;
-	} else {
-		return -1;
-	}
-	if (skb->len < l4 + TGO_UDP_HLEN)
-		return -1;
-	need = skb->len >= l4 + TGO_UDP_HLEN + TGO_CHAN_HDR ? l4 + TGO_UDP_HLEN + TGO_CHAN_HDR
-							    : l4 + TGO_UDP_HLEN;
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	if (data + need > data_end) {
-		if (bpf_skb_pull_data(skb, need))
-			return -1;
-		data = (void *)(long)skb->data;
-		data_end = (void *)(long)skb->data_end;
-	}
 	if (data + l4 + TGO_UDP_HLEN > data_end)
 		return -1;
 	if (!p->v6) {
@@ -359,11 +367,12 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
 			return -1;
 	}
 	/* Ethernet padding may follow the datagram, never less than it. */
-	if (p->ulen < TGO_UDP_HLEN || l3 + l3len > skb->len)
+	if (p->ulen < TGO_UDP_HLEN || l3 + l3len > len)
 		return -1;
 	p->l4 = l4;
 	p->sport = uh->source;
 	p->dport = uh->dest;
+	p->csum = uh->check;
 	p->chan_ok = 0;
 	ch = data + l4 + TGO_UDP_HLEN;
 	if (p->ulen >= TGO_UDP_HLEN + TGO_CHAN_HDR && (void *)(ch + TGO_CHAN_HDR) <= data_end) {
@@ -381,51 +390,14 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
 	return 0;
 }
 
-/* Moves len bytes at src to dst (|src - dst| = 4) through the per-CPU scratch buffer, in
- * the order that never overwrites what is still to be read. BPF_F_RECOMPUTE_CSUM keeps a
- * CHECKSUM_COMPLETE skb's csum right (and costs nothing for the other states). */
-static __always_inline int tc_move(struct __sk_buff *skb, __u64 src, __u64 dst, __u64 len)
+/* Writes the new IP and UDP headers (and the ChannelData header toward the client) of a
+ * frame whose payload is in place and whose length is final; the UDP checksum is the
+ * caller's. data..data_end covers at least the headers. */
+static __always_inline int hdr_write(void *data, void *data_end, const struct tgo_pkt *p,
+				     const struct tgo_out *o)
 {
-	__u32 zero = 0;
-	struct tgo_scratch *s = bpf_map_lookup_elem(&tgo_scratch, &zero);
-
-	if (!s || len > TGO_MAX_PAYLOAD)
-		return -1;
-	for (int i = 0; i < TGO_MOVE_CHUNKS; i++) {
-		__u64 done = (__u64)i * TGO_MOVE_CHUNK, n, off;
-
-		if (done >= len)
-			break;
-		n = len - done;
-		if (n > TGO_MOVE_CHUNK)
-			n = TGO_MOVE_CHUNK;
-		/* Toward the front: front piece first; toward the back: back piece first. */
-		off = dst < src ? done : len - done - n;
-		barrier_var(n);
-		barrier_var(off);
-		if (n == 0 || n > TGO_MOVE_CHUNK || off > TGO_MAX_PAYLOAD)
-			break;
-		if (bpf_skb_load_bytes(skb, src + off, s->buf, n) < 0)
-			return -1;
-		if (bpf_skb_store_bytes(skb, dst + off, s->buf, n, BPF_F_RECOMPUTE_CSUM) < 0)
-			return -1;
-	}
-	return 0;
-}
-
-/* Writes the new IP and UDP headers (and the ChannelData header toward the client) once
- * the payload is in place and the frame has its final length. */
-static __always_inline int tc_write_headers(struct __sk_buff *skb, const struct tgo_pkt *p,
-					    const struct tgo_out *o)
-{
-	__u32 hdr = p->l4 + TGO_UDP_HLEN + (o->dir == 1 ? TGO_CHAN_HDR : 0);
-	void *data, *data_end;
 	struct udphdr *uh;
 
-	if (bpf_skb_pull_data(skb, hdr) < 0)
-		return -1;
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
 	if (!p->v6) {
 		struct iphdr *ip = data + ETH_HLEN;
 		__u16 *w = (__u16 *)ip;
@@ -471,35 +443,109 @@ static __always_inline int tc_write_headers(struct __sk_buff *skb, const struct 
 	return 0;
 }
 
+static __always_inline int set_macs(void *data, void *data_end, const struct bpf_fib_lookup *fib)
+{
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	return 0;
+}
+
+/* Rewrite results: TGO_UNTOUCHED when the frame could not be changed and is as it came
+ * (pass it up); TGO_DAMAGED once it is no longer intact (drop). */
+#define TGO_UNTOUCHED (-1)
+#define TGO_DAMAGED (-2)
+
+/* ---- TC ---------------------------------------------------------------------------- */
+
+/* Parses an skb: pulls the headers into the linear part, then parse_ip. */
+static __always_inline int tc_parse(struct __sk_buff *skb, struct tgo_pkt *p)
+{
+	__u32 l4, need;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		p->v6 = 0;
+	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		p->v6 = 1;
+	else
+		return -1;
+	l4 = ETH_HLEN + (p->v6 ? TGO_IP6_HLEN : TGO_IP4_HLEN);
+	if (skb->len < l4 + TGO_UDP_HLEN)
+		return -1;
+	need = skb->len >= l4 + TGO_UDP_HLEN + TGO_CHAN_HDR ? l4 + TGO_UDP_HLEN + TGO_CHAN_HDR
+							    : l4 + TGO_UDP_HLEN;
+	if ((void *)(long)skb->data + need > (void *)(long)skb->data_end &&
+	    bpf_skb_pull_data(skb, need))
+		return -1;
+	return parse_ip((void *)(long)skb->data, (void *)(long)skb->data_end, skb->len, p);
+}
+
+/* Moves len bytes at src to dst (|src - dst| = 4) through the per-CPU scratch buffer, in
+ * the order that never overwrites what is still to be read. BPF_F_RECOMPUTE_CSUM keeps a
+ * CHECKSUM_COMPLETE skb's csum right (and costs nothing for the other states). */
+static __always_inline int tc_move(struct __sk_buff *skb, __u64 src, __u64 dst, __u64 len)
+{
+	__u32 zero = 0;
+	struct tgo_scratch *s = bpf_map_lookup_elem(&tgo_scratch, &zero);
+
+	if (!s || len > TGO_MAX_PAYLOAD)
+		return -1;
+	for (int i = 0; i < TGO_MOVE_CHUNKS; i++) {
+		__u64 done = (__u64)i * TGO_MOVE_CHUNK, n, off;
+
+		if (done >= len)
+			break;
+		n = len - done;
+		if (n > TGO_MOVE_CHUNK)
+			n = TGO_MOVE_CHUNK;
+		/* Toward the front: front piece first; toward the back: back piece first. */
+		off = dst < src ? done : len - done - n;
+		barrier_var(n);
+		barrier_var(off);
+		if (n == 0 || n > TGO_MOVE_CHUNK || off > TGO_MAX_PAYLOAD)
+			break;
+		if (bpf_skb_load_bytes(skb, src + off, s->buf, n) < 0)
+			return -1;
+		if (bpf_skb_store_bytes(skb, dst + off, s->buf, n, BPF_F_RECOMPUTE_CSUM) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Makes the headers linear and writable, then hdr_write. */
+static __always_inline int tc_write_headers(struct __sk_buff *skb, const struct tgo_pkt *p,
+					    const struct tgo_out *o)
+{
+	__u32 hdr = p->l4 + TGO_UDP_HLEN + (o->dir == 1 ? TGO_CHAN_HDR : 0);
+
+	if (bpf_skb_pull_data(skb, hdr) < 0)
+		return -1;
+	return hdr_write((void *)(long)skb->data, (void *)(long)skb->data_end, p, o);
+}
+
 /* The padding bytes of a client -> peer datagram, summed as the checksum saw them. */
 static __always_inline int tc_padding_sum(struct __sk_buff *skb, const struct tgo_pkt *p,
 					  __u32 *sum)
 {
-	__u32 first = TGO_UDP_HLEN + TGO_CHAN_HDR + p->chlen;
-	__u64 npad = p->ulen - first;
+	__u32 first, npad;
 	__u8 pad[4] = {};
 
 	*sum = 0;
-	if (npad > TGO_CHAN_MAX_PAD)
+	if (pad_span(p, &first, &npad) < 0)
 		return -1;
-	barrier_var(npad);
-	npad &= 3;
-	if (npad == 0)
-		return 0;
-	if (bpf_skb_load_bytes(skb, p->l4 + first, pad, npad) < 0)
+	if (npad && bpf_skb_load_bytes(skb, p->l4 + first, pad, npad) < 0)
 		return -1;
 	*sum = csum_padding(pad, npad, first);
 	return 0;
 }
 
-/* Rewrites the datagram in place; 0, or -1 once the skb is no longer intact (drop). */
-/* Rewrites the datagram in place. Returns 0; TGO_UNTOUCHED when the frame could not be
- * changed and is as it came (pass it up); TGO_DAMAGED once it is no longer intact (drop).
- * The first change of length doubles as the test of every later step's preconditions:
+/* Rewrites the datagram in place. Returns 0, TGO_UNTOUCHED or TGO_DAMAGED. The first
+ * change of length doubles as the test of every later step's preconditions:
  * bpf_skb_change_tail refuses an encapsulated skb, and once it succeeded the frame is
  * linear and writable, so the moves and stores after it do not fail. */
-#define TGO_UNTOUCHED (-1)
-#define TGO_DAMAGED (-2)
 static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pkt *p,
 				      const struct tgo_out *o, __u32 padsum)
 {
@@ -574,18 +620,6 @@ static __always_inline int tc_local_ok(struct __sk_buff *skb, const struct tgo_p
 	return 1;
 }
 
-static __always_inline int tc_set_macs(struct __sk_buff *skb, const struct bpf_fib_lookup *fib)
-{
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-
-	if ((void *)(eth + 1) > data_end)
-		return -1;
-	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
-	return 0;
-}
-
 SEC("tc")
 int tgo_tc(struct __sk_buff *skb)
 {
@@ -627,8 +661,230 @@ int tgo_tc(struct __sk_buff *skb)
 		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
 		return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
 	}
-	if (tc_set_macs(skb, &fib) < 0)
+	if (set_macs((void *)(long)skb->data, (void *)(long)skb->data_end, &fib) < 0)
 		return TC_ACT_SHOT;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+/* ---- XDP ---------------------------------------------------------------------------- */
+
+/* The one's complement sum of the UDP pseudo-header and datagram is all ones: the
+ * checksum is full and right. XDP sees no skb and cannot tell a CHECKSUM_PARTIAL field
+ * (a datagram of a local socket through a veth, or any in generic mode) from a full one:
+ * an incremental update of a partial field would send a wrong checksum. What does not
+ * verify goes up, to the TC program behind (which knows the skb's checksum state) or the
+ * stack. The datagram lies in data..data_end: XDP frames without frags are linear. */
+static __always_inline int xdp_csum_ok(void *data, void *data_end, const struct tgo_pkt *p)
+{
+	__u32 left = p->ulen, n = p->v6 ? 16 : 4, s;
+	__u8 *cur = data + p->l4;
+	__u8 tail[4] = {};
+	__s64 d;
+
+	d = bpf_csum_diff(0, 0, (__be32 *)p->saddr, n, 0);
+	if (d < 0)
+		return 0;
+	d = bpf_csum_diff(0, 0, (__be32 *)p->daddr, n, (__u32)d);
+	if (d < 0)
+		return 0;
+	s = (__u32)d;
+	s = (s & 0xffff) + (s >> 16) + bpf_htons(IPPROTO_UDP) + bpf_htons((__u16)p->ulen);
+	for (int i = 0; i < TGO_CSUM_BLOCKS; i++) {
+		if (left < TGO_CSUM_BLOCK)
+			break;
+		if ((void *)(cur + TGO_CSUM_BLOCK) > data_end)
+			return 0;
+		d = bpf_csum_diff(0, 0, (__be32 *)cur, TGO_CSUM_BLOCK, s);
+		if (d < 0)
+			return 0;
+		s = (__u32)d;
+		cur += TGO_CSUM_BLOCK;
+		left -= TGO_CSUM_BLOCK;
+	}
+	if (left >= TGO_CSUM_BLOCK)
+		return 0;
+#pragma unroll
+	for (__u32 sz = TGO_CSUM_BLOCK / 2; sz >= 4; sz /= 2) {
+		if (!(left & sz))
+			continue;
+		if ((void *)(cur + sz) > data_end)
+			return 0;
+		d = bpf_csum_diff(0, 0, (__be32 *)cur, sz, s);
+		if (d < 0)
+			return 0;
+		s = (__u32)d;
+		cur += sz;
+	}
+	/* The last 1 to 3 bytes, zero-filled to a word as the checksum pads them. */
+	if (left & 3) {
+		if ((void *)(cur + 1) > data_end)
+			return 0;
+		tail[0] = cur[0];
+		if ((left & 3) > 1) {
+			if ((void *)(cur + 2) > data_end)
+				return 0;
+			tail[1] = cur[1];
+		}
+		if ((left & 3) > 2) {
+			if ((void *)(cur + 3) > data_end)
+				return 0;
+			tail[2] = cur[2];
+		}
+		d = bpf_csum_diff(0, 0, (__be32 *)tail, 4, s);
+		if (d < 0)
+			return 0;
+		s = (__u32)d;
+	}
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return s == 0xffff;
+}
+
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) |
+		(a[5] ^ b[5])) == 0;
+}
+
+/* Applies a checksum difference to a full UDP checksum field (as
+ * inet_proto_csum_replace_by_diff does); an IPv4 field of 0 (no checksum) stays 0, a
+ * computed 0 is sent as 0xFFFF. */
+static __always_inline void csum_apply(__u16 *field, __u32 diff)
+{
+	__u32 s;
+
+	if (*field == 0)
+		return;
+	s = (__u16) ~*field;
+	s += (diff & 0xffff) + (diff >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	*field = (__u16)~s ? (__u16)~s : 0xffff;
+}
+
+/* Copies the Ethernet, IP and UDP headers (hdr bytes, a constant) from the frame's start
+ * to where they belong after bpf_xdp_adjust_head(delta): the ChannelData header is
+ * dropped (delta 4) or made room for (delta -4). */
+static __always_inline int xdp_move_headers(struct xdp_md *ctx, int delta, const __u32 hdr)
+{
+	__u8 buf[TGO_ETH_IP6_UDP];
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+
+	if (hdr > sizeof(buf) || data + hdr > data_end)
+		return TGO_UNTOUCHED;
+	__builtin_memcpy(buf, data, hdr);
+	if (bpf_xdp_adjust_head(ctx, delta) < 0)
+		return TGO_UNTOUCHED;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + hdr > data_end)
+		return TGO_DAMAGED;
+	__builtin_memcpy(data, buf, hdr);
+	return 0;
+}
+
+/* Rewrites the frame: the headers move by 4 bytes over the ChannelData header (toward
+ * the peer) or away from where it goes (toward the client), the Ethernet padding and the
+ * ChannelData padding are cut, the headers are written, the checksum updated by diff.
+ * Returns 0, TGO_UNTOUCHED or TGO_DAMAGED. */
+static __always_inline int xdp_rewrite(struct xdp_md *ctx, const struct tgo_pkt *p,
+				       const struct tgo_out *o, __u32 diff)
+{
+	int delta = o->dir == 0 ? TGO_CHAN_HDR : -TGO_CHAN_HDR, err, cut;
+	void *data, *data_end;
+	__u16 *csum;
+
+	if (p->v6)
+		err = xdp_move_headers(ctx, delta, ETH_HLEN + TGO_IP6_HLEN + TGO_UDP_HLEN);
+	else
+		err = xdp_move_headers(ctx, delta, ETH_HLEN + TGO_IP4_HLEN + TGO_UDP_HLEN);
+	if (err < 0)
+		return err;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	cut = (int)(p->l4 + o->new_ulen) - (int)(data_end - data);
+	if (cut > 0 || (cut < 0 && bpf_xdp_adjust_tail(ctx, cut) < 0))
+		return TGO_DAMAGED;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (hdr_write(data, data_end, p, o) < 0)
+		return TGO_DAMAGED;
+	csum = data + p->l4 + 6;
+	if ((void *)(csum + 1) > data_end)
+		return TGO_DAMAGED;
+	csum_apply(csum, diff);
+	return 0;
+}
+
+/* The padding bytes of a client -> peer datagram, summed as the checksum saw them. */
+static __always_inline int xdp_padding_sum(struct xdp_md *ctx, const struct tgo_pkt *p, __u32 *sum)
+{
+	__u32 first, npad;
+	__u8 pad[4] = {};
+
+	*sum = 0;
+	if (pad_span(p, &first, &npad) < 0)
+		return -1;
+	if (npad && bpf_xdp_load_bytes(ctx, p->l4 + first, pad, npad) < 0)
+		return -1;
+	*sum = csum_padding(pad, npad, first);
+	return 0;
+}
+
+/* The same relay as tgo_tc, for what XDP can deliver itself: a frame addressed to the
+ * interface, no longer than its MTU (in generic mode a GRO packet would be), with a full
+ * and right UDP checksum (or none, IPv4), routed (SUCCESS) to an interface that takes XDP
+ * frames. Everything else passes up untouched: the TC program behind relays what it can
+ * (a local destination, no neighbour entry, a partial checksum), user space the rest. */
+SEC("xdp")
+int tgo_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct bpf_fib_lookup fib;
+	__u32 ifindex = ctx->ingress_ifindex, mtu = 0, pseudo, rest, padsum = 0;
+	struct tgo_if *in, *out;
+	struct tgo_pkt p;
+	struct tgo_out o;
+	int err;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	in = bpf_map_lookup_elem(&tgo_ifs, &ifindex);
+	if (!in || !mac_eq(eth->h_dest, in->mac))
+		return XDP_PASS;
+	if (bpf_check_mtu(ctx, 0, &mtu, 0, 0) != BPF_MTU_CHK_RET_SUCCESS)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IP))
+		p.v6 = 0;
+	else if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		p.v6 = 1;
+	else
+		return XDP_PASS;
+	if (parse_ip(data, data_end, (__u32)(data_end - data), &p) < 0 || lookup(&p, &o) < 0 ||
+	    o.plen > TGO_MAX_PAYLOAD)
+		return XDP_PASS;
+	if (route(ctx, &p, &o, ifindex, &fib) != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDP_PASS;
+	out = bpf_map_lookup_elem(&tgo_ifs, &fib.ifindex);
+	if (!out || !out->xmit)
+		return XDP_PASS;
+	if ((p.v6 || p.csum) && !xdp_csum_ok(data, data_end, &p))
+		return XDP_PASS;
+	if (o.dir == 0 && xdp_padding_sum(ctx, &p, &padsum) < 0)
+		return XDP_PASS;
+	csum_diffs(&p, &o, &pseudo, &rest);
+	rest = csum_sub16(rest, (__u16)padsum);
+	pseudo = (pseudo & 0xffff) + (pseudo >> 16);
+	rest = (rest & 0xffff) + (rest >> 16);
+	err = xdp_rewrite(ctx, &p, &o, pseudo + rest);
+	if (err == TGO_UNTOUCHED)
+		return XDP_PASS;
+	if (err < 0)
+		return XDP_DROP;
+	if (set_macs((void *)(long)ctx->data, (void *)(long)ctx->data_end, &fib) < 0)
+		return XDP_DROP;
+	count(&o);
 	return bpf_redirect(fib.ifindex, 0);
 }
 

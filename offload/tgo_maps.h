@@ -82,6 +82,16 @@ struct tgo_scratch {
 	__u8 buf[TGO_MOVE_CHUNK];
 };
 
+/* What the XDP program knows of an interface (not pinned: each loaded program has its
+ * own, filled by tgo_open for the interfaces it was given), keyed by ifindex. */
+struct tgo_if {
+	__u8 mac[6];		/* the frames the host takes on it are addressed here */
+	__u8 xmit;		/* 1: takes XDP frames (ndo_xdp_xmit): a redirect target */
+	__u8 pad;		/* zero */
+};
+
+#define TGO_MAX_IFS 256
+
 /* The IPv4 TTL and IPv6 hop limit of a relayed datagram: that of a datagram the relay
  * sends itself (Linux's default), not the sender's. */
 #define TGO_TTL 64

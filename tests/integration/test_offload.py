@@ -24,10 +24,19 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   on (the user-space buckets drop what is over it).
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
+- `offload_engine: XDP`: native XDP on both veths, the TC program behind it. The client's
+  and the peer's veth ends have GRO on, so that the server's veths take XDP frames
+  (docs/offload.md, Engines). With partial checksums (a local socket through a veth) XDP
+  passes the datagrams up and TC relays them; with full ones (transmit checksumming off on
+  the client's and peer's ends) and our TC filters removed, XDP alone relays them, both
+  ways, IPv4 and IPv6, counted exactly once; it stops when the permission expires and
+  when the allocation is deleted; the XDP program stays attached while no daemon runs and
+  after the next start's take-over, and a stop with no allocation left detaches it.
 Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs (exit 77)
 saying why.
 """
 import ctypes
+import fcntl
 import json
 import os
 import signal
@@ -152,7 +161,7 @@ admin:
   admin_socket: {d}/admin.sock
   state_dir: {d}
   healthcheck_endpoint: ""
-  offload_engine: TC
+  offload_engine: {engine}
   relay_port_min: 50000
   relay_port_max: 50999
 auth:
@@ -186,8 +195,8 @@ limits:
 
 
 class Daemon:
-    def __init__(self, d, perm=300, env=None, limits=""):
-        self.d, self.perm, self.limits = d, perm, limits
+    def __init__(self, d, perm=300, env=None, limits="", engine="TC"):
+        self.d, self.perm, self.limits, self.engine = d, perm, limits, engine
         self.conf = os.path.join(d, "turngate.yaml")
         self.write("peers")
         self.err = open(os.path.join(d, "stderr.log"), "wb")
@@ -198,7 +207,8 @@ class Daemon:
     def write(self, routes):
         with open(self.conf, "w") as f:
             f.write(CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
-                                  realm=REALM, secret=SECRET, limits=self.limits))
+                                  realm=REALM, secret=SECRET, limits=self.limits,
+                                  engine=self.engine))
 
     def admin(self, req):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -310,6 +320,22 @@ def entries(daemon):
     return daemon.admin({"cmd": "status"})["offload"]["entries"]
 
 
+def check_counted(daemon, name, before, o0, n):
+    """n datagrams each way (160 + 4 bytes of payload) since the stats before and the
+    offload status o0: counted once each, in the listener's counters and the offload
+    counters."""
+    after = daemon.admin({"cmd": "stats"})
+    o1 = daemon.admin({"cmd": "status"})["offload"]
+    b, a = before["listeners"][name], after["listeners"][name]
+    for k in ("client_pkts_in", "peer_pkts_out", "peer_pkts_in", "client_pkts_out"):
+        check(a[k] - b[k] == n, "%s %s: %d -> %d" % (name, k, b[k], a[k]))
+    check(a["peer_bytes_out"] - b["peer_bytes_out"] == n * 164 and
+          a["client_bytes_in"] - b["client_bytes_in"] == n * 168, "byte counters")
+    check(o1["packets_to_peer"] - o0["packets_to_peer"] == n and
+          o1["packets_to_client"] - o0["packets_to_client"] == n,
+          "offload counters: %r -> %r" % (o0, o1))
+
+
 def offload_or_skip(daemon):
     o = daemon.admin({"cmd": "status"})["offload"]
     if not o["active"]:
@@ -337,17 +363,7 @@ def test_kernel_relays_while_workers_stopped(d):
             o0 = daemon.admin({"cmd": "status"})["offload"]
             got = stopped_round_trip(daemon, c, p, 50)
             check(got == (50, 50), "with the workers stopped (v6=%s): %r" % (v6, got))
-            # Counted once each, in the listener's counters and the offload counters.
-            after = daemon.admin({"cmd": "stats"})
-            o1 = daemon.admin({"cmd": "status"})["offload"]
-            b, a = before["listeners"][name], after["listeners"][name]
-            for k in ("client_pkts_in", "peer_pkts_out", "peer_pkts_in", "client_pkts_out"):
-                check(a[k] - b[k] == 50, "%s %s: %d -> %d" % (name, k, b[k], a[k]))
-            check(a["peer_bytes_out"] - b["peer_bytes_out"] == 50 * 164 and
-                  a["client_bytes_in"] - b["client_bytes_in"] == 50 * 168, "byte counters")
-            check(o1["packets_to_peer"] - o0["packets_to_peer"] == 50 and
-                  o1["packets_to_client"] - o0["packets_to_client"] == 50,
-                  "offload counters: %r -> %r" % (o0, o1))
+            check_counted(daemon, name, before, o0, 50)
             # Send indications still go through user space: nothing while stopped.
             daemon.stop_workers(signal.SIGSTOP)
             c.send("fd77:2::1" if v6 else "10.77.2.1", PEER_PORT, b"send-ind")
@@ -368,11 +384,16 @@ def test_kernel_relays_while_workers_stopped(d):
         daemon.stop()
 
 
-def test_entries_end_with_their_permission(d):
-    daemon = Daemon(d, perm=5)
+def test_entries_end_with_their_permission(d, engine="TC"):
+    daemon = Daemon(d, perm=5, engine=engine)
     try:
         offload_or_skip(daemon)
         c, p = bound(False)
+        if engine == "XDP":
+            # What the kernel relays from here on, XDP relayed.
+            check(round_trip(c, p, 3) == (3, 3), "user-space round trip")
+            wait_for(lambda: entries(daemon) == 1, "the channel's entry")
+            xdp_alone(True)
         check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay")
         # The permission (5 s) expires while the workers are stopped: the kernel checks
         # the expiry itself.
@@ -391,6 +412,8 @@ def test_entries_end_with_their_permission(d):
         wait_for(lambda: entries(daemon) == 0, "the entry to go")
         check(stopped_round_trip(daemon, c2, p2, 3) == (0, 0), "relayed after Refresh 0")
     finally:
+        if engine == "XDP":
+            xdp_alone(False)
         daemon.stop()
 
 
@@ -428,7 +451,22 @@ def tc_filters(dev):
                           text=True).stdout.strip()
 
 
-def test_restart_keeps_kernel_relaying(d):
+def xdp_prog(dev):
+    """The name of the XDP program on dev (in this namespace), "" when none."""
+    out = subprocess.run(["ip", "-d", "link", "show", "dev", dev], capture_output=True,
+                         text=True).stdout
+    if "prog/xdp" not in out:
+        return ""
+    pid = out.split("prog/xdp id ")[1].split()[0]
+    return subprocess.run(["bpftool", "prog", "show", "id", pid], capture_output=True,
+                          text=True).stdout.split("name ")[1].split()[0]
+
+
+def attached(dev):
+    return tc_filters(dev) + xdp_prog(dev)
+
+
+def test_restart_keeps_kernel_relaying(d, engine="TC"):
     """Pinned maps (a bpffs of this test's mount namespace): the kernel relays while no
     daemon runs at all, the next start takes the maps over with the table, and a stop with
     no allocation left detaches."""
@@ -436,7 +474,7 @@ def test_restart_keeps_kernel_relaying(d):
                       shell=True).returncode != 0:
         print("SKIP test_restart_keeps_kernel_relaying: cannot mount bpffs", flush=True)
         return
-    daemon = Daemon(d)
+    daemon = Daemon(d, engine=engine)
     try:
         offload_or_skip(daemon)
         check("not kept across restarts" not in daemon.log(), "maps not pinned")
@@ -449,8 +487,12 @@ def test_restart_keeps_kernel_relaying(d):
         got = round_trip(c, p, 20)
         check(got == (20, 20), "with no daemon running: %r" % (got,))
         daemon.err.close()
-        daemon = Daemon(d)
+        before = xdp_prog(TAG + "b")
+        daemon = Daemon(d, engine=engine)
         check("taken over" in daemon.log(), "no take-over")
+        check(xdp_prog(TAG + "b") == ("tgo_xdp" if engine == "XDP" else "") and
+              before == xdp_prog(TAG + "b"), "XDP program across the restart: %r -> %r"
+              % (before, xdp_prog(TAG + "b")))
         wait_for(lambda: entries(daemon) == 1, "the entry kept across the restart")
         check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay after the restart")
         r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
@@ -459,8 +501,8 @@ def test_restart_keeps_kernel_relaying(d):
         check(tc_filters(TAG + "b") != "", "no filter attached")
     finally:
         daemon.stop()
-    check(tc_filters(TAG + "b") == "" and tc_filters(TAG + "c") == "",
-          "still attached after a stop with no allocation: %r" % tc_filters(TAG + "b"))
+    check(attached(TAG + "b") == "" and attached(TAG + "c") == "",
+          "still attached after a stop with no allocation: %r" % attached(TAG + "b"))
 
 
 def test_bandwidth_limit_holds(d):
@@ -493,12 +535,87 @@ def test_refused_programs_fall_back(d):
         daemon.stop()
 
 
+SIOCETHTOOL = 0x8946
+ETHTOOL_STXCSUM = 0x17
+ETHTOOL_SGRO = 0x2c
+
+
+def ethtool_set(which, dev, cmd, on):
+    """ethtool -K dev (tx|gro) on|off, in namespace which."""
+    ev = ctypes.create_string_buffer(struct.pack("II", cmd, 1 if on else 0))
+    ifr = struct.pack("16sP", dev.encode(), ctypes.addressof(ev)) + bytes(16)
+    with InNs(which):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
+    finally:
+        s.close()
+
+
+def far_ends(cmd, on):
+    ethtool_set("cli", TAG + "a", cmd, on)
+    ethtool_set("peer", TAG + "d", cmd, on)
+
+
+def xdp_alone(on):
+    """Full checksums from the client and the peer (transmit checksumming off on their
+    ends) and our TC filters gone: what is relayed now, XDP relayed. on=False: partial
+    checksums again (the filters come back with the next daemon)."""
+    far_ends(ETHTOOL_STXCSUM, not on)
+    if on:
+        for dev in (TAG + "b", TAG + "c"):
+            sh("tc filter del dev %s ingress pref %d handle 0x7467 bpf" % (dev, 0x7467))
+
+
+def test_xdp_relays_while_workers_stopped(d):
+    daemon = Daemon(d, engine="XDP")
+    try:
+        o = offload_or_skip(daemon)
+        check(sorted(i["engine"] for i in o["interfaces"]) == ["xdp", "xdp"], "engines: %r" % o)
+        check(xdp_prog(TAG + "b") == "tgo_xdp" and tc_filters(TAG + "b") != "",
+              "XDP in front of TC: %r %r" % (xdp_prog(TAG + "b"), tc_filters(TAG + "b")))
+        check("offload XDP: xdp on %sb" % TAG in daemon.log(), "the log line names the engine")
+        chans = []
+        for v6 in (False, True):
+            chans.append(bound(v6))
+            check(round_trip(*chans[-1], 5) == (5, 5), "user-space round trip")
+        wait_for(lambda: entries(daemon) == 2, "the channels' entries")
+        for alone in (False, True):
+            if alone:
+                xdp_alone(True)
+            for v6, name in ((False, "udp4"), (True, "udp6")):
+                c, p = chans[v6]
+                before = settled_stats(daemon)
+                o0 = daemon.admin({"cmd": "status"})["offload"]
+                got = stopped_round_trip(daemon, c, p, 50)
+                check(got == (50, 50), "workers stopped (v6=%s, XDP alone=%s): %r"
+                      % (v6, alone, got))
+                check_counted(daemon, name, before, o0, 50)
+        for c, p in chans:
+            p.close()
+    finally:
+        xdp_alone(False)
+        daemon.stop()
+
+
+def test_xdp_entries_end_with_their_permission(d):
+    test_entries_end_with_their_permission(d, engine="XDP")
+
+
+def test_xdp_restart(d):
+    test_restart_keeps_kernel_relaying(d, engine="XDP")
+
+
 if __name__ == "__main__":
     if os.environ.get(MARK) is None:
         outer()
     TAG = os.environ[MARK]
     NS = {"cli": TAG + "c", "srv": TAG + "s", "peer": TAG + "p"}
+    # The server's veths take XDP frames when their peers have GRO on (Engines).
+    far_ends(ETHTOOL_SGRO, True)
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
              test_reload_drops_the_route, test_restart_keeps_kernel_relaying,
-             test_bandwidth_limit_holds, test_refused_programs_fall_back]
+             test_bandwidth_limit_holds, test_refused_programs_fall_back,
+             test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
+             test_xdp_restart]
     run_tests([with_log(t) for t in tests])

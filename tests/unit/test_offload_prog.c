@@ -1,7 +1,7 @@
 /* Unit tests for the offload programs and maps (offload/offload.h): BPF_PROG_TEST_RUN of
- * the TC program on crafted and random frames against a model in C of what it must do
- * (verdict and every output byte, checksums recomputed from scratch), in a network
- * namespace of its own with known routes and neighbours; the entry API (set, delete,
+ * the TC and the XDP program on crafted and random frames against one model in C of what
+ * they must do (verdict and every output byte, checksums recomputed from scratch; XDP
+ * passes up what only the TC program behind it can deliver), in a network namespace of its own with known routes and neighbours; the entry API (set, delete,
  * walk, full maps) and the counters. Needs root (CAP_BPF, CAP_NET_ADMIN, a namespace):
  * exits 77 (skipped) saying why otherwise. */
 #include "config.h"
@@ -9,7 +9,10 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/bpf.h>
+#include <linux/ethtool.h>
+#include <linux/if_link.h>
 #include <linux/pkt_cls.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +74,24 @@ static int sysctl_set(const char *path, const char *v)
 	return fclose(f) == 0 && ok ? 0 : -1;
 }
 
+/* GRO on a veth end gives it NAPI, so that its peer takes XDP frames (xdp_features
+ * NDO_XMIT): ethtool -K dev gro on. */
+static int gro_on(const char *dev)
+{
+	struct ethtool_value ev = { ETHTOOL_SGRO, 1 };
+	struct ifreq ifr;
+	int fd = socket(AF_INET, SOCK_DGRAM, 0), rc;
+
+	if (fd < 0)
+		return -1;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", dev);
+	ifr.ifr_data = (void *)&ev;
+	rc = ioctl(fd, SIOCETHTOOL, &ifr);
+	close(fd);
+	return rc;
+}
+
 static int netns_setup(void)
 {
 	static const char *const cmds[] = {
@@ -90,6 +112,8 @@ static int netns_setup(void)
 			return -1;
 	if (sysctl_set("/proc/sys/net/ipv4/conf/all/forwarding", "1") < 0 ||
 	    sysctl_set("/proc/sys/net/ipv6/conf/all/forwarding", "1") < 0)
+		return -1;
+	if (gro_on("tgA2") < 0 || gro_on("tgB2") < 0)
 		return -1;
 	if_a = if_nametoindex("tgA");
 	if_b = if_nametoindex("tgB");
@@ -367,13 +391,17 @@ struct verdict {
 	size_t out_len;
 	int dir;
 	uint32_t li, ci, plen;
+	bool xdp_pass;		/* relayed by TC, passed up untouched by XDP */
 };
 
 struct run_ctx {
 	unsigned ingress;
-	uint32_t gso;
+	uint32_t gso;		/* TC only: an XDP frame has no GSO */
 	bool fwd_off;		/* forwarding disabled on the ingress */
 };
+
+/* The program under test: the TC one, or the XDP one (set by each test's setup). */
+static bool g_xdp;
 
 /* Where the FIB sends a destination: SUCCESS with MACs, NO_NEIGH, or local/none. */
 enum {
@@ -443,6 +471,11 @@ static const uint8_t *dev_mac(unsigned ifindex)
 	return ifindex == if_a ? MAC_A : ifindex == if_b ? MAC_B : MAC_ZERO;
 }
 
+static unsigned dev_mtu(unsigned ifindex)
+{
+	return ifindex == if_a ? 1500 : ifindex == if_b ? MTU_B : 65536;
+}
+
 static const struct tgo_channel *model_c2p(int fam, const uint8_t *src, uint16_t sport,
 					   const uint8_t *dst, uint16_t dport, uint16_t chan)
 {
@@ -490,9 +523,10 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 
 	v->kind = M_PASS;
 	v->bad_csum = false;
+	v->xdp_pass = false;
 	memcpy(v->out, f, len);
 	v->out_len = len;
-	if (rc->gso || len < 14 || memcmp(f, dev_mac(rc->ingress), 6) != 0)
+	if ((rc->gso && !g_xdp) || len < 14 || memcmp(f, dev_mac(rc->ingress), 6) != 0)
 		return;
 	if (get16(f + 12) == 0x0800) {
 		v6 = 0;
@@ -615,6 +649,11 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 	}
 	(void)alen;
 	v->kind = route == RT_LOCAL ? M_LOCAL : M_REDIRECT;
+	/* XDP delivers only what it can send itself: a frame within the ingress MTU (a longer
+	 * one is a GRO packet), a checksum it verified (a partial or wrong one goes up), a
+	 * route with a neighbour out of an interface that takes XDP frames (tgA and tgB).
+	 * The rest goes up untouched, to the TC program behind. */
+	v->xdp_pass = len - 14 > dev_mtu(rc->ingress) || v->bad_csum || route != RT_FWD;
 	v->dir = dir;
 	v->li = c->listener_idx;
 	v->ci = c->cluster_idx;
@@ -624,7 +663,8 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 /* ---- Running the program ----------------------------------------------------------- */
 
 static struct tgo *g_t;
-static int g_prog = -1;
+static int g_prog = -1, g_prog_xdp = -1;
+static unsigned g_mode_relayed;	/* relayed by the program under test */
 static struct tgo_count g_lcount[TGO_MAX_LISTENERS], g_ccount[TGO_MAX_CLUSTERS], g_total;
 static unsigned g_relayed, g_passed;
 
@@ -643,6 +683,7 @@ static int prog_run(const uint8_t *f, size_t len, const struct run_ctx *rc, uint
 		    size_t *out_len)
 {
 	struct __sk_buff ctx;
+	struct xdp_md xctx;
 	LIBBPF_OPTS(bpf_test_run_opts, opts);
 	int err;
 
@@ -652,16 +693,19 @@ static int prog_run(const uint8_t *f, size_t len, const struct run_ctx *rc, uint
 	ctx.gso_size = rc->gso;
 	if (rc->gso)
 		ctx.gso_segs = 2;
+	memset(&xctx, 0, sizeof(xctx));
+	xctx.ingress_ifindex = rc->ingress;
+	xctx.data_end = (uint32_t)len;	/* the kernel wants the frame's length here */
 	opts.data_in = f;
 	opts.data_size_in = (uint32_t)len;
 	opts.data_out = out;
 	opts.data_size_out = FRAME_MAX + 8;
-	opts.ctx_in = &ctx;
-	opts.ctx_size_in = sizeof(ctx);
-	err = bpf_prog_test_run_opts(g_prog, &opts);
-	/* The kernel refuses to test a frame shorter than its IP header; such a frame passes
+	opts.ctx_in = g_xdp ? (void *)&xctx : (void *)&ctx;
+	opts.ctx_size_in = g_xdp ? sizeof(xctx) : sizeof(ctx);
+	err = bpf_prog_test_run_opts(g_xdp ? g_prog_xdp : g_prog, &opts);
+	/* The kernel refuses to test an skb shorter than its IP header; such a frame passes
 	 * up by the length check the program starts with. */
-	if (err == -EINVAL && len < 14 + 40) {
+	if (err == -EINVAL && len < 14 + 40 && !g_xdp) {
 		memcpy(out, f, len);
 		*out_len = len;
 		return TC_ACT_OK;
@@ -690,11 +734,18 @@ static int check_frame(const uint8_t *f, size_t len, const struct run_ctx *rc)
 	static uint8_t out[FRAME_MAX + 8];
 	size_t out_len;
 	int ret = prog_run(f, len, rc, out, &out_len);
-	int want = TC_ACT_OK;
+	int want = g_xdp ? XDP_PASS : TC_ACT_OK, kind;
 
 	model(f, len, rc, &v);
+	kind = v.kind;
+	if (g_xdp && v.xdp_pass && v.kind != M_PASS) {
+		v.kind = M_PASS;
+		memcpy(v.out, f, len);
+		v.out_len = len;
+		v.bad_csum = false;
+	}
 	if (v.kind == M_REDIRECT)
-		want = TC_ACT_REDIRECT;
+		want = g_xdp ? XDP_REDIRECT : TC_ACT_REDIRECT;
 	if (v.bad_csum && out_len == v.out_len) {
 		/* The checksum stays wrong by as much as the input's (checked below). */
 		size_t l4 = v.csum_off - 6;
@@ -733,10 +784,11 @@ static int check_frame(const uint8_t *f, size_t len, const struct run_ctx *rc)
 		g_total.pkts[v.dir]++;
 		g_total.bytes[v.dir] += v.plen;
 		g_relayed++;
+		g_mode_relayed++;
 	} else {
 		g_passed++;
 	}
-	return v.kind;
+	return kind;
 }
 
 /* ---- Frame makers ------------------------------------------------------------------ */
@@ -810,8 +862,10 @@ static int run_spec(const struct spec *s, size_t trail)
 
 static int group_setup(void **state)
 {
-	const char *ifs[] = { "lo" };
-	struct tgo_opts o = { TGO_ENGINE_TC, ifs, 1, NULL, 64, false };
+	/* tgA and tgB for the XDP program's interface table (their link addresses, and that
+	 * they take XDP frames: their peers have GRO on). */
+	const char *ifs[] = { "lo", "tgA", "tgB" };
+	struct tgo_opts o = { TGO_ENGINE_TC, ifs, 3, NULL, 64, false };
 	struct tgo_maps m;
 	char why[256];
 
@@ -821,6 +875,11 @@ static int group_setup(void **state)
 		return -1;
 	}
 	g_prog = bpf_program__fd(g_t->skel->progs.tgo_tc);
+	g_prog_xdp = bpf_program__fd(g_t->skel->progs.tgo_xdp);
+	if (!tgo_iface_xmit((int)if_a) || !tgo_iface_xmit((int)if_b) || tgo_iface_xmit(1)) {
+		fprintf(stderr, "tgA and tgB must take XDP frames, lo not\n");
+		return -1;
+	}
 	channels_make();
 	tgo_maps_of(g_t, &m);
 	for (size_t i = 0; i < n_chans; i++)
@@ -971,7 +1030,8 @@ static void test_headers_refused(void **state)
 	assert_int_equal(check_frame(f, len, &rc), M_PASS);
 	f[0] ^= 2;
 	rc.gso = 1000;
-	assert_int_equal(check_frame(f, len, &rc), M_PASS);
+	if (!g_xdp)
+		assert_int_equal(check_frame(f, len, &rc), M_PASS);
 }
 
 /* A datagram with a wrong checksum stays wrong by the same amount: the peer's stack drops
@@ -996,6 +1056,13 @@ static void test_bad_checksum_kept(void **state)
 			f[l4 + 6] ^= 0x10;
 			r_in = udp_residual(v, s.src, s.dst, f + l4, len - l4);
 			rc.ingress = ingress_of(&s);
+			if (g_xdp) {
+				/* Up to the TC program behind, untouched. */
+				assert_int_equal(prog_run(f, len, &rc, out, &out_len), XDP_PASS);
+				assert_int_equal(out_len, len);
+				assert_memory_equal(out, f, len);
+				continue;
+			}
 			assert_int_equal(prog_run(f, len, &rc, out, &out_len), TC_ACT_REDIRECT);
 			count_expect(c, dir, 77);
 			r_out = udp_residual(v, v ? ip + 8 : ip + 12, v ? ip + 24 : ip + 16,
@@ -1073,7 +1140,7 @@ static uint32_t rnd(void)
 static void test_random_frames(void **state)
 {
 	static uint8_t f[FRAME_MAX + 64];
-	unsigned kinds[4] = { 0 };
+	unsigned kinds[4] = { 0 }, relayed = g_mode_relayed;
 
 	(void)state;
 	for (int iter = 0; iter < 60000; iter++) {
@@ -1122,6 +1189,8 @@ static void test_random_frames(void **state)
 	print_message("random frames: %u passed up, %u redirected, %u delivered locally\n",
 		      kinds[M_PASS], kinds[M_REDIRECT], kinds[M_LOCAL]);
 	assert_true(kinds[M_PASS] > 1000 && kinds[M_REDIRECT] > 1000 && kinds[M_LOCAL] > 100);
+	print_message("%s relayed %u\n", g_xdp ? "XDP" : "TC", g_mode_relayed - relayed);
+	assert_true(g_mode_relayed - relayed > 1000);
 }
 
 /* The counters: every relayed datagram once, per listener, per cluster and in total. */
@@ -1145,6 +1214,78 @@ static void test_counters(void **state)
 	assert_int_equal(tgo_listener_counts(g_t, TGO_MAX_LISTENERS, &got), -EINVAL);
 	assert_int_equal(tgo_cluster_counts(g_t, TGO_MAX_CLUSTERS, &got), -EINVAL);
 	print_message("%u relayed, %u passed up in all\n", g_relayed, g_passed);
+}
+
+static int mode_tc(void **state)
+{
+	(void)state;
+	g_xdp = false;
+	return 0;
+}
+
+static int mode_xdp(void **state)
+{
+	(void)state;
+	g_xdp = true;
+	return 0;
+}
+
+/* What XDP leaves to the TC program behind (each relayed by TC, passed up untouched by
+ * XDP): no neighbour entry, a local destination, a frame over the ingress MTU, a partial
+ * checksum, an egress that does not take XDP frames. */
+static void test_xdp_only(void **state)
+{
+	static uint8_t f[FRAME_MAX], out[FRAME_MAX + 8];
+	struct run_ctx rc = { 0, 0, false };
+	const struct tgo_channel *c4 = &chans[0];
+	struct tgo_if ifv;
+	uint32_t k = if_b;
+	size_t len, out_len;
+	/* No neighbour entry, a local destination, over tgB's MTU, a partial checksum. */
+	const struct tgo_channel *cs[4] = { &chans[1], &chans[3], c4, &chans[6] };
+	struct spec sp;
+
+	(void)state;
+	for (size_t i = 0; i < 4; i++) {
+		/* Each spec is built here: they share one payload buffer. */
+		sp = i < 2 ? spec_c2p(cs[i], cs[i]->channel, 40, 0, 40)
+			   : spec_p2c(cs[i], i == 2 ? 1400 - 28 + 1 : 40);
+		len = frame_build(f, &sp);
+		rc.ingress = ingress_of(&sp);
+		if (i == 3) {
+			/* CHECKSUM_PARTIAL: the field holds the pseudo-header's sum only. */
+			const uint8_t *ip = f + 14;
+			uint8_t *udp = f + 14 + 40;
+			uint16_t ps =
+				fold(sum16(ip + 24, 16, sum16(ip + 8, 16, 17 + get16(udp + 4))));
+
+			put16(udp + 6, ps);
+		}
+		g_xdp = true;
+		assert_int_equal(prog_run(f, len, &rc, out, &out_len), XDP_PASS);
+		assert_int_equal(out_len, len);
+		assert_memory_equal(out, f, len);
+		g_xdp = false;
+		assert_int_equal(prog_run(f, len, &rc, out, &out_len),
+				 i == 1 ? TC_ACT_OK : TC_ACT_REDIRECT);
+		assert_true(out_len != len || memcmp(out, f, len) != 0);	/* relayed */
+		count_expect(cs[i], i < 2 ? 0 : 1, i < 2 ? 40 : (uint32_t)sp.plen);
+	}
+	/* An egress that does not take XDP frames (tgB's entry says so): up, untouched. */
+	assert_int_equal(bpf_map_lookup_elem(bpf_map__fd(g_t->skel->maps.tgo_ifs), &k, &ifv), 0);
+	assert_int_equal(ifv.xmit, 1);
+	ifv.xmit = 0;
+	assert_int_equal(bpf_map_update_elem(bpf_map__fd(g_t->skel->maps.tgo_ifs), &k, &ifv, 0), 0);
+	g_xdp = true;
+	sp = spec_c2p(c4, c4->channel, 40, 0, 40);
+	len = frame_build(f, &sp);
+	rc.ingress = if_a;
+	assert_int_equal(prog_run(f, len, &rc, out, &out_len), XDP_PASS);
+	assert_memory_equal(out, f, len);
+	ifv.xmit = 1;
+	assert_int_equal(bpf_map_update_elem(bpf_map__fd(g_t->skel->maps.tgo_ifs), &k, &ifv, 0), 0);
+	assert_int_equal(check_frame(f, len, &rc), M_REDIRECT);
+	g_xdp = false;
 }
 
 /* ---- The entry API ------------------------------------------------------------------ */
@@ -1282,18 +1423,85 @@ static void test_full(void **state)
 	tgo_close(NULL, false);
 }
 
+/* The XDP program of an open, in which mode, and whether it is ours. */
+static uint32_t xdp_prog_on(const char *dev, bool *native)
+{
+	LIBBPF_OPTS(bpf_xdp_query_opts, q);
+
+	assert_int_equal(bpf_xdp_query((int)if_nametoindex(dev), 0, &q), 0);
+	*native = q.drv_prog_id != 0;
+	return q.drv_prog_id ? q.drv_prog_id : q.skb_prog_id;
+}
+
+/* Engines: XDP natively on a veth, generically on lo; Auto natively on a veth, TC on lo;
+ * a take-over replaces our program in place; a foreign XDP program is never displaced
+ * (XDP fails, Auto keeps TC); a close detaches unless keep. */
+static void test_xdp_attach(void **state)
+{
+	const char *ifs[] = { "tgB", "lo" };
+	struct tgo_opts o = { TGO_ENGINE_XDP, ifs, 2, NULL, 64, false };
+	struct bpf_insn pass[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = 0, .imm = XDP_PASS },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	struct tgo *t, *t2;
+	char why[256];
+	bool native;
+	uint32_t id;
+	int other;
+
+	(void)state;
+	assert_int_equal(tgo_open(&o, &t, why, sizeof(why)), 0);
+	assert_string_equal(tgo_iface_engine(t, 0), "xdp");
+	assert_string_equal(tgo_iface_engine(t, 1), "xdp-generic");
+	id = xdp_prog_on("tgB", &native);
+	assert_true(id != 0 && native);
+	assert_true(xdp_prog_on("lo", &native) != 0 && !native);
+	tgo_close(t, true);
+	assert_int_equal(xdp_prog_on("tgB", &native), id); /* kept */
+	o.engine = TGO_ENGINE_AUTO;
+	assert_int_equal(tgo_open(&o, &t2, why, sizeof(why)), 0);
+	assert_string_equal(tgo_iface_engine(t2, 0), "xdp");
+	assert_string_equal(tgo_iface_engine(t2, 1), "tc");
+	assert_true(xdp_prog_on("tgB", &native) != id && native); /* replaced */
+	assert_int_equal(xdp_prog_on("lo", &native), 0);          /* Auto: TC alone on lo */
+	tgo_close(t2, false);
+	assert_int_equal(xdp_prog_on("tgB", &native), 0);
+	/* A foreign program: XDP refuses, Auto leaves it and relays with TC. */
+	other = bpf_prog_load(BPF_PROG_TYPE_XDP, "other", "GPL", pass, 2, NULL);
+	assert_true(other >= 0);
+	assert_int_equal(bpf_xdp_attach((int)if_nametoindex("tgB"), other, XDP_FLAGS_DRV_MODE,
+					NULL),
+			 0);
+	o.engine = TGO_ENGINE_XDP;
+	assert_int_equal(tgo_open(&o, &t, why, sizeof(why)), -EBUSY);
+	assert_non_null(strstr(why, "another XDP program"));
+	o.engine = TGO_ENGINE_AUTO;
+	assert_int_equal(tgo_open(&o, &t, why, sizeof(why)), 0);
+	assert_string_equal(tgo_iface_engine(t, 0), "tc");
+	tgo_close(t, false);
+	id = xdp_prog_on("tgB", &native);
+	assert_true(id != 0);
+	assert_int_equal(bpf_xdp_detach((int)if_nametoindex("tgB"), XDP_FLAGS_DRV_MODE, NULL), 0);
+	close(other);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_relay_both_ways),
-		cmocka_unit_test(test_lengths_and_padding),
-		cmocka_unit_test(test_headers_refused),
-		cmocka_unit_test(test_bad_checksum_kept),
-		cmocka_unit_test(test_route_results),
-		cmocka_unit_test(test_random_frames),
+#define BOTH(t) cmocka_unit_test_setup(t, mode_tc), cmocka_unit_test_setup(t, mode_xdp)
+		BOTH(test_relay_both_ways),
+		BOTH(test_lengths_and_padding),
+		BOTH(test_headers_refused),
+		BOTH(test_bad_checksum_kept),
+		BOTH(test_route_results),
+		BOTH(test_random_frames),
+		cmocka_unit_test(test_xdp_only),
 		cmocka_unit_test(test_counters),
-		cmocka_unit_test(test_entries_api),
+		cmocka_unit_test_setup(test_entries_api, mode_tc),
+		cmocka_unit_test_setup(test_entries_api, mode_xdp),
 		cmocka_unit_test(test_full),
+		cmocka_unit_test(test_xdp_attach),
 	};
 	struct tgo_relay *probe;
 
