@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATECTL, check, free_port, run_tests, wait_for  # noqa: E402
+from harness_admin import TURNGATECTL, check, run_tests, wait_for  # noqa: E402
 from test_security_stun import SECRET, Daemon  # noqa: E402
-from test_tcp_relay import TcpPeer, start  # noqa: E402
+from test_tcp_relay import TcpPeer, start, tls_tcp_config  # noqa: E402
 
 STEPS = ["connect", "allocate", "tcp-connect", "connection-bind", "round trip", "delete"]
 
@@ -103,13 +103,7 @@ def test_refused_peer(d):
 def test_tls_control(d):
     """turns: control connection: the data connection over TURN-TLS to the same address by
     default, on the TURN-TCP listener with --data-port."""
-    from test_tls import make_cert, tls_config
-    crt, key = make_cert(d, "turn.test")
-    udp_port, tls_port, dtls_port, tcp_port = free_port(), free_port(), free_port(), free_port()
-    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key)
-    text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
-                        "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
-                        % tcp_port, 1)
+    text, tls_port, tcp_port = tls_tcp_config(d)
     peer = TcpPeer("127.0.0.1")
     daemon = Daemon(d, text).start()
     uri = "turns:127.0.0.1:%d" % tls_port

@@ -465,19 +465,27 @@ def test_reload_removes_route(d):
         daemon.stop()
 
 
-def test_tls_control(d):
-    """Allocate TCP and Connect over a TURN-TLS control connection, 2 workers; data
-    connections bound over TURN-TLS (each worker bridges the TLS session it accepted to a
-    plain socket pair, so the kernel's choice of worker does not matter: 6 of them, each
-    echoing its own 64 KB) and over TURN-TCP; a half-close over TLS (close_notify) reaches
-    the peer, whose close comes back as close_notify."""
-    from test_tls import make_cert, tls_config, tls_connect
+def tls_tcp_config(d):
+    """A config with TURN-UDP, TURN-TLS, TURN-DTLS and TURN-TCP listeners on 127.0.0.1 (a
+    fresh certificate for turn.test): (text, tls_port, tcp_port)."""
+    from test_tls import make_cert, tls_config
     crt, key = make_cert(d, "turn.test")
     udp_port, tls_port, dtls_port, tcp_port = free_port(), free_port(), free_port(), free_port()
     text = tls_config(d, udp_port, tls_port, dtls_port, crt, key)
     text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
                         "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
                         % tcp_port, 1)
+    return text, tls_port, tcp_port
+
+
+def test_tls_control(d):
+    """Allocate TCP and Connect over a TURN-TLS control connection, 2 workers; data
+    connections bound over TURN-TLS (each worker bridges the TLS session it accepted to a
+    plain socket pair, so the kernel's choice of worker does not matter: 6 of them, each
+    echoing its own 64 KB) and over TURN-TCP; a half-close over TLS (close_notify) reaches
+    the peer, whose close comes back as close_notify."""
+    from test_tls import tls_connect
+    text, tls_port, tcp_port = tls_tcp_config(d)
     peers = [TcpPeer("127.0.0.1") for _ in range(7)]
     daemon = Daemon(d, text).start()
     dcs = []
