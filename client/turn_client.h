@@ -193,9 +193,9 @@ int turn_client_connection_bind(struct turn_client *c, uint32_t connection_id,
 /* Sends len bytes on a bound data connection (all of them, bounded by its timeout). */
 int turn_client_data_send(struct turn_client *d, const void *buf, size_t len);
 /* Receives what the peer sent on a bound data connection, up to cap bytes: *len > 0, or
- * (TCP) *len == 0 when the server closed the connection's reading side (the peer's FIN).
- * -ETIMEDOUT after timeout_ms, -ECONNRESET on a reset (TLS: also when the session
- * ends). */
+ * *len == 0 when the server closed the connection's reading side (the peer's FIN; over
+ * TLS a close_notify, or a FIN without one). -ETIMEDOUT after timeout_ms, -ECONNRESET on a
+ * reset. */
 int turn_client_data_recv(struct turn_client *d, void *buf, size_t cap, size_t *len,
 			  int timeout_ms);
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/ssl.h>
+
 #include "client/turn_client_int.h"
 
 static void connect_attrs(struct stun_builder *b, void *arg)
@@ -131,8 +133,17 @@ int turn_client_data_recv(struct turn_client *d, void *buf, size_t cap, size_t *
 		*len = k;
 		return 0;
 	}
-	if (d->ssl != NULL)
-		return tc_tls_read(d, buf, cap, deadline, len);
+	if (d->ssl != NULL) {
+		int rc = tc_tls_read(d, buf, cap, deadline, len);
+
+		/* The end of the session (SSL_OP_IGNORE_UNEXPECTED_EOF: a bare FIN too) is
+		 * the end of the stream, as a FIN is over TCP. */
+		if (rc == -ECONNRESET && (SSL_get_shutdown(d->ssl) & SSL_RECEIVED_SHUTDOWN)) {
+			*len = 0;
+			return 0;
+		}
+		return rc;
+	}
 	/* Bounded by the deadline (tc_wait_fd). */
 	for (;;) {
 		int rc = tc_wait_fd(d->fd, POLLIN, deadline);
