@@ -138,6 +138,7 @@ struct master {
 	struct tgo *offload;
 	struct tgo_maps off_maps;
 	enum conf_offload off_engine;  /* the engine the running programs were opened for */
+	bool off_pinned;               /* the maps are pinned in bpffs (a restart finds them) */
 };
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */

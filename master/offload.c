@@ -2,8 +2,9 @@
  * programs before it forks (the workers inherit the map fds and enter their own
  * allocations' channels), garbage-collects entries the table no longer holds, adds the
  * kernel's counters to the metrics, and detaches at exit unless allocations stay in the
- * state file for the next start (then the kernel keeps relaying their bound channels until
- * the entries expire or the next start reconciles them with the table it takes over). */
+ * state file for the next start and the maps are pinned (then the kernel keeps relaying
+ * their bound channels until the entries expire or the next start reconciles them with
+ * the table it takes over). */
 #include "config.h"
 
 #include <errno.h>
@@ -134,6 +135,7 @@ int master_offload_open(struct master *m)
 		return 0;
 	}
 	tgo_maps_of(m->offload, &m->off_maps);
+	m->off_pinned = o.pin_dir != NULL;
 	for (size_t i = 0; i < tgo_iface_count(m->offload); i++)
 		log_info("master", "offload %s: %s on %s%s", conf_offload_name(a->offload_engine),
 			 tgo_iface_engine(m->offload, i), tgo_iface_name(m->offload, i),
@@ -175,8 +177,12 @@ void master_offload_reopen(struct master *m)
 
 void master_offload_close(struct master *m)
 {
-	/* After a live upgrade the new master holds the same programs and maps. */
-	bool keep = m->handed_over || (m->state_path != NULL && master_alloc_count(m) > 0);
+	/* After a live upgrade the new master holds the same programs and maps. For a
+	 * restart they stay only where the next start can find the maps (pinned): else
+	 * nobody could update or remove their entries, which would go on relaying for
+	 * whatever serves these addresses next until they expire. */
+	bool keep = m->handed_over ||
+		    (m->off_pinned && m->state_path != NULL && master_alloc_count(m) > 0);
 
 	if (m->offload == NULL)
 		return;

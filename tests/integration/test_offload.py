@@ -36,7 +36,6 @@ Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs 
 saying why.
 """
 import ctypes
-import fcntl
 import json
 import os
 import signal
@@ -47,6 +46,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from topology import ETHTOOL_SGRO, ethtool_set  # noqa: E402
 from harness_admin import TURNGATED, check, run_tests, wait_for  # noqa: E402
 from test_security_stun import (ALLOCATE, REALM, REFRESH, SECRET, A_LIFETIME,  # noqa: E402
                                 Client, error_code)
@@ -466,6 +467,28 @@ def attached(dev):
     return tc_filters(dev) + xdp_prog(dev)
 
 
+def test_unpinned_stop_detaches(d):
+    """Without bpffs (this file runs in `ip netns exec`'s mount namespace, where nothing
+    is mounted on /sys/fs/bpf until test_restart_keeps_kernel_relaying mounts one) the maps
+    cannot be pinned: a stop that leaves an allocation in the state file still detaches,
+    since no later start could find the maps and their entries would go on relaying for
+    whatever serves these addresses next."""
+    if subprocess.run(["mountpoint", "-q", "/sys/fs/bpf"]).returncode == 0:
+        print("SKIP test_unpinned_stop_detaches: bpffs is mounted here", flush=True)
+        return
+    daemon = Daemon(d)
+    try:
+        offload_or_skip(daemon)
+        check("not kept across restarts" in daemon.log(), "maps pinned")
+        c, p = bound(False)
+        check(stopped_round_trip(daemon, c, p, 3) == (3, 3), "kernel relay")
+    finally:
+        daemon.stop()
+    check(attached(TAG + "b") == "" and attached(TAG + "c") == "",
+          "still attached after a stop with unpinned maps: %r" % attached(TAG + "b"))
+    check("programs stay attached" not in daemon.log(), "the daemon said it kept them")
+
+
 def test_restart_keeps_kernel_relaying(d, engine="TC"):
     """Pinned maps (a bpffs of this test's mount namespace): the kernel relays while no
     daemon runs at all, the next start takes the maps over with the table, and a stop with
@@ -535,26 +558,14 @@ def test_refused_programs_fall_back(d):
         daemon.stop()
 
 
-SIOCETHTOOL = 0x8946
 ETHTOOL_STXCSUM = 0x17
-ETHTOOL_SGRO = 0x2c
-
-
-def ethtool_set(which, dev, cmd, on):
-    """ethtool -K dev (tx|gro) on|off, in namespace which."""
-    ev = ctypes.create_string_buffer(struct.pack("II", cmd, 1 if on else 0))
-    ifr = struct.pack("16sP", dev.encode(), ctypes.addressof(ev)) + bytes(16)
-    with InNs(which):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
-    finally:
-        s.close()
 
 
 def far_ends(cmd, on):
-    ethtool_set("cli", TAG + "a", cmd, on)
-    ethtool_set("peer", TAG + "d", cmd, on)
+    """ethtool -K (tx|gro) on|off at the client's and the peer's veth ends."""
+    for which, dev in (("cli", TAG + "a"), ("peer", TAG + "d")):
+        with InNs(which):
+            ethtool_set(dev, cmd, on)
 
 
 def xdp_alone(on):
@@ -614,7 +625,8 @@ if __name__ == "__main__":
     # The server's veths take XDP frames when their peers have GRO on (Engines).
     far_ends(ETHTOOL_SGRO, True)
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
-             test_reload_drops_the_route, test_restart_keeps_kernel_relaying,
+             test_reload_drops_the_route, test_unpinned_stop_detaches,
+             test_restart_keeps_kernel_relaying,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart]
