@@ -14,10 +14,12 @@ is bounded.
                      [--builddir DIR] [--auth static|secret] [--ceiling] [--raw FILE]
                      [--base DIR --servers turngate,base]   (A/B of two turngated builds)
                      [--netns] [--coturn PATH] [--servers turngate,turngate-offload,coturn]
+                     [--offload-engine TC|XDP]
                      [--srv-cpus LIST] [--gen-cpus LIST] [--echo-cpus LIST]
 
 Servers: turngate (the YAML below), turngate-offload (the same plus admin.offload_engine: TC,
-issue 21's kernel fast path), coturn (--coturn PATH, Debian's turnserver by default), base
+or XDP with --offload-engine XDP: issue 21's kernel fast path; with --netns and XDP the
+veth ends facing the server get GRO on, which a veth needs to take redirected frames), coturn (--coturn PATH, Debian's turnserver by default), base
 (another turngated build), and with --ceiling the direct path (no relay). With
 turngate-offload the targets of issue 21 are printed as PASS/FAIL lines under the table.
 """
@@ -73,7 +75,7 @@ clusters:
 # turngate-offload: the only difference from turngate (issue 21's kernel fast path; no
 # offload_interfaces, so the daemon picks the interfaces that carry the listener's and the
 # relay's addresses: the server's two veths with --netns, lo on loopback).
-OFFLOAD_YAML = "\n  offload_engine: TC"
+OFFLOAD_YAML = "\n  offload_engine: {engine}"
 
 
 def topo_of(args):
@@ -94,7 +96,8 @@ def turngate_cmd(args, rundir, builddir=None, offload=False):
             rundir=rundir, rmin=RELAY_MIN, rmax=RELAY_MAX, auth=auth, port=topo.server[1],
             workers=args.workers, relay_ip=topo.relay_ip, cluster=", ".join(topo.cluster),
             bind=f"\n    bind_address: {topo.bind}" if topo.bind else "",
-            offload=OFFLOAD_YAML if offload else ""))
+            offload=OFFLOAD_YAML.format(engine=getattr(args, "offload_engine", "TC"))
+            if offload else ""))
     return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf]
 
 
@@ -404,6 +407,9 @@ def main():
     ap.add_argument("--netns", action="store_true",
                     help="client, server and echo peer in three network namespaces joined by "
                          "veth pairs (root; bench/topology.py), instead of loopback")
+    ap.add_argument("--offload-engine", choices=["TC", "XDP"], default="TC",
+                    help="turngate-offload's admin.offload_engine (XDP: native on the veths "
+                         "with --netns, whose far ends then get GRO on)")
     args = ap.parse_args()
     if args.quick:
         args.p = dict(warm=0.3, dur=1, rate_n=400, rate=20000, setup_n=500, mem_n=1000,
@@ -453,7 +459,8 @@ def main():
     try:
         if args.netns:
             try:
-                args.topo = topology.netns(SERVER[1], int(PEER.split(":")[1]))
+                args.topo = topology.netns(SERVER[1], int(PEER.split(":")[1]),
+                                           gro=args.offload_engine == "XDP")
             except RuntimeError as e:
                 sys.exit(str(e))
         return run_all(args, servers, reps)

@@ -163,8 +163,8 @@ def notes(args, results, order):
     if "coturn" in order:
         out.append(f"coturn: {args.coturn} ({args.coturn_version})")
     if "turngate-offload" in order:
-        out.append("turngate-offload: turngate's config plus admin.offload_engine: TC, "
-                   "nothing else")
+        out.append("turngate-offload: turngate's config plus admin.offload_engine: "
+                   f"{getattr(args, 'offload_engine', 'TC')}, nothing else")
         said = args.notes.get("turngate-offload", [])
         out += [f"turngate-offload log: {l}" for l in said] or \
             ["turngate-offload log: no line mentions offload, bpf, tc or xdp"]

@@ -19,7 +19,10 @@ pairs go with them), also when a run fails.
 """
 import contextlib
 import ctypes
+import fcntl
 import os
+import socket
+import struct
 import subprocess
 
 CLONE_NEWNET = 0x40000000
@@ -107,9 +110,27 @@ def _ip(*argv):
     subprocess.run(["ip", *argv], check=True, capture_output=True, timeout=30)
 
 
-def netns(port=13478, peer_port=13500, tag=None):
+SIOCETHTOOL = 0x8946
+ETHTOOL_SGRO = 0x2c
+
+
+def ethtool_set(dev, cmd, on):
+    """ethtool -K dev (feature cmd, e.g. ETHTOOL_SGRO) on|off in the calling thread's
+    namespace (ethtool itself need not be installed)."""
+    ev = ctypes.create_string_buffer(struct.pack("II", cmd, 1 if on else 0))
+    ifr = struct.pack("16sP", dev.encode(), ctypes.addressof(ev)) + bytes(16)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
+    finally:
+        s.close()
+
+
+def netns(port=13478, peer_port=13500, tag=None, gro=False):
     """Creates the three namespaces and the veth pairs; returns the Topology (close it).
-    Namespace names carry tag (default: this process's PID), so runs never collide."""
+    Namespace names carry tag (default: this process's PID), so runs never collide. gro:
+    GRO on at the client's and the peer's veth ends, so that they take frames an XDP
+    program redirects to the server's ends (docs/offload.md)."""
     tag = tag or str(os.getpid())
     names = {r: f"tgb{tag}{r[0]}" for r in ("client", "server", "peer")}
     topo = Topology("netns", ("10.78.1.1", port), "10.78.2.1", f"10.78.2.2:{peer_port}",
@@ -133,7 +154,10 @@ def netns(port=13478, peer_port=13500, tag=None):
         _ip("-n", p, "route", "add", "default", "via", "10.78.2.1")
         subprocess.run(["nsenter", f"--net={NETNS_DIR}/{s}", "--", "sysctl", "-qw",
                         "net.ipv4.ip_forward=1"], check=True, capture_output=True, timeout=30)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        for role, dev in (("client", "tgb-c"), ("peer", "tgb-p")) if gro else ():
+            with topo.entered(role):
+                ethtool_set(dev, ETHTOOL_SGRO, True)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
         topo.close()
         err = getattr(e, "stderr", b"") or b""
         raise RuntimeError(f"network namespaces: {e}: {err.decode(errors='replace').strip()}")
