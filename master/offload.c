@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statfs.h>
+#include <unistd.h>
 
 #include "common/ipc.h"
 #include "common/log.h"
@@ -108,12 +109,15 @@ int master_offload_open(struct master *m)
 
 	m->off_maps.c2p_fd = m->off_maps.p2c_fd = -1;
 	m->off_engine = a->offload_engine;
-	if (o.engine == TGO_ENGINE_NONE)
+	o.pin_dir = pin_dir(m->cfg, pin, sizeof(pin));
+	if (o.engine == TGO_ENGINE_NONE && (o.pin_dir == NULL || access(o.pin_dir, F_OK) != 0))
 		return 0;
 	for (size_t i = 0; i < a->n_offload_ifaces && n < CONF_MAX_OFFLOAD_IFACES; i++)
 		n = add_name(names, n, CONF_MAX_OFFLOAD_IFACES, a->offload_ifaces[i]);
 	if (a->n_offload_ifaces == 0)
 		n = auto_ifaces(m->cfg, names, CONF_MAX_OFFLOAD_IFACES);
+	if (n == 0 && o.engine == TGO_ENGINE_NONE)
+		return 0;
 	if (n == 0) {
 		log_warn("master", "offload %s: no interface carries a listener's or a relay "
 				   "address: relaying in user space",
@@ -124,9 +128,21 @@ int master_offload_open(struct master *m)
 		ifs[i] = names[i];
 	o.ifaces = ifs;
 	o.n_ifaces = n;
-	o.pin_dir = pin_dir(m->cfg, pin, sizeof(pin));
 	o.max_entries = m->cfg->limits.max_allocations * 4u;
 	o.force_fail = getenv("TURNGATE_OFFLOAD_FAIL") != NULL;
+	if (o.engine == TGO_ENGINE_NONE) {
+		/* An earlier run stopped with allocations and left its programs attached and
+		 * its maps pinned; this one relays in user space: take them over and remove
+		 * them, so that nothing relays on entries no one updates. */
+		o.engine = TGO_ENGINE_TC;
+		if (tgo_open(&o, &m->offload, why, sizeof(why)) == 0) {
+			tgo_close(m->offload, false);
+			log_info("master", "offload: removed the programs an earlier run left "
+					   "attached (maps pinned in %s)", o.pin_dir);
+		}
+		m->offload = NULL;
+		return 0;
+	}
 	rc = tgo_open(&o, &m->offload, why, sizeof(why));
 	if (rc < 0) {
 		log_warn("master", "offload %s: relaying in user space: %s",

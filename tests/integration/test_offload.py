@@ -19,7 +19,9 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
 - With the maps pinned (a bpffs mounted in the test's own mount namespace), the kernel
   relays while no daemon runs at all (every process SIGKILLed); the next start takes the
   table and the maps over (the entry stays) and relays on; a stop with no allocation left
-  detaches the programs.
+  detaches the programs. Without bpffs (unpinned maps) a stop detaches even with an
+  allocation left. After a kill -9, a start with `offload_engine: None` removes the
+  programs and the pinned maps it finds and relays the allocation in user space.
 - An allocation under a bandwidth limit gets no entry: the limit holds with the fast path
   on (the user-space buckets drop what is over it).
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
@@ -528,6 +530,34 @@ def test_restart_keeps_kernel_relaying(d, engine="TC"):
           "still attached after a stop with no allocation: %r" % attached(TAG + "b"))
 
 
+def test_none_removes_leftovers(d):
+    """A kill -9 with an allocation leaves the programs attached and the maps pinned; a
+    start with offload_engine None takes them over and removes them (nothing relays on
+    entries no one updates), and relays the allocation it took over in user space."""
+    if subprocess.run(["mountpoint", "-q", "/sys/fs/bpf"]).returncode != 0:
+        print("SKIP test_none_removes_leftovers: no bpffs (mounted by the restart test)",
+              flush=True)
+        return
+    daemon = Daemon(d)
+    try:
+        offload_or_skip(daemon)
+        c, p = bound(False)
+        check(stopped_round_trip(daemon, c, p, 3) == (3, 3), "kernel relay")
+        for pid in [daemon.proc.pid] + daemon.worker_pids():
+            os.kill(pid, signal.SIGKILL)
+        daemon.proc.wait()
+        daemon.err.close()
+        check(tc_filters(TAG + "b") != "", "nothing left attached by the kill")
+        daemon = Daemon(d, engine="None")
+        check("removed the programs an earlier run left" in daemon.log(), "no log line")
+        check(attached(TAG + "b") == "" and attached(TAG + "c") == "",
+              "still attached: %r" % attached(TAG + "b"))
+        check("taken over" in daemon.log(), "no take-over")
+        check(round_trip(c, p, 5) == (5, 5), "user-space relay of the allocation taken over")
+    finally:
+        daemon.stop()
+
+
 def test_bandwidth_limit_holds(d):
     """An allocation under a bandwidth limit stays in user space (the programs do not
     charge the buckets), so the limit holds with the fast path on (#23)."""
@@ -626,7 +656,7 @@ if __name__ == "__main__":
     far_ends(ETHTOOL_SGRO, True)
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
              test_reload_drops_the_route, test_unpinned_stop_detaches,
-             test_restart_keeps_kernel_relaying,
+             test_restart_keeps_kernel_relaying, test_none_removes_leftovers,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart]
