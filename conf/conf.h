@@ -172,6 +172,10 @@ struct conf_listener {
 				      * workers, 0 = unlimited; live on reload */
 	uint64_t max_bps;            /* ours: bandwidth of all its allocations, bits/s of
 				      * relayed payload each direction, 0 = unlimited */
+	char *relay_mask;            /* ours: `relay_address_mask` as written, NULL = unset */
+	struct sockaddr_storage relay_mask_addr; /* parsed, port 0; family 0 when unset:
+						   * the IP announced in XOR-RELAYED-ADDRESS
+						   * instead of `address` (worker/shortcut.c) */
 };
 
 /* Upper bounds of limits.max_permissions and max_channels: the inline arrays of a shared

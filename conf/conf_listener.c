@@ -11,7 +11,7 @@
 struct lst_state {
 	struct conf_listener *l;
 	yaml_node_t *node, *name, *protocol, *address, *port, *cert, *key, *cert_file, *key_file;
-	yaml_node_t *rmin, *rmax, *routes, *auth;
+	yaml_node_t *rmin, *rmax, *routes, *auth, *mask;
 	bool has_rmin, has_rmax;
 	char *cert_b64, *key_b64;
 };
@@ -176,6 +176,9 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 	} else if (strcasecmp(key, "max_bps") == 0) {
 		if (!pctx_is_null(v))
 			pctx_uint(p, v, path, 0, CONF_MAX_BPS, &l->max_bps);
+	} else if (strcasecmp(key, "relay_address_mask") == 0) {
+		st->mask = v;
+		set_opt_str(p, v, path, &l->relay_mask);
 	} else if (strcasecmp(key, "routes") == 0) {
 		st->routes = v;
 	} else if (strcasecmp(key, "auth") == 0) {
@@ -396,6 +399,43 @@ static void lst_port_clash(struct pctx *p, struct lst_state *st, const char *pat
 	}
 }
 
+/* relay_address_mask: one unicast IP of the family of `address` (the relay sockets are of
+ * that family; an announced address of another family would be unreachable). */
+static void lst_mask(struct pctx *p, struct lst_state *st, const char *path)
+{
+	struct conf_listener *l = st->l;
+	char sub[CONF_PATH_MAX];
+	uint8_t a[16];
+	int fam;
+	if (l->relay_mask == NULL)
+		return;
+	conf_path_key(sub, path, "relay_address_mask");
+	if (conf_parse_ip(l->relay_mask, &fam, a) != 0) {
+		pctx_error(p, st->mask, sub,
+			   "'%s' is not an IP address (expected the IP address to announce in "
+			   "XOR-RELAYED-ADDRESS, usually the public load balancer's)",
+			   l->relay_mask);
+		return;
+	}
+	if (l->relay_addr.ss_family != 0 && fam != l->relay_addr.ss_family) {
+		pctx_error(p, st->mask, sub,
+			   "'%s' is an %s address but address '%s' is %s (expected an address "
+			   "of the relay address's family)",
+			   l->relay_mask, fam == AF_INET ? "IPv4" : "IPv6", l->address,
+			   l->relay_addr.ss_family == AF_INET ? "IPv4" : "IPv6");
+		return;
+	}
+	if (fam == AF_INET ? (a[0] == 0 || a[0] >= 224)
+			   : (a[0] == 0xff || memcmp(a, (const uint8_t[16]){ 0 }, 16) == 0)) {
+		pctx_error(p, st->mask, sub,
+			   "'%s' is an unspecified, multicast or broadcast address (expected a "
+			   "unicast address)",
+			   l->relay_mask);
+		return;
+	}
+	conf_sockaddr_set(&l->relay_mask_addr, fam, a);
+}
+
 static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, size_t idx)
 {
 	struct conf *c = p->cfg;
@@ -415,6 +455,7 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 	if (l->address == NULL)
 		lst_default_address(p, st, path);
 	lst_port_clash(p, st, path, idx);
+	lst_mask(p, st, path);
 	if (!st->rmin)
 		l->relay_port_min = c->admin.relay_port_min;
 	if (!st->rmax)

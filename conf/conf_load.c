@@ -253,6 +253,7 @@ static void listener_free(struct conf_listener *l)
 	free(l->address);
 	free(l->bind_address);
 	free(l->public_address);
+	free(l->relay_mask);
 	free(l->cert_pem);
 	if (l->key_pem)
 		explicit_bzero(l->key_pem, l->key_pem_len);

@@ -342,6 +342,13 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	else if (l->relay_addr.ss_family == AF_INET6)
 		memcpy(r->relay_addr, &((const struct sockaddr_in6 *)&l->relay_addr)->sin6_addr,
 		       16);
+	r->mask_family = (uint16_t)l->relay_mask_addr.ss_family;
+	if (l->relay_mask_addr.ss_family == AF_INET)
+		memcpy(r->mask_addr, &((const struct sockaddr_in *)&l->relay_mask_addr)->sin_addr,
+		       4);
+	else if (l->relay_mask_addr.ss_family == AF_INET6)
+		memcpy(r->mask_addr, &((const struct sockaddr_in6 *)&l->relay_mask_addr)->sin6_addr,
+		       16);
 	if (l->auth) {
 		r->auth_idx = (uint32_t)b->n_auths;
 		add_auth(b, l->auth);

@@ -55,6 +55,9 @@ struct snap_lst_rec {
 	uint32_t v4_hosts, v6_hosts; /* leading exact-host (/32, /128) entries, sorted by address */
 	uint32_t max_allocs; /* listeners[].max_allocations, 0 = unlimited (was padding: 0) */
 	uint64_t max_bps;    /* listeners[].max_bps, 0 = unlimited */
+	uint16_t mask_family; /* relay_address_mask: 0 = unset */
+	uint16_t pad1[3];
+	uint8_t mask_addr[16];
 };
 
 struct snap_cluster_rec {

@@ -69,6 +69,7 @@ static bool lst_ok(const struct snap *s, const struct snap_lst_rec *l)
 	       (l->key.off == 0 || str_ok(s, &l->key)) && l->protocol <= CONF_PROTO_TURN_DTLS &&
 	       l->auth_idx < h->auths.count && l->relay_min <= l->relay_max &&
 	       (l->relay_family == AF_INET || l->relay_family == AF_INET6) &&
+	       (l->mask_family == 0 || l->mask_family == l->relay_family) &&
 	       (uint64_t)l->v4_first + l->v4_count <= h->pfx4.count &&
 	       (uint64_t)l->v6_first + l->v6_count <= h->pfx6.count && l->v4_hosts <= l->v4_count &&
 	       l->v6_hosts <= l->v6_count;
@@ -205,6 +206,15 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->relay_addr;
 		a->sin6_family = AF_INET6;
 		memcpy(&a->sin6_addr, l->relay_addr, 16);
+	}
+	if (l->mask_family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&out->relay_mask;
+		a->sin_family = AF_INET;
+		memcpy(&a->sin_addr, l->mask_addr, 4);
+	} else if (l->mask_family == AF_INET6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->relay_mask;
+		a->sin6_family = AF_INET6;
+		memcpy(&a->sin6_addr, l->mask_addr, 16);
 	}
 	out->auth_idx = l->auth_idx;
 	out->cert_pem = bytes_or_null(s, &l->cert, &out->cert_pem_len);

@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 4u
+#define SNAP_VERSION 5u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -86,6 +86,8 @@ struct snap_listener {
 						   * ss_family AF_UNSPEC when unset */
 	uint32_t max_allocations;                 /* live allocations over all workers, 0 none */
 	uint64_t max_bps;                         /* listeners[].max_bps, 0 none */
+	struct sockaddr_storage relay_mask;       /* relay_address_mask, port 0; ss_family
+						   * AF_UNSPEC when unset */
 };
 
 uint32_t snap_listener_count(const struct snap *s);

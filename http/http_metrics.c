@@ -436,6 +436,11 @@ static void render_global(struct mctx *m)
 	       "Trust table entries displaced by a new address while still live (full set).",
 	       SHM_CTR_UNAUTH_TRUST_EVICTED);
 	render_trust(m);
+	single(m, "turngate_short_circuit_packets_total",
+	       "Datagrams from one allocation to another of this instance that went from one to "
+	       "the other without a relay socket (also in the peer, listener and cluster "
+	       "counters).",
+	       SHM_CTR_SHORT_CIRCUIT);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total",

@@ -20,6 +20,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_relay.h"
 
 typedef json_t *(*cmd_fn)(struct master *m, json_t *req);
 
@@ -259,9 +260,42 @@ static const char *listener_name(const struct master *m, unsigned idx)
 	return idx < m->cfg->n_listeners ? m->cfg->listeners[idx].name : "?";
 }
 
+/* The relay address as the client was told it: with the listener's relay_address_mask in
+ * place of the address when the listener masks that family. */
+static struct shm_addr relay_announced(const struct master *m, const struct shm_alloc *r,
+				       const struct shm_addr *relay)
+{
+	const struct sockaddr_storage *mask;
+	struct shm_addr out = *relay;
+
+	if (r->listener_idx >= m->cfg->n_listeners)
+		return out;
+	mask = &m->cfg->listeners[r->listener_idx].relay_mask_addr;
+	if (mask->ss_family != relay->family)
+		return out;
+	memset(out.addr, 0, sizeof(out.addr));
+	if (mask->ss_family == AF_INET)
+		memcpy(out.addr, &((const struct sockaddr_in *)mask)->sin_addr, 4);
+	else
+		memcpy(out.addr, &((const struct sockaddr_in6 *)mask)->sin6_addr, 16);
+	return out;
+}
+
+/* The per-record counts from peers, with what other workers delivered by the short
+ * circuit (shm/shm_relay.h). */
+static void from_peer_counts(const struct master *m, uint32_t idx, const struct shm_alloc *r,
+			     uint64_t *pkts, uint64_t *bytes)
+{
+	shm_relay_ctr_get(m->shm, idx, pkts, bytes);
+	*pkts += r->ctr[SHM_ACTR_PKTS_FROM_PEER];
+	*bytes += r->ctr[SHM_ACTR_BYTES_FROM_PEER];
+}
+
 static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm_alloc *r,
 			  uint64_t now)
 {
+	struct shm_addr relay = relay_announced(m, r, &r->relay);
+	uint64_t from_pkts, from_bytes;
 	/* Lengths come from another process: never trust them past the arrays. */
 	int ulen = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 	int rlen = r->realm_len < SHM_ALLOC_REALM_MAX ? r->realm_len : SHM_ALLOC_REALM_MAX;
@@ -271,15 +305,18 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 			      r->realm, rlen, "listener", listener_name(m, r->listener_idx),
 			      "transport", transport_name(r->client_transport), "client",
 			      addr_json(&r->client), "server", addr_json(&r->server), "relay",
-			      addr_json(&r->relay), "age",
+			      addr_json(&relay), "age",
 			      now > r->created_ns ? (double)(now - r->created_ns) / 1e9 : 0.0,
 			      "lifetime_left", left_s(r->expires_ns, now));
 
 	if (o == NULL)
 		return NULL;
 	(void)shm_bw_alloc_stat(m->shm, idx, &bw);
+	if (memcmp(&relay, &r->relay, sizeof(relay)) != 0)
+		json_object_set_new(o, "relay_internal", addr_json(&r->relay));
 	if (r->relay2.family != 0)
 		json_object_set_new(o, "relay2", addr_json(&r->relay2));
+	from_peer_counts(m, idx, r, &from_pkts, &from_bytes);
 	json_object_set_new(o, "permissions", perms_json(r, now));
 	json_object_set_new(o, "channels", chans_json(r, now));
 	json_object_set_new(o, "tcp_connections", json_integer(bw.tcp_conns));
@@ -288,9 +325,8 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 				      (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER], "bytes",
 				      (json_int_t)r->ctr[SHM_ACTR_BYTES_TO_PEER]));
 	json_object_set_new(o, "from_peer",
-			    json_pack("{s:I, s:I}", "packets",
-				      (json_int_t)r->ctr[SHM_ACTR_PKTS_FROM_PEER], "bytes",
-				      (json_int_t)r->ctr[SHM_ACTR_BYTES_FROM_PEER]));
+			    json_pack("{s:I, s:I}", "packets", (json_int_t)from_pkts, "bytes",
+				      (json_int_t)from_bytes));
 	return o;
 }
 
@@ -397,8 +433,10 @@ static json_t *top_alloc_json(const struct master *m, uint32_t idx, const struct
 {
 	struct shm_bw_stat bw;
 	unsigned perms = 0, chans = 0;
+	uint64_t from_pkts, from_bytes;
 
 	memset(&bw, 0, sizeof(bw));
+	from_peer_counts(m, idx, r, &from_pkts, &from_bytes);
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)
 		perms += r->perms[i].family != 0 && r->perms[i].expires_ns > now;
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
@@ -412,10 +450,10 @@ static json_t *top_alloc_json(const struct master *m, uint32_t idx, const struct
 			 "permissions", (int)perms, "channels", (int)chans, "to_peer",
 			 (json_int_t)r->ctr[SHM_ACTR_PKTS_TO_PEER],
 			 (json_int_t)r->ctr[SHM_ACTR_BYTES_TO_PEER], "from_peer",
-			 (json_int_t)r->ctr[SHM_ACTR_PKTS_FROM_PEER],
-			 (json_int_t)r->ctr[SHM_ACTR_BYTES_FROM_PEER], "dropped",
-			 (json_int_t)bw.drops[SHM_BW_TO_PEER], (json_int_t)bw.drops[SHM_BW_TO_CLIENT],
-			 "limited_by", bw_verdict_name(bw.last[SHM_BW_TO_PEER]),
+			 (json_int_t)from_pkts, (json_int_t)from_bytes, "dropped",
+			 (json_int_t)bw.drops[SHM_BW_TO_PEER],
+			 (json_int_t)bw.drops[SHM_BW_TO_CLIENT], "limited_by",
+			 bw_verdict_name(bw.last[SHM_BW_TO_PEER]),
 			 bw_verdict_name(bw.last[SHM_BW_TO_CLIENT]));
 }
 

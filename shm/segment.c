@@ -48,7 +48,10 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
 	g->off_quota = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
 	g->quota_size = shm_quota_region_size(cfg->alloc_cap);
-	g->size = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
+	g->off_relay = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
+	g->relay_size =
+		shm_relay_ways_size() + (uint64_t)cfg->alloc_cap * sizeof(struct shm_relay_ctr);
+	g->size = shm_round_up(g->off_relay + g->relay_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -157,6 +160,19 @@ static uint64_t format_quota(void)
 	return h;
 }
 
+static uint64_t format_relay(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, sizeof(struct shm_relay_hdr));
+	LH(h, offsetof(struct shm_relay_hdr, ways_tab));
+	LH(h, sizeof(struct shm_relay_ctr));
+	LH(h, SHM_RELAY_PORTS);
+	LH(h, SHM_RELAY_WAYS);
+	LH(h, SHM_RELAY_VERSION);
+	return h;
+}
+
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
@@ -170,6 +186,8 @@ uint64_t shm_region_format(uint32_t id)
 		return format_trust();
 	case SHM_REGION_QUOTA:
 		return format_quota();
+	case SHM_REGION_RELAY:
+		return format_relay();
 	}
 	return 0;
 }
@@ -191,6 +209,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, format_allocs());
 	LH(h, format_trust());
 	LH(h, format_quota());
+	LH(h, format_relay());
 	return h;
 }
 
@@ -255,6 +274,7 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const stru
 	hdr_region(h, SHM_REGION_ALLOCS, cfg->alloc_cap, g->off_allocs, g->alloc_stride);
 	hdr_region(h, SHM_REGION_TRUST, 1, g->off_trust, g->trust_size);
 	hdr_region(h, SHM_REGION_QUOTA, 1, g->off_quota, g->quota_size);
+	hdr_region(h, SHM_REGION_RELAY, 1, g->off_relay, g->relay_size);
 	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
@@ -325,6 +345,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->alloc_stride = g->alloc_stride;
 	shm->off_trust = g->off_trust;
 	shm->off_quota = g->off_quota;
+	shm->off_relay = g->off_relay;
 	shm->lock_fd = -1;
 	return shm;
 }
@@ -367,6 +388,7 @@ int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **o
 		return rc;
 	}
 	shm_quota_init((struct shm_quota_hdr *)((uint8_t *)base + g.off_quota), cfg->alloc_cap);
+	shm_relay_init((struct shm_relay_hdr *)((uint8_t *)base + g.off_relay));
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -461,6 +483,9 @@ int shm_attach_ro(int fd, struct shm **out)
 		rc = shm_quota_validate((const struct shm_quota_hdr *)((const uint8_t *)base +
 								       g.off_quota),
 					cfg.alloc_cap);
+	if (rc == 0)
+		rc = shm_relay_validate(
+			(const struct shm_relay_hdr *)((const uint8_t *)base + g.off_relay));
 	if (rc < 0)
 		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);

@@ -215,6 +215,8 @@ enum shm_ctr {
 	SHM_CTR_TCP_CONNECT_TIMEOUT,  /* 447: not connected within the connect timeout */
 	SHM_CTR_TCP_CONNECT_EXISTS,   /* 446 */
 	SHM_CTR_TCP_CONNECT_LIMIT,    /* 508: per-allocation or per-worker limit */
+	SHM_CTR_SHORT_CIRCUIT,        /* datagrams from one allocation to another of this
+				       * instance without a relay socket (worker/shortcut.c) */
 	SHM_CTR__COUNT
 };
 

@@ -15,6 +15,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_relay.h"
 #include "shm/shm_trust.h"
 
 /* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
@@ -36,6 +37,9 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_TRUST_VERSION 1u
 #define SHM_QUOTA_MAGIC 0x41544f51u              /* "QOTA" read little-endian */
 #define SHM_QUOTA_VERSION 3u                     /* 3: TCP peer connections per record */
+#define SHM_RELAY_MAGIC 0x594c4552u              /* "RELY" read little-endian */
+#define SHM_RELAY_VERSION 1u
+#define SHM_RELAY_PORTS 65536u
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -47,6 +51,7 @@ enum shm_region_id {
 	SHM_REGION_ALLOCS = 3,   /* struct shm_alloc[alloc_cap] */
 	SHM_REGION_TRUST = 4,    /* one trust table (shm/shm_trust.h) of trust_size bytes */
 	SHM_REGION_QUOTA = 5,    /* one allocation-count table (shm/shm_quota.h) */
+	SHM_REGION_RELAY = 6,    /* one relay port index (shm/shm_relay.h) */
 };
 
 struct shm_region {
@@ -156,6 +161,23 @@ struct shm_bw_rec {
 	uint32_t pad;
 };
 
+/* Relay port index (shm/shm_relay.h): the master writes the header once in shm_create();
+ * the ways (SHM_RELAY_WAYS per port, 1 + record index, 0 empty) change only by CAS; then,
+ * 8-aligned after them, one struct shm_relay_ctr per allocation record. */
+struct shm_relay_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t ways;
+	uint32_t ports;
+	_Alignas(SHM_CL) uint32_t ways_tab[];
+};
+
+/* Short-circuited deliveries to a record's client by workers that do not own it. */
+struct shm_relay_ctr {
+	uint64_t pkts;
+	uint64_t bytes;
+};
+
 struct shm_trust_ent {
 	uint64_t key;    /* keyed hash of the address, 0 = empty */
 	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
@@ -176,6 +198,7 @@ struct shm {
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust;
 	uint64_t off_quota;
+	uint64_t off_relay;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t n_taken, cap_taken;
@@ -249,6 +272,23 @@ static inline struct shm_bw_rec *shm_bw_recs(const struct shm *shm)
 				     shm_quota_entries(shm->cfg.alloc_cap) * SHM_BW_DIRS);
 }
 
+static inline struct shm_relay_hdr *shm_relay_hdr(const struct shm *shm)
+{
+	return (struct shm_relay_hdr *)(shm->base + shm->off_relay);
+}
+
+/* Bytes of the relay ways, from the region's start (header included), 8-aligned. */
+static inline uint64_t shm_relay_ways_size(void)
+{
+	return sizeof(struct shm_relay_hdr) +
+	       (uint64_t)SHM_RELAY_PORTS * SHM_RELAY_WAYS * sizeof(uint32_t);
+}
+
+static inline struct shm_relay_ctr *shm_relay_ctrs(const struct shm *shm)
+{
+	return (struct shm_relay_ctr *)(shm->base + shm->off_relay + shm_relay_ways_size());
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -261,6 +301,7 @@ struct shm_geom {
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust, trust_size;
 	uint64_t off_quota, quota_size;
+	uint64_t off_relay, relay_size;
 	uint64_t size;
 };
 
@@ -281,6 +322,10 @@ void shm_quota_init(struct shm_quota_hdr *q, uint32_t alloc_cap);
 /* 0 when the quota header at q is the one this build writes for alloc_cap, else -EBADMSG. */
 int shm_quota_validate(const struct shm_quota_hdr *q, uint32_t alloc_cap);
 void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
+/* Writes the relay index's header (shm/relay.c); the rest starts zero. */
+void shm_relay_init(struct shm_relay_hdr *h);
+/* 0 when the relay index header at h is the one this build writes, else -EBADMSG. */
+int shm_relay_validate(const struct shm_relay_hdr *h);
 
 /* Fingerprint of the element layout of region `id` in this build (0 for an unknown id). */
 uint64_t shm_region_format(uint32_t id);

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "conf/conf.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_relay.h"
 
 /* A configured cap must fit the shared record, or it would be lowered silently. */
 _Static_assert(CONF_MAX_PERMISSIONS <= SHM_ALLOC_MAX_PERMS, "permission cap exceeds the record");
@@ -65,6 +66,7 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, st
 		return NULL;
 	a->magic = WK_ALLOC_MAGIC;
 	a->w = w;
+	w->by_idx[idx] = a;
 	a->l = l;
 	a->conn = conn;
 	a->rec_idx = idx;
@@ -103,6 +105,7 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 	if (rc < 0)
 		return rc;
 	shm_bw_alloc_reset(w->shm, idx);
+	shm_relay_ctr_reset(w->shm, idx);
 	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec);
 	if (!*out) {
 		shm_alloc_release(w->shm, w->slot, idx);
@@ -153,6 +156,7 @@ static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 
 		if (r->fd < 0)
 			continue;
+		wk_sc_index(w, a, r, false);
 		ev_io_stop(w->loop, &r->io);
 		close(r->fd);
 		r->fd = -1;
@@ -161,6 +165,8 @@ static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 	}
 	wheel_disarm(&w->wheel, &a->timer);
 	wk_alloc_unhash(w, a);
+	if (w->by_idx[a->rec_idx] == a)
+		w->by_idx[a->rec_idx] = NULL;
 	*a->pprev = a->next;
 	if (a->next)
 		a->next->pprev = a->pprev;
@@ -347,6 +353,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	ev_io_init(&r->io, wk_relay_cb, fd, EV_READ);
 	r->io.data = r;
 	ev_io_start(w->loop, &r->io);
+	wk_sc_index(w, a, r, true);
 	return 0;
 }
 

@@ -247,9 +247,12 @@ static void wk_allocate_reply(struct worker *w, const struct wk_ep *ep, struct w
 
 	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_SUCCESS);
 	for (int i = 0; i < 2; i++)
-		if (a->relay[i].fd >= 0)
-			stun_build_addr(&b, STUN_ATTR_XOR_RELAYED_ADDRESS,
-					(struct sockaddr *)&a->relay[i].addr);
+		if (a->relay[i].fd >= 0) {
+			struct sockaddr_storage ann;
+
+			wk_relay_announced(a, &a->relay[i], &ann);
+			stun_build_addr(&b, STUN_ATTR_XOR_RELAYED_ADDRESS, (struct sockaddr *)&ann);
+		}
 	stun_build_lifetime(&b, lifetime);
 	stun_build_addr(&b, STUN_ATTR_XOR_MAPPED_ADDRESS, ep->addr);
 	if (token)
@@ -579,7 +582,8 @@ out:
 
 /* Client -> peer, shared by Send indications and ChannelData: the peer must be admitted
  * by the current snapshot (IP and port), hold a permission, and the data must be within
- * the bandwidth limits. Nothing is answered on a
+ * the bandwidth limits. A peer that is one of this instance's own relay addresses is
+ * short-circuited (worker/shortcut.c). Nothing is answered on a
  * drop (indications and ChannelData have no responses). */
 static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		       const uint8_t *data, size_t len)
@@ -590,6 +594,8 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	if (!r || a->tcp || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
 	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)) ||
 	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_PEER, len, wk_batch_ns(w)))
+		return;
+	if (wk_sc_deliver(w, a, r, peer, cl, data, len))
 		return;
 	wk_peer_send(w, a, r, peer, cl, data, len);
 }

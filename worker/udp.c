@@ -167,28 +167,35 @@ static uint8_t *wk_data_indication(uint8_t *payload, size_t len, const struct so
 	return m;
 }
 
+uint8_t *wk_frame_peer(uint8_t *payload, size_t len, const struct sockaddr *peer, uint16_t chan,
+		       bool stream, size_t *out_len)
+{
+	uint8_t *h = payload - STUN_CHANDATA_HEADER_LEN;
+	size_t total = STUN_CHANDATA_HEADER_LEN + len;
+
+	if (!chan)
+		return wk_data_indication(payload, len, peer, out_len);
+	/* The wide range: the channel was checked against the range of its ChannelBind. */
+	if (stun_chan_write_header(h, chan, len, STUN_CHAN_RFC5766) < 0)
+		return NULL;
+	while (stream && (total & 3)) {
+		payload[len++] = 0;
+		total++;
+	}
+	*out_len = total;
+	return h;
+}
+
 /* Wraps a peer datagram already at rx + WK_HEADROOM in place, without copying it:
  * ChannelData when the peer has a channel (padded on streams), else a Data indication.
  * Returns the start and length of the message. */
 static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 			     const struct sockaddr *peer, uint64_t now_ns, size_t *out_len)
 {
-	uint8_t *payload = slot + WK_HEADROOM;
 	const struct shm_chan *ch = wk_alloc_chan_by_peer(a, peer, now_ns);
-	uint8_t *h = payload - STUN_CHANDATA_HEADER_LEN;
-	size_t total = STUN_CHANDATA_HEADER_LEN + len;
 
-	if (!ch)
-		return wk_data_indication(payload, len, peer, out_len);
-	/* The wide range: the channel was checked against the range of its ChannelBind. */
-	if (stun_chan_write_header(h, ch->number, len, STUN_CHAN_RFC5766) < 0)
-		return NULL;
-	while (a->conn && !a->conn->dgram && (total & 3)) {	/* streams only */
-		payload[len++] = 0;
-		total++;
-	}
-	*out_len = total;
-	return h;
+	return wk_frame_peer(slot + WK_HEADROOM, len, peer, ch ? ch->number : 0,
+			     a->conn && !a->conn->dgram, out_len);
 }
 
 static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
@@ -365,8 +372,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_relay_flush(w, a, out, n_out);
 }
 
-static void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n,
-			  size_t bytes)
+void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n, size_t bytes)
 {
 	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
 	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);

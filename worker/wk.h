@@ -145,6 +145,11 @@ struct wk_listener {
 	 * address of that family on the interface holding relay_addr; family 0 if none. */
 	struct sockaddr_storage relay_addr2;
 	bool relay2_local;
+	/* relay_address_mask: announced instead of relay_addr (family 0: unset). A masked
+	 * listener makes no dual-stack allocations (relay_addr2 unset), so that no internal
+	 * address of the other family is announced. */
+	struct sockaddr_storage mask_addr;
+	uint64_t name_key; /* shm_quota_key of its name, as in its records */
 	uint16_t pool_min, pool_max;
 	struct portpool pool;
 	struct wk_tconn *conns;
@@ -242,6 +247,13 @@ struct wk_txg {
 	struct iovec iov[WK_BATCH];
 };
 
+/* An IP of this instance's relays (a relay address or a mask), for the short circuit. */
+struct wk_sc_ip {
+	uint8_t family;
+	uint8_t addr[16];
+};
+#define WK_SC_MAX_IPS (3 * WK_MAX_LISTENERS)
+
 struct worker {
 	uint32_t magic;
 	const struct worker_heritage *h;
@@ -278,6 +290,10 @@ struct worker {
 	uint32_t hash_mask;
 	struct wk_alloc *allocs;
 	size_t n_allocs;
+	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
+	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
+	unsigned n_sc_ips;
+	uint8_t *sc_buf; /* WK_HEADROOM + WK_DGRAM_MAX: a short-circuited datagram */
 	struct wk_resv *resvs;
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
@@ -373,6 +389,13 @@ bool wk_df_fast(int fd, int family);
  * by wk_client_sent once sent, as a send error otherwise. */
 void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
 		 socklen_t to_len, const uint8_t *buf, size_t len);
+/* Counts n datagrams of bytes in all sent to a peer of cluster cl from a's relay. */
+void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n, size_t bytes);
+/* Frames a peer datagram for the client in place: payload (len bytes, WK_HEADROOM free
+ * before it, 3 after) becomes ChannelData of channel chan (padded to 4 bytes when stream)
+ * or, chan 0, a Data indication from peer. Returns the message start, or NULL. */
+uint8_t *wk_frame_peer(uint8_t *payload, size_t len, const struct sockaddr *peer, uint16_t chan,
+		       bool stream, size_t *out_len);
 /* Sends the pending client -> peer group, if any. */
 void wk_txg_flush(struct worker *w);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
@@ -450,6 +473,26 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 void wk_tcpr_recheck_all(struct worker *w);
 /* Closes every peer connection of a (the allocation ends). */
 void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a);
+
+/* ---- shortcut.c (relay to relay inside the instance) ---- */
+/* After a snapshot is applied: the set of this instance's relay IPs and masks, and every
+ * listener's name key. */
+void wk_sc_refresh(struct worker *w);
+/* Whether peer's IP is one of this instance's relay addresses or masks. */
+bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer);
+/* The address relay r of a is announced as: its listener's relay_address_mask with r's port
+ * when the listener masks that family, else r's own address. */
+void wk_relay_announced(const struct wk_alloc *a, const struct wk_relay *r,
+			struct sockaddr_storage *out);
+/* Enters (add) or takes out a's UDP relay r in the shared relay port index. */
+void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add);
+/* Client -> peer: data from a, admitted on a's side (routes with cluster cl, permission,
+ * bandwidth), to peer. When peer names a live UDP allocation of this instance whose
+ * client this worker can reach, the datagram is counted as sent from r and handed to that
+ * allocation as if received on its relay socket (its checks, counters and framing):
+ * returns true. false: the caller sends it through r. */
+bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
 
 /* ---- client.c ---- */
 /* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its

@@ -171,6 +171,7 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 		return;
 	}
 	memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));
+	memcpy(&l->mask_addr, &l->sl.relay_mask, sizeof(l->mask_addr));
 	if (l->sl.relay_port_min != l->pool_min || l->sl.relay_port_max != l->pool_max) {
 		/* A changed range only affects new allocations: live ones keep
 		 * their ports, which the old pool no longer tracks. */
@@ -187,7 +188,7 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 	}
 	/* "Local" = bindable: then relay sockets send from the announced IP. */
 	l->relay_local = wk_addr_bindable(&l->relay_addr);
-	if (l->relay_local)
+	if (l->relay_local && l->mask_addr.ss_family == 0)
 		wk_relay2_find(l);
 	else
 		memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
@@ -228,6 +229,7 @@ static void wk_snap_apply(struct worker *w)
 	for (size_t i = 0; i < w->n_ls; i++)
 		if (w->ls[i]->active)
 			wk_listener_apply(w, w->ls[i]);
+	wk_sc_refresh(w);
 	/* Routes, limits or listener indices may have changed: the kernel's entries follow,
 	 * and TCP peer connections whose peer the routes no longer admit end. */
 	wk_offload_sync_all(w);
@@ -565,6 +567,8 @@ static void wk_teardown(struct worker *w)
 	shm_qsbr_offline(w->shm, w->slot);
 	free(w->rx);
 	free(w->hash);
+	free(w->by_idx);
+	free(w->sc_buf);
 	free(w->dhash);
 	free(w->plain);
 	BIO_meth_free(w->dbio_meth);
@@ -580,7 +584,9 @@ int wk_tables_init(struct worker *w)
 		w->hash_mask = w->hash_mask << 1 | 1;
 	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
 	w->tphash = calloc(WK_TCPR_HASH, sizeof(*w->tphash));
-	return w->rx && w->hash && w->tphash ? 0 : -ENOMEM;
+	w->by_idx = calloc(shm_alloc_capacity(w->shm) + 1, sizeof(*w->by_idx));
+	w->sc_buf = malloc(WK_HEADROOM + WK_DGRAM_MAX);
+	return w->rx && w->hash && w->tphash && w->by_idx && w->sc_buf ? 0 : -ENOMEM;
 }
 
 int worker_run(const struct worker_heritage *h)
@@ -604,6 +610,8 @@ int worker_run(const struct worker_heritage *h)
 		free(w->rx);
 		free(w->hash);
 		free(w->tphash);
+		free(w->by_idx);
+		free(w->sc_buf);
 		if (w->loop)
 			ev_loop_destroy(w->loop);
 		free(w);

@@ -32,7 +32,8 @@ UCLIENT = "/usr/bin/turnutils_uclient"
 PEER = "/usr/bin/turnutils_peer"
 # Daemon counters that name the cause of a stuck client (turngatectl stats).
 COUNTERS = ("err_tls", "err_malformed", "err_send", "dtls_cookies", "tls_handshakes",
-            "handshakes_refused", "conn_timeouts", "allocs_active", "conns_active")
+            "handshakes_refused", "conn_timeouts", "allocs_active", "conns_active",
+            "short_circuit")
 BAD = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "[crit]", "killed by signal")
 
 

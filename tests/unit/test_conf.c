@@ -313,6 +313,18 @@ static const struct err_case err_cases[] = {
 	  "t.yaml:9:22: listeners[0].max_allocations: -1 is out of range (0..10000000)" },
 	{ T_HEAD "listeners:\n  - name: a\n    max_bps: 1000000000001\n",
 	  "t.yaml:9:14: listeners[0].max_bps: 1000000000001 is out of range (0..1000000000000)" },
+	{ T_HEAD "listeners:\n  - name: a\n    relay_address_mask: nope\n",
+	  "t.yaml:9:25: listeners[0].relay_address_mask: 'nope' is not an IP address (expected "
+	  "the IP address to announce in XOR-RELAYED-ADDRESS, usually the public load "
+	  "balancer's)" },
+	{ T_HEAD
+	  "listeners:\n  - name: a\n    address: 10.0.0.1\n    relay_address_mask: \"::1\"\n",
+	  "t.yaml:10:25: listeners[0].relay_address_mask: '::1' is an IPv6 address but address "
+	  "'10.0.0.1' is IPv4 (expected an address of the relay address's family)" },
+	{ T_HEAD
+	  "listeners:\n  - name: a\n    address: 10.0.0.1\n    relay_address_mask: 0.0.0.0\n",
+	  "t.yaml:10:25: listeners[0].relay_address_mask: '0.0.0.0' is an unspecified, multicast "
+	  "or broadcast address (expected a unicast address)" },
 	{ T_HEAD "limits:\n  user_bps: -1\n",
 	  "t.yaml:8:13: limits.user_bps: -1 is out of range (0..1000000000000)" },
 	{ T_HEAD "limits:\n  bandwidth_burst_ms: 0\n",
@@ -630,6 +642,10 @@ static void test_extensions(void **state)
 	assert_int_equal(u->relay_port_min, 50000);
 	assert_int_equal(u->relay_port_max, 50999);
 	assert_int_equal(t->relay_port_min, 40000); /* global range */
+	assert_string_equal(u->relay_mask, "198.51.100.7");
+	assert_int_equal(u->relay_mask_addr.ss_family, AF_INET);
+	assert_null(t->relay_mask);
+	assert_int_equal(t->relay_mask_addr.ss_family, 0);
 	assert_int_equal(u->n_routes, 2);
 	assert_string_equal(u->routes[0], "local"); /* sorted */
 	assert_null(u->auth);

@@ -69,6 +69,7 @@ static const char cfg_main[] =
 	"  - name: pods\n    address: 2001:db8::1\n    public_address: turn.example\n"
 	"    public_port: 443\n    bind_address: \"::\"\n    port: 5000\n"
 	"    relay_port_min: 40000\n    relay_port_max: 40100\n    max_allocations: 250\n"
+	"    relay_address_mask: \"2001:db8:ffff::7\"\n"
 	"    routes: [pods, lo, dns]\n"
 	"    auth:\n      type: static\n      users:\n"
 	"        - {username: zed, password: zpw}\n        - {username: amy, password: apw}\n"
@@ -133,6 +134,10 @@ static void test_round_trip(void **state)
 	assert_int_equal(l.relay_port_min, 40000);
 	assert_int_equal(l.relay_port_max, 40100);
 	assert_int_equal(l.max_allocations, 250);
+	assert_int_equal(l.relay_mask.ss_family, AF_INET6);
+	struct sockaddr_storage mask = sa("2001:db8:ffff::7", 0);
+	assert_memory_equal(&((struct sockaddr_in6 *)&l.relay_mask)->sin6_addr,
+			    &((struct sockaddr_in6 *)&mask)->sin6_addr, 16);
 	assert_int_equal(l.auth_idx, 1);
 	assert_null(l.cert_pem);
 	assert_int_equal(snap_listener_get(s, 0, &l), 0);
@@ -140,6 +145,7 @@ static void test_round_trip(void **state)
 	assert_string_equal(l.public_address, "");
 	assert_string_equal(l.bind_address, "");
 	assert_int_equal(l.bind_addr.ss_family, AF_UNSPEC);
+	assert_int_equal(l.relay_mask.ss_family, AF_UNSPEC);
 	assert_int_equal(l.relay_port_min, 49152);
 	assert_int_equal(l.max_allocations, 0);
 	assert_int_equal(snap_listener_get(s, 3, &l), -ENOENT);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
+#include "shm/shm_relay.h"
 
 static struct shm *mk(unsigned slots, unsigned snaps, unsigned snap_size, unsigned cap)
 {
@@ -708,6 +710,83 @@ static void test_forked_reader_then_reap(void **state)
 	shm_destroy(shm);
 }
 
+/* A LIVE record of slot 0 with a UDP relay on 10.0.0.1:port and one permission. */
+static uint32_t relay_rec(struct shm *shm, uint16_t port, const uint8_t perm_ip[4])
+{
+	struct shm_alloc *r;
+	uint32_t idx;
+
+	assert_int_equal(shm_alloc_claim(shm, 0, &idx, &r), 0);
+	assert_int_equal(shm_relay_add(shm, port, idx), 0);
+	shm_alloc_begin_write(r);
+	r->client_transport = SHM_TRANSPORT_UDP;
+	r->relay = (struct shm_addr){ .addr = { 10, 0, 0, 1 }, .port = port, .family = AF_INET };
+	memcpy(r->perms[0].addr, perm_ip, 4);
+	r->perms[0].family = AF_INET;
+	r->perms[0].expires_ns = 1000;
+	r->chans[0].peer =
+		(struct shm_addr){ .addr = { 192, 0, 2, 9 }, .port = 7, .family = AF_INET };
+	r->chans[0].number = 0x4001;
+	r->chans[0].expires_ns = 1000;
+	shm_alloc_end_write(r);
+	return idx;
+}
+
+/* Relay port index: ways, stale entries, the target read, delivery counts. */
+static void test_relay_index(void **state)
+{
+	struct shm *shm = mk(1, 2, 4096, 8);
+	const uint8_t ip[4] = { 192, 0, 2, 9 };
+	struct shm_addr from = { .addr = { 192, 0, 2, 9 }, .port = 7, .family = AF_INET };
+	struct shm_relay_target t;
+	uint32_t cand[SHM_RELAY_WAYS], a, b, idx[SHM_RELAY_WAYS];
+	uint64_t pkts, bytes;
+
+	(void)state;
+	a = relay_rec(shm, 50000, ip);
+	assert_int_equal(shm_relay_find(shm, 50000, cand), 1); /* entered, not LIVE yet */
+	assert_int_equal(cand[0], a);
+	assert_int_equal(shm_relay_target_read(shm, a, 50000, &from, 10, false, &t), -ENOENT);
+	assert_int_equal(shm_alloc_publish(shm, 0, a), 0);
+	assert_int_equal(shm_relay_target_read(shm, a, 50001, &from, 10, false, &t), -ENOENT);
+	assert_int_equal(shm_relay_target_read(shm, a, 50000, &from, 10, true, &t), 0);
+	assert_int_equal(t.idx, a);
+	assert_true(t.perm);
+	assert_int_equal(t.chan, 0x4001);
+	assert_int_equal(t.transport, SHM_TRANSPORT_UDP);
+	assert_int_equal(t.relay.port, 50000);
+	from.port = 8; /* the permission is by IP, the channel by address and port */
+	assert_int_equal(shm_relay_target_read(shm, a, 50000, &from, 10, false, &t), 0);
+	assert_true(t.perm);
+	assert_int_equal(t.chan, 0);
+	assert_int_equal(shm_relay_target_read(shm, a, 50000, &from, 2000, false, &t), 0);
+	assert_false(t.perm); /* expired */
+	/* Idempotent; the ways fill up with records that hold the port, then refuse. */
+	assert_int_equal(shm_relay_add(shm, 50000, a), 0);
+	for (unsigned i = 1; i < SHM_RELAY_WAYS; i++)
+		idx[i] = relay_rec(shm, 50000, ip);
+	assert_int_equal(shm_relay_find(shm, 50000, cand), SHM_RELAY_WAYS);
+	b = relay_rec(shm, 50001, ip);
+	assert_int_equal(shm_relay_add(shm, 50000, b), -ENOSPC);
+	/* A released record's way is taken over (a dead owner never deleted it). */
+	assert_int_equal(shm_alloc_release(shm, 0, idx[1]), 0);
+	assert_int_equal(shm_relay_add(shm, 50000, b), 0);
+	shm_relay_del(shm, 50000, a);
+	assert_int_equal(shm_relay_find(shm, 50000, cand), SHM_RELAY_WAYS - 1);
+	for (unsigned i = 0; i < SHM_RELAY_WAYS - 1; i++)
+		assert_int_not_equal(cand[i], a);
+	/* Delivery counts by other workers, cleared on claim. */
+	shm_relay_ctr_add(shm, a, 2, 300);
+	shm_relay_ctr_add(shm, a, 1, 5);
+	shm_relay_ctr_get(shm, a, &pkts, &bytes);
+	assert_int_equal(pkts, 3);
+	assert_int_equal(bytes, 305);
+	shm_relay_ctr_reset(shm, a);
+	shm_relay_ctr_get(shm, a, &pkts, &bytes);
+	assert_int_equal(pkts + bytes, 0);
+	shm_destroy(shm);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -727,6 +806,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_claim_race),
 		cmocka_unit_test(test_seqlock_copy_consistent),
 		cmocka_unit_test(test_forked_reader_then_reap),
+		cmocka_unit_test(test_relay_index),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

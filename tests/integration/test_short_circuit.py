@@ -1,0 +1,277 @@
+"""Masked relay addresses and the short circuit between two allocations of one instance
+(issue 22), through the running daemon.
+
+Listener "masked" announces relay_address_mask 192.0.2.1 (TEST-NET-1: no route in a test's
+network namespace, and never a local address), listener "plain" its own address 127.0.0.1,
+listener "closed" admits neither. Pairs of UDP clients allocate, give each other
+permissions or channels for the other's relay address and exchange Send indications and
+ChannelData both ways, on 1 worker and on 2 (where the pair spans both workers at least
+once). Checked:
+- XOR-RELAYED-ADDRESS carries the mask (with the allocation's relay port), and every Data
+  indication's XOR-PEER-ADDRESS the sender's masked address; the internal address shows
+  only as `relay_internal` in the admin listing;
+- every datagram arrives exactly once and turngate_short_circuit_packets_total
+  (`short_circuit`) grows by exactly the number sent: a datagram through the relay
+  sockets would have gone to 192.0.2.1 (unroutable: a send error, nothing delivered) or,
+  for the plain listener, arrived a second time or uncounted; no send error either;
+- the per-allocation counters (to_peer, from_peer) count them as relayed;
+- no permission on the receiving side: dropped, counted as a permission denial;
+- a masked address that the sender listener's routes do not admit: 403, as any peer.
+"""
+import os
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import Failure, run_tests  # noqa: E402
+from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,  # noqa: E402
+                                Client, Daemon, check, error_code, free_port, parse,
+                                parse_xor_addr, relay_range)
+
+MASK = "192.0.2.1"
+
+
+def config(d, ports, workers, relay):
+    masked, plain, closed = ports
+    text = ("version: v1\nadmin:\n  name: sc\n  loglevel: all:INFO\n  workers: %d\n"
+            "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
+            "  relay_port_min: %d\n  relay_port_max: %d\n"
+            "auth:\n  type: ephemeral\n  realm: %s\n  credentials:\n    secret: %s\n"
+            "listeners:\n" % (workers, d, relay[0], relay[1], REALM, SECRET))
+    for name, port, routes, mask in (("masked", masked, "self", MASK),
+                                     ("plain", plain, "self", None),
+                                     ("closed", closed, "elsewhere", MASK)):
+        text += ("  - name: %s\n    protocol: TURN-UDP\n    address: 127.0.0.1\n    port: %d\n"
+                 "    routes: [%s]\n" % (name, port, routes))
+        if mask:
+            text += "    relay_address_mask: %s\n" % mask
+    text += ("clusters:\n  - name: self\n    type: STATIC\n    endpoints: [\"%s\", \"127.0.0.1\"]\n"
+             "  - name: elsewhere\n    type: STATIC\n    endpoints: [\"10.9.9.9\"]\n" % MASK)
+    return text
+
+
+def start(d, workers):
+    ports = (free_port(), free_port(), free_port())
+    daemon = Daemon(d, config(d, ports, workers, relay_range()), workers=workers).start()
+    return daemon, ports
+
+
+def counters(daemon):
+    return daemon.admin({"cmd": "stats"})["counters"]
+
+
+def allocations(daemon):
+    return {a["id"]: a for a in daemon.admin({"cmd": "allocations"})["allocations"]}
+
+
+class Peer:
+    """A client with its allocation: c (Client), relayed (ip, port), record (admin entry)."""
+
+    def __init__(self, daemon, port, user):
+        self.c = Client(port, user)
+        r = self.c.allocate()
+        self.relayed = self.c.relayed(r)[0]
+        mine = self.c.sock.getsockname()
+        found = [a for a in allocations(daemon).values() if a["client"] == "%s:%d" % mine]
+        check(len(found) == 1, "allocation of %r not listed" % (mine,))
+        self.record = found[0]
+
+    def close(self):
+        self.c.close()
+
+
+def recv_all(peer, n, timeout=2.0):
+    """Up to n Data indications or ChannelData for peer: [(kind, channel or sender, data)]."""
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        peer.c.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = peer.c.sock.recv(70000)
+        except OSError:
+            break
+        if 0x40 <= data[0] <= 0x7F:
+            ch, ln = struct.unpack("!HH", data[:4])
+            got.append(("chan", ch, data[4:4 + ln]))
+            continue
+        p = parse(data)
+        if p and p[0] == DATA and p[1] == INDICATION:
+            got.append(("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0]))
+    return got
+
+
+def expect_quiet(peer, timeout=0.5):
+    got = recv_all(peer, 1, timeout)
+    check(got == [], "unexpected delivery: %r" % (got,))
+
+
+def exchange(daemon, a, b, n=5):
+    """Send indications then ChannelData both ways between a and b (permissions and
+    channels installed here); checks delivery, framing, addresses and counters."""
+    for x, y in ((a, b), (b, a)):
+        r = x.c.perm(*y.relayed)
+        check(error_code(r[3]) is None, "CreatePermission for %r: %r" % (y.relayed,
+                                                                          error_code(r[3])))
+    before, sent = counters(daemon), 0
+    for x, y in ((a, b), (b, a)):
+        for i in range(n):
+            x.c.send(y.relayed[0], y.relayed[1], b"send-%d" % i)
+        sent += n
+        got = recv_all(y, n + 1, 1.5)
+        check(got == [("data", x.relayed, b"send-%d" % i) for i in range(n)],
+              "Send %r -> %r: %r" % (x.relayed, y.relayed, got))
+    for x, y, ch in ((a, b, 0x4001), (b, a, 0x4002)):
+        r = x.c.bind(y.relayed[0], y.relayed[1], ch)
+        check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
+    for x, y, ch_x, ch_y in ((a, b, 0x4001, 0x4002), (b, a, 0x4002, 0x4001)):
+        for i in range(n):
+            x.c.channel_data(ch_x, b"chan-%d" % i)
+        sent += n
+        got = recv_all(y, n + 1, 1.5)
+        check(got == [("chan", ch_y, b"chan-%d" % i) for i in range(n)],
+              "ChannelData %r -> %r: %r" % (x.relayed, y.relayed, got))
+    after = counters(daemon)
+    check(after["short_circuit"] - before["short_circuit"] == sent,
+          "short_circuit %d -> %d, %d sent" % (before["short_circuit"], after["short_circuit"],
+                                               sent))
+    check(after["err_send"] == before["err_send"], "send errors: %r" % (after["err_send"],))
+    for k in ("peer_pkts_out", "peer_pkts_in"):
+        check(after[k] - before[k] == sent, "%s grew by %d, %d sent" % (k, after[k] - before[k],
+                                                                      sent))
+    allocs = allocations(daemon)
+    for p in (a, b):
+        rec = allocs[p.record["id"]]
+        check(rec["to_peer"]["packets"] == 2 * n and rec["from_peer"]["packets"] == 2 * n,
+              "per-allocation counters of %r: %r / %r" % (p.relayed, rec["to_peer"],
+                                                           rec["from_peer"]))
+    return sent
+
+
+def pair_on_workers(daemon, port, want_split, tries=24):
+    """Two Peers on listener port, on two different workers when want_split, else on one."""
+    first = Peer(daemon, port, "alice")
+    spare = []
+    for i in range(tries):
+        p = Peer(daemon, port, "bob%d" % i)
+        if (p.record["worker"] != first.record["worker"]) == want_split:
+            for s in spare:
+                s.close()
+            return first, p
+        spare.append(p)
+    raise Failure("no pair with split=%r in %d tries" % (want_split, tries))
+
+
+def check_masked(a):
+    ip, port = a.relayed
+    check(ip == MASK, "XOR-RELAYED-ADDRESS %r, expected the mask %s" % (a.relayed, MASK))
+    rec = a.record
+    check(rec["relay"] == "%s:%d" % (MASK, port), "listing relay %r" % (rec["relay"],))
+    check(rec.get("relay_internal") == "127.0.0.1:%d" % port,
+          "listing relay_internal %r" % (rec.get("relay_internal"),))
+
+
+def run_pairs(d, workers, splits):
+    daemon, (masked, plain, _) = start(d, workers)
+    try:
+        for port, is_masked in ((masked, True), (plain, False)):
+            for split in splits:
+                a, b = pair_on_workers(daemon, port, split)
+                try:
+                    for p in (a, b):
+                        if is_masked:
+                            check_masked(p)
+                        else:
+                            check(p.relayed[0] == "127.0.0.1" and
+                                  "relay_internal" not in p.record,
+                                  "plain listener announced %r" % (p.relayed,))
+                    exchange(daemon, a, b)
+                finally:
+                    a.close()
+                    b.close()
+    finally:
+        daemon.stop()
+
+
+def test_one_worker(d):
+    run_pairs(d, 1, (False,))
+
+
+def test_two_workers(d):
+    run_pairs(d, 2, (True, False))
+
+
+def test_no_permission_dropped(d):
+    daemon, (masked, _, _) = start(d, 2)
+    a, b = Peer(daemon, masked, "alice"), Peer(daemon, masked, "bob")
+    try:
+        r = a.c.perm(*b.relayed)
+        check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
+        before = counters(daemon)
+        lst_before = daemon.admin({"cmd": "stats"})["listeners"]["masked"]
+        for i in range(3):
+            a.c.send(b.relayed[0], b.relayed[1], b"no-perm-%d" % i)
+        expect_quiet(b)
+        after = counters(daemon)
+        lst_after = daemon.admin({"cmd": "stats"})["listeners"]["masked"]
+        check(after["perm_denied"] - before["perm_denied"] == 3,
+              "perm_denied %d -> %d" % (before["perm_denied"], after["perm_denied"]))
+        check(lst_after["perm_denied"] - lst_before["perm_denied"] == 3,
+              "listener perm_denied %r -> %r" % (lst_before, lst_after))
+        check(after["short_circuit"] - before["short_circuit"] == 3 and
+              after["err_send"] == before["err_send"],
+              "dropped datagrams left through a relay socket: %r" % (after,))
+        # The permission installed, the same datagrams arrive.
+        r = b.c.perm(*a.relayed)
+        check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
+        a.c.send(b.relayed[0], b.relayed[1], b"now")
+        got = recv_all(b, 2, 1.5)
+        check(got == [("data", a.relayed, b"now")], "after the permission: %r" % (got,))
+    finally:
+        a.close()
+        b.close()
+        daemon.stop()
+
+
+def test_routes_refuse_mask(d):
+    daemon, (masked, _, closed) = start(d, 2)
+    a, b = Peer(daemon, masked, "alice"), Peer(daemon, closed, "bob")
+    try:
+        check(b.relayed[0] == MASK, "closed listener announced %r" % (b.relayed,))
+        r = b.c.perm(*a.relayed)
+        check(error_code(r[3]) == 403, "CreatePermission to %r: %r" % (a.relayed,
+                                                                       error_code(r[3])))
+        r = b.c.bind(a.relayed[0], a.relayed[1], 0x4003)
+        check(error_code(r[3]) == 403, "ChannelBind to %r: %r" % (a.relayed, error_code(r[3])))
+        r = a.c.perm(*b.relayed)
+        check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
+        before = counters(daemon)
+        b.c.send(a.relayed[0], a.relayed[1], b"refused")
+        expect_quiet(a)
+        after = counters(daemon)
+        check(after["short_circuit"] == before["short_circuit"],
+              "a refused peer was short-circuited")
+    finally:
+        a.close()
+        b.close()
+        daemon.stop()
+
+
+def test_bad_mask_refused(d):
+    for mask, what in (("not-an-ip", "is not an IP address"), ("::1", "IPv6 address"),
+                       ("224.0.0.1", "unicast")):
+        text = config(d, (free_port(), free_port(), free_port()), 1, relay_range())
+        text = text.replace("relay_address_mask: %s" % MASK, "relay_address_mask: %s" % mask, 1)
+        daemon = Daemon(d, text, workers=1)
+        daemon.start(wait=False)
+        rc = daemon.wait_exit(30)
+        daemon.err.close()
+        err = daemon.stderr()
+        check(rc != 0 and "relay_address_mask" in err and what in err,
+              "mask %r: exit %r, stderr:\n%s" % (mask, rc, err))
+        os.unlink(daemon.errpath)
+
+
+if __name__ == "__main__":
+    run_tests([test_one_worker, test_two_workers, test_no_permission_dropped,
+               test_routes_refuse_mask, test_bad_mask_refused])
