@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "client/turn_client.h"
+#include "tests/unit/client_fake.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
 #include "stun/stun_frame.h"
@@ -297,21 +298,9 @@ static int teardown(void **state)
 {
 	struct fixture *f = *state;
 
-	turn_client_destroy(f->c);
-	kill(f->pid, SIGTERM);
-	waitpid(f->pid, NULL, 0);
+	fake_stop(f->c, f->pid);
 	free(f);
 	return 0;
-}
-
-static void sa4(struct sockaddr_storage *ss, uint32_t ip, uint16_t port)
-{
-	struct sockaddr_in *a = (struct sockaddr_in *)ss;
-
-	memset(ss, 0, sizeof(*ss));
-	a->sin_family = AF_INET;
-	a->sin_addr.s_addr = htonl(ip);
-	a->sin_port = htons(port);
 }
 
 static void allocate_tcp(struct turn_client *c)
