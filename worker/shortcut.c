@@ -46,6 +46,7 @@ static void wk_sc_ip_add(struct worker *w, const struct sockaddr_storage *ss)
 void wk_sc_refresh(struct worker *w)
 {
 	w->n_sc_ips = 0;
+	w->sc_masked = false;
 	for (size_t i = 0; i < w->n_ls; i++) {
 		struct wk_listener *l = w->ls[i];
 
@@ -55,6 +56,7 @@ void wk_sc_refresh(struct worker *w)
 		wk_sc_ip_add(w, &l->relay_addr);
 		wk_sc_ip_add(w, &l->relay_addr2);
 		wk_sc_ip_add(w, &l->mask_addr);
+		w->sc_masked |= l->mask_addr.ss_family != 0;
 	}
 }
 
@@ -244,12 +246,54 @@ bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 					  w->hot.bw.user_bps != 0, &t) < 0 ||
 		    (tl = wk_sc_listener(w, t.listener_hash)) == NULL || !wk_sc_names(tl, &t, &to))
 			continue;
-		if (!wk_sc_reachable(w, tl, &t, &own))
-			return false; /* ours, but its client is another worker's stream */
+		if (!wk_sc_reachable(w, tl, &t, &own)) {
+			/* Its client is another worker's stream: through the relay sockets to
+			 * its internal relay address, where the owner's relay socket takes it
+			 * and gives it our announced address (wk_sc_announced_from). */
+			struct sockaddr_storage in;
+
+			t.relay.port = to.port;
+			if (wk_shm_to_addr(&t.relay, &in) == 0)
+				return false;
+			wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len);
+			return true;
+		}
 		/* The sending half, as if it had left relay socket r. */
 		wk_peer_count(w, a, cl, 1, len);
 		shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
 		wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&from, data, len, now_ns);
+		return true;
+	}
+	return false;
+}
+
+bool wk_sc_announced_from(struct worker *w, const struct sockaddr *from,
+			  struct sockaddr_storage *out)
+{
+	uint32_t cand[SHM_RELAY_WAYS];
+	struct shm_addr f;
+	unsigned n;
+
+	if (!w->sc_masked || !wk_sc_own_ip(w, from))
+		return false;
+	wk_addr_to_shm(from, &f);
+	n = shm_relay_find(w->shm, f.port, cand);
+	for (unsigned i = 0; i < n; i++) {
+		struct shm_relay_target t;
+		const struct wk_listener *tl;
+
+		if (shm_relay_target_read(w->shm, cand[i], f.port, &f, wk_batch_ns(w), false, &t) <
+			    0 ||
+		    t.relay.family != f.family || memcmp(t.relay.addr, f.addr, 16) != 0)
+			continue;
+		tl = wk_sc_listener(w, t.listener_hash);
+		if (tl == NULL || tl->mask_addr.ss_family != from->sa_family)
+			return false;
+		memcpy(out, &tl->mask_addr, sizeof(*out));
+		if (from->sa_family == AF_INET)
+			((struct sockaddr_in *)out)->sin_port = htons(f.port);
+		else
+			((struct sockaddr_in6 *)out)->sin6_port = htons(f.port);
 		return true;
 	}
 	return false;

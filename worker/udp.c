@@ -347,8 +347,11 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 	for (int i = 0; i < n; i++) {
 		const struct sockaddr *peer = (struct sockaddr *)&from[i];
 		size_t len = msgs[i].msg_len, mlen = 0;
+		struct sockaddr_storage ann;
 		uint8_t *m;
 
+		if (w->sc_masked && wk_sc_announced_from(w, peer, &ann))
+			peer = (struct sockaddr *)&ann; /* another allocation of ours */
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
 		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||

@@ -293,6 +293,7 @@ struct worker {
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
 	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
 	unsigned n_sc_ips;
+	bool sc_masked;  /* some listener has a relay_address_mask (shortcut.c) */
 	uint8_t *sc_buf; /* WK_HEADROOM + WK_DGRAM_MAX: a short-circuited datagram */
 	struct wk_resv *resvs;
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
@@ -493,6 +494,12 @@ void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
  * returns true. false: the caller sends it through r. */
 bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
+/* Peer -> client on a relay socket: when from is the relay address of a live allocation of
+ * this instance whose listener masks it, *out = the announced (masked) address, which the
+ * permission check and the Data indication then use (what wk_sc_deliver sends through
+ * the relay sockets, for a client it cannot reach, arrives so). Returns true when set. */
+bool wk_sc_announced_from(struct worker *w, const struct sockaddr *from,
+			  struct sockaddr_storage *out);
 
 /* ---- client.c ---- */
 /* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its

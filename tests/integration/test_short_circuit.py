@@ -32,7 +32,7 @@ from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,
 MASK = "192.0.2.1"
 
 
-def config(d, ports, workers, relay):
+def config(d, ports, workers, relay, tcp_port=None):
     masked, plain, closed = ports
     text = ("version: v1\nadmin:\n  name: sc\n  loglevel: all:INFO\n  workers: %d\n"
             "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
@@ -46,6 +46,10 @@ def config(d, ports, workers, relay):
                  "    routes: [%s]\n" % (name, port, routes))
         if mask:
             text += "    relay_address_mask: %s\n" % mask
+    if tcp_port:
+        text += ("  - name: tcpmasked\n    protocol: TURN-TCP\n    address: 127.0.0.1\n"
+                 "    port: %d\n    routes: [self]\n    relay_address_mask: %s\n"
+                 % (tcp_port, MASK))
     text += ("clusters:\n  - name: self\n    type: STATIC\n    endpoints: [\"%s\", \"127.0.0.1\"]\n"
              "  - name: elsewhere\n    type: STATIC\n    endpoints: [\"10.9.9.9\"]\n" % MASK)
     return text
@@ -272,6 +276,54 @@ def test_bad_mask_refused(d):
         os.unlink(daemon.errpath)
 
 
+def test_stream_receiver(d):
+    """A TURN-TCP client (masked listener) receiving Send indications from a UDP one, 2
+    workers. Owned by the sending worker it is short-circuited; owned by the other worker
+    (its connection lives there) the datagram goes through the relay sockets to its
+    internal relay address, and the receiving relay socket gives it the sender's masked
+    address: either way it arrives once, as a Data indication from the masked address.
+    Pairs until both cases were seen."""
+    from test_tcp_relay import TcpTurn
+    ports, tcp_port = (free_port(), free_port(), free_port()), free_port()
+    daemon = Daemon(d, config(d, ports, 2, relay_range(), tcp_port), workers=2).start()
+    seen = set()
+    try:
+        for k in range(32):
+            a, t = Peer(daemon, ports[0], "alice%d" % k), TcpTurn(tcp_port, user="tcp%d" % k)
+            try:
+                relayed = t.relayed(t.allocate())[0]
+                check(relayed[0] == MASK, "TCP client's relayed address %r" % (relayed,))
+                rec = [x for x in allocations(daemon).values()
+                       if x["relay"] == "%s:%d" % relayed]
+                check(len(rec) == 1, "TCP client's allocation not listed")
+                split = rec[0]["worker"] != a.record["worker"]
+                for c, ip, port in ((t, a.relayed[0], a.relayed[1]), (a.c, MASK, relayed[1])):
+                    r = c.perm(ip, port)
+                    check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
+                before = counters(daemon)
+                a.c.send(MASK, relayed[1], b"to-tcp-%d" % k)
+                p = t.read_msg(3)
+                check(p is not None and p[0] == DATA and p[1] == INDICATION,
+                      "expected a Data indication, got %r" % (p,))
+                src = parse_xor_addr(p[3][A_PEER][0], p[2])
+                check(src == a.relayed and p[3][A_DATA][0] == b"to-tcp-%d" % k,
+                      "Data indication from %r: %r" % (src, p[3][A_DATA][0]))
+                after = counters(daemon)
+                check(after["short_circuit"] - before["short_circuit"] == (0 if split else 1),
+                      "split %r: short_circuit %d -> %d" % (split, before["short_circuit"],
+                                                           after["short_circuit"]))
+                check(after["err_send"] == before["err_send"], "a send error")
+                seen.add(split)
+            finally:
+                a.close()
+                t.close()
+            if seen == {True, False}:
+                break
+        check(seen == {True, False}, "pairs on one worker and across workers: %r" % (seen,))
+    finally:
+        daemon.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_one_worker, test_two_workers, test_no_permission_dropped,
-               test_routes_refuse_mask, test_bad_mask_refused])
+               test_routes_refuse_mask, test_bad_mask_refused, test_stream_receiver])
