@@ -21,24 +21,26 @@
 
 #include "common/log.h"
 
-/* > 0 bytes read, 0 end of stream, -EAGAIN to wait, other < 0 an error (a reset). */
-static ssize_t wk_pipe_read(struct wk_pipe *p, int i, uint8_t *b, size_t n)
+ssize_t wk_stream_recv(int fd, SSL *ssl, uint8_t *b, size_t n, bool *want_write)
 {
 	int r;
 
-	if (!p->ssl[i]) {
-		ssize_t k = recv(p->fd[i], b, n, MSG_DONTWAIT);
+	if (!ssl) {
+		ssize_t k = recv(fd, b, n, MSG_DONTWAIT);
 
 		if (k >= 0)
 			return k;
 		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
 	}
-	r = SSL_read(p->ssl[i], b, n > INT_MAX ? INT_MAX : (int)n);
+	r = SSL_read(ssl, b, n > INT_MAX ? INT_MAX : (int)n);
 	if (r > 0)
 		return r;
-	switch (SSL_get_error(p->ssl[i], r)) {
-	case SSL_ERROR_WANT_READ:
+	switch (SSL_get_error(ssl, r)) {
 	case SSL_ERROR_WANT_WRITE:
+		if (want_write)
+			*want_write = true;
+		/* fall through */
+	case SSL_ERROR_WANT_READ:
 		return -EAGAIN;
 	case SSL_ERROR_ZERO_RETURN:	/* close_notify, or a FIN (SSL_OP_IGNORE_UNEXPECTED_EOF) */
 		return 0;
@@ -48,22 +50,21 @@ static ssize_t wk_pipe_read(struct wk_pipe *p, int i, uint8_t *b, size_t n)
 	}
 }
 
-/* > 0 bytes written, -EAGAIN to wait, other < 0 an error. */
-static ssize_t wk_pipe_write(struct wk_pipe *p, int j, const uint8_t *b, size_t n)
+ssize_t wk_stream_send(int fd, SSL *ssl, const uint8_t *b, size_t n)
 {
 	int r;
 
-	if (!p->ssl[j]) {
-		ssize_t k = send(p->fd[j], b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (!ssl) {
+		ssize_t k = send(fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (k >= 0)
 			return k;
 		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
 	}
-	r = SSL_write(p->ssl[j], b, n > INT_MAX ? INT_MAX : (int)n);
+	r = SSL_write(ssl, b, n > INT_MAX ? INT_MAX : (int)n);
 	if (r > 0)
 		return r;
-	switch (SSL_get_error(p->ssl[j], r)) {
+	switch (SSL_get_error(ssl, r)) {
 	case SSL_ERROR_WANT_READ:
 	case SSL_ERROR_WANT_WRITE:
 		return -EAGAIN;
@@ -91,7 +92,8 @@ static bool wk_pipe_flush(struct wk_pipe *p, int j)
 	int i = 1 - j;
 
 	while (p->off[i] < p->len[i]) {
-		ssize_t n = wk_pipe_write(p, j, p->buf[i] + p->off[i], p->len[i] - p->off[i]);
+		ssize_t n = wk_stream_send(p->fd[j], p->ssl[j], p->buf[i] + p->off[i],
+					   p->len[i] - p->off[i]);
 
 		if (n == -EAGAIN)
 			break;
@@ -135,7 +137,8 @@ static void wk_pipe_pump(struct wk_pipe *p, int i)
 			ev_io_stop(p->w->loop, &p->rio[i]);	/* the other side is slow */
 			break;
 		}
-		n = wk_pipe_read(p, i, p->buf[i] + p->len[i], p->cap - p->len[i]);
+		n = wk_stream_recv(p->fd[i], p->ssl[i], p->buf[i] + p->len[i], p->cap - p->len[i],
+				   NULL);
 		if (n == -EAGAIN)
 			break;
 		if (n < 0) {

@@ -64,25 +64,7 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 /* Writes from the output buffer: > 0 bytes written, -EAGAIN to wait, other < 0 fatal. */
 static ssize_t wk_tconn_write(struct wk_tconn *c, const uint8_t *buf, size_t len)
 {
-	ssize_t n;
-
-	if (!c->ssl) {
-		n = send(c->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n >= 0)
-			return n;
-		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
-	}
-	n = SSL_write(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-	if (n > 0)
-		return n;
-	switch (SSL_get_error(c->ssl, (int)n)) {
-	case SSL_ERROR_WANT_WRITE:
-	case SSL_ERROR_WANT_READ:
-		return -EAGAIN;
-	default:
-		ERR_clear_error();
-		return -EIO;
-	}
+	return wk_stream_send(c->fd, c->ssl, buf, len);
 }
 
 /* Marks c dead; it is closed by the read side, never here: callers may still use c. */
@@ -342,6 +324,7 @@ static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 /* Reads into the input buffer: > 0 bytes, 0 end of stream, -EAGAIN, other < 0 fatal. */
 static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
 {
+	bool want_write = false;
 	size_t room;
 	ssize_t n;
 
@@ -357,28 +340,10 @@ static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
 		c->in_cap = WK_TCP_IN_MAX;
 	}
 	room = c->in_cap - c->in_len;
-
-	if (!c->ssl) {
-		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
-		if (n >= 0)
-			return n;
-		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -EAGAIN : -errno;
-	}
-	n = SSL_read(c->ssl, c->in + c->in_len, (int)room);
-	if (n > 0)
-		return n;
-	switch (SSL_get_error(c->ssl, (int)n)) {
-	case SSL_ERROR_WANT_READ:
-		return -EAGAIN;
-	case SSL_ERROR_WANT_WRITE:
-		ev_io_start(w->loop, &c->wio);
-		return -EAGAIN;
-	case SSL_ERROR_ZERO_RETURN:
-		return 0;
-	default:
-		ERR_clear_error();
-		return -EIO;
-	}
+	n = wk_stream_recv(c->fd, c->ssl, c->in + c->in_len, room, &want_write);
+	if (want_write)
+		ev_io_start(w->loop, &c->wio);	/* the session must write before it reads */
+	return n;
 }
 
 static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)

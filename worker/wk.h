@@ -422,6 +422,12 @@ void wk_tcp_resume(struct worker *w);
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
 
 /* ---- pipe.c ---- */
+/* One non-blocking read or write on a stream socket, through ssl when it is not NULL
+ * (TURN-TCP/TLS connections, pipes): > 0 bytes, 0 end of stream (recv: a FIN or
+ * close_notify), -EAGAIN to wait (recv: *want_write set, when not NULL, if the TLS session
+ * must write first), other < 0 an error. */
+ssize_t wk_stream_recv(int fd, SSL *ssl, uint8_t *b, size_t n, bool *want_write);
+ssize_t wk_stream_send(int fd, SSL *ssl, const uint8_t *b, size_t n);
 /* An idle pipe of two cap-byte buffers (bufs: 2 * cap bytes, the caller's). */
 void wk_pipe_init(struct wk_pipe *p, struct worker *w, const struct wk_pipe_ops *ops,
 		  uint8_t *bufs, size_t cap);
