@@ -407,6 +407,11 @@ def main():
     ap.add_argument("--netns", action="store_true",
                     help="client, server and echo peer in three network namespaces joined by "
                          "veth pairs (root; bench/topology.py), instead of loopback")
+    ap.add_argument("--rps", action="store_true",
+                    help="with --netns: each namespace's veth ends hand what they receive to "
+                         "its own cores (RPS: the server's to --srv-cpus, the client's to "
+                         "--gen-cpus, the peer's to --echo-cpus), as separate machines' NICs "
+                         "would; without it a veth receive runs in the sender's softirq")
     ap.add_argument("--offload-engine", choices=["TC", "XDP"], default="TC",
                     help="turngate-offload's admin.offload_engine (XDP: native on the veths "
                          "with --netns, whose far ends then get GRO on)")
@@ -441,6 +446,8 @@ def main():
     tb = os.path.join(args.builddir, "bench", "turnbench")
     if not os.access(tb, os.X_OK):
         sys.exit(f"{tb} not built (run make in the build tree or pass --builddir)")
+    if args.rps and not args.netns:
+        sys.exit("--rps needs --netns (loopback has no per-interface receive queue to steer)")
     if args.netns:
         if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"):
             sys.exit("--netns needs root, ip (iproute2) and nsenter (util-linux)")
@@ -459,8 +466,10 @@ def main():
     try:
         if args.netns:
             try:
+                rps = dict(server=args.srv_cpus, client=args.gen_cpus,
+                           peer=echo_cpus(args)) if args.rps else None
                 args.topo = topology.netns(SERVER[1], int(PEER.split(":")[1]),
-                                           gro=args.offload_engine == "XDP")
+                                           gro=args.offload_engine == "XDP", rps=rps)
             except RuntimeError as e:
                 sys.exit(str(e))
         return run_all(args, servers, reps)

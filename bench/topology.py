@@ -42,6 +42,7 @@ class Topology:
         self.cluster = cluster          # the peer cluster's endpoints (the allowlist)
         self.bind = bind                # the listener's bind_address, None = its address
         self.ns = ns or {}
+        self.rps = {}                   # role -> CPU list its veth ends steer receives to
 
     def prefix(self, role):
         """Command prefix that runs a program in role's namespace ([] on loopback)."""
@@ -92,7 +93,9 @@ class Topology:
                 f"{self.ns['peer']} joined by veth pairs: client {self.client} -> server "
                 f"{self.server[0]}:{self.server[1]} (bind_address), relay {self.relay_ip} "
                 f"(listener address) -> peer {self.peer}; the server namespace forwards, so "
-                "`direct` is routed through it")
+                "`direct` is routed through it" +
+                ("; RPS: " + ", ".join(f"{r} receives on CPU {c}" for r, c in self.rps.items())
+                 if self.rps else ""))
 
     def close(self):
         """Deletes the namespaces (and with them the veth pairs); idempotent."""
@@ -126,11 +129,24 @@ def ethtool_set(dev, cmd, on):
         s.close()
 
 
-def netns(port=13478, peer_port=13500, tag=None, gro=False):
+def cpu_mask(cpus):
+    """taskset-style list ("0", "1-3,5") -> the hex mask sysfs's rps_cpus takes."""
+    mask = 0
+    for part in cpus.split(","):
+        lo, _, hi = part.strip().partition("-")
+        for c in range(int(lo), int(hi or lo) + 1):
+            mask |= 1 << c
+    return "%x" % mask
+
+
+def netns(port=13478, peer_port=13500, tag=None, gro=False, rps=None):
     """Creates the three namespaces and the veth pairs; returns the Topology (close it).
     Namespace names carry tag (default: this process's PID), so runs never collide. gro:
     GRO on at the client's and the peer's veth ends, so that they take frames an XDP
-    program redirects to the server's ends (docs/offload.md)."""
+    program redirects to the server's ends (docs/offload.md). rps: role -> taskset CPU
+    list; each of that namespace's veth ends hands what it receives to those CPUs (RPS),
+    as a machine's NIC interrupts land on its own cores; the receive work (routing, TC
+    programs, socket delivery) then runs there instead of in the sender's softirq."""
     tag = tag or str(os.getpid())
     names = {r: f"tgb{tag}{r[0]}" for r in ("client", "server", "peer")}
     topo = Topology("netns", ("10.78.1.1", port), "10.78.2.1", f"10.78.2.2:{peer_port}",
@@ -157,6 +173,16 @@ def netns(port=13478, peer_port=13500, tag=None, gro=False):
         for role, dev in (("client", "tgb-c"), ("peer", "tgb-p")) if gro else ():
             with topo.entered(role):
                 ethtool_set(dev, ETHTOOL_SGRO, True)
+        for role, devs in (("client", ("tgb-c",)), ("server", ("tgb-sc", "tgb-sp")),
+                           ("peer", ("tgb-p",))):
+            cpus = (rps or {}).get(role)
+            if cpus:
+                topo.rps[role] = cpus
+            for dev in devs if cpus else ():
+                # sysfs shows the namespace of whoever mounted it: ip netns exec mounts
+                # the namespace's own in a private mount namespace (bpffs is not needed).
+                _ip("netns", "exec", names[role], "sh", "-c",
+                    f"echo {cpu_mask(cpus)} > /sys/class/net/{dev}/queues/rx-0/rps_cpus")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
         topo.close()
         err = getattr(e, "stderr", b"") or b""

@@ -298,3 +298,34 @@ bool wk_sc_announced_from(struct worker *w, const struct sockaddr *from,
 	}
 	return false;
 }
+
+bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer)
+{
+	struct shm_addr a, m;
+
+	if (!wk_sc_own_ip(w, peer))
+		return false;
+	wk_addr_to_shm(peer, &a);
+	for (size_t i = 0; i < w->n_ls; i++) {
+		const struct wk_listener *l = w->ls[i];
+		const struct sockaddr_storage *ips[] = { &l->relay_addr, &l->relay_addr2 };
+
+		if (!l->active || !l->snap_ok)
+			continue;
+		if (l->mask_addr.ss_family != 0) {
+			wk_addr_to_shm((const struct sockaddr *)&l->mask_addr, &m);
+			if (m.family == a.family && memcmp(m.addr, a.addr, 16) == 0)
+				return true;
+		}
+		if (a.port < l->sl.relay_port_min || a.port > l->sl.relay_port_max)
+			continue;
+		for (size_t k = 0; k < 2; k++) {
+			if (ips[k]->ss_family == 0)
+				continue;
+			wk_addr_to_shm((const struct sockaddr *)ips[k], &m);
+			if (m.family == a.family && memcmp(m.addr, a.addr, 16) == 0)
+				return true;
+		}
+	}
+	return false;
+}

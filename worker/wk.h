@@ -487,6 +487,11 @@ void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a);
 void wk_sc_refresh(struct worker *w);
 /* Whether peer's IP is one of this instance's relay addresses or masks. */
 bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer);
+/* Whether peer may be (now or later) one of this instance's relays: a mask, any port; a
+ * relay address with a port in its listener's relay port range. Such a peer is never
+ * offloaded (the short circuit, or the sibling translation, decides in user space); a
+ * peer that merely shares the relay's IP (a media server on the same host) is. */
+bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer);
 /* The address relay r of a is announced as: its listener's relay_address_mask with r's port
  * when the listener masks that family, else r's own address. */
 void wk_relay_announced(const struct wk_alloc *a, const struct wk_relay *r,

@@ -24,6 +24,10 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   programs and the pinned maps it finds and relays the allocation in user space.
 - An allocation under a bandwidth limit gets no entry: the limit holds with the fast path
   on (the user-space buckets drop what is over it).
+- A peer on the relay address's own IP (a media server on the gateway's host: the loopback
+  layout, listener and peer on 127.0.0.1, TC on lo) is relayed by the kernel like any other;
+  only a peer that is or may become one of our relays (a port in the relay range) is left
+  to user space, where the short circuit decides.
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
 - `offload_engine: XDP`: native XDP on both veths, the TC program behind it. The client's
@@ -639,6 +643,71 @@ def test_xdp_relays_while_workers_stopped(d):
         daemon.stop()
 
 
+LO_CONFIG = """version: v1
+admin:
+  name: offload-lo
+  loglevel: all:INFO
+  workers: 2
+  admin_socket: {d}/admin.sock
+  healthcheck_endpoint: ""
+  offload_engine: TC
+  relay_port_min: 50000
+  relay_port_max: 50999
+auth:
+  type: ephemeral
+  realm: {realm}
+  credentials:
+    secret: {secret}
+listeners:
+  - name: lo4
+    protocol: TURN-UDP
+    address: 127.0.0.1
+    port: {port}
+    routes: [local]
+clusters:
+  - name: local
+    type: STATIC
+    endpoints: ["127.0.0.1"]
+"""
+
+
+class LoDaemon(Daemon):
+    def write(self, routes):
+        with open(self.conf, "w") as f:
+            f.write(LO_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET))
+
+
+def test_peer_on_the_relay_ip(d):
+    daemon = LoDaemon(d)
+    try:
+        offload_or_skip(daemon)
+        c = Client(PORT, server="127.0.0.1", bind="127.0.0.2")
+        r = c.request(ALLOCATE, [(0x0019, bytes([17, 0, 0, 0]))])
+        check(error_code(r[3]) is None, "Allocate: %r" % (error_code(r[3]),))
+        p = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        p.bind(("127.0.0.1", PEER_PORT))
+        p.settimeout(0.2)
+        # A port inside the relay range of the relay's IP may be (or become) an allocation
+        # of ours: no entry; the short circuit or the relay sockets carry it.
+        r = c.bind("127.0.0.1", 50999, CHANNEL + 1)
+        check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
+        r = c.bind("127.0.0.1", PEER_PORT, CHANNEL)
+        check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
+        wait_for(lambda: entries(daemon) >= 1, "the entry of the channel to the peer")
+        check(entries(daemon) == 1, "entries: %d (the in-range port has none)" % entries(daemon))
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        got = stopped_round_trip(daemon, c, p, 10)
+        check(got == (10, 10), "relayed with the workers stopped: %r" % (got,))
+        o1 = daemon.admin({"cmd": "status"})["offload"]
+        check(o1["packets_to_peer"] - o0["packets_to_peer"] == 10 and
+              o1["packets_to_client"] - o0["packets_to_client"] == 10,
+              "offload counters: %r -> %r" % (o0, o1))
+        c.close()
+        p.close()
+    finally:
+        daemon.stop()
+
+
 def test_xdp_entries_end_with_their_permission(d):
     test_entries_end_with_their_permission(d, engine="XDP")
 
@@ -658,6 +727,7 @@ if __name__ == "__main__":
              test_reload_drops_the_route, test_unpinned_stop_detaches,
              test_restart_keeps_kernel_relaying, test_none_removes_leftovers,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
+             test_peer_on_the_relay_ip,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart]
     run_tests([with_log(t) for t in tests])

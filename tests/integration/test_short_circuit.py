@@ -1,8 +1,9 @@
 """Masked relay addresses and the short circuit between two allocations of one instance
 (issue 22), through the running daemon.
 
-Listener "masked" announces relay_address_mask 192.0.2.1 (TEST-NET-1: no route in a test's
-network namespace, and never a local address), listener "plain" its own address 127.0.0.1,
+Listener "masked" announces relay_address_mask 127.0.0.9 (a loopback address that nothing
+binds: the relay sockets are bound to 127.0.0.1, so a datagram sent to the mask is lost, and
+tests never send anywhere but loopback), listener "plain" its own address 127.0.0.1,
 listener "closed" admits neither. Pairs of UDP clients allocate, give each other
 permissions or channels for the other's relay address and exchange Send indications and
 ChannelData both ways, on 1 worker and on 2 (where the pair spans both workers at least
@@ -12,7 +13,7 @@ once). Checked:
   only as `relay_internal` in the admin listing;
 - every datagram arrives exactly once and turngate_short_circuit_packets_total
   (`short_circuit`) grows by exactly the number sent: a datagram through the relay
-  sockets would have gone to 192.0.2.1 (unroutable: a send error, nothing delivered) or,
+  sockets would have gone to 127.0.0.9 (nobody there: nothing delivered) or,
   for the plain listener, arrived a second time or uncounted; no send error either;
 - the per-allocation counters (to_peer, from_peer) count them as relayed;
 - no permission on the receiving side: dropped, counted as a permission denial;
@@ -29,7 +30,7 @@ from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,
                                 Client, Daemon, check, error_code, free_port, parse,
                                 parse_xor_addr, relay_range)
 
-MASK = "192.0.2.1"
+MASK = "127.0.0.9"
 
 
 def config(d, ports, workers, relay, tcp_port=None):
