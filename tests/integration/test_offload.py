@@ -643,22 +643,9 @@ def test_xdp_relays_while_workers_stopped(d):
         daemon.stop()
 
 
-LO_CONFIG = """version: v1
-admin:
-  name: offload-lo
-  loglevel: all:INFO
-  workers: 2
-  admin_socket: {d}/admin.sock
-  healthcheck_endpoint: ""
-  offload_engine: TC
-  relay_port_min: 50000
-  relay_port_max: 50999
-auth:
-  type: ephemeral
-  realm: {realm}
-  credentials:
-    secret: {secret}
-listeners:
+# CONFIG's admin and auth, without a state directory (nothing is pinned), and a loopback
+# listener whose cluster is its own address.
+LO_CONFIG = CONFIG[:CONFIG.index("listeners:")].replace("  state_dir: {d}\n", "") + """listeners:
   - name: lo4
     protocol: TURN-UDP
     address: 127.0.0.1
@@ -674,7 +661,8 @@ clusters:
 class LoDaemon(Daemon):
     def write(self, routes):
         with open(self.conf, "w") as f:
-            f.write(LO_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET))
+            f.write(LO_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET,
+                                     engine="TC"))
 
 
 def test_peer_on_the_relay_ip(d):
