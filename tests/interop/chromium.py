@@ -112,7 +112,7 @@ window.runTest = async function (cfg) {
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = PAGE.encode()
+        body = self.server.page.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -124,10 +124,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class PageServer:
-    """The test page on http://127.0.0.1:PORT/ from a thread (a secure context: localhost)."""
+    """A test page (default PAGE) on http://127.0.0.1:PORT/ from a thread (a secure context:
+    localhost)."""
+
+    def __init__(self, page=PAGE):
+        self.page = page
 
     def __enter__(self):
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.page = self.page
         self.url = "http://127.0.0.1:%d/" % self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -182,11 +187,17 @@ class Browser:
         self.driver.set_page_load_timeout(60)
         return self
 
+    def call(self, fn, *args):
+        """Awaits the loaded page's async window[fn](...args) and returns its value; a
+        rejection comes back as {ok: false, error}."""
+        return self.driver.execute_async_script(
+            "const a = Array.from(arguments), cb = a.pop();"
+            "window[a[0]](...a.slice(1)).then(cb, e => cb({ok: false, error: String(e)}));",
+            fn, *args)
+
     def run(self, page_url, cfg):
         self.driver.get(page_url)
-        return self.driver.execute_async_script(
-            "const cb = arguments[arguments.length - 1];"
-            "window.runTest(arguments[0]).then(cb, e => cb({ok: false, error: String(e)}));", cfg)
+        return self.call("runTest", cfg)
 
     def __exit__(self, *a):
         try:

@@ -94,7 +94,7 @@ def ephemeral_credentials(secret, user="user", lifetime=3600):
 
 
 def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=True,
-                internal=None, tls=None):
+                internal=None, tls=None, mask=None, relay=None, admin_extra=""):
     """A STUNner v1 config: TURN-UDP (and TURN-TCP) on address:port, one cluster 'allowed'.
 
     internal: optional (address, port) of one more TURN-UDP listener, 'internal-udp', standing
@@ -102,12 +102,18 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
 
     tls: optional (port, cert file, key file) of a TURN-TLS listener 'turn-tls' on address.
 
-    auth: ("static", user, password) or ("ephemeral", secret). The relay window is a random
-    500-port slice of 61000..64999: above the kernel's ephemeral range and clear of the fixed
-    ranges of the integration tests (50000..60999; 65000.. are port-counting windows), so our
-    relay sockets never starve another test; parallel interop tests rarely share a slice
-    and the worker skips ports in use anyway."""
-    lo = random.randrange(61000, 65000, 500)
+    auth: ("static", user, password) or ("ephemeral", secret). The relay window (relay, a
+    (min, max) pair) is by default a random 500-port slice of 61000..64999: above the
+    kernel's ephemeral range and clear of the fixed ranges of the integration tests
+    (50000..60999; 65000.. are port-counting windows), so our relay sockets never starve
+    another test; parallel interop tests rarely share a slice and the worker skips ports in
+    use anyway.
+
+    mask: the relay_address_mask of every listener. admin_extra: more admin keys, as YAML
+    lines indented by two spaces."""
+    if relay is None:
+        lo = random.randrange(61000, 65000, 500)
+        relay = (lo, lo + 499)
     if auth[0] == "static":
         auth_text = ("  type: static\n  realm: interop.example\n  credentials:\n"
                      "    username: %s\n    password: %s\n" % (auth[1], auth[2]))
@@ -116,8 +122,8 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
                      "    secret: %s\n" % auth[1])
     text = ("version: v1\nadmin:\n  name: interop\n  loglevel: all:INFO\n  workers: %d\n"
             "  healthcheck_endpoint: \"\"\n  admin_socket: %s/admin.sock\n  drain_timeout: 1\n"
-            "  relay_port_min: %d\n  relay_port_max: %d\nauth:\n%slisteners:\n"
-            % (workers, tmp, lo, lo + 499, auth_text))
+            "  relay_port_min: %d\n  relay_port_max: %d\n%sauth:\n%slisteners:\n"
+            % (workers, tmp, relay[0], relay[1], admin_extra, auth_text))
     # TG_OFFLOAD=Auto (or TC, XDP): the same suite with the kernel fast path (issue 21);
     # run it in a network namespace of its own (the programs attach to its lo).
     if os.environ.get("TG_OFFLOAD"):
@@ -134,6 +140,9 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
         text += ("  - name: turn-tls\n    protocol: TURN-TLS\n    address: %s\n    port: %d\n"
                  "    cert_file: %s\n    key_file: %s\n    routes: [allowed]\n"
                  % ((address,) + tuple(tls)))
+    if mask:
+        text = text.replace("    routes: [allowed]\n",
+                            "    routes: [allowed]\n    relay_address_mask: %s\n" % mask)
     eps = ", ".join('"%s"' % e for e in endpoints)
     text += "clusters:\n  - name: allowed\n    type: STATIC\n    endpoints: [%s]\n" % eps
     return text
@@ -165,7 +174,8 @@ class Daemon:
     """turngated on loopback. Use as a context manager: stops and scans the log on exit."""
 
     def __init__(self, endpoints, auth=("static", "user1", "pass1"), address="127.0.0.1",
-                 workers=2, tcp=True, internal=None, tls=False):
+                 workers=2, tcp=True, internal=None, tls=False, mask=None, relay=None,
+                 admin_extra=""):
         self.tmp = tempfile.mkdtemp(prefix="tg-interop-")
         self.address = address
         self.port = free_port(address)
@@ -192,7 +202,7 @@ class Daemon:
             tls_conf = (self.tls_port, self.tls_cert, key)
         with open(self.conf, "w") as f:
             f.write(config_yaml(self.tmp, self.port, endpoints, auth, address, workers, tcp,
-                                self.internal, tls_conf))
+                                self.internal, tls_conf, mask, relay, admin_extra))
         self.proc = None
 
     def start(self, timeout=30.0):
@@ -250,22 +260,28 @@ class Daemon:
                 print(text[-4000:])
         return problems
 
-    def offload_report(self):
-        """Under TG_OFFLOAD: prints what the kernel fast path relayed; a problem when the
-        programs did not load (the run would not test them)."""
+    def admin(self, req):
+        """One admin socket command (a dict), its JSON reply."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(10)
             s.connect(os.path.join(self.tmp, "admin.sock"))
-            s.sendall(b'{"cmd":"status"}\n')
+            s.sendall(json.dumps(req).encode() + b"\n")
             buf = b""
             while not buf.endswith(b"\n"):
                 chunk = s.recv(65536)
                 if not chunk:
                     break
                 buf += chunk
+        finally:
             s.close()
-            o = json.loads(buf)["offload"]
+        return json.loads(buf)
+
+    def offload_report(self):
+        """Under TG_OFFLOAD: prints what the kernel fast path relayed; a problem when the
+        programs did not load (the run would not test them)."""
+        try:
+            o = self.admin({"cmd": "status"})["offload"]
         except (OSError, ValueError, KeyError) as e:
             return ["offload status unreadable: %s" % e]
         print("offload %s: active %s, interfaces %s, to peer %d, to client %d datagrams"
