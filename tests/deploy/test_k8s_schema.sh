@@ -5,9 +5,11 @@
 # kubernetes-models (validators generated from the API's published OpenAPI definitions),
 # pinned by tests/deploy/k8s-schema/package-lock.json and installed by scripts/setup.sh
 # through tests/deploy/deploy_cache.sh npm. Every resource of kustomization.yaml and the
-# DaemonSet of deploy/kubernetes-hostnetwork must be valid, and broken copies (a string containerPort, a probe without a port, a list for the
-# Service's sessionAffinity and for the PodDisruptionBudget's maxUnavailable, an unknown
-# kind) must not be: otherwise the validator checks nothing. Ranges (a port above 65535)
+# DaemonSet of deploy/kubernetes-hostnetwork and the manifests of deploy/kubernetes-statefulset
+# must be valid, and broken copies (a string containerPort, a probe without a port, a list
+# for the Service's sessionAffinity and for the PodDisruptionBudget's maxUnavailable, an
+# unknown kind, a string for the StatefulSet's replicas, a headless Service's clusterIP as a
+# list) must not be: otherwise the validator checks nothing. Ranges (a port above 65535)
 # are not in the published schemas; the API server checks them, and test_manifests.py. No node or packages: FAIL when CI=true,
 # SKIP with the reason elsewhere.
 set -eu
@@ -42,18 +44,21 @@ files=$(sed -n 's/^  - \(.*\.yaml\)$/\1/p' "$k8s/kustomization.yaml")
 [ -n "$files" ] || { echo "FAIL: no resources in kustomization.yaml" >&2; exit 1; }
 set --
 for f in $files; do set -- "$@" "$k8s/$f"; done
-# The host-network variant's own manifest (its kustomization reuses the rest).
+# The host-network and StatefulSet variants' own manifests (their kustomizations reuse the rest).
 set -- "$@" "$top_srcdir/deploy/kubernetes-hostnetwork/daemonset.yaml"
+sts=$(sed -n 's/^  - \([a-z-]*\.yaml\)$/\1/p' "$top_srcdir/deploy/kubernetes-statefulset/kustomization.yaml")
+[ -n "$sts" ] || { echo "FAIL: no resources in kubernetes-statefulset/kustomization.yaml" >&2; exit 1; }
+for f in $sts; do set -- "$@" "$top_srcdir/deploy/kubernetes-statefulset/$f"; done
 if ! validate "$@"; then
-	echo "FAIL: deploy/kubernetes does not validate" >&2
+	echo "FAIL: deploy/kubernetes and its variants do not validate" >&2
 	exit 1
 fi
 
-# broken NAME FILE SED: a copy of FILE edited by SED must be rejected.
+# broken NAME FILE SED: a copy of FILE (under deploy/) edited by SED must be rejected.
 failures=0
 broken() {
-	sed "$3" "$k8s/$2" > "$tmp/$1.yaml"
-	if cmp -s "$k8s/$2" "$tmp/$1.yaml"; then
+	sed "$3" "$top_srcdir/deploy/$2" > "$tmp/$1.yaml"
+	if cmp -s "$top_srcdir/deploy/$2" "$tmp/$1.yaml"; then
 		echo "FAIL: $1: the edit changed nothing in $2 (update the test)" >&2
 		failures=$((failures + 1))
 	elif validate "$tmp/$1.yaml" > "$tmp/$1.out"; then
@@ -64,10 +69,12 @@ broken() {
 		echo "rejected as expected: $1: $(tail -n 1 "$tmp/$1.out" | sed 's/^[^:]*: //')"
 	fi
 }
-broken string-containerPort deployment.yaml 's/containerPort: 3478/containerPort: "3478"/'
-broken probe-without-port deployment.yaml '/livenessProbe:/,/port:/{/port:/d}'
-broken service-affinity-list service.yaml 's/sessionAffinity: ClientIP/sessionAffinity: [ClientIP]/'
-broken pdb-list pdb.yaml 's/maxUnavailable: 1/maxUnavailable: [1]/'
-broken unknown-kind service.yaml 's/^kind: Service$/kind: Servicee/'
+broken string-containerPort kubernetes/deployment.yaml 's/containerPort: 3478/containerPort: "3478"/'
+broken probe-without-port kubernetes/deployment.yaml '/livenessProbe:/,/port:/{/port:/d}'
+broken service-affinity-list kubernetes/service.yaml 's/sessionAffinity: ClientIP/sessionAffinity: [ClientIP]/'
+broken pdb-list kubernetes/pdb.yaml 's/maxUnavailable: 1/maxUnavailable: [1]/'
+broken unknown-kind kubernetes/service.yaml 's/^kind: Service$/kind: Servicee/'
+broken sts-string-replicas kubernetes-statefulset/statefulset.yaml 's/^  replicas: 3$/  replicas: "3"/'
+broken headless-clusterip-list kubernetes-statefulset/service-headless.yaml 's/clusterIP: None/clusterIP: [None]/'
 [ "$failures" -eq 0 ] || exit 1
 echo "test_k8s_schema: ok"

@@ -11,7 +11,14 @@ No kubectl, kubeconform or cluster is available offline, so this is what is chec
 - turngate specifics: STUNNER_ADDR from status.podIP, the grace period covers the drain,
   the config in the ConfigMap passes `turngated -t`, the mixed-protocol annotation is set
   when the Service carries UDP and TCP, the image's user and ports match the Dockerfile;
-- the checker itself rejects a set of broken variants (so it can fail);
+- deploy/kubernetes-statefulset (an overlay of deploy/kubernetes: its documents with the
+  base's less those its patches delete) the same way, and: the StatefulSet's serviceName is
+  a headless Service that keeps not-ready (draining) pods in DNS; the container's command
+  line, run per pod name with a stand-in for turngated, gives each pod a relay port slice
+  of its own, which admin.siblings lists against that pod's DNS name, for every replica;
+  every listener has relay_address_mask and its routes admit the mask at every slice; no
+  autoscaler; turngated -t accepts the config through each pod's command line;
+- the checker itself rejects a set of broken variants of each set (so it can fail);
 - where kubectl is installed, `kubectl kustomize` (offline) renders the set. Applying or
   server-side validation needs an API server, which is not available.
 """
@@ -27,7 +34,11 @@ import yaml
 SRC = os.environ.get("top_srcdir") or os.path.join(os.path.dirname(__file__), "..", "..")
 BUILD = os.environ.get("top_builddir") or SRC
 KDIR = os.path.join(SRC, "deploy", "kubernetes")
+SDIR = os.path.join(SRC, "deploy", "kubernetes-statefulset")
 DOCKERFILE = os.path.join(SRC, "deploy", "container", "Dockerfile")
+# The image's ENTRYPOINT, which a container's `command` may wrap (the StatefulSet's does).
+IMAGE_DAEMON = "/usr/local/bin/turngated"
+WORKLOADS = ("Deployment", "StatefulSet")
 
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 IANA_SVC = re.compile(r"^(?!.*--)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -136,6 +147,7 @@ POD_SPEC = {
     "containers!": [CONTAINER],
     "volumes": [VOLUME],
 }
+TEMPLATE = {"metadata!": {"labels!": MAP, "annotations": MAP}, "spec!": POD_SPEC}
 SCHEMAS = {
     ("v1", "ServiceAccount"): {"apiVersion!": str, "kind!": str, "metadata!": METADATA,
                                "automountServiceAccountToken": bool},
@@ -148,10 +160,17 @@ SCHEMAS = {
         "replicas": int, "selector!": LABEL_SELECTOR,
         "strategy": {"type!": {"RollingUpdate", "Recreate"},
                      "rollingUpdate": {"maxSurge": INT_OR_STR, "maxUnavailable": INT_OR_STR}},
-        "template!": {"metadata!": {"labels!": MAP, "annotations": MAP},
-                      "spec!": POD_SPEC}}},
+        "template!": TEMPLATE}},
+    ("apps/v1", "StatefulSet"): {"apiVersion!": str, "kind!": str, "metadata!": METADATA,
+                                 "spec!": {
+        "serviceName!": str, "replicas": int, "selector!": LABEL_SELECTOR,
+        "podManagementPolicy": {"OrderedReady", "Parallel"},
+        "updateStrategy": {"type!": {"RollingUpdate", "OnDelete"},
+                           "rollingUpdate": {"partition": int, "maxUnavailable": INT_OR_STR}},
+        "template!": TEMPLATE}},
     ("v1", "Service"): {"apiVersion!": str, "kind!": str, "metadata!": METADATA, "spec!": {
         "type!": {"ClusterIP", "NodePort", "LoadBalancer"}, "selector!": MAP,
+        "clusterIP": str, "publishNotReadyAddresses": bool,
         "sessionAffinity": {"None", "ClientIP"},
         "sessionAffinityConfig": {"clientIP!": {"timeoutSeconds!": int}},
         "externalTrafficPolicy": {"Cluster", "Local"}, "loadBalancerClass": str,
@@ -176,7 +195,8 @@ SCHEMAS = {
                      for d in ("scaleUp", "scaleDown")}}},
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"): {
         "apiVersion!": str, "kind!": str, "namespace": str,
-        "labels": [{"pairs!": MAP, "includeSelectors": bool}], "resources!": [str]},
+        "labels": [{"pairs!": MAP, "includeSelectors": bool}], "resources!": [str],
+        "patches": [{"patch!": str}]},
 }
 
 # ---- cross-checks ----------------------------------------------------------------------
@@ -221,73 +241,74 @@ def find_port(ports, ref, protocol="TCP"):
 
 
 def check_deployment(docs, dep, errors):
+    wl = dep["kind"]
     spec = dep["spec"]
     tmpl = spec["template"]
     pod = tmpl["spec"]
     if not selects(spec["selector"]["matchLabels"], tmpl["metadata"]["labels"]):
-        errors.append("Deployment: spec.selector.matchLabels does not match the template labels")
+        errors.append(f"{wl}: spec.selector.matchLabels does not match the template labels")
     c, ports = container_ports(dep)
     names = [p["name"] for p in ports if "name" in p]
     if len(names) != len(set(names)):
-        errors.append("Deployment: duplicate container port names")
+        errors.append(f"{wl}: duplicate container port names")
     for n in names:
         if len(n) > 15 or not IANA_SVC.match(n) or not re.search("[a-z]", n):
-            errors.append(f"Deployment: port name {n!r} is not a valid IANA service name")
+            errors.append(f"{wl}: port name {n!r} is not a valid IANA service name")
     for p in ports:
         if not 1 <= p["containerPort"] <= 65535:
-            errors.append(f"Deployment: containerPort {p['containerPort']} out of range")
+            errors.append(f"{wl}: containerPort {p['containerPort']} out of range")
     for probe in ("livenessProbe", "readinessProbe"):
         pr = c.get(probe)
         if pr is None:
-            errors.append(f"Deployment: container has no {probe}")
+            errors.append(f"{wl}: container has no {probe}")
             continue
         target = find_port(ports, pr["httpGet"]["port"])
         if target is None or target.get("protocol", "TCP") != "TCP":
-            errors.append(f"Deployment: {probe} port {pr['httpGet']['port']!r} is not a "
+            errors.append(f"{wl}: {probe} port {pr['httpGet']['port']!r} is not a "
                           "TCP container port")
     if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/live":
-        errors.append("Deployment: livenessProbe must GET /live")
+        errors.append(f"{wl}: livenessProbe must GET /live")
     if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/ready":
-        errors.append("Deployment: readinessProbe must GET /ready")
+        errors.append(f"{wl}: readinessProbe must GET /ready")
     env = {e["name"]: e for e in c.get("env", [])}
     addr = env.get("STUNNER_ADDR", {}).get("valueFrom", {}).get("fieldRef", {})
     if addr.get("fieldPath") != "status.podIP":
-        errors.append("Deployment: STUNNER_ADDR must come from fieldRef status.podIP")
+        errors.append(f"{wl}: STUNNER_ADDR must come from fieldRef status.podIP")
     # security
     psc = pod.get("securityContext", {})
     csc = c.get("securityContext", {})
     if not (psc.get("runAsNonRoot") or csc.get("runAsNonRoot")):
-        errors.append("Deployment: runAsNonRoot is not set")
+        errors.append(f"{wl}: runAsNonRoot is not set")
     if (csc.get("runAsUser") or psc.get("runAsUser") or 0) == 0:
-        errors.append("Deployment: runAsUser must be a non-zero uid")
+        errors.append(f"{wl}: runAsUser must be a non-zero uid")
     if csc.get("readOnlyRootFilesystem") is not True:
-        errors.append("Deployment: readOnlyRootFilesystem must be true")
+        errors.append(f"{wl}: readOnlyRootFilesystem must be true")
     if csc.get("allowPrivilegeEscalation") is not False:
-        errors.append("Deployment: allowPrivilegeEscalation must be false")
+        errors.append(f"{wl}: allowPrivilegeEscalation must be false")
     caps = csc.get("capabilities", {})
     if caps.get("drop") != ["ALL"]:
-        errors.append("Deployment: capabilities.drop must be [ALL]")
+        errors.append(f"{wl}: capabilities.drop must be [ALL]")
     if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-        errors.append("Deployment: capabilities.add may only hold NET_BIND_SERVICE")
+        errors.append(f"{wl}: capabilities.add may only hold NET_BIND_SERVICE")
     # service account
     sa_name = pod.get("serviceAccountName")
     sas = [d for d in by_kind(docs, "ServiceAccount") if d["metadata"]["name"] == sa_name]
     if not sas:
-        errors.append(f"Deployment: serviceAccountName {sa_name!r} has no ServiceAccount")
+        errors.append(f"{wl}: serviceAccountName {sa_name!r} has no ServiceAccount")
     elif pod.get("automountServiceAccountToken",
                  sas[0].get("automountServiceAccountToken", True)) is not False:
         # the pod's setting wins over the service account's; the default is to mount
-        errors.append("Deployment: the service account token is automounted")
-    check_volumes(docs, pod, c, errors)
+        errors.append(f"{wl}: the service account token is automounted")
+    check_volumes(docs, wl, pod, c, errors)
 
 
-def check_volumes(docs, pod, c, errors):
+def check_volumes(docs, wl, pod, c, errors):
     vols = {v["name"]: v for v in pod.get("volumes", [])}
     for m in c.get("volumeMounts", []):
         if m["name"] not in vols:
-            errors.append(f"Deployment: volumeMount {m['name']!r} has no volume")
+            errors.append(f"{wl}: volumeMount {m['name']!r} has no volume")
         if "subPath" in m:
-            errors.append(f"Deployment: volumeMount {m['name']!r} uses subPath, which never "
+            errors.append(f"{wl}: volumeMount {m['name']!r} uses subPath, which never "
                           "receives ConfigMap/Secret updates")
     cms = {d["metadata"]["name"]: d for d in by_kind(docs, "ConfigMap")}
     secs = {d["metadata"]["name"]: d for d in by_kind(docs, "Secret")}
@@ -304,13 +325,13 @@ def check_volumes(docs, pod, c, errors):
                 ref = s[kind]
                 obj = table.get(ref["name"])
                 if obj is None:
-                    errors.append(f"Deployment: volume {v['name']!r} references missing "
+                    errors.append(f"{wl}: volume {v['name']!r} references missing "
                                   f"{kind} {ref['name']!r}")
                     continue
                 keys = set(obj.get(field, {})) | set(obj.get("data", {}))
                 for item in ref.get("items", []):
                     if item["key"] not in keys:
-                        errors.append(f"Deployment: {kind} {ref['name']!r} has no key "
+                        errors.append(f"{wl}: {kind} {ref['name']!r} has no key "
                                       f"{item['key']!r}")
 
 
@@ -329,6 +350,7 @@ def config_of(docs, errors):
 
 
 def check_turngate(docs, dep, errors):
+    wl = dep["kind"]
     cfg, _ = config_of(docs, errors)
     if cfg is None:
         return
@@ -337,14 +359,14 @@ def check_turngate(docs, dep, errors):
     drain = cfg.get("admin", {}).get("drain_timeout", 30)
     grace = pod.get("terminationGracePeriodSeconds", 30)
     if grace < drain + 15:
-        errors.append(f"Deployment: terminationGracePeriodSeconds {grace} < drain_timeout "
+        errors.append(f"{wl}: terminationGracePeriodSeconds {grace} < drain_timeout "
                       f"{drain} + 15: pods would be killed mid-drain")
     for i, lst in enumerate(cfg.get("listeners", [])):
         proto = "UDP" if lst.get("protocol", "TURN-UDP").upper() in ("TURN-UDP", "TURN-DTLS") \
             else "TCP"
         port = lst.get("port", 3478)
         if find_port(ports, port, proto) is None:
-            errors.append(f"Deployment: listener {lst.get('name')!r} ({proto} {port}) has no "
+            errors.append(f"{wl}: listener {lst.get('name')!r} ({proto} {port}) has no "
                           "container port")
         if lst.get("address") != "$STUNNER_ADDR":
             errors.append(f"config: listeners[{i}].address should be \"$STUNNER_ADDR\" (the pod IP)")
@@ -353,17 +375,17 @@ def check_turngate(docs, dep, errors):
     hport = int(m.group(1)) if m else 8086
     probe = find_port(ports, c.get("readinessProbe", {}).get("httpGet", {}).get("port"))
     if probe is None or probe["containerPort"] != hport:
-        errors.append(f"Deployment: the probes do not target the health port {hport}")
+        errors.append(f"{wl}: the probes do not target the health port {hport}")
     args = c.get("args", [])
     if "-c" not in args or args.index("-c") + 1 >= len(args):
-        errors.append("Deployment: args lack -c CONFIG")
+        errors.append(f"{wl}: args lack -c CONFIG")
     elif "-w" not in args and "--watch" not in args:
-        errors.append("Deployment: args lack -w: ConfigMap/Secret updates would not reload")
+        errors.append(f"{wl}: args lack -w: ConfigMap/Secret updates would not reload")
     else:
         path = args[args.index("-c") + 1]
         mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
         if os.path.dirname(path) not in mounts:
-            errors.append(f"Deployment: config {path} is not in a mounted volume directory")
+            errors.append(f"{wl}: config {path} is not in a mounted volume directory")
         for key in ("secret_file", "previous_secret_file"):
             f = cfg.get("auth", {}).get(key)
             if f and os.path.dirname(f) != os.path.dirname(path):
@@ -371,14 +393,18 @@ def check_turngate(docs, dep, errors):
                               f"{os.path.dirname(path)}: a Secret change would not reload")
 
 
+def headless(d):
+    return d.get("kind") == "Service" and d.get("spec", {}).get("clusterIP") == "None"
+
+
 def check_service(docs, dep, errors):
-    svc = one(docs, "Service", errors)
+    svc = one([(f, d) for f, d in docs if not headless(d)], "Service", errors)
     if svc is None:
         return
     spec = svc["spec"]
     labels = dep["spec"]["template"]["metadata"]["labels"]
     if not selects(spec["selector"], labels):
-        errors.append("Service: selector does not match the Deployment's pod labels")
+        errors.append(f"Service: selector does not match the {dep['kind']}'s pod labels")
     if spec["type"] != "LoadBalancer":
         errors.append("Service: type must be LoadBalancer")
     if spec.get("sessionAffinity") != "ClientIP":
@@ -413,9 +439,15 @@ def check_pdb_hpa(docs, dep, errors):
     pdb = one(docs, "PodDisruptionBudget", errors)
     if pdb is not None:
         if not selects(pdb["spec"]["selector"]["matchLabels"], labels):
-            errors.append("PodDisruptionBudget: selector does not match the Deployment's pods")
+            errors.append(f"PodDisruptionBudget: selector does not match the {dep['kind']}'s "
+                          "pods")
         if ("minAvailable" in pdb["spec"]) == ("maxUnavailable" in pdb["spec"]):
             errors.append("PodDisruptionBudget: set exactly one of minAvailable/maxUnavailable")
+    if dep["kind"] == "StatefulSet":
+        if by_kind(docs, "HorizontalPodAutoscaler"):
+            errors.append("HorizontalPodAutoscaler: scaling a StatefulSet needs its "
+                          "admin.siblings edited in step; no autoscaler")
+        return
     hpa = one(docs, "HorizontalPodAutoscaler", errors)
     if hpa is not None:
         ref = hpa["spec"]["scaleTargetRef"]
@@ -431,7 +463,7 @@ def check_kustomization(docs, files, errors):
     if len(k) != 1:
         errors.append("expected one kustomization.yaml")
         return
-    listed = set(k[0]["resources"])
+    listed = {r for r in k[0]["resources"] if not r.startswith("../")}
     others = {os.path.basename(f) for f in files} - {"kustomization.yaml"}
     if listed != others:
         errors.append(f"kustomization resources {sorted(listed)} != manifests {sorted(others)}")
@@ -447,7 +479,10 @@ def check_dockerfile(dep, errors):
     if not m:
         errors.append("Dockerfile: no numeric USER uid[:gid]")
     elif int(m.group(1)) != uid:
-        errors.append(f"Dockerfile USER {m.group(1)} != Deployment runAsUser {uid}")
+        errors.append(f"Dockerfile USER {m.group(1)} != {dep['kind']} runAsUser {uid}")
+    if not re.search(r'^ENTRYPOINT \["%s"\]\s*$' % re.escape(IMAGE_DAEMON), text, re.M):
+        errors.append(f"Dockerfile: ENTRYPOINT is not [\"{IMAGE_DAEMON}\"], which the "
+                      "manifests run")
     exposed = set()
     for line in re.findall(r"^EXPOSE (.*)$", text, re.M):
         for item in line.split():
@@ -476,7 +511,7 @@ def validate(docs, files):
     if errors:
         return errors  # the cross-checks assume the schema holds
     check_names(docs, errors)
-    dep = one(docs, "Deployment", errors)
+    dep = workload(docs, errors)
     if dep is None:
         return errors
     check_deployment(docs, dep, errors)
@@ -485,7 +520,18 @@ def validate(docs, files):
     check_pdb_hpa(docs, dep, errors)
     check_kustomization(docs, files, errors)
     check_dockerfile(dep, errors)
+    if dep["kind"] == "StatefulSet":
+        check_statefulset(docs, dep, errors)
     return errors
+
+
+def workload(docs, errors):
+    """The one Deployment or StatefulSet of the set, or None (an error added)."""
+    found = [d for _, d in docs if d.get("kind") in WORKLOADS]
+    if len(found) != 1:
+        errors.append(f"expected exactly one {' or '.join(WORKLOADS)}, found {len(found)}")
+        return None
+    return found[0]
 
 
 def load(files):
@@ -501,12 +547,39 @@ def load(files):
     return docs, errors
 
 
+def pod_names(dep):
+    """Names of the workload's pods: each ordinal's of a StatefulSet, one of a Deployment."""
+    name = dep["metadata"]["name"]
+    if dep["kind"] == "StatefulSet":
+        return [f"{name}-{i}" for i in range(dep["spec"].get("replicas", 1))]
+    return [f"{name}-7c9f8d6b5-x2x4q"]
+
+
+def container_argv(dep, daemon, cfg):
+    """The container's command line as the image runs it (its `command`, else the image's
+    ENTRYPOINT, then `args`) with daemon for the image's turngated, cfg for the config file
+    and -t (check and exit) for -w."""
+    c, _ = container_ports(dep)
+    cmd = [a.replace(IMAGE_DAEMON, daemon) for a in c.get("command", [IMAGE_DAEMON])]
+    args = [cfg if a == "/etc/turngate/turngate.yaml" else "-t" if a == "-w" else a
+            for a in c.get("args", [])]
+    return cmd + args
+
+
+def pod_env(pod):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_PORT_")}
+    env.update(STUNNER_ADDR="10.1.2.3", STUNNER_NAME=pod)
+    return env
+
+
 def daemon_check(docs):
-    """Runs the built turngated -t on the ConfigMap's config with the Secret's files."""
+    """Runs the built turngated -t on the ConfigMap's config with the Secret's files, through
+    the container's command line, as each pod would."""
     daemon = os.path.join(BUILD, "turngated")
     if not os.access(daemon, os.X_OK):
         return [f"{daemon} is not built"]
     errors = []
+    dep = workload(docs, errors)
     _, text = config_of(docs, errors)
     secret = by_kind(docs, "Secret")[0].get("stringData", {})
     with tempfile.TemporaryDirectory() as tmp:
@@ -516,56 +589,207 @@ def daemon_check(docs):
         cfg = os.path.join(tmp, "turngate.yaml")
         with open(cfg, "w", encoding="utf-8") as fh:
             fh.write(text.replace("/etc/turngate/", tmp + "/"))
-        env = dict(os.environ, STUNNER_ADDR="10.1.2.3")
-        r = subprocess.run([daemon, "-c", cfg, "-t"], capture_output=True, text=True,
-                           env=env, timeout=60, check=False)
-        out = r.stdout + r.stderr
-        if r.returncode != 0 or "configuration ok" not in r.stdout.splitlines():
-            errors.append("turngated -t rejects the ConfigMap's config:\n" + out)
+        for pod in pod_names(dep):
+            r = subprocess.run(container_argv(dep, daemon, cfg), capture_output=True,
+                               text=True, env=pod_env(pod), timeout=60, check=False)
+            out = r.stdout + r.stderr
+            if r.returncode != 0 or "configuration ok" not in r.stdout.splitlines():
+                errors.append(f"pod {pod}: turngated -t rejects the ConfigMap's config:\n"
+                              + out)
     return errors
 
 
-def kustomize_check(files):
-    """Renders the kustomization with `kubectl kustomize` (offline) when kubectl exists."""
+def kustomize_check(kdir, want):
+    """Renders the kustomization in kdir with `kubectl kustomize` (offline) when kubectl
+    exists; want: how many objects it must render."""
     import shutil
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         print("note: kubectl not found, so `kubectl kustomize` rendering was not checked")
         return []
-    r = subprocess.run([kubectl, "kustomize", KDIR], capture_output=True, text=True,
+    r = subprocess.run([kubectl, "kustomize", kdir], capture_output=True, text=True,
                        timeout=120, check=False)
     if r.returncode != 0:
-        return [f"kubectl kustomize {KDIR} failed:\n{r.stderr}"]
+        return [f"kubectl kustomize {kdir} failed:\n{r.stderr}"]
     rendered = [d for d in yaml.safe_load_all(r.stdout) if d]
     errors = []
-    want = len(files) - 1  # every manifest but the kustomization itself
     if len(rendered) != want:
         errors.append(f"kubectl kustomize rendered {len(rendered)} objects, expected {want}")
     for d in rendered:
         md = d.get("metadata", {})
         if md.get("namespace") != "turngate":
             errors.append(f"kustomize: {d.get('kind')}/{md.get('name')} not in namespace turngate")
-    print(f"ok: kubectl kustomize rendered {len(rendered)} objects")
+    print(f"ok: kubectl kustomize {os.path.relpath(kdir, SRC)} rendered {len(rendered)} "
+          "objects")
     return errors
+
+
+def load_overlay(files, base_docs):
+    """The documents of an overlay of ../kubernetes (deploy/kubernetes-statefulset): its own
+    and its base's, less those its patches delete."""
+    docs, errors = load(files)
+    ks = [d for _, d in docs if d.get("kind") == "Kustomization"]
+    if errors or len(ks) != 1:
+        return docs, errors or [f"{len(ks)} kustomizations in {os.path.dirname(files[0])}"]
+    if "../kubernetes" not in ks[0].get("resources", []):
+        return docs, ["the StatefulSet's kustomization does not build on ../kubernetes"]
+    deleted = set()
+    for p in ks[0].get("patches", []):
+        d = yaml.safe_load(p.get("patch", ""))
+        if isinstance(d, dict) and d.get("$patch") == "delete":
+            deleted.add((d.get("kind"), d.get("metadata", {}).get("name")))
+    base = [("../kubernetes/" + f, d) for f, d in base_docs
+            if d.get("kind") != "Kustomization"
+            and (d.get("kind"), d["metadata"]["name"]) not in deleted]
+    return docs + base, []
+
+
+def pod_slices(dep, errors):
+    """Each pod's (RELAY_PORT_MIN, RELAY_PORT_MAX) as its container's command line exports
+    them to turngated (run with a stand-in that prints them), or None (an error added)."""
+    slices = []
+    with tempfile.TemporaryDirectory() as tmp:
+        stub = os.path.join(tmp, "turngated")
+        with open(stub, "w", encoding="utf-8") as fh:
+            fh.write('#!/bin/sh\necho "$RELAY_PORT_MIN $RELAY_PORT_MAX"\n')
+        os.chmod(stub, 0o755)
+        for name in pod_names(dep):
+            r = subprocess.run(container_argv(dep, stub, "turngate.yaml"), capture_output=True,
+                               text=True, env=pod_env(name), timeout=30, check=False)
+            try:
+                lo, hi = (int(x) for x in r.stdout.split())
+            except ValueError:
+                errors.append(f"StatefulSet: pod {name}'s command line gives turngated no "
+                              f"relay port slice: {r.stdout!r} {r.stderr!r}")
+                return None
+            slices.append((lo, hi))
+    return slices
+
+
+def mask_routes(cfg, errors):
+    """The port ranges at which the listeners' routes admit each listener's mask:
+    {mask: [(lo, hi)]}; a listener without a mask is an error."""
+    clusters = {c.get("name"): c for c in cfg.get("clusters", [])}
+    admitted = {}
+    for lst in cfg.get("listeners", []):
+        mask = lst.get("relay_address_mask")
+        if not mask:
+            errors.append(f"config: listener {lst.get('name')!r} has no relay_address_mask")
+            continue
+        ranges = admitted.setdefault(mask, [])
+        for route in lst.get("routes", []):
+            for ep in clusters.get(route, {}).get("endpoints", []):
+                m = re.match(r"^([^:/<]+)(?::<(\d+)-(\d+)>)?$", ep)
+                if m and m.group(1) == mask:
+                    ranges.append((int(m.group(2) or 1), int(m.group(3) or 65535)))
+    return admitted
+
+
+def check_statefulset(docs, sts, errors):
+    """Masked relay addresses across replicas: a headless Service that keeps draining pods
+    in DNS, a relay port slice per pod from its ordinal, admin.siblings naming every pod
+    with its slice, every listener masked and its mask admitted over all the slices."""
+    spec = sts["spec"]
+    svc = [d for d in by_kind(docs, "Service") if d["metadata"]["name"] == spec["serviceName"]]
+    if not svc or not headless(svc[0]):
+        errors.append(f"StatefulSet: serviceName {spec['serviceName']!r} is no headless "
+                      "Service (clusterIP: None)")
+    elif not selects(svc[0]["spec"]["selector"], spec["template"]["metadata"]["labels"]):
+        errors.append("StatefulSet: the headless Service does not select its pods")
+    elif svc[0]["spec"].get("publishNotReadyAddresses") is not True:
+        errors.append("StatefulSet: the headless Service drops not-ready pods from DNS, and a "
+                      "draining pod is not ready but still relays for its siblings")
+    cfg, _ = config_of(docs, errors)
+    if cfg is None:
+        return
+    admin = cfg.get("admin", {})
+    if (admin.get("relay_port_min"), admin.get("relay_port_max")) != \
+            ("$RELAY_PORT_MIN", "$RELAY_PORT_MAX"):
+        errors.append("config: admin.relay_port_min/max are not \"$RELAY_PORT_MIN\"/"
+                      "\"$RELAY_PORT_MAX\" (each pod's slice)")
+    ns = [d.get("namespace") for _, d in docs if d.get("kind") == "Kustomization"][0]
+    want = [f"{p}.{spec['serviceName']}.{ns}.svc.cluster.local" for p in pod_names(sts)]
+    sibs = admin.get("siblings") or []
+    if [s.get("address") for s in sibs] != want:
+        errors.append(f"config: admin.siblings {[s.get('address') for s in sibs]} are not the "
+                      f"{len(want)} pods {want}")
+        return
+    slices = pod_slices(sts, errors)
+    if slices is None:
+        return
+    for s, sl in zip(sibs, slices):
+        if (s.get("relay_port_min"), s.get("relay_port_max")) != sl:
+            errors.append(f"config: sibling {s['address']} has the slice "
+                          f"{s.get('relay_port_min')}-{s.get('relay_port_max')}, its pod "
+                          f"{sl[0]}-{sl[1]}")
+    ordered = sorted(slices)
+    if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])) or \
+            not all(1024 <= lo <= hi <= 65535 for lo, hi in slices):
+        errors.append(f"StatefulSet: the pods' relay port slices {slices} overlap or leave "
+                      "1024-65535")
+    for mask, ranges in mask_routes(cfg, errors).items():
+        if not all(any(a <= lo and hi <= b for a, b in ranges) for lo, hi in slices):
+            errors.append(f"config: the listeners' routes do not admit the mask {mask} at "
+                          f"every pod's relay ports {slices}")
+
+
+def sts_mutations(docs):
+    """Broken variants of the StatefulSet set, each with what it breaks."""
+    def edit(kind, fn):
+        return edited(docs, kind, fn)
+
+    hpa = [("hpa.yaml", {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                         "metadata": {"name": "turngate"},
+                         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1",
+                                                     "kind": "StatefulSet", "name": "turngate"},
+                                  "maxReplicas": 5}})]
+    return [
+        ("a replica not among the siblings", edit("StatefulSet", lambda d: d["spec"].update(
+            {"replicas": d["spec"]["replicas"] + 1}))),
+        ("serviceName not headless", edit("StatefulSet", lambda d: d["spec"].update(
+            {"serviceName": "turngate"}))),
+        ("draining pods out of DNS", edit("Service", lambda d: headless(d) and d["spec"].update(
+            {"publishNotReadyAddresses": False}))),
+        ("a sibling's slice off", edit("ConfigMap", lambda d: cm_text(
+            d, "relay_port_min: 51000", "relay_port_min: 51500"))),
+        ("one slice for every pod", edit("ConfigMap", lambda d: cm_text(
+            d, 'relay_port_min: "$RELAY_PORT_MIN"', "relay_port_min: 50000"))),
+        ("slices from the wrong ordinal", edit("StatefulSet", lambda d: ctr(d).update(
+            {"command": [a.replace("1000 * ordinal", "1000 * (ordinal + 1)")
+                         for a in ctr(d)["command"]]}))),
+        ("a listener without the mask", edit("ConfigMap", lambda d: cm_text(
+            d, "    relay_address_mask: 203.0.113.10\n", "", 1))),
+        ("the mask not admitted", edit("ConfigMap", lambda d: cm_text(
+            d, '"203.0.113.10:<', '"203.0.113.11:<'))),
+        ("an autoscaler", copy.deepcopy(docs) + hpa),
+    ]
+
+
+def edited(docs, kind, fn):
+    """A copy of docs with fn applied to every document of kind."""
+    d2 = copy.deepcopy(docs)
+    for _, d in d2:
+        if d.get("kind") == kind:
+            fn(d)
+    return d2
+
+
+def pod(d):
+    return d["spec"]["template"]["spec"]
+
+
+def ctr(d):
+    return pod(d)["containers"][0]
+
+
+def cm_text(d, old, new, count=-1):
+    d["data"]["turngate.yaml"] = d["data"]["turngate.yaml"].replace(old, new, count)
 
 
 def mutations(docs):
     """Broken variants of the manifests, each with what it breaks."""
     def edit(kind, fn):
-        d2 = copy.deepcopy(docs)
-        for _, d in d2:
-            if d.get("kind") == kind:
-                fn(d)
-        return d2
-
-    def pod(d):
-        return d["spec"]["template"]["spec"]
-
-    def ctr(d):
-        return pod(d)["containers"][0]
-
-    def cm_text(d, old, new):
-        d["data"]["turngate.yaml"] = d["data"]["turngate.yaml"].replace(old, new)
+        return edited(docs, kind, fn)
 
     return [
         ("selector mismatch", edit("Deployment", lambda d: d["spec"]["selector"][
@@ -605,32 +829,50 @@ def mutations(docs):
     ]
 
 
+def manifest_files(kdir):
+    return sorted(os.path.join(kdir, f) for f in os.listdir(kdir)
+                  if f.endswith((".yaml", ".yml")))
+
+
+def check_set(name, docs, files, kdir, broken):
+    """Validates one set, runs the daemon and kustomize checks, then the broken variants;
+    prints the outcome, returns whether it passed."""
+    errors = validate(docs, files)
+    if not errors:
+        errors = daemon_check(docs)
+    if not errors:
+        errors = kustomize_check(kdir, sum(d.get("kind") != "Kustomization" for _, d in docs))
+    for e in errors:
+        print(f"FAIL: {name}: {e}")
+    if errors:
+        return False
+    print(f"ok: {name}: {len(docs)} documents in {len(files)} files")
+    missed = [what for what, variant in broken if not validate(variant, files)]
+    for what in missed:
+        print(f"FAIL: {name}: self-check: the broken variant '{what}' was accepted")
+    if missed:
+        return False
+    print(f"ok: {name}: {len(broken)} broken variants rejected")
+    return True
+
+
 def main():
-    files = sorted(os.path.join(KDIR, f) for f in os.listdir(KDIR)
-                   if f.endswith((".yaml", ".yml")))
+    files = manifest_files(KDIR)
     if not files:
         print(f"FAIL: no manifests in {KDIR}")
         return 1
     docs, errors = load(files)
     if not errors:
-        errors = validate(docs, files)
-    if not errors:
-        errors = daemon_check(docs)
-    if not errors:
-        errors = kustomize_check(files)
+        sfiles = manifest_files(SDIR)
+        sdocs, errors = load_overlay(sfiles, docs)
     for e in errors:
         print(f"FAIL: {e}")
     if errors:
         return 1
-    print(f"ok: {len(docs)} documents in {len(files)} files")
-
-    missed = [name for name, variant in mutations(docs) if not validate(variant, files)]
-    for name in missed:
-        print(f"FAIL: self-check: the broken variant '{name}' was accepted")
-    if missed:
-        return 1
-    print(f"ok: {len(mutations(docs))} broken variants rejected")
-    return 0
+    ok = check_set("deploy/kubernetes", docs, files, KDIR, mutations(docs))
+    ok &= check_set("deploy/kubernetes-statefulset", sdocs, sfiles, SDIR,
+                    sts_mutations(sdocs))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
