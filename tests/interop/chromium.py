@@ -17,11 +17,9 @@ import tgtest
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
-PAGE = r"""<!doctype html>
-<html><head><meta charset="utf-8"><title>turngate interop</title></head>
-<body><script>
-"use strict";
-// Two peers in one page, both relay-only through turngate (symmetric ICE).
+# The page helpers every test page uses: sleep(ms), and until(what, cond, ms), which waits
+# for cond() and throws "timeout waiting for WHAT" after ms.
+PAGE_HELPERS = r"""
 function sleep(ms) { return new Promise(r => setTimeout(r, ms)); }
 
 async function until(what, cond, ms) {
@@ -31,7 +29,14 @@ async function until(what, cond, ms) {
     await sleep(50);
   }
 }
+"""
 
+PAGE = r"""<!doctype html>
+<html><head><meta charset="utf-8"><title>turngate interop</title></head>
+<body><script>
+"use strict";
+// Two peers in one page, both relay-only through turngate (symmetric ICE).
+""" + PAGE_HELPERS + r"""
 async function selectedPair(pc) {
   const stats = await pc.getStats();
   let pairId = null;

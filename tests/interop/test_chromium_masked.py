@@ -50,16 +50,7 @@ PAGE = r"""<!doctype html>
 let pc = null, dc = null;
 const got = [], gathered = [];
 
-function sleep(ms) { return new Promise(r => setTimeout(r, ms)); }
-
-async function until(what, cond, ms) {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error("timeout waiting for " + what);
-    await sleep(50);
-  }
-}
-
+""" + chromium.PAGE_HELPERS + r"""
 // Sends this side's messages once the channel is open (the answerer's may be open already).
 function wire(ch, cfg) {
   dc = ch;
