@@ -39,7 +39,7 @@ else
 	git worktree add --detach "$dir" "$commit" >/dev/null
 fi
 cd "$dir"
-if [ ! -x configure ] || [ configure.ac -nt configure ]; then
+if [ ! -x configure ]; then	# the worktree stays at its commit: once is enough
 	${NICE:-nice -n 15} ./autogen.sh >/dev/null 2>&1 || ./autogen.sh
 fi
 mkdir -p _build/default
