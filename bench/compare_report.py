@@ -293,8 +293,9 @@ def sym_notes(args, results, order):
         if addrs:
             seen.append(f"{s} {', '.join(addrs)}")
     if seen:
-        out.append("sym: XOR-RELAYED-ADDRESS of the first allocation: " + "; ".join(seen) +
-                   " (a build before the short circuit ignores relay_address_mask)")
+        out.append("sym: XOR-RELAYED-ADDRESS of the first allocation: " + "; ".join(seen) + (
+            " (a build before the short circuit ignores relay_address_mask)"
+            if mask and "base" in order else ""))
     if "coturn" in order:
         out.append("sym: coturn relays each leg out of the sender's relay socket into the "
                    "receiver's (no short circuit)" + (
