@@ -11,6 +11,9 @@ across three network namespaces joined by veth pairs (bench/topology.py; root). 
 is bounded.
 
     bench/compare.py [--quick] [--reps N] [--tests flat172,flat1200,rate,setup,mem]
+                     [--tests flat172,sym172,flat1200,sym1200 --servers turngate,base,coturn
+                      --base DIR]   (issue 22: symmetric ICE and the short circuit)
+                     [--mask ADDR|none]
                      [--builddir DIR] [--auth static|secret] [--ceiling] [--raw FILE]
                      [--base DIR --servers turngate,base]   (A/B of two turngated builds)
                      [--netns] [--coturn PATH] [--servers turngate,turngate-offload,coturn]
@@ -22,8 +25,19 @@ or XDP with --offload-engine XDP: issue 21's kernel fast path; with --netns and 
 veth ends facing the server get GRO on, which a veth needs to take redirected frames), coturn (--coturn PATH, Debian's turnserver by default), base
 (another turngated build), and with --ceiling the direct path (no relay). With
 turngate-offload the targets of issue 21 are printed as PASS/FAIL lines under the table.
+
+Tests flat172/flat1200 relay between 100 allocations and the echo peer; sym172/sym1200 pair
+the allocations with each other (symmetric ICE: each is the other's peer, at the relayed
+address the server announced), so every delivered packet crosses two allocations: turngated
+short-circuits them (worker/shortcut.c), a build from before the short circuit (base:
+bench/build_base.sh) and coturn send them out of one relay socket into the other. For these
+tests turngated's listener announces relay_address_mask (--mask; 127.0.0.9 on loopback,
+10.78.1.9 with --netns, addresses nothing holds) and its cluster lists its relay address and
+the mask. With a sym test the targets of issue 22 are printed under the table.
 """
 import argparse
+import ipaddress
+import json
 import os
 import re
 import shutil
@@ -66,7 +80,7 @@ listeners:
     protocol: TURN-UDP
     address: {relay_ip}{bind}
     port: {port}
-    routes: [echo]
+    routes: [echo]{mask}
 clusters:
   - name: echo
     type: STATIC
@@ -83,37 +97,60 @@ def topo_of(args):
     return getattr(args, "topo", None) or LOOPBACK
 
 
-def turngate_cmd(args, rundir, builddir=None, offload=False):
+def sym_test(test):
+    """A symmetric test: the allocations are each other's peers."""
+    return bool(test) and test.startswith("sym")
+
+
+def mask_of(args):
+    """The relay_address_mask of the symmetric tests: --mask, else the layout's; None for
+    --mask none."""
+    mask = getattr(args, "mask", None)
+    if mask is None:
+        return topo_of(args).mask
+    return None if mask == "none" else mask
+
+
+def turngate_cmd(args, rundir, builddir=None, offload=False, test=None):
     if args.auth == "secret":
         auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
     else:
         auth = (f"  type: static\n  realm: {REALM}\n  credentials:\n"
                 f"    username: {USER}\n    password: {PASS}")
     topo = topo_of(args)
+    cluster, mask = list(topo.cluster), None
+    if sym_test(test):
+        # The allocations are each other's peers: the routes admit the relay address and
+        # the mask (docs/relay.md, "Relay to relay").
+        mask = mask_of(args)
+        cluster += [a for a in (topo.relay_ip, mask) if a and a not in cluster]
     conf = os.path.join(rundir, "turngate.yaml")
     with open(conf, "w") as f:
         f.write(TURNGATE_YAML.format(
             rundir=rundir, rmin=RELAY_MIN, rmax=RELAY_MAX, auth=auth, port=topo.server[1],
-            workers=args.workers, relay_ip=topo.relay_ip, cluster=", ".join(topo.cluster),
+            workers=args.workers, relay_ip=topo.relay_ip, cluster=", ".join(cluster),
+            mask=f"\n    relay_address_mask: {mask}" if mask else "",
             bind=f"\n    bind_address: {topo.bind}" if topo.bind else "",
             offload=OFFLOAD_YAML.format(engine=getattr(args, "offload_engine", "TC"))
             if offload else ""))
     return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf]
 
 
-def offload_cmd(args, rundir):
-    return turngate_cmd(args, rundir, offload=True)
+def offload_cmd(args, rundir, test=None):
+    return turngate_cmd(args, rundir, offload=True, test=test)
 
 
-def base_cmd(args, rundir):
+def base_cmd(args, rundir, test=None):
     # Another turngated build (--base DIR) on the same settings: A/B of a change.
-    return turngate_cmd(args, rundir, args.base)
+    return turngate_cmd(args, rundir, args.base, test=test)
 
 
-def coturn_cmd(args, rundir):
+def coturn_cmd(args, rundir, test=None):
     # The coturn settings of docs/performance.md (research baseline): one relay thread.
-    # Loopback peers are allowed only where the peer is on loopback.
+    # Loopback peers are allowed only where the peer is on loopback: the echo peer, or in
+    # the symmetric tests coturn's own relay address (its allocations are the peers).
     topo = topo_of(args)
+    peer = topo.relay_ip if sym_test(test) else topo.peer
     cmd = [getattr(args, "coturn", None) or COTURN, "-n",
            f"--listening-ip={topo.server[0]}", f"--relay-ip={topo.relay_ip}",
            f"--listening-port={topo.server[1]}", f"--min-port={RELAY_MIN}",
@@ -121,7 +158,7 @@ def coturn_cmd(args, rundir):
            "--no-cli", "--log-file=stdout", "--simple-log",
            f"--pidfile={rundir}/turnserver.pid", f"--userdb={rundir}/turndb",
            f"--relay-threads={args.workers}"]
-    if topo.peer.startswith("127."):
+    if peer.startswith("127."):
         cmd.insert(cmd.index("--no-cli") + 1, "--allow-loopback-peers")
     if args.auth == "secret":
         cmd += ["--use-auth-secret", f"--static-auth-secret={SECRET}"]
@@ -281,8 +318,10 @@ def tb_args(args, test):
     common = ["-s", f"{topo.server[0]}:{topo.server[1]}", "-p", topo.peer, "-b", topo.client,
               "-u", USER]
     common += ["-S", SECRET] if args.auth == "secret" else ["-k", PASS]
-    if test.startswith("flat"):
-        return common + ["-m", "relay", "-n", "100", "-W", "256", "-l", test[4:],
+    if test.startswith("flat") or sym_test(test):
+        mode, size = ("sym", test[3:]) if sym_test(test) else ("relay", test[4:])
+        return common + ["-m", mode, "-n", str(compare_report.LOAD_N), "-W",
+                         str(compare_report.LOAD_W), "-l", size,
                          "-w", str(p["warm"]), "-d", str(p["dur"])]
     if test == "rate":
         return common + ["-m", "rate", "-n", str(p["rate_n"]), "-r", str(p["rate"]),
@@ -306,11 +345,11 @@ def run_one(args, server, test):
         if server == "direct":
             if not test.startswith("flat"):
                 return None
-            targs = ["-m", "direct", "-p", topo.peer, "-b", topo.client, "-n", "100", "-W",
-                     "256", "-l", test[4:], "-w", str(args.p["warm"]), "-d",
-                     str(args.p["dur"])]
+            targs = ["-m", "direct", "-p", topo.peer, "-b", topo.client, "-n",
+                     str(compare_report.LOAD_N), "-W", str(compare_report.LOAD_W), "-l",
+                     test[4:], "-w", str(args.p["warm"]), "-d", str(args.p["dur"])]
         else:
-            cmd = SERVERS[server](args, rundir)
+            cmd = SERVERS[server](args, rundir, test=test)
             srv = subprocess.Popen(pin(args, args.srv_cpus, "server") + cmd, stdout=log,
                                    stderr=log, cwd=rundir, start_new_session=True)
             if not wait_stun(topo=topo):
@@ -319,8 +358,9 @@ def run_one(args, server, test):
             if args.worker_quota and server != "coturn":
                 capped = cap_workers(srv.pid, args.workers, args.worker_quota)
             targs = tb_args(args, test) + ["-P", str(srv.pid)]
-        echo = start_echo(args, tb, 600)
-        targs += ["-E", str(echo.pid)]
+        if not sym_test(test):      # in sym the clients echo each other
+            echo = start_echo(args, tb, 600)
+            targs += ["-E", str(echo.pid)]
         drops = udp_rcvbuf_errors(topo)
         r = subprocess.run(pin(args, args.gen_cpus, "client") + [tb] + targs,
                            capture_output=True, text=True, timeout=args.p["run_timeout"])
@@ -329,6 +369,8 @@ def run_one(args, server, test):
             res["rcvbuf_errors"] = udp_rcvbuf_errors(topo) - drops
             if srv is not None and topo.ns:
                 res["relay_sockets"] = relay_sockets(topo, srv.pid)
+            if sym_test(test) and server != "coturn":
+                res.update(short_circuit_share(server_stats(args, rundir)))
         if r.returncode != 0 or res is None:
             print(f"# {server} {test}: turnbench rc={r.returncode}: "
                   f"{r.stderr.strip()[-400:]}", file=sys.stderr)
@@ -354,6 +396,29 @@ def run_one(args, server, test):
                   file=sys.stderr)
         elif not args.keep:
             shutil.rmtree(rundir, ignore_errors=True)
+
+
+def server_stats(args, rundir):
+    """turngated's counters summed over its workers (`turngatectl --json stats` of this
+    build tree, on the YAML's admin socket), or None."""
+    try:
+        r = subprocess.run([os.path.join(args.builddir, "turngatectl"), "-s",
+                            os.path.join(rundir, "admin.sock"), "--json", "stats"],
+                           capture_output=True, text=True, timeout=10)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def short_circuit_share(stats):
+    """From turngated's stats after a symmetric run: datagrams from a client towards a peer
+    (peer_pkts_out, which counts a short-circuited one as if it had left a relay socket)
+    and how many of them took the short circuit (none in a build from before it)."""
+    ctr = (stats or {}).get("counters", {})
+    if not ctr.get("peer_pkts_out"):
+        return {}
+    return {"short_circuit": ctr.get("short_circuit", 0), "peer_pkts_out": ctr["peer_pkts_out"],
+            "short_circuit_frac": ctr.get("short_circuit", 0) / ctr["peer_pkts_out"]}
 
 
 OFFLOAD_RE = re.compile(r"offload|\bbpf\b|\bxdp\b|\btc\b", re.IGNORECASE)
@@ -412,6 +477,10 @@ def main():
                          "its own cores (RPS: the server's to --srv-cpus, the client's to "
                          "--gen-cpus, the peer's to --echo-cpus), as separate machines' NICs "
                          "would; without it a veth receive runs in the sender's softirq")
+    ap.add_argument("--mask", default=None, metavar="ADDR|none",
+                    help="relay_address_mask of turngated's listener in the sym tests "
+                         "(127.0.0.9 on loopback, 10.78.1.9 with --netns; none: unmasked, the "
+                         "allocations announce the listener's address)")
     ap.add_argument("--offload-engine", choices=["TC", "XDP"], default="TC",
                     help="turngate-offload's admin.offload_engine (XDP: native on the veths "
                          "with --netns, whose far ends then get GRO on)")
@@ -443,6 +512,11 @@ def main():
             sys.exit(f"{args.coturn} (coturn's turnserver) not found: pass --coturn PATH")
         args.coturn = os.path.abspath(shutil.which(args.coturn))   # servers run in rundir
         args.coturn_version = coturn_version(args.coturn)
+    if args.mask not in (None, "none"):
+        try:
+            ipaddress.IPv4Address(args.mask)
+        except ValueError:
+            sys.exit(f"--mask {args.mask}: not an IPv4 address")
     tb = os.path.join(args.builddir, "bench", "turnbench")
     if not os.access(tb, os.X_OK):
         sys.exit(f"{tb} not built (run make in the build tree or pass --builddir)")
@@ -472,6 +546,7 @@ def main():
                                            gro=args.offload_engine == "XDP", rps=rps)
             except RuntimeError as e:
                 sys.exit(str(e))
+        args.sym_mask = mask_of(args)
         return run_all(args, servers, reps)
     finally:
         args.topo.close()
@@ -514,10 +589,14 @@ def run_all(args, servers, reps):
           f"workers {args.workers}, relay ports {RELAY_MIN}-{RELAY_MAX}, loglevel all:INFO")
     print("\n".join(compare_report.notes(args, results, order)))
     print(compare_report.table(results, order, reps))
-    if "turngate-offload" in order:
-        print(f"\nissue 21 targets (medians of {reps} run(s)"
-              f"{'; one run per cell is a smoke test, not a verdict' if reps == 1 else ''}):")
-        print("\n".join(compare_report.targets(results, tests)))
+    for issue, wanted, lines in ((21, "turngate-offload" in order, compare_report.targets),
+                                 (22, any(sym_test(t) for t in tests),
+                                  compare_report.sym_targets)):
+        if wanted:
+            print(f"\nissue {issue} targets (medians of {reps} run(s)"
+                  f"{'; one run per cell is a smoke test, not a verdict' if reps == 1 else ''}"
+                  "):")
+            print("\n".join(lines(results, tests)))
     return 0
 
 

@@ -1,33 +1,55 @@
-"""compare_report.py: compare.py's table, the notes printed above it, and issue 21's targets.
+"""compare_report.py: compare.py's table, the notes printed above it, and issues 21 and 22's
+targets.
 
 Medians (min–max) over the repetitions of each (server, test); ratio columns against coturn
-(or against base in an A/B of two turngated builds); the targets of issue 21 as PASS/FAIL
-lines on the medians, SKIP where a run they need is missing.
+(or against base in an A/B of two turngated builds); the targets of issue 21 (kernel fast
+path, flat tests) and of issue 22 (symmetric tests, short circuit) as PASS/FAIL lines on the
+medians, SKIP where a run they need is missing.
 """
+import re
 import statistics
+
+# The closed-loop tests' load (flat and sym): allocations, and packets in flight over all.
+LOAD_N, LOAD_W = 100, 256
+
+
+def test_name(test):
+    """"flat172" -> "flat 172 B", "sym1200" -> "sym 1200 B"."""
+    kind, size = re.fullmatch(r"([a-z]+)(\d+)", test).groups()
+    return f"{kind} {size} B"
+
+
+def load_rows(test, delivered=False):
+    """The rows of a closed-loop test (flat: relayed; sym: delivered, each packet through
+    two allocations of the server)."""
+    name, pkts = test_name(test), "delivered" if delivered else "relayed"
+    return [
+        (f"{name}: {pkts} pkt/s", test, "relayed_pps", 1, "{:,.0f}"),
+        (f"{name}: server CPU-s per M {pkts} pkts", test, "cpu_s_per_mpkt", 1, "{:.2f}"),
+        (f"{name}: server CPU %", test, "server_cpu_pct", 1, "{:.0f}"),
+        (f"{name}: machine CPU-s per M {pkts} pkts (all CPUs)", test, "machine_s_per_mpkt",
+         1, "{:.2f}"),
+        (f"{name}: of which softirq", test, "softirq_s_per_mpkt", 1, "{:.2f}"),
+        (f"{name}: machine CPU % (100 = one core)", test, "machine_cpu_pct", 1, "{:.0f}"),
+        (f"{name}: loss %", test, "loss", 100, "{:.3f}"),
+    ]
+
+
+def sym_rows(test):
+    """A symmetric test: the load rows, the first leg's loss, and how much of it took the
+    short circuit by turngated's own counters (coturn has none)."""
+    name = test_name(test)
+    return load_rows(test, delivered=True) + [
+        (f"{name}: loss % on the first leg (to the responder)", test, "fwd_loss", 100,
+         "{:.3f}"),
+        (f"{name}: short-circuited / peer-bound datagrams (turngated's counters)", test,
+         "short_circuit_frac", 1, "{:.3f}"),
+    ]
 
 
 # (label, test, key, scale, format)
-ROWS = [
-    ("flat 172 B: relayed pkt/s", "flat172", "relayed_pps", 1, "{:,.0f}"),
-    ("flat 172 B: server CPU-s per M relayed pkts", "flat172", "cpu_s_per_mpkt", 1, "{:.2f}"),
-    ("flat 172 B: server CPU %", "flat172", "server_cpu_pct", 1, "{:.0f}"),
-    ("flat 172 B: machine CPU-s per M relayed pkts (all CPUs)", "flat172",
-     "machine_s_per_mpkt", 1, "{:.2f}"),
-    ("flat 172 B: of which softirq", "flat172", "softirq_s_per_mpkt", 1, "{:.2f}"),
-    ("flat 172 B: machine CPU % (100 = one core)", "flat172", "machine_cpu_pct", 1,
-     "{:.0f}"),
-    ("flat 172 B: loss %", "flat172", "loss", 100, "{:.3f}"),
-    ("flat 1200 B: relayed pkt/s", "flat1200", "relayed_pps", 1, "{:,.0f}"),
-    ("flat 1200 B: server CPU-s per M relayed pkts", "flat1200", "cpu_s_per_mpkt", 1,
-     "{:.2f}"),
-    ("flat 1200 B: server CPU %", "flat1200", "server_cpu_pct", 1, "{:.0f}"),
-    ("flat 1200 B: machine CPU-s per M relayed pkts (all CPUs)", "flat1200",
-     "machine_s_per_mpkt", 1, "{:.2f}"),
-    ("flat 1200 B: of which softirq", "flat1200", "softirq_s_per_mpkt", 1, "{:.2f}"),
-    ("flat 1200 B: machine CPU % (100 = one core)", "flat1200", "machine_cpu_pct", 1,
-     "{:.0f}"),
-    ("flat 1200 B: loss %", "flat1200", "loss", 100, "{:.3f}"),
+ROWS = load_rows("flat172") + load_rows("flat1200") + sym_rows("sym172") + \
+    sym_rows("sym1200") + [
     ("rate: server CPU-s per M relayed pkts", "rate", "cpu_s_per_mpkt", 1, "{:.2f}"),
     ("rate: machine CPU-s per M relayed pkts (all CPUs)", "rate", "machine_s_per_mpkt", 1,
      "{:.2f}"),
@@ -49,6 +71,8 @@ ROWS = [
     ("memory: Pss held KiB", "mem", "pss_held_kib", 1, "{:,.0f}"),
     ("generator CPU % (flat 172 B)", "flat172", "gen_cpu_pct", 1, "{:.0f}"),
     ("foreign CPU-s in window (flat 172 B)", "flat172", "foreign_cpu_s", 1, "{:.2f}"),
+    ("generator CPU % (sym 172 B)", "sym172", "gen_cpu_pct", 1, "{:.0f}"),
+    ("foreign CPU-s in window (sym 172 B)", "sym172", "foreign_cpu_s", 1, "{:.2f}"),
     ("relay sockets on the relay address after the run (flat 172 B, --netns)", "flat172",
      "relay_sockets", 1, "{:,.0f}"),
     ("UDP RcvbufErrors per run (flat 1200 B)", "flat1200", "rcvbuf_errors", 1, "{:,.0f}"),
@@ -88,7 +112,10 @@ def table(results, servers, reps):
         if any(c != "-" for c in row[1:len(servers) + 1]):
             lines.append("| " + " | ".join(row) + " |")
     lines.append(f"\nmedian (min–max) of {reps} run(s) per cell; "
-                 "relayed packets count both directions.")
+                 "relayed packets count both directions" + (
+                     "; delivered packets (sym) are those that reached either client of a "
+                     "pair, 2 per round trip, each through two allocations of the server"
+                     if any(t.startswith("sym") for _, t in results) else "") + ".")
     return "\n".join(lines)
 
 
@@ -101,24 +128,82 @@ TARGETS = [
 ]
 
 
+def verdict(name, va, vb, bound, at_least, missing):
+    """One line for the ratio va / vb against bound: PASS or FAIL, or SKIP where a value is
+    missing; missing = ((what a is, how to get it), (what b is, how to get it))."""
+    want = f"{'≥' if at_least else '≤'} {bound:g}"
+    if va is None or not vb:
+        what, how = missing[0] if va is None else missing[1]
+        return f"SKIP {name} (target {want}): no {what} result ({how})"
+    ratio = va / vb
+    ok = ratio >= bound if at_least else ratio <= bound
+    return f"{'PASS' if ok else 'FAIL'} {name} = {ratio:.2f} (target {want})"
+
+
 def targets(results, tests):
     """PASS/FAIL lines of issue 21's targets on the medians; SKIP where a run is missing."""
     out = []
     for test in [t for t in ("flat172", "flat1200") if t in tests]:
         for what, key, a, b, bound, at_least in TARGETS:
-            name = f"{test[:4]} {test[4:]} B: {what}, {a} / {b}"
-            want = f"{'≥' if at_least else '≤'} {bound:g}"
-            va, vb = median_of(results, a, test, key), median_of(results, b, test, key)
-            if va is None or not vb:
-                missing = a if va is None else b
-                how = "--ceiling" if missing == "direct" else "--servers"
-                out.append(f"SKIP {name} (target {want}): no {missing} result ({how})")
-                continue
-            ratio = va / vb
-            ok = ratio >= bound if at_least else ratio <= bound
-            out.append(f"{'PASS' if ok else 'FAIL'} {name} = {ratio:.2f} (target {want})")
+            out.append(verdict(
+                f"{test_name(test)}: {what}, {a} / {b}", median_of(results, a, test, key),
+                median_of(results, b, test, key), bound, at_least,
+                [(s, "--ceiling" if s == "direct" else "--servers") for s in (a, b)]))
         out += caveats(results, test)
     return out or ["none: the targets are taken in the flat tests (--tests flat172,flat1200)"]
+
+
+# Issue 22's targets compare CPU per delivered packet in two figures, each its own line:
+# (what, key). The server's own CPU is the figure of the issue (a short circuit saves the
+# server's work); the machine's includes the generator, the same work for every server.
+SYM_CPU = [
+    ("server process CPU per delivered pkt (turngated's master and workers, utime+stime)",
+     "cpu_s_per_mpkt"),
+    ("machine CPU per delivered pkt (all CPUs, /proc/stat; generator included)",
+     "machine_s_per_mpkt"),
+]
+SYM_VS_BASE, SYM_VS_FLAT = 0.6, 1.1
+
+
+def sym_targets(results, tests):
+    """PASS/FAIL lines of issue 22's targets on the medians: the symmetric test with the
+    short circuit (turngate) against today's symmetric path (base, the build before the
+    short circuit) and against turngate's asymmetric flat test of the same size."""
+    out = []
+    for test in [t for t in ("sym172", "sym1200") if t in tests]:
+        flat, name = "flat" + test[3:], test_name(test)
+        for what, key in SYM_CPU:
+            sc = median_of(results, "turngate", test, key)
+            out.append(verdict(
+                f"{name}: {what}, turngate / base (today's symmetric path)", sc,
+                median_of(results, "base", test, key), SYM_VS_BASE, False,
+                (("turngate", "--servers"), ("base", "--servers turngate,base --base DIR, "
+                                             "DIR built by bench/build_base.sh"))))
+            out.append(verdict(
+                f"{name}: {what}, turngate / turngate {test_name(flat)} (asymmetric)", sc,
+                median_of(results, "turngate", flat, key), SYM_VS_FLAT, False,
+                (("turngate", "--servers"), (f"turngate {flat}", f"--tests {flat},{test}"))))
+        out += sym_caveats(results, test)
+    return out or ["none: the targets are taken in the symmetric tests (--tests "
+                   "flat172,sym172,flat1200,sym1200)"]
+
+
+def sym_caveats(results, test):
+    """NOTE lines from turngated's counters: whether turngate's pairs took the short circuit
+    and whether base, which should have none, took it."""
+    out = []
+    for server, want in (("turngate", 1.0), ("base", 0.0)):
+        frac = median_of(results, server, test, "short_circuit_frac")
+        if frac is None:
+            continue
+        if abs(frac - want) > 0.01:
+            out.append(f"NOTE {test_name(test)}: {server} short-circuited {frac:.3f} of the "
+                       "datagrams towards a peer, expected " + (
+                           "all of them: the pairs did not take the short circuit (check "
+                           "relayed0 and the routes)" if want else
+                           "none: base is not a build from before the short circuit, so "
+                           "turngate / base is not against today's symmetric path"))
+    return out
 
 
 def caveats(results, test):
@@ -126,7 +211,7 @@ def caveats(results, test):
     whether the kernel did relay (the worker's CPU per packet falls towards 0 when it does),
     and whether the harness could show a relay twice as fast as the user-space one at all
     (the direct path is the most any relay can reach with the same generator)."""
-    size = f"{test[:4]} {test[4:]} B"
+    size = test_name(test)
     out = []
     off = median_of(results, "turngate-offload", test, "cpu_s_per_mpkt")
     user = median_of(results, "turngate", test, "cpu_s_per_mpkt")
@@ -175,6 +260,8 @@ def notes(args, results, order):
                "nobody, not to the server, whose process CPU would flatter it. It includes "
                "the generator and echo peer (the same work for every server) and any "
                "other load on the machine.")
+    if any(t.startswith("sym") for _, t in results):
+        out += sym_notes(args, results, order)
     busy = [r["foreign_cpu_s"] / (r["duration"] * r.get("machine_ncpu", 1))
             for (s, t), rs in results.items() for r in rs
             if "foreign_cpu_s" in r and r.get("duration")]
@@ -183,4 +270,36 @@ def notes(args, results, order):
                    "machine's CPU in the windows went to neither the server, the generator "
                    "nor the echo peer (foreign CPU: other tenants, and softirq that ran in "
                    "none of them); the machine-wide figures include it")
+    return out
+
+
+def sym_notes(args, results, order):
+    """The symmetric tests' set-up: the pairs, the settings they add to turngated's config,
+    what each server announced as relayed address, what coturn does with them."""
+    topo, mask = args.topo, getattr(args, "sym_mask", None)
+    out = ["sym: turnbench pairs allocation 2k with 2k+1 of the same server (the same "
+           f"{LOAD_N} allocations as flat, {LOAD_N // 2} pairs; {LOAD_W} packets in flight "
+           f"over the {LOAD_N // 2} senders): "
+           "2k sends ChannelData to 2k+1's XOR-RELAYED-ADDRESS, 2k+1 sends each packet back "
+           "through its own allocation (symmetric ICE: both ends TURN clients of one relay)",
+           "sym: turngated (turngate and base) gets, in these tests only, " +
+           (f"relay_address_mask: {mask} on the listener and " if mask else "") +
+           "its own relay address" + (" and the mask" if mask else "") + " in the cluster's "
+           "endpoints, so that its allocations may be each other's peers"]
+    seen = []
+    for s in order:
+        addrs = sorted({r["relayed0"] for (srv, t), rs in results.items() for r in rs
+                        if srv == s and t.startswith("sym") and "relayed0" in r})
+        if addrs:
+            seen.append(f"{s} {', '.join(addrs)}")
+    if seen:
+        out.append("sym: XOR-RELAYED-ADDRESS of the first allocation: " + "; ".join(seen) + (
+            " (a build before the short circuit ignores relay_address_mask)"
+            if mask and "base" in order else ""))
+    if "coturn" in order:
+        out.append("sym: coturn relays each leg out of the sender's relay socket into the "
+                   "receiver's (no short circuit)" + (
+                       "; --allow-loopback-peers, as its relay addresses are loopback ones"
+                       if topo.relay_ip.startswith("127.") else
+                       "; its relay address is no loopback one, so nothing needs allowing"))
     return out

@@ -28,7 +28,16 @@ enum tb_mode {
 	TB_MODE_HOLD,		/* set up, then hold the allocations (server RSS) */
 	TB_MODE_DIRECT,		/* closed loop straight to the echo peer: the harness ceiling */
 	TB_MODE_ECHO,		/* be the UDP echo peer */
+	TB_MODE_SYM,		/* closed loop between pairs of allocations (symmetric ICE) */
 };
+
+/* Symmetric mode pairs allocation 2k (the initiator, which sends) with 2k + 1 (the
+ * responder, which echoes through its own allocation); each is the other's peer, at the
+ * XOR-RELAYED-ADDRESS the server announced to it. */
+static inline bool tb_sym_initiator(enum tb_mode m, uint32_t idx)
+{
+	return m != TB_MODE_SYM || (idx & 1) == 0;
+}
 
 struct tb_opts {
 	enum tb_mode mode;
@@ -38,9 +47,9 @@ struct tb_opts {
 	const char *user;
 	const char *pass;
 	const char *secret;		/* TURN REST shared secret (replaces pass) */
-	unsigned n;			/* allocations */
+	unsigned n;			/* allocations (sym: 2 per pair, so even) */
 	unsigned conc;			/* setup transactions in flight */
-	unsigned window;		/* relay/direct: packets in flight, all allocations */
+	unsigned window;		/* relay/direct/sym: packets in flight, all allocations */
 	unsigned rate;			/* rate: packets/s offered towards the peer */
 	unsigned payload;		/* ChannelData payload bytes */
 	double warmup;			/* seconds before the measured window */
@@ -64,6 +73,7 @@ struct tb_alloc {
 	uint64_t last_rx_ns;		/* data phase: last echo or refill */
 	uint32_t inflight;		/* data phase: our packets not yet echoed */
 	uint32_t seq;
+	struct sockaddr_in relayed;	/* XOR-RELAYED-ADDRESS (sym: the partner's peer) */
 	char nonce[TB_NONCE_MAX];
 };
 
@@ -126,14 +136,16 @@ int tb_parse_addr(const char *s, struct sockaddr_in *out);
 
 /* ---- tb_setup.c ---- */
 /* Creates o->n allocations (sockets, 401 round, Allocate, CreatePermission, ChannelBind)
- * with at most o->conc transactions in flight. Registers each socket in ctx->ep with
- * data.u32 = index. 0 when every allocation is ready, -EIO when some failed (counts in
- * ctx->failed), other negative errno on a local error. */
+ * with at most o->conc transactions in flight; in sym mode each allocation's permission and
+ * channel go to its partner's relayed address, once both have allocated. Registers each
+ * socket in ctx->ep with data.u32 = index. 0 when every allocation is ready, -EIO when some
+ * failed (counts in ctx->failed), other negative errno on a local error. */
 int tb_setup_run(struct tb_ctx *ctx);
 
 /* ---- tb_data.c ---- */
 struct tb_result {
 	uint64_t sent, received, late;
+	uint64_t echoed;		/* sym: packets of the window that reached a responder */
 	double window_s;
 	double gen_cpu_s;
 	double echo_cpu_s;
@@ -143,7 +155,7 @@ struct tb_result {
 	bool sampled;
 	struct tb_hist hist;
 };
-/* Runs the data phase of relay, rate or direct mode on ctx's allocations. */
+/* Runs the data phase of relay, rate, direct or sym mode on ctx's allocations. */
 int tb_data_run(struct tb_ctx *ctx, struct tb_result *r);
 
 /* ---- tb_echo.c ---- */

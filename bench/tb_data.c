@@ -1,4 +1,8 @@
-/* turnbench data phase: ChannelData closed loop (relay, direct) or fixed offered rate (rate).
+/* turnbench data phase: ChannelData closed loop (relay, direct, sym) or fixed offered rate
+ * (rate). In sym mode the initiators' packets come back from the responders, which send each
+ * ChannelData they receive back as it is, through their own allocations (their channel
+ * 0x4000 is bound to the initiator's relayed address): two deliveries per round trip, each
+ * through two allocations of the server.
  *
  * Payload: 8-byte send time (CLOCK_MONOTONIC ns), 4-byte allocation index, 4-byte sequence,
  * zero padding. A packet counts when its send time lies in the measured window; its echo
@@ -32,8 +36,8 @@ struct tb_data {
 	struct tb_box box0;		/* the machine at the start of the window */
 	uint8_t *tx, *rx;		/* TB_BATCH buffers each */
 	size_t slot;			/* bytes per buffer */
-	struct mmsghdr tm[TB_BATCH], rm[TB_BATCH];
-	struct iovec tv[TB_BATCH], rv[TB_BATCH];
+	struct mmsghdr tm[TB_BATCH], rm[TB_BATCH], em[TB_BATCH];
+	struct iovec tv[TB_BATCH], rv[TB_BATCH], ev[TB_BATCH];
 };
 
 static void put_payload(struct tb_data *d, uint8_t *p, uint32_t idx, uint32_t seq, uint64_t t)
@@ -81,16 +85,30 @@ static unsigned send_burst(struct tb_data *d, uint32_t idx, unsigned count)
 	return total;
 }
 
+/* A packet of ours: long enough, and on our channel when relayed. */
+static bool is_ours(const struct tb_data *d, const uint8_t *p, size_t len)
+{
+	if (len < d->hdr + MIN_PAYLOAD)
+		return false;
+	return !d->hdr || (p[0] == (TB_CHANNEL >> 8) && p[1] == (TB_CHANNEL & 0xff));
+}
+
+static uint64_t sent_at(const struct tb_data *d, const uint8_t *p)
+{
+	uint64_t t;
+
+	memcpy(&t, p + d->hdr, 8);
+	return t;
+}
+
 static void take_echo(struct tb_data *d, struct tb_alloc *a, const uint8_t *p, size_t len,
 		      uint64_t now)
 {
 	uint64_t t;
 
-	if (len < d->hdr + MIN_PAYLOAD)
+	if (!is_ours(d, p, len))
 		return;
-	if (d->hdr && (p[0] != (TB_CHANNEL >> 8) || p[1] != (TB_CHANNEL & 0xff)))
-		return;
-	memcpy(&t, p + d->hdr, 8);
+	t = sent_at(d, p);
 	if (a->inflight)
 		a->inflight--;
 	if (in_window(d, t)) {
@@ -99,9 +117,31 @@ static void take_echo(struct tb_data *d, struct tb_alloc *a, const uint8_t *p, s
 	}
 }
 
+/* Sym responder: sends the n received packets back as they are, through its allocation. */
+static void echo_back(struct tb_data *d, struct tb_alloc *a, int n)
+{
+	unsigned k = 0;
+
+	for (int j = 0; j < n; j++) {
+		uint8_t *p = d->rx + (size_t)j * d->slot;
+
+		if (!is_ours(d, p, d->rm[j].msg_len))
+			continue;
+		if (in_window(d, sent_at(d, p)))
+			d->r->echoed++;
+		d->ev[k] = (struct iovec){ p, d->rm[j].msg_len };
+		d->em[k].msg_hdr = (struct msghdr){ .msg_iov = &d->ev[k], .msg_iovlen = 1 };
+		k++;
+	}
+	/* What a full buffer refuses is lost; the initiator writes it off. */
+	if (k)
+		sendmmsg(a->fd, d->em, k, MSG_DONTWAIT);
+}
+
 static void on_readable(struct tb_data *d, uint32_t idx)
 {
 	struct tb_alloc *a = &d->ctx->a[idx];
+	bool initiator = tb_sym_initiator(d->ctx->o->mode, idx);
 
 	for (int round = 0; round < 8; round++) {
 		int n = recvmmsg(a->fd, d->rm, TB_BATCH, MSG_DONTWAIT, NULL);
@@ -109,17 +149,28 @@ static void on_readable(struct tb_data *d, uint32_t idx)
 
 		if (n <= 0)
 			break;
-		for (int j = 0; j < n; j++)
-			take_echo(d, a, d->rx + (size_t)j * d->slot, d->rm[j].msg_len, now);
+		if (!initiator)
+			echo_back(d, a, n);
+		else
+			for (int j = 0; j < n; j++)
+				take_echo(d, a, d->rx + (size_t)j * d->slot, d->rm[j].msg_len, now);
 		a->last_rx_ns = now;
 		if (n < TB_BATCH)
 			break;
 	}
 }
 
+/* The window is spread evenly over the senders (sym: the initiators; responders send
+ * nothing of their own). */
 static unsigned window_of(const struct tb_opts *o, uint32_t idx)
 {
-	return o->window / o->n + (idx < o->window % o->n);
+	bool sym = o->mode == TB_MODE_SYM;
+	unsigned senders = sym ? o->n / 2 : o->n;
+	uint32_t k = sym ? idx / 2 : idx;
+
+	if (!tb_sym_initiator(o->mode, idx))
+		return 0;
+	return o->window / senders + (k < o->window % senders);
 }
 
 static void refill(struct tb_data *d, uint32_t idx)

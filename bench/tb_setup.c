@@ -2,6 +2,8 @@
  *
  * Each allocation walks 401 round -> Allocate -> CreatePermission -> ChannelBind on its own
  * socket; at most o->conc allocations are between their first request and their last answer.
+ * In sym mode the peer of an allocation is its partner's relayed address, so an allocation
+ * whose partner has not allocated yet waits (S_WAIT, no transaction open) until it has.
  * Answers are matched by transaction id and success answers are integrity-checked, so a
  * server that signs wrongly fails the benchmark instead of looking fast.
  */
@@ -24,8 +26,22 @@ enum tb_state {
 	S_PERM,
 	S_BIND,
 	S_READY,
-	S_FAIL
+	S_FAIL,
+	S_WAIT			/* sym: allocated, waiting for the partner's relayed address */
 };
+
+/* A request of this state is outstanding (answers are taken, timers run). */
+static bool in_transaction(uint8_t state)
+{
+	return state >= S_A0 && state <= S_BIND;
+}
+
+static const struct sockaddr *peer_of(const struct tb_ctx *ctx, uint32_t idx)
+{
+	if (ctx->o->mode == TB_MODE_SYM)
+		return (const struct sockaddr *)&ctx->a[idx ^ 1].relayed;
+	return (const struct sockaddr *)&ctx->o->peer;
+}
 
 #define RTO_NS 500000000ull
 #define MAX_TRIES 5
@@ -56,7 +72,7 @@ static void add_auth(struct tb_ctx *ctx, struct stun_builder *b, const struct tb
 static int send_request(struct tb_ctx *ctx, uint32_t idx)
 {
 	struct tb_alloc *a = &ctx->a[idx];
-	const struct sockaddr *peer = (const struct sockaddr *)&ctx->o->peer;
+	const struct sockaddr *peer = peer_of(ctx, idx);
 	struct stun_builder b;
 	uint8_t buf[512];
 	size_t len;
@@ -106,6 +122,35 @@ static void fail(struct tb_ctx *ctx, uint32_t idx, const char *why, int code)
 			ctx->a[idx].state, why, code);
 	ctx->a[idx].state = S_FAIL;
 	ctx->failed++;
+	/* A partner waiting for this allocation's address would wait for ever. */
+	if (ctx->o->mode == TB_MODE_SYM && ctx->a[idx ^ 1].state == S_WAIT)
+		fail(ctx, idx ^ 1, "partner failed", 0);
+}
+
+/* Allocate succeeded: keep the relayed address; go on to the permission, in sym mode once
+ * the partner has its address too (then both go on). */
+static void on_allocated(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *m)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+	struct sockaddr_storage ss;
+
+	if (stun_msg_get_addr(m, STUN_ATTR_XOR_RELAYED_ADDRESS, &ss) != 0 ||
+	    ss.ss_family != AF_INET) {
+		fail(ctx, idx, "no IPv4 XOR-RELAYED-ADDRESS", 0);
+		return;
+	}
+	memcpy(&a->relayed, &ss, sizeof(a->relayed));
+	if (ctx->o->mode != TB_MODE_SYM) {
+		if (enter(ctx, idx, S_PERM) != 0)
+			fail(ctx, idx, "send", 0);
+		return;
+	}
+	a->state = S_WAIT;
+	if (ctx->a[idx ^ 1].state != S_WAIT)
+		return;
+	for (uint32_t k = idx & ~1u; k <= (idx | 1u); k++)
+		if (enter(ctx, k, S_PERM) != 0)
+			fail(ctx, k, "send", 0);
 }
 
 /* Takes REALM and NONCE from a 401/438 answer; derives the key on the first realm. */
@@ -178,8 +223,7 @@ static void on_success(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *
 	switch (a->state) {
 	case S_A0:
 	case S_A1:
-		if (enter(ctx, idx, S_PERM) != 0)
-			fail(ctx, idx, "send", 0);
+		on_allocated(ctx, idx, m);
 		break;
 	case S_PERM:
 		if (enter(ctx, idx, S_BIND) != 0)
@@ -205,7 +249,7 @@ static void on_readable(struct tb_ctx *ctx, uint32_t idx)
 
 		if (n < 0)
 			return;	/* EAGAIN, or an ICMP error: the retransmission timer decides */
-		if (a->state < S_A0 || a->state > S_BIND)
+		if (!in_transaction(a->state))
 			continue;
 		if (stun_msg_parse(&m, buf, (size_t)n) != 0 || memcmp(m.tid, a->tid, 12) != 0)
 			continue;	/* late answer to an earlier transaction */
@@ -236,7 +280,7 @@ static void check_timers(struct tb_ctx *ctx, uint32_t lo, uint32_t hi, uint64_t 
 	for (uint32_t i = lo; i < hi; i++) {
 		struct tb_alloc *a = &ctx->a[i];
 
-		if (a->state < S_A0 || a->state > S_BIND || now < a->deadline_ns)
+		if (!in_transaction(a->state) || now < a->deadline_ns)
 			continue;
 		if (++a->tries >= MAX_TRIES) {
 			fail(ctx, i, "no answer after retries", a->tries);
@@ -267,7 +311,7 @@ int tb_setup_run(struct tb_ctx *ctx)
 			return -ETIMEDOUT;
 		}
 		/* Allocations below lo are finished; timers are checked from lo on. */
-		while (lo < next && ctx->a[lo].state >= S_READY)
+		while (lo < next && (ctx->a[lo].state == S_READY || ctx->a[lo].state == S_FAIL))
 			lo++;
 		/* Every started allocation is finished (done/failed) or in flight. */
 		while (next < o->n && next - (ctx->done + ctx->failed) < o->conc) {

@@ -8,7 +8,13 @@
 - coturn runs the binary of --coturn, allows loopback peers only on loopback;
 - issue 21's targets come out PASS, FAIL or SKIP from the medians as the issue states them,
   with notes on whether the kernel relayed at all and whether 2x was measurable;
-- the table has one ratio column per relay server against coturn.
+- the table has one ratio column per relay server against coturn;
+- issue 22's symmetric tests: turngated's config (turngate and base alike) gains the mask
+  and its own relay address and mask in the cluster in those tests only, coturn allows
+  loopback peers where its relay address is one, turnbench gets the sym mode on the same
+  load; the targets (server and machine CPU per delivered packet against base and against
+  turngate's flat test), their notes from the short-circuit counter of turngatectl's
+  stats.
 """
 import argparse
 import os
@@ -33,20 +39,21 @@ def netns_layout():
     # The addresses of topology.netns() without creating anything (no root needed).
     return topology.Topology("netns", ("10.78.1.1", 13478), "10.78.2.1", "10.78.2.2:13500",
                              "10.78.1.2", ["10.78.2.2"], bind="10.78.1.1",
-                             ns={"client": "c", "server": "s", "peer": "p"})
+                             ns={"client": "c", "server": "s", "peer": "p"}, mask="10.78.1.9")
 
 
-def configs(topo):
+def configs(topo, test=None, **opts):
     args = argparse.Namespace(auth="static", workers=1, builddir="/b", topo=topo,
-                              coturn="/opt/coturn-4.17.1/bin/turnserver")
+                              coturn="/opt/coturn-4.17.1/bin/turnserver", base="/base",
+                              **opts)
     texts = {}
-    for server in ("turngate", "turngate-offload"):
+    for server in ("turngate", "turngate-offload", "base"):
         with tempfile.TemporaryDirectory() as d:
-            cmd = compare.SERVERS[server](args, d)
+            cmd = compare.SERVERS[server](args, d, test=test)
             with open(cmd[-1]) as f:
                 texts[server] = f.read().replace(d, "RUNDIR")
     with tempfile.TemporaryDirectory() as d:
-        coturn = compare.SERVERS["coturn"](args, d)
+        coturn = [a.replace(d, "RUNDIR") for a in compare.SERVERS["coturn"](args, d, test=test)]
     return texts, coturn
 
 
@@ -73,6 +80,53 @@ def test_configs():
     with tempfile.TemporaryDirectory() as d:
         cmd = compare.coturn_cmd(argparse.Namespace(auth="static", workers=2), d)
     check(cmd[0] == compare.COTURN and "--relay-ip=127.0.0.1" in cmd, "quota_scale's coturn")
+
+
+def test_sym_configs():
+    """The symmetric tests' settings, in those tests only; base runs the same YAML."""
+    for topo in (compare.LOOPBACK, netns_layout()):
+        flat, coturn_flat = configs(topo, "flat172")
+        sym, coturn_sym = configs(topo, "sym172")
+        check(flat["turngate"] == configs(topo)[0]["turngate"] and
+              "relay_address_mask" not in flat["turngate"],
+              f"{topo.name}: flat tests keep the plain config")
+        ends = ", ".join(dict.fromkeys(topo.cluster + [topo.relay_ip, topo.mask]))
+        check(f"    routes: [echo]\n    relay_address_mask: {topo.mask}\n" in sym["turngate"]
+              and f"    endpoints: [{ends}]" in sym["turngate"],
+              f"{topo.name}: sym: mask and cluster [{ends}]:\n{sym['turngate']}")
+        check(sym["base"] == sym["turngate"], f"{topo.name}: base runs turngate's YAML")
+        extra = [l for l in sym["turngate-offload"].splitlines()
+                 if l not in sym["turngate"].splitlines()]
+        check(extra == ["  offload_engine: TC"], f"{topo.name}: sym offload: {extra}")
+        check(("--allow-loopback-peers" in coturn_sym) == (topo.name == "loopback"),
+              f"{topo.name}: coturn's own relay address is a loopback peer only on loopback")
+        check(coturn_sym == coturn_flat, f"{topo.name}: coturn runs the same command line")
+    sym, _ = configs(compare.LOOPBACK, "sym1200", mask="none")
+    check("relay_address_mask" not in sym["turngate"] and
+          "    endpoints: [127.0.0.1]" in sym["turngate"], "--mask none: unmasked")
+    sym, _ = configs(netns_layout(), "sym1200", mask="10.78.1.7")
+    check("relay_address_mask: 10.78.1.7" in sym["turngate"] and
+          "[10.78.2.2, 10.78.2.1, 10.78.1.7]" in sym["turngate"], "--mask ADDR")
+    args = argparse.Namespace(auth="static", topo=compare.LOOPBACK,
+                              p=dict(warm=0.3, dur=1))
+    targs = compare.tb_args(args, "sym172")
+    check(targs[targs.index("-m"):] == ["-m", "sym", "-n", "100", "-W", "256", "-l", "172",
+                                        "-w", "0.3", "-d", "1"], f"sym turnbench: {targs}")
+    check(compare.tb_args(args, "flat1200")[targs.index("-m"):][:8] ==
+          ["-m", "relay", "-n", "100", "-W", "256", "-l", "1200"], "flat turnbench")
+
+
+def test_short_circuit_share():
+    """The share comes from the counters of turngatectl --json stats."""
+    stats = {"counters": {"peer_pkts_out": 400, "short_circuit": 396, "client_pkts_in": 9}}
+    check(compare.short_circuit_share(stats) ==
+          {"short_circuit": 396, "peer_pkts_out": 400, "short_circuit_frac": 0.99},
+          f"share {compare.short_circuit_share(stats)}")
+    check(compare.short_circuit_share({"counters": {"peer_pkts_out": 7}})[
+        "short_circuit_frac"] == 0, "a build without the counter short-circuits nothing")
+    check(compare.short_circuit_share(None) == {} and
+          compare.short_circuit_share({"counters": {"peer_pkts_out": 0}}) == {},
+          "no stats, or nothing relayed: no share")
 
 
 def runs(**medians):
@@ -121,6 +175,65 @@ def test_targets():
     check(len(notes) == 2 and "direct is no ceiling here" in notes[1], f"{notes}")
 
 
+def test_sym_targets():
+    cpu = {"cpu_s_per_mpkt": 2.0, "machine_s_per_mpkt": 6.0, "short_circuit_frac": 1.0}
+    res = runs(turngate_sym172=cpu,
+               base_sym172={"cpu_s_per_mpkt": 4.0, "machine_s_per_mpkt": 9.0,
+                            "short_circuit_frac": 0.0},
+               turngate_flat172={"cpu_s_per_mpkt": 1.9, "machine_s_per_mpkt": 5.0})
+    lines = compare_report.sym_targets(res, ["flat172", "sym172", "sym1200"])
+    check(len(lines) == 8, f"two figures x two targets for each sym test: {lines}")
+    check(lines[0].startswith("PASS sym 172 B: server process CPU per delivered pkt") and
+          "turngate / base (today's symmetric path) = 0.50 (target ≤ 0.6)" in lines[0],
+          lines[0])
+    check(lines[1].startswith("PASS") and "turngate / turngate flat 172 B (asymmetric) = "
+          "1.05 (target ≤ 1.1)" in lines[1], lines[1])
+    check(lines[2].startswith("FAIL sym 172 B: machine CPU per delivered pkt") and
+          "= 0.67 (target ≤ 0.6)" in lines[2], lines[2])
+    check(lines[3].startswith("FAIL") and "= 1.20 (target ≤ 1.1)" in lines[3], lines[3])
+    check(all(l.startswith("SKIP sym 1200 B") and "no turngate result (--servers)" in l
+              for l in lines[4:]), f"sym1200 not run: {lines[4:]}")
+    # No base and no flat run: SKIP lines say how to get them; the counters' notes.
+    res = runs(turngate_sym1200=dict(cpu, short_circuit_frac=0.5),
+               base_sym1200={"cpu_s_per_mpkt": 4.0, "short_circuit_frac": 0.3})
+    lines = compare_report.sym_targets(res, ["sym1200"])
+    check("SKIP" in lines[1] and "--tests flat1200,sym1200" in lines[1], lines[1])
+    check(lines[2].startswith("SKIP") and "no base result" in lines[2] and
+          "bench/build_base.sh" in lines[2], lines[2])
+    notes = [l for l in lines if l.startswith("NOTE")]
+    check(len(notes) == 2 and "turngate short-circuited 0.500" in notes[0] and
+          "base short-circuited 0.300" in notes[1] and "not a build from before" in notes[1],
+          f"{notes}")
+    check(compare_report.sym_targets({}, ["flat172"])[0].startswith("none"), "no sym test")
+
+
+def test_sym_report():
+    res = runs(turngate_sym172={"relayed_pps": 100.0, "fwd_loss": 0.0, "loss": 0.001,
+                                "short_circuit_frac": 1.0, "relayed0": "127.0.0.9:40000"},
+               base_sym172={"relayed_pps": 60.0, "short_circuit_frac": 0.0,
+                            "relayed0": "127.0.0.1:40000"},
+               coturn_sym172={"relayed_pps": 50.0, "relayed0": "127.0.0.1:41000"})
+    t = compare_report.table(res, ["turngate", "base", "coturn"], 1)
+    row = [l for l in t.splitlines() if l.startswith("| sym 172 B: delivered pkt/s")]
+    check(row and row[0].endswith("| 100 | 60 | 50 | 2.00 | 1.20 |"), f"{row}")
+    check("| sym 172 B: loss % | 0.100 |" in t, "loss row in per cent")
+    check("short-circuited / peer-bound datagrams (turngated's counters) | 1.000 | 0.000 | - |"
+          in t, "short-circuit share row")
+    check("each through two allocations" in t.splitlines()[-1], "footnote: delivered")
+    args = argparse.Namespace(topo=compare.LOOPBACK, sym_mask="127.0.0.9", notes={},
+                              coturn="/usr/bin/turnserver", coturn_version="version x")
+    notes = compare_report.notes(args, res, ["turngate", "base", "coturn"])
+    check(any("relay_address_mask: 127.0.0.9 on the listener" in l for l in notes),
+          f"mask note {notes}")
+    check(any("turngate 127.0.0.9:40000; base 127.0.0.1:40000; coturn 127.0.0.1:41000" in l
+              for l in notes), f"relayed addresses {notes}")
+    check(any("--allow-loopback-peers" in l for l in notes), "coturn's loopback peers")
+    flat = runs(turngate_flat172={"relayed_pps": 1.0})
+    check(not any(l.startswith("sym") for l in compare_report.notes(args, flat, ["turngate"]))
+          and "each through" not in compare_report.table(flat, ["turngate"], 1),
+          "no sym notes without a sym test")
+
+
 def test_table():
     res = runs(turngate_flat172={"relayed_pps": 100.0}, coturn_flat172={"relayed_pps": 50.0},
                turngate_offload_flat172={"relayed_pps": 150.0},
@@ -136,7 +249,11 @@ def test_table():
 
 def main():
     test_configs()
+    test_sym_configs()
+    test_short_circuit_share()
     test_targets()
+    test_sym_targets()
+    test_sym_report()
     test_table()
     print("FAIL" if FAILS else "PASS", "test_compare_report")
     return 1 if FAILS else 0

@@ -26,6 +26,9 @@ expect 2 -s 300.1.1.1:3478
 expect 2 -s 127.0.0.1:70000
 expect 2 -P 0
 expect 2 -n 100 -W 10
+expect 2 -m sym -n 3
+expect 2 -m sym -n 100 -W 49
+expect 2 -m sym -c 1
 expect 2 -d -1
 expect 2 extra-argument
 

@@ -10,6 +10,10 @@ programs to the server's two veth interfaces, where on loopback it would attach 
     turnbench            relay: listens on 10.78.1.1,           echo peer
                          relays from 10.78.2.1
 
+The symmetric tests' relay_address_mask is an address nothing holds on the clients' side,
+as a load balancer's address in front of the relay would be: 10.78.1.9 (127.0.0.9 on
+loopback). With the short circuit nothing is sent to it.
+
 The client and the peer route everything through the server namespace, so the `direct`
 run (no relay) is the same datagram routed by the server's kernel. Processes enter a
 namespace with nsenter --net, which changes nothing else: `ip netns exec` would also
@@ -33,7 +37,8 @@ class Topology:
     """Addresses of one layout; ns maps a role (client, server, peer) to a namespace name,
     or is empty on loopback."""
 
-    def __init__(self, name, server, relay_ip, peer, client, cluster, bind=None, ns=None):
+    def __init__(self, name, server, relay_ip, peer, client, cluster, bind=None, ns=None,
+                 mask=None):
         self.name = name
         self.server = server            # (host, port) the TURN listener binds and serves
         self.relay_ip = relay_ip        # relay address (advertised and bound)
@@ -41,6 +46,8 @@ class Topology:
         self.client = client            # turnbench's source address
         self.cluster = cluster          # the peer cluster's endpoints (the allowlist)
         self.bind = bind                # the listener's bind_address, None = its address
+        self.mask = mask                # relay_address_mask of the symmetric tests: an
+        #                                 address nothing holds, as a load balancer's
         self.ns = ns or {}
         self.rps = {}                   # role -> CPU list its veth ends steer receives to
 
@@ -106,7 +113,7 @@ class Topology:
 
 def loopback(port=13478, peer_port=13500):
     return Topology("loopback", ("127.0.0.1", port), "127.0.0.1", f"127.0.0.1:{peer_port}",
-                    "127.0.0.2", ["127.0.0.1"])
+                    "127.0.0.2", ["127.0.0.1"], mask="127.0.0.9")
 
 
 def _ip(*argv):
@@ -150,7 +157,7 @@ def netns(port=13478, peer_port=13500, tag=None, gro=False, rps=None):
     tag = tag or str(os.getpid())
     names = {r: f"tgb{tag}{r[0]}" for r in ("client", "server", "peer")}
     topo = Topology("netns", ("10.78.1.1", port), "10.78.2.1", f"10.78.2.2:{peer_port}",
-                    "10.78.1.2", ["10.78.2.2"], bind="10.78.1.1", ns={})
+                    "10.78.1.2", ["10.78.2.2"], bind="10.78.1.1", ns={}, mask="10.78.1.9")
     c, s, p = names["client"], names["server"], names["peer"]
     try:
         for role, ns in names.items():

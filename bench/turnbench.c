@@ -1,4 +1,4 @@
-/* turnbench: TURN-over-UDP load generator (relay, rate, setup, hold, direct, echo modes).
+/* turnbench: TURN-over-UDP load generator (relay, rate, setup, hold, direct, echo, sym).
  *
  * Prints one line "turnbench mode=... key=value ..." per run for bench/compare.py, and
  * samples the server's CPU (utime+stime of every process of its tree) and memory (sum of
@@ -7,6 +7,7 @@
  */
 #include "bench/tb.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -17,9 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Indexed by enum tb_mode. */
+static const char *const mode_names[] = { "relay", "rate", "setup", "hold", "direct", "echo",
+					  "sym" };
+
 static void usage(FILE *f)
 {
-	fputs("usage: turnbench -m relay|rate|setup|hold|direct|echo [options]\n"
+	fputs("usage: turnbench -m relay|rate|setup|hold|direct|echo|sym [options]\n"
 	      "  -s ADDR:PORT  TURN server (127.0.0.1:13478)\n"
 	      "  -p ADDR:PORT  UDP echo peer (127.0.0.1:13500)\n"
 	      "  -b ADDR       client source address (127.0.0.2)\n"
@@ -32,16 +37,16 @@ static void usage(FILE *f)
 	      "  -w SEC        warm-up (1)    -d SEC  measured window (10); echo: lifetime\n"
 	      "  -H SEC        hold: seconds to hold (5)  -T SEC  hold: settle before RSS (2)\n"
 	      "  -P PID[,PID]  server processes to sample (their descendants are included)\n"
-	      "  -E PID        echo peer process to sample\n",
+	      "  -E PID        echo peer process to sample\n"
+	      "  sym: -n allocations in pairs (even); 2k sends to 2k+1's relayed address, which\n"
+	      "       echoes through its own allocation; -W spread over the n/2 senders\n",
 	      f);
 }
 
 static int parse_mode(const char *s, enum tb_mode *m)
 {
-	static const char *names[] = { "relay", "rate", "setup", "hold", "direct", "echo" };
-
-	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(s, names[i]) == 0) {
+	for (unsigned i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++)
+		if (strcmp(s, mode_names[i]) == 0) {
 			*m = (enum tb_mode)i;
 			return 0;
 		}
@@ -204,6 +209,11 @@ static int opts_parse(int argc, char **argv, struct tb_opts *o)
 		fprintf(stderr, "turnbench: -W must be at least -n\n");
 		return -EINVAL;
 	}
+	if (o->mode == TB_MODE_SYM && (o->n % 2 || o->window < o->n / 2 || o->conc < 2)) {
+		fprintf(stderr,
+			"turnbench: sym needs an even -n, -W at least -n/2, -c at least 2\n");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -224,10 +234,20 @@ static int raise_nofile(unsigned need)
 	return 0;
 }
 
+/* The first allocation's XOR-RELAYED-ADDRESS: shows whether the server masked it. */
+static void print_relayed(const struct sockaddr_in *sa)
+{
+	char ip[INET_ADDRSTRLEN];
+
+	if (inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip)))
+		printf(" relayed0=%s:%u", ip, ntohs(sa->sin_port));
+}
+
+/* relayed_pps counts both directions of every round trip: packets delivered to a client or
+ * to the echo peer (sym: to a client, each through two allocations). */
 static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 {
 	const struct tb_opts *o = ctx->o;
-	static const char *names[] = { "relay", "rate", "setup", "hold", "direct", "echo" };
 	double relayed = 2.0 * (double)r->received;
 	double loss = r->sent ? 1.0 - (double)r->received / (double)r->sent : 0;
 	double cpu = r->sampled ? r->after.cpu_s - r->before.cpu_s : 0;
@@ -235,12 +255,19 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 	printf("turnbench mode=%s n=%u payload=%u window=%u rate=%u duration=%.3f sent=%llu "
 	       "received=%llu loss=%.6f relayed_pps=%.0f rtt_p50_us=%ld rtt_p99_us=%ld "
 	       "rtt_p999_us=%ld rtt_over_1s=%llu gen_cpu_s=%.3f echo_cpu_s=%.3f",
-	       names[o->mode], o->n, o->payload, o->mode == TB_MODE_RATE ? 0 : o->window,
+	       mode_names[o->mode], o->n, o->payload, o->mode == TB_MODE_RATE ? 0 : o->window,
 	       o->mode == TB_MODE_RATE ? o->rate : 0, r->window_s, (unsigned long long)r->sent,
 	       (unsigned long long)r->received, loss < 0 ? 0 : loss, relayed / r->window_s,
 	       tb_hist_quantile(&r->hist, 0.5), tb_hist_quantile(&r->hist, 0.99),
 	       tb_hist_quantile(&r->hist, 0.999), (unsigned long long)r->hist.over, r->gen_cpu_s,
 	       o->echo_pid ? r->echo_cpu_s : -1.0);
+	if (o->mode != TB_MODE_DIRECT)
+		print_relayed(&ctx->a[0].relayed);
+	/* Sym: the first leg (initiator -> responder) apart, so a loss shows its direction. */
+	if (o->mode == TB_MODE_SYM)
+		printf(" echoed=%llu fwd_loss=%.6f", (unsigned long long)r->echoed,
+		       r->sent && r->echoed < r->sent ? 1.0 - (double)r->echoed / (double)r->sent
+						       : 0.0);
 	if (r->sampled) {
 		double sch = r->after.sched_s - r->before.sched_s;
 
