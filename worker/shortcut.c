@@ -205,7 +205,7 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 			  &mlen);
 	if (!m)
 		return;
-	if (own) {
+	if (own && own->conn) {
 		struct wk_ep ep = { .l = own->l,
 				    .c = own->conn,
 				    .addr = (struct sockaddr *)&own->client,
@@ -214,9 +214,12 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 		wk_send_client(w, &ep, m, mlen);
 		return;
 	}
-	client_len = wk_shm_to_addr(&t->client, &client);
-	if (client_len)
-		wk_udp_send(w, tl, (struct sockaddr *)&client, client_len, m, mlen);
+	/* A UDP client, ours or another worker's: grouped with the batch's other messages to
+	 * it (one UDP_SEGMENT send), as the relay sockets' path groups them. */
+	if (own)
+		wk_ctg_send(w, own->l, (struct sockaddr *)&own->client, own->client_len, m, mlen);
+	else if ((client_len = wk_shm_to_addr(&t->client, &client)) != 0)
+		wk_ctg_send(w, tl, (struct sockaddr *)&client, client_len, m, mlen);
 }
 
 bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,

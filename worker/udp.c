@@ -397,12 +397,65 @@ static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct 
 	wk_peer_count(w, a, cl, 1, len);
 }
 
+static void wk_ctg_flush(struct worker *w)
+{
+	struct wk_ctg *g = &w->ctg;
+	const struct sockaddr *to = (const struct sockaddr *)&g->to;
+	unsigned n = g->n;
+
+	if (!n)
+		return;
+	g->n = 0;
+	if (n > 1 && !g->l->gso_off) {
+		if (wk_send_segments(g->l->fd, to, g->to_len, g->iov, n, g->seg) >= 0) {
+			wk_client_sent(w, g->l, n, g->total);
+			return;
+		}
+		if (wk_gso_unsupported(errno))
+			g->l->gso_off = true;
+	}
+	for (unsigned i = 0; i < n; i++)
+		wk_udp_send(w, g->l, to, g->to_len, g->iov[i].iov_base, g->iov[i].iov_len);
+}
+
+void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len)
+{
+	struct wk_ctg *g = &w->ctg;
+	bool groupable = w->txg.on && !l->secure && !l->gso_off && len > 0 &&
+			 len <= WK_GSO_SEG_MAX;
+
+	if (g->n && !(groupable && g->l == l && !g->closed && len <= g->seg && g->n < WK_BATCH &&
+		      g->total + len <= WK_GSO_TOTAL_MAX && wk_addr_equal(to, (struct sockaddr *)&g->to)))
+		wk_ctg_flush(w);
+	if (!groupable) {
+		wk_udp_send(w, l, to, to_len, buf, len);
+		return;
+	}
+	if (!g->n) {
+		g->l = l;
+		memcpy(&g->to, to, to_len);
+		g->to_len = to_len;
+		g->seg = len;
+		g->total = 0;
+		g->closed = false;
+	}
+	memcpy(g->slot[g->n], buf, len);
+	g->iov[g->n].iov_base = g->slot[g->n];
+	g->iov[g->n].iov_len = len;
+	g->n++;
+	g->total += len;
+	if (len < g->seg)
+		g->closed = true;
+}
+
 void wk_txg_flush(struct worker *w)
 {
 	struct wk_txg *g = &w->txg;
 	const struct sockaddr *peer = (const struct sockaddr *)&g->peer;
 	unsigned n = g->n;
 
+	wk_ctg_flush(w);
 	if (!n)
 		return;
 	g->n = 0;

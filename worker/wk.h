@@ -247,6 +247,22 @@ struct wk_txg {
 	struct iovec iov[WK_BATCH];
 };
 
+/* Short-circuited datagrams to UDP clients of one batch, grouped (udp.c, shortcut.c): as
+ * wk_txg, consecutive messages to one client through one listener socket with one size
+ * (the last may be shorter) leave as one UDP_SEGMENT send. The messages are copied into
+ * the group's own slots (they are framed in a scratch buffer), so only the order matters:
+ * the group leaves wherever wk_txg does (wk_txg_flush sends both). */
+struct wk_ctg {
+	struct wk_listener *l;
+	struct sockaddr_storage to;
+	socklen_t to_len;
+	size_t seg, total;
+	unsigned n;
+	bool closed;
+	struct iovec iov[WK_BATCH];
+	uint8_t slot[WK_BATCH][WK_GSO_SEG_MAX];
+};
+
 /* An IP of this instance's relays (a relay address or a mask), for the short circuit. */
 struct wk_sc_ip {
 	uint8_t family;
@@ -310,6 +326,7 @@ struct worker {
 	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
 	uint64_t batch_ns;		/* mono_ns() of the datagram batch being handled, 0 outside */
 	struct wk_txg txg;
+	struct wk_ctg ctg;
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
@@ -397,8 +414,13 @@ void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n
  * or, chan 0, a Data indication from peer. Returns the message start, or NULL. */
 uint8_t *wk_frame_peer(uint8_t *payload, size_t len, const struct sockaddr *peer, uint16_t chan,
 		       bool stream, size_t *out_len);
-/* Sends the pending client -> peer group, if any. */
+/* Sends the pending client -> peer group and the pending short-circuited group to a
+ * client, if any. */
 void wk_txg_flush(struct worker *w);
+/* A message for the UDP client `to` of plain listener l (short circuit): joins the batch's
+ * group to that client when it can (struct wk_ctg), else leaves at once (wk_udp_send). */
+void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 
 /* ---- tcp.c ---- */
