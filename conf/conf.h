@@ -234,6 +234,24 @@ struct conf_limits {
 	uint32_t tcp_buffer; /* bytes buffered per connection and direction, default 65536 */
 };
 
+/* admin.siblings[] (ours): another instance behind the same load balancer, with its slice
+ * of the relay port range. A masked address (listeners[].relay_address_mask) whose port
+ * lies in a sibling's slice is that sibling's allocation (docs/relay.md, "Siblings"). */
+struct conf_sibling {
+	char *address;               /* as written (after expansion): an IP or a DNS name */
+	bool is_name;                /* a DNS name, resolved by conf_resolve_clusters() */
+	bool self;                   /* its slice is admin.relay_port_min..max: this instance,
+				      * skipped (one list serves every replica) */
+	uint16_t relay_port_min, relay_port_max;
+	/* An IP: that address (port 0), set at load. A DNS name: what conf_resolve_clusters()
+	 * found (empty until then, and while it does not resolve). Empty when self. */
+	struct sockaddr_storage *resolved;
+	size_t n_resolved;
+};
+
+/* Upper bound of admin.siblings entries. */
+#define CONF_MAX_SIBLINGS 64
+
 /* admin.offload_engine (STUNner's names, case-insensitive). */
 enum conf_offload {
 	CONF_OFFLOAD_NONE = 0,       /* user space only (default) */
@@ -276,6 +294,8 @@ struct conf_admin {
 	char **offload_ifaces;       /* STUNner's offload_interfaces; NULL/0: the interfaces that
 				      * carry the listeners' and relays' addresses */
 	size_t n_offload_ifaces;
+	struct conf_sibling *siblings; /* ours; admin.siblings in document order */
+	size_t n_siblings;
 };
 
 #define CONF_MAGIC 0x434f4e46u  /* "CONF" */
@@ -354,9 +374,11 @@ typedef int (*conf_resolve_fn)(void *ctx, const char *name, struct sockaddr_stor
 int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out, size_t max,
 			     size_t *n);
 
-/* Fills every STRICT_DNS endpoint's resolved[] with fn (NULL: getaddrinfo), replacing
- * earlier results. A name that does not resolve, or resolves only to special-purpose
- * addresses (which are never admitted through DNS), is a warning in diags, not an error.
+/* Fills every STRICT_DNS endpoint's resolved[], and that of every admin.siblings entry
+ * given by DNS name (not the one that is this instance), with fn (NULL: getaddrinfo),
+ * replacing earlier results. A name that does not resolve, or (a cluster's) resolves only
+ * to special-purpose addresses (which are never admitted through DNS), is a warning in
+ * diags, not an error: it matches nothing until a reload resolves it.
  * Returns 0 or -ENOMEM. */
 int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx,
 			  struct conf_diags *diags);
@@ -367,6 +389,11 @@ int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx,
  * certificate and key replaced by "<redacted>". Returns a new reference or NULL on ENOMEM.
  * For the admin `config` command and HTTP /status. */
 json_t *conf_to_json_redacted(const struct conf *cfg);
+
+/* admin.siblings as a JSON array: each entry's address, relay_port_min, relay_port_max,
+ * self, and resolved (the addresses in use, as text). Returns a new reference or NULL on
+ * ENOMEM. Part of conf_to_json_redacted's admin object; the admin `status` shows it too. */
+json_t *conf_siblings_json(const struct conf *cfg);
 
 /* ---- reload support ------------------------------------------------------------------- */
 

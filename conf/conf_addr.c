@@ -23,6 +23,13 @@ int conf_parse_ip(const char *s, int *family, uint8_t addr[16])
 	return -EINVAL;
 }
 
+bool conf_ip_unicast(int family, const uint8_t addr[16])
+{
+	if (family == AF_INET)
+		return addr[0] != 0 && addr[0] < 224;
+	return addr[0] != 0xff && memcmp(addr, (const uint8_t[16]){ 0 }, 16) != 0;
+}
+
 static void prefix_mask(struct conf_prefix *p, bool *host_bits)
 {
 	size_t nbytes = p->family == AF_INET ? 4 : 16;

@@ -37,6 +37,7 @@ struct pctx {
 	bool *lst_bad;   /* per listener: its own keys had errors (skip cross-checks on it) */
 	size_t bytes;    /* string bytes produced so far (aliases can repeat one scalar) */
 	bool v1alpha1;   /* version: v1alpha1, read as stunnerd's ConvertToV1 does */
+	yaml_node_t *siblings; /* admin.siblings, parsed once the listeners are known */
 	int nomem;
 };
 
@@ -121,12 +122,17 @@ void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct co
 		     const struct conf_auth *inherit);
 void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path);
 void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path);
+/* admin.siblings (conf_sibling.c): after admin and listeners, whose relay port ranges the
+ * slices are checked against. */
+void conf_parse_siblings(struct pctx *p, yaml_node_t *n, const char *path);
 void conf_auth_defaults(struct conf_auth *a);
 void conf_auth_clear(struct conf_auth *a);
 int conf_auth_default_realm(struct conf_auth *a);
 
 /* Addresses (conf_addr.c). */
 int conf_parse_ip(const char *s, int *family, uint8_t addr[16]);
+/* False for an unspecified, multicast or (IPv4) broadcast or 0/8 address. */
+bool conf_ip_unicast(int family, const uint8_t addr[16]);
 int conf_parse_prefix(const char *s, struct conf_prefix *out, bool *host_bits);
 /* Parses a STATIC endpoint. Returns 0 (err: "" or a warning), -ENOENT for an endpoint
  * stunnerd accepts that matches nothing (err says why), or -EINVAL with a message in err. */

@@ -1,4 +1,6 @@
 /* Redacted JSON rendering of a loaded config, for the admin `config` command and HTTP /status. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +100,42 @@ static json_t *cluster_json(const struct conf_cluster *c)
 	return o;
 }
 
+static json_t *addr_text(const struct sockaddr_storage *ss)
+{
+	char buf[INET6_ADDRSTRLEN] = "";
+	const void *a = ss->ss_family == AF_INET
+				? (const void *)&((const struct sockaddr_in *)ss)->sin_addr
+				: (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+	if (inet_ntop(ss->ss_family, a, buf, sizeof(buf)) == NULL)
+		return json_string("?");
+	return json_string(buf);
+}
+
+json_t *conf_siblings_json(const struct conf *c)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < c->admin.n_siblings && arr != NULL; i++) {
+		const struct conf_sibling *s = &c->admin.siblings[i];
+		json_t *o = json_object(), *res = json_array();
+
+		for (size_t j = 0; j < s->n_resolved && res != NULL; j++)
+			json_array_append_new(res, addr_text(&s->resolved[j]));
+		if (o == NULL || res == NULL || json_array_append_new(arr, o) != 0) {
+			json_decref(res);
+			json_decref(arr);
+			return NULL;
+		}
+		set_s(o, "address", s->address);
+		set_i(o, "relay_port_min", s->relay_port_min);
+		set_i(o, "relay_port_max", s->relay_port_max);
+		json_object_set_new(o, "self", json_boolean(s->self));
+		json_object_set_new(o, "resolved", res);
+	}
+	return arr;
+}
+
 static json_t *admin_json(const struct conf *c)
 {
 	const struct conf_admin *a = &c->admin;
@@ -132,6 +170,7 @@ static json_t *admin_json(const struct conf *c)
 			json_array_append_new(ifs, json_string(a->offload_ifaces[i]));
 		json_object_set_new(o, "offload_interfaces", ifs ? ifs : json_null());
 	}
+	json_object_set_new(o, "siblings", conf_siblings_json(c));
 	return o;
 }
 

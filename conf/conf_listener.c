@@ -425,8 +425,7 @@ static void lst_mask(struct pctx *p, struct lst_state *st, const char *path)
 			   l->relay_addr.ss_family == AF_INET ? "IPv4" : "IPv6");
 		return;
 	}
-	if (fam == AF_INET ? (a[0] == 0 || a[0] >= 224)
-			   : (a[0] == 0xff || memcmp(a, (const uint8_t[16]){ 0 }, 16) == 0)) {
+	if (!conf_ip_unicast(fam, a)) {
 		pctx_error(p, st->mask, sub,
 			   "'%s' is an unspecified, multicast or broadcast address (expected a "
 			   "unicast address)",

@@ -127,6 +127,8 @@ static void parse_root(struct pctx *p, yaml_node_t *root)
 			   "default static auth needs credentials)");
 	if (r.v[R_LISTENERS] && !pctx_is_null(r.v[R_LISTENERS]))
 		conf_parse_listeners(p, r.v[R_LISTENERS], "listeners");
+	if (p->siblings && !pctx_is_null(p->siblings))
+		conf_parse_siblings(p, p->siblings, "admin.siblings");
 }
 
 static void yaml_failed(struct pctx *p, const yaml_parser_t *yp)
@@ -288,6 +290,11 @@ void conf_free(struct conf *c)
 	for (size_t i = 0; i < c->admin.n_offload_ifaces; i++)
 		free(c->admin.offload_ifaces[i]);
 	free(c->admin.offload_ifaces);
+	for (size_t i = 0; i < c->admin.n_siblings; i++) {
+		free(c->admin.siblings[i].address);
+		free(c->admin.siblings[i].resolved);
+	}
+	free(c->admin.siblings);
 	conf_auth_clear(&c->auth);
 	for (size_t i = 0; i < c->n_listeners; i++)
 		listener_free(&c->listeners[i]);

@@ -73,38 +73,59 @@ static bool sa_special(const struct sockaddr_storage *ss)
 	       conf_addr_is_special(fam, a);
 }
 
-static int resolve_one(struct conf *cfg, size_t ci, size_t ei, conf_resolve_fn fn, void *ctx,
-		       struct conf_diags *diags)
+/* Resolves text into *resolved and *n_resolved (replacing them). A name that does not
+ * resolve is a warning at path; so are special-purpose answers when warn_special. */
+static int resolve_name(const struct conf *cfg, const char *path, const char *text,
+			bool warn_special, conf_resolve_fn fn, void *ctx, struct conf_diags *diags,
+			struct sockaddr_storage **resolved, size_t *n_resolved)
 {
-	struct conf_endpoint *ep = &cfg->clusters[ci].endpoints[ei];
-	char path[CONF_PATH_MAX];
 	struct sockaddr_storage tmp[CONF_MAX_RESOLVED];
 	size_t n = 0, special = 0;
 	int rc;
-	snprintf(path, sizeof(path), "clusters[%zu].endpoints[%zu]", ci, ei);
-	rc = fn(ctx, ep->text, tmp, CONF_MAX_RESOLVED, &n);
+
+	rc = fn(ctx, text, tmp, CONF_MAX_RESOLVED, &n);
 	if (rc == -ENOMEM)
 		return rc;
-	free(ep->resolved);
-	ep->resolved = NULL;
-	ep->n_resolved = 0;
+	free(*resolved);
+	*resolved = NULL;
+	*n_resolved = 0;
 	if (rc != 0 || n == 0) {
 		conf_diag_add(diags, CONF_DIAG_WARNING, cfg->source, 0, 0, path,
-			      "'%s' does not resolve (matches nothing until it does)", ep->text);
+			      "'%s' does not resolve (matches nothing until it does)", text);
 		return 0;
 	}
-	for (size_t i = 0; i < n && i < CONF_MAX_RESOLVED; i++)
+	for (size_t i = 0; warn_special && i < n && i < CONF_MAX_RESOLVED; i++)
 		special += sa_special(&tmp[i]);
 	if (special > 0)
 		conf_diag_add(diags, CONF_DIAG_WARNING, cfg->source, 0, 0, path,
 			      "'%s' resolves to %zu special-purpose address(es), never admitted "
 			      "through DNS (list them as STATIC endpoints)",
-			      ep->text, special);
-	ep->resolved = malloc(n * sizeof(*ep->resolved));
-	if (ep->resolved == NULL)
+			      text, special);
+	*resolved = malloc(n * sizeof(**resolved));
+	if (*resolved == NULL)
 		return -ENOMEM;
-	memcpy(ep->resolved, tmp, n * sizeof(*ep->resolved));
-	ep->n_resolved = n;
+	memcpy(*resolved, tmp, n * sizeof(**resolved));
+	*n_resolved = n;
+	return 0;
+}
+
+/* admin.siblings given by name, except the entry that is this instance. */
+static int resolve_siblings(struct conf *cfg, conf_resolve_fn fn, void *ctx,
+			    struct conf_diags *diags)
+{
+	for (size_t i = 0; i < cfg->admin.n_siblings; i++) {
+		struct conf_sibling *s = &cfg->admin.siblings[i];
+		char path[CONF_PATH_MAX];
+		int rc;
+
+		if (!s->is_name || s->self)
+			continue;
+		snprintf(path, sizeof(path), "admin.siblings[%zu].address", i);
+		rc = resolve_name(cfg, path, s->address, false, fn, ctx, diags, &s->resolved,
+				  &s->n_resolved);
+		if (rc != 0)
+			return rc;
+	}
 	return 0;
 }
 
@@ -117,12 +138,18 @@ int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx, struc
 		if (cl->type != CONF_CLUSTER_STRICT_DNS)
 			continue;
 		for (size_t j = 0; j < cl->n_endpoints; j++) {
-			int rc = resolve_one(cfg, i, j, fn, ctx, diags);
+			struct conf_endpoint *ep = &cl->endpoints[j];
+			char path[CONF_PATH_MAX];
+			int rc;
+
+			snprintf(path, sizeof(path), "clusters[%zu].endpoints[%zu]", i, j);
+			rc = resolve_name(cfg, path, ep->text, true, fn, ctx, diags, &ep->resolved,
+					  &ep->n_resolved);
 			if (rc != 0)
 				return rc;
 		}
 	}
-	return 0;
+	return resolve_siblings(cfg, fn, ctx, diags);
 }
 
 static bool str_eq(const char *a, const char *b)

@@ -192,6 +192,8 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 				: pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	} else if (strcasecmp(key, "credential_api_token_file") == 0) {
 		rn->token_file = v;
+	} else if (strcasecmp(key, "siblings") == 0) {
+		p->siblings = v; /* conf_parse_siblings, once the listeners are known */
 	} else {
 		return false;
 	}

@@ -19,6 +19,7 @@ static_assert(sizeof(struct snap_user_rec) % 8 == 0, "user record size");
 static_assert(sizeof(struct snap_secret_rec) % 8 == 0, "secret record size");
 static_assert(sizeof(struct snap_pfx4) % 8 == 0, "pfx4 record size");
 static_assert(sizeof(struct snap_pfx6) % 8 == 0, "pfx6 record size");
+static_assert(sizeof(struct snap_sib_rec) % 8 == 0, "sibling record size");
 
 /* Builder state. Tables are separate arrays until the final copy; strings go to a pool
  * whose final offset (pool_off) is known before the first string is added. */
@@ -31,7 +32,8 @@ struct sb {
 	struct snap_secret_rec *secrets;
 	struct snap_pfx4 *p4;
 	struct snap_pfx6 *p6;
-	size_t n_lst, n_cls, n_auths, n_users, n_secrets, n_p4, n_p6;
+	struct snap_sib_rec *sibs;
+	size_t n_lst, n_cls, n_auths, n_users, n_secrets, n_p4, n_p6, n_sibs;
 	size_t cap_p4, cap_p6;
 	uint8_t *pool;
 	size_t pool_len, pool_cap;
@@ -355,6 +357,42 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	}
 }
 
+static size_t count_siblings(const struct conf *c)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < c->admin.n_siblings; i++)
+		if (!c->admin.siblings[i].self)
+			n += c->admin.siblings[i].n_resolved;
+	return n;
+}
+
+/* One record per resolved address of every sibling but this instance. */
+static void fill_siblings(struct sb *b)
+{
+	const struct conf_admin *a = &b->cfg->admin;
+
+	for (size_t i = 0; i < a->n_siblings; i++) {
+		const struct conf_sibling *s = &a->siblings[i];
+
+		for (size_t j = 0; !s->self && j < s->n_resolved; j++) {
+			const struct sockaddr_storage *ss = &s->resolved[j];
+			struct snap_sib_rec *r = &b->sibs[b->n_sibs];
+
+			if (ss->ss_family == AF_INET)
+				memcpy(r->addr, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+			else if (ss->ss_family == AF_INET6)
+				memcpy(r->addr, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+			else
+				continue;
+			r->family = (uint16_t)ss->ss_family;
+			r->port_min = s->relay_port_min;
+			r->port_max = s->relay_port_max;
+			b->n_sibs++;
+		}
+	}
+}
+
 static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_build_params *pp)
 {
 	const struct conf *c = b->cfg;
@@ -433,7 +471,8 @@ static int sb_alloc(struct sb *b)
 	b->auths = calloc(n_auth, sizeof(*b->auths));
 	b->users = calloc(n_users + 1, sizeof(*b->users));
 	b->secrets = calloc(n_secrets + 1, sizeof(*b->secrets));
-	if (!b->lst || !b->cls || !b->auths || !b->users || !b->secrets)
+	b->sibs = calloc(count_siblings(c) + 1, sizeof(*b->sibs));
+	if (!b->lst || !b->cls || !b->auths || !b->users || !b->secrets || !b->sibs)
 		return -ENOMEM;
 	return 0;
 }
@@ -449,6 +488,7 @@ static void sb_free(struct sb *b)
 	free(b->secrets);
 	free(b->p4);
 	free(b->p6);
+	free(b->sibs);
 	if (b->pool)
 		explicit_bzero(b->pool, b->pool_len);
 	free(b->pool);
@@ -457,7 +497,7 @@ static void sb_free(struct sb *b)
 static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 {
 	uint64_t cur = sizeof(*h);
-	uint64_t o[7];
+	uint64_t o[8];
 	uint64_t total;
 	uint8_t *out;
 	o[0] = place(&cur, b->n_lst, sizeof(*b->lst), &h->listeners);
@@ -467,6 +507,7 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 	o[4] = place(&cur, b->n_secrets, sizeof(*b->secrets), &h->secrets);
 	o[5] = place(&cur, b->n_p4, sizeof(*b->p4), &h->pfx4);
 	o[6] = place(&cur, b->n_p6, sizeof(*b->p6), &h->pfx6);
+	o[7] = place(&cur, b->n_sibs, sizeof(*b->sibs), &h->siblings);
 	if (cur != b->pool_off)
 		return -EINVAL; /* pool_off was computed from the same counts */
 	total = cur + b->pool_len;
@@ -487,6 +528,8 @@ static int sb_emit(struct sb *b, struct snap_hdr *h, void **blob, size_t *len)
 		memcpy(out + o[5], b->p4, b->n_p4 * sizeof(*b->p4));
 	if (b->n_p6)
 		memcpy(out + o[6], b->p6, b->n_p6 * sizeof(*b->p6));
+	if (b->n_sibs)
+		memcpy(out + o[7], b->sibs, b->n_sibs * sizeof(*b->sibs));
 	if (b->pool_len)
 		memcpy(out + cur, b->pool, b->pool_len);
 	memcpy(out, h, sizeof(*h));
@@ -515,8 +558,9 @@ int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void 
 	for (size_t i = 0; i < cfg->n_listeners && !b.err; i++)
 		compile_allowlist(&b, &cfg->listeners[i], &b.lst[i]);
 	b.n_cls = cfg->n_clusters;
+	fill_siblings(&b);
 	b.pool_off = sizeof(h) + b.n_lst * sizeof(*b.lst) + b.n_cls * sizeof(*b.cls) +
-		     b.n_p4 * sizeof(*b.p4) + b.n_p6 * sizeof(*b.p6);
+		     b.n_p4 * sizeof(*b.p4) + b.n_p6 * sizeof(*b.p6) + b.n_sibs * sizeof(*b.sibs);
 	count_auth(&cfg->auth, &n_users, &n_secrets);
 	for (size_t i = 0; i < cfg->n_listeners; i++)
 		if (cfg->listeners[i].auth) {

@@ -28,7 +28,7 @@ struct snap_hdr {
 	uint32_t hdr_size;     /* sizeof(struct snap_hdr) */
 	uint32_t log_format;
 	uint64_t generation;
-	struct snap_tab listeners, clusters, auths, users, secrets, pfx4, pfx6;
+	struct snap_tab listeners, clusters, auths, users, secrets, pfx4, pfx6, siblings;
 	struct snap_str log_spec;
 	uint8_t nonce_key[SNAP_NONCE_KEY_LEN];
 	struct snap_limits limits;
@@ -58,6 +58,14 @@ struct snap_lst_rec {
 	uint16_t mask_family; /* relay_address_mask: 0 = unset */
 	uint16_t pad1[3];
 	uint8_t mask_addr[16];
+};
+
+/* One resolved address of an admin.siblings entry (not this instance's), with its slice. */
+struct snap_sib_rec {
+	uint16_t family;      /* AF_INET or AF_INET6 */
+	uint16_t port_min, port_max;
+	uint16_t pad0;
+	uint8_t addr[16];
 };
 
 struct snap_cluster_rec {

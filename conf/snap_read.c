@@ -118,6 +118,12 @@ static bool records_ok(const struct snap *s)
 		if (p->len > 128 || p->cluster >= h->clusters.count || p->port_min > p->port_max)
 			return false;
 	}
+	for (uint32_t i = 0; i < h->siblings.count; i++) {
+		const struct snap_sib_rec *x = rec(s, &h->siblings, i, sizeof(*x));
+		if ((x->family != AF_INET && x->family != AF_INET6) || x->port_min == 0 ||
+		    x->port_min > x->port_max)
+			return false;
+	}
 	return true;
 }
 
@@ -145,7 +151,8 @@ int snap_open(const void *blob, size_t len, const struct snap **out)
 	    !tab_ok(h, &h->users, sizeof(struct snap_user_rec)) ||
 	    !tab_ok(h, &h->secrets, sizeof(struct snap_secret_rec)) ||
 	    !tab_ok(h, &h->pfx4, sizeof(struct snap_pfx4)) ||
-	    !tab_ok(h, &h->pfx6, sizeof(struct snap_pfx6)) || h->auths.count == 0 ||
+	    !tab_ok(h, &h->pfx6, sizeof(struct snap_pfx6)) ||
+	    !tab_ok(h, &h->siblings, sizeof(struct snap_sib_rec)) || h->auths.count == 0 ||
 	    !str_ok(s, &h->log_spec) || !records_ok(s))
 		return -EINVAL;
 	*out = s;
@@ -198,24 +205,9 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 	out->relay_port_max = l->relay_max;
 	out->max_allocations = l->max_allocs;
 	out->max_bps = l->max_bps;
-	if (l->relay_family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *)&out->relay_addr;
-		a->sin_family = AF_INET;
-		memcpy(&a->sin_addr, l->relay_addr, 4);
-	} else {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->relay_addr;
-		a->sin6_family = AF_INET6;
-		memcpy(&a->sin6_addr, l->relay_addr, 16);
-	}
-	if (l->mask_family == AF_INET) {
-		struct sockaddr_in *a = (struct sockaddr_in *)&out->relay_mask;
-		a->sin_family = AF_INET;
-		memcpy(&a->sin_addr, l->mask_addr, 4);
-	} else if (l->mask_family == AF_INET6) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&out->relay_mask;
-		a->sin6_family = AF_INET6;
-		memcpy(&a->sin6_addr, l->mask_addr, 16);
-	}
+	conf_sockaddr_set(&out->relay_addr, l->relay_family, l->relay_addr);
+	if (l->mask_family != 0)
+		conf_sockaddr_set(&out->relay_mask, l->mask_family, l->mask_addr);
 	out->auth_idx = l->auth_idx;
 	out->cert_pem = bytes_or_null(s, &l->cert, &out->cert_pem_len);
 	out->key_pem = bytes_or_null(s, &l->key, &out->key_pem_len);
@@ -474,6 +466,24 @@ size_t snap_auth_secrets(const struct snap *s, uint32_t auth_idx, int64_t now,
 						 x->deadline };
 	}
 	return n;
+}
+
+uint32_t snap_sibling_count(const struct snap *s)
+{
+	return s->h.siblings.count;
+}
+
+int snap_sibling_get(const struct snap *s, uint32_t idx, struct snap_sibling *out)
+{
+	const struct snap_sib_rec *x = rec(s, &s->h.siblings, idx, sizeof(*x));
+
+	memset(out, 0, sizeof(*out));
+	if (x == NULL)
+		return -ENOENT;
+	out->relay_port_min = x->port_min;
+	out->relay_port_max = x->port_max;
+	conf_sockaddr_set(&out->addr, x->family, x->addr); /* AF_INET or AF_INET6 (open) */
+	return 0;
 }
 
 const struct snap_limits *snap_limits(const struct snap *s)

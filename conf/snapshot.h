@@ -10,10 +10,10 @@
  * Layout (little detail the callers need): a header with magic SNAP_MAGIC, format version
  * SNAP_VERSION, total length and a CRC-32C of everything after the header, then tables of
  * fixed-size records (listeners, clusters, auth blocks, users, secrets, v4 and v6 allowlist
- * prefixes) and a string/bytes pool. snap_open() validates header, checksum and every
- * offset/length/index once; the accessors still bound-check the offsets they follow against
- * the total length (cheap compares) so a blob corrupted after opening cannot make them read
- * outside it.
+ * prefixes, sibling addresses) and a string/bytes pool. snap_open() validates header,
+ * checksum and every offset/length/index once; the accessors still bound-check the offsets
+ * they follow against the total length (cheap compares) so a blob corrupted after opening
+ * cannot make them read outside it.
  *
  * Alignment: the blob must start at an 8-byte aligned address (malloc and the shm arena are).
  *
@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 5u
+#define SNAP_VERSION 6u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -119,6 +119,20 @@ bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const str
 uint32_t snap_cluster_count(const struct snap *s);
 /* Cluster name, or NULL when idx is out of range. */
 const char *snap_cluster_name(const struct snap *s, uint32_t idx);
+
+/* ---- siblings ----------------------------------------------------------------------- */
+
+/* One resolved address of another instance (admin.siblings, less the entry that is this
+ * instance and names that did not resolve); a name with several addresses gives several,
+ * in the order resolved. */
+struct snap_sibling {
+	struct sockaddr_storage addr;             /* port 0 */
+	uint16_t relay_port_min, relay_port_max;  /* its slice of the relay ports */
+};
+
+uint32_t snap_sibling_count(const struct snap *s);
+/* Fills *out for sibling address idx. Returns 0 or -ENOENT (idx out of range). */
+int snap_sibling_get(const struct snap *s, uint32_t idx, struct snap_sibling *out);
 
 /* ---- authentication ------------------------------------------------------------------- */
 

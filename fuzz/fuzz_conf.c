@@ -60,6 +60,12 @@ static void probe(const struct snap *s, bool strict)
 		(void)snap_auth_secrets(s, l.auth_idx, 1, sec);
 		(void)snap_auth_user_key(s, l.auth_idx, "user", 4, SNAP_KEY_SHA256, &key, &kl);
 	}
+	for (uint32_t i = 0; i < snap_sibling_count(s); i++) {
+		struct snap_sibling sib;
+
+		if (snap_sibling_get(s, i, &sib) != 0 && strict)
+			abort();
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -208,11 +208,6 @@ static void test_cluster_spellings(void **state)
 }
 
 /* Each case: a config and one exact diagnostic line it must produce (and fail). */
-struct err_case {
-	const char *text;
-	const char *line;
-};
-
 static const struct err_case err_cases[] = {
 	{ T_HEAD "listeners:\n  - name: a\n    port: 3478\n  - name: b\n    port: 70000\n",
 	  "t.yaml:11:11: listeners[1].port: 70000 is out of range (1..65535)" },
@@ -417,18 +412,7 @@ static const struct err_case err_cases[] = {
 static void test_errors(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(err_cases) / sizeof(err_cases[0]); i++) {
-		struct conf *c = (struct conf *)1;
-		struct conf_diags d;
-		int rc = t_load(err_cases[i].text, &c, &d);
-		if (rc == 0 || !t_has(&d, err_cases[i].line))
-			fprintf(stderr, "case %zu rc=%d\n", i, rc);
-		assert_int_not_equal(rc, 0);
-		assert_null(c);
-		assert_diag(&d, err_cases[i].line);
-		assert_true(d.n_errors > 0);
-		conf_diags_free(&d);
-	}
+	t_check_errors(err_cases, sizeof(err_cases) / sizeof(err_cases[0]));
 }
 
 static void test_all_errors_reported(void **state)

@@ -67,6 +67,29 @@ __attribute__((unused)) static void t_dump(const struct conf_diags *d)
 		assert_true(t_has((d), (line)));                         \
 	} while (0)
 
+/* A config that must fail, and one diagnostic line it must give. */
+struct err_case {
+	const char *text;
+	const char *line;
+};
+
+/* Loads every case: each fails, yields no config, and reports its line. */
+__attribute__((unused)) static void t_check_errors(const struct err_case *cases, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct conf *c = (struct conf *)1;
+		struct conf_diags d;
+		int rc = t_load(cases[i].text, &c, &d);
+		if (rc == 0 || !t_has(&d, cases[i].line))
+			fprintf(stderr, "case %zu rc=%d\n", i, rc);
+		assert_int_not_equal(rc, 0);
+		assert_null(c);
+		assert_diag(&d, cases[i].line);
+		assert_true(d.n_errors > 0);
+		conf_diags_free(&d);
+	}
+}
+
 /* Minimal valid prefix; tests append sections. */
 #define T_HEAD \
 	"version: v1\nauth:\n  type: static\n  credentials:\n    username: u\n    password: p\n"

@@ -94,6 +94,8 @@ static const struct rule rules[] = {
 	  CONF_DEF_TCP_CONNECT_TIMEOUT },
 	{ "configuration.md", "\\| `tcp_buffer` \\| [0-9]+\\.\\.[0-9]+ \\| `([0-9]+)`", 10,
 	  CONF_DEF_TCP_BUFFER },
+	{ "configuration.md", "\\| `siblings` \\| list of [^|]*, at most ([0-9]+) \\|", 10,
+	  CONF_MAX_SIBLINGS },
 	{ "architecture.md", "the bytes read \\(≤ ([0-9]+)\\)", 10, IPC_HANDOFF_DATA_MAX },
 	/* Worker I/O. */
 	{ "architecture.md", "`recvmmsg` of up to ([0-9]+) datagrams \\(`WK_BATCH`\\)", 10,
