@@ -382,6 +382,8 @@ static void render_global(struct mctx *m)
 					 { "tx", SHM_CTR_PEER_PKTS_OUT } };
 	static const struct lc pby[] = { { "rx", SHM_CTR_PEER_BYTES_IN },
 					 { "tx", SHM_CTR_PEER_BYTES_OUT } };
+	static const struct lc sib[] = { { "out", SHM_CTR_SIBLING_OUT },
+					 { "in", SHM_CTR_SIBLING_IN } };
 
 	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.", "reason",
 		 auth, sizeof(auth) / sizeof(auth[0]));
@@ -441,6 +443,10 @@ static void render_global(struct mctx *m)
 	       "the other without a relay socket (also in the peer, listener and cluster "
 	       "counters).",
 	       SHM_CTR_SHORT_CIRCUIT);
+	labelled(m, "turngate_sibling_packets_total",
+		 "Datagrams for masked addresses of sibling instances: sent to a sibling's relay "
+		 "address (out), and from one translated to the mask (in).",
+		 "direction", sib, 2);
 	labelled(m, "turngate_errors_total", "Protocol and I/O errors, by kind.", "kind", errs,
 		 sizeof(errs) / sizeof(errs[0]));
 	labelled(m, "turngate_client_packets_total",

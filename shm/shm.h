@@ -217,6 +217,10 @@ enum shm_ctr {
 	SHM_CTR_TCP_CONNECT_LIMIT,    /* 508: per-allocation or per-worker limit */
 	SHM_CTR_SHORT_CIRCUIT,        /* datagrams from one allocation to another of this
 				       * instance without a relay socket (worker/shortcut.c) */
+	SHM_CTR_SIBLING_OUT,          /* datagrams sent to a sibling instance's relay address
+				       * for a masked address in its slice (worker/sibling.c) */
+	SHM_CTR_SIBLING_IN,           /* datagrams from a sibling's relay address translated
+				       * to the receiving listener's mask (worker/sibling.c) */
 	SHM_CTR__COUNT
 };
 

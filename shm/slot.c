@@ -56,6 +56,8 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_TCP_CONNECT_EXISTS] = "tcp_connect_exists",
 	[SHM_CTR_TCP_CONNECT_LIMIT] = "tcp_connect_limit",
 	[SHM_CTR_SHORT_CIRCUIT] = "short_circuit",
+	[SHM_CTR_SIBLING_OUT] = "sibling_out",
+	[SHM_CTR_SIBLING_IN] = "sibling_in",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {
