@@ -1,21 +1,36 @@
 /* Worker peer policy: the one allowlist check of a peer address and its denied counter.
  * CreatePermission and ChannelBind ask with the IP only, Send indications, ChannelData
- * and every peer datagram with IP and port; all against the current snapshot. */
+ * and every peer datagram with IP and port; all against the current snapshot. Where the
+ * port is asked, and for ChannelBind, one of this instance's masks is refused with a port
+ * in no instance's slice (wk_sib_refused). */
 #include "config.h"
 
 #include "worker/wk.h"
 
 #include <errno.h>
 
+int wk_peer_deny(struct worker *w, const struct wk_listener *l)
+{
+	shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
+	if (w->snap != NULL && l->snap_ok)
+		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
+	return -EACCES;
+}
+
 int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 		    bool check_port, uint32_t *cl)
 {
-	bool listed = w->snap != NULL && l->snap_ok;
-
-	if (listed && snap_peer_match(w->snap, l->snap_idx, peer, check_port, cl) == 0)
+	if (w->snap != NULL && l->snap_ok &&
+	    snap_peer_match(w->snap, l->snap_idx, peer, check_port, cl) == 0 &&
+	    !(check_port && wk_sib_refused(w, peer)))
 		return 0;
-	shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-	if (listed)
-		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
-	return -EACCES;
+	return wk_peer_deny(w, l);
+}
+
+int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+			 uint32_t *cl)
+{
+	if (wk_peer_allowed(w, l, peer, false, cl) < 0)
+		return -EACCES;
+	return wk_sib_refused(w, peer) ? wk_peer_deny(w, l) : 0;
 }

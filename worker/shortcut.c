@@ -184,8 +184,7 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 	if (wk_peer_allowed(w, tl, from, true, &cl) < 0)
 		return;
 	if (!t->perm) {
-		shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
-		shm_lctr_add(w->ctr, tl->snap_idx, SHM_LCTR_PERM_DENIED, 1);
+		wk_peer_deny(w, tl);
 		return;
 	}
 	if (!wk_sc_bw_admit(w, tl, t, own, len, now_ns))
@@ -258,7 +257,7 @@ bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 			t.relay.port = to.port;
 			if (wk_shm_to_addr(&t.relay, &in) == 0)
 				return false;
-			wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len);
+			wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len, false);
 			return true;
 		}
 		/* The sending half, as if it had left relay socket r. */
@@ -270,15 +269,17 @@ bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 	return false;
 }
 
-bool wk_sc_announced_from(struct worker *w, const struct sockaddr *from,
-			  struct sockaddr_storage *out)
+bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
+			  const struct sockaddr *from, struct sockaddr_storage *out)
 {
 	uint32_t cand[SHM_RELAY_WAYS];
 	struct shm_addr f;
 	unsigned n;
 
-	if (!w->sc_masked || !wk_sc_own_ip(w, from))
+	if (!w->sc_masked)
 		return false;
+	if (!wk_sc_own_ip(w, from))
+		return wk_sib_from(w, l, from, out);
 	wk_addr_to_shm(from, &f);
 	n = shm_relay_find(w->shm, f.port, cand);
 	for (unsigned i = 0; i < n; i++) {

@@ -467,14 +467,17 @@ enum stun_chan_range wk_chan_range(const struct worker *w)
 }
 
 /* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the
- * allocation does not have, 403 outside the listener's allowlist (IP only). */
-static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struct sockaddr *peer)
+ * allocation does not have, 403 outside the listener's allowlist (IP only; for a channel
+ * also a mask's port, wk_peer_bind_allowed). */
+static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struct sockaddr *peer,
+			 bool chan)
 {
 	uint32_t cl;
 
 	if (!wk_has_family(a, peer->sa_family))
 		return 443;
-	if (wk_peer_allowed(w, a->l, peer, false, &cl) < 0)
+	if ((chan ? wk_peer_bind_allowed(w, a->l, peer, &cl)
+		  : wk_peer_allowed(w, a->l, peer, false, &cl)) < 0)
 		return 403;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PERM_GRANTED, 1);
 	return 0;
@@ -520,7 +523,7 @@ static void wk_create_permission(struct worker *w, const struct wk_ep *ep,
 		if (stun_msg_get_peer(req, i, &peer) < 0)
 			code = 400;
 		else
-			code = wk_peer_check(w, a, (struct sockaddr *)&peer);
+			code = wk_peer_check(w, a, (struct sockaddr *)&peer, false);
 	}
 	if (!code)
 		code = wk_perms_install(w, a, req);
@@ -558,7 +561,7 @@ static void wk_channel_bind(struct worker *w, const struct wk_ep *ep, const stru
 		reason = "No channels on a TCP allocation";
 		goto fail;
 	}
-	code = wk_peer_check(w, a, (struct sockaddr *)&peer);
+	code = wk_peer_check(w, a, (struct sockaddr *)&peer, true);
 	if (code)
 		goto fail;
 	rc = wk_alloc_chan_bind(w, a, ch, (struct sockaddr *)&peer);
@@ -583,7 +586,8 @@ out:
 /* Client -> peer, shared by Send indications and ChannelData: the peer must be admitted
  * by the current snapshot (IP and port), hold a permission, and the data must be within
  * the bandwidth limits. A peer that is one of this instance's own relay addresses is
- * short-circuited (worker/shortcut.c). Nothing is answered on a
+ * short-circuited (worker/shortcut.c); a mask with a port of a sibling's slice goes to that
+ * sibling (worker/sibling.c). Nothing is answered on a
  * drop (indications and ChannelData have no responses). */
 static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		       const uint8_t *data, size_t len)
@@ -595,9 +599,10 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)) ||
 	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_PEER, len, wk_batch_ns(w)))
 		return;
-	if (wk_sc_deliver(w, a, r, peer, cl, data, len))
+	if (wk_sc_deliver(w, a, r, peer, cl, data, len) ||
+	    wk_sib_deliver(w, a, r, peer, cl, data, len))
 		return;
-	wk_peer_send(w, a, r, peer, cl, data, len);
+	wk_peer_send(w, a, r, peer, cl, data, len, false);
 }
 
 static void wk_send_indication(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)

@@ -198,13 +198,22 @@ static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
 			     a->conn && !a->conn->dgram, out_len);
 }
 
+/* relayed: the datagram came from another allocation of turngate (ours or a sibling's,
+ * peer is its announced address): a missing permission is counted as a denial then, as the
+ * short circuit counts it (an ordinary peer without one is dropped silently). */
 static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
-			     size_t len, uint64_t now_ns)
+			     size_t len, uint64_t now_ns, bool relayed)
 {
 	uint32_t cl;
 
-	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || !wk_alloc_perm_ok(a, peer, now_ns) ||
-	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_CLIENT, len, now_ns))
+	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0)
+		return false;
+	if (!wk_alloc_perm_ok(a, peer, now_ns)) {
+		if (relayed)
+			wk_peer_deny(w, a->l);
+		return false;
+	}
+	if (!wk_alloc_bw_admit(w, a, SHM_BW_TO_CLIENT, len, now_ns))
 		return false;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
@@ -348,14 +357,16 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		const struct sockaddr *peer = (struct sockaddr *)&from[i];
 		size_t len = msgs[i].msg_len, mlen = 0;
 		struct sockaddr_storage ann;
+		bool relayed = w->sc_masked && wk_sc_announced_from(w, a->l, peer, &ann);
 		uint8_t *m;
 
-		if (w->sc_masked && wk_sc_announced_from(w, peer, &ann))
-			peer = (struct sockaddr *)&ann; /* another allocation of ours */
+		/* From another allocation of ours or a sibling's: its announced address. */
+		if (relayed)
+			peer = (struct sockaddr *)&ann;
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
 		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
-		    !wk_peer_admitted(w, a, peer, len, now_ns))
+		    !wk_peer_admitted(w, a, peer, len, now_ns, relayed))
 			continue;
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
 		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
@@ -387,14 +398,24 @@ void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n
 	shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, bytes);
 }
 
+/* After a send succeeded: the peer counters, and the sibling one when it went to one. */
+static void wk_peer_sent(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n,
+			 size_t bytes, bool sib)
+{
+	wk_peer_count(w, a, cl, n, bytes);
+	if (sib)
+		shm_ctr_add(w->ctr, SHM_CTR_SIBLING_OUT, n);
+}
+
 static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
-			     const struct sockaddr *peer, uint32_t cl, const void *data, size_t len)
+			     const struct sockaddr *peer, uint32_t cl, const void *data, size_t len,
+			     bool sib)
 {
 	if (wk_sendto_df(r->fd, r->df_fast, data, len, peer, wk_addr_len(peer)) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 		return;
 	}
-	wk_peer_count(w, a, cl, 1, len);
+	wk_peer_sent(w, a, cl, 1, len, sib);
 }
 
 static void wk_ctg_flush(struct worker *w)
@@ -461,28 +482,30 @@ void wk_txg_flush(struct worker *w)
 	g->n = 0;
 	if (n > 1 && !g->r->gso_off) {
 		if (wk_send_segments(g->r->fd, peer, wk_addr_len(peer), g->iov, n, g->seg) >= 0) {
-			wk_peer_count(w, g->a, g->cl, n, g->total);
+			wk_peer_sent(w, g->a, g->cl, n, g->total, g->sib);
 			return;
 		}
 		if (wk_gso_unsupported(errno))
 			g->r->gso_off = true;
 	}
 	for (unsigned i = 0; i < n; i++)
-		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base, g->iov[i].iov_len);
+		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base, g->iov[i].iov_len,
+				 g->sib);
 }
 
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len)
+		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
+		  bool sib)
 {
 	struct wk_txg *g = &w->txg;
 	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
 
-	if (g->n && !(groupable && g->r == r && !g->closed && len <= g->seg && g->n < WK_BATCH &&
-		      g->total + len <= WK_GSO_TOTAL_MAX &&
+	if (g->n && !(groupable && g->r == r && g->sib == sib && !g->closed && len <= g->seg &&
+		      g->n < WK_BATCH && g->total + len <= WK_GSO_TOTAL_MAX &&
 		      wk_addr_equal(peer, (const struct sockaddr *)&g->peer)))
 		wk_txg_flush(w);
 	if (!groupable) {
-		wk_peer_send_one(w, a, r, peer, cl, data, len);
+		wk_peer_send_one(w, a, r, peer, cl, data, len, sib);
 		return;
 	}
 	if (!g->n) {
@@ -490,6 +513,7 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		g->r = r;
 		memcpy(&g->peer, peer, wk_addr_len(peer));
 		g->cl = cl;
+		g->sib = sib; /* the group's one peer is or is not a sibling */
 		g->seg = len;
 		g->total = 0;
 		g->closed = false;

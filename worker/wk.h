@@ -241,6 +241,7 @@ struct wk_txg {
 	struct wk_relay *r;
 	struct sockaddr_storage peer;
 	uint32_t cl;			/* the peer's cluster, for its counters */
+	bool sib;			/* the peer is a sibling's relay address */
 	size_t seg, total;
 	unsigned n;
 	bool closed;			/* the last datagram was shorter: nothing more joins */
@@ -269,6 +270,14 @@ struct wk_sc_ip {
 	uint8_t addr[16];
 };
 #define WK_SC_MAX_IPS (3 * WK_MAX_LISTENERS)
+
+/* A sibling instance's relay address and its slice of the relay ports (sibling.c). */
+struct wk_sib {
+	uint8_t family;
+	uint8_t addr[16];
+	uint16_t port_min, port_max;
+};
+#define WK_MAX_SIBS 256
 
 struct worker {
 	uint32_t magic;
@@ -310,6 +319,10 @@ struct worker {
 	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
 	unsigned n_sc_ips;
 	bool sc_masked;  /* some listener has a relay_address_mask (shortcut.c) */
+	struct wk_sc_ip masks[WK_MAX_LISTENERS]; /* distinct masks (sibling.c) */
+	unsigned n_masks;
+	struct wk_sib sibs[WK_MAX_SIBS]; /* the snapshot's sibling addresses (sibling.c) */
+	unsigned n_sibs;
 	uint8_t *sc_buf; /* WK_HEADROOM + WK_DGRAM_MAX: a short-circuited datagram */
 	struct wk_resv *resvs;
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
@@ -397,9 +410,11 @@ int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, st
 		  struct sockaddr_storage *from);
 int wk_udp_start(struct worker *w, struct wk_listener *l);
 /* Sends an admitted client -> peer datagram from relay socket r (cl: the peer's cluster):
- * joins the current batch's group when it can (struct wk_txg), else goes at once. */
+ * joins the current batch's group when it can (struct wk_txg), else goes at once. sib:
+ * peer is a sibling's relay address (wk_sib_deliver), counted as such once sent. */
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
+		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
+		  bool sib);
 /* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
  * that fail with EMSGSIZE are retried fragmentable, see udp.c). */
 bool wk_df_fast(int fd, int family);
@@ -527,12 +542,36 @@ void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
  * returns true. false: the caller sends it through r. */
 bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
-/* Peer -> client on a relay socket: when from is the relay address of a live allocation of
- * this instance whose listener masks it, *out = the announced (masked) address, which the
- * permission check and the Data indication then use (what wk_sc_deliver sends through
- * the relay sockets, for a client it cannot reach, arrives so). Returns true when set. */
-bool wk_sc_announced_from(struct worker *w, const struct sockaddr *from,
-			  struct sockaddr_storage *out);
+/* Peer -> client on a relay socket of listener l: when from is the relay address of a live
+ * allocation of this instance whose listener masks it, *out = the announced (masked)
+ * address, which the permission check and the Data indication then use (what
+ * wk_sc_deliver sends through the relay sockets, for a client it cannot reach, arrives
+ * so); when from is a sibling's relay address, l's mask with from's port (wk_sib_from).
+ * Returns true when set. */
+bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
+			  const struct sockaddr *from, struct sockaddr_storage *out);
+
+/* ---- sibling.c (masked addresses of other instances, admin.siblings) ---- */
+/* After a snapshot is applied (and wk_sc_refresh): the siblings' addresses and slices, and
+ * the set of this instance's masks. */
+void wk_sib_refresh(struct worker *w);
+/* Whether peer is one of this instance's masks with a port in no slice: neither a
+ * listener's relay port range nor a sibling's (of peer's family). Such a peer is refused
+ * as the routes refuse one (wk_peer_allowed, ChannelBind). */
+bool wk_sib_refused(const struct worker *w, const struct sockaddr *peer);
+/* Client -> peer, after the short circuit found no allocation of this instance: when peer
+ * is one of our masks with a port in a sibling's slice, sends the data through r to that
+ * sibling's relay address (same family) and port, counted as sent to a sibling too, and
+ * returns true. */
+bool wk_sib_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+		    const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
+/* Whether peer is a sibling's relay address with a port in its slice. */
+bool wk_sib_addr(const struct worker *w, const struct sockaddr *peer);
+/* Peer -> client on a relay socket of listener l: when from is a sibling's relay address
+ * with a port in its slice and l masks from's family, *out = l's mask with from's port,
+ * counted (before any check) as received from a sibling. Returns true when set. */
+bool wk_sib_from(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
+		 struct sockaddr_storage *out);
 
 /* ---- client.c ---- */
 /* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
@@ -544,12 +583,19 @@ void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf
 void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
 
 /* ---- peer.c ---- */
+/* The one count of a refused peer: perm_denied, globally and at l while it is listed.
+ * Returns -EACCES. */
+int wk_peer_deny(struct worker *w, const struct wk_listener *l);
 /* The listener's allowlist for peer in the current snapshot (check_port: the admitting
  * cluster's port range too). Returns 0 and *cl (the cluster, may be NULL), or -EACCES
  * after counting the denial (perm_denied, and at the listener while it is listed); no
  * snapshot, or a listener without an entry, denies. */
 int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 		    bool check_port, uint32_t *cl);
+/* ChannelBind's form: the IP as CreatePermission's, and a mask's port in some slice (a
+ * channel is bound to a port, so a masked address that names no instance is refused). */
+int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+			 uint32_t *cl);
 
 /* ---- turn.c ---- */
 /* Error response to req (signed when cred has a key; unsigned ones are rate limited). */
