@@ -49,6 +49,33 @@ static void print_offload(json_t *o, FILE *out)
 	fprintf(out, "; %lld entries\n", int_of(o, "entries"));
 }
 
+/* "sibling:        turngate-1.turngate 51000-51999: 10.0.0.7" (or "this instance", or
+ * "does not resolve"). */
+static void print_siblings(json_t *sibs, FILE *out)
+{
+	json_t *s, *a;
+	size_t i, j;
+
+	json_array_foreach(sibs, i, s)
+	{
+		json_t *res = json_object_get(s, "resolved");
+
+		fprintf(out, "sibling:        %s %lld-%lld:", str_of(s, "address"),
+			int_of(s, "relay_port_min"), int_of(s, "relay_port_max"));
+		if (json_is_true(json_object_get(s, "self")))
+			fprintf(out, " this instance");
+		else if (json_array_size(res) == 0)
+			fprintf(out, " does not resolve");
+		json_array_foreach(res, j, a)
+		{
+			const char *ip = json_string_value(a);
+
+			fprintf(out, "%s %s", j ? "," : "", ip ? ip : "?");
+		}
+		fprintf(out, "\n");
+	}
+}
+
 static void print_status(json_t *r, FILE *out)
 {
 	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
@@ -73,6 +100,7 @@ static void print_status(json_t *r, FILE *out)
 	else if (st != NULL)
 		fprintf(out, "state file:     none (the table ends with the daemon)\n");
 	print_offload(json_object_get(r, "offload"), out);
+	print_siblings(json_object_get(r, "siblings"), out);
 	json_array_foreach(ls, i, l) fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"),
 					     str_of(l, "protocol"), str_of(l, "address"));
 }
