@@ -23,13 +23,12 @@ Control: the same without the mask (routes admit 127.0.0.1): the data channel wo
 check finds 127.0.0.1 in the candidates, so it can fail.
 Case 2, two instances, 127.0.0.1 (relay ports 49800-49899) and 127.0.0.3 (49900-49999),
 each other's siblings (one admin.siblings list for both, as one ConfigMap for every
-replica), browser A on the first, B on the second: the same checks but the counter. A
-turngated that does not know admin.siblings (ignored as an unknown key, or refused) makes
-case 2 print SKIP with the reason; the other cases still decide the result.
+replica), browser A on the first, B on the second: the same checks, and on each instance
+turngate_sibling_packets_total grew in both directions (it sent its client's datagrams to
+the other instance and gave the other's the mask back).
 """
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -226,10 +225,9 @@ def metrics_admin(port):
     return '  metrics_endpoint: "http://127.0.0.1:%d/metrics"\n' % port
 
 
-def short_circuit_counts(port):
-    """turngate_short_circuit_packets_total and turngate_peer_packets_total{direction="tx"}
-    from the daemon's Prometheus endpoint (retried while it comes up)."""
-    want = ("turngate_short_circuit_packets_total", 'turngate_peer_packets_total{direction="tx"}')
+def metric_values(port, want):
+    """The samples named in want (name with labels, as Prometheus prints them) from the
+    daemon's metrics endpoint (retried while it comes up), in want's order."""
     deadline = time.monotonic() + 15
     while True:
         try:
@@ -241,9 +239,19 @@ def short_circuit_counts(port):
                 raise
             time.sleep(0.2)
     got = {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-           if l.startswith(want)}
+           if l.startswith(tuple(want))}
     tgtest.check(all(w in got for w in want), "metrics lack %s" % (want,))
-    return got[want[0]], got[want[1]]
+    return [got[w] for w in want]
+
+
+def short_circuit_counts(port):
+    """turngate_short_circuit_packets_total and turngate_peer_packets_total{direction="tx"}."""
+    return metric_values(port, ("turngate_short_circuit_packets_total",
+                                'turngate_peer_packets_total{direction="tx"}'))
+
+
+SIBLING = ('turngate_sibling_packets_total{direction="out"}',
+           'turngate_sibling_packets_total{direction="in"}')
 
 
 def one_instance(workers):
@@ -292,37 +300,25 @@ def siblings_admin():
     return text
 
 
-def siblings_unsupported(daemon):
-    """Why this turngated cannot run case 2 (admin.siblings unknown or refused), or None."""
-    r = subprocess.run([tgtest.daemon_path(), "-c", daemon.conf, "-t"], capture_output=True,
-                       text=True, timeout=60, check=False)
-    out = r.stdout + r.stderr
-    about = [l.strip() for l in out.splitlines() if "siblings" in l]
-    if r.returncode != 0:
-        tgtest.check(about, "turngated -t refuses the two-instance config:\n" + out)
-        return "turngated -t refuses admin.siblings: " + about[0]
-    unknown = [l for l in about if "unknown key" in l]
-    return "this turngated ignores admin.siblings: " + unknown[0] if unknown else None
-
-
 def two_instances():
-    daemons = [tgtest.Daemon([MASK], address=addr, workers=2, tcp=False, mask=MASK,
-                             relay=SLICES[addr], admin_extra=siblings_admin())
-               for addr in ("127.0.0.1", "127.0.0.3")]
-    why = siblings_unsupported(daemons[0])
-    if why:
-        for d in daemons:
-            d.__exit__(None, None, None)
-        print("SKIP: case 2 (two instances, each other's siblings): %s; it runs once "
-              "admin.siblings is in turngated" % why, flush=True)
-        return
-    with daemons[0] as d1, daemons[1] as d2:
+    mports = {addr: tgtest.free_port() for addr in ("127.0.0.1", "127.0.0.3")}
+    d1, d2 = (tgtest.Daemon([MASK], address=addr, workers=2, tcp=False, mask=MASK,
+                            relay=SLICES[addr],
+                            admin_extra=siblings_admin() + metrics_admin(mports[addr]))
+              for addr in ("127.0.0.1", "127.0.0.3"))
+    with d1, d2:
         ra, rb, _ = connect("turn:%s:%d?transport=udp" % (d1.address, d1.port),
-                         "turn:%s:%d?transport=udp" % (d2.address, d2.port), "user1", "pass1")
+                            "turn:%s:%d?transport=udp" % (d2.address, d2.port), "user1", "pass1")
         check_candidates(ra, rb, {d1.address, d2.address}, "two instances")
+        # Each instance sent its client's datagrams to the other (out) and gave the other's
+        # the mask back (in): the pair went through the siblings, not to the mask.
+        counts = {d.address: metric_values(mports[d.address], SIBLING) for d in (d1, d2)}
+        tgtest.check(all(o > 0 and i > 0 for o, i in counts.values()),
+                     "sibling datagrams (out, in) per instance: %r" % counts)
     tgtest.proved("Chromium symmetric ICE across two sibling instances (%s, %s), mask %s: %d "
                   "data-channel messages each way, no candidate shows either instance's "
-                  "address" % (d1.address, d2.address, MASK, COUNT))
+                  "address; sibling datagrams (out, in): %r"
+                  % (d1.address, d2.address, MASK, COUNT, counts))
 
 
 def run():
