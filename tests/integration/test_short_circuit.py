@@ -15,11 +15,15 @@ once). Checked:
   (`short_circuit`) grows by exactly the number sent: a datagram through the relay
   sockets would have gone to 127.0.0.9 (nobody there: nothing delivered) or,
   for the plain listener, arrived a second time or uncounted; no send error either;
+- a capture on lo (AF_PACKET, root) sees no datagram between the pair's relay ports: none
+  left a relay socket (test_stream_receiver shows the capture does see them where the
+  datagram must go through the relay sockets);
 - the per-allocation counters (to_peer, from_peer) count them as relayed;
 - no permission on the receiving side: dropped, counted as a permission denial;
 - a masked address that the sender listener's routes do not admit: 403, as any peer.
 """
 import os
+import socket
 import struct
 import sys
 import time
@@ -86,6 +90,42 @@ class Peer:
         self.c.close()
 
 
+class Capture:
+    """Every frame on lo from now on (AF_PACKET, root); between() counts the IPv4 UDP
+    datagrams seen between two ports, either way. Where no packet socket can be made (not
+    root), between() returns None and the caller says so."""
+
+    def __init__(self):
+        self.why = None
+        try:
+            self.s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+            self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            self.s.bind(("lo", 0))
+            self.s.setblocking(False)
+        except (OSError, AttributeError) as e:
+            self.s, self.why = None, str(e)
+
+    def between(self, p1, p2):
+        if self.s is None:
+            print("note: no capture on lo (%s): the relay sockets' silence is checked by the "
+                  "counters only" % self.why, flush=True)
+            return None
+        hits = 0
+        while True:
+            try:
+                f = self.s.recv(70000)
+            except BlockingIOError:
+                break
+            # lo frames carry a 14-byte Ethernet header; the pairs here are IPv4.
+            if len(f) < 42 or f[12:14] != b"\x08\x00" or f[23] != 17:
+                continue
+            ihl = (f[14] & 0x0F) * 4
+            sp, dp = struct.unpack("!HH", f[14 + ihl:18 + ihl])
+            hits += {sp, dp} == {p1, p2}
+        self.s.close()
+        return hits
+
+
 def recv_all(peer, n, timeout=2.0):
     """Up to n Data indications or ChannelData for peer: [(kind, channel or sender, data)]."""
     got = []
@@ -118,7 +158,7 @@ def exchange(daemon, a, b, n=5):
         r = x.c.perm(*y.relayed)
         check(error_code(r[3]) is None, "CreatePermission for %r: %r" % (y.relayed,
                                                                           error_code(r[3])))
-    before, sent = counters(daemon), 0
+    before, sent, cap = counters(daemon), 0, Capture()
     for x, y in ((a, b), (b, a)):
         for i in range(n):
             x.c.send(y.relayed[0], y.relayed[1], b"send-%d" % i)
@@ -141,6 +181,9 @@ def exchange(daemon, a, b, n=5):
           "short_circuit %d -> %d, %d sent" % (before["short_circuit"], after["short_circuit"],
                                                sent))
     check(after["err_send"] == before["err_send"], "send errors: %r" % (after["err_send"],))
+    seen = cap.between(a.relayed[1], b.relayed[1])
+    check(seen in (0, None), "%d datagrams between relay ports %d and %d on lo: they left a "
+          "relay socket" % (seen or 0, a.relayed[1], b.relayed[1]))
     for k in ("peer_pkts_out", "peer_pkts_in"):
         check(after[k] - before[k] == sent, "%s grew by %d, %d sent" % (k, after[k] - before[k],
                                                                       sent))
@@ -301,7 +344,7 @@ def test_stream_receiver(d):
                 for c, ip, port in ((t, a.relayed[0], a.relayed[1]), (a.c, MASK, relayed[1])):
                     r = c.perm(ip, port)
                     check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
-                before = counters(daemon)
+                before, cap = counters(daemon), Capture()
                 a.c.send(MASK, relayed[1], b"to-tcp-%d" % k)
                 p = t.read_msg(3)
                 check(p is not None and p[0] == DATA and p[1] == INDICATION,
@@ -314,6 +357,12 @@ def test_stream_receiver(d):
                       "split %r: short_circuit %d -> %d" % (split, before["short_circuit"],
                                                            after["short_circuit"]))
                 check(after["err_send"] == before["err_send"], "a send error")
+                # The capture's control: across workers the datagram did go through the
+                # relay sockets (from the sender's relay port to the receiver's), and the
+                # capture sees it; on one worker it did not.
+                hits = cap.between(a.relayed[1], relayed[1])
+                check(hits is None or (hits > 0) == split,
+                      "split %r: %d datagrams between the relay ports on lo" % (split, hits))
                 seen.add(split)
             finally:
                 a.close()
