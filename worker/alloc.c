@@ -148,7 +148,7 @@ static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
  * as it is. */
 static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 {
-	if (w->txg.n && w->txg.a == a)
+	if (w->txg.run.n && w->txg.a == a)
 		wk_txg_flush(w);	/* grouped datagrams leave before their socket closes */
 	wk_tcpr_alloc_end(w, a);
 	for (int i = 0; i < 2; i++) {

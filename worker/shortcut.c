@@ -46,7 +46,6 @@ static void wk_sc_ip_add(struct worker *w, const struct sockaddr_storage *ss)
 void wk_sc_refresh(struct worker *w)
 {
 	w->n_sc_ips = 0;
-	w->sc_masked = false;
 	for (size_t i = 0; i < w->n_ls; i++) {
 		struct wk_listener *l = w->ls[i];
 
@@ -56,7 +55,6 @@ void wk_sc_refresh(struct worker *w)
 		wk_sc_ip_add(w, &l->relay_addr);
 		wk_sc_ip_add(w, &l->relay_addr2);
 		wk_sc_ip_add(w, &l->mask_addr);
-		w->sc_masked |= l->mask_addr.ss_family != 0;
 	}
 }
 
@@ -276,7 +274,7 @@ bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
 	struct shm_addr f;
 	unsigned n;
 
-	if (!w->sc_masked)
+	if (!w->n_masks)
 		return false;
 	if (!wk_sc_own_ip(w, from))
 		return wk_sib_from(w, l, from, out);
@@ -305,31 +303,10 @@ bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
 
 bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer)
 {
-	struct shm_addr a, m;
+	struct shm_addr a;
 
 	if (!wk_sc_own_ip(w, peer))
 		return false;
 	wk_addr_to_shm(peer, &a);
-	for (size_t i = 0; i < w->n_ls; i++) {
-		const struct wk_listener *l = w->ls[i];
-		const struct sockaddr_storage *ips[] = { &l->relay_addr, &l->relay_addr2 };
-
-		if (!l->active || !l->snap_ok)
-			continue;
-		if (l->mask_addr.ss_family != 0) {
-			wk_addr_to_shm((const struct sockaddr *)&l->mask_addr, &m);
-			if (m.family == a.family && memcmp(m.addr, a.addr, 16) == 0)
-				return true;
-		}
-		if (a.port < l->sl.relay_port_min || a.port > l->sl.relay_port_max)
-			continue;
-		for (size_t k = 0; k < 2; k++) {
-			if (ips[k]->ss_family == 0)
-				continue;
-			wk_addr_to_shm((const struct sockaddr *)ips[k], &m);
-			if (m.family == a.family && memcmp(m.addr, a.addr, 16) == 0)
-				return true;
-		}
-	}
-	return false;
+	return wk_sib_is_mask(w, &a) || wk_sib_own_port(w, a.port);
 }

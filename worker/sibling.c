@@ -57,7 +57,7 @@ void wk_sib_refresh(struct worker *w)
 	}
 }
 
-static bool wk_sib_is_mask(const struct worker *w, const struct shm_addr *a)
+bool wk_sib_is_mask(const struct worker *w, const struct shm_addr *a)
 {
 	for (unsigned i = 0; i < w->n_masks; i++)
 		if (wk_sib_ip_eq(w->masks[i].family, w->masks[i].addr, a))
@@ -65,8 +65,7 @@ static bool wk_sib_is_mask(const struct worker *w, const struct shm_addr *a)
 	return false;
 }
 
-/* A port of this instance: in the relay port range of one of its listeners. */
-static bool wk_sib_own_port(const struct worker *w, uint16_t port)
+bool wk_sib_own_port(const struct worker *w, uint16_t port)
 {
 	for (size_t i = 0; i < w->n_ls; i++) {
 		const struct wk_listener *l = w->ls[i];
@@ -78,12 +77,16 @@ static bool wk_sib_own_port(const struct worker *w, uint16_t port)
 	return false;
 }
 
+static bool wk_sib_holds(const struct wk_sib *s, uint16_t port)
+{
+	return port >= s->port_min && port <= s->port_max;
+}
+
 /* The first sibling address of the family whose slice holds port, or NULL. */
 static const struct wk_sib *wk_sib_of_port(const struct worker *w, uint8_t family, uint16_t port)
 {
 	for (unsigned i = 0; i < w->n_sibs; i++)
-		if (w->sibs[i].family == family && port >= w->sibs[i].port_min &&
-		    port <= w->sibs[i].port_max)
+		if (w->sibs[i].family == family && wk_sib_holds(&w->sibs[i], port))
 			return &w->sibs[i];
 	return NULL;
 }
@@ -127,7 +130,7 @@ bool wk_sib_addr(const struct worker *w, const struct sockaddr *peer)
 	wk_addr_to_shm(peer, &a);
 	for (unsigned i = 0; i < w->n_sibs; i++)
 		if (wk_sib_ip_eq(w->sibs[i].family, w->sibs[i].addr, &a) &&
-		    a.port >= w->sibs[i].port_min && a.port <= w->sibs[i].port_max)
+		    wk_sib_holds(&w->sibs[i], a.port))
 			return true;
 	return false;
 }

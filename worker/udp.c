@@ -357,7 +357,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		const struct sockaddr *peer = (struct sockaddr *)&from[i];
 		size_t len = msgs[i].msg_len, mlen = 0;
 		struct sockaddr_storage ann;
-		bool relayed = w->sc_masked && wk_sc_announced_from(w, a->l, peer, &ann);
+		bool relayed = w->n_masks && wk_sc_announced_from(w, a->l, peer, &ann);
 		uint8_t *m;
 
 		/* From another allocation of ours or a sibling's: its announced address. */
@@ -418,102 +418,22 @@ static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct 
 	wk_peer_sent(w, a, cl, 1, len, sib);
 }
 
-static void wk_ctg_flush(struct worker *w)
+/* Whether run g can take a datagram of len bytes to `to`. */
+static bool wk_run_takes(const struct wk_gso_run *g, const struct sockaddr *to, size_t len)
 {
-	struct wk_ctg *g = &w->ctg;
-	const struct sockaddr *to = (const struct sockaddr *)&g->to;
-	unsigned n = g->n;
-
-	if (!n)
-		return;
-	g->n = 0;
-	if (n > 1 && !g->l->gso_off) {
-		if (wk_send_segments(g->l->fd, to, g->to_len, g->iov, n, g->seg) >= 0) {
-			wk_client_sent(w, g->l, n, g->total);
-			return;
-		}
-		if (wk_gso_unsupported(errno))
-			g->l->gso_off = true;
-	}
-	for (unsigned i = 0; i < n; i++)
-		wk_udp_send(w, g->l, to, g->to_len, g->iov[i].iov_base, g->iov[i].iov_len);
+	return !g->closed && len <= g->seg && g->n < WK_BATCH &&
+	       g->total + len <= WK_GSO_TOTAL_MAX &&
+	       wk_addr_equal(to, (const struct sockaddr *)&g->to);
 }
 
-void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
-		 socklen_t to_len, const uint8_t *buf, size_t len)
+/* Appends data (len bytes, which stay where they are until the run is sent), starting the
+ * run when it is empty. */
+static void wk_run_add(struct wk_gso_run *g, const struct sockaddr *to, socklen_t to_len,
+		       const void *data, size_t len)
 {
-	struct wk_ctg *g = &w->ctg;
-	bool groupable = w->txg.on && !l->secure && !l->gso_off && len > 0 &&
-			 len <= WK_GSO_SEG_MAX;
-
-	if (g->n && !(groupable && g->l == l && !g->closed && len <= g->seg && g->n < WK_BATCH &&
-		      g->total + len <= WK_GSO_TOTAL_MAX && wk_addr_equal(to, (struct sockaddr *)&g->to)))
-		wk_ctg_flush(w);
-	if (!groupable) {
-		wk_udp_send(w, l, to, to_len, buf, len);
-		return;
-	}
 	if (!g->n) {
-		g->l = l;
 		memcpy(&g->to, to, to_len);
 		g->to_len = to_len;
-		g->seg = len;
-		g->total = 0;
-		g->closed = false;
-	}
-	memcpy(g->slot[g->n], buf, len);
-	g->iov[g->n].iov_base = g->slot[g->n];
-	g->iov[g->n].iov_len = len;
-	g->n++;
-	g->total += len;
-	if (len < g->seg)
-		g->closed = true;
-}
-
-void wk_txg_flush(struct worker *w)
-{
-	struct wk_txg *g = &w->txg;
-	const struct sockaddr *peer = (const struct sockaddr *)&g->peer;
-	unsigned n = g->n;
-
-	wk_ctg_flush(w);
-	if (!n)
-		return;
-	g->n = 0;
-	if (n > 1 && !g->r->gso_off) {
-		if (wk_send_segments(g->r->fd, peer, wk_addr_len(peer), g->iov, n, g->seg) >= 0) {
-			wk_peer_sent(w, g->a, g->cl, n, g->total, g->sib);
-			return;
-		}
-		if (wk_gso_unsupported(errno))
-			g->r->gso_off = true;
-	}
-	for (unsigned i = 0; i < n; i++)
-		wk_peer_send_one(w, g->a, g->r, peer, g->cl, g->iov[i].iov_base, g->iov[i].iov_len,
-				 g->sib);
-}
-
-void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
-		  bool sib)
-{
-	struct wk_txg *g = &w->txg;
-	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
-
-	if (g->n && !(groupable && g->r == r && g->sib == sib && !g->closed && len <= g->seg &&
-		      g->n < WK_BATCH && g->total + len <= WK_GSO_TOTAL_MAX &&
-		      wk_addr_equal(peer, (const struct sockaddr *)&g->peer)))
-		wk_txg_flush(w);
-	if (!groupable) {
-		wk_peer_send_one(w, a, r, peer, cl, data, len, sib);
-		return;
-	}
-	if (!g->n) {
-		g->a = a;
-		g->r = r;
-		memcpy(&g->peer, peer, wk_addr_len(peer));
-		g->cl = cl;
-		g->sib = sib; /* the group's one peer is or is not a sibling */
 		g->seg = len;
 		g->total = 0;
 		g->closed = false;
@@ -524,6 +444,99 @@ void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 	g->total += len;
 	if (len < g->seg)
 		g->closed = true;
+}
+
+/* Sends run g (not empty) on fd as one UDP_SEGMENT message when it holds several and the
+ * socket takes them; true when it went so. false: the caller sends the datagrams one by
+ * one (a socket that lacks UDP_SEGMENT gets *gso_off). The run is empty afterwards. */
+static bool wk_run_send(struct wk_gso_run *g, int fd, bool *gso_off)
+{
+	unsigned n = g->n;
+
+	g->n = 0;
+	if (n < 2 || *gso_off)
+		return false;
+	if (wk_send_segments(fd, (struct sockaddr *)&g->to, g->to_len, g->iov, n, g->seg) >= 0)
+		return true;
+	if (wk_gso_unsupported(errno))
+		*gso_off = true;
+	return false;
+}
+
+static void wk_ctg_flush(struct worker *w)
+{
+	struct wk_ctg *g = &w->ctg;
+	struct wk_gso_run *run = &g->run;
+	unsigned n = run->n;
+
+	if (!n)
+		return;
+	if (wk_run_send(run, g->l->fd, &g->l->gso_off)) {
+		wk_client_sent(w, g->l, n, run->total);
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		wk_udp_send(w, g->l, (struct sockaddr *)&run->to, run->to_len, run->iov[i].iov_base,
+			    run->iov[i].iov_len);
+}
+
+void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len)
+{
+	struct wk_ctg *g = &w->ctg;
+	bool groupable = w->txg.on && !l->secure && !l->gso_off && len > 0 &&
+			 len <= WK_GSO_SEG_MAX;
+
+	if (g->run.n && !(groupable && g->l == l && wk_run_takes(&g->run, to, len)))
+		wk_ctg_flush(w);
+	if (!groupable) {
+		wk_udp_send(w, l, to, to_len, buf, len);
+		return;
+	}
+	g->l = l;
+	memcpy(g->slot[g->run.n], buf, len);
+	wk_run_add(&g->run, to, to_len, g->slot[g->run.n], len);
+}
+
+void wk_txg_flush(struct worker *w)
+{
+	struct wk_txg *g = &w->txg;
+	struct wk_gso_run *run = &g->run;
+	unsigned n = run->n;
+
+	wk_ctg_flush(w);
+	if (!n)
+		return;
+	if (wk_run_send(run, g->r->fd, &g->r->gso_off)) {
+		wk_peer_sent(w, g->a, g->cl, n, run->total, g->sib);
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		wk_peer_send_one(w, g->a, g->r, (struct sockaddr *)&run->to, g->cl,
+				 run->iov[i].iov_base, run->iov[i].iov_len, g->sib);
+}
+
+void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
+		  bool sib)
+{
+	struct wk_txg *g = &w->txg;
+	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
+
+	if (g->run.n &&
+	    !(groupable && g->r == r && g->sib == sib && wk_run_takes(&g->run, peer, len)))
+		wk_txg_flush(w);
+	if (!groupable) {
+		wk_peer_send_one(w, a, r, peer, cl, data, len, sib);
+		return;
+	}
+	if (!g->run.n) {
+		g->a = a;
+		g->r = r;
+		g->cl = cl;
+		g->sib = sib; /* the run's one peer is or is not a sibling */
+	}
+	wk_run_add(&g->run, peer, wk_addr_len(peer), data, len);
 }
 
 void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,

@@ -230,37 +230,37 @@ struct wk_ep {
 	socklen_t addr_len;
 };
 
-/* Client -> peer datagrams of one received UDP batch, grouped (udp.c): consecutive
- * datagrams of one allocation to one peer with one size (the last may be shorter) leave as
- * one sendmsg with UDP_SEGMENT instead of one sendto each. The iovecs point into the
- * batch's rx slots, so the group is sent before the next recvmmsg and before any STUN
- * message is handled (which may refresh an allocation away). */
-struct wk_txg {
-	bool on;			/* grouping allowed: inside a plain UDP listener batch */
-	struct wk_alloc *a;
-	struct wk_relay *r;
-	struct sockaddr_storage peer;
-	uint32_t cl;			/* the peer's cluster, for its counters */
-	bool sib;			/* the peer is a sibling's relay address */
+/* A run of datagrams to one address with one size (the last may be shorter), sent as one
+ * sendmsg with UDP_SEGMENT instead of one sendto each (udp.c). */
+struct wk_gso_run {
+	struct sockaddr_storage to;
+	socklen_t to_len;
 	size_t seg, total;
 	unsigned n;
 	bool closed;			/* the last datagram was shorter: nothing more joins */
 	struct iovec iov[WK_BATCH];
 };
 
+/* Client -> peer datagrams of one received UDP batch, grouped (udp.c): consecutive
+ * datagrams of one allocation to one peer make a run. The iovecs point into the batch's rx
+ * slots, so the run is sent before the next recvmmsg and before any STUN message is
+ * handled (which may refresh an allocation away). */
+struct wk_txg {
+	bool on;			/* grouping allowed: inside a plain UDP listener batch */
+	struct wk_alloc *a;
+	struct wk_relay *r;
+	uint32_t cl;			/* the peer's cluster, for its counters */
+	bool sib;			/* the peer is a sibling's relay address */
+	struct wk_gso_run run;
+};
+
 /* Short-circuited datagrams to UDP clients of one batch, grouped (udp.c, shortcut.c): as
- * wk_txg, consecutive messages to one client through one listener socket with one size
- * (the last may be shorter) leave as one UDP_SEGMENT send. The messages are copied into
- * the group's own slots (they are framed in a scratch buffer), so only the order matters:
- * the group leaves wherever wk_txg does (wk_txg_flush sends both). */
+ * wk_txg, consecutive messages to one client through one listener socket make a run. The
+ * messages are copied into the group's own slots (they are framed in a scratch buffer), so
+ * only the order matters: the run leaves wherever wk_txg's does (wk_txg_flush sends both). */
 struct wk_ctg {
 	struct wk_listener *l;
-	struct sockaddr_storage to;
-	socklen_t to_len;
-	size_t seg, total;
-	unsigned n;
-	bool closed;
-	struct iovec iov[WK_BATCH];
+	struct wk_gso_run run;
 	uint8_t slot[WK_BATCH][WK_GSO_SEG_MAX];
 };
 
@@ -318,9 +318,8 @@ struct worker {
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
 	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
 	unsigned n_sc_ips;
-	bool sc_masked;  /* some listener has a relay_address_mask (shortcut.c) */
 	struct wk_sc_ip masks[WK_MAX_LISTENERS]; /* distinct masks (sibling.c) */
-	unsigned n_masks;
+	unsigned n_masks; /* also: some listener masks (the inbound mapping's guard) */
 	struct wk_sib sibs[WK_MAX_SIBS]; /* the snapshot's sibling addresses (sibling.c) */
 	unsigned n_sibs;
 	uint8_t *sc_buf; /* WK_HEADROOM + WK_DGRAM_MAX: a short-circuited datagram */
@@ -525,7 +524,7 @@ void wk_sc_refresh(struct worker *w);
 /* Whether peer's IP is one of this instance's relay addresses or masks. */
 bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer);
 /* Whether peer may be (now or later) one of this instance's relays: a mask, any port; a
- * relay address with a port in its listener's relay port range. Such a peer is never
+ * relay address with a port in a listener's relay port range. Such a peer is never
  * offloaded (the short circuit, or the sibling translation, decides in user space); a
  * peer that merely shares the relay's IP (a media server on the same host) is. */
 bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer);
@@ -555,6 +554,10 @@ bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
 /* After a snapshot is applied (and wk_sc_refresh): the siblings' addresses and slices, and
  * the set of this instance's masks. */
 void wk_sib_refresh(struct worker *w);
+/* Whether a is one of this instance's masks. */
+bool wk_sib_is_mask(const struct worker *w, const struct shm_addr *a);
+/* Whether port lies in the relay port range of one of this instance's listeners. */
+bool wk_sib_own_port(const struct worker *w, uint16_t port);
 /* Whether peer is one of this instance's masks with a port in no slice: neither a
  * listener's relay port range nor a sibling's (of peer's family). Such a peer is refused
  * as the routes refuse one (wk_peer_allowed, ChannelBind). */
