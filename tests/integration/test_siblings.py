@@ -158,6 +158,11 @@ def check_listing(inst, other):
         check(it["self"] is False and it["resolved"] == [other.ip] and
               (it["relay_port_min"], it["relay_port_max"]) == other.relay,
               "sibling entry %r" % (it,))
+    rc, out, err = inst.daemon.ctl("status")
+    want = ["sibling:        %s %d-%d: this instance" % ((inst.ip,) + inst.relay),
+            "sibling:        %s %d-%d: %s" % ((other.ip,) + other.relay + (other.ip,))]
+    got = [l for l in out.splitlines() if l.startswith("sibling:")]
+    check(rc == 0 and sorted(got) == sorted(want), "turngatectl status: %r (%s)" % (got, err))
 
 
 def exchange(a, b, pa, pb, n=5):
