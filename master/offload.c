@@ -211,7 +211,8 @@ void master_offload_close(struct master *m)
 }
 
 /* One entry as the table must hold it: a LIVE UDP record of that client and listener port
- * with a live channel of that number to that peer. */
+ * with a live channel of that number; a short circuit's entry needs its receiver's as
+ * well (its client, listener port and channel back). */
 struct gc_key {
 	uint8_t ip[16];
 	uint16_t port, lport, channel, pad;
@@ -317,8 +318,13 @@ void master_offload_gc(struct master *m)
 
 		gc_key_of(e->client, e->client_port, e->listener_port, e->channel, &k);
 		if (e->expires_ns > now && keys != NULL &&
-		    bsearch(&k, keys, nk, sizeof(k), gc_cmp) != NULL)
-			continue;
+		    bsearch(&k, keys, nk, sizeof(k), gc_cmp) != NULL) {
+			if (e->sc_channel == 0)
+				continue;
+			gc_key_of(e->peer, e->peer_port, e->relay_port, e->sc_channel, &k);
+			if (bsearch(&k, keys, nk, sizeof(k), gc_cmp) != NULL)
+				continue;
+		}
 		removed += tgo_channel_del(&m->off_maps, e) == 0;
 	}
 	if (removed)
@@ -371,24 +377,28 @@ void master_offload_add(const struct master *m, struct shm_counters *sum)
 		sum->cls[i][SHM_CCTR_PEER_PKTS_IN] += c.pkts[1];
 		sum->cls[i][SHM_CCTR_PEER_BYTES_IN] += c.bytes[1];
 	}
+	if (tgo_short_counts(m->offload, &c) == 0)
+		sum->v[SHM_CTR_SHORT_CIRCUIT] += c.pkts[0];
 }
 
 json_t *master_offload_json(const struct master *m)
 {
 	json_t *o, *ifs = json_array();
-	struct tgo_count c = { { 0 }, { 0 } };
+	struct tgo_count c = { { 0 }, { 0 } }, sc = { { 0 }, { 0 } };
 	uint64_t entries = 0;
 
-	if (m->offload != NULL)
+	if (m->offload != NULL) {
 		tgo_totals(m->offload, &c, &entries);
+		tgo_short_counts(m->offload, &sc);
+	}
 	for (size_t i = 0; m->offload != NULL && i < tgo_iface_count(m->offload) && ifs; i++)
 		json_array_append_new(ifs, json_pack("{s:s, s:s}", "name",
 						     tgo_iface_name(m->offload, i), "engine",
 						     tgo_iface_engine(m->offload, i)));
-	o = json_pack("{s:s, s:b, s:o, s:I, s:I, s:I}", "engine",
+	o = json_pack("{s:s, s:b, s:o, s:I, s:I, s:I, s:I}", "engine",
 		      conf_offload_name(m->cfg->admin.offload_engine), "active",
 		      m->offload != NULL, "interfaces", ifs, "entries", (json_int_t)entries,
 		      "packets_to_peer", (json_int_t)c.pkts[0], "packets_to_client",
-		      (json_int_t)c.pkts[1]);
+		      (json_int_t)c.pkts[1], "packets_short_circuit", (json_int_t)sc.pkts[0]);
 	return o;
 }

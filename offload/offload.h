@@ -62,7 +62,13 @@ const char *tgo_iface_engine(const struct tgo *t, size_t i);
 void tgo_close(struct tgo *t, bool keep);
 
 /* One bound channel, both directions. Addresses: 16 bytes, IPv4 as its 4 bytes followed by
- * zeros; ports in host byte order. */
+ * zeros; ports in host byte order.
+ *
+ * A short circuit (sc_channel != 0, issue #22): the channel's peer is another allocation
+ * of this instance whose client speaks UDP. Then relay/relay_port is that allocation's
+ * listener address, peer/peer_port its client, sc_channel its channel bound to this
+ * allocation, sc_listener_idx and sc_cluster_idx its counter slots; there is one entry,
+ * client -> client (the other allocation's channel back is an entry of its own). */
 struct tgo_channel {
 	int family;			/* AF_INET or AF_INET6 (client and peer sides alike) */
 	uint8_t client[16], listener[16], relay[16], peer[16];
@@ -71,6 +77,9 @@ struct tgo_channel {
 	uint64_t expires_ns;		/* CLOCK_MONOTONIC: min(channel, permission) expiry */
 	uint32_t listener_idx;		/* counter slot, < TGO_MAX_LISTENERS */
 	uint32_t cluster_idx;		/* counter slot, < TGO_MAX_CLUSTERS */
+	uint16_t sc_channel;		/* 0, or the short circuit's channel (0x4000..0x7FFF) */
+	uint32_t sc_listener_idx;	/* short circuit: the receiver's slots */
+	uint32_t sc_cluster_idx;
 };
 
 /* The map fds, inherited by forked workers (the handle itself is the master's). */
@@ -79,10 +88,12 @@ struct tgo_maps {
 };
 void tgo_maps_of(const struct tgo *t, struct tgo_maps *m);
 
-/* Inserts or replaces both entries of ch (a refresh moves expires_ns). Returns 0 or
- * -errno (-ENOSPC: the maps are full; the channel stays in user space). */
+/* Inserts or replaces both entries of ch (a refresh moves expires_ns), or the one entry
+ * of a short circuit. Returns 0 or -errno (-ENOSPC: the maps are full; the channel stays
+ * in user space). */
 int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch);
-/* Deletes both entries of ch (only the 5-tuples and channel are used); 0 or -ENOENT. */
+/* Deletes both entries of ch (only the 5-tuples, channel and sc_channel are used; a short
+ * circuit's one entry: only the client, listener and channel); 0 or -ENOENT. */
 int tgo_channel_del(const struct tgo_maps *m, const struct tgo_channel *ch);
 
 /* Visits every client -> peer entry (as a tgo_channel rebuilt from both entries); fn returns
@@ -98,7 +109,10 @@ struct tgo_count {
 };
 int tgo_listener_counts(const struct tgo *t, uint32_t idx, struct tgo_count *out);
 int tgo_cluster_counts(const struct tgo *t, uint32_t idx, struct tgo_count *out);
-/* Datagrams the programs relayed in total, and the entries in the client -> peer map. */
+/* Datagrams the programs relayed in total, and the entries in the client -> peer map. A
+ * short-circuited datagram counts in both directions. */
 int tgo_totals(const struct tgo *t, struct tgo_count *out, uint64_t *entries);
+/* Datagrams (pkts[0]) and payload bytes (bytes[0]) the programs short-circuited. */
+int tgo_short_counts(const struct tgo *t, struct tgo_count *out);
 
 #endif

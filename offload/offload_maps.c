@@ -32,6 +32,8 @@ static int tgo_check(const struct tgo_channel *ch)
 		return -EAFNOSUPPORT;
 	if (ch->channel < TGO_CHAN_MIN || ch->channel > TGO_CHAN_MAX)
 		return -EINVAL;
+	if (ch->sc_channel != 0 && (ch->sc_channel < TGO_CHAN_MIN || ch->sc_channel > TGO_CHAN_MAX))
+		return -EINVAL;
 	return 0;
 }
 
@@ -74,6 +76,9 @@ static void tgo_channel_of(const struct tgo_c2p_key *k, const struct tgo_c2p_val
 	ch->expires_ns = v->expires_ns;
 	ch->listener_idx = v->listener_idx;
 	ch->cluster_idx = v->cluster_idx;
+	ch->sc_channel = be16toh(v->sc_channel);
+	ch->sc_listener_idx = v->sc_listener_idx;
+	ch->sc_cluster_idx = v->sc_cluster_idx;
 }
 
 static int tgo_update(int fd, const void *k, const void *v)
@@ -93,7 +98,8 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 
 	if (err < 0)
 		return err;
-	if (ch->listener_idx >= TGO_MAX_LISTENERS || ch->cluster_idx >= TGO_MAX_CLUSTERS)
+	if (ch->listener_idx >= TGO_MAX_LISTENERS || ch->cluster_idx >= TGO_MAX_CLUSTERS ||
+	    ch->sc_listener_idx >= TGO_MAX_LISTENERS || ch->sc_cluster_idx >= TGO_MAX_CLUSTERS)
 		return -EINVAL;
 	if (m->c2p_fd < 0 || m->p2c_fd < 0)
 		return 0;
@@ -107,6 +113,13 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 	cv.peer_port = pk.peer_port;
 	cv.listener_idx = ch->listener_idx;
 	cv.cluster_idx = ch->cluster_idx;
+	if (ch->sc_channel) {
+		/* A short circuit: one entry, nothing comes back through a relay port. */
+		cv.sc_channel = htobe16(ch->sc_channel);
+		cv.sc_listener_idx = (uint8_t)ch->sc_listener_idx;
+		cv.sc_cluster_idx = (uint8_t)ch->sc_cluster_idx;
+		return tgo_update(m->c2p_fd, &ck, &cv);
+	}
 	memset(&pv, 0, sizeof(pv));
 	pv.expires_ns = ch->expires_ns;
 	memcpy(pv.client, ck.client, 16);
@@ -139,7 +152,8 @@ int tgo_channel_del(const struct tgo_maps *m, const struct tgo_channel *ch)
 	tgo_c2p_key_of(ch, &ck);
 	tgo_p2c_key_of(ch, &pk);
 	gone += bpf_map_delete_elem(m->c2p_fd, &ck) == 0;
-	gone += bpf_map_delete_elem(m->p2c_fd, &pk) == 0;
+	if (ch->sc_channel == 0)
+		gone += bpf_map_delete_elem(m->p2c_fd, &pk) == 0;
 	return gone ? 0 : -ENOENT;
 }
 

@@ -6,7 +6,10 @@
  * channel with an unexpired entry leaves as a UDP datagram relay:port -> peer:port
  * carrying the message's data (header and padding removed). Peer -> client: a UDP
  * datagram peer:port -> relay:port with an unexpired entry leaves as ChannelData
- * listener:port -> client:port. Routing: bpf_fib_lookup from the new addresses, done
+ * listener:port -> client:port. Short circuit (an entry with sc_channel): the ChannelData
+ * datagram client:port -> listener:port leaves as ChannelData on sc_channel from the
+ * other allocation's listener:port to its client:port, same length, same payload, only
+ * the addresses, ports and channel number rewritten. Routing: bpf_fib_lookup from the new addresses, done
  * before anything is rewritten so that whatever cannot be relayed leaves untouched.
  *
  * Layout of a rewrite (TC): the Ethernet, IP and UDP headers stay where they are and the
@@ -101,11 +104,12 @@ struct tgo_pkt {
 /* One relay decided: where the datagram goes and what it becomes. */
 struct tgo_out {
 	__u64 expires_ns;
-	__u8 dir;		/* 0: client -> peer, 1: peer -> client */
+	__u8 dir;		/* 0: client -> peer, 1: peer -> client, 2: short circuit */
 	__u32 listener_idx, cluster_idx;
+	__u32 sc_listener_idx, sc_cluster_idx;	/* dir 2: the receiver's counter slots */
 	__u8 saddr[16], daddr[16];
 	__be16 sport, dport;
-	__be16 chan;		/* peer -> client: the channel to write */
+	__be16 chan;		/* peer -> client, short circuit: the channel to write */
 	__u32 plen;		/* payload relayed */
 	__u32 new_ulen;
 };
@@ -143,25 +147,37 @@ static __always_inline void copy_addr(__u8 *dst, const __u8 *src)
 	__builtin_memcpy(dst, src, 16);
 }
 
+static __always_inline void count_slot(__u32 slot, __u32 d, __u32 plen)
+{
+	struct tgo_ctr *c = bpf_map_lookup_elem(&tgo_counts, &slot);
+
+	if (!c)
+		return;
+	/* Per-CPU slot: no other writer while the program runs on this CPU. */
+	c->pkts[d & 1] += 1;
+	c->bytes[d & 1] += plen;
+}
+
+/* Counts the datagram on the listener and cluster of its direction and in the total; a
+ * short-circuited one as client -> peer on the sender's slots and peer -> client on the
+ * receiver's, and in the short circuit's slot. */
 static __always_inline void count(const struct tgo_out *o)
 {
-	__u32 slots[3] = { TGO_CTR_LISTENER0 + o->listener_idx, TGO_CTR_CLUSTER0 + o->cluster_idx,
-			   TGO_CTR_TOTAL };
+	__u32 d = o->dir == 1 ? 1 : 0;
 
-#pragma unroll
-	for (int i = 0; i < 3; i++) {
-		struct tgo_ctr *c;
-
-		if ((i == 0 && o->listener_idx >= TGO_CTR_LISTENERS) ||
-		    (i == 1 && o->cluster_idx >= TGO_CTR_CLUSTERS))
-			continue;
-		c = bpf_map_lookup_elem(&tgo_counts, &slots[i]);
-		if (!c)
-			continue;
-		/* Per-CPU slot: no other writer while the program runs on this CPU. */
-		c->pkts[o->dir & 1] += 1;
-		c->bytes[o->dir & 1] += o->plen;
-	}
+	if (o->listener_idx < TGO_CTR_LISTENERS)
+		count_slot(TGO_CTR_LISTENER0 + o->listener_idx, d, o->plen);
+	if (o->cluster_idx < TGO_CTR_CLUSTERS)
+		count_slot(TGO_CTR_CLUSTER0 + o->cluster_idx, d, o->plen);
+	count_slot(TGO_CTR_TOTAL, d, o->plen);
+	if (o->dir != 2)
+		return;
+	if (o->sc_listener_idx < TGO_CTR_LISTENERS)
+		count_slot(TGO_CTR_LISTENER0 + o->sc_listener_idx, 1, o->plen);
+	if (o->sc_cluster_idx < TGO_CTR_CLUSTERS)
+		count_slot(TGO_CTR_CLUSTER0 + o->sc_cluster_idx, 1, o->plen);
+	count_slot(TGO_CTR_TOTAL, 1, o->plen);
+	count_slot(TGO_CTR_SHORT, 0, o->plen);
 }
 
 /* Looks the parsed datagram up in both maps (client -> peer first when its payload is
@@ -194,6 +210,13 @@ static __always_inline int lookup(const struct tgo_pkt *p, struct tgo_out *o)
 			o->chan = p->chan;
 			o->plen = p->chlen;
 			o->new_ulen = TGO_UDP_HLEN + p->chlen;
+			if (v->sc_channel) {
+				o->dir = 2;
+				o->chan = v->sc_channel;
+				o->sc_listener_idx = v->sc_listener_idx;
+				o->sc_cluster_idx = v->sc_cluster_idx;
+				o->new_ulen = p->ulen;	/* the padding stays */
+			}
 			return o->expires_ns > now ? 0 : -1;
 		}
 	}
@@ -250,7 +273,7 @@ static __always_inline long route(void *ctx, const struct tgo_pkt *p, const stru
 }
 
 /* The UDP checksum differences of a rewrite: the pseudo-header's in *pseudo, the rest
- * (UDP header, ChannelData header) in *rest. The padding a client -> peer datagram loses
+ * (UDP header, ChannelData header: a short circuit changes only its channel) in *rest. The padding a client -> peer datagram loses
  * is subtracted by the caller. */
 static __always_inline void csum_diffs(const struct tgo_pkt *p, const struct tgo_out *o,
 				       __u32 *pseudo, __u32 *rest)
@@ -269,6 +292,9 @@ static __always_inline void csum_diffs(const struct tgo_pkt *p, const struct tgo
 	if (o->dir == 0) {
 		r = csum_sub16(r, p->chan);
 		r = csum_sub16(r, bpf_htons(p->chlen));
+	} else if (o->dir == 2) {
+		r = csum_sub16(r, p->chan);
+		r = csum_add16(r, o->chan);
 	} else {
 		r = csum_add16(r, o->chan);
 		r = csum_add16(r, bpf_htons((__u16)o->plen));
@@ -390,7 +416,7 @@ static __always_inline int parse_ip(void *data, void *data_end, __u32 len, struc
 	return 0;
 }
 
-/* Writes the new IP and UDP headers (and the ChannelData header toward the client) of a
+/* Writes the new IP and UDP headers (and the ChannelData header toward a client) of a
  * frame whose payload is in place and whose length is final; the UDP checksum is the
  * caller's. data..data_end covers at least the headers. */
 static __always_inline int hdr_write(void *data, void *data_end, const struct tgo_pkt *p,
@@ -431,7 +457,7 @@ static __always_inline int hdr_write(void *data, void *data_end, const struct tg
 	uh->source = o->sport;
 	uh->dest = o->dport;
 	uh->len = bpf_htons((__u16)o->new_ulen);
-	if (o->dir == 1) {
+	if (o->dir != 0) {
 		__u8 *ch = (__u8 *)(uh + 1);
 
 		if ((void *)(ch + TGO_CHAN_HDR) > data_end)
@@ -519,7 +545,7 @@ static __always_inline int tc_move(struct __sk_buff *skb, __u64 src, __u64 dst, 
 static __always_inline int tc_write_headers(struct __sk_buff *skb, const struct tgo_pkt *p,
 					    const struct tgo_out *o)
 {
-	__u32 hdr = p->l4 + TGO_UDP_HLEN + (o->dir == 1 ? TGO_CHAN_HDR : 0);
+	__u32 hdr = p->l4 + TGO_UDP_HLEN + (o->dir != 0 ? TGO_CHAN_HDR : 0);
 
 	if (bpf_skb_pull_data(skb, hdr) < 0)
 		return -1;
@@ -552,7 +578,11 @@ static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pk
 	__u32 payload = p->l4 + TGO_UDP_HLEN, new_len = payload + TGO_CHAN_HDR + o->plen;
 	__u32 pseudo, rest, mm0 = BPF_F_MARK_MANGLED_0;
 
-	if (o->dir == 0) {
+	if (o->dir == 2) {
+		/* Nothing moves: the length to itself, as the test of the preconditions. */
+		if (bpf_skb_change_tail(skb, skb->len, 0) < 0)
+			return TGO_UNTOUCHED;
+	} else if (o->dir == 0) {
 		/* Shrinking must wait for the move: change the length to itself first. */
 		new_len = payload + o->plen;
 		if (bpf_skb_change_tail(skb, skb->len, 0) < 0)
@@ -784,17 +814,20 @@ static __always_inline int xdp_move_headers(struct xdp_md *ctx, int delta, const
 }
 
 /* Rewrites the frame: the headers move by 4 bytes over the ChannelData header (toward
- * the peer) or away from where it goes (toward the client), the Ethernet padding and the
- * ChannelData padding are cut, the headers are written, the checksum updated by diff.
- * Returns 0, TGO_UNTOUCHED or TGO_DAMAGED. */
+ * the peer) or away from where it goes (toward the client; a short circuit moves
+ * nothing), the Ethernet padding and (toward the peer) the ChannelData padding are cut,
+ * the headers are written, the checksum updated by diff. Returns 0, TGO_UNTOUCHED or
+ * TGO_DAMAGED. */
 static __always_inline int xdp_rewrite(struct xdp_md *ctx, const struct tgo_pkt *p,
 				       const struct tgo_out *o, __u32 diff)
 {
-	int delta = o->dir == 0 ? TGO_CHAN_HDR : -TGO_CHAN_HDR, err, cut;
+	int delta = o->dir == 0 ? TGO_CHAN_HDR : -TGO_CHAN_HDR, err = 0, cut;
 	void *data, *data_end;
 	__u16 *csum;
 
-	if (p->v6)
+	if (o->dir == 2)
+		;	/* the short circuit keeps every byte where it is */
+	else if (p->v6)
 		err = xdp_move_headers(ctx, delta, ETH_HLEN + TGO_IP6_HLEN + TGO_UDP_HLEN);
 	else
 		err = xdp_move_headers(ctx, delta, ETH_HLEN + TGO_IP4_HLEN + TGO_UDP_HLEN);

@@ -11,7 +11,7 @@
 #include <linux/types.h>
 
 /* Bumped with any change of a struct below; part of the pinned maps' directory name. */
-#define TGO_LAYOUT 1
+#define TGO_LAYOUT 2
 
 #define TGO_FAMILY_V4 4
 #define TGO_FAMILY_V6 6
@@ -24,7 +24,15 @@
 /* Over UDP a ChannelData message may carry up to 3 padding bytes after its data. */
 #define TGO_CHAN_MAX_PAD 3
 
-/* Client -> peer: a ChannelData datagram client:port -> listener:port on channel. */
+/* Client -> peer: a ChannelData datagram client:port -> listener:port on channel.
+ *
+ * The same map holds the kernel short circuit (issue #22): a channel whose peer is
+ * another allocation of this instance, whose client is reached over UDP. Such an entry
+ * has sc_channel != 0: the datagram leaves as ChannelData on sc_channel, relay:relay_port
+ * -> peer:peer_port, where relay is the other allocation's listener address and peer its
+ * client, the payload unchanged. It is counted as client -> peer on listener_idx and
+ * cluster_idx (the sender's) and as peer -> client on sc_listener_idx and
+ * sc_cluster_idx (the receiver's). */
 struct tgo_c2p_key {
 	__u8 family;		/* TGO_FAMILY_V4 or TGO_FAMILY_V6 */
 	__u8 pad;		/* zero */
@@ -38,7 +46,8 @@ struct tgo_c2p_val {
 	__u8 relay[16], peer[16];
 	__be16 relay_port, peer_port;
 	__u32 listener_idx, cluster_idx;
-	__u32 pad;		/* zero */
+	__be16 sc_channel;	/* 0: to the peer; else the short circuit's channel */
+	__u8 sc_listener_idx, sc_cluster_idx;
 };
 
 /* Peer -> client: a UDP datagram peer:port -> relay:port. */
@@ -59,14 +68,17 @@ struct tgo_p2c_val {
 };
 
 /* Counters: a per-CPU array of TGO_CTR_SLOTS, one slot per listener index, one per
- * cluster index, and the total. Index 0 of each pair: client -> peer, 1: peer -> client;
- * bytes are the relayed payload (ChannelData header excluded). */
+ * cluster index, the total, and the short circuit's. Index 0 of each pair: client ->
+ * peer, 1: peer -> client; bytes are the relayed payload (ChannelData header excluded).
+ * A short-circuited datagram counts in both directions of the total (it left one
+ * allocation and reached another) and once (index 0) in the short circuit's slot. */
 #define TGO_CTR_LISTENERS 64
 #define TGO_CTR_CLUSTERS 64
 #define TGO_CTR_LISTENER0 0
 #define TGO_CTR_CLUSTER0 TGO_CTR_LISTENERS
 #define TGO_CTR_TOTAL (TGO_CTR_LISTENERS + TGO_CTR_CLUSTERS)
-#define TGO_CTR_SLOTS (TGO_CTR_TOTAL + 1)
+#define TGO_CTR_SHORT (TGO_CTR_TOTAL + 1)
+#define TGO_CTR_SLOTS (TGO_CTR_TOTAL + 2)
 
 struct tgo_ctr {
 	__u64 pkts[2], bytes[2];

@@ -100,14 +100,9 @@ static bool addr_eq(const struct shm_addr *a, const struct shm_addr *b)
 	       memcmp(a->addr, b->addr, a->family == AF_INET ? 4 : 16) == 0;
 }
 
-/* The fields of one attempt, read between two loads of seq (the caller validates). */
-static int target_fields(const struct shm_alloc *r, uint16_t port, const struct shm_addr *from,
-			 uint64_t now_ns, struct shm_relay_target *t, char *user, size_t *user_len)
+int shm_relay_target_fill(const struct shm_alloc *r, uint16_t port, const struct shm_addr *from,
+			  uint64_t now_ns, struct shm_relay_target *t)
 {
-	uint32_t w = CMM_LOAD_SHARED(r->state);
-
-	if (SHM_ALLOC_WORD_STATE(w) != SHM_ALLOC_LIVE)
-		return -ENOENT;
 	if (r->client_transport == SHM_TRANSPORT_NONE)
 		return -ENOENT;
 	if (r->relay.port == port && r->relay.family != 0)
@@ -116,20 +111,45 @@ static int target_fields(const struct shm_alloc *r, uint16_t port, const struct 
 		t->relay = r->relay2;
 	else
 		return -ENOENT;
-	t->owner = SHM_ALLOC_WORD_OWNER(w);
 	t->transport = r->client_transport;
 	t->listener_idx = r->listener_idx;
 	t->listener_hash = r->listener_hash;
+	t->gen = r->gen;
 	t->client = r->client;
+	t->server = r->server;
 	t->perm = false;
 	t->chan = 0;
+	t->until_ns = r->expires_ns;
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS && !t->perm; i++)
-		t->perm = r->perms[i].family == from->family && r->perms[i].expires_ns > now_ns &&
-			  memcmp(r->perms[i].addr, from->addr, 16) == 0;
+		if (r->perms[i].family == from->family && r->perms[i].expires_ns > now_ns &&
+		    memcmp(r->perms[i].addr, from->addr, 16) == 0) {
+			t->perm = true;
+			if (r->perms[i].expires_ns < t->until_ns)
+				t->until_ns = r->perms[i].expires_ns;
+		}
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS && !t->chan; i++)
 		if (r->chans[i].number && r->chans[i].expires_ns > now_ns &&
-		    addr_eq(&r->chans[i].peer, from))
+		    addr_eq(&r->chans[i].peer, from)) {
 			t->chan = r->chans[i].number;
+			if (r->chans[i].expires_ns < t->until_ns)
+				t->until_ns = r->chans[i].expires_ns;
+		}
+	return 0;
+}
+
+/* The fields of one attempt, read between two loads of seq (the caller validates). */
+static int target_fields(const struct shm_alloc *r, uint16_t port, const struct shm_addr *from,
+			 uint64_t now_ns, struct shm_relay_target *t, char *user, size_t *user_len)
+{
+	uint32_t w = CMM_LOAD_SHARED(r->state);
+	int rc;
+
+	if (SHM_ALLOC_WORD_STATE(w) != SHM_ALLOC_LIVE)
+		return -ENOENT;
+	rc = shm_relay_target_fill(r, port, from, now_ns, t);
+	if (rc < 0)
+		return rc;
+	t->owner = SHM_ALLOC_WORD_OWNER(w);
 	if (user) {
 		*user_len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 		memcpy(user, r->username, *user_len);

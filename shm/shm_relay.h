@@ -53,10 +53,14 @@ struct shm_relay_target {
 	uint16_t listener_idx;
 	uint64_t listener_hash;
 	uint64_t user_key; /* shm_quota_user_key of its username (want_user only) */
+	uint64_t gen;      /* the record's claim generation */
 	struct shm_addr client;
+	struct shm_addr server; /* the listener address its client reached */
 	struct shm_addr relay; /* its relay address that holds the port */
 	bool perm;             /* a live permission for from's IP */
 	uint16_t chan;         /* the live channel bound to from (IP and port), 0 none */
+	uint64_t until_ns;     /* with perm and chan: the earliest of their expiries and the
+				* allocation's */
 };
 
 /* Any process: reads record idx under its seqlock. It must be LIVE and hold UDP relay
@@ -66,6 +70,11 @@ struct shm_relay_target {
 int shm_relay_target_read(const struct shm *shm, uint32_t idx, uint16_t port,
 			  const struct shm_addr *from, uint64_t now_ns, bool want_user,
 			  struct shm_relay_target *out);
+
+/* Owner of record r (in any state: it writes no field meanwhile): the same fields as
+ * shm_relay_target_read but idx and owner, without the state check. 0 or -ENOENT. */
+int shm_relay_target_fill(const struct shm_alloc *r, uint16_t port, const struct shm_addr *from,
+			  uint64_t now_ns, struct shm_relay_target *out);
 
 /* Any worker: packets and bytes delivered to record idx's client by the short circuit
  * from a worker that does not own it (atomic adds). */

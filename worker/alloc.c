@@ -199,6 +199,8 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 		if (a->l->snap_ok)
 			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
+	/* After the retire: a partner's owner that writes the pair meanwhile sees it. */
+	wk_offload_sc_forget(w, a);
 	shm_alloc_release(w->shm, w->slot, a->rec_idx);
 	free(a);
 }

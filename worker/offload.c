@@ -14,7 +14,22 @@
  * that can change these (ChannelBind, CreatePermission, Refresh, a timer sweep, a reload,
  * an adoption); a channel slot is un-entered (wk_offload_drop) before its contents are
  * overwritten or cleared, since the entry's key comes from them. a->off_mask says which
- * slots have entries. */
+ * slots have entries.
+ *
+ * The kernel short circuit (issue #22): a channel whose peer is another live allocation of
+ * this instance (wk_sc_target) gets an entry that rewrites its ChannelData straight into
+ * the other allocation's ChannelData to its client, and the other allocation's channel
+ * back gets the mirror entry (wk_off_sc_pair). Both need what the user-space short
+ * circuit needs to frame ChannelData both ways: each side a plain UDP client on a UDP
+ * listener with a non-wildcard address of the clients' family, no bandwidth limit, a
+ * live channel bound to the other's announced address and a live permission for it, and
+ * the routes of each side's listener admitting the other's announced address. Both
+ * entries expire with the earliest of the two allocations', permissions' and channels'
+ * expiries. Either owner's sync writes both (so the second ChannelBind of a pair enters
+ * them, and a refresh on either side moves them) or, when they no longer qualify,
+ * deletes both; the owner of an ending allocation deletes both after retiring its record,
+ * and re-reads its partner after writing, so that a partner ending meanwhile leaves no
+ * entry behind (the master's garbage collection checks both ends as well). */
 #include "config.h"
 
 #include <errno.h>
@@ -22,6 +37,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "shm/shm_relay.h"
 #include "worker/wk.h"
 
 static bool wk_off_on(const struct worker *w)
@@ -125,6 +141,183 @@ static void wk_off_key(const struct wk_alloc *a, const struct shm_chan *c, struc
 	k->channel = c->number;
 }
 
+/* The address relay address `relay` of an allocation on listener tl is announced as: tl's
+ * mask of its family with its port, else itself (wk_relay_announced, from the record). */
+static void wk_off_sc_announced(const struct wk_listener *tl, const struct shm_addr *relay,
+				struct shm_addr *out)
+{
+	*out = *relay;
+	if (tl->mask_addr.ss_family == relay->family) {
+		wk_addr_to_shm((const struct sockaddr *)&tl->mask_addr, out);
+		out->port = relay->port;
+	}
+}
+
+static bool wk_off_sc_udp(const struct worker *w, const struct wk_listener *l,
+			  const struct shm_relay_target *t)
+{
+	return t->transport == SHM_TRANSPORT_UDP && l->proto == WORKER_PROTO_UDP && !l->secure &&
+	       l->snap_ok && l->sl.max_bps == 0 && t->perm && t->chan != 0 &&
+	       l->snap_idx < TGO_MAX_LISTENERS && t->client.family == t->server.family &&
+	       memcmp(t->server.addr, (const uint8_t[16]){ 0 }, 16) != 0 && w->snap != NULL;
+}
+
+/* One direction of a pair: from s (its listener sl, cluster scl) to d. */
+static void wk_off_sc_entry(const struct shm_relay_target *s, uint32_t sl, uint32_t scl,
+			    const struct shm_relay_target *d, uint32_t dl, uint32_t dcl,
+			    uint64_t exp, struct tgo_channel *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->family = s->client.family;
+	wk_off_ip(&s->client, out->client);
+	wk_off_ip(&s->server, out->listener);
+	wk_off_ip(&d->server, out->relay);
+	wk_off_ip(&d->client, out->peer);
+	out->client_port = s->client.port;
+	out->listener_port = s->server.port;
+	out->relay_port = d->server.port;
+	out->peer_port = d->client.port;
+	out->channel = s->chan;
+	out->expires_ns = exp;
+	out->listener_idx = sl;
+	out->cluster_idx = scl;
+	out->sc_channel = d->chan;
+	out->sc_listener_idx = dl;
+	out->sc_cluster_idx = dcl;
+}
+
+/* The two ends of channel c of a when its peer is another allocation of this instance:
+ * *ta (a, read for the other's announced address) and *tb, their listeners and the
+ * record index of the other. Returns false when c's peer is none. */
+static bool wk_off_sc_ends(struct worker *w, struct wk_alloc *a, const struct shm_chan *c,
+			   uint64_t now_ns, struct shm_relay_target *ta, struct shm_relay_target *tb,
+			   struct wk_listener **lb)
+{
+	const struct shm_addr *rel;
+	struct sockaddr_storage peer;
+	struct shm_addr from_a, to_b;
+
+	if (c->number == 0 || c->expires_ns <= now_ns)
+		return false;
+	wk_shm_to_addr(&c->peer, &peer);
+	if (!wk_sc_own_ip(w, (struct sockaddr *)&peer))
+		return false;
+	/* From the record, not the sockets: an ending allocation's are closed already. */
+	rel = a->rec->relay.family == c->peer.family ? &a->rec->relay : &a->rec->relay2;
+	if (rel->family != c->peer.family)
+		return false;
+	wk_off_sc_announced(a->l, rel, &from_a);
+	if (wk_sc_target(w, &c->peer, &from_a, now_ns, false, tb, lb) < 0)
+		return false;
+	wk_off_sc_announced(*lb, &tb->relay, &to_b);
+	/* Our own record, whose fields only this worker writes (also while it is DYING). */
+	if (shm_relay_target_fill(a->rec, rel->port, &to_b, now_ns, ta) < 0)
+		return false;
+	ta->idx = a->rec_idx;
+	return true;
+}
+
+/* Both entries of the pair of channel c of a: a -> b in *ab, b -> a in *ba. false when
+ * they must not exist (*ab and *ba then hold the keys there may be, *ba's only when
+ * *has_ba). */
+static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct shm_chan *c,
+			   uint64_t now_ns, struct tgo_channel *ab, struct tgo_channel *ba,
+			   bool *has_ba, struct shm_relay_target *tb_out)
+{
+	struct shm_relay_target ta, tb;
+	struct wk_listener *lb;
+	struct sockaddr_storage ann_a, ann_b;
+	struct shm_addr s;
+	uint32_t cla = 0, clb = 0;
+	bool ok;
+
+	*has_ba = false;
+	memset(ab, 0, sizeof(*ab));
+	memset(ba, 0, sizeof(*ba));
+	if (!wk_off_sc_ends(w, a, c, now_ns, &ta, &tb, &lb))
+		return false;
+	*tb_out = tb;
+	wk_off_sc_announced(a->l, &ta.relay, &s);
+	wk_shm_to_addr(&s, &ann_a);
+	wk_off_sc_announced(lb, &tb.relay, &s);
+	wk_shm_to_addr(&s, &ann_b);
+	ok = wk_off_sc_udp(w, a->l, &ta) && wk_off_sc_udp(w, lb, &tb) && a->conn == NULL &&
+	     ta.chan == c->number && ta.client.family == tb.client.family &&
+	     !shm_bw_on(&w->hot.bw) &&
+	     snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&ann_b, true, &cla) == 0 &&
+	     snap_peer_match(w->snap, lb->snap_idx, (struct sockaddr *)&ann_a, true, &clb) == 0 &&
+	     cla < TGO_MAX_CLUSTERS && clb < TGO_MAX_CLUSTERS;
+	{
+		uint64_t exp = ta.until_ns < tb.until_ns ? ta.until_ns : tb.until_ns;
+
+		ta.chan = c->number;
+		wk_off_sc_entry(&ta, a->l->snap_idx, cla, &tb, lb->snap_idx, clb, exp, ab);
+		if (tb.chan != 0) {
+			wk_off_sc_entry(&tb, lb->snap_idx, clb, &ta, a->l->snap_idx, cla, exp, ba);
+			*has_ba = true;
+		}
+	}
+	return ok;
+}
+
+/* Deletes both entries of the short circuit of c (a's channel), whichever exists. */
+static void wk_off_sc_unpair(struct worker *w, struct wk_alloc *a, const struct shm_chan *c,
+			     uint64_t now_ns)
+{
+	struct tgo_channel ab, ba;
+	struct shm_relay_target tb;
+	bool has_ba;
+
+	if (!wk_off_on(w))
+		return;
+	(void)wk_off_sc_pair(w, a, c, now_ns, &ab, &ba, &has_ba, &tb);
+	if (ab.channel != 0)
+		(void)tgo_channel_del(&w->off, &ab);
+	if (has_ba)
+		(void)tgo_channel_del(&w->off, &ba);
+}
+
+/* Writes both entries of the pair of a's slot i; true when they are in. */
+static bool wk_off_sc_set(struct worker *w, struct wk_alloc *a, unsigned i, uint64_t now_ns)
+{
+	const struct shm_chan *c = &a->rec->chans[i];
+	struct tgo_channel ab, ba;
+	struct shm_relay_target tb, again;
+	bool has_ba;
+
+	if (!wk_off_sc_pair(w, a, c, now_ns, &ab, &ba, &has_ba, &tb)) {
+		if (ab.channel != 0)
+			(void)tgo_channel_del(&w->off, &ab);
+		if (has_ba)
+			(void)tgo_channel_del(&w->off, &ba);
+		return false;
+	}
+	if (tgo_channel_set(&w->off, &ab) < 0 || tgo_channel_set(&w->off, &ba) < 0)
+		goto undo;
+	/* The partner may have ended between the read and the writes: its owner deletes
+	 * after retiring its record, so either it saw our entries or we see it gone. */
+	if (shm_relay_target_read(w->shm, tb.idx, tb.relay.port, &tb.relay, now_ns, false,
+				  &again) < 0 ||
+	    again.gen != tb.gen)
+		goto undo;
+	return true;
+undo:
+	(void)tgo_channel_del(&w->off, &ab);
+	(void)tgo_channel_del(&w->off, &ba);
+	return false;
+}
+
+void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a)
+{
+	uint64_t now_ns = mono_ns();
+
+	if (!wk_off_on(w))
+		return;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (a->rec->chans[i].number != 0)
+			wk_off_sc_unpair(w, a, &a->rec->chans[i], now_ns);
+}
+
 void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i)
 {
 	struct tgo_channel k;
@@ -155,6 +348,10 @@ void wk_offload_sync(struct worker *w, struct wk_alloc *a)
 		int rc;
 
 		if (!wk_off_fill(w, a, &a->rec->chans[i], now_ns, &ch)) {
+			if (wk_off_sc_set(w, a, i, now_ns)) {
+				a->off_mask |= 1u << i;
+				continue;
+			}
 			wk_offload_drop(w, a, i);
 			continue;
 		}

@@ -14,6 +14,7 @@
 
 #include "worker/wk.h"
 
+#include <errno.h>
 #include <string.h>
 #include <netinet/in.h>
 
@@ -219,52 +220,55 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 		wk_ctg_send(w, tl, (struct sockaddr *)&client, client_len, m, mlen);
 }
 
+int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_addr *from,
+		 uint64_t now_ns, bool want_user, struct shm_relay_target *t,
+		 struct wk_listener **tl)
+{
+	uint32_t cand[SHM_RELAY_WAYS];
+	unsigned n = shm_relay_find(w->shm, to->port, cand);
+
+	for (unsigned i = 0; i < n; i++)
+		if (shm_relay_target_read(w->shm, cand[i], to->port, from, now_ns, want_user, t) ==
+			    0 &&
+		    (*tl = wk_sc_listener(w, t->listener_hash)) != NULL && wk_sc_names(*tl, t, to))
+			return 0;
+	return -ENOENT;
+}
+
 bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len)
 {
-	uint32_t cand[SHM_RELAY_WAYS];
 	struct sockaddr_storage from;
 	struct shm_addr to, from_shm;
-	uint64_t now_ns;
-	unsigned n;
+	uint64_t now_ns = wk_batch_ns(w);
+	struct shm_relay_target t;
+	struct wk_listener *tl;
+	struct wk_alloc *own;
 
 	if (!wk_sc_own_ip(w, peer) || len > WK_DGRAM_MAX - 4)
 		return false;
 	wk_addr_to_shm(peer, &to);
-	n = shm_relay_find(w->shm, to.port, cand);
-	if (n == 0)
-		return false;
 	wk_relay_announced(a, r, &from);
 	wk_addr_to_shm((struct sockaddr *)&from, &from_shm);
-	now_ns = wk_batch_ns(w);
-	for (unsigned i = 0; i < n; i++) {
-		struct shm_relay_target t;
-		struct wk_listener *tl;
-		struct wk_alloc *own;
+	if (wk_sc_target(w, &to, &from_shm, now_ns, w->hot.bw.user_bps != 0, &t, &tl) < 0)
+		return false;
+	if (!wk_sc_reachable(w, tl, &t, &own)) {
+		/* Its client is another worker's stream: through the relay sockets to its
+		 * internal relay address, where the owner's relay socket takes it and gives it
+		 * our announced address (wk_sc_announced_from). */
+		struct sockaddr_storage in;
 
-		if (shm_relay_target_read(w->shm, cand[i], to.port, &from_shm, now_ns,
-					  w->hot.bw.user_bps != 0, &t) < 0 ||
-		    (tl = wk_sc_listener(w, t.listener_hash)) == NULL || !wk_sc_names(tl, &t, &to))
-			continue;
-		if (!wk_sc_reachable(w, tl, &t, &own)) {
-			/* Its client is another worker's stream: through the relay sockets to
-			 * its internal relay address, where the owner's relay socket takes it
-			 * and gives it our announced address (wk_sc_announced_from). */
-			struct sockaddr_storage in;
-
-			t.relay.port = to.port;
-			if (wk_shm_to_addr(&t.relay, &in) == 0)
-				return false;
-			wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len, false);
-			return true;
-		}
-		/* The sending half, as if it had left relay socket r. */
-		wk_peer_count(w, a, cl, 1, len);
-		shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
-		wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&from, data, len, now_ns);
+		t.relay.port = to.port;
+		if (wk_shm_to_addr(&t.relay, &in) == 0)
+			return false;
+		wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len, false);
 		return true;
 	}
-	return false;
+	/* The sending half, as if it had left relay socket r. */
+	wk_peer_count(w, a, cl, 1, len);
+	shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
+	wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&from, data, len, now_ns);
+	return true;
 }
 
 bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,

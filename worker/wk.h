@@ -534,6 +534,13 @@ void wk_relay_announced(const struct wk_alloc *a, const struct wk_relay *r,
 			struct sockaddr_storage *out);
 /* Enters (add) or takes out a's UDP relay r in the shared relay port index. */
 void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add);
+struct shm_relay_target;
+/* The live UDP allocation of this instance that relay address `to` (a relay IP or a mask,
+ * with its port) names, read for the sender's announced address `from` (permission,
+ * channel) at now_ns, and *tl its listener here. 0, or -ENOENT (none). */
+int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_addr *from,
+		 uint64_t now_ns, bool want_user, struct shm_relay_target *t,
+		 struct wk_listener **tl);
 /* Client -> peer: data from a, admitted on a's side (routes with cluster cl, permission,
  * bandwidth), to peer. When peer names a live UDP allocation of this instance whose
  * client this worker can reach, the datagram is counted as sent from r and handed to that
@@ -668,6 +675,9 @@ void wk_offload_sync(struct worker *w, struct wk_alloc *a);
 void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i);
 /* Removes every entry of a (the allocation ends). */
 void wk_offload_drop_all(struct worker *w, struct wk_alloc *a);
+/* After a's record is retired: the kernel short circuit's entries of a's channels, both
+ * ways (a's own and its partners' back to a), go. */
+void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a);
 /* wk_offload_sync of every allocation of the worker (a new snapshot). */
 void wk_offload_sync_all(struct worker *w);
 /* A reload changed the fast path (IPC_OFFLOAD_MAP/OFF): which 0 takes fd as the client ->

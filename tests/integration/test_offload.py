@@ -28,6 +28,11 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   layout, listener and peer on 127.0.0.1, TC on lo) is relayed by the kernel like any other;
   only a peer that is or may become one of our relays (a port in the relay range) is left
   to user space, where the short circuit decides.
+- The kernel short circuit (#22): two allocations of one instance on a masked loopback
+  listener, each with a channel bound to the other's masked address, exchange ChannelData
+  while the workers are stopped, onto the receiver's channel from the listener's address,
+  counted exactly (listener, offload and short circuit counters); the pair has no entry
+  until both channels are bound, and none once one allocation is deleted.
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
 - `offload_engine: XDP`: native XDP on both veths, the TC program behind it. The client's
@@ -696,6 +701,105 @@ def test_peer_on_the_relay_ip(d):
         daemon.stop()
 
 
+# LO_CONFIG with the listener's relay addresses masked (127.0.0.9, which nothing binds: a
+# datagram that left a relay socket for it would be lost) and the mask admitted.
+SC_CONFIG = LO_CONFIG.replace("    routes: [local]\n",
+                              "    routes: [local]\n    relay_address_mask: 127.0.0.9\n").replace(
+    'endpoints: ["127.0.0.1"]', 'endpoints: ["127.0.0.1", "127.0.0.9"]')
+SC_CHANNELS = (0x4000, 0x4001)
+
+
+class ScDaemon(Daemon):
+    def write(self, routes):
+        with open(self.conf, "w") as f:
+            f.write(SC_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET,
+                                     engine="TC"))
+
+
+def sc_exchange(src, dst, chan_out, chan_in, n, payload):
+    """n ChannelData from src on chan_out; how many reached dst as ChannelData on chan_in,
+    from the listener, with the payload unchanged."""
+    for i in range(n):
+        src.channel_data(chan_out, payload + struct.pack("!I", i))
+    got, seen = 0, set()
+    deadline = time.monotonic() + 2
+    dst.sock.settimeout(0.2)
+    while got < n and time.monotonic() < deadline:
+        try:
+            data, frm = dst.sock.recvfrom(70000)
+        except socket.timeout:
+            continue
+        body = payload + data[-4:]
+        if (frm == ("127.0.0.1", PORT) and data[:4] == struct.pack("!HH", chan_in, len(body))
+                and data[4:] == body and data[-4:] not in seen):
+            seen.add(data[-4:])
+            got += 1
+    return got
+
+
+def test_kernel_short_circuit(d):
+    """#22's kernel short circuit: two allocations of one instance, each with a channel
+    bound to the other's masked address, exchange ChannelData while every worker is
+    SIGSTOPped (only the kernel can carry it), rewritten onto the receiver's channel and
+    counted exactly; the pair's two entries come with the second ChannelBind and go when
+    either allocation is deleted."""
+    daemon = ScDaemon(d)
+    try:
+        offload_or_skip(daemon)
+        a = Client(PORT, server="127.0.0.1", bind="127.0.0.2")
+        b = Client(PORT, server="127.0.0.1", bind="127.0.0.3")
+        ra = a.relayed(a.allocate())[0]
+        rb = b.relayed(b.allocate())[0]
+        check(ra[0] == rb[0] == "127.0.0.9", "masked relayed addresses: %r %r" % (ra, rb))
+        r = a.bind(rb[0], rb[1], SC_CHANNELS[0])
+        check(error_code(r[3]) is None, "ChannelBind a: %r" % (error_code(r[3]),))
+        # The entry is written before the response: with one channel of the pair only,
+        # none (the receiver could only be sent a Data indication).
+        check(entries(daemon) == 0, "entries with one channel: %d" % entries(daemon))
+        r = b.bind(ra[0], ra[1], SC_CHANNELS[1])
+        check(error_code(r[3]) is None, "ChannelBind b: %r" % (error_code(r[3]),))
+        check(entries(daemon) == 2, "entries of the pair: %d" % entries(daemon))
+        before = settled_stats(daemon)
+        c0 = daemon.admin({"cmd": "stats"})["counters"]["short_circuit"]
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        n = 40
+        daemon.stop_workers(signal.SIGSTOP)
+        try:
+            got = (sc_exchange(a, b, SC_CHANNELS[0], SC_CHANNELS[1], n, b"a" * 157),
+                   sc_exchange(b, a, SC_CHANNELS[1], SC_CHANNELS[0], n, b"b" * 160))
+        finally:
+            daemon.stop_workers(signal.SIGCONT)
+        check(got == (n, n), "short-circuited by the kernel with the workers stopped: %r"
+              % (got,))
+        after = daemon.admin({"cmd": "stats"})
+        o1 = daemon.admin({"cmd": "status"})["offload"]
+        check(o1["packets_short_circuit"] - o0["packets_short_circuit"] == 2 * n and
+              o1["packets_to_peer"] - o0["packets_to_peer"] == 2 * n and
+              o1["packets_to_client"] - o0["packets_to_client"] == 2 * n,
+              "offload counters: %r -> %r" % (o0, o1))
+        check(after["counters"]["short_circuit"] - c0 == 2 * n,
+              "short_circuit: %d -> %d" % (c0, after["counters"]["short_circuit"]))
+        bl, al = before["listeners"]["lo4"], after["listeners"]["lo4"]
+        for k in ("client_pkts_in", "peer_pkts_out", "peer_pkts_in", "client_pkts_out"):
+            check(al[k] - bl[k] == 2 * n, "lo4 %s: %d -> %d" % (k, bl[k], al[k]))
+        # 157 + 4 and 160 + 4 bytes of data each way; the client side adds the 4-byte header.
+        data = n * (161 + 164)
+        check(al["peer_bytes_out"] - bl["peer_bytes_out"] == data and
+              al["peer_bytes_in"] - bl["peer_bytes_in"] == data and
+              al["client_bytes_in"] - bl["client_bytes_in"] == data + 8 * n,
+              "lo4 byte counters: %r -> %r" % (bl, al))
+        # b ends: both entries go (a's towards b as well), and a's data reaches b no more.
+        r = b.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
+        check(error_code(r[3]) is None, "Refresh 0: %r" % (error_code(r[3]),))
+        check(entries(daemon) == 0, "entries after b ended: %d" % entries(daemon))
+        check(sc_exchange(a, b, SC_CHANNELS[0], SC_CHANNELS[1], 5, b"c" * 100) == 0,
+              "a's ChannelData still reached b after its allocation ended")
+        a.close()
+        b.close()
+    finally:
+        daemon.stop()
+
+
 def test_xdp_entries_end_with_their_permission(d):
     test_entries_end_with_their_permission(d, engine="XDP")
 
@@ -715,7 +819,7 @@ if __name__ == "__main__":
              test_reload_drops_the_route, test_unpinned_stop_detaches,
              test_restart_keeps_kernel_relaying, test_none_removes_leftovers,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
-             test_peer_on_the_relay_ip,
+             test_peer_on_the_relay_ip, test_kernel_short_circuit,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart]
     run_tests([with_log(t) for t in tests])
