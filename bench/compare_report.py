@@ -167,22 +167,26 @@ SYM_VS_BASE, SYM_VS_FLAT = 0.6, 1.1
 
 def sym_targets(results, tests):
     """PASS/FAIL lines of issue 22's targets on the medians: the symmetric test with the
-    short circuit (turngate) against today's symmetric path (base, the build before the
-    short circuit) and against turngate's asymmetric flat test of the same size."""
+    short circuit (turngate: in user space; turngate-offload: in the kernel, when it ran)
+    against today's symmetric path (base, the build before the short circuit) and against
+    the same server's asymmetric flat test of the same size."""
     out = []
+    servers = ["turngate"] + [s for s in ("turngate-offload",)
+                              if any(k[0] == s for k in results)]
     for test in [t for t in ("sym172", "sym1200") if t in tests]:
         flat, name = "flat" + test[3:], test_name(test)
-        for what, key in SYM_CPU:
-            sc = median_of(results, "turngate", test, key)
-            out.append(verdict(
-                f"{name}: {what}, turngate / base (today's symmetric path)", sc,
-                median_of(results, "base", test, key), SYM_VS_BASE, False,
-                (("turngate", "--servers"), ("base", "--servers turngate,base --base DIR, "
+        for server in servers:
+            for what, key in SYM_CPU:
+                sc = median_of(results, server, test, key)
+                out.append(verdict(
+                    f"{name}: {what}, {server} / base (today's symmetric path)", sc,
+                    median_of(results, "base", test, key), SYM_VS_BASE, False,
+                    ((server, "--servers"), ("base", "--servers turngate,base --base DIR, "
                                              "DIR built by bench/build_base.sh"))))
-            out.append(verdict(
-                f"{name}: {what}, turngate / turngate {test_name(flat)} (asymmetric)", sc,
-                median_of(results, "turngate", flat, key), SYM_VS_FLAT, False,
-                (("turngate", "--servers"), (f"turngate {flat}", f"--tests {flat},{test}"))))
+                out.append(verdict(
+                    f"{name}: {what}, {server} / {server} {test_name(flat)} (asymmetric)", sc,
+                    median_of(results, server, flat, key), SYM_VS_FLAT, False,
+                    ((server, "--servers"), (f"{server} {flat}", f"--tests {flat},{test}"))))
         out += sym_caveats(results, test)
     return out or ["none: the targets are taken in the symmetric tests (--tests "
                    "flat172,sym172,flat1200,sym1200)"]
@@ -192,7 +196,7 @@ def sym_caveats(results, test):
     """NOTE lines from turngated's counters: whether turngate's pairs took the short circuit
     and whether base, which should have none, took it."""
     out = []
-    for server, want in (("turngate", 1.0), ("base", 0.0)):
+    for server, want in (("turngate", 1.0), ("turngate-offload", 1.0), ("base", 0.0)):
         frac = median_of(results, server, test, "short_circuit_frac")
         if frac is None:
             continue

@@ -579,8 +579,8 @@ static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct tgo_pk
 	__u32 pseudo, rest, mm0 = BPF_F_MARK_MANGLED_0;
 
 	if (o->dir == 2) {
-		/* Nothing moves: the length to itself, as the test of the preconditions. */
-		if (bpf_skb_change_tail(skb, skb->len, 0) < 0)
+		/* Nothing moves; the Ethernet padding, if any, is cut. */
+		if (bpf_skb_change_tail(skb, p->l4 + o->new_ulen, 0) < 0)
 			return TGO_UNTOUCHED;
 	} else if (o->dir == 0) {
 		/* Shrinking must wait for the move: change the length to itself first. */

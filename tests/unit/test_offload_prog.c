@@ -2,7 +2,9 @@
  * the TC and the XDP program on crafted and random frames against one model in C of what
  * they must do (verdict and every output byte, checksums recomputed from scratch; XDP
  * passes up what only the TC program behind it can deliver), in a network namespace of its own with known routes and neighbours; the entry API (set, delete,
- * walk, full maps) and the counters. Needs root (CAP_BPF, CAP_NET_ADMIN, a namespace):
+ * walk, full maps) and the counters. The channels include short circuits (issue #22: a
+ * client's ChannelData rewritten into another allocation's ChannelData to its client),
+ * routed and local, IPv4 and IPv6. Needs root (CAP_BPF, CAP_NET_ADMIN, a namespace):
  * exits 77 (skipped) saying why otherwise. */
 #include "config.h"
 
@@ -184,6 +186,21 @@ static struct tgo_channel *ch_add(int fam, const char *client, uint16_t cport, c
 	return c;
 }
 
+/* A short circuit: client:cport -> listener:lport on chan leaves from blistener:blport to
+ * bclient:bcport on bchan, counted on li/ci and bli/bci. */
+static void sc_add(int fam, const char *client, uint16_t cport, const char *listener,
+		   uint16_t lport, uint16_t chan, const char *blistener, uint16_t blport,
+		   const char *bclient, uint16_t bcport, uint16_t bchan, uint32_t li, uint32_t ci,
+		   uint32_t bli, uint32_t bci)
+{
+	struct tgo_channel *c = ch_add(fam, client, cport, listener, lport, blistener, blport,
+				       bclient, bcport, chan, false, li, ci);
+
+	c->sc_channel = bchan;
+	c->sc_listener_idx = bli;
+	c->sc_cluster_idx = bci;
+}
+
 /* A UDP socket bound in this namespace: a local peer or client that receives. */
 static void sock_at(int fam, const char *addr, uint16_t port)
 {
@@ -236,6 +253,13 @@ static void channels_make(void)
 	ch_add(AF_INET6, "fd00:a::2", 5000, "fd00:a::1", 3478, "fd00:b::1", 49152, "fd00:b::2",
 	       6002, 0x4002, true, 2, 3);
 	ch_add(AF_INET6, "::1", 5001, "::1", 3478, "::1", 49153, "::1", 7000, 0x7abc, false, 63, 0);
+	/* Short circuits: back out of tgA to another client, and locally on lo. */
+	sc_add(AF_INET, "10.0.0.5", 5010, "10.0.0.1", 3478, 0x4010, "10.0.0.1", 3479, "10.0.0.2",
+	       5011, 0x4011, 4, 6, 5, 7);
+	sc_add(AF_INET, "127.0.0.1", 5003, "127.0.0.1", 3478, 0x4020, "127.0.0.1", 3478,
+	       "127.0.0.1", 5001, 0x4021, 3, 5, 4, 6);
+	sc_add(AF_INET6, "fd00:a::5", 5010, "fd00:a::1", 3478, 0x4010, "fd00:a::1", 3479,
+	       "fd00:a::2", 5011, 0x7ffe, 2, 3, 62, 63);
 }
 
 static bool sock_exists(int v6, const uint8_t *addr, uint16_t port)
@@ -389,8 +413,9 @@ struct verdict {
 	size_t csum_off;	/* where the output's UDP checksum is */
 	uint8_t out[FRAME_MAX + 8];
 	size_t out_len;
-	int dir;
+	int dir;		/* 0: client -> peer, 1: peer -> client, 2: short circuit */
 	uint32_t li, ci, plen;
+	uint32_t sli, sci;	/* dir 2: the receiver's counter slots */
 	bool xdp_pass;		/* relayed by TC, passed up untouched by XDP */
 };
 
@@ -500,7 +525,7 @@ static const struct tgo_channel *model_p2c(int fam, const uint8_t *src, uint16_t
 	for (size_t i = 0; i < n_chans; i++) {
 		const struct tgo_channel *c = &chans[i];
 
-		if (!gone[i] && c->family == fam && c->peer_port == sport &&
+		if (!gone[i] && !c->sc_channel && c->family == fam && c->peer_port == sport &&
 		    c->relay_port == dport && !memcmp(c->peer, src, alen) &&
 		    !memcmp(c->relay, dst, alen))
 			return c;
@@ -573,7 +598,7 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 	if (chan_ok)
 		c = model_c2p(v6 ? AF_INET6 : AF_INET, src, sport, dst, dport, chan);
 	if (c) {
-		dir = 0;
+		dir = c->sc_channel ? 2 : 0;
 	} else {
 		c = model_p2c(v6 ? AF_INET6 : AF_INET, src, sport, dst, dport);
 		if (c)
@@ -581,17 +606,17 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 	}
 	if (!c || c->expires_ns <= now_ns())
 		return;
-	plen = dir == 0 ? chlen : ulen - 8;
+	plen = dir == 1 ? ulen - 8 : chlen;
 	if (plen > TGO_MAX_PAYLOAD)
 		return;
 	{
-		const uint8_t *ndst = dir == 0 ? c->peer : c->client;
+		const uint8_t *ndst = dir == 1 ? c->client : c->peer;
 		bool lo_dst = v6 ? !memcmp(ndst, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16)
 				 : ndst[0] == 127;
 
 		if (rc->fwd_off && !(rc->ingress == 1 && lo_dst))
 			return;
-		size_t new_l3 = (v6 ? 40 : 20) + 8 + plen + (dir == 1 ? 4 : 0);
+		size_t new_l3 = (v6 ? 40 : 20) + (dir == 2 ? ulen : 8 + plen + (dir == 1 ? 4 : 0));
 
 		route = model_route(v6, ndst, &egress, &dmac, &smac, &mtu);
 		if (route == RT_NONE)
@@ -600,7 +625,7 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 			return;
 		if (route == RT_LOCAL &&
 		    (rc->ingress != 1 ||
-		     !sock_exists(v6, ndst, dir == 0 ? c->peer_port : c->client_port)))
+		     !sock_exists(v6, ndst, dir == 1 ? c->client_port : c->peer_port)))
 			return;
 	}
 	/* The relayed frame, built afresh. */
@@ -611,11 +636,11 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 		memcpy(o + 6, smac, 6);
 	}
 	{
-		const uint8_t *nsrc = dir == 0 ? c->relay : c->listener,
-			      *ndst = dir == 0 ? c->peer : c->client;
-		unsigned nsport = dir == 0 ? c->relay_port : c->listener_port;
-		unsigned ndport = dir == 0 ? c->peer_port : c->client_port;
-		size_t new_ulen = 8 + plen + (dir == 1 ? 4 : 0);
+		const uint8_t *nsrc = dir == 1 ? c->listener : c->relay,
+			      *ndst = dir == 1 ? c->client : c->peer;
+		unsigned nsport = dir == 1 ? c->listener_port : c->relay_port;
+		unsigned ndport = dir == 1 ? c->client_port : c->peer_port;
+		size_t new_ulen = dir == 2 ? ulen : 8 + plen + (dir == 1 ? 4 : 0);
 		uint8_t *oip = o + 14, *oudp = o + l4;
 
 		if (!v6) {
@@ -635,6 +660,10 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 		put16(oudp + 4, (unsigned)new_ulen);
 		if (dir == 0) {
 			memcpy(oudp + 8, f + payload_off + 4, plen);
+		} else if (dir == 2) {
+			/* The whole message, padding included, onto the receiver's channel. */
+			memcpy(oudp + 8, f + payload_off, ulen - 8);
+			put16(oudp + 8, c->sc_channel);
 		} else {
 			put16(oudp + 8, c->channel);
 			put16(oudp + 10, (unsigned)plen);
@@ -657,6 +686,8 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 	v->dir = dir;
 	v->li = c->listener_idx;
 	v->ci = c->cluster_idx;
+	v->sli = c->sc_listener_idx;
+	v->sci = c->sc_cluster_idx;
 	v->plen = (uint32_t)plen;
 }
 
@@ -665,7 +696,7 @@ static void model(const uint8_t *f, size_t len, const struct run_ctx *rc, struct
 static struct tgo *g_t;
 static int g_prog = -1, g_prog_xdp = -1;
 static unsigned g_mode_relayed;	/* relayed by the program under test */
-static struct tgo_count g_lcount[TGO_MAX_LISTENERS], g_ccount[TGO_MAX_CLUSTERS], g_total;
+static struct tgo_count g_lcount[TGO_MAX_LISTENERS], g_ccount[TGO_MAX_CLUSTERS], g_total, g_short;
 static unsigned g_relayed, g_passed;
 
 static void count_expect(const struct tgo_channel *c, int dir, uint32_t plen)
@@ -777,12 +808,25 @@ static int check_frame(const uint8_t *f, size_t len, const struct run_ctx *rc)
 			assert_int_equal(udp_residual(v6, v6 ? ip + 8 : ip + 12,
 						      v6 ? ip + 24 : ip + 16, udp, ulen),
 					 0xffff);
-		g_lcount[v.li].pkts[v.dir]++;
-		g_lcount[v.li].bytes[v.dir] += v.plen;
-		g_ccount[v.ci].pkts[v.dir]++;
-		g_ccount[v.ci].bytes[v.dir] += v.plen;
-		g_total.pkts[v.dir]++;
-		g_total.bytes[v.dir] += v.plen;
+		int d = v.dir == 1;
+
+		g_lcount[v.li].pkts[d]++;
+		g_lcount[v.li].bytes[d] += v.plen;
+		g_ccount[v.ci].pkts[d]++;
+		g_ccount[v.ci].bytes[d] += v.plen;
+		g_total.pkts[d]++;
+		g_total.bytes[d] += v.plen;
+		if (v.dir == 2) {
+			/* Sent by one allocation, received by the other. */
+			g_lcount[v.sli].pkts[1]++;
+			g_lcount[v.sli].bytes[1] += v.plen;
+			g_ccount[v.sci].pkts[1]++;
+			g_ccount[v.sci].bytes[1] += v.plen;
+			g_total.pkts[1]++;
+			g_total.bytes[1] += v.plen;
+			g_short.pkts[0]++;
+			g_short.bytes[0] += v.plen;
+		}
 		g_relayed++;
 		g_mode_relayed++;
 	} else {
@@ -912,6 +956,8 @@ static void test_relay_both_ways(void **state)
 
 		if (c->expires_ns < now_ns())
 			want_c2p = want_p2c = M_PASS;
+		else if (c->sc_channel)	/* one entry: nothing comes back to a relay port */
+			want_c2p = c->peer[0] == 127 ? M_LOCAL : M_REDIRECT, want_p2c = M_PASS;
 		else if (c->peer[0] == 198)	/* no route to the peer; the client has one */
 			want_c2p = M_PASS;
 		else if (c->peer[0] == 127 || (c->family == AF_INET6 && c->peer[0] == 0))
@@ -1211,6 +1257,9 @@ static void test_counters(void **state)
 	assert_int_equal(tgo_totals(g_t, &got, &entries), 0);
 	assert_memory_equal(&got, &g_total, sizeof(got));
 	assert_int_equal(entries, n_chans);
+	assert_int_equal(tgo_short_counts(g_t, &got), 0);
+	assert_memory_equal(&got, &g_short, sizeof(got));
+	assert_true(g_short.pkts[0] > 100);	/* the short circuits were exercised */
 	assert_int_equal(tgo_listener_counts(g_t, TGO_MAX_LISTENERS, &got), -EINVAL);
 	assert_int_equal(tgo_cluster_counts(g_t, TGO_MAX_CLUSTERS, &got), -EINVAL);
 	print_message("%u relayed, %u passed up in all\n", g_relayed, g_passed);
@@ -1317,7 +1366,7 @@ static void test_entries_api(void **state)
 	struct walk_arg w = { 0, 0, true };
 	uint64_t entries;
 	struct tgo_count cnt;
-	unsigned left = 0;
+	unsigned left = 0, left_p2c = 0;
 
 	(void)state;
 	tgo_maps_of(g_t, &m);
@@ -1341,6 +1390,15 @@ static void test_entries_api(void **state)
 	bad = chans[0];
 	bad.family = AF_UNIX;
 	assert_int_equal(tgo_channel_set(&m, &bad), -EAFNOSUPPORT);
+	bad = chans[n_chans - 1];	/* a short circuit */
+	bad.sc_channel = 0x3fff;
+	assert_int_equal(tgo_channel_set(&m, &bad), -EINVAL);
+	bad = chans[n_chans - 1];
+	bad.sc_listener_idx = TGO_MAX_LISTENERS;
+	assert_int_equal(tgo_channel_set(&m, &bad), -EINVAL);
+	bad = chans[n_chans - 1];
+	bad.sc_cluster_idx = TGO_MAX_CLUSTERS;
+	assert_int_equal(tgo_channel_set(&m, &bad), -EINVAL);
 	/* Delete: both entries go; then -ENOENT; the datagrams go up. */
 	assert_int_equal(tgo_channel_del(&m, &chans[0]), 0);
 	assert_int_equal(tgo_channel_del(&m, &chans[0]), -ENOENT);
@@ -1356,12 +1414,14 @@ static void test_entries_api(void **state)
 	gone[0] = false;
 	/* A walk that deletes the channels below 0x4002. */
 	w = (struct walk_arg){ 0, 0x4002, true };
-	for (size_t i = 0; i < n_chans; i++)
+	for (size_t i = 0; i < n_chans; i++) {
 		left += chans[i].channel >= 0x4002;
+		left_p2c += chans[i].channel >= 0x4002 && !chans[i].sc_channel;
+	}
 	assert_int_equal(tgo_channel_walk(&m, walk_fn, &w), (int)left);
 	assert_int_equal(tgo_totals(g_t, &cnt, &entries), 0);
 	assert_int_equal(entries, left);
-	assert_int_equal(tgo_map_count(m.p2c_fd), (int)left);
+	assert_int_equal(tgo_map_count(m.p2c_fd), (int)left_p2c);
 	/* An orphan peer -> client entry goes at the next walk. */
 	assert_int_equal(tgo_channel_set(&m, &chans[0]), 0);
 	{
@@ -1376,10 +1436,10 @@ static void test_entries_api(void **state)
 		memcpy(k.listener, chans[0].listener, 4);
 		assert_int_equal(bpf_map_delete_elem(m.c2p_fd, &k), 0);
 	}
-	assert_int_equal(tgo_map_count(m.p2c_fd), (int)left + 1);
+	assert_int_equal(tgo_map_count(m.p2c_fd), (int)left_p2c + 1);
 	w = (struct walk_arg){ 0, 0, true };
 	assert_int_equal(tgo_channel_walk(&m, walk_fn, &w), (int)left);
-	assert_int_equal(tgo_map_count(m.p2c_fd), (int)left);
+	assert_int_equal(tgo_map_count(m.p2c_fd), (int)left_p2c);
 	/* Back to every channel for the tests after this one. */
 	for (size_t i = 0; i < n_chans; i++)
 		assert_int_equal(tgo_channel_set(&m, &chans[i]), 0);
