@@ -201,6 +201,17 @@ static int tgo_pins_make(struct tgo *t, char *why, size_t why_len)
 			return err;
 		}
 	}
+	/* The maps of an earlier layout (a run before an upgrade) serve no program now. */
+	for (int v = 1; v < TGO_LAYOUT; v++)
+		for (size_t i = 0; i < TGO_N_PINS; i++) {
+			const char *us = strrchr(tgo_pins[i].file, '_');
+			char old[64];
+
+			snprintf(old, sizeof(old), "%.*s_v%d", (int)(us - tgo_pins[i].file),
+				 tgo_pins[i].file, v);
+			if (tgo_path(path, sizeof(path), t->pin_dir, old) == 0)
+				unlink(path);
+		}
 	return 0;
 }
 

@@ -219,7 +219,7 @@ static bool wk_off_sc_ends(struct worker *w, struct wk_alloc *a, const struct sh
 
 /* Both entries of the pair of channel c of a: a -> b in *ab, b -> a in *ba. false when
  * they must not exist (*ab and *ba then hold the keys there may be, *ba's only when
- * *has_ba). */
+ * *has_ba: b's channel back is bound to what c names, so the pair is c's). */
 static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct shm_chan *c,
 			   uint64_t now_ns, struct tgo_channel *ab, struct tgo_channel *ba,
 			   bool *has_ba, struct shm_relay_target *tb_out)
@@ -229,7 +229,7 @@ static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct sh
 	struct sockaddr_storage ann_a, ann_b;
 	struct shm_addr s;
 	uint32_t cla = 0, clb = 0;
-	bool ok;
+	bool ok, mine;
 
 	*has_ba = false;
 	memset(ab, 0, sizeof(*ab));
@@ -241,8 +241,9 @@ static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct sh
 	wk_shm_to_addr(&s, &ann_a);
 	wk_off_sc_announced(lb, &tb.relay, &s);
 	wk_shm_to_addr(&s, &ann_b);
+	mine = ta.chan == c->number;	/* c is bound to b's announced address */
 	ok = wk_off_sc_udp(w, a->l, &ta) && wk_off_sc_udp(w, lb, &tb) && a->conn == NULL &&
-	     ta.chan == c->number && ta.client.family == tb.client.family &&
+	     mine && ta.client.family == tb.client.family &&
 	     !shm_bw_on(&w->hot.bw) &&
 	     snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&ann_b, true, &cla) == 0 &&
 	     snap_peer_match(w->snap, lb->snap_idx, (struct sockaddr *)&ann_a, true, &clb) == 0 &&
@@ -252,12 +253,21 @@ static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct sh
 
 		ta.chan = c->number;
 		wk_off_sc_entry(&ta, a->l->snap_idx, cla, &tb, lb->snap_idx, clb, exp, ab);
-		if (tb.chan != 0) {
+		if (tb.chan != 0 && mine) {
 			wk_off_sc_entry(&tb, lb->snap_idx, clb, &ta, a->l->snap_idx, cla, exp, ba);
 			*has_ba = true;
 		}
 	}
 	return ok;
+}
+
+static void wk_off_sc_del(struct worker *w, const struct tgo_channel *ab,
+			  const struct tgo_channel *ba, bool has_ba)
+{
+	if (ab->channel != 0)
+		(void)tgo_channel_del(&w->off, ab);
+	if (has_ba)
+		(void)tgo_channel_del(&w->off, ba);
 }
 
 /* Deletes both entries of the short circuit of c (a's channel), whichever exists. */
@@ -271,10 +281,7 @@ static void wk_off_sc_unpair(struct worker *w, struct wk_alloc *a, const struct 
 	if (!wk_off_on(w))
 		return;
 	(void)wk_off_sc_pair(w, a, c, now_ns, &ab, &ba, &has_ba, &tb);
-	if (ab.channel != 0)
-		(void)tgo_channel_del(&w->off, &ab);
-	if (has_ba)
-		(void)tgo_channel_del(&w->off, &ba);
+	wk_off_sc_del(w, &ab, &ba, has_ba);
 }
 
 /* Writes both entries of the pair of a's slot i; true when they are in. */
@@ -286,10 +293,7 @@ static bool wk_off_sc_set(struct worker *w, struct wk_alloc *a, unsigned i, uint
 	bool has_ba;
 
 	if (!wk_off_sc_pair(w, a, c, now_ns, &ab, &ba, &has_ba, &tb)) {
-		if (ab.channel != 0)
-			(void)tgo_channel_del(&w->off, &ab);
-		if (has_ba)
-			(void)tgo_channel_del(&w->off, &ba);
+		wk_off_sc_del(w, &ab, &ba, has_ba);
 		return false;
 	}
 	if (tgo_channel_set(&w->off, &ab) < 0 || tgo_channel_set(&w->off, &ba) < 0)
@@ -302,8 +306,7 @@ static bool wk_off_sc_set(struct worker *w, struct wk_alloc *a, unsigned i, uint
 		goto undo;
 	return true;
 undo:
-	(void)tgo_channel_del(&w->off, &ab);
-	(void)tgo_channel_del(&w->off, &ba);
+	wk_off_sc_del(w, &ab, &ba, true);
 	return false;
 }
 

@@ -38,6 +38,8 @@
 
 #include <cmocka.h>
 
+#include <bpf/bpf.h>
+
 #include "offload/offload.h"
 
 #define MS_NS UINT64_C(1000000)
@@ -683,17 +685,28 @@ static void test_takeover(void **state)
 	struct tgo_maps m;
 	struct tgo_channel ch = chan_of(&F[0], 0x6000, 60000 * MS_NS);
 	struct tgo_channel ch6 = chan_of(&F[1], 0x6001, 60000 * MS_NS);
-	char pin[128];
+	char pin[128], old[192];
 	struct stat st;
 	struct tgo_count got;
 	uint64_t entries;
+	int fd;
 
 	(void)state;
 	tgo_close(g_t, false);
 	g_t = NULL;
 	c2p(&F[0], 0x4000, 5, 0, false);	/* detached */
 	snprintf(pin, sizeof(pin), "%s/turngate/test", bpffs);
+	/* A map pinned by an earlier layout (a run before an upgrade) goes at the open. */
+	snprintf(old, sizeof(old), "%s/turngate", bpffs);
+	assert_true(mkdir(old, 0700) == 0 || errno == EEXIST);
+	assert_true(mkdir(pin, 0700) == 0 || errno == EEXIST);
+	snprintf(old, sizeof(old), "%s/c2p_v1", pin);
+	fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, 4, 4, 1, NULL);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_obj_pin(fd, old), 0);
+	close(fd);
 	assert_int_equal(open_offload_on(&t, pin, TGO_ENGINE_AUTO, false), 0);
+	assert_int_equal(stat(old, &st), -1);
 	g_t = t;
 	memset(&want_l, 0, sizeof(want_l));
 	want_c = want_total = want_l;

@@ -269,6 +269,12 @@ def one_instance(workers):
                      % (label, sc1))
         tgtest.check(sc1 - sc0 == tx1 - tx0, "%s: %d datagrams to peers, %d short-circuited: "
                      "some left a relay socket" % (label, tx1 - tx0, sc1 - sc0))
+        if os.environ.get("TG_OFFLOAD"):
+            # The kernel fast path on (test_offload_auto.sh): the browsers' channels are
+            # bound to each other, so the kernel short-circuits their ChannelData.
+            k = d.admin({"cmd": "status"})["offload"]["packets_short_circuit"]
+            tgtest.check(k > 0, "%s: the kernel short-circuited none of the datagrams" % label)
+            label += ", %d of the datagrams short-circuited by the kernel" % k
     tgtest.proved("Chromium symmetric ICE, mask %s, %s: %d data-channel messages each way, "
                   "no candidate shows %s, %d datagrams short-circuited (all there were; "
                   "allocations on workers %s)"

@@ -284,9 +284,11 @@ class Daemon:
             o = self.admin({"cmd": "status"})["offload"]
         except (OSError, ValueError, KeyError) as e:
             return ["offload status unreadable: %s" % e]
-        print("offload %s: active %s, interfaces %s, to peer %d, to client %d datagrams"
-              % (o["engine"], o["active"], [(i["name"], i["engine"]) for i in o["interfaces"]],
-                 o["packets_to_peer"], o["packets_to_client"]), flush=True)
+        print("offload %s: active %s, interfaces %s, to peer %d, to client %d, short-circuited "
+              "%d datagrams" % (o["engine"], o["active"],
+                                [(i["name"], i["engine"]) for i in o["interfaces"]],
+                                o["packets_to_peer"], o["packets_to_client"],
+                                o["packets_short_circuit"]), flush=True)
         return [] if o["active"] else ["TG_OFFLOAD set but the fast path did not load"]
 
     def __enter__(self):
