@@ -52,6 +52,14 @@ static bool addr_in(const struct sockaddr *ifa, const struct sockaddr_storage *w
 		      &((const struct sockaddr_in6 *)want)->sin6_addr, 16) == 0;
 }
 
+/* An IPv4 address of 127.0.0.0/8: local on the loopback interface whichever of them lo
+ * carries (the /8 route), e.g. a second instance on 127.0.0.3. */
+static bool loopback4(const struct sockaddr_storage *a)
+{
+	return a->ss_family == AF_INET &&
+	       (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+}
+
 static size_t add_name(char names[][IF_NAMESIZE], size_t n, size_t cap, const char *name)
 {
 	for (size_t i = 0; i < n; i++)
@@ -63,7 +71,7 @@ static size_t add_name(char names[][IF_NAMESIZE], size_t n, size_t cap, const ch
 }
 
 /* The interfaces that carry a listener's or a relay address (admin.offload_interfaces
- * empty). Returns their number. */
+ * empty); the loopback interface for one of 127.0.0.0/8. Returns their number. */
 static size_t auto_ifaces(const struct conf *c, char names[][IF_NAMESIZE], size_t cap)
 {
 	struct ifaddrs *ifs = NULL;
@@ -79,7 +87,9 @@ static size_t auto_ifaces(const struct conf *c, char names[][IF_NAMESIZE], size_
 			memset(&bind, 0, sizeof(bind));
 		for (struct ifaddrs *f = ifs; f != NULL; f = f->ifa_next)
 			if ((bind.ss_family != 0 && addr_in(f->ifa_addr, &bind)) ||
-			    addr_in(f->ifa_addr, &l->relay_addr))
+			    addr_in(f->ifa_addr, &l->relay_addr) ||
+			    ((f->ifa_flags & IFF_LOOPBACK) &&
+			     (loopback4(&bind) || loopback4(&l->relay_addr))))
 				n = add_name(names, n, cap, f->ifa_name);
 	}
 	freeifaddrs(ifs);
