@@ -32,7 +32,9 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   listener, each with a channel bound to the other's masked address, exchange ChannelData
   while the workers are stopped, onto the receiver's channel from the listener's address,
   counted exactly (listener, offload and short circuit counters); the pair has no entry
-  until both channels are bound, and none once one allocation is deleted.
+  until both channels are bound, and none once one allocation is deleted. The same over
+  IPv6 between two clients in the clients' namespace (udp6 masked with fd77:1::9): the
+  rewritten datagram leaves by the veth it came in on.
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
 - `offload_engine: XDP`: native XDP on both veths, the TC program behind it. The client's
@@ -718,7 +720,7 @@ class ScDaemon(Daemon):
 
 def sc_exchange(src, dst, chan_out, chan_in, n, payload):
     """n ChannelData from src on chan_out; how many reached dst as ChannelData on chan_in,
-    from the listener, with the payload unchanged."""
+    from the listener dst reached, with the payload unchanged."""
     for i in range(n):
         src.channel_data(chan_out, payload + struct.pack("!I", i))
     got, seen = 0, set()
@@ -730,7 +732,7 @@ def sc_exchange(src, dst, chan_out, chan_in, n, payload):
         except socket.timeout:
             continue
         body = payload + data[-4:]
-        if (frm == ("127.0.0.1", PORT) and data[:4] == struct.pack("!HH", chan_in, len(body))
+        if (frm[:2] == dst.server and data[:4] == struct.pack("!HH", chan_in, len(body))
                 and data[4:] == body and data[-4:] not in seen):
             seen.add(data[-4:])
             got += 1
@@ -742,15 +744,43 @@ def test_kernel_short_circuit(d):
     bound to the other's masked address, exchange ChannelData while every worker is
     SIGSTOPped (only the kernel can carry it), rewritten onto the receiver's channel and
     counted exactly; the pair's two entries come with the second ChannelBind and go when
-    either allocation is deleted."""
-    daemon = ScDaemon(d)
+    either allocation is deleted. Loopback, TC on lo (a local delivery)."""
+    short_circuit_pair(ScDaemon(d), "lo4", "127.0.0.9",
+                       lambda: Client(PORT, server="127.0.0.1", bind="127.0.0.2"),
+                       lambda: Client(PORT, server="127.0.0.1", bind="127.0.0.3"))
+
+
+# CONFIG's udp6 listener masked with fd77:1::9 (on the clients' side, which nothing holds)
+# and the mask admitted; the udp4 listener as it is.
+SC6_CONFIG = CONFIG.replace(
+    "    bind_address: fd77:1::2\n    port: {port}\n    routes: [{routes}]\n",
+    "    bind_address: fd77:1::2\n    port: {port}\n    routes: [{routes}]\n"
+    "    relay_address_mask: fd77:1::9\n").replace(
+    'endpoints: ["10.77.2.1", "fd77:2::1"]', 'endpoints: ["10.77.2.1", "fd77:2::1", "fd77:1::9"]')
+
+
+class Sc6Daemon(Daemon):
+    def write(self, routes):
+        with open(self.conf, "w") as f:
+            f.write(SC6_CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
+                                      realm=REALM, secret=SECRET, limits=self.limits,
+                                      engine=self.engine))
+
+
+def test_kernel_short_circuit_v6(d):
+    """The same over IPv6 between two clients in the clients' namespace: the kernel sends
+    the rewritten datagram back out of the veth it came in on (a routed short circuit)."""
+    short_circuit_pair(Sc6Daemon(d), "udp6", "fd77:1::9", lambda: client(True),
+                       lambda: client(True), extra=[(A_FAMILY, bytes([2, 0, 0, 0]))])
+
+
+def short_circuit_pair(daemon, listener, mask, mk_a, mk_b, extra=()):
     try:
         offload_or_skip(daemon)
-        a = Client(PORT, server="127.0.0.1", bind="127.0.0.2")
-        b = Client(PORT, server="127.0.0.1", bind="127.0.0.3")
-        ra = a.relayed(a.allocate())[0]
-        rb = b.relayed(b.allocate())[0]
-        check(ra[0] == rb[0] == "127.0.0.9", "masked relayed addresses: %r %r" % (ra, rb))
+        a, b = mk_a(), mk_b()
+        ra = a.relayed(a.allocate(extra=extra))[0]
+        rb = b.relayed(b.allocate(extra=extra))[0]
+        check(ra[0] == rb[0] == mask, "masked relayed addresses: %r %r" % (ra, rb))
         r = a.bind(rb[0], rb[1], SC_CHANNELS[0])
         check(error_code(r[3]) is None, "ChannelBind a: %r" % (error_code(r[3]),))
         # The entry is written before the response: with one channel of the pair only,
@@ -779,15 +809,15 @@ def test_kernel_short_circuit(d):
               "offload counters: %r -> %r" % (o0, o1))
         check(after["counters"]["short_circuit"] - c0 == 2 * n,
               "short_circuit: %d -> %d" % (c0, after["counters"]["short_circuit"]))
-        bl, al = before["listeners"]["lo4"], after["listeners"]["lo4"]
+        bl, al = before["listeners"][listener], after["listeners"][listener]
         for k in ("client_pkts_in", "peer_pkts_out", "peer_pkts_in", "client_pkts_out"):
-            check(al[k] - bl[k] == 2 * n, "lo4 %s: %d -> %d" % (k, bl[k], al[k]))
+            check(al[k] - bl[k] == 2 * n, "%s %s: %d -> %d" % (listener, k, bl[k], al[k]))
         # 157 + 4 and 160 + 4 bytes of data each way; the client side adds the 4-byte header.
         data = n * (161 + 164)
         check(al["peer_bytes_out"] - bl["peer_bytes_out"] == data and
               al["peer_bytes_in"] - bl["peer_bytes_in"] == data and
               al["client_bytes_in"] - bl["client_bytes_in"] == data + 8 * n,
-              "lo4 byte counters: %r -> %r" % (bl, al))
+              "%s byte counters: %r -> %r" % (listener, bl, al))
         # b ends: both entries go (a's towards b as well), and a's data reaches b no more.
         r = b.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
         check(error_code(r[3]) is None, "Refresh 0: %r" % (error_code(r[3]),))
@@ -819,7 +849,7 @@ if __name__ == "__main__":
              test_reload_drops_the_route, test_unpinned_stop_detaches,
              test_restart_keeps_kernel_relaying, test_none_removes_leftovers,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
-             test_peer_on_the_relay_ip, test_kernel_short_circuit,
+             test_peer_on_the_relay_ip, test_kernel_short_circuit, test_kernel_short_circuit_v6,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart]
     run_tests([with_log(t) for t in tests])
