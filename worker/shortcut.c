@@ -240,13 +240,14 @@ bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 {
 	struct sockaddr_storage from;
 	struct shm_addr to, from_shm;
-	uint64_t now_ns = wk_batch_ns(w);
 	struct shm_relay_target t;
 	struct wk_listener *tl;
 	struct wk_alloc *own;
+	uint64_t now_ns;
 
 	if (!wk_sc_own_ip(w, peer) || len > WK_DGRAM_MAX - 4)
 		return false;
+	now_ns = wk_batch_ns(w);
 	wk_addr_to_shm(peer, &to);
 	wk_relay_announced(a, r, &from);
 	wk_addr_to_shm((struct sockaddr *)&from, &from_shm);
