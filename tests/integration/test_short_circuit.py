@@ -21,8 +21,8 @@ once). Checked:
 - the per-allocation counters (to_peer, from_peer) count them as relayed;
 - no permission on the receiving side: dropped, counted as a permission denial;
 - a masked address that the sender listener's routes do not admit: 403, as any peer;
-- a TURN-TCP client (test_stream_receiver) gets the same, whichever worker owns it: owned
-  by another worker than its UDP partner's, the datagrams for it are handed over to its
+- a TURN-TCP or TURN-TLS client (test_stream_receiver) gets the same, whichever worker owns
+  it: owned by another worker than its UDP partner's, the datagrams for it are handed to its
   owner (worker/handover.c), through no relay socket either; the hand-over outlives the
   replacement of either worker (kill -9), and what the owner could not take any more (its
   allocation ended with it) is counted as stale.
@@ -40,11 +40,12 @@ from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,
                                 SEND, Client, Daemon, build, check, error_code, free_port,
                                 parse, parse_xor_addr, relay_range, xor_addr)
 from test_tcp_relay import TcpTurn  # noqa: E402
+from test_tls import make_cert, tls_connect  # noqa: E402
 
 MASK = "127.0.0.9"
 
 
-def config(d, ports, workers, relay, tcp_port=None):
+def config(d, ports, workers, relay, tcp_port=None, tls=None):
     masked, plain, closed = ports
     text = ("version: v1\nadmin:\n  name: sc\n  loglevel: all:INFO\n  workers: %d\n"
             "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
@@ -62,6 +63,10 @@ def config(d, ports, workers, relay, tcp_port=None):
         text += ("  - name: tcpmasked\n    protocol: TURN-TCP\n    address: 127.0.0.1\n"
                  "    port: %d\n    routes: [self]\n    relay_address_mask: %s\n"
                  % (tcp_port, MASK))
+    if tls:
+        text += ("  - name: tlsmasked\n    protocol: TURN-TLS\n    address: 127.0.0.1\n"
+                 "    port: %d\n    cert_file: %s\n    key_file: %s\n    routes: [self]\n"
+                 "    relay_address_mask: %s\n" % (tls + (MASK,)))
     text += ("clusters:\n  - name: self\n    type: STATIC\n    endpoints: [\"%s\", \"127.0.0.1\"]\n"
              "  - name: elsewhere\n    type: STATIC\n    endpoints: [\"10.9.9.9\"]\n" % MASK)
     return text
@@ -131,10 +136,14 @@ class StreamTurn(TcpTurn):
 
 
 class StreamPeer:
-    """Peer's counterpart for a TURN-TCP client on listener tcpmasked."""
+    """Peer's counterpart for a TURN-TCP client on listener tcpmasked, or (tls) a TURN-TLS
+    one on tlsmasked."""
 
-    def __init__(self, daemon, port, user):
+    def __init__(self, daemon, port, user, tls=False):
         self.c = StreamTurn(port, user=user)
+        if tls:
+            self.c.sock.close()
+            self.c.sock = tls_connect(port)
         self.relayed = self.c.relayed(self.c.allocate())[0]
         found = [a for a in allocations(daemon).values()
                  if a["relay"] == "%s:%d" % self.relayed]
@@ -406,14 +415,15 @@ def test_bad_mask_refused(d):
         os.unlink(daemon.errpath)
 
 
-def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None):
-    """A UDP Peer on listener masked and a StreamPeer on tcpmasked, owned by different
-    workers when split (the UDP one's worker receives its datagrams: its datagrams for the
-    TCP client must be handed over), else by one. stream_slot: the TCP client's worker
-    must be that one. Bounded: tries new clients until the owners fit."""
+def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None, tls=False):
+    """A UDP Peer on listener masked and a StreamPeer on tcp_port (tls: a TURN-TLS one),
+    owned by different workers when split (the UDP one's worker receives its datagrams:
+    its datagrams for the stream client must be handed over), else by one. stream_slot:
+    the stream client's worker must be that one. Bounded: tries new clients until the
+    owners fit."""
     for i in range(tries):
         a = Peer(daemon, ports[0], "alice-%s%d" % (tag, i))
-        t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i))
+        t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), tls)
         wa, wt = a.record["worker"], t.record["worker"]
         if (wa != wt) == split and stream_slot in (None, wt):
             check(t.relayed[0] == MASK, "TCP client's relayed address %r" % (t.relayed,))
@@ -437,9 +447,10 @@ def kill_worker(daemon, slot):
              "slot %d respawned" % slot)
 
 
-def stream_daemon(d):
+def stream_daemon(d, tls_port=None):
     ports, tcp_port = (free_port(), free_port(), free_port()), free_port()
-    daemon = Daemon(d, config(d, ports, 2, relay_range(), tcp_port), workers=2).start()
+    tls = (tls_port,) + make_cert(d, "turn.test") if tls_port else None
+    daemon = Daemon(d, config(d, ports, 2, relay_range(), tcp_port, tls), workers=2).start()
     return daemon, ports, tcp_port
 
 
@@ -447,12 +458,15 @@ def test_stream_receiver(d):
     """A TURN-TCP client (masked listener) and a UDP one exchange Send indications and
     ChannelData both ways, 2 workers: on one worker, and across workers, where the TCP
     client's connection lives in the worker that does not receive the UDP client's
-    datagrams. Either way each arrives once, framed as from the masked address, counted
-    once in short_circuit, and none crosses the relay sockets (exchange)."""
-    daemon, ports, tcp_port = stream_daemon(d)
+    datagrams; then a TURN-TLS client across workers. Each time every datagram arrives
+    once, framed as from the masked address, counted once in short_circuit, and none
+    crosses the relay sockets (exchange)."""
+    tls_port = free_port()
+    daemon, ports, tcp_port = stream_daemon(d, tls_port)
     try:
-        for split in (True, False):
-            a, t = stream_pair(daemon, ports, tcp_port, split, "s%d" % split)
+        for split, port, tls in ((True, tcp_port, False), (False, tcp_port, False),
+                                 (True, tls_port, True)):
+            a, t = stream_pair(daemon, ports, port, split, "s%d%d" % (split, tls), tls=tls)
             try:
                 exchange(daemon, a, t)
             finally:
