@@ -443,6 +443,11 @@ static void render_global(struct mctx *m)
 	       "the other without a relay socket (also in the peer, listener and cluster "
 	       "counters).",
 	       SHM_CTR_SHORT_CIRCUIT);
+	single(m, "turngate_short_circuit_stale_total",
+	       "Short-circuited datagrams handed to the worker that owns the receiving "
+	       "allocation's connection, dropped there because that allocation had ended or "
+	       "changed meanwhile.",
+	       SHM_CTR_SHORT_CIRCUIT_STALE);
 	labelled(m, "turngate_sibling_packets_total",
 		 "Datagrams for masked addresses of sibling instances: sent to a sibling's relay "
 		 "address (out), and from one translated to the mask (in).",

@@ -95,6 +95,12 @@ struct master {
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
 	struct mworker *workers;  /* n_slots entries */
+	/* The short circuit's hand-over channel (worker/handover.c): per slot, a SOCK_DGRAM
+	 * socketpair made before the first fork and kept open for the master's life, so a
+	 * respawned worker reads the same receiving end and every worker keeps sending to
+	 * it. ho_rx[s]: slot s's receiving end (its worker only); ho_tx[s]: the sending end
+	 * every worker inherits. n_slots entries each, NULL before supervise_init. */
+	int *ho_rx, *ho_tx;
 	ev_child child_w;
 
 	/* listeners */
@@ -170,6 +176,8 @@ ssize_t listener_find(const struct master *m, const char *name);
 
 /* ---- workers (master/supervise.c) ------------------------------------------------ */
 
+/* The worker slots' supervision state and their hand-over socketpairs (before any fork).
+ * Returns 0 or -errno (logged). */
 int supervise_init(struct master *m);
 /* Forks the worker of one slot. Returns 0 or -errno (logged). */
 int supervise_spawn(struct master *m, unsigned slot);

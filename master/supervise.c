@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,9 +107,11 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		.listeners = wl,
 		.n_listeners = n_wl,
 		.offload = { -1, -1 },
+		.handover_rx = m->ho_rx[slot],
+		.handover_tx = m->ho_tx,
 	};
 	uint32_t n_taken = 0;
-	int keep[SHM_MAX_LISTENERS + 5];
+	int keep[SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 6];
 	size_t nk = 0;
 	char name[32];
 
@@ -133,6 +136,10 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		_exit(1);
 	keep[nk++] = ctl_fd;
 	keep[nk++] = shm_fd(m->shm);
+	/* The hand-over channel: the slot's receiving end, every slot's sending end. */
+	keep[nk++] = m->ho_rx[slot];
+	for (unsigned i = 0; i < m->n_slots; i++)
+		keep[nk++] = m->ho_tx[i];
 	/* The state file lock: held until the last process of this daemon is gone. */
 	if (shm_lock_fd(m->shm) >= 0)
 		keep[nk++] = shm_lock_fd(m->shm);
@@ -392,8 +399,69 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	ev_timer_start(loop, &w->respawn);
 }
 
+/* The sending end is shared by every worker and carries what all of them hand to one
+ * slot: a larger buffer than the default 208 KiB absorbs a burst while the owner is busy
+ * (memory is charged per queued message, not reserved). Above the sysctl ceiling only
+ * with CAP_NET_ADMIN; the default works, with more drops under bursts. */
+#define HANDOVER_SNDBUF (4 * 1024 * 1024)
+
+/* One SOCK_DGRAM socketpair per slot for the short circuit's hand-over (worker/handover.c).
+ * Made once, before the first fork, and never replaced: a respawned worker inherits the
+ * same receiving end, and what was sent to the slot meanwhile waits there (the receiver
+ * checks each message against the table). Close-on-exec: a live upgrade's new binary
+ * makes its own. A socketpair, not sockets bound to names: only the daemon's processes
+ * can reach it, and the kernel limits a connected pair by the send buffer alone (no
+ * net.unix.max_dgram_qlen). */
+static int handover_open(struct master *m)
+{
+	int bytes = HANDOVER_SNDBUF;
+
+	m->ho_rx = malloc(m->n_slots * sizeof(int));
+	m->ho_tx = malloc(m->n_slots * sizeof(int));
+	if (m->ho_rx == NULL || m->ho_tx == NULL) {
+		free(m->ho_rx);
+		free(m->ho_tx);
+		m->ho_rx = m->ho_tx = NULL;
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < m->n_slots; i++)
+		m->ho_rx[i] = m->ho_tx[i] = -1;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		int sp[2];
+
+		if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0) {
+			int rc = -errno;
+
+			log_error("master", "slot %u: hand-over socketpair: %s", i, strerror(-rc));
+			return rc;
+		}
+		m->ho_rx[i] = sp[0];
+		m->ho_tx[i] = sp[1];
+		if (setsockopt(sp[1], SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) < 0)
+			(void)setsockopt(sp[1], SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+	}
+	return 0;
+}
+
+static void handover_close(struct master *m)
+{
+	for (unsigned i = 0; m->ho_rx != NULL && i < m->n_slots; i++)
+		if (m->ho_rx[i] >= 0)
+			close(m->ho_rx[i]);
+	for (unsigned i = 0; m->ho_tx != NULL && i < m->n_slots; i++)
+		if (m->ho_tx[i] >= 0)
+			close(m->ho_tx[i]);
+	free(m->ho_rx);
+	free(m->ho_tx);
+	m->ho_rx = m->ho_tx = NULL;
+}
+
 int supervise_init(struct master *m)
 {
+	int rc = handover_open(m);
+
+	if (rc < 0)
+		return rc;
 	m->workers = calloc(m->n_slots, sizeof(*m->workers));
 	if (m->workers == NULL)
 		return -ENOMEM;
@@ -544,6 +612,7 @@ bool supervise_all_down(const struct master *m)
 
 void supervise_free(struct master *m)
 {
+	handover_close(m);
 	if (m->workers == NULL)
 		return;
 	for (unsigned i = 0; i < m->n_slots; i++) {

@@ -221,6 +221,9 @@ enum shm_ctr {
 				       * for a masked address in its slice (worker/sibling.c) */
 	SHM_CTR_SIBLING_IN,           /* datagrams from a sibling's relay address translated
 				       * to the receiving listener's mask (worker/sibling.c) */
+	SHM_CTR_SHORT_CIRCUIT_STALE,  /* short-circuited datagrams handed over to the owner
+				       * of their receiving allocation, which had ended or
+				       * changed meanwhile (worker/handover.c) */
 	SHM_CTR__COUNT
 };
 

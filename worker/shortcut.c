@@ -7,9 +7,10 @@
  * (shm/shm_relay.h) whichever worker owns it, and read under its record's seqlock. Its
  * client is reached from this worker: a UDP client through this worker's socket of the
  * same listener (the SO_REUSEPORT sockets of a listener share its address and port, so
- * the client sees the usual source); a TCP, TLS or DTLS client only when this worker owns
- * the allocation (its connection lives here). Anything else goes the ordinary way,
- * through the relay socket. */
+ * the client sees the usual source); a TCP, TLS or DTLS client when this worker owns the
+ * allocation (its connection lives here). Another worker's TCP, TLS or DTLS client gets
+ * the datagram handed over to its owner (worker/handover.c), which runs the receiving
+ * half (wk_sc_accept). Anything else goes the ordinary way, through the relay socket. */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -235,6 +236,43 @@ int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_a
 	return -ENOENT;
 }
 
+/* Without a hand-over channel (harnesses): through the relay sockets to the target's
+ * internal relay address, where the owner's relay socket takes it and gives it our
+ * announced address (wk_sc_announced_from). */
+static bool wk_sc_via_relays(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+			     struct shm_relay_target *t, uint16_t port, uint32_t cl,
+			     const uint8_t *data, size_t len)
+{
+	struct sockaddr_storage in;
+
+	t->relay.port = port;
+	if (wk_shm_to_addr(&t->relay, &in) == 0)
+		return false;
+	wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len, false);
+	return true;
+}
+
+/* Its client is another worker's connection: the datagram goes to that worker, counted
+ * on the sending side once the channel took it, as a relay socket's send is. A full
+ * channel drops it as a full relay socket would (a send error). */
+static bool wk_sc_hand_over(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+			    struct shm_relay_target *t, const struct shm_addr *to,
+			    const struct shm_addr *from, uint32_t cl, const uint8_t *data,
+			    size_t len)
+{
+	int rc = wk_ho_send(w, t, to->port, from, data, len);
+
+	if (rc == -ENOTCONN)
+		return wk_sc_via_relays(w, a, r, t, to->port, cl, data, len);
+	if (rc < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+		return true;
+	}
+	wk_peer_count(w, a, cl, 1, len);
+	shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
+	return true;
+}
+
 bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len)
 {
@@ -253,23 +291,36 @@ bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 	wk_addr_to_shm((struct sockaddr *)&from, &from_shm);
 	if (wk_sc_target(w, &to, &from_shm, now_ns, w->hot.bw.user_bps != 0, &t, &tl) < 0)
 		return false;
-	if (!wk_sc_reachable(w, tl, &t, &own)) {
-		/* Its client is another worker's stream: through the relay sockets to its
-		 * internal relay address, where the owner's relay socket takes it and gives it
-		 * our announced address (wk_sc_announced_from). */
-		struct sockaddr_storage in;
-
-		t.relay.port = to.port;
-		if (wk_shm_to_addr(&t.relay, &in) == 0)
-			return false;
-		wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len, false);
-		return true;
-	}
+	if (!wk_sc_reachable(w, tl, &t, &own))
+		return wk_sc_hand_over(w, a, r, &t, &to, &from_shm, cl, data, len);
 	/* The sending half, as if it had left relay socket r. */
 	wk_peer_count(w, a, cl, 1, len);
 	shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
 	wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&from, data, len, now_ns);
 	return true;
+}
+
+void wk_sc_accept(struct worker *w, uint32_t idx, uint64_t gen, uint16_t port,
+		  const struct shm_addr *from, const uint8_t *data, size_t len)
+{
+	uint64_t now_ns = wk_batch_ns(w);
+	struct sockaddr_storage fa;
+	struct shm_relay_target t;
+	struct wk_listener *tl;
+	struct wk_alloc *own;
+
+	/* The sender read the record a moment ago: since then it may have ended, been
+	 * claimed again (another generation) or gone to another slot (a take-over), and its
+	 * permission and channel may have changed: all read again, as the sender did. */
+	if (!w->snap || wk_shm_to_addr(from, &fa) == 0 ||
+	    shm_relay_target_read(w->shm, idx, port, from, now_ns, false, &t) < 0 ||
+	    t.owner != w->slot || t.gen != gen ||
+	    (tl = wk_sc_listener(w, t.listener_hash)) == NULL ||
+	    !wk_sc_reachable(w, tl, &t, &own)) {
+		shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT_STALE, 1);
+		return;
+	}
+	wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&fa, data, len, now_ns);
 }
 
 bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,

@@ -289,6 +289,7 @@ struct worker {
 	ev_prepare prep;
 	ev_check check;
 	ev_io ctl_io;
+	ev_io ho_io;			/* the slot's hand-over channel (handover.c) */
 	ev_timer tick;
 	ev_timer hb;
 	ev_signal sigterm, sigint, sigquit;
@@ -545,17 +546,42 @@ int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_a
  * bandwidth), to peer. When peer names a live UDP allocation of this instance whose
  * client this worker can reach, the datagram is counted as sent from r and handed to that
  * allocation as if received on its relay socket (its checks, counters and framing):
- * returns true. false: the caller sends it through r. */
+ * returns true. When another worker owns that client's connection, the datagram goes to
+ * that worker (wk_ho_send, counted as sent once the channel took it; wk_sc_accept there)
+ * and true is returned too. false: the caller sends it through r. */
 bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
 /* Peer -> client on a relay socket of listener l: when from is the relay address of a live
  * allocation of this instance whose listener masks it, *out = the announced (masked)
  * address, which the permission check and the Data indication then use (what
- * wk_sc_deliver sends through the relay sockets, for a client it cannot reach, arrives
- * so); when from is a sibling's relay address, l's mask with from's port (wk_sib_from).
+ * wk_sc_deliver sends through the relay sockets, for a client it cannot reach without a
+ * hand-over channel, arrives so); when from is a sibling's relay address, l's mask with
+ * from's port (wk_sib_from).
  * Returns true when set. */
 bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
 			  const struct sockaddr *from, struct sockaddr_storage *out);
+
+/* The owner's half of a hand-over (handover.c): a datagram for record idx (claim
+ * generation gen, relay port `port`) from the sender's announced address `from`, that
+ * another worker found by the short circuit and could not deliver. Re-read under the
+ * record's seqlock: when it is no longer LIVE, no longer holds the port, is of another
+ * generation or owned by another slot, or its client is not this worker's, the datagram
+ * is dropped and counted (SHM_CTR_SHORT_CIRCUIT_STALE); else the receiving half runs as
+ * for this worker's own short circuit (routes, permission, bandwidth, counters, framing,
+ * the send to its client). */
+void wk_sc_accept(struct worker *w, uint32_t idx, uint64_t gen, uint16_t port,
+		  const struct shm_addr *from, const uint8_t *data, size_t len);
+
+/* ---- handover.c (the short circuit's datagrams for another worker's client) ---- */
+/* Starts reading the slot's hand-over channel (no-op without one). */
+void wk_ho_start(struct worker *w);
+/* Sends data (len bytes, at most WK_DGRAM_MAX - 4), from the sender's announced address
+ * `from` to relay port `port` of target t, to t's owner worker without blocking. Returns
+ * 0 (sent: the owner decides the rest), -ENOTCONN (no channel to t->owner: none in the
+ * heritage, t->owner out of range or this worker), or -errno of the send (-EAGAIN: the
+ * channel is full). */
+int wk_ho_send(struct worker *w, const struct shm_relay_target *t, uint16_t port,
+	       const struct shm_addr *from, const uint8_t *data, size_t len);
 
 /* ---- sibling.c (masked addresses of other instances, admin.siblings) ---- */
 /* After a snapshot is applied (and wk_sc_refresh): the siblings' addresses and slices, and

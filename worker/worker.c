@@ -620,6 +620,7 @@ int worker_run(const struct worker_heritage *h)
 	}
 	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);
+	wk_ho_start(w);
 	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
 	for (size_t i = 0; i < h->n_listeners; i++) {
 		const struct worker_listener *wl = &h->listeners[i];

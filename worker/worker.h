@@ -1,10 +1,11 @@
 /* Worker process entry point: the heritage a worker receives from the master at fork.
  *
  * Process model: the master opens every listening socket (one SO_REUSEPORT socket per
- * listener per worker slot), creates the shared-memory segment and a control socketpair
- * per slot, then forks. In the child it closes everything the heritage does not list and
- * calls worker_run(). The worker never opens listening sockets itself; listeners added by
- * a reload arrive later over the control fd (LISTENER_ADD with SCM_RIGHTS, common/ipc.h).
+ * listener per worker slot), creates the shared-memory segment, a control socketpair
+ * per slot and a hand-over socketpair per slot, then forks. In the child it closes
+ * everything the heritage does not list and calls worker_run(). The worker never opens
+ * listening sockets itself; listeners added by a reload arrive later over the control fd
+ * (LISTENER_ADD with SCM_RIGHTS, common/ipc.h).
  */
 #ifndef TG_WORKER_WORKER_H
 #define TG_WORKER_WORKER_H
@@ -59,6 +60,14 @@ struct worker_heritage {
 	/* The kernel fast path's map fds (offload/offload.h), -1 when it is off: the worker
 	 * enters its allocations' bound channels. */
 	struct tgo_maps offload;
+	/* The short circuit's hand-over channel (worker/handover.c), one AF_UNIX SOCK_DGRAM
+	 * socketpair per slot that the master keeps for its life (a respawn gets the same):
+	 * handover_rx is this slot's receiving end, which the worker reads; handover_tx has
+	 * slot_count entries, slot s's sending end at [s], which any worker writes to reach
+	 * the worker of slot s. handover_tx NULL: no channel (harnesses); a datagram for
+	 * another worker's stream or DTLS client then goes through the relay sockets. */
+	int handover_rx;
+	const int *handover_tx;
 };
 
 /* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,

@@ -16,28 +16,36 @@ once). Checked:
   sockets would have gone to 127.0.0.9 (nobody there: nothing delivered) or,
   for the plain listener, arrived a second time or uncounted; no send error either;
 - a capture on lo (AF_PACKET, root) sees no datagram between the pair's relay ports: none
-  left a relay socket (test_stream_receiver shows the capture does see them where the
-  datagram must go through the relay sockets);
+  left a relay socket (test_capture_control shows the capture does see one that must go
+  through a relay socket: to a relay port that no allocation holds);
 - the per-allocation counters (to_peer, from_peer) count them as relayed;
 - no permission on the receiving side: dropped, counted as a permission denial;
-- a masked address that the sender listener's routes do not admit: 403, as any peer.
+- a masked address that the sender listener's routes do not admit: 403, as any peer;
+- a TURN-TCP or TURN-TLS client (test_stream_receiver) gets the same, whichever worker owns
+  it: owned by another worker than its UDP partner's, the datagrams for it are handed to its
+  owner (worker/handover.c), through no relay socket either; the hand-over outlives the
+  replacement of either worker (kill -9), and what the owner could not take any more (its
+  allocation ended with it) is counted as stale.
 """
 import os
+import signal
 import socket
 import struct
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests  # noqa: E402
+from harness_admin import Failure, run_tests, wait_for  # noqa: E402
 from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,  # noqa: E402
-                                Client, Daemon, check, error_code, free_port, parse,
-                                parse_xor_addr, relay_range)
+                                SEND, Client, Daemon, build, check, error_code, free_port,
+                                parse, parse_xor_addr, relay_range, xor_addr)
+from test_tcp_relay import TcpTurn  # noqa: E402
+from test_tls import make_cert, tls_connect  # noqa: E402
 
 MASK = "127.0.0.9"
 
 
-def config(d, ports, workers, relay, tcp_port=None):
+def config(d, ports, workers, relay, tcp_port=None, tls=None):
     masked, plain, closed = ports
     text = ("version: v1\nadmin:\n  name: sc\n  loglevel: all:INFO\n  workers: %d\n"
             "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
@@ -55,6 +63,10 @@ def config(d, ports, workers, relay, tcp_port=None):
         text += ("  - name: tcpmasked\n    protocol: TURN-TCP\n    address: 127.0.0.1\n"
                  "    port: %d\n    routes: [self]\n    relay_address_mask: %s\n"
                  % (tcp_port, MASK))
+    if tls:
+        text += ("  - name: tlsmasked\n    protocol: TURN-TLS\n    address: 127.0.0.1\n"
+                 "    port: %d\n    cert_file: %s\n    key_file: %s\n    routes: [self]\n"
+                 "    relay_address_mask: %s\n" % (tls + (MASK,)))
     text += ("clusters:\n  - name: self\n    type: STATIC\n    endpoints: [\"%s\", \"127.0.0.1\"]\n"
              "  - name: elsewhere\n    type: STATIC\n    endpoints: [\"10.9.9.9\"]\n" % MASK)
     return text
@@ -85,6 +97,81 @@ class Peer:
         found = [a for a in allocations(daemon).values() if a["client"] == "%s:%d" % mine]
         check(len(found) == 1, "allocation of %r not listed" % (mine,))
         self.record = found[0]
+
+    def close(self):
+        self.c.close()
+
+
+class StreamTurn(TcpTurn):
+    """A TURN-TCP client whose Send indications and ChannelData go on its stream (the
+    latter padded to 4 bytes, RFC 8656 11.5)."""
+
+    def send(self, ip, port, payload):
+        tid = os.urandom(12)
+        self.sock.sendall(build(SEND, INDICATION, tid, [(A_PEER, xor_addr(ip, port, tid)),
+                                                        (A_DATA, payload)]))
+
+    def channel_data(self, channel, payload):
+        pad = b"\0" * (-len(payload) % 4)
+        self.sock.sendall(struct.pack("!HH", channel, len(payload)) + payload + pad)
+
+    def next_frame(self):
+        """The next whole Data indication or ChannelData already read, as recv_all's
+        tuples; False when none is complete yet, None for another message (skipped)."""
+        b = self.buf
+        if len(b) >= 4 and 0x40 <= b[0] <= 0x4F:
+            ch, ln = struct.unpack("!HH", b[:4])
+            total = 4 + ln + (-ln % 4)
+            if len(b) < total:
+                return False
+            self.buf = b[total:]
+            return ("chan", ch, b[4:4 + ln])
+        if len(b) < 20 or len(b) < 20 + struct.unpack("!H", b[2:4])[0]:
+            return False
+        need = 20 + struct.unpack("!H", b[2:4])[0]
+        p, self.buf = parse(b[:need]), b[need:]
+        if p and p[0] == DATA and p[1] == INDICATION:
+            return ("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0])
+        return None
+
+
+class StreamPeer:
+    """Peer's counterpart for a TURN-TCP client on listener tcpmasked, or (tls) a TURN-TLS
+    one on tlsmasked."""
+
+    def __init__(self, daemon, port, user, tls=False):
+        self.c = StreamTurn(port, user=user)
+        if tls:
+            self.c.sock.close()
+            self.c.sock = tls_connect(port)
+        self.relayed = self.c.relayed(self.c.allocate())[0]
+        found = [a for a in allocations(daemon).values()
+                 if a["relay"] == "%s:%d" % self.relayed]
+        check(len(found) == 1, "TCP allocation %r not listed" % (self.relayed,))
+        self.record = found[0]
+
+    def recv_all(self, n, timeout):
+        got = []
+        deadline = time.monotonic() + timeout
+        while len(got) < n:
+            f = self.c.next_frame()
+            if f:
+                got.append(f)
+                continue
+            if f is None:
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.c.sock.settimeout(left)
+            try:
+                data = self.c.sock.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self.c.buf += data
+        return got
 
     def close(self):
         self.c.close()
@@ -128,6 +215,8 @@ class Capture:
 
 def recv_all(peer, n, timeout=2.0):
     """Up to n Data indications or ChannelData for peer: [(kind, channel or sender, data)]."""
+    if isinstance(peer, StreamPeer):
+        return peer.recv_all(n, timeout)
     got = []
     deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
@@ -151,20 +240,24 @@ def expect_quiet(peer, timeout=0.5):
     check(got == [], "unexpected delivery: %r" % (got,))
 
 
-def exchange(daemon, a, b, n=5):
+def exchange(daemon, a, b, n=5, bound=False):
     """Send indications then ChannelData both ways between a and b (permissions and
-    channels installed here); checks delivery, framing, addresses and counters."""
+    channels installed here); checks delivery, framing, addresses and counters. bound: a
+    and b already bound their channels to each other (an earlier exchange), so the Send
+    indications arrive as ChannelData too."""
     for x, y in ((a, b), (b, a)):
         r = x.c.perm(*y.relayed)
         check(error_code(r[3]) is None, "CreatePermission for %r: %r" % (y.relayed,
                                                                           error_code(r[3])))
     before, sent, cap = counters(daemon), 0, Capture()
+    allocs_before = allocations(daemon)
     for x, y in ((a, b), (b, a)):
         for i in range(n):
             x.c.send(y.relayed[0], y.relayed[1], b"send-%d" % i)
         sent += n
         got = recv_all(y, n + 1, 1.5)
-        check(got == [("data", x.relayed, b"send-%d" % i) for i in range(n)],
+        how = ("chan", 0x4002 if y is b else 0x4001) if bound else ("data", x.relayed)
+        check(got == [how + (b"send-%d" % i,) for i in range(n)],
               "Send %r -> %r: %r" % (x.relayed, y.relayed, got))
     for x, y, ch in ((a, b, 0x4001), (b, a, 0x4002)):
         r = x.c.bind(y.relayed[0], y.relayed[1], ch)
@@ -181,6 +274,8 @@ def exchange(daemon, a, b, n=5):
           "short_circuit %d -> %d, %d sent" % (before["short_circuit"], after["short_circuit"],
                                                sent))
     check(after["err_send"] == before["err_send"], "send errors: %r" % (after["err_send"],))
+    check(after["short_circuit_stale"] == before["short_circuit_stale"],
+          "stale hand-overs: %r" % (after["short_circuit_stale"],))
     seen = cap.between(a.relayed[1], b.relayed[1])
     check(seen in (0, None), "%d datagrams between relay ports %d and %d on lo: they left a "
           "relay socket" % (seen or 0, a.relayed[1], b.relayed[1]))
@@ -189,10 +284,10 @@ def exchange(daemon, a, b, n=5):
                                                                       sent))
     allocs = allocations(daemon)
     for p in (a, b):
-        rec = allocs[p.record["id"]]
-        check(rec["to_peer"]["packets"] == 2 * n and rec["from_peer"]["packets"] == 2 * n,
-              "per-allocation counters of %r: %r / %r" % (p.relayed, rec["to_peer"],
-                                                           rec["from_peer"]))
+        rec, was = allocs[p.record["id"]], allocs_before[p.record["id"]]
+        grew = [rec[k]["packets"] - was[k]["packets"] for k in ("to_peer", "from_peer")]
+        check(grew == [2 * n, 2 * n], "per-allocation counters of %r grew by %r (to_peer, "
+              "from_peer), %d each way" % (p.relayed, grew, 2 * n))
     return sent
 
 
@@ -320,60 +415,147 @@ def test_bad_mask_refused(d):
         os.unlink(daemon.errpath)
 
 
-def test_stream_receiver(d):
-    """A TURN-TCP client (masked listener) receiving Send indications from a UDP one, 2
-    workers. Owned by the sending worker it is short-circuited; owned by the other worker
-    (its connection lives there) the datagram goes through the relay sockets to its
-    internal relay address, and the receiving relay socket gives it the sender's masked
-    address: either way it arrives once, as a Data indication from the masked address.
-    Pairs until both cases were seen."""
-    from test_tcp_relay import TcpTurn
+def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None, tls=False):
+    """A UDP Peer on listener masked and a StreamPeer on tcp_port (tls: a TURN-TLS one),
+    owned by different workers when split (the UDP one's worker receives its datagrams:
+    its datagrams for the stream client must be handed over), else by one. stream_slot:
+    the stream client's worker must be that one. Bounded: tries new clients until the
+    owners fit."""
+    for i in range(tries):
+        a = Peer(daemon, ports[0], "alice-%s%d" % (tag, i))
+        t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), tls)
+        wa, wt = a.record["worker"], t.record["worker"]
+        if (wa != wt) == split and stream_slot in (None, wt):
+            check(t.relayed[0] == MASK, "TCP client's relayed address %r" % (t.relayed,))
+            return a, t
+        a.close()
+        t.close()
+    raise Failure("no UDP/TCP pair with split=%r (TCP on %r) in %d tries"
+                  % (split, stream_slot, tries))
+
+
+def worker_pid(daemon, slot):
+    return [w for w in daemon.admin({"cmd": "workers"})["workers"] if w["slot"] == slot][0]["pid"]
+
+
+def kill_worker(daemon, slot):
+    """kill -9 of slot's worker; returns once its successor runs."""
+    pid = worker_pid(daemon, slot)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: worker_pid(daemon, slot) not in (0, pid) and
+             daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+             "slot %d respawned" % slot)
+
+
+def stream_daemon(d, tls_port=None):
     ports, tcp_port = (free_port(), free_port(), free_port()), free_port()
-    daemon = Daemon(d, config(d, ports, 2, relay_range(), tcp_port), workers=2).start()
-    seen = set()
+    tls = (tls_port,) + make_cert(d, "turn.test") if tls_port else None
+    daemon = Daemon(d, config(d, ports, 2, relay_range(), tcp_port, tls), workers=2).start()
+    return daemon, ports, tcp_port
+
+
+def test_stream_receiver(d):
+    """A TURN-TCP client (masked listener) and a UDP one exchange Send indications and
+    ChannelData both ways, 2 workers: on one worker, and across workers, where the TCP
+    client's connection lives in the worker that does not receive the UDP client's
+    datagrams; then a TURN-TLS client across workers. Each time every datagram arrives
+    once, framed as from the masked address, counted once in short_circuit, and none
+    crosses the relay sockets (exchange)."""
+    tls_port = free_port()
+    daemon, ports, tcp_port = stream_daemon(d, tls_port)
     try:
-        for k in range(32):
-            a, t = Peer(daemon, ports[0], "alice%d" % k), TcpTurn(tcp_port, user="tcp%d" % k)
+        for split, port, tls in ((True, tcp_port, False), (False, tcp_port, False),
+                                 (True, tls_port, True)):
+            a, t = stream_pair(daemon, ports, port, split, "s%d%d" % (split, tls), tls=tls)
             try:
-                relayed = t.relayed(t.allocate())[0]
-                check(relayed[0] == MASK, "TCP client's relayed address %r" % (relayed,))
-                rec = [x for x in allocations(daemon).values()
-                       if x["relay"] == "%s:%d" % relayed]
-                check(len(rec) == 1, "TCP client's allocation not listed")
-                split = rec[0]["worker"] != a.record["worker"]
-                for c, ip, port in ((t, a.relayed[0], a.relayed[1]), (a.c, MASK, relayed[1])):
-                    r = c.perm(ip, port)
-                    check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
-                before, cap = counters(daemon), Capture()
-                a.c.send(MASK, relayed[1], b"to-tcp-%d" % k)
-                p = t.read_msg(3)
-                check(p is not None and p[0] == DATA and p[1] == INDICATION,
-                      "expected a Data indication, got %r" % (p,))
-                src = parse_xor_addr(p[3][A_PEER][0], p[2])
-                check(src == a.relayed and p[3][A_DATA][0] == b"to-tcp-%d" % k,
-                      "Data indication from %r: %r" % (src, p[3][A_DATA][0]))
-                after = counters(daemon)
-                check(after["short_circuit"] - before["short_circuit"] == (0 if split else 1),
-                      "split %r: short_circuit %d -> %d" % (split, before["short_circuit"],
-                                                           after["short_circuit"]))
-                check(after["err_send"] == before["err_send"], "a send error")
-                # The capture's control: across workers the datagram did go through the
-                # relay sockets (from the sender's relay port to the receiver's), and the
-                # capture sees it; on one worker it did not.
-                hits = cap.between(a.relayed[1], relayed[1])
-                check(hits is None or (hits > 0) == split,
-                      "split %r: %d datagrams between the relay ports on lo" % (split, hits))
-                seen.add(split)
+                exchange(daemon, a, t)
             finally:
                 a.close()
                 t.close()
-            if seen == {True, False}:
-                break
-        check(seen == {True, False}, "pairs on one worker and across workers: %r" % (seen,))
     finally:
+        daemon.stop()
+
+
+def test_stream_receiver_respawn(d):
+    """The hand-over outlives its workers: the master made each slot's channel before the
+    first fork and keeps it. kill -9 of the sending worker: its successor adopts the UDP
+    allocation and hands over as before. The receiving worker stopped (SIGSTOP) while
+    datagrams are handed to it, then killed: its successor reads them from the same
+    channel, finds the TCP allocation gone (it died with its connection) and counts each
+    as stale; a new TCP client in that worker is reached again across workers."""
+    daemon, ports, tcp_port = stream_daemon(d)
+    daemon.allowed_deaths = 2
+    try:
+        a, t = stream_pair(daemon, ports, tcp_port, True, "r")
+        sender, owner = a.record["worker"], t.record["worker"]
+        try:
+            exchange(daemon, a, t)
+            kill_worker(daemon, sender)
+            exchange(daemon, a, t, bound=True)
+            before = counters(daemon)
+            os.kill(worker_pid(daemon, owner), signal.SIGSTOP)
+            for i in range(3):
+                a.c.send(t.relayed[0], t.relayed[1], b"late-%d" % i)
+            wait_for(lambda: counters(daemon)["short_circuit"] - before["short_circuit"] == 3,
+                     "3 datagrams handed over to the stopped worker")
+            kill_worker(daemon, owner)
+            wait_for(lambda: counters(daemon)["short_circuit_stale"] -
+                     before["short_circuit_stale"] == 3, "3 stale hand-overs counted")
+            after = counters(daemon)
+            check(after["err_send"] == before["err_send"], "send errors: %r" % (after,))
+        finally:
+            a.close()
+            t.close()
+        # A new pair across workers whose TCP client lives in the respawned worker.
+        a, t = stream_pair(daemon, ports, tcp_port, True, "again", tries=48, stream_slot=owner)
+        try:
+            exchange(daemon, a, t)
+        finally:
+            a.close()
+            t.close()
+    finally:
+        daemon.stop()
+
+
+def test_capture_control(d):
+    """The capture's positive control: a datagram that does leave a relay socket is seen.
+    A UDP client of the plain listener sends to 127.0.0.1 with a port of the relay range
+    that no allocation holds (a socket of this test): no allocation of this instance holds
+    it, so it goes the ordinary way, from the client's relay port to that port on lo,
+    arrives from the relay address, is not short-circuited, and the capture sees it."""
+    ports, (lo, hi) = (free_port(), free_port(), free_port()), relay_range()
+    daemon = Daemon(d, config(d, ports, 2, (lo, hi)), workers=2).start()
+    plain = ports[1]
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    a = Peer(daemon, plain, "alice")
+    try:
+        for port in range(hi, lo, -1):
+            try:
+                sink.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
+        port = sink.getsockname()[1]
+        check(lo <= port <= hi, "no free port in the relay range %d-%d" % (lo, hi))
+        r = a.c.perm("127.0.0.1", port)
+        check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
+        before, cap = counters(daemon), Capture()
+        a.c.send("127.0.0.1", port, b"through-the-relay")
+        sink.settimeout(2.0)
+        data, src = sink.recvfrom(70000)
+        check(data == b"through-the-relay" and src == ("127.0.0.1", a.relayed[1]),
+              "at the sink: %r from %r" % (data, src))
+        after = counters(daemon)
+        check(after["short_circuit"] == before["short_circuit"], "short-circuited")
+        hits = cap.between(a.relayed[1], port)
+        check(hits is None or hits >= 1, "the capture missed the relayed datagram")
+    finally:
+        a.close()
+        sink.close()
         daemon.stop()
 
 
 if __name__ == "__main__":
     run_tests([test_one_worker, test_two_workers, test_no_permission_dropped,
-               test_routes_refuse_mask, test_bad_mask_refused, test_stream_receiver])
+               test_routes_refuse_mask, test_bad_mask_refused, test_stream_receiver,
+               test_stream_receiver_respawn, test_capture_control])
