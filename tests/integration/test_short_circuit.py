@@ -454,6 +454,16 @@ def stream_daemon(d, tls_port=None):
     return daemon, ports, tcp_port
 
 
+def pair_exchange(daemon, ports, port, split, tag, **kw):
+    """A fresh stream pair (stream_pair) that exchanges once, then closes."""
+    a, t = stream_pair(daemon, ports, port, split, tag, **kw)
+    try:
+        exchange(daemon, a, t)
+    finally:
+        a.close()
+        t.close()
+
+
 def test_stream_receiver(d):
     """A TURN-TCP client (masked listener) and a UDP one exchange Send indications and
     ChannelData both ways, 2 workers: on one worker, and across workers, where the TCP
@@ -466,12 +476,7 @@ def test_stream_receiver(d):
     try:
         for split, port, tls in ((True, tcp_port, False), (False, tcp_port, False),
                                  (True, tls_port, True)):
-            a, t = stream_pair(daemon, ports, port, split, "s%d%d" % (split, tls), tls=tls)
-            try:
-                exchange(daemon, a, t)
-            finally:
-                a.close()
-                t.close()
+            pair_exchange(daemon, ports, port, split, "s%d%d" % (split, tls), tls=tls)
     finally:
         daemon.stop()
 
@@ -507,12 +512,7 @@ def test_stream_receiver_respawn(d):
             a.close()
             t.close()
         # A new pair across workers whose TCP client lives in the respawned worker.
-        a, t = stream_pair(daemon, ports, tcp_port, True, "again", tries=48, stream_slot=owner)
-        try:
-            exchange(daemon, a, t)
-        finally:
-            a.close()
-            t.close()
+        pair_exchange(daemon, ports, tcp_port, True, "again", tries=48, stream_slot=owner)
     finally:
         daemon.stop()
 
