@@ -40,7 +40,7 @@ from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,
                                 SEND, Client, Daemon, build, check, error_code, free_port,
                                 parse, parse_xor_addr, relay_range, xor_addr)
 from test_tcp_relay import TcpTurn  # noqa: E402
-from test_tls import make_cert, tls_connect  # noqa: E402
+from test_tls import dtls_connect, make_cert, tls_connect  # noqa: E402
 
 MASK = "127.0.0.9"
 
@@ -64,9 +64,11 @@ def config(d, ports, workers, relay, tcp_port=None, tls=None):
                  "    port: %d\n    routes: [self]\n    relay_address_mask: %s\n"
                  % (tcp_port, MASK))
     if tls:
-        text += ("  - name: tlsmasked\n    protocol: TURN-TLS\n    address: 127.0.0.1\n"
-                 "    port: %d\n    cert_file: %s\n    key_file: %s\n    routes: [self]\n"
-                 "    relay_address_mask: %s\n" % (tls + (MASK,)))
+        port, crt, key = tls
+        for name, proto in (("tlsmasked", "TURN-TLS"), ("dtlsmasked", "TURN-DTLS")):
+            text += ("  - name: %s\n    protocol: %s\n    address: 127.0.0.1\n"
+                     "    port: %d\n    cert_file: %s\n    key_file: %s\n    routes: [self]\n"
+                     "    relay_address_mask: %s\n" % (name, proto, port, crt, key, MASK))
     text += ("clusters:\n  - name: self\n    type: STATIC\n    endpoints: [\"%s\", \"127.0.0.1\"]\n"
              "  - name: elsewhere\n    type: STATIC\n    endpoints: [\"10.9.9.9\"]\n" % MASK)
     return text
@@ -136,14 +138,13 @@ class StreamTurn(TcpTurn):
 
 
 class StreamPeer:
-    """Peer's counterpart for a TURN-TCP client on listener tcpmasked, or (tls) a TURN-TLS
-    one on tlsmasked."""
+    """Peer's counterpart for a TURN-TCP client on listener tcpmasked, or (secure "tls") a
+    TURN-TLS one on tlsmasked, or ("dtls") a TURN-DTLS one on dtlsmasked (the same port
+    number, UDP)."""
 
-    def __init__(self, daemon, port, user, tls=False):
-        self.c = StreamTurn(port, user=user)
-        if tls:
-            self.c.sock.close()
-            self.c.sock = tls_connect(port)
+    def __init__(self, daemon, port, user, secure=None):
+        sock = {"tls": tls_connect, "dtls": dtls_connect}[secure](port) if secure else None
+        self.c = StreamTurn(port, user=user, sock=sock)
         self.relayed = self.c.relayed(self.c.allocate())[0]
         found = [a for a in allocations(daemon).values()
                  if a["relay"] == "%s:%d" % self.relayed]
@@ -415,15 +416,15 @@ def test_bad_mask_refused(d):
         os.unlink(daemon.errpath)
 
 
-def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None, tls=False):
-    """A UDP Peer on listener masked and a StreamPeer on tcp_port (tls: a TURN-TLS one),
+def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None, secure=None):
+    """A UDP Peer on listener masked and a StreamPeer on tcp_port (secure: StreamPeer's),
     owned by different workers when split (the UDP one's worker receives its datagrams:
     its datagrams for the stream client must be handed over), else by one. stream_slot:
     the stream client's worker must be that one. Bounded: tries new clients until the
     owners fit."""
     for i in range(tries):
         a = Peer(daemon, ports[0], "alice-%s%d" % (tag, i))
-        t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), tls)
+        t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), secure)
         wa, wt = a.record["worker"], t.record["worker"]
         if (wa != wt) == split and stream_slot in (None, wt):
             check(t.relayed[0] == MASK, "TCP client's relayed address %r" % (t.relayed,))
@@ -468,15 +469,16 @@ def test_stream_receiver(d):
     """A TURN-TCP client (masked listener) and a UDP one exchange Send indications and
     ChannelData both ways, 2 workers: on one worker, and across workers, where the TCP
     client's connection lives in the worker that does not receive the UDP client's
-    datagrams; then a TURN-TLS client across workers. Each time every datagram arrives
-    once, framed as from the masked address, counted once in short_circuit, and none
-    crosses the relay sockets (exchange)."""
+    datagrams; then a TURN-TLS and a TURN-DTLS client across workers. Each time every
+    datagram arrives once, framed as from the masked address, counted once in
+    short_circuit, and none crosses the relay sockets (exchange)."""
     tls_port = free_port()
     daemon, ports, tcp_port = stream_daemon(d, tls_port)
     try:
-        for split, port, tls in ((True, tcp_port, False), (False, tcp_port, False),
-                                 (True, tls_port, True)):
-            pair_exchange(daemon, ports, port, split, "s%d%d" % (split, tls), tls=tls)
+        for split, port, secure in ((True, tcp_port, None), (False, tcp_port, None),
+                                    (True, tls_port, "tls"), (True, tls_port, "dtls")):
+            pair_exchange(daemon, ports, port, split, "s%d%s" % (split, secure),
+                          secure=secure)
     finally:
         daemon.stop()
 

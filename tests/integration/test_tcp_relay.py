@@ -42,10 +42,11 @@ class TcpTurn(Client):
     """A TURN client on one TCP connection; after a ConnectionBind the connection is raw
     (the bytes read past the response stay in self.buf)."""
 
-    def __init__(self, port, user="alice", creds=None):
+    def __init__(self, port, user="alice", creds=None, sock=None):
+        """sock: a connected stream of another kind (TLS, DTLS) instead of TCP to port."""
         super().__init__(port, user=user)
         self.sock.close()
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
         if creds:
             self.username, self.password, self.key = creds
