@@ -107,12 +107,14 @@ def credentials(user="alice", lifetime=3600):
 
 class Client:
     """One TURN client on one UDP socket (one 5-tuple) against 127.0.0.1:port, from the
-    loopback address bind (another /24 than a flood's keeps clear of its rate limit)."""
+    loopback address bind (another /24 than a flood's keeps clear of its rate limit). An
+    IPv6 server gets an IPv6 socket (bound to ::1 unless bind says otherwise)."""
 
-    def __init__(self, port, user="alice", server="127.0.0.1", bind="127.0.0.1"):
+    def __init__(self, port, user="alice", server="127.0.0.1", bind=None):
+        v6 = ":" in server
         self.server = (server, port)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((bind, 0))
+        self.sock = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((bind or ("::1" if v6 else "127.0.0.1"), 0))
         self.username, self.password = credentials(user)
         self.nonce = None
         self.key = hashlib.md5(("%s:%s:%s" % (self.username, REALM, self.password))

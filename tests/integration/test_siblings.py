@@ -33,48 +33,63 @@ from harness_admin import Failure, run_tests  # noqa: E402
 from test_security_stun import Client, Daemon, check, error_code, free_port  # noqa: E402
 from test_short_circuit import expect_quiet, recv_all  # noqa: E402
 
-MASK = "127.0.0.9"
-A_IP, B_IP = "127.0.0.1", "127.0.0.3"
 A_SLICE, B_SLICE = (49400, 49599), (49600, 49799)
 OUTSIDE = 40000  # a port in no slice
 
 
-def siblings_yaml():
+class Net:
+    """The addresses of one run: instance A's and B's, the mask, and a source that is no
+    sibling."""
+
+    def __init__(self, a, b, mask, other):
+        self.a, self.b, self.mask, self.other = a, b, mask, other
+
+
+V4 = Net("127.0.0.1", "127.0.0.3", "127.0.0.9", "127.0.0.5")
+
+
+def hostport(addr):
+    """"ip:port" or "[ip]:port", as the admin listing writes addresses."""
+    return ("[%s]:%d" if ":" in addr[0] else "%s:%d") % addr[:2]
+
+
+def siblings_yaml(net):
     """The one list both configs carry."""
     return "  siblings:\n" + "".join(
         "    - address: %s\n      relay_port_min: %d\n      relay_port_max: %d\n"
-        % (ip, lo, hi) for ip, (lo, hi) in ((A_IP, A_SLICE), (B_IP, B_SLICE)))
+        % (ip, lo, hi) for ip, (lo, hi) in ((net.a, A_SLICE), (net.b, B_SLICE)))
 
 
-def config(d, ip, port, relay, mport, siblings=True, workers=1):
+def config(d, net, ip, port, relay, mport, siblings=True, workers=1):
     text = ("version: v1\nadmin:\n  name: sib\n  loglevel: all:INFO\n  workers: %d\n"
             "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
             "  metrics_endpoint: \"http://127.0.0.1:%d/metrics\"\n"
             "  relay_port_min: %d\n  relay_port_max: %d\n"
             % (workers, d, mport, relay[0], relay[1]))
     if siblings:
-        text += siblings_yaml()
+        text += siblings_yaml(net)
     text += ("auth:\n  type: ephemeral\n  realm: sec.realm\n  credentials:\n    secret: sec-s3cret\n"
              "listeners:\n  - name: masked\n    protocol: TURN-UDP\n    address: %s\n"
              "    port: %d\n    routes: [peers]\n    relay_address_mask: %s\n"
              "clusters:\n  - name: peers\n    type: STATIC\n"
-             "    endpoints: [\"%s\", \"127.0.0.1\", \"127.0.0.5\"]\n" % (ip, port, MASK, MASK))
+             "    endpoints: [\"%s\", \"%s\", \"%s\"]\n"
+             % (ip, port, net.mask, net.mask, net.a, net.other))
     return text
 
 
 class Instance:
     """One daemon in its own directory: ip, port (TURN), mport (metrics), relay slice."""
 
-    def __init__(self, d, name, ip, relay, workers):
+    def __init__(self, d, net, name, ip, relay, workers):
         self.dir = os.path.join(d, name)
         os.mkdir(self.dir)
-        self.ip, self.relay, self.workers = ip, relay, workers
+        self.net, self.ip, self.relay, self.workers = net, ip, relay, workers
         self.port, self.mport = free_port(), free_port()
         self.daemon = Daemon(self.dir, self.text(), workers=workers).start()
 
     def text(self, siblings=True):
-        return config(self.dir, self.ip, self.port, self.relay, self.mport, siblings,
-                      self.workers)
+        return config(self.dir, self.net, self.ip, self.port, self.relay, self.mport,
+                      siblings, self.workers)
 
     def stats(self):
         return self.daemon.admin({"cmd": "stats"})["counters"]
@@ -101,12 +116,12 @@ class Peer:
         self.c = Client(inst.port, user, server=inst.ip)
         r = self.c.allocate()
         self.relayed = self.c.relayed(r)[0]
-        mine = "%s:%d" % self.c.sock.getsockname()
+        mine = hostport(self.c.sock.getsockname())
         found = [a for a in inst.daemon.admin({"cmd": "allocations"})["allocations"]
                  if a["client"] == mine]
         check(len(found) == 1, "allocation of %s not listed" % mine)
         ip, port = found[0]["relay_internal"].rsplit(":", 1)
-        self.internal = (ip, int(port))
+        self.internal = (ip.strip("[]"), int(port))
 
     def perm(self, ip, port=9):
         r = self.c.perm(ip, port)
@@ -131,10 +146,10 @@ def grow(before, **delta):
     return {k: before[k] + v for k, v in delta.items()}
 
 
-def start_pair(d):
-    a = Instance(d, "a", A_IP, A_SLICE, 1)
+def start_pair(d, net):
+    a = Instance(d, net, "a", net.a, A_SLICE, 1)
     try:
-        b = Instance(d, "b", B_IP, B_SLICE, 2)
+        b = Instance(d, net, "b", net.b, B_SLICE, 2)
     except Exception:
         a.daemon.stop(check_clean=False)
         raise
@@ -167,17 +182,18 @@ def check_listing(inst, other):
 
 def exchange(a, b, pa, pb, n=5):
     """Send indications, then ChannelData, both ways; exact counts on both instances."""
-    pa.perm(MASK)
-    pb.perm(MASK)
+    mask = a.net.mask
+    pa.perm(mask)
+    pb.perm(mask)
     ca0, cb0 = a.stats(), b.stats()
     for (x, px), (y, py) in (((a, pa), (b, pb)), ((b, pb), (a, pa))):
         for i in range(n):
-            px.c.send(MASK, py.relayed[1], b"send-%d" % i)
+            px.c.send(mask, py.relayed[1], b"send-%d" % i)
         got = recv_all(py, n + 1, 2.0)
         check(got == [("data", px.relayed, b"send-%d" % i) for i in range(n)],
               "Send %r -> %r: %r" % (px.relayed, py.relayed, got))
     for px, py, ch in ((pa, pb, 0x4001), (pb, pa, 0x4002)):
-        r = px.c.bind(MASK, py.relayed[1], ch)
+        r = px.c.bind(mask, py.relayed[1], ch)
         check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
     for px, py, cx, cy in ((pa, pb, 0x4001, 0x4002), (pb, pa, 0x4002, 0x4001)):
         for i in range(n):
@@ -196,10 +212,11 @@ def exchange(a, b, pa, pb, n=5):
 def no_permission(a, b, pa):
     """B's client holds no permission for A's masked address: translated, then dropped."""
     pc = Peer(b, "carol")
-    pa.perm(MASK)
+    mask = a.net.mask
+    pa.perm(mask)
     ca0, cb0 = a.stats(), b.stats()
     for i in range(3):
-        pa.c.send(MASK, pc.relayed[1], b"no-perm-%d" % i)
+        pa.c.send(mask, pc.relayed[1], b"no-perm-%d" % i)
     expect_quiet(pc)
     wait_counts(a, grow(ca0, sibling_out=3, err_send=0, perm_denied=0))
     wait_counts(b, grow(cb0, sibling_in=3, perm_denied=3, peer_pkts_in=3))
@@ -207,19 +224,20 @@ def no_permission(a, b, pa):
 
 
 def outside_every_slice(a, pa):
-    """MASK with a port of no instance: refused as an unadmitted peer (CreatePermission is
+    """The mask with a port of no instance: refused as an unadmitted peer (CreatePermission is
     by IP, so it stays admitted by the routes)."""
+    mask = a.net.mask
     ca0 = a.stats()
-    r = pa.c.bind(MASK, OUTSIDE, 0x4005)
-    check(error_code(r[3]) == 403, "ChannelBind to %s:%d: %r" % (MASK, OUTSIDE,
-                                                                 error_code(r[3])))
-    pa.perm(MASK, OUTSIDE)
-    pa.c.send(MASK, OUTSIDE, b"nowhere")
+    r = pa.c.bind(mask, OUTSIDE, 0x4005)
+    check(error_code(r[3]) == 403,
+          "ChannelBind to %s:%d: %r" % (mask, OUTSIDE, error_code(r[3])))
+    pa.perm(mask, OUTSIDE)
+    pa.c.send(mask, OUTSIDE, b"nowhere")
     wait_counts(a, grow(ca0, perm_denied=2, sibling_out=0, peer_pkts_out=0, err_send=0))
 
 
 def port_outside(lo_hi_list):
-    """A port on 127.0.0.1 in none of the slices."""
+    """A port free on 127.0.0.1 in none of the slices."""
     for _ in range(50):
         p = free_port()
         if all(not lo <= p <= hi for lo, hi in lo_hi_list):
@@ -229,16 +247,17 @@ def port_outside(lo_hi_list):
 
 def not_siblings(b, pb):
     """Sources that are no sibling reach B's client with their own address."""
-    pb.perm("127.0.0.5")
-    pb.perm("127.0.0.1")
+    net = b.net
+    pb.perm(net.other)
+    pb.perm(net.a)
     cb0 = b.stats()
-    for ip, port in (("127.0.0.5", 0), ("127.0.0.1", port_outside((A_SLICE, B_SLICE)))):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for ip, port in ((net.other, 0), (net.a, port_outside((A_SLICE, B_SLICE)))):
+        s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.bind((ip, port))
             s.sendto(b"plain", pb.internal)
             got = recv_all(pb, 2, 2.0)
-            check(got == [("data", s.getsockname(), b"plain")],
+            check(got == [("data", s.getsockname()[:2], b"plain")],
                   "from %r: %r" % (s.getsockname(), got))
         finally:
             s.close()
@@ -247,28 +266,29 @@ def not_siblings(b, pb):
 
 def reload_removes(a, b, pa, pb):
     """B forgets its siblings: A's datagrams arrive from A's real relay address."""
-    pb.perm("127.0.0.1")
+    pb.perm(a.net.a)
     b.reload(siblings=False)
     check(b.daemon.admin({"cmd": "status"})["siblings"] == [], "siblings after the reload")
     ca0, cb0 = a.stats(), b.stats()
-    pa.c.send(MASK, pb.relayed[1], b"after")
+    pa.c.send(a.net.mask, pb.relayed[1], b"after")
     got = recv_all(pb, 2, 2.0)
     check(got == [("data", pa.internal, b"after")], "after the reload: %r" % (got,))
     wait_counts(a, grow(ca0, sibling_out=1))
     wait_counts(b, grow(cb0, sibling_in=0, peer_pkts_in=1))
 
 
-def test_siblings(d):
-    a, b = start_pair(d)
+def run_siblings(d, net):
+    """The whole sequence for the addresses of net."""
+    a, b = start_pair(d, net)
     try:
         check_listing(a, b)
         check_listing(b, a)
         pa, pb = Peer(a, "alice"), Peer(b, "bob")
         for p, inst in ((pa, a), (pb, b)):
             lo, hi = inst.relay
-            check(p.relayed[0] == MASK and lo <= p.relayed[1] <= hi,
-                  "XOR-RELAYED-ADDRESS %r, expected %s with a port in %r" % (p.relayed, MASK,
-                                                                            inst.relay))
+            check(p.relayed[0] == net.mask and lo <= p.relayed[1] <= hi,
+                  "XOR-RELAYED-ADDRESS %r, expected %s with a port in %r"
+                  % (p.relayed, net.mask, inst.relay))
             check(p.internal[0] == inst.ip, "relay_internal %r" % (p.internal,))
         exchange(a, b, pa, pb)
         no_permission(a, b, pa)
@@ -279,6 +299,10 @@ def test_siblings(d):
         pb.c.close()
     finally:
         stop_pair(a, b)
+
+
+def test_siblings(d):
+    run_siblings(d, V4)
 
 
 if __name__ == "__main__":
