@@ -93,8 +93,9 @@ class DtlsSocket:
     """A DTLS 1.2 client on a connected UDP socket (pyOpenSSL over memory BIOs, no
     certificate check, ALPN stun.turn) with the calls the stream clients make: sendall
     (one record, one datagram), recv (the plaintext of the records of the next datagram
-    that has some; b"" once the server closed), settimeout, close. A handshake flight that gets no answer in 1 s
-    is sent again, up to 10 times (pyOpenSSL has no DTLS timer)."""
+    that has some; b"" once the server closed), settimeout, close. The handshake gets 40
+    rounds of at most 1 s; a round without an answer sends the last flight again
+    (pyOpenSSL has no DTLS timer)."""
 
     def __init__(self, port, host="127.0.0.1"):
         from OpenSSL import SSL
