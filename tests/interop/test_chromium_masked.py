@@ -130,9 +130,11 @@ window.peerFinish = async function (cfg) {
 """
 
 
-def connect(url_a, url_b, user, password, count=COUNT, timeout_ms=30000, probe=None):
+def connect(url_a, url_b, user, password, count=COUNT, timeout_ms=30000, probe=None,
+            daemons=()):
     """Browser A offers on url_a, browser B answers on url_b; returns (result A, result B,
-    what probe() returned while both were still connected). The messages get 90 s: twice
+    what probe() returned while both were still connected). A browser's failure also
+    reports the daemons' non-zero counters (what each relayed, dropped or refused). The messages get 90 s: twice
     in about 45 runs on a loaded machine (the sanitizer suite, or three pairs of browsers
     at once) one side had not received all of them 30 s after ICE connected and the
     channel opened, once on one instance and once across siblings; why is not known yet,
@@ -152,14 +154,28 @@ def connect(url_a, url_b, user, password, count=COUNT, timeout_ms=30000, probe=N
         seen = probe() if probe else None
     for side, r, other in (("A", ra, "b"), ("B", rb, "a")):
         if not r.get("ok"):
-            raise tgtest.Failure("browser %s: %s (ICE %s; gathered %s; remote SDP candidates %s)"
+            raise tgtest.Failure("browser %s: %s (ICE %s; gathered %s; remote SDP candidates %s;"
+                                 " daemon counters %s)"
                                  % (side, r.get("error"), r.get("ice"),
                                     json.dumps(r.get("gathered")),
-                                    json.dumps(sdp_candidates(r.get("remoteSdp", "")))))
+                                    json.dumps(sdp_candidates(r.get("remoteSdp", ""))),
+                                    daemon_counters(daemons)))
         want = ["%s-%d" % (other, i) for i in range(count)]
         tgtest.check(r["messages"] == want, "browser %s: messages lost or out of order: %d, "
                      "first %r" % (side, len(r["messages"]), r["messages"][:3]))
     return ra, rb, seen
+
+
+def daemon_counters(daemons):
+    """Each daemon's non-zero admin `stats` counters, as text (or why there are none)."""
+    out = []
+    for d in daemons:
+        try:
+            c = d.admin({"cmd": "stats"})["counters"]
+            out.append("%s: %s" % (d.address, json.dumps({k: v for k, v in c.items() if v})))
+        except Exception as e:  # a diagnostic: never hide the failure it explains
+            out.append("%s: no stats (%s)" % (d.address, e))
+    return "; ".join(out) or "none asked"
 
 
 def sdp_candidates(sdp):
@@ -267,7 +283,7 @@ def one_instance(workers):
         sc0, tx0 = short_circuit_counts(mport)
         url = "turn:%s:%d?transport=udp" % (d.address, d.port)
         ra, rb, owners = connect(url, url, "user1", "pass1", probe=lambda: sorted(
-            a["worker"] for a in d.admin({"cmd": "allocations"})["allocations"]))
+            a["worker"] for a in d.admin({"cmd": "allocations"})["allocations"]), daemons=[d])
         label = "one instance, %d worker%s" % (workers, "s" * (workers > 1))
         check_candidates(ra, rb, {d.address}, label)
         sc1, tx1 = short_circuit_counts(mport)
@@ -320,7 +336,8 @@ def two_instances():
               for addr in ("127.0.0.1", "127.0.0.3"))
     with d1, d2:
         ra, rb, _ = connect("turn:%s:%d?transport=udp" % (d1.address, d1.port),
-                            "turn:%s:%d?transport=udp" % (d2.address, d2.port), "user1", "pass1")
+                            "turn:%s:%d?transport=udp" % (d2.address, d2.port), "user1", "pass1",
+                            daemons=[d1, d2])
         check_candidates(ra, rb, {d1.address, d2.address}, "two instances")
         # Each instance sent its client's datagrams to the other (out) and gave the other's
         # the mask back (in): the pair went through the siblings, not to the mask.
