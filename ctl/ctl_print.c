@@ -76,6 +76,17 @@ static void print_siblings(json_t *sibs, FILE *out)
 	}
 }
 
+/* "dns:            2 names every 5 s: 14 rounds, 1 change, 0 failures" (none without names). */
+static void print_dns(json_t *d, FILE *out)
+{
+	if (d == NULL || int_of(d, "names") == 0)
+		return;
+	fprintf(out, "dns:            %lld name%s every %g s: %lld rounds, %lld changes, "
+		"%lld failures\n", int_of(d, "names"), int_of(d, "names") == 1 ? "" : "s",
+		json_number_value(json_object_get(d, "interval_s")), int_of(d, "runs"),
+		int_of(d, "changes"), int_of(d, "failures"));
+}
+
 static void print_status(json_t *r, FILE *out)
 {
 	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
@@ -101,6 +112,7 @@ static void print_status(json_t *r, FILE *out)
 		fprintf(out, "state file:     none (the table ends with the daemon)\n");
 	print_offload(json_object_get(r, "offload"), out);
 	print_siblings(json_object_get(r, "siblings"), out);
+	print_dns(json_object_get(r, "dns"), out);
 	json_array_foreach(ls, i, l) fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"),
 					     str_of(l, "protocol"), str_of(l, "address"));
 }

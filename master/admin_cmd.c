@@ -73,7 +73,7 @@ static json_t *cmd_status(struct master *m, json_t *req)
 {
 	(void)req;
 	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i}, s:i, s:o, "
-			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}, s:o, s:o?}",
+			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}, s:o, s:o?, s:o?}",
 			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
 			 ev_now(m->loop) - m->started_at, "generation", (json_int_t)m->generation,
 			 "config_source", m->config_path != NULL ? m->config_path : "<default>",
@@ -85,7 +85,8 @@ static json_t *cmd_status(struct master *m, json_t *req)
 			 (json_int_t)(m->cfg ? m->cfg->n_unknown_routes : 0), "state", "file",
 			 m->state_path, "taken_over", (int)m->takeover_adopted, "offload",
 			 master_offload_json(m), "siblings",
-			 m->cfg ? conf_siblings_json(m->cfg) : json_array());
+			 m->cfg ? conf_siblings_json(m->cfg) : json_array(), "dns",
+			 dns_refresh_json(m));
 }
 
 static json_t *cmd_config(struct master *m, json_t *req)

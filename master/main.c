@@ -381,6 +381,8 @@ static void start_watchers(struct master *m)
 	}
 	if (m->watch)
 		watch_start(m);
+	if (dns_refresh_start(m) < 0)
+		log_warn("master", "dns: no memory: names are resolved at reloads only");
 }
 
 static void master_free(struct master *m)
@@ -388,6 +390,7 @@ static void master_free(struct master *m)
 	httpd_stop(m);
 	admin_close(m->admin);
 	watch_stop(m);
+	dns_refresh_stop(m);
 	supervise_free(m);
 	for (size_t i = 0; i < m->n_listeners; i++)
 		listener_close(&m->listeners[i]);

@@ -72,6 +72,8 @@ struct reload_result {
 	json_t *errors;           /* array of diagnostic lines (errors first, then warnings) */
 };
 
+struct dnsr;
+
 struct master {
 	uint32_t magic;
 	struct ev_loop *loop;
@@ -140,6 +142,11 @@ struct master {
 	void *snap_blob;
 	size_t snap_len;
 
+	/* DNS names re-resolved (master/dns.c); cfg_epoch counts the configs a reload
+	 * installed, so that answers asked for an earlier one are dropped. */
+	struct dnsr *dns;
+	uint64_t cfg_epoch;
+
 	/* kernel fast path (master/offload.c): NULL and -1 fds when off */
 	struct tgo *offload;
 	struct tgo_maps off_maps;
@@ -200,6 +207,9 @@ void supervise_suspend_all(struct master *m);
 /* True when no worker process is alive. */
 bool supervise_all_down(const struct master *m);
 const char *supervise_state_name(enum mworker_state s);
+/* In a child of the master: the master's signals back to their defaults (SIGHUP and
+ * SIGPIPE ignored), none blocked. */
+void master_child_signals(void);
 void supervise_free(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */
@@ -339,6 +349,16 @@ int httpd_reload(struct master *m);
 void httpd_stop(struct master *m);
 /* The listening sockets of the running HTTP servers (for a live upgrade). */
 size_t httpd_fds(const struct master *m, int *fds, size_t cap);
+
+/* ---- DNS refresh (master/dns.c) -------------------------------------------------- */
+
+/* Every 5 s a child process resolves the STRICT_DNS endpoints and the siblings given by
+ * name again; a name whose addresses changed updates m->cfg, and the master publishes it
+ * as a new snapshot. Returns 0 or -ENOMEM. */
+int dns_refresh_start(struct master *m);
+void dns_refresh_stop(struct master *m);
+/* {names, interval_s, runs, changes, failures} for the admin status. */
+json_t *dns_refresh_json(const struct master *m);
 
 /* ---- config file watch (master/watch.c) ------------------------------------------ */
 

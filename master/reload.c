@@ -407,6 +407,7 @@ int reload_run(struct master *m, const char *trigger)
 	off_changed = master_offload_changed(m->cfg, nc);
 	conf_free(m->cfg);
 	m->cfg = nc;
+	m->cfg_epoch++;
 	nc = NULL;
 	if (off_changed)
 		master_offload_reopen(m);

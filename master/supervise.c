@@ -81,7 +81,7 @@ static void close_all_but(int *keep, size_t n)
 		close(fds[i]);
 }
 
-static void reset_signals_in_child(void)
+void master_child_signals(void)
 {
 	sigset_t none;
 	int sigs[] = { SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGHUP, SIGUSR1, SIGUSR2 };
@@ -126,7 +126,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	ev_signal_stop(m->loop, &m->sigterm_w);
 	ev_signal_stop(m->loop, &m->sigint_w);
 	ev_signal_stop(m->loop, &m->sigquit_w);
-	reset_signals_in_child();
+	master_child_signals();
 	/* Own process group: a terminal's ^C or a group-wide SIGTERM reaches the master only,
 	 * which then drains and stops the workers in order. */
 	setpgid(0, 0);

@@ -39,10 +39,11 @@ OUTSIDE = 40000  # a port in no slice
 
 class Net:
     """The addresses of one run: instance A's and B's, the mask, and a source that is no
-    sibling."""
+    sibling; names: what the siblings list gives for A and B (their IPs by default)."""
 
-    def __init__(self, a, b, mask, other):
+    def __init__(self, a, b, mask, other, names=None):
         self.a, self.b, self.mask, self.other = a, b, mask, other
+        self.names = names or (a, b)
 
 
 V4 = Net("127.0.0.1", "127.0.0.3", "127.0.0.9", "127.0.0.5")
@@ -57,7 +58,7 @@ def siblings_yaml(net):
     """The one list both configs carry."""
     return "  siblings:\n" + "".join(
         "    - address: %s\n      relay_port_min: %d\n      relay_port_max: %d\n"
-        % (ip, lo, hi) for ip, (lo, hi) in ((net.a, A_SLICE), (net.b, B_SLICE)))
+        % (ip, lo, hi) for ip, (lo, hi) in zip(net.names, (A_SLICE, B_SLICE)))
 
 
 def config(d, net, ip, port, relay, mport, siblings=True, workers=1):
