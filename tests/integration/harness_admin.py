@@ -4,6 +4,7 @@ Every wait is bounded; nothing depends on timing beyond generous timeouts. A dae
 goes to a file that stop() scans for sanitizer reports, assertion failures and unexpected
 worker deaths, so every test that stops a daemon also checks it stayed healthy.
 """
+import ctypes
 import json
 import os
 import signal
@@ -290,6 +291,32 @@ def stun_binding_tcp(port, timeout=3.0):
         return None
     finally:
         s.close()
+
+
+CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+
+
+def unshare(flags):
+    """This process, and what it starts from now on, in new namespaces (CLONE_NEW* flags;
+    root). A new network namespace gets its lo up; a new mount namespace is made private
+    first, so that nothing mounted in it reaches the host's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flags) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(0x%x)" % flags)
+    if flags & CLONE_NEWNS:
+        subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    if flags & CLONE_NEWNET:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+def run_tests_as_root(tests, why, setup):
+    """run_tests after setup() (which may unshare), or, when not root, SKIP (exit 77) with
+    the reason: why root is needed."""
+    if os.geteuid() != 0:
+        print("SKIP: %s needs root: %s" % (os.path.basename(sys.argv[0]), why))
+        sys.exit(77)
+    setup()
+    run_tests(tests)
 
 
 def run_tests(tests):

@@ -22,7 +22,6 @@ files dns", nameserver 127.0.0.53 with a 1 s timeout), and a DNS server of the t
   with no reload of either instance.
 Without root it SKIPs (exit 77) and says why.
 """
-import ctypes
 import os
 import socket
 import struct
@@ -33,12 +32,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests  # noqa: E402
+from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Failure,  # noqa: E402
+                           run_tests_as_root, unshare)
 from test_security_stun import (Client, Daemon, check, error_code, free_port,  # noqa: E402
                                 relay_range)
-from test_siblings import A_SLICE, B_SLICE, Instance, Net, Peer, exchange  # noqa: E402
+from test_siblings import Net, Peer, exchange, start_pair, stop_pair  # noqa: E402
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
 DNS_IP = "127.0.0.53"
 PEERS = ("10.55.0.5", "10.55.0.6")  # on this namespace's lo
 ROUND_WAIT = 20.0  # a few 5 s rounds
@@ -98,12 +97,7 @@ class FakeDns:
 
 
 def own_namespaces():
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare")
-    # Nothing mounted here may reach the host's namespace.
-    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    unshare(CLONE_NEWNS | CLONE_NEWNET)
     # The STRICT_DNS peers: a name resolving to a loopback address is never admitted.
     for ip in PEERS:
         subprocess.run(["ip", "addr", "add", ip + "/32", "dev", "lo"], check=True)
@@ -190,13 +184,7 @@ def siblings_by_name(d, files):
     names = ("a.sib.test", "b.sib.test")
     files.hosts({names[0]: "127.0.0.1", names[1]: "127.0.0.4"})
     os.mkdir(d)
-    net = Net("127.0.0.1", "127.0.0.3", "127.0.0.9", "127.0.0.5", names=names)
-    a = Instance(d, net, "a", net.a, A_SLICE, 1)
-    try:
-        b = Instance(d, net, "b", net.b, B_SLICE, 2)
-    except Exception:
-        a.daemon.stop(check_clean=False)
-        raise
+    a, b = start_pair(d, Net("127.0.0.1", "127.0.0.3", "127.0.0.9", "127.0.0.5", names=names))
     try:
         def resolved_b():
             sibs = a.daemon.admin({"cmd": "status"})["siblings"]
@@ -209,8 +197,7 @@ def siblings_by_name(d, files):
         pa.c.close()
         pb.c.close()
     finally:
-        for inst in (a, b):
-            inst.daemon.stop()
+        stop_pair(a, b)
     print("sibling b.sib.test followed its name to 127.0.0.3 (no reload): the pair exchanged "
           "through the siblings, counters exact", flush=True)
 
@@ -227,9 +214,5 @@ def test_dns_refresh(d):
 
 
 if __name__ == "__main__":
-    if os.geteuid() != 0:
-        print("SKIP: test_dns_refresh needs root for its own mount and network namespaces "
-              "(its own /etc/hosts and DNS server)")
-        sys.exit(77)
-    own_namespaces()
-    run_tests([test_dns_refresh])
+    run_tests_as_root([test_dns_refresh], "its own mount and network namespaces (its own "
+                      "/etc/hosts and DNS server)", own_namespaces)

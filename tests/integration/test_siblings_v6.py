@@ -10,26 +10,21 @@ test_siblings.py: the listing, the exchange with exact sibling counters, the mis
 permission, the port in no slice, the sources that are no sibling, the reload. Without root
 it SKIPs (exit 77) and says why.
 """
-import ctypes
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
+from harness_admin import CLONE_NEWNET, run_tests_as_root, unshare  # noqa: E402
 from test_siblings import Net, run_siblings  # noqa: E402
 
-CLONE_NEWNET = 0x40000000
 V6 = Net("fd7a:22::1", "fd7a:22::3", "fd7a:22::9", "fd7a:22::5")
 
 
 def own_namespace():
     """This process (and the daemons it starts) in a new network namespace whose lo holds
     127.0.0.1, ::1 and the test's addresses."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    unshare(CLONE_NEWNET)
     for ip in (V6.a, V6.b, V6.other):
         # nodad: usable at once (no duplicate address detection on lo anyway).
         subprocess.run(["ip", "-6", "addr", "add", ip + "/128", "dev", "lo", "nodad"],
@@ -41,9 +36,5 @@ def test_siblings_v6(d):
 
 
 if __name__ == "__main__":
-    if os.geteuid() != 0:
-        print("SKIP: test_siblings_v6 needs root for its own network namespace (two IPv6 "
-              "addresses on lo)")
-        sys.exit(77)
-    own_namespace()
-    run_tests([test_siblings_v6])
+    run_tests_as_root([test_siblings_v6], "its own network namespace (two IPv6 addresses on "
+                      "lo)", own_namespace)
