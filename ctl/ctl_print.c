@@ -76,13 +76,13 @@ static void print_siblings(json_t *sibs, FILE *out)
 	}
 }
 
-/* "dns:            2 names every 5 s: 14 rounds, 1 change, 0 failures" (none without names). */
+/* "dns:            2 names every 5 s: rounds 14, changed 1, failed 0" (none without names). */
 static void print_dns(json_t *d, FILE *out)
 {
 	if (d == NULL || int_of(d, "names") == 0)
 		return;
-	fprintf(out, "dns:            %lld name%s every %g s: %lld rounds, %lld changes, "
-		"%lld failures\n", int_of(d, "names"), int_of(d, "names") == 1 ? "" : "s",
+	fprintf(out, "dns:            %lld name%s every %g s: rounds %lld, changed %lld, "
+		"failed %lld\n", int_of(d, "names"), int_of(d, "names") == 1 ? "" : "s",
 		json_number_value(json_object_get(d, "interval_s")), int_of(d, "runs"),
 		int_of(d, "changes"), int_of(d, "failures"));
 }

@@ -156,7 +156,7 @@ def strict_dns(d, files, dns):
         rc, out, err = daemon.ctl("status")
         line = [l for l in out.splitlines() if l.startswith("dns:")]
         check(rc == 0 and len(line) == 1 and line[0].split()[1:5] == ["1", "name", "every", "5"]
-              and " %d changes" % st["changes"] in line[0],
+              and "changed %d," % st["changes"] in line[0],
               "turngatectl status: %r (%s)" % (line, err))
         # The name leaves /etc/hosts, the DNS server is silent: rounds fail, nothing changes.
         failures = st["failures"]
