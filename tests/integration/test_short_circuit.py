@@ -422,15 +422,19 @@ def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None,
     its datagrams for the stream client must be handed over), else by one. stream_slot:
     the stream client's worker must be that one. Bounded: tries new clients until the
     owners fit."""
-    for i in range(tries):
-        a = Peer(daemon, ports[0], "alice-%s%d" % (tag, i))
-        t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), secure)
-        wa, wt = a.record["worker"], t.record["worker"]
-        if (wa != wt) == split and stream_slot in (None, wt):
-            check(t.relayed[0] == MASK, "TCP client's relayed address %r" % (t.relayed,))
-            return a, t
-        a.close()
-        t.close()
+    rejected = []  # open until the end: a freed port must not come back in this loop
+    try:
+        for i in range(tries):
+            a = Peer(daemon, ports[0], "alice-%s%d" % (tag, i))
+            t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), secure)
+            wa, wt = a.record["worker"], t.record["worker"]
+            if (wa != wt) == split and stream_slot in (None, wt):
+                check(t.relayed[0] == MASK, "TCP client's relayed address %r" % (t.relayed,))
+                return a, t
+            rejected += [a, t]
+    finally:
+        for p in rejected:
+            p.close()
     raise Failure("no UDP/TCP pair with split=%r (TCP on %r) in %d tries"
                   % (split, stream_slot, tries))
 

@@ -89,6 +89,28 @@ def tls_connect(port, sni=None, alpn=("stun.turn",)):
     return ctx.wrap_socket(raw, server_hostname=sni)
 
 
+_DTLS_PORTS = set()
+
+
+def dtls_udp_socket():
+    """A UDP socket on 127.0.0.1 whose port no DtlsSocket of this process had: a closed
+    DTLS client's allocation outlives its socket, and a new client on the same 5-tuple
+    would get 437."""
+    held = []
+    try:
+        for _ in range(50):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] not in _DTLS_PORTS:
+                _DTLS_PORTS.add(s.getsockname()[1])
+                return s
+            held.append(s)
+        raise Failure("no fresh UDP port for a DTLS client")
+    finally:
+        for h in held:
+            h.close()
+
+
 class DtlsSocket:
     """A DTLS 1.2 client on a connected UDP socket (pyOpenSSL over memory BIOs, no
     certificate check, ALPN stun.turn) with the calls the stream clients make: sendall
@@ -105,7 +127,7 @@ class DtlsSocket:
         ctx.set_alpn_protos([b"stun.turn"])
         self.conn = SSL.Connection(ctx, None)
         self.conn.set_connect_state()
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp = dtls_udp_socket()
         self.udp.connect((host, port))
         self.timeout = 5.0
         flight = []
