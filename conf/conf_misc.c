@@ -51,6 +51,12 @@ int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storag
 	rc = getaddrinfo(name, NULL, &hints, &res);
 	if (rc == EAI_MEMORY)
 		return -ENOMEM;
+#ifdef EAI_NODATA
+	if (rc == EAI_NODATA)
+		rc = EAI_NONAME;
+#endif
+	if (rc == EAI_NONAME)
+		return -ENOENT; /* an answer: the name has no address */
 	if (rc != 0)
 		return -EHOSTUNREACH;
 	for (struct addrinfo *ai = res; ai != NULL && *n < max; ai = ai->ai_next) {

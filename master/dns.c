@@ -19,7 +19,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +32,11 @@
 #define DNS_CHILD_LIMIT_S 30
 #define DNS_MAX_ADDRS 16	/* addresses kept per name, as at load (CONF_MAX_RESOLVED) */
 
-/* One answer on the pipe: the name's index in walk order, getaddrinfo's result, then n
- * addresses (port 0, zero-padded). */
+/* One answer on the pipe: the name's index in walk order, conf_resolve_getaddrinfo's
+ * result, then n addresses (port 0, zero-padded). */
 struct dns_rec {
 	uint32_t idx;
-	int32_t gai;
+	int32_t rc;
 	uint32_t n;
 };
 
@@ -138,23 +137,12 @@ static void dns_child(const struct dns_name *names, size_t n, int wfd)
 	alarm(DNS_CHILD_LIMIT_S);
 	log_set_procname("master/dns");
 	for (size_t i = 0; i < n; i++) {
-		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM };
 		struct sockaddr_storage out[DNS_MAX_ADDRS];
-		struct addrinfo *res = NULL;
 		struct dns_rec r = { .idx = (uint32_t)i, .n = 0 };
+		size_t got = 0;
 
-		r.gai = getaddrinfo(names[i].name, NULL, &hints, &res);
-		for (struct addrinfo *ai = r.gai == 0 ? res : NULL; ai != NULL && r.n < DNS_MAX_ADDRS;
-		     ai = ai->ai_next) {
-			if (ai->ai_addrlen > sizeof(out[0]) ||
-			    (ai->ai_family != AF_INET && ai->ai_family != AF_INET6))
-				continue;
-			memset(&out[r.n], 0, sizeof(out[0]));
-			memcpy(&out[r.n], ai->ai_addr, ai->ai_addrlen);
-			r.n++;
-		}
-		if (res != NULL)
-			freeaddrinfo(res);
+		r.rc = conf_resolve_getaddrinfo(NULL, names[i].name, out, DNS_MAX_ADDRS, &got);
+		r.n = r.rc == 0 ? (uint32_t)got : 0;
 		if (!write_all(wfd, &r, sizeof(r)) || !write_all(wfd, out, r.n * sizeof(out[0])))
 			_exit(1);
 	}
@@ -212,14 +200,12 @@ static bool dns_apply_one(struct dnsr *d, const struct dns_name *nm, const struc
 	size_t n = r->n;
 	char list[512];
 
-	if (r->gai != 0 && r->gai != EAI_NONAME && r->gai != EAI_NODATA) {
+	if (r->rc != 0 && r->rc != -ENOENT) {
 		d->failed++;
 		log_debug("master", "dns: '%s': %s (its addresses stay)", nm->name,
-			  gai_strerror(r->gai));
+			  strerror(-r->rc));
 		return false;
 	}
-	if (r->gai != 0)
-		n = 0;
 	if (same_set(*nm->resolved, *nm->n_resolved, addrs, n))
 		return false;
 	if (n > 0) {
