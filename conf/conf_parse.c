@@ -154,6 +154,12 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 	} else if (strcasecmp(key, "admin_socket_mode") == 0) {
 		if (!pctx_is_null(v))
 			parse_mode(p, v, path, &a->admin_socket_mode);
+		/* Whoever may connect may reload, drain, disconnect and upgrade. */
+		if (a->admin_socket_mode & 07)
+			pctx_error(p, v, path,
+				   "%04o lets every local user use the admin socket (expected "
+				   "owner and group only, such as \"0660\")",
+				   (unsigned)a->admin_socket_mode);
 	} else if (strcasecmp(key, "log_format") == 0) {
 		parse_log_format(p, v, path, &a->log_format);
 	} else if (strcasecmp(key, "relay_port_min") == 0) {

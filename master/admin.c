@@ -18,6 +18,7 @@
 struct admin_client {
 	struct admin *a;
 	int fd;
+	struct admin_peer peer;
 	ev_io rio, wio;
 	char in[ADMIN_LINE_MAX];
 	size_t in_len;
@@ -105,7 +106,7 @@ static void handle_line(struct admin_client *c, const char *line, size_t len)
 
 	if (len == 0)
 		return;
-	reply = admin_dispatch(c->a->m, line, len);
+	reply = admin_dispatch(c->a->m, &c->peer, line, len);
 	if (reply == NULL) {
 		client_error(c, "out of memory", true);
 		return;
@@ -205,6 +206,25 @@ static void write_cb(struct ev_loop *loop, ev_io *io, int revents)
 	check_overflow(c);
 }
 
+/* The peer's credentials as of connect(); unknown ones are nobody's (never privileged). */
+static void peer_read(int fd, struct admin_peer *peer)
+{
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+
+	peer->pid = 0;
+	peer->uid = (uid_t)-1;
+	peer->gid = (gid_t)-1;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 || len != sizeof(uc)) {
+		log_warn("admin", "SO_PEERCRED: %s (the client counts as unprivileged)",
+			 strerror(errno));
+		return;
+	}
+	peer->pid = uc.pid;
+	peer->uid = uc.uid;
+	peer->gid = uc.gid;
+}
+
 static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct admin *a = io->data;
@@ -230,6 +250,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	}
 	c->a = a;
 	c->fd = fd;
+	peer_read(fd, &c->peer);
 	ev_io_init(&c->rio, read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, write_cb, fd, EV_WRITE);
 	c->rio.data = c->wio.data = c;

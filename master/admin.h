@@ -10,6 +10,7 @@
 #define TG_MASTER_ADMIN_H
 
 #include <jansson.h>
+#include <sys/types.h>
 
 #include "master/master.h"
 
@@ -17,6 +18,14 @@
 #define ADMIN_MAX_CLIENTS 16
 #define ADMIN_OUT_MAX (32u << 20)
 #define ADMIN_DEFAULT_LIMIT 1000
+
+/* Who sent a request: the connecting process's credentials (SO_PEERCRED, taken when it
+ * connected). uid (uid_t)-1 and pid 0 when the kernel did not say. */
+struct admin_peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+};
 
 /* Creates the socket at path with the given mode (0600 by default in the config), after
  * removing a stale socket file left by a dead daemon (a live one is -EADDRINUSE; a
@@ -33,9 +42,13 @@ int admin_fd(const struct admin *a);
 /* A socket inherited by a live upgrade is served from here on (no-op otherwise). */
 void admin_resume(struct admin *a);
 
-/* Runs one request line and returns the reply object (new reference; NULL only when out of
- * memory). Never fails on bad input: malformed JSON, a missing or unknown command and bad
- * arguments all produce {"ok":false,"error":...}. */
-json_t *admin_dispatch(struct master *m, const char *line, size_t len);
+/* Runs one request line from peer and returns the reply object (new reference; NULL only
+ * when out of memory). Never fails on bad input: malformed JSON, a missing or unknown
+ * command and bad arguments all produce {"ok":false,"error":...}. A command that changes
+ * something is logged (scope "admin", INFO) with the peer's uid and pid before it runs,
+ * and its refusal after; an argument that only a privileged peer (uid 0 or the daemon's
+ * own uid) may give is refused to anyone else (upgrade's "binary"). */
+json_t *admin_dispatch(struct master *m, const struct admin_peer *peer, const char *line,
+		       size_t len);
 
 #endif

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -580,25 +581,79 @@ static json_t *cmd_upgrade_status(struct master *m, json_t *req)
 	return json_pack("{s:b, s:o}", "ok", 1, "upgrade", upgrade_status(m));
 }
 
-static const struct {
+/* Who may do what: every connected peer may run every command (the socket's mode and
+ * group decide who connects); a command that changes something is logged with the
+ * peer's uid and pid; root_arg is an argument only a privileged peer may give. */
+static const struct admin_cmd {
 	const char *name;
 	cmd_fn fn;
+	const char *writes;    /* NULL: reads only; "": changes something; "KEY": when KEY is given */
+	const char *root_arg;  /* NULL, or an argument only a privileged peer may give */
 } commands[] = {
-	{ "status", cmd_status },
-	{ "config", cmd_config },
-	{ "reload", cmd_reload },
-	{ "allocations", cmd_allocations },
-	{ "top", cmd_top },
-	{ "disconnect", cmd_disconnect },
-	{ "drain", cmd_drain },
-	{ "stats", cmd_stats },
-	{ "workers", cmd_workers },
-	{ "loglevel", cmd_loglevel },
-	{ "upgrade", cmd_upgrade },
-	{ "upgrade_status", cmd_upgrade_status },
+	{ "status", cmd_status, NULL, NULL },
+	{ "config", cmd_config, NULL, NULL },
+	{ "reload", cmd_reload, "", NULL },
+	{ "allocations", cmd_allocations, NULL, NULL },
+	{ "top", cmd_top, NULL, NULL },
+	{ "disconnect", cmd_disconnect, "", NULL },
+	{ "drain", cmd_drain, "", NULL },
+	{ "stats", cmd_stats, NULL, NULL },
+	{ "workers", cmd_workers, NULL, NULL },
+	{ "loglevel", cmd_loglevel, "spec", NULL },
+	/* The binary runs as the daemon's user: naming one is for those who could run it so
+	 * themselves. Without it the daemon re-executes its own binary. */
+	{ "upgrade", cmd_upgrade, "", "binary" },
+	{ "upgrade_status", cmd_upgrade_status, NULL, NULL },
 };
 
-json_t *admin_dispatch(struct master *m, const char *line, size_t len)
+/* Root, or the daemon's own user (who could run any program as that user anyway). */
+static bool peer_privileged(const struct admin_peer *peer)
+{
+	return peer->uid == 0 || peer->uid == geteuid();
+}
+
+static bool cmd_writes(const struct admin_cmd *c, json_t *req)
+{
+	return c->writes != NULL && (c->writes[0] == '\0' || json_object_get(req, c->writes));
+}
+
+/* Runs c for peer: the audit line first (so that it is written whatever the command does,
+ * a loglevel change included), the refusal after. */
+static json_t *cmd_run(struct master *m, const struct admin_cmd *c, const struct admin_peer *peer,
+		       json_t *req)
+{
+	bool audit = cmd_writes(c, req);
+	json_t *reply;
+	char *text = NULL;
+
+	if (audit) {
+		text = json_dumps(req, JSON_COMPACT | JSON_SORT_KEYS);
+		log_info("admin", "uid=%d pid=%d: %.512s", (int)peer->uid, (int)peer->pid,
+			 text != NULL ? text : c->name);
+	}
+	if (c->root_arg != NULL && json_object_get(req, c->root_arg) != NULL &&
+	    !peer_privileged(peer)) {
+		char why[160];
+
+		snprintf(why, sizeof(why),
+			 "\"%s\" is for root (uid 0) or the daemon's own user, not uid %d",
+			 c->root_arg, (int)peer->uid);
+		reply = err(why);
+	} else {
+		reply = c->fn(m, req);
+	}
+	if (audit && reply != NULL && !json_is_true(json_object_get(reply, "ok"))) {
+		const char *e = json_string_value(json_object_get(reply, "error"));
+
+		log_info("admin", "uid=%d pid=%d: %s refused: %s", (int)peer->uid,
+			 (int)peer->pid, c->name, e != NULL ? e : "?");
+	}
+	free(text);
+	return reply;
+}
+
+json_t *admin_dispatch(struct master *m, const struct admin_peer *peer, const char *line,
+		       size_t len)
 {
 	json_error_t jerr;
 	json_t *req, *cmd, *reply = NULL;
@@ -621,7 +676,7 @@ json_t *admin_dispatch(struct master *m, const char *line, size_t len)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
 		if (strcmp(commands[i].name, name) == 0) {
 			log_debug("admin", "command %s", name);
-			reply = commands[i].fn(m, req);
+			reply = cmd_run(m, &commands[i], peer, req);
 			goto out;
 		}
 	}

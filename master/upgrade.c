@@ -533,7 +533,10 @@ static void tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	fail(m, why);
 }
 
-static void exec_child(struct master *m, const char *binary, int ctl)
+/* Executes the binary through bin, the descriptor that binary_open checked: a rename or
+ * a symlink swapped in meanwhile changes nothing. A script needs its descriptor across the
+ * exec (its interpreter reads /dev/fd/N): only then is it kept open (ENOENT, fexecve(3)). */
+static void exec_child(struct master *m, int bin, const char *binary, int ctl)
 {
 	char env[8192];
 	sigset_t none;
@@ -550,16 +553,89 @@ static void exec_child(struct master *m, const char *binary, int ctl)
 	}
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	execv(binary, m->up->argv);
+	fexecve(bin, m->up->argv, environ);
+	if (errno == ENOENT && fcntl(bin, F_SETFD, 0) == 0)
+		fexecve(bin, m->up->argv, environ);
 	dprintf(ctl, "fail cannot execute %s: %s", binary, strerror(errno));
 	_exit(127);
+}
+
+/* Opens what a live upgrade executes, as the daemon's user: a regular file with an execute
+ * bit, owned by root or by the daemon's own user (either could run it anyway), that its
+ * group and others cannot write. Returns the descriptor (O_PATH, close-on-exec), or -errno
+ * with the reason in why. */
+static int binary_open(const char *binary, char *why, size_t cap)
+{
+	struct stat st;
+	int fd = open(binary, O_PATH | O_CLOEXEC), rc;
+
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		rc = -errno;
+		snprintf(why, cap, "cannot execute %s: %s", binary, strerror(errno));
+		goto fail;
+	}
+	rc = -EPERM;
+	if (!S_ISREG(st.st_mode) || (st.st_mode & 0111) == 0) {
+		rc = -EACCES;
+		snprintf(why, cap, "cannot execute %s: not an executable file", binary);
+	} else if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		snprintf(why, cap,
+			 "refused to execute %s: owned by uid %u (expected root's or the "
+			 "daemon's own user's)",
+			 binary, (unsigned)st.st_uid);
+	} else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(why, cap,
+			 "refused to execute %s: mode %04o lets its group or others write it",
+			 binary, (unsigned)(st.st_mode & 07777));
+	} else {
+		return fd;
+	}
+fail:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static int start_child(struct master *m, const char *binary, char *why, size_t cap)
+{
+	struct upgrade *u = m->up;
+	int sp[2], bin, rc;
+	pid_t pid;
+
+	bin = binary_open(binary, why, cap);
+	if (bin < 0)
+		return bin;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		rc = -errno;
+		snprintf(why, cap, "socketpair: %s", strerror(errno));
+		close(bin);
+		return rc;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		rc = -errno;
+		snprintf(why, cap, "fork: %s", strerror(errno));
+		close(sp[0]);
+		close(sp[1]);
+		close(bin);
+		return rc;
+	}
+	if (pid == 0) {
+		close(sp[0]);
+		exec_child(m, bin, binary, sp[1]);
+	}
+	close(bin);
+	close(sp[1]);
+	u->child = pid;
+	u->fd = sp[0];
+	return 0;
 }
 
 int upgrade_begin(struct master *m, const char *binary, double timeout, char *why, size_t cap)
 {
 	struct upgrade *u = m->up;
-	int sp[2];
-	pid_t pid;
+	int rc;
 
 	if (binary == NULL || binary[0] == '\0')
 		binary = u->exe;
@@ -588,31 +664,11 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 			 "empty or unusable): a live upgrade needs the state file");
 		return -ENOENT;
 	}
-	if (access(binary, X_OK) < 0) {
-		snprintf(why, cap, "cannot execute %s: %s", binary, strerror(errno));
-		return -errno;
-	}
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
-		snprintf(why, cap, "socketpair: %s", strerror(errno));
-		return -errno;
-	}
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		snprintf(why, cap, "fork: %s", strerror(errno));
-		close(sp[0]);
-		close(sp[1]);
-		return -errno;
-	}
-	if (pid == 0) {
-		close(sp[0]);
-		exec_child(m, binary, sp[1]);
-	}
-	close(sp[1]);
+	rc = start_child(m, binary, why, cap);
+	if (rc < 0)
+		return rc;
 	u->attempt++;
 	u->phase = UP_STARTING;
-	u->child = pid;
-	u->fd = sp[0];
 	u->timeout = timeout > 0 ? timeout : UPGRADE_TIMEOUT_S;
 	u->error[0] = '\0';
 	ev_io_init(&u->io, io_cb, u->fd, EV_READ);
@@ -621,7 +677,7 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 	ev_timer_init(&u->tmo, tmo_cb, u->timeout, 0.);
 	u->tmo.data = m;
 	ev_timer_start(m->loop, &u->tmo);
-	log_info("master", "upgrade %u: started %s as pid %d", u->attempt, binary, (int)pid);
+	log_info("master", "upgrade %u: started %s as pid %d", u->attempt, binary, (int)u->child);
 	return 0;
 }
 

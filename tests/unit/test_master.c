@@ -224,9 +224,12 @@ static void test_listener_failures_leave_nothing_open(void **state)
 	close(blocker);
 }
 
+/* The tests talk to the dispatcher as root would. */
+static const struct admin_peer test_root_peer = { .pid = 1, .uid = 0, .gid = 0 };
+
 static void expect_error(struct master *m, const char *line, const char *msg)
 {
-	json_t *r = admin_dispatch(m, line, strlen(line));
+	json_t *r = admin_dispatch(m, &test_root_peer, line, strlen(line));
 
 	assert_non_null(r);
 	assert_true(json_is_false(json_object_get(r, "ok")));
@@ -349,7 +352,7 @@ static void test_admin_mutations(void **state)
 				break;
 			}
 		}
-		json_t *r = admin_dispatch(m, buf, len);
+		json_t *r = admin_dispatch(m, &test_root_peer, buf, len);
 
 		assert_non_null(r);
 		assert_true(json_is_boolean(json_object_get(r, "ok")));

@@ -1,0 +1,218 @@
+"""Admin power (issue 35, finding 5), through the daemon.
+
+5. Naming an upgrade binary is for root (or the daemon's own user): a peer of another uid
+   that can reach the socket is refused, and so is a binary owned by another user or
+   writable by its group or others; the program never runs. A socket mode with any bit for
+   others is a configuration error, at start and at reload. Every command that changes
+   something is logged with the peer's uid and pid.
+"""
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (TURNGATED, Daemon, check, config_yaml, free_port,  # noqa: E402
+                           run_tests_as_root)
+
+NOBODY = 65534
+
+
+def start(d, extra_admin="", wait=True):
+    port = free_port()
+    text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                       extra_admin=extra_admin)
+    return Daemon(d, text).start(wait=wait), port
+
+
+def marker_binary(d, name, marker):
+    """A program that leaves marker behind if it ever runs."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\ntouch %s\nexit 1\n" % marker)
+    os.chmod(path, 0o755)
+    return path
+
+
+def admin_as(sock, uid, gid, req):
+    """Sends one request as uid/gid (a forked child drops root first); returns the reply
+    and the child's pid."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(rfd)
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(sock)
+            s.sendall(json.dumps(req).encode() + b"\n")
+            buf = b""
+            while b"\n" not in buf:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            os.write(wfd, buf.split(b"\n", 1)[0])
+        except Exception as e:  # reported to the parent as the reply
+            os.write(wfd, json.dumps({"child_error": repr(e)}).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    out = b""
+    while True:
+        chunk = os.read(rfd, 65536)
+        if not chunk:
+            break
+        out += chunk
+    os.close(rfd)
+    os.waitpid(pid, 0)
+    return json.loads(out), pid
+
+
+def audit_lines(daemon, uid, pid):
+    return [ln for ln in daemon.stderr().splitlines() if "uid=%d pid=%d:" % (uid, pid) in ln]
+
+
+def test_upgrade_binary_needs_root(d):
+    """A peer of uid nobody, allowed on the socket by its group, may use the socket but not
+    name a binary; the refusal and its other changes are logged with its uid and pid."""
+    daemon, _ = start(d, '  admin_socket_mode: "0660"\n')
+    marker = os.path.join(d, "ran")
+    binary = marker_binary(d, "evil.sh", marker)
+    try:
+        os.chown(daemon.sock, -1, NOBODY)
+        os.chmod(d, 0o711)
+        st, _ = admin_as(daemon.sock, NOBODY, NOBODY, {"cmd": "status"})
+        check(st.get("ok") is True, "nobody cannot use the socket at all: %r" % st)
+        r, pid = admin_as(daemon.sock, NOBODY, NOBODY,
+                          {"cmd": "upgrade", "binary": binary, "timeout": 5})
+        check(r.get("ok") is False and "root (uid 0)" in r.get("error", "") and
+              "not uid %d" % NOBODY in r.get("error", ""),
+              "a non-root peer named an upgrade binary: %r" % r)
+        time.sleep(0.5)
+        check(not os.path.exists(marker), "the daemon ran a program named by uid %d" % NOBODY)
+        lines = audit_lines(daemon, NOBODY, pid)
+        check(len(lines) == 2 and '"binary":"%s"' % binary in lines[0] and
+              "upgrade refused:" in lines[1], "refusal not logged:\n%s" % daemon.stderr())
+        r, pid = admin_as(daemon.sock, NOBODY, NOBODY, {"cmd": "drain", "on": False})
+        check(r.get("ok") is True, r)
+        check(len(audit_lines(daemon, NOBODY, pid)) == 1, "drain by nobody not logged")
+        check(daemon.admin({"cmd": "upgrade_status"})["upgrade"]["attempt"] == 0,
+              "an upgrade was attempted")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_upgrade_binary_ownership(d):
+    """Root names binaries that others could have written: each is refused before it runs
+    (owned by nobody; root's but mode 0777 or 0775; a symlink to nobody's)."""
+    daemon, _ = start(d)
+    marker = os.path.join(d, "ran")
+    cases = []
+    path = marker_binary(d, "nobodys.sh", marker)
+    os.chown(path, NOBODY, NOBODY)
+    cases.append((path, "owned by uid %d" % NOBODY))
+    for mode in (0o777, 0o775):
+        path = marker_binary(d, "mode%o.sh" % mode, marker)
+        os.chmod(path, mode)
+        cases.append((path, "mode %04o lets its group or others write it" % mode))
+    link = os.path.join(d, "link.sh")
+    os.symlink(cases[0][0], link)
+    cases.append((link, "owned by uid %d" % NOBODY))
+    try:
+        for path, why in cases:
+            r = daemon.admin({"cmd": "upgrade", "binary": path, "timeout": 5})
+            check(r["ok"] is False and why in r["error"],
+                  "binary %s (mode %o, uid %d) accepted: %r"
+                  % (path, stat.S_IMODE(os.stat(path).st_mode), os.stat(path).st_uid, r))
+        time.sleep(0.5)
+        check(not os.path.exists(marker), "the daemon ran a binary others could write")
+        up = daemon.admin({"cmd": "upgrade_status"})["upgrade"]
+        check(up["attempt"] == 0 and up["state"] == "idle", up)
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def run_check(d, text):
+    path = os.path.join(d, "check.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    r = subprocess.run([TURNGATED, "-c", "check.yaml", "-t"], cwd=d, capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, r.stdout
+
+
+def line_col(text, needle):
+    """FILE:LINE:COL of the value after needle in text (1-based, as the loader says)."""
+    for i, ln in enumerate(text.splitlines()):
+        if needle in ln:
+            return "check.yaml:%d:%d:" % (i + 1, ln.index(needle) + len(needle) + 1)
+    raise AssertionError(needle)
+
+
+def test_socket_mode_for_others_refused(d):
+    """admin_socket_mode with a bit for others: -t fails with FILE:LINE:COL, a start fails,
+    a reload is refused and the socket keeps its mode."""
+    sock = os.path.join(d, "admin.sock")
+    for mode in ('"0666"', '"0604"', "0777"):
+        text = config_yaml(sock, [("udp", 3478, "TURN-UDP")],
+                           extra_admin="  admin_socket_mode: %s\n" % mode)
+        rc, out = run_check(d, text)
+        check(rc == 1 and out.startswith(line_col(text, "admin_socket_mode: ") +
+                                          " admin.admin_socket_mode: 0") and
+              "lets every local user use the admin socket" in out, (mode, rc, out))
+    daemon, _ = start(d, '  admin_socket_mode: "0666"\n', wait=False)
+    rc = daemon.wait_exit()
+    check(rc != 0 and "lets every local user use the admin socket" in daemon.stderr(),
+          "started with a socket for everyone (%r):\n%s" % (rc, daemon.stderr()))
+    check(not os.path.exists(sock), "socket created")
+    daemon.err.close()
+    daemon, port = start(d, '  admin_socket_mode: "0660"\n')
+    try:
+        daemon.write_config(config_yaml(sock, [("udp", port, "TURN-UDP")],
+                                        extra_admin='  admin_socket_mode: "0666"\n'))
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and any("admin_socket_mode" in e for e in r["errors"]), r)
+        check(stat.S_IMODE(os.stat(sock).st_mode) == 0o660, "socket mode changed")
+        cfg = daemon.admin({"cmd": "config"})["config"]["admin"]
+        check(cfg["admin_socket_mode"] == 0o660, cfg)
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_mutations_logged(d):
+    """Each command that changes something leaves 'uid=U pid=P: REQUEST' in the log; reads
+    leave nothing."""
+    daemon, _ = start(d)
+    me = os.getpid()
+    try:
+        for req in ({"cmd": "status"}, {"cmd": "stats"}, {"cmd": "config"},
+                    {"cmd": "allocations"}, {"cmd": "workers"}, {"cmd": "loglevel"},
+                    {"cmd": "upgrade_status"}, {"cmd": "top"}):
+            check(daemon.admin(req)["ok"] is True, req)
+        check(audit_lines(daemon, 0, me) == [], "reads logged:\n%s" % daemon.stderr())
+        changes = [{"cmd": "reload"}, {"cmd": "drain", "on": True}, {"cmd": "drain", "on": False},
+                   {"cmd": "loglevel", "spec": "all:INFO,turn:DEBUG"},
+                   {"cmd": "loglevel", "spec": "config"},
+                   {"cmd": "disconnect", "user": "alice"}]
+        for req in changes:
+            check(daemon.admin(req)["ok"] is True, req)
+        lines = audit_lines(daemon, 0, me)
+        check(len(lines) == len(changes), "changes not each logged once:\n%s" % "\n".join(lines))
+        for req, ln in zip(changes, lines):
+            want = json.dumps(req, sort_keys=True, separators=(",", ":"))
+            check(ln.endswith(want), "%r not in %r" % (want, ln))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests_as_root([test_upgrade_binary_needs_root, test_upgrade_binary_ownership,
+                       test_socket_mode_for_others_refused, test_mutations_logged],
+                      "a peer of another uid, binaries owned by others", lambda: None)
