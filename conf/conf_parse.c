@@ -1,4 +1,5 @@
 /* Config loader entry points: YAML document, top-level keys, admin and limits sections, conf_free. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -32,6 +33,35 @@ static bool http_url_ok(const char *s)
 		e = port + n;
 	}
 	return *e == '\0' || *e == '/';
+}
+
+/* True when the host of u (a URL http_url_ok accepts) is a loopback address: "localhost"
+ * (which the HTTP server binds as 127.0.0.1), 127.0.0.0/8, [::1] or [::ffff:127.x.y.z].
+ * An empty host, a wildcard and any other name are not. */
+static bool http_url_loopback(const char *u)
+{
+	const char *h = u + 7, *e;
+	char host[INET6_ADDRSTRLEN];
+	struct in6_addr a6;
+	struct in_addr a4;
+	size_t n;
+	if (*h == '[')
+		e = strchr(++h, ']');
+	else
+		e = h + strcspn(h, ":/");
+	n = e != NULL ? (size_t)(e - h) : 0;
+	if (n == 0 || n >= sizeof(host))
+		return false;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	if (strcasecmp(host, "localhost") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6) ||
+		       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+	return false;
 }
 
 /* Replaces *dst with the expanded string of v (NULL/"~" keeps the default). */
@@ -90,7 +120,7 @@ static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t m
 /* Where keys checked after the whole admin block were written. */
 struct range_nodes {
 	yaml_node_t *min, *max;
-	yaml_node_t *token, *token_file;
+	yaml_node_t *token, *token_file, *cred_endpoint;
 };
 
 static void parse_mode(struct pctx *p, yaml_node_t *v, const char *path, uint32_t *mode)
@@ -189,6 +219,7 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 				   a->alternate_server);
 	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
 		set_url(p, v, path, &a->credential_api_endpoint);
+		rn->cred_endpoint = v;
 	} else if (strcasecmp(key, "credential_api_token") == 0) {
 		rn->token = v;
 		conf_wipe_free(a->credential_api_token);
@@ -364,12 +395,30 @@ static void finish_token(struct pctx *p, const struct range_nodes *rn, const cha
 	}
 }
 
+/* The credential API mints credentials for whoever asks: without a token it is served on
+ * loopback only (a wildcard host is every address). */
+static void check_cred_exposure(struct pctx *p, const struct range_nodes *rn, const char *path)
+{
+	const char *u = p->cfg->admin.credential_api_endpoint;
+	char sub[CONF_PATH_MAX];
+	if (u == NULL || u[0] == '\0' || p->cfg->admin.credential_api_token != NULL ||
+	    rn->cred_endpoint == NULL || !http_url_ok(u) || http_url_loopback(u))
+		return;
+	conf_path_key(sub, path, "credential_api_endpoint");
+	pctx_error(p, rn->cred_endpoint, sub,
+		   "'%s' is served beyond loopback without credential_api_token: anyone who "
+		   "reaches it could mint credentials (expected a 127.0.0.1, [::1] or localhost "
+		   "host, or a token)",
+		   u);
+}
+
 void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)
 {
 	struct range_nodes rn = { 0 };
 	struct conf_admin *a = &p->cfg->admin;
 	pctx_map_each(p, n, path, admin_pair, &rn);
 	finish_token(p, &rn, path);
+	check_cred_exposure(p, &rn, path);
 	if (a->relay_port_min > a->relay_port_max) {
 		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, rn.min ? "relay_port_min" : "relay_port_max");

@@ -1,10 +1,12 @@
-"""Admin power (issue 35, finding 5), through the daemon.
+"""Admin power and the credential API (issue 35, findings 5 and 6), through the daemon.
 
 5. Naming an upgrade binary is for root (or the daemon's own user): a peer of another uid
    that can reach the socket is refused, and so is a binary owned by another user or
    writable by its group or others; the program never runs. A socket mode with any bit for
    others is a configuration error, at start and at reload. Every command that changes
    something is logged with the peer's uid and pid.
+6. The credential API without a token is served on loopback only: any other host (the
+   wildcard included) is a configuration error with FILE:LINE:COL, unless a token is set.
 """
 import json
 import os
@@ -13,6 +15,8 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, check, config_yaml, free_port,  # noqa: E402
@@ -212,7 +216,76 @@ def test_mutations_logged(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def get(url, headers=None):
+    try:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def cred_admin(url, token=None):
+    text = '  credential_api_endpoint: "%s"\n' % url
+    if token is not None:
+        text += "  credential_api_token: %s\n" % token
+    return text
+
+
+def test_credential_api_needs_token_beyond_loopback(d):
+    """Without a token: a wildcard or non-loopback host is refused by -t (FILE:LINE:COL), at
+    start and at reload; loopback hosts load and serve. With a token, the wildcard loads and
+    answers only requests that carry it."""
+    sock = os.path.join(d, "admin.sock")
+    for host in ("0.0.0.0", "", "[::]", "192.0.2.1", "[2001:db8::1]", "example.com"):
+        url = "http://%s:8088" % host
+        text = config_yaml(sock, [("udp", 3478, "TURN-UDP")], extra_admin=cred_admin(url))
+        rc, out = run_check(d, text)
+        check(rc == 1 and out == line_col(text, "credential_api_endpoint: ") +
+              " admin.credential_api_endpoint: '%s' is served beyond loopback without "
+              "credential_api_token: anyone who reaches it could mint credentials (expected "
+              "a 127.0.0.1, [::1] or localhost host, or a token)\n" % url, (url, rc, out))
+    for host in ("127.0.0.1", "127.0.0.2", "[::1]", "localhost"):
+        text = config_yaml(sock, [("udp", 3478, "TURN-UDP")],
+                           extra_admin=cred_admin("http://%s:8088" % host))
+        check(run_check(d, text) == (0, "configuration ok\n"), host)
+    text = config_yaml(sock, [("udp", 3478, "TURN-UDP")],
+                       extra_admin=cred_admin("http://0.0.0.0:8088", "t0ken"))
+    check(run_check(d, text) == (0, "configuration ok\n"), "wildcard with a token refused")
+
+    daemon, _ = start(d, cred_admin("http://0.0.0.0:%d" % free_port()), wait=False)
+    rc = daemon.wait_exit()
+    check(rc != 0 and "served beyond loopback" in daemon.stderr(),
+          "started a tokenless credential API on the wildcard (%r)" % rc)
+    daemon.err.close()
+
+    cp = free_port()
+    daemon, port = start(d, cred_admin("http://127.0.0.1:%d" % cp))
+    try:
+        code, body = get("http://127.0.0.1:%d/?service=turn&username=u" % cp)
+        check(code == 200 and json.loads(body)["username"].endswith(":u"), (code, body))
+        wild = "http://0.0.0.0:%d" % free_port()
+        daemon.write_config(config_yaml(sock, [("udp", port, "TURN-UDP")],
+                                        extra_admin=cred_admin(wild)))
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and any("served beyond loopback" in e for e in r["errors"]), r)
+        check(get("http://127.0.0.1:%d/?service=turn&username=u" % cp)[0] == 200,
+              "the running credential API stopped")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+    cp = free_port()
+    daemon, _ = start(d, cred_admin("http://0.0.0.0:%d" % cp, "t0ken"))
+    try:
+        url = "http://127.0.0.1:%d/?service=turn&username=u" % cp
+        check(get(url)[0] == 401, "served without the token")
+        check(get(url, {"Authorization": "Bearer t0ken"})[0] == 200, "token refused")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests_as_root([test_upgrade_binary_needs_root, test_upgrade_binary_ownership,
-                       test_socket_mode_for_others_refused, test_mutations_logged],
+                       test_socket_mode_for_others_refused, test_mutations_logged,
+                       test_credential_api_needs_token_beyond_loopback],
                       "a peer of another uid, binaries owned by others", lambda: None)

@@ -348,6 +348,13 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "admin:\n  admin_socket_mode: \"0999\"\n",
 	  "t.yaml:8:22: admin.admin_socket_mode: '0999' is not a file mode (expected octal "
 	  "0000..0777)" },
+	{ T_HEAD "admin:\n  admin_socket_mode: \"0666\"\n",
+	  "t.yaml:8:22: admin.admin_socket_mode: 0666 lets every local user use the admin "
+	  "socket (expected owner and group only, such as \"0660\")" },
+	{ T_HEAD "admin:\n  credential_api_endpoint: \"http://:8088\"\n",
+	  "t.yaml:8:28: admin.credential_api_endpoint: 'http://:8088' is served beyond loopback "
+	  "without credential_api_token: anyone who reaches it could mint credentials (expected "
+	  "a 127.0.0.1, [::1] or localhost host, or a token)" },
 	{ T_HEAD "admin:\n  metrics_endpoint: \"http://x:99999\"\n",
 	  "t.yaml:8:21: admin.metrics_endpoint: 'http://x:99999' is not a valid URL (expected "
 	  "http://[HOST][:PORT][/PATH])" },
