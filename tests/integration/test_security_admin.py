@@ -8,8 +8,10 @@
 6. The credential API without a token is served on loopback only: any other host (the
    wildcard included) is a configuration error with FILE:LINE:COL, unless a token is set.
 """
+import ctypes
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -20,7 +22,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, check, config_yaml, free_port,  # noqa: E402
-                           run_tests_as_root)
+                           run_tests_as_root, stun_binding_udp, wait_for)
 
 NOBODY = 65534
 
@@ -110,6 +112,36 @@ def test_upgrade_binary_needs_root(d):
         check(daemon.admin({"cmd": "upgrade_status"})["upgrade"]["attempt"] == 0,
               "an upgrade was attempted")
     finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_upgrade_own_binary_for_any_peer(d):
+    """Without a binary, any peer that reaches the socket may upgrade: the master executes
+    the path it was started from, and the new master serves."""
+    daemon, port = start(d, '  admin_socket_mode: "0660"\n')
+    old = daemon.proc.pid
+    new = 0
+    try:
+        os.chown(daemon.sock, -1, NOBODY)
+        os.chmod(d, 0o711)
+        r, pid = admin_as(daemon.sock, NOBODY, NOBODY, {"cmd": "upgrade", "timeout": 20})
+        check(r.get("ok") is True, "upgrade to the own binary refused: %r" % r)
+        check(len(audit_lines(daemon, NOBODY, pid)) == 1, "upgrade not logged")
+
+        def serving():
+            try:
+                up = daemon.admin({"cmd": "upgrade_status"})["upgrade"]
+            except OSError:
+                return False
+            return up["pid"] != old and up["serving"]
+        wait_for(serving, "the new master to serve")
+        new = daemon.admin({"cmd": "status"})["pid"]
+        check(daemon.wait_exit() == 0, "the old master's exit status")
+        check(stun_binding_udp(port) is not None, "the new master does not answer")
+    finally:
+        if new > 0:
+            os.kill(new, signal.SIGTERM)
+            os.waitpid(new, 0)
         check(daemon.stop() == 0, "exit status")
 
 
@@ -284,8 +316,16 @@ def test_credential_api_needs_token_beyond_loopback(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def subreaper():
+    """A new master outlives the old one, its parent: it becomes ours, to reap."""
+    PR_SET_CHILD_SUBREAPER = 36
+    check(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0,
+          "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
 if __name__ == "__main__":
-    run_tests_as_root([test_upgrade_binary_needs_root, test_upgrade_binary_ownership,
+    run_tests_as_root([test_upgrade_binary_needs_root, test_upgrade_own_binary_for_any_peer,
+                       test_upgrade_binary_ownership,
                        test_socket_mode_for_others_refused, test_mutations_logged,
                        test_credential_api_needs_token_beyond_loopback],
-                      "a peer of another uid, binaries owned by others", lambda: None)
+                      "a peer of another uid, binaries owned by others", subreaper)
