@@ -424,12 +424,13 @@ static void render_global(struct mctx *m)
 	       "Connections closed by the handshake, idle or slow-sender deadline.",
 	       SHM_CTR_CONN_TIMEOUTS);
 	single(m, "turngate_unauth_responses_dropped_total",
-	       "Error responses to unauthenticated UDP requests not sent: the source prefix "
-	       "was over limits.unauth_rate (reflection protection).",
+	       "Answers to unauthenticated UDP requests (errors, Binding successes) not sent: "
+	       "the source prefix was over limits.unauth_rate (reflection protection).",
 	       SHM_CTR_UNAUTH_DROPPED);
 	single(m, "turngate_unauth_responses_trusted_total",
-	       "Error responses to unauthenticated UDP requests sent on a credit of the source "
-	       "address (it authenticated within limits.unauth_trust_window).",
+	       "Answers to unauthenticated UDP requests (errors, Binding successes) sent on a "
+	       "credit of the source address (it authenticated within "
+	       "limits.unauth_trust_window).",
 	       SHM_CTR_UNAUTH_TRUSTED);
 	single(m, "turngate_unauth_trust_added_total",
 	       "Source addresses entered into the trust table after an authenticated request.",

@@ -201,8 +201,9 @@ enum shm_ctr {
 	SHM_CTR_DTLS_COOKIES,         /* DTLS ClientHellos answered with a cookie (no state) */
 	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: handshake/association bound */
 	SHM_CTR_CONN_TIMEOUTS,        /* connections closed by a handshake/idle/slow deadline */
-	SHM_CTR_UNAUTH_DROPPED,       /* error responses to unauthenticated UDP requests not
-				       * sent: source prefix over limits.unauth_rate */
+	SHM_CTR_UNAUTH_DROPPED,       /* answers to unauthenticated UDP requests (errors,
+				       * Binding successes) not sent: source prefix over
+				       * limits.unauth_rate */
 	SHM_CTR_UNAUTH_TRUSTED,       /* such responses sent on a credit of the source address
 				       * (it authenticated recently, shm/shm_trust.h) */
 	SHM_CTR_UNAUTH_TRUST_NEW,     /* addresses entered into the trust table */

@@ -28,14 +28,30 @@ static void wk_auth_bind(const struct wk_ep *ep, struct shm_addr *bind)
 	wk_addr_to_shm(ep->addr, bind);
 }
 
-/* Sends 401/438 (or 400) with REALM, a fresh NONCE and PASSWORD-ALGORITHMS. */
+static int wk_challenge_build(struct worker *w, const struct stun_msg *req, const char *realm,
+			      const char *nonce, int code, const char *reason, size_t *len)
+{
+	struct stun_builder b;
+
+	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
+	stun_build_error_code(&b, code, reason);
+	stun_build_string(&b, STUN_ATTR_REALM, realm);
+	stun_build_string(&b, STUN_ATTR_NONCE, nonce);
+	stun_build_password_algorithms(&b, wk_pw_algs, 2);
+	if (stun_msg_has(req, STUN_ATTR_FINGERPRINT))
+		stun_build_fingerprint(&b);
+	return stun_build_finish(&b, len);
+}
+
+/* Sends 401/438 (or 400) with REALM, a fresh NONCE and PASSWORD-ALGORITHMS; the reason
+ * phrase only as far as wk_unauth_reason allows (built once without it to learn the
+ * rest's length). */
 static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			      const char *realm_s, size_t realm_len, int code, const char *reason)
 {
 	char nonce[STUN_NONCE_MAX_LEN + 1];
 	char realm[STUN_MAX_REALM_LEN + 1];
 	struct shm_addr bind;
-	struct stun_builder b;
 	size_t len;
 
 	if (!wk_unauth_may_reply(w, ep))
@@ -46,28 +62,20 @@ static void wk_auth_challenge(struct worker *w, const struct wk_ep *ep, const st
 			    STUN_NONCE_FEAT_PASSWORD_ALGORITHMS, &bind, sizeof(bind), nonce,
 			    sizeof(nonce), NULL) < 0)
 		return;
-	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
-	stun_build_error_code(&b, code, reason);
-	stun_build_string(&b, STUN_ATTR_REALM, realm);
-	stun_build_string(&b, STUN_ATTR_NONCE, nonce);
-	stun_build_password_algorithms(&b, wk_pw_algs, 2);
-	if (stun_msg_has(req, STUN_ATTR_FINGERPRINT))
-		stun_build_fingerprint(&b);
-	if (stun_build_finish(&b, &len) == 0)
-		wk_send_client(w, ep, w->txbuf, len);
+	if (wk_challenge_build(w, req, realm, nonce, code, "", &len) < 0)
+		return;
+	reason = wk_unauth_reason(ep, req, len, code, reason);
+	if (reason[0] != '\0' && wk_challenge_build(w, req, realm, nonce, code, reason, &len) < 0)
+		return;
+	wk_send_client(w, ep, w->txbuf, len);
 }
 
-/* An error without a challenge (400, 441), with the code's standard reason phrase. */
+/* An error without a challenge (400, 441), with the code's standard reason phrase (as
+ * far as wk_unauth_reason allows), through the limiter like every unauthenticated answer. */
 static void wk_auth_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			  int code)
 {
-	struct stun_error_opts o = { .fingerprint = stun_msg_has(req, STUN_ATTR_FINGERPRINT) };
-	size_t len;
-
-	if (!wk_unauth_may_reply(w, ep))
-		return;
-	if (stun_build_error_response(w->txbuf, sizeof(w->txbuf), req, code, &o, &len) == 0)
-		wk_send_client(w, ep, w->txbuf, len);
+	wk_reply_error(w, ep, req, code, NULL, NULL);
 }
 
 /* RFC 8489 9.2.4/9.2.5: with a nonce carrying the PASSWORD-ALGORITHMS feature the

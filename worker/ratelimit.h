@@ -1,5 +1,6 @@
-/* Per-source-prefix rate limiter of error responses to unauthenticated UDP requests:
- * keeps turngate from serving as a reflection amplifier (docs/security.md).
+/* Per-source-prefix rate limiter of answers (error responses, STUN Binding successes) to
+ * unauthenticated UDP requests: keeps turngate from serving as a reflection amplifier
+ * (docs/security.md).
  *
  * Fixed-size state: WK_RL_BUCKETS token buckets indexed by SipHash-2-4 (with a per-process
  * random key) of the source address cut to its prefix (IPv4 /24, IPv6 /64 by default; an

@@ -17,21 +17,11 @@
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
-/* Error response; signed when the request authenticated (cred with a key). An answer to
- * an unauthenticated request passes the per-prefix limiter (worker/ratelimit.h). */
-void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req, int code,
-		    const char *reason, const struct wk_cred *cred)
+static int wk_error_build(struct worker *w, const struct stun_msg *req, int code,
+			  const char *reason, const struct wk_cred *cred, size_t *len)
 {
 	struct stun_builder b;
-	size_t len;
 
-	if (code == 500)
-		shm_ctr_add(w->ctr, SHM_CTR_ERR_INTERNAL, 1);
-	if (!(cred && cred->key_len) && !wk_unauth_may_reply(w, ep))
-		return;
-
-	log_debug("turn", "%s on listener %s: error %d%s%s", stun_method_name(req->method),
-		  ep->l->name, code, reason ? ": " : "", reason ? reason : "");
 	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_ERROR);
 	stun_build_error_code(&b, code, reason);
 	if (code == 420) {
@@ -41,15 +31,51 @@ void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_
 		stun_build_unknown_attributes(&b, types, n);
 	}
 	wk_auth_sign(&b, cred, stun_msg_has(req, STUN_ATTR_FINGERPRINT));
-	if (stun_build_finish(&b, &len) == 0)
+	return stun_build_finish(&b, len);
+}
+
+/* Error response; signed when the request authenticated (cred with a key). An answer to
+ * an unauthenticated request passes the per-prefix limiter (worker/ratelimit.h), and its
+ * reason phrase is cut where it alone would make the answer larger than the request
+ * (wk_unauth_reason): built once without a phrase to learn the rest's length. */
+void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req, int code,
+		    const char *reason, const struct wk_cred *cred)
+{
+	bool authed = cred && cred->key_len;
+	size_t len;
+
+	if (code == 500)
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_INTERNAL, 1);
+	if (!authed && !wk_unauth_may_reply(w, ep))
+		return;
+
+	log_debug("turn", "%s on listener %s: error %d%s%s", stun_method_name(req->method),
+		  ep->l->name, code, reason ? ": " : "", reason ? reason : "");
+	if (!authed) {
+		if (wk_error_build(w, req, code, "", cred, &len) < 0)
+			return;
+		reason = wk_unauth_reason(ep, req, len, code, reason);
+		if (reason[0] == '\0') {
+			wk_send_client(w, ep, w->txbuf, len);
+			return;
+		}
+	}
+	if (wk_error_build(w, req, code, reason, cred, &len) == 0)
 		wk_send_client(w, ep, w->txbuf, len);
 }
 
+/* RFC 8489 Binding: XOR-MAPPED-ADDRESS only (no MAPPED-ADDRESS, no SOFTWARE, no
+ * OTHER-ADDRESS or RESPONSE-ORIGIN), FINGERPRINT when the request had one. It never
+ * authenticates, so an answer to a datagram client of a UDP listener is reflection like
+ * an unauthenticated error and passes the same limiter: a credit of the source address,
+ * else a token of its prefix's bucket (docs/security.md). */
 static void wk_binding(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct stun_builder b;
 	size_t len;
 
+	if (!wk_unauth_may_reply(w, ep))
+		return;
 	stun_build_init_response(&b, w->txbuf, sizeof(w->txbuf), req, STUN_SUCCESS);
 	stun_build_addr(&b, STUN_ATTR_XOR_MAPPED_ADDRESS, ep->addr);
 	if (stun_msg_has(req, STUN_ATTR_FINGERPRINT))

@@ -1,4 +1,4 @@
-/* Worker glue of the limit of error responses to unauthenticated UDP requests: the
+/* Worker glue of the limit of answers to unauthenticated UDP requests: the
  * configuration from the snapshot, the trust table's credits (shm/shm_trust.h), the
  * per-prefix buckets (worker/ratelimit.c) and their counters. */
 #include "config.h"
@@ -6,8 +6,11 @@
 #include "worker/unauth.h"
 #include "worker/wk.h"
 
+#include <string.h>
+
 #include "common/log.h"
 #include "shm/shm_trust.h"
+#include "stun/stun.h"
 
 #define NS_PER_S 1000000000ull
 
@@ -89,4 +92,25 @@ bool wk_unauth_may_reply(struct worker *w, const struct wk_ep *ep)
 		return true;
 	shm_ctr_add(w->ctr, SHM_CTR_UNAUTH_DROPPED, 1);
 	return false;
+}
+
+static size_t wk_unauth_pad4(size_t n)
+{
+	return (n + 3) & ~(size_t)3;
+}
+
+const char *wk_unauth_reason(const struct wk_ep *ep, const struct stun_msg *req, size_t bare_len,
+			     int code, const char *reason)
+{
+	const char *std = stun_error_reason(code);
+
+	if (reason == NULL)
+		reason = std;
+	if (!wk_unauth_spoofable(ep))
+		return reason;
+	if (bare_len + wk_unauth_pad4(strlen(reason)) <= req->len)
+		return reason;
+	if (bare_len + wk_unauth_pad4(strlen(std)) <= req->len)
+		return std;
+	return "";
 }

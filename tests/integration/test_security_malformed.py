@@ -17,6 +17,10 @@ from test_security_stun import (A_CHANNEL, A_ERROR, A_EVEN_PORT, A_LIFETIME,  # 
 
 A_DONT_FRAGMENT, A_REQ_FAMILY, A_TOKEN = 0x001A, 0x0017, 0x0022
 UDP = (A_TRANSPORT, bytes([17, 0, 0, 0]))
+# An unauthenticated UDP answer carries its reason phrase only where the answer stays no
+# larger than the request (reflection, test_security_amplify.py): a SOFTWARE attribute as
+# real clients send makes room for the "Malformed ..." diagnostic checked here.
+SOFTWARE = (0x8022, b"test_security_malformed/1.0 (room for the reason)")
 
 
 def test_fixed_size_attributes_400(d):
@@ -31,7 +35,7 @@ def test_fixed_size_attributes_400(d):
                  ("RESERVATION-TOKEN of 4 bytes", [UDP, (A_TOKEN, b"\0\0\0\1")])]
         c = Client(port)
         for what, attrs in cases:
-            r = c.request(ALLOCATE, attrs)
+            r = c.request(ALLOCATE, attrs + [SOFTWARE])
             check(error_code(r[3]) == 400, "Allocate with %s: %r" % (what, error_code(r[3])))
             reason = r[3][A_ERROR][0][4:].decode()
             check(reason.startswith("Malformed "), "%s: reason %r" % (what, reason))
