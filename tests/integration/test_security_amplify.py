@@ -1,4 +1,4 @@
-"""Unauthenticated answers do not amplify (issue 35, finding 7),
+"""Unauthenticated answers do not amplify (issue 35, finding 7 and two coturn CVE classes),
 against the real daemon.
 
 - STUN Binding answers to UDP sources go through the limiter of unauthenticated answers
@@ -9,10 +9,19 @@ against the real daemon.
 - Sizes: a Binding success carries XOR-MAPPED-ADDRESS (and FINGERPRINT when asked) and
   nothing else; an unauthenticated UDP error answer carries its reason phrase only where the
   answer stays no larger than the request (RFC 8489 14.8: the phrase is diagnostics only).
+- coturn CVE-2020-6061/6062 class: every unauthenticated error the daemon can produce is a
+  well-formed STUN message, its reason phrase printable and free of request bytes, its
+  padding zero, and two requests that differ only in padding bytes and transaction id get
+  answers equal but for the transaction id (and the NONCE's time and the FINGERPRINT).
+- DTLS flood before the cookie: 2000 cookie-less ClientHellos from 500 source ports get a
+  HelloVerifyRequest each at most, never larger than the ClientHello; no association, no
+  handshake, no RSS growth stays behind, and a real DTLS client completes its handshake.
 
 Exact assertions use the daemon's own counters (admin `stats`), never timing; the one bound
 involving time is the limiter's own promise, with elapsed measured generously.
 """
+import hashlib
+import hmac
 import os
 import socket
 import struct
@@ -21,10 +30,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import Failure, run_tests, wait_for  # noqa: E402
-from test_security_stun import (ALLOCATE, A_ERROR, A_FINGERPRINT, A_LIFETIME,  # noqa: E402
-                                A_NONCE, A_REALM, A_TRANSPORT, A_XOR_MAPPED, MAGIC, REFRESH,
-                                REQUEST, SUCCESS, Client, Daemon, build, check, config, error_code,
-                                free_port, parse, parse_xor_addr, relay_range)
+from test_security_stun import (ALLOCATE, A_ERROR, A_FINGERPRINT, A_LIFETIME, A_MI,  # noqa: E402
+                                A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, A_XOR_MAPPED, ERROR,
+                                MAGIC, REALM, REFRESH, REQUEST, SUCCESS, Client, Daemon, build,
+                                check, config, credentials, error_code, free_port, parse,
+                                parse_xor_addr, relay_range)
 
 BINDING = 1
 A_SOFTWARE, A_PW_ALGS = 0x8022, 0x8002
@@ -32,9 +42,9 @@ WORKERS = 2
 RATE, BURST = 5, 10
 
 
-def start(d, limits=None, v6=False, proto="TURN-UDP"):
-    """A daemon with UDP and TCP listeners on one port (and a UDP listener on ::1 with v6).
-    Returns (daemon, port, v6 port or None)."""
+def start(d, limits=None, v6=False, proto="TURN-UDP", auth_none=False):
+    """A daemon with UDP and TCP listeners on one port (and a UDP listener on ::1 with v6;
+    auth type none with auth_none). Returns (daemon, port, v6 port or None)."""
     port, port6 = free_port(), (free_port() if v6 else None)
     text = config(d, [("udp", port, proto, ["loopback"]),
                       ("tcp", port, "TURN-TCP", ["loopback"])], {"loopback": ["127.0.0.1"]},
@@ -43,6 +53,9 @@ def start(d, limits=None, v6=False, proto="TURN-UDP"):
         text = text.replace("clusters:\n", "  - name: udp6\n    protocol: TURN-UDP\n"
                             "    address: \"::1\"\n    port: %d\n    routes: [loopback]\n"
                             "clusters:\n" % port6, 1)
+    if auth_none:
+        text = text.replace("  type: ephemeral\n", "  type: none\n", 1)
+        text = text[:text.index("  credentials:\n")] + text[text.index("listeners:\n"):]
     return Daemon(d, text).start(), port, port6
 
 
@@ -286,5 +299,225 @@ def test_answer_sizes(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def error_cases():
+    """(name, method, attrs with a padded attribute whose pad byte is {pad}, key) for every
+    error the daemon gives a request that did not authenticate."""
+    user = b"1999999999:mallory"
+    good, password = credentials("alice")
+    good_key = hashlib.md5(("%s:%s:%s" % (good, REALM, password)).encode()).digest()
+    soft = (A_SOFTWARE, b"AAAA-request-bytes-Z")   # 20 bytes: no padding, a marker
+    return [
+        ("400 unknown method", 0x0FF, [soft, (0x8030, b"odd")], None),
+        ("400 malformed LIFETIME", ALLOCATE,
+         [(A_TRANSPORT, bytes([17, 0, 0, 0])), (A_LIFETIME, b"\xff"), soft], None),
+        ("400 malformed REQUESTED-TRANSPORT", ALLOCATE, [(A_TRANSPORT, b"\x11"), soft], None),
+        ("420 unknown attribute", ALLOCATE, [(0x0031, b"odd"), (0x0033, b"x"), soft], None),
+        ("401 no credentials", ALLOCATE, [(A_TRANSPORT, bytes([17, 0, 0, 0])), soft], None),
+        ("401 wrong key, foreign nonce", ALLOCATE,
+         [(A_TRANSPORT, bytes([17, 0, 0, 0])), (A_USERNAME, user), (A_REALM, b"sec.realm"),
+          (A_NONCE, b"odd-nonce")], b"\0" * 16),
+        ("400 integrity without NONCE", ALLOCATE,
+         [(A_TRANSPORT, bytes([17, 0, 0, 0])), (A_USERNAME, user), (A_REALM, b"sec.realm")],
+         b"\0" * 16),
+        ("438 right key, foreign nonce", ALLOCATE,
+         [(A_TRANSPORT, bytes([17, 0, 0, 0])), (A_USERNAME, good.encode()),
+          (A_REALM, REALM.encode()), (A_NONCE, b"odd-foreign-nonce")], good_key),
+    ]
+
+
+def with_pad(msg, pad_byte):
+    """msg with every attribute's padding bytes set to pad_byte (FINGERPRINT-less, no
+    integrity over it changes meaning: the server ignores padding, RFC 8489 14)."""
+    out, pos = bytearray(msg), 20
+    while pos < len(msg):
+        t, ln = struct.unpack("!HH", msg[pos:pos + 4])
+        end = pos + 4 + ln
+        pad = (4 - ln % 4) % 4
+        out[end:end + pad] = bytes([pad_byte]) * pad
+        pos = end + pad
+    return bytes(out)
+
+
+def build_padded(method, tid, attrs, key, pad_byte):
+    """A request whose attributes' padding bytes are pad_byte, MESSAGE-INTEGRITY (when key)
+    computed over them as a client with odd padding would."""
+    body = with_pad(build(method, REQUEST, tid, attrs), pad_byte)[20:]
+    mtype = struct.unpack("!H", build(method, REQUEST, tid, [])[:2])[0]
+    if key is not None:
+        hdr = struct.pack("!HHI", mtype, len(body) + 24, MAGIC) + tid
+        body += struct.pack("!HH", A_MI, 20) + hmac.new(key, hdr + body, hashlib.sha1).digest()
+    return struct.pack("!HHI", mtype, len(body), MAGIC) + tid + body
+
+
+def comparable(raw):
+    """The attributes of an answer with what may differ between two requests blanked: the
+    NONCE's value (it carries the time) and the FINGERPRINT (over the transaction id)."""
+    return [(t, b"" if t in (A_NONCE, A_FINGERPRINT) else v) for t, v in attr_list(raw)]
+
+
+def check_reason(what, raw, req):
+    p = parse(raw)
+    check(p is not None and p[1] == ERROR, "%s: not an error response" % what)
+    val = p[3][A_ERROR][0]
+    check(val[:2] == b"\0\0", "%s: reserved bits set %r" % (what, val[:4]))
+    reason = val[4:]
+    try:
+        text = reason.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Failure("%s: reason not UTF-8: %r" % (what, reason))
+    check(all(0x20 <= ord(ch) < 0x7F for ch in text), "%s: unprintable reason %r"
+          % (what, reason))
+    check(len(text) < 128, "%s: reason of %d characters" % (what, len(text)))
+    for marker in (b"AAAA", b"request", b"mallory", b"odd"):
+        check(marker not in reason, "%s: request bytes in the reason %r" % (what, reason))
+    return reason
+
+
+def test_error_reasons_clean(d):
+    """coturn CVE-2020-6061/6062 class: every unauthenticated error answer, over UDP and
+    TCP, is well formed, its reason printable and free of request bytes, and independent of
+    the request's padding bytes and transaction id."""
+    daemon, port, _ = start(d)
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        seen = {}
+        for name, method, attrs, key in error_cases():
+            for transport in ("udp", "tcp"):
+                answers = []
+                for pad in (0x00, 0xA5):
+                    tid = bytes([pad]) * 12
+                    req = build_padded(method, tid, attrs, key, pad)
+                    raw = (udp_answer(s, req, ("127.0.0.1", port)) if transport == "udp"
+                           else tcp_answer(port, req))
+                    check(raw is not None, "%s over %s: no answer" % (name, transport))
+                    check(raw[8:20] == tid, "%s: transaction id not echoed" % name)
+                    reason = check_reason("%s over %s" % (name, transport), raw, req)
+                    answers.append(raw)
+                code = error_code(parse(answers[0])[3])
+                check(code == int(name[:3]), "%s over %s: got %r" % (name, transport, code))
+                check(comparable(answers[0]) == comparable(answers[1]),
+                      "%s over %s: answers differ with padding: %r / %r"
+                      % (name, transport, answers[0], answers[1]))
+                seen["%s/%s" % (name, transport)] = (len(answers[0]), reason)
+        s.close()
+    finally:
+        check(daemon.stop() == 0, "exit status")
+    # auth type none: the one answer with a long explanation (403 "TURN disabled ...").
+    daemon, port, _ = start(d, auth_none=True)
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        for transport in ("udp", "tcp"):
+            answers = []
+            for pad in (0x00, 0xA5):
+                req = build_padded(ALLOCATE, bytes([pad]) * 12,
+                                   [(A_TRANSPORT, bytes([17, 0, 0, 0])),
+                                    (A_SOFTWARE, b"AAAA-request-bytes-Zodd")], None, pad)
+                raw = (udp_answer(s, req, ("127.0.0.1", port)) if transport == "udp"
+                       else tcp_answer(port, req))
+                check(raw is not None and error_code(parse(raw)[3]) == 403,
+                      "auth none, %s: %r" % (transport, raw))
+                reason = check_reason("403 auth none over %s" % transport, raw, req)
+                answers.append(raw)
+            check(comparable(answers[0]) == comparable(answers[1]),
+                  "403 over %s: answers differ with padding" % transport)
+            seen["403 auth none/%s" % transport] = (len(answers[0]), reason)
+        s.close()
+    finally:
+        check(daemon.stop() == 0, "exit status")
+    for k, v in sorted(seen.items()):
+        print("%-45s answer %3d bytes, reason %r" % (k, v[0], v[1]))
+
+
+def test_dtls_flood_before_cookie(d):
+    """2000 cookie-less ClientHellos from 500 source ports: at most one
+    HelloVerifyRequest each, never larger than the ClientHello; the daemon's counters show
+    no handshake and no association afterwards, its RSS does not grow; then a real DTLS
+    client completes its handshake and gets a Binding answer."""
+    from test_security_flood import total_rss
+    from test_tls import DtlsSocket, capture_dtls_hello, cookie_of, make_cert, tls_config
+    crt, key = make_cert(d, "amp.test")
+    udp_port, tls_port, dtls_port = free_port(), free_port(), free_port()
+    daemon = Daemon(d, tls_config(d, udp_port, tls_port, dtls_port, crt, key)).start()
+    socks = []
+    try:
+        hello = capture_dtls_hello()
+        before, _ = total_rss(daemon)
+        st0 = daemon.admin({"cmd": "stats"})
+        c0 = st0["counters"]
+        for _ in range(500):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            socks.append(s)
+        got, gbytes, biggest = 0, 0, 0
+
+        def drain():
+            nonlocal got, gbytes, biggest
+            for s in socks:
+                for _ in range(100):
+                    try:
+                        data = s.recv(4096)
+                    except OSError:
+                        break
+                    check(cookie_of(data) is not None, "not a HelloVerifyRequest: %r" % data)
+                    got += 1
+                    gbytes += len(data)
+                    biggest = max(biggest, len(data))
+
+        for rnd in range(4):
+            for s in socks:
+                s.sendto(hello, ("127.0.0.1", dtls_port))
+            drain()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.0:
+            n = got
+            drain()
+            if got == 2000:
+                break
+            if got == n:
+                time.sleep(0.05)
+        st1 = daemon.admin({"cmd": "stats"})
+        c1 = st1["counters"]
+        after, _ = total_rss(daemon)
+        cookies = c1.get("dtls_cookies", 0) - c0.get("dtls_cookies", 0)
+        print("2000 cookie-less ClientHellos of %d bytes: %d HelloVerifyRequests (largest %d "
+              "bytes, %d bytes in, %d out: ratio %.3f), %d counted; RSS %d -> %d KiB"
+              % (len(hello), got, biggest, 2000 * len(hello), gbytes,
+                 gbytes / (2000 * len(hello)), cookies, before, after))
+        check(got <= 2000, "%d answers to 2000 hellos" % got)
+        check(got >= 1000, "only %d HelloVerifyRequests" % got)
+        check(biggest <= len(hello), "HelloVerifyRequest of %d bytes > ClientHello of %d"
+              % (biggest, len(hello)))
+        check(cookies <= 2000, "%d cookies counted" % cookies)
+        check(c1.get("tls_handshakes", 0) == c0.get("tls_handshakes", 0),
+              "handshakes completed from cookie-less hellos")
+        check(c1.get("handshakes_refused", 0) == c0.get("handshakes_refused", 0),
+              "handshake slots taken by cookie-less hellos")
+        check(st1["listeners"]["dtls"]["conns_active"] == 0,
+              "associations kept: %r" % st1["listeners"]["dtls"])
+        check(st1["listeners"]["dtls"]["conns_total"] == st0["listeners"]["dtls"]["conns_total"],
+              "connections made for cookie-less hellos: %r" % st1["listeners"]["dtls"])
+        bound = 8192 if "ASAN_OPTIONS" in os.environ else 2048
+        check(after - before <= bound, "RSS grew %d KiB" % (after - before))
+        c = DtlsSocket(dtls_port)
+        req = binding()
+        c.sendall(req)
+        c.settimeout(5)
+        p = parse(c.recv(4096))
+        check(p is not None and p[1] == SUCCESS and p[2] == req[8:20],
+              "Binding over DTLS after the flood: %r" % (p,))
+        c.close()
+        c2 = daemon.admin({"cmd": "stats"})["counters"]
+        check(c2.get("tls_handshakes", 0) == c1.get("tls_handshakes", 0) + 1,
+              "the real handshake not counted")
+    finally:
+        for s in socks:
+            s.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
-    run_tests([test_binding_flood_limited, test_answer_sizes])
+    run_tests([test_binding_flood_limited, test_answer_sizes, test_error_reasons_clean,
+               test_dtls_flood_before_cookie])
