@@ -2,9 +2,8 @@
  * CreatePermission and ChannelBind ask with the IP only, Send indications, ChannelData
  * and every peer datagram with IP and port; all against the current snapshot, with the
  * peer's transport (UDP datagrams, or RFC 6062 TCP connections) against the clusters'
- * protocol. Where the
- * port is asked, and for ChannelBind, one of this instance's masks is refused with a port
- * in no instance's slice (wk_sib_refused). */
+ * protocol. Where the port is asked, and for ChannelBind, one of this instance's masks is
+ * refused with a port in no instance's slice (wk_sib_refused). */
 #include "config.h"
 
 #include "worker/wk.h"
