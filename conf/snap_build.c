@@ -102,7 +102,7 @@ static void *grow(void *v, size_t *cap, size_t need, size_t size, int *err)
 }
 
 static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin, uint16_t pmax,
-		       bool special, uint32_t cluster)
+		       bool special, uint8_t proto, uint32_t cluster)
 {
 	if (p->family == AF_INET) {
 		struct snap_pfx4 *e;
@@ -118,6 +118,7 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		e->port_min = pmin;
 		e->port_max = pmax;
 		e->special = special;
+		e->proto = proto;
 		e->cluster = cluster;
 	} else {
 		struct snap_pfx6 *e;
@@ -130,13 +131,15 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		e->port_min = pmin;
 		e->port_max = pmax;
 		e->special = special;
+		e->proto = proto;
 		e->cluster = cluster;
 	}
 }
 
 /* DNS answers are exact hosts, all ports; special-purpose answers are left out since only
  * an explicit STATIC endpoint may admit them. */
-static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint32_t cluster)
+static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint8_t proto,
+			 uint32_t cluster)
 {
 	for (size_t k = 0; k < ep->n_resolved; k++) {
 		struct conf_prefix p = { 0 };
@@ -145,19 +148,21 @@ static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint32_t 
 		    conf_addr_is_special(p.family, p.addr))
 			continue;
 		p.len = p.family == AF_INET ? 32 : 128;
-		add_prefix(b, &p, 0, 65535, false, cluster);
+		add_prefix(b, &p, 0, 65535, false, proto, cluster);
 	}
 }
 
 /* Tie-break shared by both prefix orders once length and address are equal: port range,
- * then cluster index, all ascending. */
-static int cmp_ports_cluster(uint16_t amin, uint16_t amax, uint32_t acl, uint16_t bmin,
-			     uint16_t bmax, uint32_t bcl)
+ * protocol, then cluster index, all ascending. */
+static int cmp_ports_cluster(uint16_t amin, uint16_t amax, uint8_t aproto, uint32_t acl,
+			     uint16_t bmin, uint16_t bmax, uint8_t bproto, uint32_t bcl)
 {
 	if (amin != bmin)
 		return amin < bmin ? -1 : 1;
 	if (amax != bmax)
 		return amax < bmax ? -1 : 1;
+	if (aproto != bproto)
+		return aproto < bproto ? -1 : 1;
 	if (acl != bcl)
 		return acl < bcl ? -1 : 1;
 	return 0;
@@ -170,8 +175,8 @@ static int cmp_p4(const void *x, const void *y)
 		return a->len > b->len ? -1 : 1;
 	if (a->addr != b->addr)
 		return a->addr < b->addr ? -1 : 1;
-	return cmp_ports_cluster(a->port_min, a->port_max, a->cluster, b->port_min, b->port_max,
-				 b->cluster);
+	return cmp_ports_cluster(a->port_min, a->port_max, a->proto, a->cluster, b->port_min,
+				 b->port_max, b->proto, b->cluster);
 }
 
 static int cmp_p6(const void *x, const void *y)
@@ -183,12 +188,12 @@ static int cmp_p6(const void *x, const void *y)
 	c = memcmp(a->addr, b->addr, 16);
 	if (c != 0)
 		return c;
-	return cmp_ports_cluster(a->port_min, a->port_max, a->cluster, b->port_min, b->port_max,
-				 b->cluster);
+	return cmp_ports_cluster(a->port_min, a->port_max, a->proto, a->cluster, b->port_min,
+				 b->port_max, b->proto, b->cluster);
 }
 
-/* Sorts [first, n) and drops entries that repeat an earlier one's prefix and ports (the
- * earlier, lower cluster index, is the one a lookup would report anyway). */
+/* Sorts [first, n) and drops entries that repeat an earlier one's prefix, ports and
+ * protocol (the earlier, lower cluster index, is the one a lookup would report anyway). */
 static size_t sort_dedup(void *base, size_t first, size_t n, size_t size,
 			 int (*cmp)(const void *, const void *), size_t cmp_len)
 {
@@ -219,13 +224,15 @@ static void compile_allowlist(struct sb *b, const struct conf_listener *l, struc
 		if (ci < 0)
 			continue; /* validation rejects these; a snapshot just matches nothing */
 		cl = &b->cfg->clusters[ci];
+		r->route_protos |= (uint16_t)(1u << cl->protocol);
 		for (size_t j = 0; j < cl->n_endpoints && !b->err; j++) {
 			const struct conf_endpoint *ep = &cl->endpoints[j];
 			if (cl->type == CONF_CLUSTER_STRICT_DNS)
-				add_resolved(b, ep, (uint32_t)ci);
+				add_resolved(b, ep, (uint8_t)cl->protocol, (uint32_t)ci);
 			else
 				add_prefix(b, &ep->prefix, ep->port_min, ep->port_max,
-					   conf_prefix_is_special(&ep->prefix), (uint32_t)ci);
+					   conf_prefix_is_special(&ep->prefix),
+					   (uint8_t)cl->protocol, (uint32_t)ci);
 		}
 	}
 	if (b->err)

@@ -56,7 +56,8 @@ struct snap_lst_rec {
 	uint32_t max_allocs; /* listeners[].max_allocations, 0 = unlimited (was padding: 0) */
 	uint64_t max_bps;    /* listeners[].max_bps, 0 = unlimited */
 	uint16_t mask_family; /* relay_address_mask: 0 = unset */
-	uint16_t pad1[3];
+	uint16_t route_protos; /* bit (1 << enum conf_cluster_proto) per routed cluster's protocol */
+	uint16_t pad1[2];
 	uint8_t mask_addr[16];
 };
 
@@ -95,13 +96,16 @@ struct snap_secret_rec {
 };
 
 /* One allowlist entry. Sorted per listener: exact hosts first (by address), then the
- * rest by descending prefix length and address. */
+ * rest by descending prefix length and address. An entry admits only peers of its
+ * cluster's protocol (proto), so a UDP and a TCP cluster covering one address are two
+ * entries. */
 struct snap_pfx4 {
 	uint32_t addr;          /* host byte order, host bits zero */
 	uint32_t mask;          /* host byte order */
 	uint16_t port_min, port_max;
 	uint8_t len, special;   /* special: prefix inside a special-purpose range */
-	uint16_t pad0;
+	uint8_t proto;          /* enum conf_cluster_proto of the cluster: the peer transport */
+	uint8_t pad0;
 	uint32_t cluster;
 	uint32_t pad1;
 };
@@ -110,7 +114,8 @@ struct snap_pfx6 {
 	uint8_t addr[16];
 	uint16_t port_min, port_max;
 	uint8_t len, special;
-	uint16_t pad0;
+	uint8_t proto;          /* as snap_pfx4.proto */
+	uint8_t pad0;
 	uint32_t cluster;
 	uint32_t pad1;
 };

@@ -110,12 +110,14 @@ static bool records_ok(const struct snap *s)
 	}
 	for (uint32_t i = 0; i < h->pfx4.count; i++) {
 		const struct snap_pfx4 *p = rec(s, &h->pfx4, i, sizeof(*p));
-		if (p->len > 32 || p->cluster >= h->clusters.count || p->port_min > p->port_max)
+		if (p->len > 32 || p->cluster >= h->clusters.count || p->port_min > p->port_max ||
+		    p->proto > CONF_CPROTO_TCP)
 			return false;
 	}
 	for (uint32_t i = 0; i < h->pfx6.count; i++) {
 		const struct snap_pfx6 *p = rec(s, &h->pfx6, i, sizeof(*p));
-		if (p->len > 128 || p->cluster >= h->clusters.count || p->port_min > p->port_max)
+		if (p->len > 128 || p->cluster >= h->clusters.count || p->port_min > p->port_max ||
+		    p->proto > CONF_CPROTO_TCP)
 			return false;
 	}
 	for (uint32_t i = 0; i < h->siblings.count; i++) {
@@ -213,6 +215,7 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 	out->key_pem = bytes_or_null(s, &l->key, &out->key_pem_len);
 	out->n_allow_v4 = l->v4_count;
 	out->n_allow_v6 = l->v6_count;
+	out->tcp_routes = (l->route_protos & (1u << CONF_CPROTO_TCP)) != 0;
 	if (out->bind_address[0] != '\0') {
 		int fam;
 		uint8_t a[16];
@@ -247,15 +250,26 @@ const char *snap_cluster_name(const struct snap *s, uint32_t idx)
 	return c ? str_at(s, &c->name) : NULL;
 }
 
-static bool port_ok(uint16_t port, bool check, uint16_t min, uint16_t max)
+/* What one lookup asks of an entry besides its address: the peer's port (when check),
+ * whether the peer is special-purpose (then only an entry inside a special range admits
+ * it) and its transport (the entry's cluster protocol must be it). */
+struct peer_q {
+	uint16_t port;
+	bool check, special;
+	uint8_t proto;
+};
+
+static bool entry_ok(const struct peer_q *q, uint8_t special, uint8_t proto, uint16_t min,
+		     uint16_t max)
 {
-	return !check || (port >= min && port <= max);
+	return proto == q->proto && (!q->special || special) &&
+	       (!q->check || (q->port >= min && q->port <= max));
 }
 
 /* Exact hosts: binary search for the first entry with this address, then its neighbours
- * (same host, other port ranges). Rest: linear scan, longest prefix first. */
+ * (same host, other port ranges or protocols). Rest: linear scan, longest prefix first. */
 static int match_v4(const struct snap_pfx4 *t, uint32_t n, uint32_t hosts, uint32_t a,
-		    uint16_t port, bool check, bool special, uint32_t *cluster)
+		    const struct peer_q *q, uint32_t *cluster)
 {
 	uint32_t lo = 0, hi = hosts;
 	while (lo < hi) {
@@ -266,15 +280,14 @@ static int match_v4(const struct snap_pfx4 *t, uint32_t n, uint32_t hosts, uint3
 			hi = mid;
 	}
 	for (uint32_t i = lo; i < hosts && t[i].addr == a; i++) {
-		if ((!special || t[i].special) &&
-		    port_ok(port, check, t[i].port_min, t[i].port_max)) {
+		if (entry_ok(q, t[i].special, t[i].proto, t[i].port_min, t[i].port_max)) {
 			*cluster = t[i].cluster;
 			return 0;
 		}
 	}
 	for (uint32_t i = hosts; i < n; i++) {
-		if ((a & t[i].mask) == t[i].addr && (!special || t[i].special) &&
-		    port_ok(port, check, t[i].port_min, t[i].port_max)) {
+		if ((a & t[i].mask) == t[i].addr &&
+		    entry_ok(q, t[i].special, t[i].proto, t[i].port_min, t[i].port_max)) {
 			*cluster = t[i].cluster;
 			return 0;
 		}
@@ -291,7 +304,7 @@ static bool v6_in(const uint8_t *a, const uint8_t *pfx, unsigned len)
 }
 
 static int match_v6(const struct snap_pfx6 *t, uint32_t n, uint32_t hosts, const uint8_t *a,
-		    uint16_t port, bool check, bool special, uint32_t *cluster)
+		    const struct peer_q *q, uint32_t *cluster)
 {
 	uint32_t lo = 0, hi = hosts;
 	while (lo < hi) {
@@ -302,15 +315,14 @@ static int match_v6(const struct snap_pfx6 *t, uint32_t n, uint32_t hosts, const
 			hi = mid;
 	}
 	for (uint32_t i = lo; i < hosts && memcmp(t[i].addr, a, 16) == 0; i++) {
-		if ((!special || t[i].special) &&
-		    port_ok(port, check, t[i].port_min, t[i].port_max)) {
+		if (entry_ok(q, t[i].special, t[i].proto, t[i].port_min, t[i].port_max)) {
 			*cluster = t[i].cluster;
 			return 0;
 		}
 	}
 	for (uint32_t i = hosts; i < n; i++) {
-		if (v6_in(a, t[i].addr, t[i].len) && (!special || t[i].special) &&
-		    port_ok(port, check, t[i].port_min, t[i].port_max)) {
+		if (v6_in(a, t[i].addr, t[i].len) &&
+		    entry_ok(q, t[i].special, t[i].proto, t[i].port_min, t[i].port_max)) {
 			*cluster = t[i].cluster;
 			return 0;
 		}
@@ -318,57 +330,76 @@ static int match_v6(const struct snap_pfx6 *t, uint32_t n, uint32_t hosts, const
 	return -EACCES;
 }
 
+/* Embedded IPv4 is used to deny only: the datagram goes to the literal IPv6 address, so
+ * it is the literal address that the routes must cover (a 64:ff9b::/96 or 2002::/16 peer
+ * never matches an IPv4 prefix), but a NAT64 or 6to4 gateway on the path would deliver it
+ * to the embedded IPv4 host, which must not be one a route could never name. An
+ * IPv4-mapped address is not an IPv6 destination at all: a dual-stack socket sends it as
+ * IPv4, to an address the IPv6 check did not look at; it is refused outright (as coturn
+ * does since CVE-2020-26262). */
+static bool v6_embed_denied(const struct sockaddr_in6 *sin6)
+{
+	int fam = AF_INET6;
+	uint8_t v4[16];
+	if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
+		return true;
+	memcpy(v4, &sin6->sin6_addr, 16);
+	conf_canon_addr(&fam, v4);
+	return fam == AF_INET && conf_addr_is_special(AF_INET, v4);
+}
+
 int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer,
-		    bool check_port, uint32_t *cluster_idx)
+		    enum conf_cluster_proto proto, bool check_port, uint32_t *cluster_idx)
 {
 	const struct snap_lst_rec *l = lst(s, listener_idx);
-	int fam;
-	uint8_t a[16];
-	uint16_t port;
-	bool special;
+	struct peer_q q = { .check = check_port, .proto = (uint8_t)proto };
+	uint8_t a[16] = { 0 };
 	uint32_t cl = 0;
 	int rc;
 	if (l == NULL)
 		return -ENOENT;
-	if (conf_addr_canon(peer, &fam, a) != 0)
-		return -EAFNOSUPPORT;
-	port = peer->sa_family == AF_INET ? ntohs(((const struct sockaddr_in *)peer)->sin_port)
-					  : ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
-	special = conf_addr_is_special(fam, a);
-	if (fam == AF_INET) {
+	if (peer->sa_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)peer;
 		const struct snap_pfx4 *t = at(s,
 					       s->h.pfx4.off + (uint64_t)l->v4_first * sizeof(*t),
 					       (uint64_t)l->v4_count * sizeof(*t));
-		uint32_t a4;
-		memcpy(&a4, a, 4);
-		if (t == NULL && l->v4_count)
-			return -EACCES;
+		memcpy(a, &sin->sin_addr, 4);
+		q.port = ntohs(sin->sin_port);
+		q.special = conf_addr_is_special(AF_INET, a);
 		rc = t ? match_v4(t, l->v4_count, l->v4_hosts <= l->v4_count ? l->v4_hosts : 0,
-				  ntohl(a4), port, check_port, special, &cl)
+				  ntohl(sin->sin_addr.s_addr), &q, &cl)
 		       : -EACCES;
-	} else {
+	} else if (peer->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)peer;
 		const struct snap_pfx6 *t = at(s,
 					       s->h.pfx6.off + (uint64_t)l->v6_first * sizeof(*t),
 					       (uint64_t)l->v6_count * sizeof(*t));
-		if (t == NULL && l->v6_count)
+		if (v6_embed_denied(sin6))
 			return -EACCES;
+		memcpy(a, &sin6->sin6_addr, 16);
+		q.port = ntohs(sin6->sin6_port);
+		q.special = conf_addr_is_special(AF_INET6, a);
 		rc = t ? match_v6(t, l->v6_count, l->v6_hosts <= l->v6_count ? l->v6_hosts : 0, a,
-				  port, check_port, special, &cl)
+				  &q, &cl)
 		       : -EACCES;
+	} else {
+		return -EAFNOSUPPORT;
 	}
 	if (rc == 0 && cluster_idx != NULL)
 		*cluster_idx = cl;
 	return rc;
 }
 
-bool snap_peer_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer)
+bool snap_peer_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer,
+		       enum conf_cluster_proto proto)
 {
-	return snap_peer_match(s, listener_idx, peer, true, NULL) == 0;
+	return snap_peer_match(s, listener_idx, peer, proto, true, NULL) == 0;
 }
 
-bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer)
+bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer,
+			  enum conf_cluster_proto proto)
 {
-	return snap_peer_match(s, listener_idx, peer, false, NULL) == 0;
+	return snap_peer_match(s, listener_idx, peer, proto, false, NULL) == 0;
 }
 
 uint32_t snap_auth_count(const struct snap *s)

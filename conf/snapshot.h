@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 6u
+#define SNAP_VERSION 7u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -88,6 +88,8 @@ struct snap_listener {
 	uint64_t max_bps;                         /* listeners[].max_bps, 0 none */
 	struct sockaddr_storage relay_mask;       /* relay_address_mask, port 0; ss_family
 						   * AF_UNSPEC when unset */
+	bool tcp_routes;                          /* a route reaches a protocol: TCP cluster
+						   * (an RFC 6062 TCP Allocate may succeed) */
 };
 
 uint32_t snap_listener_count(const struct snap *s);
@@ -100,21 +102,30 @@ int snap_listener_find(const struct snap *s, const char *name, uint32_t *idx);
 
 /* ---- peer allowlist ------------------------------------------------------------------ */
 
-/* Checks peer against the allowlist compiled from listener idx's routes. The address is
- * canonicalised first (conf_addr_canon). A special-purpose address (conf_addr_is_special)
- * only matches prefixes that lie entirely in a special range (listed explicitly).
+/* Checks peer against the allowlist compiled from listener idx's routes, for a peer of
+ * transport proto (CONF_CPROTO_UDP: datagrams, CreatePermission and ChannelBind of a UDP
+ * allocation, the kernel fast path; CONF_CPROTO_TCP: RFC 6062 Connect, ConnectionAttempt
+ * and the permissions of a TCP allocation): only prefixes of clusters whose protocol is
+ * proto admit it. The address is matched in its literal family: an IPv6 peer only against
+ * IPv6 prefixes, an IPv4 peer only against IPv4 prefixes. An IPv6 address that embeds an
+ * IPv4 one (NAT64, 6to4, compatible; conf_addr_canon) is refused when the embedded IPv4
+ * is special, and an IPv4-mapped one (::ffff:a.b.c.d, which the kernel sends as IPv4) is
+ * always refused. A special-purpose address (conf_addr_is_special) only matches prefixes
+ * that lie entirely in a special range (listed explicitly).
  * check_port: also require the peer port inside the endpoint's ":<min-max>" range (the per
  * packet check); false for CreatePermission/ChannelBind, which check the IP only.
  * Returns 0 and, when cluster_idx is not NULL, the index of the admitting cluster
  * (snap_cluster_name); -EACCES when denied; -ENOENT bad listener; -EAFNOSUPPORT. */
 int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer,
-		    bool check_port, uint32_t *cluster_idx);
+		    enum conf_cluster_proto proto, bool check_port, uint32_t *cluster_idx);
 
 /* Per-packet form: IP and port. */
-bool snap_peer_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer);
+bool snap_peer_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer,
+		       enum conf_cluster_proto proto);
 
 /* Permission form: IP only. */
-bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer);
+bool snap_peer_ip_allowed(const struct snap *s, uint32_t listener_idx, const struct sockaddr *peer,
+			  enum conf_cluster_proto proto);
 
 uint32_t snap_cluster_count(const struct snap *s);
 /* Cluster name, or NULL when idx is out of range. */

@@ -55,8 +55,8 @@ static void probe(const struct snap *s, bool strict)
 				abort();
 			continue;
 		}
-		(void)snap_peer_allowed(s, i, (struct sockaddr *)&p4);
-		(void)snap_peer_ip_allowed(s, i, (struct sockaddr *)&p6);
+		(void)snap_peer_allowed(s, i, (struct sockaddr *)&p4, CONF_CPROTO_UDP);
+		(void)snap_peer_ip_allowed(s, i, (struct sockaddr *)&p6, CONF_CPROTO_TCP);
 		(void)snap_auth_secrets(s, l.auth_idx, 1, sec);
 		(void)snap_auth_user_key(s, l.auth_idx, "user", 4, SNAP_KEY_SHA256, &key, &kl);
 	}

@@ -89,10 +89,12 @@ static bool wk_off_fill(struct worker *w, const struct wk_alloc *a, const struct
 	wk_shm_to_addr(&c->peer, &peer);
 	/* A peer that is (or may become) one of our own relays is short-circuited in user
 	 * space; a sibling's relay address is translated there to the mask (wk_sib_from),
-	 * which a kernel entry keyed on the real address would not do. */
+	 * which a kernel entry keyed on the real address would not do. The kernel relays
+	 * datagrams only: the peer is asked for as a UDP peer, as wk_to_peer asks. */
 	if (!perm || w->snap == NULL || wk_sc_maybe_relay(w, (struct sockaddr *)&peer) ||
 	    wk_sib_addr(w, (struct sockaddr *)&peer) ||
-	    snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&peer, true, &cl) != 0)
+	    snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&peer, CONF_CPROTO_UDP, true,
+			    &cl) != 0)
 		return false;
 	memset(out, 0, sizeof(*out));
 	out->family = c->peer.family;
@@ -245,8 +247,10 @@ static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct sh
 	ok = wk_off_sc_udp(w, a->l, &ta) && wk_off_sc_udp(w, lb, &tb) && a->conn == NULL &&
 	     mine && ta.client.family == tb.client.family &&
 	     !shm_bw_on(&w->hot.bw) &&
-	     snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&ann_b, true, &cla) == 0 &&
-	     snap_peer_match(w->snap, lb->snap_idx, (struct sockaddr *)&ann_a, true, &clb) == 0 &&
+	     snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&ann_b, CONF_CPROTO_UDP,
+			     true, &cla) == 0 &&
+	     snap_peer_match(w->snap, lb->snap_idx, (struct sockaddr *)&ann_a, CONF_CPROTO_UDP,
+			     true, &clb) == 0 &&
 	     cla < TGO_MAX_CLUSTERS && clb < TGO_MAX_CLUSTERS;
 	{
 		uint64_t exp = ta.until_ns < tb.until_ns ? ta.until_ns : tb.until_ns;

@@ -1,8 +1,9 @@
 /* Worker peer policy: the one allowlist check of a peer address and its denied counter.
  * CreatePermission and ChannelBind ask with the IP only, Send indications, ChannelData
- * and every peer datagram with IP and port; all against the current snapshot. Where the
- * port is asked, and for ChannelBind, one of this instance's masks is refused with a port
- * in no instance's slice (wk_sib_refused). */
+ * and every peer datagram with IP and port; all against the current snapshot, with the
+ * peer's transport (UDP datagrams, or RFC 6062 TCP connections) against the clusters'
+ * protocol. Where the port is asked, and for ChannelBind, one of this instance's masks is
+ * refused with a port in no instance's slice (wk_sib_refused). */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -18,19 +19,19 @@ int wk_peer_deny(struct worker *w, const struct wk_listener *l)
 }
 
 int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-		    bool check_port, uint32_t *cl)
+		    enum conf_cluster_proto proto, bool check_port, uint32_t *cl)
 {
 	if (w->snap != NULL && l->snap_ok &&
-	    snap_peer_match(w->snap, l->snap_idx, peer, check_port, cl) == 0 &&
+	    snap_peer_match(w->snap, l->snap_idx, peer, proto, check_port, cl) == 0 &&
 	    !(check_port && wk_sib_refused(w, peer)))
 		return 0;
 	return wk_peer_deny(w, l);
 }
 
 int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-			 uint32_t *cl)
+			 enum conf_cluster_proto proto, uint32_t *cl)
 {
-	if (wk_peer_allowed(w, l, peer, false, cl) < 0)
+	if (wk_peer_allowed(w, l, peer, proto, false, cl) < 0)
 		return -EACCES;
 	return wk_sib_refused(w, peer) ? wk_peer_deny(w, l) : 0;
 }

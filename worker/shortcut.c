@@ -181,7 +181,7 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 
 	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
 	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-	if (wk_peer_allowed(w, tl, from, true, &cl) < 0)
+	if (wk_peer_allowed(w, tl, from, CONF_CPROTO_UDP, true, &cl) < 0)
 		return;
 	if (!t->perm) {
 		wk_peer_deny(w, tl);

@@ -124,7 +124,8 @@ void wk_tcpr_recheck_all(struct worker *w)
 
 		for (; tp; tp = next) {
 			next = tp->anext;
-			if (wk_peer_allowed(w, a->l, (struct sockaddr *)&tp->peer, true, &cl) == 0)
+			if (wk_peer_allowed(w, a->l, (struct sockaddr *)&tp->peer, CONF_CPROTO_TCP,
+					    true, &cl) == 0)
 				continue;
 			log_debug("turn", "allocation %u: connection %08x reset: route removed",
 				  a->rec_idx, tp->id);
@@ -407,7 +408,8 @@ static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
 
 	if (a->n_tpeers >= w->hot.tcp_conns || wk_tpeer_of_peer(a, peer) ||
 	    !wk_alloc_perm_ok(a, peer, mono_ns()) ||
-	    wk_peer_allowed(w, a->l, peer, true, &cl) < 0 || wk_tpeer_new_id(w, &id) < 0)
+	    wk_peer_allowed(w, a->l, peer, CONF_CPROTO_TCP, true, &cl) < 0 ||
+	    wk_tpeer_new_id(w, &id) < 0)
 		return false;
 	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND);
 	if (!tp)

@@ -381,6 +381,12 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	}
 	if (!code)
 		code = wk_allocate_validate(ep, req, &fam, &fam2, &tcp);
+	if (!code && tcp && !(ep->l->snap_ok && ep->l->sl.tcp_routes)) {
+		/* No TCP peer could ever be admitted: refused at once, as RFC 6062 5.1 refuses
+		 * a transport that local policy forbids. */
+		code = 403;
+		reason = "No route to a TCP cluster";
+	}
 	if (code)
 		goto fail;
 	if (!fam)
@@ -499,11 +505,12 @@ static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struc
 			 bool chan)
 {
 	uint32_t cl;
+	enum conf_cluster_proto proto = a->tcp ? CONF_CPROTO_TCP : CONF_CPROTO_UDP;
 
 	if (!wk_has_family(a, peer->sa_family))
 		return 443;
-	if ((chan ? wk_peer_bind_allowed(w, a->l, peer, &cl)
-		  : wk_peer_allowed(w, a->l, peer, false, &cl)) < 0)
+	if ((chan ? wk_peer_bind_allowed(w, a->l, peer, proto, &cl)
+		  : wk_peer_allowed(w, a->l, peer, proto, false, &cl)) < 0)
 		return 403;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PERM_GRANTED, 1);
 	return 0;
@@ -621,7 +628,7 @@ static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockad
 	struct wk_relay *r = wk_relay_of(a, peer->sa_family);
 	uint32_t cl;
 
-	if (!r || a->tcp || wk_peer_allowed(w, a->l, peer, true, &cl) < 0 ||
+	if (!r || a->tcp || wk_peer_allowed(w, a->l, peer, CONF_CPROTO_UDP, true, &cl) < 0 ||
 	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)) ||
 	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_PEER, len, wk_batch_ns(w)))
 		return;
@@ -705,7 +712,7 @@ static void wk_connect(struct worker *w, const struct wk_ep *ep, const struct st
 		code = 443;
 		goto fail;
 	}
-	if (wk_peer_allowed(w, a->l, (struct sockaddr *)&peer, true, &cl) < 0) {
+	if (wk_peer_allowed(w, a->l, (struct sockaddr *)&peer, CONF_CPROTO_TCP, true, &cl) < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_DENIED, 1);
 		code = 403;
 		goto fail;

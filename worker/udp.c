@@ -206,7 +206,7 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 {
 	uint32_t cl;
 
-	if (wk_peer_allowed(w, a->l, peer, true, &cl) < 0)
+	if (wk_peer_allowed(w, a->l, peer, CONF_CPROTO_UDP, true, &cl) < 0)
 		return false;
 	if (!wk_alloc_perm_ok(a, peer, now_ns)) {
 		if (relayed)

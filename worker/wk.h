@@ -622,16 +622,18 @@ void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, s
 /* The one count of a refused peer: perm_denied, globally and at l while it is listed.
  * Returns -EACCES. */
 int wk_peer_deny(struct worker *w, const struct wk_listener *l);
-/* The listener's allowlist for peer in the current snapshot (check_port: the admitting
- * cluster's port range too). Returns 0 and *cl (the cluster, may be NULL), or -EACCES
- * after counting the denial (perm_denied, and at the listener while it is listed); no
- * snapshot, or a listener without an entry, denies. */
+/* The listener's allowlist for peer in the current snapshot (snap_peer_match): proto is
+ * the peer's transport, CONF_CPROTO_UDP for datagrams and UDP allocations, CONF_CPROTO_TCP
+ * for RFC 6062 connections and the permissions of TCP allocations;
+ * check_port: the admitting cluster's port range too. Returns 0 and *cl (the cluster, may
+ * be NULL), or -EACCES after counting the denial (perm_denied, and at the listener while
+ * it is listed); no snapshot, or a listener without an entry, denies. */
 int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-		    bool check_port, uint32_t *cl);
+		    enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
 /* ChannelBind's form: the IP as CreatePermission's, and a mask's port in some slice (a
  * channel is bound to a port, so a masked address that names no instance is refused). */
 int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-			 uint32_t *cl);
+			 enum conf_cluster_proto proto, uint32_t *cl);
 
 /* ---- turn.c ---- */
 /* Error response to req (signed when cred has a key; unsigned ones are rate limited). */

@@ -107,7 +107,7 @@ static int setup(void **state)
 		 "    port: %u\n"
 		 "    cert_file: %s\n"
 		 "    key_file: %s\n"
-		 "    routes: [peers]\n"
+		 "    routes: [peers, peers-tcp]\n"
 		 "  - name: dtls\n"
 		 "    protocol: TURN-DTLS\n"
 		 "    address: 127.0.0.4\n"
@@ -119,10 +119,14 @@ static int setup(void **state)
 		 "    protocol: TURN-TCP\n"
 		 "    address: 127.0.0.4\n"
 		 "    port: %u\n"
-		 "    routes: [peers]\n"
+		 "    routes: [peers, peers-tcp]\n"
 		 "clusters:\n"
 		 "  - name: peers\n"
 		 "    type: STATIC\n"
+		 "    endpoints: [\"127.0.0.1\", \"::1\"]\n"
+		 "  - name: peers-tcp\n" /* RFC 6062 peers: a TCP cluster only */
+		 "    type: STATIC\n"
+		 "    protocol: TCP\n"
 		 "    endpoints: [\"127.0.0.1\", \"::1\"]\n",
 		 g.h.sock, lo, lo + 999, g.port, g.port, g.crt, g.key, g.dtls_port, g.crt, g.key,
 		 g.tcp_port);

@@ -222,7 +222,8 @@ class Client:
 
 def config(d, listeners, clusters, limits=None, workers=2, relay=(54000, 54999),
            loglevel="all:INFO"):
-    """Config text: listeners [(name, port, proto, [routes])], clusters {name: [endpoints]}."""
+    """Config text: listeners [(name, port, proto, [routes])], clusters {name: [endpoints]}
+    (a UDP cluster, the default) or {name: ("TCP" or "UDP", [endpoints])}."""
     text = ("version: v1\nadmin:\n  name: sec\n  loglevel: %s\n  workers: %d\n"
             "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
             "  relay_port_min: %d\n  relay_port_max: %d\n"
@@ -233,8 +234,11 @@ def config(d, listeners, clusters, limits=None, workers=2, relay=(54000, 54999),
                  "    routes: [%s]\n" % (name, proto, port, ", ".join(routes)))
     text += "clusters:\n"
     for name, eps in clusters.items():
-        text += ("  - name: %s\n    type: STATIC\n    endpoints: [%s]\n"
-                 % (name, ", ".join('"%s"' % e for e in eps)))
+        cproto = ""
+        if isinstance(eps, tuple):
+            cproto, eps = "    protocol: %s\n" % eps[0], eps[1]
+        text += ("  - name: %s\n    type: STATIC\n%s    endpoints: [%s]\n"
+                 % (name, cproto, ", ".join('"%s"' % e for e in eps)))
     if limits:
         text += "limits:\n" + "".join("  %s: %s\n" % kv for kv in limits.items())
     return text

@@ -200,10 +200,15 @@ class TcpPeer:
 
 
 def tcp_config(d, port, relay, workers=1, clusters=None, limits=None):
-    return config(d, [("tcp", port, "TURN-TCP", ["loopback"]),
-                      ("udp", port, "TURN-UDP", ["loopback"])],
-                  clusters or {"loopback": ["127.0.0.1", "::1"]}, workers=workers,
-                  relay=relay, limits=limits)
+    """Each of clusters {name: [endpoints]} twice: as a protocol: TCP cluster of that name
+    (RFC 6062 peers) and as a UDP one, name-udp, both routed from both listeners."""
+    both = {}
+    for name, eps in (clusters or {"loopback": ["127.0.0.1", "::1"]}).items():
+        both[name] = ("TCP", eps)
+        both[name + "-udp"] = ("UDP", eps)
+    return config(d, [("tcp", port, "TURN-TCP", list(both)),
+                      ("udp", port, "TURN-UDP", list(both))],
+                  both, workers=workers, relay=relay, limits=limits)
 
 
 def start(d, workers=1, clusters=None):
@@ -476,6 +481,10 @@ def tls_tcp_config(d):
     text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
                         "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
                         % tcp_port, 1)
+    # RFC 6062 peers are admitted by a protocol: TCP cluster only.
+    text = text.replace("    routes: [loopback]\n", "    routes: [loopback, loopback-tcp]\n")
+    text = text.replace("clusters:\n", "clusters:\n  - name: loopback-tcp\n    protocol: TCP\n"
+                        "    endpoints: [\"127.0.0.1\"]\n", 1)
     return text, tls_port, tcp_port
 
 

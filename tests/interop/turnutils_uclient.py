@@ -277,6 +277,7 @@ clusters:
     endpoints: ["127.0.0.1"]
   - name: relays
     type: STATIC
+    protocol: TCP
     endpoints: ["127.0.0.5"]
 """ % (tmp, port, port, tls_port, crt, key, dtls_port, crt, key, relay_tcp_port))
     peer = subprocess.Popen([PEER, "-p", str(peer_port), "-L", "127.0.0.1"],

@@ -102,13 +102,13 @@ static struct sockaddr_storage sa(const char *ip, uint16_t port)
 static bool allowed(const struct snap *s, uint32_t l, const char *ip, uint16_t port)
 {
 	struct sockaddr_storage ss = sa(ip, port);
-	return snap_peer_allowed(s, l, (struct sockaddr *)&ss);
+	return snap_peer_allowed(s, l, (struct sockaddr *)&ss, CONF_CPROTO_UDP);
 }
 
 static bool ip_allowed(const struct snap *s, uint32_t l, const char *ip)
 {
 	struct sockaddr_storage ss = sa(ip, 0);
-	return snap_peer_ip_allowed(s, l, (struct sockaddr *)&ss);
+	return snap_peer_ip_allowed(s, l, (struct sockaddr *)&ss, CONF_CPROTO_UDP);
 }
 
 static void test_round_trip(void **state)
@@ -211,7 +211,7 @@ static void test_allowlist(void **state)
 	assert_true(allowed(s, 0, "8.8.8.8", 53));
 	assert_true(allowed(s, 0, "10.1.2.3", 1));
 	assert_true(allowed(s, 0, "2001:db8::5", 9));
-	assert_true(allowed(s, 0, "::ffff:8.8.8.8", 53));
+	assert_false(allowed(s, 0, "::ffff:8.8.8.8", 53)); /* mapped: sent as IPv4, refused */
 	assert_true(allowed(s, 0, "64:ff9b::808:808", 53));
 	assert_true(allowed(s, 0, "2002:0808:0808::1", 53));
 	static const char *const special[] = {
@@ -263,10 +263,14 @@ static void test_allowlist(void **state)
 	assert_false(allowed(s, 1, "10.96.0.3", 53));
 	assert_true(allowed(s, 1, "fd12::1", 1500));
 	assert_false(allowed(s, 1, "fd12::1", 999));
-	assert_true(allowed(s, 1, "::ffff:10.96.0.1", 7)); /* mapped peer, v4 entry */
-	assert_true(allowed(s, 1, "127.0.0.1", 9));        /* listed explicitly */
-	assert_true(allowed(s, 1, "::ffff:127.0.0.1", 9));
-	assert_true(allowed(s, 1, "64:ff9b::7f00:1", 9));
+	/* literal family: an IPv6 peer never matches an IPv4 entry */
+	assert_false(allowed(s, 1, "::ffff:10.96.0.1", 7));
+	assert_false(allowed(s, 1, "64:ff9b::a60:1", 7));
+	assert_false(allowed(s, 1, "2002:a60:1::1", 7));
+	assert_false(allowed(s, 1, "::10.96.0.1", 7));
+	assert_true(allowed(s, 1, "127.0.0.1", 9)); /* listed explicitly */
+	assert_false(allowed(s, 1, "::ffff:127.0.0.1", 9));
+	assert_false(allowed(s, 1, "64:ff9b::7f00:1", 9));
 	assert_false(allowed(s, 1, "127.0.0.2", 9));
 	assert_true(allowed(s, 1, "::1", 9));
 	assert_true(allowed(s, 1, "169.254.169.254", 80));
@@ -278,16 +282,68 @@ static void test_allowlist(void **state)
 	assert_false(allowed(s, 9, "8.8.8.8", 53));
 	uint32_t cl = 99;
 	struct sockaddr_storage p = sa("10.96.0.1", 5);
-	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, true, &cl), 0);
+	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, CONF_CPROTO_UDP, true, &cl), 0);
 	assert_string_equal(snap_cluster_name(s, cl), "pods");
 	p = sa("10.200.0.9", 5);
-	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, true, &cl), 0);
+	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, CONF_CPROTO_UDP, true, &cl), 0);
 	assert_string_equal(snap_cluster_name(s, cl), "dns");
 	p = sa("8.8.8.8", 5);
-	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, true, &cl), -EACCES);
-	assert_int_equal(snap_peer_match(s, 7, (struct sockaddr *)&p, true, &cl), -ENOENT);
+	assert_int_equal(snap_peer_match(s, 1, (struct sockaddr *)&p, CONF_CPROTO_UDP, true, &cl), -EACCES);
+	assert_int_equal(snap_peer_match(s, 7, (struct sockaddr *)&p, CONF_CPROTO_UDP, true, &cl), -ENOENT);
 	struct sockaddr un = { .sa_family = AF_UNIX };
-	assert_int_equal(snap_peer_match(s, 1, &un, true, &cl), -EAFNOSUPPORT);
+	assert_int_equal(snap_peer_match(s, 1, &un, CONF_CPROTO_UDP, true, &cl), -EAFNOSUPPORT);
+	unbuild(&x);
+}
+
+/* Each cluster admits only peers of its protocol; where a UDP and a TCP cluster cover one
+ * address (host or prefix, same ports), the lookup finds the one of the peer's transport. */
+static const char cfg_proto[] =
+	"version: v1\n"
+	"auth:\n  type: static\n  credentials: {username: u, password: p}\n"
+	"listeners:\n"
+	"  - name: both\n    address: 192.0.2.1\n    routes: [media, api, media6]\n"
+	"  - name: udp\n    address: 192.0.2.1\n    port: 3480\n    routes: [media]\n"
+	"clusters:\n"
+	"  - name: media\n    endpoints: [\"10.0.0.0/8\", \"10.1.1.1\"]\n"
+	"  - name: api\n    protocol: TCP\n    endpoints: [\"10.0.0.0/8\", \"10.1.1.1\", "
+	"\"10.2.0.0/16:<443-443>\"]\n"
+	"  - name: media6\n    protocol: UDP\n    endpoints: [\"fd00::/8\"]\n";
+
+static int proto_match(const struct snap *s, uint32_t l, const char *ip, uint16_t port,
+		       enum conf_cluster_proto proto, uint32_t *cl)
+{
+	struct sockaddr_storage ss = sa(ip, port);
+	return snap_peer_match(s, l, (struct sockaddr *)&ss, proto, true, cl);
+}
+
+static void test_allowlist_proto(void **state)
+{
+	(void)state;
+	struct blob x;
+	struct snap_listener l;
+	uint32_t cl = 99;
+	build(&x, cfg_proto, 1);
+	const struct snap *s = x.s;
+	assert_int_equal(proto_match(s, 0, "10.9.9.9", 53, CONF_CPROTO_UDP, &cl), 0);
+	assert_string_equal(snap_cluster_name(s, cl), "media");
+	assert_int_equal(proto_match(s, 0, "10.9.9.9", 53, CONF_CPROTO_TCP, &cl), 0);
+	assert_string_equal(snap_cluster_name(s, cl), "api");
+	assert_int_equal(proto_match(s, 0, "10.1.1.1", 80, CONF_CPROTO_UDP, &cl), 0);
+	assert_string_equal(snap_cluster_name(s, cl), "media");
+	assert_int_equal(proto_match(s, 0, "10.1.1.1", 80, CONF_CPROTO_TCP, &cl), 0);
+	assert_string_equal(snap_cluster_name(s, cl), "api");
+	assert_int_equal(proto_match(s, 0, "fd00::1", 80, CONF_CPROTO_UDP, &cl), 0);
+	assert_int_equal(proto_match(s, 0, "fd00::1", 80, CONF_CPROTO_TCP, &cl), -EACCES);
+	/* listener udp: only the UDP cluster */
+	assert_int_equal(proto_match(s, 1, "10.9.9.9", 53, CONF_CPROTO_UDP, &cl), 0);
+	assert_int_equal(proto_match(s, 1, "10.9.9.9", 53, CONF_CPROTO_TCP, &cl), -EACCES);
+	assert_int_equal(proto_match(s, 1, "10.1.1.1", 6443, CONF_CPROTO_TCP, &cl), -EACCES);
+	assert_true(snap_peer_ip_allowed(s, 1, (struct sockaddr *)&(struct sockaddr_storage){ 0 },
+					 CONF_CPROTO_UDP) == false);
+	assert_int_equal(snap_listener_get(s, 0, &l), 0);
+	assert_true(l.tcp_routes);
+	assert_int_equal(snap_listener_get(s, 1, &l), 0);
+	assert_false(l.tcp_routes);
 	unbuild(&x);
 }
 
@@ -568,6 +624,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_tls_material),
 		cmocka_unit_test(test_allowlist),
+		cmocka_unit_test(test_allowlist_proto),
 		cmocka_unit_test(test_dns_special_not_admitted),
 		cmocka_unit_test(test_auth_material),
 		cmocka_unit_test(test_users_static_only),
