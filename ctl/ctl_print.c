@@ -170,6 +170,29 @@ static void print_allocations(json_t *r, FILE *out)
 		fprintf(out, "(list truncated: use --limit N or filters)\n");
 }
 
+/* "user_id alice  until removed" / "user 1700000000:bob  for 3600 s more". */
+static void print_revocation(json_t *e, FILE *out)
+{
+	json_t *left = json_object_get(e, "left");
+
+	fprintf(out, "%-8s %-40s ", str_of(e, "kind"), str_of(e, "name"));
+	if (json_is_integer(left))
+		fprintf(out, "%lld s more\n", (long long)json_integer_value(left));
+	else
+		fprintf(out, "until removed\n");
+}
+
+static void print_revocations(json_t *r, FILE *out)
+{
+	json_t *e;
+	size_t i;
+
+	fprintf(out, "%-8s %-40s %s\n", "KIND", "NAME", "EXPIRES");
+	json_array_foreach(json_object_get(r, "revocations"), i, e)
+		print_revocation(e, out);
+	fprintf(out, "(%lld of %lld entries)\n", int_of(r, "count"), int_of(r, "capacity"));
+}
+
 static void print_stats(json_t *r, FILE *out)
 {
 	const char *key;
@@ -209,6 +232,14 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 			int_of(r, "allocations"));
 	} else if (strcmp(cmd, "loglevel") == 0) {
 		fprintf(out, "log level: %s (%s)\n", str_of(r, "spec"), str_of(r, "source"));
+	} else if (strcmp(cmd, "revoke") == 0) {
+		fprintf(out, "%s: ", json_is_true(json_object_get(r, "renewed")) ? "renewed" : "revoked");
+		print_revocation(json_object_get(r, "revoked"), out);
+		fprintf(out, "ended %lld allocation(s)\n", int_of(r, "disconnected"));
+	} else if (strcmp(cmd, "unrevoke") == 0) {
+		fprintf(out, "revocation removed\n");
+	} else if (strcmp(cmd, "revocations") == 0) {
+		print_revocations(r, out);
 	} else if (strcmp(cmd, "disconnect") == 0) {
 		fprintf(out, "disconnected %lld allocation(s)\n", int_of(r, "disconnected"));
 	} else {

@@ -23,6 +23,13 @@ static void usage(FILE *out)
 		"                             bandwidth limit throttling them; refreshed every\n"
 		"                             interval (1 s) like top; --once: one refresh\n"
 		"  disconnect ID | --user U   end one allocation, or every one of a user\n"
+		"  revoke USER | --user-id ID [--for DURATION]\n"
+		"                             refuse a TURN username (or every REST username of\n"
+		"                             a user id) on every worker and end its allocations,\n"
+		"                             until removed or for DURATION (30s, 10m, 2h, 7d)\n"
+		"  revoke --list              the revocations in force (also: revocations)\n"
+		"  unrevoke USER | --user-id ID\n"
+		"                             remove a revocation (also: revoke --remove ...)\n"
 		"  drain [off]                refuse new allocations (or accept them again)\n"
 		"  stats                      counters summed over workers\n"
 		"  workers                    worker processes and their states\n"
@@ -91,6 +98,54 @@ static int alloc_args(json_t *req, int argc, char **argv)
 		}
 	}
 	return 0;
+}
+
+/* "USER" or "--user-id ID" into req; the arguments it used are taken off argc and argv. */
+static int revoke_target(json_t *req, int *argc, char ***argv)
+{
+	if (*argc >= 2 && strcmp((*argv)[0], "--user-id") == 0) {
+		json_object_set_new(req, "user_id", json_string((*argv)[1]));
+		*argc -= 2;
+		*argv += 2;
+		return 0;
+	}
+	if (*argc >= 1 && (*argv)[0][0] != '-') {
+		json_object_set_new(req, "user", json_string((*argv)[0]));
+		*argc -= 1;
+		*argv += 1;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* revoke USER|--user-id ID [--for D], revoke --list, revoke --remove USER|--user-id ID,
+ * unrevoke USER|--user-id ID: the request, with *cmd changed to the admin command. */
+static json_t *revoke_request(const char **cmd, int argc, char **argv)
+{
+	json_t *req = json_object();
+
+	if (strcmp(*cmd, "revoke") == 0 && argc == 1 && strcmp(argv[0], "--list") == 0) {
+		*cmd = "revocations";
+		argc = 0;
+	} else if (strcmp(*cmd, "revoke") == 0 && argc >= 1 && strcmp(argv[0], "--remove") == 0) {
+		*cmd = "unrevoke";
+		argc--;
+		argv++;
+	}
+	json_object_set_new(req, "cmd", json_string(*cmd));
+	if (strcmp(*cmd, "revocations") == 0 && argc == 0)
+		return req;
+	if (strcmp(*cmd, "revocations") == 0 || revoke_target(req, &argc, &argv) < 0)
+		goto bad;
+	if (strcmp(*cmd, "revoke") == 0 && argc == 2 && strcmp(argv[0], "--for") == 0) {
+		json_object_set_new(req, "for", json_string(argv[1]));
+		argc = 0;
+	}
+	if (argc == 0)
+		return req;
+bad:
+	json_decref(req);
+	return NULL;
 }
 
 /* Builds the request for cmd and its arguments; NULL on a usage error. */
@@ -187,7 +242,11 @@ int main(int argc, char **argv)
 			usage(stderr);
 		return rc;
 	}
-	req = build_request(cmd, argc - i - 1, argv + i + 1);
+	if (strcmp(cmd, "revoke") == 0 || strcmp(cmd, "unrevoke") == 0 ||
+	    strcmp(cmd, "revocations") == 0)
+		req = revoke_request(&cmd, argc - i - 1, argv + i + 1);
+	else
+		req = build_request(cmd, argc - i - 1, argv + i + 1);
 	if (req == NULL) {
 		fprintf(stderr, "turngatectl: bad command or arguments: %s\n", cmd);
 		usage(stderr);

@@ -93,6 +93,12 @@ struct http_handlers {
 	int (*cred_config)(void *ctx, const struct conf **cfg);
 	/* Optional bearer token for the credential API; NULL or "" = no token required. */
 	const char *(*cred_token)(void *ctx);
+	/* Revocation list (GET lists, POST adds, DELETE removes; /revoke on the credential
+	 * API server): only with a cred_token set, which the request must carry. The query
+	 * (raw, NULL when none) in; the JSON body into *out and the status into *status.
+	 * Returns 0 or -ENOMEM (answered 500). */
+	int (*revoke)(void *ctx, const char *method, const char *query, size_t len,
+		      struct http_buf *out, unsigned *status);
 	/* Unix seconds for minting; NULL = time(NULL). Injectable for tests. */
 	int64_t (*now)(void *ctx);
 	/* A listening socket already bound to addr (a live upgrade's inherited one: the

@@ -10,6 +10,7 @@
 #include "http/http_metrics.h"
 #include "shm/shm.h"
 #include "shm/shm_bw.h"
+#include "shm/shm_revoke.h"
 #include "shm/shm_trust.h"
 
 /* Rendering context: the sums are taken once per scrape so every family sees one view. */
@@ -350,6 +351,7 @@ static void render_global(struct mctx *m)
 		{ "expired", SHM_CTR_AUTH_FAIL_EXPIRED },
 		{ "stale_nonce", SHM_CTR_AUTH_FAIL_STALE_NONCE },
 		{ "wrong_realm", SHM_CTR_AUTH_FAIL_WRONG_REALM },
+		{ "revoked", SHM_CTR_AUTH_FAIL_REVOKED },
 	};
 	static const struct lc quota[] = {
 		{ "user", SHM_CTR_QUOTA_USER },
@@ -387,6 +389,10 @@ static void render_global(struct mctx *m)
 
 	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.", "reason",
 		 auth, sizeof(auth) / sizeof(auth[0]));
+	scalar_u(m, "turngate_revocations", "gauge",
+		 "Entries of the revocation list in force (turngatectl revoke): usernames and "
+		 "user ids whose credentials every worker refuses.",
+		 shm_revoke_count(m->shm, (int64_t)time(NULL)));
 	listener_single(m, "turngate_permission_denied_total",
 			"Peer addresses refused by the route allowlist (403, or a dropped packet), "
 			"by the client's listener.",

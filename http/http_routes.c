@@ -148,6 +148,38 @@ static enum MHD_Result route_cred(struct http_server *s, struct MHD_Connection *
 	return reply(conn, (unsigned)status, CT_JSON, &b, NULL, NULL);
 }
 
+/* /revoke: changes what every worker admits, so it is never open: without a configured
+ * token it is refused outright, whatever the credential API does without one. */
+static enum MHD_Result route_revoke(struct http_server *s, struct MHD_Connection *conn,
+				    const char *method, const struct http_req *req)
+{
+	const char *tok = s->h.cred_token ? s->h.cred_token(s->ctx) : NULL;
+	struct http_buf b = HTTP_BUF_INIT;
+	unsigned status = 500;
+	int rc;
+
+	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_POST) != 0 &&
+	    strcmp(method, MHD_HTTP_METHOD_DELETE) != 0)
+		return reply_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed",
+				   MHD_HTTP_HEADER_ALLOW, "GET, POST, DELETE");
+	if (tok == NULL || *tok == '\0')
+		return reply_error(conn, MHD_HTTP_FORBIDDEN,
+				   "revocation over HTTP needs admin.credential_api_token", NULL,
+				   NULL);
+	if (!bearer_ok(s, conn))
+		return reply_error(conn, MHD_HTTP_UNAUTHORIZED, "bearer token required",
+				   MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	if (req == NULL || req->query_too_long)
+		return reply_error(conn, MHD_HTTP_BAD_REQUEST, "query too long", NULL, NULL);
+	rc = s->h.revoke(s->ctx, method, req->query, req->query_len, &b, &status);
+	if (rc != 0) {
+		http_buf_free(&b);
+		return reply_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error", NULL,
+				   NULL);
+	}
+	return reply(conn, status, CT_JSON, &b, NULL, NULL);
+}
+
 enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *url,
 			   const char *method, const char *version, const char *upload_data,
 			   size_t *upload_data_size, void **req_cls)
@@ -159,6 +191,8 @@ enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *u
 	(void)upload_data;
 	(void)upload_data_size;
 
+	if (s->h.revoke != NULL && strcmp(url, "/revoke") == 0)
+		return route_revoke(s, conn, method, req);
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
 		return reply_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed",
 				   MHD_HTTP_HEADER_ALLOW, "GET, HEAD");

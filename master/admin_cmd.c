@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "master/admin.h"
+#include "master/revoke.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -604,6 +605,9 @@ static const struct admin_cmd {
 	 * themselves. Without it the daemon re-executes its own binary. */
 	{ "upgrade", cmd_upgrade, "", "binary" },
 	{ "upgrade_status", cmd_upgrade_status, NULL, NULL },
+	{ "revoke", revoke_cmd_add, "", NULL },
+	{ "unrevoke", revoke_cmd_del, "", NULL },
+	{ "revocations", revoke_cmd_list, NULL, NULL },
 };
 
 /* Root, or the daemon's own user (who could run any program as that user anyway). */

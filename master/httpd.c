@@ -12,6 +12,7 @@
 #include "conf/snapshot.h"
 #include "http/http.h"
 #include "http/http_metrics.h"
+#include "master/revoke.h"
 #include "shm/shm.h"
 
 #define HTTPD_MAX_SERVERS 3
@@ -246,6 +247,7 @@ static void srv_start(struct master *m, struct httpd_srv *s)
 	if (s->roles & ROLE_CRED) {
 		hd.cred_config = cb_cred_config;
 		hd.cred_token = cb_cred_token;
+		hd.revoke = revoke_http;
 	}
 	rc = http_server_start(m->loop, s->url, &hd, m, &s->srv);
 	if (rc < 0) {

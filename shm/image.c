@@ -23,6 +23,7 @@
 struct img_geom {
 	uint32_t n_slots;
 	const struct shm_region *slots, *allocs;   /* into hdr */
+	const struct shm_region *revoke;           /* NULL: none, or of another format */
 	struct shm_hdr hdr;
 };
 
@@ -131,7 +132,65 @@ static int check_header(const struct shm_image *img, struct img_geom *g, struct 
 		return refuse(t, SHM_STATE_OTHER_BOOT, "written during another boot (%.36s)",
 			      h->boot_id);
 	g->n_slots = g->slots->count;
+	g->revoke = region_find(h, SHM_REGION_REVOKE);
+	if (g->revoke != NULL && (g->revoke->format != shm_region_format(SHM_REGION_REVOKE) ||
+				  g->revoke->count != 1 ||
+				  g->revoke->stride < sizeof(struct shm_revoke_hdr) +
+							      SHM_REVOKE_MAX *
+								      sizeof(struct shm_revoke_ent)))
+		g->revoke = NULL;	/* an older or newer build's list: not carried (t says so) */
 	return 0;
+}
+
+/* The revocation list of the image (a region of this build's format), read whole into
+ * *out (malloc'd, header then SHM_REVOKE_MAX entries); NULL *out when it has none. A
+ * header or an entry in use that this build would not write refuses the file. */
+static int read_revocations(const struct shm_image *img, const struct img_geom *g,
+			    struct shm_revoke_hdr **out, struct shm_takeover *t)
+{
+	size_t size = sizeof(struct shm_revoke_hdr) +
+		      SHM_REVOKE_MAX * sizeof(struct shm_revoke_ent);
+	struct shm_revoke_hdr *h;
+
+	*out = NULL;
+	if (g->revoke == NULL)
+		return 0;
+	h = malloc(size);
+	if (h == NULL)
+		return -ENOMEM;
+	if (img_read(img, g->revoke->off, h, size) < 0) {
+		free(h);
+		return refuse(t, SHM_STATE_IO, "cannot read its revocation list");
+	}
+	if (shm_revoke_validate(h) < 0) {
+		free(h);
+		return refuse(t, SHM_STATE_CORRUPT, "revocation list header is inconsistent");
+	}
+	for (uint32_t i = 0; i < h->count; i++)
+		if (!shm_revoke_ent_sane(&h->ent[i])) {
+			free(h);
+			return refuse(t, SHM_STATE_CORRUPT, "revocation entry %u is inconsistent",
+				      i);
+		}
+	*out = h;
+	return 0;
+}
+
+/* Copies the entries in use (expired ones too: the master prunes them) into dst's fresh,
+ * empty list, with no writer yet. */
+static void import_revocations(struct shm *dst, const struct shm_revoke_hdr *src,
+			       struct shm_takeover *t)
+{
+	struct shm_revoke_hdr *h = shm_revoke_hdr(dst);
+
+	if (src == NULL)
+		return;
+	memcpy(h->ent, src->ent, (size_t)src->count * sizeof(src->ent[0]));
+	h->count = src->count;
+	/* Not the fresh 0: a worker (its last sweep 0) then sweeps the adopted allocations. */
+	if (src->count > 0)
+		h->seq = 2;
+	t->revoked = src->count;
 }
 
 static bool family_ok(uint8_t f)
@@ -397,6 +456,7 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	struct img_geom g;
 	struct rec_reader rr;
 	struct shm_alloc *buf;
+	struct shm_revoke_hdr *rv = NULL;
 	int rc;
 
 	shm_check_handle(dst);
@@ -406,9 +466,14 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	rc = check_header(img, &g, t);
 	if (rc < 0)
 		return rc;
+	t->revoke_lost = g.revoke == NULL && region_find(&g.hdr, SHM_REGION_REVOKE) != NULL;
+	rc = read_revocations(img, &g, &rv, t);
+	if (rc < 0)
+		return rc;
 	buf = malloc(sizeof(*buf));
 	if (buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
 		free(buf);
+		free(rv);
 		return -ENOMEM;
 	}
 	rc = check_records(&rr, &g, now_ns, buf, t);
@@ -418,10 +483,13 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);
 	if (rc < 0) {
+		free(rv);
 		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
 		return rc;
 	}
 	import_counters(dst, img, &g, t);
+	import_revocations(dst, rv, t);
+	free(rv);
 	shm_nonce_key_set(dst, g.hdr.nonce_key);
 	explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
 	t->have_key = true;
@@ -431,9 +499,11 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	snprintf(t->why, sizeof(t->why),
 		 "%u allocations taken over from %u workers "
 		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity",
+		 "capacity; %u revocations%s",
 		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
-		 t->overflow);
+		 t->overflow, t->revoked,
+		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
+				: "");
 	return 0;
 }
 

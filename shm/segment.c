@@ -51,7 +51,10 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 	g->off_relay = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
 	g->relay_size =
 		shm_relay_ways_size() + (uint64_t)cfg->alloc_cap * sizeof(struct shm_relay_ctr);
-	g->size = shm_round_up(g->off_relay + g->relay_size, SHM_PAGE);
+	g->off_revoke = shm_round_up(g->off_relay + g->relay_size, SHM_PAGE);
+	g->revoke_size = sizeof(struct shm_revoke_hdr) +
+			 (uint64_t)SHM_REVOKE_MAX * sizeof(struct shm_revoke_ent);
+	g->size = shm_round_up(g->off_revoke + g->revoke_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -173,6 +176,22 @@ static uint64_t format_relay(void)
 	return h;
 }
 
+static uint64_t format_revoke(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, sizeof(struct shm_revoke_hdr));
+	LH(h, offsetof(struct shm_revoke_hdr, seq));
+	LH(h, offsetof(struct shm_revoke_hdr, ent));
+	LH(h, sizeof(struct shm_revoke_ent));
+	LH(h, offsetof(struct shm_revoke_ent, kind));
+	LH(h, offsetof(struct shm_revoke_ent, name));
+	LH(h, SHM_REVOKE_MAX);
+	LH(h, SHM_REVOKE_NAME_MAX);
+	LH(h, SHM_REVOKE_VERSION);
+	return h;
+}
+
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
@@ -188,6 +207,8 @@ uint64_t shm_region_format(uint32_t id)
 		return format_quota();
 	case SHM_REGION_RELAY:
 		return format_relay();
+	case SHM_REGION_REVOKE:
+		return format_revoke();
 	}
 	return 0;
 }
@@ -210,6 +231,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, format_trust());
 	LH(h, format_quota());
 	LH(h, format_relay());
+	LH(h, format_revoke());
 	return h;
 }
 
@@ -275,6 +297,7 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const stru
 	hdr_region(h, SHM_REGION_TRUST, 1, g->off_trust, g->trust_size);
 	hdr_region(h, SHM_REGION_QUOTA, 1, g->off_quota, g->quota_size);
 	hdr_region(h, SHM_REGION_RELAY, 1, g->off_relay, g->relay_size);
+	hdr_region(h, SHM_REGION_REVOKE, 1, g->off_revoke, g->revoke_size);
 	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
@@ -346,6 +369,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->off_trust = g->off_trust;
 	shm->off_quota = g->off_quota;
 	shm->off_relay = g->off_relay;
+	shm->off_revoke = g->off_revoke;
 	shm->lock_fd = -1;
 	return shm;
 }
@@ -389,6 +413,7 @@ int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **o
 	}
 	shm_quota_init((struct shm_quota_hdr *)((uint8_t *)base + g.off_quota), cfg->alloc_cap);
 	shm_relay_init((struct shm_relay_hdr *)((uint8_t *)base + g.off_relay));
+	shm_revoke_init((struct shm_revoke_hdr *)((uint8_t *)base + g.off_revoke));
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -486,6 +511,9 @@ int shm_attach_ro(int fd, struct shm **out)
 	if (rc == 0)
 		rc = shm_relay_validate(
 			(const struct shm_relay_hdr *)((const uint8_t *)base + g.off_relay));
+	if (rc == 0)
+		rc = shm_revoke_validate(
+			(const struct shm_revoke_hdr *)((const uint8_t *)base + g.off_revoke));
 	if (rc < 0)
 		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);

@@ -225,6 +225,8 @@ enum shm_ctr {
 	SHM_CTR_SHORT_CIRCUIT_STALE,  /* short-circuited datagrams handed over to the owner
 				       * of their receiving allocation, which had ended or
 				       * changed meanwhile (worker/handover.c) */
+	SHM_CTR_AUTH_FAIL_REVOKED,    /* 403: credentials right, user revoked
+				       * (shm/shm_revoke.h) */
 	SHM_CTR__COUNT
 };
 

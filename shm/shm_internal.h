@@ -16,6 +16,7 @@
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_relay.h"
+#include "shm/shm_revoke.h"
 #include "shm/shm_trust.h"
 
 /* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
@@ -40,6 +41,8 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_RELAY_MAGIC 0x594c4552u              /* "RELY" read little-endian */
 #define SHM_RELAY_VERSION 1u
 #define SHM_RELAY_PORTS 65536u
+#define SHM_REVOKE_MAGIC 0x4b564552u              /* "REVK" read little-endian */
+#define SHM_REVOKE_VERSION 1u
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -52,6 +55,7 @@ enum shm_region_id {
 	SHM_REGION_TRUST = 4,    /* one trust table (shm/shm_trust.h) of trust_size bytes */
 	SHM_REGION_QUOTA = 5,    /* one allocation-count table (shm/shm_quota.h) */
 	SHM_REGION_RELAY = 6,    /* one relay port index (shm/shm_relay.h) */
+	SHM_REGION_REVOKE = 7,   /* one revocation list (shm/shm_revoke.h) */
 };
 
 struct shm_region {
@@ -178,6 +182,17 @@ struct shm_relay_ctr {
 	uint64_t bytes;
 };
 
+/* Revocation list (shm/shm_revoke.h): the master writes the header once in shm_create()
+ * (or a take-over's copy), then the entries and count under the seqlock word seq. */
+struct shm_revoke_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t cap;                        /* SHM_REVOKE_MAX */
+	uint32_t count;                      /* entries [0, count) in use */
+	_Alignas(SHM_CL) uint64_t seq;       /* odd while the master writes */
+	_Alignas(SHM_CL) struct shm_revoke_ent ent[];
+};
+
 struct shm_trust_ent {
 	uint64_t key;    /* keyed hash of the address, 0 = empty */
 	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
@@ -199,6 +214,7 @@ struct shm {
 	uint64_t off_trust;
 	uint64_t off_quota;
 	uint64_t off_relay;
+	uint64_t off_revoke;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t n_taken, cap_taken;
@@ -289,6 +305,11 @@ static inline struct shm_relay_ctr *shm_relay_ctrs(const struct shm *shm)
 	return (struct shm_relay_ctr *)(shm->base + shm->off_relay + shm_relay_ways_size());
 }
 
+static inline struct shm_revoke_hdr *shm_revoke_hdr(const struct shm *shm)
+{
+	return (struct shm_revoke_hdr *)(shm->base + shm->off_revoke);
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -302,6 +323,7 @@ struct shm_geom {
 	uint64_t off_trust, trust_size;
 	uint64_t off_quota, quota_size;
 	uint64_t off_relay, relay_size;
+	uint64_t off_revoke, revoke_size;
 	uint64_t size;
 };
 
@@ -326,6 +348,13 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g);
 void shm_relay_init(struct shm_relay_hdr *h);
 /* 0 when the relay index header at h is the one this build writes, else -EBADMSG. */
 int shm_relay_validate(const struct shm_relay_hdr *h);
+
+/* Writes the revocation list's header (shm/revoke.c); the entries start empty. */
+void shm_revoke_init(struct shm_revoke_hdr *h);
+/* 0 when the revocation header at h is the one this build writes, else -EBADMSG. */
+int shm_revoke_validate(const struct shm_revoke_hdr *h);
+/* An entry this build could have written (kind, length, times). */
+bool shm_revoke_ent_sane(const struct shm_revoke_ent *e);
 
 /* Fingerprint of the element layout of region `id` in this build (0 for an unknown id). */
 uint64_t shm_region_format(uint32_t id);

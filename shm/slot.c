@@ -59,6 +59,7 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_SIBLING_OUT] = "sibling_out",
 	[SHM_CTR_SIBLING_IN] = "sibling_in",
 	[SHM_CTR_SHORT_CIRCUIT_STALE] = "short_circuit_stale",
+	[SHM_CTR_AUTH_FAIL_REVOKED] = "auth_fail_revoked",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

@@ -19,6 +19,7 @@
 #include <openssl/crypto.h>
 
 #include "common/log.h"
+#include "shm/shm_revoke.h"
 #include "stun/stun_auth.h"
 
 static const uint16_t wk_pw_algs[] = { STUN_PWALG_MD5, STUN_PWALG_SHA256 };
@@ -308,9 +309,39 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 			wk_auth_challenge(w, ep, req, want.s, want.len, 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
+	/* Checked once the credentials verify, so that nobody learns from the answer whether
+	 * a username they cannot authenticate as is revoked. 403 (not 401): trying again
+	 * with the same credentials will not help. */
+	if (shm_revoke_match(w->shm, cred->user, cred->user_len, wk_unix_now())) {
+		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_REVOKED, 1);
+		explicit_bzero(cred->key, sizeof(cred->key));
+		log_debug("auth", "credential of revoked user %.*s refused", (int)cred->user_len,
+			  cred->user);
+		wk_auth_error(w, ep, req, 403);
+		return WK_AUTH_REPLIED;
+	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);
 	wk_unauth_trust(w, ep);
 	return WK_AUTH_OK;
+}
+
+void wk_revoke_sweep(struct worker *w)
+{
+	uint64_t seq = shm_revoke_seq(w->shm);
+	int64_t now = wk_unix_now();
+	struct wk_alloc *a, *next;
+
+	if (seq == w->revoke_seq || (seq & 1u) != 0)
+		return;
+	w->revoke_seq = seq;
+	for (a = w->allocs; a; a = next) {
+		size_t len = a->rec->user_len < SHM_ALLOC_USER_MAX ? a->rec->user_len
+								    : SHM_ALLOC_USER_MAX;
+
+		next = a->next;
+		if (shm_revoke_match(w->shm, a->rec->username, len, now))
+			wk_alloc_destroy(w, a, "credential revoked");
+	}
 }
 
 void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint)

@@ -303,6 +303,7 @@ struct worker {
 	uint64_t snap_bad_gen;		/* last generation snap_open rejected, logged once */
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
+	uint64_t revoke_seq;		/* revocation list last swept against (auth.c) */
 	struct wk_hot hot;
 	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */
 	struct wheel wheel;
@@ -780,5 +781,10 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 				  struct wk_cred *cred);
 /* Appends MESSAGE-INTEGRITY(-SHA256) as the request used, then FINGERPRINT if asked. */
 void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint);
+/* Ends this worker's allocations whose username the revocation list now refuses, when the
+ * list changed since the last sweep (shm/shm_revoke.h). The master also ends them at
+ * once by index when it revokes; this catches an Allocate that raced it and allocations
+ * adopted after a restart. Called every second (the heartbeat). */
+void wk_revoke_sweep(struct worker *w);
 
 #endif

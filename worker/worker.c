@@ -309,6 +309,7 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	struct worker *w = wk_checked(t->data);
 
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
+	wk_revoke_sweep(w);
 }
 
 static void wk_stop(struct worker *w, const char *why)

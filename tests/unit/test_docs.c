@@ -58,6 +58,12 @@ static const struct rule rules[] = {
 	{ "architecture.md", "up to [0-9]+ permissions and ([0-9]+) channel bindings", 10,
 	  SHM_ALLOC_MAX_CHANS },
 	{ "architecture.md", "record's ([0-9]+) inline entries", 10, SHM_ALLOC_MAX_CHANS },
+	/* Revocation list. */
+	{ "architecture.md", "then ([0-9 ,]*[0-9]) entries \\(`SHM_REVOKE_MAX`\\)", 10, SHM_REVOKE_MAX },
+	{ "architecture.md", "`SHM_REVOKE_MAX`\\) of ([0-9]+) bytes", 10,
+	  sizeof(struct shm_revoke_ent) },
+	{ "architecture.md", "At most ([0-9 ,]*[0-9]) \\(`SHM_REVOKE_MAX`\\)", 10, SHM_REVOKE_MAX },
+	{ "operations.md", "holds at most ([0-9 ,]*[0-9]) entries", 10, SHM_REVOKE_MAX },
 	/* Allocation counts. */
 	{ "architecture.md", "among the ([0-9]+) from `key % entries`", 10, SHM_QUOTA_WINDOW },
 	{ "architecture.md", "none of a key's ([0-9]+) entries has", 10, SHM_QUOTA_WINDOW },

@@ -1,0 +1,267 @@
+/* Revocation list of the shared segment: the master's seqlocked writes, every process's
+ * reads (contract and layout in shm/shm_revoke.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "shm/shm_internal.h"
+#include "shm/shm_quota.h"
+#include "shm/shm_revoke.h"
+
+#define SHM_REVOKE_TRIES 64u
+
+void shm_revoke_init(struct shm_revoke_hdr *h)
+{
+	h->cap = SHM_REVOKE_MAX;
+	h->version = SHM_REVOKE_VERSION;
+	h->magic = SHM_REVOKE_MAGIC;
+}
+
+int shm_revoke_validate(const struct shm_revoke_hdr *h)
+{
+	if (h->magic != SHM_REVOKE_MAGIC || h->version != SHM_REVOKE_VERSION ||
+	    h->cap != SHM_REVOKE_MAX || h->count > SHM_REVOKE_MAX)
+		return -EBADMSG;
+	return 0;
+}
+
+bool shm_revoke_ent_sane(const struct shm_revoke_ent *e)
+{
+	return (e->kind == SHM_REVOKE_USER || e->kind == SHM_REVOKE_USER_ID) && e->len >= 1 &&
+	       e->len <= SHM_REVOKE_NAME_MAX && e->since >= 0 && e->until >= 0;
+}
+
+static bool kind_ok(enum shm_revoke_kind kind)
+{
+	return kind == SHM_REVOKE_USER || kind == SHM_REVOKE_USER_ID;
+}
+
+/* The writer's brackets: readers that saw an odd word, or another word after their
+ * scan, read again. */
+static void write_begin(struct shm_revoke_hdr *h)
+{
+	CMM_STORE_SHARED(h->seq, h->seq + 1);
+	cmm_smp_wmb();
+}
+
+static void write_end(struct shm_revoke_hdr *h)
+{
+	cmm_smp_wmb();
+	CMM_STORE_SHARED(h->seq, h->seq + 1);
+}
+
+static int find(const struct shm_revoke_hdr *h, enum shm_revoke_kind kind, const char *name,
+		size_t len)
+{
+	for (uint32_t i = 0; i < h->count && i < SHM_REVOKE_MAX; i++)
+		if (h->ent[i].kind == (uint32_t)kind && h->ent[i].len == len &&
+		    memcmp(h->ent[i].name, name, len) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* Entry i goes; the last one takes its place (inside the caller's write brackets). */
+static void drop(struct shm_revoke_hdr *h, uint32_t i)
+{
+	uint32_t last = h->count - 1;
+
+	if (i != last)
+		h->ent[i] = h->ent[last];
+	memset(&h->ent[last], 0, sizeof(h->ent[last]));
+	CMM_STORE_SHARED(h->count, last);
+}
+
+static struct shm_revoke_hdr *writable(struct shm *shm)
+{
+	shm_check_handle(shm);
+	return shm->ro ? NULL : shm_revoke_hdr(shm);
+}
+
+unsigned shm_revoke_prune(struct shm *shm, int64_t now)
+{
+	struct shm_revoke_hdr *h = writable(shm);
+	unsigned n = 0;
+
+	if (h == NULL)
+		return 0;
+	for (uint32_t i = 0; i < h->count;) {
+		if (h->ent[i].until != 0 && h->ent[i].until <= now) {
+			if (n++ == 0)
+				write_begin(h);
+			drop(h, i);
+		} else {
+			i++;
+		}
+	}
+	if (n > 0)
+		write_end(h);
+	return n;
+}
+
+int shm_revoke_add(struct shm *shm, enum shm_revoke_kind kind, const char *name, size_t len,
+		   int64_t now, int64_t until)
+{
+	struct shm_revoke_hdr *h = writable(shm);
+	struct shm_revoke_ent *e;
+	int i;
+
+	if (h == NULL)
+		return -EROFS;
+	if (!kind_ok(kind) || name == NULL || len == 0 || len > SHM_REVOKE_NAME_MAX ||
+	    now < 0 || until < 0 || (until != 0 && until <= now))
+		return -EINVAL;
+	shm_revoke_prune(shm, now);
+	i = find(h, kind, name, len);
+	if (i < 0 && h->count >= SHM_REVOKE_MAX)
+		return -ENOSPC;
+	write_begin(h);
+	if (i >= 0) {
+		e = &h->ent[i];
+	} else {
+		e = &h->ent[h->count];
+		memset(e, 0, sizeof(*e));
+		e->kind = (uint32_t)kind;
+		e->len = (uint32_t)len;
+		memcpy(e->name, name, len);
+	}
+	e->since = now;
+	e->until = until;
+	if (i < 0)
+		CMM_STORE_SHARED(h->count, h->count + 1);
+	write_end(h);
+	return i >= 0 ? 1 : 0;
+}
+
+int shm_revoke_del(struct shm *shm, enum shm_revoke_kind kind, const char *name, size_t len)
+{
+	struct shm_revoke_hdr *h = writable(shm);
+	int i;
+
+	if (h == NULL)
+		return -EROFS;
+	if (!kind_ok(kind) || name == NULL || len == 0 || len > SHM_REVOKE_NAME_MAX)
+		return -EINVAL;
+	i = find(h, kind, name, len);
+	if (i < 0)
+		return -ENOENT;
+	write_begin(h);
+	drop(h, (uint32_t)i);
+	write_end(h);
+	return 0;
+}
+
+static bool live(const struct shm_revoke_ent *e, int64_t now)
+{
+	return e->until == 0 || e->until > now;
+}
+
+/* One pass over the entries; the caller checks the sequence around it. */
+static unsigned list_once(const struct shm_revoke_hdr *h, int64_t now,
+			  struct shm_revoke_ent *out, unsigned cap)
+{
+	uint32_t n = CMM_LOAD_SHARED(h->count);
+	unsigned k = 0;
+
+	for (uint32_t i = 0; i < n && i < SHM_REVOKE_MAX && k < cap; i++) {
+		out[k] = h->ent[i];
+		if (shm_revoke_ent_sane(&out[k]) && live(&out[k], now))
+			k++;
+	}
+	return k;
+}
+
+unsigned shm_revoke_list(const struct shm *shm, int64_t now, struct shm_revoke_ent *out,
+			 unsigned cap)
+{
+	const struct shm_revoke_hdr *h;
+	unsigned k = 0;
+
+	shm_check_handle(shm);
+	h = shm_revoke_hdr(shm);
+	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
+		uint64_t s = CMM_LOAD_SHARED(h->seq);
+
+		cmm_smp_rmb();
+		k = list_once(h, now, out, cap);
+		cmm_smp_rmb();
+		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
+			break;
+	}
+	return k;
+}
+
+unsigned shm_revoke_count(const struct shm *shm, int64_t now)
+{
+	const struct shm_revoke_hdr *h;
+	unsigned k = 0;
+
+	shm_check_handle(shm);
+	h = shm_revoke_hdr(shm);
+	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
+		uint64_t s = CMM_LOAD_SHARED(h->seq);
+		uint32_t n;
+
+		cmm_smp_rmb();
+		n = CMM_LOAD_SHARED(h->count);
+		k = 0;
+		for (uint32_t i = 0; i < n && i < SHM_REVOKE_MAX; i++)
+			k += live(&h->ent[i], now);
+		cmm_smp_rmb();
+		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
+			break;
+	}
+	return k;
+}
+
+static bool ent_match(const struct shm_revoke_ent *e, const char *user, size_t len,
+		      size_t id_off, int64_t now)
+{
+	size_t elen = e->len;
+
+	if (elen == 0 || elen > SHM_REVOKE_NAME_MAX || !live(e, now))
+		return false;
+	if (e->kind == SHM_REVOKE_USER)
+		return elen == len && memcmp(e->name, user, len) == 0;
+	if (e->kind == SHM_REVOKE_USER_ID)
+		return elen == len - id_off && memcmp(e->name, user + id_off, elen) == 0;
+	return false;
+}
+
+bool shm_revoke_match(const struct shm *shm, const char *user, size_t len, int64_t now)
+{
+	const struct shm_revoke_hdr *h;
+	size_t id_off;
+	bool hit = false;
+
+	shm_check_handle(shm);
+	h = shm_revoke_hdr(shm);
+	if (CMM_LOAD_SHARED(h->count) == 0 && (CMM_LOAD_SHARED(h->seq) & 1u) == 0)
+		return false;
+	id_off = shm_quota_user_off(user, len);
+	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
+		uint64_t s = CMM_LOAD_SHARED(h->seq);
+		uint32_t n;
+
+		cmm_smp_rmb();
+		n = CMM_LOAD_SHARED(h->count);
+		hit = false;
+		for (uint32_t i = 0; i < n && i < SHM_REVOKE_MAX && !hit; i++)
+			hit = ent_match(&h->ent[i], user, len, id_off, now);
+		cmm_smp_rmb();
+		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
+			break;
+	}
+	return hit;
+}
+
+uint64_t shm_revoke_seq(const struct shm *shm)
+{
+	shm_check_handle(shm);
+	return CMM_LOAD_SHARED(shm_revoke_hdr(shm)->seq);
+}
+
+const char *shm_revoke_kind_name(enum shm_revoke_kind kind)
+{
+	return kind == SHM_REVOKE_USER ? "user" : kind == SHM_REVOKE_USER_ID ? "user_id" : NULL;
+}

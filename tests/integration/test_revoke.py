@@ -1,0 +1,278 @@
+"""Revocation (#35, finding 9) against the real daemon with 2 workers.
+
+A leaked credential is revoked with `turngatectl revoke` (or the admin command, or the
+HTTP API under the credential API's token): the user's allocations end at once, whichever
+worker owns them, and its credentials get 403 on every worker until the entry expires or
+is removed; another user is untouched. The list lives in the shared segment's state file,
+so it survives a SIGHUP reload and a kill -9 of every process followed by a new start
+with the same state directory. A `--for 2s` entry re-admits the user once the daemon's
+clock passes it (waited for with a bounded poll). Refusals are counted
+(turngate_auth_failures_total{reason="revoked"}, turngate_revocations). Relay ports
+65420-65519 (no other test's): the restart rebinds the other user's relay port.
+"""
+import hashlib
+import json
+import os
+import signal
+import struct
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import run_tests, wait_for  # noqa: E402
+from test_security_stun import (A_LIFETIME, REALM, REFRESH, Client, Daemon,  # noqa: E402
+                                check, config, credentials, error_code, free_port)
+
+RELAY = (65420, 65519)
+
+
+def make_config(d, port, extra_admin=""):
+    text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},
+                  relay=RELAY)
+    return text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n" + extra_admin, 1)
+
+
+def client(port, user, lifetime=3600):
+    c = Client(port, user)
+    if lifetime != 3600:
+        c.username, c.password = credentials(user, lifetime)
+        c.key = hashlib.md5(("%s:%s:%s" % (c.username, REALM, c.password)).encode()).digest()
+    return c
+
+
+def users(daemon):
+    return sorted(a["user"] for a in daemon.admin({"cmd": "allocations"})["allocations"])
+
+
+def refresh(c):
+    r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 600))])
+    return error_code(r[3])
+
+
+def revoked_count(daemon):
+    return daemon.admin({"cmd": "stats"})["counters"]["auth_fail_revoked"]
+
+
+def ctl_ok(daemon, *args):
+    rc, out, err = daemon.ctl(*args)
+    check(rc == 0, "turngatectl %s: rc %d\n%s%s" % (" ".join(args), rc, out, err))
+    return out
+
+
+def test_revoke_user_id(d):
+    """revoke --user-id ends every allocation of every credential of that user id on both
+    workers, refuses the user's new and old credentials (403), leaves another user alone,
+    and counts the refusals."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs = []
+    try:
+        a1, a2, b = client(port, "alice"), client(port, "alice", 7200), client(port, "bob")
+        cs = [a1, a2, b]
+        for c in cs:
+            c.allocate()
+        check(len({x["worker"] for x in daemon.admin({"cmd": "allocations"})["allocations"]})
+              >= 1, "allocations listed")
+        out = ctl_ok(daemon, "revoke", "--user-id", "alice")
+        check("ended 2 allocation(s)" in out, out)
+        wait_for(lambda: users(daemon) == [b.username], "alice's allocations to end")
+        check(refresh(a1) in (403, 437), "a revoked allocation refreshes")
+        check(refresh(b) is None, "bob's allocation no longer refreshes")
+        before = revoked_count(daemon)
+        fresh = client(port, "alice", 1800)
+        cs.append(fresh)
+        fresh.allocate(expect=403)
+        check(revoked_count(daemon) > before, "refusal not counted")
+        other = client(port, "alice2")
+        cs.append(other)
+        other.allocate()
+        lst = daemon.admin({"cmd": "revocations"})
+        check(lst["ok"] and lst["count"] == 1 and lst["revocations"][0]["name"] == "alice" and
+              lst["revocations"][0]["kind"] == "user_id" and
+              lst["revocations"][0]["until"] is None, lst)
+        out = ctl_ok(daemon, "revoke", "--list")
+        check("user_id" in out and "alice" in out and "until removed" in out, out)
+        ctl_ok(daemon, "unrevoke", "--user-id", "alice")
+        check(daemon.admin({"cmd": "revocations"})["count"] == 0, "entry not removed")
+        again = client(port, "alice", 1700)
+        cs.append(again)
+        again.allocate()
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_revoke_username(d):
+    """revoke USER names one credential exactly: another credential of the same user id is
+    still admitted. Bad requests get clear errors."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs = []
+    try:
+        c1, c2 = client(port, "carol"), client(port, "carol", 7200)
+        cs = [c1, c2]
+        c1.allocate()
+        c2.allocate()
+        r = daemon.admin({"cmd": "revoke", "user": c1.username})
+        check(r["ok"] and r["disconnected"] == 1 and r["revoked"]["kind"] == "user", r)
+        wait_for(lambda: users(daemon) == [c2.username], "carol's first allocation to end")
+        check(refresh(c2) is None, "the other credential was revoked too")
+        c3 = client(port, "carol")
+        cs.append(c3)
+        c3.username, c3.key = c1.username, c1.key
+        c3.allocate(expect=403)
+        for bad, why in (({"cmd": "revoke"}, "exactly one"),
+                         ({"cmd": "revoke", "user": "x", "user_id": "y"}, "exactly one"),
+                         ({"cmd": "revoke", "user": ""}, "non-empty"),
+                         ({"cmd": "revoke", "user": "x" * 129}, "128 bytes"),
+                         ({"cmd": "revoke", "user": "x", "for": "2 weeks"}, "duration"),
+                         ({"cmd": "revoke", "user": "x", "for": -1}, "duration"),
+                         ({"cmd": "unrevoke", "user": "nobody"}, "no such")):
+            r = daemon.admin(bad)
+            check(r["ok"] is False and why in r["error"], (bad, r))
+        rc, _, err = daemon.ctl("revoke", "--user-id")
+        check(rc != 0 and "bad command or arguments" in err, err)
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_revoke_survives_reload_and_kill(d):
+    """The entry survives a SIGHUP reload, then a kill -9 of the master and every worker
+    and a new start on the same state file (which takes bob's allocation over too)."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs = []
+    try:
+        b = client(port, "bob")
+        cs.append(b)
+        b.allocate()
+        ctl_ok(daemon, "revoke", "--user-id", "mallory")
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen, "the reload")
+        m = client(port, "mallory")
+        cs.append(m)
+        m.allocate(expect=403)
+        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+        os.kill(daemon.proc.pid, signal.SIGKILL)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        daemon.proc.wait()
+        daemon.err.close()
+        daemon.start()
+        check("1 revocations" in daemon.stderr(), "take-over did not carry the list:\n%s"
+              % daemon.stderr())
+        lst = daemon.admin({"cmd": "revocations"})
+        check(lst["count"] == 1 and lst["revocations"][0]["name"] == "mallory", lst)
+        check(users(daemon) == [b.username], "bob's allocation not taken over")
+        m2 = client(port, "mallory", 1800)
+        cs.append(m2)
+        m2.allocate(expect=403)
+        check(refresh(b) is None, "bob refused after the restart")
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
+def test_revoke_for_expires(d):
+    """revoke --for 2s refuses at once and re-admits once the daemon's clock passed it; the
+    list then no longer shows it."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs = []
+    try:
+        out = ctl_ok(daemon, "revoke", "--user-id", "dave", "--for", "2s")
+        check("s more" in out, out)
+        first = client(port, "dave")
+        cs.append(first)
+        first.allocate(expect=403)
+
+        def admitted():
+            c = client(port, "dave", 3000 + len(cs))
+            cs.append(c)
+            return error_code(c.allocate(expect="any")[3]) is None
+        wait_for(admitted, "the 2 s revocation to expire", timeout=20)
+        check(daemon.admin({"cmd": "revocations"})["count"] == 0, "expired entry listed")
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def http(url, method="GET", token=None):
+    req = urllib.request.Request(url, method=method)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_revoke_http(d):
+    """POST/DELETE/GET /revoke on the credential API server: refused without the token (and
+    refused outright when no token is configured), effective with it; the metrics show
+    the entry and the refusal."""
+    port, cp, mp = free_port(), free_port(), free_port()
+    extra = ("  credential_api_endpoint: \"http://127.0.0.1:%d\"\n"
+             "  credential_api_token: t0ken\n"
+             "  metrics_endpoint: \"http://127.0.0.1:%d/metrics\"\n" % (cp, mp))
+    daemon = Daemon(d, make_config(d, port, extra)).start()
+    cs = []
+    try:
+        e = client(port, "erin")
+        cs.append(e)
+        e.allocate()
+        base = "http://127.0.0.1:%d/revoke" % cp
+        check(http(base + "?user_id=erin", "POST")[0] == 401, "POST without the token")
+        check(http(base + "?user_id=erin", "POST", "wrong")[0] == 401, "wrong token")
+        check(users(daemon) == [e.username], "revoked without the token")
+        code, body = http(base + "?user_id=erin&for=1h", "POST", "t0ken")
+        r = json.loads(body)
+        check(code == 200 and r["disconnected"] == 1 and 3500 < r["revoked"]["left"] <= 3600,
+              (code, body))
+        wait_for(lambda: users(daemon) == [], "erin's allocation to end")
+        e2 = client(port, "erin", 1800)
+        cs.append(e2)
+        e2.allocate(expect=403)
+        code, body = http(base, "GET", "t0ken")
+        check(code == 200 and json.loads(body)["revocations"][0]["name"] == "erin", body)
+        check(http(base + "?bogus=1", "POST", "t0ken")[0] == 400, "unknown parameter")
+        check(http(base + "?user=%ZZ", "POST", "t0ken")[0] == 400, "bad escape")
+        check(http(base + "?user=x", "PUT", "t0ken")[0] == 405, "PUT")
+        code, body = http("http://127.0.0.1:%d/metrics" % mp)
+        check("turngate_revocations 1" in body and
+              'turngate_auth_failures_total{reason="revoked"} 1' in body,
+              [line for line in body.splitlines() if "revo" in line])
+        check(http(base + "?user_id=erin", "DELETE", "t0ken")[0] == 200, "DELETE")
+        check(http(base + "?user_id=erin", "DELETE", "t0ken")[0] == 404, "DELETE again")
+        e3 = client(port, "erin", 1700)
+        cs.append(e3)
+        e3.allocate()
+        # Without a token the endpoint refuses revocations whatever the credential API does.
+        daemon.write_config(make_config(d, port, extra.replace(
+            "  credential_api_token: t0ken\n", "")))
+        check(daemon.admin({"cmd": "reload"})["ok"], "reload")
+        code, body = http(base + "?user_id=erin", "POST")
+        check(code == 403 and "credential_api_token" in body, (code, body))
+        check(daemon.admin({"cmd": "revocations"})["count"] == 0, "revoked without a token")
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests([test_revoke_user_id, test_revoke_username, test_revoke_survives_reload_and_kill,
+               test_revoke_for_expires, test_revoke_http])
