@@ -4,8 +4,8 @@ A leaked credential is revoked with `turngatectl revoke` (or the admin command, 
 HTTP API under the credential API's token): the user's allocations end at once, whichever
 worker owns them, and its credentials get 403 on every worker until the entry expires or
 is removed; another user is untouched. The list lives in the shared segment's state file,
-so it survives a SIGHUP reload and a kill -9 of every process followed by a new start
-with the same state directory. A `--for 2s` entry re-admits the user once the daemon's
+so it survives a SIGHUP reload, a kill -9 of every process followed by a new start
+with the same state directory, and a live upgrade. A `--for 2s` entry re-admits the user once the daemon's
 clock passes it (waited for with a bounded poll). Refusals are counted
 (turngate_auth_failures_total{reason="revoked"}, turngate_revocations). Relay ports
 65420-65519 (no other test's): the restart rebinds the other user's relay port.
@@ -22,8 +22,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests, wait_for  # noqa: E402
+from test_quota import TcpClient  # noqa: E402
 from test_security_stun import (A_LIFETIME, REALM, REFRESH, Client, Daemon,  # noqa: E402
                                 check, config, credentials, error_code, free_port)
+from test_tls import TlsClient, dtls_connect, make_cert, tls_config  # noqa: E402
 
 RELAY = (65420, 65519)
 
@@ -34,12 +36,24 @@ def make_config(d, port, extra_admin=""):
     return text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n" + extra_admin, 1)
 
 
-def client(port, user, lifetime=3600):
-    c = Client(port, user)
-    if lifetime != 3600:
-        c.username, c.password = credentials(user, lifetime)
-        c.key = hashlib.md5(("%s:%s:%s" % (c.username, REALM, c.password)).encode()).digest()
+def as_user(c, user, lifetime=3600):
+    c.username, c.password = credentials(user, lifetime)
+    c.key = hashlib.md5(("%s:%s:%s" % (c.username, REALM, c.password)).encode()).digest()
     return c
+
+
+def client(port, user, lifetime=3600):
+    return as_user(Client(port, user), user, lifetime)
+
+
+class DtlsClient(TlsClient):
+    """TlsClient's requests over a DTLS association."""
+
+    def __init__(self, port):
+        Client.__init__(self, port)
+        self.sock.close()
+        self.sock = dtls_connect(port)
+        self.buf = b""
 
 
 def users(daemon):
@@ -99,6 +113,44 @@ def test_revoke_user_id(d):
         again = client(port, "alice", 1700)
         cs.append(again)
         again.allocate()
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_revoke_every_transport(d):
+    """One user id's allocations over UDP, TCP, TLS and DTLS, spread over both workers, all
+    end at the revocation; new ones over each transport get 403; another user's stay."""
+    crt, key = make_cert(d, "turn.test")
+    udp, tls, dtls = free_port(), free_port(), free_port()
+    text = tls_config(d, udp, tls, dtls, crt, key, relay=RELAY)
+    text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
+                        "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
+                        % udp, 1)
+    daemon = Daemon(d, text).start()
+    cs = []
+
+    def four(user, lifetime):
+        new = [as_user(Client(udp), user, lifetime), as_user(TcpClient(udp, user), user, lifetime),
+               as_user(TlsClient(tls), user, lifetime), as_user(DtlsClient(dtls), user, lifetime)]
+        cs.extend(new)
+        return new
+    try:
+        for c in four("zed", 3600) + four("zed", 3500):
+            c.allocate()
+        keep = client(udp, "yan")
+        cs.append(keep)
+        keep.allocate()
+        al = daemon.admin({"cmd": "allocations"})["allocations"]
+        check(sorted({a["transport"] for a in al}) == ["dtls", "tcp", "tls", "udp"] and
+              len({a["worker"] for a in al}) == 2, "allocations: %r" % (al,))
+        r = daemon.admin({"cmd": "revoke", "user_id": "zed"})
+        check(r["ok"] and r["disconnected"] == 8, r)
+        wait_for(lambda: users(daemon) == [keep.username], "zed's allocations to end")
+        for c in four("zed", 3400):
+            c.allocate(expect=403)
+        check(refresh(keep) is None, "yan's allocation no longer refreshes")
     finally:
         for c in cs:
             c.close()
@@ -180,6 +232,45 @@ def test_revoke_survives_reload_and_kill(d):
     finally:
         for c in cs:
             c.close()
+        daemon.kill()
+        daemon.scan()
+
+
+def test_revoke_survives_upgrade(d):
+    """A live upgrade (turngatectl upgrade: the running binary again) hands the list to the
+    new master with the allocation table."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs, new_pid = [], None
+    try:
+        ctl_ok(daemon, "revoke", "--user-id", "oscar", "--for", "1h")
+        out = ctl_ok(daemon, "upgrade")
+        new_pid = int(out.strip().splitlines()[-1])
+        check(new_pid != daemon.proc.pid, "no new master")
+        daemon.wait_exit()
+        wait_for(lambda: daemon.admin({"cmd": "status"})["pid"] == new_pid and
+                 daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+                 "the new master to serve")
+        lst = daemon.admin({"cmd": "revocations"})
+        check(lst["count"] == 1 and lst["revocations"][0]["name"] == "oscar" and
+              lst["revocations"][0]["left"] > 3500, lst)
+        o = client(port, "oscar")
+        cs.append(o)
+        o.allocate(expect=403)
+        other = client(port, "olga")
+        cs.append(other)
+        other.allocate()
+    finally:
+        for c in cs:
+            c.close()
+        if new_pid is not None:
+            try:
+                os.kill(new_pid, signal.SIGTERM)
+                wait_for(lambda: not os.path.exists("/proc/%d" % new_pid) or
+                         open("/proc/%d/stat" % new_pid).read().split()[2] == "Z",
+                         "the new master to exit")
+            except ProcessLookupError:
+                pass
         daemon.kill()
         daemon.scan()
 
@@ -274,5 +365,5 @@ def test_revoke_http(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_revoke_user_id, test_revoke_username, test_revoke_survives_reload_and_kill,
-               test_revoke_for_expires, test_revoke_http])
+    run_tests([test_revoke_user_id, test_revoke_every_transport, test_revoke_username, test_revoke_survives_reload_and_kill,
+               test_revoke_survives_upgrade, test_revoke_for_expires, test_revoke_http])
