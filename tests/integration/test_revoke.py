@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import struct
 import sys
 import time
@@ -67,6 +68,23 @@ def refresh(c):
 
 def revoked_count(daemon):
     return daemon.admin({"cmd": "stats"})["counters"]["auth_fail_revoked"]
+
+
+def admin_many(daemon, reqs):
+    """Every request on one admin connection, in order; the replies."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    try:
+        s.connect(daemon.sock)
+        s.sendall(b"".join(json.dumps(r).encode() + b"\n" for r in reqs))
+        buf = b""
+        while buf.count(b"\n") < len(reqs):
+            chunk = s.recv(65536)
+            check(chunk, "admin connection closed")
+            buf += chunk
+        return [json.loads(line) for line in buf.split(b"\n")[:len(reqs)]]
+    finally:
+        s.close()
 
 
 def ctl_ok(daemon, *args):
@@ -187,6 +205,19 @@ def test_revoke_username(d):
             check(r["ok"] is False and why in r["error"], (bad, r))
         rc, _, err = daemon.ctl("revoke", "--user-id")
         check(rc != 0 and "bad command or arguments" in err, err)
+        # A full list refuses a new entry and keeps every old one.
+        n = daemon.admin({"cmd": "revocations"})["count"]
+        replies = admin_many(daemon, [{"cmd": "revoke", "user_id": "fill%d" % i}
+                                      for i in range(1024 - n)])
+        check(all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:1])
+        rc, _, err = daemon.ctl("revoke", "--user-id", "one-too-many")
+        check(rc == 1 and "the revocation list is full (1024 entries)" in err, (rc, err))
+        lst = daemon.admin({"cmd": "revocations"})
+        check(lst["count"] == 1024 and lst["capacity"] == 1024, lst["count"])
+        c3.close()
+        c4 = client(port, "fill77")
+        cs.append(c4)
+        c4.allocate(expect=403)
     finally:
         for c in cs:
             c.close()
