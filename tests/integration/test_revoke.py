@@ -313,11 +313,15 @@ def test_revoke_for_expires(d):
     daemon = Daemon(d, make_config(d, port)).start()
     cs = []
     try:
+        t0 = time.time()
         out = ctl_ok(daemon, "revoke", "--user-id", "dave", "--for", "2s")
         check("s more" in out, out)
         first = client(port, "dave")
         cs.append(first)
-        first.allocate(expect=403)
+        code = error_code(first.allocate(expect="any")[3])
+        # Admitted only if this slow machine took the whole 2 s to get here.
+        check(code == 403 or (code is None and time.time() - t0 >= 2),
+              "dave within the revocation: %r" % code)
 
         def admitted():
             c = client(port, "dave", 3000 + len(cs))
