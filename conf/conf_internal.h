@@ -125,6 +125,14 @@ void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path);
 /* admin.siblings (conf_sibling.c): after admin and listeners, whose relay port ranges the
  * slices are checked against. */
 void conf_parse_siblings(struct pctx *p, yaml_node_t *n, const char *path);
+/* conf_ports.c: listeners[idx] (parsed, its relay range final) against the listeners
+ * before it and the admin HTTP endpoints: no relay port range may hold a listener's port
+ * or an HTTP port on an address its relay sockets may bind (a relay socket would take
+ * it). Errors at the listener's port or relay range key (node: the listener, for an
+ * inherited range). */
+void conf_check_relay_ports(struct pctx *p, size_t idx, const yaml_node_t *node,
+			    const yaml_node_t *port_node, const yaml_node_t *rmin,
+			    const yaml_node_t *rmax, const char *path);
 void conf_auth_defaults(struct conf_auth *a);
 void conf_auth_clear(struct conf_auth *a);
 int conf_auth_default_realm(struct conf_auth *a);

@@ -469,6 +469,8 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 			sub,
 			"relay_port_min %u is greater than relay_port_max %u (expected MIN <= MAX)",
 			l->relay_port_min, l->relay_port_max);
+	} else {
+		conf_check_relay_ports(p, idx, st->node, st->port, st->rmin, st->rmax, path);
 	}
 	lst_tls(p, st, path);
 	lst_routes(p, st, path);

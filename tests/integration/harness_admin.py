@@ -58,13 +58,16 @@ def need_tool(name, package):
 
 
 def free_port():
-    """A port free for both UDP and TCP on 127.0.0.1 (TURN-UDP and TURN-TCP may share it)."""
-    for _ in range(50):
+    """A port free for both UDP and TCP on 127.0.0.1 (TURN-UDP and TURN-TCP may share it),
+    below the default relay port range (a listener or HTTP port in it is a config error)."""
+    for _ in range(200):
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         u.bind(("127.0.0.1", 0))
         port = u.getsockname()[1]
         t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
+            if port >= 49152:
+                continue
             t.bind(("127.0.0.1", port))
             return port
         except OSError:

@@ -122,6 +122,62 @@ def test_stunner_corpus_live(d):
         dm.stop()
 
 
+RANGE_HEAD = """version: v1
+admin:
+  name: t
+  healthcheck_endpoint: "http://127.0.0.1:51000"
+  metrics_endpoint: "http://:8080"
+auth:
+  type: ephemeral
+  credentials:
+    secret: s
+listeners:
+"""
+
+
+def test_relay_range_holds_own_port(d):
+    """#35 (8): a relay port range that holds one of the instance's own ports (a listener's
+    of either transport, on an address its relay sockets may bind, or an HTTP endpoint's)
+    is an error at the key that set the range, or at the port that falls in one."""
+    text = RANGE_HEAD + (
+        # 1: its own port in its range (line 14, column 21: the value of relay_port_min).
+        "  - {name: a, address: 127.0.0.1, port: 3478, relay_port_min: 3000, "
+        "relay_port_max: 4000}\n"
+        # 2: a TCP listener's port in listeners[0]'s range on the same address.
+        "  - {name: b, protocol: TURN-TCP, address: 127.0.0.1, port: 3500, "
+        "relay_port_min: 40000, relay_port_max: 40999}\n"
+        # 3: the same port on another IPv4 address: no clash.
+        "  - {name: c, address: 127.0.0.3, port: 3600, relay_port_min: 41000, "
+        "relay_port_max: 41999}\n"
+        # 4: an inherited range (49152-65535) holding the health port on its address.
+        "  - {name: d, address: 127.0.0.1, port: 4700}\n"
+        # 5: a wildcard listener: listeners[0]'s relay sockets on 127.0.0.1 would take it.
+        "  - {name: e, address: 0.0.0.0, port: 3800, relay_port_min: 42000, "
+        "relay_port_max: 42999}\n")
+    rc, out = run_check(d, "range.yaml", text)
+    lines = out.splitlines()
+    check(rc == 1 and len(lines) == 4, (rc, out))
+    check(lines[0] == "range.yaml:11:63: listeners[0].relay_port_min: relay port range "
+          "3000-4000 holds this listener's own port 3478/udp on 127.0.0.1 (expected a range "
+          "that holds none of this instance's listener ports)", lines[0])
+    check(lines[1] == "range.yaml:12:61: listeners[1].port: 3500/tcp on 127.0.0.1 lies in "
+          "the relay port range 3000-4000 of listeners[0] (expected a port outside every "
+          "relay port range on that address: a relay socket could take it)", lines[1])
+    check(lines[2] == "range.yaml:14:5: listeners[3]: relay port range 49152-65535 "
+          "(admin.relay_port_min..max) holds port 51000 of admin.healthcheck_endpoint "
+          "http://127.0.0.1:51000 (expected a range that holds none of this instance's HTTP "
+          "ports)", lines[2])
+    check(lines[3].startswith("range.yaml:15:") and
+          "listeners[4].port: 3800/udp on 0.0.0.0 lies in the relay port range 3000-4000 "
+          "of listeners[0]" in lines[3], lines[3])
+    # Moved out of each other's ranges, the same listeners pass.
+    fixed = (text.replace("port: 3478", "port: 2478").replace("port: 3500", "port: 2500")
+             .replace("port: 3800", "port: 2800").replace("127.0.0.1:51000", "127.0.0.1:8086"))
+    rc, out = run_check(d, "fixed.yaml", fixed)
+    check((rc, out) == (0, "configuration ok\n"), (rc, out))
+
+
 if __name__ == "__main__":
     run_tests([test_valid, test_every_problem_reported, test_syntax_and_missing,
-               test_warning_only_is_ok, test_stunner_corpus_live])
+               test_warning_only_is_ok, test_stunner_corpus_live,
+               test_relay_range_holds_own_port])

@@ -1,5 +1,6 @@
 """Reload: an invalid config changes nothing and is reported; listeners are added and removed live;
 -w reloads on a change of the config or of a secret file it names."""
+import json
 import os
 import signal
 import socket
@@ -104,9 +105,10 @@ def test_listener_port_change(d):
                  "old port to go quiet")
         check(stun_binding_tcp(p1) is None, "old TCP port still accepts")
         # A port another process holds (without SO_REUSEPORT): the reload fails whole.
+        # (A port below the relay range: one in it would be refused before the bind.)
         blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        blocker.bind(("127.0.0.1", 0))
-        busy = blocker.getsockname()[1]
+        busy = free_port()
+        blocker.bind(("127.0.0.1", busy))
         daemon.write_config(config_yaml(sock, [("a", p2, "TURN-UDP"), ("t", p2, "TURN-TCP"),
                                                ("b", busy, "TURN-UDP")]))
         r = daemon.admin({"cmd": "reload"})
@@ -184,6 +186,39 @@ def test_watch_secret_file(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_reload_refuses_relay_range_over_a_port(d):
+    """#35 (8): a reload whose relay port range would hold the listener's own port (a relay
+    socket could take it) is refused with the key's position, and the old config serves on
+    with the old range."""
+    port = free_port()
+    sock = os.path.join(d, "admin.sock")
+    good = config_yaml(sock, [("udp", port, "TURN-UDP")])
+    daemon = Daemon(d, good).start()
+    try:
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        bad = good.replace("    port: %d\n" % port, "    port: %d\n    relay_port_min: %d\n"
+                           "    relay_port_max: %d\n" % (port, port - 10, port + 10))
+        check(bad != good, "the listener's port line not found")
+        daemon.write_config(bad)
+        daemon.signal(signal.SIGHUP)
+        st = wait_for(lambda: (lambda s: s if s["last_reload"]["trigger"] == "SIGHUP"
+                               else None)(daemon.admin({"cmd": "status"})),
+                      "the SIGHUP reload result")
+        check(st["last_reload"]["ok"] is False, st)
+        check(st["generation"] == gen, "generation changed on a refused reload: %r" % st)
+        errs = st["last_reload"]["errors"]
+        check(any("turngate.yaml:" in e and "listeners[0].relay_port_min" in e and
+                  "holds this listener's own port %d/udp" % port in e for e in errs), errs)
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 1 and "relay port range" in err, (rc, out, err))
+        cfg = json.loads(daemon.ctl("config")[1])
+        check(cfg["listeners"][0]["relay_port_min"] == 49152, cfg["listeners"][0])
+        check(stun_binding_udp(port) is not None, "the listener stopped after a refused reload")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_sighup_invalid_keeps_running, test_add_and_remove_listener,
-               test_listener_port_change, test_watch_reload, test_watch_secret_file])
+               test_listener_port_change, test_watch_reload, test_watch_secret_file,
+               test_reload_refuses_relay_range_over_a_port])

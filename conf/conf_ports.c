@@ -1,0 +1,166 @@
+/* Config cross-check: no relay port range holds a port of the instance's own listeners or HTTP endpoints. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "conf/conf_internal.h"
+
+/* STUNner's default HTTP ports (as http/http.h; conf does not link the HTTP module). */
+#define PORTS_HEALTH 8086
+#define PORTS_METRICS 8080
+#define PORTS_CRED 8088
+
+/* A socket address as far as a config tells it: family 0 = the wildcard (or not known,
+ * which must be taken as the wildcard). */
+struct ports_addr {
+	int family;
+	uint8_t ip[16];
+};
+
+static void ports_addr_of(const char *s, struct ports_addr *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (s == NULL || conf_parse_ip(s, &out->family, out->ip) != 0)
+		out->family = 0;
+	else if (memcmp(out->ip, (const uint8_t[16]){ 0 }, 16) == 0)
+		out->family = 0;	/* 0.0.0.0 and :: take every address */
+}
+
+/* A relay socket of listener l on address b? The relay sockets of l are bound to its
+ * `address` (or to the wildcard when that is not local, which a config cannot tell), and
+ * without relay_address_mask a dual-stack allocation binds one more of the other family
+ * on an address the host decides: b of the other family may be that address. */
+static bool ports_relay_meets(const struct conf_listener *l, const struct ports_addr *b)
+{
+	struct ports_addr r;
+
+	ports_addr_of(l->address, &r);
+	if (r.family == 0 || b->family == 0)
+		return true;
+	if (r.family != b->family)
+		return l->relay_mask == NULL;
+	return memcmp(r.ip, b->ip, r.family == AF_INET ? 4 : 16) == 0;
+}
+
+/* The listener's own socket address: bind_address, else address (or the wildcard, when
+ * that is not local: again unknown here, so a specific address is taken at its word). */
+static void ports_listener_addr(const struct conf_listener *l, struct ports_addr *out)
+{
+	ports_addr_of(l->bind_address ? l->bind_address : l->address, out);
+}
+
+static bool ports_in(const struct conf_listener *l, unsigned port)
+{
+	return port >= l->relay_port_min && port <= l->relay_port_max;
+}
+
+/* Host and port of an http://[HOST][:PORT][/PATH] the admin parser accepted. A host name
+ * other than localhost is taken as every address. Returns false for an unset endpoint. */
+static bool ports_http(const char *url, unsigned defport, struct ports_addr *a,
+		       unsigned *port)
+{
+	char host[64] = "";
+	const char *h, *e;
+
+	if (url == NULL || strncasecmp(url, "http://", 7) != 0)
+		return false;
+	h = url + 7;
+	if (*h == '[') {
+		e = strchr(h, ']');
+		if (e == NULL)
+			return false;
+		if ((size_t)(e - h - 1) < sizeof(host))
+			memcpy(host, h + 1, (size_t)(e - h - 1));
+		e++;
+	} else {
+		e = h + strcspn(h, ":/");
+		if ((size_t)(e - h) < sizeof(host))
+			memcpy(host, h, (size_t)(e - h));
+	}
+	*port = *e == ':' ? (unsigned)atoi(e + 1) : defport;
+	ports_addr_of(strcasecmp(host, "localhost") == 0 ? "127.0.0.1" : host, a);
+	return true;
+}
+
+static const char *ports_proto(const struct conf_listener *l)
+{
+	return l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS ? "udp"
+														  : "tcp";
+}
+
+void conf_check_relay_ports(struct pctx *p, size_t idx, const yaml_node_t *node,
+			    const yaml_node_t *port_node, const yaml_node_t *rmin,
+			    const yaml_node_t *rmax, const char *path)
+{
+	const struct conf *c = p->cfg;
+	const struct conf_listener *l = &c->listeners[idx];
+	static const struct {
+		const char *key;
+		size_t off;
+		unsigned port;
+	} http[] = {
+		{ "healthcheck_endpoint", offsetof(struct conf_admin, healthcheck_endpoint),
+		  PORTS_HEALTH },
+		{ "metrics_endpoint", offsetof(struct conf_admin, metrics_endpoint), PORTS_METRICS },
+		{ "credential_api_endpoint", offsetof(struct conf_admin, credential_api_endpoint),
+		  PORTS_CRED },
+	};
+	char psub[CONF_PATH_MAX], rsub[CONF_PATH_MAX];
+	const yaml_node_t *range_node = rmin ? rmin : rmax, *rn = range_node ? range_node : node;
+	struct ports_addr mine, a;
+	unsigned port;
+
+	if (p->lst_bad[idx])
+		return;
+	conf_path_key(psub, path, "port");
+	/* An inherited range is reported at the listener (admin's keys are not kept). */
+	if (range_node)
+		conf_path_key(rsub, path, rmin ? "relay_port_min" : "relay_port_max");
+	else
+		snprintf(rsub, sizeof(rsub), "%s", path);
+	ports_listener_addr(l, &mine);
+	/* Its port against the relay ranges before it; its range against every port up to
+	 * and including its own: each pair is reported once, at the later of the two. */
+	for (size_t i = 0; i <= idx; i++) {
+		const struct conf_listener *o = &c->listeners[i];
+
+		if (p->lst_bad[i])
+			continue;
+		if (i < idx && ports_in(o, l->port) && ports_relay_meets(o, &mine)) {
+			pctx_error(p, port_node ? port_node : node, psub,
+				   "%u/%s on %s lies in the relay port range %u-%u of "
+				   "listeners[%zu] (expected a port outside every relay port range "
+				   "on that address: a relay socket could take it)",
+				   l->port, ports_proto(l), l->bind_address ? l->bind_address : l->address,
+				   o->relay_port_min, o->relay_port_max, i);
+			return;
+		}
+		ports_listener_addr(o, &a);
+		if (ports_in(l, o->port) && ports_relay_meets(l, &a)) {
+			pctx_error(p, rn, rsub,
+				   "relay port range %u-%u%s holds %s port %u/%s on %s (expected "
+				   "a range that holds none of this instance's listener ports)",
+				   l->relay_port_min, l->relay_port_max,
+				   range_node ? "" : " (admin.relay_port_min..max)",
+				   i == idx ? "this listener's own" : "a listener's", o->port,
+				   ports_proto(o), o->bind_address ? o->bind_address : o->address);
+			return;
+		}
+	}
+	for (size_t i = 0; i < sizeof(http) / sizeof(http[0]); i++) {
+		const char *url = *(char *const *)((const char *)&c->admin + http[i].off);
+
+		if (!ports_http(url, http[i].port, &a, &port) || !ports_in(l, port) ||
+		    !ports_relay_meets(l, &a))
+			continue;
+		pctx_error(p, rn, rsub,
+			   "relay port range %u-%u%s holds port %u of admin.%s %s (expected a "
+			   "range that holds none of this instance's HTTP ports)",
+			   l->relay_port_min, l->relay_port_max,
+			   range_node ? "" : " (admin.relay_port_min..max)", port, http[i].key, url);
+		return;
+	}
+}
