@@ -1,9 +1,12 @@
-/* Worker address helpers: sockaddr <-> shm_addr, comparison, lengths, and the hash of
- * (listener, client address) that the 5-tuple and DTLS indexes use. */
+/* Worker address helpers: sockaddr <-> shm_addr, comparison, lengths, the hash of
+ * (listener, client address) that the 5-tuple and DTLS indexes use, and the relay address
+ * of the other family for dual-stack allocations. */
 #include "config.h"
 
 #include "worker/wk.h"
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <string.h>
 
@@ -70,4 +73,89 @@ uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)
 		h = (h ^ k.addr[i]) * 1099511628211ull;
 	h = (h ^ k.port) * 1099511628211ull;
 	return (uint32_t)(h ^ (h >> 32));
+}
+
+/* True when a lies in the network of interface address ifa (its netmask): 127.0.0.4 is
+ * on lo although lo lists only 127.0.0.1/8. */
+static bool wk_on_ifa(const struct sockaddr *a, const struct ifaddrs *ifa)
+{
+	const uint8_t *x, *y, *m;
+	size_t n;
+
+	if (!ifa->ifa_addr || !ifa->ifa_netmask || a->sa_family != ifa->ifa_addr->sa_family)
+		return false;
+	if (a->sa_family == AF_INET) {
+		x = (const uint8_t *)&((const struct sockaddr_in *)a)->sin_addr;
+		y = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr;
+		m = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_netmask)->sin_addr;
+		n = 4;
+	} else {
+		x = (const uint8_t *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+		y = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
+		m = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_netmask)->sin6_addr;
+		n = 16;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((x[i] & m[i]) != (y[i] & m[i]))
+			return false;
+	return true;
+}
+
+/* Same family and address (ports, scope and flow info aside). */
+static bool wk_ip_equal(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return a->sa_family == AF_INET6 &&
+	       memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+}
+
+/* The interface that holds a: the one that lists it, else (an address of a loopback
+ * network that is local without being listed: 127.0.0.4) a loopback interface whose
+ * network holds it. A network that merely contains a (10.0.0.0/8 on another interface
+ * than the one holding 10.1.2.3/24) says nothing about where a lives. */
+static const char *wk_ifa_holding(const struct sockaddr *a, const struct ifaddrs *ifa)
+{
+	const struct ifaddrs *i;
+
+	for (i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && wk_ip_equal(a, i->ifa_addr))
+			return i->ifa_name;
+	for (i = ifa; i; i = i->ifa_next)
+		if ((i->ifa_flags & IFF_LOOPBACK) && wk_on_ifa(a, i))
+			return i->ifa_name;
+	return NULL;
+}
+
+/* Link-local IPv6 is skipped (it needs a scope a peer cannot know). */
+void wk_relay2_find(struct wk_listener *l)
+{
+	struct ifaddrs *ifa = NULL, *j;
+	int want = l->relay_addr.ss_family == AF_INET ? AF_INET6 : AF_INET;
+	const char *name;
+
+	memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
+	l->relay2_local = false;
+	if (getifaddrs(&ifa) < 0)
+		return;
+	name = wk_ifa_holding((struct sockaddr *)&l->relay_addr, ifa);
+	for (j = ifa; name && j; j = j->ifa_next) {
+		if (!j->ifa_addr || j->ifa_addr->sa_family != want || strcmp(j->ifa_name, name) != 0)
+			continue;
+		if (want == AF_INET6 &&
+		    IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)j->ifa_addr)->sin6_addr))
+			continue;
+		memcpy(&l->relay_addr2, j->ifa_addr, wk_addr_len(j->ifa_addr));
+		if (want == AF_INET6)
+			((struct sockaddr_in6 *)&l->relay_addr2)->sin6_port = 0;
+		else
+			((struct sockaddr_in *)&l->relay_addr2)->sin_port = 0;
+		l->relay2_local = true;
+		break;
+	}
+	freeifaddrs(ifa);
 }

@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -35,67 +34,6 @@ static bool wk_addr_bindable(const struct sockaddr_storage *ss)
 	ok = bind(fd, (const struct sockaddr *)ss, wk_addr_len((const struct sockaddr *)ss)) == 0;
 	close(fd);
 	return ok;
-}
-
-/* True when a lies in the network of interface address ifa (its netmask): 127.0.0.4 is
- * on lo although lo lists only 127.0.0.1/8. */
-static bool wk_on_ifa(const struct sockaddr *a, const struct ifaddrs *ifa)
-{
-	const uint8_t *x, *y, *m;
-	size_t n;
-
-	if (!ifa->ifa_addr || !ifa->ifa_netmask || a->sa_family != ifa->ifa_addr->sa_family)
-		return false;
-	if (a->sa_family == AF_INET) {
-		x = (const uint8_t *)&((const struct sockaddr_in *)a)->sin_addr;
-		y = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_addr)->sin_addr;
-		m = (const uint8_t *)&((const struct sockaddr_in *)ifa->ifa_netmask)->sin_addr;
-		n = 4;
-	} else {
-		x = (const uint8_t *)&((const struct sockaddr_in6 *)a)->sin6_addr;
-		y = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr;
-		m = (const uint8_t *)&((const struct sockaddr_in6 *)ifa->ifa_netmask)->sin6_addr;
-		n = 16;
-	}
-	for (size_t i = 0; i < n; i++)
-		if ((x[i] & m[i]) != (y[i] & m[i]))
-			return false;
-	return true;
-}
-
-/* The relay address of the other family for dual allocations: an address of that family
- * on the interface that holds the announced one (::1 for 127.0.0.4 on lo). Link-local
- * IPv6 is skipped (it needs a scope a peer cannot know). */
-static void wk_relay2_find(struct wk_listener *l)
-{
-	struct ifaddrs *ifa = NULL, *i, *j;
-	int want = l->relay_addr.ss_family == AF_INET ? AF_INET6 : AF_INET;
-
-	memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
-	l->relay2_local = false;
-	if (getifaddrs(&ifa) < 0)
-		return;
-	for (i = ifa; i; i = i->ifa_next) {
-		if (!wk_on_ifa((struct sockaddr *)&l->relay_addr, i))
-			continue;
-		for (j = ifa; j; j = j->ifa_next) {
-			if (!j->ifa_addr || j->ifa_addr->sa_family != want ||
-			    strcmp(j->ifa_name, i->ifa_name) != 0)
-				continue;
-			if (want == AF_INET6 &&
-			    IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)j->ifa_addr)->sin6_addr))
-				continue;
-			memcpy(&l->relay_addr2, j->ifa_addr, wk_addr_len(j->ifa_addr));
-			if (want == AF_INET6)
-				((struct sockaddr_in6 *)&l->relay_addr2)->sin6_port = 0;
-			else
-				((struct sockaddr_in *)&l->relay_addr2)->sin_port = 0;
-			l->relay2_local = true;
-			goto out;
-		}
-	}
-out:
-	freeifaddrs(ifa);
 }
 
 static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
