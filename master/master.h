@@ -151,7 +151,6 @@ struct master {
 	struct tgo *offload;
 	struct tgo_maps off_maps;
 	enum conf_offload off_engine;  /* the engine the running programs were opened for */
-	bool off_pinned;               /* the maps are pinned in bpffs (a restart finds them) */
 };
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */
@@ -249,7 +248,9 @@ bool master_offload_changed(const struct conf *oc, const struct conf *nc);
 /* Such a reload: detaches, opens with the new settings, hands the workers the new maps
  * (IPC_OFFLOAD_MAP; IPC_OFFLOAD_OFF when it is now off), which enter their channels again. */
 void master_offload_reopen(struct master *m);
-/* At exit: detaches, unless allocations stay in the state file for the next start. */
+/* At exit: after a live upgrade (handed_over) the programs and maps stay for the new
+ * master; any other end empties the maps and detaches (the allocations stay in the state
+ * file: a next start's workers enter their channels again). */
 void master_offload_close(struct master *m);
 /* Removes the entries that expired or whose channel the table no longer holds. */
 void master_offload_gc(struct master *m);

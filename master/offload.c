@@ -161,7 +161,6 @@ int master_offload_open(struct master *m)
 		return 0;
 	}
 	tgo_maps_of(m->offload, &m->off_maps);
-	m->off_pinned = o.pin_dir != NULL;
 	for (size_t i = 0; i < tgo_iface_count(m->offload); i++)
 		log_info("master", "offload %s: %s on %s%s", conf_offload_name(a->offload_engine),
 			 tgo_iface_engine(m->offload, i), tgo_iface_name(m->offload, i),
@@ -201,21 +200,41 @@ void master_offload_reopen(struct master *m)
 	}
 }
 
+static bool drop_entry(const struct tgo_channel *ch, void *arg)
+{
+	size_t *n = arg;
+
+	(void)ch;
+	(*n)++;
+	return false;
+}
+
 void master_offload_close(struct master *m)
 {
-	/* After a live upgrade the new master holds the same programs and maps. For a
-	 * restart they stay only where the next start can find the maps (pinned): else
-	 * nobody could update or remove their entries, which would go on relaying for
-	 * whatever serves these addresses next until they expire. */
-	bool keep = m->handed_over ||
-		    (m->off_pinned && m->state_path != NULL && master_alloc_count(m) > 0);
+	size_t n = 0;
 
 	if (m->offload == NULL)
 		return;
-	log_info("master", keep ? "offload: programs stay attached for the allocations in the "
-				  "state file"
-				: "offload: detached");
-	tgo_close(m->offload, keep);
+	if (m->handed_over) {
+		/* A live upgrade: the new master holds the same programs and maps. */
+		log_info("master", "offload: programs stay attached for the new master");
+		tgo_close(m->offload, true);
+	} else {
+		/* Any other end (a stop, which may or may not be a restart, or a failed start)
+		 * empties the maps and detaches: no entry may relay without a daemon that
+		 * updates it, or a stop would go on relaying every channel until its
+		 * permission expires. The entries go first, explicitly: a filter that an
+		 * earlier run left on an interface this run does not list holds the maps too.
+		 * The allocations stay in the state file, and a next start's workers enter
+		 * their channels again as they adopt them. Only a crash or SIGKILL (no code
+		 * runs) leaves the pinned maps relaying, for the next start to take over. */
+		int rc = tgo_channel_walk(&m->off_maps, drop_entry, &n);
+
+		if (rc < 0)
+			log_warn("master", "offload: cannot empty the maps: %s", strerror(-rc));
+		log_info("master", "offload: removed %zu entries and detached", n);
+		tgo_close(m->offload, false);
+	}
 	m->offload = NULL;
 	m->off_maps.c2p_fd = m->off_maps.p2c_fd = -1;
 }

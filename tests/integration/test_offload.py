@@ -19,7 +19,10 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
 - With the maps pinned (a bpffs mounted in the test's own mount namespace), the kernel
   relays while no daemon runs at all (every process SIGKILLed); the next start takes the
   table and the maps over (the entry stays) and relays on; a stop with no allocation left
-  detaches the programs. Without bpffs (unpinned maps) a stop detaches even with an
+  detaches the programs. A graceful stop (SIGTERM's drain; SIGINT under XDP) with an
+  allocation left removes the entries and detaches (#35, 8): the peer gets nothing while
+  no daemon runs; the next start takes the table over and its worker enters the channel
+  again, relayed by the kernel. Without bpffs (unpinned maps) a stop detaches even with an
   allocation left. After a kill -9, a start with `offload_engine: None` removes the
   programs and the pinned maps it finds and relays the allocation in user space.
 - An allocation under a bandwidth limit gets no entry: the limit holds with the fast path
@@ -175,6 +178,7 @@ admin:
   admin_socket: {d}/admin.sock
   state_dir: {d}
   healthcheck_endpoint: ""
+  drain_timeout: 2
   offload_engine: {engine}
   relay_port_min: 50000
   relay_port_max: 50999
@@ -541,6 +545,53 @@ def test_restart_keeps_kernel_relaying(d, engine="TC"):
           "still attached after a stop with no allocation: %r" % attached(TAG + "b"))
 
 
+def test_graceful_stop_removes_entries(d, engine="TC", sig=signal.SIGTERM):
+    """#35 (8): a graceful stop (SIGTERM's drain, SIGINT) with an allocation left and the
+    maps pinned removes the entries and detaches: nothing relays while no daemon runs
+    (only a crash or kill -9 leaves the kernel relaying). The table stays in the state file:
+    the next start takes it over and its worker enters the channel again."""
+    if subprocess.run("mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf",
+                      shell=True).returncode != 0:
+        print("SKIP test_graceful_stop_removes_entries: cannot mount bpffs", flush=True)
+        return
+    daemon = Daemon(d, engine=engine)
+    try:
+        offload_or_skip(daemon)
+        check("not kept across restarts" not in daemon.log(), "maps not pinned")
+        c, p = bound(False)
+        check(round_trip(c, p, 3) == (3, 3), "user-space round trip")
+        wait_for(lambda: entries(daemon) == 1, "the channel's entry")
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay")
+        o1 = daemon.admin({"cmd": "status"})["offload"]
+        check(o1["packets_to_peer"] - o0["packets_to_peer"] == 5, "offload counters: %r -> %r"
+              % (o0, o1))
+        daemon.proc.send_signal(sig)
+        check(daemon.proc.wait(30) == 0, "exit status")
+        daemon.err.close()
+        got = round_trip(c, p, 5)
+        check(got == (0, 0), "relayed with no daemon running after a graceful stop: %r"
+              % (got,))
+        check(attached(TAG + "b") == "" and attached(TAG + "c") == "",
+              "still attached after a graceful stop: %r" % attached(TAG + "b"))
+        check("removed 1 entries and detached" in daemon.log(), "no removal logged")
+        check("1 allocations stay in" in daemon.log(), "the allocation did not stay")
+        daemon = Daemon(d, engine=engine)
+        check("taken over" in daemon.log(), "no take-over")
+        wait_for(lambda: entries(daemon) == 1, "the entry entered again at adoption")
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay after the restart")
+        r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
+        check(error_code(r[3]) is None, "Refresh 0")
+        p.close()
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.stop()
+
+
+def test_xdp_fast_stop_removes_entries(d):
+    test_graceful_stop_removes_entries(d, engine="XDP", sig=signal.SIGINT)
+
+
 def test_none_removes_leftovers(d):
     """A kill -9 with an allocation leaves the programs attached and the maps pinned; a
     start with offload_engine None takes them over and removes them (nothing relays on
@@ -847,9 +898,10 @@ if __name__ == "__main__":
     far_ends(ETHTOOL_SGRO, True)
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
              test_reload_drops_the_route, test_unpinned_stop_detaches,
-             test_restart_keeps_kernel_relaying, test_none_removes_leftovers,
+             test_restart_keeps_kernel_relaying, test_graceful_stop_removes_entries,
+             test_none_removes_leftovers,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
              test_peer_on_the_relay_ip, test_kernel_short_circuit, test_kernel_short_circuit_v6,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
-             test_xdp_restart]
+             test_xdp_restart, test_xdp_fast_stop_removes_entries]
     run_tests([with_log(t) for t in tests])
