@@ -176,6 +176,11 @@ struct conf_listener {
 	struct sockaddr_storage relay_mask_addr; /* parsed, port 0; family 0 when unset:
 						   * the IP announced in XOR-RELAYED-ADDRESS
 						   * instead of `address` (worker/shortcut.c) */
+	char *dual_stack;            /* ours: `dual_stack_address` as written, NULL = unset */
+	struct sockaddr_storage dual_stack_addr; /* parsed, port 0; family 0 when unset: the
+						   * relay IP of the other family of a
+						   * dual-stack allocation (else the
+						   * listener's interface decides) */
 };
 
 /* Upper bounds of limits.max_permissions and max_channels: the inline arrays of a shared

@@ -67,6 +67,7 @@ static json_t *listener_json(const struct conf_listener *l)
 	set_i(o, "public_port", l->public_port);
 	set_s(o, "bind_address", l->bind_address);
 	set_s(o, "relay_address_mask", l->relay_mask);
+	set_s(o, "dual_stack_address", l->dual_stack);
 	set_i(o, "relay_port_min", l->relay_port_min);
 	set_i(o, "relay_port_max", l->relay_port_max);
 	set_i(o, "max_allocations", l->max_allocations);

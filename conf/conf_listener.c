@@ -11,7 +11,7 @@
 struct lst_state {
 	struct conf_listener *l;
 	yaml_node_t *node, *name, *protocol, *address, *port, *cert, *key, *cert_file, *key_file;
-	yaml_node_t *rmin, *rmax, *routes, *auth, *mask;
+	yaml_node_t *rmin, *rmax, *routes, *auth, *mask, *dual;
 	bool has_rmin, has_rmax;
 	char *cert_b64, *key_b64;
 };
@@ -179,6 +179,9 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 	} else if (strcasecmp(key, "relay_address_mask") == 0) {
 		st->mask = v;
 		set_opt_str(p, v, path, &l->relay_mask);
+	} else if (strcasecmp(key, "dual_stack_address") == 0) {
+		st->dual = v;
+		set_opt_str(p, v, path, &l->dual_stack);
 	} else if (strcasecmp(key, "routes") == 0) {
 		st->routes = v;
 	} else if (strcasecmp(key, "auth") == 0) {
@@ -435,6 +438,50 @@ static void lst_mask(struct pctx *p, struct lst_state *st, const char *path)
 	conf_sockaddr_set(&l->relay_mask_addr, fam, a);
 }
 
+/* dual_stack_address: one unicast IP of the other family than `address` (the second relay
+ * socket of a dual-stack allocation), global enough for a peer to reach (no link-local
+ * IPv6, which needs a scope); nothing to do on a masked listener, which makes no
+ * dual-stack allocations. */
+static void lst_dual(struct pctx *p, struct lst_state *st, const char *path)
+{
+	struct conf_listener *l = st->l;
+	char sub[CONF_PATH_MAX];
+	uint8_t a[16];
+	int fam;
+	if (l->dual_stack == NULL)
+		return;
+	conf_path_key(sub, path, "dual_stack_address");
+	if (conf_parse_ip(l->dual_stack, &fam, a) != 0) {
+		pctx_error(p, st->dual, sub,
+			   "'%s' is not an IP address (expected the relay IP of the other family "
+			   "for dual-stack allocations)",
+			   l->dual_stack);
+		return;
+	}
+	if (l->relay_addr.ss_family != 0 && fam == l->relay_addr.ss_family) {
+		pctx_error(p, st->dual, sub,
+			   "'%s' is of the family of address '%s' (expected an %s address: the "
+			   "relay IP of the other family)",
+			   l->dual_stack, l->address, fam == AF_INET ? "IPv6" : "IPv4");
+		return;
+	}
+	if (!conf_ip_unicast(fam, a) ||
+	    (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a))) {
+		pctx_error(p, st->dual, sub,
+			   "'%s' is an unspecified, multicast, broadcast or link-local address "
+			   "(expected a unicast address a peer can reach)",
+			   l->dual_stack);
+		return;
+	}
+	if (l->relay_mask != NULL) {
+		pctx_error(p, st->dual, sub,
+			   "given with relay_address_mask (expected one of them: a masked "
+			   "listener makes no dual-stack allocations)");
+		return;
+	}
+	conf_sockaddr_set(&l->dual_stack_addr, fam, a);
+}
+
 static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, size_t idx)
 {
 	struct conf *c = p->cfg;
@@ -455,6 +502,7 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 		lst_default_address(p, st, path);
 	lst_port_clash(p, st, path, idx);
 	lst_mask(p, st, path);
+	lst_dual(p, st, path);
 	if (!st->rmin)
 		l->relay_port_min = c->admin.relay_port_min;
 	if (!st->rmax)

@@ -256,6 +256,7 @@ static void listener_free(struct conf_listener *l)
 	free(l->bind_address);
 	free(l->public_address);
 	free(l->relay_mask);
+	free(l->dual_stack);
 	free(l->cert_pem);
 	if (l->key_pem)
 		explicit_bzero(l->key_pem, l->key_pem_len);

@@ -201,7 +201,7 @@ static enum conf_listener_change lst_compare(const struct conf_listener *a,
 	       mem_eq(a->key_pem, a->key_pem_len, b->key_pem, b->key_pem_len) &&
 	       a->n_routes == b->n_routes && auth_eq(a->auth, b->auth) &&
 	       a->max_allocations == b->max_allocations && a->max_bps == b->max_bps &&
-	       str_eq(a->relay_mask, b->relay_mask);
+	       str_eq(a->relay_mask, b->relay_mask) && str_eq(a->dual_stack, b->dual_stack);
 	for (size_t i = 0; same && i < a->n_routes; i++)
 		same = strcmp(a->routes[i], b->routes[i]) == 0;
 	return same ? CONF_LISTENER_UNCHANGED : CONF_LISTENER_UPDATED;

@@ -31,8 +31,9 @@ static void ports_addr_of(const char *s, struct ports_addr *out)
 
 /* A relay socket of listener l on address b? The relay sockets of l are bound to its
  * `address` (or to the wildcard when that is not local, which a config cannot tell), and
- * without relay_address_mask a dual-stack allocation binds one more of the other family
- * on an address the host decides: b of the other family may be that address. */
+ * without relay_address_mask a dual-stack allocation binds one more of the other family:
+ * on dual_stack_address, else on an address the host decides (b of the other family may
+ * be that address). */
 static bool ports_relay_meets(const struct conf_listener *l, const struct ports_addr *b)
 {
 	struct ports_addr r;
@@ -40,9 +41,16 @@ static bool ports_relay_meets(const struct conf_listener *l, const struct ports_
 	ports_addr_of(l->address, &r);
 	if (r.family == 0 || b->family == 0)
 		return true;
-	if (r.family != b->family)
-		return l->relay_mask == NULL;
-	return memcmp(r.ip, b->ip, r.family == AF_INET ? 4 : 16) == 0;
+	if (r.family != b->family) {
+		if (l->relay_mask != NULL)
+			return false;
+		if (l->dual_stack_addr.ss_family == 0)
+			return true;
+		ports_addr_of(l->dual_stack, &r);
+		if (r.family == 0)
+			return true;
+	}
+	return r.family == b->family && memcmp(r.ip, b->ip, r.family == AF_INET ? 4 : 16) == 0;
 }
 
 /* The listener's own socket address: bind_address, else address (or the wildcard, when

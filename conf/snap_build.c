@@ -358,6 +358,13 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	else if (l->relay_mask_addr.ss_family == AF_INET6)
 		memcpy(r->mask_addr, &((const struct sockaddr_in6 *)&l->relay_mask_addr)->sin6_addr,
 		       16);
+	r->dual_family = (uint16_t)l->dual_stack_addr.ss_family;
+	if (l->dual_stack_addr.ss_family == AF_INET)
+		memcpy(r->dual_addr, &((const struct sockaddr_in *)&l->dual_stack_addr)->sin_addr,
+		       4);
+	else if (l->dual_stack_addr.ss_family == AF_INET6)
+		memcpy(r->dual_addr, &((const struct sockaddr_in6 *)&l->dual_stack_addr)->sin6_addr,
+		       16);
 	if (l->auth) {
 		r->auth_idx = (uint32_t)b->n_auths;
 		add_auth(b, l->auth);

@@ -59,6 +59,9 @@ struct snap_lst_rec {
 	uint16_t route_protos; /* bit (1 << enum conf_cluster_proto) per routed cluster's protocol */
 	uint16_t pad1[2];
 	uint8_t mask_addr[16];
+	uint16_t dual_family; /* dual_stack_address: 0 = unset (since SNAP_VERSION 8) */
+	uint16_t pad2[3];
+	uint8_t dual_addr[16];
 };
 
 /* One resolved address of an admin.siblings entry (not this instance's), with its slice. */

@@ -70,6 +70,9 @@ static bool lst_ok(const struct snap *s, const struct snap_lst_rec *l)
 	       l->auth_idx < h->auths.count && l->relay_min <= l->relay_max &&
 	       (l->relay_family == AF_INET || l->relay_family == AF_INET6) &&
 	       (l->mask_family == 0 || l->mask_family == l->relay_family) &&
+	       (l->dual_family == 0 ||
+		(l->dual_family != l->relay_family &&
+		 (l->dual_family == AF_INET || l->dual_family == AF_INET6))) &&
 	       (uint64_t)l->v4_first + l->v4_count <= h->pfx4.count &&
 	       (uint64_t)l->v6_first + l->v6_count <= h->pfx6.count && l->v4_hosts <= l->v4_count &&
 	       l->v6_hosts <= l->v6_count;
@@ -210,6 +213,8 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 	conf_sockaddr_set(&out->relay_addr, l->relay_family, l->relay_addr);
 	if (l->mask_family != 0)
 		conf_sockaddr_set(&out->relay_mask, l->mask_family, l->mask_addr);
+	if (l->dual_family != 0)
+		conf_sockaddr_set(&out->dual_addr, l->dual_family, l->dual_addr);
 	out->auth_idx = l->auth_idx;
 	out->cert_pem = bytes_or_null(s, &l->cert, &out->cert_pem_len);
 	out->key_pem = bytes_or_null(s, &l->key, &out->key_pem_len);

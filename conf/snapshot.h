@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 7u
+#define SNAP_VERSION 8u
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -90,6 +90,8 @@ struct snap_listener {
 						   * AF_UNSPEC when unset */
 	bool tcp_routes;                          /* a route reaches a protocol: TCP cluster
 						   * (an RFC 6062 TCP Allocate may succeed) */
+	struct sockaddr_storage dual_addr;        /* dual_stack_address, port 0; ss_family
+						   * AF_UNSPEC when unset */
 };
 
 uint32_t snap_listener_count(const struct snap *s);

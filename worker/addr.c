@@ -9,6 +9,8 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/sockaddr.h"
 
@@ -73,6 +75,18 @@ uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)
 		h = (h ^ k.addr[i]) * 1099511628211ull;
 	h = (h ^ k.port) * 1099511628211ull;
 	return (uint32_t)(h ^ (h >> 32));
+}
+
+bool wk_addr_bindable(const struct sockaddr_storage *ss)
+{
+	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = bind(fd, (const struct sockaddr *)ss, wk_addr_len((const struct sockaddr *)ss)) == 0;
+	close(fd);
+	return ok;
 }
 
 /* True when a lies in the network of interface address ifa (its netmask): 127.0.0.4 is
@@ -140,7 +154,16 @@ void wk_relay2_find(struct wk_listener *l)
 
 	memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
 	l->relay2_local = false;
-	if (getifaddrs(&ifa) < 0)
+	if (l->mask_addr.ss_family != 0)
+		return;	/* no internal address of the other family is announced */
+	if (l->sl.dual_addr.ss_family != 0) {
+		/* Configured: announced as is; bound when local, else the wildcard (as
+		 * `address` is). */
+		memcpy(&l->relay_addr2, &l->sl.dual_addr, sizeof(l->relay_addr2));
+		l->relay2_local = wk_addr_bindable(&l->relay_addr2);
+		return;
+	}
+	if (!l->relay_local || getifaddrs(&ifa) < 0)
 		return;
 	name = wk_ifa_holding((struct sockaddr *)&l->relay_addr, ifa);
 	for (j = ifa; name && j; j = j->ifa_next) {

@@ -724,10 +724,15 @@ socklen_t wk_shm_to_addr(const struct shm_addr *in, struct sockaddr_storage *out
 bool wk_addr_equal(const struct sockaddr *a, const struct sockaddr *b);
 /* sizeof the sockaddr of sa's family (IPv4 unless IPv6). */
 socklen_t wk_addr_len(const struct sockaddr *sa);
+/* True when this process can bind a UDP socket to ss (port 0 or its port): the address
+ * is local, so relay sockets send from it. */
+bool wk_addr_bindable(const struct sockaddr_storage *ss);
 /* Sets l->relay_addr2 (and relay2_local) to the relay address of the other family for
- * dual-stack allocations: the first non-link-local address of that family on the
- * interface that holds l->relay_addr itself, or, for an address no interface lists (one
- * of 127.0.0.0/8 beyond 127.0.0.1), on the loopback interface whose network holds it.
+ * dual-stack allocations, from l->sl, l->mask_addr and l->relay_local: none on a masked
+ * listener; the listener's dual_stack_address when configured (bound when local);
+ * else, when relay_addr is local, the first non-link-local address of that family on the
+ * interface that holds relay_addr itself, or, for an address no interface lists (one of
+ * 127.0.0.0/8 beyond 127.0.0.1), on the loopback interface whose network holds it.
  * Another interface whose network merely contains relay_addr is never taken. Family 0
  * when there is none (dual-stack requests then get ADDRESS-ERROR-CODE 440). */
 void wk_relay2_find(struct wk_listener *l);

@@ -24,18 +24,6 @@ int64_t wk_unix_now(void)
 	return (int64_t)time(NULL);
 }
 
-static bool wk_addr_bindable(const struct sockaddr_storage *ss)
-{
-	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	if (fd < 0)
-		return false;
-	ok = bind(fd, (const struct sockaddr *)ss, wk_addr_len((const struct sockaddr *)ss)) == 0;
-	close(fd);
-	return ok;
-}
-
 static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
 {
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
@@ -126,10 +114,7 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 	}
 	/* "Local" = bindable: then relay sockets send from the announced IP. */
 	l->relay_local = wk_addr_bindable(&l->relay_addr);
-	if (l->relay_local && l->mask_addr.ss_family == 0)
-		wk_relay2_find(l);
-	else
-		memset(&l->relay_addr2, 0, sizeof(l->relay_addr2));
+	wk_relay2_find(l);
 }
 
 /* Copies the values the hot path needs out of a new snapshot and re-resolves every

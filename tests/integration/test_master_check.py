@@ -177,7 +177,33 @@ def test_relay_range_holds_own_port(d):
     check((rc, out) == (0, "configuration ok\n"), (rc, out))
 
 
+def test_dual_stack_address_checked(d):
+    """listeners[].dual_stack_address (#35, 8): an IP of the other family than `address`,
+    unicast and not link-local, and not with relay_address_mask; each mistake is an error
+    at the key."""
+    text = RANGE_HEAD.replace("http://127.0.0.1:51000", "http://127.0.0.1:8086") + (
+        "  - {name: a, address: 10.0.0.1, port: 3478, dual_stack_address: fd00::1}\n"
+        "  - {name: b, address: 10.0.0.2, port: 3478, dual_stack_address: 10.0.0.3}\n"
+        "  - {name: c, address: 10.0.0.4, port: 3478, dual_stack_address: fe80::1}\n"
+        "  - {name: d, address: 10.0.0.5, port: 3478, dual_stack_address: fd00::5, "
+        "relay_address_mask: 192.0.2.1}\n"
+        "  - {name: e, address: 10.0.0.6, port: 3478, dual_stack_address: nope}\n")
+    rc, out = run_check(d, "dual.yaml", text)
+    lines = out.splitlines()
+    check(rc == 1 and len(lines) == 4, (rc, out))
+    check(lines[0].startswith("dual.yaml:12:") and "listeners[1].dual_stack_address: "
+          "'10.0.0.3' is of the family of address '10.0.0.2' (expected an IPv6 address"
+          in lines[0], lines[0])
+    check(lines[1].startswith("dual.yaml:13:") and "listeners[2].dual_stack_address: "
+          "'fe80::1' is an unspecified, multicast, broadcast or link-local" in lines[1],
+          lines[1])
+    check(lines[2].startswith("dual.yaml:14:") and "listeners[3].dual_stack_address: "
+          "given with relay_address_mask" in lines[2], lines[2])
+    check(lines[3].startswith("dual.yaml:15:") and "listeners[4].dual_stack_address: "
+          "'nope' is not an IP address" in lines[3], lines[3])
+
+
 if __name__ == "__main__":
     run_tests([test_valid, test_every_problem_reported, test_syntax_and_missing,
                test_warning_only_is_ok, test_stunner_corpus_live,
-               test_relay_range_holds_own_port])
+               test_relay_range_holds_own_port, test_dual_stack_address_checked])

@@ -14,7 +14,9 @@ An Allocate with ADDITIONAL-ADDRESS-FAMILY IPv6 on the listener at 10.9.9.9 gets
 10.8.8.8 it gets its IPv4 relay and ADDRESS-ERROR-CODE 440 (its interface has no usable IPv6
 address; tgo's is not taken instead); on 127.0.0.4 (local through lo's 127.0.0.0/8, listed
 nowhere) it gets ::1 from lo. REQUESTED-ADDRESS-FAMILY IPv6 alone gets the same address as
-the dual allocation. Without root it SKIPs (exit 77) and says why.
+the dual allocation. A listener's `dual_stack_address` is announced instead, whether local
+(fd00:a::1 on 10.8.8.8's listener) or not (2001:db8::5). Without root it SKIPs (exit 77)
+and says why.
 """
 import os
 import subprocess
@@ -49,15 +51,21 @@ def config(d):
             "  relay_port_min: 50000\n  relay_port_max: 50999\n"
             "auth:\n  type: ephemeral\n  realm: %s\n  credentials:\n    secret: %s\n"
             "listeners:\n" % (d, REALM, SECRET))
-    for name, ip in (("own", "10.9.9.9"), ("bare", "10.8.8.8"), ("lo4", "127.0.0.4")):
+    for name, ip, port, dual in (("own", "10.9.9.9", PORT, None),
+                                 ("bare", "10.8.8.8", PORT, None),
+                                 ("lo4", "127.0.0.4", PORT, None),
+                                 ("conf", "10.8.8.8", PORT + 1, "fd00:a::1"),
+                                 ("far", "10.9.9.9", PORT + 1, "2001:db8::5")):
         text += ("  - name: %s\n    protocol: TURN-UDP\n    address: %s\n    port: %d\n"
-                 "    routes: [any]\n" % (name, ip, PORT))
+                 "    routes: [any]\n" % (name, ip, port))
+        if dual:
+            text += "    dual_stack_address: %s\n" % dual
     return text + ("clusters:\n  - name: any\n    type: STATIC\n"
                    "    endpoints: [\"10.0.0.0/8\", \"fd00::/8\"]\n")
 
 
-def relays(server, extra):
-    c = Client(PORT, server=server, bind=server)
+def relays(server, extra, port=PORT):
+    c = Client(port, server=server, bind=server)
     try:
         r = c.allocate(extra)
         return [ip for ip, _ in c.relayed(r)], A_ADDRESS_ERROR in r[3]
@@ -77,6 +85,14 @@ def test_dual_relay_from_own_interface(d):
               "dual allocation on 10.8.8.8 (its interface has no IPv6): %r" % (got,))
         got = relays("127.0.0.4", dual)
         check(got == (["127.0.0.4", "::1"], False), "dual allocation on 127.0.0.4: %r" % (got,))
+        # dual_stack_address: the configured address, local (bound to it) or not (the
+        # relay socket takes the wildcard, as for a non-local `address`).
+        got = relays("10.8.8.8", dual, PORT + 1)
+        check(got == (["10.8.8.8", "fd00:a::1"], False),
+              "dual allocation with dual_stack_address fd00:a::1: %r" % (got,))
+        got = relays("10.9.9.9", dual, PORT + 1)
+        check(got == (["10.9.9.9", "2001:db8::5"], False),
+              "dual allocation with dual_stack_address 2001:db8::5: %r" % (got,))
         c = Client(PORT, server="10.9.9.9", bind="10.9.9.9")
         r = c.allocate([(A_REQUESTED_FAMILY, bytes([2, 0, 0, 0]))])
         check([ip for ip, _ in c.relayed(r)] == ["fd00:a::1"] and error_code(r[3]) is None,
