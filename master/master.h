@@ -151,6 +151,8 @@ struct master {
 	struct tgo *offload;
 	struct tgo_maps off_maps;
 	enum conf_offload off_engine;  /* the engine the running programs were opened for */
+	bool off_pinned;               /* the maps are pinned in bpffs (shared with the old
+					* master of a live upgrade, until this one serves) */
 };
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */
@@ -249,7 +251,8 @@ bool master_offload_changed(const struct conf *oc, const struct conf *nc);
  * (IPC_OFFLOAD_MAP; IPC_OFFLOAD_OFF when it is now off), which enter their channels again. */
 void master_offload_reopen(struct master *m);
 /* At exit: after a live upgrade (handed_over) the programs and maps stay for the new
- * master; any other end empties the maps and detaches (the allocations stay in the state
+ * master, and in a new master that failed before it served (pinned maps) for the old
+ * one; any other end empties the maps and detaches (the allocations stay in the state
  * file: a next start's workers enter their channels again). */
 void master_offload_close(struct master *m);
 /* Removes the entries that expired or whose channel the table no longer holds. */

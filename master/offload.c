@@ -161,6 +161,7 @@ int master_offload_open(struct master *m)
 		return 0;
 	}
 	tgo_maps_of(m->offload, &m->off_maps);
+	m->off_pinned = o.pin_dir != NULL;
 	for (size_t i = 0; i < tgo_iface_count(m->offload); i++)
 		log_info("master", "offload %s: %s on %s%s", conf_offload_name(a->offload_engine),
 			 tgo_iface_engine(m->offload, i), tgo_iface_name(m->offload, i),
@@ -215,9 +216,14 @@ void master_offload_close(struct master *m)
 
 	if (m->offload == NULL)
 		return;
-	if (m->handed_over) {
-		/* A live upgrade: the new master holds the same programs and maps. */
-		log_info("master", "offload: programs stay attached for the new master");
+	if (m->handed_over || (upgrade_is_child(m) && m->off_pinned)) {
+		/* A live upgrade: the new master holds the same programs and maps; or this is
+		 * a new master that failed before it served: the old one, whose pinned maps
+		 * this one took over, serves on and keeps relaying with them. */
+		log_info("master", m->handed_over ? "offload: programs stay attached for the new "
+						    "master"
+						  : "offload: programs stay attached for the old "
+						    "master");
 		tgo_close(m->offload, true);
 	} else {
 		/* Any other end (a stop, which may or may not be a restart, or a failed start)
