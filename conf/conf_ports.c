@@ -1,5 +1,4 @@
 /* Config cross-check: no relay port range holds a port of the instance's own listeners or HTTP endpoints. */
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -95,80 +94,99 @@ static bool ports_http(const char *url, unsigned defport, struct ports_addr *a,
 
 static const char *ports_proto(const struct conf_listener *l)
 {
-	return l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS ? "udp"
-														  : "tcp";
+	bool udp = l->protocol == CONF_PROTO_TURN_UDP || l->protocol == CONF_PROTO_TURN_DTLS;
+
+	return udp ? "udp" : "tcp";
+}
+
+/* Where listeners[idx]'s problems are reported. */
+struct ports_ctx {
+	struct pctx *p;
+	size_t idx;
+	const yaml_node_t *port_node, *range_node;
+	char psub[CONF_PATH_MAX], rsub[CONF_PATH_MAX];
+	const char *inherited; /* "" or a note that the range is admin's */
+};
+
+/* Its port against the relay ranges before it; its range against every port up to and
+ * including its own: each pair is reported once, at the later of the two. */
+static bool ports_vs_listeners(struct ports_ctx *x)
+{
+	const struct conf *c = x->p->cfg;
+	const struct conf_listener *l = &c->listeners[x->idx];
+	struct ports_addr mine, a;
+
+	ports_listener_addr(l, &mine);
+	for (size_t i = 0; i <= x->idx; i++) {
+		const struct conf_listener *o = &c->listeners[i];
+
+		if (x->p->lst_bad[i])
+			continue;
+		if (i < x->idx && ports_in(o, l->port) && ports_relay_meets(o, &mine)) {
+			pctx_error(x->p, x->port_node, x->psub,
+				   "%u/%s on %s lies in the relay port range %u-%u of "
+				   "listeners[%zu] (expected a port outside every relay port range "
+				   "on that address: a relay socket could take it)",
+				   l->port, ports_proto(l), l->bind_address ? l->bind_address : l->address,
+				   o->relay_port_min, o->relay_port_max, i);
+			return false;
+		}
+		ports_listener_addr(o, &a);
+		if (ports_in(l, o->port) && ports_relay_meets(l, &a)) {
+			pctx_error(x->p, x->range_node, x->rsub,
+				   "relay port range %u-%u%s holds %s port %u/%s on %s (expected "
+				   "a range that holds none of this instance's listener ports)",
+				   l->relay_port_min, l->relay_port_max, x->inherited,
+				   i == x->idx ? "this listener's own" : "a listener's", o->port,
+				   ports_proto(o), o->bind_address ? o->bind_address : o->address);
+			return false;
+		}
+	}
+	return true;
+}
+
+static void ports_vs_http(struct ports_ctx *x)
+{
+	const struct conf_admin *ad = &x->p->cfg->admin;
+	const struct conf_listener *l = &x->p->cfg->listeners[x->idx];
+	const char *keys[] = { "healthcheck_endpoint", "metrics_endpoint",
+			       "credential_api_endpoint" };
+	const char *urls[] = { ad->healthcheck_endpoint, ad->metrics_endpoint,
+			       ad->credential_api_endpoint };
+	const unsigned defs[] = { PORTS_HEALTH, PORTS_METRICS, PORTS_CRED };
+	struct ports_addr a;
+	unsigned port;
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (!ports_http(urls[i], defs[i], &a, &port) || !ports_in(l, port) ||
+		    !ports_relay_meets(l, &a))
+			continue;
+		pctx_error(x->p, x->range_node, x->rsub,
+			   "relay port range %u-%u%s holds port %u of admin.%s %s (expected a "
+			   "range that holds none of this instance's HTTP ports)",
+			   l->relay_port_min, l->relay_port_max, x->inherited, port, keys[i],
+			   urls[i]);
+		return;
+	}
 }
 
 void conf_check_relay_ports(struct pctx *p, size_t idx, const yaml_node_t *node,
 			    const yaml_node_t *port_node, const yaml_node_t *rmin,
 			    const yaml_node_t *rmax, const char *path)
 {
-	const struct conf *c = p->cfg;
-	const struct conf_listener *l = &c->listeners[idx];
-	static const struct {
-		const char *key;
-		size_t off;
-		unsigned port;
-	} http[] = {
-		{ "healthcheck_endpoint", offsetof(struct conf_admin, healthcheck_endpoint),
-		  PORTS_HEALTH },
-		{ "metrics_endpoint", offsetof(struct conf_admin, metrics_endpoint), PORTS_METRICS },
-		{ "credential_api_endpoint", offsetof(struct conf_admin, credential_api_endpoint),
-		  PORTS_CRED },
-	};
-	char psub[CONF_PATH_MAX], rsub[CONF_PATH_MAX];
-	const yaml_node_t *range_node = rmin ? rmin : rmax, *rn = range_node ? range_node : node;
-	struct ports_addr mine, a;
-	unsigned port;
+	struct ports_ctx x = { .p = p, .idx = idx, .port_node = port_node ? port_node : node,
+			       .range_node = rmin ? rmin : rmax ? rmax : node, .inherited = "" };
 
 	if (p->lst_bad[idx])
 		return;
-	conf_path_key(psub, path, "port");
+	conf_path_key(x.psub, path, "port");
 	/* An inherited range is reported at the listener (admin's keys are not kept). */
-	if (range_node)
-		conf_path_key(rsub, path, rmin ? "relay_port_min" : "relay_port_max");
-	else
-		snprintf(rsub, sizeof(rsub), "%s", path);
-	ports_listener_addr(l, &mine);
-	/* Its port against the relay ranges before it; its range against every port up to
-	 * and including its own: each pair is reported once, at the later of the two. */
-	for (size_t i = 0; i <= idx; i++) {
-		const struct conf_listener *o = &c->listeners[i];
-
-		if (p->lst_bad[i])
-			continue;
-		if (i < idx && ports_in(o, l->port) && ports_relay_meets(o, &mine)) {
-			pctx_error(p, port_node ? port_node : node, psub,
-				   "%u/%s on %s lies in the relay port range %u-%u of "
-				   "listeners[%zu] (expected a port outside every relay port range "
-				   "on that address: a relay socket could take it)",
-				   l->port, ports_proto(l), l->bind_address ? l->bind_address : l->address,
-				   o->relay_port_min, o->relay_port_max, i);
-			return;
-		}
-		ports_listener_addr(o, &a);
-		if (ports_in(l, o->port) && ports_relay_meets(l, &a)) {
-			pctx_error(p, rn, rsub,
-				   "relay port range %u-%u%s holds %s port %u/%s on %s (expected "
-				   "a range that holds none of this instance's listener ports)",
-				   l->relay_port_min, l->relay_port_max,
-				   range_node ? "" : " (admin.relay_port_min..max)",
-				   i == idx ? "this listener's own" : "a listener's", o->port,
-				   ports_proto(o), o->bind_address ? o->bind_address : o->address);
-			return;
-		}
+	if (rmin || rmax) {
+		conf_path_key(x.rsub, path, rmin ? "relay_port_min" : "relay_port_max");
+	} else {
+		snprintf(x.rsub, sizeof(x.rsub), "%s", path);
+		x.inherited = " (admin.relay_port_min..max)";
 	}
-	for (size_t i = 0; i < sizeof(http) / sizeof(http[0]); i++) {
-		const char *url = *(char *const *)((const char *)&c->admin + http[i].off);
-
-		if (!ports_http(url, http[i].port, &a, &port) || !ports_in(l, port) ||
-		    !ports_relay_meets(l, &a))
-			continue;
-		pctx_error(p, rn, rsub,
-			   "relay port range %u-%u%s holds port %u of admin.%s %s (expected a "
-			   "range that holds none of this instance's HTTP ports)",
-			   l->relay_port_min, l->relay_port_max,
-			   range_node ? "" : " (admin.relay_port_min..max)", port, http[i].key, url);
-		return;
-	}
+	if (ports_vs_listeners(&x))
+		ports_vs_http(&x);
 }
