@@ -122,6 +122,7 @@ struct conf_cluster {
 	enum conf_cluster_proto protocol;
 	struct conf_endpoint *endpoints;
 	size_t n_endpoints;
+	unsigned admit_special; /* ours; CONF_SPECIAL_* bits its endpoints admit, default 0 */
 };
 
 struct conf_user {
@@ -381,8 +382,9 @@ int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storag
 
 /* Fills every STRICT_DNS endpoint's resolved[], and that of every admin.siblings entry
  * given by DNS name (not the one that is this instance), with fn (NULL: getaddrinfo),
- * replacing earlier results. A name that does not resolve, or (a cluster's) resolves only
- * to special-purpose addresses (which are never admitted through DNS), is a warning in
+ * replacing earlier results. A name that does not resolve, or (a cluster's) resolves to
+ * special-purpose addresses (never admitted through DNS unless the cluster's
+ * admit_special names their category), is a warning in
  * diags, not an error: it matches nothing until a reload resolves it.
  * Returns 0 or -ENOMEM. */
 int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx,
@@ -433,12 +435,49 @@ int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
  * NAT64 (64:ff9b::/96) become AF_INET. Returns 0 or -EAFNOSUPPORT. Fast, no allocation. */
 int conf_addr_canon(const struct sockaddr *sa, int *family, uint8_t addr[16]);
 
-/* True when the canonical address lies in a special-purpose range that a broad prefix
- * never admits: 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4, 240.0.0.0/4 (with
- * 255.255.255.255), ::/128, ::1/128, fe80::/10, ff00::/8. */
+/* Categories of never-admitted addresses (conf_addr.c's table: the IANA special-purpose
+ * registries, the rest of IPv6 outside global unicast, cloud metadata addresses; the
+ * private ranges 10/8, 172.16/12, 192.168/16, 100.64/10 and fc00::/7 are not among them).
+ * One bit each: clusters[].admit_special names them (conf_special_parse). */
+#define CONF_SPECIAL_RESERVED 0x01u
+#define CONF_SPECIAL_LOOPBACK 0x02u
+#define CONF_SPECIAL_LINK_LOCAL 0x04u
+#define CONF_SPECIAL_MULTICAST 0x08u
+#define CONF_SPECIAL_METADATA 0x10u
+#define CONF_SPECIAL_DOCUMENTATION 0x20u
+#define CONF_SPECIAL_PROTOCOL 0x40u
+#define CONF_SPECIAL_TRANSLATION 0x80u
+#define CONF_SPECIAL_COUNT 8u
+
+/* The category bit of the longest special range that holds the address (family, addr as
+ * written, not canonicalised), or 0 when it is in none. Fast, no allocation. */
+unsigned conf_addr_special(int family, const uint8_t addr[16]);
+
+/* The categories of a peer address as written and canonicalised (conf_addr_canon): an
+ * IPv6 address that embeds an IPv4 one is in both its own category and the IPv4 one's.
+ * CONF_SPECIAL_RESERVED for a family other than IPv4/IPv6. The form every check uses. */
+unsigned conf_sockaddr_special(const struct sockaddr *sa);
+
+/* conf_addr_special(family, addr) != 0. */
 bool conf_addr_is_special(int family, const uint8_t addr[16]);
 
-/* True when every address of the prefix is special (an "explicit" special endpoint). */
+/* The categories of every special range that holds all of p (an "explicit" special
+ * endpoint: 127.0.0.1 lies in loopback, 169.254.169.254 in link-local and metadata); 0 for
+ * a prefix that no special range holds whole (0.0.0.0/0, 10.0.0.0/8, fd00::/8). */
+unsigned conf_prefix_special(const struct conf_prefix *p);
+
+/* conf_prefix_special(p) != 0. */
 bool conf_prefix_is_special(const struct conf_prefix *p);
+
+/* Name of one category bit ("loopback", ...), NULL for anything else. */
+const char *conf_special_name(unsigned cat);
+
+/* Category bit of name (case-insensitive). Returns 0, or -ENOENT for an unknown name. */
+int conf_special_parse(const char *name, unsigned *cat);
+
+/* The table itself (tests and docs): its size, and entry i as a prefix and its category.
+ * conf_special_get returns 0 or -ENOENT. */
+size_t conf_special_count(void);
+int conf_special_get(size_t i, struct conf_prefix *p, unsigned *cat);
 
 #endif

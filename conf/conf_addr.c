@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "conf/conf_internal.h"
 
@@ -385,44 +386,181 @@ int conf_addr_canon(const struct sockaddr *sa, int *family, uint8_t addr[16])
 	return -EAFNOSUPPORT;
 }
 
+/* The never-admitted ranges: the IANA IPv4 and IPv6 Special-Purpose Address Registries
+ * (RFC 6890 and successors), the rest of the IPv6 space outside global unicast, and the
+ * cloud metadata addresses. Left out on purpose, so that ordinary routes admit them: the
+ * private ranges where pod networks live (10/8, 172.16/12, 192.168/16, 100.64/10 shared
+ * address space, fc00::/7 unique local). An address takes the category of the longest
+ * range that holds it (169.254.169.254 is metadata, 169.254.0.1 link-local), so a cluster
+ * that admits one category by name (admit_special) never admits a neighbour's. Kept in
+ * docs/configuration.md's table (tests/unit/test_conf.c walks every entry). */
 struct special {
-	uint8_t addr[16];
+	uint8_t family;
 	uint8_t len;
+	uint8_t cat; /* one CONF_SPECIAL_* bit */
+	uint8_t addr[16];
 };
 
-static const struct special special_v4[] = {
-	{ { 0 }, 8 },         /* 0.0.0.0/8 "this network" */
-	{ { 127 }, 8 },       /* loopback */
-	{ { 169, 254 }, 16 }, /* link local, incl. 169.254.169.254 metadata */
-	{ { 224 }, 4 },       /* multicast */
-	{ { 240 }, 4 },       /* reserved, incl. 255.255.255.255 */
+#define V4(a, b, c, d) { a, b, c, d }
+#define SP4(cat, a, b, c, d, len) { AF_INET, len, CONF_SPECIAL_##cat, V4(a, b, c, d) }
+#define SP6(cat, len, ...) { AF_INET6, len, CONF_SPECIAL_##cat, { __VA_ARGS__ } }
+
+static const struct special specials[] = {
+	SP4(RESERVED, 0, 0, 0, 0, 8),               /* "this network", RFC 791 */
+	SP4(LOOPBACK, 127, 0, 0, 0, 8),             /* RFC 1122 */
+	SP4(LINK_LOCAL, 169, 254, 0, 0, 16),        /* RFC 3927 */
+	SP4(PROTOCOL, 192, 0, 0, 0, 24),            /* IETF protocol assignments, RFC 6890 */
+	SP4(DOCUMENTATION, 192, 0, 2, 0, 24),       /* TEST-NET-1, RFC 5737 */
+	SP4(PROTOCOL, 192, 31, 196, 0, 24),         /* AS112-v4, RFC 7535 */
+	SP4(PROTOCOL, 192, 52, 193, 0, 24),         /* AMT, RFC 7450 */
+	SP4(PROTOCOL, 192, 88, 99, 0, 24),          /* 6to4 relay anycast, RFC 7526 */
+	SP4(PROTOCOL, 192, 175, 48, 0, 24),         /* AS112 direct delegation, RFC 7534 */
+	SP4(DOCUMENTATION, 198, 18, 0, 0, 15),      /* benchmarking, RFC 2544 */
+	SP4(DOCUMENTATION, 198, 51, 100, 0, 24),    /* TEST-NET-2, RFC 5737 */
+	SP4(DOCUMENTATION, 203, 0, 113, 0, 24),     /* TEST-NET-3, RFC 5737 */
+	SP4(MULTICAST, 224, 0, 0, 0, 4),            /* RFC 5771 */
+	SP4(RESERVED, 240, 0, 0, 0, 4),             /* RFC 1112, with 255.255.255.255 */
+	/* cloud metadata */
+	SP4(METADATA, 169, 254, 169, 254, 32),      /* AWS, GCP, Azure, OCI, DO, OpenStack */
+	SP4(METADATA, 169, 254, 170, 2, 32),        /* AWS ECS task metadata, credentials */
+	SP4(METADATA, 169, 254, 170, 23, 32),       /* AWS EKS Pod Identity agent */
+	SP4(METADATA, 169, 254, 42, 42, 32),        /* Scaleway */
+	SP4(METADATA, 169, 254, 0, 23, 32),         /* Tencent Cloud */
+	SP4(METADATA, 100, 100, 100, 200, 32),      /* Alibaba Cloud (inside 100.64/10) */
+	SP4(METADATA, 168, 63, 129, 16, 32),        /* Azure WireServer */
+	SP4(METADATA, 192, 0, 0, 192, 32),          /* Oracle Cloud */
+
+	/* IPv6: everything outside 2000::/3, fc00::/7, fe80::/10 and ff00::/8 is reserved
+	 * (RFC 4291; with ::/96 IPv4-compatible, 100::/64 discard-only, 5f00::/16 SRv6 SIDs) */
+	SP6(RESERVED, 3, 0x00),
+	SP6(RESERVED, 2, 0x40),
+	SP6(RESERVED, 2, 0x80),
+	SP6(RESERVED, 3, 0xc0),
+	SP6(RESERVED, 4, 0xe0),
+	SP6(RESERVED, 5, 0xf0),
+	SP6(RESERVED, 6, 0xf8),
+	SP6(RESERVED, 9, 0xfe, 0x00),
+	SP6(RESERVED, 10, 0xfe, 0xc0),              /* site-local, deprecated by RFC 3879 */
+	SP6(RESERVED, 128, 0),                      /* ::, unspecified */
+	SP6(LOOPBACK, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1),
+	SP6(LINK_LOCAL, 10, 0xfe, 0x80),
+	SP6(MULTICAST, 8, 0xff),
+	SP6(TRANSLATION, 96, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff), /* IPv4-mapped */
+	SP6(TRANSLATION, 96, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff),       /* SIIT, RFC 2765 */
+	SP6(TRANSLATION, 96, 0, 0x64, 0xff, 0x9b),                      /* NAT64, RFC 6052 */
+	SP6(TRANSLATION, 48, 0, 0x64, 0xff, 0x9b, 0, 1),                /* local NAT64, RFC 8215 */
+	SP6(TRANSLATION, 16, 0x20, 0x02),                               /* 6to4, RFC 3056 */
+	SP6(PROTOCOL, 23, 0x20, 0x01),              /* IETF protocol assignments, RFC 2928: Teredo,
+						     * PCP/TURN anycast, AMT, AS112, ORCHID, DRIP */
+	SP6(DOCUMENTATION, 48, 0x20, 0x01, 0, 0x02),  /* benchmarking, RFC 5180 */
+	SP6(DOCUMENTATION, 32, 0x20, 0x01, 0x0d, 0xb8), /* RFC 3849 */
+	SP6(DOCUMENTATION, 20, 0x3f, 0xff),         /* RFC 9637 */
+	SP6(PROTOCOL, 48, 0x26, 0x20, 0, 0x4f, 0x80, 0), /* AS112 direct delegation, RFC 7534 */
+	/* cloud metadata */
+	SP6(METADATA, 128, 0xfd, 0, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54),
+	/* AWS IMDS */
+	SP6(METADATA, 128, 0xfd, 0, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x23),
+	/* AWS EKS Pod Identity agent */
+	SP6(METADATA, 128, 0xfd, 0x20, 0, 0xce, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54),
+	/* GCP */
 };
 
-static const struct special special_v6[] = {
-	{ { 0 }, 128 },                                              /* :: */
-	{ { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1 }, 128 }, /* ::1 */
-	{ { 0xfe, 0x80 }, 10 },                                      /* link local */
-	{ { 0xff }, 8 },                                             /* multicast */
+#define N_SPECIALS (sizeof(specials) / sizeof(specials[0]))
+
+static const char *const special_names[] = {
+	"reserved",	 "loopback", "link-local",    "multicast",
+	"metadata", "documentation", "protocol", "translation",
 };
+
+/* Per packet: IPv4 compares 32-bit words, IPv6 mostly stops at the first byte. */
+static bool special_has(const struct special *e, const uint8_t addr[16])
+{
+	uint32_t a, n, m;
+	if (e->family != AF_INET)
+		return bits_equal(addr, e->addr, e->len);
+	a = (uint32_t)addr[0] << 24 | (uint32_t)addr[1] << 16 | (uint32_t)addr[2] << 8 | addr[3];
+	n = (uint32_t)e->addr[0] << 24 | (uint32_t)e->addr[1] << 16 | (uint32_t)e->addr[2] << 8 |
+	    e->addr[3];
+	m = e->len ? 0xffffffffu << (32 - e->len) : 0;
+	return (a & m) == n;
+}
+
+unsigned conf_addr_special(int family, const uint8_t addr[16])
+{
+	unsigned best_len = 0, cat = 0;
+	for (size_t i = 0; i < N_SPECIALS; i++)
+		if (specials[i].family == family && specials[i].len >= best_len &&
+		    special_has(&specials[i], addr)) {
+			best_len = specials[i].len;
+			cat = specials[i].cat;
+		}
+	return cat;
+}
+
+unsigned conf_sockaddr_special(const struct sockaddr *sa)
+{
+	int fam;
+	uint8_t a[16];
+	unsigned cats = 0;
+	if (conf_addr_canon(sa, &fam, a) != 0)
+		return CONF_SPECIAL_RESERVED;
+	if (sa->sa_family == AF_INET6 && fam == AF_INET) /* a disguise: both forms count */
+		cats = conf_addr_special(AF_INET6,
+					 ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr);
+	return cats | conf_addr_special(fam, a);
+}
 
 bool conf_addr_is_special(int family, const uint8_t addr[16])
 {
-	const struct special *t = family == AF_INET ? special_v4 : special_v6;
-	size_t n = family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0])
-				     : sizeof(special_v6) / sizeof(special_v6[0]);
-	for (size_t i = 0; i < n; i++)
-		if (bits_equal(addr, t[i].addr, t[i].len))
-			return true;
-	return false;
+	return conf_addr_special(family, addr) != 0;
+}
+
+unsigned conf_prefix_special(const struct conf_prefix *p)
+{
+	unsigned cats = 0;
+	for (size_t i = 0; i < N_SPECIALS; i++)
+		if (specials[i].family == p->family && p->len >= specials[i].len &&
+		    bits_equal(p->addr, specials[i].addr, specials[i].len))
+			cats |= specials[i].cat;
+	return cats;
 }
 
 bool conf_prefix_is_special(const struct conf_prefix *p)
 {
-	const struct special *t = p->family == AF_INET ? special_v4 : special_v6;
-	size_t n = p->family == AF_INET ? sizeof(special_v4) / sizeof(special_v4[0])
-					: sizeof(special_v6) / sizeof(special_v6[0]);
-	for (size_t i = 0; i < n; i++)
-		if (p->len >= t[i].len && bits_equal(p->addr, t[i].addr, t[i].len))
-			return true;
-	return false;
+	return conf_prefix_special(p) != 0;
+}
+
+const char *conf_special_name(unsigned cat)
+{
+	for (unsigned i = 0; i < CONF_SPECIAL_COUNT; i++)
+		if (cat == 1u << i)
+			return special_names[i];
+	return NULL;
+}
+
+int conf_special_parse(const char *name, unsigned *cat)
+{
+	for (unsigned i = 0; i < CONF_SPECIAL_COUNT; i++)
+		if (strcasecmp(name, special_names[i]) == 0) {
+			*cat = 1u << i;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+size_t conf_special_count(void)
+{
+	return N_SPECIALS;
+}
+
+int conf_special_get(size_t i, struct conf_prefix *p, unsigned *cat)
+{
+	if (i >= N_SPECIALS)
+		return -ENOENT;
+	memset(p, 0, sizeof(*p));
+	p->family = specials[i].family;
+	p->len = specials[i].len;
+	memcpy(p->addr, specials[i].addr, 16);
+	*cat = specials[i].cat;
+	return 0;
 }

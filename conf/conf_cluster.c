@@ -11,6 +11,37 @@ struct cl_state {
 	yaml_node_t *node, *name, *endpoints;
 };
 
+/* admit_special (ours): names of special-purpose categories (conf_special_parse) that
+ * this cluster's endpoints admit where they cover them. */
+static void cl_admit_special(struct pctx *p, struct conf_cluster *cl, yaml_node_t *n,
+			     const char *path)
+{
+	size_t cnt;
+	cl->admit_special = 0;
+	if (pctx_is_null(n) || !pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+		return;
+	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	for (size_t i = 0; i < cnt && !p->nomem; i++) {
+		char item[CONF_PATH_MAX];
+		yaml_node_t *e = pctx_node(p, n->data.sequence.items.start[i]);
+		unsigned cat;
+		char *s;
+		conf_path_idx(item, path, i);
+		s = pctx_string(p, e, item, false);
+		if (s == NULL)
+			continue;
+		if (conf_special_parse(s, &cat) == 0)
+			cl->admit_special |= cat;
+		else
+			pctx_error(p, e, item,
+				   "'%s' is not a special-purpose category (expected loopback, "
+				   "link-local, metadata, multicast, reserved, documentation, "
+				   "protocol or translation)",
+				   s);
+		free(s);
+	}
+}
+
 static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		    const char *path, void *arg)
 {
@@ -28,6 +59,10 @@ static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 	}
 	if (strcasecmp(key, "endpoints") == 0) {
 		st->endpoints = v;
+		return;
+	}
+	if (strcasecmp(key, "admit_special") == 0) {
+		cl_admit_special(p, cl, v, path);
 		return;
 	}
 	if (strcasecmp(key, "type") != 0 && strcasecmp(key, "protocol") != 0) {

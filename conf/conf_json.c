@@ -98,6 +98,13 @@ static json_t *cluster_json(const struct conf_cluster *c)
 	for (size_t i = 0; i < c->n_endpoints; i++)
 		json_array_append_new(eps, json_string(c->endpoints[i].text));
 	json_object_set_new(o, "endpoints", eps);
+	if (c->admit_special != 0) {
+		json_t *adm = json_array();
+		for (unsigned i = 0; adm != NULL && i < CONF_SPECIAL_COUNT; i++)
+			if (c->admit_special & (1u << i))
+				json_array_append_new(adm, json_string(conf_special_name(1u << i)));
+		json_object_set_new(o, "admit_special", adm);
+	}
 	return o;
 }
 

@@ -71,18 +71,12 @@ int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storag
 	return 0;
 }
 
-static bool sa_special(const struct sockaddr_storage *ss)
-{
-	int fam;
-	uint8_t a[16];
-	return conf_addr_canon((const struct sockaddr *)ss, &fam, a) != 0 ||
-	       conf_addr_is_special(fam, a);
-}
-
 /* Resolves text into *resolved and *n_resolved (replacing them). A name that does not
- * resolve is a warning at path; so are special-purpose answers when warn_special. */
+ * resolve is a warning at path; so are special-purpose answers in a category that admit
+ * (a cluster's admit_special) does not name, when warn_special. */
 static int resolve_name(const struct conf *cfg, const char *path, const char *text,
-			bool warn_special, conf_resolve_fn fn, void *ctx, struct conf_diags *diags,
+			bool warn_special, unsigned admit, conf_resolve_fn fn, void *ctx,
+			struct conf_diags *diags,
 			struct sockaddr_storage **resolved, size_t *n_resolved)
 {
 	struct sockaddr_storage tmp[CONF_MAX_RESOLVED];
@@ -101,11 +95,12 @@ static int resolve_name(const struct conf *cfg, const char *path, const char *te
 		return 0;
 	}
 	for (size_t i = 0; warn_special && i < n && i < CONF_MAX_RESOLVED; i++)
-		special += sa_special(&tmp[i]);
+		special += (conf_sockaddr_special((const struct sockaddr *)&tmp[i]) & ~admit) != 0;
 	if (special > 0)
 		conf_diag_add(diags, CONF_DIAG_WARNING, cfg->source, 0, 0, path,
 			      "'%s' resolves to %zu special-purpose address(es), never admitted "
-			      "through DNS (list them as STATIC endpoints)",
+			      "through DNS unless the cluster's admit_special names their category "
+			      "(or list them as STATIC endpoints)",
 			      text, special);
 	*resolved = malloc(n * sizeof(**resolved));
 	if (*resolved == NULL)
@@ -127,7 +122,7 @@ static int resolve_siblings(struct conf *cfg, conf_resolve_fn fn, void *ctx,
 		if (!s->is_name || s->self)
 			continue;
 		snprintf(path, sizeof(path), "admin.siblings[%zu].address", i);
-		rc = resolve_name(cfg, path, s->address, false, fn, ctx, diags, &s->resolved,
+		rc = resolve_name(cfg, path, s->address, false, 0, fn, ctx, diags, &s->resolved,
 				  &s->n_resolved);
 		if (rc != 0)
 			return rc;
@@ -149,7 +144,7 @@ int conf_resolve_clusters(struct conf *cfg, conf_resolve_fn fn, void *ctx, struc
 			int rc;
 
 			snprintf(path, sizeof(path), "clusters[%zu].endpoints[%zu]", i, j);
-			rc = resolve_name(cfg, path, ep->text, true, fn, ctx, diags, &ep->resolved,
+			rc = resolve_name(cfg, path, ep->text, true, cl->admit_special, fn, ctx, diags, &ep->resolved,
 					  &ep->n_resolved);
 			if (rc != 0)
 				return rc;

@@ -20,6 +20,7 @@ static_assert(sizeof(struct snap_secret_rec) % 8 == 0, "secret record size");
 static_assert(sizeof(struct snap_pfx4) % 8 == 0, "pfx4 record size");
 static_assert(sizeof(struct snap_pfx6) % 8 == 0, "pfx6 record size");
 static_assert(sizeof(struct snap_sib_rec) % 8 == 0, "sibling record size");
+static_assert(CONF_SPECIAL_COUNT <= 8, "special categories fit a prefix record's byte");
 
 /* Builder state. Tables are separate arrays until the final copy; strings go to a pool
  * whose final offset (pool_off) is known before the first string is added. */
@@ -102,7 +103,7 @@ static void *grow(void *v, size_t *cap, size_t need, size_t size, int *err)
 }
 
 static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin, uint16_t pmax,
-		       bool special, uint8_t proto, uint32_t cluster)
+		       unsigned admit, uint8_t proto, uint32_t cluster)
 {
 	if (p->family == AF_INET) {
 		struct snap_pfx4 *e;
@@ -117,7 +118,7 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		e->len = p->len;
 		e->port_min = pmin;
 		e->port_max = pmax;
-		e->special = special;
+		e->special = (uint8_t)admit;
 		e->proto = proto;
 		e->cluster = cluster;
 	} else {
@@ -130,25 +131,26 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		e->len = p->len;
 		e->port_min = pmin;
 		e->port_max = pmax;
-		e->special = special;
+		e->special = (uint8_t)admit;
 		e->proto = proto;
 		e->cluster = cluster;
 	}
 }
 
-/* DNS answers are exact hosts, all ports; special-purpose answers are left out since only
- * an explicit STATIC endpoint may admit them. */
-static void add_resolved(struct sb *b, const struct conf_endpoint *ep, uint8_t proto,
-			 uint32_t cluster)
+/* DNS answers are exact hosts, all ports; special-purpose answers are left out unless the
+ * cluster names their category in admit_special (a name never reaches one by itself). */
+static void add_resolved(struct sb *b, const struct conf_cluster *cl,
+			 const struct conf_endpoint *ep, uint32_t cluster)
 {
 	for (size_t k = 0; k < ep->n_resolved; k++) {
 		struct conf_prefix p = { 0 };
+		unsigned cats = conf_sockaddr_special((const struct sockaddr *)&ep->resolved[k]);
 		if (conf_addr_canon((const struct sockaddr *)&ep->resolved[k], &p.family, p.addr) !=
 			    0 ||
-		    conf_addr_is_special(p.family, p.addr))
+		    (cats & ~cl->admit_special) != 0)
 			continue;
 		p.len = p.family == AF_INET ? 32 : 128;
-		add_prefix(b, &p, 0, 65535, false, proto, cluster);
+		add_prefix(b, &p, 0, 65535, cl->admit_special, (uint8_t)cl->protocol, cluster);
 	}
 }
 
@@ -228,10 +230,10 @@ static void compile_allowlist(struct sb *b, const struct conf_listener *l, struc
 		for (size_t j = 0; j < cl->n_endpoints && !b->err; j++) {
 			const struct conf_endpoint *ep = &cl->endpoints[j];
 			if (cl->type == CONF_CLUSTER_STRICT_DNS)
-				add_resolved(b, ep, (uint8_t)cl->protocol, (uint32_t)ci);
+				add_resolved(b, cl, ep, (uint32_t)ci);
 			else
 				add_prefix(b, &ep->prefix, ep->port_min, ep->port_max,
-					   conf_prefix_is_special(&ep->prefix),
+					   conf_prefix_special(&ep->prefix) | cl->admit_special,
 					   (uint8_t)cl->protocol, (uint32_t)ci);
 		}
 	}

@@ -106,7 +106,8 @@ struct snap_pfx4 {
 	uint32_t addr;          /* host byte order, host bits zero */
 	uint32_t mask;          /* host byte order */
 	uint16_t port_min, port_max;
-	uint8_t len, special;   /* special: prefix inside a special-purpose range */
+	uint8_t len, special;   /* special: the CONF_SPECIAL_* categories this entry admits
+				 * (conf_prefix_special | the cluster's admit_special) */
 	uint8_t proto;          /* enum conf_cluster_proto of the cluster: the peer transport */
 	uint8_t pad0;
 	uint32_t cluster;

@@ -256,18 +256,20 @@ const char *snap_cluster_name(const struct snap *s, uint32_t idx)
 }
 
 /* What one lookup asks of an entry besides its address: the peer's port (when check),
- * whether the peer is special-purpose (then only an entry inside a special range admits
- * it) and its transport (the entry's cluster protocol must be it). */
+ * the peer's special-purpose category (then only an entry that admits that category
+ * admits it: one inside a range of it, or of a cluster that names it in admit_special)
+ * and its transport (the entry's cluster protocol must be it). */
 struct peer_q {
 	uint16_t port;
-	bool check, special;
+	bool check;
+	uint8_t special; /* CONF_SPECIAL_* bit, 0 for an ordinary address */
 	uint8_t proto;
 };
 
 static bool entry_ok(const struct peer_q *q, uint8_t special, uint8_t proto, uint16_t min,
 		     uint16_t max)
 {
-	return proto == q->proto && (!q->special || special) &&
+	return proto == q->proto && (q->special & ~special) == 0 &&
 	       (!q->check || (q->port >= min && q->port <= max));
 }
 
@@ -370,7 +372,7 @@ int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct so
 					       (uint64_t)l->v4_count * sizeof(*t));
 		memcpy(a, &sin->sin_addr, 4);
 		q.port = ntohs(sin->sin_port);
-		q.special = conf_addr_is_special(AF_INET, a);
+		q.special = (uint8_t)conf_addr_special(AF_INET, a);
 		rc = t ? match_v4(t, l->v4_count, l->v4_hosts <= l->v4_count ? l->v4_hosts : 0,
 				  ntohl(sin->sin_addr.s_addr), &q, &cl)
 		       : -EACCES;
@@ -383,7 +385,7 @@ int snap_peer_match(const struct snap *s, uint32_t listener_idx, const struct so
 			return -EACCES;
 		memcpy(a, &sin6->sin6_addr, 16);
 		q.port = ntohs(sin6->sin6_port);
-		q.special = conf_addr_is_special(AF_INET6, a);
+		q.special = (uint8_t)conf_addr_special(AF_INET6, a);
 		rc = t ? match_v6(t, l->v6_count, l->v6_hosts <= l->v6_count ? l->v6_hosts : 0, a,
 				  &q, &cl)
 		       : -EACCES;

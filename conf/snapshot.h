@@ -112,8 +112,10 @@ int snap_listener_find(const struct snap *s, const char *name, uint32_t *idx);
  * IPv6 prefixes, an IPv4 peer only against IPv4 prefixes. An IPv6 address that embeds an
  * IPv4 one (NAT64, 6to4, compatible; conf_addr_canon) is refused when the embedded IPv4
  * is special, and an IPv4-mapped one (::ffff:a.b.c.d, which the kernel sends as IPv4) is
- * always refused. A special-purpose address (conf_addr_is_special) only matches prefixes
- * that lie entirely in a special range (listed explicitly).
+ * always refused. A special-purpose address (conf_addr_special of the literal address)
+ * only matches entries that admit its category: an endpoint that lies entirely in a range
+ * of that category (listed explicitly, such as 127.0.0.1), or one of a cluster that names
+ * the category in admit_special.
  * check_port: also require the peer port inside the endpoint's ":<min-max>" range (the per
  * packet check); false for CreatePermission/ChannelBind, which check the IP only.
  * Returns 0 and, when cluster_idx is not NULL, the index of the admitting cluster

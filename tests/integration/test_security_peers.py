@@ -4,7 +4,9 @@ Derived from coturn's security history (CVE-2020-26262, CVE-2026-27624, 4.13.1 #
 commit ab762f33): a cluster of 0.0.0.0/0 and ::/0 must still refuse loopback, unspecified,
 link-local, metadata and multicast peers in every IPv6 disguise, through CreatePermission,
 ChannelBind and Send indications; an explicitly listed 127.0.0.1 / ::1 is admitted; and
-attributes appended after MESSAGE-INTEGRITY change nothing.
+attributes appended after MESSAGE-INTEGRITY change nothing. The rest of the IANA
+special-purpose registries and the cloud metadata addresses are refused as well (#35), the
+pod ranges are not, and a cluster admits a category by name (admit_special).
 """
 import os
 import struct
@@ -25,6 +27,17 @@ DISGUISES = [
     ("::ffff:0.0.0.0", "127.0.0.1"), ("::ffff:169.254.169.254", None), ("127.0.0.2", None),
 ]
 DUAL = [(A_ADDITIONAL_FAMILY, bytes([2, 0, 0, 0]))]  # IPv4 + IPv6 relay: no 443 shortcut
+
+
+# The rest of the IANA special-purpose registries and the cloud metadata addresses (#35):
+# refused through 0.0.0.0/0 and ::/0 as the ranges above are.
+REGISTRY = ["fd00:ec2::254", "fd00:ec2::23", "100.100.100.200", "fd20:ce::254", "fec0::1",
+            "64:ff9b:1::1", "::ffff:0:0:1", "192.0.0.170", "192.0.0.192", "198.18.0.1",
+            "169.254.170.2", "168.63.129.16", "2001:db8::1", "192.0.2.1", "100::1",
+            "2001:1::2", "2002:a00:1::1", "::ffff:10.0.0.1", "64:ff9b::a00:1", "240.0.0.1",
+            "255.255.255.255", "3fff::1", "5f00::1"]
+# The private ranges where pod networks live stay admissible through ordinary routes.
+PODS = ["10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "fd00::1", "fd00:ec2::253"]
 
 
 def start(d):
@@ -102,6 +115,51 @@ def test_explicit_loopback_admitted(d):
         daemon.stop()
 
 
+def start_admit(d):
+    """open: 0.0.0.0/0 and ::/0; meta: the same plus a cluster of the pod ranges that names
+    metadata in admit_special."""
+    port_open, port_meta = free_port(), free_port()
+    text = config(d, [("open", port_open, "TURN-UDP", ["world"]),
+                      ("meta", port_meta, "TURN-UDP", ["world", "cloud"])],
+                  {"world": ["0.0.0.0/0", "::/0"], "cloud": ["100.64.0.0/10", "fd00::/8"]},
+                  relay=relay_range())
+    text = text.replace("  - name: cloud\n    type: STATIC\n",
+                        "  - name: cloud\n    type: STATIC\n    admit_special: [metadata]\n")
+    return Daemon(d, text).start(), port_open, port_meta
+
+
+def test_special_registry_refused(d):
+    daemon, port_open, port_meta = start_admit(d)
+    c, m = Client(port_open), Client(port_meta)
+    try:
+        c.allocate(DUAL)
+        m.allocate(DUAL)
+        before = daemon.admin({"cmd": "stats"})["counters"].get("perm_denied", 0)
+        for i, ip in enumerate(REGISTRY):
+            r = c.perm(ip, 80)
+            check(error_code(r[3]) == 403, "CreatePermission %s: %r" % (ip, error_code(r[3])))
+            r = c.bind(ip, 80, 0x4000 + i)
+            check(error_code(r[3]) == 403, "ChannelBind %s: %r" % (ip, error_code(r[3])))
+        after = daemon.admin({"cmd": "stats"})["counters"].get("perm_denied", 0)
+        check(after - before >= 2 * len(REGISTRY), "perm_denied %d -> %d" % (before, after))
+        for ip in PODS:
+            r = c.perm(ip, 80)
+            check(error_code(r[3]) is None, "pod address %s refused: %r" % (ip, r))
+        # admit_special: [metadata] on a cluster whose routes cover them admits exactly them
+        for ip in ("100.100.100.200", "fd00:ec2::254", "fd20:ce::254"):
+            r = m.perm(ip, 80)
+            check(error_code(r[3]) is None, "admit_special: %s refused: %r"
+                  % (ip, error_code(r[3])))
+        for ip in ("169.254.169.254", "127.0.0.1", "fec0::1", "192.0.0.170", "::ffff:0:0:1"):
+            r = m.perm(ip, 80)
+            check(error_code(r[3]) == 403, "admit_special [metadata] admitted %s: %r"
+                  % (ip, error_code(r[3])))
+    finally:
+        c.close()
+        m.close()
+        daemon.stop()
+
+
 def test_attributes_after_mi_ignored(d):
     daemon, _, port_lo = start(d)
     v4, v6 = Listener("127.0.0.1"), Listener("::1")
@@ -149,4 +207,4 @@ def test_attributes_after_mi_ignored(d):
 
 if __name__ == "__main__":
     run_tests([test_disguised_peers_refused, test_explicit_loopback_admitted,
-               test_attributes_after_mi_ignored])
+               test_special_registry_refused, test_attributes_after_mi_ignored])

@@ -301,6 +301,10 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "clusters:\n  - name: c\n    protocol: SCTP\n",
 	  "t.yaml:9:15: clusters[0].protocol: 'SCTP' is not a cluster protocol (expected UDP or "
 	  "TCP)" },
+	{ T_HEAD "clusters:\n  - name: c\n    admit_special: [loopback, cloud]\n",
+	  "t.yaml:9:31: clusters[0].admit_special[1]: 'cloud' is not a special-purpose category "
+	  "(expected loopback, link-local, metadata, multicast, reserved, documentation, "
+	  "protocol or translation)" },
 	{ T_HEAD "admin:\n  relay_port_min: 5000\n  relay_port_max: 4000\n",
 	  "t.yaml:8:19: admin.relay_port_min: relay_port_min 5000 is greater than relay_port_max "
 	  "4000 (expected MIN <= MAX)" },
@@ -1249,8 +1253,9 @@ static void test_dns_resolution(void **state)
 	assert_diag(&d, "t.yaml: warning: clusters[0].endpoints[1]: 'nx.example' does not "
 			"resolve (matches nothing until it does)");
 	assert_diag(&d, "t.yaml: warning: clusters[0].endpoints[2]: 'meta.example' resolves to "
-			"1 special-purpose address(es), never admitted through DNS (list them as "
-			"STATIC endpoints)");
+			"1 special-purpose address(es), never admitted through DNS unless the "
+			"cluster's admit_special names their category (or list them as STATIC "
+			"endpoints)");
 	/* Re-resolution replaces earlier answers. */
 	assert_int_equal(conf_resolve_clusters(c, fake_resolve, &calls, &d), 0);
 	assert_int_equal(c->clusters[0].endpoints[0].n_resolved, 2);
@@ -1376,9 +1381,9 @@ static void test_canon_special(void **state)
 	check_canon("::1", AF_INET6, "::1", true);
 	check_canon("fe80::1", AF_INET6, "fe80::1", true);
 	check_canon("febf::1", AF_INET6, "febf::1", true);
-	check_canon("fec0::1", AF_INET6, "fec0::1", false);
+	check_canon("fec0::1", AF_INET6, "fec0::1", true);
 	check_canon("ff02::1", AF_INET6, "ff02::1", true);
-	check_canon("2001:db8::1", AF_INET6, "2001:db8::1", false);
+	check_canon("2001:db8::1", AF_INET6, "2001:db8::1", true);
 	/* disguises of IPv4 */
 	check_canon("::ffff:127.0.0.1", AF_INET, "127.0.0.1", true);
 	check_canon("::ffff:169.254.169.254", AF_INET, "169.254.169.254", true);
@@ -1394,6 +1399,92 @@ static void test_canon_special(void **state)
 	check_canon("64:ff9b::ffff:ffff", AF_INET, "255.255.255.255", true);
 	check_canon("64:ff9b::808:808", AF_INET, "8.8.8.8", false);
 	check_canon("::ffff:0.0.0.0", AF_INET, "0.0.0.0", true);
+}
+
+/* Every entry of the special-purpose table is special with its own category at its first
+ * address and holds itself whole; the pod ranges and ordinary addresses are not special;
+ * the longest range decides an address's category. */
+static void test_special_registry(void **state)
+{
+	(void)state;
+	static const char *const ordinary[] = { "10.0.0.1",    "172.16.0.1", "192.168.1.1",
+						"100.64.0.1",  "100.127.255.254", "8.8.8.8",
+						"fd00::1",     "fc00::1",    "fd00:ec2::253",
+						"2600::1",     "2a00:1450::1", "1.1.1.1" };
+	static const struct {
+		const char *ip;
+		unsigned cat;
+	} cats[] = {
+		{ "169.254.169.254", CONF_SPECIAL_METADATA },
+		{ "169.254.1.1", CONF_SPECIAL_LINK_LOCAL },
+		{ "169.254.170.2", CONF_SPECIAL_METADATA },
+		{ "100.100.100.200", CONF_SPECIAL_METADATA },
+		{ "168.63.129.16", CONF_SPECIAL_METADATA },
+		{ "192.0.0.192", CONF_SPECIAL_METADATA },
+		{ "192.0.0.170", CONF_SPECIAL_PROTOCOL },
+		{ "192.88.99.1", CONF_SPECIAL_PROTOCOL },
+		{ "198.18.0.1", CONF_SPECIAL_DOCUMENTATION },
+		{ "203.0.113.5", CONF_SPECIAL_DOCUMENTATION },
+		{ "255.255.255.255", CONF_SPECIAL_RESERVED },
+		{ "0.0.0.0", CONF_SPECIAL_RESERVED },
+		{ "127.0.0.1", CONF_SPECIAL_LOOPBACK },
+		{ "224.0.0.1", CONF_SPECIAL_MULTICAST },
+		{ "::1", CONF_SPECIAL_LOOPBACK },
+		{ "::", CONF_SPECIAL_RESERVED },
+		{ "fd00:ec2::254", CONF_SPECIAL_METADATA },
+		{ "fd00:ec2::23", CONF_SPECIAL_METADATA },
+		{ "fd20:ce::254", CONF_SPECIAL_METADATA },
+		{ "fec0::1", CONF_SPECIAL_RESERVED },
+		{ "100::1", CONF_SPECIAL_RESERVED },
+		{ "5f00::1", CONF_SPECIAL_RESERVED },
+		{ "64:ff9b:1::1", CONF_SPECIAL_TRANSLATION },
+		{ "64:ff9b::1.2.3.4", CONF_SPECIAL_TRANSLATION },
+		{ "::ffff:1.2.3.4", CONF_SPECIAL_TRANSLATION },
+		{ "::ffff:0:0:1", CONF_SPECIAL_TRANSLATION },
+		{ "2002::1", CONF_SPECIAL_TRANSLATION },
+		{ "2001::1", CONF_SPECIAL_PROTOCOL },
+		{ "2001:1::2", CONF_SPECIAL_PROTOCOL },
+		{ "2001:2::1", CONF_SPECIAL_DOCUMENTATION },
+		{ "2001:db8::1", CONF_SPECIAL_DOCUMENTATION },
+		{ "3fff::1", CONF_SPECIAL_DOCUMENTATION },
+		{ "fe80::1", CONF_SPECIAL_LINK_LOCAL },
+		{ "ff02::1", CONF_SPECIAL_MULTICAST },
+	};
+	size_t n = conf_special_count();
+	assert_true(n > 40);
+	for (size_t i = 0; i < n; i++) {
+		struct conf_prefix p;
+		unsigned cat, got;
+		assert_int_equal(conf_special_get(i, &p, &cat), 0);
+		assert_non_null(conf_special_name(cat));
+		got = conf_addr_special(p.family, p.addr);
+		if (got == 0 || (conf_prefix_special(&p) & cat) == 0)
+			fail_msg("entry %zu (len %u): not special as its own category", i, p.len);
+	}
+	assert_int_equal(conf_special_get(n, &(struct conf_prefix){ 0 }, &(unsigned){ 0 }),
+			 -ENOENT);
+	for (size_t i = 0; i < sizeof(ordinary) / sizeof(ordinary[0]); i++) {
+		int fam;
+		uint8_t a[16];
+		assert_int_equal(conf_parse_ip(ordinary[i], &fam, a), 0);
+		if (conf_addr_special(fam, a) != 0)
+			fail_msg("%s: special", ordinary[i]);
+	}
+	for (size_t i = 0; i < sizeof(cats) / sizeof(cats[0]); i++) {
+		int fam;
+		uint8_t a[16];
+		assert_int_equal(conf_parse_ip(cats[i].ip, &fam, a), 0);
+		if (conf_addr_special(fam, a) != cats[i].cat)
+			fail_msg("%s: category %#x, expected %#x", cats[i].ip,
+				 conf_addr_special(fam, a), cats[i].cat);
+	}
+	for (unsigned i = 0; i < CONF_SPECIAL_COUNT; i++) {
+		unsigned c = 0;
+		assert_int_equal(conf_special_parse(conf_special_name(1u << i), &c), 0);
+		assert_int_equal(c, 1u << i);
+	}
+	assert_int_equal(conf_special_parse("cloud", &(unsigned){ 0 }), -ENOENT);
+	assert_null(conf_special_name(0x100));
 }
 
 static void test_diag_format(void **state)
@@ -1500,6 +1591,7 @@ int main(void)
 		cmocka_unit_test(test_dns_resolution),
 		cmocka_unit_test(test_endpoint_grammar),
 		cmocka_unit_test(test_canon_special),
+		cmocka_unit_test(test_special_registry),
 		cmocka_unit_test(test_diag_format),
 		cmocka_unit_test(test_too_many_problems),
 		cmocka_unit_test(test_alias_bomb),

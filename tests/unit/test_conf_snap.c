@@ -210,10 +210,10 @@ static void test_allowlist(void **state)
 	/* listener 0: 0.0.0.0/0 and ::/0 never admit special-purpose peers */
 	assert_true(allowed(s, 0, "8.8.8.8", 53));
 	assert_true(allowed(s, 0, "10.1.2.3", 1));
-	assert_true(allowed(s, 0, "2001:db8::5", 9));
+	assert_true(allowed(s, 0, "2600::5", 9));
 	assert_false(allowed(s, 0, "::ffff:8.8.8.8", 53)); /* mapped: sent as IPv4, refused */
-	assert_true(allowed(s, 0, "64:ff9b::808:808", 53));
-	assert_true(allowed(s, 0, "2002:0808:0808::1", 53));
+	assert_true(allowed(s, 0, "100.64.0.1", 9));  /* shared address space: pods */
+	assert_true(allowed(s, 0, "fd00:ec2::253", 9)); /* ULA next to the metadata */
 	static const char *const special[] = {
 		"0.0.0.0",
 		"0.1.2.3",
@@ -244,6 +244,19 @@ static void test_allowlist(void **state)
 		"64:ff9b::7f00:1",
 		"64:ff9b::a9fe:a9fe",
 		"64:ff9b::ffff:ffff",
+		/* IPv4 disguises of an ordinary address, and the rest of the registries */
+		"::ffff:8.8.8.8",
+		"64:ff9b::808:808",
+		"2002:0808:0808::1",
+		"2001:db8::5",
+		"fd00:ec2::254",
+		"100.100.100.200",
+		"fd20:ce::254",
+		"fec0::1",
+		"64:ff9b:1::1",
+		"::ffff:0:0:1",
+		"192.0.0.170",
+		"198.18.0.1",
 	};
 	for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++) {
 		if (allowed(s, 0, special[i], 5000) || ip_allowed(s, 0, special[i]))
@@ -366,6 +379,46 @@ static void test_dns_special_not_admitted(void **state)
 	assert_true(allowed(x.s, 0, "127.9.9.9", 5));
 	assert_true(allowed(x.s, 0, "fe80::9", 5));
 	assert_false(allowed(x.s, 0, "169.254.169.254", 5));
+	unbuild(&x);
+}
+
+/* admit_special names the categories a cluster's endpoints admit where they cover them;
+ * a category it does not name stays refused, even inside an admitted neighbour. */
+static void test_admit_special(void **state)
+{
+	(void)state;
+	struct blob x;
+	build(&x,
+	      T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [open, meta]\n"
+		     "clusters:\n  - name: open\n    endpoints: [\"0.0.0.0/0\", \"::/0\"]\n"
+		     "  - name: meta\n    admit_special: [metadata]\n"
+		     "    endpoints: [\"169.254.0.0/16\", \"fd00::/8\"]\n",
+	      1);
+	assert_true(allowed(x.s, 0, "8.8.8.8", 5));
+	assert_false(allowed(x.s, 0, "100.100.100.200", 80)); /* only through 0.0.0.0/0 */
+	assert_true(allowed(x.s, 0, "169.254.169.254", 80));
+	assert_true(allowed(x.s, 0, "fd00:ec2::254", 80));
+	assert_true(allowed(x.s, 0, "169.254.1.1", 80)); /* link-local: inside the endpoint */
+	assert_true(allowed(x.s, 0, "fd20:ce::254", 80)); /* fd00::/8 holds it too */
+	assert_false(allowed(x.s, 0, "127.0.0.1", 80));
+	unbuild(&x);
+	/* an explicit endpoint admits its own categories only */
+	build(&x,
+	      T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [ll]\n"
+		     "clusters:\n  - name: ll\n    endpoints: [\"169.254.0.0/16\", \"fd00::/8\"]\n",
+	      1);
+	assert_true(allowed(x.s, 0, "169.254.1.1", 80));
+	assert_false(allowed(x.s, 0, "169.254.169.254", 80));
+	assert_false(allowed(x.s, 0, "fd00:ec2::254", 80));
+	assert_true(allowed(x.s, 0, "fd00:ec2::253", 80));
+	unbuild(&x);
+	/* DNS: a special answer only through a category the cluster names */
+	build(&x,
+	      T_HEAD "listeners:\n  - name: l\n    address: 1.2.3.4\n    routes: [d]\n"
+		     "clusters:\n  - name: d\n    type: STRICT_DNS\n    admit_special: [loopback]\n"
+		     "    endpoints: [lo.example]\n",
+	      1);
+	assert_true(allowed(x.s, 0, "127.0.0.1", 5));
 	unbuild(&x);
 }
 
@@ -626,6 +679,7 @@ int main(void)
 		cmocka_unit_test(test_allowlist),
 		cmocka_unit_test(test_allowlist_proto),
 		cmocka_unit_test(test_dns_special_not_admitted),
+		cmocka_unit_test(test_admit_special),
 		cmocka_unit_test(test_auth_material),
 		cmocka_unit_test(test_users_static_only),
 		cmocka_unit_test(test_static_key_vector),
