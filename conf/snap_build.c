@@ -10,6 +10,7 @@
 
 #include "conf/conf_internal.h"
 #include "conf/snap_format.h"
+#include "http/http.h" /* the endpoints' default ports, nothing linked */
 
 static_assert(sizeof(struct snap_hdr) % 8 == 0, "header size");
 static_assert(sizeof(struct snap_lst_rec) % 8 == 0, "listener record size");
@@ -100,6 +101,32 @@ static void *grow(void *v, size_t *cap, size_t need, size_t size, int *err)
 	memset((char *)nv + *cap * size, 0, (nc - *cap) * size);
 	*cap = nc;
 	return nv;
+}
+
+/* The port of an admin.*_endpoint URL as http_endpoint_parse (http/http_endpoint.c, which
+ * the master binds with) reads it: "http://HOST[:PORT][/PATH]", HOST empty, an IPv4
+ * literal, "localhost" or a bracketed IPv6 literal; dflt when absent; 0 for an unset URL or
+ * ":0". Only the port is needed: the worker treats it as a port of every local address. */
+static uint16_t http_port(const char *url, uint16_t dflt)
+{
+	const char *p, *end;
+	unsigned long v = 0;
+	if (url == NULL || strncmp(url, "http://", 7) != 0)
+		return 0;
+	p = url + 7;
+	end = p + strcspn(p, "/");
+	if (*p == '[') {
+		const char *rb = memchr(p, ']', (size_t)(end - p));
+		p = rb ? rb + 1 : end;
+	} else {
+		const char *colon = memchr(p, ':', (size_t)(end - p));
+		p = colon ? colon : end;
+	}
+	if (p >= end || *p != ':')
+		return dflt;
+	for (p++; p < end && *p >= '0' && *p <= '9' && v <= 65535; p++)
+		v = v * 10 + (unsigned long)(*p - '0');
+	return v <= 65535 ? (uint16_t)v : 0;
 }
 
 static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin, uint16_t pmax,
@@ -459,6 +486,9 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 			h->alt_port = ntohs(s6->sin6_port);
 		}
 	}
+	h->http_ports[0] = http_port(c->admin.healthcheck_endpoint, HTTP_HEALTH_PORT);
+	h->http_ports[1] = http_port(c->admin.metrics_endpoint, HTTP_METRICS_PORT);
+	h->http_ports[2] = http_port(c->admin.credential_api_endpoint, HTTP_CRED_PORT);
 	h->log_spec = pool_str(b, c->admin.loglevel ? c->admin.loglevel : CONF_DEF_LOGLEVEL);
 }
 

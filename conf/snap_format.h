@@ -36,6 +36,7 @@ struct snap_hdr {
 	uint16_t alt_family;   /* 0 = no alternate server */
 	uint16_t alt_port;
 	uint8_t alt_addr[16];
+	uint16_t http_ports[SNAP_HTTP_PORTS]; /* health, metrics, credential API; 0 = off */
 	uint32_t pool_off, pool_len;
 };
 

@@ -550,6 +550,15 @@ uint32_t snap_drain_timeout(const struct snap *s)
 	return s->h.drain_timeout;
 }
 
+size_t snap_http_ports(const struct snap *s, uint16_t out[SNAP_HTTP_PORTS])
+{
+	size_t n = 0;
+	for (size_t i = 0; i < SNAP_HTTP_PORTS; i++)
+		if (s->h.http_ports[i] != 0)
+			out[n++] = s->h.http_ports[i];
+	return n;
+}
+
 int snap_alternate_server(const struct snap *s, struct sockaddr_storage *out)
 {
 	memset(out, 0, sizeof(*out));

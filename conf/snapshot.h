@@ -224,4 +224,10 @@ uint32_t snap_drain_timeout(const struct snap *s);         /* seconds */
  * -ENOENT when none is configured. */
 int snap_alternate_server(const struct snap *s, struct sockaddr_storage *out);
 
+/* The TCP ports of the master's HTTP endpoints (health, metrics, credential API; an
+ * endpoint that is off, or asks for any free port with ":0", gives none): never a peer
+ * port on this instance's addresses (worker/self.c). Fills out and returns how many. */
+#define SNAP_HTTP_PORTS 4
+size_t snap_http_ports(const struct snap *s, uint16_t out[SNAP_HTTP_PORTS]);
+
 #endif

@@ -93,8 +93,7 @@ static bool wk_off_fill(struct worker *w, const struct wk_alloc *a, const struct
 	 * datagrams only: the peer is asked for as a UDP peer, as wk_to_peer asks. */
 	if (!perm || w->snap == NULL || wk_sc_maybe_relay(w, (struct sockaddr *)&peer) ||
 	    wk_sib_addr(w, (struct sockaddr *)&peer) ||
-	    snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&peer, CONF_CPROTO_UDP, true,
-			    &cl) != 0)
+	    wk_peer_match(w, a->l, (struct sockaddr *)&peer, CONF_CPROTO_UDP, true, &cl) != 0)
 		return false;
 	memset(out, 0, sizeof(*out));
 	out->family = c->peer.family;
@@ -247,10 +246,8 @@ static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct sh
 	ok = wk_off_sc_udp(w, a->l, &ta) && wk_off_sc_udp(w, lb, &tb) && a->conn == NULL &&
 	     mine && ta.client.family == tb.client.family &&
 	     !shm_bw_on(&w->hot.bw) &&
-	     snap_peer_match(w->snap, a->l->snap_idx, (struct sockaddr *)&ann_b, CONF_CPROTO_UDP,
-			     true, &cla) == 0 &&
-	     snap_peer_match(w->snap, lb->snap_idx, (struct sockaddr *)&ann_a, CONF_CPROTO_UDP,
-			     true, &clb) == 0 &&
+	     wk_peer_match(w, a->l, (struct sockaddr *)&ann_b, CONF_CPROTO_UDP, true, &cla) == 0 &&
+	     wk_peer_match(w, lb, (struct sockaddr *)&ann_a, CONF_CPROTO_UDP, true, &clb) == 0 &&
 	     cla < TGO_MAX_CLUSTERS && clb < TGO_MAX_CLUSTERS;
 	{
 		uint64_t exp = ta.until_ns < tb.until_ns ? ta.until_ns : tb.until_ns;

@@ -271,6 +271,26 @@ struct wk_sc_ip {
 };
 #define WK_SC_MAX_IPS (3 * WK_MAX_LISTENERS)
 
+/* One of this instance's own sockets (self.c): an address (canonical, conf_addr_canon)
+ * or any local address, with a port range. relay: a relay range reached through the
+ * short circuit or a sibling's slice, never otherwise. */
+struct wk_self_sock {
+	uint8_t family;
+	bool any, relay;
+	uint16_t port_min, port_max;
+	uint8_t addr[16];
+};
+#define WK_SELF_MAX (3 * WK_MAX_LISTENERS + SNAP_HTTP_PORTS)
+#define WK_SELF_MAX_LOCAL 64
+
+struct wk_self {
+	struct wk_self_sock socks[WK_SELF_MAX];
+	unsigned n;
+	struct wk_sc_ip local[WK_SELF_MAX_LOCAL]; /* interface addresses, canonical */
+	unsigned n_local;
+	uint64_t local_ns;                        /* when read; 0: read at the next need */
+};
+
 /* A sibling instance's relay address and its slice of the relay ports (sibling.c). */
 struct wk_sib {
 	uint8_t family;
@@ -320,6 +340,7 @@ struct worker {
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
 	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
 	unsigned n_sc_ips;
+	struct wk_self self; /* this instance's own sockets, never a peer (self.c) */
 	struct wk_sc_ip masks[WK_MAX_LISTENERS]; /* distinct masks (sibling.c) */
 	unsigned n_masks; /* also: some listener masks (the inbound mapping's guard) */
 	struct wk_sib sibs[WK_MAX_SIBS]; /* the snapshot's sibling addresses (sibling.c) */
@@ -619,20 +640,36 @@ void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf
  * place that counts client output; called after the send succeeded. */
 void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
 
+/* ---- self.c (this instance's own sockets, never a peer) ---- */
+/* After a snapshot is applied (and wk_sc_refresh, wk_sib_refresh): the listeners' sockets
+ * as bound, their public addresses and ports, the HTTP ports, and the relay ranges whose
+ * sockets bind the wildcard. */
+void wk_self_refresh(struct worker *w);
+/* Whether peer (address and port) is one of this instance's own sockets, other than a
+ * relay address or mask of ours (the short circuit's) or a sibling's slice. */
+bool wk_self_refused(struct worker *w, const struct sockaddr *peer);
+
 /* ---- peer.c ---- */
 /* The one count of a refused peer: perm_denied, globally and at l while it is listed.
  * Returns -EACCES. */
 int wk_peer_deny(struct worker *w, const struct wk_listener *l);
-/* The listener's allowlist for peer in the current snapshot (snap_peer_match): proto is
- * the peer's transport, CONF_CPROTO_UDP for datagrams and UDP allocations, CONF_CPROTO_TCP
- * for RFC 6062 connections and the permissions of TCP allocations;
- * check_port: the admitting cluster's port range too. Returns 0 and *cl (the cluster, may
- * be NULL), or -EACCES after counting the denial (perm_denied, and at the listener while
- * it is listed); no snapshot, or a listener without an entry, denies. */
+/* The one peer decision, nothing counted: with check_port, one of this instance's own
+ * sockets (wk_self_refused) or a mask's port in no slice (wk_sib_refused) is refused
+ * whatever the routes say; then the listener's allowlist in the current snapshot
+ * (snap_peer_match: the special ranges, the routes; proto is the peer's transport,
+ * CONF_CPROTO_UDP for datagrams and UDP allocations, CONF_CPROTO_TCP for RFC 6062
+ * connections and the permissions of TCP allocations; check_port: the admitting cluster's
+ * port range too). No snapshot, or a listener without an entry, refuses. Returns 0 and
+ * *cl (may be NULL), or -EACCES. The kernel fast path's entries (offload.c) ask this too. */
+int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+		  enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
+/* wk_peer_match, and a refusal counted (perm_denied, and at the listener while it is
+ * listed). Returns 0 and *cl, or -EACCES. */
 int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 		    enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
-/* ChannelBind's form: the IP as CreatePermission's, and a mask's port in some slice (a
- * channel is bound to a port, so a masked address that names no instance is refused). */
+/* ChannelBind's form: the IP as CreatePermission's, and the port as a packet's (a channel
+ * is bound to a port: a masked address that names no instance, or one of this instance's
+ * own sockets, is refused). */
 int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 			 enum conf_cluster_proto proto, uint32_t *cl);
 

@@ -154,6 +154,7 @@ static void wk_snap_apply(struct worker *w)
 			wk_listener_apply(w, w->ls[i]);
 	wk_sc_refresh(w);
 	wk_sib_refresh(w);
+	wk_self_refresh(w);
 	/* Routes, limits or listener indices may have changed: the kernel's entries follow,
 	 * and TCP peer connections whose peer the routes no longer admit end. */
 	wk_offload_sync_all(w);
