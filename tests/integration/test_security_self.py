@@ -7,12 +7,15 @@ and its TURN listeners are refused through a Send indication, ChannelBind/Channe
 an RFC 6062 Connect, and every refusal is counted (perm_denied). A UDP socket on each HTTP
 port stands in for what a leak would reach (the HTTP servers hold only the TCP port). An
 ordinary peer on another 127.0.0.1 port still works both ways. The short circuit between
-this instance's own allocations is tests/integration/test_short_circuit.py.
+this instance's own allocations is tests/integration/test_short_circuit.py. The same for an
+interface address of the host (in a network namespace of the test's own, where the
+loopback also holds 10.99.0.1) with the health endpoint on the wildcard.
 """
+import json
 import os
 import struct
+import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests  # noqa: E402
@@ -122,5 +125,65 @@ def test_tcp_connect_self_refused(d):
         daemon.stop()
 
 
+NS_MARK = "TG_SELF_NETNS"
+NS_ADDR = "10.99.0.1"  # an interface address of the namespace, not loopback, not special
+
+
+def in_netns(case):
+    """Runs case in a fresh network namespace (unshare -n, root) whose loopback also holds
+    NS_ADDR, so the host's own networks are never touched. Returns True when already
+    inside (then run the case), else runs this file there for case and checks it passed."""
+    if os.environ.get(NS_MARK) == case:
+        return True
+    check(os.geteuid() == 0, "%s needs root for a network namespace (unshare -n)" % case)
+    script = ("ip link set lo up && ip addr add %s/32 dev lo && exec %s %s %s"
+              % (NS_ADDR, sys.executable, os.path.abspath(__file__), case))
+    env = dict(os.environ, **{NS_MARK: case})
+    rc = subprocess.call(["unshare", "-n", "sh", "-c", script], env=env)
+    check(rc == 0, "%s in a network namespace: exit status %d" % (case, rc))
+    return False
+
+
+def test_interface_address_refused(d):
+    """The health endpoint on the wildcard: an interface address of the host (not
+    loopback: the local addresses the worker reads with getifaddrs) with its port is refused
+    through an open route; another port of that address stays a peer. In a network
+    namespace of its own."""
+    if not in_netns("test_interface_address_refused"):
+        return
+    ip = NS_ADDR
+    port_udp, port_health = free_port(), free_port()
+    text = config(d, [("udp", port_udp, "TURN-UDP", ["world"])], {"world": ["0.0.0.0/0"]},
+                  relay=relay_range())
+    text = text.replace('  healthcheck_endpoint: ""\n',
+                        '  healthcheck_endpoint: "http://:%d"\n' % port_health)
+    daemon = Daemon(d, text).start()
+    sink, peer = Listener(ip, port_health), Listener(ip)
+    c = Client(port_udp)
+    try:
+        c.allocate()
+        r = c.perm(ip, 9)
+        check(error_code(r[3]) is None, "CreatePermission %s: %r" % (ip, r))
+        before = denied(daemon)
+        c.send(ip, port_health, b"GET /live HTTP/1.0\r\n\r\n")
+        r = c.bind(ip, port_health, 0x4000)
+        check(error_code(r[3]) == 403, "ChannelBind %s:%d: %r" % (ip, port_health,
+                                                                   error_code(r[3])))
+        got = sink.drain(1.0)
+        check(got == [], "a datagram reached %s:%d: %r" % (ip, port_health, got))
+        check(denied(daemon) - before >= 2, "refusals not counted")
+        c.send(ip, peer.port, b"hello")
+        check([g[0] for g in peer.drain(1.0)] == [b"hello"], "ordinary peer on %s" % ip)
+    finally:
+        c.close()
+        sink.close()
+        peer.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_udp_self_refused, test_tcp_connect_self_refused])
+    if os.environ.get(NS_MARK):
+        run_tests([globals()[os.environ[NS_MARK]]])
+    else:
+        run_tests([test_udp_self_refused, test_tcp_connect_self_refused,
+                   test_interface_address_refused])
