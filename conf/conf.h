@@ -85,8 +85,8 @@ enum conf_log_format {
 	CONF_LOG_TEXT = 0,
 	CONF_LOG_JSON
 };
-/* limits.channel_numbers: RFC 8656's 0x4000-0x4FFF (default) or RFC 5766's 0x4000-0x7FFF
- * for legacy clients. */
+/* limits.channel_numbers: RFC 5766's 0x4000-0x7FFF (default, what stunnerd/pion and
+ * coturn's clients use) or RFC 8656's strict 0x4000-0x4FFF. */
 enum conf_chan_range {
 	CONF_CHAN_RFC8656 = 0,
 	CONF_CHAN_RFC5766
@@ -217,7 +217,7 @@ struct conf_limits {
 	uint32_t permission_lifetime;   /* seconds, default 300 */
 	uint32_t channel_lifetime;      /* seconds, default 600 */
 	uint32_t nonce_lifetime;        /* seconds, default 3600 */
-	uint32_t channel_numbers;       /* ours; enum conf_chan_range, default RFC8656 */
+	uint32_t channel_numbers;       /* ours; enum conf_chan_range, default RFC5766 */
 	/* ours: error responses to unauthenticated UDP requests, per source prefix and per
 	 * worker (docs/security.md "Reflection") */
 	uint32_t unauth_rate;           /* per second, default 20; 0 = unlimited */

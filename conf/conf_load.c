@@ -26,6 +26,7 @@ static int conf_defaults(struct conf *c)
 		.permission_lifetime = 300,
 		.channel_lifetime = 600,
 		.nonce_lifetime = 3600,
+		.channel_numbers = CONF_CHAN_RFC5766,
 		.unauth_rate = 20,
 		.unauth_burst = 100,
 		.unauth_prefix_v4 = 24,

@@ -489,13 +489,13 @@ out:
 	explicit_bzero(&cred, sizeof(cred));
 }
 
-/* limits.channel_numbers: RFC 5766's wider range for legacy clients (opt-in). Anything
- * but the explicit legacy value, including no snapshot, means strict RFC 8656. */
+/* limits.channel_numbers: RFC 5766's range by default (what stunnerd accepts and coturn's
+ * clients pick from); the strict RFC 8656 range only when the snapshot asks for it. */
 enum stun_chan_range wk_chan_range(const struct worker *w)
 {
-	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC5766
-		       ? STUN_CHAN_RFC5766
-		       : STUN_CHAN_RFC8656;
+	return w->snap != NULL && snap_limits(w->snap)->channel_numbers == CONF_CHAN_RFC8656
+		       ? STUN_CHAN_RFC8656
+		       : STUN_CHAN_RFC5766;
 }
 
 /* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the

@@ -680,8 +680,8 @@ void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_
 /* Success response to req with no attributes (signed as cred says). */
 void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 		 const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime);
-/* The channel numbers clients may use (limits.channel_numbers): RFC 8656's range unless
- * the current snapshot says RFC 5766 (no snapshot: RFC 8656). */
+/* The channel numbers clients may use (limits.channel_numbers): RFC 5766's wide range
+ * unless the current snapshot says strict RFC 8656 (no snapshot: RFC 5766). */
 enum stun_chan_range wk_chan_range(const struct worker *w);
 /* Handles one datagram or frame from a client (STUN or ChannelData). */
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);

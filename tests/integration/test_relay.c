@@ -35,7 +35,7 @@ struct fx {
 	uint16_t port, port6, port_rest, port_none;
 	struct sockaddr_storage srv, srv6, srv_rest, srv_none;
 	unsigned workers;
-	bool legacy_channels;		/* limits.channel_numbers: rfc5766 */
+	bool strict_channels;		/* limits.channel_numbers: rfc8656 */
 };
 
 static struct fx g;
@@ -109,7 +109,7 @@ static int fx_config(struct fx *f)
 		 "    type: STATIC\n"
 		 "    endpoints: [\"::1\"]\n",
 		 f->h.sock, RELAY_MIN, RELAY_MAX,
-		 f->legacy_channels ? "limits:\n  channel_numbers: rfc5766\n" : "", f->port,
+		 f->strict_channels ? "limits:\n  channel_numbers: rfc8656\n" : "", f->port,
 		 f->port, f->port6, f->port_rest, REST_SECRET, f->port_none, ep, ep);
 	return harness_write_config(&f->h, yaml);
 }
@@ -612,8 +612,8 @@ static bool raw_chan_roundtrip(struct hturn *c, uint16_t ch, const char *payload
 	return false;
 }
 
-/* Default (strict RFC 8656 12): only 0x4000-0x4FFF; 0x5000-0x7FFF get 400, and ChannelData
- * in that range is not relayed. */
+/* limits.channel_numbers: rfc8656 (strict RFC 8656 12): only 0x4000-0x4FFF; 0x5000-0x7FFF
+ * get 400, and ChannelData in that range is not relayed. */
 static void test_channel_numbers_strict(void **state)
 {
 	struct hturn c;
@@ -630,9 +630,9 @@ static void test_channel_numbers_strict(void **state)
 	hturn_close(&c);
 }
 
-/* limits.channel_numbers: rfc5766 (legacy clients such as turnutils_uclient): 0x4000-0x7FFF
- * bind and relay; 0x8000 and above still get 400. */
-static void test_channel_numbers_legacy(void **state)
+/* The default (RFC 5766's range, as stunnerd; coturn's turnutils_uclient picks from it):
+ * 0x4000-0x7FFF bind and relay; 0x8000 and above still get 400. */
+static void test_channel_numbers_default(void **state)
 {
 	struct hturn c;
 
@@ -836,7 +836,7 @@ int main(void)
 		cmocka_unit_test(test_asymmetric_udp),
 		cmocka_unit_test(test_permission_errors),
 		cmocka_unit_test(test_channel_bind_rules),
-		cmocka_unit_test(test_channel_numbers_strict),
+		cmocka_unit_test(test_channel_numbers_default),
 		cmocka_unit_test(test_port_range_denial),
 		cmocka_unit_test(test_inbound_denial),
 		cmocka_unit_test(test_symmetric),
@@ -856,13 +856,13 @@ int main(void)
 		fprintf(stderr, "==== turngated with %u worker(s)\n", workers);
 		failed += cmocka_run_group_tests(tests, group_setup, group_teardown);
 	}
-	/* The legacy channel range needs its own daemon (a config key); one worker. */
-	const struct CMUnitTest legacy[] = { cmocka_unit_test(test_channel_numbers_legacy) };
+	/* The strict channel range needs its own daemon (a config key); one worker. */
+	const struct CMUnitTest strict[] = { cmocka_unit_test(test_channel_numbers_strict) };
 	if (!nw || atoi(nw) == 1) {
 		g.workers = 1;
-		g.legacy_channels = true;
-		fprintf(stderr, "==== turngated with limits.channel_numbers: rfc5766\n");
-		failed += cmocka_run_group_tests(legacy, group_setup, group_teardown);
+		g.strict_channels = true;
+		fprintf(stderr, "==== turngated with limits.channel_numbers: rfc8656\n");
+		failed += cmocka_run_group_tests(strict, group_setup, group_teardown);
 	}
 	return failed ? 1 : 0;
 }

@@ -61,10 +61,6 @@ def run():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         d = tgtest.Daemon(["127.0.0.3"], auth=("ephemeral", SECRET))
-        # uclient picks channel numbers up to 0x7FFF (RFC 5766); turngate's default is RFC
-        # 8656's 0x4000-0x4FFF, so this legacy client needs the extension key.
-        with open(d.conf, "a") as f:
-            f.write("limits:\n  channel_numbers: rfc5766\n")
         with d:
             run_uclient(d, peer_port, tcp=False, send_ind=True)
             run_uclient(d, peer_port, tcp=True, send_ind=True)

@@ -8,8 +8,9 @@ ConnectionAttempt, ConnectionBind, 2 workers); uclient must report 0 lost packet
 is a failure, not a skip (install the Debian package coturn). The daemon's log must stay
 free of sanitizer reports and worker deaths.
 
-uclient picks channel numbers up to 0x7FFF (RFC 5766), outside RFC 8656's 0x4000-0x4FFF that
-turngate enforces by default, so the config sets limits.channel_numbers: rfc5766.
+uclient picks channel numbers up to 0x7FFF (RFC 5766), outside RFC 8656's 0x4000-0x4FFF: the
+config leaves limits.channel_numbers at its default (0x4000-0x7FFF, as stunnerd), so uclient
+works with its own defaults and no extension key.
 
 uclient drops each client's probe DTLS association without close_notify (its allocation
 stays), so a later socket of the same run can get the probe's source port: the server must
@@ -231,10 +232,6 @@ admin:
   drain_timeout: 1
   relay_port_min: 58000
   relay_port_max: 58999
-# turnutils_uclient picks channel numbers from RFC 5766's 0x4000-0x7FFF; turngate's default
-# is RFC 8656's 0x4000-0x4FFF (400 above it), so this legacy client needs the extension.
-limits:
-  channel_numbers: rfc5766
 auth:
   type: static
   realm: interop.example

@@ -1000,24 +1000,24 @@ static void test_worker_timeouts(void **state)
 	conf_diags_free(&d);
 }
 
-/* limits.channel_numbers: rfc8656 by default, rfc5766 on request, anything else refused;
- * it reaches the snapshot. */
+/* limits.channel_numbers: rfc5766 (0x4000-0x7FFF, as stunnerd) by default, the strict
+ * rfc8656 on request, anything else refused; it reaches the snapshot. */
 static void test_channel_numbers(void **state)
 {
 	(void)state;
 	struct conf_diags d;
 	struct conf *c = must_load("version: v1\nauth: {type: none}\n");
-	assert_int_equal(c->limits.channel_numbers, CONF_CHAN_RFC8656);
-	conf_free(c);
-	c = must_load("version: v1\nauth: {type: none}\nlimits:\n  channel_numbers: RFC5766\n");
 	assert_int_equal(c->limits.channel_numbers, CONF_CHAN_RFC5766);
+	conf_free(c);
+	c = must_load("version: v1\nauth: {type: none}\nlimits:\n  channel_numbers: RFC8656\n");
+	assert_int_equal(c->limits.channel_numbers, CONF_CHAN_RFC8656);
 	void *blob;
 	size_t len;
 	const struct snap *s;
 	struct snap_build_params p = { .generation = 1 };
 	assert_int_equal(snap_build(c, &p, &blob, &len), 0);
 	assert_int_equal(snap_open(blob, len, &s), 0);
-	assert_int_equal(snap_limits(s)->channel_numbers, CONF_CHAN_RFC5766);
+	assert_int_equal(snap_limits(s)->channel_numbers, CONF_CHAN_RFC8656);
 	snap_blob_free(blob, len);
 	conf_free(c);
 	assert_int_equal(t_load("version: v1\nauth: {type: none}\nlimits:\n"

@@ -127,12 +127,13 @@ static const struct rule rules[] = {
 	  (unsigned long long)WK_HS_TIMEOUT_S },
 	{ "architecture.md", "`WK_MAX_HANDSHAKES` \\(([0-9]+)\\)", 10, WK_MAX_HANDSHAKES },
 	{ "security.md", "grows once to ([0-9][0-9 ,]*) bytes", 10, WK_TCP_IN_MAX },
-	/* Channel numbers: the default range and the legacy one. */
-	{ "security.md", "\\| Channel numbers \\| 0x4000–0x([0-9A-Fa-f]+) \\(RFC 8656", 16,
-	  STUN_CHANNEL_MAX },
-	{ "security.md", "0x4000–0x([0-9A-Fa-f]+) with `limits.channel_numbers: rfc5766`", 16,
+	/* Channel numbers: the default (RFC 5766's, as stunnerd) range and the strict one. */
+	{ "security.md", "\\| Channel numbers \\| 0x4000–0x([0-9A-Fa-f]+) by default \\(RFC 5766", 16,
 	  STUN_CHANNEL_LEGACY_MAX },
-	{ "relay.md", "first byte is 0x40–0x([0-9A-Fa-f]+) \\(0x40", 16, STUN_CHANNEL_MAX >> 8 },
+	{ "security.md", "0x4000–0x([0-9A-Fa-f]+) with `limits.channel_numbers: rfc8656`", 16,
+	  STUN_CHANNEL_MAX },
+	{ "relay.md", "first byte is 0x40–0x([0-9A-Fa-f]+) \\(0x40", 16,
+	  STUN_CHANNEL_LEGACY_MAX >> 8 },
 };
 
 /* The doc with whitespace runs folded to one space (NUL-terminated, caller frees). */
