@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,12 @@ static int open_socket(struct turn_client *c, const struct turn_client_opts *o)
 	c->fd = socket(o->server->sa_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return -errno;
+	if (type == SOCK_STREAM) {
+		int one = 1;
+
+		/* Small request/answer messages: no Nagle wait for the server's delayed ACK. */
+		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
 	if (o->local != NULL) {
 		if (o->local->sa_family != o->server->sa_family)
 			return -EAFNOSUPPORT;

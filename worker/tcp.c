@@ -6,6 +6,8 @@
 #include "worker/wk.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -474,6 +476,14 @@ static bool wk_tcp_can_accept(const struct worker *w, const struct wk_listener *
 	return !l->secure || (l->tls_ctx && w->n_handshakes < WK_MAX_HANDSHAKES);
 }
 
+void wk_sock_nodelay(int fd)
+{
+	int one = 1;
+
+	/* Fails harmlessly (EOPNOTSUPP) on the AF_UNIX end of a bridged TLS connection. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 /* A connection for fd accepted on l (TLS unless plain: with its SSL object in accept
  * state), or NULL. */
 static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd, bool plain)
@@ -482,6 +492,7 @@ static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd, bool p
 
 	if (!c)
 		return NULL;
+	wk_sock_nodelay(fd);
 	c->in = malloc(WK_TCP_IN_START);
 	c->in_cap = WK_TCP_IN_START;
 	if (c->in && l->secure && !plain) {

@@ -281,6 +281,7 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	wk_sock_nodelay(fd);
 	if (bind(fd, (struct sockaddr *)&src, sl) < 0 ||
 	    (connect(fd, peer, wk_addr_len(peer)) < 0 && errno != EINPROGRESS)) {
 		close(fd);
@@ -434,6 +435,7 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 		if (fd < 0)
 			return;
+		wk_sock_nodelay(fd);
 		if (!wk_tcpr_inbound(w, a, fd, (struct sockaddr *)&ss)) {
 			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 

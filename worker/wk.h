@@ -680,6 +680,10 @@ void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_
 /* Success response to req with no attributes (signed as cred says). */
 void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 		 const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime);
+/* Sets TCP_NODELAY on a TCP socket of ours (client connections, RFC 6062 peer
+ * connections): TURN messages are small and answered, so Nagle with the peer's delayed
+ * ACK would hold each one ~40 ms. Errors are ignored (an AF_UNIX socket has no Nagle). */
+void wk_sock_nodelay(int fd);
 /* The channel numbers clients may use (limits.channel_numbers): RFC 5766's wide range
  * unless the current snapshot says strict RFC 8656 (no snapshot: RFC 5766). */
 enum stun_chan_range wk_chan_range(const struct worker *w);
