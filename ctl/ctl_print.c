@@ -100,8 +100,8 @@ static void print_status(json_t *r, FILE *out)
 	fprintf(out, "last reload:    %s (%s)\n",
 		json_is_true(json_object_get(lr, "ok")) ? "ok" : "FAILED", str_of(lr, "trigger"));
 	print_lines(json_object_get(lr, "errors"), "                ", out);
-	fprintf(out, "workers:        %lld running of %lld\n", int_of(w, "running"),
-		int_of(w, "configured"));
+	fprintf(out, "workers:        %lld running of %lld (%s)\n", int_of(w, "running"),
+		int_of(w, "configured"), str_of(w, "source"));
 	fprintf(out, "allocations:    %lld\n", int_of(r, "allocations"));
 	fprintf(out, "draining:       %s\n",
 		json_is_true(json_object_get(r, "draining")) ? "yes" : "no");

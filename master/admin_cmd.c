@@ -74,14 +74,15 @@ static json_t *listeners_json(const struct master *m)
 static json_t *cmd_status(struct master *m, json_t *req)
 {
 	(void)req;
-	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i}, s:i, s:o, "
+	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i, s:s}, s:i, s:o, "
 			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}, s:o, s:o?, s:o?}",
 			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
 			 ev_now(m->loop) - m->started_at, "generation", (json_int_t)m->generation,
 			 "config_source", m->config_path != NULL ? m->config_path : "<default>",
 			 "last_reload", reload_json(m), "draining", m->draining, "workers",
 			 "configured", (int)m->n_slots, "running", (int)workers_running(m),
-			 "allocations", (int)master_alloc_count(m), "listeners", listeners_json(m),
+			 "source", m->workers_why, "allocations", (int)master_alloc_count(m),
+			 "listeners", listeners_json(m),
 			 "snapshots", "pending", (int)m->snaps_pending, "reclaimed",
 			 (json_int_t)m->snaps_reclaimed, "unknown_routes",
 			 (json_int_t)(m->cfg ? m->cfg->n_unknown_routes : 0), "state", "file",

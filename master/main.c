@@ -19,6 +19,7 @@
 #include "conf/snapshot.h"
 #include "master/admin.h"
 #include "master/cds.h"
+#include "master/cpus.h"
 #include "shm/shm.h"
 
 #define TICK_S 0.25
@@ -40,7 +41,8 @@ static void usage(FILE *out)
 		"  -t, --test           check the configuration and exit (0: ok, 1: problems)\n"
 		"  -w, --watch          reload when the config file changes\n"
 		"  -l, --log LOGSPEC    log levels, e.g. all:INFO,turn:DEBUG (overrides config)\n"
-		"      --workers N      worker processes (default: config, else one per CPU)\n"
+		"      --workers N      worker processes (default: config, else one per usable CPU:\n"
+		"                       affinity and cgroup CPU quota)\n"
 		"      --udp-thread-num=N  alias of --workers (stunnerd)\n"
 		"  -h, --help           this help\n"
 		"  -v, --version        print the version\n"
@@ -268,19 +270,20 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	notify_watchdog();
 }
 
-static unsigned slot_count(const struct master *m)
+/* The worker count and, in why, where it came from (status shows it): --workers, the
+ * config, else the CPUs this process may use (affinity and cgroup quota, master/cpus.c). */
+static unsigned slot_count(const struct master *m, char *why, size_t len)
 {
-	long cpus;
-
-	if (m->workers_cli > 0)
+	if (m->workers_cli > 0) {
+		snprintf(why, len, "configured: --workers");
 		return m->workers_cli;
-	if (m->cfg->admin.workers > 0)
+	}
+	if (m->cfg->admin.workers > 0) {
+		snprintf(why, len, "configured");
 		return m->cfg->admin.workers > SHM_MAX_SLOTS ? SHM_MAX_SLOTS
 							     : m->cfg->admin.workers;
-	cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	if (cpus < 1)
-		cpus = 1;
-	return cpus > (long)SHM_MAX_SLOTS ? SHM_MAX_SLOTS : (unsigned)cpus;
+	}
+	return cpus_auto_workers(NULL, SHM_MAX_SLOTS, why, len);
 }
 
 static int shm_geometry(struct master *m, struct shm_config *sc)
@@ -426,11 +429,15 @@ static int master_start(struct master *m)
 		return rc;
 	if (m->config_path == NULL)
 		conf_print_credential_help(m->cfg, (int64_t)time(NULL), stderr);
-	m->n_slots = slot_count(m);
-	if (upgrade_inherit(m) == 1 && m->n_slots != slot_count(m))
+	m->n_slots = slot_count(m, m->workers_why, sizeof(m->workers_why));
+	if (upgrade_inherit(m) == 1 && m->n_slots != slot_count(m, m->workers_why,
+								 sizeof(m->workers_why))) {
 		log_warn("master", "upgrade: %u workers as before (a live upgrade keeps the "
 				   "worker count; restart to change it)",
 			 m->n_slots);
+		snprintf(m->workers_why, sizeof(m->workers_why), "kept by the live upgrade");
+	}
+	log_info("master", "%u workers (%s)", m->n_slots, m->workers_why);
 	rc = open_admin(m);
 	if (rc < 0)
 		return rc;

@@ -96,6 +96,7 @@ struct master {
 	char *state_path;         /* the state file, NULL when the table lives in memory */
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
+	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */
 	struct mworker *workers;  /* n_slots entries */
 	/* The short circuit's hand-over channel (worker/handover.c): per slot, a SOCK_DGRAM
 	 * socketpair made before the first fork and kept open for the master's life, so a

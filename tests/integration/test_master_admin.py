@@ -42,7 +42,8 @@ def test_every_command(d):
         for key in ("version", "uptime", "generation", "config_source", "last_reload",
                     "workers", "allocations", "listeners", "pid"):
             check(key in st, "status lacks %s: %r" % (key, st))
-        check(st["workers"] == {"configured": 2, "running": 2}, st["workers"])
+        check(st["workers"] == {"configured": 2, "running": 2, "source": "configured"},
+              st["workers"])
         check(st["last_reload"]["ok"] is True and st["last_reload"]["trigger"] == "startup",
               st["last_reload"])
         check(st["allocations"] == 0, st)

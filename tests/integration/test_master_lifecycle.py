@@ -234,7 +234,8 @@ def test_command_line(d):
                     workers=3).start()
     try:
         st = daemon.admin({"cmd": "status"})
-        check(st["workers"] == {"configured": 3, "running": 3}, st)
+        check(st["workers"] == {"configured": 3, "running": 3,
+                                "source": "configured: --workers"}, st)
         ll = daemon.admin({"cmd": "loglevel"})
         check(ll == {"ok": True, "spec": "all:WARN", "source": "override"}, ll)
     finally:
