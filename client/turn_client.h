@@ -90,6 +90,7 @@ struct turn_client_tls_info {
 	char subject_cn[256];		/* server leaf certificate: subject CN, "" if none */
 	char dns_san[256];		/* first DNS subjectAltName, "" if none */
 	uint8_t cert_sha256[32];	/* SHA-256 of the leaf certificate (DER) */
+	int64_t not_after;		/* the leaf's notAfter (Unix s), 0 if unknown */
 	bool has_cert;			/* false: no server certificate (then the above are 0) */
 };
 

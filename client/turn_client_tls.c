@@ -257,6 +257,7 @@ static void cert_info(X509 *x, struct turn_client_tls_info *out)
 	int i = X509_NAME_get_index_by_NID(X509_get_subject_name(x), NID_commonName, -1);
 	GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
 	unsigned md_len = 0;
+	struct tm tm;
 
 	if (i >= 0) {
 		X509_NAME_ENTRY *e = X509_NAME_get_entry(X509_get_subject_name(x), i);
@@ -273,6 +274,8 @@ static void cert_info(X509 *x, struct turn_client_tls_info *out)
 	if (X509_digest(x, EVP_sha256(), out->cert_sha256, &md_len) != 1 ||
 	    md_len != sizeof(out->cert_sha256))
 		memset(out->cert_sha256, 0, sizeof(out->cert_sha256));
+	if (ASN1_TIME_to_tm(X509_get0_notAfter(x), &tm) == 1)
+		out->not_after = (int64_t)timegm(&tm);
 	out->has_cert = true;
 }
 

@@ -166,6 +166,7 @@ struct conf_listener {
 	char *key_pem;
 	size_t key_pem_len;
 	char *cert_file, *key_file;  /* ours; as written, NULL when unset */
+	int64_t cert_not_after;      /* earliest notAfter of cert_pem (Unix s); 0: no cert */
 	char **routes;               /* cluster names, sorted, deduplicated */
 	size_t n_routes;
 	struct conf_auth *auth;      /* ours: per-listener override, NULL = use conf.auth */

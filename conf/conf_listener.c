@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "conf/conf_internal.h"
+#include "conf/tls_pem.h"
 
 struct lst_state {
 	struct conf_listener *l;
@@ -229,6 +231,33 @@ static void load_pem(struct pctx *p, const char *path, const char *what, yaml_no
 	}
 }
 
+/* A certificate past its notAfter, or within CONF_TLS_EXPIRY_WARN_DAYS of it, is a
+ * warning (the listener still serves it: clients decide; an expired one fails theirs). */
+static void warn_expiry(struct pctx *p, yaml_node_t *n, const char *path, const char *key,
+			int64_t not_after)
+{
+	int64_t left = not_after - (int64_t)time(NULL);
+	char sub[CONF_PATH_MAX], when[32];
+	time_t t = (time_t)not_after;
+	struct tm tm;
+
+	if (left >= (int64_t)CONF_TLS_EXPIRY_WARN_DAYS * 86400)
+		return;
+	if (gmtime_r(&t, &tm) == NULL || strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm) == 0)
+		snprintf(when, sizeof(when), "%lld", (long long)not_after);
+	conf_path_key(sub, path, key);
+	if (left < 0)
+		pctx_warn(p, n, sub,
+			  "certificate expired %lld days ago (notAfter %s UTC); TLS clients "
+			  "that check it refuse the handshake: renew it",
+			  (long long)(-left / 86400), when);
+	else
+		pctx_warn(p, n, sub,
+			  "certificate expires in %lld days (notAfter %s UTC), under %d days: "
+			  "renew it",
+			  (long long)(left / 86400), when, CONF_TLS_EXPIRY_WARN_DAYS);
+}
+
 static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
 {
 	struct conf_listener *l = st->l;
@@ -277,6 +306,9 @@ static void lst_tls(struct pctx *p, struct lst_state *st, const char *path)
 			      k ? (st->key ? "key" : "key_file")
 				: (st->cert ? "cert" : "cert_file"));
 		pctx_error(p, n, sub, "%s", err + (k ? 5 : 6));
+	} else if (conf_pem_not_after(l->cert_pem, l->cert_pem_len, &l->cert_not_after) == 0) {
+		warn_expiry(p, st->cert ? st->cert : st->cert_file, path, st->cert ? "cert" : "cert_file",
+			    l->cert_not_after);
 	}
 }
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -38,6 +39,31 @@ int conf_pem_read_keys(const void *pem, size_t len, EVP_PKEY **out, size_t cap, 
 	BIO_free(b);
 	ERR_clear_error();
 	return 0;
+}
+
+int conf_pem_not_after(const void *pem, size_t len, int64_t *not_after)
+{
+	X509 *x[CONF_TLS_MAX_CERTS];
+	size_t n = 0;
+	int rc = -ENOENT;
+
+	if (conf_pem_read_certs(pem, len, x, CONF_TLS_MAX_CERTS, &n) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct tm tm;
+		int64_t t;
+
+		if (ASN1_TIME_to_tm(X509_get0_notAfter(x[i]), &tm) != 1)
+			continue;
+		t = (int64_t)timegm(&tm);
+		if (rc < 0 || t < *not_after)
+			*not_after = t;
+		rc = 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		X509_free(x[i]);
+	ERR_clear_error();
+	return rc;
 }
 
 int conf_tls_check(const char *cert, size_t cert_len, const char *key, size_t key_len, char *err,

@@ -4,6 +4,7 @@
 #define TG_CONF_TLS_PEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <openssl/types.h>
 
@@ -17,5 +18,15 @@
  * error queue. Returns 0 or -ENOMEM. */
 int conf_pem_read_certs(const void *pem, size_t len, X509 **out, size_t cap, size_t *n);
 int conf_pem_read_keys(const void *pem, size_t len, EVP_PKEY **out, size_t cap, size_t *n);
+
+/* A certificate closer than this to its notAfter (or past it) is a warning at -t, start,
+ * reload and in turngatectl doctor: two weeks leaves room for a renewal that failed
+ * once (ACME clients renew 30 days ahead). */
+#define CONF_TLS_EXPIRY_WARN_DAYS 14
+
+/* The earliest notAfter (Unix seconds) of the certificates of pem[0..len), chains
+ * included: the first one to expire breaks the handshake. Returns 0, -ENOENT (no
+ * certificate, or a date that does not convert) or -ENOMEM. Any process. */
+int conf_pem_not_after(const void *pem, size_t len, int64_t *not_after);
 
 #endif

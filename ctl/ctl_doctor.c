@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "conf/conf.h"
+#include "conf/tls_pem.h"
 #include "stun/stun_auth.h"
 
 #define DOCTOR_TTL_S 3600
@@ -169,6 +170,24 @@ static const char *test_host(const struct doctor *d, const char *bind_text, char
 }
 
 /* One listener: open in the daemon, on the expected port, answering STUN. */
+/* A served certificate past or within CONF_TLS_EXPIRY_WARN_DAYS of its notAfter: a
+ * warning line (the listener works; its clients will not for long). */
+static void warn_expiry(const char *name, int64_t not_after)
+{
+	int64_t left = not_after - (int64_t)time(NULL);
+	char check[64];
+
+	if (not_after == 0 || left >= (int64_t)CONF_TLS_EXPIRY_WARN_DAYS * 86400)
+		return;
+	snprintf(check, sizeof(check), "certificate %s", name);
+	if (left < 0)
+		show(check, "WARN", "expired %lld days ago: clients that verify it refuse the "
+		     "handshake; renew it and turngatectl reload", (long long)(-left / 86400));
+	else
+		show(check, "WARN", "expires in %lld days (under %d): renew it and turngatectl "
+		     "reload", (long long)(left / 86400), CONF_TLS_EXPIRY_WARN_DAYS);
+}
+
 static int check_one_listener(struct doctor *d, const char *name, const char *proto,
 			      unsigned want_port)
 {
@@ -178,6 +197,7 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 	const char *host;
 	bool tcp = strcmp(proto, "TURN-TCP") == 0, dtls = strcmp(proto, "TURN-DTLS") == 0;
 	bool secure = dtls || strcmp(proto, "TURN-TLS") == 0;
+	int64_t not_after = 0;
 	unsigned port;
 	int rc;
 
@@ -208,7 +228,8 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 	host = test_host(d, jstr(st, "address"), hostbuf, sizeof(hostbuf));
 	rc = doctor_addr(host, (uint16_t)port, &to);
 	if (rc == 0 && secure)
-		rc = doctor_tls_binding(&to, dtls, NULL, d->timeout_ms, info, sizeof(info));
+		rc = doctor_tls_binding(&to, dtls, NULL, d->timeout_ms, info, sizeof(info),
+					&not_after);
 	else if (rc == 0)
 		rc = doctor_stun_binding(&to, tcp, d->timeout_ms);
 	if (rc < 0) {
@@ -226,6 +247,8 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 				 "address");
 	}
 	show(check, "ok", "%s %s:%u answers a STUN Binding%s", proto, host, port, info);
+	if (secure)
+		warn_expiry(name, not_after);
 	if (!d->have_probe && !secure) {	/* the allocation probe speaks UDP/TCP */
 		d->have_probe = true;
 		d->probe_tcp = tcp;

@@ -21,9 +21,10 @@ int doctor_stun_binding(const struct sockaddr_storage *to, bool tcp, int timeout
 /* The same over TLS (dtls false) or DTLS with the project's client: handshake (ALPN
  * stun.turn offered, SNI sni when not NULL, the certificate not verified: doctor checks the
  * listener, not the PKI), then a Binding. info (cap bytes) gets the protocol version, ALPN
- * and the certificate's name. Returns 0 or the client's negative errno. */
+ * and the certificate's name; *not_after (when not NULL) the served certificate's notAfter
+ * (Unix s), 0 if unknown. Returns 0 or the client's negative errno. */
 int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char *sni,
-		       int timeout_ms, char *info, size_t cap);
+		       int timeout_ms, char *info, size_t cap, int64_t *not_after);
 
 /* Allocates on server with user/pass, then deletes the allocation. Returns 0, or -EPROTO
  * with *stun_code (401, 403, ...) and why "CODE REASON", or another -errno with why its

@@ -155,7 +155,7 @@ int doctor_allocate(const struct sockaddr_storage *server, bool tcp, const char 
 }
 
 int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char *sni,
-		       int timeout_ms, char *info, size_t cap)
+		       int timeout_ms, char *info, size_t cap, int64_t *not_after)
 {
 	struct turn_client_opts o = {
 		.transport = dtls ? TURN_CLIENT_DTLS : TURN_CLIENT_TLS,
@@ -169,9 +169,13 @@ int doctor_tls_binding(const struct sockaddr_storage *to, bool dtls, const char 
 	int rc = turn_client_create(&o, &c);
 
 	info[0] = '\0';
+	if (not_after != NULL)
+		*not_after = 0;
 	if (rc < 0)
 		return rc;
 	rc = turn_client_binding(c, &mapped);
+	if (rc == 0 && turn_client_tls_info(c, &ti) == 0 && not_after != NULL)
+		*not_after = ti.not_after;
 	if (rc == 0 && turn_client_tls_info(c, &ti) == 0)
 		snprintf(info, cap, " over %s (ALPN %s, certificate %s)", ti.version,
 			 ti.alpn[0] ? ti.alpn : "none",

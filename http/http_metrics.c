@@ -528,6 +528,15 @@ static void render_master(struct mctx *m)
 		 "Worker processes respawned after dying or hanging.", ms->worker_restarts);
 	scalar_u(m, "turngate_draining", "gauge", "1 while draining (refusing new allocations).",
 		 ms->draining ? 1 : 0);
+	fam(m, "turngate_tls_certificate_expiry_seconds", "gauge",
+	    "Seconds until the earliest notAfter of a TLS/DTLS listener's certificates "
+	    "(negative: expired).");
+	for (size_t i = 0; i < ms->n_certs; i++) {
+		struct label c = { "listener", ms->cert_listeners[i] };
+
+		sample_i(m, "turngate_tls_certificate_expiry_seconds", &c, 1,
+			 ms->cert_not_after[i] - ms->now);
+	}
 }
 
 /* Slots that ever ran a worker; counters of dead slots are kept (they stay monotonic). */

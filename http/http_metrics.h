@@ -50,6 +50,12 @@ struct http_master_stats {
 	 * client) and its entries. */
 	const struct shm_counters *offload_add;
 	uint64_t offload_pkts[2], offload_entries;
+	/* TLS and DTLS listeners' certificates: the listener's name and its earliest notAfter
+	 * (Unix s), n_certs entries, and the time to count from. */
+	const char *const *cert_listeners;
+	const int64_t *cert_not_after;
+	size_t n_certs;
+	int64_t now;
 };
 
 /* Fills *out for pid (0 = the calling process) from /proc/PID/{stat,fd,limits} and

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "conf/snapshot.h"
@@ -73,6 +74,30 @@ static int cb_status(void *ctx, struct http_buf *out)
 	return http_status_render(m->cfg, &info, out);
 }
 
+/* The running config's TLS/DTLS listeners with a certificate, for
+ * turngate_tls_certificate_expiry_seconds (arrays the caller frees). */
+static int cert_expiry(const struct master *m, struct http_master_stats *ms)
+{
+	size_t n = m->cfg ? m->cfg->n_listeners : 0;
+	const char **names = calloc(n + 1, sizeof(*names));
+	int64_t *na = calloc(n + 1, sizeof(*na));
+
+	ms->cert_listeners = names;
+	ms->cert_not_after = na;
+	ms->now = (int64_t)time(NULL);
+	if (names == NULL || na == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const struct conf_listener *l = &m->cfg->listeners[i];
+
+		if (l->cert_not_after == 0 || l->cert_pem == NULL)
+			continue;
+		names[ms->n_certs] = l->name;
+		na[ms->n_certs++] = l->cert_not_after;
+	}
+	return 0;
+}
+
 static int cb_metrics(void *ctx, struct http_buf *out)
 {
 	struct master *m = ctx;
@@ -109,7 +134,11 @@ static int cb_metrics(void *ctx, struct http_buf *out)
 	/* The master's own copy of what it published: names for listener/cluster series. */
 	if (m->snap_blob != NULL && snap_open(m->snap_blob, m->snap_len, &snap) < 0)
 		snap = NULL;
-	rc = http_metrics_render(m->shm, snap, &ms, out);
+	rc = cert_expiry(m, &ms);
+	if (rc == 0)
+		rc = http_metrics_render(m->shm, snap, &ms, out);
+	free((void *)ms.cert_listeners);
+	free((void *)ms.cert_not_after);
 	free(ws);
 	free(off);
 	return rc;

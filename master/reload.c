@@ -415,6 +415,7 @@ int reload_run(struct master *m, const char *trigger)
 	apply_logging(m, m->cfg);
 	httpd_reload(m);
 	open_admin_late(m);
+	conf_diags_print(&diags, stderr);	/* the warnings of an applied config */
 	record_result(m, trigger, true, diags_to_json(&diags));
 	log_info("master", "configuration generation %llu active (%s)",
 		 (unsigned long long)m->generation, trigger);

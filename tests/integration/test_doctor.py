@@ -58,7 +58,7 @@ def test_doctor_tls(d):
     """TURN-TLS and TURN-DTLS listeners are checked with a handshake and a Binding."""
     port, tport, dport = free_port(), free_port(), free_port()
     crt, key = os.path.join(d, "t.crt"), os.path.join(d, "t.key")
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-newkey", "ec",
                     "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=doctor.test",
                     "-keyout", key, "-out", crt], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)

@@ -50,7 +50,7 @@ static int make_cert(const char *crt, const char *key, const char *cn)
 	char cmd[1024];
 
 	snprintf(cmd, sizeof(cmd),
-		 "openssl req -x509 -nodes -days 2 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+		 "openssl req -x509 -nodes -days 30 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
 		 "-subj /CN=%s -addext subjectAltName=DNS:%s,IP:127.0.0.4 -keyout %s -out %s "
 		 ">/dev/null 2>&1",
 		 cn, cn, key, crt);

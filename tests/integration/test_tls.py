@@ -33,7 +33,7 @@ def make_cert(d, name, kind="ec"):
     crt, key = os.path.join(d, name + ".crt"), os.path.join(d, name + ".key")
     alg = (["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"] if kind == "ec"
            else ["-newkey", "rsa:2048"])
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=" + name,
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-subj", "/CN=" + name,
                     "-addext", "subjectAltName=DNS:" + name, "-keyout", key, "-out", crt] + alg,
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return crt, key

@@ -194,7 +194,7 @@ class Daemon:
             self.tls_port = free_port(address)
             self.tls_cert = os.path.join(self.tmp, "turn.crt")
             key = os.path.join(self.tmp, "turn.key")
-            subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
+            subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-newkey", "ec",
                             "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=turn.interop.test",
                             "-addext", "subjectAltName=IP:%s,DNS:turn.interop.test" % address,
                             "-keyout", key, "-out", self.tls_cert], check=True,

@@ -219,7 +219,7 @@ def main():
     relay_tcp_port = free_port()
     conf = os.path.join(tmp, "turngate.yaml")
     crt, key = os.path.join(tmp, "turn.crt"), os.path.join(tmp, "turn.key")
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-newkey", "ec",
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-newkey", "ec",
                     "-pkeyopt", "ec_paramgen_curve:P-256", "-subj", "/CN=turn.interop.test",
                     "-keyout", key, "-out", crt], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
