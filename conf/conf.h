@@ -39,6 +39,7 @@ struct conf_diag {
 	uint32_t line, col;
 	char *path;     /* field path: "listeners[1].port"; "" for the document itself */
 	char *msg;      /* "70000 is out of range (1..65535)" */
+	bool unknown_key; /* a key the parser does not know (ignored, as stunnerd does) */
 };
 
 /* Every problem of one load, in document order. Zero-initialise before first use

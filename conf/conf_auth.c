@@ -85,6 +85,13 @@ static bool parse_type(struct pctx *p, yaml_node_t *v, const char *path, struct 
 	return given;
 }
 
+static const char *const cred_keys[] = { "username", "password", "secret", NULL };
+static const char *const user_keys[] = { "username", "password", NULL };
+static const char *const auth_keys[] = { "type", "realm", "credentials", "users", "secret_file",
+					 "previous_secret", "previous_secret_file",
+					 "previous_secret_until", "previous_secret_grace",
+					 "strict_expiry", NULL };
+
 /* auth.credentials is never env-expanded (STUNner issue #102). */
 static void cred_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		      const char *path, void *arg)
@@ -102,7 +109,7 @@ static void cred_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 		dst = &st->a->secret;
 		st->secret = v;
 	} else {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, cred_keys);
 		return;
 	}
 	s = pctx_string(p, v, path, CONF_STR_NOENV);
@@ -121,7 +128,7 @@ static void user_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 							: NULL;
 	char *s;
 	if (dst == NULL) {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, user_keys);
 		return;
 	}
 	s = pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
@@ -241,7 +248,7 @@ static void auth_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 	} else if (strcasecmp(key, "strict_expiry") == 0) {
 		pctx_bool(p, v, path, &a->strict_expiry);
 	} else {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, auth_keys);
 	}
 }
 

@@ -42,6 +42,9 @@ static void cl_admit_special(struct pctx *p, struct conf_cluster *cl, yaml_node_
 	}
 }
 
+static const char *const cl_keys[] = { "name", "endpoints", "admit_special", "type", "protocol",
+				       NULL };
+
 static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		    const char *path, void *arg)
 {
@@ -66,7 +69,7 @@ static void cl_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 		return;
 	}
 	if (strcasecmp(key, "type") != 0 && strcasecmp(key, "protocol") != 0) {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, cl_keys);
 		return;
 	}
 	s = pctx_is_null(v) ? NULL : pctx_string(p, v, path, false);

@@ -83,7 +83,14 @@ int pctx_uint(struct pctx *p, yaml_node_t *n, const char *path, uint64_t min, ui
 int pctx_int_clamped(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out);
 int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out);
 bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_type_t t);
-void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path);
+/* Warns "unknown key (ignored)" at key, with "did you mean `K`?" when conf_key_suggest()
+ * finds K among known (NULL-terminated: the keys of the mapping the key is in); the
+ * diagnostic is marked unknown_key (conf_keys.c). */
+void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path,
+		      const char *const *known);
+/* The known key closest to key (case-insensitive, at most 2 edits and fewer than half
+ * its length), or NULL. */
+const char *conf_key_suggest(const char *key, const char *const *known);
 /* Walks a mapping: calls fn for each pair whose key is a scalar, with YAML merge keys
  * (`<<: *anchor`, or a list of them) expanded as go-yaml v2 does (a key written after
  * the merge overrides it, earlier list entries win). Keys that match case-insensitively

@@ -129,6 +129,13 @@ static bool lst_tls_pair(struct pctx *p, const char *key, yaml_node_t *v, const 
 	return true;
 }
 
+static const char *const lst_keys[] = {
+	"name", "protocol", "address", "port", "public_address", "public_port", "cert", "key",
+	"cert_file", "key_file", "bind_address", "relay_port_min", "relay_port_max",
+	"max_allocations", "max_bps", "relay_address_mask", "dual_stack_address", "routes",
+	"auth", NULL
+};
+
 static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		     const char *path, void *arg)
 {
@@ -194,7 +201,7 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 			  "v1alpha1 key dropped by stunnerd's conversion to v1 "
 			  "(ignored; v1 puts peer port ranges on cluster endpoints)");
 	} else {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, lst_keys);
 	}
 }
 

@@ -59,8 +59,8 @@ enum {
 	R_LISTENERS,
 	R_N
 };
-static const char *const root_keys[R_N] = { "version",  "admin", "limits",
-					    "clusters", "auth",  "listeners" };
+static const char *const root_keys[R_N + 1] = { "version",  "admin", "limits",
+						"clusters", "auth",  "listeners", NULL };
 
 struct root_nodes {
 	yaml_node_t *k[R_N], *v[R_N];
@@ -77,7 +77,7 @@ static void root_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 			return;
 		}
 	}
-	pctx_unknown_key(p, k, path);
+	pctx_unknown_key(p, k, path, root_keys);
 }
 
 static void parse_version(struct pctx *p, yaml_node_t *root, yaml_node_t *v)

@@ -243,11 +243,6 @@ int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out)
 	return rc;
 }
 
-void pctx_unknown_key(struct pctx *p, yaml_node_t *key, const char *path)
-{
-	pctx_warn(p, key, path, "unknown key (ignored)");
-}
-
 /* One key/value of a mapping after merge keys are expanded; merged: it came from a `<<`. */
 struct map_pair {
 	yaml_node_t *k, *v;

@@ -337,6 +337,15 @@ static void parse_offload_ifaces(struct pctx *p, yaml_node_t *v, const char *pat
 	}
 }
 
+static const char *const admin_keys[] = {
+	"name", "loglevel", "metrics_endpoint", "healthcheck_endpoint", "user_quota",
+	"offload_engine", "offload_interfaces", "license_config", "workers", "admin_socket",
+	"state_dir", "admin_socket_mode", "log_format", "relay_port_min", "relay_port_max",
+	"drain_timeout", "worker_ping_timeout", "worker_stall_timeout", "alternate_server",
+	"credential_api_endpoint", "credential_api_token", "credential_api_token_file",
+	"siblings", NULL
+};
+
 static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		       const char *path, void *arg)
 {
@@ -369,7 +378,7 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 				  "STUNner's premium license is not used by turngate "
 				  "(ignored)");
 	} else if (!admin_ext_pair(p, key, v, path, arg)) {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, admin_keys);
 	}
 }
 
@@ -471,6 +480,21 @@ struct limit_nodes {
 	yaml_node_t *n[sizeof(limit_keys) / sizeof(limit_keys[0])];
 };
 
+/* The limits' keys for the "did you mean": the table's and the three parsed apart. */
+static void limits_unknown(struct pctx *p, yaml_node_t *k, const char *path)
+{
+	static const char *const apart[] = { "channel_numbers", "allocation_bps", "user_bps" };
+	const char *known[sizeof(limit_keys) / sizeof(limit_keys[0]) + 4];
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(apart) / sizeof(apart[0]); i++)
+		known[n++] = apart[i];
+	for (size_t i = 0; i < sizeof(limit_keys) / sizeof(limit_keys[0]); i++)
+		known[n++] = limit_keys[i].key;
+	known[n] = NULL;
+	pctx_unknown_key(p, k, path, known);
+}
+
 static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 			const char *path, void *arg)
 {
@@ -495,7 +519,7 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 		ln->n[i] = v;
 		return;
 	}
-	pctx_unknown_key(p, k, path);
+	limits_unknown(p, k, path);
 }
 
 void conf_parse_limits(struct pctx *p, yaml_node_t *n, const char *path)

@@ -23,6 +23,8 @@ static void sib_port(struct pctx *p, yaml_node_t *v, const char *path, uint16_t 
 		*dst = (uint16_t)x;
 }
 
+static const char *const sib_keys[] = { "address", "relay_port_min", "relay_port_max", NULL };
+
 static void sib_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 		     const char *path, void *arg)
 {
@@ -40,7 +42,7 @@ static void sib_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		st->max = v;
 		sib_port(p, v, path, &s->relay_port_max, &st->has_max);
 	} else {
-		pctx_unknown_key(p, k, path);
+		pctx_unknown_key(p, k, path, sib_keys);
 	}
 }
 

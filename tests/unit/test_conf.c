@@ -499,6 +499,52 @@ static void test_unknown_keys_warn(void **state)
 	conf_diags_free(&d);
 }
 
+/* A key close to a known one of its mapping gets "did you mean", at every level; a key
+ * close to none gets none. */
+static void test_unknown_keys_did_you_mean(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "listners:\n  - name: a\n"
+				       "admin:\n  loglevle: all:DEBUG\n  colour: blue\n"
+				       "limits:\n  max_alocations: 5\n  user_bsp: 7\n"
+				       "listeners:\n  - name: a\n    protocl: TURN-TCP\n"
+				       "    auth:\n      relm: r\n      credentials:\n"
+				       "        username: x\n        password: y\n"
+				       "        pasword: z\n"
+				       "clusters:\n  - name: c\n    endpionts: [1.2.3.4]\n"
+				       "Listener: []\n",
+				&c, &d),
+			 0);
+	assert_diag(&d, "t.yaml:7:1: warning: listners: unknown key (ignored); did you mean "
+			"`listeners`?");
+	assert_diag(&d, "t.yaml:10:3: warning: admin.loglevle: unknown key (ignored); did you "
+			"mean `loglevel`?");
+	assert_diag(&d, "t.yaml:11:3: warning: admin.colour: unknown key (ignored)");
+	assert_diag(&d, "t.yaml:13:3: warning: limits.max_alocations: unknown key (ignored); "
+			"did you mean `max_allocations`?");
+	assert_diag(&d, "t.yaml:14:3: warning: limits.user_bsp: unknown key (ignored); did you "
+			"mean `user_bps`?");
+	assert_diag(&d, "t.yaml:17:5: warning: listeners[0].protocl: unknown key (ignored); "
+			"did you mean `protocol`?");
+	assert_diag(&d, "t.yaml:19:7: warning: listeners[0].auth.relm: unknown key (ignored); "
+			"did you mean `realm`?");
+	assert_diag(&d, "t.yaml:23:9: warning: listeners[0].auth.credentials.pasword: unknown "
+			"key (ignored); did you mean `password`?");
+	assert_diag(&d, "t.yaml:26:5: warning: clusters[0].endpionts: unknown key (ignored); "
+			"did you mean `endpoints`?");
+	assert_diag(&d, "t.yaml:27:1: warning: Listener: unknown key (ignored); did you mean "
+			"`listeners`?");
+	/* The diagnostics are marked, for the reload guard. */
+	for (size_t i = 0; i < d.n; i++)
+		assert_true(d.v[i].unknown_key == (strstr(d.v[i].msg, "unknown key") != NULL));
+	assert_int_equal(c->listeners[0].protocol, CONF_PROTO_TURN_UDP); /* ignored: default */
+	assert_int_equal(d.n_errors, 0);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
 static void test_env_expansion(void **state)
 {
 	(void)state;
@@ -1570,6 +1616,7 @@ int main(void)
 		cmocka_unit_test(test_port_sharing_ok),
 		cmocka_unit_test(test_no_cascading_clash),
 		cmocka_unit_test(test_unknown_keys_warn),
+		cmocka_unit_test(test_unknown_keys_did_you_mean),
 		cmocka_unit_test(test_env_expansion),
 		cmocka_unit_test(test_env_secret_not_expanded),
 		cmocka_unit_test(test_expand_edge_cases),
