@@ -110,6 +110,14 @@ static int check_daemon(struct doctor *d)
 	     json_integer_value(json_object_get(d->status, "generation")),
 	     jstr(d->status, "config_source"));
 	lr = json_object_get(d->status, "last_reload");
+	if (strcmp(jstr(lr, "result"), "refused") == 0) {
+		snprintf(detail, sizeof(detail), "last reload (%s) refused: %s", jstr(lr, "trigger"),
+			 jstr(lr, "reason"));
+		return fail(L_DAEMON, "last reload", detail,
+			    "fix the configuration (the key named above), then turngatectl "
+			    "reload; to remove the listeners on purpose, turngatectl reload "
+			    "--force; until then the daemon runs the previous configuration");
+	}
 	if (!json_is_true(json_object_get(lr, "ok"))) {
 		json_t *e = json_array_get(json_object_get(lr, "errors"), 0);
 

@@ -87,6 +87,20 @@ static void print_dns(json_t *d, FILE *out)
 		int_of(d, "changes"), int_of(d, "failures"));
 }
 
+/* "ok (SIGHUP)", "FAILED (admin)", "refused (inotify): would remove every listener ...",
+ * "ok (admin, forced): ...", "ok (cds): the configuration has no listeners". */
+static void print_last_reload(json_t *lr, FILE *out)
+{
+	const char *result = str_of(lr, "result");
+	const char *reason = json_string_value(json_object_get(lr, "reason"));
+	bool ok = json_is_true(json_object_get(lr, "ok"));
+
+	fprintf(out, "last reload:    %s (%s%s)%s%s\n",
+		ok ? "ok" : strcmp(result, "refused") == 0 ? "refused" : "FAILED",
+		str_of(lr, "trigger"), json_is_true(json_object_get(lr, "forced")) ? ", forced" : "",
+		reason != NULL ? ": " : "", reason != NULL ? reason : "");
+}
+
 static void print_status(json_t *r, FILE *out)
 {
 	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
@@ -97,8 +111,7 @@ static void print_status(json_t *r, FILE *out)
 	fprintf(out, "uptime:         %.0f s\n", num_of(r, "uptime"));
 	fprintf(out, "config:         %s, generation %lld\n", str_of(r, "config_source"),
 		int_of(r, "generation"));
-	fprintf(out, "last reload:    %s (%s)\n",
-		json_is_true(json_object_get(lr, "ok")) ? "ok" : "FAILED", str_of(lr, "trigger"));
+	print_last_reload(lr, out);
 	print_lines(json_object_get(lr, "errors"), "                ", out);
 	fprintf(out, "workers:        %lld running of %lld (%s)\n", int_of(w, "running"),
 		int_of(w, "configured"), str_of(w, "source"));
@@ -115,6 +128,8 @@ static void print_status(json_t *r, FILE *out)
 	print_dns(json_object_get(r, "dns"), out);
 	json_array_foreach(ls, i, l) fprintf(out, "listener:       %s %s %s\n", str_of(l, "name"),
 					     str_of(l, "protocol"), str_of(l, "address"));
+	if (ls != NULL && json_array_size(ls) == 0)
+		fprintf(out, "listener:       none (nothing serves; /ready answers 503)\n");
 }
 
 static void print_workers(json_t *r, FILE *out)
@@ -224,7 +239,11 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 		json_dumpf(json_object_get(r, "config"), out, JSON_INDENT(2));
 		fputc('\n', out);
 	} else if (strcmp(cmd, "reload") == 0) {
-		fprintf(out, "reload ok: generation %lld\n", int_of(r, "generation"));
+		const char *reason = json_string_value(json_object_get(r, "reason"));
+
+		fprintf(out, "reload ok: generation %lld%s%s%s\n", int_of(r, "generation"),
+			json_is_true(json_object_get(r, "forced")) ? " (forced)" : "",
+			reason != NULL ? ": " : "", reason != NULL ? reason : "");
 		print_lines(json_object_get(r, "warnings"), "  ", out);
 	} else if (strcmp(cmd, "drain") == 0) {
 		fprintf(out, "draining: %s, allocations: %lld\n",

@@ -15,7 +15,10 @@ static void usage(FILE *out)
 		"commands:\n"
 		"  status                     version, uptime, config, last reload, workers\n"
 		"  config                     running configuration (secrets redacted)\n"
-		"  reload                     reload the configuration (non-zero exit if invalid)\n"
+		"  reload [--force]           reload the configuration (non-zero exit if invalid,\n"
+		"                             or refused: it would remove every listener, or\n"
+		"                             remove listeners while a key is not recognised);\n"
+		"                             --force applies what the guard refuses\n"
 		"  allocations [--user U] [--listener L] [--worker N] [--limit N]\n"
 		"  top [--once] [--json] [--interval S] [--rows N] [--count N]\n"
 		"                             heaviest allocations and users by bit rate, with\n"
@@ -154,6 +157,11 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 	json_t *req = json_pack("{s:s}", "cmd", cmd);
 	static const char *const plain[] = { "status", "config", "reload", "stats", "workers" };
 	json_int_t id;
+
+	if (strcmp(cmd, "reload") == 0 && argc == 1 && strcmp(argv[0], "--force") == 0) {
+		json_object_set_new(req, "force", json_true());
+		return req;
+	}
 
 	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
 		if (strcmp(cmd, plain[i]) == 0)

@@ -115,11 +115,13 @@ struct http_status_info {
 	uint64_t generation;          /* config generation being served */
 	unsigned workers_running, workers_total;
 	bool last_reload_ok;
+	bool last_reload_refused;     /* the guard refused it ("refused", not "failed") */
 };
 
 /* Pure: renders STUNner's StunnerStatus shape ({"version","admin","auth","listeners",
  * "clusters",...,"allocationCount":N,"status":"READY"|"NOT-READY"|"TERMINATING"}) plus
- * turngate's "generation", "workers":{"running","total"}, "lastReload":"ok"|"failed" and
+ * turngate's "generation", "workers":{"running","total"},
+ * "lastReload":"ok"|"failed"|"refused" (refused: the reload guard's) and
  * "unknownRoutes" (listener routes that name no cluster and so admit nobody).
  * The config part comes from conf_to_json_redacted(): secrets, passwords, certificates and
  * keys never appear. cfg may be NULL (no config part). Returns 0, -ENOMEM. */

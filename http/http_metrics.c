@@ -514,12 +514,15 @@ static void render_master(struct mctx *m)
 	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_ok);
 	l.value = "failure";
 	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_failed);
+	l.value = "refused";
+	sample_u(m, "turngate_reloads_total", &l, 1, ms->reloads_refused);
 	scalar_u(m, "turngate_config_generation", "gauge",
 		 "Generation of the configuration snapshot being served.", ms->generation);
 	/* Prometheus's own prometheus_config_last_reload_successful: an alert on the state,
 	 * not on the failure counter, clears with the next good reload. */
 	scalar_u(m, "turngate_config_last_reload_successful", "gauge",
-		 "1 when the latest reload (or the start) succeeded, 0 after a failed one.",
+		 "1 when the latest reload (or the start) was applied, 0 after a failed or "
+		 "refused one.",
 		 ms->last_reload_ok ? 1 : 0);
 	scalar_u(m, "turngate_allocations_limit", "gauge",
 		 "Concurrent allocations admitted: limits.total_quota, else the table size.",

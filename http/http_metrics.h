@@ -38,6 +38,7 @@ struct http_proc_stats {
 struct http_master_stats {
 	uint64_t generation;        /* config generation of the published snapshot */
 	uint64_t reloads_ok, reloads_failed;
+	uint64_t reloads_refused;   /* valid configs the reload guard refused */
 	bool last_reload_ok;        /* the latest reload (or the start) succeeded */
 	uint64_t worker_restarts;   /* respawns of crashed/hung workers since start */
 	bool draining;

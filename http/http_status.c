@@ -29,7 +29,9 @@ int http_status_render(const struct conf *cfg, const struct http_status_info *in
 	    json_object_set_new(o, "generation", json_integer((json_int_t)info->generation)) ||
 	    json_object_set(o, "workers", w) ||
 	    json_object_set_new(o, "lastReload",
-				json_string(info->last_reload_ok ? "ok" : "failed")) ||
+				json_string(info->last_reload_ok	 ? "ok"
+					    : info->last_reload_refused ? "refused"
+									: "failed")) ||
 	    json_object_set_new(o, "unknownRoutes",
 				json_integer(cfg ? (json_int_t)cfg->n_unknown_routes : 0)))
 		goto out;

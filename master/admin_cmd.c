@@ -38,12 +38,19 @@ static double unix_of(const struct master *m, double ev_t)
 	return ev_t;
 }
 
+static const char *outcome_name(enum reload_outcome o)
+{
+	return o == RELOAD_APPLIED ? "applied" : o == RELOAD_REFUSED ? "refused" : "failed";
+}
+
 static json_t *reload_json(const struct master *m)
 {
 	const struct reload_result *r = &m->last_reload;
 
 	/* "o" steals: a reference of our own either way (an "O" on a fresh array leaked it). */
-	return json_pack("{s:b, s:f, s:s, s:o}", "ok", r->ok, "at", unix_of(m, r->at), "trigger",
+	return json_pack("{s:b, s:s, s:s?, s:b, s:f, s:s, s:o}", "ok", r->ok, "result",
+			 outcome_name(r->outcome), "reason", r->reason, "forced", r->forced,
+			 "at", unix_of(m, r->at), "trigger",
 			 r->trigger != NULL ? r->trigger : "", "errors",
 			 r->errors != NULL ? json_incref(r->errors) : json_array());
 }
@@ -104,12 +111,26 @@ static json_t *cmd_config(struct master *m, json_t *req)
 
 static json_t *cmd_reload(struct master *m, json_t *req)
 {
-	int rc = reload_run(m, "admin");
+	json_t *force = json_object_get(req, "force");
+	char msg[1200];
+	int rc;
 
-	(void)req;
+	if (force != NULL && !json_is_boolean(force))
+		return err("\"force\" must be true or false");
+	rc = reload_run(m, "admin", json_is_true(force) ? RELOAD_FORCE : 0);
 	if (rc == 0)
-		return json_pack("{s:b, s:I, s:O}", "ok", 1, "generation",
-				 (json_int_t)m->generation, "warnings", m->last_reload.errors);
+		return json_pack("{s:b, s:I, s:O, s:s?, s:b}", "ok", 1, "generation",
+				 (json_int_t)m->generation, "warnings", m->last_reload.errors,
+				 "reason", m->last_reload.reason, "forced", m->last_reload.forced);
+	if (rc == -ECANCELED) {
+		snprintf(msg, sizeof(msg),
+			 "%s; refused: the running configuration is unchanged (--force "
+			 "applies it)",
+			 m->last_reload.reason != NULL ? m->last_reload.reason : "?");
+		return json_pack("{s:b, s:b, s:s, s:s?, s:O}", "ok", 0, "refused", 1, "error",
+				 msg, "reason", m->last_reload.reason, "errors",
+				 m->last_reload.errors);
+	}
 	return json_pack("{s:b, s:s, s:O}", "ok", 0, "error",
 			 rc == -EINVAL ? "invalid configuration; the running one is unchanged"
 				       : "reload failed; the running configuration is unchanged",

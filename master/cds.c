@@ -296,7 +296,7 @@ static void apply_message(struct cds *c, char *text)
 		return;
 	}
 	c->pending = text;
-	rc = reload_run(c->m, "cds");
+	rc = reload_run(c->m, "cds", 0);
 	if (rc == 0) {
 		free(c->good);
 		c->good = c->pending;

@@ -44,6 +44,10 @@ static enum http_readiness cb_readiness(void *ctx)
 
 	if (m->draining || m->exiting || m->stopping)
 		return HTTP_DRAINING;
+	/* Running workers with no listener serve nobody (a forced or CDS reload to an empty
+	 * configuration, a start without listeners): out of the load balancer. */
+	if (m->n_listeners == 0)
+		return HTTP_NOT_READY;
 	for (unsigned i = 0; i < m->n_slots; i++)
 		if (m->workers[i].state == MW_RUNNING)
 			return HTTP_READY;
@@ -69,6 +73,7 @@ static int cb_status(void *ctx, struct http_buf *out)
 		.workers_running = running(m),
 		.workers_total = m->n_slots,
 		.last_reload_ok = m->last_reload.ok,
+		.last_reload_refused = m->last_reload.outcome == RELOAD_REFUSED,
 	};
 
 	return http_status_render(m->cfg, &info, out);
@@ -114,6 +119,7 @@ static int cb_metrics(void *ctx, struct http_buf *out)
 	ms.generation = m->generation;
 	ms.reloads_ok = m->reloads_ok;
 	ms.reloads_failed = m->reloads_failed;
+	ms.reloads_refused = m->reloads_refused;
 	ms.last_reload_ok = m->last_reload.ok;
 	for (unsigned i = 0; i < m->n_slots; i++)
 		ms.worker_restarts += m->workers[i].restarts;

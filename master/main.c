@@ -227,7 +227,7 @@ static void sighup_cb(struct ev_loop *loop, ev_signal *s, int revents)
 	(void)loop;
 	(void)revents;
 	if (!m->stopping)
-		reload_run(m, "SIGHUP");
+		reload_run(m, "SIGHUP", 0);
 }
 
 static void sigterm_cb(struct ev_loop *loop, ev_signal *s, int revents)

@@ -65,8 +65,19 @@ struct mlistener {
 	char *bind_text;          /* address bound, for logs and status */
 };
 
+enum reload_outcome {
+	RELOAD_FAILED = 0,        /* invalid config or an error: nothing changed */
+	RELOAD_APPLIED,
+	RELOAD_REFUSED,           /* valid, but the guard refused it: nothing changed */
+};
+
 struct reload_result {
-	bool ok;
+	bool ok;                  /* outcome == RELOAD_APPLIED */
+	enum reload_outcome outcome;
+	bool forced;              /* applied with force over the guard's refusal */
+	char *reason;             /* refused: why; applied: the guard's reason when forced
+				   * or from the discovery service (an empty config), else
+				   * NULL */
 	double at;                /* ev_now */
 	char *trigger;            /* "startup", "SIGHUP", "admin", "inotify", "loglevel" */
 	json_t *errors;           /* array of diagnostic lines (errors first, then warnings) */
@@ -134,7 +145,7 @@ struct master {
 	struct admin *admin;
 	void *watcher;            /* inotify state (master/watch.c) */
 	void *httpd;              /* HTTP servers (master/httpd.c) */
-	uint64_t reloads_ok, reloads_failed;
+	uint64_t reloads_ok, reloads_failed, reloads_refused;
 	/* Snapshot reclamation, as of the last reclaim pass (each tick and before a publish
 	 * that found the arena full): freed so far, still waiting for a grace period. */
 	uint64_t snaps_reclaimed;
@@ -231,9 +242,26 @@ int reload_publish(struct master *m);
 /* Frees the old snapshots whose grace period completed; updates m->snaps_reclaimed and
  * m->snaps_pending. Never blocks. */
 void reload_reclaim(struct master *m);
-/* Parse, validate, build, publish, listener diff. Records the result in m->last_reload.
- * Returns 0 on success, -EINVAL for an invalid config (nothing changed), other -errno. */
-int reload_run(struct master *m, const char *trigger);
+/* reload_run flags. FORCE: apply a config that the guard refuses. */
+#define RELOAD_FORCE 1u
+/* Parse, validate, guard, build, publish, listener diff. Records the result in
+ * m->last_reload. The guard refuses a config that would remove every listener, or remove
+ * listeners while a key at the top level or in a listener was not recognised (a typo such
+ * as `listners:`), unless flags has RELOAD_FORCE; a config from the discovery service is
+ * authoritative (applied, the reason logged as a warning and kept in m->last_reload).
+ * Returns 0 on success, -EINVAL for an invalid config, -ECANCELED when the guard refused
+ * it (nothing changed either way), other -errno. */
+int reload_run(struct master *m, const char *trigger, unsigned flags);
+/* The reload guard (master/reload_guard.c), between validation and anything changing:
+ * objects when the diff delta[0..n) from m->cfg to nc removes every listener, or removes
+ * listeners while diags has an unknown key at the top level or in a listener. Returns
+ * false (refused: logged as an error, reason filled) when it objects and flags has no
+ * RELOAD_FORCE; true to go on, with reason filled when it objected and was overridden
+ * (forced, logged as a warning) or when the config comes from the discovery service,
+ * which is authoritative (the objection, or an empty config, logged as a warning). */
+bool reload_guard_pass(struct master *m, const char *trigger, unsigned flags,
+		       const struct conf *nc, const struct conf_diags *diags,
+		       const struct conf_listener_delta *delta, size_t n, char *reason, size_t cap);
 /* Sets (spec) or clears (NULL) the log override, in the master and the workers.
  * Returns 0 or -EINVAL for a malformed spec. */
 int reload_set_loglevel(struct master *m, const char *spec);

@@ -23,6 +23,7 @@ void reload_result_clear(struct reload_result *r)
 {
 	json_decref(r->errors);
 	free(r->trigger);
+	free(r->reason);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -45,17 +46,27 @@ static json_t *diags_to_json(const struct conf_diags *d)
 	return arr;
 }
 
-static void record_result(struct master *m, const char *trigger, bool ok, json_t *errors)
+static void record_outcome(struct master *m, const char *trigger, enum reload_outcome o,
+			   json_t *errors, const char *reason)
 {
 	reload_result_clear(&m->last_reload);
-	if (ok)
+	if (o == RELOAD_APPLIED)
 		m->reloads_ok++;
+	else if (o == RELOAD_REFUSED)
+		m->reloads_refused++;
 	else
 		m->reloads_failed++;
-	m->last_reload.ok = ok;
+	m->last_reload.ok = o == RELOAD_APPLIED;
+	m->last_reload.outcome = o;
+	m->last_reload.reason = reason != NULL && reason[0] != '\0' ? strdup(reason) : NULL;
 	m->last_reload.at = ev_now(m->loop);
 	m->last_reload.trigger = strdup(trigger);
 	m->last_reload.errors = errors != NULL ? errors : json_array();
+}
+
+static void record_result(struct master *m, const char *trigger, bool ok, json_t *errors)
+{
+	record_outcome(m, trigger, ok ? RELOAD_APPLIED : RELOAD_FAILED, errors, NULL);
 }
 
 static void record_error(struct master *m, const char *trigger, const char *what, int err)
@@ -257,13 +268,10 @@ static void pending_free(struct pending *p, bool close_sockets)
  * a port that cannot be bound fails the reload with nothing changed. A restarted listener
  * may keep its port: SO_REUSEPORT lets the new sockets join while the old ones still hold
  * it, and the old ones are closed at commit. */
-static int open_new_listeners(struct master *m, const struct conf *oc, const struct conf *nc,
-			      struct pending *p)
+static int open_new_listeners(struct master *m, const struct conf *nc, struct pending *p)
 {
-	int rc = conf_diff_listeners(oc, nc, &p->delta, &p->n);
+	int rc;
 
-	if (rc < 0)
-		return rc;
 	p->opened = calloc(p->n ? p->n : 1, sizeof(*p->opened));
 	if (p->opened == NULL)
 		return -ENOMEM;
@@ -342,7 +350,9 @@ int reload_open_listeners(struct master *m)
 	int rc;
 
 	assert(m->magic == MASTER_MAGIC && m->n_listeners == 0 && m->workers == NULL);
-	rc = open_new_listeners(m, &before_start, m->cfg, &p);
+	rc = conf_diff_listeners(&before_start, m->cfg, &p.delta, &p.n);
+	if (rc == 0)
+		rc = open_new_listeners(m, m->cfg, &p);
 	if (rc == 0)
 		commit_listeners(m, &p);
 	pending_free(&p, true);
@@ -367,11 +377,12 @@ static void open_admin_late(struct master *m)
 		log_info("master", "admin socket %s (mode %04o)", path, mode);
 }
 
-int reload_run(struct master *m, const char *trigger)
+int reload_run(struct master *m, const char *trigger, unsigned flags)
 {
 	struct conf_diags diags = { 0 };
 	struct pending p = { 0 };
 	struct conf *nc = NULL;
+	char reason[1024] = "";
 	bool off_changed;
 	int rc;
 
@@ -392,8 +403,20 @@ int reload_run(struct master *m, const char *trigger)
 		rc = -EINVAL;
 		goto out;
 	}
+	rc = conf_diff_listeners(m->cfg, nc, &p.delta, &p.n);
+	if (rc < 0) {
+		record_error(m, trigger, "cannot compare the listeners", rc);
+		goto out;
+	}
+	if (!reload_guard_pass(m, trigger, flags, nc, &diags, p.delta, p.n, reason,
+			       sizeof(reason))) {
+		conf_diags_print(&diags, stderr);
+		record_outcome(m, trigger, RELOAD_REFUSED, diags_to_json(&diags), reason);
+		rc = -ECANCELED;
+		goto out;
+	}
 	warn_restart_only(m, nc);
-	rc = open_new_listeners(m, m->cfg, nc, &p);
+	rc = open_new_listeners(m, nc, &p);
 	if (rc < 0) {
 		record_error(m, trigger, "cannot open new listeners", rc);
 		goto out;
@@ -416,7 +439,9 @@ int reload_run(struct master *m, const char *trigger)
 	httpd_reload(m);
 	open_admin_late(m);
 	conf_diags_print(&diags, stderr);	/* the warnings of an applied config */
-	record_result(m, trigger, true, diags_to_json(&diags));
+	record_outcome(m, trigger, RELOAD_APPLIED, diags_to_json(&diags), reason);
+	m->last_reload.forced = (flags & RELOAD_FORCE) && reason[0] != '\0' &&
+				!cds_is_origin(m->config_path);
 	log_info("master", "configuration generation %llu active (%s)",
 		 (unsigned long long)m->generation, trigger);
 	watch_refresh(m);

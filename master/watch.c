@@ -44,7 +44,7 @@ static void delay_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)loop;
 	(void)revents;
 	/* A successful reload rebuilds the watch, freeing w: touch nothing after this. */
-	reload_run(w->m, "inotify");
+	reload_run(w->m, "inotify", 0);
 }
 
 static bool relevant(const struct watch *w, const struct inotify_event *ev)

@@ -479,6 +479,14 @@ static void test_status(void **state)
 	assert_null(json_object_get(j, "listeners"));
 	json_decref(j);
 	http_buf_free(&b);
+
+	info.last_reload_refused = true; /* the reload guard's refusal is not a failure */
+	assert_int_equal(http_status_render(NULL, &info, &b), 0);
+	j = json_loads(b.data, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "lastReload")), "refused");
+	json_decref(j);
+	http_buf_free(&b);
 	info.readiness = HTTP_READY;
 	assert_int_equal(http_status_render(NULL, &info, &b), 0);
 	assert_non_null(strstr(b.data, "\"status\":\"READY\""));
