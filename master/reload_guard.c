@@ -9,19 +9,39 @@
 #include "common/log.h"
 #include "master/cds.h"
 
-/* An unknown key at the top level or in a listener: the kind of typo that takes listeners
- * away (`listners:`, a listener's key misspelled). */
-static const struct conf_diag *listener_typo(const struct conf_diags *d)
+/* The first unknown key whose path starts with prefix followed by '.' or '[' (prefix ""
+ * : a top-level key), or NULL. */
+static const struct conf_diag *typo_under(const struct conf_diags *d, const char *prefix)
 {
+	size_t n = strlen(prefix);
+
 	for (size_t i = 0; i < d->n; i++) {
 		const char *path = d->v[i].path;
 
 		if (!d->v[i].unknown_key || path == NULL)
 			continue;
-		if (strpbrk(path, ".[") == NULL || strncmp(path, "listeners[", 10) == 0)
+		if (n == 0 ? strpbrk(path, ".[") == NULL
+			   : strncmp(path, prefix, n) == 0 && (path[n] == '.' || path[n] == '['))
 			return &d->v[i];
 	}
 	return NULL;
+}
+
+/* An unknown key at the top level or in a listener: the kind of typo that takes listeners
+ * away (`listners:`, a listener's key misspelled). */
+static const struct conf_diag *listener_typo(const struct conf_diags *d)
+{
+	const struct conf_diag *t = typo_under(d, "");
+
+	return t != NULL ? t : typo_under(d, "listeners");
+}
+
+/* "; FILE:LINE:COL: PATH: MESSAGE" of t ("" for none). */
+static void typo_text(const struct conf_diag *t, char *out, size_t cap)
+{
+	out[0] = '\0';
+	if (t != NULL)
+		snprintf(out, cap, "; %s:%u:%u: %s: %s", t->file, t->line, t->col, t->path, t->msg);
 }
 
 /* "a, b, c" (the removed listeners' names), cut to fit. */
@@ -39,25 +59,51 @@ static void removed_names(const struct conf_listener_delta *delta, size_t n, cha
 	}
 }
 
+/* A listener restarted (its allocations end) while a key of its own is not recognised: a
+ * misspelled protocol, port or bind_address fell back to its default. */
+static bool restart_objects(const struct conf_diags *diags,
+			    const struct conf_listener_delta *delta, size_t n, char *why,
+			    size_t cap)
+{
+	char pre[48], at[512];
+
+	for (size_t i = 0; i < n; i++) {
+		const struct conf_diag *t;
+
+		if (delta[i].change != CONF_LISTENER_RESTART || delta[i].new_idx < 0)
+			continue;
+		snprintf(pre, sizeof(pre), "listeners[%zd]", delta[i].new_idx);
+		t = typo_under(diags, pre);
+		if (t == NULL)
+			continue;
+		typo_text(t, at, sizeof(at));
+		snprintf(why, cap,
+			 "would restart listener %s (its allocations end) while its key is not "
+			 "recognised%s",
+			 delta[i].name, at);
+		return true;
+	}
+	return false;
+}
+
 /* The reload guard: a valid config is still refused when it would remove every listener,
- * or remove listeners while a key at the top level or in a listener was not recognised
- * (a removal the operator did not write). A listener left out of a `listeners:` list
- * that is otherwise understood is a deliberate removal. Returns true with why filled when
- * the guard objects. A start removes nothing: it never objects there. */
+ * or remove listeners while a key at the top level or in a listener was not recognised,
+ * or restart a listener while a key of its own was not (changes the operator did not
+ * write). A listener left out of a `listeners:` list that is otherwise understood is a
+ * deliberate removal. Returns true with why filled when the guard objects. A start
+ * removes nothing: it never objects there. */
 static bool guard_objects(const struct conf *nc, const struct conf_diags *diags,
 			  const struct conf_listener_delta *delta, size_t n, char *why, size_t cap)
 {
 	const struct conf_diag *typo = listener_typo(diags);
-	char names[256], at[512] = "";
+	char names[256], at[512];
 	size_t removed = 0;
 
 	for (size_t i = 0; i < n; i++)
 		removed += delta[i].change == CONF_LISTENER_REMOVED;
 	if (removed == 0)
-		return false;
-	if (typo != NULL)
-		snprintf(at, sizeof(at), "; %s:%u:%u: %s: %s", typo->file, typo->line, typo->col,
-			 typo->path, typo->msg);
+		return restart_objects(diags, delta, n, why, cap);
+	typo_text(typo, at, sizeof(at));
 	removed_names(delta, n, names, sizeof(names));
 	if (nc->n_listeners == 0) {
 		snprintf(why, cap, "would remove every listener (%s)%s", names, at);
@@ -68,7 +114,7 @@ static bool guard_objects(const struct conf *nc, const struct conf_diags *diags,
 			 removed == 1 ? "" : "s", names, at);
 		return true;
 	}
-	return false;
+	return restart_objects(diags, delta, n, why, cap);
 }
 
 bool reload_guard_pass(struct master *m, const char *trigger, unsigned flags,

@@ -4,8 +4,8 @@ A `-w` daemon with three listeners and a relaying allocation: renaming `listener
 `listners:` is refused (the allocation keeps relaying, /ready stays 200, status and the
 metrics say "refused" with the reason and a did-you-mean at FILE:LINE:COL); `turngatectl
 reload --force` applies it (/ready 503, the metric says applied). A deliberate removal of one
-listener applies; `listeners: []` is refused without --force, and so is a removal while a
-listener key is misspelled. A start without listeners is allowed (/ready 503). A config
+listener applies; `listeners: []` is refused without --force, and so are a removal while a
+listener key is misspelled and a listener restart caused by a misspelled key of its own. A start without listeners is allowed (/ready 503). A config
 from the discovery service stays authoritative: an empty one is applied, logged as a
 warning and shown in status.
 """
@@ -155,6 +155,17 @@ def test_deliberate_removals(d):
               in r["error"], r)
         check(len(daemon.admin({"cmd": "status"})["listeners"]) == 2, "partly applied")
 
+        # A listener restarted by a misspelled key of its own (its address falls back to
+        # the default, its calls would end): refused too.
+        text = make_config(d, three(p1, p2)[:2], hp).replace(
+            "    address: 127.0.0.1\n", "    adress: 127.0.0.1\n", 1)
+        daemon.write_config(text)
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and r.get("refused") is True, r)
+        check("would restart listener udp (its allocations end) while its key is not "
+              "recognised" in r["error"] and "listeners[0].adress: unknown key (ignored); "
+              "did you mean `address`?" in r["error"], r)
+
         # Every listener removed on purpose (`listeners: []`): still refused without force.
         text = make_config(d, [], hp).replace("listeners:\nclusters:", "listeners: []\nclusters:")
         check("listeners: []" in text, text)
@@ -167,7 +178,7 @@ def test_deliberate_removals(d):
         check(r["ok"] is True and r["forced"] is True, r)
         check(daemon.admin({"cmd": "status"})["listeners"] == [], "listeners after force")
         check(http_get(hp, "/ready")[0] == 503, "/ready with no listener")
-        check(metric(hp, 'turngate_reloads_total{result="refused"}') == 2, "refused counter")
+        check(metric(hp, 'turngate_reloads_total{result="refused"}') == 3, "refused counter")
         # the start, the SIGHUP and the forced reload
         check(metric(hp, 'turngate_reloads_total{result="success"}') == 3, "success counter")
     finally:
