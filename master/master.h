@@ -246,15 +246,15 @@ void reload_reclaim(struct master *m);
 #define RELOAD_FORCE 1u
 /* Parse, validate, guard, build, publish, listener diff. Records the result in
  * m->last_reload. The guard (reload_guard_pass) refuses a config that would remove every
- * listener, or remove or restart listeners because a key was not recognised (a typo such
- * as `listners:`), unless flags has RELOAD_FORCE; a config from the discovery service is
+ * listener (a typo such as `listners:`), or remove or restart listeners while a listener
+ * key was not recognised, unless flags has RELOAD_FORCE; a config from the discovery service is
  * authoritative (applied, the reason logged as a warning and kept in m->last_reload).
  * Returns 0 on success, -EINVAL for an invalid config, -ECANCELED when the guard refused
  * it (nothing changed either way), other -errno. */
 int reload_run(struct master *m, const char *trigger, unsigned flags);
 /* The reload guard (master/reload_guard.c), between validation and anything changing:
  * objects when the diff delta[0..n) from m->cfg to nc removes every listener, removes
- * listeners while diags has an unknown key at the top level or in a listener, or
+ * listeners while diags has an unknown key in a listener, or
  * restarts a listener while diags has an unknown key in that listener. Returns
  * false (refused: logged as an error, reason filled) when it objects and flags has no
  * RELOAD_FORCE; true to go on, with reason filled when it objected and was overridden

@@ -27,9 +27,9 @@ static const struct conf_diag *typo_under(const struct conf_diags *d, const char
 	return NULL;
 }
 
-/* An unknown key at the top level or in a listener: the kind of typo that takes listeners
- * away (`listners:`, a listener's key misspelled). */
-static const struct conf_diag *listener_typo(const struct conf_diags *d)
+/* The typo to name when every listener goes: one at the top level (`listners:`) first,
+ * else one in a listener. */
+static const struct conf_diag *empty_typo(const struct conf_diags *d)
 {
 	const struct conf_diag *t = typo_under(d, "");
 
@@ -86,16 +86,18 @@ static bool restart_objects(const struct conf_diags *diags,
 	return false;
 }
 
-/* The reload guard: a valid config is still refused when it would remove every listener,
- * or remove listeners while a key at the top level or in a listener was not recognised,
- * or restart a listener while a key of its own was not (changes the operator did not
- * write). A listener left out of a `listeners:` list that is otherwise understood is a
- * deliberate removal. Returns true with why filled when the guard objects. A start
- * removes nothing: it never objects there. */
+/* The reload guard: a valid config is still refused when it would remove every listener
+ * (a misspelled or missing `listeners:` key lands here: the typo, when there is one, is
+ * named), remove listeners while a key in a listener was not recognised, or restart a
+ * listener while a key of its own was not (changes the operator did not write). A
+ * listener left out of an understood `listeners:` list is a deliberate removal, whatever
+ * other top-level keys the file has (YAML anchors under `x-...` keys are common). Returns
+ * true with why filled when the guard objects. A start removes nothing: it never objects
+ * there. */
 static bool guard_objects(const struct conf *nc, const struct conf_diags *diags,
 			  const struct conf_listener_delta *delta, size_t n, char *why, size_t cap)
 {
-	const struct conf_diag *typo = listener_typo(diags);
+	const struct conf_diag *typo;
 	char names[256], at[512];
 	size_t removed = 0;
 
@@ -103,12 +105,14 @@ static bool guard_objects(const struct conf *nc, const struct conf_diags *diags,
 		removed += delta[i].change == CONF_LISTENER_REMOVED;
 	if (removed == 0)
 		return restart_objects(diags, delta, n, why, cap);
-	typo_text(typo, at, sizeof(at));
 	removed_names(delta, n, names, sizeof(names));
 	if (nc->n_listeners == 0) {
+		typo_text(empty_typo(diags), at, sizeof(at));
 		snprintf(why, cap, "would remove every listener (%s)%s", names, at);
 		return true;
 	}
+	typo = typo_under(diags, "listeners");
+	typo_text(typo, at, sizeof(at));
 	if (typo != NULL) {
 		snprintf(why, cap, "would remove listener%s %s while a key is not recognised%s",
 			 removed == 1 ? "" : "s", names, at);
