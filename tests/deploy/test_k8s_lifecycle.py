@@ -37,9 +37,15 @@ DRAIN_S = 60
 
 
 def free_port(kind):
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the default relay range 49152-65535 (a listener or health port in
+    it is a configuration error)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 49152:
+            return port
+    raise AssertionError("no free port below 49152")
 
 
 def http_status(url):

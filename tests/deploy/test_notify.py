@@ -28,9 +28,15 @@ SCM_CREDENTIALS = getattr(socket, "SCM_CREDENTIALS", 2)
 
 
 def free_udp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the default relay range 49152-65535 (a listener or health port in
+    it is a configuration error)."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 49152:
+            return port
+    raise AssertionError("no free port below 49152")
 
 
 class Notify:
