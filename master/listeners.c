@@ -62,7 +62,10 @@ static int open_one(int type, const struct sockaddr_storage *ss, socklen_t sl)
 	fd = socket(ss->ss_family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	/* SO_REUSEADDR only for TCP (a restart binds past TIME_WAIT): on UDP it would let
+	 * two sockets bind one port without SO_REUSEPORT, each taking part of the traffic. */
+	if ((type == SOCK_STREAM &&
+	     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0) ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
 		goto fail;
 	if (ss->ss_family == AF_INET6 &&
@@ -108,6 +111,71 @@ static void pin_port(int fd, struct sockaddr_storage *ss)
 		((struct sockaddr_in *)ss)->sin_port = ((struct sockaddr_in *)&got)->sin_port;
 	else
 		((struct sockaddr_in6 *)ss)->sin6_port = ((struct sockaddr_in6 *)&got)->sin6_port;
+}
+
+/* Logs the process other than own[] that holds ss for type, if socket diagnostics find
+ * one; returns whether it did. */
+static bool log_holder(const char *name, enum conf_proto proto, int type,
+		       const struct sockaddr_storage *ss, const unsigned long *own, size_t n_own)
+{
+	struct port_holder h;
+	char text[INET6_ADDRSTRLEN + 16], who[256];
+	int rc = ports_foreign_holder(type, ss, own, n_own, &h);
+
+	if (rc < 0)
+		log_warn("master",
+			 "listener %s: socket diagnostics unavailable (%s): cannot tell "
+			 "whether another process shares the port",
+			 name, strerror(-rc));
+	if (rc != 1)
+		return false;
+	addr_text(ss, text, sizeof(text));
+	ports_holder_text(&h, who, sizeof(who));
+	log_error("master",
+		  "listener %s: %s %s is already held by %s: turngated does not share a "
+		  "port with another server (stop it, or give this listener another port)",
+		  name, conf_proto_name(proto), text, who);
+	return true;
+}
+
+static size_t inodes_of(const struct mlistener *l, unsigned long *out, size_t at, size_t cap)
+{
+	for (unsigned i = 0; l->fds != NULL && i < l->n_fds && at < cap; i++)
+		if (l->fds[i] >= 0)
+			out[at++] = ports_inode(l->fds[i]);
+	return at;
+}
+
+int listener_check_owned(const struct master *m, const struct mlistener *pend, size_t n_pend,
+			 const struct mlistener *l)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	size_t cap = l->n_fds, n = 0;
+	unsigned long *own;
+	socklen_t tl = sizeof(int);
+	int type = 0;
+	bool held;
+
+	if (l->fds == NULL || l->n_fds == 0 ||
+	    getsockname(l->fds[0], (struct sockaddr *)&ss, &sl) < 0 ||
+	    getsockopt(l->fds[0], SOL_SOCKET, SO_TYPE, &type, &tl) < 0)
+		return 0;
+	for (size_t i = 0; i < m->n_listeners; i++)
+		cap += m->listeners[i].n_fds;
+	for (size_t i = 0; i < n_pend; i++)
+		cap += pend[i].n_fds;
+	own = malloc(sizeof(*own) * cap);
+	if (own == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->n_listeners; i++)
+		n = inodes_of(&m->listeners[i], own, n, cap);
+	for (size_t i = 0; i < n_pend; i++)
+		n = inodes_of(&pend[i], own, n, cap);
+	n = inodes_of(l, own, n, cap);
+	held = log_holder(l->name, l->proto, type, &ss, own, n);
+	free(own);
+	return held ? -EADDRINUSE : 0;
 }
 
 int listener_bind_addr(const struct conf_listener *l, struct sockaddr_storage *ss)
@@ -193,8 +261,9 @@ int listener_open(const struct conf_listener *l, unsigned n_slots, struct mliste
 		if (fd < 0) {
 			rc = fd;
 			addr_text(&ss, text, sizeof(text));
-			log_error("master", "listener %s: cannot open %s %s: %s", l->name,
-				  conf_proto_name(l->protocol), text, strerror(-rc));
+			if (rc != -EADDRINUSE || !log_holder(l->name, l->protocol, type, &ss, NULL, 0))
+				log_error("master", "listener %s: cannot open %s %s: %s", l->name,
+					  conf_proto_name(l->protocol), text, strerror(-rc));
 			goto fail;
 		}
 		if (i == 0)

@@ -524,6 +524,7 @@ int main(int argc, char **argv)
 			ev_timer_start(m.loop, &m.tick_w);
 			ev_run(m.loop, 0);
 		}
+		state_forget_created(&m);
 	}
 	master_free(&m);
 	ev_loop_destroy(m.loop);

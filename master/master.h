@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -105,6 +106,7 @@ struct master {
 	/* shared memory and workers */
 	struct shm *shm;
 	char *state_path;         /* the state file, NULL when the table lives in memory */
+	bool state_created;       /* this start made it (not taken over): a failed start removes it */
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
 	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */
@@ -193,6 +195,37 @@ void listener_close(struct mlistener *l);
 
 /* Index of the listener named name in m->listeners, or -1. */
 ssize_t listener_find(const struct master *m, const char *name);
+
+/* Refuses a SO_REUSEPORT group turngated did not create: l's address and port (its
+ * protocol's UDP or listening TCP sockets) may be held only by sockets of m->listeners,
+ * of pend[0..n_pend) (listeners opened by the same start or reload) and of l itself, which
+ * a live upgrade shares with the old master and its workers. Returns 0, or -EADDRINUSE
+ * after logging the other holder (pid and program where /proc shows them). Without socket
+ * diagnostics in the kernel it logs a warning and returns 0. */
+int listener_check_owned(const struct master *m, const struct mlistener *pend, size_t n_pend,
+			 const struct mlistener *l);
+
+/* ---- port ownership (master/ports.c) --------------------------------------------- */
+
+/* Another process's socket on a listener's address and port. */
+struct port_holder {
+	pid_t pid;                /* 0: not found under /proc (another user's, another pid ns) */
+	char comm[17];            /* its program (/proc/PID/comm) */
+	unsigned uid;             /* the socket's owner */
+	unsigned long inode;
+	char addr[INET6_ADDRSTRLEN + 8]; /* the address it is bound to */
+};
+
+/* Looks, with socket diagnostics (NETLINK_SOCK_DIAG), for a socket of type (SOCK_DGRAM:
+ * unconnected UDP; SOCK_STREAM: listening TCP) whose address and port overlap ours and whose
+ * inode is none of own[0..n_own). Returns 1 (*out filled), 0 (none), -errno (diagnostics
+ * unavailable). Any process; reads /proc only when it finds one. */
+int ports_foreign_holder(int type, const struct sockaddr_storage *ours, const unsigned long *own,
+			 size_t n_own, struct port_holder *out);
+/* "pid 123 (turnserver) on 127.0.0.1:3478", or the uid and inode when the pid is unknown. */
+void ports_holder_text(const struct port_holder *h, char *buf, size_t cap);
+/* The socket inode of fd (what socket diagnostics and /proc/PID/fd name), 0 on error. */
+unsigned long ports_inode(int fd);
 
 /* ---- workers (master/supervise.c) ------------------------------------------------ */
 
@@ -316,6 +349,9 @@ int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why
 /* Takes the instance lock again after a failed live upgrade let go of it. Returns 0,
  * -EBUSY (a process of the new binary still holds it) or -errno. */
 int state_relock(struct master *m);
+/* A start that fails before it serves: removes the state file it created (never one it took
+ * over, nor a live upgrade's, nor one that holds allocations). */
+void state_forget_created(struct master *m);
 
 /* ---- live upgrade (master/upgrade.c) --------------------------------------------- */
 

@@ -284,6 +284,8 @@ static int open_new_listeners(struct master *m, const struct conf *nc, struct pe
 		rc = upgrade_take_listener(m, &nc->listeners[d->new_idx], &p->opened[i]);
 		if (rc == 0)
 			rc = listener_open(&nc->listeners[d->new_idx], m->n_slots, &p->opened[i]);
+		if (rc >= 0)
+			rc = listener_check_owned(m, p->opened, i, &p->opened[i]);
 		if (rc < 0)
 			return rc;
 	}

@@ -8,13 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "shm/shm.h"
 #include "shm/shm_state.h"
 
 #define STATE_DEFAULT_DIR "/run/turngate"
+/* statfs f_type of the file systems that end with the machine (linux/magic.h). */
+#define STATE_TMPFS_MAGIC 0x01021994
+#define STATE_RAMFS_MAGIC 0x858458f6
 /* A master killed with its workers still running: they get SIGTERM from the kernel
  * (PR_SET_PDEATHSIG) and are gone in milliseconds; a successor waits this long. */
 #define STATE_LOCK_WAIT_MS 10000u
@@ -93,6 +98,23 @@ static char *state_names(const struct master *m, char *file, size_t cap)
 	return dir;
 }
 
+/* The state file is the daemon's shared memory: on a disk every page it dirties is written
+ * back, and after a reboot the file is refused anyway (another boot) and moved aside. */
+static void warn_not_memory(const char *dir)
+{
+	struct statfs fs;
+
+	if (statfs(dir, &fs) < 0 || (unsigned long)fs.f_type == STATE_TMPFS_MAGIC ||
+	    (unsigned long)fs.f_type == STATE_RAMFS_MAGIC)
+		return;
+	log_warn("master",
+		 "state directory %s is not on a tmpfs: the allocation table is written back "
+		 "to disk as it changes, and after a reboot its file is not taken over "
+		 "(written during another boot) but moved aside, one more file on the disk "
+		 "per boot; put admin.state_dir on a tmpfs such as /run",
+		 dir);
+}
+
 static void say_ready(void *ctx)
 {
 	upgrade_report_ready(ctx);
@@ -147,6 +169,8 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 		goto out;
 	}
 	log_takeover(dir, file, &t);
+	warn_not_memory(dir);
+	m->state_created = t.verdict != SHM_STATE_TAKEN && !upgrade_is_child(m);
 	m->takeover_adopted = t.verdict == SHM_STATE_TAKEN ? t.adopted : 0;
 	if (t.have_key)
 		shm_nonce_key_get(m->shm, m->nonce_key);
@@ -189,4 +213,17 @@ int state_relock(struct master *m)
 	rc = shm_state_relock(dir, file, m->shm);
 	free(dir);
 	return rc;
+}
+
+void state_forget_created(struct master *m)
+{
+	if (!m->state_created || m->state_path == NULL || m->shm == NULL ||
+	    master_alloc_count(m) > 0)
+		return;
+	if (unlink(m->state_path) == 0)
+		log_info("master", "state file %s removed (this start failed)", m->state_path);
+	else
+		log_warn("master", "state file %s: cannot remove: %s", m->state_path,
+			 strerror(errno));
+	m->state_created = false;
 }
