@@ -81,7 +81,8 @@ static json_t *find_named(json_t *arr, const char *name)
 
 static int ask(struct doctor *d, const char *cmd, json_t **out)
 {
-	json_t *req = json_pack("{s:s}", "cmd", cmd);
+	/* status: with the check for other processes on the listeners' ports */
+	json_t *req = json_pack("{s:s, s:b}", "cmd", cmd, "ports", strcmp(cmd, "status") == 0);
 	const char *why = "";
 	int rc = ctl_request(d->sock, req, out, &why);
 
@@ -224,6 +225,12 @@ static int check_one_listener(struct doctor *d, const char *name, const char *pr
 			    "CAP_NET_BIND_SERVICE)");
 	}
 	port = (unsigned)json_integer_value(json_object_get(st, "port"));
+	if (json_is_string(json_object_get(st, "shared_with"))) {
+		snprintf(detail, sizeof(detail), "%s port %u is also held by %s: it answers part "
+			 "of the clients", proto, port, jstr(st, "shared_with"));
+		return fail(L_LISTENER, check, detail,
+			    "stop the other server, or move one of the two to another port");
+	}
 	if (want_port != 0 && port != want_port) {
 		snprintf(detail, sizeof(detail),
 			 "the config says port %u, the daemon listens on "

@@ -65,22 +65,29 @@ static unsigned workers_running(const struct master *m)
 	return n;
 }
 
-static json_t *listeners_json(const struct master *m)
+/* ports: also look for another process on each listener's port ("shared_with"; socket
+ * diagnostics, so only on request: turngatectl doctor). */
+static json_t *listeners_json(const struct master *m, bool ports)
 {
 	json_t *arr = json_array();
+	char who[256];
 
-	for (size_t i = 0; i < m->n_listeners && arr != NULL; i++)
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:i}", "name",
-						     m->listeners[i].name, "protocol",
-						     conf_proto_name(m->listeners[i].proto),
-						     "address", m->listeners[i].bind_text, "port",
-						     (int)m->listeners[i].port));
+	for (size_t i = 0; i < m->n_listeners && arr != NULL; i++) {
+		const struct mlistener *l = &m->listeners[i];
+		bool shared = ports && listener_foreign_holder(m, l, who, sizeof(who));
+
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:i, s:s?}", "name", l->name,
+						     "protocol", conf_proto_name(l->proto),
+						     "address", l->bind_text, "port", (int)l->port,
+						     "shared_with", shared ? who : NULL));
+	}
 	return arr;
 }
 
 static json_t *cmd_status(struct master *m, json_t *req)
 {
-	(void)req;
+	bool ports = json_is_true(json_object_get(req, "ports"));
+
 	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i, s:s}, s:i, s:o, "
 			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}, s:o, s:o?, s:o?}",
 			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
@@ -89,7 +96,7 @@ static json_t *cmd_status(struct master *m, json_t *req)
 			 "last_reload", reload_json(m), "draining", m->draining, "workers",
 			 "configured", (int)m->n_slots, "running", (int)workers_running(m),
 			 "source", m->workers_why, "allocations", (int)master_alloc_count(m),
-			 "listeners", listeners_json(m),
+			 "listeners", listeners_json(m, ports),
 			 "snapshots", "pending", (int)m->snaps_pending, "reclaimed",
 			 (json_int_t)m->snaps_reclaimed, "unknown_routes",
 			 (json_int_t)(m->cfg ? m->cfg->n_unknown_routes : 0), "state", "file",

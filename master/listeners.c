@@ -146,20 +146,20 @@ static size_t inodes_of(const struct mlistener *l, unsigned long *out, size_t at
 	return at;
 }
 
-int listener_check_owned(const struct master *m, const struct mlistener *pend, size_t n_pend,
-			 const struct mlistener *l)
+/* The first socket on l's address and port that is none of m's, pend's or l's own: 1 and
+ * *h, *ss filled; 0; -errno (no socket diagnostics, no memory). */
+static int find_holder(const struct master *m, const struct mlistener *pend, size_t n_pend,
+		       const struct mlistener *l, struct port_holder *h, struct sockaddr_storage *ss,
+		       int *type)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
+	socklen_t sl = sizeof(*ss), tl = sizeof(int);
 	size_t cap = l->n_fds, n = 0;
 	unsigned long *own;
-	socklen_t tl = sizeof(int);
-	int type = 0;
-	bool held;
+	int rc;
 
 	if (l->fds == NULL || l->n_fds == 0 ||
-	    getsockname(l->fds[0], (struct sockaddr *)&ss, &sl) < 0 ||
-	    getsockopt(l->fds[0], SOL_SOCKET, SO_TYPE, &type, &tl) < 0)
+	    getsockname(l->fds[0], (struct sockaddr *)ss, &sl) < 0 ||
+	    getsockopt(l->fds[0], SOL_SOCKET, SO_TYPE, type, &tl) < 0)
 		return 0;
 	for (size_t i = 0; i < m->n_listeners; i++)
 		cap += m->listeners[i].n_fds;
@@ -173,9 +173,48 @@ int listener_check_owned(const struct master *m, const struct mlistener *pend, s
 	for (size_t i = 0; i < n_pend; i++)
 		n = inodes_of(&pend[i], own, n, cap);
 	n = inodes_of(l, own, n, cap);
-	held = log_holder(l->name, l->proto, type, &ss, own, n);
+	rc = ports_foreign_holder(*type, ss, own, n, h);
 	free(own);
-	return held ? -EADDRINUSE : 0;
+	return rc;
+}
+
+int listener_check_owned(const struct master *m, const struct mlistener *pend, size_t n_pend,
+			 const struct mlistener *l)
+{
+	struct sockaddr_storage ss;
+	struct port_holder h;
+	char text[INET6_ADDRSTRLEN + 16], who[256];
+	int type = 0, rc = find_holder(m, pend, n_pend, l, &h, &ss, &type);
+
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc < 0)
+		log_warn("master",
+			 "listener %s: socket diagnostics unavailable (%s): cannot tell "
+			 "whether another process shares the port",
+			 l->name, strerror(-rc));
+	if (rc != 1)
+		return 0;
+	addr_text(&ss, text, sizeof(text));
+	ports_holder_text(&h, who, sizeof(who));
+	log_error("master",
+		  "listener %s: %s %s is already held by %s: turngated does not share a "
+		  "port with another server (stop it, or give this listener another port)",
+		  l->name, conf_proto_name(l->proto), text, who);
+	return -EADDRINUSE;
+}
+
+bool listener_foreign_holder(const struct master *m, const struct mlistener *l, char *buf,
+			     size_t cap)
+{
+	struct sockaddr_storage ss;
+	struct port_holder h;
+	int type = 0;
+
+	if (find_holder(m, NULL, 0, l, &h, &ss, &type) != 1)
+		return false;
+	ports_holder_text(&h, buf, cap);
+	return true;
 }
 
 int listener_bind_addr(const struct conf_listener *l, struct sockaddr_storage *ss)

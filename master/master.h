@@ -204,6 +204,10 @@ ssize_t listener_find(const struct master *m, const char *name);
  * diagnostics in the kernel it logs a warning and returns 0. */
 int listener_check_owned(const struct master *m, const struct mlistener *pend, size_t n_pend,
 			 const struct mlistener *l);
+/* For status and doctor: whether another process holds l's address and port now, and who
+ * (ports_holder_text() into buf). */
+bool listener_foreign_holder(const struct master *m, const struct mlistener *l, char *buf,
+			     size_t cap);
 
 /* ---- port ownership (master/ports.c) --------------------------------------------- */
 

@@ -181,6 +181,26 @@ def test_reload_onto_held_port_refused(d):
         daemon.stop()
 
 
+def test_doctor_names_late_joiner(d):
+    """A socket that joins the group after the start (same user, SO_REUSEPORT): doctor's
+    listener layer fails and names it."""
+    port = free_port()
+    daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["lo"])], ROUTES,
+                              relay=relay_range())).start()
+    try:
+        rc, out, err = daemon.ctl("doctor")
+        check("listener udp" in out and "also held" not in out, (rc, out, err))
+        joiner = reuseport_socket(socket.SOCK_DGRAM, port)
+        try:
+            rc, out, err = daemon.ctl("doctor")
+            check(rc == 1 and ("port %d is also held by pid %d (python3)" % (port, os.getpid()))
+                  in out, (rc, out, err))
+        finally:
+            joiner.close()
+    finally:
+        daemon.stop()
+
+
 def test_state_dir_not_tmpfs_warns(d):
     port = free_port()
     fs = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True, text=True).stdout
@@ -235,4 +255,5 @@ if __name__ == "__main__":
     run_tests([test_python_udp_reuseport_refused, test_python_tcp_reuseport_refused,
                test_python_udp_reuseaddr_refused, test_coturn_refused,
                test_second_turngated_refused, test_reload_onto_held_port_refused,
+               test_doctor_names_late_joiner,
                test_state_dir_not_tmpfs_warns, test_failed_start_keeps_taken_over_state])
