@@ -15,6 +15,9 @@
 #include "common/log.h"
 
 #define LISTEN_BACKLOG 511
+/* How long a start waits for another turngated's sockets to go (20 x 100 ms). */
+#define LISTEN_DYING_TRIES 20
+#define LISTEN_DYING_STEP_US 100000
 
 /* The address to bind: bind_address when set, else the relay address; wildcard_ok tells
  * the caller it may retry on the wildcard of the same family when that is not local. */
@@ -186,6 +189,15 @@ int listener_check_owned(const struct master *m, const struct mlistener *pend, s
 	char text[INET6_ADDRSTRLEN + 16], who[256];
 	int type = 0, rc = find_holder(m, pend, n_pend, l, &h, &ss, &type);
 
+	/* At start, the workers of a master killed without a state file to wait on (its lock)
+	 * may still be exiting (PR_SET_PDEATHSIG): give them a bounded moment. A live second
+	 * instance only delays this start's refusal. */
+	for (unsigned i = 0; rc == 1 && m->workers == NULL && i < LISTEN_DYING_TRIES &&
+			     strcmp(h.comm, "turngated") == 0;
+	     i++) {
+		usleep(LISTEN_DYING_STEP_US);
+		rc = find_holder(m, pend, n_pend, l, &h, &ss, &type);
+	}
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc < 0)

@@ -251,9 +251,29 @@ def test_failed_start_keeps_taken_over_state(d):
         again.stop()
 
 
+def test_restart_after_kill_without_state_file(d):
+    """kill -9 of the master with state_dir "": nothing to wait on, the old workers may
+    still hold the sockets for a moment; an immediate restart still starts."""
+    port = free_port()
+    text = config(d, [("udp", port, "TURN-UDP", ["lo"]), ("tcp", port, "TURN-TCP", ["lo"])],
+                  ROUTES, relay=relay_range())
+    text = text.replace('  healthcheck_endpoint: ""\n',
+                        '  healthcheck_endpoint: ""\n  state_dir: ""\n')
+    daemon = Daemon(d, text).start()
+    daemon.proc.send_signal(signal.SIGKILL)
+    daemon.proc.wait()
+    daemon.err.close()
+    again = Daemon(d, text).start()
+    try:
+        check(authenticate_all(port, 5) == 5, "restarted daemon does not serve")
+    finally:
+        again.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_python_udp_reuseport_refused, test_python_tcp_reuseport_refused,
                test_python_udp_reuseaddr_refused, test_coturn_refused,
                test_second_turngated_refused, test_reload_onto_held_port_refused,
                test_doctor_names_late_joiner,
-               test_state_dir_not_tmpfs_warns, test_failed_start_keeps_taken_over_state])
+               test_state_dir_not_tmpfs_warns, test_failed_start_keeps_taken_over_state,
+               test_restart_after_kill_without_state_file])
