@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATED, Daemon, Failure, check, free_port, run_tests, wait_for  # noqa: E402
+from harness_admin import (BAD_PATTERNS, TURNGATED, Daemon, Failure, check,  # noqa: E402
+                           free_port, run_tests, wait_for)
 from test_security_stun import Client, config, relay_range  # noqa: E402
 
 ROUTES = {"lo": ["127.0.0.0/8"]}
@@ -27,7 +28,9 @@ def start_fails(d, text, what):
                            capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired as e:
         raise Failure("%s: turngated started and kept running (stopped after 30 s)" % what) from e
-    check(r.returncode != 0, "%s: turngated started (rc 0):\n%s" % (what, r.stderr))
+    check(r.returncode == 1, "%s: turngated exited %d, not 1:\n%s" % (what, r.returncode, r.stderr))
+    for pat in BAD_PATTERNS:  # a refused start is clean too (sanitizer builds: no leak)
+        check(pat not in r.stderr, "%s: %r in the log:\n%s" % (what, pat, r.stderr))
     return r.stderr
 
 
