@@ -482,4 +482,10 @@ int conf_special_parse(const char *name, unsigned *cat);
 size_t conf_special_count(void);
 int conf_special_get(size_t i, struct conf_prefix *p, unsigned *cat);
 
+/* Whether the STATIC endpoint text ("IP", "IP/LEN", either with ":<MIN-MAX>") covers the
+ * peer's address (canonical, port not looked at): 1 or 0; -EINVAL when text is no STATIC
+ * endpoint. For turngatectl doctor, which explains a 403 with the running clusters; the
+ * relay's own check is snap_peer_match. */
+int conf_endpoint_covers(const char *text, const struct sockaddr *peer);
+
 #endif

@@ -564,3 +564,17 @@ int conf_special_get(size_t i, struct conf_prefix *p, unsigned *cat)
 	*cat = specials[i].cat;
 	return 0;
 }
+
+int conf_endpoint_covers(const char *text, const struct sockaddr *peer)
+{
+	struct conf_endpoint ep;
+	char err[160] = "";
+	uint8_t a[16];
+	int fam;
+
+	memset(&ep, 0, sizeof(ep));
+	if (conf_parse_endpoint(text, &ep, err, sizeof(err)) == -EINVAL ||
+	    conf_addr_canon(peer, &fam, a) < 0)
+		return -EINVAL;
+	return fam == ep.prefix.family && bits_equal(a, ep.prefix.addr, ep.prefix.len) ? 1 : 0;
+}

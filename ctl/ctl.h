@@ -57,6 +57,7 @@ struct ctl_probe_result {
 	const char *failed_step; /* static name of the first failed step, NULL when all ok */
 	int stun_code;           /* its STUN error code (401, 403...), 0 when none */
 	int err;                 /* its negative errno, 0 when all ok */
+	struct sockaddr_storage peer; /* the peer that step asked for, ss_family 0: none */
 };
 
 /* Runs the probe, printing one line per step to stdout. Returns 0 when every step passed,

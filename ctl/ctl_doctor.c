@@ -4,6 +4,7 @@
 #include "ctl/ctl.h"
 #include "ctl/ctl_doctor.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -471,6 +472,84 @@ static int check_routes(struct doctor *d)
 	return 0;
 }
 
+/* The first cluster routed from listener l whose STATIC endpoints cover peer's address
+ * ("" when none); *first gets the first routed cluster's name ("" when none). */
+static const char *covering_cluster(const struct doctor *d, json_t *l,
+				    const struct sockaddr_storage *peer, const char **first)
+{
+	json_t *clusters = json_object_get(d->config, "clusters"), *r, *c, *e;
+	size_t i, k;
+
+	*first = "";
+	json_array_foreach(json_object_get(l, "routes"), i, r)
+	{
+		c = find_named(clusters, json_string_value(r));
+		if (c == NULL)
+			continue;
+		if ((*first)[0] == '\0')
+			*first = jstr(c, "name");
+		json_array_foreach(json_object_get(c, "endpoints"), k, e)
+		{
+			const char *t = json_string_value(e);
+
+			if (t != NULL && conf_endpoint_covers(t, (const struct sockaddr *)peer) == 1)
+				return jstr(c, "name");
+		}
+	}
+	return "";
+}
+
+/* A 403 on the probe: names the refused peer and what would admit it. */
+static int refused_peer(const struct doctor *d, const struct ctl_probe_result *res)
+{
+	const char *lname = jstr(d->probe_l, "name"), *first, *cover;
+	char ip[INET6_ADDRSTRLEN] = "?", detail[400], fix[700], own[200] = "";
+	const void *a = res->peer.ss_family == AF_INET6
+				? (const void *)&((const struct sockaddr_in6 *)&res->peer)->sin6_addr
+				: (const void *)&((const struct sockaddr_in *)&res->peer)->sin_addr;
+
+	if (res->peer.ss_family == 0)
+		return fail(L_ROUTES, "probe", "STUN error 403 (Forbidden)",
+			    "the peer is not admitted: add its address (and port) to a cluster "
+			    "routed from this listener");
+	inet_ntop(res->peer.ss_family, a, ip, sizeof(ip));
+	cover = covering_cluster(d, d->probe_l, &res->peer, &first);
+	if (d->peer == NULL)
+		snprintf(own, sizeof(own),
+			 " (without --peer the probe relays between two of its own allocations, "
+			 "so the relay address %s is its peer; or pass --peer IP:PORT, a UDP echo "
+			 "inside a routed cluster)",
+			 ip);
+	if (cover[0] == '\0') {
+		snprintf(detail, sizeof(detail),
+			 "%s: peer %s refused (403 Forbidden): no route of listener %s admits it",
+			 res->failed_step, ip, lname);
+		if (first[0] != '\0')
+			snprintf(fix, sizeof(fix),
+				 "add it to a cluster routed from %s, e.g. endpoints: [..., "
+				 "%s%s] in cluster %s, then turngatectl reload%s",
+				 lname, ip, res->peer.ss_family == AF_INET6 ? "/128" : "/32", first,
+				 own);
+		else
+			snprintf(fix, sizeof(fix),
+				 "add it to a cluster routed from %s (clusters[].endpoints: [%s], "
+				 "routes: [CLUSTER] in listener %s), then turngatectl reload%s",
+				 lname, ip, lname, own);
+		return fail(L_ROUTES, "probe", detail, fix);
+	}
+	snprintf(detail, sizeof(detail),
+		 "%s: peer %s refused (403 Forbidden), although cluster %s routed from %s "
+		 "covers its address",
+		 res->failed_step, ip, cover, lname);
+	snprintf(fix, sizeof(fix),
+		 "a special-purpose address (127.0.0.0/8, ::1, 169.254.0.0/16, ...) is admitted "
+		 "only by an endpoint listed inside its range, never by a broad prefix; the "
+		 "instance's own listener, HTTP and admin ports are never peers; and an endpoint's "
+		 ":<MIN-MAX> range limits the ports: see configuration.md, \"Peer safety\"%s",
+		 own);
+	return fail(L_ROUTES, "probe", detail, fix);
+}
+
 /* Layer 4: the probe; a 401 or 403 on the way names layer 2 or 3. */
 static int check_probe(struct doctor *d)
 {
@@ -494,20 +573,22 @@ static int check_probe(struct doctor *d)
 		     jstr(d->probe_l, "name"), d->peer ? " to " : "", d->peer ? d->peer : "");
 		return 0;
 	}
+	if (res.stun_code == 403)
+		return refused_peer(d, &res);
 	if (res.stun_code != 0)
 		snprintf(detail, sizeof(detail), "%s: STUN error %d", res.failed_step,
 			 res.stun_code);
 	else
 		snprintf(detail, sizeof(detail), "%s: %s", res.failed_step, strerror(-res.err));
-	if (res.stun_code == 403)
-		return fail(L_ROUTES, "probe", detail,
-			    "the peer is not admitted: add its address "
-			    "(and port) to a cluster routed from this listener");
 	if (res.stun_code == 401)
 		return fail(L_AUTH, "probe", detail, "the credential was refused: see layer 2");
+	if (strcmp(res.failed_step, "round trip") == 0)
+		return fail(L_PROBE, "probe", detail,
+			    "a timeout on the round trip means the peer did not echo, or the "
+			    "relay ports (relay_port_min..max) are filtered");
 	return fail(L_PROBE, "probe", detail,
-		    "a timeout on the round trip means the peer "
-		    "did not echo, or the relay ports (relay_port_min..max) are filtered");
+		    "the step failed for another reason than the peer policy: see the error "
+		    "and the daemon's log");
 }
 
 static int parse_args(struct doctor *d, int argc, char **argv)

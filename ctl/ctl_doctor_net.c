@@ -142,12 +142,13 @@ int doctor_allocate(const struct sockaddr_storage *server, bool tcp, const char 
 	rc = turn_client_create(&o, &c);
 	if (rc == 0)
 		rc = turn_client_allocate(c, NULL, &r);
-	if (rc == 0) {
+	/* A timed-out Allocate may have made one whose answer got lost: delete that too. */
+	if (c != NULL && (rc == 0 || rc == -ETIMEDOUT))
 		turn_client_refresh(c, 0, NULL);
-	} else if (rc == -EPROTO && c != NULL) {
+	if (rc == -EPROTO && c != NULL) {
 		*stun_code = turn_client_last_error(c, &reason);
 		snprintf(why, why_cap, "%d %s", *stun_code, reason != NULL ? reason : "");
-	} else {
+	} else if (rc < 0) {
 		snprintf(why, why_cap, "%s", strerror(-rc));
 	}
 	turn_client_destroy(c);

@@ -34,6 +34,9 @@ struct probe {
 	const char *fail_step;  /* first failed step */
 	int fail_code;          /* its STUN error code, 0 for a local/transport error */
 	int fail_errno;         /* its negative errno */
+	/* The peer the next step asks for (NULL: none); a 403 names it as refused. */
+	const struct sockaddr_storage *cur_peer;
+	struct sockaddr_storage fail_peer;  /* the failed step's peer, ss_family 0: none */
 };
 
 static double now_ms(void)
@@ -70,10 +73,19 @@ static int step(struct probe *p, const char *name, double t0, int rc, struct tur
 			snprintf(why, sizeof(why), "%d %s", code, reason != NULL ? reason : "");
 		else
 			snprintf(why, sizeof(why), "%s", strerror(-rc));
+		if (rc == -EPROTO && code == 403 && p->cur_peer != NULL) {
+			char pa[64];
+
+			addr_str(p->cur_peer, pa, sizeof(pa));
+			snprintf(why + strlen(why), sizeof(why) - strlen(why), ": peer %s refused",
+				 pa);
+		}
 		if (!p->failed) {
 			p->fail_step = name;
 			p->fail_code = rc == -EPROTO ? code : 0;
 			p->fail_errno = rc;
+			if (p->cur_peer != NULL)
+				memcpy(&p->fail_peer, p->cur_peer, sizeof(p->fail_peer));
 		}
 		p->failed = 1;
 	}
@@ -83,6 +95,7 @@ static int step(struct probe *p, const char *name, double t0, int rc, struct tur
 	if (!p->json)
 		printf("%s%-18s %-4s %8.1f ms  %s\n", p->indent ? p->indent : "", name,
 		       rc < 0 ? "FAIL" : "ok", ms, rc < 0 ? why : (detail ? detail : ""));
+	p->cur_peer = NULL;
 	return rc;
 }
 
@@ -245,28 +258,52 @@ static int echo_via(struct turn_client *c, const char *payload, int timeout_ms)
 	return len == strlen(payload) && memcmp(buf, payload, len) == 0 ? 0 : -EBADMSG;
 }
 
-/* Round trip through a second allocation: A -> B's relay, B answers back to A's relay. */
+/* Deletes what an Allocate on c may have made: after a success (a step of its own), and
+ * silently after a timeout (the answer may be what got lost). Every allocation the probe
+ * makes goes through here, so none outlives the probe by its lifetime. */
+static void release(struct probe *p, struct turn_client *c, int alloc_rc, const char *name)
+{
+	double t0 = now_ms();
+	int rc;
+
+	if (c == NULL || (alloc_rc != 0 && alloc_rc != -ETIMEDOUT))
+		return;
+	rc = turn_client_refresh(c, 0, NULL);
+	if (alloc_rc == 0)
+		step(p, name, t0, rc, c, "refresh lifetime 0");
+}
+
+/* Round trip through a second allocation: A -> B's relay, B answers back to A's relay.
+ * Each relay address is the other's peer: the listener's routes must admit the relay's
+ * own address (a 403 names it). */
 static int roundtrip_second(struct probe *p, struct turn_client *a,
 			    const struct turn_alloc_result *ra)
 {
-	struct turn_client *b = NULL;
+	struct turn_client *b = NULL, *asked;
 	struct turn_alloc_result rb;
 	char buf[256], detail[96];
 	size_t len = 0;
 	double t0 = now_ms();
-	int rc;
+	int rc, alloc_rc;
 
+	memset(&rb, 0, sizeof(rb));
 	rc = client_new(p, &b);
 	if (rc == 0)
 		rc = turn_client_allocate(b, NULL, &rb);
+	alloc_rc = rc;
 	addr_str(&rb.relayed, detail, sizeof(detail));
 	if (step(p, "allocate (peer)", t0, rc, b, rc == 0 ? detail : NULL) < 0)
 		goto out;
 	t0 = now_ms();
+	asked = b;
+	p->cur_peer = &ra->relayed;
 	rc = turn_client_create_permission(b, &ra->relayed, 1);
-	if (rc == 0)
+	if (rc == 0) {
+		asked = a;
+		p->cur_peer = &rb.relayed;
 		rc = turn_client_channel_bind(a, PROBE_CHAN, (struct sockaddr *)&rb.relayed);
-	if (step(p, "permission (peer)", t0, rc, rc == 0 ? b : a, "both directions") < 0)
+	}
+	if (step(p, "permission (peer)", t0, rc, asked, "both directions") < 0)
 		goto out;
 	t0 = now_ms();
 	rc = turn_client_send_channel(a, PROBE_CHAN, "probe", 5);
@@ -280,8 +317,8 @@ static int roundtrip_second(struct probe *p, struct turn_client *a,
 	if (rc == 0 && (len != 5 || memcmp(buf, "probe", 5) != 0))
 		rc = -EBADMSG;
 	step(p, "round trip", t0, rc, a, "via the peer allocation");
-	turn_client_refresh(b, 0, NULL);
 out:
+	release(p, b, alloc_rc, "delete (peer)");
 	turn_client_destroy(b);
 	return rc;
 }
@@ -328,6 +365,7 @@ static void tcp_relay(struct probe *p, struct turn_client *c)
 	double t0 = now_ms();
 	int rc = peer_addr(p->tcp_peer, &peer);
 
+	p->cur_peer = rc == 0 ? &peer : NULL;
 	if (rc == 0)
 		rc = turn_client_connect(c, (struct sockaddr *)&peer, &cid);
 	snprintf(detail, sizeof(detail), "%s connection-id 0x%08x", p->tcp_peer, cid);
@@ -375,8 +413,10 @@ static void run_probe(struct probe *p)
 	addr_str(&ra.relayed, detail, sizeof(detail));
 	if (p->tcp_peer != NULL)
 		snprintf(detail + strlen(detail), sizeof(detail) - strlen(detail), " tcp");
-	if (step(p, "allocate", t0, rc, c, rc == 0 ? detail : NULL) < 0)
+	if (step(p, "allocate", t0, rc, c, rc == 0 ? detail : NULL) < 0) {
+		release(p, c, rc, "delete");
 		goto out;
+	}
 	if (p->tcp_peer != NULL) {
 		tcp_relay(p, c);
 	} else if (p->peer == NULL) {
@@ -384,11 +424,13 @@ static void run_probe(struct probe *p)
 	} else {
 		t0 = now_ms();
 		rc = peer_addr(p->peer, &peer);
+		p->cur_peer = rc == 0 ? &peer : NULL;
 		if (rc == 0)
 			rc = turn_client_create_permission(c, &peer, 1);
 		if (step(p, "create-permission", t0, rc, c, p->peer) < 0)
 			goto refresh;
 		t0 = now_ms();
+		p->cur_peer = &peer;
 		rc = turn_client_channel_bind(c, PROBE_CHAN, (struct sockaddr *)&peer);
 		if (step(p, "channel-bind", t0, rc, c, "0x4001") < 0)
 			goto refresh;
@@ -397,9 +439,7 @@ static void run_probe(struct probe *p)
 		step(p, "round trip", t0, rc, c, "through the peer echo");
 	}
 refresh:
-	t0 = now_ms();
-	rc = turn_client_refresh(c, 0, NULL);
-	step(p, "delete", t0, rc, c, "refresh lifetime 0");
+	release(p, c, 0, "delete");
 out:
 	turn_client_destroy(c);
 }
@@ -425,6 +465,7 @@ int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res)
 	res->failed_step = p.fail_step;
 	res->stun_code = p.fail_code;
 	res->err = p.fail_errno;
+	memcpy(&res->peer, &p.fail_peer, sizeof(res->peer));
 	return p.failed ? 1 : 0;
 }
 

@@ -1,12 +1,13 @@
 /* Worker peer policy: the one allowlist check of a peer address and its denied counter.
- * CreatePermission and ChannelBind ask with the IP only, Send indications, ChannelData
+ * CreatePermission asks with the IP only; ChannelBind, Send indications, ChannelData
  * and every peer datagram with IP and port; all against the current snapshot, with the
  * peer's transport (UDP datagrams, or RFC 6062 TCP connections) against the clusters'
- * protocol. Where the port is asked, and for ChannelBind, one of this instance's masks is
- * refused with a port in no instance's slice (wk_sib_refused), and so is one of this
- * instance's own sockets (wk_self_refused: its listeners, HTTP endpoints, relay ports
- * outside the short circuit), whatever the routes say. CreatePermission names no port:
- * such a peer gets its permission, and every packet to or from it is refused and counted. */
+ * protocol. Where the port is asked (ChannelBind included: a channel names its port), one
+ * of this instance's masks is refused with a port in no instance's slice (wk_sib_refused),
+ * and so is one of this instance's own sockets (wk_self_refused: its listeners, HTTP
+ * endpoints, relay ports outside the short circuit), whatever the routes say.
+ * CreatePermission names no port: such a peer gets its permission, and every packet to or
+ * from it is refused and counted. */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -46,10 +47,13 @@ int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct 
 	return wk_peer_deny(w, l);
 }
 
+/* A channel names a port, and every datagram on it would be checked with that port: a
+ * port outside the cluster's range is refused at the bind (403), not dropped afterwards. */
 int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 			 enum conf_cluster_proto proto, uint32_t *cl)
 {
-	if (wk_peer_allowed(w, l, peer, proto, false, cl) < 0)
-		return -EACCES;
-	return wk_peer_port_refused(w, peer) ? wk_peer_deny(w, l) : 0;
+	/* A channel names its port, and every ChannelData on it would be checked with that
+	 * port: one outside the cluster's range is refused at the bind (403), not dropped
+	 * afterwards. */
+	return wk_peer_allowed(w, l, peer, proto, true, cl);
 }

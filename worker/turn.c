@@ -500,7 +500,7 @@ enum stun_chan_range wk_chan_range(const struct worker *w)
 
 /* Peer checks shared by CreatePermission and ChannelBind: 443 for a family the
  * allocation does not have, 403 outside the listener's allowlist (IP only; for a channel
- * also a mask's port, wk_peer_bind_allowed). */
+ * also the port, wk_peer_bind_allowed). */
 static int wk_peer_check(struct worker *w, const struct wk_alloc *a, const struct sockaddr *peer,
 			 bool chan)
 {

@@ -667,9 +667,9 @@ int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct so
  * listed). Returns 0 and *cl, or -EACCES. */
 int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 		    enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
-/* ChannelBind's form: the IP as CreatePermission's, and the port as a packet's (a channel
- * is bound to a port: a masked address that names no instance, or one of this instance's
- * own sockets, is refused). */
+/* ChannelBind's form: IP and port, as a packet's (a channel names the port every
+ * ChannelData on it goes to: a port outside the admitting cluster's range, a masked
+ * address that names no instance, or one of this instance's own sockets, is refused). */
 int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 			 enum conf_cluster_proto proto, uint32_t *cl);
 

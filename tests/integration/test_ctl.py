@@ -81,7 +81,7 @@ def test_ctl_probe(d):
         steps = [l.split()[0:2] for l in r.stdout.splitlines()]
         check(r.returncode == 0, r)
         check([s[0] for s in steps] == ["connect", "allocate", "allocate", "permission",
-                                        "round", "delete"], r.stdout)
+                                        "round", "delete", "delete"], r.stdout)
         check(all("ok" in l.split()[1:3] for l in r.stdout.splitlines()), r.stdout)
         peer = echo_peer()
         r = subprocess.run([TURNGATECTL, "probe", uri + "?transport=tcp", "--secret", "s3cret",

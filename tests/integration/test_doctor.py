@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, check, config_yaml, echo_peer, free_port,  # noqa: E402
+from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, echo_peer, free_port,  # noqa: E402
                            run_tests)
 
 
@@ -160,8 +160,9 @@ def test_doctor_routes(d):
         peer = echo_peer()
         rc, out, err = daemon.ctl("doctor", "--secret", "s3cret", "--peer",
                                   "127.0.0.1:%d" % peer)
-        check(rc == 1 and layer_of(out) == 3 and "403" in out and "not admitted" in out,
-              (rc, out))
+        check(rc == 1 and layer_of(out) == 3 and
+              "peer 127.0.0.1 refused (403 Forbidden): no route of listener udp admits it"
+              in out and "127.0.0.1/32] in cluster loopback" in out, (rc, out))
         # A failed reload is layer 0: the daemon runs the previous config.
         daemon.write_config(text.replace("port: %d" % port, "port: 70000", 1))
         rc, out, err = daemon.ctl("reload")
@@ -172,6 +173,57 @@ def test_doctor_routes(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_doctor_refused_peer(d):
+    """A media-plane config whose clusters hold the media servers, not the relay: the
+    probe without --peer relays between two of its own allocations, so the relay's own
+    address is the peer that gets 403. doctor names it and the route that would admit it
+    (not an echo timeout), and neither doctor nor probe leaves an allocation behind."""
+    port = free_port()
+    sock = os.path.join(d, "admin.sock")
+    text = config_yaml(sock, [("udp", port, "TURN-UDP"), ("tcp", port, "TURN-TCP")])
+    daemon = Daemon(d, text.replace("endpoints: [127.0.0.0/8]", "endpoints: [10.0.0.0/8]"))
+    daemon.start()
+    try:
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
+        check(rc == 1 and layer_of(out) == 3, (rc, out, err))
+        check("permission (peer): peer 127.0.0.1 refused (403 Forbidden): no route of "
+              "listener udp admits it" in out, out)
+        check("fix: add it to a cluster routed from udp, e.g. endpoints: [..., 127.0.0.1/32]"
+              " in cluster loopback" in out and "echo" not in out.split("fix:")[1].split(
+                  "(")[0], out)
+        check("delete (peer)" in out, out)
+        check(daemon.admin({"cmd": "status"})["allocations"] == 0, "doctor left allocations")
+        r = subprocess.run([TURNGATECTL, "probe", "turn:127.0.0.1:%d" % port, "--secret",
+                            "s3cret"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "403 Forbidden: peer 127.0.0.1:" in r.stdout and
+              "refused" in r.stdout, r)
+        check(daemon.admin({"cmd": "status"})["allocations"] == 0, "probe left allocations")
+        # Covered by a cluster, refused all the same: doctor says why a covered peer can be.
+        daemon.write_config(text.replace("endpoints: [127.0.0.0/8]",
+                                         'endpoints: [10.0.0.0/8, "127.0.0.0/8:<1-2>"]'))
+        rc, out, err = daemon.ctl("reload")
+        check(rc == 0, (out, err))
+        rc, out, err = daemon.ctl("doctor", "--secret", "s3cret")
+        check(rc == 1 and layer_of(out) == 3 and "although cluster loopback routed from udp "
+              "covers its address" in out and "<MIN-MAX>" in out, (rc, out))
+        check(daemon.admin({"cmd": "status"})["allocations"] == 0, "doctor left allocations")
+        # ChannelBind to a port outside the cluster's range: 403 at the bind (it used to
+        # succeed, and every ChannelData on it was dropped in silence).
+        peer = echo_peer()
+        r = subprocess.run([TURNGATECTL, "probe", "turn:127.0.0.1:%d" % port, "--secret",
+                            "s3cret", "--peer", "127.0.0.1:%d" % peer],
+                           capture_output=True, text=True, timeout=60)
+        lines = {l.split()[0]: l for l in r.stdout.splitlines()}
+        check(r.returncode == 1 and " ok " in lines.get("create-permission", "") and
+              "FAIL" in lines.get("channel-bind", "") and
+              "403 Forbidden: peer 127.0.0.1:%d refused" % peer in r.stdout and
+              "round" not in lines, r)
+        check(daemon.admin({"cmd": "status"})["allocations"] == 0, "probe left allocations")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_doctor_healthy, test_doctor_tls, test_doctor_daemon_down,
-               test_doctor_listener, test_doctor_auth, test_doctor_routes])
+               test_doctor_listener, test_doctor_auth, test_doctor_routes,
+               test_doctor_refused_peer])
