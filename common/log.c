@@ -197,62 +197,124 @@ static size_t json_escape(char *out, size_t cap, const char *s)
 	return o;
 }
 
+enum log_format log_get_format(void)
+{
+	return g_log.fmt;
+}
+
+/* Message text with control characters written as \xNN: messages carry client-supplied
+ * strings (usernames, realms), and a control character must not start a forged line or
+ * hide one. */
+static void log_sanitize(const char *msg, char *safe, size_t cap)
+{
+	size_t o = 0;
+
+	for (const char *p = msg; *p && o + 5 < cap; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(safe + o, cap - o, "\\x%02x", c);
+		else
+			safe[o++] = (char)c;
+	}
+	safe[o] = '\0';
+}
+
+static void log_when(char *when, size_t cap)
+{
+	struct timespec ts;
+	struct tm tm;
+	size_t w;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	w = strftime(when, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + w, cap - w, ".%06ldZ", ts.tv_nsec / 1000);
+}
+
+/* One write per line so lines of different processes never interleave; a line cut to
+ * fit still ends with a newline (and, for JSON, is the one thing that may not parse). */
+static void log_write(int fd, char *line, size_t cap, int n)
+{
+	ssize_t wr;
+
+	if (n < 0)
+		return;
+	if ((size_t)n >= cap) {
+		n = (int)cap - 1;
+		line[n - 1] = '\n';
+	}
+	wr = write(fd, line, (size_t)n);
+	(void)wr;
+}
+
+/* The JSON line of a message (already sanitized) with extra fields. */
+static void log_emit_json(int fd, const char *scope, enum log_level lvl, const char *safe,
+			  const struct log_field *fields, size_t nf)
+{
+	char when[40], prio[8] = "", esc[4096 + 64], line[8192];
+	size_t o;
+	int n;
+
+	log_when(when, sizeof(when));
+	if (g_log.journal)
+		snprintf(prio, sizeof(prio), "<%d>", journal_priority(lvl));
+	json_escape(esc, sizeof(esc), safe);
+	n = snprintf(line, sizeof(line),
+		     "%s{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,"
+		     "\"scope\":\"%s\",\"msg\":\"%s\"",
+		     prio, when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
+	for (size_t i = 0; i < nf && n > 0 && (size_t)n < sizeof(line); i++) {
+		char v[1024];
+
+		o = (size_t)n;
+		if (fields[i].str != NULL) {
+			char safe_v[sizeof(v) / 4];
+
+			log_sanitize(fields[i].str, safe_v, sizeof(safe_v));
+			json_escape(v, sizeof(v), safe_v);
+			n += snprintf(line + o, sizeof(line) - o, ",\"%s\":\"%s\"", fields[i].key, v);
+		} else {
+			n += snprintf(line + o, sizeof(line) - o, ",\"%s\":%lld", fields[i].key,
+				      fields[i].num);
+		}
+	}
+	if (n > 0 && (size_t)n < sizeof(line))
+		n += snprintf(line + n, sizeof(line) - (size_t)n, "}\n");
+	log_write(fd, line, sizeof(line), n);
+}
+
+void log_json_line(int fd, const char *scope, enum log_level lvl, const char *msg,
+		   const struct log_field *fields, size_t n)
+{
+	char safe[4096];
+
+	log_sanitize(msg, safe, sizeof(safe));
+	log_emit_json(fd, scope, lvl, safe, fields, n);
+}
+
 void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
-	struct timespec ts;
-	struct tm tm;
 	char when[40];
-	size_t w;
 	char safe[sizeof(msg) * 4];
-	size_t o = 0;
 	char line[sizeof(safe) + 200], prio[8] = "";
 	int n;
-	ssize_t wr;
 
 	if (!log_enabled(scope, lvl))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	w = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(when + w, sizeof(when) - w, ".%06ldZ", ts.tv_nsec / 1000);
-
-	/* Messages carry client-supplied strings (usernames, realms): a control character
-	 * must not start a forged line or hide one, so it is written as \xNN. */
-	for (const char *p = msg; *p && o + 5 < sizeof(safe); p++) {
-		unsigned char c = (unsigned char)*p;
-		if (c < 0x20 || c == 0x7f)
-			o += (size_t)snprintf(safe + o, sizeof(safe) - o, "\\x%02x", c);
-		else
-			safe[o++] = (char)c;
+	log_sanitize(msg, safe, sizeof(safe));
+	if (g_log.fmt == LOG_FMT_JSON) {
+		log_emit_json(STDERR_FILENO, scope, lvl, safe, NULL, 0);
+		return;
 	}
-	safe[o] = '\0';
-
+	log_when(when, sizeof(when));
 	if (g_log.journal)
 		snprintf(prio, sizeof(prio), "<%d>", journal_priority(lvl));
-	if (g_log.fmt == LOG_FMT_JSON) {
-		char esc[sizeof(safe) + 64];
-		json_escape(esc, sizeof(esc), safe);
-		n = snprintf(
-			line, sizeof(line),
-			"%s{\"ts\":\"%s\",\"level\":\"%s\",\"proc\":\"%s\",\"pid\":%d,\"scope\":\"%s\",\"msg\":\"%s\"}\n",
-			prio, when, log_level_name(lvl), g_log.procname, (int)getpid(), scope, esc);
-	} else {
-		n = snprintf(line, sizeof(line), "%s%s %-5s %s[%d] %s: %s\n", prio, when,
-			     log_level_name(lvl), g_log.procname, (int)getpid(), scope, safe);
-	}
-	if (n < 0)
-		return;
-	if ((size_t)n >= sizeof(line)) {
-		n = sizeof(line) - 1;
-		line[n - 1] = '\n';
-	}
-	/* One write per line so lines of different processes never interleave. */
-	wr = write(STDERR_FILENO, line, (size_t)n);
-	(void)wr;
+	n = snprintf(line, sizeof(line), "%s%s %-5s %s[%d] %s: %s\n", prio, when,
+		     log_level_name(lvl), g_log.procname, (int)getpid(), scope, safe);
+	log_write(STDERR_FILENO, line, sizeof(line), n);
 }

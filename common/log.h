@@ -49,6 +49,23 @@ bool log_enabled(const char *scope, enum log_level lvl);
 void log_msg(const char *scope, enum log_level lvl, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* The format set by log_init()/log_set_format(). */
+enum log_format log_get_format(void);
+
+/* One extra member of a JSON line: a string when str is not NULL, else the integer num. */
+struct log_field {
+	const char *key;
+	const char *str;
+	long long num;
+};
+
+/* Writes one JSON line to fd whatever the level filter and the format say (for output the
+ * operator asked for, such as config diagnostics): the members of log_msg's JSON lines
+ * (ts, level, proc, pid, scope, msg) followed by the n fields, with the same escaping.
+ * Keys are the caller's constants, values may be anything. */
+void log_json_line(int fd, const char *scope, enum log_level lvl, const char *msg,
+		   const struct log_field *fields, size_t n);
+
 #define log_error(scope, ...) log_msg((scope), LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(scope, ...) log_msg((scope), LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(scope, ...) log_msg((scope), LOG_LVL_INFO, __VA_ARGS__)

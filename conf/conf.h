@@ -48,6 +48,9 @@ struct conf_diags {
 	struct conf_diag *v;
 	size_t n, cap;
 	size_t n_errors, n_warnings;
+	/* The text asked for log_format: json, as far as it was read: set even when the load
+	 * fails, so that its diagnostics come out in the format the operator asked for. */
+	bool json;
 };
 
 /* Formats one diagnostic as
@@ -59,6 +62,13 @@ int conf_diag_format(const struct conf_diag *d, char *buf, size_t size);
 
 /* Prints every diagnostic, one line each, in the format above. */
 void conf_diags_print(const struct conf_diags *d, FILE *out);
+/* The same as log lines: json false prints conf_diags_print's lines; json true writes one
+ * JSON log line per diagnostic (scope "config", level ERROR or WARN, msg the line above,
+ * and the fields file, line, column, path, message), as log_json_line() does. */
+void conf_diags_log(const struct conf_diags *d, bool json, FILE *out);
+/* One line that is not a diagnostic ("configuration ok") in the same form: as is, or a
+ * JSON log line of scope "config" at level lvl (enum log_level). */
+void conf_diags_note(bool json, int lvl, const char *msg, FILE *out);
 void conf_diags_free(struct conf_diags *d);
 
 /* ---- the typed configuration ---------------------------------------------------------- */

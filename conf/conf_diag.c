@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "common/log.h"
 #include "conf/conf_internal.h"
 
 __attribute__((format(printf, 1, 0))) static char *vfmt(const char *fmt, va_list ap)
@@ -145,6 +148,42 @@ void conf_diags_print(const struct conf_diags *d, FILE *out)
 		conf_diag_format(&d->v[i], line, sizeof(line));
 		fprintf(out, "%s\n", line);
 	}
+}
+
+void conf_diags_log(const struct conf_diags *d, bool json, FILE *out)
+{
+	char line[1024];
+
+	if (!json) {
+		conf_diags_print(d, out);
+		return;
+	}
+	fflush(out);
+	for (size_t i = 0; d != NULL && i < d->n; i++) {
+		const struct conf_diag *x = &d->v[i];
+		struct log_field f[] = {
+			{ "file", x->file ? x->file : "<config>", 0 },
+			{ "line", NULL, x->line },
+			{ "column", NULL, x->col },
+			{ "path", x->path ? x->path : "", 0 },
+			{ "message", x->msg ? x->msg : "", 0 },
+		};
+
+		conf_diag_format(x, line, sizeof(line));
+		log_json_line(fileno(out), "config",
+			      x->sev == CONF_DIAG_ERROR ? LOG_LVL_ERROR : LOG_LVL_WARN, line, f,
+			      sizeof(f) / sizeof(f[0]));
+	}
+}
+
+void conf_diags_note(bool json, int lvl, const char *msg, FILE *out)
+{
+	if (!json) {
+		fprintf(out, "%s\n", msg);
+		return;
+	}
+	fflush(out);
+	log_json_line(fileno(out), "config", (enum log_level)lvl, msg, NULL, 0);
 }
 
 void conf_diags_free(struct conf_diags *d)

@@ -221,6 +221,8 @@ out:
 	if (rc == -ENOMEM)
 		conf_diag_add(diags, CONF_DIAG_ERROR, p.file, 0, 0, "", "out of memory");
 	conf_diags_free(&local);
+	if (c != NULL)
+		diags->json = c->admin.log_format == CONF_LOG_JSON;
 	if (rc != 0) {
 		conf_free(c);
 		return rc;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "conf/conf_internal.h"
 
 const char *conf_auth_type_name(enum conf_auth_type t)
@@ -246,14 +247,17 @@ int conf_check_main(const char *path, FILE *out)
 {
 	struct conf_diags d = { 0 };
 	struct conf *c = NULL;
+	char why[512];
 	int rc = path ? conf_load_file(path, NULL, &c, &d) : conf_load_default(NULL, &c);
 	if (rc == 0)
 		rc = conf_resolve_clusters(c, NULL, NULL, &d);
-	conf_diags_print(&d, out);
+	/* In the format the file asks for (log_format), as the daemon would log it. */
+	conf_diags_log(&d, d.json, out);
+	snprintf(why, sizeof(why), "%s: %s", path ? path : "<default>", strerror(-rc));
 	if (rc == 0)
-		fprintf(out, "configuration ok\n");
+		conf_diags_note(d.json, LOG_LVL_INFO, "configuration ok", out);
 	else if (d.n_errors == 0)
-		fprintf(out, "%s: %s\n", path ? path : "<default>", strerror(-rc));
+		conf_diags_note(d.json, LOG_LVL_ERROR, why, out);
 	conf_diags_free(&d);
 	conf_free(c);
 	return rc == 0 ? 0 : 1;

@@ -202,11 +202,14 @@ int reload_initial(struct master *m)
 	int rc;
 
 	rc = load_config(m, &m->cfg, &diags);
-	conf_diags_print(&diags, stderr);
+	/* The format the file asks for applies from its own diagnostics on, even when it
+	 * fails to load (then the lines that end the start are in that format too). */
+	log_set_format(diags.json ? LOG_FMT_JSON : LOG_FMT_TEXT);
+	conf_diags_log(&diags, diags.json, stderr);
 	record_result(m, "startup", rc == 0, diags_to_json(&diags));
 	/* Diagnosed errors were printed above; only an undiagnosed failure needs a line. */
 	if (rc < 0 && diags.n_errors == 0)
-		fprintf(stderr, "turngated: cannot load configuration: %s\n", strerror(-rc));
+		log_error("master", "cannot load configuration: %s", strerror(-rc));
 	conf_diags_free(&diags);
 	if (rc < 0)
 		return rc;
@@ -393,7 +396,8 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 	log_info("master", "reloading configuration (%s)", trigger);
 	rc = load_config(m, &nc, &diags);
 	if (rc < 0) {
-		conf_diags_print(&diags, stderr);
+		/* Rejected: the running configuration's log format still applies. */
+		conf_diags_log(&diags, log_get_format() == LOG_FMT_JSON, stderr);
 		if (diags.n_errors == 0)
 			record_error(m, trigger, "cannot load configuration", rc);
 		else
@@ -438,6 +442,8 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 		master_offload_reopen(m);
 	m->publish_pending = false;
 	apply_logging(m, m->cfg);
+	/* Applied: its warnings, in the format it asks for. */
+	conf_diags_log(&diags, log_get_format() == LOG_FMT_JSON, stderr);
 	httpd_reload(m);
 	open_admin_late(m);
 	conf_diags_print(&diags, stderr);	/* the warnings of an applied config */
