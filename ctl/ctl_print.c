@@ -158,23 +158,43 @@ static void print_workers(json_t *r, FILE *out)
 	}
 }
 
-static void print_allocations(json_t *r, FILE *out)
+/* The width of column key over every allocation, at least min: names are printed whole
+ * (a gateway's "ns/gateway/listener" names differ at their end), and the columns after
+ * them stay aligned. */
+static int col_width(json_t *allocs, const char *key, int min)
 {
 	json_t *a;
 	size_t i;
+	int w = min;
 
-	fprintf(out, "%-6s %-3s %-24s %-10s %-22s %-22s %6s %6s %5s %5s %4s %s\n", "ID", "WRK",
-		"USER", "LISTENER", "CLIENT", "RELAY", "AGE", "LEFT", "PERMS", "CHANS", "TCP",
-		"TO_PEER/FROM_PEER (pkts bytes)");
-	json_array_foreach(json_object_get(r, "allocations"), i, a)
+	json_array_foreach(allocs, i, a)
+	{
+		int n = (int)strlen(str_of(a, key));
+
+		w = n > w ? n : w;
+	}
+	return w;
+}
+
+static void print_allocations(json_t *r, FILE *out)
+{
+	json_t *a, *all = json_object_get(r, "allocations");
+	size_t i;
+	int wu = col_width(all, "user", 24), wl = col_width(all, "listener", 10);
+	int wc = col_width(all, "client", 22), wr = col_width(all, "relay", 22);
+
+	fprintf(out, "%-6s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID", "WRK", wu,
+		"USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY", "AGE", "LEFT", "PERMS", "CHANS",
+		"TCP", "TO_PEER/FROM_PEER (pkts bytes)");
+	json_array_foreach(all, i, a)
 	{
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
 
 		fprintf(out,
-			"%-6lld %-3lld %-24s %-10s %-22s %-22s %6.0f %6.0f %5zu %5zu %4lld "
+			"%-6lld %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
 			"%lld %lld / %lld %lld\n",
-			int_of(a, "id"), int_of(a, "worker"), str_of(a, "user"),
-			str_of(a, "listener"), str_of(a, "client"), str_of(a, "relay"),
+			int_of(a, "id"), int_of(a, "worker"), wu, str_of(a, "user"), wl,
+			str_of(a, "listener"), wc, str_of(a, "client"), wr, str_of(a, "relay"),
 			num_of(a, "age"), num_of(a, "lifetime_left"),
 			json_array_size(json_object_get(a, "permissions")),
 			json_array_size(json_object_get(a, "channels")),

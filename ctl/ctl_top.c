@@ -185,32 +185,52 @@ static void human_rate(double bps, char *buf, size_t len)
 	snprintf(buf, len, "%.1f%s", bps, units[u]);
 }
 
+/* The widest of the first max rows' users and listeners, at least the old fixed widths:
+ * names are printed whole (a gateway's "ns/gateway/listener" names differ at their end)
+ * and the columns after them stay aligned. */
+static void row_widths(const struct top_row *rows, size_t n, long max, int *wu, int *wl)
+{
+	*wu = 24;
+	*wl = 12;
+	for (size_t i = 0; i < n && (long)i < max; i++) {
+		const char *l = rows[i].a ? json_string_value(json_object_get(rows[i].a, "listener"))
+					  : NULL;
+		int nu = (int)strlen(rows[i].user), nl = l ? (int)strlen(l) : 0;
+
+		*wu = nu > *wu ? nu : *wu;
+		*wl = nl > *wl ? nl : *wl;
+	}
+}
+
 static void print_rows(const struct top_row *rows, size_t n, long max, bool users, FILE *out)
 {
 	char tx[16], rx[16];
+	int wu, wl;
 
+	row_widths(rows, n, max, &wu, &wl);
 	if (users)
-		fprintf(out, "%-24s %6s %9s %9s %9s %s\n", "USER", "ALLOCS", "TO_PEER", "FROM_PEER",
-			"PPS", "THROTTLED");
+		fprintf(out, "%-*s %6s %9s %9s %9s %s\n", wu, "USER", "ALLOCS", "TO_PEER",
+			"FROM_PEER", "PPS", "THROTTLED");
 	else
-		fprintf(out, "%-6s %-24s %-12s %3s %7s %5s %5s %9s %9s %9s %s\n", "ID", "USER",
-			"LISTENER", "WK", "AGE", "PERMS", "CHANS", "TO_PEER", "FROM_PEER", "PPS",
+		fprintf(out, "%-6s %-*s %-*s %3s %7s %5s %5s %9s %9s %9s %s\n", "ID", wu, "USER",
+			wl, "LISTENER", "WK", "AGE", "PERMS", "CHANS", "TO_PEER", "FROM_PEER", "PPS",
 			"THROTTLED");
 	for (size_t i = 0; i < n && (long)i < max; i++) {
 		const struct top_row *r = &rows[i];
+		const char *l;
 		double pps = r->pps[0] + r->pps[1];
 
 		human_rate(r->bps[0], tx, sizeof(tx));
 		human_rate(r->bps[1], rx, sizeof(rx));
 		if (users) {
-			fprintf(out, "%-24.24s %6u %9s %9s %9.0f %s\n", r->user, r->n, tx, rx, pps,
+			fprintf(out, "%-*s %6u %9s %9s %9.0f %s\n", wu, r->user, r->n, tx, rx, pps,
 				r->throttled);
 			continue;
 		}
-		fprintf(out, "%-6lld %-24.24s %-12.12s %3lld %6.0fs %5lld %5lld %9s %9s %9.0f %s\n",
-			(long long)json_integer_value(json_object_get(r->a, "id")), r->user,
-			json_string_value(json_object_get(r->a, "listener")),
-			(long long)json_integer_value(json_object_get(r->a, "worker")),
+		l = json_string_value(json_object_get(r->a, "listener"));
+		fprintf(out, "%-6lld %-*s %-*s %3lld %6.0fs %5lld %5lld %9s %9s %9.0f %s\n",
+			(long long)json_integer_value(json_object_get(r->a, "id")), wu, r->user, wl,
+			l ? l : "", (long long)json_integer_value(json_object_get(r->a, "worker")),
 			json_real_value(json_object_get(r->a, "age")),
 			(long long)json_integer_value(json_object_get(r->a, "permissions")),
 			(long long)json_integer_value(json_object_get(r->a, "channels")), tx, rx, pps,

@@ -151,6 +151,9 @@ static json_t *cmd_drain(struct master *m, json_t *req)
 	if (on != NULL && !json_is_boolean(on))
 		return err("\"on\" must be true or false");
 	master_set_drain(m, on == NULL || json_is_true(on));
+	log_info("admin", "drain: %s, %u allocation(s) live",
+		 m->draining ? "on (new allocations refused)" : "off (new allocations accepted)",
+		 master_alloc_count(m));
 	return json_pack("{s:b, s:b, s:i}", "ok", 1, "draining", m->draining, "allocations",
 			 (int)master_alloc_count(m));
 }
@@ -556,6 +559,9 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 			n++;
 	}
 	explicit_bzero(&rec, sizeof(rec));
+	/* What was done, beside the audit line of what was asked. */
+	log_info("admin", "disconnect: ending %d allocation(s) of user %.256s", n,
+		 json_string_value(user));
 	return json_pack("{s:b, s:i}", "ok", 1, "disconnected", n);
 }
 
@@ -582,6 +588,10 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 				       (uint32_t)json_integer_value(id));
 	if (rc < 0)
 		return err(strerror(-rc));
+	log_info("admin", "disconnect: ending allocation %lld of user %.*s (worker %u)",
+		 (long long)json_integer_value(id),
+		 (int)(rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX),
+		 rec.username, (unsigned)rec.owner);
 	return json_pack("{s:b, s:i, s:i}", "ok", 1, "disconnected", 1, "worker", (int)rec.owner);
 }
 
