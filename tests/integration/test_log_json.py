@@ -30,10 +30,11 @@ def diags(objs):
 
 
 def warned_config(d, port):
-    """A json-logging config with a warning: a route to a cluster that does not exist."""
+    """A json-logging config with a warning: a route to a cluster that does not exist, named
+    with a quote and a backslash (the JSON line must escape them)."""
     text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
                        extra_admin="  log_format: json\n")
-    return text.replace("routes: [loopback]", "routes: [loopback, nowhere]")
+    return text.replace("routes: [loopback]", 'routes: [loopback, "no\\"wh\\\\ere"]')
 
 
 def test_log_json_diagnostics(d):
@@ -47,7 +48,7 @@ def test_log_json_diagnostics(d):
     check(r.returncode == 0 and objs[-1]["msg"] == "configuration ok", r)
     ds = diags(objs)
     check(len(ds) == 1 and ds[0]["level"] == "WARN" and ds[0]["file"] == daemon.conf and
-          ds[0]["line"] > 0 and ds[0]["column"] > 0 and "unknown cluster 'nowhere'" in
+          ds[0]["line"] > 0 and ds[0]["column"] > 0 and "unknown cluster 'no\"wh\\ere'" in
           ds[0]["message"] and ds[0]["path"].startswith("listeners[0].routes"), ds)
     daemon.start()
     try:
@@ -65,7 +66,7 @@ def test_log_json_diagnostics(d):
     ds = diags(objs)
     warns = [o for o in ds if o["level"] == "WARN"]
     errors = [o for o in ds if o["level"] == "ERROR"]
-    check(len(warns) >= 2 and all("nowhere" in o["message"] for o in warns), ds)
+    check(len(warns) >= 2 and all('no"wh\\ere' in o["message"] for o in warns), ds)
     check(len(errors) == 1 and "70000 is out of range" in errors[0]["message"] and
           errors[0]["line"] > 0 and errors[0]["column"] > 0 and
           errors[0]["file"] == daemon.conf, ds)
