@@ -503,7 +503,7 @@ static const char *covering_cluster(const struct doctor *d, json_t *l,
 static int refused_peer(const struct doctor *d, const struct ctl_probe_result *res)
 {
 	const char *lname = jstr(d->probe_l, "name"), *first, *cover;
-	char ip[INET6_ADDRSTRLEN] = "?", detail[400], fix[700], own[200] = "";
+	char ip[INET6_ADDRSTRLEN] = "?", detail[400], fix[900], own[200] = "";
 	const void *a = res->peer.ss_family == AF_INET6
 				? (const void *)&((const struct sockaddr_in6 *)&res->peer)->sin6_addr
 				: (const void *)&((const struct sockaddr_in *)&res->peer)->sin_addr;
@@ -543,9 +543,11 @@ static int refused_peer(const struct doctor *d, const struct ctl_probe_result *r
 		 res->failed_step, ip, cover, lname);
 	snprintf(fix, sizeof(fix),
 		 "a special-purpose address (127.0.0.0/8, ::1, 169.254.0.0/16, ...) is admitted "
-		 "only by an endpoint listed inside its range, never by a broad prefix; the "
-		 "instance's own listener, HTTP and admin ports are never peers; and an endpoint's "
-		 ":<MIN-MAX> range limits the ports: see configuration.md, \"Peer safety\"%s",
+		 "only by an endpoint listed inside its range or by a cluster whose admit_special "
+		 "names its category, never by a broad prefix; the instance's own sockets (its "
+		 "listener and HTTP ports, relay ports outside the short circuit) are never peers; "
+		 "and an endpoint's :<MIN-MAX> range limits the ports: see configuration.md, "
+		 "\"Peer safety\"%s",
 		 own);
 	return fail(L_ROUTES, "probe", detail, fix);
 }
