@@ -442,11 +442,11 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 		master_offload_reopen(m);
 	m->publish_pending = false;
 	apply_logging(m, m->cfg);
-	/* Applied: its warnings, in the format it asks for. */
+	/* Applied: its warnings (an expiring certificate's among them), in the format it
+	 * asks for. */
 	conf_diags_log(&diags, log_get_format() == LOG_FMT_JSON, stderr);
 	httpd_reload(m);
 	open_admin_late(m);
-	conf_diags_print(&diags, stderr);	/* the warnings of an applied config */
 	record_outcome(m, trigger, RELOAD_APPLIED, diags_to_json(&diags), reason);
 	m->last_reload.forced = (flags & RELOAD_FORCE) && reason[0] != '\0' &&
 				!cds_is_origin(m->config_path);
