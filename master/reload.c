@@ -416,7 +416,8 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 	}
 	if (!reload_guard_pass(m, trigger, flags, nc, &diags, p.delta, p.n, reason,
 			       sizeof(reason))) {
-		conf_diags_print(&diags, stderr);
+		/* Refused: the running configuration's log format still applies. */
+		conf_diags_log(&diags, log_get_format() == LOG_FMT_JSON, stderr);
 		record_outcome(m, trigger, RELOAD_REFUSED, diags_to_json(&diags), reason);
 		rc = -ECANCELED;
 		goto out;

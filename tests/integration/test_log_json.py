@@ -60,17 +60,25 @@ def test_log_json_diagnostics(d):
         daemon.write_config(text.replace("port: %d" % port, "port: 70000", 1))
         rc, out, err = daemon.ctl("reload")
         check(rc == 1, (rc, out, err))
+        # A reload the guard refuses (a misspelled listeners key would empty the gateway):
+        # its diagnostics ("did you mean") are JSON too.
+        daemon.write_config(text.replace("listeners:", "listners:", 1))
+        rc, out, err = daemon.ctl("reload")
+        check(rc != 0, (rc, out, err))
     finally:
         check(daemon.stop() == 0, "exit status")
     objs = json_lines(daemon.stderr(), "daemon stderr")
     ds = diags(objs)
-    warns = [o for o in ds if o["level"] == "WARN"]
+    warns = [o for o in ds if o["level"] == "WARN" and "unknown cluster" in o["message"]]
     errors = [o for o in ds if o["level"] == "ERROR"]
+    # start, SIGHUP, the rejected and the refused reload: each says it again
     check(len(warns) >= 2 and all('no"wh\\ere' in o["message"] for o in warns), ds)
     check(len(errors) == 1 and "70000 is out of range" in errors[0]["message"] and
           errors[0]["line"] > 0 and errors[0]["column"] > 0 and
           errors[0]["file"] == daemon.conf, ds)
     check(any("rejected" in o["msg"] for o in objs), objs)
+    check(any(o["path"] == "listners" and "did you mean" in o["message"] and o["line"] > 0
+              for o in ds), ds)
     # A start that fails on the config: its diagnostics and its last words are JSON too.
     bad = os.path.join(d, "bad.yaml")
     with open(bad, "w") as f:
