@@ -205,6 +205,11 @@ struct conf_listener {
 #define CONF_MIN_TCP_BUFFER 4096
 #define CONF_MAX_TCP_BUFFER (16 * 1024 * 1024)
 
+/* Defaults and bound of limits.auth_fail_* (failed authentications per minute). */
+#define CONF_DEF_AUTH_FAIL_PREFIX 10
+#define CONF_DEF_AUTH_FAIL_USER 20
+#define CONF_MAX_AUTH_FAIL 60000
+
 #define CONF_MAX_PERMISSIONS 32
 #define CONF_MAX_CHANNELS 32
 
@@ -229,6 +234,10 @@ struct conf_limits {
 	/* ours: credits of addresses that authenticated (shm/shm_trust.h) */
 	uint32_t unauth_trust_window;   /* seconds an earned credit stays, default 3600 */
 	uint32_t unauth_trust_credits;  /* credits an address may hold, default 1000; 0 = off */
+	/* ours: failed authentications of new allocations per minute, decaying
+	 * (worker/authfail.h); 0 = no budget */
+	uint32_t auth_fail_prefix;      /* per source prefix (unauth_prefix_*), default 10 */
+	uint32_t auth_fail_user;        /* per username, default 20 */
 	/* ours: bandwidth limits (shm/shm_bw.h), bits per second of relayed payload, each
 	 * direction separately, 0 = unlimited; live on reload */
 	uint32_t bandwidth_burst_ms;    /* bucket size as time at the rate, default 500 */

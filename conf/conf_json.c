@@ -209,6 +209,8 @@ static json_t *limits_json(const struct conf_limits *l)
 		set_i(o, "tcp_pending_connects", l->tcp_pending_connects);
 		set_i(o, "tcp_connect_timeout", l->tcp_connect_timeout);
 		set_i(o, "tcp_buffer", l->tcp_buffer);
+		set_i(o, "auth_fail_prefix", l->auth_fail_prefix);
+		set_i(o, "auth_fail_user", l->auth_fail_user);
 	}
 	return o;
 }

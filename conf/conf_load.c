@@ -33,6 +33,8 @@ static int conf_defaults(struct conf *c)
 		.unauth_prefix_v6 = 64,
 		.unauth_trust_window = 3600,
 		.unauth_trust_credits = 1000,
+		.auth_fail_prefix = CONF_DEF_AUTH_FAIL_PREFIX,
+		.auth_fail_user = CONF_DEF_AUTH_FAIL_USER,
 		.bandwidth_burst_ms = 500,
 		.tcp_connections = CONF_DEF_TCP_CONNECTIONS,
 		.tcp_pending_connects = CONF_DEF_TCP_PENDING_CONNECTS,

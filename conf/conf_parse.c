@@ -469,6 +469,8 @@ static const struct limit_key limit_keys[] = {
 	LIM(unauth_prefix_v6, 0, 128),
 	LIM(unauth_trust_window, 1, 86400),
 	LIM(unauth_trust_credits, 0, 65535),
+	LIM(auth_fail_prefix, 0, CONF_MAX_AUTH_FAIL),
+	LIM(auth_fail_user, 0, CONF_MAX_AUTH_FAIL),
 	LIM(bandwidth_burst_ms, 1, 60000),
 	LIM(tcp_connections, 1, CONF_MAX_TCP_CONNECTIONS),
 	LIM(tcp_pending_connects, 1, 65536),

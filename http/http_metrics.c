@@ -353,6 +353,10 @@ static void render_global(struct mctx *m)
 		{ "wrong_realm", SHM_CTR_AUTH_FAIL_WRONG_REALM },
 		{ "revoked", SHM_CTR_AUTH_FAIL_REVOKED },
 	};
+	static const struct lc throttled[] = {
+		{ "prefix", SHM_CTR_AUTH_THROTTLED_PREFIX },
+		{ "username", SHM_CTR_AUTH_THROTTLED_USER },
+	};
 	static const struct lc quota[] = {
 		{ "user", SHM_CTR_QUOTA_USER },
 		{ "total", SHM_CTR_QUOTA_TOTAL },
@@ -389,6 +393,11 @@ static void render_global(struct mctx *m)
 
 	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.", "reason",
 		 auth, sizeof(auth) / sizeof(auth[0]));
+	labelled(m, "turngate_auth_throttled_total",
+		 "Allocate authentications dropped unverified or unanswered: the source prefix "
+		 "(limits.auth_fail_prefix) or the username (limits.auth_fail_user) was over its "
+		 "failed-authentication budget.",
+		 "reason", throttled, sizeof(throttled) / sizeof(throttled[0]));
 	scalar_u(m, "turngate_revocations", "gauge",
 		 "Entries of the revocation list in force (turngatectl revoke): usernames and "
 		 "user ids whose credentials every worker refuses.",

@@ -55,6 +55,8 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.unauth_prefix_v6, 64);
 	assert_int_equal(c->limits.unauth_trust_window, 3600);
 	assert_int_equal(c->limits.unauth_trust_credits, 1000);
+	assert_int_equal(c->limits.auth_fail_prefix, 10);
+	assert_int_equal(c->limits.auth_fail_user, 20);
 	assert_int_equal(c->limits.allocation_bps, 0);
 	assert_int_equal(c->limits.user_bps, 0);
 	assert_int_equal(c->limits.bandwidth_burst_ms, 500);
