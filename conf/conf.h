@@ -192,6 +192,11 @@ struct conf_listener {
 /* Upper bound of limits.max_allocations, total_quota, user_quota and
  * listeners[].max_allocations. */
 #define CONF_MAX_ALLOCATIONS 10000000
+/* limits.user_quota unset (or "auto"): half of what the listener an Allocate arrives on
+ * can hold, the smaller of its relay ports and the allocation table (its
+ * max_allocations, limits.max_allocations, limits.total_quota): one user cannot take a
+ * tenant's whole relay range or table (worker/turn.c wk_user_quota). */
+#define CONF_USER_QUOTA_AUTO UINT32_MAX
 /* Upper bound of the bandwidth limits in bits per second (1 Tbit/s). */
 #define CONF_MAX_BPS UINT64_C(1000000000000)
 
@@ -215,7 +220,8 @@ struct conf_listener {
 
 struct conf_limits {
 	uint32_t max_allocations;       /* capacity of the allocation table; default 10000 */
-	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota too) */
+	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota
+					 * too); default CONF_USER_QUOTA_AUTO */
 	uint32_t total_quota;           /* admitted allocations overall, 0 = max_allocations */
 	uint32_t max_permissions;       /* per allocation; default 32 */
 	uint32_t max_channels;          /* per allocation; default 32 */

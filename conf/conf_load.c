@@ -19,6 +19,7 @@ static int conf_defaults(struct conf *c)
 	c->admin.log_format = CONF_LOG_TEXT;
 	c->limits = (struct conf_limits){
 		.max_allocations = 10000,
+		.user_quota = CONF_USER_QUOTA_AUTO,
 		.max_permissions = 32,
 		.max_channels = 32,
 		.allocation_lifetime = 600,

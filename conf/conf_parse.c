@@ -367,7 +367,8 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 		set_url(p, v, path, &a->healthcheck_endpoint);
 	} else if (strcasecmp(key, "user_quota") == 0) {
 		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
-			p->cfg->limits.user_quota = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+			p->cfg->limits.user_quota =
+				q > CONF_MAX_ALLOCATIONS ? CONF_MAX_ALLOCATIONS : (uint32_t)q;
 	} else if (strcasecmp(key, "offload_engine") == 0) {
 		parse_offload(p, v, path);
 	} else if (strcasecmp(key, "offload_interfaces") == 0) {
@@ -503,6 +504,11 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 	struct limit_nodes *ln = arg;
 	if (strcasecmp(key, "channel_numbers") == 0) {
 		parse_chan_range(p, v, path, &p->cfg->limits.channel_numbers);
+		return;
+	}
+	if (strcasecmp(key, "user_quota") == 0 && v->type == YAML_SCALAR_NODE &&
+	    strcasecmp((const char *)v->data.scalar.value, "auto") == 0) {
+		p->cfg->limits.user_quota = CONF_USER_QUOTA_AUTO;
 		return;
 	}
 	if (strcasecmp(key, "allocation_bps") == 0 || strcasecmp(key, "user_bps") == 0) {

@@ -1,8 +1,8 @@
 """Password guessing is throttled per source prefix and per username, across workers
-(issue 36).
+(issue 36), and the default user_quota leaves room for a second user.
 
 Against the real daemon with its default limits (limits.auth_fail_prefix 10 and
-limits.auth_fail_user 20 failures per minute). Hard assertions count
+limits.auth_fail_user 20 failures per minute, user_quota unset). Hard assertions count
 answers in bounded runs and read the daemon's counters; times are printed only. Loopback
 sources: any 127.x.y.z can be bound, so 127.0.N.x are distinct /24 prefixes. Every loop is
 bounded in count and time.
@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests, wait_for  # noqa: E402
 from test_security_stun import (A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, ALLOCATE,  # noqa: E402
-                                ERROR, REALM, REQUEST, SUCCESS, Daemon, build, check,
+                                ERROR, REALM, REQUEST, SUCCESS, Client, Daemon, build, check,
                                 config, credentials, error_code, free_port, parse,
                                 relay_range)
 
@@ -28,6 +28,9 @@ GUESSES = 150             # wrong passwords sent on one connection without waiti
 UDP_GUESSES = 60          # within the reflection limiter's burst (100): all answered on main
 BUDGET = 10               # limits.auth_fail_prefix's default
 USER_BUDGET = 20          # limits.auth_fail_user's default
+# 16 relay ports owned by this test: above the port-counting windows (65000..65419,
+# test_security_stun.relay_range) and test_revoke's 65420..65519.
+QUOTA_RANGE = (65520, 65535)
 
 
 def start(d, limits=None, relay=None):
@@ -263,7 +266,34 @@ def test_budget_off(d):
         daemon.stop()
 
 
+def test_default_quota_room(d):
+    """A 16-port relay range, user_quota unset: alice allocates until refused with 486
+    (at 8, half the range), and bob still allocates. On main alice took every port and
+    bob got 508."""
+    daemon, port, _ = start(d, relay=QUOTA_RANGE)
+    clients = []
+    try:
+        code = None
+        for _ in range(24):
+            c = Client(port, user="alice", bind="127.0.7.1")
+            clients.append(c)
+            code = error_code(c.allocate(expect="any")[3])
+            if code is not None:
+                break
+        held = len(clients) - 1
+        print("alice on a 16-port range: %d allocations, then %r" % (held, code))
+        check(code == 486, "alice is refused by her quota (486), got %r" % code)
+        check(held == 8, "the default quota is half the range (8), alice held %d" % held)
+        bob = Client(port, user="bob", bind="127.0.7.2")
+        clients.append(bob)
+        r = bob.allocate(expect="any")
+        check(error_code(r[3]) is None, "bob still allocates (%r)" % error_code(r[3]))
+    finally:
+        for c in clients:
+            c.close()
+        daemon.stop()
+
 
 if __name__ == "__main__":
     run_tests([test_guessing_tcp, test_guessing_udp, test_guessing_distributed,
-               test_budget_off])
+               test_budget_off, test_default_quota_room])
