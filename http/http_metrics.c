@@ -9,6 +9,7 @@
 #include "conf/snapshot.h"
 #include "http/http_metrics.h"
 #include "shm/shm.h"
+#include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_revoke.h"
 #include "shm/shm_trust.h"
@@ -317,6 +318,10 @@ static void render_trust(struct mctx *m)
 		 "Source addresses in the trust table that authenticated within "
 		 "limits.unauth_trust_window.",
 		 n);
+	scalar_u(m, "turngate_auth_throttled_keys", "gauge",
+		 "Source prefixes and usernames over their failed-authentication budget now "
+		 "(limits.auth_fail_prefix, limits.auth_fail_user).",
+		 shm_authfail_count(m->shm, mono_ns() / 1000000u, SHM_AUTHFAIL_WINDOW_MS));
 }
 
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)

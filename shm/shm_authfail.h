@@ -32,6 +32,8 @@
 #define SHM_AUTHFAIL_SETS 4096u     /* power of two */
 #define SHM_AUTHFAIL_WAYS 4u
 #define SHM_AUTHFAIL_TAT_MAX ((UINT64_C(1) << 48) - 1)
+/* The window of every budget (worker/authfail.h): N failures per minute. */
+#define SHM_AUTHFAIL_WINDOW_MS 60000u
 
 /* Bytes the table takes after the trust entries. */
 #define SHM_AUTHFAIL_BYTES ((uint64_t)SHM_AUTHFAIL_SETS * SHM_AUTHFAIL_WAYS * 16u)

@@ -13,7 +13,7 @@
 #include "shm/shm_authfail.h"
 #include "shm/shm_trust.h"
 
-#define AF_WINDOW_MS 60000u		/* every budget is per minute */
+#define AF_WINDOW_MS SHM_AUTHFAIL_WINDOW_MS	/* every budget is per minute */
 #define AF_LOG_BURST 10u		/* log lines a worker may write at once ... */
 #define AF_LOG_INTERVAL_NS 1000000000ull	/* ... then one a second */
 

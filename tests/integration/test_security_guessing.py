@@ -15,6 +15,7 @@ import socket
 import struct
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import run_tests, wait_for  # noqa: E402
@@ -34,12 +35,25 @@ QUOTA_RANGE = (65520, 65535)
 
 
 def start(d, limits=None, relay=None):
-    port, tport = free_port(), free_port()
+    port, tport, mport = free_port(), free_port(), free_port()
     text = config(d, [("udp", port, "TURN-UDP", ["loopback"]),
                       ("tcp", tport, "TURN-TCP", ["loopback"])],
                   {"loopback": ["127.0.0.1"]}, limits=limits, workers=WORKERS,
                   relay=relay or relay_range())
-    return Daemon(d, text).start(), port, tport
+    text = text.replace("admin:\n", 'admin:\n  metrics_endpoint: "http://127.0.0.1:%d/metrics"\n'
+                        % mport, 1)
+    daemon = Daemon(d, text).start()
+    daemon.mport = mport
+    return daemon, port, tport
+
+
+def metric(daemon, sample):
+    """The value of one sample line of /metrics (0 when absent)."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % daemon.mport, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(sample + " "):
+                return float(line.split()[-1])
+    return 0.0
 
 
 def counters(daemon):
@@ -174,6 +188,10 @@ def check_guessing(daemon, port, conn, n, other):
     wait_for(lambda: counters(daemon)["auth_throttled_prefix"]
              - before.get("auth_throttled_prefix", 0) >= n - BUDGET - 1,
              "auth_throttled_prefix counts the dropped guesses", timeout=10)
+    check(metric(daemon, 'turngate_auth_throttled_total{reason="prefix"}') >= n - BUDGET - 1,
+          "turngate_auth_throttled_total{reason=\"prefix\"} counts them")
+    check(metric(daemon, "turngate_auth_throttled_keys") >= 1,
+          "turngate_auth_throttled_keys shows the guessing prefix")
     username, password = credentials("alice")
     ok = other(port)
     t0 = time.monotonic()
