@@ -59,6 +59,11 @@ LOOPBACK = topology.loopback(SERVER[1], int(PEER.split(":")[1]))
 COTURN = "/usr/bin/turnserver"  # Debian's coturn 4.6.1
 RELAY_MIN, RELAY_MAX = 40000, 59999
 USER, PASS, REALM, SECRET = "bench", "bench", "bench", "bench-secret-0123456789"
+# The allocations are spread over USERS users (turnbench -U: bench0..bench3, one password):
+# with the default configuration one user may hold half of a listener (limits.user_quota
+# unset, docs/configuration.md), and the hold test's 10,000 allocations fill the table.
+USERS = 4
+USER_NAMES = [f"{USER}{k}" for k in range(USERS)]
 
 TURNGATE_YAML = """version: v1
 admin:
@@ -116,7 +121,9 @@ def turngate_cmd(args, rundir, builddir=None, offload=False, test=None):
         auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
     else:
         auth = (f"  type: static\n  realm: {REALM}\n  credentials:\n"
-                f"    username: {USER}\n    password: {PASS}")
+                f"    username: {USER_NAMES[0]}\n    password: {PASS}\n  users:\n"
+                + "".join(f"    - {{username: {u}, password: {PASS}}}\n"
+                          for u in USER_NAMES[1:])).rstrip("\n")
     topo = topo_of(args)
     cluster, mask = list(topo.cluster), None
     if sym_test(test):
@@ -163,7 +170,7 @@ def coturn_cmd(args, rundir, test=None):
     if args.auth == "secret":
         cmd += ["--use-auth-secret", f"--static-auth-secret={SECRET}"]
     else:
-        cmd += ["--lt-cred-mech", f"--user={USER}:{PASS}"]
+        cmd += ["--lt-cred-mech"] + [f"--user={u}:{PASS}" for u in USER_NAMES]
     return cmd
 
 
@@ -316,7 +323,7 @@ def parse_line(out):
 def tb_args(args, test):
     p, topo = args.p, topo_of(args)
     common = ["-s", f"{topo.server[0]}:{topo.server[1]}", "-p", topo.peer, "-b", topo.client,
-              "-u", USER]
+              "-u", USER, "-U", str(USERS)]
     common += ["-S", SECRET] if args.auth == "secret" else ["-k", PASS]
     if test.startswith("flat") or sym_test(test):
         mode, size = ("sym", test[3:]) if sym_test(test) else ("relay", test[4:])

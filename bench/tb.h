@@ -39,6 +39,8 @@ static inline bool tb_sym_initiator(enum tb_mode m, uint32_t idx)
 	return m != TB_MODE_SYM || (idx & 1) == 0;
 }
 
+#define TB_MAX_USERS 64
+
 struct tb_opts {
 	enum tb_mode mode;
 	struct sockaddr_in server;
@@ -47,6 +49,8 @@ struct tb_opts {
 	const char *user;
 	const char *pass;
 	const char *secret;		/* TURN REST shared secret (replaces pass) */
+	unsigned users;			/* allocation i uses user i % users (1: `user` itself,
+					 * more: USER0..USER<users-1>, same password) */
 	unsigned n;			/* allocations (sym: 2 per pair, so even) */
 	unsigned conc;			/* setup transactions in flight */
 	unsigned window;		/* relay/direct/sym: packets in flight, all allocations */
@@ -96,10 +100,12 @@ struct tb_ctx {
 	const struct tb_opts *o;
 	int ep;
 	struct tb_alloc *a;
-	char username[160];
+	struct tb_user {
+		char username[160];
+		uint8_t key[32];
+		size_t key_len;
+	} user[TB_MAX_USERS];		/* o->users of them, keys derived on the first realm */
 	char realm[TB_NONCE_MAX];
-	uint8_t key[32];
-	size_t key_len;
 	bool have_key;
 	/* setup results */
 	unsigned done, failed, retrans, stale;

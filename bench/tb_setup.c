@@ -56,16 +56,24 @@ static void tid_new(struct tb_alloc *a, uint32_t idx)
 	memcpy(a->tid, w, sizeof(w));
 }
 
-static void add_auth(struct tb_ctx *ctx, struct stun_builder *b, const struct tb_alloc *a)
+/* The credentials allocation idx uses (-U spreads them over several users). */
+static const struct tb_user *user_of(const struct tb_ctx *ctx, uint32_t idx)
 {
+	return &ctx->user[idx % ctx->o->users];
+}
+
+static void add_auth(struct tb_ctx *ctx, struct stun_builder *b, uint32_t idx)
+{
+	const struct tb_user *u = user_of(ctx, idx);
+	const struct tb_alloc *a = &ctx->a[idx];
 	char nonce[TB_NONCE_MAX + 1];
 
 	memcpy(nonce, a->nonce, a->nonce_len);
 	nonce[a->nonce_len] = '\0';
-	stun_build_string(b, STUN_ATTR_USERNAME, ctx->username);
+	stun_build_string(b, STUN_ATTR_USERNAME, u->username);
 	stun_build_string(b, STUN_ATTR_REALM, ctx->realm);
 	stun_build_string(b, STUN_ATTR_NONCE, nonce);
-	stun_build_integrity(b, ctx->key, ctx->key_len);
+	stun_build_integrity(b, u->key, u->key_len);
 }
 
 /* (Re)sends the request of a's current state with a's current transaction id. */
@@ -96,7 +104,7 @@ static int send_request(struct tb_ctx *ctx, uint32_t idx)
 		return -EINVAL;
 	}
 	if (a->state != S_A0 && ctx->have_key)
-		add_auth(ctx, &b, a);
+		add_auth(ctx, &b, idx);
 	if (stun_build_finish(&b, &len) != 0)
 		return -ENOBUFS;
 	if (send(a->fd, buf, len, 0) < 0 && errno != EAGAIN)
@@ -153,13 +161,40 @@ static void on_allocated(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg
 			fail(ctx, k, "send", 0);
 }
 
-/* Takes REALM and NONCE from a 401/438 answer; derives the key on the first realm. */
+/* User k's username (the user itself, or USER<k> with -U) and key for ctx->realm. */
+static int derive_user(struct tb_ctx *ctx, unsigned k)
+{
+	struct tb_user *u = &ctx->user[k];
+	char id[128], pass[64];
+	const char *pw = ctx->o->pass;
+	int rc = 0;
+
+	if (ctx->o->users > 1)
+		snprintf(id, sizeof(id), "%s%u", ctx->o->user, k);
+	else
+		snprintf(id, sizeof(id), "%s", ctx->o->user);
+	if (ctx->o->secret) {
+		uint64_t exp = (uint64_t)time(NULL) + 86400;
+
+		if (stun_rest_mint((const uint8_t *)ctx->o->secret, strlen(ctx->o->secret), id,
+				   exp, u->username, sizeof(u->username), pass, sizeof(pass)) != 0)
+			return -EINVAL;
+		pw = pass;
+	} else {
+		snprintf(u->username, sizeof(u->username), "%s", id);
+	}
+	if (stun_auth_key(STUN_PWALG_MD5, u->username, strlen(u->username), ctx->realm,
+			  strlen(ctx->realm), pw, strlen(pw), u->key, &u->key_len) != 0)
+		rc = -EIO;
+	explicit_bzero(pass, sizeof(pass));
+	return rc;
+}
+
+/* Takes REALM and NONCE from a 401/438 answer; derives the keys on the first realm. */
 static int take_nonce(struct tb_ctx *ctx, struct tb_alloc *a, const struct stun_msg *m)
 {
 	const char *nonce;
 	size_t nl;
-	char pass[64];
-	const char *pw = ctx->o->pass;
 
 	if (stun_msg_get_string(m, STUN_ATTR_NONCE, &nonce, &nl) != 0 || nl > TB_NONCE_MAX)
 		return -EBADMSG;
@@ -169,21 +204,12 @@ static int take_nonce(struct tb_ctx *ctx, struct tb_alloc *a, const struct stun_
 		return 0;
 	if (stun_msg_copy_string(m, STUN_ATTR_REALM, ctx->realm, sizeof(ctx->realm)) != 0)
 		return -EBADMSG;
-	if (ctx->o->secret) {
-		uint64_t exp = (uint64_t)time(NULL) + 86400;
+	for (unsigned k = 0; k < ctx->o->users; k++) {
+		int rc = derive_user(ctx, k);
 
-		if (stun_rest_mint((const uint8_t *)ctx->o->secret, strlen(ctx->o->secret),
-				   ctx->o->user, exp, ctx->username, sizeof(ctx->username), pass,
-				   sizeof(pass)) != 0)
-			return -EINVAL;
-		pw = pass;
-	} else {
-		snprintf(ctx->username, sizeof(ctx->username), "%s", ctx->o->user);
+		if (rc != 0)
+			return rc;
 	}
-	if (stun_auth_key(STUN_PWALG_MD5, ctx->username, strlen(ctx->username), ctx->realm,
-			  strlen(ctx->realm), pw, strlen(pw), ctx->key, &ctx->key_len) != 0)
-		return -EIO;
-	explicit_bzero(pass, sizeof(pass));
 	ctx->have_key = true;
 	return 0;
 }
@@ -216,7 +242,9 @@ static void on_success(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *
 {
 	struct tb_alloc *a = &ctx->a[idx];
 
-	if (ctx->have_key && stun_msg_check_integrity(m, ctx->key, ctx->key_len) != 0) {
+	const struct tb_user *u = user_of(ctx, idx);
+
+	if (ctx->have_key && stun_msg_check_integrity(m, u->key, u->key_len) != 0) {
 		fail(ctx, idx, "bad MESSAGE-INTEGRITY on success", 0);
 		return;
 	}

@@ -30,6 +30,9 @@ static void usage(FILE *f)
 	      "  -b ADDR       client source address (127.0.0.2)\n"
 	      "  -u USER -k PASS   static long-term credentials (bench/bench)\n"
 	      "  -S SECRET     TURN REST shared secret instead of -k (username EXPIRY:USER)\n"
+	      "  -U N          spread the allocations over N users: USER0..USER<N-1>, same\n"
+	      "                password (1 = USER itself; 1..64): one user may hold only half\n"
+	      "                of a listener by default (limits.user_quota)\n"
 	      "  -n N          allocations (100)          -c N  setup transactions in flight (64)\n"
 	      "  -W N          relay/direct: packets in flight over all allocations (256)\n"
 	      "  -r PPS        rate: packets/s offered towards the peer, all allocations (20000)\n"
@@ -95,6 +98,7 @@ static void opts_default(struct tb_opts *o)
 	tb_parse_addr("127.0.0.2:0", &o->bind);
 	o->user = "bench";
 	o->pass = "bench";
+	o->users = 1;
 	o->n = 100;
 	o->conc = 64;
 	o->window = 256;
@@ -128,6 +132,11 @@ static int opts_one(struct tb_opts *o, int c, const char *v)
 		return 0;
 	case 'S':
 		o->secret = v;
+		return 0;
+	case 'U':
+		if (parse_num(v, 1, TB_MAX_USERS, &x))
+			return -EINVAL;
+		o->users = (unsigned)x;
 		return 0;
 	case 'P':
 		return parse_pids(v, o);
@@ -189,7 +198,7 @@ static int opts_parse(int argc, char **argv, struct tb_opts *o)
 	int c;
 
 	opts_default(o);
-	while ((c = getopt(argc, argv, "m:s:p:b:u:k:S:n:c:W:r:l:w:d:H:T:P:E:vh")) != -1) {
+	while ((c = getopt(argc, argv, "m:s:p:b:u:k:S:U:n:c:W:r:l:w:d:H:T:P:E:vh")) != -1) {
 		int r = opts_one(o, c, optarg);
 
 		if (r == 1) {
@@ -414,7 +423,7 @@ int main(int argc, char **argv)
 			close(ctx.a[i].fd);
 	close(ctx.ep);
 	free(ctx.a);
-	explicit_bzero(ctx.key, sizeof(ctx.key));
+	explicit_bzero(ctx.user, sizeof(ctx.user));
 	if (ret != 0)
 		fprintf(stderr, "turnbench: %s\n", strerror(-ret));
 	return ret ? 1 : 0;

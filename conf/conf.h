@@ -202,6 +202,11 @@ struct conf_listener {
 /* Upper bound of limits.max_allocations, total_quota, user_quota and
  * listeners[].max_allocations. */
 #define CONF_MAX_ALLOCATIONS 10000000
+/* limits.user_quota unset (or "auto"): half of what the listener an Allocate arrives on
+ * can hold, the smaller of its relay ports and the allocation table (its
+ * max_allocations, limits.max_allocations, limits.total_quota): one user cannot take a
+ * tenant's whole relay range or table (worker/turn.c wk_user_quota). */
+#define CONF_USER_QUOTA_AUTO UINT32_MAX
 /* Upper bound of the bandwidth limits in bits per second (1 Tbit/s). */
 #define CONF_MAX_BPS UINT64_C(1000000000000)
 
@@ -215,12 +220,18 @@ struct conf_listener {
 #define CONF_MIN_TCP_BUFFER 4096
 #define CONF_MAX_TCP_BUFFER (16 * 1024 * 1024)
 
+/* Defaults and bound of limits.auth_fail_* (failed authentications per minute). */
+#define CONF_DEF_AUTH_FAIL_PREFIX 10
+#define CONF_DEF_AUTH_FAIL_USER 20
+#define CONF_MAX_AUTH_FAIL 60000
+
 #define CONF_MAX_PERMISSIONS 32
 #define CONF_MAX_CHANNELS 32
 
 struct conf_limits {
 	uint32_t max_allocations;       /* capacity of the allocation table; default 10000 */
-	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota too) */
+	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota
+					 * too); default CONF_USER_QUOTA_AUTO */
 	uint32_t total_quota;           /* admitted allocations overall, 0 = max_allocations */
 	uint32_t max_permissions;       /* per allocation; default 32 */
 	uint32_t max_channels;          /* per allocation; default 32 */
@@ -239,6 +250,10 @@ struct conf_limits {
 	/* ours: credits of addresses that authenticated (shm/shm_trust.h) */
 	uint32_t unauth_trust_window;   /* seconds an earned credit stays, default 3600 */
 	uint32_t unauth_trust_credits;  /* credits an address may hold, default 1000; 0 = off */
+	/* ours: failed authentications of new allocations per minute, decaying
+	 * (worker/authfail.h); 0 = no budget */
+	uint32_t auth_fail_prefix;      /* per source prefix (unauth_prefix_*), default 10 */
+	uint32_t auth_fail_user;        /* per username, default 20 */
 	/* ours: bandwidth limits (shm/shm_bw.h), bits per second of relayed payload, each
 	 * direction separately, 0 = unlimited; live on reload */
 	uint32_t bandwidth_burst_ms;    /* bucket size as time at the rate, default 500 */

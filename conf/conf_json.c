@@ -154,7 +154,10 @@ static json_t *admin_json(const struct conf *c)
 	set_s(o, "loglevel", a->loglevel);
 	set_s(o, "metrics_endpoint", a->metrics_endpoint ? a->metrics_endpoint : "");
 	set_s(o, "healthcheck_endpoint", a->healthcheck_endpoint);
-	set_i(o, "user_quota", c->limits.user_quota);
+	if (c->limits.user_quota == CONF_USER_QUOTA_AUTO)
+		set_s(o, "user_quota", "auto");
+	else
+		set_i(o, "user_quota", c->limits.user_quota);
 	set_i(o, "workers", a->workers);
 	set_s(o, "admin_socket", a->admin_socket);
 	set_i(o, "admin_socket_mode", a->admin_socket_mode);
@@ -209,6 +212,10 @@ static json_t *limits_json(const struct conf_limits *l)
 		set_i(o, "tcp_pending_connects", l->tcp_pending_connects);
 		set_i(o, "tcp_connect_timeout", l->tcp_connect_timeout);
 		set_i(o, "tcp_buffer", l->tcp_buffer);
+		set_i(o, "auth_fail_prefix", l->auth_fail_prefix);
+		set_i(o, "auth_fail_user", l->auth_fail_user);
+		if (l->user_quota == CONF_USER_QUOTA_AUTO)
+			json_object_set_new(o, "user_quota", json_string("auto"));
 	}
 	return o;
 }

@@ -19,6 +19,7 @@ static int conf_defaults(struct conf *c)
 	c->admin.log_format = CONF_LOG_TEXT;
 	c->limits = (struct conf_limits){
 		.max_allocations = 10000,
+		.user_quota = CONF_USER_QUOTA_AUTO,
 		.max_permissions = 32,
 		.max_channels = 32,
 		.allocation_lifetime = 600,
@@ -33,6 +34,8 @@ static int conf_defaults(struct conf *c)
 		.unauth_prefix_v6 = 64,
 		.unauth_trust_window = 3600,
 		.unauth_trust_credits = 1000,
+		.auth_fail_prefix = CONF_DEF_AUTH_FAIL_PREFIX,
+		.auth_fail_user = CONF_DEF_AUTH_FAIL_USER,
 		.bandwidth_burst_ms = 500,
 		.tcp_connections = CONF_DEF_TCP_CONNECTIONS,
 		.tcp_pending_connects = CONF_DEF_TCP_PENDING_CONNECTS,

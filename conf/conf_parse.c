@@ -367,7 +367,8 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 		set_url(p, v, path, &a->healthcheck_endpoint);
 	} else if (strcasecmp(key, "user_quota") == 0) {
 		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
-			p->cfg->limits.user_quota = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+			p->cfg->limits.user_quota =
+				q > CONF_MAX_ALLOCATIONS ? CONF_MAX_ALLOCATIONS : (uint32_t)q;
 	} else if (strcasecmp(key, "offload_engine") == 0) {
 		parse_offload(p, v, path);
 	} else if (strcasecmp(key, "offload_interfaces") == 0) {
@@ -469,6 +470,8 @@ static const struct limit_key limit_keys[] = {
 	LIM(unauth_prefix_v6, 0, 128),
 	LIM(unauth_trust_window, 1, 86400),
 	LIM(unauth_trust_credits, 0, 65535),
+	LIM(auth_fail_prefix, 0, CONF_MAX_AUTH_FAIL),
+	LIM(auth_fail_user, 0, CONF_MAX_AUTH_FAIL),
 	LIM(bandwidth_burst_ms, 1, 60000),
 	LIM(tcp_connections, 1, CONF_MAX_TCP_CONNECTIONS),
 	LIM(tcp_pending_connects, 1, 65536),
@@ -501,6 +504,11 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 	struct limit_nodes *ln = arg;
 	if (strcasecmp(key, "channel_numbers") == 0) {
 		parse_chan_range(p, v, path, &p->cfg->limits.channel_numbers);
+		return;
+	}
+	if (strcasecmp(key, "user_quota") == 0 && v->type == YAML_SCALAR_NODE &&
+	    strcasecmp((const char *)v->data.scalar.value, "auto") == 0) {
+		p->cfg->limits.user_quota = CONF_USER_QUOTA_AUTO;
 		return;
 	}
 	if (strcasecmp(key, "allocation_bps") == 0 || strcasecmp(key, "user_bps") == 0) {

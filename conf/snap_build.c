@@ -464,6 +464,8 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.unauth_prefix_v6,
 		c->limits.unauth_trust_window,
 		c->limits.unauth_trust_credits,
+		c->limits.auth_fail_prefix,
+		c->limits.auth_fail_user,
 		c->limits.bandwidth_burst_ms,
 		c->limits.allocation_bps,
 		c->limits.user_bps,

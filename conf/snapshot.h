@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 8u
+#define SNAP_VERSION 9u   /* 9: limits.auth_fail_* */
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -205,6 +205,7 @@ struct snap_limits {
 	uint32_t channel_numbers;       /* enum conf_chan_range */
 	uint32_t unauth_rate, unauth_burst, unauth_prefix_v4, unauth_prefix_v6;
 	uint32_t unauth_trust_window, unauth_trust_credits;
+	uint32_t auth_fail_prefix, auth_fail_user;
 	uint32_t bandwidth_burst_ms;
 	uint64_t allocation_bps, user_bps;
 	uint32_t tcp_connections, tcp_pending_connects, tcp_connect_timeout, tcp_buffer;

@@ -9,6 +9,7 @@
 #include "conf/snapshot.h"
 #include "http/http_metrics.h"
 #include "shm/shm.h"
+#include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_revoke.h"
 #include "shm/shm_trust.h"
@@ -317,6 +318,10 @@ static void render_trust(struct mctx *m)
 		 "Source addresses in the trust table that authenticated within "
 		 "limits.unauth_trust_window.",
 		 n);
+	scalar_u(m, "turngate_auth_throttled_keys", "gauge",
+		 "Source prefixes and usernames over their failed-authentication budget now "
+		 "(limits.auth_fail_prefix, limits.auth_fail_user).",
+		 shm_authfail_count(m->shm, mono_ns() / 1000000u, SHM_AUTHFAIL_WINDOW_MS));
 }
 
 static void single(struct mctx *m, const char *name, const char *help, enum shm_ctr c)
@@ -352,6 +357,10 @@ static void render_global(struct mctx *m)
 		{ "stale_nonce", SHM_CTR_AUTH_FAIL_STALE_NONCE },
 		{ "wrong_realm", SHM_CTR_AUTH_FAIL_WRONG_REALM },
 		{ "revoked", SHM_CTR_AUTH_FAIL_REVOKED },
+	};
+	static const struct lc throttled[] = {
+		{ "prefix", SHM_CTR_AUTH_THROTTLED_PREFIX },
+		{ "username", SHM_CTR_AUTH_THROTTLED_USER },
 	};
 	static const struct lc quota[] = {
 		{ "user", SHM_CTR_QUOTA_USER },
@@ -389,6 +398,11 @@ static void render_global(struct mctx *m)
 
 	labelled(m, "turngate_auth_failures_total", "Authentication failures by reason.", "reason",
 		 auth, sizeof(auth) / sizeof(auth[0]));
+	labelled(m, "turngate_auth_throttled_total",
+		 "Allocate authentications dropped unverified or unanswered: the source prefix "
+		 "(limits.auth_fail_prefix) or the username (limits.auth_fail_user) was over its "
+		 "failed-authentication budget.",
+		 "reason", throttled, sizeof(throttled) / sizeof(throttled[0]));
 	scalar_u(m, "turngate_revocations", "gauge",
 		 "Entries of the revocation list in force (turngatectl revoke): usernames and "
 		 "user ids whose credentials every worker refuses.",

@@ -44,8 +44,8 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 	g->alloc_stride = shm_round_up(sizeof(struct shm_alloc), SHM_ALLOC_STRIDE_ALIGN);
 	g->off_trust =
 		shm_round_up(g->off_allocs + (uint64_t)cfg->alloc_cap * g->alloc_stride, SHM_PAGE);
-	g->trust_size = sizeof(struct shm_trust_hdr) +
-			(uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
+	g->trust_size = sizeof(struct shm_trust_hdr) + shm_trust_entries_bytes() +
+			SHM_AUTHFAIL_BYTES;
 	g->off_quota = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
 	g->quota_size = shm_quota_region_size(cfg->alloc_cap);
 	g->off_relay = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
@@ -143,6 +143,8 @@ static uint64_t format_trust(void)
 	LH(h, SHM_TRUST_SETS);
 	LH(h, SHM_TRUST_WAYS);
 	LH(h, SHM_TRUST_VERSION);
+	LH(h, SHM_AUTHFAIL_SETS);
+	LH(h, SHM_AUTHFAIL_WAYS);
 	return h;
 }
 

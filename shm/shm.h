@@ -227,6 +227,10 @@ enum shm_ctr {
 				       * changed meanwhile (worker/handover.c) */
 	SHM_CTR_AUTH_FAIL_REVOKED,    /* 403: credentials right, user revoked
 				       * (shm/shm_revoke.h) */
+	SHM_CTR_AUTH_THROTTLED_PREFIX, /* new-allocation authentications not verified or
+				       * not answered: the source prefix was over
+				       * limits.auth_fail_prefix (worker/authfail.h) */
+	SHM_CTR_AUTH_THROTTLED_USER,  /* the same for the username (limits.auth_fail_user) */
 	SHM_CTR__COUNT
 };
 

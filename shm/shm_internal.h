@@ -13,6 +13,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_relay.h"
@@ -35,7 +36,7 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_MAX_REGIONS 8u
 #define SHM_BOOT_ID_LEN 40u                      /* /proc/sys/kernel/random/boot_id text */
 #define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
-#define SHM_TRUST_VERSION 1u
+#define SHM_TRUST_VERSION 2u                     /* 2: the failed-auth table after it */
 #define SHM_QUOTA_MAGIC 0x41544f51u              /* "QOTA" read little-endian */
 #define SHM_QUOTA_VERSION 3u                     /* 3: TCP peer connections per record */
 #define SHM_RELAY_MAGIC 0x594c4552u              /* "RELY" read little-endian */
@@ -130,8 +131,9 @@ struct shm_snap_hdr {
 };
 
 /* Trust region (shm/shm_trust.h): this header, then the entries at
- * off_trust + sizeof(struct shm_trust_hdr), set after set. The master writes the header
- * once in shm_create(); entries start all zero (empty). */
+ * off_trust + sizeof(struct shm_trust_hdr), set after set, then the failed-authentication
+ * table (shm/shm_authfail.h, same entry size). The master writes the header once in
+ * shm_create(); entries start all zero (empty). */
 struct shm_trust_hdr {
 	uint32_t magic;
 	uint32_t version;
@@ -269,6 +271,12 @@ static inline struct shm_alloc *shm_alloc_at(const struct shm *shm, uint32_t idx
 static inline struct shm_trust_hdr *shm_trust_hdr(const struct shm *shm)
 {
 	return (struct shm_trust_hdr *)(shm->base + shm->off_trust);
+}
+
+/* Bytes of the trust entries (the failed-authentication table follows them). */
+static inline uint64_t shm_trust_entries_bytes(void)
+{
+	return (uint64_t)SHM_TRUST_SETS * SHM_TRUST_WAYS * sizeof(struct shm_trust_ent);
 }
 
 static inline struct shm_quota_hdr *shm_quota_hdr(const struct shm *shm)

@@ -60,6 +60,8 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_SIBLING_IN] = "sibling_in",
 	[SHM_CTR_SHORT_CIRCUIT_STALE] = "short_circuit_stale",
 	[SHM_CTR_AUTH_FAIL_REVOKED] = "auth_fail_revoked",
+	[SHM_CTR_AUTH_THROTTLED_PREFIX] = "auth_throttled_prefix",
+	[SHM_CTR_AUTH_THROTTLED_USER] = "auth_throttled_user",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

@@ -10,6 +10,7 @@
  * source address a credit: the nonce it carries proves the address. */
 #include "config.h"
 
+#include "worker/authfail.h"
 #include "worker/unauth.h"
 #include "worker/wk.h"
 
@@ -213,10 +214,12 @@ static void wk_auth_nonce_refused(struct worker *w, const struct wk_ep *ep,
  * nonce fresh, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with cred->user
  * and *pwalg set, or -1 after answering. A nonce that is not ours is not answered here:
  * *foreign says so, and the caller answers 438 once the credentials verify (RFC 8489
- * 9.2.4: the client retries with the fresh nonce) and 401 as before when they do not. */
+ * 9.2.4: the client retries with the fresh nonce) and 401 as before when they do not.
+ * With af (a new allocation's credentials), a source or username over its failed-auth
+ * budget is dropped here, before the nonce's HMAC and the credentials' (worker/authfail.h). */
 static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			    const struct wk_realm *want, struct wk_cred *cred, uint16_t *pwalg,
-			    bool *foreign)
+			    bool *foreign, struct wk_authfail *af)
 {
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;
@@ -237,6 +240,11 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 		return -1;
 	}
 	cred->user_len = strlen(cred->user);
+	if (af) {
+		wk_authfail_keys(w, ep, want->s, want->len, cred->user, cred->user_len, af);
+		if (wk_authfail_refused(w, af))
+			return -1;
+	}
 	wk_auth_bind(ep, &bind);
 	rc = stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
 			      (uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
@@ -277,6 +285,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	struct snap_auth au;
 	struct wk_realm want;
 	uint16_t pwalg;
+	struct wk_authfail af;
 	bool foreign = false;
 	int rc, code = 401;
 
@@ -285,13 +294,22 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	want.s = a ? a->rec->realm : au.realm;
 	want.len = a ? a->rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, &foreign) < 0)
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, &foreign, a ? NULL : &af) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
 	if (a)
 		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
 	else
 		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
+	/* A guess: credentials of a new allocation that do not verify (an expired REST
+	 * username is no guess, its MAC was not even checked). Charged, and not answered once
+	 * a budget is over. */
+	if (rc < 0 && !a && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
+	    wk_authfail_failed(w, ep, &af, cred->user, cred->user_len)) {
+		shm_ctr_add(w->ctr, foreign ? SHM_CTR_AUTH_FAIL_STALE_NONCE : why, 1);
+		explicit_bzero(cred->key, sizeof(cred->key));
+		return WK_AUTH_REPLIED;
+	}
 	if (foreign) {
 		/* Credentials right, nonce not ours: 438 makes the client retry once with
 		 * the fresh nonce; wrong credentials get the 401 they always got. */

@@ -311,10 +311,29 @@ static int wk_allocate_checks(struct worker *w, const struct wk_cred *cred, cons
  * refuses it: 486 for a user at limits.user_quota, 508 for a listener at its
  * max_allocations, the total at limits.total_quota, or no room in the count table. The
  * limits are this snapshot's: a lower one refuses new allocations and ends none. */
+/* limits.user_quota of an Allocate on ep's listener: as configured, or when unset half of
+ * what the listener can hold (CONF_USER_QUOTA_AUTO): the smaller of its relay ports and
+ * the allocation table (its max_allocations, limits.max_allocations and total_quota). */
+static uint32_t wk_user_quota(const struct worker *w, const struct wk_ep *ep)
+{
+	const struct snap_limits *lim = snap_limits(w->snap);
+	uint32_t cap = (uint32_t)ep->l->sl.relay_port_max - ep->l->sl.relay_port_min + 1;
+
+	if (w->hot.user_quota != CONF_USER_QUOTA_AUTO)
+		return w->hot.user_quota;
+	if (ep->l->sl.max_allocations && ep->l->sl.max_allocations < cap)
+		cap = ep->l->sl.max_allocations;
+	if (lim->max_allocations < cap)
+		cap = lim->max_allocations;
+	if (lim->total_quota && lim->total_quota < cap)
+		cap = lim->total_quota;
+	return cap > 1 ? cap / 2 : 1;
+}
+
 static int wk_quota_take(struct worker *w, const struct wk_ep *ep, const struct wk_alloc *a)
 {
 	const struct shm_quota_limits lim = {
-		.user = w->hot.user_quota,
+		.user = wk_user_quota(w, ep),
 		.listener = ep->l->sl.max_allocations,
 		.total = w->hot.total_quota,
 	};

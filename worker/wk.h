@@ -215,6 +215,7 @@ struct wk_hot {
 	uint32_t max_perms, max_chans;
 	uint32_t alloc_lifetime, max_alloc_lifetime, perm_lifetime, chan_lifetime;
 	uint32_t nonce_lifetime, user_quota, total_quota;
+	uint32_t auth_fail_prefix, auth_fail_user; /* per minute, 0 = off (worker/authfail.h) */
 	struct shm_bw_limits bw;	/* listener_bps 0: each listener's own max_bps */
 	uint32_t tcp_conns, tcp_pending, tcp_buf; /* RFC 6062 limits (above) */
 	double tcp_connect_timeout;               /* seconds */
@@ -326,6 +327,7 @@ struct worker {
 	uint64_t revoke_seq;		/* revocation list last swept against (auth.c) */
 	struct wk_hot hot;
 	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */
+	uint64_t authfail_log_tat;	/* worker/authfail.c: its log lines' token bucket, ns */
 	struct wheel wheel;
 	struct wk_listener *ls[WK_MAX_LISTENERS];
 	size_t n_ls;

@@ -1,6 +1,7 @@
 /* Worker process: libev loop, snapshot tracking (QSBR), listeners and the control channel. */
 #include "config.h"
 
+#include "worker/authfail.h"
 #include "worker/unauth.h"
 #include "worker/wk.h"
 
@@ -145,6 +146,7 @@ static void wk_snap_apply(struct worker *w)
 	h->tcp_connect_timeout = lim->tcp_connect_timeout;
 	h->have_alt = snap_alternate_server(w->snap, &h->alt) == 0;
 	wk_unauth_configure(w, lim);
+	wk_authfail_configure(w, lim);
 	if (spec && *spec && log_set_spec(spec) < 0)
 		log_warn("worker", "snapshot log spec \"%s\" rejected", spec);
 	log_set_format(snap_log_format(w->snap) == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);

@@ -167,7 +167,10 @@ def daemon_config(d, ports, mport, relay_base, port=None):
         text += ("  - {name: %s, protocol: %s, address: 127.0.0.1, port: %d, routes: [loopback]%s}\n"
                  % (name, proto, p, ", " + extra if extra else ""))
     return text + ("clusters:\n  - {name: loopback, type: STATIC, endpoints: [127.0.0.0/8]}\n"
-                   "limits: {total_quota: %d, unauth_rate: 20, unauth_burst: 100}\n"
+                   # one user fills the total quota (user_quota's default would stop it
+                   # at half), and one key fails 30 times (past the guessing budget)
+                   "limits: {total_quota: %d, unauth_rate: 20, unauth_burst: 100, "
+                   "user_quota: 0, auth_fail_prefix: 0, auth_fail_user: 0}\n"
                    % TOTAL_QUOTA)
 
 

@@ -151,7 +151,9 @@ def test_even_port_no_leak(d):
     lo = 65100 + (os.getpid() % 20) * 12
     rng = (lo, lo + 11)
     RNG_SEEN[:] = range(lo, lo + 12)
-    daemon, port = start(d, relay=rng)
+    # One user takes every port of the window: this test counts ports, so user_quota is
+    # unlimited here (its default stops a user at half a listener's range).
+    daemon, port = start(d, relay=rng, limits={"user_quota": 0})
     try:
         # Redeemed reservations: A takes the even port and reserves the odd one, B redeems
         # the token (only the worker that issued it knows it: other workers answer 508).
@@ -241,7 +243,11 @@ def raw_allocate(port, username, realm, nonce, timeout=2.0):
 
 
 def test_hostile_username_realm(d):
-    daemon, port = start(d, loglevel="all:TRACE")  # every auth failure reaches the log
+    # Every auth failure reaches the log; every hostile request gets its answer checked, so
+    # the guessing budgets (which drop failures past 10 a minute from one prefix,
+    # test_security_guessing.py) are off here.
+    daemon, port = start(d, loglevel="all:TRACE",
+                         limits={"auth_fail_prefix": 0, "auth_fail_user": 0})
     try:
         c = Client(port)
         c.allocate()  # learns a valid nonce on the way

@@ -52,7 +52,8 @@ def test_foreign_listener_token_leaks_no_port(d):
     lo = 65400 + (os.getpid() % 5) * 4
     RNG_SEEN[:] = range(lo, lo + 4)
     text = config(d, [("a", pa, "TURN-UDP", ["loopback"]), ("b", pb, "TURN-UDP", ["loopback"])],
-                  {"loopback": ["127.0.0.1"]}, relay=(54000, 54999))
+                  {"loopback": ["127.0.0.1"]}, relay=(54000, 54999),
+                  limits={"user_quota": 0})  # one user, every port: counted, not shared
     text = text.replace("    port: %d\n" % pa, "    port: %d\n    relay_port_min: %d\n"
                         "    relay_port_max: %d\n" % (pa, lo, lo + 3), 1)
     daemon = Daemon(d, text).start()

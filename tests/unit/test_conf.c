@@ -40,7 +40,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
 	assert_false(c->auth.strict_expiry);
 	assert_int_equal(c->limits.max_allocations, 10000);
-	assert_int_equal(c->limits.user_quota, 0);
+	assert_int_equal(c->limits.user_quota, CONF_USER_QUOTA_AUTO);
 	assert_int_equal(c->limits.total_quota, 0);
 	assert_int_equal(c->limits.max_permissions, 32);
 	assert_int_equal(c->limits.max_channels, 32);
@@ -55,6 +55,8 @@ static void test_defaults(void **state)
 	assert_int_equal(c->limits.unauth_prefix_v6, 64);
 	assert_int_equal(c->limits.unauth_trust_window, 3600);
 	assert_int_equal(c->limits.unauth_trust_credits, 1000);
+	assert_int_equal(c->limits.auth_fail_prefix, 10);
+	assert_int_equal(c->limits.auth_fail_user, 20);
 	assert_int_equal(c->limits.allocation_bps, 0);
 	assert_int_equal(c->limits.user_bps, 0);
 	assert_int_equal(c->limits.bandwidth_burst_ms, 500);
@@ -717,6 +719,16 @@ static void test_user_quota_admin(void **state)
 				&d),
 			 0);
 	assert_int_equal(c->limits.user_quota, 3);
+	conf_free(c);
+	conf_diags_free(&d);
+	/* 0 written down is unlimited; "auto" (or nothing) is the default, half a listener */
+	assert_int_equal(t_load(T_HEAD "limits:\n  user_quota: 0\n", &c, &d), 0);
+	assert_int_equal(c->limits.user_quota, 0);
+	conf_free(c);
+	conf_diags_free(&d);
+	assert_int_equal(t_load(T_HEAD "limits:\n  user_quota: 0\n  user_quota: auto\n", &c, &d),
+			 0);
+	assert_int_equal(c->limits.user_quota, CONF_USER_QUOTA_AUTO);
 	conf_free(c);
 	conf_diags_free(&d);
 }

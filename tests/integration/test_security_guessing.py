@@ -1,0 +1,317 @@
+"""Password guessing is throttled per source prefix and per username, across workers
+(issue 36), and the default user_quota leaves room for a second user.
+
+Against the real daemon with its default limits (limits.auth_fail_prefix 10 and
+limits.auth_fail_user 20 failures per minute, user_quota unset). Hard assertions count
+answers in bounded runs and read the daemon's counters; times are printed only. Loopback
+sources: any 127.x.y.z can be bound, so 127.0.N.x are distinct /24 prefixes. Every loop is
+bounded in count and time.
+"""
+import hashlib
+import os
+import re
+import selectors
+import socket
+import struct
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import run_tests, wait_for  # noqa: E402
+from test_security_stun import (A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, ALLOCATE,  # noqa: E402
+                                ERROR, REALM, REQUEST, SUCCESS, Client, Daemon, build, check,
+                                config, credentials, error_code, free_port, parse,
+                                relay_range)
+
+WORKERS = 2
+GUESSES = 150             # wrong passwords sent on one connection without waiting
+UDP_GUESSES = 60          # within the reflection limiter's burst (100): all answered on main
+BUDGET = 10               # limits.auth_fail_prefix's default
+USER_BUDGET = 20          # limits.auth_fail_user's default
+# 16 relay ports owned by this test: above the port-counting windows (65000..65419,
+# test_security_stun.relay_range) and test_revoke's 65420..65519.
+QUOTA_RANGE = (65520, 65535)
+
+
+def start(d, limits=None, relay=None):
+    port, tport, mport = free_port(), free_port(), free_port()
+    text = config(d, [("udp", port, "TURN-UDP", ["loopback"]),
+                      ("tcp", tport, "TURN-TCP", ["loopback"])],
+                  {"loopback": ["127.0.0.1"]}, limits=limits, workers=WORKERS,
+                  relay=relay or relay_range())
+    text = text.replace("admin:\n", 'admin:\n  metrics_endpoint: "http://127.0.0.1:%d/metrics"\n'
+                        % mport, 1)
+    daemon = Daemon(d, text).start()
+    daemon.mport = mport
+    return daemon, port, tport
+
+
+def metric(daemon, sample):
+    """The value of one sample line of /metrics (0 when absent)."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % daemon.mport, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(sample + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def counters(daemon):
+    return daemon.admin({"cmd": "stats"})["counters"]
+
+
+def key_of(username, password):
+    return hashlib.md5(("%s:%s:%s" % (username, REALM, password)).encode()).digest()
+
+
+def allocate(tid, username=None, nonce=None, key=None):
+    attrs = [(A_TRANSPORT, bytes([17, 0, 0, 0]))]
+    if username is not None:
+        attrs += [(A_USERNAME, username.encode()), (A_REALM, REALM.encode()), (A_NONCE, nonce)]
+    return build(ALLOCATE, REQUEST, tid, attrs, key)
+
+
+class Stream:
+    """One TCP connection from src to the TURN-TCP listener, STUN framed by its length."""
+
+    def __init__(self, src, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                             source_address=(src, 0))
+        self.buf = b""
+
+    def send(self, msg):
+        self.sock.sendall(msg)
+
+    def answers(self, want, timeout):
+        """{tid: parsed} of the answers read until `want` came or timeout seconds passed."""
+        got, deadline = {}, time.monotonic() + timeout
+        while len(got) < want and time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            self.buf += chunk
+            while len(self.buf) >= 20:
+                n = 20 + struct.unpack("!H", self.buf[2:4])[0]
+                if len(self.buf) < n:
+                    break
+                p = parse(self.buf[:n])
+                self.buf = self.buf[n:]
+                if p and p[1] in (SUCCESS, ERROR):
+                    got[p[2]] = p
+        return got
+
+    def close(self):
+        self.sock.close()
+
+
+class Dgram:
+    """One UDP socket from src, answers gathered by transaction id."""
+
+    def __init__(self, src, port):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((src, 0))
+        self.server = ("127.0.0.1", port)
+
+    def send(self, msg):
+        self.sock.sendto(msg, self.server)
+
+    def answers(self, want, timeout):
+        got, deadline = {}, time.monotonic() + timeout
+        while len(got) < want and time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                break
+            p = parse(data)
+            if p and p[1] in (SUCCESS, ERROR):
+                got[p[2]] = p
+        return got
+
+    def close(self):
+        self.sock.close()
+
+
+def nonce_of(conn):
+    tid = os.urandom(12)
+    conn.send(allocate(tid))
+    r = conn.answers(1, 3.0).get(tid)
+    check(r is not None and error_code(r[3]) == 401 and A_NONCE in r[3],
+          "the unauthenticated Allocate got its 401 with a nonce (%r)" % (r,))
+    return r[3][A_NONCE][0]
+
+
+def allocate_with(conn, username, password, timeout=3.0):
+    """The answer to an authenticated Allocate on conn (None: not answered)."""
+    nonce = nonce_of(conn)
+    tid = os.urandom(12)
+    conn.send(allocate(tid, username, nonce, key_of(username, password)))
+    return conn.answers(1, timeout).get(tid)
+
+
+def guess_run(conn, n):
+    """n wrong passwords for alice, then the right one, all sent without waiting for
+    answers (as a guesser on one connection does); returns (wrong answered, right answer
+    or None, seconds)."""
+    username, password = credentials("alice")
+    nonce = nonce_of(conn)
+    tids = [os.urandom(12) for _ in range(n)]
+    right = os.urandom(12)
+    t0 = time.monotonic()
+    for i, tid in enumerate(tids):
+        conn.send(allocate(tid, username, nonce, key_of(username, "guess-%d" % i)))
+    conn.send(allocate(right, username, nonce, key_of(username, password)))
+    got = conn.answers(n + 1, 4.0)
+    wrong = sum(1 for t in tids if t in got)
+    for t in tids:
+        if t in got:
+            check(error_code(got[t][3]) == 401, "a wrong password is answered 401")
+    return wrong, got.get(right), time.monotonic() - t0
+
+
+def check_guessing(daemon, port, conn, n, other):
+    """After conn's run of n guesses: the guesser got about its budget of answers and not
+    the right password's; the right password from `other` (another /24) works at once."""
+    before = counters(daemon)
+    wrong, right, secs = guess_run(conn, n)
+    print("%d wrong passwords sent on one %s: %d answered within %.1f s, the right one "
+          "after them: %s" % (n, type(conn).__name__, wrong, secs,
+                                        "answered %r" % error_code(right[3])
+                                        if right else "not answered"))
+    check(wrong <= BUDGET + 1, "at most the budget (%d) of wrong guesses answered, got %d"
+          % (BUDGET, wrong))
+    check(right is None, "the right password from the guessing prefix is throttled too")
+    wait_for(lambda: counters(daemon)["auth_throttled_prefix"]
+             - before.get("auth_throttled_prefix", 0) >= n - BUDGET - 1,
+             "auth_throttled_prefix counts the dropped guesses", timeout=10)
+    check(metric(daemon, 'turngate_auth_throttled_total{reason="prefix"}') >= n - BUDGET - 1,
+          "turngate_auth_throttled_total{reason=\"prefix\"} counts them")
+    check(metric(daemon, "turngate_auth_throttled_keys") >= 1,
+          "turngate_auth_throttled_keys shows the guessing prefix")
+    username, password = credentials("alice")
+    ok = other(port)
+    t0 = time.monotonic()
+    r = allocate_with(ok, username, password)
+    ok.close()
+    check(r is not None and r[1] == SUCCESS,
+          "the right password from another /24 allocates at once (%r)" % (r,))
+    print("the right password from another /24: allocated in %.3f s"
+          % (time.monotonic() - t0))
+
+
+def test_guessing_tcp(d):
+    """One TCP connection from 127.0.1.5 guesses alice's password without waiting: after
+    the budget its guesses (and then its right password) go unanswered; 127.0.2.7 logs in
+    at once. On main every guess was answered and the right password found."""
+    daemon, port, tport = start(d)
+    try:
+        conn = Stream("127.0.1.5", tport)
+        check_guessing(daemon, tport, conn, GUESSES, lambda p: Stream("127.0.2.7", p))
+        conn.close()
+        wait_for(lambda: re.search(rb"source 127\.0\.1\.0/24 over its failed-authentication "
+                                   rb"budget", open(daemon.errpath, "rb").read()),
+                 "one log line names the throttled prefix", timeout=5)
+        lines = re.findall(rb"over its failed-authentication budget",
+                           open(daemon.errpath, "rb").read())
+        check(len(lines) <= 2, "the trip is logged once, not per guess (%d lines)" % len(lines))
+    finally:
+        daemon.stop()
+
+
+def test_guessing_udp(d):
+    """The same over UDP from 127.0.4.5 (fewer guesses: on main they stay within the
+    reflection limiter's burst, so all are answered there); 127.0.5.7 logs in at once."""
+    daemon, port, _ = start(d)
+    try:
+        conn = Dgram("127.0.4.5", port)
+        check_guessing(daemon, port, conn, UDP_GUESSES, lambda p: Dgram("127.0.5.7", p))
+        conn.close()
+    finally:
+        daemon.stop()
+
+
+def test_guessing_distributed(d):
+    """bob's password guessed once each from 30 prefixes (no prefix over its own budget):
+    past the username's budget the failures go unanswered; the right password from a
+    prefix that never failed works at once, from one that failed it waits (documented)."""
+    daemon, port, _ = start(d)
+    try:
+        username, password = credentials("bob")
+        answered = 0
+        for i in range(30):
+            conn = Dgram("127.0.%d.1" % (10 + i), port)
+            nonce = nonce_of(conn)
+            tid = os.urandom(12)
+            conn.send(allocate(tid, username, nonce, key_of(username, "guess-%d" % i)))
+            answered += tid in conn.answers(1, 0.5)
+            conn.close()
+        print("30 guesses for one username from 30 prefixes: %d answered" % answered)
+        check(answered <= USER_BUDGET + 1, "at most the username's budget (%d) answered, got %d"
+              % (USER_BUDGET, answered))
+        check(counters(daemon)["auth_throttled_user"] >= 30 - USER_BUDGET - 1,
+              "auth_throttled_user counts the unanswered failures")
+        fresh = Dgram("127.0.60.1", port)
+        t0 = time.monotonic()
+        r = allocate_with(fresh, username, password)
+        fresh.close()
+        check(r is not None and r[1] == SUCCESS,
+              "the right password from a prefix that never failed allocates (%r)" % (r,))
+        print("bob's right password from a clean /24: allocated in %.3f s"
+              % (time.monotonic() - t0))
+        failed = Dgram("127.0.39.2", port)
+        r = allocate_with(failed, username, password, timeout=1.0)
+        failed.close()
+        check(r is None, "the right password from a prefix that guessed waits (%r)" % (r,))
+    finally:
+        daemon.stop()
+
+
+def test_budget_off(d):
+    """limits.auth_fail_prefix and auth_fail_user 0: no throttling (the behaviour of
+    before), every guess answered."""
+    daemon, port, tport = start(d, {"auth_fail_prefix": 0, "auth_fail_user": 0})
+    try:
+        conn = Stream("127.0.1.5", tport)
+        wrong, right, _ = guess_run(conn, 40)
+        conn.close()
+        check(wrong == 40 and right is not None and right[1] == SUCCESS,
+              "with the budgets off every guess is answered (%d, %r)" % (wrong, right))
+    finally:
+        daemon.stop()
+
+
+def test_default_quota_room(d):
+    """A 16-port relay range, user_quota unset: alice allocates until refused with 486
+    (at 8, half the range), and bob still allocates. On main alice took every port and
+    bob got 508."""
+    daemon, port, _ = start(d, relay=QUOTA_RANGE)
+    clients = []
+    try:
+        code = None
+        for _ in range(24):
+            c = Client(port, user="alice", bind="127.0.7.1")
+            clients.append(c)
+            code = error_code(c.allocate(expect="any")[3])
+            if code is not None:
+                break
+        held = len(clients) - 1
+        print("alice on a 16-port range: %d allocations, then %r" % (held, code))
+        check(code == 486, "alice is refused by her quota (486), got %r" % code)
+        check(held == 8, "the default quota is half the range (8), alice held %d" % held)
+        bob = Client(port, user="bob", bind="127.0.7.2")
+        clients.append(bob)
+        r = bob.allocate(expect="any")
+        check(error_code(r[3]) is None, "bob still allocates (%r)" % error_code(r[3]))
+    finally:
+        for c in clients:
+            c.close()
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    run_tests([test_guessing_tcp, test_guessing_udp, test_guessing_distributed,
+               test_budget_off, test_default_quota_room])
