@@ -227,6 +227,29 @@ enum shm_ctr {
 				       * changed meanwhile (worker/handover.c) */
 	SHM_CTR_AUTH_FAIL_REVOKED,    /* 403: credentials right, user revoked
 				       * (shm/shm_revoke.h) */
+	SHM_CTR_BUDGET_EVICT_ADDR_CONNS, /* oldest unauthenticated connection closed, by
+					 * enum shm_src_reason (same order) */
+	SHM_CTR_BUDGET_EVICT_PREFIX_CONNS,
+	SHM_CTR_BUDGET_EVICT_ADDR_TLS,
+	SHM_CTR_BUDGET_EVICT_PREFIX_TLS,
+	SHM_CTR_BUDGET_EVICT_ADDR_DTLS,
+	SHM_CTR_BUDGET_EVICT_PREFIX_DTLS,
+	SHM_CTR_BUDGET_EVICT_WORKER_CONNS,
+	SHM_CTR_BUDGET_EVICT_WORKER_TLS,
+	SHM_CTR_BUDGET_EVICT_WORKER_DTLS,
+	SHM_CTR_BUDGET_REFUSED_ADDR_CONNS, /* new connection closed: nothing of this
+					    * worker's to evict (same order) */
+	SHM_CTR_BUDGET_REFUSED_PREFIX_CONNS,
+	SHM_CTR_BUDGET_REFUSED_ADDR_TLS,
+	SHM_CTR_BUDGET_REFUSED_PREFIX_TLS,
+	SHM_CTR_BUDGET_REFUSED_ADDR_DTLS,
+	SHM_CTR_BUDGET_REFUSED_PREFIX_DTLS,
+	SHM_CTR_BUDGET_REFUSED_WORKER_CONNS,
+	SHM_CTR_BUDGET_REFUSED_WORKER_TLS,
+	SHM_CTR_BUDGET_REFUSED_WORKER_DTLS,
+	SHM_CTR_PREAUTH_TIMEOUTS,     /* closed: no authenticated request within
+				       * limits.preauth_timeout */
+	SHM_CTR_ACCEPT_BACKOFF,       /* accept paused: out of descriptors (EMFILE/ENFILE) */
 	SHM_CTR__COUNT
 };
 
