@@ -209,6 +209,13 @@ static json_t *limits_json(const struct conf_limits *l)
 		set_i(o, "tcp_pending_connects", l->tcp_pending_connects);
 		set_i(o, "tcp_connect_timeout", l->tcp_connect_timeout);
 		set_i(o, "tcp_buffer", l->tcp_buffer);
+		set_i(o, "source_connections", l->source_connections);
+		set_i(o, "source_tls_handshakes", l->source_tls_handshakes);
+		set_i(o, "source_dtls_handshakes", l->source_dtls_handshakes);
+		set_i(o, "prefix_connections", l->prefix_connections);
+		set_i(o, "prefix_tls_handshakes", l->prefix_tls_handshakes);
+		set_i(o, "prefix_dtls_handshakes", l->prefix_dtls_handshakes);
+		set_i(o, "preauth_timeout", l->preauth_timeout);
 	}
 	return o;
 }

@@ -208,6 +208,9 @@ struct snap_limits {
 	uint32_t bandwidth_burst_ms;
 	uint64_t allocation_bps, user_bps;
 	uint32_t tcp_connections, tcp_pending_connects, tcp_connect_timeout, tcp_buffer;
+	uint32_t source_connections, source_tls_handshakes, source_dtls_handshakes;
+	uint32_t prefix_connections, prefix_tls_handshakes, prefix_dtls_handshakes;
+	uint32_t preauth_timeout;
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */
