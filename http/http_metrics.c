@@ -456,8 +456,8 @@ static void render_global(struct mctx *m)
 	single(m, "turngate_dtls_cookie_exchanges_total",
 	       "DTLS ClientHellos answered with a stateless cookie.", SHM_CTR_DTLS_COOKIES);
 	single(m, "turngate_handshakes_refused_total",
-	       "DTLS ClientHellos dropped because a worker had too many handshakes or "
-	       "associations.",
+	       "DTLS ClientHellos with a valid cookie dropped: a budget was full and there was "
+	       "nothing to evict for them.",
 	       SHM_CTR_HANDSHAKES_REFUSED);
 	render_budgets(m);
 	single(m, "turngate_connection_timeouts_total",

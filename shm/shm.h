@@ -199,7 +199,8 @@ enum shm_ctr {
 	SHM_CTR_STUN_BINDING,         /* Binding requests answered */
 	SHM_CTR_TLS_HANDSHAKES,       /* TLS/DTLS handshakes completed */
 	SHM_CTR_DTLS_COOKIES,         /* DTLS ClientHellos answered with a cookie (no state) */
-	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: handshake/association bound */
+	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: a budget full, nothing to
+				       * evict (worker/budget.c) */
 	SHM_CTR_CONN_TIMEOUTS,        /* connections closed by a handshake/idle/slow deadline */
 	SHM_CTR_UNAUTH_DROPPED,       /* answers to unauthenticated UDP requests (errors,
 				       * Binding successes) not sent: source prefix over
