@@ -72,7 +72,8 @@ static void wk_budget_trip(struct worker *w, const struct sockaddr *sa, enum shm
 	else if (sa->sa_family == AF_INET6)
 		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, txt,
 			  sizeof(txt));
-	log_warn("worker", "source %s: budget %s full: %s (at most one line per source every %d s)",
+	log_warn("worker",
+		 "source %s: budget %s full: %s (one line per source and worker every %d s at most)",
 		 txt, shm_src_reason_name(r),
 		 evicted ? "its oldest unauthenticated connection closed" : "new connection refused",
 		 WK_BUDGET_LOG_EVERY_S);

@@ -148,8 +148,9 @@ def test_handshake_flood(d):
     time, 4 TURN-DTLS clients from another /24 complete their handshakes and Allocate
     within 5 s each. The attacker
     holds at most its address's TLS handshake budget (plus one in flight per worker); the
-    rest were evicted oldest first (counted). On main, 64 handshake slots per worker shared
-    by TLS and DTLS filled up and accepting stopped: 0 of 5 and 0 of 4."""
+    rest were evicted oldest first, or refused at once by a worker that held none of the
+    budget (both counted). On main, 64 handshake slots per worker shared by TLS and DTLS
+    filled up and accepting stopped: 0 of 5 TLS and 3 of 4 DTLS clients served."""
     raise_nofile()
     daemon, tcp_port, tls_port, dtls_port = start(d)
     flood = None
@@ -166,16 +167,21 @@ def test_handshake_flood(d):
         dtls_ok, dtls_t = got.get("d", (0, ["not finished"]))
         flood.stop.set()
         flood.thread.join(10)
-        key = "budget_evict_address_tls_handshakes"
+        keys = ("budget_evict_address_tls_handshakes", "budget_refused_address_tls_handshakes")
+
+        def closed_by_budget():
+            c = counters(daemon)
+            return sum(c.get(k, 0) - st0.get(k, 0) for k in keys)
 
         def evicted():
-            n = counters(daemon).get(key, 0) - st0.get(key, 0)
+            n = closed_by_budget()
             return n if n >= len(flood.socks) - DEF_SOURCE_TLS - 4 else None
 
         try:
             ev = wait_for(evicted, "evictions", timeout=5.0)
         except Failure:
-            ev = counters(daemon).get(key, 0) - st0.get(key, 0)
+            ev = closed_by_budget()
+        refused = counters(daemon).get(keys[1], 0) - st0.get(keys[1], 0)
         alive = 0
         for s in flood.socks:
             s.setblocking(False)
@@ -186,9 +192,10 @@ def test_handshake_flood(d):
             except OSError:
                 pass
         print("hello flood: %d connections (%d failed to connect); legitimate TLS %d of 5 %r, "
-              "DTLS %d of 4 %r; attacker connections still open %d; evicted by the address's "
-              "TLS handshake budget %d" % (len(flood.socks), flood.failed, tls_ok, tls_t,
-                                           dtls_ok, dtls_t, alive, ev))
+              "DTLS %d of 4 %r; attacker connections still open %d; closed by the address's "
+              "TLS handshake budget %d (of which refused at once, the other worker holding "
+              "the budget: %d)" % (len(flood.socks), flood.failed, tls_ok, tls_t, dtls_ok,
+                                   dtls_t, alive, ev, refused))
         check(tls_ok == 5, "legitimate TLS clients served: %d of 5 %r" % (tls_ok, tls_t))
         check(dtls_ok == 4, "legitimate DTLS clients served: %d of 4 %r" % (dtls_ok, dtls_t))
         check(alive <= DEF_SOURCE_TLS + 4, "attacker holds %d handshakes" % alive)
