@@ -76,6 +76,11 @@ void shm_src_add(struct shm *shm, unsigned slot, enum shm_src_kind k, uint32_t b
  * alive. */
 uint32_t shm_src_sum(const struct shm *shm, enum shm_src_kind k, uint32_t b);
 
+/* Any process: as shm_src_sum, and *own = slot's own count of bucket b, *live = the
+ * number of slots summed (at least 1). */
+uint32_t shm_src_share(const struct shm *shm, enum shm_src_kind k, uint32_t b, unsigned slot,
+		       uint32_t *own, unsigned *live);
+
 /* Master (shm_slot_spawning) or a worker in its own slot at start: zeroes the slot's
  * counts (not its refused sources). */
 void shm_src_clear(struct shm *shm, unsigned slot);

@@ -55,20 +55,40 @@ static bool src_slot_live(const struct shm_slot *s)
 	return st == SHM_SLOT_STARTING || st == SHM_SLOT_RUNNING || st == SHM_SLOT_STOPPING;
 }
 
-uint32_t shm_src_sum(const struct shm *shm, enum shm_src_kind k, uint32_t b)
+uint32_t shm_src_share(const struct shm *shm, enum shm_src_kind k, uint32_t b, unsigned slot,
+		       uint32_t *own, unsigned *live)
 {
 	uint64_t sum = 0;
 
 	shm_check_handle(shm);
+	*own = 0;
+	*live = 1;
 	if ((unsigned)k >= SHM_SRC_KINDS)
 		return 0;
+	*live = 0;
 	for (unsigned i = 0; i < shm->cfg.n_slots; i++) {
 		const struct shm_slot *s = shm_slot_at(shm, i);
+		uint32_t v;
 
-		if (src_slot_live(s))
-			sum += CMM_LOAD_SHARED(s->src.n[k][b & (SHM_SRC_BUCKETS - 1)]);
+		if (!src_slot_live(s))
+			continue;
+		v = CMM_LOAD_SHARED(s->src.n[k][b & (SHM_SRC_BUCKETS - 1)]);
+		sum += v;
+		(*live)++;
+		if (i == slot)
+			*own = v;
 	}
+	if (*live == 0)
+		*live = 1;
 	return sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+}
+
+uint32_t shm_src_sum(const struct shm *shm, enum shm_src_kind k, uint32_t b)
+{
+	uint32_t own;
+	unsigned live;
+
+	return shm_src_share(shm, k, b, UINT32_MAX, &own, &live);
 }
 
 void shm_src_clear(struct shm *shm, unsigned slot)

@@ -118,10 +118,22 @@ int wk_budget_admit(struct worker *w, const struct sockaddr *sa, enum shm_src_ki
 		uint32_t lim = w->hot.src_lim[k][scope];
 		enum shm_src_reason r = wk_budget_reason[k][scope];
 
-		/* Each pass frees one of the sum; other workers' shares stay theirs. */
-		while (lim && shm_src_sum(w->shm, k, b[scope]) >= lim) {
-			struct wk_tconn *old = wk_budget_oldest(w, NULL, k, scope, b[scope]);
+		/* A worker may evict only its own connections. While the sum is at the
+		 * budget, one holding at least its fair share (budget / live workers) frees
+		 * its oldest; one below it admits the newcomer anyway, so that a source whose
+		 * old connections sit on another worker is not refused: the others shed
+		 * theirs on their next arrival from it or at the pre-auth deadline. A source
+		 * thus holds at most the budget plus a fair share per other worker. */
+		for (;;) {
+			uint32_t own;
+			unsigned live;
+			struct wk_tconn *old;
 
+			if (!lim || shm_src_share(w->shm, k, b[scope], w->slot, &own, &live) < lim)
+				break;
+			if (own < (lim + live - 1) / live)
+				break;
+			old = wk_budget_oldest(w, NULL, k, scope, b[scope]);
 			if (!old) {
 				wk_budget_refuse(w, sa, r);
 				return -EBUSY;

@@ -841,8 +841,10 @@ void wk_adopt_run(struct worker *w);
 void wk_budget_keys(const struct worker *w, const struct sockaddr *sa, uint32_t b[2]);
 /* Before a new connection (kind SHM_SRC_CONNS) or handshake (TLS/DTLS) from sa is made:
  * while a budget of sa's address or prefix is full, evicts this worker's oldest
- * unauthenticated connection that counts in it. Returns 0 (room made), or -EBUSY when
- * this worker holds nothing to evict (the caller drops the newcomer; counted). */
+ * unauthenticated connection that counts in it, as long as this worker holds at least its
+ * fair share (budget / live workers); below it, admits over the budget. Returns 0
+ * (admitted), or -EBUSY when a share to shed has no connection left to evict (a hash
+ * collision's count; the caller drops the newcomer; counted). */
 int wk_budget_admit(struct worker *w, const struct sockaddr *sa, enum shm_src_kind k);
 /* When a per-worker table is full: evicts this worker's oldest unauthenticated connection
  * of kind k (conns: on listener l when l is not NULL). Returns 0, or -EBUSY when there is
