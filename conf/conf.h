@@ -212,6 +212,12 @@ struct conf_listener {
 
 /* Defaults of the TCP relaying limits (limits.tcp_*), and bounds of tcp_connections and
  * tcp_buffer (bytes). */
+/* Defaults of the per-source budgets (limits.source_*, prefix_*, preauth_timeout). */
+#define CONF_DEF_SOURCE_CONNECTIONS 64
+#define CONF_DEF_SOURCE_HANDSHAKES 16
+#define CONF_DEF_PREFIX_FACTOR 4
+#define CONF_DEF_PREAUTH_TIMEOUT 10
+
 #define CONF_DEF_TCP_CONNECTIONS 64
 #define CONF_DEF_TCP_PENDING_CONNECTS 256
 #define CONF_DEF_TCP_CONNECT_TIMEOUT 10
@@ -265,6 +271,16 @@ struct conf_limits {
 	uint32_t tcp_pending_connects; /* Connects in flight per worker, default 256 */
 	uint32_t tcp_connect_timeout;  /* seconds before 447, default 10 */
 	uint32_t tcp_buffer; /* bytes buffered per connection and direction, default 65536 */
+	/* ours: what an unauthenticated client may hold (worker/budget.c), per source address
+	 * and per source prefix (/24, /64), counted across workers; 0 = unlimited. A full
+	 * budget evicts the source's oldest unauthenticated connection. */
+	uint32_t source_connections;     /* unauthenticated connections, default 64 */
+	uint32_t source_tls_handshakes;  /* TLS handshakes in progress, default 16 */
+	uint32_t source_dtls_handshakes; /* DTLS handshakes in progress, default 16 */
+	uint32_t prefix_connections;     /* default 256 */
+	uint32_t prefix_tls_handshakes;  /* default 64 */
+	uint32_t prefix_dtls_handshakes; /* default 64 */
+	uint32_t preauth_timeout; /* seconds to the first authenticated request, default 10 */
 };
 
 /* admin.siblings[] (ours): another instance behind the same load balancer, with its slice

@@ -216,6 +216,13 @@ static json_t *limits_json(const struct conf_limits *l)
 		set_i(o, "auth_fail_user", l->auth_fail_user);
 		if (l->user_quota == CONF_USER_QUOTA_AUTO)
 			json_object_set_new(o, "user_quota", json_string("auto"));
+		set_i(o, "source_connections", l->source_connections);
+		set_i(o, "source_tls_handshakes", l->source_tls_handshakes);
+		set_i(o, "source_dtls_handshakes", l->source_dtls_handshakes);
+		set_i(o, "prefix_connections", l->prefix_connections);
+		set_i(o, "prefix_tls_handshakes", l->prefix_tls_handshakes);
+		set_i(o, "prefix_dtls_handshakes", l->prefix_dtls_handshakes);
+		set_i(o, "preauth_timeout", l->preauth_timeout);
 	}
 	return o;
 }

@@ -41,6 +41,13 @@ static int conf_defaults(struct conf *c)
 		.tcp_pending_connects = CONF_DEF_TCP_PENDING_CONNECTS,
 		.tcp_connect_timeout = CONF_DEF_TCP_CONNECT_TIMEOUT,
 		.tcp_buffer = CONF_DEF_TCP_BUFFER,
+		.source_connections = CONF_DEF_SOURCE_CONNECTIONS,
+		.source_tls_handshakes = CONF_DEF_SOURCE_HANDSHAKES,
+		.source_dtls_handshakes = CONF_DEF_SOURCE_HANDSHAKES,
+		.prefix_connections = CONF_DEF_PREFIX_FACTOR * CONF_DEF_SOURCE_CONNECTIONS,
+		.prefix_tls_handshakes = CONF_DEF_PREFIX_FACTOR * CONF_DEF_SOURCE_HANDSHAKES,
+		.prefix_dtls_handshakes = CONF_DEF_PREFIX_FACTOR * CONF_DEF_SOURCE_HANDSHAKES,
+		.preauth_timeout = CONF_DEF_PREAUTH_TIMEOUT,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);

@@ -477,6 +477,13 @@ static const struct limit_key limit_keys[] = {
 	LIM(tcp_pending_connects, 1, 65536),
 	LIM(tcp_connect_timeout, 1, 300),
 	LIM(tcp_buffer, CONF_MIN_TCP_BUFFER, CONF_MAX_TCP_BUFFER),
+	LIM(source_connections, 0, 1000000),
+	LIM(source_tls_handshakes, 0, 1000000),
+	LIM(source_dtls_handshakes, 0, 1000000),
+	LIM(prefix_connections, 0, 1000000),
+	LIM(prefix_tls_handshakes, 0, 1000000),
+	LIM(prefix_dtls_handshakes, 0, 1000000),
+	LIM(preauth_timeout, 1, 3600),
 };
 
 struct limit_nodes {

@@ -473,6 +473,13 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.tcp_pending_connects,
 		c->limits.tcp_connect_timeout,
 		c->limits.tcp_buffer,
+		c->limits.source_connections,
+		c->limits.source_tls_handshakes,
+		c->limits.source_dtls_handshakes,
+		c->limits.prefix_connections,
+		c->limits.prefix_tls_handshakes,
+		c->limits.prefix_dtls_handshakes,
+		c->limits.preauth_timeout,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
 	if (c->admin.alternate_server &&

@@ -36,7 +36,7 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 9u   /* 9: limits.auth_fail_* */
+#define SNAP_VERSION 10u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout */
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -209,6 +209,9 @@ struct snap_limits {
 	uint32_t bandwidth_burst_ms;
 	uint64_t allocation_bps, user_bps;
 	uint32_t tcp_connections, tcp_pending_connects, tcp_connect_timeout, tcp_buffer;
+	uint32_t source_connections, source_tls_handshakes, source_dtls_handshakes;
+	uint32_t prefix_connections, prefix_tls_handshakes, prefix_dtls_handshakes;
+	uint32_t preauth_timeout;
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

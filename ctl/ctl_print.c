@@ -130,6 +130,10 @@ static void print_status(json_t *r, FILE *out)
 					     str_of(l, "protocol"), str_of(l, "address"));
 	if (ls != NULL && json_array_size(ls) == 0)
 		fprintf(out, "listener:       none (nothing serves; /ready answers 503)\n");
+	json_array_foreach(json_object_get(r, "refused_sources"), i, l)
+		fprintf(out, "refused source: %s %s, %lld trips, last %.0f s ago\n",
+			str_of(l, "address"), str_of(l, "reason"), int_of(l, "trips"),
+			num_of(l, "seconds_ago"));
 }
 
 static void print_workers(json_t *r, FILE *out)

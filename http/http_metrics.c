@@ -12,6 +12,7 @@
 #include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_revoke.h"
+#include "shm/shm_source.h"
 #include "shm/shm_trust.h"
 
 /* Rendering context: the sums are taken once per scrape so every family sees one view. */
@@ -329,6 +330,38 @@ static void single(struct mctx *m, const char *name, const char *help, enum shm_
 	scalar_u(m, name, "counter", help, m->sum.v[c]);
 }
 
+/* Per-source budgets (worker/budget.c): evictions and refusals by the budget that was
+ * full (reason label = shm_src_reason_name, counters in the same order). */
+static void render_budgets(struct mctx *m)
+{
+	fam(m, "turngate_budget_evictions_total", "counter",
+	    "Unauthenticated connections closed to make room when a budget was full (the "
+	    "source's oldest, or the worker's oldest for worker_* reasons), by budget.");
+	for (unsigned r = 0; r < SHM_SRC_REASONS; r++) {
+		struct label l = { "reason", shm_src_reason_name((enum shm_src_reason)r) };
+
+		sample_u(m, "turngate_budget_evictions_total", &l, 1,
+			 m->sum.v[SHM_CTR_BUDGET_EVICT_ADDR_CONNS + r]);
+	}
+	fam(m, "turngate_budget_refusals_total", "counter",
+	    "New connections or DTLS associations closed because a budget was full and this "
+	    "worker held nothing of the source's to evict, by budget.");
+	for (unsigned r = 0; r < SHM_SRC_REASONS; r++) {
+		struct label l = { "reason", shm_src_reason_name((enum shm_src_reason)r) };
+
+		sample_u(m, "turngate_budget_refusals_total", &l, 1,
+			 m->sum.v[SHM_CTR_BUDGET_REFUSED_ADDR_CONNS + r]);
+	}
+	single(m, "turngate_preauth_timeouts_total",
+	       "Connections closed because they sent no authenticated request within "
+	       "limits.preauth_timeout.",
+	       SHM_CTR_PREAUTH_TIMEOUTS);
+	single(m, "turngate_accept_backoffs_total",
+	       "Times a worker paused accepting for 100 ms because it was out of file "
+	       "descriptors (EMFILE/ENFILE).",
+	       SHM_CTR_ACCEPT_BACKOFF);
+}
+
 /* The kernel fast path: its share of the datagrams (already in every other counter). */
 static void render_offload(struct mctx *m)
 {
@@ -437,9 +470,10 @@ static void render_global(struct mctx *m)
 	single(m, "turngate_dtls_cookie_exchanges_total",
 	       "DTLS ClientHellos answered with a stateless cookie.", SHM_CTR_DTLS_COOKIES);
 	single(m, "turngate_handshakes_refused_total",
-	       "DTLS ClientHellos dropped because a worker had too many handshakes or "
-	       "associations.",
+	       "DTLS ClientHellos with a valid cookie dropped: a budget was full and there was "
+	       "nothing to evict for them.",
 	       SHM_CTR_HANDSHAKES_REFUSED);
+	render_budgets(m);
 	single(m, "turngate_connection_timeouts_total",
 	       "Connections closed by the handshake, idle or slow-sender deadline.",
 	       SHM_CTR_CONN_TIMEOUTS);

@@ -23,6 +23,7 @@
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_relay.h"
+#include "shm/shm_source.h"
 
 typedef json_t *(*cmd_fn)(struct master *m, json_t *req);
 
@@ -84,11 +85,35 @@ static json_t *listeners_json(const struct master *m, bool ports)
 	return arr;
 }
 
+/* The sources that tripped a per-source budget most (shm/shm_source.h), most first. */
+static json_t *refused_sources_json(const struct master *m)
+{
+	struct shm_src_top top[10];
+	size_t n = shm_src_top_read(m->shm, top, 10);
+	uint64_t now = mono_ns();
+	json_t *a = json_array();
+
+	for (size_t i = 0; a != NULL && i < n; i++) {
+		char ip[INET6_ADDRSTRLEN] = "?";
+
+		inet_ntop(top[i].addr.family, top[i].addr.addr, ip, sizeof(ip));
+		json_array_append_new(
+			a, json_pack("{s:s, s:s, s:I, s:f}", "address", ip, "reason",
+				     shm_src_reason_name((enum shm_src_reason)top[i].reason)
+					     ? shm_src_reason_name((enum shm_src_reason)top[i].reason)
+					     : "?",
+				     "trips", (json_int_t)top[i].trips, "seconds_ago",
+				     now > top[i].last_ns ? (double)(now - top[i].last_ns) / 1e9 : 0.0));
+	}
+	return a;
+}
+
 static json_t *cmd_status(struct master *m, json_t *req)
 {
 	bool ports = json_is_true(json_object_get(req, "ports"));
+	json_t *r;
 
-	return json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i, s:s}, s:i, s:o, "
+	r = json_pack("{s:b, s:s, s:i, s:f, s:I, s:s, s:o, s:b, s:{s:i, s:i, s:s}, s:i, s:o, "
 			 "s:{s:i, s:I}, s:I, s:{s:s?, s:i}, s:o, s:o?, s:o?}",
 			 "ok", 1, "version", PACKAGE_VERSION, "pid", (int)getpid(), "uptime",
 			 ev_now(m->loop) - m->started_at, "generation", (json_int_t)m->generation,
@@ -104,6 +129,9 @@ static json_t *cmd_status(struct master *m, json_t *req)
 			 master_offload_json(m), "siblings",
 			 m->cfg ? conf_siblings_json(m->cfg) : json_array(), "dns",
 			 dns_refresh_json(m));
+	if (r != NULL)
+		json_object_set_new(r, "refused_sources", refused_sources_json(m));
+	return r;
 }
 
 static json_t *cmd_config(struct master *m, json_t *req)

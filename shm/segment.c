@@ -77,6 +77,8 @@ static uint64_t format_slots(void)
 	LH(h, offsetof(struct shm_slot, pid));
 	LH(h, offsetof(struct shm_slot, alloc_hint));
 	LH(h, offsetof(struct shm_slot, ctr));
+	LH(h, offsetof(struct shm_slot, src));
+	LH(h, sizeof(struct shm_src));
 	LH(h, sizeof(struct shm_counters));
 	LH(h, SHM_CTR__COUNT);
 	LH(h, SHM_LCTR__COUNT);

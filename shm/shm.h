@@ -199,7 +199,8 @@ enum shm_ctr {
 	SHM_CTR_STUN_BINDING,         /* Binding requests answered */
 	SHM_CTR_TLS_HANDSHAKES,       /* TLS/DTLS handshakes completed */
 	SHM_CTR_DTLS_COOKIES,         /* DTLS ClientHellos answered with a cookie (no state) */
-	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: handshake/association bound */
+	SHM_CTR_HANDSHAKES_REFUSED,   /* DTLS ClientHellos dropped: a budget full, nothing to
+				       * evict (worker/budget.c) */
 	SHM_CTR_CONN_TIMEOUTS,        /* connections closed by a handshake/idle/slow deadline */
 	SHM_CTR_UNAUTH_DROPPED,       /* answers to unauthenticated UDP requests (errors,
 				       * Binding successes) not sent: source prefix over
@@ -231,6 +232,29 @@ enum shm_ctr {
 				       * not answered: the source prefix was over
 				       * limits.auth_fail_prefix (worker/authfail.h) */
 	SHM_CTR_AUTH_THROTTLED_USER,  /* the same for the username (limits.auth_fail_user) */
+	SHM_CTR_BUDGET_EVICT_ADDR_CONNS, /* oldest unauthenticated connection closed, by
+					 * enum shm_src_reason (same order) */
+	SHM_CTR_BUDGET_EVICT_PREFIX_CONNS,
+	SHM_CTR_BUDGET_EVICT_ADDR_TLS,
+	SHM_CTR_BUDGET_EVICT_PREFIX_TLS,
+	SHM_CTR_BUDGET_EVICT_ADDR_DTLS,
+	SHM_CTR_BUDGET_EVICT_PREFIX_DTLS,
+	SHM_CTR_BUDGET_EVICT_WORKER_CONNS,
+	SHM_CTR_BUDGET_EVICT_WORKER_TLS,
+	SHM_CTR_BUDGET_EVICT_WORKER_DTLS,
+	SHM_CTR_BUDGET_REFUSED_ADDR_CONNS, /* new connection closed: nothing of this
+					    * worker's to evict (same order) */
+	SHM_CTR_BUDGET_REFUSED_PREFIX_CONNS,
+	SHM_CTR_BUDGET_REFUSED_ADDR_TLS,
+	SHM_CTR_BUDGET_REFUSED_PREFIX_TLS,
+	SHM_CTR_BUDGET_REFUSED_ADDR_DTLS,
+	SHM_CTR_BUDGET_REFUSED_PREFIX_DTLS,
+	SHM_CTR_BUDGET_REFUSED_WORKER_CONNS,
+	SHM_CTR_BUDGET_REFUSED_WORKER_TLS,
+	SHM_CTR_BUDGET_REFUSED_WORKER_DTLS,
+	SHM_CTR_PREAUTH_TIMEOUTS,     /* closed: no authenticated request within
+				       * limits.preauth_timeout */
+	SHM_CTR_ACCEPT_BACKOFF,       /* accept paused: out of descriptors (EMFILE/ENFILE) */
 	SHM_CTR__COUNT
 };
 

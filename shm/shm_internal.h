@@ -18,6 +18,7 @@
 #include "shm/shm_quota.h"
 #include "shm/shm_relay.h"
 #include "shm/shm_revoke.h"
+#include "shm/shm_source.h"
 #include "shm/shm_trust.h"
 
 /* The uatomic emulation of 32-bit x86 uses a process-local mutex: never valid here. */
@@ -107,6 +108,7 @@ struct shm_slot {
 	uint32_t alloc_hint;                 /* worker: next claim search start + 1, 0 unset */
 	uint32_t pad0;
 	_Alignas(SHM_CL) struct shm_counters ctr;   /* worker; master only while slot is dead */
+	_Alignas(SHM_CL) struct shm_src src;        /* worker; master zeroes counts at spawn */
 };
 
 enum shm_snap_state {

@@ -62,6 +62,26 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_AUTH_FAIL_REVOKED] = "auth_fail_revoked",
 	[SHM_CTR_AUTH_THROTTLED_PREFIX] = "auth_throttled_prefix",
 	[SHM_CTR_AUTH_THROTTLED_USER] = "auth_throttled_user",
+	[SHM_CTR_BUDGET_EVICT_ADDR_CONNS] = "budget_evict_address_connections",
+	[SHM_CTR_BUDGET_EVICT_PREFIX_CONNS] = "budget_evict_prefix_connections",
+	[SHM_CTR_BUDGET_EVICT_ADDR_TLS] = "budget_evict_address_tls_handshakes",
+	[SHM_CTR_BUDGET_EVICT_PREFIX_TLS] = "budget_evict_prefix_tls_handshakes",
+	[SHM_CTR_BUDGET_EVICT_ADDR_DTLS] = "budget_evict_address_dtls_handshakes",
+	[SHM_CTR_BUDGET_EVICT_PREFIX_DTLS] = "budget_evict_prefix_dtls_handshakes",
+	[SHM_CTR_BUDGET_EVICT_WORKER_CONNS] = "budget_evict_worker_connections",
+	[SHM_CTR_BUDGET_EVICT_WORKER_TLS] = "budget_evict_worker_tls_handshakes",
+	[SHM_CTR_BUDGET_EVICT_WORKER_DTLS] = "budget_evict_worker_dtls_handshakes",
+	[SHM_CTR_BUDGET_REFUSED_ADDR_CONNS] = "budget_refused_address_connections",
+	[SHM_CTR_BUDGET_REFUSED_PREFIX_CONNS] = "budget_refused_prefix_connections",
+	[SHM_CTR_BUDGET_REFUSED_ADDR_TLS] = "budget_refused_address_tls_handshakes",
+	[SHM_CTR_BUDGET_REFUSED_PREFIX_TLS] = "budget_refused_prefix_tls_handshakes",
+	[SHM_CTR_BUDGET_REFUSED_ADDR_DTLS] = "budget_refused_address_dtls_handshakes",
+	[SHM_CTR_BUDGET_REFUSED_PREFIX_DTLS] = "budget_refused_prefix_dtls_handshakes",
+	[SHM_CTR_BUDGET_REFUSED_WORKER_CONNS] = "budget_refused_worker_connections",
+	[SHM_CTR_BUDGET_REFUSED_WORKER_TLS] = "budget_refused_worker_tls_handshakes",
+	[SHM_CTR_BUDGET_REFUSED_WORKER_DTLS] = "budget_refused_worker_dtls_handshakes",
+	[SHM_CTR_PREAUTH_TIMEOUTS] = "preauth_timeouts",
+	[SHM_CTR_ACCEPT_BACKOFF] = "accept_backoff",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {
@@ -118,6 +138,7 @@ int shm_slot_spawning(struct shm *shm, unsigned slot, uint64_t *incarnation)
 	CMM_STORE_SHARED(s->qs, 0);
 	CMM_STORE_SHARED(s->pid, 0);
 	CMM_STORE_SHARED(s->heartbeat_ns, 0);
+	shm_src_clear(shm, slot); /* the last worker's connections died with it */
 	inc = CMM_LOAD_SHARED(s->incarnation) + 1;
 	CMM_STORE_SHARED(s->incarnation, inc);
 	cmm_smp_wmb();

@@ -340,6 +340,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);
 	wk_unauth_trust(w, ep);
+	wk_budget_authed(w, ep->c);	/* out of the source budgets and pre-auth deadline */
 	return WK_AUTH_OK;
 }
 

@@ -1,7 +1,9 @@
 /* Worker DTLS: one shared UDP listener socket carries every association of a TURN-DTLS
  * listener. A ClientHello without a valid cookie is answered statelessly
  * (DTLSv1_listen); only the cookie round trip creates per-client state, bounded in
- * number (WK_DTLS_MAX_ASSOCS, WK_MAX_HANDSHAKES) and in time (wk_tconn deadlines). */
+ * number (WK_DTLS_MAX_ASSOCS, WK_MAX_HANDSHAKES DTLS handshakes per worker, the per-source
+ * budgets of worker/budget.c: a full one evicts the oldest unauthenticated association)
+ * and in time (wk_tconn deadlines). */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -127,6 +129,27 @@ static void wk_dtls_feed(struct worker *w, struct wk_tconn *c, const uint8_t *bu
 	wk_dtls_records(w, c);	/* consumes the datagram; may close c */
 }
 
+/* Room for one more association from `from` (its cookie verified): from the worker's
+ * tables (evicting the oldest DTLS handshake, or the listener's oldest unauthenticated
+ * association), then from the source's budgets. 0, or -EBUSY (refused, counted). */
+static int wk_dtls_make_room(struct worker *w, struct wk_listener *l, const struct sockaddr *from)
+{
+	if ((w->n_hs[SHM_SRC_DTLS_HS] >= WK_MAX_HANDSHAKES &&
+	     wk_budget_make_room(w, NULL, SHM_SRC_DTLS_HS, SHM_SRC_R_WORKER_DTLS) < 0) ||
+	    (w->n_dtls >= WK_DTLS_MAX_ASSOCS &&
+	     wk_budget_make_room(w, l, SHM_SRC_CONNS, SHM_SRC_R_WORKER_DTLS) < 0)) {
+		shm_ctr_add(w->ctr, SHM_CTR_HANDSHAKES_REFUSED, 1);
+		shm_ctr_add(w->ctr, SHM_CTR_BUDGET_REFUSED_WORKER_DTLS, 1);
+		return -EBUSY;
+	}
+	if (wk_budget_admit(w, from, SHM_SRC_CONNS) < 0 ||
+	    wk_budget_admit(w, from, SHM_SRC_DTLS_HS) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_HANDSHAKES_REFUSED, 1);
+		return -EBUSY;
+	}
+	return 0;
+}
+
 /* The stateless step: answers a cookie-less ClientHello with a HelloVerifyRequest, and
  * turns one carrying a valid cookie into an association. An association the source
  * address already has ends only then: the cookie round trip proves that the new client
@@ -141,10 +164,6 @@ static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct 
 
 	if (len < 13 || buf[0] != WK_DTLS_CT_HANDSHAKE || !l->tls_ctx) {
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
-		return;
-	}
-	if (w->n_handshakes >= WK_MAX_HANDSHAKES || w->n_dtls >= WK_DTLS_MAX_ASSOCS) {
-		shm_ctr_add(w->ctr, SHM_CTR_HANDSHAKES_REFUSED, 1);
 		return;
 	}
 	if (!l->dtls_listen && !(l->dtls_listen = wk_dtls_ssl_new(w, l->tls_ctx, l->fd)))
@@ -170,15 +189,20 @@ static void wk_dtls_hello(struct worker *w, struct wk_listener *l, const struct 
 		ERR_clear_error();
 		return;
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return;		/* the client retransmits its hello */
 	old = wk_dtls_find(w, l, from);
 	if (old) {
 		log_debug("worker", "listener %s: new DTLS client on an association's address",
 			  l->name);
 		old->dead = true; /* no close_notify: the address has a new owner */
 		wk_tconn_close(w, old);
+	}
+	c = wk_dtls_make_room(w, l, from) == 0 ? calloc(1, sizeof(*c)) : NULL;
+	if (!c) {
+		/* The client retransmits its hello (with its cookie) and tries again. */
+		SSL_free(l->dtls_listen);
+		l->dtls_listen = NULL;
+		ERR_clear_error();
+		return;
 	}
 	c->ssl = l->dtls_listen;
 	l->dtls_listen = NULL;

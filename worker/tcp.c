@@ -38,10 +38,9 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
 	ev_timer_stop(w->loop, &c->tmo);
+	wk_budget_detach(w, c);
 	if (c->ssl) {
-		if (!c->hs_done)
-			w->n_handshakes--;
-		else if (!c->dead)
+		if (c->hs_done && !c->dead)
 			SSL_shutdown(c->ssl);	/* close_notify, best effort, never waits */
 		SSL_free(c->ssl);
 		ERR_clear_error();
@@ -150,7 +149,7 @@ int wk_tconn_handshake(struct worker *w, struct wk_tconn *c)
 
 	if (r == 1) {
 		c->hs_done = true;
-		w->n_handshakes--;
+		wk_budget_hs_done(w, c);
 		c->last_msg = ev_now(w->loop);
 		shm_ctr_add(w->ctr, SHM_CTR_TLS_HANDSHAKES, 1);
 		wk_tcp_resume(w);
@@ -421,6 +420,9 @@ static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 			    now + (double)tv.tv_sec + tv.tv_usec / 1e6 < next)
 				next = now + (double)tv.tv_sec + tv.tv_usec / 1e6;
 		}
+	} else if (!c->authed && now >= c->born + w->hot.preauth_timeout) {
+		why = "no authenticated request in time";
+		shm_ctr_add(w->ctr, SHM_CTR_PREAUTH_TIMEOUTS, 1);
 	} else if (c->partial_since && now >= c->partial_since + WK_FRAME_TIMEOUT_S) {
 		why = "partial message not completed in time";
 	} else if (!c->alloc && now >= c->last_msg + WK_IDLE_TIMEOUT_S) {
@@ -431,6 +433,8 @@ static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 			next = now + WK_IDLE_TIMEOUT_S;
 		if (c->partial_since && c->partial_since + WK_FRAME_TIMEOUT_S < next)
 			next = c->partial_since + WK_FRAME_TIMEOUT_S;
+		if (!c->authed && c->born + w->hot.preauth_timeout < next)
+			next = c->born + w->hot.preauth_timeout;
 	}
 	if (why) {
 		log_debug("worker", "listener %s: connection closed: %s", c->l->name, why);
@@ -447,12 +451,14 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
 	c->l = l;
 	c->born = c->last_msg = ev_now(w->loop);
 	c->hs_done = c->ssl == NULL;
-	if (c->ssl)
-		w->n_handshakes++;
+	wk_budget_attach(w, c);
+	/* The first deadline: the handshake's, or the pre-authentication one (earlier than
+	 * the idle one); DTLS starts with its retransmission timer. */
 	ev_timer_init(&c->tmo, wk_tconn_tmo_cb,
 		      c->dgram ? 0.001
 		      : c->ssl ? WK_HS_TIMEOUT_S
-			       : WK_IDLE_TIMEOUT_S,
+			       : (w->hot.preauth_timeout < WK_IDLE_TIMEOUT_S ? w->hot.preauth_timeout
+									       : WK_IDLE_TIMEOUT_S),
 		      0.0);
 	c->tmo.data = c;
 	ev_timer_start(w->loop, &c->tmo);
@@ -467,13 +473,69 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
 	wk_tcp_count_conns(w, l);
 }
 
-/* A TLS listener with no usable certificate, or too many handshakes in flight, leaves
- * connections in the kernel's backlog until it can serve them. */
+/* A TLS listener with no usable certificate, a worker out of descriptors (paused for
+ * WK_ACCEPT_BACKOFF_S), or a full listener table of authenticated connections leaves
+ * connections in the kernel's backlog until it can serve them. A table that holds
+ * unauthenticated connections makes room instead (wk_tcp_make_room): an attacker never
+ * stops accepting. */
 static bool wk_tcp_can_accept(const struct worker *w, const struct wk_listener *l)
 {
-	if (l->n_conns >= WK_TCP_MAX_CONNS)
+	if (w->accept_paused)
 		return false;
-	return !l->secure || (l->tls_ctx && w->n_handshakes < WK_MAX_HANDSHAKES);
+	if (l->n_conns >= WK_TCP_MAX_CONNS && TAILQ_EMPTY(&w->unauth))
+		return false;
+	return !l->secure || l->tls_ctx;
+}
+
+/* Room for one more connection on l, from this worker's tables (evicting the oldest
+ * unauthenticated connection of a full one), then from the source's budgets (sa).
+ * Returns 0, or -EBUSY: the new connection is to be closed (counted). */
+static int wk_tcp_make_room(struct worker *w, struct wk_listener *l, const struct sockaddr *sa)
+{
+	if (l->n_conns >= WK_TCP_MAX_CONNS &&
+	    wk_budget_make_room(w, l, SHM_SRC_CONNS, SHM_SRC_R_WORKER_CONNS) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_BUDGET_REFUSED_WORKER_CONNS, 1);
+		return -EBUSY;
+	}
+	if (l->secure && w->n_hs[SHM_SRC_TLS_HS] >= WK_MAX_HANDSHAKES &&
+	    wk_budget_make_room(w, NULL, SHM_SRC_TLS_HS, SHM_SRC_R_WORKER_TLS) < 0) {
+		shm_ctr_add(w->ctr, SHM_CTR_BUDGET_REFUSED_WORKER_TLS, 1);
+		return -EBUSY;
+	}
+	if (wk_budget_admit(w, sa, SHM_SRC_CONNS) < 0)
+		return -EBUSY;
+	return l->secure ? wk_budget_admit(w, sa, SHM_SRC_TLS_HS) : 0;
+}
+
+/* Out of descriptors: every TCP listener stops for WK_ACCEPT_BACKOFF_S instead of its
+ * level-triggered watcher firing again at once (a spin at 100 % CPU). */
+static void wk_tcp_pause(struct worker *w)
+{
+	shm_ctr_add(w->ctr, SHM_CTR_ACCEPT_BACKOFF, 1);
+	if (w->accept_paused)
+		return;
+	w->accept_paused = true;
+	for (size_t i = 0; i < w->n_ls; i++)
+		if (w->ls[i]->proto == WORKER_PROTO_TCP)
+			ev_io_stop(w->loop, &w->ls[i]->io);
+	ev_timer_set(&w->accept_tmo, WK_ACCEPT_BACKOFF_S, 0.0);
+	ev_timer_start(w->loop, &w->accept_tmo);
+}
+
+static void wk_tcp_unpause_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = wk_checked(t->data);
+
+	w->accept_paused = false;
+	wk_tcp_resume(w);
+}
+
+void wk_tcp_init(struct worker *w)
+{
+	TAILQ_INIT(&w->unauth);
+	w->hot.preauth_timeout = 10.0;
+	ev_timer_init(&w->accept_tmo, wk_tcp_unpause_cb, WK_ACCEPT_BACKOFF_S, 0.0);
+	w->accept_tmo.data = w;
 }
 
 void wk_sock_nodelay(int fd)
@@ -541,8 +603,16 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 			return;
 		}
 		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM)
+				wk_tcp_pause(w);
 			return;
+		}
+		if (wk_tcp_make_room(w, l, (struct sockaddr *)&ss) < 0) {
+			close(fd);
+			continue;
+		}
 		c = wk_tconn_new(l, fd, false);
 		if (!c) {
 			close(fd);
@@ -602,6 +672,7 @@ int wk_tcp_start(struct worker *w, struct wk_listener *l)
 {
 	ev_io_init(&l->io, wk_tcp_accept_cb, l->fd, EV_READ);
 	l->io.data = l;
-	ev_io_start(w->loop, &l->io);
+	if (!w->accept_paused)
+		ev_io_start(w->loop, &l->io);
 	return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include <ev.h>
@@ -18,6 +19,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_source.h"
 #include "stun/stun.h"
 #include "worker/portpool.h"
 #include "worker/ratelimit.h"
@@ -39,13 +41,19 @@
 #define WK_RESV_LIFETIME_MS 30000u
 #define WK_HASH_BUCKETS 4096u	/* DTLS associations; the least allocation buckets (pow2) */
 /* Stream and DTLS connection bounds (docs/security.md). A TLS/DTLS handshake must finish
- * within WK_HS_TIMEOUT_S and a worker runs at most WK_MAX_HANDSHAKES at once (TLS and
- * DTLS together): more connections wait in the kernel's backlog (TLS) or are dropped
- * (DTLS ClientHellos after the cookie). A connection that carries no allocation is
+ * within WK_HS_TIMEOUT_S and a worker runs at most WK_MAX_HANDSHAKES TLS handshakes and as
+ * many DTLS handshakes at once: a new one past that evicts the worker's oldest handshake
+ * of its kind (worker/budget.c), as a full listener table (WK_TCP_MAX_CONNS) evicts its
+ * oldest unauthenticated connection. Per source address and prefix, the limits.source_*
+ * and prefix_* budgets bound the same across workers, and a connection must authenticate
+ * within limits.preauth_timeout. Out of descriptors, accepting pauses for
+ * WK_ACCEPT_BACKOFF_S (no spin on EMFILE). A connection that carries no allocation is
  * closed after WK_IDLE_TIMEOUT_S without a complete message; a partial message must be
  * completed within WK_FRAME_TIMEOUT_S (slow senders cannot pin a 64 KiB buffer). */
 #define WK_HS_TIMEOUT_S 10.0
 #define WK_MAX_HANDSHAKES 64u
+#define WK_ACCEPT_BACKOFF_S 0.1
+#define WK_BUDGET_LOG_EVERY_S 10	/* one log line per source and interval */
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
@@ -123,7 +131,15 @@ struct wk_tconn {
 	unsigned handoff_slot;		/* 1 + the slot whose CONNECTION-ID a ConnectionBind
 					 * named: the connection goes there; 0 none */
 	bool dead;			/* send failed: closed by the next read callback */
+	/* Budgets (worker/budget.c): what c is counted as, per source address and prefix
+	 * (src_b: their buckets), and its place in the worker's unauthenticated list. */
+	bool authed;			/* sent an authenticated request */
+	bool cnt_conn;			/* counted in SHM_SRC_CONNS */
+	int8_t cnt_hs;			/* SHM_SRC_TLS_HS/DTLS_HS it is counted in, or -1 */
+	uint32_t src_b[2];		/* [0] address, [1] prefix */
+	TAILQ_ENTRY(wk_tconn) uq;	/* w->unauth, oldest first, while cnt_conn */
 };
+TAILQ_HEAD(wk_tconn_q, wk_tconn);
 
 /* A listening socket inherited from the master (or added by LISTENER_ADD). */
 struct wk_listener {
@@ -219,6 +235,8 @@ struct wk_hot {
 	struct shm_bw_limits bw;	/* listener_bps 0: each listener's own max_bps */
 	uint32_t tcp_conns, tcp_pending, tcp_buf; /* RFC 6062 limits (above) */
 	double tcp_connect_timeout;               /* seconds */
+	uint32_t src_lim[SHM_SRC_KINDS][2];        /* per address [0], per prefix [1]; 0 off */
+	double preauth_timeout;                   /* seconds */
 	bool have_alt;
 	struct sockaddr_storage alt;
 };
@@ -357,7 +375,10 @@ struct worker {
 	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
 	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */
 	BIO_METHOD *dbio_meth;
-	unsigned n_handshakes;
+	unsigned n_hs[SHM_SRC_KINDS];	/* TLS/DTLS handshakes in progress (by kind) */
+	struct wk_tconn_q unauth;	/* unauthenticated connections, oldest first */
+	ev_timer accept_tmo;		/* restarts accepting after an EMFILE pause */
+	bool accept_paused;
 	unsigned n_dtls;
 	struct wk_tconn **dhash;	/* DTLS associations by (listener, client), WK_HASH_BUCKETS */
 	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
@@ -464,6 +485,9 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 
 /* ---- tcp.c ---- */
 int wk_tcp_start(struct worker *w, struct wk_listener *l);
+/* The worker's stream state before any listener: the unauthenticated list, the accept
+ * back-off timer, the pre-authentication deadline until a snapshot sets it. */
+void wk_tcp_init(struct worker *w);
 /* Links a new connection into its listener, counts it and starts its deadline timer. */
 void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c);
 /* Handshake step: 1 done, 0 in progress, -1 failed (the caller closes). */
@@ -813,6 +837,32 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 		  struct wk_adopt_stats *st);
 /* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
 void wk_adopt_run(struct worker *w);
+
+/* ---- budget.c (per-source budgets, docs/security.md) ---- */
+/* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */
+void wk_budget_keys(const struct worker *w, const struct sockaddr *sa, uint32_t b[2]);
+/* Before a new connection (kind SHM_SRC_CONNS) or handshake (TLS/DTLS) from sa is made:
+ * while a budget of sa's address or prefix is full, evicts this worker's oldest
+ * unauthenticated connection that counts in it, as long as this worker holds at least its
+ * fair share (budget / live workers); below it, admits over the budget. Returns 0
+ * (admitted), or -EBUSY when a share to shed has no connection left to evict (a hash
+ * collision's count; the caller drops the newcomer; counted). */
+int wk_budget_admit(struct worker *w, const struct sockaddr *sa, enum shm_src_kind k);
+/* When a per-worker table is full: evicts this worker's oldest unauthenticated connection
+ * of kind k (conns: on listener l when l is not NULL). Returns 0, or -EBUSY when there is
+ * none (the caller refuses; counted as refused for reason r). */
+int wk_budget_make_room(struct worker *w, struct wk_listener *l, enum shm_src_kind k,
+			enum shm_src_reason r);
+/* c was linked (wk_tconn_link): counts it, and its handshake when it has one. */
+void wk_budget_attach(struct worker *w, struct wk_tconn *c);
+/* c's handshake finished (counted no more as one). */
+void wk_budget_hs_done(struct worker *w, struct wk_tconn *c);
+/* c sent an authenticated request: out of the budgets and the pre-auth deadline. NULL ok. */
+void wk_budget_authed(struct worker *w, struct wk_tconn *c);
+/* c is being closed: uncounts whatever it still counts in. */
+void wk_budget_detach(struct worker *w, struct wk_tconn *c);
+/* From the snapshot's limits. */
+void wk_budget_configure(struct worker *w, const struct snap_limits *lim);
 
 /* ---- auth.c ---- */
 enum wk_auth_result {

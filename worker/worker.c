@@ -147,6 +147,7 @@ static void wk_snap_apply(struct worker *w)
 	h->have_alt = snap_alternate_server(w->snap, &h->alt) == 0;
 	wk_unauth_configure(w, lim);
 	wk_authfail_configure(w, lim);
+	wk_budget_configure(w, lim);
 	if (spec && *spec && log_set_spec(spec) < 0)
 		log_warn("worker", "snapshot log spec \"%s\" rejected", spec);
 	log_set_format(snap_log_format(w->snap) == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);
@@ -545,6 +546,7 @@ int worker_run(const struct worker_heritage *h)
 		free(w);
 		return 1;
 	}
+	wk_tcp_init(w);
 	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);
 	wk_ho_start(w);

@@ -89,6 +89,13 @@ static int setup(void **state)
 		 "  relay_port_min: %u\n"
 		 "  relay_port_max: %u\n"
 		 "  drain_timeout: 1\n"
+		 /* The cost measurement holds N_CLIENTS established sessions from one address
+		  * before any authenticates: above the per-source budget of unauthenticated
+		  * connections and, under sanitizers, the pre-auth deadline. */
+		 "limits:\n"
+		 "  source_connections: 1000\n"
+		 "  prefix_connections: 1000\n"
+		 "  preauth_timeout: 300\n"
 		 "auth:\n"
 		 "  type: static\n"
 		 "  realm: tls.example\n"

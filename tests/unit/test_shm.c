@@ -22,6 +22,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
 #include "shm/shm_relay.h"
+#include "shm/shm_source.h"
 
 static struct shm *mk(unsigned slots, unsigned snaps, unsigned snap_size, unsigned cap)
 {
@@ -733,6 +734,54 @@ static uint32_t relay_rec(struct shm *shm, uint16_t port, const uint8_t perm_ip[
 }
 
 /* Relay port index: ways, stale entries, the target read, delivery counts. */
+/* Per-source counts: summed over the live slots only; a reaped worker's counts drop out
+ * and its slot starts from zero at the next spawn; never below zero; refused sources
+ * merge by address and log at most once per interval. */
+static void test_source_counts(void **state)
+{
+	struct shm *shm = mk(3, 2, 4096, 16);
+	struct shm_addr a = { .addr = { 192, 0, 2, 1 }, .family = 2 }, b = a;
+	struct shm_src_top top[4];
+
+	(void)state;
+	for (unsigned s = 0; s < 2; s++) {
+		assert_int_equal(shm_slot_spawning(shm, s, NULL), 0);
+		assert_int_equal(shm_slot_set_state(shm, s, SHM_SLOT_RUNNING), 0);
+	}
+	shm_src_add(shm, 0, SHM_SRC_CONNS, 7, 1);
+	shm_src_add(shm, 0, SHM_SRC_CONNS, 7, 1);
+	shm_src_add(shm, 1, SHM_SRC_CONNS, 7 + SHM_SRC_BUCKETS, 1);	/* masked: bucket 7 */
+	shm_src_add(shm, 2, SHM_SRC_CONNS, 7, 5);	/* slot 2 never started: not summed */
+	shm_src_add(shm, 1, SHM_SRC_TLS_HS, 7, 1);
+	assert_int_equal(shm_src_sum(shm, SHM_SRC_CONNS, 7), 3);
+	assert_int_equal(shm_src_sum(shm, SHM_SRC_TLS_HS, 7), 1);
+	assert_int_equal(shm_src_sum(shm, SHM_SRC_DTLS_HS, 7), 0);
+	shm_src_add(shm, 1, SHM_SRC_TLS_HS, 7, -1);
+	shm_src_add(shm, 1, SHM_SRC_TLS_HS, 7, -1);	/* clamps at 0 */
+	assert_int_equal(shm_src_sum(shm, SHM_SRC_TLS_HS, 7), 0);
+	/* Worker 0 dies with two connections: they leave the sum when it is reaped, and the
+	 * slot's next worker starts from zero. */
+	assert_int_equal(shm_slot_reaped(shm, 0), 0);
+	assert_int_equal(shm_src_sum(shm, SHM_SRC_CONNS, 7), 1);
+	assert_int_equal(shm_slot_spawning(shm, 0, NULL), 0);
+	assert_int_equal(shm_src_sum(shm, SHM_SRC_CONNS, 7), 1);
+	/* Trips: the first logs, the next within the interval does not, merged by address. */
+	assert_true(shm_src_trip(shm, 0, &a, SHM_SRC_R_ADDR_TLS, 1000, 100));
+	assert_false(shm_src_trip(shm, 0, &a, SHM_SRC_R_ADDR_TLS, 1050, 100));
+	assert_true(shm_src_trip(shm, 0, &a, SHM_SRC_R_ADDR_CONNS, 1100, 100));
+	assert_true(shm_src_trip(shm, 1, &a, SHM_SRC_R_ADDR_TLS, 1200, 100));
+	b.addr[3] = 2;
+	assert_true(shm_src_trip(shm, 1, &b, SHM_SRC_R_PREFIX_CONNS, 1300, 100));
+	assert_int_equal(shm_src_top_read(shm, top, 4), 2);
+	assert_int_equal(top[0].trips, 4);
+	assert_int_equal(top[0].addr.addr[3], 1);
+	assert_int_equal(top[0].reason, SHM_SRC_R_ADDR_TLS);	/* the latest trip's */
+	assert_int_equal(top[1].trips, 1);
+	assert_string_equal(shm_src_reason_name(SHM_SRC_R_PREFIX_DTLS), "prefix_dtls_handshakes");
+	assert_null(shm_src_reason_name(SHM_SRC_REASONS));
+	shm_destroy(shm);
+}
+
 static void test_relay_index(void **state)
 {
 	struct shm *shm = mk(1, 2, 4096, 8);
@@ -807,6 +856,7 @@ int main(void)
 		cmocka_unit_test(test_seqlock_copy_consistent),
 		cmocka_unit_test(test_forked_reader_then_reap),
 		cmocka_unit_test(test_relay_index),
+		cmocka_unit_test(test_source_counts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
