@@ -157,7 +157,8 @@ def daemon_config(d, ports, mport, relay_base, port=None):
           ("edge", "TURN-UDP", edge, "relay_port_min: %d, relay_port_max: %d"
            % (relay_base + 100, relay_base + 99 + EDGE_PORTS)),
           ("tls", "TURN-TLS", tls, "cert_file: %s, key_file: %s" % (CERT, KEY)),
-          ("dtls", "TURN-DTLS", tls, "cert_file: %s, key_file: %s" % (CERT, KEY))]
+          ("dtls", "TURN-DTLS", tls, "cert_file: %s, key_file: %s"
+           % (os.path.join(d, "dtls-cert.pem"), os.path.join(d, "dtls-key.pem")))]
     text = ("version: v1\nadmin:\n  name: dash\n  loglevel: all:INFO\n  workers: 2\n"
             "  admin_socket: %s\n  drain_timeout: 10\n  healthcheck_endpoint: \"\"\n"
             "  metrics_endpoint: \"http://127.0.0.1:%d/metrics\"\n"
@@ -294,7 +295,19 @@ def start_daemon(d):
 
     def config(port=None):
         return daemon_config(d, ports, mport, 50000, port)
+    shutil.copy(CERT, os.path.join(d, "dtls-cert.pem"))
+    shutil.copy(KEY, os.path.join(d, "dtls-key.pem"))
     return Daemon(d, config()).start(), ports, mport, config
+
+
+def expiring_certificate(d):
+    """Replaces the DTLS listener's certificate with one that expires in 5 days (the next
+    reload loads it: TurngateCertificateExpiring)."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "5", "-subj", "/CN=turn.test",
+                    "-keyout", os.path.join(d, "dtls-key.pem"),
+                    "-out", os.path.join(d, "dtls-cert.pem")], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_dashboard_static(d):
@@ -384,6 +397,7 @@ def inject_load(daemon, ports, config, peer, shot):
           % (TOTAL_QUOTA, len(held), len(fill)))
     for c in fill:                                        # lifetimes for the histogram
         c.release()
+    expiring_certificate(daemon.dir)
     rc, out, err = daemon.ctl("reload")
     check(rc == 0 and "generation 2" in out, "good reload: %s %s" % (out, err))
     daemon.write_config(config(port=70000))
