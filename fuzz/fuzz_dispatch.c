@@ -453,9 +453,7 @@ static void fz_time_jump(struct worker *w, uint32_t secs)
 		shm_alloc_end_write(rec);
 		wk_alloc_rearm(w, a);
 	}
-	for (struct wk_resv *r = w->resvs; r; r = r->next)
-		if (wheel_timer_armed(&r->timer))
-			wheel_arm(&w->wheel, &r->timer, fz_sub(r->timer.deadline_ms, d_ms));
+	/* Reservations live in the shared pool with their own expiry: not moved. */
 	/* A deadline now in the past was filed in the slot after the wheel's last tick: run
 	 * that one, even when an earlier jump already took the wheel past the real time. */
 	now_ms = mono_ms();
@@ -473,19 +471,11 @@ static void fz_reset(struct fz *f)
 
 	while (w->allocs)
 		wk_alloc_destroy(w, w->allocs, "fuzz input done");
-	while (w->resvs) {
-		struct wk_resv *r = w->resvs;
-
-		w->resvs = r->next;
-		wheel_disarm(&w->wheel, &r->timer);
-		portpool_put(&r->l->pool, r->port);
-		free(r);
-	}
+	shm_ppool_resv_clear(f->shm);
 	if (w->n_allocs != 0 || w->wheel.armed != 0)
 		fz_die("allocations or timers left after destroying them all");
-	for (size_t k = 0; k < w->n_ls; k++)
-		if (w->ls[k]->pool.in_use != 0)
-			fz_die("relay ports still booked after every allocation ended");
+	if (shm_ppool_held(f->shm, mono_ns(), NULL) != 0)
+		fz_die("relay ports still booked after every allocation ended");
 	if (shm_alloc_next_live(f->shm, &cursor, &idx) == 0)
 		fz_die("a LIVE shm record outlived its allocation");
 	if (shm_counters_read(f->shm, 0, &c) < 0 || c.v[SHM_CTR_ALLOCS_ACTIVE] != 0)

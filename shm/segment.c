@@ -49,8 +49,7 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 	g->off_quota = shm_round_up(g->off_trust + g->trust_size, SHM_PAGE);
 	g->quota_size = shm_quota_region_size(cfg->alloc_cap);
 	g->off_relay = shm_round_up(g->off_quota + g->quota_size, SHM_PAGE);
-	g->relay_size =
-		shm_relay_ways_size() + (uint64_t)cfg->alloc_cap * sizeof(struct shm_relay_ctr);
+	g->relay_size = shm_relay_region_size(cfg->alloc_cap);
 	g->off_revoke = shm_round_up(g->off_relay + g->relay_size, SHM_PAGE);
 	g->revoke_size = sizeof(struct shm_revoke_hdr) +
 			 (uint64_t)SHM_REVOKE_MAX * sizeof(struct shm_revoke_ent);
@@ -177,6 +176,9 @@ static uint64_t format_relay(void)
 	LH(h, SHM_RELAY_PORTS);
 	LH(h, SHM_RELAY_WAYS);
 	LH(h, SHM_RELAY_VERSION);
+	LH(h, SHM_PPOOL_WAYS);
+	LH(h, SHM_PPOOL_RESV);
+	LH(h, sizeof(struct shm_ppool_ent));
 	return h;
 }
 

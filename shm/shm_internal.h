@@ -16,6 +16,7 @@
 #include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_ppool.h"
 #include "shm/shm_relay.h"
 #include "shm/shm_revoke.h"
 #include "shm/shm_source.h"
@@ -41,7 +42,7 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_QUOTA_MAGIC 0x41544f51u              /* "QOTA" read little-endian */
 #define SHM_QUOTA_VERSION 3u                     /* 3: TCP peer connections per record */
 #define SHM_RELAY_MAGIC 0x594c4552u              /* "RELY" read little-endian */
-#define SHM_RELAY_VERSION 1u
+#define SHM_RELAY_VERSION 2u                     /* 2: the port pool after the counters */
 #define SHM_RELAY_PORTS 65536u
 #define SHM_REVOKE_MAGIC 0x4b564552u              /* "REVK" read little-endian */
 #define SHM_REVOKE_VERSION 1u
@@ -171,7 +172,9 @@ struct shm_bw_rec {
 
 /* Relay port index (shm/shm_relay.h): the master writes the header once in shm_create();
  * the ways (SHM_RELAY_WAYS per port, 1 + record index, 0 empty) change only by CAS; then,
- * 8-aligned after them, one struct shm_relay_ctr per allocation record. */
+ * 8-aligned after them, one struct shm_relay_ctr per allocation record; then the relay
+ * port pool (shm/shm_ppool.h): SHM_PPOOL_WAYS words per port, then SHM_PPOOL_RESV
+ * struct shm_ppool_ent. */
 struct shm_relay_hdr {
 	uint32_t magic;
 	uint32_t version;
@@ -184,6 +187,18 @@ struct shm_relay_hdr {
 struct shm_relay_ctr {
 	uint64_t pkts;
 	uint64_t bytes;
+};
+
+/* One reservation of the port pool: expires_ns is claimed by CAS (0 free), the fields
+ * are written next, the token last (0 until then: not redeemable). */
+struct shm_ppool_ent {
+	uint64_t expires_ns;
+	uint64_t token;
+	uint64_t lkey;
+	uint32_t tag;
+	uint16_t port;
+	uint8_t family;
+	uint8_t pad;
 };
 
 /* Revocation list (shm/shm_revoke.h): the master writes the header once in shm_create()
@@ -313,6 +328,31 @@ static inline uint64_t shm_relay_ways_size(void)
 static inline struct shm_relay_ctr *shm_relay_ctrs(const struct shm *shm)
 {
 	return (struct shm_relay_ctr *)(shm->base + shm->off_relay + shm_relay_ways_size());
+}
+
+/* Bytes of the relay index region before the port pool (ways and counters), 8-aligned. */
+static inline uint64_t shm_relay_pool_off(uint32_t alloc_cap)
+{
+	return shm_relay_ways_size() + (uint64_t)alloc_cap * sizeof(struct shm_relay_ctr);
+}
+
+/* Bytes of the whole relay index region. */
+static inline uint64_t shm_relay_region_size(uint32_t alloc_cap)
+{
+	return shm_relay_pool_off(alloc_cap) +
+	       (uint64_t)SHM_RELAY_PORTS * SHM_PPOOL_WAYS * sizeof(uint64_t) +
+	       (uint64_t)SHM_PPOOL_RESV * sizeof(struct shm_ppool_ent);
+}
+
+static inline uint64_t *shm_ppool_words(const struct shm *shm)
+{
+	return (uint64_t *)(shm->base + shm->off_relay + shm_relay_pool_off(shm->cfg.alloc_cap));
+}
+
+static inline struct shm_ppool_ent *shm_ppool_ents(const struct shm *shm)
+{
+	return (struct shm_ppool_ent *)(shm_ppool_words(shm) +
+					(uint64_t)SHM_RELAY_PORTS * SHM_PPOOL_WAYS);
 }
 
 static inline struct shm_revoke_hdr *shm_revoke_hdr(const struct shm *shm)

@@ -1,5 +1,5 @@
 /* Worker allocations: lifecycle, 5-tuple index, relay sockets, permissions, channels,
- * reservations and their expiry on the worker's timing wheel.
+ * relay ports from the shared pool (reservations included: shm/shm_ppool.h).
  *
  * The allocation's permissions and channels live in its shm record (we are its only
  * writer, so reading our own record needs no seqlock); every change is bracketed by
@@ -160,8 +160,9 @@ static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 		ev_io_stop(w->loop, &r->io);
 		close(r->fd);
 		r->fd = -1;
-		if (a->l->active)
-			portpool_put(&a->l->pool, r->port);
+		if (r->pool_tag)
+			shm_ppool_put(w->shm, r->pool_tag, r->port, a->rec_idx);
+		r->pool_tag = 0;
 	}
 	wheel_disarm(&w->wheel, &a->timer);
 	wk_alloc_unhash(w, a);
@@ -364,22 +365,25 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	struct wk_listener *l = a->l;
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
 	struct shm_addr got;
+	uint32_t tag;
 	int rc, family = relay->family;
 	bool have = family != 0 &&
 		    (family == l->relay_addr.ss_family || family == l->relay_addr2.ss_family);
 
 	if (!have || relay->port == 0)
 		return -EAFNOSUPPORT;
-	/* A port outside the pool's share (the range changed by a reload) is not tracked,
-	 * exactly as for the allocations that kept such a port across the reload. */
-	rc = portpool_take(&l->pool, relay->port);
-	if (rc < 0 && rc != -ERANGE)
-		return rc;
+	/* Its record books the port already (a respawn: the pool kept it; a take-over: the
+	 * rebuild entered it); booking it again is a no-op, or the booking if it had none. */
+	tag = wk_pool_tag(l, family);
+	rc = shm_ppool_take(w->shm, tag, relay->port, a->rec_idx, mono_ns());
+	if (rc < 0)
+		return rc == -ENOSPC ? -EADDRINUSE : rc;
 	rc = wk_relay_socket(w, a, r, family, relay->port);
 	if (rc < 0) {
-		portpool_put(&l->pool, relay->port);
+		shm_ppool_put(w->shm, tag, relay->port, a->rec_idx);
 		return rc;
 	}
+	r->pool_tag = tag;
 	/* The client was told this relayed address: if the announced address moved since,
 	 * serving it from another one would break the client's peers. */
 	wk_addr_to_shm((struct sockaddr *)&r->addr, &got);
@@ -388,41 +392,61 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	return 0;
 }
 
-/* Binds relay socket number (0 or 1) of family. port_hint > 0 uses that booked port
- * (a redeemed reservation); else a port comes from the pool (even / even pair on
- * request, *reserved_port gets the pair's second port). Returns 0, -EADDRNOTAVAIL (no
- * port: 508), -EAFNOSUPPORT (no relay address of that family: 440). */
+uint32_t wk_pool_tag(const struct wk_listener *l, int family)
+{
+	struct shm_addr a;
+
+	wk_addr_to_shm((const struct sockaddr *)(family == l->relay_addr.ss_family
+							 ? &l->relay_addr
+							 : &l->relay_addr2),
+		       &a);
+	return shm_ppool_tag(&a);
+}
+
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
-			bool reserve, uint16_t *reserved_port)
+			struct shm_ppool_resv *resv)
 {
 	struct wk_listener *l = a->l;
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
 	bool have = family == l->relay_addr.ss_family ||
 		    (l->relay_addr2.ss_family == family && family != 0);
+	uint32_t tag;
 
 	if (!have)
 		return -EAFNOSUPPORT;
-	if (port_hint > 0)
-		return wk_relay_socket(w, a, r, family, (uint16_t)port_hint);
+	tag = wk_pool_tag(l, family);
+	if (port_hint > 0) {
+		int rc = wk_relay_socket(w, a, r, family, (uint16_t)port_hint);
+
+		if (rc == 0)
+			r->pool_tag = tag;
+		return rc;
+	}
 	for (int tries = 0; tries < 64; tries++) {
 		uint16_t port;
 		int rc;
 
-		if (portpool_get(&l->pool, reserve, even, &port) < 0)
+		if (portpool_get(&l->pool, w->shm, tag, a->rec_idx, even, resv, mono_ns(),
+				 &port) < 0)
 			break;
 		rc = wk_relay_socket(w, a, r, family, port);
 		if (rc == 0) {
-			if (reserve)
-				*reserved_port = port + 1;
+			r->pool_tag = tag;
 			return 0;
 		}
 		/* Held by another socket (a listener sharing the range, another program):
 		 * give the booking back and move on; the round-robin cursor has passed
 		 * it, so the next tries look elsewhere. Keeping it booked would leak it
-		 * for good once its holder lets go. */
-		portpool_put(&l->pool, port);
-		if (reserve)
-			portpool_put(&l->pool, port + 1);
+		 * for good once its holder lets go. So goes the reservation made with it
+		 * (its token was never handed out): redeemed here and given back. */
+		shm_ppool_put(w->shm, tag, port, a->rec_idx);
+		if (resv) {
+			struct shm_ppool_resv spent;
+
+			if (shm_ppool_redeem(w->shm, resv->token, a->rec_idx, mono_ns(),
+					     &spent) == 0)
+				shm_ppool_put(w->shm, spent.tag, spent.port, a->rec_idx);
+		}
 		if (rc != -EADDRINUSE)
 			return rc;
 	}
@@ -569,76 +593,4 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 	a->rec->n_chans = (uint8_t)(used + (by_num ? 0 : 1));
 	shm_alloc_end_write(a->rec);
 	return 0;
-}
-
-static void wk_resv_timer_cb(struct wheel_timer *t, void *arg)
-{
-	struct worker *w = wk_checked(arg);
-	struct wk_resv *r = (struct wk_resv *)((char *)t - offsetof(struct wk_resv, timer));
-	struct wk_resv **pp;
-
-	for (pp = &w->resvs; *pp; pp = &(*pp)->next)
-		if (*pp == r) {
-			*pp = r->next;
-			break;
-		}
-	portpool_put(&r->l->pool, r->port);
-	free(r);
-}
-
-void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port, uint64_t token)
-{
-	struct wk_resv *r = calloc(1, sizeof(*r));
-
-	if (!r) {
-		portpool_put(&l->pool, port);
-		return;
-	}
-	r->l = l;
-	r->family = family;
-	r->port = port;
-	r->token = token;
-	wheel_timer_init(&r->timer, wk_resv_timer_cb);
-	wheel_arm(&w->wheel, &r->timer, mono_ms() + WK_RESV_LIFETIME_MS);
-	r->next = w->resvs;
-	w->resvs = r;
-}
-
-/* Hands the reserved port over to the caller (still booked in the pool). */
-int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
-		   uint16_t *port)
-{
-	struct wk_resv **pp;
-
-	for (pp = &w->resvs; *pp; pp = &(*pp)->next) {
-		struct wk_resv *r = *pp;
-
-		if (r->token != token)
-			continue;
-		*pp = r->next;
-		wheel_disarm(&w->wheel, &r->timer);
-		*l = r->l;
-		*family = r->family;
-		*port = r->port;
-		free(r);
-		return 0;
-	}
-	return -ENOENT;
-}
-
-void wk_resv_drop_listener(struct worker *w, struct wk_listener *l)
-{
-	struct wk_resv **pp = &w->resvs;
-
-	while (*pp) {
-		struct wk_resv *r = *pp;
-
-		if (r->l != l) {
-			pp = &r->next;
-			continue;
-		}
-		*pp = r->next;
-		wheel_disarm(&w->wheel, &r->timer);
-		free(r);
-	}
 }

@@ -4,90 +4,62 @@
 #include "worker/portpool.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 int portpool_init(struct portpool *p, uint16_t min, uint16_t max, unsigned slot,
 		  unsigned slot_count)
 {
-	unsigned span, share, lo, hi;
+	unsigned span;
 
 	memset(p, 0, sizeof(*p));
-	if (min == 0 || max < min || slot_count == 0 || slot >= slot_count)
+	if (min == 0 || max < min)
 		return -EINVAL;
 	span = (unsigned)max - min + 1;
-	if (span < slot_count)
-		return -EINVAL;
-	share = span / slot_count;
-	lo = min + slot * share;
-	hi = slot + 1 == slot_count ? max : lo + share - 1;
-	p->used = calloc(hi - lo + 1, 1);
-	if (!p->used)
-		return -ENOMEM;
-	p->lo = (uint16_t)lo;
-	p->hi = (uint16_t)hi;
-	p->cursor = p->lo;
+	p->lo = min;
+	p->hi = max;
+	p->cursor = (uint16_t)(min + (slot_count ? (uint64_t)span * slot / slot_count % span : 0));
 	return 0;
 }
 
 void portpool_destroy(struct portpool *p)
 {
-	if (!p)
-		return;
-	free(p->used);
-	p->used = NULL;
+	if (p)
+		memset(p, 0, sizeof(*p));
 }
 
-static bool portpool_free_at(const struct portpool *p, unsigned port)
-{
-	return port >= p->lo && port <= p->hi && !p->used[port - p->lo];
-}
-
-int portpool_get(struct portpool *p, bool even_pair, bool even, uint16_t *port)
+int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port)
 {
 	unsigned n = (unsigned)p->hi - p->lo + 1;
 	unsigned cand = p->cursor;
 
-	if (!p->used)
+	if (p->lo == 0)
 		return -EADDRNOTAVAIL;	/* never initialised, or the range was unusable */
-
+	if (resv)
+		even = true;
 	for (unsigned i = 0; i < n; i++, cand = cand >= p->hi ? p->lo : cand + 1) {
-		if ((even || even_pair) && (cand & 1))
+		if (even && (cand & 1))
 			continue;
-		if (!portpool_free_at(p, cand))
+		if (resv && cand + 1 > p->hi)
 			continue;
-		if (even_pair && !portpool_free_at(p, cand + 1))
+		if (!shm_ppool_is_free(shm, tag, (uint16_t)cand, now_ns))
 			continue;
-		p->used[cand - p->lo] = 1;
-		p->in_use++;
-		if (even_pair) {
-			p->used[cand + 1 - p->lo] = 1;
-			p->in_use++;
+		if (resv && !shm_ppool_is_free(shm, tag, (uint16_t)(cand + 1), now_ns))
+			continue;
+		if (shm_ppool_take(shm, tag, (uint16_t)cand, idx, now_ns) < 0)
+			continue;	/* another worker was quicker */
+		if (resv) {
+			resv->tag = tag;
+			resv->port = (uint16_t)(cand + 1);
+			if (shm_ppool_reserve(shm, resv, now_ns) < 0) {
+				shm_ppool_put(shm, tag, (uint16_t)cand, idx);
+				continue;
+			}
 		}
-		p->cursor = cand + 1 + even_pair > p->hi ? p->lo : (uint16_t)(cand + 1 + even_pair);
-		*port = (uint16_t)cand;
+		cand += resv ? 2 : 1;
+		p->cursor = cand > p->hi ? p->lo : (uint16_t)cand;
+		*port = (uint16_t)(cand - (resv ? 2 : 1));
 		return 0;
 	}
 	return -EADDRNOTAVAIL;
-}
-
-int portpool_take(struct portpool *p, uint16_t port)
-{
-	if (!p->used)
-		return -EADDRNOTAVAIL;
-	if (port < p->lo || port > p->hi)
-		return -ERANGE;
-	if (p->used[port - p->lo])
-		return -EADDRINUSE;
-	p->used[port - p->lo] = 1;
-	p->in_use++;
-	return 0;
-}
-
-void portpool_put(struct portpool *p, uint16_t port)
-{
-	if (!p->used || port < p->lo || port > p->hi || !p->used[port - p->lo])
-		return;
-	p->used[port - p->lo] = 0;
-	p->in_use--;
 }

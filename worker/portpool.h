@@ -1,11 +1,14 @@
-/* Relay port pool: which ports of this worker's share of the relay range are free.
+/* Relay port pool: where a worker looks for a free port of a listener's relay range.
  *
- * Worker-private. The configured relay range [min,max] is split into slot_count
- * contiguous shares so workers never race for the same port; each worker hands out ports
- * of its share round-robin (a freed port is reused last, which keeps a late packet for an
- * old allocation from reaching a new one). The pool only books ports: binding the socket
- * is the caller's job, and a port the kernel refuses (EADDRINUSE, another program) is
- * returned with portpool_put and skipped by retrying portpool_get.
+ * The bookings are shared by every worker (shm/shm_ppool.h): any worker takes any free
+ * port of the range, and a port is booked by the allocation record (or the reservation)
+ * that holds it, so a crashed worker's ports stay with the allocations its replacement
+ * re-adopts. What stays private is only the search cursor: each worker starts its
+ * round-robin at its own place in the range (fewer races for the same port), and a freed
+ * port is reused last, which keeps a late packet for an old allocation from reaching a
+ * new one. The pool only books ports: binding the socket is the caller's job, and a port
+ * the kernel refuses (EADDRINUSE, another program) is given back and skipped by trying
+ * the next one.
  */
 #ifndef TG_WORKER_PORTPOOL_H
 #define TG_WORKER_PORTPOOL_H
@@ -13,31 +16,26 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "shm/shm_ppool.h"
+
 struct portpool {
-	uint16_t lo, hi;	/* this worker's share, inclusive */
+	uint16_t lo, hi;	/* the listener's relay range, inclusive; lo 0: unusable */
 	uint16_t cursor;	/* next port to try */
-	unsigned in_use;
-	uint8_t *used;		/* one byte per port of the share */
 };
 
-/* Builds the pool for share `slot` of `slot_count` of [min,max]. Returns 0, -EINVAL when
- * the range is empty or smaller than slot_count, or -ENOMEM. */
+/* Sets the pool up for the range [min,max]; worker `slot` of `slot_count` starts its
+ * search at its share of the range. Returns 0 or -EINVAL (an empty range). */
 int portpool_init(struct portpool *p, uint16_t min, uint16_t max, unsigned slot,
 		  unsigned slot_count);
 
-/* Frees the pool's memory; accepts a zeroed or already-destroyed pool. */
+/* Forgets the range (nothing to free); accepts a zeroed pool. */
 void portpool_destroy(struct portpool *p);
 
-/* Books a free port. even: the port is even; even_pair: even and port+1 is booked too
- * (EVEN-PORT with the R bit; the caller releases both). Returns 0 and *port, or
- * -EADDRNOTAVAIL when none (also for a pool whose init failed). */
-int portpool_get(struct portpool *p, bool even_pair, bool even, uint16_t *port);
-
-/* Books one specific port (a reservation being redeemed); -EADDRINUSE if taken,
- * -ERANGE when outside the share, -EADDRNOTAVAIL for a pool whose init failed. */
-int portpool_take(struct portpool *p, uint16_t port);
-
-/* Releases a port booked by get/take; ports outside the share are ignored. */
-void portpool_put(struct portpool *p, uint16_t port);
+/* Books a free port of the range for record idx on relay address tag (shm_ppool_tag).
+ * even: the port is even. resv non-NULL: EVEN-PORT with the R bit: the port is even and
+ * port + 1 is reserved with resv's token, listener key, family and expiry (resv->tag and
+ * resv->port are set here). Returns 0 and *port, or -EADDRNOTAVAIL when none is free. */
+int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port);
 
 #endif

@@ -218,48 +218,56 @@ static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct
 {
 	uint64_t rtoken;
 	bool even = false, reserve = false;
-	uint16_t rport = 0;
 	int rc;
 
 	if (stun_msg_get_reservation_token(req, &rtoken) == 0) {
-		struct wk_listener *rl;
-		int rfam;
-		uint16_t port;
+		struct shm_ppool_resv rv;
 
-		if (wk_resv_redeem(w, rtoken, &rl, &rfam, &port) < 0)
+		/* Any worker's reservation: the shared pool keeps them (shm/shm_ppool.h).
+		 * Redeemed, its port is booked by our record; spent either way. */
+		if (shm_ppool_redeem(w->shm, rtoken, a->rec_idx, mono_ns(), &rv) < 0)
 			return 508;
-		if (rl != a->l) {
-			/* A token of another listener: refuse it, and give its port back
-			 * rather than leak it (the reservation is spent either way). */
-			portpool_put(&rl->pool, port);
+		if (rv.lkey != a->l->name_key) {
+			/* A token of another listener: refused, and its port given back
+			 * rather than leaked. */
+			shm_ppool_put(w->shm, rv.tag, rv.port, a->rec_idx);
 			return 508;
 		}
-		rc = wk_alloc_bind_relay(w, a, rfam, port, false, false, NULL);
+		rc = wk_alloc_bind_relay(w, a, rv.family, rv.port, false, NULL);
 		if (rc < 0) {
-			portpool_put(&a->l->pool, port);
+			shm_ppool_put(w->shm, rv.tag, rv.port, a->rec_idx);
 			return 508;
 		}
 		return 0;
 	}
 	if (stun_msg_get_even_port(req, &reserve) == 0)
 		even = true;
-	rc = wk_alloc_bind_relay(w, a, fam, 0, even, reserve, &rport);
+	if (reserve) {
+		/* The token is the only proof of the reservation: without the CSPRNG there is
+		 * none to hand out (a clock value would be guessable), so the request
+		 * fails. */
+		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0) {
+			*token = 0;
+			return 500;
+		}
+		rc = wk_alloc_bind_relay(w, a, fam, 0, even,
+					 &(struct shm_ppool_resv){
+						 .token = *token,
+						 .lkey = a->l->name_key,
+						 .family = (uint8_t)fam,
+						 .expires_ns = mono_ns() +
+							       WK_RESV_LIFETIME_MS * UINT64_C(1000000),
+					 });
+	} else {
+		rc = wk_alloc_bind_relay(w, a, fam, 0, even, NULL);
+	}
+	if (rc < 0)
+		*token = 0;
 	if (rc == -EAFNOSUPPORT)
 		return 440;
 	if (rc < 0)
 		return 508;
-	if (reserve) {
-		/* The token is the only proof of the reservation: without the CSPRNG there is
-		 * none to hand out (a clock value would be guessable), so the request fails
-		 * and the pair's second port goes back (the caller frees the first). */
-		if (RAND_bytes((uint8_t *)token, sizeof(*token)) != 1 || *token == 0) {
-			portpool_put(&a->l->pool, rport);
-			*token = 0;
-			return 500;
-		}
-		wk_resv_add(w, a->l, fam, rport, *token);
-	}
-	if (fam2 && wk_alloc_bind_relay(w, a, fam2, 0, false, false, NULL) < 0)
+	if (fam2 && wk_alloc_bind_relay(w, a, fam2, 0, false, NULL) < 0)
 		*addr_err = 440;
 	return 0;
 }

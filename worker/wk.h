@@ -190,6 +190,7 @@ struct wk_relay {
 	struct sockaddr_storage addr;	/* announced address with port */
 	bool gso_off;			/* UDP_SEGMENT refused on this socket */
 	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
+	uint32_t pool_tag;		/* shm_ppool_tag its port is booked on, 0 none */
 };
 
 struct wk_alloc {
@@ -215,16 +216,6 @@ struct wk_alloc {
 	bool published;			/* counted in ALLOCS_ACTIVE */
 	uint8_t *resp;			/* cached Allocate success (retransmissions) */
 	size_t resp_len;
-};
-
-/* A port booked by EVEN-PORT with the R bit, redeemable with its RESERVATION-TOKEN. */
-struct wk_resv {
-	struct wk_resv *next;
-	struct wk_listener *l;
-	uint64_t token;
-	uint16_t port;
-	int family;
-	struct wheel_timer timer;
 };
 
 struct wk_hot {
@@ -366,7 +357,6 @@ struct worker {
 	struct wk_sib sibs[WK_MAX_SIBS]; /* the snapshot's sibling addresses (sibling.c) */
 	unsigned n_sibs;
 	uint8_t *sc_buf; /* WK_HEADROOM + WK_DGRAM_MAX: a short-circuited datagram */
-	struct wk_resv *resvs;
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
 	unsigned n_tconnecting;		/* Connects in progress */
@@ -736,8 +726,13 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
 void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
+/* Binds relay socket number (0 or 1) of family. port_hint > 0: that port, already booked
+ * for a's record (a redeemed reservation); else a port from the shared pool (even on
+ * request; resv non-NULL: an even port whose port + 1 is reserved with resv, see
+ * portpool_get). Returns 0, -EADDRNOTAVAIL (no port: 508), -EAFNOSUPPORT (no relay
+ * address of that family: 440). */
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
-			bool reserve, uint16_t *reserved_port);
+			struct shm_ppool_resv *resv);
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
 /* The bandwidth limits (limits.allocation_bps, user_bps, the listener's max_bps;
@@ -751,11 +746,8 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);
 const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
 					     uint64_t now_ns);
-void wk_resv_add(struct worker *w, struct wk_listener *l, int family, uint16_t port,
-		 uint64_t token);
-int wk_resv_redeem(struct worker *w, uint64_t token, struct wk_listener **l, int *family,
-		   uint16_t *port);
-void wk_resv_drop_listener(struct worker *w, struct wk_listener *l);
+/* The shm_ppool_tag of l's relay address of family (its bookings in the shared pool). */
+uint32_t wk_pool_tag(const struct wk_listener *l, int family);
 
 /* ---- worker.c ---- */
 /* The worker's private tables (receive buffers, allocation hash sized from the table's

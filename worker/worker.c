@@ -100,16 +100,13 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 	memcpy(&l->relay_addr, &l->sl.relay_addr, sizeof(l->relay_addr));
 	memcpy(&l->mask_addr, &l->sl.relay_mask, sizeof(l->mask_addr));
 	if (l->sl.relay_port_min != l->pool_min || l->sl.relay_port_max != l->pool_max) {
-		/* A changed range only affects new allocations: live ones keep
-		 * their ports, which the old pool no longer tracks. */
+		/* A changed range only affects new allocations: live ones keep their
+		 * ports, booked in the shared pool until they end. */
 		portpool_destroy(&l->pool);
 		if (portpool_init(&l->pool, l->sl.relay_port_min, l->sl.relay_port_max, w->slot,
 				  w->h->slot_count) < 0)
-			log_error("worker",
-				  "listener %s: relay port range %u-%u too small "
-				  "for %u workers",
-				  l->name, l->sl.relay_port_min, l->sl.relay_port_max,
-				  w->h->slot_count);
+			log_error("worker", "listener %s: relay port range %u-%u is empty",
+				  l->name, l->sl.relay_port_min, l->sl.relay_port_max);
 		l->pool_min = l->sl.relay_port_min;
 		l->pool_max = l->sl.relay_port_max;
 	}
@@ -205,8 +202,12 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	 * every I/O callback of this first iteration. A worker that has no listener yet (a
 	 * start on a config discovery service's bootstrap config: the listeners come with the
 	 * first real config) waits for them, else it would release every record. */
-	if (!w->adopted && w->n_ls > 0)
+	if (!w->adopted && w->n_ls > 0) {
+		/* The shared port pool after a take-over starts empty: every record's ports
+		 * are booked before any worker takes a new one (a no-op after a respawn). */
+		shm_ppool_rebuild(w->shm, mono_ns());
 		wk_adopt_run(w);
+	}
 }
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
@@ -307,7 +308,6 @@ void wk_listener_close(struct worker *w, struct wk_listener *l)
 	}
 	while (l->conns)
 		wk_tconn_close(w, l->conns);
-	wk_resv_drop_listener(w, l);
 	ev_io_stop(w->loop, &l->io);
 	close(l->fd);
 	l->fd = -1;

@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include "shm/shm_alloc.h"
 #include "worker/portpool.h"
 #include "worker/wheel.h"
 
@@ -99,42 +100,79 @@ static void test_rearm_disarm_in_callback(void **state)
 	assert_int_equal(w.armed, 0);
 }
 
-static void test_portpool_shares(void **state)
+/* The shared pool (shm/shm_ppool.h) through two workers' pools on one segment. */
+static void test_portpool_shared(void **state)
 {
+	struct shm_config cfg = { 2, 2, 256, 64 };
+	struct shm *shm;
 	struct portpool p0, p1;
-	uint16_t port, last = 0;
+	struct shm_addr ip = { .family = 2, .addr = { 127, 0, 0, 1 } };
+	struct shm_ppool_resv rv = { .token = 77, .lkey = 5, .family = 2 }, got;
+	uint32_t idx[12], tag;
+	uint16_t port, ports[10];
+	const uint64_t now = 1000000000000u;
 
 	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-portpool", &shm), 0);
+	tag = shm_ppool_tag(&ip);
+	for (int i = 0; i < 12; i++)
+		assert_int_equal(shm_alloc_claim(shm, (unsigned)i % 2, &idx[i], NULL), 0);
 	assert_int_equal(portpool_init(&p0, 50000, 50009, 0, 2), 0);
 	assert_int_equal(portpool_init(&p1, 50000, 50009, 1, 2), 0);
-	assert_int_equal(p0.lo, 50000);
-	assert_int_equal(p0.hi, 50004);
-	assert_int_equal(p1.lo, 50005);
-	assert_int_equal(p1.hi, 50009);
-	for (int i = 0; i < 5; i++) {
-		assert_int_equal(portpool_get(&p0, false, false, &port), 0);
-		assert_true(port >= 50000 && port <= 50004);
-		assert_true(port != last);
-		last = port;
+	assert_int_equal(p0.cursor, 50000);
+	assert_int_equal(p1.cursor, 50005);
+	/* Worker 0 alone can take the whole range; then worker 1 finds nothing. */
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(portpool_get(&p0, shm, tag, idx[i], false, NULL, now, &ports[i]), 0);
+		for (int k = 0; k < i; k++)
+			assert_int_not_equal(ports[i], ports[k]);
 	}
-	assert_int_equal(portpool_get(&p0, false, false, &port), -EADDRNOTAVAIL);
-	portpool_put(&p0, 50002);
-	assert_int_equal(portpool_get(&p0, false, false, &port), 0);
-	assert_int_equal(port, 50002);
-	/* even pair in p1: 50006+50007 or 50008+50009 */
-	assert_int_equal(portpool_get(&p1, true, true, &port), 0);
+	assert_int_equal(portpool_get(&p1, shm, tag, idx[10], false, NULL, now, &port),
+			 -EADDRNOTAVAIL);
+	/* Another relay address books the same numbers in ways of its own. */
+	ip.addr[3] = 2;
+	assert_int_equal(portpool_get(&p1, shm, shm_ppool_tag(&ip), idx[10], false, NULL, now,
+				      &port), 0);
+	shm_ppool_put(shm, shm_ppool_tag(&ip), port, idx[10]);
+	/* A port given back goes to the other worker. */
+	shm_ppool_put(shm, tag, ports[3], idx[3]);
+	assert_int_equal(portpool_get(&p1, shm, tag, idx[10], false, NULL, now, &port), 0);
+	assert_int_equal(port, ports[3]);
+	assert_int_equal(shm_ppool_take(shm, tag, port, idx[10], now), 0);	/* idempotent */
+	assert_int_equal(shm_ppool_take(shm, tag, port, idx[11], now), -EADDRINUSE);
+	/* A record released without a word (its worker died) frees its port by itself. */
+	assert_int_equal(shm_alloc_release(shm, 0, idx[4]), 0);
+	assert_true(shm_ppool_is_free(shm, tag, ports[4], now));
+	assert_int_equal(shm_ppool_take(shm, tag, ports[4], idx[11], now), 0);
+	/* Reservations: booked until redeemed (once, by any worker) or expired. */
+	for (int i = 0; i < 10; i++)
+		if (i != 3 && i != 4)
+			shm_ppool_put(shm, tag, ports[i], idx[i]);
+	rv.expires_ns = now + 30000000000u;
+	assert_int_equal(portpool_get(&p0, shm, tag, idx[0], true, &rv, now, &port), 0);
 	assert_int_equal(port % 2, 0);
-	assert_int_equal(portpool_take(&p1, port + 1), -EADDRINUSE);
-	assert_int_equal(portpool_take(&p1, 50000), -ERANGE);
-	portpool_destroy(&p0);
+	assert_int_equal(rv.port, port + 1);
+	assert_false(shm_ppool_is_free(shm, tag, port + 1, now));
+	assert_int_equal(shm_ppool_redeem(shm, 77, idx[1], now, &got), 0);
+	assert_int_equal(got.port, port + 1);
+	assert_int_equal(got.lkey, 5);
+	assert_int_equal(shm_ppool_redeem(shm, 77, idx[2], now, &got), -ENOENT);
+	assert_int_equal(shm_ppool_take(shm, tag, port + 1, idx[2], now), -EADDRINUSE);
+	shm_ppool_put(shm, tag, port + 1, idx[1]);
+	/* An expired reservation is not redeemed, and its port comes back at the expiry. */
+	rv.token = 78;
+	rv.expires_ns = now + 2;
+	assert_int_equal(portpool_get(&p0, shm, tag, idx[5], true, &rv, now, &port), 0);
+	assert_false(shm_ppool_is_free(shm, tag, port + 1, now + 1));
+	assert_int_equal(shm_ppool_redeem(shm, 78, idx[6], now + 2, &got), -ENOENT);
+	assert_true(shm_ppool_is_free(shm, tag, port + 1, now + 2));
+	/* An empty range hands out nothing. */
 	assert_int_equal(portpool_init(&p0, 10, 5, 0, 1), -EINVAL);
-	/* a failed pool hands out nothing and does not crash */
-	assert_int_equal(portpool_get(&p0, false, false, &port), -EADDRNOTAVAIL);
-	assert_int_equal(portpool_take(&p0, 10), -EADDRNOTAVAIL);
-	portpool_put(&p0, 10);
-	assert_int_equal(portpool_init(&p0, 10, 10, 0, 2), -EINVAL);
+	assert_int_equal(portpool_get(&p0, shm, tag, idx[0], false, NULL, now, &port),
+			 -EADDRNOTAVAIL);
 	portpool_destroy(&p1);
 	portpool_destroy(NULL);
+	shm_destroy(shm);
 }
 
 int main(void)
@@ -143,7 +181,7 @@ int main(void)
 		cmocka_unit_test(test_fires_not_early),
 		cmocka_unit_test(test_long_deadline_and_gap),
 		cmocka_unit_test(test_rearm_disarm_in_callback),
-		cmocka_unit_test(test_portpool_shares),
+		cmocka_unit_test(test_portpool_shared),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
