@@ -4,10 +4,11 @@
 worker/turn.c redeems the token first (wk_resv_redeem removes the reservation and hands
 over a port still booked in the issuing listener's pool) and only then compares listeners:
 `if (wk_resv_redeem(...) < 0 || rl != a->l) return 508;` drops the port without
-portpool_put, so it stays booked forever. The test: listener A has a 4-port range (one even
-pair per worker); a client on A reserves a pair; clients on listener B present the token
-(from many source ports, so one lands on the issuing worker); A's allocation is deleted and
-the reservation lifetime (30 s) passes; then all 4 ports of A must be allocatable.
+portpool_put, so it stays booked forever. The test: listener A has a 4-port range (two even
+pairs, shared by both workers since the port pool is shared, issue 37); a client on A
+reserves a pair; clients on listener B present the token (from many source ports, so both
+workers see it); A's allocation is deleted and the reservation lifetime (30 s) passes; then
+all 4 ports of A must be allocatable.
 """
 import os
 import sys
@@ -48,7 +49,7 @@ def reserve_and_expire(pa, pb, lo, present):
 
 def test_foreign_listener_token_leaks_no_port(d):
     pa, pb = free_port(), free_port()
-    # 65400..65419, above the ephemeral range: 4 ports, one even pair per worker.
+    # 65400..65419, above the ephemeral range: 4 ports, two even pairs.
     lo = 65400 + (os.getpid() % 5) * 4
     RNG_SEEN[:] = range(lo, lo + 4)
     text = config(d, [("a", pa, "TURN-UDP", ["loopback"]), ("b", pb, "TURN-UDP", ["loopback"])],

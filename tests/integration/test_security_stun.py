@@ -251,7 +251,7 @@ def relay_range():
     restart (50000 test_relay, 51000 test_relay_client, 52000 test_master_traffic, 53000
     test_crash, 55000 test_restart, 56000 test_upgrade, 57000 test_quota.py, 58000 the
     turnutils_uclient interop test), the interop slices (61000..64999) and the
-    port-counting windows (65000..65419)."""
+    port-counting windows (65000..65419, and 65420..65515 of test_portpool.py)."""
     lo = random.choice((54000, 59000, 60000))
     return (lo, lo + 999)
 
