@@ -2,7 +2,9 @@
 """Interop: coturn's turnutils_uclient against turngated (2 workers).
 
 Twenty clients send 200 ChannelData messages each to turnutils_peer (an echo peer) through
-turngated, over UDP, TCP, TLS (-t -S) and DTLS (-S), and twenty send 200 messages each to
+turngated, over UDP, TCP, TLS (-t -S) and DTLS (-S), and over UDP with RTCP (without -c:
+each client's RTP allocation has EVEN-PORT with the R bit, its RTCP allocation, from
+another socket, redeems the RESERVATION-TOKEN on whichever worker it lands), and twenty send 200 messages each to
 one another through TCP allocations (RFC 6062, -T: Connect to the other's relayed address,
 ConnectionAttempt, ConnectionBind, 2 workers); uclient must report 0 lost packets. A missing tool
 is a failure, not a skip (install the Debian package coturn). The daemon's log must stay
@@ -161,12 +163,17 @@ def wait_binding(port, deadline):
 
 
 def run_uclient(port, peer_port, mode, counters):
-    """mode: UDP, TCP, TLS, DTLS or TCP-RELAY (RFC 6062: -T, the clients relay to each
-    other's TCP allocations through Connect and ConnectionAttempt; peer_port unused);
+    """mode: UDP, TCP, TLS, DTLS, TCP-RELAY (RFC 6062: -T, the clients relay to each
+    other's TCP allocations through Connect and ConnectionAttempt; peer_port unused) or
+    UDP-RTCP (without -c: each client allocates its RTP relay with EVEN-PORT and the R bit,
+    then its RTCP relay from another socket with the RESERVATION-TOKEN, which the kernel
+    may steer to the other worker: the shared port pool must redeem it there);
     counters() gives the daemon's counters for a failure."""
     tcp = mode in ("TCP", "TLS", "TCP-RELAY")
-    args = [UCLIENT, "-m", "20", "-n", "200", "-c", "-u", "user1", "-w", "pass1",
+    args = [UCLIENT, "-m", "20", "-n", "200", "-u", "user1", "-w", "pass1",
             "-e", "127.0.0.1", "-r", str(peer_port), "-p", str(port)]
+    if mode != "UDP-RTCP":
+        args.append("-c")
     if tcp:
         args.append("-t")
     if mode in ("TLS", "DTLS"):
@@ -289,6 +296,7 @@ clusters:
             return daemon_counters(top, os.path.join(tmp, "admin.sock"))
 
         run_uclient(port, peer_port, "UDP", counters)
+        run_uclient(port, peer_port, "UDP-RTCP", counters)
         run_uclient(port, peer_port, "TCP", counters)
         run_uclient(tls_port, peer_port, "TLS", counters)
         dtls_same_port(dtls_port)
