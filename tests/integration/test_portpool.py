@@ -8,6 +8,9 @@ Through the running daemon, 2 workers, a relay range of 8 ports:
 - kill -9 of a worker that holds allocations: its replacement re-adopts them and their
   ports stay taken (still full: 508), and after freeing some, the range fills again with
   8 distinct ports (no port used twice).
+- a restart with the state file (master and workers killed -9, a new daemon takes the
+  table over): the new workers rebuild the pool from the allocation table, so the range
+  is still full (508) and refills with 8 distinct ports after some are freed.
 - EVEN-PORT with the R bit: the RESERVATION-TOKEN redeems on the first try from fresh
   5-tuples, also when the redeeming client is served by the other worker than the one
   that made the reservation (checked with the allocations listing), and gets port + 1.
@@ -120,6 +123,41 @@ def test_respawn_keeps_ports(d):
         daemon.stop()
 
 
+def refill(daemon, port, lo, got, free_n, tag):
+    """Frees free_n of got and fills the range again: 8 distinct ports, then 508."""
+    freed = got[:free_n]
+    free_all([c for c, _ in freed])
+    rest = got[free_n:]
+    new = fill(port, free_n, tag)
+    ports = sorted(p for _, p in rest + new)
+    check(ports == list(range(lo, lo + N)), "%s: ports %r" % (tag, ports))
+    refused(port, tag + ", full")
+    return rest + new
+
+
+def test_restart_keeps_ports(d):
+    daemon, port, lo = start(d)
+    try:
+        got = fill(port, N, "before the restart")
+        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+        daemon.proc.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        daemon.proc.wait(timeout=30)
+        daemon.err.close()
+        daemon = Daemon(d, open(daemon.conf).read()).start()
+        wait_for(lambda: len(allocs_by_port(daemon)) == N, "8 allocations taken over")
+        refused(port, "after the restart")
+        live = refill(daemon, port, lo, got, 3, "after the restart")
+        free_all([c for c, _ in live])
+        print("restart: 8 allocations taken over, range still full, refilled")
+    finally:
+        daemon.stop()
+
+
 def test_token_redeems_on_any_worker(d):
     daemon, port, lo = start(d)
     try:
@@ -151,5 +189,5 @@ def test_token_redeems_on_any_worker(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_any_worker_any_port, test_respawn_keeps_ports,
+    run_tests([test_any_worker_any_port, test_respawn_keeps_ports, test_restart_keeps_ports,
                test_token_redeems_on_any_worker])
