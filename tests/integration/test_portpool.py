@@ -2,9 +2,10 @@
 """One relay port pool shared by the workers (issue #37, worker/portpool.c, shm/ppool.c).
 
 Through the running daemon, 2 workers, a relay range of 8 ports:
-- 8 Allocates from 8 5-tuples (the kernel spreads them over both workers) all succeed and
-  get 8 distinct ports; the 9th is 508; freeing one makes room for one more. (Fixed
-  per-worker slices of 4 ports answered [ok x6, 508, 508] with ports free.)
+- 8 Allocates from 5-tuples the kernel spreads 6 on one worker and 2 on the other (chosen
+  with the allocations listing) all succeed and get 8 distinct ports; the 9th is 508;
+  freeing one makes room for one more. (Fixed per-worker slices of 4 ports answered 508
+  to the 5th on one worker while ports were free.)
 - kill -9 of a worker that holds allocations: its replacement re-adopts them and their
   ports stay taken (still full: 508), and after freeing some, the range fills again with
   8 distinct ports (no port used twice).
@@ -61,6 +62,29 @@ def fill(port, want, tag):
     return got
 
 
+def fill_split(daemon, port, want, tag):
+    """Fills the range with want[slot] allocations on each worker: allocations that land on
+    a worker that has its count already are freed again (bounded). An uneven split, so
+    that fixed per-worker slices could not hold it. Returns [(client, relayed port)]."""
+    got, have = [], {s: 0 for s in want}
+    for _ in range(200):
+        if len(got) == sum(want.values()):
+            return got
+        c = Client(port)
+        r = c.allocate(expect="any")
+        check(error_code(r[3]) is None, "%s: allocation %d answered %r with %r on the workers"
+              " (ports %r)" % (tag, len(got) + 1, error_code(r[3]), have,
+                              sorted(p for _, p in got)))
+        p = c.relayed(r)[0][1]
+        slot = allocs_by_port(daemon)[p]
+        if have[slot] < want[slot]:
+            have[slot] += 1
+            got.append((c, p))
+        else:
+            free_all([c])
+    check(False, "%s: no %r split in 200 tries (%r)" % (tag, want, have))
+
+
 def refused(port, tag):
     c = Client(port)
     code = error_code(c.allocate(expect="any")[3])
@@ -71,7 +95,7 @@ def refused(port, tag):
 def test_any_worker_any_port(d):
     daemon, port, lo = start(d)
     try:
-        got = fill(port, N, "full range")
+        got = fill_split(daemon, port, {0: 6, 1: 2}, "full range")
         ports = sorted(p for _, p in got)
         check(ports == list(range(lo, lo + N)), "ports %r, not the range" % ports)
         slots = allocs_by_port(daemon)
@@ -89,7 +113,7 @@ def test_any_worker_any_port(d):
 def test_respawn_keeps_ports(d):
     daemon, port, lo = start(d)
     try:
-        got = fill(port, N, "before the kill")
+        got = fill_split(daemon, port, {0: 2, 1: 6}, "before the kill")
         slots = allocs_by_port(daemon)
         counts = [list(slots.values()).count(s) for s in (0, 1)]
         slot = 0 if counts[0] >= counts[1] else 1
@@ -138,7 +162,7 @@ def refill(daemon, port, lo, got, free_n, tag):
 def test_restart_keeps_ports(d):
     daemon, port, lo = start(d)
     try:
-        got = fill(port, N, "before the restart")
+        got = fill_split(daemon, port, {0: 5, 1: 3}, "before the restart")
         pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
         daemon.proc.kill()
         for pid in pids:
