@@ -326,10 +326,11 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
 	return 0;
 }
 
-/* Copies one record into dst, owned by the slot its client is steered to, LIVE and
+/* Copies one record into dst, owned by the slot its client is steered to, LIVE (its relay
+ * ports booked in the port pool) and
  * counted as active there and in dst's quota counts (the adopting worker keeps the
  * counts, or gives them back). */
-static int import_record(struct shm *dst, const struct shm_alloc *src)
+static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t now_ns)
 {
 	unsigned owner = shm_steer_slot(&src->client, dst->cfg.n_slots);
 	struct shm_alloc *r;
@@ -347,6 +348,10 @@ static int import_record(struct shm *dst, const struct shm_alloc *src)
 	rc = shm_alloc_publish(dst, owner, idx);
 	if (rc < 0)
 		return rc;
+	/* The new segment's port pool starts empty: the record's ports are booked before
+	 * any worker could hand them to a new allocation (its own worker books them again
+	 * when it adopts it, a no-op). */
+	(void)shm_ppool_book_record(dst, idx, now_ns);
 	if (dst->n_taken == dst->cap_taken) {
 		uint32_t cap = dst->cap_taken ? dst->cap_taken * 2 : 256;
 		uint32_t *grown = realloc(dst->taken, cap * sizeof(*grown));
@@ -387,7 +392,7 @@ static int import_records(struct shm *dst, struct rec_reader *rr, const struct i
 			t->expired++;
 			break;
 		case REC_TAKE:
-			if (import_record(dst, buf) == 0)
+			if (import_record(dst, buf, now_ns) == 0)
 				t->adopted++;
 			else
 				t->overflow++;

@@ -247,35 +247,22 @@ int shm_ppool_redeem(struct shm *shm, uint64_t token, uint32_t idx, uint64_t now
 	return -ENOENT;
 }
 
-unsigned shm_ppool_rebuild(struct shm *shm, uint64_t now_ns)
+unsigned shm_ppool_book_record(struct shm *shm, uint32_t idx, uint64_t now_ns)
 {
-	uint32_t cursor = 0, idx;
+	const struct shm_alloc *a;
+	struct shm_addr rel[2];
 	unsigned n = 0;
 
 	shm_check_handle(shm);
-	if (shm->ro)
+	if (shm->ro || idx >= shm->cfg.alloc_cap)
 		return 0;
-	while (shm_alloc_next_live(shm, &cursor, &idx) == 0) {
-		const struct shm_alloc *a = shm_alloc_at(shm, idx);
-		struct shm_addr rel[2];
-
-		rel[0] = a->relay;
-		rel[1] = a->relay2;
-		for (int i = 0; i < 2; i++) {
-			uint64_t *w;
-			uint32_t tag;
-			bool had = false;
-
-			if (rel[i].family == 0 || rel[i].port == 0)
-				continue;
-			tag = shm_ppool_tag(&rel[i]);
-			w = pool_ways(shm, rel[i].port);
-			for (unsigned k = 0; k < SHM_PPOOL_WAYS; k++)
-				had |= CMM_LOAD_SHARED(w[k]) == word_of(tag, idx + 1);
-			if (!had && pool_take(shm, tag, rel[i].port, idx + 1, now_ns) == 0)
-				n++;
-		}
-	}
+	a = shm_alloc_at(shm, idx);
+	rel[0] = a->relay;
+	rel[1] = a->relay2;
+	for (int i = 0; i < 2; i++)
+		if (rel[i].family != 0 && rel[i].port != 0 &&
+		    pool_take(shm, shm_ppool_tag(&rel[i]), rel[i].port, idx + 1, now_ns) == 0)
+			n++;
 	return n;
 }
 

@@ -20,7 +20,8 @@
  * entry changes by CAS.
  *
  * A take-over (restart with the state file, live upgrade) does not carry this pool: the
- * new workers rebuild it from the allocation table (shm_ppool_rebuild) before they serve.
+ * copy of each record into the new segment books its ports (shm_ppool_book_record), so
+ * the pool is rebuilt from the allocation table before any new worker serves.
  * Reservations are not carried either (a reservation lives 30 s).
  *
  * The pool only books. The kernel decides the bind: a port free here may be bound by
@@ -76,10 +77,10 @@ int shm_ppool_reserve(struct shm *shm, const struct shm_ppool_resv *r, uint64_t 
 int shm_ppool_redeem(struct shm *shm, uint64_t token, uint32_t idx, uint64_t now_ns,
 		     struct shm_ppool_resv *out);
 
-/* Any worker, before it serves: books the relay ports of every record in the table that
- * holds them (after a take-over the pool starts empty). Idempotent. Returns the number
- * of ports newly booked. */
-unsigned shm_ppool_rebuild(struct shm *shm, uint64_t now_ns);
+/* The writer of record idx (a take-over's copy, shm/image.c, before any worker runs):
+ * books the ports of its relay and relay2 for it. Idempotent. Returns the number of
+ * ports booked (a port another owner holds is not). */
+unsigned shm_ppool_book_record(struct shm *shm, uint32_t idx, uint64_t now_ns);
 
 /* Any process: the ports booked at now_ns by records (returned) and by reservations
  * (*n_resv, may be NULL). A relaxed scan, for tests and the fuzzers' leak checks. */

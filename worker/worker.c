@@ -202,12 +202,8 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	 * every I/O callback of this first iteration. A worker that has no listener yet (a
 	 * start on a config discovery service's bootstrap config: the listeners come with the
 	 * first real config) waits for them, else it would release every record. */
-	if (!w->adopted && w->n_ls > 0) {
-		/* The shared port pool after a take-over starts empty: every record's ports
-		 * are booked before any worker takes a new one (a no-op after a respawn). */
-		shm_ppool_rebuild(w->shm, mono_ns());
+	if (!w->adopted && w->n_ls > 0)
 		wk_adopt_run(w);
-	}
 }
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)

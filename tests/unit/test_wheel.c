@@ -166,6 +166,24 @@ static void test_portpool_shared(void **state)
 	assert_false(shm_ppool_is_free(shm, tag, port + 1, now + 1));
 	assert_int_equal(shm_ppool_redeem(shm, 78, idx[6], now + 2, &got), -ENOENT);
 	assert_true(shm_ppool_is_free(shm, tag, port + 1, now + 2));
+	/* A take-over's copy books a LIVE record's relay ports (shm_ppool_book_record). */
+	{
+		struct shm_alloc *r;
+		uint32_t ri;
+
+		assert_int_equal(shm_alloc_claim(shm, 1, &ri, &r), 0);
+		shm_alloc_begin_write(r);
+		r->relay = ip;
+		r->relay.port = 50100;
+		shm_alloc_end_write(r);
+		assert_int_equal(shm_alloc_publish(shm, 1, ri), 0);
+		assert_true(shm_ppool_is_free(shm, shm_ppool_tag(&ip), 50100, now));
+		assert_int_equal(shm_ppool_book_record(shm, ri, now), 1);
+		assert_false(shm_ppool_is_free(shm, shm_ppool_tag(&ip), 50100, now));
+		assert_int_equal(shm_ppool_take(shm, shm_ppool_tag(&ip), 50100, ri, now), 0);
+		assert_int_equal(shm_ppool_take(shm, shm_ppool_tag(&ip), 50100, idx[0], now),
+				 -EADDRINUSE);
+	}
 	/* An empty range hands out nothing. */
 	assert_int_equal(portpool_init(&p0, 10, 5, 0, 1), -EINVAL);
 	assert_int_equal(portpool_get(&p0, shm, tag, idx[0], false, NULL, now, &port),
