@@ -34,8 +34,10 @@ def start(d):
     # test_security_stun.py), above the kernel's ephemeral range.
     lo = 65420 + (os.getpid() % 12) * N
     port = free_port()
+    # One user for every client: its quota (by default half of what the listener can
+    # hold) must not be what refuses.
     text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},
-                  relay=(lo, lo + N - 1))
+                  limits={"user_quota": 100}, relay=(lo, lo + N - 1))
     daemon = Daemon(d, text).start()
     busy = [p for p in range(lo, lo + N) if not bindable(p)]
     check(not busy, "ports %r of the test's window are held by another program" % busy)
