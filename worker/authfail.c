@@ -16,6 +16,12 @@
 #define AF_WINDOW_MS SHM_AUTHFAIL_WINDOW_MS	/* every budget is per minute */
 #define AF_LOG_BURST 10u		/* log lines a worker may write at once ... */
 #define AF_LOG_INTERVAL_NS 1000000000ull	/* ... then one a second */
+/* The source a failure is charged to: one IPv4 address (a host or one NAT), one IPv6 /64
+ * (one subscriber's link; a host picks any address in it). Never a whole /24: a guesser must
+ * not lock out the other addresses of its prefix, whose right passwords are always
+ * verified. */
+#define AF_SRC_V4 32u
+#define AF_SRC_V6 64u
 
 void wk_authfail_configure(struct worker *w, const struct snap_limits *lim)
 {
@@ -49,7 +55,7 @@ void wk_authfail_keys(struct worker *w, const struct wk_ep *ep, const char *real
 {
 	uint8_t msg[WK_RL_MSG_MAX];
 	uint8_t rmsg[2 + STUN_MAX_REALM_LEN];
-	size_t len = wk_rl_prefix_msg(ep->addr, w->rl.conf.prefix_v4, w->rl.conf.prefix_v6, msg);
+	size_t len = wk_rl_prefix_msg(ep->addr, AF_SRC_V4, AF_SRC_V6, msg);
 
 	af->prefix = af_hash(w, 'P', msg, len, NULL, 0);
 	/* The realm's length first, so that realm "ab" + user "c" is not realm "a" + "bc". */
@@ -94,12 +100,14 @@ static void af_hold(struct worker *w, uint64_t key, uint64_t now, uint32_t per_m
 	(void)shm_authfail_charge(w->shm, key, now, 0, t, t);
 }
 
-/* "a.b.c.0/24" or "2001:db8::/64": the prefix of ep's address. */
+/* "a.b.c.d/32" or "2001:db8::/64": the source ep's failures are charged to. */
 static void af_prefix_str(const struct worker *w, const struct wk_ep *ep, char *out, size_t cap)
 {
 	uint8_t msg[WK_RL_MSG_MAX];
-	size_t len = wk_rl_prefix_msg(ep->addr, w->rl.conf.prefix_v4, w->rl.conf.prefix_v6, msg);
+	size_t len = wk_rl_prefix_msg(ep->addr, AF_SRC_V4, AF_SRC_V6, msg);
 	char a[INET6_ADDRSTRLEN] = "?";
+
+	(void)w;
 
 	if (len == 2 + 4)
 		inet_ntop(AF_INET, msg + 2, a, sizeof(a));
