@@ -29,6 +29,7 @@
 #include "config.h"
 
 #include "master/master.h"
+#include "master/records.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -441,7 +442,9 @@ void upgrade_workers_down(struct master *m)
 
 	if (u->phase != UP_HANDOVER)
 		return;
-	/* Nothing of ours writes the table any more: the new master may take it. */
+	/* Nothing of ours writes the table any more: the new master may take it. Our
+	 * workers' last session records are written now; the rest is the new master's. */
+	records_freeze(m);
 	shm_lock_set(m->shm, -1);
 	u->lock_dropped = true;
 	log_info("master", "upgrade: workers stopped, the new master (pid %d) takes over",

@@ -319,6 +319,9 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 {
 	struct wk_alloc *a, *next;
 
+	/* turngatectl revoke sends this after writing the list: end what it revoked as
+	 * revoked first (the session records' end reason), then what is left to end */
+	wk_revoke_sweep(w);
 	for (a = w->allocs; a; a = next) {
 		next = a->next;
 		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
