@@ -615,6 +615,40 @@ void records_freeze(struct master *m)
 	ev_timer_stop(m->loop, &r->drain_w);
 }
 
+/* At exit without a state file, what is still open ends with the daemon: a shutdown
+ * record each (with a state file, the next start takes them over and records them when
+ * they end). */
+static void record_open_ones(struct records *r)
+{
+	struct shm *shm = r->m->shm;
+	struct drain_ctx c = { .r = r };
+	struct shm_alloc *copy;
+	uint32_t cursor = 0, idx;
+	struct shm_records_hdr *h;
+
+	if (shm == NULL || r->m->state_path != NULL || r->frozen || r->m->handed_over ||
+	    (r->out == OUT_NONE && r->url == NULL))
+		return;
+	copy = malloc(sizeof(*copy));
+	if (copy == NULL)
+		return;
+	while (shm_alloc_next_live(shm, &cursor, &idx) == 0) {
+		struct shm_rec_ev ev;
+
+		if (shm_alloc_read_copy(shm, idx, copy) == 0 &&
+		    shm_records_event(shm, idx, copy, SHM_REC_SHUTDOWN, mono_ns(), &ev) == 0)
+			on_event(&ev, &c);
+	}
+	explicit_bzero(copy, sizeof(*copy));
+	free(copy);
+	h = shm_records_hdr(shm);
+	if (r->out == OUT_SYSLOG)
+		h->written += c.lines;
+	else if (c.len > 0 && r->fd >= 0 && write_all(r->fd, c.buf, c.len))
+		h->written += c.lines;
+	free(c.buf);
+}
+
 void records_free(struct master *m)
 {
 	struct records *r = R(m);
@@ -622,6 +656,7 @@ void records_free(struct master *m)
 	if (r == NULL)
 		return;
 	drain(r);
+	record_open_ones(r);
 	ev_timer_stop(m->loop, &r->drain_w);
 	ev_timer_stop(m->loop, &r->retry_w);
 	hook_reset(r);

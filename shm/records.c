@@ -92,8 +92,9 @@ int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev 
 	return 0;
 }
 
-static int push_rec(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
-		    enum shm_rec_reason reason, uint64_t now_ns, bool carried)
+static int build_ev(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
+		    enum shm_rec_reason reason, uint64_t now_ns, bool carried,
+		    struct shm_rec_ev *out)
 {
 	struct shm_rec_ev ev;
 	unsigned n = 0;
@@ -136,7 +137,24 @@ static int push_rec(struct shm *shm, unsigned slot, uint32_t idx, const struct s
 	ev.user_len = rec->user_len <= SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
 	memcpy(ev.username, rec->username, ev.user_len);
 	ev.owner = rec->owner;
-	return shm_records_push_ev(shm, slot, &ev);
+	memcpy(out, &ev, sizeof(ev));
+	return 0;
+}
+
+int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
+		      enum shm_rec_reason reason, uint64_t now_ns, struct shm_rec_ev *out)
+{
+	shm_check_handle(shm);
+	return build_ev(shm, idx, rec, reason, now_ns, false, out);
+}
+
+static int push_rec(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
+		    enum shm_rec_reason reason, uint64_t now_ns, bool carried)
+{
+	struct shm_rec_ev ev;
+	int rc = build_ev(shm, idx, rec, reason, now_ns, carried, &ev);
+
+	return rc < 0 ? rc : shm_records_push_ev(shm, slot, &ev);
 }
 
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,

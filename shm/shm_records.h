@@ -71,6 +71,10 @@ struct shm_rec_ev {
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
 		     enum shm_rec_reason reason, uint64_t now_ns);
 
+/* The event of record idx (a copy) without queueing it (the master's own records). */
+int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
+		      enum shm_rec_reason reason, uint64_t now_ns, struct shm_rec_ev *out);
+
 /* Consumer (master): calls fn for each pending event of every slot, oldest first per
  * slot, then marks them consumed. Returns the number of events. */
 unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),

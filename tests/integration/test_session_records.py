@@ -11,7 +11,8 @@ on the state file records the allocation that expired in the gap (reason expiry)
 nothing twice; a live upgrade loses and duplicates nothing; the file is reopened on
 `turngatectl logrotate` and SIGUSR1; a webhook that goes down and comes back gets every
 record (in JSON array batches) once it is back. Relay ports 65520-65535 (no other test's:
-the restart rebinds the same relay ports).
+the restart rebinds the same relay ports). Without a state file, a stop records what is
+still open (reason shutdown).
 """
 import http.server
 import json
@@ -34,10 +35,11 @@ from test_security_stun import (A_LIFETIME, Daemon, Listener, check, config,  # 
 RELAY = (65520, 65535)
 
 
-def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None):
+def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None,
+                extra_admin=""):
     text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},
                   relay=RELAY, limits=limits)
-    extra = "  session_records:\n    file: %s/sessions.jsonl\n" % d
+    extra = extra_admin + "  session_records:\n    file: %s/sessions.jsonl\n" % d
     if webhook:
         extra += "    webhook: %s\n" % webhook
     if metrics:
@@ -330,6 +332,25 @@ def test_upgrade(d):
         daemon.kill()
 
 
+def test_shutdown_without_state_file(d):
+    """Without a state file the allocations still open end with the daemon: one shutdown
+    record each at the stop (with one, the next start takes them over instead)."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port, extra_admin='  state_dir: ""\n')).start()
+    cs = []
+    try:
+        a = client(port, "sam")
+        cs.append(a)
+        a.allocate()
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+    recs = records(d)
+    check(len(recs) == 1 and recs[0]["user"] == "sam" and recs[0]["reason"] == "shutdown",
+          "records: %r" % recs)
+
+
 class Hook(http.server.BaseHTTPRequestHandler):
     got = []
 
@@ -399,4 +420,5 @@ def test_webhook(d):
 
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_expiry_and_metrics, test_logrotate,
-               test_worker_kill, test_restart, test_upgrade, test_webhook])
+               test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
+               test_webhook])
