@@ -615,6 +615,16 @@ void records_freeze(struct master *m)
 	ev_timer_stop(m->loop, &r->drain_w);
 }
 
+void records_thaw(struct master *m)
+{
+	struct records *r = R(m);
+
+	if (r == NULL || !r->frozen)
+		return;
+	r->frozen = false;
+	ev_timer_start(m->loop, &r->drain_w);
+}
+
 /* At exit without a state file, what is still open ends with the daemon: a shutdown
  * record each (with a state file, the next start takes them over and records them when
  * they end). */

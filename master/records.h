@@ -26,6 +26,9 @@ void records_flush(struct master *m);
 /* Stops draining for good: the segment belongs to another master (live upgrade). */
 void records_freeze(struct master *m);
 
+/* The segment is ours again (a live upgrade that failed after the hand-over). */
+void records_thaw(struct master *m);
+
 void records_free(struct master *m);
 
 #endif

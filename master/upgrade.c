@@ -397,6 +397,7 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_timer_stop(loop, t);
 	u->lock_dropped = false;
 	restore_file(m);
+	records_thaw(m);	/* ours again: its workers' session records are ours to write */
 	m->handing_over = false;
 	u->phase = UP_FAILED;
 	if (m->stopping) {
