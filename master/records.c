@@ -120,15 +120,22 @@ static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
 	size_t uoff = shm_quota_user_off(ev->username, ulen);
 	json_t *o, *peers;
 	unsigned n = ev->n_peers < SHM_REC_PEERS ? ev->n_peers : SHM_REC_PEERS;
+	const char *lname = "?";
+	size_t lname_len = 1;
 
 	clock_gettime(CLOCK_REALTIME, &rt);
 	iso_time(start, sizeof(start), ev->created_ns, now, &rt);
 	iso_time(end, sizeof(end), ev->ended_ns, now, &rt);
-	o = json_pack("{s:s, s:i, s:I, s:s, s:s%, s:s%, s:s, s:i, s:s, s:s, s:f, s:s}", "type",
+	if (ev->listener[0] != '\0') {
+		lname = ev->listener;
+		lname_len = strnlen(ev->listener, sizeof(ev->listener));
+	} else if (ev->listener_idx < m->cfg->n_listeners) {
+		lname = m->cfg->listeners[ev->listener_idx].name;
+		lname_len = strlen(lname);
+	}
+	o = json_pack("{s:s, s:i, s:I, s:s%, s:s%, s:s%, s:s, s:i, s:s, s:s, s:f, s:s}", "type",
 		      "session_end", "id", (int)ev->idx, "gen", (json_int_t)ev->gen, "listener",
-		      ev->listener_idx < m->cfg->n_listeners
-			      ? m->cfg->listeners[ev->listener_idx].name
-			      : "?",
+		      lname, lname_len,
 		      "username", ev->username, ulen, "user", ev->username + uoff, ulen - uoff,
 		      "transport", transport_name(ev->transport), "worker", (int)ev->owner,
 		      "start", start, "end", end, "duration",

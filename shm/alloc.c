@@ -298,7 +298,7 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
 			/* nobody will end it: its session record, as the master sees it now */
 			(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH,
-					       mono_ns());
+					       mono_ns(), NULL);
 			count_ended(&s->ctr, r);
 			shm_quota_give_rec(shm, r);
 		}

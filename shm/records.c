@@ -158,9 +158,16 @@ static int push_rec(struct shm *shm, unsigned slot, uint32_t idx, const struct s
 }
 
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
-		     enum shm_rec_reason reason, uint64_t now_ns)
+		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener)
 {
-	return push_rec(shm, slot, idx, rec, reason, now_ns, false);
+	struct shm_rec_ev ev;
+	int rc = build_ev(shm, idx, rec, reason, now_ns, false, &ev);
+
+	if (rc < 0)
+		return rc;
+	if (listener != NULL)
+		strncpy(ev.listener, listener, sizeof(ev.listener) - 1);
+	return shm_records_push_ev(shm, slot, &ev);
 }
 
 int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,

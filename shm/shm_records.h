@@ -21,6 +21,7 @@
 
 #define SHM_REC_RING 512u          /* events per slot ring (a power of two) */
 #define SHM_REC_PEERS 4u           /* peer addresses an event keeps */
+#define SHM_REC_LISTENER_MAX 64u   /* listener name bytes an event keeps (NUL-padded) */
 
 /* Why an allocation ended. */
 enum shm_rec_reason {
@@ -63,13 +64,16 @@ struct shm_rec_ev {
 				    * not this segment's */
 	uint8_t pad[2];
 	char username[SHM_ALLOC_USER_MAX];
+	char listener[SHM_REC_LISTENER_MAX]; /* its listener's name when the pusher knows it
+					      * (the worker), else empty: the master names it
+					      * by listener_idx */
 };
 
 /* Producer of `slot`: one event built from record idx (a copy the caller owns or the live
- * record of its own slot) with `reason` at now_ns. Returns 0, -ENOBUFS (ring full: counted
- * as dropped), -EINVAL, -EROFS. */
+ * record of its own slot) with `reason` at now_ns; listener (NULL: unknown) is its
+ * listener's name. Returns 0, -ENOBUFS (ring full: counted as dropped), -EINVAL, -EROFS. */
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
-		     enum shm_rec_reason reason, uint64_t now_ns);
+		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener);
 
 /* The event of record idx (a copy) without queueing it (the master's own records). */
 int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,

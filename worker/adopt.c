@@ -47,7 +47,7 @@ static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *c
 		 * the retire that makes a record DYING): its session record. */
 		(void)shm_records_push(shm, slot, idx, rec,
 				       v == WK_ADOPT_EXPIRED ? SHM_REC_EXPIRY : SHM_REC_WORKER_CRASH,
-				       v == WK_ADOPT_EXPIRED ? rec->expires_ns : now_ns);
+				       v == WK_ADOPT_EXPIRED ? rec->expires_ns : now_ns, NULL);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);

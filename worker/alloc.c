@@ -196,7 +196,7 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	 * ring drops and counts. */
 	if (a->published)
 		(void)shm_records_push(w->shm, w->slot, a->rec_idx, a->rec,
-				       shm_rec_reason_of(why), mono_ns());
+				       shm_rec_reason_of(why), mono_ns(), a->l->name);
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
 		uint64_t now = mono_ns(), born = a->rec->created_ns;
 

@@ -4,7 +4,7 @@ workers' end events in the shared segment (admin.session_records.file), against 
 daemon with 2 workers.
 
 Each end reason is recorded (Refresh 0, expiry, a closed TURN-TCP connection, turngatectl
-revoke, turngatectl disconnect) with the bytes and packets the test relayed each way; a
+revoke, turngatectl disconnect, a reload that removes the listener) with the bytes and packets the test relayed each way; a
 worker killed with SIGKILL whose UDP allocation its replacement re-adopts writes no record
 until the allocation ends, and then exactly one; a kill -9 of every process and a new start
 on the state file records the allocation that expired in the gap (reason expiry) and
@@ -148,6 +148,32 @@ def test_reasons_and_bytes(d):
         for c in cs:
             c.close()
         peer.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_listener_removed(d):
+    """A reload that removes a listener ends its allocations: reason listener_removed, with
+    the removed listener's name (the worker names it; the new config no longer has it)."""
+    port, port2 = free_port(), free_port()
+    text = make_config(d, port)
+    two = text.replace("listeners:\n", "listeners:\n  - name: gone\n    protocol: TURN-UDP\n"
+                       "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
+                       % port2, 1)
+    daemon = Daemon(d, two).start()
+    cs = []
+    try:
+        a = client(port2, "lisa")
+        cs.append(a)
+        a.allocate()
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        daemon.write_config(text)
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen, "the reload")
+        r = wait_record(d, a, "lisa's record")
+        check(r["reason"] == "listener_removed" and r["listener"] == "gone", r)
+    finally:
+        for c in cs:
+            c.close()
         check(daemon.stop() == 0, "exit status")
 
 
@@ -419,6 +445,6 @@ def test_webhook(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_reasons_and_bytes, test_expiry_and_metrics, test_logrotate,
+    run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
                test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
                test_webhook])

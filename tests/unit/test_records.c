@@ -95,11 +95,12 @@ static void test_full_ring_drops(void **state)
 	(void)state;
 	assert_int_equal(shm_alloc_get(s, 1, idx, &r), 0);
 	for (unsigned i = 0; i < SHM_REC_RING; i++)
-		assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW + i), 0);
-	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW), -ENOBUFS);
+		assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW + i,
+						  "udp"), 0);
+	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW, NULL), -ENOBUFS);
 	assert_int_equal(shm_records_dropped(s), 1);
 	/* another slot's ring has its own room */
-	assert_int_equal(shm_records_push(s, 0, idx, r, SHM_REC_EXPIRY, NOW), 0);
+	assert_int_equal(shm_records_push(s, 0, idx, r, SHM_REC_EXPIRY, NOW, NULL), 0);
 	memset(&G, 0, sizeof(G));
 	assert_int_equal(shm_records_drain(s, collect, &G), SHM_REC_RING + 1);
 	assert_int_equal(G.ev[0].reason, SHM_REC_EXPIRY);
@@ -109,9 +110,10 @@ static void test_full_ring_drops(void **state)
 		assert_int_equal(G.ev[1 + i].ctr[SHM_ACTR_BYTES_TO_PEER], 1007);
 		assert_int_equal(G.ev[1 + i].n_peers, 1);
 		assert_memory_equal(G.ev[1 + i].username, "user7", 5);
+		assert_string_equal(G.ev[1 + i].listener, "udp");
 	}
 	assert_int_equal(shm_records_drain(s, collect, &G), 0);
-	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW), 0);
+	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW, NULL), 0);
 	assert_int_equal(shm_rec_reason_of("lifetime expired"), SHM_REC_EXPIRY);
 	assert_int_equal(shm_rec_reason_of("no such text"), SHM_REC_OTHER);
 	assert_string_equal(shm_rec_reason_name(SHM_REC_REVOKE), "revoke");
@@ -134,7 +136,8 @@ static void test_take_over(void **state)
 	ended = add(src, 2, 4, SHM_TRANSPORT_UDP, NOW + 600 * SEC);
 	assert_int_equal(shm_alloc_get(src, 2, ended, &r), 0);
 	/* ended before the kill, its event not written by the old master yet */
-	assert_int_equal(shm_records_push(src, 2, ended, r, SHM_REC_REFRESH0, NOW - 2 * SEC), 0);
+	assert_int_equal(shm_records_push(src, 2, ended, r, SHM_REC_REFRESH0, NOW - 2 * SEC, NULL),
+			 0);
 	assert_int_equal(shm_alloc_release(src, 2, ended), 0);
 	img = (struct shm_image){ .fd = -1, .buf = src->base, .size = src->size };
 	memset(&t, 0, sizeof(t));
