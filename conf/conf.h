@@ -343,6 +343,10 @@ struct conf_admin {
 	char **offload_ifaces;       /* STUNner's offload_interfaces; NULL/0: the interfaces that
 				      * carry the listeners' and relays' addresses */
 	size_t n_offload_ifaces;
+	char *records_file;          /* ours; admin.session_records.file: a path, "stdout" or
+				      * "syslog"; NULL = no session records (default) */
+	char *records_webhook;       /* ours; admin.session_records.webhook: http:// URL the
+				      * records are POSTed to in batches; NULL = none */
 	struct conf_sibling *siblings; /* ours; admin.siblings in document order */
 	size_t n_siblings;
 };

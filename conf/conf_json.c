@@ -173,6 +173,15 @@ static json_t *admin_json(const struct conf *c)
 	if (a->credential_api_token != NULL)
 		set_s(o, "credential_api_token", REDACTED);
 	set_s(o, "credential_api_token_file", a->credential_api_token_file);
+	if (a->records_file != NULL || a->records_webhook != NULL) {
+		json_t *r = json_object();
+
+		if (r != NULL) {
+			set_s(r, "file", a->records_file);
+			set_s(r, "webhook", a->records_webhook);
+			json_object_set_new(o, "session_records", r);
+		}
+	}
 	set_s(o, "offload_engine", conf_offload_name(a->offload_engine));
 	{
 		json_t *ifs = json_array();

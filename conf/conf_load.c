@@ -301,6 +301,8 @@ void conf_free(struct conf *c)
 	free(c->admin.credential_api_endpoint);
 	conf_wipe_free(c->admin.credential_api_token);
 	free(c->admin.credential_api_token_file);
+	free(c->admin.records_file);
+	free(c->admin.records_webhook);
 	for (size_t i = 0; i < c->admin.n_offload_ifaces; i++)
 		free(c->admin.offload_ifaces[i]);
 	free(c->admin.offload_ifaces);

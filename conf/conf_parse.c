@@ -167,6 +167,36 @@ static void parse_chan_range(struct pctx *p, yaml_node_t *v, const char *path, u
 	free(s);
 }
 
+static const char *const records_keys[] = { "file", "webhook", NULL };
+
+/* admin.session_records: {file: PATH | stdout | syslog, webhook: URL}. */
+static void records_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
+			 const char *path, void *arg)
+{
+	struct conf_admin *a = &p->cfg->admin;
+
+	(void)arg;
+	if (strcasecmp(key, "file") == 0) {
+		set_str(p, v, path, &a->records_file);
+		if (a->records_file != NULL && a->records_file[0] != '/' &&
+		    strcmp(a->records_file, "stdout") != 0 && strcmp(a->records_file, "syslog") != 0)
+			pctx_error(p, v, path,
+				   "'%s' is not a session record output (expected an absolute "
+				   "path, stdout or syslog)",
+				   a->records_file);
+	} else if (strcasecmp(key, "webhook") == 0) {
+		set_str(p, v, path, &a->records_webhook);
+		if (a->records_webhook != NULL &&
+		    (strncmp(a->records_webhook, "http://", 7) != 0 ||
+		     !http_url_ok(a->records_webhook)))
+			pctx_error(p, v, path,
+				   "'%s' is not a webhook URL (expected http://HOST[:PORT][/PATH])",
+				   a->records_webhook);
+	} else {
+		pctx_unknown_key(p, k, path, records_keys);
+	}
+}
+
 /* Our admin keys; returns false for a key that is not one of them. */
 static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, const char *path,
 			   struct range_nodes *rn)
@@ -229,6 +259,9 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 				: pctx_string(p, v, path, CONF_STR_NOENV | CONF_STR_VERBATIM);
 	} else if (strcasecmp(key, "credential_api_token_file") == 0) {
 		rn->token_file = v;
+	} else if (strcasecmp(key, "session_records") == 0) {
+		if (!pctx_is_null(v) && pctx_expect(p, v, path, YAML_MAPPING_NODE))
+			pctx_map_each(p, v, path, records_pair, NULL);
 	} else if (strcasecmp(key, "siblings") == 0) {
 		p->siblings = v; /* conf_parse_siblings, once the listeners are known */
 	} else {
@@ -343,7 +376,7 @@ static const char *const admin_keys[] = {
 	"state_dir", "admin_socket_mode", "log_format", "relay_port_min", "relay_port_max",
 	"drain_timeout", "worker_ping_timeout", "worker_stall_timeout", "alternate_server",
 	"credential_api_endpoint", "credential_api_token", "credential_api_token_file",
-	"siblings", NULL
+	"siblings", "session_records", NULL
 };
 
 static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,

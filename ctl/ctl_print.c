@@ -269,6 +269,8 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 			json_is_true(json_object_get(r, "forced")) ? " (forced)" : "",
 			reason != NULL ? ": " : "", reason != NULL ? reason : "");
 		print_lines(json_object_get(r, "warnings"), "  ", out);
+	} else if (strcmp(cmd, "logrotate") == 0) {
+		fprintf(out, "session record file reopened\n");
 	} else if (strcmp(cmd, "drain") == 0) {
 		fprintf(out, "draining: %s, allocations: %lld\n",
 			json_is_true(json_object_get(r, "draining")) ? "yes" : "no",

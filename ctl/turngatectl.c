@@ -20,6 +20,7 @@ static void usage(FILE *out)
 		"                             remove or restart listeners because a key is\n"
 		"                             not recognised);\n"
 		"                             --force applies what the guard refuses\n"
+		"  logrotate                  reopen the session record file (after logrotate)\n"
 		"  allocations [--user U] [--listener L] [--worker N] [--limit N]\n"
 		"  top [--once] [--json] [--interval S] [--rows N] [--count N]\n"
 		"                             heaviest allocations and users by bit rate, with\n"
@@ -156,7 +157,8 @@ bad:
 static json_t *build_request(const char *cmd, int argc, char **argv)
 {
 	json_t *req = json_pack("{s:s}", "cmd", cmd);
-	static const char *const plain[] = { "status", "config", "reload", "stats", "workers" };
+	static const char *const plain[] = { "status", "config", "reload", "stats", "workers",
+					       "logrotate" };
 	json_int_t id;
 
 	if (strcmp(cmd, "reload") == 0 && argc == 1 && strcmp(argv[0], "--force") == 0) {

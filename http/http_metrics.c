@@ -1,4 +1,6 @@
 /* Prometheus text rendering of the shm counters and master values (see http_metrics.h). */
+#include "config.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include "shm/shm.h"
 #include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
+#include "shm/shm_records.h"
 #include "shm/shm_revoke.h"
 #include "shm/shm_source.h"
 #include "shm/shm_trust.h"
@@ -579,6 +582,26 @@ static void render_master(struct mctx *m)
 		 "Worker processes respawned after dying or hanging.", ms->worker_restarts);
 	scalar_u(m, "turngate_draining", "gauge", "1 while draining (refusing new allocations).",
 		 ms->draining ? 1 : 0);
+	{
+		struct label b[2] = { { "version", PACKAGE_VERSION }, { "commit", TG_COMMIT } };
+		uint64_t written, hook_failures;
+
+		fam(m, "turngate_build_info", "gauge",
+		    "Always 1; the labels name the running binary's version and git commit.");
+		sample_u(m, "turngate_build_info", b, 2, 1);
+		shm_records_counts(m->shm, &written, &hook_failures);
+		fam(m, "turngate_session_records_total", "counter",
+		    "Session records (one per ended allocation), by result: written to "
+		    "admin.session_records.file, or dropped (a full queue or a failed write).");
+		l.value = "written";
+		sample_u(m, "turngate_session_records_total", &l, 1, written);
+		l.value = "dropped";
+		sample_u(m, "turngate_session_records_total", &l, 1, shm_records_dropped(m->shm));
+		scalar_u(m, "turngate_session_webhook_failures_total", "counter",
+			 "Failed deliveries of a batch of session records to "
+			 "admin.session_records.webhook (each retried later).",
+			 hook_failures);
+	}
 	fam(m, "turngate_tls_certificate_expiry_seconds", "gauge",
 	    "Seconds until the earliest notAfter of a TLS/DTLS listener's certificates "
 	    "(negative: expired).");

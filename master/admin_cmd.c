@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "master/admin.h"
+#include "master/records.h"
 #include "master/revoke.h"
 
 #include <arpa/inet.h>
@@ -142,6 +143,14 @@ static json_t *cmd_config(struct master *m, json_t *req)
 	if (c == NULL)
 		return err("cannot render the configuration");
 	return json_pack("{s:b, s:o}", "ok", 1, "config", c);
+}
+
+/* logrotate's postrotate: the session record file opened again (as SIGUSR1 does). */
+static json_t *cmd_logrotate(struct master *m, json_t *req)
+{
+	(void)req;
+	records_reopen(m);
+	return json_pack("{s:b}", "ok", 1);
 }
 
 static json_t *cmd_reload(struct master *m, json_t *req)
@@ -661,6 +670,7 @@ static const struct admin_cmd {
 	{ "status", cmd_status, NULL, NULL },
 	{ "config", cmd_config, NULL, NULL },
 	{ "reload", cmd_reload, "", NULL },
+	{ "logrotate", cmd_logrotate, "", NULL },
 	{ "allocations", cmd_allocations, NULL, NULL },
 	{ "top", cmd_top, NULL, NULL },
 	{ "disconnect", cmd_disconnect, "", NULL },

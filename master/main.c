@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "master/master.h"
+#include "master/records.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -262,6 +263,14 @@ static void sigusr2_cb(struct ev_loop *loop, ev_signal *s, int revents)
 		log_error("master", "SIGUSR2: no upgrade: %s", why);
 }
 
+/* SIGUSR1: the session record file is reopened (logrotate's postrotate). */
+static void sigusr1_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	(void)loop;
+	(void)revents;
+	records_reopen(s->data);
+}
+
 static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	(void)loop;
@@ -368,6 +377,9 @@ static void start_watchers(struct master *m)
 	m->sighup_w.data = m->sigterm_w.data = m->sigint_w.data = m->sigquit_w.data = m;
 	m->sigusr2_w.data = m;
 	ev_signal_start(m->loop, &m->sigusr2_w);
+	ev_signal_init(&m->sigusr1_w, sigusr1_cb, SIGUSR1);
+	m->sigusr1_w.data = m;
+	ev_signal_start(m->loop, &m->sigusr1_w);
 	ev_signal_start(m->loop, &m->sigquit_w);
 	ev_signal_start(m->loop, &m->sighup_w);
 	ev_signal_start(m->loop, &m->sigterm_w);
@@ -390,6 +402,7 @@ static void start_watchers(struct master *m)
 
 static void master_free(struct master *m)
 {
+	records_free(m);	/* the last events (a stop's), while the segment is ours */
 	httpd_stop(m);
 	admin_close(m->admin);
 	watch_stop(m);
@@ -415,6 +428,8 @@ static void master_free(struct master *m)
 	ev_signal_stop(m->loop, &m->sigint_w);
 	ev_signal_stop(m->loop, &m->sigquit_w);
 	ev_signal_stop(m->loop, &m->sigusr2_w);
+	if (ev_is_active(&m->sigusr1_w))
+		ev_signal_stop(m->loop, &m->sigusr1_w);
 	upgrade_free(m);
 }
 
@@ -460,6 +475,8 @@ static int master_start(struct master *m)
 			return rc;
 	}
 	start_watchers(m);
+	if (records_start(m) < 0)
+		log_error("master", "session records: no memory: none are written");
 	rc = httpd_start(m);
 	upgrade_close_unused(m);
 	return rc;

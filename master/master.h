@@ -161,6 +161,10 @@ struct master {
 	struct dnsr *dns;
 	uint64_t cfg_epoch;
 
+	/* session records (master/records.c) */
+	struct records *records;
+	ev_signal sigusr1_w;      /* reopen the session record file */
+
 	/* kernel fast path (master/offload.c): NULL and -1 fds when off */
 	struct tgo *offload;
 	struct tgo_maps off_maps;

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "master/master.h"
+#include "master/records.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -435,6 +436,7 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 	}
 	commit_listeners(m, &p);
 	off_changed = master_offload_changed(m->cfg, nc);
+	records_flush(m);	/* events of the old config's listener indexes, with its names */
 	conf_free(m->cfg);
 	m->cfg = nc;
 	m->cfg_epoch++;
@@ -443,6 +445,7 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 		master_offload_reopen(m);
 	m->publish_pending = false;
 	apply_logging(m, m->cfg);
+	records_apply(m);
 	/* Applied: its warnings (an expiring certificate's among them), in the format it
 	 * asks for. */
 	conf_diags_log(&diags, log_get_format() == LOG_FMT_JSON, stderr);

@@ -29,6 +29,7 @@
 #include "config.h"
 
 #include "master/master.h"
+#include "master/records.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -396,6 +397,7 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_timer_stop(loop, t);
 	u->lock_dropped = false;
 	restore_file(m);
+	records_thaw(m);	/* ours again: its workers' session records are ours to write */
 	m->handing_over = false;
 	u->phase = UP_FAILED;
 	if (m->stopping) {
@@ -441,7 +443,9 @@ void upgrade_workers_down(struct master *m)
 
 	if (u->phase != UP_HANDOVER)
 		return;
-	/* Nothing of ours writes the table any more: the new master may take it. */
+	/* Nothing of ours writes the table any more: the new master may take it. Our
+	 * workers' last session records are written now; the rest is the new master's. */
+	records_freeze(m);
 	shm_lock_set(m->shm, -1);
 	u->lock_dropped = true;
 	log_info("master", "upgrade: workers stopped, the new master (pid %d) takes over",

@@ -7,6 +7,7 @@
 
 #include <urcu/arch.h>
 
+#include "common/mono.h"
 #include "shm/shm_internal.h"
 
 static_assert(sizeof(struct shm_alloc) == 2528, "update the record size in shm_alloc.h "
@@ -295,6 +296,9 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 
 		/* the dead worker counted its LIVE records as active; nobody else will end them */
 		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+			/* nobody will end it: its session record, as the master sees it now */
+			(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH,
+					       mono_ns(), NULL);
 			count_ended(&s->ctr, r);
 			shm_quota_give_rec(shm, r);
 		}

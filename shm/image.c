@@ -374,6 +374,65 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t 
 	return 0;
 }
 
+/* The session record of an allocation that ended while no daemon ran (expired in the
+ * gap) or that the take-over ends (a stream allocation): an event in the ring of the slot
+ * its client steers to; the new master writes it. Its index is of the old table, and the
+ * ring's relay counters are of the new one: the short-circuited count is not carried. */
+static void record_end(struct shm *dst, uint32_t idx, const struct shm_alloc *r,
+		       enum shm_rec_reason reason, uint64_t at_ns)
+{
+	struct shm_alloc copy;
+	unsigned slot = shm_steer_slot(&r->client, dst->cfg.n_slots);
+
+	memcpy(&copy, r, sizeof(copy));
+	explicit_bzero(copy.key, sizeof(copy.key));
+	(void)shm_records_push_carried(dst, slot, idx, &copy, reason, at_ns);
+	explicit_bzero(&copy, sizeof(copy));
+}
+
+/* Events of the earlier run's rings that its master had not written yet: into this
+ * segment's rings (slot i of the old run into slot i mod n here). Read only when the
+ * region is of this build's format. */
+static void import_records_rings(struct shm *dst, const struct shm_image *img,
+				 const struct img_geom *g)
+{
+	const struct shm_region *rg = region_find(&g->hdr, SHM_REGION_RECORDS);
+	struct shm_records_hdr h;
+	struct shm_rec_ring *ring;
+	uint64_t off;
+
+	if (rg == NULL || rg->format != shm_region_format(SHM_REGION_RECORDS) || rg->count != 1)
+		return;
+	if (img_read(img, rg->off, &h, sizeof(h)) < 0 ||
+	    shm_records_validate(&h, h.n_rings) < 0 || h.n_rings == 0 ||
+	    h.n_rings > SHM_MAX_SLOTS ||
+	    rg->stride < sizeof(h) + (uint64_t)h.n_rings * sizeof(struct shm_rec_ring))
+		return;
+	ring = malloc(sizeof(*ring));
+	if (ring == NULL)
+		return;
+	shm_records_hdr(dst)->written += h.written;
+	shm_records_hdr(dst)->master_dropped += h.master_dropped;
+	shm_records_hdr(dst)->webhook_failures += h.webhook_failures;
+	for (uint32_t i = 0; i < h.n_rings; i++) {
+		unsigned to = i % dst->cfg.n_slots;
+
+		off = rg->off + sizeof(h) + (uint64_t)i * sizeof(*ring);
+		if (img_read(img, off, ring, sizeof(*ring)) < 0)
+			break;
+		shm_rec_ring_at(dst, to)->dropped += ring->dropped;
+		if (ring->head - ring->tail > SHM_REC_RING)
+			ring->tail = ring->head - SHM_REC_RING;
+		for (uint64_t k = ring->tail; k != ring->head; k++) {
+			struct shm_rec_ev *ev = &ring->ev[k & (SHM_REC_RING - 1)];
+
+			ev->carried = 1;
+			(void)shm_records_push_ev(dst, to, ev);
+		}
+	}
+	free(ring);
+}
+
 /* Pass 2. */
 static int import_records(struct shm *dst, struct rec_reader *rr, const struct img_geom *g,
 			  uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
@@ -387,9 +446,11 @@ static int import_records(struct shm *dst, struct rec_reader *rr, const struct i
 			break;
 		case REC_STREAM:
 			t->stream++;
+			record_end(dst, i, buf, SHM_REC_SHUTDOWN, now_ns);
 			break;
 		case REC_EXPIRED:
 			t->expired++;
+			record_end(dst, i, buf, SHM_REC_EXPIRY, buf->expires_ns);
 			break;
 		case REC_TAKE:
 			if (import_record(dst, buf, now_ns) == 0)
@@ -482,8 +543,11 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 		return -ENOMEM;
 	}
 	rc = check_records(&rr, &g, now_ns, buf, t);
-	if (rc == 0)
+	if (rc == 0) {
+		/* the earlier run's pending events first: they ended before these */
+		import_records_rings(dst, img, &g);
 		rc = import_records(dst, &rr, &g, now_ns, buf, t);
+	}
 	rec_reader_free(&rr);
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);

@@ -53,7 +53,10 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 	g->off_revoke = shm_round_up(g->off_relay + g->relay_size, SHM_PAGE);
 	g->revoke_size = sizeof(struct shm_revoke_hdr) +
 			 (uint64_t)SHM_REVOKE_MAX * sizeof(struct shm_revoke_ent);
-	g->size = shm_round_up(g->off_revoke + g->revoke_size, SHM_PAGE);
+	g->off_records = shm_round_up(g->off_revoke + g->revoke_size, SHM_PAGE);
+	g->records_size = sizeof(struct shm_records_hdr) +
+			  (uint64_t)cfg->n_slots * sizeof(struct shm_rec_ring);
+	g->size = shm_round_up(g->off_records + g->records_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -198,6 +201,21 @@ static uint64_t format_revoke(void)
 	return h;
 }
 
+static uint64_t format_records(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, sizeof(struct shm_records_hdr));
+	LH(h, sizeof(struct shm_rec_ring));
+	LH(h, offsetof(struct shm_rec_ring, tail));
+	LH(h, offsetof(struct shm_rec_ring, ev));
+	LH(h, sizeof(struct shm_rec_ev));
+	LH(h, offsetof(struct shm_rec_ev, username));
+	LH(h, SHM_REC_RING);
+	LH(h, SHM_RECORDS_VERSION);
+	return h;
+}
+
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
@@ -215,6 +233,8 @@ uint64_t shm_region_format(uint32_t id)
 		return format_relay();
 	case SHM_REGION_REVOKE:
 		return format_revoke();
+	case SHM_REGION_RECORDS:
+		return format_records();
 	}
 	return 0;
 }
@@ -238,6 +258,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, format_quota());
 	LH(h, format_relay());
 	LH(h, format_revoke());
+	LH(h, format_records());
 	return h;
 }
 
@@ -304,6 +325,7 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const stru
 	hdr_region(h, SHM_REGION_QUOTA, 1, g->off_quota, g->quota_size);
 	hdr_region(h, SHM_REGION_RELAY, 1, g->off_relay, g->relay_size);
 	hdr_region(h, SHM_REGION_REVOKE, 1, g->off_revoke, g->revoke_size);
+	hdr_region(h, SHM_REGION_RECORDS, 1, g->off_records, g->records_size);
 	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
@@ -376,6 +398,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->off_quota = g->off_quota;
 	shm->off_relay = g->off_relay;
 	shm->off_revoke = g->off_revoke;
+	shm->off_records = g->off_records;
 	shm->lock_fd = -1;
 	return shm;
 }
@@ -420,6 +443,8 @@ int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **o
 	shm_quota_init((struct shm_quota_hdr *)((uint8_t *)base + g.off_quota), cfg->alloc_cap);
 	shm_relay_init((struct shm_relay_hdr *)((uint8_t *)base + g.off_relay));
 	shm_revoke_init((struct shm_revoke_hdr *)((uint8_t *)base + g.off_revoke));
+	shm_records_init((struct shm_records_hdr *)((uint8_t *)base + g.off_records),
+			 cfg->n_slots);
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -520,6 +545,10 @@ int shm_attach_ro(int fd, struct shm **out)
 	if (rc == 0)
 		rc = shm_revoke_validate(
 			(const struct shm_revoke_hdr *)((const uint8_t *)base + g.off_revoke));
+	if (rc == 0)
+		rc = shm_records_validate(
+			(const struct shm_records_hdr *)((const uint8_t *)base + g.off_records),
+			cfg.n_slots);
 	if (rc < 0)
 		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);

@@ -17,6 +17,7 @@
 #include "shm/shm_bw.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_ppool.h"
+#include "shm/shm_records.h"
 #include "shm/shm_relay.h"
 #include "shm/shm_revoke.h"
 #include "shm/shm_source.h"
@@ -46,6 +47,8 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_RELAY_PORTS 65536u
 #define SHM_REVOKE_MAGIC 0x4b564552u              /* "REVK" read little-endian */
 #define SHM_REVOKE_VERSION 1u
+#define SHM_RECORDS_MAGIC 0x53434552u             /* "RECS" read little-endian */
+#define SHM_RECORDS_VERSION 1u
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -59,6 +62,7 @@ enum shm_region_id {
 	SHM_REGION_QUOTA = 5,    /* one allocation-count table (shm/shm_quota.h) */
 	SHM_REGION_RELAY = 6,    /* one relay port index (shm/shm_relay.h) */
 	SHM_REGION_REVOKE = 7,   /* one revocation list (shm/shm_revoke.h) */
+	SHM_REGION_RECORDS = 8,  /* session-record rings (shm/shm_records.h) */
 };
 
 struct shm_region {
@@ -212,6 +216,24 @@ struct shm_revoke_hdr {
 	_Alignas(SHM_CL) struct shm_revoke_ent ent[];
 };
 
+/* Session-record region (shm/shm_records.h): this header, then one ring per slot. */
+struct shm_records_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t n_rings;
+	uint32_t ring_cap;                   /* SHM_REC_RING */
+	_Alignas(SHM_CL) uint64_t written;   /* master: records written (metrics) */
+	uint64_t master_dropped;             /* master: records it could not write */
+	uint64_t webhook_failures;           /* master: failed webhook deliveries */
+};
+
+struct shm_rec_ring {
+	_Alignas(SHM_CL) uint64_t head;      /* producer: events pushed */
+	uint64_t dropped;                    /* producer: events a full ring refused */
+	_Alignas(SHM_CL) uint64_t tail;      /* consumer: events consumed */
+	_Alignas(SHM_CL) struct shm_rec_ev ev[SHM_REC_RING];
+};
+
 struct shm_trust_ent {
 	uint64_t key;    /* keyed hash of the address, 0 = empty */
 	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
@@ -234,6 +256,7 @@ struct shm {
 	uint64_t off_quota;
 	uint64_t off_relay;
 	uint64_t off_revoke;
+	uint64_t off_records;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t n_taken, cap_taken;
@@ -360,6 +383,18 @@ static inline struct shm_revoke_hdr *shm_revoke_hdr(const struct shm *shm)
 	return (struct shm_revoke_hdr *)(shm->base + shm->off_revoke);
 }
 
+static inline struct shm_records_hdr *shm_records_hdr(const struct shm *shm)
+{
+	return (struct shm_records_hdr *)(shm->base + shm->off_records);
+}
+
+static inline struct shm_rec_ring *shm_rec_ring_at(const struct shm *shm, unsigned slot)
+{
+	return (struct shm_rec_ring *)(shm->base + shm->off_records +
+				       sizeof(struct shm_records_hdr) +
+				       (uint64_t)slot * sizeof(struct shm_rec_ring));
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -374,10 +409,20 @@ struct shm_geom {
 	uint64_t off_quota, quota_size;
 	uint64_t off_relay, relay_size;
 	uint64_t off_revoke, revoke_size;
+	uint64_t off_records, records_size;
 	uint64_t size;
 };
 
 int shm_config_check(const struct shm_config *cfg);
+/* Session-record region (shm/records.c): header written once; rings start empty. */
+void shm_records_init(struct shm_records_hdr *h, uint32_t n_rings);
+int shm_records_validate(const struct shm_records_hdr *h, uint32_t n_rings);
+/* Take-over: an event of a record of an earlier run's table (idx is of that table). */
+int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,
+			     const struct shm_alloc *rec, enum shm_rec_reason reason,
+			     uint64_t now_ns);
+/* Raw push of a complete event into ring `slot` (take-over's carried events). */
+int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev);
 /* Writes the trust region's header with a fresh random key (shm/trust.c). Returns 0 or
  * -errno from getrandom(). */
 int shm_trust_init(struct shm_trust_hdr *t);

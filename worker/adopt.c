@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "shm/shm_records.h"
 
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 					const struct shm_alloc *rec, uint64_t now_ns)
@@ -37,11 +38,16 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
  * DYING, and counts only after publishing it LIVE, or for the quota counts just before),
  * so it is uncounted here as its owner would have done. */
 static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
-			  struct shm_alloc *rec)
+			  struct shm_alloc *rec, enum wk_adopt_verdict v, uint64_t now_ns)
 {
 	uint32_t word = CMM_LOAD_SHARED(rec->state);
 
 	if (word == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+		/* It ends here, unrecorded so far (the predecessor pushes its event before
+		 * the retire that makes a record DYING): its session record. */
+		(void)shm_records_push(shm, slot, idx, rec,
+				       v == WK_ADOPT_EXPIRED ? SHM_REC_EXPIRY : SHM_REC_WORKER_CRASH,
+				       v == WK_ADOPT_EXPIRED ? rec->expires_ns : now_ns, NULL);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
@@ -70,7 +76,7 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 	st->stream += v == WK_ADOPT_STREAM;
 	st->expired += v == WK_ADOPT_EXPIRED;
 	st->failed += v == WK_ADOPT_TRY;
-	wk_adopt_drop(shm, slot, ctr, idx, rec);
+	wk_adopt_drop(shm, slot, ctr, idx, rec, v, now_ns);
 }
 
 int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,

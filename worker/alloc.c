@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "conf/conf.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_records.h"
 #include "shm/shm_relay.h"
 
 /* A configured cap must fit the shared record, or it would be lowered silently. */
@@ -189,6 +190,13 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	wk_alloc_unlink(w, a);
 	/* DYING first: a crash before the release then tells our replacement that this
 	 * record is no longer counted (see shm_alloc_retire). */
+	/* The session record's event before the retire: a crash after it leaves a DYING
+	 * record, which our replacement releases without a second event; a crash before it
+	 * leaves a LIVE one, re-adopted and recorded when it ends. Never blocks: a full
+	 * ring drops and counts. */
+	if (a->published)
+		(void)shm_records_push(w->shm, w->slot, a->rec_idx, a->rec,
+				       shm_rec_reason_of(why), mono_ns(), a->l->name);
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
 		uint64_t now = mono_ns(), born = a->rec->created_ns;
 

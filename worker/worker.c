@@ -19,6 +19,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "shm/shm_revoke.h"
 
 int64_t wk_unix_now(void)
 {
@@ -321,8 +322,17 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 
 	for (a = w->allocs; a; a = next) {
 		next = a->next;
+		/* turngatectl revoke ends by index what it has just revoked: the session
+		 * record's end reason says so */
 		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
-			wk_alloc_destroy(w, a, "disconnected by admin");
+			wk_alloc_destroy(w, a,
+					 shm_revoke_match(w->shm, a->rec->username,
+							  a->rec->user_len < SHM_ALLOC_USER_MAX
+								  ? a->rec->user_len
+								  : SHM_ALLOC_USER_MAX,
+							  wk_unix_now())
+						 ? "credential revoked"
+						 : "disconnected by admin");
 		else if (d->by == IPC_DISC_USER &&
 			 a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
 			 memcmp(a->rec->username, d->user, a->rec->user_len) == 0)

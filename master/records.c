@@ -1,0 +1,688 @@
+/* Session records: the master's writer and webhook client (contract in master/records.h). */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ev.h>
+#include <jansson.h>
+
+#include "common/log.h"
+#include "common/mono.h"
+#include "conf/conf.h"
+#include "master/master.h"
+#include "master/records.h"
+#include "shm/shm_internal.h"
+#include "shm/shm_quota.h"
+#include "shm/shm_records.h"
+
+#define RECORDS_DRAIN_S 0.05      /* the rings hold SHM_REC_RING: 20 drains a second */
+#define HOOK_BATCH 100u           /* records per POST */
+#define HOOK_BACKLOG 10000u       /* records waiting for the webhook, oldest dropped */
+#define HOOK_TIMEOUT_S 5.0
+#define HOOK_BACKOFF_MIN_S 0.25
+#define HOOK_BACKOFF_MAX_S 5.0
+#define HOOK_RESP_MAX 1024u
+
+enum rec_out { OUT_NONE, OUT_FILE, OUT_STDOUT, OUT_SYSLOG };
+
+struct records {
+	struct master *m;
+	ev_timer drain_w;
+	bool frozen;
+	enum rec_out out;
+	char *path;               /* OUT_FILE */
+	int fd;                   /* OUT_FILE / OUT_STDOUT, else -1 */
+
+	/* webhook */
+	char *url;
+	struct sockaddr_storage hook_addr;
+	socklen_t hook_alen;
+	char hook_host[256];
+	char *hook_path;
+	json_t *backlog;          /* array of records not yet delivered */
+	int hfd;                  /* in-flight request, -1 none */
+	ev_io hio;
+	ev_timer htmo, retry_w;
+	char *req;
+	size_t req_len, req_off, batch_n;
+	char resp[HOOK_RESP_MAX];
+	size_t resp_len;
+	double backoff;
+	uint64_t backlog_dropped;
+	/* gen of the last allocation recorded per table index: a worker killed between its
+	 * event and its retire leaves a LIVE record that its replacement re-adopts and
+	 * records again at its end; the second event of the same (idx, gen) is skipped */
+	uint64_t *last_gen;
+	uint32_t cap;
+};
+
+static struct records *R(struct master *m)
+{
+	return m->records;
+}
+
+static void hook_kick(struct records *r);
+
+static void json_addr(json_t *o, const char *k, const struct shm_addr *a)
+{
+	char ip[INET6_ADDRSTRLEN], buf[INET6_ADDRSTRLEN + 10];
+
+	if (a->family != AF_INET && a->family != AF_INET6)
+		return;
+	inet_ntop(a->family, a->addr, ip, sizeof(ip));
+	if (a->port != 0)
+		snprintf(buf, sizeof(buf), a->family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip,
+			 a->port);
+	else
+		snprintf(buf, sizeof(buf), "%s", ip);
+	json_object_set_new(o, k, json_string(buf));
+}
+
+static const char *transport_name(unsigned t)
+{
+	static const char *const names[] = { "none", "udp", "tcp", "tls", "dtls" };
+
+	return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
+}
+
+/* RFC 3339 UTC with milliseconds of a CLOCK_MONOTONIC time, through the clocks' offset
+ * now. */
+static void iso_time(char *buf, size_t cap, uint64_t mono, uint64_t now_mono,
+		     const struct timespec *now_real)
+{
+	int64_t real_ms = (int64_t)now_real->tv_sec * 1000 + now_real->tv_nsec / 1000000 -
+			  ((int64_t)now_mono - (int64_t)mono) / 1000000;
+	time_t s = (time_t)(real_ms / 1000);
+	struct tm tm;
+
+	gmtime_r(&s, &tm);
+	snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 (int)(real_ms % 1000));
+}
+
+static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
+{
+	uint64_t now = mono_ns();
+	struct timespec rt;
+	char start[96], end[96];
+	size_t ulen = ev->user_len <= SHM_ALLOC_USER_MAX ? ev->user_len : SHM_ALLOC_USER_MAX;
+	size_t uoff = shm_quota_user_off(ev->username, ulen);
+	json_t *o, *peers;
+	unsigned n = ev->n_peers < SHM_REC_PEERS ? ev->n_peers : SHM_REC_PEERS;
+	const char *lname = "?";
+	size_t lname_len = 1;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	iso_time(start, sizeof(start), ev->created_ns, now, &rt);
+	iso_time(end, sizeof(end), ev->ended_ns, now, &rt);
+	if (ev->listener[0] != '\0') {
+		lname = ev->listener;
+		lname_len = strnlen(ev->listener, sizeof(ev->listener));
+	} else if (ev->listener_idx < m->cfg->n_listeners) {
+		lname = m->cfg->listeners[ev->listener_idx].name;
+		lname_len = strlen(lname);
+	}
+	o = json_pack("{s:s, s:i, s:I, s:s%, s:s%, s:s%, s:s, s:i, s:s, s:s, s:f, s:s}", "type",
+		      "session_end", "id", (int)ev->idx, "gen", (json_int_t)ev->gen, "listener",
+		      lname, lname_len,
+		      "username", ev->username, ulen, "user", ev->username + uoff, ulen - uoff,
+		      "transport", transport_name(ev->transport), "worker", (int)ev->owner,
+		      "start", start, "end", end, "duration",
+		      ev->ended_ns > ev->created_ns ? (double)(ev->ended_ns - ev->created_ns) / 1e9
+						    : 0.0,
+		      "reason", shm_rec_reason_name((enum shm_rec_reason)ev->reason));
+	if (o == NULL)
+		return NULL;
+	json_addr(o, "client", &ev->client);
+	json_addr(o, "server", &ev->server);
+	json_addr(o, "relay", &ev->relay);
+	json_addr(o, "relay2", &ev->relay2);
+	peers = json_array();
+	for (unsigned i = 0; i < n && peers != NULL; i++) {
+		json_t *p = json_object();
+
+		json_addr(p, "a", &ev->peers[i]);
+		json_array_append(peers, json_object_get(p, "a"));
+		json_decref(p);
+	}
+	json_object_set_new(o, "peers",
+			    json_pack("{s:i, s:o}", "count", (int)ev->n_peers, "addresses",
+				      peers != NULL ? peers : json_array()));
+	json_object_set_new(o, "to_peer",
+			    json_pack("{s:I, s:I}", "packets",
+				      (json_int_t)ev->ctr[SHM_ACTR_PKTS_TO_PEER], "bytes",
+				      (json_int_t)ev->ctr[SHM_ACTR_BYTES_TO_PEER]));
+	json_object_set_new(o, "from_peer",
+			    json_pack("{s:I, s:I}", "packets",
+				      (json_int_t)ev->ctr[SHM_ACTR_PKTS_FROM_PEER], "bytes",
+				      (json_int_t)ev->ctr[SHM_ACTR_BYTES_FROM_PEER]));
+	return o;
+}
+
+/* ---- the line output ----------------------------------------------------------------- */
+
+static int out_open(struct records *r)
+{
+	if (r->out == OUT_FILE) {
+		r->fd = open(r->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+		if (r->fd < 0) {
+			int e = errno;
+
+			log_error("records", "cannot open %s: %s (session records are dropped "
+					     "until a reload or logrotate)",
+				  r->path, strerror(e));
+			return -e;
+		}
+	} else if (r->out == OUT_STDOUT) {
+		r->fd = STDOUT_FILENO;
+	}
+	return 0;
+}
+
+static void out_close(struct records *r)
+{
+	if (r->out == OUT_FILE && r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+}
+
+static bool write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		p += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+struct drain_ctx {
+	struct records *r;
+	char *buf;
+	size_t len, cap;
+	unsigned lines;
+	bool nomem;
+};
+
+static void on_event(const struct shm_rec_ev *ev, void *arg)
+{
+	struct drain_ctx *c = arg;
+	struct records *r = c->r;
+	json_t *o;
+	char *line;
+	size_t n;
+
+	if (!ev->carried && ev->idx < r->cap && r->last_gen != NULL) {
+		if (r->last_gen[ev->idx] == ev->gen)
+			return;
+		r->last_gen[ev->idx] = ev->gen;
+	}
+	if (r->out == OUT_NONE && r->url == NULL)
+		return;	/* session records are off: the rings are drained all the same */
+	o = ev_json(r->m, ev);
+	if (o == NULL) {
+		CMM_STORE_SHARED(shm_records_hdr(r->m->shm)->master_dropped,
+				 shm_records_hdr(r->m->shm)->master_dropped + 1);
+		return;
+	}
+	if (r->out != OUT_NONE) {
+		line = json_dumps(o, JSON_COMPACT);
+		n = line != NULL ? strlen(line) : 0;
+		if (line != NULL && r->out == OUT_SYSLOG) {
+			syslog(LOG_INFO, "%s", line);
+			c->lines++;
+		} else if (line != NULL && c->len + n + 1 <= c->cap) {
+			memcpy(c->buf + c->len, line, n);
+			c->buf[c->len + n] = '\n';
+			c->len += n + 1;
+			c->lines++;
+		} else if (line != NULL) {
+			size_t cap = (c->cap ? c->cap * 2 : 65536) + n + 1;
+			char *g = realloc(c->buf, cap);
+
+			if (g == NULL) {
+				CMM_STORE_SHARED(shm_records_hdr(r->m->shm)->master_dropped,
+						 shm_records_hdr(r->m->shm)->master_dropped + 1);
+			} else {
+				c->buf = g;
+				c->cap = cap;
+				memcpy(c->buf + c->len, line, n);
+				c->buf[c->len + n] = '\n';
+				c->len += n + 1;
+				c->lines++;
+			}
+		}
+		free(line);
+	}
+	if (r->url != NULL) {
+		if (json_array_size(r->backlog) >= HOOK_BACKLOG) {
+			/* keep the newest; the in-flight batch is at the front: never cut it */
+			json_array_remove(r->backlog, r->batch_n);
+			if (r->backlog_dropped++ % 1000 == 0)
+				log_warn("records", "webhook backlog full (%u records): dropping "
+						    "the oldest",
+					 HOOK_BACKLOG);
+		}
+		json_array_append(r->backlog, o);
+	}
+	json_decref(o);
+}
+
+static void drain(struct records *r)
+{
+	struct drain_ctx c = { .r = r };
+	struct shm_records_hdr *h;
+
+	if (r->frozen || r->m->shm == NULL)
+		return;
+	if (shm_records_drain(r->m->shm, on_event, &c) == 0)
+		return;
+	h = shm_records_hdr(r->m->shm);
+	if (r->out == OUT_SYSLOG) {
+		CMM_STORE_SHARED(h->written, h->written + c.lines);
+	} else if (c.len > 0) {
+		if (r->fd >= 0 && write_all(r->fd, c.buf, c.len))
+			CMM_STORE_SHARED(h->written, h->written + c.lines);
+		else
+			CMM_STORE_SHARED(h->master_dropped, h->master_dropped + c.lines);
+	}
+	free(c.buf);
+	hook_kick(r);
+}
+
+static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	drain(t->data);
+}
+
+/* ---- the webhook ---------------------------------------------------------------------- */
+
+static void hook_reset(struct records *r)
+{
+	if (r->hfd >= 0) {
+		ev_io_stop(r->m->loop, &r->hio);
+		close(r->hfd);
+		r->hfd = -1;
+	}
+	ev_timer_stop(r->m->loop, &r->htmo);
+	free(r->req);
+	r->req = NULL;
+	r->req_len = r->req_off = 0;
+	r->resp_len = 0;
+}
+
+static void hook_done(struct records *r, bool ok, const char *why)
+{
+	struct shm_records_hdr *h = shm_records_hdr(r->m->shm);
+
+	hook_reset(r);
+	if (ok) {
+		for (size_t i = 0; i < r->batch_n && json_array_size(r->backlog) > 0; i++)
+			json_array_remove(r->backlog, 0);
+		r->batch_n = 0;
+		r->backoff = 0;
+		hook_kick(r);
+		return;
+	}
+	r->batch_n = 0;
+	CMM_STORE_SHARED(h->webhook_failures, h->webhook_failures + 1);
+	r->backoff = r->backoff == 0 ? HOOK_BACKOFF_MIN_S : r->backoff * 2;
+	if (r->backoff > HOOK_BACKOFF_MAX_S)
+		r->backoff = HOOK_BACKOFF_MAX_S;
+	log_warn("records", "webhook %s: %s (%zu records wait, retry in %.2f s)", r->url, why,
+		 json_array_size(r->backlog), r->backoff);
+	ev_timer_set(&r->retry_w, r->backoff, 0.);
+	ev_timer_start(r->m->loop, &r->retry_w);
+}
+
+static void hook_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct records *r = w->data;
+
+	(void)loop;
+	if (revents & EV_WRITE) {
+		ssize_t n;
+
+		if (r->req_off == 0) {
+			int err = 0;
+			socklen_t l = sizeof(err);
+
+			getsockopt(r->hfd, SOL_SOCKET, SO_ERROR, &err, &l);
+			if (err != 0) {
+				hook_done(r, false, strerror(err));
+				return;
+			}
+		}
+		n = send(r->hfd, r->req + r->req_off, r->req_len - r->req_off, MSG_NOSIGNAL);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n < 0) {
+			hook_done(r, false, strerror(errno));
+			return;
+		}
+		r->req_off += (size_t)n;
+		if (r->req_off == r->req_len) {
+			ev_io_stop(r->m->loop, &r->hio);
+			ev_io_set(&r->hio, r->hfd, EV_READ);
+			ev_io_start(r->m->loop, &r->hio);
+		}
+		return;
+	}
+	for (;;) {
+		ssize_t n = recv(r->hfd, r->resp + r->resp_len, sizeof(r->resp) - 1 - r->resp_len,
+				 0);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			break;
+		if (n < 0) {
+			hook_done(r, false, strerror(errno));
+			return;
+		}
+		r->resp_len += (size_t)n;
+		r->resp[r->resp_len] = '\0';
+		/* the status line is all we need */
+		if (n == 0 || strchr(r->resp, '\n') != NULL || r->resp_len == sizeof(r->resp) - 1) {
+			int code = 0;
+
+			if (sscanf(r->resp, "HTTP/1.%*d %d", &code) == 1 && code >= 200 && code < 300)
+				hook_done(r, true, NULL);
+			else
+				hook_done(r, false, n == 0 && r->resp_len == 0 ? "connection closed"
+									       : "not a 2xx answer");
+			return;
+		}
+	}
+}
+
+static void hook_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	hook_done(t->data, false, "timed out");
+}
+
+static void hook_retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	hook_kick(t->data);
+}
+
+/* Sends the next batch when none is in flight and no retry is pending. */
+static void hook_kick(struct records *r)
+{
+	json_t *batch;
+	char *body, head[512];
+	size_t n, blen;
+	int hl;
+
+	if (r->url == NULL || r->hfd >= 0 || ev_is_active(&r->retry_w) || r->frozen ||
+	    json_array_size(r->backlog) == 0 || r->hook_alen == 0)
+		return;
+	n = json_array_size(r->backlog);
+	if (n > HOOK_BATCH)
+		n = HOOK_BATCH;
+	batch = json_array();
+	for (size_t i = 0; i < n && batch != NULL; i++)
+		json_array_append(batch, json_array_get(r->backlog, i));
+	body = batch != NULL ? json_dumps(batch, JSON_COMPACT) : NULL;
+	json_decref(batch);
+	if (body == NULL)
+		return;
+	blen = strlen(body);
+	hl = snprintf(head, sizeof(head),
+		      "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: turngated/" PACKAGE_VERSION
+		      "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+		      "Connection: close\r\n\r\n",
+		      r->hook_path, r->hook_host, blen);
+	r->req = malloc((size_t)hl + blen);
+	if (r->req == NULL || hl < 0 || (size_t)hl >= sizeof(head)) {
+		free(body);
+		free(r->req);
+		r->req = NULL;
+		return;
+	}
+	memcpy(r->req, head, (size_t)hl);
+	memcpy(r->req + hl, body, blen);
+	free(body);
+	r->req_len = (size_t)hl + blen;
+	r->req_off = 0;
+	r->batch_n = n;
+	r->hfd = socket(r->hook_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (r->hfd < 0) {
+		hook_done(r, false, strerror(errno));
+		return;
+	}
+	if (connect(r->hfd, (struct sockaddr *)&r->hook_addr, r->hook_alen) < 0 &&
+	    errno != EINPROGRESS) {
+		hook_done(r, false, strerror(errno));
+		return;
+	}
+	ev_io_init(&r->hio, hook_io_cb, r->hfd, EV_WRITE);
+	r->hio.data = r;
+	ev_io_start(r->m->loop, &r->hio);
+	ev_timer_set(&r->htmo, HOOK_TIMEOUT_S, 0.);
+	ev_timer_start(r->m->loop, &r->htmo);
+}
+
+/* http://HOST[:PORT][/PATH] into the address (resolved now), Host and path. */
+static int hook_parse(struct records *r, const char *url)
+{
+	const char *h = url + 7, *slash = strchr(h, '/'), *colon;
+	char host[256], port[8] = "80";
+	size_t hl = slash ? (size_t)(slash - h) : strlen(h);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+
+	if (hl == 0 || hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	snprintf(r->hook_host, sizeof(r->hook_host), "%s", host);
+	colon = strrchr(host, ':');
+	if (colon != NULL && strchr(host, ']') < colon) {
+		snprintf(port, sizeof(port), "%s", colon + 1);
+		host[colon - host] = '\0';
+	}
+	if (host[0] == '[') {
+		memmove(host, host + 1, strlen(host));
+		host[strcspn(host, "]")] = '\0';
+	}
+	free(r->hook_path);
+	r->hook_path = strdup(slash ? slash : "/");
+	if (r->hook_path == NULL || getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
+		return -EHOSTUNREACH;
+	memcpy(&r->hook_addr, res->ai_addr, res->ai_addrlen);
+	r->hook_alen = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* ---- life cycle ----------------------------------------------------------------------- */
+
+static void apply(struct records *r)
+{
+	const struct conf_admin *a = &r->m->cfg->admin;
+	enum rec_out out = OUT_NONE;
+
+	if (a->records_file == NULL || a->records_file[0] == '\0')
+		out = OUT_NONE;
+	else if (strcmp(a->records_file, "stdout") == 0)
+		out = OUT_STDOUT;
+	else if (strcmp(a->records_file, "syslog") == 0)
+		out = OUT_SYSLOG;
+	else
+		out = OUT_FILE;
+	if (out != r->out || (out == OUT_FILE && strcmp(r->path, a->records_file) != 0)) {
+		out_close(r);
+		free(r->path);
+		r->path = out == OUT_FILE ? strdup(a->records_file) : NULL;
+		r->out = out == OUT_FILE && r->path == NULL ? OUT_NONE : out;
+		(void)out_open(r);
+	}
+	if (a->records_webhook == NULL || a->records_webhook[0] == '\0') {
+		hook_reset(r);
+		ev_timer_stop(r->m->loop, &r->retry_w);
+		free(r->url);
+		r->url = NULL;
+		json_array_clear(r->backlog);
+		r->batch_n = 0;
+	} else if (r->url == NULL || strcmp(r->url, a->records_webhook) != 0) {
+		hook_reset(r);
+		r->batch_n = 0;
+		free(r->url);
+		r->url = strdup(a->records_webhook);
+		r->hook_alen = 0;
+		if (r->url != NULL && hook_parse(r, r->url) < 0)
+			log_error("records", "webhook %s: cannot resolve its host (records wait "
+					     "in the backlog until a reload)",
+				  r->url);
+	}
+}
+
+int records_start(struct master *m)
+{
+	struct records *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return -ENOMEM;
+	r->m = m;
+	r->fd = -1;
+	r->hfd = -1;
+	r->backlog = json_array();
+	r->cap = m->shm != NULL ? shm_alloc_capacity(m->shm) : 0;
+	r->last_gen = calloc(r->cap ? r->cap : 1, sizeof(*r->last_gen));
+	if (r->backlog == NULL || r->last_gen == NULL) {
+		json_decref(r->backlog);
+		free(r->last_gen);
+		free(r);
+		return -ENOMEM;
+	}
+	ev_timer_init(&r->drain_w, drain_cb, RECORDS_DRAIN_S, RECORDS_DRAIN_S);
+	r->drain_w.data = r;
+	ev_timer_init(&r->htmo, hook_tmo_cb, HOOK_TIMEOUT_S, 0.);
+	r->htmo.data = r;
+	ev_timer_init(&r->retry_w, hook_retry_cb, 1., 0.);
+	r->retry_w.data = r;
+	m->records = r;
+	apply(r);
+	ev_timer_start(m->loop, &r->drain_w);
+	return 0;
+}
+
+void records_apply(struct master *m)
+{
+	if (R(m) != NULL)
+		apply(R(m));
+}
+
+void records_reopen(struct master *m)
+{
+	struct records *r = R(m);
+
+	if (r == NULL || r->out != OUT_FILE)
+		return;
+	drain(r);	/* what ended before the rotation goes to the old file */
+	out_close(r);
+	if (out_open(r) == 0)
+		log_info("records", "reopened %s", r->path);
+}
+
+void records_flush(struct master *m)
+{
+	if (R(m) != NULL)
+		drain(R(m));
+}
+
+void records_freeze(struct master *m)
+{
+	struct records *r = R(m);
+
+	if (r == NULL)
+		return;
+	drain(r);
+	r->frozen = true;
+	ev_timer_stop(m->loop, &r->drain_w);
+}
+
+void records_thaw(struct master *m)
+{
+	struct records *r = R(m);
+
+	if (r == NULL || !r->frozen)
+		return;
+	r->frozen = false;
+	ev_timer_start(m->loop, &r->drain_w);
+}
+
+/* At exit without a state file, what is still open ends with the daemon: a shutdown
+ * record each (with a state file, the next start takes them over and records them when
+ * they end). */
+static void record_open_ones(struct records *r)
+{
+	struct shm *shm = r->m->shm;
+	struct drain_ctx c = { .r = r };
+	struct shm_alloc *copy;
+	uint32_t cursor = 0, idx;
+	struct shm_records_hdr *h;
+
+	if (shm == NULL || r->m->state_path != NULL || r->frozen || r->m->handed_over ||
+	    (r->out == OUT_NONE && r->url == NULL))
+		return;
+	copy = malloc(sizeof(*copy));
+	if (copy == NULL)
+		return;
+	while (shm_alloc_next_live(shm, &cursor, &idx) == 0) {
+		struct shm_rec_ev ev;
+
+		if (shm_alloc_read_copy(shm, idx, copy) == 0 &&
+		    shm_records_event(shm, idx, copy, SHM_REC_SHUTDOWN, mono_ns(), &ev) == 0)
+			on_event(&ev, &c);
+	}
+	explicit_bzero(copy, sizeof(*copy));
+	free(copy);
+	h = shm_records_hdr(shm);
+	if (r->out == OUT_SYSLOG)
+		h->written += c.lines;
+	else if (c.len > 0 && r->fd >= 0 && write_all(r->fd, c.buf, c.len))
+		h->written += c.lines;
+	free(c.buf);
+}
+
+void records_free(struct master *m)
+{
+	struct records *r = R(m);
+
+	if (r == NULL)
+		return;
+	drain(r);
+	record_open_ones(r);
+	ev_timer_stop(m->loop, &r->drain_w);
+	ev_timer_stop(m->loop, &r->retry_w);
+	hook_reset(r);
+	out_close(r);
+	free(r->path);
+	free(r->url);
+	free(r->hook_path);
+	json_decref(r->backlog);
+	free(r->last_gen);
+	free(r);
+	m->records = NULL;
+}

@@ -1,0 +1,93 @@
+/* Session-record rings in the shared segment: each worker slot has one bounded
+ * single-producer ring of fixed-size "allocation ended" events; the master is its single
+ * consumer and turns the events into session records (master/records.c).
+ *
+ * Writers
+ *   - The producer of ring S is the worker running in slot S (when it ends an allocation,
+ *     before shm_alloc_retire), or the master while no worker runs in S (take-over, a
+ *     dead slot's records). Never two at once.
+ *   - The consumer is the master (shm_records_drain), on its tick.
+ *   - A full ring drops the event and counts it (dropped); a push never blocks or waits.
+ * An event pushed is in the segment, hence in the state file: a worker crash, a restart or
+ * an upgrade that takes the segment over (shm/image.c carries undrained events) loses
+ * none of them. */
+#ifndef TG_SHM_SHM_RECORDS_H
+#define TG_SHM_SHM_RECORDS_H
+
+#include <stdint.h>
+
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+
+#define SHM_REC_RING 512u          /* events per slot ring (a power of two) */
+#define SHM_REC_PEERS 4u           /* peer addresses an event keeps */
+#define SHM_REC_LISTENER_MAX 64u   /* listener name bytes an event keeps (NUL-padded) */
+
+/* Why an allocation ended. */
+enum shm_rec_reason {
+	SHM_REC_OTHER = 0,
+	SHM_REC_REFRESH0,          /* Refresh with LIFETIME 0 */
+	SHM_REC_EXPIRY,            /* its lifetime ran out (also: during a restart gap) */
+	SHM_REC_DISCONNECT,        /* the client's TCP/TLS connection or DTLS association closed */
+	SHM_REC_REVOKE,            /* turngatectl revoke of its credential */
+	SHM_REC_ADMIN,             /* turngatectl disconnect */
+	SHM_REC_LISTENER_REMOVED,  /* its listener left the configuration */
+	SHM_REC_QUOTA,             /* over quota at its creation */
+	SHM_REC_SHUTDOWN,          /* the daemon stopped or restarted: a stream allocation
+				    * cannot be taken over */
+	SHM_REC_WORKER_CRASH,      /* its worker died and nobody re-adopted it */
+	SHM_REC__COUNT
+};
+
+/* "refresh0", "expiry", ... */
+const char *shm_rec_reason_name(enum shm_rec_reason r);
+/* The reason of wk_alloc_destroy's `why` text; SHM_REC_OTHER for an unknown one. */
+enum shm_rec_reason shm_rec_reason_of(const char *why);
+
+/* One ended allocation. */
+struct shm_rec_ev {
+	uint32_t idx;              /* allocation record index */
+	uint8_t reason;            /* enum shm_rec_reason */
+	uint8_t transport;         /* enum shm_transport */
+	uint16_t listener_idx;
+	uint64_t gen;              /* the record's gen: (idx, gen) names the allocation */
+	uint64_t created_ns;       /* CLOCK_MONOTONIC */
+	uint64_t ended_ns;         /* CLOCK_MONOTONIC */
+	uint64_t listener_hash;
+	uint64_t ctr[SHM_ACTR__COUNT]; /* final counters, short-circuited deliveries included */
+	struct shm_addr client, server, relay, relay2;
+	struct shm_addr peers[SHM_REC_PEERS]; /* permissions' addresses (port 0) */
+	uint16_t n_peers;          /* permissions in force at the end */
+	uint16_t user_len;
+	uint8_t owner;             /* worker slot */
+	uint8_t carried;           /* 1: of an earlier run's table (take-over): idx/gen are
+				    * not this segment's */
+	uint8_t pad[2];
+	char username[SHM_ALLOC_USER_MAX];
+	char listener[SHM_REC_LISTENER_MAX]; /* its listener's name when the pusher knows it
+					      * (the worker), else empty: the master names it
+					      * by listener_idx */
+};
+
+/* Producer of `slot`: one event built from record idx (a copy the caller owns or the live
+ * record of its own slot) with `reason` at now_ns; listener (NULL: unknown) is its
+ * listener's name. Returns 0, -ENOBUFS (ring full: counted as dropped), -EINVAL, -EROFS. */
+int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
+		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener);
+
+/* The event of record idx (a copy) without queueing it (the master's own records). */
+int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
+		      enum shm_rec_reason reason, uint64_t now_ns, struct shm_rec_ev *out);
+
+/* Consumer (master): calls fn for each pending event of every slot, oldest first per
+ * slot, then marks them consumed. Returns the number of events. */
+unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
+			   void *arg);
+
+/* Events dropped by full rings, plus records the master could not write, since the
+ * segment was created (take-overs add the earlier run's). */
+uint64_t shm_records_dropped(const struct shm *shm);
+/* Records written, and failed webhook deliveries (master's counts, for metrics). */
+void shm_records_counts(const struct shm *shm, uint64_t *written, uint64_t *hook_failures);
+
+#endif

@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""Session records (#40): one JSON line per ended allocation, written by the master from the
+workers' end events in the shared segment (admin.session_records.file), against the real
+daemon with 2 workers.
+
+Each end reason is recorded (Refresh 0, expiry, a closed TURN-TCP connection, turngatectl
+revoke, turngatectl disconnect, a reload that removes the listener) with the bytes and packets the test relayed each way; a
+worker killed with SIGKILL whose UDP allocation its replacement re-adopts writes no record
+until the allocation ends, and then exactly one; a kill -9 of every process and a new start
+on the state file records the allocation that expired in the gap (reason expiry) and
+nothing twice; a live upgrade loses and duplicates nothing; the file is reopened on
+`turngatectl logrotate` and SIGUSR1; a webhook that goes down and comes back gets every
+record (in JSON array batches) once it is back. Relay ports 65520-65535 (no other test's:
+the restart rebinds the same relay ports). Without a state file, a stop records what is
+still open (reason shutdown).
+"""
+import http.server
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import run_tests, wait_for  # noqa: E402
+from test_quota import TcpClient, refresh0, worker_pid  # noqa: E402
+from test_revoke import client, ctl_ok  # noqa: E402
+from test_security_stun import (A_LIFETIME, Daemon, Listener, check, config,  # noqa: E402
+                                free_port)
+
+RELAY = (65520, 65535)
+
+
+def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None,
+                extra_admin=""):
+    text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},
+                  relay=RELAY, limits=limits)
+    extra = extra_admin + "  session_records:\n    file: %s/sessions.jsonl\n" % d
+    if webhook:
+        extra += "    webhook: %s\n" % webhook
+    if metrics:
+        extra += "  metrics_endpoint: http://127.0.0.1:%d/metrics\n" % metrics
+    text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n" + extra, 1)
+    if tcp_port:
+        text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
+                            "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
+                            % tcp_port, 1)
+    return text
+
+
+def records(d, name="sessions.jsonl"):
+    try:
+        with open(os.path.join(d, name)) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def of_user(recs, c):
+    return [r for r in recs if r["username"] == c.username]
+
+
+def wait_record(d, c, what, name="sessions.jsonl"):
+    return wait_for(lambda: of_user(records(d, name), c), what)[0]
+
+
+def allocs(daemon):
+    return daemon.admin({"cmd": "allocations"})["allocations"]
+
+
+def relay_some(c, peer, n_out, n_back):
+    """n_out Send indications of distinct sizes to peer, n_back datagrams back from the peer
+    to the relayed address. Returns (bytes out, bytes back)."""
+    r = c.allocate()
+    relayed = c.relayed(r)[0]
+    c.perm("127.0.0.1", peer.port)
+    out = 0
+    for i in range(n_out):
+        c.send("127.0.0.1", peer.port, b"x" * (100 + i))
+        out += 100 + i
+    got = wait_for(lambda: len(peer.drain()) and True, "data at the peer")
+    check(got, "no data at the peer")
+    # what has not arrived yet comes before the replies (one socket, loopback, in order)
+    deadline = time.monotonic() + 5
+    seen = 1
+    while seen < n_out and time.monotonic() < deadline:
+        seen += len(peer.drain(timeout=0.3))
+    back = 0
+    for i in range(n_back):
+        peer.sock.sendto(b"y" * (50 + i), relayed)
+        back += 50 + i
+        check(c.recv_data(timeout=3) is not None, "reply %d not relayed" % i)
+    return out, back
+
+
+def test_reasons_and_bytes(d):
+    """Refresh 0, expiry, TCP close, revoke and the admin's disconnect: one record each, with
+    the reason, the user, the client and relay addresses, the peer, the transport, the
+    times, and the bytes/packets the test relayed."""
+    port, tport = free_port(), free_port()
+    daemon = Daemon(d, make_config(d, port, tcp_port=tport)).start()
+    peer = Listener("127.0.0.1")
+    cs = []
+    try:
+        a = client(port, "alice")
+        cs.append(a)
+        out, back = relay_some(a, peer, 5, 3)
+        time.sleep(0.2)
+        refresh0(a)
+        r = wait_record(d, a, "alice's record")
+        check(r["reason"] == "refresh0" and r["transport"] == "udp" and
+              r["listener"] == "udp" and r["user"] == "alice", r)
+        check(r["to_peer"] == {"packets": 5, "bytes": out}, r)
+        check(r["from_peer"] == {"packets": 3, "bytes": back}, r)
+        check(r["peers"]["count"] == 1 and r["peers"]["addresses"] == ["127.0.0.1"], r)
+        check(r["client"] == "127.0.0.1:%d" % a.sock.getsockname()[1], r)
+        check(r["relay"].startswith("127.0.0.1:") and r["duration"] >= 0.2, r)
+        check(r["start"] < r["end"] and r["end"].endswith("Z"), r)
+
+        t = TcpClient(tport, "tom")
+        cs.append(t)
+        t.allocate()
+        t.sock.close()
+        r = wait_record(d, t, "tom's record")
+        check(r["reason"] == "disconnect" and r["transport"] == "tcp", r)
+
+        v = client(port, "victor")
+        cs.append(v)
+        v.allocate()
+        ctl_ok(daemon, "revoke", "--user-id", "victor")
+        r = wait_record(d, v, "victor's record")
+        check(r["reason"] == "revoke", r)
+
+        w = client(port, "wendy")
+        cs.append(w)
+        w.allocate()
+        check(daemon.admin({"cmd": "disconnect", "user": w.username})["ok"], "disconnect")
+        r = wait_record(d, w, "wendy's record")
+        check(r["reason"] == "admin_disconnect", r)
+
+        recs = records(d)
+        check(len(recs) == 4, "expected 4 records, got %r" % recs)
+    finally:
+        for c in cs:
+            c.close()
+        peer.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_listener_removed(d):
+    """A reload that removes a listener ends its allocations: reason listener_removed, with
+    the removed listener's name (the worker names it; the new config no longer has it)."""
+    port, port2 = free_port(), free_port()
+    text = make_config(d, port)
+    two = text.replace("listeners:\n", "listeners:\n  - name: gone\n    protocol: TURN-UDP\n"
+                       "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
+                       % port2, 1)
+    daemon = Daemon(d, two).start()
+    cs = []
+    try:
+        a = client(port2, "lisa")
+        cs.append(a)
+        a.allocate()
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        daemon.write_config(text)
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen, "the reload")
+        r = wait_record(d, a, "lisa's record")
+        check(r["reason"] == "listener_removed" and r["listener"] == "gone", r)
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_expiry_and_metrics(d):
+    """An allocation of the minimum lifetime (1 s) expires: reason expiry; the metrics count
+    the records written and name the build."""
+    port, mport = free_port(), free_port()
+    daemon = Daemon(d, make_config(d, port, metrics=mport,
+                                   limits={"allocation_lifetime": 1,
+                                           "max_allocation_lifetime": 1})).start()
+    cs = []
+    try:
+        e = client(port, "erin")
+        cs.append(e)
+        e.allocate()
+        r = wait_record(d, e, "erin's record")
+        check(r["reason"] == "expiry" and 0.9 <= r["duration"] <= 5, r)
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
+                                      timeout=10).read().decode()
+        check('turngate_session_records_total{result="written"} 1' in text, text)
+        check('turngate_session_records_total{result="dropped"} 0' in text, text)
+        check("turngate_session_webhook_failures_total 0" in text, text)
+        check('turngate_build_info{version="' in text, text)
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_logrotate(d):
+    """logrotate's steps: the file renamed, then `turngatectl logrotate` (or SIGUSR1): the
+    records before are in the renamed file, those after in a new one at the path."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs = []
+    try:
+        a = client(port, "anna")
+        cs.append(a)
+        a.allocate()
+        refresh0(a)
+        wait_record(d, a, "anna's record")
+        os.rename(os.path.join(d, "sessions.jsonl"), os.path.join(d, "sessions.jsonl.1"))
+        out = ctl_ok(daemon, "logrotate")
+        check("reopened" in out, out)
+        b = client(port, "bert")
+        cs.append(b)
+        b.allocate()
+        refresh0(b)
+        wait_record(d, b, "bert's record in the new file")
+        check([r["user"] for r in records(d, "sessions.jsonl.1")] == ["anna"], "old file")
+        os.rename(os.path.join(d, "sessions.jsonl"), os.path.join(d, "sessions.jsonl.2"))
+        daemon.signal(signal.SIGUSR1)
+        wait_for(lambda: "reopened" in daemon.stderr().split("bert")[-1], "the reopen")
+        c = client(port, "cleo")
+        cs.append(c)
+        c.allocate()
+        refresh0(c)
+        wait_record(d, c, "cleo's record in the newest file")
+        check([r["user"] for r in records(d, "sessions.jsonl.2")] == ["bert"], "2nd file")
+        check([r["user"] for r in records(d)] == ["cleo"], "newest file")
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_worker_kill(d):
+    """A worker killed with SIGKILL: its UDP allocation is re-adopted, no record is written
+    for it then; when it ends, exactly one."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs = []
+    try:
+        a = client(port, "kim")
+        cs.append(a)
+        a.allocate()
+        slot = allocs(daemon)[0]["worker"]
+        old = worker_pid(daemon, slot)
+        daemon.allowed_deaths += 1
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: worker_pid(daemon, slot) not in (0, old) and daemon.admin(
+            {"cmd": "status"})["workers"]["running"] == 2, "the worker respawned")
+        wait_for(lambda: len(allocs(daemon)) == 1, "the allocation re-adopted")
+        time.sleep(0.5)
+        check(records(d) == [], "a record for a re-adopted allocation: %r" % records(d))
+        refresh0(a)
+        r = wait_record(d, a, "kim's record")
+        check(r["reason"] == "refresh0", r)
+        time.sleep(0.5)
+        check(len(records(d)) == 1, "records: %r" % records(d))
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
+def kill_all(daemon):
+    pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+    os.kill(daemon.proc.pid, signal.SIGKILL)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    daemon.proc.wait()
+    daemon.err.close()
+
+
+def test_restart(d):
+    """kill -9 of every process, a new start on the state file: the allocation that expired
+    while nothing ran is recorded at the take-over (reason expiry), the one taken over is
+    recorded once when it ends, the one ended before the kill is not recorded again."""
+    port = free_port()
+    # allocation_lifetime is the shortest lifetime the daemon grants: 2 s for sven (if it
+    # runs out before the kill, the worker records the expiry: one record either way)
+    daemon = Daemon(d, make_config(d, port, limits={"allocation_lifetime": 2})).start()
+    cs = []
+    try:
+        done, long, short = (client(port, "dora"), client(port, "lena"),
+                             client(port, "sven"))
+        cs += [done, long, short]
+        done.allocate()
+        refresh0(done)
+        wait_record(d, done, "dora's record")
+        long.allocate(extra=[(A_LIFETIME, struct.pack("!I", 600))])
+        short.allocate()
+        kill_all(daemon)
+        time.sleep(3)    # sven's lifetime runs out while nothing runs
+        daemon.start()
+        r = wait_record(d, short, "sven's expiry record at the take-over")
+        check(r["reason"] == "expiry", r)
+        check(of_user(records(d), long) == [], "lena recorded before her end")
+        refresh0(long)
+        wait_record(d, long, "lena's record")
+        time.sleep(0.5)
+        users = sorted(r["user"] for r in records(d))
+        check(users == ["dora", "lena", "sven"], "records: %r" % users)
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
+def test_upgrade(d):
+    """A live upgrade: allocations that ended before it are recorded once, the ones taken
+    over once when they end after it."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port)).start()
+    cs, new_pid = [], None
+    try:
+        before, after = client(port, "ulla"), client(port, "uwe")
+        cs += [before, after]
+        before.allocate()
+        after.allocate()
+        refresh0(before)
+        out = ctl_ok(daemon, "upgrade")
+        new_pid = int(out.strip().splitlines()[-1])
+        daemon.wait_exit()
+        wait_for(lambda: daemon.admin({"cmd": "status"})["pid"] == new_pid and
+                 daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+                 "the new master to serve")
+        wait_record(d, before, "ulla's record")
+        check(of_user(records(d), after) == [], "uwe recorded before his end")
+        refresh0(after)
+        wait_record(d, after, "uwe's record")
+        time.sleep(0.5)
+        users = sorted(r["user"] for r in records(d))
+        check(users == ["ulla", "uwe"], "records: %r" % users)
+    finally:
+        for c in cs:
+            c.close()
+        if new_pid is not None:
+            try:
+                os.kill(new_pid, signal.SIGTERM)
+                wait_for(lambda: not os.path.exists("/proc/%d" % new_pid) or
+                         open("/proc/%d/stat" % new_pid).read().split()[2] == "Z",
+                         "the new master to exit")
+            except ProcessLookupError:
+                pass
+        daemon.kill()
+
+
+def test_shutdown_without_state_file(d):
+    """Without a state file the allocations still open end with the daemon: one shutdown
+    record each at the stop (with one, the next start takes them over instead)."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port, extra_admin='  state_dir: ""\n')).start()
+    cs = []
+    try:
+        a = client(port, "sam")
+        cs.append(a)
+        a.allocate()
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+    recs = records(d)
+    check(len(recs) == 1 and recs[0]["user"] == "sam" and recs[0]["reason"] == "shutdown",
+          "records: %r" % recs)
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    got = []
+
+    def do_POST(self):
+        n = int(self.headers["Content-Length"])
+        batch = json.loads(self.rfile.read(n))
+        Hook.got.extend(batch)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(port):
+    http.server.HTTPServer.allow_reuse_address = True
+    srv = http.server.HTTPServer(("127.0.0.1", port), Hook)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_webhook(d):
+    """Records POSTed in JSON arrays; the webhook goes down (failures counted, records kept
+    in the backlog) and comes back: every record arrives, none twice."""
+    port, hport, mport = free_port(), free_port(), free_port()
+    Hook.got = []
+    srv = serve(hport)
+    daemon = Daemon(d, make_config(d, port, webhook="http://127.0.0.1:%d/hook" % hport,
+                                   metrics=mport)).start()
+    cs = []
+    try:
+        a = client(port, "hank")
+        cs.append(a)
+        a.allocate()
+        refresh0(a)
+        wait_for(lambda: [r for r in Hook.got if r["user"] == "hank"], "hank at the hook")
+        srv.shutdown()
+        srv.server_close()
+        names = ["hu%d" % i for i in range(5)]
+        for n in names:
+            c = client(port, n)
+            cs.append(c)
+            c.allocate()
+            refresh0(c)
+        wait_for(lambda: len(records(d)) == 6, "6 records in the file")
+
+        def failures():
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
+                                          timeout=10).read().decode()
+            for line in text.splitlines():
+                if line.startswith("turngate_session_webhook_failures_total "):
+                    return int(line.split()[1])
+            return 0
+        wait_for(lambda: failures() >= 1, "a failed delivery counted")
+        srv = serve(hport)
+        wait_for(lambda: len(Hook.got) == 6, "the backlog delivered", timeout=30)
+        check(sorted(r["user"] for r in Hook.got) == sorted(["hank"] + names),
+              "hook got %r" % [r["user"] for r in Hook.got])
+    finally:
+        for c in cs:
+            c.close()
+        srv.shutdown()
+        srv.server_close()
+        check(daemon.stop() == 0, "exit status")
+
+
+if __name__ == "__main__":
+    run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
+               test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
+               test_webhook])
