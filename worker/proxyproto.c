@@ -141,3 +141,37 @@ int wk_pp_dgram(struct worker *w, const struct wk_listener *l, const struct sock
 	}
 	return rc;
 }
+
+const struct sockaddr *wk_alloc_dest(const struct wk_alloc *a, socklen_t *len)
+{
+	if (a->via_len) {
+		*len = a->via_len;
+		return (const struct sockaddr *)&a->via;
+	}
+	if (!a->conn && wk_pp_enabled(a->l))
+		return NULL;
+	*len = a->client_len;
+	return (const struct sockaddr *)&a->client;
+}
+
+void wk_pp_udp_input(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+		     uint8_t *buf, size_t len)
+{
+	struct sockaddr_storage client;
+	socklen_t client_len = 0;
+	struct wk_alloc *a;
+	int hl = wk_pp_dgram(w, l, from, buf, len, &client, &client_len);
+	struct wk_ep ep = { .l = l, .addr = (struct sockaddr *)&client, .addr_len = client_len,
+			    .via = from, .via_len = wk_addr_len(from) };
+
+	if (hl < 0)
+		return;
+	/* The proxy may change (another replica, a new source port): replies follow the
+	 * latest one that forwarded a datagram of this client. */
+	a = wk_alloc_find(w, l, (struct sockaddr *)&client);
+	if (a && !a->conn) {
+		memcpy(&a->via, from, ep.via_len);
+		a->via_len = ep.via_len;
+	}
+	wk_turn_input(w, &ep, buf + hl, len - (size_t)hl);
+}

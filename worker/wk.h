@@ -204,6 +204,11 @@ struct wk_alloc {
 	struct wk_tconn *conn;		/* TCP: the control connection; NULL for UDP */
 	struct sockaddr_storage client;
 	socklen_t client_len;
+	/* A UDP allocation of a proxy_protocol listener: client is the header's source (the
+	 * 5-tuple), via the proxy that last forwarded its datagrams, where every datagram to
+	 * the client goes (wk_alloc_dest); via_len 0 until known (after a take-over). */
+	struct sockaddr_storage via;
+	socklen_t via_len;
 	struct wk_relay relay[2];
 	uint32_t rec_idx;
 	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
@@ -240,6 +245,10 @@ struct wk_ep {
 	struct wk_tconn *c;		/* TCP connection, or NULL for UDP */
 	const struct sockaddr *addr;	/* client transport address */
 	socklen_t addr_len;
+	/* UDP behind a PROXY protocol v2 proxy: where replies go (the proxy); addr is then
+	 * the header's client. NULL: replies go to addr. */
+	const struct sockaddr *via;
+	socklen_t via_len;
 };
 
 /* A run of datagrams to one address with one size (the last may be shorter), sent as one
@@ -870,6 +879,13 @@ enum wk_pp_reason {
 };
 /* l's snapshot enables proxy_protocol. */
 bool wk_pp_enabled(const struct wk_listener *l);
+/* Where datagrams to a's UDP client go (*len its length): a's proxy on a
+ * proxy_protocol listener (NULL while unknown: dropped), else the client itself. */
+const struct sockaddr *wk_alloc_dest(const struct wk_alloc *a, socklen_t *len);
+/* A datagram of listener l (proxy_protocol) from from: its header checked and stripped,
+ * handed to the TURN dispatcher as from the header's client, replies to from. */
+void wk_pp_udp_input(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+		     uint8_t *buf, size_t len);
 /* Counts (and logs at debug) a refusal of from on l for reason r. */
 void wk_pp_reject(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
 		  enum wk_pp_reason r);

@@ -312,6 +312,20 @@ def test_refusals(d):
         daemon.stop()
 
 
+class ProxiedSocket:
+    """A UDP socket as a v2 proxy's: every datagram sent gets a header for client."""
+
+    def __init__(self, sock, client, port):
+        self.sock, self.client, self.port = sock, client, port
+
+    def sendto(self, data, to):
+        self.sock.sendto(v2_header(self.client[0], self.client[1], "127.0.0.1", self.port,
+                                   dgram=True) + data, to)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
 def test_udp_v2(d):
     """TURN-UDP with a PROXY v2 header in front of each datagram (crafted here, from the
     trusted 127.0.0.1): the Binding's XOR-MAPPED-ADDRESS is the header's source, the
@@ -329,6 +343,23 @@ def test_udp_v2(d):
         check(p and p[2] == tid, "no Binding response over UDP PROXY v2")
         check(parse_xor_addr(p[3][A_XOR_MAPPED][0], tid) == (CLIENT_IP, 5555),
               "UDP mapped %r" % (parse_xor_addr(p[3][A_XOR_MAPPED][0], tid),))
+        # An allocation through the "proxy": its 5-tuple is the header's client (in the
+        # listing), relayed data comes back to the proxy's socket without a header.
+        echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        echo.bind(("127.0.0.1", 0))
+        threading.Thread(target=lambda: [echo.sendto(*echo.recvfrom(4096))
+                                         for _ in iter(int, 1)], daemon=True).start()
+        c = Client(ports["pp_udp"])
+        c.sock.close()
+        c.sock = ProxiedSocket(u, (CLIENT_IP, 6666), ports["pp_udp"])
+        r = c.allocate()
+        check(parse_xor_addr(r[3][A_XOR_MAPPED][0], r[2]) == (CLIENT_IP, 6666),
+              "UDP Allocate mapped address")
+        out = listing(daemon)
+        check("%s:6666" % CLIENT_IP in out, "UDP listing lacks the client:\n" + out)
+        check(c.perm("127.0.0.1", echo.getsockname()[1]) is not None, "CreatePermission")
+        c.send("127.0.0.1", echo.getsockname()[1], b"ping through the proxy")
+        check(c.recv_data(3.0) == b"ping through the proxy", "relayed data back at the proxy")
         for reason, src, data in (
                 ("missing", "127.0.0.1", b""),
                 ("version", "127.0.0.1", b"PROXY TCP4 127.0.0.5 127.0.0.1 1 2\r\n"),
