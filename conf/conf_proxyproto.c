@@ -75,34 +75,31 @@ static void pp_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t
 		    const char *path, void *arg)
 {
 	struct pp_state *st = arg;
-	char sub[CONF_PATH_MAX];
 
-	conf_path_key(sub, path, key);
 	if (strcasecmp(key, "versions") == 0) {
 		st->versions = v;
-		pp_versions(p, v, sub, st->l);
+		pp_versions(p, v, path, st->l);
 	} else if (strcasecmp(key, "trusted") == 0) {
 		st->trusted = v;
-		pp_trusted(p, v, sub, st->l);
+		pp_trusted(p, v, path, st->l);
 	} else {
 		pctx_unknown_key(p, k, path, pp_keys);
 	}
 }
 
+/* path: the key's own (listeners[i].proxy_protocol). */
 void conf_parse_proxyproto(struct pctx *p, yaml_node_t *n, const char *path,
 			   struct conf_listener *l)
 {
 	struct pp_state st = { .l = l };
-	char sub[CONF_PATH_MAX];
 
-	conf_path_key(sub, path, "proxy_protocol");
-	if (!pctx_expect(p, n, sub, YAML_MAPPING_NODE))
+	if (!pctx_expect(p, n, path, YAML_MAPPING_NODE))
 		return;
-	pctx_map_each(p, n, sub, pp_pair, &st);
+	pctx_map_each(p, n, path, pp_pair, &st);
 	if (!st.versions)
-		pctx_error(p, n, sub, "missing versions (expected versions: [1, 2], [1] or [2])");
+		pctx_error(p, n, path, "missing versions (expected versions: [1, 2], [1] or [2])");
 	if (!st.trusted)
-		pctx_error(p, n, sub,
+		pctx_error(p, n, path,
 			   "missing trusted (expected the CIDRs of the proxies that send the "
 			   "header)");
 	if (!st.versions || !st.trusted)
