@@ -208,7 +208,8 @@ static int pp_v1_line(const uint8_t *line, size_t len, struct proxyproto_hdr *o)
 
 static int pp_v1(const uint8_t *buf, size_t len, struct proxyproto_hdr *o)
 {
-	size_t lim = len < PROXYPROTO_V1_MAX ? len : PROXYPROTO_V1_MAX;
+	/* The CR is at most at PROXYPROTO_V1_MAX - 2 (the line, CRLF included, fits). */
+	size_t lim = len < PROXYPROTO_V1_MAX - 1 ? len : PROXYPROTO_V1_MAX - 1;
 
 	for (size_t i = 0; i < lim; i++) {
 		if (buf[i] == '\n')
@@ -221,7 +222,7 @@ static int pp_v1(const uint8_t *buf, size_t len, struct proxyproto_hdr *o)
 			return -EBADMSG;
 		return pp_v1_line(buf, i + 2, o);
 	}
-	return len >= PROXYPROTO_V1_MAX ? -EBADMSG : -EAGAIN;
+	return len >= PROXYPROTO_V1_MAX - 1 ? -EBADMSG : -EAGAIN;
 }
 
 int proxyproto_parse(const uint8_t *buf, size_t len, unsigned versions,

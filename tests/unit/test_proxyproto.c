@@ -92,8 +92,14 @@ static void t_v1_malformed(void **state)
 	longl[sizeof(longl) - 1] = '\0';
 	memcpy(longl, "PROXY UNKNOWN ", 14);
 	assert_int_equal(parse_str(longl, BOTH, NULL), -EBADMSG);
-	longl[PROXYPROTO_V1_MAX - 1] = '\0';
+	longl[PROXYPROTO_V1_MAX - 2] = '\0';
 	assert_int_equal(parse_str(longl, BOTH, NULL), -EAGAIN);
+	/* 107 bytes with CRLF is the longest line; 108 is one too many (found by the fuzzer). */
+	memcpy(longl + PROXYPROTO_V1_MAX - 2, "\r\n", 3);
+	assert_int_equal(parse_str(longl, BOTH, NULL), PROXYPROTO_V1_MAX);
+	memmove(longl + 15, longl + 14, PROXYPROTO_V1_MAX - 14 + 1);	/* one more 'a' */
+	assert_int_equal(strlen(longl), PROXYPROTO_V1_MAX + 1);
+	assert_int_equal(parse_str(longl, BOTH, NULL), -EBADMSG);
 	assert_int_equal(parse_str("GET / HTTP/1.1\r\n", BOTH, NULL), -ENOMSG);
 	assert_int_equal(parse_str("\x16\x03\x01", BOTH, NULL), -ENOMSG);
 }
