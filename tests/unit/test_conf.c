@@ -720,6 +720,12 @@ static void test_extensions(void **state)
 	assert_true(t->auth->strict_expiry);                       /* inherited */
 	assert_int_equal(t->auth->n_users, 2);
 	assert_string_equal(t->auth->users[1].username, "carol");
+	assert_int_equal(u->pp_versions, 0);
+	assert_int_equal(t->pp_versions, 3);
+	assert_int_equal(t->pp_n_trusted, 2);
+	assert_int_equal(t->pp_trusted[0].family, AF_INET);
+	assert_int_equal(t->pp_trusted[0].len, 8);
+	assert_int_equal(t->pp_trusted[1].family, AF_INET6);
 	conf_free(c);
 	conf_diags_free(&d);
 }
