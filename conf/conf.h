@@ -118,6 +118,9 @@ struct conf_prefix {
 	uint8_t len;           /* prefix length */
 };
 
+/* listeners[].proxy_protocol.trusted: most CIDRs per listener. */
+#define CONF_PP_TRUSTED_MAX 16
+
 struct conf_endpoint {
 	char *text;            /* as written (after env expansion) */
 	struct conf_prefix prefix;   /* STATIC only */
@@ -194,6 +197,11 @@ struct conf_listener {
 						   * relay IP of the other family of a
 						   * dual-stack allocation (else the
 						   * listener's interface decides) */
+	/* ours: proxy_protocol (worker/proxyproto.c): versions accepted (bit 0 v1, bit 1 v2;
+	 * 0 = off: no header is ever parsed) and the sources trusted to send one. */
+	unsigned pp_versions;
+	uint32_t pp_n_trusted;
+	struct conf_prefix pp_trusted[CONF_PP_TRUSTED_MAX];
 };
 
 /* Upper bounds of limits.max_permissions and max_channels: the inline arrays of a shared

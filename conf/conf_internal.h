@@ -129,6 +129,12 @@ void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct co
 		     const struct conf_auth *inherit);
 void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path);
 void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path);
+/* listeners[].proxy_protocol (conf_proxyproto.c): the map n into l; path is the listener's.
+ * conf_check_proxyproto: once the listener is parsed, against its protocol. */
+void conf_parse_proxyproto(struct pctx *p, yaml_node_t *n, const char *path,
+			   struct conf_listener *l);
+void conf_check_proxyproto(struct pctx *p, yaml_node_t *n, const char *path,
+			   const struct conf_listener *l);
 /* admin.siblings (conf_sibling.c): after admin and listeners, whose relay port ranges the
  * slices are checked against. */
 void conf_parse_siblings(struct pctx *p, yaml_node_t *n, const char *path);

@@ -1,6 +1,7 @@
 /* Redacted JSON rendering of a loaded config, for the admin `config` command and HTTP /status. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,26 @@ static json_t *auth_json(const struct conf_auth *a)
 	return o;
 }
 
+static json_t *proxyproto_json(const struct conf_listener *l)
+{
+	json_t *o = json_object(), *v = json_array(), *t = json_array();
+
+	for (unsigned i = 0; i < 2; i++)
+		if (l->pp_versions & (1u << i))
+			json_array_append_new(v, json_integer(i + 1));
+	for (uint32_t i = 0; i < l->pp_n_trusted; i++) {
+		char ip[INET6_ADDRSTRLEN], txt[INET6_ADDRSTRLEN + 8];
+
+		if (!inet_ntop(l->pp_trusted[i].family, l->pp_trusted[i].addr, ip, sizeof(ip)))
+			continue;
+		snprintf(txt, sizeof(txt), "%s/%u", ip, l->pp_trusted[i].len);
+		json_array_append_new(t, json_string(txt));
+	}
+	json_object_set_new(o, "versions", v);
+	json_object_set_new(o, "trusted", t);
+	return o;
+}
+
 static json_t *listener_json(const struct conf_listener *l)
 {
 	json_t *o = json_object(), *routes = json_array();
@@ -79,6 +100,8 @@ static json_t *listener_json(const struct conf_listener *l)
 	for (size_t i = 0; i < l->n_routes; i++)
 		json_array_append_new(routes, json_string(l->routes[i]));
 	json_object_set_new(o, "routes", routes);
+	if (l->pp_versions)
+		json_object_set_new(o, "proxy_protocol", proxyproto_json(l));
 	if (l->auth)
 		json_object_set_new(o, "auth", auth_json(l->auth));
 	return o;

@@ -13,7 +13,7 @@
 struct lst_state {
 	struct conf_listener *l;
 	yaml_node_t *node, *name, *protocol, *address, *port, *cert, *key, *cert_file, *key_file;
-	yaml_node_t *rmin, *rmax, *routes, *auth, *mask, *dual;
+	yaml_node_t *rmin, *rmax, *routes, *auth, *mask, *dual, *pp;
 	bool has_rmin, has_rmax;
 	char *cert_b64, *key_b64;
 };
@@ -133,7 +133,7 @@ static const char *const lst_keys[] = {
 	"name", "protocol", "address", "port", "public_address", "public_port", "cert", "key",
 	"cert_file", "key_file", "bind_address", "relay_port_min", "relay_port_max",
 	"max_allocations", "max_bps", "relay_address_mask", "dual_stack_address", "routes",
-	"auth", NULL
+	"auth", "proxy_protocol", NULL
 };
 
 static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
@@ -195,6 +195,10 @@ static void lst_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_
 		st->routes = v;
 	} else if (strcasecmp(key, "auth") == 0) {
 		st->auth = v;
+	} else if (strcasecmp(key, "proxy_protocol") == 0) {
+		st->pp = v;
+		if (!pctx_is_null(v))
+			conf_parse_proxyproto(p, v, path, l);
 	} else if (p->v1alpha1 && (strcasecmp(key, "min_relay_port") == 0 ||
 				   strcasecmp(key, "max_relay_port") == 0)) {
 		pctx_warn(p, k, path,
@@ -561,6 +565,8 @@ static void lst_finish(struct pctx *p, struct lst_state *st, const char *path, s
 	}
 	lst_tls(p, st, path);
 	lst_routes(p, st, path);
+	if (st->pp && l->pp_versions)
+		conf_check_proxyproto(p, st->pp, path, l);
 	if (st->auth && !pctx_is_null(st->auth)) {
 		l->auth = calloc(1, sizeof(*l->auth));
 		if (l->auth == NULL) {

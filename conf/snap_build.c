@@ -394,6 +394,13 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	else if (l->dual_stack_addr.ss_family == AF_INET6)
 		memcpy(r->dual_addr, &((const struct sockaddr_in6 *)&l->dual_stack_addr)->sin6_addr,
 		       16);
+	r->pp_versions = (uint16_t)l->pp_versions;
+	r->pp_n_trusted = (uint16_t)l->pp_n_trusted;
+	for (uint32_t i = 0; i < l->pp_n_trusted; i++) {
+		r->pp_trusted[i].family = (uint16_t)l->pp_trusted[i].family;
+		r->pp_trusted[i].len = l->pp_trusted[i].len;
+		memcpy(r->pp_trusted[i].addr, l->pp_trusted[i].addr, 16);
+	}
 	if (l->auth) {
 		r->auth_idx = (uint32_t)b->n_auths;
 		add_auth(b, l->auth);

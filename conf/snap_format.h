@@ -63,6 +63,13 @@ struct snap_lst_rec {
 	uint16_t dual_family; /* dual_stack_address: 0 = unset (since SNAP_VERSION 8) */
 	uint16_t pad2[3];
 	uint8_t dual_addr[16];
+	/* proxy_protocol (since SNAP_VERSION 11): versions bits, 0 = off; trusted CIDRs. */
+	uint16_t pp_versions, pp_n_trusted;
+	struct snap_pp_cidr {
+		uint16_t family;
+		uint8_t len, pad;
+		uint8_t addr[16];
+	} pp_trusted[CONF_PP_TRUSTED_MAX];
 };
 
 /* One resolved address of an admin.siblings entry (not this instance's), with its slice. */

@@ -215,6 +215,14 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 		conf_sockaddr_set(&out->relay_mask, l->mask_family, l->mask_addr);
 	if (l->dual_family != 0)
 		conf_sockaddr_set(&out->dual_addr, l->dual_family, l->dual_addr);
+	out->pp_versions = l->pp_versions;
+	out->pp_n_trusted = l->pp_n_trusted < CONF_PP_TRUSTED_MAX ? l->pp_n_trusted
+								   : CONF_PP_TRUSTED_MAX;
+	for (uint32_t i = 0; i < out->pp_n_trusted; i++) {
+		out->pp_trusted[i].family = l->pp_trusted[i].family;
+		out->pp_trusted[i].len = l->pp_trusted[i].len;
+		memcpy(out->pp_trusted[i].addr, l->pp_trusted[i].addr, 16);
+	}
 	out->auth_idx = l->auth_idx;
 	out->cert_pem = bytes_or_null(s, &l->cert, &out->cert_pem_len);
 	out->key_pem = bytes_or_null(s, &l->key, &out->key_pem_len);
@@ -577,4 +585,36 @@ int snap_alternate_server(const struct snap *s, struct sockaddr_storage *out)
 		return 0;
 	}
 	return -ENOENT;
+}
+
+/* A prefix match on whole bytes, then the remaining bits. */
+static bool pp_in_prefix(const struct conf_prefix *p, const uint8_t *a)
+{
+	unsigned full = p->len / 8u, rest = p->len % 8u;
+
+	if (memcmp(p->addr, a, full) != 0)
+		return false;
+	return rest == 0 || ((p->addr[full] ^ a[full]) & (uint8_t)(0xFF00u >> rest)) == 0;
+}
+
+bool snap_listener_pp_trusted(const struct snap_listener *l, const struct sockaddr *sa)
+{
+	const uint8_t *a;
+	int fam = sa->sa_family;
+
+	if (fam == AF_INET) {
+		a = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+	} else if (fam == AF_INET6) {
+		a = (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)a)) {
+			fam = AF_INET;
+			a += 12;
+		}
+	} else {
+		return false;
+	}
+	for (uint32_t i = 0; i < l->pp_n_trusted; i++)
+		if (l->pp_trusted[i].family == fam && pp_in_prefix(&l->pp_trusted[i], a))
+			return true;
+	return false;
 }

@@ -36,7 +36,8 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 10u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout */
+#define SNAP_VERSION 11u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout;
+			   * 11: listeners[].proxy_protocol */
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -92,7 +93,15 @@ struct snap_listener {
 						   * (an RFC 6062 TCP Allocate may succeed) */
 	struct sockaddr_storage dual_addr;        /* dual_stack_address, port 0; ss_family
 						   * AF_UNSPEC when unset */
+	unsigned pp_versions;                     /* proxy_protocol: PROXYPROTO_V1/V2 bits,
+						   * 0 = off */
+	uint32_t pp_n_trusted;
+	struct conf_prefix pp_trusted[CONF_PP_TRUSTED_MAX];
 };
+
+/* Whether sa (AF_INET/AF_INET6; IPv4-mapped IPv6 as its IPv4) lies in one of l's
+ * proxy_protocol.trusted CIDRs. Any process. */
+bool snap_listener_pp_trusted(const struct snap_listener *l, const struct sockaddr *sa);
 
 uint32_t snap_listener_count(const struct snap *s);
 

@@ -333,6 +333,27 @@ static void single(struct mctx *m, const char *name, const char *help, enum shm_
 	scalar_u(m, name, "counter", help, m->sum.v[c]);
 }
 
+/* PROXY protocol headers (worker/proxyproto.c): accepted, and refused by reason (the
+ * counters in the order of the names). */
+static void render_proxyproto(struct mctx *m)
+{
+	static const char *const reasons[] = { "untrusted", "missing", "malformed", "version",
+					       "timeout" };
+
+	single(m, "turngate_proxy_protocol_accepted_total",
+	       "PROXY protocol headers accepted (connections and datagrams whose client "
+	       "address came from the header).",
+	       SHM_CTR_PP_ACCEPTED);
+	fam(m, "turngate_proxy_protocol_rejected_total", "counter",
+	    "Connections closed and datagrams dropped on a proxy_protocol listener, by reason.");
+	for (unsigned r = 0; r < sizeof(reasons) / sizeof(reasons[0]); r++) {
+		struct label l = { "reason", reasons[r] };
+
+		sample_u(m, "turngate_proxy_protocol_rejected_total", &l, 1,
+			 m->sum.v[SHM_CTR_PP_REJ_UNTRUSTED + r]);
+	}
+}
+
 /* Per-source budgets (worker/budget.c): evictions and refusals by the budget that was
  * full (reason label = shm_src_reason_name, counters in the same order). */
 static void render_budgets(struct mctx *m)
@@ -363,6 +384,7 @@ static void render_budgets(struct mctx *m)
 	       "Times a worker paused accepting for 100 ms because it was out of file "
 	       "descriptors (EMFILE/ENFILE).",
 	       SHM_CTR_ACCEPT_BACKOFF);
+	render_proxyproto(m);
 }
 
 /* The kernel fast path: its share of the datagrams (already in every other counter). */

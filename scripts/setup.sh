@@ -8,7 +8,7 @@ libev-dev libssl-dev liburcu-dev libyaml-dev libjansson-dev libmicrohttpd-dev li
 libcmocka-dev clang libclang-rt-14-dev spin libbpf-dev bpftool
 coturn python3-aioice python3-aiortc python3-selenium python3-openssl chromium chromium-driver
 iproute2 procps openssl systemd python3-yaml prometheus
-systemd-container debootstrap podman runc dpkg-dev debhelper"
+systemd-container debootstrap podman runc dpkg-dev debhelper haproxy"
 
 missing=""
 for p in $PKGS; do
@@ -33,10 +33,10 @@ if [ -n "$missing" ]; then
 	$SUDO apt-get update -qq
 	# shellcheck disable=SC2086
 	$SUDO apt-get install -y -qq --no-install-recommends $missing
-	# The coturn and prometheus packages enable system services; turngate's tests run their
-	# own turnserver and Prometheus.
+	# The coturn, prometheus and haproxy packages enable system services; turngate's tests
+	# run their own turnserver, Prometheus and HAProxy.
 	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-		for unit in coturn prometheus prometheus-node-exporter; do
+		for unit in coturn prometheus prometheus-node-exporter haproxy; do
 			$SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
 		done
 	fi

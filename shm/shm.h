@@ -255,6 +255,12 @@ enum shm_ctr {
 	SHM_CTR_PREAUTH_TIMEOUTS,     /* closed: no authenticated request within
 				       * limits.preauth_timeout */
 	SHM_CTR_ACCEPT_BACKOFF,       /* accept paused: out of descriptors (EMFILE/ENFILE) */
+	SHM_CTR_PP_ACCEPTED,          /* PROXY protocol headers accepted (worker/proxyproto.c) */
+	SHM_CTR_PP_REJ_UNTRUSTED,     /* refused, by reason (enum wk_pp_reason order): a */
+	SHM_CTR_PP_REJ_MISSING,       /* source outside trusted, no header, a malformed one, */
+	SHM_CTR_PP_REJ_MALFORMED,     /* a version not enabled, the header's deadline */
+	SHM_CTR_PP_REJ_VERSION,
+	SHM_CTR_PP_REJ_TIMEOUT,
 	SHM_CTR__COUNT
 };
 

@@ -82,6 +82,12 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_BUDGET_REFUSED_WORKER_DTLS] = "budget_refused_worker_dtls_handshakes",
 	[SHM_CTR_PREAUTH_TIMEOUTS] = "preauth_timeouts",
 	[SHM_CTR_ACCEPT_BACKOFF] = "accept_backoff",
+	[SHM_CTR_PP_ACCEPTED] = "proxy_protocol_accepted",
+	[SHM_CTR_PP_REJ_UNTRUSTED] = "proxy_protocol_rejected_untrusted",
+	[SHM_CTR_PP_REJ_MISSING] = "proxy_protocol_rejected_missing",
+	[SHM_CTR_PP_REJ_MALFORMED] = "proxy_protocol_rejected_malformed",
+	[SHM_CTR_PP_REJ_VERSION] = "proxy_protocol_rejected_version",
+	[SHM_CTR_PP_REJ_TIMEOUT] = "proxy_protocol_rejected_timeout",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

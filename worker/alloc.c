@@ -112,6 +112,10 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 		shm_alloc_release(w->shm, w->slot, idx);
 		return -ENOMEM;
 	}
+	if (ep->via) {
+		memcpy(&(*out)->via, ep->via, ep->via_len);
+		(*out)->via_len = ep->via_len;
+	}
 	return 0;
 }
 

@@ -9,7 +9,8 @@ void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf
 	if (ep->c)
 		wk_tconn_send(w, ep->c, buf, len);
 	else
-		wk_udp_send(w, ep->l, ep->addr, ep->addr_len, buf, len);
+		wk_udp_send(w, ep->l, ep->via ? ep->via : ep->addr,
+			    ep->via ? ep->via_len : ep->addr_len, buf, len);
 }
 
 void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes)

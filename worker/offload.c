@@ -315,7 +315,9 @@ void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a)
 {
 	uint64_t now_ns = mono_ns();
 
-	if (!wk_off_on(w))
+	/* The kernel path sends to the client's address: a PROXY protocol client is reached
+	 * through its proxy (wk_alloc_dest), in user space only. */
+	if (!wk_off_on(w) || (!a->conn && wk_pp_enabled(a->l)))
 		return;
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
 		if (a->rec->chans[i].number != 0)

@@ -215,10 +215,18 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 	}
 	/* A UDP client, ours or another worker's: grouped with the batch's other messages to
 	 * it (one UDP_SEGMENT send), as the relay sockets' path groups them. */
-	if (own)
-		wk_ctg_send(w, own->l, (struct sockaddr *)&own->client, own->client_len, m, mlen);
-	else if ((client_len = wk_shm_to_addr(&t->client, &client)) != 0)
+	if (own) {
+		const struct sockaddr *to = wk_alloc_dest(own, &client_len);
+
+		if (to)
+			wk_ctg_send(w, own->l, to, client_len, m, mlen);
+	} else if (wk_pp_enabled(tl)) {
+		/* Another worker's client behind a PROXY protocol proxy: the proxy's address
+		 * is that worker's to know, and the client's own is not where it listens. */
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+	} else if ((client_len = wk_shm_to_addr(&t->client, &client)) != 0) {
 		wk_ctg_send(w, tl, (struct sockaddr *)&client, client_len, m, mlen);
+	}
 }
 
 int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_addr *from,

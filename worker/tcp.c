@@ -352,6 +352,18 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 	struct wk_tconn *c = io->data;
 	struct worker *w = wk_checked(c->l->w);
 
+	if (c->pp_wait && !c->dead) {
+		int r = wk_pp_stream(w, c);
+
+		if (r == 0)
+			return;
+		if (r < 0) {
+			c->dead = true;
+			wk_tconn_close(w, c);
+			return;
+		}
+		c->pp_wait = false;
+	}
 	if (!c->dead && !c->hs_done) {
 		int r = wk_tconn_handshake(w, c);
 
@@ -438,6 +450,8 @@ static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	}
 	if (why) {
 		log_debug("worker", "listener %s: connection closed: %s", c->l->name, why);
+		if (c->pp_wait)
+			wk_pp_reject(w, c->l, (const struct sockaddr *)&c->peer, WK_PP_TIMEOUT);
 		shm_ctr_add(w->ctr, SHM_CTR_CONN_TIMEOUTS, 1);
 		wk_tconn_close(w, c);
 		return;
@@ -489,8 +503,10 @@ static bool wk_tcp_can_accept(const struct worker *w, const struct wk_listener *
 
 /* Room for one more connection on l, from this worker's tables (evicting the oldest
  * unauthenticated connection of a full one), then from the source's budgets (sa).
- * Returns 0, or -EBUSY: the new connection is to be closed (counted). */
-static int wk_tcp_make_room(struct worker *w, struct wk_listener *l, const struct sockaddr *sa)
+ * Returns 0, or -EBUSY: the new connection is to be closed (counted). Behind a PROXY
+ * protocol listener sa is the proxy: the source's budgets wait for the header. */
+static int wk_tcp_make_room(struct worker *w, struct wk_listener *l, const struct sockaddr *sa,
+			    bool pp)
 {
 	if (l->n_conns >= WK_TCP_MAX_CONNS &&
 	    wk_budget_make_room(w, l, SHM_SRC_CONNS, SHM_SRC_R_WORKER_CONNS) < 0) {
@@ -502,6 +518,8 @@ static int wk_tcp_make_room(struct worker *w, struct wk_listener *l, const struc
 		shm_ctr_add(w->ctr, SHM_CTR_BUDGET_REFUSED_WORKER_TLS, 1);
 		return -EBUSY;
 	}
+	if (pp)
+		return 0;
 	if (wk_budget_admit(w, sa, SHM_SRC_CONNS) < 0)
 		return -EBUSY;
 	return l->secure ? wk_budget_admit(w, sa, SHM_SRC_TLS_HS) : 0;
@@ -596,6 +614,7 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		struct wk_tconn *c = NULL;
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
+		bool pp = wk_pp_enabled(l);
 		int fd;
 
 		if (!wk_tcp_can_accept(w, l)) {
@@ -609,7 +628,8 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 				wk_tcp_pause(w);
 			return;
 		}
-		if (wk_tcp_make_room(w, l, (struct sockaddr *)&ss) < 0) {
+		if ((pp && !wk_pp_admit_source(w, l, (struct sockaddr *)&ss)) ||
+		    wk_tcp_make_room(w, l, (struct sockaddr *)&ss, pp) < 0) {
 			close(fd);
 			continue;
 		}
@@ -620,6 +640,7 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		}
 		memcpy(&c->peer, &ss, sl);
 		c->peer_len = sl;
+		c->pp_wait = pp;
 		wk_tconn_start(w, l, c);
 	}
 }

@@ -80,6 +80,10 @@ static void wk_udp_dgram(struct worker *w, struct wk_listener *l, const struct s
 {
 	struct wk_ep ep = { .l = l, .c = NULL, .addr = from, .addr_len = fromlen };
 
+	if (wk_pp_enabled(l)) {
+		wk_pp_udp_input(w, l, from, buf, len);
+		return;
+	}
 	wk_turn_input(w, &ep, buf, len);
 }
 
@@ -221,15 +225,15 @@ static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct 
 }
 
 /* Queues one wrapped message for the batch to a UDP client (counted once sent). */
-static void wk_relay_queue(struct wk_alloc *a, struct mmsghdr *out, struct iovec *iov, uint8_t *m,
-			   size_t mlen)
+static void wk_relay_queue(const struct sockaddr *to, socklen_t to_len, struct mmsghdr *out,
+			   struct iovec *iov, uint8_t *m, size_t mlen)
 {
 	iov->iov_base = m;
 	iov->iov_len = mlen;
 	out->msg_hdr.msg_iov = iov;
 	out->msg_hdr.msg_iovlen = 1;
-	out->msg_hdr.msg_name = &a->client;
-	out->msg_hdr.msg_namelen = a->client_len;
+	out->msg_hdr.msg_name = (void *)to;
+	out->msg_hdr.msg_namelen = to_len;
 }
 
 /* Bytes of out[0..n). */
@@ -280,7 +284,8 @@ static bool wk_gso_unsupported(int err)
  * last may be shorter), they leave as one UDP_SEGMENT send instead of a sendmmsg of
  * separate datagrams. Returns false when the batch does not qualify or the kernel refused
  * (the caller then uses sendmmsg). */
-static bool wk_relay_gso(struct wk_alloc *a, struct mmsghdr *out, unsigned n)
+static bool wk_relay_gso(struct wk_alloc *a, const struct sockaddr *to, socklen_t to_len,
+			 struct mmsghdr *out, unsigned n)
 {
 	struct iovec iov[WK_BATCH];
 	size_t seg = out[0].msg_hdr.msg_iov->iov_len, total = 0;
@@ -297,8 +302,7 @@ static bool wk_relay_gso(struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 	}
 	if (total > WK_GSO_TOTAL_MAX)
 		return false;
-	if (wk_send_segments(a->l->fd, (struct sockaddr *)&a->client, a->client_len, iov, n, seg) >=
-	    0)
+	if (wk_send_segments(a->l->fd, to, to_len, iov, n, seg) >= 0)
 		return true;
 	if (wk_gso_unsupported(errno))
 		a->l->gso_off = true;	/* never try again on this socket */
@@ -308,8 +312,10 @@ static bool wk_relay_gso(struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr *out, unsigned n)
 {
 	unsigned sent = 0;
+	socklen_t to_len;
+	const struct sockaddr *to = wk_alloc_dest(a, &to_len);
 
-	if (wk_relay_gso(a, out, n)) {
+	if (wk_relay_gso(a, to, to_len, out, n)) {
 		wk_client_sent(w, a->l, n, wk_msgs_bytes(out, n));
 		return;
 	}
@@ -318,8 +324,7 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 
 		if (r <= 0 && errno == EMSGSIZE &&
 		    wk_sendto_df(a->l->fd, a->l->df_fast, out[sent].msg_hdr.msg_iov->iov_base,
-				 out[sent].msg_hdr.msg_iov->iov_len, (struct sockaddr *)&a->client,
-				 a->client_len) >= 0)
+				 out[sent].msg_hdr.msg_iov->iov_len, to, to_len) >= 0)
 			r = 1;
 		if (r <= 0) {
 			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, n - sent);
@@ -347,6 +352,8 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 			    .c = a->conn,
 			    .addr = (struct sockaddr *)&a->client,
 			    .addr_len = a->client_len };
+	socklen_t to_len = 0;
+	const struct sockaddr *to = wk_alloc_dest(a, &to_len);
 	int n;
 
 	n = wk_recv_batch(w, r->fd, WK_DGRAM_MAX - 4, msgs, iov, from);	/* room for padding */
@@ -379,7 +386,13 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 			wk_send_client(w, &ep, m, mlen);	/* into the stream buffer */
 			continue;
 		}
-		wk_relay_queue(a, &out[n_out], &oiov[n_out], m, mlen);
+		if (!to) {
+			/* A PROXY protocol client whose proxy is not known yet (taken over):
+			 * until its next datagram nothing can reach it. */
+			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
+			continue;
+		}
+		wk_relay_queue(to, to_len, &out[n_out], &oiov[n_out], m, mlen);
 		n_out++;
 	}
 	if (n_out)

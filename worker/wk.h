@@ -131,6 +131,8 @@ struct wk_tconn {
 	unsigned handoff_slot;		/* 1 + the slot whose CONNECTION-ID a ConnectionBind
 					 * named: the connection goes there; 0 none */
 	bool dead;			/* send failed: closed by the next read callback */
+	bool pp_wait;			/* a PROXY header is due before TLS or STUN; peer is
+					 * the proxy's address until it came (proxyproto.c) */
 	/* Budgets (worker/budget.c): what c is counted as, per source address and prefix
 	 * (src_b: their buckets), and its place in the worker's unauthenticated list. */
 	bool authed;			/* sent an authenticated request */
@@ -202,6 +204,11 @@ struct wk_alloc {
 	struct wk_tconn *conn;		/* TCP: the control connection; NULL for UDP */
 	struct sockaddr_storage client;
 	socklen_t client_len;
+	/* A UDP allocation of a proxy_protocol listener: client is the header's source (the
+	 * 5-tuple), via the proxy that last forwarded its datagrams, where every datagram to
+	 * the client goes (wk_alloc_dest); via_len 0 until known (after a take-over). */
+	struct sockaddr_storage via;
+	socklen_t via_len;
 	struct wk_relay relay[2];
 	uint32_t rec_idx;
 	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
@@ -238,6 +245,10 @@ struct wk_ep {
 	struct wk_tconn *c;		/* TCP connection, or NULL for UDP */
 	const struct sockaddr *addr;	/* client transport address */
 	socklen_t addr_len;
+	/* UDP behind a PROXY protocol v2 proxy: where replies go (the proxy); addr is then
+	 * the header's client. NULL: replies go to addr. */
+	const struct sockaddr *via;
+	socklen_t via_len;
 };
 
 /* A run of datagrams to one address with one size (the last may be shorter), sent as one
@@ -855,6 +866,40 @@ void wk_budget_authed(struct worker *w, struct wk_tconn *c);
 void wk_budget_detach(struct worker *w, struct wk_tconn *c);
 /* From the snapshot's limits. */
 void wk_budget_configure(struct worker *w, const struct snap_limits *lim);
+
+/* ---- proxyproto.c ---- */
+/* Why a PROXY protocol listener refused a connection or datagram (counters
+ * SHM_CTR_PP_REJ_* in this order). */
+enum wk_pp_reason {
+	WK_PP_UNTRUSTED = 0,
+	WK_PP_MISSING,
+	WK_PP_MALFORMED,
+	WK_PP_VERSION,
+	WK_PP_TIMEOUT
+};
+/* l's snapshot enables proxy_protocol. */
+bool wk_pp_enabled(const struct wk_listener *l);
+/* Where datagrams to a's UDP client go (*len its length): a's proxy on a
+ * proxy_protocol listener (NULL while unknown: dropped), else the client itself. */
+const struct sockaddr *wk_alloc_dest(const struct wk_alloc *a, socklen_t *len);
+/* A datagram of listener l (proxy_protocol) from from: its header checked and stripped,
+ * handed to the TURN dispatcher as from the header's client, replies to from. */
+void wk_pp_udp_input(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+		     uint8_t *buf, size_t len);
+/* Counts (and logs at debug) a refusal of from on l for reason r. */
+void wk_pp_reject(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
+		  enum wk_pp_reason r);
+/* Whether from is in l's trusted CIDRs; false is counted (the caller closes or drops). */
+bool wk_pp_admit_source(struct worker *w, const struct wk_listener *l,
+			const struct sockaddr *from);
+/* c (pp_wait) reads its header: 1 done (c->peer is the client, its budgets rekeyed; the
+ * socket's next byte is TLS or STUN), 0 wait for more, -1 close c (counted). */
+int wk_pp_stream(struct worker *w, struct wk_tconn *c);
+/* A datagram from from on l: its v2 header's length (the payload follows), with the
+ * client's address in *client (from itself for LOCAL); -1 drop it (counted). */
+int wk_pp_dgram(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
+		const uint8_t *buf, size_t len, struct sockaddr_storage *client,
+		socklen_t *client_len);
 
 /* ---- auth.c ---- */
 enum wk_auth_result {

@@ -326,6 +326,28 @@ static const struct err_case err_cases[] = {
 	  "listeners:\n  - name: a\n    address: 10.0.0.1\n    relay_address_mask: 0.0.0.0\n",
 	  "t.yaml:10:25: listeners[0].relay_address_mask: '0.0.0.0' is an unspecified, multicast "
 	  "or broadcast address (expected a unicast address)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-TCP\n    proxy_protocol:\n"
+	  "      versions: [3]\n      trusted: [10.0.0.0/8]\n",
+	  "t.yaml:11:18: listeners[0].proxy_protocol.versions[0]: 3 is out of range (1..2)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-TCP\n    proxy_protocol:\n"
+	  "      versions: [2]\n      trusted: [10.0.0.0/33]\n",
+	  "t.yaml:12:17: listeners[0].proxy_protocol.trusted[0]: '10.0.0.0/33' is not a CIDR "
+	  "(expected an IP or IP/len, such as 10.0.0.0/8)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-TCP\n    proxy_protocol:\n"
+	  "      versions: [2]\n",
+	  "t.yaml:11:7: listeners[0].proxy_protocol: missing trusted (expected the CIDRs of the "
+	  "proxies that send the header)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-UDP\n    proxy_protocol:\n"
+	  "      versions: [1, 2]\n      trusted: [10.0.0.1]\n",
+	  "t.yaml:11:7: listeners[0].proxy_protocol: version 1 on a TURN-UDP listener (expected "
+	  "versions: [2]: v1 is for streams only)" },
+	{ T_HEAD "listeners:\n  - name: a\n    protocol: TURN-DTLS\n    proxy_protocol:\n"
+	  "      versions: [2]\n      trusted: [10.0.0.1]\n",
+	  "t.yaml:11:7: listeners[0].proxy_protocol: not supported on a TURN-DTLS listener "
+	  "(expected TURN-UDP, TURN-TCP or TURN-TLS)" },
+	{ T_HEAD "listeners:\n  - name: a\n    proxy_protocol:\n      version: [2]\n",
+	  "t.yaml:10:7: listeners[0].proxy_protocol: missing versions (expected versions: [1, 2], "
+	  "[1] or [2])" },
 	{ T_HEAD "limits:\n  user_bps: -1\n",
 	  "t.yaml:8:13: limits.user_bps: -1 is out of range (0..1000000000000)" },
 	{ T_HEAD "limits:\n  bandwidth_burst_ms: 0\n",
@@ -698,6 +720,12 @@ static void test_extensions(void **state)
 	assert_true(t->auth->strict_expiry);                       /* inherited */
 	assert_int_equal(t->auth->n_users, 2);
 	assert_string_equal(t->auth->users[1].username, "carol");
+	assert_int_equal(u->pp_versions, 0);
+	assert_int_equal(t->pp_versions, 3);
+	assert_int_equal(t->pp_n_trusted, 2);
+	assert_int_equal(t->pp_trusted[0].family, AF_INET);
+	assert_int_equal(t->pp_trusted[0].len, 8);
+	assert_int_equal(t->pp_trusted[1].family, AF_INET6);
 	conf_free(c);
 	conf_diags_free(&d);
 }

@@ -360,6 +360,52 @@ static void test_allowlist_proto(void **state)
 	unbuild(&x);
 }
 
+/* listeners[].proxy_protocol through the snapshot: versions and trusted CIDRs, matched with
+ * an IPv4-mapped IPv6 source as its IPv4 (a dual-stack socket's view). */
+static bool pp_trusted(const struct snap_listener *l, const char *ip)
+{
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof(ss));
+	if (strchr(ip, ':')) {
+		ss.ss_family = AF_INET6;
+		inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr);
+	} else {
+		ss.ss_family = AF_INET;
+		inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr);
+	}
+	return snap_listener_pp_trusted(l, (struct sockaddr *)&ss);
+}
+
+static void test_proxy_protocol(void **state)
+{
+	(void)state;
+	struct blob x;
+	struct snap_listener l;
+	build(&x,
+	      "version: v1\nauth:\n  type: ephemeral\n  credentials: {secret: s}\n"
+	      "listeners:\n  - name: t\n    protocol: TURN-TCP\n    address: 192.0.2.1\n"
+	      "    proxy_protocol:\n      versions: [2]\n"
+	      "      trusted: [\"10.0.0.0/8\", \"192.168.1.7\", \"fd00::/8\", \"172.16.0.0/13\"]\n"
+	      "  - name: u\n    protocol: TURN-UDP\n    address: 192.0.2.1\n",
+	      1);
+	assert_int_equal(snap_listener_get(x.s, 0, &l), 0);
+	assert_int_equal(l.pp_versions, 2);
+	assert_int_equal(l.pp_n_trusted, 4);
+	assert_true(pp_trusted(&l, "10.255.0.1"));
+	assert_false(pp_trusted(&l, "11.0.0.1"));
+	assert_true(pp_trusted(&l, "192.168.1.7"));
+	assert_false(pp_trusted(&l, "192.168.1.8"));
+	assert_true(pp_trusted(&l, "::ffff:10.1.2.3"));
+	assert_true(pp_trusted(&l, "fd12::1"));
+	assert_false(pp_trusted(&l, "fe80::1"));
+	assert_true(pp_trusted(&l, "172.23.255.255"));
+	assert_false(pp_trusted(&l, "172.24.0.0"));
+	assert_int_equal(snap_listener_get(x.s, 1, &l), 0);
+	assert_int_equal(l.pp_versions, 0);
+	assert_false(pp_trusted(&l, "10.0.0.1"));
+	unbuild(&x);
+}
+
 static void test_dns_special_not_admitted(void **state)
 {
 	(void)state;
@@ -678,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_tls_material),
 		cmocka_unit_test(test_allowlist),
 		cmocka_unit_test(test_allowlist_proto),
+		cmocka_unit_test(test_proxy_protocol),
 		cmocka_unit_test(test_dns_special_not_admitted),
 		cmocka_unit_test(test_admit_special),
 		cmocka_unit_test(test_auth_material),
