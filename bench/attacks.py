@@ -11,7 +11,7 @@ last probe). Every attack is bounded in count and time.
 
     bench/attacks.py [--builddir DIR] [--coturn PATH] [--servers turngate,coturn]
                      [--attacks tls,dtls,idle,emfile,guess,quota] [--rates 1,10]
-                     [--probes N] [--smoke]
+                     [--probes N] [--smoke] [--base DIR --servers turngate,base,coturn]
 
 Attacks (issue 36's table; "1x" is the table's figure, "10x" ten times it):
   tls     TCP connections from one address, each sending 11 bytes of a TLS ClientHello then
@@ -28,7 +28,8 @@ Attacks (issue 36's table; "1x" is the table's figure, "10x" ten times it):
   quota   one credential holder allocates over UDP on a 200-port relay range: 200 attempts
           (1x) / 2,000 (10x); probes: another user's Allocate (then Refresh 0) over UDP.
 
---smoke: tiny counts, 5 probes, turngated only (make check runs it so the script can't rot).
+--smoke: a fiftieth of the counts, 1x only, 5 probes of at most 0.5 s, turngated only
+(bench/test_attacks.py, run by make check so the script can't rot; no timing asserted).
 """
 import argparse
 import hashlib
@@ -92,14 +93,19 @@ def relay_ports(attack):
     return (50000, 50199) if attack == "quota" else None
 
 
-def turngate_cmd(args, rundir, attack):
+def turngate_cmd(args, rundir, attack, builddir=None):
     rng = relay_ports(attack)
     ports = f"\n  relay_port_min: {rng[0]}\n  relay_port_max: {rng[1]}" if rng else ""
     conf = os.path.join(rundir, "turngate.yaml")
     with open(conf, "w") as f:
         f.write(TURNGATE_YAML.format(rundir=rundir, ports=ports, realm=REALM, user=USER,
                                      hog=HOG, pw=PASS, crt=args.crt, key=args.key, **PORTS))
-    return [os.path.join(args.builddir, "turngated"), "-c", conf], PORTS
+    return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf], PORTS
+
+
+def base_cmd(args, rundir, attack):
+    # Another turngated build (--base DIR), same YAML: the same attacks before a change.
+    return turngate_cmd(args, rundir, attack, args.base)
 
 
 def coturn_cmd(args, rundir, attack):
@@ -116,7 +122,7 @@ def coturn_cmd(args, rundir, attack):
     return cmd, COTURN_PORTS
 
 
-SERVERS = {"turngate": turngate_cmd, "coturn": coturn_cmd}
+SERVERS = {"turngate": turngate_cmd, "base": base_cmd, "coturn": coturn_cmd}
 
 
 # ---- server processes ---------------------------------------------------------------------
@@ -149,7 +155,7 @@ def start_server(args, server, attack, rundir):
     end = time.monotonic() + 15
     while time.monotonic() < end and proc.poll() is None:
         if probe_tcp_listening(ports["tcp"]) and compare.wait_stun(0.2, topo=udp_topo(ports)):
-            if server != "turngate" or len(compare.children(proc.pid)) >= 1:
+            if server == "coturn" or len(compare.children(proc.pid)) >= 1:
                 time.sleep(0.3)     # every worker (coturn: every listener thread) up
                 return proc, ports
         time.sleep(0.1)
@@ -562,22 +568,23 @@ def cell(args, proc, ports, attack, mult, n_probes):
     if attack == "idle":
         count = min(count, args.cap)
     kind = {"tls": "tls", "dtls": "dtls", "quota": "udp"}.get(attack, "tcp")
+    tk = 0.3 if args.smoke else 1.0      # the probes' span in the smoke run
     c0, t0 = cpu_s(proc.pid), time.monotonic()
     if attack in ("tls", "dtls"):
         cls = TlsHello if attack == "tls" else DtlsHello
         a = cls(ports[attack], count, RATE[attack] * mult, count / (RATE[attack] * mult) + 1)
         a.start()
-        span = max(1.0, count / (RATE[attack] * mult) - 2)
+        span = max(tk, count / (RATE[attack] * mult) - 2)
         time.sleep(min(2.0, span / 4))
     elif attack == "idle":
         a = IdleTcp(ports["tcp"], count, None, 30)
         a.start()
         a.join(60)
-        span = 2.0
+        span = 2.0 * tk
     elif attack == "emfile":
         a = fill_fds(args, proc, ports["tcp"], count)
         c0, t0 = cpu_s(proc.pid), time.monotonic()
-        span = 3.0
+        span = 3.0 * tk
     elif attack == "guess":
         a = Guess(ports["tcp"], int(COUNT["guess"] * mult * GUESS_S * k), COUNT["guess"] * mult,
                   GUESS_S * k)
@@ -588,7 +595,7 @@ def cell(args, proc, ports, attack, mult, n_probes):
         a = Quota(ports["udp"], count, None, 30)
         a.start()
         a.join(60)
-        span = 2.0
+        span = 2.0 * tk
     p = Probes(kind, ports[kind], n_probes, span)
     p.start()
     p.join(span + n_probes * PROBE_TIMEOUT_S + 10)
@@ -630,16 +637,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--builddir", default=os.getcwd())
     ap.add_argument("--coturn", default=compare.COTURN)
+    ap.add_argument("--base", help="another build tree whose turngated runs as server 'base'")
     ap.add_argument("--servers", default="turngate,coturn")
     ap.add_argument("--attacks", default="tls,dtls,idle,emfile,guess,quota")
     ap.add_argument("--rates", default="1,10")
     ap.add_argument("--probes", type=int, default=100)
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny counts, 5 probes, turngated only (make check)")
+                    help="a fiftieth of the counts, 1x, 5 probes, turngated only (make check)")
     args = ap.parse_args()
     args.scale = 1.0
     if args.smoke:
-        args.scale, args.probes, args.servers = 0.02, 5, "turngate"
+        global PROBE_TIMEOUT_S
+        args.scale, args.probes, args.servers, args.rates = 0.02, 5, "turngate", "1"
+        PROBE_TIMEOUT_S = 0.5
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     cap = args.cap = hard - 1000
