@@ -23,6 +23,7 @@ No kubectl, kubeconform or cluster is available offline, so this is what is chec
   server-side validation needs an API server, which is not available.
 """
 import copy
+import json
 import os
 import re
 import subprocess
@@ -572,6 +573,21 @@ def pod_env(pod):
     return env
 
 
+
+def config_ok(stdout):
+    """True when `turngated -t` said "configuration ok": a plain line, or a JSON log line
+    whose msg says it (the ConfigMaps set log_format: json, and -t answers in the checked
+    file's format)."""
+    for line in stdout.splitlines():
+        if line == "configuration ok":
+            return True
+        try:
+            if json.loads(line).get("msg") == "configuration ok":
+                return True
+        except (ValueError, AttributeError):
+            continue
+    return False
+
 def daemon_check(docs):
     """Runs the built turngated -t on the ConfigMap's config with the Secret's files, through
     the container's command line, as each pod would."""
@@ -593,7 +609,7 @@ def daemon_check(docs):
             r = subprocess.run(container_argv(dep, daemon, cfg), capture_output=True,
                                text=True, env=pod_env(pod), timeout=60, check=False)
             out = r.stdout + r.stderr
-            if r.returncode != 0 or "configuration ok" not in r.stdout.splitlines():
+            if r.returncode != 0 or not config_ok(r.stdout):
                 errors.append(f"pod {pod}: turngated -t rejects the ConfigMap's config:\n"
                               + out)
     return errors
