@@ -623,8 +623,16 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		}
 		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-			    errno == ENOMEM)
+			int err = errno;
+
+			/* Out of this process's descriptors: this listener's oldest
+			 * unauthenticated connection (each holds one) makes room for the
+			 * newcomer, as a full connection table does; with none, accepting
+			 * pauses instead of spinning. */
+			if (err == EMFILE && wk_budget_make_room(w, l, SHM_SRC_CONNS,
+								 SHM_SRC_R_WORKER_CONNS) == 0)
+				continue;
+			if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
 				wk_tcp_pause(w);
 			return;
 		}
