@@ -47,7 +47,7 @@ cache=${TG_STUNNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/turngate/stunner}
 key=$( (echo "$gover"; cd "$mod" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
 	| LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)
 out="$cache/$key"
-progs="stunnerd turncat stunner-validate"
+progs="stunnerd turncat stunner-validate stunner-cds"
 
 ready() {
 	for p in $progs; do
