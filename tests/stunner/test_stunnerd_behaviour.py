@@ -4,10 +4,11 @@ One config (the STUNner v1 keys both read; turngate's own admin keys, which stun
 decoder ignores), ephemeral auth, a TURN-UDP listener on 127.0.0.1 and a STATIC cluster
 admitting the echo peer 127.0.0.1:<P-P> only, is given to stunnerd (built from the pinned Go
 module by scripts/build-stunner.sh) and then to turngated. The same scripted requests go to
-each: Allocate with good, wrong and expired credentials; CreatePermission and ChannelBind to
-the admitted peer, to a peer no cluster covers (10.9.9.9, 127.0.0.2) and to the admitted
-address on a port outside the endpoint's range; Send to each, with the echo peers counting
-what reaches them. Each outcome (success, error code, relayed or not) must match, or EXPECTED
+each, over TURN-UDP and over TURN-TCP (a second listener on the same port): Allocate with
+good, wrong and expired credentials (and an RFC 6062 TCP Allocate over TURN-TCP);
+CreatePermission and ChannelBind to the admitted peer, to a peer no cluster covers
+(10.9.9.9, 127.0.0.2) and to the admitted address on a port outside the endpoint's range;
+Send to each (TURN-UDP), with the echo peers counting what reaches them. Each outcome (success, error code, relayed or not) must match, or EXPECTED
 names the row of docs/configuration.md's "Differences from stunnerd" that explains it (the row
 must exist, and a listed difference that no longer differs fails).
 
@@ -30,8 +31,10 @@ top_srcdir = os.environ.get("top_srcdir", os.path.join(here, "..", ".."))
 sys.path.insert(0, os.path.join(top_srcdir, "tests", "integration"))
 sys.path.insert(0, here)
 from harness_admin import Daemon, binding_request, free_port  # noqa: E402
-from test_security_stun import (A_ERROR, REALM, SECRET, Client, error_code,  # noqa: E402
-                                relay_range)
+from test_security_stun import (A_ERROR, A_TRANSPORT, ALLOCATE, REALM, SECRET,  # noqa: E402
+                                error_code, relay_range)
+from test_security_stun import Client as UdpClient  # noqa: E402
+from test_tcp_relay import TcpTurn  # noqa: E402
 from test_stunnerd_diff import difference_rows, programs  # noqa: E402
 
 # step -> (stunnerd's outcome, turngate's outcome, the configuration.md row that says why)
@@ -45,7 +48,16 @@ EXPECTED = {
     "ChannelBind 10.9.9.9": ("error 401", "error 403", "A refused peer at CreatePermission"),
     "ChannelBind 127.0.0.1 port outside the range": (
         "success", "error 403", "ChannelBind to a port outside"),
+    "TURN-TCP: Allocate TCP (RFC 6062)": ("error 508", "error 403", "TCP Allocate (RFC 6062)"),
 }
+
+
+def expected(step):
+    """The EXPECTED key of a step: a TURN-TCP step shares its UDP twin's."""
+    for k in (step, step.replace("TURN-TCP: ", "", 1)):
+        if k in EXPECTED:
+            return k
+    return None
 
 
 def outcome(r):
@@ -94,9 +106,11 @@ def make_config(d, port, peer_port, relay):
             "auth:\n  type: ephemeral\n  realm: %s\n  credentials:\n    secret: %s\n"
             "listeners:\n  - name: udp\n    protocol: TURN-UDP\n    address: 127.0.0.1\n"
             "    port: %d\n    routes: [echo]\n"
+            "  - name: tcp\n    protocol: TURN-TCP\n    address: 127.0.0.1\n"
+            "    port: %d\n    routes: [echo]\n"
             "clusters:\n  - name: echo\n    type: STATIC\n    protocol: UDP\n"
             "    endpoints: [\"127.0.0.1:<%d-%d>\"]\n"
-            % (d, d, relay[0], relay[1], REALM, SECRET, port, peer_port, peer_port))
+            % (d, d, relay[0], relay[1], REALM, SECRET, port, port, peer_port, peer_port))
 
 
 def wait_stun(port, proc, timeout=20.0):
@@ -125,32 +139,44 @@ def with_user(c, username, password):
     c.nonce = None
 
 
-def script(port, peer, outside):
-    """The scripted requests; returns [(step, outcome)]."""
+def script(port, peer, outside, tcp=False):
+    """The scripted requests; returns [(step, outcome)]. tcp: over TURN-TCP (the control
+    steps, UDP relaying; no Send, whose answers would need stream framing here), with an
+    RFC 6062 TCP Allocate too."""
     res = []
+    Client = TcpTurn if tcp else UdpClient
+    pre = "TURN-TCP: " if tcp else ""
+    if tcp:
+        t = TcpTurn(port, "dave")
+        r = t.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))])
+        res.append(("TURN-TCP: Allocate TCP (RFC 6062)", outcome(r)))
+        t.close()
     bad = Client(port, "bob")
     with_user(bad, bad.username, "d3Jvbmc=")
-    res.append(("Allocate, wrong password", outcome(bad.allocate(expect="any"))))
+    res.append((pre + "Allocate, wrong password", outcome(bad.allocate(expect="any"))))
     bad.close()
     old = Client(port, "carol")
     user = "%d:carol" % (int(time.time()) - 60)
     pw = base64.b64encode(hmac.new(SECRET.encode(), user.encode(), hashlib.sha1).digest())
     with_user(old, user, pw.decode())
-    res.append(("Allocate, expired credential", outcome(old.allocate(expect="any"))))
+    res.append((pre + "Allocate, expired credential", outcome(old.allocate(expect="any"))))
     old.close()
 
     c = Client(port, "alice")
     r = c.allocate(expect="any")
-    res.append(("Allocate, good credential", outcome(r)))
+    res.append((pre + "Allocate, good credential", outcome(r)))
     if r[1] != 0x0100:
         return res
     for ip in ("127.0.0.1", "10.9.9.9", "127.0.0.2"):
-        res.append(("CreatePermission %s" % ip, outcome(c.perm(ip, peer.sock.getsockname()[1]))))
-    res.append(("ChannelBind 127.0.0.1", outcome(c.bind("127.0.0.1", peer.sock.getsockname()[1],
+        res.append((pre + "CreatePermission %s" % ip, outcome(c.perm(ip, peer.sock.getsockname()[1]))))
+    res.append((pre + "ChannelBind 127.0.0.1", outcome(c.bind("127.0.0.1", peer.sock.getsockname()[1],
                                                         0x4000))))
-    res.append(("ChannelBind 10.9.9.9", outcome(c.bind("10.9.9.9", 3478, 0x4001))))
-    res.append(("ChannelBind 127.0.0.1 port outside the range",
+    res.append((pre + "ChannelBind 10.9.9.9", outcome(c.bind("10.9.9.9", 3478, 0x4001))))
+    res.append((pre + "ChannelBind 127.0.0.1 port outside the range",
                 outcome(c.bind("127.0.0.1", outside.sock.getsockname()[1], 0x4002))))
+    if tcp:
+        c.close()
+        return res
     # Send: one datagram to each peer, the echo's count and the answer tell what was relayed
     for name, ip, echo in (("admitted peer", "127.0.0.1", peer),
                            ("port outside the range", "127.0.0.1", outside)):
@@ -192,7 +218,8 @@ STATE = {}
 
 
 def script_on(port):
-    return script(port, STATE["peer"], STATE["outside"])
+    return (script(port, STATE["peer"], STATE["outside"]) +
+            script(port, STATE["peer"], STATE["outside"], tcp=True))
 
 
 def main():
@@ -224,10 +251,11 @@ def main():
     seen = set()
     for step, so in st:
         to = tgd.get(step, "not run")
-        exp = EXPECTED.get(step)
+        key = expected(step)
+        exp = EXPECTED.get(key)
         line = "%-46s stunnerd: %-24s turngated: %s" % (step, so, to)
         if exp is not None:
-            seen.add(step)
+            seen.add(key)
             if not any(r.startswith("| " + exp[2]) for r in rows):
                 print("FAIL %s: no row \"%s\" in configuration.md" % (line, exp[2]))
                 fail = 1
