@@ -44,8 +44,9 @@ go1.2[5-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 cache=${TG_STUNNER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/turngate/stunner}
-key=$( (echo "$gover"; cd "$mod" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
-	| LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)
+key=$( (echo "$gover"; cd "$mod" &&
+	find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) |
+	LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)
 out="$cache/$key"
 progs="stunnerd turncat stunner-validate stunner-cds"
 

@@ -8,8 +8,8 @@ each, over TURN-UDP and over TURN-TCP (a second listener on the same port): Allo
 good, wrong and expired credentials (and an RFC 6062 TCP Allocate over TURN-TCP);
 CreatePermission and ChannelBind to the admitted peer, to a peer no cluster covers
 (10.9.9.9, 127.0.0.2) and to the admitted address on a port outside the endpoint's range;
-Send to each (TURN-UDP), with the echo peers counting what reaches them. Each outcome (success, error code, relayed or not) must match, or EXPECTED
-names the row of docs/configuration.md's "Differences from stunnerd" that explains it (the row
+Send to each (TURN-UDP), with the echo peers counting what reaches them. Each outcome
+(success, error code, relayed or not) must match, or EXPECTED names the row of docs/configuration.md's "Differences from stunnerd" that explains it (the row
 must exist, and a listed difference that no longer differs fails).
 
 Without STUNner's programs (no Go, modules never fetched) the test skips, or fails under
@@ -167,10 +167,10 @@ def script(port, peer, outside, tcp=False):
     res.append((pre + "Allocate, good credential", outcome(r)))
     if r[1] != 0x0100:
         return res
+    pport = peer.sock.getsockname()[1]
     for ip in ("127.0.0.1", "10.9.9.9", "127.0.0.2"):
-        res.append((pre + "CreatePermission %s" % ip, outcome(c.perm(ip, peer.sock.getsockname()[1]))))
-    res.append((pre + "ChannelBind 127.0.0.1", outcome(c.bind("127.0.0.1", peer.sock.getsockname()[1],
-                                                        0x4000))))
+        res.append((pre + "CreatePermission %s" % ip, outcome(c.perm(ip, pport))))
+    res.append((pre + "ChannelBind 127.0.0.1", outcome(c.bind("127.0.0.1", pport, 0x4000))))
     res.append((pre + "ChannelBind 10.9.9.9", outcome(c.bind("10.9.9.9", 3478, 0x4001))))
     res.append((pre + "ChannelBind 127.0.0.1 port outside the range",
                 outcome(c.bind("127.0.0.1", outside.sock.getsockname()[1], 0x4002))))
