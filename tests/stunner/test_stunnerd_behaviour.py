@@ -9,8 +9,9 @@ good, wrong and expired credentials (and an RFC 6062 TCP Allocate over TURN-TCP)
 CreatePermission and ChannelBind to the admitted peer, to a peer no cluster covers
 (10.9.9.9, 127.0.0.2) and to the admitted address on a port outside the endpoint's range;
 Send to each (TURN-UDP), with the echo peers counting what reaches them. Each outcome
-(success, error code, relayed or not) must match, or EXPECTED names the row of docs/configuration.md's "Differences from stunnerd" that explains it (the row
-must exist, and a listed difference that no longer differs fails).
+(success, error code, relayed or not) must match, or EXPECTED names the row of
+docs/configuration.md's "Differences from stunnerd" that explains it (the row must exist,
+and a listed difference that no longer differs fails).
 
 Without STUNner's programs (no Go, modules never fetched) the test skips, or fails under
 CI=true; the programs are built with --offline (no network at test time).
