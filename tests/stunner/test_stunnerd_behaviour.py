@@ -2,7 +2,8 @@
 
 One config (the STUNner v1 keys both read; turngate's own admin keys, which stunnerd's
 decoder ignores), ephemeral auth, a TURN-UDP listener on 127.0.0.1 and a STATIC cluster
-admitting the echo peer 127.0.0.1:<P-P> only, is given to stunnerd (built from the pinned Go
+admitting the echo peer 127.0.0.1:<P-P> only (then again with a STRICT_DNS cluster naming it
+localhost, which has no port range), is given to stunnerd (built from the pinned Go
 module by scripts/build-stunner.sh) and then to turngated. The same scripted requests go to
 each, over TURN-UDP and over TURN-TCP (a second listener on the same port): Allocate with
 good, wrong and expired credentials (and an RFC 6062 TCP Allocate over TURN-TCP);
@@ -51,11 +52,23 @@ EXPECTED = {
         "success", "error 403", "ChannelBind to a port outside"),
     "TURN-TCP: Allocate TCP (RFC 6062)": ("error 508", "error 403", "TCP Allocate (RFC 6062)"),
 }
+# The STRICT_DNS cluster names localhost: stunnerd admits what it resolves to (127.0.0.1, any
+# port), turngated leaves a special-purpose answer out unless admit_special names it.
+for _step, _st, _tg in (("CreatePermission 127.0.0.1", "success", "error 403"),
+                        ("ChannelBind 127.0.0.1", "success", "error 403"),
+                        ("ChannelBind 127.0.0.1 port outside the range", "success", "error 403"),
+                        ("Send to admitted peer", "relayed", "not relayed"),
+                        ("Data back from admitted peer", "received", "none"),
+                        ("Send to port outside the range", "relayed", "not relayed"),
+                        ("Data back from port outside the range", "received", "none")):
+    EXPECTED["STRICT_DNS: " + _step] = (_st, _tg, "Special-purpose peers")
 
 
 def expected(step):
     """The EXPECTED key of a step: a TURN-TCP step shares its UDP twin's."""
-    for k in (step, step.replace("TURN-TCP: ", "", 1)):
+    tcp = step.replace("TURN-TCP: ", "", 1)
+    for k in (step, tcp, step.replace("STRICT_DNS: ", "", 1),
+              tcp.replace("STRICT_DNS: ", "", 1)):
         if k in EXPECTED:
             return k
     return None
@@ -100,7 +113,11 @@ class Echo:
         self.sock.close()
 
 
-def make_config(d, port, peer_port, relay):
+def make_config(d, port, peer_port, relay, kind="STATIC"):
+    # STRICT_DNS: the same peer by name (localhost, /etc/hosts), resolved by each daemon
+    # (no port range: stunnerd resolves "localhost:<A-B>" as a whole, which never resolves;
+    # configuration.md's STRICT_DNS row)
+    ep = "localhost" if kind == "STRICT_DNS" else "127.0.0.1:<%d-%d>" % (peer_port, peer_port)
     return ("version: v1\nadmin:\n  name: diff\n  loglevel: all:WARN\n  workers: 1\n"
             "  admin_socket: %s/admin.sock\n  state_dir: %s\n  drain_timeout: 1\n"
             "  healthcheck_endpoint: \"\"\n  relay_port_min: %d\n  relay_port_max: %d\n"
@@ -109,9 +126,9 @@ def make_config(d, port, peer_port, relay):
             "    port: %d\n    routes: [echo]\n"
             "  - name: tcp\n    protocol: TURN-TCP\n    address: 127.0.0.1\n"
             "    port: %d\n    routes: [echo]\n"
-            "clusters:\n  - name: echo\n    type: STATIC\n    protocol: UDP\n"
-            "    endpoints: [\"127.0.0.1:<%d-%d>\"]\n"
-            % (d, d, relay[0], relay[1], REALM, SECRET, port, port, peer_port, peer_port))
+            "clusters:\n  - name: echo\n    type: %s\n    protocol: UDP\n"
+            "    endpoints: [\"%s\"]\n"
+            % (d, d, relay[0], relay[1], REALM, SECRET, port, port, kind, ep))
 
 
 def wait_stun(port, proc, timeout=20.0):
@@ -232,19 +249,22 @@ def main():
     STATE["peer"] = Echo(free_port())
     STATE["outside"] = Echo(free_port())
     fail = 0
+    st, tgr = [], []
     try:
-        with tempfile.TemporaryDirectory(prefix="tg-stunnerd-") as d:
-            relay = relay_range()
-            port = free_port()
-            text = make_config(d, port, STATE["peer"].sock.getsockname()[1], relay)
-            st = run_stunnerd(bindir, d, text, port)
-            port = free_port()
-            text = make_config(d, port, STATE["peer"].sock.getsockname()[1], relay)
-            tg = Daemon(d, text, workers=1).start()
-            try:
-                tgr = script_on(port)
-            finally:
-                tg.stop()
+        for kind in ("STATIC", "STRICT_DNS"):
+            pre = "" if kind == "STATIC" else kind + ": "
+            with tempfile.TemporaryDirectory(prefix="tg-stunnerd-") as d:
+                relay = relay_range()
+                port = free_port()
+                text = make_config(d, port, STATE["peer"].sock.getsockname()[1], relay, kind)
+                st += [(pre + k, v) for k, v in run_stunnerd(bindir, d, text, port)]
+                port = free_port()
+                text = make_config(d, port, STATE["peer"].sock.getsockname()[1], relay, kind)
+                tg = Daemon(d, text, workers=1).start()
+                try:
+                    tgr += [(pre + k, v) for k, v in script_on(port)]
+                finally:
+                    tg.stop()
     finally:
         STATE["peer"].close()
         STATE["outside"].close()
