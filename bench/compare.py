@@ -416,6 +416,10 @@ def run_one(args, server, test):
             if args.worker_quota and server.startswith("turngate"):
                 capped = cap_workers(srv.pid, args.workers, args.worker_quota)
             targs = tb_args(args, test) + ["-P", str(srv.pid)]
+            if server.startswith("stunnerd") and "-U" in targs:
+                # STUNner's static auth has one user (and no user quota): no -U, user "bench"
+                i = targs.index("-U")
+                del targs[i:i + 2]
         if not sym_test(test):      # in sym the clients echo each other
             echo = start_echo(args, tb, 600)
             targs += ["-E", str(echo.pid)]
