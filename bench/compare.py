@@ -174,8 +174,58 @@ def coturn_cmd(args, rundir, test=None):
     return cmd
 
 
+# stunnerd v1.2.1 (tests/stunner's Go module, scripts/build-stunner.sh): the same listener,
+# cluster and auth in STUNner's own v1 schema. Relay ports are the kernel's (STUNner has no
+# range); no health check, no metrics.
+STUNNERD_YAML = """version: v1
+admin:
+  name: bench
+  loglevel: all:WARN
+  healthcheck_endpoint: ""
+auth:
+{auth}
+listeners:
+  - name: udp
+    protocol: TURN-UDP
+    address: {relay_ip}
+    port: {port}
+    routes: [echo]
+clusters:
+  - name: echo
+    type: STATIC
+    protocol: UDP
+    endpoints: [{cluster}]
+"""
+
+
+def stunnerd_cmd(args, rundir, test=None, threads=True):
+    # --udp-thread-num = turngated's worker count (server stunnerd), or stunnerd's default
+    # (server stunnerd-default: no flag, one UDP socket and read loop per listener).
+    if args.auth == "secret":
+        auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
+    else:
+        auth = (f"  type: static\n  realm: {REALM}\n  credentials:\n"
+                f"    username: {USER}\n    password: {PASS}")
+    topo = topo_of(args)
+    cluster = list(topo.cluster)
+    if sym_test(test):
+        cluster += [topo.relay_ip] if topo.relay_ip not in cluster else []
+    conf = os.path.join(rundir, "stunnerd.yaml")
+    with open(conf, "w") as f:
+        f.write(STUNNERD_YAML.format(auth=auth, relay_ip=topo.relay_ip, port=topo.server[1],
+                                     cluster=", ".join('"%s"' % c for c in cluster)))
+    cmd = [os.path.join(args.stunner_bin, "stunnerd"), "-c", "file://" + conf]
+    if threads:
+        cmd.append(f"--udp-thread-num={args.workers}")
+    return cmd
+
+
+def stunnerd_default_cmd(args, rundir, test=None):
+    return stunnerd_cmd(args, rundir, test=test, threads=False)
+
+
 SERVERS = {"turngate": turngate_cmd, "turngate-offload": offload_cmd, "coturn": coturn_cmd,
-           "base": base_cmd}
+           "base": base_cmd, "stunnerd": stunnerd_cmd, "stunnerd-default": stunnerd_default_cmd}
 
 
 def wait_stun(deadline_s=10.0, topo=None):
@@ -361,10 +411,15 @@ def run_one(args, server, test):
                                    stderr=log, cwd=rundir, start_new_session=True)
             if not wait_stun(topo=topo):
                 raise RuntimeError(f"{server} did not answer STUN on {topo.server}")
-            check_listener(topo, srv.pid, server)
-            if args.worker_quota and server != "coturn":
+            if not server.startswith("stunnerd"):   # stunnerd binds [::]:PORT whatever
+                check_listener(topo, srv.pid, server)  # the listener's address says
+            if args.worker_quota and server.startswith("turngate"):
                 capped = cap_workers(srv.pid, args.workers, args.worker_quota)
             targs = tb_args(args, test) + ["-P", str(srv.pid)]
+            if server.startswith("stunnerd") and "-U" in targs:
+                # STUNner's static auth has one user (and no user quota): no -U, user "bench"
+                i = targs.index("-U")
+                del targs[i:i + 2]
         if not sym_test(test):      # in sym the clients echo each other
             echo = start_echo(args, tb, 600)
             targs += ["-E", str(echo.pid)]
@@ -376,7 +431,7 @@ def run_one(args, server, test):
             res["rcvbuf_errors"] = udp_rcvbuf_errors(topo) - drops
             if srv is not None and topo.ns:
                 res["relay_sockets"] = relay_sockets(topo, srv.pid)
-            if sym_test(test) and server != "coturn":
+            if sym_test(test) and server.startswith("turngate"):
                 res.update(short_circuit_share(server_stats(args, rundir)))
         if r.returncode != 0 or res is None:
             print(f"# {server} {test}: turnbench rc={r.returncode}: "
@@ -388,7 +443,9 @@ def run_one(args, server, test):
         return None
     finally:
         stop(echo)
-        stop(srv)
+        # stunnerd's graceful shutdown waits for every allocation to end: SIGKILL after 1 s
+        stunnerd = server.startswith("stunnerd")
+        stop(srv, grace=1.0 if stunnerd else 5.0)
         for d in capped:
             try:
                 os.rmdir(d)
@@ -398,7 +455,7 @@ def run_one(args, server, test):
         if server.startswith("turngate"):
             offload_notes(args, server, rundir)
         if srv is not None and srv.returncode not in (0, -signal.SIGTERM, None) \
-                and not args.keep:
+                and not (stunnerd and srv.returncode == -signal.SIGKILL) and not args.keep:
             print(f"# {server} exit status {srv.returncode}, log kept in {rundir}",
                   file=sys.stderr)
         elif not args.keep:
@@ -463,7 +520,8 @@ def main():
     ap.add_argument("--raw", help="append every run's raw line to this file")
     ap.add_argument("--keep", action="store_true", help="keep run directories")
     ap.add_argument("--workers", type=int, default=1,
-                    help="turngated workers and coturn relay threads (1)")
+                    help="turngated workers, coturn relay threads and stunnerd's "
+                         "--udp-thread-num (1)")
     ap.add_argument("--srv-cpus", default="0", help="taskset list for the server ('' = none)")
     ap.add_argument("--gen-cpus", default="1",
                     help="taskset list for the generator, and the echo peer ('' = none)")
@@ -476,6 +534,12 @@ def main():
                     help="nice value for server, generator and echo (e.g. -10 on a shared box)")
     ap.add_argument("--coturn", default=COTURN,
                     help=f"the turnserver binary of server coturn ({COTURN})")
+    ap.add_argument("--ports", default=None, metavar="SERVER,PEER",
+                    help="loopback ports of the server and the echo peer (13478,13500), "
+                         "to run beside another benchmark")
+    ap.add_argument("--stunner-bin", default=None, metavar="DIR",
+                    help="where stunnerd v1.2.1 is for servers stunnerd and stunnerd-default "
+                         "(default: what scripts/build-stunner.sh builds)")
     ap.add_argument("--netns", action="store_true",
                     help="client, server and echo peer in three network namespaces joined by "
                          "veth pairs (root; bench/topology.py), instead of loopback")
@@ -519,6 +583,16 @@ def main():
             sys.exit(f"{args.coturn} (coturn's turnserver) not found: pass --coturn PATH")
         args.coturn = os.path.abspath(shutil.which(args.coturn))   # servers run in rundir
         args.coturn_version = coturn_version(args.coturn)
+    if any(x.startswith("stunnerd") for x in servers):
+        if not args.stunner_bin:
+            r = subprocess.run(["sh", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                   "..", "scripts", "build-stunner.sh")],
+                               stdout=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                sys.exit("stunnerd: scripts/build-stunner.sh failed (pass --stunner-bin DIR)")
+            args.stunner_bin = r.stdout.strip()
+        if not os.access(os.path.join(args.stunner_bin, "stunnerd"), os.X_OK):
+            sys.exit(f"no stunnerd in {args.stunner_bin}")
     if args.mask not in (None, "none"):
         try:
             ipaddress.IPv4Address(args.mask)
@@ -533,7 +607,14 @@ def main():
         if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nsenter"):
             sys.exit("--netns needs root, ip (iproute2) and nsenter (util-linux)")
     else:
-        for host, port in (SERVER, (PEER.split(":")[0], int(PEER.split(":")[1]))):
+        server, peer = SERVER, (PEER.split(":")[0], int(PEER.split(":")[1]))
+        if args.ports:
+            try:
+                sp, pp = (int(x) for x in args.ports.split(","))
+            except ValueError:
+                sys.exit(f"--ports {args.ports}: SERVER,PEER")
+            server, peer = (SERVER[0], sp), (peer[0], pp)
+        for host, port in (server, peer):
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
                 try:
                     probe.bind((host, port))
@@ -544,6 +625,8 @@ def main():
         signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
     args.notes = {}
     args.topo = LOOPBACK
+    if args.ports and not args.netns:
+        args.topo = topology.loopback(server[1], peer[1])
     try:
         if args.netns:
             try:

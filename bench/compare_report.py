@@ -96,18 +96,23 @@ def median_of(results, server, test, key):
 
 def table(results, servers, reps):
     """servers: the table's columns (direct included); one ratio column per relay server
-    against coturn (or base, for an A/B without coturn)."""
+    against coturn (or base, for an A/B without coturn), and one per turngated server against
+    each stunnerd arm."""
     ref = "coturn" if "coturn" in servers else "base"
-    ratios = [s for s in servers if ref in servers and s not in (ref, "direct")]
-    head = ["metric"] + servers + [f"{s}/{ref}" for s in ratios]
+    pairs = [(s, ref) for s in servers
+             if ref in servers and s not in (ref, "direct") and not s.startswith("stunnerd")]
+    # turngated against each stunnerd arm too (issue 39)
+    pairs += [(s, st) for st in servers if st.startswith("stunnerd")
+              for s in servers if s.startswith("turngate")]
+    head = ["metric"] + servers + [f"{s}/{r}" for s, r in pairs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, test, key, scale, fmt in ROWS:
         row = [label]
         for s in servers:
             row.append(cell([r[key] * scale for r in results.get((s, test), []) if key in r],
                             fmt))
-        for s in ratios:
-            a, b = median_of(results, s, test, key), median_of(results, ref, test, key)
+        for s, r in pairs:
+            a, b = median_of(results, s, test, key), median_of(results, r, test, key)
             row.append(f"{a / b:.2f}" if a is not None and b else "-")
         if any(c != "-" for c in row[1:len(servers) + 1]):
             lines.append("| " + " | ".join(row) + " |")
@@ -253,6 +258,12 @@ def notes(args, results, order):
     out = [f"layout: {args.topo.describe()}"]
     if "coturn" in order:
         out.append(f"coturn: {args.coturn} ({args.coturn_version})")
+    for st in [s for s in order if s.startswith("stunnerd")]:
+        out.append(f"{st}: {getattr(args, 'stunner_bin', '?')}/stunnerd (STUNner v1.2.1, "
+                   "tests/stunner/go.mod), " + (
+                       f"--udp-thread-num={args.workers}" if st == "stunnerd" else
+                       "no --udp-thread-num (its default: one UDP socket and read loop)") +
+                   "; it binds the wildcard [::]:PORT whatever the listener's address says")
     if "turngate-offload" in order:
         out.append("turngate-offload: turngate's config plus admin.offload_engine: "
                    f"{getattr(args, 'offload_engine', 'TC')}, nothing else")

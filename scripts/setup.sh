@@ -46,4 +46,12 @@ fi
 # The npm packages of the manifest schema check, pinned by their package-lock.json, in the
 # deploy tests' cache (a no-op once installed).
 $SUDO sh "$(dirname "$0")/../tests/deploy/deploy_cache.sh" npm >/dev/null
+# STUNner's stunnerd and turncat, pinned by tests/stunner/go.sum and fetched through the Go
+# module proxy, for the tests and the benchmark that stand them beside turngate (quick once
+# built). Without a Go toolchain those tests skip (and fail under CI=true).
+if stunner=$(sh "$(dirname "$0")/build-stunner.sh"); then
+	echo "setup: STUNner's programs are in $stunner"
+else
+	echo "setup: STUNner's programs not built (see above); tests/stunner skips"
+fi
 echo "setup: done"
