@@ -27,6 +27,8 @@ import yaml
 from aioice import stun, turn
 
 from deploy_turn import Client, Echo, credential, round_trip
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness_admin import free_port as harness_free_port  # noqa: E402
 
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
@@ -37,15 +39,9 @@ DRAIN_S = 60
 
 
 def free_port(kind):
-    """A free port below the default relay range 49152-65535 (a listener or health port in
-    it is a configuration error)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, kind) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 49152:
-            return port
-    raise AssertionError("no free port below 49152")
+    """A port free for UDP and TCP below the default relay range (harness_admin's)."""
+    del kind
+    return harness_free_port()
 
 
 def http_status(url):

@@ -24,6 +24,8 @@ import tempfile
 import time
 
 import yaml
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness_admin import free_port  # noqa: E402
 
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
@@ -33,15 +35,8 @@ CONFIGMAP = os.path.join(SRC, "deploy", "kubernetes", "configmap.yaml")
 
 
 def free_udp_port():
-    """A free port below the default relay range 49152-65535 (a listener or health port in
-    it is a configuration error)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 49152:
-            return port
-    raise AssertionError("no free port below 49152")
+    """A free port below the default relay range (harness_admin.free_port)."""
+    return free_port()
 
 
 class ProjectedVolume:

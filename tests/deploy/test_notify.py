@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness_admin import free_port  # noqa: E402
 
 BUILD = os.environ.get("top_builddir", ".")
 DAEMON = os.path.join(BUILD, "turngated")
@@ -28,15 +30,8 @@ SCM_CREDENTIALS = getattr(socket, "SCM_CREDENTIALS", 2)
 
 
 def free_udp_port():
-    """A free port below the default relay range 49152-65535 (a listener or health port in
-    it is a configuration error)."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 49152:
-            return port
-    raise AssertionError("no free port below 49152")
+    """A free port below the default relay range (harness_admin.free_port)."""
+    return free_port()
 
 
 class Notify:
