@@ -15,6 +15,11 @@ creates, so its loopback is its own. Checks:
   picked up by the image's `-w` (a new listener answers) while a held allocation relays;
 - `podman stop` (SIGTERM) drains: /ready turns 503, the held allocation still relays, and
   the container exits 0 once that allocation ends, before drain_timeout.
+- as STUNner's operator renders its dataplane pod (deploy/stunner/dataplane.yaml): the
+  image's `stunnerd -w --udp-thread-num=2` with the STUNNER_* environment and the
+  Dataplane's env gets its config from a CDS server (tests/integration/cds_server.py, run in
+  the test's namespace), serves it (a TURN allocation relays, /ready 200), runs 2 workers,
+  keeps its state file on /dev/shm, and exits 0 on `podman stop`.
 Prints the image size. Needs root, podman, runc, ip and python3-aioice; CONTAINERS_CONF
 defaults to one that sets default_ulimits = [] (this machine may not raise RLIMIT_NOFILE).
 A missing tool fails when CI=true and skips (exit 77) with the reason otherwise.
@@ -37,6 +42,7 @@ CACHE = os.environ.get("TG_DEPLOY_CACHE", "/var/cache/turngate-test")
 DRAIN_S = 30
 NAME = "tg-image-%d" % os.getpid()
 NETNS = "tg-image-%d" % os.getpid()
+NAME2 = "tg-image-stunnerd-%d" % os.getpid()
 
 
 def podman(*args, check_rc=True, timeout=120):
@@ -93,13 +99,13 @@ def http_status(url):
     return r.stdout.strip()
 
 
-def status():
+def status(name=NAME):
     """turngatectl status of the image's own client, as JSON."""
-    return json.loads(podman("exec", NAME, "/usr/local/bin/turngatectl", "--json", "status").stdout)
+    return json.loads(podman("exec", name, "/usr/local/bin/turngatectl", "--json", "status").stdout)
 
 
-def probe(port):
-    r = podman("exec", NAME, "/usr/local/bin/turngatectl", "probe",
+def probe(port, name=NAME):
+    r = podman("exec", name, "/usr/local/bin/turngatectl", "probe",
                f"turn:127.0.0.1:{port}?transport=udp", "--secret", SECRET, check_rc=False)
     check(r.returncode == 0, f"probe {port}: {r.stdout}{r.stderr}")
     return r.stdout
@@ -179,6 +185,65 @@ def scenario(image, conf, cfg):
           "healthcheck passes on a stopped container")
 
 
+def operator_scenario(image, conf):
+    """The pod STUNner's operator renders from deploy/stunner/dataplane.yaml (its command, its
+    env after the operator's STUNNER_* variables), with 2 workers, against a CDS server."""
+    step("operator's pod: stunnerd -w --udp-thread-num=2, STUNNER_* env, config from a CDS server")
+    with open(os.path.join(SRC, "deploy", "stunner", "dataplane.yaml"), encoding="utf-8") as fh:
+        spec = yaml.safe_load(fh)["spec"]
+    cds_port = 23479
+    stunner = {"version": "v1",
+               "admin": {"name": "testns/gw", "loglevel": "all:INFO",
+                         "healthcheck_endpoint": "http://0.0.0.0:8086"},
+               "auth": {"type": "ephemeral", "realm": "stunner.l7mp.io",
+                        "credentials": {"secret": SECRET}},
+               "listeners": [{"name": "testns/gw/udp", "protocol": "TURN-UDP",
+                              "address": "$STUNNER_ADDR", "port": 3478,
+                              "routes": ["testns/media"]}],
+               "clusters": [{"name": "testns/media", "type": "STATIC",
+                             "endpoints": ["127.0.0.0/8"]}]}
+    path = os.path.join(conf, "cds.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(stunner, fh)
+    env = {"STUNNER_ADDR": "127.0.0.1", "STUNNER_NAME": "gw", "STUNNER_NAMESPACE": "testns",
+           "STUNNER_NODENAME": "node-1", "STUNNER_CONFIG_ORIGIN": f"http://127.0.0.1:{cds_port}"}
+    env.update((e["name"], e["value"]) for e in spec["env"])
+    cds = subprocess.Popen(ns([sys.executable, os.path.join(SRC, "tests", "integration",
+                                                          "cds_server.py"),
+                               "--port", str(cds_port), f"testns/gw={path}"]),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = cds.stdout.readline()
+        check(line.startswith("CDS server on"), f"CDS server did not start: {line!r}")
+        argv = ["run", "-d", "--name", NAME2, "--network=host", "--read-only", "--cap-drop=ALL",
+                "--user", "10001:10001", "--entrypoint", spec["command"][0]]
+        for k, v in env.items():
+            argv += ["-e", f"{k}={v}"]
+        podman(*argv, image, *spec["command"][1:], "-w", "--udp-thread-num=2", timeout=60)
+        wait_for("/ready 200", lambda: http_status("http://127.0.0.1:8086/ready") == "200", 30)
+        cmdline = podman("exec", NAME2, "cat", "/proc/1/cmdline").stdout
+        check(cmdline.split("\0")[:3] == ["stunnerd", "-w", "--udp-thread-num=2"],
+              f"pid 1 is not the operator's command line: {cmdline!r}")
+        st = status(NAME2)
+        print(f"status: config {st['config_source']}, workers {st['workers']}, "
+              f"last reload {st['last_reload']}")
+        check(st["workers"]["configured"] == 2 and st["workers"]["running"] == 2,
+              f"workers {st['workers']}")
+        check(st["config_source"] == env["STUNNER_CONFIG_ORIGIN"], st["config_source"])
+        check(any(l.get("name") == "testns/gw/udp" for l in st.get("listeners", [])),
+              f"listeners {st.get('listeners')}")
+        out = probe(3478, NAME2)
+        check("allocate           ok" in out, out)
+        state = podman("exec", NAME2, "ls", env["TURNGATE_STATE_DIR"]).stdout.split()
+        check(any(f.endswith(".state") for f in state), f"no state file in /dev/shm: {state}")
+        podman("stop", "-t", "40", NAME2, timeout=60)
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", NAME2).stdout.strip()
+        check(code == "0", f"exit code {code}")
+    finally:
+        cds.kill()
+        cds.wait()
+
+
 def main():
     require("podman, network namespaces", ("podman", "runc", "ip", "nsenter", "debootstrap"))
     if "CONTAINERS_CONF" not in os.environ:
@@ -198,16 +263,20 @@ def main():
             cfg = write_conf(conf)
             try:
                 scenario(image, conf, cfg)
-            except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as e:
-                print(podman("logs", NAME, check_rc=False).stdout[-3000:])
-                print(podman("logs", NAME, check_rc=False).stderr[-3000:])
+                operator_scenario(image, conf)
+            except (AssertionError, subprocess.SubprocessError, OSError, ValueError,
+                    KeyError) as e:
+                for name in (NAME, NAME2):
+                    print(podman("logs", name, check_rc=False).stdout[-3000:])
+                    print(podman("logs", name, check_rc=False).stderr[-3000:])
                 print(f"FAIL: {e}")
                 return 1
             finally:
                 podman("rm", "-f", "-t", "0", NAME, check_rc=False)
+                podman("rm", "-f", "-t", "0", NAME2, check_rc=False)
     finally:
         subprocess.run(["ip", "netns", "delete", NETNS])
-    print(f"ok: image built and run, relay, HUP, -w, drain, in {time.monotonic() - t0:.0f} s")
+    print(f"ok: image built and run, relay, HUP, -w, drain, as stunnerd from a CDS, in {time.monotonic() - t0:.0f} s")
     return 0
 
 

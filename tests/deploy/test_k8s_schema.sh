@@ -9,7 +9,9 @@
 # must be valid, and broken copies (a string containerPort, a probe without a port, a list
 # for the Service's sessionAffinity and for the PodDisruptionBudget's maxUnavailable, an
 # unknown kind, a string for the StatefulSet's replicas, a headless Service's clusterIP as a
-# list) must not be: otherwise the validator checks nothing. Ranges (a port above 65535)
+# list) must not be: otherwise the validator checks nothing. deploy/stunner/dataplane.yaml (a
+# kind of STUNner's operator, not in the schemas) is checked through the Deployment the
+# operator renders from it. Ranges (a port above 65535)
 # are not in the published schemas; the API server checks them, and test_manifests.py. No node or packages: FAIL when CI=true,
 # SKIP with the reason elsewhere.
 set -eu
@@ -53,6 +55,58 @@ if ! validate "$@"; then
 	echo "FAIL: deploy/kubernetes and its variants do not validate" >&2
 	exit 1
 fi
+
+# deploy/stunner/dataplane.yaml is a Dataplane, a kind of STUNner's operator that the API
+# schemas lack (test_manifests.py checks its own fields). Its core-typed fields (env,
+# resources, the security contexts, the grace period) are checked in the Deployment the
+# operator renders from it: the stunnerd container with the operator's STUNNER_* env and
+# the Dataplane's fields applied on top, as the operator's internal/renderer/dataplane_util.go
+# does. A copy with a string runAsUser must be rejected (so this checks something).
+render_dataplane() {
+	python3 - "$1" <<'EOF'
+import sys
+import yaml
+spec = yaml.safe_load(open(sys.argv[1], encoding="utf-8"))["spec"]
+env = [{"name": "STUNNER_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+       {"name": "STUNNER_NAME", "value": "gw"}, {"name": "STUNNER_NAMESPACE", "value": "ns"},
+       {"name": "STUNNER_NODENAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+       {"name": "STUNNER_CONFIG_ORIGIN", "value": "http://stunner-config-discovery:13478"}]
+c = {"name": "stunnerd", "image": spec["image"], "command": spec["command"],
+     "args": spec["args"], "env": env + spec.get("env", []),
+     "ports": [{"name": "metrics-port", "containerPort": 8080, "protocol": "TCP"}],
+     "imagePullPolicy": spec.get("imagePullPolicy", "Always")}
+for k, to in (("resources", "resources"), ("containerSecurityContext", "securityContext"),
+              ("envFrom", "envFrom")):
+    if k in spec:
+        c[to] = spec[k]
+pod = {"containers": [c], "hostNetwork": spec.get("hostNetwork", False),
+       "terminationGracePeriodSeconds": spec.get("terminationGracePeriodSeconds", 3600)}
+for k in ("securityContext", "affinity", "tolerations", "topologySpreadConstraints",
+          "imagePullSecrets"):
+    if k in spec:
+        pod[k] = spec[k]
+labels = {"app": "stunner", "stunner.l7mp.io/related-gateway-name": "gw"}
+yaml.safe_dump({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "gw", "namespace": "ns"},
+                "spec": {"selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels}, "spec": pod}}},
+               sys.stdout)
+EOF
+}
+dp="$top_srcdir/deploy/stunner/dataplane.yaml"
+render_dataplane "$dp" > "$tmp/dataplane-deployment.yaml"
+if ! validate "$tmp/dataplane-deployment.yaml"; then
+	echo "FAIL: the Deployment rendered from deploy/stunner/dataplane.yaml does not validate" >&2
+	exit 1
+fi
+sed 's/runAsUser: 10001/runAsUser: "10001"/' "$dp" > "$tmp/dataplane-broken.yaml"
+cmp -s "$dp" "$tmp/dataplane-broken.yaml" && { echo "FAIL: dataplane-string-uid: no edit" >&2; exit 1; }
+render_dataplane "$tmp/dataplane-broken.yaml" > "$tmp/dataplane-broken-deployment.yaml"
+if validate "$tmp/dataplane-broken-deployment.yaml" > "$tmp/dataplane-broken.out" 2>&1; then
+	echo "FAIL: dataplane-string-uid: a string runAsUser was accepted" >&2
+	exit 1
+fi
+echo "rejected as expected: dataplane-string-uid: $(tail -1 "$tmp/dataplane-broken.out")"
 
 # broken NAME FILE SED: a copy of FILE (under deploy/) edited by SED must be rejected.
 failures=0

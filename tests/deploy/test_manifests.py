@@ -19,6 +19,12 @@ No kubectl, kubeconform or cluster is available offline, so this is what is chec
   every listener has relay_address_mask and its routes admit the mask at every slice; no
   autoscaler; turngated -t accepts the config through each pod's command line;
 - the checker itself rejects a set of broken variants of each set (so it can fail);
+- deploy/stunner/dataplane.yaml, a Dataplane of STUNner's operator (a CRD: no Kubernetes API
+  schema has it): a closed schema of its spec (the field names of the operator's
+  api/v1/dataplane_types.go), the operator's `stunnerd` command, which the Dockerfile links
+  to turngated, `-w` and a worker count, no STUNNER_* variable of the operator's own, the
+  state directory on /dev/shm (a Dataplane has no volumes) holding the admin socket, the
+  image's uid, a grace period that covers the drain; broken variants are rejected;
 - where kubectl is installed, `kubectl kustomize` (offline) renders the set. Applying or
   server-side validation needs an API server, which is not available.
 """
@@ -872,6 +878,126 @@ def check_set(name, docs, files, kdir, broken):
     return True
 
 
+# STUNner's Dataplane (stunner.l7mp.io/v1), its spec's fields as the gateway operator's
+# api/v1/dataplane_types.go names them (l7mp/stunner-gateway-operator 0e1f157a); the core
+# types inside (env, securityContext, resources...) are only shape-checked here.
+DATAPLANE = os.path.join(SRC, "deploy", "stunner", "dataplane.yaml")
+ENV_VAR = {"name!": str, "value": str, "valueFrom": dict}
+DATAPLANE_SCHEMA = {
+    "apiVersion!": {"stunner.l7mp.io/v1"}, "kind!": {"Dataplane"},
+    "metadata!": {"name!": str, "labels": MAP, "annotations": MAP},
+    "spec!": {
+        "image!": str, "imagePullPolicy": {"Always", "Never", "IfNotPresent"},
+        "imagePullSecrets": [{"name!": str}], "dataplaneResource": {"Deployment", "DaemonSet"},
+        "labels": MAP, "annotations": MAP, "command!": [str], "args!": [str],
+        "envFrom": [dict], "env!": [ENV_VAR], "containerSecurityContext": dict,
+        "replicas": int, "resources": dict, "terminationGracePeriodSeconds": int,
+        "hostNetwork": bool, "affinity": dict, "securityContext": dict, "tolerations": [dict],
+        "topologySpreadConstraints": [dict], "disableHealthCheck": bool,
+        "enableMetricsEndpoint": bool, "offloadEngine": str, "offloadInterfaces": [str],
+    },
+}
+# What the operator itself puts in the container's environment (the Dataplane's env is
+# appended after it, so a duplicate would be ambiguous).
+OPERATOR_ENV = ("STUNNER_ADDR", "STUNNER_NAME", "STUNNER_NAMESPACE", "STUNNER_NODENAME",
+                "STUNNER_CONFIG_ORIGIN")
+# admin.drain_timeout's default (the operator's config has no turngate keys) plus the
+# master's 5 s to stop its workers.
+DATAPLANE_MIN_GRACE = 30 + 5
+
+
+def dataplane_errors(dp):
+    """All errors of the Dataplane document dp."""
+    errors = []
+    check(DATAPLANE_SCHEMA, dp, "Dataplane", errors)
+    if errors:
+        return errors
+    spec = dp["spec"]
+    with open(DOCKERFILE, encoding="utf-8") as fh:
+        text = fh.read()
+    if spec["command"] != ["stunnerd"]:
+        errors.append(f"command {spec['command']} is not the operator's [\"stunnerd\"]")
+    if not re.search(r'^RUN \["/bin/ln", "-s", "turngated", "/usr/local/bin/stunnerd"\]\s*$',
+                     text, re.M):
+        errors.append("the Dockerfile does not link /usr/local/bin/stunnerd to turngated")
+    args = spec["args"]
+    threads = [a for a in args if re.fullmatch(r"--udp-thread-num=[1-9][0-9]*", a)]
+    if "-w" not in args or len(threads) != 1 or len(args) != 2:
+        errors.append(f"args {args} are not the operator's -w --udp-thread-num=N")
+    env = {e["name"]: e.get("value") for e in spec["env"]}
+    for name in OPERATOR_ENV:
+        if name in env:
+            errors.append(f"env {name} is the operator's own")
+    state = env.get("TURNGATE_STATE_DIR") or ""
+    sock = env.get("TURNGATE_ADMIN_SOCKET") or ""
+    if not state.startswith("/dev/shm/"):
+        errors.append(f"TURNGATE_STATE_DIR {state!r} is not on /dev/shm (the pod's memory)")
+    if os.path.dirname(sock) != state:
+        errors.append(f"TURNGATE_ADMIN_SOCKET {sock!r} is not in TURNGATE_STATE_DIR "
+                      "(the image's /run/turngate is on the read-only root)")
+    m = re.search(r"^USER (\d+)(?::(\d+))?\s*$", text, re.M)
+    uid = spec.get("securityContext", {}).get("runAsUser")
+    if m is None or uid != int(m.group(1)):
+        errors.append(f"securityContext.runAsUser {uid} is not the image's USER")
+    csc = spec.get("containerSecurityContext", {})
+    if csc.get("readOnlyRootFilesystem") is not True:
+        errors.append("containerSecurityContext.readOnlyRootFilesystem is not true")
+    if spec.get("terminationGracePeriodSeconds", 3600) < DATAPLANE_MIN_GRACE:
+        errors.append(f"terminationGracePeriodSeconds below {DATAPLANE_MIN_GRACE} s "
+                      "(drain_timeout 30 s + 5 s)")
+    return errors
+
+
+def check_dataplane():
+    try:
+        with open(DATAPLANE, encoding="utf-8") as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d is not None]
+    except (OSError, yaml.YAMLError) as e:
+        print(f"FAIL: {DATAPLANE}: {e}")
+        return False
+    if len(docs) != 1:
+        print(f"FAIL: {DATAPLANE}: {len(docs)} documents, want one Dataplane")
+        return False
+    errors = dataplane_errors(docs[0])
+    for e in errors:
+        print(f"FAIL: deploy/stunner/dataplane.yaml: {e}")
+    if errors:
+        return False
+    print("ok: deploy/stunner/dataplane.yaml")
+
+    def variant(fn):
+        d = copy.deepcopy(docs[0])
+        fn(d)
+        return d
+
+    def env_set(name, value):
+        def fn(d):
+            for e in d["spec"]["env"]:
+                if e["name"] == name:
+                    e["value"] = value
+        return fn
+    broken = [
+        ("misspelt spec field", variant(lambda d: d["spec"].update(volumes=[]))),
+        ("wrong kind", variant(lambda d: d.update(kind="DataPlane"))),
+        ("command turngated", variant(lambda d: d["spec"].update(command=["turngated"]))),
+        ("no -w", variant(lambda d: d["spec"].update(args=["--udp-thread-num=2"]))),
+        ("a config file", variant(lambda d: d["spec"]["args"].extend(["-c", "/x"]))),
+        ("operator's env", variant(lambda d: d["spec"]["env"].append(
+            {"name": "STUNNER_ADDR", "value": "1.2.3.4"}))),
+        ("state on disk", variant(env_set("TURNGATE_STATE_DIR", "/var/lib/turngate"))),
+        ("socket elsewhere", variant(env_set("TURNGATE_ADMIN_SOCKET", "/run/turngate/a.sock"))),
+        ("root uid", variant(lambda d: d["spec"]["securityContext"].update(runAsUser=0))),
+        ("short grace", variant(lambda d: d["spec"].update(terminationGracePeriodSeconds=5))),
+    ]
+    missed = [what for what, d in broken if not dataplane_errors(d)]
+    for what in missed:
+        print(f"FAIL: deploy/stunner/dataplane.yaml: self-check: '{what}' was accepted")
+    if missed:
+        return False
+    print(f"ok: deploy/stunner/dataplane.yaml: {len(broken)} broken variants rejected")
+    return True
+
+
 def main():
     files = manifest_files(KDIR)
     if not files:
@@ -888,6 +1014,7 @@ def main():
     ok = check_set("deploy/kubernetes", docs, files, KDIR, mutations(docs))
     ok &= check_set("deploy/kubernetes-statefulset", sdocs, sfiles, SDIR,
                     sts_mutations(sdocs))
+    ok &= check_dataplane()
     return 0 if ok else 1
 
 
