@@ -470,24 +470,25 @@ int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockadd
 {
 	uint8_t fam, ip[16];
 	uint64_t now_ns = mono_ns(), exp = now_ns + (uint64_t)w->hot.perm_lifetime * 1000000000u;
-	struct shm_perm *slot = NULL;
+	struct shm_perm *same = NULL, *spare = NULL, *slot;
 	unsigned used = 0;
 
 	if (!wk_addr_ip(peer, &fam, ip))
 		return -EAFNOSUPPORT;
+	/* Count every live entry but the peer's own: whatever slot is reused (empty, or
+	 * expired and not yet swept), a peer without a live permission adds one. */
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++) {
 		struct shm_perm *p = &a->rec->perms[i];
 
-		if (p->family == fam && memcmp(p->addr, ip, 16) == 0) {
-			slot = p;
-			break;
-		}
-		if (p->family && p->expires_ns > now_ns)
+		if (p->family == fam && memcmp(p->addr, ip, 16) == 0)
+			same = p;
+		else if (p->family && p->expires_ns > now_ns)
 			used++;
-		else if (!slot)
-			slot = p;
+		else if (!spare)
+			spare = p;
 	}
-	if (!slot || (slot->family == 0 && used >= w->hot.max_perms))
+	slot = same ? same : spare;
+	if (!slot || ((!same || same->expires_ns <= now_ns) && used >= w->hot.max_perms))
 		return -ENOSPC;
 	shm_alloc_begin_write(a->rec);
 	slot->family = fam;
