@@ -544,6 +544,7 @@ static void exec_child(struct master *m, int bin, const char *binary, int ctl)
 {
 	char env[8192];
 	sigset_t none;
+	int err;
 
 	child_env(m, ctl, env, sizeof(env));
 	fcntl(ctl, F_SETFD, 0);
@@ -558,9 +559,12 @@ static void exec_child(struct master *m, int bin, const char *binary, int ctl)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	fexecve(bin, m->up->argv, environ);
-	if (errno == ENOENT && fcntl(bin, F_SETFD, 0) == 0)
+	err = errno;
+	if (err == ENOENT && fcntl(bin, F_SETFD, 0) == 0) {
 		fexecve(bin, m->up->argv, environ);
-	dprintf(ctl, "fail cannot execute %s: %s", binary, strerror(errno));
+		err = errno;
+	}
+	dprintf(ctl, "fail cannot execute %s: %s", binary, strerror(err));
 	_exit(127);
 }
 
@@ -575,7 +579,7 @@ static int binary_open(const char *binary, char *why, size_t cap)
 
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
-		snprintf(why, cap, "cannot execute %s: %s", binary, strerror(errno));
+		snprintf(why, cap, "cannot execute %s: %s", binary, strerror(-rc));
 		goto fail;
 	}
 	rc = -EPERM;
@@ -611,7 +615,7 @@ static int start_child(struct master *m, const char *binary, char *why, size_t c
 		return bin;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		rc = -errno;
-		snprintf(why, cap, "socketpair: %s", strerror(errno));
+		snprintf(why, cap, "socketpair: %s", strerror(-rc));
 		close(bin);
 		return rc;
 	}
@@ -619,7 +623,7 @@ static int start_child(struct master *m, const char *binary, char *why, size_t c
 	pid = fork();
 	if (pid < 0) {
 		rc = -errno;
-		snprintf(why, cap, "fork: %s", strerror(errno));
+		snprintf(why, cap, "fork: %s", strerror(-rc));
 		close(sp[0]);
 		close(sp[1]);
 		close(bin);

@@ -108,14 +108,18 @@ static int tgo_pin_dir(const char *dir, char *why, size_t why_len)
 			continue;
 		*s = '\0';
 		if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-			snprintf(why, why_len, "cannot create %s: %s", p, strerror(errno));
-			return -errno;
+			int err = errno;
+
+			snprintf(why, why_len, "cannot create %s: %s", p, strerror(err));
+			return -err;
 		}
 		*s = '/';
 	}
 	if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-		snprintf(why, why_len, "cannot create %s: %s", p, strerror(errno));
-		return -errno;
+		int err = errno;
+
+		snprintf(why, why_len, "cannot create %s: %s", p, strerror(err));
+		return -err;
 	}
 	if (statfs(p, &sf) < 0 || sf.f_type != BPF_FS_MAGIC) {
 		snprintf(why, why_len, "%s is not on bpffs (mount -t bpf bpf /sys/fs/bpf)", p);
@@ -304,8 +308,9 @@ static int tgo_load(struct tgo *t, const struct tgo_opts *o, char *why, size_t w
 	}
 	t->skel = tgo_relay__open();
 	if (!t->skel) {
-		snprintf(why, why_len, "cannot open the programs: %s", strerror(errno));
-		return -errno ? -errno : -EINVAL;
+		err = errno ? errno : EINVAL;
+		snprintf(why, why_len, "cannot open the programs: %s", strerror(err));
+		return -err;
 	}
 	if (bpf_map__set_max_entries(t->skel->maps.tgo_c2p, entries) < 0 ||
 	    bpf_map__set_max_entries(t->skel->maps.tgo_p2c, entries) < 0) {
@@ -352,9 +357,11 @@ static int tgo_ifs_fill(struct tgo *t, char *why, size_t why_len)
 		memcpy(v.mac, t->ifs[i].mac, sizeof(v.mac));
 		v.xmit = tgo_iface_xmit(t->ifs[i].ifindex);
 		if (bpf_map_update_elem(fd, &k, &v, BPF_ANY) < 0) {
+			int err = errno;
+
 			snprintf(why, why_len, "%s: cannot enter the interface: %s", t->ifs[i].name,
-				 strerror(errno));
-			return -errno;
+				 strerror(err));
+			return -err;
 		}
 	}
 	return 0;
