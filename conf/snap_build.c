@@ -632,8 +632,11 @@ int snap_build(const struct conf *cfg, const struct snap_build_params *pp, void 
 	b.pool_off += n_auth * sizeof(*b.auths) + n_users * sizeof(*b.users) +
 		      n_secrets * sizeof(*b.secrets);
 	add_auth(&b, &cfg->auth);
-	for (size_t i = 0; i < cfg->n_listeners && !b.err; i++)
+	for (size_t i = 0; i < cfg->n_listeners && !b.err; i++) {
 		fill_listener(&b, &cfg->listeners[i], &b.lst[i]);
+		b.lst[i].slot = pp->listener_slots ? pp->listener_slots[i]
+			      : i < 64 ? (uint16_t)i : (uint16_t)0xffff;
+	}
 	for (size_t i = 0; i < cfg->n_clusters && !b.err; i++) {
 		b.cls[i].name = pool_str(&b, cfg->clusters[i].name);
 		b.cls[i].type = (uint32_t)cfg->clusters[i].type;

@@ -75,7 +75,7 @@ static bool lst_ok(const struct snap *s, const struct snap_lst_rec *l)
 		 (l->dual_family == AF_INET || l->dual_family == AF_INET6))) &&
 	       (uint64_t)l->v4_first + l->v4_count <= h->pfx4.count &&
 	       (uint64_t)l->v6_first + l->v6_count <= h->pfx6.count && l->v4_hosts <= l->v4_count &&
-	       l->v6_hosts <= l->v6_count;
+	       l->v6_hosts <= l->v6_count && (l->slot < 64 || l->slot == 0xffff);
 }
 
 static bool auth_ok(const struct snap *s, const struct snap_auth_rec *a)
@@ -89,9 +89,17 @@ static bool auth_ok(const struct snap *s, const struct snap_auth_rec *a)
 static bool records_ok(const struct snap *s)
 {
 	const struct snap_hdr *h = &s->h;
-	for (uint32_t i = 0; i < h->listeners.count; i++)
-		if (!lst_ok(s, rec(s, &h->listeners, i, sizeof(struct snap_lst_rec))))
+	uint64_t slots = 0;
+	for (uint32_t i = 0; i < h->listeners.count; i++) {
+		const struct snap_lst_rec *l = rec(s, &h->listeners, i, sizeof(*l));
+		if (!lst_ok(s, l))
 			return false;
+		/* Two listeners on one slot would mix their figures. */
+		if (l->slot != 0xffff && (slots & (UINT64_C(1) << l->slot)) != 0)
+			return false;
+		if (l->slot != 0xffff)
+			slots |= UINT64_C(1) << l->slot;
+	}
 	for (uint32_t i = 0; i < h->clusters.count; i++) {
 		const struct snap_cluster_rec *c = rec(s, &h->clusters, i, sizeof(*c));
 		if (!str_ok(s, &c->name) || c->type > CONF_CLUSTER_STRICT_DNS ||
@@ -229,6 +237,7 @@ int snap_listener_get(const struct snap *s, uint32_t idx, struct snap_listener *
 	out->n_allow_v4 = l->v4_count;
 	out->n_allow_v6 = l->v6_count;
 	out->tcp_routes = (l->route_protos & (1u << CONF_CPROTO_TCP)) != 0;
+	out->slot = l->slot;
 	if (out->bind_address[0] != '\0') {
 		int fam;
 		uint8_t a[16];

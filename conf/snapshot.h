@@ -36,8 +36,8 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 11u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout;
-			   * 11: listeners[].proxy_protocol */
+#define SNAP_VERSION 12u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout;
+			   * 11: listeners[].proxy_protocol; 12: a listener's slot */
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -47,6 +47,8 @@ struct snap;
 struct snap_build_params {
 	uint64_t generation;                      /* master's config generation */
 	uint8_t nonce_key[SNAP_NONCE_KEY_LEN];    /* kept by the master across reloads */
+	const uint16_t *listener_slots;           /* cfg->n_listeners slots (shm/shm_lslot.h);
+						   * NULL: slot = position */
 };
 
 /* Compiles cfg (with STRICT_DNS already resolved, see conf_resolve_clusters) into a new
@@ -97,6 +99,8 @@ struct snap_listener {
 						   * 0 = off */
 	uint32_t pp_n_trusted;
 	struct conf_prefix pp_trusted[CONF_PP_TRUSTED_MAX];
+	uint32_t slot;                            /* its stable slot for every per-listener
+						   * figure (shm/shm_lslot.h); 0xffff: none */
 };
 
 /* Whether sa (AF_INET/AF_INET6; IPv4-mapped IPv6 as its IPv4) lies in one of l's

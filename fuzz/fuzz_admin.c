@@ -62,10 +62,8 @@ static void add_alloc(struct shm *shm, unsigned i)
 	memcpy(r->realm, "test", 4);
 	r->perms[0].family = 4;
 	r->perms[0].addr[0] = 10;
-	r->n_perms = 1;
 	r->chans[0].number = 0x4000;
 	r->chans[0].peer = r->client;
-	r->n_chans = 1;
 	r->expires_ns = UINT64_MAX / 2;
 	shm_alloc_end_write(r);
 	if (shm_alloc_publish(shm, 0, idx) < 0)

@@ -127,6 +127,33 @@ static uint32_t n_listeners(struct mctx *m)
 	return m->snap ? snap_listener_count(m->snap) : 0;
 }
 
+/* Listener i's slot (shm/shm_lslot.h): where its figures are, whatever its position in
+ * this snapshot; SHM_MAX_LISTENERS when it has none (its figures read 0). */
+static uint32_t lslot(struct mctx *m, uint32_t i)
+{
+	struct snap_listener l;
+
+	if (m->snap == NULL || snap_listener_get(m->snap, i, &l) != 0 ||
+	    l.slot >= SHM_MAX_LISTENERS)
+		return SHM_MAX_LISTENERS;
+	return l.slot;
+}
+
+/* Listener i's counter c, summed over the slots. */
+static uint64_t lctr(struct mctx *m, uint32_t i, unsigned c)
+{
+	uint32_t s = lslot(m, i);
+
+	return s < SHM_MAX_LISTENERS ? m->sum.lst[s][c] : 0;
+}
+
+static uint64_t lconns(struct mctx *m, uint32_t i)
+{
+	uint32_t s = lslot(m, i);
+
+	return s < SHM_MAX_LISTENERS ? m->live_conns[s] : 0;
+}
+
 static uint32_t n_clusters(struct mctx *m)
 {
 	uint32_t n = m->snap ? snap_cluster_count(m->snap) : 0;
@@ -143,9 +170,9 @@ static void listener_dir(struct mctx *m, const char *name, const char *help, int
 
 		if (ln == NULL)
 			continue;
-		sample_u(m, name, l, 2, m->sum.lst[i][rx_i]);
+		sample_u(m, name, l, 2, lctr(m, i, rx_i));
 		l[1].value = "tx";
-		sample_u(m, name, l, 2, m->sum.lst[i][tx_i]);
+		sample_u(m, name, l, 2, lctr(m, i, tx_i));
 	}
 }
 
@@ -185,7 +212,7 @@ static void render_connections(struct mctx *m)
 		struct label l = { "name", listener_name(m, i) };
 		if (l.value != NULL)
 			sample_u(m, g, &l, 1,
-				 listener_is_dgram(m, i) ? m->n_live : m->live_conns[i]);
+				 listener_is_dgram(m, i) ? m->n_live : lconns(m, i));
 	}
 	fam(m, t, "counter",
 	    "Client connections accepted at a listener (UDP: listener sockets opened).");
@@ -194,7 +221,7 @@ static void render_connections(struct mctx *m)
 		if (l.value != NULL)
 			sample_u(m, t, &l, 1,
 				 listener_is_dgram(m, i) ? m->n_started
-							 : m->sum.lst[i][SHM_LCTR_CONNS_TOTAL]);
+							 : lctr(m, i, SHM_LCTR_CONNS_TOTAL));
 	}
 }
 
@@ -210,7 +237,7 @@ static void render_dtls(struct mctx *m)
 		struct label l = { "listener", listener_name(m, i) };
 		if (l.value != NULL && snap_listener_get(m->snap, i, &sl) == 0 &&
 		    sl.protocol == CONF_PROTO_TURN_DTLS)
-			sample_u(m, g, &l, 1, m->live_conns[i]);
+			sample_u(m, g, &l, 1, lconns(m, i));
 	}
 }
 
@@ -245,7 +272,7 @@ static void render_listeners(struct mctx *m)
 		struct label l = { "name", listener_name(m, i) };
 		if (l.value != NULL)
 			sample_i(m, "turngate_listener_allocations_active", &l, 1,
-				 gauge(m->sum.lst[i][SHM_LCTR_ALLOCS_ACTIVE]));
+				 gauge(lctr(m, i, SHM_LCTR_ALLOCS_ACTIVE)));
 	}
 	/* The capacity the relay-port alert compares allocations_active with: every UDP
 	 * relay of the listener's allocations takes a port of this range. */
@@ -264,7 +291,7 @@ static void render_listeners(struct mctx *m)
 		struct label l = { "name", listener_name(m, i) };
 		if (l.value != NULL)
 			sample_u(m, "turngate_listener_allocations_created_total", &l, 1,
-				 m->sum.lst[i][SHM_LCTR_ALLOCS_CREATED]);
+				 lctr(m, i, SHM_LCTR_ALLOCS_CREATED));
 	}
 	fam(m, "turngate_listener_bandwidth_drops_total", "counter",
 	    "Datagrams of a listener's allocations dropped by a bandwidth limit, both directions.");
@@ -272,7 +299,9 @@ static void render_listeners(struct mctx *m)
 		struct label l = { "name", listener_name(m, i) };
 		if (l.value != NULL)
 			sample_u(m, "turngate_listener_bandwidth_drops_total", &l, 1,
-				 shm_bw_listener_drops(m->shm, i));
+				 lslot(m, i) < SHM_MAX_LISTENERS
+					 ? shm_bw_listener_drops(m->shm, lslot(m, i))
+					 : 0);
 	}
 	fam(m, "turngate_cluster_permissions_granted_total", "counter",
 	    "Permissions (CreatePermission/ChannelBind) admitted by a cluster.");
@@ -306,7 +335,7 @@ static void listener_single(struct mctx *m, const char *name, const char *help, 
 	for (uint32_t i = 0; i < n_listeners(m); i++) {
 		struct label l = { "listener", listener_name(m, i) };
 		if (l.value != NULL)
-			sample_u(m, name, &l, 1, m->sum.lst[i][c]);
+			sample_u(m, name, &l, 1, lctr(m, i, c));
 	}
 }
 

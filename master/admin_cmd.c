@@ -22,6 +22,7 @@
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_bw.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_relay.h"
 #include "shm/shm_source.h"
@@ -328,9 +329,33 @@ static json_t *chans_json(const struct shm_alloc *r, uint64_t now)
 	return arr;
 }
 
-static const char *listener_name(const struct master *m, unsigned idx)
+/* The configured listener that holds slot (shm/shm_lslot.h), NULL when none does (the
+ * listener was removed by a reload and its slot is kept for its allocations). */
+static const struct conf_listener *listener_of(const struct master *m, unsigned slot)
 {
-	return idx < m->cfg->n_listeners ? m->cfg->listeners[idx].name : "?";
+	char name[SHM_LSLOT_NAME_MAX];
+	enum shm_lslot_state st;
+
+	if (shm_lslot_name(m->shm, slot, name, sizeof(name), &st) < 0 || st != SHM_LSLOT_USED)
+		return NULL;
+	for (size_t i = 0; i < m->cfg->n_listeners; i++)
+		if (strncmp(m->cfg->listeners[i].name, name, sizeof(name) - 1) == 0)
+			return &m->cfg->listeners[i];
+	return NULL;
+}
+
+/* The name of the listener a record was made on, by its slot: a removed listener's too.
+ * The buffer is static: use the result before the next call. */
+static const char *listener_name(const struct master *m, unsigned slot)
+{
+	static char buf[SHM_LSLOT_NAME_MAX];
+	const struct conf_listener *l = listener_of(m, slot);
+
+	if (l != NULL)
+		return l->name;
+	if (shm_lslot_name(m->shm, slot, buf, sizeof(buf), NULL) == 0)
+		return buf;
+	return "?";
 }
 
 /* The relay address as the client was told it: with the listener's relay_address_mask in
@@ -338,12 +363,13 @@ static const char *listener_name(const struct master *m, unsigned idx)
 static struct shm_addr relay_announced(const struct master *m, const struct shm_alloc *r,
 				       const struct shm_addr *relay)
 {
+	const struct conf_listener *l = listener_of(m, r->listener_idx);
 	const struct sockaddr_storage *mask;
 	struct shm_addr out = *relay;
 
-	if (r->listener_idx >= m->cfg->n_listeners)
+	if (l == NULL)
 		return out;
-	mask = &m->cfg->listeners[r->listener_idx].relay_mask_addr;
+	mask = &l->relay_mask_addr;
 	if (mask->ss_family != relay->family)
 		return out;
 	memset(out.addr, 0, sizeof(out.addr));

@@ -171,6 +171,8 @@ struct master {
 	enum conf_offload off_engine;  /* the engine the running programs were opened for */
 	bool off_pinned;               /* the maps are pinned in bpffs (shared with the old
 					* master of a live upgrade, until this one serves) */
+	struct tgo_count off_base[TGO_MAX_LISTENERS];  /* a listener slot's kernel counts
+							* when it was last freed */
 };
 
 /* ---- listeners (master/listeners.c) --------------------------------------------- */
@@ -333,6 +335,9 @@ void master_offload_tick(struct master *m);
 struct shm_counters;
 /* Adds what the kernel relayed to per-listener, per-cluster and global counters. */
 void master_offload_add(const struct master *m, struct shm_counters *sum);
+/* Listener slots freed by a publish (bit i: slot i, shm/shm_lslot.h): the kernel's
+ * counters of those slots count from zero for their next listener. */
+void master_offload_slots_freed(struct master *m, uint64_t freed);
 /* {"engine", "active", "interfaces": [{"name", "engine"}], "entries", "packets_to_peer",
  * "packets_to_client"} for status. */
 json_t *master_offload_json(const struct master *m);

@@ -375,6 +375,31 @@ void master_offload_tick(struct master *m)
 		master_offload_gc(m);
 }
 
+/* The kernel's counters of slot i less what they held when the slot was last freed
+ * (the kernel map has no reset that the programs' per-CPU adds would not race). */
+static int listener_counts(const struct master *m, uint32_t i, struct tgo_count *c)
+{
+	int rc = tgo_listener_counts(m->offload, i, c);
+
+	if (rc < 0)
+		return rc;
+	for (unsigned d = 0; d < 2; d++) {
+		c->pkts[d] -= m->off_base[i].pkts[d];
+		c->bytes[d] -= m->off_base[i].bytes[d];
+	}
+	return 0;
+}
+
+void master_offload_slots_freed(struct master *m, uint64_t freed)
+{
+	for (uint32_t i = 0; i < TGO_MAX_LISTENERS && i < SHM_MAX_LISTENERS; i++) {
+		if (!(freed & (UINT64_C(1) << i)))
+			continue;
+		if (m->offload == NULL || tgo_listener_counts(m->offload, i, &m->off_base[i]) < 0)
+			memset(&m->off_base[i], 0, sizeof(m->off_base[i]));
+	}
+}
+
 void master_offload_add(const struct master *m, struct shm_counters *sum)
 {
 	struct tgo_count c;
@@ -384,7 +409,7 @@ void master_offload_add(const struct master *m, struct shm_counters *sum)
 	for (uint32_t i = 0; i < TGO_MAX_LISTENERS && i < SHM_MAX_LISTENERS; i++) {
 		uint64_t *l = sum->lst[i];
 
-		if (tgo_listener_counts(m->offload, i, &c) < 0)
+		if (listener_counts(m, i, &c) < 0)
 			continue;
 		/* The client side carries the 4-byte ChannelData header as well. */
 		l[SHM_LCTR_CLIENT_PKTS_IN] += c.pkts[0];

@@ -18,6 +18,7 @@
 #include "master/admin.h"
 #include "master/cds.h"
 #include "shm/shm.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_alloc.h"
 
 void reload_result_clear(struct reload_result *r)
@@ -97,7 +98,8 @@ static void apply_logging(struct master *m, const struct conf *cfg)
 
 /* Builds the blob of cfg with the effective log level (the override, when any, is what
  * workers must apply, so it travels inside the snapshot like everything else). */
-static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, void **blob, size_t *len)
+static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, const uint16_t *slots,
+		      void **blob, size_t *len)
 {
 	struct snap_build_params p;
 	char *saved = cfg->admin.loglevel;
@@ -105,6 +107,7 @@ static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, void **b
 
 	memset(&p, 0, sizeof(p));
 	p.generation = gen;
+	p.listener_slots = slots;
 	memcpy(p.nonce_key, m->nonce_key, sizeof(p.nonce_key));
 	cfg->admin.loglevel = (char *)effective_loglevel(m, cfg);
 	rc = snap_build(cfg, &p, blob, len);
@@ -113,14 +116,49 @@ static int build_blob(struct master *m, struct conf *cfg, uint64_t gen, void **b
 	return rc;
 }
 
+/* The slot of each of cfg's listeners, by name (shm/shm_lslot.h): *out is malloc'd
+ * (cfg->n_listeners entries, NULL when none). 0 or -ENOMEM / -EINVAL. */
+static int assign_slots(struct master *m, const struct conf *cfg, uint16_t **out)
+{
+	const char **names;
+	uint64_t freed = 0;
+	int rc;
+
+	*out = NULL;
+	names = calloc(cfg->n_listeners + 1, sizeof(*names));
+	*out = calloc(cfg->n_listeners + 1, sizeof(**out));
+	if (names == NULL || *out == NULL) {
+		free(names);
+		free(*out);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < cfg->n_listeners; i++)
+		names[i] = cfg->listeners[i].name;
+	rc = shm_lslot_assign(m->shm, names, cfg->n_listeners, *out, &freed);
+	if (rc == 0)
+		master_offload_slots_freed(m, freed);
+	free(names);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
 /* Publishes cfg as generation m->generation + 1; on success bumps m->generation. */
 static int publish_cfg(struct master *m, struct conf *cfg)
 {
 	void *blob = NULL;
+	uint16_t *slots;
 	size_t len = 0;
 	int rc;
 
-	rc = build_blob(m, cfg, m->generation + 1, &blob, &len);
+	rc = assign_slots(m, cfg, &slots);
+	if (rc < 0)
+		return rc;
+	rc = build_blob(m, cfg, m->generation + 1, slots, &blob, &len);
+	free(slots);
 	if (rc < 0)
 		return rc;
 	rc = shm_snap_publish(m->shm, blob, len, m->generation + 1, mono_ns());
@@ -153,7 +191,7 @@ void reload_reclaim(struct master *m)
 int reload_snap_size(struct master *m, size_t *len)
 {
 	void *blob = NULL;
-	int rc = build_blob(m, m->cfg, 1, &blob, len);
+	int rc = build_blob(m, m->cfg, 1, NULL, &blob, len);
 
 	snap_blob_free(blob, *len);
 	return rc;

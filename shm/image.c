@@ -24,6 +24,7 @@ struct img_geom {
 	uint32_t n_slots;
 	const struct shm_region *slots, *allocs;   /* into hdr */
 	const struct shm_region *revoke;           /* NULL: none, or of another format */
+	const struct shm_region *lslot;            /* listener slots (this build's format) */
 	struct shm_hdr hdr;
 };
 
@@ -139,6 +140,23 @@ static int check_header(const struct shm_image *img, struct img_geom *g, struct 
 							      SHM_REVOKE_MAX *
 								      sizeof(struct shm_revoke_ent)))
 		g->revoke = NULL;	/* an older or newer build's list: not carried (t says so) */
+	/* The records name listener slots: without the table of the build that wrote them
+	 * (same record format, so same build family) they would mean nothing. */
+	g->lslot = region_find(h, SHM_REGION_LSLOTS);
+	if (g->lslot == NULL || g->lslot->format != shm_region_format(SHM_REGION_LSLOTS) ||
+	    g->lslot->count != 1 || g->lslot->stride < sizeof(struct shm_lslot_hdr))
+		return refuse(t, SHM_STATE_FORMAT, "no listener slot table of this build's format");
+	return 0;
+}
+
+/* The listener slot table of the image, validated, into *out. */
+static int read_lslots(const struct shm_image *img, const struct img_geom *g,
+		       struct shm_lslot_hdr *out, struct shm_takeover *t)
+{
+	if (img_read(img, g->lslot->off, out, sizeof(*out)) < 0)
+		return refuse(t, SHM_STATE_IO, "cannot read its listener slot table");
+	if (shm_lslot_validate(out) < 0)
+		return refuse(t, SHM_STATE_CORRUPT, "listener slot table is inconsistent");
 	return 0;
 }
 
@@ -213,8 +231,7 @@ static bool record_sane(const struct shm_alloc *r, unsigned old_slots, uint64_t 
 	if (r->owner != SHM_ALLOC_WORD_OWNER(r->state) || r->owner >= old_slots || !key ||
 	    r->client_transport < SHM_TRANSPORT_UDP || r->client_transport > SHM_TRANSPORT_DTLS ||
 	    r->user_len > SHM_ALLOC_USER_MAX || r->realm_len > SHM_ALLOC_REALM_MAX ||
-	    r->n_perms > SHM_ALLOC_MAX_PERMS || r->n_chans > SHM_ALLOC_MAX_CHANS ||
-	    r->listener_idx >= SHM_MAX_LISTENERS)
+	    r->pad0[0] != 0 || r->pad0[1] != 0 || r->listener_idx >= SHM_MAX_LISTENERS)
 		return false;
 	if (!addr_ok(&r->client, true) || !addr_ok(&r->server, true) ||
 	    !addr_ok(&r->relay, r->client_transport == SHM_TRANSPORT_UDP) ||
@@ -523,6 +540,7 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	struct rec_reader rr;
 	struct shm_alloc *buf;
 	struct shm_revoke_hdr *rv = NULL;
+	struct shm_lslot_hdr ls;
 	int rc;
 
 	shm_check_handle(dst);
@@ -533,6 +551,9 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	if (rc < 0)
 		return rc;
 	t->revoke_lost = g.revoke == NULL && region_find(&g.hdr, SHM_REGION_REVOKE) != NULL;
+	rc = read_lslots(img, &g, &ls, t);
+	if (rc < 0)
+		return rc;
 	rc = read_revocations(img, &g, &rv, t);
 	if (rc < 0)
 		return rc;
@@ -556,6 +577,8 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
 		return rc;
 	}
+	/* Before the counters: they and the records are indexed by these slots. */
+	memcpy(shm_lslot_hdr(dst), &ls, sizeof(ls));
 	import_counters(dst, img, &g, t);
 	import_revocations(dst, rv, t);
 	free(rv);

@@ -56,7 +56,9 @@ void shm_geom_compute(const struct shm_config *cfg, struct shm_geom *g)
 	g->off_records = shm_round_up(g->off_revoke + g->revoke_size, SHM_PAGE);
 	g->records_size = sizeof(struct shm_records_hdr) +
 			  (uint64_t)cfg->n_slots * sizeof(struct shm_rec_ring);
-	g->size = shm_round_up(g->off_records + g->records_size, SHM_PAGE);
+	g->off_lslot = shm_round_up(g->off_records + g->records_size, SHM_PAGE);
+	g->lslot_size = sizeof(struct shm_lslot_hdr);
+	g->size = shm_round_up(g->off_lslot + g->lslot_size, SHM_PAGE);
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v)
@@ -106,6 +108,7 @@ static uint64_t format_allocs(void)
 {
 	uint64_t h = FNV_BASIS;
 
+	LH(h, SHM_ALLOC_FORMAT);
 	LH(h, sizeof(struct shm_alloc));
 	LH(h, offsetof(struct shm_alloc, owner));
 	LH(h, offsetof(struct shm_alloc, listener_idx));
@@ -216,6 +219,21 @@ static uint64_t format_records(void)
 	return h;
 }
 
+static uint64_t format_lslot(void)
+{
+	uint64_t h = FNV_BASIS;
+
+	LH(h, sizeof(struct shm_lslot_hdr));
+	LH(h, offsetof(struct shm_lslot_hdr, ent));
+	LH(h, sizeof(struct shm_lslot_ent));
+	LH(h, offsetof(struct shm_lslot_ent, key));
+	LH(h, offsetof(struct shm_lslot_ent, name));
+	LH(h, SHM_MAX_LISTENERS);
+	LH(h, SHM_LSLOT_NAME_MAX);
+	LH(h, SHM_LSLOT_VERSION);
+	return h;
+}
+
 uint64_t shm_region_format(uint32_t id)
 {
 	switch (id) {
@@ -235,6 +253,8 @@ uint64_t shm_region_format(uint32_t id)
 		return format_revoke();
 	case SHM_REGION_RECORDS:
 		return format_records();
+	case SHM_REGION_LSLOTS:
+		return format_lslot();
 	}
 	return 0;
 }
@@ -259,6 +279,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, format_relay());
 	LH(h, format_revoke());
 	LH(h, format_records());
+	LH(h, format_lslot());
 	return h;
 }
 
@@ -326,6 +347,7 @@ static void hdr_init(struct shm_hdr *h, const struct shm_config *cfg, const stru
 	hdr_region(h, SHM_REGION_RELAY, 1, g->off_relay, g->relay_size);
 	hdr_region(h, SHM_REGION_REVOKE, 1, g->off_revoke, g->revoke_size);
 	hdr_region(h, SHM_REGION_RECORDS, 1, g->off_records, g->records_size);
+	hdr_region(h, SHM_REGION_LSLOTS, 1, g->off_lslot, g->lslot_size);
 	h->hdr_check = shm_hdr_checksum(h);
 	h->master_pid = (int32_t)getpid();
 	h->epoch = 1;
@@ -399,6 +421,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->off_relay = g->off_relay;
 	shm->off_revoke = g->off_revoke;
 	shm->off_records = g->off_records;
+	shm->off_lslot = g->off_lslot;
 	shm->lock_fd = -1;
 	return shm;
 }
@@ -445,6 +468,7 @@ int shm_init_fd(int fd, bool memfd, const struct shm_config *cfg, struct shm **o
 	shm_revoke_init((struct shm_revoke_hdr *)((uint8_t *)base + g.off_revoke));
 	shm_records_init((struct shm_records_hdr *)((uint8_t *)base + g.off_records),
 			 cfg->n_slots);
+	shm_lslot_init((struct shm_lslot_hdr *)((uint8_t *)base + g.off_lslot));
 	hdr_init(base, cfg, &g);
 	shm = handle_new(fd, false, base, cfg, &g);
 	if (shm == NULL) {
@@ -549,6 +573,9 @@ int shm_attach_ro(int fd, struct shm **out)
 		rc = shm_records_validate(
 			(const struct shm_records_hdr *)((const uint8_t *)base + g.off_records),
 			cfg.n_slots);
+	if (rc == 0)
+		rc = shm_lslot_validate(
+			(const struct shm_lslot_hdr *)((const uint8_t *)base + g.off_lslot));
 	if (rc < 0)
 		goto fail;
 	shm = handle_new(dfd, true, base, &cfg, &g);

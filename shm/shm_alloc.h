@@ -33,6 +33,10 @@
 
 #include "shm/shm.h"
 
+/* Version of the record's meaning, part of its format fingerprint (shm_region_format): a
+ * take-over refuses another's records. 2: listener_idx is the listener's slot (was the
+ * snapshot's order), n_perms/n_chans gone (never kept true). */
+#define SHM_ALLOC_FORMAT 2u
 #define SHM_ALLOC_MAX_PERMS 32
 #define SHM_ALLOC_MAX_CHANS 32
 #define SHM_ALLOC_USER_MAX 128   /* bytes, not NUL-terminated; user_len gives the length */
@@ -103,10 +107,11 @@ struct shm_alloc {
 	uint8_t client_transport;  /* enum shm_transport */
 	uint8_t key_alg;           /* enum shm_key_alg */
 	uint8_t key_len;
-	uint8_t n_perms;           /* entries in use at the front of perms[] (hint) */
-	uint8_t n_chans;
-	uint16_t listener_idx;     /* index into the snapshot's listener table */
-	uint64_t listener_hash;    /* hash of the listener name/generation it was made on */
+	uint8_t pad0[2];           /* 0 (held counts no one kept true before format 2) */
+	uint16_t listener_idx;     /* the listener's slot (shm/shm_lslot.h): stable by name
+				    * across reloads, restarts and upgrades */
+	uint64_t listener_hash;    /* shm_quota_key(SHM_QUOTA_LISTENER, name) of its listener:
+				    * its name only, not a generation */
 
 	struct shm_addr client;
 	struct shm_addr server;    /* listener address the client reached */

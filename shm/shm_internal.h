@@ -15,6 +15,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_authfail.h"
 #include "shm/shm_bw.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_ppool.h"
 #include "shm/shm_records.h"
@@ -27,16 +28,17 @@
 static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 
 #define SHM_MAGIC UINT64_C(0x314d48534754554e)   /* "NUTGSHM1" read little-endian */
-/* Version of the header prefix below and of the region table's meaning (3: the region
- * table; 2 was the trust region's first layout). A new region or a changed record is not
+/* Version of the header prefix below and of the region table's meaning (4: room for 12
+ * regions, the listener slots being the 9th; 3: the region table; 2 was the trust
+ * region's first layout). A new region or a changed record is not
  * a version change: it shows in the region table and in the regions' format fingerprints
  * (shm_region_format), which a take-over checks. */
-#define SHM_LAYOUT_VERSION 3u
+#define SHM_LAYOUT_VERSION 4u
 #define SHM_CL 128u                              /* = CAA_CACHE_LINE_SIZE on x86-64 */
 #define SHM_HANDLE_MAGIC 0x53484d48u             /* process-local handle check */
 #define SHM_SNAP_MAGIC 0x534e4150u               /* in a LIVE or RETIRED snapshot header */
 #define SHM_ALLOC_STRIDE_ALIGN 64u
-#define SHM_MAX_REGIONS 8u
+#define SHM_MAX_REGIONS 12u
 #define SHM_BOOT_ID_LEN 40u                      /* /proc/sys/kernel/random/boot_id text */
 #define SHM_TRUST_MAGIC 0x54525354u              /* "TSRT" read little-endian */
 #define SHM_TRUST_VERSION 2u                     /* 2: the failed-auth table after it */
@@ -49,6 +51,8 @@ static_assert(sizeof(long) == 8, "shm requires a 64-bit target");
 #define SHM_REVOKE_VERSION 1u
 #define SHM_RECORDS_MAGIC 0x53434552u             /* "RECS" read little-endian */
 #define SHM_RECORDS_VERSION 1u
+#define SHM_LSLOT_MAGIC 0x544f4c53u               /* "SLOT" read little-endian */
+#define SHM_LSLOT_VERSION 1u
 
 /* The regions of a segment. shm_geom_compute() and hdr_init() are the only places that
  * list them; a reader finds a region by id in the header's table, so a region added by a
@@ -63,6 +67,7 @@ enum shm_region_id {
 	SHM_REGION_RELAY = 6,    /* one relay port index (shm/shm_relay.h) */
 	SHM_REGION_REVOKE = 7,   /* one revocation list (shm/shm_revoke.h) */
 	SHM_REGION_RECORDS = 8,  /* session-record rings (shm/shm_records.h) */
+	SHM_REGION_LSLOTS = 9,   /* one listener slot table (shm/shm_lslot.h) */
 };
 
 struct shm_region {
@@ -234,6 +239,23 @@ struct shm_rec_ring {
 	_Alignas(SHM_CL) struct shm_rec_ev ev[SHM_REC_RING];
 };
 
+/* Listener slot table (shm/shm_lslot.h): the master writes the header in shm_create()
+ * and the entries at each publish (shm/lslot.c); nobody else writes it. */
+struct shm_lslot_ent {
+	uint32_t state;                      /* enum shm_lslot_state */
+	uint32_t name_len;                   /* the full name's length */
+	uint64_t key;                        /* hash of the full name */
+	char name[SHM_LSLOT_NAME_MAX];       /* its first bytes, NUL ended */
+};
+
+struct shm_lslot_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t n;                          /* SHM_MAX_LISTENERS */
+	uint32_t pad;
+	struct shm_lslot_ent ent[SHM_MAX_LISTENERS];
+};
+
 struct shm_trust_ent {
 	uint64_t key;    /* keyed hash of the address, 0 = empty */
 	uint64_t state;  /* tag 16 | credits 16 | last earn, monotonic seconds 32 */
@@ -257,6 +279,7 @@ struct shm {
 	uint64_t off_relay;
 	uint64_t off_revoke;
 	uint64_t off_records;
+	uint64_t off_lslot;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t n_taken, cap_taken;
@@ -395,6 +418,11 @@ static inline struct shm_rec_ring *shm_rec_ring_at(const struct shm *shm, unsign
 				       (uint64_t)slot * sizeof(struct shm_rec_ring));
 }
 
+static inline struct shm_lslot_hdr *shm_lslot_hdr(const struct shm *shm)
+{
+	return (struct shm_lslot_hdr *)(shm->base + shm->off_lslot);
+}
+
 static inline uint64_t shm_round_up(uint64_t v, uint64_t align)
 {
 	return (v + align - 1) / align * align;
@@ -410,6 +438,7 @@ struct shm_geom {
 	uint64_t off_relay, relay_size;
 	uint64_t off_revoke, revoke_size;
 	uint64_t off_records, records_size;
+	uint64_t off_lslot, lslot_size;
 	uint64_t size;
 };
 
@@ -450,6 +479,12 @@ void shm_revoke_init(struct shm_revoke_hdr *h);
 int shm_revoke_validate(const struct shm_revoke_hdr *h);
 /* An entry this build could have written (kind, length, times). */
 bool shm_revoke_ent_sane(const struct shm_revoke_ent *e);
+
+/* Writes the listener slot table's header (shm/lslot.c); the entries start FREE. */
+void shm_lslot_init(struct shm_lslot_hdr *h);
+/* 0 when the table at h is the one this build writes (header and every entry), else
+ * -EBADMSG. */
+int shm_lslot_validate(const struct shm_lslot_hdr *h);
 
 /* Fingerprint of the element layout of region `id` in this build (0 for an unknown id). */
 uint64_t shm_region_format(uint32_t id);

@@ -132,7 +132,7 @@ static struct wk_listener *wk_adopt_listener(struct worker *w, const struct shm_
 		wk_addr_to_shm((struct sockaddr *)&ss, &local);
 		if (memcmp(&local, &rec->server, sizeof(local)) != 0)
 			continue;
-		if (l->snap_idx == rec->listener_idx)
+		if (l->slot == rec->listener_idx)
 			return l;
 		found = l;
 	}
@@ -160,13 +160,13 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 		wk_alloc_forget(w, a);
 		return rc;
 	}
-	/* Listener indexes may have moved with a reload while nobody ran here: move the
+	/* Served by another listener on the same address (its own was removed): move the
 	 * predecessor's gauge contribution to where wk_alloc_destroy will take it back. */
-	if (l->snap_idx != rec->listener_idx) {
+	if (l->slot != rec->listener_idx) {
 		shm_lctr_add(w->ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
-		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
+		shm_lctr_add(w->ctr, l->slot, SHM_LCTR_ALLOCS_ACTIVE, 1);
 		shm_alloc_begin_write(rec);
-		rec->listener_idx = (uint16_t)l->snap_idx;
+		rec->listener_idx = (uint16_t)l->slot;
 		shm_alloc_end_write(rec);
 	}
 	/* DONT-FRAGMENT and the cached Allocate response are not in the record: the first

@@ -209,8 +209,9 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 		shm_quota_give_rec(w->shm, a->rec);
 		shm_ctr_observe_lifetime(w->ctr,
 					 now > born ? (now - born + 500000000u) / 1000000000u : 0);
-		if (a->l->snap_ok)
-			shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+		/* Where it was counted: the record's slot, whether or not its listener is
+		 * still in the snapshot (a reload may have removed it). */
+		shm_lctr_add(w->ctr, a->rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
 	/* After the retire: a partner's owner that writes the pair meanwhile sees it. */
 	wk_offload_sc_forget(w, a);
@@ -529,7 +530,7 @@ bool wk_alloc_bw_admit(struct worker *w, struct wk_alloc *a, enum shm_bw_dir dir
 							 ? a->rec->user_len
 							 : SHM_ALLOC_USER_MAX);
 	who = (struct shm_bw_who){ .alloc_idx = a->rec_idx,
-				   .listener_idx = a->l->snap_idx,
+				   .listener_idx = a->rec->listener_idx,
 				   .user_key = a->user_key,
 				   .listener_key = a->rec->listener_hash };
 	if (shm_bw_admit(w->shm, &who, dir, len, now_ns, &lim) == SHM_BW_PASS)
@@ -603,7 +604,6 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 	wk_addr_to_shm(peer, &slot->peer);
 	slot->number = ch;
 	slot->expires_ns = now_ns + (uint64_t)w->hot.chan_lifetime * 1000000000u;
-	a->rec->n_chans = (uint8_t)(used + (by_num ? 0 : 1));
 	shm_alloc_end_write(a->rec);
 	return 0;
 }

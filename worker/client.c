@@ -19,7 +19,7 @@ void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, s
 	shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_OUT, bytes);
 	/* Responses count at the listener too: STUNner counts every datagram it sends. */
 	if (l->snap_ok) {
-		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_PKTS_OUT, n);
-		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_OUT, bytes);
+		shm_lctr_add(w->ctr, l->slot, SHM_LCTR_CLIENT_PKTS_OUT, n);
+		shm_lctr_add(w->ctr, l->slot, SHM_LCTR_CLIENT_BYTES_OUT, bytes);
 	}
 }

@@ -112,7 +112,7 @@ static bool wk_off_fill(struct worker *w, const struct wk_alloc *a, const struct
 	out->peer_port = c->peer.port;
 	out->channel = c->number;
 	out->expires_ns = exp;
-	out->listener_idx = a->l->snap_idx;
+	out->listener_idx = a->rec->listener_idx;
 	out->cluster_idx = cl;
 	return out->listener_idx < TGO_MAX_LISTENERS && out->cluster_idx < TGO_MAX_CLUSTERS;
 }
@@ -159,7 +159,7 @@ static bool wk_off_sc_udp(const struct worker *w, const struct wk_listener *l,
 {
 	return t->transport == SHM_TRANSPORT_UDP && l->proto == WORKER_PROTO_UDP && !l->secure &&
 	       l->snap_ok && l->sl.max_bps == 0 && t->perm && t->chan != 0 &&
-	       l->snap_idx < TGO_MAX_LISTENERS && t->client.family == t->server.family &&
+	       l->slot < TGO_MAX_LISTENERS && t->client.family == t->server.family &&
 	       memcmp(t->server.addr, (const uint8_t[16]){ 0 }, 16) != 0 && w->snap != NULL;
 }
 
@@ -253,9 +253,9 @@ static bool wk_off_sc_pair(struct worker *w, struct wk_alloc *a, const struct sh
 		uint64_t exp = ta.until_ns < tb.until_ns ? ta.until_ns : tb.until_ns;
 
 		ta.chan = c->number;
-		wk_off_sc_entry(&ta, a->l->snap_idx, cla, &tb, lb->snap_idx, clb, exp, ab);
+		wk_off_sc_entry(&ta, a->rec->listener_idx, cla, &tb, lb->slot, clb, exp, ab);
 		if (tb.chan != 0 && mine) {
-			wk_off_sc_entry(&tb, lb->snap_idx, clb, &ta, a->l->snap_idx, cla, exp, ba);
+			wk_off_sc_entry(&tb, lb->slot, clb, &ta, a->rec->listener_idx, cla, exp, ba);
 			*has_ba = true;
 		}
 	}

@@ -18,7 +18,7 @@ int wk_peer_deny(struct worker *w, const struct wk_listener *l)
 {
 	shm_ctr_add(w->ctr, SHM_CTR_PERM_DENIED, 1);
 	if (w->snap != NULL && l->snap_ok)
-		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_PERM_DENIED, 1);
+		shm_lctr_add(w->ctr, l->slot, SHM_LCTR_PERM_DENIED, 1);
 	return -EACCES;
 }
 

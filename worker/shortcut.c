@@ -156,7 +156,7 @@ static bool wk_sc_bw_admit(struct worker *w, const struct wk_listener *tl,
 	if (!shm_bw_on(&lim))
 		return true;
 	who = (struct shm_bw_who){ .alloc_idx = t->idx,
-				   .listener_idx = tl->snap_idx,
+				   .listener_idx = tl->slot,
 				   .user_key = t->user_key,
 				   .listener_key = t->listener_hash };
 	if (shm_bw_admit(w->shm, &who, SHM_BW_TO_CLIENT, len, now_ns, &lim) == SHM_BW_PASS)
@@ -191,8 +191,8 @@ static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
 		return;
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
-	shm_lctr_add(w->ctr, tl->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
-	shm_lctr_add(w->ctr, tl->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
+	shm_lctr_add(w->ctr, tl->slot, SHM_LCTR_PEER_PKTS_IN, 1);
+	shm_lctr_add(w->ctr, tl->slot, SHM_LCTR_PEER_BYTES_IN, len);
 	if (own) {
 		shm_alloc_ctr_add(own->rec, SHM_ACTR_PKTS_FROM_PEER, 1);
 		shm_alloc_ctr_add(own->rec, SHM_ACTR_BYTES_FROM_PEER, len);

@@ -25,8 +25,8 @@
  * renderer sums it over live slots only. */
 static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 {
-	if (l->snap_ok && l->snap_idx < SHM_MAX_LISTENERS)
-		CMM_STORE_SHARED(w->ctr->lst[l->snap_idx][SHM_LCTR_CONNS_ACTIVE],
+	if (l->slot < SHM_MAX_LISTENERS)
+		CMM_STORE_SHARED(w->ctr->lst[l->slot][SHM_LCTR_CONNS_ACTIVE],
 				 (uint64_t)l->n_conns);
 }
 
@@ -289,8 +289,8 @@ static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_PKTS_IN, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_CLIENT_BYTES_IN, flen);
 		if (c->l->snap_ok && w->snap) {
-			shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_PKTS_IN, 1);
-			shm_lctr_add(w->ctr, c->l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, flen);
+			shm_lctr_add(w->ctr, c->l->slot, SHM_LCTR_CLIENT_PKTS_IN, 1);
+			shm_lctr_add(w->ctr, c->l->slot, SHM_LCTR_CLIENT_BYTES_IN, flen);
 			wk_turn_input(w, &ep, c->in + off, flen);
 		}
 		off += flen;
@@ -483,7 +483,7 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
 	l->conns = c;
 	l->n_conns++;
 	if (l->snap_ok)
-		shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CONNS_TOTAL, 1);
+		shm_lctr_add(w->ctr, l->slot, SHM_LCTR_CONNS_TOTAL, 1);
 	wk_tcp_count_conns(w, l);
 }
 

@@ -190,7 +190,7 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	rec->key_alg = cred->key_alg;
 	rec->key_len = (uint8_t)cred->key_len;
 	memcpy(rec->key, cred->key, cred->key_len);
-	rec->listener_idx = (uint16_t)ep->l->snap_idx;
+	rec->listener_idx = (uint16_t)ep->l->slot;
 	/* The listener's count key: its name, which stays when a reload moves its index. */
 	rec->listener_hash = shm_quota_key(SHM_QUOTA_LISTENER, ep->l->name, strlen(ep->l->name));
 	wk_addr_to_shm(ep->addr, &rec->client);
@@ -445,8 +445,8 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	a->published = true;
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_CREATED, 1);
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, 1);
-	shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_ALLOCS_CREATED, 1);
-	shm_lctr_add(w->ctr, ep->l->snap_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	shm_lctr_add(w->ctr, ep->l->slot, SHM_LCTR_ALLOCS_CREATED, 1);
+	shm_lctr_add(w->ctr, ep->l->slot, SHM_LCTR_ALLOCS_ACTIVE, 1);
 	log_debug("turn", "allocation %u for %s on %s, lifetime %u s", a->rec_idx, cred.user,
 		  ep->l->name, lifetime);
 	wk_allocate_reply(w, ep, a, req, &cred, lifetime, token, addr_err);

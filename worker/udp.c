@@ -62,8 +62,8 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 			}
 			if (!l->snap_ok || !w->snap)
 				continue;
-			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_PKTS_IN, 1);
-			shm_lctr_add(w->ctr, l->snap_idx, SHM_LCTR_CLIENT_BYTES_IN, len);
+			shm_lctr_add(w->ctr, l->slot, SHM_LCTR_CLIENT_PKTS_IN, 1);
+			shm_lctr_add(w->ctr, l->slot, SHM_LCTR_CLIENT_BYTES_IN, len);
 			fn(w, l, (struct sockaddr *)&from[i], msgs[i].msg_hdr.msg_namelen,
 			   w->rx[i] + WK_HEADROOM, len);
 		}
@@ -375,8 +375,8 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
 		    !wk_peer_admitted(w, a, peer, len, now_ns, relayed))
 			continue;
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_IN, 1);
-		shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_IN, len);
+		shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_PKTS_IN, 1);
+		shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_BYTES_IN, len);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_FROM_PEER, 1);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_FROM_PEER, len);
 		m = wk_wrap_peer(a, w->rx[i], len, peer, now_ns, &mlen);
@@ -403,8 +403,8 @@ void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n
 {
 	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
 	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_PKTS_OUT, n);
-	shm_lctr_add(w->ctr, a->l->snap_idx, SHM_LCTR_PEER_BYTES_OUT, bytes);
+	shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_PKTS_OUT, n);
+	shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_BYTES_OUT, bytes);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_OUT, n);
 	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_OUT, bytes);
 	shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, n);

@@ -18,6 +18,7 @@
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_bw.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_source.h"
 #include "stun/stun.h"
@@ -155,7 +156,9 @@ struct wk_listener {
 	/* Hot copy from the current snapshot; snap_ok false while the snapshot has no
 	 * listener of this name (then nothing is served on it). */
 	bool snap_ok;
-	uint32_t snap_idx;
+	uint32_t snap_idx;		/* position in the snapshot: for snap_*() look-ups only */
+	uint32_t slot;			/* its slot (shm/shm_lslot.h): every per-listener counter,
+					 * record and kernel counter; SHM_LSLOT_NONE when none */
 	struct snap_listener sl;	/* strings point into the snapshot: do not keep */
 	struct sockaddr_storage relay_addr;	/* announced IP (port 0) */
 	bool relay_local;		/* announced IP is local: bind relay sockets to it */

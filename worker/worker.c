@@ -82,8 +82,11 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 
 	l->snap_ok = snap_listener_find(w->snap, l->name, &l->snap_idx) == 0 &&
 		     snap_listener_get(w->snap, l->snap_idx, &l->sl) == 0;
+	/* Kept while the listener is gone from the snapshot: its last connections still
+	 * count where they always did. */
 	if (!l->snap_ok)
 		return;
+	l->slot = l->sl.slot;
 	secure = l->sl.protocol == CONF_PROTO_TURN_TLS || l->sl.protocol == CONF_PROTO_TURN_DTLS;
 	dgram = l->sl.protocol == CONF_PROTO_TURN_UDP || l->sl.protocol == CONF_PROTO_TURN_DTLS;
 	if (dgram != (l->proto == WORKER_PROTO_UDP) || (l->secure_known && secure != l->secure)) {
@@ -271,6 +274,7 @@ static int wk_listener_add(struct worker *w, const char *name, enum worker_proto
 	if (!l)
 		return -ENOMEM;
 	l->w = w;
+	l->slot = SHM_LSLOT_NONE;
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	l->proto = proto;
 	l->fd = fd;
