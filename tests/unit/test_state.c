@@ -107,6 +107,16 @@ static struct shm *src_build(void)
 	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_CREATED, 5);
 	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_ENDED, 5);
 	shm_ctr_add(shm_slot_counters(s, 2), SHM_CTR_CLIENT_PKTS_IN, 1234);
+	{
+		/* The records name slot 1, "udp"'s; "gone" holds slot 0 (no record names
+		 * it). The take-over carries the table as it is. */
+		const char *names[] = { "gone", "udp" };
+		uint16_t slots[2];
+
+		assert_int_equal(shm_lslot_assign(s, names, 2, slots, NULL), 0);
+		assert_int_equal(slots[0], 0);
+		assert_int_equal(slots[1], 1);
+	}
 	memset(key, 0x5a, sizeof(key));
 	assert_int_equal(shm_nonce_key_set(s, key), 0);
 	return s;
@@ -166,6 +176,20 @@ static void test_take_over(void **state)
 	assert_int_equal(t.old_slots, 3);
 	assert_true(t.have_key && t.have_counters);
 	assert_int_equal(live_count(dst), N_LIVE);
+	/* the listener slots came along: "udp" keeps slot 1 in the next run */
+	{
+		const char *names[] = { "new", "udp" };
+		uint16_t slots[2];
+		char name[SHM_LSLOT_NAME_MAX];
+		enum shm_lslot_state st;
+
+		assert_int_equal(shm_lslot_name(dst, 1, name, sizeof(name), &st), 0);
+		assert_string_equal(name, "udp");
+		assert_int_equal(st, SHM_LSLOT_USED);
+		assert_int_equal(shm_lslot_assign(dst, names, 2, slots, NULL), 0);
+		assert_int_equal(slots[1], 1);
+		assert_int_equal(slots[0], 0);	/* "gone" had no record: freed, reused */
+	}
 	/* the list the first workers adopt from names exactly the live records */
 	{
 		uint32_t n_taken = 0;
@@ -296,6 +320,22 @@ static void c_format(uint8_t *b, size_t *len, const struct shm *s)
 	reseal(b);
 }
 
+/* An image of a build before listener slots: no slot table (its records would name
+ * listener positions, not slots). */
+static void c_no_lslots(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	(void)s;
+	region(b, SHM_REGION_LSLOTS)->id = SHM_REGION_UNUSED;
+	reseal(b);
+}
+
+static void c_lslot_state(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	((struct shm_lslot_hdr *)(b + s->off_lslot))->ent[3].state = 7;
+}
+
 static void c_boot(uint8_t *b, size_t *len, const struct shm *s)
 {
 	(void)len;
@@ -360,6 +400,13 @@ static void c_lifetime(uint8_t *b, size_t *len, const struct shm *s)
 	rec0(b, s)->expires_ns = NOW + 365 * 86400 * SEC;
 }
 
+/* The bytes that were n_perms/n_chans before format 2 must be zero. */
+static void c_pad(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->pad0[1] = 3;
+}
+
 static void c_channel(uint8_t *b, size_t *len, const struct shm *s)
 {
 	(void)len;
@@ -379,7 +426,8 @@ static void test_refusals(void **state)
 		{ c_region_overlap, SHM_STATE_CORRUPT }, { c_no_allocs, SHM_STATE_CORRUPT },
 		{ c_user_len, SHM_STATE_CORRUPT },       { c_owner, SHM_STATE_CORRUPT },
 		{ c_state, SHM_STATE_CORRUPT },          { c_lifetime, SHM_STATE_CORRUPT },
-		{ c_channel, SHM_STATE_CORRUPT },
+		{ c_channel, SHM_STATE_CORRUPT },        { c_no_lslots, SHM_STATE_FORMAT },
+		{ c_lslot_state, SHM_STATE_CORRUPT },    { c_pad, SHM_STATE_CORRUPT },
 	};
 	struct shm *src = src_build();
 
