@@ -260,13 +260,17 @@ static json_t *cmd_stats(struct master *m, json_t *req)
 	master_offload_add(m, &sum);
 	for (int i = 0; i < SHM_CTR__COUNT && ctr != NULL; i++)
 		json_object_set_new(ctr, shm_ctr_name(i), json_integer((json_int_t)sum.v[i]));
-	/* Listener counters are indexed like the current config's listener list. */
-	for (size_t l = 0; l < m->cfg->n_listeners && l < SHM_MAX_LISTENERS && lst; l++) {
-		json_t *o = json_object();
+	/* Listener counters are at each listener's slot (shm/shm_lslot.h). */
+	for (size_t l = 0; l < m->cfg->n_listeners && lst; l++) {
+		json_t *o;
+		uint32_t s;
 
+		if (shm_lslot_find(m->shm, m->cfg->listeners[l].name, &s) < 0)
+			continue;
+		o = json_object();
 		for (int i = 0; i < SHM_LCTR__COUNT && o != NULL; i++)
 			json_object_set_new(o, shm_lctr_name(i),
-					    json_integer((json_int_t)sum.lst[l][i]));
+					    json_integer((json_int_t)sum.lst[s][i]));
 		json_object_set_new(lst, m->cfg->listeners[l].name, o);
 	}
 	return json_pack("{s:b, s:i, s:o, s:o}", "ok", 1, "allocations", (int)master_alloc_count(m),
@@ -333,13 +337,10 @@ static json_t *chans_json(const struct shm_alloc *r, uint64_t now)
  * listener was removed by a reload and its slot is kept for its allocations). */
 static const struct conf_listener *listener_of(const struct master *m, unsigned slot)
 {
-	char name[SHM_LSLOT_NAME_MAX];
-	enum shm_lslot_state st;
+	uint32_t s;
 
-	if (shm_lslot_name(m->shm, slot, name, sizeof(name), &st) < 0 || st != SHM_LSLOT_USED)
-		return NULL;
 	for (size_t i = 0; i < m->cfg->n_listeners; i++)
-		if (strncmp(m->cfg->listeners[i].name, name, sizeof(name) - 1) == 0)
+		if (shm_lslot_find(m->shm, m->cfg->listeners[i].name, &s) == 0 && s == slot)
 			return &m->cfg->listeners[i];
 	return NULL;
 }

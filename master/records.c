@@ -122,6 +122,7 @@ static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
 	unsigned n = ev->n_peers < SHM_REC_PEERS ? ev->n_peers : SHM_REC_PEERS;
 	const char *lname = "?";
 	size_t lname_len = 1;
+	char slot_name[SHM_LSLOT_NAME_MAX];
 
 	clock_gettime(CLOCK_REALTIME, &rt);
 	iso_time(start, sizeof(start), ev->created_ns, now, &rt);
@@ -129,8 +130,10 @@ static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
 	if (ev->listener[0] != '\0') {
 		lname = ev->listener;
 		lname_len = strnlen(ev->listener, sizeof(ev->listener));
-	} else if (ev->listener_idx < m->cfg->n_listeners) {
-		lname = m->cfg->listeners[ev->listener_idx].name;
+	} else if (shm_lslot_name(m->shm, ev->listener_idx, slot_name, sizeof(slot_name),
+				  NULL) == 0) {
+		/* By its slot (shm/shm_lslot.h): a removed listener's name too. */
+		lname = slot_name;
 		lname_len = strlen(lname);
 	}
 	o = json_pack("{s:s, s:i, s:I, s:s%, s:s%, s:s%, s:s, s:i, s:s, s:s, s:f, s:s}", "type",

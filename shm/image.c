@@ -231,7 +231,8 @@ static bool record_sane(const struct shm_alloc *r, unsigned old_slots, uint64_t 
 	if (r->owner != SHM_ALLOC_WORD_OWNER(r->state) || r->owner >= old_slots || !key ||
 	    r->client_transport < SHM_TRANSPORT_UDP || r->client_transport > SHM_TRANSPORT_DTLS ||
 	    r->user_len > SHM_ALLOC_USER_MAX || r->realm_len > SHM_ALLOC_REALM_MAX ||
-	    r->pad0[0] != 0 || r->pad0[1] != 0 || r->listener_idx >= SHM_MAX_LISTENERS)
+	    r->pad0[0] != 0 || r->pad0[1] != 0 || r->pad1 != 0 ||
+	    (r->listener_idx >= SHM_MAX_LISTENERS && r->listener_idx != SHM_LSLOT_NONE))
 		return false;
 	if (!addr_ok(&r->client, true) || !addr_ok(&r->server, true) ||
 	    !addr_ok(&r->relay, r->client_transport == SHM_TRANSPORT_UDP) ||

@@ -140,6 +140,20 @@ int shm_lslot_assign(struct shm *shm, const char *const *names, size_t n, uint16
 	return 0;
 }
 
+int shm_lslot_find(const struct shm *shm, const char *name, uint32_t *slot)
+{
+	int s;
+
+	shm_check_handle(shm);
+	if (name == NULL || slot == NULL)
+		return -EINVAL;
+	s = find(shm_lslot_hdr(shm), name, strlen(name), name_key(name, strlen(name)));
+	if (s < 0 || shm_lslot_hdr(shm)->ent[s].state != SHM_LSLOT_USED)
+		return -ENOENT;
+	*slot = (uint32_t)s;
+	return 0;
+}
+
 int shm_lslot_name(const struct shm *shm, uint32_t slot, char *buf, size_t cap,
 		   enum shm_lslot_state *state)
 {

@@ -232,6 +232,13 @@ uint64_t shm_quota_user_key(const char *user, size_t len)
 	return shm_quota_key(SHM_QUOTA_USER, user + off, len - off);
 }
 
+uint64_t shm_quota_listener_key(uint32_t slot)
+{
+	char b[2] = { (char)(slot & 0xff), (char)(slot >> 8) };
+
+	return slot < SHM_MAX_LISTENERS ? shm_quota_key(SHM_QUOTA_LISTENER, b, sizeof(b)) : 0;
+}
+
 static uint64_t rec_user_key(const struct shm_alloc *rec)
 {
 	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
@@ -242,12 +249,12 @@ static uint64_t rec_user_key(const struct shm_alloc *rec)
 int shm_quota_take_rec(struct shm *shm, const struct shm_alloc *rec,
 		       const struct shm_quota_limits *lim)
 {
-	return shm_quota_take(shm, rec_user_key(rec), rec->listener_hash, lim);
+	return shm_quota_take(shm, rec_user_key(rec), shm_quota_listener_key(rec->listener_idx), lim);
 }
 
 int shm_quota_give_rec(struct shm *shm, const struct shm_alloc *rec)
 {
-	return shm_quota_give(shm, rec_user_key(rec), rec->listener_hash);
+	return shm_quota_give(shm, rec_user_key(rec), shm_quota_listener_key(rec->listener_idx));
 }
 
 uint64_t *shm_quota_entry_of(const struct shm *shm, uint64_t key)

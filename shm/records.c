@@ -106,7 +106,6 @@ static int build_ev(const struct shm *shm, uint32_t idx, const struct shm_alloc 
 	ev.reason = (uint8_t)reason;
 	ev.transport = rec->client_transport;
 	ev.listener_idx = rec->listener_idx;
-	ev.listener_hash = rec->listener_hash;
 	ev.gen = rec->gen;
 	ev.created_ns = rec->created_ns;
 	ev.ended_ns = now_ns;

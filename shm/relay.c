@@ -113,7 +113,6 @@ int shm_relay_target_fill(const struct shm_alloc *r, uint16_t port, const struct
 		return -ENOENT;
 	t->transport = r->client_transport;
 	t->listener_idx = r->listener_idx;
-	t->listener_hash = r->listener_hash;
 	t->gen = r->gen;
 	t->client = r->client;
 	t->server = r->server;

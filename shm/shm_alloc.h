@@ -35,7 +35,7 @@
 
 /* Version of the record's meaning, part of its format fingerprint (shm_region_format): a
  * take-over refuses another's records. 2: listener_idx is the listener's slot (was the
- * snapshot's order), n_perms/n_chans gone (never kept true). */
+ * snapshot's order; its quota key is derived from it), n_perms/n_chans/listener_hash gone. */
 #define SHM_ALLOC_FORMAT 2u
 #define SHM_ALLOC_MAX_PERMS 32
 #define SHM_ALLOC_MAX_CHANS 32
@@ -109,9 +109,8 @@ struct shm_alloc {
 	uint8_t key_len;
 	uint8_t pad0[2];           /* 0 (held counts no one kept true before format 2) */
 	uint16_t listener_idx;     /* the listener's slot (shm/shm_lslot.h): stable by name
-				    * across reloads, restarts and upgrades */
-	uint64_t listener_hash;    /* shm_quota_key(SHM_QUOTA_LISTENER, name) of its listener:
-				    * its name only, not a generation */
+				    * across reloads, restarts and upgrades; 0xffff: none */
+	uint64_t pad1;             /* 0 (was a hash of the listener's name before format 2) */
 
 	struct shm_addr client;
 	struct shm_addr server;    /* listener address the client reached */

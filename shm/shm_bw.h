@@ -54,8 +54,8 @@ struct shm_bw_limits {
 };
 
 /* The buckets of one allocation: its record, its user key (shm_quota_user_key), its
- * listener key (the record's listener_hash, 0: none) and its listener index (for the
- * drop count; >= SHM_MAX_LISTENERS: not counted per listener). */
+ * listener key (shm_quota_listener_key of its slot, 0: none) and its listener slot (for
+ * the drop count; >= SHM_MAX_LISTENERS: not counted per listener). */
 struct shm_bw_who {
 	uint32_t alloc_idx;
 	uint32_t listener_idx;

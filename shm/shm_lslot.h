@@ -46,6 +46,9 @@ enum shm_lslot_state {
 int shm_lslot_assign(struct shm *shm, const char *const *names, size_t n, uint16_t *out,
 		     uint64_t *freed);
 
+/* The slot the name holds (USED), into *slot. Returns 0, -ENOENT (none), -EINVAL. */
+int shm_lslot_find(const struct shm *shm, const char *name, uint32_t *slot);
+
 /* The name slot had (USED or RETIRED), copied into buf (truncated to cap, NUL ended);
  * *state gets the slot's state (may be NULL). Returns 0, -ENOENT (free), -EINVAL. */
 int shm_lslot_name(const struct shm *shm, uint32_t slot, char *buf, size_t cap,

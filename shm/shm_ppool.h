@@ -60,7 +60,7 @@ void shm_ppool_put(struct shm *shm, uint32_t tag, uint16_t port, uint32_t idx);
 /* A reservation (EVEN-PORT with the R bit) as stored. */
 struct shm_ppool_resv {
 	uint64_t token;       /* RESERVATION-TOKEN, never 0 */
-	uint64_t lkey;        /* the listener's name key (shm_quota_key) */
+	uint64_t lkey;        /* the listener's key (shm_quota_listener_key of its slot) */
 	uint64_t expires_ns;  /* CLOCK_MONOTONIC */
 	uint32_t tag;
 	uint16_t port;

@@ -2,10 +2,11 @@
  * with atomics by whichever worker starts or ends an allocation, so every worker decides
  * a quota on one count in O(1).
  *
- * Keys: shm_quota_key() hashes a name (a user id from shm_quota_user_key(), or a listener
- * name) into a 64-bit key; the domain keeps a user and a listener of the same name apart.
- * The hash is not keyed by the segment, so a key computed by one run means the same in the
- * next (a record carries its listener's key in listener_hash across a take-over).
+ * Keys: shm_quota_key() hashes a name (a user id from shm_quota_user_key(), or a listener's
+ * slot from shm_quota_listener_key()) into a 64-bit key; the domain keeps a user and a
+ * listener apart. The hash is not keyed by the segment, so a key computed by one run means
+ * the same in the next (a record's listener slot, shm/shm_lslot.h, is stable by name
+ * across reloads and carried with the record by a take-over).
  *
  * Table: a power-of-two number of 64-bit entries, at least four per allocation record
  * (shm_quota_entries()), so at most a quarter of them can be in use: every key in use
@@ -65,6 +66,10 @@ uint64_t shm_quota_entries(uint32_t alloc_cap);
 /* Key of name[0..len) in domain (never 0). */
 uint64_t shm_quota_key(enum shm_quota_domain domain, const char *name, size_t len);
 
+/* The key of the listener holding slot (shm/shm_lslot.h), 0 (not counted per listener)
+ * for a slot >= SHM_MAX_LISTENERS. */
+uint64_t shm_quota_listener_key(uint32_t slot);
+
 /* Counts one allocation of user_key on listener_key (0: no listener count) unless a limit
  * would be passed; all or nothing. Returns 0, -EDQUOT (the user is at lim->user),
  * -EUSERS (the listener is at lim->listener), -EBUSY (the total is at lim->total),
@@ -80,8 +85,8 @@ int shm_quota_give(struct shm *shm, uint64_t user_key, uint64_t listener_key);
 
 struct shm_alloc;
 
-/* The same for the keys of a record: shm_quota_user_key() of its username and its
- * listener_hash (0: not counted per listener). The one place that derives a record's
+/* The same for the keys of a record: shm_quota_user_key() of its username and
+ * shm_quota_listener_key() of its listener slot. The one place that derives a record's
  * keys, for the worker that publishes or ends it, the replacement that releases a dead
  * predecessor's LIVE record, the master's shm_slot_release_all and the take-over. */
 int shm_quota_take_rec(struct shm *shm, const struct shm_alloc *rec,

@@ -49,11 +49,10 @@ struct shm_rec_ev {
 	uint32_t idx;              /* allocation record index */
 	uint8_t reason;            /* enum shm_rec_reason */
 	uint8_t transport;         /* enum shm_transport */
-	uint16_t listener_idx;
+	uint16_t listener_idx;     /* its listener's slot (shm/shm_lslot.h) */
 	uint64_t gen;              /* the record's gen: (idx, gen) names the allocation */
 	uint64_t created_ns;       /* CLOCK_MONOTONIC */
 	uint64_t ended_ns;         /* CLOCK_MONOTONIC */
-	uint64_t listener_hash;
 	uint64_t ctr[SHM_ACTR__COUNT]; /* final counters, short-circuited deliveries included */
 	struct shm_addr client, server, relay, relay2;
 	struct shm_addr peers[SHM_REC_PEERS]; /* permissions' addresses (port 0) */
@@ -66,7 +65,7 @@ struct shm_rec_ev {
 	char username[SHM_ALLOC_USER_MAX];
 	char listener[SHM_REC_LISTENER_MAX]; /* its listener's name when the pusher knows it
 					      * (the worker), else empty: the master names it
-					      * by listener_idx */
+					      * by its slot */
 };
 
 /* Producer of `slot`: one event built from record idx (a copy the caller owns or the live

@@ -50,8 +50,7 @@ struct shm_relay_target {
 	uint32_t idx;
 	unsigned owner;    /* owner slot */
 	uint8_t transport; /* enum shm_transport of its client */
-	uint16_t listener_idx;
-	uint64_t listener_hash;
+	uint16_t listener_idx; /* its listener's slot (shm/shm_lslot.h) */
 	uint64_t user_key; /* shm_quota_user_key of its username (want_user only) */
 	uint64_t gen;      /* the record's claim generation */
 	struct shm_addr client;

@@ -532,7 +532,7 @@ bool wk_alloc_bw_admit(struct worker *w, struct wk_alloc *a, enum shm_bw_dir dir
 	who = (struct shm_bw_who){ .alloc_idx = a->rec_idx,
 				   .listener_idx = a->rec->listener_idx,
 				   .user_key = a->user_key,
-				   .listener_key = a->rec->listener_hash };
+				   .listener_key = shm_quota_listener_key(a->rec->listener_idx) };
 	if (shm_bw_admit(w->shm, &who, dir, len, now_ns, &lim) == SHM_BW_PASS)
 		return true;
 	shm_ctr_add(w->ctr, SHM_CTR_QUOTA_BANDWIDTH, 1);

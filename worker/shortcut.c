@@ -51,7 +51,6 @@ void wk_sc_refresh(struct worker *w)
 	for (size_t i = 0; i < w->n_ls; i++) {
 		struct wk_listener *l = w->ls[i];
 
-		l->name_key = shm_quota_key(SHM_QUOTA_LISTENER, l->name, strlen(l->name));
 		if (!l->active || !l->snap_ok)
 			continue;
 		wk_sc_ip_add(w, &l->relay_addr);
@@ -99,12 +98,12 @@ void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
 			  a->rec_idx, r->port);
 }
 
-/* The listener a record was made on, by its name's key (the record's listener index may be
- * stale after a reload that moved it), or NULL. */
-static struct wk_listener *wk_sc_listener(const struct worker *w, uint64_t key)
+/* The listener a record was made on, by its slot (stable across reloads), or NULL (a
+ * listener without a slot is never a short circuit's receiver). */
+static struct wk_listener *wk_sc_listener(const struct worker *w, uint32_t slot)
 {
-	for (size_t i = 0; i < w->n_ls; i++)
-		if (w->ls[i]->name_key == key && w->ls[i]->active && w->ls[i]->snap_ok)
+	for (size_t i = 0; slot != SHM_LSLOT_NONE && i < w->n_ls; i++)
+		if (w->ls[i]->slot == slot && w->ls[i]->active && w->ls[i]->snap_ok)
 			return w->ls[i];
 	return NULL;
 }
@@ -158,7 +157,7 @@ static bool wk_sc_bw_admit(struct worker *w, const struct wk_listener *tl,
 	who = (struct shm_bw_who){ .alloc_idx = t->idx,
 				   .listener_idx = tl->slot,
 				   .user_key = t->user_key,
-				   .listener_key = t->listener_hash };
+				   .listener_key = shm_quota_listener_key(t->listener_idx) };
 	if (shm_bw_admit(w->shm, &who, SHM_BW_TO_CLIENT, len, now_ns, &lim) == SHM_BW_PASS)
 		return true;
 	shm_ctr_add(w->ctr, SHM_CTR_QUOTA_BANDWIDTH, 1);
@@ -239,7 +238,7 @@ int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_a
 	for (unsigned i = 0; i < n; i++)
 		if (shm_relay_target_read(w->shm, cand[i], to->port, from, now_ns, want_user, t) ==
 			    0 &&
-		    (*tl = wk_sc_listener(w, t->listener_hash)) != NULL && wk_sc_names(*tl, t, to))
+		    (*tl = wk_sc_listener(w, t->listener_idx)) != NULL && wk_sc_names(*tl, t, to))
 			return 0;
 	return -ENOENT;
 }
@@ -323,7 +322,7 @@ void wk_sc_accept(struct worker *w, uint32_t idx, uint64_t gen, uint16_t port,
 	if (!w->snap || wk_shm_to_addr(from, &fa) == 0 ||
 	    shm_relay_target_read(w->shm, idx, port, from, now_ns, false, &t) < 0 ||
 	    t.owner != w->slot || t.gen != gen ||
-	    (tl = wk_sc_listener(w, t.listener_hash)) == NULL ||
+	    (tl = wk_sc_listener(w, t.listener_idx)) == NULL ||
 	    !wk_sc_reachable(w, tl, &t, &own)) {
 		shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT_STALE, 1);
 		return;
@@ -352,7 +351,7 @@ bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
 			    0 ||
 		    t.relay.family != f.family || memcmp(t.relay.addr, f.addr, 16) != 0)
 			continue;
-		tl = wk_sc_listener(w, t.listener_hash);
+		tl = wk_sc_listener(w, t.listener_idx);
 		if (tl == NULL || tl->mask_addr.ss_family != from->sa_family)
 			return false;
 		memcpy(out, &tl->mask_addr, sizeof(*out));

@@ -191,8 +191,6 @@ static void wk_record_fill(struct worker *w, struct wk_alloc *a, const struct wk
 	rec->key_len = (uint8_t)cred->key_len;
 	memcpy(rec->key, cred->key, cred->key_len);
 	rec->listener_idx = (uint16_t)ep->l->slot;
-	/* The listener's count key: its name, which stays when a reload moves its index. */
-	rec->listener_hash = shm_quota_key(SHM_QUOTA_LISTENER, ep->l->name, strlen(ep->l->name));
 	wk_addr_to_shm(ep->addr, &rec->client);
 	if (getsockname(ep->c ? ep->c->fd : ep->l->fd, (struct sockaddr *)&local, &sl) == 0)
 		wk_addr_to_shm((struct sockaddr *)&local, &rec->server);
@@ -227,7 +225,7 @@ static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct
 		 * Redeemed, its port is booked by our record; spent either way. */
 		if (shm_ppool_redeem(w->shm, rtoken, a->rec_idx, mono_ns(), &rv) < 0)
 			return 508;
-		if (rv.lkey != a->l->name_key) {
+		if (rv.lkey != shm_quota_listener_key(a->l->slot)) {
 			/* A token of another listener: refused, and its port given back
 			 * rather than leaked. */
 			shm_ppool_put(w->shm, rv.tag, rv.port, a->rec_idx);
@@ -253,7 +251,7 @@ static int wk_allocate_relays(struct worker *w, struct wk_alloc *a, const struct
 		rc = wk_alloc_bind_relay(w, a, fam, 0, even,
 					 &(struct shm_ppool_resv){
 						 .token = *token,
-						 .lkey = a->l->name_key,
+						 .lkey = shm_quota_listener_key(a->l->slot),
 						 .family = (uint8_t)fam,
 						 .expires_ns = mono_ns() +
 							       WK_RESV_LIFETIME_MS * UINT64_C(1000000),

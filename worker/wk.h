@@ -170,7 +170,6 @@ struct wk_listener {
 	 * listener makes no dual-stack allocations (relay_addr2 unset), so that no internal
 	 * address of the other family is announced. */
 	struct sockaddr_storage mask_addr;
-	uint64_t name_key; /* shm_quota_key of its name, as in its records */
 	uint16_t pool_min, pool_max;
 	struct portpool pool;
 	struct wk_tconn *conns;

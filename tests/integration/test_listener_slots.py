@@ -4,9 +4,9 @@ name, not its position in the file.
 
 Three UDP listeners a, b, c carry one allocation each and an exact number of datagrams
 each way; a reload then removes a, adds d in front and swaps b and c, and more traffic
-flows. After it, every per-listener series of /metrics (packets and bytes... packets both
-ways, allocations active and created, permission denials) is exactly what was sent
-through that listener, d starts from zero (it does not inherit a's figures), the admin
+flows. After it, every per-listener series of /metrics (packets both ways, allocations
+active and created, permission denials) and the admin `stats` listener counters are
+exactly what was sent through that listener, d starts from zero (it does not inherit a's figures), the admin
 `allocations` listing names each allocation's own listener, and its `listener` filter
 (and turngatectl's --listener) picks exactly that listener's allocations. Before listener
 slots, figures were indexed by the snapshot's order: b read c's counters after the swap,
@@ -67,6 +67,21 @@ def check_listing(daemon, clients):
                       "turngatectl allocations --listener %s lists %s's: %s" % (n, m, out))
 
 
+def check_stats(daemon, want):
+    """The admin `stats` per-listener counters agree with the scrape's (want: the series
+    wait_equal just saw exact); only the configured listeners are listed."""
+    lst = daemon.admin({"cmd": "stats"})["listeners"]
+    names = {k.split('name="')[1].split('"')[0] for k in want if 'name="' in k}
+    check(set(lst) == names, "stats listeners %r, want %r" % (sorted(lst), sorted(names)))
+    for n in names:
+        key = 'stunner_listener_packets_total{name="%s",direction="rx"}' % n
+        check(lst[n]["client_pkts_in"] == want[key],
+              "stats %s client_pkts_in %d, want %d" % (n, lst[n]["client_pkts_in"], want[key]))
+        key = 'turngate_listener_allocations_active{name="%s"}' % n
+        check(lst[n]["allocs_active"] == want[key],
+              "stats %s allocs_active %d, want %d" % (n, lst[n]["allocs_active"], want[key]))
+
+
 def want_for(n, c, sends, back, active, created):
     return {
         'stunner_listener_packets_total{name="%s",direction="rx"}' % n: c.sent if c else 0,
@@ -100,6 +115,7 @@ def test_reload_remove_add_reorder(d):
         for n in "abc":
             want.update(want_for(n, cl[n], sent[n][0], sent[n][1], 1, 1))
         wait_equal(mport, want)
+        check_stats(daemon, want)
         check_listing(daemon, {n: [cl[n]] for n in "abc"})
 
         # Remove a, add d first, swap b and c; more traffic on b and c, d's own.
@@ -123,6 +139,7 @@ def test_reload_remove_add_reorder(d):
         got = wait_equal(mport, want)
         check(not any('name="a"' in k or 'listener="a"' in k for k in got),
               "the removed listener is still rendered")
+        check_stats(daemon, want)
         check_listing(daemon, {"b": [cl["b"]], "c": [cl["c"]], "d": [cd]})
 
         # b's allocation ends: only b's gauge goes down.
@@ -133,6 +150,7 @@ def test_reload_remove_add_reorder(d):
             cl["b"].sent - sent["b"][0] + sent["b"][1]
         want["stunner_allocations_active"] = 2
         wait_equal(mport, want)
+        check_stats(daemon, want)
         check_listing(daemon, {"b": [], "c": [cl["c"]], "d": [cd]})
         check(daemon.stop() == 0, "exit status")
     finally:

@@ -167,20 +167,20 @@ static void test_record_keys(void **state)
 	assert_non_null(rec);
 	memcpy(rec->username, "1700000000:carol", 16);
 	rec->user_len = 16;
-	rec->listener_hash = shm_quota_key(SHM_QUOTA_LISTENER, "udp", 3);
+	rec->listener_idx = 1;
 	assert_int_equal(shm_quota_take_rec(shm, rec, &one), 0);
 	/* another credential of the same REST user id */
 	assert_int_equal(shm_quota_take(shm, shm_quota_user_key("1800000000:carol", 16), 0, &one),
 			 -EDQUOT);
 	assert_int_equal(shm_quota_take(shm, shm_quota_user_key("1800000000:carl", 15), 0, &one),
 			 0);
-	assert_int_equal(shm_quota_count(shm, rec->listener_hash), 1);
+	assert_int_equal(shm_quota_count(shm, shm_quota_listener_key(1)), 1);
 	assert_int_equal(shm_quota_give_rec(shm, rec), 0);
-	assert_int_equal(shm_quota_count(shm, rec->listener_hash), 0);
+	assert_int_equal(shm_quota_count(shm, shm_quota_listener_key(1)), 0);
 	assert_int_equal(shm_quota_give(shm, shm_quota_user_key("1800000000:carl", 15), 0), 0);
 	assert_int_equal(shm_quota_total(shm), 0);
 	/* no listener key: only the user and the total count */
-	rec->listener_hash = 0;
+	rec->listener_idx = 0xffff;
 	assert_int_equal(shm_quota_take_rec(shm, rec, &none), 0);
 	assert_int_equal(shm_quota_total(shm), 1);
 	free(rec);

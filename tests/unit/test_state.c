@@ -49,7 +49,6 @@ static void rec_fill(struct shm_alloc *r, unsigned i, uint8_t transport, uint64_
 	r->key_alg = SHM_KEY_MD5;
 	r->key_len = 16;
 	r->listener_idx = 1;
-	r->listener_hash = shm_quota_key(SHM_QUOTA_LISTENER, "udp", 3);
 	r->client.family = AF_INET;
 	r->client.addr[0] = 127;
 	r->client.addr[3] = 1;
@@ -235,7 +234,7 @@ static void test_take_over(void **state)
 	assert_int_equal(sum.v[SHM_CTR_CLIENT_PKTS_IN], 1234);
 	/* quota counts start at 0 in the new segment and are recounted from what was copied */
 	assert_int_equal(shm_quota_total(dst), N_LIVE);
-	assert_int_equal(shm_quota_count(dst, shm_quota_key(SHM_QUOTA_LISTENER, "udp", 3)), N_LIVE);
+	assert_int_equal(shm_quota_count(dst, shm_quota_listener_key(1)), N_LIVE);
 	for (unsigned i = 0; i < N_LIVE; i++) {
 		char u[16];
 		int n = snprintf(u, sizeof(u), "user%u", i);
