@@ -450,6 +450,47 @@ def test_reload_drops_the_route(d):
         daemon.stop()
 
 
+def test_reload_keeps_listener_counters(d):
+    """A reload that adds a listener in front and reorders the others (#38): the kernel
+    keeps counting the allocation's datagrams at its listener's slot, and the listener's
+    figures (user space and kernel) neither jump nor go to another listener."""
+    daemon = Daemon(d)
+    try:
+        offload_or_skip(daemon)
+        c, p = bound(False)
+        check(round_trip(c, p, 5) == (5, 5), "user-space round trip")
+        wait_for(lambda: entries(daemon) >= 1, "the channel's entry")
+        before = settled_stats(daemon)
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        check(stopped_round_trip(daemon, c, p, 20) == (20, 20), "kernel relay")
+        check_counted(daemon, "udp4", before, o0, 20)
+        mid = settled_stats(daemon)
+        with open(daemon.conf) as f:
+            text = f.read()
+        head, rest = text.split("listeners:\n", 1)
+        lst, tail = rest.split("clusters:\n", 1)
+        i = lst.index("  - name: udp6")
+        extra = ("  - name: extra\n    protocol: TURN-UDP\n    address: 10.77.2.2\n"
+                 "    bind_address: 10.77.1.2\n    port: %d\n    routes: [peers]\n" % (PORT + 1))
+        with open(daemon.conf, "w") as f:
+            f.write(head + "listeners:\n" + extra + lst[i:] + lst[:i] + "clusters:\n" + tail)
+        r = daemon.admin({"cmd": "reload"})
+        check(r.get("ok") is True, "reload: %r" % r)
+        after = settled_stats(daemon)
+        check(after["listeners"]["udp4"] == mid["listeners"]["udp4"],
+              "udp4's counters moved with the reload: %r -> %r"
+              % (mid["listeners"]["udp4"], after["listeners"]["udp4"]))
+        check(after["listeners"]["udp6"] == mid["listeners"]["udp6"], "udp6's counters moved")
+        check(all(v == 0 for v in after["listeners"]["extra"].values()),
+              "the new listener inherited figures: %r" % after["listeners"]["extra"])
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        check(stopped_round_trip(daemon, c, p, 10) == (10, 10), "kernel relay after the reload")
+        check_counted(daemon, "udp4", after, o0, 10)
+        p.close()
+    finally:
+        daemon.stop()
+
+
 def with_log(fn):
     """fn, printing the tail of the daemon's log when it fails."""
     def run(d):
@@ -903,5 +944,8 @@ if __name__ == "__main__":
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
              test_peer_on_the_relay_ip, test_kernel_short_circuit, test_kernel_short_circuit_v6,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
-             test_xdp_restart, test_xdp_fast_stop_removes_entries]
+             test_xdp_restart, test_xdp_fast_stop_removes_entries,
+             test_reload_keeps_listener_counters]
+    if os.environ.get("TG_OFFLOAD_ONLY"):   # one test by name, for a local run
+        tests = [t for t in tests if t.__name__ == os.environ["TG_OFFLOAD_ONLY"]]
     run_tests([with_log(t) for t in tests])
