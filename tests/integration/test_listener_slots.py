@@ -10,7 +10,8 @@ exactly what was sent through that listener, d starts from zero (it does not inh
 `allocations` listing names each allocation's own listener, and its `listener` filter
 (and turngatectl's --listener) picks exactly that listener's allocations. Before listener
 slots, figures were indexed by the snapshot's order: b read c's counters after the swap,
-d inherited a's, and the listing named the wrong listener.
+d inherited a's, and the listing named the wrong listener. The same holds across a restart
+that takes the state file over with the listeners reordered.
 """
 import os
 import socket
@@ -24,9 +25,12 @@ from test_metrics import Client, parse, scrape, wait_equal  # noqa: E402
 A_DATA = 0x0013
 
 
-def cfg(d, mport, names, ports):
+def cfg(d, mport, names, ports, state=False):
+    extra = '  metrics_endpoint: "http://127.0.0.1:%d/metrics"\n' % mport
+    if state:
+        extra += "  state_dir: %s\n" % d
     return config_yaml(os.path.join(d, "admin.sock"), [(n, ports[n], "TURN-UDP") for n in names],
-                       extra_admin='  metrics_endpoint: "http://127.0.0.1:%d/metrics"\n' % mport)
+                       extra_admin=extra)
 
 
 def traffic(c, peer, relay, sends, back):
@@ -159,5 +163,40 @@ def test_reload_remove_add_reorder(d):
             daemon.kill()
 
 
+def test_restart_keeps_slots(d):
+    """A restart that takes the state file over, with the listeners reordered and one
+    added in front: the carried counters stay with their listeners' names."""
+    ports = {n: free_port() for n in "abd"}
+    mport = free_port()
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(5.0)
+    daemon = Daemon(d, cfg(d, mport, "ab", ports, state=True)).start()
+    try:
+        cl = {}
+        want = {}
+        for n, (s, b) in (("a", (3, 1)), ("b", (6, 2))):
+            c = cl[n] = Client(ports[n])
+            c.challenge()
+            relay = c.allocate()
+            check(c.permission("127.0.0.1") == 0, "CreatePermission")
+            traffic(c, peer, relay, s, b)
+            c.release()
+            want.update(want_for(n, c, s, b, 0, 1))
+        wait_equal(mport, want)
+        check(daemon.stop() == 0, "exit status")
+        daemon = Daemon(d, cfg(d, mport, "dba", ports, state=True)).start()
+        check("taken over" in daemon.stderr() or "allocations taken over" in daemon.stderr(),
+              "no take-over:\n%s" % daemon.stderr())
+        want.update(want_for("d", None, 0, 0, 0, 0))
+        wait_equal(mport, want)
+        check_stats(daemon, want)
+        check(daemon.stop() == 0, "exit status")
+    finally:
+        peer.close()
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.kill()
+
+
 if __name__ == "__main__":
-    run_tests([test_reload_remove_add_reorder])
+    run_tests([test_reload_remove_add_reorder, test_restart_keeps_slots])
