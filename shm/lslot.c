@@ -50,18 +50,22 @@ static bool ent_is(const struct shm_lslot_ent *e, const char *name, size_t len, 
 	       memcmp(e->name, name, kept) == 0;
 }
 
-/* Slot i, given to no name: does a record still name it (any state but FREE: a record
- * being filled in or cleared may still count on it)? */
-static bool slot_busy(const struct shm *shm, uint32_t slot)
+/* The slots that records still name (any state but free: a record being filled in or
+ * cleared may still count on its slot), one bit each. One pass over the table, only
+ * when a publish has slots to retire or free (each record sits on its own page). */
+static uint64_t slots_busy(const struct shm *shm)
 {
+	uint64_t busy = 0;
+
 	for (uint32_t i = 0; i < shm->cfg.alloc_cap; i++) {
 		const struct shm_alloc *r = shm_alloc_at(shm, i);
+		uint16_t slot = CMM_LOAD_SHARED(r->listener_idx);
 
 		if (SHM_ALLOC_WORD_STATE(CMM_LOAD_SHARED(r->state)) != SHM_ALLOC_FREE &&
-		    CMM_LOAD_SHARED(r->listener_idx) == slot)
-			return true;
+		    slot < SHM_MAX_LISTENERS)
+			busy |= UINT64_C(1) << slot;
 	}
-	return false;
+	return busy;
 }
 
 /* A slot about to serve another name starts from zero: every worker slot's counters
@@ -89,7 +93,8 @@ int shm_lslot_assign(struct shm *shm, const char *const *names, size_t n, uint16
 		     uint64_t *freed)
 {
 	struct shm_lslot_hdr *h;
-	bool keep[SHM_MAX_LISTENERS] = { false };
+	bool keep[SHM_MAX_LISTENERS] = { false }, scanned = false;
+	uint64_t busy = 0;
 
 	shm_check_handle(shm);
 	if (shm->ro || (n > 0 && (names == NULL || out == NULL)))
@@ -108,7 +113,17 @@ int shm_lslot_assign(struct shm *shm, const char *const *names, size_t n, uint16
 
 		if (keep[i] || e->state == SHM_LSLOT_FREE)
 			continue;
-		if (slot_busy(shm, i)) {
+		/* Removed now: retired, even with no record, for a worker still on the
+		 * previous snapshot may make one on it yet; freed at a later publish. */
+		if (e->state == SHM_LSLOT_USED) {
+			e->state = SHM_LSLOT_RETIRED;
+			continue;
+		}
+		if (!scanned) {
+			busy = slots_busy(shm);
+			scanned = true;
+		}
+		if (busy & (UINT64_C(1) << i)) {
 			e->state = SHM_LSLOT_RETIRED;
 		} else {
 			memset(e, 0, sizeof(*e));

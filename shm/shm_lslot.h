@@ -11,7 +11,9 @@
  *
  * A slot is FREE, USED (a listener of the current configuration has it) or RETIRED (its
  * listener was removed; records or in-flight datagrams may still name it). A retired
- * slot is freed when no live allocation record names it any more; a freed slot's counters
+ * slot is freed at a later publish (never the one that removed its name: a worker still
+ * on the previous snapshot may yet make a record on it) once no allocation record names
+ * it any more; a freed slot's counters
  * (every worker slot's, and the bandwidth drops) are zeroed before it is given to another
  * name, so a new listener never inherits a removed one's figures. A name that comes back
  * while its slot is still retired gets the same slot back, figures and all.
@@ -37,8 +39,8 @@ enum shm_lslot_state {
 };
 
 /* Master: gives each of names[0..n) its slot (out[i]), in one pass: names that had a slot
- * keep it, names no longer present are RETIRED, retired slots no live record names are
- * freed (counters zeroed), new names take the lowest free slot; a name finding none gets
+ * keep it, names no longer present are RETIRED, slots retired earlier that no record
+ * names are freed (counters zeroed), new names take the lowest free slot; a name finding none gets
  * SHM_LSLOT_NONE (counted nowhere, as listeners beyond the 64th always were). *freed
  * (may be NULL) gets bit i set for each slot i freed by this call, so the caller may
  * reset what it keeps per slot outside the segment (the kernel's counters).

@@ -185,9 +185,29 @@ static void test_take_over(void **state)
 		assert_int_equal(shm_lslot_name(dst, 1, name, sizeof(name), &st), 0);
 		assert_string_equal(name, "udp");
 		assert_int_equal(st, SHM_LSLOT_USED);
-		assert_int_equal(shm_lslot_assign(dst, names, 2, slots, NULL), 0);
+		uint64_t freed;
+
+		assert_int_equal(shm_lslot_assign(dst, names, 2, slots, &freed), 0);
 		assert_int_equal(slots[1], 1);
-		assert_int_equal(slots[0], 0);	/* "gone" had no record: freed, reused */
+		/* "gone" is retired by this publish, not freed: "new" takes another slot */
+		assert_int_equal(slots[0], 2);
+		assert_int_equal(freed, 0);
+		assert_int_equal(shm_lslot_name(dst, 0, name, sizeof(name), &st), 0);
+		assert_int_equal(st, SHM_LSLOT_RETIRED);
+		/* the next publish frees it: no record names slot 0 */
+		assert_int_equal(shm_lslot_assign(dst, names, 2, slots, &freed), 0);
+		assert_int_equal(freed, 1);
+		assert_int_equal(slots[0], 2);
+		assert_int_equal(shm_lslot_name(dst, 0, name, sizeof(name), &st), -ENOENT);
+		/* slot 1 is busy (the records): "udp" removed stays retired */
+		assert_int_equal(shm_lslot_assign(dst, names, 1, slots, &freed), 0);
+		assert_int_equal(shm_lslot_assign(dst, names, 1, slots, &freed), 0);
+		assert_int_equal(freed, 0);
+		assert_int_equal(shm_lslot_name(dst, 1, name, sizeof(name), &st), 0);
+		assert_int_equal(st, SHM_LSLOT_RETIRED);
+		/* and comes back to it */
+		assert_int_equal(shm_lslot_assign(dst, names, 2, slots, &freed), 0);
+		assert_int_equal(slots[1], 1);
 	}
 	/* the list the first workers adopt from names exactly the live records */
 	{
