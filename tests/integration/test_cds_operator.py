@@ -8,7 +8,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import check, free_port, run_tests  # noqa: E402
+from harness_admin import Failure, check, free_port, run_tests  # noqa: E402
 from cds_operator import OperatorCds  # noqa: E402
 from test_cds import CdsDaemon, answers, generation, stop_all, wait_for  # noqa: E402
 
@@ -91,7 +91,12 @@ def test_operator_cds(d):
         srv2.start()
         wait_for(lambda: srv2.watching(), "the redial", timeout=10)
         check(time.monotonic() - t0 < 2.5, "redial took %.1f s" % (time.monotonic() - t0))
-        wait_for(lambda: answers(p3), "the config after the restart")
+        try:
+            wait_for(lambda: answers(p3), "the config after the restart", timeout=60)
+        except Failure as e:     # say why (seen once under ASan with the suite in parallel)
+            raise Failure("%s; status %r; log tail:\n%s" % (
+                e, daemon.admin({"cmd": "status"}).get("last_reload"),
+                daemon.stderr()[-3000:]))
         check(not answers(p1) and generation(daemon) == g1 + 2, generation(daemon))
         check(daemon.admin({"cmd": "status"})["last_reload"]["ok"], "last reload")
     finally:
