@@ -23,7 +23,8 @@ is bounded.
 Servers: turngate (the YAML below), turngate-offload (the same plus admin.offload_engine: TC,
 or XDP with --offload-engine XDP: issue 21's kernel fast path; with --netns and XDP the
 veth ends facing the server get GRO on, which a veth needs to take redirected frames), coturn (--coturn PATH, Debian's turnserver by default), base
-(another turngated build), and with --ceiling the direct path (no relay). With
+(another turngated build), turngate-records (the same as turngate plus session records to a
+file and a local webhook sink: issue 40), and with --ceiling the direct path (no relay). With
 turngate-offload the targets of issue 21 are printed as PASS/FAIL lines under the table.
 
 Tests flat172/flat1200 relay between 100 allocations and the echo peer; sym172/sym1200 pair
@@ -116,7 +117,36 @@ def mask_of(args):
     return None if mask == "none" else mask
 
 
-def turngate_cmd(args, rundir, builddir=None, offload=False, test=None):
+# turngate-records: the only difference from turngate (issue 40): session records to a file
+# in the run directory and to a webhook, a local HTTP sink (records_sink) that answers 204.
+RECORDS_YAML = ("\n  session_records:\n    file: {rundir}/sessions.jsonl"
+                "\n    webhook: http://127.0.0.1:{port}/records")
+_SINK = []
+
+
+def records_sink():
+    """The webhook's receiver, started once per run in a thread: (port, [records seen])."""
+    if not _SINK:
+        import http.server
+        import threading
+        seen = [0]
+
+        class Sink(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                seen[0] += body.count(b'"session_')
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        _SINK.extend([srv.server_address[1], seen])
+    return _SINK[0], _SINK[1]
+
+
+def turngate_cmd(args, rundir, builddir=None, offload=False, test=None, records=False):
     if args.auth == "secret":
         auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
     else:
@@ -138,13 +168,18 @@ def turngate_cmd(args, rundir, builddir=None, offload=False, test=None):
             workers=args.workers, relay_ip=topo.relay_ip, cluster=", ".join(cluster),
             mask=f"\n    relay_address_mask: {mask}" if mask else "",
             bind=f"\n    bind_address: {topo.bind}" if topo.bind else "",
-            offload=OFFLOAD_YAML.format(engine=getattr(args, "offload_engine", "TC"))
-            if offload else ""))
+            offload=(OFFLOAD_YAML.format(engine=getattr(args, "offload_engine", "TC"))
+                     if offload else "") +
+            (RECORDS_YAML.format(rundir=rundir, port=records_sink()[0]) if records else "")))
     return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf]
 
 
 def offload_cmd(args, rundir, test=None):
     return turngate_cmd(args, rundir, offload=True, test=test)
+
+
+def records_cmd(args, rundir, test=None):
+    return turngate_cmd(args, rundir, test=test, records=True)
 
 
 def base_cmd(args, rundir, test=None):
@@ -225,6 +260,7 @@ def stunnerd_default_cmd(args, rundir, test=None):
 
 
 SERVERS = {"turngate": turngate_cmd, "turngate-offload": offload_cmd, "coturn": coturn_cmd,
+           "turngate-records": records_cmd,
            "base": base_cmd, "stunnerd": stunnerd_cmd, "stunnerd-default": stunnerd_default_cmd}
 
 

@@ -25,7 +25,12 @@
 #include "shm/shm_quota.h"
 #include "shm/shm_records.h"
 
-#define RECORDS_DRAIN_S 0.05      /* the rings hold SHM_REC_RING: 20 drains a second */
+/* The rings hold SHM_REC_RING (512) each: 100 drains a second keep up with bursts of ends
+ * while the master's loop is busy (10,000 ends a second ended by admin disconnects: 20
+ * drains a second dropped 1,800-2,200 of 10,000, 100 none up to 15,000 a second; see
+ * bench/records_ends.py and docs/performance.md). A drain of empty rings reads two words
+ * per slot. */
+#define RECORDS_DRAIN_S 0.01
 #define HOOK_BATCH 100u           /* records per POST */
 #define HOOK_BACKLOG 10000u       /* records waiting for the webhook, oldest dropped */
 #define HOOK_TIMEOUT_S 5.0

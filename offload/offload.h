@@ -95,6 +95,15 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch);
 /* Deletes both entries of ch (only the 5-tuples, channel and sc_channel are used; a short
  * circuit's one entry: only the client, listener and channel); 0 or -ENOENT. */
 int tgo_channel_del(const struct tgo_maps *m, const struct tgo_channel *ch);
+/* What the programs relayed through one channel's entries: index 0 client -> peer (a
+ * short circuit's included), 1 peer -> client; bytes are the payload. */
+struct tgo_chan_ctr {
+	uint64_t pkts[2], bytes[2];
+};
+/* tgo_channel_del that first reads the entries' counters into *out (zeroed first; left
+ * zero where an entry is gone). A refresh (tgo_channel_set) carries them over. */
+int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
+		     struct tgo_chan_ctr *out);
 
 /* Visits every client -> peer entry (as a tgo_channel rebuilt from both entries); fn returns
  * true to keep it, false to delete both of its entries. Returns the entries kept, or -errno.

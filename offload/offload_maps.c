@@ -88,6 +88,30 @@ static int tgo_update(int fd, const void *k, const void *v)
 	return errno == E2BIG || errno == ENOMEM ? -ENOSPC : -errno;
 }
 
+/* A refresh replaces the whole value: the counters the programs added so far go over.
+ * What they add between the lookup and the update is lost (a refresh's microseconds). */
+static void tgo_carry_c2p(const struct tgo_maps *m, const struct tgo_c2p_key *k,
+			  struct tgo_c2p_val *v)
+{
+	struct tgo_c2p_val old;
+
+	if (bpf_map_lookup_elem(m->c2p_fd, k, &old) == 0) {
+		v->pkts = old.pkts;
+		v->bytes = old.bytes;
+	}
+}
+
+static void tgo_carry_p2c(const struct tgo_maps *m, const struct tgo_p2c_key *k,
+			  struct tgo_p2c_val *v)
+{
+	struct tgo_p2c_val old;
+
+	if (bpf_map_lookup_elem(m->p2c_fd, k, &old) == 0) {
+		v->pkts = old.pkts;
+		v->bytes = old.bytes;
+	}
+}
+
 int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 {
 	struct tgo_c2p_key ck;
@@ -118,6 +142,7 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 		cv.sc_channel = htobe16(ch->sc_channel);
 		cv.sc_listener_idx = (uint8_t)ch->sc_listener_idx;
 		cv.sc_cluster_idx = (uint8_t)ch->sc_cluster_idx;
+		tgo_carry_c2p(m, &ck, &cv);
 		return tgo_update(m->c2p_fd, &ck, &cv);
 	}
 	memset(&pv, 0, sizeof(pv));
@@ -129,6 +154,8 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 	pv.channel = ck.channel;
 	pv.listener_idx = ch->listener_idx;
 	pv.cluster_idx = ch->cluster_idx;
+	tgo_carry_c2p(m, &ck, &cv);
+	tgo_carry_p2c(m, &pk, &pv);
 	err = tgo_update(m->c2p_fd, &ck, &cv);
 	if (err == 0) {
 		err = tgo_update(m->p2c_fd, &pk, &pv);
@@ -140,17 +167,37 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 
 int tgo_channel_del(const struct tgo_maps *m, const struct tgo_channel *ch)
 {
+	struct tgo_chan_ctr c;
+
+	return tgo_channel_take(m, ch, &c);
+}
+
+int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
+		     struct tgo_chan_ctr *out)
+{
 	struct tgo_c2p_key ck;
 	struct tgo_p2c_key pk;
+	struct tgo_c2p_val cv;
+	struct tgo_p2c_val pv;
 	int err = tgo_check(ch);
 	int gone = 0;
 
+	memset(out, 0, sizeof(*out));
 	if (err < 0)
 		return err;
 	if (m->c2p_fd < 0 || m->p2c_fd < 0)
 		return 0;
 	tgo_c2p_key_of(ch, &ck);
 	tgo_p2c_key_of(ch, &pk);
+	/* Read just before the delete: a datagram relayed between the two is not counted. */
+	if (bpf_map_lookup_elem(m->c2p_fd, &ck, &cv) == 0) {
+		out->pkts[0] = cv.pkts;
+		out->bytes[0] = cv.bytes;
+	}
+	if (ch->sc_channel == 0 && bpf_map_lookup_elem(m->p2c_fd, &pk, &pv) == 0) {
+		out->pkts[1] = pv.pkts;
+		out->bytes[1] = pv.bytes;
+	}
 	gone += bpf_map_delete_elem(m->c2p_fd, &ck) == 0;
 	if (ch->sc_channel == 0)
 		gone += bpf_map_delete_elem(m->p2c_fd, &pk) == 0;

@@ -112,6 +112,7 @@ struct tgo_out {
 	__be16 chan;		/* peer -> client, short circuit: the channel to write */
 	__u32 plen;		/* payload relayed */
 	__u32 new_ulen;
+	__u64 *ectr;		/* the entry's pkts, bytes (see tgo_c2p_val) */
 };
 
 /* One's complement sums of 16-bit words as they sit in memory, as the kernel's csum code
@@ -170,6 +171,11 @@ static __always_inline void count(const struct tgo_out *o)
 	if (o->cluster_idx < TGO_CTR_CLUSTERS)
 		count_slot(TGO_CTR_CLUSTER0 + o->cluster_idx, d, o->plen);
 	count_slot(TGO_CTR_TOTAL, d, o->plen);
+	if (o->ectr) {
+		/* The entry is shared by every CPU. */
+		__sync_fetch_and_add(&o->ectr[0], 1);
+		__sync_fetch_and_add(&o->ectr[1], (__u64)o->plen);
+	}
 	if (o->dir != 2)
 		return;
 	if (o->sc_listener_idx < TGO_CTR_LISTENERS)
@@ -210,6 +216,7 @@ static __always_inline int lookup(const struct tgo_pkt *p, struct tgo_out *o)
 			o->chan = p->chan;
 			o->plen = p->chlen;
 			o->new_ulen = TGO_UDP_HLEN + p->chlen;
+			o->ectr = &v->pkts;
 			if (v->sc_channel) {
 				o->dir = 2;
 				o->chan = v->sc_channel;
@@ -243,6 +250,7 @@ static __always_inline int lookup(const struct tgo_pkt *p, struct tgo_out *o)
 		o->chan = v->channel;
 		o->plen = p->ulen - TGO_UDP_HLEN;
 		o->new_ulen = p->ulen + TGO_CHAN_HDR;
+		o->ectr = &v->pkts;
 		return o->expires_ns > now ? 0 : -1;
 	}
 }

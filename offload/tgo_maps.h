@@ -11,7 +11,7 @@
 #include <linux/types.h>
 
 /* Bumped with any change of a struct below; part of the pinned maps' directory name. */
-#define TGO_LAYOUT 2
+#define TGO_LAYOUT 3
 
 #define TGO_FAMILY_V4 4
 #define TGO_FAMILY_V6 6
@@ -48,6 +48,11 @@ struct tgo_c2p_val {
 	__u32 listener_idx, cluster_idx;
 	__be16 sc_channel;	/* 0: to the peer; else the short circuit's channel */
 	__u8 sc_listener_idx, sc_cluster_idx;
+	/* What the programs relayed through this entry (client -> peer; a short circuit's
+	 * too), added atomically; user space carries them over a refresh and adds them to
+	 * the allocation's counters when it deletes the entry (the session record, issue
+	 * #40). Bytes: the payload, as in struct tgo_ctr. */
+	__u64 pkts, bytes;
 };
 
 /* Peer -> client: a UDP datagram peer:port -> relay:port. */
@@ -65,6 +70,7 @@ struct tgo_p2c_val {
 	__be16 channel;
 	__u16 pad;		/* zero */
 	__u32 listener_idx, cluster_idx;
+	__u64 pkts, bytes;	/* relayed peer -> client, as in struct tgo_c2p_val */
 };
 
 /* Counters: a per-CPU array of TGO_CTR_SLOTS, one slot per listener index, one per

@@ -326,6 +326,7 @@ void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a)
 
 void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i)
 {
+	struct tgo_chan_ctr c;
 	struct tgo_channel k;
 
 	if (i >= SHM_ALLOC_MAX_CHANS || !(a->off_mask & (1u << i)))
@@ -334,7 +335,14 @@ void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i)
 	if (!wk_off_on(w))
 		return;
 	wk_off_key(a, &a->rec->chans[i], &k);
-	(void)tgo_channel_del(&w->off, &k);
+	/* What the kernel relayed through the channel goes into the allocation's counters
+	 * (the listing, the session record) before its entries go. */
+	if (tgo_channel_take(&w->off, &k, &c) == 0) {
+		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, c.pkts[0]);
+		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, c.bytes[0]);
+		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_FROM_PEER, c.pkts[1]);
+		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_FROM_PEER, c.bytes[1]);
+	}
 }
 
 void wk_offload_drop_all(struct worker *w, struct wk_alloc *a)

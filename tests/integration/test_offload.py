@@ -179,6 +179,8 @@ admin:
   state_dir: {d}
   healthcheck_endpoint: ""
   drain_timeout: 2
+  session_records:
+    file: {d}/sessions.jsonl
   offload_engine: {engine}
   relay_port_min: 50000
   relay_port_max: 50999
@@ -922,6 +924,47 @@ def short_circuit_pair(daemon, listener, mask, mk_a, mk_b, extra=()):
         daemon.stop()
 
 
+def test_records_count_the_kernel(d, engine="TC"):
+    """Issue #40: the session record's bytes and packets include what the kernel relayed
+    (read from the channel's entries before they are deleted at the allocation's end)."""
+    daemon = Daemon(d, engine=engine)
+    try:
+        offload_or_skip(daemon)
+        c, p = bound(False)
+        check(round_trip(c, p, 5) == (5, 5), "user-space round trip")
+        wait_for(lambda: entries(daemon) >= 1, "the channel's entry")
+        settled_stats(daemon)
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        got = stopped_round_trip(daemon, c, p, 50)
+        check(got == (50, 50), "with the workers stopped: %r" % (got,))
+        o1 = daemon.admin({"cmd": "status"})["offload"]
+        check(o1["packets_to_peer"] - o0["packets_to_peer"] == 50, "the kernel relayed them")
+        r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
+        check(error_code(r[3]) is None, "Refresh 0: %r" % (error_code(r[3]),))
+
+        def rec():
+            try:
+                with open(os.path.join(d, "sessions.jsonl")) as f:
+                    return [json.loads(ln) for ln in f if ln.strip()]
+            except FileNotFoundError:
+                return []
+        recs = wait_for(rec, "the session record")
+        check(len(recs) == 1 and recs[0]["reason"] == "refresh0", recs)
+        # 5 before the workers stop and 50 while they are, each way (the kernel carries
+        # them all once the channel is bound: 0 in the record before), 164 bytes of data each.
+        n = 55
+        check(recs[0]["to_peer"] == {"packets": n, "bytes": n * 164} and
+              recs[0]["from_peer"] == {"packets": n, "bytes": n * 164}, recs[0])
+        c.close()
+        p.close()
+    finally:
+        daemon.stop()
+
+
+def test_xdp_records_count_the_kernel(d):
+    test_records_count_the_kernel(d, engine="XDP")
+
+
 def test_xdp_entries_end_with_their_permission(d):
     test_entries_end_with_their_permission(d, engine="XDP")
 
@@ -945,7 +988,8 @@ if __name__ == "__main__":
              test_peer_on_the_relay_ip, test_kernel_short_circuit, test_kernel_short_circuit_v6,
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart, test_xdp_fast_stop_removes_entries,
-             test_reload_keeps_listener_counters]
+             test_reload_keeps_listener_counters,
+             test_records_count_the_kernel, test_xdp_records_count_the_kernel]
     if os.environ.get("TG_OFFLOAD_ONLY"):   # one test by name, for a local run
         tests = [t for t in tests if t.__name__ == os.environ["TG_OFFLOAD_ONLY"]]
     run_tests([with_log(t) for t in tests])
