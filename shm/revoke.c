@@ -156,16 +156,48 @@ static bool live(const struct shm_revoke_ent *e, int64_t now)
 	return e->until == 0 || e->until > now;
 }
 
-/* One pass over the entries; the caller checks the sequence around it. */
-static unsigned list_once(const struct shm_revoke_hdr *h, int64_t now,
-			  struct shm_revoke_ent *out, unsigned cap)
+/* A reader's pass over the entries, retried by seq_read while the master writes. */
+struct revoke_pass {
+	int64_t now;
+	struct shm_revoke_ent *out; /* list: the copies */
+	unsigned cap;
+	const char *user; /* match: the username, and where its user id starts */
+	size_t len, id_off;
+};
+
+typedef unsigned (*revoke_pass_fn)(const struct shm_revoke_ent *ent, uint32_t n,
+				   const struct revoke_pass *p);
+
+/* Runs fn over the entries until a pass saw no write (a bounded number of tries). */
+static unsigned seq_read(const struct shm *shm, revoke_pass_fn fn, const struct revoke_pass *p)
 {
-	uint32_t n = CMM_LOAD_SHARED(h->count);
+	const struct shm_revoke_hdr *h;
 	unsigned k = 0;
 
-	for (uint32_t i = 0; i < n && i < SHM_REVOKE_MAX && k < cap; i++) {
-		out[k] = h->ent[i];
-		if (shm_revoke_ent_sane(&out[k]) && live(&out[k], now))
+	shm_check_handle(shm);
+	h = shm_revoke_hdr(shm);
+	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
+		uint64_t s = CMM_LOAD_SHARED(h->seq);
+		uint32_t n;
+
+		cmm_smp_rmb();
+		n = CMM_LOAD_SHARED(h->count);
+		k = fn(h->ent, n < SHM_REVOKE_MAX ? n : SHM_REVOKE_MAX, p);
+		cmm_smp_rmb();
+		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
+			break;
+	}
+	return k;
+}
+
+static unsigned list_pass(const struct shm_revoke_ent *ent, uint32_t n,
+			  const struct revoke_pass *p)
+{
+	unsigned k = 0;
+
+	for (uint32_t i = 0; i < n && k < p->cap; i++) {
+		p->out[k] = ent[i];
+		if (shm_revoke_ent_sane(&p->out[k]) && live(&p->out[k], p->now))
 			k++;
 	}
 	return k;
@@ -174,85 +206,62 @@ static unsigned list_once(const struct shm_revoke_hdr *h, int64_t now,
 unsigned shm_revoke_list(const struct shm *shm, int64_t now, struct shm_revoke_ent *out,
 			 unsigned cap)
 {
-	const struct shm_revoke_hdr *h;
+	struct revoke_pass p = { .now = now, .out = out, .cap = cap };
+
+	return seq_read(shm, list_pass, &p);
+}
+
+static unsigned count_pass(const struct shm_revoke_ent *ent, uint32_t n,
+			   const struct revoke_pass *p)
+{
 	unsigned k = 0;
 
-	shm_check_handle(shm);
-	h = shm_revoke_hdr(shm);
-	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
-		uint64_t s = CMM_LOAD_SHARED(h->seq);
-
-		cmm_smp_rmb();
-		k = list_once(h, now, out, cap);
-		cmm_smp_rmb();
-		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
-			break;
-	}
+	for (uint32_t i = 0; i < n; i++)
+		k += live(&ent[i], p->now);
 	return k;
 }
 
 unsigned shm_revoke_count(const struct shm *shm, int64_t now)
 {
-	const struct shm_revoke_hdr *h;
-	unsigned k = 0;
+	struct revoke_pass p = { .now = now };
 
-	shm_check_handle(shm);
-	h = shm_revoke_hdr(shm);
-	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
-		uint64_t s = CMM_LOAD_SHARED(h->seq);
-		uint32_t n;
-
-		cmm_smp_rmb();
-		n = CMM_LOAD_SHARED(h->count);
-		k = 0;
-		for (uint32_t i = 0; i < n && i < SHM_REVOKE_MAX; i++)
-			k += live(&h->ent[i], now);
-		cmm_smp_rmb();
-		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
-			break;
-	}
-	return k;
+	return seq_read(shm, count_pass, &p);
 }
 
-static bool ent_match(const struct shm_revoke_ent *e, const char *user, size_t len,
-		      size_t id_off, int64_t now)
+static bool ent_match(const struct shm_revoke_ent *e, const struct revoke_pass *p)
 {
 	size_t elen = e->len;
 
-	if (elen == 0 || elen > SHM_REVOKE_NAME_MAX || !live(e, now))
+	if (elen == 0 || elen > SHM_REVOKE_NAME_MAX || !live(e, p->now))
 		return false;
 	if (e->kind == SHM_REVOKE_USER)
-		return elen == len && memcmp(e->name, user, len) == 0;
+		return elen == p->len && memcmp(e->name, p->user, p->len) == 0;
 	if (e->kind == SHM_REVOKE_USER_ID)
-		return elen == len - id_off && memcmp(e->name, user + id_off, elen) == 0;
+		return elen == p->len - p->id_off &&
+		       memcmp(e->name, p->user + p->id_off, elen) == 0;
 	return false;
+}
+
+static unsigned match_pass(const struct shm_revoke_ent *ent, uint32_t n,
+			   const struct revoke_pass *p)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (ent_match(&ent[i], p))
+			return 1;
+	return 0;
 }
 
 bool shm_revoke_match(const struct shm *shm, const char *user, size_t len, int64_t now)
 {
 	const struct shm_revoke_hdr *h;
-	size_t id_off;
-	bool hit = false;
+	struct revoke_pass p = { .now = now, .user = user, .len = len };
 
 	shm_check_handle(shm);
 	h = shm_revoke_hdr(shm);
 	if (CMM_LOAD_SHARED(h->count) == 0 && (CMM_LOAD_SHARED(h->seq) & 1u) == 0)
 		return false;
-	id_off = shm_quota_user_off(user, len);
-	for (unsigned t = 0; t < SHM_REVOKE_TRIES; t++) {
-		uint64_t s = CMM_LOAD_SHARED(h->seq);
-		uint32_t n;
-
-		cmm_smp_rmb();
-		n = CMM_LOAD_SHARED(h->count);
-		hit = false;
-		for (uint32_t i = 0; i < n && i < SHM_REVOKE_MAX && !hit; i++)
-			hit = ent_match(&h->ent[i], user, len, id_off, now);
-		cmm_smp_rmb();
-		if ((s & 1u) == 0 && CMM_LOAD_SHARED(h->seq) == s)
-			break;
-	}
-	return hit;
+	p.id_off = shm_quota_user_off(user, len);
+	return seq_read(shm, match_pass, &p) != 0;
 }
 
 uint64_t shm_revoke_seq(const struct shm *shm)
