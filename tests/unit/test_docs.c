@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -47,6 +48,11 @@ static const struct rule rules[] = {
 	  sizeof(struct shm_counters) },
 	{ "architecture.md", "`lst\\[([0-9]+)\\]", 10, SHM_MAX_LISTENERS },
 	{ "architecture.md", "`cls\\[([0-9]+)\\]", 10, SHM_MAX_CLUSTERS },
+	/* Listener slots: one per name, 0..63, and the snapshot layout that carries them. */
+	{ "architecture.md", "each name a \\*\\*slot\\*\\* \\(0\\.\\.([0-9]+)\\)", 10,
+	  SHM_MAX_LISTENERS - 1 },
+	{ "architecture.md", "A ([0-9]+)th name gets no slot", 10, SHM_MAX_LISTENERS + 1 },
+	{ "architecture.md", "`SNAP_VERSION` ([0-9]+)", 10, SNAP_VERSION },
 	{ "architecture.md", "histogram of allocation lifetimes: ([0-9]+) buckets", 10,
 	  SHM_LIFE_BUCKETS + 1 },
 	{ "architecture.md", "`struct shm_alloc`,? ([0-9][0-9 ,]*) bytes", 10,
