@@ -1,7 +1,9 @@
 #!/bin/sh
 # Builds (once) STUNner's stunnerd and turncat, and the Go test programs of tests/stunner, from
 # the Go module tests/stunner (STUNner pinned in its go.mod/go.sum, fetched through the Go
-# module proxy, never vendored), and prints the directory that holds the programs.
+# module proxy, never vendored), and pion-ice from the nested module tests/stunner/pion
+# (pion/webrtc v4 pinned in its own go.mod/go.sum, so that it does not move the versions
+# stunnerd is built with), and prints the directory that holds the programs.
 #
 # usage: scripts/build-stunner.sh [--offline]
 #   --offline  never reach the network (GOPROXY=off): the tests use this, after
@@ -48,7 +50,7 @@ key=$( (echo "$gover"; cd "$mod" &&
 	find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) |
 	LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16)
 out="$cache/$key"
-progs="stunnerd turncat stunner-validate stunner-cds"
+progs="stunnerd turncat stunner-validate stunner-cds pion-ice"
 
 ready() {
 	for p in $progs; do
@@ -70,6 +72,8 @@ if ! ready; then
 		(cd "$mod" && "$go" build -mod=readonly -trimpath -o "$tmp/" \
 			github.com/l7mp/stunner/cmd/stunnerd github.com/l7mp/stunner/cmd/turncat \
 			./cmd/...) >&2 || die "the Go build of tests/stunner failed (see above)"
+		(cd "$mod/pion" && "$go" build -mod=readonly -trimpath -o "$tmp/pion-ice" .) >&2 ||
+			die "the Go build of tests/stunner/pion failed (see above)"
 		rm -rf "$out"
 		mv "$tmp" "$out"
 		trap - EXIT
