@@ -35,6 +35,15 @@ bench/build_base.sh) and coturn send them out of one relay socket into the other
 tests turngated's listener announces relay_address_mask (--mask; 127.0.0.9 on loopback,
 10.78.1.9 with --netns, addresses nothing holds) and its cluster lists its relay address and
 the mask. With a sym test the targets of issue 22 are printed under the table.
+
+Tests tcp172/tcp1200 run the flat load with TURN over TCP between client and server (one TCP
+connection per allocation; the relay and the echo peer stay UDP; turnbench -m tcp), and
+tcprtt172 ten such allocations with one packet in flight each: the round trip unloaded. In
+these tests turngated and stunnerd get a TURN-TCP listener on the UDP listener's address and
+port (coturn listens on TCP anyway), and issue 39's target (turngated's TCP round trip not
+above stunnerd's, p50 and p99) is printed under the table:
+
+    bench/compare.py --tests tcprtt172,tcp172 --servers turngate,stunnerd,stunnerd-default,coturn
 """
 import argparse
 import ipaddress
@@ -86,7 +95,7 @@ listeners:
     protocol: TURN-UDP
     address: {relay_ip}{bind}
     port: {port}
-    routes: [echo]{mask}
+    routes: [echo]{mask}{tcp}
 clusters:
   - name: echo
     type: STATIC
@@ -106,6 +115,22 @@ def topo_of(args):
 def sym_test(test):
     """A symmetric test: the allocations are each other's peers."""
     return bool(test) and test.startswith("sym")
+
+
+def tcp_test(test):
+    """A TURN-over-TCP test (tcp172, tcp1200: the flat load; tcprtt172: ten allocations,
+    one packet in flight each, the round trip unloaded): the servers get a TURN-TCP listener
+    on the same address and port as the UDP one, in these tests only."""
+    return bool(test) and test.startswith("tcp")
+
+
+# The TURN-TCP listener of turngated and stunnerd in the tcp tests.
+TCP_LISTENER = """
+  - name: tcp
+    protocol: TURN-TCP
+    address: {address}{bind}
+    port: {port}
+    routes: [echo]"""
 
 
 def mask_of(args):
@@ -168,6 +193,10 @@ def turngate_cmd(args, rundir, builddir=None, offload=False, test=None, records=
             workers=args.workers, relay_ip=topo.relay_ip, cluster=", ".join(cluster),
             mask=f"\n    relay_address_mask: {mask}" if mask else "",
             bind=f"\n    bind_address: {topo.bind}" if topo.bind else "",
+            tcp=TCP_LISTENER.format(
+                address=topo.relay_ip, port=topo.server[1],
+                bind=f"\n    bind_address: {topo.bind}" if topo.bind else "")
+            if tcp_test(test) else "",
             offload=(OFFLOAD_YAML.format(engine=getattr(args, "offload_engine", "TC"))
                      if offload else "") +
             (RECORDS_YAML.format(rundir=rundir, port=records_sink()[0]) if records else "")))
@@ -224,7 +253,7 @@ listeners:
     protocol: TURN-UDP
     address: {relay_ip}
     port: {port}
-    routes: [echo]
+    routes: [echo]{tcp}
 clusters:
   - name: echo
     type: STATIC
@@ -247,8 +276,11 @@ def stunnerd_cmd(args, rundir, test=None, threads=True):
         cluster += [topo.relay_ip] if topo.relay_ip not in cluster else []
     conf = os.path.join(rundir, "stunnerd.yaml")
     with open(conf, "w") as f:
-        f.write(STUNNERD_YAML.format(auth=auth, relay_ip=topo.relay_ip, port=topo.server[1],
-                                     cluster=", ".join('"%s"' % c for c in cluster)))
+        f.write(STUNNERD_YAML.format(
+            auth=auth, relay_ip=topo.relay_ip, port=topo.server[1],
+            cluster=", ".join('"%s"' % c for c in cluster),
+            tcp=TCP_LISTENER.format(address=topo.relay_ip, port=topo.server[1], bind="")
+            if tcp_test(test) else ""))
     cmd = [os.path.join(args.stunner_bin, "stunnerd"), "-c", "file://" + conf]
     if threads:
         cmd.append(f"--udp-thread-num={args.workers}")
@@ -280,6 +312,23 @@ def wait_stun(deadline_s=10.0, topo=None):
                 data, _ = s.recvfrom(2048)
                 if len(data) >= 20 and data[8:20] == req[8:20]:
                     return True
+            except OSError:
+                time.sleep(0.05)
+    return False
+
+
+def wait_tcp(deadline_s=10.0, topo=None):
+    """True once the server accepts a TCP connection on the layout's server address."""
+    topo = topo or LOOPBACK
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with topo.entered("client"):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        with s:
+            s.settimeout(0.5)
+            try:
+                s.connect(topo.server)
+                return True
             except OSError:
                 time.sleep(0.05)
     return False
@@ -416,6 +465,14 @@ def tb_args(args, test):
         return common + ["-m", mode, "-n", str(compare_report.LOAD_N), "-W",
                          str(compare_report.LOAD_W), "-l", size,
                          "-w", str(p["warm"]), "-d", str(p["dur"])]
+    if test.startswith("tcprtt"):
+        return common + ["-m", "tcp", "-n", str(compare_report.RTT_N), "-W",
+                         str(compare_report.RTT_N), "-l", test[6:],
+                         "-w", str(p["warm"]), "-d", str(p["dur"])]
+    if tcp_test(test):
+        return common + ["-m", "tcp", "-n", str(compare_report.LOAD_N), "-W",
+                         str(compare_report.LOAD_W), "-l", test[3:],
+                         "-w", str(p["warm"]), "-d", str(p["dur"])]
     if test == "rate":
         return common + ["-m", "rate", "-n", str(p["rate_n"]), "-r", str(p["rate"]),
                          "-l", "172", "-w", str(p["warm"]), "-d", str(p["dur"])]
@@ -447,6 +504,8 @@ def run_one(args, server, test):
                                    stderr=log, cwd=rundir, start_new_session=True)
             if not wait_stun(topo=topo):
                 raise RuntimeError(f"{server} did not answer STUN on {topo.server}")
+            if tcp_test(test) and not wait_tcp(topo=topo):
+                raise RuntimeError(f"{server} accepts no TCP connection on {topo.server}")
             if not server.startswith("stunnerd"):   # stunnerd binds [::]:PORT whatever
                 check_listener(topo, srv.pid, server)  # the listener's address says
             if args.worker_quota and server.startswith("turngate"):
@@ -717,7 +776,9 @@ def run_all(args, servers, reps):
     print(compare_report.table(results, order, reps))
     for issue, wanted, lines in ((21, "turngate-offload" in order, compare_report.targets),
                                  (22, any(sym_test(t) for t in tests),
-                                  compare_report.sym_targets)):
+                                  compare_report.sym_targets),
+                                 (39, any(tcp_test(t) for t in tests),
+                                  compare_report.tcp_targets)):
         if wanted:
             print(f"\nissue {issue} targets (medians of {reps} run(s)"
                   f"{'; one run per cell is a smoke test, not a verdict' if reps == 1 else ''}"

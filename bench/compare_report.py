@@ -9,8 +9,11 @@ medians, SKIP where a run they need is missing.
 import re
 import statistics
 
-# The closed-loop tests' load (flat and sym): allocations, and packets in flight over all.
+# The closed-loop tests' load (flat, sym, tcp): allocations, and packets in flight over all.
 LOAD_N, LOAD_W = 100, 256
+# tcprtt: this many allocations over TURN-TCP, one packet in flight each (an unloaded round
+# trip).
+RTT_N = 10
 
 
 def test_name(test):
@@ -47,9 +50,21 @@ def sym_rows(test):
     ]
 
 
+def tcp_rows(test):
+    """A TURN-over-TCP test (client to server over TCP, relay and echo peer UDP): the load
+    rows, the round trip, and connections the server broke."""
+    name = test_name(test)
+    return load_rows(test) + [
+        (f"{name}: RTT p50 us", test, "rtt_p50_us", 1, "{:,.0f}"),
+        (f"{name}: RTT p99 us", test, "rtt_p99_us", 1, "{:,.0f}"),
+        (f"{name}: RTT p99.9 us", test, "rtt_p999_us", 1, "{:,.0f}"),
+        (f"{name}: TCP connections broken mid-run", test, "broken", 1, "{:,.0f}"),
+    ]
+
+
 # (label, test, key, scale, format)
 ROWS = load_rows("flat172") + load_rows("flat1200") + sym_rows("sym172") + \
-    sym_rows("sym1200") + [
+    sym_rows("sym1200") + tcp_rows("tcprtt172") + tcp_rows("tcp172") + tcp_rows("tcp1200") + [
     ("rate: server CPU-s per M relayed pkts", "rate", "cpu_s_per_mpkt", 1, "{:.2f}"),
     ("rate: machine CPU-s per M relayed pkts (all CPUs)", "rate", "machine_s_per_mpkt", 1,
      "{:.2f}"),
@@ -197,6 +212,30 @@ def sym_targets(results, tests):
         out += sym_caveats(results, test)
     return out or ["none: the targets are taken in the symmetric tests (--tests "
                    "flat172,sym172,flat1200,sym1200)"]
+
+
+# Issue 39: "TCP relay round trip not above stunnerd's", for each turngated server against
+# each stunnerd arm, on the unloaded round trip (tcprtt) and under the flat load (tcp).
+TCP_RTT_KEYS = [("RTT p50", "rtt_p50_us"), ("RTT p99", "rtt_p99_us")]
+
+
+def tcp_targets(results, tests):
+    """PASS/FAIL lines of issue 39's TCP round-trip target on the medians (turngated's
+    round trip / stunnerd's <= 1), SKIP where a stunnerd arm did not run."""
+    out = []
+    servers = sorted({s for s, _ in results})
+    tg = [s for s in servers if s.startswith("turngate")] or ["turngate"]
+    st = [s for s in servers if s.startswith("stunnerd")] or ["stunnerd"]
+    for test in [t for t in tests if t.startswith("tcp")]:
+        for what, key in TCP_RTT_KEYS:
+            for a in tg:
+                for b in st:
+                    out.append(verdict(
+                        f"{test_name(test)}: {what}, {a} / {b}", median_of(results, a, test, key),
+                        median_of(results, b, test, key), 1.0, False,
+                        [(s, "--servers") for s in (a, b)]))
+    return out or ["none: the TCP round trip is taken in the tcp tests (--tests "
+                   "tcprtt172,tcp172)"]
 
 
 def sym_caveats(results, test):

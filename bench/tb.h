@@ -29,6 +29,17 @@ enum tb_mode {
 	TB_MODE_DIRECT,		/* closed loop straight to the echo peer: the harness ceiling */
 	TB_MODE_ECHO,		/* be the UDP echo peer */
 	TB_MODE_SYM,		/* closed loop between pairs of allocations (symmetric ICE) */
+	TB_MODE_TCP,		/* relay's closed loop with TURN over TCP (client to server) */
+};
+
+/* TCP mode: each allocation's byte stream from the server is reassembled here (ChannelData
+ * padded to 4 bytes, RFC 8656 section 12.5; STUN messages skipped). At most TB_MAX_TCP
+ * allocations, so the buffers stay a few MiB. */
+#define TB_STREAM_BUF 32768
+#define TB_MAX_TCP 1000
+struct tb_stream {
+	uint32_t len;
+	uint8_t buf[TB_STREAM_BUF];
 };
 
 /* Symmetric mode pairs allocation 2k (the initiator, which sends) with 2k + 1 (the
@@ -107,6 +118,7 @@ struct tb_ctx {
 	} user[TB_MAX_USERS];		/* o->users of them, keys derived on the first realm */
 	char realm[TB_NONCE_MAX];
 	bool have_key;
+	struct tb_stream *st;		/* TCP mode: one per allocation, else NULL */
 	/* setup results */
 	unsigned done, failed, retrans, stale;
 	uint64_t setup_ns;
@@ -139,6 +151,13 @@ long tb_hist_quantile(const struct tb_hist *h, double q);
 /* Opens a non-blocking UDP socket bound to bind and connected to dst; 4 MiB buffers. */
 int tb_udp_open(const struct sockaddr_in *bind, const struct sockaddr_in *dst, int *fd);
 int tb_parse_addr(const char *s, struct sockaddr_in *out);
+/* Opens a TCP connection from bind to dst (blocking connect, then non-blocking), with
+ * TCP_NODELAY and 4 MiB buffers. */
+int tb_tcp_open(const struct sockaddr_in *bind, const struct sockaddr_in *dst, int *fd);
+/* The length of the first frame of a TURN-over-TCP stream (ChannelData padded to 4 bytes,
+ * or a STUN message) when p[0..len) holds all of it; 0 when more bytes are needed; -EBADMSG
+ * when p starts with neither. Pure, for the unit test. */
+long tb_stream_frame(const uint8_t *p, size_t len);
 
 /* ---- tb_setup.c ---- */
 /* Creates o->n allocations (sockets, 401 round, Allocate, CreatePermission, ChannelBind)
@@ -152,6 +171,7 @@ int tb_setup_run(struct tb_ctx *ctx);
 struct tb_result {
 	uint64_t sent, received, late;
 	uint64_t echoed;		/* sym: packets of the window that reached a responder */
+	unsigned broken;		/* tcp: connections closed or unframeable mid-run */
 	double window_s;
 	double gen_cpu_s;
 	double echo_cpu_s;

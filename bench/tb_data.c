@@ -4,6 +4,10 @@
  * 0x4000 is bound to the initiator's relayed address): two deliveries per round trip, each
  * through two allocations of the server.
  *
+ * TCP mode: the relay's loop over TURN-over-TCP connections (the relay and the echo peer
+ * still UDP): a burst is written as back-to-back ChannelData messages (the payload a multiple
+ * of 4, so no padding), and the echoes are cut out of each connection's byte stream.
+ *
  * Payload: 8-byte send time (CLOCK_MONOTONIC ns), 4-byte allocation index, 4-byte sequence,
  * zero padding. A packet counts when its send time lies in the measured window; its echo
  * counts when it comes back before the drain deadline (0.5 s after the window).
@@ -17,10 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define DRAIN_NS 500000000ull
 #define WRITEOFF_NS 100000000ull
@@ -55,12 +61,66 @@ static bool in_window(const struct tb_data *d, uint64_t t)
 	return t >= d->t_warm && t < d->t_end;
 }
 
+/* Writes all of buf to a TCP connection: a message cut in two would wreck the stream, so a
+ * full send buffer is waited out (1 s at most; then the bytes are lost, an error). */
+static int send_all(int fd, const uint8_t *buf, size_t len)
+{
+	uint64_t limit = tb_now_ns() + 1000000000ull;
+
+	while (len > 0) {
+		ssize_t w = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (w > 0) {
+			buf += w;
+			len -= (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		if (tb_now_ns() > limit)
+			return -ETIMEDOUT;
+		poll(&(struct pollfd){ .fd = fd, .events = POLLOUT }, 1, 10);
+	}
+	return 0;
+}
+
+/* TCP: count packets as one write of back-to-back ChannelData messages. */
+static unsigned send_stream(struct tb_data *d, uint32_t idx, unsigned count)
+{
+	struct tb_alloc *a = &d->ctx->a[idx];
+	size_t each = d->hdr + d->plen, max = TB_BATCH * d->slot / each;
+	unsigned total = 0;
+
+	if (a->fd < 0)
+		return 0;
+	while (count > 0) {
+		unsigned k = count < max ? count : (unsigned)max;
+		uint64_t t = tb_now_ns();
+
+		for (unsigned j = 0; j < k; j++)
+			put_payload(d, d->tx + j * each, idx, a->seq + j, t);
+		if (send_all(a->fd, d->tx, k * each) != 0) {
+			fprintf(stderr, "turnbench: allocation %u: TCP write failed\n", idx);
+			break;
+		}
+		a->seq += k;
+		a->inflight += k;
+		if (in_window(d, t))
+			d->r->sent += k;
+		total += k;
+		count -= k;
+	}
+	return total;
+}
+
 /* Sends count packets on allocation idx with sendmmsg; returns how many left. */
 static unsigned send_burst(struct tb_data *d, uint32_t idx, unsigned count)
 {
 	struct tb_alloc *a = &d->ctx->a[idx];
 	unsigned total = 0;
 
+	if (d->ctx->st)
+		return send_stream(d, idx, count);
 	while (count > 0) {
 		unsigned k = count < TB_BATCH ? count : TB_BATCH;
 		uint64_t t = tb_now_ns();
@@ -138,10 +198,60 @@ static void echo_back(struct tb_data *d, struct tb_alloc *a, int n)
 		sendmmsg(a->fd, d->em, k, MSG_DONTWAIT);
 }
 
+/* TCP: reads what the connection has and takes every whole ChannelData message of it;
+ * STUN messages (none are asked for) are skipped. A closed or unframeable stream is taken
+ * out of the loop: its window is lost (the write-off frees it) and the run goes on. */
+static void on_stream(struct tb_data *d, uint32_t idx)
+{
+	struct tb_alloc *a = &d->ctx->a[idx];
+	struct tb_stream *st = &d->ctx->st[idx];
+
+	for (int round = 0; round < 8; round++) {
+		ssize_t n = recv(a->fd, st->buf + st->len, sizeof(st->buf) - st->len, 0);
+		uint64_t now = tb_now_ns();
+		size_t off = 0;
+		long f;
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		if (n <= 0)
+			goto broken;
+		st->len += (uint32_t)n;
+		while ((f = tb_stream_frame(st->buf + off, st->len - off)) > 0) {
+			const uint8_t *p = st->buf + off;
+
+			if ((p[0] & 0xc0) == 0x40)
+				take_echo(d, a, p, STUN_CHANDATA_HEADER_LEN + ((size_t)p[2] << 8 | p[3]),
+					  now);
+			off += (size_t)f;
+		}
+		if (f < 0)
+			goto broken;
+		memmove(st->buf, st->buf + off, st->len - off);
+		st->len -= (uint32_t)off;
+		if (st->len == sizeof(st->buf))
+			goto broken;
+		a->last_rx_ns = now;
+	}
+	return;
+broken:
+	fprintf(stderr, "turnbench: allocation %u: the server's TCP stream %s\n", idx,
+		st->len == sizeof(st->buf) ? "overflowed" : "closed or unframeable");
+	epoll_ctl(d->ctx->ep, EPOLL_CTL_DEL, a->fd, NULL);
+	close(a->fd);
+	a->fd = -1;		/* send_stream writes no more to it */
+	d->r->broken++;
+}
+
 static void on_readable(struct tb_data *d, uint32_t idx)
 {
 	struct tb_alloc *a = &d->ctx->a[idx];
 	bool initiator = tb_sym_initiator(d->ctx->o->mode, idx);
+
+	if (d->ctx->st) {
+		on_stream(d, idx);
+		return;
+	}
 
 	for (int round = 0; round < 8; round++) {
 		int n = recvmmsg(a->fd, d->rm, TB_BATCH, MSG_DONTWAIT, NULL);

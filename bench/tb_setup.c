@@ -6,6 +6,10 @@
  * whose partner has not allocated yet waits (S_WAIT, no transaction open) until it has.
  * Answers are matched by transaction id and success answers are integrity-checked, so a
  * server that signs wrongly fails the benchmark instead of looking fast.
+ *
+ * TCP mode: the same walk over one TCP connection per allocation (TURN over TCP, the relay
+ * still UDP); the answers are cut out of the byte stream, and a request is never resent
+ * (a reliable transport): one unanswered for MAX_TRIES RTOs fails the allocation.
  */
 #include "bench/tb.h"
 #include "stun/stun.h"
@@ -107,8 +111,15 @@ static int send_request(struct tb_ctx *ctx, uint32_t idx)
 		add_auth(ctx, &b, idx);
 	if (stun_build_finish(&b, &len) != 0)
 		return -ENOBUFS;
-	if (send(a->fd, buf, len, 0) < 0 && errno != EAGAIN)
+	if (ctx->st) {
+		/* A few hundred bytes into a 4 MiB send buffer: all of it, or the stream is lost. */
+		ssize_t w = send(a->fd, buf, len, MSG_NOSIGNAL);
+
+		if (w != (ssize_t)len)
+			return w < 0 ? -errno : -EIO;
+	} else if (send(a->fd, buf, len, 0) < 0 && errno != EAGAIN) {
 		return -errno;
+	}
 	a->deadline_ns = tb_now_ns() + RTO_NS;
 	return 0;
 }
@@ -266,25 +277,66 @@ static void on_success(struct tb_ctx *ctx, uint32_t idx, const struct stun_msg *
 	}
 }
 
+static void on_message(struct tb_ctx *ctx, uint32_t idx, const uint8_t *buf, size_t n)
+{
+	struct tb_alloc *a = &ctx->a[idx];
+	struct stun_msg m;
+
+	if (!in_transaction(a->state))
+		return;
+	if (stun_msg_parse(&m, buf, n) != 0 || memcmp(m.tid, a->tid, 12) != 0)
+		return;	/* late answer to an earlier transaction */
+	if (m.cls == STUN_SUCCESS)
+		on_success(ctx, idx, &m);
+	else if (m.cls == STUN_ERROR)
+		on_error(ctx, idx, &m);
+}
+
+/* TCP: appends what the connection has to its stream buffer and takes every whole STUN
+ * message out of it (nothing else comes before the channel is bound). */
+static void on_stream(struct tb_ctx *ctx, uint32_t idx)
+{
+	struct tb_stream *st = &ctx->st[idx];
+	ssize_t n = recv(ctx->a[idx].fd, st->buf + st->len, sizeof(st->buf) - st->len, 0);
+	long f;
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		epoll_ctl(ctx->ep, EPOLL_CTL_DEL, ctx->a[idx].fd, NULL);
+		if (ctx->a[idx].state != S_FAIL)
+			fail(ctx, idx, n == 0 ? "server closed the connection" : "recv", n ? errno : 0);
+		return;
+	}
+	st->len += (uint32_t)n;
+	while ((f = tb_stream_frame(st->buf, st->len)) > 0) {
+		on_message(ctx, idx, st->buf, (size_t)f);
+		memmove(st->buf, st->buf + f, st->len - (size_t)f);
+		st->len -= (uint32_t)f;
+	}
+	if (f < 0 || st->len == sizeof(st->buf)) {
+		epoll_ctl(ctx->ep, EPOLL_CTL_DEL, ctx->a[idx].fd, NULL);
+		if (ctx->a[idx].state != S_FAIL)
+			fail(ctx, idx, "unframeable bytes from the server", 0);
+	}
+}
+
 static void on_readable(struct tb_ctx *ctx, uint32_t idx)
 {
 	struct tb_alloc *a = &ctx->a[idx];
 	uint8_t buf[2048];
 
+	if (ctx->st) {
+		on_stream(ctx, idx);
+		return;
+	}
+
 	for (int k = 0; k < 16; k++) {
-		struct stun_msg m;
 		ssize_t n = recv(a->fd, buf, sizeof(buf), 0);
 
 		if (n < 0)
 			return;	/* EAGAIN, or an ICMP error: the retransmission timer decides */
-		if (!in_transaction(a->state))
-			continue;
-		if (stun_msg_parse(&m, buf, (size_t)n) != 0 || memcmp(m.tid, a->tid, 12) != 0)
-			continue;	/* late answer to an earlier transaction */
-		if (m.cls == STUN_SUCCESS)
-			on_success(ctx, idx, &m);
-		else if (m.cls == STUN_ERROR)
-			on_error(ctx, idx, &m);
+		on_message(ctx, idx, buf, (size_t)n);
 	}
 }
 
@@ -292,7 +344,8 @@ static int start_one(struct tb_ctx *ctx, uint32_t idx)
 {
 	struct tb_alloc *a = &ctx->a[idx];
 	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = idx };
-	int r = tb_udp_open(&ctx->o->bind, &ctx->o->server, &a->fd);
+	int r = ctx->st ? tb_tcp_open(&ctx->o->bind, &ctx->o->server, &a->fd)
+			: tb_udp_open(&ctx->o->bind, &ctx->o->server, &a->fd);
 
 	if (r != 0)
 		return r;
@@ -312,6 +365,10 @@ static void check_timers(struct tb_ctx *ctx, uint32_t lo, uint32_t hi, uint64_t 
 			continue;
 		if (++a->tries >= MAX_TRIES) {
 			fail(ctx, i, "no answer after retries", a->tries);
+			continue;
+		}
+		if (ctx->st) {		/* TCP: wait on, never resend */
+			a->deadline_ns = now + RTO_NS;
 			continue;
 		}
 		ctx->retrans++;

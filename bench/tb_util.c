@@ -2,6 +2,7 @@
 #include "bench/tb.h"
 
 #include <arpa/inet.h>
+#include <netinet/tcp.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -304,4 +305,45 @@ int tb_parse_addr(const char *s, struct sockaddr_in *out)
 	}
 	out->sin_port = htons((uint16_t)port);
 	return 0;
+}
+
+int tb_tcp_open(const struct sockaddr_in *bind_addr, const struct sockaddr_in *dst, int *out)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int sz = 4 << 20, one = 1;
+	int e;
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	/* A round trip measures the relay, not Nagle's algorithm waiting for an ACK. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (bind_addr && bind(fd, (const struct sockaddr *)bind_addr, sizeof(*bind_addr)) != 0)
+		goto fail;
+	if (connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) != 0)
+		goto fail;
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0)
+		goto fail;
+	*out = fd;
+	return 0;
+fail:
+	e = -errno;
+	close(fd);
+	return e;
+}
+
+long tb_stream_frame(const uint8_t *p, size_t len)
+{
+	size_t need;
+
+	if (len < 4)
+		return 0;
+	if ((p[0] & 0xc0) == 0x40)	/* ChannelData: 0x4000-0x7fff, padded over TCP */
+		need = 4 + (((size_t)p[2] << 8 | p[3]) + 3) / 4 * 4;
+	else if ((p[0] & 0xc0) == 0)	/* STUN: 20-byte header + length */
+		need = 20 + ((size_t)p[2] << 8 | p[3]);
+	else
+		return -EBADMSG;
+	return len >= need ? (long)need : 0;
 }

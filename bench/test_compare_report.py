@@ -14,7 +14,9 @@
   loopback peers where its relay address is one, turnbench gets the sym mode on the same
   load; the targets (server and machine CPU per delivered packet against base and against
   turngate's flat test), their notes from the short-circuit counter of turngatectl's
-  stats.
+  stats;
+- issue 39's TCP tests: a TURN-TCP listener in those tests only (turngated and stunnerd),
+  turnbench's tcp mode, the round-trip target against stunnerd.
 """
 import argparse
 import os
@@ -234,6 +236,53 @@ def test_sym_report():
           "no sym notes without a sym test")
 
 
+def test_tcp():
+    """Issue 39's TCP tests: a TURN-TCP listener on the UDP one's address and port in those
+    tests only (turngated and stunnerd); turnbench's tcp mode on the flat load, or ten
+    allocations with one packet in flight each; the round-trip target against each stunnerd
+    arm."""
+    for topo in (compare.LOOPBACK, netns_layout()):
+        plain, _ = configs(topo, "flat172")
+        tcp, _ = configs(topo, "tcp172")
+        check("TURN-TCP" not in plain["turngate"], f"{topo.name}: no TCP listener in flat")
+        extra = [l for l in tcp["turngate"].splitlines()
+                 if l not in plain["turngate"].splitlines()]
+        want = ["  - name: tcp", "    protocol: TURN-TCP"]
+        check(extra == want, f"{topo.name}: tcp adds a TURN-TCP listener: {extra}")
+        check(f"    protocol: TURN-TCP\n    address: {topo.relay_ip}\n" +
+              (f"    bind_address: {topo.bind}\n" if topo.bind else "") +
+              f"    port: {topo.server[1]}\n    routes: [echo]\n" in tcp["turngate"],
+              f"{topo.name}: TCP listener on the UDP one's address and port:\n"
+              f"{tcp['turngate']}")
+    args = argparse.Namespace(auth="static", workers=2, topo=compare.LOOPBACK,
+                              stunner_bin="/s")
+    with tempfile.TemporaryDirectory() as d:
+        cmd = compare.SERVERS["stunnerd"](args, d, test="tcprtt172")
+        with open(cmd[2][len("file://"):]) as f:
+            text = f.read()
+    check("    protocol: TURN-TCP\n    address: 127.0.0.1\n    port: 13478\n" in text and
+          cmd[-1] == "--udp-thread-num=2", f"stunnerd's TCP listener:\n{text}\n{cmd}")
+    args = argparse.Namespace(auth="static", topo=compare.LOOPBACK, p=dict(warm=0.3, dur=1))
+    targs = compare.tb_args(args, "tcp1200")
+    check(targs[targs.index("-m"):] == ["-m", "tcp", "-n", "100", "-W", "256", "-l", "1200",
+                                        "-w", "0.3", "-d", "1"], f"tcp turnbench: {targs}")
+    targs = compare.tb_args(args, "tcprtt172")
+    check(targs[targs.index("-m"):][:7] == ["-m", "tcp", "-n", "10", "-W", "10", "-l"] and
+          targs[targs.index("-l") + 1] == "172", f"tcprtt turnbench: {targs}")
+    res = runs(turngate_tcprtt172={"rtt_p50_us": 150.0, "rtt_p99_us": 900.0},
+               stunnerd_tcprtt172={"rtt_p50_us": 300.0, "rtt_p99_us": 800.0},
+               coturn_tcprtt172={"rtt_p50_us": 100.0, "rtt_p99_us": 100.0})
+    lines = compare_report.tcp_targets(res, ["tcprtt172", "tcp172"])
+    check(len(lines) == 4 and lines[0] == "PASS tcprtt 172 B: RTT p50, turngate / stunnerd = "
+          "0.50 (target ≤ 1)" and lines[1].startswith("FAIL tcprtt 172 B: RTT p99") and
+          "= 1.12" in lines[1] and all(l.startswith("SKIP tcp 172 B") for l in lines[2:]),
+          f"tcp targets (against stunnerd only): {lines}")
+    t = compare_report.table(res, ["turngate", "stunnerd", "coturn"], 1)
+    row = [l for l in t.splitlines() if l.startswith("| tcprtt 172 B: RTT p50 us")]
+    check(row and row[0].endswith("| 150 | 300 | 100 | 1.50 | 0.50 |"), f"{row}")
+    check(compare_report.tcp_targets({}, ["flat172"])[0].startswith("none"), "no tcp test")
+
+
 def test_table():
     res = runs(turngate_flat172={"relayed_pps": 100.0}, coturn_flat172={"relayed_pps": 50.0},
                turngate_offload_flat172={"relayed_pps": 150.0},
@@ -254,6 +303,7 @@ def main():
     test_targets()
     test_sym_targets()
     test_sym_report()
+    test_tcp()
     test_table()
     print("FAIL" if FAILS else "PASS", "test_compare_report")
     return 1 if FAILS else 0

@@ -102,6 +102,25 @@ static void test_box_parse(void **state)
 	assert_true(b.busy_s > 0);
 }
 
+/* TURN over TCP: ChannelData padded to 4 bytes, STUN by its length, anything else refused. */
+static void test_stream_frame(void **state)
+{
+	uint8_t p[64] = { 0x40, 0x00, 0x00, 0x05 };	/* channel 0x4000, 5 bytes: 4 + 8 */
+
+	(void)state;
+	assert_int_equal(tb_stream_frame(p, 3), 0);
+	assert_int_equal(tb_stream_frame(p, 11), 0);
+	assert_int_equal(tb_stream_frame(p, 12), 12);
+	assert_int_equal(tb_stream_frame(p, 40), 12);
+	p[3] = 8;					/* no padding: 4 + 8 */
+	assert_int_equal(tb_stream_frame(p, 12), 12);
+	memcpy(p, (uint8_t[]){ 0x01, 0x13, 0x00, 0x08 }, 4);	/* STUN, 8 attribute bytes */
+	assert_int_equal(tb_stream_frame(p, 27), 0);
+	assert_int_equal(tb_stream_frame(p, 28), 28);
+	p[0] = 0x80;
+	assert_int_equal(tb_stream_frame(p, 28), -EBADMSG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -109,6 +128,7 @@ int main(void)
 		cmocka_unit_test(test_hist_quantiles),
 		cmocka_unit_test(test_sample_self),
 		cmocka_unit_test(test_box_parse),
+		cmocka_unit_test(test_stream_frame),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

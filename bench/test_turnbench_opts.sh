@@ -28,6 +28,9 @@ expect 2 -P 0
 expect 2 -n 100 -W 10
 expect 2 -m sym -n 3
 expect 2 -m sym -n 100 -W 49
+expect 2 -m tcp -l 170
+expect 2 -m tcp -n 1001 -W 2000
+expect 2 -m tcp -n 100 -W 10
 expect 2 -m sym -c 1
 expect 2 -d -1
 expect 2 extra-argument

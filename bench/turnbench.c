@@ -1,4 +1,5 @@
-/* turnbench: TURN-over-UDP load generator (relay, rate, setup, hold, direct, echo, sym).
+/* turnbench: TURN load generator (relay, rate, setup, hold, direct, echo, sym over UDP; tcp:
+ * the relay's closed loop with TURN over TCP).
  *
  * Prints one line "turnbench mode=... key=value ..." per run for bench/compare.py, and
  * samples the server's CPU (utime+stime of every process of its tree) and memory (sum of
@@ -20,11 +21,11 @@
 
 /* Indexed by enum tb_mode. */
 static const char *const mode_names[] = { "relay", "rate", "setup", "hold", "direct", "echo",
-					  "sym" };
+					  "sym", "tcp" };
 
 static void usage(FILE *f)
 {
-	fputs("usage: turnbench -m relay|rate|setup|hold|direct|echo|sym [options]\n"
+	fputs("usage: turnbench -m relay|rate|setup|hold|direct|echo|sym|tcp [options]\n"
 	      "  -s ADDR:PORT  TURN server (127.0.0.1:13478)\n"
 	      "  -p ADDR:PORT  UDP echo peer (127.0.0.1:13500)\n"
 	      "  -b ADDR       client source address (127.0.0.2)\n"
@@ -42,7 +43,10 @@ static void usage(FILE *f)
 	      "  -P PID[,PID]  server processes to sample (their descendants are included)\n"
 	      "  -E PID        echo peer process to sample\n"
 	      "  sym: -n allocations in pairs (even); 2k sends to 2k+1's relayed address, which\n"
-	      "       echoes through its own allocation; -W spread over the n/2 senders\n",
+	      "       echoes through its own allocation; -W spread over the n/2 senders\n"
+	      "  tcp: relay's closed loop with TURN over TCP to the server (one connection per\n"
+	      "       allocation, at most 1000; the relay and the echo peer stay UDP); -l a\n"
+	      "       multiple of 4 (ChannelData over TCP is padded to 4 bytes)\n",
 	      f);
 }
 
@@ -214,7 +218,13 @@ static int opts_parse(int argc, char **argv, struct tb_opts *o)
 		fprintf(stderr, "turnbench: unexpected argument %s\n", argv[optind]);
 		return -EINVAL;
 	}
-	if ((o->mode == TB_MODE_RELAY || o->mode == TB_MODE_DIRECT) && o->window < o->n) {
+	if (o->mode == TB_MODE_TCP && (o->n > TB_MAX_TCP || o->payload % 4)) {
+		fprintf(stderr, "turnbench: tcp needs -n at most %u and -l a multiple of 4\n",
+			TB_MAX_TCP);
+		return -EINVAL;
+	}
+	if ((o->mode == TB_MODE_RELAY || o->mode == TB_MODE_DIRECT || o->mode == TB_MODE_TCP) &&
+	    o->window < o->n) {
 		fprintf(stderr, "turnbench: -W must be at least -n\n");
 		return -EINVAL;
 	}
@@ -273,6 +283,8 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 	if (o->mode != TB_MODE_DIRECT)
 		print_relayed(&ctx->a[0].relayed);
 	/* Sym: the first leg (initiator -> responder) apart, so a loss shows its direction. */
+	if (o->mode == TB_MODE_TCP)
+		printf(" broken=%u", r->broken);
 	if (o->mode == TB_MODE_SYM)
 		printf(" echoed=%llu fwd_loss=%.6f", (unsigned long long)r->echoed,
 		       r->sent && r->echoed < r->sent ? 1.0 - (double)r->echoed / (double)r->sent
@@ -414,6 +426,13 @@ int main(int argc, char **argv)
 	}
 	for (uint32_t i = 0; i < o.n; i++)
 		ctx.a[i].fd = -1;
+	if (o.mode == TB_MODE_TCP) {
+		ctx.st = calloc(o.n, sizeof(*ctx.st));
+		if (!ctx.st) {
+			fprintf(stderr, "turnbench: out of memory\n");
+			return 1;
+		}
+	}
 	if (o.mode == TB_MODE_SETUP || o.mode == TB_MODE_HOLD)
 		ret = run_setup(&ctx);
 	else
@@ -423,6 +442,7 @@ int main(int argc, char **argv)
 			close(ctx.a[i].fd);
 	close(ctx.ep);
 	free(ctx.a);
+	free(ctx.st);
 	explicit_bzero(ctx.user, sizeof(ctx.user));
 	if (ret != 0)
 		fprintf(stderr, "turnbench: %s\n", strerror(-ret));
