@@ -15,6 +15,7 @@ is bounded.
                       --base DIR]   (issue 22: symmetric ICE and the short circuit)
                      [--mask ADDR|none]
                      [--builddir DIR] [--auth static|secret] [--ceiling] [--raw FILE]
+                     [--rate PPS] [--setup-n N] [--setup-conc N]
                      [--base DIR --servers turngate,base]   (A/B of two turngated builds)
                      [--netns] [--coturn PATH] [--servers turngate,turngate-offload,coturn]
                      [--offload-engine TC|XDP]
@@ -408,6 +409,36 @@ def start_echo(args, tb, lifetime):
     return p
 
 
+def stop_echo(echo):
+    """Stops the echo peer; the datagrams it echoed over its life (its last line), or None."""
+    if echo is None:
+        return None
+    stop(echo)
+    try:
+        m = re.search(r"echo packets=(\d+)", echo.stdout.read())
+    except (OSError, ValueError):
+        return None
+    return int(m.group(1)) if m else None
+
+
+def delivered_legs(res, peer_packets):
+    """CPU per delivered packet, counting each leg that arrived (issue 39's fairness check):
+    turnbench's cpu_s_per_mpkt divides by 2 x the round trips that came back, so a packet
+    the server relayed to the peer and then lost on the way back counts for nothing although
+    the server did that work. The echo peer's count over its life (fresh for each run)
+    against every packet turnbench sent (warm-up included) gives the share of the offered
+    packets that reached the peer; in the window that is sent x share first legs, plus the
+    received second legs."""
+    if peer_packets is None or not res.get("sent_all") or "server_cpu_s" not in res:
+        return {}
+    share = min(1.0, peer_packets / res["sent_all"])
+    legs = res["sent"] * share + res["received"]
+    out = {"peer_share": share, "echo_packets": peer_packets}
+    if legs:
+        out["cpu_s_per_mleg"] = res["server_cpu_s"] * 1e6 / legs
+    return out
+
+
 def echo_cpus(args):
     """--echo-cpus, or the generator's cores (quota_scale.py's args have neither)."""
     e = getattr(args, "echo_cpus", None)
@@ -477,7 +508,8 @@ def tb_args(args, test):
         return common + ["-m", "rate", "-n", str(p["rate_n"]), "-r", str(p["rate"]),
                          "-l", "172", "-w", str(p["warm"]), "-d", str(p["dur"])]
     if test == "setup":
-        return common + ["-m", "setup", "-n", str(p["setup_n"]), "-c", "64"]
+        return common + ["-m", "setup", "-n", str(p["setup_n"]), "-c",
+                         str(p.get("setup_conc", 64))]
     if test == "mem":
         return common + ["-m", "hold", "-n", str(p["mem_n"]), "-c", "64", "-T", "2", "-H", "0"]
     raise ValueError(test)
@@ -522,8 +554,11 @@ def run_one(args, server, test):
         r = subprocess.run(pin(args, args.gen_cpus, "client") + [tb] + targs,
                            capture_output=True, text=True, timeout=args.p["run_timeout"])
         res = parse_line(r.stdout)
+        peer_packets = stop_echo(echo)
+        echo = None
         if res is not None:
             res["rcvbuf_errors"] = udp_rcvbuf_errors(topo) - drops
+            res.update(delivered_legs(res, peer_packets))
             if srv is not None and topo.ns:
                 res["relay_sockets"] = relay_sockets(topo, srv.pid)
             if sym_test(test) and server.startswith("turngate"):
@@ -613,6 +648,13 @@ def main():
     ap.add_argument("--auth", choices=["static", "secret"], default="static")
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--raw", help="append every run's raw line to this file")
+    ap.add_argument("--setup-n", type=int, default=None, metavar="N",
+                    help="the setup test's allocations (2000; 500 with --quick)")
+    ap.add_argument("--setup-conc", type=int, default=None, metavar="N",
+                    help="the setup test's transactions in flight (64)")
+    ap.add_argument("--rate", type=int, default=None, metavar="PPS",
+                    help="the rate test's offered packets/s towards the peer (20000): lower "
+                         "it to compare CPU per packet where no server drops any")
     ap.add_argument("--keep", action="store_true", help="keep run directories")
     ap.add_argument("--workers", type=int, default=1,
                     help="turngated workers, coturn relay threads and stunnerd's "
@@ -661,6 +703,12 @@ def main():
         reps = args.reps or 3
     if args.duration:
         args.p["dur"] = args.duration
+    if args.rate:
+        args.p["rate"] = args.rate
+    if args.setup_n:
+        args.p["setup_n"] = args.setup_n
+    if args.setup_conc:
+        args.p["setup_conc"] = args.setup_conc
     reps = max(1, min(reps, 20))
     args.workers = max(1, min(args.workers, 64))
     if args.worker_quota and not (10 <= args.worker_quota <= 100

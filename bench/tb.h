@@ -170,6 +170,8 @@ int tb_setup_run(struct tb_ctx *ctx);
 /* ---- tb_data.c ---- */
 struct tb_result {
 	uint64_t sent, received, late;
+	uint64_t sent_all;		/* every packet sent, warm-up included (the echo peer's
+					 * count over the run compares with it) */
 	uint64_t echoed;		/* sym: packets of the window that reached a responder */
 	unsigned broken;		/* tcp: connections closed or unframeable mid-run */
 	double window_s;

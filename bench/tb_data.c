@@ -105,6 +105,7 @@ static unsigned send_stream(struct tb_data *d, uint32_t idx, unsigned count)
 		}
 		a->seq += k;
 		a->inflight += k;
+		d->r->sent_all += k;
 		if (in_window(d, t))
 			d->r->sent += k;
 		total += k;
@@ -135,6 +136,7 @@ static unsigned send_burst(struct tb_data *d, uint32_t idx, unsigned count)
 			break;
 		a->seq += (uint32_t)n;
 		a->inflight += (uint32_t)n;
+		d->r->sent_all += (uint64_t)n;
 		if (in_window(d, t))
 			d->r->sent += (uint64_t)n;
 		total += (unsigned)n;
@@ -389,9 +391,11 @@ static void loop_rate(struct tb_data *d)
 			struct tb_alloc *a = &d->ctx->a[idx];
 
 			put_payload(d, pkt, idx, a->seq++, now);
-			if (send(a->fd, pkt, d->hdr + d->plen, MSG_DONTWAIT) > 0 &&
-			    in_window(d, now))
-				d->r->sent++;
+			if (send(a->fd, pkt, d->hdr + d->plen, MSG_DONTWAIT) > 0) {
+				d->r->sent_all++;
+				if (in_window(d, now))
+					d->r->sent++;
+			}
 			k++;
 			due += interval;
 		}

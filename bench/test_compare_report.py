@@ -283,6 +283,27 @@ def test_tcp():
     check(compare_report.tcp_targets({}, ["flat172"])[0].startswith("none"), "no tcp test")
 
 
+def test_delivered_legs():
+    """CPU per delivered leg: first legs that reached the echo peer count even when their
+    echo was lost; the echo peer's count over the run against every packet sent."""
+    res = {"sent": 1000.0, "received": 500.0, "sent_all": 1200.0, "server_cpu_s": 0.03}
+    out = compare.delivered_legs(res, 1200)
+    check(out["peer_share"] == 1.0 and abs(out["cpu_s_per_mleg"] - 20.0) < 1e-9,
+          f"lost on the way back: 1500 legs delivered: {out}")
+    out = compare.delivered_legs(res, 600)
+    check(out["peer_share"] == 0.5 and abs(out["cpu_s_per_mleg"] - 30.0) < 1e-9,
+          f"lost on the way in: 1000 legs delivered: {out}")
+    check(compare.delivered_legs(res, None) == {} and
+          compare.delivered_legs({k: v for k, v in res.items() if k != "server_cpu_s"},
+                                 9) == {},
+          "no echo count or no server sample: nothing")
+    args = argparse.Namespace(auth="static", topo=compare.LOOPBACK,
+                              p=dict(setup_n=10000, setup_conc=256))
+    targs = compare.tb_args(args, "setup")
+    check(targs[targs.index("-m"):] == ["-m", "setup", "-n", "10000", "-c", "256"],
+          f"setup turnbench: {targs}")
+
+
 def test_table():
     res = runs(turngate_flat172={"relayed_pps": 100.0}, coturn_flat172={"relayed_pps": 50.0},
                turngate_offload_flat172={"relayed_pps": 150.0},
@@ -304,6 +325,7 @@ def main():
     test_sym_targets()
     test_sym_report()
     test_tcp()
+    test_delivered_legs()
     test_table()
     print("FAIL" if FAILS else "PASS", "test_compare_report")
     return 1 if FAILS else 0

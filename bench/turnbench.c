@@ -273,13 +273,14 @@ static void print_data(const struct tb_ctx *ctx, const struct tb_result *r)
 
 	printf("turnbench mode=%s n=%u payload=%u window=%u rate=%u duration=%.3f sent=%llu "
 	       "received=%llu loss=%.6f relayed_pps=%.0f rtt_p50_us=%ld rtt_p99_us=%ld "
-	       "rtt_p999_us=%ld rtt_over_1s=%llu gen_cpu_s=%.3f echo_cpu_s=%.3f",
+	       "rtt_p999_us=%ld rtt_over_1s=%llu gen_cpu_s=%.3f echo_cpu_s=%.3f "
+	       "sent_all=%llu",
 	       mode_names[o->mode], o->n, o->payload, o->mode == TB_MODE_RATE ? 0 : o->window,
 	       o->mode == TB_MODE_RATE ? o->rate : 0, r->window_s, (unsigned long long)r->sent,
 	       (unsigned long long)r->received, loss < 0 ? 0 : loss, relayed / r->window_s,
 	       tb_hist_quantile(&r->hist, 0.5), tb_hist_quantile(&r->hist, 0.99),
 	       tb_hist_quantile(&r->hist, 0.999), (unsigned long long)r->hist.over, r->gen_cpu_s,
-	       o->echo_pid ? r->echo_cpu_s : -1.0);
+	       o->echo_pid ? r->echo_cpu_s : -1.0, (unsigned long long)r->sent_all);
 	if (o->mode != TB_MODE_DIRECT)
 		print_relayed(&ctx->a[0].relayed);
 	/* Sym: the first leg (initiator -> responder) apart, so a loss shows its direction. */
