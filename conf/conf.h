@@ -353,8 +353,11 @@ struct conf_admin {
 	size_t n_offload_ifaces;
 	char *records_file;          /* ours; admin.session_records.file: a path, "stdout" or
 				      * "syslog"; NULL = no session records (default) */
-	char *records_webhook;       /* ours; admin.session_records.webhook: http:// URL the
-				      * records are POSTed to in batches; NULL = none */
+	char *records_webhook;       /* ours; admin.session_records.webhook: http:// or https://
+				      * URL the records are POSTed to in batches; NULL = none */
+	char *records_webhook_ca_file; /* ours; its CA certificates (PEM); NULL = the system's */
+	char *records_webhook_server_name; /* ours; the name its certificate must carry; NULL =
+					    * the URL's host */
 	struct conf_sibling *siblings; /* ours; admin.siblings in document order */
 	size_t n_siblings;
 };

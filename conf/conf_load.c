@@ -303,6 +303,8 @@ void conf_free(struct conf *c)
 	free(c->admin.credential_api_token_file);
 	free(c->admin.records_file);
 	free(c->admin.records_webhook);
+	free(c->admin.records_webhook_ca_file);
+	free(c->admin.records_webhook_server_name);
 	for (size_t i = 0; i < c->admin.n_offload_ifaces; i++)
 		free(c->admin.offload_ifaces[i]);
 	free(c->admin.offload_ifaces);

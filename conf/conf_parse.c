@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "conf/conf_internal.h"
@@ -167,9 +168,24 @@ static void parse_chan_range(struct pctx *p, yaml_node_t *v, const char *path, u
 	free(s);
 }
 
-static const char *const records_keys[] = { "file", "webhook", NULL };
+static const char *const records_keys[] = { "file", "webhook", "webhook_ca_file",
+					    "webhook_server_name", NULL };
 
-/* admin.session_records: {file: PATH | stdout | syslog, webhook: URL}. */
+/* http://... or https://... of the shape http_url_ok accepts. */
+static bool webhook_url_ok(const char *u)
+{
+	char buf[1024];
+
+	if (strncasecmp(u, "http://", 7) == 0)
+		return http_url_ok(u);
+	if (strncasecmp(u, "https://", 8) != 0 || strlen(u) >= sizeof(buf))
+		return false;
+	snprintf(buf, sizeof(buf), "http://%s", u + 8);
+	return http_url_ok(buf);
+}
+
+/* admin.session_records: {file: PATH | stdout | syslog, webhook: URL, webhook_ca_file:
+ * PATH, webhook_server_name: NAME}. */
 static void records_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 			 const char *path, void *arg)
 {
@@ -186,15 +202,45 @@ static void records_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_n
 				   a->records_file);
 	} else if (strcasecmp(key, "webhook") == 0) {
 		set_str(p, v, path, &a->records_webhook);
-		if (a->records_webhook != NULL &&
-		    (strncmp(a->records_webhook, "http://", 7) != 0 ||
-		     !http_url_ok(a->records_webhook)))
+		if (a->records_webhook != NULL && !webhook_url_ok(a->records_webhook))
 			pctx_error(p, v, path,
-				   "'%s' is not a webhook URL (expected http://HOST[:PORT][/PATH])",
+				   "'%s' is not a webhook URL (expected http://HOST[:PORT][/PATH] "
+				   "or https://HOST[:PORT][/PATH])",
 				   a->records_webhook);
+	} else if (strcasecmp(key, "webhook_ca_file") == 0) {
+		set_str(p, v, path, &a->records_webhook_ca_file);
+		if (a->records_webhook_ca_file != NULL && a->records_webhook_ca_file[0] != '/')
+			pctx_error(p, v, path, "'%s' is not an absolute path",
+				   a->records_webhook_ca_file);
+		else if (a->records_webhook_ca_file != NULL &&
+			 access(a->records_webhook_ca_file, R_OK) != 0)
+			pctx_error(p, v, path, "cannot read '%s': %s (expected a PEM file of CA "
+					       "certificates)",
+				   a->records_webhook_ca_file, strerror(errno));
+	} else if (strcasecmp(key, "webhook_server_name") == 0) {
+		set_str(p, v, path, &a->records_webhook_server_name);
+		if (a->records_webhook_server_name != NULL &&
+		    (a->records_webhook_server_name[0] == '\0' ||
+		     strlen(a->records_webhook_server_name) > 253 ||
+		     strpbrk(a->records_webhook_server_name, " /:@\t") != NULL))
+			pctx_error(p, v, path, "'%s' is not a host name or address",
+				   a->records_webhook_server_name);
 	} else {
 		pctx_unknown_key(p, k, path, records_keys);
 	}
+}
+
+/* The TLS keys of session_records belong to an https:// webhook. */
+static void records_check(struct pctx *p, yaml_node_t *v, const char *path)
+{
+	const struct conf_admin *a = &p->cfg->admin;
+	bool https = a->records_webhook != NULL &&
+		     strncasecmp(a->records_webhook, "https://", 8) == 0;
+
+	if (!https && (a->records_webhook_ca_file != NULL ||
+		       a->records_webhook_server_name != NULL))
+		pctx_error(p, v, path,
+			   "webhook_ca_file and webhook_server_name need an https:// webhook");
 }
 
 /* Our admin keys; returns false for a key that is not one of them. */
@@ -260,8 +306,10 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 	} else if (strcasecmp(key, "credential_api_token_file") == 0) {
 		rn->token_file = v;
 	} else if (strcasecmp(key, "session_records") == 0) {
-		if (!pctx_is_null(v) && pctx_expect(p, v, path, YAML_MAPPING_NODE))
+		if (!pctx_is_null(v) && pctx_expect(p, v, path, YAML_MAPPING_NODE)) {
 			pctx_map_each(p, v, path, records_pair, NULL);
+			records_check(p, v, path);
+		}
 	} else if (strcasecmp(key, "siblings") == 0) {
 		p->siblings = v; /* conf_parse_siblings, once the listeners are known */
 	} else {

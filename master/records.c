@@ -1,4 +1,5 @@
-/* Session records: the master's writer and webhook client (contract in master/records.h). */
+/* Session records: the master's writer; the webhook client is master/webhook.c (contract in
+ * master/records.h). */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -21,6 +22,7 @@
 #include "conf/conf.h"
 #include "master/master.h"
 #include "master/records.h"
+#include "master/webhook.h"
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_records.h"
@@ -31,12 +33,6 @@
  * bench/records_ends.py and docs/performance.md). A drain of empty rings reads two words
  * per slot. */
 #define RECORDS_DRAIN_S 0.01
-#define HOOK_BATCH 100u           /* records per POST */
-#define HOOK_BACKLOG 10000u       /* records waiting for the webhook, oldest dropped */
-#define HOOK_TIMEOUT_S 5.0
-#define HOOK_BACKOFF_MIN_S 0.25
-#define HOOK_BACKOFF_MAX_S 5.0
-#define HOOK_RESP_MAX 1024u
 
 enum rec_out { OUT_NONE, OUT_FILE, OUT_STDOUT, OUT_SYSLOG };
 
@@ -48,22 +44,7 @@ struct records {
 	char *path;               /* OUT_FILE */
 	int fd;                   /* OUT_FILE / OUT_STDOUT, else -1 */
 
-	/* webhook */
-	char *url;
-	struct sockaddr_storage hook_addr;
-	socklen_t hook_alen;
-	char hook_host[256];
-	char *hook_path;
-	json_t *backlog;          /* array of records not yet delivered */
-	int hfd;                  /* in-flight request, -1 none */
-	ev_io hio;
-	ev_timer htmo, retry_w;
-	char *req;
-	size_t req_len, req_off, batch_n;
-	char resp[HOOK_RESP_MAX];
-	size_t resp_len;
-	double backoff;
-	uint64_t backlog_dropped;
+	struct webhook *hook;     /* NULL: no webhook */
 	/* gen of the last allocation recorded per table index: a worker killed between its
 	 * event and its retire leaves a LIVE record that its replacement re-adopts and
 	 * records again at its end; the second event of the same (idx, gen) is skipped */
@@ -75,8 +56,6 @@ static struct records *R(struct master *m)
 {
 	return m->records;
 }
-
-static void hook_kick(struct records *r);
 
 static void json_addr(json_t *o, const char *k, const struct shm_addr *a)
 {
@@ -241,7 +220,7 @@ static void on_event(const struct shm_rec_ev *ev, void *arg)
 			return;
 		r->last_gen[ev->idx] = ev->gen;
 	}
-	if (r->out == OUT_NONE && r->url == NULL)
+	if (r->out == OUT_NONE && r->hook == NULL)
 		return;	/* session records are off: the rings are drained all the same */
 	o = ev_json(r->m, ev);
 	if (o == NULL) {
@@ -278,17 +257,8 @@ static void on_event(const struct shm_rec_ev *ev, void *arg)
 		}
 		free(line);
 	}
-	if (r->url != NULL) {
-		if (json_array_size(r->backlog) >= HOOK_BACKLOG) {
-			/* keep the newest; the in-flight batch is at the front: never cut it */
-			json_array_remove(r->backlog, r->batch_n);
-			if (r->backlog_dropped++ % 1000 == 0)
-				log_warn("records", "webhook backlog full (%u records): dropping "
-						    "the oldest",
-					 HOOK_BACKLOG);
-		}
-		json_array_append(r->backlog, o);
-	}
+	if (r->hook != NULL)
+		(void)webhook_push(r->hook, o);
 	json_decref(o);
 }
 
@@ -311,7 +281,7 @@ static void drain(struct records *r)
 			CMM_STORE_SHARED(h->master_dropped, h->master_dropped + c.lines);
 	}
 	free(c.buf);
-	hook_kick(r);
+	webhook_kick(r->hook);
 }
 
 static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -319,208 +289,6 @@ static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)loop;
 	(void)revents;
 	drain(t->data);
-}
-
-/* ---- the webhook ---------------------------------------------------------------------- */
-
-static void hook_reset(struct records *r)
-{
-	if (r->hfd >= 0) {
-		ev_io_stop(r->m->loop, &r->hio);
-		close(r->hfd);
-		r->hfd = -1;
-	}
-	ev_timer_stop(r->m->loop, &r->htmo);
-	free(r->req);
-	r->req = NULL;
-	r->req_len = r->req_off = 0;
-	r->resp_len = 0;
-}
-
-static void hook_done(struct records *r, bool ok, const char *why)
-{
-	struct shm_records_hdr *h = shm_records_hdr(r->m->shm);
-
-	hook_reset(r);
-	if (ok) {
-		for (size_t i = 0; i < r->batch_n && json_array_size(r->backlog) > 0; i++)
-			json_array_remove(r->backlog, 0);
-		r->batch_n = 0;
-		r->backoff = 0;
-		hook_kick(r);
-		return;
-	}
-	r->batch_n = 0;
-	CMM_STORE_SHARED(h->webhook_failures, h->webhook_failures + 1);
-	r->backoff = r->backoff == 0 ? HOOK_BACKOFF_MIN_S : r->backoff * 2;
-	if (r->backoff > HOOK_BACKOFF_MAX_S)
-		r->backoff = HOOK_BACKOFF_MAX_S;
-	log_warn("records", "webhook %s: %s (%zu records wait, retry in %.2f s)", r->url, why,
-		 json_array_size(r->backlog), r->backoff);
-	ev_timer_set(&r->retry_w, r->backoff, 0.);
-	ev_timer_start(r->m->loop, &r->retry_w);
-}
-
-static void hook_io_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-	struct records *r = w->data;
-
-	(void)loop;
-	if (revents & EV_WRITE) {
-		ssize_t n;
-
-		if (r->req_off == 0) {
-			int err = 0;
-			socklen_t l = sizeof(err);
-
-			getsockopt(r->hfd, SOL_SOCKET, SO_ERROR, &err, &l);
-			if (err != 0) {
-				hook_done(r, false, strerror(err));
-				return;
-			}
-		}
-		n = send(r->hfd, r->req + r->req_off, r->req_len - r->req_off, MSG_NOSIGNAL);
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			return;
-		if (n < 0) {
-			hook_done(r, false, strerror(errno));
-			return;
-		}
-		r->req_off += (size_t)n;
-		if (r->req_off == r->req_len) {
-			ev_io_stop(r->m->loop, &r->hio);
-			ev_io_set(&r->hio, r->hfd, EV_READ);
-			ev_io_start(r->m->loop, &r->hio);
-		}
-		return;
-	}
-	for (;;) {
-		ssize_t n = recv(r->hfd, r->resp + r->resp_len, sizeof(r->resp) - 1 - r->resp_len,
-				 0);
-
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			break;
-		if (n < 0) {
-			hook_done(r, false, strerror(errno));
-			return;
-		}
-		r->resp_len += (size_t)n;
-		r->resp[r->resp_len] = '\0';
-		/* the status line is all we need */
-		if (n == 0 || strchr(r->resp, '\n') != NULL || r->resp_len == sizeof(r->resp) - 1) {
-			int code = 0;
-
-			if (sscanf(r->resp, "HTTP/1.%*d %d", &code) == 1 && code >= 200 && code < 300)
-				hook_done(r, true, NULL);
-			else
-				hook_done(r, false, n == 0 && r->resp_len == 0 ? "connection closed"
-									       : "not a 2xx answer");
-			return;
-		}
-	}
-}
-
-static void hook_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	(void)loop;
-	(void)revents;
-	hook_done(t->data, false, "timed out");
-}
-
-static void hook_retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	(void)loop;
-	(void)revents;
-	hook_kick(t->data);
-}
-
-/* Sends the next batch when none is in flight and no retry is pending. */
-static void hook_kick(struct records *r)
-{
-	json_t *batch;
-	char *body, head[512];
-	size_t n, blen;
-	int hl;
-
-	if (r->url == NULL || r->hfd >= 0 || ev_is_active(&r->retry_w) || r->frozen ||
-	    json_array_size(r->backlog) == 0 || r->hook_alen == 0)
-		return;
-	n = json_array_size(r->backlog);
-	if (n > HOOK_BATCH)
-		n = HOOK_BATCH;
-	batch = json_array();
-	for (size_t i = 0; i < n && batch != NULL; i++)
-		json_array_append(batch, json_array_get(r->backlog, i));
-	body = batch != NULL ? json_dumps(batch, JSON_COMPACT) : NULL;
-	json_decref(batch);
-	if (body == NULL)
-		return;
-	blen = strlen(body);
-	hl = snprintf(head, sizeof(head),
-		      "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: turngated/" PACKAGE_VERSION
-		      "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-		      "Connection: close\r\n\r\n",
-		      r->hook_path, r->hook_host, blen);
-	r->req = malloc((size_t)hl + blen);
-	if (r->req == NULL || hl < 0 || (size_t)hl >= sizeof(head)) {
-		free(body);
-		free(r->req);
-		r->req = NULL;
-		return;
-	}
-	memcpy(r->req, head, (size_t)hl);
-	memcpy(r->req + hl, body, blen);
-	free(body);
-	r->req_len = (size_t)hl + blen;
-	r->req_off = 0;
-	r->batch_n = n;
-	r->hfd = socket(r->hook_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (r->hfd < 0) {
-		hook_done(r, false, strerror(errno));
-		return;
-	}
-	if (connect(r->hfd, (struct sockaddr *)&r->hook_addr, r->hook_alen) < 0 &&
-	    errno != EINPROGRESS) {
-		hook_done(r, false, strerror(errno));
-		return;
-	}
-	ev_io_init(&r->hio, hook_io_cb, r->hfd, EV_WRITE);
-	r->hio.data = r;
-	ev_io_start(r->m->loop, &r->hio);
-	ev_timer_set(&r->htmo, HOOK_TIMEOUT_S, 0.);
-	ev_timer_start(r->m->loop, &r->htmo);
-}
-
-/* http://HOST[:PORT][/PATH] into the address (resolved now), Host and path. */
-static int hook_parse(struct records *r, const char *url)
-{
-	const char *h = url + 7, *slash = strchr(h, '/'), *colon;
-	char host[256], port[8] = "80";
-	size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
-
-	if (hl == 0 || hl >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, h, hl);
-	host[hl] = '\0';
-	snprintf(r->hook_host, sizeof(r->hook_host), "%s", host);
-	colon = strrchr(host, ':');
-	if (colon != NULL && strchr(host, ']') < colon) {
-		snprintf(port, sizeof(port), "%s", colon + 1);
-		host[colon - host] = '\0';
-	}
-	if (host[0] == '[') {
-		memmove(host, host + 1, strlen(host));
-		host[strcspn(host, "]")] = '\0';
-	}
-	free(r->hook_path);
-	r->hook_path = strdup(slash ? slash : "/");
-	if (r->hook_path == NULL || getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
-		return -EHOSTUNREACH;
-	memcpy(&r->hook_addr, res->ai_addr, res->ai_addrlen);
-	r->hook_alen = res->ai_addrlen;
-	freeaddrinfo(res);
-	return 0;
 }
 
 /* ---- life cycle ----------------------------------------------------------------------- */
@@ -546,23 +314,22 @@ static void apply(struct records *r)
 		(void)out_open(r);
 	}
 	if (a->records_webhook == NULL || a->records_webhook[0] == '\0') {
-		hook_reset(r);
-		ev_timer_stop(r->m->loop, &r->retry_w);
-		free(r->url);
-		r->url = NULL;
-		json_array_clear(r->backlog);
-		r->batch_n = 0;
-	} else if (r->url == NULL || strcmp(r->url, a->records_webhook) != 0) {
-		hook_reset(r);
-		r->batch_n = 0;
-		free(r->url);
-		r->url = strdup(a->records_webhook);
-		r->hook_alen = 0;
-		if (r->url != NULL && hook_parse(r, r->url) < 0)
-			log_error("records", "webhook %s: cannot resolve its host (records wait "
-					     "in the backlog until a reload)",
-				  r->url);
+		webhook_free(r->hook);	/* its backlog too: no webhook, nothing to deliver */
+		r->hook = NULL;
+		return;
 	}
+	if (r->hook == NULL) {
+		r->hook = webhook_new(r->m);
+		if (r->hook == NULL) {
+			log_error("records", "webhook %s: no memory: no records are sent",
+				  a->records_webhook);
+			return;
+		}
+		if (r->frozen)
+			webhook_pause(r->hook);
+	}
+	(void)webhook_configure(r->hook, a->records_webhook, a->records_webhook_ca_file,
+				a->records_webhook_server_name);
 }
 
 int records_start(struct master *m)
@@ -573,22 +340,14 @@ int records_start(struct master *m)
 		return -ENOMEM;
 	r->m = m;
 	r->fd = -1;
-	r->hfd = -1;
-	r->backlog = json_array();
 	r->cap = m->shm != NULL ? shm_alloc_capacity(m->shm) : 0;
 	r->last_gen = calloc(r->cap ? r->cap : 1, sizeof(*r->last_gen));
-	if (r->backlog == NULL || r->last_gen == NULL) {
-		json_decref(r->backlog);
-		free(r->last_gen);
+	if (r->last_gen == NULL) {
 		free(r);
 		return -ENOMEM;
 	}
 	ev_timer_init(&r->drain_w, drain_cb, RECORDS_DRAIN_S, RECORDS_DRAIN_S);
 	r->drain_w.data = r;
-	ev_timer_init(&r->htmo, hook_tmo_cb, HOOK_TIMEOUT_S, 0.);
-	r->htmo.data = r;
-	ev_timer_init(&r->retry_w, hook_retry_cb, 1., 0.);
-	r->retry_w.data = r;
 	m->records = r;
 	apply(r);
 	ev_timer_start(m->loop, &r->drain_w);
@@ -628,6 +387,8 @@ void records_freeze(struct master *m)
 	drain(r);
 	r->frozen = true;
 	ev_timer_stop(m->loop, &r->drain_w);
+	if (r->hook != NULL)
+		webhook_pause(r->hook);
 }
 
 void records_thaw(struct master *m)
@@ -638,6 +399,8 @@ void records_thaw(struct master *m)
 		return;
 	r->frozen = false;
 	ev_timer_start(m->loop, &r->drain_w);
+	if (r->hook != NULL)
+		webhook_run(r->hook);
 }
 
 /* At exit without a state file, what is still open ends with the daemon: a shutdown
@@ -652,7 +415,7 @@ static void record_open_ones(struct records *r)
 	struct shm_records_hdr *h;
 
 	if (shm == NULL || r->m->state_path != NULL || r->frozen || r->m->handed_over ||
-	    (r->out == OUT_NONE && r->url == NULL))
+	    (r->out == OUT_NONE && r->hook == NULL))
 		return;
 	copy = malloc(sizeof(*copy));
 	if (copy == NULL)
@@ -683,13 +446,9 @@ void records_free(struct master *m)
 	drain(r);
 	record_open_ones(r);
 	ev_timer_stop(m->loop, &r->drain_w);
-	ev_timer_stop(m->loop, &r->retry_w);
-	hook_reset(r);
+	webhook_free(r->hook);
 	out_close(r);
 	free(r->path);
-	free(r->url);
-	free(r->hook_path);
-	json_decref(r->backlog);
 	free(r->last_gen);
 	free(r);
 	m->records = NULL;

@@ -10,7 +10,10 @@ until the allocation ends, and then exactly one; a kill -9 of every process and 
 on the state file records the allocation that expired in the gap (reason expiry) and
 nothing twice; a live upgrade loses and duplicates nothing; the file is reopened on
 `turngatectl logrotate` and SIGUSR1; a webhook that goes down and comes back gets every
-record (in JSON array batches) once it is back. Relay ports 65520-65535 (no other test's:
+record (in JSON array batches) once it is back; an https:// webhook verifies the server's
+certificate (a CA file, the name in the URL or webhook_server_name): an untrusted
+certificate or a wrong name is refused and counted, and a trusted server that comes back
+gets every record. Relay ports 65520-65535 (no other test's:
 the restart rebinds the same relay ports). Without a state file, a stop records what is
 still open (reason shutdown).
 """
@@ -19,7 +22,9 @@ import json
 import os
 import signal
 import socket
+import ssl
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -36,12 +41,13 @@ RELAY = (65520, 65535)
 
 
 def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None,
-                extra_admin=""):
+                extra_admin="", extra_records=""):
     text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},
                   relay=RELAY, limits=limits)
     extra = extra_admin + "  session_records:\n    file: %s/sessions.jsonl\n" % d
     if webhook:
         extra += "    webhook: %s\n" % webhook
+    extra += extra_records
     if metrics:
         extra += "  metrics_endpoint: http://127.0.0.1:%d/metrics\n" % metrics
     text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n" + extra, 1)
@@ -444,7 +450,142 @@ def test_webhook(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def make_ca_cert(d, name, san):
+    """A self-signed certificate (its own CA) for subjectAltName san: (cert, key)."""
+    crt, key = os.path.join(d, name + ".crt"), os.path.join(d, name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-subj", "/CN=" + name,
+                    "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-addext", "subjectAltName=" + san, "-keyout", key, "-out", crt],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return crt, key
+
+
+class TlsHook(Hook):
+    handshakes = 0
+
+
+def serve_tls(port, crt, key):
+    """Hook's server behind TLS with (crt, key); counts the completed handshakes."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+
+    class Server(http.server.HTTPServer):
+        allow_reuse_address = True
+
+        def get_request(self):
+            sock, addr = self.socket.accept()
+            try:
+                sock.settimeout(5)
+                conn = ctx.wrap_socket(sock, server_side=True)
+            except (OSError, ssl.SSLError):
+                sock.close()
+                raise
+            TlsHook.handshakes += 1
+            return conn, addr
+
+    srv = Server(("127.0.0.1", port), Hook)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def webhook_failures(mport):
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
+                                  timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith("turngate_session_webhook_failures_total "):
+            return int(line.split()[1])
+    return 0
+
+
+def end_some(port, names, cs):
+    for n in names:
+        c = client(port, n)
+        cs.append(c)
+        c.allocate()
+        refresh0(c)
+
+
+def test_webhook_https(d):
+    """An https:// webhook with webhook_ca_file: a server whose certificate chains to it
+    gets the batches; one with an untrusted certificate is refused at the handshake (no
+    request reaches it) and counted in turngate_session_webhook_failures_total; the trusted
+    server back on the port gets every record that waited, none twice."""
+    port, hport, mport = free_port(), free_port(), free_port()
+    ca, ca_key = make_ca_cert(d, "hook", "IP:127.0.0.1")
+    evil, evil_key = make_ca_cert(d, "evil", "IP:127.0.0.1")
+    Hook.got = []
+    TlsHook.handshakes = 0
+    srv = serve_tls(hport, ca, ca_key)
+    daemon = Daemon(d, make_config(d, port, webhook="https://127.0.0.1:%d/hook" % hport,
+                                   metrics=mport,
+                                   extra_records="    webhook_ca_file: %s\n" % ca)).start()
+    cs = []
+    try:
+        end_some(port, ["hedi"], cs)
+        wait_for(lambda: [r for r in Hook.got if r["user"] == "hedi"], "hedi at the hook")
+        check(webhook_failures(mport) == 0, "failures with a trusted server")
+        srv.shutdown()
+        srv.server_close()
+
+        srv = serve_tls(hport, evil, evil_key)
+        names = ["hx%d" % i for i in range(4)]
+        end_some(port, names, cs)
+        wait_for(lambda: len(records(d)) == 5, "5 records in the file")
+        wait_for(lambda: webhook_failures(mport) >= 2, "the untrusted server's refusals")
+        wait_for(lambda: "certificate verification failed" in daemon.stderr(),
+                 "the refusal's reason in the log")
+        check(len(Hook.got) == 1, "the untrusted server got records: %r" % Hook.got)
+        srv.shutdown()
+        srv.server_close()
+
+        srv = serve_tls(hport, ca, ca_key)
+        wait_for(lambda: len(Hook.got) == 5, "the backlog delivered", timeout=30)
+        time.sleep(0.5)
+        check(sorted(r["user"] for r in Hook.got) == sorted(["hedi"] + names),
+              "hook got %r" % [r["user"] for r in Hook.got])
+    finally:
+        for c in cs:
+            c.close()
+        srv.shutdown()
+        srv.server_close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_webhook_https_name(d):
+    """The certificate must carry the verified name: the URL's host (127.0.0.1) against a
+    certificate for hook.example only is refused; a reload with webhook_server_name:
+    hook.example (the same URL) delivers what waited."""
+    port, hport, mport = free_port(), free_port(), free_port()
+    crt, key = make_ca_cert(d, "named", "DNS:hook.example")
+    Hook.got = []
+    srv = serve_tls(hport, crt, key)
+    url = "https://127.0.0.1:%d/hook" % hport
+    base = "    webhook_ca_file: %s\n" % crt
+    daemon = Daemon(d, make_config(d, port, webhook=url, metrics=mport,
+                                   extra_records=base)).start()
+    cs = []
+    try:
+        end_some(port, ["nina", "nils"], cs)
+        wait_for(lambda: webhook_failures(mport) >= 1, "the name mismatch refused")
+        check(Hook.got == [], "delivered to a certificate of another name")
+        check("certificate verification failed" in daemon.stderr(), "the reason")
+        gen = daemon.admin({"cmd": "status"})["generation"]
+        daemon.write_config(make_config(
+            d, port, webhook=url, metrics=mport,
+            extra_records=base + "    webhook_server_name: hook.example\n"))
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen, "the reload")
+        wait_for(lambda: len(Hook.got) == 2, "the backlog delivered", timeout=30)
+        check(sorted(r["user"] for r in Hook.got) == ["nils", "nina"], repr(Hook.got))
+    finally:
+        for c in cs:
+            c.close()
+        srv.shutdown()
+        srv.server_close()
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
                test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
-               test_webhook])
+               test_webhook, test_webhook_https, test_webhook_https_name])

@@ -386,6 +386,24 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "admin:\n  metrics_endpoint: \"http://x:99999\"\n",
 	  "t.yaml:8:21: admin.metrics_endpoint: 'http://x:99999' is not a valid URL (expected "
 	  "http://[HOST][:PORT][/PATH])" },
+	{ T_HEAD "admin:\n  session_records:\n    webhook: ftp://h/x\n",
+	  "t.yaml:9:14: admin.session_records.webhook: 'ftp://h/x' is not a webhook URL (expected "
+	  "http://HOST[:PORT][/PATH] or https://HOST[:PORT][/PATH])" },
+	{ T_HEAD "admin:\n  session_records:\n    webhook: https://h/x\n"
+		 "    webhook_ca_file: ca.pem\n",
+	  "t.yaml:10:22: admin.session_records.webhook_ca_file: 'ca.pem' is not an absolute path" },
+	{ T_HEAD "admin:\n  session_records:\n    webhook: https://h/x\n"
+		 "    webhook_ca_file: /nonexistent/ca.pem\n",
+	  "t.yaml:10:22: admin.session_records.webhook_ca_file: cannot read '/nonexistent/ca.pem': "
+	  "No such file or directory (expected a PEM file of CA certificates)" },
+	{ T_HEAD "admin:\n  session_records:\n    webhook: https://h/x\n"
+		 "    webhook_server_name: \"a b\"\n",
+	  "t.yaml:10:26: admin.session_records.webhook_server_name: 'a b' is not a host name or "
+	  "address" },
+	{ T_HEAD "admin:\n  session_records:\n    webhook: http://h/x\n"
+		 "    webhook_server_name: h\n",
+	  "t.yaml:9:5: admin.session_records: webhook_ca_file and webhook_server_name need an "
+	  "https:// webhook" },
 	{ T_HEAD "admin:\n  alternate_server: \"host:1\"\n",
 	  "t.yaml:8:21: admin.alternate_server: 'host:1' is not an address (expected IP, IP:PORT "
 	  "or [IPV6]:PORT)" },

@@ -25,6 +25,8 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_records.h"
+#include "master/webhook.h"
 #include "stun/stun_frame.h"
 #include "worker/wk.h"
 
@@ -156,6 +158,12 @@ static const struct rule rules[] = {
 	  STUN_CHANNEL_MAX },
 	{ "relay.md", "first byte is 0x40–0x([0-9A-Fa-f]+) \\(0x40", 16,
 	  STUN_CHANNEL_LEGACY_MAX >> 8 },
+	/* Session records: the workers' queues, the webhook's batch and backlog. */
+	{ "production.md", "shared segment \\(([0-9]+) records; full", 10, SHM_REC_RING },
+	{ "metrics.md", "queue of ([0-9]+) unwritten records", 10, SHM_REC_RING },
+	{ "production.md", "up to ([0-9]+) per request", 10, WEBHOOK_BATCH },
+	{ "production.md", "with up to ([0-9][0-9 ,]*[0-9]) records waiting", 10, WEBHOOK_BACKLOG },
+	{ "configuration.md", "up to ([0-9][0-9 ,]*[0-9]) records wait,", 10, WEBHOOK_BACKLOG },
 };
 
 /* The doc with whitespace runs folded to one space (NUL-terminated, caller frees). */
