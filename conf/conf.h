@@ -355,6 +355,8 @@ struct conf_admin {
 				      * "syslog"; NULL = no session records (default) */
 	char *records_webhook;       /* ours; admin.session_records.webhook: http:// or https://
 				      * URL the records are POSTed to in batches; NULL = none */
+	bool records_start;          /* ours; admin.session_records.start: a record when an
+				      * allocation begins too (default false) */
 	char *records_webhook_ca_file; /* ours; its CA certificates (PEM); NULL = the system's */
 	char *records_webhook_server_name; /* ours; the name its certificate must carry; NULL =
 					    * the URL's host */

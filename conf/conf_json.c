@@ -202,6 +202,8 @@ static json_t *admin_json(const struct conf *c)
 		if (r != NULL) {
 			set_s(r, "file", a->records_file);
 			set_s(r, "webhook", a->records_webhook);
+			if (a->records_start)
+				json_object_set_new(r, "start", json_true());
 			if (a->records_webhook_ca_file != NULL)
 				set_s(r, "webhook_ca_file", a->records_webhook_ca_file);
 			if (a->records_webhook_server_name != NULL)

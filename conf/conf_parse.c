@@ -168,7 +168,7 @@ static void parse_chan_range(struct pctx *p, yaml_node_t *v, const char *path, u
 	free(s);
 }
 
-static const char *const records_keys[] = { "file", "webhook", "webhook_ca_file",
+static const char *const records_keys[] = { "file", "start", "webhook", "webhook_ca_file",
 					    "webhook_server_name", NULL };
 
 /* http://... or https://... of the shape http_url_ok accepts. */
@@ -184,8 +184,8 @@ static bool webhook_url_ok(const char *u)
 	return http_url_ok(buf);
 }
 
-/* admin.session_records: {file: PATH | stdout | syslog, webhook: URL, webhook_ca_file:
- * PATH, webhook_server_name: NAME}. */
+/* admin.session_records: {file: PATH | stdout | syslog, start: BOOL, webhook: URL,
+ * webhook_ca_file: PATH, webhook_server_name: NAME}. */
 static void records_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node_t *v,
 			 const char *path, void *arg)
 {
@@ -207,6 +207,8 @@ static void records_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_n
 				   "'%s' is not a webhook URL (expected http://HOST[:PORT][/PATH] "
 				   "or https://HOST[:PORT][/PATH])",
 				   a->records_webhook);
+	} else if (strcasecmp(key, "start") == 0) {
+		(void)pctx_bool(p, v, path, &a->records_start);
 	} else if (strcasecmp(key, "webhook_ca_file") == 0) {
 		set_str(p, v, path, &a->records_webhook_ca_file);
 		if (a->records_webhook_ca_file != NULL && a->records_webhook_ca_file[0] != '/')

@@ -50,6 +50,7 @@ struct records {
 	 * records again at its end; the second event of the same (idx, gen) is skipped */
 	uint64_t *last_gen;
 	uint32_t cap;
+	int64_t real_off;         /* real_offset's */
 };
 
 static struct records *R(struct master *m)
@@ -79,13 +80,26 @@ static const char *transport_name(unsigned t)
 	return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
 }
 
-/* RFC 3339 UTC with milliseconds of a CLOCK_MONOTONIC time, through the clocks' offset
- * now. */
-static void iso_time(char *buf, size_t cap, uint64_t mono, uint64_t now_mono,
-		     const struct timespec *now_real)
+/* CLOCK_REALTIME minus CLOCK_MONOTONIC, in ns. Kept while it moves by less than 1 ms, so
+ * one allocation's start reads the same in its start and end records (two readings of the
+ * clocks differ by a few hundred ns, which can cross a millisecond); a step of the wall
+ * clock is taken at once. */
+static int64_t real_offset(int64_t *cached)
 {
-	int64_t real_ms = (int64_t)now_real->tv_sec * 1000 + now_real->tv_nsec / 1000000 -
-			  ((int64_t)now_mono - (int64_t)mono) / 1000000;
+	struct timespec rt;
+	int64_t mono = (int64_t)mono_ns(), off;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	off = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - mono;
+	if (*cached == 0 || off - *cached > 1000000 || *cached - off > 1000000)
+		*cached = off;
+	return *cached;
+}
+
+/* RFC 3339 UTC with milliseconds of a CLOCK_MONOTONIC time. */
+static void iso_time(char *buf, size_t cap, uint64_t mono, int64_t off)
+{
+	int64_t real_ms = ((int64_t)mono + off) / 1000000;
 	time_t s = (time_t)(real_ms / 1000);
 	struct tm tm;
 
@@ -95,10 +109,8 @@ static void iso_time(char *buf, size_t cap, uint64_t mono, uint64_t now_mono,
 		 (int)(real_ms % 1000));
 }
 
-static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
+static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev, int64_t off)
 {
-	uint64_t now = mono_ns();
-	struct timespec rt;
 	char start[96], end[96];
 	size_t ulen = ev->user_len <= SHM_ALLOC_USER_MAX ? ev->user_len : SHM_ALLOC_USER_MAX;
 	size_t uoff = shm_quota_user_off(ev->username, ulen);
@@ -108,9 +120,8 @@ static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
 	size_t lname_len = 1;
 	char slot_name[SHM_LSLOT_NAME_MAX];
 
-	clock_gettime(CLOCK_REALTIME, &rt);
-	iso_time(start, sizeof(start), ev->created_ns, now, &rt);
-	iso_time(end, sizeof(end), ev->ended_ns, now, &rt);
+	iso_time(start, sizeof(start), ev->created_ns, off);
+	iso_time(end, sizeof(end), ev->ended_ns, off);
 	if (ev->listener[0] != '\0') {
 		lname = ev->listener;
 		lname_len = strnlen(ev->listener, sizeof(ev->listener));
@@ -120,21 +131,28 @@ static json_t *ev_json(const struct master *m, const struct shm_rec_ev *ev)
 		lname = slot_name;
 		lname_len = strlen(lname);
 	}
-	o = json_pack("{s:s, s:i, s:I, s:s%, s:s%, s:s%, s:s, s:i, s:s, s:s, s:f, s:s}", "type",
-		      "session_end", "id", (int)ev->idx, "gen", (json_int_t)ev->gen, "listener",
-		      lname, lname_len,
-		      "username", ev->username, ulen, "user", ev->username + uoff, ulen - uoff,
-		      "transport", transport_name(ev->transport), "worker", (int)ev->owner,
-		      "start", start, "end", end, "duration",
-		      ev->ended_ns > ev->created_ns ? (double)(ev->ended_ns - ev->created_ns) / 1e9
-						    : 0.0,
-		      "reason", shm_rec_reason_name((enum shm_rec_reason)ev->reason));
+	o = json_pack("{s:s, s:i, s:I, s:s%, s:s%, s:s%, s:s, s:i, s:s}", "type",
+		      ev->start ? "session_start" : "session_end", "id", (int)ev->idx, "gen",
+		      (json_int_t)ev->gen, "listener", lname, lname_len, "username", ev->username,
+		      ulen, "user", ev->username + uoff, ulen - uoff, "transport",
+		      transport_name(ev->transport), "worker", (int)ev->owner, "start", start);
 	if (o == NULL)
 		return NULL;
+	if (!ev->start) {
+		json_object_set_new(o, "end", json_string(end));
+		json_object_set_new(o, "duration",
+				    json_real(ev->ended_ns > ev->created_ns
+						      ? (double)(ev->ended_ns - ev->created_ns) / 1e9
+						      : 0.0));
+		json_object_set_new(o, "reason", json_string(shm_rec_reason_name(
+							 (enum shm_rec_reason)ev->reason)));
+	}
 	json_addr(o, "client", &ev->client);
 	json_addr(o, "server", &ev->server);
 	json_addr(o, "relay", &ev->relay);
 	json_addr(o, "relay2", &ev->relay2);
+	if (ev->start)
+		return o;	/* no peers and no traffic yet */
 	peers = json_array();
 	for (unsigned i = 0; i < n && peers != NULL; i++) {
 		json_t *p = json_object();
@@ -215,14 +233,14 @@ static void on_event(const struct shm_rec_ev *ev, void *arg)
 	char *line;
 	size_t n;
 
-	if (!ev->carried && ev->idx < r->cap && r->last_gen != NULL) {
+	if (!ev->carried && !ev->start && ev->idx < r->cap && r->last_gen != NULL) {
 		if (r->last_gen[ev->idx] == ev->gen)
 			return;
 		r->last_gen[ev->idx] = ev->gen;
 	}
 	if (r->out == OUT_NONE && r->hook == NULL)
 		return;	/* session records are off: the rings are drained all the same */
-	o = ev_json(r->m, ev);
+	o = ev_json(r->m, ev, real_offset(&r->real_off));
 	if (o == NULL) {
 		CMM_STORE_SHARED(shm_records_hdr(r->m->shm)->master_dropped,
 				 shm_records_hdr(r->m->shm)->master_dropped + 1);
@@ -313,6 +331,10 @@ static void apply(struct records *r)
 		r->out = out == OUT_FILE && r->path == NULL ? OUT_NONE : out;
 		(void)out_open(r);
 	}
+	if (r->m->shm != NULL)
+		shm_records_want_start(r->m->shm, a->records_start &&
+						   (r->out != OUT_NONE || (a->records_webhook != NULL &&
+									   a->records_webhook[0] != '\0')));
 	if (a->records_webhook == NULL || a->records_webhook[0] == '\0') {
 		webhook_free(r->hook);	/* its backlog too: no webhook, nothing to deliver */
 		r->hook = NULL;

@@ -156,8 +156,9 @@ static int push_rec(struct shm *shm, unsigned slot, uint32_t idx, const struct s
 	return rc < 0 ? rc : shm_records_push_ev(shm, slot, &ev);
 }
 
-int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
-		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener)
+static int push_named(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
+		      enum shm_rec_reason reason, uint64_t now_ns, const char *listener,
+		      bool start)
 {
 	struct shm_rec_ev ev;
 	int rc = build_ev(shm, idx, rec, reason, now_ns, false, &ev);
@@ -166,7 +167,30 @@ int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct 
 		return rc;
 	if (listener != NULL)
 		strncpy(ev.listener, listener, sizeof(ev.listener) - 1);
+	ev.start = start ? 1 : 0;
 	return shm_records_push_ev(shm, slot, &ev);
+}
+
+int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
+		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener)
+{
+	return push_named(shm, slot, idx, rec, reason, now_ns, listener, false);
+}
+
+int shm_records_push_start(struct shm *shm, unsigned slot, uint32_t idx,
+			   const struct shm_alloc *rec, uint64_t now_ns, const char *listener)
+{
+	shm_check_handle(shm);
+	if (!CMM_LOAD_SHARED(shm_records_hdr(shm)->start_wanted))
+		return 0;	/* one load: what the relay path pays with start records off */
+	return push_named(shm, slot, idx, rec, SHM_REC_OTHER, now_ns, listener, true);
+}
+
+void shm_records_want_start(struct shm *shm, bool on)
+{
+	shm_check_handle(shm);
+	if (!shm->ro)
+		CMM_STORE_SHARED(shm_records_hdr(shm)->start_wanted, on ? 1u : 0u);
 }
 
 int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,

@@ -230,6 +230,7 @@ struct shm_records_hdr {
 	_Alignas(SHM_CL) uint64_t written;   /* master: records written (metrics) */
 	uint64_t master_dropped;             /* master: records it could not write */
 	uint64_t webhook_failures;           /* master: failed webhook deliveries */
+	uint32_t start_wanted;               /* master: 1 = workers push start events too */
 };
 
 struct shm_rec_ring {

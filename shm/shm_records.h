@@ -14,6 +14,7 @@
 #ifndef TG_SHM_SHM_RECORDS_H
 #define TG_SHM_SHM_RECORDS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shm/shm.h"
@@ -61,7 +62,9 @@ struct shm_rec_ev {
 	uint8_t owner;             /* worker slot */
 	uint8_t carried;           /* 1: of an earlier run's table (take-over): idx/gen are
 				    * not this segment's */
-	uint8_t pad[2];
+	uint8_t start;             /* 1: the allocation began (a start record): ended_ns is
+				    * when it was published, reason SHM_REC_OTHER */
+	uint8_t pad;
 	char username[SHM_ALLOC_USER_MAX];
 	char listener[SHM_REC_LISTENER_MAX]; /* its listener's name when the pusher knows it
 					      * (the worker), else empty: the master names it
@@ -73,6 +76,15 @@ struct shm_rec_ev {
  * listener's name. Returns 0, -ENOBUFS (ring full: counted as dropped), -EINVAL, -EROFS. */
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
 		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener);
+
+/* Producer of `slot`, at the publish of record idx: a start event, pushed only while the
+ * master wants them (shm_records_want_start). Returns 0 (pushed or not wanted), or as
+ * shm_records_push. */
+int shm_records_push_start(struct shm *shm, unsigned slot, uint32_t idx,
+			   const struct shm_alloc *rec, uint64_t now_ns, const char *listener);
+
+/* Master: whether workers push start events (admin.session_records.start). */
+void shm_records_want_start(struct shm *shm, bool on);
 
 /* The event of record idx (a copy) without queueing it (the master's own records). */
 int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,

@@ -15,6 +15,8 @@
 #include <openssl/rand.h>
 
 #include "common/log.h"
+#include "common/mono.h"
+#include "shm/shm_records.h"
 #include "stun/stun_frame.h"
 
 static int wk_error_build(struct worker *w, const struct stun_msg *req, int code,
@@ -441,6 +443,7 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	}
 	shm_alloc_publish(w->shm, w->slot, a->rec_idx);
 	a->published = true;
+	(void)shm_records_push_start(w->shm, w->slot, a->rec_idx, a->rec, mono_ns(), ep->l->name);
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_CREATED, 1);
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, 1);
 	shm_lctr_add(w->ctr, ep->l->slot, SHM_LCTR_ALLOCS_CREATED, 1);

@@ -41,10 +41,11 @@ RELAY = (65520, 65535)
 
 
 def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None,
-                extra_admin="", extra_records=""):
-    text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},
+                extra_admin="", extra_records="", out=None, peers=("127.0.0.1",)):
+    text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": list(peers)},
                   relay=RELAY, limits=limits)
-    extra = extra_admin + "  session_records:\n    file: %s/sessions.jsonl\n" % d
+    extra = extra_admin + "  session_records:\n    file: %s\n" % (
+        out or os.path.join(d, "sessions.jsonl"))
     if webhook:
         extra += "    webhook: %s\n" % webhook
     extra += extra_records
@@ -383,6 +384,50 @@ def test_shutdown_without_state_file(d):
           "records: %r" % recs)
 
 
+def stdout_records(daemon):
+    """The records among the master's standard output (the harness puts it with stderr)."""
+    return [json.loads(line) for line in daemon.stderr().splitlines()
+            if line.startswith('{"type":"session_')]
+
+
+def test_stdout_start_and_peers(d):
+    """file: stdout (containers) with start: true: a session_start line when the allocation
+    is granted (who, from where, the relay address; no end fields), then its session_end
+    with peers.count 6 and the first 4 (SHM_REC_PEERS) permission addresses."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port, out="stdout", peers=("127.0.0.0/8",),
+                                   extra_records="    start: true\n")).start()
+    cs = []
+    try:
+        a = client(port, "stella")
+        cs.append(a)
+        r = a.allocate()
+        relayed = a.relayed(r)[0]
+        s = wait_for(lambda: [x for x in stdout_records(daemon)
+                              if x["type"] == "session_start"], "the start record")[0]
+        check(s["user"] == "stella" and s["listener"] == "udp" and s["transport"] == "udp", s)
+        check(s["client"] == "127.0.0.1:%d" % a.sock.getsockname()[1], s)
+        check(s["relay"] == "%s:%d" % relayed, s)
+        check(s["start"].endswith("Z"), s)
+        check(not any(k in s for k in ("end", "duration", "reason", "to_peer")), s)
+        ips = ["127.0.0.%d" % i for i in range(2, 8)]
+        for ip in ips:
+            check(a.perm(ip) is not None, "CreatePermission " + ip)
+        refresh0(a)
+        e = wait_for(lambda: [x for x in stdout_records(daemon)
+                              if x["type"] == "session_end"], "the end record")[0]
+        check((e["id"], e["gen"], e["start"]) == (s["id"], s["gen"], s["start"]), (s, e))
+        check(e["reason"] == "refresh0" and e["peers"]["count"] == 6, e)
+        check(e["peers"]["addresses"] == ips[:4], e)
+        check(records(d) == [], "a file written with file: stdout")
+        time.sleep(0.3)
+        check(len(stdout_records(daemon)) == 2, "records: %r" % stdout_records(daemon))
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 class Hook(http.server.BaseHTTPRequestHandler):
     got = []
 
@@ -588,4 +633,4 @@ def test_webhook_https_name(d):
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
                test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
-               test_webhook, test_webhook_https, test_webhook_https_name])
+               test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])
