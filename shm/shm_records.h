@@ -33,7 +33,7 @@ enum shm_rec_reason {
 	SHM_REC_REVOKE,            /* turngatectl revoke of its credential */
 	SHM_REC_ADMIN,             /* turngatectl disconnect */
 	SHM_REC_LISTENER_REMOVED,  /* its listener left the configuration */
-	SHM_REC_QUOTA,             /* over quota at its creation */
+	SHM_REC_QUOTA,             /* refused over a quota at its creation (never granted) */
 	SHM_REC_SHUTDOWN,          /* the daemon stopped or restarted: a stream allocation
 				    * cannot be taken over */
 	SHM_REC_WORKER_CRASH,      /* its worker died and nobody re-adopted it */

@@ -438,6 +438,10 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	 * CLAIMED record is released uncounted), never low; a restart's take-over recounts. */
 	code = wk_quota_take(w, ep, a);
 	if (code) {
+		/* Never granted, so wk_alloc_destroy records nothing: the refusal's own record
+		 * (reason quota: who asked, from where, on which listener). */
+		(void)shm_records_push(w->shm, w->slot, a->rec_idx, a->rec, SHM_REC_QUOTA, mono_ns(),
+				       ep->l->name);
 		wk_alloc_destroy(w, a, "over quota");
 		goto fail;
 	}

@@ -384,6 +384,31 @@ def test_shutdown_without_state_file(d):
           "records: %r" % recs)
 
 
+def test_quota(d):
+    """An Allocate refused over limits.user_quota (486) is recorded with reason quota: the
+    user, the refused client's address, no traffic; the granted one keeps its own record."""
+    port = free_port()
+    daemon = Daemon(d, make_config(d, port, limits={"user_quota": 1})).start()
+    cs = []
+    try:
+        a, b = client(port, "quinn"), client(port, "quinn")
+        cs += [a, b]
+        a.allocate()
+        b.allocate(expect=486)
+        r = wait_record(d, b, "the refusal's record")
+        check(r["reason"] == "quota" and r["user"] == "quinn", r)
+        check(r["client"] == "127.0.0.1:%d" % b.sock.getsockname()[1], r)
+        check(r["to_peer"] == {"packets": 0, "bytes": 0} and r["peers"]["count"] == 0, r)
+        refresh0(a)
+        wait_for(lambda: len(records(d)) == 2, "quinn's granted allocation's record")
+        check([x["reason"] for x in records(d)] == ["quota", "refresh0"], records(d))
+        check(records(d)[1]["client"] == "127.0.0.1:%d" % a.sock.getsockname()[1], records(d))
+    finally:
+        for c in cs:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 def stdout_records(daemon):
     """The records among the master's standard output (the harness puts it with stderr)."""
     return [json.loads(line) for line in daemon.stderr().splitlines()
@@ -633,4 +658,4 @@ def test_webhook_https_name(d):
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
                test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
-               test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])
+               test_quota, test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])
