@@ -7,8 +7,11 @@ send-proxy-v2, anything else to a dummy HTTPS server). Clients bound to 127.0.0.
 their own address (127.0.0.5:port) in XOR-MAPPED-ADDRESS and in `turngatectl allocations`,
 not HAProxy's 127.0.0.1. A header from a source outside `trusted`, a malformed one, none at
 all, and a datagram without one are refused and counted; a listener without proxy_protocol
-never parses a header. Every wait is bounded; nothing depends on timing for correctness.
+never parses a header. The session records (file) of TCP, TLS and UDP-v2 allocations carry
+the client's address; limits.source_connections counts it, not the proxy's, and its log
+line names it. Every wait is bounded; nothing depends on timing for correctness.
 """
+import json
 import os
 import socket
 import ssl
@@ -20,10 +23,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import need_tool, run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME,  # noqa: E402
-                                A_XOR_MAPPED, ALLOCATE, REALM, REQUEST, Client, Daemon,
-                                Failure, build, check, config, error_code, free_port, parse,
-                                parse_xor_addr, relay_range)
+from test_security_stun import (A_LIFETIME, A_NONCE, A_REALM, A_TRANSPORT,  # noqa: E402
+                                A_USERNAME, A_XOR_MAPPED, ALLOCATE, REALM, REFRESH, REQUEST,
+                                Client, Daemon, Failure, build, check, config, error_code,
+                                free_port, parse, parse_xor_addr, relay_range)
 from test_tls import make_cert  # noqa: E402
 
 CLIENT_IP = "127.0.0.5"
@@ -43,7 +46,7 @@ def pp_block(trusted, versions="[1, 2]"):
             % (versions, ", ".join('"%s"' % t for t in trusted)))
 
 
-def start_daemon(d, limits=None):
+def start_daemon(d, limits=None, workers=2):
     """turngate with pp_tcp, pp_tls, pp_udp (trusted 127.0.0.1), pp_far (trusted 10/8 only)
     and plain (no proxy_protocol): (daemon, {name: port}, (crt, key))."""
     names = [("pp_tcp", "TURN-TCP"), ("pp_tls", "TURN-TLS"), ("pp_udp", "TURN-UDP"),
@@ -51,7 +54,7 @@ def start_daemon(d, limits=None):
     ports = {n: free_port() for n, _ in names}
     text = config(d, [(n, ports[n], p, ["loopback"]) for n, p in names],
                   {"loopback": ["127.0.0.0/8"]}, relay=relay_range(), loglevel="all:DEBUG",
-                  limits=limits)
+                  limits=limits, workers=workers)
     crt, key = make_cert(d, "turn.test")
     extra = {"pp_tcp": pp_block(["127.0.0.1/32"]),
              "pp_tls": pp_block(["127.0.0.1"]) + "    cert_file: %s\n    key_file: %s\n"
@@ -63,7 +66,24 @@ def start_daemon(d, limits=None):
         head, tail = text.split(marker, 1)
         first, rest = tail.split("    routes:", 1)
         text = head + marker + first + block + "    routes:" + rest
-    return Daemon(d, text).start(), ports, (crt, key)
+    text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n  session_records:\n"
+                        "    file: %s\n" % os.path.join(d, "sessions.jsonl"), 1)
+    return Daemon(d, text, workers=workers).start(), ports, (crt, key)
+
+
+def records(d):
+    """The session records written so far (admin.session_records.file)."""
+    try:
+        with open(os.path.join(d, "sessions.jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def record_of(d, listener):
+    got = wait_for(lambda: [r for r in records(d) if r["listener"] == listener],
+                   "the session record of %s" % listener, 10)
+    return got[0]
 
 
 class Https:
@@ -186,6 +206,11 @@ def binding(s):
 
 def allocate(s):
     """An authenticated Allocate over stream s (kept open by the caller): its mapped address."""
+    return allocate_as(s)[0]
+
+
+def allocate_as(s):
+    """allocate(s): (mapped address, the client whose credentials it used)."""
     c = Client(1)
     c.close()
     nonce = None
@@ -200,7 +225,7 @@ def allocate(s):
         s.sendall(build(ALLOCATE, REQUEST, tid, attrs, key))
         r = parse(recv_msg(s))
         if error_code(r[3]) is None:
-            return parse_xor_addr(r[3][A_XOR_MAPPED][0], r[2])
+            return parse_xor_addr(r[3][A_XOR_MAPPED][0], r[2]), c
         nonce = r[3][A_NONCE][0]
     raise Failure("Allocate failed")
 
@@ -253,6 +278,14 @@ def test_behind_haproxy(d):
         for sock in keep:
             check("%s:%d" % (CLIENT_IP, sock.getsockname()[1]) in out,
                   "listing lacks %r:\n%s" % (sock.getsockname(), out))
+        # the session record of each: the client's address, not HAProxy's
+        for sock, lst, transport in ((keep[0], "pp_tcp", "tcp"), (keep[1], "pp_tls", "tls")):
+            port = sock.getsockname()[1]
+            sock.close()
+            r = record_of(d, lst)
+            check(r["client"] == "%s:%d" % (CLIENT_IP, port) and r["transport"] == transport
+                  and r["reason"] == "disconnect", "record %r" % r)
+        keep = []
         h = connect(fe["443"], tls=True, alpn=("http/1.1",))
         h.sendall(b"GET / HTTP/1.0\r\n\r\n")
         body = b""
@@ -369,6 +402,11 @@ def test_udp_v2(d):
         check(c.perm("127.0.0.1", echo.getsockname()[1]) is not None, "CreatePermission")
         c.send("127.0.0.1", echo.getsockname()[1], b"ping through the proxy")
         check(c.recv_data(3.0) == b"ping through the proxy", "relayed data back at the proxy")
+        r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
+        check(error_code(r[3]) is None, "Refresh 0 through the proxy")
+        r = record_of(d, "pp_udp")
+        check(r["client"] == "%s:6666" % CLIENT_IP and r["reason"] == "refresh0" and
+              r["to_peer"]["packets"] == 1, "UDP record %r" % r)
         for reason, src, data in (
                 ("missing", "127.0.0.1", b""),
                 ("version", "127.0.0.1", b"PROXY TCP4 127.0.0.5 127.0.0.1 1 2\r\n"),
@@ -411,6 +449,42 @@ def test_plain_listener_ignores_header(d):
         daemon.stop()
 
 
+def test_budget_by_client_address(d):
+    """limits.source_connections counts the header's client, not the proxy: with a budget
+    of 2, three unauthenticated connections from 127.0.0.1 (the trusted proxy) for client
+    127.0.0.5 close the oldest of them, logged as source 127.0.0.5; two more for other
+    clients through the same proxy are served; no budget line names the proxy. One worker:
+    with two, which connection goes depends on where each landed (a worker evicts only its
+    own), which is the budget's business, not the address's."""
+    daemon, ports, _ = start_daemon(d, limits={"source_connections": 2}, workers=1)
+    conns = []
+    try:
+        def via_proxy(client, sport):
+            s = connect(ports["pp_tcp"], src="127.0.0.1")
+            s.sendall(("PROXY TCP4 %s 127.0.0.1 %d %d\r\n"
+                       % (client, sport, ports["pp_tcp"])).encode())
+            conns.append(s)
+            return s
+        for i in range(3):
+            s = via_proxy(CLIENT_IP, 4000 + i)
+            check(binding(s) == (CLIENT_IP, 4000 + i), "connection %d of 127.0.0.5" % i)
+        check(closed(conns[0], 5.0), "the oldest connection of 127.0.0.5 not evicted")
+        for i, other in enumerate(("127.0.0.6", "127.0.0.9")):
+            s = via_proxy(other, 5000 + i)
+            check(binding(s) == (other, 5000 + i), "%s through the same proxy" % other)
+        check(binding(conns[2]) == (CLIENT_IP, 4002), "the newest of 127.0.0.5 closed")
+        text = wait_for(lambda: "source %s: budget" % CLIENT_IP in daemon.stderr() and
+                        daemon.stderr(), "the budget's log line", 10)
+        check("source 127.0.0.1: budget" not in text, "a budget counted the proxy")
+        ev = daemon.admin({"cmd": "stats"})["counters"]
+        check(sum(v for k, v in ev.items() if k.startswith("budget_evict")) >= 1,
+              "no eviction counted: %r" % {k: v for k, v in ev.items() if "budget" in k})
+    finally:
+        for s in conns:
+            s.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_behind_haproxy, test_refusals, test_udp_v2,
-               test_plain_listener_ignores_header])
+               test_plain_listener_ignores_header, test_budget_by_client_address])
