@@ -41,9 +41,10 @@ RELAY = (65520, 65535)
 
 
 def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None,
-                extra_admin="", extra_records="", out=None, peers=("127.0.0.1",)):
+                extra_admin="", extra_records="", out=None, peers=("127.0.0.1",),
+                relay=RELAY):
     text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": list(peers)},
-                  relay=RELAY, limits=limits)
+                  relay=relay, limits=limits)
     extra = extra_admin + "  session_records:\n    file: %s\n" % (
         out or os.path.join(d, "sessions.jsonl"))
     if webhook:
