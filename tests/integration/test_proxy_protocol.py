@@ -8,8 +8,8 @@ their own address (127.0.0.5:port) in XOR-MAPPED-ADDRESS and in `turngatectl all
 not HAProxy's 127.0.0.1. A header from a source outside `trusted`, a malformed one, none at
 all, and a datagram without one are refused and counted; a listener without proxy_protocol
 never parses a header. The session records (file) of TCP, TLS and UDP-v2 allocations carry
-the client's address; limits.source_connections counts it, not the proxy's, and its log
-line names it. Every wait is bounded; nothing depends on timing for correctness.
+the client's address; limits.source_connections and the UDP unauth_rate limiter count
+it, not the proxy's, and the budget's log line names it. Every wait is bounded; nothing depends on timing for correctness.
 """
 import json
 import os
@@ -485,6 +485,49 @@ def test_budget_by_client_address(d):
         daemon.stop()
 
 
+def test_udp_limiter_by_client_address(d):
+    """limits.unauth_rate on a TURN-UDP listener with PROXY v2 limits the header's client,
+    not the proxy: through one proxy socket (127.0.0.1, one 4-tuple: one worker), 6 quick
+    Bindings for 127.0.0.5 get at most the burst (2) plus what 1 a second refills, and the
+    drops are counted; 2 for 127.0.0.6 right after are both answered."""
+    daemon, ports, _ = start_daemon(d, limits={"unauth_rate": 1, "unauth_burst": 2,
+                                               "unauth_prefix_v4": 32})
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    u.settimeout(0.5)
+
+    def answered(client, n):
+        got = 0
+        t0 = time.monotonic()
+        tids = []
+        for i in range(n):
+            tid = os.urandom(12)
+            tids.append(tid)
+            u.sendto(v2_header(client, 7000 + i, "127.0.0.1", ports["pp_udp"], dgram=True)
+                     + build(BINDING, REQUEST, tid, []), ("127.0.0.1", ports["pp_udp"]))
+        while True:
+            try:
+                p = parse(u.recv(2048))
+            except socket.timeout:
+                break
+            if p and p[2] in tids:
+                check(parse_xor_addr(p[3][A_XOR_MAPPED][0], p[2])[0] == client, "mapped")
+                got += 1
+        return got, time.monotonic() - t0
+    try:
+        before = daemon.admin({"cmd": "stats"})["counters"].get("unauth_dropped", 0)
+        a, took = answered(CLIENT_IP, 6)
+        check(1 <= a <= 2 + int(took) + 1, "127.0.0.5: %d of 6 answered in %.1f s" % (a, took))
+        b, _ = answered("127.0.0.6", 2)
+        check(b == 2, "127.0.0.6 through the same proxy: %d of 2 answered" % b)
+        wait_for(lambda: daemon.admin({"cmd": "stats"})["counters"].get(
+            "unauth_dropped", 0) >= before + 6 - a, "the drops counted", 10)
+    finally:
+        u.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_behind_haproxy, test_refusals, test_udp_v2,
-               test_plain_listener_ignores_header, test_budget_by_client_address])
+               test_plain_listener_ignores_header, test_budget_by_client_address,
+               test_udp_limiter_by_client_address])
