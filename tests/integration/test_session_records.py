@@ -434,6 +434,7 @@ def test_stdout_start_and_peers(d):
         check(s["user"] == "stella" and s["listener"] == "udp" and s["transport"] == "udp", s)
         check(s["client"] == "127.0.0.1:%d" % a.sock.getsockname()[1], s)
         check(s["relay"] == "%s:%d" % relayed, s)
+        check(s["server"] == "127.0.0.1:%d" % port, s)
         check(s["start"].endswith("Z"), s)
         check(not any(k in s for k in ("end", "duration", "reason", "to_peer")), s)
         ips = ["127.0.0.%d" % i for i in range(2, 8)]
