@@ -93,8 +93,6 @@ static void hook_close(struct webhook *h)
 
 static void hook_done(struct webhook *h, bool ok, const char *why)
 {
-	struct shm_records_hdr *hdr = shm_records_hdr(h->m->shm);
-
 	hook_close(h);
 	if (ok) {
 		for (size_t i = 0; i < h->batch_n && json_array_size(h->backlog) > 0; i++)
@@ -105,7 +103,11 @@ static void hook_done(struct webhook *h, bool ok, const char *why)
 		return;
 	}
 	h->batch_n = 0;
-	CMM_STORE_SHARED(hdr->webhook_failures, hdr->webhook_failures + 1);
+	if (h->m->shm != NULL) {
+		struct shm_records_hdr *hdr = shm_records_hdr(h->m->shm);
+
+		CMM_STORE_SHARED(hdr->webhook_failures, hdr->webhook_failures + 1);
+	}
 	h->backoff = h->backoff == 0 ? HOOK_BACKOFF_MIN_S : h->backoff * 2;
 	if (h->backoff > HOOK_BACKOFF_MAX_S)
 		h->backoff = HOOK_BACKOFF_MAX_S;
