@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +29,9 @@
 #define HOOK_BACKOFF_MIN_S 0.25
 #define HOOK_BACKOFF_MAX_S 5.0
 #define HOOK_RESP_MAX 1024u
+#define HOOK_ADDRS 8u             /* addresses of a name kept; tried in turn */
+#define HOOK_DNS_LIMIT_S 30       /* a resolver child running longer kills itself */
+#define HOOK_DNS_AGAIN_S 5.0      /* a failed delivery resolves a name again, this often */
 #define WEBHOOK_MAGIC 0x57484f4bu /* "WHOK" */
 
 /* One request's steps; each runs until it would block, then waits on the socket. */
@@ -39,8 +45,11 @@ struct webhook {
 	/* where: set by webhook_configure */
 	char *url, *ca_file, *server_name;
 	bool tls;
-	struct sockaddr_storage addr;
-	socklen_t alen;                /* 0: unresolved, nothing is sent */
+	struct sockaddr_storage addrs[HOOK_ADDRS];
+	socklen_t alens[HOOK_ADDRS];
+	unsigned n_addrs, cur;         /* 0 addresses: unresolved, nothing is sent */
+	char rhost[256], rport[8];     /* what is resolved */
+	bool numeric;                  /* rhost is an address: never resolved again */
 	char host[256];                /* the Host header: the URL's authority */
 	char name[256];                /* the name the certificate must carry (https) */
 	char *path;
@@ -50,6 +59,19 @@ struct webhook {
 	size_t batch_n;                /* the first batch_n are in flight */
 	double backoff;
 	uint64_t dropped;
+
+	/* a name's resolution: a child process (getaddrinfo can block for seconds) */
+	pid_t dns_pid;
+	int dns_fd;
+	ev_io dns_io;
+	struct hook_dns_ans {
+		int32_t rc;                    /* getaddrinfo's */
+		uint32_t n;
+		uint32_t lens[HOOK_ADDRS];
+		struct sockaddr_storage ss[HOOK_ADDRS];
+	} dns_ans;
+	size_t dns_got;
+	double dns_at;                 /* ev_now of the last start */
 
 	/* the request in flight */
 	enum hook_step step;
@@ -91,6 +113,8 @@ static void hook_close(struct webhook *h)
 	h->step = HS_IDLE;
 }
 
+static void dns_start(struct webhook *h);
+
 static void hook_done(struct webhook *h, bool ok, const char *why)
 {
 	hook_close(h);
@@ -103,6 +127,10 @@ static void hook_done(struct webhook *h, bool ok, const char *why)
 		return;
 	}
 	h->batch_n = 0;
+	if (h->n_addrs > 1)
+		h->cur = (h->cur + 1) % h->n_addrs;	/* the name's next address next time */
+	if (!h->numeric && ev_now(h->m->loop) - h->dns_at >= HOOK_DNS_AGAIN_S)
+		dns_start(h);	/* it may have moved */
 	if (h->m->shm != NULL) {
 		struct shm_records_hdr *hdr = shm_records_hdr(h->m->shm);
 
@@ -373,8 +401,14 @@ void webhook_kick(struct webhook *h)
 	size_t n;
 
 	if (h == NULL || h->url == NULL || h->step != HS_IDLE || ev_is_active(&h->retry) ||
-	    h->paused || json_array_size(h->backlog) == 0 || h->alen == 0)
+	    h->paused || json_array_size(h->backlog) == 0)
 		return;
+	if (h->n_addrs == 0) {
+		/* a name that did not resolve: asked again while records wait */
+		if (!h->numeric && ev_now(h->m->loop) - h->dns_at >= HOOK_DNS_AGAIN_S)
+			dns_start(h);
+		return;
+	}
 	n = json_array_size(h->backlog);
 	if (n > WEBHOOK_BATCH)
 		n = WEBHOOK_BATCH;
@@ -382,7 +416,7 @@ void webhook_kick(struct webhook *h)
 		return;	/* no memory now: the next drain tries again */
 	h->batch_n = n;
 	h->seq++;
-	h->fd = socket(h->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	h->fd = socket(h->addrs[h->cur].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (h->fd < 0) {
 		hook_done(h, false, strerror(errno));
 		return;
@@ -393,21 +427,159 @@ void webhook_kick(struct webhook *h)
 	ev_timer_set(&h->tmo, HOOK_TIMEOUT_S, 0.);
 	ev_timer_start(h->m->loop, &h->tmo);
 	h->step = HS_CONNECT;
-	if (connect(h->fd, (struct sockaddr *)&h->addr, h->alen) < 0 && errno != EINPROGRESS) {
+	if (connect(h->fd, (struct sockaddr *)&h->addrs[h->cur], h->alens[h->cur]) < 0 &&
+	    errno != EINPROGRESS) {
 		hook_done(h, false, strerror(errno));
 		return;
 	}
 	hook_wait(h, EV_WRITE);	/* connected or not: writable says, SO_ERROR tells */
 }
 
-/* SCHEME://HOST[:PORT][/PATH] (the config checked its shape) into the address (resolved
- * now), the Host header, the verified name and the path. */
+/* ---- resolving the host ---------------------------------------------------------------- */
+
+static void dns_end(struct webhook *h, bool kill_it)
+{
+	if (h->dns_fd >= 0) {
+		ev_io_stop(h->m->loop, &h->dns_io);
+		close(h->dns_fd);
+		h->dns_fd = -1;
+	}
+	if (kill_it && h->dns_pid > 0)
+		kill(h->dns_pid, SIGKILL);
+	/* libev's child watcher (supervise.c, pid 0) reaps it; it belongs to no slot */
+	h->dns_pid = 0;
+	h->dns_got = 0;
+}
+
+static _Noreturn void dns_child(const char *host, const char *port, int wfd)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL, *ai;
+	struct hook_dns_ans a;
+	const char *p = (const char *)&a;
+	size_t left = sizeof(a);
+
+	master_child_signals();
+	signal(SIGALRM, SIG_DFL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* nothing of the master's stays open here (the state file's lock among them) */
+	if ((wfd > 3 && close_range(3, (unsigned)wfd - 1, 0) < 0) ||
+	    close_range((unsigned)wfd + 1, ~0U, 0) < 0) {
+		long max = sysconf(_SC_OPEN_MAX);
+
+		for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+			if (fd != wfd)
+				close(fd);
+	}
+	alarm(HOOK_DNS_LIMIT_S);
+	memset(&a, 0, sizeof(a));
+	a.rc = getaddrinfo(host, port, &hints, &res);
+	for (ai = a.rc == 0 ? res : NULL; ai != NULL && a.n < HOOK_ADDRS; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(a.ss[0]))
+			continue;
+		memcpy(&a.ss[a.n], ai->ai_addr, ai->ai_addrlen);
+		a.lens[a.n++] = ai->ai_addrlen;
+	}
+	while (left > 0) {
+		ssize_t w = write(wfd, p, left);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			_exit(1);
+		p += w;
+		left -= (size_t)w;
+	}
+	_exit(0);
+}
+
+static void dns_read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct webhook *h = hook_of(w->data);
+	struct hook_dns_ans *a = &h->dns_ans;
+
+	(void)loop;
+	(void)revents;
+	for (;;) {
+		ssize_t r = read(h->dns_fd, (char *)a + h->dns_got, sizeof(*a) - h->dns_got);
+
+		if (r > 0) {
+			h->dns_got += (size_t)r;
+			if (h->dns_got < sizeof(*a))
+				continue;
+			break;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		break;	/* EOF: the child wrote all or died */
+	}
+	if (h->dns_got == sizeof(*a) && a->rc == 0 && a->n > 0 && a->n <= HOOK_ADDRS) {
+		bool moved = a->n != h->n_addrs ||
+			     memcmp(a->ss, h->addrs, a->n * sizeof(a->ss[0])) != 0;
+
+		memcpy(h->addrs, a->ss, a->n * sizeof(a->ss[0]));
+		memcpy(h->alens, a->lens, a->n * sizeof(a->lens[0]));
+		if (moved)
+			h->cur = 0;
+		h->n_addrs = a->n;
+	} else {
+		log_warn("records", "webhook %s: cannot resolve %s: %s (%s)", h->url, h->rhost,
+			 h->dns_got == sizeof(*a) && a->rc != 0 ? gai_strerror(a->rc)
+								 : "the resolver failed",
+			 h->n_addrs > 0 ? "its last addresses are used"
+					: "records wait in the backlog; tried again after 5 s");
+	}
+	dns_end(h, false);
+	webhook_kick(h);
+}
+
+/* Resolves h->rhost in a child process; the answer comes to the loop (dns_read_cb). */
+static void dns_start(struct webhook *h)
+{
+	int p[2];
+	pid_t pid;
+
+	if (h->dns_pid > 0 || h->numeric)
+		return;
+	h->dns_at = ev_now(h->m->loop);
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		log_warn("records", "webhook %s: cannot resolve %s: %s", h->url, h->rhost,
+			 strerror(errno));
+		return;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		dns_child(h->rhost, h->rport, p[1]);
+	}
+	close(p[1]);
+	if (pid < 0 || fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
+		log_warn("records", "webhook %s: cannot start the resolver: %s", h->url,
+			 strerror(errno));
+		if (pid > 0)
+			kill(pid, SIGKILL);
+		close(p[0]);
+		return;
+	}
+	h->dns_pid = pid;
+	h->dns_fd = p[0];
+	h->dns_got = 0;
+	ev_io_init(&h->dns_io, dns_read_cb, h->dns_fd, EV_READ);
+	h->dns_io.data = h;
+	ev_io_start(h->m->loop, &h->dns_io);
+}
+
+/* SCHEME://HOST[:PORT][/PATH] (the config checked its shape) into the Host header, the
+ * verified name, the path and the address: an IP at once, a name by a resolver child. */
 static int hook_parse(struct webhook *h, const char *url)
 {
 	const char *a = strstr(url, "://"), *slash, *colon;
 	char host[256], port[8];
 	size_t hl;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST },
+			*res = NULL;
 
 	if (a == NULL)
 		return -EINVAL;
@@ -434,14 +606,20 @@ static int hook_parse(struct webhook *h, const char *url)
 		 h->server_name != NULL ? h->server_name : host);
 	free(h->path);
 	h->path = strdup(slash ? slash : "/");
-	h->alen = 0;
+	h->n_addrs = h->cur = 0;
 	if (h->path == NULL)
 		return -ENOMEM;
-	if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
-		return -EHOSTUNREACH;
-	memcpy(&h->addr, res->ai_addr, res->ai_addrlen);
-	h->alen = res->ai_addrlen;
-	freeaddrinfo(res);
+	snprintf(h->rhost, sizeof(h->rhost), "%s", host);
+	snprintf(h->rport, sizeof(h->rport), "%s", port);
+	h->numeric = getaddrinfo(host, port, &hints, &res) == 0 && res != NULL &&
+		     res->ai_addrlen <= sizeof(h->addrs[0]);
+	if (h->numeric) {
+		memcpy(&h->addrs[0], res->ai_addr, res->ai_addrlen);
+		h->alens[0] = res->ai_addrlen;
+		h->n_addrs = 1;
+	}
+	if (res != NULL)
+		freeaddrinfo(res);
 	return 0;
 }
 
@@ -499,6 +677,7 @@ int webhook_configure(struct webhook *h, const char *url, const char *ca_file,
 	if (same(h->url, url) && same(h->ca_file, ca_file) && same(h->server_name, server_name))
 		return 0;
 	hook_close(h);
+	dns_end(h, true);
 	ev_timer_stop(h->m->loop, &h->retry);
 	h->batch_n = 0;
 	h->backoff = 0;
@@ -507,7 +686,8 @@ int webhook_configure(struct webhook *h, const char *url, const char *ca_file,
 	free(h->server_name);
 	SSL_CTX_free(h->ctx);
 	h->ctx = NULL;
-	h->alen = 0;
+	h->n_addrs = 0;
+	h->numeric = false;
 	h->url = dup_or_null(url, &nomem);
 	h->ca_file = dup_or_null(ca_file, &nomem);
 	h->server_name = dup_or_null(server_name, &nomem);
@@ -519,9 +699,7 @@ int webhook_configure(struct webhook *h, const char *url, const char *ca_file,
 		return -ENOMEM;
 	rc = hook_parse(h, h->url);
 	if (rc < 0) {
-		log_error("records", "webhook %s: cannot resolve its host (records wait in the "
-				     "backlog until a reload)",
-			  h->url);
+		log_error("records", "webhook %s: %s", h->url, strerror(-rc));
 		return rc;
 	}
 	if (h->tls) {
@@ -529,6 +707,7 @@ int webhook_configure(struct webhook *h, const char *url, const char *ca_file,
 		if (h->ctx == NULL)
 			return -EINVAL;
 	}
+	dns_start(h);		/* a name: its addresses come to the loop, then it sends */
 	webhook_kick(h);	/* what waited goes to the new place now */
 	return 0;
 }
@@ -573,6 +752,7 @@ struct webhook *webhook_new(struct master *m)
 	h->magic = WEBHOOK_MAGIC;
 	h->m = m;
 	h->fd = -1;
+	h->dns_fd = -1;
 	h->backlog = json_array();
 	if (h->backlog == NULL) {
 		free(h);
@@ -590,6 +770,7 @@ void webhook_free(struct webhook *h)
 	if (h == NULL)
 		return;
 	hook_close(h);
+	dns_end(h, true);
 	ev_timer_stop(h->m->loop, &h->retry);
 	SSL_CTX_free(h->ctx);
 	free(h->url);

@@ -22,9 +22,11 @@ struct webhook *webhook_new(struct master *m);
 /* Points the client at url (http://HOST[:PORT][/PATH] or https://...) with ca_file (NULL:
  * the system's CA store) and server_name (NULL: the URL's host) for https. The same url,
  * ca_file and server_name as before change nothing (the backlog and an in-flight request
- * are kept); others drop the in-flight request and keep the backlog. The host is resolved
- * and the CA file read now. Returns 0, or -errno (logged): the records wait in the
- * backlog, every attempt counted as a failure, until a reload fixes it. */
+ * are kept); others drop the in-flight request and keep the backlog. The CA file is read
+ * now; a host given by name is resolved by a child process (fork, no exec: the master has
+ * one thread; libev's child watcher reaps it), again after a failure at most every
+ * HOOK_DNS_AGAIN_S. Returns 0, or -errno (logged): the records wait in the backlog, every
+ * attempt counted as a failure, until a reload fixes it. */
 int webhook_configure(struct webhook *h, const char *url, const char *ca_file,
 		      const char *server_name);
 

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""The session records' webhook named by DNS (#40: its failures never slow the relay): the
+master resolves the webhook's host in a child process, so a DNS server that does not
+answer holds nothing but the webhook's own backlog.
+
+The test runs in mount and network namespaces of its own (root): /etc/resolv.conf (the
+test's DNS server on 127.0.0.53, a 30 s timeout), /etc/nsswitch.conf and /etc/hosts are
+bind-mounted from files of the test. The DNS server holds every query for hook.test
+unanswered until the test releases them. While it holds one, the daemon is up, answers
+its admin socket and writes records to its file (on main the master itself waited in
+getaddrinfo); once released (A 127.0.0.1, an empty AAAA), the webhook gets the records
+that waited. Without root it SKIPs (exit 77) and says why.
+"""
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, run_tests_as_root,  # noqa: E402
+                           unshare, wait_for)
+from test_quota import refresh0  # noqa: E402
+from test_revoke import client  # noqa: E402
+from test_security_stun import Daemon, check, free_port, relay_range  # noqa: E402
+from test_session_records import Hook, make_config, records, serve  # noqa: E402
+
+DNS_IP = "127.0.0.53"
+
+
+class HoldingDns:
+    """A DNS server on 127.0.0.53:53 that holds the queries for hook.test until release(),
+    then answers them and every later one (A: 127.0.0.1; other types: no records)."""
+
+    def __init__(self):
+        self.released = False
+        self.held = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((DNS_IP, 53))
+        self.sock.settimeout(0.2)
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def answer(q):
+        i = 12
+        while i < len(q) and q[i] != 0:
+            i += q[i] + 1
+        question = q[12:i + 5]
+        qtype = struct.unpack("!H", q[i + 1:i + 3])[0] if i + 3 <= len(q) else 0
+        name = q[12:i].lower()
+        if qtype == 1 and name == b"\x04hook\x04test":
+            return (q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + question +
+                    struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton("127.0.0.1"))
+        return q[:2] + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + question
+
+    def serve(self):
+        while not self.stop:
+            try:
+                q, src = self.sock.recvfrom(2048)
+            except OSError:
+                continue
+            with self.lock:
+                if not self.released:
+                    self.held.append((q, src))
+                    continue
+            self.sock.sendto(self.answer(q), src)
+
+    def release(self):
+        with self.lock:
+            self.released = True
+            for q, src in self.held:
+                self.sock.sendto(self.answer(q), src)
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def own_namespaces():
+    unshare(CLONE_NEWNS | CLONE_NEWNET)
+    d = tempfile.mkdtemp(prefix="tg-hookdns-")
+    for name, text in (("resolv.conf", "nameserver %s\noptions timeout:30 attempts:1\n"
+                        % DNS_IP), ("nsswitch.conf", "hosts: files dns\n"),
+                       ("hosts", "127.0.0.1 localhost\n")):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        subprocess.run(["mount", "--bind", path, "/etc/" + name], check=True)
+    subprocess.run(["ip", "addr", "add", DNS_IP + "/32", "dev", "lo"], check=True)
+
+
+def test_webhook_dns_never_blocks(d):
+    """A held DNS query for the webhook's host: the daemon runs, answers its admin socket
+    and writes the records to its file meanwhile; released, the webhook gets them all."""
+    dns = HoldingDns()
+    port, hport = free_port(), free_port()
+    Hook.got = []
+    srv = serve(hport)
+    daemon = Daemon(d, make_config(d, port, webhook="http://hook.test:%d/hook" % hport,
+                                   relay=relay_range()))
+    cs = []
+    try:
+        daemon.start(wait=False)
+        wait_for(lambda: dns.held, "a query for hook.test at the DNS server", timeout=10)
+        # the query is held (30 s): the master answers all the same
+
+        def running():
+            try:
+                st = json.loads(daemon.admin_raw(b'{"cmd": "status"}\n', timeout=5))
+            except (OSError, ValueError):
+                return False
+            return st.get("workers", {}).get("running") == 2
+        wait_for(running, "the master's answer while the DNS query is held", timeout=10)
+        for name in ("dana", "dirk"):
+            c = client(port, name)
+            cs.append(c)
+            c.allocate()
+            refresh0(c)
+        wait_for(lambda: len(records(d)) == 2, "2 records in the file")
+        check(Hook.got == [] and dns.held and not dns.released, "delivered before the answer")
+        dns.release()
+        wait_for(lambda: len(Hook.got) == 2, "the records at the webhook", timeout=20)
+        check(sorted(r["user"] for r in Hook.got) == ["dana", "dirk"], repr(Hook.got))
+    finally:
+        for c in cs:
+            c.close()
+        dns.release()
+        srv.shutdown()
+        srv.server_close()
+        check(daemon.stop() == 0, "exit status")
+        dns.close()
+
+
+if __name__ == "__main__":
+    run_tests_as_root([test_webhook_dns_never_blocks],
+                      "a DNS server of its own (mount and network namespaces)", own_namespaces)
