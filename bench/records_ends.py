@@ -10,7 +10,11 @@ ends in about --window seconds). The script then waits (bounded) for the records
 the ends' rate, the records in the file, those the webhook received, and
 turngate_session_records_total{result=written|dropped} from the metrics endpoint.
 
-    bench/records_ends.py [--builddir DIR] [-n 10000] [--users 10] [--window 1.0]
+    bench/records_ends.py [--builddir DIR] [-n 10000] [--users 10] [--window 1.0] [--https]
+
+--https: the webhook is https:// (a TLS sink in this script with a self-signed certificate
+given as webhook_ca_file; each POST is a new TLS connection, as the master makes one per
+batch).
 """
 import argparse
 import json
@@ -60,6 +64,35 @@ def active(port):
     return metric(port, "turngate_listener_allocations_active") or 0
 
 
+def tls_sink(rundir):
+    """An HTTPS receiver like compare.records_sink: (port, [records seen], CA file)."""
+    import http.server
+    import ssl
+    import threading
+    crt, key = os.path.join(rundir, "sink.crt"), os.path.join(rundir, "sink.key")
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=sink",
+                    "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", crt],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen = [0]
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen[0] += body.count(b'"session_')
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv.server_address[1], seen, crt
+
+
 def lines(path):
     try:
         with open(path, "rb") as f:
@@ -75,6 +108,7 @@ def main():
     ap.add_argument("-n", type=int, default=10000)
     ap.add_argument("--users", type=int, default=10)
     ap.add_argument("--window", type=float, default=1.0)
+    ap.add_argument("--https", action="store_true", help="an https:// webhook")
     args = ap.parse_args()
     builddir = os.path.abspath(args.builddir)
     compare.USER_NAMES[:] = ["%s%d" % (compare.USER, k) for k in range(args.users)]
@@ -88,9 +122,18 @@ def main():
         text = f.read()
     text = text.replace("  drain_timeout: 0\n", "  drain_timeout: 0\n  metrics_endpoint: "
                         "http://127.0.0.1:%d/metrics\n" % mport, 1)
+    sink_port, seen = compare.records_sink()
+    if args.https:
+        tport, seen, ca = tls_sink(rundir)
+        old = "webhook: http://127.0.0.1:%d/records" % sink_port
+        if old not in text:
+            sys.exit("records_ends: no webhook line in the bench config")
+        text = text.replace(old, "webhook: https://127.0.0.1:%d/records\n    "
+                            "webhook_ca_file: %s" % (tport, ca), 1)
     with open(conf, "w") as f:
         f.write(text)
-    sink_port, seen = compare.records_sink()
+    print("webhook: %s" % ("https:// (TLS sink, webhook_ca_file)" if args.https
+                           else "http:// (compare.records_sink)"))
     sock = os.path.join(rundir, "admin.sock")
     log = open(os.path.join(rundir, "turngated.log"), "wb")
     srv = subprocess.Popen(cmd, cwd=rundir, stdout=log, stderr=subprocess.STDOUT)
