@@ -161,6 +161,7 @@ static const struct rule rules[] = {
 	/* Session records: the workers' queues, the webhook's batch and backlog. */
 	{ "production.md", "shared segment \\(([0-9]+) records; full", 10, SHM_REC_RING },
 	{ "metrics.md", "queue of ([0-9]+) unwritten records", 10, SHM_REC_RING },
+	{ "architecture.md", "then ([0-9]+) \\(`SHM_REC_RING`\\)", 10, SHM_REC_RING },
 	{ "production.md", "up to ([0-9]+) per request", 10, WEBHOOK_BATCH },
 	{ "production.md", "with up to ([0-9][0-9 ,]*[0-9]) records waiting", 10, WEBHOOK_BACKLOG },
 	{ "configuration.md", "up to ([0-9][0-9 ,]*[0-9]) records wait,", 10, WEBHOOK_BACKLOG },
