@@ -635,7 +635,7 @@ static void render_master(struct mctx *m)
 		 ms->draining ? 1 : 0);
 	{
 		struct label b[2] = { { "version", PACKAGE_VERSION }, { "commit", TG_COMMIT } };
-		uint64_t written, hook_failures;
+		uint64_t written, hook_failures, hook_dropped, hook_backlog;
 
 		fam(m, "turngate_build_info", "gauge",
 		    "Always 1; the labels name the running binary's version and git commit.");
@@ -652,6 +652,13 @@ static void render_master(struct mctx *m)
 			 "Failed deliveries of a batch of session records to "
 			 "admin.session_records.webhook (each retried later).",
 			 hook_failures);
+		shm_records_hook_counts(m->shm, &hook_dropped, &hook_backlog);
+		scalar_u(m, "turngate_session_webhook_dropped_total", "counter",
+			 "Session records the webhook's full backlog dropped (the oldest "
+			 "waiting) before they were delivered.",
+			 hook_dropped);
+		scalar_u(m, "turngate_session_webhook_backlog", "gauge",
+			 "Session records waiting for the webhook.", hook_backlog);
 	}
 	fam(m, "turngate_tls_certificate_expiry_seconds", "gauge",
 	    "Seconds until the earliest notAfter of a TLS/DTLS listener's certificates "

@@ -337,6 +337,8 @@ static void apply(struct records *r)
 	if (a->records_webhook == NULL || a->records_webhook[0] == '\0') {
 		webhook_free(r->hook);	/* its backlog too: no webhook, nothing to deliver */
 		r->hook = NULL;
+		if (r->m->shm != NULL && !r->frozen)
+			shm_records_hook_note(r->m->shm, 0, 0);
 		return;
 	}
 	if (r->hook == NULL) {

@@ -115,6 +115,14 @@ static void hook_close(struct webhook *h)
 
 static void dns_start(struct webhook *h);
 
+/* The backlog's size (and what a full one dropped) where the metrics read them. */
+static void hook_note(struct webhook *h, uint64_t dropped)
+{
+	/* paused: the segment is another master's (live upgrade) */
+	if (h->m->shm != NULL && !h->paused)
+		shm_records_hook_note(h->m->shm, dropped, json_array_size(h->backlog));
+}
+
 static void hook_done(struct webhook *h, bool ok, const char *why)
 {
 	hook_close(h);
@@ -123,6 +131,7 @@ static void hook_done(struct webhook *h, bool ok, const char *why)
 			json_array_remove(h->backlog, 0);
 		h->batch_n = 0;
 		h->backoff = 0;
+		hook_note(h, 0);
 		webhook_kick(h);
 		return;
 	}
@@ -693,6 +702,7 @@ int webhook_configure(struct webhook *h, const char *url, const char *ca_file,
 	h->server_name = dup_or_null(server_name, &nomem);
 	if (url == NULL) {
 		json_array_clear(h->backlog);
+		hook_note(h, 0);
 		return 0;
 	}
 	if (nomem)
@@ -724,6 +734,7 @@ bool webhook_push(struct webhook *h, json_t *rec)
 				 WEBHOOK_BACKLOG);
 	}
 	json_array_append(h->backlog, rec);
+	hook_note(h, full ? 1 : 0);
 	return full;
 }
 

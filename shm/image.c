@@ -432,6 +432,7 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 	shm_records_hdr(dst)->written += h.written;
 	shm_records_hdr(dst)->master_dropped += h.master_dropped;
 	shm_records_hdr(dst)->webhook_failures += h.webhook_failures;
+	shm_records_hdr(dst)->webhook_dropped += h.webhook_dropped;
 	for (uint32_t i = 0; i < h.n_rings; i++) {
 		unsigned to = i % dst->cfg.n_slots;
 

@@ -248,3 +248,26 @@ void shm_records_counts(const struct shm *shm, uint64_t *written, uint64_t *hook
 	*written = CMM_LOAD_SHARED(h->written);
 	*hook_failures = CMM_LOAD_SHARED(h->webhook_failures);
 }
+
+void shm_records_hook_counts(const struct shm *shm, uint64_t *dropped, uint64_t *backlog)
+{
+	const struct shm_records_hdr *h;
+
+	shm_check_handle(shm);
+	h = shm_records_hdr(shm);
+	*dropped = CMM_LOAD_SHARED(h->webhook_dropped);
+	*backlog = CMM_LOAD_SHARED(h->webhook_backlog);
+}
+
+void shm_records_hook_note(struct shm *shm, uint64_t dropped, uint64_t backlog)
+{
+	struct shm_records_hdr *h;
+
+	shm_check_handle(shm);
+	if (shm->ro)
+		return;
+	h = shm_records_hdr(shm);
+	if (dropped != 0)
+		CMM_STORE_SHARED(h->webhook_dropped, h->webhook_dropped + dropped);
+	CMM_STORE_SHARED(h->webhook_backlog, backlog);
+}

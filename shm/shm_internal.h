@@ -231,6 +231,8 @@ struct shm_records_hdr {
 	uint64_t master_dropped;             /* master: records it could not write */
 	uint64_t webhook_failures;           /* master: failed webhook deliveries */
 	uint32_t start_wanted;               /* master: 1 = workers push start events too */
+	uint64_t webhook_dropped;            /* master: records its full backlog dropped */
+	uint64_t webhook_backlog;            /* master: records waiting for the webhook now */
 };
 
 struct shm_rec_ring {

@@ -100,5 +100,9 @@ unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *
 uint64_t shm_records_dropped(const struct shm *shm);
 /* Records written, and failed webhook deliveries (master's counts, for metrics). */
 void shm_records_counts(const struct shm *shm, uint64_t *written, uint64_t *hook_failures);
+/* The webhook's records dropped from its full backlog (a counter), and waiting now. */
+void shm_records_hook_counts(const struct shm *shm, uint64_t *dropped, uint64_t *backlog);
+/* Master: its webhook's figures (dropped: added; backlog: set). */
+void shm_records_hook_note(struct shm *shm, uint64_t dropped, uint64_t backlog);
 
 #endif

@@ -502,16 +502,12 @@ def test_webhook(d):
             refresh0(c)
         wait_for(lambda: len(records(d)) == 6, "6 records in the file")
 
-        def failures():
-            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
-                                          timeout=10).read().decode()
-            for line in text.splitlines():
-                if line.startswith("turngate_session_webhook_failures_total "):
-                    return int(line.split()[1])
-            return 0
-        wait_for(lambda: failures() >= 1, "a failed delivery counted")
+        wait_for(lambda: webhook_failures(mport) >= 1, "a failed delivery counted")
+        check(webhook_metric(mport, "backlog") == 5, "turngate_session_webhook_backlog")
         srv = serve(hport)
         wait_for(lambda: len(Hook.got) == 6, "the backlog delivered", timeout=30)
+        wait_for(lambda: webhook_metric(mport, "backlog") == 0, "the backlog gauge at 0")
+        check(webhook_metric(mport, "dropped_total") == 0, "records dropped")
         check(sorted(r["user"] for r in Hook.got) == sorted(["hank"] + names),
               "hook got %r" % [r["user"] for r in Hook.got])
     finally:
@@ -560,13 +556,18 @@ def serve_tls(port, crt, key):
     return srv
 
 
-def webhook_failures(mport):
+def webhook_metric(mport, name):
+    """turngate_session_webhook_NAME's value (None when it is not exported)."""
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
                                   timeout=10).read().decode()
     for line in text.splitlines():
-        if line.startswith("turngate_session_webhook_failures_total "):
+        if line.startswith("turngate_session_webhook_%s " % name):
             return int(line.split()[1])
-    return 0
+    return None
+
+
+def webhook_failures(mport):
+    return webhook_metric(mport, "failures_total") or 0
 
 
 def end_some(port, names, cs):

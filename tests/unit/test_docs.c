@@ -165,6 +165,7 @@ static const struct rule rules[] = {
 	{ "production.md", "up to ([0-9]+) per request", 10, WEBHOOK_BATCH },
 	{ "production.md", "with up to ([0-9][0-9 ,]*[0-9]) records waiting", 10, WEBHOOK_BACKLOG },
 	{ "configuration.md", "up to ([0-9][0-9 ,]*[0-9]) records wait,", 10, WEBHOOK_BACKLOG },
+	{ "metrics.md", "webhook's backlog \\(([0-9][0-9 ,]*[0-9]) records", 10, WEBHOOK_BACKLOG },
 };
 
 /* The doc with whitespace runs folded to one space (NUL-terminated, caller frees). */

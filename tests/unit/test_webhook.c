@@ -1,5 +1,5 @@
 /* Unit tests of master/webhook.c without a server: the backlog is bounded (the oldest
- * waiting record goes, the push says so), removing the webhook drops it, a change of URL
+ * waiting record goes, the push says so, the segment counts it for the metrics), removing the webhook drops it, a change of URL
  * keeps it, and an https:// webhook whose CA file has no certificate is refused at
  * configure time with its records kept. */
 #include "config.h"
@@ -19,6 +19,8 @@
 
 #include "master/master.h"
 #include "master/webhook.h"
+#include "shm/shm.h"
+#include "shm/shm_records.h"
 
 struct fixture {
 	struct master m;
@@ -30,8 +32,11 @@ static int setup(void **state)
 	struct fixture *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
+	struct shm_config cfg = { 2, 2, 256, 64 };
+
 	f->m.loop = ev_loop_new(EVFLAG_AUTO);
 	assert_non_null(f->m.loop);
+	assert_int_equal(shm_create(&cfg, "test-webhook", &f->m.shm), 0);
 	f->h = webhook_new(&f->m);
 	assert_non_null(f->h);
 	*state = f;
@@ -44,6 +49,7 @@ static int teardown(void **state)
 
 	webhook_free(f->h);
 	ev_loop_destroy(f->m.loop);
+	shm_destroy(f->m.shm);
 	free(f);
 	return 0;
 }
@@ -65,12 +71,17 @@ static bool push_n(struct webhook *h, unsigned from, unsigned n)
 static void test_backlog_bounded(void **state)
 {
 	struct fixture *f = *state;
+	uint64_t dropped, backlog;
 
 	/* no URL yet: nothing is sent, everything waits */
 	assert_false(push_n(f->h, 0, WEBHOOK_BACKLOG));
 	assert_int_equal(webhook_backlog(f->h), WEBHOOK_BACKLOG);
 	assert_true(push_n(f->h, WEBHOOK_BACKLOG, 5));
 	assert_int_equal(webhook_backlog(f->h), WEBHOOK_BACKLOG);
+	/* the metrics' figures: 5 dropped, the backlog full */
+	shm_records_hook_counts(f->m.shm, &dropped, &backlog);
+	assert_int_equal(dropped, 5);
+	assert_int_equal(backlog, WEBHOOK_BACKLOG);
 	/* a URL (unreachable: nothing listens on port 9 of 127.0.0.1) keeps the backlog */
 	assert_int_equal(webhook_configure(f->h, "http://127.0.0.1:9/x", NULL, NULL), 0);
 	assert_int_equal(webhook_backlog(f->h), WEBHOOK_BACKLOG);
@@ -79,6 +90,9 @@ static void test_backlog_bounded(void **state)
 	/* no webhook: nothing to deliver */
 	assert_int_equal(webhook_configure(f->h, NULL, NULL, NULL), 0);
 	assert_int_equal(webhook_backlog(f->h), 0);
+	shm_records_hook_counts(f->m.shm, &dropped, &backlog);
+	assert_int_equal(dropped, 5);
+	assert_int_equal(backlog, 0);
 }
 
 static void test_bad_ca_file(void **state)
