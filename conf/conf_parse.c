@@ -220,8 +220,11 @@ static void records_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_n
 					       "certificates)",
 				   a->records_webhook_ca_file, strerror(errno));
 	} else if (strcasecmp(key, "webhook_server_name") == 0) {
+		struct in6_addr a6;
+
 		set_str(p, v, path, &a->records_webhook_server_name);
 		if (a->records_webhook_server_name != NULL &&
+		    inet_pton(AF_INET6, a->records_webhook_server_name, &a6) != 1 &&
 		    (a->records_webhook_server_name[0] == '\0' ||
 		     strlen(a->records_webhook_server_name) > 253 ||
 		     strpbrk(a->records_webhook_server_name, " /:@\t") != NULL))
