@@ -1,20 +1,31 @@
-"""Integration helpers for the master tests: run turngated on loopback, talk to its admin socket.
+"""The test library of the Python tests: run turngated, talk to it, be its clients and peers.
 
-Every wait is bounded; nothing depends on timing beyond generous timeouts. A daemon's stderr
-goes to a file that stop() scans for sanitizer reports, assertion failures and unexpected
-worker deaths, so every test that stops a daemon also checks it stayed healthy.
+One module for every Python test (integration, deploy, interop, bench): the daemon fixture
+(Daemon: start, stop, reload, admin, ctl; its stderr scanned for sanitizer reports,
+assertion failures and unexpected worker deaths at every stop), configurations (config,
+config_yaml), ports (free_port, relay_range), the STUN/TURN encoding written once (build,
+parse, xor_addr, MESSAGE-INTEGRITY, FINGERPRINT), TURN clients over UDP (Client) and
+streams (StreamClient: TCP, TLS, DTLS), peers (Peer, TcpPeer), TLS certificates and
+connections, and namespaces (unshare). Every receive has a timeout and every loop a bound;
+nothing depends on timing beyond generous timeouts.
 """
+import base64
 import ctypes
+import hashlib
+import hmac
 import json
 import os
+import random
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 
 BUILD = os.environ.get("top_builddir", os.getcwd())
 TURNGATED = os.path.join(BUILD, "turngated")
@@ -78,19 +89,6 @@ def free_port():
     raise Failure("no free port")
 
 
-def echo_peer():
-    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process); its port."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-
-    def loop():
-        while True:
-            data, addr = s.recvfrom(4096)
-            s.sendto(data, addr)
-    threading.Thread(target=loop, daemon=True).start()
-    return s.getsockname()[1]
-
-
 def listener_yaml(name, port, proto="TURN-UDP"):
     return ("  - name: %s\n    protocol: %s\n    address: 127.0.0.1\n    port: %d\n"
             "    routes: [loopback]\n" % (name, proto, port))
@@ -130,6 +128,19 @@ class Daemon:
         with open(tmp, "w") as f:
             f.write(text)
         os.rename(tmp, self.conf)
+
+    def reload(self, text=None):
+        """Writes text as the new configuration (when given) and reloads through the admin
+        socket; fails the test unless the reload succeeded. Returns the reply."""
+        if text is not None:
+            self.write_config(text)
+        r = self.admin({"cmd": "reload"})
+        check(r.get("ok") is True, "reload failed: %r" % (r,))
+        return r
+
+    def allocations(self):
+        """The admin listing of the allocations (a list of dicts)."""
+        return self.admin({"cmd": "allocations"})["allocations"]
 
     def start(self, wait=True):
         self.err = open(self.errpath, "ab")
@@ -225,31 +236,146 @@ class Daemon:
               "unexpected worker deaths (%d > %d):\n%s" % (deaths, self.allowed_deaths, text))
 
 
-# ---- STUN -------------------------------------------------------------------------------
+# ---- STUN: the one encoder and decoder of the Python tests (RFC 8489, 8656, 6062) ----------
 
 MAGIC = 0x2112A442
+SECRET = "sec-s3cret"   # config()'s ephemeral secret and realm (config_yaml has its own)
+REALM = "sec.realm"
+
+# methods
+BINDING, ALLOCATE, REFRESH, SEND, DATA, CREATE_PERMISSION, CHANNEL_BIND = 1, 3, 4, 6, 7, 8, 9
+CONNECT, CONNECTION_BIND = 0x000A, 0x000B
+# attributes
+A_MAPPED, A_USERNAME, A_MI, A_ERROR, A_CHANNEL, A_LIFETIME = 0x0001, 0x0006, 0x0008, 0x0009, 0x000C, 0x000D
+A_PEER, A_DATA, A_REALM, A_NONCE, A_RELAYED = 0x0012, 0x0013, 0x0014, 0x0015, 0x0016
+A_REQ_FAMILY, A_EVEN_PORT, A_TRANSPORT, A_TOKEN, A_XOR_MAPPED = 0x0017, 0x0018, 0x0019, 0x0022, 0x0020
+A_CONNECTION_ID = 0x002A
+A_ADDITIONAL_FAMILY, A_FINGERPRINT = 0x8000, 0x8028
+
+REQUEST, INDICATION, SUCCESS, ERROR = 0x000, 0x010, 0x100, 0x110
+
+
+def attr(atype, value):
+    pad = (4 - len(value) % 4) % 4
+    return struct.pack("!HH", atype, len(value)) + value + b"\0" * pad
+
+
+def xor_addr(ip, port, tid):
+    """XOR-PEER-ADDRESS / XOR-RELAYED-ADDRESS value for ip (v4 or v6 text) and port."""
+    xport = port ^ (MAGIC >> 16)
+    if ":" in ip:
+        raw = socket.inet_pton(socket.AF_INET6, ip)
+        key = struct.pack("!I", MAGIC) + tid
+        return struct.pack("!BBH", 0, 2, xport) + bytes(a ^ b for a, b in zip(raw, key))
+    raw = struct.unpack("!I", socket.inet_aton(ip))[0] ^ MAGIC
+    return struct.pack("!BBHI", 0, 1, xport, raw)
+
+
+def parse_xor_addr(val, tid):
+    fam, xport = val[1], struct.unpack("!H", val[2:4])[0]
+    port = xport ^ (MAGIC >> 16)
+    if fam == 1:
+        raw = struct.unpack("!I", val[4:8])[0] ^ MAGIC
+        return socket.inet_ntoa(struct.pack("!I", raw)), port
+    key = struct.pack("!I", MAGIC) + tid
+    raw = bytes(a ^ b for a, b in zip(val[4:20], key))
+    return socket.inet_ntop(socket.AF_INET6, raw), port
+
+
+def header(method, cls, length, tid):
+    """The 20-byte STUN header of a message of `length` attribute bytes."""
+    mtype = (method & 0xF) | ((method & 0x70) << 1) | ((method & 0xF80) << 2) | cls
+    return struct.pack("!HHI", mtype, length, MAGIC) + tid
+
+
+def fingerprint_of(msg):
+    """FINGERPRINT's value for msg (a whole message whose length already counts it)."""
+    return (zlib.crc32(msg) ^ 0x5354554E) & 0xFFFFFFFF
+
+
+def build(method, cls, tid, attrs, key=None, after_mi=(), fingerprint=False):
+    """A STUN message: attrs [(type, value)], then MESSAGE-INTEGRITY when key is given, then
+    the attributes of after_mi (which the server must ignore), then FINGERPRINT."""
+    body = b"".join(attr(t, v) for t, v in attrs)
+    if key is not None:
+        hdr = header(method, cls, len(body) + 24, tid)
+        body += attr(A_MI, hmac.new(key, hdr + body, hashlib.sha1).digest())
+    body += b"".join(attr(t, v) for t, v in after_mi)
+    if fingerprint:
+        crc = fingerprint_of(header(method, cls, len(body) + 8, tid) + body)
+        body += attr(A_FINGERPRINT, struct.pack("!I", crc))
+    return header(method, cls, len(body), tid) + body
+
+
+def parse(msg):
+    """Returns (method, class, tid, {type: [values]}) or None for anything that is not STUN."""
+    if len(msg) < 20:
+        return None
+    mtype, mlen, magic = struct.unpack("!HHI", msg[:8])
+    if magic != MAGIC or mtype & 0xC000 or len(msg) < 20 + mlen:
+        return None
+    method = (mtype & 0xF) | ((mtype >> 1) & 0x70) | ((mtype >> 2) & 0xF80)
+    attrs, pos = {}, 20
+    while pos + 4 <= 20 + mlen:
+        t, ln = struct.unpack("!HH", msg[pos:pos + 4])
+        attrs.setdefault(t, []).append(msg[pos + 4:pos + 4 + ln])
+        pos += 4 + ((ln + 3) & ~3)
+    return method, mtype & 0x110, msg[8:20], attrs
+
+
+def error_code(attrs):
+    v = attrs.get(A_ERROR, [None])[0]
+    return None if v is None else (v[2] & 7) * 100 + v[3]
+
+
+def mi_ok(raw, key):
+    """True when raw (a whole STUN message) carries a MESSAGE-INTEGRITY made with key."""
+    pos = 20
+    while pos + 4 <= len(raw):
+        t, ln = struct.unpack("!HH", raw[pos:pos + 4])
+        if t == A_MI:
+            hdr = raw[:2] + struct.pack("!H", pos + 24 - 20) + raw[4:20]
+            mac = hmac.new(key, hdr + raw[20:pos], hashlib.sha1).digest()
+            return hmac.compare_digest(mac, raw[pos + 4:pos + 24])
+        pos += 4 + ((ln + 3) & ~3)
+    return False
+
+
+def channel_data(channel, payload, pad=False):
+    """A ChannelData message; pad: to 4 bytes, as a stream carries it (RFC 8656 12.5)."""
+    return (struct.pack("!HH", channel, len(payload)) + payload
+            + (b"\0" * (-len(payload) % 4) if pad else b""))
+
+
+def stream_framed(record):
+    """A record's message as a stream carries it: over DTLS a ChannelData message need not
+    be padded to 4 bytes (RFC 8656 12.5), on a stream it is."""
+    if len(record) >= 4 and 0x40 <= record[0] <= 0x4F:
+        total = 4 + struct.unpack("!H", record[2:4])[0]
+        return record[:total] + b"\0" * (-total % 4)
+    return record
+
+
+def credentials(user="alice", lifetime=3600, secret=SECRET):
+    """Ephemeral (TURN REST) username and password for user, valid for lifetime seconds."""
+    username = "%d:%s" % (int(time.time()) + lifetime, user)
+    pw = base64.b64encode(hmac.new(secret.encode(), username.encode(), hashlib.sha1).digest())
+    return username, pw.decode()
 
 
 def binding_request():
     tid = os.urandom(12)
-    return struct.pack("!HHI", 0x0001, 0, MAGIC) + tid, tid
+    return build(BINDING, REQUEST, tid, []), tid
 
 
 def parse_xor_mapped(msg, tid):
-    if len(msg) < 20:
+    """The XOR-MAPPED-ADDRESS (IPv4) of a Binding success with transaction id tid, or None."""
+    p = parse(msg)
+    if p is None or p[0] != BINDING or p[1] != SUCCESS or p[2] != tid:
         return None
-    mtype, mlen, magic = struct.unpack("!HHI", msg[:8])
-    if mtype != 0x0101 or magic != MAGIC or msg[8:20] != tid:
-        return None
-    pos = 20
-    while pos + 4 <= 20 + mlen and pos + 4 <= len(msg):
-        atype, alen = struct.unpack("!HH", msg[pos:pos + 4])
-        val = msg[pos + 4:pos + 4 + alen]
-        if atype == 0x0020 and alen >= 8 and val[1] == 1:
-            port = struct.unpack("!H", val[2:4])[0] ^ (MAGIC >> 16)
-            ip = struct.unpack("!I", val[4:8])[0] ^ MAGIC
-            return (socket.inet_ntoa(struct.pack("!I", ip)), port)
-        pos += 4 + ((alen + 3) & ~3)
+    for val in p[3].get(A_XOR_MAPPED, []):
+        if len(val) >= 8 and val[1] == 1:
+            return parse_xor_addr(val, tid)
     return None
 
 
@@ -294,6 +420,639 @@ def stun_binding_tcp(port, timeout=3.0):
         return None
     finally:
         s.close()
+
+
+# ---- TURN clients ---------------------------------------------------------------------------
+
+
+class Client:
+    """One TURN client on one UDP socket (one 5-tuple) against server:port, from the
+    loopback address bind (another /24 than a flood's keeps clear of its rate limit). An
+    IPv6 server gets an IPv6 socket (bound to ::1 unless bind says otherwise).
+
+    secret and realm: the daemon's (config()'s by default). tries: how often a request is
+    sent before it counts as lost (1 where a retransmission would make counters inexact).
+    fingerprint: every request carries FINGERPRINT. sent counts the messages sent."""
+
+    def __init__(self, port, user="alice", server="127.0.0.1", bind=None, secret=SECRET,
+                 realm=REALM, tries=3, fingerprint=False):
+        v6 = ":" in server
+        self.server = (server, port)
+        self.sock = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((bind or ("::1" if v6 else "127.0.0.1"), 0))
+        self.realm, self.tries, self.fingerprint = realm, tries, fingerprint
+        self.sent = 0
+        self.username, self.password = credentials(user, secret=secret)
+        self.nonce = None
+        self.key = self.key_of(self.password)
+
+    def key_of(self, password):
+        """The long-term key (RFC 8489 9.2.2) of this client's username with password."""
+        return hashlib.md5(("%s:%s:%s" % (self.username, self.realm, password))
+                           .encode()).digest()
+
+    def close(self):
+        self.sock.close()
+
+    def send_raw(self, msg):
+        self.sock.sendto(msg, self.server)
+        self.sent += 1
+
+    def transact(self, msg, tid, timeout=2.0, tries=None):
+        """Sends msg, returns the parsed response with transaction id tid, or None."""
+        for _ in range(tries or self.tries):
+            self.send_raw(msg)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    data = self.sock.recv(70000)
+                except socket.timeout:
+                    break
+                p = parse(data)
+                if p and p[2] == tid and p[1] in (SUCCESS, ERROR):
+                    return p
+        return None
+
+    def build(self, method, cls, tid, attrs, key=None, after_mi=()):
+        return build(method, cls, tid, attrs, key, after_mi, self.fingerprint)
+
+    def auth_attrs(self):
+        return [(A_USERNAME, self.username.encode()), (A_REALM, self.realm.encode()),
+                (A_NONCE, self.nonce)]
+
+    def request(self, method, attrs, after_mi=(), auth=True):
+        """An authenticated request (learning the nonce from a 401/438 first when needed).
+        auth=False: sent once as is (no credentials, no retry)."""
+        for _ in range(3):
+            tid = os.urandom(12)
+            full = list(attrs)
+            key = None
+            if auth and self.nonce is not None:
+                full += self.auth_attrs()
+                key = self.key
+            r = self.transact(self.build(method, REQUEST, tid, full, key, after_mi), tid)
+            check(r is not None, "no response to method %d" % method)
+            code = error_code(r[3])
+            if auth and code in (401, 438) and A_NONCE in r[3] and (
+                    key is None or code == 438):
+                self.nonce = r[3][A_NONCE][0]
+                continue
+            return r
+        raise Failure("could not authenticate (last %r)" % (r,))
+
+    def challenge(self):
+        """An unauthenticated Allocate: checks the 401 and learns the nonce from it."""
+        r = self.request(ALLOCATE, [(A_TRANSPORT, bytes([17, 0, 0, 0]))], auth=False)
+        check(error_code(r[3]) == 401 and A_NONCE in r[3],
+              "first Allocate not challenged: %r" % (r,))
+        self.nonce = r[3][A_NONCE][0]
+
+    def allocate(self, extra=(), expect=None):
+        """Allocate (UDP). Returns the response; with expect, checks its error code (None =
+        success)."""
+        r = self.request(ALLOCATE, [(A_TRANSPORT, bytes([17, 0, 0, 0]))] + list(extra))
+        if expect != "any":
+            check(error_code(r[3]) == expect, "Allocate: expected %r, got %r"
+                  % (expect, error_code(r[3])))
+        return r
+
+    def relayed(self, r):
+        return [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])]
+
+    def refresh(self, lifetime):
+        """Refresh with LIFETIME lifetime (0 releases); the error code (None = success)."""
+        r = self.request(REFRESH, [(A_LIFETIME, struct.pack("!I", lifetime))])
+        return error_code(r[3])
+
+    def perm(self, ip, port=9, after_mi=()):
+        return self._peer_request(CREATE_PERMISSION, [], ip, port, after_mi)
+
+    def _peer_request(self, method, extra, ip, port, after_mi=()):
+        # XOR-PEER-ADDRESS of IPv6 is XORed with the transaction id: a fresh one per try.
+        # after_mi values may be callables of the tid for the same reason.
+        for _ in range(3):
+            tid = os.urandom(12)
+            full = list(extra) + [(A_PEER, xor_addr(ip, port, tid))] + self.auth_attrs()
+            post = [(t, v(tid) if callable(v) else v) for t, v in after_mi]
+            r = self.transact(self.build(method, REQUEST, tid, full, self.key, post), tid)
+            check(r is not None, "no response to method %d" % method)
+            if error_code(r[3]) == 438:
+                self.nonce = r[3][A_NONCE][0]
+                continue
+            return r
+        raise Failure("stale nonce loop")
+
+    def bind(self, ip, port, channel):
+        return self._peer_request(CHANNEL_BIND, [(A_CHANNEL, struct.pack("!HH", channel, 0))],
+                                  ip, port)
+
+    def send_indication(self, ip, port, payload):
+        tid = os.urandom(12)
+        return self.build(SEND, INDICATION, tid, [(A_PEER, xor_addr(ip, port, tid)),
+                                                  (A_DATA, payload)])
+
+    def send(self, ip, port, payload):
+        self.send_raw(self.send_indication(ip, port, payload))
+
+    def channel_data(self, channel, payload):
+        self.send_raw(channel_data(channel, payload))
+
+    def recv_data(self, timeout=1.0):
+        """The payload of the next Data indication or ChannelData, or None."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data = self.sock.recv(70000)
+            except socket.timeout:
+                return None
+            if 0x40 <= data[0] <= 0x7F:
+                return data[4:4 + struct.unpack("!H", data[2:4])[0]]
+            p = parse(data)
+            if p and p[0] == DATA and p[1] == INDICATION:
+                return p[3].get(A_DATA, [None])[0]
+        return None
+
+
+class StreamClient(Client):
+    """Client's requests on one stream: TURN-TCP to 127.0.0.1:port, or sock, a connected
+    stream of another kind (tls_connect, dtls_connect). Messages go back to back, ChannelData
+    padded to 4 bytes (RFC 8656 11.5); each request is sent once. Also the RFC 6062 requests;
+    after a ConnectionBind the connection is raw (the bytes read past the response stay in
+    self.buf). creds: (username, password, key) of another client, to share its user."""
+
+    def __init__(self, port, user="alice", creds=None, sock=None, **kw):
+        super().__init__(port, user=user, tries=1, **kw)
+        self.sock.close()
+        self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buf = b""
+        self.last_raw = None
+        if creds:
+            self.username, self.password, self.key = creds
+
+    def creds(self):
+        return self.username, self.password, self.key
+
+    def send_raw(self, msg):
+        self.sock.sendall(msg)
+        self.sent += 1
+
+    def channel_data(self, channel, payload):
+        self.send_raw(channel_data(channel, payload, pad=True))
+
+    def _fill(self, deadline):
+        """Reads once more into buf; False on timeout or EOF."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(70000)
+        except (socket.timeout, ssl.SSLWantReadError):
+            return False
+        self.buf += data
+        return bool(data)
+
+    def _take(self):
+        """The next whole frame (STUN message or padded ChannelData) in buf, or None."""
+        if len(self.buf) < 4:
+            return None
+        ln = struct.unpack("!H", self.buf[2:4])[0]
+        need = 4 + ((ln + 3) & ~3) if 0x40 <= self.buf[0] <= 0x7F else 20 + ln
+        if len(self.buf) < need:
+            return None
+        f, self.buf = self.buf[:need], self.buf[need:]
+        return f
+
+    def frame(self, timeout):
+        """The next whole frame, or None after timeout or at EOF."""
+        deadline = time.monotonic() + timeout
+        while True:
+            f = self._take()
+            if f is not None:
+                return f
+            if not self._fill(deadline):
+                return None
+
+    def read_msg(self, timeout=5.0):
+        """The next STUN message, parsed (self.last_raw: its bytes); fails the test after
+        timeout or at EOF."""
+        f = self.frame(timeout)
+        check(f is not None, "no message in %.0f s (or the server closed)" % timeout)
+        self.last_raw = f
+        return parse(f)
+
+    def transact(self, msg, tid, timeout=12.0, tries=1):
+        """Sends msg once; the response with tid (Data indications and ChannelData before it
+        are skipped, anything else fails the test), or None after timeout."""
+        self.send_raw(msg)
+        deadline = time.monotonic() + timeout
+        for _ in range(64):
+            f = self.frame(deadline - time.monotonic())
+            if f is None:
+                return None
+            if 0x40 <= f[0] <= 0x7F:
+                continue
+            self.last_raw = f
+            p = parse(f)
+            if p and p[2] == tid and p[1] in (SUCCESS, ERROR):
+                return p
+            check(p is not None and p[1] == INDICATION, "unexpected message %r" % (p,))
+        return None
+
+    def recv_data(self, timeout=2.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            f = self.frame(deadline - time.monotonic())
+            if f is None:
+                return None
+            if 0x40 <= f[0] <= 0x7F:
+                return f[4:4 + struct.unpack("!H", f[2:4])[0]]
+            p = parse(f)
+            if p and p[0] == DATA and p[1] == INDICATION:
+                return p[3].get(A_DATA, [None])[0]
+        return None
+
+    def next_frame(self):
+        """The next whole Data indication or ChannelData already read: ("chan", channel,
+        payload) or ("data", (ip, port), payload); False when none is complete yet, None for
+        another message (skipped)."""
+        f = self._take()
+        if f is None:
+            return False
+        if 0x40 <= f[0] <= 0x7F:
+            ln = struct.unpack("!H", f[2:4])[0]
+            return ("chan", struct.unpack("!H", f[:2])[0], f[4:4 + ln])
+        p = parse(f)
+        if p and p[0] == DATA and p[1] == INDICATION:
+            return ("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0])
+        return None
+
+    def allocate_tcp(self, extra=(), expect=None):
+        r = self.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))] + list(extra))
+        check(error_code(r[3]) == expect, "Allocate TCP: expected %r, got %r"
+              % (expect, error_code(r[3])))
+        return r
+
+    def connect(self, ip, port, expect=None):
+        """Connect; returns the CONNECTION-ID (bytes) or the error code when expected."""
+        r = self._peer_request(CONNECT, [], ip, port)
+        code = error_code(r[3])
+        if expect == "any":
+            return code if code is not None else r[3].get(A_CONNECTION_ID, [b""])[0]
+        check(code == expect, "Connect %s:%d: expected %r, got %r" % (ip, port, expect, code))
+        check(mi_ok(self.last_raw, self.key), "Connect response not signed with the key")
+        if code is None:
+            cid = r[3].get(A_CONNECTION_ID, [b""])[0]
+            check(len(cid) == 4, "CONNECTION-ID of 4 bytes: %r" % (cid,))
+            return cid
+        return code
+
+    def connection_bind(self, cid):
+        r = self.request(CONNECTION_BIND, [(A_CONNECTION_ID, cid)])
+        return error_code(r[3])
+
+    def recv_exact(self, n, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            check(left > 0, "got %d of %d bytes" % (len(self.buf), n))
+            self.sock.settimeout(left)
+            data = self.sock.recv(65536)
+            check(data, "EOF after %d of %d bytes" % (len(self.buf), n))
+            self.buf += data
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def recv_eof(self, timeout=10.0):
+        """True when the data connection reads EOF (nothing else) within timeout."""
+        self.sock.settimeout(timeout)
+        return self.buf == b"" and self.sock.recv(1) == b""
+
+
+# ---- peers ----------------------------------------------------------------------------------
+
+
+class Peer:
+    """A UDP socket standing in for a peer (or a service that must not be reached) on ip.
+    mode None: the test reads it (drain, sock); "echo": a thread answers every datagram with
+    itself; "count": a thread records (arrival time, size) of each datagram in times."""
+
+    def __init__(self, ip="127.0.0.1", port=0, mode=None):
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        self.sock = socket.socket(fam, socket.SOCK_DGRAM)
+        self.sock.bind((ip, port))
+        self.port = self.sock.getsockname()[1]
+        self.times = []
+        self.stop = False
+        self.t = None
+        if mode is not None:
+            self.sock.settimeout(0.1)
+            self.t = threading.Thread(target={"echo": self._echo, "count": self._count}[mode],
+                                      daemon=True)
+            self.t.start()
+
+    def _echo(self):
+        while not self.stop:
+            try:
+                data, addr = self.sock.recvfrom(70000)
+                self.sock.sendto(data, addr)
+            except OSError:
+                continue
+
+    def _count(self):
+        while not self.stop:
+            try:
+                data = self.sock.recv(70000)
+            except OSError:
+                continue
+            self.times.append((time.monotonic(), len(data)))
+
+    def bytes_between(self, t0, t1):
+        return sum(n for t, n in list(self.times) if t0 <= t < t1)
+
+    def total(self):
+        return sum(n for _, n in list(self.times))
+
+    def drain(self, timeout=0.3, limit=1000):
+        """Everything that arrives within timeout (at most limit): [(data, addr)]."""
+        got = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(got) < limit:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                got.append(self.sock.recvfrom(70000))
+            except socket.timeout:
+                break
+        return got
+
+    def close(self):
+        self.stop = True
+        if self.t is not None:
+            self.t.join()
+        self.sock.close()
+
+
+Listener = Peer  # the hostile-input tests' name: a socket that must not be reached
+
+
+def echo_peer():
+    """A UDP echo on 127.0.0.1 (daemon thread, ends with the test process); its port."""
+    return Peer("127.0.0.1", mode="echo").port
+
+
+class TcpPeer:
+    """A TCP server on ip: mode 'echo' (echoes until EOF, then closes), 'sink' (accepts and
+    never reads), 'reset' (accepts, reads a byte, answers with a RST). Counts accepts and
+    records the source address of each."""
+
+    def __init__(self, ip, mode="echo"):
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        self.ls = socket.socket(fam, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((ip, 0))
+        self.ls.listen(256)
+        self.port = self.ls.getsockname()[1]
+        self.mode = mode
+        self.sources, self.conns = [], []
+        self.stop = False
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+
+    def _accept(self):
+        self.ls.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, addr = self.ls.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.sources.append(addr[:2])
+            self.conns.append(c)
+            if self.mode == "echo":
+                threading.Thread(target=self._echo, args=(c,), daemon=True).start()
+            elif self.mode == "reset":
+                threading.Thread(target=self._reset, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _echo(c):
+        try:
+            c.settimeout(30)
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                c.sendall(d)
+        except OSError:
+            pass
+        c.close()
+
+    @staticmethod
+    def _reset(c):
+        try:
+            c.settimeout(30)
+            c.recv(1)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        c.close()
+
+    def close(self):
+        self.stop = True
+        self.t.join(2)
+        self.ls.close()
+        for c in self.conns:
+            c.close()
+
+
+# ---- TLS and DTLS --------------------------------------------------------------------------
+
+
+def make_cert(d, name, kind="ec"):
+    """A self-signed certificate for DNS name `name`: (cert path, key path)."""
+    crt, key = os.path.join(d, name + ".crt"), os.path.join(d, name + ".key")
+    alg = (["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"] if kind == "ec"
+           else ["-newkey", "rsa:2048"])
+    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-subj", "/CN=" + name,
+                    "-addext", "subjectAltName=DNS:" + name, "-keyout", key, "-out", crt] + alg,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return crt, key
+
+
+def tls_connect(port, sni=None, alpn=("stun.turn",)):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return ctx.wrap_socket(raw, server_hostname=sni)
+
+
+_DTLS_PORTS = set()
+
+
+def dtls_udp_socket():
+    """A UDP socket on 127.0.0.1 whose port no DtlsSocket of this process had: a closed
+    DTLS client's allocation outlives its socket, and a new client on the same 5-tuple
+    would get 437."""
+    held = []
+    try:
+        for _ in range(50):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] not in _DTLS_PORTS:
+                _DTLS_PORTS.add(s.getsockname()[1])
+                return s
+            held.append(s)
+        raise Failure("no fresh UDP port for a DTLS client")
+    finally:
+        for h in held:
+            h.close()
+
+
+class DtlsSocket:
+    """A DTLS 1.2 client on a connected UDP socket (pyOpenSSL over memory BIOs, no
+    certificate check, ALPN stun.turn) with the calls the stream clients make: sendall
+    (one record, one datagram), recv (the plaintext of the records of the next datagram
+    that has some; b"" once the server closed), settimeout, close. The handshake gets 40
+    rounds of at most 1 s; a round without an answer sends the last flight again
+    (pyOpenSSL has no DTLS timer)."""
+
+    def __init__(self, port, host="127.0.0.1"):
+        from OpenSSL import SSL
+        self.SSL = SSL
+        ctx = SSL.Context(SSL.DTLS_CLIENT_METHOD)
+        ctx.set_verify(SSL.VERIFY_NONE, lambda *a: True)
+        ctx.set_alpn_protos([b"stun.turn"])
+        self.conn = SSL.Connection(ctx, None)
+        self.conn.set_connect_state()
+        self.udp = dtls_udp_socket()
+        self.udp.connect((host, port))
+        self.timeout = 5.0
+        flight = []
+        for _ in range(40):
+            try:
+                self.conn.do_handshake()
+                self._flush()
+                return
+            except SSL.WantReadError:
+                pass
+            flight = self._flush() or flight
+            self.udp.settimeout(1.0)
+            try:
+                self.conn.bio_write(self.udp.recv(65536))
+            except socket.timeout:
+                for dgram in flight:
+                    self.udp.send(dgram)
+        raise Failure("DTLS handshake with port %d did not finish" % port)
+
+    def _flush(self):
+        """Sends what OpenSSL wrote; returns the datagrams sent."""
+        sent = []
+        while True:
+            try:
+                out = self.conn.bio_read(65536)
+            except self.SSL.WantReadError:
+                return sent
+            self.udp.send(out)
+            sent.append(out)
+
+    def sendall(self, data):
+        self.conn.send(data)
+        self._flush()
+
+    def settimeout(self, t):
+        self.timeout = t
+
+    def recv(self, _n):
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self.udp.settimeout(max(deadline - time.monotonic(), 0.001))
+            self.conn.bio_write(self.udp.recv(65536))
+            out = b""
+            while True:
+                try:
+                    out += stream_framed(self.conn.recv(65536))
+                except self.SSL.WantReadError:
+                    break
+                except self.SSL.ZeroReturnError:
+                    return out
+            self._flush()
+            if out:
+                return out
+
+    def close(self):
+        try:
+            self.conn.shutdown()
+            self._flush()
+        except self.SSL.Error:
+            pass
+        self.udp.close()
+
+
+def dtls_connect(port):
+    return DtlsSocket(port)
+
+
+# ---- configurations --------------------------------------------------------------------
+
+
+def config(d, listeners, clusters, limits=None, workers=2, relay=(54000, 54999),
+           loglevel="all:INFO"):
+    """Config text: listeners [(name, port, proto, [routes])], clusters {name: [endpoints]}
+    (a UDP cluster, the default) or {name: ("TCP" or "UDP", [endpoints])}."""
+    text = ("version: v1\nadmin:\n  name: sec\n  loglevel: %s\n  workers: %d\n"
+            "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
+            "  relay_port_min: %d\n  relay_port_max: %d\n"
+            "auth:\n  type: ephemeral\n  realm: %s\n  credentials:\n    secret: %s\n"
+            "listeners:\n" % (loglevel, workers, d, relay[0], relay[1], REALM, SECRET))
+    for name, port, proto, routes in listeners:
+        text += ("  - name: %s\n    protocol: %s\n    address: 127.0.0.1\n    port: %d\n"
+                 "    routes: [%s]\n" % (name, proto, port, ", ".join(routes)))
+    text += "clusters:\n"
+    for name, eps in clusters.items():
+        cproto = ""
+        if isinstance(eps, tuple):
+            cproto, eps = "    protocol: %s\n" % eps[0], eps[1]
+        text += ("  - name: %s\n    type: STATIC\n%s    endpoints: [%s]\n"
+                 % (name, cproto, ", ".join('"%s"' % e for e in eps)))
+    if limits:
+        text += "limits:\n" + "".join("  %s: %s\n" % kv for kv in limits.items())
+    return text
+
+
+def relay_range():
+    """A random one of the shared 1000-port windows 54000, 59000 and 60000 for tests that do
+    not count ports (test_relay_tls draws from the same): clear of the windows that one test
+    each owns because its daemon must bind the same relay ports again after a kill or a
+    restart (50000 test_relay, 51000 test_relay_client, 52000 test_master_traffic, 53000
+    test_crash, 55000 test_restart, 56000 test_upgrade, 57000 test_quota.py, 58000 the
+    turnutils_uclient interop test), the interop slices (61000..64999) and the
+    port-counting windows (65000..65419, and 65420..65515 of test_portpool.py)."""
+    lo = random.choice((54000, 59000, 60000))
+    return (lo, lo + 999)
+
+
+def rss_kb(pids):
+    """{pid: VmRSS in KiB} from /proc."""
+    out = {}
+    for pid in pids:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    out[pid] = int(line.split()[1])
+    return out
+
+
+def daemon_pids(daemon):
+    w = daemon.admin({"cmd": "workers"})
+    return [daemon.proc.pid] + [x["pid"] for x in w["workers"]]
+
+
+# ---- namespaces and test runs -----------------------------------------------------------
 
 
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
