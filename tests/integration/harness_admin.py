@@ -68,18 +68,19 @@ def need_tool(name, package):
     return path
 
 
-def free_port():
-    """A port free for both UDP and TCP on 127.0.0.1 (TURN-UDP and TURN-TCP may share it),
-    below the default relay port range (a listener or HTTP port in it is a config error)."""
+def free_port(addr="127.0.0.1"):
+    """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it), below
+    the default relay port range (a listener or HTTP port in it is a config error)."""
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     for _ in range(200):
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        u.bind(("127.0.0.1", 0))
+        u = socket.socket(fam, socket.SOCK_DGRAM)
+        u.bind((addr, 0))
         port = u.getsockname()[1]
-        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t = socket.socket(fam, socket.SOCK_STREAM)
         try:
             if port >= 49152:
                 continue
-            t.bind(("127.0.0.1", port))
+            t.bind((addr, port))
             return port
         except OSError:
             continue
@@ -87,6 +88,11 @@ def free_port():
             t.close()
             u.close()
     raise Failure("no free port")
+
+
+def hostport(addr):
+    """"ip:port" or "[ip]:port", as the admin listing writes addresses."""
+    return ("[%s]:%d" if ":" in addr[0] else "%s:%d") % addr[:2]
 
 
 def listener_yaml(name, port, proto="TURN-UDP"):
@@ -112,8 +118,9 @@ def config_yaml(sock, listeners, workers=2, secret="s3cret", loglevel="all:INFO"
 
 
 class Daemon:
-    def __init__(self, workdir, config_text, args=(), workers=2):
+    def __init__(self, workdir, config_text, args=(), workers=2, env=None):
         self.dir = workdir
+        self.env = None if env is None else dict(os.environ, **env)
         self.conf = os.path.join(workdir, "turngate.yaml")
         self.sock = os.path.join(workdir, "admin.sock")
         self.errpath = os.path.join(workdir, "stderr.log")
@@ -146,7 +153,7 @@ class Daemon:
         self.err = open(self.errpath, "ab")
         self.proc = subprocess.Popen([TURNGATED, "-c", self.conf] + self.args,
                                      stdin=subprocess.DEVNULL, stdout=self.err,
-                                     stderr=self.err)
+                                     stderr=self.err, env=self.env)
         if wait:
             self.wait_running(self.workers)
         return self
@@ -246,10 +253,10 @@ REALM = "sec.realm"
 BINDING, ALLOCATE, REFRESH, SEND, DATA, CREATE_PERMISSION, CHANNEL_BIND = 1, 3, 4, 6, 7, 8, 9
 CONNECT, CONNECTION_BIND = 0x000A, 0x000B
 # attributes
-A_MAPPED, A_USERNAME, A_MI, A_ERROR, A_CHANNEL, A_LIFETIME = 0x0001, 0x0006, 0x0008, 0x0009, 0x000C, 0x000D
+A_USERNAME, A_MI, A_ERROR, A_CHANNEL, A_LIFETIME = 0x0006, 0x0008, 0x0009, 0x000C, 0x000D
 A_PEER, A_DATA, A_REALM, A_NONCE, A_RELAYED = 0x0012, 0x0013, 0x0014, 0x0015, 0x0016
-A_REQ_FAMILY, A_EVEN_PORT, A_TRANSPORT, A_TOKEN, A_XOR_MAPPED = 0x0017, 0x0018, 0x0019, 0x0022, 0x0020
-A_CONNECTION_ID = 0x002A
+A_REQ_FAMILY, A_EVEN_PORT, A_TRANSPORT, A_TOKEN = 0x0017, 0x0018, 0x0019, 0x0022
+A_XOR_MAPPED, A_CONNECTION_ID = 0x0020, 0x002A
 A_ADDITIONAL_FAMILY, A_FINGERPRINT = 0x8000, 0x8028
 
 REQUEST, INDICATION, SUCCESS, ERROR = 0x000, 0x010, 0x100, 0x110
@@ -293,13 +300,18 @@ def fingerprint_of(msg):
     return (zlib.crc32(msg) ^ 0x5354554E) & 0xFFFFFFFF
 
 
+def integrity(method, cls, tid, body, key):
+    """The MESSAGE-INTEGRITY attribute that follows body (the attributes before it)."""
+    hdr = header(method, cls, len(body) + 24, tid)
+    return attr(A_MI, hmac.new(key, hdr + body, hashlib.sha1).digest())
+
+
 def build(method, cls, tid, attrs, key=None, after_mi=(), fingerprint=False):
     """A STUN message: attrs [(type, value)], then MESSAGE-INTEGRITY when key is given, then
     the attributes of after_mi (which the server must ignore), then FINGERPRINT."""
     body = b"".join(attr(t, v) for t, v in attrs)
     if key is not None:
-        hdr = header(method, cls, len(body) + 24, tid)
-        body += attr(A_MI, hmac.new(key, hdr + body, hashlib.sha1).digest())
+        body += integrity(method, cls, tid, body, key)
     body += b"".join(attr(t, v) for t, v in after_mi)
     if fingerprint:
         crc = fingerprint_of(header(method, cls, len(body) + 8, tid) + body)
@@ -369,24 +381,24 @@ def binding_request():
 
 
 def parse_xor_mapped(msg, tid):
-    """The XOR-MAPPED-ADDRESS (IPv4) of a Binding success with transaction id tid, or None."""
+    """The XOR-MAPPED-ADDRESS of a Binding success with transaction id tid, or None."""
     p = parse(msg)
     if p is None or p[0] != BINDING or p[1] != SUCCESS or p[2] != tid:
         return None
     for val in p[3].get(A_XOR_MAPPED, []):
-        if len(val) >= 8 and val[1] == 1:
+        if len(val) >= (8 if val[1] == 1 else 20):
             return parse_xor_addr(val, tid)
     return None
 
 
-def stun_binding_udp(port, timeout=2.0, tries=3):
-    """Sends a Binding request to 127.0.0.1:port; returns (ip, port) mapped, or None."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def stun_binding_udp(port, timeout=2.0, tries=3, addr="127.0.0.1"):
+    """Sends a Binding request to addr:port; returns (ip, port) mapped, or None."""
+    s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(timeout)
     try:
         for _ in range(tries):
             req, tid = binding_request()
-            s.sendto(req, ("127.0.0.1", port))
+            s.sendto(req, (addr, port))
             try:
                 while True:
                     data, _ = s.recvfrom(2048)
@@ -432,15 +444,17 @@ class Client:
 
     secret and realm: the daemon's (config()'s by default). tries: how often a request is
     sent before it counts as lost (1 where a retransmission would make counters inexact).
-    fingerprint: every request carries FINGERPRINT. sent counts the messages sent."""
+    fingerprint: every request carries FINGERPRINT. timeout: seconds a try waits for its
+    response. sent counts the messages sent."""
 
     def __init__(self, port, user="alice", server="127.0.0.1", bind=None, secret=SECRET,
-                 realm=REALM, tries=3, fingerprint=False):
+                 realm=REALM, tries=3, fingerprint=False, timeout=2.0):
         v6 = ":" in server
         self.server = (server, port)
         self.sock = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((bind or ("::1" if v6 else "127.0.0.1"), 0))
         self.realm, self.tries, self.fingerprint = realm, tries, fingerprint
+        self.timeout = timeout
         self.sent = 0
         self.username, self.password = credentials(user, secret=secret)
         self.nonce = None
@@ -458,11 +472,11 @@ class Client:
         self.sock.sendto(msg, self.server)
         self.sent += 1
 
-    def transact(self, msg, tid, timeout=2.0, tries=None):
+    def transact(self, msg, tid, timeout=None, tries=None):
         """Sends msg, returns the parsed response with transaction id tid, or None."""
         for _ in range(tries or self.tries):
             self.send_raw(msg)
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + (timeout or self.timeout)
             while time.monotonic() < deadline:
                 self.sock.settimeout(max(0.01, deadline - time.monotonic()))
                 try:
@@ -520,10 +534,22 @@ class Client:
     def relayed(self, r):
         return [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])]
 
+    def record(self, daemon):
+        """The daemon's admin listing entry of this client's allocation (by the client's
+        address), or None."""
+        me = hostport(self.sock.getsockname())
+        found = [a for a in daemon.allocations() if a["client"] == me]
+        check(len(found) <= 1, "two allocations of %s" % me)
+        return found[0] if found else None
+
     def refresh(self, lifetime):
         """Refresh with LIFETIME lifetime (0 releases); the error code (None = success)."""
         r = self.request(REFRESH, [(A_LIFETIME, struct.pack("!I", lifetime))])
         return error_code(r[3])
+
+    def release(self):
+        """Refresh with LIFETIME 0; fails the test unless it succeeded."""
+        check(self.refresh(0) is None, "Refresh(0) failed")
 
     def perm(self, ip, port=9, after_mi=()):
         return self._peer_request(CREATE_PERMISSION, [], ip, port, after_mi)
@@ -558,6 +584,26 @@ class Client:
     def channel_data(self, channel, payload):
         self.send_raw(channel_data(channel, payload))
 
+    def frames(self, n, timeout=2.0):
+        """Up to n Data indications or ChannelData that arrive within timeout:
+        [("chan", channel, data) or ("data", (ip, port) of the sender, data)]."""
+        got = []
+        deadline = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                data = self.sock.recv(70000)
+            except OSError:
+                break
+            if 0x40 <= data[0] <= 0x7F:
+                ch, ln = struct.unpack("!HH", data[:4])
+                got.append(("chan", ch, data[4:4 + ln]))
+                continue
+            p = parse(data)
+            if p and p[0] == DATA and p[1] == INDICATION:
+                got.append(("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0]))
+        return got
+
     def recv_data(self, timeout=1.0):
         """The payload of the next Data indication or ChannelData, or None."""
         deadline = time.monotonic() + timeout
@@ -583,7 +629,7 @@ class StreamClient(Client):
     self.buf). creds: (username, password, key) of another client, to share its user."""
 
     def __init__(self, port, user="alice", creds=None, sock=None, **kw):
-        super().__init__(port, user=user, tries=1, **kw)
+        super().__init__(port, user=user, tries=1, timeout=12.0, **kw)
         self.sock.close()
         self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=5)
         self.buf = b""
@@ -609,7 +655,7 @@ class StreamClient(Client):
         self.sock.settimeout(left)
         try:
             data = self.sock.recv(70000)
-        except (socket.timeout, ssl.SSLWantReadError):
+        except OSError:     # timeout, SSLWantReadError, reset: nothing more to read
             return False
         self.buf += data
         return bool(data)
@@ -643,11 +689,11 @@ class StreamClient(Client):
         self.last_raw = f
         return parse(f)
 
-    def transact(self, msg, tid, timeout=12.0, tries=1):
+    def transact(self, msg, tid, timeout=None, tries=1):
         """Sends msg once; the response with tid (Data indications and ChannelData before it
         are skipped, anything else fails the test), or None after timeout."""
         self.send_raw(msg)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (timeout or self.timeout)
         for _ in range(64):
             f = self.frame(deadline - time.monotonic())
             if f is None:
@@ -688,6 +734,21 @@ class StreamClient(Client):
         if p and p[0] == DATA and p[1] == INDICATION:
             return ("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0])
         return None
+
+    def frames(self, n, timeout=2.0):
+        """Client.frames on the stream."""
+        got = []
+        deadline = time.monotonic() + timeout
+        while len(got) < n:
+            f = self.next_frame()
+            if f:
+                got.append(f)
+                continue
+            if f is None:
+                continue
+            if not self._fill(deadline):
+                break
+        return got
 
     def allocate_tcp(self, extra=(), expect=None):
         r = self.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))] + list(extra))
@@ -997,6 +1058,16 @@ def dtls_connect(port):
     return DtlsSocket(port)
 
 
+def tls_client(port, user="alice", sni=None):
+    """A StreamClient over a TLS connection to 127.0.0.1:port."""
+    return StreamClient(port, user=user, sock=tls_connect(port, sni))
+
+
+def dtls_client(port, user="alice"):
+    """A StreamClient over a DTLS association with 127.0.0.1:port."""
+    return StreamClient(port, user=user, sock=dtls_connect(port))
+
+
 # ---- configurations --------------------------------------------------------------------
 
 
@@ -1069,6 +1140,29 @@ def unshare(flags):
         subprocess.run(["mount", "--make-rprivate", "/"], check=True)
     if flags & CLONE_NEWNET:
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+class InNetns:
+    """with InNetns(name): sockets made inside belong to the named network namespace
+    (/var/run/netns/name, as `ip netns add` makes it; root); this thread goes back to its
+    own namespace at the end."""
+
+    def __init__(self, name):
+        self.path = "/var/run/netns/" + name
+
+    def __enter__(self):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns")
+        finally:
+            os.close(fd)
+
+    def __exit__(self, *exc):
+        ctypes.CDLL(None, use_errno=True).setns(self.home, CLONE_NEWNET)
+        os.close(self.home)
 
 
 def run_tests_as_root(tests, why, setup):

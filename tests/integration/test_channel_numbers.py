@@ -8,9 +8,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
-from test_security_stun import (Client, Daemon, Listener, check, config, error_code,  # noqa: E402
-                                free_port, relay_range)
+from harness_admin import (Client, Daemon, Peer, check, config, error_code,  # noqa: E402
+                           free_port, relay_range, run_tests)
 
 
 def start(d, limits=None):
@@ -26,7 +25,7 @@ def bind_code(c, peer, channel):
 
 def test_default_wide(d):
     daemon, port = start(d)
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     try:
         c = Client(port)
         relayed = c.relayed(c.allocate())[0]
@@ -36,7 +35,7 @@ def test_default_wide(d):
         check(got and got[0][0] == b"top of RFC 5766's range", "peer got %r" % (got,))
         peer.sock.sendto(b"back", tuple(relayed[:2]))
         check(c.recv_data(timeout=2.0) == b"back", "no ChannelData back on 0x7FFF")
-        check(bind_code(c, Listener("127.0.0.1"), 0x8000) == 400, "0x8000 not refused with 400")
+        check(bind_code(c, Peer("127.0.0.1"), 0x8000) == 400, "0x8000 not refused with 400")
         c.close()
     finally:
         peer.close()
@@ -45,7 +44,7 @@ def test_default_wide(d):
 
 def test_strict_option(d):
     daemon, port = start(d, limits={"channel_numbers": "rfc8656"})
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     try:
         c = Client(port)
         c.allocate()

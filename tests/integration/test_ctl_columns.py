@@ -6,8 +6,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Daemon, check, free_port, run_tests, wait_for  # noqa: E402
-from test_security_stun import Client, config, relay_range  # noqa: E402
+from harness_admin import (Client, Daemon, check, config, free_port, relay_range,  # noqa: E402
+                           run_tests, wait_for)
 
 LONG = "default/my-gateway-with-a-long-name/udp-listener-for-tenant-a"
 LONG_USER = "tenant-a-user-with-a-rather-long-identifier"

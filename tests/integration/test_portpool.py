@@ -21,10 +21,9 @@ import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import check, run_tests, wait_for  # noqa: E402
+from harness_admin import (A_TOKEN, Client, Daemon, check, config, error_code,  # noqa: E402
+                           free_port, run_tests, wait_for)
 from test_security_limits import EVEN_R, bindable, free_all  # noqa: E402
-from test_security_stun import (A_TOKEN, Client, Daemon, config, error_code,  # noqa: E402
-                                free_port)
 
 N = 8
 

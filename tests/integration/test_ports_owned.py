@@ -11,9 +11,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (BAD_PATTERNS, TURNGATED, Daemon, Failure, check,  # noqa: E402
-                           free_port, run_tests, wait_for)
-from test_security_stun import Client, config, relay_range  # noqa: E402
+from harness_admin import (BAD_PATTERNS, TURNGATED, Client, Daemon, Failure, check,  # noqa: E402
+                           config, free_port, relay_range, run_tests, wait_for)
 
 ROUTES = {"lo": ["127.0.0.0/8"]}
 

@@ -23,9 +23,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import CLONE_NEWNET, Daemon, check, run_tests_as_root, unshare  # noqa: E402
-from test_security_stun import (A_ADDITIONAL_FAMILY, REALM, SECRET, Client,  # noqa: E402
-                                error_code)
+from harness_admin import (A_ADDITIONAL_FAMILY, CLONE_NEWNET, REALM, SECRET, Client,  # noqa: E402
+                           Daemon, check, error_code, run_tests_as_root, unshare)
 
 PORT = 3478
 A_REQUESTED_FAMILY, A_ADDRESS_ERROR = 0x0017, 0x8001

@@ -23,10 +23,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import check, run_tests  # noqa: E402
+from harness_admin import (Client, Daemon, Peer, check, config, error_code,  # noqa: E402
+                           free_port, relay_range, run_tests)
 from test_metrics import wait_equal  # noqa: E402
-from test_security_stun import (Client, Daemon, Listener, config, error_code,  # noqa: E402
-                                free_port, relay_range)
 
 MTU = 1400
 A_DONT_FRAGMENT = 0x001A
@@ -108,7 +107,7 @@ class Capture:
 
 def test_df_and_fragmentation(d):
     daemon, port = start(d)
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     cap = Capture()
     c = setup_client(port, peer)
     try:
@@ -159,7 +158,7 @@ def test_df_and_fragmentation(d):
 
 def test_dont_fragment_drops_oversize(d):
     daemon, port = start(d)
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     c = setup_client(port, peer, extra=[(A_DONT_FRAGMENT, b"")])
     try:
         big, small = payload(2, 0, 3000), payload(2, 1, 1000)
@@ -177,7 +176,7 @@ def test_dont_fragment_drops_oversize(d):
 
 def test_grouped_bursts(d):
     daemon, port = start(d)
-    p1, p2 = Listener("127.0.0.1"), Listener("127.0.0.1")
+    p1, p2 = Peer("127.0.0.1"), Peer("127.0.0.1")
     a = setup_client(port, p1, 0x4000)
     check(error_code(a.perm("127.0.0.1", p2.port)[3]) is None, "CreatePermission p2")
     check(error_code(a.bind("127.0.0.1", p2.port, 0x4001)[3]) is None, "ChannelBind p2")
@@ -256,7 +255,7 @@ def test_failed_send_counts_as_error_only(d):
     client_ip = "10.77.0.1"
     subprocess.check_call(["ip", "addr", "add", client_ip + "/32", "dev", "lo"])
     daemon, port = start(d)
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     c = Client(port, bind=client_ip)
     try:
         relay = c.relayed(c.allocate())[0]

@@ -17,9 +17,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_security_stun import (Client, Daemon, Listener, check, config,  # noqa: E402
-                                free_port, relay_range)
+from harness_admin import (Client, Daemon, Peer, check, config, free_port,  # noqa: E402
+                           relay_range, run_tests, wait_for)
 
 
 def make_config(d, listeners, http_port):
@@ -71,7 +70,7 @@ def test_typo_refused_then_forced(d):
     p1, p2, hp = free_port(), free_port(), free_port()
     good = make_config(d, three(p1, p2), hp)
     daemon = Daemon(d, good, args=["-w"]).start()
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     c = Client(p1)
     try:
         check(http_get(hp, "/ready")[0] == 200, "/ready before")

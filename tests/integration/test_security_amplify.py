@@ -21,7 +21,6 @@ Exact assertions use the daemon's own counters (admin `stats`), never timing; th
 involving time is the limiter's own promise, with elapsed measured generously.
 """
 import hashlib
-import hmac
 import os
 import socket
 import struct
@@ -29,12 +28,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests, wait_for  # noqa: E402
-from test_security_stun import (ALLOCATE, A_ERROR, A_FINGERPRINT, A_LIFETIME, A_MI,  # noqa: E402
-                                A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, A_XOR_MAPPED, ERROR,
-                                MAGIC, REALM, REFRESH, REQUEST, SUCCESS, Client, Daemon, build,
-                                check, config, credentials, error_code, free_port, parse,
-                                parse_xor_addr, relay_range)
+from harness_admin import (ALLOCATE, A_ERROR, A_FINGERPRINT, A_LIFETIME, A_NONCE,  # noqa: E402
+                           A_REALM, A_TRANSPORT, A_USERNAME, A_XOR_MAPPED, ERROR, MAGIC, REALM,
+                           REFRESH, REQUEST, SUCCESS, Client, Daemon, DtlsSocket, Failure, build,
+                           check, config, credentials, error_code, free_port, header, integrity,
+                           make_cert, parse, parse_xor_addr, relay_range, run_tests, wait_for)
 
 BINDING = 1
 A_SOFTWARE, A_PW_ALGS = 0x8022, 0x8002
@@ -342,11 +340,9 @@ def build_padded(method, tid, attrs, key, pad_byte):
     """A request whose attributes' padding bytes are pad_byte, MESSAGE-INTEGRITY (when key)
     computed over them as a client with odd padding would."""
     body = with_pad(build(method, REQUEST, tid, attrs), pad_byte)[20:]
-    mtype = struct.unpack("!H", build(method, REQUEST, tid, [])[:2])[0]
     if key is not None:
-        hdr = struct.pack("!HHI", mtype, len(body) + 24, MAGIC) + tid
-        body += struct.pack("!HH", A_MI, 20) + hmac.new(key, hdr + body, hashlib.sha1).digest()
-    return struct.pack("!HHI", mtype, len(body), MAGIC) + tid + body
+        body += integrity(method, REQUEST, tid, body, key)
+    return header(method, REQUEST, len(body), tid) + body
 
 
 def comparable(raw):
@@ -436,7 +432,7 @@ def test_dtls_flood_before_cookie(d):
     no handshake and no association afterwards, its RSS does not grow; then a real DTLS
     client completes its handshake and gets a Binding answer."""
     from test_security_flood import total_rss
-    from test_tls import DtlsSocket, capture_dtls_hello, cookie_of, make_cert, tls_config
+    from test_tls import capture_dtls_hello, cookie_of, tls_config
     crt, key = make_cert(d, "amp.test")
     udp_port, tls_port, dtls_port = free_port(), free_port(), free_port()
     daemon = Daemon(d, tls_config(d, udp_port, tls_port, dtls_port, crt, key)).start()

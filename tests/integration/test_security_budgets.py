@@ -16,18 +16,15 @@ import os
 import resource
 import socket
 import ssl
-import struct
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
+from harness_admin import (BINDING, REQUEST, Daemon, Failure, build, check, config,  # noqa: E402
+                           dtls_client, free_port, make_cert, relay_range, run_tests, tls_client,
+                           wait_for)
 from test_security_flood import tcp_allocate  # noqa: E402
-from test_security_stun import (Daemon, Failure, check, config, free_port,  # noqa: E402
-                                relay_range)
-from test_tls import DtlsSocket, TlsClient, make_cert  # noqa: E402
-from test_revoke import DtlsClient  # noqa: E402
 
 ATTACKER = "127.0.2.1"
 LEGIT_WITHIN_S = 5.0
@@ -132,14 +129,6 @@ def timed(fn, port, n):
         except (Failure, OSError, ValueError, Exception) as e:  # a refused client fails
             times.append("failed: %s" % type(e).__name__)
     return ok, times
-
-
-def tls_client(port):
-    return TlsClient(port)
-
-
-def dtls_client(port):
-    return DtlsClient(port)
 
 
 def test_handshake_flood(d):
@@ -354,7 +343,6 @@ def test_preauth_deadline(d):
     closed at limits.preauth_timeout (10 s by default; on main it stayed open until the 30 s
     idle deadline counted from its last message, that is for ever); one that
     authenticated (an allocation) stays."""
-    from test_security_stun import MAGIC, build, REQUEST  # noqa: F401
     daemon, tcp_port, tls_port, dtls_port = start(d)
     try:
         st0 = counters(daemon)
@@ -364,7 +352,7 @@ def test_preauth_deadline(d):
         closed_at = None
         while time.monotonic() - t0 < DEF_PREAUTH_S + 6 and closed_at is None:
             try:
-                unauth.sendall(build(0x0001, REQUEST, os.urandom(12), []))
+                unauth.sendall(build(BINDING, REQUEST, os.urandom(12), []))
                 unauth.settimeout(1.0)
                 while True:
                     data = unauth.recv(4096)

@@ -17,10 +17,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_ADDITIONAL_FAMILY, Client, Daemon, Listener,  # noqa: E402
-                                check, config, error_code, free_port, relay_range)
-from test_tcp_relay import TcpPeer, TcpTurn, open_data  # noqa: E402
+from harness_admin import (A_ADDITIONAL_FAMILY, Client, Daemon, Peer, StreamClient,  # noqa: E402
+                           TcpPeer, check, config, error_code, free_port, relay_range, run_tests,
+                           wait_for)
+from test_tcp_relay import open_data  # noqa: E402
 
 DUAL = [(A_ADDITIONAL_FAMILY, bytes([2, 0, 0, 0]))]  # IPv4 + IPv6 relay: no 443 shortcut
 
@@ -49,7 +49,7 @@ def test_connect_needs_tcp_cluster(d):
     ok, hidden = TcpPeer("127.0.0.1"), TcpPeer("127.0.0.1")
     daemon, ports = start_proto(d, ok.port)
     try:
-        ctl = TcpTurn(ports["mixed"])
+        ctl = StreamClient(ports["mixed"])
         ctl.allocate_tcp()
         code = ctl.connect("127.0.0.1", hidden.port, expect="any")
         check(code == 403, "Connect to a port only a UDP cluster covers: %r" % (code,))
@@ -74,11 +74,11 @@ def test_tcp_allocate_without_tcp_route(d):
     a UDP Allocate on the same TURN-TCP connection still works."""
     daemon, ports = start_proto(d, 9)
     try:
-        ctl = TcpTurn(ports["udponly"])
+        ctl = StreamClient(ports["udponly"])
         ctl.allocate_tcp(expect=403)
         ctl.allocate()  # UDP relaying over the stream: unaffected
         ctl.sock.close()
-        ctl = TcpTurn(ports["mixed"])
+        ctl = StreamClient(ports["mixed"])
         ctl.allocate_tcp()
         ctl.sock.close()
     finally:
@@ -89,8 +89,8 @@ def test_udp_peer_needs_udp_cluster(d):
     """A UDP allocation on a listener routed only to a TCP cluster: CreatePermission,
     ChannelBind refused and no datagram reaches the peer; through `mixed` (a UDP cluster
     covers 127.0.0.1 too) the same peer is admitted."""
-    sink = Listener("127.0.0.3")
-    sink1 = Listener("127.0.0.1")
+    sink = Peer("127.0.0.3")
+    sink1 = Peer("127.0.0.1")
     daemon, ports = start_proto(d, sink1.port)
     c = Client(ports["tcponly"])
     try:
@@ -130,7 +130,7 @@ def test_embedded_v4_not_in_v4_cluster(d):
     """An IPv4-only cluster admits its IPv4 addresses and none of their IPv6 forms
     (CreatePermission and ChannelBind 403, nothing sent); a ::/0 cluster beside it does not
     bring the IPv4-mapped forms back."""
-    v4sink = Listener("127.0.0.1")
+    v4sink = Peer("127.0.0.1")
     port, port6 = free_port(), free_port()
     text = config(d, [("v4", port, "TURN-UDP", ["v4"]),
                       ("both", port6, "TURN-UDP", ["v4", "v6"])],

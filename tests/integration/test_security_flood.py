@@ -23,11 +23,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
-from test_security_stun import (A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, ALLOCATE,  # noqa: E402
-                                REALM, REQUEST, Client, Daemon, Listener, build, check,
-                                config, daemon_pids, error_code, free_port, parse,
-                                relay_range, rss_kb)
+from harness_admin import (ALLOCATE, A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME,  # noqa: E402
+                           BINDING, REALM, REFRESH, REQUEST, Client, Daemon, Peer, build,
+                           channel_data, check, config, daemon_pids, error_code, free_port,
+                           header, parse, relay_range, rss_kb, run_tests)
 
 # Under --enable-sanitizers, AddressSanitizer keeps freed memory in a quarantine (256 MiB by
 # default), so the RSS of a daemon that frees everything it allocates still climbs with the
@@ -64,7 +63,7 @@ class Relayer:
         self.port = port
         self.bind = bind
         self.daemon = daemon
-        self.sink = Listener("127.0.0.1")
+        self.sink = Peer("127.0.0.1")
         self.stop = threading.Event()
         self.allocs = self.relays = 0
         self.failures = []
@@ -94,7 +93,7 @@ class Relayer:
                     if c.recv_data(1.0) == b"pong%d" % i:
                         self.relays += 1
                         self.slowest = max(self.slowest, time.monotonic() - t0)
-                        c.request(4, [(0x000D, struct.pack("!I", 0))])
+                        c.refresh(0)
                         return
             self.failures.append("relay %d" % i)
         finally:
@@ -184,9 +183,9 @@ def test_tcp_slow_clients(d):
         for i in range(4):
             warm.round(i)
         before, per = total_rss(daemon)
-        stun_max = struct.pack("!HHI", 0x0003, 65535, 0x2112A442) + os.urandom(12)
-        chan_max = struct.pack("!HH", 0x4000, 65535)
-        drip = struct.pack("!HHI", 0x0003, 1000, 0x2112A442) + os.urandom(12)
+        stun_max = header(ALLOCATE, REQUEST, 65535, os.urandom(12))
+        chan_max = channel_data(0x4000, b"")[:2] + struct.pack("!H", 65535)
+        drip = header(ALLOCATE, REQUEST, 1000, os.urandom(12))
         kinds = {"stun-65535": 30, "chandata-65535": 30, "chandata-full": 30, "drip": 30,
                  "silent": 10}
         t0 = time.monotonic()
@@ -368,8 +367,8 @@ def test_reflection_ratio(d):
         cases = [("Allocate, REQUESTED-TRANSPORT", unauth_allocate()),
                  ("Allocate, no attributes", (lambda t: (build(ALLOCATE, REQUEST, t, []), t))(
                      os.urandom(12))),
-                 ("Binding", (lambda t: (build(1, REQUEST, t, []), t))(os.urandom(12))),
-                 ("Refresh, no attributes", (lambda t: (build(4, REQUEST, t, []), t))(
+                 ("Binding", (lambda t: (build(BINDING, REQUEST, t, []), t))(os.urandom(12))),
+                 ("Refresh, no attributes", (lambda t: (build(REFRESH, REQUEST, t, []), t))(
                      os.urandom(12)))]
         worst = 0.0
         for name, (msg, tid) in cases:

@@ -18,11 +18,10 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, ALLOCATE,  # noqa: E402
-                                ERROR, REALM, REQUEST, SUCCESS, Client, Daemon, build, check,
-                                config, credentials, error_code, free_port, parse,
-                                relay_range)
+from harness_admin import (ALLOCATE, A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME,  # noqa: E402
+                           ERROR, REALM, REQUEST, SUCCESS, Client, Daemon, build, check, config,
+                           credentials, error_code, free_port, parse, relay_range, run_tests,
+                           wait_for)
 
 WORKERS = 2
 GUESSES = 150             # wrong passwords sent on one connection without waiting

@@ -14,11 +14,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests  # noqa: E402
-from test_security_stun import (A_EVEN_PORT, A_NONCE, A_REALM, A_TOKEN,  # noqa: E402
-                                A_TRANSPORT, A_USERNAME, ALLOCATE, ERROR, REALM,
-                                REQUEST, Client, Daemon, Listener, build, check, config,
-                                error_code, free_port, parse, relay_range)
+from harness_admin import (ALLOCATE, A_EVEN_PORT, A_NONCE, A_REALM, A_TOKEN,  # noqa: E402
+                           A_TRANSPORT, A_USERNAME, ERROR, REALM, REQUEST, Client, Daemon,
+                           Failure, Peer, build, check, config, error_code, free_port, parse,
+                           relay_range, run_tests)
 
 
 def shm_max_perms():
@@ -38,7 +37,7 @@ def start(d, limits=None, relay=None, routes=("world", "loopback"), loglevel="al
 
 def relays_ok(port, tag):
     """A fresh allocation relays to a 127.0.0.1 peer and back."""
-    sink = Listener("127.0.0.1")
+    sink = Peer("127.0.0.1")
     c = Client(port, user="probe")
     try:
         c.allocate()

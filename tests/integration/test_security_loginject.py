@@ -11,8 +11,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
-from test_security_stun import Client, Daemon, check, config, error_code, free_port  # noqa
+from harness_admin import (Client, Daemon, check, config, error_code, free_port,  # noqa: E402
+                           run_tests)
 
 FORGED = "FORGED-LINE master[1] master: [crit] all workers dead"
 

@@ -8,12 +8,10 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
+from harness_admin import (ALLOCATE, A_CHANNEL, A_ERROR, A_EVEN_PORT, A_LIFETIME,  # noqa: E402
+                           A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, CHANNEL_BIND, REFRESH,
+                           REQUEST, Client, build, check, error_code, run_tests)
 from test_security_limits import start  # noqa: E402
-from test_security_stun import (A_CHANNEL, A_ERROR, A_EVEN_PORT, A_LIFETIME,  # noqa: E402
-                                A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME, ALLOCATE,
-                                CHANNEL_BIND, REFRESH, REQUEST, Client, build, check,
-                                error_code)
 
 A_DONT_FRAGMENT, A_REQ_FAMILY, A_TOKEN = 0x001A, 0x0017, 0x0022
 UDP = (A_TRANSPORT, bytes([17, 0, 0, 0]))

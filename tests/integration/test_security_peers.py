@@ -13,10 +13,9 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
-from test_security_stun import (A_ADDITIONAL_FAMILY, A_LIFETIME, A_PEER, Client,  # noqa: E402
-                                Daemon, Listener, check, config, error_code, free_port,
-                                relay_range, xor_addr)
+from harness_admin import (A_ADDITIONAL_FAMILY, A_LIFETIME, A_PEER, Client, Daemon,  # noqa: E402
+                           Peer, check, config, error_code, free_port, relay_range, run_tests,
+                           xor_addr)
 
 # (address, where a datagram that leaked would land: a local IP we can listen on, or None)
 DISGUISES = [
@@ -51,8 +50,8 @@ def start(d):
 
 def test_disguised_peers_refused(d):
     daemon, port_open, _ = start(d)
-    sinks = {"127.0.0.1": Listener("127.0.0.1"), }
-    sinks["::1"] = Listener("::1", sinks["127.0.0.1"].port)
+    sinks = {"127.0.0.1": Peer("127.0.0.1"), }
+    sinks["::1"] = Peer("::1", sinks["127.0.0.1"].port)
     pport = sinks["127.0.0.1"].port
     c = Client(port_open)
     try:
@@ -84,7 +83,7 @@ def test_disguised_peers_refused(d):
 
 def test_explicit_loopback_admitted(d):
     daemon, _, port_lo = start(d)
-    v4, v6 = Listener("127.0.0.1"), Listener("::1")
+    v4, v6 = Peer("127.0.0.1"), Peer("::1")
     c = Client(port_lo)
     try:
         c.allocate(DUAL)
@@ -162,7 +161,7 @@ def test_special_registry_refused(d):
 
 def test_attributes_after_mi_ignored(d):
     daemon, _, port_lo = start(d)
-    v4, v6 = Listener("127.0.0.1"), Listener("::1")
+    v4, v6 = Peer("127.0.0.1"), Peer("::1")
     c = Client(port_lo)
     try:
         c.allocate(DUAL)

@@ -28,12 +28,10 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import CLONE_NEWNET, run_tests_as_root, unshare  # noqa: E402
-from test_security_stun import (A_ADDITIONAL_FAMILY, A_DATA, A_PEER,  # noqa: E402
-                                A_TRANSPORT, ALLOCATE, DATA, INDICATION, REALM, SECRET,
-                                SEND, Client, Daemon, Failure, Listener, build, check,
-                                error_code, free_port, relay_range, xor_addr)
-from test_tcp_relay import TcpPeer, TcpTurn  # noqa: E402
+from harness_admin import (ALLOCATE, A_ADDITIONAL_FAMILY, A_TRANSPORT, CLONE_NEWNET,  # noqa: E402
+                           REALM, SECRET, Client, Daemon, Peer, StreamClient, TcpPeer, build,
+                           check, error_code, free_port, make_cert, relay_range,
+                           run_tests_as_root, unshare)
 
 POD, SFU, KUBE, PRIVATE, EXTERNAL = "10.99.0.1", "10.99.0.10", "10.99.0.20", "192.168.50.1", \
     "10.77.0.5"
@@ -100,7 +98,6 @@ class Probe:
     """The daemon, its ports and the sinks of one run."""
 
     def __init__(self, d):
-        from test_tls import make_cert
         crt, key = make_cert(d, "turn.test")
         self.ports = {n: free_port() for n in ("mp-udp", "mp-tcp", "mp-tls", "mp-udponly",
                                                "open-udp", "open-tcp", "health", "metrics",
@@ -108,7 +105,7 @@ class Probe:
         # free_port() probes 127.0.0.1; in this namespace nothing else holds ports, so the
         # same numbers are free on the pod address.
         self.daemon = Daemon(d, probe_config(d, self.ports, crt, key)).start()
-        self.udp = {ip: Listener(ip) for ip in (SFU, KUBE, PRIVATE, EXTERNAL, "127.0.0.1",
+        self.udp = {ip: Peer(ip) for ip in (SFU, KUBE, PRIVATE, EXTERNAL, "127.0.0.1",
                                                 "::1") + METADATA4 + METADATA6}
         self.tcp = {ip: TcpPeer(ip) for ip in (SFU, KUBE, PRIVATE, EXTERNAL, "127.0.0.1",
                                                "::1") + METADATA4 + METADATA6}
@@ -135,31 +132,8 @@ def udp_client(port, server=POD):
     return Client(port, server=server)
 
 
-class StreamTurn(TcpTurn):
-    """TcpTurn on the pod address whose Send indications and data go through sendall (a TLS
-    socket has no sendto) and whose data is read frame by frame."""
-
-    def send(self, ip, port, payload):
-        tid = os.urandom(12)
-        self.sock.sendall(build(SEND, INDICATION, tid, [(A_PEER, xor_addr(ip, port, tid)),
-                                                        (A_DATA, payload)]))
-
-    def recv_data(self, timeout=1.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            try:
-                p = self.read_msg(left)
-            except (Failure, OSError):
-                return None
-            if p and p[0] == DATA and p[1] == INDICATION:
-                return p[3].get(A_DATA, [None])[0]
-
-
 def tcp_client(port, creds=None):
-    return StreamTurn(port, creds=creds, sock=socket.create_connection((POD, port), timeout=5))
+    return StreamClient(port, creds=creds, sock=socket.create_connection((POD, port), timeout=5))
 
 
 def tls_client(port):
@@ -169,7 +143,7 @@ def tls_client(port):
     ctx.verify_mode = ssl.CERT_NONE
     ctx.set_alpn_protocols(["stun.turn"])
     raw = socket.create_connection((POD, port), timeout=5)
-    return StreamTurn(port, sock=ctx.wrap_socket(raw))
+    return StreamClient(port, sock=ctx.wrap_socket(raw))
 
 
 def refused(c, ip, port):

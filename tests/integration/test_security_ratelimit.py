@@ -18,11 +18,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
+from harness_admin import (ALLOCATE, A_TRANSPORT, REQUEST, Client, Daemon, Failure,  # noqa: E402
+                           Peer, build, check, config, error_code, free_port, parse, relay_range,
+                           run_tests)
 from test_metrics import scrape  # noqa: E402
-from test_security_stun import (A_TRANSPORT, ALLOCATE, REQUEST, Client, Daemon,  # noqa: E402
-                                Failure, Listener, build, check, config, error_code, free_port,
-                                parse, relay_range)
 
 WORKERS = 2
 RATE, BURST = 50, 20
@@ -224,7 +223,7 @@ def test_service_during_flood(d):
     relays; a client of the flooded prefix that authenticated before the flood refreshes
     and relays (authenticated requests are never limited)."""
     daemon, port, mport = start(d, {"unauth_rate": RATE, "unauth_burst": BURST})
-    sink = Listener("127.0.0.1")
+    sink = Peer("127.0.0.1")
     early = Client(port, user="early", bind="127.0.0.77")
     q, stop = multiprocessing.Queue(), multiprocessing.Event()
     p = None

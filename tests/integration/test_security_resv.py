@@ -15,10 +15,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
+from harness_admin import (A_TOKEN, Client, Daemon, config, error_code, free_port,  # noqa: E402
+                           run_tests)
 from test_security_limits import EVEN_R, RNG_SEEN, alloc_until, bindable, free_all  # noqa: E402
-from test_security_stun import (A_TOKEN, Client, Daemon, config, error_code,  # noqa: E402
-                                free_port)
 
 
 def reserve_and_expire(pa, pb, lo, present):

@@ -11,17 +11,14 @@ this instance's own allocations is tests/integration/test_short_circuit.py. The 
 interface address of the host (in a network namespace of the test's own, where the
 loopback also holds 10.99.0.1) with the health endpoint on the wildcard.
 """
-import json
 import os
-import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
-from test_security_stun import (A_ADDITIONAL_FAMILY, Client, Daemon, Listener,  # noqa: E402
-                                check, config, error_code, free_port, relay_range)
-from test_tcp_relay import TcpPeer, TcpTurn  # noqa: E402
+from harness_admin import (A_ADDITIONAL_FAMILY, REQUEST, Client, Daemon, Peer,  # noqa: E402
+                           StreamClient, TcpPeer, build, check, config, error_code, free_port,
+                           relay_range, run_tests)
 
 BINDING = 0x0001
 DUAL = [(A_ADDITIONAL_FAMILY, bytes([2, 0, 0, 0]))]
@@ -51,14 +48,14 @@ def denied(daemon):
 
 
 def stun_binding():
-    return struct.pack("!HHI12s", BINDING, 0, 0x2112A442, os.urandom(12))
+    return build(BINDING, REQUEST, os.urandom(12), [])
 
 
 def test_udp_self_refused(d):
     daemon, ports = start(d)
     http = [ports[k] for k in ("health", "metrics", "cred")]
-    sinks = [Listener("127.0.0.1", p) for p in http]
-    peer = Listener("127.0.0.1")
+    sinks = [Peer("127.0.0.1", p) for p in http]
+    peer = Peer("127.0.0.1")
     c = Client(ports["udp"])
     try:
         c.allocate(DUAL)
@@ -108,7 +105,7 @@ def test_udp_self_refused(d):
 def test_tcp_connect_self_refused(d):
     daemon, ports = start(d)
     ok = TcpPeer("127.0.0.1")
-    c = TcpTurn(ports["tcp"])
+    c = StreamClient(ports["tcp"])
     try:
         c.allocate_tcp()
         before = denied(daemon)
@@ -158,7 +155,7 @@ def test_interface_address_refused(d):
     text = text.replace('  healthcheck_endpoint: ""\n',
                         '  healthcheck_endpoint: "http://:%d"\n' % port_health)
     daemon = Daemon(d, text).start()
-    sink, peer = Listener(ip, port_health), Listener(ip)
+    sink, peer = Peer(ip, port_health), Peer(ip)
     c = Client(port_udp)
     try:
         c.allocate()

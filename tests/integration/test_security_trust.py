@@ -20,14 +20,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests  # noqa: E402
+from harness_admin import (ALLOCATE, A_CHANNEL, A_LIFETIME, A_NONCE, A_PEER,  # noqa: E402
+                           A_REALM, A_TRANSPORT, A_USERNAME, CHANNEL_BIND, CREATE_PERMISSION,
+                           ERROR, REALM, REFRESH, REQUEST, SUCCESS, Daemon, build, check, config,
+                           credentials, error_code, free_port, parse, relay_range, run_tests,
+                           xor_addr)
 from test_security_ratelimit import (DROPPED, MISSING, daemon_conf, delta, flood,  # noqa: E402
                                      settle, udp_paced)
-from test_security_stun import (A_CHANNEL, A_LIFETIME, A_NONCE, A_PEER, A_REALM,  # noqa: E402
-                                A_TRANSPORT, A_USERNAME, ALLOCATE, CHANNEL_BIND,
-                                CREATE_PERMISSION, ERROR, REALM, REFRESH, REQUEST, SUCCESS,
-                                Daemon, build, check, config, credentials, error_code,
-                                free_port, parse, relay_range, xor_addr)
 
 WORKERS = 2
 TRUSTED = "turngate_unauth_responses_trusted_total"
