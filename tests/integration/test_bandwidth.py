@@ -25,11 +25,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
+from harness_admin import (Client, Daemon, Peer, check, config, error_code,  # noqa: E402
+                           free_port, relay_range, run_tests, wait_for)
 from test_metrics import scrape  # noqa: E402
-from test_quota import allocs, as_user, by_worker, reload, user_creds  # noqa: E402
-from test_security_stun import (Client, Daemon, Listener, check, config,  # noqa: E402
-                                error_code, free_port, relay_range)
+from test_quota import allocs, as_user, by_worker, user_creds  # noqa: E402
 
 PAYLOAD = 500                   # bytes of relayed payload per datagram
 BURST_MS = 100
@@ -54,38 +53,6 @@ def start(d, limits, listeners=None):
     text = text.replace("admin:\n", 'admin:\n  metrics_endpoint: "http://127.0.0.1:%d/metrics"\n'
                         % mport, 1)
     return Daemon(d, text).start(), ports, mport
-
-
-class Peer:
-    """A UDP peer counting what arrives, with arrival times, on its own thread."""
-
-    def __init__(self):
-        self.l = Listener("127.0.0.1")
-        self.port = self.l.port
-        self.times = []
-        self.stop = False
-        self.l.sock.settimeout(0.1)
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        while not self.stop:
-            try:
-                data = self.l.sock.recv(70000)
-            except OSError:
-                continue
-            self.times.append((time.monotonic(), len(data)))
-
-    def bytes_between(self, t0, t1):
-        return sum(n for t, n in list(self.times) if t0 <= t < t1)
-
-    def total(self):
-        return sum(n for _, n in list(self.times))
-
-    def close(self):
-        self.stop = True
-        self.t.join()
-        self.l.close()
 
 
 def bound(c, peer):
@@ -151,11 +118,9 @@ def settled(fn, what):
 
 
 def alloc_of(daemon, c):
-    me = "127.0.0.1:%d" % c.sock.getsockname()[1]
-    for a in allocs(daemon):
-        if a["client"] == me:
-            return a
-    raise AssertionError("no allocation of %s" % me)
+    a = c.record(daemon)
+    check(a is not None, "no allocation of %r" % (c.sock.getsockname(),))
+    return a
 
 
 def top_entry(daemon, aid):
@@ -175,7 +140,7 @@ def test_allocation_and_user(d):
         u = user_creds("bwuser")
         as_user(a, u)
         as_user(b, u)
-        pa, pb = Peer(), Peer()
+        pa, pb = Peer(mode="count"), Peer(mode="count")
         peers += [pa, pb]
         bound(a, pa)
         bound(b, pb)
@@ -249,7 +214,7 @@ def test_tenant_cap(d):
     peers = []
     try:
         c1, c2 = Client(ports["capped"]), Client(ports["free"])
-        p1, p2 = Peer(), Peer()
+        p1, p2 = Peer(mode="count"), Peer(mode="count")
         peers += [p1, p2]
         bound(c1, p1)
         bound(c2, p2)
@@ -281,7 +246,7 @@ def test_reload_under_traffic(d):
     peers = []
     try:
         c = Client(ports["udp"])
-        p = Peer()
+        p = Peer(mode="count")
         peers.append(p)
         bound(c, p)
         aid = alloc_of(daemon, c)["id"]
@@ -292,10 +257,10 @@ def test_reload_under_traffic(d):
         s = Sender(c, pps_for(offered, 1), 13).start()
         marks = [time.monotonic()]
         time.sleep(4)
-        reload(daemon, text.replace("allocation_bps: 800000", "allocation_bps: 400000"))
+        daemon.reload(text.replace("allocation_bps: 800000", "allocation_bps: 400000"))
         marks.append(time.monotonic())
         time.sleep(4)
-        reload(daemon, text.replace("allocation_bps: 800000", "allocation_bps: 0"))
+        daemon.reload(text.replace("allocation_bps: 800000", "allocation_bps: 0"))
         marks.append(time.monotonic())
         sent = s.join()
         time.sleep(0.5)

@@ -12,8 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATED, check, run_tests, wait_for  # noqa: E402
-from test_security_stun import Daemon, free_port  # noqa: E402
+from harness_admin import TURNGATED, Daemon, check, free_port, run_tests, wait_for  # noqa: E402
 from test_tcp_relay import with_metrics  # noqa: E402
 from test_tls import tls_config  # noqa: E402
 

@@ -32,11 +32,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Failure,  # noqa: E402
-                           run_tests_as_root, unshare)
-from test_security_stun import (Client, Daemon, check, error_code, free_port,  # noqa: E402
-                                relay_range)
-from test_siblings import Net, Peer, exchange, start_pair, stop_pair  # noqa: E402
+from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Client, Daemon, Failure,  # noqa: E402
+                           check, error_code, free_port, relay_range, run_tests_as_root, unshare)
+from test_siblings import Allocated, Net, exchange, start_pair, stop_pair  # noqa: E402
 
 DNS_IP = "127.0.0.53"
 PEERS = ("10.55.0.5", "10.55.0.6")  # on this namespace's lo
@@ -192,7 +190,7 @@ def siblings_by_name(d, files):
         check(resolved_b() == ["127.0.0.4"], "b.sib.test at start: %r" % (resolved_b(),))
         files.hosts({names[0]: "127.0.0.1", names[1]: "127.0.0.3"})
         eventually(lambda: resolved_b() == ["127.0.0.3"], "A sees b.sib.test at 127.0.0.3")
-        pa, pb = Peer(a, "alice"), Peer(b, "bob")
+        pa, pb = Allocated(a, "alice"), Allocated(b, "bob")
         exchange(a, b, pa, pb)
         pa.c.close()
         pb.c.close()

@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATECTL, check, run_tests, wait_for  # noqa: E402
-from test_security_stun import SECRET, Daemon  # noqa: E402
-from test_tcp_relay import TcpPeer, start, tls_tcp_config  # noqa: E402
+from harness_admin import (SECRET, TURNGATECTL, Daemon, TcpPeer, check, run_tests,  # noqa: E402
+                           wait_for)
+from test_tcp_relay import start, tls_tcp_config  # noqa: E402
 
 STEPS = ["connect", "allocate", "tcp-connect", "connection-bind", "round trip", "delete"]
 

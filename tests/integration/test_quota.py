@@ -13,16 +13,15 @@ admitted, and one more exactly when one ended. Relay ports 57000-57999 (no other
 import hashlib
 import os
 import signal
-import socket
 import struct
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_LIFETIME, REALM, REFRESH, Client, Daemon,  # noqa: E402
-                                check, config, credentials, error_code, free_port,
-                                parse)
+from harness_admin import (A_LIFETIME, REALM, REFRESH, Client, Daemon, StreamClient,  # noqa: E402
+                           check, config, credentials, error_code, free_port, run_tests, wait_for)
+
+TcpClient = StreamClient  # test_session_records.py's name for it, until it imports harness_admin
 
 RELAY = (57000, 57999)
 
@@ -40,23 +39,14 @@ def make_config(d, port, limits, listener_max=None, port2=None):
     return text
 
 
-def reload(daemon, text):
-    daemon.write_config(text)
-    r = daemon.admin({"cmd": "reload"})
-    check(r.get("ok") is True, "reload failed: %r" % (r,))
-
-
 def allocs(daemon):
     return daemon.admin({"cmd": "allocations"})["allocations"]
 
 
 def owner(daemon, c):
     """The worker owning c's allocation (by client address), or None."""
-    me = "127.0.0.1:%d" % c.sock.getsockname()[1]
-    for a in allocs(daemon):
-        if a["client"] == me:
-            return a["worker"]
-    return None
+    a = c.record(daemon)
+    return a and a["worker"]
 
 
 def refresh0(c):
@@ -141,7 +131,7 @@ def test_user_quota_across_workers(d):
         w0[2].allocate()
         w1[1].allocate(expect=486)
         # A reload lowering the quota ends nothing and refuses new allocations.
-        reload(daemon, text.replace("user_quota: 2", "user_quota: 1"))
+        daemon.reload(text.replace("user_quota: 2", "user_quota: 1"))
         check(len(allocs(daemon)) == 2, "a lower quota ended allocations")
         w1[1].allocate(expect=486)
         refresh0(w0[1])
@@ -186,11 +176,11 @@ def test_listener_cap_across_workers(d):
         time.sleep(0.2)
         w1[2].allocate(expect=508)
         # Lowering the cap ends nothing; raising it admits again.
-        reload(daemon, text.replace("max_allocations: 3", "max_allocations: 1"))
+        daemon.reload(text.replace("max_allocations: 3", "max_allocations: 1"))
         check(len(allocs(daemon)) == 3 + len(other), "a lower cap ended allocations")
         refresh0(w0[0])
         w1[2].allocate(expect=508)   # 2 left, cap 1
-        reload(daemon, text.replace("max_allocations: 3", "max_allocations: 4"))
+        daemon.reload(text.replace("max_allocations: 3", "max_allocations: 4"))
         w1[2].allocate()
         w0[2].allocate()
         w0[0].allocate(expect=508)
@@ -217,35 +207,12 @@ def test_total_quota_across_workers(d):
         w1[1].allocate()
         w0[1].allocate(expect=508)
         # Removing a listener by reload ends its allocations and gives their counts back.
-        reload(daemon, make_config(d, port, {"total_quota": 3}))
+        daemon.reload(make_config(d, port, {"total_quota": 3}))
         wait_for(lambda: len(allocs(daemon)) == 2, "the removed listener's allocation to end")
         w0[1].allocate()
         w0[2].allocate(expect=508)
     finally:
         daemon.stop()
-
-
-class TcpClient(Client):
-    """A TURN-TCP client: one connection, STUN messages back to back on it."""
-
-    def __init__(self, port, user):
-        super().__init__(port, user=user)
-        self.sock.close()
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-
-    def transact(self, msg, tid, timeout=2.0, tries=1):
-        self.sock.sendall(msg)
-        self.sock.settimeout(timeout)
-        head = b""
-        while len(head) < 20:
-            head += self.sock.recv(20 - len(head))
-        body = b""
-        need = struct.unpack("!H", head[2:4])[0]
-        while len(body) < need:
-            body += self.sock.recv(need - len(body))
-        p = parse(head + body)
-        check(p is not None and p[2] == tid, "TCP: unexpected response")
-        return p
 
 
 def test_other_endings(d):
@@ -267,7 +234,7 @@ def test_other_endings(d):
         b.allocate()
         wait_for(lambda: not allocs(daemon), "the second allocation to expire", timeout=10)
         # TURN-TCP: the allocation ends with its connection.
-        t = TcpClient(port, user="t")
+        t = StreamClient(port, user="t")
         t.allocate()
         check([x["transport"] for x in allocs(daemon)] == ["tcp"], "a TCP allocation")
         u = Client(port, user="t")
@@ -286,7 +253,7 @@ def test_other_endings(d):
         refresh0(v)
         # A TURN-TCP allocation of a worker killed with SIGKILL: its replacement releases
         # the record (the connection died) and gives the counts back.
-        t2 = TcpClient(port, user="t")
+        t2 = StreamClient(port, user="t")
         as_user(t2, (t.username, t.password, t.key))
         t2.allocate()
         slot = allocs(daemon)[0]["worker"]

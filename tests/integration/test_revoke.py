@@ -22,11 +22,10 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_quota import TcpClient  # noqa: E402
-from test_security_stun import (A_LIFETIME, REALM, REFRESH, Client, Daemon,  # noqa: E402
-                                check, config, credentials, error_code, free_port)
-from test_tls import TlsClient, dtls_connect, make_cert, tls_config  # noqa: E402
+from harness_admin import (A_LIFETIME, REALM, REFRESH, Client, Daemon, StreamClient,  # noqa: E402
+                           check, config, credentials, dtls_client, error_code, free_port,
+                           make_cert, run_tests, tls_client, wait_for)
+from test_tls import tls_config  # noqa: E402
 
 RELAY = (65420, 65519)
 
@@ -45,16 +44,6 @@ def as_user(c, user, lifetime=3600):
 
 def client(port, user, lifetime=3600):
     return as_user(Client(port, user), user, lifetime)
-
-
-class DtlsClient(TlsClient):
-    """TlsClient's requests over a DTLS association."""
-
-    def __init__(self, port):
-        Client.__init__(self, port)
-        self.sock.close()
-        self.sock = dtls_connect(port)
-        self.buf = b""
 
 
 def users(daemon):
@@ -150,8 +139,8 @@ def test_revoke_every_transport(d):
     cs = []
 
     def four(user, lifetime):
-        new = [as_user(Client(udp), user, lifetime), as_user(TcpClient(udp, user), user, lifetime),
-               as_user(TlsClient(tls), user, lifetime), as_user(DtlsClient(dtls), user, lifetime)]
+        new = [as_user(Client(udp), user, lifetime), as_user(StreamClient(udp, user), user, lifetime),
+               as_user(tls_client(tls), user, lifetime), as_user(dtls_client(dtls), user, lifetime)]
         cs.extend(new)
         return new
     try:

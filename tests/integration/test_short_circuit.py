@@ -32,15 +32,11 @@ import signal
 import socket
 import struct
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_DATA, A_PEER, DATA, INDICATION, REALM, SECRET,  # noqa: E402
-                                SEND, Client, Daemon, build, check, error_code, free_port,
-                                parse, parse_xor_addr, relay_range, xor_addr)
-from test_tcp_relay import TcpTurn  # noqa: E402
-from test_tls import dtls_connect, make_cert, tls_connect  # noqa: E402
+from harness_admin import (REALM, SECRET, Client, Daemon, Failure, StreamClient,  # noqa: E402
+                           check, dtls_connect, error_code, free_port, make_cert, relay_range,
+                           run_tests, tls_connect, wait_for)
 
 MASK = "127.0.0.9"
 
@@ -88,94 +84,32 @@ def allocations(daemon):
     return {a["id"]: a for a in daemon.admin({"cmd": "allocations"})["allocations"]}
 
 
-class Peer:
-    """A client with its allocation: c (Client), relayed (ip, port), record (admin entry)."""
+class Allocated:
+    """A UDP client on port with its allocation: c (Client), relayed (ip, port), record
+    (admin entry)."""
 
     def __init__(self, daemon, port, user):
         self.c = Client(port, user)
-        r = self.c.allocate()
-        self.relayed = self.c.relayed(r)[0]
-        mine = self.c.sock.getsockname()
-        found = [a for a in allocations(daemon).values() if a["client"] == "%s:%d" % mine]
-        check(len(found) == 1, "allocation of %r not listed" % (mine,))
-        self.record = found[0]
+        self.relayed = self.c.relayed(self.c.allocate())[0]
+        self.record = self.c.record(daemon)
+        check(self.record is not None,
+              "allocation of %r not listed" % (self.c.sock.getsockname(),))
 
     def close(self):
         self.c.close()
 
 
-class StreamTurn(TcpTurn):
-    """A TURN-TCP client whose Send indications and ChannelData go on its stream (the
-    latter padded to 4 bytes, RFC 8656 11.5)."""
-
-    def send(self, ip, port, payload):
-        tid = os.urandom(12)
-        self.sock.sendall(build(SEND, INDICATION, tid, [(A_PEER, xor_addr(ip, port, tid)),
-                                                        (A_DATA, payload)]))
-
-    def channel_data(self, channel, payload):
-        pad = b"\0" * (-len(payload) % 4)
-        self.sock.sendall(struct.pack("!HH", channel, len(payload)) + payload + pad)
-
-    def next_frame(self):
-        """The next whole Data indication or ChannelData already read, as recv_all's
-        tuples; False when none is complete yet, None for another message (skipped)."""
-        b = self.buf
-        if len(b) >= 4 and 0x40 <= b[0] <= 0x4F:
-            ch, ln = struct.unpack("!HH", b[:4])
-            total = 4 + ln + (-ln % 4)
-            if len(b) < total:
-                return False
-            self.buf = b[total:]
-            return ("chan", ch, b[4:4 + ln])
-        if len(b) < 20 or len(b) < 20 + struct.unpack("!H", b[2:4])[0]:
-            return False
-        need = 20 + struct.unpack("!H", b[2:4])[0]
-        p, self.buf = parse(b[:need]), b[need:]
-        if p and p[0] == DATA and p[1] == INDICATION:
-            return ("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0])
-        return None
-
-
-class StreamPeer:
-    """Peer's counterpart for a TURN-TCP client on listener tcpmasked, or (secure "tls") a
-    TURN-TLS one on tlsmasked, or ("dtls") a TURN-DTLS one on dtlsmasked (the same port
-    number, UDP)."""
+class StreamAllocated(Allocated):
+    """Allocated for a TURN-TCP client on listener tcpmasked, or (secure "tls") a TURN-TLS
+    one on tlsmasked, or ("dtls") a TURN-DTLS one on dtlsmasked (the same port number, UDP)."""
 
     def __init__(self, daemon, port, user, secure=None):
         sock = {"tls": tls_connect, "dtls": dtls_connect}[secure](port) if secure else None
-        self.c = StreamTurn(port, user=user, sock=sock)
+        self.c = StreamClient(port, user=user, sock=sock)
         self.relayed = self.c.relayed(self.c.allocate())[0]
-        found = [a for a in allocations(daemon).values()
-                 if a["relay"] == "%s:%d" % self.relayed]
+        found = [a for a in daemon.allocations() if a["relay"] == "%s:%d" % self.relayed]
         check(len(found) == 1, "TCP allocation %r not listed" % (self.relayed,))
         self.record = found[0]
-
-    def recv_all(self, n, timeout):
-        got = []
-        deadline = time.monotonic() + timeout
-        while len(got) < n:
-            f = self.c.next_frame()
-            if f:
-                got.append(f)
-                continue
-            if f is None:
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self.c.sock.settimeout(left)
-            try:
-                data = self.c.sock.recv(65536)
-            except OSError:
-                break
-            if not data:
-                break
-            self.c.buf += data
-        return got
-
-    def close(self):
-        self.c.close()
 
 
 class Capture:
@@ -216,24 +150,7 @@ class Capture:
 
 def recv_all(peer, n, timeout=2.0):
     """Up to n Data indications or ChannelData for peer: [(kind, channel or sender, data)]."""
-    if isinstance(peer, StreamPeer):
-        return peer.recv_all(n, timeout)
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        peer.c.sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            data = peer.c.sock.recv(70000)
-        except OSError:
-            break
-        if 0x40 <= data[0] <= 0x7F:
-            ch, ln = struct.unpack("!HH", data[:4])
-            got.append(("chan", ch, data[4:4 + ln]))
-            continue
-        p = parse(data)
-        if p and p[0] == DATA and p[1] == INDICATION:
-            got.append(("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0]))
-    return got
+    return peer.c.frames(n, timeout)
 
 
 def expect_quiet(peer, timeout=0.5):
@@ -293,11 +210,11 @@ def exchange(daemon, a, b, n=5, bound=False):
 
 
 def pair_on_workers(daemon, port, want_split, tries=24):
-    """Two Peers on listener port, on two different workers when want_split, else on one."""
-    first = Peer(daemon, port, "alice")
+    """Two Allocated on listener port, on two different workers when want_split, else on one."""
+    first = Allocated(daemon, port, "alice")
     spare = []
     for i in range(tries):
-        p = Peer(daemon, port, "bob%d" % i)
+        p = Allocated(daemon, port, "bob%d" % i)
         if (p.record["worker"] != first.record["worker"]) == want_split:
             for s in spare:
                 s.close()
@@ -347,7 +264,7 @@ def test_two_workers(d):
 
 def test_no_permission_dropped(d):
     daemon, (masked, _, _) = start(d, 2)
-    a, b = Peer(daemon, masked, "alice"), Peer(daemon, masked, "bob")
+    a, b = Allocated(daemon, masked, "alice"), Allocated(daemon, masked, "bob")
     try:
         r = a.c.perm(*b.relayed)
         check(error_code(r[3]) is None, "CreatePermission: %r" % (error_code(r[3]),))
@@ -379,7 +296,7 @@ def test_no_permission_dropped(d):
 
 def test_routes_refuse_mask(d):
     daemon, (masked, _, closed) = start(d, 2)
-    a, b = Peer(daemon, masked, "alice"), Peer(daemon, closed, "bob")
+    a, b = Allocated(daemon, masked, "alice"), Allocated(daemon, closed, "bob")
     try:
         check(b.relayed[0] == MASK, "closed listener announced %r" % (b.relayed,))
         r = b.c.perm(*a.relayed)
@@ -417,16 +334,16 @@ def test_bad_mask_refused(d):
 
 
 def stream_pair(daemon, ports, tcp_port, split, tag, tries=24, stream_slot=None, secure=None):
-    """A UDP Peer on listener masked and a StreamPeer on tcp_port (secure: StreamPeer's),
-    owned by different workers when split (the UDP one's worker receives its datagrams:
+    """An Allocated on listener masked and a StreamAllocated on tcp_port (secure: its
+    transport), owned by different workers when split (the UDP one's worker receives its datagrams:
     its datagrams for the stream client must be handed over), else by one. stream_slot:
     the stream client's worker must be that one. Bounded: tries new clients until the
     owners fit."""
     rejected = []  # open until the end: a freed port must not come back in this loop
     try:
         for i in range(tries):
-            a = Peer(daemon, ports[0], "alice-%s%d" % (tag, i))
-            t = StreamPeer(daemon, tcp_port, "tcp-%s%d" % (tag, i), secure)
+            a = Allocated(daemon, ports[0], "alice-%s%d" % (tag, i))
+            t = StreamAllocated(daemon, tcp_port, "tcp-%s%d" % (tag, i), secure)
             wa, wt = a.record["worker"], t.record["worker"]
             if (wa != wt) == split and stream_slot in (None, wt):
                 check(t.relayed[0] == MASK, "TCP client's relayed address %r" % (t.relayed,))
@@ -533,7 +450,7 @@ def test_capture_control(d):
     daemon = Daemon(d, config(d, ports, 2, (lo, hi)), workers=2).start()
     plain = ports[1]
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    a = Peer(daemon, plain, "alice")
+    a = Allocated(daemon, plain, "alice")
     try:
         for port in range(hi, lo, -1):
             try:

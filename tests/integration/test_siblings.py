@@ -29,8 +29,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests  # noqa: E402
-from test_security_stun import Client, Daemon, check, error_code, free_port  # noqa: E402
+from harness_admin import (Client, Daemon, Failure, check, error_code, free_port,  # noqa: E402
+                           hostport, run_tests)
 from test_short_circuit import expect_quiet, recv_all  # noqa: E402
 
 A_SLICE, B_SLICE = (49400, 49599), (49600, 49799)
@@ -47,11 +47,6 @@ class Net:
 
 
 V4 = Net("127.0.0.1", "127.0.0.3", "127.0.0.9", "127.0.0.5")
-
-
-def hostport(addr):
-    """"ip:port" or "[ip]:port", as the admin listing writes addresses."""
-    return ("[%s]:%d" if ":" in addr[0] else "%s:%d") % addr[:2]
 
 
 def siblings_yaml(net):
@@ -109,7 +104,7 @@ class Instance:
         raise Failure("%s not in /metrics" % name)
 
 
-class Peer:
+class Allocated:
     """A client of instance inst with its allocation: relayed (the masked address) and
     internal (its relay socket's real address, from the admin listing)."""
 
@@ -117,11 +112,10 @@ class Peer:
         self.c = Client(inst.port, user, server=inst.ip)
         r = self.c.allocate()
         self.relayed = self.c.relayed(r)[0]
-        mine = hostport(self.c.sock.getsockname())
-        found = [a for a in inst.daemon.admin({"cmd": "allocations"})["allocations"]
-                 if a["client"] == mine]
-        check(len(found) == 1, "allocation of %s not listed" % mine)
-        ip, port = found[0]["relay_internal"].rsplit(":", 1)
+        rec = self.c.record(inst.daemon)
+        check(rec is not None,
+              "allocation of %s not listed" % hostport(self.c.sock.getsockname()))
+        ip, port = rec["relay_internal"].rsplit(":", 1)
         self.internal = (ip.strip("[]"), int(port))
 
     def perm(self, ip, port=9):
@@ -212,7 +206,7 @@ def exchange(a, b, pa, pb, n=5):
 
 def no_permission(a, b, pa):
     """B's client holds no permission for A's masked address: translated, then dropped."""
-    pc = Peer(b, "carol")
+    pc = Allocated(b, "carol")
     mask = a.net.mask
     pa.perm(mask)
     ca0, cb0 = a.stats(), b.stats()
@@ -284,7 +278,7 @@ def run_siblings(d, net):
     try:
         check_listing(a, b)
         check_listing(b, a)
-        pa, pb = Peer(a, "alice"), Peer(b, "bob")
+        pa, pb = Allocated(a, "alice"), Allocated(b, "bob")
         for p, inst in ((pa, a), (pb, b)):
             lo, hi = inst.relay
             check(p.relayed[0] == net.mask and lo <= p.relayed[1] <= hi,

@@ -19,10 +19,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import TURNGATECTL, check, run_tests  # noqa: E402
-from test_security_stun import SECRET, Daemon  # noqa: E402
-from test_security_stun import DATA, INDICATION  # noqa: E402
-from test_tcp_relay import TcpPeer, TcpTurn, start, tls_tcp_config  # noqa: E402
+from harness_admin import (DATA, INDICATION, SECRET, TURNGATECTL, Daemon,  # noqa: E402
+                           StreamClient, TcpPeer, check, run_tests, tls_connect)
+from test_tcp_relay import start, tls_tcp_config  # noqa: E402
 
 BOUND_MS = 20.0
 
@@ -72,11 +71,11 @@ def test_raw_rfc6062(d):
     peer = TcpPeer("127.0.0.1")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         nodelay(ctl.sock)
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peer.port)
-        dc = TcpTurn(port, creds=ctl.creds())
+        dc = StreamClient(port, creds=ctl.creds())
         nodelay(dc.sock)
         code = dc.connection_bind(cid)
         check(code is None, "ConnectionBind: %r" % (code,))
@@ -126,14 +125,13 @@ def control_then_data(ctl, what):
 
 def test_control_then_data(d):
     """The first relayed packet after each control answer, over TURN-TCP and TURN-TLS."""
-    from test_tls import tls_connect
     text, tls_port, tcp_port = tls_tcp_config(d)
     daemon = Daemon(d, text).start()
     try:
-        ctl = TcpTurn(tcp_port)
+        ctl = StreamClient(tcp_port)
         control_then_data(ctl, "tcp: data after answer")
         ctl.sock.close()
-        ctl = TcpTurn(tcp_port, sock=tls_connect(tls_port))
+        ctl = StreamClient(tcp_port, sock=tls_connect(tls_port))
         control_then_data(ctl, "tls: data after answer")
         ctl.sock.close()
     finally:

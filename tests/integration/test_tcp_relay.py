@@ -18,8 +18,6 @@ the limits.tcp_* keys (connections per allocation, connect timeout, buffer size;
 a reload) with the per-allocation figures of `allocations`, and the 30 s ConnectionBind
 deadline (the one long wait). Every wait is bounded.
 """
-import hashlib
-import hmac
 import os
 import socket
 import struct
@@ -28,175 +26,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_PEER, A_RELAYED, ALLOCATE, ERROR, INDICATION,  # noqa: E402
-                                SUCCESS, Client, Daemon, check, config, daemon_pids,
-                                error_code, free_port, parse, parse_xor_addr, relay_range,
-                                rss_kb, xor_addr)
+from harness_admin import (ALLOCATE, A_CONNECTION_ID, A_EVEN_PORT, A_PEER,  # noqa: E402
+                           A_RELAYED, A_REQ_FAMILY, A_TRANSPORT, CONNECT, INDICATION, Client,
+                           Daemon, StreamClient, TcpPeer, check, config, daemon_pids, error_code,
+                           free_port, make_cert, parse_xor_addr, relay_range, rss_kb, run_tests,
+                           tls_connect, wait_for)
 
-CONNECT, CONNECTION_BIND = 0x000A, 0x000B
-A_CONNECTION_ID, A_TRANSPORT, A_REQ_FAMILY, A_EVEN_PORT = 0x002A, 0x0019, 0x0017, 0x0018
-
-
-class TcpTurn(Client):
-    """A TURN client on one TCP connection; after a ConnectionBind the connection is raw
-    (the bytes read past the response stay in self.buf)."""
-
-    def __init__(self, port, user="alice", creds=None, sock=None):
-        """sock: a connected stream of another kind (TLS, DTLS) instead of TCP to port."""
-        super().__init__(port, user=user)
-        self.sock.close()
-        self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.buf = b""
-        if creds:
-            self.username, self.password, self.key = creds
-
-    def creds(self):
-        return self.username, self.password, self.key
-
-    def read_msg(self, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            if len(self.buf) >= 20:
-                need = 20 + struct.unpack("!H", self.buf[2:4])[0]
-                if len(self.buf) >= need:
-                    msg, self.buf = self.buf[:need], self.buf[need:]
-                    self.last_raw = msg
-                    return parse(msg)
-            left = deadline - time.monotonic()
-            check(left > 0, "no message in %.0f s" % timeout)
-            self.sock.settimeout(left)
-            data = self.sock.recv(65536)
-            check(data, "connection closed by the server")
-            self.buf += data
-
-    def transact(self, msg, tid, timeout=12.0, tries=1):
-        self.sock.sendall(msg)
-        for _ in range(16):
-            p = self.read_msg(timeout)
-            if p and p[2] == tid and p[1] in (SUCCESS, ERROR):
-                return p
-            check(p is not None and p[1] == INDICATION, "unexpected message %r" % (p,))
-        return None
-
-    def allocate_tcp(self, extra=(), expect=None):
-        r = self.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))] + list(extra))
-        check(error_code(r[3]) == expect, "Allocate TCP: expected %r, got %r"
-              % (expect, error_code(r[3])))
-        return r
-
-    def connect(self, ip, port, expect=None):
-        """Connect; returns the CONNECTION-ID (bytes) or the error code when expected."""
-        r = self._peer_request(CONNECT, [], ip, port)
-        code = error_code(r[3])
-        if expect == "any":
-            return code if code is not None else r[3].get(A_CONNECTION_ID, [b""])[0]
-        check(code == expect, "Connect %s:%d: expected %r, got %r" % (ip, port, expect, code))
-        check(mi_ok(self.last_raw, self.key), "Connect response not signed with the key")
-        if code is None:
-            cid = r[3].get(A_CONNECTION_ID, [b""])[0]
-            check(len(cid) == 4, "CONNECTION-ID of 4 bytes: %r" % (cid,))
-            return cid
-        return code
-
-    def connection_bind(self, cid):
-        r = self.request(CONNECTION_BIND, [(A_CONNECTION_ID, cid)])
-        return error_code(r[3])
-
-    def recv_exact(self, n, timeout=10.0):
-        deadline = time.monotonic() + timeout
-        while len(self.buf) < n:
-            left = deadline - time.monotonic()
-            check(left > 0, "got %d of %d bytes" % (len(self.buf), n))
-            self.sock.settimeout(left)
-            data = self.sock.recv(65536)
-            check(data, "EOF after %d of %d bytes" % (len(self.buf), n))
-            self.buf += data
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-    def recv_eof(self, timeout=10.0):
-        """True when the data connection reads EOF (nothing else) within timeout."""
-        self.sock.settimeout(timeout)
-        return self.buf == b"" and self.sock.recv(1) == b""
-
-
-def mi_ok(raw, key):
-    """True when raw (a whole STUN message) carries a MESSAGE-INTEGRITY made with key."""
-    pos = 20
-    while pos + 4 <= len(raw):
-        t, ln = struct.unpack("!HH", raw[pos:pos + 4])
-        if t == 0x0008:
-            hdr = raw[:2] + struct.pack("!H", pos + 24 - 20) + raw[4:20]
-            mac = hmac.new(key, hdr + raw[20:pos], hashlib.sha1).digest()
-            return hmac.compare_digest(mac, raw[pos + 4:pos + 24])
-        pos += 4 + ((ln + 3) & ~3)
-    return False
-
-
-class TcpPeer:
-    """A TCP server on ip: mode 'echo' (echoes until EOF, then closes), 'sink' (accepts and
-    never reads), 'reset' (accepts, reads a byte, answers with a RST). Counts accepts and
-    records the source address of each."""
-
-    def __init__(self, ip, mode="echo"):
-        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        self.ls = socket.socket(fam, socket.SOCK_STREAM)
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((ip, 0))
-        self.ls.listen(256)
-        self.port = self.ls.getsockname()[1]
-        self.mode = mode
-        self.sources, self.conns = [], []
-        self.stop = False
-        self.t = threading.Thread(target=self._accept, daemon=True)
-        self.t.start()
-
-    def _accept(self):
-        self.ls.settimeout(0.2)
-        while not self.stop:
-            try:
-                c, addr = self.ls.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self.sources.append(addr[:2])
-            self.conns.append(c)
-            if self.mode == "echo":
-                threading.Thread(target=self._echo, args=(c,), daemon=True).start()
-            elif self.mode == "reset":
-                threading.Thread(target=self._reset, args=(c,), daemon=True).start()
-
-    @staticmethod
-    def _echo(c):
-        try:
-            c.settimeout(30)
-            while True:
-                d = c.recv(65536)
-                if not d:
-                    break
-                c.sendall(d)
-        except OSError:
-            pass
-        c.close()
-
-    @staticmethod
-    def _reset(c):
-        try:
-            c.settimeout(30)
-            c.recv(1)
-            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-        c.close()
-
-    def close(self):
-        self.stop = True
-        self.t.join(2)
-        self.ls.close()
-        for c in self.conns:
-            c.close()
+TcpTurn = StreamClient  # tests/stunner's name for it, until it imports harness_admin
 
 
 def tcp_config(d, port, relay, workers=1, clusters=None, limits=None):
@@ -220,7 +56,7 @@ def start(d, workers=1, clusters=None):
 
 def open_data(port, creds, cid):
     """A new connection bound to cid (ConnectionBind answered with success)."""
-    dc = TcpTurn(port, creds=creds)
+    dc = StreamClient(port, creds=creds)
     code = dc.connection_bind(cid)
     check(code is None, "ConnectionBind: got %r" % (code,))
     return dc
@@ -230,7 +66,7 @@ def flow(port, peer_ip, family=None):
     """Allocate TCP, Connect to an echo peer, bind, 200 KB both ways, half-close."""
     peer = TcpPeer(peer_ip)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         extra = [(A_REQ_FAMILY, bytes([2, 0, 0, 0]))] if family == 6 else []
         r = ctl.allocate_tcp(extra)
         relayed = [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])]
@@ -279,7 +115,7 @@ def test_refused_peer(d):
     daemon, port = start(d, clusters={"loopback": ["127.0.0.1", "127.0.0.3:<%d-%d>"
                                                    % (lo, lo + 10)]})
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         check(ctl.connect("127.0.0.2", refused.port, expect=403) == 403, "403")
         check(ctl.connect("127.0.0.3", ranged.port, expect=403) == 403, "403 (port)")
@@ -302,12 +138,12 @@ def test_errors(d):
     cport = closed.getsockname()[1]   # bound, never listening: connects are refused
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         ctl.connect("127.0.0.1", peer.port)
         ctl.connect("127.0.0.1", peer.port, expect=446)
         ctl.connect("127.0.0.1", cport, expect=447)
-        ctl2 = TcpTurn(port)
+        ctl2 = StreamClient(port)
         ctl2.allocate_tcp([(A_EVEN_PORT, bytes([0, 0, 0, 0]))], expect=400)
         u = Client(port)
         r = u.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))])
@@ -329,18 +165,18 @@ def test_connection_ids(d, workers=1):
     peer = TcpPeer("127.0.0.1")
     daemon, port = start(d, workers=workers)
     try:
-        ctl = TcpTurn(port, user="alice")
+        ctl = StreamClient(port, user="alice")
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peer.port)
         # Unknown: another random part (the low byte names the owner's slot), and a slot
         # that does not exist.
         unknown = struct.pack("!I", struct.unpack("!I", cid)[0] ^ 0x5A5A5A00)
-        check(TcpTurn(port, creds=ctl.creds()).connection_bind(unknown) == 400, "unknown")
+        check(StreamClient(port, creds=ctl.creds()).connection_bind(unknown) == 400, "unknown")
         noslot = struct.pack("!I", struct.unpack("!I", cid)[0] | 0xFF)
-        check(TcpTurn(port, creds=ctl.creds()).connection_bind(noslot) == 400, "no slot")
-        check(TcpTurn(port, user="mallory").connection_bind(cid) == 400, "another user")
+        check(StreamClient(port, creds=ctl.creds()).connection_bind(noslot) == 400, "no slot")
+        check(StreamClient(port, user="mallory").connection_bind(cid) == 400, "another user")
         dc = open_data(port, ctl.creds(), cid)
-        check(TcpTurn(port, creds=ctl.creds()).connection_bind(cid) == 400, "reused")
+        check(StreamClient(port, creds=ctl.creds()).connection_bind(cid) == 400, "reused")
         dc.sock.sendall(b"ping")
         check(dc.recv_exact(4) == b"ping", "echo after the refused binds")
         dc.close()
@@ -364,7 +200,7 @@ def test_slow_peer_bounded(d):
     peer = TcpPeer("127.0.0.1", mode="sink")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peer.port)
         dc = open_data(port, ctl.creds(), cid)
@@ -401,7 +237,7 @@ def test_parallel(d):
     ctls, dcs = [], []
     try:
         for k in range(4):
-            ctl = TcpTurn(port, user="p%d" % k)
+            ctl = StreamClient(port, user="p%d" % k)
             ctl.allocate_tcp()
             ctls.append(ctl)
             for p in peers:
@@ -425,7 +261,7 @@ def test_reset_propagated(d):
     peer = TcpPeer("127.0.0.1", mode="reset")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
         dc.sock.sendall(b"x")
@@ -449,7 +285,7 @@ def test_reload_removes_route(d):
     peer = TcpPeer("127.0.0.1")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
         dc.sock.sendall(b"before")
@@ -474,7 +310,7 @@ def test_reload_removes_route(d):
 def tls_tcp_config(d):
     """A config with TURN-UDP, TURN-TLS, TURN-DTLS and TURN-TCP listeners on 127.0.0.1 (a
     fresh certificate for turn.test): (text, tls_port, tcp_port)."""
-    from test_tls import make_cert, tls_config
+    from test_tls import tls_config
     crt, key = make_cert(d, "turn.test")
     udp_port, tls_port, dtls_port, tcp_port = free_port(), free_port(), free_port(), free_port()
     text = tls_config(d, udp_port, tls_port, dtls_port, crt, key)
@@ -494,21 +330,16 @@ def test_tls_control(d):
     plain socket pair, so the kernel's choice of worker does not matter: 6 of them, each
     echoing its own 64 KB) and over TURN-TCP; a half-close over TLS (close_notify) reaches
     the peer, whose close comes back as close_notify."""
-    from test_tls import tls_connect
     text, tls_port, tcp_port = tls_tcp_config(d)
     peers = [TcpPeer("127.0.0.1") for _ in range(7)]
     daemon = Daemon(d, text).start()
     dcs = []
     try:
-        ctl = TcpTurn(tcp_port)
-        ctl.sock.close()
-        ctl.sock = tls_connect(tls_port)
+        ctl = StreamClient(tls_port, sock=tls_connect(tls_port))
         ctl.allocate_tcp()
         for peer in peers[:6]:
             cid = ctl.connect("127.0.0.1", peer.port)
-            dc = TcpTurn(tcp_port, creds=ctl.creds())
-            dc.sock.close()
-            dc.sock = tls_connect(tls_port)
+            dc = StreamClient(tls_port, creds=ctl.creds(), sock=tls_connect(tls_port))
             check(dc.connection_bind(cid) is None, "ConnectionBind over TLS")
             dcs.append(dc)
         for k, dc in enumerate(dcs):
@@ -544,7 +375,7 @@ def test_worker_killed(d):
     peer = TcpPeer("127.0.0.1")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
         old = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
@@ -575,7 +406,7 @@ def test_bind_deadline(d):
     peer = TcpPeer("127.0.0.1", mode="sink")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peer.port)
         wait_for(lambda: len(peer.conns) == 1, "the peer's accept", timeout=10)
@@ -589,7 +420,7 @@ def test_bind_deadline(d):
         waited = time.monotonic() - t0
         check(got == b"" and 25 < waited < 45, "peer connection: %r after %.1f s"
               % (got, waited))
-        check(TcpTurn(port, creds=ctl.creds()).connection_bind(cid) == 400, "expired id")
+        check(StreamClient(port, creds=ctl.creds()).connection_bind(cid) == 400, "expired id")
         ctl.close()
     finally:
         peer.close()
@@ -602,7 +433,7 @@ def test_connection_attempt(d):
     a CONNECTION-ID, binds it and the bytes flow both ways."""
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         r = ctl.allocate_tcp()
         relayed = [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])][0]
         # No permission: the connection is reset (on loopback the RST may even beat
@@ -655,7 +486,7 @@ def test_drain(d):
     other = TcpPeer("127.0.0.1")
     daemon, port = start(d)
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         dc = open_data(port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
         dr = daemon.admin({"cmd": "drain"})
@@ -702,7 +533,7 @@ def test_metrics(d):
                  "turngate_tcp_peer_connections == %d" % conns)
     try:
         metrics_are(0, 0, 0, 0, 0)
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peer.port)
         ctl.connect("127.0.0.1", peer.port, expect=446)
@@ -710,7 +541,7 @@ def test_metrics(d):
         ctl.connect("127.0.0.1", closed.getsockname()[1], expect=447)
         metrics_are(1, 1, 1, 1, 1)
         dc = open_data(port, ctl.creds(), cid)
-        ctl2 = TcpTurn(port, user="other")
+        ctl2 = StreamClient(port, user="other")
         ctl2.allocate_tcp()
         ctl2.connect("127.0.0.1", peer.port)
         metrics_are(2, 1, 1, 1, 2)
@@ -766,7 +597,7 @@ def test_limits(d):
 
     daemon = Daemon(d, text(2), workers=1).start()
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate_tcp()
         cid = ctl.connect("127.0.0.1", peers[0].port)
         ctl.connect("127.0.0.1", peers[1].port)
@@ -781,7 +612,7 @@ def test_limits(d):
         check(a["to_peer"] == {"packets": 0, "bytes": len(payload)} and
               a["from_peer"] == {"packets": 0, "bytes": len(payload)},
               "relayed bytes: %r / %r" % (a["to_peer"], a["from_peer"]))
-        ctl2 = TcpTurn(port, user="other")
+        ctl2 = StreamClient(port, user="other")
         ctl2.allocate_tcp()
         t0 = time.monotonic()
         ctl2.connect("127.0.0.1", full.getsockname()[1], expect=447)
@@ -817,7 +648,7 @@ def test_two_workers(d):
         for k in range(40):   # until both workers own allocations (the hash decides)
             if k >= 4 and owners == {0, 1}:
                 break
-            ctl = TcpTurn(port, user="u%d" % k)
+            ctl = StreamClient(port, user="u%d" % k)
             ctl.allocate_tcp()
             me = "127.0.0.1:%d" % ctl.sock.getsockname()[1]
             owners |= {a["worker"] for a in daemon.admin({"cmd": "allocations"})[

@@ -12,32 +12,19 @@ import base64
 import os
 import socket
 import ssl
-import struct
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Failure, run_tests, wait_for  # noqa: E402
+from harness_admin import (REQUEST, Daemon, Failure, Peer, build, check, config,  # noqa: E402
+                           error_code, free_port, make_cert, parse, relay_range, run_tests,
+                           tls_client, tls_connect, wait_for)
 from test_security_flood import Relayer, total_rss  # noqa: E402
-from test_security_stun import (A_PEER, A_DATA, DATA, INDICATION, MAGIC, REQUEST,  # noqa: E402
-                                SEND, Client, Daemon, Listener, build, check, config,
-                                error_code, free_port, parse, relay_range, xor_addr)
 
 HS_TIMEOUT_S = 10       # worker/wk.h WK_HS_TIMEOUT_S
 MAX_HANDSHAKES = 64     # WK_MAX_HANDSHAKES, per worker
 SOURCE_DTLS_HANDSHAKES = 16  # limits.source_dtls_handshakes default
-
-
-def make_cert(d, name, kind="ec"):
-    """A self-signed certificate for DNS name `name`: (cert path, key path)."""
-    crt, key = os.path.join(d, name + ".crt"), os.path.join(d, name + ".key")
-    alg = (["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"] if kind == "ec"
-           else ["-newkey", "rsa:2048"])
-    subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-subj", "/CN=" + name,
-                    "-addext", "subjectAltName=DNS:" + name, "-keyout", key, "-out", crt] + alg,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return crt, key
 
 
 def der_of(crt):
@@ -80,131 +67,6 @@ def start(d, crt, key, dtls_inline=False):
     return Daemon(d, text).start(), udp_port, tls_port, dtls_port
 
 
-def tls_connect(port, sni=None, alpn=("stun.turn",)):
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    if alpn:
-        ctx.set_alpn_protocols(list(alpn))
-    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
-    return ctx.wrap_socket(raw, server_hostname=sni)
-
-
-_DTLS_PORTS = set()
-
-
-def dtls_udp_socket():
-    """A UDP socket on 127.0.0.1 whose port no DtlsSocket of this process had: a closed
-    DTLS client's allocation outlives its socket, and a new client on the same 5-tuple
-    would get 437."""
-    held = []
-    try:
-        for _ in range(50):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("127.0.0.1", 0))
-            if s.getsockname()[1] not in _DTLS_PORTS:
-                _DTLS_PORTS.add(s.getsockname()[1])
-                return s
-            held.append(s)
-        raise Failure("no fresh UDP port for a DTLS client")
-    finally:
-        for h in held:
-            h.close()
-
-
-class DtlsSocket:
-    """A DTLS 1.2 client on a connected UDP socket (pyOpenSSL over memory BIOs, no
-    certificate check, ALPN stun.turn) with the calls the stream clients make: sendall
-    (one record, one datagram), recv (the plaintext of the records of the next datagram
-    that has some; b"" once the server closed), settimeout, close. The handshake gets 40
-    rounds of at most 1 s; a round without an answer sends the last flight again
-    (pyOpenSSL has no DTLS timer)."""
-
-    def __init__(self, port, host="127.0.0.1"):
-        from OpenSSL import SSL
-        self.SSL = SSL
-        ctx = SSL.Context(SSL.DTLS_CLIENT_METHOD)
-        ctx.set_verify(SSL.VERIFY_NONE, lambda *a: True)
-        ctx.set_alpn_protos([b"stun.turn"])
-        self.conn = SSL.Connection(ctx, None)
-        self.conn.set_connect_state()
-        self.udp = dtls_udp_socket()
-        self.udp.connect((host, port))
-        self.timeout = 5.0
-        flight = []
-        for _ in range(40):
-            try:
-                self.conn.do_handshake()
-                self._flush()
-                return
-            except SSL.WantReadError:
-                pass
-            flight = self._flush() or flight
-            self.udp.settimeout(1.0)
-            try:
-                self.conn.bio_write(self.udp.recv(65536))
-            except socket.timeout:
-                for dgram in flight:
-                    self.udp.send(dgram)
-        raise Failure("DTLS handshake with port %d did not finish" % port)
-
-    def _flush(self):
-        """Sends what OpenSSL wrote; returns the datagrams sent."""
-        sent = []
-        while True:
-            try:
-                out = self.conn.bio_read(65536)
-            except self.SSL.WantReadError:
-                return sent
-            self.udp.send(out)
-            sent.append(out)
-
-    def sendall(self, data):
-        self.conn.send(data)
-        self._flush()
-
-    def settimeout(self, t):
-        self.timeout = t
-
-    def recv(self, _n):
-        deadline = time.monotonic() + self.timeout
-        while True:
-            self.udp.settimeout(max(deadline - time.monotonic(), 0.001))
-            self.conn.bio_write(self.udp.recv(65536))
-            out = b""
-            while True:
-                try:
-                    out += stream_framed(self.conn.recv(65536))
-                except self.SSL.WantReadError:
-                    break
-                except self.SSL.ZeroReturnError:
-                    return out
-            self._flush()
-            if out:
-                return out
-
-    def close(self):
-        try:
-            self.conn.shutdown()
-            self._flush()
-        except self.SSL.Error:
-            pass
-        self.udp.close()
-
-
-def stream_framed(record):
-    """A record's message as a stream carries it: over DTLS a ChannelData message need not
-    be padded to 4 bytes (RFC 8656 12.5), on a stream it is."""
-    if len(record) >= 4 and 0x40 <= record[0] <= 0x4F:
-        total = 4 + struct.unpack("!H", record[2:4])[0]
-        return record[:total] + b"\0" * (-total % 4)
-    return record
-
-
-def dtls_connect(port):
-    return DtlsSocket(port)
-
-
 def s_client(port, sni, dtls):
     """`openssl s_client` against the daemon: (subject line, ALPN line)."""
     args = ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-alpn", "stun.turn",
@@ -214,69 +76,6 @@ def s_client(port, sni, dtls):
     subj = next((ln.strip() for ln in out.splitlines() if ln.startswith("subject=")), "")
     alpn = next((ln.strip() for ln in out.splitlines() if "ALPN" in ln), "")
     return subj, alpn
-
-
-class TlsClient(Client):
-    """The hostile-input tests' client over a TLS stream: same requests, framed."""
-
-    def __init__(self, port, sni=None):
-        Client.__init__(self, port)
-        self.sock.close()
-        self.sock = tls_connect(port, sni)
-        self.buf = b""
-
-    def _frame(self, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            if len(self.buf) >= 4:
-                if 0x40 <= self.buf[0] <= 0x7F:
-                    need = 4 + ((struct.unpack("!H", self.buf[2:4])[0] + 3) & ~3)
-                else:
-                    need = 20 + struct.unpack("!H", self.buf[2:4])[0]
-                if len(self.buf) >= need:
-                    f, self.buf = self.buf[:need], self.buf[need:]
-                    return f
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(70000)
-            except (socket.timeout, ssl.SSLWantReadError):
-                return None
-            if not data:
-                return None
-            self.buf += data
-
-    def transact(self, msg, tid, timeout=5.0, tries=1):
-        self.sock.sendall(msg)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            f = self._frame(deadline - time.monotonic())
-            if f is None:
-                return None
-            p = parse(f)
-            if p and p[2] == tid:
-                return p
-        return None
-
-    def send(self, ip, port, payload):
-        tid = os.urandom(12)
-        self.sock.sendall(build(SEND, INDICATION, tid, [(A_PEER, xor_addr(ip, port, tid)),
-                                                        (A_DATA, payload)]))
-
-    def recv_data(self, timeout=2.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            f = self._frame(deadline - time.monotonic())
-            if f is None:
-                return None
-            if 0x40 <= f[0] <= 0x7F:
-                return f[4:4 + struct.unpack("!H", f[2:4])[0]]
-            p = parse(f)
-            if p and p[0] == DATA and p[1] == INDICATION:
-                return p[3].get(A_DATA, [None])[0]
-        return None
 
 
 def relay_round(c, peer, relayed, payload):
@@ -343,9 +142,9 @@ def test_rotation(d):
     bundle(d, "live.crt", [old_crt])
     bundle(d, "live.key", [old_key])
     daemon, udp_port, tls_port, dtls_port = start(d, crt, key)
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     try:
-        c = TlsClient(tls_port, "old.test")
+        c = tls_client(tls_port, sni="old.test")
         check(c.sock.getpeercert(binary_form=True) == der_of(old_crt), "first certificate")
         r = c.allocate()
         relayed = c.relayed(r)[0]
