@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, check, free_port,  # noqa: E402
-                           run_tests, stun_binding_udp, wait_for)
+from harness_admin import (TURNGATED, Client, Daemon, check, free_port, run_tests,  # noqa: E402
+                           stun_binding_udp, wait_for)
 from cds_server import CdsServer  # noqa: E402
 
 IDENT = "testns/gw"
@@ -149,8 +149,6 @@ def test_cds_restart_keeps_allocations(d):
     """SIGKILL of the whole daemon, then the same command: the new run starts on the
     bootstrap config (no listeners), takes the state file over, and its workers adopt the
     allocations only once the CDS config brought the listener back."""
-    import test_metrics as tm
-    tm.SECRET, tm.REALM = "cds-secret", "stunner.l7mp.io"
     srv = CdsServer().start()
     sock = os.path.join(d, "admin.sock")
     port = free_port()
@@ -162,7 +160,8 @@ def test_cds_restart_keeps_allocations(d):
     try:
         wait_for(lambda: answers(port), "the listener")
         for _ in range(3):
-            c = tm.Client(port)
+            c = Client(port, secret="cds-secret", realm="stunner.l7mp.io", tries=1,
+                       fingerprint=True, timeout=5.0)
             c.challenge()
             c.allocate()
             clients.append(c)

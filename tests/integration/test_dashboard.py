@@ -45,10 +45,9 @@ SRC = os.environ.get("top_srcdir") or os.path.join(HERE, "..", "..")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SRC, "deploy", "grafana"))
 import dashboard as dashboard_src  # noqa: E402
-from harness_admin import (Daemon, Failure, check, free_port, need_tool, run_tests,  # noqa: E402
-                           wait_for)
-from test_metrics import (ALLOCATE, A_LIFETIME, A_TRANSPORT, REFRESH, SECRET,  # noqa: E402
-                          Client, attr, build, err_code, scrape)
+from harness_admin import (ALLOCATE, A_TRANSPORT, REQUEST, Daemon, Failure, build,  # noqa: E402
+                           check, error_code, free_port, need_tool, run_tests, wait_for)
+from test_metrics import SECRET, exact_client, scrape  # noqa: E402
 
 DASHBOARD = os.path.join(SRC, "deploy", "grafana", "turngate.json")
 RULES = os.path.join(SRC, "deploy", "prometheus", "turngate-rules.yaml")
@@ -177,10 +176,9 @@ def daemon_config(d, ports, mport, relay_base, port=None):
 
 def try_allocate(port):
     """A client allocating once on the listener at port: (client, None) or (client, code)."""
-    c = Client(port)
+    c = exact_client(port)
     c.challenge()
-    cls, a = c.request(ALLOCATE, [attr(A_TRANSPORT, b"\x11\0\0\0")], c.key)
-    return c, (None if cls == 2 else err_code(a))
+    return c, error_code(c.request(ALLOCATE, [(A_TRANSPORT, b"\x11\0\0\0")])[3])
 
 
 def kill_worker(daemon, slot):
@@ -349,17 +347,17 @@ def inject_load(daemon, ports, config, peer, shot):
     """The known load and the faults; returns the clients holding allocations."""
     udp, edge, tls = ports
     pip, pport = peer.getsockname()
-    a = Client(udp)
+    a = exact_client(udp)
     a.challenge()
-    rip, rport = a.allocate()
-    check(a.permission(pip) == 0, "permission for the peer")
+    rip, rport = a.relayed(a.allocate())[0]
+    check(error_code(a.perm(pip)[3]) is None, "permission for the peer")
     ramp = []
     for i in range(600 if shot else 20):
-        a.send_ind(pip, pport, b"media %04d" % i)
+        a.send(pip, pport, b"media %04d" % i)
         check(peer.recvfrom(2048)[0] == b"media %04d" % i, "relayed payload")
         if i % 5 == 0:
             peer.sendto(b"back", (rip, rport))
-            a.s.recv(2048)
+            a.sock.recv(2048)
         if shot:   # a minute in four phases, fast and slow, with an allocation in each
             if i % 150 == 75 and len(ramp) < 3:
                 c, code = try_allocate(udp)
@@ -369,13 +367,13 @@ def inject_load(daemon, ports, config, peer, shot):
     for c in ramp:
         c.release()
     for i in range(10):                                   # a route that admits no 10/8 peer
-        check(a.permission("10.9.8.%d" % i) == 403, "peer outside the routes: 403")
-    b = Client(udp)                                       # a secret rotated on one side only
+        check(error_code(a.perm("10.9.8.%d" % i)[3]) == 403, "peer outside the routes: 403")
+    b = exact_client(udp)                                 # a secret rotated on one side only
     b.challenge()
     b.key = bytes(16)
     for _ in range(30):
-        cls, r = b.request(ALLOCATE, [attr(A_TRANSPORT, b"\x11\0\0\0")], b.key)
-        check(cls == 3 and err_code(r) == 401, "wrong key not refused")
+        r = b.request(ALLOCATE, [(A_TRANSPORT, b"\x11\0\0\0")])
+        check(error_code(r[3]) == 401, "wrong key not refused")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     ctx.set_alpn_protocols(["stun.turn"])
@@ -408,7 +406,8 @@ def inject_load(daemon, ports, config, peer, shot):
     daemon.allowed_deaths = 3
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # unauthenticated flood
     for _ in range(400):
-        s.sendto(build(ALLOCATE, os.urandom(12), [attr(A_TRANSPORT, b"\x11\0\0\0")]),
+        s.sendto(build(ALLOCATE, REQUEST, os.urandom(12), [(A_TRANSPORT, b"\x11\0\0\0")],
+                       fingerprint=True),
                  ("127.0.0.1", udp))
     s.close()
     return held, edge_codes
@@ -460,7 +459,7 @@ def test_against_prometheus(d):
         if shot:
             screenshot(p, dash, shot, time.monotonic() - t0 + 10)
         for c in held:      # so the drain ends at once (else it waits drain_timeout)
-            c.request(REFRESH, [attr(A_LIFETIME, b"\0\0\0\0")], c.key)
+            c.refresh(0)
         daemon.write_config(config())
         check(daemon.stop() == 0, "exit status")
     except Exception:

@@ -16,13 +16,11 @@ that takes the state file over with the listeners reordered.
 import os
 import socket
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Daemon, check, config_yaml, free_port, run_tests  # noqa: E402
-from test_metrics import Client, parse, scrape, wait_equal  # noqa: E402
-
-A_DATA = 0x0013
+from harness_admin import (Daemon, check, config_yaml, error_code, free_port,  # noqa: E402
+                           run_tests)
+from test_metrics import exact_client, wait_equal  # noqa: E402
 
 
 def cfg(d, mport, names, ports, state=False):
@@ -37,17 +35,16 @@ def traffic(c, peer, relay, sends, back):
     """sends Send indications to the peer and back datagrams from it, each one checked."""
     pip, pport = peer.getsockname()
     for i in range(sends):
-        c.send_ind(pip, pport, b"s%03d" % i)
+        c.send(pip, pport, b"s%03d" % i)
         data, src = peer.recvfrom(2048)
         check(data == b"s%03d" % i and src == relay, "relayed payload %r from %r" % (data, src))
     for i in range(back):
         peer.sendto(b"b%03d" % i, relay)
-        _, _, _, a = parse(c.s.recv(2048))
-        check(a.get(A_DATA) == b"b%03d" % i, "Data indication payload")
+        check(c.recv_data(5.0) == b"b%03d" % i, "Data indication payload")
 
 
 def client_addr(c):
-    return "127.0.0.1:%d" % c.s.getsockname()[1]
+    return "127.0.0.1:%d" % c.sock.getsockname()[1]
 
 
 def check_listing(daemon, clients):
@@ -109,10 +106,10 @@ def test_reload_remove_add_reorder(d):
         plan = {"a": (3, 1), "b": (5, 2), "c": (8, 4)}
         cl, relay, sent = {}, {}, {}
         for n in "abc":
-            c = cl[n] = Client(ports[n])
+            c = cl[n] = exact_client(ports[n])
             c.challenge()
-            relay[n] = c.allocate()
-            check(c.permission("127.0.0.1") == 0, "CreatePermission")
+            relay[n] = c.relayed(c.allocate())[0]
+            check(error_code(c.perm("127.0.0.1")[3]) is None, "CreatePermission")
             traffic(c, peer, relay[n], *plan[n])
             sent[n] = list(plan[n])
         want = {}
@@ -130,10 +127,10 @@ def test_reload_remove_add_reorder(d):
             traffic(cl[n], peer, relay[n], s, b)
             sent[n][0] += s
             sent[n][1] += b
-        cd = Client(ports["d"])
+        cd = exact_client(ports["d"])
         cd.challenge()
-        relay["d"] = cd.allocate()
-        check(cd.permission("127.0.0.1") == 0, "CreatePermission on d")
+        relay["d"] = cd.relayed(cd.allocate())[0]
+        check(error_code(cd.perm("127.0.0.1")[3]) is None, "CreatePermission on d")
         traffic(cd, peer, relay["d"], 2, 2)
         want = {}
         for n in "bc":
@@ -176,10 +173,10 @@ def test_restart_keeps_slots(d):
         cl = {}
         want = {}
         for n, (s, b) in (("a", (3, 1)), ("b", (6, 2))):
-            c = cl[n] = Client(ports[n])
+            c = cl[n] = exact_client(ports[n])
             c.challenge()
-            relay = c.allocate()
-            check(c.permission("127.0.0.1") == 0, "CreatePermission")
+            relay = c.relayed(c.allocate())[0]
+            check(error_code(c.perm("127.0.0.1")[3]) is None, "CreatePermission")
             traffic(c, peer, relay, s, b)
             c.release()
             want.update(want_for(n, c, s, b, 0, 1))

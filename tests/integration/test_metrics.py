@@ -12,133 +12,25 @@ configuration, and the window between the HTTP server starting and the first wor
 reporting RUNNING is too short to observe without depending on timing, so it is not tested
 here; 503 while draining is tested in test_master_http.py.
 """
-import base64
-import hashlib
-import hmac
 import os
 import re
 import socket
-import struct
 import sys
 import time
 import urllib.request
-import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Daemon, check, config_yaml, free_port, run_tests  # noqa: E402
+from harness_admin import (ALLOCATE, A_TRANSPORT, Client, Daemon, check,  # noqa: E402
+                           config_yaml, error_code, free_port, run_tests)
 
-MAGIC = 0x2112A442
-SECRET = "s3cret"
+SECRET = "s3cret"        # config_yaml's
 REALM = "test.realm"
-ALLOCATE, REFRESH, SEND_IND, CREATE_PERM = 0x003, 0x004, 0x006, 0x008
-A_USERNAME, A_MI, A_ERR, A_PEER, A_DATA, A_REALM, A_NONCE = (0x0006, 0x0008, 0x0009, 0x0012,
-                                                              0x0013, 0x0014, 0x0015)
-A_RELAYED, A_TRANSPORT, A_LIFETIME, A_FP = 0x0016, 0x0019, 0x000D, 0x8028
-
-# ---- minimal STUN/TURN client (RFC 8489 / 8656) -----------------------------------------
 
 
-def attr(t, v):
-    return struct.pack("!HH", t, len(v)) + v + b"\0" * (-len(v) % 4)
-
-
-def xor_addr(ip, port):
-    x = bytes(a ^ b for a, b in zip(socket.inet_aton(ip), struct.pack("!I", MAGIC)))
-    return struct.pack("!BBH", 0, 1, port ^ (MAGIC >> 16)) + x
-
-
-def build(method, tid, attrs, key=None, cls=0):
-    """A request (cls 0) or indication (cls 1); MESSAGE-INTEGRITY when key is given."""
-    mtype = ((method & 0xF80) << 2) | ((method & 0x70) << 1) | (method & 0xF)
-    mtype |= (0x010 if cls == 1 else 0)
-    body = b"".join(attrs)
-    if key is not None:
-        hdr = struct.pack("!HHI", mtype, len(body) + 24, MAGIC) + tid
-        body += attr(A_MI, hmac.new(key, hdr + body, hashlib.sha1).digest())
-    msg = struct.pack("!HHI", mtype, len(body) + 8, MAGIC) + tid + body
-    fp = (zlib.crc32(msg) ^ 0x5354554E) & 0xFFFFFFFF
-    return msg + attr(A_FP, struct.pack("!I", fp))
-
-
-def parse(msg):
-    """(class, method, tid, {type: value}) of a STUN message."""
-    check(len(msg) >= 20, "short STUN message")
-    mtype, length, magic = struct.unpack("!HHI", msg[:8])
-    check(magic == MAGIC and length + 20 == len(msg), "bad STUN header")
-    cls = ((mtype >> 7) & 2) | ((mtype >> 4) & 1)
-    method = (mtype & 0xF) | ((mtype >> 1) & 0x70) | ((mtype >> 2) & 0xF80)
-    attrs, p = {}, 20
-    while p + 4 <= len(msg):
-        t, n = struct.unpack("!HH", msg[p:p + 4])
-        attrs.setdefault(t, msg[p + 4:p + 4 + n])
-        p += 4 + n + (-n % 4)
-    return cls, method, msg[8:20], attrs
-
-
-def err_code(attrs):
-    e = attrs.get(A_ERR)
-    return None if e is None else (e[2] & 7) * 100 + e[3]
-
-
-def rest_user(user="metrics"):
-    name = "%d:%s" % (int(time.time()) + 3600, user)
-    pw = base64.b64encode(hmac.new(SECRET.encode(), name.encode(), hashlib.sha1).digest())
-    return name, pw.decode()
-
-
-class Client:
-    """One UDP TURN client. Every request is sent once: a lost reply fails the test (a
-    retransmission would make the counters inexact)."""
-
-    def __init__(self, port):
-        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.s.settimeout(5.0)
-        self.s.connect(("127.0.0.1", port))
-        self.sent = 0
-        self.user, self.pw = rest_user()
-        self.key = hashlib.md5(("%s:%s:%s" % (self.user, REALM, self.pw)).encode()).digest()
-        self.nonce = None
-
-    def send(self, msg):
-        self.s.send(msg)
-        self.sent += 1
-
-    def request(self, method, attrs, key=None, auth=True):
-        tid = os.urandom(12)
-        if auth:
-            attrs = attrs + [attr(A_USERNAME, self.user.encode()), attr(A_REALM, REALM.encode()),
-                             attr(A_NONCE, self.nonce)]
-        self.send(build(method, tid, attrs, key if auth else None))
-        while True:
-            cls, m, rtid, a = parse(self.s.recv(2048))
-            if rtid == tid:
-                check(m == method, "reply to another method")
-                return cls, a
-
-    def challenge(self):
-        cls, a = self.request(ALLOCATE, [attr(A_TRANSPORT, b"\x11\0\0\0")], auth=False)
-        check(cls == 3 and err_code(a) == 401, "first Allocate not challenged: %r" % (a,))
-        self.nonce = a[A_NONCE]
-
-    def allocate(self):
-        cls, a = self.request(ALLOCATE, [attr(A_TRANSPORT, b"\x11\0\0\0")], self.key)
-        check(cls == 2, "Allocate failed: %r" % err_code(a))
-        r = a[A_RELAYED]
-        port = struct.unpack("!H", r[2:4])[0] ^ (MAGIC >> 16)
-        ip = socket.inet_ntoa(bytes(x ^ y for x, y in zip(r[4:8], struct.pack("!I", MAGIC))))
-        return ip, port
-
-    def permission(self, ip):
-        cls, a = self.request(CREATE_PERM, [attr(A_PEER, xor_addr(ip, 9))], self.key)
-        return 0 if cls == 2 else err_code(a)
-
-    def send_ind(self, ip, port, data):
-        self.send(build(SEND_IND, os.urandom(12),
-                        [attr(A_PEER, xor_addr(ip, port)), attr(A_DATA, data)], cls=1))
-
-    def release(self):
-        cls, _ = self.request(REFRESH, [attr(A_LIFETIME, b"\0\0\0\0")], self.key)
-        check(cls == 2, "Refresh(0) failed")
+def exact_client(port):
+    """A UDP TURN client for counting: every request is sent once (a lost reply fails the
+    test, a retransmission would make the counters inexact), with FINGERPRINT."""
+    return Client(port, secret=SECRET, realm=REALM, tries=1, fingerprint=True, timeout=5.0)
 
 
 # ---- scraping and the strict exposition check -------------------------------------------
@@ -238,28 +130,27 @@ def test_exact_counters(d):
         base = wait_equal(mport, {"turngate_auth_failures_total{reason=\"missing\"}": 0})
         check(base["stunner_listener_connections{name=\"udp\"}"] == 2,
               "UDP listener: one socket per worker")
-        c = Client(port)
+        c = exact_client(port)
         c.challenge()                                   # auth failure "missing": 1
         bad_mac = 3
         good_key = c.key
-        c.key = hashlib.md5(("%s:%s:wrong" % (c.user, REALM)).encode()).digest()
+        c.key = c.key_of("wrong")
         for _ in range(bad_mac):                        # auth failure "bad_mac": 3
-            cls, a = c.request(ALLOCATE, [attr(A_TRANSPORT, b"\x11\0\0\0")], c.key)
-            check(cls == 3 and err_code(a) == 401, "wrong password not refused")
+            r = c.request(ALLOCATE, [(A_TRANSPORT, b"\x11\0\0\0")])
+            check(error_code(r[3]) == 401, "wrong password not refused")
         c.key = good_key
-        rip, rport = c.allocate()
-        check(c.permission(pip) == 0, "CreatePermission for the peer")
-        check(c.permission("10.9.8.7") == 403, "peer outside the routes must get 403")
+        rip, rport = c.relayed(c.allocate())[0]
+        check(error_code(c.perm(pip)[3]) is None, "CreatePermission for the peer")
+        check(error_code(c.perm("10.9.8.7")[3]) == 403, "peer outside the routes must get 403")
         sends = 25
         for i in range(sends):                          # client -> peer: 25 packets
-            c.send_ind(pip, pport, b"m%03d" % i)
+            c.send(pip, pport, b"m%03d" % i)
             data, src = peer.recvfrom(2048)
             check(data == b"m%03d" % i and src == (rip, rport), "relayed payload")
         back = 7
         for i in range(back):                           # peer -> client: 7 packets
             peer.sendto(b"b%d" % i, (rip, rport))
-            _, _, _, a = parse(c.s.recv(2048))
-            check(a.get(A_DATA) == b"b%d" % i, "Data indication payload")
+            check(c.recv_data(5.0) == b"b%d" % i, "Data indication payload")
         want = {
             'turngate_auth_failures_total{reason="missing"}': 1,
             'turngate_auth_failures_total{reason="bad_mac"}': bad_mac,

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Daemon, check, config_yaml, run_tests  # noqa: E402
-import test_metrics as tm  # noqa: E402  (the minimal TURN client)
+from harness_admin import Daemon, check, config_yaml, free_port, run_tests  # noqa: E402
+from test_metrics import SECRET, exact_client  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -36,9 +36,9 @@ def want(req, limit):
 
 def test_buffers(d):
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
-    port = tm.free_port()
+    port = free_port()
     text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=2,
-                       secret=tm.SECRET)
+                       secret=SECRET)
     daemon = Daemon(d, text, workers=2).start()
     try:
         rmax, wmax = sysctl("rmem_max"), sysctl("wmem_max")
@@ -47,9 +47,9 @@ def test_buffers(d):
         for rb, tb in lst:
             check(rb >= want(4 * MIB, rmax) and tb >= want(4 * MIB, wmax),
                   "listener buffers %d/%d below 4 MiB (rmem_max %d)" % (rb, tb, rmax))
-        c = tm.Client(port)
+        c = exact_client(port)
         c.challenge()
-        _, rport = c.allocate()
+        _, rport = c.relayed(c.allocate())[0]
         rel = skmem(rport)
         check(len(rel) == 1, "relay socket not found: %r" % rel)
         rb, tb = rel[0]
