@@ -51,7 +51,6 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
 Needs root (namespaces, eBPF) and a build with offload; without either it SKIPs (exit 77)
 saying why.
 """
-import ctypes
 import json
 import os
 import signal
@@ -64,19 +63,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from topology import ETHTOOL_SGRO, ethtool_set  # noqa: E402
-from harness_admin import TURNGATED, check, run_tests, wait_for  # noqa: E402
-from test_security_stun import (ALLOCATE, REALM, REFRESH, SECRET, A_LIFETIME,  # noqa: E402
-                                Client, error_code)
+import harness_admin  # noqa: E402
+from harness_admin import (ALLOCATE, A_LIFETIME, REALM, REFRESH, SECRET, Client,  # noqa: E402
+                           InNetns, check, error_code, run_tests, wait_for)
 
 TAG = "tgo%d" % os.getpid()
 NS = {"cli": TAG + "c", "srv": TAG + "s", "peer": TAG + "p"}
 MARK = "TG_OFFLOAD_INNER"
-CLONE_NEWNET = 0x40000000
 A_FAMILY = 0x0017
 CHANNEL = 0x4000
 PORT = 3478
 PEER_PORT = 40000
-libc = ctypes.CDLL(None, use_errno=True)
 
 
 def sh(cmd):
@@ -126,39 +123,15 @@ def outer():
     sys.exit(rc)
 
 
-class InNs:
+def InNs(which):
     """with InNs("cli"): sockets made inside belong to that namespace."""
-
-    def __init__(self, which):
-        self.path = "/var/run/netns/" + NS[which]
-
-    def __enter__(self):
-        self.home = os.open("/proc/self/ns/net", os.O_RDONLY)
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns")
-        finally:
-            os.close(fd)
-
-    def __exit__(self, *exc):
-        libc.setns(self.home, CLONE_NEWNET)
-        os.close(self.home)
-
-
-class Client6(Client):
-    def __init__(self, port, server, bind):
-        Client.__init__(self, port)
-        self.sock.close()
-        self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        self.sock.bind((bind, 0))
-        self.server = (server, port)
+    return InNetns(NS[which])
 
 
 def client(v6):
     with InNs("cli"):
         if v6:
-            return Client6(PORT, "fd77:1::2", "fd77:1::1")
+            return Client(PORT, server="fd77:1::2", bind="fd77:1::1")
         return Client(PORT, server="10.77.1.2", bind="10.77.1.1")
 
 
@@ -214,35 +187,23 @@ limits:
 {limits}"""
 
 
-class Daemon:
+class Daemon(harness_admin.Daemon):
+    """The library's daemon on CONFIG (routes, permission lifetime, limits and engine as
+    given); each start begins a fresh stderr.log; stop() resumes stopped workers and stops
+    at once (SIGINT) without scanning the log."""
+
     def __init__(self, d, perm=300, env=None, limits="", engine="TC"):
         self.d, self.perm, self.limits, self.engine = d, perm, limits, engine
-        self.conf = os.path.join(d, "turngate.yaml")
+        super().__init__(d, "", env=env)
         self.write("peers")
-        self.err = open(os.path.join(d, "stderr.log"), "wb")
-        self.proc = subprocess.Popen([TURNGATED, "-c", self.conf], stdout=self.err,
-                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+        open(self.errpath, "wb").close()
+        self.start(wait=False)
         wait_for(lambda: self.workers_running(), "the daemon to start")
 
     def write(self, routes):
-        with open(self.conf, "w") as f:
-            f.write(CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
-                                  realm=REALM, secret=SECRET, limits=self.limits,
-                                  engine=self.engine))
-
-    def admin(self, req):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.connect(os.path.join(self.d, "admin.sock"))
-        s.sendall(json.dumps(req).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                break
-            buf += chunk
-        s.close()
-        return json.loads(buf)
+        self.write_config(CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
+                                        realm=REALM, secret=SECRET, limits=self.limits,
+                                        engine=self.engine))
 
     def workers_running(self):
         try:
@@ -259,8 +220,7 @@ class Daemon:
             os.kill(pid, sig)
 
     def log(self):
-        with open(os.path.join(self.d, "stderr.log"), "rb") as f:
-            return f.read().decode(errors="replace")
+        return self.stderr()
 
     def stop(self):
         self.stop_workers(signal.SIGCONT)
@@ -761,9 +721,8 @@ clusters:
 
 class LoDaemon(Daemon):
     def write(self, routes):
-        with open(self.conf, "w") as f:
-            f.write(LO_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET,
-                                     engine="TC"))
+        self.write_config(LO_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET,
+                                       engine="TC"))
 
 
 def test_peer_on_the_relay_ip(d):
@@ -807,9 +766,8 @@ SC_CHANNELS = (0x4000, 0x4001)
 
 class ScDaemon(Daemon):
     def write(self, routes):
-        with open(self.conf, "w") as f:
-            f.write(SC_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET,
-                                     engine="TC"))
+        self.write_config(SC_CONFIG.format(d=self.d, port=PORT, realm=REALM, secret=SECRET,
+                                       engine="TC"))
 
 
 def sc_exchange(src, dst, chan_out, chan_in, n, payload):
@@ -855,10 +813,9 @@ SC6_CONFIG = CONFIG.replace(
 
 class Sc6Daemon(Daemon):
     def write(self, routes):
-        with open(self.conf, "w") as f:
-            f.write(SC6_CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
-                                      realm=REALM, secret=SECRET, limits=self.limits,
-                                      engine=self.engine))
+        self.write_config(SC6_CONFIG.format(d=self.d, port=PORT, routes=routes, perm=self.perm,
+                                            realm=REALM, secret=SECRET, limits=self.limits,
+                                            engine=self.engine))
 
 
 def test_kernel_short_circuit_v6(d):
