@@ -48,8 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import compare  # noqa: E402  (stop, children, wait_stun)
-from test_security_stun import (ALLOCATE, REFRESH, A_LIFETIME, A_NONCE, A_REALM,  # noqa: E402
-                                A_TRANSPORT, A_USERNAME, REQUEST, build, error_code, parse)
+from harness_admin import (ALLOCATE, A_LIFETIME, A_NONCE, A_REALM, A_TRANSPORT,  # noqa: E402
+                           A_USERNAME, REFRESH, REQUEST, build, error_code, parse)
 from test_tls import capture_dtls_hello, cookie_of, with_cookie  # noqa: E402
 
 REALM, PASS = "bench", "bench"

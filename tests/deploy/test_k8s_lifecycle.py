@@ -15,7 +15,6 @@ TURN client (python3-aioice) and a UDP echo peer. Timeouts are generous upper bo
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from aioice import stun, turn
 
 from deploy_turn import Client, Echo, credential, round_trip
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness_admin import free_port as harness_free_port  # noqa: E402
+from harness_admin import free_port  # noqa: E402
 
 SRC = os.environ.get("top_srcdir", ".")
 BUILD = os.environ.get("top_builddir", ".")
@@ -36,12 +35,6 @@ DAEMON = os.path.join(BUILD, "turngated")
 CONFIGMAP = os.path.join(SRC, "deploy", "kubernetes", "configmap.yaml")
 SECRET = "lifecycle-test-secret"
 DRAIN_S = 60
-
-
-def free_port(kind):
-    """A port free for UDP and TCP below the default relay range (harness_admin's)."""
-    del kind
-    return harness_free_port()
 
 
 def http_status(url):
@@ -145,8 +138,8 @@ def main():
         print(f"FAIL: {DAEMON} is not built")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        turn_port = free_port(socket.SOCK_DGRAM)
-        health_port = free_port(socket.SOCK_STREAM)
+        turn_port = free_port()
+        health_port = free_port()
         cfg, grace_cfg = write_config(tmp, turn_port, health_port)
         with open(os.path.join(SRC, "deploy", "kubernetes", "deployment.yaml"),
                   encoding="utf-8") as fh:

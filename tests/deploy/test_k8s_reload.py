@@ -34,11 +34,6 @@ CTL = os.path.join(BUILD, "turngatectl")
 CONFIGMAP = os.path.join(SRC, "deploy", "kubernetes", "configmap.yaml")
 
 
-def free_udp_port():
-    """A free port below the default relay range (harness_admin.free_port)."""
-    return free_port()
-
-
 class ProjectedVolume:
     """A directory laid out and updated the way the kubelet's atomic writer does."""
 
@@ -127,7 +122,7 @@ def main():
         vol = os.path.join(tmp, "etc-turngate")
         os.mkdir(vol)
         sock = os.path.join(tmp, "admin.sock")
-        port = free_udp_port()
+        port = free_port()
         config = test_config(tmp, vol, port)
         pv = ProjectedVolume(vol)
         pv.write({"turngate.yaml": config, "secret": "secret-A\n", "previous-secret": "secret-A\n"})

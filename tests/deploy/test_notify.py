@@ -21,17 +21,12 @@ import sys
 import tempfile
 import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness_admin import free_port  # noqa: E402
+from harness_admin import free_port, stun_binding_udp  # noqa: E402
 
 BUILD = os.environ.get("top_builddir", ".")
 DAEMON = os.path.join(BUILD, "turngated")
 SO_PASSCRED = getattr(socket, "SO_PASSCRED", 16)
 SCM_CREDENTIALS = getattr(socket, "SCM_CREDENTIALS", 2)
-
-
-def free_udp_port():
-    """A free port below the default relay range (harness_admin.free_port)."""
-    return free_port()
 
 
 class Notify:
@@ -64,20 +59,6 @@ class Notify:
         raise AssertionError(f"no {key}={value} within {timeout} s; got {self.seen}")
 
 
-def stun_binding_ok(port, timeout=5.0):
-    """True when a STUN Binding request to 127.0.0.1:port gets a success response."""
-    txid = os.urandom(12)
-    req = struct.pack("!HHI", 0x0001, 0, 0x2112A442) + txid
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(timeout)
-        s.sendto(req, ("127.0.0.1", port))
-        try:
-            resp, _ = s.recvfrom(2048)
-        except (socket.timeout, ConnectionRefusedError):
-            return False
-    return len(resp) >= 20 and struct.unpack("!H", resp[:2])[0] == 0x0101 and resp[8:20] == txid
-
-
 def built_with_libsystemd():
     try:
         with open(os.path.join(BUILD, "config.h"), encoding="utf-8") as fh:
@@ -91,7 +72,7 @@ def main():
         print(f"FAIL: {DAEMON} is not built")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_udp_port()
+        port = free_port()
         cfg = os.path.join(tmp, "turngate.yaml")
         with open(cfg, "w", encoding="utf-8") as fh:
             fh.write(f"""version: v1
@@ -126,7 +107,7 @@ clusters:
         try:
             pid, _ = notify.wait_for("READY", "1", 30)
             assert pid == proc.pid, f"READY=1 from pid {pid}, not the main pid {proc.pid}"
-            assert stun_binding_ok(port), "READY=1 sent but the listener does not answer STUN"
+            assert stun_binding_udp(port, timeout=5.0, tries=1) is not None, "READY=1 sent but the listener does not answer STUN"
             notify.wait_for("WATCHDOG", "1", 10)
             notify.wait_for("WATCHDOG", "1", 10)  # and again: it keeps coming
 

@@ -5,39 +5,29 @@ reports and worker deaths, so each test also proves the daemon stayed healthy un
 third-party client. A missing tool is a failure (fail()), never a skip: CI installs them
 (scripts/setup.sh).
 """
-import base64
-import hashlib
-import hmac
 import importlib
-import json
 import os
 import random
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import harness_admin  # noqa: E402
+from harness_admin import Failure, check, credentials, free_port, stun_binding_udp  # noqa: E402,F401
+
 BAD = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "[crit]", "killed by signal",
        "Assertion")
-
-
-class Failure(Exception):
-    pass
 
 
 def fail(msg):
     """Print the reason and exit 1 (the test failed)."""
     print("FAIL: " + msg, flush=True)
     sys.exit(1)
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 def proved(msg):
@@ -57,40 +47,9 @@ def need_module(name, package):
              "(run with /usr/bin/python3; scripts/setup.sh installs it)" % (name, e, package))
 
 
-def daemon_path():
-    top = os.environ.get("top_builddir", ".")
-    for cand in ("turngated", "master/turngated"):
-        p = os.path.join(top, cand)
-        if os.access(p, os.X_OK):
-            return p
-    fail("turngated not found under top_builddir=%s" % top)
-
-
-def free_port(addr="127.0.0.1"):
-    """A port free for both UDP and TCP on addr, from 20000..32767: below the kernel's
-    ephemeral range (32768..60999 on Debian) and the fixed relay ranges other tests use
-    (50000..60999), so the suite never takes a port another test counts on."""
-    for _ in range(200):
-        port = random.randrange(20000, 32768)
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            u.bind((addr, port))
-            t.bind((addr, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            u.close()
-            t.close()
-    fail("no free port on " + addr)
-
-
 def ephemeral_credentials(secret, user="user", lifetime=3600):
     """TURN REST API credentials: ("<expiry>:user", base64(HMAC-SHA1(secret, username)))."""
-    username = "%d:%s" % (int(time.time()) + lifetime, user)
-    mac = hmac.new(secret.encode(), username.encode(), hashlib.sha1).digest()
-    return username, base64.b64encode(mac).decode()
+    return credentials(user, lifetime, secret)
 
 
 def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=True,
@@ -149,17 +108,10 @@ def config_yaml(tmp, port, endpoints, auth, address="127.0.0.1", workers=2, tcp=
 
 
 def _binding_ok(addr, port):
-    req = struct.pack("!HHI", 1, 0, 0x2112A442) + os.urandom(12)
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(0.2)
     try:
-        s.sendto(req, (addr, port))
-        data = s.recv(2048)
-        return data[:2] == b"\x01\x01" and data[8:20] == req[8:20]
+        return stun_binding_udp(port, timeout=0.2, tries=1, addr=addr) is not None
     except OSError:
         return False
-    finally:
-        s.close()
 
 
 def _tcp_ok(addr, port):
@@ -170,19 +122,19 @@ def _tcp_ok(addr, port):
         return False
 
 
-class Daemon:
-    """turngated on loopback. Use as a context manager: stops and scans the log on exit."""
+class Daemon(harness_admin.Daemon):
+    """turngated on loopback (the test library's daemon, ready when it answers a Binding on
+    every listener). Use as a context manager: stops and scans the log on exit."""
 
     def __init__(self, endpoints, auth=("static", "user1", "pass1"), address="127.0.0.1",
                  workers=2, tcp=True, internal=None, tls=False, mask=None, relay=None,
                  admin_extra=""):
-        self.tmp = tempfile.mkdtemp(prefix="tg-interop-")
+        tmp = tempfile.mkdtemp(prefix="tg-interop-")
+        self.tmp = tmp
         self.address = address
         self.port = free_port(address)
         self.tcp = tcp
         self.workers = workers
-        self.conf = os.path.join(self.tmp, "turngate.yaml")
-        self.log = os.path.join(self.tmp, "turngated.log")
         self.endpoints = list(endpoints)
         self.auth = auth
         self.internal = (internal, free_port(internal)) if internal else None
@@ -200,15 +152,13 @@ class Daemon:
                             "-keyout", key, "-out", self.tls_cert], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             tls_conf = (self.tls_port, self.tls_cert, key)
-        with open(self.conf, "w") as f:
-            f.write(config_yaml(self.tmp, self.port, endpoints, auth, address, workers, tcp,
-                                self.internal, tls_conf, mask, relay, admin_extra))
-        self.proc = None
+        harness_admin.Daemon.__init__(
+            self, tmp, config_yaml(tmp, self.port, endpoints, auth, address, workers, tcp,
+                                   self.internal, tls_conf, mask, relay, admin_extra),
+            workers=workers)
 
     def start(self, timeout=30.0):
-        self.logf = open(self.log, "wb")
-        self.proc = subprocess.Popen([daemon_path(), "-c", self.conf], stdin=subprocess.DEVNULL,
-                                     stdout=self.logf, stderr=self.logf)
+        harness_admin.Daemon.start(self, wait=False)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -226,11 +176,7 @@ class Daemon:
         fail("turngated did not answer a Binding within %.0f s:\n%s" % (timeout, self.text()))
 
     def text(self):
-        try:
-            with open(self.log, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return self.stderr()
 
     def stop(self, scan=True):
         """SIGTERM, bounded wait, then scan the log. Returns a list of problems (empty = ok)."""
@@ -248,7 +194,7 @@ class Daemon:
             rc = self.proc.wait()
             problems.append("turngated ignored SIGTERM for 20 s")
         self.proc = None
-        self.logf.close()
+        self.err.close()
         if scan:
             text = self.text()
             bad = [l for l in text.splitlines() if any(b in l for b in BAD)]
@@ -259,23 +205,6 @@ class Daemon:
             if problems:
                 print(text[-4000:])
         return problems
-
-    def admin(self, req):
-        """One admin socket command (a dict), its JSON reply."""
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.settimeout(10)
-            s.connect(os.path.join(self.tmp, "admin.sock"))
-            s.sendall(json.dumps(req).encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        finally:
-            s.close()
-        return json.loads(buf)
 
     def offload_report(self):
         """Under TG_OFFLOAD: prints what the kernel fast path relayed; a problem when the

@@ -31,6 +31,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness_admin import free_port, stun_binding_udp  # noqa: E402
+
 UCLIENT = "/usr/bin/turnutils_uclient"
 PEER = "/usr/bin/turnutils_peer"
 # Daemon counters that name the cause of a stuck client (turngatectl stats).
@@ -38,30 +41,12 @@ COUNTERS = ("err_tls", "err_malformed", "err_send", "dtls_cookies", "tls_handsha
             "handshakes_refused", "conn_timeouts", "allocs_active", "conns_active",
             "short_circuit")
 BAD = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "[crit]", "killed by signal")
+LOCAL = "127.0.0.4"     # the daemon's listeners
 
 
 def fail(msg):
     print("FAIL: " + msg)
     sys.exit(1)
-
-
-def free_port():
-    """A port free for UDP and TCP on 127.0.0.4 (kernel-chosen, outside the relay range)."""
-    for _ in range(200):
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        u.bind(("127.0.0.4", 0))
-        port = u.getsockname()[1]
-        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            if 20000 <= port < 49152:
-                t.bind(("127.0.0.4", port))
-                return port
-        except OSError:
-            pass
-        finally:
-            u.close()
-            t.close()
-    fail("no free port")
 
 
 def daemon_path(top):
@@ -145,21 +130,13 @@ def dtls_same_port(port):
 
 
 def wait_binding(port, deadline):
-    req = bytes.fromhex("000100002112a442") + os.urandom(12)
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(0.2)
-    try:
-        while time.monotonic() < deadline:
-            try:
-                s.sendto(req, ("127.0.0.4", port))
-                data = s.recv(2048)
-                if data[:2] == b"\x01\x01":
-                    return True
-            except OSError:
-                time.sleep(0.05)
-        return False
-    finally:
-        s.close()
+    while time.monotonic() < deadline:
+        try:
+            if stun_binding_udp(port, timeout=0.2, tries=1, addr=LOCAL) is not None:
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
 
 
 def run_uclient(port, peer_port, mode, counters):
@@ -222,8 +199,9 @@ def main():
     daemon = daemon_path(top)
     tmp = tempfile.mkdtemp(prefix="tg-interop-")
     # TLS and DTLS need ports of their own: they share socket types with TCP and UDP.
-    port, peer_port, tls_port, dtls_port = free_port(), free_port(), free_port(), free_port()
-    relay_tcp_port = free_port()
+    port, peer_port, tls_port, dtls_port = (free_port(LOCAL), free_port(LOCAL), free_port(LOCAL),
+                                           free_port(LOCAL))
+    relay_tcp_port = free_port(LOCAL)
     conf = os.path.join(tmp, "turngate.yaml")
     crt, key = os.path.join(tmp, "turn.crt"), os.path.join(tmp, "turn.key")
     subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "30", "-newkey", "ec",
