@@ -16,6 +16,7 @@ import hmac
 import json
 import os
 import random
+import re
 import signal
 import socket
 import ssl
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import zlib
 
 BUILD = os.environ.get("top_builddir", os.getcwd())
@@ -1066,6 +1068,82 @@ def tls_client(port, user="alice", sni=None):
 def dtls_client(port, user="alice"):
     """A StreamClient over a DTLS association with 127.0.0.1:port."""
     return StreamClient(port, user=user, sock=dtls_connect(port))
+
+
+# ---- /metrics: scraping and the strict exposition check ----------------------------------
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+SAMPLE = re.compile(r"^(%s)(\{%s(?:,%s)*\})? (\S+)$" % (NAME, LABEL, LABEL))
+TYPES = ("counter", "gauge", "histogram", "summary", "untyped")
+
+
+def prom_check(text):
+    """Strict text format 0.0.4 as turngate writes it: HELP then TYPE for every family,
+    samples contiguous after their family's TYPE, names valid (counters end in _total,
+    histograms only _bucket/_sum/_count with le on buckets ending at +Inf), labels escaped,
+    values numbers, no duplicate series, final newline. Returns {series: float}."""
+    check(text.endswith("\n") and "\0" not in text, "no final newline or NUL inside")
+    fams, cur, series, last = {}, None, {}, None
+    for line in text[:-1].split("\n"):
+        if line.startswith("# HELP "):
+            name, _, help_ = line[7:].partition(" ")
+            check(re.fullmatch(NAME, name) and help_ and name not in fams, "bad HELP: " + line)
+            fams[name], cur, last = None, None, name
+        elif line.startswith("# TYPE "):
+            name, _, typ = line[7:].partition(" ")
+            check(name == last and fams[name] is None and typ in TYPES, "bad TYPE: " + line)
+            fams[name], cur = typ, name
+        elif line.startswith("#"):
+            continue
+        else:
+            m = SAMPLE.match(line)
+            check(m and cur is not None, "bad sample or sample outside a family: " + line)
+            name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+            if fams[cur] == "histogram":
+                check(name in (cur + "_bucket", cur + "_sum", cur + "_count"),
+                      "bad histogram sample: " + line)
+                check(name != cur + "_bucket" or 'le="' in labels, "bucket without le")
+            else:
+                check(name == cur, "sample outside its family: " + line)
+            check(fams[cur] != "counter" or name.endswith("_total"), "counter name: " + line)
+            v = float(value)  # raises on a bad value: NaN/+Inf/-Inf parse, garbage does not
+            key = name + labels
+            check(key not in series, "duplicate series " + key)
+            series[key] = v
+    check(all(t is not None for t in fams.values()), "family without TYPE")
+    for f, t in fams.items():
+        if t == "histogram":
+            les = [k for k in series if k.startswith(f + "_bucket{")]
+            check(les and les[-1].endswith('le="+Inf"}'), "histogram not ending at +Inf")
+            vals = [series[k] for k in les]
+            check(vals == sorted(vals), "histogram buckets not cumulative")
+            check(series[f + '_bucket{le="+Inf"}'] == series[f + "_count"], "+Inf != count")
+    return series
+
+
+def scrape(mport):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10) as r:
+        check(r.status == 200, "scrape status")
+        check(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), "content type")
+        return prom_check(r.read().decode())
+
+
+def wait_equal(mport, want, timeout=20.0):
+    """Scrapes until every series in want has exactly its value (a worker bumps a counter
+    right after the send the test observed, so the first scrape may miss the last bump).
+    A value above the wanted one can never come back down: that fails at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = scrape(mport)
+        diff = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+        over = {k: gv for k, gv in diff.items() if gv[0] is not None and gv[0] > gv[1]
+                and not k.startswith("stunner_listener_connections{")}
+        check(not over, "counters above the exact values (got, want): %r" % over)
+        if not diff:
+            return got
+        check(time.monotonic() < deadline, "counters not exact (got, want): %r" % diff)
+        time.sleep(0.05)
 
 
 # ---- configurations --------------------------------------------------------------------

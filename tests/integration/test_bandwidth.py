@@ -26,8 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Client, Daemon, Peer, check, config, error_code,  # noqa: E402
-                           free_port, relay_range, run_tests, wait_for)
-from test_metrics import scrape  # noqa: E402
+                           free_port, relay_range, run_tests, scrape, wait_for)
 from test_quota import allocs, as_user, by_worker, user_creds  # noqa: E402
 
 PAYLOAD = 500                   # bytes of relayed payload per datagram

@@ -75,7 +75,7 @@ def check_warnings(out, what):
 
 
 def expiry(mport):
-    from test_metrics import scrape
+    from harness_admin import scrape
     got = scrape(mport)
     return {k: v for k, v in got.items() if k.startswith(METRIC)}
 

@@ -46,8 +46,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SRC, "deploy", "grafana"))
 import dashboard as dashboard_src  # noqa: E402
 from harness_admin import (ALLOCATE, A_TRANSPORT, REQUEST, Daemon, Failure, build,  # noqa: E402
-                           check, error_code, free_port, need_tool, run_tests, wait_for)
-from test_metrics import SECRET, exact_client, scrape  # noqa: E402
+                           check, error_code, free_port, need_tool, run_tests, scrape, wait_for)
+from test_metrics import SECRET, exact_client  # noqa: E402
 
 DASHBOARD = os.path.join(SRC, "deploy", "grafana", "turngate.json")
 RULES = os.path.join(SRC, "deploy", "prometheus", "turngate-rules.yaml")

@@ -19,8 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, check, config_yaml, error_code, free_port,  # noqa: E402
-                           run_tests)
-from test_metrics import exact_client, wait_equal  # noqa: E402
+                           run_tests, wait_equal)
+from test_metrics import exact_client  # noqa: E402
 
 
 def cfg(d, mport, names, ports, state=False):

@@ -24,8 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Client, Daemon, Peer, check, config, error_code,  # noqa: E402
-                           free_port, relay_range, run_tests)
-from test_metrics import wait_equal  # noqa: E402
+                           free_port, relay_range, run_tests, wait_equal)
 
 MTU = 1400
 A_DONT_FRAGMENT = 0x001A

@@ -20,8 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (ALLOCATE, A_TRANSPORT, REQUEST, Client, Daemon, Failure,  # noqa: E402
                            Peer, build, check, config, error_code, free_port, parse, relay_range,
-                           run_tests)
-from test_metrics import scrape  # noqa: E402
+                           run_tests, scrape)
 
 WORKERS = 2
 RATE, BURST = 50, 20

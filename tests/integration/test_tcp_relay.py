@@ -510,7 +510,7 @@ def test_drain(d):
 def test_metrics(d):
     """turngate_tcp_connects_total by result and the turngate_tcp_peer_connections gauge,
     exactly, from the daemon's /metrics (2 workers: the gauge sums both)."""
-    from test_metrics import scrape, wait_equal
+    from harness_admin import scrape, wait_equal
     peer = TcpPeer("127.0.0.1")
     refused = TcpPeer("127.0.0.2")
     closed = socket.socket()
@@ -574,7 +574,7 @@ def test_limits(d):
     as "timeout"), tcp_buffer 4096 (200 KB echoed through 4 KiB buffers); `allocations`
     shows each allocation's TCP connections and the bytes relayed exactly; a reload that
     raises tcp_connections admits the third Connect on the same allocation."""
-    from test_metrics import scrape
+    from harness_admin import scrape
     peers = [TcpPeer("127.0.0.1") for _ in range(3)]
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
