@@ -23,9 +23,9 @@ here = os.path.dirname(os.path.abspath(__file__))
 top_srcdir = os.environ.get("top_srcdir", os.path.join(here, "..", ".."))
 sys.path.insert(0, os.path.join(top_srcdir, "tests", "integration"))
 sys.path.insert(0, here)
-from harness_admin import check, free_port, run_tests, wait_for  # noqa: E402
+from harness_admin import (REALM, SECRET, SUCCESS, Client, check, error_code,  # noqa: E402
+                           free_port, run_tests, wait_for)
 from test_cds import CdsDaemon, answers  # noqa: E402
-import test_security_stun as ts  # noqa: E402
 from test_stunnerd_diff import programs  # noqa: E402
 
 BIN = {}
@@ -38,7 +38,7 @@ def config(ports, peers, secret):
     return {
         "version": "v1",
         "admin": {"name": IDENT, "loglevel": "all:INFO", "healthcheck_endpoint": ""},
-        "auth": {"type": "ephemeral", "realm": ts.REALM, "credentials": {"secret": secret}},
+        "auth": {"type": "ephemeral", "realm": REALM, "credentials": {"secret": secret}},
         "listeners": [{"name": "testns/gw/udp-%d" % p, "protocol": "TURN-UDP",
                        "address": "127.0.0.1", "port": p, "routes": ["testns/media"]}
                       for p in ports],
@@ -78,7 +78,7 @@ class Cds:
 
 
 def perm_code(c, ip):
-    return ts.error_code(c.perm(ip, 9)[3])
+    return error_code(c.perm(ip, 9)[3])
 
 
 def status(daemon):
@@ -97,38 +97,33 @@ def test_operator_cds(d):
     try:
         # connected before its config exists: the bootstrap config serves nothing
         check(not answers(p1), "something answers before any config")
-        cds.upsert(config([p1], ["127.0.0.1"], ts.SECRET))
+        cds.upsert(config([p1], ["127.0.0.1"], SECRET))
         wait_for(lambda: answers(p1), "the first config")
         st = status(daemon)
         check(st["last_reload"]["trigger"] == "cds", st)
 
-        c = ts.Client(p1)
+        c = Client(p1)
         c.allocate()
         check(perm_code(c, "127.0.0.1") is None, "the admitted peer")
         check(perm_code(c, "127.0.0.3") == 403, "a peer no route covers")
 
         # a route change admits 127.0.0.3 on the same allocation
-        cds.upsert(config([p1], ["127.0.0.1", "127.0.0.3"], ts.SECRET))
+        cds.upsert(config([p1], ["127.0.0.1", "127.0.0.3"], SECRET))
         wait_for(lambda: perm_code(c, "127.0.0.3") is None, "the new route")
         check(status(daemon)["allocations"] == 1, "the allocation after the route change")
 
         # a secret change: a credential of the new secret works, the old one is refused
-        old = ts.SECRET
         cds.upsert(config([p1], ["127.0.0.1", "127.0.0.3"], "rotated-secret"))
 
         def new_secret_works():
-            ts.SECRET = "rotated-secret"
+            n = Client(p1, "bob", secret="rotated-secret")
             try:
-                n = ts.Client(p1, "bob")
-            finally:
-                ts.SECRET = old
-            try:
-                return n.allocate(expect="any")[1] == ts.SUCCESS
+                return n.allocate(expect="any")[1] == SUCCESS
             finally:
                 n.close()
         wait_for(new_secret_works, "the rotated secret")
-        o = ts.Client(p1, "carol")
-        check(ts.error_code(o.allocate(expect="any")[3]) == 401, "the old secret")
+        o = Client(p1, "carol")
+        check(error_code(o.allocate(expect="any")[3]) == 401, "the old secret")
         o.close()
         # alice's allocation (made with the old secret) and bob's: the rotation ended none
         check(status(daemon)["allocations"] == 2, "the allocations after the rotation")

@@ -17,9 +17,6 @@ and a listed difference that no longer differs fails).
 Without STUNner's programs (no Go, modules never fetched) the test skips, or fails under
 CI=true; the programs are built with --offline (no network at test time).
 """
-import base64
-import hashlib
-import hmac
 import os
 import socket
 import subprocess
@@ -32,11 +29,9 @@ here = os.path.dirname(os.path.abspath(__file__))
 top_srcdir = os.environ.get("top_srcdir", os.path.join(here, "..", ".."))
 sys.path.insert(0, os.path.join(top_srcdir, "tests", "integration"))
 sys.path.insert(0, here)
-from harness_admin import Daemon, binding_request, free_port  # noqa: E402
-from test_security_stun import (A_ERROR, A_TRANSPORT, ALLOCATE, REALM, SECRET,  # noqa: E402
-                                error_code, relay_range)
-from test_security_stun import Client as UdpClient  # noqa: E402
-from test_tcp_relay import TcpTurn  # noqa: E402
+from harness_admin import (A_ERROR, A_TRANSPORT, ALLOCATE, REALM, SECRET, SUCCESS,  # noqa: E402
+                           Client, Daemon, StreamClient, binding_request, credentials,
+                           error_code, free_port, relay_range)
 from test_stunnerd_diff import difference_rows, programs  # noqa: E402
 
 # step -> (stunnerd's outcome, turngate's outcome, the configuration.md row that says why)
@@ -77,7 +72,7 @@ def expected(step):
 def outcome(r):
     if r is None:
         return "no answer"
-    if r[1] == 0x0100:
+    if r[1] == SUCCESS:
         return "success"
     if A_ERROR not in r[3]:
         return "error without ERROR-CODE"
@@ -153,7 +148,7 @@ def wait_stun(port, proc, timeout=20.0):
 
 def with_user(c, username, password):
     c.username, c.password = username, password
-    c.key = hashlib.md5(("%s:%s:%s" % (username, REALM, password)).encode()).digest()
+    c.key = c.key_of(password)
     c.nonce = None
 
 
@@ -162,28 +157,26 @@ def script(port, peer, outside, tcp=False):
     steps, UDP relaying; no Send, whose answers would need stream framing here), with an
     RFC 6062 TCP Allocate too."""
     res = []
-    Client = TcpTurn if tcp else UdpClient
+    make = StreamClient if tcp else Client
     pre = "TURN-TCP: " if tcp else ""
     if tcp:
-        t = TcpTurn(port, "dave")
+        t = StreamClient(port, "dave")
         r = t.request(ALLOCATE, [(A_TRANSPORT, bytes([6, 0, 0, 0]))])
         res.append(("TURN-TCP: Allocate TCP (RFC 6062)", outcome(r)))
         t.close()
-    bad = Client(port, "bob")
+    bad = make(port, "bob")
     with_user(bad, bad.username, "d3Jvbmc=")
     res.append((pre + "Allocate, wrong password", outcome(bad.allocate(expect="any"))))
     bad.close()
-    old = Client(port, "carol")
-    user = "%d:carol" % (int(time.time()) - 60)
-    pw = base64.b64encode(hmac.new(SECRET.encode(), user.encode(), hashlib.sha1).digest())
-    with_user(old, user, pw.decode())
+    old = make(port, "carol")
+    with_user(old, *credentials("carol", lifetime=-60))
     res.append((pre + "Allocate, expired credential", outcome(old.allocate(expect="any"))))
     old.close()
 
-    c = Client(port, "alice")
+    c = make(port, "alice")
     r = c.allocate(expect="any")
     res.append((pre + "Allocate, good credential", outcome(r)))
-    if r[1] != 0x0100:
+    if r[1] != SUCCESS:
         return res
     pport = peer.sock.getsockname()[1]
     for ip in ("127.0.0.1", "10.9.9.9", "127.0.0.2"):

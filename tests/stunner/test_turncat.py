@@ -7,9 +7,6 @@ turncat listens on udp://127.0.0.1:L; each datagram sent there must come back fr
 peer through turngated, and turngated's counters must show the allocation. Without STUNner's
 programs the test skips, or fails under CI=true (no network at test time: --offline).
 """
-import base64
-import hashlib
-import hmac
 import os
 import signal
 import socket
@@ -22,8 +19,8 @@ here = os.path.dirname(os.path.abspath(__file__))
 top_srcdir = os.environ.get("top_srcdir", os.path.join(here, "..", ".."))
 sys.path.insert(0, os.path.join(top_srcdir, "tests", "integration"))
 sys.path.insert(0, here)
-from harness_admin import Daemon, check, free_port, run_tests  # noqa: E402
-from test_security_stun import relay_range  # noqa: E402
+from harness_admin import (Daemon, check, credentials, free_port, relay_range,  # noqa: E402
+                           run_tests)
 from test_stunnerd_behaviour import Echo  # noqa: E402
 from test_stunnerd_diff import programs  # noqa: E402
 
@@ -56,9 +53,7 @@ def tunnel(d, auth):
     if auth == "static":
         user, pw = "user1", "pass1"
     else:
-        user = "%d:turncat" % (int(time.time()) + 3600)
-        pw = base64.b64encode(hmac.new(SECRET.encode(), user.encode(),
-                                       hashlib.sha1).digest()).decode()
+        user, pw = credentials("turncat", secret=SECRET)
     local = free_port()
     log = open(os.path.join(d, "turncat.log"), "wb")
     tc = subprocess.Popen([os.path.join(BIN["dir"], "turncat"), "-l", "all:INFO",
