@@ -21,7 +21,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import ssl
 import struct
 import subprocess
@@ -31,11 +30,10 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_quota import TcpClient, refresh0, worker_pid  # noqa: E402
-from test_revoke import client, ctl_ok  # noqa: E402
-from test_security_stun import (A_LIFETIME, Daemon, Listener, check, config,  # noqa: E402
-                                free_port)
+from harness_admin import (A_LIFETIME, Client, Daemon, Peer, StreamClient, check,  # noqa: E402
+                           config, free_port, run_tests, wait_for)
+from test_quota import worker_pid  # noqa: E402
+from test_revoke import ctl_ok  # noqa: E402
 
 RELAY = (65520, 65535)
 
@@ -111,14 +109,14 @@ def test_reasons_and_bytes(d):
     times, and the bytes/packets the test relayed."""
     port, tport = free_port(), free_port()
     daemon = Daemon(d, make_config(d, port, tcp_port=tport)).start()
-    peer = Listener("127.0.0.1")
+    peer = Peer("127.0.0.1")
     cs = []
     try:
-        a = client(port, "alice")
+        a = Client(port, "alice")
         cs.append(a)
         out, back = relay_some(a, peer, 5, 3)
         time.sleep(0.2)
-        refresh0(a)
+        a.release()
         r = wait_record(d, a, "alice's record")
         check(r["reason"] == "refresh0" and r["transport"] == "udp" and
               r["listener"] == "udp" and r["user"] == "alice", r)
@@ -129,21 +127,21 @@ def test_reasons_and_bytes(d):
         check(r["relay"].startswith("127.0.0.1:") and r["duration"] >= 0.2, r)
         check(r["start"] < r["end"] and r["end"].endswith("Z"), r)
 
-        t = TcpClient(tport, "tom")
+        t = StreamClient(tport, "tom")
         cs.append(t)
         t.allocate()
         t.sock.close()
         r = wait_record(d, t, "tom's record")
         check(r["reason"] == "disconnect" and r["transport"] == "tcp", r)
 
-        v = client(port, "victor")
+        v = Client(port, "victor")
         cs.append(v)
         v.allocate()
         ctl_ok(daemon, "revoke", "--user-id", "victor")
         r = wait_record(d, v, "victor's record")
         check(r["reason"] == "revoke", r)
 
-        w = client(port, "wendy")
+        w = Client(port, "wendy")
         cs.append(w)
         w.allocate()
         check(daemon.admin({"cmd": "disconnect", "user": w.username})["ok"], "disconnect")
@@ -170,7 +168,7 @@ def test_listener_removed(d):
     daemon = Daemon(d, two).start()
     cs = []
     try:
-        a = client(port2, "lisa")
+        a = Client(port2, "lisa")
         cs.append(a)
         a.allocate()
         gen = daemon.admin({"cmd": "status"})["generation"]
@@ -194,7 +192,7 @@ def test_expiry_and_metrics(d):
                                            "max_allocation_lifetime": 1})).start()
     cs = []
     try:
-        e = client(port, "erin")
+        e = Client(port, "erin")
         cs.append(e)
         e.allocate()
         r = wait_record(d, e, "erin's record")
@@ -218,27 +216,27 @@ def test_logrotate(d):
     daemon = Daemon(d, make_config(d, port)).start()
     cs = []
     try:
-        a = client(port, "anna")
+        a = Client(port, "anna")
         cs.append(a)
         a.allocate()
-        refresh0(a)
+        a.release()
         wait_record(d, a, "anna's record")
         os.rename(os.path.join(d, "sessions.jsonl"), os.path.join(d, "sessions.jsonl.1"))
         out = ctl_ok(daemon, "logrotate")
         check("reopened" in out, out)
-        b = client(port, "bert")
+        b = Client(port, "bert")
         cs.append(b)
         b.allocate()
-        refresh0(b)
+        b.release()
         wait_record(d, b, "bert's record in the new file")
         check([r["user"] for r in records(d, "sessions.jsonl.1")] == ["anna"], "old file")
         os.rename(os.path.join(d, "sessions.jsonl"), os.path.join(d, "sessions.jsonl.2"))
         daemon.signal(signal.SIGUSR1)
         wait_for(lambda: "reopened" in daemon.stderr().split("bert")[-1], "the reopen")
-        c = client(port, "cleo")
+        c = Client(port, "cleo")
         cs.append(c)
         c.allocate()
-        refresh0(c)
+        c.release()
         wait_record(d, c, "cleo's record in the newest file")
         check([r["user"] for r in records(d, "sessions.jsonl.2")] == ["bert"], "2nd file")
         check([r["user"] for r in records(d)] == ["cleo"], "newest file")
@@ -255,7 +253,7 @@ def test_worker_kill(d):
     daemon = Daemon(d, make_config(d, port)).start()
     cs = []
     try:
-        a = client(port, "kim")
+        a = Client(port, "kim")
         cs.append(a)
         a.allocate()
         slot = allocs(daemon)[0]["worker"]
@@ -267,7 +265,7 @@ def test_worker_kill(d):
         wait_for(lambda: len(allocs(daemon)) == 1, "the allocation re-adopted")
         time.sleep(0.5)
         check(records(d) == [], "a record for a re-adopted allocation: %r" % records(d))
-        refresh0(a)
+        a.release()
         r = wait_record(d, a, "kim's record")
         check(r["reason"] == "refresh0", r)
         time.sleep(0.5)
@@ -301,11 +299,11 @@ def test_restart(d):
     daemon = Daemon(d, make_config(d, port, limits={"allocation_lifetime": 2})).start()
     cs = []
     try:
-        done, long, short = (client(port, "dora"), client(port, "lena"),
-                             client(port, "sven"))
+        done, long, short = (Client(port, "dora"), Client(port, "lena"),
+                             Client(port, "sven"))
         cs += [done, long, short]
         done.allocate()
-        refresh0(done)
+        done.release()
         wait_record(d, done, "dora's record")
         long.allocate(extra=[(A_LIFETIME, struct.pack("!I", 600))])
         short.allocate()
@@ -315,7 +313,7 @@ def test_restart(d):
         r = wait_record(d, short, "sven's expiry record at the take-over")
         check(r["reason"] == "expiry", r)
         check(of_user(records(d), long) == [], "lena recorded before her end")
-        refresh0(long)
+        long.release()
         wait_record(d, long, "lena's record")
         time.sleep(0.5)
         users = sorted(r["user"] for r in records(d))
@@ -334,11 +332,11 @@ def test_upgrade(d):
     daemon = Daemon(d, make_config(d, port)).start()
     cs, new_pid = [], None
     try:
-        before, after = client(port, "ulla"), client(port, "uwe")
+        before, after = Client(port, "ulla"), Client(port, "uwe")
         cs += [before, after]
         before.allocate()
         after.allocate()
-        refresh0(before)
+        before.release()
         out = ctl_ok(daemon, "upgrade")
         new_pid = int(out.strip().splitlines()[-1])
         daemon.wait_exit()
@@ -347,7 +345,7 @@ def test_upgrade(d):
                  "the new master to serve")
         wait_record(d, before, "ulla's record")
         check(of_user(records(d), after) == [], "uwe recorded before his end")
-        refresh0(after)
+        after.release()
         wait_record(d, after, "uwe's record")
         time.sleep(0.5)
         users = sorted(r["user"] for r in records(d))
@@ -373,7 +371,7 @@ def test_shutdown_without_state_file(d):
     daemon = Daemon(d, make_config(d, port, extra_admin='  state_dir: ""\n')).start()
     cs = []
     try:
-        a = client(port, "sam")
+        a = Client(port, "sam")
         cs.append(a)
         a.allocate()
     finally:
@@ -392,7 +390,7 @@ def test_quota(d):
     daemon = Daemon(d, make_config(d, port, limits={"user_quota": 1})).start()
     cs = []
     try:
-        a, b = client(port, "quinn"), client(port, "quinn")
+        a, b = Client(port, "quinn"), Client(port, "quinn")
         cs += [a, b]
         a.allocate()
         b.allocate(expect=486)
@@ -400,7 +398,7 @@ def test_quota(d):
         check(r["reason"] == "quota" and r["user"] == "quinn", r)
         check(r["client"] == "127.0.0.1:%d" % b.sock.getsockname()[1], r)
         check(r["to_peer"] == {"packets": 0, "bytes": 0} and r["peers"]["count"] == 0, r)
-        refresh0(a)
+        a.release()
         wait_for(lambda: len(records(d)) == 2, "quinn's granted allocation's record")
         check([x["reason"] for x in records(d)] == ["quota", "refresh0"], records(d))
         check(records(d)[1]["client"] == "127.0.0.1:%d" % a.sock.getsockname()[1], records(d))
@@ -425,7 +423,7 @@ def test_stdout_start_and_peers(d):
                                    extra_records="    start: true\n")).start()
     cs = []
     try:
-        a = client(port, "stella")
+        a = Client(port, "stella")
         cs.append(a)
         r = a.allocate()
         relayed = a.relayed(r)[0]
@@ -440,7 +438,7 @@ def test_stdout_start_and_peers(d):
         ips = ["127.0.0.%d" % i for i in range(2, 8)]
         for ip in ips:
             check(a.perm(ip) is not None, "CreatePermission " + ip)
-        refresh0(a)
+        a.release()
         e = wait_for(lambda: [x for x in stdout_records(daemon)
                               if x["type"] == "session_end"], "the end record")[0]
         check((e["id"], e["gen"], e["start"]) == (s["id"], s["gen"], s["start"]), (s, e))
@@ -487,19 +485,19 @@ def test_webhook(d):
                                    metrics=mport)).start()
     cs = []
     try:
-        a = client(port, "hank")
+        a = Client(port, "hank")
         cs.append(a)
         a.allocate()
-        refresh0(a)
+        a.release()
         wait_for(lambda: [r for r in Hook.got if r["user"] == "hank"], "hank at the hook")
         srv.shutdown()
         srv.server_close()
         names = ["hu%d" % i for i in range(5)]
         for n in names:
-            c = client(port, n)
+            c = Client(port, n)
             cs.append(c)
             c.allocate()
-            refresh0(c)
+            c.release()
         wait_for(lambda: len(records(d)) == 6, "6 records in the file")
 
         wait_for(lambda: webhook_failures(mport) >= 1, "a failed delivery counted")
@@ -572,10 +570,10 @@ def webhook_failures(mport):
 
 def end_some(port, names, cs):
     for n in names:
-        c = client(port, n)
+        c = Client(port, n)
         cs.append(c)
         c.allocate()
-        refresh0(c)
+        c.release()
 
 
 def test_webhook_https(d):

@@ -21,11 +21,8 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, run_tests_as_root,  # noqa: E402
-                           unshare, wait_for)
-from test_quota import refresh0  # noqa: E402
-from test_revoke import client  # noqa: E402
-from test_security_stun import Daemon, check, free_port, relay_range  # noqa: E402
+from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Client, Daemon, check,  # noqa: E402
+                           free_port, relay_range, run_tests_as_root, unshare, wait_for)
 from test_session_records import Hook, make_config, records, serve  # noqa: E402
 
 DNS_IP = "127.0.0.53"
@@ -119,10 +116,10 @@ def test_webhook_dns_never_blocks(d):
             return st.get("workers", {}).get("running") == 2
         wait_for(running, "the master's answer while the DNS query is held", timeout=10)
         for name in ("dana", "dirk"):
-            c = client(port, name)
+            c = Client(port, name)
             cs.append(c)
             c.allocate()
-            refresh0(c)
+            c.release()
         wait_for(lambda: len(records(d)) == 2, "2 records in the file")
         check(Hook.got == [] and dns.held and not dns.released, "delivered before the answer")
         dns.release()

@@ -17,11 +17,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNS, check, run_tests_as_root, unshare,  # noqa: E402
-                           wait_for)
-from test_quota import refresh0  # noqa: E402
-from test_revoke import client  # noqa: E402
-from test_security_stun import Daemon, free_port, relay_range  # noqa: E402
+from harness_admin import (CLONE_NEWNS, Client, Daemon, check, free_port,  # noqa: E402
+                           relay_range, run_tests_as_root, unshare, wait_for)
 from test_session_records import make_config  # noqa: E402
 
 LOG = None   # the test's /dev/log
@@ -77,10 +74,10 @@ def test_syslog(d):
     cs, got = [], []
     try:
         for name in ("sylvia", "sybil"):
-            c = client(port, name)
+            c = Client(port, name)
             cs.append(c)
             c.allocate()
-            refresh0(c)
+            c.release()
         recs = wait_for(lambda: len(syslog_records(got)) >= 2 and syslog_records(got),
                         "2 records at /dev/log")
         time.sleep(0.3)
