@@ -22,16 +22,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import need_tool, run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_LIFETIME, A_NONCE, A_REALM, A_TRANSPORT,  # noqa: E402
-                                A_USERNAME, A_XOR_MAPPED, ALLOCATE, REALM, REFRESH, REQUEST,
-                                Client, Daemon, Failure, build, check, config, error_code,
-                                free_port, parse, parse_xor_addr, relay_range)
-from test_tls import make_cert  # noqa: E402
+from harness_admin import (A_XOR_MAPPED, BINDING, REQUEST, Client, Daemon,  # noqa: E402
+                           Failure, StreamClient, binding_request, build, check, config,
+                           free_port, make_cert, need_tool, parse, parse_xor_addr,
+                           parse_xor_mapped, relay_range, run_tests, wait_for)
 
 CLIENT_IP = "127.0.0.5"
 UNTRUSTED_IP = "127.0.0.7"
-BINDING = 0x0001
 V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
@@ -176,58 +173,30 @@ def connect(port, src=CLIENT_IP, tls=False, alpn=("stun.turn",)):
     return t
 
 
-def recv_msg(s):
-    """One STUN message from stream s, or None when it closes (or fails) first."""
-    buf = b""
+def on_stream(s, fn):
+    """fn(the library's StreamClient on stream s); s keeps its timeout."""
+    t = s.gettimeout()
     try:
-        while len(buf) < 20 or len(buf) < 20 + struct.unpack("!H", buf[2:4])[0]:
-            chunk = s.recv(4096)
-            if not chunk:
-                return None
-            buf += chunk
-    except (OSError, ssl.SSLError):
-        return None
-    return buf
+        return fn(StreamClient(0, sock=s))
+    finally:
+        s.settimeout(t)
 
 
 def binding(s):
     """XOR-MAPPED-ADDRESS of a Binding over stream s, or None (closed, no answer)."""
-    tid = os.urandom(12)
+    msg, tid = binding_request()
     try:
-        s.sendall(build(BINDING, REQUEST, tid, []))
+        s.sendall(msg)
     except OSError:
         return None
-    m = recv_msg(s)
-    p = parse(m) if m else None
-    if not p or A_XOR_MAPPED not in p[3]:
-        return None
-    return parse_xor_addr(p[3][A_XOR_MAPPED][0], p[2])
+    f = on_stream(s, lambda c: c.frame(5.0))
+    return parse_xor_mapped(f, tid) if f else None
 
 
 def allocate(s):
     """An authenticated Allocate over stream s (kept open by the caller): its mapped address."""
-    return allocate_as(s)[0]
-
-
-def allocate_as(s):
-    """allocate(s): (mapped address, the client whose credentials it used)."""
-    c = Client(1)
-    c.close()
-    nonce = None
-    for _ in range(3):
-        tid = os.urandom(12)
-        attrs = [(A_TRANSPORT, bytes([17, 0, 0, 0]))]
-        key = None
-        if nonce is not None:
-            attrs += [(A_USERNAME, c.username.encode()), (A_REALM, REALM.encode()),
-                      (A_NONCE, nonce)]
-            key = c.key
-        s.sendall(build(ALLOCATE, REQUEST, tid, attrs, key))
-        r = parse(recv_msg(s))
-        if error_code(r[3]) is None:
-            return parse_xor_addr(r[3][A_XOR_MAPPED][0], r[2]), c
-        nonce = r[3][A_NONCE][0]
-    raise Failure("Allocate failed")
+    r = on_stream(s, lambda c: c.allocate())
+    return parse_xor_addr(r[3][A_XOR_MAPPED][0], r[2])
 
 
 def closed(s, timeout=5.0):
@@ -402,8 +371,7 @@ def test_udp_v2(d):
         check(c.perm("127.0.0.1", echo.getsockname()[1]) is not None, "CreatePermission")
         c.send("127.0.0.1", echo.getsockname()[1], b"ping through the proxy")
         check(c.recv_data(3.0) == b"ping through the proxy", "relayed data back at the proxy")
-        r = c.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 0))])
-        check(error_code(r[3]) is None, "Refresh 0 through the proxy")
+        check(c.refresh(0) is None, "Refresh 0 through the proxy")
         r = record_of(d, "pp_udp")
         check(r["client"] == "%s:6666" % CLIENT_IP and r["reason"] == "refresh0" and
               r["to_peer"]["packets"] == 1, "UDP record %r" % r)
