@@ -30,7 +30,7 @@ N = 8
 
 def start(d):
     # 65420..65515: a port-counting window of its own (see relay_range in
-    # test_security_stun.py), above the kernel's ephemeral range.
+    # harness_admin.py), above the kernel's ephemeral range.
     lo = 65420 + (os.getpid() % 12) * N
     port = free_port()
     # One user for every client: its quota (by default half of what the listener can

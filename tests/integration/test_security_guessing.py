@@ -10,18 +10,16 @@ bounded in count and time.
 import hashlib
 import os
 import re
-import selectors
 import socket
-import struct
 import sys
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (ALLOCATE, A_NONCE, A_REALM, A_TRANSPORT, A_USERNAME,  # noqa: E402
-                           ERROR, REALM, REQUEST, SUCCESS, Client, Daemon, build, check, config,
-                           credentials, error_code, free_port, parse, relay_range, run_tests,
-                           wait_for)
+                           ERROR, REALM, REQUEST, SUCCESS, Client, Daemon, StreamClient, build,
+                           check, config, credentials, error_code, free_port, parse,
+                           relay_range, run_tests, wait_for)
 
 WORKERS = 2
 GUESSES = 150             # wrong passwords sent on one connection without waiting
@@ -29,7 +27,7 @@ UDP_GUESSES = 60          # within the reflection limiter's burst (100): all ans
 BUDGET = 10               # limits.auth_fail_prefix's default
 USER_BUDGET = 20          # limits.auth_fail_user's default
 # 16 relay ports owned by this test: above the port-counting windows (65000..65419,
-# test_security_stun.relay_range) and test_revoke's 65420..65519.
+# harness_admin.relay_range) and test_revoke's 65420..65519.
 QUOTA_RANGE = (65520, 65535)
 
 
@@ -70,41 +68,25 @@ def allocate(tid, username=None, nonce=None, key=None):
     return build(ALLOCATE, REQUEST, tid, attrs, key)
 
 
-class Stream:
-    """One TCP connection from src to the TURN-TCP listener, STUN framed by its length."""
+class Stream(StreamClient):
+    """One TCP connection from src to the TURN-TCP listener (the library's framing),
+    answers gathered by transaction id."""
 
     def __init__(self, src, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
-                                             source_address=(src, 0))
-        self.buf = b""
-
-    def send(self, msg):
-        self.sock.sendall(msg)
+        super().__init__(port, sock=socket.create_connection(("127.0.0.1", port), timeout=5,
+                                                             source_address=(src, 0)))
 
     def answers(self, want, timeout):
         """{tid: parsed} of the answers read until `want` came or timeout seconds passed."""
         got, deadline = {}, time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = self.sock.recv(65536)
-            except socket.timeout:
+        while len(got) < want:
+            f = self.frame(deadline - time.monotonic())
+            if f is None:
                 break
-            if not chunk:
-                break
-            self.buf += chunk
-            while len(self.buf) >= 20:
-                n = 20 + struct.unpack("!H", self.buf[2:4])[0]
-                if len(self.buf) < n:
-                    break
-                p = parse(self.buf[:n])
-                self.buf = self.buf[n:]
-                if p and p[1] in (SUCCESS, ERROR):
-                    got[p[2]] = p
+            p = parse(f)
+            if p and p[1] in (SUCCESS, ERROR):
+                got[p[2]] = p
         return got
-
-    def close(self):
-        self.sock.close()
 
 
 class Dgram:
@@ -115,7 +97,7 @@ class Dgram:
         self.sock.bind((src, 0))
         self.server = ("127.0.0.1", port)
 
-    def send(self, msg):
+    def send_raw(self, msg):
         self.sock.sendto(msg, self.server)
 
     def answers(self, want, timeout):
@@ -137,7 +119,7 @@ class Dgram:
 
 def nonce_of(conn):
     tid = os.urandom(12)
-    conn.send(allocate(tid))
+    conn.send_raw(allocate(tid))
     r = conn.answers(1, 3.0).get(tid)
     check(r is not None and error_code(r[3]) == 401 and A_NONCE in r[3],
           "the unauthenticated Allocate got its 401 with a nonce (%r)" % (r,))
@@ -148,7 +130,7 @@ def allocate_with(conn, username, password, timeout=3.0):
     """The answer to an authenticated Allocate on conn (None: not answered)."""
     nonce = nonce_of(conn)
     tid = os.urandom(12)
-    conn.send(allocate(tid, username, nonce, key_of(username, password)))
+    conn.send_raw(allocate(tid, username, nonce, key_of(username, password)))
     return conn.answers(1, timeout).get(tid)
 
 
@@ -162,8 +144,8 @@ def guess_run(conn, n):
     right = os.urandom(12)
     t0 = time.monotonic()
     for i, tid in enumerate(tids):
-        conn.send(allocate(tid, username, nonce, key_of(username, "guess-%d" % i)))
-    conn.send(allocate(right, username, nonce, key_of(username, password)))
+        conn.send_raw(allocate(tid, username, nonce, key_of(username, "guess-%d" % i)))
+    conn.send_raw(allocate(right, username, nonce, key_of(username, password)))
     got = conn.answers(n + 1, 4.0)
     wrong = sum(1 for t in tids if t in got)
     for t in tids:
@@ -246,7 +228,7 @@ def test_guessing_distributed(d):
             conn = Dgram("127.0.%d.1" % (10 + i), port)
             nonce = nonce_of(conn)
             tid = os.urandom(12)
-            conn.send(allocate(tid, username, nonce, key_of(username, "guess-%d" % i)))
+            conn.send_raw(allocate(tid, username, nonce, key_of(username, "guess-%d" % i)))
             answered += tid in conn.answers(1, 0.5)
             conn.close()
         print("30 guesses for one username from 30 prefixes: %d answered" % answered)
