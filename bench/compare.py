@@ -54,14 +54,16 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
 import compare_report  # noqa: E402  (table, notes, targets)
+from harness_admin import binding_request, parse  # noqa: E402  (the STUN encoding)
 import topology  # noqa: E402  (loopback or network namespaces)
 
 SERVER = ("127.0.0.1", 13478)   # the loopback layout (quota_scale.py uses these too)
@@ -301,7 +303,7 @@ def wait_stun(deadline_s=10.0, topo=None):
     """True once the server answers a STUN Binding request on the layout's server address
     (asked from the client's namespace)."""
     topo = topo or LOOPBACK
-    req = struct.pack("!HHI", 0x0001, 0, 0x2112A442) + os.urandom(12)
+    req, tid = binding_request()
     end = time.monotonic() + deadline_s
     with topo.entered("client"):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -311,7 +313,8 @@ def wait_stun(deadline_s=10.0, topo=None):
             try:
                 s.sendto(req, topo.server)
                 data, _ = s.recvfrom(2048)
-                if len(data) >= 20 and data[8:20] == req[8:20]:
+                p = parse(data)
+                if p and p[2] == tid:
                     return True
             except OSError:
                 time.sleep(0.05)
