@@ -1,8 +1,10 @@
 """The names the tests used to import from here, now in harness_admin.py (not a test).
 
 The STUN encoding, the TURN clients and the peers moved to the one test library,
-harness_admin.py. This module stays only for the tests not migrated yet (test_session_records.py,
-test_proxy_protocol.py, tests/stunner): import harness_admin instead.
+harness_admin.py, and every test on main imports it directly. This module is kept only for
+the branches scale (bench/scale.py, scale_clients.py, test_scale*.py) and streams
+(test_upgrade_streams.py), which still import it, until they land; then the coordinator
+removes it. New code: import harness_admin.
 """
 import os
 import sys
@@ -15,7 +17,8 @@ from harness_admin import Peer as Listener  # noqa: E402,F401
 
 class Client(harness_admin.Client):
     """harness_admin's Client with this module's SECRET and REALM as they are when it is
-    made (tests/stunner/test_stunner_cds.py rotates the secret by assigning SECRET here)."""
+    made (a caller could rotate the secret by assigning SECRET here; harness_admin.Client
+    takes secret= instead)."""
 
     def __init__(self, port, user="alice", **kw):
         kw.setdefault("secret", SECRET)
