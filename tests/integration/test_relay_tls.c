@@ -59,7 +59,7 @@ static int make_cert(const char *crt, const char *key, const char *cn)
 
 static int setup(void **state)
 {
-	/* one of the shared windows of tests that do not count ports (test_security_stun.py's
+	/* one of the shared windows of tests that do not count ports (harness_admin.py's
 	 * relay_range): the others are fixed per test and must stay free for re-adoption */
 	static const unsigned windows[] = { 54000, 59000, 60000 };
 	unsigned lo = windows[(unsigned)getpid() % 3];
