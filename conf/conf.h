@@ -210,6 +210,15 @@ struct conf_listener {
 /* Upper bound of limits.max_allocations, total_quota, user_quota and
  * listeners[].max_allocations. */
 #define CONF_MAX_ALLOCATIONS 10000000
+/* limits.max_allocations unset (or "auto"): the table covers the relay port space, every
+ * port of the listeners' relay ranges on every distinct relay address (conf_capacity.c),
+ * at least the global range (admin.relay_port_min..max), so a listener added later on one
+ * address fits without a restart. CONF_RELAY_WAYS is how many relay addresses may book
+ * one port number in the shared port pool (SHM_PPOOL_WAYS; master/main.c checks they
+ * agree), so the port space, and the automatic capacity, is at most
+ * CONF_AUTO_ALLOCATIONS_MAX. */
+#define CONF_RELAY_WAYS 4u
+#define CONF_AUTO_ALLOCATIONS_MAX (CONF_RELAY_WAYS * 65535u)
 /* limits.user_quota unset (or "auto"): half of what the listener an Allocate arrives on
  * can hold, the smaller of its relay ports and the allocation table (its
  * max_allocations, limits.max_allocations, limits.total_quota): one user cannot take a
@@ -243,7 +252,12 @@ struct conf_listener {
 #define CONF_MAX_CHANNELS 32
 
 struct conf_limits {
-	uint32_t max_allocations;       /* capacity of the allocation table; default 10000 */
+	uint32_t max_allocations;       /* capacity of the allocation table; default auto,
+					 * resolved once the listeners are known */
+	bool max_allocations_auto;      /* not written down (or "auto"): the port space */
+	uint32_t relay_addrs;           /* distinct relay addresses the port space counts */
+	uint32_t relay_ports;           /* their relay ports (the port space, before the
+					 * floor of the global range) */
 	uint32_t user_quota;            /* allocations per user, 0 = unlimited (admin.user_quota
 					 * too); default CONF_USER_QUOTA_AUTO */
 	uint32_t total_quota;           /* admitted allocations overall, 0 = max_allocations */
@@ -493,6 +507,11 @@ int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
 /* Canonicalises sa into (family, addr): IPv4-mapped (::ffff:0:0/96), IPv4-compatible
  * (::/96, except :: and ::1), 6to4 (2002::/16, the embedded v4 of 2002:AABB:CCDD::/48) and
  * NAT64 (64:ff9b::/96) become AF_INET. Returns 0 or -EAFNOSUPPORT. Fast, no allocation. */
+/* The relay port space of a config: *ports, the ports of the listeners' relay ranges on
+ * every distinct relay address (a port number counted on at most CONF_RELAY_WAYS
+ * addresses), *addrs, the distinct relay addresses. Returns 0 or -ENOMEM. */
+int conf_relay_port_space(const struct conf *c, uint32_t *ports, uint32_t *addrs);
+
 int conf_addr_canon(const struct sockaddr *sa, int *family, uint8_t addr[16]);
 
 /* Categories of never-admitted addresses (conf_addr.c's table: the IANA special-purpose

@@ -38,6 +38,7 @@ struct pctx {
 	size_t bytes;    /* string bytes produced so far (aliases can repeat one scalar) */
 	bool v1alpha1;   /* version: v1alpha1, read as stunnerd's ConvertToV1 does */
 	yaml_node_t *siblings; /* admin.siblings, parsed once the listeners are known */
+	yaml_node_t *limits_node, *total_quota_node; /* checked once the listeners are known */
 	int nomem;
 };
 
@@ -125,6 +126,9 @@ char *conf_strdup(struct pctx *p, const char *s);
 /* Sections (conf_parse.c, conf_auth.c, conf_listener.c, conf_cluster.c). */
 void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path);
 void conf_parse_limits(struct pctx *p, yaml_node_t *n, const char *path);
+/* Once the listeners are parsed: limits.max_allocations "auto" from the relay port space
+ * (conf_capacity.c), then total_quota checked against it. */
+void conf_resolve_capacity(struct pctx *p);
 void conf_parse_auth(struct pctx *p, yaml_node_t *n, const char *path, struct conf_auth *a,
 		     const struct conf_auth *inherit);
 void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path);

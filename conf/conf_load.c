@@ -18,7 +18,7 @@ static int conf_defaults(struct conf *c)
 	c->admin.worker_stall_timeout = 20;
 	c->admin.log_format = CONF_LOG_TEXT;
 	c->limits = (struct conf_limits){
-		.max_allocations = 10000,
+		.max_allocations_auto = true,
 		.user_quota = CONF_USER_QUOTA_AUTO,
 		.max_permissions = 32,
 		.max_channels = 32,
@@ -140,6 +140,7 @@ static void parse_root(struct pctx *p, yaml_node_t *root)
 		conf_parse_listeners(p, r.v[R_LISTENERS], "listeners");
 	if (p->siblings && !pctx_is_null(p->siblings))
 		conf_parse_siblings(p, p->siblings, "admin.siblings");
+	conf_resolve_capacity(p);
 }
 
 static void yaml_failed(struct pctx *p, const yaml_parser_t *yp)

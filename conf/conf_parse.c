@@ -599,6 +599,13 @@ static void limits_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_no
 		parse_chan_range(p, v, path, &p->cfg->limits.channel_numbers);
 		return;
 	}
+	if (strcasecmp(key, "max_allocations") == 0 && v->type == YAML_SCALAR_NODE &&
+	    strcasecmp((const char *)v->data.scalar.value, "auto") == 0) {
+		p->cfg->limits.max_allocations_auto = true;
+		return;
+	}
+	if (strcasecmp(key, "max_allocations") == 0 && !pctx_is_null(v))
+		p->cfg->limits.max_allocations_auto = false;
 	if (strcasecmp(key, "user_quota") == 0 && v->type == YAML_SCALAR_NODE &&
 	    strcasecmp((const char *)v->data.scalar.value, "auto") == 0) {
 		p->cfg->limits.user_quota = CONF_USER_QUOTA_AUTO;
@@ -635,10 +642,6 @@ void conf_parse_limits(struct pctx *p, yaml_node_t *n, const char *path)
 			   "%u is greater than max_allocation_lifetime %u (expected at most that)",
 			   l->allocation_lifetime, l->max_allocation_lifetime);
 	}
-	if (l->total_quota > l->max_allocations) {
-		conf_path_key(sub, path, "total_quota");
-		pctx_error(p, ln.n[2] ? ln.n[2] : n, sub,
-			   "%u is greater than max_allocations %u (expected at most that)",
-			   l->total_quota, l->max_allocations);
-	}
+	p->limits_node = n;
+	p->total_quota_node = ln.n[2];
 }

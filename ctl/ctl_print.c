@@ -101,6 +101,19 @@ static void print_last_reload(json_t *lr, FILE *out)
 		reason != NULL ? ": " : "", reason != NULL ? reason : "");
 }
 
+/* What the allocation table reserved (master/sizing.c); absent from an older daemon. */
+static void print_table(json_t *t, FILE *out)
+{
+	if (!json_is_object(t))
+		return;
+	fprintf(out, "table:          %lld allocations (%s: %lld relay ports on %lld relay "
+		     "address%s), %.1f MiB; descriptors %lld of %lld\n",
+		int_of(t, "capacity"), str_of(t, "source"), int_of(t, "relay_ports"),
+		int_of(t, "relay_addresses"), int_of(t, "relay_addresses") == 1 ? "" : "es",
+		(double)int_of(t, "segment_bytes") / 1048576.0,
+		int_of(t, "descriptors"), int_of(t, "descriptors_wanted"));
+}
+
 static void print_status(json_t *r, FILE *out)
 {
 	json_t *lr = json_object_get(r, "last_reload"), *w = json_object_get(r, "workers");
@@ -116,6 +129,7 @@ static void print_status(json_t *r, FILE *out)
 	fprintf(out, "workers:        %lld running of %lld (%s)\n", int_of(w, "running"),
 		int_of(w, "configured"), str_of(w, "source"));
 	fprintf(out, "allocations:    %lld\n", int_of(r, "allocations"));
+	print_table(json_object_get(r, "table"), out);
 	fprintf(out, "draining:       %s\n",
 		json_is_true(json_object_get(r, "draining")) ? "yes" : "no");
 	if (json_is_string(json_object_get(st, "file")))

@@ -133,6 +133,8 @@ static json_t *cmd_status(struct master *m, json_t *req)
 			 dns_refresh_json(m));
 	if (r != NULL)
 		json_object_set_new(r, "refused_sources", refused_sources_json(m));
+	if (r != NULL)
+		json_object_set_new(r, "table", master_sizing_json(m));
 	return r;
 }
 

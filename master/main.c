@@ -456,9 +456,11 @@ static int master_start(struct master *m)
 	rc = open_admin(m);
 	if (rc < 0)
 		return rc;
+	master_sizing_descriptors(m);
 	rc = create_shm(m);
 	if (rc < 0)
 		return rc;
+	master_sizing_log(m);
 	rc = reload_open_listeners(m);
 	if (rc < 0)
 		return rc;

@@ -110,6 +110,7 @@ struct master {
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
 	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */
+	uint64_t fd_limit, fd_wanted, fd_hard; /* RLIMIT_NOFILE set at start (master/sizing.c) */
 	struct mworker *workers;  /* n_slots entries */
 	/* The short circuit's hand-over channel (worker/handover.c): per slot, a SOCK_DGRAM
 	 * socketpair made before the first fork and kept open for the master's life, so a
@@ -317,6 +318,16 @@ unsigned master_alloc_count(const struct master *m);
 /* Loads and attaches the programs of admin.offload_engine (before the workers are
  * forked: they inherit m->off_maps). A failure is one log line and user space, never an
  * error: returns 0. */
+/* master/sizing.c, at start: raises RLIMIT_NOFILE towards what the allocation table may
+ * need (before the first fork: workers inherit it), and logs what the table reserved and
+ * why (after the segment exists). */
+void master_sizing_descriptors(struct master *m);
+void master_sizing_log(const struct master *m);
+/* For status: {capacity, source (auto|configured), relay_ports, relay_addresses,
+ * segment_bytes, descriptors, descriptors_wanted}. The table's capacity is the running
+ * segment's (a reload that changes the port space resizes it at the next start). */
+json_t *master_sizing_json(const struct master *m);
+
 int master_offload_open(struct master *m);
 /* True when a reload from oc to nc changes admin.offload_engine or offload_interfaces. */
 bool master_offload_changed(const struct conf *oc, const struct conf *nc);

@@ -281,8 +281,12 @@ static void warn_restart_only(struct master *m, const struct conf *nc)
 	if (!str_eq(oc->admin.state_dir, nc->admin.state_dir))
 		log_warn("master", "admin.state_dir changed: takes effect at the next restart");
 	if (oc->limits.max_allocations != nc->limits.max_allocations)
-		log_warn("master", "max_allocations changed: the table size changes at the next "
-				   "restart");
+		log_warn("master", "max_allocations changed to %u%s (was %u): the table holds %u "
+				   "until the next restart",
+			 nc->limits.max_allocations,
+			 nc->limits.max_allocations_auto ? " (auto: the relay port space)" : "",
+			 oc->limits.max_allocations,
+			 m->shm != NULL ? shm_alloc_capacity(m->shm) : oc->limits.max_allocations);
 	/* From a CDS the socket is the bootstrap's ($TURNGATE_ADMIN_SOCKET): pushed configs
 	 * rarely name one, and the warning would repeat on every update. */
 	if (!str_eq(oc->admin.admin_socket, nc->admin.admin_socket) &&

@@ -39,7 +39,11 @@ static void test_defaults(void **state)
 	assert_string_equal(c->auth.realm, "stunner.l7mp.io");
 	assert_int_equal(c->auth.type, CONF_AUTH_STATIC);
 	assert_false(c->auth.strict_expiry);
-	assert_int_equal(c->limits.max_allocations, 10000);
+	/* auto: one listener's 16 384 relay ports on one address */
+	assert_true(c->limits.max_allocations_auto);
+	assert_int_equal(c->limits.max_allocations, 16384);
+	assert_int_equal(c->limits.relay_ports, 16384);
+	assert_int_equal(c->limits.relay_addrs, 1);
 	assert_int_equal(c->limits.user_quota, CONF_USER_QUOTA_AUTO);
 	assert_int_equal(c->limits.total_quota, 0);
 	assert_int_equal(c->limits.max_permissions, 32);
@@ -84,6 +88,70 @@ static void test_defaults(void **state)
 	assert_int_equal(d.n, 0);
 	conf_free(c);
 	conf_diags_free(&d);
+}
+
+/* limits.max_allocations auto: every port of the relay ranges on every relay address,
+ * overlapping ranges of one address counted once, a port number on at most
+ * CONF_RELAY_WAYS addresses, at least the global range; a number written down wins. */
+static void test_capacity_auto(void **state)
+{
+	static const struct {
+		const char *yaml;
+		uint32_t cap, ports, addrs;
+		bool is_auto;
+	} cases[] = {
+		{ T_HEAD "listeners:\n  - {name: a, address: 10.0.0.1}\n"
+			 "  - {name: b, address: 10.0.0.2}\n", 32768, 32768, 2, true },
+		/* one address, two listeners: the union of 100-199 and 150-349 (250), less than
+		 * the global range */
+		{ T_HEAD "listeners:\n"
+			 "  - {name: a, address: 10.0.0.1, relay_port_min: 100, relay_port_max: 199}\n"
+			 "  - {name: b, protocol: TURN-TCP, address: 10.0.0.1, relay_port_min: 150, "
+			 "relay_port_max: 349}\n", 16384, 250, 1, true },
+		{ T_HEAD "admin:\n  relay_port_min: 1000\n  relay_port_max: 1099\nlisteners:\n"
+			 "  - {name: a, address: 10.0.0.1, relay_port_min: 100, relay_port_max: 199}\n"
+			 "  - {name: b, address: 10.0.0.1, port: 3479, relay_port_min: 150, "
+			 "relay_port_max: 349}\n",
+		  250, 250, 1, true },
+		/* IPv4 and IPv6 relay addresses are distinct */
+		{ T_HEAD "admin:\n  relay_port_min: 1000\n  relay_port_max: 1009\nlisteners:\n"
+			 "  - {name: a, address: 10.0.0.1}\n  - {name: b, address: \"2001:db8::1\"}\n",
+		  20, 20, 2, true },
+		/* five addresses on the whole range: the pool books a port on four */
+		{ T_HEAD "admin:\n  healthcheck_endpoint: \"\"\n  relay_port_min: 3479\n  relay_port_max: 65535\nlisteners:\n"
+			 "  - {name: a, address: 10.0.0.1}\n  - {name: b, address: 10.0.0.2}\n"
+			 "  - {name: c, address: 10.0.0.3}\n  - {name: d, address: 10.0.0.4}\n"
+			 "  - {name: e, address: 10.0.0.5}\n",
+		  4 * (65535 - 3479 + 1), 4 * (65535 - 3479 + 1), 5, true },
+		{ T_HEAD "admin:\n  healthcheck_endpoint: \"\"\n  relay_port_min: 1024\n  relay_port_max: 65535\nlisteners:\n"
+			 "  - {name: a, address: 10.0.0.1, port: 1000}\n"
+			 "  - {name: b, address: 10.0.0.2, port: 1000}\n"
+			 "  - {name: c, address: 10.0.0.3, port: 1000}\n"
+			 "  - {name: d, address: 10.0.0.4, port: 1000}\n",
+		  4 * 64512, 4 * 64512, 4, true },
+		{ T_HEAD "limits:\n  max_allocations: auto\nlisteners:\n  - {name: a, address: 10.0.0.1}\n",
+		  16384, 16384, 1, true },
+		{ T_HEAD "limits:\n  max_allocations: 500\nlisteners:\n  - {name: a, address: 10.0.0.1}\n",
+		  500, 16384, 1, false },
+		/* no listener yet (a discovery service sends them later): the global range */
+		{ T_HEAD, 16384, 0, 0, true },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct conf *c;
+		struct conf_diags d;
+
+		if (t_load(cases[i].yaml, &c, &d) != 0) {
+			conf_diags_print(&d, stderr);
+			fail_msg("case %zu", i);
+		}
+		assert_int_equal(c->limits.max_allocations, cases[i].cap);
+		assert_int_equal(c->limits.relay_ports, cases[i].ports);
+		assert_int_equal(c->limits.relay_addrs, cases[i].addrs);
+		assert_int_equal(c->limits.max_allocations_auto, cases[i].is_auto);
+		conf_free(c);
+		conf_diags_free(&d);
+	}
 }
 
 static void test_default_address_without_env(void **state)
@@ -369,6 +437,11 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "limits:\n  max_allocations: 10\n  total_quota: 20\n",
 	  "t.yaml:9:16: limits.total_quota: 20 is greater than max_allocations 10 (expected at "
 	  "most that)" },
+	{ T_HEAD "limits:\n  total_quota: 20000\nlisteners:\n  - name: a\n",
+	  "t.yaml:8:16: limits.total_quota: 20000 is greater than max_allocations 16384 (auto: "
+	  "the relay port space) (expected at most that)" },
+	{ T_HEAD "limits:\n  max_allocations: many\n",
+	  "t.yaml:8:20: limits.max_allocations: 'many' is not an integer (expected a number)" },
 	{ T_HEAD "limits:\n  max_channels: 5000\n",
 	  "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..32)" },
 	{ T_HEAD "admin:\n  log_format: xml\n",
@@ -1697,6 +1770,7 @@ int main(void)
 		cmocka_unit_test(test_endpoint_grammar),
 		cmocka_unit_test(test_canon_special),
 		cmocka_unit_test(test_special_registry),
+		cmocka_unit_test(test_capacity_auto),
 		cmocka_unit_test(test_diag_format),
 		cmocka_unit_test(test_too_many_problems),
 		cmocka_unit_test(test_alias_bomb),

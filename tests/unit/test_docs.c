@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "conf/conf.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -40,6 +41,11 @@ struct rule {
 #define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a)-1) / (a) * (a))
 
 static const struct rule rules[] = {
+	/* The automatic table capacity's ceiling (conf/conf_capacity.c). */
+	{ "configuration.md", "at most ([0-9][0-9 ,]*): the shared port pool", 10,
+	  CONF_AUTO_ALLOCATIONS_MAX },
+	{ "configuration.md", "books one port number on at most ([0-9]+) relay addresses", 10,
+	  CONF_RELAY_WAYS },
 	/* Shared memory: the counter block and the allocation record. */
 	{ "architecture.md", "\\(([0-9]+) named counters", 10, SHM_CTR__COUNT },
 	{ "architecture.md", "named counters, ([0-9]+) listeners ×", 10, SHM_MAX_LISTENERS },
