@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Scale (issue 42), reduced for make check: 20,000 UDP allocations against the default
+table capacity.
+
+The config writes down no limits: the table's capacity is the default (auto: the relay
+port space). Two listeners on two relay addresses (127.0.10.1 and .2) with a relay range
+of the default range's size (16,384 ports), moved below the kernel's ephemeral range
+(8000-24383) so that no other program's socket takes one of the ports while the daemon
+is down for the restart below. 2 workers.
+
+- 20,000 clients (8 sockets, 2,500 loopback source addresses, 500 users) allocate: every
+  Allocate succeeds (no 508 while ports are free; with the former fixed capacity of
+  10,000 the 10,001st got 508), each with its own relay port.
+- a sample of 200 relays: CreatePermission to a UDP echo, a Send indication comes back as
+  a Data indication.
+- /metrics: the scrape takes under a generous bound (2 s; the figure is printed), and the
+  number of series is the same with 200 allocations of 200 users as with 20,000 of 500
+  (no series per allocation or user).
+- the whole daemon killed -9 (master and workers) and started again: the start takes
+  all 20,000 over (status, taken_over), and the sample relays again.
+"""
+import os
+import random
+import signal
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import Daemon, check, echo_peer, free_port, run_tests, wait_for  # noqa: E402
+import scale_clients  # noqa: E402
+import test_security_stun as ts  # noqa: E402
+
+N = 20000
+SAMPLE = 200
+RELAYS = ("127.0.10.1", "127.0.10.2")
+RELAY_MIN, RELAY_MAX = 8000, 8000 + 16384 - 1
+SCRAPE_BOUND_S = 2.0
+
+
+def config(d, ports, mport):
+    text = ("version: v1\nadmin:\n  name: scale\n  loglevel: all:INFO\n  workers: 2\n"
+            "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
+            "  metrics_endpoint: \"http://127.0.0.1:%d/metrics\"\n"
+            "  relay_port_min: %d\n  relay_port_max: %d\n"
+            "auth:\n  type: ephemeral\n  realm: %s\n  credentials:\n    secret: %s\n"
+            "listeners:\n" % (d, mport, RELAY_MIN, RELAY_MAX, ts.REALM, ts.SECRET))
+    for k, (ip, port) in enumerate(zip(RELAYS, ports)):
+        text += ("  - name: udp%d\n    protocol: TURN-UDP\n    address: %s\n    port: %d\n"
+                 "    routes: [loopback]\n" % (k, ip, port))
+    text += "clusters:\n  - name: loopback\n    type: STATIC\n    endpoints: [127.0.0.0/8]\n"
+    return text
+
+
+def scrape(mport):
+    t0 = time.monotonic()
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=30) as r:
+        body = r.read().decode()
+    return time.monotonic() - t0, body
+
+
+def series(body):
+    return sorted(line.rsplit(" ", 1)[0] for line in body.splitlines()
+                  if line and not line.startswith("#"))
+
+
+def kill_all(daemon):
+    pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+    daemon.proc.kill()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    daemon.proc.wait(timeout=30)
+    daemon.err.close()
+
+
+def allocate_all(fleet, todo, what):
+    lost = fleet.allocate(todo)
+    codes = {}
+    for i in todo:
+        if fleet.relayed[i] is None:
+            c = fleet.errors.get(i)
+            codes[c] = codes.get(c, 0) + 1
+    check(not lost and not codes,
+          "%s: %d of %d allocations failed (error codes %r, %d without an answer)"
+          % (what, sum(codes.values()) + len(lost), len(todo), codes, len(lost)))
+
+
+def test_scale(d):
+    ports = [free_port() for _ in RELAYS]
+    mport = free_port()
+    cports = [free_port() for _ in range(8)]
+    peer = ("127.0.0.1", echo_peer())
+    daemon = Daemon(d, config(d, ports, mport)).start()
+    fleet = scale_clients.Fleet(N, cports, list(zip(RELAYS, ports)), users=500)
+    try:
+        table = daemon.admin({"cmd": "status"})["table"]
+        check(table["capacity"] >= N and table["source"] == "auto",
+              "default table capacity %r below %d" % (table, N))
+        print("table: %r" % table)
+
+        allocate_all(fleet, list(range(SAMPLE)), "first 200")
+        _, body = scrape(mport)
+        few = series(body)
+
+        t0 = time.monotonic()
+        allocate_all(fleet, list(range(SAMPLE, N)), "20,000 from the default config")
+        took = time.monotonic() - t0
+        relays = {fleet.relayed[i] for i in range(N)}
+        check(len(relays) == N, "%d distinct relayed addresses for %d allocations"
+              % (len(relays), N))
+        st = daemon.admin({"cmd": "status"})
+        check(st["allocations"] == N, "status says %r allocations" % st["allocations"])
+        print("%d allocations in %.1f s (%.0f/s), %d messages sent"
+              % (N - SAMPLE, took, (N - SAMPLE) / took, fleet.sent))
+
+        sample = random.Random(42).sample(range(N), SAMPLE)
+        check(not fleet.permit(sample, peer) and not any(i in fleet.errors for i in sample),
+              "CreatePermission failed: %r" % {i: fleet.errors[i] for i in sample
+                                              if i in fleet.errors})
+        got = fleet.probe(sample, peer)
+        check(len(got) == SAMPLE, "%d of %d sampled allocations relayed" % (len(got), SAMPLE))
+
+        took, body = scrape(mport)
+        many = series(body)
+        print("/metrics with %d allocations: %.1f ms, %d bytes, %d series"
+              % (N, took * 1000, len(body), len(many)))
+        check(took < SCRAPE_BOUND_S, "/metrics took %.2f s with %d allocations" % (took, N))
+        check(many == few, "the series differ with 200 and 20,000 allocations: %r"
+              % sorted(set(many) ^ set(few))[:20])
+
+        kill_all(daemon)
+        t0 = time.monotonic()
+        daemon = Daemon(d, open(daemon.conf).read()).start()
+        st = daemon.admin({"cmd": "status"})
+        print("restart: serving %.2f s after the kill" % (time.monotonic() - t0))
+        check(st["state"]["taken_over"] == N and st["allocations"] == N,
+              "after the restart: %d taken over, %d allocations of %d"
+              % (st["state"]["taken_over"], st["allocations"], N))
+        got = fleet.probe(sample, peer)
+        print("restart: the sample relays %.2f s after the kill" % (time.monotonic() - t0))
+        check(len(got) == SAMPLE, "after the restart %d of %d sampled allocations relayed"
+              % (len(got), SAMPLE))
+        wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == N,
+                 "20,000 allocations after the restart")
+    finally:
+        fleet.close()
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    run_tests([test_scale])
