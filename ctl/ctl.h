@@ -36,6 +36,15 @@ int ctl_call(const char *sock, json_t *req, json_t **reply);
 /* Prints a successful reply of command cmd in human form to out. */
 void ctl_print_human(const char *cmd, json_t *reply, FILE *out);
 
+/* One page of `allocations` in human form: the header line when header is set, then a
+ * row per allocation. */
+void ctl_print_alloc_rows(json_t *reply, bool header, FILE *out);
+
+/* `turngatectl allocations [--user U] [--listener L] [--worker N] [--limit N] [--page N]
+ * [--cursor C]`: pages through the daemon's listing (N per request, default 1000) until
+ * its end or --limit entries (default 1000); returns the exit status. */
+int ctl_allocations_main(const char *sock, bool as_json, int argc, char **argv);
+
 /* Prints a failed reply ({"ok":false,...}) to out: the error and any "errors" lines. */
 void ctl_print_error(const char *cmd, json_t *reply, FILE *out);
 

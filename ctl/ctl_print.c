@@ -194,16 +194,17 @@ static int col_width(json_t *allocs, const char *key, int min)
 	return w;
 }
 
-static void print_allocations(json_t *r, FILE *out)
+void ctl_print_alloc_rows(json_t *r, bool header, FILE *out)
 {
 	json_t *a, *all = json_object_get(r, "allocations");
 	size_t i;
 	int wu = col_width(all, "user", 24), wl = col_width(all, "listener", 10);
 	int wc = col_width(all, "client", 22), wr = col_width(all, "relay", 22);
 
-	fprintf(out, "%-6s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID", "WRK", wu,
-		"USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY", "AGE", "LEFT", "PERMS", "CHANS",
-		"TCP", "TO_PEER/FROM_PEER (pkts bytes)");
+	if (header)
+		fprintf(out, "%-6s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID", "WRK",
+			wu, "USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY", "AGE", "LEFT",
+			"PERMS", "CHANS", "TCP", "TO_PEER/FROM_PEER (pkts bytes)");
 	json_array_foreach(all, i, a)
 	{
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
@@ -219,8 +220,6 @@ static void print_allocations(json_t *r, FILE *out)
 			int_of(a, "tcp_connections"), int_of(tp, "packets"), int_of(tp, "bytes"),
 			int_of(fp, "packets"), int_of(fp, "bytes"));
 	}
-	if (json_is_true(json_object_get(r, "truncated")))
-		fprintf(out, "(list truncated: use --limit N or filters)\n");
 }
 
 /* "user_id alice  until removed" / "user 1700000000:bob  for 3600 s more". */
@@ -270,7 +269,7 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 	} else if (strcmp(cmd, "workers") == 0) {
 		print_workers(r, out);
 	} else if (strcmp(cmd, "allocations") == 0) {
-		print_allocations(r, out);
+		ctl_print_alloc_rows(r, true, out);
 	} else if (strcmp(cmd, "stats") == 0) {
 		print_stats(r, out);
 	} else if (strcmp(cmd, "config") == 0) {

@@ -21,7 +21,10 @@ static void usage(FILE *out)
 		"                             not recognised);\n"
 		"                             --force applies what the guard refuses\n"
 		"  logrotate                  reopen the session record file (after logrotate)\n"
-		"  allocations [--user U] [--listener L] [--worker N] [--limit N]\n"
+		"  allocations [--user U] [--listener L] [--worker N] [--limit N] [--page N]\n"
+		"              [--cursor C]   live allocations, fetched --page (1000) at a time\n"
+		"                             up to --limit (1000); --cursor: where the\n"
+		"                             last listing stopped\n"
 		"  top [--once] [--json] [--interval S] [--rows N] [--count N]\n"
 		"                             heaviest allocations and users by bit rate, with\n"
 		"                             listener, age, permissions, channels and the\n"
@@ -78,30 +81,6 @@ static int parse_nonneg(const char *s, json_int_t *out)
 	if (errno != 0 || *end != '\0' || end == s || v < 0)
 		return -EINVAL;
 	*out = v;
-	return 0;
-}
-
-/* Adds "--flag VALUE" pairs of allocations to req. */
-static int alloc_args(json_t *req, int argc, char **argv)
-{
-	for (int i = 0; i < argc; i++) {
-		const char *k = argv[i];
-		json_int_t n;
-
-		if (i + 1 >= argc)
-			return -EINVAL;
-		if (strcmp(k, "--user") == 0) {
-			json_object_set_new(req, "user", json_string(argv[++i]));
-		} else if (strcmp(k, "--listener") == 0) {
-			json_object_set_new(req, "listener", json_string(argv[++i]));
-		} else if (strcmp(k, "--worker") == 0 || strcmp(k, "--limit") == 0) {
-			if (parse_nonneg(argv[++i], &n) < 0)
-				return -EINVAL;
-			json_object_set_new(req, k + 2, json_integer(n));
-		} else {
-			return -EINVAL;
-		}
-	}
 	return 0;
 }
 
@@ -169,8 +148,6 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 	for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
 		if (strcmp(cmd, plain[i]) == 0)
 			return argc == 0 ? req : (json_decref(req), NULL);
-	if (strcmp(cmd, "allocations") == 0 && alloc_args(req, argc, argv) == 0)
-		return req;
 	if (strcmp(cmd, "disconnect") == 0) {
 		if (argc == 2 && strcmp(argv[0], "--user") == 0) {
 			json_object_set_new(req, "user", json_string(argv[1]));
@@ -237,6 +214,12 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "upgrade") == 0) {
 		rc = ctl_upgrade_main(sock, argc - i - 1, argv + i + 1);
+		if (rc == CTL_EXIT_USAGE)
+			usage(stderr);
+		return rc;
+	}
+	if (strcmp(cmd, "allocations") == 0) {
+		rc = ctl_allocations_main(sock, as_json, argc - i - 1, argv + i + 1);
 		if (rc == CTL_EXIT_USAGE)
 			usage(stderr);
 		return rc;

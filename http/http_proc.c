@@ -1,5 +1,6 @@
 /* Process resource usage from /proc, for the process_* and turngate_worker_* metrics. */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -79,11 +80,18 @@ static int parse_stat(const char *path, struct http_proc_stats *out)
 	return 0;
 }
 
+/* Open descriptors: Linux 6.2 and later give their number as the size of /proc/PID/fd,
+ * in O(1); a readdir costs a directory entry per descriptor, and a worker holds one per
+ * allocation (5-10 ms per scrape at 10,000, issue 42). Older kernels say 0: counted. */
 static uint64_t count_fds(const char *path)
 {
-	DIR *d = opendir(path);
+	struct stat st;
+	DIR *d;
 	uint64_t n = 0;
 
+	if (stat(path, &st) == 0 && st.st_size > 0)
+		return (uint64_t)st.st_size;
+	d = opendir(path);
 	if (d == NULL)
 		return 0;
 	for (struct dirent *e; (e = readdir(d)) != NULL;)

@@ -18,6 +18,12 @@
 #define ADMIN_MAX_CLIENTS 16
 #define ADMIN_OUT_MAX (32u << 20)
 #define ADMIN_DEFAULT_LIMIT 1000
+/* `allocations` answers in pages: at most ADMIN_PAGE_MAX entries, after reading at most
+ * ADMIN_PAGE_SCAN records of the table, so one reply costs the master's loop a bounded
+ * time whatever the table's size and the filter; next_cursor says where the next page
+ * starts. */
+#define ADMIN_PAGE_MAX 5000
+#define ADMIN_PAGE_SCAN 65536u
 
 /* Who sent a request: the connecting process's credentials (SO_PEERCRED, taken when it
  * connected). uid (uid_t)-1 and pid 0 when the kernel did not say. */

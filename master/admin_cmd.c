@@ -450,7 +450,8 @@ static bool user_match(const char *want, const struct shm_alloc *r)
 struct alloc_filter {
 	const char *user, *listener;
 	json_int_t worker; /* -1: any */
-	json_int_t limit;
+	json_int_t limit;  /* at most ADMIN_PAGE_MAX */
+	json_int_t cursor; /* record index the page starts at */
 };
 
 static bool alloc_match(const struct master *m, const struct alloc_filter *f,
@@ -467,13 +468,16 @@ static int parse_filter(json_t *req, struct alloc_filter *f)
 {
 	json_t *u = json_object_get(req, "user"), *l = json_object_get(req, "listener");
 	json_t *w = json_object_get(req, "worker"), *lim = json_object_get(req, "limit");
+	json_t *cur = json_object_get(req, "cursor");
 
 	f->user = f->listener = NULL;
 	f->worker = -1;
 	f->limit = ADMIN_DEFAULT_LIMIT;
+	f->cursor = 0;
 	if ((u != NULL && !json_is_string(u)) || (l != NULL && !json_is_string(l)) ||
 	    (w != NULL && (!json_is_integer(w) || json_integer_value(w) < 0)) ||
-	    (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0)))
+	    (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0)) ||
+	    (cur != NULL && (!json_is_integer(cur) || json_integer_value(cur) < 0)))
 		return -EINVAL;
 	f->user = u != NULL ? json_string_value(u) : NULL;
 	f->listener = l != NULL ? json_string_value(l) : NULL;
@@ -481,34 +485,41 @@ static int parse_filter(json_t *req, struct alloc_filter *f)
 		f->worker = json_integer_value(w);
 	if (lim != NULL)
 		f->limit = json_integer_value(lim);
+	if (f->limit > ADMIN_PAGE_MAX)
+		f->limit = ADMIN_PAGE_MAX;
+	if (cur != NULL)
+		f->cursor = json_integer_value(cur);
 	return 0;
 }
 
+/* One page of the live allocations that match, from the record index `cursor` on:
+ * next_cursor is where the next page starts, null once the table's end was reached. */
 static json_t *cmd_allocations(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
 	struct alloc_filter f;
 	json_t *arr;
-	uint32_t cursor = 0, idx;
+	uint32_t cap = shm_alloc_capacity(m->shm), cursor, idx, end;
 	uint64_t now = mono_ns();
-	bool truncated = false;
 
 	if (parse_filter(req, &f) < 0)
-		return err("filters: user and listener are strings, worker and limit are "
-			   "non-negative integers");
+		return err("filters: user and listener are strings, worker, limit and cursor "
+			   "are non-negative integers");
+	cursor = f.cursor < (json_int_t)cap ? (uint32_t)f.cursor : cap;
+	end = cap - cursor > ADMIN_PAGE_SCAN ? cursor + ADMIN_PAGE_SCAN : cap;
 	arr = json_array();
-	while (arr != NULL && shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
+	while (arr != NULL && cursor < end && (json_int_t)json_array_size(arr) < f.limit) {
+		if (shm_alloc_next_live_before(m->shm, &cursor, end, &idx) < 0)
+			break;
 		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
 		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || !alloc_match(m, &f, &rec))
 			continue;
-		if ((json_int_t)json_array_size(arr) >= f.limit) {
-			truncated = true;
-			break;
-		}
 		json_array_append_new(arr, alloc_json(m, idx, &rec, now));
 	}
 	explicit_bzero(&rec, sizeof(rec));
-	return json_pack("{s:b, s:o, s:b}", "ok", 1, "allocations", arr, "truncated", truncated);
+	return json_pack("{s:b, s:o, s:b, s:o}", "ok", 1, "allocations", arr, "truncated",
+			 cursor < cap, "next_cursor",
+			 cursor < cap ? json_integer(cursor) : json_null());
 }
 
 /* ---- top -------------------------------------------------------------------------- */

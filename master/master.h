@@ -310,7 +310,7 @@ bool reload_guard_pass(struct master *m, const char *trigger, unsigned flags,
 /* Sets (spec) or clears (NULL) the log override, in the master and the workers.
  * Returns 0 or -EINVAL for a malformed spec. */
 int reload_set_loglevel(struct master *m, const char *spec);
-/* Number of LIVE allocations in the shared table. */
+/* Number of allocations in the shared table (the counts' total, O(1)). */
 unsigned master_alloc_count(const struct master *m);
 
 /* ---- kernel fast path (master/offload.c) ---------------------------------------- */

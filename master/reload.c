@@ -20,6 +20,7 @@
 #include "shm/shm.h"
 #include "shm/shm_lslot.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_quota.h"
 
 void reload_result_clear(struct reload_result *r)
 {
@@ -256,14 +257,13 @@ int reload_initial(struct master *m)
 	return 0;
 }
 
+/* The allocation counts' exact total (shm/shm_quota.h: taken when a record is published,
+ * given back when it ends or is released), in O(1): a scan of the table read one page per
+ * record, 10 ms at 32 768 records and growing with the capacity, on every status,
+ * /status and stats (issue 42). */
 unsigned master_alloc_count(const struct master *m)
 {
-	uint32_t cursor = 0, idx;
-	unsigned n = 0;
-
-	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0)
-		n++;
-	return n;
+	return (unsigned)shm_quota_total(m->shm);
 }
 
 static bool str_eq(const char *a, const char *b)

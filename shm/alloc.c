@@ -241,13 +241,15 @@ int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned 
 	return 0;
 }
 
-static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t *idx, bool live_only,
-			 unsigned slot)
+static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t end, uint32_t *idx,
+			 bool live_only, unsigned slot)
 {
 	shm_check_handle(shm);
 	if (cursor == NULL || idx == NULL)
 		return -EINVAL;
-	for (uint32_t i = *cursor; i < shm->cfg.alloc_cap; i++) {
+	if (end > shm->cfg.alloc_cap)
+		end = shm->cfg.alloc_cap;
+	for (uint32_t i = *cursor; i < end; i++) {
 		uint32_t w = CMM_LOAD_SHARED(shm_alloc_at(shm, i)->state);
 		enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(w);
 		bool hit = live_only ? st == SHM_ALLOC_LIVE
@@ -259,7 +261,8 @@ static int next_matching(const struct shm *shm, uint32_t *cursor, uint32_t *idx,
 			return 0;
 		}
 	}
-	*cursor = shm->cfg.alloc_cap;
+	if (*cursor < end)
+		*cursor = end;
 	return -ENOENT;
 }
 
@@ -267,12 +270,18 @@ int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor,
 {
 	if (slot >= shm->cfg.n_slots)
 		return -EINVAL;
-	return next_matching(shm, cursor, idx, false, slot);
+	return next_matching(shm, cursor, UINT32_MAX, idx, false, slot);
 }
 
 int shm_alloc_next_live(const struct shm *shm, uint32_t *cursor, uint32_t *idx)
 {
-	return next_matching(shm, cursor, idx, true, 0);
+	return next_matching(shm, cursor, UINT32_MAX, idx, true, 0);
+}
+
+int shm_alloc_next_live_before(const struct shm *shm, uint32_t *cursor, uint32_t end,
+			       uint32_t *idx)
+{
+	return next_matching(shm, cursor, end, idx, true, 0);
 }
 
 int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)

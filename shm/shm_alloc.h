@@ -201,6 +201,10 @@ int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned 
  * _next_live:  LIVE records of any owner (admin listing, metrics). */
 int shm_alloc_next_owned(const struct shm *shm, unsigned slot, uint32_t *cursor, uint32_t *idx);
 int shm_alloc_next_live(const struct shm *shm, uint32_t *cursor, uint32_t *idx);
+/* _next_live_before: the same, reading no record at or after `end` (a page of the admin
+ * listing): -ENOENT with *cursor = end (or the table's end) when none is left before it. */
+int shm_alloc_next_live_before(const struct shm *shm, uint32_t *cursor, uint32_t end,
+			       uint32_t *idx);
 
 /* Master, only for a slot with no running worker (after shm_slot_reaped and before a
  * replacement is forked, or when the replacement declines adoption): releases every

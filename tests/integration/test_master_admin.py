@@ -62,7 +62,7 @@ def test_every_command(d):
         check(stats["ok"] and stats["counters"]["stun_binding"] >= 1, stats)
 
         a = daemon.admin({"cmd": "allocations"})
-        check(a == {"ok": True, "allocations": [], "truncated": False}, a)
+        check(a == {"ok": True, "allocations": [], "truncated": False, "next_cursor": None}, a)
         a = daemon.admin({"cmd": "allocations", "user": "x", "listener": "udp", "worker": 1})
         check(a["ok"] and a["allocations"] == [], a)
 

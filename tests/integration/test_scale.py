@@ -16,6 +16,8 @@ is down for the restart below. 2 workers.
 - /metrics: the scrape takes under a generous bound (2 s; the figure is printed), and the
   number of series is the same with 200 allocations of 200 users as with 20,000 of 500
   (no series per allocation or user).
+- the listing pages: at most 5,000 entries a reply, a cursor walk returns each allocation
+  once, and turngatectl allocations pages by itself (--page, --limit, --cursor).
 - the whole daemon killed -9 (master and workers) and started again: the start takes
   all 20,000 over (status, taken_over), and the sample relays again.
 """
@@ -76,6 +78,46 @@ def kill_all(daemon):
     daemon.err.close()
 
 
+def check_paging(daemon, fleet):
+    """The listing pages: a limit above the page size gets one page (5,000) and a cursor;
+    walking the cursors returns every allocation once; turngatectl pages by itself."""
+    r = daemon.admin({"cmd": "allocations", "limit": 100000})
+    check(len(r["allocations"]) == 5000 and isinstance(r["next_cursor"], int) and
+          r["truncated"], "limit 100000: %d entries, next_cursor %r"
+          % (len(r["allocations"]), r.get("next_cursor")))
+    seen, cursor, pages, slowest = [], 0, 0, 0.0
+    while cursor is not None and pages < 100:
+        t0 = time.monotonic()
+        r = daemon.admin({"cmd": "allocations", "limit": 3000, "cursor": cursor})
+        slowest = max(slowest, time.monotonic() - t0)
+        check(len(r["allocations"]) <= 3000, "page of %d" % len(r["allocations"]))
+        seen += [a["id"] for a in r["allocations"]]
+        cursor, pages = r["next_cursor"], pages + 1
+    check(cursor is None and len(seen) == N and len(set(seen)) == N,
+          "cursor walk: %d entries (%d distinct) in %d pages, last cursor %r"
+          % (len(seen), len(set(seen)), pages, cursor))
+    relays = {tuple(a["relay"].rsplit(":", 1)) for a in
+              daemon.admin({"cmd": "allocations", "limit": 10, "cursor": 0})["allocations"]}
+    check(relays <= {(ip, str(p)) for ip, p in (fleet.relayed[i] for i in range(N))},
+          "listed relays %r unknown" % relays)
+    rc, out, err = daemon.ctl("allocations", "--limit", "25000", "--page", "4000")
+    rows = [line.split()[0] for line in out.splitlines()[1:]]
+    check(rc == 0 and out.startswith("ID ") and sorted(map(int, rows)) == sorted(seen),
+          "turngatectl allocations --page 4000: rc %d, %d rows for %d: %s"
+          % (rc, len(rows), N, err))
+    rc, out, _ = daemon.ctl("allocations", "--limit", "7", "--page", "3")
+    lines = out.splitlines()
+    check(rc == 0 and len(lines) == 9 and lines[-1].startswith("(stopped at --limit 7: "
+                                                               "--cursor "),
+          "turngatectl allocations --limit 7 --page 3:\n%s" % out)
+    after = int(lines[-1].split("--cursor ")[1].split()[0])
+    rc, out2, _ = daemon.ctl("allocations", "--limit", "1", "--cursor", str(after))
+    check(rc == 0 and int(out2.splitlines()[1].split()[0]) >= after and
+          int(out2.splitlines()[1].split()[0]) not in [int(x.split()[0]) for x in lines[1:8]],
+          "--cursor %d went on with:\n%s" % (after, out2))
+    print("listing: %d pages of 3,000, slowest %.1f ms" % (pages, slowest * 1000))
+
+
 def allocate_all(fleet, todo, what):
     lost = fleet.allocate(todo)
     codes = {}
@@ -130,6 +172,8 @@ def test_scale(d):
         check(took < SCRAPE_BOUND_S, "/metrics took %.2f s with %d allocations" % (took, N))
         check(many == few, "the series differ with 200 and 20,000 allocations: %r"
               % sorted(set(many) ^ set(few))[:20])
+
+        check_paging(daemon, fleet)
 
         kill_all(daemon)
         t0 = time.monotonic()
