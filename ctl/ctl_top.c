@@ -1,11 +1,11 @@
 /* turngatectl top: the heaviest allocations and users by bit rate, live.
  *
- * The daemon's `top` command returns counters, not rates (per-user figures are never
- * metric labels): this client takes two samples an interval apart, divides by the time
- * between them (the daemon's monotonic clock of each sample), and sorts. An allocation is
- * matched across samples by its record index and generation; one that is new in the
- * second sample counts from zero. Throttled: datagrams of it were dropped by a bandwidth
- * limit within the interval, and which limit dropped the last of them. */
+ * Per-user figures are never metric labels: the daemon ranks (master/admin_top.c). This
+ * client asks for a ranked sample (the baseline), waits the interval, and asks again:
+ * the daemon answers the `--rows` heaviest allocations and users by bit rate since the
+ * previous sample, so a refresh costs the same whatever the table's size. Throttled:
+ * datagrams of it were dropped by a bandwidth limit within the interval, and which
+ * limit dropped the last of them. */
 #include "config.h"
 
 #include <errno.h>
@@ -17,6 +17,7 @@
 #include "ctl/ctl.h"
 
 #define TOP_ROWS 20
+#define TOP_ROWS_MAX 1000 /* the daemon's ADMIN_TOP_ROWS_MAX */
 
 struct top_row {
 	json_t *a;			/* the allocation in the second sample (borrowed) */
@@ -32,145 +33,21 @@ struct top_opts {
 	long rows, count;
 };
 
-static uint64_t jint(json_t *arr, size_t i)
+/* A row of the daemon's ranked reply (user rows have no allocation fields). */
+static void top_fill(struct top_row *r, json_t *a, bool user)
 {
-	json_int_t v = json_integer_value(json_array_get(arr, i));
-
-	return v > 0 ? (uint64_t)v : 0;
-}
-
-/* The first sample's allocations sorted by id (unique within a sample). */
-struct top_key {
-	json_int_t id, gen;
-	json_t *a;
-};
-
-static int by_id(const void *x, const void *y)
-{
-	const struct top_key *a = x, *b = y;
-
-	return a->id < b->id ? -1 : a->id > b->id;
-}
-
-static struct top_key *top_index(json_t *prev, size_t *n)
-{
-	struct top_key *k = calloc(json_array_size(prev) + 1, sizeof(*k));
-	size_t i;
-	json_t *a;
-
-	if (k == NULL)
-		return NULL;
-	json_array_foreach(prev, i, a)
-		k[i] = (struct top_key){ json_integer_value(json_object_get(a, "id")),
-					 json_integer_value(json_object_get(a, "gen")), a };
-	*n = json_array_size(prev);
-	qsort(k, *n, sizeof(*k), by_id);
-	return k;
-}
-
-/* The allocation of a (id and gen) in the first sample, or NULL. */
-static json_t *top_find(const struct top_key *k, size_t n, json_t *a)
-{
-	struct top_key want = { json_integer_value(json_object_get(a, "id")),
-				json_integer_value(json_object_get(a, "gen")), NULL };
-	const struct top_key *hit = bsearch(&want, k, n, sizeof(*k), by_id);
-
-	return hit != NULL && hit->gen == want.gen ? hit->a : NULL;
-}
-
-static double delta(json_t *a, json_t *p, const char *key, size_t i)
-{
-	uint64_t now = jint(json_object_get(a, key), i);
-	uint64_t then = p ? jint(json_object_get(p, key), i) : 0;
-
-	return now > then ? (double)(now - then) : 0.0;
-}
-
-static void top_fill(struct top_row *r, json_t *a, json_t *p, double dt)
-{
-	static const char *const dirs[] = { "to_peer", "from_peer" };
+	const char *thr = json_string_value(json_object_get(a, "throttled"));
 
 	memset(r, 0, sizeof(*r));
-	r->a = a;
+	r->a = user ? NULL : a;
 	r->user = json_string_value(json_object_get(a, "user"));
 	r->user = r->user ? r->user : "";
-	r->n = 1;
-	r->throttled = "";
-	for (size_t d = 0; d < 2; d++) {
-		r->bps[d] = delta(a, p, dirs[d], 1) * 8 / dt;
-		r->pps[d] = delta(a, p, dirs[d], 0) / dt;
-		if (delta(a, p, "dropped", d) > 0)
-			r->throttled = json_string_value(
-				json_array_get(json_object_get(a, "limited_by"), d));
-	}
-	if (r->throttled == NULL)
-		r->throttled = "";
-}
-
-static double row_bps(const struct top_row *r)
-{
-	return r->bps[0] + r->bps[1];
-}
-
-static int by_rate(const void *x, const void *y)
-{
-	const struct top_row *a = x, *b = y;
-	double d = row_bps(b) - row_bps(a);
-
-	if (d == 0)
-		d = (b->pps[0] + b->pps[1]) - (a->pps[0] + a->pps[1]);
-	return d > 0 ? 1 : d < 0 ? -1 : 0;
-}
-
-static int by_user(const void *x, const void *y)
-{
-	return strcmp(((const struct top_row *)x)->user, ((const struct top_row *)y)->user);
-}
-
-/* Sums rows into one row per user (users has room for n rows); returns their number. */
-static size_t top_users(const struct top_row *rows, size_t n, struct top_row *users)
-{
-	size_t nu = 0;
-
-	memcpy(users, rows, n * sizeof(*rows));
-	qsort(users, n, sizeof(*users), by_user);
-	for (size_t i = 0; i < n; i++) {
-		struct top_row *u = &users[nu - (nu > 0)];
-
-		if (nu == 0 || strcmp(u->user, users[i].user) != 0) {
-			users[nu] = users[i];
-			users[nu++].a = NULL;
-			continue;
-		}
-		for (size_t d = 0; d < 2; d++) {
-			u->bps[d] += users[i].bps[d];
-			u->pps[d] += users[i].pps[d];
-		}
-		u->n++;
-		if (users[i].throttled[0] != '\0')
-			u->throttled = users[i].throttled;
-	}
-	return nu;
-}
-
-static json_t *row_json(const struct top_row *r)
-{
-	json_t *o = json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:s?}", "user", r->user, "bps",
-			      row_bps(r), "to_peer_bps", r->bps[0], "from_peer_bps", r->bps[1],
-			      "to_peer_pps", r->pps[0], "from_peer_pps", r->pps[1], "throttled",
-			      r->throttled[0] ? r->throttled : NULL);
-
-	if (o == NULL)
-		return NULL;
-	if (r->a == NULL) {
-		json_object_set_new(o, "allocations", json_integer(r->n));
-		return o;
-	}
-	for (const char *const *k = (const char *const[]){ "id", "listener", "worker", "age",
-							   "permissions", "channels", NULL };
-	     *k; k++)
-		json_object_set(o, *k, json_object_get(r->a, *k));
-	return o;
+	r->n = user ? (unsigned)json_integer_value(json_object_get(a, "allocations")) : 1;
+	r->throttled = thr ? thr : "";
+	r->bps[0] = json_number_value(json_object_get(a, "to_peer_bps"));
+	r->bps[1] = json_number_value(json_object_get(a, "from_peer_bps"));
+	r->pps[0] = json_number_value(json_object_get(a, "to_peer_pps"));
+	r->pps[1] = json_number_value(json_object_get(a, "from_peer_pps"));
 }
 
 static void human_rate(double bps, char *buf, size_t len)
@@ -238,42 +115,29 @@ static void print_rows(const struct top_row *rows, size_t n, long max, bool user
 	}
 }
 
-/* One refresh from samples prev and cur: prints it (human or JSON). Returns 0 or -ENOMEM. */
-static int top_show(const struct top_opts *o, json_t *prev, json_t *cur, FILE *out)
+/* One refresh from a ranked sample (rates since the previous one): prints it (human or
+ * JSON). Returns 0 or -ENOMEM. */
+static int top_show(const struct top_opts *o, json_t *cur, FILE *out)
 {
-	json_t *pa = json_object_get(prev, "allocations"), *ca = json_object_get(cur, "allocations");
-	double dt = json_number_value(json_object_get(cur, "mono")) -
-		    json_number_value(json_object_get(prev, "mono"));
-	size_t n = json_array_size(ca), nu, i, nk = 0;
-	struct top_row *rows = calloc(n ? n : 1, sizeof(*rows));
-	struct top_row *users = calloc(n ? n : 1, sizeof(*users));
-	struct top_key *keys = top_index(pa, &nk);
-	json_t *a;
+	json_t *ca = json_object_get(cur, "allocations"), *cu = json_object_get(cur, "users"), *a;
+	double dt = json_number_value(json_object_get(cur, "interval"));
+	size_t n = json_array_size(ca), nu = json_array_size(cu), i;
+	struct top_row *rows = calloc(n + 1, sizeof(*rows)), *users = calloc(nu + 1, sizeof(*users));
 
-	if (rows == NULL || users == NULL || keys == NULL) {
+	if (rows == NULL || users == NULL) {
 		free(rows);
 		free(users);
-		free(keys);
 		return -ENOMEM;
 	}
-	if (!(dt > 0))
-		dt = o->interval;
 	json_array_foreach(ca, i, a)
-		top_fill(&rows[i], a, top_find(keys, nk, a), dt);
-	free(keys);
-	qsort(rows, n, sizeof(*rows), by_rate);
-	nu = top_users(rows, n, users);
-	qsort(users, nu, sizeof(*users), by_rate);
+		top_fill(&rows[i], a, false);
+	json_array_foreach(cu, i, a)
+		top_fill(&users[i], a, true);
 	if (o->as_json) {
-		json_t *ja = json_array(), *ju = json_array(), *res;
+		json_t *res = json_pack("{s:f, s:O, s:O, s:O, s:O}", "interval", dt, "live",
+					json_object_get(cur, "live"), "limits",
+					json_object_get(cur, "limits"), "allocations", ca, "users", cu);
 
-		for (i = 0; i < n && (long)i < o->rows; i++)
-			json_array_append_new(ja, row_json(&rows[i]));
-		for (i = 0; i < nu && (long)i < o->rows; i++)
-			json_array_append_new(ju, row_json(&users[i]));
-		res = json_pack("{s:f, s:i, s:O, s:o, s:o}", "interval", dt, "live", (int)n,
-				"limits", json_object_get(cur, "limits"), "allocations", ja, "users",
-				ju);
 		json_dumpf(res, out, JSON_INDENT(2));
 		fputc('\n', out);
 		json_decref(res);
@@ -288,9 +152,10 @@ static int top_show(const struct top_opts *o, json_t *prev, json_t *cur, FILE *o
 		if (!o->once)
 			fputs("\033[H\033[2J", out);
 		fprintf(out,
-			"turngate top: %zu allocations, %zu users, rates over %.2f s; limits: "
+			"turngate top: %lld allocations, %lld users, rates over %.2f s; limits: "
 			"allocation %s, user %s (0b: none)\n\n",
-			n, nu, dt, ab, ub);
+			(long long)json_integer_value(json_object_get(cur, "live")),
+			(long long)json_integer_value(json_object_get(cur, "users_live")), dt, ab, ub);
 		print_rows(rows, n, o->rows, false, out);
 		fputc('\n', out);
 		print_rows(users, nu, o->rows, true, out);
@@ -328,10 +193,13 @@ static int top_args(struct top_opts *o, int argc, char **argv)
 	return 0;
 }
 
-static int top_sample(const char *sock, json_t **out)
+/* A ranked sample of rows rows (the daemon ranks: master/admin_top.c). */
+static int top_sample(const char *sock, long rows, json_t **out)
 {
 	json_t *reply = NULL;
-	int rc = ctl_call(sock, json_pack("{s:s}", "cmd", "top"), &reply);
+	int rc = ctl_call(sock, json_pack("{s:s, s:I}", "cmd", "top", "rows",
+					  (json_int_t)(rows < TOP_ROWS_MAX ? rows : TOP_ROWS_MAX)),
+			  &reply);
 
 	if (rc == CTL_EXIT_ERROR)
 		ctl_print_error("top", reply, stderr);
@@ -346,28 +214,27 @@ static int top_sample(const char *sock, json_t **out)
 int ctl_top_main(const char *sock, bool as_json, int argc, char **argv)
 {
 	struct top_opts o = { .as_json = as_json, .interval = 1.0, .rows = TOP_ROWS };
-	json_t *prev = NULL, *cur = NULL;
+	json_t *cur = NULL;
 	int rc;
 
 	if (top_args(&o, argc, argv) < 0)
 		return CTL_EXIT_USAGE;
 	if (o.once)
 		o.count = 1;
-	rc = top_sample(sock, &prev);
+	rc = top_sample(sock, o.rows, &cur);	/* the baseline */
+	json_decref(cur);
 	for (long k = 0; rc == 0 && (o.count == 0 || k < o.count); k++) {
 		struct timespec ts = { (time_t)o.interval, 0 };
 
 		ts.tv_nsec = (long)((o.interval - (double)ts.tv_sec) * 1e9);
 		nanosleep(&ts, NULL);
-		rc = top_sample(sock, &cur);
+		cur = NULL;
+		rc = top_sample(sock, o.rows, &cur);
 		if (rc != 0)
 			break;
-		if (top_show(&o, prev, cur, stdout) < 0)
+		if (top_show(&o, cur, stdout) < 0)
 			rc = CTL_EXIT_ERROR;
-		json_decref(prev);
-		prev = cur;
-		cur = NULL;
+		json_decref(cur);
 	}
-	json_decref(prev);
 	return rc;
 }

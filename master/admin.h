@@ -24,6 +24,8 @@
  * starts. */
 #define ADMIN_PAGE_MAX 5000
 #define ADMIN_PAGE_SCAN 65536u
+/* `top` with "rows": at most this many of allocations and of users. */
+#define ADMIN_TOP_ROWS_MAX 1000
 
 /* Who sent a request: the connecting process's credentials (SO_PEERCRED, taken when it
  * connected). uid (uid_t)-1 and pid 0 when the kernel did not say. */
@@ -56,5 +58,35 @@ void admin_resume(struct admin *a);
  * own uid) may give is refused to anyone else (upgrade's "binary"). */
 json_t *admin_dispatch(struct master *m, const struct admin_peer *peer, const char *line,
 		       size_t len);
+
+/* ---- top (master/admin_top.c) ------------------------------------------------------ */
+
+/* One ranked row: an allocation (idx, gen of the record), or a user (idx: one of its
+ * records; n: its allocations), with what it relayed since the previous ranked sample. */
+struct admin_top_pick {
+	uint32_t idx;
+	uint64_t gen;
+	uint64_t bytes[2], pkts[2];   /* [0] to the peer, [1] from the peer */
+	int limited[2];               /* enum shm_bw_verdict of a drop in the interval, 0 none */
+	unsigned n;
+};
+
+struct admin_top_result {
+	uint64_t mono;                /* CLOCK_MONOTONIC ns of this sample */
+	double interval;              /* s since the previous ranked sample, 0 for the first */
+	unsigned live;                /* live allocations seen */
+	unsigned n_users_seen;        /* distinct users seen */
+	struct admin_top_pick *allocs, *users; /* best first, n_allocs and n_users of them */
+	size_t n_allocs, n_users;
+};
+
+/* Ranks every live allocation and user by bytes (then packets) relayed since the
+ * previous call, keeping `rows` of each, and makes this sample the baseline of the next
+ * (one baseline per master, 56 bytes per record of the table, allocated at the first
+ * call, freed with admin_top_free). Returns 0 or -ENOMEM; free out with
+ * admin_top_result_free. Master only. */
+int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out);
+void admin_top_result_free(struct admin_top_result *r);
+void admin_top_free(struct admin_top *t);
 
 #endif

@@ -586,19 +586,91 @@ static json_t *top_limits_json(const struct master *m)
 /* The live counters behind `turngatectl top`: every live allocation's relayed packets and
  * bytes, bandwidth drops and the limit that dropped last, with the monotonic time of the
  * sample; the client takes two samples and divides (docs/operations.md). */
+/* A ranked row as `turngatectl top` prints it: rates over the interval, and for an
+ * allocation its listener, worker, age, permissions and channels (from a copy of its
+ * record, NULL when it ended meanwhile). */
+static json_t *top_row_json(struct master *m, const struct admin_top_pick *p, double dt,
+			    bool user, uint64_t now)
+{
+	struct shm_alloc rec;
+	json_t *o = NULL, *a;
+	int lim = p->limited[1] != 0 ? p->limited[1] : p->limited[0];
+
+	if (shm_alloc_read_copy(m->shm, p->idx, &rec) < 0 || rec.gen != p->gen)
+		goto out;
+	o = json_pack("{s:o, s:f, s:f, s:f, s:f, s:f, s:s?}", "user", quota_user_json(&rec),
+		      "bps", (double)(p->bytes[0] + p->bytes[1]) * 8 / dt, "to_peer_bps",
+		      (double)p->bytes[0] * 8 / dt, "from_peer_bps", (double)p->bytes[1] * 8 / dt,
+		      "to_peer_pps", (double)p->pkts[0] / dt, "from_peer_pps",
+		      (double)p->pkts[1] / dt, "throttled",
+		      lim != 0 ? bw_verdict_name((enum shm_bw_verdict)lim) : NULL);
+	if (o == NULL || user) {
+		if (o != NULL)
+			json_object_set_new(o, "allocations", json_integer(p->n));
+		goto out;
+	}
+	a = top_alloc_json(m, p->idx, &rec, now);
+	for (const char *const *k = (const char *const[]){ "id", "listener", "worker", "age",
+							   "permissions", "channels", NULL };
+	     *k != NULL && a != NULL; k++)
+		json_object_set(o, *k, json_object_get(a, *k));
+	json_decref(a);
+out:
+	explicit_bzero(&rec, sizeof(rec));
+	return o;
+}
+
+/* {"cmd":"top","rows":N}: the master ranks (master/admin_top.c) and answers N rows of
+ * allocations and of users by bit rate since the previous ranked sample; a reply whose
+ * size does not grow with the table. */
+static json_t *cmd_top_ranked(struct master *m, json_int_t rows)
+{
+	struct admin_top_result r;
+	json_t *ja, *ju;
+	double dt;
+
+	if (admin_top_rank(m, (size_t)rows, &r) < 0)
+		return err("out of memory");
+	dt = r.interval > 0 ? r.interval : 1.0;
+	ja = json_array();
+	ju = json_array();
+	for (size_t i = 0; i < r.n_allocs && ja != NULL; i++) {
+		json_t *o = top_row_json(m, &r.allocs[i], dt, false, r.mono);
+
+		if (o != NULL)
+			json_array_append_new(ja, o);
+	}
+	for (size_t i = 0; i < r.n_users && ju != NULL; i++) {
+		json_t *o = top_row_json(m, &r.users[i], dt, true, r.mono);
+
+		if (o != NULL)
+			json_array_append_new(ju, o);
+	}
+	admin_top_result_free(&r);
+	return json_pack("{s:b, s:f, s:f, s:i, s:i, s:o, s:o, s:o}", "ok", 1, "mono",
+			 (double)r.mono / 1e9, "interval", r.interval, "live", (int)r.live,
+			 "users_live", (int)r.n_users_seen, "limits", top_limits_json(m),
+			 "allocations", ja, "users", ju);
+}
+
 static json_t *cmd_top(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
-	json_t *arr = json_array(), *lim = json_object_get(req, "limit");
+	json_t *arr, *lim = json_object_get(req, "limit"), *rows = json_object_get(req, "rows");
 	json_int_t limit = 100000;
 	uint32_t cursor = 0, idx;
 	uint64_t now = mono_ns();
 	bool truncated = false;
 
-	if (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0)) {
-		json_decref(arr);
-		return err("\"limit\" must be a non-negative integer");
+	if (rows != NULL) {
+		if (!json_is_integer(rows) || json_integer_value(rows) < 0 ||
+		    json_integer_value(rows) > ADMIN_TOP_ROWS_MAX)
+			return err("\"rows\" must be an integer 0..1000");
+		return cmd_top_ranked(m, json_integer_value(rows));
 	}
+	if (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0))
+		return err("\"limit\" must be a non-negative integer");
+	arr = json_array();
 	if (lim != NULL)
 		limit = json_integer_value(lim);
 	while (arr != NULL && shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {

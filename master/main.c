@@ -405,6 +405,7 @@ static void master_free(struct master *m)
 	records_free(m);	/* the last events (a stop's), while the segment is ours */
 	httpd_stop(m);
 	admin_close(m->admin);
+	admin_top_free(m->top);
 	watch_stop(m);
 	dns_refresh_stop(m);
 	supervise_free(m);

@@ -24,6 +24,7 @@
 struct shm;
 struct shm_config;
 struct admin;
+struct admin_top;
 
 #define MASTER_MAGIC 0x4d535452u /* "MSTR" */
 #define MASTER_NONCE_KEY_LEN 32
@@ -111,6 +112,7 @@ struct master {
 	unsigned n_slots;
 	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */
 	uint64_t fd_limit, fd_wanted, fd_hard; /* RLIMIT_NOFILE set at start (master/sizing.c) */
+	struct admin_top *top;    /* baseline of `top`'s ranking (master/admin_top.c), NULL */
 	struct mworker *workers;  /* n_slots entries */
 	/* The short circuit's hand-over channel (worker/handover.c): per slot, a SOCK_DGRAM
 	 * socketpair made before the first fork and kept open for the master's life, so a

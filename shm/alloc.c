@@ -222,6 +222,41 @@ int shm_alloc_read_copy(const struct shm *shm, uint32_t idx, struct shm_alloc *c
 	return -EAGAIN;
 }
 
+int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, struct shm_alloc_stat *out)
+{
+	const struct shm_alloc *r;
+
+	shm_check_handle(shm);
+	if (idx >= shm->cfg.alloc_cap || out == NULL)
+		return -EINVAL;
+	r = shm_alloc_at(shm, idx);
+	if (SHM_ALLOC_WORD_STATE(CMM_LOAD_SHARED(r->state)) != SHM_ALLOC_LIVE)
+		return -ENOENT;
+	for (int i = 0; i < SHM_ALLOC_COPY_TRIES; i++) {
+		uint32_t s1 = CMM_LOAD_SHARED(r->seq), s2;
+
+		if (s1 & 1u) {
+			caa_cpu_relax();
+			continue;
+		}
+		cmm_smp_rmb();	/* seq before the fields */
+		out->gen = r->gen;
+		out->user_len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len
+								 : SHM_ALLOC_USER_MAX;
+		memcpy(out->username, r->username, out->user_len);
+		cmm_smp_rmb();	/* fields before the second seq */
+		s2 = CMM_LOAD_SHARED(r->seq);
+		if (s1 != s2)
+			continue;
+		if (SHM_ALLOC_WORD_STATE(CMM_LOAD_SHARED(r->state)) != SHM_ALLOC_LIVE)
+			return -ENOENT;
+		for (int k = 0; k < SHM_ACTR__COUNT; k++)
+			out->ctr[k] = CMM_LOAD_SHARED(r->ctr[k]);
+		return 0;
+	}
+	return -EAGAIN;
+}
+
 int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned *owner)
 {
 	const struct shm_alloc *r;

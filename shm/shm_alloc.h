@@ -195,6 +195,20 @@ int shm_alloc_read_copy(const struct shm *shm, uint32_t idx, struct shm_alloc *c
  * the owner slot. Returns 0 or -EINVAL. */
 int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned *owner);
 
+/* What `turngatectl top` ranks by, without copying the whole record (its 2.5 KiB are
+ * read a few cache lines at a time): the generation and username under the seqlock, the
+ * counters relaxed after it. */
+struct shm_alloc_stat {
+	uint64_t gen;
+	uint64_t ctr[SHM_ACTR__COUNT];
+	uint16_t user_len;             /* at most SHM_ALLOC_USER_MAX */
+	char username[SHM_ALLOC_USER_MAX];
+};
+
+/* Any process: the stat of a LIVE record. Returns 0, -ENOENT (not LIVE), -EAGAIN (the
+ * owner kept writing), -EINVAL. */
+int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, struct shm_alloc_stat *out);
+
 /* Any process: iteration. Start with *cursor = 0; each call returns 0 and the next index
  * in *idx (cursor advanced past it), or -ENOENT at the end.
  * _next_owned: records in any non-FREE state owned by `slot` (re-adoption after a crash).

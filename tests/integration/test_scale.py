@@ -18,9 +18,12 @@ is down for the restart below. 2 workers.
   (no series per allocation or user).
 - the listing pages: at most 5,000 entries a reply, a cursor walk returns each allocation
   once, and turngatectl allocations pages by itself (--page, --limit, --cursor).
+- top ranks in the daemon: a ranked sample of 5 rows is a few KB with 20,000 allocations
+  held, and the 5 allocations that relayed since the previous sample rank first.
 - the whole daemon killed -9 (master and workers) and started again: the start takes
   all 20,000 over (status, taken_over), and the sample relays again.
 """
+import json
 import os
 import random
 import signal
@@ -85,13 +88,14 @@ def check_paging(daemon, fleet):
     check(len(r["allocations"]) == 5000 and isinstance(r["next_cursor"], int) and
           r["truncated"], "limit 100000: %d entries, next_cursor %r"
           % (len(r["allocations"]), r.get("next_cursor")))
-    seen, cursor, pages, slowest = [], 0, 0, 0.0
+    seen, cursor, pages, slowest, by_client = [], 0, 0, 0.0, {}
     while cursor is not None and pages < 100:
         t0 = time.monotonic()
         r = daemon.admin({"cmd": "allocations", "limit": 3000, "cursor": cursor})
         slowest = max(slowest, time.monotonic() - t0)
         check(len(r["allocations"]) <= 3000, "page of %d" % len(r["allocations"]))
         seen += [a["id"] for a in r["allocations"]]
+        by_client.update((a["client"], a["id"]) for a in r["allocations"])
         cursor, pages = r["next_cursor"], pages + 1
     check(cursor is None and len(seen) == N and len(set(seen)) == N,
           "cursor walk: %d entries (%d distinct) in %d pages, last cursor %r"
@@ -116,6 +120,33 @@ def check_paging(daemon, fleet):
           int(out2.splitlines()[1].split()[0]) not in [int(x.split()[0]) for x in lines[1:8]],
           "--cursor %d went on with:\n%s" % (after, out2))
     print("listing: %d pages of 3,000, slowest %.1f ms" % (pages, slowest * 1000))
+    return by_client
+
+
+def check_top(daemon, fleet, peer, by_client, sample):
+    """top ranks in the daemon: a reply of `rows` rows whatever the table's size; the
+    allocations that relayed between two samples rank first; turngatectl top prints."""
+    busy = sample[:5]
+    ids = {by_client["%s:%d" % (fleet.src[i], fleet.socks[i % len(fleet.socks)]
+                                .getsockname()[1])] for i in busy}
+    daemon.admin({"cmd": "top", "rows": 5})
+    check(len(fleet.probe(busy, peer)) == len(busy), "the busy allocations relay")
+    t0 = time.monotonic()
+    raw = daemon.admin_raw(b'{"cmd":"top","rows":5}\n')
+    took = time.monotonic() - t0
+    r = json.loads(raw)
+    top = {a["id"] for a in r["allocations"]}
+    check(r["live"] == N and r["users_live"] == 500 and len(r["allocations"]) == 5 and
+          len(r["users"]) == 5 and top == ids and
+          all(a["bps"] > 0 and a["to_peer_pps"] > 0 for a in r["allocations"]),
+          "ranked top: live %r, users %r, top %r (busy %r)\n%r"
+          % (r["live"], r["users_live"], top, ids, r["allocations"]))
+    check(len(raw) < 20000, "a ranked top of 5 rows is %d bytes with %d allocations"
+          % (len(raw), N))
+    rc, out, err = daemon.ctl("top", "--once", "--interval", "0.1", "--rows", "3")
+    check(rc == 0 and out.startswith("turngate top: %d allocations, 500 users" % N),
+          "turngatectl top --once: rc %d\n%s%s" % (rc, out, err))
+    print("top: a ranked sample of 20,000 in %.1f ms, %d bytes" % (took * 1000, len(raw)))
 
 
 def allocate_all(fleet, todo, what):
@@ -173,7 +204,8 @@ def test_scale(d):
         check(many == few, "the series differ with 200 and 20,000 allocations: %r"
               % sorted(set(many) ^ set(few))[:20])
 
-        check_paging(daemon, fleet)
+        by_client = check_paging(daemon, fleet)
+        check_top(daemon, fleet, peer, by_client, sample)
 
         kill_all(daemon)
         t0 = time.monotonic()
