@@ -82,7 +82,8 @@ static int parse_stat(const char *path, struct http_proc_stats *out)
 
 /* Open descriptors: Linux 6.2 and later give their number as the size of /proc/PID/fd,
  * in O(1); a readdir costs a directory entry per descriptor, and a worker holds one per
- * allocation (5-10 ms per scrape at 10,000, issue 42). Older kernels say 0: counted. */
+ * allocation (a scrape took 91-95 ms with 20,000 allocations held on 2 workers, 1.4 ms
+ * with the size; issue 42). Older kernels say 0: counted. */
 static uint64_t count_fds(const char *path)
 {
 	struct stat st;

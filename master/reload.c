@@ -259,8 +259,8 @@ int reload_initial(struct master *m)
 
 /* The allocation counts' exact total (shm/shm_quota.h: taken when a record is published,
  * given back when it ends or is released), in O(1): a scan of the table read one page per
- * record, 10 ms at 32 768 records and growing with the capacity, on every status,
- * /status and stats (issue 42). */
+ * record, a cost that grew with the capacity, on every status, /status and stats (issue
+ * 42). */
 unsigned master_alloc_count(const struct master *m)
 {
 	return (unsigned)shm_quota_total(m->shm);
