@@ -40,8 +40,8 @@ def client_address(j, per_prefix_addrs, first_octet=64):
 
 
 class Fleet:
-    """n clients on n_socks sockets bound to 0.0.0.0 at the given ports (below the relay
-    range: the caller picks them), spread round-robin over the servers [(ip, port)], with
+    """n clients on sockets bound to 0.0.0.0 at the given ports (0: the kernel picks; the
+    caller keeps them off the relay range), one socket per port, spread round-robin over the servers [(ip, port)], with
     users users (ephemeral credentials of secret/realm)."""
 
     def __init__(self, n, ports, servers, secret=ts.SECRET, realm=ts.REALM, users=50,

@@ -1,0 +1,435 @@
+#!/usr/bin/python3
+"""scale.py: hold N UDP allocations from many client addresses across several relay
+addresses and measure what grows with the table (issue 42).
+
+For each count (--counts, default 10000,60000) and server (--servers turngate,coturn), on
+a freshly started server:
+
+  setup      N allocations from the fleet of tests/integration/scale_clients.py (16
+             sockets, each sending from many 127.a.b.c addresses, 500 users); the setup
+             rate and the server's CPU per setup (utime+stime of all its processes) in a
+             chunk of 5 % of N taken at 0 %, 50 % and 95 % of N (the table is the port
+             space: auto);
+  memory     PSS and RSS of every process of the server (smaps_rollup) idle and with N
+             held, per allocation, with the kernel's memory for the sockets beside it
+             (slab objects of UDP sockets, inodes, files, dentries, epoll entries, and
+             sockstat's UDP buffer pages; machine-wide);
+  refresh    a Refresh of every held allocation: server CPU per Refresh, and what the
+             refreshes of N allocations spread over their lifetime (a Refresh every 300 s
+             and a CreatePermission every 240 s a client) would cost of one core;
+  observe    (turngate) /metrics scrape, status, the admin `top` sample,
+             `turngatectl top --once --interval 0.1` (two samples 0.1 s apart) and the
+             first page of `turngatectl allocations`: wall time, median of 5 (3);
+  take-over  (turngate) kill -9 of master and workers, start again: time to the status
+             answer with all N taken over, and to a sample of 100 relaying again.
+
+Relay addresses 127.0.20.1.. (one per 62,500 allocations, ports 1024-63523: four hold
+250,000, and the shared port pool books a port number on at most four), listeners on each
+at port 64000+k, the fleet's sockets on 64600-64615 (wildcard), metrics on
+127.0.0.1:64500; run directory and state file under /dev/shm (a tmpfs, as /run). This
+machine's RLIMIT_NOFILE hard limit (20,000, not raisable) caps a process at about 19,800
+relay sockets: turngated gets a worker per 15,000 allocations (at least 2), coturn (one
+process, one descriptor per allocation) runs only where N fits. Every wait is bounded.
+
+    bench/scale.py [--counts 10000,60000] [--servers turngate,coturn] [--builddir DIR]
+                   [--raw FILE] [--keep] [--expiry S]
+
+--expiry S instead holds N allocations of lifetime S (limits.allocation_lifetime: S) that
+are never refreshed, and measures when the table is empty again and the workers' busiest
+0.1 s and 1 s of CPU meanwhile (bulk expiry).
+"""
+import argparse
+import math
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+import scale_clients  # noqa: E402
+import test_security_stun as ts  # noqa: E402
+from harness_admin import echo_peer  # noqa: E402
+
+RELAY_MIN, PER_RELAY = 1024, 62500
+RELAY_MAX = RELAY_MIN + PER_RELAY - 1
+LISTEN_PORT, METRICS_PORT, CLIENT_PORT = 64000, 64500, 64600
+N_SOCKS = 16
+PER_WORKER = 15000
+FD_HARD = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+TURNGATE_YAML = """version: v1
+admin:
+  name: scale
+  loglevel: all:INFO
+  healthcheck_endpoint: ""
+  metrics_endpoint: "http://127.0.0.1:{mport}/metrics"
+  admin_socket: {rundir}/admin.sock
+  state_dir: {rundir}
+  workers: {workers}
+  drain_timeout: 0
+  relay_port_min: {rmin}
+  relay_port_max: {rmax}
+{limits}auth:
+  type: ephemeral
+  realm: {realm}
+  credentials:
+    secret: {secret}
+clusters:
+  - name: loopback
+    type: STATIC
+    endpoints: [127.0.0.0/8]
+listeners:
+"""
+
+
+def relays_for(n):
+    return ["127.0.20.%d" % (k + 1) for k in range(max(1, math.ceil(n / PER_RELAY)))]
+
+
+def pids_of(root):
+    """root and its descendants."""
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            with open("/proc/%d/task/%d/children" % (p, p)) as f:
+                todo += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def cpu_s(pids):
+    """CPU seconds of pids and their threads (schedstat: ns, not clock ticks)."""
+    t = 0
+    for p in pids:
+        try:
+            for tid in os.listdir("/proc/%d/task" % p):
+                with open("/proc/%d/task/%s/schedstat" % (p, tid)) as f:
+                    t += int(f.read().split()[0])
+        except OSError:
+            pass
+    return t / 1e9
+
+
+def mem_kb(pids):
+    pss = rss = 0
+    for p in pids:
+        try:
+            with open("/proc/%d/smaps_rollup" % p) as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+                    elif line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+        except OSError:
+            pass
+    return pss, rss
+
+
+SLABS = ("UDP", "UDPv6", "sock_inode_cache", "filp", "dentry", "eventpoll_epi")
+
+
+def kernel_kb():
+    """The kernel's memory for sockets: the slab caches a UDP socket takes objects of
+    (its sock, inode, file, dentry, epoll entry), active objects times their size, plus
+    /proc/net/sockstat's UDP buffer pages. Machine-wide: other programs' changes show."""
+    kb = 0
+    with open("/proc/slabinfo") as f:
+        for line in f:
+            w = line.split()
+            if w and w[0] in SLABS:
+                kb += int(w[1]) * int(w[3]) / 1024
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("UDP:"):
+                w = line.split()
+                kb += int(w[w.index("mem") + 1]) * 4
+    return kb
+
+
+def timed(fn, reps=5):
+    ts_ = []
+    for _ in range(reps):
+        t0 = time.monotonic()
+        fn()
+        ts_.append(time.monotonic() - t0)
+    return statistics.median(ts_) * 1000, max(ts_) * 1000
+
+
+class Server:
+    def __init__(self, kind, n, args, rundir):
+        self.kind, self.n, self.args, self.rundir = kind, n, args, rundir
+        self.relays = relays_for(n)
+        self.workers = max(2, math.ceil(n / PER_WORKER))
+        self.proc = None
+        self.log = open(os.path.join(rundir, "%s.log" % kind), "ab")
+
+    def cmd(self):
+        if self.kind == "turngate":
+            text = TURNGATE_YAML.format(mport=METRICS_PORT, rundir=self.rundir,
+                                        workers=self.workers, rmin=RELAY_MIN, rmax=RELAY_MAX,
+                                        limits=("limits:\n  allocation_lifetime: %d\n"
+                                                % self.args.expiry if self.args.expiry else ""),
+                                        realm=ts.REALM, secret=ts.SECRET)
+            for k, ip in enumerate(self.relays):
+                text += ("  - {name: udp%d, protocol: TURN-UDP, address: %s, port: %d, "
+                         "routes: [loopback]}\n" % (k, ip, LISTEN_PORT + k))
+            conf = os.path.join(self.rundir, "turngate.yaml")
+            with open(conf, "w") as f:
+                f.write(text)
+            return [os.path.join(self.args.builddir, "turngated"), "-c", conf]
+        cmd = ["turnserver", "-n", "--no-tls", "--no-dtls", "--no-cli", "--log-file=stdout",
+               "--simple-log", "--allow-loopback-peers", "--realm=%s" % ts.REALM,
+               "--use-auth-secret", "--static-auth-secret=%s" % ts.SECRET,
+               "--min-port=%d" % RELAY_MIN, "--max-port=%d" % RELAY_MAX,
+               "--relay-threads=%d" % 2, "--pidfile=%s/turnserver.pid" % self.rundir,
+               "--userdb=%s/turndb" % self.rundir, "--listening-port=%d" % LISTEN_PORT]
+        for ip in self.relays:
+            cmd += ["--listening-ip=%s" % ip, "--relay-ip=%s" % ip]
+        return cmd
+
+    def servers(self):
+        if self.kind == "turngate":
+            return [(ip, LISTEN_PORT + k) for k, ip in enumerate(self.relays)]
+        return [(ip, LISTEN_PORT) for ip in self.relays]
+
+    def start(self):
+        self.proc = subprocess.Popen(self.cmd(), stdout=self.log, stderr=self.log,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited: see %s" % (self.kind, self.log.name))
+            if self.kind == "coturn" or os.path.exists(os.path.join(self.rundir,
+                                                                   "admin.sock")):
+                try:
+                    if self.kind == "coturn" or self.admin("status")["workers"]["running"] \
+                            == self.workers:
+                        time.sleep(0.5 if self.kind == "coturn" else 0)
+                        return
+                except (OSError, ValueError, KeyError):
+                    pass
+            time.sleep(0.05)
+        raise RuntimeError("%s did not start" % self.kind)
+
+    def admin(self, cmd, **kw):
+        import json
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60)
+        s.connect(os.path.join(self.rundir, "admin.sock"))
+        s.sendall(json.dumps(dict(cmd=cmd, **kw)).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            c = s.recv(1 << 20)
+            if not c:
+                break
+            buf += c
+        s.close()
+        return json.loads(buf)
+
+    def ctl(self, *a):
+        return subprocess.run([os.path.join(self.args.builddir, "turngatectl"), "-s",
+                               os.path.join(self.rundir, "admin.sock")] + list(a),
+                              capture_output=True, timeout=120)
+
+    def pids(self):
+        return pids_of(self.proc.pid)
+
+    def kill(self):
+        for p in reversed(self.pids()):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def refresh_all(fleet, todo):
+    def first(i):
+        a, key = fleet.authed(i, ts.REFRESH, [(ts.A_LIFETIME, b"\0\0\x02\x58")])
+        return ts.build(ts.REFRESH, ts.REQUEST, os.urandom(12), a, key=key)
+
+    def answer(i, p):
+        if p[1] != ts.SUCCESS:
+            fleet.errors[i] = ts.error_code(p[3])
+        return None
+    return fleet.run(todo, first, answer, 512, 300.0)
+
+
+def expiry(n, args, out):
+    """N allocations of lifetime --expiry s (limits.allocation_lifetime; a client cannot ask
+    for less than it), never refreshed: when the table is empty again, measured from the
+    last Allocate's answer, and the workers' CPU sampled every 0.1 s (the busiest 0.1 s
+    and the busiest 1 s, in % of one core)."""
+    rundir = tempfile.mkdtemp(prefix="tg-scale-", dir="/dev/shm")
+    os.chmod(rundir, 0o700)
+    srv = Server("turngate", n, args, rundir)
+    res = {"server": "turngate", "n": n, "lifetime": args.expiry, "workers": srv.workers}
+    fleet = None
+    try:
+        srv.start()
+        fleet = scale_clients.Fleet(n, [CLIENT_PORT + k for k in range(N_SOCKS)],
+                                    srv.servers(), users=500)
+        fleet.allocate(list(range(n)), deadline=600)
+        t_end = time.monotonic()
+        res["ok"] = sum(1 for r in fleet.relayed if r is not None)
+        samples = []
+        deadline = t_end + args.expiry + 30
+        while time.monotonic() < deadline:
+            samples.append((time.monotonic(), cpu_s(srv.pids()),
+                            srv.admin("status")["allocations"]))
+            if samples[-1][2] == 0:
+                break
+            time.sleep(0.1)
+        zero = next((t for t, _, a in samples if a == 0), None)
+        res["empty_after_s"] = None if zero is None else zero - t_end
+        busiest = [(b[1] - a[1]) / (b[0] - a[0]) * 100 for a, b in zip(samples, samples[1:])]
+        win = []
+        for i, a in enumerate(samples):
+            j = next((k for k in range(i, len(samples)) if samples[k][0] - a[0] >= 1.0), None)
+            if j is not None:
+                win.append((samples[j][1] - a[1]) / (samples[j][0] - a[0]) * 100)
+        res.update(busiest_100ms_pct=max(busiest or [0]), busiest_1s_pct=max(win or [0]),
+                   cpu_total_s=samples[-1][1] - samples[0][1])
+    except Exception as e:  # report and go on
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        if fleet is not None:
+            fleet.close()
+        srv.stop()
+        if not args.keep:
+            shutil.rmtree(rundir, ignore_errors=True)
+    print(res, file=out, flush=True)
+    return res
+
+
+def run(kind, n, args, out):
+    rundir = tempfile.mkdtemp(prefix="tg-scale-", dir="/dev/shm")
+    os.chmod(rundir, 0o700)
+    srv = Server(kind, n, args, rundir)
+    res = {"server": kind, "n": n, "relays": len(srv.relays),
+           "workers": srv.workers if kind == "turngate" else 1}
+    fleet = None
+    try:
+        srv.start()
+        time.sleep(1.0)
+        idle_pss, idle_rss = mem_kb(srv.pids())
+        idle_udp = kernel_kb()
+        fleet = scale_clients.Fleet(n, [CLIENT_PORT + k for k in range(N_SOCKS)],
+                                    srv.servers(), users=500)
+        chunk = max(500, n // 20)
+        marks = [0, n // 2, max(0, int(n * 0.95) - chunk)]
+        done, phases = 0, []
+        t_all, cpu_all = time.monotonic(), cpu_s(srv.pids())
+        for m in marks:
+            if m > done:
+                fleet.allocate(list(range(done, m)), deadline=600)
+                done = m
+            t0, c0 = time.monotonic(), cpu_s(srv.pids())
+            fleet.allocate(list(range(done, done + chunk)), deadline=600)
+            dt, dc = time.monotonic() - t0, cpu_s(srv.pids()) - c0
+            phases.append((round(100 * done / n), chunk / dt, dc / chunk * 1e6))
+            done += chunk
+        if done < n:
+            fleet.allocate(list(range(done, n)), deadline=600)
+        t_all, cpu_all = time.monotonic() - t_all, cpu_s(srv.pids()) - cpu_all
+        ok = sum(1 for r in fleet.relayed if r is not None)
+        codes = {}
+        for i, c in fleet.errors.items():
+            codes[c] = codes.get(c, 0) + 1
+        res.update(ok=ok, codes=codes, setup_rate=n / t_all, setup_cpu_us=cpu_all / n * 1e6,
+                   phases=phases)
+        time.sleep(2.0)
+        pss, rss = mem_kb(srv.pids())
+        udp = kernel_kb()
+        res.update(idle_pss_kb=idle_pss, pss_kb=pss, rss_kb=rss,
+                   pss_per_alloc=(pss - idle_pss) * 1024 / max(ok, 1),
+                   rss_per_alloc=(rss - idle_rss) * 1024 / max(ok, 1),
+                   kernel_per_alloc=(udp - idle_udp) * 1024 / max(ok, 1))
+        held = [i for i in range(n) if fleet.relayed[i] is not None]
+        c0 = cpu_s(srv.pids())
+        refresh_all(fleet, held)
+        per = (cpu_s(srv.pids()) - c0) / max(len(held), 1)
+        res.update(refresh_cpu_us=per * 1e6,
+                   keepalive_core_pct=100 * ok * per * (1 / 300 + 1 / 240))
+        peer = ("127.0.0.1", echo_peer())
+        sample = random.Random(1).sample(held, min(100, len(held)))
+        fleet.permit(sample, peer)
+        res["relayed"] = len(fleet.probe(sample, peer))
+        if kind == "turngate":
+            url = "http://127.0.0.1:%d/metrics" % METRICS_PORT
+            res["scrape_ms"] = timed(lambda: urllib.request.urlopen(url, timeout=60).read())
+            res["status_ms"] = timed(lambda: srv.admin("status"))
+            res["top_admin_ms"] = timed(lambda: srv.admin("top"), 3)
+            res["top_once_ms"] = timed(lambda: srv.ctl("top", "--once", "--interval", "0.1"), 3)
+            res["list_ms"] = timed(lambda: srv.ctl("allocations"), 3)
+            res["series"] = sum(1 for line in urllib.request.urlopen(url).read().decode()
+                                .splitlines() if line and not line.startswith("#"))
+            srv.kill()
+            t0 = time.monotonic()
+            srv.start()
+            st = srv.admin("status")
+            res["takeover_s"] = time.monotonic() - t0
+            res["taken_over"] = st["state"]["taken_over"]
+            got = fleet.probe(sample, peer)
+            res["takeover_relay_s"] = time.monotonic() - t0
+            res["relayed_after"] = len(got)
+    except Exception as e:  # report and go on with the next run
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        if fleet is not None:
+            fleet.close()
+        srv.stop()
+        if not args.keep:
+            shutil.rmtree(rundir, ignore_errors=True)
+    print(res, file=out, flush=True)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--counts", default="10000,60000")
+    ap.add_argument("--servers", default="turngate,coturn")
+    ap.add_argument("--builddir", default=os.getcwd())
+    ap.add_argument("--raw", default=None)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--expiry", type=int, default=0,
+                    help="instead: bulk expiry of N allocations of this lifetime (s)")
+    args = ap.parse_args()
+    out = open(args.raw, "a") if args.raw else sys.stdout
+    if args.expiry:
+        for n in [int(x) for x in args.counts.split(",")]:
+            expiry(n, args, out)
+        return
+    for n in [int(x) for x in args.counts.split(",")]:
+        for kind in args.servers.split(","):
+            if kind == "coturn" and (shutil.which("turnserver") is None or n > FD_HARD - 500):
+                print("coturn: skipped at %d (one process, one descriptor per allocation; "
+                      "hard limit %d)" % (n, FD_HARD), flush=True)
+                continue
+            r = run(kind, n, args, out)
+            if out is not sys.stdout:
+                print(r, flush=True)
+
+
+if __name__ == "__main__":
+    main()
