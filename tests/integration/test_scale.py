@@ -167,8 +167,9 @@ def test_scale(d):
     cports = [0] * 8       # the kernel's choice: free on every address (the relays are below)
     peer = ("127.0.0.1", echo_peer())
     daemon = Daemon(d, config(d, ports, mport)).start()
-    fleet = scale_clients.Fleet(N, cports, list(zip(RELAYS, ports)), users=500)
+    fleet = None
     try:
+        fleet = scale_clients.Fleet(N, cports, list(zip(RELAYS, ports)), users=500)
         table = daemon.admin({"cmd": "status"})["table"]
         check(table["capacity"] >= N and table["source"] == "auto",
               "default table capacity %r below %d" % (table, N))
@@ -222,7 +223,8 @@ def test_scale(d):
         wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == N,
                  "20,000 allocations after the restart")
     finally:
-        fleet.close()
+        if fleet is not None:
+            fleet.close()
         daemon.stop()
 
 
