@@ -82,7 +82,7 @@ struct admin_top_result {
 
 /* Ranks every live allocation and user by bytes (then packets) relayed since the
  * previous call, keeping `rows` of each, and makes this sample the baseline of the next
- * (one baseline per master, 56 bytes per record of the table, allocated at the first
+ * (one baseline per master, 64 bytes per record of the table, allocated at the first
  * call, freed with admin_top_free). Returns 0 or -ENOMEM; free out with
  * admin_top_result_free. Master only. */
 int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out);

@@ -4,7 +4,7 @@
  * Why here and not in the tool: the tool used to take every allocation's counters twice
  * and rank them itself, a reply that grows with the table (a third of a second and 2 MB
  * at 10,000 allocations, tens of MB at 250,000). The master keeps one baseline of every
- * record's counters instead (56 bytes a record, allocated at the first ranked sample) and
+ * record's counters instead (64 bytes a record, allocated at the first ranked sample) and
  * answers with `rows` of each: the reply's size no longer depends on the table's.
  *
  * One baseline for every caller: each ranked sample is measured against the previous
@@ -29,6 +29,7 @@
 
 struct top_base {
 	uint64_t gen;                  /* 0: no baseline for the record */
+	uint64_t ukey;                 /* its user's key (read once per generation) */
 	uint64_t bytes[2], pkts[2];    /* to the peer, from the peer */
 	uint64_t drops[2];
 };
@@ -114,7 +115,8 @@ static void top_measure(struct master *m, struct top_base *b, uint32_t idx,
 			const struct shm_alloc_stat *s, struct admin_top_pick *p)
 {
 	struct shm_bw_stat bw = { 0 };
-	struct top_base now = { .gen = s->gen };
+	struct top_base now = { .gen = s->gen,
+				.ukey = b->gen == s->gen ? b->ukey : top_user_key(s) };
 	uint64_t rp = 0, rb = 0;
 
 	shm_relay_ctr_get(m->shm, idx, &rp, &rb);
@@ -191,7 +193,7 @@ int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out)
 	for (uint32_t idx = 0; idx < t->cap; idx++) {
 		struct admin_top_pick p;
 
-		if (shm_alloc_read_stat(m->shm, idx, &s) < 0) {
+		if (shm_alloc_read_stat(m->shm, idx, t->base[idx].gen, &s) < 0) {
 			t->base[idx].gen = 0;
 			continue;
 		}
@@ -199,7 +201,7 @@ int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out)
 		out->live++;
 		top_offer(out->allocs, &out->n_allocs, rows, &p);
 		if (out->n_users_seen <= mask / 2)
-			top_add_user(users, mask, top_user_key(&s), &p, &out->n_users_seen);
+			top_add_user(users, mask, t->base[idx].ukey, &p, &out->n_users_seen);
 	}
 	explicit_bzero(&s, sizeof(s));
 	t->mono = out->mono;

@@ -222,7 +222,8 @@ int shm_alloc_read_copy(const struct shm *shm, uint32_t idx, struct shm_alloc *c
 	return -EAGAIN;
 }
 
-int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, struct shm_alloc_stat *out)
+int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, uint64_t known_gen,
+			struct shm_alloc_stat *out)
 {
 	const struct shm_alloc *r;
 
@@ -241,9 +242,12 @@ int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, struct shm_alloc_st
 		}
 		cmm_smp_rmb();	/* seq before the fields */
 		out->gen = r->gen;
-		out->user_len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len
-								 : SHM_ALLOC_USER_MAX;
-		memcpy(out->username, r->username, out->user_len);
+		out->user_len = 0;
+		if (out->gen != known_gen) {
+			out->user_len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len
+									 : SHM_ALLOC_USER_MAX;
+			memcpy(out->username, r->username, out->user_len);
+		}
 		cmm_smp_rmb();	/* fields before the second seq */
 		s2 = CMM_LOAD_SHARED(r->seq);
 		if (s1 != s2)

@@ -205,9 +205,11 @@ struct shm_alloc_stat {
 	char username[SHM_ALLOC_USER_MAX];
 };
 
-/* Any process: the stat of a LIVE record. Returns 0, -ENOENT (not LIVE), -EAGAIN (the
- * owner kept writing), -EINVAL. */
-int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, struct shm_alloc_stat *out);
+/* Any process: the stat of a LIVE record; the username only when the record's generation
+ * is not known_gen (user_len 0 otherwise: the caller has it from an earlier read).
+ * Returns 0, -ENOENT (not LIVE), -EAGAIN (the owner kept writing), -EINVAL. */
+int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, uint64_t known_gen,
+			struct shm_alloc_stat *out);
 
 /* Any process: iteration. Start with *cursor = 0; each call returns 0 and the next index
  * in *idx (cursor advanced past it), or -ENOENT at the end.

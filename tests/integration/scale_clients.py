@@ -194,15 +194,15 @@ class Fleet:
             return None
         return self.run(todo, first, answer, window, deadline)
 
-    def probe(self, todo, peer, deadline=30.0):
+    def probe(self, todo, peer, deadline=30.0, resend=1.0):
         """Send indications to peer (an echo) from every client of todo; returns the
-        clients whose payload came back as a Data indication (resent once a second)."""
+        clients whose payload came back as a Data indication (resent every resend s)."""
         want = {i: b"probe-%d" % i for i in todo}
         got = set()
         end = time.monotonic() + deadline
         last = 0.0
         while len(got) < len(want) and time.monotonic() < end:
-            if time.monotonic() - last >= 1.0:
+            if time.monotonic() - last >= resend:
                 last = time.monotonic()
                 for i in want:
                     if i in got:
@@ -211,7 +211,7 @@ class Fleet:
                     self.send(i, ts.build(ts.SEND, ts.INDICATION, tid, [
                         (ts.A_PEER, ts.xor_addr(peer[0], peer[1], tid)),
                         (ts.A_DATA, want[i])]))
-            for i, data in self.receive(0.05):
+            for i, data in self.receive(min(0.05, resend)):
                 p = ts.parse(data)
                 if p and p[0] == ts.DATA and p[1] == ts.INDICATION and \
                         p[3].get(ts.A_DATA, [None])[0] == want.get(i):
