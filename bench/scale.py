@@ -22,7 +22,10 @@ a freshly started server:
              `turngatectl top --once --interval 0.1` (two samples 0.1 s apart) and the
              first page of `turngatectl allocations`: wall time, median of 5 (3);
   take-over  (turngate) kill -9 of master and workers, start again: time to the status
-             answer with all N taken over, and to a sample of 100 relaying again.
+             answer with all N taken over, and to a sample of 100 relaying again;
+             --churn: before it, kill -9 of worker 0 (time until the sample relays
+             again) and a live upgrade to the same binary (the command's time, and until
+             the sample relays again).
 
 Relay addresses 127.0.20.1.. (one per 62,500 allocations, ports 1024-63523: four hold
 250,000, and the shared port pool books a port number on at most four), listeners on each
@@ -176,6 +179,7 @@ class Server:
         self.relays = relays_for(n)
         self.workers = max(2, math.ceil(n / PER_WORKER))
         self.proc = None
+        self.master = None     # the master after a live upgrade
         self.log = open(os.path.join(rundir, "%s.log" % kind), "ab")
 
     def cmd(self):
@@ -248,7 +252,7 @@ class Server:
                               capture_output=True, timeout=120)
 
     def pids(self):
-        return pids_of(self.proc.pid)
+        return pids_of(self.master or self.proc.pid)
 
     def kill(self):
         for p in reversed(self.pids()):
@@ -256,15 +260,49 @@ class Server:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.proc.wait(timeout=30)
+        if self.master is None:
+            self.proc.wait(timeout=30)
+        else:          # a live upgrade's master is not our child
+            deadline = time.monotonic() + 30
+            while os.path.exists("/proc/%d" % self.master) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.master = None
 
     def stop(self):
+        if self.master is not None:
+            os.kill(self.master, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while os.path.exists("/proc/%d" % self.master) and time.monotonic() < deadline:
+                time.sleep(0.05)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def churn(srv, fleet, sample, peer, res):
+    """kill -9 of worker 0: the time until the whole sample relays again (its share
+    re-adopted by the respawned worker); then a live upgrade (turngatectl upgrade to the
+    same binary): the time the command took and until the sample relays again."""
+    w0 = srv.admin("workers")["workers"][0]["pid"]
+    t0 = time.monotonic()
+    os.kill(w0, signal.SIGKILL)
+    time.sleep(0.02)
+    got = fleet.probe(sample, peer, deadline=60, resend=0.02)
+    res["respawn_relay_s"], res["relayed_after_respawn"] = time.monotonic() - t0, len(got)
+    t0 = time.monotonic()
+    r = srv.ctl("upgrade", "--timeout", "120")
+    res["upgrade_cmd_s"] = time.monotonic() - t0
+    if r.returncode != 0:
+        res["upgrade_error"] = r.stderr.decode()[-300:]
+        return
+    got = fleet.probe(sample, peer, deadline=60, resend=0.02)
+    res["upgrade_relay_s"], res["relayed_after_upgrade"] = time.monotonic() - t0, len(got)
+    srv.master = int(r.stdout.split()[-1])
+    srv.proc.wait(timeout=30)
+    res["upgrade_allocations"] = srv.admin("status")["allocations"]
 
 
 def refresh_all(fleet, todo):
@@ -391,6 +429,8 @@ def run(kind, n, args, out):
             res["list_ms"] = timed(lambda: srv.ctl("allocations"), 3)
             res["series"] = sum(1 for line in urllib.request.urlopen(url).read().decode()
                                 .splitlines() if line and not line.startswith("#"))
+            if args.churn:
+                churn(srv, fleet, sample, peer, res)
             srv.kill()
             t0 = time.monotonic()
             srv.start()
@@ -421,6 +461,8 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--expiry", type=int, default=0,
                     help="instead: bulk expiry of N allocations of this lifetime (s)")
+    ap.add_argument("--churn", action="store_true",
+                    help="also kill -9 a worker and run a live upgrade (turngate)")
     ap.add_argument("--no-netns", action="store_true",
                     help="stay in this network namespace (others' sockets can hold relay ports)")
     args = ap.parse_args()
