@@ -77,13 +77,20 @@ uint32_t wk_ep_hash(const struct wk_listener *l, const struct sockaddr *sa)
 	return (uint32_t)(h ^ (h >> 32));
 }
 
+/* The address alone decides: with IP_BIND_ADDRESS_NO_PORT the bind to port 0 takes no
+ * ephemeral port, so an address whose ephemeral ports are all held (relay sockets filling
+ * a range that covers the kernel's, a worker respawned with 250,000 allocations held)
+ * still reads as local. Without it such a worker bound its re-adopted relay sockets to
+ * the wildcard, where the same port of another relay address refused them: 7,248 of
+ * 14,383 allocations lost (issue 42). */
 bool wk_addr_bindable(const struct sockaddr_storage *ss)
 {
-	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), one = 1;
 	bool ok;
 
 	if (fd < 0)
 		return false;
+	(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
 	ok = bind(fd, (const struct sockaddr *)ss, wk_addr_len((const struct sockaddr *)ss)) == 0;
 	close(fd);
 	return ok;
