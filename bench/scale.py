@@ -62,7 +62,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import scale_clients  # noqa: E402
-import test_security_stun as ts  # noqa: E402
+import harness_admin as ts  # noqa: E402
 from harness_admin import CLONE_NEWNET, echo_peer, unshare  # noqa: E402
 
 RELAY_MIN, PER_RELAY = 1024, 62500

@@ -23,7 +23,7 @@ import socket
 import struct
 import time
 
-import test_security_stun as ts
+import harness_admin as ts
 
 PER_PREFIX = 96      # clients per /24 (under the default unauth_burst of 100)
 TRIES = 6

@@ -34,7 +34,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import Daemon, check, echo_peer, free_port, run_tests, wait_for  # noqa: E402
 import scale_clients  # noqa: E402
-import test_security_stun as ts  # noqa: E402
+import harness_admin as ts  # noqa: E402
 
 N = 20000
 SAMPLE = 200

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (CLONE_NEWNET, Daemon, check, echo_peer, run_tests_as_root,  # noqa
                            unshare, wait_for)
 import scale_clients  # noqa: E402
-import test_security_stun as ts  # noqa: E402
+import harness_admin as ts  # noqa: E402
 
 RELAYS = ("127.0.10.1", "127.0.10.2")
 EPH = (40000, 40009)
