@@ -67,7 +67,12 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
 		return;
 	v = wk_adopt_classify(shm, idx, rec, now_ns);
-	if (v == WK_ADOPT_TRY && fn(arg, idx, rec) == 0) {
+	/* A TURN-TCP allocation whose connection a live upgrade handed over is offered too:
+	 * fn takes it only with that connection (worker/park.c). */
+	if ((v == WK_ADOPT_TRY ||
+	     (v == WK_ADOPT_STREAM && rec->client_transport == SHM_TRANSPORT_TCP &&
+	      rec->expires_ns > now_ns)) &&
+	    fn(arg, idx, rec) == 0) {
 		st->adopted++;
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
 		return;
@@ -139,18 +144,11 @@ static struct wk_listener *wk_adopt_listener(struct worker *w, const struct shm_
 	return found;
 }
 
-static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec)
 {
-	struct worker *w = arg;
-	struct wk_listener *l = wk_adopt_listener(w, rec);
-	struct wk_alloc *a;
+	struct wk_listener *l = a->l;
 	int rc;
 
-	if (!l)
-		return -ENOENT;
-	rc = wk_alloc_attach(w, l, idx, rec, &a);
-	if (rc < 0)
-		return rc;
 	rc = wk_alloc_rebind_relay(w, a, &rec->relay);
 	if (rc == 0 && rec->relay2.family != 0)
 		rc = wk_alloc_rebind_relay(w, a, &rec->relay2);
@@ -177,6 +175,24 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	return 0;
 }
 
+static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	struct worker *w = arg;
+	struct wk_listener *l;
+	struct wk_alloc *a;
+	int rc;
+
+	if (rec->client_transport == SHM_TRANSPORT_TCP)
+		return wk_park_adopt(w, idx, rec);
+	l = wk_adopt_listener(w, rec);
+	if (!l)
+		return -ENOENT;
+	rc = wk_alloc_attach(w, l, idx, rec, &a);
+	if (rc < 0)
+		return rc;
+	return wk_adopt_relay(w, a, idx, rec);
+}
+
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
@@ -187,6 +203,7 @@ void wk_adopt_run(struct worker *w)
 				     wk_adopt_one, w, &st)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st)) < 0)
 		return;
+	wk_park_rest(w);
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker",
 			 "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "

@@ -133,6 +133,15 @@ int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struc
 	return *out ? 0 : -ENOMEM;
 }
 
+int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
+			 struct shm_alloc *rec, struct wk_alloc **out)
+{
+	if (c->alloc)
+		return -EEXIST;
+	*out = wk_alloc_new(w, c->l, c, (struct sockaddr *)&c->peer, c->peer_len, idx, rec);
+	return *out ? 0 : -ENOMEM;
+}
+
 static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 {
 	struct wk_alloc **pp;

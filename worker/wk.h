@@ -337,6 +337,8 @@ struct worker {
 	ev_timer hb;
 	ev_signal sigterm, sigint, sigquit;
 	bool draining;
+	bool parking;			/* IPC_PARK: hand the stream connections over at exit */
+	bool *park_used;		/* h->parked[i] restored (park.c), n_parked entries */
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;
@@ -505,6 +507,15 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 		       size_t len, const struct sockaddr *client);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
+/* Live upgrade (park.c): a connection the predecessor parked, restored on l with the
+ * bytes its buffers held; takes fd on success only. NULL: bad lengths or no memory. */
+struct wk_tconn *wk_tcp_restore(struct worker *w, struct wk_listener *l, int fd,
+				const struct sockaddr *peer, socklen_t peer_len, const uint8_t *in,
+				size_t in_len, const uint8_t *out, size_t out_len, bool authed);
+/* c can be parked: plain TCP, no handshake, PROXY header or RFC 6062 step half done. */
+bool wk_tconn_parkable(const struct wk_tconn *c);
+/* Handles the complete frames a restored connection holds; false: it was closed. */
+bool wk_tconn_restart(struct worker *w, struct wk_tconn *c);
 /* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
  * a send error; what is queued is counted as sent (wk_client_sent). */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
@@ -730,6 +741,10 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
  * (that 5-tuple is already served), -ENOMEM. */
 int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
 		    struct wk_alloc **out);
+/* Adoption after a live upgrade: the same around record idx of a TURN-TCP allocation,
+ * for its handed-over connection c. Returns 0, -EEXIST (c carries one), -ENOMEM. */
+int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
+			 struct shm_alloc *rec, struct wk_alloc **out);
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
@@ -842,6 +857,21 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 		  struct wk_adopt_stats *st);
 /* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
 void wk_adopt_run(struct worker *w);
+/* a was attached around record idx: binds its relay ports again, moves its listener
+ * gauge when another listener serves it, re-arms its timer. On failure a is forgotten
+ * (the caller's scan releases the record). Returns 0 or -errno. */
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec);
+
+/* ---- park.c (stream connections across a live upgrade) ---- */
+/* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),
+ * its allocation's record left LIVE for the next process; then closes them here. */
+void wk_park_all(struct worker *w);
+/* Adoption of a TURN-TCP record: only with the connection the heritage hands over for
+ * it. Returns 0, or < 0 (the record is released). */
+int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec);
+/* After the adoption: restores the handed-over connections that carry no allocation,
+ * closes those whose allocation could not be adopted. */
+void wk_park_rest(struct worker *w);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

@@ -1,0 +1,296 @@
+"""Live upgrades keep stream calls (issue 41): TURN-TCP connections through five upgrades.
+
+A TURN-TCP client (a UDP allocation over a TCP control connection, a channel to a UDP
+peer) sends numbered ChannelData at a fixed rate (one every 10 ms) while the peer sends
+numbered datagrams to the relayed address at the same rate; meanwhile `turngatectl
+upgrade` runs five times in a row (the same binary: each new master takes the table over
+and the old workers hand their TCP connections to the new ones with the bytes of any
+partial frame). Checked: the client's connection never closes (no EOF, no reset); the
+peer receives every datagram the client sent exactly once and in order (TCP holds what
+the client sends while no worker reads, so nothing of it may be lost); the client
+receives the peer's datagrams in order and never twice (those that reach the relay port
+while no worker holds it, inside the gap, are lost as in a UDP call's upgrade: counted,
+printed and bounded by 300 ms of datagrams per upgrade); a Refresh on the connection succeeds after the upgrades, and the
+allocation is still the one of before (same relayed address). On a build without the
+hand-over the connection is closed at the first upgrade.
+
+Relay ports 44100-44199 (no other test's: each upgrade binds the same relay port again).
+Loopback only, every wait bounded.
+"""
+import os
+import queue
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import run_tests, wait_for  # noqa: E402
+from test_security_stun import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
+                                REFRESH, REQUEST, SUCCESS, Daemon, build, check, config,
+                                error_code, free_port, parse)
+from test_tcp_relay import TcpTurn  # noqa: E402
+
+RELAY = (44100, 44199)
+CHANNEL = 0x4000
+PERIOD = 0.01          # one datagram each way every 10 ms
+UPGRADES = 5
+
+
+class UdpPeer:
+    """A UDP peer: records the numbered datagrams it receives, sends its own numbered
+    datagrams to `dest` (the relayed address) every PERIOD once started."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.got, self.sent = [], 0
+        self.stop_tx = threading.Event()
+        self.stop_rx = threading.Event()
+        self.rx = threading.Thread(target=self._rx, daemon=True)
+        self.rx.start()
+
+    def _rx(self):
+        self.sock.settimeout(0.1)
+        while not self.stop_rx.is_set():
+            try:
+                data = self.sock.recv(2048)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if len(data) >= 5 and data[:1] == b"C":
+                self.got.append(struct.unpack("!I", data[1:5])[0])
+
+    def start_tx(self, dest):
+        def tx():
+            nxt = time.monotonic()
+            while not self.stop_tx.is_set():
+                self.sock.sendto(b"P" + struct.pack("!I", self.sent) + b"p" * 60, dest)
+                self.sent += 1
+                nxt += PERIOD
+                time.sleep(max(0.0, nxt - time.monotonic()))
+        self.tx = threading.Thread(target=tx, daemon=True)
+        self.tx.start()
+
+    def close(self):
+        self.stop_tx.set()
+        self.stop_rx.set()
+        self.sock.close()
+
+
+class StreamCall:
+    """A TURN-TCP client's call once set up: a sender of numbered ChannelData and a reader
+    that files ChannelData (the peer's numbers) and STUN responses (a queue) apart."""
+
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.sock = ctl.sock
+        self.sock.settimeout(None)
+        self.wlock = threading.Lock()
+        self.buf = ctl.buf
+        self.got, self.sent = [], 0
+        self.closed = None
+        self.stun = queue.Queue()
+        self.stop_tx = threading.Event()
+        self.stop_rx = threading.Event()
+        self.sock.settimeout(0.1)
+        self.rx = threading.Thread(target=self._rx, daemon=True)
+        self.rx.start()
+        self.tx = threading.Thread(target=self._tx, daemon=True)
+        self.tx.start()
+
+    def write(self, data):
+        with self.wlock:
+            self.sock.sendall(data)
+
+    def _tx(self):
+        nxt = time.monotonic()
+        while not self.stop_tx.is_set():
+            payload = b"C" + struct.pack("!I", self.sent) + b"c" * 59
+            try:
+                self.write(struct.pack("!HH", CHANNEL, len(payload)) + payload)
+            except OSError as e:
+                self.closed = self.closed or "send: %s" % e
+                return
+            self.sent += 1
+            nxt += PERIOD
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    def _frames(self):
+        while len(self.buf) >= 4:
+            if 0x40 <= self.buf[0] <= 0x7F:
+                ln = struct.unpack("!H", self.buf[2:4])[0]
+                need = 4 + ((ln + 3) & ~3)
+                if len(self.buf) < need:
+                    return
+                data = self.buf[4:4 + ln]
+                self.buf = self.buf[need:]
+                if data[:1] == b"P":
+                    self.got.append(struct.unpack("!I", data[1:5])[0])
+                continue
+            if len(self.buf) < 20:
+                return
+            need = 20 + struct.unpack("!H", self.buf[2:4])[0]
+            if len(self.buf) < need:
+                return
+            self.stun.put(parse(self.buf[:need]))
+            self.buf = self.buf[need:]
+
+    def _rx(self):
+        while not self.stop_rx.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                self.closed = self.closed or "recv: %s" % e
+                return
+            if not data:
+                self.closed = self.closed or "EOF from the server"
+                return
+            self.buf += data
+            self._frames()
+
+    def refresh(self, lifetime=600):
+        """A Refresh on the control connection (a 438 teaches a fresh nonce): the error
+        code, None for success."""
+        c = self.ctl
+        for _ in range(3):
+            tid = os.urandom(12)
+            msg = build(REFRESH, REQUEST, tid,
+                        [(A_LIFETIME, struct.pack("!I", lifetime)),
+                         (A_USERNAME, c.username.encode()), (A_REALM, REALM.encode()),
+                         (A_NONCE, c.nonce)], c.key)
+            self.write(msg)
+            deadline = time.monotonic() + 10
+            while True:
+                left = deadline - time.monotonic()
+                check(left > 0, "no answer to the Refresh")
+                p = self.stun.get(timeout=left)
+                if p and p[2] == tid:
+                    break
+            code = error_code(p[3])
+            if code == 438:
+                c.nonce = p[3][A_NONCE][0]
+                continue
+            check(code is not None or p[1] == SUCCESS, "Refresh: %r" % (p,))
+            return code
+        return 438
+
+    def stop(self):
+        self.stop_tx.set()
+        self.tx.join(5)
+
+    def close(self):
+        self.stop_tx.set()
+        self.stop_rx.set()
+        self.sock.close()
+
+
+def upgrade(daemon, workers):
+    """turngatectl upgrade; waits for the new master to serve with every worker. Returns
+    its pid."""
+    old = daemon.admin({"cmd": "status"})["pid"]
+    rc, out, err = daemon.ctl("upgrade")
+    check(rc == 0, "turngatectl upgrade: rc %d\n%s%s\n%s" % (rc, out, err, daemon.stderr()))
+    pid = int(out.strip().splitlines()[-1])
+    check(pid != old, "no new master")
+
+    def serving():
+        st = daemon.admin({"cmd": "status"})
+        return st["pid"] == pid and st["workers"]["running"] == workers
+    wait_for(serving, "the new master (pid %d) to serve" % pid)
+    wait_for(lambda: not alive(old), "the old master (pid %d) to exit" % old)
+    return pid
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def stop_master(daemon, pid):
+    if pid is None or pid == daemon.proc.pid:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not alive(pid), "the master (pid %d) to exit" % pid)
+    except ProcessLookupError:
+        pass
+
+
+def test_tcp_call_survives_upgrades(d):
+    workers = 2
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP",
+                                                             ["peers"])],
+                  {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
+    daemon = Daemon(d, text, workers=workers).start()
+    peer, call, pid = UdpPeer(), None, None
+    try:
+        ctl = TcpTurn(port)
+        r = ctl.allocate()
+        relayed = ctl.relayed(r)[0]
+        check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
+        check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None,
+              "ChannelBind")
+        call = StreamCall(ctl)
+        peer.start_tx(relayed)
+        wait_for(lambda: len(peer.got) >= 20 and len(call.got) >= 20, "relaying both ways",
+                 timeout=10)
+        for i in range(UPGRADES):
+            pid = upgrade(daemon, workers)
+            n_peer, n_call = len(peer.got), len(call.got)
+            # Both directions go on through the new workers before the next upgrade.
+            wait_for(lambda: len(peer.got) > n_peer + 10 and len(call.got) > n_call + 10,
+                     "relaying after upgrade %d%s" % (i + 1, " (%s)" % call.closed
+                                                       if call.closed else ""),
+                     timeout=10)
+            check(call.closed is None, "upgrade %d: %s" % (i + 1, call.closed))
+        call.stop()
+        peer.stop_tx.set()
+        peer.tx.join(5)
+        wait_for(lambda: len(peer.got) == call.sent, "the peer to get all %d (has %d)"
+                 % (call.sent, len(peer.got)), timeout=10)
+        time.sleep(0.3)
+        check(call.closed is None, "the connection: %s" % call.closed)
+        check(peer.got == list(range(call.sent)),
+              "client -> peer: %d sent, %d received, first difference at %r" %
+              (call.sent, len(peer.got),
+               next((k for k, (a, b) in enumerate(zip(peer.got, range(call.sent)))
+                     if a != b), None)))
+        got = call.got
+        check(all(a < b for a, b in zip(got, got[1:])),
+              "peer -> client: out of order or twice")
+        lost = peer.sent - len(got)
+        print("%d upgrades: client -> peer %d sent, all received once in order; "
+              "peer -> client %d sent, %d received in order, %d lost in the gaps"
+              % (UPGRADES, call.sent, peer.sent, len(got), lost))
+        # At most 300 ms of the peer's datagrams per upgrade (a gap of 40-160 ms here).
+        check(0 <= lost <= UPGRADES * int(0.3 / PERIOD), "peer -> client lost %d of %d"
+              % (lost, peer.sent))
+        check(call.refresh() is None, "Refresh after the upgrades")
+        allocs = daemon.admin({"cmd": "allocations"})["allocations"]
+        check(len(allocs) == 1 and allocs[0]["relay"].endswith(":%d" % relayed[1]),
+              "the same allocation: %r" % (allocs,))
+        check(call.refresh(0) is None, "Refresh 0")
+        wait_for(lambda: daemon.admin({"cmd": "allocations"})["allocations"] == [],
+                 "the allocation to end")
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        daemon.kill()
+    daemon.scan()
+
+
+if __name__ == "__main__":
+    run_tests([test_tcp_call_survives_upgrades])
