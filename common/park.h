@@ -24,9 +24,19 @@
 
 enum park_kind {
 	PARK_TCONN = 1,		/* a TURN-TCP client connection (plain TCP) */
+	PARK_TPEER,		/* an RFC 6062 peer connection of rec_idx's allocation */
+	PARK_TDATA,		/* the client data connection bound to peer connection id */
 };
 
-#define PARK_F_AUTHED 0x1u	/* it sent an authenticated request (not in the budgets) */
+#define PARK_F_AUTHED 0x1u	/* TCONN: it sent an authenticated request (not budgeted) */
+#define PARK_F_TCPALLOC 0x2u	/* TCONN: its allocation relays TCP (RFC 6062) */
+#define PARK_F_BOUND 0x4u	/* TPEER: bound to a data connection (a TDATA follows) */
+/* TPEER, bound: which sides of the pair have ended (eof: read an end of stream) or been
+ * shut down (shut: our FIN sent), side 0 the peer, side 1 the client. */
+#define PARK_F_EOF0 0x10u
+#define PARK_F_EOF1 0x20u
+#define PARK_F_SHUT0 0x40u
+#define PARK_F_SHUT1 0x80u
 
 struct park_hdr {
 	uint32_t magic;
@@ -37,8 +47,13 @@ struct park_hdr {
 	uint32_t flags;			/* PARK_F_* */
 	uint32_t peer_len;
 	struct sockaddr_storage peer;	/* the client's address */
-	char listener[IPC_NAME_MAX + 1];	/* NUL-terminated, not empty */
-	uint32_t in_len, out_len;	/* bytes that follow the header, in then out */
+	char listener[IPC_NAME_MAX + 1];	/* NUL-terminated; not empty for a TCONN */
+	uint32_t id;			/* TPEER, TDATA: the CONNECTION-ID */
+	/* Bytes that follow the header, in then out. TCONN: its input buffer (a partial
+	 * frame), its output buffer's unwritten bytes. Bound TPEER: read from the peer and
+	 * not yet written to the client, read from the client and not yet written to the
+	 * peer. */
+	uint32_t in_len, out_len;
 };
 
 /* Sends blob (len bytes) and the socket sock as IPC_STREAM_PART pieces and a last
@@ -60,8 +75,8 @@ int park_asm_add(struct park_asm *a, const struct ipc_msg *msg);
 uint8_t *park_asm_take(struct park_asm *a, size_t *len);
 void park_asm_free(struct park_asm *a);
 
-/* Checks a blob: magic, version, kind, a named listener, an IPv4/IPv6 peer, lengths
- * that add up. Copies its header to *out. Returns 0 or -EBADMSG. */
+/* Checks a blob: magic, version, kind, a named listener (TCONN), an IPv4/IPv6 peer
+ * (TCONN, TPEER), a record (TPEER, TDATA), lengths that add up. Copies its header to *out. Returns 0 or -EBADMSG. */
 int park_check(const uint8_t *blob, size_t len, struct park_hdr *out);
 
 #endif

@@ -353,7 +353,11 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
 static int import_record(struct shm *dst, const struct shm_alloc *src, uint32_t src_idx,
 			 uint64_t now_ns)
 {
-	unsigned owner = shm_steer_slot(&src->client, dst->cfg.n_slots);
+	/* A TURN-TCP record (kept by a live upgrade, whose worker count does not change)
+	 * stays on its slot: the CONNECTION-IDs of its RFC 6062 connections name it. */
+	unsigned owner = src->client_transport == SHM_TRANSPORT_TCP && src->owner < dst->cfg.n_slots
+				 ? src->owner
+				 : shm_steer_slot(&src->client, dst->cfg.n_slots);
 	struct shm_alloc *r;
 	struct shm_counters *c;
 	uint32_t idx;

@@ -757,12 +757,12 @@ fail:
 	return NULL;
 }
 
-/* What a live upgrade can hand over of c: a plain TURN-TCP connection between frames of
- * its own (no handshake, PROXY header or RFC 6062 hand-over half done). */
+/* What a live upgrade can hand over of c: a plain TURN-TCP connection (no handshake,
+ * PROXY header or ConnectionBind half done). */
 bool wk_tconn_parkable(const struct wk_tconn *c)
 {
 	return !c->ssl && !c->dgram && !c->dead && !c->pp_wait && !c->bind_to &&
-	       !c->handoff_slot && c->fd >= 0 && (!c->alloc || !c->alloc->tcp);
+	       !c->handoff_slot && c->fd >= 0;
 }
 
 /* Handles the complete frames a restored connection's input holds. Returns false when

@@ -72,6 +72,7 @@ struct worker;
 struct wk_tpeer;
 struct wk_tlsb;
 struct wk_pipe;
+struct park_hdr;		/* common/park.h */
 
 /* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
  * 6062 peer connection and its client data connection; a TLS bridge). */
@@ -339,6 +340,7 @@ struct worker {
 	bool draining;
 	bool parking;			/* IPC_PARK: hand the stream connections over at exit */
 	bool *park_used;		/* h->parked[i] restored (park.c), n_parked entries */
+	uint64_t park_start;		/* mono_ms() when the parking began */
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;
@@ -568,6 +570,15 @@ struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp);
 void wk_tcpr_drop(struct worker *w, struct wk_tpeer *tp);
 /* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
 void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
+/* Live upgrade (park.c): hands a's peer connections waiting for their bind, and bound
+ * pairs of plain sockets, to the master (wk_park_send) and frees them here without a
+ * FIN; the others end with a. Returns the number of sockets handed over. */
+unsigned wk_tcpr_park(struct worker *w, struct wk_alloc *a);
+/* Restores a parked peer connection of a (fd; data_fd its bound data connection, or -1)
+ * from its header h and the bytes after it. Takes the fds on success only. Returns 0 or
+ * -errno. */
+int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr *h,
+		    const uint8_t *body, int fd, int data_fd);
 /* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes
  * after the ConnectionBind) goes to the peer, out (out_len bytes: the response not yet
  * written) to the client first. Closes fd on failure. */
@@ -866,6 +877,10 @@ int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct sh
 /* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),
  * its allocation's record left LIVE for the next process; then closes them here. */
 void wk_park_all(struct worker *w);
+/* Sends one parked connection's state (h completed: magic, version, slot, lengths) and
+ * socket fd to the master, within what is left of the worker's parking time. */
+int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
+		 const uint8_t *out, size_t out_len, int fd);
 /* Adoption of a TURN-TCP record: only with the connection the heritage hands over for
  * it. Returns 0, or < 0 (the record is released). */
 int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec);

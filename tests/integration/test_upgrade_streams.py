@@ -1,4 +1,5 @@
-"""Live upgrades keep stream calls (issue 41): TURN-TCP connections through five upgrades.
+"""Live upgrades keep stream calls (issue 41): TURN-TCP and RFC 6062 calls through five
+upgrades each.
 
 A TURN-TCP client (a UDP allocation over a TCP control connection, a channel to a UDP
 peer) sends numbered ChannelData at a fixed rate (one every 10 ms) while the peer sends
@@ -11,8 +12,13 @@ the client sends while no worker reads, so nothing of it may be lost); the clien
 receives the peer's datagrams in order and never twice (those that reach the relay port
 while no worker holds it, inside the gap, are lost as in a UDP call's upgrade: counted,
 printed and bounded by 300 ms of datagrams per upgrade); a Refresh on the connection succeeds after the upgrades, and the
-allocation is still the one of before (same relayed address). On a build without the
-hand-over the connection is closed at the first upgrade.
+allocation is still the one of before (same relayed address).
+
+An RFC 6062 client (a TCP allocation, a data connection bound to a TCP echo peer) sends
+numbered 16-byte records at the same rate through five upgrades: every record comes back
+once and in order, the connection never closes, a second peer connection connected before
+the upgrades and bound after them relays, and a Refresh on the control connection
+succeeds. On a build without the hand-over both calls are closed at the first upgrade.
 
 Relay ports 44100-44199 (no other test's: each upgrade binds the same relay port again).
 Loopback only, every wait bounded.
@@ -31,7 +37,7 @@ from harness_admin import run_tests, wait_for  # noqa: E402
 from test_security_stun import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                                 REFRESH, REQUEST, SUCCESS, Daemon, build, check, config,
                                 error_code, free_port, parse)
-from test_tcp_relay import TcpTurn  # noqa: E402
+from test_tcp_relay import TcpPeer, TcpTurn, open_data  # noqa: E402
 
 RELAY = (44100, 44199)
 CHANNEL = 0x4000
@@ -292,5 +298,121 @@ def test_tcp_call_survives_upgrades(d):
     daemon.scan()
 
 
+class DataStream:
+    """An RFC 6062 data connection to an echo peer: a sender of numbered 16-byte records
+    every PERIOD and a reader that checks the echo is exactly what was sent."""
+
+    def __init__(self, dc):
+        self.dc = dc
+        self.sock = dc.sock
+        self.sent, self.echoed, self.closed = 0, 0, None
+        self.rx_buf = dc.buf
+        self.stop_tx = threading.Event()
+        self.stop_rx = threading.Event()
+        self.sock.settimeout(0.1)
+        self.rx = threading.Thread(target=self._rx, daemon=True)
+        self.rx.start()
+        self.tx = threading.Thread(target=self._tx, daemon=True)
+        self.tx.start()
+
+    @staticmethod
+    def record(n):
+        return struct.pack("!IIQ", 0x5EC0D00D, n, n * 2654435761)
+
+    def _tx(self):
+        nxt = time.monotonic()
+        while not self.stop_tx.is_set():
+            try:
+                self.sock.sendall(self.record(self.sent))
+            except OSError as e:
+                self.closed = self.closed or "send: %s" % e
+                return
+            self.sent += 1
+            nxt += PERIOD
+            time.sleep(max(0.0, nxt - time.monotonic()))
+
+    def _rx(self):
+        while not self.stop_rx.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                self.closed = self.closed or "recv: %s" % e
+                return
+            if not data:
+                self.closed = self.closed or "EOF from the server"
+                return
+            self.rx_buf += data
+            while len(self.rx_buf) >= 16:
+                rec, self.rx_buf = self.rx_buf[:16], self.rx_buf[16:]
+                if rec != self.record(self.echoed):
+                    self.closed = self.closed or "record %d: got %r" % (self.echoed, rec)
+                    return
+                self.echoed += 1
+
+    def close(self):
+        self.stop_tx.set()
+        self.stop_rx.set()
+        self.sock.close()
+
+
+def test_rfc6062_call_survives_upgrades(d):
+    """An RFC 6062 allocation through five upgrades: its control connection, a bound data
+    connection echoing numbered records at a fixed rate through a TCP peer (every byte
+    back once and in order: no gap may lose any), and a second peer connection that was
+    connected but not yet bound, which binds after the upgrades."""
+    workers = 2
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP",
+                                                             ["peers"])],
+                  {"peers": ("TCP", ["127.0.0.1"])}, workers=workers, relay=RELAY)
+    daemon = Daemon(d, text, workers=workers).start()
+    peer, peer2, stream, pid = TcpPeer("127.0.0.1"), TcpPeer("127.0.0.1"), None, None
+    try:
+        ctl = TcpTurn(port)
+        r = ctl.allocate_tcp()
+        relayed = ctl.relayed(r)[0]
+        cid = ctl.connect("127.0.0.1", peer.port)
+        stream = DataStream(open_data(port, ctl.creds(), cid))
+        cid2 = ctl.connect("127.0.0.1", peer2.port)   # connected, bound after the upgrades
+        wait_for(lambda: stream.echoed >= 20, "echoes before the upgrades", timeout=10)
+        for i in range(UPGRADES):
+            pid = upgrade(daemon, workers)
+            n = stream.echoed
+            wait_for(lambda: stream.echoed > n + 10 or stream.closed,
+                     "echoes after upgrade %d" % (i + 1), timeout=10)
+            check(stream.closed is None, "upgrade %d: %s" % (i + 1, stream.closed))
+        stream.stop_tx.set()
+        stream.tx.join(5)
+        wait_for(lambda: stream.echoed == stream.sent or stream.closed,
+                 "every record back (%d of %d)" % (stream.echoed, stream.sent), timeout=10)
+        check(stream.closed is None, "the data connection: %s" % stream.closed)
+        print("%d upgrades: RFC 6062 data connection: %d records sent, all echoed once in "
+              "order" % (UPGRADES, stream.sent))
+        check(len(peer.sources) == 1 and tuple(peer.sources[0]) == tuple(relayed),
+              "one peer connection from the relayed address: %r" % (peer.sources,))
+        # The peer connection that waited for its bind through the upgrades.
+        dc2 = open_data(port, ctl.creds(), cid2)
+        payload = os.urandom(4096)
+        dc2.sock.sendall(payload)
+        check(dc2.recv_exact(len(payload)) == payload, "echo on the late-bound connection")
+        dc2.close()
+        r = ctl.request(REFRESH, [(A_LIFETIME, struct.pack("!I", 600))])
+        check(error_code(r[3]) is None, "Refresh: %r" % (error_code(r[3]),))
+        allocs = daemon.admin({"cmd": "allocations"})["allocations"]
+        check(len(allocs) == 1 and allocs[0]["relay"].endswith(":%d" % relayed[1]),
+              "the same allocation: %r" % (allocs,))
+        ctl.close()
+    finally:
+        if stream is not None:
+            stream.close()
+        peer.close()
+        peer2.close()
+        stop_master(daemon, pid)
+        daemon.kill()
+    daemon.scan()
+
+
 if __name__ == "__main__":
-    run_tests([test_tcp_call_survives_upgrades])
+    run_tests([test_tcp_call_survives_upgrades, test_rfc6062_call_survives_upgrades])
