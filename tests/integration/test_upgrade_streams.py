@@ -6,7 +6,8 @@ peer) sends numbered ChannelData at a fixed rate (one every 10 ms) while the pee
 numbered datagrams to the relayed address at the same rate; meanwhile `turngatectl
 upgrade` runs five times in a row (the same binary: each new master takes the table over
 and the old workers hand their TCP connections to the new ones with the bytes of any
-partial frame). Checked: the client's connection never closes (no EOF, no reset); the
+partial frame), after a sixth upgrade that finds half a ChannelData in the worker's input
+buffer (the rest is sent after it: the peer gets the datagram once, whole). Checked: the client's connection never closes (no EOF, no reset); the
 peer receives every datagram the client sent exactly once and in order (TCP holds what
 the client sends while no worker reads, so nothing of it may be lost); the client
 receives the peer's datagrams in order and never twice (those that reach the relay port
@@ -53,7 +54,7 @@ class UdpPeer:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.got, self.sent = [], 0
+        self.got, self.sent, self.halves = [], 0, []
         self.stop_tx = threading.Event()
         self.stop_rx = threading.Event()
         self.rx = threading.Thread(target=self._rx, daemon=True)
@@ -70,6 +71,8 @@ class UdpPeer:
                 return
             if len(data) >= 5 and data[:1] == b"C":
                 self.got.append(struct.unpack("!I", data[1:5])[0])
+            elif data[:1] == b"H":
+                self.halves.append(data)
 
     def start_tx(self, dest):
         def tx():
@@ -247,6 +250,17 @@ def test_tcp_call_survives_upgrades(d):
         check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
         check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None,
               "ChannelBind")
+        # A partial frame in the worker's input buffer across an upgrade: the first 10
+        # bytes of a ChannelData before it (the worker reads them and waits for the
+        # rest), the rest after; the peer gets the datagram once, whole.
+        half = b"H" + b"h" * 63
+        frame = struct.pack("!HH", CHANNEL, len(half)) + half
+        ctl.sock.sendall(frame[:10])
+        time.sleep(0.3)
+        pid = upgrade(daemon, workers)
+        ctl.sock.sendall(frame[10:])
+        wait_for(lambda: peer.halves, "the frame split by the upgrade at the peer",
+                 timeout=10)
         call = StreamCall(ctl)
         peer.start_tx(relayed)
         wait_for(lambda: len(peer.got) >= 20 and len(call.got) >= 20, "relaying both ways",
@@ -282,6 +296,7 @@ def test_tcp_call_survives_upgrades(d):
         # At most 300 ms of the peer's datagrams per upgrade (a gap of 40-160 ms here).
         check(0 <= lost <= UPGRADES * int(0.3 / PERIOD), "peer -> client lost %d of %d"
               % (lost, peer.sent))
+        check(peer.halves == [b"H" + b"h" * 63], "the split frame: %r" % (peer.halves,))
         check(call.refresh() is None, "Refresh after the upgrades")
         allocs = daemon.admin({"cmd": "allocations"})["allocations"]
         check(len(allocs) == 1 and allocs[0]["relay"].endswith(":%d" % relayed[1]),
