@@ -19,7 +19,10 @@ An RFC 6062 client (a TCP allocation, a data connection bound to a TCP echo peer
 numbered 16-byte records at the same rate through five upgrades: every record comes back
 once and in order, the connection never closes, a second peer connection connected before
 the upgrades and bound after them relays, and a Refresh on the control connection
-succeeds. On a build without the hand-over both calls are closed at the first upgrade.
+succeeds. An upgrade that fails after the old workers handed their connections over gives
+them back to the old master's new workers: the TURN-TCP call relays on, every datagram
+once and in order. On a build without the hand-over every call is closed at the first
+upgrade.
 
 Relay ports 44100-44199 (no other test's: each upgrade binds the same relay port again).
 Loopback only, every wait bounded.
@@ -429,5 +432,53 @@ def test_rfc6062_call_survives_upgrades(d):
     daemon.scan()
 
 
+def test_failed_upgrade_gives_them_back(d):
+    """An upgrade that fails after the old workers handed their connections over (the new
+    binary's configuration names a listener on a port the test holds): the old master
+    gives the TURN-TCP connection back to its own new workers and the call relays on."""
+    workers = 2
+    port, held = free_port(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", 0))
+    listeners = [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP", ["peers"])]
+    text = config(d, listeners, {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
+    daemon = Daemon(d, text, workers=workers).start()
+    peer, call = UdpPeer(), None
+    try:
+        ctl = TcpTurn(port)
+        ctl.allocate()
+        check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None,
+              "ChannelBind")
+        call = StreamCall(ctl)
+        wait_for(lambda: len(peer.got) >= 10, "relaying", timeout=10)
+        old = daemon.admin({"cmd": "status"})["pid"]
+        daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
+                                                    "TURN-UDP", ["peers"])],
+                                   {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY))
+        rc, out, err = daemon.ctl("upgrade")
+        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+        daemon.write_config(text)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == workers,
+                 "the old master's workers")
+        check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
+        n = len(peer.got)
+        wait_for(lambda: len(peer.got) > n + 20 or call.closed,
+                 "relaying after the failed upgrade", timeout=10)
+        call.stop()
+        wait_for(lambda: len(peer.got) == call.sent, "every datagram at the peer",
+                 timeout=10)
+        check(call.closed is None, "the connection: %s" % call.closed)
+        check(peer.got == list(range(call.sent)), "client -> peer: %d sent, %d received"
+              % (call.sent, len(peer.got)))
+        check(call.refresh() is None, "Refresh after the failed upgrade")
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        held.close()
+        daemon.stop()
+    check("upgrade failed" in daemon.stderr(), "no failed upgrade in the log")
+
+
 if __name__ == "__main__":
-    run_tests([test_tcp_call_survives_upgrades, test_rfc6062_call_survives_upgrades])
+    run_tests([test_tcp_call_survives_upgrades, test_rfc6062_call_survives_upgrades,
+               test_failed_upgrade_gives_them_back])
