@@ -265,6 +265,9 @@ enum shm_ctr {
 	SHM_CTR_PP_REJ_MALFORMED,     /* a version not enabled, the header's deadline */
 	SHM_CTR_PP_REJ_VERSION,
 	SHM_CTR_PP_REJ_TIMEOUT,
+	SHM_CTR_STREAMS_HANDED_OVER,  /* sockets of stream calls a live upgrade's new worker
+				       * took over (worker/park.c) */
+	SHM_CTR_STREAMS_HANDOVER_ENDED, /* ... that could not be handed over or taken back */
 	SHM_CTR__COUNT
 };
 

@@ -98,6 +98,7 @@ void wk_park_all(struct worker *w)
 			parked++;
 		}
 	}
+	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDOVER_ENDED, failed);
 	if (parked || failed)
 		log_info("worker", "slot %u: %u stream connections handed over%s", w->slot,
 			 parked, failed ? " (some could not be: they end)" : "");
@@ -176,13 +177,17 @@ static void wk_park_tpeers(struct worker *w, struct wk_alloc *a)
 			data_fd = wk_park_data_fd(w, a->rec_idx, h.id);
 			if (data_fd < 0) {
 				close(p->fd);
+				w->park_lost++;
 				continue;
 			}
 		}
 		if (wk_tcpr_restore(w, a, &h, p->blob + sizeof(h), p->fd, data_fd) < 0) {
 			close(p->fd);
-			if (data_fd >= 0)
+			w->park_lost++;
+			if (data_fd >= 0) {
 				close(data_fd);
+				w->park_lost++;
+			}
 		}
 	}
 }
@@ -215,6 +220,7 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 	}
 	if (rc < 0) {
 		wk_tconn_close(w, c);
+		w->park_lost++;
 		return rc;
 	}
 	if (tcp)
@@ -248,6 +254,12 @@ void wk_park_rest(struct worker *w)
 	}
 	free(w->park_used);
 	w->park_used = NULL;
+	/* Counted once the new workers have them (each socket: a TURN-TCP connection, a
+	 * peer connection, a data connection). */
+	restored -= w->park_lost < restored ? w->park_lost : restored;
+	ended += w->park_lost;
+	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDED_OVER, restored);
+	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDOVER_ENDED, ended);
 	if (restored || ended)
 		log_info("worker", "slot %u: %u stream connections taken over, %u ended", w->slot,
 			 restored, ended);

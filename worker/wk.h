@@ -341,6 +341,7 @@ struct worker {
 	bool parking;			/* IPC_PARK: hand the stream connections over at exit */
 	bool *park_used;		/* h->parked[i] restored (park.c), n_parked entries */
 	uint64_t park_start;		/* mono_ms() when the parking began */
+	unsigned park_lost;		/* parked sockets restored then closed (park.c) */
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;

@@ -220,6 +220,11 @@ def upgrade(daemon, workers):
     return pid
 
 
+def counter(stats, name):
+    """A counter of `turngatectl stats` (summed over the slots)."""
+    return stats["counters"][name]
+
+
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -301,6 +306,10 @@ def test_tcp_call_survives_upgrades(d):
               % (lost, peer.sent))
         check(peer.halves == [b"H" + b"h" * 63], "the split frame: %r" % (peer.halves,))
         check(call.refresh() is None, "Refresh after the upgrades")
+        st = daemon.admin({"cmd": "stats"})
+        check(counter(st, "stream_handovers") == UPGRADES + 1 and
+              counter(st, "stream_handovers_ended") == 0,
+              "one connection handed over per upgrade: %r" % (st,))
         allocs = daemon.admin({"cmd": "allocations"})["allocations"]
         check(len(allocs) == 1 and allocs[0]["relay"].endswith(":%d" % relayed[1]),
               "the same allocation: %r" % (allocs,))
@@ -408,6 +417,11 @@ def test_rfc6062_call_survives_upgrades(d):
         check(stream.closed is None, "the data connection: %s" % stream.closed)
         print("%d upgrades: RFC 6062 data connection: %d records sent, all echoed once in "
               "order" % (UPGRADES, stream.sent))
+        # Per upgrade: the control connection, two peer connections, one data connection.
+        st = daemon.admin({"cmd": "stats"})
+        check(counter(st, "stream_handovers") == 4 * UPGRADES and
+              counter(st, "stream_handovers_ended") == 0,
+              "four sockets handed over per upgrade: %r" % (st["counters"],))
         check(len(peer.sources) == 1 and tuple(peer.sources[0]) == tuple(relayed),
               "one peer connection from the relayed address: %r" % (peer.sources,))
         # The peer connection that waited for its bind through the upgrades.
