@@ -175,8 +175,10 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-		if (spent >= timeout_ms)
+		if (spent >= timeout_ms) {
+			rc = -ETIMEDOUT;
 			break;
+		}
 		if (poll(&pfd, 1, (int)(timeout_ms - spent)) <= 0)
 			continue;
 		rc = ipc_recv(fd, msg, &got);
