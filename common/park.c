@@ -103,10 +103,11 @@ int park_check(const uint8_t *blob, size_t len, struct park_hdr *out)
 	memcpy(&h, blob, sizeof(h));
 	fam = h.peer.ss_family;
 	if (h.magic != PARK_MAGIC || h.version != PARK_VERSION || h.kind < PARK_TCONN ||
-	    h.kind > PARK_TDATA || memchr(h.listener, '\0', sizeof(h.listener)) == NULL ||
+	    h.kind > PARK_TRELAY || memchr(h.listener, '\0', sizeof(h.listener)) == NULL ||
 	    (h.kind == PARK_TCONN && h.listener[0] == '\0') ||
 	    (h.kind != PARK_TCONN && h.rec_idx == PARK_NO_REC) ||
-	    (h.kind != PARK_TDATA && fam != AF_INET && fam != AF_INET6) ||
+	    ((h.kind == PARK_TCONN || h.kind == PARK_TPEER) && fam != AF_INET &&
+	     fam != AF_INET6) ||
 	    h.peer_len > sizeof(h.peer) || (uint64_t)h.in_len + h.out_len != len - sizeof(h))
 		return -EBADMSG;
 	if (out != NULL)

@@ -1,9 +1,8 @@
 /* Stream connections parked for a live upgrade: the state one process hands to the next
  * with the connection's socket (IPC_STREAM_PART/IPC_STREAM frames, common/ipc.h).
  *
- * A blob is a struct park_hdr followed by in_len bytes (what the connection's input
- * buffer held: a partial frame) and out_len bytes (what its output buffer still had to
- * write). The worker that parks writes it (worker/park.c), each master only routes it by
+ * A blob is a struct park_hdr followed by in_len and out_len bytes (what the
+ * connection's buffers held, by kind: below). The worker that parks writes it (worker/park.c), each master only routes it by
  * slot and record (master/park.c), and the worker that takes it over checks it with
  * park_check() before it trusts a field. Both processes may call everything here. */
 #ifndef TG_COMMON_PARK_H
@@ -26,6 +25,7 @@ enum park_kind {
 	PARK_TCONN = 1,		/* a TURN-TCP client connection (plain TCP) */
 	PARK_TPEER,		/* an RFC 6062 peer connection of rec_idx's allocation */
 	PARK_TDATA,		/* the client data connection bound to peer connection id */
+	PARK_TRELAY,		/* an RFC 6062 allocation's listening relay socket */
 };
 
 #define PARK_F_AUTHED 0x1u	/* TCONN: it sent an authenticated request (not budgeted) */
@@ -76,7 +76,7 @@ uint8_t *park_asm_take(struct park_asm *a, size_t *len);
 void park_asm_free(struct park_asm *a);
 
 /* Checks a blob: magic, version, kind, a named listener (TCONN), an IPv4/IPv6 peer
- * (TCONN, TPEER), a record (TPEER, TDATA), lengths that add up. Copies its header to *out. Returns 0 or -EBADMSG. */
+ * (TCONN, TPEER), a record (TPEER, TDATA, TRELAY), lengths that add up. Copies its header to *out. Returns 0 or -EBADMSG. */
 int park_check(const uint8_t *blob, size_t len, struct park_hdr *out);
 
 #endif

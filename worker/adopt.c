@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "shm/shm_records.h"
@@ -144,14 +145,17 @@ static struct wk_listener *wk_adopt_listener(struct worker *w, const struct shm_
 	return found;
 }
 
-int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec)
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+		   int relay_fd)
 {
 	struct wk_listener *l = a->l;
 	int rc;
 
-	rc = wk_alloc_rebind_relay(w, a, &rec->relay);
+	rc = wk_alloc_rebind_relay(w, a, &rec->relay, relay_fd);
+	if (relay_fd >= 0 && a->relay[0].fd != relay_fd)
+		close(relay_fd);	/* not taken: ours to close */
 	if (rc == 0 && rec->relay2.family != 0)
-		rc = wk_alloc_rebind_relay(w, a, &rec->relay2);
+		rc = wk_alloc_rebind_relay(w, a, &rec->relay2, -1);
 	if (rc < 0) {
 		log_warn("worker", "slot %u: allocation %u: cannot rebind its relay port %u: %s",
 			 w->slot, idx, rec->relay.port, strerror(-rc));
@@ -190,7 +194,7 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
 	if (rc < 0)
 		return rc;
-	return wk_adopt_relay(w, a, idx, rec);
+	return wk_adopt_relay(w, a, idx, rec, -1);
 }
 
 void wk_adopt_run(struct worker *w)

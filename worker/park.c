@@ -1,8 +1,9 @@
 /* Worker: TURN-TCP connections across a live upgrade. The old worker parks each plain
  * TURN-TCP connection (its socket, the partial frame its input buffer holds, the bytes
  * its output buffer has not written, the record of its allocation) with the master and
- * leaves the record LIVE, and for an RFC 6062 allocation its peer connections and their
- * data connections with what their buffers hold (tcprelay.c); the new worker of the slot
+ * leaves the record LIVE, and for an RFC 6062 allocation its listening relay socket, its
+ * peer connections and their data connections with what their buffers hold
+ * (tcprelay.c); the new worker of the slot
  * the record was copied to restores the connection with the allocation around it, as it
  * adopts a UDP allocation, and the peer and data connections with it. Nothing is read
  * from or written to the sockets in between: what either side sends meanwhile waits in
@@ -145,6 +146,22 @@ static void wk_park_init(struct worker *w)
 	w->park_used = calloc(w->h->n_parked, sizeof(*w->park_used));
 }
 
+/* The socket of the first parked entry of kind for record idx, taken; or -1. */
+static int wk_park_take(struct worker *w, uint32_t idx, enum park_kind kind)
+{
+	for (size_t i = 0; i < w->h->n_parked; i++) {
+		const struct worker_parked *p = &w->h->parked[i];
+		struct park_hdr h;
+
+		if (p->rec_idx != idx || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
+		    h.kind != kind)
+			continue;
+		w->park_used[i] = true;
+		return p->fd;
+	}
+	return -1;
+}
+
 /* The data connection bound to peer connection id of record idx, taken; or -1. */
 static int wk_park_data_fd(struct worker *w, uint32_t idx, uint32_t id)
 {
@@ -216,7 +233,7 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 		/* An RFC 6062 allocation's relay is a listening TCP socket: bound again to
 		 * the same port beside its peer connections (SO_REUSEADDR, SO_REUSEPORT). */
 		a->tcp = tcp;
-		rc = wk_adopt_relay(w, a, idx, rec);
+		rc = wk_adopt_relay(w, a, idx, rec, tcp ? wk_park_take(w, idx, PARK_TRELAY) : -1);
 	}
 	if (rc < 0) {
 		wk_tconn_close(w, c);

@@ -541,7 +541,16 @@ static int wk_tpeer_park(struct worker *w, struct wk_tpeer *tp)
 unsigned wk_tcpr_park(struct worker *w, struct wk_alloc *a)
 {
 	struct wk_tpeer *tp, *next;
+	struct park_hdr h;
 	unsigned n = 0;
+
+	/* The listening relay socket: the same socket in the new worker, so a peer's
+	 * connection attempt meanwhile waits in its backlog instead of being reset. */
+	memset(&h, 0, sizeof(h));
+	h.kind = PARK_TRELAY;
+	h.rec_idx = a->rec_idx;
+	if (a->relay[0].fd >= 0 && wk_park_send(w, &h, NULL, 0, NULL, 0, a->relay[0].fd) == 0)
+		n++;
 
 	for (tp = a->tpeers; tp; tp = next) {
 		next = tp->anext;

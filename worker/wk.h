@@ -760,7 +760,8 @@ int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
-int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay);
+int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
+			  int fd);
 /* Unlinks and frees the private half, closing its relay sockets; the record and the
  * counters are left alone (a failed adoption: the caller releases the record). */
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
@@ -869,10 +870,13 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 		  struct wk_adopt_stats *st);
 /* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
 void wk_adopt_run(struct worker *w);
-/* a was attached around record idx: binds its relay ports again, moves its listener
+/* a was attached around record idx: binds its relay ports again (an RFC 6062 relay:
+ * relay_fd, the listening socket a live upgrade handed over, when >= 0; always taken),
+ * moves its listener
  * gauge when another listener serves it, re-arms its timer. On failure a is forgotten
  * (the caller's scan releases the record). Returns 0 or -errno. */
-int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec);
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+		   int relay_fd);
 
 /* ---- park.c (stream connections across a live upgrade) ---- */
 /* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),

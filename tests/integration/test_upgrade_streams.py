@@ -417,11 +417,12 @@ def test_rfc6062_call_survives_upgrades(d):
         check(stream.closed is None, "the data connection: %s" % stream.closed)
         print("%d upgrades: RFC 6062 data connection: %d records sent, all echoed once in "
               "order" % (UPGRADES, stream.sent))
-        # Per upgrade: the control connection, two peer connections, one data connection.
+        # Per upgrade: the control connection, the listening relay socket, two peer
+        # connections, one data connection.
         st = daemon.admin({"cmd": "stats"})
-        check(counter(st, "stream_handovers") == 4 * UPGRADES and
+        check(counter(st, "stream_handovers") == 5 * UPGRADES and
               counter(st, "stream_handovers_ended") == 0,
-              "four sockets handed over per upgrade: %r" % (st["counters"],))
+              "five sockets handed over per upgrade: %r" % (st["counters"],))
         check(len(peer.sources) == 1 and tuple(peer.sources[0]) == tuple(relayed),
               "one peer connection from the relayed address: %r" % (peer.sources,))
         # The peer connection that waited for its bind through the upgrades.
