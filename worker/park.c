@@ -72,6 +72,7 @@ static int wk_park_one(struct worker *w, struct wk_tconn *c)
 void wk_park_all(struct worker *w)
 {
 	unsigned parked = 0, failed = 0;
+	size_t bytes_in = 0, bytes_out = 0;
 
 	w->park_start = mono_ms();
 	for (size_t i = 0; i < w->n_ls; i++) {
@@ -88,6 +89,8 @@ void wk_park_all(struct worker *w)
 			 * new worker restores them when it adopts the allocation. */
 			if (c->alloc && c->alloc->tcp)
 				parked += wk_tcpr_park(w, c->alloc);
+			bytes_in += c->in_len;
+			bytes_out += c->out_len - c->out_off;
 			if (wk_park_one(w, c) < 0) {
 				failed++;
 				continue;
@@ -101,8 +104,11 @@ void wk_park_all(struct worker *w)
 	}
 	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDOVER_ENDED, failed);
 	if (parked || failed)
-		log_info("worker", "slot %u: %u stream connections handed over%s", w->slot,
-			 parked, failed ? " (some could not be: they end)" : "");
+		log_info("worker",
+			 "slot %u: %u stream connections handed over, TURN-TCP buffers %zu bytes "
+			 "in, %zu out%s",
+			 w->slot, parked, bytes_in, bytes_out,
+			 failed ? " (some could not be: they end)" : "");
 }
 
 static struct wk_listener *wk_park_listener(struct worker *w, const char *name)

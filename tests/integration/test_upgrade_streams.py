@@ -19,7 +19,9 @@ An RFC 6062 client (a TCP allocation, a data connection bound to a TCP echo peer
 numbered 16-byte records at the same rate through five upgrades: every record comes back
 once and in order, the connection never closes, a second peer connection connected before
 the upgrades and bound after them relays, and a Refresh on the control connection
-succeeds. An upgrade that fails after the old workers handed their connections over gives
+succeeds. A TURN-TCP client that reads nothing while its peer sends: the worker's full
+output buffer (256 KiB) goes to the new worker, and every datagram it held arrives once
+and in order. An upgrade that fails after the old workers handed their connections over gives
 them back to the old master's new workers: the TURN-TCP call relays on, every datagram
 once and in order. On a build without the hand-over every call is closed at the first
 upgrade.
@@ -447,6 +449,82 @@ def test_rfc6062_call_survives_upgrades(d):
     daemon.scan()
 
 
+def test_output_buffer_handed_over(d):
+    """What the worker had queued for a TURN-TCP client that does not read goes to the new
+    worker with the connection: the peer sends 5000 numbered 1000-byte datagrams while
+    the client reads nothing (its small receive buffer and the kernel's send buffer fill,
+    then the worker's 256 KiB output buffer, and what does not fit is dropped and counted
+    as a send error), then the upgrade, then the client reads: every datagram that was
+    not dropped, once and in order. The old worker's log line says how many bytes it
+    handed over (not 0: the output buffer was really in use)."""
+    workers = 1
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP",
+                                                             ["peers"])],
+                  {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
+    daemon = Daemon(d, text, workers=workers).start()
+    peer, pid, n = UdpPeer(), None, 5000
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        ctl = TcpTurn(port, sock=s)
+        relayed = ctl.relayed(ctl.allocate())[0]
+        check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None,
+              "ChannelBind")
+        for i in range(n):
+            peer.sock.sendto(b"P" + struct.pack("!I", i) + b"p" * 995, relayed)
+            if i % 50 == 49:
+                time.sleep(0.005)
+        time.sleep(0.5)
+        pid = upgrade(daemon, workers)
+        # The worker queues a whole frame or drops it (a full 256 KiB buffer, counted as
+        # a send error): the client's kernel buffers and the worker's held the first
+        # n - dropped, which must all arrive, once and in order.
+        dropped = counter(daemon.admin({"cmd": "stats"}), "err_send")
+        check(0 < dropped < n // 2, "frames dropped by the full output buffer: %d" % dropped)
+        got, buf = [], ctl.buf
+        s.settimeout(10)
+        while len(got) < n - dropped:
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                break   # fewer than n: the check below says how many
+            check(data, "EOF after %d of %d" % (len(got), n))
+            buf += data
+            while len(buf) >= 4 and 0x40 <= buf[0] <= 0x7F:
+                ln = struct.unpack("!H", buf[2:4])[0]
+                need = 4 + ((ln + 3) & ~3)
+                if len(buf) < need:
+                    break
+                got.append(struct.unpack("!I", buf[5:9])[0])
+                buf = buf[need:]
+        time.sleep(0.2)     # nothing more may come
+        s.setblocking(False)
+        try:
+            extra = s.recv(65536)
+        except BlockingIOError:
+            extra = b""
+        check(buf == b"" and extra == b"", "more than the kept datagrams came")
+        check(got == list(range(n - dropped)),
+              "%d received of %d kept, first difference at %r" % (
+                  len(got), n - dropped,
+                  next((k for k, v in enumerate(got) if v != k), None)))
+        out = [int(x.split(", ")[1].split(" out")[0]) for x in daemon.stderr().splitlines()
+               if "stream connections handed over" in x for x in [x.split("bytes in")[1]]]
+        check(out and out[0] > 0, "the worker's output buffer was empty at the hand-over: "
+              "%r" % (out,))
+        print("output buffer handed over: %d bytes; %d datagrams kept (%d dropped by the "
+              "full buffer before the upgrade), all once and in order"
+              % (out[0], n - dropped, dropped))
+        ctl.close()
+    finally:
+        peer.close()
+        stop_master(daemon, pid)
+        daemon.kill()
+    daemon.scan()
+
+
 def test_failed_upgrade_gives_them_back(d):
     """An upgrade that fails after the old workers handed their connections over (the new
     binary's configuration names a listener on a port the test holds): the old master
@@ -496,4 +574,4 @@ def test_failed_upgrade_gives_them_back(d):
 
 if __name__ == "__main__":
     run_tests([test_tcp_call_survives_upgrades, test_rfc6062_call_survives_upgrades,
-               test_failed_upgrade_gives_them_back])
+               test_output_buffer_handed_over, test_failed_upgrade_gives_them_back])
