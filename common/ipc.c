@@ -11,6 +11,7 @@
 enum len_rule {
 	LEN_EXACT, /* payload length must equal `size` */
 	LEN_STR,   /* 1..IPC_NAME_MAX bytes, no NUL inside */
+	LEN_BYTES, /* size..IPC_PAYLOAD_MAX bytes, anything */
 };
 
 struct type_rule {
@@ -33,6 +34,10 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_OFFLOAD_MAP] = { "OFFLOAD_MAP", LEN_EXACT, 1, true },
 	[IPC_OFFLOAD_OFF] = { "OFFLOAD_OFF", LEN_EXACT, 0, false },
 	[IPC_TCP_HANDOFF] = { "TCP_HANDOFF", LEN_EXACT, sizeof(struct ipc_handoff), true },
+	[IPC_PARK] = { "PARK", LEN_EXACT, 0, false },
+	[IPC_STREAM_PART] = { "STREAM_PART", LEN_BYTES, 1, false },
+	[IPC_STREAM] = { "STREAM", LEN_BYTES, 0, true },
+	[IPC_STREAM_END] = { "STREAM_END", LEN_EXACT, 0, false },
 };
 
 static const struct type_rule *rule_of(uint16_t type)
@@ -53,6 +58,8 @@ static bool frame_valid(uint16_t type, const void *payload, size_t len, bool has
 		return false;
 	if (r->rule == LEN_EXACT)
 		return len == r->size;
+	if (r->rule == LEN_BYTES)
+		return len >= r->size;
 	return len >= 1 && len <= IPC_NAME_MAX && memchr(payload, '\0', len) == NULL;
 }
 

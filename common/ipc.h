@@ -25,6 +25,18 @@
  *   IPC_TCP_HANDOFF      worker->master,  struct ipc_handoff               yes: the TCP
  *                        master->worker   (the master passes it on to          connection
  *                                         `slot`'s worker)
+ *   IPC_PARK             master->worker   empty                            no
+ *   IPC_STREAM_PART      worker->master,  1..IPC_PAYLOAD_MAX bytes of a    no
+ *                        master->master   parked stream's state
+ *   IPC_STREAM           worker->master,  0..IPC_PAYLOAD_MAX bytes: the    yes: its socket
+ *                        master->master   state's last piece
+ *   IPC_STREAM_END       master->master   empty                            no
+ *
+ * A live upgrade hands stream connections to the new processes (common/park.h): IPC_PARK
+ * tells a worker to send every connection it can hand over and exit; each connection's
+ * state (struct park_hdr and its buffered bytes) travels as IPC_STREAM_PART pieces and a
+ * last IPC_STREAM piece with the socket, worker to old master and old master to new
+ * master (its upgrade channel), which ends the list with IPC_STREAM_END.
  *
  * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
  * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
@@ -56,6 +68,10 @@ enum ipc_type {
 	IPC_OFFLOAD_MAP,
 	IPC_OFFLOAD_OFF,
 	IPC_TCP_HANDOFF,
+	IPC_PARK,
+	IPC_STREAM_PART,
+	IPC_STREAM,
+	IPC_STREAM_END,
 	IPC_TYPE_END, /* one past the last valid type */
 };
 

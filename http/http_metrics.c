@@ -413,6 +413,14 @@ static void render_budgets(struct mctx *m)
 	       "Times a worker paused accepting for 100 ms because it was out of file "
 	       "descriptors (EMFILE/ENFILE).",
 	       SHM_CTR_ACCEPT_BACKOFF);
+	single(m, "turngate_stream_handovers_total",
+	       "Sockets of TURN-TCP and RFC 6062 calls that a live upgrade handed to the new "
+	       "workers.",
+	       SHM_CTR_STREAMS_HANDED_OVER);
+	single(m, "turngate_stream_handovers_ended_total",
+	       "Sockets of stream calls that a live upgrade could not hand over or take back "
+	       "(their connections ended).",
+	       SHM_CTR_STREAMS_HANDOVER_ENDED);
 	render_proxyproto(m);
 }
 

@@ -431,6 +431,7 @@ static void master_free(struct master *m)
 	ev_signal_stop(m->loop, &m->sigusr2_w);
 	if (ev_is_active(&m->sigusr1_w))
 		ev_signal_stop(m->loop, &m->sigusr1_w);
+	park_release(m);
 	upgrade_free(m);
 }
 
@@ -462,6 +463,7 @@ static int master_start(struct master *m)
 	if (rc < 0)
 		return rc;
 	master_sizing_log(m);
+	upgrade_receive_streams(m);
 	rc = reload_open_listeners(m);
 	if (rc < 0)
 		return rc;
@@ -477,6 +479,7 @@ static int master_start(struct master *m)
 		if (rc < 0)
 			return rc;
 	}
+	park_release(m);	/* the workers hold the handed-over connections now */
 	start_watchers(m);
 	if (records_start(m) < 0)
 		log_error("master", "session records: no memory: none are written");

@@ -131,6 +131,7 @@ struct master {
 	bool handing_over;        /* our workers stop for a new binary: do not respawn */
 	bool handed_over;         /* the new binary serves: exit, leave the shared sockets */
 	pid_t upgraded_from;      /* this master took over from that pid (0: it did not) */
+	struct park_list *parked; /* stream connections handed over (master/park.c) */
 
 	/* lifecycle */
 	bool draining;            /* refusing new allocations (SIGTERM or admin drain) */
@@ -260,9 +261,10 @@ void supervise_tick(struct master *m);
 void supervise_stop_all(struct master *m, bool immediate);
 /* SIGKILLs every worker still alive (stop deadline passed). */
 void supervise_kill_all(struct master *m);
-/* Live upgrade: SIGQUIT to every worker (stop now, allocations stay in the table); the
- * slots stay down (no respawn) while m->handing_over. */
-void supervise_suspend_all(struct master *m);
+/* Live upgrade: SIGQUIT (stop now, allocations stay in the table) to every worker, after
+ * IPC_PARK (hand the TURN-TCP connections over at exit) when park; the slots stay down
+ * (no respawn) while m->handing_over. */
+void supervise_suspend_all(struct master *m, bool park);
 /* True when no worker process is alive. */
 bool supervise_all_down(const struct master *m);
 const char *supervise_state_name(enum mworker_state s);
@@ -379,6 +381,30 @@ int state_relock(struct master *m);
  * over, nor a live upgrade's, nor one that holds allocations). */
 void state_forget_created(struct master *m);
 
+/* ---- stream connections across a live upgrade (master/park.c) -------------------- */
+
+struct ipc_msg;
+struct worker_parked;
+/* Old master, while its workers hand over (m->handing_over): a piece of a parked
+ * connection from worker w; a whole one is kept with its socket (*fd taken: -1). */
+void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd);
+/* Connections kept (old master) or received (new master). */
+size_t park_count(const struct master *m);
+/* Old master: sends every kept connection to the new master on fd, then IPC_STREAM_END,
+ * within timeout_ms. Keeps its copies. Returns 0 or -errno. */
+int park_forward(struct master *m, int fd, int timeout_ms);
+/* New master, after the take-over copied the table: receives the old master's
+ * connections from fd until IPC_STREAM_END (or timeout_ms), each given to the slot that
+ * owns its allocation's record now (one without a record: its old slot). Returns 0 or
+ * -errno (what came is kept). */
+int park_receive(struct master *m, int fd, int timeout_ms);
+/* The connections for slot's worker (an array to free; its blobs and fds stay ours), or
+ * NULL with *n 0. Called in the child before worker_run. */
+struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_t *n);
+/* Closes our copies and frees the list: after the workers that take them were forked, or
+ * when the new master serves. */
+void park_release(struct master *m);
+
 /* ---- live upgrade (master/upgrade.c) --------------------------------------------- */
 
 #define UPGRADE_TIMEOUT_S 30.0
@@ -408,6 +434,8 @@ int upgrade_take_listener(struct master *m, const struct conf_listener *l, struc
 /* New master: closes the inherited sockets that no listener or server took. */
 void upgrade_close_unused(struct master *m);
 void upgrade_report_ready(struct master *m);
+/* New master, after the take-over: the old master's TCP connections (park_receive). */
+void upgrade_receive_streams(struct master *m);
 void upgrade_report_failure(struct master *m, const char *why);
 /* New master, from the supervisor: a worker answered; once all have, it serves. */
 void upgrade_worker_running(struct master *m);

@@ -64,21 +64,25 @@ static void close_all_but(int *keep, size_t n)
 	struct dirent *de;
 
 	qsort(keep, n, sizeof(int), cmp_int);
-	d = opendir("/proc/self/fd");
-	if (d == NULL)
-		return;
-	while ((de = readdir(d)) != NULL && count < sizeof(fds) / sizeof(fds[0])) {
-		char *end;
-		long fd = strtol(de->d_name, &end, 10);
+	/* In rounds: a master holding handed-over connections may have more than fit. */
+	do {
+		count = 0;
+		d = opendir("/proc/self/fd");
+		if (d == NULL)
+			return;
+		while ((de = readdir(d)) != NULL && count < sizeof(fds) / sizeof(fds[0])) {
+			char *end;
+			long fd = strtol(de->d_name, &end, 10);
 
-		if (*end != '\0' || end == de->d_name || fd <= 2 || fd == dirfd(d))
-			continue;
-		if (bsearch(&(int){ (int)fd }, keep, n, sizeof(int), cmp_int) == NULL)
-			fds[count++] = (int)fd;
-	}
-	closedir(d);
-	for (size_t i = 0; i < count; i++)
-		close(fds[i]);
+			if (*end != '\0' || end == de->d_name || fd <= 2 || fd == dirfd(d))
+				continue;
+			if (bsearch(&(int){ (int)fd }, keep, n, sizeof(int), cmp_int) == NULL)
+				fds[count++] = (int)fd;
+		}
+		closedir(d);
+		for (size_t i = 0; i < count; i++)
+			close(fds[i]);
+	} while (count == sizeof(fds) / sizeof(fds[0]));
 }
 
 void master_child_signals(void)
@@ -111,8 +115,9 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		.handover_tx = m->ho_tx,
 	};
 	uint32_t n_taken = 0;
-	int keep[SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 6];
-	size_t nk = 0;
+	struct worker_parked *parked;
+	size_t n_parked = 0, nk = 0, cap;
+	int *keep;
 	char name[32];
 
 	/* The slot's first worker after a take-over adopts from the take-over's list; a
@@ -134,6 +139,16 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	if (getppid() != parent)
 		_exit(1);
+	/* Connections a live upgrade handed over to this slot (master/park.c). */
+	parked = park_heritage(m, slot, &n_parked);
+	h.parked = parked;
+	h.n_parked = n_parked;
+	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 6 + n_parked;
+	keep = malloc(cap * sizeof(*keep));
+	if (keep == NULL)
+		_exit(1);
+	for (size_t i = 0; i < n_parked; i++)
+		keep[nk++] = parked[i].fd;
 	keep[nk++] = ctl_fd;
 	keep[nk++] = shm_fd(m->shm);
 	/* The hand-over channel: the slot's receiving end, every slot's sending end. */
@@ -148,7 +163,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		keep[nk++] = m->off_maps.c2p_fd;
 		keep[nk++] = m->off_maps.p2c_fd;
 	}
-	for (size_t i = 0; i < n_wl && nk < sizeof(keep) / sizeof(keep[0]); i++)
+	for (size_t i = 0; i < n_wl && nk < cap; i++)
 		keep[nk++] = wl[i].fd;
 	close_all_but(keep, nk);
 	snprintf(name, sizeof(name), "worker/%u", slot);
@@ -254,13 +269,17 @@ static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int fd)
 			  h.slot, strerror(-rc));
 }
 
-static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int fd)
+static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
 	struct ipc_pong pong;
 
 	switch (msg->hdr.type) {
 	case IPC_TCP_HANDOFF:
-		ctl_handoff(w, msg, fd);
+		ctl_handoff(w, msg, *fd);
+		break;
+	case IPC_STREAM_PART:
+	case IPC_STREAM:
+		park_collect(w, msg, fd);
 		break;
 	case IPC_READY:
 	case IPC_PONG:
@@ -293,17 +312,14 @@ static void ctl_close(struct master *m, struct mworker *w)
 	w->ctl_fd = -1;
 }
 
-static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
+/* Reads at most max frames from w's channel. */
+static void ctl_read(struct mworker *w, int max)
 {
-	struct mworker *w = io->data;
 	struct ipc_msg *msg = malloc(sizeof(*msg));
 
-	(void)loop;
-	(void)revents;
 	if (msg == NULL)
 		return;
-	/* Bounded: a worker cannot keep the master in this callback forever. */
-	for (int i = 0; i < 64; i++) {
+	for (int i = 0; i < max && w->ctl_fd >= 0; i++) {
 		int fd, rc = ipc_recv(w->ctl_fd, msg, &fd);
 
 		if (rc == -EAGAIN)
@@ -317,11 +333,19 @@ static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 			ctl_close(w->m, w);
 			break;
 		}
-		ctl_msg(w, msg, fd);
+		ctl_msg(w, msg, &fd);
 		if (fd >= 0)
 			close(fd);
 	}
 	free(msg);
+}
+
+static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	(void)loop;
+	(void)revents;
+	/* Bounded: a worker cannot keep the master in this callback forever. */
+	ctl_read(io->data, 64);
 }
 
 static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -367,6 +391,9 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	/* waitpid() returned: the worker can run no more instructions, so its slot may be
 	 * forced offline (it can no longer hold a snapshot pointer). */
 	shm_slot_reaped(m->shm, w->slot);
+	/* What it sent before it exited (a live upgrade's connections) is read first. */
+	if (m->handing_over)
+		ctl_read(w, INT32_MAX);
 	ctl_close(m, w);
 	w->last_status = c->rstatus;
 	w->pid = 0;
@@ -581,7 +608,7 @@ void supervise_stop_all(struct master *m, bool immediate)
 	}
 }
 
-void supervise_suspend_all(struct master *m)
+void supervise_suspend_all(struct master *m, bool park)
 {
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		struct mworker *w = &m->workers[i];
@@ -592,6 +619,10 @@ void supervise_suspend_all(struct master *m)
 			continue;
 		}
 		w->state = MW_STOPPING;
+		/* IPC_PARK first: the worker that SIGQUIT stops hands its TURN-TCP
+		 * connections over as it exits (one that cannot be told closes them). */
+		if (park && w->ctl_fd >= 0)
+			(void)ipc_send(w->ctl_fd, IPC_PARK, NULL, 0, -1);
 		kill(w->pid, SIGQUIT);
 	}
 }

@@ -6,10 +6,12 @@
  * to the old one, and goes through its start as far as it can without the allocation
  * table: configuration, sockets, and a dry run of the take-over of the state file. Then:
  *
- *   new -> old  "ready"           the old master stops its workers now (SIGQUIT: their
- *                                 allocations stay LIVE in the table), links the state
- *                                 file to NAME.state.upgrade, and once every worker is
- *                                 reaped lets go of the instance lock;
+ *   new -> old  "ready [streams]" the old master stops its workers now (SIGQUIT: their
+ *                                 allocations stay LIVE in the table; with "streams",
+ *                                 IPC_PARK first: they hand their TURN-TCP connections
+ *                                 over), links the state file to NAME.state.upgrade, and
+ *                                 once every worker is reaped lets go of the instance
+ *                                 lock (and sends the connections on);
  *   new                           takes the lock and the table over (as a restart does),
  *                                 binds the relay ports, starts its workers;
  *   new -> old  "serving PID"     every worker answered: the old master tells systemd
@@ -24,8 +26,10 @@
  * Datagrams that reach a listener meanwhile wait in the inherited sockets (the same
  * sockets, not copies); the relay sockets are closed and bound again (the gap). The new
  * master keeps the old one's worker count, since the reuseport group and its steering
- * program are inherited with the sockets. TCP, TLS and DTLS connections end with the old
- * workers. */
+ * program are inherited with the sockets. TURN-TCP connections are handed over: a new
+ * master that says "ready streams" gets them (master/park.c): the old workers send them
+ * with their state before they exit, and the old master passes them on once the lock is
+ * free, ending with IPC_STREAM_END. TLS and DTLS connections end with the old workers. */
 #include "config.h"
 
 #include "master/master.h"
@@ -43,6 +47,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,6 +62,8 @@
 #define UPGRADE_MAX_FDS 512
 #define UPGRADE_RELOCK_S 0.01
 #define UPGRADE_STOP_GRACE_S 5.0
+/* How long the old master may take to pass its workers' TCP connections on. */
+#define UPGRADE_STREAMS_MS 5000
 
 enum up_phase {
 	UP_IDLE = 0,
@@ -80,6 +87,7 @@ struct upgrade {
 	ev_timer tmo, relock;
 	double timeout;
 	bool lock_dropped;
+	bool peer_streams;        /* the new master reads our TCP connections */
 	double fallback_since;
 	char backup[PATH_MAX];
 	char error[512];
@@ -87,6 +95,7 @@ struct upgrade {
 	int ctl;                  /* the channel, -1 when this start is no upgrade */
 	pid_t from;
 	unsigned slots;
+	bool streams;             /* the old master hands its TCP connections over */
 	int inh[UPGRADE_MAX_FDS];
 	size_t n_inh;
 	bool serving;
@@ -160,6 +169,7 @@ static int parse_env(struct upgrade *u, const char *env)
 		p = *end == ',' ? end + 1 : end;
 	}
 	u->ctl = ctl;
+	u->streams = strstr(env, " streams=1 ") != NULL;
 	u->slots = slots;
 	u->from = from;
 	return 0;
@@ -295,9 +305,20 @@ void upgrade_close_unused(struct master *m)
 			 n);
 }
 
+void upgrade_receive_streams(struct master *m)
+{
+	struct upgrade *u = m->up;
+
+	if (!upgrade_is_child(m) || !u->streams)
+		return;
+	(void)park_receive(m, u->ctl, UPGRADE_STREAMS_MS);
+}
+
 void upgrade_report_ready(struct master *m)
 {
-	report(m->up, "ready");
+	/* "ready streams": we read the TCP connections (an old master that does not hand
+	 * any over did not ask, and expects "ready" alone). */
+	report(m->up, m->up->streams ? "ready streams" : "ready");
 }
 
 void upgrade_report_failure(struct master *m, const char *why)
@@ -331,7 +352,7 @@ static void child_env(const struct master *m, int ctl, char *env, size_t cap)
 	int fds[UPGRADE_MAX_FDS];
 	size_t n = upgrade_collect_fds(m, fds, UPGRADE_MAX_FDS);
 
-	len = (size_t)snprintf(env, cap, UPGRADE_ENV "=ctl=%d slots=%u from=%d fds=", ctl,
+	len = (size_t)snprintf(env, cap, UPGRADE_ENV "=ctl=%d slots=%u from=%d streams=1 fds=", ctl,
 			       m->n_slots, (int)getppid());
 	for (size_t i = 0; i < n && len + 16 < cap; i++) {
 		len += (size_t)snprintf(env + len, cap - len, i ? ",%d" : "%d", fds[i]);
@@ -402,15 +423,18 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	u->phase = UP_FAILED;
 	if (m->stopping) {
 		/* told to stop meanwhile: the table stays in our file for the next start */
+		park_release(m);
 		ev_break(loop, EVBREAK_ALL);
 		return;
 	}
 	log_error("master", "upgrade failed: %s; this master (pid %d) serves on", u->error,
 		  (int)getpid());
+	/* Our workers' TCP connections go back to their slots with our own table. */
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		m->workers[i].state = MW_DEAD;
 		supervise_spawn(m, i);
 	}
+	park_release(m);
 }
 
 static void fail(struct master *m, const char *why)
@@ -450,6 +474,22 @@ void upgrade_workers_down(struct master *m)
 	u->lock_dropped = true;
 	log_info("master", "upgrade: workers stopped, the new master (pid %d) takes over",
 		 (int)u->child);
+	/* After the lock: the new master reads them once it has copied the table. */
+	if (u->fd >= 0 && u->peer_streams) {
+		struct timeval tv = { .tv_sec = 1 };
+		int rc;
+
+		/* A new master that does not read cannot hold us beyond UPGRADE_STREAMS_MS. */
+		(void)setsockopt(u->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		rc = park_forward(m, u->fd, UPGRADE_STREAMS_MS);
+
+		if (rc < 0)
+			log_warn("master", "upgrade: cannot pass %zu TCP connections on: %s",
+				 park_count(m), strerror(-rc));
+		else if (park_count(m) > 0)
+			log_info("master", "upgrade: %zu TCP connections passed on",
+				 park_count(m));
+	}
 }
 
 static void handover(struct master *m)
@@ -473,7 +513,7 @@ static void handover(struct master *m)
 	ev_timer_start(m->loop, &u->tmo);
 	log_info("master", "upgrade: the new master (pid %d) is ready; stopping the workers",
 		 (int)u->child);
-	supervise_suspend_all(m);
+	supervise_suspend_all(m, u->peer_streams);
 	if (supervise_all_down(m))
 		upgrade_workers_down(m);
 }
@@ -489,6 +529,7 @@ static void done(struct master *m, pid_t pid)
 	u->phase = UP_DONE;
 	u->child = pid;
 	m->handed_over = true;
+	park_release(m);	/* the new workers hold them */
 	/* From the main process (NotifyAccess=main): the new master is the service now. */
 	notify_mainpid(pid);
 	log_info("master", "upgrade: pid %d serves; exiting", (int)pid);
@@ -513,7 +554,11 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	msg[n] = '\0';
-	if (strcmp(msg, "ready") == 0 && u->phase == UP_STARTING) {
+	if ((strcmp(msg, "ready") == 0 || strcmp(msg, "ready streams") == 0) &&
+	    u->phase == UP_STARTING) {
+		/* A new master that does not read them must not get them: closing its end
+		 * with frames unread would reset the channel under its "serving". */
+		u->peer_streams = strcmp(msg, "ready streams") == 0;
 		handover(m);
 	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
 		done(m, (pid_t)pid);

@@ -261,7 +261,8 @@ enum rec_kind {
 	REC_BAD
 };
 
-static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, uint64_t now_ns)
+static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, uint64_t now_ns,
+			      bool keep_tcp)
 {
 	enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(r->state);
 
@@ -271,7 +272,8 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 		return st <= SHM_ALLOC_DYING ? REC_TORN : REC_BAD;
 	if (st != SHM_ALLOC_LIVE || !record_sane(r, old_slots, now_ns))
 		return REC_BAD;
-	if (r->client_transport != SHM_TRANSPORT_UDP)
+	if (r->client_transport != SHM_TRANSPORT_UDP &&
+	    !(keep_tcp && r->client_transport == SHM_TRANSPORT_TCP))
 		return REC_STREAM;
 	return r->expires_ns <= now_ns ? REC_EXPIRED : REC_TAKE;
 }
@@ -338,7 +340,7 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
 	for (uint32_t i = 0; i < g->allocs->count; i++) {
 		if (rec_get(rr, i, buf) < 0)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
-		if (record_kind(buf, g->n_slots, now_ns) == REC_BAD)
+		if (record_kind(buf, g->n_slots, now_ns, false) == REC_BAD)
 			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
 	}
 	return 0;
@@ -348,9 +350,14 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
  * ports booked in the port pool) and
  * counted as active there and in dst's quota counts (the adopting worker keeps the
  * counts, or gives them back). */
-static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t now_ns)
+static int import_record(struct shm *dst, const struct shm_alloc *src, uint32_t src_idx,
+			 uint64_t now_ns)
 {
-	unsigned owner = shm_steer_slot(&src->client, dst->cfg.n_slots);
+	/* A TURN-TCP record (kept by a live upgrade, whose worker count does not change)
+	 * stays on its slot: the CONNECTION-IDs of its RFC 6062 connections name it. */
+	unsigned owner = src->client_transport == SHM_TRANSPORT_TCP && src->owner < dst->cfg.n_slots
+				 ? src->owner
+				 : shm_steer_slot(&src->client, dst->cfg.n_slots);
 	struct shm_alloc *r;
 	struct shm_counters *c;
 	uint32_t idx;
@@ -373,14 +380,19 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t 
 	if (dst->n_taken == dst->cap_taken) {
 		uint32_t cap = dst->cap_taken ? dst->cap_taken * 2 : 256;
 		uint32_t *grown = realloc(dst->taken, cap * sizeof(*grown));
+		uint32_t *from = grown ? realloc(dst->taken_from, cap * sizeof(*from)) : NULL;
 
-		if (grown != NULL) {
+		if (grown != NULL)
 			dst->taken = grown;
+		if (from != NULL) {
+			dst->taken_from = from;
 			dst->cap_taken = cap;
 		}
 	}
-	if (dst->n_taken < dst->cap_taken)
+	if (dst->n_taken < dst->cap_taken) {
+		dst->taken_from[dst->n_taken] = src_idx;
 		dst->taken[dst->n_taken++] = idx;
+	}
 	c = &shm_slot_at(dst, owner)->ctr;
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
 	shm_lctr_add(c, src->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
@@ -459,7 +471,7 @@ static int import_records(struct shm *dst, struct rec_reader *rr, const struct i
 	for (uint32_t i = 0; i < g->allocs->count; i++) {
 		if (rec_get(rr, i, buf) < 0)
 			return -EIO;
-		switch (record_kind(buf, g->n_slots, now_ns)) {
+		switch (record_kind(buf, g->n_slots, now_ns, dst->keep_tcp)) {
 		case REC_TORN:
 			t->torn++;
 			break;
@@ -472,7 +484,7 @@ static int import_records(struct shm *dst, struct rec_reader *rr, const struct i
 			record_end(dst, i, buf, SHM_REC_EXPIRY, buf->expires_ns);
 			break;
 		case REC_TAKE:
-			if (import_record(dst, buf, now_ns) == 0)
+			if (import_record(dst, buf, i, now_ns) == 0)
 				t->adopted++;
 			else
 				t->overflow++;

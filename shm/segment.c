@@ -383,6 +383,13 @@ const uint32_t *shm_taken(const struct shm *shm, uint32_t *n)
 	return shm->taken;
 }
 
+const uint32_t *shm_taken_from(const struct shm *shm, uint32_t *n)
+{
+	shm_check_handle(shm);
+	*n = shm->n_taken;
+	return shm->taken_from;
+}
+
 void shm_lock_set(struct shm *shm, int fd)
 {
 	shm_check_handle(shm);
@@ -599,6 +606,7 @@ void shm_destroy(struct shm *shm)
 	munmap(shm->base, shm->size);
 	close(shm->fd);
 	free(shm->taken);
+	free(shm->taken_from);
 	if (shm->lock_fd >= 0)
 		close(shm->lock_fd);
 	shm->magic = 0;

@@ -112,6 +112,10 @@ int shm_lock_fd(const struct shm *shm);
  * the whole table (each record sits on its own page: a scan of 10 000 costs tens of
  * milliseconds of page walks, the bulk of a restart's gap). Owned by the handle. */
 const uint32_t *shm_taken(const struct shm *shm, uint32_t *n);
+/* The same list's records as they were numbered in the image taken over: entry i of
+ * shm_taken() was record shm_taken_from()[i] there (a live upgrade's handed-over
+ * connections name their allocation by that number). Owned by the handle. */
+const uint32_t *shm_taken_from(const struct shm *shm, uint32_t *n);
 
 /* Master: replaces the lock the handle holds by fd (-1: lets go of it, as a live upgrade
  * does once its workers are gone, so that the new binary may take the table over). */
@@ -261,6 +265,9 @@ enum shm_ctr {
 	SHM_CTR_PP_REJ_MALFORMED,     /* a version not enabled, the header's deadline */
 	SHM_CTR_PP_REJ_VERSION,
 	SHM_CTR_PP_REJ_TIMEOUT,
+	SHM_CTR_STREAMS_HANDED_OVER,  /* sockets of stream calls a live upgrade's new worker
+				       * took over (worker/park.c) */
+	SHM_CTR_STREAMS_HANDOVER_ENDED, /* ... that could not be handed over or taken back */
 	SHM_CTR__COUNT
 };
 

@@ -285,7 +285,10 @@ struct shm {
 	uint64_t off_lslot;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
+	uint32_t *taken_from;                /* their indexes in the image (shm_taken_from) */
 	uint32_t n_taken, cap_taken;
+	bool keep_tcp;                       /* a take-over keeps TURN-TCP records (live
+					      * upgrade: their connections are handed over) */
 };
 
 static inline void shm_check_handle(const struct shm *shm)

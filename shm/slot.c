@@ -88,6 +88,8 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_PP_REJ_MALFORMED] = "proxy_protocol_rejected_malformed",
 	[SHM_CTR_PP_REJ_VERSION] = "proxy_protocol_rejected_version",
 	[SHM_CTR_PP_REJ_TIMEOUT] = "proxy_protocol_rejected_timeout",
+	[SHM_CTR_STREAMS_HANDED_OVER] = "stream_handovers",
+	[SHM_CTR_STREAMS_HANDOVER_ENDED] = "stream_handovers_ended",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

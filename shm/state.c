@@ -254,6 +254,9 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	if (old_open(&p, &old_fd, &size, t) == 0 && old_fd >= 0) {
 		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
 
+		/* A live upgrade's old workers hand their TURN-TCP connections over: their
+		 * records come along, and a new worker releases those no connection claims. */
+		shm->keep_tcp = keep_refused;
 		rc = shm_image_take(shm, &img, now_ns, t);
 		if (rc < 0 && rc != -EBADMSG) {
 			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "shm/shm_records.h"
@@ -67,7 +68,12 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
 		return;
 	v = wk_adopt_classify(shm, idx, rec, now_ns);
-	if (v == WK_ADOPT_TRY && fn(arg, idx, rec) == 0) {
+	/* A TURN-TCP allocation whose connection a live upgrade handed over is offered too:
+	 * fn takes it only with that connection (worker/park.c). */
+	if ((v == WK_ADOPT_TRY ||
+	     (v == WK_ADOPT_STREAM && rec->client_transport == SHM_TRANSPORT_TCP &&
+	      rec->expires_ns > now_ns)) &&
+	    fn(arg, idx, rec) == 0) {
 		st->adopted++;
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
 		return;
@@ -139,21 +145,17 @@ static struct wk_listener *wk_adopt_listener(struct worker *w, const struct shm_
 	return found;
 }
 
-static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+		   int relay_fd)
 {
-	struct worker *w = arg;
-	struct wk_listener *l = wk_adopt_listener(w, rec);
-	struct wk_alloc *a;
+	struct wk_listener *l = a->l;
 	int rc;
 
-	if (!l)
-		return -ENOENT;
-	rc = wk_alloc_attach(w, l, idx, rec, &a);
-	if (rc < 0)
-		return rc;
-	rc = wk_alloc_rebind_relay(w, a, &rec->relay);
+	rc = wk_alloc_rebind_relay(w, a, &rec->relay, relay_fd);
+	if (relay_fd >= 0 && a->relay[0].fd != relay_fd)
+		close(relay_fd);	/* not taken: ours to close */
 	if (rc == 0 && rec->relay2.family != 0)
-		rc = wk_alloc_rebind_relay(w, a, &rec->relay2);
+		rc = wk_alloc_rebind_relay(w, a, &rec->relay2, -1);
 	if (rc < 0) {
 		log_warn("worker", "slot %u: allocation %u: cannot rebind its relay port %u: %s",
 			 w->slot, idx, rec->relay.port, strerror(-rc));
@@ -177,6 +179,24 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	return 0;
 }
 
+static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	struct worker *w = arg;
+	struct wk_listener *l;
+	struct wk_alloc *a;
+	int rc;
+
+	if (rec->client_transport == SHM_TRANSPORT_TCP)
+		return wk_park_adopt(w, idx, rec);
+	l = wk_adopt_listener(w, rec);
+	if (!l)
+		return -ENOENT;
+	rc = wk_alloc_attach(w, l, idx, rec, &a);
+	if (rc < 0)
+		return rc;
+	return wk_adopt_relay(w, a, idx, rec, -1);
+}
+
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
@@ -187,6 +207,7 @@ void wk_adopt_run(struct worker *w)
 				     wk_adopt_one, w, &st)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st)) < 0)
 		return;
+	wk_park_rest(w);
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker",
 			 "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "

@@ -133,6 +133,15 @@ int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struc
 	return *out ? 0 : -ENOMEM;
 }
 
+int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
+			 struct shm_alloc *rec, struct wk_alloc **out)
+{
+	if (c->alloc)
+		return -EEXIST;
+	*out = wk_alloc_new(w, c->l, c, (struct sockaddr *)&c->peer, c->peer_len, idx, rec);
+	return *out ? 0 : -ENOMEM;
+}
+
 static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
 {
 	struct wk_alloc **pp;
@@ -373,7 +382,43 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	return 0;
 }
 
-int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay)
+/* An RFC 6062 relay's listening socket a live upgrade handed over, bound and listening
+ * on the announced address and port: watched as wk_relay_tcp_bind leaves one. */
+static int wk_relay_tcp_take(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int fd,
+			     int family, uint16_t port)
+{
+	struct wk_listener *l = a->l;
+	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
+									       : &l->relay_addr2;
+	struct sockaddr_storage got;
+	socklen_t gl = sizeof(got);
+	struct shm_addr bound;
+	int type = 0;
+	socklen_t tl = sizeof(type);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM ||
+	    getsockname(fd, (struct sockaddr *)&got, &gl) < 0 || got.ss_family != family)
+		return -EINVAL;
+	wk_addr_to_shm((struct sockaddr *)&got, &bound);
+	if (bound.port != port)
+		return -EINVAL;
+	r->fd = fd;
+	r->family = family;
+	r->port = port;
+	r->gso_off = true;
+	memcpy(&r->addr, ann, sizeof(r->addr));
+	if (family == AF_INET)
+		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
+	ev_io_init(&r->io, wk_tcpr_accept_cb, fd, EV_READ);
+	r->io.data = r;
+	ev_io_start(w->loop, &r->io);
+	return 0;
+}
+
+int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
+			  int fd)
 {
 	struct wk_listener *l = a->l;
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
@@ -391,7 +436,8 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	rc = shm_ppool_take(w->shm, tag, relay->port, a->rec_idx, mono_ns());
 	if (rc < 0)
 		return rc == -ENOSPC ? -EADDRINUSE : rc;
-	rc = wk_relay_socket(w, a, r, family, relay->port);
+	rc = fd >= 0 && a->tcp ? wk_relay_tcp_take(w, a, r, fd, family, relay->port)
+			       : wk_relay_socket(w, a, r, family, relay->port);
 	if (rc < 0) {
 		shm_ppool_put(w->shm, tag, relay->port, a->rec_idx);
 		return rc;

@@ -705,3 +705,73 @@ int wk_tcp_start(struct worker *w, struct wk_listener *l)
 		ev_io_start(w->loop, &l->io);
 	return 0;
 }
+
+/* A TURN-TCP connection a live upgrade handed over (worker/park.c): served on l as the
+ * predecessor served it, with what its buffers held (a partial frame in, unwritten bytes
+ * out). Takes fd only on success. Returns the connection, or NULL (nothing changed). */
+struct wk_tconn *wk_tcp_restore(struct worker *w, struct wk_listener *l, int fd,
+				const struct sockaddr *peer, socklen_t peer_len, const uint8_t *in,
+				size_t in_len, const uint8_t *out, size_t out_len, bool authed)
+{
+	struct wk_tconn *c;
+
+	if (in_len > WK_TCP_IN_MAX || out_len > WK_TCP_OUT_MAX || peer_len > sizeof(c->peer))
+		return NULL;
+	c = wk_tconn_new(l, fd, true);
+	if (!c)
+		return NULL;
+	if (in_len > c->in_cap) {
+		uint8_t *p = realloc(c->in, WK_TCP_IN_MAX);
+
+		if (!p)
+			goto fail;
+		c->in = p;
+		c->in_cap = WK_TCP_IN_MAX;
+	}
+	if (out_len > 0) {
+		c->out = malloc(out_len);
+		if (!c->out)
+			goto fail;
+		memcpy(c->out, out, out_len);
+		c->out_len = c->out_cap = out_len;
+	}
+	memcpy(c->in, in, in_len);
+	c->in_len = in_len;
+	memcpy(&c->peer, peer, peer_len);
+	c->peer_len = peer_len;
+	wk_tconn_start(w, l, c);
+	/* The same connection, not a new one: the predecessor counted it. */
+	if (l->snap_ok)
+		shm_lctr_add(w->ctr, l->slot, SHM_LCTR_CONNS_TOTAL, (uint64_t)-1);
+	if (authed)
+		wk_budget_authed(w, c);
+	if (c->in_len)
+		c->partial_since = ev_now(w->loop);
+	if (c->out_len)
+		ev_io_start(w->loop, &c->wio);
+	return c;
+fail:
+	free(c->in);
+	free(c->out);
+	free(c);
+	return NULL;
+}
+
+/* What a live upgrade can hand over of c: a plain TURN-TCP connection (no handshake,
+ * PROXY header or ConnectionBind half done). */
+bool wk_tconn_parkable(const struct wk_tconn *c)
+{
+	return !c->ssl && !c->dgram && !c->dead && !c->pp_wait && !c->bind_to &&
+	       !c->handoff_slot && c->fd >= 0;
+}
+
+/* Handles the complete frames a restored connection's input holds. Returns false when
+ * the connection had to be closed (it is freed). */
+bool wk_tconn_restart(struct worker *w, struct wk_tconn *c)
+{
+	int rc = wk_tconn_frames(w, c);
+
+	if (rc == 0)
+		wk_tconn_close(w, c);
+	return rc == 1;
+}

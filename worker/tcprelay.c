@@ -16,6 +16,7 @@
 #include <openssl/rand.h>
 
 #include "common/log.h"
+#include "common/park.h"
 
 #define WK_TPEER_MAGIC 0x54504552u	/* struct wk_tpeer, checked by wk_tpeer_checked() */
 
@@ -493,4 +494,101 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 	tp->fd = -1;
 	log_debug("turn", "allocation %u: connection %08x bound", tp->a->rec_idx, tp->id);
 	wk_pipe_start(&tp->pipe);
+}
+
+/* ---- live upgrade (worker/park.c) ------------------------------------------------- */
+
+/* A side of a bound pair that a new worker can take: a plain socket of its own (not the
+ * AF_UNIX end of a TLS bridge that stays in this process). */
+static bool wk_tpeer_plain(const struct wk_pipe *p, int i)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	return p->fd[i] >= 0 && !p->ssl[i] &&
+	       getsockname(p->fd[i], (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family != AF_UNIX;
+}
+
+static int wk_tpeer_park(struct worker *w, struct wk_tpeer *tp)
+{
+	struct wk_pipe *p = &tp->pipe;
+	struct park_hdr h;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	h.kind = PARK_TPEER;
+	h.rec_idx = tp->a->rec_idx;
+	h.id = tp->id;
+	h.peer_len = wk_addr_len((struct sockaddr *)&tp->peer);
+	memcpy(&h.peer, &tp->peer, h.peer_len);
+	if (tp->st == WK_TP_WAIT_BIND)
+		return wk_park_send(w, &h, NULL, 0, NULL, 0, tp->fd);
+	if (tp->st != WK_TP_BOUND || !p->w || !wk_tpeer_plain(p, 0) || !wk_tpeer_plain(p, 1))
+		return -EOPNOTSUPP;	/* connecting, or bridged to TLS: it ends */
+	h.flags = PARK_F_BOUND | (p->eof[0] ? PARK_F_EOF0 : 0) | (p->eof[1] ? PARK_F_EOF1 : 0) |
+		  (p->shut[0] ? PARK_F_SHUT0 : 0) | (p->shut[1] ? PARK_F_SHUT1 : 0);
+	rc = wk_park_send(w, &h, p->buf[0] + p->off[0], p->len[0] - p->off[0],
+			  p->buf[1] + p->off[1], p->len[1] - p->off[1], p->fd[0]);
+	if (rc < 0)
+		return rc;
+	memset(&h, 0, sizeof(h));
+	h.kind = PARK_TDATA;
+	h.rec_idx = tp->a->rec_idx;
+	h.id = tp->id;
+	return wk_park_send(w, &h, NULL, 0, NULL, 0, p->fd[1]);
+}
+
+unsigned wk_tcpr_park(struct worker *w, struct wk_alloc *a)
+{
+	struct wk_tpeer *tp, *next;
+	struct park_hdr h;
+	unsigned n = 0;
+
+	/* The listening relay socket: the same socket in the new worker, so a peer's
+	 * connection attempt meanwhile waits in its backlog instead of being reset. */
+	memset(&h, 0, sizeof(h));
+	h.kind = PARK_TRELAY;
+	h.rec_idx = a->rec_idx;
+	if (a->relay[0].fd >= 0 && wk_park_send(w, &h, NULL, 0, NULL, 0, a->relay[0].fd) == 0)
+		n++;
+
+	for (tp = a->tpeers; tp; tp = next) {
+		next = tp->anext;
+		if (wk_tpeer_park(w, tp) < 0)
+			continue;
+		n += tp->st == WK_TP_BOUND ? 2 : 1;
+		wk_tpeer_free(w, tp, false);	/* our copies only: no FIN, no RST */
+	}
+	return n;
+}
+
+int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr *h,
+		    const uint8_t *body, int fd, int data_fd)
+{
+	bool bound = (h->flags & PARK_F_BOUND) != 0;
+	struct wk_tpeer *tp;
+
+	if (h->in_len > w->hot.tcp_buf || h->out_len > w->hot.tcp_buf || (bound && data_fd < 0) ||
+	    (!bound && (h->in_len || h->out_len)))
+		return -EINVAL;
+	for (tp = *wk_tpeer_bucket(w, h->id); tp; tp = tp->hnext)
+		if (tp->id == h->id)
+			return -EEXIST;
+	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND);
+	if (!tp)
+		return -ENOMEM;
+	if (!bound)
+		return 0;	/* its bind deadline starts again */
+	ev_timer_stop(w->loop, &tp->tmo);
+	tp->st = WK_TP_BOUND;
+	wk_pipe_init(&tp->pipe, w, &wk_tpeer_ops, tp->bufs, tp->cap);
+	wk_pipe_side(&tp->pipe, 0, fd, NULL, body, h->in_len);
+	wk_pipe_side(&tp->pipe, 1, data_fd, NULL, body + h->in_len, h->out_len);
+	tp->pipe.eof[0] = (h->flags & PARK_F_EOF0) != 0;
+	tp->pipe.eof[1] = (h->flags & PARK_F_EOF1) != 0;
+	tp->pipe.shut[0] = (h->flags & PARK_F_SHUT0) != 0;
+	tp->pipe.shut[1] = (h->flags & PARK_F_SHUT1) != 0;
+	tp->fd = -1;
+	wk_pipe_start(&tp->pipe);
+	return 0;
 }

@@ -72,6 +72,7 @@ struct worker;
 struct wk_tpeer;
 struct wk_tlsb;
 struct wk_pipe;
+struct park_hdr;		/* common/park.h */
 
 /* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
  * 6062 peer connection and its client data connection; a TLS bridge). */
@@ -337,6 +338,10 @@ struct worker {
 	ev_timer hb;
 	ev_signal sigterm, sigint, sigquit;
 	bool draining;
+	bool parking;			/* IPC_PARK: hand the stream connections over at exit */
+	bool *park_used;		/* h->parked[i] restored (park.c), n_parked entries */
+	uint64_t park_start;		/* mono_ms() when the parking began */
+	unsigned park_lost;		/* parked sockets restored then closed (park.c) */
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;
@@ -505,6 +510,15 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 		       size_t len, const struct sockaddr *client);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
+/* Live upgrade (park.c): a connection the predecessor parked, restored on l with the
+ * bytes its buffers held; takes fd on success only. NULL: bad lengths or no memory. */
+struct wk_tconn *wk_tcp_restore(struct worker *w, struct wk_listener *l, int fd,
+				const struct sockaddr *peer, socklen_t peer_len, const uint8_t *in,
+				size_t in_len, const uint8_t *out, size_t out_len, bool authed);
+/* c can be parked: plain TCP, no handshake, PROXY header or RFC 6062 step half done. */
+bool wk_tconn_parkable(const struct wk_tconn *c);
+/* Handles the complete frames a restored connection holds; false: it was closed. */
+bool wk_tconn_restart(struct worker *w, struct wk_tconn *c);
 /* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
  * a send error; what is queued is counted as sent (wk_client_sent). */
 void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
@@ -557,6 +571,15 @@ struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp);
 void wk_tcpr_drop(struct worker *w, struct wk_tpeer *tp);
 /* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
 void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
+/* Live upgrade (park.c): hands a's peer connections waiting for their bind, and bound
+ * pairs of plain sockets, to the master (wk_park_send) and frees them here without a
+ * FIN; the others end with a. Returns the number of sockets handed over. */
+unsigned wk_tcpr_park(struct worker *w, struct wk_alloc *a);
+/* Restores a parked peer connection of a (fd; data_fd its bound data connection, or -1)
+ * from its header h and the bytes after it. Takes the fds on success only. Returns 0 or
+ * -errno. */
+int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr *h,
+		    const uint8_t *body, int fd, int data_fd);
 /* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes
  * after the ConnectionBind) goes to the peer, out (out_len bytes: the response not yet
  * written) to the client first. Closes fd on failure. */
@@ -730,10 +753,15 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
  * (that 5-tuple is already served), -ENOMEM. */
 int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
 		    struct wk_alloc **out);
+/* Adoption after a live upgrade: the same around record idx of a TURN-TCP allocation,
+ * for its handed-over connection c. Returns 0, -EEXIST (c carries one), -ENOMEM. */
+int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
+			 struct shm_alloc *rec, struct wk_alloc **out);
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
-int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay);
+int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
+			  int fd);
 /* Unlinks and frees the private half, closing its relay sockets; the record and the
  * counters are left alone (a failed adoption: the caller releases the record). */
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
@@ -842,6 +870,28 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 		  struct wk_adopt_stats *st);
 /* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
 void wk_adopt_run(struct worker *w);
+/* a was attached around record idx: binds its relay ports again (an RFC 6062 relay:
+ * relay_fd, the listening socket a live upgrade handed over, when >= 0; always taken),
+ * moves its listener
+ * gauge when another listener serves it, re-arms its timer. On failure a is forgotten
+ * (the caller's scan releases the record). Returns 0 or -errno. */
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+		   int relay_fd);
+
+/* ---- park.c (stream connections across a live upgrade) ---- */
+/* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),
+ * its allocation's record left LIVE for the next process; then closes them here. */
+void wk_park_all(struct worker *w);
+/* Sends one parked connection's state (h completed: magic, version, slot, lengths) and
+ * socket fd to the master, within what is left of the worker's parking time. */
+int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
+		 const uint8_t *out, size_t out_len, int fd);
+/* Adoption of a TURN-TCP record: only with the connection the heritage hands over for
+ * it. Returns 0, or < 0 (the record is released). */
+int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec);
+/* After the adoption: restores the handed-over connections that carry no allocation,
+ * closes those whose allocation could not be adopted. */
+void wk_park_rest(struct worker *w);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

@@ -395,6 +395,12 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_STOP:
 		wk_stop(w, "STOP from master");
 		break;
+	case IPC_PARK:
+		/* A live upgrade: the stream connections go to the new processes when we
+		 * stop (the SIGQUIT that follows; wk_ctl_last reads this frame when the signal
+		 * came first). */
+		w->parking = true;
+		break;
 	case IPC_OFFLOAD_MAP:
 		wk_offload_map(w, m->payload[0], fd);
 		fd = -1;
@@ -443,6 +449,25 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 			break;
 		}
 		wk_ctl_msg(w, m, fd);
+	}
+	free(m);
+}
+
+/* At exit: an IPC_PARK still unread (the master sends it before the SIGQUIT that stopped
+ * us). Nothing else is acted on any more. */
+static void wk_ctl_last(struct worker *w)
+{
+	struct ipc_msg *m = malloc(sizeof(*m));
+
+	for (int i = 0; m && i < 64; i++) {
+		int fd = -1;
+
+		if (ipc_recv(w->h->ctl_fd, m, &fd) == -EAGAIN)
+			break;
+		if (fd >= 0)
+			close(fd);
+		if (m->hdr.type == IPC_PARK)
+			w->parking = true;
 	}
 	free(m);
 }
@@ -575,6 +600,9 @@ int worker_run(const struct worker_heritage *h)
 	log_info("worker", "slot %u running with %zu listeners", w->slot, w->n_ls);
 	ev_run(w->loop, 0);
 	status = w->exit_status;
+	wk_ctl_last(w);
+	if (w->parking)
+		wk_park_all(w);
 out:
 	wk_teardown(w);
 	free(w);

@@ -11,6 +11,7 @@
 #define TG_WORKER_WORKER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "offload/offload.h"
 
@@ -33,6 +34,16 @@ struct worker_listener {
 	const char *name;
 	enum worker_proto proto;
 	int fd;
+};
+
+/* A stream connection a live upgrade handed over (common/park.h): its state blob, its
+ * socket, and the record of the allocation it carries in this table (PARK_NO_REC:
+ * none). The worker takes fd; the blob stays the master's. */
+struct worker_parked {
+	const uint8_t *blob;
+	size_t len;
+	int fd;
+	uint32_t rec_idx;
 };
 
 /* Everything a worker inherits. Memory pointed to (name strings, listener array, shm
@@ -68,6 +79,10 @@ struct worker_heritage {
 	 * another worker's stream or DTLS client then goes through the relay sockets. */
 	int handover_rx;
 	const int *handover_tx;
+	/* The slot's stream connections a live upgrade handed over (worker/park.c), taken
+	 * over with the allocations; NULL when none. */
+	const struct worker_parked *parked;
+	size_t n_parked;
 };
 
 /* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,

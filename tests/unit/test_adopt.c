@@ -22,6 +22,7 @@ struct offer {
 	uint32_t seen[16];
 	unsigned n;
 	uint32_t refuse;	/* idx the callback refuses (relay port taken) */
+	bool take_tcp;		/* a TURN-TCP record's connection was handed over */
 };
 
 static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
@@ -31,6 +32,8 @@ static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 	assert_int_equal(SHM_ALLOC_WORD_STATE(rec->state), SHM_ALLOC_LIVE);
 	assert_true(o->n < 16);
 	o->seen[o->n++] = idx;
+	if (rec->client_transport == SHM_TRANSPORT_TCP && !o->take_tcp)
+		return -ENOENT;	/* no connection came with it (worker/park.c) */
 	return idx == o->refuse ? -EADDRINUSE : 0;
 }
 
@@ -117,10 +120,12 @@ static void test_scan_sorts_records(void **state)
 	o.refuse = refused;
 	assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
 
-	/* only the consistent, unexpired UDP records were offered */
-	assert_int_equal(o.n, 2);
-	assert_true((o.seen[0] == live && o.seen[1] == refused) ||
-		    (o.seen[0] == refused && o.seen[1] == live));
+	/* only the consistent, unexpired UDP records and the TURN-TCP one (a live upgrade
+	 * may have handed its connection over) were offered */
+	assert_int_equal(o.n, 3);
+	for (unsigned i = 0; i < o.n; i++)
+		assert_true(o.seen[i] == live || o.seen[i] == refused || o.seen[i] == tcp);
+	assert_true(o.seen[0] != o.seen[1] && o.seen[1] != o.seen[2] && o.seen[0] != o.seen[2]);
 	assert_int_equal(st.adopted, 1);
 	assert_int_equal(st.torn, 3);	/* odd seq, CLAIMED, DYING */
 	assert_int_equal(st.stream, 1);
@@ -190,6 +195,38 @@ static void test_list(void **state)
 	shm_destroy(shm);
 }
 
+/* A live upgrade: a TURN-TCP record whose connection came along is adopted and stays
+ * counted; TLS and DTLS records and an expired TCP one are never offered. */
+static void test_tcp_handed_over(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 8 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct wk_adopt_stats st;
+	struct offer o;
+	uint32_t tcp, tls, dtls, old;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	tcp = mk_rec(shm, 0, SHM_TRANSPORT_TCP, NOW_NS + 60000000000ull, true);
+	tls = mk_rec(shm, 0, SHM_TRANSPORT_TLS, NOW_NS + 60000000000ull, true);
+	dtls = mk_rec(shm, 0, SHM_TRANSPORT_DTLS, NOW_NS + 60000000000ull, true);
+	old = mk_rec(shm, 0, SHM_TRANSPORT_TCP, NOW_NS - 1, true);
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	o.take_tcp = true;
+	assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(o.seen[0], tcp);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.stream, 3);
+	assert_int_equal(shm_alloc_get(shm, 0, tcp, NULL), 0);
+	assert_true(is_free(shm, tls) && is_free(shm, dtls) && is_free(shm, old));
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 1);
+	shm_destroy(shm);
+}
+
 static void test_classify_and_bad_args(void **state)
 {
 	struct shm_config cfg = { 1, 4, 4096, 4 };
@@ -222,6 +259,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scan_sorts_records),
 		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_tcp_handed_over),
 		cmocka_unit_test(test_classify_and_bad_args),
 	};
 

@@ -1,0 +1,289 @@
+/* Worker: TURN-TCP connections across a live upgrade. The old worker parks each plain
+ * TURN-TCP connection (its socket, the partial frame its input buffer holds, the bytes
+ * its output buffer has not written, the record of its allocation) with the master and
+ * leaves the record LIVE, and for an RFC 6062 allocation its listening relay socket, its
+ * peer connections and their data connections with what their buffers hold
+ * (tcprelay.c); the new worker of the slot
+ * the record was copied to restores the connection with the allocation around it, as it
+ * adopts a UDP allocation, and the peer and data connections with it. Nothing is read
+ * from or written to the sockets in between: what either side sends meanwhile waits in
+ * them, and neither sees a reset. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/park.h"
+
+/* The whole parking of one worker waits at most this long for the master to read. */
+#define WK_PARK_TIMEOUT_MS 5000
+
+int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
+		 const uint8_t *out, size_t out_len, int fd)
+{
+	uint64_t spent = mono_ms() - w->park_start;
+	size_t len = sizeof(*h) + in_len + out_len;
+	uint8_t *blob;
+	int rc;
+
+	if (spent >= WK_PARK_TIMEOUT_MS)
+		return -ETIMEDOUT;
+	blob = malloc(len);
+	if (!blob)
+		return -ENOMEM;
+	h->magic = PARK_MAGIC;
+	h->version = PARK_VERSION;
+	h->slot = w->slot;
+	h->in_len = (uint32_t)in_len;
+	h->out_len = (uint32_t)out_len;
+	memcpy(blob, h, sizeof(*h));
+	if (in_len)
+		memcpy(blob + sizeof(*h), in, in_len);
+	if (out_len)
+		memcpy(blob + sizeof(*h) + in_len, out, out_len);
+	rc = park_send(w->h->ctl_fd, blob, len, fd, (int)(WK_PARK_TIMEOUT_MS - spent));
+	free(blob);
+	return rc;
+}
+
+static int wk_park_one(struct worker *w, struct wk_tconn *c)
+{
+	struct park_hdr h;
+
+	if (strlen(c->l->name) > IPC_NAME_MAX)
+		return -ENAMETOOLONG;
+	memset(&h, 0, sizeof(h));
+	h.kind = PARK_TCONN;
+	h.rec_idx = c->alloc ? c->alloc->rec_idx : PARK_NO_REC;
+	h.flags = (c->authed ? PARK_F_AUTHED : 0) |
+		  (c->alloc && c->alloc->tcp ? PARK_F_TCPALLOC : 0);
+	h.peer_len = c->peer_len;
+	memcpy(&h.peer, &c->peer, c->peer_len);
+	memcpy(h.listener, c->l->name, strlen(c->l->name));
+	return wk_park_send(w, &h, c->in, c->in_len, c->out + c->out_off, c->out_len - c->out_off,
+			    c->fd);
+}
+
+void wk_park_all(struct worker *w)
+{
+	unsigned parked = 0, failed = 0;
+	size_t bytes_in = 0, bytes_out = 0;
+
+	w->park_start = mono_ms();
+	for (size_t i = 0; i < w->n_ls; i++) {
+		struct wk_listener *l = w->ls[i];
+		struct wk_tconn *c, *next;
+
+		if (!l->active || l->proto != WORKER_PROTO_TCP)
+			continue;
+		for (c = l->conns; c; c = next) {
+			next = c->next;
+			if (!wk_tconn_parkable(c))
+				continue;
+			/* An RFC 6062 allocation's peer and data connections go first: the
+			 * new worker restores them when it adopts the allocation. */
+			if (c->alloc && c->alloc->tcp)
+				parked += wk_tcpr_park(w, c->alloc);
+			bytes_in += c->in_len;
+			bytes_out += c->out_len - c->out_off;
+			if (wk_park_one(w, c) < 0) {
+				failed++;
+				continue;
+			}
+			/* The master holds the socket now: ours closes, the record stays. */
+			if (c->alloc)
+				wk_alloc_forget(w, c->alloc);
+			wk_tconn_close(w, c);
+			parked++;
+		}
+	}
+	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDOVER_ENDED, failed);
+	if (parked || failed)
+		log_info("worker",
+			 "slot %u: %u stream connections handed over, TURN-TCP buffers %zu bytes "
+			 "in, %zu out%s",
+			 w->slot, parked, bytes_in, bytes_out,
+			 failed ? " (some could not be: they end)" : "");
+}
+
+static struct wk_listener *wk_park_listener(struct worker *w, const char *name)
+{
+	for (size_t i = 0; i < w->n_ls; i++) {
+		struct wk_listener *l = w->ls[i];
+
+		if (l->active && l->snap_ok && l->proto == WORKER_PROTO_TCP && !l->secure &&
+		    strcmp(l->name, name) == 0)
+			return l;
+	}
+	return NULL;
+}
+
+/* Restores h->parked[i] (not yet restored) as a connection, or NULL. */
+static struct wk_tconn *wk_park_restore(struct worker *w, size_t i)
+{
+	const struct worker_parked *p = &w->h->parked[i];
+	const uint8_t *body = p->blob + sizeof(struct park_hdr);
+	struct wk_listener *l;
+	struct wk_tconn *c;
+	struct park_hdr h;
+
+	if (!w->park_used || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
+	    h.kind != PARK_TCONN)
+		return NULL;
+	l = wk_park_listener(w, h.listener);
+	if (!l)
+		return NULL;
+	c = wk_tcp_restore(w, l, p->fd, (const struct sockaddr *)&h.peer, h.peer_len, body,
+			   h.in_len, body + h.in_len, h.out_len, (h.flags & PARK_F_AUTHED) != 0);
+	if (c)
+		w->park_used[i] = true;
+	return c;
+}
+
+static void wk_park_init(struct worker *w)
+{
+	if (w->park_used || w->h->n_parked == 0)
+		return;
+	w->park_used = calloc(w->h->n_parked, sizeof(*w->park_used));
+}
+
+/* The socket of the first parked entry of kind for record idx, taken; or -1. */
+static int wk_park_take(struct worker *w, uint32_t idx, enum park_kind kind)
+{
+	for (size_t i = 0; i < w->h->n_parked; i++) {
+		const struct worker_parked *p = &w->h->parked[i];
+		struct park_hdr h;
+
+		if (p->rec_idx != idx || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
+		    h.kind != kind)
+			continue;
+		w->park_used[i] = true;
+		return p->fd;
+	}
+	return -1;
+}
+
+/* The data connection bound to peer connection id of record idx, taken; or -1. */
+static int wk_park_data_fd(struct worker *w, uint32_t idx, uint32_t id)
+{
+	for (size_t i = 0; i < w->h->n_parked; i++) {
+		const struct worker_parked *p = &w->h->parked[i];
+		struct park_hdr h;
+
+		if (p->rec_idx != idx || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
+		    h.kind != PARK_TDATA || h.id != id)
+			continue;
+		w->park_used[i] = true;
+		return p->fd;
+	}
+	return -1;
+}
+
+/* The peer connections (and their data connections) of RFC 6062 allocation a. */
+static void wk_park_tpeers(struct worker *w, struct wk_alloc *a)
+{
+	for (size_t i = 0; i < w->h->n_parked; i++) {
+		const struct worker_parked *p = &w->h->parked[i];
+		struct park_hdr h;
+		int data_fd = -1;
+
+		if (p->rec_idx != a->rec_idx || w->park_used[i] ||
+		    park_check(p->blob, p->len, &h) < 0 || h.kind != PARK_TPEER)
+			continue;
+		w->park_used[i] = true;
+		if (h.flags & PARK_F_BOUND) {
+			data_fd = wk_park_data_fd(w, a->rec_idx, h.id);
+			if (data_fd < 0) {
+				close(p->fd);
+				w->park_lost++;
+				continue;
+			}
+		}
+		if (wk_tcpr_restore(w, a, &h, p->blob + sizeof(h), p->fd, data_fd) < 0) {
+			close(p->fd);
+			w->park_lost++;
+			if (data_fd >= 0) {
+				close(data_fd);
+				w->park_lost++;
+			}
+		}
+	}
+}
+
+int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
+{
+	struct wk_tconn *c = NULL;
+	struct wk_alloc *a;
+	bool tcp = false;
+	int rc;
+
+	wk_park_init(w);
+	for (size_t i = 0; i < w->h->n_parked && !c; i++) {
+		struct park_hdr h;
+
+		if (w->h->parked[i].rec_idx != idx ||
+		    park_check(w->h->parked[i].blob, w->h->parked[i].len, &h) < 0)
+			continue;
+		c = wk_park_restore(w, i);
+		tcp = (h.flags & PARK_F_TCPALLOC) != 0;
+	}
+	if (!c)
+		return -ENOENT;
+	rc = wk_alloc_attach_conn(w, c, idx, rec, &a);
+	if (rc == 0) {
+		/* An RFC 6062 allocation's relay is a listening TCP socket: bound again to
+		 * the same port beside its peer connections (SO_REUSEADDR, SO_REUSEPORT). */
+		a->tcp = tcp;
+		rc = wk_adopt_relay(w, a, idx, rec, tcp ? wk_park_take(w, idx, PARK_TRELAY) : -1);
+	}
+	if (rc < 0) {
+		wk_tconn_close(w, c);
+		w->park_lost++;
+		return rc;
+	}
+	if (tcp)
+		wk_park_tpeers(w, a);
+	(void)wk_tconn_restart(w, c);
+	return 0;
+}
+
+void wk_park_rest(struct worker *w)
+{
+	unsigned restored = 0, ended = 0;
+
+	wk_park_init(w);
+	for (size_t i = 0; i < w->h->n_parked; i++) {
+		const struct worker_parked *p = &w->h->parked[i];
+		struct wk_tconn *c;
+
+		if (w->park_used && w->park_used[i]) {
+			restored++;
+			continue;
+		}
+		c = p->rec_idx == PARK_NO_REC ? wk_park_restore(w, i) : NULL;
+		if (c) {
+			restored++;
+			(void)wk_tconn_restart(w, c);
+			continue;
+		}
+		/* Its allocation could not be adopted, or no listener serves it now. */
+		close(p->fd);
+		ended++;
+	}
+	free(w->park_used);
+	w->park_used = NULL;
+	/* Counted once the new workers have them (each socket: a TURN-TCP connection, a
+	 * peer connection, a data connection). */
+	restored -= w->park_lost < restored ? w->park_lost : restored;
+	ended += w->park_lost;
+	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDED_OVER, restored);
+	shm_ctr_add(w->ctr, SHM_CTR_STREAMS_HANDOVER_ENDED, ended);
+	if (restored || ended)
+		log_info("worker", "slot %u: %u stream connections taken over, %u ended", w->slot,
+			 restored, ended);
+}
