@@ -21,10 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, REALM, REFRESH, Client, Daemon, StreamClient,  # noqa: E402
                            check, config, credentials, error_code, free_port, run_tests, wait_for)
 
-# An old name of harness_admin.StreamClient. Nothing on main uses it any more (nor do the
-# branches scale and streams); kept only until those branches land, then the coordinator
-# removes it. New code: StreamClient.
-TcpClient = StreamClient
 
 RELAY = (57000, 57999)
 

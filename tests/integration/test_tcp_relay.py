@@ -32,10 +32,6 @@ from harness_admin import (ALLOCATE, A_CONNECTION_ID, A_EVEN_PORT, A_PEER,  # no
                            free_port, make_cert, parse_xor_addr, relay_range, rss_kb, run_tests,
                            tls_connect, wait_for)
 
-# An old name of harness_admin.StreamClient, kept only for the branch streams
-# (test_upgrade_streams.py imports it) until it lands; then the coordinator removes it.
-# Nothing on main uses it. New code: StreamClient.
-TcpTurn = StreamClient
 
 
 def tcp_config(d, port, relay, workers=1, clusters=None, limits=None):

@@ -39,11 +39,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import run_tests, wait_for  # noqa: E402
-from test_security_stun import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
-                                REFRESH, REQUEST, SUCCESS, Daemon, build, check, config,
-                                error_code, free_port, parse)
-from test_tcp_relay import TcpPeer, TcpTurn, open_data  # noqa: E402
+from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
+                           REFRESH, REQUEST, SUCCESS, Daemon, StreamClient, TcpPeer, build,
+                           check, config, error_code, free_port, parse, run_tests, wait_for)
+from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
 CHANNEL = 0x4000
@@ -254,7 +253,7 @@ def test_tcp_call_survives_upgrades(d):
     daemon = Daemon(d, text, workers=workers).start()
     peer, call, pid = UdpPeer(), None, None
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         r = ctl.allocate()
         relayed = ctl.relayed(r)[0]
         check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
@@ -399,7 +398,7 @@ def test_rfc6062_call_survives_upgrades(d):
     daemon = Daemon(d, text, workers=workers).start()
     peer, peer2, stream, pid = TcpPeer("127.0.0.1"), TcpPeer("127.0.0.1"), None, None
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         r = ctl.allocate_tcp()
         relayed = ctl.relayed(r)[0]
         cid = ctl.connect("127.0.0.1", peer.port)
@@ -468,7 +467,7 @@ def test_output_buffer_handed_over(d):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(("127.0.0.1", port))
-        ctl = TcpTurn(port, sock=s)
+        ctl = StreamClient(port, sock=s)
         relayed = ctl.relayed(ctl.allocate())[0]
         check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None,
               "ChannelBind")
@@ -537,7 +536,7 @@ def test_failed_upgrade_gives_them_back(d):
     daemon = Daemon(d, text, workers=workers).start()
     peer, call = UdpPeer(), None
     try:
-        ctl = TcpTurn(port)
+        ctl = StreamClient(port)
         ctl.allocate()
         check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None,
               "ChannelBind")
