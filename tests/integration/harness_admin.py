@@ -70,9 +70,10 @@ def need_tool(name, package):
     return path
 
 
-def free_port(addr="127.0.0.1"):
+def free_port(addr="127.0.0.1", avoid=None):
     """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it), below
-    the default relay port range (a listener or HTTP port in it is a config error)."""
+    the default relay port range (a listener or HTTP port in it is a config error), and
+    outside avoid (lo, hi), a test's own relay port range below 49152."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     for _ in range(200):
         u = socket.socket(fam, socket.SOCK_DGRAM)
@@ -80,7 +81,7 @@ def free_port(addr="127.0.0.1"):
         port = u.getsockname()[1]
         t = socket.socket(fam, socket.SOCK_STREAM)
         try:
-            if port >= 49152:
+            if port >= 49152 or (avoid is not None and avoid[0] <= port <= avoid[1]):
                 continue
             t.bind((addr, port))
             return port

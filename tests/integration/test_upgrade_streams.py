@@ -246,7 +246,7 @@ def stop_master(daemon, pid):
 
 def test_tcp_call_survives_upgrades(d):
     workers = 2
-    port = free_port()
+    port = free_port(avoid=RELAY)
     text = config(d, [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP",
                                                              ["peers"])],
                   {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
@@ -391,7 +391,7 @@ def test_rfc6062_call_survives_upgrades(d):
     back once and in order: no gap may lose any), and a second peer connection that was
     connected but not yet bound, which binds after the upgrades."""
     workers = 2
-    port = free_port()
+    port = free_port(avoid=RELAY)
     text = config(d, [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP",
                                                              ["peers"])],
                   {"peers": ("TCP", ["127.0.0.1"])}, workers=workers, relay=RELAY)
@@ -457,7 +457,7 @@ def test_output_buffer_handed_over(d):
     not dropped, once and in order. The old worker's log line says how many bytes it
     handed over (not 0: the output buffer was really in use)."""
     workers = 1
-    port = free_port()
+    port = free_port(avoid=RELAY)
     text = config(d, [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP",
                                                              ["peers"])],
                   {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
@@ -529,7 +529,7 @@ def test_failed_upgrade_gives_them_back(d):
     binary's configuration names a listener on a port the test holds): the old master
     gives the TURN-TCP connection back to its own new workers and the call relays on."""
     workers = 2
-    port, held = free_port(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    port, held = free_port(avoid=RELAY), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     held.bind(("127.0.0.1", 0))
     listeners = [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP", ["peers"])]
     text = config(d, listeners, {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
