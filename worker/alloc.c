@@ -561,30 +561,6 @@ bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uin
 	return false;
 }
 
-bool wk_alloc_bw_admit(struct worker *w, struct wk_alloc *a, enum shm_bw_dir dir, size_t len,
-		       uint64_t now_ns)
-{
-	struct shm_bw_limits lim = w->hot.bw;
-	struct shm_bw_who who;
-
-	lim.listener_bps = a->l->sl.max_bps;
-	if (!shm_bw_on(&lim))
-		return true;
-	if (a->user_key == 0)
-		a->user_key = shm_quota_user_key(a->rec->username,
-						 a->rec->user_len < SHM_ALLOC_USER_MAX
-							 ? a->rec->user_len
-							 : SHM_ALLOC_USER_MAX);
-	who = (struct shm_bw_who){ .alloc_idx = a->rec_idx,
-				   .listener_idx = a->rec->listener_idx,
-				   .user_key = a->user_key,
-				   .listener_key = shm_quota_listener_key(a->rec->listener_idx) };
-	if (shm_bw_admit(w->shm, &who, dir, len, now_ns, &lim) == SHM_BW_PASS)
-		return true;
-	shm_ctr_add(w->ctr, SHM_CTR_QUOTA_BANDWIDTH, 1);
-	return false;
-}
-
 const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns)
 {
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)

@@ -90,7 +90,7 @@ static bool wk_off_fill(struct worker *w, const struct wk_alloc *a, const struct
 	/* A peer that is (or may become) one of our own relays is short-circuited in user
 	 * space; a sibling's relay address is translated there to the mask (wk_sib_from),
 	 * which a kernel entry keyed on the real address would not do. The kernel relays
-	 * datagrams only: the peer is asked for as a UDP peer, as wk_to_peer asks. */
+	 * datagrams only: the peer is asked for as a UDP peer, as wk_relay_out asks. */
 	if (!perm || w->snap == NULL || wk_sc_maybe_relay(w, (struct sockaddr *)&peer) ||
 	    wk_sib_addr(w, (struct sockaddr *)&peer) ||
 	    wk_peer_match(w, a->l, (struct sockaddr *)&peer, CONF_CPROTO_UDP, true, &cl) != 0)

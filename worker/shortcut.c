@@ -13,7 +13,7 @@
  * half (wk_sc_accept). Anything else goes the ordinary way, through the relay socket. */
 #include "config.h"
 
-#include "worker/wk.h"
+#include "worker/relay.h"
 
 #include <errno.h>
 #include <string.h>
@@ -140,92 +140,41 @@ static bool wk_sc_reachable(struct worker *w, const struct wk_listener *tl,
 	return t->transport == SHM_TRANSPORT_UDP && tl->proto == WORKER_PROTO_UDP && !tl->secure;
 }
 
-/* Bandwidth of the receiving side (peer -> client), as wk_alloc_bw_admit for a record
- * this worker does not own. */
-static bool wk_sc_bw_admit(struct worker *w, const struct wk_listener *tl,
-			   const struct shm_relay_target *t, struct wk_alloc *own, size_t len,
-			   uint64_t now_ns)
+/* The receiving end of h's allocation for wk_relay_in, from its record as read: the
+ * sender's permission and channel, and where a UDP client is reached from here (an owned
+ * one through its own destination; another worker's through this worker's socket of the
+ * same listener, unless a PROXY protocol proxy stands between: the proxy's address is
+ * that worker's to know, and the client's own is not where it listens). */
+static void wk_sc_rx(const struct wk_sc_hit *h, struct wk_rx *rx)
 {
-	struct shm_bw_limits lim = w->hot.bw;
-	struct shm_bw_who who;
+	const struct shm_relay_target *t = &h->t;
 
-	if (own)
-		return wk_alloc_bw_admit(w, own, SHM_BW_TO_CLIENT, len, now_ns);
-	lim.listener_bps = tl->sl.max_bps;
-	if (!shm_bw_on(&lim))
-		return true;
-	who = (struct shm_bw_who){ .alloc_idx = t->idx,
-				   .listener_idx = tl->slot,
-				   .user_key = t->user_key,
-				   .listener_key = shm_quota_listener_key(t->listener_idx) };
-	if (shm_bw_admit(w->shm, &who, SHM_BW_TO_CLIENT, len, now_ns, &lim) == SHM_BW_PASS)
-		return true;
-	shm_ctr_add(w->ctr, SHM_CTR_QUOTA_BANDWIDTH, 1);
-	return false;
+	rx->p = (struct wk_party){ .l = h->tl,
+				   .own = h->own,
+				   .idx = t->idx,
+				   .lslot = h->own ? h->own->rec->listener_idx : t->listener_idx,
+				   .user_key = t->user_key };
+	rx->sc = true;
+	rx->perm = t->perm;
+	rx->chan = t->chan;
+	rx->relayed = true;
+	rx->to = NULL;
+	rx->to_len = 0;
+	if (h->own)
+		rx->to = wk_alloc_dest(h->own, &rx->to_len);
+	else if (!wk_pp_enabled(h->tl) && (rx->to_len = wk_shm_to_addr(&t->client, &rx->client)))
+		rx->to = (struct sockaddr *)&rx->client;
 }
 
-/* The receiving half, as wk_relay_cb does for a datagram from `from` on the target's relay
- * socket: routes (IP and port), permission (a missing one is counted as a denial here),
- * bandwidth, counters, then the Data indication or ChannelData to its client. */
-static void wk_sc_receive(struct worker *w, struct wk_listener *tl,
-			  const struct shm_relay_target *t, struct wk_alloc *own,
-			  const struct sockaddr *from, const uint8_t *data, size_t len,
-			  uint64_t now_ns)
+void wk_sc_receive(struct worker *w, const struct wk_sc_hit *h, const uint8_t *data, size_t len,
+		   uint64_t now_ns)
 {
-	uint8_t *payload = w->sc_buf + WK_HEADROOM, *m;
-	struct sockaddr_storage client;
-	socklen_t client_len;
-	size_t mlen = 0;
-	uint32_t cl;
+	struct wk_rx rx;
 
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-	if (wk_peer_allowed(w, tl, from, CONF_CPROTO_UDP, true, &cl) < 0)
-		return;
-	if (!t->perm) {
-		wk_peer_deny(w, tl);
-		return;
-	}
-	if (!wk_sc_bw_admit(w, tl, t, own, len, now_ns))
-		return;
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
-	shm_lctr_add(w->ctr, tl->slot, SHM_LCTR_PEER_PKTS_IN, 1);
-	shm_lctr_add(w->ctr, tl->slot, SHM_LCTR_PEER_BYTES_IN, len);
-	if (own) {
-		shm_alloc_ctr_add(own->rec, SHM_ACTR_PKTS_FROM_PEER, 1);
-		shm_alloc_ctr_add(own->rec, SHM_ACTR_BYTES_FROM_PEER, len);
-	} else {
-		shm_relay_ctr_add(w->shm, t->idx, 1, len);
-	}
-	memcpy(payload, data, len);
-	m = wk_frame_peer(payload, len, from, t->chan, own && own->conn && !own->conn->dgram,
-			  &mlen);
-	if (!m)
-		return;
-	if (own && own->conn) {
-		struct wk_ep ep = { .l = own->l,
-				    .c = own->conn,
-				    .addr = (struct sockaddr *)&own->client,
-				    .addr_len = own->client_len };
-
-		wk_send_client(w, &ep, m, mlen);
-		return;
-	}
-	/* A UDP client, ours or another worker's: grouped with the batch's other messages to
-	 * it (one UDP_SEGMENT send), as the relay sockets' path groups them. */
-	if (own) {
-		const struct sockaddr *to = wk_alloc_dest(own, &client_len);
-
-		if (to)
-			wk_ctg_send(w, own->l, to, client_len, m, mlen);
-	} else if (wk_pp_enabled(tl)) {
-		/* Another worker's client behind a PROXY protocol proxy: the proxy's address
-		 * is that worker's to know, and the client's own is not where it listens. */
-		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
-	} else if ((client_len = wk_shm_to_addr(&t->client, &client)) != 0) {
-		wk_ctg_send(w, tl, (struct sockaddr *)&client, client_len, m, mlen);
-	}
+	wk_relay_received(w, len);
+	wk_sc_rx(h, &rx);
+	wk_relay_in(w, &rx, (const struct sockaddr *)&h->from_sa, data, w->sc_buf + WK_HEADROOM,
+		    len, now_ns, NULL);
 }
 
 int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_addr *from,
@@ -243,91 +192,37 @@ int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_a
 	return -ENOENT;
 }
 
-/* Without a hand-over channel (harnesses): through the relay sockets to the target's
- * internal relay address, where the owner's relay socket takes it and gives it our
- * announced address (wk_sc_announced_from). */
-static bool wk_sc_via_relays(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-			     struct shm_relay_target *t, uint16_t port, uint32_t cl,
-			     const uint8_t *data, size_t len)
+int wk_sc_find(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
+	       const struct sockaddr *peer, struct wk_sc_hit *h)
 {
-	struct sockaddr_storage in;
-
-	t->relay.port = port;
-	if (wk_shm_to_addr(&t->relay, &in) == 0)
-		return false;
-	wk_peer_send(w, a, r, (struct sockaddr *)&in, cl, data, len, false);
-	return true;
-}
-
-/* Its client is another worker's connection: the datagram goes to that worker, counted
- * on the sending side once the channel took it, as a relay socket's send is. A full
- * channel drops it as a full relay socket would (a send error). */
-static bool wk_sc_hand_over(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-			    struct shm_relay_target *t, const struct shm_addr *to,
-			    const struct shm_addr *from, uint32_t cl, const uint8_t *data,
-			    size_t len)
-{
-	int rc = wk_ho_send(w, t, to->port, from, data, len);
-
-	if (rc == -ENOTCONN)
-		return wk_sc_via_relays(w, a, r, t, to->port, cl, data, len);
-	if (rc < 0) {
-		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
-		return true;
-	}
-	wk_peer_count(w, a, cl, 1, len);
-	shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
-	return true;
-}
-
-bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len)
-{
-	struct sockaddr_storage from;
-	struct shm_addr to, from_shm;
-	struct shm_relay_target t;
-	struct wk_listener *tl;
-	struct wk_alloc *own;
-	uint64_t now_ns;
-
-	if (!wk_sc_own_ip(w, peer) || len > WK_DGRAM_MAX - 4)
-		return false;
-	now_ns = wk_batch_ns(w);
-	wk_addr_to_shm(peer, &to);
-	wk_relay_announced(a, r, &from);
-	wk_addr_to_shm((struct sockaddr *)&from, &from_shm);
-	if (wk_sc_target(w, &to, &from_shm, now_ns, w->hot.bw.user_bps != 0, &t, &tl) < 0)
-		return false;
-	if (!wk_sc_reachable(w, tl, &t, &own))
-		return wk_sc_hand_over(w, a, r, &t, &to, &from_shm, cl, data, len);
-	/* The sending half, as if it had left relay socket r. */
-	wk_peer_count(w, a, cl, 1, len);
-	shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT, 1);
-	wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&from, data, len, now_ns);
-	return true;
+	wk_addr_to_shm(peer, &h->to);
+	wk_relay_announced(a, r, &h->from_sa);
+	wk_addr_to_shm((struct sockaddr *)&h->from_sa, &h->from);
+	if (wk_sc_target(w, &h->to, &h->from, wk_batch_ns(w), w->hot.bw.user_bps != 0, &h->t,
+			 &h->tl) < 0)
+		return -ENOENT;
+	h->reachable = wk_sc_reachable(w, h->tl, &h->t, &h->own);
+	return 0;
 }
 
 void wk_sc_accept(struct worker *w, uint32_t idx, uint64_t gen, uint16_t port,
 		  const struct shm_addr *from, const uint8_t *data, size_t len)
 {
 	uint64_t now_ns = wk_batch_ns(w);
-	struct sockaddr_storage fa;
-	struct shm_relay_target t;
-	struct wk_listener *tl;
-	struct wk_alloc *own;
+	struct wk_sc_hit h = { .from = *from };
 
 	/* The sender read the record a moment ago: since then it may have ended, been
 	 * claimed again (another generation) or gone to another slot (a take-over), and its
 	 * permission and channel may have changed: all read again, as the sender did. */
-	if (!w->snap || wk_shm_to_addr(from, &fa) == 0 ||
-	    shm_relay_target_read(w->shm, idx, port, from, now_ns, false, &t) < 0 ||
-	    t.owner != w->slot || t.gen != gen ||
-	    (tl = wk_sc_listener(w, t.listener_idx)) == NULL ||
-	    !wk_sc_reachable(w, tl, &t, &own)) {
+	if (!w->snap || wk_shm_to_addr(from, &h.from_sa) == 0 ||
+	    shm_relay_target_read(w->shm, idx, port, from, now_ns, false, &h.t) < 0 ||
+	    h.t.owner != w->slot || h.t.gen != gen ||
+	    (h.tl = wk_sc_listener(w, h.t.listener_idx)) == NULL ||
+	    !wk_sc_reachable(w, h.tl, &h.t, &h.own)) {
 		shm_ctr_add(w->ctr, SHM_CTR_SHORT_CIRCUIT_STALE, 1);
 		return;
 	}
-	wk_sc_receive(w, tl, &t, own, (struct sockaddr *)&fa, data, len, now_ns);
+	wk_sc_receive(w, &h, data, len, now_ns);
 }
 
 bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,

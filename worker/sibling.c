@@ -8,7 +8,7 @@
  * network must stop address spoofing, and only the configured siblings are translated. */
 #include "config.h"
 
-#include "worker/wk.h"
+#include "worker/relay.h"
 
 #include <string.h>
 #include <netinet/in.h>
@@ -102,11 +102,10 @@ bool wk_sib_refused(const struct worker *w, const struct sockaddr *peer)
 	       wk_sib_of_port(w, a.family, a.port) == NULL;
 }
 
-bool wk_sib_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		    const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len)
+bool wk_sib_target(const struct worker *w, const struct sockaddr *peer,
+		   struct sockaddr_storage *to)
 {
 	const struct wk_sib *s;
-	struct sockaddr_storage to;
 	struct shm_addr p;
 
 	if (w->n_sibs == 0)
@@ -115,10 +114,7 @@ bool wk_sib_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 	if (!wk_sib_is_mask(w, &p) || (s = wk_sib_of_port(w, p.family, p.port)) == NULL)
 		return false;
 	memcpy(p.addr, s->addr, 16);
-	if (wk_shm_to_addr(&p, &to) == 0)
-		return false;
-	wk_peer_send(w, a, r, (struct sockaddr *)&to, cl, data, len, true);
-	return true;
+	return wk_shm_to_addr(&p, to) != 0;
 }
 
 bool wk_sib_addr(const struct worker *w, const struct sockaddr *peer)

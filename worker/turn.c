@@ -2,6 +2,7 @@
  * ChannelBind, Send indications and ChannelData (RFC 8489, RFC 8656). */
 #include "config.h"
 
+#include "worker/relay.h"
 #include "worker/unauth.h"
 #include "worker/wk.h"
 
@@ -111,15 +112,6 @@ static bool wk_has_family(const struct wk_alloc *a, int family)
 {
 	return a->relay[0].family == family ||
 	       (a->relay[1].fd >= 0 && a->relay[1].family == family);
-}
-
-static struct wk_relay *wk_relay_of(struct wk_alloc *a, int family)
-{
-	if (a->relay[0].fd >= 0 && a->relay[0].family == family)
-		return &a->relay[0];
-	if (a->relay[1].fd >= 0 && a->relay[1].family == family)
-		return &a->relay[1];
-	return NULL;
 }
 
 /* Checks the Allocate attributes that need no state. Returns 0 or the error code; *tcp
@@ -648,28 +640,6 @@ out:
 	explicit_bzero(&cred, sizeof(cred));
 }
 
-/* Client -> peer, shared by Send indications and ChannelData: the peer must be admitted
- * by the current snapshot (IP and port), hold a permission, and the data must be within
- * the bandwidth limits. A peer that is one of this instance's own relay addresses is
- * short-circuited (worker/shortcut.c); a mask with a port of a sibling's slice goes to that
- * sibling (worker/sibling.c). Nothing is answered on a
- * drop (indications and ChannelData have no responses). */
-static void wk_to_peer(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
-		       const uint8_t *data, size_t len)
-{
-	struct wk_relay *r = wk_relay_of(a, peer->sa_family);
-	uint32_t cl;
-
-	if (!r || a->tcp || wk_peer_allowed(w, a->l, peer, CONF_CPROTO_UDP, true, &cl) < 0 ||
-	    !wk_alloc_perm_ok(a, peer, wk_batch_ns(w)) ||
-	    !wk_alloc_bw_admit(w, a, SHM_BW_TO_PEER, len, wk_batch_ns(w)))
-		return;
-	if (wk_sc_deliver(w, a, r, peer, cl, data, len) ||
-	    wk_sib_deliver(w, a, r, peer, cl, data, len))
-		return;
-	wk_peer_send(w, a, r, peer, cl, data, len, false);
-}
-
 static void wk_send_indication(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct wk_alloc *a = wk_alloc_of(w, ep);
@@ -680,7 +650,7 @@ static void wk_send_indication(struct worker *w, const struct wk_ep *ep, const s
 	if (!a || req->n_unknown || stun_msg_get_peer(req, 0, &peer) < 0 ||
 	    stun_msg_get_raw(req, STUN_ATTR_DATA, &data, &len) < 0)
 		return;
-	wk_to_peer(w, a, (struct sockaddr *)&peer, data, len);
+	wk_relay_out(w, a, (struct sockaddr *)&peer, data, len);
 }
 
 /* The fast path: no allocation, no copy; 5-tuple -> allocation -> channel -> peer. */
@@ -700,7 +670,7 @@ static void wk_channel_data(struct worker *w, const struct wk_ep *ep, const uint
 	c = wk_alloc_chan_by_num(a, ch, wk_batch_ns(w));
 	if (!c || !wk_shm_to_addr(&c->peer, &peer))
 		return;
-	wk_to_peer(w, a, (struct sockaddr *)&peer, data, dlen);
+	wk_relay_out(w, a, (struct sockaddr *)&peer, data, dlen);
 }
 
 static unsigned wk_slot_count(const struct worker *w)

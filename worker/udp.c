@@ -1,7 +1,7 @@
 /* Worker UDP I/O: listener sockets (recvmmsg) and relay sockets (peer -> client, sendmmsg). */
 #include "config.h"
 
-#include "worker/wk.h"
+#include "worker/relay.h"
 
 #include <errno.h>
 #include <string.h>
@@ -190,50 +190,19 @@ uint8_t *wk_frame_peer(uint8_t *payload, size_t len, const struct sockaddr *peer
 	return h;
 }
 
-/* Wraps a peer datagram already at rx + WK_HEADROOM in place, without copying it:
- * ChannelData when the peer has a channel (padded on streams), else a Data indication.
- * Returns the start and length of the message. */
-static uint8_t *wk_wrap_peer(struct wk_alloc *a, uint8_t *slot, size_t len,
-			     const struct sockaddr *peer, uint64_t now_ns, size_t *out_len)
+void wk_rbatch_add(struct wk_rbatch *b, const struct sockaddr *to, socklen_t to_len, uint8_t *m,
+		   size_t mlen)
 {
-	const struct shm_chan *ch = wk_alloc_chan_by_peer(a, peer, now_ns);
+	struct mmsghdr *out = &b->out[b->n];
 
-	return wk_frame_peer(slot + WK_HEADROOM, len, peer, ch ? ch->number : 0,
-			     a->conn && !a->conn->dgram, out_len);
-}
-
-/* relayed: the datagram came from another allocation of turngate (ours or a sibling's,
- * peer is its announced address): a missing permission is counted as a denial then, as the
- * short circuit counts it (an ordinary peer without one is dropped silently). */
-static bool wk_peer_admitted(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
-			     size_t len, uint64_t now_ns, bool relayed)
-{
-	uint32_t cl;
-
-	if (wk_peer_allowed(w, a->l, peer, CONF_CPROTO_UDP, true, &cl) < 0)
-		return false;
-	if (!wk_alloc_perm_ok(a, peer, now_ns)) {
-		if (relayed)
-			wk_peer_deny(w, a->l);
-		return false;
-	}
-	if (!wk_alloc_bw_admit(w, a, SHM_BW_TO_CLIENT, len, now_ns))
-		return false;
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_IN, 1);
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_IN, len);
-	return true;
-}
-
-/* Queues one wrapped message for the batch to a UDP client (counted once sent). */
-static void wk_relay_queue(const struct sockaddr *to, socklen_t to_len, struct mmsghdr *out,
-			   struct iovec *iov, uint8_t *m, size_t mlen)
-{
-	iov->iov_base = m;
-	iov->iov_len = mlen;
-	out->msg_hdr.msg_iov = iov;
+	b->iov[b->n].iov_base = m;
+	b->iov[b->n].iov_len = mlen;
+	memset(out, 0, sizeof(*out));
+	out->msg_hdr.msg_iov = &b->iov[b->n];
 	out->msg_hdr.msg_iovlen = 1;
 	out->msg_hdr.msg_name = (void *)to;
 	out->msg_hdr.msg_namelen = to_len;
+	b->n++;
 }
 
 /* Bytes of out[0..n). */
@@ -335,87 +304,51 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 	}
 }
 
-/* Peer -> client for one relay socket. Datagrams are checked against the current
- * snapshot's allowlist (IP and port) and the allocation's permissions before anything is
- * sent; UDP clients get them in one sendmmsg batch through the listener socket. */
+/* Peer -> client for one relay socket: each datagram goes through the relay pipeline
+ * (wk_relay_in); UDP clients get them in one sendmmsg batch through the listener socket. */
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct wk_relay *r = io->data;
 	struct wk_alloc *a = wk_alloc_checked(r->a);
 	struct worker *w = wk_checked(a->w);
-	struct mmsghdr msgs[WK_BATCH], out[WK_BATCH];
-	struct iovec iov[WK_BATCH], oiov[WK_BATCH];
+	struct mmsghdr msgs[WK_BATCH];
+	struct iovec iov[WK_BATCH];
 	struct sockaddr_storage from[WK_BATCH];
 	uint64_t now_ns = mono_ns();
-	unsigned n_out = 0;
-	struct wk_ep ep = { .l = a->l,
-			    .c = a->conn,
-			    .addr = (struct sockaddr *)&a->client,
-			    .addr_len = a->client_len };
-	socklen_t to_len = 0;
-	const struct sockaddr *to = wk_alloc_dest(a, &to_len);
+	struct wk_rbatch b;
+	struct wk_rx rx;
 	int n;
 
 	n = wk_recv_batch(w, r->fd, WK_DGRAM_MAX - 4, msgs, iov, from);	/* room for padding */
 	if (n <= 0)
 		return;
-	memset(out, 0, sizeof(out));
+	wk_relay_socket_rx(a, &rx);
+	b.n = 0;
 	for (int i = 0; i < n; i++) {
 		const struct sockaddr *peer = (struct sockaddr *)&from[i];
-		size_t len = msgs[i].msg_len, mlen = 0;
+		uint8_t *payload = w->rx[i] + WK_HEADROOM;
+		size_t len = msgs[i].msg_len;
 		struct sockaddr_storage ann;
-		bool relayed = w->n_masks && wk_sc_announced_from(w, a->l, peer, &ann);
-		uint8_t *m;
 
 		/* From another allocation of ours or a sibling's: its announced address. */
-		if (relayed)
+		rx.relayed = w->n_masks && wk_sc_announced_from(w, a->l, peer, &ann);
+		if (rx.relayed)
 			peer = (struct sockaddr *)&ann;
-		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
-		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-		if ((msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ||
-		    !wk_peer_admitted(w, a, peer, len, now_ns, relayed))
-			continue;
-		shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_PKTS_IN, 1);
-		shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_BYTES_IN, len);
-		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_FROM_PEER, 1);
-		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_FROM_PEER, len);
-		m = wk_wrap_peer(a, w->rx[i], len, peer, now_ns, &mlen);
-		if (!m)
-			continue;
-		if (a->conn) {
-			wk_send_client(w, &ep, m, mlen);	/* into the stream buffer */
-			continue;
-		}
-		if (!to) {
-			/* A PROXY protocol client whose proxy is not known yet (taken over):
-			 * until its next datagram nothing can reach it. */
-			shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
-			continue;
-		}
-		wk_relay_queue(to, to_len, &out[n_out], &oiov[n_out], m, mlen);
-		n_out++;
+		wk_relay_received(w, len);
+		if (!(msgs[i].msg_hdr.msg_flags & MSG_TRUNC))
+			wk_relay_in(w, &rx, peer, payload, payload, len, now_ns, &b);
 	}
-	if (n_out)
-		wk_relay_flush(w, a, out, n_out);
-}
-
-void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n, size_t bytes)
-{
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);
-	shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_PKTS_OUT, n);
-	shm_lctr_add(w->ctr, a->l->slot, SHM_LCTR_PEER_BYTES_OUT, bytes);
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_PKTS_OUT, n);
-	shm_cctr_add(w->ctr, cl, SHM_CCTR_PEER_BYTES_OUT, bytes);
-	shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, n);
-	shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, bytes);
+	if (b.n)
+		wk_relay_flush(w, a, b.out, b.n);
 }
 
 /* After a send succeeded: the peer counters, and the sibling one when it went to one. */
 static void wk_peer_sent(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n,
 			 size_t bytes, bool sib)
 {
-	wk_peer_count(w, a, cl, n, bytes);
+	struct wk_party p = wk_party_own(a);
+
+	wk_relay_count(w, &p, SHM_BW_TO_PEER, cl, n, bytes);
 	if (sib)
 		shm_ctr_add(w->ctr, SHM_CTR_SIBLING_OUT, n);
 }

@@ -464,7 +464,7 @@ int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, st
 int wk_udp_start(struct worker *w, struct wk_listener *l);
 /* Sends an admitted client -> peer datagram from relay socket r (cl: the peer's cluster):
  * joins the current batch's group when it can (struct wk_txg), else goes at once. sib:
- * peer is a sibling's relay address (wk_sib_deliver), counted as such once sent. */
+ * peer is a sibling's relay address (wk_sib_target), counted as such once sent. */
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
 		  bool sib);
@@ -475,8 +475,6 @@ bool wk_df_fast(int fd, int family);
  * by wk_client_sent once sent, as a send error otherwise. */
 void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
 		 socklen_t to_len, const uint8_t *buf, size_t len);
-/* Counts n datagrams of bytes in all sent to a peer of cluster cl from a's relay. */
-void wk_peer_count(struct worker *w, struct wk_alloc *a, uint32_t cl, unsigned n, size_t bytes);
 /* Frames a peer datagram for the client in place: payload (len bytes, WK_HEADROOM free
  * before it, 3 after) becomes ChannelData of channel chan (padded to 4 bytes when stream)
  * or, chan 0, a Data indication from peer. Returns the message start, or NULL. */
@@ -616,19 +614,10 @@ struct shm_relay_target;
 int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_addr *from,
 		 uint64_t now_ns, bool want_user, struct shm_relay_target *t,
 		 struct wk_listener **tl);
-/* Client -> peer: data from a, admitted on a's side (routes with cluster cl, permission,
- * bandwidth), to peer. When peer names a live UDP allocation of this instance whose
- * client this worker can reach, the datagram is counted as sent from r and handed to that
- * allocation as if received on its relay socket (its checks, counters and framing):
- * returns true. When another worker owns that client's connection, the datagram goes to
- * that worker (wk_ho_send, counted as sent once the channel took it; wk_sc_accept there)
- * and true is returned too. false: the caller sends it through r. */
-bool wk_sc_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		   const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
 /* Peer -> client on a relay socket of listener l: when from is the relay address of a live
  * allocation of this instance whose listener masks it, *out = the announced (masked)
  * address, which the permission check and the Data indication then use (what
- * wk_sc_deliver sends through the relay sockets, for a client it cannot reach without a
+ * the short circuit sends through the relay sockets, for a client it cannot reach without a
  * hand-over channel, arrives so); when from is a sibling's relay address, l's mask with
  * from's port (wk_sib_from).
  * Returns true when set. */
@@ -669,12 +658,6 @@ bool wk_sib_own_port(const struct worker *w, uint16_t port);
  * listener's relay port range nor a sibling's (of peer's family). Such a peer is refused
  * as the routes refuse one (wk_peer_allowed, ChannelBind). */
 bool wk_sib_refused(const struct worker *w, const struct sockaddr *peer);
-/* Client -> peer, after the short circuit found no allocation of this instance: when peer
- * is one of our masks with a port in a sibling's slice, sends the data through r to that
- * sibling's relay address (same family) and port, counted as sent to a sibling too, and
- * returns true. */
-bool wk_sib_deliver(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		    const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len);
 /* Whether peer is a sibling's relay address with a port in its slice. */
 bool wk_sib_addr(const struct worker *w, const struct sockaddr *peer);
 /* Peer -> client on a relay socket of listener l: when from is a sibling's relay address
@@ -776,12 +759,6 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 			struct shm_ppool_resv *resv);
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
-/* The bandwidth limits (limits.allocation_bps, user_bps, the listener's max_bps;
- * shm/shm_bw.h) for one datagram of len payload bytes in direction dir: true when it may
- * be relayed; false when a bucket refused it (counted in the shared drop counts and in
- * SHM_CTR_QUOTA_BANDWIDTH). */
-bool wk_alloc_bw_admit(struct worker *w, struct wk_alloc *a, enum shm_bw_dir dir, size_t len,
-		       uint64_t now_ns);
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer);
 const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);

@@ -1,0 +1,131 @@
+/* Worker relay pipeline (worker/relay.c): the one admit, count and deliver of every datagram
+ * between a client and a peer, whichever way it goes and whichever path it takes. The
+ * transports call it through its entry points only: wk_relay_out (client -> peer: Send
+ * indications and ChannelData, turn.c), wk_relay_in (peer -> client: a relay socket's
+ * datagram, udp.c, or a short-circuited one, shortcut.c and handover.c). Worker process
+ * only. */
+#ifndef TG_WORKER_RELAY_H
+#define TG_WORKER_RELAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "shm/shm_bw.h"
+#include "shm/shm_relay.h"
+#include "worker/wk.h"
+
+/* An allocation as the pipeline sees it: its listener here and its record, with its
+ * private half (own) when this worker owns it. The receiver of a short-circuited datagram
+ * may be another worker's UDP client, known by its record only (shm_relay_target_read). */
+struct wk_party {
+	struct wk_listener *l;
+	struct wk_alloc *own;		/* NULL: another worker's allocation */
+	uint32_t idx;			/* its record */
+	uint32_t lslot;			/* the record's listener slot */
+	uint64_t user_key;		/* not own: its user's key when read (want_user) */
+};
+
+/* The party of a's own allocation. */
+static inline struct wk_party wk_party_own(struct wk_alloc *a)
+{
+	return (struct wk_party){
+		.l = a->l, .own = a, .idx = a->rec_idx, .lslot = a->rec->listener_idx
+	};
+}
+
+/* The receiving end of peer -> client datagrams. A relay socket's (wk_relay_socket_rx)
+ * is filled once per received batch: the sender's permission and channel are looked up in
+ * own's record per datagram. The short circuit's (wk_sc_rx) is filled per datagram from
+ * the record as read under its seqlock (sc true: perm and chan are set). */
+struct wk_rx {
+	struct wk_party p;
+	bool sc;			/* perm and chan were read with the record */
+	bool perm;			/* sc: the sender holds a permission */
+	uint16_t chan;			/* sc: the sender's channel, 0 none */
+	bool relayed;			/* the sender is an allocation of this instance or a
+					 * sibling's: a missing permission counts as a denial */
+	const struct sockaddr *to;	/* where datagrams to a UDP client go (the client or its
+					 * proxy); NULL: unknown, each one is a send error */
+	socklen_t to_len;
+	struct sockaddr_storage client;	/* to's storage for another worker's client */
+};
+
+/* Messages of one relay socket's batch to its UDP client (wk_relay_cb), sent together
+ * once the batch is read (one UDP_SEGMENT send or one sendmmsg). */
+struct wk_rbatch {
+	struct mmsghdr out[WK_BATCH];
+	struct iovec iov[WK_BATCH];
+	unsigned n;
+};
+
+/* The one admission of a datagram of len bytes between peer and party p, direction dir:
+ * p's listener's routes (IP and port, a refusal counted), a permission for peer (perm; a
+ * missing one counted as a refusal when deny_counted), the bandwidth limits
+ * (limits.allocation_bps, user_bps, the listener's max_bps; shm/shm_bw.h; a refusal
+ * counted in SHM_CTR_QUOTA_BANDWIDTH and the shared drop counts). *cl: peer's cluster. */
+bool wk_relay_admit(struct worker *w, const struct wk_party *p, const struct sockaddr *peer,
+		    bool perm, bool deny_counted, enum shm_bw_dir dir, size_t len, uint64_t now_ns,
+		    uint32_t *cl);
+/* The one count of n admitted datagrams (bytes in all) between a peer of cluster cl and
+ * party p: per cluster, per listener, on the record (another worker's: shm_relay_ctr_add);
+ * toward a peer also globally (a peer's datagram is counted globally when received,
+ * wk_relay_received). TO_PEER: once sent (or taken by a hand-over channel). */
+void wk_relay_count(struct worker *w, const struct wk_party *p, enum shm_bw_dir dir, uint32_t cl,
+		    unsigned n, size_t bytes);
+/* A datagram of len bytes reached a relay socket of ours, or was short-circuited to one
+ * (counted before any check). */
+void wk_relay_received(struct worker *w, size_t len);
+
+/* Client -> peer: data of a's client to peer (Send indication, ChannelData): admitted on
+ * a's side (a relay socket of peer's family, a UDP allocation), then delivered by the
+ * short circuit when peer is a live allocation of this instance (counted as sent from a,
+ * received by the other), to another worker through the hand-over channel when its client
+ * is that worker's, to a sibling's relay address when peer is a mask in a sibling's slice,
+ * else through the relay socket. */
+void wk_relay_out(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
+		  const uint8_t *data, size_t len);
+/* The receiving end of a's relay sockets (to: its destination, once per batch). */
+void wk_relay_socket_rx(struct wk_alloc *a, struct wk_rx *rx);
+/* Peer -> client: a datagram from `from` (a's announced address as rx->relayed says)
+ * for rx's client: admitted (TO_CLIENT), counted, copied to payload unless it is there
+ * already (payload: WK_HEADROOM free before it, 3 bytes after), framed there (ChannelData
+ * or a Data indication) and sent: to a stream client at once; to a UDP client into b when
+ * not NULL, else into the listener batch's group (wk_ctg_send). */
+void wk_relay_in(struct worker *w, const struct wk_rx *rx, const struct sockaddr *from,
+		 const uint8_t *data, uint8_t *payload, size_t len, uint64_t now_ns,
+		 struct wk_rbatch *b);
+
+/* ---- shortcut.c: what the short circuit finds ---- */
+/* A live UDP allocation of this instance that a peer address names (wk_sc_find). */
+struct wk_sc_hit {
+	struct shm_relay_target t;	/* its record, read for the sender */
+	struct wk_listener *tl;		/* its listener here */
+	struct wk_alloc *own;		/* its private half, when this worker owns it */
+	bool reachable;			/* its client is reached from this worker */
+	struct shm_addr to;		/* the peer address (its relay IP or mask, and port) */
+	struct shm_addr from;		/* the sender's announced address */
+	struct sockaddr_storage from_sa;
+};
+/* Whether peer (one of this instance's relay IPs or masks, wk_sc_own_ip) names a live UDP
+ * allocation of this instance, read for a's relay r as the sender: 0 and *h, or -ENOENT. */
+int wk_sc_find(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
+	       const struct sockaddr *peer, struct wk_sc_hit *h);
+/* The receiving half of a short-circuited datagram to h's allocation (reachable): counted
+ * as received, then wk_relay_in. */
+void wk_sc_receive(struct worker *w, const struct wk_sc_hit *h, const uint8_t *data, size_t len,
+		   uint64_t now_ns);
+
+/* ---- sibling.c ---- */
+/* When peer is one of this instance's masks with a port in a sibling's slice: *to = that
+ * sibling's relay address (same family) and port, true. */
+bool wk_sib_target(const struct worker *w, const struct sockaddr *peer,
+		   struct sockaddr_storage *to);
+
+/* ---- udp.c ---- */
+/* Queues message m (mlen bytes) to `to` in b. */
+void wk_rbatch_add(struct wk_rbatch *b, const struct sockaddr *to, socklen_t to_len, uint8_t *m,
+		   size_t mlen);
+
+#endif
