@@ -438,7 +438,9 @@ static void fz_time_jump(struct worker *w, uint32_t secs)
 {
 	uint64_t d_ms = (uint64_t)secs * 1000u, d_ns = d_ms * 1000000u, now_ms;
 
-	for (struct wk_alloc *a = w->allocs; a; a = a->next) {
+	struct wk_alloc *a;
+
+	LIST_FOREACH(a, &w->allocs, link) {
 		struct shm_alloc *rec = a->rec;
 
 		a->expires_ms = fz_sub(a->expires_ms, d_ms);
@@ -469,8 +471,8 @@ static void fz_reset(struct fz *f)
 	struct shm_counters c;
 	uint32_t cursor = 0, idx;
 
-	while (w->allocs)
-		wk_alloc_destroy(w, w->allocs, "fuzz input done");
+	while (!LIST_EMPTY(&w->allocs))
+		wk_alloc_destroy(w, LIST_FIRST(&w->allocs), "fuzz input done");
 	shm_ppool_resv_clear(f->shm);
 	if (w->n_allocs != 0 || w->wheel.armed != 0)
 		fz_die("allocations or timers left after destroying them all");

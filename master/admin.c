@@ -8,6 +8,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -26,7 +27,7 @@ struct admin_client {
 	char *out;
 	size_t out_len, out_off;
 	bool closing;      /* close once out is flushed */
-	struct admin_client *next;
+	LIST_ENTRY(admin_client) link; /* struct admin's clients */
 };
 
 struct admin {
@@ -36,23 +37,17 @@ struct admin {
 	ev_io io;
 	char *path;
 	unsigned n_clients;
-	struct admin_client *clients;
+	LIST_HEAD(, admin_client) clients;
 };
 
 static void client_free(struct admin_client *c)
 {
 	struct admin *a = c->a;
-	struct admin_client **pp;
 
 	ev_io_stop(a->m->loop, &c->rio);
 	ev_io_stop(a->m->loop, &c->wio);
 	close(c->fd);
-	for (pp = &a->clients; *pp != NULL; pp = &(*pp)->next) {
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	}
+	LIST_REMOVE(c, link);
 	a->n_clients--;
 	free(c->out);
 	free(c);
@@ -255,8 +250,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	ev_io_init(&c->wio, write_cb, fd, EV_WRITE);
 	c->rio.data = c->wio.data = c;
 	ev_io_start(loop, &c->rio);
-	c->next = a->clients;
-	a->clients = c;
+	LIST_INSERT_HEAD(&a->clients, c, link);
 	a->n_clients++;
 }
 
@@ -382,8 +376,8 @@ void admin_close(struct admin *a)
 {
 	if (a == NULL)
 		return;
-	while (a->clients != NULL)
-		client_free(a->clients);
+	while (!LIST_EMPTY(&a->clients))
+		client_free(LIST_FIRST(&a->clients));
 	ev_io_stop(a->m->loop, &a->io);
 	close(a->fd);
 	/* After a live upgrade the socket (and its path) is the new master's; a new master

@@ -45,9 +45,9 @@ static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
 struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
 			       const struct sockaddr *client)
 {
-	struct wk_alloc *a = w->hash[wk_ep_hash(l, client) & w->hash_mask];
+	struct wk_alloc *a;
 
-	for (; a; a = a->hnext)
+	LIST_FOREACH(a, &w->hash[wk_ep_hash(l, client) & w->hash_mask], hlink)
 		if (a->l == l && wk_addr_equal((struct sockaddr *)&a->client, client))
 			return a;
 	return NULL;
@@ -79,19 +79,11 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, st
 		a->relay[i].a = a;
 	}
 	wheel_timer_init(&a->timer, wk_alloc_timer_cb);
-	if (conn) {
+	if (conn)
 		conn->alloc = a;
-	} else {
-		uint32_t b = wk_ep_hash(l, client) & w->hash_mask;
-
-		a->hnext = w->hash[b];
-		w->hash[b] = a;
-	}
-	a->next = w->allocs;
-	if (a->next)
-		a->next->pprev = &a->next;
-	a->pprev = &w->allocs;
-	w->allocs = a;
+	else
+		LIST_INSERT_HEAD(&w->hash[wk_ep_hash(l, client) & w->hash_mask], a, hlink);
+	LIST_INSERT_HEAD(&w->allocs, a, link);
 	w->n_allocs++;
 	return a;
 }
@@ -142,20 +134,12 @@ int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
 	return *out ? 0 : -ENOMEM;
 }
 
-static void wk_alloc_unhash(struct worker *w, struct wk_alloc *a)
+static void wk_alloc_unhash(struct wk_alloc *a)
 {
-	struct wk_alloc **pp;
-
-	if (a->conn) {
+	if (a->conn)
 		a->conn->alloc = NULL;
-		return;
-	}
-	for (pp = &w->hash[wk_ep_hash(a->l, (struct sockaddr *)&a->client) & w->hash_mask]; *pp;
-	     pp = &(*pp)->hnext)
-		if (*pp == a) {
-			*pp = a->hnext;
-			return;
-		}
+	else
+		LIST_REMOVE(a, hlink);	/* hashed since wk_alloc_new: conn never changes */
 }
 
 /* Closes the relay sockets and unlinks a from every private index; the record is left
@@ -179,12 +163,10 @@ static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 		r->pool_tag = 0;
 	}
 	wheel_disarm(&w->wheel, &a->timer);
-	wk_alloc_unhash(w, a);
+	wk_alloc_unhash(a);
 	if (w->by_idx[a->rec_idx] == a)
 		w->by_idx[a->rec_idx] = NULL;
-	*a->pprev = a->next;
-	if (a->next)
-		a->next->pprev = a->pprev;
+	LIST_REMOVE(a, link);
 	w->n_allocs--;
 	free(a->resp);
 	a->magic = 0;

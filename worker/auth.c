@@ -353,11 +353,11 @@ void wk_revoke_sweep(struct worker *w)
 	if (seq == w->revoke_seq || (seq & 1u) != 0)
 		return;
 	w->revoke_seq = seq;
-	for (a = w->allocs; a; a = next) {
+	for (a = LIST_FIRST(&w->allocs); a; a = next) {
 		size_t len = a->rec->user_len < SHM_ALLOC_USER_MAX ? a->rec->user_len
 								    : SHM_ALLOC_USER_MAX;
 
-		next = a->next;
+		next = LIST_NEXT(a, link);
 		if (shm_revoke_match(w->shm, a->rec->username, len, now))
 			wk_alloc_destroy(w, a, "credential revoked");
 	}

@@ -384,9 +384,10 @@ void wk_offload_sync(struct worker *w, struct wk_alloc *a)
 void wk_offload_map(struct worker *w, unsigned which, int fd)
 {
 	int *slot = which == 0 ? &w->off.c2p_fd : which == 1 ? &w->off.p2c_fd : NULL;
+	struct wk_alloc *a;
 
 	/* The new maps hold nothing of ours (or the fast path is gone). */
-	for (struct wk_alloc *a = w->allocs; a; a = a->next)
+	LIST_FOREACH(a, &w->allocs, link)
 		a->off_mask = 0;
 	if (slot == NULL) {
 		if (w->off.c2p_fd >= 0)
@@ -408,8 +409,10 @@ void wk_offload_map(struct worker *w, unsigned which, int fd)
 
 void wk_offload_sync_all(struct worker *w)
 {
+	struct wk_alloc *a;
+
 	if (!wk_off_on(w))
 		return;
-	for (struct wk_alloc *a = w->allocs; a; a = a->next)
+	LIST_FOREACH(a, &w->allocs, link)
 		wk_offload_sync(w, a);
 }

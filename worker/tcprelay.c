@@ -119,7 +119,9 @@ void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a)
 
 void wk_tcpr_recheck_all(struct worker *w)
 {
-	for (struct wk_alloc *a = w->allocs; a; a = a->next) {
+	struct wk_alloc *a;
+
+	LIST_FOREACH(a, &w->allocs, link) {
 		struct wk_tpeer *tp = a->tpeers, *next;
 		uint32_t cl;
 

@@ -7,34 +7,28 @@
 
 static void wheel_link(struct wheel *w, struct wheel_timer *t, uint64_t tick)
 {
-	struct wheel_timer **head = &w->slot[tick % WHEEL_SLOTS];
-
-	t->next = *head;
-	if (t->next)
-		t->next->pprev = &t->next;
-	t->pprev = head;
-	*head = t;
+	LIST_INSERT_HEAD(&w->slot[tick % WHEEL_SLOTS], t, link);
+	t->armed = true;
 }
 
 static void wheel_unlink(struct wheel_timer *t)
 {
-	*t->pprev = t->next;
-	if (t->next)
-		t->next->pprev = t->pprev;
-	t->next = NULL;
-	t->pprev = NULL;
+	LIST_REMOVE(t, link);
+	t->armed = false;
 }
 
 void wheel_init(struct wheel *w, uint64_t now_ms)
 {
 	memset(w, 0, sizeof(*w));
+	for (size_t i = 0; i < WHEEL_SLOTS; i++)
+		LIST_INIT(&w->slot[i]);
 	w->tick = now_ms / WHEEL_TICK_MS;
 }
 
 void wheel_timer_init(struct wheel_timer *t, wheel_fire_fn *fire)
 {
-	t->next = NULL;
-	t->pprev = NULL;
+	memset(&t->link, 0, sizeof(t->link));
+	t->armed = false;
 	t->deadline_ms = 0;
 	t->fire = fire;
 }
@@ -50,7 +44,7 @@ static uint64_t wheel_tick_of(const struct wheel *w, uint64_t deadline_ms)
 
 void wheel_arm(struct wheel *w, struct wheel_timer *t, uint64_t deadline_ms)
 {
-	if (t->pprev)
+	if (t->armed)
 		wheel_unlink(t);
 	else
 		w->armed++;
@@ -60,26 +54,27 @@ void wheel_arm(struct wheel *w, struct wheel_timer *t, uint64_t deadline_ms)
 
 void wheel_disarm(struct wheel *w, struct wheel_timer *t)
 {
-	if (!t->pprev)
+	if (!t->armed)
 		return;
 	wheel_unlink(t);
 	w->armed--;
 }
 
 /* Moves one slot's timers to a private list first: callbacks may then add to or remove
- * from the wheel (including the private list, through pprev) without disturbing the
- * walk. */
+ * from the wheel (including the private list: a LIST entry unlinks without its head)
+ * without disturbing the walk. */
 static size_t wheel_run_slot(struct wheel *w, size_t idx, uint64_t now_ms, void *arg)
 {
-	struct wheel_timer *pending = w->slot[idx];
+	struct wheel_list pending;
+	struct wheel_timer *t;
 	size_t fired = 0;
 
-	w->slot[idx] = NULL;
-	if (pending)
-		pending->pprev = &pending;
-	while (pending) {
-		struct wheel_timer *t = pending;
-
+	LIST_INIT(&pending);
+	while ((t = LIST_FIRST(&w->slot[idx])) != NULL) {
+		LIST_REMOVE(t, link);
+		LIST_INSERT_HEAD(&pending, t, link);
+	}
+	while ((t = LIST_FIRST(&pending)) != NULL) {
 		wheel_unlink(t);
 		if (t->deadline_ms > now_ms) {
 			wheel_link(w, t, wheel_tick_of(w, t->deadline_ms));

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #define WHEEL_TICK_MS 100u
 #define WHEEL_SLOTS 1024u
@@ -21,16 +22,17 @@ struct wheel_timer;
 typedef void wheel_fire_fn(struct wheel_timer *t, void *arg);
 
 struct wheel_timer {
-	struct wheel_timer *next;
-	struct wheel_timer **pprev; /* NULL when not armed */
+	LIST_ENTRY(wheel_timer) link;	/* its slot's list, while armed */
+	bool armed;
 	uint64_t deadline_ms;
 	wheel_fire_fn *fire;
 };
+LIST_HEAD(wheel_list, wheel_timer);
 
 struct wheel {
 	uint64_t tick;		/* last tick processed */
 	size_t armed;		/* number of armed timers */
-	struct wheel_timer *slot[WHEEL_SLOTS];
+	struct wheel_list slot[WHEEL_SLOTS];
 };
 
 /* Initialises an empty wheel at time now_ms. */
@@ -48,7 +50,7 @@ void wheel_disarm(struct wheel *w, struct wheel_timer *t);
 
 static inline bool wheel_timer_armed(const struct wheel_timer *t)
 {
-	return t->pprev != NULL;
+	return t->armed;
 }
 
 /* Fires every timer whose deadline is <= now_ms, in no particular order. A fired timer is

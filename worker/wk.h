@@ -201,8 +201,8 @@ struct wk_relay {
 struct wk_alloc {
 	uint32_t magic;
 	struct worker *w;
-	struct wk_alloc *hnext;		/* 5-tuple hash chain (UDP only) */
-	struct wk_alloc *next, **pprev;	/* worker's list of all allocations */
+	LIST_ENTRY(wk_alloc) hlink;	/* its 5-tuple hash chain (UDP only: conn == NULL) */
+	LIST_ENTRY(wk_alloc) link;	/* the worker's list of all allocations */
 	struct wk_listener *l;
 	struct wk_tconn *conn;		/* TCP: the control connection; NULL for UDP */
 	struct sockaddr_storage client;
@@ -227,6 +227,8 @@ struct wk_alloc {
 	uint8_t *resp;			/* cached Allocate success (retransmissions) */
 	size_t resp_len;
 };
+
+LIST_HEAD(wk_alloc_list, wk_alloc);
 
 struct wk_hot {
 	uint32_t max_perms, max_chans;
@@ -362,9 +364,9 @@ struct worker {
 	/* UDP allocations by (listener, client): a power of two of buckets, at least the
 	 * table's capacity (so chains stay short however many allocations one worker holds,
 	 * and a lookup costs the same with 0 or 100,000 held), hash_mask = buckets - 1. */
-	struct wk_alloc **hash;
+	struct wk_alloc_list *hash;
 	uint32_t hash_mask;
-	struct wk_alloc *allocs;
+	struct wk_alloc_list allocs;
 	size_t n_allocs;
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
 	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */

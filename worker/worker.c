@@ -302,8 +302,8 @@ void wk_listener_close(struct worker *w, struct wk_listener *l)
 
 	if (!l->active)
 		return;
-	for (a = w->allocs; a; a = next) {
-		next = a->next;
+	for (a = LIST_FIRST(&w->allocs); a; a = next) {
+		next = LIST_NEXT(a, link);
 		if (a->l == l)
 			wk_alloc_destroy(w, a, "listener removed");
 	}
@@ -324,8 +324,8 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 {
 	struct wk_alloc *a, *next;
 
-	for (a = w->allocs; a; a = next) {
-		next = a->next;
+	for (a = LIST_FIRST(&w->allocs); a; a = next) {
+		next = LIST_NEXT(a, link);
 		/* turngatectl revoke ends by index what it has just revoked: the session
 		 * record's end reason says so */
 		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
@@ -510,9 +510,9 @@ static void wk_watchers_init(struct worker *w)
  * listener removal or an admin disconnect ends an allocation. */
 static void wk_leave_table(struct worker *w)
 {
-	while (w->allocs) {
-		struct wk_alloc *a = w->allocs;
+	struct wk_alloc *a;
 
+	while ((a = LIST_FIRST(&w->allocs)) != NULL) {
 		if (a->conn)
 			a->conn->alloc = NULL;
 		wk_alloc_forget(w, a);
@@ -546,7 +546,8 @@ int wk_tables_init(struct worker *w)
 	w->hash_mask = WK_HASH_BUCKETS - 1;
 	while (w->hash_mask < shm_alloc_capacity(w->shm) - 1 && w->hash_mask < (1u << 24) - 1)
 		w->hash_mask = w->hash_mask << 1 | 1;
-	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash));
+	LIST_INIT(&w->allocs);
+	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash)); /* empty LIST heads */
 	w->tphash = calloc(WK_TCPR_HASH, sizeof(*w->tphash));
 	w->by_idx = calloc(shm_alloc_capacity(w->shm) + 1, sizeof(*w->by_idx));
 	w->sc_buf = malloc(WK_HEADROOM + WK_DGRAM_MAX);

@@ -157,8 +157,8 @@ static int teardown(void **state)
 
 	/* The allocation code gives everything back: no allocation, timer, port or record
 	 * outlives wk_alloc_destroy, and the active gauge is back at 0. */
-	while (w->allocs)
-		wk_alloc_destroy(w, w->allocs, "test done");
+	while (!LIST_EMPTY(&w->allocs))
+		wk_alloc_destroy(w, LIST_FIRST(&w->allocs), "test done");
 	assert_int_equal(w->n_allocs, 0);
 	assert_int_equal(w->wheel.armed, 0);
 	assert_int_equal(shm_ppool_held(f->shm, mono_ns(), NULL), 0);
