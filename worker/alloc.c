@@ -567,6 +567,21 @@ const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const str
 	return NULL;
 }
 
+void wk_alloc_announced(const struct wk_alloc *a, const struct wk_relay *r,
+			struct sockaddr_storage *out)
+{
+	const struct sockaddr_storage *m = &a->l->mask_addr;
+
+	memcpy(out, &r->addr, sizeof(*out));
+	if (m->ss_family != r->family)
+		return;
+	memcpy(out, m, sizeof(*out));
+	if (r->family == AF_INET)
+		((struct sockaddr_in *)out)->sin_port = htons(r->port);
+	else
+		((struct sockaddr_in6 *)out)->sin6_port = htons(r->port);
+}
+
 /* RFC 8656 11.2: a channel number bound to another peer, or a peer bound to another
  * channel, is refused (-EEXIST -> 400); rebinding the same pair refreshes it. A channel
  * that expired is free again at once (the RFC's 5-minute quarantine is not applied:

@@ -143,7 +143,7 @@ static void wk_off_key(const struct wk_alloc *a, const struct shm_chan *c, struc
 }
 
 /* The address relay address `relay` of an allocation on listener tl is announced as: tl's
- * mask of its family with its port, else itself (wk_relay_announced, from the record). */
+ * mask of its family with its port, else itself (wk_alloc_announced, from the record). */
 static void wk_off_sc_announced(const struct wk_listener *tl, const struct shm_addr *relay,
 				struct shm_addr *out)
 {

@@ -70,21 +70,6 @@ bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer)
 	return false;
 }
 
-void wk_relay_announced(const struct wk_alloc *a, const struct wk_relay *r,
-			struct sockaddr_storage *out)
-{
-	const struct sockaddr_storage *m = &a->l->mask_addr;
-
-	memcpy(out, &r->addr, sizeof(*out));
-	if (m->ss_family != r->family)
-		return;
-	memcpy(out, m, sizeof(*out));
-	if (r->family == AF_INET)
-		((struct sockaddr_in *)out)->sin_port = htons(r->port);
-	else
-		((struct sockaddr_in6 *)out)->sin6_port = htons(r->port);
-}
-
 void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add)
 {
 	if (a->tcp)
@@ -196,7 +181,7 @@ int wk_sc_find(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
 	       const struct sockaddr *peer, struct wk_sc_hit *h)
 {
 	wk_addr_to_shm(peer, &h->to);
-	wk_relay_announced(a, r, &h->from_sa);
+	wk_alloc_announced(a, r, &h->from_sa);
 	wk_addr_to_shm((struct sockaddr *)&h->from_sa, &h->from);
 	if (wk_sc_target(w, &h->to, &h->from, wk_batch_ns(w), w->hot.bw.user_bps != 0, &h->t,
 			 &h->tl) < 0)

@@ -276,7 +276,7 @@ static void wk_allocate_reply(struct worker *w, const struct wk_ep *ep, struct w
 		if (a->relay[i].fd >= 0) {
 			struct sockaddr_storage ann;
 
-			wk_relay_announced(a, &a->relay[i], &ann);
+			wk_alloc_announced(a, &a->relay[i], &ann);
 			stun_build_addr(&b, STUN_ATTR_XOR_RELAYED_ADDRESS, (struct sockaddr *)&ann);
 		}
 	stun_build_lifetime(&b, lifetime);
@@ -297,7 +297,9 @@ static void wk_allocate_reply(struct worker *w, const struct wk_ep *ep, struct w
 	wk_send_client(w, ep, w->txbuf, len);
 }
 
-static int wk_allocate_checks(struct worker *w, const struct wk_cred *cred, const char **reason)
+/* A draining worker takes no new allocation: 300 with ALTERNATE-SERVER when one is
+ * configured (admin.alternate_server), else 403. 0 when not draining. */
+static int wk_allocate_draining(const struct worker *w, const char **reason)
 {
 	if (w->draining) {
 		*reason = "Server draining";
@@ -393,7 +395,7 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 		code = 437;
 		goto fail;
 	}
-	code = wk_allocate_checks(w, &cred, &reason);
+	code = wk_allocate_draining(w, &reason);
 	if (code == 300) {
 		wk_reply_alternate(w, ep, req, &cred);
 		goto out;

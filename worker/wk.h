@@ -603,10 +603,6 @@ bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer);
  * offloaded (the short circuit, or the sibling translation, decides in user space); a
  * peer that merely shares the relay's IP (a media server on the same host) is. */
 bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer);
-/* The address relay r of a is announced as: its listener's relay_address_mask with r's port
- * when the listener masks that family, else r's own address. */
-void wk_relay_announced(const struct wk_alloc *a, const struct wk_relay *r,
-			struct sockaddr_storage *out);
 /* Enters (add) or takes out a's UDP relay r in the shared relay port index. */
 void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add);
 struct shm_relay_target;
@@ -766,6 +762,11 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);
 const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
 					     uint64_t now_ns);
+/* The address relay r of a is announced as (XOR-RELAYED-ADDRESS, the short circuit's
+ * sender): its listener's relay_address_mask with r's port when the listener masks that
+ * family, else r's own address. */
+void wk_alloc_announced(const struct wk_alloc *a, const struct wk_relay *r,
+			struct sockaddr_storage *out);
 /* The shm_ppool_tag of l's relay address of family (its bookings in the shared pool). */
 uint32_t wk_pool_tag(const struct wk_listener *l, int family);
 
