@@ -210,10 +210,12 @@ fail:
 	return rc;
 }
 
-/* keep_refused: a live upgrade's new binary (shm_state_open_upgrade), which creates its
- * segment before it says ready (ready(ctx)) and only then waits for the lock. */
+/* upgrade: a live upgrade's new binary (shm_state_open_upgrade), which creates its
+ * segment before it says ready (ready(ctx)) and only then waits for the lock, and which
+ * keeps a state file it cannot take where it is (its predecessor wrote it): an error, not
+ * a file moved aside. */
 static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
-		      uint64_t now_ns, unsigned lock_wait_ms, bool keep_refused,
+		      uint64_t now_ns, unsigned lock_wait_ms, bool upgrade,
 		      void (*ready)(void *), void *ctx, struct shm **out, struct shm_takeover *t)
 {
 	struct paths p;
@@ -232,7 +234,7 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	rc = dir_check(dir, t);
 	if (rc < 0)
 		return rc;
-	if (!keep_refused) {
+	if (!upgrade) {
 		lock_fd = lock_take(p.lock, lock_wait_ms, t);
 		if (lock_fd < 0)
 			return lock_fd;
@@ -242,7 +244,7 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		snprintf(t->why, sizeof(t->why), "cannot create %s: %s", p.fresh, strerror(-rc));
 		goto fail;
 	}
-	if (keep_refused) {
+	if (upgrade) {
 		if (ready != NULL)
 			ready(ctx);
 		lock_fd = lock_take(p.lock, lock_wait_ms, t);
@@ -256,7 +258,7 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 
 		/* A live upgrade's old workers hand their TURN-TCP connections over: their
 		 * records come along, and a new worker releases those no connection claims. */
-		shm->keep_tcp = keep_refused;
+		shm->keep_tcp = upgrade;
 		rc = shm_image_take(shm, &img, now_ns, t);
 		if (rc < 0 && rc != -EBADMSG) {
 			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,
@@ -265,7 +267,7 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		}
 	}
 	if (t->verdict != SHM_STATE_NONE && t->verdict != SHM_STATE_TAKEN) {
-		if (keep_refused) {
+		if (upgrade) {
 			rc = -EBADMSG;
 			goto fail;
 		}
