@@ -1,4 +1,4 @@
-/* Offload module internals shared by offload.c (open, pins, close) and offload_attach.c
+/* Offload module internals shared by offload_open.c (open, pins, close) and offload_attach.c
  * (the TC and XDP hooks of one interface). Built only with HAVE_OFFLOAD. */
 #ifndef TG_OFFLOAD_OFFLOAD_INT_H
 #define TG_OFFLOAD_OFFLOAD_INT_H

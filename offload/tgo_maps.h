@@ -1,5 +1,5 @@
 /* Layout of the offload maps, shared by the eBPF programs (relay.bpf.c) and user space
- * (offload.c): a change here is a change of the pinned maps' ABI (see TGO_LAYOUT).
+ * (offload_open.c): a change here is a change of the pinned maps' ABI (see TGO_LAYOUT).
  *
  * Every on-wire field (addresses, ports, channel numbers) is kept in network byte order,
  * as it sits in the packet, so the programs compare and copy without swapping. Addresses
