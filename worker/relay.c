@@ -11,20 +11,6 @@
 #include <errno.h>
 #include <string.h>
 
-/* The counters of each direction (enum shm_bw_dir), in one table so both count alike. */
-static const struct wk_relay_ctrs {
-	enum shm_lctr l_pkts, l_bytes;
-	enum shm_cctr c_pkts, c_bytes;
-	enum shm_alloc_ctr a_pkts, a_bytes;
-} wk_relay_ctrs[SHM_BW_DIRS] = {
-	[SHM_BW_TO_PEER] = { SHM_LCTR_PEER_PKTS_OUT, SHM_LCTR_PEER_BYTES_OUT,
-			     SHM_CCTR_PEER_PKTS_OUT, SHM_CCTR_PEER_BYTES_OUT,
-			     SHM_ACTR_PKTS_TO_PEER, SHM_ACTR_BYTES_TO_PEER },
-	[SHM_BW_TO_CLIENT] = { SHM_LCTR_PEER_PKTS_IN, SHM_LCTR_PEER_BYTES_IN,
-			       SHM_CCTR_PEER_PKTS_IN, SHM_CCTR_PEER_BYTES_IN,
-			       SHM_ACTR_PKTS_FROM_PEER, SHM_ACTR_BYTES_FROM_PEER },
-};
-
 /* The user's key of an owned allocation, computed once it is needed. */
 static uint64_t wk_relay_user_key(struct wk_alloc *a)
 {
@@ -55,9 +41,14 @@ static bool wk_relay_bw_admit(struct worker *w, const struct wk_party *p, enum s
 	return false;
 }
 
-bool wk_relay_admit(struct worker *w, const struct wk_party *p, const struct sockaddr *peer,
-		    bool perm, bool deny_counted, enum shm_bw_dir dir, size_t len, uint64_t now_ns,
-		    uint32_t *cl)
+/* The one admission of a datagram of len bytes between peer and party p, direction dir:
+ * p's listener's routes (IP and port, a refusal counted), a permission for peer (perm; a
+ * missing one counted as a refusal when deny_counted), the bandwidth limits
+ * (limits.allocation_bps, user_bps, the listener's max_bps; shm/shm_bw.h; a refusal
+ * counted in SHM_CTR_QUOTA_BANDWIDTH and the shared drop counts). *cl: peer's cluster. */
+static bool wk_relay_admit(struct worker *w, const struct wk_party *p,
+			   const struct sockaddr *peer, bool perm, bool deny_counted,
+			   enum shm_bw_dir dir, size_t len, uint64_t now_ns, uint32_t *cl)
 {
 	if (wk_peer_allowed(w, p->l, peer, CONF_CPROTO_UDP, true, cl) < 0)
 		return false;
@@ -67,33 +58,6 @@ bool wk_relay_admit(struct worker *w, const struct wk_party *p, const struct soc
 		return false;
 	}
 	return wk_relay_bw_admit(w, p, dir, len, now_ns);
-}
-
-void wk_relay_count(struct worker *w, const struct wk_party *p, enum shm_bw_dir dir, uint32_t cl,
-		    unsigned n, size_t bytes)
-{
-	const struct wk_relay_ctrs *k = &wk_relay_ctrs[dir];
-
-	if (dir == SHM_BW_TO_PEER) {
-		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
-		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);
-	}
-	shm_lctr_add(w->ctr, p->l->slot, k->l_pkts, n);
-	shm_lctr_add(w->ctr, p->l->slot, k->l_bytes, bytes);
-	shm_cctr_add(w->ctr, cl, k->c_pkts, n);
-	shm_cctr_add(w->ctr, cl, k->c_bytes, bytes);
-	if (p->own) {
-		shm_alloc_ctr_add(p->own->rec, k->a_pkts, n);
-		shm_alloc_ctr_add(p->own->rec, k->a_bytes, bytes);
-	} else {
-		shm_relay_ctr_add(w->shm, p->idx, n, bytes);
-	}
-}
-
-void wk_relay_received(struct worker *w, size_t len)
-{
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
 }
 
 /* ---- peer -> client ---- */

@@ -1,6 +1,7 @@
-/* Worker relay pipeline (worker/relay.c): the one admit, count and deliver of every datagram
- * between a client and a peer, whichever way it goes and whichever path it takes. The
- * transports call it through its entry points only: wk_relay_out (client -> peer: Send
+/* Worker relay pipeline (worker/relay.c): the one admit (wk_relay_admit, inside relay.c),
+ * count (wk_relay_count) and deliver of every datagram between a client and a peer,
+ * whichever way it goes and whichever path it takes. The transports call it through its
+ * entry points only: wk_relay_out (client -> peer: Send
  * indications and ChannelData, turn.c), wk_relay_in (peer -> client: a relay socket's
  * datagram, udp.c, or a short-circuited one, shortcut.c and handover.c). Worker process
  * only. */
@@ -60,23 +61,44 @@ struct wk_rbatch {
 	unsigned n;
 };
 
-/* The one admission of a datagram of len bytes between peer and party p, direction dir:
- * p's listener's routes (IP and port, a refusal counted), a permission for peer (perm; a
- * missing one counted as a refusal when deny_counted), the bandwidth limits
- * (limits.allocation_bps, user_bps, the listener's max_bps; shm/shm_bw.h; a refusal
- * counted in SHM_CTR_QUOTA_BANDWIDTH and the shared drop counts). *cl: peer's cluster. */
-bool wk_relay_admit(struct worker *w, const struct wk_party *p, const struct sockaddr *peer,
-		    bool perm, bool deny_counted, enum shm_bw_dir dir, size_t len, uint64_t now_ns,
-		    uint32_t *cl);
 /* The one count of n admitted datagrams (bytes in all) between a peer of cluster cl and
- * party p: per cluster, per listener, on the record (another worker's: shm_relay_ctr_add);
- * toward a peer also globally (a peer's datagram is counted globally when received,
- * wk_relay_received). TO_PEER: once sent (or taken by a hand-over channel). */
-void wk_relay_count(struct worker *w, const struct wk_party *p, enum shm_bw_dir dir, uint32_t cl,
-		    unsigned n, size_t bytes);
+ * party p, direction dir: per cluster, per listener, on the record (another worker's:
+ * shm_relay_ctr_add); toward a peer also globally (a peer's datagram is counted globally
+ * when received, wk_relay_received). TO_PEER: once sent (or taken by a hand-over
+ * channel). Always inlined: every caller passes a constant dir, so the counter indexes fold
+ * to constants as where the counters were written out by hand (GCC otherwise keeps one
+ * out-of-line copy for both directions, at about twice the instructions). */
+__attribute__((always_inline))
+static inline void wk_relay_count(struct worker *w, const struct wk_party *p,
+				  enum shm_bw_dir dir, uint32_t cl, unsigned n, size_t bytes)
+{
+	bool out = dir == SHM_BW_TO_PEER;
+
+	if (out) {
+		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
+		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);
+	}
+	shm_lctr_add(w->ctr, p->l->slot, out ? SHM_LCTR_PEER_PKTS_OUT : SHM_LCTR_PEER_PKTS_IN, n);
+	shm_lctr_add(w->ctr, p->l->slot, out ? SHM_LCTR_PEER_BYTES_OUT : SHM_LCTR_PEER_BYTES_IN,
+		     bytes);
+	shm_cctr_add(w->ctr, cl, out ? SHM_CCTR_PEER_PKTS_OUT : SHM_CCTR_PEER_PKTS_IN, n);
+	shm_cctr_add(w->ctr, cl, out ? SHM_CCTR_PEER_BYTES_OUT : SHM_CCTR_PEER_BYTES_IN, bytes);
+	if (p->own == NULL) {
+		shm_relay_ctr_add(w->shm, p->idx, n, bytes);
+		return;
+	}
+	shm_alloc_ctr_add(p->own->rec, out ? SHM_ACTR_PKTS_TO_PEER : SHM_ACTR_PKTS_FROM_PEER, n);
+	shm_alloc_ctr_add(p->own->rec, out ? SHM_ACTR_BYTES_TO_PEER : SHM_ACTR_BYTES_FROM_PEER,
+			  bytes);
+}
+
 /* A datagram of len bytes reached a relay socket of ours, or was short-circuited to one
  * (counted before any check). */
-void wk_relay_received(struct worker *w, size_t len);
+static inline void wk_relay_received(struct worker *w, size_t len)
+{
+	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
+	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
+}
 
 /* Client -> peer: data of a's client to peer (Send indication, ChannelData): admitted on
  * a's side (a relay socket of peer's family, a UDP allocation), then delivered by the
