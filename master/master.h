@@ -314,8 +314,6 @@ bool reload_guard_pass(struct master *m, const char *trigger, unsigned flags,
 /* Sets (spec) or clears (NULL) the log override, in the master and the workers.
  * Returns 0 or -EINVAL for a malformed spec. */
 int reload_set_loglevel(struct master *m, const char *spec);
-/* Number of allocations in the shared table (the counts' total, O(1)). */
-unsigned master_alloc_count(const struct master *m);
 
 /* ---- kernel fast path (master/offload.c) ---------------------------------------- */
 
@@ -380,6 +378,8 @@ int state_relock(struct master *m);
 /* A start that fails before it serves: removes the state file it created (never one it took
  * over, nor a live upgrade's, nor one that holds allocations). */
 void state_forget_created(struct master *m);
+/* Number of allocations in the shared table (the counts' total, O(1)). */
+unsigned master_alloc_count(const struct master *m);
 
 /* ---- stream connections across a live upgrade (master/park.c) -------------------- */
 

@@ -20,7 +20,6 @@
 #include "shm/shm.h"
 #include "shm/shm_lslot.h"
 #include "shm/shm_alloc.h"
-#include "shm/shm_quota.h"
 
 void reload_result_clear(struct reload_result *r)
 {
@@ -255,15 +254,6 @@ int reload_initial(struct master *m)
 		return rc;
 	apply_logging(m, m->cfg);
 	return 0;
-}
-
-/* The allocation counts' exact total (shm/shm_quota.h: taken when a record is published,
- * given back when it ends or is released), in O(1): a scan of the table read one page per
- * record, a cost that grew with the capacity, on every status, /status and stats (issue
- * 42). */
-unsigned master_alloc_count(const struct master *m)
-{
-	return (unsigned)shm_quota_total(m->shm);
 }
 
 static bool str_eq(const char *a, const char *b)
