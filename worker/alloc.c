@@ -263,6 +263,29 @@ void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime
 	wk_alloc_rearm(w, a);
 }
 
+/* r's socket fd, bound to port of family, announced as ann with that port. */
+static void wk_relay_set(struct wk_relay *r, int fd, int family, uint16_t port,
+			 const struct sockaddr_storage *ann, bool gso_off)
+{
+	r->fd = fd;
+	r->family = family;
+	r->port = port;
+	r->gso_off = gso_off;
+	memcpy(&r->addr, ann, sizeof(r->addr));
+	if (family == AF_INET)
+		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
+}
+
+static void wk_relay_watch(struct worker *w, struct wk_relay *r,
+			   void (*cb)(struct ev_loop *, ev_io *, int))
+{
+	ev_io_init(&r->io, cb, r->fd, EV_READ);
+	r->io.data = r;
+	ev_io_start(w->loop, &r->io);
+}
+
 /* The relayed address of a TCP allocation (RFC 6062): a TCP socket listening on the
  * relayed address and port for peers (ConnectionAttempt, worker/tcprelay.c); Connects bind
  * their sockets to the same address and port (SO_REUSEADDR and SO_REUSEPORT on all of
@@ -282,15 +305,7 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 		close(fd);
 		return err;
 	}
-	r->fd = fd;
-	r->family = family;
-	r->port = port;
-	r->gso_off = true;
-	memcpy(&r->addr, ann, sizeof(r->addr));
-	if (family == AF_INET)
-		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
-	else
-		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
+	wk_relay_set(r, fd, family, port, ann, true);
 	if (listen(fd, 64) < 0) {
 		int err = -errno;
 
@@ -298,9 +313,7 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 		r->fd = -1;
 		return err;
 	}
-	ev_io_init(&r->io, wk_tcpr_accept_cb, fd, EV_READ);
-	r->io.data = r;
-	ev_io_start(w->loop, &r->io);
+	wk_relay_watch(w, r, wk_tcpr_accept_cb);
 	return 0;
 }
 
@@ -348,18 +361,8 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	/* Here rather than in the Allocate handler, so relay sockets rebound by re-adoption
 	 * after a worker crash get the same buffers. */
 	wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
-	r->fd = fd;
-	r->family = family;
-	r->port = port;
-	r->gso_off = false;
-	memcpy(&r->addr, ann, sizeof(r->addr));
-	if (family == AF_INET)
-		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
-	else
-		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
-	ev_io_init(&r->io, wk_relay_cb, fd, EV_READ);
-	r->io.data = r;
-	ev_io_start(w->loop, &r->io);
+	wk_relay_set(r, fd, family, port, ann, false);
+	wk_relay_watch(w, r, wk_relay_cb);
 	wk_sc_index(w, a, r, true);
 	return 0;
 }
@@ -384,18 +387,8 @@ static int wk_relay_tcp_take(struct worker *w, struct wk_alloc *a, struct wk_rel
 	wk_addr_to_shm((struct sockaddr *)&got, &bound);
 	if (bound.port != port)
 		return -EINVAL;
-	r->fd = fd;
-	r->family = family;
-	r->port = port;
-	r->gso_off = true;
-	memcpy(&r->addr, ann, sizeof(r->addr));
-	if (family == AF_INET)
-		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
-	else
-		((struct sockaddr_in6 *)&r->addr)->sin6_port = htons(port);
-	ev_io_init(&r->io, wk_tcpr_accept_cb, fd, EV_READ);
-	r->io.data = r;
-	ev_io_start(w->loop, &r->io);
+	wk_relay_set(r, fd, family, port, ann, true);
+	wk_relay_watch(w, r, wk_tcpr_accept_cb);
 	return 0;
 }
 
