@@ -40,6 +40,9 @@ void ctl_print_human(const char *cmd, json_t *reply, FILE *out);
  * row per allocation. */
 void ctl_print_alloc_rows(json_t *reply, bool header, FILE *out);
 
+/* A decimal integer >= 0 (the whole string). Returns 0, or -EINVAL. */
+int ctl_parse_nonneg(const char *s, json_int_t *out);
+
 /* `turngatectl allocations [--user U] [--listener L] [--worker N] [--limit N] [--page N]
  * [--cursor C]`: pages through the daemon's listing (N per request, default 1000) until
  * its end or --limit entries (default 1000); returns the exit status. */

@@ -15,19 +15,6 @@ struct allocs_opts {
 	json_int_t cursor;       /* where the first page starts */
 };
 
-static int allocs_nonneg(const char *s, json_int_t *out)
-{
-	char *end;
-	long long v;
-
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno != 0 || *end != '\0' || end == s || v < 0)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static int allocs_args(struct allocs_opts *o, int argc, char **argv)
 {
 	for (int i = 0; i < argc; i++) {
@@ -40,7 +27,7 @@ static int allocs_args(struct allocs_opts *o, int argc, char **argv)
 			json_object_set_new(o->filter, k + 2, json_string(argv[++i]));
 			continue;
 		}
-		if (allocs_nonneg(argv[++i], &n) < 0)
+		if (ctl_parse_nonneg(argv[++i], &n) < 0)
 			return -EINVAL;
 		if (strcmp(k, "--worker") == 0)
 			json_object_set_new(o->filter, "worker", json_integer(n));

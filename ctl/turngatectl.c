@@ -71,7 +71,7 @@ static void usage(FILE *out)
 		"  --json                     print the daemon's JSON reply as is\n");
 }
 
-static int parse_nonneg(const char *s, json_int_t *out)
+int ctl_parse_nonneg(const char *s, json_int_t *out)
 {
 	char *end;
 	long long v;
@@ -153,7 +153,7 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 			json_object_set_new(req, "user", json_string(argv[1]));
 			return req;
 		}
-		if (argc == 1 && parse_nonneg(argv[0], &id) == 0) {
+		if (argc == 1 && ctl_parse_nonneg(argv[0], &id) == 0) {
 			json_object_set_new(req, "id", json_integer(id));
 			return req;
 		}
