@@ -122,19 +122,7 @@ static bool write_all(int fd, const void *p, size_t len)
 /* The child: resolves every name, writes the answers, exits. Never returns. */
 static void dns_child(const struct dns_name *names, size_t n, int wfd)
 {
-	master_child_signals();
-	signal(SIGALRM, SIG_DFL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	/* Nothing of the master's stays open here (the state file's lock among them). */
-	if ((wfd > 3 && close_range(3, (unsigned)wfd - 1, 0) < 0) ||
-	    close_range((unsigned)wfd + 1, ~0U, 0) < 0) {
-		long max = sysconf(_SC_OPEN_MAX);
-
-		for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
-			if (fd != wfd)
-				close(fd);
-	}
-	alarm(DNS_CHILD_LIMIT_S);
+	master_helper_child(wfd, DNS_CHILD_LIMIT_S);
 	log_set_procname("master/dns");
 	for (size_t i = 0; i < n; i++) {
 		struct sockaddr_storage out[DNS_MAX_ADDRS];

@@ -271,6 +271,10 @@ const char *supervise_state_name(enum mworker_state s);
 /* In a child of the master: the master's signals back to their defaults (SIGHUP and
  * SIGPIPE ignored), none blocked. */
 void master_child_signals(void);
+/* In a helper child of the master that answers through wfd (a DNS resolver): the master's
+ * signals reset, killed with the master, every other descriptor closed, and a SIGALRM
+ * after limit_s seconds ends it. */
+void master_helper_child(int wfd, unsigned limit_s);
 void supervise_free(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */

@@ -99,6 +99,23 @@ void master_child_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+void master_helper_child(int wfd, unsigned limit_s)
+{
+	master_child_signals();
+	signal(SIGALRM, SIG_DFL);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Nothing of the master's stays open here (the state file's lock among them). */
+	if ((wfd > 3 && close_range(3, (unsigned)wfd - 1, 0) < 0) ||
+	    close_range((unsigned)wfd + 1, ~0U, 0) < 0) {
+		long max = sysconf(_SC_OPEN_MAX);
+
+		for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+			if (fd != wfd)
+				close(fd);
+	}
+	alarm(limit_s);
+}
+
 /* Runs in the child after fork: never returns. */
 static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worker_listener *wl,
 		       size_t n_wl, pid_t parent)

@@ -467,19 +467,7 @@ static _Noreturn void dns_child(const char *host, const char *port, int wfd)
 	const char *p = (const char *)&a;
 	size_t left = sizeof(a);
 
-	master_child_signals();
-	signal(SIGALRM, SIG_DFL);
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	/* nothing of the master's stays open here (the state file's lock among them) */
-	if ((wfd > 3 && close_range(3, (unsigned)wfd - 1, 0) < 0) ||
-	    close_range((unsigned)wfd + 1, ~0U, 0) < 0) {
-		long max = sysconf(_SC_OPEN_MAX);
-
-		for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
-			if (fd != wfd)
-				close(fd);
-	}
-	alarm(HOOK_DNS_LIMIT_S);
+	master_helper_child(wfd, HOOK_DNS_LIMIT_S);
 	memset(&a, 0, sizeof(a));
 	a.rc = getaddrinfo(host, port, &hints, &res);
 	for (ai = a.rc == 0 ? res : NULL; ai != NULL && a.n < HOOK_ADDRS; ai = ai->ai_next) {
