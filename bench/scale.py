@@ -408,16 +408,17 @@ def run(kind, n, args, out):
                    rss_per_alloc=(rss - idle_rss) * 1024 / max(ok, 1),
                    kernel_per_alloc=(udp - idle_udp) * 1024 / max(ok, 1))
         held = [i for i in range(n) if fleet.relayed[i] is not None]
-        c0 = cpu_s(srv.pids())
-        refresh_all(fleet, held)
-        per = (cpu_s(srv.pids()) - c0) / max(len(held), 1)
-        res.update(refresh_cpu_us=per * 1e6,
-                   keepalive_core_pct=100 * ok * per * (1 / 300 + 1 / 240))
+        if not args.takeover:
+            c0 = cpu_s(srv.pids())
+            refresh_all(fleet, held)
+            per = (cpu_s(srv.pids()) - c0) / max(len(held), 1)
+            res.update(refresh_cpu_us=per * 1e6,
+                       keepalive_core_pct=100 * ok * per * (1 / 300 + 1 / 240))
         peer = ("127.0.0.1", echo_peer())
         sample = random.Random(1).sample(held, min(100, len(held)))
         fleet.permit(sample, peer)
         res["relayed"] = len(fleet.probe(sample, peer))
-        if kind == "turngate":
+        if kind == "turngate" and not args.takeover:
             url = "http://127.0.0.1:%d/metrics" % METRICS_PORT
             res["scrape_ms"] = timed(lambda: urllib.request.urlopen(url, timeout=60).read())
             res["status_ms"] = timed(lambda: srv.admin("status"))
@@ -429,6 +430,7 @@ def run(kind, n, args, out):
             res["list_ms"] = timed(lambda: srv.ctl("allocations"), 3)
             res["series"] = sum(1 for line in urllib.request.urlopen(url).read().decode()
                                 .splitlines() if line and not line.startswith("#"))
+        if kind == "turngate":
             if args.churn:
                 churn(srv, fleet, sample, peer, res)
             srv.kill()
@@ -463,6 +465,8 @@ def main():
                     help="instead: bulk expiry of N allocations of this lifetime (s)")
     ap.add_argument("--churn", action="store_true",
                     help="also kill -9 a worker and run a live upgrade (turngate)")
+    ap.add_argument("--takeover", action="store_true",
+                    help="only setup and the take-over (with --churn: and respawn, upgrade)")
     ap.add_argument("--no-netns", action="store_true",
                     help="stay in this network namespace (others' sockets can hold relay ports)")
     args = ap.parse_args()
