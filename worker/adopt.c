@@ -14,6 +14,7 @@
 #include "worker/wk.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -120,27 +121,60 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 	return 0;
 }
 
-/* The active UDP listener the record's client reached: same local address as when the
- * allocation was made, preferring the same snapshot index. */
-static struct wk_listener *wk_adopt_listener(struct worker *w, const struct shm_alloc *rec)
-{
-	struct wk_listener *found = NULL;
+/* The active UDP listeners and their local addresses, read once per adoption run
+ * (a getsockname per listener per record was a tenth of a take-over's worker time). */
+struct adopt_ctx {
+	struct worker *w;
+	size_t n;
+	struct wk_listener **ls;
+	struct shm_addr *local;
+};
 
+static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
+{
+	memset(c, 0, sizeof(*c));
+	c->w = w;
+	if (w->n_ls == 0)
+		return 0;
+	c->ls = calloc(w->n_ls, sizeof(*c->ls));
+	c->local = calloc(w->n_ls, sizeof(*c->local));
+	if (c->ls == NULL || c->local == NULL) {
+		free(c->ls);
+		free(c->local);
+		return -ENOMEM;
+	}
 	for (size_t i = 0; i < w->n_ls; i++) {
 		struct wk_listener *l = w->ls[i];
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		struct shm_addr local;
 
 		if (!l->active || !l->snap_ok || l->proto != WORKER_PROTO_UDP ||
 		    getsockname(l->fd, (struct sockaddr *)&ss, &sl) < 0)
 			continue;
-		wk_addr_to_shm((struct sockaddr *)&ss, &local);
-		if (memcmp(&local, &rec->server, sizeof(local)) != 0)
+		c->ls[c->n] = l;
+		wk_addr_to_shm((struct sockaddr *)&ss, &c->local[c->n++]);
+	}
+	return 0;
+}
+
+static void adopt_ctx_free(struct adopt_ctx *c)
+{
+	free(c->ls);
+	free(c->local);
+}
+
+/* The active UDP listener the record's client reached: same local address as when the
+ * allocation was made, preferring the same snapshot index. */
+static struct wk_listener *wk_adopt_listener(const struct adopt_ctx *c, const struct shm_alloc *rec)
+{
+	struct wk_listener *found = NULL;
+
+	for (size_t i = 0; i < c->n; i++) {
+		if (memcmp(&c->local[i], &rec->server, sizeof(c->local[i])) != 0)
 			continue;
-		if (l->slot == rec->listener_idx)
-			return l;
-		found = l;
+		if (c->ls[i]->slot == rec->listener_idx)
+			return c->ls[i];
+		found = c->ls[i];
 	}
 	return found;
 }
@@ -181,14 +215,15 @@ int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct sh
 
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 {
-	struct worker *w = arg;
+	struct adopt_ctx *c = arg;
+	struct worker *w = c->w;
 	struct wk_listener *l;
 	struct wk_alloc *a;
 	int rc;
 
 	if (rec->client_transport == SHM_TRANSPORT_TCP)
 		return wk_park_adopt(w, idx, rec);
-	l = wk_adopt_listener(w, rec);
+	l = wk_adopt_listener(c, rec);
 	if (!l)
 		return -ENOENT;
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
@@ -200,12 +235,18 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
+	struct adopt_ctx c;
+	int rc;
 
+	if (adopt_ctx_init(&c, w) < 0)
+		return;		/* out of memory: tried again at the next iteration */
 	w->adopted = true;
-	if ((w->h->adopt != NULL
+	rc = w->h->adopt != NULL
 		     ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt, w->h->n_adopt,
-				     wk_adopt_one, w, &st)
-		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, w, &st)) < 0)
+				     wk_adopt_one, &c, &st)
+		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, &c, &st);
+	adopt_ctx_free(&c);
+	if (rc < 0)
 		return;
 	wk_park_rest(w);
 	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
