@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "worker/sockbuf.h"
 #include "shm/shm_records.h"
 
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
@@ -232,20 +233,64 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	return wk_adopt_relay(w, a, idx, rec, -1);
 }
 
+/* Relay sockets tuned per idle callback: small enough that a worker answers its clients
+ * between two batches. */
+#define WK_TUNE_BATCH 256u
+
+/* After an adoption: the adopted relay sockets' buffer sizes and DF mode (what
+ * wk_relay_socket sets at once for a new allocation), a batch per loop iteration with no
+ * pending event, so that every worker of a take-over relays again before any spends time
+ * on what relaying does not need (three setsockopt of the six system calls a socket
+ * costs). Until then a socket relays with the kernel's default buffers and DF mode. */
+static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
+{
+	struct worker *w = iw->data;
+	uint32_t cap = shm_alloc_capacity(w->shm), done = 0;
+
+	(void)revents;
+	for (; w->tune_next < cap && done < WK_TUNE_BATCH; w->tune_next++) {
+		struct wk_alloc *a = w->by_idx[w->tune_next];
+
+		if (a == NULL)
+			continue;
+		for (int i = 0; i < 2; i++) {
+			struct wk_relay *r = &a->relay[i];
+
+			if (r->fd < 0 || !r->untuned)
+				continue;
+			r->df_fast = wk_df_fast(r->fd, r->family);
+			wk_sockbuf_grow(r->fd, WK_SOCKBUF_RELAY);
+			r->untuned = false;
+			done++;
+		}
+	}
+	if (w->tune_next >= cap)
+		ev_idle_stop(loop, iw);
+}
+
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
 	struct adopt_ctx c;
 	int rc;
 
+	memset(&st, 0, sizeof(st));
 	if (adopt_ctx_init(&c, w) < 0)
 		return;		/* out of memory: tried again at the next iteration */
 	w->adopted = true;
+	w->adopting = true;
 	rc = w->h->adopt != NULL
 		     ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt, w->h->n_adopt,
 				     wk_adopt_one, &c, &st)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, &c, &st);
 	adopt_ctx_free(&c);
+	w->adopting = false;
+	if (st.adopted > 0 && !ev_is_active(&w->tune)) {
+		w->tune_next = 0;
+		ev_idle_init(&w->tune, wk_adopt_tune_cb);
+		w->tune.data = w;
+		ev_idle_start(w->loop, &w->tune);
+	}
 	if (rc < 0)
 		return;
 	wk_park_rest(w);

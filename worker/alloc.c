@@ -343,7 +343,9 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	if (a->tcp)
 		return wk_relay_tcp_bind(w, r, fd, &bind_to, ann, family, port);
-	r->df_fast = !a->dont_fragment && wk_df_fast(fd, family);
+	/* An adoption defers what relaying does not need to the idle watcher (adopt.c) */
+	r->untuned = w->adopting && !a->dont_fragment;
+	r->df_fast = !a->dont_fragment && !r->untuned && wk_df_fast(fd, family);
 	if (a->dont_fragment) {
 		int v = family == AF_INET ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
 
@@ -360,7 +362,8 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	}
 	/* Here rather than in the Allocate handler, so relay sockets rebound by re-adoption
 	 * after a worker crash get the same buffers. */
-	wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
+	if (!r->untuned)
+		wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
 	wk_relay_set(r, fd, family, port, ann, false);
 	wk_relay_watch(w, r, wk_relay_cb);
 	wk_sc_index(w, a, r, true);

@@ -195,6 +195,7 @@ struct wk_relay {
 	struct sockaddr_storage addr;	/* announced address with port */
 	bool gso_off;			/* UDP_SEGMENT refused on this socket */
 	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
+	bool untuned;			/* adopted: buffers and DF still to set (adopt.c) */
 	uint32_t pool_tag;		/* shm_ppool_tag its port is booked on, 0 none */
 };
 
@@ -353,6 +354,11 @@ struct worker {
 	uint64_t snap_bad_gen;		/* last generation snap_open rejected, logged once */
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
+	/* Adoption binds the relay sockets and leaves their buffer sizes and DF mode to an
+	 * idle watcher that runs once relaying has resumed (adopt.c: wk_adopt_tune_cb). */
+	bool adopting;
+	ev_idle tune;
+	uint32_t tune_next;		/* next record index the idle watcher looks at */
 	uint64_t revoke_seq;		/* revocation list last swept against (auth.c) */
 	struct wk_hot hot;
 	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */

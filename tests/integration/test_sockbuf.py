@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import Daemon, check, config_yaml, free_port, run_tests  # noqa: E402
@@ -62,5 +63,42 @@ def test_buffers(d):
             daemon.kill()
 
 
+def test_buffers_after_takeover(d):
+    """A restart's new worker binds the adopted relay socket first and sets its buffers
+    once it has adopted everything (worker/adopt.c): they still end at 1 MiB."""
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    port = free_port()
+    text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=2,
+                       secret=SECRET)
+    daemon = Daemon(d, text, workers=2).start()
+    try:
+        rmax, wmax = sysctl("rmem_max"), sysctl("wmem_max")
+        c = exact_client(port)
+        c.challenge()
+        _, rport = c.relayed(c.allocate())[0]
+        daemon.kill()           # SIGKILL to the master; its workers leave the record LIVE
+        deadline = time.monotonic() + 10
+        while skmem(rport) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        daemon.start()
+        deadline = time.monotonic() + 10
+        rel = []
+        while time.monotonic() < deadline:
+            rel = skmem(rport)
+            if len(rel) == 1 and rel[0][0] >= want(MIB, rmax) and rel[0][1] >= want(MIB, wmax):
+                break
+            time.sleep(0.05)
+        check(len(rel) == 1, "adopted relay socket not found: %r\n%s" % (rel, daemon.stderr()))
+        rb, tb = rel[0]
+        check(rb >= want(MIB, rmax) and tb >= want(MIB, wmax),
+              "adopted relay buffers %d/%d below 1 MiB (rmem_max %d)" % (rb, tb, rmax))
+        check("1 adopted" in daemon.stderr(), "no adoption:\n" + daemon.stderr())
+        c.release()
+        daemon.stop()
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.kill()
+
+
 if __name__ == "__main__":
-    run_tests([test_buffers])
+    run_tests([test_buffers, test_buffers_after_takeover])
