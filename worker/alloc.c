@@ -72,6 +72,8 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, st
 	a->conn = conn;
 	a->rec_idx = idx;
 	a->rec = rec;
+	if (client_len > sizeof(a->client))
+		client_len = sizeof(a->client);	/* not IPv4/IPv6: never (listeners are IP) */
 	memcpy(&a->client, client, client_len);
 	a->client_len = client_len;
 	for (int i = 0; i < 2; i++) {
@@ -105,8 +107,9 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 		return -ENOMEM;
 	}
 	if (ep->via) {
-		memcpy(&(*out)->via, ep->via, ep->via_len);
-		(*out)->via_len = ep->via_len;
+		(*out)->via_len = ep->via_len <= sizeof((*out)->via) ? ep->via_len
+								      : sizeof((*out)->via);
+		memcpy(&(*out)->via, ep->via, (*out)->via_len);
 	}
 	return 0;
 }
@@ -568,7 +571,8 @@ void wk_alloc_announced(const struct wk_alloc *a, const struct wk_relay *r,
 {
 	const struct sockaddr_storage *m = &a->l->mask_addr;
 
-	memcpy(out, &r->addr, sizeof(*out));
+	memset(out, 0, sizeof(*out));
+	memcpy(out, &r->addr, sizeof(r->addr));
 	if (m->ss_family != r->family)
 		return;
 	memcpy(out, m, sizeof(*out));

@@ -170,8 +170,8 @@ void wk_pp_udp_input(struct worker *w, struct wk_listener *l, const struct socka
 	 * latest one that forwarded a datagram of this client. */
 	a = wk_alloc_find(w, l, (struct sockaddr *)&client);
 	if (a && !a->conn) {
-		memcpy(&a->via, from, ep.via_len);
-		a->via_len = ep.via_len;
+		a->via_len = ep.via_len <= sizeof(a->via) ? ep.via_len : sizeof(a->via);
+		memcpy(&a->via, from, a->via_len);
 	}
 	wk_turn_input(w, &ep, buf + hl, len - (size_t)hl);
 }

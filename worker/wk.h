@@ -4,6 +4,7 @@
 #define TG_WORKER_WK_H
 
 #include <assert.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -185,6 +186,14 @@ struct wk_listener {
 	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
 };
 
+/* An IPv4 or IPv6 socket address: 28 bytes where a sockaddr_storage takes 128. An
+ * allocation holds four (client, via, two relay addresses): 400 bytes less each. */
+union wk_sa {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+};
+
 /* One relay socket of an allocation (two for a dual-stack allocation). */
 struct wk_relay {
 	struct wk_alloc *a;
@@ -192,7 +201,7 @@ struct wk_relay {
 	int family;
 	uint16_t port;
 	ev_io io;
-	struct sockaddr_storage addr;	/* announced address with port */
+	union wk_sa addr;		/* announced address with port */
 	bool gso_off;			/* UDP_SEGMENT refused on this socket */
 	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
 	bool untuned;			/* adopted: buffers and DF still to set (adopt.c) */
@@ -206,12 +215,12 @@ struct wk_alloc {
 	LIST_ENTRY(wk_alloc) link;	/* the worker's list of all allocations */
 	struct wk_listener *l;
 	struct wk_tconn *conn;		/* TCP: the control connection; NULL for UDP */
-	struct sockaddr_storage client;
+	union wk_sa client;
 	socklen_t client_len;
 	/* A UDP allocation of a proxy_protocol listener: client is the header's source (the
 	 * 5-tuple), via the proxy that last forwarded its datagrams, where every datagram to
 	 * the client goes (wk_alloc_dest); via_len 0 until known (after a take-over). */
-	struct sockaddr_storage via;
+	union wk_sa via;
 	socklen_t via_len;
 	struct wk_relay relay[2];
 	uint32_t rec_idx;
