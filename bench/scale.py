@@ -39,7 +39,11 @@ relay sockets: turngated gets a worker per 15,000 allocations (at least 2), cotu
 process, one descriptor per allocation) runs only where N fits. Every wait is bounded.
 
     bench/scale.py [--counts 10000,60000] [--servers turngate,coturn] [--builddir DIR]
-                   [--raw FILE] [--keep] [--expiry S]
+                   [--raw FILE] [--keep] [--expiry S] [--churn] [--takeover]
+
+--takeover runs only the setup, the memory figures and the take-over (with --churn the
+respawn and the live upgrade too), for profiling the restart path
+(bench/results/2026-12-06-takeover.md).
 
 --expiry S instead holds N allocations of lifetime S (limits.allocation_lifetime: S) that
 are never refreshed, and measures when the table is empty again and the workers' busiest
