@@ -5,6 +5,7 @@
 #include "master/admin.h"
 #include "master/records.h"
 #include "master/revoke.h"
+#include "master/linger.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -135,6 +136,8 @@ static json_t *cmd_status(struct master *m, json_t *req)
 		json_object_set_new(r, "refused_sources", refused_sources_json(m));
 	if (r != NULL)
 		json_object_set_new(r, "table", master_sizing_json(m));
+	if (r != NULL)
+		json_object_set_new(r, "lingering", linger_status(m));
 	return r;
 }
 
