@@ -711,6 +711,7 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 			n++;
 	}
 	explicit_bzero(&rec, sizeof(rec));
+	linger_stop_all(m, "a user is disconnected");
 	/* What was done, beside the audit line of what was asked. */
 	log_info("admin", "disconnect: ending %d allocation(s) of user %.256s", n,
 		 json_string_value(user));

@@ -161,14 +161,14 @@ void linger_totals(struct master *m, unsigned *workers, unsigned *sessions)
 		*sessions += li[i].sessions;
 }
 
-void linger_stop_all(struct master *m)
+void linger_stop_all(struct master *m, const char *why)
 {
 	struct linger_info li[LINGER_MAX];
 	size_t n = linger_scan(m, li, LINGER_MAX);
 
 	for (size_t i = 0; i < n && i < LINGER_MAX; i++) {
-		log_info("master", "stopping the lingering worker pid %d (%u TLS calls)",
-			 (int)li[i].pid, li[i].sessions);
+		log_info("master", "stopping the lingering worker pid %d (%u TLS calls): %s",
+			 (int)li[i].pid, li[i].sessions, why);
 		kill(li[i].pid, SIGTERM);
 	}
 }

@@ -35,8 +35,10 @@ json_t *linger_status(struct master *m);
 /* The lingering workers and the calls they hold, for the metrics. */
 void linger_totals(struct master *m, unsigned *workers, unsigned *sessions);
 
-/* A stop (not an upgrade): the lingering workers end their calls and exit (SIGTERM). */
-void linger_stop_all(struct master *m);
+/* The lingering workers end their calls and exit (SIGTERM), for why (logged): a stop
+ * (not an upgrade), or a disconnect or revocation of a user, which cannot reach into
+ * them to pick that user's calls (they read the old table): all of theirs end. */
+void linger_stop_all(struct master *m, const char *why);
 
 /* The old master: w's worker said IPC_LINGER (it stays, serving its TLS calls): it counts
  * as stopped for the upgrade from now on. */

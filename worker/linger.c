@@ -156,7 +156,6 @@ bool wk_linger_begin(struct worker *w)
 	/* The master counts us as stopped from here: its upgrade goes on without us. */
 	count = n;
 	rc = ipc_send(w->h->ctl_fd, IPC_LINGER, &count, sizeof(count), -1);
-	close(w->h->ctl_fd);
 	if (rc < 0) {
 		/* It would wait for our exit: end them rather than hold the upgrade. */
 		log_warn("worker", "slot %u: cannot tell the master we linger: %s", w->slot,

@@ -9,8 +9,9 @@ the relay socket: there is no gap); `turngatectl status` (admin `status`, "linge
 shows the old worker with its one call through both upgrades; a Refresh succeeds after
 them; the allocation's end (Refresh 0) lets the old worker exit, and the status shows
 none. With `limits.upgrade_linger: 2` the call ends about 2 s after the upgrade and
-`stream_linger_ended` (turngate_stream_linger_ended_total) counts it; with 0 it ends at
-the upgrade, as before lingering existed. On a build without lingering the TLS
+`stream_linger_ended` (turngate_stream_linger_ended_total) counts it; a disconnect of a
+user ends every lingering call; with 0 it ends at the upgrade, as before lingering
+existed. On a build without lingering the TLS
 connection closes at the first upgrade.
 
 One thread drives each TLS connection (reads and writes), since an SSL object is not to
@@ -251,6 +252,35 @@ def test_linger_limit_ends_them(d):
     daemon.scan()
 
 
+def test_disconnect_ends_lingering(d):
+    """A disconnect of a user cannot reach into a lingering worker to pick that user's
+    calls: every lingering call ends (it fails closed)."""
+    daemon, port = start(d, 600)
+    peer, call, pid, old = UdpPeer(), None, None, []
+    try:
+        call, relayed = tls_call(port, peer)
+        wait_for(lambda: call.sent >= 10, "sending")
+        pid = upgrade(daemon, 2)
+        ls = lingering(daemon)
+        check(ls and len(ls) == 1, "one lingering: %r" % (ls,))
+        old.append(ls[0]["pid"])
+        r = daemon.admin({"cmd": "disconnect", "user": "alice"})
+        check(r.get("ok") is True, "disconnect: %r" % (r,))
+        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+        wait_for(lambda: lingering(daemon) == [] and not alive(old[0]),
+                 "the lingering worker to exit")
+        check(daemon.admin({"cmd": "stats"})["counters"]["stream_linger_ended"] == 0,
+              "not counted as ended by the limit")
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+
+
 def test_linger_zero_ends_them_at_upgrade(d):
     daemon, port = start(d, 0)
     peer, call, pid = UdpPeer(), None, None
@@ -272,4 +302,4 @@ def test_linger_zero_ends_them_at_upgrade(d):
 
 if __name__ == "__main__":
     run_tests([test_tls_call_lingers_through_upgrades, test_linger_limit_ends_them,
-               test_linger_zero_ends_them_at_upgrade])
+               test_disconnect_ends_lingering, test_linger_zero_ends_them_at_upgrade])
