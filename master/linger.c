@@ -192,6 +192,8 @@ void linger_kill_children(struct master *m)
 			 w->slot, (int)w->linger_pid);
 		if (kill(w->linger_pid, SIGKILL) == 0)
 			(void)waitpid(w->linger_pid, NULL, 0);
+		/* Reaped here, not by the child watcher: its slot is free for the respawn. */
+		shm_slot_reaped(m->shm, w->slot);
 		w->linger_pid = 0;
 	}
 }

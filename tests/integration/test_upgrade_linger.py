@@ -10,7 +10,8 @@ shows the old worker with its one call through both upgrades; a Refresh succeeds
 them; the allocation's end (Refresh 0) lets the old worker exit, and the status shows
 none. With `limits.upgrade_linger: 2` the call ends about 2 s after the upgrade and
 `stream_linger_ended` (turngate_stream_linger_ended_total) counts it; a disconnect of a
-user ends every lingering call; with 0 it ends at the upgrade, as before lingering
+user ends every lingering call; an upgrade that fails after ready ends it (the old master
+kills its lingering worker before it respawns the slot); with 0 it ends at the upgrade, as before lingering
 existed. On a build without lingering the TLS
 connection closes at the first upgrade.
 
@@ -138,11 +139,19 @@ class TlsCall:
         self.sock.close()
 
 
+def listen_port():
+    """A free port outside the relay range (a listener there is a config error)."""
+    while True:
+        p = free_port()
+        if not RELAY[0] <= p <= RELAY[1]:
+            return p
+
+
 def start(d, linger):
     crt, key = make_cert(d, "turn.test")
     ports = set()
     while len(ports) < 3:   # three distinct ones (free_port may hand one out twice)
-        ports.add(free_port())
+        ports.add(listen_port())
     udp_port, tls_port, dtls_port = sorted(ports)
     text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=RELAY)
     text += "limits:\n  upgrade_linger: %d\n" % linger
@@ -281,6 +290,45 @@ def test_disconnect_ends_lingering(d):
     daemon.scan()
 
 
+def test_failed_upgrade_ends_lingering(d):
+    """An upgrade that fails after ready (the new binary's configuration names a listener
+    on a port the test holds): the old master kills its lingering worker before it
+    respawns the slot (one process per slot), so the TLS call ends, as before lingering
+    existed; the old master serves on and a new TLS call relays."""
+    daemon, port = start(d, 600)
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", listen_port()))
+    peer, call, call2 = UdpPeer(), None, None
+    try:
+        call, relayed = tls_call(port, peer)
+        wait_for(lambda: call.sent >= 10, "sending")
+        old = daemon.admin({"cmd": "status"})["pid"]
+        text = open(daemon.conf).read()
+        daemon.write_config(text.replace("listeners:\n", "listeners:\n  - name: busy\n"
+                                         "    protocol: TURN-UDP\n    address: 127.0.0.1\n"
+                                         "    port: %d\n    routes: [loopback]\n"
+                                         % held.getsockname()[1], 1))
+        rc, out, err = daemon.ctl("upgrade")
+        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+        daemon.write_config(text)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+                 "the old master's workers")
+        check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
+        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+        wait_for(lambda: lingering(daemon) == [], "no lingering worker")
+        check("ends its TLS calls (the upgrade failed)" in daemon.stderr(),
+              "the old master's line")
+        call2, relayed2 = tls_call(port, peer)
+        wait_for(lambda: len(peer.got) >= 10, "a new TLS call relays", timeout=10)
+    finally:
+        for c in (call, call2):
+            if c is not None:
+                c.close()
+        peer.close()
+        held.close()
+        daemon.stop()
+
+
 def test_linger_zero_ends_them_at_upgrade(d):
     daemon, port = start(d, 0)
     peer, call, pid = UdpPeer(), None, None
@@ -302,4 +350,5 @@ def test_linger_zero_ends_them_at_upgrade(d):
 
 if __name__ == "__main__":
     run_tests([test_tls_call_lingers_through_upgrades, test_linger_limit_ends_them,
-               test_disconnect_ends_lingering, test_linger_zero_ends_them_at_upgrade])
+               test_disconnect_ends_lingering, test_failed_upgrade_ends_lingering,
+               test_linger_zero_ends_them_at_upgrade])
