@@ -348,6 +348,7 @@ struct worker {
 	 * its deadline (Unix s), the status file, the calls it holds and those the limit
 	 * ended. */
 	uint32_t linger_limit_s;
+	bool lingering;			/* listeners closed: nothing may watch them again */
 	int64_t linger_deadline;
 	char linger_path[4096 + 32];
 	unsigned linger_sessions, linger_ended_limit;

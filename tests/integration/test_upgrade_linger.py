@@ -11,7 +11,8 @@ them; the allocation's end (Refresh 0) lets the old worker exit, and the status 
 none. With `limits.upgrade_linger: 2` the call ends about 2 s after the upgrade and
 `stream_linger_ended` (turngate_stream_linger_ended_total) counts it; a disconnect of a
 user ends every lingering call; an upgrade that fails after ready ends it (the old master
-kills its lingering worker before it respawns the slot); with 0 it ends at the upgrade, as before lingering
+kills its lingering worker before it respawns the slot); a new allocation never takes the
+lingering call's relay port, and stopping the daemon stops the lingering worker; with 0 it ends at the upgrade, as before lingering
 existed. On a build without lingering the TLS
 connection closes at the first upgrade.
 
@@ -31,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
-                           REFRESH, REQUEST, SUCCESS, Daemon, build, check, error_code,
+                           REFRESH, REQUEST, SUCCESS, Client, Daemon, build, check, error_code,
                            free_port, make_cert, parse, run_tests, tls_client, wait_for)
 from test_tls import tls_config  # noqa: E402
 from test_upgrade_streams import UdpPeer, alive, stop_master, upgrade  # noqa: E402
@@ -147,15 +148,18 @@ def listen_port():
             return p
 
 
-def start(d, linger):
+def start(d, linger, relay=RELAY, udp=False):
+    """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners: (daemon, TLS port), and
+    the UDP port too with udp."""
     crt, key = make_cert(d, "turn.test")
     ports = set()
     while len(ports) < 3:   # three distinct ones (free_port may hand one out twice)
         ports.add(listen_port())
     udp_port, tls_port, dtls_port = sorted(ports)
-    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=RELAY)
+    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=relay)
     text += "limits:\n  upgrade_linger: %d\n" % linger
-    return Daemon(d, text, workers=2).start(), tls_port
+    daemon = Daemon(d, text, workers=2).start()
+    return (daemon, tls_port, udp_port) if udp else (daemon, tls_port)
 
 
 def tls_call(port, peer):
@@ -329,6 +333,49 @@ def test_failed_upgrade_ends_lingering(d):
         daemon.stop()
 
 
+def test_lingering_port_not_reused(d):
+    """The lingering call's relay port is outside the new master's table, but no new
+    allocation takes it: with a relay range of two ports, after the upgrade one new UDP
+    allocation gets the other port, the next is refused (508), and the lingering call
+    still relays from its own port. Stopping the daemon then stops the lingering worker."""
+    daemon, port, udp_port = start(d, 600, relay=(44290, 44291), udp=True)
+    peer, call, pid, old, clients = UdpPeer(), None, None, [], []
+    try:
+        call, relayed = tls_call(port, peer)
+        pid = upgrade(daemon, 2)
+        ls = lingering(daemon)
+        check(ls and len(ls) == 1, "one lingering: %r" % (ls,))
+        old.append(ls[0]["pid"])
+        c = Client(udp_port)
+        clients.append(c)
+        other = c.relayed(c.allocate())[0]
+        check(other[1] != relayed[1] and 44290 <= other[1] <= 44291,
+              "the new allocation's port %r is not the lingering one %r" % (other, relayed))
+        c2 = Client(udp_port)
+        clients.append(c2)
+        c2.allocate(expect=508)
+        n = len(call.got)
+        peer.start_tx(relayed)
+        wait_for(lambda: len(call.got) > n + 10, "the lingering call relays (%s)"
+                 % call.closed, timeout=10)
+        check(call.closed is None, "the lingering call: %s" % call.closed)
+        # Stopping the daemon stops the lingering worker too.
+        stop_master(daemon, pid)
+        pid = None
+        wait_for(lambda: not alive(old[0]), "the lingering worker to stop with the daemon")
+        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+    finally:
+        for c in clients:
+            c.close()
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+
+
 def test_linger_zero_ends_them_at_upgrade(d):
     daemon, port = start(d, 0)
     peer, call, pid = UdpPeer(), None, None
@@ -351,4 +398,4 @@ def test_linger_zero_ends_them_at_upgrade(d):
 if __name__ == "__main__":
     run_tests([test_tls_call_lingers_through_upgrades, test_linger_limit_ends_them,
                test_disconnect_ends_lingering, test_failed_upgrade_ends_lingering,
-               test_linger_zero_ends_them_at_upgrade])
+               test_lingering_port_not_reused, test_linger_zero_ends_them_at_upgrade])
