@@ -9,7 +9,8 @@ the relay socket: there is no gap); `turngatectl status` (admin `status`, "linge
 shows the old worker with its one call through both upgrades; a Refresh succeeds after
 them; the allocation's end (Refresh 0) lets the old worker exit, and the status shows
 none. With `limits.upgrade_linger: 2` the call ends about 2 s after the upgrade and
-`stream_linger_ended` (turngate_stream_linger_ended_total) counts it; a disconnect of a
+`stream_linger_ended` (turngate_stream_linger_ended_total) counts it (the gauges
+turngate_upgrade_lingering_workers/_sessions read 1 while it lingers, 0 after); a disconnect of a
 user ends every lingering call; an upgrade that fails after ready ends it (the old master
 kills its lingering worker before it respawns the slot); a new allocation never takes the
 lingering call's relay port, and stopping the daemon stops the lingering worker; with 0 it ends at the upgrade, as before lingering
@@ -33,7 +34,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Client, Daemon, build, check, error_code,
-                           free_port, make_cert, parse, run_tests, tls_client, wait_for)
+                           free_port, make_cert, parse, run_tests, scrape, tls_client,
+                           wait_for)
 from test_tls import tls_config  # noqa: E402
 from test_upgrade_streams import UdpPeer, alive, stop_master, upgrade  # noqa: E402
 
@@ -148,9 +150,9 @@ def listen_port():
             return p
 
 
-def start(d, linger, relay=RELAY, udp=False):
-    """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners: (daemon, TLS port), and
-    the UDP port too with udp."""
+def start(d, linger, relay=RELAY, udp=False, mport=None):
+    """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners (and /metrics on mport):
+    (daemon, TLS port), and the UDP port too with udp."""
     crt, key = make_cert(d, "turn.test")
     ports = set()
     while len(ports) < 3:   # three distinct ones (free_port may hand one out twice)
@@ -158,6 +160,9 @@ def start(d, linger, relay=RELAY, udp=False):
     udp_port, tls_port, dtls_port = sorted(ports)
     text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=relay)
     text += "limits:\n  upgrade_linger: %d\n" % linger
+    if mport:
+        text = text.replace("admin:\n", "admin:\n  metrics_endpoint: "
+                            "\"http://127.0.0.1:%d/metrics\"\n" % mport, 1)
     daemon = Daemon(d, text, workers=2).start()
     return (daemon, tls_port, udp_port) if udp else (daemon, tls_port)
 
@@ -237,7 +242,8 @@ def test_tls_call_lingers_through_upgrades(d):
 
 
 def test_linger_limit_ends_them(d):
-    daemon, port = start(d, 2)
+    mport = listen_port()
+    daemon, port = start(d, 2, mport=mport)
     peer, call, pid, old = UdpPeer(), None, None, []
     try:
         call, relayed = tls_call(port, peer)
@@ -246,6 +252,10 @@ def test_linger_limit_ends_them(d):
         ls = lingering(daemon)
         check(ls and len(ls) == 1 and ls[0]["sessions"] == 1, "one lingering: %r" % (ls,))
         old.append(ls[0]["pid"])
+        m = scrape(mport)
+        check(m["turngate_upgrade_lingering_workers"] == 1 and
+              m["turngate_upgrade_lingering_sessions"] == 1 and
+              m["turngate_stream_linger_ended_total"] == 0, "metrics while lingering")
         check(call.closed is None, "still open after the upgrade: %s" % call.closed)
         wait_for(lambda: call.closed is not None, "the linger limit to end the call",
                  timeout=20)
@@ -254,6 +264,10 @@ def test_linger_limit_ends_them(d):
         st = daemon.admin({"cmd": "stats"})
         check(st["counters"]["stream_linger_ended"] == 1,
               "one call ended by the limit: %r" % (st["counters"]["stream_linger_ended"],))
+        m = scrape(mport)
+        check(m["turngate_upgrade_lingering_workers"] == 0 and
+              m["turngate_upgrade_lingering_sessions"] == 0 and
+              m["turngate_stream_linger_ended_total"] == 1, "metrics after the limit")
         print("linger limit 2 s: the call ended (%s), counted" % call.closed)
     finally:
         if call is not None:
