@@ -34,10 +34,11 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_OFFLOAD_MAP] = { "OFFLOAD_MAP", LEN_EXACT, 1, true },
 	[IPC_OFFLOAD_OFF] = { "OFFLOAD_OFF", LEN_EXACT, 0, false },
 	[IPC_TCP_HANDOFF] = { "TCP_HANDOFF", LEN_EXACT, sizeof(struct ipc_handoff), true },
-	[IPC_PARK] = { "PARK", LEN_EXACT, 0, false },
+	[IPC_PARK] = { "PARK", LEN_EXACT, sizeof(uint32_t), false },
 	[IPC_STREAM_PART] = { "STREAM_PART", LEN_BYTES, 1, false },
 	[IPC_STREAM] = { "STREAM", LEN_BYTES, 0, true },
 	[IPC_STREAM_END] = { "STREAM_END", LEN_EXACT, 0, false },
+	[IPC_LINGER] = { "LINGER", LEN_EXACT, sizeof(uint32_t), false },
 };
 
 static const struct type_rule *rule_of(uint16_t type)

@@ -25,7 +25,8 @@
  *   IPC_TCP_HANDOFF      worker->master,  struct ipc_handoff               yes: the TCP
  *                        master->worker   (the master passes it on to          connection
  *                                         `slot`'s worker)
- *   IPC_PARK             master->worker   empty                            no
+ *   IPC_PARK             master->worker   uint32_t: limits.upgrade_linger  no
+ *   IPC_LINGER           worker->master   uint32_t: the TLS calls it keeps no
  *   IPC_STREAM_PART      worker->master,  1..IPC_PAYLOAD_MAX bytes of a    no
  *                        master->master   parked stream's state
  *   IPC_STREAM           worker->master,  0..IPC_PAYLOAD_MAX bytes: the    yes: its socket
@@ -72,6 +73,7 @@ enum ipc_type {
 	IPC_STREAM_PART,
 	IPC_STREAM,
 	IPC_STREAM_END,
+	IPC_LINGER,
 	IPC_TYPE_END, /* one past the last valid type */
 };
 

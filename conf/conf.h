@@ -234,6 +234,9 @@ struct conf_listener {
 #define CONF_DEF_SOURCE_HANDSHAKES 16
 #define CONF_DEF_PREFIX_FACTOR 4
 #define CONF_DEF_PREAUTH_TIMEOUT 10
+/* limits.upgrade_linger: seconds an old worker keeps its TLS calls after a live upgrade. */
+#define CONF_DEF_UPGRADE_LINGER 3600
+#define CONF_MAX_UPGRADE_LINGER 86400
 
 #define CONF_DEF_TCP_CONNECTIONS 64
 #define CONF_DEF_TCP_PENDING_CONNECTS 256
@@ -303,6 +306,9 @@ struct conf_limits {
 	uint32_t prefix_tls_handshakes;  /* default 64 */
 	uint32_t prefix_dtls_handshakes; /* default 64 */
 	uint32_t preauth_timeout; /* seconds to the first authenticated request, default 10 */
+	/* ours: seconds an old worker may keep serving its TLS calls after a live upgrade
+	 * (worker/linger.c); 0: they end at the upgrade. Default CONF_DEF_UPGRADE_LINGER. */
+	uint32_t upgrade_linger;
 };
 
 /* admin.siblings[] (ours): another instance behind the same load balancer, with its slice

@@ -261,6 +261,7 @@ static json_t *limits_json(const struct conf_limits *l)
 		set_i(o, "prefix_tls_handshakes", l->prefix_tls_handshakes);
 		set_i(o, "prefix_dtls_handshakes", l->prefix_dtls_handshakes);
 		set_i(o, "preauth_timeout", l->preauth_timeout);
+		set_i(o, "upgrade_linger", l->upgrade_linger);
 	}
 	return o;
 }

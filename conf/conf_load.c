@@ -48,6 +48,7 @@ static int conf_defaults(struct conf *c)
 		.prefix_tls_handshakes = CONF_DEF_PREFIX_FACTOR * CONF_DEF_SOURCE_HANDSHAKES,
 		.prefix_dtls_handshakes = CONF_DEF_PREFIX_FACTOR * CONF_DEF_SOURCE_HANDSHAKES,
 		.preauth_timeout = CONF_DEF_PREAUTH_TIMEOUT,
+		.upgrade_linger = CONF_DEF_UPGRADE_LINGER,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);

@@ -570,6 +570,7 @@ static const struct limit_key limit_keys[] = {
 	LIM(prefix_tls_handshakes, 0, 1000000),
 	LIM(prefix_dtls_handshakes, 0, 1000000),
 	LIM(preauth_timeout, 1, 3600),
+	LIM(upgrade_linger, 0, CONF_MAX_UPGRADE_LINGER),
 };
 
 struct limit_nodes {

@@ -421,6 +421,15 @@ static void render_budgets(struct mctx *m)
 	       "Sockets of stream calls that a live upgrade could not hand over or take back "
 	       "(their connections ended).",
 	       SHM_CTR_STREAMS_HANDOVER_ENDED);
+	single(m, "turngate_stream_linger_ended_total",
+	       "TLS calls that an old worker lingering after a live upgrade ended at "
+	       "limits.upgrade_linger.",
+	       SHM_CTR_STREAMS_LINGER_ENDED);
+	scalar_u(m, "turngate_upgrade_lingering_workers", "gauge",
+		 "Old workers that a live upgrade left serving their TLS calls.",
+		 m->ms->linger_workers);
+	scalar_u(m, "turngate_upgrade_lingering_sessions", "gauge",
+		 "TLS calls that lingering old workers still serve.", m->ms->linger_sessions);
 	render_proxyproto(m);
 }
 

@@ -5,6 +5,7 @@
 #include "master/admin.h"
 #include "master/records.h"
 #include "master/revoke.h"
+#include "master/linger.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -135,6 +136,8 @@ static json_t *cmd_status(struct master *m, json_t *req)
 		json_object_set_new(r, "refused_sources", refused_sources_json(m));
 	if (r != NULL)
 		json_object_set_new(r, "table", master_sizing_json(m));
+	if (r != NULL)
+		json_object_set_new(r, "lingering", linger_status(m));
 	return r;
 }
 
@@ -708,6 +711,7 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 			n++;
 	}
 	explicit_bzero(&rec, sizeof(rec));
+	linger_stop_all(m, "a user is disconnected");
 	/* What was done, beside the audit line of what was asked. */
 	log_info("admin", "disconnect: ending %d allocation(s) of user %.256s", n,
 		 json_string_value(user));

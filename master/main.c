@@ -21,6 +21,7 @@
 #include "master/admin.h"
 #include "master/cds.h"
 #include "master/cpus.h"
+#include "master/linger.h"
 #include "shm/shm.h"
 
 #define TICK_S 0.25
@@ -178,6 +179,7 @@ static void begin_stop(struct master *m, bool immediate)
 				       : "memory and end with the daemon (no state file)");
 	notify_stopping();
 	supervise_stop_all(m, immediate);
+	linger_stop_all(m, "the daemon stops");
 	m->stop_deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
 }
 

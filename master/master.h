@@ -54,6 +54,8 @@ struct mworker {
 	unsigned backoff_step;    /* consecutive quick deaths */
 	int last_status;          /* raw waitpid status of the previous incarnation, -1 none */
 	bool kill_sent;           /* SIGKILL already sent for a hang */
+	pid_t linger_pid;         /* a live upgrade left it serving its TLS calls
+				   * (master/linger.c); 0 none */
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so

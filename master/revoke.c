@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "master/revoke.h"
+#include "master/linger.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -135,6 +136,7 @@ static int end_revoked(struct master *m, int64_t now)
 			n++;
 	}
 	explicit_bzero(&rec, sizeof(rec));
+	linger_stop_all(m, "a credential is revoked");
 	return n;
 }
 

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "master/master.h"
+#include "master/linger.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -130,6 +131,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		.offload = { -1, -1 },
 		.handover_rx = m->ho_rx[slot],
 		.handover_tx = m->ho_tx,
+		.state_path = m->state_path,
 	};
 	uint32_t n_taken = 0;
 	struct worker_parked *parked;
@@ -189,6 +191,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 }
 
 static void ctl_cb(struct ev_loop *loop, ev_io *w, int revents);
+static void ctl_linger(struct mworker *w, const struct ipc_msg *msg);
 
 /* The slot's current listener sockets, as the heritage lists them. */
 static size_t slot_listeners(struct master *m, unsigned slot, struct worker_listener *wl,
@@ -298,6 +301,9 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 	case IPC_STREAM:
 		park_collect(w, msg, fd);
 		break;
+	case IPC_LINGER:
+		ctl_linger(w, msg);
+		break;
 	case IPC_READY:
 	case IPC_PONG:
 		if (ipc_msg_get(msg, &pong, sizeof(pong)) < 0)
@@ -327,6 +333,23 @@ static void ctl_close(struct master *m, struct mworker *w)
 	ev_io_stop(m->loop, &w->ctl_io);
 	close(w->ctl_fd);
 	w->ctl_fd = -1;
+}
+
+/* A live upgrade's worker that keeps its TLS calls (worker/linger.c): stopped for the
+ * upgrade, which goes on without waiting for its exit. */
+static void ctl_linger(struct mworker *w, const struct ipc_msg *msg)
+{
+	struct master *m = w->m;
+	uint32_t n;
+
+	if (!m->handing_over || w->pid <= 0 || ipc_msg_get(msg, &n, sizeof(n)) < 0)
+		return;
+	linger_worker_detached(w, n);
+	ctl_close(m, w);
+	w->pid = 0;
+	w->state = MW_STOPPED;
+	if (supervise_all_down(m))
+		upgrade_workers_down(m);
 }
 
 /* Reads at most max frames from w's channel. */
@@ -638,8 +661,12 @@ void supervise_suspend_all(struct master *m, bool park)
 		w->state = MW_STOPPING;
 		/* IPC_PARK first: the worker that SIGQUIT stops hands its TURN-TCP
 		 * connections over as it exits (one that cannot be told closes them). */
-		if (park && w->ctl_fd >= 0)
-			(void)ipc_send(w->ctl_fd, IPC_PARK, NULL, 0, -1);
+		if (park && w->ctl_fd >= 0) {
+			/* with the linger limit: a worker with TLS calls keeps them that long */
+			uint32_t linger = m->cfg != NULL ? m->cfg->limits.upgrade_linger : 0;
+
+			(void)ipc_send(w->ctl_fd, IPC_PARK, &linger, sizeof(linger), -1);
+		}
 		kill(w->pid, SIGQUIT);
 	}
 }

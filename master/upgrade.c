@@ -29,7 +29,9 @@
  * program are inherited with the sockets. TURN-TCP connections are handed over: a new
  * master that says "ready streams" gets them (master/park.c): the old workers send them
  * with their state before they exit, and the old master passes them on once the lock is
- * free, ending with IPC_STREAM_END. TLS and DTLS connections end with the old workers. */
+ * free, ending with IPC_STREAM_END. A worker with TURN-TLS calls stays to serve them
+ * (IPC_LINGER: it counts as stopped; worker/linger.c, master/linger.c); DTLS connections
+ * end with the old workers. */
 #include "config.h"
 
 #include "master/master.h"
@@ -56,6 +58,7 @@
 #include "common/sockaddr.h"
 #include "master/admin.h"
 #include "master/cds.h"
+#include "master/linger.h"
 #include "shm/shm.h"
 
 #define UPGRADE_ENV "TURNGATE_UPGRADE"
@@ -430,6 +433,7 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	log_error("master", "upgrade failed: %s; this master (pid %d) serves on", u->error,
 		  (int)getpid());
 	/* Our workers' TCP connections go back to their slots with our own table. */
+	linger_kill_children(m);
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		m->workers[i].state = MW_DEAD;
 		supervise_spawn(m, i);

@@ -268,6 +268,8 @@ enum shm_ctr {
 	SHM_CTR_STREAMS_HANDED_OVER,  /* sockets of stream calls a live upgrade's new worker
 				       * took over (worker/park.c) */
 	SHM_CTR_STREAMS_HANDOVER_ENDED, /* ... that could not be handed over or taken back */
+	SHM_CTR_STREAMS_LINGER_ENDED, /* TLS calls a lingering old worker ended at the linger
+				       * limit (counted by the master, master/linger.c) */
 	SHM_CTR__COUNT
 };
 

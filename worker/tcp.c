@@ -688,6 +688,8 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 
 void wk_tcp_resume(struct worker *w)
 {
+	if (w->lingering)
+		return;	/* its listeners are closed (linger.c) */
 	for (size_t i = 0; i < w->n_ls; i++) {
 		struct wk_listener *l = w->ls[i];
 

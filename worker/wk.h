@@ -354,6 +354,15 @@ struct worker {
 	bool *park_used;		/* h->parked[i] restored (park.c), n_parked entries */
 	uint64_t park_start;		/* mono_ms() when the parking began */
 	unsigned park_lost;		/* parked sockets restored then closed (park.c) */
+	/* Lingering after a live upgrade (linger.c): the limit IPC_PARK carried (0: none),
+	 * its deadline (Unix s), the status file, the calls it holds and those the limit
+	 * ended. */
+	uint32_t linger_limit_s;
+	bool lingering;			/* listeners closed: nothing may watch them again */
+	int64_t linger_deadline;
+	char linger_path[4096 + 32];
+	unsigned linger_sessions, linger_ended_limit;
+	ev_timer linger_tmo;
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;
@@ -887,6 +896,15 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec);
 /* After the adoption: restores the handed-over connections that carry no allocation,
  * closes those whose allocation could not be adopted. */
 void wk_park_rest(struct worker *w);
+
+/* ---- linger.c (TLS calls kept by an old worker after a live upgrade) ---- */
+/* After wk_park_all: when w->linger_limit_s > 0 and w holds authenticated TLS calls with
+ * UDP-relayed allocations, gives up everything else, tells the master it lingers
+ * (IPC_LINGER) and returns true: the caller runs the loop again until the last call ends
+ * or the limit passes, then calls wk_linger_end. False: nothing lingers. */
+bool wk_linger_begin(struct worker *w);
+/* Ends what is still held and marks the status file done. */
+void wk_linger_end(struct worker *w);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

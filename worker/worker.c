@@ -400,6 +400,7 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 		 * stop (the SIGQUIT that follows; wk_ctl_last reads this frame when the signal
 		 * came first). */
 		w->parking = true;
+		(void)ipc_msg_get(m, &w->linger_limit_s, sizeof(w->linger_limit_s));
 		break;
 	case IPC_OFFLOAD_MAP:
 		wk_offload_map(w, m->payload[0], fd);
@@ -466,8 +467,10 @@ static void wk_ctl_last(struct worker *w)
 			break;
 		if (fd >= 0)
 			close(fd);
-		if (m->hdr.type == IPC_PARK)
+		if (m->hdr.type == IPC_PARK) {
 			w->parking = true;
+			(void)ipc_msg_get(m, &w->linger_limit_s, sizeof(w->linger_limit_s));
+		}
 	}
 	free(m);
 }
@@ -611,8 +614,14 @@ int worker_run(const struct worker_heritage *h)
 	ev_run(w->loop, 0);
 	status = w->exit_status;
 	wk_ctl_last(w);
-	if (w->parking)
+	if (w->parking) {
 		wk_park_all(w);
+		/* TLS calls stay with us until they end (linger.c). */
+		if (wk_linger_begin(w)) {
+			ev_run(w->loop, 0);
+			wk_linger_end(w);
+		}
+	}
 out:
 	wk_teardown(w);
 	free(w);

@@ -83,6 +83,9 @@ struct worker_heritage {
 	 * over with the allocations; NULL when none. */
 	const struct worker_parked *parked;
 	size_t n_parked;
+	/* The state file's path (a lingering worker's status file goes beside it), NULL when
+	 * the table lives in memory. */
+	const char *state_path;
 };
 
 /* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,

@@ -1,0 +1,416 @@
+"""Live upgrades keep TURN-TLS calls (issue 41): the old worker that holds them lingers.
+
+A TURN-TLS client (a UDP allocation over a TLS control connection, a channel to a UDP
+peer) sends numbered ChannelData every 10 ms while the peer sends numbered datagrams to
+the relayed address at the same rate; `turngatectl upgrade` runs five times in a row. Checked: the TLS
+connection never closes; the peer gets every datagram the client sent once and in order,
+and the client every datagram the peer sent once and in order (the lingering worker keeps
+the relay socket: there is no gap); `turngatectl status` (admin `status`, "lingering")
+shows the old worker with its one call through all of them; a Refresh succeeds after
+them; the allocation's end (Refresh 0) lets the old worker exit, and the status shows
+none. With `limits.upgrade_linger: 2` the call ends about 2 s after the upgrade and
+`stream_linger_ended` (turngate_stream_linger_ended_total) counts it (the gauges
+turngate_upgrade_lingering_workers/_sessions read 1 while it lingers, 0 after); a disconnect of a
+user ends every lingering call; an upgrade that fails after ready ends it (the old master
+kills its lingering worker before it respawns the slot); a new allocation never takes the
+lingering call's relay port, and stopping the daemon stops the lingering worker; with 0 it ends at the upgrade, as before lingering
+existed. On a build without lingering the TLS
+connection closes at the first upgrade.
+
+One thread drives each TLS connection (reads and writes), since an SSL object is not to
+be used from two threads at once. Relay ports 44200-44299 (no other test's). Loopback
+only, every wait bounded.
+"""
+import os
+import queue
+import signal
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
+                           REFRESH, REQUEST, SUCCESS, Client, Daemon, build, check, error_code,
+                           free_port, make_cert, parse, run_tests, scrape, tls_client,
+                           wait_for)
+from test_tls import tls_config  # noqa: E402
+from test_upgrade_streams import UdpPeer, alive, stop_master, upgrade  # noqa: E402
+
+RELAY = (44200, 44299)
+CHANNEL = 0x4000
+PERIOD = 0.01
+UPGRADES = 5
+
+
+class TlsCall:
+    """A TURN-TLS client's call once set up, driven by one thread: numbered ChannelData
+    out every PERIOD, the peer's numbers and STUN responses in."""
+
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.sock = ctl.sock
+        self.buf = ctl.buf
+        self.got, self.sent = [], 0
+        self.closed = None
+        self.stun = queue.Queue()
+        self.out = queue.Queue()
+        self.stop_tx = threading.Event()
+        self.stop_rx = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _send_next(self):
+        payload = b"C" + struct.pack("!I", self.sent) + b"c" * 59
+        self.sock.sendall(struct.pack("!HH", CHANNEL, len(payload)) + payload)
+        self.sent += 1
+
+    def _frames(self):
+        while len(self.buf) >= 4:
+            if 0x40 <= self.buf[0] <= 0x7F:
+                ln = struct.unpack("!H", self.buf[2:4])[0]
+                need = 4 + ((ln + 3) & ~3)
+                if len(self.buf) < need:
+                    return
+                data = self.buf[4:4 + ln]
+                self.buf = self.buf[need:]
+                if data[:1] == b"P":
+                    self.got.append(struct.unpack("!I", data[1:5])[0])
+                continue
+            if len(self.buf) < 20:
+                return
+            need = 20 + struct.unpack("!H", self.buf[2:4])[0]
+            if len(self.buf) < need:
+                return
+            self.stun.put(parse(self.buf[:need]))
+            self.buf = self.buf[need:]
+
+    def _run(self):
+        nxt = time.monotonic()
+        while not self.stop_rx.is_set():
+            try:
+                if not self.stop_tx.is_set() and time.monotonic() >= nxt:
+                    self._send_next()
+                    nxt += PERIOD
+                while not self.out.empty():
+                    self.sock.sendall(self.out.get())
+                self.sock.settimeout(max(0.001, min(0.01, nxt - time.monotonic())))
+                data = self.sock.recv(65536)
+            except (socket.timeout, ssl.SSLWantReadError):
+                continue
+            except OSError as e:
+                self.closed = self.closed or "%s" % e
+                return
+            if not data:
+                self.closed = self.closed or "EOF from the server"
+                return
+            self.buf += data
+            self._frames()
+
+    def refresh(self, lifetime=600):
+        """A Refresh (a 438 teaches a fresh nonce): the error code, None for success."""
+        c = self.ctl
+        for _ in range(3):
+            tid = os.urandom(12)
+            self.out.put(build(REFRESH, REQUEST, tid,
+                               [(A_LIFETIME, struct.pack("!I", lifetime)),
+                                (A_USERNAME, c.username.encode()), (A_REALM, REALM.encode()),
+                                (A_NONCE, c.nonce)], c.key))
+            deadline = time.monotonic() + 10
+            while True:
+                left = deadline - time.monotonic()
+                check(left > 0, "no answer to the Refresh (%s)" % self.closed)
+                try:
+                    p = self.stun.get(timeout=min(left, 0.5))
+                except queue.Empty:
+                    continue
+                if p and p[2] == tid:
+                    break
+            code = error_code(p[3])
+            if code == 438:
+                c.nonce = p[3][A_NONCE][0]
+                continue
+            check(code is not None or p[1] == SUCCESS, "Refresh: %r" % (p,))
+            return code
+        return 438
+
+    def close(self):
+        self.stop_tx.set()
+        self.stop_rx.set()
+        self.th.join(5)
+        self.sock.close()
+
+
+def listen_port():
+    """A free port outside the relay range (a listener there is a config error)."""
+    while True:
+        p = free_port()
+        if not RELAY[0] <= p <= RELAY[1]:
+            return p
+
+
+def start(d, linger, relay=RELAY, udp=False, mport=None):
+    """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners (and /metrics on mport):
+    (daemon, TLS port), and the UDP port too with udp."""
+    crt, key = make_cert(d, "turn.test")
+    ports = set()
+    while len(ports) < 3:   # three distinct ones (free_port may hand one out twice)
+        ports.add(listen_port())
+    udp_port, tls_port, dtls_port = sorted(ports)
+    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=relay)
+    text += "limits:\n  upgrade_linger: %d\n" % linger
+    if mport:
+        text = text.replace("admin:\n", "admin:\n  metrics_endpoint: "
+                            "\"http://127.0.0.1:%d/metrics\"\n" % mport, 1)
+    daemon = Daemon(d, text, workers=2).start()
+    return (daemon, tls_port, udp_port) if udp else (daemon, tls_port)
+
+
+def tls_call(port, peer):
+    """A TURN-TLS allocation with a channel to peer, relaying: (call, relayed address)."""
+    ctl = tls_client(port)
+    r = ctl.allocate()
+    relayed = ctl.relayed(r)[0]
+    check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
+    check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None, "ChannelBind")
+    return TlsCall(ctl), relayed
+
+
+def lingering(daemon):
+    return daemon.admin({"cmd": "status"}).get("lingering")
+
+
+def kill_all(pids):
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, TypeError):
+            pass
+
+
+def test_tls_call_lingers_through_upgrades(d):
+    daemon, port = start(d, 600)
+    peer, call, pid, old = UdpPeer(), None, None, []
+    try:
+        call, relayed = tls_call(port, peer)
+        peer.start_tx(relayed)
+        wait_for(lambda: len(peer.got) >= 20 and len(call.got) >= 20, "relaying both ways",
+                 timeout=10)
+        for i in range(UPGRADES):
+            pid = upgrade(daemon, 2)
+            n_peer, n_call = len(peer.got), len(call.got)
+            wait_for(lambda: len(peer.got) > n_peer + 10 and len(call.got) > n_call + 10,
+                     "relaying after upgrade %d (%s)" % (i + 1, call.closed), timeout=10)
+            check(call.closed is None, "upgrade %d: %s" % (i + 1, call.closed))
+            ls = lingering(daemon)
+            check(ls is not None and len(ls) == 1 and ls[0]["sessions"] == 1,
+                  "upgrade %d: status shows one lingering worker with 1 call: %r"
+                  % (i + 1, ls))
+            check(ls[0]["ends_in_s"] > 500, "the linger limit: %r" % (ls,))
+            old.append(ls[0]["pid"])
+        check(len(set(old)) == 1 and alive(old[0]), "the same old worker lingers: %r" % (old,))
+        rc, out, err = daemon.ctl("status")
+        check(rc == 0 and ("pid %d" % old[0]) in out,
+              "turngatectl status names the lingering worker:\n%s%s" % (out, err))
+        check(call.refresh() is None, "Refresh after the upgrades")
+        call.stop_tx.set()
+        peer.stop_tx.set()
+        peer.tx.join(5)
+        wait_for(lambda: len(peer.got) == call.sent and len(call.got) == peer.sent,
+                 "every datagram (peer has %d of %d, client %d of %d)"
+                 % (len(peer.got), call.sent, len(call.got), peer.sent), timeout=10)
+        check(call.closed is None, "the connection: %s" % call.closed)
+        check(peer.got == list(range(call.sent)), "client -> peer: once and in order")
+        check(call.got == list(range(peer.sent)), "peer -> client: once and in order")
+        print("%d upgrades: client -> peer %d, peer -> client %d, all once and in order; "
+              "old worker pid %d lingered" % (UPGRADES, call.sent, peer.sent, old[0]))
+        # The call ends: the old worker has nothing left and exits.
+        check(call.refresh(0) is None, "Refresh 0")
+        wait_for(lambda: lingering(daemon) == [] and not alive(old[0]),
+                 "the lingering worker to exit")
+        st = daemon.admin({"cmd": "stats"})
+        check(st["counters"]["stream_linger_ended"] == 0, "none ended by the limit")
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+
+
+def test_linger_limit_ends_them(d):
+    mport = listen_port()
+    daemon, port = start(d, 2, mport=mport)
+    peer, call, pid, old = UdpPeer(), None, None, []
+    try:
+        call, relayed = tls_call(port, peer)
+        wait_for(lambda: call.sent >= 10, "sending")
+        pid = upgrade(daemon, 2)
+        ls = lingering(daemon)
+        check(ls and len(ls) == 1 and ls[0]["sessions"] == 1, "one lingering: %r" % (ls,))
+        old.append(ls[0]["pid"])
+        m = scrape(mport)
+        check(m["turngate_upgrade_lingering_workers"] == 1 and
+              m["turngate_upgrade_lingering_sessions"] == 1 and
+              m["turngate_stream_linger_ended_total"] == 0, "metrics while lingering")
+        check(call.closed is None, "still open after the upgrade: %s" % call.closed)
+        wait_for(lambda: call.closed is not None, "the linger limit to end the call",
+                 timeout=20)
+        wait_for(lambda: lingering(daemon) == [] and not alive(old[0]),
+                 "the lingering worker to exit")
+        st = daemon.admin({"cmd": "stats"})
+        check(st["counters"]["stream_linger_ended"] == 1,
+              "one call ended by the limit: %r" % (st["counters"]["stream_linger_ended"],))
+        m = scrape(mport)
+        check(m["turngate_upgrade_lingering_workers"] == 0 and
+              m["turngate_upgrade_lingering_sessions"] == 0 and
+              m["turngate_stream_linger_ended_total"] == 1, "metrics after the limit")
+        print("linger limit 2 s: the call ended (%s), counted" % call.closed)
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+
+
+def test_disconnect_ends_lingering(d):
+    """A disconnect of a user cannot reach into a lingering worker to pick that user's
+    calls: every lingering call ends (it fails closed)."""
+    daemon, port = start(d, 600)
+    peer, call, pid, old = UdpPeer(), None, None, []
+    try:
+        call, relayed = tls_call(port, peer)
+        wait_for(lambda: call.sent >= 10, "sending")
+        pid = upgrade(daemon, 2)
+        ls = lingering(daemon)
+        check(ls and len(ls) == 1, "one lingering: %r" % (ls,))
+        old.append(ls[0]["pid"])
+        r = daemon.admin({"cmd": "disconnect", "user": "alice"})
+        check(r.get("ok") is True, "disconnect: %r" % (r,))
+        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+        wait_for(lambda: lingering(daemon) == [] and not alive(old[0]),
+                 "the lingering worker to exit")
+        check(daemon.admin({"cmd": "stats"})["counters"]["stream_linger_ended"] == 0,
+              "not counted as ended by the limit")
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+
+
+def test_failed_upgrade_ends_lingering(d):
+    """An upgrade that fails after ready (the new binary's configuration names a listener
+    on a port the test holds): the old master kills its lingering worker before it
+    respawns the slot (one process per slot), so the TLS call ends, as before lingering
+    existed; the old master serves on and a new TLS call relays."""
+    daemon, port = start(d, 600)
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", listen_port()))
+    peer, call, call2 = UdpPeer(), None, None
+    try:
+        call, relayed = tls_call(port, peer)
+        wait_for(lambda: call.sent >= 10, "sending")
+        old = daemon.admin({"cmd": "status"})["pid"]
+        text = open(daemon.conf).read()
+        daemon.write_config(text.replace("listeners:\n", "listeners:\n  - name: busy\n"
+                                         "    protocol: TURN-UDP\n    address: 127.0.0.1\n"
+                                         "    port: %d\n    routes: [loopback]\n"
+                                         % held.getsockname()[1], 1))
+        rc, out, err = daemon.ctl("upgrade")
+        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+        daemon.write_config(text)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+                 "the old master's workers")
+        check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
+        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+        wait_for(lambda: lingering(daemon) == [], "no lingering worker")
+        check("ends its TLS calls (the upgrade failed)" in daemon.stderr(),
+              "the old master's line")
+        call2, relayed2 = tls_call(port, peer)
+        wait_for(lambda: len(peer.got) >= 10, "a new TLS call relays", timeout=10)
+    finally:
+        for c in (call, call2):
+            if c is not None:
+                c.close()
+        peer.close()
+        held.close()
+        daemon.stop()
+
+
+def test_lingering_port_not_reused(d):
+    """The lingering call's relay port is outside the new master's table, but no new
+    allocation takes it: with a relay range of two ports, after the upgrade one new UDP
+    allocation gets the other port, the next is refused (508), and the lingering call
+    still relays from its own port. Stopping the daemon then stops the lingering worker."""
+    daemon, port, udp_port = start(d, 600, relay=(44290, 44291), udp=True)
+    peer, call, pid, old, clients = UdpPeer(), None, None, [], []
+    try:
+        call, relayed = tls_call(port, peer)
+        pid = upgrade(daemon, 2)
+        ls = lingering(daemon)
+        check(ls and len(ls) == 1, "one lingering: %r" % (ls,))
+        old.append(ls[0]["pid"])
+        c = Client(udp_port)
+        clients.append(c)
+        other = c.relayed(c.allocate())[0]
+        check(other[1] != relayed[1] and 44290 <= other[1] <= 44291,
+              "the new allocation's port %r is not the lingering one %r" % (other, relayed))
+        c2 = Client(udp_port)
+        clients.append(c2)
+        c2.allocate(expect=508)
+        n = len(call.got)
+        peer.start_tx(relayed)
+        wait_for(lambda: len(call.got) > n + 10, "the lingering call relays (%s)"
+                 % call.closed, timeout=10)
+        check(call.closed is None, "the lingering call: %s" % call.closed)
+        # Stopping the daemon stops the lingering worker too.
+        stop_master(daemon, pid)
+        pid = None
+        wait_for(lambda: not alive(old[0]), "the lingering worker to stop with the daemon")
+        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+    finally:
+        for c in clients:
+            c.close()
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+
+
+def test_linger_zero_ends_them_at_upgrade(d):
+    daemon, port = start(d, 0)
+    peer, call, pid = UdpPeer(), None, None
+    try:
+        call, relayed = tls_call(port, peer)
+        wait_for(lambda: call.sent >= 10, "sending")
+        pid = upgrade(daemon, 2)
+        wait_for(lambda: call.closed is not None, "the call to end at the upgrade",
+                 timeout=10)
+        check(lingering(daemon) == [], "nothing lingers")
+    finally:
+        if call is not None:
+            call.close()
+        peer.close()
+        stop_master(daemon, pid)
+        daemon.kill()
+    daemon.scan()
+
+
+if __name__ == "__main__":
+    run_tests([test_tls_call_lingers_through_upgrades, test_linger_limit_ends_them,
+               test_disconnect_ends_lingering, test_failed_upgrade_ends_lingering,
+               test_lingering_port_not_reused, test_linger_zero_ends_them_at_upgrade])
