@@ -39,6 +39,8 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_STREAM] = { "STREAM", LEN_BYTES, 0, true },
 	[IPC_STREAM_END] = { "STREAM_END", LEN_EXACT, 0, false },
 	[IPC_LINGER] = { "LINGER", LEN_EXACT, sizeof(uint32_t), false },
+	[IPC_FDSTORE] = { "FDSTORE", LEN_STR, 0, true },
+	[IPC_FDUNSTORE] = { "FDUNSTORE", LEN_STR, 0, false },
 };
 
 static const struct type_rule *rule_of(uint16_t type)

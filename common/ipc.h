@@ -32,6 +32,8 @@
  *   IPC_STREAM           worker->master,  0..IPC_PAYLOAD_MAX bytes: the    yes: its socket
  *                        master->master   state's last piece
  *   IPC_STREAM_END       master->master   empty                            no
+ *   IPC_FDSTORE          worker->master   FDNAME (common/fdname.h)         yes: the socket
+ *   IPC_FDUNSTORE        worker->master   FDNAME (common/fdname.h)         no
  *
  * A live upgrade hands stream connections to the new processes (common/park.h): IPC_PARK
  * tells a worker to send every connection it can hand over and exit; each connection's
@@ -74,6 +76,8 @@ enum ipc_type {
 	IPC_STREAM,
 	IPC_STREAM_END,
 	IPC_LINGER,
+	IPC_FDSTORE,
+	IPC_FDUNSTORE,
 	IPC_TYPE_END, /* one past the last valid type */
 };
 

@@ -434,6 +434,7 @@ static void master_free(struct master *m)
 	if (ev_is_active(&m->sigusr1_w))
 		ev_signal_stop(m->loop, &m->sigusr1_w);
 	park_release(m);
+	fdstore_free(m);
 	upgrade_free(m);
 }
 
@@ -461,11 +462,15 @@ static int master_start(struct master *m)
 	if (rc < 0)
 		return rc;
 	master_sizing_descriptors(m);
+	rc = fdstore_init(m);
+	if (rc < 0)
+		return rc;
 	rc = create_shm(m);
 	if (rc < 0)
 		return rc;
 	master_sizing_log(m);
 	upgrade_receive_streams(m);
+	fdstore_adopt(m);
 	rc = reload_open_listeners(m);
 	if (rc < 0)
 		return rc;

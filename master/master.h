@@ -134,6 +134,7 @@ struct master {
 	bool handed_over;         /* the new binary serves: exit, leave the shared sockets */
 	pid_t upgraded_from;      /* this master took over from that pid (0: it did not) */
 	struct park_list *parked; /* stream connections handed over (master/park.c) */
+	struct fdstore *fdstore;  /* systemd's fd store (master/fdstore.c) */
 
 	/* lifecycle */
 	bool draining;            /* refusing new allocations (SIGTERM or admin drain) */
@@ -410,6 +411,32 @@ struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_
 /* Closes our copies and frees the list: after the workers that take them were forked, or
  * when the new master serves. */
 void park_release(struct master *m);
+
+/* Takes blob (a checked park blob) and fd (closed on failure) into the list. 0 or
+ * -EBADMSG. */
+int park_add(struct master *m, uint8_t *blob, size_t len, int fd);
+/* After a take-over: renumbers the records the connections from the before'th on name
+ * (as they were in the image) to this table's, and closes those whose record was not
+ * taken over. Returns how many it closed. */
+size_t park_remap_from(struct master *m, size_t before);
+
+/* ---- systemd's file descriptor store (master/fdstore.c) ---------------------------- */
+
+/* Before the state file is opened: whether to keep the store ($NOTIFY_SOCKET), and takes
+ * the stream connections systemd passed (LISTEN_FDS, LISTEN_FDNAMES): those not named by
+ * us are closed and removed from the store. 0 or -ENOMEM. */
+int fdstore_init(struct master *m);
+bool fdstore_on(const struct master *m);
+/* Connections systemd passed, not yet adopted: the take-over keeps TURN-TCP records. */
+size_t fdstore_passed(const struct master *m);
+/* After the take-over: the passed connections join the parked ones (master/park.c), for
+ * the workers of the slots that own their records now; names leave the store. */
+void fdstore_adopt(struct master *m);
+/* IPC_FDSTORE (*fd: the socket, closed by the caller after) or IPC_FDUNSTORE from w. */
+void fdstore_msg(struct mworker *w, const struct ipc_msg *msg, int *fd);
+/* Worker of slot is gone: its names leave the store (their sockets closed with it). */
+void fdstore_slot_gone(struct master *m, unsigned slot);
+void fdstore_free(struct master *m);
 
 /* ---- live upgrade (master/upgrade.c) --------------------------------------------- */
 

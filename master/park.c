@@ -76,6 +76,11 @@ fail:
 	return -EBADMSG;
 }
 
+int park_add(struct master *m, uint8_t *blob, size_t len, int fd)
+{
+	return list_push(m, blob, len, fd);
+}
+
 void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
 	struct master *m = w->m;
@@ -157,6 +162,27 @@ static int remap(struct master *m, struct mpark *p)
 	return -ENOENT;
 }
 
+size_t park_remap_from(struct master *m, size_t before)
+{
+	size_t kept = before, closed = 0;
+
+	if (m->parked == NULL)
+		return 0;
+	for (size_t i = before; i < m->parked->n; i++) {
+		struct mpark *p = &m->parked->v[i];
+
+		if (remap(m, p) < 0) {
+			close(p->fd);
+			free(p->blob);
+			closed++;
+			continue;
+		}
+		m->parked->v[kept++] = *p;
+	}
+	m->parked->n = kept;
+	return closed;
+}
+
 int park_receive(struct master *m, int fd, int timeout_ms)
 {
 	struct park_asm a = { 0 };
@@ -204,21 +230,7 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	}
 	park_asm_free(&a);
 	free(msg);
-	if (m->parked != NULL) {
-		size_t kept = before;
-
-		for (size_t i = before; i < m->parked->n; i++) {
-			struct mpark *p = &m->parked->v[i];
-
-			if (remap(m, p) < 0) {
-				close(p->fd);
-				free(p->blob);
-				continue;
-			}
-			m->parked->v[kept++] = *p;
-		}
-		m->parked->n = kept;
-	}
+	(void)park_remap_from(m, before);
 	if (rc < 0 && rc != -EPIPE)
 		log_warn("master", "upgrade: the old master's connections did not all come: %s",
 			 strerror(-rc));

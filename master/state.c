@@ -144,8 +144,8 @@ int state_segment_open(struct master *m, const struct shm_config *sc)
 		rc = upgrade_is_child(m)
 			     ? shm_state_open_upgrade(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS,
 						      say_ready, m, &m->shm, &t)
-			     : shm_state_open(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS, &m->shm,
-					      &t);
+			     : shm_state_open_streams(dir, file, sc, mono_ns(), STATE_LOCK_WAIT_MS,
+						      fdstore_passed(m) > 0, &m->shm, &t);
 		if (rc < 0 && upgrade_is_child(m)) {
 			/* Never an empty table: the old master serves on from this file. */
 			log_error("master", "state file %s/%s.state: %s", dir, file, t.why);

@@ -132,6 +132,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 		.handover_rx = m->ho_rx[slot],
 		.handover_tx = m->ho_tx,
 		.state_path = m->state_path,
+		.fdstore = fdstore_on(m),
 	};
 	uint32_t n_taken = 0;
 	struct worker_parked *parked;
@@ -304,6 +305,10 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 	case IPC_LINGER:
 		ctl_linger(w, msg);
 		break;
+	case IPC_FDSTORE:
+	case IPC_FDUNSTORE:
+		fdstore_msg(w, msg, fd);
+		break;
 	case IPC_READY:
 	case IPC_PONG:
 		if (ipc_msg_get(msg, &pong, sizeof(pong)) < 0)
@@ -435,6 +440,7 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	if (m->handing_over)
 		ctl_read(w, INT32_MAX);
 	ctl_close(m, w);
+	fdstore_slot_gone(m, w->slot);
 	w->last_status = c->rstatus;
 	w->pid = 0;
 	if (m->handing_over && !m->stopping) {

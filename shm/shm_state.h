@@ -98,6 +98,13 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
 		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t);
 
+/* shm_state_open, keeping the TURN-TCP records too when keep_tcp (a start that systemd's
+ * file descriptor store gave their connections back to: master/fdstore.c); a worker
+ * releases those no connection claims. */
+int shm_state_open_streams(const char *dir, const char *name, const struct shm_config *cfg,
+			   uint64_t now_ns, unsigned lock_wait_ms, bool keep_tcp, struct shm **out,
+			   struct shm_takeover *t);
+
 /* As shm_state_open(), for the new binary of a live upgrade, whose predecessor still
  * holds the lock: the new segment is created first, then ready(ctx) is called (the
  * predecessor then stops its workers and lets go of the lock), then the lock is awaited,

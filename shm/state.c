@@ -213,9 +213,10 @@ fail:
 /* upgrade: a live upgrade's new binary (shm_state_open_upgrade), which creates its
  * segment before it says ready (ready(ctx)) and only then waits for the lock, and which
  * keeps a state file it cannot take where it is (its predecessor wrote it): an error, not
- * a file moved aside. */
+ * a file moved aside. keep_tcp: the take-over keeps TURN-TCP records too (as an upgrade
+ * does), for a start that systemd's fd store gave their connections back to. */
 static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
-		      uint64_t now_ns, unsigned lock_wait_ms, bool upgrade,
+		      uint64_t now_ns, unsigned lock_wait_ms, bool upgrade, bool keep_tcp,
 		      void (*ready)(void *), void *ctx, struct shm **out, struct shm_takeover *t)
 {
 	struct paths p;
@@ -258,7 +259,7 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 
 		/* A live upgrade's old workers hand their TURN-TCP connections over: their
 		 * records come along, and a new worker releases those no connection claims. */
-		shm->keep_tcp = upgrade;
+		shm->keep_tcp = upgrade || keep_tcp;
 		rc = shm_image_take(shm, &img, now_ns, t);
 		if (rc < 0 && rc != -EBADMSG) {
 			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,
@@ -299,14 +300,22 @@ fail:
 int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
 		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t)
 {
-	return state_open(dir, name, cfg, now_ns, lock_wait_ms, false, NULL, NULL, out, t);
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, false, false, NULL, NULL, out, t);
+}
+
+int shm_state_open_streams(const char *dir, const char *name, const struct shm_config *cfg,
+			   uint64_t now_ns, unsigned lock_wait_ms, bool keep_tcp, struct shm **out,
+			   struct shm_takeover *t)
+{
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, false, keep_tcp, NULL, NULL, out,
+			  t);
 }
 
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
 			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *), void *ctx,
 			   struct shm **out, struct shm_takeover *t)
 {
-	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, ready, ctx, out, t);
+	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, true, ready, ctx, out, t);
 }
 
 int shm_state_check(const char *dir, const char *name, const struct shm_config *cfg,

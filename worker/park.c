@@ -248,6 +248,7 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 	}
 	if (tcp)
 		wk_park_tpeers(w, a);
+	wk_fdstore_conn(w, c);
 	(void)wk_tconn_restart(w, c);
 	return 0;
 }

@@ -32,6 +32,7 @@ static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 
 void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 {
+	wk_fdstore_conn_end(w, c);
 	if (c->alloc)
 		wk_alloc_destroy(w, c->alloc,
 				 c->dgram ? "DTLS association closed" : "TCP connection closed");

@@ -45,6 +45,7 @@ struct wk_tpeer {
 	ev_io cio;			/* connecting: the connect's completion */
 	ev_timer tmo;
 	struct wk_pipe pipe;		/* bound */
+	bool fdstored;			/* bound and in systemd's fd store (fdstore.c) */
 	uint8_t bufs[];
 };
 
@@ -92,6 +93,8 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 	if (tp->st == WK_TP_CONNECTING)
 		w->n_tconnecting--;
 	ev_timer_stop(w->loop, &tp->tmo);
+	if (tp->fdstored)
+		wk_fdstore_pair_end(w, tp->a->rec_idx, tp->id);
 	if (tp->st == WK_TP_BOUND && tp->pipe.w) {
 		wk_pipe_close(&tp->pipe, abort_conn);
 	} else if (tp->fd >= 0) {
@@ -495,6 +498,7 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 	wk_pipe_side(&tp->pipe, 1, fd, NULL, pre, pre_len);
 	tp->fd = -1;
 	log_debug("turn", "allocation %u: connection %08x bound", tp->a->rec_idx, tp->id);
+	tp->fdstored = wk_fdstore_pair(w, tp->a->rec_idx, tp->id, tp->pipe.fd[0], tp->pipe.fd[1]);
 	wk_pipe_start(&tp->pipe);
 }
 
@@ -591,6 +595,7 @@ int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr 
 	tp->pipe.shut[0] = (h->flags & PARK_F_SHUT0) != 0;
 	tp->pipe.shut[1] = (h->flags & PARK_F_SHUT1) != 0;
 	tp->fd = -1;
+	tp->fdstored = wk_fdstore_pair(w, a->rec_idx, tp->id, fd, data_fd);
 	wk_pipe_start(&tp->pipe);
 	return 0;
 }

@@ -441,6 +441,8 @@ static void wk_allocate(struct worker *w, const struct wk_ep *ep, const struct s
 	}
 	shm_alloc_publish(w->shm, w->slot, a->rec_idx);
 	a->published = true;
+	if (a->conn)
+		wk_fdstore_conn(w, a->conn);
 	(void)shm_records_push_start(w->shm, w->slot, a->rec_idx, a->rec, mono_ns(), ep->l->name);
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_CREATED, 1);
 	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, 1);

@@ -139,6 +139,8 @@ struct wk_tconn {
 	/* Budgets (worker/budget.c): what c is counted as, per source address and prefix
 	 * (src_b: their buckets), and its place in the worker's unauthenticated list. */
 	bool authed;			/* sent an authenticated request */
+	bool fdstored;			/* in systemd's fd store (fdstore.c), named by these */
+	uint32_t fds_rec, fds_flags;
 	bool cnt_conn;			/* counted in SHM_SRC_CONNS */
 	int8_t cnt_hs;			/* SHM_SRC_TLS_HS/DTLS_HS it is counted in, or -1 */
 	uint32_t src_b[2];		/* [0] address, [1] prefix */
@@ -905,6 +907,19 @@ void wk_park_rest(struct worker *w);
 bool wk_linger_begin(struct worker *w);
 /* Ends what is still held and marks the status file done. */
 void wk_linger_end(struct worker *w);
+
+/* ---- fdstore.c (systemd's file descriptor store, common/fdname.h) ---- */
+/* Puts c, which carries a published allocation, in the unit's fd store through the master
+ * (when it keeps one: w->h->fdstore). Plain TURN-TCP only: a TLS connection cannot be
+ * taken back after a crash. Safe to call again. */
+void wk_fdstore_conn(struct worker *w, struct wk_tconn *c);
+/* Takes c out of the store, if it is in (before its socket closes). */
+void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
+/* Puts a bound RFC 6062 pair of record rec (peer connection peer_fd, data connection
+ * data_fd, CONNECTION-ID id) in the store. Returns true when it was sent. */
+bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
+/* Takes that pair out of the store. */
+void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

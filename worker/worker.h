@@ -86,6 +86,9 @@ struct worker_heritage {
 	/* The state file's path (a lingering worker's status file goes beside it), NULL when
 	 * the table lives in memory. */
 	const char *state_path;
+	/* The master keeps systemd's file descriptor store (master/fdstore.c): the worker
+	 * sends it its stream connections (worker/fdstore.c). */
+	bool fdstore;
 };
 
 /* Runs the worker: creates a fresh libev loop with ev_loop_new (never the default loop,

@@ -1,0 +1,77 @@
+/* Worker: stream connections in systemd's file descriptor store. Each plain TURN-TCP
+ * connection that carries an allocation, and each bound RFC 6062 peer connection with its
+ * data connection, goes to the master (IPC_FDSTORE with its name, common/fdname.h), which
+ * hands it to systemd (master/fdstore.c: only the main process may) and keeps nothing but
+ * the name. After a kill -9 of the whole daemon systemd gives them to the next start,
+ * which takes them back with their allocations from the state file (worker/park.c, as
+ * for a live upgrade). A connection leaves the store (IPC_FDUNSTORE) before its socket
+ * closes, or the store would keep it open after we are done with it. */
+#include "config.h"
+
+#include "worker/wk.h"
+
+#include <string.h>
+
+#include "common/fdname.h"
+#include "common/log.h"
+
+static void wk_fdstore_send(struct worker *w, const char *name, int fd)
+{
+	int rc = ipc_send(w->h->ctl_fd, fd >= 0 ? IPC_FDSTORE : IPC_FDUNSTORE, name, strlen(name),
+			  fd);
+
+	if (rc < 0)
+		log_warn("worker", "slot %u: fd store %s: %s", w->slot, name, strerror(-rc));
+}
+
+void wk_fdstore_conn(struct worker *w, struct wk_tconn *c)
+{
+	char name[FDNAME_MAX + 1];
+	uint32_t flags;
+
+	if (!w->h->fdstore || c->fdstored || !c->alloc || c->ssl || c->dgram || c->fd < 0)
+		return;
+	flags = PARK_F_AUTHED | (c->alloc->tcp ? PARK_F_TCPALLOC : 0);
+	if (fdname_make(name, sizeof(name), PARK_TCONN, w->slot, c->alloc->rec_idx, 0, flags,
+			c->l->name) < 0)
+		return;	/* a listener name too long for systemd: ends with a crash */
+	wk_fdstore_send(w, name, c->fd);
+	c->fdstored = true;
+	c->fds_rec = c->alloc->rec_idx;
+	c->fds_flags = flags;
+}
+
+void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c)
+{
+	char name[FDNAME_MAX + 1];
+
+	if (!c->fdstored)
+		return;
+	c->fdstored = false;
+	if (fdname_make(name, sizeof(name), PARK_TCONN, w->slot, c->fds_rec, 0, c->fds_flags,
+			c->l->name) == 0)
+		wk_fdstore_send(w, name, -1);
+}
+
+bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd)
+{
+	char name[FDNAME_MAX + 1];
+
+	if (!w->h->fdstore || peer_fd < 0 || data_fd < 0)
+		return false;
+	(void)fdname_make(name, sizeof(name), PARK_TPEER, w->slot, rec, id, PARK_F_BOUND, NULL);
+	wk_fdstore_send(w, name, peer_fd);
+	(void)fdname_make(name, sizeof(name), PARK_TDATA, w->slot, rec, id, 0, NULL);
+	wk_fdstore_send(w, name, data_fd);
+	return true;
+}
+
+void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id)
+{
+	char name[FDNAME_MAX + 1];
+
+	(void)fdname_make(name, sizeof(name), PARK_TPEER, w->slot, rec, id, PARK_F_BOUND, NULL);
+	wk_fdstore_send(w, name, -1);
+	(void)fdname_make(name, sizeof(name), PARK_TDATA, w->slot, rec, id, 0, NULL);
+	wk_fdstore_send(w, name, -1);
+}
