@@ -1,0 +1,310 @@
+"""A crash restart under systemd keeps TURN-TCP and RFC 6062 calls (issue 41): the
+connections go in the unit's file descriptor store and come back with their allocations.
+
+No systemd runs here, so the test plays its part: it binds $NOTIFY_SOCKET and keeps what
+the daemon stores there (FDSTORE=1 with FDNAME=, the descriptors in SCM_RIGHTS; gone again
+with FDSTOREREMOVE=1), checking that only the main pid sends (NotifyAccess=main). With a
+TURN-TCP call (a channel to a UDP peer) and an RFC 6062 call (a data connection bound to a
+TCP echo peer) set up and relaying, it kills the whole daemon with SIGKILL (the master
+stopped first, so that it cannot see its workers die, as systemd's kill of the cgroup),
+writes numbered frames on both calls while no process runs (they wait in the sockets the
+store holds), and starts turngated again as systemd does: the stored descriptors at 3...
+with LISTEN_FDS, LISTEN_FDNAMES and LISTEN_PID (a small wrapper sets its own pid and
+execs the daemon, so the pid matches). Checked: neither call's connection closes; every
+frame the client sent before the kill, during the gap and after the restart reaches the
+peer once and in order; every record of the data connection comes back once and in order;
+both directions relay again; Refresh succeeds on both control connections; the
+allocations are the ones of before (same relayed addresses); the store again holds the
+four connections, and a record no connection claims is not left behind. The senders pause
+around the kill (nothing is in a dead process's buffers: see docs/operations.md for what a
+crash in the middle of a frame costs).
+
+On a build without the store the restart has no connection to take back and the calls
+end (checked on main: nothing is stored, the clients read EOF).
+
+Relay ports 44300-44349. Loopback only, every wait bounded.
+"""
+import array
+import os
+import signal
+import socket
+import subprocess
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (TURNGATED, Daemon, StreamClient, TcpPeer, check,  # noqa: E402
+                           config, error_code, free_port, run_tests, wait_for)
+from test_tcp_relay import open_data  # noqa: E402
+from test_upgrade_streams import (CHANNEL, DataStream, StreamCall, UdpPeer,  # noqa: E402
+                                  alive)
+
+RELAY = (44300, 44349)
+SO_PASSCRED = getattr(socket, "SO_PASSCRED", 16)
+SCM_CREDENTIALS = getattr(socket, "SCM_CREDENTIALS", 2)
+PYTHON = "/usr/bin/python3"
+# Execs the daemon with LISTEN_PID set to its own pid, the passed descriptors (listed in
+# TG_PASS, in the order of LISTEN_FDNAMES) moved to 3, 4, ...
+WRAPPER = r"""
+import fcntl, os, sys
+fds = [int(x) for x in os.environ.pop("TG_PASS").split(",") if x]
+high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100 + len(fds)) for fd in fds]
+for fd in fds:
+    os.close(fd)
+for i, fd in enumerate(high):
+    os.dup2(fd, 3 + i)
+    os.close(fd)
+os.environ["LISTEN_PID"] = str(os.getpid())
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+class FdStore:
+    """systemd's side of NOTIFY_SOCKET: the file descriptor store (name -> descriptors)."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_PASSCRED, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.path = path
+        self.fds = {}
+        self.senders = set()
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._rx, daemon=True)
+        self.t.start()
+
+    def _rx(self):
+        self.sock.settimeout(0.1)
+        space = socket.CMSG_SPACE(64 * 4) + socket.CMSG_SPACE(12)
+        while not self.stop.is_set():
+            try:
+                data, anc, _, _ = self.sock.recvmsg(4096, space)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            fds = array.array("i")
+            pid = None
+            for level, typ, cdata in anc:
+                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                    fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
+                elif level == socket.SOL_SOCKET and typ == SCM_CREDENTIALS:
+                    pid = struct.unpack("iII", cdata[:12])[0]
+            fields = dict(line.split("=", 1) for line in data.decode().splitlines()
+                          if "=" in line)
+            with self.lock:
+                self.last = time.monotonic()
+                self.senders.add(pid)
+                name = fields.get("FDNAME", "stored")
+                if fields.get("FDSTORE") == "1":
+                    self.fds.setdefault(name, []).extend(fds)
+                    fds = []
+                elif fields.get("FDSTOREREMOVE") == "1":
+                    for fd in self.fds.pop(name, []):
+                        os.close(fd)
+            for fd in fds:
+                os.close(fd)
+
+    def names(self):
+        with self.lock:
+            return sorted(self.fds)
+
+    def quiet(self, for_s=0.5, timeout=10):
+        """Waits until nothing came for for_s seconds."""
+        wait_for(lambda: time.monotonic() - self.last >= for_s, "the store to settle",
+                 timeout=timeout)
+
+    def close(self):
+        self.stop.set()
+        self.t.join(5)
+        self.sock.close()
+        for fds in self.fds.values():
+            for fd in fds:
+                os.close(fd)
+
+
+def children(pid):
+    """The pids whose parent is pid."""
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open("/proc/%s/stat" % p) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(p))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def kill_all(daemon):
+    """kill -9 of the whole daemon: the master stopped first (it must not see its workers
+    die and clean up), then every process killed."""
+    master = daemon.proc.pid
+    os.kill(master, signal.SIGSTOP)
+    workers = children(master)
+    for w in workers:
+        os.kill(w, signal.SIGKILL)
+    os.kill(master, signal.SIGKILL)
+    daemon.proc.wait()
+    for w in workers:
+        wait_for(lambda: not alive(w), "worker %d to die" % w)
+    return workers
+
+
+def restart(daemon, store):
+    """Starts turngated as systemd does after a crash, with what the store holds."""
+    with store.lock:
+        names, fds = [], []
+        for name, v in sorted(store.fds.items()):
+            for fd in v:
+                names.append(name)
+                fds.append(fd)
+    env = dict(os.environ, NOTIFY_SOCKET=store.path, LISTEN_FDS=str(len(fds)),
+               LISTEN_FDNAMES=":".join(names), TG_PASS=",".join(map(str, fds)))
+    daemon.proc = subprocess.Popen([PYTHON, "-c", WRAPPER, TURNGATED, "-c", daemon.conf],
+                                   stdin=subprocess.DEVNULL, stdout=daemon.err,
+                                   stderr=daemon.err, env=env, pass_fds=fds)
+    daemon.wait_running(daemon.workers)
+    return names
+
+
+def send_frames(call, n):
+    """n more numbered ChannelData on the TURN-TCP call."""
+    for _ in range(n):
+        payload = b"C" + struct.pack("!I", call.sent) + b"c" * 59
+        call.write(struct.pack("!HH", CHANNEL, len(payload)) + payload)
+        call.sent += 1
+
+
+def send_records(stream, n):
+    for _ in range(n):
+        stream.sock.sendall(stream.record(stream.sent))
+        stream.sent += 1
+
+
+def resume(obj):
+    obj.stop_tx.clear()
+    obj.tx = threading.Thread(target=obj._tx, daemon=True)
+    obj.tx.start()
+
+
+def pause(obj):
+    obj.stop_tx.set()
+    obj.tx.join(5)
+
+
+def test_calls_survive_crash_restart(d):
+    workers = 2
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers", "tpeers"])],
+                  {"peers": ["127.0.0.1"], "tpeers": ("TCP", ["127.0.0.1"])},
+                  workers=workers, relay=RELAY)
+    store = FdStore(os.path.join(d, "notify.sock"))
+    daemon = Daemon(d, text, workers=workers, env={"NOTIFY_SOCKET": store.path}).start()
+    peer, tpeer, call, stream = UdpPeer(), TcpPeer("127.0.0.1"), None, None
+    try:
+        ctl = StreamClient(port)
+        relayed = ctl.relayed(ctl.allocate())[0]
+        check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
+        check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None, "ChannelBind")
+        tctl = StreamClient(port, user="bob")
+        trelayed = tctl.relayed(tctl.allocate_tcp())[0]
+        cid = tctl.connect("127.0.0.1", tpeer.port)
+        stream = DataStream(open_data(port, tctl.creds(), cid))
+        call = StreamCall(ctl)
+        peer.start_tx(relayed)
+        wait_for(lambda: len(peer.got) >= 20 and len(call.got) >= 20 and stream.echoed >= 20,
+                 "relaying before the crash", timeout=10)
+        # Two TURN-TCP connections (one carrying the RFC 6062 allocation), a peer
+        # connection and its data connection.
+        wait_for(lambda: [n.split(".")[1] for n in store.names()] == ["c", "c", "d", "p"],
+                 "the four connections in the store (%r)" % (store.names(),), timeout=10)
+        pause(call)
+        pause(stream)
+        peer.stop_tx.set()
+        peer.tx.join(5)
+        wait_for(lambda: len(peer.got) == call.sent and stream.echoed == stream.sent,
+                 "everything sent before the crash delivered", timeout=10)
+        before = store.names()
+        workers_pids = kill_all(daemon)
+        store.quiet()
+        check(store.names() == before, "the store after the kill: %r, before %r"
+              % (store.names(), before))
+        check(store.senders == {daemon.proc.pid},
+              "FDSTORE from pids %r, main pid %d" % (store.senders, daemon.proc.pid))
+        # While no process runs: the clients write on (the kernel holds it).
+        send_frames(call, 20)
+        send_records(stream, 20)
+        time.sleep(0.2)
+        names = restart(daemon, store)
+        print("killed master %d and workers %r; restarted with %d stored connections: %s"
+              % (store.senders.pop(), workers_pids, len(names), " ".join(names)))
+        wait_for(lambda: len(peer.got) == call.sent or call.closed,
+                 "the frames sent during the gap at the peer (%d of %d)"
+                 % (len(peer.got), call.sent), timeout=10)
+        wait_for(lambda: stream.echoed == stream.sent or stream.closed,
+                 "the records sent during the gap echoed (%d of %d)"
+                 % (stream.echoed, stream.sent), timeout=10)
+        check(call.closed is None, "the TURN-TCP connection: %s" % call.closed)
+        check(stream.closed is None, "the data connection: %s" % stream.closed)
+        # Both ways again, at the fixed rate.
+        n_call = len(call.got)
+        resume(call)
+        resume(stream)
+        peer.stop_tx.clear()
+        peer.start_tx(relayed)
+        wait_for(lambda: len(call.got) > n_call + 20 and len(peer.got) > call.sent - 30 and
+                 stream.echoed > stream.sent - 30 and len(peer.got) > 60,
+                 "relaying after the restart", timeout=10)
+        pause(call)
+        pause(stream)
+        peer.stop_tx.set()
+        peer.tx.join(5)
+        wait_for(lambda: len(peer.got) == call.sent and stream.echoed == stream.sent,
+                 "everything delivered", timeout=10)
+        check(call.closed is None and stream.closed is None,
+              "closed: %s / %s" % (call.closed, stream.closed))
+        check(peer.got == list(range(call.sent)),
+              "client -> peer: %d sent, %d received, not once each in order"
+              % (call.sent, len(peer.got)))
+        got = call.got
+        check(all(a < b for a, b in zip(got, got[1:])), "peer -> client: out of order or twice")
+        print("TURN-TCP: %d frames sent (20 during the gap), all received once in order; "
+              "peer -> client %d of %d (the gap's datagrams are lost as UDP's are); "
+              "RFC 6062: %d records echoed once in order"
+              % (call.sent, len(got), peer.sent, stream.echoed))
+        check(call.refresh() is None, "Refresh on the TURN-TCP call after the restart")
+        code = tctl.refresh(600)
+        check(code is None, "Refresh on the RFC 6062 control connection: %r" % (code,))
+        allocs = daemon.admin({"cmd": "allocations"})["allocations"]
+        relays = sorted(a["relay"].rsplit(":", 1)[1] for a in allocs)
+        check(relays == sorted([str(relayed[1]), str(trelayed[1])]),
+              "the same allocations: %r" % (allocs,))
+        wait_for(lambda: [n.split(".")[1] for n in store.names()] == ["c", "c", "d", "p"],
+                 "the four connections stored again (%r)" % (store.names(),), timeout=10)
+        st = daemon.admin({"cmd": "stats"})["counters"]
+        check(st["stream_handovers"] == 4 and st["stream_handovers_ended"] == 0,
+              "taken back: %r" % ({k: v for k, v in st.items() if "stream" in k},))
+        text = daemon.stderr()
+        check("4 stream connections taken back from systemd, 0 closed" in text,
+              "the master's line:\n%s" % text)
+    finally:
+        if call is not None:
+            call.close()
+        if stream is not None:
+            stream.close()
+        peer.close()
+        tpeer.close()
+        daemon.kill()
+        store.close()
+    daemon.scan()
+
+
+if __name__ == "__main__":
+    run_tests([test_calls_survive_crash_restart])
