@@ -13,7 +13,12 @@
  * processes are gone. The state file's take-over keeps the TURN-TCP records then, and
  * each socket goes to the worker whose record its name names, as a live upgrade's do; a
  * socket whose record was not taken over is closed. Every name systemd passed leaves the
- * store: the workers store the sockets they take back again, under their new names. */
+ * store: the workers store the sockets they take back again, under their new names.
+ *
+ * A live upgrade's new master is not the main process until the old one has sent
+ * MAINPID= and exited (master/upgrade.c): what it stored before would be refused. It
+ * holds a copy of each socket until then (a pidfd of the old master says when), and
+ * stores them all at the next tick. */
 #include "config.h"
 
 #include "master/master.h"
@@ -24,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/fdname.h"
@@ -36,8 +43,16 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+struct held {
+	char *name;
+	int fd;
+};
+
 struct fdstore {
 	bool on;		/* $NOTIFY_SOCKET set, libsystemd built in */
+	int old_master;		/* pidfd of a live upgrade's old master while it runs, or -1 */
+	struct held *held;	/* stored meanwhile */
+	size_t n_held, cap_held;
 	void **roots;		/* per slot: a tsearch tree of the names stored */
 	unsigned n_roots;
 	/* what systemd passed at start, until fdstore_adopt */
@@ -131,9 +146,17 @@ int fdstore_init(struct master *m)
 
 	if (s == NULL)
 		return -ENOMEM;
+	s->old_master = -1;
 #ifdef HAVE_LIBSYSTEMD
 	s->on = getenv("NOTIFY_SOCKET") != NULL;
 #endif
+	if (s->on && upgrade_is_child(m)) {
+		s->old_master = (int)syscall(SYS_pidfd_open, getppid(), 0);
+		if (s->old_master < 0)
+			log_warn("master", "fd store: no pidfd of the old master (%s): what the "
+					   "workers store before it exits may be refused",
+				 strerror(errno));
+	}
 	take_passed(s);
 	m->fdstore = s;
 	if (s->on)
@@ -216,6 +239,79 @@ static void **slot_root(struct master *m, unsigned slot)
 	return slot < s->n_roots ? &s->roots[slot] : NULL;
 }
 
+/* Stores name's socket now, or holds a copy while the old master is the main process. */
+static void store_or_hold(struct fdstore *s, const char *name, int fd)
+{
+	struct held *v;
+	int copy;
+
+	if (s->old_master < 0) {
+		if (store_add(name, fd) < 0)
+			log_warn("master", "fd store: cannot store %s", name);
+		return;
+	}
+	if (s->n_held == s->cap_held) {
+		size_t cap = s->cap_held ? s->cap_held * 2 : 64;
+
+		v = realloc(s->held, cap * sizeof(*v));
+		if (v == NULL)
+			return;
+		s->held = v;
+		s->cap_held = cap;
+	}
+	copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (copy < 0)
+		return;
+	s->held[s->n_held].name = strdup(name);
+	if (s->held[s->n_held].name == NULL) {
+		close(copy);
+		return;
+	}
+	s->held[s->n_held++].fd = copy;
+}
+
+/* Drops the held copies of name (all of them when name is NULL), or those of slot's
+ * names when slot_only. */
+static void unhold(struct fdstore *s, const char *name, bool slot_only, unsigned slot)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < s->n_held; i++) {
+		struct park_hdr h;
+		bool drop = name == NULL || strcmp(s->held[i].name, name) == 0;
+
+		if (slot_only)
+			drop = fdname_parse(s->held[i].name, &h) == 0 && h.slot == slot;
+		if (!drop) {
+			s->held[k++] = s->held[i];
+			continue;
+		}
+		close(s->held[i].fd);
+		free(s->held[i].name);
+	}
+	s->n_held = k;
+}
+
+void fdstore_tick(struct master *m)
+{
+	struct fdstore *s = m->fdstore;
+	struct pollfd pfd;
+
+	if (s == NULL || s->old_master < 0)
+		return;
+	pfd = (struct pollfd){ .fd = s->old_master, .events = POLLIN };
+	if (poll(&pfd, 1, 0) <= 0)
+		return;
+	close(s->old_master);
+	s->old_master = -1;
+	for (size_t i = 0; i < s->n_held; i++)
+		store_or_hold(s, s->held[i].name, s->held[i].fd);
+	if (s->n_held)
+		log_info("master", "fd store: the old master is gone: %zu stream connections "
+				   "stored", s->n_held);
+	unhold(s, NULL, false, 0);
+}
+
 void fdstore_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
 	struct master *m = w->m;
@@ -234,6 +330,7 @@ void fdstore_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 			return;
 		key = *(char **)found;
 		tdelete(name, root, name_cmp);
+		unhold(m->fdstore, key, false, 0);
 		name_gone(key);
 		return;
 	}
@@ -243,8 +340,7 @@ void fdstore_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		free(key);
 		return;
 	}
-	if (store_add(name, *fd) < 0)
-		log_warn("master", "fd store: cannot store %s", name);
+	store_or_hold(m->fdstore, name, *fd);
 }
 
 void fdstore_slot_gone(struct master *m, unsigned slot)
@@ -253,6 +349,7 @@ void fdstore_slot_gone(struct master *m, unsigned slot)
 
 	if (!fdstore_on(m) || (root = slot_root(m, slot)) == NULL || *root == NULL)
 		return;
+	unhold(m->fdstore, NULL, true, slot);
 	tdestroy(*root, name_gone);
 	*root = NULL;
 }
@@ -270,6 +367,10 @@ void fdstore_free(struct master *m)
 		close(s->in_fds[i]);
 		free(s->in_names[i]);
 	}
+	unhold(s, NULL, false, 0);
+	free(s->held);
+	if (s->old_master >= 0)
+		close(s->old_master);
 	free(s->in_fds);
 	free(s->in_names);
 	free(s->roots);

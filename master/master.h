@@ -436,6 +436,9 @@ void fdstore_adopt(struct master *m);
 void fdstore_msg(struct mworker *w, const struct ipc_msg *msg, int *fd);
 /* Worker of slot is gone: its names leave the store (their sockets closed with it). */
 void fdstore_slot_gone(struct master *m, unsigned slot);
+/* From the master's tick: a live upgrade's new master stores what it held once the old
+ * master is gone (it is the main process then). */
+void fdstore_tick(struct master *m);
 void fdstore_free(struct master *m);
 
 /* ---- live upgrade (master/upgrade.c) --------------------------------------------- */

@@ -39,7 +39,7 @@ from harness_admin import (TURNGATED, Daemon, StreamClient, TcpPeer, check,  # n
                            config, error_code, free_port, run_tests, wait_for)
 from test_tcp_relay import open_data  # noqa: E402
 from test_upgrade_streams import (CHANNEL, DataStream, StreamCall, UdpPeer,  # noqa: E402
-                                  alive)
+                                  alive, upgrade)
 
 RELAY = (44300, 44349)
 SO_PASSCRED = getattr(socket, "SO_PASSCRED", 16)
@@ -72,6 +72,8 @@ class FdStore:
         self.path = path
         self.fds = {}
         self.senders = set()
+        self.main = None         # NotifyAccess=main: the first sender, then MAINPID=
+        self.refused = 0
         self.last = time.monotonic()
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -99,12 +101,19 @@ class FdStore:
                           if "=" in line)
             with self.lock:
                 self.last = time.monotonic()
-                self.senders.add(pid)
+                if self.main is None:
+                    self.main = pid
                 name = fields.get("FDNAME", "stored")
-                if fields.get("FDSTORE") == "1":
+                if pid != self.main:
+                    self.refused += 1
+                elif fields.get("MAINPID"):
+                    self.main = int(fields["MAINPID"])
+                elif fields.get("FDSTORE") == "1":
+                    self.senders.add(pid)
                     self.fds.setdefault(name, []).extend(fds)
                     fds = []
                 elif fields.get("FDSTOREREMOVE") == "1":
+                    self.senders.add(pid)
                     for fd in self.fds.pop(name, []):
                         os.close(fd)
             for fd in fds:
@@ -142,24 +151,25 @@ def children(pid):
     return out
 
 
-def kill_all(daemon):
+def kill_all(daemon, master):
     """kill -9 of the whole daemon: the master stopped first (it must not see its workers
     die and clean up), then every process killed."""
-    master = daemon.proc.pid
     os.kill(master, signal.SIGSTOP)
     workers = children(master)
     for w in workers:
         os.kill(w, signal.SIGKILL)
     os.kill(master, signal.SIGKILL)
-    daemon.proc.wait()
-    for w in workers:
-        wait_for(lambda: not alive(w), "worker %d to die" % w)
+    if master == daemon.proc.pid:
+        daemon.proc.wait()
+    for p in workers + [master]:
+        wait_for(lambda: not alive(p), "process %d to die" % p)
     return workers
 
 
 def restart(daemon, store):
     """Starts turngated as systemd does after a crash, with what the store holds."""
     with store.lock:
+        store.main = None
         names, fds = [], []
         for name, v in sorted(store.fds.items()):
             for fd in v:
@@ -199,7 +209,7 @@ def pause(obj):
     obj.tx.join(5)
 
 
-def test_calls_survive_crash_restart(d):
+def calls_survive_crash_restart(d, upgrades):
     workers = 2
     port = free_port()
     text = config(d, [("tcp", port, "TURN-TCP", ["peers", "tpeers"])],
@@ -208,6 +218,7 @@ def test_calls_survive_crash_restart(d):
     store = FdStore(os.path.join(d, "notify.sock"))
     daemon = Daemon(d, text, workers=workers, env={"NOTIFY_SOCKET": store.path}).start()
     peer, tpeer, call, stream = UdpPeer(), TcpPeer("127.0.0.1"), None, None
+    master = daemon.proc.pid
     try:
         ctl = StreamClient(port)
         relayed = ctl.relayed(ctl.allocate())[0]
@@ -225,26 +236,37 @@ def test_calls_survive_crash_restart(d):
         # connection and its data connection.
         wait_for(lambda: [n.split(".")[1] for n in store.names()] == ["c", "c", "d", "p"],
                  "the four connections in the store (%r)" % (store.names(),), timeout=10)
+        for i in range(upgrades):
+            # A live upgrade first: the new workers store the connections again, and the
+            # new master may only once the old one is gone (NotifyAccess=main).
+            master = upgrade(daemon, workers)
+            n = len(peer.got)
+            wait_for(lambda: len(peer.got) > n + 10, "relaying after the upgrade", timeout=10)
+            wait_for(lambda: store.main == master and
+                     [n.split(".")[1] for n in store.names()] == ["c", "c", "d", "p"] and
+                     master in store.senders,
+                     "the new master (pid %d) to store the four connections (%r)"
+                     % (master, store.names()), timeout=10)
         pause(call)
         pause(stream)
         peer.stop_tx.set()
         peer.tx.join(5)
         wait_for(lambda: len(peer.got) == call.sent and stream.echoed == stream.sent,
                  "everything sent before the crash delivered", timeout=10)
+        store.quiet()
         before = store.names()
-        workers_pids = kill_all(daemon)
+        workers_pids = kill_all(daemon, master)
         store.quiet()
         check(store.names() == before, "the store after the kill: %r, before %r"
               % (store.names(), before))
-        check(store.senders == {daemon.proc.pid},
-              "FDSTORE from pids %r, main pid %d" % (store.senders, daemon.proc.pid))
+        check(store.main == master, "main pid %r, the master %d" % (store.main, master))
         # While no process runs: the clients write on (the kernel holds it).
         send_frames(call, 20)
         send_records(stream, 20)
         time.sleep(0.2)
         names = restart(daemon, store)
-        print("killed master %d and workers %r; restarted with %d stored connections: %s"
-              % (store.senders.pop(), workers_pids, len(names), " ".join(names)))
+        print("%d upgrades, then killed master %d and workers %r; restarted with %d stored "
+              "connections: %s" % (upgrades, master, workers_pids, len(names), " ".join(names)))
         wait_for(lambda: len(peer.got) == call.sent or call.closed,
                  "the frames sent during the gap at the peer (%d of %d)"
                  % (len(peer.got), call.sent), timeout=10)
@@ -289,7 +311,10 @@ def test_calls_survive_crash_restart(d):
         wait_for(lambda: [n.split(".")[1] for n in store.names()] == ["c", "c", "d", "p"],
                  "the four connections stored again (%r)" % (store.names(),), timeout=10)
         st = daemon.admin({"cmd": "stats"})["counters"]
-        check(st["stream_handovers"] == 4 and st["stream_handovers_ended"] == 0,
+        # Each upgrade hands over five sockets (the RFC 6062 relay's listening one too),
+        # the restart four.
+        check(st["stream_handovers"] == 5 * upgrades + 4 and
+              st["stream_handovers_ended"] == 0,
               "taken back: %r" % ({k: v for k, v in st.items() if "stream" in k},))
         text = daemon.stderr()
         check("4 stream connections taken back from systemd, 0 closed" in text,
@@ -302,9 +327,52 @@ def test_calls_survive_crash_restart(d):
         peer.close()
         tpeer.close()
         daemon.kill()
+        if master != daemon.proc.pid and alive(master):
+            os.kill(master, signal.SIGKILL)
         store.close()
     daemon.scan()
 
 
+def test_calls_survive_crash_restart(d):
+    calls_survive_crash_restart(d, 0)
+
+
+def test_upgrade_then_crash_restart(d):
+    """Two live upgrades, then the crash: the store follows the connections to the new
+    processes."""
+    calls_survive_crash_restart(d, 2)
+
+
+def test_worker_crash_empties_store(d):
+    """A worker killed alone (the master respawns it): its connections leave the store,
+    so that systemd does not hold them open for nobody, and the client reads the end as
+    before."""
+    workers = 1
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers"])], {"peers": ["127.0.0.1"]},
+                  workers=workers, relay=RELAY)
+    store = FdStore(os.path.join(d, "notify.sock"))
+    daemon = Daemon(d, text, workers=workers, env={"NOTIFY_SOCKET": store.path}).start()
+    daemon.allowed_deaths = 1
+    try:
+        ctl = StreamClient(port)
+        ctl.allocate()
+        wait_for(lambda: len(store.names()) == 1, "the connection in the store", timeout=10)
+        for w in children(daemon.proc.pid):
+            os.kill(w, signal.SIGKILL)
+        wait_for(lambda: store.names() == [], "the store to empty (%r)" % (store.names(),),
+                 timeout=10)
+        try:
+            eof = ctl.recv_eof(timeout=10)
+        except ConnectionResetError:
+            eof = True
+        check(eof, "the client's connection did not end with its worker")
+        daemon.wait_running(workers)
+    finally:
+        daemon.stop()
+        store.close()
+
+
 if __name__ == "__main__":
-    run_tests([test_calls_survive_crash_restart])
+    run_tests([test_calls_survive_crash_restart, test_upgrade_then_crash_restart,
+               test_worker_crash_empties_store])
