@@ -14,6 +14,7 @@
 
 #include "common/fdname.h"
 #include "common/log.h"
+#include "stun/stun.h"
 
 static void wk_fdstore_send(struct worker *w, const char *name, int fd)
 {
@@ -74,4 +75,43 @@ void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id)
 	wk_fdstore_send(w, name, -1);
 	(void)fdname_make(name, sizeof(name), PARK_TDATA, w->slot, rec, id, 0, NULL);
 	wk_fdstore_send(w, name, -1);
+}
+
+/* 1: a frame starts at p (n bytes there), 0: none does, -1: more bytes needed to say. */
+static int frame_start(const struct wk_tconn *c, const uint8_t *p, size_t n, uint64_t now_ns)
+{
+	uint32_t cookie;
+
+	if (n < 4)
+		return -1;
+	if ((p[0] & 0xC0) == 0x40)
+		return c->alloc && wk_alloc_chan_by_num(c->alloc, (uint16_t)(p[0] << 8 | p[1]),
+							now_ns) != NULL;
+	if ((p[0] & 0xC0) != 0 || (p[3] & 3) != 0)
+		return 0;
+	if (n < 8)
+		return -1;
+	cookie = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
+	return cookie == STUN_MAGIC_COOKIE;
+}
+
+bool wk_fdstore_resync(struct worker *w, struct wk_tconn *c)
+{
+	uint64_t now_ns = mono_ns();
+	size_t pos = 0;
+	int rc = 0;
+
+	while (pos < c->in_len && (rc = frame_start(c, c->in + pos, c->in_len - pos, now_ns)) == 0)
+		pos++;
+	if (pos > 0) {
+		memmove(c->in, c->in + pos, c->in_len - pos);
+		c->in_len -= pos;
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
+		log_info("worker", "slot %u: allocation %u: %zu bytes of a frame cut by the crash "
+				   "skipped", w->slot, c->alloc ? c->alloc->rec_idx : 0, pos);
+	}
+	if (rc != 1)
+		return false;
+	c->resync = false;
+	return true;
 }

@@ -140,8 +140,10 @@ static struct wk_tconn *wk_park_restore(struct worker *w, size_t i)
 		return NULL;
 	c = wk_tcp_restore(w, l, p->fd, (const struct sockaddr *)&h.peer, h.peer_len, body,
 			   h.in_len, body + h.in_len, h.out_len, (h.flags & PARK_F_AUTHED) != 0);
-	if (c)
+	if (c) {
 		w->park_used[i] = true;
+		c->resync = (h.flags & PARK_F_CRASH) != 0;
+	}
 	return c;
 }
 

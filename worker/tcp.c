@@ -273,6 +273,8 @@ static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 		.l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer, .addr_len = c->peer_len
 	};
 
+	if (c->resync && !wk_fdstore_resync(w, c))
+		return 1;	/* nothing but the cut frame's rest yet */
 	for (;;) {
 		size_t flen;
 		/* Framed in the wide range whatever limits.channel_numbers says: a strict

@@ -139,6 +139,8 @@ struct wk_tconn {
 	/* Budgets (worker/budget.c): what c is counted as, per source address and prefix
 	 * (src_b: their buckets), and its place in the worker's unauthenticated list. */
 	bool authed;			/* sent an authenticated request */
+	bool resync;			/* taken back after a crash: the first frame is sought
+					 * (wk_fdstore_resync) */
 	bool fdstored;			/* in systemd's fd store (fdstore.c), named by these */
 	uint32_t fds_rec, fds_flags;
 	bool cnt_conn;			/* counted in SHM_SRC_CONNS */
@@ -920,6 +922,13 @@ void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
 bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
 /* Takes that pair out of the store. */
 void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id);
+/* A connection taken back after a crash (c->resync) starts where the kernel's buffer
+ * stands, maybe inside a frame the dead worker had read part of. Skips the input up to
+ * the first position that starts a frame this connection can carry: a STUN message (top
+ * two bits 0, the magic cookie, a length that is a multiple of 4) or a ChannelData on one
+ * of its allocation's bound channels; clears c->resync once found. Returns false while
+ * more input is needed to decide (what was skipped so far is gone). */
+bool wk_fdstore_resync(struct worker *w, struct wk_tconn *c);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

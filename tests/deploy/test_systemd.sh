@@ -103,6 +103,13 @@ fi
 if [ -n "$pmin" ] && [ -n "$pmax" ] && [ "$nofile" -lt $((2 * (pmax - pmin + 1))) ]; then
 	fail "LimitNOFILE=$nofile < 2 x relay ports ($pmin-$pmax)"
 fi
+# The fd store keeps TURN-TCP and RFC 6062 connections across a crash restart
+# (tests/integration/test_fdstore_restart.py): room for as many as a process may hold.
+fdmax=$(value FileDescriptorStoreMax)
+case "$fdmax" in *[!0-9]* | "") fail "FileDescriptorStoreMax '$fdmax' is not a number"; fdmax=0 ;; esac
+if [ "$fdmax" -lt "$nofile" ]; then
+	fail "FileDescriptorStoreMax=$fdmax < LimitNOFILE=$nofile: a crash restart would drop the stream connections past it"
+fi
 
 # 5. The unit's ExecStartPre check passes on the example config (paths moved to a temp dir).
 mkdir "$tmp/etc"
