@@ -37,8 +37,9 @@ enum park_kind {
 #define PARK_F_EOF1 0x20u
 #define PARK_F_SHUT0 0x40u
 #define PARK_F_SHUT1 0x80u
-/* TCONN: taken back from systemd's fd store after a crash (master/fdstore.c): no buffers
- * came with it, and the dead worker may have read part of a frame (worker/fdstore.c). */
+/* Taken back from systemd's fd store after a crash (master/fdstore.c): no buffers came
+ * with it, its name may be older than the table (the worker checks the socket against
+ * the record), and a TCONN's dead worker may have read part of a frame (worker/fdstore.c). */
 #define PARK_F_CRASH 0x100u
 
 struct park_hdr {

@@ -183,8 +183,7 @@ static int passed_blob(const char *name, int fd, uint8_t **blob)
 
 	if (fdname_parse(name, &h) < 0)
 		return -EBADMSG;
-	if (h.kind == PARK_TCONN)
-		h.flags |= PARK_F_CRASH;
+	h.flags |= PARK_F_CRASH;
 	if (h.kind != PARK_TDATA) {
 		if (getpeername(fd, (struct sockaddr *)&h.peer, &sl) < 0)
 			return -errno;

@@ -440,7 +440,6 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	if (m->handing_over)
 		ctl_read(w, INT32_MAX);
 	ctl_close(m, w);
-	fdstore_slot_gone(m, w->slot);
 	w->last_status = c->rstatus;
 	w->pid = 0;
 	if (m->handing_over && !m->stopping) {
@@ -458,6 +457,8 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 		return;
 	}
 	w->state = MW_DEAD;
+	/* A respawn cannot take the dead worker's connections back: out of the store. */
+	fdstore_slot_gone(m, w->slot);
 	ran = ev_now(loop) - w->started_at;
 	if (ran >= BACKOFF_RESET_S)
 		w->backoff_step = 0;

@@ -11,6 +11,7 @@
 #include "worker/wk.h"
 
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/fdname.h"
 #include "common/log.h"
@@ -18,7 +19,14 @@
 
 static void wk_fdstore_send(struct worker *w, const char *name, int fd)
 {
-	int rc = ipc_send(w->h->ctl_fd, fd >= 0 ? IPC_FDSTORE : IPC_FDUNSTORE, name, strlen(name),
+	int rc;
+
+	/* A worker that leaves its records LIVE for the next process leaves their
+	 * connections in the store too: a start after a crash takes both back. (A respawn
+	 * cannot: the master removes the slot's names when it respawns.) */
+	if (fd < 0 && w->leaving)
+		return;
+	rc = ipc_send(w->h->ctl_fd, fd >= 0 ? IPC_FDSTORE : IPC_FDUNSTORE, name, strlen(name),
 			  fd);
 
 	if (rc < 0)
@@ -75,6 +83,20 @@ void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id)
 	wk_fdstore_send(w, name, -1);
 	(void)fdname_make(name, sizeof(name), PARK_TDATA, w->slot, rec, id, 0, NULL);
 	wk_fdstore_send(w, name, -1);
+}
+
+bool wk_fdstore_owns(int fd, bool client, const struct shm_alloc *rec)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	struct shm_addr a;
+
+	if (client ? getpeername(fd, (struct sockaddr *)&ss, &sl) < 0
+			       : getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+		return false;
+	memset(&a, 0, sizeof(a));
+	wk_addr_to_shm((struct sockaddr *)&ss, &a);
+	return memcmp(&a, client ? &rec->client : &rec->relay, sizeof(a)) == 0;
 }
 
 /* 1: a frame starts at p (n bytes there), 0: none does, -1: more bytes needed to say. */

@@ -123,8 +123,9 @@ static struct wk_listener *wk_park_listener(struct worker *w, const char *name)
 	return NULL;
 }
 
-/* Restores h->parked[i] (not yet restored) as a connection, or NULL. */
-static struct wk_tconn *wk_park_restore(struct worker *w, size_t i)
+/* Restores h->parked[i] (not yet restored) as a connection, or NULL; rec: the record
+ * it must belong to when it was taken back after a crash (NULL: none). */
+static struct wk_tconn *wk_park_restore(struct worker *w, size_t i, const struct shm_alloc *rec)
 {
 	const struct worker_parked *p = &w->h->parked[i];
 	const uint8_t *body = p->blob + sizeof(struct park_hdr);
@@ -136,7 +137,8 @@ static struct wk_tconn *wk_park_restore(struct worker *w, size_t i)
 	    h.kind != PARK_TCONN)
 		return NULL;
 	l = wk_park_listener(w, h.listener);
-	if (!l)
+	if (!l || ((h.flags & PARK_F_CRASH) &&
+		   (!rec || !wk_fdstore_owns(p->fd, true, rec))))
 		return NULL;
 	c = wk_tcp_restore(w, l, p->fd, (const struct sockaddr *)&h.peer, h.peer_len, body,
 			   h.in_len, body + h.in_len, h.out_len, (h.flags & PARK_F_AUTHED) != 0);
@@ -195,8 +197,9 @@ static void wk_park_tpeers(struct worker *w, struct wk_alloc *a)
 		int data_fd = -1;
 
 		if (p->rec_idx != a->rec_idx || w->park_used[i] ||
-		    park_check(p->blob, p->len, &h) < 0 || h.kind != PARK_TPEER)
-			continue;
+		    park_check(p->blob, p->len, &h) < 0 || h.kind != PARK_TPEER ||
+		    ((h.flags & PARK_F_CRASH) && !wk_fdstore_owns(p->fd, false, a->rec)))
+			continue;	/* one that does not belong: wk_park_rest closes it */
 		w->park_used[i] = true;
 		if (h.flags & PARK_F_BOUND) {
 			data_fd = wk_park_data_fd(w, a->rec_idx, h.id);
@@ -231,7 +234,7 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 		if (w->h->parked[i].rec_idx != idx ||
 		    park_check(w->h->parked[i].blob, w->h->parked[i].len, &h) < 0)
 			continue;
-		c = wk_park_restore(w, i);
+		c = wk_park_restore(w, i, rec);
 		tcp = (h.flags & PARK_F_TCPALLOC) != 0;
 	}
 	if (!c)
@@ -268,7 +271,7 @@ void wk_park_rest(struct worker *w)
 			restored++;
 			continue;
 		}
-		c = p->rec_idx == PARK_NO_REC ? wk_park_restore(w, i) : NULL;
+		c = p->rec_idx == PARK_NO_REC ? wk_park_restore(w, i, NULL) : NULL;
 		if (c) {
 			restored++;
 			(void)wk_tconn_restart(w, c);

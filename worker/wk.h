@@ -381,6 +381,9 @@ struct worker {
 	bool adopting;
 	ev_idle tune;
 	uint32_t tune_next;		/* next record index the idle watcher looks at */
+
+	bool leaving;			/* stopping, records left LIVE: its connections stay in
+					 * systemd's fd store for the next start (fdstore.c) */
 	uint64_t revoke_seq;		/* revocation list last swept against (auth.c) */
 	struct wk_hot hot;
 	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */
@@ -929,6 +932,12 @@ void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id);
  * of its allocation's bound channels; clears c->resync once found. Returns false while
  * more input is needed to decide (what was skipped so far is gone). */
 bool wk_fdstore_resync(struct worker *w, struct wk_tconn *c);
+/* Whether socket fd, taken back after a crash (client: a TURN-TCP connection, whose peer
+ * must be the record's client; else a peer connection, whose local address must be the
+ * record's relay address), belongs to
+ * record rec: a name left in the store by an older table must not give one client's
+ * socket to another's allocation. */
+bool wk_fdstore_owns(int fd, bool client, const struct shm_alloc *rec);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

@@ -152,13 +152,15 @@ def children(pid):
     return out
 
 
-def kill_all(daemon, master):
+def kill_all(daemon, master, master_only=False):
     """kill -9 of the whole daemon: the master stopped first (it must not see its workers
-    die and clean up), then every process killed."""
-    os.kill(master, signal.SIGSTOP)
+    die and clean up), then every process killed. master_only: kill -9 of the master alone
+    (its workers get SIGTERM from the kernel and stop, leaving their records LIVE)."""
     workers = children(master)
-    for w in workers:
-        os.kill(w, signal.SIGKILL)
+    if not master_only:
+        os.kill(master, signal.SIGSTOP)
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
     os.kill(master, signal.SIGKILL)
     if master == daemon.proc.pid:
         daemon.proc.wait()
@@ -210,7 +212,20 @@ def pause(obj):
     obj.tx.join(5)
 
 
-def calls_survive_crash_restart(d, upgrades):
+def stale_socket():
+    """A TCP connection from another client (a loopback pair), under a real connection's
+    name: what a name older than the table would give. Returns (the server's end for the
+    store, the client's end to watch)."""
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    cl = socket.create_connection(ls.getsockname())
+    sv, _ = ls.accept()
+    ls.close()
+    return os.dup(sv.fileno()), sv, cl
+
+
+def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
     workers = 2
     port = free_port()
     text = config(d, [("tcp", port, "TURN-TCP", ["peers", "tpeers"])],
@@ -263,17 +278,30 @@ def calls_survive_crash_restart(d, upgrades):
         time.sleep(0.3)
         store.quiet()
         before = store.names()
-        workers_pids = kill_all(daemon, master)
+        workers_pids = kill_all(daemon, master, master_only)
         store.quiet()
         check(store.names() == before, "the store after the kill: %r, before %r"
               % (store.names(), before))
         check(store.main == master, "main pid %r, the master %d" % (store.main, master))
+        if stale:
+            # A foreign socket under the TURN-TCP call's name, first in the list: the
+            # worker must not give it the call's allocation.
+            real = next(n for n in store.names()
+                        if n.startswith("tg1.c.") and n.endswith(".0.1.tcp"))
+            fd, sv, cl = stale_socket()
+            with store.lock:
+                store.fds[real].insert(0, fd)
+            sv.close()
         # While no process runs: the clients write on (the kernel holds it).
         call.write(frame[10:])
         send_frames(call, 20)
         send_records(stream, 20)
         time.sleep(0.2)
         names = restart(daemon, store)
+        if stale:
+            cl.settimeout(10)
+            check(cl.recv(1) == b"", "the foreign socket was not closed")
+            cl.close()
         print("%d upgrades, then killed master %d and workers %r; restarted with %d stored "
               "connections: %s" % (upgrades, master, workers_pids, len(names), " ".join(names)))
         wait_for(lambda: len(peer.got) == call.sent or call.closed,
@@ -326,10 +354,11 @@ def calls_survive_crash_restart(d, upgrades):
         # Each upgrade hands over five sockets (the RFC 6062 relay's listening one too),
         # the restart four.
         check(st["stream_handovers"] == 5 * upgrades + 4 and
-              st["stream_handovers_ended"] == 0,
+              st["stream_handovers_ended"] == (1 if stale else 0),
               "taken back: %r" % ({k: v for k, v in st.items() if "stream" in k},))
         text = daemon.stderr()
-        check("4 stream connections taken back from systemd, 0 closed" in text,
+        check("%d stream connections taken back from systemd, 0 closed" % (5 if stale else 4)
+              in text,
               "the master's line:\n%s" % text)
     finally:
         if call is not None:
@@ -347,6 +376,14 @@ def calls_survive_crash_restart(d, upgrades):
 
 def test_calls_survive_crash_restart(d):
     calls_survive_crash_restart(d, 0)
+
+
+def test_master_kill_then_restart(d):
+    """kill -9 of the master alone: its workers stop (SIGTERM from the kernel), leave
+    their records and the store as they are, and the start takes both back. A socket of
+    another client under the TURN-TCP call's name (a name older than the table) is closed,
+    not given the call's allocation."""
+    calls_survive_crash_restart(d, 0, master_only=True, stale=True)
 
 
 def test_upgrade_then_crash_restart(d):
@@ -386,5 +423,6 @@ def test_worker_crash_empties_store(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_calls_survive_crash_restart, test_upgrade_then_crash_restart,
+    run_tests([test_calls_survive_crash_restart, test_master_kill_then_restart,
+               test_upgrade_then_crash_restart,
                test_worker_crash_empties_store])
