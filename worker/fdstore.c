@@ -33,6 +33,15 @@ static void wk_fdstore_send(struct worker *w, const char *name, int fd)
 		log_warn("worker", "slot %u: fd store %s: %s", w->slot, name, strerror(-rc));
 }
 
+/* The connection ends for good in this process: its FIN (or, with SO_LINGER 0, the RST
+ * of the last close) must not wait for the store's copy to go. Not while the worker
+ * hands its connections over (a live upgrade) or leaves them for the next start. */
+static void wk_fdstore_shut(struct worker *w, int fd)
+{
+	if (fd >= 0 && !w->leaving && w->park_start == 0)
+		(void)shutdown(fd, SHUT_RDWR);
+}
+
 void wk_fdstore_conn(struct worker *w, struct wk_tconn *c)
 {
 	char name[FDNAME_MAX + 1];
@@ -57,6 +66,7 @@ void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c)
 	if (!c->fdstored)
 		return;
 	c->fdstored = false;
+	wk_fdstore_shut(w, c->fd);
 	if (fdname_make(name, sizeof(name), PARK_TCONN, w->slot, c->fds_rec, 0, c->fds_flags,
 			c->l->name) == 0)
 		wk_fdstore_send(w, name, -1);
@@ -75,10 +85,12 @@ bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, i
 	return true;
 }
 
-void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id)
+void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd)
 {
 	char name[FDNAME_MAX + 1];
 
+	wk_fdstore_shut(w, peer_fd);
+	wk_fdstore_shut(w, data_fd);
 	(void)fdname_make(name, sizeof(name), PARK_TPEER, w->slot, rec, id, PARK_F_BOUND, NULL);
 	wk_fdstore_send(w, name, -1);
 	(void)fdname_make(name, sizeof(name), PARK_TDATA, w->slot, rec, id, 0, NULL);

@@ -94,7 +94,9 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 		w->n_tconnecting--;
 	ev_timer_stop(w->loop, &tp->tmo);
 	if (tp->fdstored)
-		wk_fdstore_pair_end(w, tp->a->rec_idx, tp->id);
+		/* a reset waits for the store's copy to go: a shutdown would send a FIN */
+		wk_fdstore_pair_end(w, tp->a->rec_idx, tp->id, abort_conn ? -1 : tp->pipe.fd[0],
+				    abort_conn ? -1 : tp->pipe.fd[1]);
 	if (tp->st == WK_TP_BOUND && tp->pipe.w) {
 		wk_pipe_close(&tp->pipe, abort_conn);
 	} else if (tp->fd >= 0) {

@@ -918,13 +918,16 @@ void wk_linger_end(struct worker *w);
  * (when it keeps one: w->h->fdstore). Plain TURN-TCP only: a TLS connection cannot be
  * taken back after a crash. Safe to call again. */
 void wk_fdstore_conn(struct worker *w, struct wk_tconn *c);
-/* Takes c out of the store, if it is in (before its socket closes). */
+/* Takes c out of the store, if it is in (before its socket closes). A connection that
+ * ends here (not handed over, not left for the next process) is shut down too: the
+ * store's copy must not keep it open. */
 void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
 /* Puts a bound RFC 6062 pair of record rec (peer connection peer_fd, data connection
  * data_fd, CONNECTION-ID id) in the store. Returns true when it was sent. */
 bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
-/* Takes that pair out of the store. */
-void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id);
+/* Takes that pair out of the store (peer_fd, data_fd: shut down as in
+ * wk_fdstore_conn_end; -1 when not open). */
+void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
 /* A connection taken back after a crash (c->resync) starts where the kernel's buffer
  * stands, maybe inside a frame the dead worker had read part of. Skips the input up to
  * the first position that starts a frame this connection can carry: a STUN message (top

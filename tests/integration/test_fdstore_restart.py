@@ -393,7 +393,7 @@ def test_upgrade_then_crash_restart(d):
 
 
 def test_worker_crash_empties_store(d):
-    """A worker killed alone (the master respawns it): its connections leave the store,
+    """A connection that ends leaves the store. A worker killed alone (the master respawns it): its connections leave the store,
     so that systemd does not hold them open for nobody, and the client reads the end as
     before."""
     workers = 1
@@ -404,9 +404,15 @@ def test_worker_crash_empties_store(d):
     daemon = Daemon(d, text, workers=workers, env={"NOTIFY_SOCKET": store.path}).start()
     daemon.allowed_deaths = 1
     try:
+        gone = StreamClient(port, user="carol")
+        gone.allocate()
         ctl = StreamClient(port)
         ctl.allocate()
-        wait_for(lambda: len(store.names()) == 1, "the connection in the store", timeout=10)
+        wait_for(lambda: len(store.names()) == 2, "the connections in the store", timeout=10)
+        # A connection that ends leaves the store.
+        gone.close()
+        wait_for(lambda: len(store.names()) == 1, "the closed connection out of the store "
+                 "(%r)" % (store.names(),), timeout=10)
         for w in children(daemon.proc.pid):
             os.kill(w, signal.SIGKILL)
         wait_for(lambda: store.names() == [], "the store to empty (%r)" % (store.names(),),
