@@ -516,7 +516,6 @@ static void wk_leave_table(struct worker *w)
 	struct wk_alloc *a;
 
 	w->leaving = true;	/* and their connections in systemd's fd store (fdstore.c) */
-
 	while ((a = LIST_FIRST(&w->allocs)) != NULL) {
 		if (a->conn)
 			a->conn->alloc = NULL;
