@@ -23,6 +23,11 @@ no procps), boot it, let systemd-sysusers create the user, write the secret and
 - a stalled worker (SIGSTOP) is replaced by the master while the unit stays up; a
   SIGSTOPped master misses its watchdog pings (WatchdogSec lowered to 3 s by a drop-in) and
   systemd restarts the unit;
+- a crash: `systemctl kill --signal=SIGKILL` (kill -9 of the master and the workers) with a
+  TURN-TCP call and an RFC 6062 call relaying: the connections were in the unit's file
+  descriptor store (FileDescriptorStoreMax=), Restart=always starts the daemon with them,
+  and both calls relay on and refresh (the same connections: deploy_stream.py never
+  reconnects);
 - `systemd-analyze security turngate` (run inside, against the loaded unit): exposure at
   most 2.0.
 Needs root, systemd-nspawn, debootstrap, nsenter and python3-aioice. A missing one fails
@@ -128,6 +133,12 @@ def install(tree):
         cfg = yaml.safe_load(fh)
     cfg["admin"].update(drain_timeout=DRAIN_S, workers=2, worker_ping_timeout=3)
     cfg["clusters"][0]["endpoints"].append("127.0.0.0/8")
+    # RFC 6062 peers on the loopback for the crash step (deploy_stream.py).
+    cfg["clusters"].append({"name": "loop-tcp", "type": "STATIC", "protocol": "TCP",
+                            "endpoints": ["127.0.0.0/8"]})
+    for listener in cfg["listeners"]:
+        if listener["protocol"] == "TURN-TCP":
+            listener["routes"].append("loop-tcp")
     write_yaml(tree + conf, cfg)
     for key in ("secret_file", "previous_secret_file"):
         with open(tree + cfg["auth"][key], "w", encoding="utf-8") as fh:
@@ -305,6 +316,46 @@ def scenario(m, tree, bindir, conf, cfg):
     print(f"restarted by the watchdog {took:.1f} s after SIGSTOP")
     probe(m, bindir, 3478)
     m.sh("rm -r /run/systemd/system/turngate.service.d && systemctl daemon-reload")
+
+    step("crash: kill -9 of every process keeps a TURN-TCP and an RFC 6062 call (fd store)")
+    pid = int(m.show("MainPID"))
+    streams = subprocess.Popen(
+        m.in_net([sys.executable, os.path.join(SRC, "tests", "deploy", "deploy_stream.py"),
+                  "127.0.0.1", "3478", SECRET, cfg["auth"]["realm"]]),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = streams.stdout.readline().strip()
+        check(line == "ready", f"stream calls: {line!r}")
+        deadline = time.monotonic() + 10
+        while int(m.show("NFileDescriptorStore")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stored = int(m.show("NFileDescriptorStore"))
+        check(stored == 4, f"{stored} descriptors in the store, want 4 (two TURN-TCP "
+              "connections, a peer connection and its data connection)")
+        restarts = int(m.show("NRestarts"))
+        m.sh("systemctl kill --signal=SIGKILL turngate")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                int(m.show("NRestarts")) > restarts and m.show("ActiveState") == "active"):
+            time.sleep(0.2)
+        check(int(m.show("NRestarts")) == restarts + 1 and int(m.show("MainPID")) != pid,
+              "not restarted after the kill")
+        for cmd, tag in (("rt after-crash", "after-crash"), ("refresh", "refresh")):
+            streams.stdin.write(cmd + "\n")
+            streams.stdin.flush()
+            line = streams.stdout.readline().strip()
+            check(line == f"ok {tag}", f"after the crash restart, {cmd}: {line!r}")
+        took_back = [e.get("MESSAGE", "") for e in journal(m)
+                     if "taken back from systemd" in e.get("MESSAGE", "")]
+        check(took_back and "4 stream connections taken back" in took_back[-1],
+              f"the master's fd store line: {took_back}")
+        print(f"crash restart: MainPID {pid} -> {m.show('MainPID')}, {took_back[-1]}; both "
+              "calls relay on and refresh")
+    finally:
+        if streams.poll() is None:
+            streams.stdin.write("close\n")
+            streams.stdin.flush()
+            streams.wait(timeout=30)
 
     step("systemd-analyze security")
     out = m.sh("systemd-analyze security --no-pager turngate", check_rc=False).stdout
