@@ -24,8 +24,9 @@ no procps), boot it, let systemd-sysusers create the user, write the secret and
   SIGSTOPped master misses its watchdog pings (WatchdogSec lowered to 3 s by a drop-in) and
   systemd restarts the unit;
 - a crash: `systemctl kill --signal=SIGKILL` (kill -9 of the master and the workers) with a
-  TURN-TCP call and an RFC 6062 call relaying: the connections were in the unit's file
-  descriptor store (FileDescriptorStoreMax=), Restart=always starts the daemon with them,
+  TURN-TCP call and an RFC 6062 call relaying, after a live upgrade: the connections were
+  in the unit's file descriptor store (FileDescriptorStoreMax=; stored again by the new
+  master once the old one is gone), Restart=always starts the daemon with them,
   and both calls relay on and refresh (the same connections: deploy_stream.py never
   reconnects);
 - `systemd-analyze security turngate` (run inside, against the loaded unit): exposure at
@@ -332,6 +333,22 @@ def scenario(m, tree, bindir, conf, cfg):
         stored = int(m.show("NFileDescriptorStore"))
         check(stored == 4, f"{stored} descriptors in the store, want 4 (two TURN-TCP "
               "connections, a peer connection and its data connection)")
+        # A live upgrade first: the old workers' names leave the store, the new master
+        # stores the connections again once the old one is gone (NotifyAccess=main).
+        up = m.sh(f"{bindir}/turngatectl upgrade --timeout 30", timeout=60)
+        pid = int(up.stdout.strip())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (
+                int(m.show("MainPID")) == pid and int(m.show("NFileDescriptorStore")) == 4 and
+                any("stream connections stored" in e.get("MESSAGE", "") for e in journal(m))):
+            time.sleep(0.2)
+        check(int(m.show("MainPID")) == pid and int(m.show("NFileDescriptorStore")) == 4,
+              f"after the upgrade: MainPID {m.show('MainPID')} (want {pid}), "
+              f"{m.show('NFileDescriptorStore')} descriptors stored (want 4)")
+        # The same four sockets under the new master's names, not the old names left over.
+        check(any(f"master[{pid}] master: fd store: the old master is gone: 4 stream "
+                  "connections stored" in e.get("MESSAGE", "") for e in journal(m)),
+              "the new master did not store the connections again")
         restarts = int(m.show("NRestarts"))
         m.sh("systemctl kill --signal=SIGKILL turngate")
         deadline = time.monotonic() + 30
