@@ -146,6 +146,31 @@ def wait_stun(port, proc, timeout=20.0):
         s.close()
 
 
+def wait_resolved(port, peer_port, proc, timeout=30.0):
+    """stunnerd resolves a STRICT_DNS cluster in the background: until it has, it refuses
+    the peer the name stands for (the first CI run on record sent the script too early and
+    saw an error for 127.0.0.1 over TURN-UDP and success over TURN-TCP seconds later: a failed
+    first resolution is retried every 5 s). Wait, bounded, until a CreatePermission to it
+    succeeds."""
+    c = Client(port, "alice")
+    try:
+        if c.allocate(expect="any")[1] != SUCCESS:
+            raise SystemExit("stunnerd refuses the probe's Allocate")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit("stunnerd exited %d" % proc.returncode)
+            r = c.perm("127.0.0.1", peer_port)
+            if r is not None and r[1] == SUCCESS:
+                print("note: stunnerd admitted localhost after %.1f s"
+                      % (timeout - deadline + time.monotonic()))
+                return
+            time.sleep(0.2)
+        print("note: stunnerd has not admitted localhost after %.0f s" % timeout)
+    finally:
+        c.close()
+
+
 def with_user(c, username, password):
     c.username, c.password = username, password
     c.key = c.key_of(password)
@@ -204,7 +229,7 @@ def script(port, peer, outside, tcp=False):
     return res
 
 
-def run_stunnerd(bindir, d, text, port):
+def run_stunnerd(bindir, d, text, port, kind):
     conf = os.path.join(d, "stunnerd.yaml")
     with open(conf, "w") as f:
         f.write(text)
@@ -214,6 +239,8 @@ def run_stunnerd(bindir, d, text, port):
                          stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
     try:
         wait_stun(port, p)
+        if kind == "STRICT_DNS":
+            wait_resolved(port, STATE["peer"].sock.getsockname()[1], p)
         return script_on(port)
     finally:
         p.terminate()
@@ -250,7 +277,7 @@ def main():
                 relay = relay_range()
                 port = free_port()
                 text = make_config(d, port, STATE["peer"].sock.getsockname()[1], relay, kind)
-                st += [(pre + k, v) for k, v in run_stunnerd(bindir, d, text, port)]
+                st += [(pre + k, v) for k, v in run_stunnerd(bindir, d, text, port, kind)]
                 port = free_port()
                 text = make_config(d, port, STATE["peer"].sock.getsockname()[1], relay, kind)
                 tg = Daemon(d, text, workers=1).start()
