@@ -129,12 +129,14 @@ static void print_status(json_t *r, FILE *out)
 	fprintf(out, "workers:        %lld running of %lld (%s)\n", int_of(w, "running"),
 		int_of(w, "configured"), str_of(w, "source"));
 	fprintf(out, "allocations:    %lld\n", int_of(r, "allocations"));
-	/* Old workers a live upgrade left serving their TLS calls (absent: an older daemon). */
+	/* Old workers a live upgrade left serving their TLS and DTLS calls (absent: an older
+	 * daemon; dtls_sessions absent: one without DTLS lingering). */
 	json_array_foreach(json_object_get(r, "lingering"), i, l)
-		fprintf(out, "lingering:      old worker pid %lld (slot %lld): %lld TLS calls, "
-			     "ends them in %lld s at the latest\n",
-			int_of(l, "pid"), int_of(l, "slot"), int_of(l, "sessions"),
-			int_of(l, "ends_in_s"));
+		fprintf(out, "lingering:      old worker pid %lld (slot %lld): %lld TLS, %lld DTLS "
+			     "calls, ends them in %lld s at the latest\n",
+			int_of(l, "pid"), int_of(l, "slot"),
+			int_of(l, "sessions") - int_of(l, "dtls_sessions"),
+			int_of(l, "dtls_sessions"), int_of(l, "ends_in_s"));
 	print_table(json_object_get(r, "table"), out);
 	fprintf(out, "draining:       %s\n",
 		json_is_true(json_object_get(r, "draining")) ? "yes" : "no");

@@ -422,14 +422,19 @@ static void render_budgets(struct mctx *m)
 	       "(their connections ended).",
 	       SHM_CTR_STREAMS_HANDOVER_ENDED);
 	single(m, "turngate_stream_linger_ended_total",
-	       "TLS calls that an old worker lingering after a live upgrade ended at "
+	       "TLS and DTLS calls that an old worker lingering after a live upgrade ended at "
 	       "limits.upgrade_linger.",
 	       SHM_CTR_STREAMS_LINGER_ENDED);
 	scalar_u(m, "turngate_upgrade_lingering_workers", "gauge",
-		 "Old workers that a live upgrade left serving their TLS calls.",
+		 "Old workers that a live upgrade left serving their TLS and DTLS calls.",
 		 m->ms->linger_workers);
 	scalar_u(m, "turngate_upgrade_lingering_sessions", "gauge",
-		 "TLS calls that lingering old workers still serve.", m->ms->linger_sessions);
+		 "TLS and DTLS calls that lingering old workers still serve.",
+		 m->ms->linger_sessions);
+	scalar_u(m, "turngate_upgrade_lingering_dtls_sessions", "gauge",
+		 "DTLS calls that lingering old workers still serve (in "
+		 "turngate_upgrade_lingering_sessions too).",
+		 m->ms->linger_dtls);
 	render_proxyproto(m);
 }
 

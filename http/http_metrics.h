@@ -57,9 +57,9 @@ struct http_master_stats {
 	const int64_t *cert_not_after;
 	size_t n_certs;
 	int64_t now;
-	/* Old workers lingering after a live upgrade with their TLS calls (master/linger.c),
-	 * and the calls they hold. */
-	unsigned linger_workers, linger_sessions;
+	/* Old workers lingering after a live upgrade with their TLS and DTLS calls
+	 * (master/linger.c), the calls they hold, and the DTLS ones of those. */
+	unsigned linger_workers, linger_sessions, linger_dtls;
 };
 
 /* Fills *out for pid (0 = the calling process) from /proc/PID/{stat,fd,limits} and

@@ -125,7 +125,7 @@ static int cb_metrics(void *ctx, struct http_buf *out)
 	for (unsigned i = 0; i < m->n_slots; i++)
 		ms.worker_restarts += m->workers[i].restarts;
 	ms.draining = m->draining;
-	linger_totals(m, &ms.linger_workers, &ms.linger_sessions);
+	linger_totals(m, &ms.linger_workers, &ms.linger_sessions, &ms.linger_dtls);
 	http_proc_read(0, &ms.master);
 	http_proc_read_workers(m->shm, ws, m->n_slots, &ms.n_workers);
 	ms.workers = ws;

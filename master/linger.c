@@ -1,4 +1,4 @@
-/* Master: old workers lingering after a live upgrade with their TLS calls (status files,
+/* Master: old workers lingering after a live upgrade with their TLS and DTLS calls (status files,
  * master/linger.h), and the old master's side of a worker that starts to linger. */
 #include "config.h"
 
@@ -47,6 +47,11 @@ static int linger_parse(const char *path, pid_t name_pid, struct linger_file *ou
 		   &pid, &out->i.slot, &out->i.sessions, &out->i.ended_limit, &deadline,
 		   &done) == 6 &&
 	    pid == name_pid) {
+		const char *d = strstr(line, " dtls=");
+
+		if (d == NULL || sscanf(d, " dtls=%u", &out->i.dtls) != 1 ||
+		    out->i.dtls > out->i.sessions)
+			out->i.dtls = 0;
 		out->i.pid = pid;
 		out->i.deadline = deadline;
 		out->done = done != 0;
@@ -81,14 +86,19 @@ static bool pid_alive(pid_t pid)
  * process whose unlink succeeds counts. */
 static void linger_harvest(struct master *m, const char *path, const struct linger_file *lf)
 {
+	char sock[PATH_MAX * 2 + 8];
+
 	if (unlink(path) < 0)
 		return;
+	/* its forwarding socket, left behind when it was killed */
+	snprintf(sock, sizeof(sock), "%s.sock", path);
+	(void)unlink(sock);
 	if (lf->i.ended_limit > 0 && m->shm != NULL)
 		/* Slot 0's counters: no worker writes this one, only the master. */
 		shm_ctr_add(shm_slot_counters(m->shm, 0), SHM_CTR_STREAMS_LINGER_ENDED,
 			    lf->i.ended_limit);
-	log_info("master", "lingering worker pid %d is gone: %u TLS calls ended by the linger "
-			   "limit",
+	log_info("master", "lingering worker pid %d is gone: %u TLS/DTLS calls ended by the "
+			   "linger limit",
 		 (int)lf->i.pid, lf->i.ended_limit);
 }
 
@@ -141,24 +151,27 @@ json_t *linger_status(struct master *m)
 	int64_t now = (int64_t)time(NULL);
 
 	for (size_t i = 0; a != NULL && i < n && i < LINGER_MAX; i++)
-		json_array_append_new(a, json_pack("{s:i, s:i, s:i, s:I}", "pid", (int)li[i].pid,
-						   "slot", (int)li[i].slot, "sessions",
-						   (int)li[i].sessions, "ends_in_s",
+		json_array_append_new(a, json_pack("{s:i, s:i, s:i, s:i, s:I}", "pid",
+						   (int)li[i].pid, "slot", (int)li[i].slot,
+						   "sessions", (int)li[i].sessions,
+						   "dtls_sessions", (int)li[i].dtls, "ends_in_s",
 						   (json_int_t)(li[i].deadline > now
 									? li[i].deadline - now
 									: 0)));
 	return a;
 }
 
-void linger_totals(struct master *m, unsigned *workers, unsigned *sessions)
+void linger_totals(struct master *m, unsigned *workers, unsigned *sessions, unsigned *dtls)
 {
 	struct linger_info li[LINGER_MAX];
 	size_t n = linger_scan(m, li, LINGER_MAX);
 
 	*workers = (unsigned)n;
-	*sessions = 0;
-	for (size_t i = 0; i < n && i < LINGER_MAX; i++)
+	*sessions = *dtls = 0;
+	for (size_t i = 0; i < n && i < LINGER_MAX; i++) {
 		*sessions += li[i].sessions;
+		*dtls += li[i].dtls;
+	}
 }
 
 void linger_stop_all(struct master *m, const char *why)

@@ -29,9 +29,9 @@
  * program are inherited with the sockets. TURN-TCP connections are handed over: a new
  * master that says "ready streams" gets them (master/park.c): the old workers send them
  * with their state before they exit, and the old master passes them on once the lock is
- * free, ending with IPC_STREAM_END. A worker with TURN-TLS calls stays to serve them
- * (IPC_LINGER: it counts as stopped; worker/linger.c, master/linger.c); DTLS connections
- * end with the old workers. */
+ * free, ending with IPC_STREAM_END. A worker with TURN-TLS or TURN-DTLS calls stays to
+ * serve them (IPC_LINGER: it counts as stopped; worker/linger.c, master/linger.c; the new
+ * workers forward its DTLS clients' datagrams to it, worker/dtlslinger.c). */
 #include "config.h"
 
 #include "master/master.h"

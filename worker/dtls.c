@@ -16,6 +16,7 @@
 #include <openssl/err.h>
 
 #include "common/log.h"
+#include "worker/dtlslinger.h"
 #include "worker/sockbuf.h"
 
 #define WK_DTLS_CT_HANDSHAKE 22	/* DTLS record content type of a ClientHello */
@@ -57,14 +58,19 @@ void wk_dtls_unhash(struct worker *w, struct wk_tconn *c)
  * without close_notify, whose association (with its allocation) would otherwise swallow
  * every hello as a stale retransmission until it expired. A retransmission of c's own
  * hello carries c's random and still goes to c. */
+bool wk_dtls_is_hello(const uint8_t *buf, size_t len)
+{
+	return len >= WK_DTLS_OFF_RANDOM + WK_DTLS_RANDOM_LEN && buf[0] == WK_DTLS_CT_HANDSHAKE &&
+	       buf[WK_DTLS_OFF_EPOCH] == 0 && buf[WK_DTLS_OFF_EPOCH + 1] == 0 &&
+	       buf[WK_DTLS_OFF_HS] == WK_DTLS_HT_CLIENT_HELLO &&
+	       (buf[WK_DTLS_OFF_FRAG] | buf[WK_DTLS_OFF_FRAG + 1] | buf[WK_DTLS_OFF_FRAG + 2]) == 0;
+}
+
 static bool wk_dtls_new_client(const struct wk_tconn *c, const uint8_t *buf, size_t len)
 {
 	uint8_t random[WK_DTLS_RANDOM_LEN];
 
-	if (len < WK_DTLS_OFF_RANDOM + WK_DTLS_RANDOM_LEN || buf[0] != WK_DTLS_CT_HANDSHAKE ||
-	    buf[WK_DTLS_OFF_EPOCH] != 0 || buf[WK_DTLS_OFF_EPOCH + 1] != 0 ||
-	    buf[WK_DTLS_OFF_HS] != WK_DTLS_HT_CLIENT_HELLO ||
-	    (buf[WK_DTLS_OFF_FRAG] | buf[WK_DTLS_OFF_FRAG + 1] | buf[WK_DTLS_OFF_FRAG + 2]) != 0)
+	if (!wk_dtls_is_hello(buf, len))
 		return false;
 	if (SSL_get_client_random(c->ssl, random, sizeof(random)) != sizeof(random))
 		return false;
@@ -224,8 +230,20 @@ static void wk_dtls_dgram(struct worker *w, struct wk_listener *l, const struct 
 
 	if (c && !wk_dtls_new_client(c, buf, len))
 		wk_dtls_feed(w, c, buf, len);
-	else
+	else if (c || !wk_dl_forward(w, l, from, buf, len))
 		wk_dtls_hello(w, l, from, fromlen, buf, len);
+}
+
+void wk_dtls_forwarded(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+		       const uint8_t *buf, size_t len)
+{
+	struct wk_tconn *c = wk_dtls_find(w, l, from);
+
+	/* A lingering worker makes no association: a new client's hello is not ours. */
+	if (c && c->hs_done && !wk_dtls_new_client(c, buf, len))
+		wk_dtls_feed(w, c, buf, len);
+	else
+		shm_ctr_add(w->ctr, SHM_CTR_ERR_MALFORMED, 1);
 }
 
 static void wk_dtls_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -243,6 +261,7 @@ int wk_dtls_start(struct worker *w, struct wk_listener *l)
 		if (!w->dhash || !w->plain)
 			return -ENOMEM;
 	}
+	wk_dl_load(w);	/* the clients of lingering old workers, whose datagrams we forward */
 	wk_sockbuf_grow(l->fd, WK_SOCKBUF_LISTENER);
 	ev_io_stop(w->loop, &l->io);
 	ev_io_init(&l->io, wk_dtls_listener_cb, l->fd, EV_READ);

@@ -1,22 +1,24 @@
-/* Worker: an old worker that lingers after a live upgrade, serving only its TURN-TLS
- * calls until they end or the linger limit passes (limits.upgrade_linger).
+/* Worker: an old worker that lingers after a live upgrade, serving only its TURN-TLS and
+ * TURN-DTLS calls until they end or the linger limit passes (limits.upgrade_linger).
  *
  * Why: a TLS session's keys and record sequence numbers live in OpenSSL's state, which
  * cannot be exported, and this design does not need kernel TLS; so the connection stays
  * with the process that holds the session, as nginx lets its old workers finish. What it
- * keeps: each authenticated TLS connection that carries a UDP-relayed allocation, with
- * that allocation's relay sockets. Everything else is given up exactly as a stopping
- * worker gives it up (the other allocations are forgotten, their records stay LIVE for
- * the new workers; its listeners, DTLS associations and other connections close) before
- * the master hears that we linger, so the new workers find every port and record they
- * take over free. The lingering allocations' records are not taken over (the take-over
- * ends TLS records: shm/image.c), so no new worker serves them twice; their relay ports
- * are bound here without SO_REUSEPORT, so a new allocation that draws one moves on to
- * another port.
+ * keeps: each authenticated TLS connection or DTLS association that carries a UDP-relayed
+ * allocation, with that allocation's relay sockets; a DTLS one only with a forwarding
+ * socket open (worker/dtlslinger.h: the new workers read the listener and forward its
+ * datagrams), and with its TURN-DTLS listener's socket, kept open to send from. Everything
+ * else is given up exactly as a stopping worker gives it up (the other allocations are
+ * forgotten, their records stay LIVE for the new workers; its other listeners,
+ * associations and connections close) before the master hears that we linger, so the
+ * new workers find every port and record they take over free. The lingering allocations'
+ * records are not taken over (the take-over ends TLS and DTLS records: shm/image.c), so
+ * no new worker serves them twice; their relay ports are bound here without SO_REUSEPORT,
+ * so a new allocation that draws one moves on to another port.
  *
  * The new master is not our parent and may be another version: what it learns of us
  * goes through a small text file beside the state file, NAME.state.linger.PID (format in
- * master/linger.c), rewritten when the count changes and marked done when we exit. */
+ * master/linger.h), rewritten when the count changes and marked done when we exit. */
 #include "config.h"
 
 #include "worker/wk.h"
@@ -32,27 +34,44 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "worker/dtlslinger.h"
 
 #define WK_LINGER_TICK_S 0.2
 
+/* A DTLS association lingers only with the channel its datagrams come through. */
 static bool wk_linger_keeps(const struct wk_tconn *c)
 {
-	return c->ssl && !c->dgram && c->hs_done && !c->dead && c->authed && c->fd >= 0 &&
-	       c->alloc != NULL && !c->alloc->tcp && !c->bind_to && !c->handoff_slot;
+	return c->ssl && (!c->dgram || wk_dl_ready(c->l->w)) && c->hs_done && !c->dead &&
+	       c->authed && c->fd >= 0 && c->alloc != NULL && !c->alloc->tcp && !c->bind_to &&
+	       !c->handoff_slot;
 }
 
-static unsigned wk_linger_count(const struct worker *w)
+/* The calls we keep; *dtls (may be NULL): those over DTLS. */
+static unsigned wk_linger_count(const struct worker *w, unsigned *dtls)
 {
-	unsigned n = 0;
+	unsigned n = 0, d = 0;
 
 	for (size_t i = 0; i < w->n_ls; i++)
-		for (const struct wk_tconn *c = w->ls[i]->conns; c; c = c->next)
+		for (const struct wk_tconn *c = w->ls[i]->conns; c; c = c->next) {
 			n += wk_linger_keeps(c);
+			d += wk_linger_keeps(c) && c->dgram;
+		}
+	if (dtls != NULL)
+		*dtls = d;
 	return n;
 }
 
+/* Whether l's socket stays open: it sends for our DTLS associations on it. */
+static bool wk_linger_sends(const struct wk_listener *l)
+{
+	for (const struct wk_tconn *c = l->conns; c; c = c->next)
+		if (c->dgram)
+			return true;
+	return false;
+}
+
 /* Writes the status file (tmp + rename: a reader sees the old or the new text). */
-static void wk_linger_write(struct worker *w, unsigned sessions, bool done)
+static void wk_linger_write(struct worker *w, unsigned sessions, unsigned dtls, bool done)
 {
 	char tmp[sizeof(w->linger_path) + 8];
 	FILE *f;
@@ -63,9 +82,12 @@ static void wk_linger_write(struct worker *w, unsigned sessions, bool done)
 	f = fopen(tmp, "we");
 	if (f == NULL)
 		return;
-	fprintf(f, "turngate-linger 1 pid=%d slot=%u sessions=%u ended_limit=%u deadline=%lld done=%d\n",
+	fprintf(f, "turngate-linger 1 pid=%d slot=%u sessions=%u ended_limit=%u deadline=%lld done=%d"
+		   " dtls=%u\n",
 		(int)getpid(), w->slot, sessions, w->linger_ended_limit,
-		(long long)w->linger_deadline, done ? 1 : 0);
+		(long long)w->linger_deadline, done ? 1 : 0, dtls);
+	if (!done)
+		wk_dl_write_routes(w, f, wk_linger_keeps);
 	if (fclose(f) != 0 || rename(tmp, w->linger_path) < 0)
 		unlink(tmp);
 	w->linger_sessions = sessions;
@@ -81,18 +103,18 @@ static void wk_linger_end_all(struct worker *w)
 static void wk_linger_tick(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = wk_checked(t->data);
-	unsigned n = wk_linger_count(w);
+	unsigned dtls, n = wk_linger_count(w, &dtls);
 
 	(void)revents;
 	if (n > 0 && time(NULL) >= w->linger_deadline) {
-		log_info("worker", "slot %u (lingering): the linger limit passed: %u TLS calls end",
+		log_info("worker", "slot %u (lingering): the linger limit passed: %u TLS/DTLS calls end",
 			 w->slot, n);
 		w->linger_ended_limit += n;
 		wk_linger_end_all(w);
-		n = 0;
+		n = dtls = 0;
 	}
 	if (n != w->linger_sessions)
-		wk_linger_write(w, n, false);
+		wk_linger_write(w, n, dtls, false);
 	if (n == 0)
 		ev_break(loop, EVBREAK_ALL);
 }
@@ -123,7 +145,7 @@ static void wk_linger_shed(struct worker *w)
 		}
 		/* No more accepts or datagrams: the new workers read these sockets now. */
 		ev_io_stop(w->loop, &l->io);
-		if (l->fd >= 0 && l->proto == WORKER_PROTO_UDP) {
+		if (l->fd >= 0 && l->proto == WORKER_PROTO_UDP && !wk_linger_sends(l)) {
 			close(l->fd);
 			l->fd = -1;
 		}
@@ -142,18 +164,25 @@ static void wk_linger_shed(struct worker *w)
 
 bool wk_linger_begin(struct worker *w)
 {
-	unsigned n = 0;
+	unsigned n = 0, dtls = 0;
 	uint32_t count;
 	int rc;
 
-	if (w->linger_limit_s == 0 || (n = wk_linger_count(w)) == 0)
+	if (w->linger_limit_s == 0)
 		return false;
-	wk_linger_shed(w);
-	w->linger_deadline = (int64_t)time(NULL) + w->linger_limit_s;
 	if (w->h->state_path != NULL)
 		snprintf(w->linger_path, sizeof(w->linger_path), "%s.linger.%d", w->h->state_path,
 			 (int)getpid());
-	wk_linger_write(w, n, false);
+	if (w->n_dtls > 0 && (rc = wk_dl_listen(w)) < 0)
+		log_warn("worker", "slot %u: no channel for DTLS calls to linger (%s): they end",
+			 w->slot, strerror(-rc));
+	if ((n = wk_linger_count(w, &dtls)) == 0) {
+		wk_dl_stop(w);
+		return false;
+	}
+	wk_linger_shed(w);
+	w->linger_deadline = (int64_t)time(NULL) + w->linger_limit_s;
+	wk_linger_write(w, n, dtls, false);
 	/* The master counts us as stopped from here: its upgrade goes on without us. */
 	count = n;
 	rc = ipc_send(w->h->ctl_fd, IPC_LINGER, &count, sizeof(count), -1);
@@ -162,11 +191,13 @@ bool wk_linger_begin(struct worker *w)
 		log_warn("worker", "slot %u: cannot tell the master we linger: %s", w->slot,
 			 strerror(-rc));
 		wk_linger_end_all(w);
-		wk_linger_write(w, 0, true);
+		wk_linger_write(w, 0, 0, true);
+		wk_dl_stop(w);
 		return false;
 	}
-	log_info("worker", "slot %u lingers (pid %d) with %u TLS calls, for at most %u s", w->slot,
-		 (int)getpid(), n, w->linger_limit_s);
+	log_info("worker", "slot %u lingers (pid %d) with %u TLS/DTLS calls (%u DTLS), for at most "
+			   "%u s",
+		 w->slot, (int)getpid(), n, dtls, w->linger_limit_s);
 	ev_timer_init(&w->linger_tmo, wk_linger_tick, WK_LINGER_TICK_S, WK_LINGER_TICK_S);
 	w->linger_tmo.data = w;
 	ev_timer_start(w->loop, &w->linger_tmo);
@@ -175,13 +206,14 @@ bool wk_linger_begin(struct worker *w)
 
 void wk_linger_end(struct worker *w)
 {
-	unsigned n = wk_linger_count(w);
+	unsigned n = wk_linger_count(w, NULL);
 
 	ev_timer_stop(w->loop, &w->linger_tmo);
 	if (n > 0)
-		log_info("worker", "slot %u (lingering): stopped: %u TLS calls end", w->slot, n);
+		log_info("worker", "slot %u (lingering): stopped: %u TLS/DTLS calls end", w->slot, n);
 	wk_linger_end_all(w);
-	wk_linger_write(w, 0, true);
+	wk_dl_stop(w);
+	wk_linger_write(w, 0, 0, true);
 	log_info("worker", "slot %u (lingering) exits: %u calls ended by the linger limit",
 		 w->slot, w->linger_ended_limit);
 }

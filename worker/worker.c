@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "worker/authfail.h"
+#include "worker/dtlslinger.h"
 #include "worker/unauth.h"
 #include "worker/wk.h"
 
@@ -537,6 +538,7 @@ static void wk_teardown(struct worker *w)
 	free(w->hash);
 	free(w->by_idx);
 	free(w->sc_buf);
+	wk_dl_free(w);
 	free(w->dhash);
 	free(w->plain);
 	BIO_meth_free(w->dbio_meth);
