@@ -15,8 +15,10 @@ the old worker exits. With `limits.upgrade_linger: 2` the call ends at the limit
 metrics count it (turngate_upgrade_lingering_dtls_sessions while it lingers,
 turngate_stream_linger_ended_total after). Bad input on the forwarding channel (garbage,
 a short header, a forged header for an unknown client) is dropped: nothing crashes and
-the call relays on. On a build without this the association is gone at the first upgrade
-(the client's datagrams reach a new worker that has no association for them).
+the call relays on. An upgrade that fails after ready ends the call (the old master kills
+its lingering worker), leaves no file behind, and a new DTLS client relays. On a build
+without this the association ends at the first upgrade (the old worker closes it as it
+exits, and the new workers know nothing of it).
 
 Relay ports 44350-44399 (no other test's). Loopback only, every wait bounded.
 """
@@ -203,5 +205,47 @@ def test_dtls_linger_limit_ends_them(d):
         print("linger limit 2 s: the DTLS call ended (%s), counted" % call.closed)
 
 
+def test_dtls_failed_upgrade(d):
+    """An upgrade that fails after ready (the new binary's configuration names a listener
+    on a port the test holds): the old master kills its lingering worker before it
+    respawns the slot, so the DTLS call ends; the respawned workers find the dead worker's
+    status file and socket (its clients' datagrams are theirs again), the status file and
+    socket go at the next status, and a new DTLS client relays."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", listen_port()))
+    call2 = None
+    try:
+        with lingering_run(d, 600) as r:
+            daemon = r.daemon
+            call, relayed = dtls_call(r.port, r.peer)
+            r.call = call
+            wait_for(lambda: call.sent >= 10, "sending")
+            text = open(daemon.conf).read()
+            daemon.write_config(text.replace("listeners:\n", "listeners:\n  - name: busy\n"
+                                             "    protocol: TURN-UDP\n    address: 127.0.0.1\n"
+                                             "    port: %d\n    routes: [loopback]\n"
+                                             % held.getsockname()[1], 1))
+            rc, out, err = daemon.ctl("upgrade")
+            check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+            daemon.write_config(text)
+            wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+                     "the old master's workers")
+            wait_for(lambda: lingering(daemon) == [] and linger_files(d) == [],
+                     "no lingering worker, its files gone")
+            n = len(r.peer.got)
+            call2, relayed2 = dtls_call(r.port, r.peer)
+            r.peer.start_tx(relayed2)
+            wait_for(lambda: len(call2.got) >= 10 and len(r.peer.got) > n + 10,
+                     "a new DTLS call relays both ways", timeout=10)
+            check("ends its TLS calls (the upgrade failed)" in daemon.stderr(),
+                  "the old master killed its lingering worker")
+            print("failed upgrade: the lingering DTLS call ended, a new one relays")
+    finally:
+        if call2 is not None:
+            call2.close()
+        held.close()
+
+
 if __name__ == "__main__":
-    run_tests([test_dtls_call_lingers_through_upgrades, test_dtls_linger_limit_ends_them])
+    run_tests([test_dtls_call_lingers_through_upgrades, test_dtls_linger_limit_ends_them,
+               test_dtls_failed_upgrade])
