@@ -175,7 +175,8 @@ static void wk_dl_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 			;
 		if (i == WK_DL_MAX_CONNS || (w->dl->conns[i] = calloc(1, sizeof(**w->dl->conns))) ==
 						    NULL) {
-			log_warn("worker", "slot %u (lingering): too many DTLS forwarders", w->slot);
+			log_warn("worker", "slot %u (lingering): too many DTLS forwarders",
+				 w->slot);
 			close(fd);
 			continue;
 		}
@@ -339,8 +340,9 @@ void wk_dl_load(struct worker *w)
 		const char *tail = de->d_name + plen;
 
 		/* NAME.state.linger.PID, not its .tmp or .sock */
-		if (strncmp(de->d_name, slash + 1, plen) != 0 || strncmp(tail, ".linger.", 8) != 0 ||
-		    tail[8] == '\0' || strspn(tail + 8, "0123456789") != strlen(tail + 8))
+		if (strncmp(de->d_name, slash + 1, plen) != 0 ||
+		    strncmp(tail, ".linger.", 8) != 0 || tail[8] == '\0' ||
+		    strspn(tail + 8, "0123456789") != strlen(tail + 8))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		wk_dl_load_file(dl, path);
@@ -396,7 +398,8 @@ bool wk_dl_forward(struct worker *w, const struct wk_listener *l, const struct s
 	for (r = dl->routes[wk_dl_hash(l->slot, &h.from)]; r; r = r->next)
 		if (r->lslot == l->slot && memcmp(&r->addr, &h.from, sizeof(h.from)) == 0)
 			break;
-	if (r == NULL || wk_dtls_is_hello(buf, len) || (rc = wk_dl_peer_conn(dl, r->peer, &p)) == -ENOTCONN)
+	if (r == NULL || wk_dtls_is_hello(buf, len) ||
+	    (rc = wk_dl_peer_conn(dl, r->peer, &p)) == -ENOTCONN)
 		return false;
 	if (rc < 0 || sendmsg(p->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
 		if (rc < 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {

@@ -82,8 +82,9 @@ static void wk_linger_write(struct worker *w, unsigned sessions, unsigned dtls, 
 	f = fopen(tmp, "we");
 	if (f == NULL)
 		return;
-	fprintf(f, "turngate-linger 1 pid=%d slot=%u sessions=%u ended_limit=%u deadline=%lld done=%d"
-		   " dtls=%u\n",
+	fprintf(f,
+		"turngate-linger 1 pid=%d slot=%u sessions=%u ended_limit=%u deadline=%lld "
+		"done=%d dtls=%u\n",
 		(int)getpid(), w->slot, sessions, w->linger_ended_limit,
 		(long long)w->linger_deadline, done ? 1 : 0, dtls);
 	if (!done)
@@ -107,7 +108,8 @@ static void wk_linger_tick(struct ev_loop *loop, ev_timer *t, int revents)
 
 	(void)revents;
 	if (n > 0 && time(NULL) >= w->linger_deadline) {
-		log_info("worker", "slot %u (lingering): the linger limit passed: %u TLS/DTLS calls end",
+		log_info("worker",
+			 "slot %u (lingering): the linger limit passed: %u TLS/DTLS calls end",
 			 w->slot, n);
 		w->linger_ended_limit += n;
 		wk_linger_end_all(w);
@@ -210,7 +212,8 @@ void wk_linger_end(struct worker *w)
 
 	ev_timer_stop(w->loop, &w->linger_tmo);
 	if (n > 0)
-		log_info("worker", "slot %u (lingering): stopped: %u TLS/DTLS calls end", w->slot, n);
+		log_info("worker", "slot %u (lingering): stopped: %u TLS/DTLS calls end", w->slot,
+			 n);
 	wk_linger_end_all(w);
 	wk_dl_stop(w);
 	wk_linger_write(w, 0, 0, true);

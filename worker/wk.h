@@ -367,7 +367,7 @@ struct worker {
 	char linger_path[4096 + 32];
 	unsigned linger_sessions, linger_ended_limit;
 	ev_timer linger_tmo;
-	struct wk_dl *dl;		/* DTLS forwarding to or from lingering workers (dtlslinger.h) */
+	struct wk_dl *dl;		/* DTLS forwarding, lingering workers (dtlslinger.h) */
 	int exit_status;
 	/* current snapshot: valid only between ev_check and the next ev_prepare */
 	const struct snap *snap;
