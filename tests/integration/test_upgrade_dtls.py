@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, check, dtls_client, error_code, make_cert,  # noqa: E402
                            run_tests, scrape, wait_for)
 from test_tls import tls_config  # noqa: E402
-from test_upgrade_linger import (CHANNEL, UPGRADES, TlsCall, kill_all,  # noqa: E402
-                                 lingering, listen_port)
+from test_upgrade_linger import (CHANNEL, UPGRADES, TlsCall, failed_upgrade,  # noqa: E402
+                                 kill_all, lingering, listen_port)
 from test_upgrade_streams import UdpPeer, alive, stop_master, upgrade  # noqa: E402
 
 RELAY = (44350, 44399)
@@ -220,16 +220,7 @@ def test_dtls_failed_upgrade(d):
             call, relayed = dtls_call(r.port, r.peer)
             r.call = call
             wait_for(lambda: call.sent >= 10, "sending")
-            text = open(daemon.conf).read()
-            daemon.write_config(text.replace("listeners:\n", "listeners:\n  - name: busy\n"
-                                             "    protocol: TURN-UDP\n    address: 127.0.0.1\n"
-                                             "    port: %d\n    routes: [loopback]\n"
-                                             % held.getsockname()[1], 1))
-            rc, out, err = daemon.ctl("upgrade")
-            check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
-            daemon.write_config(text)
-            wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
-                     "the old master's workers")
+            failed_upgrade(daemon, held)
             wait_for(lambda: lingering(daemon) == [] and linger_files(d) == [],
                      "no lingering worker, its files gone")
             n = len(r.peer.got)

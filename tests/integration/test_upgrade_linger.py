@@ -190,6 +190,22 @@ def kill_all(pids):
             pass
 
 
+def failed_upgrade(daemon, held):
+    """An upgrade that fails after ready: the new binary's configuration names a listener
+    on the port of held (a socket the test holds); the configuration is put back after.
+    Waits for the old master's two workers."""
+    text = open(daemon.conf).read()
+    daemon.write_config(text.replace("listeners:\n", "listeners:\n  - name: busy\n"
+                                     "    protocol: TURN-UDP\n    address: 127.0.0.1\n"
+                                     "    port: %d\n    routes: [loopback]\n"
+                                     % held.getsockname()[1], 1))
+    rc, out, err = daemon.ctl("upgrade")
+    check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+    daemon.write_config(text)
+    wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
+             "the old master's workers")
+
+
 def test_tls_call_lingers_through_upgrades(d):
     daemon, port = start(d, 600)
     peer, call, pid, old = UdpPeer(), None, None, []
@@ -322,16 +338,7 @@ def test_failed_upgrade_ends_lingering(d):
         call, relayed = tls_call(port, peer)
         wait_for(lambda: call.sent >= 10, "sending")
         old = daemon.admin({"cmd": "status"})["pid"]
-        text = open(daemon.conf).read()
-        daemon.write_config(text.replace("listeners:\n", "listeners:\n  - name: busy\n"
-                                         "    protocol: TURN-UDP\n    address: 127.0.0.1\n"
-                                         "    port: %d\n    routes: [loopback]\n"
-                                         % held.getsockname()[1], 1))
-        rc, out, err = daemon.ctl("upgrade")
-        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
-        daemon.write_config(text)
-        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
-                 "the old master's workers")
+        failed_upgrade(daemon, held)
         check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
         wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
         wait_for(lambda: lingering(daemon) == [], "no lingering worker")
