@@ -189,3 +189,18 @@ void wk_relay2_find(struct wk_listener *l)
 	}
 	freeifaddrs(ifa);
 }
+
+/* IPv4 datagrams leave with DF set either way: the kernel's default (IP_PMTUDISC_WANT)
+ * sets it on every datagram that fits the path MTU. Under WANT the IP ID of each one
+ * comes from a hashed per-destination counter (__ip_select_ident, a few percent of the
+ * relay's CPU); under IP_PMTUDISC_DO it is 0, which RFC 6864 allows for datagrams that
+ * cannot be fragmented. What DO changes is the datagram above the path MTU: it fails with
+ * EMSGSIZE instead of being fragmented, so wk_sendto_df sends it once more under WANT,
+ * fragmented as before. Sockets of a DONT-FRAGMENT allocation are not touched here: they
+ * are in DO mode for good and an oversized datagram is dropped (RFC 8656 7.2). */
+bool wk_df_fast(int fd, int family)
+{
+	int v = IP_PMTUDISC_DO;
+
+	return family == AF_INET && setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v)) == 0;
+}

@@ -137,6 +137,21 @@ int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
 	return *out ? 0 : -ENOMEM;
 }
 
+/* Enters (add) or takes out a's UDP relay r in the shared relay port index (the short
+ * circuit's look-up by relay port). */
+static void wk_alloc_port_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add)
+{
+	if (a->tcp)
+		return; /* only UDP relays take datagrams */
+	if (!add) {
+		shm_relay_del(w->shm, r->port, a->rec_idx);
+		return;
+	}
+	if (shm_relay_add(w->shm, r->port, a->rec_idx) < 0)
+		log_debug("turn", "allocation %u: relay port %u not indexed (every way taken)",
+			  a->rec_idx, r->port);
+}
+
 static void wk_alloc_unhash(struct wk_alloc *a)
 {
 	if (a->conn)
@@ -157,7 +172,7 @@ static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 
 		if (r->fd < 0)
 			continue;
-		wk_sc_index(w, a, r, false);
+		wk_alloc_port_index(w, a, r, false);
 		ev_io_stop(w->loop, &r->io);
 		close(r->fd);
 		r->fd = -1;
@@ -369,7 +384,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 		wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
 	wk_relay_set(r, fd, family, port, ann, false);
 	wk_relay_watch(w, r, wk_relay_cb);
-	wk_sc_index(w, a, r, true);
+	wk_alloc_port_index(w, a, r, true);
 	return 0;
 }
 

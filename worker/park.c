@@ -20,37 +20,6 @@
 #include "common/log.h"
 #include "common/park.h"
 
-/* The whole parking of one worker waits at most this long for the master to read. */
-#define WK_PARK_TIMEOUT_MS 5000
-
-int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
-		 const uint8_t *out, size_t out_len, int fd)
-{
-	uint64_t spent = mono_ms() - w->park_start;
-	size_t len = sizeof(*h) + in_len + out_len;
-	uint8_t *blob;
-	int rc;
-
-	if (spent >= WK_PARK_TIMEOUT_MS)
-		return -ETIMEDOUT;
-	blob = malloc(len);
-	if (!blob)
-		return -ENOMEM;
-	h->magic = PARK_MAGIC;
-	h->version = PARK_VERSION;
-	h->slot = w->slot;
-	h->in_len = (uint32_t)in_len;
-	h->out_len = (uint32_t)out_len;
-	memcpy(blob, h, sizeof(*h));
-	if (in_len)
-		memcpy(blob + sizeof(*h), in, in_len);
-	if (out_len)
-		memcpy(blob + sizeof(*h) + in_len, out, out_len);
-	rc = park_send(w->h->ctl_fd, blob, len, fd, (int)(WK_PARK_TIMEOUT_MS - spent));
-	free(blob);
-	return rc;
-}
-
 static int wk_park_one(struct worker *w, struct wk_tconn *c)
 {
 	struct park_hdr h;

@@ -70,19 +70,6 @@ bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer)
 	return false;
 }
 
-void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add)
-{
-	if (a->tcp)
-		return; /* only UDP relays take datagrams */
-	if (!add) {
-		shm_relay_del(w->shm, r->port, a->rec_idx);
-		return;
-	}
-	if (shm_relay_add(w->shm, r->port, a->rec_idx) < 0)
-		log_debug("turn", "allocation %u: relay port %u not indexed (every way taken)",
-			  a->rec_idx, r->port);
-}
-
 /* The listener a record was made on, by its slot (stable across reloads), or NULL (a
  * listener without a slot is never a short circuit's receiver). */
 static struct wk_listener *wk_sc_listener(const struct worker *w, uint32_t slot)

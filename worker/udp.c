@@ -94,21 +94,6 @@ static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)
 	wk_listener_drain(wk_checked(l->w), l, wk_udp_dgram);
 }
 
-/* IPv4 datagrams leave with DF set either way: the kernel's default (IP_PMTUDISC_WANT)
- * sets it on every datagram that fits the path MTU. Under WANT the IP ID of each one
- * comes from a hashed per-destination counter (__ip_select_ident, a few percent of the
- * relay's CPU); under IP_PMTUDISC_DO it is 0, which RFC 6864 allows for datagrams that
- * cannot be fragmented. What DO changes is the datagram above the path MTU: it fails with
- * EMSGSIZE instead of being fragmented, so wk_sendto_df sends it once more under WANT,
- * fragmented as before. Sockets of a DONT-FRAGMENT allocation are not touched here: they
- * are in DO mode for good and an oversized datagram is dropped (RFC 8656 7.2). */
-bool wk_df_fast(int fd, int family)
-{
-	int v = IP_PMTUDISC_DO;
-
-	return family == AF_INET && setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof(v)) == 0;
-}
-
 /* sendto; on EMSGSIZE from a wk_df_fast socket, once more fragmentable (see above). */
 static ssize_t wk_sendto_df(int fd, bool df_fast, const void *buf, size_t len,
 			    const struct sockaddr *to, socklen_t to_len)

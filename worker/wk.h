@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <ev.h>
 #include <openssl/ssl.h>
@@ -449,7 +450,6 @@ static inline struct wk_alloc *wk_alloc_checked(struct wk_alloc *a)
 }
 
 /* ---- worker.c ---- */
-int64_t wk_unix_now(void);
 void wk_listener_close(struct worker *w, struct wk_listener *l);
 /* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
  * (an opened snapshot the caller keeps alive) current as the ev_check watcher does for a
@@ -462,6 +462,12 @@ void wk_snap_use(struct worker *w, const struct snap *s);
 static inline uint64_t wk_batch_ns(const struct worker *w)
 {
 	return w->batch_ns ? w->batch_ns : mono_ns();
+}
+
+/* Wall-clock seconds since the epoch: nonces, credential expiry, revocation. */
+static inline int64_t wk_unix_now(void)
+{
+	return (int64_t)time(NULL);
 }
 
 /* ---- tls.c ---- */
@@ -502,9 +508,6 @@ int wk_udp_start(struct worker *w, struct wk_listener *l);
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
 		  bool sib);
-/* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
- * that fail with EMSGSIZE are retried fragmentable, see udp.c). */
-bool wk_df_fast(int fd, int family);
 /* One message to a UDP client from listener l's socket (DF as wk_df_fast says), counted
  * by wk_client_sent once sent, as a send error otherwise. */
 void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
@@ -635,8 +638,6 @@ bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer);
  * offloaded (the short circuit, or the sibling translation, decides in user space); a
  * peer that merely shares the relay's IP (a media server on the same host) is. */
 bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer);
-/* Enters (add) or takes out a's UDP relay r in the shared relay port index. */
-void wk_sc_index(struct worker *w, struct wk_alloc *a, const struct wk_relay *r, bool add);
 struct shm_relay_target;
 /* The live UDP allocation of this instance that relay address `to` (a relay IP or a mask,
  * with its port) names, read for the sender's announced address `from` (permission,
@@ -848,6 +849,9 @@ bool wk_addr_bindable(const struct sockaddr_storage *ss);
  * Another interface whose network merely contains relay_addr is never taken. Family 0
  * when there is none (dual-stack requests then get ADDRESS-ERROR-CODE 440). */
 void wk_relay2_find(struct wk_listener *l);
+/* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
+ * that fail with EMSGSIZE are retried fragmentable, see udp.c: wk_sendto_df). */
+bool wk_df_fast(int fd, int family);
 
 /* ---- adopt.c ---- */
 /* Re-adoption of a dead predecessor's records (same slot), see docs/architecture.md. */

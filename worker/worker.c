@@ -22,11 +22,6 @@
 #include "common/log.h"
 #include "shm/shm_revoke.h"
 
-int64_t wk_unix_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
 static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
 {
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
