@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -525,6 +526,20 @@ void wk_txg_flush(struct worker *w);
 void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
 		 socklen_t to_len, const uint8_t *buf, size_t len);
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
+/* sendto; on EMSGSIZE from a wk_df_fast socket, once more fragmentable. */
+ssize_t wk_sendto_df(int fd, bool df_fast, const void *buf, size_t len, const struct sockaddr *to,
+		     socklen_t to_len);
+/* One sendmsg of n messages of seg bytes each (the last may be shorter), cut into
+ * datagrams by the kernel (UDP_SEGMENT). */
+ssize_t wk_send_segments(int fd, const struct sockaddr *to, socklen_t to_len, struct iovec *iov,
+			 unsigned n, size_t seg);
+/* After a failed UDP_SEGMENT send: true when the socket will never take one. */
+bool wk_gso_unsupported(int err);
+/* Sends run g (not empty) on fd as one UDP_SEGMENT message when it holds several and the
+ * socket takes them; true when it went so, else the caller sends them one by one. */
+bool wk_run_send(struct wk_gso_run *g, int fd, bool *gso_off);
+/* Sends the pending short-circuited group to a UDP client, if any. */
+void wk_ctg_flush(struct worker *w);
 
 /* ---- tcp.c ---- */
 int wk_tcp_start(struct worker *w, struct wk_listener *l);
@@ -1034,5 +1049,34 @@ void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool finge
  * once by index when it revokes; this catches an Allocate that raced it and allocations
  * adopted after a restart. Called every second (the heartbeat). */
 void wk_revoke_sweep(struct worker *w);
+
+/* ---- udp.c: GSO runs (inline: every grouped datagram passes here) ---- */
+/* Whether run g can take a datagram of len bytes to `to`. */
+static inline bool wk_run_takes(const struct wk_gso_run *g, const struct sockaddr *to, size_t len)
+{
+	return !g->closed && len <= g->seg && g->n < WK_BATCH &&
+	       g->total + len <= WK_GSO_TOTAL_MAX &&
+	       wk_addr_equal(to, (const struct sockaddr *)&g->to);
+}
+
+/* Appends data (len bytes, which stay where they are until the run is sent), starting the
+ * run when it is empty. */
+static inline void wk_run_add(struct wk_gso_run *g, const struct sockaddr *to, socklen_t to_len,
+		       const void *data, size_t len)
+{
+	if (!g->n) {
+		memcpy(&g->to, to, to_len);
+		g->to_len = to_len;
+		g->seg = len;
+		g->total = 0;
+		g->closed = false;
+	}
+	g->iov[g->n].iov_base = (void *)data;
+	g->iov[g->n].iov_len = len;
+	g->n++;
+	g->total += len;
+	if (len < g->seg)
+		g->closed = true;
+}
 
 #endif
