@@ -31,7 +31,6 @@
 #include "worker/worker.h"
 
 #define WK_MAGIC 0x574b5231u		/* struct worker, checked by wk_checked() */
-#define WK_ALLOC_MAGIC 0x574b4131u	/* struct wk_alloc, checked by wk_alloc_checked() */
 #define WK_MAX_LISTENERS SHM_MAX_LISTENERS
 #define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
@@ -198,50 +197,6 @@ union wk_sa {
 	struct sockaddr sa;
 	struct sockaddr_in in;
 	struct sockaddr_in6 in6;
-};
-
-/* One relay socket of an allocation (two for a dual-stack allocation). */
-struct wk_relay {
-	struct wk_alloc *a;
-	int fd;				/* -1 when unused */
-	int family;
-	uint16_t port;
-	ev_io io;
-	union wk_sa addr;		/* announced address with port */
-	bool gso_off;			/* UDP_SEGMENT refused on this socket */
-	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
-	bool untuned;			/* adopted: buffers and DF still to set (adopt.c) */
-	uint32_t pool_tag;		/* shm_ppool_tag its port is booked on, 0 none */
-};
-
-struct wk_alloc {
-	uint32_t magic;
-	struct worker *w;
-	LIST_ENTRY(wk_alloc) hlink;	/* its 5-tuple hash chain (UDP only: conn == NULL) */
-	LIST_ENTRY(wk_alloc) link;	/* the worker's list of all allocations */
-	struct wk_listener *l;
-	struct wk_tconn *conn;		/* TCP: the control connection; NULL for UDP */
-	union wk_sa client;
-	socklen_t client_len;
-	/* A UDP allocation of a proxy_protocol listener: client is the header's source (the
-	 * 5-tuple), via the proxy that last forwarded its datagrams, where every datagram to
-	 * the client goes (wk_alloc_dest); via_len 0 until known (after a take-over). */
-	union wk_sa via;
-	socklen_t via_len;
-	struct wk_relay relay[2];
-	uint32_t rec_idx;
-	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
-	uint64_t user_key;		/* shm_quota_user_key of its username, 0 until needed */
-	uint32_t off_mask;		/* channel slots with a kernel fast path entry (offload.c) */
-	uint64_t expires_ms;
-	struct wheel_timer timer;	/* earliest of allocation/permission/channel expiry */
-	bool dont_fragment;
-	bool tcp;			/* RFC 6062 allocation: relay[0] is a bound TCP socket */
-	struct wk_tpeer *tpeers;	/* its peer connections (tcprelay.c) */
-	unsigned n_tpeers;
-	bool published;			/* counted in ALLOCS_ACTIVE */
-	uint8_t *resp;			/* cached Allocate success (retransmissions) */
-	size_t resp_len;
 };
 
 LIST_HEAD(wk_alloc_list, wk_alloc);
@@ -442,12 +397,6 @@ static inline struct worker *wk_checked(struct worker *w)
 {
 	assert(w != NULL && w->magic == WK_MAGIC);
 	return w;
-}
-
-static inline struct wk_alloc *wk_alloc_checked(struct wk_alloc *a)
-{
-	assert(a != NULL && a->magic == WK_ALLOC_MAGIC);
-	return a;
 }
 
 /* ---- worker.c ---- */
@@ -771,53 +720,6 @@ enum stun_chan_range wk_chan_range(const struct worker *w);
 /* Handles one datagram or frame from a client (STUN or ChannelData). */
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
 
-/* ---- alloc.c ---- */
-struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
-			       const struct sockaddr *client);
-int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **out);
-void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
-/* Adoption: the private half of a UDP allocation around record idx, which this slot
- * already owns (left LIVE by a dead predecessor), linked into the 5-tuple index. No
- * relay socket, timer or counter yet. Returns 0, -EINVAL (no client address), -EEXIST
- * (that 5-tuple is already served), -ENOMEM. */
-int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
-		    struct wk_alloc **out);
-/* Adoption after a live upgrade: the same around record idx of a TURN-TCP allocation,
- * for its handed-over connection c. Returns 0, -EEXIST (c carries one), -ENOMEM. */
-int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
-			 struct shm_alloc *rec, struct wk_alloc **out);
-/* Adoption: binds the next relay socket of a to exactly the relayed address the record
- * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
- * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
-int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
-			  int fd);
-/* Unlinks and frees the private half, closing its relay sockets; the record and the
- * counters are left alone (a failed adoption: the caller releases the record). */
-void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
-void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
-void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
-/* Binds relay socket number (0 or 1) of family. port_hint > 0: that port, already booked
- * for a's record (a redeemed reservation); else a port from the shared pool (even on
- * request; resv non-NULL: an even port whose port + 1 is reserved with resv, see
- * portpool_get). Returns 0, -EADDRNOTAVAIL (no port: 508), -EAFNOSUPPORT (no relay
- * address of that family: 440). */
-int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
-			struct shm_ppool_resv *resv);
-int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
-bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
-int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
-		       const struct sockaddr *peer);
-const struct shm_chan *wk_alloc_chan_by_num(const struct wk_alloc *a, uint16_t ch, uint64_t now_ns);
-const struct shm_chan *wk_alloc_chan_by_peer(const struct wk_alloc *a, const struct sockaddr *peer,
-					     uint64_t now_ns);
-/* The address relay r of a is announced as (XOR-RELAYED-ADDRESS, the short circuit's
- * sender): its listener's relay_address_mask with r's port when the listener masks that
- * family, else r's own address. */
-void wk_alloc_announced(const struct wk_alloc *a, const struct wk_relay *r,
-			struct sockaddr_storage *out);
-/* The shm_ppool_tag of l's relay address of family (its bookings in the shared pool). */
-uint32_t wk_pool_tag(const struct wk_listener *l, int family);
-
 /* ---- worker.c ---- */
 /* The worker's private tables (receive buffers, allocation hash sized from the table's
  * capacity) and its fast path maps from the heritage: w->h and w->shm set first. Freed
@@ -1078,5 +980,8 @@ static inline void wk_run_add(struct wk_gso_run *g, const struct sockaddr *to, s
 	if (len < g->seg)
 		g->closed = true;
 }
+
+/* The layers above, until each file includes its own. */
+#include "worker/table.h"
 
 #endif
