@@ -145,7 +145,23 @@ void wk_sc_receive(struct worker *w, const struct wk_sc_hit *h, const uint8_t *d
 bool wk_sib_target(const struct worker *w, const struct sockaddr *peer,
 		   struct sockaddr_storage *to);
 
-/* ---- udp.c ---- */
+/* ---- relaysock.c: the relay sockets ---- */
+/* Sends an admitted client -> peer datagram from relay socket r (cl: the peer's cluster):
+ * joins the current batch's group when it can (struct wk_txg), else goes at once. sib:
+ * peer is a sibling's relay address (wk_sib_target), counted as such once sent. */
+void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
+		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
+		  bool sib);
+/* Frames a peer datagram for the client in place: payload (len bytes, WK_HEADROOM free
+ * before it, 3 after) becomes ChannelData of channel chan (padded to 4 bytes when stream)
+ * or, chan 0, a Data indication from peer. Returns the message start, or NULL. */
+uint8_t *wk_frame_peer(uint8_t *payload, size_t len, const struct sockaddr *peer, uint16_t chan,
+		       bool stream, size_t *out_len);
+/* Sends the pending client -> peer group and the pending short-circuited group to a
+ * client, if any. */
+void wk_txg_flush(struct worker *w);
+/* A UDP allocation's relay socket is readable: its batch goes through wk_relay_in. */
+void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 /* Queues message m (mlen bytes) to `to` in b. */
 void wk_rbatch_add(struct wk_rbatch *b, const struct sockaddr *to, socklen_t to_len, uint8_t *m,
 		   size_t mlen);

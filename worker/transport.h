@@ -1,0 +1,303 @@
+/* Worker transports: the client-facing sockets and their framing. UDP listeners (udp.c),
+ * TCP and TLS streams (tcp.c), DTLS associations on a UDP listener (dtls.c), TLS contexts
+ * (tls.c), the PROXY protocol in front of any of them (proxyproto.c), stream pipes and TLS
+ * bridges (pipe.c), per-source budgets of connections and handshakes (budget.c), systemd's
+ * fd store (fdstore.c), and the one output toward clients (client.c). Above the
+ * allocation table (table.h), below the relay pipeline and the TURN methods: what a
+ * transport receives goes up through the one handler the worker registered (struct
+ * wk_xport_up), never by a call to an upper layer's function. Worker process only. */
+#ifndef TG_WORKER_TRANSPORT_H
+#define TG_WORKER_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <ev.h>
+#include <openssl/ssl.h>
+
+#include "shm/shm_alloc.h"
+#include "shm/shm_source.h"
+#include "worker/table.h"
+#include "worker/wk.h"
+
+struct park_hdr;		/* common/park.h */
+
+/* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
+ * 6062 peer connection and its client data connection; a TLS bridge). */
+struct wk_pipe_ops {
+	/* n bytes were read from (write: written to) side. May be NULL. */
+	void (*moved)(struct wk_pipe *p, int side, bool write, size_t n);
+	/* The pipe is over: both directions ended (reset false), or a side failed (reset
+	 * true: the caller closes both with a RST). Must close the pipe (wk_pipe_close) and
+	 * may free what holds it: p is not touched after. */
+	void (*done)(struct wk_pipe *p, bool reset);
+};
+
+struct wk_pipe {
+	struct worker *w;		/* NULL until wk_pipe_init */
+	const struct wk_pipe_ops *ops;
+	int fd[2];
+	SSL *ssl[2];			/* TLS side: read and written through it; owned */
+	ev_io rio[2], wio[2];
+	bool eof[2], shut[2];		/* eof[i]: side i ended; shut[j]: side j shut down */
+	size_t len[2], off[2], cap;	/* buf[i]: read from side i, for side 1 - i */
+	uint8_t *buf[2];
+};
+
+/* The DTLS BIO's state: where datagrams go, and the one received datagram to hand out. */
+struct wk_dbio {
+	struct worker *w;
+	int fd;				/* the listener's UDP socket (not owned) */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	const uint8_t *rbuf;
+	size_t rlen;
+};
+
+/* ---- tls.c ---- */
+int wk_tls_init(struct worker *w);
+int wk_dtls_meth_init(struct worker *w);
+/* Builds the listener's default context (and one per further certificate, chosen by
+ * SNI) from the snapshot's PEM: every private key is paired with the certificate it
+ * matches, the other certificates are the chains. Returns 0 or -EINVAL/-ENOMEM. */
+int wk_tls_ctx_build(struct worker *w, const struct snap_listener *sl, bool dtls, SSL_CTX **out);
+/* A server SSL whose BIO sends datagrams through fd (the listener's socket). */
+SSL *wk_dtls_ssl_new(struct worker *w, SSL_CTX *ctx, int fd);
+struct wk_dbio *wk_dtls_dbio(SSL *ssl);
+/* "TLSv1.3 TLS_AES_128_GCM_SHA256 alpn=stun.turn", for logs. */
+void wk_tls_describe(SSL *ssl, char *buf, size_t len);
+
+/* ---- dtls.c ---- */
+int wk_dtls_start(struct worker *w, struct wk_listener *l);
+/* Unhashes a closing association (called by wk_tconn_close). */
+void wk_dtls_unhash(struct worker *w, struct wk_tconn *c);
+
+/* ---- udp.c ---- */
+/* One datagram from a client on a listener socket (buf has WK_HEADROOM before it). */
+typedef void wk_dgram_fn(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+			 socklen_t fromlen, uint8_t *buf, size_t len);
+/* Reads a UDP/DTLS listener socket (8 batches at most per wakeup), counts every datagram,
+ * drops truncated ones and all while the listener has no snapshot, and hands the others to
+ * fn with the batch's clock (wk_batch_ns) set. */
+void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn);
+/* recvmmsg of up to WK_BATCH datagrams from fd into the worker's rx slots (payload at
+ * WK_HEADROOM, cap bytes each), addresses into from[]; counts hard errors. Returns the
+ * number received, 0 or < 0 when none. */
+int wk_recv_batch(struct worker *w, int fd, size_t cap, struct mmsghdr *msgs, struct iovec *iov,
+		  struct sockaddr_storage *from);
+int wk_udp_start(struct worker *w, struct wk_listener *l);
+/* One message to a UDP client from listener l's socket (DF as wk_df_fast says), counted
+ * by wk_client_sent once sent, as a send error otherwise. */
+void wk_udp_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len);
+/* A message for the UDP client `to` of plain listener l (short circuit): joins the batch's
+ * group to that client when it can (struct wk_ctg), else leaves at once (wk_udp_send). */
+void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
+		 socklen_t to_len, const uint8_t *buf, size_t len);
+/* sendto; on EMSGSIZE from a wk_df_fast socket, once more fragmentable. */
+ssize_t wk_sendto_df(int fd, bool df_fast, const void *buf, size_t len, const struct sockaddr *to,
+		     socklen_t to_len);
+/* One sendmsg of n messages of seg bytes each (the last may be shorter), cut into
+ * datagrams by the kernel (UDP_SEGMENT). */
+ssize_t wk_send_segments(int fd, const struct sockaddr *to, socklen_t to_len, struct iovec *iov,
+			 unsigned n, size_t seg);
+/* After a failed UDP_SEGMENT send: true when the socket will never take one. */
+bool wk_gso_unsupported(int err);
+/* Sends run g (not empty) on fd as one UDP_SEGMENT message when it holds several and the
+ * socket takes them; true when it went so, else the caller sends them one by one. */
+bool wk_run_send(struct wk_gso_run *g, int fd, bool *gso_off);
+/* Sends the pending short-circuited group to a UDP client, if any. */
+void wk_ctg_flush(struct worker *w);
+
+/* ---- tcp.c ---- */
+int wk_tcp_start(struct worker *w, struct wk_listener *l);
+/* The worker's stream state before any listener: the unauthenticated list, the accept
+ * back-off timer, the pre-authentication deadline until a snapshot sets it. */
+void wk_tcp_init(struct worker *w);
+/* Links a new connection into its listener, counts it and starts its deadline timer. */
+void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c);
+/* Handshake step: 1 done, 0 in progress, -1 failed (the caller closes). */
+int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
+void wk_tconn_close(struct worker *w, struct wk_tconn *c);
+/* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF): served on the
+ * listener of that name as if accepted here, data (the bytes read so far) handled first.
+ * client: NULL for a plain TCP listener's connection, else the client's address of a
+ * TURN-TLS connection that fd is the bridged plain end of. Takes fd (closed when there is
+ * no such listener). */
+void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
+		       size_t len, const struct sockaddr *client);
+/* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
+void wk_tcp_resume(struct worker *w);
+/* Live upgrade (park.c): a connection the predecessor parked, restored on l with the
+ * bytes its buffers held; takes fd on success only. NULL: bad lengths or no memory. */
+struct wk_tconn *wk_tcp_restore(struct worker *w, struct wk_listener *l, int fd,
+				const struct sockaddr *peer, socklen_t peer_len, const uint8_t *in,
+				size_t in_len, const uint8_t *out, size_t out_len, bool authed);
+/* c can be parked: plain TCP, no handshake, PROXY header or RFC 6062 step half done. */
+bool wk_tconn_parkable(const struct wk_tconn *c);
+/* Handles the complete frames a restored connection holds; false: it was closed. */
+bool wk_tconn_restart(struct worker *w, struct wk_tconn *c);
+/* Queues a whole frame (or one DTLS record) for c, or drops it (bounded output) and counts
+ * a send error; what is queued is counted as sent (wk_client_sent). */
+void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, size_t len);
+
+/* Sets TCP_NODELAY on a TCP socket of ours (client connections, RFC 6062 peer
+ * connections): TURN messages are small and answered, so Nagle with the peer's delayed
+ * ACK would hold each one ~40 ms. Errors are ignored (an AF_UNIX socket has no Nagle). */
+void wk_sock_nodelay(int fd);
+
+/* ---- pipe.c ---- */
+/* One non-blocking read or write on a stream socket, through ssl when it is not NULL
+ * (TURN-TCP/TLS connections, pipes): > 0 bytes, 0 end of stream (recv: a FIN or
+ * close_notify), -EAGAIN to wait (recv: *want_write set, when not NULL, if the TLS session
+ * must write first), other < 0 an error. */
+ssize_t wk_stream_recv(int fd, SSL *ssl, uint8_t *b, size_t n, bool *want_write);
+ssize_t wk_stream_send(int fd, SSL *ssl, const uint8_t *b, size_t n);
+/* An idle pipe of two cap-byte buffers (bufs: 2 * cap bytes, the caller's). */
+void wk_pipe_init(struct wk_pipe *p, struct worker *w, const struct wk_pipe_ops *ops,
+		  uint8_t *bufs, size_t cap);
+/* Side i is fd (ssl: a TLS session over it, or NULL), both owned by the pipe from now;
+ * pre: len bytes (<= cap) already read from it, to be written to the other side. */
+void wk_pipe_side(struct wk_pipe *p, int i, int fd, SSL *ssl, const uint8_t *pre, size_t len);
+/* Starts relaying (ops->done may run before it returns). */
+void wk_pipe_start(struct wk_pipe *p);
+/* Stops watching and closes both sides (abort: with a RST), TLS sessions freed. */
+void wk_pipe_close(struct wk_pipe *p, bool abort_conn);
+/* A data connection that came over TURN-TLS (fd, its session ssl; out: the plaintext
+ * still owed to the client): bridged to one end of a new socket pair. Returns the other
+ * end (plain, for the relay or a handover), or -1 (fd and ssl are then the caller's). */
+int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t out_len);
+void wk_tlsb_close_all(struct worker *w);
+
+/* ---- client.c ---- */
+/* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
+ * connection; UDP: wk_udp_send). */
+void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
+/* Counts n messages of bytes in all that reached the client side of listener l (sent, or
+ * queued on a stream): globally and, while l is in the snapshot, per listener. The only
+ * place that counts client output; called after the send succeeded. */
+void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
+
+/* ---- fdstore.c (systemd's file descriptor store, common/fdname.h) ---- */
+/* Puts c, which carries a published allocation, in the unit's fd store through the master
+ * (when it keeps one: w->h->fdstore). Plain TURN-TCP only: a TLS connection cannot be
+ * taken back after a crash. Safe to call again. */
+void wk_fdstore_conn(struct worker *w, struct wk_tconn *c);
+/* Takes c out of the store, if it is in (before its socket closes). A connection that
+ * ends here (not handed over, not left for the next process) is shut down too: the
+ * store's copy must not keep it open. */
+void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
+/* Puts a bound RFC 6062 pair of record rec (peer connection peer_fd, data connection
+ * data_fd, CONNECTION-ID id) in the store. Returns true when it was sent. */
+bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
+/* Takes that pair out of the store (peer_fd, data_fd: shut down as in
+ * wk_fdstore_conn_end; -1 when not open). */
+void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
+/* A connection taken back after a crash (c->resync) starts where the kernel's buffer
+ * stands, maybe inside a frame the dead worker had read part of. Skips the input up to
+ * the first position that starts a frame this connection can carry: a STUN message (top
+ * two bits 0, the magic cookie, a length that is a multiple of 4) or a ChannelData on one
+ * of its allocation's bound channels; clears c->resync once found. Returns false while
+ * more input is needed to decide (what was skipped so far is gone). */
+bool wk_fdstore_resync(struct worker *w, struct wk_tconn *c);
+/* Whether socket fd, taken back after a crash (client: a TURN-TCP connection, whose peer
+ * must be the record's client; else a peer connection, whose local address must be the
+ * record's relay address), belongs to
+ * record rec: a name left in the store by an older table must not give one client's
+ * socket to another's allocation. */
+bool wk_fdstore_owns(int fd, bool client, const struct shm_alloc *rec);
+
+/* ---- budget.c (per-source budgets, docs/security.md) ---- */
+/* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */
+void wk_budget_keys(const struct worker *w, const struct sockaddr *sa, uint32_t b[2]);
+/* Before a new connection (kind SHM_SRC_CONNS) or handshake (TLS/DTLS) from sa is made:
+ * while a budget of sa's address or prefix is full, evicts this worker's oldest
+ * unauthenticated connection that counts in it, as long as this worker holds at least its
+ * fair share (budget / live workers); below it, admits over the budget. Returns 0
+ * (admitted), or -EBUSY when a share to shed has no connection left to evict (a hash
+ * collision's count; the caller drops the newcomer; counted). */
+int wk_budget_admit(struct worker *w, const struct sockaddr *sa, enum shm_src_kind k);
+/* When a per-worker table is full: evicts this worker's oldest unauthenticated connection
+ * of kind k (conns: on listener l when l is not NULL). Returns 0, or -EBUSY when there is
+ * none (the caller refuses; counted as refused for reason r). */
+int wk_budget_make_room(struct worker *w, struct wk_listener *l, enum shm_src_kind k,
+			enum shm_src_reason r);
+/* c was linked (wk_tconn_link): counts it, and its handshake when it has one. */
+void wk_budget_attach(struct worker *w, struct wk_tconn *c);
+/* c's handshake finished (counted no more as one). */
+void wk_budget_hs_done(struct worker *w, struct wk_tconn *c);
+/* c sent an authenticated request: out of the budgets and the pre-auth deadline. NULL ok. */
+void wk_budget_authed(struct worker *w, struct wk_tconn *c);
+/* c is being closed: uncounts whatever it still counts in. */
+void wk_budget_detach(struct worker *w, struct wk_tconn *c);
+/* From the snapshot's limits. */
+void wk_budget_configure(struct worker *w, const struct snap_limits *lim);
+
+/* ---- proxyproto.c ---- */
+/* Why a PROXY protocol listener refused a connection or datagram (counters
+ * SHM_CTR_PP_REJ_* in this order). */
+enum wk_pp_reason {
+	WK_PP_UNTRUSTED = 0,
+	WK_PP_MISSING,
+	WK_PP_MALFORMED,
+	WK_PP_VERSION,
+	WK_PP_TIMEOUT
+};
+/* l's snapshot enables proxy_protocol. */
+bool wk_pp_enabled(const struct wk_listener *l);
+/* Where datagrams to a's UDP client go (*len its length): a's proxy on a
+ * proxy_protocol listener (NULL while unknown: dropped), else the client itself. */
+const struct sockaddr *wk_alloc_dest(const struct wk_alloc *a, socklen_t *len);
+/* A datagram of listener l (proxy_protocol) from from: its header checked and stripped,
+ * handed to the TURN dispatcher as from the header's client, replies to from. */
+void wk_pp_udp_input(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
+		     uint8_t *buf, size_t len);
+/* Counts (and logs at debug) a refusal of from on l for reason r. */
+void wk_pp_reject(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
+		  enum wk_pp_reason r);
+/* Whether from is in l's trusted CIDRs; false is counted (the caller closes or drops). */
+bool wk_pp_admit_source(struct worker *w, const struct wk_listener *l,
+			const struct sockaddr *from);
+/* c (pp_wait) reads its header: 1 done (c->peer is the client, its budgets rekeyed; the
+ * socket's next byte is TLS or STUN), 0 wait for more, -1 close c (counted). */
+int wk_pp_stream(struct worker *w, struct wk_tconn *c);
+/* A datagram from from on l: its v2 header's length (the payload follows), with the
+ * client's address in *client (from itself for LOCAL); -1 drop it (counted). */
+int wk_pp_dgram(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
+		const uint8_t *buf, size_t len, struct sockaddr_storage *client,
+		socklen_t *client_len);
+
+/* ---- udp.c: GSO runs (inline: every grouped datagram passes here) ---- */
+/* Whether run g can take a datagram of len bytes to `to`. */
+static inline bool wk_run_takes(const struct wk_gso_run *g, const struct sockaddr *to, size_t len)
+{
+	return !g->closed && len <= g->seg && g->n < WK_BATCH &&
+	       g->total + len <= WK_GSO_TOTAL_MAX &&
+	       wk_addr_equal(to, (const struct sockaddr *)&g->to);
+}
+
+/* Appends data (len bytes, which stay where they are until the run is sent), starting the
+ * run when it is empty. */
+static inline void wk_run_add(struct wk_gso_run *g, const struct sockaddr *to, socklen_t to_len,
+			      const void *data, size_t len)
+{
+	if (!g->n) {
+		memcpy(&g->to, to, to_len);
+		g->to_len = to_len;
+		g->seg = len;
+		g->total = 0;
+		g->closed = false;
+	}
+	g->iov[g->n].iov_base = (void *)data;
+	g->iov[g->n].iov_len = len;
+	g->n++;
+	g->total += len;
+	if (len < g->seg)
+		g->closed = true;
+}
+
+#endif
