@@ -14,7 +14,7 @@
  * flow, and put back the path this replaces). */
 #include "config.h"
 
-#include "worker/wk.h"
+#include "worker/relay_priv.h"
 
 #include <errno.h>
 #include <string.h>

@@ -38,7 +38,7 @@
 
 #include "common/log.h"
 #include "shm/shm_relay.h"
-#include "worker/wk.h"
+#include "worker/relay_priv.h"
 
 static bool wk_off_on(const struct worker *w)
 {

@@ -10,7 +10,7 @@
  * from it is refused and counted. */
 #include "config.h"
 
-#include "worker/wk.h"
+#include "worker/relay_priv.h"
 
 #include <errno.h>
 

@@ -6,7 +6,7 @@
  * later is one more branch of a deliver, never another copy of the checks. */
 #include "config.h"
 
-#include "worker/relay.h"
+#include "worker/relay_priv.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,10 +1,12 @@
-/* Worker relay pipeline (worker/relay.c): the one admit (wk_relay_admit, inside relay.c),
- * count (wk_relay_count) and deliver of every datagram between a client and a peer,
- * whichever way it goes and whichever path it takes. The transports call it through its
- * entry points only: wk_relay_out (client -> peer: Send
- * indications and ChannelData, turn.c), wk_relay_in (peer -> client: a relay socket's
- * datagram, udp.c, or a short-circuited one, shortcut.c and handover.c). Worker process
- * only. */
+/* Worker relay pipeline, its entry points: every datagram between a client and a peer
+ * goes through one admit, one count and one deliver (relay.c; relay_priv.h holds what the
+ * pipeline's own files share). The layer above the transports (transport.h) and the
+ * allocation table (table.h), below the TURN methods (turn.h): the methods hand it a
+ * client's data (wk_relay_out) and ask it about peers (wk_peer_allowed); the worker
+ * registers its relay socket watcher and fast path upkeep with the table (struct
+ * wk_table_ops) and refreshes its views of the instance after each snapshot. Its files:
+ * relay.c, relaysock.c (relay sockets), shortcut.c, handover.c, sibling.c, self.c,
+ * peer.c, offload.c (the kernel fast path). Worker process only. */
 #ifndef TG_WORKER_RELAY_H
 #define TG_WORKER_RELAY_H
 
@@ -13,93 +15,14 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "shm/shm_bw.h"
-#include "shm/shm_relay.h"
+#include <ev.h>
+
+#include "conf/snapshot.h"
+#include "worker/table.h"
+#include "worker/transport.h"
 #include "worker/wk.h"
 
-/* An allocation as the pipeline sees it: its listener here and its record, with its
- * private half (own) when this worker owns it. The receiver of a short-circuited datagram
- * may be another worker's UDP client, known by its record only (shm_relay_target_read). */
-struct wk_party {
-	struct wk_listener *l;
-	struct wk_alloc *own;		/* NULL: another worker's allocation */
-	uint32_t idx;			/* its record */
-	uint32_t lslot;			/* the record's listener slot */
-	uint64_t user_key;		/* not own: its user's key when read (want_user) */
-};
-
-/* The party of a's own allocation. */
-static inline struct wk_party wk_party_own(struct wk_alloc *a)
-{
-	return (struct wk_party){
-		.l = a->l, .own = a, .idx = a->rec_idx, .lslot = a->rec->listener_idx
-	};
-}
-
-/* The receiving end of peer -> client datagrams. A relay socket's (wk_relay_socket_rx)
- * is filled once per received batch: the sender's permission and channel are looked up in
- * own's record per datagram. The short circuit's (wk_sc_rx) is filled per datagram from
- * the record as read under its seqlock (sc true: perm and chan are set). */
-struct wk_rx {
-	struct wk_party p;
-	bool sc;			/* perm and chan were read with the record */
-	bool perm;			/* sc: the sender holds a permission */
-	uint16_t chan;			/* sc: the sender's channel, 0 none */
-	bool relayed;			/* the sender is an allocation of this instance or a
-					 * sibling's: a missing permission counts as a denial */
-	const struct sockaddr *to;	/* where datagrams to a UDP client go (the client or its
-					 * proxy); NULL: unknown, each one is a send error */
-	socklen_t to_len;
-	struct sockaddr_storage client;	/* to's storage for another worker's client */
-};
-
-/* Messages of one relay socket's batch to its UDP client (wk_relay_cb), sent together
- * once the batch is read (one UDP_SEGMENT send or one sendmmsg). */
-struct wk_rbatch {
-	struct mmsghdr out[WK_BATCH];
-	struct iovec iov[WK_BATCH];
-	unsigned n;
-};
-
-/* The one count of n admitted datagrams (bytes in all) between a peer of cluster cl and
- * party p, direction dir: per cluster, per listener, on the record (another worker's:
- * shm_relay_ctr_add); toward a peer also globally (a peer's datagram is counted globally
- * when received, wk_relay_received). TO_PEER: once sent (or taken by a hand-over
- * channel). Always inlined: every caller passes a constant dir, so the counter indexes fold
- * to constants as where the counters were written out by hand (GCC otherwise keeps one
- * out-of-line copy for both directions, at about twice the instructions). */
-__attribute__((always_inline))
-static inline void wk_relay_count(struct worker *w, const struct wk_party *p,
-				  enum shm_bw_dir dir, uint32_t cl, unsigned n, size_t bytes)
-{
-	bool out = dir == SHM_BW_TO_PEER;
-
-	if (out) {
-		shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_OUT, n);
-		shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_OUT, bytes);
-	}
-	shm_lctr_add(w->ctr, p->l->slot, out ? SHM_LCTR_PEER_PKTS_OUT : SHM_LCTR_PEER_PKTS_IN, n);
-	shm_lctr_add(w->ctr, p->l->slot, out ? SHM_LCTR_PEER_BYTES_OUT : SHM_LCTR_PEER_BYTES_IN,
-		     bytes);
-	shm_cctr_add(w->ctr, cl, out ? SHM_CCTR_PEER_PKTS_OUT : SHM_CCTR_PEER_PKTS_IN, n);
-	shm_cctr_add(w->ctr, cl, out ? SHM_CCTR_PEER_BYTES_OUT : SHM_CCTR_PEER_BYTES_IN, bytes);
-	if (p->own == NULL) {
-		shm_relay_ctr_add(w->shm, p->idx, n, bytes);
-		return;
-	}
-	shm_alloc_ctr_add(p->own->rec, out ? SHM_ACTR_PKTS_TO_PEER : SHM_ACTR_PKTS_FROM_PEER, n);
-	shm_alloc_ctr_add(p->own->rec, out ? SHM_ACTR_BYTES_TO_PEER : SHM_ACTR_BYTES_FROM_PEER,
-			  bytes);
-}
-
-/* A datagram of len bytes reached a relay socket of ours, or was short-circuited to one
- * (counted before any check). */
-static inline void wk_relay_received(struct worker *w, size_t len)
-{
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_PKTS_IN, 1);
-	shm_ctr_add(w->ctr, SHM_CTR_PEER_BYTES_IN, len);
-}
-
+/* ---- relay.c ---- */
 /* Client -> peer: data of a's client to peer (Send indication, ChannelData): admitted on
  * a's side (a relay socket of peer's family, a UDP allocation), then delivered by the
  * short circuit when peer is a live allocation of this instance (counted as sent from a,
@@ -108,62 +31,67 @@ static inline void wk_relay_received(struct worker *w, size_t len)
  * else through the relay socket. */
 void wk_relay_out(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		  const uint8_t *data, size_t len);
-/* The receiving end of a's relay sockets (to: its destination, once per batch). */
-void wk_relay_socket_rx(struct wk_alloc *a, struct wk_rx *rx);
-/* Peer -> client: a datagram from `from` (a's announced address as rx->relayed says)
- * for rx's client: admitted (TO_CLIENT), counted, copied to payload unless it is there
- * already (payload: WK_HEADROOM free before it, 3 bytes after), framed there (ChannelData
- * or a Data indication) and sent: to a stream client at once; to a UDP client into b when
- * not NULL, else into the listener batch's group (wk_ctg_send). */
-void wk_relay_in(struct worker *w, const struct wk_rx *rx, const struct sockaddr *from,
-		 const uint8_t *data, uint8_t *payload, size_t len, uint64_t now_ns,
-		 struct wk_rbatch *b);
 
-/* ---- shortcut.c: what the short circuit finds ---- */
-/* A live UDP allocation of this instance that a peer address names (wk_sc_find). */
-struct wk_sc_hit {
-	struct shm_relay_target t;	/* its record, read for the sender */
-	struct wk_listener *tl;		/* its listener here */
-	struct wk_alloc *own;		/* its private half, when this worker owns it */
-	bool reachable;			/* its client is reached from this worker */
-	struct shm_addr to;		/* the peer address (its relay IP or mask, and port) */
-	struct shm_addr from;		/* the sender's announced address */
-	struct sockaddr_storage from_sa;
-};
-/* Whether peer (one of this instance's relay IPs or masks, wk_sc_own_ip) names a live UDP
- * allocation of this instance, read for a's relay r as the sender: 0 and *h, or -ENOENT. */
-int wk_sc_find(struct worker *w, struct wk_alloc *a, const struct wk_relay *r,
-	       const struct sockaddr *peer, struct wk_sc_hit *h);
-/* The receiving half of a short-circuited datagram to h's allocation (reachable): counted
- * as received, then wk_relay_in. */
-void wk_sc_receive(struct worker *w, const struct wk_sc_hit *h, const uint8_t *data, size_t len,
-		   uint64_t now_ns);
-
-/* ---- sibling.c ---- */
-/* When peer is one of this instance's masks with a port in a sibling's slice: *to = that
- * sibling's relay address (same family) and port, true. */
-bool wk_sib_target(const struct worker *w, const struct sockaddr *peer,
-		   struct sockaddr_storage *to);
-
-/* ---- relaysock.c: the relay sockets ---- */
-/* Sends an admitted client -> peer datagram from relay socket r (cl: the peer's cluster):
- * joins the current batch's group when it can (struct wk_txg), else goes at once. sib:
- * peer is a sibling's relay address (wk_sib_target), counted as such once sent. */
-void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
-		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
-		  bool sib);
-/* Frames a peer datagram for the client in place: payload (len bytes, WK_HEADROOM free
- * before it, 3 after) becomes ChannelData of channel chan (padded to 4 bytes when stream)
- * or, chan 0, a Data indication from peer. Returns the message start, or NULL. */
-uint8_t *wk_frame_peer(uint8_t *payload, size_t len, const struct sockaddr *peer, uint16_t chan,
-		       bool stream, size_t *out_len);
+/* ---- relaysock.c ---- */
 /* Sends the pending client -> peer group and the pending short-circuited group to a
  * client, if any. */
 void wk_txg_flush(struct worker *w);
 /* A UDP allocation's relay socket is readable: its batch goes through wk_relay_in. */
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
-/* Queues message m (mlen bytes) to `to` in b. */
-void wk_rbatch_add(struct wk_rbatch *b, const struct sockaddr *to, socklen_t to_len, uint8_t *m,
-		   size_t mlen);
+
+/* ---- peer.c ---- */
+/* The one peer decision, nothing counted: with check_port, one of this instance's own
+ * sockets (wk_self_refused) or a mask's port in no slice (wk_sib_refused) is refused
+ * whatever the routes say; then the listener's allowlist in the current snapshot
+ * (snap_peer_match: the special ranges, the routes; proto is the peer's transport,
+ * CONF_CPROTO_UDP for datagrams and UDP allocations, CONF_CPROTO_TCP for RFC 6062
+ * connections and the permissions of TCP allocations; check_port: the admitting cluster's
+ * port range too). No snapshot, or a listener without an entry, refuses. Returns 0 and
+ * *cl (may be NULL), or -EACCES. The kernel fast path's entries (offload.c) ask this too. */
+int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+		  enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
+/* wk_peer_match, and a refusal counted (perm_denied, and at the listener while it is
+ * listed). Returns 0 and *cl, or -EACCES. */
+int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+		    enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
+/* ChannelBind's form: IP and port, as a packet's (a channel names the port every
+ * ChannelData on it goes to: a port outside the admitting cluster's range, a masked
+ * address that names no instance, or one of this instance's own sockets, is refused). */
+int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
+			 enum conf_cluster_proto proto, uint32_t *cl);
+
+/* ---- after a snapshot is applied, in this order ---- */
+/* After a snapshot is applied: the set of this instance's relay IPs and masks, and every
+ * listener's name key. */
+void wk_sc_refresh(struct worker *w);
+/* After a snapshot is applied (and wk_sc_refresh): the siblings' addresses and slices, and
+ * the set of this instance's masks. */
+void wk_sib_refresh(struct worker *w);
+/* After a snapshot is applied (and wk_sc_refresh, wk_sib_refresh): the listeners' sockets
+ * as bound, their public addresses and ports, the HTTP ports, and the relay ranges whose
+ * sockets bind the wildcard. */
+void wk_self_refresh(struct worker *w);
+
+/* ---- handover.c ---- */
+/* Starts reading the slot's hand-over channel (no-op without one). */
+void wk_ho_start(struct worker *w);
+
+/* ---- offload.c: the kernel fast path's entries of this worker's allocations ---- */
+/* Rewrites the kernel fast path entries of a's channels from its record (after anything
+ * that changes them or their eligibility); no-op when the fast path is off. */
+void wk_offload_sync(struct worker *w, struct wk_alloc *a);
+/* Removes the entry of channel slot i (before the slot is overwritten or cleared). */
+void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i);
+/* Removes every entry of a (the allocation ends). */
+void wk_offload_drop_all(struct worker *w, struct wk_alloc *a);
+/* After a's record is retired: the kernel short circuit's entries of a's channels, both
+ * ways (a's own and its partners' back to a), go. */
+void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a);
+/* wk_offload_sync of every allocation of the worker (a new snapshot). */
+void wk_offload_sync_all(struct worker *w);
+/* A reload changed the fast path (IPC_OFFLOAD_MAP/OFF): which 0 takes fd as the client ->
+ * peer map, 1 as the peer -> client map and then enters every channel in the new maps;
+ * 2 turns the fast path off. Takes fd. */
+void wk_offload_map(struct worker *w, unsigned which, int fd);
 
 #endif

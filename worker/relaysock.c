@@ -5,7 +5,7 @@
  * Data indication). */
 #include "config.h"
 
-#include "worker/relay.h"
+#include "worker/relay_priv.h"
 
 #include <errno.h>
 #include <string.h>

@@ -13,7 +13,7 @@
  * most every WK_SELF_LOCAL_NS. */
 #include "config.h"
 
-#include "worker/wk.h"
+#include "worker/relay_priv.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -13,7 +13,7 @@
  * half (wk_sc_accept). Anything else goes the ordinary way, through the relay socket. */
 #include "config.h"
 
-#include "worker/relay.h"
+#include "worker/relay_priv.h"
 
 #include <errno.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * network must stop address spoofing, and only the configured siblings are translated. */
 #include "config.h"
 
-#include "worker/relay.h"
+#include "worker/relay_priv.h"
 
 #include <string.h>
 #include <netinet/in.h>

@@ -435,109 +435,6 @@ void wk_tcpr_recheck_all(struct worker *w);
 /* Closes every peer connection of a (the allocation ends). */
 void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a);
 
-/* ---- shortcut.c (relay to relay inside the instance) ---- */
-/* After a snapshot is applied: the set of this instance's relay IPs and masks, and every
- * listener's name key. */
-void wk_sc_refresh(struct worker *w);
-/* Whether peer's IP is one of this instance's relay addresses or masks. */
-bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer);
-/* Whether peer may be (now or later) one of this instance's relays: a mask, any port; a
- * relay address with a port in a listener's relay port range. Such a peer is never
- * offloaded (the short circuit, or the sibling translation, decides in user space); a
- * peer that merely shares the relay's IP (a media server on the same host) is. */
-bool wk_sc_maybe_relay(const struct worker *w, const struct sockaddr *peer);
-struct shm_relay_target;
-/* The live UDP allocation of this instance that relay address `to` (a relay IP or a mask,
- * with its port) names, read for the sender's announced address `from` (permission,
- * channel) at now_ns, and *tl its listener here. 0, or -ENOENT (none). */
-int wk_sc_target(struct worker *w, const struct shm_addr *to, const struct shm_addr *from,
-		 uint64_t now_ns, bool want_user, struct shm_relay_target *t,
-		 struct wk_listener **tl);
-/* Peer -> client on a relay socket of listener l: when from is the relay address of a live
- * allocation of this instance whose listener masks it, *out = the announced (masked)
- * address, which the permission check and the Data indication then use (what
- * the short circuit sends through the relay sockets, for a client it cannot reach without a
- * hand-over channel, arrives so); when from is a sibling's relay address, l's mask with
- * from's port (wk_sib_from).
- * Returns true when set. */
-bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
-			  const struct sockaddr *from, struct sockaddr_storage *out);
-
-/* The owner's half of a hand-over (handover.c): a datagram for record idx (claim
- * generation gen, relay port `port`) from the sender's announced address `from`, that
- * another worker found by the short circuit and could not deliver. Re-read under the
- * record's seqlock: when it is no longer LIVE, no longer holds the port, is of another
- * generation or owned by another slot, or its client is not this worker's, the datagram
- * is dropped and counted (SHM_CTR_SHORT_CIRCUIT_STALE); else the receiving half runs as
- * for this worker's own short circuit (routes, permission, bandwidth, counters, framing,
- * the send to its client). */
-void wk_sc_accept(struct worker *w, uint32_t idx, uint64_t gen, uint16_t port,
-		  const struct shm_addr *from, const uint8_t *data, size_t len);
-
-/* ---- handover.c (the short circuit's datagrams for another worker's client) ---- */
-/* Starts reading the slot's hand-over channel (no-op without one). */
-void wk_ho_start(struct worker *w);
-/* Sends data (len bytes, at most WK_DGRAM_MAX - 4), from the sender's announced address
- * `from` to relay port `port` of target t, to t's owner worker without blocking. Returns
- * 0 (sent: the owner decides the rest), -ENOTCONN (no channel to t->owner: none in the
- * heritage, t->owner out of range or this worker), or -errno of the send (-EAGAIN: the
- * channel is full). */
-int wk_ho_send(struct worker *w, const struct shm_relay_target *t, uint16_t port,
-	       const struct shm_addr *from, const uint8_t *data, size_t len);
-
-/* ---- sibling.c (masked addresses of other instances, admin.siblings) ---- */
-/* After a snapshot is applied (and wk_sc_refresh): the siblings' addresses and slices, and
- * the set of this instance's masks. */
-void wk_sib_refresh(struct worker *w);
-/* Whether a is one of this instance's masks. */
-bool wk_sib_is_mask(const struct worker *w, const struct shm_addr *a);
-/* Whether port lies in the relay port range of one of this instance's listeners. */
-bool wk_sib_own_port(const struct worker *w, uint16_t port);
-/* Whether peer is one of this instance's masks with a port in no slice: neither a
- * listener's relay port range nor a sibling's (of peer's family). Such a peer is refused
- * as the routes refuse one (wk_peer_allowed, ChannelBind). */
-bool wk_sib_refused(const struct worker *w, const struct sockaddr *peer);
-/* Whether peer is a sibling's relay address with a port in its slice. */
-bool wk_sib_addr(const struct worker *w, const struct sockaddr *peer);
-/* Peer -> client on a relay socket of listener l: when from is a sibling's relay address
- * with a port in its slice and l masks from's family, *out = l's mask with from's port,
- * counted (before any check) as received from a sibling. Returns true when set. */
-bool wk_sib_from(struct worker *w, const struct wk_listener *l, const struct sockaddr *from,
-		 struct sockaddr_storage *out);
-
-/* ---- self.c (this instance's own sockets, never a peer) ---- */
-/* After a snapshot is applied (and wk_sc_refresh, wk_sib_refresh): the listeners' sockets
- * as bound, their public addresses and ports, the HTTP ports, and the relay ranges whose
- * sockets bind the wildcard. */
-void wk_self_refresh(struct worker *w);
-/* Whether peer (address and port) is one of this instance's own sockets, other than a
- * relay address or mask of ours (the short circuit's) or a sibling's slice. */
-bool wk_self_refused(struct worker *w, const struct sockaddr *peer);
-
-/* ---- peer.c ---- */
-/* The one count of a refused peer: perm_denied, globally and at l while it is listed.
- * Returns -EACCES. */
-int wk_peer_deny(struct worker *w, const struct wk_listener *l);
-/* The one peer decision, nothing counted: with check_port, one of this instance's own
- * sockets (wk_self_refused) or a mask's port in no slice (wk_sib_refused) is refused
- * whatever the routes say; then the listener's allowlist in the current snapshot
- * (snap_peer_match: the special ranges, the routes; proto is the peer's transport,
- * CONF_CPROTO_UDP for datagrams and UDP allocations, CONF_CPROTO_TCP for RFC 6062
- * connections and the permissions of TCP allocations; check_port: the admitting cluster's
- * port range too). No snapshot, or a listener without an entry, refuses. Returns 0 and
- * *cl (may be NULL), or -EACCES. The kernel fast path's entries (offload.c) ask this too. */
-int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-		  enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
-/* wk_peer_match, and a refusal counted (perm_denied, and at the listener while it is
- * listed). Returns 0 and *cl, or -EACCES. */
-int wk_peer_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-		    enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
-/* ChannelBind's form: IP and port, as a packet's (a channel names the port every
- * ChannelData on it goes to: a port outside the admitting cluster's range, a masked
- * address that names no instance, or one of this instance's own sockets, is refused). */
-int wk_peer_bind_allowed(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
-			 enum conf_cluster_proto proto, uint32_t *cl);
-
 /* ---- turn.c ---- */
 /* Error response to req (signed when cred has a key; unsigned ones are rate limited). */
 void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req, int code,
@@ -556,24 +453,6 @@ void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_
  * capacity) and its fast path maps from the heritage: w->h and w->shm set first. Freed
  * with the worker. Returns 0 or -ENOMEM. */
 int wk_tables_init(struct worker *w);
-
-/* ---- offload.c ---- */
-/* Rewrites the kernel fast path entries of a's channels from its record (after anything
- * that changes them or their eligibility); no-op when the fast path is off. */
-void wk_offload_sync(struct worker *w, struct wk_alloc *a);
-/* Removes the entry of channel slot i (before the slot is overwritten or cleared). */
-void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i);
-/* Removes every entry of a (the allocation ends). */
-void wk_offload_drop_all(struct worker *w, struct wk_alloc *a);
-/* After a's record is retired: the kernel short circuit's entries of a's channels, both
- * ways (a's own and its partners' back to a), go. */
-void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a);
-/* wk_offload_sync of every allocation of the worker (a new snapshot). */
-void wk_offload_sync_all(struct worker *w);
-/* A reload changed the fast path (IPC_OFFLOAD_MAP/OFF): which 0 takes fd as the client ->
- * peer map, 1 as the peer -> client map and then enters every channel in the new maps;
- * 2 turns the fast path off. Takes fd. */
-void wk_offload_map(struct worker *w, unsigned which, int fd);
 
 /* ---- addr.c ---- */
 /* Hash of (listener, client address); a table of 2^k buckets takes its low k bits. */

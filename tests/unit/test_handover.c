@@ -20,6 +20,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_relay.h"
+#include "worker/relay_priv.h"
 #include "worker/wk.h"
 
 #define SLOTS 2u
