@@ -389,65 +389,6 @@ static inline int64_t wk_unix_now(void)
 	return (int64_t)time(NULL);
 }
 
-/* ---- tcprelay.c (RFC 6062) ---- */
-/* Connect: a is a TCP allocation, peer passed its checks; starts a non-blocking connect
- * from a's relayed address and answers req (success with CONNECTION-ID, or 447) when it
- * ends. Returns 0 (the answer comes later) or an error code to answer now: 446 (a
- * connection to peer exists), 508 (limits, no memory, no socket). */
-int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
-		    const struct stun_msg *req, bool sha256);
-/* The relay socket of a TCP allocation is listening: accepts peers that have a permission
- * and that the routes admit, announcing each with a ConnectionAttempt; refuses others
- * with a RST. */
-void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents);
-/* The connected peer connection id, waiting for its ConnectionBind, owned by this worker
- * and by an allocation of user (user_len bytes), or NULL. */
-struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len);
-/* The slot whose worker owns CONNECTION-ID id (its low byte, see wk_tpeer_new_id). */
-static inline unsigned wk_tcpr_slot(uint32_t id)
-{
-	return id & 0xffu;
-}
-/* The allocation tp belongs to. */
-struct wk_alloc *wk_tcpr_alloc(const struct wk_tpeer *tp);
-/* A claimed tp whose data connection could not be attached: reset and freed. */
-void wk_tcpr_drop(struct worker *w, struct wk_tpeer *tp);
-/* ConnectionBind answered on c: after the frame, c's socket becomes tp's client side. */
-void wk_tcpr_claim(struct worker *w, struct wk_tpeer *tp, struct wk_tconn *c);
-/* Live upgrade (park.c): hands a's peer connections waiting for their bind, and bound
- * pairs of plain sockets, to the master (wk_park_send) and frees them here without a
- * FIN; the others end with a. Returns the number of sockets handed over. */
-unsigned wk_tcpr_park(struct worker *w, struct wk_alloc *a);
-/* Restores a parked peer connection of a (fd; data_fd its bound data connection, or -1)
- * from its header h and the bytes after it. Takes the fds on success only. Returns 0 or
- * -errno. */
-int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr *h,
-		    const uint8_t *body, int fd, int data_fd);
-/* Takes fd over as tp's client data connection; pre (pre_len bytes: the client's bytes
- * after the ConnectionBind) goes to the peer, out (out_len bytes: the response not yet
- * written) to the client first. Closes fd on failure. */
-void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t *pre,
-		    size_t pre_len, const uint8_t *out, size_t out_len);
-/* A new snapshot: resets every peer connection of the worker whose peer the listener's
- * routes (IP and port) no longer admit, as the UDP path's per-packet check drops its
- * datagrams. */
-void wk_tcpr_recheck_all(struct worker *w);
-/* Closes every peer connection of a (the allocation ends). */
-void wk_tcpr_alloc_end(struct worker *w, struct wk_alloc *a);
-
-/* ---- turn.c ---- */
-/* Error response to req (signed when cred has a key; unsigned ones are rate limited). */
-void wk_reply_error(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req, int code,
-		    const char *reason, const struct wk_cred *cred);
-/* Success response to req with no attributes (signed as cred says). */
-void wk_reply_ok(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
-		 const struct wk_cred *cred, bool with_lifetime, uint32_t lifetime);
-/* The channel numbers clients may use (limits.channel_numbers): RFC 5766's wide range
- * unless the current snapshot says strict RFC 8656 (no snapshot: RFC 5766). */
-enum stun_chan_range wk_chan_range(const struct worker *w);
-/* Handles one datagram or frame from a client (STUN or ChannelData). */
-void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
-
 /* ---- worker.c ---- */
 /* The worker's private tables (receive buffers, allocation hash sized from the table's
  * capacity) and its fast path maps from the heritage: w->h and w->shm set first. Freed
@@ -525,10 +466,6 @@ int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct sh
 /* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),
  * its allocation's record left LIVE for the next process; then closes them here. */
 void wk_park_all(struct worker *w);
-/* Sends one parked connection's state (h completed: magic, version, slot, lengths) and
- * socket fd to the master, within what is left of the worker's parking time. */
-int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
-		 const uint8_t *out, size_t out_len, int fd);
 /* Adoption of a TURN-TCP record: only with the connection the heritage hands over for
  * it. Returns 0, or < 0 (the record is released). */
 int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec);
@@ -545,37 +482,11 @@ bool wk_linger_begin(struct worker *w);
 /* Ends what is still held and marks the status file done. */
 void wk_linger_end(struct worker *w);
 
-/* ---- auth.c ---- */
-enum wk_auth_result {
-	WK_AUTH_OK = 0,
-	WK_AUTH_REPLIED
-};
-/* Authenticates req for a new allocation (a == NULL) or an existing one. On success
- * writes the key (and its algorithm, username, credential expiry) into *cred and
- * returns WK_AUTH_OK; otherwise the error response was sent. */
-struct wk_cred {
-	char user[SHM_ALLOC_USER_MAX + 1];
-	size_t user_len;
-	uint8_t key[SHM_ALLOC_KEY_MAX];
-	size_t key_len;
-	uint8_t key_alg;		/* enum shm_key_alg */
-	bool sha256;			/* request used MESSAGE-INTEGRITY-SHA256 */
-	int64_t cred_expiry;
-};
-enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
-				  const struct stun_msg *req, const struct wk_alloc *a,
-				  struct wk_cred *cred);
-/* Appends MESSAGE-INTEGRITY(-SHA256) as the request used, then FINGERPRINT if asked. */
-void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint);
-/* Ends this worker's allocations whose username the revocation list now refuses, when the
- * list changed since the last sweep (shm/shm_revoke.h). The master also ends them at
- * once by index when it revokes; this catches an Allocate that raced it and allocations
- * adopted after a restart. Called every second (the heartbeat). */
-void wk_revoke_sweep(struct worker *w);
 
 /* The layers above, until each file includes its own. */
 #include "worker/table.h"
 #include "worker/transport.h"
 #include "worker/relay.h"
+#include "worker/turn.h"
 
 #endif
