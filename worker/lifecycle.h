@@ -1,0 +1,96 @@
+/* Worker process, the top layer: the loop, the snapshots and the listeners (worker.c),
+ * the re-adoption of a dead predecessor's allocations (adopt.c), and the live upgrade's
+ * two halves, the stream connections parked with the master (park.c) and the TLS calls
+ * an old worker keeps (linger.c). The only layer that may call every other one: it sets
+ * the layers below up and registers their hooks (wk_tables_init: the table's struct
+ * wk_table_ops, the transports' struct wk_xport_up). Nothing below includes this header.
+ * Worker process only. */
+#ifndef TG_WORKER_LIFECYCLE_H
+#define TG_WORKER_LIFECYCLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf/snapshot.h"
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "worker/table.h"
+#include "worker/wk.h"
+
+struct park_hdr;		/* common/park.h */
+
+/* ---- worker.c ---- */
+void wk_listener_close(struct worker *w, struct wk_listener *l);
+/* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
+ * (an opened snapshot the caller keeps alive) current as the ev_check watcher does for a
+ * new generation: hot values copied, listeners re-resolved, relay pools (re)built; no shm
+ * tracking, no adoption. */
+void wk_snap_use(struct worker *w, const struct snap *s);
+/* The worker's private tables (receive buffers, allocation hash sized from the table's
+ * capacity) and its fast path maps from the heritage: w->h and w->shm set first. Freed
+ * with the worker. Returns 0 or -ENOMEM. */
+int wk_tables_init(struct worker *w);
+
+/* ---- adopt.c ---- */
+/* Re-adoption of a dead predecessor's records (same slot), see docs/architecture.md. */
+enum wk_adopt_verdict {
+	WK_ADOPT_TRY = 0,	/* LIVE, consistent, UDP, not expired: try to serve it again */
+	WK_ADOPT_TORN,		/* CLAIMED/DYING or odd seqlock: killed mid-update */
+	WK_ADOPT_STREAM,	/* TCP/TLS/DTLS: its connection died with the process */
+	WK_ADOPT_EXPIRED,
+};
+struct wk_adopt_stats {
+	unsigned adopted, torn, stream, expired, failed;
+};
+/* Adopts one record (owned by the caller's slot). 0 = adopted; < 0 = could not be served
+ * again (the scan releases and counts it). */
+typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
+
+/* Verdict on record idx owned by `slot` whose predecessor is dead. */
+enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
+					const struct shm_alloc *rec, uint64_t now_ns);
+/* Walks every record owned by `slot` (run once, by the slot's new worker, before it
+ * serves any packet): adopts via fn the ones classify says to try, releases the others
+ * and those fn refused. Keeps the slot's counters exact: a released record that was
+ * LIVE (still counted by the predecessor) gets ALLOCS_ENDED +1 and ALLOCS_ACTIVE -1
+ * (slot-wide and its listener's); adopted ones stay counted as they are. Adds
+ * ALLOCS_ADOPTED and ALLOCS_DROPPED. *st may be NULL. Returns 0 or -EINVAL. */
+int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		  wk_adopt_fn *fn, void *arg, struct wk_adopt_stats *st);
+/* The same over the records of list (a take-over's, shm_taken) that slot owns: only
+ * their pages are touched. */
+int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
+		  const uint32_t *list, size_t n, wk_adopt_fn *fn, void *arg,
+		  struct wk_adopt_stats *st);
+/* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
+void wk_adopt_run(struct worker *w);
+/* a was attached around record idx: binds its relay ports again (an RFC 6062 relay:
+ * relay_fd, the listening socket a live upgrade handed over, when >= 0; always taken),
+ * moves its listener
+ * gauge when another listener serves it, re-arms its timer. On failure a is forgotten
+ * (the caller's scan releases the record). Returns 0 or -errno. */
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+		   int relay_fd);
+
+/* ---- park.c (stream connections across a live upgrade) ---- */
+/* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),
+ * its allocation's record left LIVE for the next process; then closes them here. */
+void wk_park_all(struct worker *w);
+/* Adoption of a TURN-TCP record: only with the connection the heritage hands over for
+ * it. Returns 0, or < 0 (the record is released). */
+int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec);
+/* After the adoption: restores the handed-over connections that carry no allocation,
+ * closes those whose allocation could not be adopted. */
+void wk_park_rest(struct worker *w);
+
+/* ---- linger.c (TLS calls kept by an old worker after a live upgrade) ---- */
+/* After wk_park_all: when w->linger_limit_s > 0 and w holds authenticated TLS calls with
+ * UDP-relayed allocations, gives up everything else, tells the master it lingers
+ * (IPC_LINGER) and returns true: the caller runs the loop again until the last call ends
+ * or the limit passes, then calls wk_linger_end. False: nothing lingers. */
+bool wk_linger_begin(struct worker *w);
+/* Ends what is still held and marks the status file done. */
+void wk_linger_end(struct worker *w);
+
+#endif
