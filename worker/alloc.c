@@ -164,9 +164,10 @@ static void wk_alloc_unhash(struct wk_alloc *a)
  * as it is. */
 static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 {
-	if (w->txg.run.n && w->txg.a == a)
-		wk_txg_flush(w);	/* grouped datagrams leave before their socket closes */
-	wk_tcpr_alloc_end(w, a);
+	if (w->table_ops && w->txg.run.n && w->txg.a == a)
+		w->table_ops->flush(w);	/* grouped datagrams leave before their socket closes */
+	if (w->table_ops)
+		w->table_ops->conns_end(w, a);
 	for (int i = 0; i < 2; i++) {
 		struct wk_relay *r = &a->relay[i];
 
@@ -199,7 +200,8 @@ void wk_alloc_forget(struct worker *w, struct wk_alloc *a)
 void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 {
 	log_debug("turn", "allocation %u ended: %s", a->rec_idx, why);
-	wk_offload_drop_all(w, a);	/* its keys need the relay sockets still open */
+	if (w->table_ops)
+		w->table_ops->chans_drop(w, a);	/* its keys need the relay sockets still open */
 	wk_alloc_unlink(w, a);
 	/* DYING first: a crash before the release then tells our replacement that this
 	 * record is no longer counted (see shm_alloc_retire). */
@@ -223,7 +225,8 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 		shm_lctr_add(w->ctr, a->rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	}
 	/* After the retire: a partner's owner that writes the pair meanwhile sees it. */
-	wk_offload_sc_forget(w, a);
+	if (w->table_ops)
+		w->table_ops->retired(w, a);
 	shm_alloc_release(w->shm, w->slot, a->rec_idx);
 	free(a);
 }
@@ -243,7 +246,8 @@ void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
 			next = a->rec->chans[i].expires_ns / ns_per_ms;
 	wheel_arm(&w->wheel, &a->timer, next + 1);
 	/* Every change of an expiry ends here: the kernel's entries follow. */
-	wk_offload_sync(w, a);
+	if (w->table_ops)
+		w->table_ops->chans_sync(w, a);
 }
 
 static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
@@ -263,7 +267,8 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 			memset(&a->rec->perms[i], 0, sizeof(a->rec->perms[i]));
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
 		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns <= now_ns) {
-			wk_offload_drop(w, a, i);
+			if (w->table_ops)
+				w->table_ops->chan_drop(w, a, i);
 			memset(&a->rec->chans[i], 0, sizeof(a->rec->chans[i]));
 		}
 	shm_alloc_end_write(a->rec);
@@ -331,7 +336,7 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 		r->fd = -1;
 		return err;
 	}
-	wk_relay_watch(w, r, wk_tcpr_accept_cb);
+	wk_relay_watch(w, r, w->table_ops->relay_accept);
 	return 0;
 }
 
@@ -383,7 +388,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	if (!r->untuned)
 		wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
 	wk_relay_set(r, fd, family, port, ann, false);
-	wk_relay_watch(w, r, wk_relay_cb);
+	wk_relay_watch(w, r, w->table_ops->relay_rx);
 	wk_alloc_port_index(w, a, r, true);
 	return 0;
 }
@@ -409,7 +414,7 @@ static int wk_relay_tcp_take(struct worker *w, struct wk_alloc *a, struct wk_rel
 	if (bound.port != port)
 		return -EINVAL;
 	wk_relay_set(r, fd, family, port, ann, true);
-	wk_relay_watch(w, r, wk_tcpr_accept_cb);
+	wk_relay_watch(w, r, w->table_ops->relay_accept);
 	return 0;
 }
 
@@ -633,7 +638,8 @@ int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 	if (rc < 0)
 		return rc;
 	if (!by_num)	/* a free or expired slot: its old channel's entry goes first */
-		wk_offload_drop(w, a, (unsigned)(slot - a->rec->chans));
+		if (w->table_ops)
+			w->table_ops->chan_drop(w, a, (unsigned)(slot - a->rec->chans));
 	shm_alloc_begin_write(a->rec);
 	wk_addr_to_shm(peer, &slot->peer);
 	slot->number = ch;

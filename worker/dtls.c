@@ -103,7 +103,7 @@ static void wk_dtls_records(struct worker *w, struct wk_tconn *c)
 		}
 		c->last_msg = ev_now(w->loop);
 		if (c->l->snap_ok && w->snap)
-			wk_turn_input(w, &ep, w->plain + WK_HEADROOM, (size_t)n);
+			w->up->input(w, &ep, w->plain + WK_HEADROOM, (size_t)n);
 	}
 	wk_dtls_dbio(c->ssl)->rbuf = NULL;	/* never keep a pointer into the batch */
 }

@@ -28,8 +28,8 @@ void wk_listener_close(struct worker *w, struct wk_listener *l);
  * tracking, no adoption. */
 void wk_snap_use(struct worker *w, const struct snap *s);
 /* The worker's private tables (receive buffers, allocation hash sized from the table's
- * capacity) and its fast path maps from the heritage: w->h and w->shm set first. Freed
- * with the worker. Returns 0 or -ENOMEM. */
+ * capacity), its fast path maps from the heritage, and the layers' hooks (w->table_ops,
+ * w->up): w->h and w->shm set first. Freed with the worker. Returns 0 or -ENOMEM. */
 int wk_tables_init(struct worker *w);
 
 /* ---- adopt.c ---- */

@@ -173,5 +173,5 @@ void wk_pp_udp_input(struct worker *w, struct wk_listener *l, const struct socka
 		a->via_len = ep.via_len <= sizeof(a->via) ? ep.via_len : sizeof(a->via);
 		memcpy(&a->via, from, a->via_len);
 	}
-	wk_turn_input(w, &ep, buf + hl, len - (size_t)hl);
+	w->up->input(w, &ep, buf + hl, len - (size_t)hl);
 }

@@ -65,6 +65,31 @@ struct wk_alloc {
 	size_t resp_len;
 };
 
+/* What the table tells the layers above (the pipeline, the TURN methods), registered
+ * once by the worker (wk_tables_init, worker.c) in w->table_ops, so that the table calls
+ * nothing above it by name. w->table_ops NULL (a harness that runs the table alone): none
+ * is told, and no relay socket may be bound. */
+struct wk_table_ops {
+	/* Watchers: a UDP allocation's relay socket is readable (peer datagrams, relay.h:
+	 * wk_relay_cb); an RFC 6062 allocation's listening relay socket is (a peer connects,
+	 * turn.h: wk_tcpr_accept_cb). */
+	void (*relay_rx)(struct ev_loop *loop, ev_io *io, int revents);
+	void (*relay_accept)(struct ev_loop *loop, ev_io *io, int revents);
+	/* The batch's grouped client -> peer datagrams, some of them a's, leave now: a's relay
+	 * sockets are about to close (wk_txg_flush). */
+	void (*flush)(struct worker *w);
+	/* a ends or is forgotten: its RFC 6062 peer connections close (wk_tcpr_alloc_end). */
+	void (*conns_end)(struct worker *w, struct wk_alloc *a);
+	/* The kernel fast path's entries of a (relay.h: wk_offload_*): a's channels or their
+	 * expiry changed (sync); channel slot i is about to be overwritten or cleared (drop);
+	 * a ends, its relay sockets still open (drop_all); a's record was retired, so the
+	 * short circuit's entries toward it go (retired). */
+	void (*chans_sync)(struct worker *w, struct wk_alloc *a);
+	void (*chan_drop)(struct worker *w, struct wk_alloc *a, unsigned i);
+	void (*chans_drop)(struct worker *w, struct wk_alloc *a);
+	void (*retired)(struct worker *w, struct wk_alloc *a);
+};
+
 /* The allocation a callback was handed, checked (as wk_checked). */
 static inline struct wk_alloc *wk_alloc_checked(struct wk_alloc *a)
 {

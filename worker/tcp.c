@@ -223,10 +223,10 @@ static void wk_tconn_handover(struct worker *w, struct wk_tconn *c, size_t off)
 	if (!c->ssl)
 		c->fd = -1;
 	if (fd < 0)
-		wk_tcpr_drop(w, tp);
+		w->up->bind_failed(w, tp);
 	else
-		wk_tcpr_attach(w, tp, fd, c->in + off, c->in_len - off, c->out + c->out_off,
-			       c->out_len - c->out_off);
+		w->up->bound(w, tp, fd, c->in + off, c->in_len - off, c->out + c->out_off,
+			     c->out_len - c->out_off);
 	wk_tconn_close(w, c);
 }
 
@@ -294,7 +294,7 @@ static int wk_tconn_frames(struct worker *w, struct wk_tconn *c)
 		if (c->l->snap_ok && w->snap) {
 			shm_lctr_add(w->ctr, c->l->slot, SHM_LCTR_CLIENT_PKTS_IN, 1);
 			shm_lctr_add(w->ctr, c->l->slot, SHM_LCTR_CLIENT_BYTES_IN, flen);
-			wk_turn_input(w, &ep, c->in + off, flen);
+			w->up->input(w, &ep, c->in + off, flen);
 		}
 		off += flen;
 		if (c->handoff_slot) {

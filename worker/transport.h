@@ -25,6 +25,25 @@
 #include "worker/wk.h"
 
 struct park_hdr;		/* common/park.h */
+struct wk_tpeer;
+
+/* What the transports hand up (Knot's transports over one handler core): registered once
+ * by the worker (wk_tables_init, worker.c) in w->up, so that no transport calls a layer
+ * above it by name. */
+struct wk_xport_up {
+	/* One STUN message or ChannelData from the client behind ep (buf: WK_HEADROOM free
+	 * before it; the TURN methods' wk_turn_input). */
+	void (*input)(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
+	/* A UDP listener's batch was handled: what it grouped leaves before the next
+	 * recvmmsg reuses the receive slots (wk_txg_flush). */
+	void (*batch_end)(struct worker *w);
+	/* After a ConnectionBind's response, the connection's socket fd (with pre: the
+	 * client's bytes after the request, out: the response not yet written) becomes tp's
+	 * data connection (wk_tcpr_attach); or fd could not be had (wk_tcpr_drop). */
+	void (*bound)(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t *pre,
+		      size_t pre_len, const uint8_t *out, size_t out_len);
+	void (*bind_failed)(struct worker *w, struct wk_tpeer *tp);
+};
 
 /* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
  * 6062 peer connection and its client data connection; a TLS bridge). */

@@ -69,7 +69,7 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 			fn(w, l, (struct sockaddr *)&from[i], msgs[i].msg_hdr.msg_namelen,
 			   w->rx[i] + WK_HEADROOM, len);
 		}
-		wk_txg_flush(w);	/* before the next recvmmsg reuses the rx slots */
+		w->up->batch_end(w);	/* before the next recvmmsg reuses the rx slots */
 		w->batch_ns = 0;
 		if (n < WK_BATCH)
 			break;
@@ -86,7 +86,7 @@ static void wk_udp_dgram(struct worker *w, struct wk_listener *l, const struct s
 		wk_pp_udp_input(w, l, from, buf, len);
 		return;
 	}
-	wk_turn_input(w, &ep, buf, len);
+	w->up->input(w, &ep, buf, len);
 }
 
 static void wk_udp_listener_cb(struct ev_loop *loop, ev_io *io, int revents)

@@ -71,6 +71,8 @@
 #define WK_TCPR_BIND_TIMEOUT_S 30.0
 #define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
 struct worker;
+struct wk_table_ops;
+struct wk_xport_up;
 struct wk_tpeer;
 struct wk_tlsb;
 struct wk_pipe;
@@ -268,6 +270,11 @@ struct wk_sib {
 struct worker {
 	uint32_t magic;
 	const struct worker_heritage *h;
+	/* The layers above, as registered by wk_tables_init: what the allocation table tells
+	 * them (table.h; NULL: the table alone, as its unit tests run it) and what the
+	 * transports hand up (transport.h). */
+	const struct wk_table_ops *table_ops;
+	const struct wk_xport_up *up;
 	struct ev_loop *loop;
 	struct shm *shm;
 	unsigned slot;

@@ -540,11 +540,33 @@ static void wk_teardown(struct worker *w)
 	ev_loop_destroy(w->loop);
 }
 
+/* The layers' hooks (table.h, transport.h): the upper layers' functions that the table
+ * and the transports call without naming them. */
+static const struct wk_table_ops wk_table_hooks = {
+	.relay_rx = wk_relay_cb,
+	.relay_accept = wk_tcpr_accept_cb,
+	.flush = wk_txg_flush,
+	.conns_end = wk_tcpr_alloc_end,
+	.chans_sync = wk_offload_sync,
+	.chan_drop = wk_offload_drop,
+	.chans_drop = wk_offload_drop_all,
+	.retired = wk_offload_sc_forget,
+};
+
+static const struct wk_xport_up wk_xport_hooks = {
+	.input = wk_turn_input,
+	.batch_end = wk_txg_flush,
+	.bound = wk_tcpr_attach,
+	.bind_failed = wk_tcpr_drop,
+};
+
 int wk_tables_init(struct worker *w)
 {
 	struct shm_config cfg;
 	uint64_t share;
 
+	w->table_ops = &wk_table_hooks;
+	w->up = &wk_xport_hooks;
 	w->off = w->h->offload;
 	w->rx = calloc(WK_BATCH, sizeof(*w->rx));
 
