@@ -42,6 +42,11 @@
 #include "shm/shm_alloc.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
+#include "worker/lifecycle.h"
+#include "worker/relay.h"
+#include "worker/table.h"
+#include "worker/transport.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

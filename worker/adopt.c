@@ -11,6 +11,8 @@
  * record keeps it, a released LIVE one gives it back. */
 #include "config.h"
 
+#include "worker/lifecycle.h"
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #include <errno.h>

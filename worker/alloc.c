@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "worker/sockbuf.h"
+#include "worker/table.h"
 #include "worker/wk.h"
 
 #include <errno.h>

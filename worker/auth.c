@@ -12,6 +12,7 @@
 
 #include "worker/authfail.h"
 #include "worker/unauth.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 #include <errno.h>

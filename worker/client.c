@@ -2,6 +2,7 @@
  * the client behind an endpoint, and the one counter of what reached it. */
 #include "config.h"
 
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len)

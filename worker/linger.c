@@ -21,6 +21,8 @@
  * master/linger.h), rewritten when the count changes and marked done when we exit. */
 #include "config.h"
 
+#include "worker/lifecycle.h"
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #include <errno.h>

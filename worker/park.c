@@ -10,6 +10,9 @@
  * them, and neither sees a reset. */
 #include "config.h"
 
+#include "worker/lifecycle.h"
+#include "worker/transport.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 #include <errno.h>

@@ -7,6 +7,7 @@
  * connection (drops the datagram), counted by reason; nothing is ever parsed as STUN. */
 #include "config.h"
 
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #include <arpa/inet.h>

@@ -4,6 +4,8 @@
  * loop; a peer connection belongs to one allocation and ends with it. */
 #include "config.h"
 
+#include "worker/turn.h"
+#include "worker/relay.h"
 #include "worker/wk.h"
 
 #include <errno.h>

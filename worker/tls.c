@@ -3,6 +3,7 @@
  * shared UDP listener socket carry every DTLS association. */
 #include "config.h"
 
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #include <errno.h>

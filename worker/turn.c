@@ -4,6 +4,7 @@
 
 #include "worker/relay.h"
 #include "worker/unauth.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 #include <errno.h>

@@ -3,6 +3,7 @@
  * relay sockets share (relaysock.c). */
 #include "config.h"
 
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #include <errno.h>

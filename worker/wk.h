@@ -415,11 +415,4 @@ void wk_relay2_find(struct wk_listener *l);
 bool wk_df_fast(int fd, int family);
 
 
-/* The layers above, until each file includes its own. */
-#include "worker/table.h"
-#include "worker/transport.h"
-#include "worker/relay.h"
-#include "worker/turn.h"
-#include "worker/lifecycle.h"
-
 #endif

@@ -4,6 +4,10 @@
 #include "worker/authfail.h"
 #include "worker/dtlslinger.h"
 #include "worker/unauth.h"
+#include "worker/lifecycle.h"
+#include "worker/relay.h"
+#include "worker/transport.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 #include <errno.h>

@@ -13,6 +13,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "worker/lifecycle.h"
 #include "worker/wk.h"
 
 #define NOW_NS 1000000000000ull

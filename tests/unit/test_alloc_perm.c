@@ -17,6 +17,7 @@
 
 #include "common/mono.h"
 #include "shm/shm_alloc.h"
+#include "worker/table.h"
 #include "worker/wk.h"
 
 struct fix {

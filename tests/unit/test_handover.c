@@ -20,7 +20,9 @@
 
 #include "shm/shm.h"
 #include "shm/shm_relay.h"
+#include "worker/lifecycle.h"
 #include "worker/relay_priv.h"
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #define SLOTS 2u

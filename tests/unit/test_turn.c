@@ -34,6 +34,11 @@
 #include "shm/shm_ppool.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
+#include "worker/lifecycle.h"
+#include "worker/relay.h"
+#include "worker/table.h"
+#include "worker/transport.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 #define USER "alice"
