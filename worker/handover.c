@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include "worker/relay_priv.h"
+#include "worker/wk.h"
 
 #include <errno.h>
 #include <string.h>

@@ -39,6 +39,9 @@
 #include "common/log.h"
 #include "shm/shm_relay.h"
 #include "worker/relay_priv.h"
+#include "worker/table.h"
+#include "worker/transport.h"
+#include "worker/wk.h"
 
 static bool wk_off_on(const struct worker *w)
 {

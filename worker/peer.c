@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include "worker/relay_priv.h"
+#include "worker/wk.h"
 
 #include <errno.h>
 

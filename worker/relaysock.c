@@ -6,6 +6,9 @@
 #include "config.h"
 
 #include "worker/relay_priv.h"
+#include "worker/table.h"
+#include "worker/transport.h"
+#include "worker/wk.h"
 
 #include <errno.h>
 #include <string.h>

@@ -14,6 +14,7 @@
 #include "config.h"
 
 #include "worker/relay_priv.h"
+#include "worker/wk.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

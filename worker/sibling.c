@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include "worker/relay_priv.h"
+#include "worker/wk.h"
 
 #include <string.h>
 #include <netinet/in.h>
