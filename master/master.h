@@ -172,7 +172,7 @@ struct master {
 	struct records *records;
 	ev_signal sigusr1_w;      /* reopen the session record file */
 
-	/* kernel fast path (master/offload.c): NULL and -1 fds when off */
+	/* kernel fast path (master/fastpath_ctl.c): NULL and -1 fds when off */
 	struct tgo *offload;
 	struct tgo_maps off_maps;
 	enum conf_offload off_engine;  /* the engine the running programs were opened for */
@@ -322,7 +322,7 @@ bool reload_guard_pass(struct master *m, const char *trigger, unsigned flags,
  * Returns 0 or -EINVAL for a malformed spec. */
 int reload_set_loglevel(struct master *m, const char *spec);
 
-/* ---- kernel fast path (master/offload.c) ---------------------------------------- */
+/* ---- kernel fast path (master/fastpath_ctl.c) ------------------------------------ */
 
 /* Loads and attaches the programs of admin.offload_engine (before the workers are
  * forked: they inherit m->off_maps). A failure is one log line and user space, never an
@@ -366,7 +366,7 @@ void reload_result_clear(struct reload_result *r);
 /* Starts (on=true) or ends the refusal of new allocations (IPC_DRAIN to every worker). */
 void master_set_drain(struct master *m, bool on);
 
-/* ---- state file (master/state.c) ------------------------------------------------- */
+/* ---- state file (master/segment.c) ----------------------------------------------- */
 
 /* Creates m->shm of geometry sc: in the instance's state file under admin.state_dir,
  * taking over the allocation table an earlier run left there (or refusing it, logged),

@@ -6,7 +6,7 @@
  * registers its relay socket watcher and fast path upkeep with the table (struct
  * wk_table_ops) and refreshes its views of the instance after each snapshot. Its files:
  * relay.c, relaysock.c (relay sockets), shortcut.c, handover.c, sibling.c, self.c,
- * peer.c, offload.c (the kernel fast path). Worker process only. */
+ * peer.c, fastpath.c (the kernel fast path). Worker process only. */
 #ifndef TG_WORKER_RELAY_H
 #define TG_WORKER_RELAY_H
 
@@ -47,7 +47,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
  * CONF_CPROTO_UDP for datagrams and UDP allocations, CONF_CPROTO_TCP for RFC 6062
  * connections and the permissions of TCP allocations; check_port: the admitting cluster's
  * port range too). No snapshot, or a listener without an entry, refuses. Returns 0 and
- * *cl (may be NULL), or -EACCES. The kernel fast path's entries (offload.c) ask this too. */
+ * *cl (may be NULL), or -EACCES. The kernel fast path's entries (fastpath.c) ask this too. */
 int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
 		  enum conf_cluster_proto proto, bool check_port, uint32_t *cl);
 /* wk_peer_match, and a refusal counted (perm_denied, and at the listener while it is
@@ -76,7 +76,7 @@ void wk_self_refresh(struct worker *w);
 /* Starts reading the slot's hand-over channel (no-op without one). */
 void wk_ho_start(struct worker *w);
 
-/* ---- offload.c: the kernel fast path's entries of this worker's allocations ---- */
+/* ---- fastpath.c: the kernel fast path's entries of this worker's allocations ---- */
 /* Rewrites the kernel fast path entries of a's channels from its record (after anything
  * that changes them or their eligibility); no-op when the fast path is off. */
 void wk_offload_sync(struct worker *w, struct wk_alloc *a);

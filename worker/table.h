@@ -1,4 +1,4 @@
-/* Worker allocation table (worker/alloc.c): the private half of each allocation this
+/* Worker allocation table (worker/table.c): the private half of each allocation this
  * worker owns (its relay sockets, its 5-tuple or connection link, its timer) beside its
  * record in the shared table, which holds its permissions and channels; relay ports from
  * the shared pool. The layer above the worker core (wk.h): it calls nothing above it, and
@@ -53,7 +53,7 @@ struct wk_alloc {
 	uint32_t rec_idx;
 	struct shm_alloc *rec;		/* our record in the shm table (we are its only writer) */
 	uint64_t user_key;		/* shm_quota_user_key of its username, 0 until needed */
-	uint32_t off_mask;		/* channel slots with a kernel fast path entry (offload.c) */
+	uint32_t off_mask;		/* channel slots with a kernel fast path entry (fastpath.c) */
 	uint64_t expires_ms;
 	struct wheel_timer timer;	/* earliest of allocation/permission/channel expiry */
 	bool dont_fragment;

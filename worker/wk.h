@@ -199,7 +199,7 @@ struct wk_ep {
 };
 
 /* A run of datagrams to one address with one size (the last may be shorter), sent as one
- * sendmsg with UDP_SEGMENT instead of one sendto each (udp.c). */
+ * sendmsg with UDP_SEGMENT instead of one sendto each (udp.c, relaysock.c). */
 struct wk_gso_run {
 	struct sockaddr_storage to;
 	socklen_t to_len;
@@ -209,7 +209,7 @@ struct wk_gso_run {
 	struct iovec iov[WK_BATCH];
 };
 
-/* Client -> peer datagrams of one received UDP batch, grouped (udp.c): consecutive
+/* Client -> peer datagrams of one received UDP batch, grouped (relaysock.c): consecutive
  * datagrams of one allocation to one peer make a run. The iovecs point into the batch's rx
  * slots, so the run is sent before the next recvmmsg and before any STUN message is
  * handled (which may refresh an allocation away). */

@@ -1,4 +1,4 @@
-/* Unit tests of a worker's permission table (worker/alloc.c, wk_alloc_perm_add): the
+/* Unit tests of a worker's permission table (worker/table.c, wk_alloc_perm_add): the
  * limits.max_permissions bound holds whichever entry a new peer's permission reuses,
  * including an expired one the timer has not swept yet. */
 #include "config.h"

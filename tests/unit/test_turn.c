@@ -1,5 +1,5 @@
 /* In-process tests of the worker's TURN methods (worker/turn.c) and its allocation code
- * (worker/alloc.c): requests go through wk_turn_input of a worker set up as
+ * (worker/table.c): requests go through wk_turn_input of a worker set up as
  * fuzz/fuzz_dispatch.c does it (a shm segment, a snapshot of the config below, one UDP
  * listener on a loopback socket), and each test checks the responses the client socket
  * receives, the allocation table, the shared record and the slot's counters.
