@@ -25,6 +25,7 @@
 #include "worker/wk.h"
 
 struct park_hdr;		/* common/park.h */
+struct wk_pipe;
 struct wk_tpeer;
 
 /* What the transports hand up (Knot's transports over one handler core): registered once

@@ -1,5 +1,10 @@
-/* Worker internals shared by the worker's source files (not a public API: only worker/
- * includes it). One struct worker per process, passed explicitly; no globals. */
+/* Worker core, the bottom of the worker's layers (docs/architecture.md, "Worker layers"):
+ * the limits, struct worker and the per-worker state it embeds, listeners, client
+ * connections, endpoints, the checked casts, the clocks, and the address and socket
+ * helpers (addr.c). It declares no function of a layer above: table.h, transport.h,
+ * relay.h, turn.h and lifecycle.h do, each for its own layer. Not a public API: only
+ * worker/ includes it (and the harnesses). One struct worker per process, passed
+ * explicitly; no globals. */
 #ifndef TG_WORKER_WK_H
 #define TG_WORKER_WK_H
 
@@ -75,10 +80,6 @@ struct wk_table_ops;
 struct wk_xport_up;
 struct wk_tpeer;
 struct wk_tlsb;
-struct wk_pipe;
-struct park_hdr;		/* common/park.h */
-
-struct wk_cred;
 struct wk_alloc;
 
 /* One client connection: TCP or TLS on a stream listener, or a DTLS association on a
@@ -413,6 +414,5 @@ void wk_relay2_find(struct wk_listener *l);
 /* Puts an IPv4 UDP socket in IP_PMTUDISC_DO mode; returns true when done (then sends
  * that fail with EMSGSIZE are retried fragmentable, see udp.c: wk_sendto_df). */
 bool wk_df_fast(int fd, int family);
-
 
 #endif
