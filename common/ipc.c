@@ -41,6 +41,7 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_LINGER] = { "LINGER", LEN_EXACT, sizeof(uint32_t), false },
 	[IPC_FDSTORE] = { "FDSTORE", LEN_STR, 0, true },
 	[IPC_FDUNSTORE] = { "FDUNSTORE", LEN_STR, 0, false },
+	[IPC_RELAYS] = { "RELAYS", LEN_BYTES, sizeof(uint32_t), true },
 };
 
 static const struct type_rule *rule_of(uint16_t type)
@@ -98,24 +99,34 @@ int ipc_socketpair(int fds[2])
 	return 0;
 }
 
-int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd)
+/* IPC_RELAYS: whole keys, one descriptor per key; every other type: at most one. */
+static bool fds_valid(uint16_t type, size_t len, size_t nfds)
+{
+	if (type != IPC_RELAYS)
+		return nfds <= 1;
+	return len % sizeof(uint32_t) == 0 && len / sizeof(uint32_t) == nfds &&
+	       nfds <= IPC_FDS_MAX;
+}
+
+static int send_frame(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
+		      size_t nfds)
 {
 	struct ipc_hdr hdr = { .type = type, .flags = 0, .len = (uint32_t)len };
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
 	} ctl;
 	struct iovec iov[2];
 	struct msghdr mh;
 	ssize_t n;
 
-	if (!frame_valid(type, payload, len, passfd >= 0))
+	if (!frame_valid(type, payload, len, nfds > 0) || !fds_valid(type, len, nfds))
 		return -EINVAL;
 	if (type == IPC_DISCONNECT && !disconnect_valid(payload))
 		return -EINVAL;
 	if (type == IPC_TCP_HANDOFF && !handoff_valid(payload))
 		return -EINVAL;
-	if (passfd >= 0)
+	if (nfds > 0)
 		hdr.flags |= IPC_F_FD;
 
 	memset(&mh, 0, sizeof(mh));
@@ -125,17 +136,17 @@ int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd)
 	iov[1].iov_len = len;
 	mh.msg_iov = iov;
 	mh.msg_iovlen = len > 0 ? 2 : 1;
-	if (passfd >= 0) {
+	if (nfds > 0) {
 		struct cmsghdr *cm;
 
-		memset(&ctl, 0, sizeof(ctl));
+		memset(&ctl, 0, CMSG_SPACE(sizeof(int) * nfds));
 		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
 		cm = CMSG_FIRSTHDR(&mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
 	}
 	do {
 		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
@@ -147,12 +158,28 @@ int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd)
 	return 0;
 }
 
-/* Collects every descriptor the kernel handed us; keeps the first, closes the rest. */
-static int take_fds(struct msghdr *mh, int *out)
+int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd)
 {
-	int count = 0;
+	return send_frame(fd, type, payload, len, &passfd, passfd >= 0 ? 1 : 0);
+}
 
-	*out = -1;
+int ipc_send_fds(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
+		 size_t n)
+{
+	if (fds == NULL || n == 0)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (fds[i] < 0)
+			return -EINVAL;
+	return send_frame(fd, type, payload, len, fds, n);
+}
+
+/* Collects every descriptor the kernel handed us: the first cap into fds, the rest
+ * closed. Returns how many came. */
+static size_t take_fds(struct msghdr *mh, int *fds, size_t cap)
+{
+	size_t count = 0;
+
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm != NULL; cm = CMSG_NXTHDR(mh, cm)) {
 		size_t nfd;
 
@@ -163,8 +190,8 @@ static int take_fds(struct msghdr *mh, int *out)
 			int f;
 
 			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (*out < 0)
-				*out = f;
+			if (count < cap)
+				fds[count] = f;
 			else
 				close(f);
 			count++;
@@ -173,19 +200,25 @@ static int take_fds(struct msghdr *mh, int *out)
 	return count;
 }
 
-int ipc_recv(int fd, struct ipc_msg *msg, int *passfd)
+static void close_fds(const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* many: an IPC_RELAYS frame is welcome (fds has IPC_FDS_MAX places). */
+static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool many)
 {
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
 	} ctl;
 	struct iovec iov[2];
 	struct msghdr mh;
 	ssize_t n;
-	int nfds, got = -1, rc = -EPROTO;
-	size_t len;
+	size_t got, cap = many ? IPC_FDS_MAX : 1, len;
 
-	*passfd = -1;
+	*nfds = 0;
 	memset(&mh, 0, sizeof(mh));
 	iov[0].iov_base = &msg->hdr;
 	iov[0].iov_len = sizeof(msg->hdr);
@@ -204,29 +237,46 @@ int ipc_recv(int fd, struct ipc_msg *msg, int *passfd)
 	if (n == 0)
 		return -EPIPE; /* a frame is never empty: 0 means the peer closed */
 
-	nfds = take_fds(&mh, &got);
-	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1)
+	got = take_fds(&mh, fds, cap);
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || got > cap)
 		goto fail;
 	if ((size_t)n < sizeof(msg->hdr))
 		goto fail;
 	len = (size_t)n - sizeof(msg->hdr);
 	if (len != msg->hdr.len || len > IPC_PAYLOAD_MAX)
 		goto fail;
-	if (((msg->hdr.flags & IPC_F_FD) != 0) != (got >= 0))
+	if (((msg->hdr.flags & IPC_F_FD) != 0) != (got > 0))
 		goto fail;
-	if (!frame_valid(msg->hdr.type, msg->payload, len, got >= 0))
+	if (!frame_valid(msg->hdr.type, msg->payload, len, got > 0) ||
+	    !fds_valid(msg->hdr.type, len, got))
 		goto fail;
 	if (msg->hdr.type == IPC_DISCONNECT && !disconnect_valid(msg->payload))
 		goto fail;
 	if (msg->hdr.type == IPC_TCP_HANDOFF && !handoff_valid(msg->payload))
 		goto fail;
 	msg->payload[len] = '\0';
-	*passfd = got;
+	*nfds = got;
 	return 0;
 fail:
-	if (got >= 0)
-		close(got);
+	close_fds(fds, got < cap ? got : cap);
+	return -EPROTO;
+}
+
+int ipc_recv(int fd, struct ipc_msg *msg, int *passfd)
+{
+	size_t n;
+	int rc = recv_frame(fd, msg, passfd, &n, false);
+
+	if (rc < 0 || n == 0)
+		*passfd = -1;
 	return rc;
+}
+
+int ipc_recv_fds(int fd, struct ipc_msg *msg, int *fds, size_t cap, size_t *n)
+{
+	if (cap < IPC_FDS_MAX)
+		return -EINVAL;
+	return recv_frame(fd, msg, fds, n, true);
 }
 
 int ipc_send_str(int fd, uint16_t type, const char *s, int passfd)

@@ -34,12 +34,17 @@
  *   IPC_STREAM_END       master->master   empty                            no
  *   IPC_FDSTORE          worker->master   FDNAME (common/fdname.h)         yes: the socket
  *   IPC_FDUNSTORE        worker->master   FDNAME (common/fdname.h)         no
+ *   IPC_RELAYS           worker->master,  1..IPC_FDS_MAX uint32_t keys     yes: one relay
+ *                        master->master   (IPC_RELAY_KEY)                  socket per key
  *
  * A live upgrade hands stream connections to the new processes (common/park.h): IPC_PARK
  * tells a worker to send every connection it can hand over and exit; each connection's
  * state (struct park_hdr and its buffered bytes) travels as IPC_STREAM_PART pieces and a
  * last IPC_STREAM piece with the socket, worker to old master and old master to new
- * master (its upgrade channel), which ends the list with IPC_STREAM_END.
+ * master (its upgrade channel), which ends the list with IPC_STREAM_END. The UDP
+ * allocations' relay sockets travel the same way, IPC_FDS_MAX to an IPC_RELAYS frame, each
+ * named by its record and which of the allocation's two sockets it is (master/relayho.c):
+ * the new processes never bind them again. Only ipc_recv_fds() takes such a frame.
  *
  * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
  * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
@@ -78,8 +83,16 @@ enum ipc_type {
 	IPC_LINGER,
 	IPC_FDSTORE,
 	IPC_FDUNSTORE,
+	IPC_RELAYS,
 	IPC_TYPE_END, /* one past the last valid type */
 };
+
+/* Most descriptors one frame carries (the kernel's SCM_MAX_FD is 253). */
+#define IPC_FDS_MAX 253u
+/* IPC_RELAYS: relay socket which (0, 1: an allocation's second family) of record idx. */
+#define IPC_RELAY_KEY(idx, which) (((uint32_t)(idx) << 1) | ((which) & 1u))
+#define IPC_RELAY_IDX(key) ((key) >> 1)
+#define IPC_RELAY_WHICH(key) ((key) & 1u)
 
 /* Set by ipc_send() when a descriptor rides along; checked against the type's rule. */
 #define IPC_F_FD 0x0001u
@@ -152,6 +165,11 @@ int ipc_socketpair(int fds[2]);
  * is full (non-blocking socket); -EPIPE when the peer is gone; other -errno from sendmsg. */
 int ipc_send(int fd, uint16_t type, const void *payload, size_t len, int passfd);
 
+/* Sends one frame with n (1..IPC_FDS_MAX) descriptors, as ipc_send() does with one; only
+ * IPC_RELAYS carries more than one (n keys, n descriptors). */
+int ipc_send_fds(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
+		 size_t n);
+
 /* Typed conveniences over ipc_send(). */
 int ipc_send_str(int fd, uint16_t type, const char *s, int passfd);
 int ipc_send_ping(int fd, uint64_t seq);
@@ -167,6 +185,12 @@ int ipc_send_disconnect_user(int fd, const char *user);
  * rule, a truncated frame, or a descriptor where none belongs (it is closed) or none where
  * one is required. After -EPROTO the channel is still usable: each frame stands alone. */
 int ipc_recv(int fd, struct ipc_msg *msg, int *passfd);
+
+/* ipc_recv() that also takes an IPC_RELAYS frame: its descriptors (close-on-exec, the
+ * caller's) in fds[0..*n-1], cap >= IPC_FDS_MAX; any other frame's one descriptor in fds[0]
+ * (*n 1) or none (*n 0). Same returns; a frame whose descriptors did not all come (the
+ * process's descriptor limit) is -EPROTO, what came closed. */
+int ipc_recv_fds(int fd, struct ipc_msg *msg, int *fds, size_t cap, size_t *n);
 
 /* The payload as a C string (IPC_LISTENER_ADD/REMOVE, IPC_LOGLEVEL). */
 const char *ipc_msg_str(const struct ipc_msg *msg);

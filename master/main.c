@@ -470,7 +470,9 @@ static int master_start(struct master *m)
 	if (rc < 0)
 		return rc;
 	master_sizing_log(m);
-	upgrade_receive_streams(m);
+	rc = upgrade_receive_streams(m);
+	if (rc < 0)
+		return rc;
 	fdstore_adopt(m);
 	rc = reload_open_listeners(m);
 	if (rc < 0)

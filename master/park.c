@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include "master/master.h"
+#include "master/relayho.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -134,6 +135,8 @@ int park_forward(struct master *m, int fd, int timeout_ms)
 					 : park_send(fd, pl->v[i].blob, pl->v[i].len, pl->v[i].fd,
 						     (int)(timeout_ms - spent));
 	}
+	if (rc == 0 && upgrade_peer_relays(m))
+		rc = relayho_forward(m, fd, timeout_ms);
 	if (rc == 0)
 		rc = ipc_send(fd, IPC_STREAM_END, NULL, 0, -1);
 	return rc;
@@ -187,6 +190,7 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 {
 	struct park_asm a = { 0 };
 	struct ipc_msg *msg = malloc(sizeof(*msg));
+	int fds[IPC_FDS_MAX];
 	struct timespec t0, t;
 	size_t before = park_count(m);
 	int rc = -ETIMEDOUT;
@@ -197,6 +201,7 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		long spent;
+		size_t nfds = 0;
 		int got = -1;
 
 		clock_gettime(CLOCK_MONOTONIC, &t);
@@ -207,13 +212,20 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 		}
 		if (poll(&pfd, 1, (int)(timeout_ms - spent)) <= 0)
 			continue;
-		rc = ipc_recv(fd, msg, &got);
+		rc = ipc_recv_fds(fd, msg, fds, IPC_FDS_MAX, &nfds);
+		if (rc == -EPROTO)
+			relayho_lost(m);	/* maybe a frame of them: fail safe */
 		if (rc == -EAGAIN || rc == -EPROTO)
 			continue;
 		if (rc < 0)
 			break;
 		if (msg->hdr.type == IPC_STREAM_END)
 			break;
+		if (msg->hdr.type == IPC_RELAYS) {
+			relayho_receive(m, msg, fds, nfds);
+			continue;
+		}
+		got = nfds > 0 ? fds[0] : -1;
 		if (msg->hdr.type != IPC_STREAM_PART && msg->hdr.type != IPC_STREAM) {
 			if (got >= 0)
 				close(got);
@@ -262,6 +274,7 @@ void park_release(struct master *m)
 {
 	struct park_list *pl = m->parked;
 
+	relayho_release(m);	/* handed over beside them, released with them */
 	if (pl == NULL)
 		return;
 	for (size_t i = 0; i < pl->n; i++) {

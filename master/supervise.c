@@ -3,6 +3,7 @@
 
 #include "master/master.h"
 #include "master/linger.h"
+#include "master/relayho.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -55,8 +56,25 @@ static int cmp_int(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Child side: closes every descriptor except stdio and those in keep[]. Walks /proc so
- * that descriptors opened by libraries (libev's epoll and signal fds) go too. */
+/* close_all_but in the gaps between the sorted keep[] (Linux 5.9): one call per gap, so a
+ * master holding a live upgrade's hundreds of thousands of relay sockets forks in
+ * milliseconds. -errno when the kernel has no close_range. */
+static int close_gaps(const int *keep, size_t n)
+{
+	unsigned from = 3;
+
+	for (size_t i = 0; i < n; i++) {
+		if (keep[i] < 0 || (unsigned)keep[i] < from)
+			continue;
+		if ((unsigned)keep[i] > from && close_range(from, (unsigned)keep[i] - 1, 0) < 0)
+			return -errno;
+		from = (unsigned)keep[i] + 1;
+	}
+	return close_range(from, ~0u, 0) < 0 ? -errno : 0;
+}
+
+/* Child side: closes every descriptor except stdio and those in keep[], libraries' too
+ * (libev's epoll and signal fds): by ranges, else by walking /proc. */
 static void close_all_but(int *keep, size_t n)
 {
 	int fds[1024];
@@ -65,6 +83,8 @@ static void close_all_but(int *keep, size_t n)
 	struct dirent *de;
 
 	qsort(keep, n, sizeof(int), cmp_int);
+	if (close_gaps(keep, n) == 0)
+		return;
 	/* In rounds: a master holding handed-over connections may have more than fit. */
 	do {
 		count = 0;
@@ -136,7 +156,8 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	};
 	uint32_t n_taken = 0;
 	struct worker_parked *parked;
-	size_t n_parked = 0, nk = 0, cap;
+	struct worker_relayfd *relays;
+	size_t n_parked = 0, n_relays = 0, nk = 0, cap;
 	int *keep;
 	char name[32];
 
@@ -163,12 +184,18 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	parked = park_heritage(m, slot, &n_parked);
 	h.parked = parked;
 	h.n_parked = n_parked;
-	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 6 + n_parked;
+	/* The relay sockets a live upgrade handed over to this slot (master/relayho.c). */
+	relays = relayho_heritage(m, slot, &n_relays);
+	h.relays = relays;
+	h.n_relays = n_relays;
+	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 6 + n_parked + n_relays;
 	keep = malloc(cap * sizeof(*keep));
 	if (keep == NULL)
 		_exit(1);
 	for (size_t i = 0; i < n_parked; i++)
 		keep[nk++] = parked[i].fd;
+	for (size_t i = 0; i < n_relays; i++)
+		keep[nk++] = relays[i].fd;
 	keep[nk++] = ctl_fd;
 	keep[nk++] = shm_fd(m->shm);
 	/* The hand-over channel: the slot's receiving end, every slot's sending end. */
@@ -365,7 +392,9 @@ static void ctl_read(struct mworker *w, int max)
 	if (msg == NULL)
 		return;
 	for (int i = 0; i < max && w->ctl_fd >= 0; i++) {
-		int fd, rc = ipc_recv(w->ctl_fd, msg, &fd);
+		int fds[IPC_FDS_MAX], fd;
+		size_t nfds = 0;
+		int rc = ipc_recv_fds(w->ctl_fd, msg, fds, IPC_FDS_MAX, &nfds);
 
 		if (rc == -EAGAIN)
 			break;
@@ -378,6 +407,11 @@ static void ctl_read(struct mworker *w, int max)
 			ctl_close(w->m, w);
 			break;
 		}
+		if (msg->hdr.type == IPC_RELAYS) {
+			relayho_collect(w, msg, fds, nfds);
+			continue;
+		}
+		fd = nfds > 0 ? fds[0] : -1;
 		ctl_msg(w, msg, &fd);
 		if (fd >= 0)
 			close(fd);

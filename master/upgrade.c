@@ -24,7 +24,11 @@
  *                                 in place and respawns its workers, which re-adopt).
  *
  * Datagrams that reach a listener meanwhile wait in the inherited sockets (the same
- * sockets, not copies); the relay sockets are closed and bound again (the gap). The new
+ * sockets, not copies); so do those that reach a relay port: a new master that says
+ * "ready streams relays" (the old one offered them: relays=1) gets the UDP allocations'
+ * relay sockets too, which the old workers send when they stop (master/relayho.c), and
+ * its workers take them instead of binding new ones (the gap: no socket is closed or
+ * bound again). The new
  * master keeps the old one's worker count, since the reuseport group and its steering
  * program are inherited with the sockets. TURN-TCP connections are handed over: a new
  * master that says "ready streams" gets them (master/park.c): the old workers send them
@@ -59,6 +63,7 @@
 #include "master/admin.h"
 #include "master/cds.h"
 #include "master/linger.h"
+#include "master/relayho.h"
 #include "shm/shm.h"
 
 #define UPGRADE_ENV "TURNGATE_UPGRADE"
@@ -91,6 +96,7 @@ struct upgrade {
 	double timeout;
 	bool lock_dropped;
 	bool peer_streams;        /* the new master reads our TCP connections */
+	bool peer_relays;         /* ... and our workers' relay sockets (master/relayho.c) */
 	double fallback_since;
 	char backup[PATH_MAX];
 	char error[512];
@@ -99,6 +105,7 @@ struct upgrade {
 	pid_t from;
 	unsigned slots;
 	bool streams;             /* the old master hands its TCP connections over */
+	bool relays;              /* ... and its workers' relay sockets */
 	int inh[UPGRADE_MAX_FDS];
 	size_t n_inh;
 	bool serving;
@@ -173,6 +180,7 @@ static int parse_env(struct upgrade *u, const char *env)
 	}
 	u->ctl = ctl;
 	u->streams = strstr(env, " streams=1 ") != NULL;
+	u->relays = u->streams && strstr(env, " relays=1 ") != NULL;
 	u->slots = slots;
 	u->from = from;
 	return 0;
@@ -308,20 +316,39 @@ void upgrade_close_unused(struct master *m)
 			 n);
 }
 
-void upgrade_receive_streams(struct master *m)
+/* After park_receive: the relay sockets that came with the connections. */
+static int upgrade_receive_relays(struct master *m)
+{
+	if (!m->up->relays) {
+		relayho_release(m);
+		return 0;
+	}
+	return relayho_remap(m);
+}
+
+int upgrade_receive_streams(struct master *m)
 {
 	struct upgrade *u = m->up;
 
 	if (!upgrade_is_child(m) || !u->streams)
-		return;
+		return 0;
 	(void)park_receive(m, u->ctl, UPGRADE_STREAMS_MS);
+	return upgrade_receive_relays(m);
 }
 
 void upgrade_report_ready(struct master *m)
 {
 	/* "ready streams": we read the TCP connections (an old master that does not hand
-	 * any over did not ask, and expects "ready" alone). */
-	report(m->up, m->up->streams ? "ready streams" : "ready");
+	 * any over did not ask, and expects "ready" alone); "relays": and the relay sockets
+	 * (only to an old master that offered them: " relays=1 " in the environment). */
+	report(m->up, !m->up->streams ? "ready"
+		      : m->up->relays ? "ready streams relays"
+				      : "ready streams");
+}
+
+bool upgrade_peer_relays(const struct master *m)
+{
+	return m->up != NULL && m->up->peer_relays;
 }
 
 void upgrade_report_failure(struct master *m, const char *why)
@@ -355,7 +382,8 @@ static void child_env(const struct master *m, int ctl, char *env, size_t cap)
 	int fds[UPGRADE_MAX_FDS];
 	size_t n = upgrade_collect_fds(m, fds, UPGRADE_MAX_FDS);
 
-	len = (size_t)snprintf(env, cap, UPGRADE_ENV "=ctl=%d slots=%u from=%d streams=1 fds=", ctl,
+	len = (size_t)snprintf(env, cap,
+			       UPGRADE_ENV "=ctl=%d slots=%u from=%d streams=1 relays=1 fds=", ctl,
 			       m->n_slots, (int)getppid());
 	for (size_t i = 0; i < n && len + 16 < cap; i++) {
 		len += (size_t)snprintf(env + len, cap - len, i ? ",%d" : "%d", fds[i]);
@@ -558,11 +586,13 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	msg[n] = '\0';
-	if ((strcmp(msg, "ready") == 0 || strcmp(msg, "ready streams") == 0) &&
+	if ((strcmp(msg, "ready") == 0 || strcmp(msg, "ready streams") == 0 ||
+	     strcmp(msg, "ready streams relays") == 0) &&
 	    u->phase == UP_STARTING) {
 		/* A new master that does not read them must not get them: closing its end
 		 * with frames unread would reset the channel under its "serving". */
-		u->peer_streams = strcmp(msg, "ready streams") == 0;
+		u->peer_streams = strcmp(msg, "ready") != 0;
+		u->peer_relays = strcmp(msg, "ready streams relays") == 0;
 		handover(m);
 	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
 		done(m, (pid_t)pid);

@@ -14,6 +14,7 @@
 #include "worker/lifecycle.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
+#include "worker/relayho.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -131,12 +132,15 @@ struct adopt_ctx {
 	size_t n;
 	struct wk_listener **ls;
 	struct shm_addr *local;
+	struct wk_relayho ho;	/* relay sockets a live upgrade handed over */
 };
 
 static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 {
 	memset(c, 0, sizeof(*c));
 	c->w = w;
+	if (wk_relayho_open(w, &c->ho) < 0)
+		return -ENOMEM;
 	if (w->n_ls == 0)
 		return 0;
 	c->ls = calloc(w->n_ls, sizeof(*c->ls));
@@ -144,6 +148,7 @@ static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 	if (c->ls == NULL || c->local == NULL) {
 		free(c->ls);
 		free(c->local);
+		free(c->ho.fd1);	/* nothing taken yet: the heritage still has them */
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < w->n_ls; i++) {
@@ -162,6 +167,11 @@ static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 
 static void adopt_ctx_free(struct adopt_ctx *c)
 {
+	size_t n = wk_relayho_close(&c->ho);
+
+	if (n > 0)
+		log_info("worker", "slot %u: %zu handed-over relay sockets closed (their "
+				   "allocations were not adopted)", c->w->slot, n);
 	free(c->ls);
 	free(c->local);
 }
@@ -182,17 +192,20 @@ static struct wk_listener *wk_adopt_listener(const struct adopt_ctx *c, const st
 	return found;
 }
 
-int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-		   int relay_fd)
+/* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one). */
+static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+			int fd0, int fd1)
 {
 	struct wk_listener *l = a->l;
 	int rc;
 
-	rc = wk_alloc_rebind_relay(w, a, &rec->relay, relay_fd);
-	if (relay_fd >= 0 && a->relay[0].fd != relay_fd)
-		close(relay_fd);	/* not taken: ours to close */
+	rc = wk_alloc_rebind_relay(w, a, &rec->relay, fd0);
+	if (fd0 >= 0 && a->relay[0].fd != fd0)
+		close(fd0);	/* not taken: ours to close */
 	if (rc == 0 && rec->relay2.family != 0)
-		rc = wk_alloc_rebind_relay(w, a, &rec->relay2, -1);
+		rc = wk_alloc_rebind_relay(w, a, &rec->relay2, fd1);
+	if (fd1 >= 0 && a->relay[1].fd != fd1)
+		close(fd1);
 	if (rc < 0) {
 		log_warn("worker", "slot %u: allocation %u: cannot rebind its relay port %u: %s",
 			 w->slot, idx, rec->relay.port, strerror(-rc));
@@ -216,6 +229,12 @@ int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct sh
 	return 0;
 }
 
+int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
+		   int relay_fd)
+{
+	return adopt_relays(w, a, idx, rec, relay_fd, -1);
+}
+
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 {
 	struct adopt_ctx *c = arg;
@@ -232,7 +251,8 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
 	if (rc < 0)
 		return rc;
-	return wk_adopt_relay(w, a, idx, rec, -1);
+	return adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
+			    wk_relayho_take(&c->ho, idx, 1));
 }
 
 /* Relay sockets tuned per idle callback: small enough that a worker answers its clients

@@ -9,6 +9,7 @@
 #include "worker/transport.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
+#include "worker/relayho.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -640,6 +641,7 @@ int worker_run(const struct worker_heritage *h)
 	wk_ctl_last(w);
 	if (w->parking) {
 		wk_park_all(w);
+		(void)wk_relayho_send(w);
 		/* TLS calls stay with us until they end (linger.c). */
 		if (wk_linger_begin(w)) {
 			ev_run(w->loop, 0);

@@ -46,6 +46,13 @@ struct worker_parked {
 	uint32_t rec_idx;
 };
 
+/* A UDP allocation's relay socket a live upgrade handed over (master/relayho.c): key is
+ * IPC_RELAY_KEY(record in this table, which of its two sockets). The worker takes fd. */
+struct worker_relayfd {
+	int fd;
+	uint32_t key;
+};
+
 /* Everything a worker inherits. Memory pointed to (name strings, listener array, shm
  * handle) belongs to the master's address space as copied by fork and must stay valid
  * in the child for the whole of worker_run(); the worker never frees it.
@@ -83,6 +90,10 @@ struct worker_heritage {
 	 * over with the allocations; NULL when none. */
 	const struct worker_parked *parked;
 	size_t n_parked;
+	/* The slot's relay sockets a live upgrade handed over (worker/relayho.c), taken with
+	 * the allocations they belong to instead of binding new ones; NULL when none. */
+	const struct worker_relayfd *relays;
+	size_t n_relays;
 	/* The state file's path (a lingering worker's status file goes beside it), NULL when
 	 * the table lives in memory. */
 	const char *state_path;

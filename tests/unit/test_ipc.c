@@ -204,6 +204,47 @@ static void test_recv_oversized(void **state)
 	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
 }
 
+/* IPC_RELAYS: IPC_FDS_MAX descriptors and their keys in one frame, only through
+ * ipc_recv_fds; keys and descriptors must pair up; ipc_recv refuses such a frame and
+ * closes what came. */
+static void test_relays_many_fds(void **state)
+{
+	struct pair *p = *state;
+	uint32_t keys[IPC_FDS_MAX];
+	int fds[IPC_FDS_MAX], got[IPC_FDS_MAX], pipefd[2], one, before;
+	struct ipc_msg msg;
+	size_t n = 0;
+
+	assert_int_equal(pipe(pipefd), 0);
+	for (size_t i = 0; i < IPC_FDS_MAX; i++) {
+		keys[i] = IPC_RELAY_KEY(i, i & 1);
+		fds[i] = pipefd[1];
+	}
+	before = count_open_fds();
+	assert_int_equal(ipc_send_fds(p->a, IPC_RELAYS, keys, sizeof(keys), fds, IPC_FDS_MAX), 0);
+	assert_int_equal(ipc_recv_fds(p->b, &msg, got, IPC_FDS_MAX, &n), 0);
+	assert_int_equal(msg.hdr.type, IPC_RELAYS);
+	assert_int_equal(n, IPC_FDS_MAX);
+	assert_memory_equal(msg.payload, keys, sizeof(keys));
+	assert_int_equal(IPC_RELAY_IDX(keys[7]), 7);
+	assert_int_equal(IPC_RELAY_WHICH(keys[7]), 1);
+	for (size_t i = 0; i < n; i++) {
+		assert_true(fcntl(got[i], F_GETFD) & FD_CLOEXEC);
+		close(got[i]);
+	}
+	/* Keys and descriptors that do not pair up, more than a frame holds. */
+	assert_int_equal(ipc_send_fds(p->a, IPC_RELAYS, keys, sizeof(keys), fds, 2), -EINVAL);
+	assert_int_equal(ipc_send_fds(p->a, IPC_RELAYS, keys, 6, fds, 1), -EINVAL);
+	assert_int_equal(ipc_send_fds(p->a, IPC_RELAYS, keys, sizeof(keys), fds, 0), -EINVAL);
+	/* ipc_recv: refused, nothing left open. */
+	assert_int_equal(ipc_send_fds(p->a, IPC_RELAYS, keys, 8, fds, 2), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &one), -EPROTO);
+	assert_int_equal(one, -1);
+	assert_int_equal(count_open_fds(), before);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
 static void test_unexpected_fd_is_closed(void **state)
 {
 	struct pair *p = *state;
@@ -296,6 +337,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_recv_oversized, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unexpected_fd_is_closed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relays_many_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
 	};

@@ -1,0 +1,131 @@
+"""A live upgrade hands the UDP allocations' relay sockets over (issue 42): the new workers
+take the old workers' sockets instead of binding new ones.
+
+300 UDP allocations through 2 workers; the kernel's socket of each relayed port (its inode
+in /proc/net/udp) is noted, `turngatectl upgrade` runs (the same binary), and every relayed
+port must still be held by the same socket, the only one on that port: nothing was closed
+or bound again, and no allocation was lost (the new master lists all 300). A peer's
+datagram to a handed-over relay port reaches its client as a Data indication, a Refresh
+succeeds. Then an upgrade that fails after the old workers handed their sockets over (the
+new binary's configuration names a listener on a port the test holds): the old master's
+respawned workers take them back, again the same sockets, all 300 allocations, relaying.
+On a build that binds the relay ports again every inode changes at the first upgrade.
+
+Relay ports 44400-44799 (no other test's). Loopback only, every wait bounded.
+"""
+import os
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (Client, Daemon, check, config, free_port, run_tests,  # noqa: E402
+                           wait_for)
+from test_upgrade_streams import stop_master, upgrade  # noqa: E402
+
+RELAY = (44400, 44799)
+N = 300
+SAMPLE = 5
+
+
+def relay_inodes():
+    """{port: [inode, ...]} of the UDP sockets bound to a port of RELAY (IPv4)."""
+    out = {}
+    with open("/proc/net/udp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            port, inode = int(cols[1].split(":")[1], 16), int(cols[9])
+            if RELAY[0] <= port <= RELAY[1] and inode != 0:
+                out.setdefault(port, []).append(inode)
+    return out
+
+
+def check_same_sockets(before, ports, what):
+    """Every relayed port is held by one socket, the one of before."""
+    now = relay_inodes()
+    moved = [p for p in ports if now.get(p) != before[p]]
+    check(not moved, "%s: %d of %d relay ports have another socket (e.g. port %d: %r, "
+          "was %r)" % (what, len(moved), len(ports), moved[0] if moved else 0,
+                       now.get(moved[0]) if moved else None,
+                       before[moved[0]] if moved else None))
+
+
+def check_relaying(clients, peer, what):
+    """A datagram from peer to each sampled relayed address reaches its client; a Refresh
+    succeeds."""
+    for c, (ip, port) in clients:
+        payload = ("%s %d" % (what, port)).encode()
+        got = None
+        for _ in range(10):     # bounded: a lost datagram is sent again
+            peer.sendto(payload, (ip, port))
+            got = c.recv_data(timeout=1.0)
+            if got is not None:
+                break
+        check(got == payload, "%s: relayed port %d: %r" % (what, port, got))
+        check(c.refresh(600) is None, "%s: Refresh" % what)
+
+
+def setup(d, daemon, port):
+    clients, ports = [], []
+    for i in range(N):
+        c = Client(port, user="u%d" % i)
+        r = c.allocate()
+        (ip, rport), = c.relayed(r)
+        ports.append(rport)
+        clients.append((c, (ip, rport)))
+    check(len(set(ports)) == N, "relayed ports not distinct")
+    check(len(daemon.allocations()) == N, "allocations listed before the upgrade")
+    return clients, ports
+
+
+def test_upgrade_hands_relay_sockets_over(d):
+    workers = 2
+    port = free_port(avoid=RELAY)
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", 0))
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    listeners = [("udp", port, "TURN-UDP", ["peers"])]
+    text = config(d, listeners, {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
+    daemon = Daemon(d, text, workers=workers).start()
+    clients, pid = [], None
+    try:
+        clients, ports = setup(d, daemon, port)
+        sample = clients[:: N // SAMPLE][:SAMPLE]
+        for c, _ in sample:
+            c.perm("127.0.0.1", peer.getsockname()[1])
+        check_relaying(sample, peer, "before")
+        before = relay_inodes()
+        check(all(len(before.get(p, [])) == 1 for p in ports), "one socket per relay port")
+
+        pid = upgrade(daemon, workers)
+        check(len(daemon.allocations()) == N, "allocations listed after the upgrade")
+        check_same_sockets(before, ports, "after the upgrade")
+        check("relay sockets handed over" in daemon.stderr(), "no hand-over in the log")
+        check_relaying(sample, peer, "after the upgrade")
+
+        # A failed upgrade after the hand-over: the old master (now pid) takes them back.
+        daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
+                                                    "TURN-UDP", ["peers"])],
+                                   {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY))
+        rc, out, err = daemon.ctl("upgrade")
+        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+        daemon.write_config(text)
+        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == workers,
+                 "the old master's workers")
+        check(daemon.admin({"cmd": "status"})["pid"] == pid, "the old master serves")
+        check(len(daemon.allocations()) == N, "allocations listed after the failed upgrade")
+        check_same_sockets(before, ports, "after the failed upgrade")
+        check_relaying(sample, peer, "after the failed upgrade")
+    finally:
+        for c, _ in clients:
+            c.close()
+        held.close()
+        peer.close()
+        stop_master(daemon, pid)
+        daemon.kill()
+    daemon.scan()
+
+
+if __name__ == "__main__":
+    run_tests([test_upgrade_hands_relay_sockets_over])
