@@ -40,10 +40,13 @@ process, one descriptor per allocation) runs only where N fits. Every wait is bo
 
     bench/scale.py [--counts 10000,60000] [--servers turngate,coturn] [--builddir DIR]
                    [--raw FILE] [--keep] [--expiry S] [--churn] [--takeover]
+                   [--upgrades K]
 
 --takeover runs only the setup, the memory figures and the take-over (with --churn the
 respawn and the live upgrade too), for profiling the restart path
-(bench/results/2026-12-06-takeover.md).
+(bench/results/2026-12-06-takeover.md). --upgrades K (with --takeover) runs K live upgrades
+in a row instead of the kill -9 take-over, each with the relaying gap read from the
+daemon's log (upgrade_once; bench/results/2026-12-06-takeover-handover.md).
 
 --expiry S instead holds N allocations of lifetime S (limits.allocation_lifetime: S) that
 are never refreshed, and measures when the table is empty again and the workers' busiest
@@ -309,6 +312,65 @@ def churn(srv, fleet, sample, peer, res):
     res["upgrade_allocations"] = srv.admin("status")["allocations"]
 
 
+def log_times(path, offset, pats):
+    """{pattern: [seconds since the epoch of each line containing it]} of the daemon's log
+    from byte offset on (lines start with an ISO time with microseconds, UTC)."""
+    import datetime
+    out = {p: [] for p in pats}
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            line = raw.decode(errors="replace")
+            for p in pats:
+                if p in line:
+                    when = line.split()[0].rstrip("Z")
+                    try:
+                        t = datetime.datetime.strptime(when, "%Y-%m-%dT%H:%M:%S.%f")
+                    except ValueError:
+                        continue
+                    out[p].append(t.replace(tzinfo=datetime.timezone.utc).timestamp())
+    return out
+
+
+def upgrade_once(srv, fleet, sample, peer):
+    """One live upgrade to the same binary: the command's time, the time until the whole
+    sample relays again (both from the command's start: the new master's start before its
+    "ready" runs while the old workers still relay), and from the daemon's log the gap:
+    from the old master's "stopping the workers" (nothing relays from there) to the last
+    new worker's adoption line (every worker relays again), split at the old master's
+    "workers stopped" (the old workers' exit)."""
+    res = {}
+    offset = os.path.getsize(srv.log.name)
+    t0 = time.monotonic()
+    r = srv.ctl("upgrade", "--timeout", "120")
+    res["cmd_s"] = time.monotonic() - t0
+    if r.returncode != 0:
+        res["error"] = r.stderr.decode()[-300:]
+        return res
+    got = fleet.probe(sample, peer, deadline=60, resend=0.02)
+    res["relay_s"], res["relayed"] = time.monotonic() - t0, len(got)
+    old, srv.master = srv.master, int(r.stdout.split()[-1])
+    if old is None:
+        srv.proc.wait(timeout=30)
+    else:
+        deadline = time.monotonic() + 30
+        while os.path.exists("/proc/%d" % old) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    res["allocations"] = srv.admin("status")["allocations"]
+    time.sleep(0.5)     # the last log lines
+    stop, down, adopted, handed = ("stopping the workers", "upgrade: workers stopped",
+                                   "predecessor's allocations:", "relay sockets handed over")
+    t = log_times(srv.log.name, offset, [stop, down, adopted, handed])
+    if t[stop] and t[adopted]:
+        res["gap_s"] = max(t[adopted]) - t[stop][0]
+        res["first_adopted_s"] = min(t[adopted]) - t[stop][0]
+        if t[down]:
+            res["old_exit_s"] = t[down][0] - t[stop][0]
+            res["new_start_s"] = max(t[adopted]) - t[down][0]
+    res["handed_lines"] = len(t[handed])
+    return res
+
+
 def refresh_all(fleet, todo):
     def first(i):
         a, key = fleet.authed(i, ts.REFRESH, [(ts.A_LIFETIME, b"\0\0\x02\x58")])
@@ -434,7 +496,10 @@ def run(kind, n, args, out):
             res["list_ms"] = timed(lambda: srv.ctl("allocations"), 3)
             res["series"] = sum(1 for line in urllib.request.urlopen(url).read().decode()
                                 .splitlines() if line and not line.startswith("#"))
-        if kind == "turngate":
+        if kind == "turngate" and args.upgrades:
+            res["upgrades"] = [upgrade_once(srv, fleet, sample, peer)
+                               for _ in range(args.upgrades)]
+        elif kind == "turngate":
             if args.churn:
                 churn(srv, fleet, sample, peer, res)
             srv.kill()
@@ -471,6 +536,9 @@ def main():
                     help="also kill -9 a worker and run a live upgrade (turngate)")
     ap.add_argument("--takeover", action="store_true",
                     help="only setup and the take-over (with --churn: and respawn, upgrade)")
+    ap.add_argument("--upgrades", type=int, default=0,
+                    help="instead of the take-over: this many live upgrades in a row, each "
+                         "timed (turngate)")
     ap.add_argument("--no-netns", action="store_true",
                     help="stay in this network namespace (others' sockets can hold relay ports)")
     args = ap.parse_args()

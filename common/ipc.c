@@ -41,6 +41,7 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_LINGER] = { "LINGER", LEN_EXACT, sizeof(uint32_t), false },
 	[IPC_FDSTORE] = { "FDSTORE", LEN_STR, 0, true },
 	[IPC_FDUNSTORE] = { "FDUNSTORE", LEN_STR, 0, false },
+	[IPC_RELAY_CHAN] = { "RELAY_CHAN", LEN_EXACT, sizeof(uint32_t), true },
 	[IPC_RELAYS] = { "RELAYS", LEN_BYTES, sizeof(uint32_t), true },
 };
 

@@ -34,17 +34,23 @@
  *   IPC_STREAM_END       master->master   empty                            no
  *   IPC_FDSTORE          worker->master   FDNAME (common/fdname.h)         yes: the socket
  *   IPC_FDUNSTORE        worker->master   FDNAME (common/fdname.h)         no
- *   IPC_RELAYS           worker->master,  1..IPC_FDS_MAX uint32_t keys     yes: one relay
- *                        master->master   (IPC_RELAY_KEY)                  socket per key
+ *   IPC_RELAY_CHAN       master->worker,  uint32_t: the slot               yes: an end of
+ *                        master->master                                    the slot's relay
+ *                                                                          channel
+ *   IPC_RELAYS           old worker ->    1..IPC_FDS_MAX uint32_t keys     yes: one relay
+ *                        new worker       (IPC_RELAY_KEY)                  socket per key
  *
  * A live upgrade hands stream connections to the new processes (common/park.h): IPC_PARK
  * tells a worker to send every connection it can hand over and exit; each connection's
  * state (struct park_hdr and its buffered bytes) travels as IPC_STREAM_PART pieces and a
  * last IPC_STREAM piece with the socket, worker to old master and old master to new
  * master (its upgrade channel), which ends the list with IPC_STREAM_END. The UDP
- * allocations' relay sockets travel the same way, IPC_FDS_MAX to an IPC_RELAYS frame, each
- * named by its record and which of the allocation's two sockets it is (master/relayho.c):
- * the new processes never bind them again. Only ipc_recv_fds() takes such a frame.
+ * allocations' relay sockets go from each old worker to the new worker of its slot on a
+ * channel of their own (master/relayho.c): the old master sends the sending end to the old
+ * worker and the receiving end to the new master (IPC_RELAY_CHAN), the old worker writes
+ * its sockets into it, IPC_FDS_MAX to an IPC_RELAYS frame, each named by its record and
+ * which of the allocation's two sockets it is, and the new worker reads them: the new
+ * processes never bind them again. Only ipc_recv_fds() takes a frame of more than one.
  *
  * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
  * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
@@ -83,6 +89,7 @@ enum ipc_type {
 	IPC_LINGER,
 	IPC_FDSTORE,
 	IPC_FDUNSTORE,
+	IPC_RELAY_CHAN,
 	IPC_RELAYS,
 	IPC_TYPE_END, /* one past the last valid type */
 };

@@ -470,9 +470,7 @@ static int master_start(struct master *m)
 	if (rc < 0)
 		return rc;
 	master_sizing_log(m);
-	rc = upgrade_receive_streams(m);
-	if (rc < 0)
-		return rc;
+	upgrade_receive_streams(m);
 	fdstore_adopt(m);
 	rc = reload_open_listeners(m);
 	if (rc < 0)

@@ -134,7 +134,7 @@ struct master {
 	bool handed_over;         /* the new binary serves: exit, leave the shared sockets */
 	pid_t upgraded_from;      /* this master took over from that pid (0: it did not) */
 	struct park_list *parked; /* stream connections handed over (master/park.c) */
-	struct relay_list *relays; /* relay sockets handed over (master/relayho.c) */
+	struct relay_list *relays; /* relay channels of an upgrade (master/relayho.c) */
 	struct fdstore *fdstore;  /* systemd's fd store (master/fdstore.c) */
 
 	/* lifecycle */
@@ -399,7 +399,7 @@ void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd);
 /* Connections kept (old master) or received (new master). */
 size_t park_count(const struct master *m);
 /* Old master: sends every kept connection to the new master on fd, then the relay
- * sockets when it takes them (master/relayho.c), then IPC_STREAM_END, within timeout_ms.
+ * channels when it takes them (master/relayho.c), then IPC_STREAM_END, within timeout_ms.
  * Keeps its copies. Returns 0 or -errno. */
 int park_forward(struct master *m, int fd, int timeout_ms);
 /* New master, after the take-over copied the table: receives the old master's
@@ -473,9 +473,8 @@ int upgrade_take_listener(struct master *m, const struct conf_listener *l, struc
 void upgrade_close_unused(struct master *m);
 void upgrade_report_ready(struct master *m);
 /* New master, after the take-over: the old master's TCP connections (park_receive) and
- * relay sockets (master/relayho.c). Returns -EPIPE when relay sockets were lost on the
- * way (the start fails: the old master serves on with them), else 0. */
-int upgrade_receive_streams(struct master *m);
+ * relay channels (master/relayho.c). */
+void upgrade_receive_streams(struct master *m);
 /* Old master: the new master takes the relay sockets ("ready streams relays"). */
 bool upgrade_peer_relays(const struct master *m);
 void upgrade_report_failure(struct master *m, const char *why);

@@ -190,7 +190,6 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 {
 	struct park_asm a = { 0 };
 	struct ipc_msg *msg = malloc(sizeof(*msg));
-	int fds[IPC_FDS_MAX];
 	struct timespec t0, t;
 	size_t before = park_count(m);
 	int rc = -ETIMEDOUT;
@@ -201,7 +200,6 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
 		long spent;
-		size_t nfds = 0;
 		int got = -1;
 
 		clock_gettime(CLOCK_MONOTONIC, &t);
@@ -212,20 +210,17 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 		}
 		if (poll(&pfd, 1, (int)(timeout_ms - spent)) <= 0)
 			continue;
-		rc = ipc_recv_fds(fd, msg, fds, IPC_FDS_MAX, &nfds);
-		if (rc == -EPROTO)
-			relayho_lost(m);	/* maybe a frame of them: fail safe */
+		rc = ipc_recv(fd, msg, &got);
 		if (rc == -EAGAIN || rc == -EPROTO)
 			continue;
 		if (rc < 0)
 			break;
 		if (msg->hdr.type == IPC_STREAM_END)
 			break;
-		if (msg->hdr.type == IPC_RELAYS) {
-			relayho_receive(m, msg, fds, nfds);
+		if (msg->hdr.type == IPC_RELAY_CHAN) {
+			relayho_receive(m, msg, got);
 			continue;
 		}
-		got = nfds > 0 ? fds[0] : -1;
 		if (msg->hdr.type != IPC_STREAM_PART && msg->hdr.type != IPC_STREAM) {
 			if (got >= 0)
 				close(got);

@@ -1,50 +1,38 @@
 /* Master: the UDP allocations' relay sockets across a live upgrade (the workers' side is
- * worker/relayho.c; frames: IPC_RELAYS, common/ipc.h).
+ * worker/relayho.c; frames: IPC_RELAY_CHAN, IPC_RELAYS in common/ipc.h).
  *
- *   old worker -> old master   its relay sockets, IPC_FDS_MAX a frame, each named by its
- *                              record, when it stops for the upgrade;
- *   old master -> new master   once the lock is free, on the upgrade channel, before
- *                              IPC_STREAM_END (only to a new master that said it takes
- *                              them: "ready streams relays");
- *   new master -> new workers  after the take-over copied the table, each socket goes in
- *                              the heritage of the slot that owns its record now.
+ * A relay channel per slot (an AF_UNIX SOCK_SEQPACKET pair) carries them from the old
+ * worker to the new one, without any master holding them (a master's descriptor limit is
+ * a worker's, and 250,000 sockets are many workers' shares):
  *
- * The old master keeps its copies until the new master serves: when the upgrade fails its
- * respawned workers take them back with its own table. A new master that did not get
- * every socket the old one sent fails its start (the old master's copies would keep those
- * ports bound): the old master then serves on with all of them. */
+ *   old master -> old worker   at the hand-over, before IPC_PARK, when the new master takes
+ *                              them ("ready streams relays"): the sending end;
+ *   old worker                 writes its relay sockets into it as it stops, and exits:
+ *                              they wait in the channel;
+ *   old master -> new master   once the lock is free, with the TCP connections: the
+ *                              receiving ends;
+ *   new master -> new worker   in the heritage of the slot (the worker count is kept).
+ *
+ * The old master keeps its receiving ends until the new master serves: when the upgrade
+ * fails, its respawned workers read them instead (the same table: nothing to rename). */
 #ifndef TG_MASTER_RELAYHO_H
 #define TG_MASTER_RELAYHO_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
 struct master;
-struct mworker;
 struct ipc_msg;
-struct worker_relayfd;
 
-/* Old master: an IPC_RELAYS frame from worker w with its n descriptors (taken: kept, or
- * closed when no upgrade that takes them is handing over). */
-void relayho_collect(struct mworker *w, const struct ipc_msg *msg, const int *fds, size_t n);
-/* Old master: sends every kept socket on fd within timeout_ms, keeping its copies.
- * Returns 0 or -errno. */
+/* Old master, at the hand-over: a channel for every slot whose worker runs; the sending
+ * end goes to the worker (IPC_RELAY_CHAN), the receiving end is kept. A slot whose channel
+ * cannot be made binds its ports again. */
+void relayho_channels(struct master *m);
+/* Old master: sends the receiving ends on fd (IPC_RELAY_CHAN, one a slot) within
+ * timeout_ms, keeping its copies. Returns 0 or -errno. */
 int relayho_forward(struct master *m, int fd, int timeout_ms);
-/* New master: an IPC_RELAYS frame from the old master (fds taken). */
-void relayho_receive(struct master *m, const struct ipc_msg *msg, const int *fds, size_t n);
-/* New master: a frame of them that did not arrive whole (a descriptor limit). */
-void relayho_lost(struct master *m);
-/* New master, after the take-over copied the table: renames each received socket's record
- * to this table's and gives it to the slot that owns it now; closes those whose record was
- * not taken over. Returns -EPIPE when sockets were lost on the way, else 0. */
-int relayho_remap(struct master *m);
-/* Sockets kept (old master) or received (new master). */
-size_t relayho_count(const struct master *m);
-/* The sockets for slot's worker (an array to free; the fds stay ours), or NULL with *n 0.
- * Called in the child before worker_run. */
-struct worker_relayfd *relayho_heritage(const struct master *m, unsigned slot, size_t *n);
-/* Closes our copies: after the workers that take them were forked, when the new master
+/* New master: an IPC_RELAY_CHAN frame from the old master; fd is taken. */
+void relayho_receive(struct master *m, const struct ipc_msg *msg, int fd);
+/* The receiving end for slot's worker (ours: the child takes its copy), or -1. */
+int relayho_rx(const struct master *m, unsigned slot);
+/* Closes our ends: after the workers that read them were forked, when the new master
  * serves, after a failed upgrade's respawn. */
 void relayho_release(struct master *m);
 

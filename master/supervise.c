@@ -156,8 +156,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	};
 	uint32_t n_taken = 0;
 	struct worker_parked *parked;
-	struct worker_relayfd *relays;
-	size_t n_parked = 0, n_relays = 0, nk = 0, cap;
+	size_t n_parked = 0, nk = 0, cap;
 	int *keep;
 	char name[32];
 
@@ -184,18 +183,17 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	parked = park_heritage(m, slot, &n_parked);
 	h.parked = parked;
 	h.n_parked = n_parked;
-	/* The relay sockets a live upgrade handed over to this slot (master/relayho.c). */
-	relays = relayho_heritage(m, slot, &n_relays);
-	h.relays = relays;
-	h.n_relays = n_relays;
-	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 6 + n_parked + n_relays;
+	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 7 + n_parked;
 	keep = malloc(cap * sizeof(*keep));
 	if (keep == NULL)
 		_exit(1);
 	for (size_t i = 0; i < n_parked; i++)
 		keep[nk++] = parked[i].fd;
-	for (size_t i = 0; i < n_relays; i++)
-		keep[nk++] = relays[i].fd;
+	/* The relay sockets a live upgrade handed over to this slot (master/relayho.c). */
+	h.relay_rx = relayho_rx(m, slot);
+	h.relay_chan = h.relay_rx >= 0;
+	if (h.relay_chan)
+		keep[nk++] = h.relay_rx;
 	keep[nk++] = ctl_fd;
 	keep[nk++] = shm_fd(m->shm);
 	/* The hand-over channel: the slot's receiving end, every slot's sending end. */
@@ -392,9 +390,7 @@ static void ctl_read(struct mworker *w, int max)
 	if (msg == NULL)
 		return;
 	for (int i = 0; i < max && w->ctl_fd >= 0; i++) {
-		int fds[IPC_FDS_MAX], fd;
-		size_t nfds = 0;
-		int rc = ipc_recv_fds(w->ctl_fd, msg, fds, IPC_FDS_MAX, &nfds);
+		int fd, rc = ipc_recv(w->ctl_fd, msg, &fd);
 
 		if (rc == -EAGAIN)
 			break;
@@ -407,11 +403,6 @@ static void ctl_read(struct mworker *w, int max)
 			ctl_close(w->m, w);
 			break;
 		}
-		if (msg->hdr.type == IPC_RELAYS) {
-			relayho_collect(w, msg, fds, nfds);
-			continue;
-		}
-		fd = nfds > 0 ? fds[0] : -1;
 		ctl_msg(w, msg, &fd);
 		if (fd >= 0)
 			close(fd);

@@ -26,9 +26,9 @@
  * Datagrams that reach a listener meanwhile wait in the inherited sockets (the same
  * sockets, not copies); so do those that reach a relay port: a new master that says
  * "ready streams relays" (the old one offered them: relays=1) gets the UDP allocations'
- * relay sockets too, which the old workers send when they stop (master/relayho.c), and
- * its workers take them instead of binding new ones (the gap: no socket is closed or
- * bound again). The new
+ * relay sockets too, which the old workers write into a channel per slot when they stop
+ * (master/relayho.c), and its workers take them instead of binding new ones (the gap: no
+ * socket is closed or bound again). The new
  * master keeps the old one's worker count, since the reuseport group and its steering
  * program are inherited with the sockets. TURN-TCP connections are handed over: a new
  * master that says "ready streams" gets them (master/park.c): the old workers send them
@@ -316,24 +316,13 @@ void upgrade_close_unused(struct master *m)
 			 n);
 }
 
-/* After park_receive: the relay sockets that came with the connections. */
-static int upgrade_receive_relays(struct master *m)
-{
-	if (!m->up->relays) {
-		relayho_release(m);
-		return 0;
-	}
-	return relayho_remap(m);
-}
-
-int upgrade_receive_streams(struct master *m)
+void upgrade_receive_streams(struct master *m)
 {
 	struct upgrade *u = m->up;
 
 	if (!upgrade_is_child(m) || !u->streams)
-		return 0;
+		return;
 	(void)park_receive(m, u->ctl, UPGRADE_STREAMS_MS);
-	return upgrade_receive_relays(m);
 }
 
 void upgrade_report_ready(struct master *m)
@@ -545,6 +534,8 @@ static void handover(struct master *m)
 	ev_timer_start(m->loop, &u->tmo);
 	log_info("master", "upgrade: the new master (pid %d) is ready; stopping the workers",
 		 (int)u->child);
+	if (u->peer_relays)
+		relayho_channels(m);	/* before IPC_PARK, on the same channels */
 	supervise_suspend_all(m, u->peer_streams);
 	if (supervise_all_down(m))
 		upgrade_workers_down(m);

@@ -139,16 +139,15 @@ static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 {
 	memset(c, 0, sizeof(*c));
 	c->w = w;
-	if (wk_relayho_open(w, &c->ho) < 0)
-		return -ENOMEM;
-	if (w->n_ls == 0)
-		return 0;
-	c->ls = calloc(w->n_ls, sizeof(*c->ls));
-	c->local = calloc(w->n_ls, sizeof(*c->local));
-	if (c->ls == NULL || c->local == NULL) {
+	if (w->n_ls > 0) {
+		c->ls = calloc(w->n_ls, sizeof(*c->ls));
+		c->local = calloc(w->n_ls, sizeof(*c->local));
+	}
+	/* The relay channel last: once read, its sockets are ours to take or close. */
+	if ((w->n_ls > 0 && (c->ls == NULL || c->local == NULL)) ||
+	    wk_relayho_open(w, &c->ho) < 0) {
 		free(c->ls);
 		free(c->local);
-		free(c->ho.fd1);	/* nothing taken yet: the heritage still has them */
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < w->n_ls; i++) {

@@ -7,7 +7,6 @@
 #include "worker/wk.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,36 +15,24 @@
 #include "common/log.h"
 #include "shm/shm.h"
 
-/* The whole sending of one worker waits at most this long for the master to read. */
-#define WK_RELAYHO_TIMEOUT_MS 5000
-
-/* One frame, waiting while the channel is full. 0 or -errno. */
-static int relayho_frame(struct worker *w, const uint32_t *keys, const int *fds, size_t n,
-			 uint64_t deadline)
+void wk_relayho_chan(struct worker *w, int fd)
 {
-	for (;;) {
-		int rc = ipc_send_fds(w->h->ctl_fd, IPC_RELAYS, keys, n * sizeof(*keys), fds, n);
-		struct pollfd p = { .fd = w->h->ctl_fd, .events = POLLOUT };
-		uint64_t now = mono_ms();
-
-		if (rc != -EAGAIN)
-			return rc;
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		(void)poll(&p, 1, (int)(deadline - now));
-	}
+	if (w->relay_tx >= 0)
+		close(w->relay_tx);
+	w->relay_tx = fd;
 }
 
-/* Sends the batch and stops watching what went; the sockets stay open with their
+/* Writes the batch and stops watching what went; the sockets stay open with their
  * allocations until the worker's exit closes our copies. */
-static int relayho_flush(struct worker *w, struct wk_relay **rs, uint32_t *keys, int *fds,
-			 size_t n, uint64_t deadline)
+static int relayho_flush(struct worker *w, struct wk_relay **rs, const uint32_t *keys,
+			 const int *fds, size_t n)
 {
 	int rc;
 
 	if (n == 0)
 		return 0;
-	rc = relayho_frame(w, keys, fds, n, deadline);
+	/* Non-blocking and never waited on: nobody reads before the new worker starts. */
+	rc = ipc_send_fds(w->relay_tx, IPC_RELAYS, keys, n * sizeof(*keys), fds, n);
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < n; i++)
@@ -58,11 +45,12 @@ size_t wk_relayho_send(struct worker *w)
 	struct wk_relay *rs[IPC_FDS_MAX];
 	uint32_t keys[IPC_FDS_MAX];
 	int fds[IPC_FDS_MAX];
-	uint64_t deadline = mono_ms() + WK_RELAYHO_TIMEOUT_MS;
 	size_t n = 0, sent = 0;
 	struct wk_alloc *a;
 	int rc = 0;
 
+	if (w->relay_tx < 0)
+		return 0;
 	LIST_FOREACH(a, &w->allocs, link) {
 		/* A stream client's allocation goes with its connection (park.c). */
 		if (a->conn != NULL || a->tcp)
@@ -75,7 +63,7 @@ size_t wk_relayho_send(struct worker *w)
 			fds[n++] = a->relay[i].fd;
 			if (n < IPC_FDS_MAX)
 				continue;
-			rc = relayho_flush(w, rs, keys, fds, n, deadline);
+			rc = relayho_flush(w, rs, keys, fds, n);
 			sent += rc == 0 ? n : 0;
 			n = 0;
 		}
@@ -83,9 +71,11 @@ size_t wk_relayho_send(struct worker *w)
 			break;
 	}
 	if (rc == 0) {
-		rc = relayho_flush(w, rs, keys, fds, n, deadline);
+		rc = relayho_flush(w, rs, keys, fds, n);
 		sent += rc == 0 ? n : 0;
 	}
+	close(w->relay_tx);
+	w->relay_tx = -1;
 	if (rc < 0)
 		log_warn("worker", "slot %u: %zu relay sockets handed over, the rest cannot be "
 				   "(%s): the new worker binds their ports again",
@@ -95,28 +85,113 @@ size_t wk_relayho_send(struct worker *w)
 	return sent;
 }
 
+/* What the channel held: keys as the old worker named them, and their sockets. */
+struct relayho_got {
+	uint32_t *key;
+	int *fd;
+	size_t n, cap;
+};
+
+static int got_add(struct relayho_got *g, const struct ipc_msg *msg, const int *fds, size_t n)
+{
+	if (g->n + n > g->cap) {
+		size_t cap = g->cap ? g->cap * 2 : 4096;
+		uint32_t *key;
+		int *fd;
+
+		while (cap < g->n + n)
+			cap *= 2;
+		key = realloc(g->key, cap * sizeof(*key));
+		if (key != NULL)
+			g->key = key;
+		fd = realloc(g->fd, cap * sizeof(*fd));
+		if (fd != NULL)
+			g->fd = fd;
+		if (key == NULL || fd == NULL)
+			return -ENOMEM;
+		g->cap = cap;
+	}
+	memcpy(g->key + g->n, msg->payload, n * sizeof(uint32_t));
+	memcpy(g->fd + g->n, fds, n * sizeof(int));
+	g->n += n;
+	return 0;
+}
+
+/* Reads frames until the channel is empty (every writer is gone before the new master
+ * takes the table: nothing more comes). */
+static void relayho_read(int rx, struct relayho_got *g)
+{
+	struct ipc_msg *msg = malloc(sizeof(*msg));
+	int fds[IPC_FDS_MAX];
+
+	for (; msg != NULL;) {
+		size_t n = 0;
+		int rc = ipc_recv_fds(rx, msg, fds, IPC_FDS_MAX, &n);
+
+		if (rc == -EPROTO)
+			continue;	/* what it carried is closed */
+		if (rc < 0)
+			break;		/* empty, or every writer closed */
+		if (msg->hdr.type != IPC_RELAYS || got_add(g, msg, fds, n) < 0)
+			for (size_t i = 0; i < n; i++)
+				close(fds[i]);	/* its port is bound again */
+	}
+	free(msg);
+}
+
+/* Key k of the image (a take-over) as this table names it: the take-over's lists, entry
+ * i record from[i] there and to[i] here. Builds old key -> position once. */
+static void relayho_rename(struct worker *w, struct relayho_got *g)
+{
+	uint32_t n_to = 0, n_from = 0, max = 0, *pos;
+	const uint32_t *to = shm_taken(w->shm, &n_to), *from = shm_taken_from(w->shm, &n_from);
+
+	for (size_t i = 0; i < g->n; i++)
+		max = IPC_RELAY_IDX(g->key[i]) > max ? IPC_RELAY_IDX(g->key[i]) : max;
+	pos = to != NULL && from != NULL && n_to == n_from ? calloc((size_t)max + 1, sizeof(*pos))
+							   : NULL;
+	for (uint32_t i = 0; pos != NULL && i < n_to; i++)
+		if (from[i] <= max)
+			pos[from[i]] = i + 1;
+	for (size_t i = 0; i < g->n; i++) {
+		uint32_t p = pos != NULL ? pos[IPC_RELAY_IDX(g->key[i])] : 0;
+
+		/* UINT32_MAX: not taken over, closed by the caller */
+		g->key[i] = p == 0 ? UINT32_MAX
+				   : IPC_RELAY_KEY(to[p - 1], IPC_RELAY_WHICH(g->key[i]));
+	}
+	free(pos);
+}
+
 int wk_relayho_open(struct worker *w, struct wk_relayho *m)
 {
 	uint64_t n_keys = 2 * (uint64_t)shm_alloc_capacity(w->shm);
+	struct relayho_got g = { 0 };
 
 	memset(m, 0, sizeof(*m));
-	if (w->h->n_relays == 0)
+	if (!w->h->relay_chan || w->h->relay_rx < 0)
 		return 0;
 	/* calloc'd pages stay untouched until a key lands on them */
 	m->fd1 = calloc(n_keys, sizeof(*m->fd1));
 	if (m->fd1 == NULL)
 		return -ENOMEM;
 	m->n_keys = (uint32_t)n_keys;
-	for (size_t i = 0; i < w->h->n_relays; i++) {
-		const struct worker_relayfd *r = &w->h->relays[i];
-
-		if (r->key >= n_keys || m->fd1[r->key] != 0) {
-			close(r->fd);	/* not ours to take: the master checked it */
+	relayho_read(w->h->relay_rx, &g);
+	close(w->h->relay_rx);
+	/* After a take-over the old worker named the image's records; a respawn after a
+	 * failed upgrade reads its predecessor's, in the same table. */
+	if (w->h->adopt != NULL)
+		relayho_rename(w, &g);
+	for (size_t i = 0; i < g.n; i++) {
+		if (g.key[i] >= n_keys || m->fd1[g.key[i]] != 0) {
+			close(g.fd[i]);
 			continue;
 		}
-		m->fd1[r->key] = r->fd + 1;
+		m->fd1[g.key[i]] = g.fd[i] + 1;
 		m->left++;
 	}
+	free(g.key);
+	free(g.fd);
 	return 0;
 }
 

@@ -1,8 +1,9 @@
-/* Worker: the UDP allocations' relay sockets across a live upgrade. The old worker sends
- * them to the master when it stops (IPC_RELAYS, common/ipc.h), the new worker of the slot
- * that owns each record then takes them with the allocations it adopts instead of binding
- * new ones (master/relayho.c routes them). A socket keeps its port, its buffers, its DF
- * mode and the datagrams that arrived meanwhile; nothing is closed or bound again. */
+/* Worker: the UDP allocations' relay sockets across a live upgrade. The old worker writes
+ * them into its slot's relay channel when it stops (IPC_RELAYS frames, common/ipc.h); the
+ * new worker of the slot reads them and takes each with the allocation it adopts instead
+ * of binding a new socket (master/relayho.c makes the channel and passes its ends on). A
+ * socket keeps its port, its buffers, its DF mode and the datagrams that arrived meanwhile;
+ * nothing is closed or bound again. */
 #ifndef TG_WORKER_RELAYHO_H
 #define TG_WORKER_RELAYHO_H
 
@@ -11,20 +12,26 @@
 
 struct worker;
 
-/* Old worker, after IPC_PARK and its stop: sends the relay socket of every UDP allocation
- * it holds, in frames of IPC_FDS_MAX, within a few seconds in all; stops watching each one
- * sent (the new processes read it from then on; the record stays LIVE). What could not be
- * sent closes with the worker and is bound again by the new one. Returns how many went. */
+/* IPC_RELAY_CHAN: fd, the sending end of this slot's relay channel, is w's now. */
+void wk_relayho_chan(struct worker *w, int fd);
+
+/* Old worker, after IPC_PARK and its stop: writes the relay socket of every UDP
+ * allocation it holds into the channel (none came: nothing), IPC_FDS_MAX a frame, and
+ * stops watching each one written (the new processes read it from then on; the record
+ * stays LIVE). Nobody reads the channel yet: what does not fit in it closes with the
+ * worker, and the new one binds those ports again. Returns how many went. */
 size_t wk_relayho_send(struct worker *w);
 
-/* New worker: the heritage's relay sockets by record, for its adoption run. */
+/* New worker: the sockets of its heritage's relay channel by record, for its adoption. */
 struct wk_relayho {
-	int *fd1;		/* by IPC_RELAY_KEY: the descriptor + 1, 0 none */
+	int *fd1;		/* by IPC_RELAY_KEY in this table: the descriptor + 1, 0 none */
 	uint32_t n_keys;
 	size_t left;		/* not taken yet */
 };
 
-/* Indexes w's heritage (h->relays). Returns 0 (none: an empty map) or -ENOMEM. */
+/* Reads the whole channel (h->relay_chan; closes it) and indexes its sockets by record:
+ * after a take-over (h->adopt) renamed from the image's records to this table's. Returns
+ * 0 (none: an empty map) or -ENOMEM (the channel is left unread). */
 int wk_relayho_open(struct worker *w, struct wk_relayho *m);
 /* The handed-over socket `which` (0, 1) of record idx, now the caller's; -1 when none. */
 int wk_relayho_take(struct wk_relayho *m, uint32_t idx, unsigned which);

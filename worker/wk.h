@@ -289,6 +289,7 @@ struct worker {
 	ev_signal sigterm, sigint, sigquit;
 	bool draining;
 	bool parking;			/* IPC_PARK: hand the stream connections over at exit */
+	int relay_tx;			/* IPC_RELAY_CHAN: where the relay sockets go, or -1 */
 	bool *park_used;		/* h->parked[i] restored (park.c), n_parked entries */
 	uint64_t park_start;		/* mono_ms() when the parking began */
 	unsigned park_lost;		/* parked sockets restored then closed (park.c) */

@@ -403,6 +403,10 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 		w->parking = true;
 		(void)ipc_msg_get(m, &w->linger_limit_s, sizeof(w->linger_limit_s));
 		break;
+	case IPC_RELAY_CHAN:
+		wk_relayho_chan(w, fd);
+		fd = -1;
+		break;
 	case IPC_OFFLOAD_MAP:
 		wk_offload_map(w, m->payload[0], fd);
 		fd = -1;
@@ -466,7 +470,9 @@ static void wk_ctl_last(struct worker *w)
 
 		if (ipc_recv(w->h->ctl_fd, m, &fd) == -EAGAIN)
 			break;
-		if (fd >= 0)
+		if (m->hdr.type == IPC_RELAY_CHAN)
+			wk_relayho_chan(w, fd);
+		else if (fd >= 0)
 			close(fd);
 		if (m->hdr.type == IPC_PARK) {
 			w->parking = true;
@@ -526,6 +532,8 @@ static void wk_leave_table(struct worker *w)
 
 static void wk_teardown(struct worker *w)
 {
+	if (w->relay_tx >= 0)
+		close(w->relay_tx);	/* a channel never used: not parked */
 	wk_leave_table(w);
 	wk_tlsb_close_all(w);
 	/* Close all before freeing any: closing a connection looks at every listener. */
@@ -604,6 +612,7 @@ int worker_run(const struct worker_heritage *h)
 	w->shm = h->shm;
 	w->slot = h->slot;
 	w->exit_status = 0;
+	w->relay_tx = -1;
 	signal(SIGPIPE, SIG_IGN);
 	w->ctr = shm_slot_counters(w->shm, w->slot);
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);

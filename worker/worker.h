@@ -10,6 +10,7 @@
 #ifndef TG_WORKER_WORKER_H
 #define TG_WORKER_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,13 +45,6 @@ struct worker_parked {
 	size_t len;
 	int fd;
 	uint32_t rec_idx;
-};
-
-/* A UDP allocation's relay socket a live upgrade handed over (master/relayho.c): key is
- * IPC_RELAY_KEY(record in this table, which of its two sockets). The worker takes fd. */
-struct worker_relayfd {
-	int fd;
-	uint32_t key;
 };
 
 /* Everything a worker inherits. Memory pointed to (name strings, listener array, shm
@@ -90,10 +84,11 @@ struct worker_heritage {
 	 * over with the allocations; NULL when none. */
 	const struct worker_parked *parked;
 	size_t n_parked;
-	/* The slot's relay sockets a live upgrade handed over (worker/relayho.c), taken with
-	 * the allocations they belong to instead of binding new ones; NULL when none. */
-	const struct worker_relayfd *relays;
-	size_t n_relays;
+	/* relay_chan: relay_rx is the receiving end of the slot's relay channel after a live
+	 * upgrade, with the old worker's relay sockets (worker/relayho.c), taken with the
+	 * allocations they belong to instead of binding new ones. The worker takes it. */
+	bool relay_chan;
+	int relay_rx;
 	/* The state file's path (a lingering worker's status file goes beside it), NULL when
 	 * the table lives in memory. */
 	const char *state_path;
