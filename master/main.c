@@ -482,6 +482,8 @@ static int master_start(struct master *m)
 	rc = supervise_init(m);
 	if (rc < 0)
 		return rc;
+	/* Each first worker adopts its own share of the take-over, not the whole list. */
+	(void)shm_taken_group(m->shm);
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		rc = supervise_spawn(m, i);
 		if (rc < 0)

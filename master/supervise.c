@@ -162,7 +162,8 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 
 	/* The slot's first worker after a take-over adopts from the take-over's list; a
 	 * respawn scans (allocations made since are in no list). */
-	if (m->workers[slot].last_status == -1 && (h.adopt = shm_taken(m->shm, &n_taken)) != NULL)
+	if (m->workers[slot].last_status == -1 &&
+	    (h.adopt = shm_taken_slot(m->shm, slot, &n_taken)) != NULL)
 		h.n_adopt = n_taken;
 	/* libev records, per signal, the loop that owns it in process-wide state the child
 	 * inherits: the master's watchers must be detached or the worker's own loop could not

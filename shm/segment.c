@@ -390,6 +390,57 @@ const uint32_t *shm_taken_from(const struct shm *shm, uint32_t *n)
 	return shm->taken_from;
 }
 
+int shm_taken_group(struct shm *shm)
+{
+	unsigned ns = shm->cfg.n_slots;
+	uint32_t n = shm->n_taken, *off, *to, *from;
+
+	shm_check_handle(shm);
+	if (shm->taken == NULL || shm->taken_off != NULL)
+		return 0;
+	off = calloc(ns + 2, sizeof(*off));
+	to = malloc(n * sizeof(*to));
+	from = malloc(n * sizeof(*from));
+	if (off == NULL || to == NULL || from == NULL) {
+		free(off);
+		free(to);
+		free(from);
+		return -ENOMEM;
+	}
+	/* A counting sort on the owner the copy wrote (r->owner < n_slots). */
+	for (uint32_t i = 0; i < n; i++)
+		off[shm_alloc_at(shm, shm->taken[i])->owner % ns + 2]++;
+	for (unsigned s = 2; s < ns + 2; s++)
+		off[s] += off[s - 1];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k = off[shm_alloc_at(shm, shm->taken[i])->owner % ns + 1]++;
+
+		to[k] = shm->taken[i];
+		from[k] = shm->taken_from[i];
+	}
+	free(shm->taken);
+	free(shm->taken_from);
+	shm->taken = to;
+	shm->taken_from = from;
+	shm->cap_taken = n;
+	shm->taken_off = off;	/* [s]..[s + 1] after the pass above shifted it down */
+	return 0;
+}
+
+const uint32_t *shm_taken_slot(const struct shm *shm, unsigned slot, uint32_t *n)
+{
+	shm_check_handle(shm);
+	*n = 0;
+	if (shm->taken == NULL)
+		return NULL;
+	if (shm->taken_off == NULL || slot >= shm->cfg.n_slots) {
+		*n = shm->n_taken;
+		return shm->taken;
+	}
+	*n = shm->taken_off[slot + 1] - shm->taken_off[slot];
+	return shm->taken + shm->taken_off[slot];
+}
+
 void shm_lock_set(struct shm *shm, int fd)
 {
 	shm_check_handle(shm);
@@ -630,6 +681,7 @@ void shm_destroy(struct shm *shm)
 	close(shm->fd);
 	free(shm->taken);
 	free(shm->taken_from);
+	free(shm->taken_off);
 	if (shm->lock_fd >= 0)
 		close(shm->lock_fd);
 	shm->magic = 0;

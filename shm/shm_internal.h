@@ -287,6 +287,8 @@ struct shm {
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t *taken_from;                /* their indexes in the image (shm_taken_from) */
 	uint32_t n_taken, cap_taken;
+	uint32_t *taken_off;                 /* shm_taken_group: slot s's share starts at
+					      * [s], ends at [s + 1]; NULL until grouped */
 	bool keep_tcp;                       /* a take-over keeps TURN-TCP records (live
 					      * upgrade: their connections are handed over) */
 };

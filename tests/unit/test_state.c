@@ -219,6 +219,33 @@ static void test_take_over(void **state)
 			assert_int_equal(SHM_ALLOC_WORD_STATE(shm_alloc_at(dst, taken[i])->state),
 					 SHM_ALLOC_LIVE);
 	}
+	/* grouped by owner: each slot's share holds exactly its records, and entry i of the
+	 * image's numbering still names the record entry i names */
+	{
+		uint32_t n_taken = 0, n_from = 0, n0 = 0, n1 = 0, pairs[N_LIVE][2];
+		const uint32_t *taken = shm_taken(dst, &n_taken), *from, *s0, *s1;
+
+		from = shm_taken_from(dst, &n_from);
+		for (uint32_t i = 0; i < n_taken; i++)
+			pairs[i][0] = taken[i], pairs[i][1] = from[i];
+		assert_int_equal(shm_taken_group(dst), 0);
+		taken = shm_taken(dst, &n_taken);
+		from = shm_taken_from(dst, &n_from);
+		s0 = shm_taken_slot(dst, 0, &n0);
+		s1 = shm_taken_slot(dst, 1, &n1);
+		assert_int_equal(n_taken, N_LIVE);
+		assert_int_equal(n0 + n1, N_LIVE);
+		assert_ptr_equal(s0, taken);
+		assert_ptr_equal(s1, taken + n0);
+		for (uint32_t i = 0; i < n_taken; i++) {
+			bool found = false;
+
+			assert_int_equal(shm_alloc_at(dst, taken[i])->owner, i < n0 ? 0 : 1);
+			for (uint32_t j = 0; j < N_LIVE; j++)
+				found |= pairs[j][0] == taken[i] && pairs[j][1] == from[i];
+			assert_true(found);
+		}
+	}
 	/* every record where the steering program sends its client, intact */
 	while (shm_alloc_next_live(dst, &cursor, &idx) == 0) {
 		struct shm_alloc r, *o;
