@@ -85,6 +85,24 @@ size_t wk_relayho_send(struct worker *w)
 	return sent;
 }
 
+size_t wk_relayho_abandon(struct worker *w)
+{
+	struct wk_alloc *a, *next;
+	size_t n = 0;
+
+	for (a = LIST_FIRST(&w->allocs); a != NULL; a = next) {
+		next = LIST_NEXT(a, link);
+		/* sent: a UDP client's, its first socket no longer watched (relayho_flush) */
+		if (a->conn != NULL || a->tcp || a->relay[0].fd < 0 ||
+		    ev_is_active(&a->relay[0].io))
+			continue;
+		LIST_REMOVE(a, link);	/* freed with the process, never touched again */
+		w->n_allocs--;
+		n++;
+	}
+	return n;
+}
+
 /* What the channel held: keys as the old worker named them, and their sockets. */
 struct relayho_got {
 	uint32_t *key;

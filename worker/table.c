@@ -394,68 +394,45 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	return 0;
 }
 
-/* An RFC 6062 relay's listening socket a live upgrade handed over, bound and listening
- * on the announced address and port: watched as wk_relay_tcp_bind leaves one. */
-static int wk_relay_tcp_take(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int fd,
-			     int family, uint16_t port)
+/* A relay socket a live upgrade handed over: of type, bound to family and port (the
+ * old worker's, but the receiver trusts no descriptor it did not make). */
+static bool wk_relay_handed_ok(int fd, int type, int family, uint16_t port)
 {
-	struct wk_listener *l = a->l;
-	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
-									       : &l->relay_addr2;
 	struct sockaddr_storage got;
-	socklen_t gl = sizeof(got);
+	socklen_t gl = sizeof(got), tl = sizeof(int);
 	struct shm_addr bound;
-	int type = 0;
-	socklen_t tl = sizeof(type);
+	int t = 0;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_STREAM ||
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &tl) < 0 || t != type ||
 	    getsockname(fd, (struct sockaddr *)&got, &gl) < 0 || got.ss_family != family)
-		return -EINVAL;
+		return false;
 	wk_addr_to_shm((struct sockaddr *)&got, &bound);
-	if (bound.port != port)
-		return -EINVAL;
-	wk_relay_set(r, fd, family, port, ann, true);
-	wk_relay_watch(w, r, w->table_ops->relay_accept);
-	return 0;
+	return bound.port == port;
 }
 
-/* A UDP relay socket a live upgrade handed over (relayho.c), bound to the relayed port: it
- * keeps what the old worker set (buffers, DF mode: IP_PMTUDISC_DO on IPv4, wk_df_fast) and
- * the datagrams that arrived meanwhile, and is watched as wk_relay_socket leaves one. */
-static int wk_relay_udp_take(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int fd,
-			     int family, uint16_t port)
+/* A handed-over relay socket taken as a's relay r and watched as wk_relay_tcp_bind (an
+ * RFC 6062 relay's listening socket) or wk_relay_socket (UDP) leaves one. A UDP socket
+ * keeps what the old worker set (buffers, DF mode: IP_PMTUDISC_DO on IPv4, wk_df_fast)
+ * and the datagrams that arrived meanwhile. */
+static int wk_relay_take(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int fd,
+			 int family, uint16_t port)
 {
 	struct wk_listener *l = a->l;
 	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
 									       : &l->relay_addr2;
-	struct sockaddr_storage got;
-	socklen_t gl = sizeof(got);
-	struct shm_addr bound;
-	int type = 0;
-	socklen_t tl = sizeof(type);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_DGRAM ||
-	    getsockname(fd, (struct sockaddr *)&got, &gl) < 0 || got.ss_family != family)
+	if (!wk_relay_handed_ok(fd, a->tcp ? SOCK_STREAM : SOCK_DGRAM, family, port))
 		return -EINVAL;
-	wk_addr_to_shm((struct sockaddr *)&got, &bound);
-	if (bound.port != port)
-		return -EINVAL;
+	wk_relay_set(r, fd, family, port, ann, a->tcp);
+	if (a->tcp) {
+		wk_relay_watch(w, r, w->table_ops->relay_accept);
+		return 0;
+	}
 	r->untuned = false;
 	r->df_fast = family == AF_INET && !a->dont_fragment;
-	wk_relay_set(r, fd, family, port, ann, false);
 	wk_relay_watch(w, r, w->table_ops->relay_rx);
 	wk_alloc_port_index(w, a, r, true);
 	return 0;
-}
-
-/* The relay socket for an adopted record: the one handed over (fd), or a new one. */
-static int wk_relay_adopt(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int fd,
-			  int family, uint16_t port)
-{
-	if (fd < 0)
-		return wk_relay_socket(w, a, r, family, port);
-	return a->tcp ? wk_relay_tcp_take(w, a, r, fd, family, port)
-		      : wk_relay_udp_take(w, a, r, fd, family, port);
 }
 
 int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
@@ -477,7 +454,8 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	rc = shm_ppool_take(w->shm, tag, relay->port, a->rec_idx, mono_ns());
 	if (rc < 0)
 		return rc == -ENOSPC ? -EADDRINUSE : rc;
-	rc = wk_relay_adopt(w, a, r, fd, family, relay->port);
+	rc = fd >= 0 ? wk_relay_take(w, a, r, fd, family, relay->port)
+		     : wk_relay_socket(w, a, r, family, relay->port);
 	if (rc < 0) {
 		shm_ppool_put(w->shm, tag, relay->port, a->rec_idx);
 		return rc;

@@ -523,6 +523,8 @@ static void wk_leave_table(struct worker *w)
 	struct wk_alloc *a;
 
 	w->leaving = true;	/* and their connections in systemd's fd store (fdstore.c) */
+	if (w->parking)
+		(void)wk_relayho_abandon(w);	/* handed over: left as they are */
 	while ((a = LIST_FIRST(&w->allocs)) != NULL) {
 		if (a->conn)
 			a->conn->alloc = NULL;

@@ -18,9 +18,9 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Client, Daemon, check, config, free_port, run_tests,  # noqa: E402
-                           wait_for)
-from test_upgrade_streams import stop_master, upgrade  # noqa: E402
+from harness_admin import (Client, Daemon, check, config, free_port,  # noqa: E402
+                           run_tests)
+from test_upgrade_streams import failed_upgrade, stop_master, upgrade  # noqa: E402
 
 RELAY = (44400, 44799)
 N = 300
@@ -105,15 +105,7 @@ def test_upgrade_hands_relay_sockets_over(d):
         check_relaying(sample, peer, "after the upgrade")
 
         # A failed upgrade after the hand-over: the old master (now pid) takes them back.
-        daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
-                                                    "TURN-UDP", ["peers"])],
-                                   {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY))
-        rc, out, err = daemon.ctl("upgrade")
-        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
-        daemon.write_config(text)
-        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == workers,
-                 "the old master's workers")
-        check(daemon.admin({"cmd": "status"})["pid"] == pid, "the old master serves")
+        failed_upgrade(daemon, d, text, listeners, held, workers, relay=RELAY)
         check(len(daemon.allocations()) == N, "allocations listed after the failed upgrade")
         check_same_sockets(before, ports, "after the failed upgrade")
         check_relaying(sample, peer, "after the failed upgrade")

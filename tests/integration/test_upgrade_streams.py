@@ -221,6 +221,22 @@ def upgrade(daemon, workers):
     return pid
 
 
+def failed_upgrade(daemon, d, text, listeners, held, workers, relay=RELAY):
+    """An upgrade that fails after the old workers handed over (the new binary's
+    configuration names a listener on held's port, which it cannot bind): checks that
+    turngatectl reports it and that the old master serves on with all its workers."""
+    old = daemon.admin({"cmd": "status"})["pid"]
+    daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
+                                                "TURN-UDP", ["peers"])],
+                               {"peers": ["127.0.0.1"]}, workers=workers, relay=relay))
+    rc, out, err = daemon.ctl("upgrade")
+    check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
+    daemon.write_config(text)
+    wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == workers,
+             "the old master's workers")
+    check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
+
+
 def counter(stats, name):
     """A counter of `turngatectl stats` (summed over the slots)."""
     return stats["counters"][name]
@@ -542,16 +558,7 @@ def test_failed_upgrade_gives_them_back(d):
               "ChannelBind")
         call = StreamCall(ctl)
         wait_for(lambda: len(peer.got) >= 10, "relaying", timeout=10)
-        old = daemon.admin({"cmd": "status"})["pid"]
-        daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
-                                                    "TURN-UDP", ["peers"])],
-                                   {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY))
-        rc, out, err = daemon.ctl("upgrade")
-        check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
-        daemon.write_config(text)
-        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == workers,
-                 "the old master's workers")
-        check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
+        failed_upgrade(daemon, d, text, listeners, held, workers)
         n = len(peer.got)
         wait_for(lambda: len(peer.got) > n + 20 or call.closed,
                  "relaying after the failed upgrade", timeout=10)
