@@ -14,6 +14,7 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "shm/shm.h"
+#include "shm/shm_alloc.h"
 
 void wk_relayho_chan(struct worker *w, int fd)
 {
@@ -52,8 +53,10 @@ size_t wk_relayho_send(struct worker *w)
 	if (w->relay_tx < 0)
 		return 0;
 	LIST_FOREACH(a, &w->allocs, link) {
-		/* A stream client's allocation goes with its connection (park.c). */
-		if (a->conn != NULL || a->tcp)
+		/* A UDP client's only: a stream client's goes with its connection (park.c),
+		 * a DTLS client's stays with its lingering association (dtlslinger.c). */
+		if (a->conn != NULL || a->tcp || a->rec == NULL ||
+		    a->rec->client_transport != SHM_TRANSPORT_UDP)
 			continue;
 		for (unsigned i = 0; i < 2 && rc == 0; i++) {
 			if (a->relay[i].fd < 0)
@@ -93,7 +96,8 @@ size_t wk_relayho_abandon(struct worker *w)
 	for (a = LIST_FIRST(&w->allocs); a != NULL; a = next) {
 		next = LIST_NEXT(a, link);
 		/* sent: a UDP client's, its first socket no longer watched (relayho_flush) */
-		if (a->conn != NULL || a->tcp || a->relay[0].fd < 0 ||
+		if (a->conn != NULL || a->tcp || a->rec == NULL ||
+		    a->rec->client_transport != SHM_TRANSPORT_UDP || a->relay[0].fd < 0 ||
 		    ev_is_active(&a->relay[0].io))
 			continue;
 		LIST_REMOVE(a, link);	/* freed with the process, never touched again */

@@ -15,7 +15,7 @@ struct worker;
 /* IPC_RELAY_CHAN: fd, the sending end of this slot's relay channel, is w's now. */
 void wk_relayho_chan(struct worker *w, int fd);
 
-/* Old worker, after IPC_PARK and its stop: writes the relay socket of every UDP
+/* Old worker, after IPC_PARK and its stop: writes the relay socket of every UDP client's
  * allocation it holds into the channel (none came: nothing), IPC_FDS_MAX a frame, and
  * stops watching each one written (the new processes read it from then on; the record
  * stays LIVE). Nobody reads the channel yet: what does not fit in it closes with the
