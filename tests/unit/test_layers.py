@@ -25,7 +25,8 @@ LAYERS = [
                   "handover.c", "sibling.c", "self.c", "peer.c", "fastpath.c"]),
     ("turn", ["turn.h", "unauth.h", "authfail.h", "turn.c", "auth.c", "unauth.c",
               "authfail.c", "tcprelay.c"]),
-    ("process", ["lifecycle.h", "worker.c", "adopt.c", "park.c", "linger.c"]),
+    ("process", ["lifecycle.h", "worker.c", "adopt.c", "park.c", "linger.c", "relayho.h",
+                 "relayho.c"]),
 ]
 PRIVATE = {"relay_priv.h": "pipeline"}
 PUBLIC = {"worker.h"}  # what the rest of the daemon may include
