@@ -49,7 +49,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import compare  # noqa: E402  (stop, children, wait_stun)
 from harness_admin import (ALLOCATE, A_LIFETIME, A_NONCE, A_REALM, A_TRANSPORT,  # noqa: E402
-                           A_USERNAME, REFRESH, REQUEST, build, error_code, parse)
+                           A_USERNAME, REFRESH, REQUEST, build, error_code, parse,
+                           take_frame)
 from test_tls import capture_dtls_hello, cookie_of, with_cookie  # noqa: E402
 
 REALM, PASS = "bench", "bench"
@@ -262,11 +263,9 @@ class Stream:
                     return self.conn.recv(65536)
                 except self.SSL.WantReadError:
                     continue
-            if len(self.buf) >= 20:
-                n = 20 + struct.unpack("!H", self.buf[2:4])[0]
-                if len(self.buf) >= n:
-                    msg, self.buf = self.buf[:n], self.buf[n:]
-                    return msg
+            msg, self.buf = take_frame(self.buf)
+            if msg is not None:
+                return msg
             self.sock.settimeout(self.left())
             data = self.sock.recv(65536)
             if not data:
@@ -494,12 +493,10 @@ class Guess(Attack):
             if not data:
                 return
             buf += data
-            while len(buf) >= 20:
-                n = 20 + struct.unpack("!H", buf[2:4])[0]
-                if len(buf) < n:
-                    break
-                buf = buf[n:]
+            msg, buf = take_frame(buf)
+            while msg is not None:
                 self.answered += 1
+                msg, buf = take_frame(buf)
 
 
 class Quota(Attack):

@@ -362,6 +362,28 @@ def channel_data(channel, payload, pad=False):
             + (b"\0" * (-len(payload) % 4) if pad else b""))
 
 
+def take_frame(buf):
+    """The first whole frame of bytes read from a stream (a STUN message, or ChannelData
+    with its padding to 4 bytes, RFC 8656 12.5): (frame, the rest of buf), or (None, buf)
+    while it is incomplete."""
+    if len(buf) < 4:
+        return None, buf
+    ln = struct.unpack("!H", buf[2:4])[0]
+    need = 4 + ((ln + 3) & ~3) if 0x40 <= buf[0] <= 0x7F else 20 + ln
+    if len(buf) < need:
+        return None, buf
+    return buf[:need], buf[need:]
+
+
+def channel_payload(frame):
+    """(channel, payload) of a ChannelData message (padded or not), or None for a STUN
+    message."""
+    if not 0x40 <= frame[0] <= 0x7F:
+        return None
+    ch, ln = struct.unpack("!HH", frame[:4])
+    return ch, frame[4:4 + ln]
+
+
 def stream_framed(record):
     """A record's message as a stream carries it: over DTLS a ChannelData message need not
     be padded to 4 bytes (RFC 8656 12.5), on a stream it is."""
@@ -665,14 +687,20 @@ class StreamClient(Client):
 
     def _take(self):
         """The next whole frame (STUN message or padded ChannelData) in buf, or None."""
-        if len(self.buf) < 4:
-            return None
-        ln = struct.unpack("!H", self.buf[2:4])[0]
-        need = 4 + ((ln + 3) & ~3) if 0x40 <= self.buf[0] <= 0x7F else 20 + ln
-        if len(self.buf) < need:
-            return None
-        f, self.buf = self.buf[:need], self.buf[need:]
+        f, self.buf = take_frame(self.buf)
         return f
+
+    def feed(self, data):
+        """For a caller that reads the stream itself (a thread that drives it): adds data
+        to buf and returns the whole frames now in it, in order, without reading; the
+        start of an incomplete one stays in buf."""
+        self.buf += data
+        got = []
+        f = self._take()
+        while f is not None:
+            got.append(f)
+            f = self._take()
+        return got
 
     def frame(self, timeout):
         """The next whole frame, or None after timeout or at EOF."""
@@ -716,8 +744,9 @@ class StreamClient(Client):
             f = self.frame(deadline - time.monotonic())
             if f is None:
                 return None
-            if 0x40 <= f[0] <= 0x7F:
-                return f[4:4 + struct.unpack("!H", f[2:4])[0]]
+            cd = channel_payload(f)
+            if cd:
+                return cd[1]
             p = parse(f)
             if p and p[0] == DATA and p[1] == INDICATION:
                 return p[3].get(A_DATA, [None])[0]
@@ -730,9 +759,9 @@ class StreamClient(Client):
         f = self._take()
         if f is None:
             return False
-        if 0x40 <= f[0] <= 0x7F:
-            ln = struct.unpack("!H", f[2:4])[0]
-            return ("chan", struct.unpack("!H", f[:2])[0], f[4:4 + ln])
+        cd = channel_payload(f)
+        if cd:
+            return ("chan",) + cd
         p = parse(f)
         if p and p[0] == DATA and p[1] == INDICATION:
             return ("data", parse_xor_addr(p[3][A_PEER][0], p[2]), p[3][A_DATA][0])

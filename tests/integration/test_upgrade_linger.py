@@ -34,10 +34,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Client, Daemon, build, check, error_code,
-                           free_port, make_cert, parse, run_tests, scrape, tls_client,
+                           free_port, make_cert, run_tests, scrape, tls_client,
                            wait_for)
 from test_tls import tls_config  # noqa: E402
-from test_upgrade_streams import UdpPeer, alive, stop_master, upgrade  # noqa: E402
+from test_upgrade_streams import (UdpPeer, alive, file_frames, stop_master,  # noqa: E402
+                                  upgrade)
 
 RELAY = (44200, 44299)
 CHANNEL = 0x4000
@@ -52,7 +53,6 @@ class TlsCall:
     def __init__(self, ctl):
         self.ctl = ctl
         self.sock = ctl.sock
-        self.buf = ctl.buf
         self.got, self.sent = [], 0
         self.closed = None
         self.stun = queue.Queue()
@@ -66,26 +66,6 @@ class TlsCall:
         payload = b"C" + struct.pack("!I", self.sent) + b"c" * 59
         self.sock.sendall(struct.pack("!HH", CHANNEL, len(payload)) + payload)
         self.sent += 1
-
-    def _frames(self):
-        while len(self.buf) >= 4:
-            if 0x40 <= self.buf[0] <= 0x7F:
-                ln = struct.unpack("!H", self.buf[2:4])[0]
-                need = 4 + ((ln + 3) & ~3)
-                if len(self.buf) < need:
-                    return
-                data = self.buf[4:4 + ln]
-                self.buf = self.buf[need:]
-                if data[:1] == b"P":
-                    self.got.append(struct.unpack("!I", data[1:5])[0])
-                continue
-            if len(self.buf) < 20:
-                return
-            need = 20 + struct.unpack("!H", self.buf[2:4])[0]
-            if len(self.buf) < need:
-                return
-            self.stun.put(parse(self.buf[:need]))
-            self.buf = self.buf[need:]
 
     def _run(self):
         nxt = time.monotonic()
@@ -106,8 +86,7 @@ class TlsCall:
             if not data:
                 self.closed = self.closed or "EOF from the server"
                 return
-            self.buf += data
-            self._frames()
+            file_frames(self, data)
 
     def refresh(self, lifetime=600):
         """A Refresh (a 438 teaches a fresh nonce): the error code, None for success."""

@@ -41,7 +41,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Daemon, StreamClient, TcpPeer, build,
-                           check, config, error_code, free_port, parse, run_tests, wait_for)
+                           channel_payload, check, config, error_code, free_port, parse,
+                           run_tests, wait_for)
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -95,6 +96,17 @@ class UdpPeer:
         self.sock.close()
 
 
+def file_frames(call, data):
+    """Files the whole frames that data (read from call's connection) completes: the peer's
+    numbers in call.got, STUN messages (parsed) in call.stun."""
+    for f in call.ctl.feed(data):
+        cd = channel_payload(f)
+        if cd is None:
+            call.stun.put(parse(f))
+        elif cd[1][:1] == b"P":
+            call.got.append(struct.unpack("!I", cd[1][1:5])[0])
+
+
 class StreamCall:
     """A TURN-TCP client's call once set up: a sender of numbered ChannelData and a reader
     that files ChannelData (the peer's numbers) and STUN responses (a queue) apart."""
@@ -104,7 +116,6 @@ class StreamCall:
         self.sock = ctl.sock
         self.sock.settimeout(None)
         self.wlock = threading.Lock()
-        self.buf = ctl.buf
         self.got, self.sent = [], 0
         self.closed = None
         self.stun = queue.Queue()
@@ -133,26 +144,6 @@ class StreamCall:
             nxt += PERIOD
             time.sleep(max(0.0, nxt - time.monotonic()))
 
-    def _frames(self):
-        while len(self.buf) >= 4:
-            if 0x40 <= self.buf[0] <= 0x7F:
-                ln = struct.unpack("!H", self.buf[2:4])[0]
-                need = 4 + ((ln + 3) & ~3)
-                if len(self.buf) < need:
-                    return
-                data = self.buf[4:4 + ln]
-                self.buf = self.buf[need:]
-                if data[:1] == b"P":
-                    self.got.append(struct.unpack("!I", data[1:5])[0])
-                continue
-            if len(self.buf) < 20:
-                return
-            need = 20 + struct.unpack("!H", self.buf[2:4])[0]
-            if len(self.buf) < need:
-                return
-            self.stun.put(parse(self.buf[:need]))
-            self.buf = self.buf[need:]
-
     def _rx(self):
         while not self.stop_rx.is_set():
             try:
@@ -165,8 +156,7 @@ class StreamCall:
             if not data:
                 self.closed = self.closed or "EOF from the server"
                 return
-            self.buf += data
-            self._frames()
+            file_frames(self, data)
 
     def refresh(self, lifetime=600):
         """A Refresh on the control connection (a 438 teaches a fresh nonce): the error
@@ -498,7 +488,7 @@ def test_output_buffer_handed_over(d):
         # n - dropped, which must all arrive, once and in order.
         dropped = counter(daemon.admin({"cmd": "stats"}), "err_send")
         check(0 < dropped < n // 2, "frames dropped by the full output buffer: %d" % dropped)
-        got, buf = [], ctl.buf
+        got = []
         s.settimeout(10)
         while len(got) < n - dropped:
             try:
@@ -506,21 +496,17 @@ def test_output_buffer_handed_over(d):
             except socket.timeout:
                 break   # fewer than n: the check below says how many
             check(data, "EOF after %d of %d" % (len(got), n))
-            buf += data
-            while len(buf) >= 4 and 0x40 <= buf[0] <= 0x7F:
-                ln = struct.unpack("!H", buf[2:4])[0]
-                need = 4 + ((ln + 3) & ~3)
-                if len(buf) < need:
-                    break
-                got.append(struct.unpack("!I", buf[5:9])[0])
-                buf = buf[need:]
+            for f in ctl.feed(data):
+                cd = channel_payload(f)
+                check(cd is not None, "a STUN message among the datagrams: %r" % (parse(f),))
+                got.append(struct.unpack("!I", cd[1][1:5])[0])
         time.sleep(0.2)     # nothing more may come
         s.setblocking(False)
         try:
             extra = s.recv(65536)
         except BlockingIOError:
             extra = b""
-        check(buf == b"" and extra == b"", "more than the kept datagrams came")
+        check(ctl.buf == b"" and extra == b"", "more than the kept datagrams came")
         check(got == list(range(n - dropped)),
               "%d received of %d kept, first difference at %r" % (
                   len(got), n - dropped,
