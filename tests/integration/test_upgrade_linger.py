@@ -21,6 +21,7 @@ One thread drives each TLS connection (reads and writes), since an SSL object is
 be used from two threads at once. Relay ports 44200-44299 (no other test's). Loopback
 only, every wait bounded.
 """
+import contextlib
 import os
 import queue
 import signal
@@ -30,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
@@ -185,26 +187,54 @@ def failed_upgrade(daemon, held):
              "the old master's workers")
 
 
-def test_tls_call_lingers_through_upgrades(d):
-    daemon, port = start(d, 600)
-    peer, call, pid, old = UdpPeer(), None, None, []
+@contextlib.contextmanager
+def linger_setup(d, linger, **kw):
+    """start(d, linger, **kw) and a TURN-TLS call to a UDP peer: a namespace with daemon,
+    port (TLS; udp_port too with udp=True), peer, call and relayed; pid (the master of the
+    last upgrade) and old (the lingering workers' pids) are for the test to fill. On the
+    way out it ends the call, the peer, that master, those workers and the daemon; then,
+    unless the test failed, it scans the daemon's log."""
+    started = start(d, linger, **kw)
+    s = types.SimpleNamespace(daemon=started[0], port=started[1], peer=UdpPeer(), call=None,
+                              pid=None, old=[])
+    s.udp_port = started[2] if len(started) > 2 else None
     try:
-        call, relayed = tls_call(port, peer)
-        peer.start_tx(relayed)
+        s.call, s.relayed = tls_call(s.port, s.peer)
+        yield s
+    finally:
+        if s.call is not None:
+            s.call.close()
+        s.peer.close()
+        stop_master(s.daemon, s.pid)
+        kill_all(s.old)
+        s.daemon.kill()
+    s.daemon.scan()
+
+
+def upgrade_lingering(s):
+    """An upgrade that leaves one old worker lingering with the one call: its entry of the
+    status (its pid goes to s.old)."""
+    s.pid = upgrade(s.daemon, 2)
+    ls = lingering(s.daemon)
+    s.old += [w["pid"] for w in ls or []]
+    check(ls is not None and len(ls) == 1 and ls[0]["sessions"] == 1,
+          "status shows one lingering worker with 1 call: %r" % (ls,))
+    return ls[0]
+
+
+def test_tls_call_lingers_through_upgrades(d):
+    with linger_setup(d, 600) as s:
+        call, peer, daemon, old = s.call, s.peer, s.daemon, s.old
+        peer.start_tx(s.relayed)
         wait_for(lambda: len(peer.got) >= 20 and len(call.got) >= 20, "relaying both ways",
                  timeout=10)
         for i in range(UPGRADES):
-            pid = upgrade(daemon, 2)
+            ls = upgrade_lingering(s)
             n_peer, n_call = len(peer.got), len(call.got)
             wait_for(lambda: len(peer.got) > n_peer + 10 and len(call.got) > n_call + 10,
                      "relaying after upgrade %d (%s)" % (i + 1, call.closed), timeout=10)
             check(call.closed is None, "upgrade %d: %s" % (i + 1, call.closed))
-            ls = lingering(daemon)
-            check(ls is not None and len(ls) == 1 and ls[0]["sessions"] == 1,
-                  "upgrade %d: status shows one lingering worker with 1 call: %r"
-                  % (i + 1, ls))
-            check(ls[0]["ends_in_s"] > 500, "the linger limit: %r" % (ls,))
-            old.append(ls[0]["pid"])
+            check(ls["ends_in_s"] > 500, "the linger limit: %r" % (ls,))
         check(len(set(old)) == 1 and alive(old[0]), "the same old worker lingers: %r" % (old,))
         rc, out, err = daemon.ctl("status")
         check(rc == 0 and ("pid %d" % old[0]) in out,
@@ -227,27 +257,14 @@ def test_tls_call_lingers_through_upgrades(d):
                  "the lingering worker to exit")
         st = daemon.admin({"cmd": "stats"})
         check(st["counters"]["stream_linger_ended"] == 0, "none ended by the limit")
-    finally:
-        if call is not None:
-            call.close()
-        peer.close()
-        stop_master(daemon, pid)
-        kill_all(old)
-        daemon.kill()
-    daemon.scan()
 
 
 def test_linger_limit_ends_them(d):
     mport = listen_port()
-    daemon, port = start(d, 2, mport=mport)
-    peer, call, pid, old = UdpPeer(), None, None, []
-    try:
-        call, relayed = tls_call(port, peer)
+    with linger_setup(d, 2, mport=mport) as s:
+        call, daemon = s.call, s.daemon
         wait_for(lambda: call.sent >= 10, "sending")
-        pid = upgrade(daemon, 2)
-        ls = lingering(daemon)
-        check(ls and len(ls) == 1 and ls[0]["sessions"] == 1, "one lingering: %r" % (ls,))
-        old.append(ls[0]["pid"])
+        upgrade_lingering(s)
         m = scrape(mport)
         check(m["turngate_upgrade_lingering_workers"] == 1 and
               m["turngate_upgrade_lingering_sessions"] == 1 and
@@ -255,7 +272,7 @@ def test_linger_limit_ends_them(d):
         check(call.closed is None, "still open after the upgrade: %s" % call.closed)
         wait_for(lambda: call.closed is not None, "the linger limit to end the call",
                  timeout=20)
-        wait_for(lambda: lingering(daemon) == [] and not alive(old[0]),
+        wait_for(lambda: lingering(daemon) == [] and not alive(s.old[0]),
                  "the lingering worker to exit")
         st = daemon.admin({"cmd": "stats"})
         check(st["counters"]["stream_linger_ended"] == 1,
@@ -265,43 +282,22 @@ def test_linger_limit_ends_them(d):
               m["turngate_upgrade_lingering_sessions"] == 0 and
               m["turngate_stream_linger_ended_total"] == 1, "metrics after the limit")
         print("linger limit 2 s: the call ended (%s), counted" % call.closed)
-    finally:
-        if call is not None:
-            call.close()
-        peer.close()
-        stop_master(daemon, pid)
-        kill_all(old)
-        daemon.kill()
-    daemon.scan()
 
 
 def test_disconnect_ends_lingering(d):
     """A disconnect of a user cannot reach into a lingering worker to pick that user's
     calls: every lingering call ends (it fails closed)."""
-    daemon, port = start(d, 600)
-    peer, call, pid, old = UdpPeer(), None, None, []
-    try:
-        call, relayed = tls_call(port, peer)
+    with linger_setup(d, 600) as s:
+        call, daemon = s.call, s.daemon
         wait_for(lambda: call.sent >= 10, "sending")
-        pid = upgrade(daemon, 2)
-        ls = lingering(daemon)
-        check(ls and len(ls) == 1, "one lingering: %r" % (ls,))
-        old.append(ls[0]["pid"])
+        upgrade_lingering(s)
         r = daemon.admin({"cmd": "disconnect", "user": "alice"})
         check(r.get("ok") is True, "disconnect: %r" % (r,))
         wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
-        wait_for(lambda: lingering(daemon) == [] and not alive(old[0]),
+        wait_for(lambda: lingering(daemon) == [] and not alive(s.old[0]),
                  "the lingering worker to exit")
         check(daemon.admin({"cmd": "stats"})["counters"]["stream_linger_ended"] == 0,
               "not counted as ended by the limit")
-    finally:
-        if call is not None:
-            call.close()
-        peer.close()
-        stop_master(daemon, pid)
-        kill_all(old)
-        daemon.kill()
-    daemon.scan()
 
 
 def test_failed_upgrade_ends_lingering(d):
@@ -339,61 +335,44 @@ def test_lingering_port_not_reused(d):
     allocation takes it: with a relay range of two ports, after the upgrade one new UDP
     allocation gets the other port, the next is refused (508), and the lingering call
     still relays from its own port. Stopping the daemon then stops the lingering worker."""
-    daemon, port, udp_port = start(d, 600, relay=(44290, 44291), udp=True)
-    peer, call, pid, old, clients = UdpPeer(), None, None, [], []
-    try:
-        call, relayed = tls_call(port, peer)
-        pid = upgrade(daemon, 2)
-        ls = lingering(daemon)
-        check(ls and len(ls) == 1, "one lingering: %r" % (ls,))
-        old.append(ls[0]["pid"])
-        c = Client(udp_port)
-        clients.append(c)
-        other = c.relayed(c.allocate())[0]
-        check(other[1] != relayed[1] and 44290 <= other[1] <= 44291,
-              "the new allocation's port %r is not the lingering one %r" % (other, relayed))
-        c2 = Client(udp_port)
-        clients.append(c2)
-        c2.allocate(expect=508)
-        n = len(call.got)
-        peer.start_tx(relayed)
-        wait_for(lambda: len(call.got) > n + 10, "the lingering call relays (%s)"
-                 % call.closed, timeout=10)
-        check(call.closed is None, "the lingering call: %s" % call.closed)
-        # Stopping the daemon stops the lingering worker too.
-        stop_master(daemon, pid)
-        pid = None
-        wait_for(lambda: not alive(old[0]), "the lingering worker to stop with the daemon")
-        wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
-    finally:
-        for c in clients:
-            c.close()
-        if call is not None:
-            call.close()
-        peer.close()
-        stop_master(daemon, pid)
-        kill_all(old)
-        daemon.kill()
-    daemon.scan()
+    clients = []
+    with linger_setup(d, 600, relay=(44290, 44291), udp=True) as s:
+        call, relayed = s.call, s.relayed
+        try:
+            upgrade_lingering(s)
+            c = Client(s.udp_port)
+            clients.append(c)
+            other = c.relayed(c.allocate())[0]
+            check(other[1] != relayed[1] and 44290 <= other[1] <= 44291,
+                  "the new allocation's port %r is not the lingering one %r"
+                  % (other, relayed))
+            c2 = Client(s.udp_port)
+            clients.append(c2)
+            c2.allocate(expect=508)
+            n = len(call.got)
+            s.peer.start_tx(relayed)
+            wait_for(lambda: len(call.got) > n + 10, "the lingering call relays (%s)"
+                     % call.closed, timeout=10)
+            check(call.closed is None, "the lingering call: %s" % call.closed)
+            # Stopping the daemon stops the lingering worker too.
+            stop_master(s.daemon, s.pid)
+            s.pid = None
+            wait_for(lambda: not alive(s.old[0]),
+                     "the lingering worker to stop with the daemon")
+            wait_for(lambda: call.closed is not None, "the lingering call to end", timeout=10)
+        finally:
+            for c in clients:
+                c.close()
 
 
 def test_linger_zero_ends_them_at_upgrade(d):
-    daemon, port = start(d, 0)
-    peer, call, pid = UdpPeer(), None, None
-    try:
-        call, relayed = tls_call(port, peer)
+    with linger_setup(d, 0) as s:
+        call = s.call
         wait_for(lambda: call.sent >= 10, "sending")
-        pid = upgrade(daemon, 2)
+        s.pid = upgrade(s.daemon, 2)
         wait_for(lambda: call.closed is not None, "the call to end at the upgrade",
                  timeout=10)
-        check(lingering(daemon) == [], "nothing lingers")
-    finally:
-        if call is not None:
-            call.close()
-        peer.close()
-        stop_master(daemon, pid)
-        daemon.kill()
-    daemon.scan()
+        check(lingering(s.daemon) == [], "nothing lingers")
 
 
 if __name__ == "__main__":
