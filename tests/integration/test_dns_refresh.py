@@ -23,75 +23,19 @@ files dns", nameserver 127.0.0.53 with a 1 s timeout), and a DNS server of the t
 Without root it SKIPs (exit 77) and says why.
 """
 import os
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Client, Daemon, Failure,  # noqa: E402
                            check, error_code, free_port, relay_range, run_tests_as_root, unshare)
+from dns_server import DnsServer, Resolver  # noqa: E402
 from test_siblings import Allocated, Net, exchange, start_pair, stop_pair  # noqa: E402
 
-DNS_IP = "127.0.0.53"
 PEERS = ("10.55.0.5", "10.55.0.6")  # on this namespace's lo
 ROUND_WAIT = 20.0  # a few 5 s rounds
-
-
-class Files:
-    """The bind-mounted /etc files; hosts() rewrites /etc/hosts in place (same inode, which
-    the bind mount shows)."""
-
-    def __init__(self, d):
-        self.d = d
-        for name, text in (("resolv.conf", "nameserver %s\noptions timeout:1 attempts:1\n"
-                            % DNS_IP), ("nsswitch.conf", "hosts: files dns\n"),
-                           ("hosts", "127.0.0.1 localhost\n")):
-            path = os.path.join(d, name)
-            with open(path, "w") as f:
-                f.write(text)
-            subprocess.run(["mount", "--bind", path, "/etc/" + name], check=True)
-
-    def hosts(self, entries):
-        with open(os.path.join(self.d, "hosts"), "r+") as f:
-            f.truncate(0)
-            f.write("127.0.0.1 localhost\n" + "".join("%s %s\n" % (ip, name)
-                                                      for name, ip in entries.items()))
-
-
-class FakeDns:
-    """A DNS server on 127.0.0.53:53 that is silent, or answers every query NXDOMAIN."""
-
-    def __init__(self):
-        self.nxdomain = False
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((DNS_IP, 53))
-        self.sock.settimeout(0.2)
-        self.stop = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        while not self.stop:
-            try:
-                q, src = self.sock.recvfrom(2048)
-            except OSError:
-                continue
-            if self.nxdomain and len(q) > 12:
-                i = 12
-                while i < len(q) and q[i] != 0:
-                    i += q[i] + 1
-                question = q[12:i + 5]
-                self.sock.sendto(q[:2] + struct.pack("!HHHHH", 0x8183, 1, 0, 0, 0) + question,
-                                 src)
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close()
 
 
 def own_namespaces():
@@ -201,8 +145,8 @@ def siblings_by_name(d, files):
 
 
 def test_dns_refresh(d):
-    files = Files(tempfile.mkdtemp(dir=d))
-    dns = FakeDns()
+    files = Resolver(tempfile.mkdtemp(dir=d), timeout=1)
+    dns = DnsServer()
     try:
         strict_dns(os.path.join(d, "strict"), files, dns)
         dns.nxdomain = False

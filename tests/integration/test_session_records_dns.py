@@ -13,90 +13,26 @@ that waited. Without root it SKIPs (exit 77) and says why.
 """
 import json
 import os
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Client, Daemon, check,  # noqa: E402
                            free_port, relay_range, run_tests_as_root, unshare, wait_for)
+from dns_server import DNS_IP, DnsServer, Resolver  # noqa: E402
 from test_session_records import Hook, make_config, records, serve  # noqa: E402
-
-DNS_IP = "127.0.0.53"
-
-
-class HoldingDns:
-    """A DNS server on 127.0.0.53:53 that holds the queries for hook.test until release(),
-    then answers them and every later one (A: 127.0.0.1; other types: no records)."""
-
-    def __init__(self):
-        self.released = False
-        self.held = []
-        self.lock = threading.Lock()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((DNS_IP, 53))
-        self.sock.settimeout(0.2)
-        self.stop = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    @staticmethod
-    def answer(q):
-        i = 12
-        while i < len(q) and q[i] != 0:
-            i += q[i] + 1
-        question = q[12:i + 5]
-        qtype = struct.unpack("!H", q[i + 1:i + 3])[0] if i + 3 <= len(q) else 0
-        name = q[12:i].lower()
-        if qtype == 1 and name == b"\x04hook\x04test":
-            return (q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + question +
-                    struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton("127.0.0.1"))
-        return q[:2] + struct.pack("!HHHHH", 0x8180, 1, 0, 0, 0) + question
-
-    def serve(self):
-        while not self.stop:
-            try:
-                q, src = self.sock.recvfrom(2048)
-            except OSError:
-                continue
-            with self.lock:
-                if not self.released:
-                    self.held.append((q, src))
-                    continue
-            self.sock.sendto(self.answer(q), src)
-
-    def release(self):
-        with self.lock:
-            self.released = True
-            for q, src in self.held:
-                self.sock.sendto(self.answer(q), src)
-
-    def close(self):
-        self.stop = True
-        self.thread.join()
-        self.sock.close()
-
 
 def own_namespaces():
     unshare(CLONE_NEWNS | CLONE_NEWNET)
-    d = tempfile.mkdtemp(prefix="tg-hookdns-")
-    for name, text in (("resolv.conf", "nameserver %s\noptions timeout:30 attempts:1\n"
-                        % DNS_IP), ("nsswitch.conf", "hosts: files dns\n"),
-                       ("hosts", "127.0.0.1 localhost\n")):
-        path = os.path.join(d, name)
-        with open(path, "w") as f:
-            f.write(text)
-        subprocess.run(["mount", "--bind", path, "/etc/" + name], check=True)
+    Resolver(tempfile.mkdtemp(prefix="tg-hookdns-"), timeout=30)
     subprocess.run(["ip", "addr", "add", DNS_IP + "/32", "dev", "lo"], check=True)
 
 
 def test_webhook_dns_never_blocks(d):
     """A held DNS query for the webhook's host: the daemon runs, answers its admin socket
     and writes the records to its file meanwhile; released, the webhook gets them all."""
-    dns = HoldingDns()
+    dns = DnsServer({"hook.test": "127.0.0.1"}, hold=True)
     port, hport = free_port(), free_port()
     Hook.got = []
     srv = serve(hport)
