@@ -17,6 +17,7 @@ gets every record. Relay ports 65520-65535 (no other test's:
 the restart rebinds the same relay ports). Without a state file, a stop records what is
 still open (reason shutdown).
 """
+import contextlib
 import http.server
 import json
 import os
@@ -74,6 +75,38 @@ def wait_record(d, c, what, name="sessions.jsonl"):
     return wait_for(lambda: of_user(records(d, name), c), what)[0]
 
 
+@contextlib.contextmanager
+def records_daemon(d, text, *closers, wait=True):
+    """The daemon started on text (wait: until its workers run) and a list for the test's
+    clients: (daemon, cs). On the way out the clients are closed, then each of closers is
+    called (a peer's or webhook server's close), then the daemon stops: with exit status
+    0 unless the test failed before (that failure is the one reported)."""
+    daemon = Daemon(d, text).start(wait=wait)
+    cs = []
+    try:
+        yield daemon, cs
+    finally:
+        for c in cs:
+            c.close()
+        for close in closers:
+            close()
+        rc = daemon.stop()
+    check(rc == 0, "exit status")
+
+
+def end_some(port, names, cs):
+    """An allocation of each of names (a client each, added to cs) ended by Refresh 0:
+    the clients."""
+    ended = []
+    for n in names:
+        c = Client(port, n)
+        cs.append(c)
+        ended.append(c)
+        c.allocate()
+        c.release()
+    return ended
+
+
 def allocs(daemon):
     return daemon.admin({"cmd": "allocations"})["allocations"]
 
@@ -108,10 +141,8 @@ def test_reasons_and_bytes(d):
     the reason, the user, the client and relay addresses, the peer, the transport, the
     times, and the bytes/packets the test relayed."""
     port, tport = free_port(), free_port()
-    daemon = Daemon(d, make_config(d, port, tcp_port=tport)).start()
     peer = Peer("127.0.0.1")
-    cs = []
-    try:
+    with records_daemon(d, make_config(d, port, tcp_port=tport), peer.close) as (daemon, cs):
         a = Client(port, "alice")
         cs.append(a)
         out, back = relay_some(a, peer, 5, 3)
@@ -150,11 +181,6 @@ def test_reasons_and_bytes(d):
 
         recs = records(d)
         check(len(recs) == 4, "expected 4 records, got %r" % recs)
-    finally:
-        for c in cs:
-            c.close()
-        peer.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def test_listener_removed(d):
@@ -165,9 +191,7 @@ def test_listener_removed(d):
     two = text.replace("listeners:\n", "listeners:\n  - name: gone\n    protocol: TURN-UDP\n"
                        "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
                        % port2, 1)
-    daemon = Daemon(d, two).start()
-    cs = []
-    try:
+    with records_daemon(d, two) as (daemon, cs):
         a = Client(port2, "lisa")
         cs.append(a)
         a.allocate()
@@ -177,73 +201,47 @@ def test_listener_removed(d):
         wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen, "the reload")
         r = wait_record(d, a, "lisa's record")
         check(r["reason"] == "listener_removed" and r["listener"] == "gone", r)
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def test_expiry_and_metrics(d):
     """An allocation of the minimum lifetime (1 s) expires: reason expiry; the metrics count
     the records written and name the build."""
     port, mport = free_port(), free_port()
-    daemon = Daemon(d, make_config(d, port, metrics=mport,
-                                   limits={"allocation_lifetime": 1,
-                                           "max_allocation_lifetime": 1})).start()
-    cs = []
-    try:
+    with records_daemon(d, make_config(d, port, metrics=mport,
+                                       limits={"allocation_lifetime": 1,
+                                               "max_allocation_lifetime": 1})) as (daemon, cs):
         e = Client(port, "erin")
         cs.append(e)
         e.allocate()
         r = wait_record(d, e, "erin's record")
         check(r["reason"] == "expiry" and 0.9 <= r["duration"] <= 5, r)
-        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
-                                      timeout=10).read().decode()
+        text = metrics_text(mport)
         check('turngate_session_records_total{result="written"} 1' in text, text)
         check('turngate_session_records_total{result="dropped"} 0' in text, text)
         check("turngate_session_webhook_failures_total 0" in text, text)
         check('turngate_build_info{version="' in text, text)
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def test_logrotate(d):
     """logrotate's steps: the file renamed, then `turngatectl logrotate` (or SIGUSR1): the
     records before are in the renamed file, those after in a new one at the path."""
     port = free_port()
-    daemon = Daemon(d, make_config(d, port)).start()
-    cs = []
-    try:
-        a = Client(port, "anna")
-        cs.append(a)
-        a.allocate()
-        a.release()
+    with records_daemon(d, make_config(d, port)) as (daemon, cs):
+        a, = end_some(port, ["anna"], cs)
         wait_record(d, a, "anna's record")
         os.rename(os.path.join(d, "sessions.jsonl"), os.path.join(d, "sessions.jsonl.1"))
         out = ctl_ok(daemon, "logrotate")
         check("reopened" in out, out)
-        b = Client(port, "bert")
-        cs.append(b)
-        b.allocate()
-        b.release()
+        b, = end_some(port, ["bert"], cs)
         wait_record(d, b, "bert's record in the new file")
         check([r["user"] for r in records(d, "sessions.jsonl.1")] == ["anna"], "old file")
         os.rename(os.path.join(d, "sessions.jsonl"), os.path.join(d, "sessions.jsonl.2"))
         daemon.signal(signal.SIGUSR1)
         wait_for(lambda: "reopened" in daemon.stderr().split("bert")[-1], "the reopen")
-        c = Client(port, "cleo")
-        cs.append(c)
-        c.allocate()
-        c.release()
+        c, = end_some(port, ["cleo"], cs)
         wait_record(d, c, "cleo's record in the newest file")
         check([r["user"] for r in records(d, "sessions.jsonl.2")] == ["bert"], "2nd file")
         check([r["user"] for r in records(d)] == ["cleo"], "newest file")
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def test_worker_kill(d):
@@ -368,16 +366,10 @@ def test_shutdown_without_state_file(d):
     """Without a state file the allocations still open end with the daemon: one shutdown
     record each at the stop (with one, the next start takes them over instead)."""
     port = free_port()
-    daemon = Daemon(d, make_config(d, port, extra_admin='  state_dir: ""\n')).start()
-    cs = []
-    try:
+    with records_daemon(d, make_config(d, port, extra_admin='  state_dir: ""\n')) as (daemon, cs):
         a = Client(port, "sam")
         cs.append(a)
         a.allocate()
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
     recs = records(d)
     check(len(recs) == 1 and recs[0]["user"] == "sam" and recs[0]["reason"] == "shutdown",
           "records: %r" % recs)
@@ -387,9 +379,7 @@ def test_quota(d):
     """An Allocate refused over limits.user_quota (486) is recorded with reason quota: the
     user, the refused client's address, no traffic; the granted one keeps its own record."""
     port = free_port()
-    daemon = Daemon(d, make_config(d, port, limits={"user_quota": 1})).start()
-    cs = []
-    try:
+    with records_daemon(d, make_config(d, port, limits={"user_quota": 1})) as (daemon, cs):
         a, b = Client(port, "quinn"), Client(port, "quinn")
         cs += [a, b]
         a.allocate()
@@ -402,10 +392,6 @@ def test_quota(d):
         wait_for(lambda: len(records(d)) == 2, "quinn's granted allocation's record")
         check([x["reason"] for x in records(d)] == ["quota", "refresh0"], records(d))
         check(records(d)[1]["client"] == "127.0.0.1:%d" % a.sock.getsockname()[1], records(d))
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def stdout_records(daemon):
@@ -419,10 +405,8 @@ def test_stdout_start_and_peers(d):
     is granted (who, from where, the relay address; no end fields), then its session_end
     with peers.count 6 and the first 4 (SHM_REC_PEERS) permission addresses."""
     port = free_port()
-    daemon = Daemon(d, make_config(d, port, out="stdout", peers=("127.0.0.0/8",),
-                                   extra_records="    start: true\n")).start()
-    cs = []
-    try:
+    with records_daemon(d, make_config(d, port, out="stdout", peers=("127.0.0.0/8",),
+                                       extra_records="    start: true\n")) as (daemon, cs):
         a = Client(port, "stella")
         cs.append(a)
         r = a.allocate()
@@ -447,10 +431,6 @@ def test_stdout_start_and_peers(d):
         check(records(d) == [], "a file written with file: stdout")
         time.sleep(0.3)
         check(len(stdout_records(daemon)) == 2, "records: %r" % stdout_records(daemon))
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
@@ -480,40 +460,24 @@ def test_webhook(d):
     in the backlog) and comes back: every record arrives, none twice."""
     port, hport, mport = free_port(), free_port(), free_port()
     Hook.got = []
-    srv = serve(hport)
-    daemon = Daemon(d, make_config(d, port, webhook="http://127.0.0.1:%d/hook" % hport,
-                                   metrics=mport)).start()
-    cs = []
-    try:
-        a = Client(port, "hank")
-        cs.append(a)
-        a.allocate()
-        a.release()
+    hook = HookServer(hport)
+    with records_daemon(d, make_config(d, port, webhook="http://127.0.0.1:%d/hook" % hport,
+                                       metrics=mport), hook.close) as (daemon, cs):
+        end_some(port, ["hank"], cs)
         wait_for(lambda: [r for r in Hook.got if r["user"] == "hank"], "hank at the hook")
-        srv.shutdown()
-        srv.server_close()
+        hook.close()
         names = ["hu%d" % i for i in range(5)]
-        for n in names:
-            c = Client(port, n)
-            cs.append(c)
-            c.allocate()
-            c.release()
+        end_some(port, names, cs)
         wait_for(lambda: len(records(d)) == 6, "6 records in the file")
 
         wait_for(lambda: webhook_failures(mport) >= 1, "a failed delivery counted")
         check(webhook_metric(mport, "backlog") == 5, "turngate_session_webhook_backlog")
-        srv = serve(hport)
+        hook.start()
         wait_for(lambda: len(Hook.got) == 6, "the backlog delivered", timeout=30)
         wait_for(lambda: webhook_metric(mport, "backlog") == 0, "the backlog gauge at 0")
         check(webhook_metric(mport, "dropped_total") == 0, "records dropped")
         check(sorted(r["user"] for r in Hook.got) == sorted(["hank"] + names),
               "hook got %r" % [r["user"] for r in Hook.got])
-    finally:
-        for c in cs:
-            c.close()
-        srv.shutdown()
-        srv.server_close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def make_ca_cert(d, name, san):
@@ -554,26 +518,40 @@ def serve_tls(port, crt, key):
     return srv
 
 
+class HookServer:
+    """Hook's server on port, over TLS with cert (crt, key); up from the start. close()
+    stops it (again: nothing), start() starts it again, e.g. with another certificate."""
+
+    def __init__(self, port, cert=None):
+        self.port, self.srv = port, None
+        self.start(cert)
+
+    def start(self, cert=None):
+        self.srv = serve_tls(self.port, *cert) if cert else serve(self.port)
+
+    def close(self):
+        if self.srv is not None:
+            self.srv.shutdown()
+            self.srv.server_close()
+            self.srv = None
+
+
 def webhook_metric(mport, name):
     """turngate_session_webhook_NAME's value (None when it is not exported)."""
-    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
-                                  timeout=10).read().decode()
-    for line in text.splitlines():
+    for line in metrics_text(mport).splitlines():
         if line.startswith("turngate_session_webhook_%s " % name):
             return int(line.split()[1])
     return None
 
 
+def metrics_text(mport):
+    """The daemon's /metrics page (its text as it is)."""
+    return urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
+                                  timeout=10).read().decode()
+
+
 def webhook_failures(mport):
     return webhook_metric(mport, "failures_total") or 0
-
-
-def end_some(port, names, cs):
-    for n in names:
-        c = Client(port, n)
-        cs.append(c)
-        c.allocate()
-        c.release()
 
 
 def test_webhook_https(d):
@@ -586,19 +564,17 @@ def test_webhook_https(d):
     evil, evil_key = make_ca_cert(d, "evil", "IP:127.0.0.1")
     Hook.got = []
     TlsHook.handshakes = 0
-    srv = serve_tls(hport, ca, ca_key)
-    daemon = Daemon(d, make_config(d, port, webhook="https://127.0.0.1:%d/hook" % hport,
-                                   metrics=mport,
-                                   extra_records="    webhook_ca_file: %s\n" % ca)).start()
-    cs = []
-    try:
+    hook = HookServer(hport, (ca, ca_key))
+    with records_daemon(d, make_config(d, port, webhook="https://127.0.0.1:%d/hook" % hport,
+                                       metrics=mport,
+                                       extra_records="    webhook_ca_file: %s\n" % ca),
+                        hook.close) as (daemon, cs):
         end_some(port, ["hedi"], cs)
         wait_for(lambda: [r for r in Hook.got if r["user"] == "hedi"], "hedi at the hook")
         check(webhook_failures(mport) == 0, "failures with a trusted server")
-        srv.shutdown()
-        srv.server_close()
+        hook.close()
 
-        srv = serve_tls(hport, evil, evil_key)
+        hook.start((evil, evil_key))
         names = ["hx%d" % i for i in range(4)]
         end_some(port, names, cs)
         wait_for(lambda: len(records(d)) == 5, "5 records in the file")
@@ -606,20 +582,13 @@ def test_webhook_https(d):
         wait_for(lambda: "certificate verification failed" in daemon.stderr(),
                  "the refusal's reason in the log")
         check(len(Hook.got) == 1, "the untrusted server got records: %r" % Hook.got)
-        srv.shutdown()
-        srv.server_close()
+        hook.close()
 
-        srv = serve_tls(hport, ca, ca_key)
+        hook.start((ca, ca_key))
         wait_for(lambda: len(Hook.got) == 5, "the backlog delivered", timeout=30)
         time.sleep(0.5)
         check(sorted(r["user"] for r in Hook.got) == sorted(["hedi"] + names),
               "hook got %r" % [r["user"] for r in Hook.got])
-    finally:
-        for c in cs:
-            c.close()
-        srv.shutdown()
-        srv.server_close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def test_webhook_https_name(d):
@@ -629,13 +598,11 @@ def test_webhook_https_name(d):
     port, hport, mport = free_port(), free_port(), free_port()
     crt, key = make_ca_cert(d, "named", "DNS:hook.example")
     Hook.got = []
-    srv = serve_tls(hport, crt, key)
+    hook = HookServer(hport, (crt, key))
     url = "https://127.0.0.1:%d/hook" % hport
     base = "    webhook_ca_file: %s\n" % crt
-    daemon = Daemon(d, make_config(d, port, webhook=url, metrics=mport,
-                                   extra_records=base)).start()
-    cs = []
-    try:
+    with records_daemon(d, make_config(d, port, webhook=url, metrics=mport,
+                                       extra_records=base), hook.close) as (daemon, cs):
         end_some(port, ["nina", "nils"], cs)
         wait_for(lambda: webhook_failures(mport) >= 1, "the name mismatch refused")
         check(Hook.got == [], "delivered to a certificate of another name")
@@ -648,12 +615,6 @@ def test_webhook_https_name(d):
         wait_for(lambda: daemon.admin({"cmd": "status"})["generation"] > gen, "the reload")
         wait_for(lambda: len(Hook.got) == 2, "the backlog delivered", timeout=30)
         check(sorted(r["user"] for r in Hook.got) == ["nils", "nina"], repr(Hook.got))
-    finally:
-        for c in cs:
-            c.close()
-        srv.shutdown()
-        srv.server_close()
-        check(daemon.stop() == 0, "exit status")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,12 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, Client, Daemon, check,  # noqa: E402
+from harness_admin import (CLONE_NEWNET, CLONE_NEWNS, check,  # noqa: E402
                            free_port, relay_range, run_tests_as_root, unshare, wait_for)
 from dns_server import DNS_IP, DnsServer, Resolver  # noqa: E402
-from test_session_records import Hook, make_config, records, serve  # noqa: E402
+from test_session_records import (Hook, HookServer, end_some, make_config,  # noqa: E402
+                                  records, records_daemon)
+
 
 def own_namespaces():
     unshare(CLONE_NEWNS | CLONE_NEWNET)
@@ -35,39 +37,28 @@ def test_webhook_dns_never_blocks(d):
     dns = DnsServer({"hook.test": "127.0.0.1"}, hold=True)
     port, hport = free_port(), free_port()
     Hook.got = []
-    srv = serve(hport)
-    daemon = Daemon(d, make_config(d, port, webhook="http://hook.test:%d/hook" % hport,
-                                   relay=relay_range()))
-    cs = []
+    hook = HookServer(hport)
+    text = make_config(d, port, webhook="http://hook.test:%d/hook" % hport, relay=relay_range())
     try:
-        daemon.start(wait=False)
-        wait_for(lambda: dns.held, "a query for hook.test at the DNS server", timeout=10)
-        # the query is held (30 s): the master answers all the same
+        with records_daemon(d, text, dns.release, hook.close, wait=False) as (daemon, cs):
+            wait_for(lambda: dns.held, "a query for hook.test at the DNS server", timeout=10)
+            # the query is held (30 s): the master answers all the same
 
-        def running():
-            try:
-                st = json.loads(daemon.admin_raw(b'{"cmd": "status"}\n', timeout=5))
-            except (OSError, ValueError):
-                return False
-            return st.get("workers", {}).get("running") == 2
-        wait_for(running, "the master's answer while the DNS query is held", timeout=10)
-        for name in ("dana", "dirk"):
-            c = Client(port, name)
-            cs.append(c)
-            c.allocate()
-            c.release()
-        wait_for(lambda: len(records(d)) == 2, "2 records in the file")
-        check(Hook.got == [] and dns.held and not dns.released, "delivered before the answer")
-        dns.release()
-        wait_for(lambda: len(Hook.got) == 2, "the records at the webhook", timeout=20)
-        check(sorted(r["user"] for r in Hook.got) == ["dana", "dirk"], repr(Hook.got))
+            def running():
+                try:
+                    st = json.loads(daemon.admin_raw(b'{"cmd": "status"}\n', timeout=5))
+                except (OSError, ValueError):
+                    return False
+                return st.get("workers", {}).get("running") == 2
+            wait_for(running, "the master's answer while the DNS query is held", timeout=10)
+            end_some(port, ("dana", "dirk"), cs)
+            wait_for(lambda: len(records(d)) == 2, "2 records in the file")
+            check(Hook.got == [] and dns.held and not dns.released,
+                  "delivered before the answer")
+            dns.release()
+            wait_for(lambda: len(Hook.got) == 2, "the records at the webhook", timeout=20)
+            check(sorted(r["user"] for r in Hook.got) == ["dana", "dirk"], repr(Hook.got))
     finally:
-        for c in cs:
-            c.close()
-        dns.release()
-        srv.shutdown()
-        srv.server_close()
-        check(daemon.stop() == 0, "exit status")
         dns.close()
 
 

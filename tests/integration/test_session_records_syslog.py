@@ -14,12 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNS, Client, Daemon, check, free_port,  # noqa: E402
-                           relay_range, run_tests_as_root, unshare, wait_for)
-from test_session_records import make_config  # noqa: E402
+from harness_admin import (CLONE_NEWNS, check, free_port, relay_range,  # noqa: E402
+                           run_tests_as_root, unshare, wait_for)
+from test_session_records import (end_some, make_config, metrics_text,  # noqa: E402
+                                  records_daemon)
 
 LOG = None   # the test's /dev/log
 
@@ -69,15 +69,10 @@ def test_syslog(d):
     """Two allocations end (Refresh 0): two messages at /dev/log, each one JSON record at
     priority LOG_INFO; the metrics count them written."""
     port, mport = free_port(), free_port()
-    daemon = Daemon(d, make_config(d, port, out="syslog", metrics=mport,
-                                   relay=relay_range())).start()
-    cs, got = [], []
-    try:
-        for name in ("sylvia", "sybil"):
-            c = Client(port, name)
-            cs.append(c)
-            c.allocate()
-            c.release()
+    got = []
+    with records_daemon(d, make_config(d, port, out="syslog", metrics=mport,
+                                       relay=relay_range())) as (daemon, cs):
+        end_some(port, ("sylvia", "sybil"), cs)
         recs = wait_for(lambda: len(syslog_records(got)) >= 2 and syslog_records(got),
                         "2 records at /dev/log")
         time.sleep(0.3)
@@ -87,13 +82,8 @@ def test_syslog(d):
             check(prio & 7 == 6, "priority %d is not LOG_INFO" % prio)
             check(r["reason"] == "refresh0" and r["type"] == "session_end", r)
         check(not os.path.exists(os.path.join(d, "sessions.jsonl")), "a file with syslog")
-        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
-                                      timeout=10).read().decode()
+        text = metrics_text(mport)
         check('turngate_session_records_total{result="written"} 2' in text, text)
-    finally:
-        for c in cs:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 if __name__ == "__main__":
