@@ -353,6 +353,23 @@ def stop(proc, grace=5.0):
         proc.wait(timeout=5)
 
 
+def start_server(cmd, rundir, log, name, prefix=(), topo=None):
+    """Starts a server: cmd after prefix (pin's taskset, nice, namespace) in rundir, its
+    output to log, in a process group of its own (stop() ends it). Returns its Popen once
+    it answers STUN on the layout's server address; RuntimeError if it does not within
+    10 s (then it is stopped, and the error has its exit status and the end of its log)."""
+    srv = subprocess.Popen(list(prefix) + cmd, stdout=log, stderr=log, cwd=rundir,
+                           start_new_session=True)
+    if wait_stun(topo=topo):
+        return srv
+    stop(srv)
+    log.flush()
+    with open(log.name, errors="replace") as f:
+        tail = f.read()[-400:]
+    raise RuntimeError(f"{name} did not answer STUN on {(topo or LOOPBACK).server} (exit "
+                       f"status {srv.returncode}); the end of its log:\n{tail}")
+
+
 def pin(args, cpus, role=None):
     """taskset to the given cores ("" = unpinned), and optionally a nice value; with role
     (client, server, peer), in that role's network namespace of the layout."""
@@ -535,10 +552,8 @@ def run_one(args, server, test):
                      test[4:], "-w", str(args.p["warm"]), "-d", str(args.p["dur"])]
         else:
             cmd = SERVERS[server](args, rundir, test=test)
-            srv = subprocess.Popen(pin(args, args.srv_cpus, "server") + cmd, stdout=log,
-                                   stderr=log, cwd=rundir, start_new_session=True)
-            if not wait_stun(topo=topo):
-                raise RuntimeError(f"{server} did not answer STUN on {topo.server}")
+            srv = start_server(cmd, rundir, log, server, pin(args, args.srv_cpus, "server"),
+                               topo)
             if tcp_test(test) and not wait_tcp(topo=topo):
                 raise RuntimeError(f"{server} accepts no TCP connection on {topo.server}")
             if not server.startswith("stunnerd"):   # stunnerd binds [::]:PORT whatever

@@ -38,7 +38,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare  # noqa: E402  (wait_stun, stop, pin, parse_line, coturn_cmd, credentials)
+import compare  # noqa: E402  (start_server, stop, pin, parse_line, coturn_cmd, credentials)
 
 RELAY_IP = "127.0.0.3"
 RELAY_MIN, RELAY_MAX = 4000, 31999
@@ -165,10 +165,8 @@ def run_phase(args, server, held):
     srv, holds = None, []
     log = open(os.path.join(rundir, "server.log"), "w")
     try:
-        srv = subprocess.Popen(compare.pin(args, args.srv_cpus) + SERVERS[server](args, rundir),
-                               stdout=log, stderr=log, cwd=rundir, start_new_session=True)
-        if not compare.wait_stun():
-            raise RuntimeError(f"{server} did not answer STUN on {compare.SERVER}")
+        srv = compare.start_server(SERVERS[server](args, rundir), rundir, log, server,
+                                   compare.pin(args, args.srv_cpus))
         holds = start_holds(args, tb, held)
         got = wait_holds(holds, time.monotonic() + args.hold_s / 2)
         r = subprocess.run(compare.pin(args, args.gen_cpus) +

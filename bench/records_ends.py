@@ -135,12 +135,13 @@ def main():
     print("webhook: %s" % ("https:// (TLS sink, webhook_ca_file)" if args.https
                            else "http:// (compare.records_sink)"))
     sock = os.path.join(rundir, "admin.sock")
-    log = open(os.path.join(rundir, "turngated.log"), "wb")
-    srv = subprocess.Popen(cmd, cwd=rundir, stdout=log, stderr=subprocess.STDOUT)
+    log = open(os.path.join(rundir, "turngated.log"), "w")
+    try:
+        srv = compare.start_server(cmd, rundir, log, "turngated")
+    except RuntimeError as e:
+        sys.exit("%s (run directory: %s)" % (e, rundir))
     tb = None
     try:
-        if not compare.wait_stun(10.0):
-            sys.exit("turngated did not answer STUN (log: %s)" % rundir)
         tb = subprocess.Popen([os.path.join(builddir, "bench", "turnbench"), "-m", "hold",
                                "-s", "127.0.0.1:13478", "-p", compare.PEER, "-b", "127.0.0.2",
                                "-u", compare.USER, "-k", compare.PASS, "-U", str(args.users),
@@ -194,11 +195,7 @@ def main():
                 tb.wait(5)
             except subprocess.TimeoutExpired:
                 tb.kill()
-        srv.send_signal(signal.SIGTERM)
-        try:
-            srv.wait(10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
+        compare.stop(srv, grace=10.0)
         log.close()
         print("run directory kept: %s" % rundir)
 
