@@ -152,25 +152,34 @@ RECORDS_YAML = ("\n  session_records:\n    file: {rundir}/sessions.jsonl"
 _SINK = []
 
 
+def sink_server(ctx=None):
+    """A webhook receiver on 127.0.0.1 in a thread, answering 204 (over TLS with ctx, an
+    ssl.SSLContext): (port, [records seen])."""
+    import http.server
+    import threading
+    seen = [0]
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen[0] += body.count(b'"session_')
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    if ctx:
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv.server_address[1], seen
+
+
 def records_sink():
-    """The webhook's receiver, started once per run in a thread: (port, [records seen])."""
+    """The webhook's receiver (sink_server), started once per run: (port, [records
+    seen])."""
     if not _SINK:
-        import http.server
-        import threading
-        seen = [0]
-
-        class Sink(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                seen[0] += body.count(b'"session_')
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *a):
-                pass
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        _SINK.extend([srv.server_address[1], seen])
+        _SINK.extend(sink_server())
     return _SINK[0], _SINK[1]
 
 

@@ -66,31 +66,15 @@ def active(port):
 
 def tls_sink(rundir):
     """An HTTPS receiver like compare.records_sink: (port, [records seen], CA file)."""
-    import http.server
     import ssl
-    import threading
     crt, key = os.path.join(rundir, "sink.crt"), os.path.join(rundir, "sink.key")
     subprocess.run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=sink",
                     "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", crt],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    seen = [0]
-
-    class Sink(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            seen[0] += body.count(b'"session_')
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *a):
-            pass
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(crt, key)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv.server_address[1], seen, crt
+    return compare.sink_server(ctx) + (crt,)
 
 
 def lines(path):
