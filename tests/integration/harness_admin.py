@@ -265,6 +265,49 @@ A_ADDITIONAL_FAMILY, A_FINGERPRINT = 0x8000, 0x8028
 REQUEST, INDICATION, SUCCESS, ERROR = 0x000, 0x010, 0x100, 0x110
 
 
+def upgrade(daemon, workers=2):
+    """turngatectl upgrade (the running binary again); waits for the new master to serve
+    with every worker and for the old one to exit. Returns the new master's pid (stop it
+    with stop_master)."""
+    old = daemon.admin({"cmd": "status"})["pid"]
+    rc, out, err = daemon.ctl("upgrade")
+    check(rc == 0, "turngatectl upgrade: rc %d\n%s%s\n%s" % (rc, out, err, daemon.stderr()))
+    pid = int(out.strip().splitlines()[-1])
+    check(pid != old, "no new master")
+
+    def serving():
+        st = daemon.admin({"cmd": "status"})
+        return st["pid"] == pid and st["workers"]["running"] == workers
+    try:
+        wait_for(serving, "the new master (pid %d) to serve" % pid)
+        wait_for(lambda: not alive(old), "the old master (pid %d) to exit" % old)
+    except Failure:
+        stop_master(daemon, pid)    # the caller has no pid to stop
+        raise
+    return pid
+
+
+def alive(pid):
+    """Whether process pid runs (a zombie does not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def stop_master(daemon, pid):
+    """SIGTERM to the master pid that an upgrade started (None or the daemon's own
+    process: nothing) and waits until it exits."""
+    if pid is None or pid == daemon.proc.pid:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not alive(pid), "the master (pid %d) to exit" % pid)
+    except ProcessLookupError:
+        pass
+
+
 def attr(atype, value):
     pad = (4 - len(value) % 4) % 4
     return struct.pack("!HH", atype, len(value)) + value + b"\0" * pad

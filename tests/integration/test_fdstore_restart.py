@@ -36,11 +36,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, StreamClient, TcpPeer, check,  # noqa: E402
-                           config, error_code, free_port, run_tests, wait_for)
+from harness_admin import (TURNGATED, Daemon, StreamClient, TcpPeer, alive,  # noqa: E402
+                           check, config, error_code, free_port, run_tests, upgrade,
+                           wait_for)
 from test_tcp_relay import open_data  # noqa: E402
-from test_upgrade_streams import (CHANNEL, DataStream, StreamCall, UdpPeer,  # noqa: E402
-                                  alive, upgrade)
+from test_upgrade_streams import CHANNEL, DataStream, StreamCall, UdpPeer  # noqa: E402
 
 RELAY = (44300, 44349)
 SO_PASSCRED = getattr(socket, "SO_PASSCRED", 16)

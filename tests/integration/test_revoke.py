@@ -24,7 +24,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, REALM, REFRESH, Client, Daemon, StreamClient,  # noqa: E402
                            check, config, credentials, dtls_client, error_code, free_port,
-                           make_cert, run_tests, tls_client, wait_for)
+                           make_cert, run_tests, stop_master, tls_client, upgrade,
+                           wait_for)
 from test_tls import tls_config  # noqa: E402
 
 RELAY = (65420, 65519)
@@ -264,13 +265,7 @@ def test_revoke_survives_upgrade(d):
     cs, new_pid = [], None
     try:
         ctl_ok(daemon, "revoke", "--user-id", "oscar", "--for", "1h")
-        out = ctl_ok(daemon, "upgrade")
-        new_pid = int(out.strip().splitlines()[-1])
-        check(new_pid != daemon.proc.pid, "no new master")
-        daemon.wait_exit()
-        wait_for(lambda: daemon.admin({"cmd": "status"})["pid"] == new_pid and
-                 daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
-                 "the new master to serve")
+        new_pid = upgrade(daemon)
         lst = daemon.admin({"cmd": "revocations"})
         check(lst["count"] == 1 and lst["revocations"][0]["name"] == "oscar" and
               lst["revocations"][0]["left"] > 3500, lst)
@@ -283,14 +278,7 @@ def test_revoke_survives_upgrade(d):
     finally:
         for c in cs:
             c.close()
-        if new_pid is not None:
-            try:
-                os.kill(new_pid, signal.SIGTERM)
-                wait_for(lambda: not os.path.exists("/proc/%d" % new_pid) or
-                         open("/proc/%d/stat" % new_pid).read().split()[2] == "Z",
-                         "the new master to exit")
-            except ProcessLookupError:
-                pass
+        stop_master(daemon, new_pid)
         daemon.kill()
         daemon.scan()
 

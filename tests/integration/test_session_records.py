@@ -32,7 +32,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, Client, Daemon, Peer, StreamClient, check,  # noqa: E402
-                           config, free_port, run_tests, wait_for)
+                           config, free_port, run_tests, stop_master, upgrade,
+                           wait_for)
 from test_quota import worker_pid  # noqa: E402
 from test_revoke import ctl_ok  # noqa: E402
 
@@ -335,12 +336,7 @@ def test_upgrade(d):
         before.allocate()
         after.allocate()
         before.release()
-        out = ctl_ok(daemon, "upgrade")
-        new_pid = int(out.strip().splitlines()[-1])
-        daemon.wait_exit()
-        wait_for(lambda: daemon.admin({"cmd": "status"})["pid"] == new_pid and
-                 daemon.admin({"cmd": "status"})["workers"]["running"] == 2,
-                 "the new master to serve")
+        new_pid = upgrade(daemon)
         wait_record(d, before, "ulla's record")
         check(of_user(records(d), after) == [], "uwe recorded before his end")
         after.release()
@@ -351,14 +347,7 @@ def test_upgrade(d):
     finally:
         for c in cs:
             c.close()
-        if new_pid is not None:
-            try:
-                os.kill(new_pid, signal.SIGTERM)
-                wait_for(lambda: not os.path.exists("/proc/%d" % new_pid) or
-                         open("/proc/%d/stat" % new_pid).read().split()[2] == "Z",
-                         "the new master to exit")
-            except ProcessLookupError:
-                pass
+        stop_master(daemon, new_pid)
         daemon.kill()
 
 

@@ -31,12 +31,12 @@ import sys
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, check, dtls_client, error_code, make_cert,  # noqa: E402
-                           run_tests, scrape, wait_for)
+from harness_admin import (Daemon, alive, check, dtls_client, error_code,  # noqa: E402
+                           make_cert, run_tests, scrape, stop_master, upgrade, wait_for)
 from test_tls import tls_config  # noqa: E402
 from test_upgrade_linger import (CHANNEL, UPGRADES, TlsCall, failed_upgrade,  # noqa: E402
                                  kill_all, lingering, listen_port)
-from test_upgrade_streams import UdpPeer, alive, stop_master, upgrade  # noqa: E402
+from test_upgrade_streams import UdpPeer  # noqa: E402
 
 RELAY = (44350, 44399)
 

@@ -36,11 +36,10 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Client, Daemon, build, check, error_code,
-                           free_port, make_cert, run_tests, scrape, tls_client,
-                           wait_for)
+                           alive, free_port, make_cert, run_tests, scrape, stop_master,
+                           tls_client, upgrade, wait_for)
 from test_tls import tls_config  # noqa: E402
-from test_upgrade_streams import (UdpPeer, alive, file_frames, stop_master,  # noqa: E402
-                                  upgrade)
+from test_upgrade_streams import UdpPeer, file_frames  # noqa: E402
 
 RELAY = (44200, 44299)
 CHANNEL = 0x4000

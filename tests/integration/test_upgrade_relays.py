@@ -19,8 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Client, Daemon, check, config, free_port,  # noqa: E402
-                           run_tests)
-from test_upgrade_streams import failed_upgrade, stop_master, upgrade  # noqa: E402
+                           run_tests, stop_master, upgrade)
+from test_upgrade_streams import failed_upgrade  # noqa: E402
 
 RELAY = (44400, 44799)
 N = 300

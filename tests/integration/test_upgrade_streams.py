@@ -31,7 +31,6 @@ Loopback only, every wait bounded.
 """
 import os
 import queue
-import signal
 import socket
 import struct
 import sys
@@ -42,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Daemon, StreamClient, TcpPeer, build,
                            channel_payload, check, config, error_code, free_port, parse,
-                           run_tests, wait_for)
+                           run_tests, stop_master, upgrade, wait_for)
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -194,23 +193,6 @@ class StreamCall:
         self.sock.close()
 
 
-def upgrade(daemon, workers):
-    """turngatectl upgrade; waits for the new master to serve with every worker. Returns
-    its pid."""
-    old = daemon.admin({"cmd": "status"})["pid"]
-    rc, out, err = daemon.ctl("upgrade")
-    check(rc == 0, "turngatectl upgrade: rc %d\n%s%s\n%s" % (rc, out, err, daemon.stderr()))
-    pid = int(out.strip().splitlines()[-1])
-    check(pid != old, "no new master")
-
-    def serving():
-        st = daemon.admin({"cmd": "status"})
-        return st["pid"] == pid and st["workers"]["running"] == workers
-    wait_for(serving, "the new master (pid %d) to serve" % pid)
-    wait_for(lambda: not alive(old), "the old master (pid %d) to exit" % old)
-    return pid
-
-
 def failed_upgrade(daemon, d, text, listeners, held, workers, relay=RELAY):
     """An upgrade that fails after the old workers handed over (the new binary's
     configuration names a listener on held's port, which it cannot bind): checks that
@@ -230,24 +212,6 @@ def failed_upgrade(daemon, d, text, listeners, held, workers, relay=RELAY):
 def counter(stats, name):
     """A counter of `turngatectl stats` (summed over the slots)."""
     return stats["counters"][name]
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def stop_master(daemon, pid):
-    if pid is None or pid == daemon.proc.pid:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-        wait_for(lambda: not alive(pid), "the master (pid %d) to exit" % pid)
-    except ProcessLookupError:
-        pass
 
 
 def test_tcp_call_survives_upgrades(d):
