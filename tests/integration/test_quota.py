@@ -91,6 +91,17 @@ def worker_pid(daemon, slot):
     return [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"] if w["slot"] == slot][0]
 
 
+def kill_worker(daemon, slot):
+    """SIGKILL to the worker of slot (a death the log scan allows); waits until its
+    replacement runs beside the other workers."""
+    old = worker_pid(daemon, slot)
+    daemon.allowed_deaths += 1
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: worker_pid(daemon, slot) not in (0, old) and daemon.admin(
+        {"cmd": "status"})["workers"]["running"] == daemon.workers,
+        "worker %d respawned" % slot)
+
+
 def test_user_quota_across_workers(d):
     port = free_port()
     text = make_config(d, port, {"user_quota": 2})
@@ -116,11 +127,7 @@ def test_user_quota_across_workers(d):
         w1[1].allocate(expect=486)
         check(sorted(a["worker"] for a in allocs(daemon)) == [0, 1], "allocations on 0 and 1")
         # SIGKILL worker 1: its replacement adopts w1[0]'s allocation, which stays counted.
-        old = worker_pid(daemon, 1)
-        daemon.allowed_deaths += 1
-        os.kill(old, signal.SIGKILL)
-        wait_for(lambda: worker_pid(daemon, 1) not in (0, old) and daemon.admin(
-            {"cmd": "status"})["workers"]["running"] == 2, "worker 1 respawned")
+        kill_worker(daemon, 1)
         wait_for(lambda: owner(daemon, w1[0]) == 1, "allocation re-adopted")
         time.sleep(0.2)
         w1[1].allocate(expect=486)
@@ -165,11 +172,7 @@ def test_listener_cap_across_workers(d):
         w0[1].allocate()
         w0[2].allocate(expect=508)
         # SIGKILL worker 0: the cap still counts its re-adopted allocations.
-        old = worker_pid(daemon, 0)
-        daemon.allowed_deaths += 1
-        os.kill(old, signal.SIGKILL)
-        wait_for(lambda: worker_pid(daemon, 0) not in (0, old) and daemon.admin(
-            {"cmd": "status"})["workers"]["running"] == 2, "worker 0 respawned")
+        kill_worker(daemon, 0)
         wait_for(lambda: owner(daemon, w0[0]) == 0 and owner(daemon, w0[1]) == 0,
                  "allocations re-adopted")
         time.sleep(0.2)
@@ -256,11 +259,7 @@ def test_other_endings(d):
         as_user(t2, (t.username, t.password, t.key))
         t2.allocate()
         slot = allocs(daemon)[0]["worker"]
-        old = worker_pid(daemon, slot)
-        daemon.allowed_deaths += 1
-        os.kill(old, signal.SIGKILL)
-        wait_for(lambda: worker_pid(daemon, slot) not in (0, old) and daemon.admin(
-            {"cmd": "status"})["workers"]["running"] == 2, "the worker respawned")
+        kill_worker(daemon, slot)
         wait_for(lambda: not allocs(daemon), "the dead worker's TCP allocation released")
         v.allocate()
         t2.sock.close()

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, Client, Daemon, Peer, StreamClient, check,  # noqa: E402
                            config, free_port, run_tests, stop_master, upgrade,
                            wait_for)
-from test_quota import worker_pid  # noqa: E402
+from test_quota import kill_worker  # noqa: E402
 from test_revoke import ctl_ok  # noqa: E402
 
 RELAY = (65520, 65535)
@@ -255,12 +255,7 @@ def test_worker_kill(d):
         a = Client(port, "kim")
         cs.append(a)
         a.allocate()
-        slot = allocs(daemon)[0]["worker"]
-        old = worker_pid(daemon, slot)
-        daemon.allowed_deaths += 1
-        os.kill(old, signal.SIGKILL)
-        wait_for(lambda: worker_pid(daemon, slot) not in (0, old) and daemon.admin(
-            {"cmd": "status"})["workers"]["running"] == 2, "the worker respawned")
+        kill_worker(daemon, allocs(daemon)[0]["worker"])
         wait_for(lambda: len(allocs(daemon)) == 1, "the allocation re-adopted")
         time.sleep(0.5)
         check(records(d) == [], "a record for a re-adopted allocation: %r" % records(d))
