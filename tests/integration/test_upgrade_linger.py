@@ -34,12 +34,11 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
-                           REFRESH, REQUEST, SUCCESS, Client, Daemon, build, check, error_code,
-                           alive, free_port, make_cert, run_tests, scrape, stop_master,
-                           tls_client, upgrade, wait_for)
+from harness_admin import (Client, Daemon, alive, check, error_code, free_port,  # noqa: E402
+                           make_cert, run_tests, scrape, stop_master, tls_client, upgrade,
+                           wait_for)
 from test_tls import tls_config  # noqa: E402
-from test_upgrade_streams import UdpPeer, file_frames  # noqa: E402
+from test_upgrade_streams import UdpPeer, call_refresh, file_frames  # noqa: E402
 
 RELAY = (44200, 44299)
 CHANNEL = 0x4000
@@ -90,31 +89,7 @@ class TlsCall:
             file_frames(self, data)
 
     def refresh(self, lifetime=600):
-        """A Refresh (a 438 teaches a fresh nonce): the error code, None for success."""
-        c = self.ctl
-        for _ in range(3):
-            tid = os.urandom(12)
-            self.out.put(build(REFRESH, REQUEST, tid,
-                               [(A_LIFETIME, struct.pack("!I", lifetime)),
-                                (A_USERNAME, c.username.encode()), (A_REALM, REALM.encode()),
-                                (A_NONCE, c.nonce)], c.key))
-            deadline = time.monotonic() + 10
-            while True:
-                left = deadline - time.monotonic()
-                check(left > 0, "no answer to the Refresh (%s)" % self.closed)
-                try:
-                    p = self.stun.get(timeout=min(left, 0.5))
-                except queue.Empty:
-                    continue
-                if p and p[2] == tid:
-                    break
-            code = error_code(p[3])
-            if code == 438:
-                c.nonce = p[3][A_NONCE][0]
-                continue
-            check(code is not None or p[1] == SUCCESS, "Refresh: %r" % (p,))
-            return code
-        return 438
+        return call_refresh(self, self.out.put, lifetime)
 
     def close(self):
         self.stop_tx.set()

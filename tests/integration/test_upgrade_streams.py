@@ -95,6 +95,25 @@ class UdpPeer:
         self.sock.close()
 
 
+def read_stream(reader, handle):
+    """A reader thread's loop: reads reader.sock (with a timeout set) until reader.stop_rx
+    is set, or an error or EOF, which reader.closed then says; each read goes to
+    handle(data), which returns False to stop."""
+    while not reader.stop_rx.is_set():
+        try:
+            data = reader.sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError as e:
+            reader.closed = reader.closed or "recv: %s" % e
+            return
+        if not data:
+            reader.closed = reader.closed or "EOF from the server"
+            return
+        if handle(data) is False:
+            return
+
+
 def file_frames(call, data):
     """Files the whole frames that data (read from call's connection) completes: the peer's
     numbers in call.got, STUN messages (parsed) in call.stun."""
@@ -104,6 +123,36 @@ def file_frames(call, data):
             call.stun.put(parse(f))
         elif cd[1][:1] == b"P":
             call.got.append(struct.unpack("!I", cd[1][1:5])[0])
+
+
+def call_refresh(call, send, lifetime=600):
+    """A Refresh on call's control connection, written by send(message), its response
+    taken from call.stun (a 438 teaches a fresh nonce): the error code, None for
+    success."""
+    c = call.ctl
+    for _ in range(3):
+        tid = os.urandom(12)
+        send(build(REFRESH, REQUEST, tid,
+                   [(A_LIFETIME, struct.pack("!I", lifetime)),
+                    (A_USERNAME, c.username.encode()), (A_REALM, REALM.encode()),
+                    (A_NONCE, c.nonce)], c.key))
+        deadline = time.monotonic() + 10
+        while True:
+            left = deadline - time.monotonic()
+            check(left > 0, "no answer to the Refresh (%s)" % call.closed)
+            try:
+                p = call.stun.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                continue
+            if p and p[2] == tid:
+                break
+        code = error_code(p[3])
+        if code == 438:
+            c.nonce = p[3][A_NONCE][0]
+            continue
+        check(code is not None or p[1] == SUCCESS, "Refresh: %r" % (p,))
+        return code
+    return 438
 
 
 class StreamCall:
@@ -144,44 +193,10 @@ class StreamCall:
             time.sleep(max(0.0, nxt - time.monotonic()))
 
     def _rx(self):
-        while not self.stop_rx.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError as e:
-                self.closed = self.closed or "recv: %s" % e
-                return
-            if not data:
-                self.closed = self.closed or "EOF from the server"
-                return
-            file_frames(self, data)
+        read_stream(self, lambda data: file_frames(self, data))
 
     def refresh(self, lifetime=600):
-        """A Refresh on the control connection (a 438 teaches a fresh nonce): the error
-        code, None for success."""
-        c = self.ctl
-        for _ in range(3):
-            tid = os.urandom(12)
-            msg = build(REFRESH, REQUEST, tid,
-                        [(A_LIFETIME, struct.pack("!I", lifetime)),
-                         (A_USERNAME, c.username.encode()), (A_REALM, REALM.encode()),
-                         (A_NONCE, c.nonce)], c.key)
-            self.write(msg)
-            deadline = time.monotonic() + 10
-            while True:
-                left = deadline - time.monotonic()
-                check(left > 0, "no answer to the Refresh")
-                p = self.stun.get(timeout=left)
-                if p and p[2] == tid:
-                    break
-            code = error_code(p[3])
-            if code == 438:
-                c.nonce = p[3][A_NONCE][0]
-                continue
-            check(code is not None or p[1] == SUCCESS, "Refresh: %r" % (p,))
-            return code
-        return 438
+        return call_refresh(self, self.write, lifetime)
 
     def stop(self):
         self.stop_tx.set()
@@ -330,24 +345,17 @@ class DataStream:
             time.sleep(max(0.0, nxt - time.monotonic()))
 
     def _rx(self):
-        while not self.stop_rx.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError as e:
-                self.closed = self.closed or "recv: %s" % e
-                return
-            if not data:
-                self.closed = self.closed or "EOF from the server"
-                return
-            self.rx_buf += data
-            while len(self.rx_buf) >= 16:
-                rec, self.rx_buf = self.rx_buf[:16], self.rx_buf[16:]
-                if rec != self.record(self.echoed):
-                    self.closed = self.closed or "record %d: got %r" % (self.echoed, rec)
-                    return
-                self.echoed += 1
+        read_stream(self, self._echoes)
+
+    def _echoes(self, data):
+        self.rx_buf += data
+        while len(self.rx_buf) >= 16:
+            rec, self.rx_buf = self.rx_buf[:16], self.rx_buf[16:]
+            if rec != self.record(self.echoed):
+                self.closed = self.closed or "record %d: got %r" % (self.echoed, rec)
+                return False
+            self.echoed += 1
+        return True
 
     def close(self):
         self.stop_tx.set()
