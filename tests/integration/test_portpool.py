@@ -164,15 +164,7 @@ def test_restart_keeps_ports(d):
     daemon, port, lo = start(d)
     try:
         got = fill_split(daemon, port, {0: 5, 1: 3}, "before the restart")
-        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
-        daemon.proc.kill()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        daemon.proc.wait(timeout=30)
-        daemon.err.close()
+        daemon.kill_all()
         daemon = Daemon(d, open(daemon.conf).read()).start()
         wait_for(lambda: len(allocs_by_port(daemon)) == N, "8 allocations taken over")
         refused(port, "after the restart")

@@ -231,15 +231,7 @@ def test_revoke_survives_reload_and_kill(d):
         m = client(port, "mallory")
         cs.append(m)
         m.allocate(expect=403)
-        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
-        os.kill(daemon.proc.pid, signal.SIGKILL)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        daemon.proc.wait()
-        daemon.err.close()
+        daemon.kill_all()
         daemon.start()
         check("1 revocations" in daemon.stderr(), "take-over did not carry the list:\n%s"
               % daemon.stderr())

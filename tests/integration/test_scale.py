@@ -26,7 +26,6 @@ is down for the restart below. 2 workers.
 import json
 import os
 import random
-import signal
 import sys
 import time
 import urllib.request
@@ -67,18 +66,6 @@ def scrape(mport):
 def series(body):
     return sorted(line.rsplit(" ", 1)[0] for line in body.splitlines()
                   if line and not line.startswith("#"))
-
-
-def kill_all(daemon):
-    pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
-    daemon.proc.kill()
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    daemon.proc.wait(timeout=30)
-    daemon.err.close()
 
 
 def check_paging(daemon, fleet):
@@ -208,7 +195,7 @@ def test_scale(d):
         by_client = check_paging(daemon, fleet)
         check_top(daemon, fleet, peer, by_client, sample)
 
-        kill_all(daemon)
+        daemon.kill_all()
         t0 = time.monotonic()
         daemon = Daemon(d, open(daemon.conf).read()).start()
         st = daemon.admin({"cmd": "status"})

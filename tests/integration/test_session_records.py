@@ -271,18 +271,6 @@ def test_worker_kill(d):
         daemon.scan()
 
 
-def kill_all(daemon):
-    pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
-    os.kill(daemon.proc.pid, signal.SIGKILL)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    daemon.proc.wait()
-    daemon.err.close()
-
-
 def test_restart(d):
     """kill -9 of every process, a new start on the state file: the allocation that expired
     while nothing ran is recorded at the take-over (reason expiry), the one taken over is
@@ -301,7 +289,7 @@ def test_restart(d):
         wait_record(d, done, "dora's record")
         long.allocate(extra=[(A_LIFETIME, struct.pack("!I", 600))])
         short.allocate()
-        kill_all(daemon)
+        daemon.kill_all()
         time.sleep(3)    # sven's lifetime runs out while nothing runs
         daemon.start()
         r = wait_record(d, short, "sven's expiry record at the take-over")
