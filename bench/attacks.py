@@ -49,8 +49,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import compare  # noqa: E402  (stop, children, wait_stun)
 from harness_admin import (ALLOCATE, A_LIFETIME, A_NONCE, A_REALM, A_TRANSPORT,  # noqa: E402
-                           A_USERNAME, REFRESH, REQUEST, build, error_code, parse,
-                           take_frame)
+                           A_USERNAME, REFRESH, REQUEST, DtlsSocket, build, error_code,
+                           parse, take_frame)
 from test_tls import capture_dtls_hello, cookie_of, with_cookie  # noqa: E402
 
 REALM, PASS = "bench", "bench"
@@ -186,12 +186,13 @@ class Stream:
 
     def __init__(self, kind, port, src, deadline):
         self.kind, self.deadline, self.buf = kind, deadline, b""
-        if kind == "dtls":
-            self.dtls_handshake(port, src)
-            return
         self.sock = socket.socket(socket.AF_INET,
-                                  socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)
+                                  socket.SOCK_DGRAM if kind in ("udp", "dtls")
+                                  else socket.SOCK_STREAM)
         self.sock.bind((src, 0))
+        if kind == "dtls":    # handshake rounds of 0.5 s until the probe's deadline
+            self.sock = DtlsSocket(port, udp=self.sock, deadline=deadline, round_s=0.5)
+            return
         if kind != "udp":
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(self.left())
@@ -207,62 +208,15 @@ class Stream:
             raise TimeoutError("probe deadline")
         return t
 
-    def dtls_handshake(self, port, src):
-        from OpenSSL import SSL
-        self.SSL = SSL
-        ctx = SSL.Context(SSL.DTLS_CLIENT_METHOD)
-        ctx.set_verify(SSL.VERIFY_NONE, lambda *a: True)
-        ctx.set_alpn_protos([b"stun.turn"])
-        self.conn = SSL.Connection(ctx, None)
-        self.conn.set_connect_state()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((src, 0))
-        self.sock.connect(("127.0.0.1", port))
-        flight = []
-        while True:
-            try:
-                self.conn.do_handshake()
-                self.flush()
-                return
-            except SSL.WantReadError:
-                pass
-            flight = self.flush() or flight
-            self.sock.settimeout(min(0.5, self.left()))
-            try:
-                self.conn.bio_write(self.sock.recv(65536))
-            except socket.timeout:
-                for d in flight:
-                    self.sock.send(d)
-
-    def flush(self):
-        sent = []
-        while True:
-            try:
-                out = self.conn.bio_read(65536)
-            except self.SSL.WantReadError:
-                return sent
-            self.sock.send(out)
-            sent.append(out)
-
     def send(self, data):
-        if self.kind == "dtls":
-            self.conn.send(data)
-            self.flush()
-        else:
-            self.sock.sendall(data)
+        self.sock.sendall(data)
 
     def recv_msg(self):
+        """The next STUN message (over DTLS, from the records' plaintext)."""
         while True:
             if self.kind == "udp":
                 self.sock.settimeout(self.left())
                 return self.sock.recv(65536)
-            if self.kind == "dtls":
-                self.sock.settimeout(self.left())
-                self.conn.bio_write(self.sock.recv(65536))
-                try:
-                    return self.conn.recv(65536)
-                except self.SSL.WantReadError:
-                    continue
             msg, self.buf = take_frame(self.buf)
             if msg is not None:
                 return msg
@@ -297,8 +251,8 @@ class Stream:
         return code
 
     def close(self):
-        try:
-            self.sock.close()
+        try:   # DTLS: the UDP socket only, no close_notify (a client that vanishes)
+            (self.sock.udp if self.kind == "dtls" else self.sock).close()
         except OSError:
             pass
 

@@ -1067,10 +1067,12 @@ class DtlsSocket:
     certificate check, ALPN stun.turn) with the calls the stream clients make: sendall
     (one record, one datagram), recv (the plaintext of the records of the next datagram
     that has some; b"" once the server closed), settimeout, close. The handshake gets 40
-    rounds of at most 1 s; a round without an answer sends the last flight again
-    (pyOpenSSL has no DTLS timer)."""
+    rounds of at most round_s (1 s); a round without an answer sends the last flight again
+    (pyOpenSSL has no DTLS timer). udp: a UDP socket of the caller's (bound to the source
+    it wants) instead of a fresh one; deadline (a time.monotonic() value): TimeoutError
+    once the handshake runs past it."""
 
-    def __init__(self, port, host="127.0.0.1"):
+    def __init__(self, port, host="127.0.0.1", udp=None, deadline=None, round_s=1.0):
         from OpenSSL import SSL
         self.SSL = SSL
         ctx = SSL.Context(SSL.DTLS_CLIENT_METHOD)
@@ -1078,7 +1080,7 @@ class DtlsSocket:
         ctx.set_alpn_protos([b"stun.turn"])
         self.conn = SSL.Connection(ctx, None)
         self.conn.set_connect_state()
-        self.udp = dtls_udp_socket()
+        self.udp = udp or dtls_udp_socket()
         self.udp.connect((host, port))
         self.timeout = 5.0
         flight = []
@@ -1090,7 +1092,10 @@ class DtlsSocket:
             except SSL.WantReadError:
                 pass
             flight = self._flush() or flight
-            self.udp.settimeout(1.0)
+            wait = round_s if deadline is None else min(round_s, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("DTLS handshake with port %d: deadline" % port)
+            self.udp.settimeout(wait)
             try:
                 self.conn.bio_write(self.udp.recv(65536))
             except socket.timeout:
