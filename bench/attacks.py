@@ -51,6 +51,7 @@ import compare  # noqa: E402  (stop, children, wait_stun)
 from harness_admin import (ALLOCATE, A_LIFETIME, A_NONCE, A_REALM, A_TRANSPORT,  # noqa: E402
                            A_USERNAME, REFRESH, REQUEST, DtlsSocket, build, error_code,
                            parse, take_frame)
+from test_security_budgets import partial_hello  # noqa: E402
 from test_tls import capture_dtls_hello, cookie_of, with_cookie  # noqa: E402
 
 REALM, PASS = "bench", "bench"
@@ -293,18 +294,6 @@ class Probes(threading.Thread):
 
 
 # ---- attacks ------------------------------------------------------------------------------
-
-def partial_hello():
-    inb, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    obj = ctx.wrap_bio(inb, outb)
-    try:
-        obj.do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    return outb.read()[:11]
-
 
 class Attack(threading.Thread):
     """Base: runs until its count or deadline, holds what it opened until close()."""
