@@ -40,8 +40,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Daemon, StreamClient, TcpPeer, build,
-                           channel_payload, check, config, error_code, free_port, parse,
-                           run_tests, stop_master, upgrade, wait_for)
+                           channel_data, channel_payload, check, config, error_code,
+                           free_port, parse, run_tests, stop_master, upgrade, wait_for)
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -93,6 +93,22 @@ class UdpPeer:
         self.stop_tx.set()
         self.stop_rx.set()
         self.sock.close()
+
+
+def send_paced(sender, send):
+    """A sender thread's loop: send(n) for n = sender.sent, counted in sender.sent, one
+    every PERIOD until sender.stop_tx is set, or an error, which sender.closed then
+    says."""
+    nxt = time.monotonic()
+    while not sender.stop_tx.is_set():
+        try:
+            send(sender.sent)
+        except OSError as e:
+            sender.closed = sender.closed or "send: %s" % e
+            return
+        sender.sent += 1
+        nxt += PERIOD
+        time.sleep(max(0.0, nxt - time.monotonic()))
 
 
 def read_stream(reader, handle):
@@ -180,17 +196,8 @@ class StreamCall:
             self.sock.sendall(data)
 
     def _tx(self):
-        nxt = time.monotonic()
-        while not self.stop_tx.is_set():
-            payload = b"C" + struct.pack("!I", self.sent) + b"c" * 59
-            try:
-                self.write(struct.pack("!HH", CHANNEL, len(payload)) + payload)
-            except OSError as e:
-                self.closed = self.closed or "send: %s" % e
-                return
-            self.sent += 1
-            nxt += PERIOD
-            time.sleep(max(0.0, nxt - time.monotonic()))
+        send_paced(self, lambda n: self.write(
+            channel_data(CHANNEL, b"C" + struct.pack("!I", n) + b"c" * 59)))
 
     def _rx(self):
         read_stream(self, lambda data: file_frames(self, data))
@@ -333,16 +340,7 @@ class DataStream:
         return struct.pack("!IIQ", 0x5EC0D00D, n, n * 2654435761)
 
     def _tx(self):
-        nxt = time.monotonic()
-        while not self.stop_tx.is_set():
-            try:
-                self.sock.sendall(self.record(self.sent))
-            except OSError as e:
-                self.closed = self.closed or "send: %s" % e
-                return
-            self.sent += 1
-            nxt += PERIOD
-            time.sleep(max(0.0, nxt - time.monotonic()))
+        send_paced(self, lambda n: self.sock.sendall(self.record(n)))
 
     def _rx(self):
         read_stream(self, self._echoes)
