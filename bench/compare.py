@@ -78,7 +78,8 @@ USER, PASS, REALM, SECRET = "bench", "bench", "bench", "bench-secret-0123456789"
 USERS = 4
 USER_NAMES = [f"{USER}{k}" for k in range(USERS)]
 
-TURNGATE_YAML = """version: v1
+# The start of every bench turngated's configuration (quota_scale.py's too).
+ADMIN_YAML = """version: v1
 admin:
   name: bench
   loglevel: all:INFO
@@ -87,7 +88,8 @@ admin:
   workers: {workers}
   drain_timeout: 0
   relay_port_min: {rmin}
-  relay_port_max: {rmax}{offload}
+  relay_port_max: {rmax}"""
+TURNGATE_YAML = ADMIN_YAML + """{offload}
 # No limits section: turngated runs with its default limits, reflection protection on
 # (every bench allocation comes from 127.0.0.1 and starts with a 401, paid by the address's
 # credits once it has authenticated; docs/security.md). The output says so.

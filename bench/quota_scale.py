@@ -38,7 +38,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare  # noqa: E402  (start_server, stop, pin, parse_line, coturn_cmd, credentials)
+import compare  # noqa: E402  (start_server, stop, pin, parse_line, coturn_cmd, credentials,
+#                               ADMIN_YAML)
 
 RELAY_IP = "127.0.0.3"
 RELAY_MIN, RELAY_MAX = 4000, 31999
@@ -47,16 +48,7 @@ HOLD_SRC = "127.0.0.{}"         # 11, 12, ...: one source address per hold proce
 HOLD_CHUNK = 10000              # allocations per hold process (one descriptor each)
 FD_SPARE = 200                  # descriptors a server process uses besides relay sockets
 
-TURNGATE_YAML = """version: v1
-admin:
-  name: bench
-  loglevel: all:INFO
-  healthcheck_endpoint: ""
-  admin_socket: {rundir}/admin.sock
-  workers: {workers}
-  drain_timeout: 0
-  relay_port_min: {rmin}
-  relay_port_max: {rmax}
+TURNGATE_YAML = compare.ADMIN_YAML + """
 auth:
   type: static
   realm: {realm}
