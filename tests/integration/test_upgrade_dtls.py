@@ -22,21 +22,18 @@ exits, and the new workers know nothing of it).
 
 Relay ports 44350-44399 (no other test's). Loopback only, every wait bounded.
 """
-import contextlib
 import glob
 import os
 import socket
 import struct
 import sys
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, alive, check, dtls_client, error_code,  # noqa: E402
-                           make_cert, run_tests, scrape, stop_master, upgrade, wait_for)
+                           make_cert, run_tests, scrape, upgrade, wait_for)
 from test_tls import tls_config  # noqa: E402
 from test_upgrade_linger import (CHANNEL, UPGRADES, TlsCall, failed_upgrade,  # noqa: E402
-                                 kill_all, lingering, listen_port)
-from test_upgrade_streams import UdpPeer  # noqa: E402
+                                 linger_setup, lingering, listen_port)
 
 RELAY = (44350, 44399)
 
@@ -97,24 +94,10 @@ def poke_channel(d):
     return sent
 
 
-@contextlib.contextmanager
 def lingering_run(d, linger, mport=None):
-    """A daemon (start), a UDP peer and, once the test sets r.call, a DTLS call: everything
-    stopped at the end (the masters, the lingering workers the test named in r.old); the
-    daemon's log scanned when the test passed."""
-    daemon, port = start(d, linger, mport=mport)
-    r = types.SimpleNamespace(daemon=daemon, port=port, peer=UdpPeer(), call=None, pid=None,
-                              old=[])
-    try:
-        yield r
-    finally:
-        if r.call is not None:
-            r.call.close()
-        r.peer.close()
-        stop_master(daemon, r.pid)
-        kill_all(r.old)
-        daemon.kill()
-    daemon.scan()
+    """test_upgrade_linger's linger_setup with this file's daemon (start); the test makes
+    the DTLS call and sets r.call."""
+    return linger_setup(d, linger, starter=start, connect=None, mport=mport)
 
 
 def test_dtls_call_lingers_through_upgrades(d):

@@ -162,18 +162,20 @@ def failed_upgrade(daemon, held):
 
 
 @contextlib.contextmanager
-def linger_setup(d, linger, **kw):
-    """start(d, linger, **kw) and a TURN-TLS call to a UDP peer: a namespace with daemon,
-    port (TLS; udp_port too with udp=True), peer, call and relayed; pid (the master of the
-    last upgrade) and old (the lingering workers' pids) are for the test to fill. On the
-    way out it ends the call, the peer, that master, those workers and the daemon; then,
-    unless the test failed, it scans the daemon's log."""
-    started = start(d, linger, **kw)
+def linger_setup(d, linger, starter=None, connect=tls_call, **kw):
+    """(starter or start)(d, linger, **kw) and a call by connect(port, peer) (a TURN-TLS
+    one; None: the test makes its own and sets s.call) to a UDP peer: a namespace with
+    daemon, port (TLS; udp_port too with udp=True), peer, call and relayed; pid (the
+    master of the last upgrade) and old (the lingering workers' pids) are for the test to
+    fill. On the way out it ends the call, the peer, that master, those workers and the
+    daemon; then, unless the test failed, it scans the daemon's log."""
+    started = (starter or start)(d, linger, **kw)
     s = types.SimpleNamespace(daemon=started[0], port=started[1], peer=UdpPeer(), call=None,
                               pid=None, old=[])
     s.udp_port = started[2] if len(started) > 2 else None
     try:
-        s.call, s.relayed = tls_call(s.port, s.peer)
+        if connect:
+            s.call, s.relayed = connect(s.port, s.peer)
         yield s
     finally:
         if s.call is not None:
