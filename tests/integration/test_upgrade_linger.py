@@ -26,7 +26,6 @@ import os
 import queue
 import signal
 import socket
-import ssl
 import struct
 import sys
 import threading
@@ -38,7 +37,8 @@ from harness_admin import (Client, Daemon, alive, check, error_code, free_port, 
                            make_cert, run_tests, scrape, stop_master, tls_client, upgrade,
                            wait_for)
 from test_tls import tls_config  # noqa: E402
-from test_upgrade_streams import UdpPeer, call_refresh, file_frames  # noqa: E402
+from test_upgrade_streams import (UdpPeer, call_refresh, file_frames,  # noqa: E402
+                                  read_stream)
 
 RELAY = (44200, 44299)
 CHANNEL = 0x4000
@@ -68,25 +68,18 @@ class TlsCall:
         self.sent += 1
 
     def _run(self):
-        nxt = time.monotonic()
-        while not self.stop_rx.is_set():
-            try:
-                if not self.stop_tx.is_set() and time.monotonic() >= nxt:
-                    self._send_next()
-                    nxt += PERIOD
-                while not self.out.empty():
-                    self.sock.sendall(self.out.get())
-                self.sock.settimeout(max(0.001, min(0.01, nxt - time.monotonic())))
-                data = self.sock.recv(65536)
-            except (socket.timeout, ssl.SSLWantReadError):
-                continue
-            except OSError as e:
-                self.closed = self.closed or "%s" % e
-                return
-            if not data:
-                self.closed = self.closed or "EOF from the server"
-                return
-            file_frames(self, data)
+        self.nxt = time.monotonic()
+        read_stream(self, lambda data: file_frames(self, data), before=self._write_due)
+
+    def _write_due(self):
+        """Before each read: the next numbered ChannelData when it is due, the queued
+        requests; the read waits until the next is due (10 ms at most)."""
+        if not self.stop_tx.is_set() and time.monotonic() >= self.nxt:
+            self._send_next()
+            self.nxt += PERIOD
+        while not self.out.empty():
+            self.sock.sendall(self.out.get())
+        self.sock.settimeout(max(0.001, min(0.01, self.nxt - time.monotonic())))
 
     def refresh(self, lifetime=600):
         return call_refresh(self, self.out.put, lifetime)

@@ -32,6 +32,7 @@ Loopback only, every wait bounded.
 import os
 import queue
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -111,14 +112,18 @@ def send_paced(sender, send):
         time.sleep(max(0.0, nxt - time.monotonic()))
 
 
-def read_stream(reader, handle):
+def read_stream(reader, handle, before=None):
     """A reader thread's loop: reads reader.sock (with a timeout set) until reader.stop_rx
-    is set, or an error or EOF, which reader.closed then says; each read goes to
-    handle(data), which returns False to stop."""
+    is set, or an error or EOF, which reader.closed then says; before() runs before each
+    read (where one thread also writes: it may write and set the read's timeout); each
+    read goes to handle(data), which returns False to stop. A read that times out is
+    tried again."""
     while not reader.stop_rx.is_set():
         try:
+            if before:
+                before()
             data = reader.sock.recv(65536)
-        except socket.timeout:
+        except (socket.timeout, ssl.SSLWantReadError):
             continue
         except OSError as e:
             reader.closed = reader.closed or "recv: %s" % e
