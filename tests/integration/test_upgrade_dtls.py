@@ -29,40 +29,23 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, alive, check, dtls_client, error_code,  # noqa: E402
-                           make_cert, run_tests, scrape, upgrade, wait_for)
-from test_tls import tls_config  # noqa: E402
-from test_upgrade_linger import (CHANNEL, UPGRADES, TlsCall, failed_upgrade,  # noqa: E402
-                                 linger_setup, lingering, listen_port)
+from harness_admin import (alive, check, dtls_client, run_tests, scrape,  # noqa: E402
+                           upgrade, wait_for)
+from test_upgrade_linger import (UPGRADES, failed_upgrade, linger_setup,  # noqa: E402
+                                 lingering, listen_port, tls_call)
+from test_upgrade_linger import start as linger_start  # noqa: E402
 
 RELAY = (44350, 44399)
 
 
 def start(d, linger, mport=None):
-    """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners: (daemon, DTLS port)."""
-    crt, key = make_cert(d, "turn.test")
-    ports = set()
-    while len(ports) < 3:
-        p = listen_port()
-        if not RELAY[0] <= p <= RELAY[1]:
-            ports.add(p)
-    udp_port, tls_port, dtls_port = sorted(ports)
-    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=RELAY)
-    text += "limits:\n  upgrade_linger: %d\n" % linger
-    if mport:
-        text = text.replace("admin:\n", "admin:\n  metrics_endpoint: "
-                            "\"http://127.0.0.1:%d/metrics\"\n" % mport, 1)
-    return Daemon(d, text, workers=2).start(), dtls_port
+    """test_upgrade_linger's daemon on this file's relay range: (daemon, DTLS port)."""
+    return linger_start(d, linger, relay=RELAY, mport=mport, dtls=True)
 
 
 def dtls_call(port, peer):
     """A TURN-DTLS allocation with a channel to peer, relaying: (call, relayed address)."""
-    ctl = dtls_client(port)
-    r = ctl.allocate()
-    relayed = ctl.relayed(r)[0]
-    check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
-    check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None, "ChannelBind")
-    return TlsCall(ctl), relayed
+    return tls_call(port, peer, dtls_client)
 
 
 def once(got, n, what):

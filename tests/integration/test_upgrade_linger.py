@@ -91,21 +91,22 @@ class TlsCall:
         self.sock.close()
 
 
-def listen_port():
-    """A free port outside the relay range (a listener there is a config error)."""
+def listen_port(relay=RELAY):
+    """A free port outside this file's relay range and relay (a listener in the daemon's
+    relay range is a config error)."""
     while True:
         p = free_port()
-        if not RELAY[0] <= p <= RELAY[1]:
+        if not any(lo <= p <= hi for lo, hi in (RELAY, relay)):
             return p
 
 
-def start(d, linger, relay=RELAY, udp=False, mport=None):
+def start(d, linger, relay=RELAY, udp=False, mport=None, dtls=False):
     """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners (and /metrics on mport):
-    (daemon, TLS port), and the UDP port too with udp."""
+    (daemon, TLS port; the DTLS port with dtls), and the UDP port too with udp."""
     crt, key = make_cert(d, "turn.test")
     ports = set()
     while len(ports) < 3:   # three distinct ones (free_port may hand one out twice)
-        ports.add(listen_port())
+        ports.add(listen_port(relay))
     udp_port, tls_port, dtls_port = sorted(ports)
     text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=relay)
     text += "limits:\n  upgrade_linger: %d\n" % linger
@@ -113,12 +114,14 @@ def start(d, linger, relay=RELAY, udp=False, mport=None):
         text = text.replace("admin:\n", "admin:\n  metrics_endpoint: "
                             "\"http://127.0.0.1:%d/metrics\"\n" % mport, 1)
     daemon = Daemon(d, text, workers=2).start()
-    return (daemon, tls_port, udp_port) if udp else (daemon, tls_port)
+    port = dtls_port if dtls else tls_port
+    return (daemon, port, udp_port) if udp else (daemon, port)
 
 
-def tls_call(port, peer):
-    """A TURN-TLS allocation with a channel to peer, relaying: (call, relayed address)."""
-    ctl = tls_client(port)
+def tls_call(port, peer, client=tls_client):
+    """A TURN-TLS allocation (client: dtls_client for TURN-DTLS) with a channel to peer,
+    relaying: (call, relayed address)."""
+    ctl = client(port)
     r = ctl.allocate()
     relayed = ctl.relayed(r)[0]
     check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
