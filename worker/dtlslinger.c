@@ -13,6 +13,7 @@
 #include "config.h"
 
 #include "worker/dtlslinger.h"
+#include "worker/transport.h"
 #include "worker/wk.h"
 
 #include <arpa/inet.h>

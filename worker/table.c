@@ -82,10 +82,12 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, st
 		a->relay[i].a = a;
 	}
 	wheel_timer_init(&a->timer, wk_alloc_timer_cb);
-	if (conn)
-		conn->alloc = a;
-	else
+	if (conn) {
+		if (w->table_ops)
+			w->table_ops->carry(conn, a);
+	} else {
 		LIST_INSERT_HEAD(&w->hash[wk_ep_hash(l, client) & w->hash_mask], a, hlink);
+	}
 	LIST_INSERT_HEAD(&w->allocs, a, link);
 	w->n_allocs++;
 	return a;
@@ -129,12 +131,10 @@ int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struc
 	return *out ? 0 : -ENOMEM;
 }
 
-int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
-			 struct shm_alloc *rec, struct wk_alloc **out)
+int wk_alloc_attach_ep(struct worker *w, const struct wk_ep *ep, uint32_t idx,
+		       struct shm_alloc *rec, struct wk_alloc **out)
 {
-	if (c->alloc)
-		return -EEXIST;
-	*out = wk_alloc_new(w, c->l, c, (struct sockaddr *)&c->peer, c->peer_len, idx, rec);
+	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -155,10 +155,12 @@ static void wk_alloc_port_index(struct worker *w, struct wk_alloc *a, const stru
 
 static void wk_alloc_unhash(struct wk_alloc *a)
 {
-	if (a->conn)
-		a->conn->alloc = NULL;
-	else
+	if (a->conn) {
+		if (a->w->table_ops)
+			a->w->table_ops->carry(a->conn, NULL);
+	} else {
 		LIST_REMOVE(a, hlink);	/* hashed since wk_alloc_new: conn never changes */
+	}
 }
 
 /* Closes the relay sockets and unlinks a from every private index; the record is left

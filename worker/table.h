@@ -88,6 +88,9 @@ struct wk_table_ops {
 	void (*chan_drop)(struct worker *w, struct wk_alloc *a, unsigned i);
 	void (*chans_drop)(struct worker *w, struct wk_alloc *a);
 	void (*retired)(struct worker *w, struct wk_alloc *a);
+	/* A TCP allocation's control connection c carries a from now (a NULL: no more; the
+	 * transports' wk_tconn_carry): the table never looks inside a connection. */
+	void (*carry)(struct wk_tconn *c, struct wk_alloc *a);
 };
 
 /* The allocation a callback was handed, checked (as wk_checked). */
@@ -108,9 +111,10 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why);
 int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struct shm_alloc *rec,
 		    struct wk_alloc **out);
 /* Adoption after a live upgrade: the same around record idx of a TURN-TCP allocation,
- * for its handed-over connection c. Returns 0, -EEXIST (c carries one), -ENOMEM. */
-int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
-			 struct shm_alloc *rec, struct wk_alloc **out);
+ * for the handed-over connection ep->c of client ep->addr on ep->l (transport.h:
+ * wk_alloc_attach_conn). Returns 0 or -ENOMEM. */
+int wk_alloc_attach_ep(struct worker *w, const struct wk_ep *ep, uint32_t idx,
+		       struct shm_alloc *rec, struct wk_alloc **out);
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */

@@ -31,6 +31,22 @@ static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 				 (uint64_t)l->n_conns);
 }
 
+void wk_tconn_carry(struct wk_tconn *c, struct wk_alloc *a)
+{
+	c->alloc = a;
+}
+
+int wk_alloc_attach_conn(struct worker *w, struct wk_tconn *c, uint32_t idx,
+			 struct shm_alloc *rec, struct wk_alloc **out)
+{
+	struct wk_ep ep = {.l = c->l, .c = c, .addr = (struct sockaddr *)&c->peer,
+			   .addr_len = c->peer_len};
+
+	if (c->alloc)
+		return -EEXIST;
+	return wk_alloc_attach_ep(w, &ep, idx, rec, out);
+}
+
 void wk_tconn_close(struct worker *w, struct wk_tconn *c)
 {
 	wk_fdstore_conn_end(w, c);

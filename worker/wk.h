@@ -78,49 +78,11 @@
 struct worker;
 struct wk_table_ops;
 struct wk_xport_up;
+struct wk_tconn;
 struct wk_tpeer;
 struct wk_tlsb;
 struct wk_alloc;
 
-/* One client connection: TCP or TLS on a stream listener, or a DTLS association on a
- * TURN-DTLS listener's shared UDP socket (dgram: fd is the listener's, no buffers). */
-struct wk_tconn {
-	struct wk_listener *l;
-	struct wk_tconn *next, **pprev;	/* listener's connection list */
-	struct wk_tconn *dnext;		/* DTLS association hash chain */
-	int fd;
-	ev_io rio, wio;
-	ev_timer tmo;			/* handshake, idle and slow-sender deadlines */
-	SSL *ssl;			/* TLS/DTLS; NULL for plain TCP */
-	bool dgram;
-	bool hs_done;			/* handshake finished (always true without ssl) */
-	double born, last_msg, partial_since;	/* ev_now() times; partial_since 0 = none */
-	struct sockaddr_storage peer;
-	socklen_t peer_len;
-	uint8_t *in;			/* in_cap bytes: WK_TCP_IN_START, or WK_TCP_IN_MAX once
-					 * a message did not fit */
-	size_t in_len, in_cap;
-	uint8_t *out;			/* grows up to WK_TCP_OUT_MAX */
-	size_t out_len, out_off, out_cap;
-	struct wk_alloc *alloc;		/* the allocation this connection carries, or NULL */
-	struct wk_tpeer *bind_to;	/* ConnectionBind answered: becomes its data connection */
-	unsigned handoff_slot;		/* 1 + the slot whose CONNECTION-ID a ConnectionBind
-					 * named: the connection goes there; 0 none */
-	bool dead;			/* send failed: closed by the next read callback */
-	bool pp_wait;			/* a PROXY header is due before TLS or STUN; peer is
-					 * the proxy's address until it came (proxyproto.c) */
-	/* Budgets (worker/budget.c): what c is counted as, per source address and prefix
-	 * (src_b: their buckets), and its place in the worker's unauthenticated list. */
-	bool authed;			/* sent an authenticated request */
-	bool resync;			/* taken back after a crash: the first frame is sought
-					 * (wk_fdstore_resync) */
-	bool fdstored;			/* in systemd's fd store (fdstore.c), named by these */
-	uint32_t fds_rec, fds_flags;
-	bool cnt_conn;			/* counted in SHM_SRC_CONNS */
-	int8_t cnt_hs;			/* SHM_SRC_TLS_HS/DTLS_HS it is counted in, or -1 */
-	uint32_t src_b[2];		/* [0] address, [1] prefix */
-	TAILQ_ENTRY(wk_tconn) uq;	/* w->unauth, oldest first, while cnt_conn */
-};
 TAILQ_HEAD(wk_tconn_q, wk_tconn);
 
 /* A listening socket inherited from the master (or added by LISTENER_ADD). */

@@ -566,6 +566,7 @@ static const struct wk_table_ops wk_table_hooks = {
 	.chan_drop = wk_offload_drop,
 	.chans_drop = wk_offload_drop_all,
 	.retired = wk_offload_sc_forget,
+	.carry = wk_tconn_carry,
 };
 
 static const struct wk_xport_up wk_xport_hooks = {
