@@ -559,13 +559,13 @@ static void fz_deliver(struct fz *f, uint8_t sel, uint8_t flags, const uint8_t *
 	 * grouped as in a UDP listener batch (struct wk_txg): a repeated datagram can join
 	 * the first one's group, sent before its buffer goes. */
 	exact = malloc(n ? n : 1);
-	w->txg.on = true;
+	w->batch_group = true;
 	for (int k = 0; exact && k < (flags & 0x80 ? 2 : 1); k++) {
 		memcpy(exact, buf, n);
 		fz_input(f, &ep, exact, n);
 	}
 	wk_txg_flush(w);
-	w->txg.on = false;
+	w->batch_group = false;
 	free(exact);
 	free(buf);
 	wheel_advance(&w->wheel, mono_ms(), w);

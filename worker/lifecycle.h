@@ -29,8 +29,10 @@ void wk_listener_close(struct worker *w, struct wk_listener *l);
 void wk_snap_use(struct worker *w, const struct snap *s);
 /* The worker's private tables (receive buffers, allocation hash sized from the table's
  * capacity), its fast path maps from the heritage, and the layers' hooks (w->table_ops,
- * w->up): w->h and w->shm set first. Freed with the worker. Returns 0 or -ENOMEM. */
+ * w->up): w->h and w->shm set first. Returns 0 or -ENOMEM; either way wk_tables_free frees
+ * what it allocated. */
 int wk_tables_init(struct worker *w);
+void wk_tables_free(struct worker *w);
 
 /* ---- adopt.c ---- */
 /* Re-adoption of a dead predecessor's records (same slot), see docs/architecture.md. */

@@ -12,9 +12,22 @@
 #include "worker/wk.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The user's key of an owned allocation, computed once it is needed. */
+int wk_pipeline_init(struct worker *w)
+{
+	w->pl = calloc(1, sizeof(*w->pl));
+	return w->pl ? 0 : -ENOMEM;
+}
+
+void wk_pipeline_free(struct worker *w)
+{
+	free(w->pl);
+	w->pl = NULL;
+}
+
 static uint64_t wk_relay_user_key(struct wk_alloc *a)
 {
 	if (a->user_key == 0)

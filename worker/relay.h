@@ -23,6 +23,10 @@
 #include "worker/wk.h"
 
 /* ---- relay.c ---- */
+/* The pipeline's own state (w->pl; relay_priv.h): 0 or -ENOMEM. Freed by wk_pipeline_free
+ * (NULL-safe). */
+int wk_pipeline_init(struct worker *w);
+void wk_pipeline_free(struct worker *w);
 /* Client -> peer: data of a's client to peer (Send indication, ChannelData): admitted on
  * a's side (a relay socket of peer's family, a UDP allocation), then delivered by the
  * short circuit when peer is a live allocation of this instance (counted as sent from a,
@@ -36,6 +40,8 @@ void wk_relay_out(struct worker *w, struct wk_alloc *a, const struct sockaddr *p
 /* Sends the pending client -> peer group and the pending short-circuited group to a
  * client, if any. */
 void wk_txg_flush(struct worker *w);
+/* The same when some of the pending client -> peer group are a's (the table's flush). */
+void wk_txg_flush_alloc(struct worker *w, struct wk_alloc *a);
 /* A UDP allocation's relay socket is readable: its batch goes through wk_relay_in. */
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents);
 

@@ -15,6 +15,68 @@
 #include "shm/shm_relay.h"
 #include "worker/relay.h"
 
+/* Client -> peer datagrams of one received UDP batch, grouped (relaysock.c): consecutive
+ * datagrams of one allocation to one peer make a run. The iovecs point into the batch's rx
+ * slots, so the run is sent before the next recvmmsg and before any STUN message is
+ * handled (which may refresh an allocation away). */
+struct wk_txg {
+	struct wk_alloc *a;
+	struct wk_relay *r;
+	uint32_t cl;			/* the peer's cluster, for its counters */
+	bool sib;			/* the peer is a sibling's relay address */
+	struct wk_gso_run run;
+};
+
+/* An IP of this instance's relays (a relay address or a mask), for the short circuit. */
+struct wk_sc_ip {
+	uint8_t family;
+	uint8_t addr[16];
+};
+#define WK_SC_MAX_IPS (3 * WK_MAX_LISTENERS)
+
+/* One of this instance's own sockets (self.c): an address (canonical, conf_addr_canon)
+ * or any local address, with a port range. relay: a relay range reached through the
+ * short circuit or a sibling's slice, never otherwise. */
+struct wk_self_sock {
+	uint8_t family;
+	bool any, relay;
+	uint16_t port_min, port_max;
+	uint8_t addr[16];
+};
+#define WK_SELF_MAX (3 * WK_MAX_LISTENERS + SNAP_HTTP_PORTS)
+#define WK_SELF_MAX_LOCAL 64
+
+struct wk_self {
+	struct wk_self_sock socks[WK_SELF_MAX];
+	unsigned n;
+	struct wk_sc_ip local[WK_SELF_MAX_LOCAL]; /* interface addresses, canonical */
+	unsigned n_local;
+	uint64_t local_ns;                        /* when read; 0: read at the next need */
+};
+
+/* A sibling instance's relay address and its slice of the relay ports (sibling.c). */
+struct wk_sib {
+	uint8_t family;
+	uint8_t addr[16];
+	uint16_t port_min, port_max;
+};
+#define WK_MAX_SIBS 256
+
+/* The pipeline's own state (wk_pipeline_init), held by w->pl: the batch's group toward
+ * peers, and the addresses the short circuit, the siblings and this instance's own sockets
+ * are told apart by, refreshed from each snapshot. */
+struct wk_pipeline {
+	struct wk_txg txg;
+	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
+	unsigned n_sc_ips;
+	struct wk_self self; /* this instance's own sockets, never a peer (self.c) */
+	struct wk_sc_ip masks[WK_MAX_LISTENERS]; /* distinct masks (sibling.c) */
+	unsigned n_masks; /* also: some listener masks (the inbound mapping's guard) */
+	struct wk_sib sibs[WK_MAX_SIBS]; /* the snapshot's sibling addresses (sibling.c) */
+	unsigned n_sibs;
+	uint8_t sc_buf[WK_HEADROOM + WK_DGRAM_MAX]; /* a short-circuited datagram */
+};
+
 /* An allocation as the pipeline sees it: its listener here and its record, with its
  * private half (own) when this worker owns it. The receiver of a short-circuited datagram
  * may be another worker's UDP client, known by its record only (shm_relay_target_read). */

@@ -176,7 +176,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		struct sockaddr_storage ann;
 
 		/* From another allocation of ours or a sibling's: its announced address. */
-		rx.relayed = w->n_masks && wk_sc_announced_from(w, a->l, peer, &ann);
+		rx.relayed = w->pl->n_masks && wk_sc_announced_from(w, a->l, peer, &ann);
 		if (rx.relayed)
 			peer = (struct sockaddr *)&ann;
 		wk_relay_received(w, len);
@@ -211,7 +211,7 @@ static void wk_peer_send_one(struct worker *w, struct wk_alloc *a, const struct 
 
 void wk_txg_flush(struct worker *w)
 {
-	struct wk_txg *g = &w->txg;
+	struct wk_txg *g = &w->pl->txg;
 	struct wk_gso_run *run = &g->run;
 	unsigned n = run->n;
 
@@ -227,12 +227,18 @@ void wk_txg_flush(struct worker *w)
 				 run->iov[i].iov_base, run->iov[i].iov_len, g->sib);
 }
 
+void wk_txg_flush_alloc(struct worker *w, struct wk_alloc *a)
+{
+	if (w->pl->txg.run.n && w->pl->txg.a == a)
+		wk_txg_flush(w);
+}
+
 void wk_peer_send(struct worker *w, struct wk_alloc *a, struct wk_relay *r,
 		  const struct sockaddr *peer, uint32_t cl, const uint8_t *data, size_t len,
 		  bool sib)
 {
-	struct wk_txg *g = &w->txg;
-	bool groupable = g->on && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
+	struct wk_txg *g = &w->pl->txg;
+	bool groupable = w->batch_group && !r->gso_off && len > 0 && len <= WK_GSO_SEG_MAX;
 
 	if (g->run.n &&
 	    !(groupable && g->r == r && g->sib == sib && wk_run_takes(&g->run, peer, len)))

@@ -33,11 +33,11 @@ static void wk_self_add(struct worker *w, const struct sockaddr *sa, bool any, u
 	int fam = AF_INET;
 	uint8_t a[16] = { 0 };
 
-	if (w->self.n >= WK_SELF_MAX || lo == 0 || lo > hi)
+	if (w->pl->self.n >= WK_SELF_MAX || lo == 0 || lo > hi)
 		return;
 	if (sa != NULL && conf_addr_canon(sa, &fam, a) != 0)
 		return;
-	e = &w->self.socks[w->self.n++];
+	e = &w->pl->self.socks[w->pl->self.n++];
 	e->family = (uint8_t)fam;
 	memcpy(e->addr, a, 16);
 	e->any = any || sa == NULL;
@@ -102,15 +102,15 @@ void wk_self_refresh(struct worker *w)
 	uint16_t http[SNAP_HTTP_PORTS];
 	size_t n;
 
-	w->self.n = 0;
-	w->self.local_ns = 0; /* addresses may have come with the listeners: read again */
+	w->pl->self.n = 0;
+	w->pl->self.local_ns = 0; /* addresses may have come with the listeners: read again */
 	for (size_t i = 0; i < w->n_ls; i++)
 		if (w->ls[i]->active && w->ls[i]->snap_ok)
 			wk_self_listener(w, w->ls[i]);
 	n = w->snap != NULL ? snap_http_ports(w->snap, http) : 0;
 	for (size_t i = 0; i < n; i++)
 		wk_self_add(w, NULL, true, http[i], http[i], false);
-	if (w->self.n == WK_SELF_MAX)
+	if (w->pl->self.n == WK_SELF_MAX)
 		log_warn("worker", "%u own sockets listed for the self-exclusion: the rest "
 			 "left to the routes", WK_SELF_MAX);
 }
@@ -119,13 +119,13 @@ static void wk_self_local_read(struct worker *w, uint64_t now_ns)
 {
 	struct ifaddrs *ifa = NULL;
 
-	w->self.n_local = 0;
-	w->self.local_ns = now_ns;
+	w->pl->self.n_local = 0;
+	w->pl->self.local_ns = now_ns;
 	if (getifaddrs(&ifa) < 0)
 		return;
-	for (struct ifaddrs *i = ifa; i != NULL && w->self.n_local < WK_SELF_MAX_LOCAL;
+	for (struct ifaddrs *i = ifa; i != NULL && w->pl->self.n_local < WK_SELF_MAX_LOCAL;
 	     i = i->ifa_next) {
-		struct wk_sc_ip *ip = &w->self.local[w->self.n_local];
+		struct wk_sc_ip *ip = &w->pl->self.local[w->pl->self.n_local];
 		int fam;
 
 		if (i->ifa_addr == NULL ||
@@ -133,7 +133,7 @@ static void wk_self_local_read(struct worker *w, uint64_t now_ns)
 		    conf_addr_canon(i->ifa_addr, &fam, ip->addr) != 0)
 			continue;
 		ip->family = (uint8_t)fam;
-		w->self.n_local++;
+		w->pl->self.n_local++;
 	}
 	freeifaddrs(ifa);
 }
@@ -149,11 +149,11 @@ static bool wk_self_local(struct worker *w, int fam, const uint8_t a[16])
 	if (fam == AF_INET6 && (wk_self_unspecified(fam, a) ||
 				IN6_IS_ADDR_LOOPBACK((const struct in6_addr *)a)))
 		return true;
-	if (w->self.local_ns == 0 || now - w->self.local_ns > WK_SELF_LOCAL_NS)
+	if (w->pl->self.local_ns == 0 || now - w->pl->self.local_ns > WK_SELF_LOCAL_NS)
 		wk_self_local_read(w, now);
-	for (unsigned i = 0; i < w->self.n_local; i++)
-		if (w->self.local[i].family == fam &&
-		    memcmp(w->self.local[i].addr, a, fam == AF_INET ? 4 : 16) == 0)
+	for (unsigned i = 0; i < w->pl->self.n_local; i++)
+		if (w->pl->self.local[i].family == fam &&
+		    memcmp(w->pl->self.local[i].addr, a, fam == AF_INET ? 4 : 16) == 0)
 			return true;
 	return false;
 }
@@ -175,13 +175,14 @@ bool wk_self_refused(struct worker *w, const struct sockaddr *peer)
 	uint8_t a[16];
 	int fam;
 	bool canon = false;
+	const struct wk_self *self = &w->pl->self;
 
 	if (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)
 		return false;
 	port = ntohs(peer->sa_family == AF_INET ? ((const struct sockaddr_in *)peer)->sin_port
 						: ((const struct sockaddr_in6 *)peer)->sin6_port);
-	for (unsigned i = 0; i < w->self.n; i++) {
-		const struct wk_self_sock *e = &w->self.socks[i];
+	for (unsigned i = 0; i < self->n; i++) {
+		const struct wk_self_sock *e = &self->socks[i];
 
 		if (port < e->port_min || port > e->port_max)
 			continue;

@@ -41,16 +41,16 @@ static void wk_sc_ip_add(struct worker *w, const struct sockaddr_storage *ss)
 	if (ss->ss_family != AF_INET && ss->ss_family != AF_INET6)
 		return;
 	wk_sc_ip_of(ss, &ip);
-	for (unsigned i = 0; i < w->n_sc_ips; i++)
-		if (w->sc_ips[i].family == ip.family && memcmp(w->sc_ips[i].addr, ip.addr, 16) == 0)
+	for (unsigned i = 0; i < w->pl->n_sc_ips; i++)
+		if (w->pl->sc_ips[i].family == ip.family && memcmp(w->pl->sc_ips[i].addr, ip.addr, 16) == 0)
 			return;
-	if (w->n_sc_ips < WK_SC_MAX_IPS)
-		w->sc_ips[w->n_sc_ips++] = ip;
+	if (w->pl->n_sc_ips < WK_SC_MAX_IPS)
+		w->pl->sc_ips[w->pl->n_sc_ips++] = ip;
 }
 
 void wk_sc_refresh(struct worker *w)
 {
-	w->n_sc_ips = 0;
+	w->pl->n_sc_ips = 0;
 	for (size_t i = 0; i < w->n_ls; i++) {
 		struct wk_listener *l = w->ls[i];
 
@@ -67,8 +67,8 @@ bool wk_sc_own_ip(const struct worker *w, const struct sockaddr *peer)
 	struct shm_addr a;
 
 	wk_addr_to_shm(peer, &a);
-	for (unsigned i = 0; i < w->n_sc_ips; i++)
-		if (w->sc_ips[i].family == a.family && memcmp(w->sc_ips[i].addr, a.addr, 16) == 0)
+	for (unsigned i = 0; i < w->pl->n_sc_ips; i++)
+		if (w->pl->sc_ips[i].family == a.family && memcmp(w->pl->sc_ips[i].addr, a.addr, 16) == 0)
 			return true;
 	return false;
 }
@@ -148,7 +148,7 @@ void wk_sc_receive(struct worker *w, const struct wk_sc_hit *h, const uint8_t *d
 
 	wk_relay_received(w, len);
 	wk_sc_rx(h, &rx);
-	wk_relay_in(w, &rx, (const struct sockaddr *)&h->from_sa, data, w->sc_buf + WK_HEADROOM,
+	wk_relay_in(w, &rx, (const struct sockaddr *)&h->from_sa, data, w->pl->sc_buf + WK_HEADROOM,
 		    len, now_ns, NULL);
 }
 
@@ -207,7 +207,7 @@ bool wk_sc_announced_from(struct worker *w, const struct wk_listener *l,
 	struct shm_addr f;
 	unsigned n;
 
-	if (!w->n_masks)
+	if (!w->pl->n_masks)
 		return false;
 	if (!wk_sc_own_ip(w, from))
 		return wk_sib_from(w, l, from, out);

@@ -25,19 +25,19 @@ void wk_sib_refresh(struct worker *w)
 {
 	uint32_t n = snap_sibling_count(w->snap);
 
-	w->n_sibs = 0;
-	w->n_masks = 0;
-	for (uint32_t i = 0; i < n && w->n_sibs < WK_MAX_SIBS; i++) {
+	w->pl->n_sibs = 0;
+	w->pl->n_masks = 0;
+	for (uint32_t i = 0; i < n && w->pl->n_sibs < WK_MAX_SIBS; i++) {
 		struct snap_sibling s;
 		struct shm_addr a;
 
 		if (snap_sibling_get(w->snap, i, &s) < 0)
 			continue;
 		wk_addr_to_shm((const struct sockaddr *)&s.addr, &a);
-		w->sibs[w->n_sibs++] = (struct wk_sib){ .family = a.family,
+		w->pl->sibs[w->pl->n_sibs++] = (struct wk_sib){ .family = a.family,
 							.port_min = s.relay_port_min,
 							.port_max = s.relay_port_max };
-		memcpy(w->sibs[w->n_sibs - 1].addr, a.addr, 16);
+		memcpy(w->pl->sibs[w->pl->n_sibs - 1].addr, a.addr, 16);
 	}
 	if (n > WK_MAX_SIBS)
 		log_warn("worker", "%u sibling addresses, the first %u used", n, WK_MAX_SIBS);
@@ -49,19 +49,19 @@ void wk_sib_refresh(struct worker *w)
 		if (!l->active || !l->snap_ok || l->mask_addr.ss_family == 0)
 			continue;
 		wk_addr_to_shm((const struct sockaddr *)&l->mask_addr, &m);
-		for (unsigned j = 0; j < w->n_masks; j++)
-			dup |= wk_sib_ip_eq(w->masks[j].family, w->masks[j].addr, &m);
-		if (!dup && w->n_masks < WK_MAX_LISTENERS) {
-			w->masks[w->n_masks].family = m.family;
-			memcpy(w->masks[w->n_masks++].addr, m.addr, 16);
+		for (unsigned j = 0; j < w->pl->n_masks; j++)
+			dup |= wk_sib_ip_eq(w->pl->masks[j].family, w->pl->masks[j].addr, &m);
+		if (!dup && w->pl->n_masks < WK_MAX_LISTENERS) {
+			w->pl->masks[w->pl->n_masks].family = m.family;
+			memcpy(w->pl->masks[w->pl->n_masks++].addr, m.addr, 16);
 		}
 	}
 }
 
 bool wk_sib_is_mask(const struct worker *w, const struct shm_addr *a)
 {
-	for (unsigned i = 0; i < w->n_masks; i++)
-		if (wk_sib_ip_eq(w->masks[i].family, w->masks[i].addr, a))
+	for (unsigned i = 0; i < w->pl->n_masks; i++)
+		if (wk_sib_ip_eq(w->pl->masks[i].family, w->pl->masks[i].addr, a))
 			return true;
 	return false;
 }
@@ -86,9 +86,9 @@ static bool wk_sib_holds(const struct wk_sib *s, uint16_t port)
 /* The first sibling address of the family whose slice holds port, or NULL. */
 static const struct wk_sib *wk_sib_of_port(const struct worker *w, uint8_t family, uint16_t port)
 {
-	for (unsigned i = 0; i < w->n_sibs; i++)
-		if (w->sibs[i].family == family && wk_sib_holds(&w->sibs[i], port))
-			return &w->sibs[i];
+	for (unsigned i = 0; i < w->pl->n_sibs; i++)
+		if (w->pl->sibs[i].family == family && wk_sib_holds(&w->pl->sibs[i], port))
+			return &w->pl->sibs[i];
 	return NULL;
 }
 
@@ -96,7 +96,7 @@ bool wk_sib_refused(const struct worker *w, const struct sockaddr *peer)
 {
 	struct shm_addr a;
 
-	if (w->n_masks == 0)
+	if (w->pl->n_masks == 0)
 		return false;
 	wk_addr_to_shm(peer, &a);
 	return wk_sib_is_mask(w, &a) && !wk_sib_own_port(w, a.port) &&
@@ -109,7 +109,7 @@ bool wk_sib_target(const struct worker *w, const struct sockaddr *peer,
 	const struct wk_sib *s;
 	struct shm_addr p;
 
-	if (w->n_sibs == 0)
+	if (w->pl->n_sibs == 0)
 		return false;
 	wk_addr_to_shm(peer, &p);
 	if (!wk_sib_is_mask(w, &p) || (s = wk_sib_of_port(w, p.family, p.port)) == NULL)
@@ -122,12 +122,12 @@ bool wk_sib_addr(const struct worker *w, const struct sockaddr *peer)
 {
 	struct shm_addr a;
 
-	if (w->n_sibs == 0)
+	if (w->pl->n_sibs == 0)
 		return false;
 	wk_addr_to_shm(peer, &a);
-	for (unsigned i = 0; i < w->n_sibs; i++)
-		if (wk_sib_ip_eq(w->sibs[i].family, w->sibs[i].addr, &a) &&
-		    wk_sib_holds(&w->sibs[i], a.port))
+	for (unsigned i = 0; i < w->pl->n_sibs; i++)
+		if (wk_sib_ip_eq(w->pl->sibs[i].family, w->pl->sibs[i].addr, &a) &&
+		    wk_sib_holds(&w->pl->sibs[i], a.port))
 			return true;
 	return false;
 }

@@ -167,8 +167,8 @@ static void wk_alloc_unhash(struct wk_alloc *a)
  * as it is. */
 static void wk_alloc_unlink(struct worker *w, struct wk_alloc *a)
 {
-	if (w->table_ops && w->txg.run.n && w->txg.a == a)
-		w->table_ops->flush(w);	/* grouped datagrams leave before their socket closes */
+	if (w->table_ops)
+		w->table_ops->flush(w, a); /* grouped datagrams leave before their socket closes */
 	if (w->table_ops)
 		w->table_ops->conns_end(w, a);
 	for (int i = 0; i < 2; i++) {

@@ -75,9 +75,9 @@ struct wk_table_ops {
 	 * turn.h: wk_tcpr_accept_cb). */
 	void (*relay_rx)(struct ev_loop *loop, ev_io *io, int revents);
 	void (*relay_accept)(struct ev_loop *loop, ev_io *io, int revents);
-	/* The batch's grouped client -> peer datagrams, some of them a's, leave now: a's relay
-	 * sockets are about to close (wk_txg_flush). */
-	void (*flush)(struct worker *w);
+	/* a's relay sockets are about to close: the batch's grouped client -> peer datagrams
+	 * leave now if some are a's (wk_txg_flush_alloc). */
+	void (*flush)(struct worker *w, struct wk_alloc *a);
 	/* a ends or is forgotten: its RFC 6062 peer connections close (wk_tcpr_alloc_end). */
 	void (*conns_end)(struct worker *w, struct wk_alloc *a);
 	/* The kernel fast path's entries of a (relay.h: wk_offload_*): a's channels or their

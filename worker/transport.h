@@ -67,6 +67,27 @@ struct wk_tconn {
 	uint32_t src_b[2];		/* [0] address, [1] prefix */
 	TAILQ_ENTRY(wk_tconn) uq;	/* w->unauth, oldest first, while cnt_conn */
 };
+/* A run of datagrams to one address with one size (the last may be shorter), sent as one
+ * sendmsg with UDP_SEGMENT instead of one sendto each (udp.c, relaysock.c). */
+struct wk_gso_run {
+	struct sockaddr_storage to;
+	socklen_t to_len;
+	size_t seg, total;
+	unsigned n;
+	bool closed;			/* the last datagram was shorter: nothing more joins */
+	struct iovec iov[WK_BATCH];
+};
+
+/* Short-circuited datagrams to UDP clients of one batch, grouped (udp.c, shortcut.c): as
+ * wk_txg, consecutive messages to one client through one listener socket make a run. The
+ * messages are copied into the group's own slots (they are framed in a scratch buffer), so
+ * only the order matters: the run leaves wherever wk_txg's does (wk_txg_flush sends both). */
+struct wk_ctg {
+	struct wk_listener *l;
+	struct wk_gso_run run;
+	uint8_t slot[WK_BATCH][WK_GSO_SEG_MAX];
+};
+
 /* What the transports hand up (Knot's transports over one handler core): registered once
  * by the worker (wk_tables_init, worker.c) in w->up, so that no transport calls a layer
  * above it by name. */
@@ -83,28 +104,6 @@ struct wk_xport_up {
 	void (*bound)(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t *pre,
 		      size_t pre_len, const uint8_t *out, size_t out_len);
 	void (*bind_failed)(struct worker *w, struct wk_tpeer *tp);
-};
-
-/* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
- * 6062 peer connection and its client data connection; a TLS bridge). */
-struct wk_pipe_ops {
-	/* n bytes were read from (write: written to) side. May be NULL. */
-	void (*moved)(struct wk_pipe *p, int side, bool write, size_t n);
-	/* The pipe is over: both directions ended (reset false), or a side failed (reset
-	 * true: the caller closes both with a RST). Must close the pipe (wk_pipe_close) and
-	 * may free what holds it: p is not touched after. */
-	void (*done)(struct wk_pipe *p, bool reset);
-};
-
-struct wk_pipe {
-	struct worker *w;		/* NULL until wk_pipe_init */
-	const struct wk_pipe_ops *ops;
-	int fd[2];
-	SSL *ssl[2];			/* TLS side: read and written through it; owned */
-	ev_io rio[2], wio[2];
-	bool eof[2], shut[2];		/* eof[i]: side i ended; shut[j]: side j shut down */
-	size_t len[2], off[2], cap;	/* buf[i]: read from side i, for side 1 - i */
-	uint8_t *buf[2];
 };
 
 /* The DTLS BIO's state: where datagrams go, and the one received datagram to hand out. */
@@ -172,6 +171,28 @@ bool wk_run_send(struct wk_gso_run *g, int fd, bool *gso_off);
 /* Sends the pending short-circuited group to a UDP client, if any. */
 void wk_ctg_flush(struct worker *w);
 
+/* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
+ * 6062 peer connection and its client data connection; a TLS bridge). */
+struct wk_pipe_ops {
+	/* n bytes were read from (write: written to) side. May be NULL. */
+	void (*moved)(struct wk_pipe *p, int side, bool write, size_t n);
+	/* The pipe is over: both directions ended (reset false), or a side failed (reset
+	 * true: the caller closes both with a RST). Must close the pipe (wk_pipe_close) and
+	 * may free what holds it: p is not touched after. */
+	void (*done)(struct wk_pipe *p, bool reset);
+};
+
+struct wk_pipe {
+	struct worker *w;		/* NULL until wk_pipe_init */
+	const struct wk_pipe_ops *ops;
+	int fd[2];
+	SSL *ssl[2];			/* TLS side: read and written through it; owned */
+	ev_io rio[2], wio[2];
+	bool eof[2], shut[2];		/* eof[i]: side i ended; shut[j]: side j shut down */
+	size_t len[2], off[2], cap;	/* buf[i]: read from side i, for side 1 - i */
+	uint8_t *buf[2];
+};
+
 /* ---- tcp.c ---- */
 int wk_tcp_start(struct worker *w, struct wk_listener *l);
 /* c carries a from now (a NULL: no more): the table's hook (table.h: carry). */
@@ -238,15 +259,6 @@ void wk_pipe_close(struct wk_pipe *p, bool abort_conn);
 int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t out_len);
 void wk_tlsb_close_all(struct worker *w);
 
-/* ---- client.c ---- */
-/* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
- * connection; UDP: wk_udp_send). */
-void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
-/* Counts n messages of bytes in all that reached the client side of listener l (sent, or
- * queued on a stream): globally and, while l is in the snapshot, per listener. The only
- * place that counts client output; called after the send succeeded. */
-void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
-
 /* ---- fdstore.c (systemd's file descriptor store, common/fdname.h) ---- */
 /* Puts c, which carries a published allocation, in the unit's fd store through the master
  * (when it keeps one: w->h->fdstore). Plain TURN-TCP only: a TLS connection cannot be
@@ -275,6 +287,15 @@ bool wk_fdstore_resync(struct worker *w, struct wk_tconn *c);
  * record rec: a name left in the store by an older table must not give one client's
  * socket to another's allocation. */
 bool wk_fdstore_owns(int fd, bool client, const struct shm_alloc *rec);
+
+/* ---- client.c ---- */
+/* Sends a response/indication/ChannelData to the client behind ep (stream: queued on its
+ * connection; UDP: wk_udp_send). */
+void wk_send_client(struct worker *w, const struct wk_ep *ep, const uint8_t *buf, size_t len);
+/* Counts n messages of bytes in all that reached the client side of listener l (sent, or
+ * queued on a stream): globally and, while l is in the snapshot, per listener. The only
+ * place that counts client output; called after the send succeeded. */
+void wk_client_sent(struct worker *w, const struct wk_listener *l, unsigned n, size_t bytes);
 
 /* ---- budget.c (per-source budgets, docs/security.md) ---- */
 /* The budgets' buckets of sa: [0] its address, [1] its prefix (/24, /64). */

@@ -48,7 +48,7 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 	/* Bounded: a few batches per wakeup, then let other sockets run. Client -> peer
 	 * datagrams of a plain UDP batch may be grouped; DTLS plaintext lives in one scratch
 	 * buffer per datagram, so it goes at once. */
-	w->txg.on = !l->secure;
+	w->batch_group = !l->secure;
 	for (int round = 0; round < 8; round++) {
 		n = wk_recv_batch(w, l->fd, WK_DGRAM_MAX, msgs, iov, from);
 		if (n <= 0)
@@ -75,7 +75,7 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 		if (n < WK_BATCH)
 			break;
 	}
-	w->txg.on = false;
+	w->batch_group = false;
 }
 
 static void wk_udp_dgram(struct worker *w, struct wk_listener *l, const struct sockaddr *from,
@@ -180,7 +180,7 @@ bool wk_run_send(struct wk_gso_run *g, int fd, bool *gso_off)
 
 void wk_ctg_flush(struct worker *w)
 {
-	struct wk_ctg *g = &w->ctg;
+	struct wk_ctg *g = w->ctg;
 	struct wk_gso_run *run = &g->run;
 	unsigned n = run->n;
 
@@ -198,8 +198,8 @@ void wk_ctg_flush(struct worker *w)
 void wk_ctg_send(struct worker *w, struct wk_listener *l, const struct sockaddr *to,
 		 socklen_t to_len, const uint8_t *buf, size_t len)
 {
-	struct wk_ctg *g = &w->ctg;
-	bool groupable = w->txg.on && !l->secure && !l->gso_off && len > 0 &&
+	struct wk_ctg *g = w->ctg;
+	bool groupable = w->batch_group && !l->secure && !l->gso_off && len > 0 &&
 			 len <= WK_GSO_SEG_MAX;
 
 	if (g->run.n && !(groupable && g->l == l && wk_run_takes(&g->run, to, len)))

@@ -81,6 +81,8 @@ struct wk_xport_up;
 struct wk_tconn;
 struct wk_tpeer;
 struct wk_tlsb;
+struct wk_pipeline;
+struct wk_ctg;
 struct wk_alloc;
 
 TAILQ_HEAD(wk_tconn_q, wk_tconn);
@@ -161,75 +163,6 @@ struct wk_ep {
 	socklen_t via_len;
 };
 
-/* A run of datagrams to one address with one size (the last may be shorter), sent as one
- * sendmsg with UDP_SEGMENT instead of one sendto each (udp.c, relaysock.c). */
-struct wk_gso_run {
-	struct sockaddr_storage to;
-	socklen_t to_len;
-	size_t seg, total;
-	unsigned n;
-	bool closed;			/* the last datagram was shorter: nothing more joins */
-	struct iovec iov[WK_BATCH];
-};
-
-/* Client -> peer datagrams of one received UDP batch, grouped (relaysock.c): consecutive
- * datagrams of one allocation to one peer make a run. The iovecs point into the batch's rx
- * slots, so the run is sent before the next recvmmsg and before any STUN message is
- * handled (which may refresh an allocation away). */
-struct wk_txg {
-	bool on;			/* grouping allowed: inside a plain UDP listener batch */
-	struct wk_alloc *a;
-	struct wk_relay *r;
-	uint32_t cl;			/* the peer's cluster, for its counters */
-	bool sib;			/* the peer is a sibling's relay address */
-	struct wk_gso_run run;
-};
-
-/* Short-circuited datagrams to UDP clients of one batch, grouped (udp.c, shortcut.c): as
- * wk_txg, consecutive messages to one client through one listener socket make a run. The
- * messages are copied into the group's own slots (they are framed in a scratch buffer), so
- * only the order matters: the run leaves wherever wk_txg's does (wk_txg_flush sends both). */
-struct wk_ctg {
-	struct wk_listener *l;
-	struct wk_gso_run run;
-	uint8_t slot[WK_BATCH][WK_GSO_SEG_MAX];
-};
-
-/* An IP of this instance's relays (a relay address or a mask), for the short circuit. */
-struct wk_sc_ip {
-	uint8_t family;
-	uint8_t addr[16];
-};
-#define WK_SC_MAX_IPS (3 * WK_MAX_LISTENERS)
-
-/* One of this instance's own sockets (self.c): an address (canonical, conf_addr_canon)
- * or any local address, with a port range. relay: a relay range reached through the
- * short circuit or a sibling's slice, never otherwise. */
-struct wk_self_sock {
-	uint8_t family;
-	bool any, relay;
-	uint16_t port_min, port_max;
-	uint8_t addr[16];
-};
-#define WK_SELF_MAX (3 * WK_MAX_LISTENERS + SNAP_HTTP_PORTS)
-#define WK_SELF_MAX_LOCAL 64
-
-struct wk_self {
-	struct wk_self_sock socks[WK_SELF_MAX];
-	unsigned n;
-	struct wk_sc_ip local[WK_SELF_MAX_LOCAL]; /* interface addresses, canonical */
-	unsigned n_local;
-	uint64_t local_ns;                        /* when read; 0: read at the next need */
-};
-
-/* A sibling instance's relay address and its slice of the relay ports (sibling.c). */
-struct wk_sib {
-	uint8_t family;
-	uint8_t addr[16];
-	uint16_t port_min, port_max;
-};
-#define WK_MAX_SIBS 256
-
 struct worker {
 	uint32_t magic;
 	const struct worker_heritage *h;
@@ -298,14 +231,6 @@ struct worker {
 	struct wk_alloc_list allocs;
 	size_t n_allocs;
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
-	struct wk_sc_ip sc_ips[WK_SC_MAX_IPS]; /* distinct relay IPs and masks (shortcut.c) */
-	unsigned n_sc_ips;
-	struct wk_self self; /* this instance's own sockets, never a peer (self.c) */
-	struct wk_sc_ip masks[WK_MAX_LISTENERS]; /* distinct masks (sibling.c) */
-	unsigned n_masks; /* also: some listener masks (the inbound mapping's guard) */
-	struct wk_sib sibs[WK_MAX_SIBS]; /* the snapshot's sibling addresses (sibling.c) */
-	unsigned n_sibs;
-	uint8_t *sc_buf; /* WK_HEADROOM + WK_DGRAM_MAX: a short-circuited datagram */
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
 	unsigned n_tconnecting;		/* Connects in progress */
@@ -322,8 +247,10 @@ struct worker {
 	struct wk_tconn **dhash;	/* DTLS associations by (listener, client), WK_HASH_BUCKETS */
 	uint8_t *plain;			/* DTLS plaintext scratch, WK_DGRAM_MAX bytes */
 	uint64_t batch_ns;		/* mono_ns() of the datagram batch being handled, 0 outside */
-	struct wk_txg txg;
-	struct wk_ctg ctg;
+	bool batch_group;		/* inside a plain UDP listener's batch: datagrams may be
+					 * grouped (relay_priv.h: wk_txg, transport.h: wk_ctg) */
+	struct wk_pipeline *pl;		/* the relay pipeline's own state (relay_priv.h) */
+	struct wk_ctg *ctg;		/* short-circuited datagrams to UDP clients (udp.c) */
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];

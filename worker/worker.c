@@ -544,10 +544,7 @@ static void wk_teardown(struct worker *w)
 	for (size_t i = 0; i < w->n_ls; i++)
 		free(w->ls[i]);
 	shm_qsbr_offline(w->shm, w->slot);
-	free(w->rx);
-	free(w->hash);
-	free(w->by_idx);
-	free(w->sc_buf);
+	wk_tables_free(w);
 	wk_dl_free(w);
 	free(w->dhash);
 	free(w->plain);
@@ -560,7 +557,7 @@ static void wk_teardown(struct worker *w)
 static const struct wk_table_ops wk_table_hooks = {
 	.relay_rx = wk_relay_cb,
 	.relay_accept = wk_tcpr_accept_cb,
-	.flush = wk_txg_flush,
+	.flush = wk_txg_flush_alloc,
 	.conns_end = wk_tcpr_alloc_end,
 	.chans_sync = wk_offload_sync,
 	.chan_drop = wk_offload_drop,
@@ -598,8 +595,20 @@ int wk_tables_init(struct worker *w)
 	w->hash = calloc((size_t)w->hash_mask + 1, sizeof(*w->hash)); /* empty LIST heads */
 	w->tphash = calloc(WK_TCPR_HASH, sizeof(*w->tphash));
 	w->by_idx = calloc(shm_alloc_capacity(w->shm) + 1, sizeof(*w->by_idx));
-	w->sc_buf = malloc(WK_HEADROOM + WK_DGRAM_MAX);
-	return w->rx && w->hash && w->tphash && w->by_idx && w->sc_buf ? 0 : -ENOMEM;
+	w->ctg = calloc(1, sizeof(*w->ctg));
+	if (!w->rx || !w->hash || !w->tphash || !w->by_idx || !w->ctg)
+		return -ENOMEM;
+	return wk_pipeline_init(w);
+}
+
+void wk_tables_free(struct worker *w)
+{
+	free(w->rx);
+	free(w->hash);
+	free(w->tphash);
+	free(w->by_idx);
+	free(w->ctg);
+	wk_pipeline_free(w);
 }
 
 int worker_run(const struct worker_heritage *h)
@@ -621,11 +630,7 @@ int worker_run(const struct worker_heritage *h)
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
 	if (!w->ctr || wk_tables_init(w) < 0 || !w->loop || wk_tls_init(w) < 0 || wk_dtls_meth_init(w) < 0) {
 		log_error("worker", "slot %u: setup failed", h->slot);
-		free(w->rx);
-		free(w->hash);
-		free(w->tphash);
-		free(w->by_idx);
-		free(w->sc_buf);
+		wk_tables_free(w);
 		if (w->loop)
 			ev_loop_destroy(w->loop);
 		free(w);

@@ -82,11 +82,7 @@ static int fix_teardown(void **state)
 		struct worker *w = f->w[s];
 
 		ev_loop_destroy(w->loop);
-		free(w->rx);
-		free(w->hash);
-		free(w->tphash);
-		free(w->by_idx);
-		free(w->sc_buf);
+		wk_tables_free(w);
 		free(w);
 		close(f->rx[s]);
 		close(f->tx[s]);

@@ -173,11 +173,7 @@ static int teardown(void **state)
 	free(f->l);
 	close(f->cli_fd);
 	close(f->peer_fd);
-	free(w->rx);
-	free(w->hash);
-	free(w->tphash);
-	free(w->by_idx);
-	free(w->sc_buf);
+	wk_tables_free(w);
 	ev_loop_destroy(w->loop);
 	test_free(w);
 	shm_destroy(f->shm);
