@@ -5,6 +5,7 @@
  * table does the same for the worker's oldest: accepting never stops for an attacker. */
 #include "config.h"
 
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

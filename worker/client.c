@@ -2,6 +2,7 @@
  * the client behind an endpoint, and the one counter of what reached it. */
 #include "config.h"
 
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

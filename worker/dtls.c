@@ -6,6 +6,7 @@
  * and in time (wk_tconn deadlines). */
 #include "config.h"
 
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

@@ -8,6 +8,7 @@
  * closes, or the store would keep it open after we are done with it. */
 #include "config.h"
 
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

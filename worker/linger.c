@@ -22,6 +22,7 @@
 #include "config.h"
 
 #include "worker/lifecycle.h"
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

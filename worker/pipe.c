@@ -7,6 +7,7 @@
  * A side with an SSL object is read and written through it. */
 #include "config.h"
 
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

@@ -3,6 +3,7 @@
  * with DTLS associations). An allocation made over a connection ends with it. */
 #include "config.h"
 
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 

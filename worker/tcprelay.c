@@ -6,6 +6,7 @@
 
 #include "worker/turn.h"
 #include "worker/relay.h"
+#include "worker/stream.h"
 #include "worker/wk.h"
 
 #include <errno.h>

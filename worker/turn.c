@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "worker/relay.h"
+#include "worker/stream.h"
 #include "worker/unauth.h"
 #include "worker/turn.h"
 #include "worker/wk.h"

@@ -6,6 +6,7 @@
 #include "worker/unauth.h"
 #include "worker/lifecycle.h"
 #include "worker/relay.h"
+#include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
