@@ -25,6 +25,17 @@
 
 struct park_hdr;		/* common/park.h */
 
+/* TCP relaying (RFC 6062, worker/tcprelay.c), bounded by the snapshot's limits (struct
+ * wk_hot): a Connect must complete within tcp_connect_timeout seconds (else 447); a
+ * connected peer must be bound by a ConnectionBind within WK_TCPR_BIND_TIMEOUT_S (RFC 6062
+ * 5.3: 30 s) or it is closed. An allocation holds at most tcp_connections peer
+ * connections and a worker runs at most tcp_pending_connects connects at once (508 beyond
+ * either). Each direction of a bound connection buffers at most tcp_buffer bytes (fixed
+ * for the connection when it starts): a full buffer stops reading the side that fills it
+ * until the other side drains it. */
+#define WK_TCPR_BIND_TIMEOUT_S 30.0
+#define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
+
 /* ---- auth.c ---- */
 enum wk_auth_result {
 	WK_AUTH_OK = 0,

@@ -65,16 +65,6 @@
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
-/* TCP relaying (RFC 6062, worker/tcprelay.c), bounded by the snapshot's limits (struct
- * wk_hot): a Connect must complete within tcp_connect_timeout seconds (else 447); a
- * connected peer must be bound by a ConnectionBind within WK_TCPR_BIND_TIMEOUT_S (RFC 6062
- * 5.3: 30 s) or it is closed. An allocation holds at most tcp_connections peer
- * connections and a worker runs at most tcp_pending_connects connects at once (508 beyond
- * either). Each direction of a bound connection buffers at most tcp_buffer bytes (fixed
- * for the connection when it starts): a full buffer stops reading the side that fills it
- * until the other side drains it. */
-#define WK_TCPR_BIND_TIMEOUT_S 30.0
-#define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
 struct worker;
 struct wk_table_ops;
 struct wk_xport_up;
@@ -143,7 +133,7 @@ struct wk_hot {
 	uint32_t nonce_lifetime, user_quota, total_quota;
 	uint32_t auth_fail_prefix, auth_fail_user; /* per minute, 0 = off (worker/authfail.h) */
 	struct shm_bw_limits bw;	/* listener_bps 0: each listener's own max_bps */
-	uint32_t tcp_conns, tcp_pending, tcp_buf; /* RFC 6062 limits (above) */
+	uint32_t tcp_conns, tcp_pending, tcp_buf; /* RFC 6062 limits (turn.h) */
 	double tcp_connect_timeout;               /* seconds */
 	uint32_t src_lim[SHM_SRC_KINDS][2];        /* per address [0], per prefix [1]; 0 off */
 	double preauth_timeout;                   /* seconds */
@@ -231,7 +221,7 @@ struct worker {
 	struct wk_alloc_list allocs;
 	size_t n_allocs;
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
-	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH */
+	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH (turn.h) */
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
 	unsigned n_tconnecting;		/* Connects in progress */
 	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */

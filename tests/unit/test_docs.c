@@ -29,6 +29,7 @@
 #include "shm/shm_records.h"
 #include "master/webhook.h"
 #include "stun/stun_frame.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 struct rule {
