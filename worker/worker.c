@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -570,18 +571,23 @@ static void wk_teardown(struct worker *w)
  * handed over, the rest closed, its slot offline and its copy of the instance lock
  * closed, so the old master counts it stopped now (IPC_HANDED_OVER, the last frame on its
  * channel) and the take-over starts while the kernel releases our descriptors, epoll
- * entries and memory (tens of milliseconds a worker at 15,000 allocations). */
+ * entries and memory (tens of milliseconds a worker at 15,000 allocations). That release
+ * runs at SCHED_IDLE: on a busy node the new master's take-over and the new workers'
+ * adoption, which the relaying waits for, go first. */
 static void wk_handed_over(struct worker *w)
 {
+	struct sched_param sp = { .sched_priority = 0 };
 	int rc;
 
 	wk_give_up(w);
 	shm_lock_set(w->shm, -1);
 	rc = ipc_send(w->h->ctl_fd, IPC_HANDED_OVER, NULL, 0, -1);
-	if (rc < 0)	/* the master counts us stopped at our exit, as before */
+	if (rc < 0) {	/* the master counts us stopped at our exit, as before */
 		log_warn("worker", "slot %u: cannot tell the master we handed over: %s", w->slot,
 			 strerror(-rc));
-	wk_free_all(w);
+		return;	/* and the rest of our teardown is what it waits for */
+	}
+	(void)sched_setscheduler(0, SCHED_IDLE, &sp);
 }
 
 /* The layers' hooks (table.h, transport.h): the upper layers' functions that the table
@@ -697,6 +703,7 @@ int worker_run(const struct worker_heritage *h)
 			wk_linger_end(w);
 		} else {
 			wk_handed_over(w);
+			wk_free_all(w);
 			free(w);
 			return status;
 		}
