@@ -18,23 +18,17 @@ otherwise.
 """
 import ctypes
 import os
-import socket
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, check, config,  # noqa: E402
-                           free_port, run_tests)
-from test_upgrade_relays import (check_relaying, check_same_sockets,  # noqa: E402
-                                 relay_inodes, setup)
-from test_upgrade_streams import failed_upgrade, stop_master  # noqa: E402
-
-import test_upgrade_relays  # noqa: E402
+from harness_admin import TURNGATECTL, check, run_tests  # noqa: E402
+from test_upgrade_relays import (check_failed_upgrade, check_relaying,  # noqa: E402
+                                 check_same_sockets, relaying)
 
 RELAY = (44800, 44899)
 N = 60
-SAMPLE = 4
 WORKERS = 2
 
 PTRACE_CONT, PTRACE_DETACH, PTRACE_SEIZE = 7, 17, 0x4206
@@ -91,80 +85,54 @@ class ExitHold:
                 pass
 
 
-def test_upgrade_goes_on_while_old_workers_exit(d):
-    port = free_port(avoid=RELAY)
-    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.bind(("127.0.0.1", 0))
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
-    listeners = [("udp", port, "TURN-UDP", ["peers"])]
-    text = config(d, listeners, {"peers": ["127.0.0.1"]}, workers=WORKERS, relay=RELAY)
-    daemon = Daemon(d, text, workers=WORKERS).start()
-    clients, pid, hold, ctl = [], None, None, None
+def upgrade_holding(r, hold):
+    """turngatectl upgrade while hold's stops are handled; returns the new master's pid."""
+    ctl = subprocess.Popen([TURNGATECTL, "-s", r.daemon.sock, "upgrade"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        clients, ports = setup(d, daemon, port)
-        sample = clients[:: N // SAMPLE][:SAMPLE]
-        for c, _ in sample:
-            c.perm("127.0.0.1", peer.getsockname()[1])
-        check_relaying(sample, peer, "before")
-        before = relay_inodes()
-        old = daemon.admin({"cmd": "status"})["pid"]
-        olds = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+        deadline = time.monotonic() + 90     # beyond the upgrade's own timeout
+        while ctl.poll() is None and time.monotonic() < deadline:
+            hold.poll()
+            time.sleep(0.01)
+        hold.poll()
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+        out, err = ctl.communicate()
+    check(ctl.returncode == 0, "upgrade with the old workers held at their exit: rc %s"
+          "\n%s%s" % (ctl.returncode, out, err))
+    return int(out.strip().splitlines()[-1])
+
+
+def test_upgrade_goes_on_while_old_workers_exit(d):
+    with relaying(d, RELAY, N, WORKERS) as r:
+        old = r.daemon.admin({"cmd": "status"})["pid"]
+        olds = [w["pid"] for w in r.daemon.admin({"cmd": "workers"})["workers"]]
         check(len(olds) == WORKERS, "workers listed: %r" % olds)
         try:
             hold = ExitHold(olds)
         except OSError as e:
             print("SKIP: cannot trace the workers (%s)" % e)
             sys.exit(77)
-
-        ctl = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 90     # beyond the upgrade's own timeout
-        while ctl.poll() is None and time.monotonic() < deadline:
-            hold.poll()
-            time.sleep(0.01)
-        hold.poll()
-        if ctl.poll() is None:
-            ctl.kill()
-        out, err = ctl.communicate()
-        check(ctl.returncode == 0, "upgrade with the old workers held at their exit: rc %s"
-              "\n%s%s" % (ctl.returncode, out, err))
-        pid = int(out.strip().splitlines()[-1])
-        check(pid != old, "no new master")
-        # Both old workers reached their exit and are still held there (not reaped).
-        check(hold.wait_held(), "old workers at their exit: %r of %r" % (sorted(hold.held),
-                                                                          olds))
-        st = daemon.admin({"cmd": "status"})
-        check(st["pid"] == pid and st["workers"]["running"] == WORKERS,
-              "the new master serves with its workers: %r" % st["workers"])
-        check(len(daemon.allocations()) == N, "allocations listed after the upgrade")
-        check_relaying(sample, peer, "after the upgrade, old workers held")
-        check("handed everything over" in daemon.stderr(), "no hand-over line in the log")
-        hold.release()
-        hold = None
-        check_same_sockets(before, ports, "after the upgrade")
-
-        # A failed upgrade after the hand-over: everything goes back to the old generation.
-        failed_upgrade(daemon, d, text, listeners, held, WORKERS, relay=RELAY)
-        check(len(daemon.allocations()) == N, "allocations listed after the failed upgrade")
-        check_same_sockets(before, ports, "after the failed upgrade")
-        check_relaying(sample, peer, "after the failed upgrade")
-    finally:
-        if ctl is not None and ctl.poll() is None:
-            ctl.kill()
-            ctl.wait()
-        if hold is not None:
+        try:
+            r.pid = upgrade_holding(r, hold)
+            check(r.pid != old, "no new master")
+            # Both old workers reached their exit and are still held there (not reaped).
+            check(hold.wait_held(), "old workers at their exit: %r of %r"
+                  % (sorted(hold.held), olds))
+            st = r.daemon.admin({"cmd": "status"})
+            check(st["pid"] == r.pid and st["workers"]["running"] == WORKERS,
+                  "the new master serves with its workers: %r" % st["workers"])
+            check(len(r.daemon.allocations()) == N, "allocations listed after the upgrade")
+            check_relaying(r.sample, r.peer, "after the upgrade, old workers held")
+            check("handed everything over" in r.daemon.stderr(),
+                  "no hand-over line in the log")
+        finally:
             hold.release()
-        for c, _ in clients:
-            c.close()
-        held.close()
-        peer.close()
-        stop_master(daemon, pid)
-        daemon.kill()
-    daemon.scan()
+        check_same_sockets(r.before, r.ports, "after the upgrade", RELAY)
+        # Everything goes back to the old generation.
+        check_failed_upgrade(d, r)
 
 
 if __name__ == "__main__":
-    test_upgrade_relays.RELAY = RELAY
-    test_upgrade_relays.N = N
     run_tests([test_upgrade_goes_on_while_old_workers_exit])
