@@ -43,6 +43,7 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_FDUNSTORE] = { "FDUNSTORE", LEN_STR, 0, false },
 	[IPC_RELAY_CHAN] = { "RELAY_CHAN", LEN_EXACT, sizeof(uint32_t), true },
 	[IPC_RELAYS] = { "RELAYS", LEN_BYTES, sizeof(uint32_t), true },
+	[IPC_HANDED_OVER] = { "HANDED_OVER", LEN_EXACT, 0, false },
 };
 
 static const struct type_rule *rule_of(uint16_t type)

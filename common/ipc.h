@@ -39,6 +39,8 @@
  *                                                                          channel
  *   IPC_RELAYS           old worker ->    1..IPC_FDS_MAX uint32_t keys     yes: one relay
  *                        new worker       (IPC_RELAY_KEY)                  socket per key
+ *   IPC_HANDED_OVER      worker->master   empty: parked, nothing more to   no
+ *                                         hand over, offline, lock closed
  *
  * A live upgrade hands stream connections to the new processes (common/park.h): IPC_PARK
  * tells a worker to send every connection it can hand over and exit; each connection's
@@ -51,6 +53,8 @@
  * its sockets into it, IPC_FDS_MAX to an IPC_RELAYS frame, each named by its record and
  * which of the allocation's two sockets it is, and the new worker reads them: the new
  * processes never bind them again. Only ipc_recv_fds() takes a frame of more than one.
+ * A parked worker that has given everything up (no TLS call to linger with) says
+ * IPC_HANDED_OVER as its last frame: the old master counts it stopped before its exit.
  *
  * Names and specs travel without a terminating NUL and must not contain one; ipc_recv()
  * NUL-terminates the payload buffer so ipc_msg_str() can hand it out as a C string.
@@ -91,6 +95,7 @@ enum ipc_type {
 	IPC_FDUNSTORE,
 	IPC_RELAY_CHAN,
 	IPC_RELAYS,
+	IPC_HANDED_OVER,
 	IPC_TYPE_END, /* one past the last valid type */
 };
 

@@ -219,6 +219,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 
 static void ctl_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void ctl_linger(struct mworker *w, const struct ipc_msg *msg);
+static void ctl_handed_over(struct mworker *w);
 
 /* The slot's current listener sockets, as the heritage lists them. */
 static size_t slot_listeners(struct master *m, unsigned slot, struct worker_listener *wl,
@@ -331,6 +332,9 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 	case IPC_LINGER:
 		ctl_linger(w, msg);
 		break;
+	case IPC_HANDED_OVER:
+		ctl_handed_over(w);
+		break;
 	case IPC_FDSTORE:
 	case IPC_FDUNSTORE:
 		fdstore_msg(w, msg, fd);
@@ -376,6 +380,26 @@ static void ctl_linger(struct mworker *w, const struct ipc_msg *msg)
 	if (!m->handing_over || w->pid <= 0 || ipc_msg_get(msg, &n, sizeof(n)) < 0)
 		return;
 	linger_worker_detached(w, n);
+	ctl_close(m, w);
+	w->pid = 0;
+	w->state = MW_STOPPED;
+	if (supervise_all_down(m))
+		upgrade_workers_down(m);
+}
+
+/* A live upgrade's worker that handed everything over and went offline (worker.c,
+ * wk_handed_over): stopped for the upgrade now, its exit runs beside the take-over. It
+ * closed its copy of the instance lock and touches the table no more, so its slot is
+ * as a reaped one's; the exit is reaped (not logged) by the child watcher. */
+static void ctl_handed_over(struct mworker *w)
+{
+	struct master *m = w->m;
+
+	if (!m->handing_over || w->pid <= 0)
+		return;	/* not parked: its exit is awaited as usual */
+	log_info("master", "worker %u (pid %d) handed everything over: stopped, its exit follows",
+		 w->slot, (int)w->pid);
+	shm_slot_reaped(m->shm, w->slot);
 	ctl_close(m, w);
 	w->pid = 0;
 	w->state = MW_STOPPED;
@@ -463,8 +487,11 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	 * forced offline (it can no longer hold a snapshot pointer). */
 	shm_slot_reaped(m->shm, w->slot);
 	/* What it sent before it exited (a live upgrade's connections) is read first. */
-	if (m->handing_over)
+	if (m->handing_over) {
 		ctl_read(w, INT32_MAX);
+		if (w->pid == 0)
+			return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
+	}
 	ctl_close(m, w);
 	w->last_status = c->rstatus;
 	w->pid = 0;

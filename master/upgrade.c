@@ -10,8 +10,9 @@
  *                                 allocations stay LIVE in the table; with "streams",
  *                                 IPC_PARK first: they hand their TURN-TCP connections
  *                                 over), links the state file to NAME.state.upgrade, and
- *                                 once every worker is reaped lets go of the instance
- *                                 lock (and sends the connections on);
+ *                                 once every worker is reaped, lingers or said
+ *                                 IPC_HANDED_OVER (offline, its exit follows) lets go of
+ *                                 the instance lock (and sends the connections on);
  *   new                           takes the lock and the table over (as a restart does),
  *                                 binds the relay ports, starts its workers;
  *   new -> old  "serving PID"     every worker answered: the old master tells systemd
@@ -486,7 +487,7 @@ void upgrade_workers_down(struct master *m)
 {
 	struct upgrade *u = m->up;
 
-	if (u->phase != UP_HANDOVER)
+	if (u->phase != UP_HANDOVER || u->lock_dropped)
 		return;
 	/* Nothing of ours writes the table any more: the new master may take it. Our
 	 * workers' last session records are written now; the rest is the new master's. */
