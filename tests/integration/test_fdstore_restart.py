@@ -212,6 +212,14 @@ def pause(obj):
     obj.tx.join(5)
 
 
+def quiesce(call, stream, peer, what):
+    """Stops the three senders and waits until what each sent has arrived."""
+    for sender in (call, stream, peer):
+        pause(sender)
+    wait_for(lambda: len(peer.got) == call.sent and stream.echoed == stream.sent, what,
+             timeout=10)
+
+
 def stale_socket():
     """A TCP connection from another client (a loopback pair), under a real connection's
     name: what a name older than the table would give. Returns (the server's end for the
@@ -263,12 +271,7 @@ def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
                      master in store.senders,
                      "the new master (pid %d) to store the four connections (%r)"
                      % (master, store.names()), timeout=10)
-        pause(call)
-        pause(stream)
-        peer.stop_tx.set()
-        peer.tx.join(5)
-        wait_for(lambda: len(peer.got) == call.sent and stream.echoed == stream.sent,
-                 "everything sent before the crash delivered", timeout=10)
+        quiesce(call, stream, peer, "everything sent before the crash delivered")
         # A frame cut by the crash: its first 10 bytes read by the worker that dies, the
         # rest written during the gap. The new worker skips the rest (as a lost datagram)
         # up to the next frame: it must not read it as a frame header.
@@ -321,12 +324,7 @@ def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
         wait_for(lambda: len(call.got) > n_call + 20 and len(peer.got) > call.sent - 30 and
                  stream.echoed > stream.sent - 30 and len(peer.got) > 60,
                  "relaying after the restart", timeout=10)
-        pause(call)
-        pause(stream)
-        peer.stop_tx.set()
-        peer.tx.join(5)
-        wait_for(lambda: len(peer.got) == call.sent and stream.echoed == stream.sent,
-                 "everything delivered", timeout=10)
+        quiesce(call, stream, peer, "everything delivered")
         check(call.closed is None and stream.closed is None,
               "closed: %s / %s" % (call.closed, stream.closed))
         check(peer.got == list(range(call.sent)),

@@ -35,12 +35,17 @@ def want(req, limit):
     return 2 * min(req, limit)
 
 
-def test_buffers(d):
+def start(d):
+    """A daemon with one TURN-UDP listener and two workers; returns (port, daemon)."""
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
     port = free_port()
     text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=2,
                        secret=SECRET)
-    daemon = Daemon(d, text, workers=2).start()
+    return port, Daemon(d, text, workers=2).start()
+
+
+def test_buffers(d):
+    port, daemon = start(d)
     try:
         rmax, wmax = sysctl("rmem_max"), sysctl("wmem_max")
         lst = skmem(port)
@@ -66,11 +71,7 @@ def test_buffers(d):
 def test_buffers_after_takeover(d):
     """A restart's new worker binds the adopted relay socket first and sets its buffers
     once it has adopted everything (worker/adopt.c): they still end at 1 MiB."""
-    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
-    port = free_port()
-    text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=2,
-                       secret=SECRET)
-    daemon = Daemon(d, text, workers=2).start()
+    port, daemon = start(d)
     try:
         rmax, wmax = sysctl("rmem_max"), sysctl("wmem_max")
         c = exact_client(port)
