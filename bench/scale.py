@@ -184,7 +184,7 @@ class Server:
     def __init__(self, kind, n, args, rundir):
         self.kind, self.n, self.args, self.rundir = kind, n, args, rundir
         self.relays = relays_for(n)
-        self.workers = max(2, math.ceil(n / PER_WORKER))
+        self.workers = args.workers or max(2, math.ceil(n / PER_WORKER))
         self.proc = None
         self.master = None     # the master after a live upgrade
         self.log = open(os.path.join(rundir, "%s.log" % kind), "ab")
@@ -539,6 +539,9 @@ def main():
     ap.add_argument("--upgrades", type=int, default=0,
                     help="instead of the take-over: this many live upgrades in a row, each "
                          "timed (turngate)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="turngate's worker count (default: one per %d allocations, at least 2)"
+                         % PER_WORKER)
     ap.add_argument("--no-netns", action="store_true",
                     help="stay in this network namespace (others' sockets can hold relay ports)")
     args = ap.parse_args()
