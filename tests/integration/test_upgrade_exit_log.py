@@ -13,7 +13,7 @@ stopped, no line ever names them.
 worker still exiting then is reaped by whoever adopts orphans, init or systemd, and its
 exit is not logged: docs/operations.md, *Live upgrade*.)
 
-Relay ports 44950-44999 (no other test's). Loopback only, every wait bounded. Needs ptrace
+Relay ports 45200-45249 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's workers (root, or ptrace_scope 0): skipped with the reason otherwise.
 """
 import os
@@ -28,7 +28,7 @@ from test_upgrade_relays import check_relaying, relaying  # noqa: E402
 from test_upgrade_stream_relays import InThread  # noqa: E402
 from test_upgrade_streams import failed_upgrade  # noqa: E402
 
-RELAY = (44950, 44999)
+RELAY = (45200, 45249)
 N = 10
 WORKERS = 2
 

@@ -3,7 +3,8 @@
 again, so no other program can take the port inside the gap, and a peer's datagram that
 reaches the relay port inside the gap waits in the socket and is delivered after it.
 
-Four TURN-TCP clients with UDP allocations through 2 workers. The gap is held open without
+Four TURN-TCP clients with UDP allocations through 2 workers, one of them dual-stack (its
+IPv6 relay socket, the allocation's second, goes over too). The gap is held open without
 timing: the test traces the master (ptrace, PTRACE_O_TRACEFORK) and holds the workers the
 next generation forks at their birth, before they adopt anything, while the old workers
 have handed everything over and exited. Inside that gap each relayed port must still be
@@ -19,7 +20,7 @@ gap (the old worker closed it) and the peer's datagram is lost.
 TURN-TLS calls are not checked here: their old worker lingers and keeps serving them with
 its own relay sockets (test_upgrade_linger.py).
 
-Relay ports 44900-44949 (no other test's). Loopback only, every wait bounded. Needs ptrace
+Relay ports 45100-45199 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
 """
 import ctypes
@@ -31,12 +32,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, StreamClient, check, config,  # noqa: E402
-                           error_code, free_port, run_tests, stop_master, wait_for)
-from test_upgrade_relays import relay_inodes  # noqa: E402
+from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
+                           StreamClient, check, config, error_code, free_port, run_tests,
+                           stop_master, wait_for)
 from test_upgrade_streams import failed_upgrade  # noqa: E402
 
-RELAY = (44900, 44949)
+RELAY = (45100, 45199)
 N = 4
 WORKERS = 2
 
@@ -164,59 +165,90 @@ class BirthHold:
         self.traced.clear()
 
 
-class Calls:
-    """N TURN-TCP clients with UDP allocations relaying with peer; before: their relay
-    ports' socket inodes."""
+def relay_sockets():
+    """{(family, port): [inode, ...]} of the UDP sockets bound to a port of RELAY."""
+    out = {}
+    for fam, path in ((4, "/proc/net/udp"), (6, "/proc/net/udp6")):
+        with open(path) as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                port, inode = int(cols[1].split(":")[1], 16), int(cols[9])
+                if RELAY[0] <= port <= RELAY[1] and inode != 0:
+                    out.setdefault((fam, port), []).append(inode)
+    return out
 
-    def __init__(self, port, peer):
-        self.peer, self.clients, self.relayed = peer, [], []
+
+class Calls:
+    """N TURN-TCP clients with UDP allocations relaying with a peer of each family, the
+    last a dual-stack allocation (ADDITIONAL-ADDRESS-FAMILY: an IPv6 relayed address too,
+    ::1 from lo) where the host has IPv6; relays: [(client, relayed address)]; before:
+    their relay ports' socket inodes."""
+
+    def __init__(self, port, peers):
+        self.peers, self.clients, self.relays = peers, [], []
         self.next_master = None     # the master an upgrade started
         for i in range(N):
             c = StreamClient(port, user="tcp%d" % i)
-            r = c.allocate()
-            (ip, rport), = c.relayed(r)
-            check(error_code(c.perm("127.0.0.1", peer.getsockname()[1])[3]) is None,
-                  "CreatePermission")
             self.clients.append(c)
-            self.relayed.append((ip, rport))
-        self.ports = [p for _, p in self.relayed]
+            dual = [(A_ADDITIONAL_FAMILY, bytes([2, 0, 0, 0]))] if i == N - 1 else []
+            for ip, rport in c.relayed(c.allocate(dual)):
+                peer = self.peer(ip)
+                check(error_code(c.perm(peer.getsockname()[0], peer.getsockname()[1])[3])
+                      is None, "CreatePermission")
+                self.relays.append((c, (ip, rport)))
+        if len(self.relays) == N:
+            print("the dual-stack allocation got no IPv6 relayed address (no IPv6 on lo?): "
+                  "only IPv4 relay sockets checked")
         self.relaying("before")
-        self.before = relay_inodes(RELAY)
-        check(all(len(self.before.get(p, [])) == 1 for p in self.ports),
+        self.before = relay_sockets()
+        check(all(len(self.before.get(self.key(a), [])) == 1 for _, a in self.relays),
               "one socket per relay port: %r" % self.before)
 
+    def peer(self, ip):
+        return self.peers[":" in ip]
+
+    @staticmethod
+    def key(addr):
+        return (6 if ":" in addr[0] else 4, addr[1])
+
     def same_sockets(self, what):
-        now = relay_inodes(RELAY)
-        moved = {p: (self.before[p], now.get(p)) for p in self.ports
-                 if now.get(p) != self.before[p]}
-        check(not moved, "%s: relay ports with another socket, or none (port: (before, "
-              "now)): %r" % (what, moved))
+        now = relay_sockets()
+        moved = {k: (self.before[k], now.get(k)) for k in map(self.key, (a for _, a in
+                                                                           self.relays))
+                 if now.get(k) != self.before[k]}
+        check(not moved, "%s: relay ports with another socket, or none ((family, port): "
+              "(before, now)): %r" % (what, moved))
 
     def gap_datagrams(self, what):
-        for c, (ip, port) in zip(self.clients, self.relayed):
-            self.peer.sendto(("%s %d" % (what, port)).encode(), (ip, port))
+        for _, a in self.relays:
+            self.peer(a[0]).sendto(("%s %s" % (what, a)).encode(), a)
 
     def check_gap_datagrams(self, what):
-        for c, (ip, port) in zip(self.clients, self.relayed):
-            payload = ("%s %d" % (what, port)).encode()
-            got = c.recv_data(timeout=10.0)
-            check(got == payload, "%s: the datagram the peer sent to %d inside the gap: %r"
-                  % (what, port, got))
+        """Each client got the datagram sent to each of its relayed addresses once (those
+        of its two relay sockets in either order)."""
+        for c in self.clients:
+            want = sorted(("%s %s" % (what, a)).encode() for cc, a in self.relays if cc is c)
+            got = sorted(c.recv_data(timeout=10.0) or b"" for _ in want)
+            check(got == want, "%s: the datagrams the peer sent inside the gap: %r, got %r"
+                  % (what, want, got))
 
     def relaying(self, what):
-        """Each client -> peer (a Send indication), peer -> each relayed address (a Data
-        indication): once each, nothing lost (loopback, one at a time), and a Refresh."""
-        self.peer.settimeout(10.0)
-        for c, (ip, port) in zip(self.clients, self.relayed):
-            out = ("%s to peer %d" % (what, port)).encode()
-            c.send("127.0.0.1", self.peer.getsockname()[1], out)
-            data, src = self.peer.recvfrom(2048)
-            check(data == out and src == (ip, port), "%s: client -> peer via %d: %r from %r"
-                  % (what, port, data, src))
-            back = ("%s from peer %d" % (what, port)).encode()
-            self.peer.sendto(back, (ip, port))
+        """Each client -> its peer (a Send indication), the peer -> each relayed address (a
+        Data indication): once each, nothing lost (loopback, one at a time), and a
+        Refresh."""
+        for c, a in self.relays:
+            peer = self.peer(a[0])
+            peer.settimeout(10.0)
+            out = ("%s to peer %s" % (what, a)).encode()
+            c.send(peer.getsockname()[0], peer.getsockname()[1], out)
+            data, src = peer.recvfrom(2048)
+            check(data == out and src[:2] == a, "%s: client -> peer via %s: %r from %r"
+                  % (what, a, data, src))
+            back = ("%s from peer %s" % (what, a)).encode()
+            peer.sendto(back, a)
             got = c.recv_data(timeout=10.0)
-            check(got == back, "%s: peer -> client via %d: %r" % (what, port, got))
+            check(got == back, "%s: peer -> client via %s: %r" % (what, a, got))
             check(c.refresh(600) is None, "%s: Refresh" % what)
 
     def close(self):
@@ -286,12 +318,15 @@ def test_tcp_call_keeps_its_relay_socket(d):
     held.bind(("127.0.0.1", 0))
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
+    peer6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    peer6.bind(("::1", 0))
     listeners = [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP", ["peers"])]
-    text = config(d, listeners, {"peers": ["127.0.0.1"]}, workers=WORKERS, relay=RELAY)
+    text = config(d, listeners, {"peers": ["127.0.0.1", "::1"]}, workers=WORKERS,
+                  relay=RELAY)
     daemon = Daemon(d, text, workers=WORKERS).start()
     calls, pid = None, None
     try:
-        calls = Calls(port, peer)
+        calls = Calls(port, (peer, peer6))
 
         rc, out, err = upgrade_held(daemon, calls, "new", lambda: subprocess.Popen(
             [TURNGATECTL, "-s", daemon.sock, "upgrade"], stdout=subprocess.PIPE,
@@ -304,10 +339,11 @@ def test_tcp_call_keeps_its_relay_socket(d):
         calls.same_sockets("after the upgrade")
         calls.relaying("after the upgrade")
         st = daemon.admin({"cmd": "stats"})["counters"]
-        # Per call: its connection and its relay socket.
-        check(st["stream_handovers"] == 2 * N and st["stream_handovers_ended"] == 0,
+        # Per call: its connection and its relay sockets.
+        want = N + len(calls.relays)
+        check(st["stream_handovers"] == want and st["stream_handovers_ended"] == 0,
               "stream_handovers %d (want %d), ended %d" % (
-                  st["stream_handovers"], 2 * N, st["stream_handovers_ended"]))
+                  st["stream_handovers"], want, st["stream_handovers_ended"]))
 
         # A failed upgrade after the hand-over: the old master's respawned workers take
         # the sockets back.
@@ -320,6 +356,7 @@ def test_tcp_call_keeps_its_relay_socket(d):
         if calls is not None:
             calls.close()
         peer.close()
+        peer6.close()
         held.close()
         # an upgrade that a failed check left running serves on: stopped too
         stop_master(daemon, pid or (calls and calls.next_master))
