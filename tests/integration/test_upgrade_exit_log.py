@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import check, run_tests, wait_for  # noqa: E402
-from test_upgrade_handed_over import ExitHold  # noqa: E402
+from test_upgrade_handed_over import hold_exits  # noqa: E402
 from test_upgrade_relays import check_relaying, relaying  # noqa: E402
 from test_upgrade_stream_relays import InThread  # noqa: E402
 from test_upgrade_streams import failed_upgrade  # noqa: E402
@@ -45,13 +45,7 @@ def exits_logged(text, pids):
 
 def test_handed_over_worker_exit_logged(d):
     with relaying(d, RELAY, N, WORKERS) as r:
-        olds = [w["pid"] for w in r.daemon.admin({"cmd": "workers"})["workers"]]
-        check(len(olds) == WORKERS, "workers listed: %r" % olds)
-        try:
-            hold = ExitHold(olds)
-        except OSError as e:
-            print("SKIP: cannot trace the workers (%s)" % e)
-            sys.exit(77)
+        olds, hold = hold_exits(r.daemon, WORKERS)
         try:
             # The held workers' stops (SIGQUIT among them) are passed on meanwhile.
             t = InThread(failed_upgrade, r.daemon, d, r.text, r.listeners, r.held, WORKERS,

@@ -35,27 +35,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
                            StreamClient, check, config, error_code, free_port, run_tests,
                            stop_master, wait_for)
+from test_upgrade_handed_over import (PTRACE_CONT, PTRACE_DETACH,  # noqa: E402
+                                      PTRACE_SEIZE, WALL, ptrace)
 from test_upgrade_streams import failed_upgrade  # noqa: E402
 
 RELAY = (45100, 45199)
 N = 4
 WORKERS = 2
 
-PTRACE_CONT, PTRACE_DETACH, PTRACE_GETEVENTMSG = 7, 17, 0x4201
-PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4206, 0x4207
+PTRACE_GETEVENTMSG, PTRACE_INTERRUPT = 0x4201, 0x4207
 PTRACE_O_TRACEFORK, PTRACE_O_TRACEVFORK = 0x02, 0x04
 PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, PTRACE_EVENT_STOP = 1, 2, 128
-WALL = 0x40000000
-
-libc = ctypes.CDLL(None, use_errno=True)
-libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-libc.ptrace.restype = ctypes.c_long
-
-
-def ptrace(req, pid, addr=0, data=0):
-    if libc.ptrace(req, pid, ctypes.c_void_p(addr), ctypes.c_void_p(data)) < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, "ptrace(%d, %d): %s" % (req, pid, os.strerror(e)))
 
 
 def event_msg(pid):
