@@ -8,7 +8,7 @@ IPv6 relay socket, the allocation's second, goes over too). The gap is held open
 timing: the test traces the master (ptrace, PTRACE_O_TRACEFORK) and holds the workers the
 next generation forks at their birth, before they adopt anything, while the old workers
 have handed everything over and exited. Inside that gap each relayed port must still be
-held by the socket it had before (its inode in /proc/net/udp), and a peer sends one
+held by the socket it had before (its inode in /proc/net/udp or udp6), and a peer sends one
 datagram to each relayed address; once the workers go on, each client receives its
 datagram as a Data indication, and the call relays both ways with the same socket on its
 port. The same through an upgrade that fails after the hand-over (the old master's
