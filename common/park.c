@@ -103,7 +103,8 @@ int park_check(const uint8_t *blob, size_t len, struct park_hdr *out)
 	memcpy(&h, blob, sizeof(h));
 	fam = h.peer.ss_family;
 	if (h.magic != PARK_MAGIC || h.version != PARK_VERSION || h.kind < PARK_TCONN ||
-	    h.kind > PARK_TRELAY || memchr(h.listener, '\0', sizeof(h.listener)) == NULL ||
+	    h.kind > PARK_URELAY || (h.kind == PARK_URELAY && h.id > 1) ||
+	    memchr(h.listener, '\0', sizeof(h.listener)) == NULL ||
 	    (h.kind == PARK_TCONN && h.listener[0] == '\0') ||
 	    (h.kind != PARK_TCONN && h.rec_idx == PARK_NO_REC) ||
 	    ((h.kind == PARK_TCONN || h.kind == PARK_TPEER) && fam != AF_INET &&

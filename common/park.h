@@ -26,6 +26,8 @@ enum park_kind {
 	PARK_TPEER,		/* an RFC 6062 peer connection of rec_idx's allocation */
 	PARK_TDATA,		/* the client data connection bound to peer connection id */
 	PARK_TRELAY,		/* an RFC 6062 allocation's listening relay socket */
+	PARK_URELAY,		/* a UDP relay socket of a TCONN's allocation, id: which (0:
+				 * the relayed address, 1: the second family's) */
 };
 
 #define PARK_F_AUTHED 0x1u	/* TCONN: it sent an authenticated request (not budgeted) */
@@ -52,7 +54,7 @@ struct park_hdr {
 	uint32_t peer_len;
 	struct sockaddr_storage peer;	/* the client's address */
 	char listener[IPC_NAME_MAX + 1];	/* NUL-terminated; not empty for a TCONN */
-	uint32_t id;			/* TPEER, TDATA: the CONNECTION-ID */
+	uint32_t id;			/* TPEER, TDATA: the CONNECTION-ID; URELAY: 0, 1 */
 	/* Bytes that follow the header, in then out. TCONN: its input buffer (a partial
 	 * frame), its output buffer's unwritten bytes. Bound TPEER: read from the peer and
 	 * not yet written to the client, read from the client and not yet written to the
@@ -80,7 +82,8 @@ uint8_t *park_asm_take(struct park_asm *a, size_t *len);
 void park_asm_free(struct park_asm *a);
 
 /* Checks a blob: magic, version, kind, a named listener (TCONN), an IPv4/IPv6 peer
- * (TCONN, TPEER), a record (TPEER, TDATA, TRELAY), lengths that add up. Copies its header to *out. Returns 0 or -EBADMSG. */
+ * (TCONN, TPEER), a record (TPEER, TDATA, TRELAY, URELAY), a URELAY's id 0 or 1,
+ * lengths that add up. Copies its header to *out. Returns 0 or -EBADMSG. */
 int park_check(const uint8_t *blob, size_t len, struct park_hdr *out);
 
 #endif

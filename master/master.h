@@ -56,6 +56,8 @@ struct mworker {
 	bool kill_sent;           /* SIGKILL already sent for a hang */
 	pid_t linger_pid;         /* a live upgrade left it serving its TLS calls
 				   * (master/linger.c); 0 none */
+	pid_t handed_pid;         /* said IPC_HANDED_OVER, counted stopped: its exit is
+				   * logged when reaped (child_cb); 0 none */
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so

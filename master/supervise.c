@@ -390,7 +390,7 @@ static void ctl_linger(struct mworker *w, const struct ipc_msg *msg)
 /* A live upgrade's worker that handed everything over and went offline (worker.c,
  * wk_handed_over): stopped for the upgrade now, its exit runs beside the take-over. It
  * closed its copy of the instance lock and touches the table no more, so its slot is
- * as a reaped one's; the exit is reaped (not logged) by the child watcher. */
+ * as a reaped one's; the child watcher logs its exit if we still run then. */
 static void ctl_handed_over(struct mworker *w)
 {
 	struct master *m = w->m;
@@ -401,6 +401,7 @@ static void ctl_handed_over(struct mworker *w)
 		 w->slot, (int)w->pid);
 	shm_slot_reaped(m->shm, w->slot);
 	ctl_close(m, w);
+	w->handed_pid = w->pid;
 	w->pid = 0;
 	w->state = MW_STOPPED;
 	if (supervise_all_down(m))
@@ -458,16 +459,27 @@ static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	}
 }
 
-static void log_exit(const struct mworker *w, int status)
+static void log_exit(unsigned slot, pid_t pid, int status)
 {
 	if (WIFEXITED(status))
 		log_msg("master", WEXITSTATUS(status) == 0 ? LOG_LVL_INFO : LOG_LVL_ERROR,
-			"worker %u (pid %d) exited with status %d", w->slot, (int)w->pid,
+			"worker %u (pid %d) exited with status %d", slot, (int)pid,
 			WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
-		log_error("master", "worker %u (pid %d) killed by signal %d (%s)%s", w->slot,
-			  (int)w->pid, WTERMSIG(status), strsignal(WTERMSIG(status)),
+		log_error("master", "worker %u (pid %d) killed by signal %d (%s)%s", slot,
+			  (int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)),
 			  WCOREDUMP(status) ? ", core dumped" : "");
+}
+
+/* A worker counted stopped at its IPC_HANDED_OVER, reaped now: only logged. */
+static void reap_handed_over(struct master *m, pid_t pid, int status)
+{
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (pid > 0 && m->workers[i].handed_pid == pid) {
+			log_exit(i, pid, status);
+			m->workers[i].handed_pid = 0;
+			return;
+		}
 }
 
 static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
@@ -480,17 +492,21 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	for (unsigned i = 0; i < m->n_slots; i++)
 		if (m->workers[i].pid == c->rpid)
 			w = &m->workers[i];
-	if (w == NULL)
+	if (w == NULL) {
+		reap_handed_over(m, c->rpid, c->rstatus);
 		return;
-	log_exit(w, c->rstatus);
+	}
+	log_exit(w->slot, w->pid, c->rstatus);
 	/* waitpid() returned: the worker can run no more instructions, so its slot may be
 	 * forced offline (it can no longer hold a snapshot pointer). */
 	shm_slot_reaped(m->shm, w->slot);
 	/* What it sent before it exited (a live upgrade's connections) is read first. */
 	if (m->handing_over) {
 		ctl_read(w, INT32_MAX);
-		if (w->pid == 0)
+		if (w->pid == 0) {
+			w->handed_pid = 0;	/* logged above */
 			return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
+		}
 	}
 	ctl_close(m, w);
 	w->last_status = c->rstatus;

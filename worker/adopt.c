@@ -229,9 +229,9 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 }
 
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-		   int relay_fd)
+		   int relay_fd, int relay2_fd)
 {
-	return adopt_relays(w, a, idx, rec, relay_fd, -1);
+	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd);
 }
 
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)

@@ -67,13 +67,14 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 		  struct wk_adopt_stats *st);
 /* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
 void wk_adopt_run(struct worker *w);
-/* a was attached around record idx: binds its relay ports again (an RFC 6062 relay:
- * relay_fd, the listening socket a live upgrade handed over, when >= 0; always taken),
- * moves its listener
+/* a was attached around record idx: binds its relay ports again, or takes relay_fd and
+ * relay2_fd, the sockets a live upgrade handed over for its relayed address and its
+ * second family's (an RFC 6062 relay's listening socket, or UDP ones), where >= 0 (always
+ * taken); moves its listener
  * gauge when another listener serves it, re-arms its timer. On failure a is forgotten
  * (the caller's scan releases the record). Returns 0 or -errno. */
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-		   int relay_fd);
+		   int relay_fd, int relay2_fd);
 
 /* ---- park.c (stream connections across a live upgrade) ---- */
 /* IPC_PARK: hands every parkable TURN-TCP connection to the master (state and socket),

@@ -1,13 +1,14 @@
 /* Worker: TURN-TCP connections across a live upgrade. The old worker parks each plain
  * TURN-TCP connection (its socket, the partial frame its input buffer holds, the bytes
  * its output buffer has not written, the record of its allocation) with the master and
- * leaves the record LIVE, and for an RFC 6062 allocation its listening relay socket, its
+ * leaves the record LIVE, with its allocation's UDP relay sockets, or for an RFC 6062
+ * allocation its listening relay socket, its
  * peer connections and their data connections with what their buffers hold
  * (tcprelay.c); the new worker of the slot
  * the record was copied to restores the connection with the allocation around it, as it
- * adopts a UDP allocation, and the peer and data connections with it. Nothing is read
+ * adopts a UDP allocation, and the relay, peer and data sockets with it. Nothing is read
  * from or written to the sockets in between: what either side sends meanwhile waits in
- * them, and neither sees a reset. */
+ * them (a peer's datagrams in the relay socket), and neither sees a reset. */
 #include "config.h"
 
 #include "worker/lifecycle.h"
@@ -23,6 +24,29 @@
 
 #include "common/log.h"
 #include "common/park.h"
+
+/* The UDP relay sockets of a's allocation (a UDP-relayed TURN-TCP call): the same
+ * sockets in the new worker, so nothing rebinds their ports (another program could take
+ * one meanwhile) and a peer's datagrams meanwhile wait in them. Returns how many went;
+ * one that did not is bound again by the new worker. */
+static unsigned wk_park_urelays(struct worker *w, const struct wk_alloc *a)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < 2; i++) {
+		struct park_hdr h;
+
+		if (a->relay[i].fd < 0)
+			continue;
+		memset(&h, 0, sizeof(h));
+		h.kind = PARK_URELAY;
+		h.rec_idx = a->rec_idx;
+		h.id = i;
+		if (wk_park_send(w, &h, NULL, 0, NULL, 0, a->relay[i].fd) == 0)
+			n++;
+	}
+	return n;
+}
 
 static int wk_park_one(struct worker *w, struct wk_tconn *c)
 {
@@ -58,10 +82,13 @@ void wk_park_all(struct worker *w)
 			next = c->next;
 			if (!wk_tconn_parkable(c))
 				continue;
-			/* An RFC 6062 allocation's peer and data connections go first: the
-			 * new worker restores them when it adopts the allocation. */
+			/* The allocation's relay sockets (and an RFC 6062 allocation's peer
+			 * and data connections) go first: the new worker takes them when it
+			 * adopts the allocation. */
 			if (c->alloc && c->alloc->tcp)
 				parked += wk_tcpr_park(w, c->alloc);
+			else if (c->alloc)
+				parked += wk_park_urelays(w, c->alloc);
 			bytes_in += c->in_len;
 			bytes_out += c->out_len - c->out_off;
 			if (wk_park_one(w, c) < 0) {
@@ -129,31 +156,16 @@ static void wk_park_init(struct worker *w)
 	w->park_used = calloc(w->h->n_parked, sizeof(*w->park_used));
 }
 
-/* The socket of the first parked entry of kind for record idx, taken; or -1. */
-static int wk_park_take(struct worker *w, uint32_t idx, enum park_kind kind)
+/* The socket of the parked entry of kind and id (TDATA: the peer connection's; URELAY:
+ * which; TRELAY: 0) for record idx, taken; or -1. */
+static int wk_park_take(struct worker *w, uint32_t idx, enum park_kind kind, uint32_t id)
 {
 	for (size_t i = 0; i < w->h->n_parked; i++) {
 		const struct worker_parked *p = &w->h->parked[i];
 		struct park_hdr h;
 
 		if (p->rec_idx != idx || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
-		    h.kind != kind)
-			continue;
-		w->park_used[i] = true;
-		return p->fd;
-	}
-	return -1;
-}
-
-/* The data connection bound to peer connection id of record idx, taken; or -1. */
-static int wk_park_data_fd(struct worker *w, uint32_t idx, uint32_t id)
-{
-	for (size_t i = 0; i < w->h->n_parked; i++) {
-		const struct worker_parked *p = &w->h->parked[i];
-		struct park_hdr h;
-
-		if (p->rec_idx != idx || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
-		    h.kind != PARK_TDATA || h.id != id)
+		    h.kind != kind || h.id != id)
 			continue;
 		w->park_used[i] = true;
 		return p->fd;
@@ -175,7 +187,7 @@ static void wk_park_tpeers(struct worker *w, struct wk_alloc *a)
 			continue;	/* one that does not belong: wk_park_rest closes it */
 		w->park_used[i] = true;
 		if (h.flags & PARK_F_BOUND) {
-			data_fd = wk_park_data_fd(w, a->rec_idx, h.id);
+			data_fd = wk_park_take(w, a->rec_idx, PARK_TDATA, h.id);
 			if (data_fd < 0) {
 				close(p->fd);
 				w->park_lost++;
@@ -214,10 +226,14 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 		return -ENOENT;
 	rc = wk_alloc_attach_conn(w, c, idx, rec, &a);
 	if (rc == 0) {
-		/* An RFC 6062 allocation's relay is a listening TCP socket: bound again to
-		 * the same port beside its peer connections (SO_REUSEADDR, SO_REUSEPORT). */
+		/* The relay sockets handed over with the connection (an RFC 6062
+		 * allocation's listening one, or its UDP ones); one that was not is bound
+		 * again (a listening one beside its peer connections: SO_REUSEADDR,
+		 * SO_REUSEPORT). */
 		a->tcp = tcp;
-		rc = wk_adopt_relay(w, a, idx, rec, tcp ? wk_park_take(w, idx, PARK_TRELAY) : -1);
+		rc = tcp ? wk_adopt_relay(w, a, idx, rec, wk_park_take(w, idx, PARK_TRELAY, 0), -1)
+			 : wk_adopt_relay(w, a, idx, rec, wk_park_take(w, idx, PARK_URELAY, 0),
+					  wk_park_take(w, idx, PARK_URELAY, 1));
 	}
 	if (rc < 0) {
 		wk_tconn_close(w, c);

@@ -349,9 +349,9 @@ def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
         wait_for(lambda: [n.split(".")[1] for n in store.names()] == ["c", "c", "d", "p"],
                  "the four connections stored again (%r)" % (store.names(),), timeout=10)
         st = daemon.admin({"cmd": "stats"})["counters"]
-        # Each upgrade hands over five sockets (the RFC 6062 relay's listening one too),
-        # the restart four.
-        check(st["stream_handovers"] == 5 * upgrades + 4 and
+        # Each upgrade hands over six sockets (the TURN-TCP call's UDP relay socket and
+        # the RFC 6062 relay's listening one too), the restart four.
+        check(st["stream_handovers"] == 6 * upgrades + 4 and
               st["stream_handovers_ended"] == (1 if stale else 0),
               "taken back: %r" % ({k: v for k, v in st.items() if "stream" in k},))
         text = daemon.stderr()

@@ -85,6 +85,18 @@ class ExitHold:
                 pass
 
 
+def hold_exits(daemon, n):
+    """The pids of daemon's n workers and an ExitHold of them; exits 77 (SKIP) with the
+    reason where they cannot be traced."""
+    olds = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+    check(len(olds) == n, "workers listed: %r" % olds)
+    try:
+        return olds, ExitHold(olds)
+    except OSError as e:
+        print("SKIP: cannot trace the workers (%s)" % e)
+        sys.exit(77)
+
+
 def upgrade_holding(r, hold):
     """turngatectl upgrade while hold's stops are handled; returns the new master's pid."""
     ctl = subprocess.Popen([TURNGATECTL, "-s", r.daemon.sock, "upgrade"],
@@ -107,13 +119,7 @@ def upgrade_holding(r, hold):
 def test_upgrade_goes_on_while_old_workers_exit(d):
     with relaying(d, RELAY, N, WORKERS) as r:
         old = r.daemon.admin({"cmd": "status"})["pid"]
-        olds = [w["pid"] for w in r.daemon.admin({"cmd": "workers"})["workers"]]
-        check(len(olds) == WORKERS, "workers listed: %r" % olds)
-        try:
-            hold = ExitHold(olds)
-        except OSError as e:
-            print("SKIP: cannot trace the workers (%s)" % e)
-            sys.exit(77)
+        olds, hold = hold_exits(r.daemon, WORKERS)
         try:
             r.pid = upgrade_holding(r, hold)
             check(r.pid != old, "no new master")

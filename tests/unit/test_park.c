@@ -193,18 +193,25 @@ static void test_check(void **state)
 	BAD(bad.magic ^= 1);
 	BAD(bad.version++);
 	BAD(bad.kind = 0);
-	BAD(bad.kind = PARK_TRELAY + 1);
+	BAD(bad.kind = PARK_URELAY + 1);
 	BAD(memset(bad.listener, 'x', sizeof(bad.listener)));	/* no NUL */
 	BAD(bad.listener[0] = '\0');				/* a TCONN names one */
 	BAD(bad.peer.ss_family = AF_UNIX);
 	BAD(bad.peer_len = sizeof(bad.peer) + 1);
 	BAD(bad.in_len = UINT32_MAX);
 	BAD((bad.kind = PARK_TPEER, bad.rec_idx = PARK_NO_REC));	/* no allocation */
+	BAD((bad.kind = PARK_URELAY, bad.rec_idx = PARK_NO_REC));
+	BAD((bad.kind = PARK_URELAY, bad.id = 2));	/* a relay socket is 0 or 1 */
 #undef BAD
 	/* A TDATA needs no peer address, a TRELAY neither. */
 	bad = h;
 	bad.kind = PARK_TDATA;
 	bad.peer.ss_family = 0;
+	memcpy(b, &bad, sizeof(bad));
+	assert_int_equal(park_check(b, len, NULL), 0);
+	/* A URELAY: the second of an allocation's two relay sockets, no peer. */
+	bad.kind = PARK_URELAY;
+	bad.id = 1;
 	memcpy(b, &bad, sizeof(bad));
 	assert_int_equal(park_check(b, len, NULL), 0);
 	free(b);

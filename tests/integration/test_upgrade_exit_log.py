@@ -1,0 +1,79 @@
+"""A live upgrade's old worker that said it handed everything over (IPC_HANDED_OVER) is
+counted stopped at once, before its exit; its master still logs that exit when it reaps
+it (`worker N (pid P) exited with status S`), as it logs every other worker's (issue 42).
+
+How, without timing: both old workers are held at their exit (ptrace, PTRACE_O_TRACEEXIT:
+stopped in exit(), after their last frame, so their master has read IPC_HANDED_OVER and
+cannot have reaped them yet) through an upgrade that fails after the hand-over, so the old
+master serves on and is the one that reaps them. Once the test lets them go, its log must
+say how each exited. On a build that forgets a handed-over worker when it counts it
+stopped, no line ever names them.
+
+(After an upgrade that succeeds the old master exits as soon as the new one serves; a
+worker still exiting then is reaped by whoever adopts orphans, init or systemd, and its
+exit is not logged: docs/operations.md, *Live upgrade*.)
+
+Relay ports 45200-45249 (no other test's). Loopback only, every wait bounded. Needs ptrace
+on the daemon's workers (root, or ptrace_scope 0): skipped with the reason otherwise.
+"""
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import check, run_tests, wait_for  # noqa: E402
+from test_upgrade_handed_over import hold_exits  # noqa: E402
+from test_upgrade_relays import check_relaying, relaying  # noqa: E402
+from test_upgrade_stream_relays import InThread  # noqa: E402
+from test_upgrade_streams import failed_upgrade  # noqa: E402
+
+RELAY = (45200, 45249)
+N = 10
+WORKERS = 2
+
+
+def exits_logged(text, pids):
+    """{pid: the exit line of the master about worker pid} for those of pids it logged."""
+    got = {}
+    for m in re.finditer(r"worker \d+ \(pid (\d+)\) (exited with status \d+|killed by "
+                         r"signal \d+[^\n]*)", text):
+        if int(m.group(1)) in pids:
+            got[int(m.group(1))] = m.group(0)
+    return got
+
+
+def test_handed_over_worker_exit_logged(d):
+    with relaying(d, RELAY, N, WORKERS) as r:
+        olds, hold = hold_exits(r.daemon, WORKERS)
+        try:
+            # The held workers' stops (SIGQUIT among them) are passed on meanwhile.
+            t = InThread(failed_upgrade, r.daemon, d, r.text, r.listeners, r.held, WORKERS,
+                         RELAY)
+            deadline = time.monotonic() + 120    # beyond the upgrade's own timeout
+            while t.poll() is None and time.monotonic() < deadline:
+                hold.poll()
+                time.sleep(0.01)
+            t.communicate(1)
+            check(t.returncode == 0, "the failed upgrade did not end")
+            check(hold.wait_held(), "old workers at their exit: %r of %r"
+                  % (sorted(hold.held), olds))
+            log = r.daemon.stderr()
+            for p in olds:
+                check("(pid %d) handed everything over" % p in log,
+                      "worker %d did not say it handed everything over:\n%s" % (p, log))
+            check(not exits_logged(log, olds), "an exit logged before it happened")
+        finally:
+            hold.release()
+        wait_for(lambda: len(exits_logged(r.daemon.stderr(), olds)) == WORKERS,
+                 "the old master to log both handed-over workers' exits (%r)"
+                 % (exits_logged(r.daemon.stderr(), olds),), timeout=30)
+        lines = exits_logged(r.daemon.stderr(), olds)
+        check(all(v.endswith("exited with status 0") for v in lines.values()),
+              "their exits: %r" % (lines,))
+        print("handed-over workers' exits: %s" % "; ".join(lines.values()))
+        check_relaying(r.sample, r.peer, "after the failed upgrade")
+
+
+if __name__ == "__main__":
+    run_tests([test_handed_over_worker_exit_logged])

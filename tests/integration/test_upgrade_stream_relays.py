@@ -1,0 +1,358 @@
+"""A live upgrade hands a TURN-TCP call's UDP relay socket over with its connection
+(issue 41): the new worker takes the old worker's socket instead of binding the port
+again, so no other program can take the port inside the gap, and a peer's datagram that
+reaches the relay port inside the gap waits in the socket and is delivered after it.
+
+Four TURN-TCP clients with UDP allocations through 2 workers, one of them dual-stack (its
+IPv6 relay socket, the allocation's second, goes over too). The gap is held open without
+timing: the test traces the master (ptrace, PTRACE_O_TRACEFORK) and holds the workers the
+next generation forks at their birth, before they adopt anything, while the old workers
+have handed everything over and exited. Inside that gap each relayed port must still be
+held by the socket it had before (its inode in /proc/net/udp or udp6), and a peer sends one
+datagram to each relayed address; once the workers go on, each client receives its
+datagram as a Data indication, and the call relays both ways with the same socket on its
+port. The same through an upgrade that fails after the hand-over (the old master's
+respawned workers are held at birth; they take the sockets back).
+
+On a build that binds a TURN-TCP call's relay port again the port has no socket inside the
+gap (the old worker closed it) and the peer's datagram is lost.
+
+TURN-TLS calls are not checked here: their old worker lingers and keeps serving them with
+its own relay sockets (test_upgrade_linger.py).
+
+Relay ports 45100-45199 (no other test's). Loopback only, every wait bounded. Needs ptrace
+on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
+"""
+import ctypes
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
+                           StreamClient, check, config, error_code, free_port, run_tests,
+                           stop_master, wait_for)
+from test_upgrade_handed_over import (PTRACE_CONT, PTRACE_DETACH,  # noqa: E402
+                                      PTRACE_SEIZE, WALL, ptrace)
+from test_upgrade_streams import failed_upgrade  # noqa: E402
+
+RELAY = (45100, 45199)
+N = 4
+WORKERS = 2
+
+PTRACE_GETEVENTMSG, PTRACE_INTERRUPT = 0x4201, 0x4207
+PTRACE_O_TRACEFORK, PTRACE_O_TRACEVFORK = 0x02, 0x04
+PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, PTRACE_EVENT_STOP = 1, 2, 128
+
+
+def event_msg(pid):
+    v = ctypes.c_ulong(0)
+    ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(v))
+    return v.value
+
+
+class BirthHold:
+    """Traces master (fork events); the first child it forks is the next generation's
+    master (an upgrade's). Holds the first `n` children that `holder` forks at their
+    birth (their first instruction not run): holder "new" is that new master (its
+    workers), "old" the traced master itself (a failed upgrade's respawned workers).
+    Every other stop is passed on, every other child let go."""
+
+    def __init__(self, master, holder, n):
+        self.master, self.holder, self.n = master, holder, n
+        self.new = None
+        self.traced = {master}
+        self.held, self.born = set(), set()
+        ptrace(PTRACE_SEIZE, master, 0, PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK)
+
+    def _forker(self):
+        return self.new if self.holder == "new" else self.master
+
+    def _stop(self, pid, status):
+        event = status >> 16
+        if os.WSTOPSIG(status) == 5 and event in (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK):
+            child = event_msg(pid)
+            self.traced.add(child)
+            if pid == self.master and self.new is None:
+                self.new = child
+                if self.holder == "new":    # its forks are what we hold, not ours
+                    self.traced.discard(pid)
+                    ptrace(PTRACE_DETACH, pid)
+                    return
+            elif pid == self._forker() and len(self.born) < self.n:
+                self.born.add(child)
+            ptrace(PTRACE_CONT, pid)
+            return
+        if event == PTRACE_EVENT_STOP:
+            if pid in self.born:
+                self.held.add(pid)          # stays stopped
+            elif pid == self.new and self.holder == "new":
+                ptrace(PTRACE_CONT, pid)
+            else:                           # a child we do not hold
+                self.traced.discard(pid)
+                ptrace(PTRACE_DETACH, pid)
+            return
+        ptrace(PTRACE_CONT, pid, 0, os.WSTOPSIG(status))   # a signal: delivered
+
+    def poll(self):
+        """Handles the stops that happened (never blocks)."""
+        for p in list(self.traced):
+            while p in self.traced and p not in self.held:
+                try:
+                    pid, status = os.waitpid(p, os.WNOHANG | WALL)
+                except ChildProcessError:
+                    self.traced.discard(p)
+                    break
+                if pid == 0:
+                    break
+                if not os.WIFSTOPPED(status):
+                    self.traced.discard(p)  # exited
+                    break
+                self._stop(p, status)
+
+    def wait_held(self, busy, timeout=60.0):
+        """Polls until n children are held (True), or busy() says no more will come, or
+        timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(self.held) < self.n:
+            self.poll()
+            if len(self.held) < self.n and not busy():
+                self.poll()
+                break
+            time.sleep(0.005)
+        return len(self.held) == self.n
+
+    def _let_go(self, pid):
+        """Detaches pid, running or stopped, passing on a signal it stopped for."""
+        try:
+            if pid not in self.held:
+                ptrace(PTRACE_INTERRUPT, pid)
+                deadline = time.monotonic() + 10
+                status = None
+                while time.monotonic() < deadline:
+                    got, status = os.waitpid(pid, os.WNOHANG | WALL)
+                    if got != 0:
+                        break
+                    time.sleep(0.001)
+                if status is None or not os.WIFSTOPPED(status):
+                    return
+                sig = os.WSTOPSIG(status) if status >> 16 == 0 else 0
+                ptrace(PTRACE_DETACH, pid, 0, sig)
+                return
+            ptrace(PTRACE_DETACH, pid)
+        except (OSError, ChildProcessError):
+            pass
+
+    def release(self):
+        for p in list(self.held):
+            self._let_go(p)
+        self.held.clear()
+        for p in list(self.traced):
+            self._let_go(p)
+        self.traced.clear()
+
+
+def relay_sockets():
+    """{(family, port): [inode, ...]} of the UDP sockets bound to a port of RELAY."""
+    out = {}
+    for fam, path in ((4, "/proc/net/udp"), (6, "/proc/net/udp6")):
+        with open(path) as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                port, inode = int(cols[1].split(":")[1], 16), int(cols[9])
+                if RELAY[0] <= port <= RELAY[1] and inode != 0:
+                    out.setdefault((fam, port), []).append(inode)
+    return out
+
+
+class Calls:
+    """N TURN-TCP clients with UDP allocations relaying with a peer of each family, the
+    last a dual-stack allocation (ADDITIONAL-ADDRESS-FAMILY: an IPv6 relayed address too,
+    ::1 from lo) where the host has IPv6; relays: [(client, relayed address)]; before:
+    their relay ports' socket inodes."""
+
+    def __init__(self, port, peers):
+        self.peers, self.clients, self.relays = peers, [], []
+        self.next_master = None     # the master an upgrade started
+        for i in range(N):
+            c = StreamClient(port, user="tcp%d" % i)
+            self.clients.append(c)
+            dual = [(A_ADDITIONAL_FAMILY, bytes([2, 0, 0, 0]))] if i == N - 1 else []
+            for ip, rport in c.relayed(c.allocate(dual)):
+                peer = self.peer(ip)
+                check(error_code(c.perm(peer.getsockname()[0], peer.getsockname()[1])[3])
+                      is None, "CreatePermission")
+                self.relays.append((c, (ip, rport)))
+        if len(self.relays) == N:
+            print("the dual-stack allocation got no IPv6 relayed address (no IPv6 on lo?): "
+                  "only IPv4 relay sockets checked")
+        self.relaying("before")
+        self.before = relay_sockets()
+        check(all(len(self.before.get(self.key(a), [])) == 1 for _, a in self.relays),
+              "one socket per relay port: %r" % self.before)
+
+    def peer(self, ip):
+        return self.peers[":" in ip]
+
+    @staticmethod
+    def key(addr):
+        return (6 if ":" in addr[0] else 4, addr[1])
+
+    def same_sockets(self, what):
+        now = relay_sockets()
+        moved = {k: (self.before[k], now.get(k)) for k in map(self.key, (a for _, a in
+                                                                           self.relays))
+                 if now.get(k) != self.before[k]}
+        check(not moved, "%s: relay ports with another socket, or none ((family, port): "
+              "(before, now)): %r" % (what, moved))
+
+    def gap_datagrams(self, what):
+        for _, a in self.relays:
+            self.peer(a[0]).sendto(("%s %s" % (what, a)).encode(), a)
+
+    def check_gap_datagrams(self, what):
+        """Each client got the datagram sent to each of its relayed addresses once (those
+        of its two relay sockets in either order)."""
+        for c in self.clients:
+            want = sorted(("%s %s" % (what, a)).encode() for cc, a in self.relays if cc is c)
+            got = sorted(c.recv_data(timeout=10.0) or b"" for _ in want)
+            check(got == want, "%s: the datagrams the peer sent inside the gap: %r, got %r"
+                  % (what, want, got))
+
+    def relaying(self, what):
+        """Each client -> its peer (a Send indication), the peer -> each relayed address (a
+        Data indication): once each, nothing lost (loopback, one at a time), and a
+        Refresh."""
+        for c, a in self.relays:
+            peer = self.peer(a[0])
+            peer.settimeout(10.0)
+            out = ("%s to peer %s" % (what, a)).encode()
+            c.send(peer.getsockname()[0], peer.getsockname()[1], out)
+            data, src = peer.recvfrom(2048)
+            check(data == out and src[:2] == a, "%s: client -> peer via %s: %r from %r"
+                  % (what, a, data, src))
+            back = ("%s from peer %s" % (what, a)).encode()
+            peer.sendto(back, a)
+            got = c.recv_data(timeout=10.0)
+            check(got == back, "%s: peer -> client via %s: %r" % (what, a, got))
+            check(c.refresh(600) is None, "%s: Refresh" % what)
+
+    def close(self):
+        for c in self.clients:
+            c.close()
+
+
+class InThread:
+    """fn(*args) in a thread, with the part of Popen's interface upgrade_held uses:
+    returncode 0 once it returned; communicate() raises what it raised."""
+
+    def __init__(self, fn, *args):
+        self.returncode, self.exc = None, None
+        self.t = threading.Thread(target=self._run, args=(fn,) + args, daemon=True)
+        self.t.start()
+
+    def _run(self, fn, *args):
+        try:
+            fn(*args)
+            self.returncode = 0
+        except BaseException as e:     # raised again by communicate
+            self.exc = e
+            self.returncode = 1
+
+    def poll(self):
+        return None if self.t.is_alive() else self.returncode
+
+    def communicate(self, timeout):
+        self.t.join(timeout)
+        if self.exc is not None:
+            raise self.exc
+        return "", ""
+
+
+def upgrade_held(daemon, calls, holder, run):
+    """run() (an upgrade, in the background: a Popen) while BirthHold(holder) holds the
+    next workers at birth: inside that gap the relay ports keep their sockets and the peer
+    sends a datagram to each; then the workers go on and each datagram arrives."""
+    master = daemon.admin({"cmd": "status"})["pid"]
+    try:
+        hold = BirthHold(master, holder, WORKERS)
+    except OSError as e:
+        print("SKIP: cannot trace the master (%s)" % e)
+        sys.exit(77)
+    what = "upgrade" if holder == "new" else "failed upgrade"
+    proc = None
+    try:
+        proc = run()
+        check(hold.wait_held(lambda: proc.poll() is None),
+              "%s: the next workers held at birth: %d of %d (%s)"
+              % (what, len(hold.held), WORKERS, daemon.stderr()[-3000:]))
+        # The gap: no worker of either generation runs.
+        calls.same_sockets("inside the %s's gap" % what)
+        calls.gap_datagrams(what)
+        hold.poll()
+    finally:
+        hold.release()
+        calls.next_master = hold.new
+    out, err = proc.communicate(timeout=90)
+    calls.check_gap_datagrams(what)
+    return proc.returncode, out, err
+
+
+def test_tcp_call_keeps_its_relay_socket(d):
+    port = free_port(avoid=RELAY)
+    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held.bind(("127.0.0.1", 0))
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    peer6.bind(("::1", 0))
+    listeners = [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP", ["peers"])]
+    text = config(d, listeners, {"peers": ["127.0.0.1", "::1"]}, workers=WORKERS,
+                  relay=RELAY)
+    daemon = Daemon(d, text, workers=WORKERS).start()
+    calls, pid = None, None
+    try:
+        calls = Calls(port, (peer, peer6))
+
+        rc, out, err = upgrade_held(daemon, calls, "new", lambda: subprocess.Popen(
+            [TURNGATECTL, "-s", daemon.sock, "upgrade"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+        check(rc == 0, "upgrade: rc %s\n%s%s" % (rc, out, err))
+        pid = int(out.strip().splitlines()[-1])
+        wait_for(lambda: daemon.admin({"cmd": "status"})["pid"] == pid and
+                 daemon.admin({"cmd": "status"})["workers"]["running"] == WORKERS,
+                 "the new master to serve")
+        calls.same_sockets("after the upgrade")
+        calls.relaying("after the upgrade")
+        st = daemon.admin({"cmd": "stats"})["counters"]
+        # Per call: its connection and its relay sockets.
+        want = N + len(calls.relays)
+        check(st["stream_handovers"] == want and st["stream_handovers_ended"] == 0,
+              "stream_handovers %d (want %d), ended %d" % (
+                  st["stream_handovers"], want, st["stream_handovers_ended"]))
+
+        # A failed upgrade after the hand-over: the old master's respawned workers take
+        # the sockets back.
+        rc, _, _ = upgrade_held(daemon, calls, "old", lambda: InThread(
+            failed_upgrade, daemon, d, text, listeners, held, WORKERS, RELAY))
+        check(rc == 0, "failed upgrade")
+        calls.same_sockets("after the failed upgrade")
+        calls.relaying("after the failed upgrade")
+    finally:
+        if calls is not None:
+            calls.close()
+        peer.close()
+        peer6.close()
+        held.close()
+        # an upgrade that a failed check left running serves on: stopped too
+        stop_master(daemon, pid or (calls and calls.next_master))
+        daemon.kill()
+    daemon.scan()
+
+
+if __name__ == "__main__":
+    run_tests([test_tcp_call_keeps_its_relay_socket])
