@@ -28,8 +28,12 @@ Attacks (issue 36's table; "1x" is the table's figure, "10x" ten times it):
   quota   one credential holder allocates over UDP on a 200-port relay range: 200 attempts
           (1x) / 2,000 (10x); probes: another user's Allocate (then Refresh 0) over UDP.
 
---smoke: a fiftieth of the counts, 1x only, 5 probes of at most 0.5 s, turngated only, on
-free ports (bench/test_attacks.py, run by make check so the script can't rot; no timing asserted).
+--smoke: a fiftieth of the counts, 1x only, 5 probes, turngated only, on free ports
+(bench/test_attacks.py, run by make check so the script can't rot).
+
+Exit status: 1 when a turngated cell misses issue 36's target, each such cell named on
+stderr: fewer than 99 % of the probes completed, or (not in --smoke, which asserts no
+timing) their setup p99 above 250 ms. coturn's and base's cells are compared, not judged.
 """
 import argparse
 import hashlib
@@ -588,7 +592,10 @@ def main():
     if args.smoke:
         global PROBE_TIMEOUT_S
         args.scale, args.probes, args.servers, args.rates = 0.02, 5, "turngate", "1"
-        PROBE_TIMEOUT_S = 0.5
+        # A probe fails on an answer it should not get or none in time, never on its speed:
+        # the full run's timeout, long beside its p99 (docs/performance.md), even in a
+        # loaded or sanitized make check.
+        PROBE_TIMEOUT_S = 2.0
         # make check may run other daemons beside it: free ports instead of the fixed ones
         from harness_admin import free_port
         for k in PORTS:
@@ -614,10 +621,25 @@ def main():
                     r = row[server]
                     print(f"# {server} {attack} {mult}x: {r}", flush=True)
                 rows.append((attack, mult, row, notes))
-    print_table(rows, servers, t_start, args)
+    misses = print_table(rows, servers, t_start, args)
+    for m in misses:
+        print(f"attacks.py: target missed: {m}", file=sys.stderr)
+    return 1 if misses else 0
+
+
+def target_misses(attack, mult, r, smoke):
+    """Why turngated's cell misses issue 36's target (an empty list when it meets it)."""
+    why = []
+    if r["ok"] < 0.99 * r["n"]:
+        why.append(f"{r['ok']}/{r['n']} probes ok (< 99 %)")
+    if not smoke and not r["p99"] <= 250:
+        why.append(f"setup p99 {r['p99']:.1f} ms (> 250 ms)")
+    return [f"turngate {attack} {mult}x ({label(attack, mult, r['count'])}): {w}"
+            for w in why]
 
 
 def print_table(rows, servers, t_start, args):
+    """Prints the table and the notes; returns the target misses, one line each."""
     head = "| attack | " + " | ".join(
         f"{s}: probes ok | {s}: p50 / p99 ms | {s}: CPU-s (wall s)" for s in servers) + " |"
     print()
@@ -639,13 +661,14 @@ def print_table(rows, servers, t_start, args):
                   + (f"; {r['note']}" if r["note"] else ""))
         for n in notes:
             print(f"- {attack} {mult}x: {n}")
-    fails = [(a, m, s) for a, m, row, _ in rows for s, r in row.items()
-             if s == "turngate" and (r["ok"] < 0.99 * r["n"] or not r["p99"] <= 250)]
-    print(f"\nturngate targets (>= 99 % probes ok, p99 <= 250 ms): "
-          + ("all met" if not fails else "missed in " + ", ".join(f"{a} {m}x"
-                                                                    for a, m, _ in fails)))
+    misses = [w for a, m, row, _ in rows if "turngate" in row
+              for w in target_misses(a, m, row["turngate"], args.smoke)]
+    target = ">= 99 % probes ok" + ("" if args.smoke else ", p99 <= 250 ms")
+    print(f"\nturngate targets ({target}): "
+          + ("all met" if not misses else "missed: " + "; ".join(misses)))
     print(f"total {time.time() - t_start:.0f} s")
+    return misses
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,10 +2,17 @@
 """bench/test_attacks.py: bench/attacks.py's smoke mode (make check), so the script can't rot.
 
 Runs every attack of issue 36 at a fiftieth of its count against the built turngated with 5
-probes each (no coturn, no timing asserted): the script must exit 0 and print one table
-row per attack and rate, each cell with its probe count, and the guessing attack must have
-got its nonce. The figures themselves are only meaningful in a full run (docs/performance.md).
+probes each (no coturn, no timing asserted): the script must exit 0, which it does only when
+every probe completed, and print one table row per attack and rate, each cell with its probe
+count, and the guessing attack must have got its nonce. The figures themselves are only
+meaningful in a full run (docs/performance.md).
+
+A control without a server: attacks.main() over cells made up here must exit 1 and name
+the cell that missed the target (4 of 5 probes in --smoke; a p99 of 300 ms in a full run),
+and exit 0 when every cell meets it.
 """
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -31,9 +38,48 @@ def main():
             fails.append(f"no single table row for {what!r}")
     if "no nonce" in out:
         fails.append("the guessing attack got no nonce")
+    fails += control()
     for f in fails:
         print("FAIL: " + f)
     return 1 if fails else 0
+
+
+def control():
+    """attacks.main()'s exit status and message over made-up cells (no server, no network)."""
+    sys.path.insert(0, HERE)
+    import attacks
+
+    def run(argv, cell):
+        err = io.StringIO()
+        saved = (sys.argv, attacks.run_cell, attacks.capture_dtls_hello, attacks.make_cert)
+        sys.argv = ["attacks.py"] + argv
+        attacks.run_cell = lambda args, server, attack, mult: dict(
+            cell, n=args.probes, count=1, cpu=0.0, wall=0.0, made=1, failed=0, held=0, note="")
+        attacks.capture_dtls_hello = lambda: b""
+        attacks.make_cert = lambda d: ("c.pem", "k.pem")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                rc = attacks.main()
+        finally:
+            sys.argv, attacks.run_cell, attacks.capture_dtls_hello, attacks.make_cert = saved
+        return rc, err.getvalue()
+
+    fails = []
+    good = {"ok": 5, "p50": 10.0, "p99": 20.0}
+    cases = [
+        (["--smoke", "--attacks", "idle,tls"], good, 0, None),
+        (["--smoke", "--attacks", "idle,tls"], dict(good, ok=4), 1, "turngate idle 1x"),
+        (["--smoke", "--attacks", "guess"], dict(good, p99=300.0), 0, None),
+        (["--servers", "turngate", "--attacks", "quota", "--rates", "10", "--probes", "5"],
+         dict(good, p99=300.0), 1, "turngate quota 10x"),
+    ]
+    for argv, cell, want_rc, want_msg in cases:
+        rc, err = run(argv, cell)
+        if rc != want_rc or (want_msg and want_msg not in err):
+            fails.append(f"control {' '.join(argv)} with {cell}: exit {rc}, {err.strip()!r}"
+                         f" (expected exit {want_rc}" + (f" naming {want_msg!r})" if want_msg
+                                                          else ")"))
+    return fails
 
 
 if __name__ == "__main__":

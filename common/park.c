@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/grow.h"
+
 static long elapsed_ms(const struct timespec *t0)
 {
 	struct timespec t;
@@ -59,18 +61,8 @@ int park_asm_add(struct park_asm *a, const struct ipc_msg *msg)
 		park_asm_free(a);
 		return -EMSGSIZE;
 	}
-	if (a->len + n > a->cap) {
-		size_t cap = a->cap ? a->cap : 8192;
-		uint8_t *p;
-
-		while (cap < a->len + n)
-			cap *= 2;
-		p = realloc(a->buf, cap);
-		if (p == NULL)
-			return -ENOMEM;
-		a->buf = p;
-		a->cap = cap;
-	}
+	if (GROW_ARRAY(&a->buf, &a->cap, a->len + n, 8192) < 0)
+		return -ENOMEM;
 	memcpy(a->buf + a->len, msg->payload, n);
 	a->len += n;
 	return msg->hdr.type == IPC_STREAM ? 1 : 0;

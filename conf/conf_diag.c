@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "conf/conf_internal.h"
 
@@ -30,17 +31,7 @@ __attribute__((format(printf, 1, 0))) static char *vfmt(const char *fmt, va_list
 
 static int diags_grow(struct conf_diags *d)
 {
-	size_t cap;
-	struct conf_diag *v;
-	if (d->n < d->cap)
-		return 0;
-	cap = d->cap ? d->cap * 2 : 16;
-	v = realloc(d->v, cap * sizeof(*v));
-	if (v == NULL)
-		return -ENOMEM;
-	d->v = v;
-	d->cap = cap;
-	return 0;
+	return GROW_ARRAY(&d->v, &d->cap, d->n + 1, 16) < 0 ? -ENOMEM : 0;
 }
 
 void conf_diag_addv(struct conf_diags *d, enum conf_diag_sev sev, const char *file, uint32_t line,

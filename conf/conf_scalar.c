@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "conf/conf_internal.h"
 
 static const char *env_lookup(struct pctx *p, const char *name)
@@ -51,15 +52,9 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 {
 	if (b->err)
 		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = (b->n + n + 1) * 2;
-		char *ns = realloc(b->s, cap);
-		if (ns == NULL) {
-			b->err = 1;
-			return;
-		}
-		b->s = ns;
-		b->cap = cap;
+	if (GROW_ARRAY(&b->s, &b->cap, b->n + n + 1, 64) < 0) {
+		b->err = 1;
+		return;
 	}
 	memcpy(b->s + b->n, s, n);
 	b->n += n;

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/grow.h"
+
 static int connect_unix(const char *path, const char **why)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -70,20 +72,13 @@ static int read_line(int fd, char **out, size_t *out_len)
 			free(buf);
 			return -ETIMEDOUT;
 		}
-		if (len == cap) {
-			char *grown;
-
-			if (cap >= CTL_REPLY_MAX) {
-				free(buf);
-				return -EMSGSIZE;
-			}
-			grown = realloc(buf, cap * 2);
-			if (grown == NULL) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = grown;
-			cap *= 2;
+		if (len == cap && cap >= CTL_REPLY_MAX) {
+			free(buf);
+			return -EMSGSIZE;
+		}
+		if (GROW_ARRAY(&buf, &cap, len + 1, 65536) < 0) {
+			free(buf);
+			return -ENOMEM;
 		}
 		n = read(fd, buf + len, cap - len);
 		if (n < 0 && errno == EINTR)

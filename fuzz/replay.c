@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #ifndef FUZZ_CORPUS
@@ -19,15 +21,10 @@ static int replay_file(const char *path)
 	uint8_t *buf = NULL;
 	size_t len = 0, cap = 0;
 	for (;;) {
-		if (len == cap) {
-			cap = cap ? cap * 2 : 4096;
-			uint8_t *nb = realloc(buf, cap);
-			if (nb == NULL) {
-				free(buf);
-				fclose(f);
-				return -1;
-			}
-			buf = nb;
+		if (GROW_ARRAY(&buf, &cap, len + 1, 4096) < 0) {
+			free(buf);
+			fclose(f);
+			return -1;
 		}
 		size_t n = fread(buf + len, 1, cap - len, f);
 		if (n == 0)

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "http/http_buf.h"
 
 static int buf_reserve(struct http_buf *b, size_t extra)
 {
-	size_t need, cap;
-	char *p;
+	size_t need;
 
 	if (b->err)
 		return b->err;
@@ -19,19 +19,9 @@ static int buf_reserve(struct http_buf *b, size_t extra)
 		return b->err;
 	}
 	need = b->len + extra + 1;
-	if (need <= b->cap)
-		return 0;
-	cap = b->cap ? b->cap : 1024;
-	while (cap < need)
-		cap *= 2;
-	p = realloc(b->data, cap);
-	if (p == NULL) {
+	if (GROW_ARRAY(&b->data, &b->cap, need, 1024) < 0)
 		b->err = -ENOMEM;
-		return b->err;
-	}
-	b->data = p;
-	b->cap = cap;
-	return 0;
+	return b->err;
 }
 
 void http_buf_append(struct http_buf *b, const char *s, size_t len)

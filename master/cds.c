@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 
 /* stunnerd's client (l7mp/stunner pkg/config/client/client.go, cds_api.go): */
@@ -394,16 +395,12 @@ static int read_input(struct cds *c)
 		ssize_t n;
 
 		if (c->in_cap - c->in_len < 16384) {
-			size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
-			uint8_t *grown;
-
-			if (cap > 2 * (size_t)CDS_MAX_MESSAGE)
+			/* From 65536 up, room for 16384 more is one doubling: refuse the one
+			 * that would pass 2 * CDS_MAX_MESSAGE. */
+			if (c->in_cap > (size_t)CDS_MAX_MESSAGE)
 				return -EMSGSIZE;
-			grown = realloc(c->in, cap);
-			if (grown == NULL)
+			if (GROW_ARRAY(&c->in, &c->in_cap, c->in_len + 16384, 65536) < 0)
 				return -ENOMEM;
-			c->in = grown;
-			c->in_cap = cap;
 		}
 		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
 		if (n == 0)

@@ -25,6 +25,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 
 #define DNS_REFRESH_S 5.0
@@ -272,16 +273,9 @@ static void dns_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	for (;;) {
 		ssize_t r;
 
-		if (d->len == d->cap) {
-			size_t cap = d->cap ? d->cap * 2 : 4096;
-			uint8_t *p = realloc(d->buf, cap);
-
-			if (p == NULL) {
-				dns_end_child(m, d, true);
-				return;
-			}
-			d->buf = p;
-			d->cap = cap;
+		if (GROW_ARRAY(&d->buf, &d->cap, d->len + 1, 4096) < 0) {
+			dns_end_child(m, d, true);
+			return;
 		}
 		r = read(d->fd, d->buf + d->len, d->cap - d->len);
 		if (r > 0) {

@@ -18,6 +18,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/ipc.h"
 #include "common/log.h"
 #include "common/mono.h"
@@ -277,15 +278,8 @@ static bool gc_collect(const struct tgo_channel *ch, void *arg)
 {
 	struct gc_state *s = arg;
 
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		struct tgo_channel *p = realloc(s->ents, cap * sizeof(*p));
-
-		if (p == NULL)
-			return true;
-		s->ents = p;
-		s->cap = cap;
-	}
+	if (GROW_ARRAY(&s->ents, &s->cap, s->n + 1, 256) < 0)
+		return true;
 	s->ents[s->n++] = *ch;
 	return true;
 }
@@ -310,14 +304,8 @@ static struct gc_key *gc_table(struct master *m, size_t *n)
 
 			if (c->number == 0 || c->expires_ns <= now)
 				continue;
-			if (*n == cap) {
-				struct gc_key *p = realloc(keys, (cap ? cap * 2 : 256) * sizeof(*p));
-
-				if (p == NULL)
-					goto out;
-				keys = p;
-				cap = cap ? cap * 2 : 256;
-			}
+			if (GROW_ARRAY(&keys, &cap, *n + 1, 256) < 0)
+				goto out;
 			memcpy(ip, rec->client.addr, rec->client.family == AF_INET ? 4 : 16);
 			gc_key_of(ip, rec->client.port, rec->server.port, c->number, &keys[(*n)++]);
 		}

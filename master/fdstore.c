@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common/fdname.h"
+#include "common/grow.h"
 #include "common/ipc.h"
 #include "common/log.h"
 #include "common/park.h"
@@ -243,7 +244,6 @@ static void **slot_root(struct master *m, unsigned slot)
 /* Stores name's socket now, or holds a copy while the old master is the main process. */
 static void store_or_hold(struct fdstore *s, const char *name, int fd)
 {
-	struct held *v;
 	int copy;
 
 	if (s->old_master < 0) {
@@ -251,15 +251,8 @@ static void store_or_hold(struct fdstore *s, const char *name, int fd)
 			log_warn("master", "fd store: cannot store %s", name);
 		return;
 	}
-	if (s->n_held == s->cap_held) {
-		size_t cap = s->cap_held ? s->cap_held * 2 : 64;
-
-		v = realloc(s->held, cap * sizeof(*v));
-		if (v == NULL)
-			return;
-		s->held = v;
-		s->cap_held = cap;
-	}
+	if (GROW_ARRAY(&s->held, &s->cap_held, s->n_held + 1, 64) < 0)
+		return;
 	copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (copy < 0)
 		return;

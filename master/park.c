@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/park.h"
 #include "worker/worker.h"
@@ -60,15 +61,8 @@ static int list_push(struct master *m, uint8_t *blob, size_t len, int fd)
 
 	if (pl == NULL || park_check(blob, len, &h) < 0)
 		goto fail;
-	if (pl->n == pl->cap) {
-		size_t cap = pl->cap ? pl->cap * 2 : 64;
-		struct mpark *v = realloc(pl->v, cap * sizeof(*v));
-
-		if (v == NULL)
-			goto fail;
-		pl->v = v;
-		pl->cap = cap;
-	}
+	if (GROW_ARRAY(&pl->v, &pl->cap, pl->n + 1, 64) < 0)
+		goto fail;
 	pl->v[pl->n++] = (struct mpark){ blob, len, fd, h.slot % m->n_slots, h.rec_idx };
 	return 0;
 fail:

@@ -16,6 +16,7 @@
 #include <ev.h>
 #include <jansson.h>
 
+#include "common/grow.h"
 #include "common/log.h"
 #include "common/mono.h"
 #include "conf/conf.h"
@@ -257,15 +258,10 @@ static void on_event(const struct shm_rec_ev *ev, void *arg)
 			c->len += n + 1;
 			c->lines++;
 		} else if (line != NULL) {
-			size_t cap = (c->cap ? c->cap * 2 : 65536) + n + 1;
-			char *g = realloc(c->buf, cap);
-
-			if (g == NULL) {
+			if (GROW_ARRAY(&c->buf, &c->cap, c->len + n + 1, 65536) < 0) {
 				CMM_STORE_SHARED(shm_records_hdr(r->m->shm)->master_dropped,
 						 shm_records_hdr(r->m->shm)->master_dropped + 1);
 			} else {
-				c->buf = g;
-				c->cap = cap;
 				memcpy(c->buf + c->len, line, n);
 				c->buf[c->len + n] = '\n';
 				c->len += n + 1;

@@ -17,6 +17,7 @@
 
 #include <bpf/bpf.h>
 
+#include "common/grow.h"
 #include "offload/offload_int.h"
 #include "offload/tgo_maps.h"
 
@@ -216,15 +217,9 @@ static long tgo_keys(int fd, size_t key_size, void **keys)
 	if (key_size > sizeof(cur))
 		return -EINVAL;
 	while (bpf_map_get_next_key(fd, from, cur) == 0) {
-		if (n == cap) {
-			uint8_t *nb = realloc(buf, (cap ? cap * 2 : 256) * key_size);
-
-			if (!nb) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = nb;
-			cap = cap ? cap * 2 : 256;
+		if (grow_array(&buf, &cap, n + 1, key_size, 256) < 0) {
+			free(buf);
+			return -ENOMEM;
 		}
 		memcpy(buf + n * key_size, cur, key_size);
 		n++;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/ipc.h"
 #include "common/log.h"
 #include "shm/shm.h"
@@ -116,23 +117,13 @@ struct relayho_got {
 
 static int got_add(struct relayho_got *g, const struct ipc_msg *msg, const int *fds, size_t n)
 {
-	if (g->n + n > g->cap) {
-		size_t cap = g->cap ? g->cap * 2 : 4096;
-		uint32_t *key;
-		int *fd;
+	size_t key_cap = g->cap, fd_cap = g->cap;
 
-		while (cap < g->n + n)
-			cap *= 2;
-		key = realloc(g->key, cap * sizeof(*key));
-		if (key != NULL)
-			g->key = key;
-		fd = realloc(g->fd, cap * sizeof(*fd));
-		if (fd != NULL)
-			g->fd = fd;
-		if (key == NULL || fd == NULL)
-			return -ENOMEM;
-		g->cap = cap;
-	}
+	/* Two arrays, one capacity: it counts once both have grown. */
+	if (GROW_ARRAY(&g->key, &key_cap, g->n + n, 4096) < 0 ||
+	    GROW_ARRAY(&g->fd, &fd_cap, g->n + n, 4096) < 0)
+		return -ENOMEM;
+	g->cap = fd_cap;
 	memcpy(g->key + g->n, msg->payload, n * sizeof(uint32_t));
 	memcpy(g->fd + g->n, fds, n * sizeof(int));
 	g->n += n;

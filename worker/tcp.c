@@ -17,6 +17,7 @@
 
 #include <openssl/err.h>
 
+#include "common/grow.h"
 #include "common/ipc.h"
 #include "common/log.h"
 #include "stun/stun_frame.h"
@@ -142,18 +143,8 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
 		shm_ctr_add(w->ctr, SHM_CTR_ERR_SEND, 1);
 		return;
 	}
-	if (need > c->out_cap) {
-		size_t cap = c->out_cap ? c->out_cap : 4096;
-		uint8_t *p;
-
-		while (cap < need)
-			cap *= 2;
-		p = realloc(c->out, cap);
-		if (!p)
-			return;
-		c->out = p;
-		c->out_cap = cap;
-	}
+	if (GROW_ARRAY(&c->out, &c->out_cap, need, 4096) < 0)
+		return;
 	memcpy(c->out + c->out_len, buf, len);
 	c->out_len += len;
 	wk_client_sent(w, c->l, 1, len);

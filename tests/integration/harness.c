@@ -285,6 +285,16 @@ void harness_teardown_killed(struct harness *h, struct harness_echo *e)
 	harness_cleanup(h);
 }
 
+int harness_teardown(struct harness *h, struct harness_echo *e)
+{
+	int rc = harness_stop(h);
+
+	if (e != NULL)
+		harness_echo_stop(e);
+	harness_cleanup(h);
+	return rc;
+}
+
 int harness_scan_log(const char *path, char *why, size_t cap)
 {
 	static const char *const bad[] = {
@@ -531,9 +541,14 @@ uint16_t hturn_local_port(const struct hturn *c)
 
 	if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) != 0)
 		return 0;
-	if (ss.ss_family == AF_INET6)
-		return ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
-	return ss.ss_family == AF_INET ? ntohs(((const struct sockaddr_in *)&ss)->sin_port) : 0;
+	return harness_port(&ss);
+}
+
+uint16_t harness_port(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+	return ss->ss_family == AF_INET ? ntohs(((const struct sockaddr_in *)ss)->sin_port) : 0;
 }
 
 void hturn_close(struct hturn *c)
@@ -739,6 +754,20 @@ int hturn_allocate(struct hturn *c, hturn_attrs_fn *attrs, void *arg)
 	stun_msg_get_addr(&m, STUN_ATTR_XOR_MAPPED_ADDRESS, &c->mapped);
 	stun_msg_get_lifetime(&m, &c->lifetime);
 	return 0;
+}
+
+int hturn_allocate_until(struct hturn *c, int code)
+{
+	int rc = -1;
+
+	for (int i = 0; i < 20 && rc != code; i++) {
+		rc = hturn_allocate(c, NULL, NULL);
+		if (rc == 0 && hturn_refresh(c, 0) != 0)
+			return -EPROTO;
+		if (rc != code)
+			usleep(50000);
+	}
+	return rc;
 }
 
 static void hturn_lifetime_attr(struct stun_builder *b, void *arg)

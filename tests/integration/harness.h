@@ -80,6 +80,10 @@ void harness_cleanup(struct harness *h);
  * stops the echo peer (e may be NULL) and removes the directory. */
 void harness_teardown_killed(struct harness *h, struct harness_echo *e);
 
+/* A fixture's teardown: harness_stop(), then stops the echo peer (e may be NULL) and
+ * removes the directory. Returns harness_stop()'s verdict. */
+int harness_teardown(struct harness *h, struct harness_echo *e);
+
 /* 0 when the log file has no failure marker; else -1 and the offending line in why. */
 int harness_scan_log(const char *path, char *why, size_t cap);
 
@@ -94,6 +98,9 @@ static inline struct sockaddr *sa(struct sockaddr_storage *ss)
 {
 	return (struct sockaddr *)ss;
 }
+
+/* The port of an IPv4 or IPv6 address, in host order (0 for another family). */
+uint16_t harness_port(const struct sockaddr_storage *ss);
 
 /* Fills a sockaddr_in/_in6 from text. Returns its length, 0 on a bad address. */
 socklen_t harness_addr(const char *ip, uint16_t port, struct sockaddr_storage *out);
@@ -154,6 +161,10 @@ int hturn_request(struct hturn *c, uint16_t method, hturn_attrs_fn *attrs, void 
 /* Allocate with REQUESTED-TRANSPORT UDP (+ attrs); fills c->relay, c->relay2, c->mapped,
  * c->lifetime on success. */
 int hturn_allocate(struct hturn *c, hturn_attrs_fn *attrs, void *arg);
+/* Allocates until the answer is code (a draining daemon's 403, or 300 with an alternate
+ * server), at most 20 tries 50 ms apart; an allocation still granted is released at once.
+ * Returns the last answer, or -EPROTO when a release failed. */
+int hturn_allocate_until(struct hturn *c, int code);
 int hturn_refresh(struct hturn *c, uint32_t lifetime);
 int hturn_permission(struct hturn *c, const struct sockaddr *peer);
 int hturn_channel_bind(struct hturn *c, uint16_t ch, const struct sockaddr *peer);

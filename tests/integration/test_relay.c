@@ -136,15 +136,10 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-	int rc;
-
 	(void)state;
-	rc = harness_stop(&g.h);
-	harness_echo_stop(&g.echo);
 	harness_echo_stop(&g.echo2);
 	harness_echo_stop(&g.echo6);
-	harness_cleanup(&g.h);
-	return rc;
+	return harness_teardown(&g.h, &g.echo);
 }
 
 static void client(struct hturn *c, const struct sockaddr_storage *srv, bool tcp)
@@ -157,12 +152,6 @@ static void client(struct hturn *c, const struct sockaddr_storage *srv, bool tcp
 static long long wait_allocations(long long want)
 {
 	return hadmin_wait_status_int(g.h.sock, "allocations", want, 60, 50);
-}
-
-static uint16_t port_of(const struct sockaddr_storage *s)
-{
-	return s->ss_family == AF_INET6 ? ntohs(((const struct sockaddr_in6 *)s)->sin6_port)
-					: ntohs(((const struct sockaddr_in *)s)->sin_port);
 }
 
 static struct stun_msg *last_msg(struct hturn *c, struct stun_msg *m)
@@ -444,7 +433,7 @@ static void test_allocate_relayed_address(void **state)
 	assert_int_equal(c.relay.ss_family, AF_INET);
 	inet_ntop(AF_INET, &((struct sockaddr_in *)&c.relay)->sin_addr, ip, sizeof(ip));
 	assert_string_equal(ip, "127.0.0.4");
-	assert_in_range(port_of(&c.relay), RELAY_MIN, RELAY_MAX);
+	assert_in_range(harness_port(&c.relay), RELAY_MIN, RELAY_MAX);
 	assert_int_equal(c.lifetime, 600);	/* default */
 	assert_int_equal(hturn_refresh(&c, 100000), 0);
 	assert_int_equal(c.lifetime, 3600);	/* clamped to the maximum */
@@ -724,7 +713,7 @@ static void test_symmetric(void **state)
 		if (a < 0)
 			a = n;
 		else if (g.workers < 2 ||
-			 (port_of(&c[a].relay) < mid) != (port_of(&c[n].relay) < mid))
+			 (harness_port(&c[a].relay) < mid) != (harness_port(&c[n].relay) < mid))
 			b = n;
 		if (b >= 0) {
 			n++;
@@ -738,7 +727,7 @@ static void test_symmetric(void **state)
 	assert_int_equal(hturn_recv_data(&c[b], buf, sizeof(buf), &ch, &from, 2000), 4);
 	assert_memory_equal(buf, "ping", 4);
 	/* The source is the announced relay address of a: relay sockets bind to it. */
-	assert_int_equal(port_of(&from), port_of(&c[a].relay));
+	assert_int_equal(harness_port(&from), harness_port(&c[a].relay));
 	assert_memory_equal(&((struct sockaddr_in *)&from)->sin_addr,
 			    &((struct sockaddr_in *)&c[a].relay)->sin_addr, 4);
 	assert_int_equal(hturn_channel_bind(&c[b], 0x4444, sa(&c[a].relay)), 0);
@@ -802,21 +791,13 @@ static void test_ipv6(void **state)
 static void test_drain_403(void **state)
 {
 	struct hturn c, d;
-	int rc = -1;
 
 	(void)state;
 	client(&c, &g.srv, false);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	kill(g.h.pid, SIGTERM);
 	client(&d, &g.srv, false);
-	for (int i = 0; i < 20 && rc != 403; i++) {
-		rc = hturn_allocate(&d, NULL, NULL);
-		if (rc == 0)
-			assert_int_equal(hturn_refresh(&d, 0), 0);
-		if (rc != 403)
-			usleep(50000);
-	}
-	assert_int_equal(rc, 403);
+	assert_int_equal(hturn_allocate_until(&d, 403), 403);
 	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
 	assert_true(echo_roundtrip(&c, 0, &g.echo.addr, "draining"));
 	assert_int_equal(hturn_refresh(&c, 0), 0);

@@ -76,14 +76,9 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	int rc;
-
 	(void)state;
-	rc = harness_stop(&g.h);
-	harness_echo_stop(&g.echo);
 	harness_echo_stop(&g.echo6);
-	harness_cleanup(&g.h);
-	return rc;
+	return harness_teardown(&g.h, &g.echo);
 }
 
 static struct turn_client *mk(enum turn_client_transport t, const char *pass)

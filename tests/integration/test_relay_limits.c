@@ -45,11 +45,6 @@ struct fx {
 
 static struct fx g;
 
-static uint16_t port_of(const struct sockaddr_storage *s)
-{
-	return ntohs(((const struct sockaddr_in *)s)->sin_port);
-}
-
 static void sleep_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
@@ -155,13 +150,8 @@ static int limits_setup(void **state)
 
 static int limits_teardown(void **state)
 {
-	int rc;
-
 	(void)state;
-	rc = harness_stop(&g.h);
-	harness_echo_stop(&g.echo);
-	harness_cleanup(&g.h);
-	return rc;
+	return harness_teardown(&g.h, &g.echo);
 }
 
 static void test_allocation_expiry(void **state)
@@ -311,17 +301,17 @@ static void test_even_port_reservation(void **state)
 	(void)state;
 	client(&e, "u3");
 	assert_int_equal(hturn_allocate(&e, even_port_r, NULL), 0);
-	assert_int_equal(port_of(&e.relay) % 2, 0);
+	assert_int_equal(harness_port(&e.relay) % 2, 0);
 	client(&a, "u3");
 	assert_int_equal(hturn_allocate(&a, even_port_r, (void *)1), 0);
-	assert_int_equal(port_of(&a.relay) % 2, 0);
+	assert_int_equal(harness_port(&a.relay) % 2, 0);
 	assert_int_equal(stun_msg_parse(&m, a.resp, a.resp_len), 0);
 	assert_int_equal(stun_msg_get_reservation_token(&m, &token), 0);
 	client(&b, "u4");
 	assert_int_equal(hturn_allocate(&b, token_and_even, &token), 400);
 	assert_int_equal(hturn_allocate(&b, with_token, &bogus), 508);
 	assert_int_equal(hturn_allocate(&b, with_token, &token), 0);
-	assert_int_equal(port_of(&b.relay), port_of(&a.relay) + 1);
+	assert_int_equal(harness_port(&b.relay), harness_port(&a.relay) + 1);
 	assert_int_equal(hturn_refresh(&a, 0), 0);
 	assert_int_equal(hturn_refresh(&b, 0), 0);
 	assert_int_equal(hturn_refresh(&e, 0), 0);
@@ -367,26 +357,18 @@ static void test_drain_alternate_server(void **state)
 	struct stun_msg m;
 	struct sockaddr_storage alt;
 	char ip[64];
-	int rc = -1;
 
 	(void)state;
 	client(&c, "u0");
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
 	kill(g.h.pid, SIGTERM);
 	client(&d, "u1");
-	for (int i = 0; i < 20 && rc != 300; i++) {
-		rc = hturn_allocate(&d, NULL, NULL);
-		if (rc == 0)
-			assert_int_equal(hturn_refresh(&d, 0), 0);
-		if (rc != 300)
-			sleep_ms(50);
-	}
-	assert_int_equal(rc, 300);
+	assert_int_equal(hturn_allocate_until(&d, 300), 300);
 	assert_int_equal(stun_msg_parse(&m, d.resp, d.resp_len), 0);
 	assert_int_equal(stun_msg_get_addr(&m, STUN_ATTR_ALTERNATE_SERVER, &alt), 0);
 	inet_ntop(AF_INET, &((struct sockaddr_in *)&alt)->sin_addr, ip, sizeof(ip));
 	assert_string_equal(ip, "127.0.0.5");
-	assert_int_equal(port_of(&alt), 3478);
+	assert_int_equal(harness_port(&alt), 3478);
 	assert_int_equal(hturn_refresh(&c, 4), 0);	/* existing allocation still served */
 	hturn_close(&c);
 	hturn_close(&d);

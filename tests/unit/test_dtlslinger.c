@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "shm/shm.h"
+#include "tests/unit/worker_fix.h"
 #include "worker/dtlslinger.h"
 #include "worker/wk.h"
 
@@ -38,31 +39,17 @@ struct fix {
 
 static int fix_setup(void **state)
 {
-	struct shm_config cfg = { 2, 4, 4096, 32 };
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
 	strcpy(f->dir, "/tmp/tg-dtlslinger-XXXXXX");
 	assert_non_null(mkdtemp(f->dir));
 	snprintf(f->state, sizeof(f->state), "%s/turngate.state", f->dir);
-	assert_int_equal(shm_create(&cfg, "test-dtlslinger", &f->shm), 0);
+	worker_fix_create("test-dtlslinger", 2, &f->shm, f->h, f->w);
 	for (unsigned s = 0; s < 2; s++) {
-		struct worker *w = calloc(1, sizeof(*w));
-
-		assert_non_null(w);
-		f->h[s] = (struct worker_heritage){ .slot = s, .slot_count = 2, .shm = f->shm,
-						    .ctl_fd = -1, .offload = { -1, -1 },
-						    .state_path = f->state };
-		w->magic = WK_MAGIC;
-		w->h = &f->h[s];
-		w->shm = f->shm;
-		w->slot = s;
-		w->ctr = shm_slot_counters(f->shm, s);
-		w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-		assert_non_null(w->loop);
-		w->rx = calloc(WK_BATCH, sizeof(*w->rx));
-		assert_non_null(w->rx);
-		f->w[s] = w;
+		f->h[s].state_path = f->state;
+		f->w[s]->rx = calloc(WK_BATCH, sizeof(*f->w[s]->rx));
+		assert_non_null(f->w[s]->rx);
 	}
 	snprintf(f->w[1]->linger_path, sizeof(f->w[1]->linger_path), "%s.linger.%d", f->state,
 		 (int)getpid());
@@ -82,22 +69,17 @@ static int fix_teardown(void **state)
 	unlink(path);
 	for (unsigned s = 0; s < 2; s++) {
 		wk_dl_free(f->w[s]);
-		ev_loop_destroy(f->w[s]->loop);
 		free(f->w[s]->rx);
-		free(f->w[s]);
 	}
 	assert_int_equal(rmdir(f->dir), 0);	/* nothing else left, no socket */
-	shm_destroy(f->shm);
+	worker_fix_destroy(f->shm, 2, f->w);
 	free(f);
 	return 0;
 }
 
 static uint64_t ctr(struct fix *f, unsigned slot, enum shm_ctr i)
 {
-	struct shm_counters out;
-
-	assert_int_equal(shm_counters_read(f->shm, slot, &out), 0);
-	return out.v[i];
+	return worker_fix_ctr(f->shm, slot, i);
 }
 
 static void write_file(const char *path, const char *text)

@@ -20,6 +20,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_relay.h"
+#include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
 #include "worker/relay_priv.h"
 #include "worker/transport.h"
@@ -36,11 +37,10 @@ struct fix {
 
 static int fix_setup(void **state)
 {
-	struct shm_config cfg = { SLOTS, 4, 4096, 32 };
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	assert_int_equal(shm_create(&cfg, "test-handover", &f->shm), 0);
+	worker_fix_create("test-handover", SLOTS, &f->shm, f->h, f->w);
 	for (unsigned s = 0; s < SLOTS; s++) {
 		int sp[2];
 
@@ -49,26 +49,10 @@ static int fix_setup(void **state)
 		f->tx[s] = sp[1];
 	}
 	for (unsigned s = 0; s < SLOTS; s++) {
-		struct worker *w = calloc(1, sizeof(*w));
-
-		assert_non_null(w);
-		f->h[s] = (struct worker_heritage){ .slot = s,
-						    .slot_count = SLOTS,
-						    .shm = f->shm,
-						    .ctl_fd = -1,
-						    .offload = { -1, -1 },
-						    .handover_rx = f->rx[s],
-						    .handover_tx = f->tx };
-		w->magic = WK_MAGIC;
-		w->h = &f->h[s];
-		w->shm = f->shm;
-		w->slot = s;
-		w->ctr = shm_slot_counters(f->shm, s);
-		w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-		assert_non_null(w->loop);
-		assert_int_equal(wk_tables_init(w), 0);
-		wk_ho_start(w);
-		f->w[s] = w;
+		f->h[s].handover_rx = f->rx[s];
+		f->h[s].handover_tx = f->tx;
+		assert_int_equal(wk_tables_init(f->w[s]), 0);
+		wk_ho_start(f->w[s]);
 	}
 	*state = f;
 	return 0;
@@ -79,25 +63,18 @@ static int fix_teardown(void **state)
 	struct fix *f = *state;
 
 	for (unsigned s = 0; s < SLOTS; s++) {
-		struct worker *w = f->w[s];
-
-		ev_loop_destroy(w->loop);
-		wk_tables_free(w);
-		free(w);
+		wk_tables_free(f->w[s]);
 		close(f->rx[s]);
 		close(f->tx[s]);
 	}
-	shm_destroy(f->shm);
+	worker_fix_destroy(f->shm, SLOTS, f->w);
 	free(f);
 	return 0;
 }
 
 static uint64_t ctr(struct fix *f, unsigned slot, enum shm_ctr i)
 {
-	struct shm_counters out;
-
-	assert_int_equal(shm_counters_read(f->shm, slot, &out), 0);
-	return out.v[i];
+	return worker_fix_ctr(f->shm, slot, i);
 }
 
 /* Runs slot's loop until its channel is empty (bounded). */
