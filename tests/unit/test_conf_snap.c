@@ -610,7 +610,7 @@ static void test_deterministic(void **state)
 /* Prefix records are zeroed before they are filled: their pad bytes go into the blob and
  * the builder drops duplicates by comparing records byte for byte, pad0 included. Enough
  * prefixes to make the builder's tables grow several times, with malloc filling fresh memory
- * with a non-zero byte (M_PERTURB; the sanitizer build fills it anyway). */
+ * with a non-zero byte (glibc's M_PERTURB; ASan's own fill in the sanitizer build). */
 static void test_prefix_records_zeroed(void **state)
 {
 	(void)state;
@@ -627,7 +627,7 @@ static void test_prefix_records_zeroed(void **state)
 	n += (size_t)snprintf(text + n, sizeof(text) - n, "]\n");
 	assert_true(n < sizeof(text));
 	struct blob x;
-	assert_int_equal(mallopt(M_PERTURB, 0x5a), 1);
+	(void)mallopt(M_PERTURB, 0x5a); /* refused under ASan, which fills fresh memory itself */
 	build(&x, text, 1);
 	mallopt(M_PERTURB, 0);
 	const struct snap_hdr *h = x.b;
