@@ -2,14 +2,16 @@
 """bench/test_attacks.py: bench/attacks.py's smoke mode (make check), so the script can't rot.
 
 Runs every attack of issue 36 at a fiftieth of its count against the built turngated with 5
-probes each (no coturn, no timing asserted): the script must exit 0, which it does only when
-every probe completed, and print one table row per attack and rate, each cell with its probe
-count, and the guessing attack must have got its nonce. The figures themselves are only
-meaningful in a full run (docs/performance.md).
+probes each (no coturn, no timing asserted: a smoke probe waits up to 12 s for its answer):
+the script must exit 0, which it does only when every probe completed, and print one table
+row per attack and rate, each cell with its probe count, and the guessing attack must have
+got its nonce. The figures themselves are only meaningful in a full run
+(docs/performance.md).
 
-A control without a server: attacks.main() over cells made up here must exit 1 and name
+Controls without a server: attacks.main() over cells made up here must exit 1 and name
 the cell that missed the target (4 of 5 probes in --smoke; a p99 of 300 ms in a full run),
-and exit 0 when every cell meets it.
+and exit 0 when every cell meets it; attacks.Probes with stop_on_fail (--smoke) runs no
+probe after a failed one, and without it runs them all.
 """
 import contextlib
 import io
@@ -24,9 +26,11 @@ ATTACKS = ("TLS partial hellos", "DTLS stalled hellos", "idle TCP connections",
 
 def main():
     builddir = os.environ.get("top_builddir", os.getcwd())
+    # A hang guard only: the run takes about 16 s; a server that answers no probe adds one
+    # probe timeout (12 s) per cell, as a cell stops probing at its first failure.
     r = subprocess.run([sys.executable, os.path.join(HERE, "attacks.py"), "--smoke",
                         "--builddir", builddir], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=120)
+                       stderr=subprocess.STDOUT, timeout=300)
     out = r.stdout.decode(errors="replace")
     print(out)
     fails = []
@@ -79,6 +83,24 @@ def control():
             fails.append(f"control {' '.join(argv)} with {cell}: exit {rc}, {err.strip()!r}"
                          f" (expected exit {want_rc}" + (f" naming {want_msg!r})" if want_msg
                                                           else ")"))
+    fails += probes_control(attacks)
+    return fails
+
+
+def probes_control(attacks):
+    """attacks.Probes over a made-up probe whose second call fails (no server, no pacing)."""
+    saved = attacks.probe
+    attacks.probe = lambda kind, port, i: (i != 1, 0.0)
+    fails = []
+    try:
+        for stop, want in ((True, 2), (False, 5)):
+            p = attacks.Probes("tcp", 0, 5, 0.0, stop_on_fail=stop)
+            p.run()
+            if len(p.res) != want:
+                fails.append(f"control Probes(stop_on_fail={stop}): {len(p.res)} probes run"
+                             f" (expected {want})")
+    finally:
+        attacks.probe = saved
     return fails
 
 

@@ -10,14 +10,21 @@
  * elements (the first *cap elements kept) and *arrp and *cap are updated.
  *
  * arrp is the address of the caller's pointer (a T ** passed as void *); use GROW_ARRAY,
- * which checks that and derives size from the element type. first and size must be > 0.
+ * which derives size from the element type (and see there what it cannot check). first and
+ * size must be > 0.
  *
  * Returns 0, -EOVERFLOW when the capacity or its size in bytes would not fit a size_t, or
  * -ENOMEM when realloc fails. On failure *arrp and *cap are left as they were: the old array
  * stays valid and owned by the caller. Any process may call it. */
 int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first);
 
-/* grow_array for a T *array: pp is a T ** (the compiler refuses a T *), size is sizeof(T). */
+/* grow_array for a T *array: pp is its address, &array (a T **), and size is sizeof(**pp).
+ * Always write &array. The compiler refuses a bare array only when T is not itself a pointer
+ * type: for an array of pointers (T = U *, array a U **), passing array instead of &array
+ * compiles, grows array[0] as if it were an array of U and takes sizeof(U) as the element
+ * size. No type check can catch that here (&array of a U * array and array of a U ** array
+ * have the same type, U **), and the compilers offer no constant test of the argument's
+ * spelling, so it is left to review. */
 #define GROW_ARRAY(pp, capp, want, first) \
 	grow_array((pp), (capp), (want), sizeof(**(pp)), (first))
 

@@ -8,6 +8,7 @@
 
 #include <openssl/evp.h>
 
+#include "common/grow.h"
 #include "conf/conf_internal.h"
 #include "conf/snap_format.h"
 #include "http/http.h" /* the endpoints' default ports, nothing linked */
@@ -46,21 +47,17 @@ struct sb {
 static struct snap_str pool_add(struct sb *b, const void *data, size_t len)
 {
 	struct snap_str r = { 0, 0 };
+	int rc;
 	if (b->err)
 		return r;
 	if (b->pool_off + b->pool_len + len + 1 > UINT32_MAX) {
 		b->err = -E2BIG;
 		return r;
 	}
-	if (b->pool_len + len + 1 > b->pool_cap) {
-		size_t cap = (b->pool_len + len + 1) * 2;
-		uint8_t *np = realloc(b->pool, cap);
-		if (np == NULL) {
-			b->err = -ENOMEM;
-			return r;
-		}
-		b->pool = np;
-		b->pool_cap = cap;
+	rc = GROW_ARRAY(&b->pool, &b->pool_cap, b->pool_len + len + 1, 1024);
+	if (rc < 0) {
+		b->err = rc;
+		return r;
 	}
 	if (len)
 		memcpy(b->pool + b->pool_len, data, len);
@@ -82,25 +79,6 @@ static int find_cluster(const struct conf *c, const char *name)
 		if (c->clusters[i].name && strcmp(c->clusters[i].name, name) == 0)
 			return (int)i;
 	return -1;
-}
-
-static void *grow(void *v, size_t *cap, size_t need, size_t size, int *err)
-{
-	size_t nc;
-	void *nv;
-	if (need <= *cap)
-		return v;
-	nc = *cap ? *cap * 2 : 16;
-	while (nc < need)
-		nc *= 2;
-	nv = realloc(v, nc * size);
-	if (nv == NULL) {
-		*err = -ENOMEM;
-		return v;
-	}
-	memset((char *)nv + *cap * size, 0, (nc - *cap) * size);
-	*cap = nc;
-	return nv;
 }
 
 /* The port of an admin.*_endpoint URL as http_endpoint_parse (http/http_endpoint.c, which
@@ -129,16 +107,24 @@ static uint16_t http_port(const char *url, uint16_t dflt)
 	return v <= 65535 ? (uint16_t)v : 0;
 }
 
+/* Each entry is zeroed before it is filled: its pad bytes go into the blob and sort_dedup
+ * compares entries with memcmp up to the cluster field (pad0 included). */
 static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin, uint16_t pmax,
 		       unsigned admit, uint8_t proto, uint32_t cluster)
 {
+	int rc;
+	if (b->err)
+		return;
 	if (p->family == AF_INET) {
 		struct snap_pfx4 *e;
 		uint32_t a;
-		b->p4 = grow(b->p4, &b->cap_p4, b->n_p4 + 1, sizeof(*b->p4), &b->err);
-		if (b->err)
+		rc = GROW_ARRAY(&b->p4, &b->cap_p4, b->n_p4 + 1, 16);
+		if (rc < 0) {
+			b->err = rc;
 			return;
+		}
 		e = &b->p4[b->n_p4++];
+		memset(e, 0, sizeof(*e));
 		memcpy(&a, p->addr, 4);
 		e->addr = ntohl(a);
 		e->mask = p->len ? (uint32_t)(0xffffffffu << (32 - p->len)) : 0;
@@ -150,10 +136,13 @@ static void add_prefix(struct sb *b, const struct conf_prefix *p, uint16_t pmin,
 		e->cluster = cluster;
 	} else {
 		struct snap_pfx6 *e;
-		b->p6 = grow(b->p6, &b->cap_p6, b->n_p6 + 1, sizeof(*b->p6), &b->err);
-		if (b->err)
+		rc = GROW_ARRAY(&b->p6, &b->cap_p6, b->n_p6 + 1, 16);
+		if (rc < 0) {
+			b->err = rc;
 			return;
+		}
 		e = &b->p6[b->n_p6++];
+		memset(e, 0, sizeof(*e));
 		memcpy(e->addr, p->addr, 16);
 		e->len = p->len;
 		e->port_min = pmin;

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 
 #include <openssl/evp.h>
@@ -606,6 +607,48 @@ static void test_deterministic(void **state)
 	unbuild(&b);
 }
 
+/* Prefix records are zeroed before they are filled: their pad bytes go into the blob and
+ * the builder drops duplicates by comparing records byte for byte, pad0 included. Enough
+ * prefixes to make the builder's tables grow several times, with malloc filling fresh memory
+ * with a non-zero byte (glibc's M_PERTURB; ASan's own fill in the sanitizer build). */
+static void test_prefix_records_zeroed(void **state)
+{
+	(void)state;
+	char text[8192];
+	size_t n = (size_t)snprintf(text, sizeof(text),
+				    "version: v1\n"
+				    "auth:\n  type: static\n  credentials: {username: u, password: p}\n"
+				    "listeners:\n  - name: l\n    address: 192.0.2.1\n"
+				    "    routes: [many]\n"
+				    "clusters:\n  - name: many\n    endpoints: [\"10.255.0.1\"");
+	for (int i = 0; i < 45; i++) /* 40 distinct of each family, the first 5 twice */
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      ", \"10.0.%d.0/24\", \"fd00:%x::/32\"", i % 40, i % 40);
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "]\n");
+	assert_true(n < sizeof(text));
+	struct blob x;
+	(void)mallopt(M_PERTURB, 0x5a); /* refused under ASan, which fills fresh memory itself */
+	build(&x, text, 1);
+	mallopt(M_PERTURB, 0);
+	const struct snap_hdr *h = x.b;
+	const struct snap_pfx4 *p4 = (const struct snap_pfx4 *)((const uint8_t *)x.b + h->pfx4.off);
+	const struct snap_pfx6 *p6 = (const struct snap_pfx6 *)((const uint8_t *)x.b + h->pfx6.off);
+	assert_int_equal(h->pfx4.count, 41);
+	assert_int_equal(h->pfx6.count, 40);
+	for (uint32_t i = 0; i < h->pfx4.count; i++) {
+		assert_int_equal(p4[i].pad0, 0);
+		assert_int_equal(p4[i].pad1, 0);
+	}
+	for (uint32_t i = 0; i < h->pfx6.count; i++) {
+		assert_int_equal(p6[i].pad0, 0);
+		assert_int_equal(p6[i].pad1, 0);
+	}
+	assert_true(ip_allowed(x.s, 0, "10.0.39.7"));
+	assert_true(ip_allowed(x.s, 0, "fd00:27::1"));
+	assert_false(ip_allowed(x.s, 0, "10.0.40.7"));
+	unbuild(&x);
+}
+
 static void test_corrupt(void **state)
 {
 	(void)state;
@@ -731,6 +774,7 @@ int main(void)
 		cmocka_unit_test(test_users_static_only),
 		cmocka_unit_test(test_static_key_vector),
 		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_prefix_records_zeroed),
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_empty_listeners),
 		cmocka_unit_test(test_samples_build),
