@@ -7,20 +7,30 @@
 
 #include "common/grow.h"
 
+/* The capacity that holds want elements by the doubling rule, or 0 when it or its size in
+ * bytes would overflow. */
+static size_t grow_cap(size_t cap, size_t want, size_t size, size_t first)
+{
+	size_t n = cap ? cap : first;
+
+	while (n < want) {
+		if (n > SIZE_MAX / 2)
+			return 0;
+		n *= 2;
+	}
+	return n > SIZE_MAX / size ? 0 : n;
+}
+
 int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
 {
-	size_t n = *cap ? *cap : first;
+	size_t n;
 	void *old, *grown;
 
 	assert(size > 0 && first > 0);
 	if (want <= *cap)
 		return 0;
-	while (n < want) {
-		if (n > SIZE_MAX / 2)
-			return -EOVERFLOW;
-		n *= 2;
-	}
-	if (n > SIZE_MAX / size)
+	n = grow_cap(*cap, want, size, first);
+	if (n == 0)
 		return -EOVERFLOW;
 	/* arrp points at a T *, any object pointer type: copy it as bytes rather than read it
 	 * through a void ** (same representation, no aliasing question). */
@@ -28,6 +38,31 @@ int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
 	grown = realloc(old, n * size);
 	if (grown == NULL)
 		return -ENOMEM;
+	memcpy(arrp, &grown, sizeof(grown));
+	*cap = n;
+	return 0;
+}
+
+int grow_array_wipe(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
+{
+	size_t n;
+	void *old, *grown;
+
+	assert(size > 0 && first > 0);
+	if (want <= *cap)
+		return 0;
+	n = grow_cap(*cap, want, size, first);
+	if (n == 0)
+		return -EOVERFLOW;
+	grown = malloc(n * size);
+	if (grown == NULL)
+		return -ENOMEM;
+	memcpy(&old, arrp, sizeof(old));
+	if (old != NULL) {
+		memcpy(grown, old, *cap * size);
+		explicit_bzero(old, *cap * size);
+		free(old);
+	}
 	memcpy(arrp, &grown, sizeof(grown));
 	*cap = n;
 	return 0;

@@ -18,6 +18,11 @@
  * stays valid and owned by the caller. Any process may call it. */
 int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first);
 
+/* grow_array for an array that holds secrets (keys, passwords): the same rule, but the
+ * old block is wiped (explicit_bzero over its whole capacity) before it is freed, where
+ * realloc would leave a copy in the heap. Same returns; on failure nothing changes. */
+int grow_array_wipe(void *arrp, size_t *cap, size_t want, size_t size, size_t first);
+
 /* grow_array for a T *array: pp is its address, &array (a T **), and size is sizeof(**pp).
  * Always write &array. The compiler refuses a bare array only when T is not itself a pointer
  * type: for an array of pointers (T = U *, array a U **), passing array instead of &array
@@ -27,5 +32,8 @@ int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first);
  * spelling, so it is left to review. */
 #define GROW_ARRAY(pp, capp, want, first) \
 	grow_array((pp), (capp), (want), sizeof(**(pp)), (first))
+
+#define GROW_ARRAY_WIPE(pp, capp, want, first) \
+	grow_array_wipe((pp), (capp), (want), sizeof(**(pp)), (first))
 
 #endif

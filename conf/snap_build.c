@@ -54,7 +54,8 @@ static struct snap_str pool_add(struct sb *b, const void *data, size_t len)
 		b->err = -E2BIG;
 		return r;
 	}
-	rc = GROW_ARRAY(&b->pool, &b->pool_cap, b->pool_len + len + 1, 1024);
+	/* the pool holds secrets (passwords, TLS keys): a grown pool leaves no copy behind */
+	rc = GROW_ARRAY_WIPE(&b->pool, &b->pool_cap, b->pool_len + len + 1, 1024);
 	if (rc < 0) {
 		b->err = rc;
 		return r;

@@ -1,11 +1,13 @@
-/* Unit tests: the growth rule of growable arrays (common/grow.h). realloc is wrapped
- * (-Wl,--wrap=realloc) so that a test can make it fail and count its calls. */
+/* Unit tests: the growth rule of growable arrays (common/grow.h). realloc, malloc and free
+ * are wrapped (-Wl,--wrap=...) so that a test can make them fail, count realloc's calls and
+ * look at a block as it is freed. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -25,11 +27,42 @@ void *__wrap_realloc(void *p, size_t n)
 	return __real_realloc(p, n);
 }
 
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+void __real_free(void *p);
+void __wrap_free(void *p);
+
+static int malloc_fail;
+static const void *watch;      /* a block whose bytes __wrap_free looks at */
+static size_t watch_len;
+static int watch_freed, watch_zero;
+
+void *__wrap_malloc(size_t n)
+{
+	return malloc_fail ? NULL : __real_malloc(n);
+}
+
+void __wrap_free(void *p)
+{
+	if (p != NULL && p == watch) {
+		const unsigned char *b = p;
+
+		watch_freed = 1;
+		watch_zero = 1;
+		for (size_t i = 0; i < watch_len; i++)
+			watch_zero &= b[i] == 0;
+	}
+	__real_free(p);
+}
+
 static int setup(void **state)
 {
 	(void)state;
 	realloc_calls = 0;
 	realloc_fail = 0;
+	malloc_fail = 0;
+	watch = NULL;
+	watch_freed = watch_zero = 0;
 	return 0;
 }
 
@@ -122,12 +155,45 @@ static void test_failure_keeps_array(void **state)
 	free(v);
 }
 
+/* GROW_ARRAY_WIPE: the same rule, the old block wiped before it is freed, never realloc;
+ * a failure changes nothing. */
+static void test_wipe(void **state)
+{
+	char *v = NULL, *before;
+	size_t cap = 0;
+
+	(void)state;
+	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 3, 4), 0);
+	assert_int_equal(cap, 4);
+	memcpy(v, "k3y", 4);
+	before = v;
+	malloc_fail = 1;
+	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 5, 4), -ENOMEM);
+	assert_ptr_equal(v, before);
+	assert_int_equal(cap, 4);
+	assert_string_equal(v, "k3y");
+	malloc_fail = 0;
+	watch = before;
+	watch_len = 4;
+	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 5, 4), 0);
+	assert_int_equal(cap, 8);
+	assert_string_equal(v, "k3y");
+	assert_true(watch_freed);
+	assert_true(watch_zero);
+	assert_int_equal(realloc_calls, 0);
+	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 8, 4), 0);	/* room: nothing moves */
+	assert_int_equal(cap, 8);
+	watch = NULL;
+	free(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_growth, setup),
 		cmocka_unit_test_setup(test_overflow_refused, setup),
 		cmocka_unit_test_setup(test_failure_keeps_array, setup),
+		cmocka_unit_test_setup(test_wipe, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
