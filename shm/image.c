@@ -776,10 +776,14 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 		e->state = r->state;
 		e->seq = r->seq;
 		e->gen = r->gen;
-		if (import_record(dst, r, now_ns, &idx, &e->counted) == 0) {
-			e->dst = idx + 1;
-			pc->copied++;
+		if (import_record(dst, r, now_ns, &idx, &e->counted) < 0) {
+			/* dst is too small for them all: which ones are left over is the full
+			 * take-over's to say (the first ones in the file's order fit) */
+			rc = -ENOSPC;
+			break;
 		}
+		e->dst = idx + 1;
+		pc->copied++;
 	}
 	rec_reader_free(&rr);
 	explicit_bzero(buf, sizeof(*buf));

@@ -96,7 +96,8 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
  * dst, remembering each one's state word, seqlock sequence and generation (*out, for
  * shm_image_take_precopied; free it with shm_precopy_free). A record that looks torn or
  * inconsistent is not refused here (it may be being written): the take judges it. Returns
- * 0, -EBADMSG (refused: t says why; dst untouched), -EIO / -ENOMEM. */
+ * 0, -EBADMSG (refused: t says why; dst untouched), -ENOSPC (dst cannot hold them all:
+ * dst untouched, take the whole file under the lock instead), -EIO / -ENOMEM. */
 struct shm_precopy;
 int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
 		      struct shm_precopy **out, struct shm_takeover *t);

@@ -691,6 +691,20 @@ static void test_precopy(void **state)
 	assert_int_equal(shm_image_take(undone, &img, NOW + 10 * SEC, &t), 0);
 	assert_same_take(undone, full);
 
+	/* A table too small for them all: no pre-copy (the take under the lock says which
+	 * ones fit), and nothing left of it. */
+	{
+		struct shm *small = mk(2, 8);
+
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_precopy(small, &img, NOW, &pc, &t), -ENOSPC);
+		assert_null(pc);
+		assert_int_equal(live_count(small), 0);
+		assert_int_equal(shm_quota_total(small), 0);
+		assert_int_equal(shm_ppool_held(small, NOW, NULL), 0);
+		shm_destroy(small);
+	}
+
 	/* A pre-copy of an image whose geometry is not the final one is refused. */
 	{
 		uint8_t *b = bytes_of(src);
