@@ -639,11 +639,17 @@ static int take_begin(struct shm *dst, const struct shm_image *img, struct img_g
 	return read_revocations(img, g, rv, t);
 }
 
-/* After the records: the listener slots, counters, revocations and nonce key. */
-static void take_end(struct shm *dst, const struct shm_image *img, struct img_geom *g,
-		     const struct shm_lslot_hdr *ls, struct shm_revoke_hdr *rv,
-		     struct shm_takeover *t)
+/* After the records (rc: how they went): the listener slots, counters, revocations and
+ * nonce key, or (rc < 0) nothing but the clean-up. Returns rc. */
+static int take_end(struct shm *dst, const struct shm_image *img, struct img_geom *g,
+		    const struct shm_lslot_hdr *ls, struct shm_revoke_hdr *rv, int rc,
+		    struct shm_takeover *t)
 {
+	if (rc < 0) {
+		free(rv);
+		explicit_bzero(&g->hdr.nonce_key, sizeof(g->hdr.nonce_key));
+		return rc;
+	}
 	/* Before the counters: they and the records are indexed by these slots. */
 	memcpy(shm_lslot_hdr(dst), ls, sizeof(*ls));
 	import_counters(dst, img, g, t);
@@ -670,6 +676,7 @@ static void take_end(struct shm *dst, const struct shm_image *img, struct img_ge
 			 "; %u copied before the lock, %u of them changed since",
 			 t->precopied + t->recopied, t->recopied);
 	}
+	return 0;
 }
 
 int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
@@ -687,8 +694,7 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	buf = malloc(sizeof(*buf));
 	if (buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
 		free(buf);
-		free(rv);
-		return -ENOMEM;
+		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
 	}
 	rc = check_records(&rr, &g, now_ns, buf, t);
 	if (rc == 0) {
@@ -699,13 +705,7 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	rec_reader_free(&rr);
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);
-	if (rc < 0) {
-		free(rv);
-		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
-		return rc;
-	}
-	take_end(dst, img, &g, &ls, rv, t);
-	return 0;
+	return take_end(dst, img, &g, &ls, rv, rc, t);
 }
 
 /* ---- pre-copy (a live upgrade: shm_image_precopy, shm_image_take_precopied) --------- */
@@ -870,19 +870,17 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	if (rc < 0)
 		return rc;
 	if (g.allocs->count != pc->count || g.allocs->off != pc->off ||
-	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots) {
-		free(rv);
-		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
-		return refuse(t, SHM_STATE_CORRUPT, "its geometry changed since the pre-copy");
-	}
+	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots)
+		return take_end(dst, img, &g, &ls, rv,
+				refuse(t, SHM_STATE_CORRUPT,
+				       "its geometry changed since the pre-copy"),
+				t);
 	need = calloc((size_t)pc->count / 8 + 1, 1);
 	buf = malloc(sizeof(*buf));
 	if (need == NULL || buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
 		free(need);
 		free(buf);
-		free(rv);
-		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
-		return -ENOMEM;
+		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
 	}
 	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
 	rec_reader_free(&rr);
@@ -910,13 +908,7 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);
 	free(need);
-	if (rc < 0) {
-		free(rv);
-		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
-		return rc;
-	}
-	take_end(dst, img, &g, &ls, rv, t);
-	return 0;
+	return take_end(dst, img, &g, &ls, rv, rc, t);
 }
 
 static uint32_t be32(const uint8_t *p)
