@@ -17,6 +17,7 @@ Relay ports 44900-44979 (no other test's). Loopback only, every wait bounded.
 """
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -64,6 +65,13 @@ def relays(c, relayed, peer):
         if c.recv_data(timeout=1.0) == payload:
             return True
     return False
+
+
+def new_master(daemon):
+    """The pid of the new master of the upgrade in progress (from its first log line), or
+    None: a test that fails before the upgrade ends stops it, or it would serve on."""
+    m = re.search(r"master\[(\d+)\] master: live upgrade from pid", daemon.stderr())
+    return int(m.group(1)) if m else None
 
 
 def summary(a):
@@ -167,6 +175,11 @@ def test_changes_during_precopy(d):
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+        if pid is None and proc is not None and new_master(daemon) is not None:
+            try:
+                os.kill(new_master(daemon), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for c, _ in clients + new:
             c.close()
         peer.close()
