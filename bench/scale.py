@@ -338,7 +338,9 @@ def upgrade_once(srv, fleet, sample, peer):
     "ready" runs while the old workers still relay), and from the daemon's log the gap:
     from the old master's "stopping the workers" (nothing relays from there) to the last
     new worker's adoption line (every worker relays again), split at the old master's
-    "workers stopped" (the old workers' exit)."""
+    "workers stopped" (the old workers' exit), and after it at the new master's take-over
+    line (copy_s: its copy of the table under the lock) and its last worker's fork
+    (forks_s: from the take-over line)."""
     res = {}
     offset = os.path.getsize(srv.log.name)
     t0 = time.monotonic()
@@ -360,13 +362,22 @@ def upgrade_once(srv, fleet, sample, peer):
     time.sleep(0.5)     # the last log lines
     stop, down, adopted, handed = ("stopping the workers", "upgrade: workers stopped",
                                    "predecessor's allocations:", "relay sockets handed over")
-    t = log_times(srv.log.name, offset, [stop, down, adopted, handed])
+    taken, started = "allocations taken over from", "started (pid"
+    t = log_times(srv.log.name, offset, [stop, down, adopted, handed, taken, started])
     if t[stop] and t[adopted]:
         res["gap_s"] = max(t[adopted]) - t[stop][0]
         res["first_adopted_s"] = min(t[adopted]) - t[stop][0]
         if t[down]:
             res["old_exit_s"] = t[down][0] - t[stop][0]
             res["new_start_s"] = max(t[adopted]) - t[down][0]
+            # ... split at the new master's take-over line (its copy of the table under
+            # the lock) and its last worker's fork
+            after = [x for x in t[taken] if x >= t[down][0]]
+            forks = [x for x in t[started] if after and x >= after[0]]
+            if after:
+                res["copy_s"] = after[0] - t[down][0]
+            if forks:
+                res["forks_s"] = max(forks) - after[0]
     res["handed_lines"] = len(t[handed])
     return res
 

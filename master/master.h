@@ -474,6 +474,10 @@ int upgrade_take_listener(struct master *m, const struct conf_listener *l, struc
 /* New master: closes the inherited sockets that no listener or server took. */
 void upgrade_close_unused(struct master *m);
 void upgrade_report_ready(struct master *m);
+/* Tests only: with $TURNGATE_TEST_UPGRADE_HOLD naming a FIFO, the new master waits there
+ * for one byte (or the writer's close) before it says ready, after its pre-copy, so that
+ * a test can change the table while the old workers still serve. */
+void upgrade_test_hold(void);
 /* New master, after the take-over: the old master's TCP connections (park_receive) and
  * relay channels (master/relayho.c). */
 void upgrade_receive_streams(struct master *m);

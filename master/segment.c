@@ -116,8 +116,13 @@ static void warn_not_memory(const char *dir)
 		 dir);
 }
 
-static void say_ready(void *ctx)
+static void say_ready(void *ctx, uint32_t precopied)
 {
+	log_info("master",
+		 "upgrade: %u allocations copied before the old workers stop (what changes "
+		 "meanwhile is copied again under the lock)",
+		 precopied);
+	upgrade_test_hold();
 	upgrade_report_ready(ctx);
 }
 

@@ -336,6 +336,26 @@ void upgrade_report_ready(struct master *m)
 				      : "ready streams");
 }
 
+void upgrade_test_hold(void)
+{
+	const char *path = getenv("TURNGATE_TEST_UPGRADE_HOLD");
+	char c;
+	int fd;
+
+	if (path == NULL || path[0] == '\0')
+		return;
+	log_info("master", "upgrade: held before ready until %s is written (a test's hook)",
+		 path);
+	fd = open(path, O_RDONLY | O_CLOEXEC);	/* blocks until the test opens it to write */
+	if (fd < 0) {
+		log_warn("master", "upgrade: %s: %s", path, strerror(errno));
+		return;
+	}
+	while (read(fd, &c, 1) < 0 && errno == EINTR)
+		;
+	close(fd);
+}
+
 bool upgrade_peer_relays(const struct master *m)
 {
 	return m->up != NULL && m->up->peer_relays;

@@ -365,12 +365,37 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
 	return 0;
 }
 
+/* Appends dst's record idx, copied from the image's record src_idx, to the take-over list
+ * (shm_taken). Out of memory, the record stays copied but unlisted: no worker adopts it,
+ * and its slot's first worker releases it as one it does not know. */
+static void taken_push(struct shm *dst, uint32_t idx, uint32_t src_idx)
+{
+	if (dst->n_taken == dst->cap_taken) {
+		uint32_t cap = dst->cap_taken ? dst->cap_taken * 2 : 256;
+		uint32_t *grown = realloc(dst->taken, cap * sizeof(*grown));
+		uint32_t *from = grown ? realloc(dst->taken_from, cap * sizeof(*from)) : NULL;
+
+		if (grown != NULL)
+			dst->taken = grown;
+		if (from != NULL) {
+			dst->taken_from = from;
+			dst->cap_taken = cap;
+		}
+	}
+	if (dst->n_taken < dst->cap_taken) {
+		dst->taken_from[dst->n_taken] = src_idx;
+		dst->taken[dst->n_taken++] = idx;
+	}
+}
+
 /* Copies one record into dst, owned by the slot its client is steered to, LIVE (its relay
  * ports booked in the port pool) and
  * counted as active there and in dst's quota counts (the adopting worker keeps the
- * counts, or gives them back). */
-static int import_record(struct shm *dst, const struct shm_alloc *src, uint32_t src_idx,
-			 uint64_t now_ns)
+ * counts, or gives them back). *out_idx: where it went; *counted: whether the quota
+ * counts took it (unimport_record gives them back only then). Not yet listed: the caller
+ * lists it (taken_push). */
+static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t now_ns,
+			 uint32_t *out_idx, bool *counted)
 {
 	/* A TURN-TCP record (kept by a live upgrade, whose worker count does not change)
 	 * stays on its slot: the CONNECTION-IDs of its RFC 6062 connections name it. */
@@ -396,22 +421,6 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint32_t 
 	 * any worker could hand them to a new allocation (its own worker books them again
 	 * when it adopts it, a no-op). */
 	(void)shm_ppool_book_record(dst, idx, now_ns);
-	if (dst->n_taken == dst->cap_taken) {
-		uint32_t cap = dst->cap_taken ? dst->cap_taken * 2 : 256;
-		uint32_t *grown = realloc(dst->taken, cap * sizeof(*grown));
-		uint32_t *from = grown ? realloc(dst->taken_from, cap * sizeof(*from)) : NULL;
-
-		if (grown != NULL)
-			dst->taken = grown;
-		if (from != NULL) {
-			dst->taken_from = from;
-			dst->cap_taken = cap;
-		}
-	}
-	if (dst->n_taken < dst->cap_taken) {
-		dst->taken_from[dst->n_taken] = src_idx;
-		dst->taken[dst->n_taken++] = idx;
-	}
 	c = &shm_slot_at(dst, owner)->ctr;
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
 	shm_lctr_add(c, src->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
@@ -419,8 +428,28 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint32_t 
 	 * no limit (a limit refuses new allocations only). Its table has room for every
 	 * record's two keys, so this does not fail; if it did, the record would stay
 	 * uncounted and its end would change nothing (shm_quota_give). */
-	(void)shm_quota_take_rec(dst, r, &(struct shm_quota_limits){ 0 });
+	*counted = shm_quota_take_rec(dst, r, &(struct shm_quota_limits){ 0 }) == 0;
+	*out_idx = idx;
 	return 0;
+}
+
+/* Undoes import_record() of dst's record idx (a pre-copied record that changed before the
+ * lock): its counts, its port bookings and the record itself, as if never copied. */
+static void unimport_record(struct shm *dst, uint32_t idx, bool counted)
+{
+	struct shm_alloc *r = shm_alloc_at(dst, idx);
+	unsigned owner = r->owner;
+	struct shm_counters *c = &shm_slot_at(dst, owner)->ctr;
+
+	if (counted)
+		(void)shm_quota_give_rec(dst, r);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	if (r->relay.family != 0)
+		shm_ppool_put(dst, shm_ppool_tag(&r->relay), r->relay.port, idx);
+	if (r->relay2.family != 0)
+		shm_ppool_put(dst, shm_ppool_tag(&r->relay2), r->relay2.port, idx);
+	(void)shm_alloc_release(dst, owner, idx);
 }
 
 /* The session record of an allocation that ended while no daemon ran (expired in the
@@ -483,39 +512,59 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 	free(ring);
 }
 
+/* One record of the image as the take-over judges it. REC_BAD refuses the image when
+ * strict, else (the check pass judged it already) it is skipped. */
+static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsigned old_slots,
+		    uint64_t now_ns, bool strict, struct shm_takeover *t)
+{
+	uint32_t idx;
+	bool counted;
+
+	switch (record_kind(r, old_slots, now_ns, dst->keep_tcp)) {
+	case REC_TORN:
+		t->torn++;
+		break;
+	case REC_STREAM:
+		t->stream++;
+		record_end(dst, i, r, SHM_REC_SHUTDOWN, now_ns);
+		break;
+	case REC_EXPIRED:
+		t->expired++;
+		record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
+		break;
+	case REC_TAKE:
+		if (import_record(dst, r, now_ns, &idx, &counted) == 0) {
+			taken_push(dst, idx, i);
+			t->adopted++;
+		} else {
+			t->overflow++;
+		}
+		break;
+	case REC_BAD:
+		if (strict)
+			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
 /* Pass 2. */
 static int import_records(struct shm *dst, struct rec_reader *rr, const struct img_geom *g,
 			  uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
 {
-	for (uint32_t i = 0; i < g->allocs->count; i++) {
+	int rc = 0;
+
+	for (uint32_t i = 0; i < g->allocs->count && rc == 0; i++) {
 		const struct shm_alloc *r = rec_get(rr, i, buf);
 
 		if (r == NULL)
 			return -EIO;
-		switch (record_kind(r, g->n_slots, now_ns, dst->keep_tcp)) {
-		case REC_TORN:
-			t->torn++;
-			break;
-		case REC_STREAM:
-			t->stream++;
-			record_end(dst, i, r, SHM_REC_SHUTDOWN, now_ns);
-			break;
-		case REC_EXPIRED:
-			t->expired++;
-			record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
-			break;
-		case REC_TAKE:
-			if (import_record(dst, r, i, now_ns) == 0)
-				t->adopted++;
-			else
-				t->overflow++;
-			break;
-		default:
-			break;
-		}
+		rc = take_one(dst, r, i, g->n_slots, now_ns, false, t);
 	}
 	explicit_bzero(buf, sizeof(*buf));
-	return 0;
+	return rc;
 }
 
 static void counters_add(struct shm_counters *d, const struct shm_counters *s)
@@ -568,6 +617,68 @@ out:
 	free(c);
 }
 
+/* What the take-over reads besides the records: the header, the listener slot table and
+ * the revocation list (*rv malloc'd or NULL), all validated. */
+static int take_begin(struct shm *dst, const struct shm_image *img, struct img_geom *g,
+		      struct shm_lslot_hdr *ls, struct shm_revoke_hdr **rv, struct shm_takeover *t)
+{
+	int rc;
+
+	shm_check_handle(dst);
+	*rv = NULL;
+	if (img == NULL || t == NULL || dst->ro)
+		return -EINVAL;
+	memset(g, 0, sizeof(*g));
+	rc = check_header(img, g, t);
+	if (rc < 0)
+		return rc;
+	t->revoke_lost = g->revoke == NULL && region_find(&g->hdr, SHM_REGION_REVOKE) != NULL;
+	rc = read_lslots(img, g, ls, t);
+	if (rc < 0)
+		return rc;
+	return read_revocations(img, g, rv, t);
+}
+
+/* After the records (rc: how they went): the listener slots, counters, revocations and
+ * nonce key, or (rc < 0) nothing but the clean-up. Returns rc. */
+static int take_end(struct shm *dst, const struct shm_image *img, struct img_geom *g,
+		    const struct shm_lslot_hdr *ls, struct shm_revoke_hdr *rv, int rc,
+		    struct shm_takeover *t)
+{
+	if (rc < 0) {
+		free(rv);
+		explicit_bzero(&g->hdr.nonce_key, sizeof(g->hdr.nonce_key));
+		return rc;
+	}
+	/* Before the counters: they and the records are indexed by these slots. */
+	memcpy(shm_lslot_hdr(dst), ls, sizeof(*ls));
+	import_counters(dst, img, g, t);
+	import_revocations(dst, rv, t);
+	free(rv);
+	shm_nonce_key_set(dst, g->hdr.nonce_key);
+	explicit_bzero(&g->hdr.nonce_key, sizeof(g->hdr.nonce_key));
+	t->have_key = true;
+	t->old_slots = g->n_slots;
+	t->old_master = g->hdr.master_pid;
+	t->verdict = SHM_STATE_TAKEN;
+	snprintf(t->why, sizeof(t->why),
+		 "%u allocations taken over from %u workers "
+		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
+		 "capacity; %u revocations%s",
+		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
+		 t->overflow, t->revoked,
+		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
+				: "");
+	if (t->precopy) {
+		size_t len = strlen(t->why);
+
+		snprintf(t->why + len, sizeof(t->why) - len,
+			 "; %u copied before the lock, %u of them changed since",
+			 t->precopied + t->recopied, t->recopied);
+	}
+	return 0;
+}
+
 int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
 		   struct shm_takeover *t)
 {
@@ -576,27 +687,14 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	struct shm_alloc *buf;
 	struct shm_revoke_hdr *rv = NULL;
 	struct shm_lslot_hdr ls;
-	int rc;
+	int rc = take_begin(dst, img, &g, &ls, &rv, t);
 
-	shm_check_handle(dst);
-	if (img == NULL || t == NULL || dst->ro)
-		return -EINVAL;
-	memset(&g, 0, sizeof(g));
-	rc = check_header(img, &g, t);
-	if (rc < 0)
-		return rc;
-	t->revoke_lost = g.revoke == NULL && region_find(&g.hdr, SHM_REGION_REVOKE) != NULL;
-	rc = read_lslots(img, &g, &ls, t);
-	if (rc < 0)
-		return rc;
-	rc = read_revocations(img, &g, &rv, t);
 	if (rc < 0)
 		return rc;
 	buf = malloc(sizeof(*buf));
 	if (buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
 		free(buf);
-		free(rv);
-		return -ENOMEM;
+		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
 	}
 	rc = check_records(&rr, &g, now_ns, buf, t);
 	if (rc == 0) {
@@ -607,31 +705,210 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	rec_reader_free(&rr);
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);
+	return take_end(dst, img, &g, &ls, rv, rc, t);
+}
+
+/* ---- pre-copy (a live upgrade: shm_image_precopy, shm_image_take_precopied) --------- */
+
+/* What the pre-copy saw of one record of the image and where it put it. A record's
+ * fields change only inside its seqlock bracket (shm_alloc_begin_write/end_write: +2 to
+ * seq), a claim also moves gen and a release passes through DYING to FREE: a record whose
+ * state word, seq and gen are as they were has the same fields. Only its counters (ctr,
+ * outside the bracket) may have moved. */
+struct pre_ent {
+	uint32_t state, seq;
+	uint64_t gen;
+	uint32_t dst;             /* dst index + 1; 0: not copied */
+	bool counted;             /* its quota counts were taken */
+};
+
+struct shm_precopy {
+	uint32_t count;           /* the image's records */
+	uint64_t off, stride;
+	uint32_t n_slots;
+	uint32_t copied;          /* records copied (pre_ent.dst != 0) */
+	struct pre_ent ent[];
+};
+
+int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
+		      struct shm_precopy **out, struct shm_takeover *t)
+{
+	struct img_geom g;
+	struct rec_reader rr;
+	struct shm_alloc *buf;
+	struct shm_revoke_hdr *rv = NULL;
+	struct shm_lslot_hdr ls;
+	struct shm_precopy *pc;
+	int rc;
+
+	if (out == NULL)
+		return -EINVAL;
+	*out = NULL;
+	rc = take_begin(dst, img, &g, &ls, &rv, t);
+	free(rv);
+	explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
+	if (rc < 0)
+		return rc;
+	pc = calloc(1, sizeof(*pc) + (size_t)g.allocs->count * sizeof(pc->ent[0]));
+	buf = malloc(sizeof(*buf));
+	if (pc == NULL || buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
+		free(pc);
+		free(buf);
+		return -ENOMEM;
+	}
+	pc->count = g.allocs->count;
+	pc->off = g.allocs->off;
+	pc->stride = g.allocs->stride;
+	pc->n_slots = g.n_slots;
+	for (uint32_t i = 0; i < pc->count; i++) {
+		const struct shm_alloc *r = rec_get(&rr, i, buf);
+		struct pre_ent *e = &pc->ent[i];
+		uint32_t idx;
+
+		if (r == NULL) {
+			rc = refuse(t, SHM_STATE_IO, "cannot read record %u", i);
+			break;
+		}
+		/* Anything else (a record being written now may look torn or inconsistent)
+		 * is judged under the lock, as the whole take-over judges it. */
+		if (record_kind(r, g.n_slots, now_ns, dst->keep_tcp) != REC_TAKE)
+			continue;
+		e->state = r->state;
+		e->seq = r->seq;
+		e->gen = r->gen;
+		if (import_record(dst, r, now_ns, &idx, &e->counted) < 0) {
+			/* dst is too small for them all: which ones are left over is the full
+			 * take-over's to say (the first ones in the file's order fit) */
+			rc = -ENOSPC;
+			break;
+		}
+		e->dst = idx + 1;
+		pc->copied++;
+	}
+	rec_reader_free(&rr);
+	explicit_bzero(buf, sizeof(*buf));
+	free(buf);
 	if (rc < 0) {
-		free(rv);
-		explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
+		shm_precopy_undo(dst, pc);
+		shm_precopy_free(pc);
 		return rc;
 	}
-	/* Before the counters: they and the records are indexed by these slots. */
-	memcpy(shm_lslot_hdr(dst), &ls, sizeof(ls));
-	import_counters(dst, img, &g, t);
-	import_revocations(dst, rv, t);
-	free(rv);
-	shm_nonce_key_set(dst, g.hdr.nonce_key);
-	explicit_bzero(&g.hdr.nonce_key, sizeof(g.hdr.nonce_key));
-	t->have_key = true;
-	t->old_slots = g.n_slots;
-	t->old_master = g.hdr.master_pid;
-	t->verdict = SHM_STATE_TAKEN;
-	snprintf(t->why, sizeof(t->why),
-		 "%u allocations taken over from %u workers "
-		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity; %u revocations%s",
-		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
-		 t->overflow, t->revoked,
-		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
-				: "");
+	*out = pc;
 	return 0;
+}
+
+uint32_t shm_precopy_copied(const struct shm_precopy *pc)
+{
+	return pc != NULL ? pc->copied : 0;
+}
+
+void shm_precopy_undo(struct shm *dst, struct shm_precopy *pc)
+{
+	if (pc == NULL)
+		return;
+	for (uint32_t i = 0; i < pc->count; i++)
+		if (pc->ent[i].dst != 0) {
+			unimport_record(dst, pc->ent[i].dst - 1, pc->ent[i].counted);
+			pc->ent[i].dst = 0;
+		}
+	pc->copied = 0;
+	dst->n_taken = 0;
+}
+
+void shm_precopy_free(struct shm_precopy *pc)
+{
+	free(pc);
+}
+
+/* Pass 1 under the lock: every record's header (and counters) against what the pre-copy
+ * saw. An unchanged one that has not expired since keeps its copy, with its counters copied again; a changed one
+ * loses it; *need marks the records to judge again (all that are not FREE and zero and not
+ * kept). All undone before anything is copied: a port a changed record gave up may be
+ * booked by another one now. */
+static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
+			   uint64_t now_ns, uint8_t *need, struct shm_alloc *buf,
+			   struct shm_takeover *t)
+{
+	for (uint32_t i = 0; i < pc->count; i++) {
+		const struct shm_alloc *r = rec_get(rr, i, buf);
+		struct pre_ent *e = &pc->ent[i];
+
+		if (r == NULL)
+			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
+		if (e->dst != 0) {
+			/* Unchanged, and still not expired now: still a record to take. */
+			if (r->state == e->state && r->seq == e->seq && r->gen == e->gen &&
+			    r->expires_ns > now_ns) {
+				memcpy(shm_alloc_at(dst, e->dst - 1)->ctr, r->ctr, sizeof(r->ctr));
+				continue;
+			}
+			unimport_record(dst, e->dst - 1, e->counted);
+			e->dst = 0;
+			pc->copied--;
+			t->recopied++;
+		}
+		if (r->state != 0)
+			need[i / 8] |= (uint8_t)(1u << (i % 8));
+	}
+	return 0;
+}
+
+int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
+			     struct shm_precopy *pc, uint64_t now_ns, struct shm_takeover *t)
+{
+	struct img_geom g;
+	struct rec_reader rr;
+	struct shm_alloc *buf;
+	struct shm_revoke_hdr *rv = NULL;
+	struct shm_lslot_hdr ls;
+	uint8_t *need;
+	int rc;
+
+	if (pc == NULL)
+		return -EINVAL;
+	rc = take_begin(dst, img, &g, &ls, &rv, t);
+	if (rc < 0)
+		return rc;
+	if (g.allocs->count != pc->count || g.allocs->off != pc->off ||
+	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots)
+		return take_end(dst, img, &g, &ls, rv,
+				refuse(t, SHM_STATE_CORRUPT,
+				       "its geometry changed since the pre-copy"),
+				t);
+	need = calloc((size_t)pc->count / 8 + 1, 1);
+	buf = malloc(sizeof(*buf));
+	if (need == NULL || buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
+		free(need);
+		free(buf);
+		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
+	}
+	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
+	rec_reader_free(&rr);
+	if (rc == 0)
+		import_records_rings(dst, img, &g);
+	/* The list as a full take-over makes it: in the image's order. */
+	dst->n_taken = 0;
+	for (uint32_t i = 0; i < pc->count && rc == 0; i++) {
+		uint64_t off = g.allocs->off + (uint64_t)i * g.allocs->stride;
+
+		if (pc->ent[i].dst != 0) {
+			taken_push(dst, pc->ent[i].dst - 1, i);
+			t->adopted++;
+			continue;
+		}
+		if ((need[i / 8] & (1u << (i % 8))) == 0)
+			continue;
+		if (img_read(img, off, buf, sizeof(*buf)) < 0)
+			rc = refuse(t, SHM_STATE_IO, "cannot read record %u", i);
+		else
+			rc = take_one(dst, buf, i, g.n_slots, now_ns, true, t);
+	}
+	t->precopy = true;
+	t->precopied = pc->copied;
+	explicit_bzero(buf, sizeof(*buf));
+	free(buf);
+	free(need);
+	return take_end(dst, img, &g, &ls, rv, rc, t);
 }
 
 static uint32_t be32(const uint8_t *p)

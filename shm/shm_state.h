@@ -69,6 +69,9 @@ struct shm_takeover {
 	uint32_t expired, stream, torn, overflow;   /* released (overflow: table too small) */
 	uint32_t revoked;        /* revocation entries carried over (shm/shm_revoke.h) */
 	bool revoke_lost;        /* the file's revocation list had another format: dropped */
+	bool precopy;            /* shm_image_take_precopied: */
+	uint32_t precopied;      /* records whose pre-copy was kept (their counters copied) */
+	uint32_t recopied;       /* pre-copied records that had changed: judged again */
 };
 
 /* An image of a segment: the file (pread) or a buffer (tests, fuzzing). */
@@ -86,6 +89,34 @@ struct shm_image {
  * -EIO / -ENOMEM. */
 int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
 		   struct shm_takeover *t);
+
+/* Pre-copy, for a live upgrade (shm_state_open_upgrade): while the earlier run's workers
+ * still write the image, validates its header, listener slots and revocation list as
+ * shm_image_take() does and copies every record that looks live and takeable now into
+ * dst, remembering each one's state word, seqlock sequence and generation (*out, for
+ * shm_image_take_precopied; free it with shm_precopy_free). A record that looks torn or
+ * inconsistent is not refused here (it may be being written): the take judges it. Returns
+ * 0, -EBADMSG (refused: t says why; dst untouched), -ENOSPC (dst cannot hold them all:
+ * dst untouched, take the whole file under the lock instead), -EIO / -ENOMEM. */
+struct shm_precopy;
+int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
+		      struct shm_precopy **out, struct shm_takeover *t);
+
+/* The take-over after a pre-copy, once nothing writes the image any more: the records
+ * whose state word, sequence and generation are unchanged keep their copy (their
+ * counters are copied again); those that changed lose it, and every record not kept is
+ * judged and copied as shm_image_take() does, so that dst ends as shm_image_take() would
+ * leave it (same allocations, counts, quota counts, port bookings, take-over list in the
+ * image's order). img must be the file the pre-copy read. On a refusal dst is left
+ * half-taken: destroy it. Returns as shm_image_take(). */
+int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
+			     struct shm_precopy *pc, uint64_t now_ns, struct shm_takeover *t);
+
+/* Gives back everything the pre-copy put into dst (another file is to be taken over), and
+ * the records pre-copied so far (shm_precopy_copied). */
+void shm_precopy_undo(struct shm *dst, struct shm_precopy *pc);
+uint32_t shm_precopy_copied(const struct shm_precopy *pc);
+void shm_precopy_free(struct shm_precopy *pc);
 
 /* Master, before any fork: opens or creates DIR/NAME.lock and waits (up to lock_wait_ms)
  * for the lock, then takes over DIR/NAME.state if it is valid (else moves it aside) and
@@ -106,13 +137,18 @@ int shm_state_open_streams(const char *dir, const char *name, const struct shm_c
 			   struct shm_takeover *t);
 
 /* As shm_state_open(), for the new binary of a live upgrade, whose predecessor still
- * holds the lock: the new segment is created first, then ready(ctx) is called (the
- * predecessor then stops its workers and lets go of the lock), then the lock is awaited,
- * so that creating the segment is not part of the gap. A file that cannot be taken over
+ * holds the lock (now_ns is not used: the records are judged at the clock's time of the
+ * pre-copy, and again at its time once the lock is held, since the predecessor's workers
+ * make and refresh allocations until they stop): the new segment is created first and the file pre-copied into it
+ * (shm_image_precopy: the records its workers do not change meanwhile are copied once,
+ * here), then ready(ctx, n) is called with n the records pre-copied (the predecessor
+ * then stops its workers and lets go of the lock), then the lock is awaited and what
+ * changed since is copied (shm_image_take_precopied), so that neither creating the
+ * segment nor copying the unchanged records is part of the gap. A file that cannot be taken over
  * is left where it is and -EBADMSG returned (t says why), since the running binary still
  * serves from it and goes on doing so when the upgrade fails. */
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *), void *ctx,
+			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *, uint32_t), void *ctx,
 			   struct shm **out, struct shm_takeover *t);
 
 /* A dry run of the take-over, without the lock and without touching any file: validates

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/mono.h"
 #include "shm/shm_internal.h"
 #include "shm/shm_state.h"
 
@@ -210,19 +211,56 @@ fail:
 	return rc;
 }
 
+/* A live upgrade's pre-copy (shm_image_precopy) of the file its predecessor's workers
+ * still write, before it says ready: into shm, *pre_fd the file it read (kept open, so that
+ * the take under the lock can tell whether NAME.state is still that file). Only ever an
+ * optimisation: whatever goes wrong (no file, a refusal, a record or revocation being
+ * written that looks inconsistent now) leaves *pc NULL and t cleared, and the take under
+ * the lock judges the whole file as always. */
+static void precopy(const struct paths *p, struct shm *shm, uint64_t now_ns, int *pre_fd,
+		    struct shm_precopy **pc, struct shm_takeover *t)
+{
+	uint64_t size = 0;
+	int fd = -1;
+
+	*pc = NULL;
+	*pre_fd = -1;
+	if (old_open(p, &fd, &size, t) == 0 && fd >= 0) {
+		struct shm_image img = { .fd = fd, .buf = NULL, .size = size };
+
+		if (shm_image_precopy(shm, &img, now_ns, pc, t) == 0) {
+			*pre_fd = fd;
+			fd = -1;
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	memset(t, 0, sizeof(*t));
+}
+
+static bool same_file(int a, int b)
+{
+	struct stat sa, sb;
+
+	return a >= 0 && b >= 0 && fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
+	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /* upgrade: a live upgrade's new binary (shm_state_open_upgrade), which creates its
- * segment before it says ready (ready(ctx)) and only then waits for the lock, and which
+ * segment and pre-copies the file before it says ready (ready(ctx, n)) and only then waits for the lock, and which
  * keeps a state file it cannot take where it is (its predecessor wrote it): an error, not
  * a file moved aside. keep_tcp: the take-over keeps TURN-TCP records too (as an upgrade
  * does), for a start that systemd's fd store gave their connections back to. */
 static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
 		      uint64_t now_ns, unsigned lock_wait_ms, bool upgrade, bool keep_tcp,
-		      void (*ready)(void *), void *ctx, struct shm **out, struct shm_takeover *t)
+		      void (*ready)(void *, uint32_t), void *ctx, struct shm **out,
+		      struct shm_takeover *t)
 {
 	struct paths p;
 	struct shm *shm = NULL;
+	struct shm_precopy *pc = NULL;
 	uint64_t size = 0;
-	int lock_fd = -1, old_fd = -1, rc;
+	int lock_fd = -1, old_fd = -1, pre_fd = -1, rc;
 
 	if (dir == NULL || name == NULL || out == NULL || t == NULL)
 		return -EINVAL;
@@ -246,13 +284,21 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		goto fail;
 	}
 	if (upgrade) {
+		/* Most of the copy before the old workers stop: under the lock only what
+		 * changed since is copied again (the gap). */
+		shm->keep_tcp = true;
+		precopy(&p, shm, mono_ns(), &pre_fd, &pc, t);
 		if (ready != NULL)
-			ready(ctx);
+			ready(ctx, shm_precopy_copied(pc));
 		lock_fd = lock_take(p.lock, lock_wait_ms, t);
 		if (lock_fd < 0) {
 			rc = lock_fd;
 			goto fail;
 		}
+		/* The records are judged as of now: the old workers made and refreshed
+		 * allocations until they stopped, after the caller's now_ns (a record
+		 * created after "now" is not one this daemon could have written). */
+		now_ns = mono_ns();
 	}
 	if (old_open(&p, &old_fd, &size, t) == 0 && old_fd >= 0) {
 		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
@@ -260,7 +306,12 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		/* A live upgrade's old workers hand their TURN-TCP connections over: their
 		 * records come along, and a new worker releases those no connection claims. */
 		shm->keep_tcp = upgrade || keep_tcp;
-		rc = shm_image_take(shm, &img, now_ns, t);
+		if (pc != NULL && same_file(pre_fd, old_fd)) {
+			rc = shm_image_take_precopied(shm, &img, pc, now_ns, t);
+		} else {
+			shm_precopy_undo(shm, pc);
+			rc = shm_image_take(shm, &img, now_ns, t);
+		}
 		if (rc < 0 && rc != -EBADMSG) {
 			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,
 				 strerror(-rc));
@@ -274,6 +325,8 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		}
 		move_aside(&p, t);
 	}
+	if (old_fd < 0)
+		shm_precopy_undo(shm, pc);	/* the file went away: an empty table */
 	if (old_fd >= 0)
 		close(old_fd);
 	old_fd = -1;
@@ -284,8 +337,14 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	}
 	shm->lock_fd = lock_fd;
 	*out = shm;
+	if (pre_fd >= 0)
+		close(pre_fd);
+	shm_precopy_free(pc);
 	return 0;
 fail:
+	if (pre_fd >= 0)
+		close(pre_fd);
+	shm_precopy_free(pc);
 	if (old_fd >= 0)
 		close(old_fd);
 	if (shm != NULL) {
@@ -312,7 +371,7 @@ int shm_state_open_streams(const char *dir, const char *name, const struct shm_c
 }
 
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *), void *ctx,
+			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *, uint32_t), void *ctx,
 			   struct shm **out, struct shm_takeover *t)
 {
 	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, true, ready, ctx, out, t);

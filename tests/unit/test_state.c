@@ -550,6 +550,184 @@ static void test_random_damage(void **state)
 
 /* ---- the files ---- */
 
+/* Record i of src (rec_fill's client port 40000 + i): its index. */
+static uint32_t idx_of(const struct shm *s, unsigned i)
+{
+	uint32_t cursor = 0, idx;
+
+	while (shm_alloc_next_live(s, &cursor, &idx) == 0)
+		if (shm_alloc_at(s, idx)->client.port == 40000 + i)
+			return idx;
+	fail_msg("record %u not found", i);
+	return 0;
+}
+
+/* dst a and b hold the same: allocations (every field from the owner on), take-over
+ * list, slot counters, quota counts, port bookings and session record events. */
+static void assert_same_take(struct shm *a, struct shm *b)
+{
+	uint32_t cursor = 0, idx, na, nb;
+	const uint32_t *ta, *tb, *fa, *fb;
+	size_t body = offsetof(struct shm_alloc, owner);
+
+	assert_int_equal(live_count(a), live_count(b));
+	while (shm_alloc_next_live(a, &cursor, &idx) == 0) {
+		const struct shm_alloc *ra = shm_alloc_at(a, idx);
+		const struct shm_alloc *rb = shm_alloc_at(b, idx_of(b, ra->client.port - 40000u));
+
+		assert_memory_equal((const uint8_t *)ra + body, (const uint8_t *)rb + body,
+				    sizeof(*ra) - body);
+	}
+	ta = shm_taken(a, &na);
+	tb = shm_taken(b, &nb);
+	assert_int_equal(na, nb);
+	fa = shm_taken_from(a, &na);
+	fb = shm_taken_from(b, &nb);
+	for (uint32_t k = 0; k < na; k++) {
+		assert_int_equal(fa[k], fb[k]);
+		assert_int_equal(shm_alloc_at(a, ta[k])->client.port,
+				 shm_alloc_at(b, tb[k])->client.port);
+	}
+	for (unsigned s = 0; s < a->cfg.n_slots; s++) {
+		assert_memory_equal(shm_slot_counters(a, s), shm_slot_counters(b, s),
+				    sizeof(struct shm_counters));
+		assert_int_equal(shm_rec_ring_at(a, s)->head, shm_rec_ring_at(b, s)->head);
+	}
+	assert_int_equal(shm_quota_total(a), shm_quota_total(b));
+	for (unsigned i = 0; i < 40; i++) {
+		char u[16];
+		int n = snprintf(u, sizeof(u), "user%u", i);
+		uint64_t k = shm_quota_user_key(u, (size_t)n);
+
+		assert_int_equal(shm_quota_count(a, k), shm_quota_count(b, k));
+	}
+	assert_int_equal(shm_ppool_held(a, NOW, NULL), shm_ppool_held(b, NOW, NULL));
+}
+
+/* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
+ * the take under the lock leaves exactly what a full take-over of the final image does. */
+static void test_precopy(void **state)
+{
+	struct shm *src = mk(3, 32), *pre = mk(2, 32), *full = mk(2, 32), *undone = mk(2, 32);
+	struct shm_image img = img_of(src);
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover t, tf;
+	struct shm_alloc *r;
+	unsigned slot;
+	bool torn;
+
+	(void)state;
+	for (unsigned i = 0; i < 12; i++)
+		rec_add(src, i % 3, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	rec_add(src, 0, 12, SHM_TRANSPORT_DTLS, NOW + 600 * SEC, 0);	/* never pre-copied */
+	r = shm_alloc_at(src, idx_of(src, 7));	/* expires between the pre-copy and the take */
+	shm_alloc_begin_write(r);
+	r->expires_ns = r->chans[0].expires_ns = r->perms[0].expires_ns = NOW + 5 * SEC;
+	shm_alloc_end_write(r);
+	pre->keep_tcp = full->keep_tcp = undone->keep_tcp = true;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
+	assert_int_equal(shm_precopy_copied(pc), 12);
+	assert_int_equal(live_count(pre), 12);
+
+	/* (7 expires by the take's now;) 1 ends; 2 is refreshed with a new permission; 3 only relays (counters); 4 ends and
+	 * 30 takes its place; 5 expires; 6 is left torn; 31 is new; 32 gets the relay port
+	 * that 1 gave up (pre-copied: booked in pre until the take gives it back). */
+	assert_int_equal(shm_alloc_is_torn(src, idx_of(src, 1), &torn, &slot), 0);
+	assert_int_equal(shm_alloc_release(src, slot, idx_of(src, 1)), 0);
+	r = shm_alloc_at(src, idx_of(src, 2));
+	shm_alloc_begin_write(r);
+	r->expires_ns += 100 * SEC;
+	r->perms[1].family = AF_INET;
+	r->perms[1].expires_ns = r->expires_ns;
+	shm_alloc_end_write(r);
+	shm_alloc_ctr_add(shm_alloc_at(src, idx_of(src, 3)), SHM_ACTR_BYTES_TO_PEER, 777);
+	assert_int_equal(shm_alloc_is_torn(src, idx_of(src, 4), &torn, &slot), 0);
+	assert_int_equal(shm_alloc_release(src, slot, idx_of(src, 4)), 0);
+	rec_add(src, slot, 30, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	r = shm_alloc_at(src, idx_of(src, 5));
+	shm_alloc_begin_write(r);
+	r->expires_ns = NOW - SEC;
+	r->chans[0].expires_ns = r->perms[0].expires_ns = NOW - SEC;
+	shm_alloc_end_write(r);
+	shm_alloc_begin_write(shm_alloc_at(src, idx_of(src, 6)));
+	rec_add(src, 1, 31, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	rec_add(src, 2, 32, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	r = shm_alloc_at(src, idx_of(src, 32));
+	shm_alloc_begin_write(r);
+	r->relay.port = 50001;
+	shm_alloc_end_write(r);
+
+	memset(&tf, 0, sizeof(tf));
+	assert_int_equal(shm_image_take(full, &img, NOW + 10 * SEC, &tf), 0);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW + 10 * SEC, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.adopted, tf.adopted);
+	assert_int_equal(t.adopted, 12 - 5 + 3);	/* 1, 4, 5, 6, 7 gone; 30, 31, 32 new */
+	assert_int_equal(t.expired, tf.expired);
+	assert_int_equal(t.expired, 2);
+	assert_int_equal(t.torn, tf.torn);
+	assert_int_equal(t.stream, tf.stream);
+	assert_int_equal(t.overflow, tf.overflow);
+	assert_true(t.precopy);
+	assert_int_equal(t.recopied, 6);
+	assert_int_equal(t.precopied, 6);
+	assert_int_equal(shm_alloc_at(pre, idx_of(pre, 3))->ctr[SHM_ACTR_BYTES_TO_PEER], 777);
+	assert_false(shm_ppool_is_free(pre, shm_ppool_tag(&shm_alloc_at(pre, idx_of(pre, 32))->relay),
+				       50001, NOW));
+	assert_same_take(pre, full);
+	shm_precopy_free(pc);
+
+	/* Another file under the lock: the pre-copy is given back whole first. */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(undone, &img, NOW, &pc, &t), 0);
+	shm_precopy_undo(undone, pc);
+	shm_precopy_free(pc);
+	assert_int_equal(live_count(undone), 0);
+	assert_int_equal(shm_quota_total(undone), 0);
+	assert_int_equal(shm_ppool_held(undone, NOW, NULL), 0);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(undone, &img, NOW + 10 * SEC, &t), 0);
+	assert_same_take(undone, full);
+
+	/* A table too small for them all: no pre-copy (the take under the lock says which
+	 * ones fit), and nothing left of it. */
+	{
+		struct shm *small = mk(2, 8);
+
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_precopy(small, &img, NOW, &pc, &t), -ENOSPC);
+		assert_null(pc);
+		assert_int_equal(live_count(small), 0);
+		assert_int_equal(shm_quota_total(small), 0);
+		assert_int_equal(shm_ppool_held(small, NOW, NULL), 0);
+		shm_destroy(small);
+	}
+
+	/* A pre-copy of an image whose geometry is not the final one is refused. */
+	{
+		uint8_t *b = bytes_of(src);
+		struct shm_image bi = { .fd = -1, .buf = b, .size = src->size };
+		struct shm *d = mk(2, 32);
+
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_precopy(d, &img, NOW, &pc, &t), 0);
+		region(b, SHM_REGION_ALLOCS)->count--;
+		reseal(b);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_take_precopied(d, &bi, pc, NOW, &t), -EBADMSG);
+		assert_int_equal(t.verdict, SHM_STATE_CORRUPT);
+		shm_precopy_free(pc);
+		shm_destroy(d);
+		free(b);
+	}
+	shm_destroy(src);
+	shm_destroy(pre);
+	shm_destroy(full);
+	shm_destroy(undone);
+}
+
 static char tmpdir[64];
 
 static int dir_setup(void **state)
@@ -712,6 +890,7 @@ int main(void)
 		cmocka_unit_test(test_take_over),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_random_damage),
+		cmocka_unit_test(test_precopy),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
 		cmocka_unit_test(test_corpus),
 	};
