@@ -483,6 +483,11 @@ void upgrade_test_hold(void);
 void upgrade_receive_streams(struct master *m);
 /* Old master: the new master takes the relay sockets ("ready streams relays"). */
 bool upgrade_peer_relays(const struct master *m);
+/* A TURN-TCP call's UDP relay sockets (PARK_URELAY) go over with its connection: on the
+ * old master's side the new one said "urelays", on the new one's it said so (the old one
+ * offered them: " urelays=1 "). Otherwise they are closed as they come, and the new
+ * worker binds the port again once the old worker's copy is closed too. */
+bool upgrade_urelays(const struct master *m);
 void upgrade_report_failure(struct master *m, const char *why);
 /* New master, from the supervisor: a worker answered; once all have, it serves. */
 void upgrade_worker_running(struct master *m);

@@ -53,14 +53,23 @@ static struct park_list *list_get(struct master *m)
 	return m->parked;
 }
 
-/* Takes blob and fd (closed on failure). */
-static int list_push(struct master *m, uint8_t *blob, size_t len, int fd)
+/* Takes blob and fd (closed on failure). From a live upgrade (upgrade): a UDP relay
+ * socket of a TURN-TCP call when the new master does not take them (upgrade_urelays) is
+ * closed: 1. */
+static int list_push(struct master *m, uint8_t *blob, size_t len, int fd, bool upgrade)
 {
 	struct park_list *pl = list_get(m);
 	struct park_hdr h;
 
 	if (pl == NULL || park_check(blob, len, &h) < 0)
 		goto fail;
+	if (upgrade && h.kind == PARK_URELAY && !upgrade_urelays(m)) {
+		/* its port is bound again by the new worker, once the old worker's copy
+		 * is closed too (wk_alloc_forget) */
+		free(blob);
+		close(fd);
+		return 1;
+	}
 	if (GROW_ARRAY(&pl->v, &pl->cap, pl->n + 1, 64) < 0)
 		goto fail;
 	pl->v[pl->n++] = (struct mpark){ blob, len, fd, h.slot % m->n_slots, h.rec_idx };
@@ -73,7 +82,7 @@ fail:
 
 int park_add(struct master *m, uint8_t *blob, size_t len, int fd)
 {
-	return list_push(m, blob, len, fd);
+	return list_push(m, blob, len, fd, false);
 }
 
 void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd)
@@ -102,7 +111,7 @@ void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		return;
 	}
 	blob = park_asm_take(a, &len);
-	if (list_push(m, blob, len, *fd) < 0)
+	if (list_push(m, blob, len, *fd, true) < 0)
 		log_warn("master", "worker %u: a handed-over connection's state is malformed",
 			 w->slot);
 	*fd = -1;
@@ -224,7 +233,7 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 			size_t len;
 			uint8_t *blob = park_asm_take(&a, &len);
 
-			(void)list_push(m, blob, len, got);
+			(void)list_push(m, blob, len, got, true);
 		} else if (got >= 0) {
 			close(got);
 		}
