@@ -409,8 +409,8 @@ int park_forward(struct master *m, int fd, int timeout_ms);
  * owns its allocation's record now (one without a record: its old slot). Returns 0 or
  * -errno (what came is kept). */
 int park_receive(struct master *m, int fd, int timeout_ms);
-/* The connections for slot's worker (an array to free; its blobs and fds stay ours), or
- * NULL with *n 0. Called in the child before worker_run. */
+/* The connections for slot's worker (an array to free; its blobs and fds stay ours),
+ * sorted by record, or NULL with *n 0. Called in the child before worker_run. */
 struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_t *n);
 /* Closes our copies and frees the list: after the workers that take them were forked, or
  * when the new master serves. */

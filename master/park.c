@@ -248,6 +248,14 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	return rc;
 }
 
+static int by_record(const void *a, const void *b)
+{
+	uint32_t x = ((const struct worker_parked *)a)->rec_idx,
+		 y = ((const struct worker_parked *)b)->rec_idx;
+
+	return (x > y) - (x < y);
+}
+
 struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_t *n)
 {
 	const struct park_list *pl = m->parked;
@@ -264,6 +272,7 @@ struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_
 		if (pl->v[i].slot == slot && pl->v[i].fd >= 0)
 			v[k++] = (struct worker_parked){ pl->v[i].blob, pl->v[i].len, pl->v[i].fd,
 							 pl->v[i].rec_idx };
+	qsort(v, k, sizeof(*v), by_record);	/* the worker binary-searches it */
 	*n = k;
 	return v;
 }
