@@ -244,7 +244,9 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	if (rc < 0 && rc != -EPIPE)
 		log_warn("master", "upgrade: the old master's connections did not all come: %s",
 			 strerror(-rc));
-	log_info("master", "upgrade: %zu TCP connections handed over", park_count(m));
+	log_info("master", "upgrade: %zu sockets of TCP calls handed over (connections, RFC 6062 "
+			   "peer and listening relay sockets, TURN-TCP calls' UDP relay sockets)",
+		 park_count(m));
 	return rc;
 }
 

@@ -542,10 +542,11 @@ void upgrade_workers_down(struct master *m)
 		rc = park_forward(m, u->fd, UPGRADE_STREAMS_MS);
 
 		if (rc < 0)
-			log_warn("master", "upgrade: cannot pass %zu TCP connections on: %s",
+			log_warn("master", "upgrade: cannot pass %zu sockets of TCP calls on: %s",
 				 park_count(m), strerror(-rc));
 		else if (park_count(m) > 0)
-			log_info("master", "upgrade: %zu TCP connections passed on",
+			log_info("master", "upgrade: %zu sockets of TCP calls passed on "
+					   "(connections and their relay and peer sockets)",
 				 park_count(m));
 	}
 }

@@ -164,8 +164,15 @@ def test_tcp_call_keeps_its_relay_socket(d):
     held.bind(("127.0.0.1", 0))
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
-    peer6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    peer6.bind(("::1", 0))
+    peer6 = None
+    try:
+        peer6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        peer6.bind(("::1", 0))
+    except OSError as e:    # the dual-stack allocation gets no IPv6 relayed address then
+        print("no IPv6 peer on ::1 (%s): only IPv4 relay sockets checked" % e)
+        if peer6 is not None:
+            peer6.close()
+        peer6 = None
     listeners = [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP", ["peers"])]
     text = config(d, listeners, {"peers": ["127.0.0.1", "::1"]}, workers=WORKERS,
                   relay=RELAY)
@@ -202,7 +209,8 @@ def test_tcp_call_keeps_its_relay_socket(d):
         if calls is not None:
             calls.close()
         peer.close()
-        peer6.close()
+        if peer6 is not None:
+            peer6.close()
         held.close()
         # an upgrade that a failed check left running serves on: stopped too
         stop_master(daemon, pid or (calls and calls.next_master))
