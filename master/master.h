@@ -398,6 +398,13 @@ struct worker_parked;
 /* Old master, while its workers hand over (m->handing_over): a piece of a parked
  * connection from worker w; a whole one is kept with its socket (*fd taken: -1). */
 void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd);
+/* Old master: a frame of w's whose descriptor did not fit under our limit (ipc_recv's
+ * -EMFILE): an IPC_STREAM's socket ends with the pieces before it, counted. */
+void park_collect_lost(struct mworker *w, const struct ipc_msg *msg);
+/* The handed-over sockets that ended in this master (too large, malformed, over the
+ * descriptor limit, a record the take-over did not keep) into
+ * stream_handovers_ended: while none of its workers runs. */
+void park_count_lost(struct master *m);
 /* Connections kept (old master) or received (new master). */
 size_t park_count(const struct master *m);
 /* Old master: sends every kept connection to the new master on fd, then the relay

@@ -44,6 +44,7 @@ struct park_list {
 	size_t n, cap;
 	struct park_asm *pasm;		/* per slot: pieces received so far */
 	unsigned n_pasm;
+	size_t lost;			/* sockets that ended here, not yet counted */
 };
 
 static struct park_list *list_get(struct master *m)
@@ -105,16 +106,48 @@ void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd)
 	a = &pl->pasm[w->slot];
 	rc = park_asm_add(a, msg);
 	if (rc <= 0) {
-		if (rc < 0)
+		if (rc < 0) {
 			log_warn("master", "worker %u: a handed-over connection's state is "
 					   "too large: it ends", w->slot);
+			pl->lost++;
+		}
 		return;
 	}
 	blob = park_asm_take(a, &len);
-	if (list_push(m, blob, len, *fd, true) < 0)
+	if (list_push(m, blob, len, *fd, true) < 0) {
 		log_warn("master", "worker %u: a handed-over connection's state is malformed",
 			 w->slot);
+		pl->lost++;
+	}
 	*fd = -1;
+}
+
+void park_collect_lost(struct mworker *w, const struct ipc_msg *msg)
+{
+	struct master *m = w->m;
+	struct park_list *pl = m->parked;
+
+	log_warn("master", "worker %u: a descriptor it sent did not fit under this master's "
+			   "limit (LimitNOFILE, %s)", w->slot,
+		 msg->hdr.type == IPC_STREAM ? "a handed-over socket: it ends" : "closed");
+	if (msg->hdr.type != IPC_STREAM || pl == NULL || !m->handing_over)
+		return;
+	/* its pieces so far go with it */
+	if (pl->pasm != NULL && w->slot < pl->n_pasm)
+		park_asm_free(&pl->pasm[w->slot]);
+	pl->lost++;
+}
+
+void park_count_lost(struct master *m)
+{
+	struct park_list *pl = m->parked;
+
+	if (pl == NULL || pl->lost == 0 || m->shm == NULL)
+		return;
+	/* Slot 0's counters: written while no worker of ours runs (the old master's
+	 * stopped, the new master's not started yet), carried over by the take-over. */
+	shm_ctr_add(shm_slot_counters(m->shm, 0), SHM_CTR_STREAMS_HANDOVER_ENDED, pl->lost);
+	pl->lost = 0;
 }
 
 size_t park_count(const struct master *m)
@@ -194,7 +227,7 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	struct park_asm a = { 0 };
 	struct ipc_msg *msg = malloc(sizeof(*msg));
 	struct timespec t0, t;
-	size_t before = park_count(m);
+	size_t before = park_count(m), lost = 0;
 	int rc = -ETIMEDOUT;
 
 	if (msg == NULL)
@@ -214,7 +247,14 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 		if (poll(&pfd, 1, (int)(timeout_ms - spent)) <= 0)
 			continue;
 		rc = ipc_recv(fd, msg, &got);
-		if (rc == -EAGAIN || rc == -EPROTO)
+		if (rc == -EMFILE && msg->hdr.type == IPC_STREAM) {
+			/* our descriptor limit: the socket ends, its pieces with it */
+			log_warn("master", "upgrade: a handed-over socket did not fit under this "
+					   "master's descriptor limit (LimitNOFILE): it ends");
+			park_asm_free(&a);
+			lost++;
+		}
+		if (rc == -EAGAIN || rc == -EPROTO || rc == -EMFILE)
 			continue;
 		if (rc < 0)
 			break;
@@ -233,14 +273,18 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 			size_t len;
 			uint8_t *blob = park_asm_take(&a, &len);
 
-			(void)list_push(m, blob, len, got, true);
+			if (list_push(m, blob, len, got, true) < 0)
+				lost++;
 		} else if (got >= 0) {
 			close(got);
 		}
 	}
 	park_asm_free(&a);
 	free(msg);
-	(void)park_remap_from(m, before);
+	lost += park_remap_from(m, before);
+	if (list_get(m) != NULL)
+		m->parked->lost += lost;
+	park_count_lost(m);	/* before our workers start */
 	if (rc < 0 && rc != -EPIPE)
 		log_warn("master", "upgrade: the old master's connections did not all come: %s",
 			 strerror(-rc));

@@ -427,6 +427,10 @@ static void ctl_read(struct mworker *w, int max)
 			log_warn("master", "worker %u: malformed control frame", w->slot);
 			continue;
 		}
+		if (rc == -EMFILE) {	/* our descriptor limit */
+			park_collect_lost(w, msg);
+			continue;
+		}
 		if (rc < 0) {
 			/* EOF: the worker is exiting; ev_child will tell how. */
 			ctl_close(w->m, w);

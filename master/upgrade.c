@@ -528,6 +528,7 @@ void upgrade_workers_down(struct master *m)
 	/* Nothing of ours writes the table any more: the new master may take it. Our
 	 * workers' last session records are written now; the rest is the new master's. */
 	records_freeze(m);
+	park_count_lost(m);	/* before the new master copies the counters */
 	shm_lock_set(m->shm, -1);
 	u->lock_dropped = true;
 	log_info("master", "upgrade: workers stopped, the new master (pid %d) takes over",
