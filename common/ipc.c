@@ -240,6 +240,13 @@ static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool 
 		return -EPIPE; /* a frame is never empty: 0 means the peer closed */
 
 	got = take_fds(&mh, fds, cap);
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == MSG_CTRUNC &&
+	    (size_t)n >= sizeof(msg->hdr)) {
+		/* Descriptors that did not fit (the kernel closed them): msg->hdr says
+		 * which frame lost them. */
+		close_fds(fds, got < cap ? got : cap);
+		return -EMFILE;
+	}
 	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || got > cap)
 		goto fail;
 	if ((size_t)n < sizeof(msg->hdr))

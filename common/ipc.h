@@ -195,13 +195,16 @@ int ipc_send_disconnect_user(int fd, const char *user);
  * Returns 0 for a valid message; -EAGAIN when none is waiting (non-blocking socket);
  * -EPIPE when the peer closed; -EPROTO for an unknown type, a length that breaks the type's
  * rule, a truncated frame, or a descriptor where none belongs (it is closed) or none where
- * one is required. After -EPROTO the channel is still usable: each frame stands alone. */
+ * one is required; -EMFILE when the frame's descriptors did not all come (MSG_CTRUNC: this
+ * process's descriptor limit; the kernel closed them, so did we any that came): msg->hdr
+ * is its header, its payload unchecked. After -EPROTO or -EMFILE the channel is still
+ * usable: each frame stands alone. */
 int ipc_recv(int fd, struct ipc_msg *msg, int *passfd);
 
 /* ipc_recv() that also takes an IPC_RELAYS frame: its descriptors (close-on-exec, the
  * caller's) in fds[0..*n-1], cap >= IPC_FDS_MAX; any other frame's one descriptor in fds[0]
  * (*n 1) or none (*n 0). Same returns; a frame whose descriptors did not all come (the
- * process's descriptor limit) is -EPROTO, what came closed. */
+ * process's descriptor limit) is -EMFILE, what came closed. */
 int ipc_recv_fds(int fd, struct ipc_msg *msg, int *fds, size_t cap, size_t *n);
 
 /* The payload as a C string (IPC_LISTENER_ADD/REMOVE, IPC_LOGLEVEL). */

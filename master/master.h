@@ -398,6 +398,13 @@ struct worker_parked;
 /* Old master, while its workers hand over (m->handing_over): a piece of a parked
  * connection from worker w; a whole one is kept with its socket (*fd taken: -1). */
 void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd);
+/* Old master: a frame of w's whose descriptor did not fit under our limit (ipc_recv's
+ * -EMFILE): an IPC_STREAM's socket ends with the pieces before it, counted. */
+void park_collect_lost(struct mworker *w, const struct ipc_msg *msg);
+/* The handed-over sockets that ended in this master (too large, malformed, over the
+ * descriptor limit, a record the take-over did not keep) into
+ * stream_handovers_ended: while none of its workers runs. */
+void park_count_lost(struct master *m);
 /* Connections kept (old master) or received (new master). */
 size_t park_count(const struct master *m);
 /* Old master: sends every kept connection to the new master on fd, then the relay
@@ -409,8 +416,8 @@ int park_forward(struct master *m, int fd, int timeout_ms);
  * owns its allocation's record now (one without a record: its old slot). Returns 0 or
  * -errno (what came is kept). */
 int park_receive(struct master *m, int fd, int timeout_ms);
-/* The connections for slot's worker (an array to free; its blobs and fds stay ours), or
- * NULL with *n 0. Called in the child before worker_run. */
+/* The connections for slot's worker (an array to free; its blobs and fds stay ours),
+ * sorted by record, or NULL with *n 0. Called in the child before worker_run. */
 struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_t *n);
 /* Closes our copies and frees the list: after the workers that take them were forked, or
  * when the new master serves. */
@@ -483,6 +490,11 @@ void upgrade_test_hold(void);
 void upgrade_receive_streams(struct master *m);
 /* Old master: the new master takes the relay sockets ("ready streams relays"). */
 bool upgrade_peer_relays(const struct master *m);
+/* A TURN-TCP call's UDP relay sockets (PARK_URELAY) go over with its connection: on the
+ * old master's side the new one said "urelays", on the new one's it said so (the old one
+ * offered them: " urelays=1 "). Otherwise they are closed as they come, and the new
+ * worker binds the port again once the old worker's copy is closed too. */
+bool upgrade_urelays(const struct master *m);
 void upgrade_report_failure(struct master *m, const char *why);
 /* New master, from the supervisor: a worker answered; once all have, it serves. */
 void upgrade_worker_running(struct master *m);

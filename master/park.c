@@ -44,6 +44,7 @@ struct park_list {
 	size_t n, cap;
 	struct park_asm *pasm;		/* per slot: pieces received so far */
 	unsigned n_pasm;
+	size_t lost;			/* sockets that ended here, not yet counted */
 };
 
 static struct park_list *list_get(struct master *m)
@@ -53,14 +54,23 @@ static struct park_list *list_get(struct master *m)
 	return m->parked;
 }
 
-/* Takes blob and fd (closed on failure). */
-static int list_push(struct master *m, uint8_t *blob, size_t len, int fd)
+/* Takes blob and fd (closed on failure). From a live upgrade (upgrade): a UDP relay
+ * socket of a TURN-TCP call when the new master does not take them (upgrade_urelays) is
+ * closed: 1. */
+static int list_push(struct master *m, uint8_t *blob, size_t len, int fd, bool upgrade)
 {
 	struct park_list *pl = list_get(m);
 	struct park_hdr h;
 
 	if (pl == NULL || park_check(blob, len, &h) < 0)
 		goto fail;
+	if (upgrade && h.kind == PARK_URELAY && !upgrade_urelays(m)) {
+		/* its port is bound again by the new worker, once the old worker's copy
+		 * is closed too (wk_alloc_forget) */
+		free(blob);
+		close(fd);
+		return 1;
+	}
 	if (GROW_ARRAY(&pl->v, &pl->cap, pl->n + 1, 64) < 0)
 		goto fail;
 	pl->v[pl->n++] = (struct mpark){ blob, len, fd, h.slot % m->n_slots, h.rec_idx };
@@ -73,7 +83,7 @@ fail:
 
 int park_add(struct master *m, uint8_t *blob, size_t len, int fd)
 {
-	return list_push(m, blob, len, fd);
+	return list_push(m, blob, len, fd, false);
 }
 
 void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd)
@@ -96,16 +106,48 @@ void park_collect(struct mworker *w, const struct ipc_msg *msg, int *fd)
 	a = &pl->pasm[w->slot];
 	rc = park_asm_add(a, msg);
 	if (rc <= 0) {
-		if (rc < 0)
+		if (rc < 0) {
 			log_warn("master", "worker %u: a handed-over connection's state is "
 					   "too large: it ends", w->slot);
+			pl->lost++;
+		}
 		return;
 	}
 	blob = park_asm_take(a, &len);
-	if (list_push(m, blob, len, *fd) < 0)
+	if (list_push(m, blob, len, *fd, true) < 0) {
 		log_warn("master", "worker %u: a handed-over connection's state is malformed",
 			 w->slot);
+		pl->lost++;
+	}
 	*fd = -1;
+}
+
+void park_collect_lost(struct mworker *w, const struct ipc_msg *msg)
+{
+	struct master *m = w->m;
+	struct park_list *pl = m->parked;
+
+	log_warn("master", "worker %u: a descriptor it sent did not fit under this master's "
+			   "limit (LimitNOFILE, %s)", w->slot,
+		 msg->hdr.type == IPC_STREAM ? "a handed-over socket: it ends" : "closed");
+	if (msg->hdr.type != IPC_STREAM || pl == NULL || !m->handing_over)
+		return;
+	/* its pieces so far go with it */
+	if (pl->pasm != NULL && w->slot < pl->n_pasm)
+		park_asm_free(&pl->pasm[w->slot]);
+	pl->lost++;
+}
+
+void park_count_lost(struct master *m)
+{
+	struct park_list *pl = m->parked;
+
+	if (pl == NULL || pl->lost == 0 || m->shm == NULL)
+		return;
+	/* Slot 0's counters: written while no worker of ours runs (the old master's
+	 * stopped, the new master's not started yet), carried over by the take-over. */
+	shm_ctr_add(shm_slot_counters(m->shm, 0), SHM_CTR_STREAMS_HANDOVER_ENDED, pl->lost);
+	pl->lost = 0;
 }
 
 size_t park_count(const struct master *m)
@@ -185,7 +227,7 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 	struct park_asm a = { 0 };
 	struct ipc_msg *msg = malloc(sizeof(*msg));
 	struct timespec t0, t;
-	size_t before = park_count(m);
+	size_t before = park_count(m), lost = 0;
 	int rc = -ETIMEDOUT;
 
 	if (msg == NULL)
@@ -205,7 +247,14 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 		if (poll(&pfd, 1, (int)(timeout_ms - spent)) <= 0)
 			continue;
 		rc = ipc_recv(fd, msg, &got);
-		if (rc == -EAGAIN || rc == -EPROTO)
+		if (rc == -EMFILE && msg->hdr.type == IPC_STREAM) {
+			/* our descriptor limit: the socket ends, its pieces with it */
+			log_warn("master", "upgrade: a handed-over socket did not fit under this "
+					   "master's descriptor limit (LimitNOFILE): it ends");
+			park_asm_free(&a);
+			lost++;
+		}
+		if (rc == -EAGAIN || rc == -EPROTO || rc == -EMFILE)
 			continue;
 		if (rc < 0)
 			break;
@@ -224,19 +273,33 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 			size_t len;
 			uint8_t *blob = park_asm_take(&a, &len);
 
-			(void)list_push(m, blob, len, got);
+			if (list_push(m, blob, len, got, true) < 0)
+				lost++;
 		} else if (got >= 0) {
 			close(got);
 		}
 	}
 	park_asm_free(&a);
 	free(msg);
-	(void)park_remap_from(m, before);
+	lost += park_remap_from(m, before);
+	if (list_get(m) != NULL)
+		m->parked->lost += lost;
+	park_count_lost(m);	/* before our workers start */
 	if (rc < 0 && rc != -EPIPE)
 		log_warn("master", "upgrade: the old master's connections did not all come: %s",
 			 strerror(-rc));
-	log_info("master", "upgrade: %zu TCP connections handed over", park_count(m));
+	log_info("master", "upgrade: %zu sockets of TCP calls handed over (connections, RFC 6062 "
+			   "peer and listening relay sockets, TURN-TCP calls' UDP relay sockets)",
+		 park_count(m));
 	return rc;
+}
+
+static int by_record(const void *a, const void *b)
+{
+	uint32_t x = ((const struct worker_parked *)a)->rec_idx,
+		 y = ((const struct worker_parked *)b)->rec_idx;
+
+	return (x > y) - (x < y);
 }
 
 struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_t *n)
@@ -255,6 +318,7 @@ struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_
 		if (pl->v[i].slot == slot && pl->v[i].fd >= 0)
 			v[k++] = (struct worker_parked){ pl->v[i].blob, pl->v[i].len, pl->v[i].fd,
 							 pl->v[i].rec_idx };
+	qsort(v, k, sizeof(*v), by_record);	/* the worker binary-searches it */
 	*n = k;
 	return v;
 }

@@ -401,6 +401,9 @@ static void ctl_handed_over(struct mworker *w)
 		 w->slot, (int)w->pid);
 	shm_slot_reaped(m->shm, w->slot);
 	ctl_close(m, w);
+	/* One at a time: should this slot hand over again (a failed upgrade's respawned
+	 * worker, in the next upgrade) before this one is reaped, the newer replaces it and
+	 * the older's exit is reaped unlogged (child_cb reaps every child). */
 	w->handed_pid = w->pid;
 	w->pid = 0;
 	w->state = MW_STOPPED;
@@ -422,6 +425,10 @@ static void ctl_read(struct mworker *w, int max)
 			break;
 		if (rc == -EPROTO) {
 			log_warn("master", "worker %u: malformed control frame", w->slot);
+			continue;
+		}
+		if (rc == -EMFILE) {	/* our descriptor limit */
+			park_collect_lost(w, msg);
 			continue;
 		}
 		if (rc < 0) {

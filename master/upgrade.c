@@ -34,7 +34,8 @@
  * program are inherited with the sockets. TURN-TCP connections are handed over: a new
  * master that says "ready streams" gets them (master/park.c): the old workers send them
  * with their state before they exit, and the old master passes them on once the lock is
- * free, ending with IPC_STREAM_END. A worker with TURN-TLS or TURN-DTLS calls stays to
+ * free, ending with IPC_STREAM_END; with a TURN-TCP call's UDP relay sockets beside its
+ * connection only to one that says "urelays" too (offered: urelays=1). A worker with TURN-TLS or TURN-DTLS calls stays to
  * serve them (IPC_LINGER: it counts as stopped; worker/linger.c, master/linger.c; the new
  * workers forward its DTLS clients' datagrams to it, worker/dtlslinger.c). */
 #include "config.h"
@@ -98,6 +99,7 @@ struct upgrade {
 	bool lock_dropped;
 	bool peer_streams;        /* the new master reads our TCP connections */
 	bool peer_relays;         /* ... and our workers' relay sockets (master/relayho.c) */
+	bool peer_urelays;        /* ... and a TURN-TCP call's UDP relay sockets (park.c) */
 	double fallback_since;
 	char backup[PATH_MAX];
 	char error[512];
@@ -107,6 +109,7 @@ struct upgrade {
 	unsigned slots;
 	bool streams;             /* the old master hands its TCP connections over */
 	bool relays;              /* ... and its workers' relay sockets */
+	bool urelays;             /* ... and a TURN-TCP call's UDP relay sockets */
 	int inh[UPGRADE_MAX_FDS];
 	size_t n_inh;
 	bool serving;
@@ -182,6 +185,10 @@ static int parse_env(struct upgrade *u, const char *env)
 	u->ctl = ctl;
 	u->streams = strstr(env, " streams=1 ") != NULL;
 	u->relays = u->streams && strstr(env, " relays=1 ") != NULL;
+	/* TURNGATE_TEST_NO_URELAYS: tests play a binary without PARK_URELAY (it neither
+	 * asks for them nor keeps one that comes). */
+	u->urelays = u->streams && strstr(env, " urelays=1 ") != NULL &&
+		     getenv("TURNGATE_TEST_NO_URELAYS") == NULL;
 	u->slots = slots;
 	u->from = from;
 	return 0;
@@ -330,10 +337,10 @@ void upgrade_report_ready(struct master *m)
 {
 	/* "ready streams": we read the TCP connections (an old master that does not hand
 	 * any over did not ask, and expects "ready" alone); "relays": and the relay sockets
-	 * (only to an old master that offered them: " relays=1 " in the environment). */
-	report(m->up, !m->up->streams ? "ready"
-		      : m->up->relays ? "ready streams relays"
-				      : "ready streams");
+	 * (only to an old master that offered them: " relays=1 " in the environment);
+	 * "urelays": and a TURN-TCP call's UDP relay sockets with its connection (" urelays=1 "). */
+	report(m->up, "ready%s%s%s", m->up->streams ? " streams" : "",
+	       m->up->relays ? " relays" : "", m->up->urelays ? " urelays" : "");
 }
 
 void upgrade_test_hold(void)
@@ -359,6 +366,14 @@ void upgrade_test_hold(void)
 bool upgrade_peer_relays(const struct master *m)
 {
 	return m->up != NULL && m->up->peer_relays;
+}
+
+bool upgrade_urelays(const struct master *m)
+{
+	const struct upgrade *u = m->up;
+
+	/* the old master's side: what the new one asked for; the new one's: what it did */
+	return u != NULL && (upgrade_is_child(m) ? u->urelays : u->peer_urelays);
 }
 
 void upgrade_report_failure(struct master *m, const char *why)
@@ -393,7 +408,8 @@ static void child_env(const struct master *m, int ctl, char *env, size_t cap)
 	size_t n = upgrade_collect_fds(m, fds, UPGRADE_MAX_FDS);
 
 	len = (size_t)snprintf(env, cap,
-			       UPGRADE_ENV "=ctl=%d slots=%u from=%d streams=1 relays=1 fds=", ctl,
+			       UPGRADE_ENV "=ctl=%d slots=%u from=%d streams=1 relays=1 urelays=1 fds=",
+			       ctl,
 			       m->n_slots, (int)getppid());
 	for (size_t i = 0; i < n && len + 16 < cap; i++) {
 		len += (size_t)snprintf(env + len, cap - len, i ? ",%d" : "%d", fds[i]);
@@ -512,6 +528,7 @@ void upgrade_workers_down(struct master *m)
 	/* Nothing of ours writes the table any more: the new master may take it. Our
 	 * workers' last session records are written now; the rest is the new master's. */
 	records_freeze(m);
+	park_count_lost(m);	/* before the new master copies the counters */
 	shm_lock_set(m->shm, -1);
 	u->lock_dropped = true;
 	log_info("master", "upgrade: workers stopped, the new master (pid %d) takes over",
@@ -526,10 +543,11 @@ void upgrade_workers_down(struct master *m)
 		rc = park_forward(m, u->fd, UPGRADE_STREAMS_MS);
 
 		if (rc < 0)
-			log_warn("master", "upgrade: cannot pass %zu TCP connections on: %s",
+			log_warn("master", "upgrade: cannot pass %zu sockets of TCP calls on: %s",
 				 park_count(m), strerror(-rc));
 		else if (park_count(m) > 0)
-			log_info("master", "upgrade: %zu TCP connections passed on",
+			log_info("master", "upgrade: %zu sockets of TCP calls passed on "
+					   "(connections and their relay and peer sockets)",
 				 park_count(m));
 	}
 }
@@ -580,6 +598,37 @@ static void done(struct master *m, pid_t pid)
 	ev_break(m->loop, EVBREAK_ALL);
 }
 
+/* "ready[ streams[ relays][ urelays]]": what the new master reads. A new master that
+ * does not read them must not get them: closing its end with frames unread would reset
+ * the channel under its "serving"; one that rejects a kind it does not know (PARK_URELAY)
+ * would close the last copy of its socket only once it serves. */
+static bool parse_ready(struct upgrade *u, const char *msg)
+{
+	bool streams = false, relays = false, urelays = false;
+
+	if (strncmp(msg, "ready", 5) != 0)
+		return false;
+	for (msg += 5; *msg == ' ';) {
+		size_t n = strcspn(msg + 1, " ");
+
+		if (n == 7 && strncmp(msg + 1, "streams", n) == 0 && !streams)
+			streams = true;
+		else if (n == 6 && strncmp(msg + 1, "relays", n) == 0 && streams && !relays)
+			relays = true;
+		else if (n == 7 && strncmp(msg + 1, "urelays", n) == 0 && streams && !urelays)
+			urelays = true;
+		else
+			return false;
+		msg += 1 + n;
+	}
+	if (*msg != '\0')
+		return false;
+	u->peer_streams = streams;
+	u->peer_relays = relays;
+	u->peer_urelays = urelays;
+	return true;
+}
+
 static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct master *m = w->data;
@@ -598,13 +647,7 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	msg[n] = '\0';
-	if ((strcmp(msg, "ready") == 0 || strcmp(msg, "ready streams") == 0 ||
-	     strcmp(msg, "ready streams relays") == 0) &&
-	    u->phase == UP_STARTING) {
-		/* A new master that does not read them must not get them: closing its end
-		 * with frames unread would reset the channel under its "serving". */
-		u->peer_streams = strcmp(msg, "ready") != 0;
-		u->peer_relays = strcmp(msg, "ready streams relays") == 0;
+	if (parse_ready(u, msg) && u->phase == UP_STARTING) {
 		handover(m);
 	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
 		done(m, (pid_t)pid);

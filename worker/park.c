@@ -79,22 +79,26 @@ void wk_park_all(struct worker *w)
 		if (!l->active || l->proto != WORKER_PROTO_TCP)
 			continue;
 		for (c = l->conns; c; c = next) {
+			unsigned with = 0;
+
 			next = c->next;
 			if (!wk_tconn_parkable(c))
 				continue;
 			/* The allocation's relay sockets (and an RFC 6062 allocation's peer
 			 * and data connections) go first: the new worker takes them when it
-			 * adopts the allocation. */
+			 * adopts the allocation; counted once the connection went too. */
 			if (c->alloc && c->alloc->tcp)
-				parked += wk_tcpr_park(w, c->alloc);
+				with = wk_tcpr_park(w, c->alloc);
 			else if (c->alloc)
-				parked += wk_park_urelays(w, c->alloc);
+				with = wk_park_urelays(w, c->alloc);
 			bytes_in += c->in_len;
 			bytes_out += c->out_len - c->out_off;
 			if (wk_park_one(w, c) < 0) {
+				/* what went with it ends in the new worker, which counts it */
 				failed++;
 				continue;
 			}
+			parked += with;
 			/* The master holds the socket now: ours closes, the record stays. */
 			if (c->alloc)
 				wk_alloc_forget(w, c->alloc);
@@ -156,16 +160,39 @@ static void wk_park_init(struct worker *w)
 	w->park_used = calloc(w->h->n_parked, sizeof(*w->park_used));
 }
 
+/* The first entry of record idx in the heritage, or n_parked: the heritage is sorted by
+ * record (park_heritage), so that an adoption looks at its own entries only. */
+static size_t wk_park_first(const struct worker *w, uint32_t idx)
+{
+	size_t lo = 0, hi = w->h->n_parked;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (w->h->parked[mid].rec_idx < idx)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The entries of record idx: i from wk_park_first while this holds. */
+static bool wk_park_of(const struct worker *w, size_t i, uint32_t idx)
+{
+	return i < w->h->n_parked && w->h->parked[i].rec_idx == idx;
+}
+
 /* The socket of the parked entry of kind and id (TDATA: the peer connection's; URELAY:
  * which; TRELAY: 0) for record idx, taken; or -1. */
 static int wk_park_take(struct worker *w, uint32_t idx, enum park_kind kind, uint32_t id)
 {
-	for (size_t i = 0; i < w->h->n_parked; i++) {
+	for (size_t i = wk_park_first(w, idx); wk_park_of(w, i, idx); i++) {
 		const struct worker_parked *p = &w->h->parked[i];
 		struct park_hdr h;
 
-		if (p->rec_idx != idx || w->park_used[i] || park_check(p->blob, p->len, &h) < 0 ||
-		    h.kind != kind || h.id != id)
+		if (w->park_used[i] || park_check(p->blob, p->len, &h) < 0 || h.kind != kind ||
+		    h.id != id)
 			continue;
 		w->park_used[i] = true;
 		return p->fd;
@@ -176,13 +203,12 @@ static int wk_park_take(struct worker *w, uint32_t idx, enum park_kind kind, uin
 /* The peer connections (and their data connections) of RFC 6062 allocation a. */
 static void wk_park_tpeers(struct worker *w, struct wk_alloc *a)
 {
-	for (size_t i = 0; i < w->h->n_parked; i++) {
+	for (size_t i = wk_park_first(w, a->rec_idx); wk_park_of(w, i, a->rec_idx); i++) {
 		const struct worker_parked *p = &w->h->parked[i];
 		struct park_hdr h;
 		int data_fd = -1;
 
-		if (p->rec_idx != a->rec_idx || w->park_used[i] ||
-		    park_check(p->blob, p->len, &h) < 0 || h.kind != PARK_TPEER ||
+		if (w->park_used[i] || park_check(p->blob, p->len, &h) < 0 || h.kind != PARK_TPEER ||
 		    ((h.flags & PARK_F_CRASH) && !wk_fdstore_owns(p->fd, false, a->rec)))
 			continue;	/* one that does not belong: wk_park_rest closes it */
 		w->park_used[i] = true;
@@ -210,14 +236,13 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 	struct wk_tconn *c = NULL;
 	struct wk_alloc *a;
 	bool tcp = false;
-	int rc;
+	int rc, fd0 = -1, fd1 = -1;
 
 	wk_park_init(w);
-	for (size_t i = 0; i < w->h->n_parked && !c; i++) {
+	for (size_t i = wk_park_first(w, idx); wk_park_of(w, i, idx) && !c; i++) {
 		struct park_hdr h;
 
-		if (w->h->parked[i].rec_idx != idx ||
-		    park_check(w->h->parked[i].blob, w->h->parked[i].len, &h) < 0)
+		if (park_check(w->h->parked[i].blob, w->h->parked[i].len, &h) < 0)
 			continue;
 		c = wk_park_restore(w, i, rec);
 		tcp = (h.flags & PARK_F_TCPALLOC) != 0;
@@ -231,13 +256,15 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 		 * again (a listening one beside its peer connections: SO_REUSEADDR,
 		 * SO_REUSEPORT). */
 		a->tcp = tcp;
-		rc = tcp ? wk_adopt_relay(w, a, idx, rec, wk_park_take(w, idx, PARK_TRELAY, 0), -1)
-			 : wk_adopt_relay(w, a, idx, rec, wk_park_take(w, idx, PARK_URELAY, 0),
-					  wk_park_take(w, idx, PARK_URELAY, 1));
+		fd0 = wk_park_take(w, idx, tcp ? PARK_TRELAY : PARK_URELAY, 0);
+		fd1 = tcp ? -1 : wk_park_take(w, idx, PARK_URELAY, 1);
+		rc = wk_adopt_relay(w, a, idx, rec, fd0, fd1);
 	}
 	if (rc < 0) {
+		/* the connection, and the relay sockets taken with it (closed: their
+		 * allocation is forgotten) */
 		wk_tconn_close(w, c);
-		w->park_lost++;
+		w->park_lost += 1 + (fd0 >= 0) + (fd1 >= 0);
 		return rc;
 	}
 	if (tcp)

@@ -141,8 +141,8 @@ static void relayho_read(int rx, struct relayho_got *g)
 		size_t n = 0;
 		int rc = ipc_recv_fds(rx, msg, fds, IPC_FDS_MAX, &n);
 
-		if (rc == -EPROTO)
-			continue;	/* what it carried is closed */
+		if (rc == -EPROTO || rc == -EMFILE)
+			continue;	/* what it carried is closed: bound again */
 		if (rc < 0)
 			break;		/* empty, or every writer closed */
 		if (msg->hdr.type != IPC_RELAYS || got_add(g, msg, fds, n) < 0)

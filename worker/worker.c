@@ -448,8 +448,9 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 		if (rc == -EAGAIN)
 			break;
-		if (rc == -EPROTO) {
-			log_warn("worker", "malformed control frame dropped");
+		if (rc == -EPROTO || rc == -EMFILE) {
+			log_warn("worker", "malformed control frame dropped%s",
+				 rc == -EMFILE ? " (its descriptor did not fit)" : "");
 			continue;
 		}
 		if (rc < 0) {

@@ -81,7 +81,7 @@ struct worker_heritage {
 	int handover_rx;
 	const int *handover_tx;
 	/* The slot's stream connections a live upgrade handed over (worker/park.c), taken
-	 * over with the allocations; NULL when none. */
+	 * over with the allocations, sorted by rec_idx (PARK_NO_REC last); NULL when none. */
 	const struct worker_parked *parked;
 	size_t n_parked;
 	/* relay_chan: relay_rx is the receiving end of the slot's relay channel after a live

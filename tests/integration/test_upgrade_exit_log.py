@@ -19,14 +19,11 @@ on the daemon's workers (root, or ptrace_scope 0): skipped with the reason other
 import os
 import re
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import check, run_tests, wait_for  # noqa: E402
-from test_upgrade_handed_over import hold_exits  # noqa: E402
-from test_upgrade_relays import check_relaying, relaying  # noqa: E402
-from test_upgrade_stream_relays import InThread  # noqa: E402
-from test_upgrade_streams import failed_upgrade  # noqa: E402
+from harness_upgrade import (InThread, check_relaying, failed_upgrade,  # noqa: E402
+                             hold_exits, relaying, run_until)
 
 RELAY = (45200, 45249)
 N = 10
@@ -50,10 +47,7 @@ def test_handed_over_worker_exit_logged(d):
             # The held workers' stops (SIGQUIT among them) are passed on meanwhile.
             t = InThread(failed_upgrade, r.daemon, d, r.text, r.listeners, r.held, WORKERS,
                          RELAY)
-            deadline = time.monotonic() + 120    # beyond the upgrade's own timeout
-            while t.poll() is None and time.monotonic() < deadline:
-                hold.poll()
-                time.sleep(0.01)
+            run_until(t, hold, 120)    # beyond the upgrade's own timeout
             t.communicate(1)
             check(t.returncode == 0, "the failed upgrade did not end")
             check(hold.wait_held(), "old workers at their exit: %r of %r"

@@ -43,6 +43,7 @@ from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # n
                            REFRESH, REQUEST, SUCCESS, Daemon, Failure, StreamClient, TcpPeer,
                            build, channel_data, channel_payload, check, config, error_code,
                            free_port, parse, run_tests, stop_master, upgrade, wait_for)
+from harness_upgrade import failed_upgrade  # noqa: E402
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -256,22 +257,6 @@ class StreamCall:
         self.stop_tx.set()
         self.stop_rx.set()
         self.sock.close()
-
-
-def failed_upgrade(daemon, d, text, listeners, held, workers, relay=RELAY):
-    """An upgrade that fails after the old workers handed over (the new binary's
-    configuration names a listener on held's port, which it cannot bind): checks that
-    turngatectl reports it and that the old master serves on with all its workers."""
-    old = daemon.admin({"cmd": "status"})["pid"]
-    daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
-                                                "TURN-UDP", ["peers"])],
-                               {"peers": ["127.0.0.1"]}, workers=workers, relay=relay))
-    rc, out, err = daemon.ctl("upgrade")
-    check(rc == 1 and "upgrade failed" in err, "upgrade: rc %d %s%s" % (rc, out, err))
-    daemon.write_config(text)
-    wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == workers,
-             "the old master's workers")
-    check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
 
 
 def counter(stats, name):
@@ -552,7 +537,7 @@ def test_failed_upgrade_gives_them_back(d):
               "ChannelBind")
         call = StreamCall(ctl)
         wait_for(lambda: len(peer.got) >= 10, "relaying", timeout=10)
-        failed_upgrade(daemon, d, text, listeners, held, workers)
+        failed_upgrade(daemon, d, text, listeners, held, workers, RELAY)
         n = len(peer.got)
         wait_for(lambda: len(peer.got) > n + 20 or call.closed,
                  "relaying after the failed upgrade", timeout=10)

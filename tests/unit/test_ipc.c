@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -245,6 +246,39 @@ static void test_relays_many_fds(void **state)
 	close(pipefd[1]);
 }
 
+/* A descriptor over the receiver's limit (MSG_CTRUNC): -EMFILE with the frame's header,
+ * nothing left open, and the channel goes on. */
+static void test_fd_over_limit(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_msg msg;
+	struct rlimit rl, low;
+	int pipefd[2], fd, before, free_fd = 0;
+
+	assert_int_equal(pipe(pipefd), 0);
+	before = count_open_fds();
+	while (fcntl(free_fd, F_GETFD) >= 0)	/* the lowest free one */
+		free_fd++;
+	assert_int_equal(ipc_send(p->a, IPC_STREAM, "x", 1, pipefd[0]), 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = (rlim_t)free_fd;	/* every one below is open: no place for another */
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	fd = 7;
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EMFILE);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(fd, -1);
+	assert_int_equal(msg.hdr.type, IPC_STREAM);
+	assert_int_equal(count_open_fds(), before);
+	/* The next frame comes whole. */
+	assert_int_equal(ipc_send(p->a, IPC_STREAM, "y", 1, pipefd[1]), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_true(fd >= 0);
+	close(fd);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
 static void test_unexpected_fd_is_closed(void **state)
 {
 	struct pair *p = *state;
@@ -340,6 +374,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_relays_many_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fd_over_limit, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
