@@ -70,10 +70,16 @@ def need_tool(name, package):
     return path
 
 
+def listener_port_ok(port, avoid=None):
+    """port may be a test daemon's listener: below the default relay port range and
+    outside avoid (lo, hi), a test's own relay port range below 49152 (a listener or HTTP
+    port in a relay port range is a config error)."""
+    return port < 49152 and (avoid is None or not avoid[0] <= port <= avoid[1])
+
+
 def free_port(addr="127.0.0.1", avoid=None):
-    """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it), below
-    the default relay port range (a listener or HTTP port in it is a config error), and
-    outside avoid (lo, hi), a test's own relay port range below 49152."""
+    """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it) that
+    may be a listener's (listener_port_ok)."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     for _ in range(200):
         u = socket.socket(fam, socket.SOCK_DGRAM)
@@ -81,7 +87,7 @@ def free_port(addr="127.0.0.1", avoid=None):
         port = u.getsockname()[1]
         t = socket.socket(fam, socket.SOCK_STREAM)
         try:
-            if port >= 49152 or (avoid is not None and avoid[0] <= port <= avoid[1]):
+            if not listener_port_ok(port, avoid):
                 continue
             t.bind((addr, port))
             return port

@@ -11,8 +11,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Client, Daemon, check, config, free_port,  # noqa: E402
-                           stop_master, wait_for)
+from harness_admin import (Client, Daemon, Failure, check, config, free_port,  # noqa: E402
+                           listener_port_ok, stop_master, wait_for)
 
 SAMPLE = 5
 
@@ -232,10 +232,31 @@ class InThread:
         return "", ""
 
 
+def held_socket(relay, taken=()):
+    """A UDP socket on 127.0.0.1 holding a port for failed_upgrade: one its busy listener
+    may name (listener_port_ok: outside relay and below 49152) and none of taken (the
+    test's listener ports). A port the kernel picks (bind to port 0, 32768-60999) can lie
+    in the test's relay range: the new master's configuration is then refused (a
+    listener in a relay port range) and it stops before "ready" with EINVAL instead of
+    failing after the hand-over. The socket holds its port from the check on (no race)."""
+    for _ in range(200):    # bounded: a port in the range is drawn again
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        if listener_port_ok(port, relay) and port not in taken:
+            return s
+        s.close()
+    raise Failure("no port outside the relay port range %d-%d to hold" % relay)
+
+
 def failed_upgrade(daemon, d, text, listeners, held, workers, relay):
     """An upgrade that fails after the old workers handed over (the new binary's
     configuration names a listener on held's port, which it cannot bind): checks that
     turngatectl reports it and that the old master serves on with all its workers."""
+    check(listener_port_ok(held.getsockname()[1], relay),
+          "held port %d lies in a relay port range: the new configuration would be "
+          "refused before \"ready\", not fail after the hand-over (held_socket)"
+          % held.getsockname()[1])
     old = daemon.admin({"cmd": "status"})["pid"]
     daemon.write_config(config(d, listeners + [("busy", held.getsockname()[1],
                                                 "TURN-UDP", ["peers"])],
@@ -310,8 +331,7 @@ def relaying(d, relay, n, workers=2):
     r = Run()
     r.relay, r.n, r.workers, r.pid, r.clients = relay, n, workers, None, []
     port = free_port(avoid=relay)
-    r.held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    r.held.bind(("127.0.0.1", 0))
+    r.held = held_socket(relay, (port,))
     r.peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     r.peer.bind(("127.0.0.1", 0))
     r.listeners = [("udp", port, "TURN-UDP", ["peers"])]

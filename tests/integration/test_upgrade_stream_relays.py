@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
                            StreamClient, check, config, error_code, free_port, run_tests,
                            stop_master, wait_for)
-from harness_upgrade import BirthHold, InThread, failed_upgrade  # noqa: E402
+from harness_upgrade import BirthHold, InThread, failed_upgrade, held_socket  # noqa: E402
 
 RELAY = (45100, 45199)
 N = 4
@@ -144,8 +144,9 @@ def upgrade_held(daemon, calls, holder, run):
     try:
         proc = run()
         check(hold.wait_held(lambda: proc.poll() is None),
-              "%s: the next workers held at birth: %d of %d (%s)"
-              % (what, len(hold.held), WORKERS, daemon.stderr()[-3000:]))
+              "%s: the next workers held at birth: %d of %d (%s; %s)"
+              % (what, len(hold.held), WORKERS, getattr(proc, "exc", None),
+                 daemon.stderr()[-3000:]))
         # The gap: no worker of either generation runs.
         calls.same_sockets("inside the %s's gap" % what)
         calls.gap_datagrams(what)
@@ -160,8 +161,7 @@ def upgrade_held(daemon, calls, holder, run):
 
 def test_tcp_call_keeps_its_relay_socket(d):
     port = free_port(avoid=RELAY)
-    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.bind(("127.0.0.1", 0))
+    held = held_socket(RELAY, (port,))
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
     peer6 = None

@@ -43,7 +43,7 @@ from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # n
                            REFRESH, REQUEST, SUCCESS, Daemon, Failure, StreamClient, TcpPeer,
                            build, channel_data, channel_payload, check, config, error_code,
                            free_port, parse, run_tests, stop_master, upgrade, wait_for)
-from harness_upgrade import failed_upgrade  # noqa: E402
+from harness_upgrade import failed_upgrade, held_socket  # noqa: E402
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -524,8 +524,8 @@ def test_failed_upgrade_gives_them_back(d):
     binary's configuration names a listener on a port the test holds): the old master
     gives the TURN-TCP connection back to its own new workers and the call relays on."""
     workers = 2
-    port, held = free_port(avoid=RELAY), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.bind(("127.0.0.1", 0))
+    port = free_port(avoid=RELAY)
+    held = held_socket(RELAY, (port,))
     listeners = [("tcp", port, "TURN-TCP", ["peers"]), ("udp", port, "TURN-UDP", ["peers"])]
     text = config(d, listeners, {"peers": ["127.0.0.1"]}, workers=workers, relay=RELAY)
     daemon = Daemon(d, text, workers=workers).start()
