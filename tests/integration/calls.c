@@ -217,6 +217,34 @@ long long echoes_total(void)
 	return n;
 }
 
+long long udp_queue_drops(void)
+{
+	static const char *const files[] = { "/proc/net/udp", "/proc/net/udp6" };
+	long long n = 0;
+	char line[512];
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		FILE *f = fopen(files[i], "r");
+		char *last;
+
+		if (f == NULL)
+			continue;
+		if (fgets(line, sizeof(line), f) == NULL) {	/* the header */
+			fclose(f);
+			return -1;
+		}
+		while (fgets(line, sizeof(line), f) != NULL) {
+			/* the drops column is the line's last field */
+			line[strcspn(line, "\n")] = '\0';
+			last = strrchr(line, ' ');
+			if (last != NULL)
+				n += strtoll(last + 1, NULL, 10);
+		}
+		fclose(f);
+	}
+	return n;
+}
+
 void gaps_reset(void)
 {
 	for (int i = 0; i < N_ALLOCS; i++)

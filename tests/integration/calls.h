@@ -61,6 +61,10 @@ void load(long long dur_us, long long recover_since);
 /* Receives for ms without sending (what is in flight arrives). */
 void quiet(int ms);
 long long echoes_total(void);
+/* Datagrams the kernel dropped at a full receive queue, summed over every UDP socket of
+ * this network namespace (/proc/net/udp and udp6, the "drops" column); -1 if unreadable.
+ * Other programs' sockets count too: a bound that subtracts it only gets more lenient. */
+long long udp_queue_drops(void);
 /* Prints the longest relaying gap of round (what: "restart", "upgrade"). */
 void gaps_print(const char *what, int round, unsigned from, unsigned to);
 void gaps_reset(void);

