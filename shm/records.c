@@ -42,6 +42,8 @@ static const struct {
 	{ "disconnected by admin", SHM_REC_ADMIN },
 	{ "listener removed", SHM_REC_LISTENER_REMOVED },
 	{ "over quota", SHM_REC_QUOTA },
+	/* a handed-over socket refused (wk_relay_verify): as its adoption's failure was */
+	{ "relay socket refused", SHM_REC_WORKER_CRASH },
 };
 
 enum shm_rec_reason shm_rec_reason_of(const char *why)

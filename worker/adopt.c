@@ -258,11 +258,14 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
  * between two batches. */
 #define WK_TUNE_BATCH 256u
 
-/* After an adoption: the adopted relay sockets' buffer sizes and DF mode (what
- * wk_relay_socket sets at once for a new allocation), a batch per loop iteration with no
- * pending event, so that every worker of a take-over relays again before any spends time
- * on what relaying does not need (three setsockopt of the six system calls a socket
- * costs). Until then a socket relays with the kernel's default buffers and DF mode. */
+/* After an adoption: the handed-over relay sockets' check (wk_relay_verify) and the
+ * adopted ones' buffer sizes and DF mode (what wk_relay_socket sets at once for a new
+ * allocation), a batch per loop iteration with no pending event, so that every worker of a
+ * take-over relays again before any spends time on what relaying does not need (the check's
+ * two system calls of the four a handed-over socket cost; three setsockopt of the six a
+ * bound one costs). Until then a socket relays with the kernel's default buffers and DF
+ * mode, and a handed-over one unchecked: see wk_relay_verify for what a wrong one can do
+ * meanwhile. */
 static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 {
 	struct worker *w = iw->data;
@@ -272,17 +275,19 @@ static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 	for (; w->tune_next < cap && done < WK_TUNE_BATCH; w->tune_next++) {
 		struct wk_alloc *a = w->by_idx[w->tune_next];
 
-		if (a == NULL)
-			continue;
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; a != NULL && i < 2; i++) {
 			struct wk_relay *r = &a->relay[i];
 
-			if (r->fd < 0 || !r->untuned)
+			if (r->fd < 0 || !(r->untuned || r->unchecked))
+				continue;
+			done++;
+			if (!wk_relay_verify(w, a, r))
+				break;	/* a ended */
+			if (!r->untuned)
 				continue;
 			r->df_fast = wk_df_fast(r->fd, r->family);
 			wk_sockbuf_grow(r->fd, WK_SOCKBUF_RELAY);
 			r->untuned = false;
-			done++;
 		}
 	}
 	if (w->tune_next >= cap)
@@ -306,8 +311,11 @@ void wk_adopt_run(struct worker *w)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, &c, &st);
 	adopt_ctx_free(&c);
 	w->adopting = false;
-	if (st.adopted > 0 && !ev_is_active(&w->tune)) {
+	/* From the first record again when a pass is under way: what this run adopted below
+	 * its cursor is checked too. */
+	if (st.adopted > 0)
 		w->tune_next = 0;
+	if (st.adopted > 0 && !ev_is_active(&w->tune)) {
 		ev_idle_init(&w->tune, wk_adopt_tune_cb);
 		w->tune.data = w;
 		ev_idle_start(w->loop, &w->tune);

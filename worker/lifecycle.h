@@ -71,8 +71,10 @@ void wk_adopt_run(struct worker *w);
  * relay2_fd, the sockets a live upgrade handed over for its relayed address and its
  * second family's (an RFC 6062 relay's listening socket, or UDP ones), where >= 0 (always
  * taken); moves its listener
- * gauge when another listener serves it, re-arms its timer. On failure a is forgotten
- * (the caller's scan releases the record). Returns 0 or -errno. */
+ * gauge when another listener serves it, re-arms its timer. A UDP one is taken unchecked:
+ * called during wk_adopt_run only, whose pass after the adoption checks it
+ * (wk_relay_verify). On failure a is forgotten (the caller's scan releases the record).
+ * Returns 0 or -errno. */
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
 		   int relay_fd, int relay2_fd);
 

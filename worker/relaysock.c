@@ -149,6 +149,18 @@ static void wk_relay_flush(struct worker *w, struct wk_alloc *a, struct mmsghdr 
 	}
 }
 
+/* What wk_recv_batch got from a handed-over socket not checked yet (wk_relay_verify) that
+ * no UDP socket gives: an error other than "nothing to read" (not a socket, a stream
+ * socket not connected: a readable one would report it at every loop iteration, the pass
+ * that checks never coming), or a message without a source address (a connected stream
+ * socket). */
+static bool wk_relay_suspect(int n, const struct mmsghdr *msgs)
+{
+	if (n < 0)
+		return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+	return n > 0 && msgs[0].msg_hdr.msg_namelen == 0;
+}
+
 /* Peer -> client for one relay socket: each datagram goes through the relay pipeline
  * (wk_relay_in); UDP clients get them in one sendmmsg batch through the listener socket. */
 void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -165,6 +177,8 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 	int n;
 
 	n = wk_recv_batch(w, r->fd, WK_DGRAM_MAX - 4, msgs, iov, from);	/* room for padding */
+	if (r->unchecked && wk_relay_suspect(n, msgs) && !wk_relay_verify(w, a, r))
+		return;	/* not the UDP socket it was handed over as: a ended */
 	if (n <= 0)
 		return;
 	wk_relay_socket_rx(a, &rx);

@@ -297,6 +297,7 @@ static void wk_relay_set(struct wk_relay *r, int fd, int family, uint16_t port,
 	r->family = family;
 	r->port = port;
 	r->gso_off = gso_off;
+	r->unchecked = false;
 	memcpy(&r->addr, ann, sizeof(r->addr));
 	if (family == AF_INET)
 		((struct sockaddr_in *)&r->addr)->sin_port = htons(port);
@@ -415,7 +416,9 @@ static bool wk_relay_handed_ok(int fd, int type, int family, uint16_t port)
 /* A handed-over relay socket taken as a's relay r and watched as wk_relay_tcp_bind (an
  * RFC 6062 relay's listening socket) or wk_relay_socket (UDP) leaves one. A UDP socket
  * keeps what the old worker set (buffers, DF mode: IP_PMTUDISC_DO on IPv4, wk_df_fast)
- * and the datagrams that arrived meanwhile. */
+ * and the datagrams that arrived meanwhile. Its check (wk_relay_handed_ok, two system
+ * calls of the four a socket cost) waits for wk_relay_verify, off the path to relaying;
+ * an RFC 6062 relay's (few, handed over with their connections) is made at once. */
 static int wk_relay_take(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int fd,
 			 int family, uint16_t port)
 {
@@ -423,7 +426,7 @@ static int wk_relay_take(struct worker *w, struct wk_alloc *a, struct wk_relay *
 	const struct sockaddr_storage *ann = family == l->relay_addr.ss_family ? &l->relay_addr
 									       : &l->relay_addr2;
 
-	if (!wk_relay_handed_ok(fd, a->tcp ? SOCK_STREAM : SOCK_DGRAM, family, port))
+	if (a->tcp && !wk_relay_handed_ok(fd, SOCK_STREAM, family, port))
 		return -EINVAL;
 	wk_relay_set(r, fd, family, port, ann, a->tcp);
 	if (a->tcp) {
@@ -431,10 +434,28 @@ static int wk_relay_take(struct worker *w, struct wk_alloc *a, struct wk_relay *
 		return 0;
 	}
 	r->untuned = false;
+	r->unchecked = true;
 	r->df_fast = family == AF_INET && !a->dont_fragment;
 	wk_relay_watch(w, r, w->table_ops->relay_rx);
 	wk_alloc_port_index(w, a, r, true);
 	return 0;
+}
+
+bool wk_relay_verify(struct worker *w, struct wk_alloc *a, struct wk_relay *r)
+{
+	uint16_t port = r->port;
+
+	if (!r->unchecked)
+		return true;
+	r->unchecked = false;
+	if (wk_relay_handed_ok(r->fd, SOCK_DGRAM, r->family, port))
+		return true;
+	log_warn("worker", "slot %u: allocation %u: the socket handed over for relay port %u "
+			   "is not its UDP socket: the allocation ends",
+		 w->slot, a->rec_idx, port);
+	shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_DROPPED, 1);
+	wk_alloc_destroy(w, a, "relay socket refused");
+	return false;
 }
 
 int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,

@@ -32,6 +32,7 @@ struct wk_relay {
 	bool gso_off;			/* UDP_SEGMENT refused on this socket */
 	bool df_fast;			/* IP_PMTUDISC_DO set by wk_df_fast */
 	bool untuned;			/* adopted: buffers and DF still to set (adopt.c) */
+	bool unchecked;			/* handed over: type and port still to verify */
 	uint32_t pool_tag;		/* shm_ppool_tag its port is booked on, 0 none */
 };
 
@@ -120,6 +121,18 @@ int wk_alloc_attach_ep(struct worker *w, const struct wk_ep *ep, uint32_t idx,
  * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
 int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
 			  int fd);
+/* A handed-over UDP relay socket is taken unchecked (wk_alloc_rebind_relay with fd >= 0):
+ * the check that it is the UDP socket bound to the record's family and port runs later,
+ * here, in the pass after the adoption (adopt.c) or at once when receiving on it fails.
+ * Returns true when r is checked now or was; else ends a (freed: the caller touches
+ * neither again), as a refused socket ended the adoption before, and returns false.
+ * Until then a wrong descriptor serves a: a UDP socket bound to another port would pass
+ * its datagrams on as a's peers' (those with a permission) and send a's from its port;
+ * anything else fails its receives and sends (ERR_RECV, ERR_SEND) and is checked at its
+ * first failed receive (wk_relay_cb), so it neither spins nor crashes. Acceptable for
+ * that one pass: the sender is the previous worker of this same instance, on a channel
+ * the master made for it, trusted no less than the shared table it leaves. */
+bool wk_relay_verify(struct worker *w, struct wk_alloc *a, struct wk_relay *r);
 /* Unlinks and frees the private half, closing its relay sockets; the record and the
  * counters are left alone (a failed adoption: the caller releases the record). */
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);

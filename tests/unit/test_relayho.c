@@ -1,0 +1,245 @@
+/* Unit tests of the relay sockets a live upgrade hands over (worker/relayho.c), as a new
+ * worker's adoption takes them (worker/adopt.c, worker/table.c): each is taken unchecked
+ * with its allocation, and the pass after the adoption (or its first failed receive)
+ * checks that it is the UDP socket bound to its record's family and port. A wrong one
+ * (a TCP socket, a UDP socket of another port) ends its allocation there, as a refused
+ * socket ended its adoption before; the right one stays, the very descriptor sent. The
+ * whole upgrade through the daemon is the integration tests' (test_upgrade_relays.py). */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <cmocka.h>
+#include <netinet/in.h>
+
+#include "common/ipc.h"
+#include "common/mono.h"
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "tests/unit/worker_fix.h"
+#include "worker/lifecycle.h"
+#include "worker/relay.h"
+#include "worker/table.h"
+#include "worker/wk.h"
+
+#define N 3u			/* records: [0] right socket, [1] TCP one, [2] another port's */
+
+struct fix {
+	struct shm *shm;
+	struct worker_heritage h;
+	struct worker *w;
+	struct wk_listener l;
+	int chan[2];		/* the relay channel: [0] the worker reads, [1] we write */
+	int fds[N];		/* what we hand over for each record */
+	int spare;		/* the socket bound to record 2's port (not handed over) */
+	uint16_t port[N];
+	uint32_t idx[N];
+};
+
+static struct sockaddr_in sin4(uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return a;
+}
+
+/* A socket of type bound to 127.0.0.1, an ephemeral port; *port gets it. */
+static int bound(int type, uint16_t *port)
+{
+	struct sockaddr_in a = sin4(0);
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* A LIVE UDP record of slot 0 for a client on the listener, relayed at 127.0.0.1:port. */
+static uint32_t mk_rec(struct fix *f, unsigned i, uint16_t port)
+{
+	struct shm_counters *c = shm_slot_counters(f->shm, 0);
+	struct sockaddr_in client = sin4((uint16_t)(40000 + i)), relay = sin4(port), server;
+	socklen_t sl = sizeof(server);
+	struct shm_alloc *rec;
+	uint32_t idx;
+
+	assert_int_equal(getsockname(f->l.fd, (struct sockaddr *)&server, &sl), 0);
+	assert_int_equal(shm_alloc_claim(f->shm, 0, &idx, &rec), 0);
+	shm_alloc_begin_write(rec);
+	rec->client_transport = SHM_TRANSPORT_UDP;
+	rec->listener_idx = (uint16_t)f->l.slot;
+	rec->expires_ns = mono_ns() + 600000000000ull;
+	wk_addr_to_shm((struct sockaddr *)&client, &rec->client);
+	wk_addr_to_shm((struct sockaddr *)&server, &rec->server);
+	wk_addr_to_shm((struct sockaddr *)&relay, &rec->relay);
+	shm_alloc_end_write(rec);
+	assert_int_equal(shm_alloc_publish(f->shm, 0, idx), 0);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_CREATED, 1);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
+	shm_lctr_add(c, f->l.slot, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	return idx;
+}
+
+static int fix_setup(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	struct sockaddr_in relay = sin4(0);
+	uint16_t lport, other;
+	uint32_t keys[N];
+
+	assert_non_null(f);
+	worker_fix_create("test-relayho", 1, &f->shm, &f->h, &f->w);
+	assert_int_equal(wk_tables_init(f->w), 0);
+	wheel_init(&f->w->wheel, mono_ms());
+	f->l.w = f->w;
+	f->l.proto = WORKER_PROTO_UDP;
+	f->l.family = AF_INET;
+	f->l.active = f->l.snap_ok = true;
+	f->l.slot = 1;
+	strcpy(f->l.name, "udp");
+	f->l.fd = bound(SOCK_DGRAM, &lport);
+	memcpy(&f->l.relay_addr, &relay, sizeof(relay));
+	f->l.relay_local = true;
+	f->w->ls[0] = &f->l;
+	f->w->n_ls = 1;
+
+	f->fds[0] = bound(SOCK_DGRAM, &f->port[0]);	/* the right one */
+	f->fds[1] = bound(SOCK_STREAM, &f->port[1]);	/* a TCP socket on "its" port */
+	f->spare = bound(SOCK_DGRAM, &f->port[2]);
+	f->fds[2] = bound(SOCK_DGRAM, &other);		/* UDP, but another port */
+	for (unsigned i = 0; i < N; i++) {
+		f->idx[i] = mk_rec(f, i, f->port[i]);
+		keys[i] = IPC_RELAY_KEY(f->idx[i], 0);
+	}
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
+				    f->chan), 0);
+	assert_int_equal(ipc_send_fds(f->chan[1], IPC_RELAYS, keys, sizeof(keys), f->fds, N), 0);
+	close(f->chan[1]);	/* every writer gone: the worker reads to the end */
+	f->h.relay_chan = true;
+	f->h.relay_rx = f->chan[0];
+	*state = f;
+	return 0;
+}
+
+static int fix_teardown(void **state)
+{
+	struct fix *f = *state;
+	struct wk_alloc *a;
+
+	while ((a = LIST_FIRST(&f->w->allocs)) != NULL)
+		wk_alloc_forget(f->w, a);
+	if (ev_is_active(&f->w->tune))
+		ev_idle_stop(f->w->loop, &f->w->tune);
+	wk_tables_free(f->w);
+	for (unsigned i = 0; i < N; i++)
+		close(f->fds[i]);	/* ours: the worker took duplicates */
+	close(f->spare);
+	close(f->l.fd);
+	worker_fix_destroy(f->shm, 1, &f->w);
+	free(f);
+	return 0;
+}
+
+/* Whether descriptor fd is the same open socket as ours (the worker's is a duplicate). */
+static bool same_socket(int fd, int ours)
+{
+	struct stat a, b;
+
+	return fstat(fd, &a) == 0 && fstat(ours, &b) == 0 && a.st_ino == b.st_ino &&
+	       a.st_dev == b.st_dev;
+}
+
+/* The adoption takes all three unchecked: every allocation relays at once on the
+ * descriptor sent for it. */
+static void adopt_all(struct fix *f)
+{
+	wk_adopt_run(f->w);
+	for (unsigned i = 0; i < N; i++) {
+		struct wk_alloc *a = f->w->by_idx[f->idx[i]];
+
+		assert_non_null(a);
+		assert_true(same_socket(a->relay[0].fd, f->fds[i]));
+		assert_true(a->relay[0].unchecked);
+		assert_true(ev_is_active(&a->relay[0].io));
+	}
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_ADOPTED), N);
+	assert_true(ev_is_active(&f->w->tune));
+}
+
+/* The right socket stays, checked; the two wrong ones ended their allocations. */
+static void check_refused(struct fix *f)
+{
+	struct wk_alloc *a = f->w->by_idx[f->idx[0]];
+
+	assert_non_null(a);
+	assert_false(a->relay[0].unchecked);
+	assert_true(same_socket(a->relay[0].fd, f->fds[0]));
+	assert_null(f->w->by_idx[f->idx[1]]);
+	assert_null(f->w->by_idx[f->idx[2]]);
+	assert_int_equal(f->w->n_allocs, 1);
+	assert_int_equal(shm_alloc_get(f->shm, 0, f->idx[1], NULL), -EPERM);	/* released */
+	assert_int_equal(shm_alloc_get(f->shm, 0, f->idx[2], NULL), -EPERM);
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_DROPPED), 2);
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_ACTIVE), 1);
+}
+
+/* The pass after the adoption (the idle watcher) checks and refuses. It comes only
+ * because the TCP socket, ready at every iteration (a closed one polls as hung up), is
+ * refused at its first failed receive: without that the loop never idles. */
+static void test_deferred_check_refuses(void **state)
+{
+	struct fix *f = *state;
+
+	adopt_all(f);
+	for (int i = 0; i < 16 && ev_is_active(&f->w->tune); i++)	/* bounded */
+		ev_run(f->w->loop, EVRUN_NOWAIT);
+	assert_false(ev_is_active(&f->w->tune));
+	check_refused(f);
+}
+
+/* A receive that fails on an unchecked socket (a TCP socket never connected: ENOTCONN)
+ * checks it at once: the pass may never come while such a descriptor stays ready. */
+static void test_failed_receive_checks(void **state)
+{
+	struct fix *f = *state;
+	struct wk_alloc *a;
+
+	adopt_all(f);
+	a = f->w->by_idx[f->idx[1]];
+	wk_relay_cb(f->w->loop, &a->relay[0].io, EV_READ);
+	assert_null(f->w->by_idx[f->idx[1]]);
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_DROPPED), 1);
+	/* the right one is left unchecked by a receive with nothing to read (EAGAIN) */
+	a = f->w->by_idx[f->idx[0]];
+	wk_relay_cb(f->w->loop, &a->relay[0].io, EV_READ);
+	assert_true(a->relay[0].unchecked);
+	for (int i = 0; i < 16 && ev_is_active(&f->w->tune); i++)	/* bounded */
+		ev_run(f->w->loop, EVRUN_NOWAIT);
+	check_refused(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_deferred_check_refuses, fix_setup,
+						fix_teardown),
+		cmocka_unit_test_setup_teardown(test_failed_receive_checks, fix_setup,
+						fix_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
