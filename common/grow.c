@@ -1,6 +1,7 @@
 /* The growth rule of every growable array (common/grow.h). */
 #include <assert.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ static size_t grow_cap(size_t cap, size_t want, size_t size, size_t first)
 	return n > SIZE_MAX / size ? 0 : n;
 }
 
-int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
+/* Both rules: wipe says how the old block goes (copied and wiped, or realloc). */
+static int grow(void *arrp, size_t *cap, size_t want, size_t size, size_t first, bool wipe)
 {
 	size_t n;
 	void *old, *grown;
@@ -35,30 +37,10 @@ int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
 	/* arrp points at a T *, any object pointer type: copy it as bytes rather than read it
 	 * through a void ** (same representation, no aliasing question). */
 	memcpy(&old, arrp, sizeof(old));
-	grown = realloc(old, n * size);
+	grown = wipe ? malloc(n * size) : realloc(old, n * size);
 	if (grown == NULL)
 		return -ENOMEM;
-	memcpy(arrp, &grown, sizeof(grown));
-	*cap = n;
-	return 0;
-}
-
-int grow_array_wipe(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
-{
-	size_t n;
-	void *old, *grown;
-
-	assert(size > 0 && first > 0);
-	if (want <= *cap)
-		return 0;
-	n = grow_cap(*cap, want, size, first);
-	if (n == 0)
-		return -EOVERFLOW;
-	grown = malloc(n * size);
-	if (grown == NULL)
-		return -ENOMEM;
-	memcpy(&old, arrp, sizeof(old));
-	if (old != NULL) {
+	if (wipe && old != NULL) {
 		memcpy(grown, old, *cap * size);
 		explicit_bzero(old, *cap * size);
 		free(old);
@@ -66,4 +48,14 @@ int grow_array_wipe(void *arrp, size_t *cap, size_t want, size_t size, size_t fi
 	memcpy(arrp, &grown, sizeof(grown));
 	*cap = n;
 	return 0;
+}
+
+int grow_array(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
+{
+	return grow(arrp, cap, want, size, first, false);
+}
+
+int grow_array_wipe(void *arrp, size_t *cap, size_t want, size_t size, size_t first)
+{
+	return grow(arrp, cap, want, size, first, true);
 }
