@@ -392,10 +392,11 @@ static void taken_push(struct shm *dst, uint32_t idx, uint32_t src_idx)
  * ports booked in the port pool) and
  * counted as active there and in dst's quota counts (the adopting worker keeps the
  * counts, or gives them back). *out_idx: where it went; *counted: whether the quota
- * counts took it (unimport_record gives them back only then). Not yet listed: the caller
- * lists it (taken_push). */
+ * counts took it (unimport_record gives them back only then); *booked (may be NULL):
+ * whether each of its relay ports was booked for it (not, while another copied record
+ * still holds one). Not yet listed: the caller lists it (taken_push). */
 static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t now_ns,
-			 uint32_t *out_idx, bool *counted)
+			 uint32_t *out_idx, bool *counted, bool *booked)
 {
 	/* A TURN-TCP record (kept by a live upgrade, whose worker count does not change)
 	 * stays on its slot: the CONNECTION-IDs of its RFC 6062 connections name it. */
@@ -405,6 +406,9 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t 
 	struct shm_alloc *r;
 	struct shm_counters *c;
 	uint32_t idx;
+	unsigned ports = (src->relay.family != 0 && src->relay.port != 0) +
+			 (src->relay2.family != 0 && src->relay2.port != 0);
+	bool all;
 	int rc = shm_alloc_claim(dst, owner, &idx, &r);
 
 	if (rc < 0)
@@ -419,8 +423,12 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t 
 		return rc;
 	/* The new segment's port pool starts empty: the record's ports are booked before
 	 * any worker could hand them to a new allocation (its own worker books them again
-	 * when it adopts it, a no-op). */
-	(void)shm_ppool_book_record(dst, idx, now_ns);
+	 * when it adopts it, a no-op). A pre-copied record may find its port still held by
+	 * the copy of one that gave it up meanwhile: the take under the lock books it again
+	 * once that copy is undone (shm_image_take_precopied). */
+	all = shm_ppool_book_record(dst, idx, now_ns) == ports;
+	if (booked != NULL)
+		*booked = all;
 	c = &shm_slot_at(dst, owner)->ctr;
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
 	shm_lctr_add(c, src->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
@@ -533,7 +541,7 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 		record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
 		break;
 	case REC_TAKE:
-		if (import_record(dst, r, now_ns, &idx, &counted) == 0) {
+		if (import_record(dst, r, now_ns, &idx, &counted, NULL) == 0) {
 			taken_push(dst, idx, i);
 			t->adopted++;
 		} else {
@@ -720,6 +728,7 @@ struct pre_ent {
 	uint64_t gen;
 	uint32_t dst;             /* dst index + 1; 0: not copied */
 	bool counted;             /* its quota counts were taken */
+	bool booked_all;          /* each of its relay ports was booked for it */
 };
 
 struct shm_precopy {
@@ -776,7 +785,7 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 		e->state = r->state;
 		e->seq = r->seq;
 		e->gen = r->gen;
-		if (import_record(dst, r, now_ns, &idx, &e->counted) < 0) {
+		if (import_record(dst, r, now_ns, &idx, &e->counted, &e->booked_all) < 0) {
 			/* dst is too small for them all: which ones are left over is the full
 			 * take-over's to say (the first ones in the file's order fit) */
 			rc = -ENOSPC;
@@ -884,6 +893,12 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	}
 	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
 	rec_reader_free(&rr);
+	/* A kept record whose port a changed one held when it was copied (that one ended and
+	 * this one claimed the port while the pre-copy read on): the changed copies are
+	 * undone now, so the port is booked for it before any other record is copied. */
+	for (uint32_t i = 0; i < pc->count && rc == 0; i++)
+		if (pc->ent[i].dst != 0 && !pc->ent[i].booked_all)
+			(void)shm_ppool_book_record(dst, pc->ent[i].dst - 1, now_ns);
 	if (rc == 0)
 		import_records_rings(dst, img, &g);
 	/* The list as a full take-over makes it: in the image's order. */

@@ -722,6 +722,38 @@ static void test_precopy(void **state)
 		shm_destroy(d);
 		free(b);
 	}
+	/* A relay port that two records of the pre-copy hold: 0 (first in the file's order)
+	 * and 1, which claimed it after 0 ended while the pre-copy read on. 0 is released
+	 * before the lock; 1, kept, holds the port as in a full take-over. */
+	{
+		struct shm *s2 = mk(1, 8), *p2 = mk(1, 8), *f2 = mk(1, 8);
+		struct shm_image i2 = img_of(s2);
+
+		rec_add(s2, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(s2, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		r = shm_alloc_at(s2, idx_of(s2, 1));
+		shm_alloc_begin_write(r);
+		r->relay.port = 50000;
+		shm_alloc_end_write(r);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_precopy(p2, &i2, NOW, &pc, &t), 0);
+		assert_int_equal(shm_precopy_copied(pc), 2);
+		assert_int_equal(shm_alloc_release(s2, 0, idx_of(s2, 0)), 0);
+		memset(&tf, 0, sizeof(tf));
+		assert_int_equal(shm_image_take(f2, &i2, NOW, &tf), 0);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_take_precopied(p2, &i2, pc, NOW, &t), 0);
+		assert_int_equal(t.precopied, 1);
+		assert_false(shm_ppool_is_free(f2, shm_ppool_tag(&shm_alloc_at(f2, idx_of(f2, 1))->relay),
+					       50000, NOW));
+		assert_false(shm_ppool_is_free(p2, shm_ppool_tag(&shm_alloc_at(p2, idx_of(p2, 1))->relay),
+					       50000, NOW));
+		assert_same_take(p2, f2);
+		shm_precopy_free(pc);
+		shm_destroy(s2);
+		shm_destroy(p2);
+		shm_destroy(f2);
+	}
 	shm_destroy(src);
 	shm_destroy(pre);
 	shm_destroy(full);
