@@ -647,7 +647,9 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	msg[n] = '\0';
-	if (parse_ready(u, msg) && u->phase == UP_STARTING) {
+	/* The phase first: a second "ready" during the hand-over must not change the peer's
+	 * flags (parse_ready sets them) that the hand-over goes by. */
+	if (u->phase == UP_STARTING && parse_ready(u, msg)) {
 		handover(m);
 	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
 		done(m, (pid_t)pid);
