@@ -141,14 +141,16 @@ int shm_state_open_streams(const char *dir, const char *name, const struct shm_c
  * pre-copy, and again at its time once the lock is held, since the predecessor's workers
  * make and refresh allocations until they stop): the new segment is created first and the file pre-copied into it
  * (shm_image_precopy: the records its workers do not change meanwhile are copied once,
- * here), then ready(ctx, n) is called with n the records pre-copied (the predecessor
+ * here), then ready(ctx, n, why) is called with n the records pre-copied and why NULL, or
+ * n 0 and why the reason no pre-copy was made (the predecessor
  * then stops its workers and lets go of the lock), then the lock is awaited and what
  * changed since is copied (shm_image_take_precopied), so that neither creating the
  * segment nor copying the unchanged records is part of the gap. A file that cannot be taken over
  * is left where it is and -EBADMSG returned (t says why), since the running binary still
  * serves from it and goes on doing so when the upgrade fails. */
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *, uint32_t), void *ctx,
+			   uint64_t now_ns, unsigned lock_wait_ms,
+			   void (*ready)(void *, uint32_t, const char *), void *ctx,
 			   struct shm **out, struct shm_takeover *t);
 
 /* A dry run of the take-over, without the lock and without touching any file: validates

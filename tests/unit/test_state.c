@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -795,6 +796,63 @@ static char *path(const char *name)
 	return r;
 }
 
+/* What a live upgrade's new binary is told before it says ready (shm_state_open_upgrade). */
+struct ready_seen {
+	int calls;
+	uint32_t n;
+	char why[256];
+};
+
+static void ready_cb(void *ctx, uint32_t n, const char *why)
+{
+	struct ready_seen *r = ctx;
+
+	r->calls++;
+	r->n = n;
+	snprintf(r->why, sizeof(r->why), "%s", why != NULL ? why : "(null)");
+}
+
+/* The pre-copy's count, or why none was made: no file; a table too small for every
+ * record (the take under the lock still copies what fits). */
+static void test_upgrade_ready(void **state)
+{
+	struct shm *a = NULL;
+	struct shm_takeover t;
+	struct ready_seen r = { 0 };
+
+	(void)state;
+	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 16 },
+						NOW, 50, ready_cb, &r, &a, &t),
+			 0);
+	assert_int_equal(r.calls, 1);
+	assert_string_equal(r.why, "no state file");
+	for (unsigned i = 0; i < 3; i++)
+		rec_add(a, i % 2, i, SHM_TRANSPORT_UDP, mono_ns() + 600 * SEC, 0);
+	shm_destroy(a);
+	a = NULL;
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 2 },
+						NOW, 50, ready_cb, &r, &a, &t),
+			 0);
+	assert_int_equal(r.calls, 1);
+	assert_int_equal(r.n, 0);
+	assert_string_equal(r.why, "the new table cannot hold all its records");
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(live_count(a), 2);
+	shm_destroy(a);
+	a = NULL;
+
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 16 },
+						NOW, 50, ready_cb, &r, &a, &t),
+			 0);
+	assert_int_equal(r.n, 2);
+	assert_string_equal(r.why, "(null)");
+	assert_int_equal(t.adopted, 2);
+	shm_destroy(a);
+}
+
 static int refused_files(void)
 {
 	glob_t gl;
@@ -924,6 +982,7 @@ int main(void)
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_precopy),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
+		cmocka_unit_test_setup_teardown(test_upgrade_ready, dir_setup, dir_teardown),
 		cmocka_unit_test(test_corpus),
 	};
 
