@@ -79,6 +79,10 @@ struct shm_image {
 	int fd;                  /* >= 0: read from the file */
 	const uint8_t *buf;      /* else from here */
 	uint64_t size;
+	/* Tests only (NULL otherwise): called between the pre-copy's two reads of each chunk
+	 * (shm_image_precopy), with the image's offset and length of the chunk. */
+	void (*between_reads)(void *ctx, uint64_t off, size_t n);
+	void *between_ctx;
 };
 
 /* Validates image `img` completely and, when it is acceptable, copies its live UDP
@@ -95,7 +99,15 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
  * shm_image_take() does and copies every record that looks live and takeable now into
  * dst, remembering each one's state word, seqlock sequence and generation (*out, for
  * shm_image_take_precopied; free it with shm_precopy_free). A record that looks torn or
- * inconsistent is not refused here (it may be being written): the take judges it. Returns
+ * inconsistent is not refused here (it may be being written): the take judges it.
+ * The pre-copy is a seqlock read: each chunk of the table is read twice (two preads, in
+ * that order), and only a record whose bytes up to its counters are the same in both
+ * reads, with an even sequence, is copied. A write bracket that ended during the first
+ * read (which may have caught its new sequence with stale fields) shows its new fields to
+ * the second; one that began or was under way during the first shows an odd or newer
+ * sequence to the second: the bytes differ either way (unless it wrote the same values
+ * again, which changes nothing). Every other record is left for the take under the lock,
+ * as a torn one is. The file is never mapped (a truncated file must not SIGBUS). Returns
  * 0, -EBADMSG (refused: t says why; dst untouched), -ENOSPC (dst cannot hold them all:
  * dst untouched, take the whole file under the lock instead), -EIO / -ENOMEM. */
 struct shm_precopy;

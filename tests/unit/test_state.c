@@ -761,6 +761,69 @@ static void test_precopy(void **state)
 	shm_destroy(undone);
 }
 
+struct between {
+	struct shm *src;
+	int calls;
+};
+
+/* Between the pre-copy's two reads of the (only) chunk: record 1's bracket ends (the
+ * first read caught its new seq, set before the pre-copy, with the old fields) and record
+ * 2's begins. */
+static void between_reads(void *ctx, uint64_t off, size_t n)
+{
+	struct between *b = ctx;
+	struct shm_alloc *r = shm_alloc_at(b->src, idx_of(b->src, 1));
+
+	(void)off;
+	(void)n;
+	if (b->calls++ > 0)
+		return;
+	r->expires_ns += 100 * SEC;
+	r->perms[1].family = AF_INET;
+	r->perms[1].expires_ns = r->expires_ns;
+	shm_alloc_begin_write(shm_alloc_at(b->src, idx_of(b->src, 2)));
+}
+
+/* The pre-copy is a seqlock read: a record whose bytes differ between its two reads, or
+ * with an odd sequence, is not pre-copied (the take under the lock copies it). */
+static void test_precopy_torn(void **state)
+{
+	struct shm *src = mk(1, 8), *pre = mk(1, 8), *full = mk(1, 8);
+	struct shm_image img = img_of(src);
+	struct between b = { src, 0 };
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover t, tf;
+	struct shm_alloc *r;
+
+	(void)state;
+	for (unsigned i = 0; i < 3; i++)
+		rec_add(src, 0, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 1))->seq += 2;	/* its bracket's end, seen early */
+	img.between_reads = between_reads;
+	img.between_ctx = &b;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
+	assert_int_equal(b.calls, 1);
+	assert_int_equal(shm_precopy_copied(pc), 1);
+	r = shm_alloc_at(src, idx_of(src, 2));
+	r->expires_ns += 50 * SEC;
+	shm_alloc_end_write(r);
+	img.between_reads = NULL;
+	memset(&tf, 0, sizeof(tf));
+	assert_int_equal(shm_image_take(full, &img, NOW, &tf), 0);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW, &t), 0);
+	assert_int_equal(t.adopted, 3);
+	assert_int_equal(t.precopied, 1);
+	assert_int_equal(t.recopied, 0);
+	assert_int_equal(shm_alloc_at(pre, idx_of(pre, 1))->perms[1].family, AF_INET);
+	assert_same_take(pre, full);
+	shm_precopy_free(pc);
+	shm_destroy(src);
+	shm_destroy(pre);
+	shm_destroy(full);
+}
+
 static char tmpdir[64];
 
 static int dir_setup(void **state)
@@ -981,6 +1044,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_precopy),
+		cmocka_unit_test(test_precopy_torn),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
 		cmocka_unit_test_setup_teardown(test_upgrade_ready, dir_setup, dir_teardown),
 		cmocka_unit_test(test_corpus),
