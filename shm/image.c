@@ -924,18 +924,20 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	rc = take_begin(dst, img, &g, &ls, &rv, t);
 	if (rc < 0)
 		return rc;
+	/* The pre-copy is only an optimisation: what keeps it from being used here is no
+	 * reason to fail (-ESTALE: the caller gives it back and takes the whole file). */
 	if (g.allocs->count != pc->count || g.allocs->off != pc->off ||
-	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots)
-		return take_end(dst, img, &g, &ls, rv,
-				refuse(t, SHM_STATE_CORRUPT,
-				       "its geometry changed since the pre-copy"),
-				t);
+	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots) {
+		snprintf(t->why, sizeof(t->why), "the file's geometry changed since the pre-copy");
+		return take_end(dst, img, &g, &ls, rv, -ESTALE, t);
+	}
 	need = calloc((size_t)pc->count / 8 + 1, 1);
 	buf = malloc(sizeof(*buf));
 	if (need == NULL || buf == NULL || rec_reader_init(&rr, img, &g, false) < 0) {
 		free(need);
 		free(buf);
-		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
+		snprintf(t->why, sizeof(t->why), "out of memory");
+		return take_end(dst, img, &g, &ls, rv, -ESTALE, t);
 	}
 	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
 	rec_reader_free(&rr);

@@ -119,7 +119,10 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
  * counters are copied again); those that changed lose it, and every record not kept is
  * judged and copied as shm_image_take() does, so that dst ends as shm_image_take() would
  * leave it (same allocations, counts, quota counts, port bookings, take-over list in the
- * image's order). img must be the file the pre-copy read. On a refusal dst is left
+ * image's order). img must be the file the pre-copy read. -ESTALE: the pre-copy cannot be
+ * used (the file's geometry changed, or memory ran out; t->why says which), dst holds
+ * the pre-copy still: give it back (shm_precopy_undo) and take the whole file
+ * (shm_image_take), as shm_state_open_upgrade does. On a refusal dst is left
  * half-taken: destroy it. Returns as shm_image_take(). */
 int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 			     struct shm_precopy *pc, uint64_t now_ns, struct shm_takeover *t);

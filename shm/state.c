@@ -316,15 +316,28 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	}
 	if (old_open(&p, &old_fd, &size, t) == 0 && old_fd >= 0) {
 		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
+		char why[128] = "";
 
 		/* A live upgrade's old workers hand their TURN-TCP connections over: their
 		 * records come along, and a new worker releases those no connection claims. */
 		shm->keep_tcp = upgrade || keep_tcp;
+		rc = -ESTALE;
 		if (pc != NULL && same_file(pre_fd, old_fd)) {
 			rc = shm_image_take_precopied(shm, &img, pc, now_ns, t);
-		} else {
+			if (rc == -ESTALE)
+				snprintf(why, sizeof(why), "%.100s", t->why);
+		}
+		if (rc == -ESTALE) {
+			/* another file, or a pre-copy that cannot be used: the whole file */
 			shm_precopy_undo(shm, pc);
+			memset(t, 0, sizeof(*t));
 			rc = shm_image_take(shm, &img, now_ns, t);
+			if (rc == 0 && why[0] != '\0') {
+				size_t len = strlen(t->why);
+
+				snprintf(t->why + len, sizeof(t->why) - len,
+					 "; the pre-copy was given back (%s)", why);
+			}
 		}
 		if (rc < 0 && rc != -EBADMSG) {
 			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,

@@ -706,7 +706,8 @@ static void test_precopy(void **state)
 		shm_destroy(small);
 	}
 
-	/* A pre-copy of an image whose geometry is not the final one is refused. */
+	/* A pre-copy of an image whose geometry is not the final one cannot be used: it is
+	 * given back and the whole file taken (shm_state_open_upgrade does). */
 	{
 		uint8_t *b = bytes_of(src);
 		struct shm_image bi = { .fd = -1, .buf = b, .size = src->size };
@@ -717,8 +718,13 @@ static void test_precopy(void **state)
 		region(b, SHM_REGION_ALLOCS)->count--;
 		reseal(b);
 		memset(&t, 0, sizeof(t));
-		assert_int_equal(shm_image_take_precopied(d, &bi, pc, NOW, &t), -EBADMSG);
-		assert_int_equal(t.verdict, SHM_STATE_CORRUPT);
+		assert_int_equal(shm_image_take_precopied(d, &bi, pc, NOW, &t), -ESTALE);
+		assert_int_equal(t.verdict, SHM_STATE_NONE);
+		assert_non_null(strstr(t.why, "geometry"));
+		shm_precopy_undo(d, pc);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_take(d, &bi, NOW, &t), 0);
+		assert_int_equal(t.verdict, SHM_STATE_TAKEN);
 		shm_precopy_free(pc);
 		shm_destroy(d);
 		free(b);
@@ -864,7 +870,10 @@ struct ready_seen {
 	int calls;
 	uint32_t n;
 	char why[256];
+	bool shrink;             /* then the file's table loses its last record */
 };
+
+static char *path(const char *name);
 
 static void ready_cb(void *ctx, uint32_t n, const char *why)
 {
@@ -873,6 +882,22 @@ static void ready_cb(void *ctx, uint32_t n, const char *why)
 	r->calls++;
 	r->n = n;
 	snprintf(r->why, sizeof(r->why), "%s", why != NULL ? why : "(null)");
+	if (r->shrink) {
+		int fd = open(path("inst.state"), O_RDWR | O_CLOEXEC);
+		struct stat st;
+		uint8_t *b;
+
+		assert_true(fd >= 0);
+		assert_int_equal(fstat(fd, &st), 0);
+		b = malloc((size_t)st.st_size);
+		assert_non_null(b);
+		assert_int_equal(pread(fd, b, (size_t)st.st_size, 0), st.st_size);
+		region(b, SHM_REGION_ALLOCS)->count--;
+		reseal(b);
+		assert_int_equal(pwrite(fd, b, sizeof(struct shm_hdr), 0), sizeof(struct shm_hdr));
+		free(b);
+		close(fd);
+	}
 }
 
 /* The pre-copy's count, or why none was made: no file; a table too small for every
@@ -913,6 +938,21 @@ static void test_upgrade_ready(void **state)
 	assert_int_equal(r.n, 2);
 	assert_string_equal(r.why, "(null)");
 	assert_int_equal(t.adopted, 2);
+	shm_destroy(a);
+	a = NULL;
+
+	/* The file's geometry changes between the pre-copy and the lock: the pre-copy is
+	 * given back and the whole file taken, not the upgrade failed. */
+	memset(&r, 0, sizeof(r));
+	r.shrink = true;
+	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 16 },
+						NOW, 50, ready_cb, &r, &a, &t),
+			 0);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.adopted, 2);
+	assert_int_equal(live_count(a), 2);
+	assert_non_null(strstr(t.why, "the pre-copy was given back (the file's geometry changed"));
 	shm_destroy(a);
 }
 
