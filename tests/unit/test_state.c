@@ -563,6 +563,16 @@ static uint32_t idx_of(const struct shm *s, unsigned i)
 	return 0;
 }
 
+/* Record i of s gets relay port `port` (in its bracket, as a worker writes it). */
+static void set_relay_port(struct shm *s, unsigned i, uint16_t port)
+{
+	struct shm_alloc *r = shm_alloc_at(s, idx_of(s, i));
+
+	shm_alloc_begin_write(r);
+	r->relay.port = port;
+	shm_alloc_end_write(r);
+}
+
 /* dst a and b hold the same: allocations (every field from the owner on), take-over
  * list, slot counters, quota counts, port bookings and session record events. */
 static void assert_same_take(struct shm *a, struct shm *b)
@@ -654,10 +664,7 @@ static void test_precopy(void **state)
 	shm_alloc_begin_write(shm_alloc_at(src, idx_of(src, 6)));
 	rec_add(src, 1, 31, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
 	rec_add(src, 2, 32, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
-	r = shm_alloc_at(src, idx_of(src, 32));
-	shm_alloc_begin_write(r);
-	r->relay.port = 50001;
-	shm_alloc_end_write(r);
+	set_relay_port(src, 32, 50001);
 
 	memset(&tf, 0, sizeof(tf));
 	assert_int_equal(shm_image_take(full, &img, NOW + 10 * SEC, &tf), 0);
@@ -738,10 +745,7 @@ static void test_precopy(void **state)
 
 		rec_add(s2, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
 		rec_add(s2, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
-		r = shm_alloc_at(s2, idx_of(s2, 1));
-		shm_alloc_begin_write(r);
-		r->relay.port = 50000;
-		shm_alloc_end_write(r);
+		set_relay_port(s2, 1, 50000);
 		memset(&t, 0, sizeof(t));
 		assert_int_equal(shm_image_precopy(p2, &i2, NOW, &pc, &t), 0);
 		assert_int_equal(shm_precopy_copied(pc), 2);
@@ -900,54 +904,52 @@ static void ready_cb(void *ctx, uint32_t n, const char *why)
 	}
 }
 
+/* A live upgrade's open of tmpdir's "inst" into a table of cap records: *r what its
+ * ready callback was told (shrink: the callback shrinks the file's table). */
+static void open_upgrade(unsigned cap, bool shrink, struct ready_seen *r, struct shm **a,
+			 struct shm_takeover *t)
+{
+	memset(r, 0, sizeof(*r));
+	r->shrink = shrink;
+	*a = NULL;
+	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst",
+						&(struct shm_config){ 2, 2, 256, cap }, NOW, 50,
+						ready_cb, r, a, t),
+			 0);
+	assert_int_equal(r->calls, 1);
+}
+
 /* The pre-copy's count, or why none was made: no file; a table too small for every
  * record (the take under the lock still copies what fits). */
 static void test_upgrade_ready(void **state)
 {
 	struct shm *a = NULL;
 	struct shm_takeover t;
-	struct ready_seen r = { 0 };
+	struct ready_seen r;
 
 	(void)state;
-	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 16 },
-						NOW, 50, ready_cb, &r, &a, &t),
-			 0);
-	assert_int_equal(r.calls, 1);
+	open_upgrade(16, false, &r, &a, &t);
 	assert_string_equal(r.why, "no state file");
 	for (unsigned i = 0; i < 3; i++)
 		rec_add(a, i % 2, i, SHM_TRANSPORT_UDP, mono_ns() + 600 * SEC, 0);
 	shm_destroy(a);
-	a = NULL;
 
-	memset(&r, 0, sizeof(r));
-	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 2 },
-						NOW, 50, ready_cb, &r, &a, &t),
-			 0);
-	assert_int_equal(r.calls, 1);
+	open_upgrade(2, false, &r, &a, &t);
 	assert_int_equal(r.n, 0);
 	assert_string_equal(r.why, "the new table cannot hold all its records");
 	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
 	assert_int_equal(live_count(a), 2);
 	shm_destroy(a);
-	a = NULL;
 
-	memset(&r, 0, sizeof(r));
-	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 16 },
-						NOW, 50, ready_cb, &r, &a, &t),
-			 0);
+	open_upgrade(16, false, &r, &a, &t);
 	assert_int_equal(r.n, 2);
 	assert_string_equal(r.why, "(null)");
 	assert_int_equal(t.adopted, 2);
 	shm_destroy(a);
-	a = NULL;
 
 	/* The file's geometry changes between the pre-copy and the lock: the pre-copy is
 	 * given back and the whole file taken, not the upgrade failed. */
-	memset(&r, 0, sizeof(r));
-	r.shrink = true;
-	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst", &(struct shm_config){ 2, 2, 256, 16 },
-						NOW, 50, ready_cb, &r, &a, &t),
-			 0);
+	open_upgrade(16, true, &r, &a, &t);
 	assert_int_equal(r.n, 2);
 	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
 	assert_int_equal(t.adopted, 2);
