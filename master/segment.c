@@ -116,12 +116,18 @@ static void warn_not_memory(const char *dir)
 		 dir);
 }
 
-static void say_ready(void *ctx, uint32_t precopied)
+static void say_ready(void *ctx, uint32_t precopied, const char *why)
 {
-	log_info("master",
-		 "upgrade: %u allocations copied before the old workers stop (what changes "
-		 "meanwhile is copied again under the lock)",
-		 precopied);
+	if (why != NULL)
+		log_info("master",
+			 "upgrade: no allocations copied before the old workers stop (%s): the "
+			 "whole table is copied under the lock",
+			 why);
+	else
+		log_info("master",
+			 "upgrade: %u allocations copied before the old workers stop (what "
+			 "changes meanwhile is copied again under the lock)",
+			 precopied);
 	upgrade_test_hold();
 	upgrade_report_ready(ctx);
 }

@@ -48,6 +48,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +62,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/mono.h"
 #include "common/sockaddr.h"
 #include "master/admin.h"
 #include "master/cds.h"
@@ -74,6 +76,7 @@
 #define UPGRADE_STOP_GRACE_S 5.0
 /* How long the old master may take to pass its workers' TCP connections on. */
 #define UPGRADE_STREAMS_MS 5000
+#define UPGRADE_TEST_HOLD_S 120  /* $TURNGATE_TEST_UPGRADE_HOLD: the longest hold */
 
 enum up_phase {
 	UP_IDLE = 0,
@@ -346,17 +349,48 @@ void upgrade_report_ready(struct master *m)
 void upgrade_test_hold(void)
 {
 	const char *path = getenv("TURNGATE_TEST_UPGRADE_HOLD");
+	uint64_t until;
+	struct stat st;
 	char c;
 	int fd;
 
 	if (path == NULL || path[0] == '\0')
 		return;
-	log_info("master", "upgrade: held before ready until %s is written (a test's hook)",
-		 path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);	/* blocks until the test opens it to write */
+	/* Said before the FIFO is opened: a writer may open it (and the test read the log)
+	 * as soon as it is. Never blocks for good: the FIFO is opened without waiting for a
+	 * writer, and the wait for its byte (or its writer's close) is bounded. */
+	log_warn("master",
+		 "upgrade: a test's hook is active: held before ready until %s is written "
+		 "(at most %d s)",
+		 path, UPGRADE_TEST_HOLD_S);
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
-		log_warn("master", "upgrade: %s: %s", path, strerror(errno));
+		log_warn("master", "upgrade: $TURNGATE_TEST_UPGRADE_HOLD %s: %s (ignored)", path,
+			 strerror(errno));
 		return;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode)) {
+		log_warn("master", "upgrade: $TURNGATE_TEST_UPGRADE_HOLD %s is not a FIFO (ignored)",
+			 path);
+		close(fd);
+		return;
+	}
+	until = mono_ns() + (uint64_t)UPGRADE_TEST_HOLD_S * 1000000000u;
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		uint64_t now = mono_ns();
+		int n;
+
+		if (now >= until) {
+			log_warn("master", "upgrade: %s not written within %d s: going on", path,
+				 UPGRADE_TEST_HOLD_S);
+			break;
+		}
+		n = poll(&pfd, 1, (int)((until - now) / 1000000u) + 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != 0)
+			break;	/* its byte, its writer's close, or an error */
 	}
 	while (read(fd, &c, 1) < 0 && errno == EINTR)
 		;
@@ -647,7 +681,9 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	msg[n] = '\0';
-	if (parse_ready(u, msg) && u->phase == UP_STARTING) {
+	/* The phase first: a second "ready" during the hand-over must not change the peer's
+	 * flags (parse_ready sets them) that the hand-over goes by. */
+	if (u->phase == UP_STARTING && parse_ready(u, msg)) {
 		handover(m);
 	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
 		done(m, (pid_t)pid);

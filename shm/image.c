@@ -289,33 +289,48 @@ struct rec_reader {
 	const struct shm_image *img;
 	const struct img_geom *g;
 	uint8_t *chunk;
+	uint8_t *again;           /* twice: the second read of the chunk */
 	uint32_t per_chunk;       /* records a chunk holds (at least 1) */
 	uint32_t first, n;        /* records held now */
 };
 
+/* twice: each chunk is read twice (the pre-copy: rec_stable), a buffer's too. */
 static int rec_reader_init(struct rec_reader *rr, const struct shm_image *img,
-			   const struct img_geom *g)
+			   const struct img_geom *g, bool twice)
 {
 	uint64_t stride = g->allocs->stride;
 
 	memset(rr, 0, sizeof(*rr));
 	rr->img = img;
 	rr->g = g;
-	if (img->fd < 0)
+	if (img->fd < 0 && !twice)
 		return 0;	/* in place (rec_get) */
 	/* malloc's alignment and the stride's keep every record of a chunk aligned */
 	rr->per_chunk = stride >= REC_CHUNK_BYTES ? 1u : (uint32_t)(REC_CHUNK_BYTES / stride);
 	rr->chunk = malloc((size_t)(rr->per_chunk * stride));
+	if (twice && rr->chunk != NULL) {
+		rr->again = malloc((size_t)(rr->per_chunk * stride));
+		if (rr->again == NULL) {
+			free(rr->chunk);
+			rr->chunk = NULL;
+		}
+	}
 	return rr->chunk != NULL ? 0 : -ENOMEM;
 }
 
 static void rec_reader_free(struct rec_reader *rr)
 {
+	size_t len = (size_t)rr->per_chunk * rr->g->allocs->stride;
+
 	if (rr->chunk != NULL) {
-		explicit_bzero(rr->chunk, (size_t)rr->per_chunk * rr->g->allocs->stride);
+		explicit_bzero(rr->chunk, len);
 		free(rr->chunk);
 	}
-	rr->chunk = NULL;
+	if (rr->again != NULL) {
+		explicit_bzero(rr->again, len);
+		free(rr->again);
+	}
+	rr->chunk = rr->again = NULL;
 }
 
 /* Record i (read in order), valid until the next call: in the chunk, or in the image
@@ -326,18 +341,25 @@ static const struct shm_alloc *rec_get(struct rec_reader *rr, uint32_t i,
 	uint64_t stride = rr->g->allocs->stride, off = rr->g->allocs->off + (uint64_t)i * stride;
 	const uint8_t *at;
 
-	if (rr->img->fd < 0) {
+	if (rr->chunk == NULL) {
 		if (off > rr->img->size || sizeof(*scratch) > rr->img->size - off)
 			return NULL;
 		at = rr->img->buf + off;
 	} else {
 		if (i < rr->first || i - rr->first >= rr->n) {
 			uint32_t n = rr->g->allocs->count - i;
+			size_t len;
 
 			if (n > rr->per_chunk)
 				n = rr->per_chunk;
+			len = (size_t)(n * stride);
 			rr->n = 0;
-			if (img_read(rr->img, off, rr->chunk, (size_t)(n * stride)) < 0)
+			if (img_read(rr->img, off, rr->chunk, len) < 0)
+				return NULL;
+			if (rr->again != NULL && rr->img->between_reads != NULL)
+				rr->img->between_reads(rr->img->between_ctx, off, len);
+			/* a second syscall: it starts after the first one's copy ended */
+			if (rr->again != NULL && img_read(rr->img, off, rr->again, len) < 0)
 				return NULL;
 			rr->first = i;
 			rr->n = n;
@@ -348,6 +370,18 @@ static const struct shm_alloc *rec_get(struct rec_reader *rr, uint32_t i,
 		return (const struct shm_alloc *)(const void *)at;
 	memcpy(scratch, at, sizeof(*scratch));
 	return scratch;
+}
+
+/* Record i, just returned by rec_get of a reader that reads twice: the same in both reads
+ * up to its counters (which change outside the seqlock bracket), with an even sequence. */
+static bool rec_stable(const struct rec_reader *rr, uint32_t i)
+{
+	size_t at = (size_t)((i - rr->first) * rr->g->allocs->stride);
+	const struct shm_alloc *r = (const struct shm_alloc *)(const void *)(rr->chunk + at);
+
+	return rr->again != NULL && i >= rr->first && i - rr->first < rr->n &&
+	       (r->seq & 1) == 0 &&
+	       memcmp(rr->chunk + at, rr->again + at, offsetof(struct shm_alloc, ctr)) == 0;
 }
 
 /* Pass 1: every record is readable and sane; nothing is written. */
@@ -392,10 +426,11 @@ static void taken_push(struct shm *dst, uint32_t idx, uint32_t src_idx)
  * ports booked in the port pool) and
  * counted as active there and in dst's quota counts (the adopting worker keeps the
  * counts, or gives them back). *out_idx: where it went; *counted: whether the quota
- * counts took it (unimport_record gives them back only then). Not yet listed: the caller
- * lists it (taken_push). */
+ * counts took it (unimport_record gives them back only then); *booked (may be NULL):
+ * whether each of its relay ports was booked for it (not, while another copied record
+ * still holds one). Not yet listed: the caller lists it (taken_push). */
 static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t now_ns,
-			 uint32_t *out_idx, bool *counted)
+			 uint32_t *out_idx, bool *counted, bool *booked)
 {
 	/* A TURN-TCP record (kept by a live upgrade, whose worker count does not change)
 	 * stays on its slot: the CONNECTION-IDs of its RFC 6062 connections name it. */
@@ -405,6 +440,9 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t 
 	struct shm_alloc *r;
 	struct shm_counters *c;
 	uint32_t idx;
+	unsigned ports = (src->relay.family != 0 && src->relay.port != 0) +
+			 (src->relay2.family != 0 && src->relay2.port != 0);
+	bool all;
 	int rc = shm_alloc_claim(dst, owner, &idx, &r);
 
 	if (rc < 0)
@@ -419,8 +457,12 @@ static int import_record(struct shm *dst, const struct shm_alloc *src, uint64_t 
 		return rc;
 	/* The new segment's port pool starts empty: the record's ports are booked before
 	 * any worker could hand them to a new allocation (its own worker books them again
-	 * when it adopts it, a no-op). */
-	(void)shm_ppool_book_record(dst, idx, now_ns);
+	 * when it adopts it, a no-op). A pre-copied record may find its port still held by
+	 * the copy of one that gave it up meanwhile: the take under the lock books it again
+	 * once that copy is undone (shm_image_take_precopied). */
+	all = shm_ppool_book_record(dst, idx, now_ns) == ports;
+	if (booked != NULL)
+		*booked = all;
 	c = &shm_slot_at(dst, owner)->ctr;
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
 	shm_lctr_add(c, src->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, 1);
@@ -533,7 +575,7 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 		record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
 		break;
 	case REC_TAKE:
-		if (import_record(dst, r, now_ns, &idx, &counted) == 0) {
+		if (import_record(dst, r, now_ns, &idx, &counted, NULL) == 0) {
 			taken_push(dst, idx, i);
 			t->adopted++;
 		} else {
@@ -692,7 +734,7 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	if (rc < 0)
 		return rc;
 	buf = malloc(sizeof(*buf));
-	if (buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
+	if (buf == NULL || rec_reader_init(&rr, img, &g, false) < 0) {
 		free(buf);
 		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
 	}
@@ -714,12 +756,23 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
  * fields change only inside its seqlock bracket (shm_alloc_begin_write/end_write: +2 to
  * seq), a claim also moves gen and a release passes through DYING to FREE: a record whose
  * state word, seq and gen are as they were has the same fields. Only its counters (ctr,
- * outside the bracket) may have moved. */
+ * outside the bracket) may have moved. That needs the pre-copy's seq read before the
+ * fields and again after, which one pread does not give (its copy, and the CPU, order
+ * nothing within it): each chunk is read twice, the second pread after the first returned,
+ * and a record is copied only when its bytes up to ctr are the same in both with an even
+ * seq (rec_stable). A bracket that ended during the first read, which may show its new
+ * seq with stale fields there, shows its new fields to the second: they differ. One that
+ * began during the first read or before the second (its odd seq is stored before its
+ * fields) shows the second an odd or newer seq: they differ. The same bytes with an even
+ * seq: no bracket overlapped the reads but one that wrote the same values again, which
+ * changes nothing. The file is still only read, never mapped (a truncated one cannot
+ * SIGBUS the master). */
 struct pre_ent {
 	uint32_t state, seq;
 	uint64_t gen;
 	uint32_t dst;             /* dst index + 1; 0: not copied */
 	bool counted;             /* its quota counts were taken */
+	bool booked_all;          /* each of its relay ports was booked for it */
 };
 
 struct shm_precopy {
@@ -751,7 +804,7 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 		return rc;
 	pc = calloc(1, sizeof(*pc) + (size_t)g.allocs->count * sizeof(pc->ent[0]));
 	buf = malloc(sizeof(*buf));
-	if (pc == NULL || buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
+	if (pc == NULL || buf == NULL || rec_reader_init(&rr, img, &g, true) < 0) {
 		free(pc);
 		free(buf);
 		return -ENOMEM;
@@ -769,14 +822,16 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 			rc = refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 			break;
 		}
-		/* Anything else (a record being written now may look torn or inconsistent)
-		 * is judged under the lock, as the whole take-over judges it. */
-		if (record_kind(r, g.n_slots, now_ns, dst->keep_tcp) != REC_TAKE)
+		/* Anything else (a record being written now may look torn or inconsistent,
+		 * or differ between the two reads: shm_image_precopy in shm_state.h) is judged
+		 * under the lock, as the whole take-over judges it. */
+		if (!rec_stable(&rr, i) ||
+		    record_kind(r, g.n_slots, now_ns, dst->keep_tcp) != REC_TAKE)
 			continue;
 		e->state = r->state;
 		e->seq = r->seq;
 		e->gen = r->gen;
-		if (import_record(dst, r, now_ns, &idx, &e->counted) < 0) {
+		if (import_record(dst, r, now_ns, &idx, &e->counted, &e->booked_all) < 0) {
 			/* dst is too small for them all: which ones are left over is the full
 			 * take-over's to say (the first ones in the file's order fit) */
 			rc = -ENOSPC;
@@ -869,21 +924,29 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	rc = take_begin(dst, img, &g, &ls, &rv, t);
 	if (rc < 0)
 		return rc;
+	/* The pre-copy is only an optimisation: what keeps it from being used here is no
+	 * reason to fail (-ESTALE: the caller gives it back and takes the whole file). */
 	if (g.allocs->count != pc->count || g.allocs->off != pc->off ||
-	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots)
-		return take_end(dst, img, &g, &ls, rv,
-				refuse(t, SHM_STATE_CORRUPT,
-				       "its geometry changed since the pre-copy"),
-				t);
+	    g.allocs->stride != pc->stride || g.n_slots != pc->n_slots) {
+		snprintf(t->why, sizeof(t->why), "the file's geometry changed since the pre-copy");
+		return take_end(dst, img, &g, &ls, rv, -ESTALE, t);
+	}
 	need = calloc((size_t)pc->count / 8 + 1, 1);
 	buf = malloc(sizeof(*buf));
-	if (need == NULL || buf == NULL || rec_reader_init(&rr, img, &g) < 0) {
+	if (need == NULL || buf == NULL || rec_reader_init(&rr, img, &g, false) < 0) {
 		free(need);
 		free(buf);
-		return take_end(dst, img, &g, &ls, rv, -ENOMEM, t);
+		snprintf(t->why, sizeof(t->why), "out of memory");
+		return take_end(dst, img, &g, &ls, rv, -ESTALE, t);
 	}
 	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
 	rec_reader_free(&rr);
+	/* A kept record whose port a changed one held when it was copied (that one ended and
+	 * this one claimed the port while the pre-copy read on): the changed copies are
+	 * undone now, so the port is booked for it before any other record is copied. */
+	for (uint32_t i = 0; i < pc->count && rc == 0; i++)
+		if (pc->ent[i].dst != 0 && !pc->ent[i].booked_all)
+			(void)shm_ppool_book_record(dst, pc->ent[i].dst - 1, now_ns);
 	if (rc == 0)
 		import_records_rings(dst, img, &g);
 	/* The list as a full take-over makes it: in the image's order. */

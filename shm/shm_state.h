@@ -79,6 +79,10 @@ struct shm_image {
 	int fd;                  /* >= 0: read from the file */
 	const uint8_t *buf;      /* else from here */
 	uint64_t size;
+	/* Tests only (NULL otherwise): called between the pre-copy's two reads of each chunk
+	 * (shm_image_precopy), with the image's offset and length of the chunk. */
+	void (*between_reads)(void *ctx, uint64_t off, size_t n);
+	void *between_ctx;
 };
 
 /* Validates image `img` completely and, when it is acceptable, copies its live UDP
@@ -95,7 +99,15 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
  * shm_image_take() does and copies every record that looks live and takeable now into
  * dst, remembering each one's state word, seqlock sequence and generation (*out, for
  * shm_image_take_precopied; free it with shm_precopy_free). A record that looks torn or
- * inconsistent is not refused here (it may be being written): the take judges it. Returns
+ * inconsistent is not refused here (it may be being written): the take judges it.
+ * The pre-copy is a seqlock read: each chunk of the table is read twice (two preads, in
+ * that order), and only a record whose bytes up to its counters are the same in both
+ * reads, with an even sequence, is copied. A write bracket that ended during the first
+ * read (which may have caught its new sequence with stale fields) shows its new fields to
+ * the second; one that began or was under way during the first shows an odd or newer
+ * sequence to the second: the bytes differ either way (unless it wrote the same values
+ * again, which changes nothing). Every other record is left for the take under the lock,
+ * as a torn one is. The file is never mapped (a truncated file must not SIGBUS). Returns
  * 0, -EBADMSG (refused: t says why; dst untouched), -ENOSPC (dst cannot hold them all:
  * dst untouched, take the whole file under the lock instead), -EIO / -ENOMEM. */
 struct shm_precopy;
@@ -107,7 +119,10 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
  * counters are copied again); those that changed lose it, and every record not kept is
  * judged and copied as shm_image_take() does, so that dst ends as shm_image_take() would
  * leave it (same allocations, counts, quota counts, port bookings, take-over list in the
- * image's order). img must be the file the pre-copy read. On a refusal dst is left
+ * image's order). img must be the file the pre-copy read. -ESTALE: the pre-copy cannot be
+ * used (the file's geometry changed, or memory ran out; t->why says which), dst holds
+ * the pre-copy still: give it back (shm_precopy_undo) and take the whole file
+ * (shm_image_take), as shm_state_open_upgrade does. On a refusal dst is left
  * half-taken: destroy it. Returns as shm_image_take(). */
 int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 			     struct shm_precopy *pc, uint64_t now_ns, struct shm_takeover *t);
@@ -141,14 +156,16 @@ int shm_state_open_streams(const char *dir, const char *name, const struct shm_c
  * pre-copy, and again at its time once the lock is held, since the predecessor's workers
  * make and refresh allocations until they stop): the new segment is created first and the file pre-copied into it
  * (shm_image_precopy: the records its workers do not change meanwhile are copied once,
- * here), then ready(ctx, n) is called with n the records pre-copied (the predecessor
+ * here), then ready(ctx, n, why) is called with n the records pre-copied and why NULL, or
+ * n 0 and why the reason no pre-copy was made (the predecessor
  * then stops its workers and lets go of the lock), then the lock is awaited and what
  * changed since is copied (shm_image_take_precopied), so that neither creating the
  * segment nor copying the unchanged records is part of the gap. A file that cannot be taken over
  * is left where it is and -EBADMSG returned (t says why), since the running binary still
  * serves from it and goes on doing so when the upgrade fails. */
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *, uint32_t), void *ctx,
+			   uint64_t now_ns, unsigned lock_wait_ms,
+			   void (*ready)(void *, uint32_t, const char *), void *ctx,
 			   struct shm **out, struct shm_takeover *t);
 
 /* A dry run of the take-over, without the lock and without touching any file: validates

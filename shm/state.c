@@ -216,21 +216,33 @@ fail:
  * the take under the lock can tell whether NAME.state is still that file). Only ever an
  * optimisation: whatever goes wrong (no file, a refusal, a record or revocation being
  * written that looks inconsistent now) leaves *pc NULL and t cleared, and the take under
- * the lock judges the whole file as always. */
+ * the lock judges the whole file as always; why (cap bytes) then says what went wrong. */
 static void precopy(const struct paths *p, struct shm *shm, uint64_t now_ns, int *pre_fd,
-		    struct shm_precopy **pc, struct shm_takeover *t)
+		    struct shm_precopy **pc, struct shm_takeover *t, char *why, size_t cap)
 {
 	uint64_t size = 0;
-	int fd = -1;
+	int fd = -1, rc;
 
 	*pc = NULL;
 	*pre_fd = -1;
-	if (old_open(p, &fd, &size, t) == 0 && fd >= 0) {
+	rc = old_open(p, &fd, &size, t);
+	if (rc == 0 && fd < 0)
+		snprintf(why, cap, "no state file");
+	else if (rc < 0)
+		snprintf(why, cap, "the state file %.1000s", t->why);
+	if (rc == 0 && fd >= 0) {
 		struct shm_image img = { .fd = fd, .buf = NULL, .size = size };
 
-		if (shm_image_precopy(shm, &img, now_ns, pc, t) == 0) {
+		rc = shm_image_precopy(shm, &img, now_ns, pc, t);
+		if (rc == 0) {
 			*pre_fd = fd;
 			fd = -1;
+		} else if (rc == -EBADMSG) {
+			snprintf(why, cap, "%s", t->why);
+		} else if (rc == -ENOSPC) {
+			snprintf(why, cap, "the new table cannot hold all its records");
+		} else {
+			snprintf(why, cap, "cannot read the state file: %s", strerror(-rc));
 		}
 	}
 	if (fd >= 0)
@@ -253,7 +265,7 @@ static bool same_file(int a, int b)
  * does), for a start that systemd's fd store gave their connections back to. */
 static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
 		      uint64_t now_ns, unsigned lock_wait_ms, bool upgrade, bool keep_tcp,
-		      void (*ready)(void *, uint32_t), void *ctx, struct shm **out,
+		      void (*ready)(void *, uint32_t, const char *), void *ctx, struct shm **out,
 		      struct shm_takeover *t)
 {
 	struct paths p;
@@ -284,12 +296,14 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		goto fail;
 	}
 	if (upgrade) {
+		char why[sizeof(t->why)] = "";
+
 		/* Most of the copy before the old workers stop: under the lock only what
 		 * changed since is copied again (the gap). */
 		shm->keep_tcp = true;
-		precopy(&p, shm, mono_ns(), &pre_fd, &pc, t);
+		precopy(&p, shm, mono_ns(), &pre_fd, &pc, t, why, sizeof(why));
 		if (ready != NULL)
-			ready(ctx, shm_precopy_copied(pc));
+			ready(ctx, shm_precopy_copied(pc), pc != NULL ? NULL : why);
 		lock_fd = lock_take(p.lock, lock_wait_ms, t);
 		if (lock_fd < 0) {
 			rc = lock_fd;
@@ -302,15 +316,28 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	}
 	if (old_open(&p, &old_fd, &size, t) == 0 && old_fd >= 0) {
 		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
+		char why[128] = "";
 
 		/* A live upgrade's old workers hand their TURN-TCP connections over: their
 		 * records come along, and a new worker releases those no connection claims. */
 		shm->keep_tcp = upgrade || keep_tcp;
+		rc = -ESTALE;
 		if (pc != NULL && same_file(pre_fd, old_fd)) {
 			rc = shm_image_take_precopied(shm, &img, pc, now_ns, t);
-		} else {
+			if (rc == -ESTALE)
+				snprintf(why, sizeof(why), "%.100s", t->why);
+		}
+		if (rc == -ESTALE) {
+			/* another file, or a pre-copy that cannot be used: the whole file */
 			shm_precopy_undo(shm, pc);
+			memset(t, 0, sizeof(*t));
 			rc = shm_image_take(shm, &img, now_ns, t);
+			if (rc == 0 && why[0] != '\0') {
+				size_t len = strlen(t->why);
+
+				snprintf(t->why + len, sizeof(t->why) - len,
+					 "; the pre-copy was given back (%s)", why);
+			}
 		}
 		if (rc < 0 && rc != -EBADMSG) {
 			snprintf(t->why, sizeof(t->why), "cannot read %s: %s", p.state,
@@ -371,7 +398,8 @@ int shm_state_open_streams(const char *dir, const char *name, const struct shm_c
 }
 
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
-			   uint64_t now_ns, unsigned lock_wait_ms, void (*ready)(void *, uint32_t), void *ctx,
+			   uint64_t now_ns, unsigned lock_wait_ms,
+			   void (*ready)(void *, uint32_t, const char *), void *ctx,
 			   struct shm **out, struct shm_takeover *t)
 {
 	return state_open(dir, name, cfg, now_ns, lock_wait_ms, true, true, ready, ctx, out, t);

@@ -106,6 +106,8 @@ def test_changes_during_precopy(d):
         proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wfd = hold_open(fifo)
+        check("a test's hook is active" in daemon.stderr(),
+              "no warning that the hold hook is active in the log")
         check(re.search(r"upgrade: %d allocations copied before the old workers stop" % N,
                         daemon.stderr()), "no pre-copy of all %d in the log" % N)
         # The old workers serve on: change the table under the pre-copy.

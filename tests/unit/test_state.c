@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -562,6 +563,16 @@ static uint32_t idx_of(const struct shm *s, unsigned i)
 	return 0;
 }
 
+/* Record i of s gets relay port `port` (in its bracket, as a worker writes it). */
+static void set_relay_port(struct shm *s, unsigned i, uint16_t port)
+{
+	struct shm_alloc *r = shm_alloc_at(s, idx_of(s, i));
+
+	shm_alloc_begin_write(r);
+	r->relay.port = port;
+	shm_alloc_end_write(r);
+}
+
 /* dst a and b hold the same: allocations (every field from the owner on), take-over
  * list, slot counters, quota counts, port bookings and session record events. */
 static void assert_same_take(struct shm *a, struct shm *b)
@@ -653,10 +664,7 @@ static void test_precopy(void **state)
 	shm_alloc_begin_write(shm_alloc_at(src, idx_of(src, 6)));
 	rec_add(src, 1, 31, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
 	rec_add(src, 2, 32, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
-	r = shm_alloc_at(src, idx_of(src, 32));
-	shm_alloc_begin_write(r);
-	r->relay.port = 50001;
-	shm_alloc_end_write(r);
+	set_relay_port(src, 32, 50001);
 
 	memset(&tf, 0, sizeof(tf));
 	assert_int_equal(shm_image_take(full, &img, NOW + 10 * SEC, &tf), 0);
@@ -705,7 +713,8 @@ static void test_precopy(void **state)
 		shm_destroy(small);
 	}
 
-	/* A pre-copy of an image whose geometry is not the final one is refused. */
+	/* A pre-copy of an image whose geometry is not the final one cannot be used: it is
+	 * given back and the whole file taken (shm_state_open_upgrade does). */
 	{
 		uint8_t *b = bytes_of(src);
 		struct shm_image bi = { .fd = -1, .buf = b, .size = src->size };
@@ -716,16 +725,113 @@ static void test_precopy(void **state)
 		region(b, SHM_REGION_ALLOCS)->count--;
 		reseal(b);
 		memset(&t, 0, sizeof(t));
-		assert_int_equal(shm_image_take_precopied(d, &bi, pc, NOW, &t), -EBADMSG);
-		assert_int_equal(t.verdict, SHM_STATE_CORRUPT);
+		assert_int_equal(shm_image_take_precopied(d, &bi, pc, NOW, &t), -ESTALE);
+		assert_int_equal(t.verdict, SHM_STATE_NONE);
+		assert_non_null(strstr(t.why, "geometry"));
+		shm_precopy_undo(d, pc);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_take(d, &bi, NOW, &t), 0);
+		assert_int_equal(t.verdict, SHM_STATE_TAKEN);
 		shm_precopy_free(pc);
 		shm_destroy(d);
 		free(b);
+	}
+	/* A relay port that two records of the pre-copy hold: 0 (first in the file's order)
+	 * and 1, which claimed it after 0 ended while the pre-copy read on. 0 is released
+	 * before the lock; 1, kept, holds the port as in a full take-over. */
+	{
+		struct shm *s2 = mk(1, 8), *p2 = mk(1, 8), *f2 = mk(1, 8);
+		struct shm_image i2 = img_of(s2);
+
+		rec_add(s2, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(s2, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		set_relay_port(s2, 1, 50000);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_precopy(p2, &i2, NOW, &pc, &t), 0);
+		assert_int_equal(shm_precopy_copied(pc), 2);
+		assert_int_equal(shm_alloc_release(s2, 0, idx_of(s2, 0)), 0);
+		memset(&tf, 0, sizeof(tf));
+		assert_int_equal(shm_image_take(f2, &i2, NOW, &tf), 0);
+		memset(&t, 0, sizeof(t));
+		assert_int_equal(shm_image_take_precopied(p2, &i2, pc, NOW, &t), 0);
+		assert_int_equal(t.precopied, 1);
+		assert_false(shm_ppool_is_free(f2, shm_ppool_tag(&shm_alloc_at(f2, idx_of(f2, 1))->relay),
+					       50000, NOW));
+		assert_false(shm_ppool_is_free(p2, shm_ppool_tag(&shm_alloc_at(p2, idx_of(p2, 1))->relay),
+					       50000, NOW));
+		assert_same_take(p2, f2);
+		shm_precopy_free(pc);
+		shm_destroy(s2);
+		shm_destroy(p2);
+		shm_destroy(f2);
 	}
 	shm_destroy(src);
 	shm_destroy(pre);
 	shm_destroy(full);
 	shm_destroy(undone);
+}
+
+struct between {
+	struct shm *src;
+	int calls;
+};
+
+/* Between the pre-copy's two reads of the (only) chunk: record 1's bracket ends (the
+ * first read caught its new seq, set before the pre-copy, with the old fields) and record
+ * 2's begins. */
+static void between_reads(void *ctx, uint64_t off, size_t n)
+{
+	struct between *b = ctx;
+	struct shm_alloc *r = shm_alloc_at(b->src, idx_of(b->src, 1));
+
+	(void)off;
+	(void)n;
+	if (b->calls++ > 0)
+		return;
+	r->expires_ns += 100 * SEC;
+	r->perms[1].family = AF_INET;
+	r->perms[1].expires_ns = r->expires_ns;
+	shm_alloc_begin_write(shm_alloc_at(b->src, idx_of(b->src, 2)));
+}
+
+/* The pre-copy is a seqlock read: a record whose bytes differ between its two reads, or
+ * with an odd sequence, is not pre-copied (the take under the lock copies it). */
+static void test_precopy_torn(void **state)
+{
+	struct shm *src = mk(1, 8), *pre = mk(1, 8), *full = mk(1, 8);
+	struct shm_image img = img_of(src);
+	struct between b = { src, 0 };
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover t, tf;
+	struct shm_alloc *r;
+
+	(void)state;
+	for (unsigned i = 0; i < 3; i++)
+		rec_add(src, 0, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 1))->seq += 2;	/* its bracket's end, seen early */
+	img.between_reads = between_reads;
+	img.between_ctx = &b;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
+	assert_int_equal(b.calls, 1);
+	assert_int_equal(shm_precopy_copied(pc), 1);
+	r = shm_alloc_at(src, idx_of(src, 2));
+	r->expires_ns += 50 * SEC;
+	shm_alloc_end_write(r);
+	img.between_reads = NULL;
+	memset(&tf, 0, sizeof(tf));
+	assert_int_equal(shm_image_take(full, &img, NOW, &tf), 0);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW, &t), 0);
+	assert_int_equal(t.adopted, 3);
+	assert_int_equal(t.precopied, 1);
+	assert_int_equal(t.recopied, 0);
+	assert_int_equal(shm_alloc_at(pre, idx_of(pre, 1))->perms[1].family, AF_INET);
+	assert_same_take(pre, full);
+	shm_precopy_free(pc);
+	shm_destroy(src);
+	shm_destroy(pre);
+	shm_destroy(full);
 }
 
 static char tmpdir[64];
@@ -761,6 +867,95 @@ static char *path(const char *name)
 
 	snprintf(r, PATH_MAX, "%s/%s", tmpdir, name);
 	return r;
+}
+
+/* What a live upgrade's new binary is told before it says ready (shm_state_open_upgrade). */
+struct ready_seen {
+	int calls;
+	uint32_t n;
+	char why[256];
+	bool shrink;             /* then the file's table loses its last record */
+};
+
+static char *path(const char *name);
+
+static void ready_cb(void *ctx, uint32_t n, const char *why)
+{
+	struct ready_seen *r = ctx;
+
+	r->calls++;
+	r->n = n;
+	snprintf(r->why, sizeof(r->why), "%s", why != NULL ? why : "(null)");
+	if (r->shrink) {
+		int fd = open(path("inst.state"), O_RDWR | O_CLOEXEC);
+		struct stat st;
+		uint8_t *b;
+
+		assert_true(fd >= 0);
+		assert_int_equal(fstat(fd, &st), 0);
+		b = malloc((size_t)st.st_size);
+		assert_non_null(b);
+		assert_int_equal(pread(fd, b, (size_t)st.st_size, 0), st.st_size);
+		region(b, SHM_REGION_ALLOCS)->count--;
+		reseal(b);
+		assert_int_equal(pwrite(fd, b, sizeof(struct shm_hdr), 0), sizeof(struct shm_hdr));
+		free(b);
+		close(fd);
+	}
+}
+
+/* A live upgrade's open of tmpdir's "inst" into a table of cap records: *r what its
+ * ready callback was told (shrink: the callback shrinks the file's table). */
+static void open_upgrade(unsigned cap, bool shrink, struct ready_seen *r, struct shm **a,
+			 struct shm_takeover *t)
+{
+	memset(r, 0, sizeof(*r));
+	r->shrink = shrink;
+	*a = NULL;
+	assert_int_equal(shm_state_open_upgrade(tmpdir, "inst",
+						&(struct shm_config){ 2, 2, 256, cap }, NOW, 50,
+						ready_cb, r, a, t),
+			 0);
+	assert_int_equal(r->calls, 1);
+}
+
+/* The pre-copy's count, or why none was made: no file; a table too small for every
+ * record (the take under the lock still copies what fits). */
+static void test_upgrade_ready(void **state)
+{
+	struct shm *a = NULL;
+	struct shm_takeover t;
+	struct ready_seen r;
+
+	(void)state;
+	open_upgrade(16, false, &r, &a, &t);
+	assert_string_equal(r.why, "no state file");
+	for (unsigned i = 0; i < 3; i++)
+		rec_add(a, i % 2, i, SHM_TRANSPORT_UDP, mono_ns() + 600 * SEC, 0);
+	shm_destroy(a);
+
+	open_upgrade(2, false, &r, &a, &t);
+	assert_int_equal(r.n, 0);
+	assert_string_equal(r.why, "the new table cannot hold all its records");
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(live_count(a), 2);
+	shm_destroy(a);
+
+	open_upgrade(16, false, &r, &a, &t);
+	assert_int_equal(r.n, 2);
+	assert_string_equal(r.why, "(null)");
+	assert_int_equal(t.adopted, 2);
+	shm_destroy(a);
+
+	/* The file's geometry changes between the pre-copy and the lock: the pre-copy is
+	 * given back and the whole file taken, not the upgrade failed. */
+	open_upgrade(16, true, &r, &a, &t);
+	assert_int_equal(r.n, 2);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.adopted, 2);
+	assert_int_equal(live_count(a), 2);
+	assert_non_null(strstr(t.why, "the pre-copy was given back (the file's geometry changed"));
+	shm_destroy(a);
 }
 
 static int refused_files(void)
@@ -891,7 +1086,9 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_precopy),
+		cmocka_unit_test(test_precopy_torn),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
+		cmocka_unit_test_setup_teardown(test_upgrade_ready, dir_setup, dir_teardown),
 		cmocka_unit_test(test_corpus),
 	};
 
