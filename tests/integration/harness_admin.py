@@ -10,6 +10,7 @@ connections, and namespaces (unshare). Every receive has a timeout and every loo
 nothing depends on timing beyond generous timeouts.
 """
 import base64
+import collections
 import ctypes
 import hashlib
 import hmac
@@ -77,9 +78,14 @@ def listener_port_ok(port, avoid=None):
     return port < 49152 and (avoid is None or not avoid[0] <= port <= avoid[1])
 
 
+_GIVEN = collections.deque(maxlen=4096)   # the ports free_port gave out lately
+
+
 def free_port(addr="127.0.0.1", avoid=None):
     """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it) that
-    may be a listener's (listener_port_ok)."""
+    may be a listener's (listener_port_ok), and not one this process was given lately: the
+    kernel draws port 0's port at random, so two draws for one config (nothing bound to
+    either yet) can give the same port (about 1 in 1,600 for five listeners)."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     for _ in range(200):
         u = socket.socket(fam, socket.SOCK_DGRAM)
@@ -87,9 +93,10 @@ def free_port(addr="127.0.0.1", avoid=None):
         port = u.getsockname()[1]
         t = socket.socket(fam, socket.SOCK_STREAM)
         try:
-            if not listener_port_ok(port, avoid):
+            if not listener_port_ok(port, avoid) or port in _GIVEN:
                 continue
             t.bind((addr, port))
+            _GIVEN.append(port)
             return port
         except OSError:
             continue
