@@ -35,9 +35,10 @@
  * master that says "ready streams" gets them (master/park.c): the old workers send them
  * with their state before they exit, and the old master passes them on once the lock is
  * free, ending with IPC_STREAM_END; with a TURN-TCP call's UDP relay sockets beside its
- * connection only to one that says "urelays" too (offered: urelays=1). A worker with TURN-TLS or TURN-DTLS calls stays to
- * serve them (IPC_LINGER: it counts as stopped; worker/linger.c, master/linger.c; the new
- * workers forward its DTLS clients' datagrams to it, worker/dtlslinger.c). */
+ * connection only to one that says "urelays" too (offered: urelays=1). A worker with
+ * TURN-TLS or TURN-DTLS calls stays to serve them (IPC_LINGER: it counts as stopped;
+ * worker/linger.c, master/linger.c; the new workers forward its DTLS clients' datagrams to
+ * it, worker/dtlslinger.c). */
 #include "config.h"
 
 #include "master/master.h"

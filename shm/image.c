@@ -875,11 +875,11 @@ void shm_precopy_free(struct shm_precopy *pc)
 	free(pc);
 }
 
-/* Pass 1 under the lock: every record's header (and counters) against what the pre-copy
- * saw. An unchanged one that has not expired since keeps its copy, with its counters copied again; a changed one
- * loses it; *need marks the records to judge again (all that are not FREE and zero and not
- * kept). All undone before anything is copied: a port a changed record gave up may be
- * booked by another one now. */
+/* Pass 1 under the lock: every record's header (and counters) against what the pre-copy saw. An
+ * unchanged one that has not expired since keeps its copy, with its counters copied again; a
+ * changed one loses it; *need marks the records to judge again (all that are not FREE and zero and
+ * not kept). All undone before anything is copied: a port a changed record gave up may be booked by
+ * another one now. */
 static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
 			   uint64_t now_ns, uint8_t *need, struct shm_alloc *buf,
 			   struct shm_takeover *t)

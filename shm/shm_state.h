@@ -151,18 +151,17 @@ int shm_state_open_streams(const char *dir, const char *name, const struct shm_c
 			   uint64_t now_ns, unsigned lock_wait_ms, bool keep_tcp, struct shm **out,
 			   struct shm_takeover *t);
 
-/* As shm_state_open(), for the new binary of a live upgrade, whose predecessor still
- * holds the lock (now_ns is not used: the records are judged at the clock's time of the
- * pre-copy, and again at its time once the lock is held, since the predecessor's workers
- * make and refresh allocations until they stop): the new segment is created first and the file pre-copied into it
- * (shm_image_precopy: the records its workers do not change meanwhile are copied once,
- * here), then ready(ctx, n, why) is called with n the records pre-copied and why NULL, or
- * n 0 and why the reason no pre-copy was made (the predecessor
- * then stops its workers and lets go of the lock), then the lock is awaited and what
- * changed since is copied (shm_image_take_precopied), so that neither creating the
- * segment nor copying the unchanged records is part of the gap. A file that cannot be taken over
- * is left where it is and -EBADMSG returned (t says why), since the running binary still
- * serves from it and goes on doing so when the upgrade fails. */
+/* As shm_state_open(), for the new binary of a live upgrade, whose predecessor still holds the lock
+ * (now_ns is not used: the records are judged at the clock's time of the pre-copy, and again at its
+ * time once the lock is held, since the predecessor's workers make and refresh allocations until
+ * they stop): the new segment is created first and the file pre-copied into it (shm_image_precopy:
+ * the records its workers do not change meanwhile are copied once, here), then ready(ctx, n, why)
+ * is called with n the records pre-copied and why NULL, or n 0 and why the reason no pre-copy was
+ * made (the predecessor then stops its workers and lets go of the lock), then the lock is awaited
+ * and what changed since is copied (shm_image_take_precopied), so that neither creating the segment
+ * nor copying the unchanged records is part of the gap. A file that cannot be taken over is left
+ * where it is and -EBADMSG returned (t says why), since the running binary still serves from it and
+ * goes on doing so when the upgrade fails. */
 int shm_state_open_upgrade(const char *dir, const char *name, const struct shm_config *cfg,
 			   uint64_t now_ns, unsigned lock_wait_ms,
 			   void (*ready)(void *, uint32_t, const char *), void *ctx,

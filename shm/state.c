@@ -258,11 +258,11 @@ static bool same_file(int a, int b)
 	       sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-/* upgrade: a live upgrade's new binary (shm_state_open_upgrade), which creates its
- * segment and pre-copies the file before it says ready (ready(ctx, n)) and only then waits for the lock, and which
- * keeps a state file it cannot take where it is (its predecessor wrote it): an error, not
- * a file moved aside. keep_tcp: the take-over keeps TURN-TCP records too (as an upgrade
- * does), for a start that systemd's fd store gave their connections back to. */
+/* upgrade: a live upgrade's new binary (shm_state_open_upgrade), which creates its segment and
+ * pre-copies the file before it says ready (ready(ctx, n)) and only then waits for the lock, and
+ * which keeps a state file it cannot take where it is (its predecessor wrote it): an error, not a
+ * file moved aside. keep_tcp: the take-over keeps TURN-TCP records too (as an upgrade does), for a
+ * start that systemd's fd store gave their connections back to. */
 static int state_open(const char *dir, const char *name, const struct shm_config *cfg,
 		      uint64_t now_ns, unsigned lock_wait_ms, bool upgrade, bool keep_tcp,
 		      void (*ready)(void *, uint32_t, const char *), void *ctx, struct shm **out,

@@ -641,9 +641,10 @@ static void test_precopy(void **state)
 	assert_int_equal(shm_precopy_copied(pc), 12);
 	assert_int_equal(live_count(pre), 12);
 
-	/* (7 expires by the take's now;) 1 ends; 2 is refreshed with a new permission; 3 only relays (counters); 4 ends and
-	 * 30 takes its place; 5 expires; 6 is left torn; 31 is new; 32 gets the relay port
-	 * that 1 gave up (pre-copied: booked in pre until the take gives it back). */
+	/* (7 expires by the take's now;) 1 ends; 2 is refreshed with a new permission; 3 only
+	 * relays (counters); 4 ends and 30 takes its place; 5 expires; 6 is left torn; 31 is new;
+	 * 32 gets the relay port that 1 gave up (pre-copied: booked in pre until the take gives it
+	 * back). */
 	assert_int_equal(shm_alloc_is_torn(src, idx_of(src, 1), &torn, &slot), 0);
 	assert_int_equal(shm_alloc_release(src, slot, idx_of(src, 1)), 0);
 	r = shm_alloc_at(src, idx_of(src, 2));
