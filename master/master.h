@@ -111,7 +111,7 @@ struct master {
 	/* shared memory and workers */
 	struct shm *shm;
 	char *state_path;         /* the state file, NULL when the table lives in memory */
-	bool state_created;       /* this start made it (not taken over): a failed start removes it */
+	bool state_created;       /* this start made it (no takeover): a failed start removes it */
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
 	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */
