@@ -56,8 +56,12 @@ struct mworker {
 	bool kill_sent;           /* SIGKILL already sent for a hang */
 	pid_t linger_pid;         /* a live upgrade left it serving its TLS calls
 				   * (master/linger.c); 0 none */
-	pid_t handed_pid;         /* said IPC_HANDED_OVER, counted stopped: its exit is
-				   * logged when reaped (child_cb); 0 none */
+	pid_t *handed;            /* n_handed of this slot's workers that said
+				   * IPC_HANDED_OVER, counted stopped, not reaped yet: their
+				   * exits are logged when reaped (child_cb). Several when the
+				   * slot handed over again (a failed upgrade's respawned
+				   * worker, in the next upgrade) before the first was reaped */
+	size_t n_handed, cap_handed;
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
