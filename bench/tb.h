@@ -132,7 +132,7 @@ double tb_self_cpu_s(void);
 int tb_sample_server(const struct tb_opts *o, struct tb_sample *s);
 /* The whole machine's CPU time (the aggregate "cpu" line of /proc/stat, all CPUs), s. */
 struct tb_box {
-	double busy_s;			/* user+nice+system+irq+softirq+steal: not idle, not iowait */
+	double busy_s;			/* user+nice+system+irq+softirq+steal: not idle/iowait */
 	double softirq_s;		/* softirq (also in busy_s) */
 	double steal_s;			/* steal (also in busy_s) */
 };

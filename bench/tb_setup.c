@@ -112,7 +112,7 @@ static int send_request(struct tb_ctx *ctx, uint32_t idx)
 	if (stun_build_finish(&b, &len) != 0)
 		return -ENOBUFS;
 	if (ctx->st) {
-		/* A few hundred bytes into a 4 MiB send buffer: all of it, or the stream is lost. */
+		/* A few hundred bytes into a 4 MiB send buffer: all of it or the stream is lost. */
 		ssize_t w = send(a->fd, buf, len, MSG_NOSIGNAL);
 
 		if (w != (ssize_t)len)

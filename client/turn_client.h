@@ -216,7 +216,7 @@ struct turn_response {
 typedef void (*turn_client_attrs_fn)(struct stun_builder *b, void *arg);
 
 /* Request flags. */
-#define TURN_REQ_AUTH 0x1		/* add USERNAME/REALM/NONCE/MESSAGE-INTEGRITY, retry 401/438 */
+#define TURN_REQ_AUTH 0x1		/* USERNAME/REALM/NONCE/MESSAGE-INTEGRITY; retry 401/438 */
 #define TURN_REQ_NO_RETRY 0x2		/* return the first response, even 401/438 */
 
 /* Sends a request of method with attributes added by fn (may be NULL) and waits for the

@@ -2,9 +2,9 @@
  * with the connection's socket (IPC_STREAM_PART/IPC_STREAM frames, common/ipc.h).
  *
  * A blob is a struct park_hdr followed by in_len and out_len bytes (what the
- * connection's buffers held, by kind: below). The worker that parks writes it (worker/park.c), each master only routes it by
- * slot and record (master/park.c), and the worker that takes it over checks it with
- * park_check() before it trusts a field. Both processes may call everything here. */
+ * connection's buffers held, by kind: below). The worker that parks writes it (worker/park.c), each
+ * master only routes it by slot and record (master/park.c), and the worker that takes it over
+ * checks it with park_check() before it trusts a field. Both processes may call everything here. */
 #ifndef TG_COMMON_PARK_H
 #define TG_COMMON_PARK_H
 

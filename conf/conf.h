@@ -1,4 +1,5 @@
-/* Configuration: loads, validates and describes a STUNner v1 config (YAML or JSON) plus turngate extensions.
+/* Configuration: loads, validates and describes a STUNner v1 config (YAML or JSON) plus turngate
+ * extensions.
  *
  * Input format: STUNner's stunnerd config, API "v1", accepted as is (version, admin, auth,
  * listeners, clusters), plus turngate extensions under keys STUNner does not use; every key
@@ -151,15 +152,17 @@ struct conf_auth {
 	struct conf_user
 		*users; /* static: credentials.username/password first, then auth.users[] */
 	size_t n_users;
-	char *secret;                /* ephemeral: current secret (credentials.secret or secret_file) */
-	char *prev_secret;           /* ephemeral: previous secret accepted until prev_deadline; NULL if none */
+	char *secret;                /* ephemeral: the secret (credentials.secret or secret_file) */
+	char *prev_secret;           /* ephemeral: previous secret accepted until prev_deadline;
+				      * NULL if none */
 	int64_t prev_deadline;       /* unix seconds; 0 when prev_secret is NULL */
 	char *secret_file;           /* ours; `secret_file` as written (after expansion), NULL
 				      * when unset. Kept so `turngated -w` watches it. */
 	char *prev_secret_file;      /* ours; `previous_secret_file` as written, NULL when unset */
 	bool strict_expiry;          /* true: expiry of an ephemeral username is checked on every
-				      * authenticated request (STUNner); false (default): only when
-				      * an allocation is created, refreshes go on with the stored key */
+				      * authenticated request (STUNner); false (default): only
+				      * when an allocation is created, refreshes go on with the
+				      * stored key */
 };
 
 struct conf_listener {
@@ -168,7 +171,8 @@ struct conf_listener {
 	char *address;               /* relay IP advertised in XOR-RELAYED-ADDRESS (text, after
 				      * expansion; "localhost" already mapped to 127.0.0.1) */
 	struct sockaddr_storage relay_addr;  /* parsed `address`, port 0 */
-	char *bind_address;          /* ours; NULL = not set (worker decides: address when local, else wildcard) */
+	char *bind_address;          /* ours; NULL = not set (worker decides: address when local,
+				      * else wildcard) */
 	uint16_t port;               /* default 3478 */
 	char *public_address;        /* NULL when unset */
 	uint16_t public_port;        /* 0 when unset */
@@ -361,12 +365,14 @@ struct conf_admin {
 					* is killed, default 15 */
 	uint32_t worker_stall_timeout; /* ours; seconds 1..3600 a worker may hold up a snapshot
 					* grace period before it is killed, default 20 */
-	char *alternate_server;      /* ours; "IP[:port]" sent as ALTERNATE-SERVER while draining; NULL */
-	char *credential_api_endpoint; /* ours; NULL = off (default), e.g. "http://127.0.0.1:8088" */
+	char *alternate_server;      /* ours; "IP[:port]" sent as ALTERNATE-SERVER while
+				      * draining; NULL */
+	char *credential_api_endpoint; /* ours; NULL = off (default), e.g.
+					* "http://127.0.0.1:8088" */
 	char *credential_api_token;  /* ours; bearer token the credential API requires (from
 				      * credential_api_token or the file); NULL = none. Secret:
 				      * redacted in JSON, wiped on free. */
-	char *credential_api_token_file; /* ours; path as written, NULL when unset (watched by -w) */
+	char *credential_api_token_file; /* ours; as written, NULL when unset (watched by -w) */
 	enum conf_offload offload_engine; /* STUNner's; default None */
 	char **offload_ifaces;       /* STUNner's offload_interfaces; NULL/0: the interfaces that
 				      * carry the listeners' and relays' addresses */
@@ -410,7 +416,7 @@ typedef const char *(*conf_getenv_fn)(void *ctx, const char *name);
 struct conf_load_opts {
 	conf_getenv_fn getenv;       /* NULL: getenv(3) */
 	void *getenv_ctx;
-	int64_t now;                 /* unix seconds; 0: time(NULL). Used for previous_secret_grace */
+	int64_t now;                 /* unix seconds; 0: time(NULL). For previous_secret_grace */
 };
 
 /* Parses and validates a config. path may be "file://PATH". buf need not be NUL-terminated;

@@ -1,4 +1,5 @@
-/* Address grammar for configs: IPs, prefixes, endpoints with port ranges, canonical forms, special ranges. */
+/* Address grammar for configs: IPs, prefixes, endpoints with port ranges, canonical forms, special
+ * ranges. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>

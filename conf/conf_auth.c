@@ -1,4 +1,5 @@
-/* The auth section (global or per listener): type, realm, STUNner credentials and our secret/user extensions. */
+/* The auth section (global or per listener): type, realm, STUNner credentials and our secret/user
+ * extensions. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The embedded default config (loopback TURN with a random ephemeral secret) and credential help. */
+/* Embedded default config (loopback TURN with a random ephemeral secret) and credential help. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* The listeners[] section: protocol, relay address, ports, TLS material, routes, per-listener overrides. */
+/* The listeners[] section: protocol, relay address, ports, TLS material, routes, per-listener
+ * overrides. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>

@@ -307,7 +307,7 @@ static void flatten(struct pctx *p, yaml_node_t *map, const char *path, struct m
 			continue;
 		}
 		if (f->n == CONF_MAX_KEYS) {
-			/* No section has that many keys; refusing keeps the duplicate check cheap. */
+			/* No section has so many keys; refusing keeps the duplicate check cheap. */
 			pctx_error(p, map, path, "more than %d keys (expected at most %d)",
 				   CONF_MAX_KEYS, CONF_MAX_KEYS);
 			f->overflow = true;

@@ -1,4 +1,4 @@
-/* Config loader entry points: YAML document, top-level keys, admin and limits sections, conf_free. */
+/* Config loader entry points: YAML document, top-level keys, admin/limits sections, conf_free. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>

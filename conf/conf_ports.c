@@ -1,4 +1,5 @@
-/* Config cross-check: no relay port range holds a port of the instance's own listeners or HTTP endpoints. */
+/* Config cross-check: no relay port range holds a port of the instance's own listeners or HTTP
+ * endpoints. */
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* Scalars as stunnerd reads them: os.ExpandEnv's $NAME/${NAME} rules and YAML 1.1 typing of plain scalars. */
+/* Scalars as stunnerd reads them: os.ExpandEnv's $NAME/${NAME} rules and YAML 1.1 typing of plain
+ * scalars. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>

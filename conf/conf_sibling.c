@@ -1,4 +1,5 @@
-/* The admin.siblings list: the other instances behind one load balancer and their slices of the relay port range. */
+/* The admin.siblings list: the other instances behind one load balancer and their slices of the
+ * relay port range. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
-/* Private wire layout of snapshot blobs: header, fixed-size records and the string pool (all offsets from blob start). */
+/* Private wire layout of snapshot blobs: header, fixed-size records and the string pool (all
+ * offsets from blob start). */
 #ifndef TG_CONF_SNAP_FORMAT_H
 #define TG_CONF_SNAP_FORMAT_H
 
@@ -57,8 +58,8 @@ struct snap_lst_rec {
 	uint32_t max_allocs; /* listeners[].max_allocations, 0 = unlimited (was padding: 0) */
 	uint64_t max_bps;    /* listeners[].max_bps, 0 = unlimited */
 	uint16_t mask_family; /* relay_address_mask: 0 = unset */
-	uint16_t route_protos; /* bit (1 << enum conf_cluster_proto) per routed cluster's protocol */
-	uint16_t slot;        /* the master's listener slot (shm/shm_lslot.h), since SNAP_VERSION 12 */
+	uint16_t route_protos; /* bit (1 << enum conf_cluster_proto) per routed cluster protocol */
+	uint16_t slot;        /* master's listener slot (shm/shm_lslot.h), since SNAP_VERSION 12 */
 	uint16_t pad1;
 	uint8_t mask_addr[16];
 	uint16_t dual_family; /* dual_stack_address: 0 = unset (since SNAP_VERSION 8) */

@@ -1,4 +1,5 @@
-/* Snapshot reader: validation on open, bounds-checked accessors, and the per-packet peer allowlist check. */
+/* Snapshot reader: validation on open, bounds-checked accessors, and the per-packet peer allowlist
+ * check. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>

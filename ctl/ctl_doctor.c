@@ -1,4 +1,5 @@
-/* turngatectl doctor: walks the troubleshooting order (daemon, listeners, auth, routes, probe) and names the first broken layer. */
+/* turngatectl doctor: walks the troubleshooting order (daemon, listeners, auth, routes, probe) and
+ * names the first broken layer. */
 #include "config.h"
 
 #include "ctl/ctl.h"

@@ -1,4 +1,5 @@
-/* turngatectl doctor: the network checks (a STUN Binding to a listener, an allocation with a credential). */
+/* turngatectl doctor: the network checks (a STUN Binding to a listener, an allocation with a
+ * credential). */
 #include "config.h"
 
 #include "ctl/ctl_doctor.h"

@@ -1,4 +1,4 @@
-/* turngatectl probe: allocate, permit (or Connect, RFC 6062), relay a round trip, timing each step. */
+/* turngatectl probe: times allocate, permit (or Connect, RFC 6062) and a relayed round trip. */
 #include "config.h"
 
 #include "ctl/ctl.h"

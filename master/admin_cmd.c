@@ -780,7 +780,7 @@ static json_t *cmd_upgrade_status(struct master *m, json_t *req)
 static const struct admin_cmd {
 	const char *name;
 	cmd_fn fn;
-	const char *writes;    /* NULL: reads only; "": changes something; "KEY": when KEY is given */
+	const char *writes;    /* NULL: reads only; "": changes something; "KEY": if KEY is given */
 	const char *root_arg;  /* NULL, or an argument only a privileged peer may give */
 } commands[] = {
 	{ "status", cmd_status, NULL, NULL },

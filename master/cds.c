@@ -1,4 +1,5 @@
-/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial every second, as stunnerd). */
+/* Master: the CDS watch (connect, WebSocket handshake, frames, apply each config, redial every
+ * second, as stunnerd). */
 #include "config.h"
 
 #include "master/cds.h"

@@ -1,4 +1,4 @@
-/* Master: the minimal WebSocket client pieces (RFC 6455) the CDS client needs: handshake and framing. */
+/* Master: the WebSocket client pieces (RFC 6455) the CDS client needs: handshake and framing. */
 #include "config.h"
 
 #include "master/cds.h"

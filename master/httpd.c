@@ -1,4 +1,4 @@
-/* Master: wires the HTTP module (health, /status, metrics, credential API) to the master's state. */
+/* Master: wires the HTTP module (health, /status, metrics, credential API) to master state. */
 #include "config.h"
 
 #include "master/master.h"

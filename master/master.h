@@ -56,8 +56,12 @@ struct mworker {
 	bool kill_sent;           /* SIGKILL already sent for a hang */
 	pid_t linger_pid;         /* a live upgrade left it serving its TLS calls
 				   * (master/linger.c); 0 none */
-	pid_t handed_pid;         /* said IPC_HANDED_OVER, counted stopped: its exit is
-				   * logged when reaped (child_cb); 0 none */
+	pid_t *handed;            /* n_handed of this slot's workers that said
+				   * IPC_HANDED_OVER, counted stopped, not reaped yet: their
+				   * exits are logged when reaped (child_cb). Several when the
+				   * slot handed over again (a failed upgrade's respawned
+				   * worker, in the next upgrade) before the first was reaped */
+	size_t n_handed, cap_handed;
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
@@ -111,7 +115,7 @@ struct master {
 	/* shared memory and workers */
 	struct shm *shm;
 	char *state_path;         /* the state file, NULL when the table lives in memory */
-	bool state_created;       /* this start made it (not taken over): a failed start removes it */
+	bool state_created;       /* this start made it (no takeover): a failed start removes it */
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
 	unsigned n_slots;
 	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */

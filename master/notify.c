@@ -1,4 +1,4 @@
-/* Master: systemd readiness, reload, stop and watchdog notifications (no-ops without libsystemd). */
+/* Master: systemd readiness, reload, stop and watchdog notifications (no-op without libsystemd). */
 #include "config.h"
 
 #include "master/master.h"

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/grow.h"
 #include "common/ipc.h"
 #include "common/log.h"
 #include "common/mono.h"
@@ -401,10 +402,11 @@ static void ctl_handed_over(struct mworker *w)
 		 w->slot, (int)w->pid);
 	shm_slot_reaped(m->shm, w->slot);
 	ctl_close(m, w);
-	/* One at a time: should this slot hand over again (a failed upgrade's respawned
-	 * worker, in the next upgrade) before this one is reaped, the newer replaces it and
-	 * the older's exit is reaped unlogged (child_cb reaps every child). */
-	w->handed_pid = w->pid;
+	if (GROW_ARRAY(&w->handed, &w->cap_handed, w->n_handed + 1, 2) == 0)
+		w->handed[w->n_handed++] = w->pid;
+	else
+		log_warn("master", "worker %u (pid %d): out of memory: its exit will not be logged",
+			 w->slot, (int)w->pid);
 	w->pid = 0;
 	w->state = MW_STOPPED;
 	if (supervise_all_down(m))
@@ -478,13 +480,23 @@ static void log_exit(unsigned slot, pid_t pid, int status)
 			  WCOREDUMP(status) ? ", core dumped" : "");
 }
 
+/* Takes pid off w's workers counted stopped at their IPC_HANDED_OVER; false: not one. */
+static bool handed_take(struct mworker *w, pid_t pid)
+{
+	for (size_t i = 0; i < w->n_handed; i++)
+		if (w->handed[i] == pid) {
+			w->handed[i] = w->handed[--w->n_handed];
+			return true;
+		}
+	return false;
+}
+
 /* A worker counted stopped at its IPC_HANDED_OVER, reaped now: only logged. */
 static void reap_handed_over(struct master *m, pid_t pid, int status)
 {
 	for (unsigned i = 0; i < m->n_slots; i++)
-		if (pid > 0 && m->workers[i].handed_pid == pid) {
+		if (pid > 0 && handed_take(&m->workers[i], pid)) {
 			log_exit(i, pid, status);
-			m->workers[i].handed_pid = 0;
 			return;
 		}
 }
@@ -511,7 +523,7 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	if (m->handing_over) {
 		ctl_read(w, INT32_MAX);
 		if (w->pid == 0) {
-			w->handed_pid = 0;	/* logged above */
+			handed_take(w, c->rpid);	/* logged above */
 			return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
 		}
 	}
@@ -776,6 +788,7 @@ void supervise_free(struct master *m)
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		ctl_close(m, &m->workers[i]);
 		ev_timer_stop(m->loop, &m->workers[i].respawn);
+		free(m->workers[i].handed);
 	}
 	ev_child_stop(m->loop, &m->child_w);
 	free(m->workers);

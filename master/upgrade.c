@@ -342,7 +342,8 @@ void upgrade_report_ready(struct master *m)
 	/* "ready streams": we read the TCP connections (an old master that does not hand
 	 * any over did not ask, and expects "ready" alone); "relays": and the relay sockets
 	 * (only to an old master that offered them: " relays=1 " in the environment);
-	 * "urelays": and a TURN-TCP call's UDP relay sockets with its connection (" urelays=1 "). */
+	 * "urelays": and a TURN-TCP call's UDP relay sockets with its connection
+	 * (" urelays=1 "). */
 	report(m->up, "ready%s%s%s", m->up->streams ? " streams" : "",
 	       m->up->relays ? " relays" : "", m->up->urelays ? " urelays" : "");
 }

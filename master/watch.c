@@ -1,4 +1,5 @@
-/* Master: opt-in (-w) reload when the config file or a file it names (cert/key, secret, token) changes (inotify); a CDS origin is handed to master/cds.c. */
+/* Master: opt-in (-w) reload when the config file or a file it names (cert/key, secret, token)
+ * changes (inotify); a CDS origin is handed to master/cds.c. */
 #include "config.h"
 
 #include "master/master.h"

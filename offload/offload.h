@@ -38,7 +38,7 @@ struct tgo_opts {
 	enum tgo_engine engine;
 	const char *const *ifaces;	/* interface names to attach to; n_ifaces > 0 */
 	size_t n_ifaces;
-	const char *pin_dir;		/* bpffs directory of this instance (created); NULL: no pin */
+	const char *pin_dir;		/* this instance's bpffs folder (created); NULL: no pin */
 	uint32_t max_entries;		/* channels per direction the maps hold */
 	bool force_fail;		/* tests: fail as if the kernel refused the programs */
 };

@@ -9,8 +9,8 @@
  * listener:port -> client:port. Short circuit (an entry with sc_channel): the ChannelData
  * datagram client:port -> listener:port leaves as ChannelData on sc_channel from the
  * other allocation's listener:port to its client:port, same length, same payload, only
- * the addresses, ports and channel number rewritten. Routing: bpf_fib_lookup from the new addresses, done
- * before anything is rewritten so that whatever cannot be relayed leaves untouched.
+ * the addresses, ports and channel number rewritten. Routing: bpf_fib_lookup from the new
+ * addresses, done before anything is rewritten so that whatever cannot be relayed leaves untouched.
  *
  * Layout of a rewrite (TC): the Ethernet, IP and UDP headers stay where they are and the
  * payload moves by 4 bytes. A CHECKSUM_PARTIAL skb (from a local socket, through a veth or
@@ -281,8 +281,8 @@ static __always_inline long route(void *ctx, const struct tgo_pkt *p, const stru
 }
 
 /* The UDP checksum differences of a rewrite: the pseudo-header's in *pseudo, the rest
- * (UDP header, ChannelData header: a short circuit changes only its channel) in *rest. The padding a client -> peer datagram loses
- * is subtracted by the caller. */
+ * (UDP header, ChannelData header: a short circuit changes only its channel) in *rest. The padding
+ * a client -> peer datagram loses is subtracted by the caller. */
 static __always_inline void csum_diffs(const struct tgo_pkt *p, const struct tgo_out *o,
 				       __u32 *pseudo, __u32 *rest)
 {
@@ -369,7 +369,7 @@ static __always_inline int parse_ip(void *data, void *data_end, __u32 len, struc
 		if (ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
 		    (ip->frag_off & bpf_htons(0x3FFF)))
 			return -1;
-			/* A damaged header goes up to be dropped by the stack, not relayed afresh. */
+			/* A damaged header goes up for the stack to drop, not relayed afresh. */
 #pragma unroll
 		for (int i = 0; i < TGO_IP4_HLEN / 2; i++)
 			sum += w[i];

@@ -139,7 +139,7 @@ static int check_header(const struct shm_image *img, struct img_geom *g, struct 
 				  g->revoke->stride < sizeof(struct shm_revoke_hdr) +
 							      SHM_REVOKE_MAX *
 								      sizeof(struct shm_revoke_ent)))
-		g->revoke = NULL;	/* an older or newer build's list: not carried (t says so) */
+		g->revoke = NULL;	/* another build's list: not carried (t says so) */
 	/* The records name listener slots: without the table of the build that wrote them
 	 * (same record format, so same build family) they would mean nothing. */
 	g->lslot = region_find(h, SHM_REGION_LSLOTS);

@@ -215,7 +215,7 @@ unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *
 		uint64_t head = CMM_LOAD_SHARED(r->head), tail = CMM_LOAD_SHARED(r->tail);
 
 		if (head == tail)
-			continue;	/* nothing new: no store (the state file's page stays clean) */
+			continue;	/* nothing new, no store: the state file page stays clean */
 		cmm_smp_rmb();	/* the head before the events it publishes */
 		if (head - tail > SHM_REC_RING)
 			tail = head - SHM_REC_RING;	/* a corrupt pair: keep the newest */

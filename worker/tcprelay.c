@@ -44,7 +44,7 @@ struct wk_tpeer {
 	uint8_t tid[STUN_TID_LEN];
 	bool sha256, fingerprint;
 	int fd;
-	size_t cap;			/* bytes per buffer: the snapshot's tcp_buffer at creation */
+	size_t cap;			/* bytes per buffer: the snapshot's tcp_buffer when made */
 	ev_io cio;			/* connecting: the connect's completion */
 	ev_timer tmo;
 	struct wk_pipe pipe;		/* bound */

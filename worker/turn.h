@@ -79,8 +79,9 @@ enum stun_chan_range wk_chan_range(const struct worker *w);
 void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_t len);
 
 /* ---- tcprelay.c (RFC 6062) ---- */
-/* Live upgrade (park.c, and wk_tcpr_park here): sends one parked socket's state (h completed: magic, version, slot, lengths) and
- * socket fd to the master, within what is left of the worker's parking time. */
+/* Live upgrade (park.c, and wk_tcpr_park here): sends one parked socket's state (h completed:
+ * magic, version, slot, lengths) and socket fd to the master, within what is left of the worker's
+ * parking time. */
 int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
 		 const uint8_t *out, size_t out_len, int fd);
 /* Connect: a is a TCP allocation, peer passed its checks; starts a non-blocking connect

@@ -65,8 +65,9 @@ int harness_spawn(struct harness *h, unsigned workers);
 int harness_launch(struct harness *h, const char *yaml, unsigned workers,
 		   const struct sockaddr *probe);
 
-/* SIGTERM, a second SIGTERM after 5 s (stop now), SIGKILL after 15 s; then scans the log. Returns 0 when the daemon exited
- * with status 0 and the log is clean, -1 otherwise (reasons printed). Idempotent. */
+/* SIGTERM, a second SIGTERM after 5 s (stop now), SIGKILL after 15 s; then scans the log. Returns 0
+ * when the daemon exited with status 0 and the log is clean, -1 otherwise (reasons printed).
+ * Idempotent. */
 int harness_stop(struct harness *h);
 
 /* For a test that killed workers on purpose: stops the daemon like harness_stop, then

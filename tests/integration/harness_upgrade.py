@@ -1,7 +1,7 @@
 """Shared by the live-upgrade tests (test_upgrade_*.py): holding the daemon's processes
 with ptrace (at their exit: ExitHold; at their birth: BirthHold), an upgrade that fails
 after the hand-over (failed_upgrade), and a daemon with UDP allocations relaying across
-upgrades (relaying)."""
+upgrades (relaying); teardown, the end of every such test."""
 import contextlib
 import ctypes
 import os
@@ -15,6 +15,18 @@ from harness_admin import (Client, Daemon, Failure, check, config, free_port,  #
                            listener_port_ok, stop_master, wait_for)
 
 SAMPLE = 5
+
+def teardown(daemon, pid, *closing):
+    """The end of a live-upgrade test, in its finally: closes each of closing that is not
+    None (clients, sockets), stops the master that an upgrade started (pid: stop_master;
+    None or the daemon's own: nothing) and kills the daemon. The test scans the daemon's
+    log (daemon.scan) after its finally, so that a failure is reported as it came."""
+    for c in closing:
+        if c is not None:
+            c.close()
+    stop_master(daemon, pid)
+    daemon.kill()
+
 
 PTRACE_CONT, PTRACE_DETACH, PTRACE_SEIZE = 7, 17, 0x4206
 PTRACE_O_TRACEEXIT, PTRACE_EVENT_EXIT = 0x40, 6
@@ -347,12 +359,7 @@ def relaying(d, relay, n, workers=2):
         check(all(len(r.before.get(p, [])) == 1 for p in r.ports), "one socket per relay port")
         yield r
     finally:
-        for c, _ in r.clients:
-            c.close()
-        r.held.close()
-        r.peer.close()
-        stop_master(r.daemon, r.pid)
-        r.daemon.kill()
+        teardown(r.daemon, r.pid, *[c for c, _ in r.clients], r.held, r.peer)
     r.daemon.scan()
 
 

@@ -31,6 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (alive, check, dtls_client, run_tests, scrape,  # noqa: E402
                            upgrade, wait_for)
+from harness_upgrade import held_socket  # noqa: E402
 from test_upgrade_linger import (UPGRADES, failed_upgrade, linger_setup,  # noqa: E402
                                  lingering, listen_port, tls_call)
 from test_upgrade_linger import start as linger_start  # noqa: E402
@@ -141,7 +142,7 @@ def linger_files(d):
 
 
 def test_dtls_linger_limit_ends_them(d):
-    mport = listen_port()
+    mport = listen_port(RELAY)
     with lingering_run(d, 2, mport=mport) as r:
         daemon = r.daemon
         call, _ = dtls_call(r.port, r.peer)
@@ -177,8 +178,7 @@ def test_dtls_failed_upgrade(d):
     respawns the slot, so the DTLS call ends; the respawned workers find the dead worker's
     status file and socket (its clients' datagrams are theirs again), the status file and
     socket go at the next status, and a new DTLS client relays."""
-    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.bind(("127.0.0.1", listen_port()))
+    held = held_socket(RELAY)
     call2 = None
     try:
         with lingering_run(d, 600) as r:

@@ -9,6 +9,12 @@ master serves on and is the one that reaps them. Once the test lets them go, its
 say how each exited. On a build that forgets a handed-over worker when it counts it
 stopped, no line ever names them.
 
+The same slots can hand over twice before their master reaps the first: the old workers
+stay held through a second failed upgrade, in which the workers the first one respawned
+hand over and exit; the master must still log the first ones' exits once they are let go.
+On a build that keeps one handed-over worker per slot, the second replaces the first and
+the first's exit goes unlogged.
+
 (After an upgrade that succeeds the old master exits as soon as the new one serves; a
 worker still exiting then is reaped by whoever adopts orphans, init or systemd, and its
 exit is not logged: docs/operations.md, *Live upgrade*.)
@@ -40,18 +46,31 @@ def exits_logged(text, pids):
     return got
 
 
+def failed_upgrade_holding(d, r, hold, olds):
+    """check_failed_upgrade's upgrade, with hold's stops (SIGQUIT among them) passed on
+    meanwhile; then olds are held at their exit."""
+    t = InThread(failed_upgrade, r.daemon, d, r.text, r.listeners, r.held, WORKERS, RELAY)
+    run_until(t, hold, 120)    # beyond the upgrade's own timeout
+    t.communicate(1)
+    check(t.returncode == 0, "the failed upgrade did not end")
+    check(hold.wait_held(), "old workers at their exit: %r of %r" % (sorted(hold.held), olds))
+
+
+def check_exits_logged(r, pids, what):
+    """Waits (bounded) until the master has logged the exit of each of pids: status 0."""
+    wait_for(lambda: len(exits_logged(r.daemon.stderr(), pids)) == len(pids),
+             "the master to log the exits of %s" % what, timeout=30)
+    lines = exits_logged(r.daemon.stderr(), pids)
+    check(all(v.endswith("exited with status 0") for v in lines.values()),
+          "the exits of %s: %r" % (what, lines))
+    print("%s: %s" % (what, "; ".join(lines.values())))
+
+
 def test_handed_over_worker_exit_logged(d):
     with relaying(d, RELAY, N, WORKERS) as r:
         olds, hold = hold_exits(r.daemon, WORKERS)
         try:
-            # The held workers' stops (SIGQUIT among them) are passed on meanwhile.
-            t = InThread(failed_upgrade, r.daemon, d, r.text, r.listeners, r.held, WORKERS,
-                         RELAY)
-            run_until(t, hold, 120)    # beyond the upgrade's own timeout
-            t.communicate(1)
-            check(t.returncode == 0, "the failed upgrade did not end")
-            check(hold.wait_held(), "old workers at their exit: %r of %r"
-                  % (sorted(hold.held), olds))
+            failed_upgrade_holding(d, r, hold, olds)
             log = r.daemon.stderr()
             for p in olds:
                 check("(pid %d) handed everything over" % p in log,
@@ -59,15 +78,30 @@ def test_handed_over_worker_exit_logged(d):
             check(not exits_logged(log, olds), "an exit logged before it happened")
         finally:
             hold.release()
-        wait_for(lambda: len(exits_logged(r.daemon.stderr(), olds)) == WORKERS,
-                 "the old master to log both handed-over workers' exits (%r)"
-                 % (exits_logged(r.daemon.stderr(), olds),), timeout=30)
-        lines = exits_logged(r.daemon.stderr(), olds)
-        check(all(v.endswith("exited with status 0") for v in lines.values()),
-              "their exits: %r" % (lines,))
-        print("handed-over workers' exits: %s" % "; ".join(lines.values()))
+        check_exits_logged(r, olds, "the handed-over workers")
         check_relaying(r.sample, r.peer, "after the failed upgrade")
 
 
+def test_slot_handed_over_twice_exits_logged(d):
+    with relaying(d, RELAY, N, WORKERS) as r:
+        olds, hold = hold_exits(r.daemon, WORKERS)
+        try:
+            failed_upgrade_holding(d, r, hold, olds)
+            seconds = [w["pid"] for w in r.daemon.admin({"cmd": "workers"})["workers"]]
+            check(len(seconds) == WORKERS and not set(seconds) & set(olds),
+                  "respawned workers: %r (old %r)" % (seconds, olds))
+            t = InThread(failed_upgrade, r.daemon, d, r.text, r.listeners, r.held, WORKERS,
+                         RELAY)
+            t.communicate(120)
+            check(t.returncode == 0, "the second failed upgrade did not end")
+            check_exits_logged(r, seconds, "the second hand-over's workers")
+            check(not exits_logged(r.daemon.stderr(), olds),
+                  "an exit logged before it happened")
+        finally:
+            hold.release()
+        check_exits_logged(r, olds, "the first hand-over's workers, held through the second")
+        check_relaying(r.sample, r.peer, "after the second failed upgrade")
+
+
 if __name__ == "__main__":
-    run_tests([test_handed_over_worker_exit_logged])
+    run_tests([test_handed_over_worker_exit_logged, test_slot_handed_over_twice_exits_logged])

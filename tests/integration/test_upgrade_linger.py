@@ -25,7 +25,6 @@ import contextlib
 import os
 import queue
 import signal
-import socket
 import struct
 import sys
 import threading
@@ -33,9 +32,10 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Client, Daemon, alive, check, error_code, free_port,  # noqa: E402
-                           make_cert, run_tests, scrape, stop_master, tls_client, upgrade,
-                           wait_for)
+from harness_admin import (Client, Daemon, Failure, alive, check, error_code,  # noqa: E402
+                           free_port, make_cert, run_tests, scrape, stop_master, tls_client,
+                           upgrade, wait_for)
+from harness_upgrade import held_socket  # noqa: E402
 from test_tls import tls_config  # noqa: E402
 from test_upgrade_streams import (UdpPeer, call_refresh, file_frames,  # noqa: E402
                                   read_stream)
@@ -92,22 +92,20 @@ class TlsCall:
 
 
 def listen_port(relay=RELAY):
-    """A free port outside this file's relay range and relay (a listener in the daemon's
-    relay range is a config error)."""
-    while True:
-        p = free_port()
-        if not any(lo <= p <= hi for lo, hi in (RELAY, relay)):
+    """A port for a listener or /metrics (free_port's: never one it gave before) outside
+    relay, the daemon's relay range (a listener there is a config error), and this file's."""
+    for _ in range(100):    # bounded: one in this file's range is drawn again
+        p = free_port(avoid=relay)
+        if not RELAY[0] <= p <= RELAY[1]:
             return p
+    raise Failure("no free port outside the relay ranges %r and %r" % (relay, RELAY))
 
 
 def start(d, linger, relay=RELAY, udp=False, mport=None, dtls=False):
     """A daemon with TURN-UDP, TURN-TLS and TURN-DTLS listeners (and /metrics on mport):
     (daemon, TLS port; the DTLS port with dtls), and the UDP port too with udp."""
     crt, key = make_cert(d, "turn.test")
-    ports = set()
-    while len(ports) < 3:   # three distinct ones (free_port may hand one out twice)
-        ports.add(listen_port(relay))
-    udp_port, tls_port, dtls_port = sorted(ports)
+    udp_port, tls_port, dtls_port = (listen_port(relay) for _ in range(3))
     text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=relay)
     text += "limits:\n  upgrade_linger: %d\n" % linger
     if mport:
@@ -278,8 +276,7 @@ def test_failed_upgrade_ends_lingering(d):
     respawns the slot (one process per slot), so the TLS call ends, as before lingering
     existed; the old master serves on and a new TLS call relays."""
     daemon, port = start(d, 600)
-    held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.bind(("127.0.0.1", listen_port()))
+    held = held_socket(RELAY, (port,))
     peer, call, call2 = UdpPeer(), None, None
     try:
         call, relayed = tls_call(port, peer)

@@ -18,7 +18,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, StreamClient, check, config, free_port,  # noqa: E402
-                           run_tests, stop_master, wait_for)
+                           run_tests, wait_for)
+from harness_upgrade import teardown  # noqa: E402
 
 RELAY = (45350, 45399)
 N = 30
@@ -65,10 +66,7 @@ def test_sockets_over_the_limit_counted(d):
         check(got + ended == 2 * N, "stream_handovers %d + ended %d != %d sockets"
               % (got, ended, 2 * N))
     finally:
-        for c in calls:
-            c.close()
-        stop_master(daemon, pid)
-        daemon.kill()
+        teardown(daemon, pid, *calls)
     daemon.scan()
 
 

@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Client, Daemon, Failure, alive,  # noqa: E402
-                           check, config, error_code, free_port, run_tests, stop_master,
-                           wait_for)
+                           check, config, error_code, free_port, run_tests, wait_for)
+from harness_upgrade import teardown  # noqa: E402
 
 RELAY = (44900, 44979)
 N = 40
@@ -182,11 +182,7 @@ def test_changes_during_precopy(d):
                 os.kill(new_master(daemon), signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for c, _ in clients + new:
-            c.close()
-        peer.close()
-        stop_master(daemon, pid)
-        daemon.kill()
+        teardown(daemon, pid, *[c for c, _ in clients + new], peer)
     daemon.scan()
 
 

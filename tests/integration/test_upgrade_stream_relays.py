@@ -31,8 +31,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
                            StreamClient, check, config, error_code, free_port, run_tests,
-                           stop_master, wait_for)
-from harness_upgrade import BirthHold, InThread, failed_upgrade, held_socket  # noqa: E402
+                           wait_for)
+from harness_upgrade import BirthHold, InThread, failed_upgrade, held_socket, teardown  # noqa: E402
 
 RELAY = (45100, 45199)
 N = 4
@@ -206,15 +206,8 @@ def test_tcp_call_keeps_its_relay_socket(d):
         calls.same_sockets("after the failed upgrade")
         calls.relaying("after the failed upgrade")
     finally:
-        if calls is not None:
-            calls.close()
-        peer.close()
-        if peer6 is not None:
-            peer6.close()
-        held.close()
         # an upgrade that a failed check left running serves on: stopped too
-        stop_master(daemon, pid or (calls and calls.next_master))
-        daemon.kill()
+        teardown(daemon, pid or (calls and calls.next_master), calls, peer, peer6, held)
     daemon.scan()
 
 

@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Daemon, Failure, StreamClient, TcpPeer,
                            build, channel_data, channel_payload, check, config, error_code,
-                           free_port, parse, run_tests, stop_master, upgrade, wait_for)
-from harness_upgrade import failed_upgrade, held_socket  # noqa: E402
+                           free_port, parse, run_tests, upgrade, wait_for)
+from harness_upgrade import failed_upgrade, held_socket, teardown  # noqa: E402
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -333,11 +333,7 @@ def test_tcp_call_survives_upgrades(d):
         wait_for(lambda: daemon.admin({"cmd": "allocations"})["allocations"] == [],
                  "the allocation to end")
     finally:
-        if call is not None:
-            call.close()
-        peer.close()
-        stop_master(daemon, pid)
-        daemon.kill()
+        teardown(daemon, pid, call, peer)
     daemon.scan()
 
 
@@ -438,12 +434,7 @@ def test_rfc6062_call_survives_upgrades(d):
               "the same allocation: %r" % (allocs,))
         ctl.close()
     finally:
-        if stream is not None:
-            stream.close()
-        peer.close()
-        peer2.close()
-        stop_master(daemon, pid)
-        daemon.kill()
+        teardown(daemon, pid, stream, peer, peer2)
     daemon.scan()
 
 
@@ -513,9 +504,7 @@ def test_output_buffer_handed_over(d):
               % (out[0], n - dropped, dropped))
         ctl.close()
     finally:
-        peer.close()
-        stop_master(daemon, pid)
-        daemon.kill()
+        teardown(daemon, pid, peer)
     daemon.scan()
 
 

@@ -30,8 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Daemon, StreamClient, check, config,  # noqa: E402
-                           error_code, free_port, run_tests, stop_master, wait_for)
-from harness_upgrade import BirthHold  # noqa: E402
+                           error_code, free_port, run_tests, wait_for)
+from harness_upgrade import BirthHold, teardown  # noqa: E402
 
 RELAY = (45300, 45349)
 WORKERS = 2
@@ -116,11 +116,7 @@ def test_tcp_call_survives_upgrade_to_older(d):
               "stream_handovers %d (want 1), ended %d (want 0)"
               % (st["stream_handovers"], st["stream_handovers_ended"]))
     finally:
-        if c is not None:
-            c.close()
-        peer.close()
-        stop_master(daemon, pid)
-        daemon.kill()
+        teardown(daemon, pid, c, peer)
     daemon.scan()
 
 

@@ -1,4 +1,5 @@
-/* Unit tests of the CDS client's pure pieces: origin and identity parsing, WebSocket handshake and framing. */
+/* Unit tests of the CDS client's pure pieces: origin and identity parsing, WebSocket handshake and
+ * framing. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

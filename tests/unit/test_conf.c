@@ -1,4 +1,5 @@
-/* Unit tests for config loading: defaults, spellings, every error with its location, env, extensions, samples. */
+/* Unit tests for config loading: defaults, spellings, every error with its location, env,
+ * extensions, samples. */
 #include "tests/unit/test_conf_util.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,5 @@
-/* Unit tests for admin.siblings: parsing, the self entry, slice checks with their locations, DNS names, the snapshot and JSON. */
+/* Unit tests for admin.siblings: parsing, the self entry, slice checks with their locations, DNS
+ * names, the snapshot and JSON. */
 #include "tests/unit/test_conf_util.h"
 
 #include <arpa/inet.h>

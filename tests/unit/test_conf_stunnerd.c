@@ -1,4 +1,5 @@
-/* Unit tests for configs stunnerd accepts: the value turngate loads is the one stunnerd would use (issue #20). */
+/* Unit tests for configs stunnerd accepts: the value turngate loads is the one stunnerd would use
+ * (issue #20). */
 #include "tests/unit/test_conf_util.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* Shared helpers for the conf unit tests: load from text with a fake environment, find diagnostics. */
+/* The conf unit tests' helpers: load from text with a fake environment, find diagnostics. */
 #ifndef TG_TEST_CONF_UTIL_H
 #define TG_TEST_CONF_UTIL_H
 

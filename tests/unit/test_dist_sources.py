@@ -12,15 +12,15 @@ import os
 import subprocess
 import sys
 
+from tree_check import report, tree_files, tree_top
+
 
 def makefiles_text(top):
     text = []
-    for root, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if d not in {".git", "_build", "autom4te.cache"}]
-        for f in files:
-            if f == "Makefile.am" or f.endswith("Makefile.inc"):
-                with open(os.path.join(root, f), encoding="utf-8") as fh:
-                    text.append(fh.read())
+    for root, f in tree_files(top):
+        if f == "Makefile.am" or f.endswith("Makefile.inc"):
+            with open(os.path.join(root, f), encoding="utf-8") as fh:
+                text.append(fh.read())
     return "\n".join(text)
 
 
@@ -34,8 +34,7 @@ def tracked(top):
 
 
 def main():
-    top = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    top = tree_top()
     files = tracked(top)
     if files is None:
         print("skip: not a git checkout (an unpacked tarball has only the files it names)")
@@ -44,13 +43,9 @@ def main():
     missing = [p for p in files if p.endswith((".c", ".h")) and "/" in p
                and os.path.exists(os.path.join(top, p.split("/")[0], "Makefile.inc"))
                and p not in mk]
-    for p in missing:
-        print(f"{p}: named in no Makefile.am or Makefile.inc: `make dist` leaves it out")
-    if missing:
-        print(f"FAIL: {len(missing)} source file(s) missing from the Makefiles")
-        return 1
-    print("ok: every source file of the daemon's folders is in a Makefile")
-    return 0
+    return report([f"{p}: named in no Makefile.am or Makefile.inc: `make dist` leaves it out"
+                   for p in missing], "source file(s) missing from the Makefiles",
+                  "every source file of the daemon's folders is in a Makefile")
 
 
 if __name__ == "__main__":

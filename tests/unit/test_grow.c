@@ -121,59 +121,62 @@ static void test_overflow_refused(void **state)
 	assert_int_equal(realloc_calls, 0);
 }
 
+/* A failed allocation changes nothing, for each function and the allocator it uses: the
+ * first allocation failing leaves the caller's NULL and 0; a growth failing leaves the array,
+ * its capacity and its bytes; the next one grows it. */
+struct fail_case {
+	int wipe;		/* GROW_ARRAY_WIPE, else GROW_ARRAY */
+	int *fail;		/* the allocator it uses: realloc_fail or malloc_fail */
+	int reallocs;		/* realloc's calls in all */
+};
+
+static struct fail_case realloc_fails = {0, &realloc_fail, 4};
+static struct fail_case malloc_fails = {1, &malloc_fail, 0};
+
+static int grow_bytes(const struct fail_case *fc, char **v, size_t *cap, size_t want)
+{
+	return fc->wipe ? GROW_ARRAY_WIPE(v, cap, want, 2) : GROW_ARRAY(v, cap, want, 2);
+}
+
 static void test_failure_keeps_array(void **state)
 {
+	const struct fail_case *fc = *state;
 	char *v = NULL, *before;
 	size_t cap = 0;
 
-	(void)state;
-	assert_int_equal(GROW_ARRAY(&v, &cap, 3, 2), 0);
+	*fc->fail = 1;
+	assert_int_equal(grow_bytes(fc, &v, &cap, 1), -ENOMEM);
+	assert_null(v);
+	assert_int_equal(cap, 0);
+	*fc->fail = 0;
+	assert_int_equal(grow_bytes(fc, &v, &cap, 3), 0);
 	assert_int_equal(cap, 4);
-	v[0] = 'a';
-	v[3] = 'd';
+	memcpy(v, "k3y", 4);
 	before = v;
-	realloc_fail = 1;
-	assert_int_equal(GROW_ARRAY(&v, &cap, 5, 2), -ENOMEM);
-	assert_int_equal(realloc_calls, 2);
+	*fc->fail = 1;
+	assert_int_equal(grow_bytes(fc, &v, &cap, 5), -ENOMEM);
+	*fc->fail = 0;
 	assert_ptr_equal(v, before);
 	assert_int_equal(cap, 4);
-	assert_int_equal(v[0], 'a');
-	assert_int_equal(v[3], 'd');
-	/* The first allocation failing leaves the caller's NULL and 0. */
-	{
-		int *e = NULL;
-		size_t ecap = 0;
-
-		assert_int_equal(GROW_ARRAY(&e, &ecap, 1, 8), -ENOMEM);
-		assert_null(e);
-		assert_int_equal(ecap, 0);
-	}
-	realloc_fail = 0;
-	assert_int_equal(GROW_ARRAY(&v, &cap, 5, 2), 0);
+	assert_string_equal(v, "k3y");
+	assert_int_equal(grow_bytes(fc, &v, &cap, 5), 0);
 	assert_int_equal(cap, 8);
-	assert_int_equal(v[3], 'd');
+	assert_string_equal(v, "k3y");
+	assert_int_equal(realloc_calls, fc->reallocs);
 	free(v);
 }
 
-/* GROW_ARRAY_WIPE: the same rule, the old block wiped before it is freed, never realloc;
- * a failure changes nothing. */
+/* GROW_ARRAY_WIPE: the same rule, the old block wiped before it is freed, never realloc. */
 static void test_wipe(void **state)
 {
-	char *v = NULL, *before;
+	char *v = NULL;
 	size_t cap = 0;
 
 	(void)state;
 	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 3, 4), 0);
 	assert_int_equal(cap, 4);
 	memcpy(v, "k3y", 4);
-	before = v;
-	malloc_fail = 1;
-	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 5, 4), -ENOMEM);
-	assert_ptr_equal(v, before);
-	assert_int_equal(cap, 4);
-	assert_string_equal(v, "k3y");
-	malloc_fail = 0;
-	watch = before;
+	watch = v;
 	watch_len = 4;
 	assert_int_equal(GROW_ARRAY_WIPE(&v, &cap, 5, 4), 0);
 	assert_int_equal(cap, 8);
@@ -192,7 +195,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_growth, setup),
 		cmocka_unit_test_setup(test_overflow_refused, setup),
-		cmocka_unit_test_setup(test_failure_keeps_array, setup),
+		{"test_failure_keeps_array (GROW_ARRAY, realloc fails)", test_failure_keeps_array,
+		 setup, NULL, &realloc_fails},
+		{"test_failure_keeps_array (GROW_ARRAY_WIPE, malloc fails)", test_failure_keeps_array,
+		 setup, NULL, &malloc_fails},
 		cmocka_unit_test_setup(test_wipe, setup),
 	};
 

@@ -12,6 +12,8 @@ import os
 import re
 import sys
 
+from tree_check import report, tree_files, tree_top
+
 # Bottom to top; a header and the .c files that implement it share a layer.
 LAYERS = [
     ("leaves", ["wheel.h", "wheel.c", "portpool.h", "portpool.c", "ratelimit.h",
@@ -30,7 +32,7 @@ LAYERS = [
 ]
 PRIVATE = {"relay_priv.h": "pipeline"}
 PUBLIC = {"worker.h"}  # what the rest of the daemon may include
-SKIP_DIRS = {".git", "_build", "tests", "fuzz", "autom4te.cache"}
+SKIP_DIRS = {"tests", "fuzz"}    # besides tree_check's
 INCLUDE = re.compile(r'^\s*#\s*include\s+"worker/([^"]+)"', re.M)
 
 
@@ -66,35 +68,23 @@ def check(top):
             if inc in PRIVATE and PRIVATE[inc] != layer:
                 errors.append(f"worker/{f} ({layer}) includes worker/{inc}, "
                               f"the {PRIVATE[inc]}'s private header")
-    for root, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
-        if os.path.relpath(root, top) == "worker":
+    for root, f in tree_files(top, SKIP_DIRS):
+        if os.path.relpath(root, top) == "worker" or not f.endswith((".c", ".h")):
             continue
-        for f in files:
-            if not f.endswith((".c", ".h")):
-                continue
-            path = os.path.join(root, f)
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-            for inc in INCLUDE.findall(text):
-                if inc not in PUBLIC:
-                    errors.append(f"{os.path.relpath(path, top)}: includes worker/{inc} "
-                                  "(only worker/worker.h is for outside worker/)")
+        path = os.path.join(root, f)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        for inc in INCLUDE.findall(text):
+            if inc not in PUBLIC:
+                errors.append(f"{os.path.relpath(path, top)}: includes worker/{inc} "
+                              "(only worker/worker.h is for outside worker/)")
     return errors
 
 
 def main():
-    top = sys.argv[1] if len(sys.argv) > 1 else os.environ.get(
-        "top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    errors = check(top)
-    for e in errors:
-        print(e)
-    if errors:
-        print(f"FAIL: {len(errors)} include(s) against the worker's layers")
-        return 1
     n = sum(len(files) for _, files in LAYERS)
-    print(f"ok: {n} worker files in {len(LAYERS)} layers, every include points down")
-    return 0
+    return report(check(tree_top()), "include(s) against the worker's layers",
+                  f"{n} worker files in {len(LAYERS)} layers, every include points down")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 /* Unit tests for the offload programs and maps (offload/offload.h): BPF_PROG_TEST_RUN of
  * the TC and the XDP program on crafted and random frames against one model in C of what
  * they must do (verdict and every output byte, checksums recomputed from scratch; XDP
- * passes up what only the TC program behind it can deliver), in a network namespace of its own with known routes and neighbours; the entry API (set, delete,
- * walk, full maps) and the counters. The channels include short circuits (issue #22: a
- * client's ChannelData rewritten into another allocation's ChannelData to its client),
- * routed and local, IPv4 and IPv6. Needs root (CAP_BPF, CAP_NET_ADMIN, a namespace):
- * exits 77 (skipped) saying why otherwise. */
+ * passes up what only the TC program behind it can deliver), in a network namespace of its own with
+ * known routes and neighbours; the entry API (set, delete, walk, full maps) and the counters. The
+ * channels include short circuits (issue #22: a client's ChannelData rewritten into another
+ * allocation's ChannelData to its client), routed and local, IPv4 and IPv6. Needs root (CAP_BPF,
+ * CAP_NET_ADMIN, a namespace): exits 77 (skipped) saying why otherwise. */
 #include "config.h"
 
 #include <arpa/inet.h>

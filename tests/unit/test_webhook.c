@@ -1,7 +1,7 @@
 /* Unit tests of master/webhook.c without a server: the backlog is bounded (the oldest
- * waiting record goes, the push says so, the segment counts it for the metrics), removing the webhook drops it, a change of URL
- * keeps it, and an https:// webhook whose CA file has no certificate is refused at
- * configure time with its records kept. */
+ * waiting record goes, the push says so, the segment counts it for the metrics), removing the
+ * webhook drops it, a change of URL keeps it, and an https:// webhook whose CA file has no
+ * certificate is refused at configure time with its records kept. */
 #include "config.h"
 
 #include <setjmp.h>
