@@ -478,6 +478,7 @@ def expiry(n, args, out):
     print(res, file=out, flush=True)
     return res
 
+
 PROBE = os.urandom(1 << 20)
 
 
@@ -505,7 +506,8 @@ def setup_profile(srv, fleet, n, args):
     """Sets up all n allocations in 20 chunks of 5 % of n, each in --subchunks equal
     parts, every one measured: the fleet's achieved rate, and per setup the server's CPU
     (schedstat of master and workers: user and kernel, ns clock), its run-queue wait and
-    time slices, and the fleet's own CPU, with the machine's stolen time and load average.
+    time slices, and the fleet's own CPU, with the machine's stolen time, load average,
+    a fixed-work probe and t (CLOCK_MONOTONIC at the part's start and end, for perf -k).
     The fleet offers a fixed --pace (open loop) so that every chunk gets the same work per
     wakeup; --pace 0 is the closed loop of the first runs. Returns phases (as before: the
     whole chunk at 0, 50 and 90 % (the one that reaches 95 %): pct, setups/s, CPU µs a
@@ -531,7 +533,8 @@ def setup_profile(srv, fleet, n, args):
             fleet.allocate(list(range(lo, hi)), deadline=600, rate=rate)
             t1, s1, f1, st1 = time.monotonic(), sched(pids), sched(me), steal_s()
             m = hi - lo
-            rows.append(dict(pct=pct, part=k, n=m, rate=round(m / (t1 - t0)),
+            rows.append(dict(pct=pct, part=k, n=m, t=[round(t0, 3), round(t1, 3)],
+                             rate=round(m / (t1 - t0)),
                              cpu_us=round((s1[0] - s0[0]) / m * 1e6, 2),
                              wait_us=round((s1[1] - s0[1]) / m * 1e6, 2),
                              slices=round((s1[2] - s0[2]) / m, 3),
