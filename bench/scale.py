@@ -565,7 +565,7 @@ def run(kind, n, args, out):
     srv = Server(kind, n, args, rundir)
     res = {"server": kind, "n": n, "relays": len(srv.relays),
            "workers": srv.workers if kind == "turngate" else 1, "load_start": loadavg(),
-           "binary": os.path.realpath(args.builddir)}
+           "binary": os.path.realpath(args.builddir), "tag": args.tag}
     fleet = None
     try:
         srv.start()
@@ -673,6 +673,7 @@ def main():
                     help="the network namespace's own UDP hash table of this many slots "
                          "(net.ipv4.udp_child_hash_entries, 128-65536, set for the "
                          "unshare and put back; 0: the machine's table, shared)")
+    ap.add_argument("--tag", default="", help="a name for the run, kept in its raw line")
     ap.add_argument("--setup-only", action="store_true",
                     help="only the setup and the memory figures")
     ap.add_argument("--no-netns", action="store_true",
