@@ -565,7 +565,8 @@ def run(kind, n, args, out):
     srv = Server(kind, n, args, rundir)
     res = {"server": kind, "n": n, "relays": len(srv.relays),
            "workers": srv.workers if kind == "turngate" else 1, "load_start": loadavg(),
-           "binary": os.path.realpath(args.builddir), "tag": args.tag}
+           "binary": os.path.realpath(args.builddir), "tag": args.tag,
+           "udp_hash": getattr(args, "udp_hash_slots", None)}
     fleet = None
     try:
         srv.start()
@@ -700,6 +701,7 @@ def main():
             hashed = f.read().strip()
         print("in a new network namespace (loopback only); its UDP hash table: %s slots "
               "(negative: the machine's table, shared)" % hashed, flush=True)
+        args.udp_hash_slots = int(hashed)
     if args.expiry:
         for n in [int(x) for x in args.counts.split(",")]:
             expiry(n, args, out)
