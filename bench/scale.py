@@ -11,8 +11,8 @@ a freshly started server:
              server reach together here) and measured in 20 chunks of 5 % of N, each in
              --subchunks parts: the achieved rate and per setup the server's CPU
              (schedstat of master and workers, user and kernel, ns clock), its run-queue
-             wait and time slices, the fleet's own CPU, the machine's stolen time, the
-             CPU time of a fixed piece of work (what a CPU µs is worth at that moment)
+             wait and time slices, the fleet's own CPU, the machine's stolen time and
+             the CPU that other programs took meanwhile, the CPU time of a fixed piece of work (what a CPU µs is worth at that moment)
              and the load average. The figures at 0 %, 50 % and 95 % (the chunk from
              90 % that reaches 95 %, as before) are the median and range of the parts
              (levels) and the whole chunk (phases, as the first runs reported them). The
@@ -166,11 +166,13 @@ def loadavg():
         return [float(x) for x in f.read().split()[:3]]
 
 
-def steal_s():
-    """The machine's stolen CPU time so far (/proc/stat, all CPUs), seconds."""
+def machine_s():
+    """[busy, stolen] CPU seconds of the machine so far (/proc/stat, all CPUs; busy: all
+    but idle, iowait and steal)."""
     with open("/proc/stat") as f:
-        w = f.readline().split()
-    return int(w[8]) / os.sysconf("SC_CLK_TCK")
+        w = [int(x) for x in f.readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return [(sum(w) - w[3] - w[4] - w[7]) / hz, w[7] / hz]
 
 
 def mem_kb(pids):
@@ -506,7 +508,8 @@ def setup_profile(srv, fleet, n, args):
     """Sets up all n allocations in 20 chunks of 5 % of n, each in --subchunks equal
     parts, every one measured: the fleet's achieved rate, and per setup the server's CPU
     (schedstat of master and workers: user and kernel, ns clock), its run-queue wait and
-    time slices, and the fleet's own CPU, with the machine's stolen time, load average,
+    time slices, and the fleet's own CPU, with the machine's stolen time, the CPU that
+    neither used (others_pct, % of one core; clock ticks, so ±1 tick), load average,
     a fixed-work probe and t (CLOCK_MONOTONIC at the part's start and end, for perf -k).
     The fleet offers a fixed --pace (open loop) so that every chunk gets the same work per
     wakeup; --pace 0 is the closed loop of the first runs. Returns phases (as before: the
@@ -529,9 +532,9 @@ def setup_profile(srv, fleet, n, args):
                 continue
             pids = srv.pids()
             probe = fixed_work_us()
-            s0, f0, st0, t0 = sched(pids), sched(me), steal_s(), time.monotonic()
+            s0, f0, st0, t0 = sched(pids), sched(me), machine_s(), time.monotonic()
             fleet.allocate(list(range(lo, hi)), deadline=600, rate=rate)
-            t1, s1, f1, st1 = time.monotonic(), sched(pids), sched(me), steal_s()
+            t1, s1, f1, st1 = time.monotonic(), sched(pids), sched(me), machine_s()
             m = hi - lo
             rows.append(dict(pct=pct, part=k, n=m, t=[round(t0, 3), round(t1, 3)],
                              rate=round(m / (t1 - t0)),
@@ -539,7 +542,9 @@ def setup_profile(srv, fleet, n, args):
                              wait_us=round((s1[1] - s0[1]) / m * 1e6, 2),
                              slices=round((s1[2] - s0[2]) / m, 3),
                              fleet_us=round((f1[0] - f0[0]) / m * 1e6, 2),
-                             steal_pct=round(100 * (st1 - st0) / (t1 - t0), 1),
+                             steal_pct=round(100 * (st1[1] - st0[1]) / (t1 - t0), 1),
+                             others_pct=round(100 * ((st1[0] - st0[0]) - (s1[0] - s0[0]) -
+                                                     (f1[0] - f0[0])) / (t1 - t0), 1),
                              probe_us=probe,
                              load1=loadavg()[0]))
         done = end_chunk
