@@ -89,6 +89,23 @@ bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint6
 	return room;
 }
 
+bool shm_ppool_unbooked(const struct shm *shm, uint32_t tag, uint16_t port)
+{
+	const uint64_t *w;
+	bool room = false;
+
+	shm_check_handle(shm);
+	w = pool_ways(shm, port);
+	for (unsigned i = 0; i < SHM_PPOOL_WAYS; i++) {
+		uint64_t v = CMM_LOAD_SHARED(w[i]);
+
+		if (v != 0 && (uint32_t)(v >> 32) == tag)
+			return false;
+		room |= v == 0;
+	}
+	return room;
+}
+
 /* Books `port` on tag for owner (a record or reservation word's low half). */
 static int pool_take(struct shm *shm, uint32_t tag, uint16_t port, uint32_t owner,
 		     uint64_t now_ns)

@@ -27,20 +27,24 @@ void portpool_destroy(struct portpool *p)
 		memset(p, 0, sizeof(*p));
 }
 
-int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
-		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port)
+/* One round of the range from the cursor. hinted: only ports that no booking names
+ * (shm_ppool_unbooked: the pool's words, no record read), so that a search through a
+ * nearly full range reads no allocation record for the ports it passes; the checked
+ * round (every booking's owner read) finds the ports whose owner let go. */
+static int portpool_round(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx,
+			  bool even, struct shm_ppool_resv *resv, uint64_t now_ns, bool hinted,
+			  uint16_t *port)
 {
 	unsigned n = (unsigned)p->hi - p->lo + 1;
 	unsigned cand = p->cursor;
 
-	if (p->lo == 0)
-		return -EADDRNOTAVAIL;	/* never initialised, or the range was unusable */
-	if (resv)
-		even = true;
 	for (unsigned i = 0; i < n; i++, cand = cand >= p->hi ? p->lo : cand + 1) {
 		if (even && (cand & 1))
 			continue;
 		if (resv && cand + 1 > p->hi)
+			continue;
+		if (hinted && (!shm_ppool_unbooked(shm, tag, (uint16_t)cand) ||
+			       (resv && !shm_ppool_unbooked(shm, tag, (uint16_t)(cand + 1)))))
 			continue;
 		if (!shm_ppool_is_free(shm, tag, (uint16_t)cand, now_ns))
 			continue;
@@ -62,4 +66,16 @@ int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx
 		return 0;
 	}
 	return -EADDRNOTAVAIL;
+}
+
+int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port)
+{
+	if (p->lo == 0)
+		return -EADDRNOTAVAIL;	/* never initialised, or the range was unusable */
+	if (resv)
+		even = true;
+	if (portpool_round(p, shm, tag, idx, even, resv, now_ns, true, port) == 0)
+		return 0;
+	return portpool_round(p, shm, tag, idx, even, resv, now_ns, false, port);
 }
