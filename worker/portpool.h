@@ -9,9 +9,9 @@
  * new one. A port whose booking outlived its owner (a dead worker's released record, an
  * expired reservation) comes back only once no port without a booking is left: the
  * search passes booked ports on the pool's words alone, without reading their records,
- * so that it stays cheap when the range is nearly full. The pool only books ports: binding the socket is the caller's job, and a port
- * the kernel refuses (EADDRINUSE, another program) is given back and skipped by trying
- * the next one.
+ * so that it stays cheap when the range is nearly full. The pool only books ports:
+ * binding the socket is the caller's job, and a port the kernel refuses (EADDRINUSE,
+ * another program) is given back and skipped by trying the next one.
  */
 #ifndef TG_WORKER_PORTPOOL_H
 #define TG_WORKER_PORTPOOL_H
