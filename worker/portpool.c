@@ -79,3 +79,33 @@ int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx
 		return 0;
 	return portpool_round(p, shm, tag, idx, even, resv, now_ns, false, port);
 }
+
+int portpool_bind(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		  struct shm_ppool_resv *resv, uint64_t now_ns, portpool_bind_fn *bind, void *ctx,
+		  uint16_t *port)
+{
+	for (int tries = 0; tries < PORTPOOL_TRIES; tries++) {
+		int rc;
+
+		if (portpool_get(p, shm, tag, idx, even, resv, now_ns, port) < 0)
+			break;
+		rc = bind(ctx, *port);
+		if (rc == 0)
+			return 0;
+		/* Held by another socket (a listener sharing the range, another program):
+		 * give the booking back and move on; the round-robin cursor has passed
+		 * it, so the next tries look elsewhere. Keeping it booked would leak it
+		 * for good once its holder lets go. So goes the reservation made with it
+		 * (its token was never handed out): redeemed here and given back. */
+		shm_ppool_put(shm, tag, *port, idx);
+		if (resv) {
+			struct shm_ppool_resv spent;
+
+			if (shm_ppool_redeem(shm, resv->token, idx, now_ns, &spent) == 0)
+				shm_ppool_put(shm, spent.tag, spent.port, idx);
+		}
+		if (rc != -EADDRINUSE)
+			return rc;
+	}
+	return -EADDRNOTAVAIL;
+}

@@ -41,4 +41,19 @@ void portpool_destroy(struct portpool *p);
 int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
 		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port);
 
+/* Binds the caller's socket to port, already booked for the caller's record: returns 0,
+ * -EADDRINUSE (the kernel refuses the port: try another) or another negative errno. */
+typedef int portpool_bind_fn(void *ctx, uint16_t port);
+
+#define PORTPOOL_TRIES 64	/* ports tried for one relay socket */
+
+/* Books a port as portpool_get does and binds it with bind(ctx, port); a port the kernel
+ * refuses (-EADDRINUSE) is given back (with its reservation, resv non-NULL) and another
+ * tried, up to PORTPOOL_TRIES. Returns 0 and *port (booked and bound), bind's error other
+ * than -EADDRINUSE (nothing left booked), or -EADDRNOTAVAIL (no port free, or every port
+ * tried was refused). */
+int portpool_bind(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		  struct shm_ppool_resv *resv, uint64_t now_ns, portpool_bind_fn *bind, void *ctx,
+		  uint16_t *port);
+
 #endif
