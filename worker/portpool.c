@@ -68,26 +68,39 @@ static int portpool_round(struct portpool *p, struct shm *shm, uint32_t tag, uin
 	return -EADDRNOTAVAIL;
 }
 
-int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
-		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port)
+/* portpool_get; checked: the checked round alone, round-robin from the cursor. */
+static int portpool_find(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx,
+			 bool even, struct shm_ppool_resv *resv, uint64_t now_ns, bool checked,
+			 uint16_t *port)
 {
 	if (p->lo == 0)
 		return -EADDRNOTAVAIL;	/* never initialised, or the range was unusable */
 	if (resv)
 		even = true;
-	if (portpool_round(p, shm, tag, idx, even, resv, now_ns, true, port) == 0)
+	if (!checked && portpool_round(p, shm, tag, idx, even, resv, now_ns, true, port) == 0)
 		return 0;
 	return portpool_round(p, shm, tag, idx, even, resv, now_ns, false, port);
+}
+
+int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port)
+{
+	return portpool_find(p, shm, tag, idx, even, resv, now_ns, false, port);
 }
 
 int portpool_bind(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
 		  struct shm_ppool_resv *resv, uint64_t now_ns, portpool_bind_fn *bind, void *ctx,
 		  uint16_t *port)
 {
+	bool refused = false;
+
 	for (int tries = 0; tries < PORTPOOL_TRIES; tries++) {
 		int rc;
 
-		if (portpool_get(p, shm, tag, idx, even, resv, now_ns, port) < 0)
+		/* Once a port was refused, only checked rounds: the refused port's word is
+		 * empty again, so a hinted round would come back to it (round the range)
+		 * before any port whose booking outlived its owner, again and again. */
+		if (portpool_find(p, shm, tag, idx, even, resv, now_ns, refused, port) < 0)
 			break;
 		rc = bind(ctx, *port);
 		if (rc == 0)
@@ -106,6 +119,7 @@ int portpool_bind(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t id
 		}
 		if (rc != -EADDRINUSE)
 			return rc;
+		refused = true;
 	}
 	return -EADDRNOTAVAIL;
 }

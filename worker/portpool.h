@@ -49,9 +49,11 @@ typedef int portpool_bind_fn(void *ctx, uint16_t port);
 
 /* Books a port as portpool_get does and binds it with bind(ctx, port); a port the kernel
  * refuses (-EADDRINUSE) is given back (with its reservation, resv non-NULL) and another
- * tried, up to PORTPOOL_TRIES. Returns 0 and *port (booked and bound), bind's error other
- * than -EADDRINUSE (nothing left booked), or -EADDRNOTAVAIL (no port free, or every port
- * tried was refused). */
+ * tried, up to PORTPOOL_TRIES; after a refusal the tries search as the checked round,
+ * round-robin from the cursor, so a refused port (its word empty again) hides no port
+ * whose booking outlived its owner. Returns 0 and *port (booked and bound), bind's error
+ * other than -EADDRINUSE (nothing left booked), or -EADDRNOTAVAIL (no port free, or every
+ * port tried was refused). */
 int portpool_bind(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
 		  struct shm_ppool_resv *resv, uint64_t now_ns, portpool_bind_fn *bind, void *ctx,
 		  uint16_t *port);

@@ -63,10 +63,57 @@ static void test_portpool_unbooked_first(void **state)
 	shm_destroy(shm);
 }
 
+/* portpool_bind's callback: the kernel refuses *ctx (another program holds it). */
+static int refuse_one(void *ctx, uint16_t port)
+{
+	return port == *(uint16_t *)ctx ? -EADDRINUSE : 0;
+}
+
+/* A port the kernel refuses has an empty word once given back, so it looks unbooked
+ * again: it must not hide the ports whose bookings outlived their owners. Range of 10:
+ * 50000 stale, 50005 free in the pool but refused by the kernel, the rest held; the
+ * cursor at 50005. */
+static void test_portpool_refused_then_stale(void **state)
+{
+	struct shm_config cfg = { 1, 2, 256, 64 };
+	struct shm *shm;
+	struct portpool p;
+	struct shm_addr ip = { .family = 2, .addr = { 127, 0, 0, 1 } };
+	uint32_t idx[16], tag;
+	uint16_t port, ports[10], refused;
+	const uint64_t now = 1000000000000u;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-portpool-refused", &shm), 0);
+	tag = shm_ppool_tag(&ip);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(shm_alloc_claim(shm, 0, &idx[i], NULL), 0);
+	assert_int_equal(portpool_init(&p, 50000, 50009, 0, 1), 0);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(portpool_get(&p, shm, tag, idx[i], false, NULL, now, &ports[i]),
+				 0);
+	assert_int_equal(shm_alloc_release(shm, 0, idx[0]), 0);
+	refused = ports[5];
+	shm_ppool_put(shm, tag, refused, idx[5]);
+	p.cursor = refused;
+	assert_int_equal(portpool_bind(&p, shm, tag, idx[10], false, NULL, now, refuse_one,
+				       &refused, &port), 0);
+	assert_int_equal(port, ports[0]);
+	/* The refused port was given back; the stale one is now idx[10]'s, so nothing is
+	 * left (the refused port tried again and again until the tries run out). */
+	assert_true(shm_ppool_unbooked(shm, tag, refused));
+	assert_int_equal(portpool_bind(&p, shm, tag, idx[11], false, NULL, now, refuse_one,
+				       &refused, &port), -EADDRNOTAVAIL);
+	assert_true(shm_ppool_unbooked(shm, tag, refused));
+	portpool_destroy(&p);
+	shm_destroy(shm);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_portpool_unbooked_first),
+		cmocka_unit_test(test_portpool_refused_then_stale),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
