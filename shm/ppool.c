@@ -193,6 +193,12 @@ int shm_ppool_reserve(struct shm *shm, const struct shm_ppool_resv *r, uint64_t 
 			continue;
 		if (uatomic_cmpxchg(&p->expires_ns, exp, r->expires_ns) != exp)
 			continue;
+		/* The expired reservation's booking goes with it (a redeemed one's word is
+		 * the record's now, and only this entry's own word is cleared): left, it
+		 * would outlive its owner and the search would take the port last. */
+		if (exp != 0)
+			pool_put(shm, CMM_LOAD_SHARED(p->port),
+				 word_of(CMM_LOAD_SHARED(p->tag), SHM_PPOOL_RESV_BIT | (e + 1)));
 		/* Ours until expiry: fields first, the token (what makes it redeemable)
 		 * last. */
 		CMM_STORE_SHARED(p->token, 0);

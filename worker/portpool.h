@@ -5,13 +5,15 @@
  * that holds it, so a crashed worker's ports stay with the allocations its replacement
  * re-adopts. What stays private is only the search cursor: each worker starts its
  * round-robin at its own place in the range (fewer races for the same port), and a freed
- * port is reused last, which keeps a late packet for an old allocation from reaching a
- * new one. A port whose booking outlived its owner (a dead worker's released record, an
- * expired reservation) comes back only once no port without a booking is left: the
- * search passes booked ports on the pool's words alone, without reading their records,
- * so that it stays cheap when the range is nearly full. The pool only books ports:
- * binding the socket is the caller's job, and a port the kernel refuses (EADDRINUSE,
- * another program) is given back and skipped by trying the next one.
+ * port is reused after every other port without a booking, which keeps a late packet for
+ * an old allocation from reaching a new one. A port whose booking outlived its owner (a
+ * record killed between booking and writing its port, an expired reservation whose
+ * entry is not reused yet) comes back only once no port without a booking, the freed one
+ * included, is left: the search passes booked ports on the pool's words alone, without
+ * reading their records, so that it stays cheap when the range is nearly full. The pool
+ * only books ports: binding the socket is the caller's job (portpool_bind tries them),
+ * and a port the kernel refuses (EADDRINUSE, another program) is given back and skipped
+ * by trying the next one.
  */
 #ifndef TG_WORKER_PORTPOOL_H
 #define TG_WORKER_PORTPOOL_H

@@ -109,11 +109,38 @@ static void test_portpool_refused_then_stale(void **state)
 	shm_destroy(shm);
 }
 
+/* A reservation entry reused after its expiry gives its old port's booking back: the
+ * word would outlive its owner, and the search takes such a port last of all. */
+static void test_resv_reuse_gives_port_back(void **state)
+{
+	struct shm_config cfg = { 1, 2, 256, 64 };
+	struct shm *shm;
+	struct shm_addr ip = { .family = 2, .addr = { 127, 0, 0, 1 } };
+	struct shm_ppool_resv rv = { .token = 7, .lkey = 1, .family = 2, .port = 50003 };
+	const uint64_t now = 1000000000000u;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-portpool-resv", &shm), 0);
+	rv.tag = shm_ppool_tag(&ip);
+	rv.expires_ns = now + 1;
+	assert_int_equal(shm_ppool_reserve(shm, &rv, now), 0);
+	assert_false(shm_ppool_unbooked(shm, rv.tag, 50003));
+	/* Past the expiry and the grace, a token of the same entry reserves 50005. */
+	rv.token += SHM_PPOOL_RESV;
+	rv.port = 50005;
+	rv.expires_ns = now + 2 + SHM_PPOOL_GRACE_NS + 1;
+	assert_int_equal(shm_ppool_reserve(shm, &rv, now + 1 + SHM_PPOOL_GRACE_NS), 0);
+	assert_true(shm_ppool_unbooked(shm, rv.tag, 50003));
+	assert_false(shm_ppool_unbooked(shm, rv.tag, 50005));
+	shm_destroy(shm);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_portpool_unbooked_first),
 		cmocka_unit_test(test_portpool_refused_then_stale),
+		cmocka_unit_test(test_resv_reuse_gives_port_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
