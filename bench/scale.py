@@ -6,10 +6,21 @@ For each count (--counts, default 10000,60000) and server (--servers turngate,co
 a freshly started server:
 
   setup      N allocations from the fleet of tests/integration/scale_clients.py (16
-             sockets, each sending from many 127.a.b.c addresses, 500 users); the setup
-             rate and the server's CPU per setup (utime+stime of all its processes) in a
-             chunk of 5 % of N taken at 0 %, 50 % and 95 % of N (the table is the port
-             space: auto);
+             sockets, each sending from many 127.a.b.c addresses, 500 users), offered at
+             a fixed pace (--pace, 4,000 setups/s: open loop, below what the fleet and
+             server reach together here) and measured in 20 chunks of 5 % of N, each in
+             --subchunks parts: the achieved rate and per setup the server's CPU
+             (schedstat of master and workers, user and kernel, ns clock), its run-queue
+             wait and time slices, the fleet's own CPU, the machine's stolen time and
+             the CPU that other programs took meanwhile, the CPU time of a fixed piece of work (what a CPU µs is worth at that moment)
+             and the load average. The figures at 0 %, 50 % and 95 % (the chunk from
+             90 % that reaches 95 %, as before) are the median and range of the parts
+             (levels) and the whole chunk (phases, as the first runs reported them). The
+             first runs (--pace 0) let the fleet run as fast as answers came back and
+             measured one chunk a level: the fleet's speed, and with it the requests
+             the server found per wakeup and its CPU per setup, then followed the load
+             of the shared machine (bench/results/2026-12-06-setupflat.md); the table
+             is the port space (auto);
   memory     PSS and RSS of every process of the server (smaps_rollup) idle and with N
              held, per allocation, with the kernel's memory for the sockets beside it
              (slab objects of UDP sockets, inodes, files, dentries, epoll entries, and
@@ -40,7 +51,14 @@ process, one descriptor per allocation) runs only where N fits. Every wait is bo
 
     bench/scale.py [--counts 10000,60000] [--servers turngate,coturn] [--builddir DIR]
                    [--raw FILE] [--keep] [--expiry S] [--churn] [--takeover]
-                   [--upgrades K]
+                   [--upgrades K] [--pace R] [--subchunks K] [--setup-only]
+                   [--udp-hash SLOTS]
+
+--setup-only runs only the setup and the memory figures. --udp-hash SLOTS gives the
+network namespace a UDP hash table of its own (net.ipv4.udp_child_hash_entries, set for
+the unshare and put back at once): the kernel looks a datagram's socket up in a chain of
+the (address, port) hash, which holds N / slots relay sockets on average (16,384 slots
+here, shared by the machine: 15 at 250,000).
 
 --takeover runs only the setup, the memory figures and the take-over (with --churn the
 respawn and the live upgrade too), for profiling the restart path
@@ -53,6 +71,7 @@ are never refreshed, and measures when the table is empty again and the workers'
 0.1 s and 1 s of CPU meanwhile (bulk expiry).
 """
 import argparse
+import hashlib
 import math
 import os
 import random
@@ -122,17 +141,38 @@ def pids_of(root):
     return out
 
 
-def cpu_s(pids):
-    """CPU seconds of pids and their threads (schedstat: ns, not clock ticks)."""
-    t = 0
+def sched(pids):
+    """[CPU s, run-queue wait s, time slices] of pids and their threads (schedstat: ns,
+    not clock ticks)."""
+    t = [0, 0, 0]
     for p in pids:
         try:
             for tid in os.listdir("/proc/%d/task" % p):
                 with open("/proc/%d/task/%s/schedstat" % (p, tid)) as f:
-                    t += int(f.read().split()[0])
+                    for k, v in enumerate(f.read().split()[:3]):
+                        t[k] += int(v)
         except OSError:
             pass
-    return t / 1e9
+    return [t[0] / 1e9, t[1] / 1e9, t[2]]
+
+
+def cpu_s(pids):
+    """CPU seconds of pids and their threads (schedstat)."""
+    return sched(pids)[0]
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def machine_s():
+    """[busy, stolen] CPU seconds of the machine so far (/proc/stat, all CPUs; busy: all
+    but idle, iowait and steal)."""
+    with open("/proc/stat") as f:
+        w = [int(x) for x in f.readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return [(sum(w) - w[3] - w[4] - w[7]) / hz, w[7] / hz]
 
 
 def mem_kb(pids):
@@ -441,12 +481,97 @@ def expiry(n, args, out):
     return res
 
 
+PROBE = os.urandom(1 << 20)
+
+
+def fixed_work_us():
+    """This thread's CPU µs for a fixed piece of work (SHA-256 of 1 MiB, 4 times, the
+    least): what a CPU µs is worth just now on the shared machine (no cycle counters
+    in this VM)."""
+    best = None
+    for _ in range(4):
+        t0 = time.thread_time_ns()
+        hashlib.sha256(PROBE).digest()
+        t = (time.thread_time_ns() - t0) / 1000
+        best = t if best is None else min(best, t)
+    return round(best, 1)
+
+
+class SetupDone(Exception):
+    """--setup-only: the rest of a run is skipped."""
+
+
+LEVELS = (0, 50, 90, 95)     # the chunks of 5 % starting there; 90: "at 95 %" (to 95 %)
+
+
+def setup_profile(srv, fleet, n, args):
+    """Sets up all n allocations in 20 chunks of 5 % of n, each in --subchunks equal
+    parts, every one measured: the fleet's achieved rate, and per setup the server's CPU
+    (schedstat of master and workers: user and kernel, ns clock), its run-queue wait and
+    time slices, and the fleet's own CPU, with the machine's stolen time, the CPU that
+    neither used (others_pct, % of one core; clock ticks, so ±1 tick), load average,
+    a fixed-work probe and t (CLOCK_MONOTONIC at the part's start and end, for perf -k).
+    The fleet offers a fixed --pace (open loop) so that every chunk gets the same work per
+    wakeup; --pace 0 is the closed loop of the first runs. Returns phases (as before: the
+    whole chunk at 0, 50 and 90 % (the one that reaches 95 %): pct, setups/s, CPU µs a
+    setup), levels ({pct: [median, min, max] of the parts' CPU µs a setup}), chunks (one
+    row per part) and the load averages at the start and end."""
+    chunk = max(500, n // 20)
+    parts = max(1, args.subchunks)
+    rate = args.pace or None
+    rows, done = [], 0
+    me = [os.getpid()]
+    load0 = loadavg()
+    while done < n:
+        pct = round(100 * done / n)
+        end_chunk = min(n, done + chunk)
+        for k in range(parts):
+            lo = done + (end_chunk - done) * k // parts
+            hi = done + (end_chunk - done) * (k + 1) // parts
+            if hi <= lo:
+                continue
+            pids = srv.pids()
+            probe = fixed_work_us()
+            s0, f0, st0, t0 = sched(pids), sched(me), machine_s(), time.monotonic()
+            fleet.allocate(list(range(lo, hi)), deadline=600, rate=rate)
+            t1, s1, f1, st1 = time.monotonic(), sched(pids), sched(me), machine_s()
+            m = hi - lo
+            rows.append(dict(pct=pct, part=k, n=m, t=[round(t0, 3), round(t1, 3)],
+                             rate=round(m / (t1 - t0)),
+                             cpu_us=round((s1[0] - s0[0]) / m * 1e6, 2),
+                             wait_us=round((s1[1] - s0[1]) / m * 1e6, 2),
+                             slices=round((s1[2] - s0[2]) / m, 3),
+                             fleet_us=round((f1[0] - f0[0]) / m * 1e6, 2),
+                             steal_pct=round(100 * (st1[1] - st0[1]) / (t1 - t0), 1),
+                             others_pct=round(100 * ((st1[0] - st0[0]) - (s1[0] - s0[0]) -
+                                                     (f1[0] - f0[0])) / (t1 - t0), 1),
+                             probe_us=probe,
+                             load1=loadavg()[0]))
+        done = end_chunk
+    phases, levels = [], {}
+    for pct in LEVELS:
+        mine = [r for r in rows if r["pct"] == pct]
+        if not mine:
+            continue
+        m = sum(r["n"] for r in mine)
+        cpu = sum(r["cpu_us"] * r["n"] for r in mine) / m
+        wall = sum(r["n"] / r["rate"] for r in mine)
+        if pct != 95:
+            phases.append((pct, m / wall, cpu))
+        per = [r["cpu_us"] for r in mine]
+        levels[pct] = [statistics.median(per), min(per), max(per)]
+    return dict(phases=phases, levels=levels, chunks=rows, pace=args.pace,
+                load_setup=[load0, loadavg()])
+
+
 def run(kind, n, args, out):
     rundir = tempfile.mkdtemp(prefix="tg-scale-", dir="/dev/shm")
     os.chmod(rundir, 0o700)
     srv = Server(kind, n, args, rundir)
     res = {"server": kind, "n": n, "relays": len(srv.relays),
-           "workers": srv.workers if kind == "turngate" else 1}
+           "workers": srv.workers if kind == "turngate" else 1, "load_start": loadavg(),
+           "binary": os.path.realpath(args.builddir), "tag": args.tag,
+           "udp_hash": getattr(args, "udp_hash_slots", None)}
     fleet = None
     try:
         srv.start()
@@ -455,28 +580,14 @@ def run(kind, n, args, out):
         idle_udp = kernel_kb()
         fleet = scale_clients.Fleet(n, [CLIENT_PORT + k for k in range(N_SOCKS)],
                                     srv.servers(), users=500)
-        chunk = max(500, n // 20)
-        marks = [0, n // 2, max(0, int(n * 0.95) - chunk)]
-        done, phases = 0, []
         t_all, cpu_all = time.monotonic(), cpu_s(srv.pids())
-        for m in marks:
-            if m > done:
-                fleet.allocate(list(range(done, m)), deadline=600)
-                done = m
-            t0, c0 = time.monotonic(), cpu_s(srv.pids())
-            fleet.allocate(list(range(done, done + chunk)), deadline=600)
-            dt, dc = time.monotonic() - t0, cpu_s(srv.pids()) - c0
-            phases.append((round(100 * done / n), chunk / dt, dc / chunk * 1e6))
-            done += chunk
-        if done < n:
-            fleet.allocate(list(range(done, n)), deadline=600)
+        res.update(setup_profile(srv, fleet, n, args))
         t_all, cpu_all = time.monotonic() - t_all, cpu_s(srv.pids()) - cpu_all
         ok = sum(1 for r in fleet.relayed if r is not None)
         codes = {}
         for i, c in fleet.errors.items():
             codes[c] = codes.get(c, 0) + 1
-        res.update(ok=ok, codes=codes, setup_rate=n / t_all, setup_cpu_us=cpu_all / n * 1e6,
-                   phases=phases)
+        res.update(ok=ok, codes=codes, setup_rate=n / t_all, setup_cpu_us=cpu_all / n * 1e6)
         time.sleep(2.0)
         pss, rss = mem_kb(srv.pids())
         udp = kernel_kb()
@@ -485,6 +596,8 @@ def run(kind, n, args, out):
                    rss_per_alloc=(rss - idle_rss) * 1024 / max(ok, 1),
                    kernel_per_alloc=(udp - idle_udp) * 1024 / max(ok, 1))
         held = [i for i in range(n) if fleet.relayed[i] is not None]
+        if args.setup_only:
+            raise SetupDone()
         if not args.takeover:
             c0 = cpu_s(srv.pids())
             refresh_all(fleet, held)
@@ -522,6 +635,8 @@ def run(kind, n, args, out):
             got = fleet.probe(sample, peer, resend=0.02)
             res["takeover_relay_s"] = time.monotonic() - t0
             res["relayed_after"] = len(got)
+    except SetupDone:
+        pass
     except Exception as e:  # report and go on with the next run
         res["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
@@ -530,6 +645,7 @@ def run(kind, n, args, out):
         srv.stop()
         if not args.keep:
             shutil.rmtree(rundir, ignore_errors=True)
+    res["load_end"] = loadavg()
     print(res, file=out, flush=True)
     return res
 
@@ -553,13 +669,44 @@ def main():
     ap.add_argument("--workers", type=int, default=0,
                     help="turngate's worker count (default: one per %d allocations, at least 2)"
                          % PER_WORKER)
+    ap.add_argument("--pace", type=int, default=4000,
+                    help="setups a second the fleet offers in every chunk (open loop; "
+                         "0: as fast as it can, the closed loop of the first runs)")
+    ap.add_argument("--subchunks", type=int, default=5,
+                    help="parts each 5 %% chunk of the setup is measured in (median, "
+                         "spread)")
+    ap.add_argument("--udp-hash", type=int, default=0,
+                    help="the network namespace's own UDP hash table of this many slots "
+                         "(net.ipv4.udp_child_hash_entries, 128-65536, set for the "
+                         "unshare and put back; 0: the machine's table, shared)")
+    ap.add_argument("--tag", default="", help="a name for the run, kept in its raw line")
+    ap.add_argument("--setup-only", action="store_true",
+                    help="only the setup and the memory figures")
     ap.add_argument("--no-netns", action="store_true",
                     help="stay in this network namespace (others' sockets can hold relay ports)")
     args = ap.parse_args()
     out = open(args.raw, "a") if args.raw else sys.stdout
     if not args.no_netns and os.geteuid() == 0:
-        unshare(CLONE_NEWNET)   # no other program's socket holds a relay port here
-        print("in a new network namespace (loopback only)", flush=True)
+        knob = None
+        if args.udp_hash:       # the new namespace gets a UDP hash table of its own
+            # opened here: a net sysctl file writes to the namespace it was opened in
+            knob = open("/proc/sys/net/ipv4/udp_child_hash_entries", "r+")
+            before = knob.read().strip()
+            knob.seek(0)
+            knob.write(str(args.udp_hash))
+            knob.flush()
+        try:
+            unshare(CLONE_NEWNET)   # no other program's socket holds a relay port here
+        finally:
+            if knob is not None:
+                knob.seek(0)
+                knob.write(before)
+                knob.close()
+        with open("/proc/sys/net/ipv4/udp_hash_entries") as f:
+            hashed = f.read().strip()
+        print("in a new network namespace (loopback only); its UDP hash table: %s slots "
+              "(negative: the machine's table, shared)" % hashed, flush=True)
+        args.udp_hash_slots = int(hashed)
     if args.expiry:
         for n in [int(x) for x in args.counts.split(",")]:
             expiry(n, args, out)

@@ -89,6 +89,23 @@ bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint6
 	return room;
 }
 
+bool shm_ppool_unbooked(const struct shm *shm, uint32_t tag, uint16_t port)
+{
+	const uint64_t *w;
+	bool room = false;
+
+	shm_check_handle(shm);
+	w = pool_ways(shm, port);
+	for (unsigned i = 0; i < SHM_PPOOL_WAYS; i++) {
+		uint64_t v = CMM_LOAD_SHARED(w[i]);
+
+		if (v != 0 && (uint32_t)(v >> 32) == tag)
+			return false;
+		room |= v == 0;
+	}
+	return room;
+}
+
 /* Books `port` on tag for owner (a record or reservation word's low half). */
 static int pool_take(struct shm *shm, uint32_t tag, uint16_t port, uint32_t owner,
 		     uint64_t now_ns)
@@ -176,6 +193,12 @@ int shm_ppool_reserve(struct shm *shm, const struct shm_ppool_resv *r, uint64_t 
 			continue;
 		if (uatomic_cmpxchg(&p->expires_ns, exp, r->expires_ns) != exp)
 			continue;
+		/* The expired reservation's booking goes with it (a redeemed one's word is
+		 * the record's now, and only this entry's own word is cleared): left, it
+		 * would outlive its owner and the search would take the port last. */
+		if (exp != 0)
+			pool_put(shm, CMM_LOAD_SHARED(p->port),
+				 word_of(CMM_LOAD_SHARED(p->tag), SHM_PPOOL_RESV_BIT | (e + 1)));
 		/* Ours until expiry: fields first, the token (what makes it redeemable)
 		 * last. */
 		CMM_STORE_SHARED(p->token, 0);

@@ -49,6 +49,11 @@ uint32_t shm_ppool_tag(const struct shm_addr *relay);
 /* Any process: whether `port` is free for `tag` at now_ns (a hint: take decides). */
 bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint64_t now_ns);
 
+/* Any process: whether `port` looks free for `tag` from the pool's words alone: no way
+ * carries a booking on tag and one way is empty. Reads no record, so a booking whose
+ * owner let go still counts here (shm_ppool_is_free checks owners). A hint: take decides. */
+bool shm_ppool_unbooked(const struct shm *shm, uint32_t tag, uint16_t port);
+
 /* Worker owning record idx: books `port` on `tag` for it. Returns 0 (booked, or already
  * booked by idx), -EADDRINUSE (another owner holds it), -ENOSPC (every way is held by
  * other relay addresses), -EINVAL, -EROFS. */

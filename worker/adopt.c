@@ -23,6 +23,7 @@
 
 #include "common/log.h"
 #include "worker/sockbuf.h"
+#include "shm/shm_ppool.h"
 #include "shm/shm_records.h"
 
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
@@ -59,6 +60,14 @@ static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *c
 		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_quota_give_rec(shm, rec);
 	}
+	/* Its ports back to the pool, as the master does (shm/image.c): a booking left
+	 * behind outlives its owner, and the search takes such a port last of all. A
+	 * record that never wrote its relay (CLAIMED) leaves its booking: harmless, the
+	 * pool's checked round finds it. A put clears only idx's own booking. */
+	if (rec->relay.family != 0)
+		shm_ppool_put(shm, shm_ppool_tag(&rec->relay), rec->relay.port, idx);
+	if (rec->relay2.family != 0)
+		shm_ppool_put(shm, shm_ppool_tag(&rec->relay2), rec->relay2.port, idx);
 	shm_alloc_release(shm, slot, idx);
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);
 }

@@ -5,10 +5,15 @@
  * that holds it, so a crashed worker's ports stay with the allocations its replacement
  * re-adopts. What stays private is only the search cursor: each worker starts its
  * round-robin at its own place in the range (fewer races for the same port), and a freed
- * port is reused last, which keeps a late packet for an old allocation from reaching a
- * new one. The pool only books ports: binding the socket is the caller's job, and a port
- * the kernel refuses (EADDRINUSE, another program) is given back and skipped by trying
- * the next one.
+ * port is reused after every other port without a booking, which keeps a late packet for
+ * an old allocation from reaching a new one. A port whose booking outlived its owner (a
+ * record killed between booking and writing its port, an expired reservation whose
+ * entry is not reused yet) comes back only once no port without a booking, the freed one
+ * included, is left: the search passes booked ports on the pool's words alone, without
+ * reading their records, so that it stays cheap when the range is nearly full. The pool
+ * only books ports: binding the socket is the caller's job (portpool_bind tries them),
+ * and a port the kernel refuses (EADDRINUSE, another program) is given back and skipped
+ * by trying the next one.
  */
 #ifndef TG_WORKER_PORTPOOL_H
 #define TG_WORKER_PORTPOOL_H
@@ -37,5 +42,22 @@ void portpool_destroy(struct portpool *p);
  * resv->port are set here). Returns 0 and *port, or -EADDRNOTAVAIL when none is free. */
 int portpool_get(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
 		 struct shm_ppool_resv *resv, uint64_t now_ns, uint16_t *port);
+
+/* Binds the caller's socket to port, already booked for the caller's record: returns 0,
+ * -EADDRINUSE (the kernel refuses the port: try another) or another negative errno. */
+typedef int portpool_bind_fn(void *ctx, uint16_t port);
+
+#define PORTPOOL_TRIES 64	/* ports tried for one relay socket */
+
+/* Books a port as portpool_get does and binds it with bind(ctx, port); a port the kernel
+ * refuses (-EADDRINUSE) is given back (with its reservation, resv non-NULL) and another
+ * tried, up to PORTPOOL_TRIES; after a refusal the tries search as the checked round,
+ * round-robin from the cursor, so a refused port (its word empty again) hides no port
+ * whose booking outlived its owner. Returns 0 and *port (booked and bound), bind's error
+ * other than -EADDRINUSE (nothing left booked), or -EADDRNOTAVAIL (no port free, or every
+ * port tried was refused). */
+int portpool_bind(struct portpool *p, struct shm *shm, uint32_t tag, uint32_t idx, bool even,
+		  struct shm_ppool_resv *resv, uint64_t now_ns, portpool_bind_fn *bind, void *ctx,
+		  uint16_t *port);
 
 #endif

@@ -503,6 +503,21 @@ uint32_t wk_pool_tag(const struct wk_listener *l, int family)
 	return shm_ppool_tag(&a);
 }
 
+/* portpool_bind's callback: relay r of a bound to a pool port. */
+struct wk_pool_bind {
+	struct worker *w;
+	struct wk_alloc *a;
+	struct wk_relay *r;
+	int family;
+};
+
+static int wk_pool_bind(void *ctx, uint16_t port)
+{
+	struct wk_pool_bind *b = ctx;
+
+	return wk_relay_socket(b->w, b->a, b->r, b->family, port);
+}
+
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
 			struct shm_ppool_resv *resv)
 {
@@ -510,46 +525,26 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 	struct wk_relay *r = a->relay[0].fd < 0 ? &a->relay[0] : &a->relay[1];
 	bool have = family == l->relay_addr.ss_family ||
 		    (l->relay_addr2.ss_family == family && family != 0);
+	struct wk_pool_bind b = { w, a, r, family };
 	uint32_t tag;
+	uint16_t port;
+	int rc;
 
 	if (!have)
 		return -EAFNOSUPPORT;
 	tag = wk_pool_tag(l, family);
 	if (port_hint > 0) {
-		int rc = wk_relay_socket(w, a, r, family, (uint16_t)port_hint);
-
+		rc = wk_relay_socket(w, a, r, family, (uint16_t)port_hint);
 		if (rc == 0)
 			r->pool_tag = tag;
 		return rc;
 	}
-	for (int tries = 0; tries < 64; tries++) {
-		uint16_t port;
-		int rc;
-
-		if (portpool_get(&l->pool, w->shm, tag, a->rec_idx, even, resv, mono_ns(),
-				 &port) < 0)
-			break;
-		rc = wk_relay_socket(w, a, r, family, port);
-		if (rc == 0) {
-			r->pool_tag = tag;
-			return 0;
-		}
-		/* Held by another socket (a listener sharing the range, another program):
-		 * give the booking back and move on; the round-robin cursor has passed
-		 * it, so the next tries look elsewhere. Keeping it booked would leak it
-		 * for good once its holder lets go. So goes the reservation made with it
-		 * (its token was never handed out): redeemed here and given back. */
-		shm_ppool_put(w->shm, tag, port, a->rec_idx);
-		if (resv) {
-			struct shm_ppool_resv spent;
-
-			if (shm_ppool_redeem(w->shm, resv->token, a->rec_idx, mono_ns(),
-					     &spent) == 0)
-				shm_ppool_put(w->shm, spent.tag, spent.port, a->rec_idx);
-		}
-		if (rc != -EADDRINUSE)
-			return rc;
-	}
+	rc = portpool_bind(&l->pool, w->shm, tag, a->rec_idx, even, resv, mono_ns(),
+			   wk_pool_bind, &b, &port);
+	if (rc == 0)
+		r->pool_tag = tag;
+	if (rc != -EADDRNOTAVAIL)
+		return rc;
 	shm_ctr_add(w->ctr, SHM_CTR_ERR_RELAY_BIND, 1);
 	return -EADDRNOTAVAIL;
 }

@@ -141,7 +141,7 @@ void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
 /* Binds relay socket number (0 or 1) of family. port_hint > 0: that port, already booked
  * for a's record (a redeemed reservation); else a port from the shared pool (even on
  * request; resv non-NULL: an even port whose port + 1 is reserved with resv, see
- * portpool_get). Returns 0, -EADDRNOTAVAIL (no port: 508), -EAFNOSUPPORT (no relay
+ * portpool_bind). Returns 0, -EADDRNOTAVAIL (no port: 508), -EAFNOSUPPORT (no relay
  * address of that family: 440). */
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
 			struct shm_ppool_resv *resv);

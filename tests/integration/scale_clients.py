@@ -116,17 +116,25 @@ class Fleet:
         return [(ts.A_USERNAME, name), (ts.A_REALM, self.realm),
                 (ts.A_NONCE, self.nonce[i])] + attrs, key
 
-    def run(self, todo, first, on_answer, window=512, deadline=120.0):
+    def run(self, todo, first, on_answer, window=512, deadline=120.0, rate=None):
         """Runs one transaction per client of todo, at most window at once: first(i)
         gives its request (bytes) or None to skip; on_answer(i, parsed) returns None
-        when the client is done, or the next request (a 401 with a nonce, say). Returns
-        the clients that never got a final answer."""
+        when the client is done, or the next request (a 401 with a nonce, say). rate:
+        start at most this many clients a second (an open-loop pace, in 2 ms steps, so
+        that what the server is offered does not depend on how fast this process runs);
+        None: as fast as answers come back (closed loop). Returns the clients that never
+        got a final answer."""
         pending = list(reversed(todo))
         open_tx = {}              # tid -> [client, msg, sent_at, tries]
         by_client = {}
-        end = time.monotonic() + deadline
+        t0 = time.monotonic()
+        end = t0 + deadline
+        started = 0
+        wait = 0.05 if rate is None else 0.002
         while (pending or open_tx) and time.monotonic() < end:
-            while pending and len(open_tx) < window:
+            due = len(todo) if rate is None else rate * (time.monotonic() - t0)
+            while pending and len(open_tx) < window and started < due:
+                started += 1
                 i = pending.pop()
                 msg = first(i)
                 if msg is None:
@@ -135,7 +143,7 @@ class Fleet:
                 open_tx[tid] = [i, msg, time.monotonic(), 1]
                 by_client[i] = tid
                 self.send(i, msg)
-            for i, data in self.receive(0.05):
+            for i, data in self.receive(wait):
                 p = ts.parse(data)
                 if p is None or p[2] not in open_tx or open_tx[p[2]][0] != i:
                     continue
@@ -157,9 +165,10 @@ class Fleet:
 
     # ---- the transactions ----------------------------------------------------------
 
-    def allocate(self, todo, window=512, deadline=120.0):
-        """Allocates for every client of todo (401, then authenticated). Returns the
-        clients without an answer; self.relayed / self.errors have the rest."""
+    def allocate(self, todo, window=512, deadline=120.0, rate=None):
+        """Allocates for every client of todo (401, then authenticated), at most rate
+        clients started a second (None: closed loop, see run). Returns the clients
+        without an answer; self.relayed / self.errors have the rest."""
         def first(i):
             return ts.build(ts.ALLOCATE, ts.REQUEST, os.urandom(12),
                             [(ts.A_TRANSPORT, REQUESTED_UDP)])
@@ -178,7 +187,7 @@ class Fleet:
             else:
                 self.errors[i] = code
             return None
-        return self.run(todo, first, answer, window, deadline)
+        return self.run(todo, first, answer, window, deadline, rate)
 
     def permit(self, todo, peer, window=256, deadline=60.0):
         """CreatePermission for peer (ip, port) on every client of todo."""

@@ -13,6 +13,7 @@
 
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_ppool.h"
 #include "worker/lifecycle.h"
 #include "worker/wk.h"
 
@@ -255,6 +256,48 @@ static void test_classify_and_bad_args(void **state)
 	shm_destroy(shm);
 }
 
+/* A dropped record gives its relay ports back to the pool, as the master does for a
+ * record it does not carry over (shm/image.c): a booking left behind would outlive its
+ * owner, and the pool would take such a port only after every port without a booking,
+ * so a freed port would no longer be reused last. */
+static void test_drop_gives_ports_back(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm_addr ip = { .addr = { 127, 0, 0, 1 }, .family = 2 };
+	struct shm *shm = NULL;
+	struct shm_alloc *rec;
+	struct wk_adopt_stats st;
+	struct offer o;
+	uint32_t expired, refused, live, tag;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-ports", &shm), 0);
+	tag = shm_ppool_tag(&ip);
+	expired = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS - 1, true);
+	refused = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	live = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	for (uint32_t i = 0; i < 3; i++) {
+		uint32_t idx = i == 0 ? expired : i == 1 ? refused : live;
+
+		assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+		assert_int_equal(shm_ppool_take(shm, tag, (uint16_t)(50000 + i), idx, NOW_NS), 0);
+		shm_alloc_begin_write(rec);
+		rec->relay = ip;
+		rec->relay.port = (uint16_t)(50000 + i);
+		shm_alloc_end_write(rec);
+	}
+	memset(&o, 0, sizeof(o));
+	o.refuse = refused;
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
+				       &st), 0);
+	assert_int_equal(st.adopted, 1);
+	assert_true(shm_ppool_unbooked(shm, tag, 50000));	/* expired */
+	assert_true(shm_ppool_unbooked(shm, tag, 50001));	/* its relay port refused */
+	assert_false(shm_ppool_unbooked(shm, tag, 50002));	/* adopted: still booked */
+	assert_false(shm_ppool_is_free(shm, tag, 50002, NOW_NS));
+	shm_destroy(shm);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -262,6 +305,7 @@ int main(void)
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_tcp_handed_over),
 		cmocka_unit_test(test_classify_and_bad_args),
+		cmocka_unit_test(test_drop_gives_ports_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
