@@ -377,7 +377,11 @@ def upgrade_once(srv, fleet, sample, peer):
     sample relays again (both from the command's start: the new master's start before its
     "ready" runs while the old workers still relay), and from the daemon's log the gap:
     from the old master's "stopping the workers" (nothing relays from there) to the last
-    new worker's adoption line (every worker relays again), split at the old master's
+    new worker's "... once its relay sockets are watched" line (every worker polls its relay
+    sockets again: libev registers them with epoll after the adoption's "predecessor's
+    allocations" line, at the worker's next loop iteration; builds without that line end
+    the gap at the adoption lines, and gap_adopt_s is always the gap to those), split at the
+    old master's
     "workers stopped" (the old workers' exit), and after it at the new master's take-over
     line (copy_s: its copy of the table under the lock) and its last worker's fork
     (forks_s: from the take-over line)."""
@@ -403,13 +407,16 @@ def upgrade_once(srv, fleet, sample, peer):
     stop, down, adopted, handed = ("stopping the workers", "upgrade: workers stopped",
                                    "predecessor's allocations:", "relay sockets handed over")
     taken, started = "allocations taken over from", "started (pid"
-    t = log_times(srv.log.name, offset, [stop, down, adopted, handed, taken, started])
+    watched = "sockets are watched"
+    t = log_times(srv.log.name, offset, [stop, down, adopted, handed, taken, started, watched])
     if t[stop] and t[adopted]:
-        res["gap_s"] = max(t[adopted]) - t[stop][0]
+        end = max(t[watched]) if len(t[watched]) >= len(t[adopted]) else max(t[adopted])
+        res["gap_s"] = end - t[stop][0]
+        res["gap_adopt_s"] = max(t[adopted]) - t[stop][0]
         res["first_adopted_s"] = min(t[adopted]) - t[stop][0]
         if t[down]:
             res["old_exit_s"] = t[down][0] - t[stop][0]
-            res["new_start_s"] = max(t[adopted]) - t[down][0]
+            res["new_start_s"] = end - t[down][0]
             # ... split at the new master's take-over line (its copy of the table under
             # the lock) and its last worker's fork
             after = [x for x in t[taken] if x >= t[down][0]]
