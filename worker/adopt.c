@@ -19,6 +19,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -263,6 +265,42 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 			    wk_relayho_take(&c->ho, idx, 1));
 }
 
+/* The process's CPU time in microseconds: since its fork for a worker (a forked process
+ * starts at zero), its start-up included. */
+static uint64_t wk_cpu_us(void)
+{
+	struct timespec cpu;
+
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) < 0)
+		return 0;
+	return (uint64_t)cpu.tv_sec * 1000000u + (uint64_t)cpu.tv_nsec / 1000u;
+}
+
+/* The process's minor page faults so far (since its fork for a worker). */
+static uint64_t wk_minflt(void)
+{
+	struct rusage ru;
+
+	return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_minflt : 0;
+}
+
+/* A check watcher started by the adoption runs at the next iteration, after libev's
+ * fd_reify (an epoll_ctl per relay socket watched) and its poll: from here the worker
+ * polls the relay sockets it adopted. */
+static void wk_adopt_cpu_cb(struct ev_loop *loop, ev_check *c, int revents)
+{
+	struct worker *w = c->data;
+
+	(void)revents;
+	ev_check_stop(loop, c);
+	log_info("worker",
+		 "slot %u: %u adopted in %llu us of CPU since the fork, %llu us once its relay "
+		 "sockets are watched (minor page faults: %llu, %llu)",
+		 w->slot, w->adopt_n, (unsigned long long)w->adopt_cpu_us,
+		 (unsigned long long)wk_cpu_us(), (unsigned long long)w->adopt_minflt,
+		 (unsigned long long)wk_minflt());
+}
+
 /* Relay sockets tuned per idle callback: small enough that a worker answers its clients
  * between two batches. */
 #define WK_TUNE_BATCH 256u
@@ -337,4 +375,15 @@ void wk_adopt_run(struct worker *w)
 			 "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "
 			 "%u TCP, %u expired, %u not rebindable",
 			 w->slot, st.adopted, st.torn, st.stream, st.expired, st.failed);
+	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
+	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
+	 * after libev's epoll_ctl for each relay socket the adoption started watching. */
+	if (st.adopted > 0 && !ev_is_active(&w->adopt_cpu)) {
+		w->adopt_n = st.adopted;
+		w->adopt_cpu_us = wk_cpu_us();
+		w->adopt_minflt = wk_minflt();
+		ev_check_init(&w->adopt_cpu, wk_adopt_cpu_cb);
+		w->adopt_cpu.data = w;
+		ev_check_start(w->loop, &w->adopt_cpu);
+	}
 }
