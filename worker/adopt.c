@@ -144,12 +144,14 @@ struct adopt_ctx {
 	struct wk_listener **ls;
 	struct shm_addr *local;
 	struct wk_relayho ho;	/* relay sockets a live upgrade handed over */
+	uint64_t now_ms;	/* the run's start: the timers' bound (wk_alloc_arm_adopted) */
 };
 
 static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 {
 	memset(c, 0, sizeof(*c));
 	c->w = w;
+	c->now_ms = mono_ms();
 	if (w->n_ls > 0) {
 		c->ls = calloc(w->n_ls, sizeof(*c->ls));
 		c->local = calloc(w->n_ls, sizeof(*c->local));
@@ -202,9 +204,10 @@ static struct wk_listener *wk_adopt_listener(const struct adopt_ctx *c, const st
 	return found;
 }
 
-/* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one). */
+/* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one), at
+ * now_ms (a clock read for each of thousands of records cost 2 % of the adoption). */
 static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-			int fd0, int fd1)
+			int fd0, int fd1, uint64_t now_ms)
 {
 	struct wk_listener *l = a->l;
 	int rc;
@@ -235,14 +238,14 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 	 * is lost (packets may fragment), the second only answers retransmissions. */
 	a->expires_ms = rec->expires_ns / 1000000u;
 	a->published = true;
-	wk_alloc_rearm(w, a);
+	wk_alloc_arm_adopted(w, a, now_ms);	/* exact in wk_adopt_tune_cb */
 	return 0;
 }
 
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
 		   int relay_fd, int relay2_fd)
 {
-	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd);
+	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd, mono_ms());
 }
 
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
@@ -262,7 +265,7 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	if (rc < 0)
 		return rc;
 	return adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
-			    wk_relayho_take(&c->ho, idx, 1));
+			    wk_relayho_take(&c->ho, idx, 1), c->now_ms);
 }
 
 /* The process's CPU time in microseconds: since its fork for a worker (a forked process
@@ -305,14 +308,16 @@ static void wk_adopt_cpu_cb(struct ev_loop *loop, ev_check *c, int revents)
  * between two batches. */
 #define WK_TUNE_BATCH 256u
 
-/* After an adoption: the handed-over relay sockets' check (wk_relay_verify) and the
+/* After an adoption: the handed-over relay sockets' check (wk_relay_verify), the
  * adopted ones' buffer sizes and DF mode (what wk_relay_socket sets at once for a new
- * allocation), a batch per loop iteration with no pending event, so that every worker of a
- * take-over relays again before any spends time on what relaying does not need (the check's
- * two system calls of the four a handed-over socket cost; three setsockopt of the six a
- * bound one costs). Until then a socket relays with the kernel's default buffers and DF
- * mode, and a handed-over one unchecked: see wk_relay_verify for what a wrong one can do
- * meanwhile. */
+ * allocation) and the allocations' timers at their exact deadlines (wk_alloc_arm_adopted
+ * armed them at a bound), a batch per loop iteration with no pending event, so that every
+ * worker of a take-over relays again before any spends time on what relaying does not need
+ * (the check's two system calls of the four a handed-over socket cost; three setsockopt of
+ * the six a bound one costs; the scan of a record's 64 expiries). Until then a socket
+ * relays with the kernel's default buffers and DF mode, a handed-over one unchecked (see
+ * wk_relay_verify for what a wrong one can do meanwhile), and an allocation's timer fires
+ * at its bound at the latest (wk_alloc_arm_adopted). */
 static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 {
 	struct worker *w = iw->data;
@@ -322,6 +327,8 @@ static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 	for (; w->tune_next < cap && done < WK_TUNE_BATCH; w->tune_next++) {
 		struct wk_alloc *a = w->by_idx[w->tune_next];
 
+		if (a != NULL && wk_alloc_rearm_pending(w, a))
+			done++;
 		for (int i = 0; a != NULL && i < 2; i++) {
 			struct wk_relay *r = &a->relay[i];
 
