@@ -240,23 +240,44 @@ static void test_pass_arms_exact(void **state)
 }
 
 /* Without that pass (a worker that never idles), the timer at its bound arms it exactly:
- * the bound is no later than WK_ARM_PENDING_MS after the adoption. */
-static void test_bound_arms_exact(void **state)
+ * the bound is no later than WK_ARM_PENDING_MS after the adoption. Its deadline, now_ms +
+ * WK_ARM_PENDING_MS + 1, falls anywhere in a wheel tick: each case arms it again from a
+ * chosen now_ms (one past tick: the deadline a multiple of WHEEL_TICK_MS, the last
+ * millisecond of its tick), so that every run covers each. */
+static void bound_arms_exact(uint64_t residue)
 {
 	struct fix *f = fix_adopted(mono_ns() + 600 * S_NS);
 	struct wk_alloc *a = f->w->by_idx[f->idx];
+	uint64_t now_ms, tick_end;
 
-	(void)state;
 	assert_non_null(a);
 	assert_true(a->arm_pending);
 	assert_true(a->timer.deadline_ms >= f->t0_ms + WK_ARM_PENDING_MS);
 	assert_true(a->timer.deadline_ms <= mono_ms() + WK_ARM_PENDING_MS + 1);
+	/* the adoption's bound again, from a now_ms ahead of the wheel and the clock */
+	now_ms = (mono_ms() / WHEEL_TICK_MS + 1) * WHEEL_TICK_MS + residue;
+	wk_alloc_arm_adopted(f->w, a, now_ms);
+	assert_int_equal(a->timer.deadline_ms, now_ms + WK_ARM_PENDING_MS + 1);
+	/* the end of the deadline's tick: that tick alone runs */
+	tick_end = (a->timer.deadline_ms + WHEEL_TICK_MS - 1) / WHEEL_TICK_MS * WHEEL_TICK_MS;
 	/* nothing fires before the bound; at it, the timer re-arms (no sweep yet) */
-	assert_int_equal(wheel_advance(&f->w->wheel, f->t0_ms + WK_ARM_PENDING_MS / 2, f->w), 0);
-	assert_int_equal(wheel_advance(&f->w->wheel, a->timer.deadline_ms + WHEEL_TICK_MS, f->w), 1);
+	assert_int_equal(wheel_advance(&f->w->wheel, now_ms + WK_ARM_PENDING_MS / 2, f->w), 0);
+	assert_int_equal(wheel_advance(&f->w->wheel, tick_end - 1, f->w), 0);
+	assert_int_equal(wheel_advance(&f->w->wheel, tick_end, f->w), 1);
 	assert_int_equal(a->rec->perms[5].family, AF_INET);
 	check_exact_then_swept(f, a);
 	fix_free(f);
+}
+
+static void test_bound_arms_exact(void **state)
+{
+	/* the deadline's residue in its tick: 0 (a multiple of WHEEL_TICK_MS), 1, 51, 99 */
+	static const uint64_t residues[] = { WHEEL_TICK_MS - 1 - WK_ARM_PENDING_MS % WHEEL_TICK_MS,
+					     0, WHEEL_TICK_MS / 2, WHEEL_TICK_MS - 2 };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(residues) / sizeof(residues[0]); i++)
+		bound_arms_exact(residues[i] % WHEEL_TICK_MS);
 }
 
 /* An allocation that ends before the bound: its timer fires at its expiry, not later. */
