@@ -306,9 +306,10 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 		wk_alloc_destroy(w, a, "lifetime expired");
 		return;
 	}
-	/* Armed at a bound: the exact deadline now (a past one fires at the next tick, which
-	 * sweeps). */
-	if (wk_alloc_rearm_pending(w, a))
+	/* Armed at a bound: the exact deadline now; a past one (something expired before the
+	 * bound) is swept at once, below. Only then: the sweep's wk_alloc_rearm writes the
+	 * kernel's entries, which followed at the adoption. */
+	if (wk_alloc_rearm_pending(w, a) && a->timer.deadline_ms > now_ns / 1000000u)
 		return;
 	shm_alloc_begin_write(a->rec);
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)

@@ -149,7 +149,9 @@ void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
  * the adoption, adopt.c) or the timer's firing. Meanwhile an expired permission or channel
  * relays nothing (every reader checks its expiry: wk_alloc_perm_ok, wk_alloc_chan_by_*,
  * the kernel's entries); only its sweep from the record may come later than its expiry's
- * next tick, by at most WK_ARM_PENDING_MS. */
+ * next tick: at the tick after that pass, or at the bound's tick itself (the timer's firing
+ * sweeps at once what expired before the bound), so no later than the tick of now_ms +
+ * WK_ARM_PENDING_MS + 1. */
 #define WK_ARM_PENDING_MS 1000u
 void wk_alloc_arm_adopted(struct worker *w, struct wk_alloc *a, uint64_t now_ms);
 /* Arms a's timer at its exact deadline if wk_alloc_arm_adopted left it pending; returns

@@ -4,8 +4,9 @@
  * timer at that bound) arms it at the exact deadline. What must hold meanwhile: a
  * permission or channel that expired before its record was swept relays nothing (every
  * reader checks its expiry), the timer fires no later than the allocation's expiry or
- * the bound, and the sweep of what expired follows the exact deadline. The whole upgrade
- * through the daemon is the integration tests' (test_upgrade*.py). */
+ * the bound, and the sweep of what expired follows the exact deadline (at the bound's tick
+ * itself for what expired before it). The whole upgrade through the daemon is the
+ * integration tests' (test_upgrade*.py). */
 #include "config.h"
 
 #include <errno.h>
@@ -193,19 +194,12 @@ static void check_relays(const struct wk_alloc *a)
 	assert_non_null(wk_alloc_chan_by_peer(a, (struct sockaddr *)&young, now));
 }
 
-/* The exact deadline is the expired entries' (in the past: the next tick), and that tick
- * sweeps them from the record, keeps the live ones and re-arms for the earliest of those. */
-static void check_exact_then_swept(struct fix *f, struct wk_alloc *a)
+/* The expired entries swept from the record, the live ones kept, the timer re-armed for the
+ * earliest of those. */
+static void check_swept(struct wk_alloc *a)
 {
 	uint64_t next = a->expires_ms;
 
-	assert_false(a->arm_pending);
-	assert_true(wheel_timer_armed(&a->timer));
-	assert_int_equal(a->timer.deadline_ms, a->rec->perms[5].expires_ns / 1000000u + 1);
-	/* the wheel's next tick (it may be ahead of the clock: test_bound_arms_exact) */
-	assert_int_equal(wheel_advance(&f->w->wheel, (f->w->wheel.tick + 1) * WHEEL_TICK_MS, f->w),
-			 1);
-	assert_ptr_equal(f->w->by_idx[f->idx], a);
 	assert_int_equal(a->rec->perms[5].family, 0);
 	assert_int_equal(a->rec->chans[7].number, 0);
 	assert_int_equal(a->rec->perms[9].family, AF_INET);
@@ -215,9 +209,24 @@ static void check_exact_then_swept(struct fix *f, struct wk_alloc *a)
 		if (a->rec->perms[i].family && a->rec->perms[i].expires_ns / 1000000u < next)
 			next = a->rec->perms[i].expires_ns / 1000000u;
 	assert_true(next < a->expires_ms);
+	assert_false(a->arm_pending);
 	assert_true(wheel_timer_armed(&a->timer));
 	assert_int_equal(a->timer.deadline_ms, next + 1);
 	check_relays(a);
+}
+
+/* The exact deadline is the expired entries' (in the past: the next tick), and that tick
+ * sweeps them (check_swept). */
+static void check_exact_then_swept(struct fix *f, struct wk_alloc *a)
+{
+	assert_false(a->arm_pending);
+	assert_true(wheel_timer_armed(&a->timer));
+	assert_int_equal(a->timer.deadline_ms, a->rec->perms[5].expires_ns / 1000000u + 1);
+	/* the wheel's next tick (it may be ahead of the clock: test_bound_arms_exact) */
+	assert_int_equal(wheel_advance(&f->w->wheel, (f->w->wheel.tick + 1) * WHEEL_TICK_MS, f->w),
+			 1);
+	assert_ptr_equal(f->w->by_idx[f->idx], a);
+	check_swept(a);
 }
 
 /* The pass after the adoption arms the timer exactly. */
@@ -242,9 +251,11 @@ static void test_pass_arms_exact(void **state)
 /* Without that pass (a worker that never idles), the timer at its bound arms it exactly:
  * the bound is no later than WK_ARM_PENDING_MS after the adoption. Its deadline, now_ms +
  * WK_ARM_PENDING_MS + 1, falls anywhere in a wheel tick: each case arms it again from a
- * chosen now_ms (one past tick: the deadline a multiple of WHEEL_TICK_MS, the last
- * millisecond of its tick), so that every run covers each. */
-static void bound_arms_exact(uint64_t residue)
+ * chosen now_ms (residue: now_ms's in its tick), so that every run covers a deadline that
+ * is a multiple of WHEEL_TICK_MS (the last millisecond of its tick) and others. expired:
+ * the record's PEER_OLD permission and channel expired before the bound (as mk_rec makes
+ * them), else they expire 200 s on. */
+static void bound_arms_exact(uint64_t residue, bool expired)
 {
 	struct fix *f = fix_adopted(mono_ns() + 600 * S_NS);
 	struct wk_alloc *a = f->w->by_idx[f->idx];
@@ -254,30 +265,53 @@ static void bound_arms_exact(uint64_t residue)
 	assert_true(a->arm_pending);
 	assert_true(a->timer.deadline_ms >= f->t0_ms + WK_ARM_PENDING_MS);
 	assert_true(a->timer.deadline_ms <= mono_ms() + WK_ARM_PENDING_MS + 1);
+	if (!expired) {
+		shm_alloc_begin_write(a->rec);
+		a->rec->perms[5].expires_ns = a->rec->chans[7].expires_ns = mono_ns() + 200 * S_NS;
+		shm_alloc_end_write(a->rec);
+	}
 	/* the adoption's bound again, from a now_ms ahead of the wheel and the clock */
 	now_ms = (mono_ms() / WHEEL_TICK_MS + 1) * WHEEL_TICK_MS + residue;
 	wk_alloc_arm_adopted(f->w, a, now_ms);
 	assert_int_equal(a->timer.deadline_ms, now_ms + WK_ARM_PENDING_MS + 1);
 	/* the end of the deadline's tick: that tick alone runs */
 	tick_end = (a->timer.deadline_ms + WHEEL_TICK_MS - 1) / WHEEL_TICK_MS * WHEEL_TICK_MS;
-	/* nothing fires before the bound; at it, the timer re-arms (no sweep yet) */
+	/* nothing fires before the bound */
 	assert_int_equal(wheel_advance(&f->w->wheel, now_ms + WK_ARM_PENDING_MS / 2, f->w), 0);
 	assert_int_equal(wheel_advance(&f->w->wheel, tick_end - 1, f->w), 0);
 	assert_int_equal(wheel_advance(&f->w->wheel, tick_end, f->w), 1);
-	assert_int_equal(a->rec->perms[5].family, AF_INET);
-	check_exact_then_swept(f, a);
+	assert_ptr_equal(f->w->by_idx[f->idx], a);
+	if (expired) {
+		/* what expired is swept at the bound's tick, not a tick later */
+		check_swept(a);
+	} else {
+		/* nothing to sweep: the timer re-armed at the exact deadline, no sweep */
+		assert_false(a->arm_pending);
+		assert_int_equal(a->rec->perms[5].family, AF_INET);
+		assert_int_equal(a->rec->chans[7].number, 0x4000);
+		assert_int_equal(a->timer.deadline_ms, a->rec->perms[5].expires_ns / 1000000u + 1);
+	}
 	fix_free(f);
 }
 
+/* now_ms's residue in its tick: the deadline's is 0 (a multiple of WHEEL_TICK_MS), 1, 51, 99 */
+static const uint64_t residues[] = { (2 * WHEEL_TICK_MS - 1 - WK_ARM_PENDING_MS % WHEEL_TICK_MS) %
+					     WHEEL_TICK_MS,
+				     0, WHEEL_TICK_MS / 2, WHEEL_TICK_MS - 2 };
+
 static void test_bound_arms_exact(void **state)
 {
-	/* the deadline's residue in its tick: 0 (a multiple of WHEEL_TICK_MS), 1, 51, 99 */
-	static const uint64_t residues[] = { WHEEL_TICK_MS - 1 - WK_ARM_PENDING_MS % WHEEL_TICK_MS,
-					     0, WHEEL_TICK_MS / 2, WHEEL_TICK_MS - 2 };
-
 	(void)state;
 	for (size_t i = 0; i < sizeof(residues) / sizeof(residues[0]); i++)
-		bound_arms_exact(residues[i] % WHEEL_TICK_MS);
+		bound_arms_exact(residues[i], false);
+}
+
+/* An entry that expired before the bound is swept at the bound's tick. */
+static void test_bound_sweeps_expired(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(residues) / sizeof(residues[0]); i++)
+		bound_arms_exact(residues[i], true);
 }
 
 /* An allocation that ends before the bound: its timer fires at its expiry, not later. */
@@ -327,6 +361,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pass_arms_exact),
 		cmocka_unit_test(test_bound_arms_exact),
+		cmocka_unit_test(test_bound_sweeps_expired),
 		cmocka_unit_test(test_lifetime_before_bound),
 		cmocka_unit_test(test_refresh_arms_exact),
 	};
