@@ -47,50 +47,19 @@ struct fix {
 	uint64_t t0_ms;		/* before the adoption */
 };
 
-static struct sockaddr_in sin4(uint32_t ip, uint16_t port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-
-	a.sin_addr.s_addr = htonl(ip);
-	return a;
-}
-
-static int bound_udp(uint16_t *port)
-{
-	struct sockaddr_in a = sin4(INADDR_LOOPBACK, 0);
-	socklen_t al = sizeof(a);
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 /* A LIVE UDP record of slot 0 relayed at 127.0.0.1:port, its lifetime ending at
  * expires_ns, with an expired permission and channel (PEER_OLD: expired a second ago and
  * not swept yet, as a record the old worker handed over before its timer's tick) and live
  * ones (PEER_NEW, 300 s). */
 static uint32_t mk_rec(struct fix *f, uint16_t port, uint64_t expires_ns)
 {
-	struct shm_counters *c = shm_slot_counters(f->shm, 0);
-	struct sockaddr_in client = sin4(INADDR_LOOPBACK, 40000), relay = sin4(INADDR_LOOPBACK, port);
-	struct sockaddr_in server, old = sin4(PEER_OLD, 5000), young = sin4(PEER_NEW, 5000);
-	socklen_t sl = sizeof(server);
+	struct sockaddr_in old = worker_fix_sin4(PEER_OLD, 5000);
+	struct sockaddr_in young = worker_fix_sin4(PEER_NEW, 5000);
 	uint64_t now = mono_ns();
 	struct shm_alloc *rec;
 	uint32_t idx;
 
-	assert_int_equal(getsockname(f->l.fd, (struct sockaddr *)&server, &sl), 0);
-	assert_int_equal(shm_alloc_claim(f->shm, 0, &idx, &rec), 0);
-	shm_alloc_begin_write(rec);
-	rec->client_transport = SHM_TRANSPORT_UDP;
-	rec->listener_idx = (uint16_t)f->l.slot;
-	rec->expires_ns = expires_ns;
-	wk_addr_to_shm((struct sockaddr *)&client, &rec->client);
-	wk_addr_to_shm((struct sockaddr *)&server, &rec->server);
-	wk_addr_to_shm((struct sockaddr *)&relay, &rec->relay);
+	worker_fix_rec(f->shm, &f->l, 40000, port, expires_ns, &idx, &rec);
 	/* in slots 5 and 9 / 7 and 11: the scan must not stop at an empty slot */
 	rec->perms[5].family = AF_INET;
 	memcpy(rec->perms[5].addr, &old.sin_addr, 4);
@@ -104,37 +73,20 @@ static uint32_t mk_rec(struct fix *f, uint16_t port, uint64_t expires_ns)
 	wk_addr_to_shm((struct sockaddr *)&young, &rec->chans[11].peer);
 	rec->chans[11].number = 0x4001;
 	rec->chans[11].expires_ns = now + 300 * S_NS;
-	shm_alloc_end_write(rec);
-	assert_int_equal(shm_alloc_publish(f->shm, 0, idx), 0);
-	shm_ctr_add(c, SHM_CTR_ALLOCS_CREATED, 1);
-	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
-	shm_lctr_add(c, f->l.slot, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	worker_fix_rec_publish(f->shm, &f->l, idx, rec);
 	return idx;
 }
 
 static struct fix *fix_new(uint64_t expires_ns)
 {
 	struct fix *f = calloc(1, sizeof(*f));
-	struct sockaddr_in relay = sin4(INADDR_LOOPBACK, 0);
-	uint16_t lport, port;
+	uint16_t port;
 	uint32_t key;
 
 	assert_non_null(f);
 	worker_fix_create("test-adopt-expiry", 1, &f->shm, &f->h, &f->w);
-	assert_int_equal(wk_tables_init(f->w), 0);
-	wheel_init(&f->w->wheel, mono_ms());
-	f->l.w = f->w;
-	f->l.proto = WORKER_PROTO_UDP;
-	f->l.family = AF_INET;
-	f->l.active = f->l.snap_ok = true;
-	f->l.slot = 1;
-	strcpy(f->l.name, "udp");
-	f->l.fd = bound_udp(&lport);
-	memcpy(&f->l.relay_addr, &relay, sizeof(relay));
-	f->l.relay_local = true;
-	f->w->ls[0] = &f->l;
-	f->w->n_ls = 1;
-	f->fd = bound_udp(&port);
+	worker_fix_adopter(f->w, &f->l);
+	f->fd = worker_fix_bound(SOCK_DGRAM, &port);
 	f->idx = mk_rec(f, port, expires_ns);
 	key = IPC_RELAY_KEY(f->idx, 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
@@ -176,7 +128,7 @@ static void fix_free(struct fix *f)
 
 static struct sockaddr_in peer(uint32_t ip)
 {
-	return sin4(ip, 5000);
+	return worker_fix_sin4(ip, 5000);
 }
 
 /* What relays right after the adoption, before any timer: the live permission and channel,
