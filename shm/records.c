@@ -126,7 +126,9 @@ static int build_ev(const struct shm *shm, uint32_t idx, const struct shm_alloc 
 	ev.relay = rec->relay;
 	ev.relay2 = rec->relay2;
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++) {
-		if (rec->perms[i].family == 0)
+		/* in force at now_ns: an expired one not swept yet (its timer's next tick; an
+		 * adopted record's bound, worker/table.h) is not */
+		if (rec->perms[i].family == 0 || rec->perms[i].expires_ns <= now_ns)
 			continue;
 		if (n < SHM_REC_PEERS) {
 			memcpy(ev.peers[n].addr, rec->perms[i].addr, sizeof(ev.peers[n].addr));

@@ -19,6 +19,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -142,12 +144,14 @@ struct adopt_ctx {
 	struct wk_listener **ls;
 	struct shm_addr *local;
 	struct wk_relayho ho;	/* relay sockets a live upgrade handed over */
+	uint64_t now_ms;	/* the run's start: the timers' bound (wk_alloc_arm_adopted) */
 };
 
 static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 {
 	memset(c, 0, sizeof(*c));
 	c->w = w;
+	c->now_ms = mono_ms();
 	if (w->n_ls > 0) {
 		c->ls = calloc(w->n_ls, sizeof(*c->ls));
 		c->local = calloc(w->n_ls, sizeof(*c->local));
@@ -200,9 +204,10 @@ static struct wk_listener *wk_adopt_listener(const struct adopt_ctx *c, const st
 	return found;
 }
 
-/* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one). */
+/* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one), at
+ * now_ms (a clock read for each of thousands of records cost 2 % of the adoption). */
 static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-			int fd0, int fd1)
+			int fd0, int fd1, uint64_t now_ms)
 {
 	struct wk_listener *l = a->l;
 	int rc;
@@ -233,14 +238,14 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 	 * is lost (packets may fragment), the second only answers retransmissions. */
 	a->expires_ms = rec->expires_ns / 1000000u;
 	a->published = true;
-	wk_alloc_rearm(w, a);
+	wk_alloc_arm_adopted(w, a, now_ms);	/* exact in wk_adopt_tune_cb */
 	return 0;
 }
 
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
 		   int relay_fd, int relay2_fd)
 {
-	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd);
+	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd, mono_ms());
 }
 
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
@@ -260,21 +265,59 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	if (rc < 0)
 		return rc;
 	return adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
-			    wk_relayho_take(&c->ho, idx, 1));
+			    wk_relayho_take(&c->ho, idx, 1), c->now_ms);
+}
+
+/* The process's CPU time in microseconds: since its fork for a worker (a forked process
+ * starts at zero), its start-up included. */
+static uint64_t wk_cpu_us(void)
+{
+	struct timespec cpu;
+
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) < 0)
+		return 0;
+	return (uint64_t)cpu.tv_sec * 1000000u + (uint64_t)cpu.tv_nsec / 1000u;
+}
+
+/* The process's minor page faults so far (since its fork for a worker). */
+static uint64_t wk_minflt(void)
+{
+	struct rusage ru;
+
+	return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_minflt : 0;
+}
+
+/* A check watcher started by the adoption runs at the next iteration, after libev's
+ * fd_reify (an epoll_ctl per relay socket watched) and its poll: from here the worker
+ * polls the relay sockets it adopted. */
+static void wk_adopt_cpu_cb(struct ev_loop *loop, ev_check *c, int revents)
+{
+	struct worker *w = c->data;
+
+	(void)revents;
+	ev_check_stop(loop, c);
+	log_info("worker",
+		 "slot %u: %u adopted in %llu us of CPU since the fork, %llu us once its relay "
+		 "sockets are watched (minor page faults: %llu, %llu)",
+		 w->slot, w->adopt_n, (unsigned long long)w->adopt_cpu_us,
+		 (unsigned long long)wk_cpu_us(), (unsigned long long)w->adopt_minflt,
+		 (unsigned long long)wk_minflt());
 }
 
 /* Relay sockets tuned per idle callback: small enough that a worker answers its clients
  * between two batches. */
 #define WK_TUNE_BATCH 256u
 
-/* After an adoption: the handed-over relay sockets' check (wk_relay_verify) and the
+/* After an adoption: the handed-over relay sockets' check (wk_relay_verify), the
  * adopted ones' buffer sizes and DF mode (what wk_relay_socket sets at once for a new
- * allocation), a batch per loop iteration with no pending event, so that every worker of a
- * take-over relays again before any spends time on what relaying does not need (the check's
- * two system calls of the four a handed-over socket cost; three setsockopt of the six a
- * bound one costs). Until then a socket relays with the kernel's default buffers and DF
- * mode, and a handed-over one unchecked: see wk_relay_verify for what a wrong one can do
- * meanwhile. */
+ * allocation) and the allocations' timers at their exact deadlines (wk_alloc_arm_adopted
+ * armed them at a bound), a batch per loop iteration with no pending event, so that every
+ * worker of a take-over relays again before any spends time on what relaying does not need
+ * (the check's two system calls of the four a handed-over socket cost; three setsockopt of
+ * the six a bound one costs; the scan of a record's 64 expiries). Until then a socket
+ * relays with the kernel's default buffers and DF mode, a handed-over one unchecked (see
+ * wk_relay_verify for what a wrong one can do meanwhile), and an allocation's timer fires
+ * at its bound at the latest (wk_alloc_arm_adopted). */
 static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 {
 	struct worker *w = iw->data;
@@ -284,6 +327,8 @@ static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 	for (; w->tune_next < cap && done < WK_TUNE_BATCH; w->tune_next++) {
 		struct wk_alloc *a = w->by_idx[w->tune_next];
 
+		if (a != NULL && wk_alloc_rearm_pending(w, a))
+			done++;
 		for (int i = 0; a != NULL && i < 2; i++) {
 			struct wk_relay *r = &a->relay[i];
 
@@ -337,4 +382,15 @@ void wk_adopt_run(struct worker *w)
 			 "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "
 			 "%u TCP, %u expired, %u not rebindable",
 			 w->slot, st.adopted, st.torn, st.stream, st.expired, st.failed);
+	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
+	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
+	 * after libev's epoll_ctl for each relay socket the adoption started watching. */
+	if (st.adopted > 0 && !ev_is_active(&w->adopt_cpu)) {
+		w->adopt_n = st.adopted;
+		w->adopt_cpu_us = wk_cpu_us();
+		w->adopt_minflt = wk_minflt();
+		ev_check_init(&w->adopt_cpu, wk_adopt_cpu_cb);
+		w->adopt_cpu.data = w;
+		ev_check_start(w->loop, &w->adopt_cpu);
+	}
 }

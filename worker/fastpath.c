@@ -356,10 +356,11 @@ void wk_offload_drop_all(struct worker *w, struct wk_alloc *a)
 
 void wk_offload_sync(struct worker *w, struct wk_alloc *a)
 {
-	uint64_t now_ns = mono_ns();
+	uint64_t now_ns;
 
 	if (!wk_off_on(w))
 		return;
+	now_ns = mono_ns();
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
 		struct tgo_channel ch;
 		int rc;

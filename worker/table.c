@@ -43,24 +43,39 @@ static bool wk_addr_ip(const struct sockaddr *sa, uint8_t *fam, uint8_t ip[16])
 	return false;
 }
 
-struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
-			       const struct sockaddr *client)
+/* The allocation of client on l in 5-tuple hash chain *head. */
+static struct wk_alloc *wk_alloc_find_in(struct wk_alloc_list *head, const struct wk_listener *l,
+					 const struct sockaddr *client)
 {
 	struct wk_alloc *a;
 
-	LIST_FOREACH(a, &w->hash[wk_ep_hash(l, client) & w->hash_mask], hlink)
+	LIST_FOREACH(a, head, hlink)
 		if (a->l == l && wk_addr_equal((struct sockaddr *)&a->client, client))
 			return a;
 	return NULL;
 }
 
+static struct wk_alloc_list *wk_alloc_chain(struct worker *w, const struct wk_listener *l,
+					    const struct sockaddr *client)
+{
+	return &w->hash[wk_ep_hash(l, client) & w->hash_mask];
+}
+
+struct wk_alloc *wk_alloc_find(struct worker *w, const struct wk_listener *l,
+			       const struct sockaddr *client)
+{
+	return wk_alloc_find_in(wk_alloc_chain(w, l, client), l, client);
+}
+
 static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg);
 
 /* Private half of an allocation around record idx, linked into the worker's indexes:
- * the 5-tuple hash for UDP, the connection for TCP (conn != NULL). */
+ * the 5-tuple hash for UDP (chain: its chain when the caller has it, else NULL), the
+ * connection for TCP (conn != NULL). */
 static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, struct wk_tconn *conn,
 				     const struct sockaddr *client, socklen_t client_len,
-				     uint32_t idx, struct shm_alloc *rec)
+				     uint32_t idx, struct shm_alloc *rec,
+				     struct wk_alloc_list *chain)
 {
 	struct wk_alloc *a = calloc(1, sizeof(*a));
 
@@ -86,7 +101,7 @@ static struct wk_alloc *wk_alloc_new(struct worker *w, struct wk_listener *l, st
 		if (w->table_ops)
 			w->table_ops->carry(conn, a);
 	} else {
-		LIST_INSERT_HEAD(&w->hash[wk_ep_hash(l, client) & w->hash_mask], a, hlink);
+		LIST_INSERT_HEAD(chain ? chain : wk_alloc_chain(w, l, client), a, hlink);
 	}
 	LIST_INSERT_HEAD(&w->allocs, a, link);
 	w->n_allocs++;
@@ -104,7 +119,7 @@ int wk_alloc_create(struct worker *w, const struct wk_ep *ep, struct wk_alloc **
 		return rc;
 	shm_bw_alloc_reset(w->shm, idx);
 	shm_relay_ctr_reset(w->shm, idx);
-	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec);
+	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec, NULL);
 	if (!*out) {
 		shm_alloc_release(w->shm, w->slot, idx);
 		return -ENOMEM;
@@ -122,19 +137,22 @@ int wk_alloc_attach(struct worker *w, struct wk_listener *l, uint32_t idx, struc
 {
 	struct sockaddr_storage client;
 	socklen_t len = wk_shm_to_addr(&rec->client, &client);
+	struct wk_alloc_list *chain;
 
 	if (len == 0)
 		return -EINVAL;
-	if (wk_alloc_find(w, l, (struct sockaddr *)&client))
+	/* One hash for the look-up and the insertion (a take-over adopts thousands) */
+	chain = wk_alloc_chain(w, l, (struct sockaddr *)&client);
+	if (wk_alloc_find_in(chain, l, (struct sockaddr *)&client))
 		return -EEXIST;
-	*out = wk_alloc_new(w, l, NULL, (struct sockaddr *)&client, len, idx, rec);
+	*out = wk_alloc_new(w, l, NULL, (struct sockaddr *)&client, len, idx, rec, chain);
 	return *out ? 0 : -ENOMEM;
 }
 
 int wk_alloc_attach_ep(struct worker *w, const struct wk_ep *ep, uint32_t idx,
 		       struct shm_alloc *rec, struct wk_alloc **out)
 {
-	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec);
+	*out = wk_alloc_new(w, ep->l, ep->c, ep->addr, ep->addr_len, idx, rec, NULL);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -236,7 +254,7 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 
 /* The timer is armed at the earliest deadline of the allocation, its permissions and its
  * channels; each firing sweeps what expired and re-arms for the next. */
-void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
+static void wk_alloc_arm_exact(struct worker *w, struct wk_alloc *a)
 {
 	uint64_t next = a->expires_ms;
 	const uint64_t ns_per_ms = 1000000u;
@@ -247,10 +265,34 @@ void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
 		if (a->rec->chans[i].number && a->rec->chans[i].expires_ns / ns_per_ms < next)
 			next = a->rec->chans[i].expires_ns / ns_per_ms;
+	a->arm_pending = false;
 	wheel_arm(&w->wheel, &a->timer, next + 1);
+}
+
+void wk_alloc_rearm(struct worker *w, struct wk_alloc *a)
+{
+	wk_alloc_arm_exact(w, a);
 	/* Every change of an expiry ends here: the kernel's entries follow. */
 	if (w->table_ops)
 		w->table_ops->chans_sync(w, a);
+}
+
+void wk_alloc_arm_adopted(struct worker *w, struct wk_alloc *a, uint64_t now_ms)
+{
+	uint64_t bound = now_ms + WK_ARM_PENDING_MS;
+
+	a->arm_pending = true;
+	wheel_arm(&w->wheel, &a->timer, (a->expires_ms < bound ? a->expires_ms : bound) + 1);
+	if (w->table_ops)
+		w->table_ops->chans_sync(w, a);
+}
+
+bool wk_alloc_rearm_pending(struct worker *w, struct wk_alloc *a)
+{
+	if (!a->arm_pending)
+		return false;
+	wk_alloc_arm_exact(w, a);	/* the kernel's entries followed at the adoption */
+	return true;
 }
 
 static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
@@ -264,6 +306,11 @@ static void wk_alloc_timer_cb(struct wheel_timer *t, void *arg)
 		wk_alloc_destroy(w, a, "lifetime expired");
 		return;
 	}
+	/* Armed at a bound: the exact deadline now; a past one (something expired before the
+	 * bound) is swept at once, below. Only then: the sweep's wk_alloc_rearm writes the
+	 * kernel's entries, which followed at the adoption. */
+	if (wk_alloc_rearm_pending(w, a) && a->timer.deadline_ms > now_ns / 1000000u)
+		return;
 	shm_alloc_begin_write(a->rec);
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_PERMS; i++)
 		if (a->rec->perms[i].family && a->rec->perms[i].expires_ns <= now_ns)

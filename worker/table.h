@@ -62,6 +62,9 @@ struct wk_alloc {
 	struct wk_tpeer *tpeers;	/* its peer connections (tcprelay.c) */
 	unsigned n_tpeers;
 	bool published;			/* counted in ALLOCS_ACTIVE */
+	/* timer armed by wk_alloc_arm_adopted at a bound, not yet at the earliest expiry of
+	 * the record's permissions and channels (wk_alloc_rearm_pending) */
+	bool arm_pending;
 	uint8_t *resp;			/* cached Allocate success (retransmissions) */
 	size_t resp_len;
 };
@@ -138,6 +141,22 @@ bool wk_relay_verify(struct worker *w, struct wk_alloc *a, struct wk_relay *r);
 void wk_alloc_forget(struct worker *w, struct wk_alloc *a);
 void wk_alloc_set_expiry(struct worker *w, struct wk_alloc *a, uint32_t lifetime_s);
 void wk_alloc_rearm(struct worker *w, struct wk_alloc *a);
+/* An adoption's cheap wk_alloc_rearm: the kernel's entries follow at once, but the timer
+ * is armed at the allocation's expiry or WK_ARM_PENDING_MS after now_ms (the adoption's
+ * start, mono_ms), whichever comes first, without reading the record's 32 permission and
+ * 32 channel expiries (2.5 KiB a record: a fifth of a take-over's adoption, its page
+ * faults included). The exact deadline comes with wk_alloc_rearm_pending (the pass after
+ * the adoption, adopt.c) or the timer's firing. Meanwhile an expired permission or channel
+ * relays nothing (every reader checks its expiry: wk_alloc_perm_ok, wk_alloc_chan_by_*,
+ * the kernel's entries); only its sweep from the record may come later than its expiry's
+ * next tick: at the tick after that pass, or at the bound's tick itself (the timer's firing
+ * sweeps at once what expired before the bound), so no later than the tick of now_ms +
+ * WK_ARM_PENDING_MS + 1. */
+#define WK_ARM_PENDING_MS 1000u
+void wk_alloc_arm_adopted(struct worker *w, struct wk_alloc *a, uint64_t now_ms);
+/* Arms a's timer at its exact deadline if wk_alloc_arm_adopted left it pending; returns
+ * whether it did. */
+bool wk_alloc_rearm_pending(struct worker *w, struct wk_alloc *a);
 /* Binds relay socket number (0 or 1) of family. port_hint > 0: that port, already booked
  * for a's record (a redeemed reservation); else a port from the shared pool (even on
  * request; resv non-NULL: an even port whose port + 1 is reserved with resv, see

@@ -202,6 +202,12 @@ struct worker {
 	bool adopting;
 	ev_idle tune;
 	uint32_t tune_next;		/* next record index the idle watcher looks at */
+	/* The adoption's cost in CPU time, logged once libev watches its relay sockets (the
+	 * next loop iteration: an epoll_ctl each, after the adoption's line). */
+	ev_check adopt_cpu;
+	uint32_t adopt_n;
+	uint64_t adopt_cpu_us;
+	uint64_t adopt_minflt;
 
 	bool leaving;			/* stopping, records left LIVE: its connections stay in
 					 * systemd's fd store for the next start (fdstore.c) */

@@ -113,6 +113,19 @@ static void test_full_ring_drops(void **state)
 		assert_string_equal(G.ev[1 + i].listener, "udp");
 	}
 	assert_int_equal(shm_records_drain(s, collect, &G), 0);
+	/* a permission expired but not swept yet (another, live, at perms[3]) is not in force
+	 * at the end */
+	shm_alloc_begin_write(r);
+	r->perms[0].expires_ns = NOW - 1;
+	r->perms[3].family = AF_INET;
+	r->perms[3].addr[0] = 11;
+	r->perms[3].expires_ns = NOW + SEC;
+	shm_alloc_end_write(r);
+	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_EXPIRY, NOW, NULL), 0);
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(s, collect, &G), 1);
+	assert_int_equal(G.ev[0].n_peers, 1);
+	assert_int_equal(G.ev[0].peers[0].addr[0], 11);
 	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW, NULL), 0);
 	assert_int_equal(shm_rec_reason_of("lifetime expired"), SHM_REC_EXPIRY);
 	assert_int_equal(shm_rec_reason_of("no such text"), SHM_REC_OTHER);

@@ -46,81 +46,31 @@ struct fix {
 	uint32_t idx[N];
 };
 
-static struct sockaddr_in sin4(uint16_t port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	return a;
-}
-
-/* A socket of type bound to 127.0.0.1, an ephemeral port; *port gets it. */
-static int bound(int type, uint16_t *port)
-{
-	struct sockaddr_in a = sin4(0);
-	socklen_t al = sizeof(a);
-	int fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-	*port = ntohs(a.sin_port);
-	return fd;
-}
-
 /* A LIVE UDP record of slot 0 for a client on the listener, relayed at 127.0.0.1:port. */
 static uint32_t mk_rec(struct fix *f, unsigned i, uint16_t port)
 {
-	struct shm_counters *c = shm_slot_counters(f->shm, 0);
-	struct sockaddr_in client = sin4((uint16_t)(40000 + i)), relay = sin4(port), server;
-	socklen_t sl = sizeof(server);
 	struct shm_alloc *rec;
 	uint32_t idx;
 
-	assert_int_equal(getsockname(f->l.fd, (struct sockaddr *)&server, &sl), 0);
-	assert_int_equal(shm_alloc_claim(f->shm, 0, &idx, &rec), 0);
-	shm_alloc_begin_write(rec);
-	rec->client_transport = SHM_TRANSPORT_UDP;
-	rec->listener_idx = (uint16_t)f->l.slot;
-	rec->expires_ns = mono_ns() + 600000000000ull;
-	wk_addr_to_shm((struct sockaddr *)&client, &rec->client);
-	wk_addr_to_shm((struct sockaddr *)&server, &rec->server);
-	wk_addr_to_shm((struct sockaddr *)&relay, &rec->relay);
-	shm_alloc_end_write(rec);
-	assert_int_equal(shm_alloc_publish(f->shm, 0, idx), 0);
-	shm_ctr_add(c, SHM_CTR_ALLOCS_CREATED, 1);
-	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
-	shm_lctr_add(c, f->l.slot, SHM_LCTR_ALLOCS_ACTIVE, 1);
+	worker_fix_rec(f->shm, &f->l, (uint16_t)(40000 + i), port, mono_ns() + 600000000000ull,
+		       &idx, &rec);
+	worker_fix_rec_publish(f->shm, &f->l, idx, rec);
 	return idx;
 }
 
 static int fix_setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
-	struct sockaddr_in relay = sin4(0);
-	uint16_t lport, other;
+	uint16_t other;
 	uint32_t keys[N];
 
 	assert_non_null(f);
 	worker_fix_create("test-relayho", 1, &f->shm, &f->h, &f->w);
-	assert_int_equal(wk_tables_init(f->w), 0);
-	wheel_init(&f->w->wheel, mono_ms());
-	f->l.w = f->w;
-	f->l.proto = WORKER_PROTO_UDP;
-	f->l.family = AF_INET;
-	f->l.active = f->l.snap_ok = true;
-	f->l.slot = 1;
-	strcpy(f->l.name, "udp");
-	f->l.fd = bound(SOCK_DGRAM, &lport);
-	memcpy(&f->l.relay_addr, &relay, sizeof(relay));
-	f->l.relay_local = true;
-	f->w->ls[0] = &f->l;
-	f->w->n_ls = 1;
-
-	f->fds[0] = bound(SOCK_DGRAM, &f->port[0]);	/* the right one */
-	f->fds[1] = bound(SOCK_STREAM, &f->port[1]);	/* a TCP socket on "its" port */
-	f->spare = bound(SOCK_DGRAM, &f->port[2]);
-	f->fds[2] = bound(SOCK_DGRAM, &other);		/* UDP, but another port */
+	worker_fix_adopter(f->w, &f->l);
+	f->fds[0] = worker_fix_bound(SOCK_DGRAM, &f->port[0]);	/* the right one */
+	f->fds[1] = worker_fix_bound(SOCK_STREAM, &f->port[1]);	/* a TCP one on "its" port */
+	f->spare = worker_fix_bound(SOCK_DGRAM, &f->port[2]);
+	f->fds[2] = worker_fix_bound(SOCK_DGRAM, &other);	/* UDP, but another port */
 	for (unsigned i = 0; i < N; i++) {
 		f->idx[i] = mk_rec(f, i, f->port[i]);
 		keys[i] = IPC_RELAY_KEY(f->idx[i], 0);
