@@ -71,7 +71,11 @@ static bool owner_holds(const struct shm *shm, uint64_t w, uint16_t port, uint64
 	}
 }
 
-bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint64_t now_ns)
+/* Room for tag on port: no way holds a booking of tag and one way is empty. A way counts as
+ * held while its owner holds the port (check_owner: reads the owner's record or reservation)
+ * or, without check_owner, while it is not zero (the pool's words alone). */
+static bool pool_room(const struct shm *shm, uint32_t tag, uint16_t port, uint64_t now_ns,
+		      bool check_owner)
 {
 	const uint64_t *w;
 	bool room = false;
@@ -80,7 +84,7 @@ bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint6
 	w = pool_ways(shm, port);
 	for (unsigned i = 0; i < SHM_PPOOL_WAYS; i++) {
 		uint64_t v = CMM_LOAD_SHARED(w[i]);
-		bool held = owner_holds(shm, v, port, now_ns);
+		bool held = check_owner ? owner_holds(shm, v, port, now_ns) : v != 0;
 
 		if (held && (uint32_t)(v >> 32) == tag)
 			return false;
@@ -89,21 +93,14 @@ bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint6
 	return room;
 }
 
+bool shm_ppool_is_free(const struct shm *shm, uint32_t tag, uint16_t port, uint64_t now_ns)
+{
+	return pool_room(shm, tag, port, now_ns, true);
+}
+
 bool shm_ppool_unbooked(const struct shm *shm, uint32_t tag, uint16_t port)
 {
-	const uint64_t *w;
-	bool room = false;
-
-	shm_check_handle(shm);
-	w = pool_ways(shm, port);
-	for (unsigned i = 0; i < SHM_PPOOL_WAYS; i++) {
-		uint64_t v = CMM_LOAD_SHARED(w[i]);
-
-		if (v != 0 && (uint32_t)(v >> 32) == tag)
-			return false;
-		room |= v == 0;
-	}
-	return room;
+	return pool_room(shm, tag, port, 0, false);
 }
 
 /* Books `port` on tag for owner (a record or reservation word's low half). */
