@@ -27,6 +27,15 @@ void portpool_destroy(struct portpool *p)
 		memset(p, 0, sizeof(*p));
 }
 
+/* port open for tag in this round: unbooked (which implies shm_ppool_is_free, so no
+ * record is read) in a hinted round, free by its owners in the checked one. */
+static bool portpool_open(struct shm *shm, uint32_t tag, uint16_t port, uint64_t now_ns,
+			  bool hinted)
+{
+	return hinted ? shm_ppool_unbooked(shm, tag, port) :
+			shm_ppool_is_free(shm, tag, port, now_ns);
+}
+
 /* One round of the range from the cursor. hinted: only ports that no booking names
  * (shm_ppool_unbooked: the pool's words, no record read), so that a search through a
  * nearly full range reads no allocation record for the ports it passes; the checked
@@ -43,12 +52,8 @@ static int portpool_round(struct portpool *p, struct shm *shm, uint32_t tag, uin
 			continue;
 		if (resv && cand + 1 > p->hi)
 			continue;
-		if (hinted && (!shm_ppool_unbooked(shm, tag, (uint16_t)cand) ||
-			       (resv && !shm_ppool_unbooked(shm, tag, (uint16_t)(cand + 1)))))
-			continue;
-		if (!shm_ppool_is_free(shm, tag, (uint16_t)cand, now_ns))
-			continue;
-		if (resv && !shm_ppool_is_free(shm, tag, (uint16_t)(cand + 1), now_ns))
+		if (!portpool_open(shm, tag, (uint16_t)cand, now_ns, hinted) ||
+		    (resv && !portpool_open(shm, tag, (uint16_t)(cand + 1), now_ns, hinted)))
 			continue;
 		if (shm_ppool_take(shm, tag, (uint16_t)cand, idx, now_ns) < 0)
 			continue;	/* another worker was quicker */
