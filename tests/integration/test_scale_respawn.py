@@ -100,6 +100,13 @@ def test_ports_exhausted(d):
                 if "slot 0: predecessor's allocations" in x][-1]
         check(line.endswith(" 0 not rebindable") and "%d adopted" % owners[0] in line,
               "worker 0 held %d: %s" % (owners[0], line))
+        # Once libev watches the adopted relay sockets, the CPU line (bench/scale.py ends
+        # a take-over's gap there)
+        wait_for(lambda: "slot 0: %d adopted in " % owners[0] in daemon.stderr(),
+                 "worker 0's replacement watching its relay sockets")
+        line = [x for x in daemon.stderr().splitlines() if "slot 0: %d adopted in " % owners[0]
+                in x][-1]
+        check("us once its relay sockets are watched (minor page faults: " in line, line)
         got = fleet.probe(list(range(N)), peer)
         check(len(got) == N and daemon.admin({"cmd": "status"})["allocations"] == N,
               "after the respawn %d of %d relay" % (len(got), N))
