@@ -318,6 +318,16 @@ void admin_resume(struct admin *a)
 	ev_io_start(a->m->loop, &a->io);
 }
 
+void admin_hold(struct admin *a, bool hold)
+{
+	if (a == NULL || a->paused)
+		return;
+	if (hold)
+		ev_io_stop(a->m->loop, &a->io);
+	else
+		ev_io_start(a->m->loop, &a->io);
+}
+
 int admin_fd(const struct admin *a)
 {
 	return a != NULL ? a->fd : -1;

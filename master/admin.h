@@ -50,6 +50,13 @@ int admin_fd(const struct admin *a);
 /* A socket inherited by a live upgrade is served from here on (no-op otherwise). */
 void admin_resume(struct admin *a);
 
+/* The old master of a live upgrade: hold (true) stops taking new connections from the
+ * moment it hands over, so that the connections made during the hand-over wait in the
+ * socket's queue for the new master, which takes them once it serves, instead of being
+ * taken by a master about to exit and reset when it does; false takes them again (the
+ * upgrade failed). Connections already taken are served on. Accepts NULL. */
+void admin_hold(struct admin *a, bool hold);
+
 /* Runs one request line from peer and returns the reply object (new reference; NULL only
  * when out of memory). Never fails on bad input: malformed JSON, a missing or unknown
  * command and bad arguments all produce {"ok":false,"error":...}. A command that changes

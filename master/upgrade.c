@@ -539,6 +539,7 @@ static void fail(struct master *m, const char *why)
 		return;
 	snprintf(u->error, sizeof(u->error), "%s", why);
 	stop_watchers(m);
+	admin_hold(m->admin, false);	/* we serve on: the queued connections are ours */
 	if (u->child > 0)
 		kill(u->child, SIGKILL);	/* reaped by the supervisor's child watcher */
 	if (u->phase == UP_STARTING) {
@@ -609,6 +610,9 @@ static void handover(struct master *m)
 	ev_timer_start(m->loop, &u->tmo);
 	log_info("master", "upgrade: the new master (pid %d) is ready; stopping the workers",
 		 (int)u->child);
+	/* From here the admin socket's new connections wait for the new master: one we took
+	 * now could be left unanswered when we exit (reset under its client). */
+	admin_hold(m->admin, true);
 	if (u->peer_relays)
 		relayho_channels(m);	/* before IPC_PARK, on the same channels */
 	supervise_suspend_all(m, u->peer_streams);

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import urllib.request
 import zlib
 
@@ -1369,5 +1370,8 @@ def run_tests(tests):
             except Exception as e:  # report every failure, keep running the rest
                 failed += 1
                 print("FAIL %s: %s: %s" % (fn.__name__, type(e).__name__, e))
+                if not isinstance(e, Failure):
+                    # Not a check's: where it came from, for a failure seen once in CI.
+                    traceback.print_exc(file=sys.stdout)
     sys.stdout.flush()
     sys.exit(1 if failed else 0)
