@@ -217,6 +217,17 @@ class BirthHold:
         self.traced.clear()
 
 
+def trace_births(daemon, holder, n):
+    """(the daemon's master pid, BirthHold(it, holder, n)); SKIP (exit 77) with the reason
+    when the master cannot be traced (ptrace needs root or ptrace_scope 0)."""
+    master = daemon.admin({"cmd": "status"})["pid"]
+    try:
+        return master, BirthHold(master, holder, n)
+    except OSError as e:
+        print("SKIP: cannot trace the master (%s)" % e)
+        sys.exit(77)
+
+
 class InThread:
     """fn(*args) in a thread, with the part of Popen's interface upgrade_held uses:
     returncode 0 once it returned; communicate() raises what it raised."""

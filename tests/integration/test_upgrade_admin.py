@@ -25,7 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Daemon, check, config, free_port,  # noqa: E402
                            run_tests, wait_for)
-from harness_upgrade import BirthHold, teardown  # noqa: E402
+from harness_upgrade import teardown, trace_births  # noqa: E402
 
 RELAY = (45400, 45409)
 WORKERS = 1
@@ -60,12 +60,7 @@ def test_admin_during_handover(d):
     daemon = Daemon(d, text, workers=WORKERS).start()
     pid, asked, silent = None, None, None
     try:
-        old = daemon.admin({"cmd": "status"})["pid"]
-        try:
-            hold = BirthHold(old, "new", WORKERS)
-        except OSError as e:
-            print("SKIP: cannot trace the master (%s)" % e)
-            sys.exit(77)
+        old, hold = trace_births(daemon, "new", WORKERS)
         proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

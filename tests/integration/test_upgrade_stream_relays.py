@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
                            StreamClient, check, config, error_code, free_port, run_tests,
                            wait_for)
-from harness_upgrade import BirthHold, InThread, failed_upgrade, held_socket, teardown  # noqa: E402
+from harness_upgrade import (InThread, failed_upgrade, held_socket, teardown,  # noqa: E402
+                             trace_births)
 
 RELAY = (45100, 45199)
 N = 4
@@ -133,12 +134,7 @@ def upgrade_held(daemon, calls, holder, run):
     """run() (an upgrade, in the background: a Popen) while BirthHold(holder) holds the
     next workers at birth: inside that gap the relay ports keep their sockets and the peer
     sends a datagram to each; then the workers go on and each datagram arrives."""
-    master = daemon.admin({"cmd": "status"})["pid"]
-    try:
-        hold = BirthHold(master, holder, WORKERS)
-    except OSError as e:
-        print("SKIP: cannot trace the master (%s)" % e)
-        sys.exit(77)
+    _, hold = trace_births(daemon, holder, WORKERS)
     what = "upgrade" if holder == "new" else "failed upgrade"
     proc = None
     try:

@@ -31,7 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Daemon, StreamClient, check, config,  # noqa: E402
                            error_code, free_port, run_tests, wait_for)
-from harness_upgrade import BirthHold, teardown  # noqa: E402
+from harness_upgrade import teardown, trace_births  # noqa: E402
 
 RELAY = (45300, 45349)
 WORKERS = 2
@@ -74,12 +74,7 @@ def test_tcp_call_survives_upgrade_to_older(d):
               "CreatePermission")
         relaying(c, peer, relayed, "before")
 
-        old = daemon.admin({"cmd": "status"})["pid"]
-        try:
-            hold = BirthHold(old, "new", WORKERS)
-        except OSError as e:
-            print("SKIP: cannot trace the master (%s)" % e)
-            sys.exit(77)
+        old, hold = trace_births(daemon, "new", WORKERS)
         proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stopped = False
