@@ -2,8 +2,10 @@
  *
  * The old master answers the upgrade command at once; the outcome is asked with
  * upgrade_status on the same socket path, which the new master serves once it has taken
- * over (the old one exits then). Success: a master other than the old one answers that
- * it serves (or the old one says it handed over); its PID goes to stdout, exit 0. Failure:
+ * over (the old one exits then). From the hand-over on the old master takes no new
+ * connection, so a question asked in the gap waits for the master that serves after it.
+ * Success: a master other than the old one answers that it serves (or the old one says it
+ * handed over, on a connection it took before); its PID goes to stdout, exit 0. Failure:
  * the old master reports the attempt failed; the reason goes to stderr, exit 1. */
 #include "config.h"
 

@@ -16,6 +16,7 @@
 
 #define ADMIN_LINE_MAX 8192
 #define ADMIN_MAX_CLIENTS 16
+#define ADMIN_BACKLOG 16   /* connections the socket queues while no master takes them */
 #define ADMIN_OUT_MAX (32u << 20)
 #define ADMIN_DEFAULT_LIMIT 1000
 /* `allocations` answers in pages: at most ADMIN_PAGE_MAX entries, after reading at most
@@ -41,7 +42,8 @@ struct admin_peer {
 int admin_open(struct master *m, const char *path, unsigned mode, struct admin **out);
 
 /* Closes every connection, removes the socket file (unless the master handed it over to
- * a live upgrade's new master). Accepts NULL. */
+ * a live upgrade's new master) after answering each connection still queued on it with
+ * {"ok":false,"error":"the daemon is stopping"}. Accepts NULL. */
 void admin_close(struct admin *a);
 
 /* The listening socket, -1 for NULL. */

@@ -409,7 +409,8 @@ static void open_admin_late(struct master *m)
 	unsigned mode = m->cfg->admin.admin_socket_mode ? m->cfg->admin.admin_socket_mode : 0600;
 	int rc;
 
-	if (m->admin != NULL || path == NULL || path[0] == '\0')
+	/* Not during a live upgrade's hand-over: connections go to the new master then. */
+	if (m->admin != NULL || m->handing_over || path == NULL || path[0] == '\0')
 		return;
 	rc = admin_open(m, path, mode, &m->admin);
 	if (rc < 0)

@@ -10,32 +10,71 @@ How, without timing: the new master's workers are held at their birth (ptrace,
 harness_upgrade.BirthHold), so the old master is in the hand-over, its loop running; a
 status request is sent then, and read only after the workers are let go. The master that
 answers it must be the new one (the old code's old master answered it at once, with its
-own pid). A connection made during the hand-over that sends nothing until the upgrade is
-over is answered too (the old code's old master took it and closed it when it exited).
+own pid). A connection made during the hand-over that sends nothing until the old master
+has exited is answered too (the old code's old master took it and closed it at its exit).
+When the attempt fails instead (its timeout, the worker still held) the old master answers
+the queued request itself ("fallback"); when the old master is stopped during the
+hand-over it answers it with "the daemon is stopping", not a reset.
 
 Relay ports 45400-45409 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, check, config, free_port,  # noqa: E402
-                           run_tests, wait_for)
+from harness_admin import (TURNGATECTL, Daemon, alive, check, config,  # noqa: E402
+                           free_port, run_tests, wait_for)
 from harness_upgrade import teardown, trace_births  # noqa: E402
 
 RELAY = (45400, 45409)
 WORKERS = 1
 
 
-def connect(daemon):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(60.0)
-    s.connect(daemon.sock)
-    return s
+class HeldHandover:
+    """A daemon whose live upgrade (`turngatectl upgrade` ARGS, begin) is held in its
+    hand-over: the new master's worker held at birth. Fields: daemon, old (its master's pid), hold,
+    proc (the upgrade's Popen), pid (the master to stop at the end)."""
+
+    def __init__(self, d):
+        port = free_port(avoid=RELAY)
+        text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
+                      workers=WORKERS, relay=RELAY)
+        self.daemon = Daemon(d, text, workers=WORKERS).start()
+        self.pid, self.proc, self.hold, self.socks = None, None, None, []
+
+    def begin(self, *args):
+        self.old, self.hold = trace_births(self.daemon, "new", WORKERS)
+        self.proc = subprocess.Popen([TURNGATECTL, "-s", self.daemon.sock, "upgrade"] +
+                                     list(args), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        check(self.hold.wait_held(lambda: self.proc.poll() is None),
+              "the new worker held at birth (%s)" % self.daemon.stderr()[-3000:])
+        check("stopping the workers" in self.daemon.stderr(), "the old master hands over")
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(60.0)
+        s.connect(self.daemon.sock)
+        self.socks.append(s)
+        return s
+
+    def release(self):
+        self.hold.release()
+        self.pid = self.hold.new
+
+    def close(self):
+        """In the test's finally: lets everything go and stops what runs."""
+        if self.hold is not None:
+            self.release()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        teardown(self.daemon, self.pid, *self.socks)
 
 
 def status_reply(s):
@@ -53,42 +92,74 @@ def read_reply(s):
     return json.loads(buf.split(b"\n", 1)[0])
 
 
-def test_admin_during_handover(d):
-    port = free_port(avoid=RELAY)
-    text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
-                  workers=WORKERS, relay=RELAY)
-    daemon = Daemon(d, text, workers=WORKERS).start()
-    pid, asked, silent = None, None, None
+def run_held(d, fn, *args):
+    """fn(HeldHandover) with its end in a finally; the daemon's log scanned after."""
+    h = None
     try:
-        old, hold = trace_births(daemon, "new", WORKERS)
-        proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            check(hold.wait_held(lambda: proc.poll() is None),
-                  "the new worker held at birth (%s)" % daemon.stderr()[-3000:])
-            check("stopping the workers" in daemon.stderr(), "the old master hands over")
-            asked = connect(daemon)
-            asked.sendall(b'{"cmd":"status"}\n')
-            silent = connect(daemon)
-        finally:
-            hold.release()
-            pid = hold.new
-        reply = read_reply(asked)
-        check(reply.get("pid") == hold.new and hold.new != old,
-              "the status asked during the hand-over is answered by pid %r (old %d, new %r)"
-              % (reply.get("pid"), old, hold.new))
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
-        pid = int(out.strip().splitlines()[-1])
-        check(pid == hold.new, "upgrade says pid %d serves (held %r)" % (pid, hold.new))
-        wait_for(lambda: "exiting" in daemon.stderr(), "the old master to exit")
-        reply = status_reply(silent)
-        check(reply.get("pid") == pid, "the connection made during the hand-over: pid %r"
-              % reply.get("pid"))
+        h = HeldHandover(d)
+        h.begin(*args)
+        fn(h)
     finally:
-        teardown(daemon, pid, asked, silent)
-    daemon.scan()
+        if h is not None:
+            h.close()
+    if h is not None:
+        h.daemon.scan()
+
+
+def served_by_new(h):
+    asked = h.connect()
+    asked.sendall(b'{"cmd":"status"}\n')
+    silent = h.connect()
+    h.release()
+    reply = read_reply(asked)
+    check(reply.get("pid") == h.hold.new and h.hold.new != h.old,
+          "the status asked during the hand-over is answered by pid %r (old %d, new %r)"
+          % (reply.get("pid"), h.old, h.hold.new))
+    out, err = h.proc.communicate(timeout=90)
+    check(h.proc.returncode == 0, "upgrade: rc %s %s%s" % (h.proc.returncode, out, err))
+    h.pid = int(out.strip().splitlines()[-1])
+    check(h.pid == h.hold.new, "upgrade says pid %d serves (held %r)" % (h.pid, h.hold.new))
+    wait_for(lambda: not alive(h.old), "the old master to exit")
+    reply = status_reply(silent)
+    check(reply.get("pid") == h.pid, "the connection made during the hand-over: pid %r"
+          % reply.get("pid"))
+
+
+def failed_serves_on(h):
+    # The worker stays held: the attempt's own timeout fails it, and the old master
+    # takes the queued connection again.
+    asked = h.connect()
+    reply = status_reply(asked)
+    check(reply.get("pid") == h.old, "after the failed attempt: answered by pid %r (old %d)"
+          % (reply.get("pid"), h.old))
+    st = h.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["state"]
+    check(st in ("fallback", "failed"), "upgrade state %r" % st)
+    h.release()     # the held worker holds the table's lock the fallback waits for
+    h.proc.communicate(timeout=90)
+    check(h.proc.returncode != 0, "turngatectl upgrade says it failed")
+
+
+def stopped_refuses(h):
+    asked = h.connect()
+    asked.sendall(b'{"cmd":"status"}\n')
+    os.kill(h.old, signal.SIGTERM)
+    reply = read_reply(asked)
+    check(reply == {"ok": False, "error": "the daemon is stopping"},
+          "the request queued when the old master stopped: %r" % reply)
+
+
+def test_admin_during_handover(d):
+    run_held(d, served_by_new)
+
+
+def test_admin_after_failed_handover(d):
+    run_held(d, failed_serves_on, "--timeout", "3")
+
+
+def test_admin_stop_during_handover(d):
+    run_held(d, stopped_refuses)
 
 
 if __name__ == "__main__":
-    run_tests([test_admin_during_handover])
+    run_tests([test_admin_during_handover, test_admin_after_failed_handover,
+               test_admin_stop_during_handover])
