@@ -44,6 +44,12 @@ static struct shm *mk(unsigned slots, unsigned cap)
 	return shm;
 }
 
+/* When rec_fill's records were created: NOW - 10 s for images judged as of NOW. A live
+ * upgrade's open judges them as of the real clock (mono_ns()), and a record created after
+ * that "now" is refused: its tests set this from mono_ns(), or they would pass only on a
+ * machine up for longer than NOW (83 minutes). */
+static uint64_t rec_created_ns = NOW - 10 * SEC;
+
 static void rec_fill(struct shm_alloc *r, unsigned i, uint8_t transport, uint64_t expires)
 {
 	r->client_transport = transport;
@@ -58,7 +64,7 @@ static void rec_fill(struct shm_alloc *r, unsigned i, uint8_t transport, uint64_
 	r->server.port = 3478;
 	r->relay = r->server;
 	r->relay.port = (uint16_t)(50000 + i);
-	r->created_ns = NOW - 10 * SEC;
+	r->created_ns = rec_created_ns;
 	r->expires_ns = expires;
 	r->user_len = (uint16_t)snprintf(r->username, sizeof(r->username), "user%u", i);
 	r->realm_len = (uint16_t)snprintf(r->realm, sizeof(r->realm), "realm");
@@ -931,8 +937,10 @@ static void test_upgrade_ready(void **state)
 	(void)state;
 	open_upgrade(16, false, &r, &a, &t);
 	assert_string_equal(r.why, "no state file");
+	rec_created_ns = mono_ns() - 10 * SEC;
 	for (unsigned i = 0; i < 3; i++)
 		rec_add(a, i % 2, i, SHM_TRANSPORT_UDP, mono_ns() + 600 * SEC, 0);
+	rec_created_ns = NOW - 10 * SEC;
 	shm_destroy(a);
 
 	open_upgrade(2, false, &r, &a, &t);
