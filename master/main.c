@@ -200,7 +200,8 @@ static void lifecycle_step(struct master *m)
 	if (!m->stopping)
 		return;
 	if (supervise_all_down(m)) {
-		ev_break(m->loop, EVBREAK_ALL);
+		if (!upgrade_stop_waits(m, now >= m->stop_deadline))
+			ev_break(m->loop, EVBREAK_ALL);
 		return;
 	}
 	if (now >= m->stop_deadline)

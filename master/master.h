@@ -471,6 +471,11 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 void upgrade_workers_down(struct master *m);
 /* Old master told to stop during an upgrade: the new binary is killed. */
 void upgrade_stop(struct master *m);
+/* Old master stopping, its workers down: true while a failed hand-over's fallback still
+ * waits for the new master's end (it then puts this master's state file back and ends the
+ * loop itself); false when there is none, or once deadline is true (logged: the files stay
+ * as they are). */
+bool upgrade_stop_waits(struct master *m, bool deadline);
 /* The sockets a new master inherits: every listener's, the admin socket, HTTP servers. */
 size_t upgrade_collect_fds(const struct master *m, int *fds, size_t cap);
 /* New master, first thing: reads $TURNGATE_UPGRADE. Returns 1 (this start is an

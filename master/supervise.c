@@ -540,7 +540,7 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	if (m->stopping) {
 		w->state = MW_STOPPED;
 		/* The last one: exit now rather than at the next tick (a restart waits for it). */
-		if (supervise_all_down(m))
+		if (supervise_all_down(m) && !upgrade_stop_waits(m, false))
 			ev_break(loop, EVBREAK_ALL);
 		return;
 	}

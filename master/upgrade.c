@@ -494,6 +494,13 @@ static void restore_file(struct master *m)
 	u->backup[0] = '\0';
 }
 
+/* The new master is reaped (fail() killed it): it alone could still rename its copy of the
+ * table over the state file. */
+static bool child_gone(const struct upgrade *u)
+{
+	return u->child <= 0 || (kill(u->child, 0) < 0 && errno == ESRCH);
+}
+
 static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct master *m = t->data;
@@ -506,7 +513,9 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 			supervise_kill_all(m);
 		return;
 	}
-	if (u->lock_dropped && state_relock(m) < 0)
+	/* A master that stops writes the table no more: it needs no lock, only the new master
+	 * gone, whose workers (they die with it) may hold the lock a while yet. */
+	if (m->stopping ? !child_gone(u) : u->lock_dropped && state_relock(m) < 0)
 		return;	/* a process of the new binary still runs */
 	ev_timer_stop(loop, t);
 	u->lock_dropped = false;
@@ -516,6 +525,8 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	u->phase = UP_FAILED;
 	if (m->stopping) {
 		/* told to stop meanwhile: the table stays in our file for the next start */
+		log_warn("master", "upgrade failed: %s; this master's table is in %s again",
+			 u->error, m->state_path);
 		park_release(m);
 		ev_break(loop, EVBREAK_ALL);
 		return;
@@ -872,6 +883,22 @@ void upgrade_stop(struct master *m)
 	if (u == NULL || (u->phase != UP_STARTING && u->phase != UP_HANDOVER))
 		return;
 	fail(m, "the old master was told to stop");
+}
+
+bool upgrade_stop_waits(struct master *m, bool deadline)
+{
+	struct upgrade *u = m->up;
+
+	if (u == NULL || u->phase != UP_FALLBACK)
+		return false;
+	if (!deadline)
+		return true;
+	log_error("master",
+		  "upgrade: the new binary (pid %d) is not gone at the stop's deadline: %s stays "
+		  "as it is, and this master's table in %s",
+		  (int)u->child, m->state_path, u->backup);
+	u->phase = UP_FAILED;
+	return false;
 }
 
 json_t *upgrade_status(const struct master *m)
