@@ -22,6 +22,7 @@
 #define TG_HTTP_HTTP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -147,6 +148,23 @@ uint16_t http_server_port(const struct http_server *srv);
 
 /* The listening socket (owned by the server), -1 for NULL. */
 int http_server_fd(const struct http_server *srv);
+
+/* The old master of a live upgrade, from its hand-over on (hold true): the server takes no
+ * new connection; one made meanwhile waits in the listening socket's queue for the new
+ * master, which shares the socket. The connections already taken are served on. false (the
+ * upgrade failed): takes connections again. MHD cannot undo its hold: the server restarts on
+ * the same socket, and a connection the held one still served (a request in progress since
+ * before the hold) is closed. Returns 0 (also for NULL or no change), or -EIO: the hold
+ * failed (the server serves on as before) or the restart did (it serves nothing; stop it). */
+int http_server_hold(struct http_server *srv, bool hold);
+
+/* Before the old master of a live upgrade exits, its servers held: serves the connections
+ * open on the n servers of srvs (NULL entries skipped) until none is left or max_s seconds
+ * have passed. Our answers close their connection (MHD says "Connection: close" to a
+ * response queued before the request's end), so an open one is a request in progress.
+ * Blocks: nothing else of the loop runs meanwhile. Returns the number still open
+ * (http_server_stop closes them). */
+unsigned http_server_finish(struct http_server *const *srvs, size_t n, double max_s);
 
 /* Stops the watchers, closes every connection and the socket, frees. Accepts NULL. */
 void http_server_stop(struct http_server *srv);

@@ -17,7 +17,8 @@ struct http_server {
 	uint32_t magic;
 	struct ev_loop *loop;
 	struct MHD_Daemon *daemon;
-	int listen_fd;                /* owned by MHD once it started */
+	int listen_fd;                /* owned by MHD once it started, ours while held */
+	bool held;                    /* quiesced: takes no new connection (http_server_hold) */
 	ev_io io;                     /* MHD's epoll fd */
 	ev_timer timer;               /* MHD_get_timeout() */
 	struct http_handlers h;

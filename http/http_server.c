@@ -1,6 +1,7 @@
 /* libmicrohttpd server driven by the master's libev loop (epoll fd + timeout watchers). */
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/mono.h"
 #include "http/http_cred.h"
 #include "http/http_int.h"
 
@@ -217,6 +219,82 @@ fail:
 	return rc;
 }
 
+/* Stops serving: the watchers, then MHD (which closes its connections, and the listening
+ * socket unless held: then it is ours). */
+static void srv_halt(struct http_server *s)
+{
+	if (s->daemon == NULL)
+		return;
+	ev_io_stop(s->loop, &s->io);
+	ev_timer_stop(s->loop, &s->timer);
+	MHD_stop_daemon(s->daemon);
+	s->daemon = NULL;
+}
+
+int http_server_hold(struct http_server *srv, bool hold)
+{
+	if (srv == NULL || srv->held == hold)
+		return 0;
+	if (hold) {
+		/* External polling: MHD takes the socket out of its epoll set, nothing more. */
+		if (srv->daemon == NULL || MHD_quiesce_daemon(srv->daemon) == MHD_INVALID_SOCKET)
+			return -EIO;
+		srv->held = true;
+		return 0;
+	}
+	/* MHD cannot take a quiesced socket back: a new daemon on it. A connection the held
+	 * one still serves (a request in progress since before the hold) is closed here. */
+	srv_halt(srv);
+	if (srv_daemon(srv, srv->listen_fd) != 0) {
+		srv->held = srv->daemon == NULL;	/* the socket is still ours to close */
+		return -EIO;
+	}
+	srv->held = false;
+	return 0;
+}
+
+static unsigned srv_open_connections(const struct http_server *s)
+{
+	const union MHD_DaemonInfo *info;
+
+	if (s == NULL || s->daemon == NULL)
+		return 0;
+	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+	return info != NULL ? info->num_connections : 0;
+}
+
+unsigned http_server_finish(struct http_server *const *srvs, size_t n, double max_s)
+{
+	uint64_t until = mono_ns() + (uint64_t)(max_s * 1e9);
+	struct pollfd *pfd = calloc(n > 0 ? n : 1, sizeof(*pfd));
+
+	for (;;) {
+		uint64_t now = mono_ns(), wait = until > now ? (until - now) / 1000000u : 0;
+		unsigned open = 0, k = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			MHD_UNSIGNED_LONG_LONG ms;
+
+			if (srvs[i] == NULL || srvs[i]->daemon == NULL)
+				continue;
+			(void)MHD_run(srvs[i]->daemon);	/* never waits, as from the loop */
+			open += srv_open_connections(srvs[i]);
+			if (MHD_get_timeout(srvs[i]->daemon, &ms) == MHD_YES && ms < wait)
+				wait = ms;
+			if (pfd != NULL) {
+				pfd[k].fd = srvs[i]->io.fd;
+				pfd[k++].events = POLLIN;
+			}
+		}
+		if (open == 0 || now >= until || pfd == NULL) {
+			free(pfd);
+			return open;
+		}
+		/* +1: a wait rounded down to 0 ms would spin until the deadline */
+		(void)poll(pfd, k, (int)wait + 1);
+	}
+}
+
 int http_server_fd(const struct http_server *srv)
 {
 	return srv != NULL ? srv->listen_fd : -1;
@@ -233,11 +311,9 @@ void http_server_stop(struct http_server *srv)
 		return;
 	if (srv->magic != HTTP_SERVER_MAGIC)
 		abort();
-	if (srv->daemon != NULL) {
-		ev_io_stop(srv->loop, &srv->io);
-		ev_timer_stop(srv->loop, &srv->timer);
-		MHD_stop_daemon(srv->daemon);
-	}
+	srv_halt(srv);
+	if (srv->held)
+		close(srv->listen_fd);
 	srv->magic = 0;
 	free(srv);
 }

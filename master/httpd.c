@@ -19,6 +19,7 @@
 
 #define HTTPD_MAX_SERVERS 3
 #define HTTPD_URL_MAX 512
+#define HTTPD_FINISH_S 1.0   /* the old master's wait for its requests, at its exit */
 
 /* What a server carries. */
 #define ROLE_HEALTH 1u
@@ -37,6 +38,7 @@ struct httpd_srv {
 struct httpd {
 	struct httpd_srv s[HTTPD_MAX_SERVERS];
 	unsigned n;
+	bool held;                 /* httpd_hold: a server started meanwhile is held too */
 };
 
 static enum http_readiness cb_readiness(void *ctx)
@@ -270,9 +272,17 @@ static int cb_inherited(void *ctx, const struct sockaddr *addr)
 	return upgrade_take_socket(ctx, SOCK_STREAM, addr);
 }
 
+static void srv_hold(struct httpd_srv *s, bool hold)
+{
+	if (http_server_hold(s->srv, hold) < 0)
+		log_error("master", "%s endpoint %s: cannot %s", roles_name(s->roles), s->url,
+			  hold ? "hold it for the live upgrade" : "serve it again (not served)");
+}
+
 static void srv_start(struct master *m, struct httpd_srv *s)
 {
 	struct http_handlers hd = { .inherited_socket = cb_inherited };
+	const struct httpd *h = m->httpd;
 	int rc;
 
 	if (s->roles & ROLE_HEALTH) {
@@ -296,6 +306,8 @@ static void srv_start(struct master *m, struct httpd_srv *s)
 	}
 	log_info("master", "%s endpoint %s (port %u)", roles_name(s->roles), s->url,
 		 http_server_port(s->srv));
+	if (h->held)
+		srv_hold(s, true);
 }
 
 /* Health, metrics and credential API: one server per distinct address and port. */
@@ -325,6 +337,7 @@ int httpd_reload(struct master *m)
 	if (h == NULL)
 		return 0;   /* never started (a test master): a reload starts nothing either */
 	plan_build(m->cfg, &next);
+	next.held = h->held;
 	/* Stop every server that goes away before starting any new one: a changed endpoint
 	 * may reuse a port an old server still holds. A server that failed to start is
 	 * retried. */
@@ -348,12 +361,35 @@ int httpd_reload(struct master *m)
 	return 0;
 }
 
+void httpd_hold(struct master *m, bool hold)
+{
+	struct httpd *h = m->httpd;
+
+	if (h == NULL)
+		return;
+	h->held = hold;
+	for (unsigned i = 0; i < h->n; i++)
+		srv_hold(&h->s[i], hold);
+}
+
 void httpd_stop(struct master *m)
 {
 	struct httpd *h = m->httpd;
 
 	if (h == NULL)
 		return;
+	if (m->handed_over && h->held) {
+		struct http_server *srvs[HTTPD_MAX_SERVERS];
+		unsigned left;
+
+		for (unsigned i = 0; i < h->n; i++)
+			srvs[i] = h->s[i].srv;
+		/* The new master serves: what we took before the hand-over is answered first. */
+		left = http_server_finish(srvs, h->n, HTTPD_FINISH_S);
+		if (left > 0)
+			log_warn("master", "upgrade: %u HTTP requests not over after %.0f s: cut",
+				 left, HTTPD_FINISH_S);
+	}
 	for (unsigned i = 0; i < h->n; i++)
 		http_server_stop(h->s[i].srv);
 	free(h);

@@ -538,7 +538,13 @@ int httpd_start(struct master *m);
  * that failed to start before is retried. A master whose httpd_start() never ran (unit
  * tests, the admin fuzzer) starts nothing. Returns 0. */
 int httpd_reload(struct master *m);
+/* At exit after a live upgrade (handed_over, the servers held), first serves the requests in
+ * progress, for a second at most (http_server_finish). */
 void httpd_stop(struct master *m);
+/* A live upgrade's old master: hold (true) from the hand-over on, so that the connections
+ * made meanwhile wait in the sockets' queues for the new master instead of being taken by a
+ * master about to exit; false when the upgrade failed (http_server_hold). */
+void httpd_hold(struct master *m, bool hold);
 /* The listening sockets of the running HTTP servers (for a live upgrade). */
 size_t httpd_fds(const struct master *m, int *fds, size_t cap);
 

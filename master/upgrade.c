@@ -551,6 +551,7 @@ static void fail(struct master *m, const char *why)
 	snprintf(u->error, sizeof(u->error), "%s", why);
 	stop_watchers(m);
 	admin_hold(m->admin, false);	/* we serve on: the queued connections are ours */
+	httpd_hold(m, false);
 	if (u->child > 0)
 		kill(u->child, SIGKILL);	/* reaped by the supervisor's child watcher */
 	if (u->phase == UP_STARTING) {
@@ -624,6 +625,7 @@ static void handover(struct master *m)
 	/* From here the admin socket's new connections wait for the new master: one we took
 	 * now could be left unanswered when we exit (reset under its client). */
 	admin_hold(m->admin, true);
+	httpd_hold(m, true);	/* the same for health probes and scrapes */
 	if (u->peer_relays)
 		relayho_channels(m);	/* before IPC_PARK, on the same channels */
 	supervise_suspend_all(m, u->peer_streams);

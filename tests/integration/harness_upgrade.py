@@ -217,12 +217,13 @@ class BirthHold:
         self.traced.clear()
 
 
-def trace_births(daemon, holder, n):
-    """(the daemon's master pid, BirthHold(it, holder, n)); SKIP (exit 77) with the reason
-    when the master cannot be traced (ptrace needs root or ptrace_scope 0)."""
+def trace_births(daemon, holder, n, kind=None):
+    """(the daemon's master pid, BirthHold(it, holder, n), or kind(it, holder, n): a
+    subclass); SKIP (exit 77) with the reason when the master cannot be traced (ptrace needs
+    root or ptrace_scope 0)."""
     master = daemon.admin({"cmd": "status"})["pid"]
     try:
-        return master, BirthHold(master, holder, n)
+        return master, (kind or BirthHold)(master, holder, n)
     except OSError as e:
         print("SKIP: cannot trace the master (%s)" % e)
         sys.exit(77)

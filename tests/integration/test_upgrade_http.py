@@ -1,0 +1,225 @@
+"""During a live upgrade every HTTP request (health, metrics) gets a complete answer: from the
+moment the old master hands over (stops its workers for the new one) it takes no new HTTP
+connection; those made in the meantime wait in the listening socket's queue for the new
+master (or for the old one again when the attempt fails), and the requests it took before
+are answered before it exits. Before, both masters took connections through the whole
+upgrade and the old one exited with whatever it held: a request it had taken but not yet
+read to its end (a scrape or a load balancer's probe landing on it at its exit) was cut
+under its client.
+
+How, without timing: the new master is held (ptrace, MasterHold) where it forks its first
+worker, before it starts its HTTP servers, so that during the hand-over the old master is
+the only one that could take a connection. A connection with half a request and one with a
+whole request are made then; a request the old master took before the upgrade (half sent,
+its connection taken: /proc/net/tcp) is finished and its answer read: MHD takes the queued
+connections in the run that reads it (the listening socket was ready first), so once that
+answer is read the old code's old master holds both. The half request is finished only
+after the old master exited: the old code had cut it (no answer), the new master must
+answer it. A failed attempt (the new binary killed in the hand-over) must leave the old
+master taking connections again: the one made during the hand-over is answered by it.
+Every answer closes its connection (MHD's "Connection: close"), so no connection is kept.
+
+Relay ports 45410-45419 (no other test's). Loopback only, every wait bounded. Needs ptrace
+on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
+"""
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (TURNGATECTL, Daemon, Failure, check, config,  # noqa: E402
+                           free_port, run_tests, wait_for)
+from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, WALL,  # noqa: E402
+                             BirthHold, event_msg, teardown, trace_births)
+
+RELAY = (45410, 45419)
+WORKERS = 1
+READY = b'{"status":200,"message":"READY"}\n'
+REST = b"Connection: close\r\n\r\n"
+
+
+def half(path):
+    return b"GET %s HTTP/1.1\r\nHost: t\r\n" % path
+
+
+class MasterHold(BirthHold):
+    """A BirthHold of the new master's first worker that also keeps the new master stopped
+    in that fork (its PTRACE_EVENT_FORK stop): before it starts its HTTP servers."""
+
+    def __init__(self, master, holder, n):
+        check(holder == "new" and n == 1, "MasterHold holds the new master's first worker")
+        super().__init__(master, holder, n)
+        self.frozen = None
+
+    def _stop(self, pid, status):
+        event = status >> 16
+        if (pid == self.new and self.frozen is None and os.WSTOPSIG(status) == 5
+                and event in (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK)):
+            child = event_msg(pid)
+            self.traced.add(child)
+            self.born.add(child)
+            self.frozen = pid       # not continued: stays in its fork
+            return
+        super()._stop(pid, status)
+
+    def release(self):
+        if self.frozen is not None:
+            self.held.add(self.frozen)      # detached from its fork stop, it runs on
+        super().release()
+
+    def kill(self):
+        """The new binary dies in the hand-over: SIGKILLs the held worker and the new
+        master and reaps them as their tracer (then their parents can)."""
+        for p in list(self.held) + ([self.new] if self.new is not None else []):
+            try:
+                os.kill(p, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    got, status = os.waitpid(p, os.WNOHANG | WALL)
+                    if got != 0 and not os.WIFSTOPPED(status):
+                        break
+                    time.sleep(0.01)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.held.discard(p)
+            self.traced.discard(p)
+        self.frozen = None
+
+
+def connect(port, sent=b""):
+    s = socket.create_connection(("127.0.0.1", port), timeout=60.0)
+    s.sendall(sent)
+    return s
+
+
+def taken(s):
+    """True once a process took the connection s: its server side has an inode (a socket
+    still in the listening socket's queue has none)."""
+    ours, peer = s.getsockname()[1], s.getpeername()[1]
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            c = line.split()
+            if c[1] == "0100007F:%04X" % peer and c[2] == "0100007F:%04X" % ours:
+                return int(c[9]) != 0
+    return False
+
+
+def answer(s, what):
+    """Reads one response from s: (status, body); no complete response fails the check."""
+    r = http.client.HTTPResponse(s)
+    try:
+        r.begin()
+        return r.status, r.read()
+    except (http.client.HTTPException, OSError) as e:
+        raise Failure("%s: no complete answer (%s: %s)" % (what, type(e).__name__, e))
+
+
+def start(d):
+    port, hport = free_port(avoid=RELAY), free_port(avoid=RELAY)
+    text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
+                  workers=WORKERS, relay=RELAY)
+    # One server for health and metrics (one MHD run takes every queued connection).
+    text = text.replace('healthcheck_endpoint: ""',
+                        'healthcheck_endpoint: "http://127.0.0.1:%d"\n'
+                        '  metrics_endpoint: "http://127.0.0.1:%d/metrics"' % (hport, hport))
+    return Daemon(d, text, workers=WORKERS).start(), hport
+
+
+def handover(daemon, hport):
+    """A connection the old master took with half a request (before), and an upgrade held in
+    its hand-over (MasterHold): (before, hold, turngatectl's Popen)."""
+    before = connect(hport, half(b"/live"))
+    wait_for(lambda: taken(before), "the old master to take a connection")
+    _, hold = trace_births(daemon, "new", 1, MasterHold)
+    proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check(hold.wait_held(lambda: proc.poll() is None),
+              "the new master held at its first fork (%s)" % daemon.stderr()[-3000:])
+        check(hold.frozen is not None, "the new master held")
+        check("stopping the workers" in daemon.stderr(), "the old master hands over")
+    except BaseException:
+        hold.kill()     # a new master left running would outlive the test
+        hold.release()
+        proc.kill()
+        proc.communicate()
+        before.close()
+        raise
+    return before, hold, proc
+
+
+def finish_before(before):
+    """The request the old master took before the upgrade, finished during the hand-over: it
+    answers (and has taken by then what its queue held, where it still takes connections)."""
+    before.sendall(REST)
+    st, body = answer(before, "the request taken before the hand-over, finished during it")
+    check((st, body) == (200, b"{}\n"), "that request: %d %r" % (st, body))
+
+
+def test_http_during_handover(d):
+    daemon, hport = start(d)
+    pid, before, halfway, whole = None, None, None, None
+    try:
+        old = daemon.proc.pid
+        before, hold, proc = handover(daemon, hport)
+        try:
+            halfway = connect(hport, half(b"/ready"))
+            whole = connect(hport, half(b"/metrics") + REST)
+            finish_before(before)
+        finally:
+            hold.release()
+            pid = hold.new
+        out, err = proc.communicate(timeout=90)
+        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        pid = int(out.strip().splitlines()[-1])
+        check(pid == hold.new and pid != old, "upgrade says pid %d serves (held %r)"
+              % (pid, hold.new))
+        daemon.wait_exit()
+        halfway.sendall(REST)
+        st, body = answer(halfway, "the half request made during the hand-over, finished "
+                          "after the old master exited")
+        check((st, body) == (200, READY), "the half request: %d %r" % (st, body))
+        st, body = answer(whole, "the whole request made during the hand-over")
+        check(st == 200 and b"turngate_" in body, "metrics: %d %r" % (st, body[:200]))
+        with connect(hport, half(b"/ready") + REST) as s:
+            check(answer(s, "after the upgrade") == (200, READY), "ready after the upgrade")
+    finally:
+        teardown(daemon, pid, before, halfway, whole)
+    daemon.scan()
+
+
+def test_http_failed_handover(d):
+    daemon, hport = start(d)
+    before, asked = None, None
+    try:
+        old = daemon.proc.pid
+        before, hold, proc = handover(daemon, hport)
+        try:
+            asked = connect(hport, half(b"/live") + REST)
+            finish_before(before)
+            hold.kill()
+        finally:
+            hold.release()
+        st, body = answer(asked, "the request made during the failed hand-over")
+        check((st, body) == (200, b"{}\n"), "that request: %d %r" % (st, body))
+        out, err = proc.communicate(timeout=90)
+        check(proc.returncode == 1 and "upgrade failed" in err,
+              "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == WORKERS,
+                 "the old master's workers")
+        check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
+        with connect(hport, half(b"/ready") + REST) as s:
+            check(answer(s, "after the failed upgrade") == (200, READY),
+                  "ready after the failed upgrade")
+    finally:
+        teardown(daemon, None, before, asked)
+    daemon.scan()
+
+
+if __name__ == "__main__":
+    run_tests([test_http_during_handover, test_http_failed_handover])
