@@ -48,6 +48,9 @@ class HeldHandover:
         self.pid, self.proc, self.hold, self.socks = None, None, None, []
 
     def begin(self, *args):
+        # A connection the old master took before the upgrade: it serves it to the end.
+        self.early = self.connect()
+        check(status_reply(self.early).get("ok"), "status before the upgrade")
         self.old, self.hold = trace_births(self.daemon, "new", WORKERS)
         self.proc = subprocess.Popen([TURNGATECTL, "-s", self.daemon.sock, "upgrade"] +
                                      list(args), stdout=subprocess.PIPE,
@@ -151,6 +154,23 @@ def stopped_refuses(h):
           "the request queued when the old master stopped: %r" % reply)
 
 
+def revoke_refused(h):
+    # The new master has the table (and its revocation list) or is taking it: a change
+    # the old master made now would be answered as done and lost.
+    h.early.sendall(b'{"cmd":"revoke","user":"mallory"}\n')
+    reply = read_reply(h.early)
+    check(reply.get("ok") is False and "live upgrade" in reply.get("error", ""),
+          "revoke on the old master during the hand-over: %r" % reply)
+    h.release()
+    out, err = h.proc.communicate(timeout=90)
+    check(h.proc.returncode == 0, "upgrade: rc %s %s%s" % (h.proc.returncode, out, err))
+    h.pid = int(out.strip().splitlines()[-1])
+    reply = h.daemon.admin({"cmd": "revoke", "user": "mallory"})
+    check(reply.get("ok") is True, "revoke on the new master: %r" % reply)
+    listed = h.daemon.admin({"cmd": "revocations"})["revocations"]
+    check([e["name"] for e in listed] == ["mallory"], "revocations %r" % listed)
+
+
 def test_admin_during_handover(d):
     run_held(d, served_by_new)
 
@@ -163,6 +183,10 @@ def test_admin_stop_during_handover(d):
     run_held(d, stopped_refuses)
 
 
+def test_revoke_during_handover(d):
+    run_held(d, revoke_refused)
+
+
 if __name__ == "__main__":
     run_tests([test_admin_during_handover, test_admin_after_failed_handover,
-               test_admin_stop_during_handover])
+               test_admin_stop_during_handover, test_revoke_during_handover])
