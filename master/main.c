@@ -169,6 +169,8 @@ static int check_cds(const struct opts *o, char *id, size_t cap)
 
 static void begin_stop(struct master *m, bool immediate)
 {
+	double deadline;
+
 	if (m->stopping && !immediate)
 		return;
 	log_info("master", immediate ? "stopping now" : "stopping workers");
@@ -180,7 +182,10 @@ static void begin_stop(struct master *m, bool immediate)
 	notify_stopping();
 	supervise_stop_all(m, immediate);
 	linger_stop_all(m, "the daemon stops");
-	m->stop_deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
+	deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
+	/* A second signal hurries a stop on; it never puts its deadline off (0: none yet). */
+	if (m->stop_deadline == 0 || deadline < m->stop_deadline)
+		m->stop_deadline = deadline;
 }
 
 /* Drives drain -> stop -> exit; runs from the tick and after each signal. */

@@ -186,6 +186,30 @@ def test_second_signal_stops_now(d):
     daemon.scan()
 
 
+def test_repeated_signals_keep_the_deadline(d):
+    """A stop whose worker does not exit (SIGSTOP) ends at its deadline (1 s after SIGINT,
+    the worker killed) however often the signal comes again: each SIGINT used to set the
+    deadline 1 s ahead again, so an operator pressing Ctrl-C kept the master waiting."""
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                                   workers=1), workers=1).start()
+    daemon.allowed_deaths = 1   # the stopped worker, killed at the deadline
+    victim = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+    os.kill(victim, signal.SIGSTOP)
+    daemon.signal(signal.SIGINT)
+    deadline = time.monotonic() + 20
+    while daemon.proc.poll() is None and time.monotonic() < deadline:
+        daemon.signal(signal.SIGINT)    # ten a second, each well within the 1 s deadline
+        time.sleep(0.1)
+    exited = daemon.proc.poll() is not None
+    if not exited:
+        os.kill(victim, signal.SIGKILL)
+        daemon.kill()
+    check(exited, "the master still runs 20 s after SIGINT, signalled again ten a second")
+    daemon.err.close()
+    daemon.scan()
+
+
 def test_second_daemon_refused(d):
     port = free_port()
     sock = os.path.join(d, "admin.sock")
@@ -245,5 +269,6 @@ def test_command_line(d):
 if __name__ == "__main__":
     run_tests([test_kill9_respawns, test_hung_worker_is_replaced,
                test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
-               test_second_signal_stops_now, test_second_daemon_refused,
+               test_second_signal_stops_now, test_repeated_signals_keep_the_deadline,
+               test_second_daemon_refused,
                test_diagnosed_config_error_said_once, test_command_line])
