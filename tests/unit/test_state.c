@@ -2,7 +2,8 @@
  * copied, re-owned, released and counted), refusal of every kind of bad image with dst
  * untouched, random corruption that never crashes, and the files of shm_state_open()
  * (creation, lock, symlink, mode, directory). With $TG_STATE_CORPUS set it also writes
- * the fuzz corpus of fuzz/fuzz_state.c there. */
+ * the fuzz corpus of fuzz/fuzz_state.c there; with $TG_TEST_FILTER set, only the tests whose
+ * names match it (a cmocka pattern) run. */
 #include "config.h"
 
 #include <errno.h>
@@ -1101,5 +1102,8 @@ int main(void)
 		cmocka_unit_test(test_corpus),
 	};
 
+	/* tests/unit/test_clock_offsets.py runs only the tests that read the real clock */
+	if (getenv("TG_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("TG_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
