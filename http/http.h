@@ -159,9 +159,10 @@ int http_server_fd(const struct http_server *srv);
 int http_server_hold(struct http_server *srv, bool hold);
 
 /* Before the old master of a live upgrade exits, its servers held: serves the connections
- * open on the n servers of srvs (NULL entries skipped) until none is left or max_s seconds
- * have passed. Our answers close their connection (MHD says "Connection: close" to a
- * response queued before the request's end), so an open one is a request in progress.
+ * open on the n held servers of srvs (NULL entries, and servers not held, which would take
+ * new connections, skipped) until none is left or max_s seconds have passed. Our answers
+ * close their connection (MHD says "Connection: close" to a response queued before the
+ * request's end), so an open one is a request in progress.
  * Blocks: nothing else of the loop runs meanwhile. Returns the number still open
  * (http_server_stop closes them). */
 unsigned http_server_finish(struct http_server *const *srvs, size_t n, double max_s);

@@ -275,7 +275,8 @@ unsigned http_server_finish(struct http_server *const *srvs, size_t n, double ma
 		for (size_t i = 0; i < n; i++) {
 			MHD_UNSIGNED_LONG_LONG ms;
 
-			if (srvs[i] == NULL || srvs[i]->daemon == NULL)
+			/* One not held (its hold failed) would take new connections here. */
+			if (srvs[i] == NULL || srvs[i]->daemon == NULL || !srvs[i]->held)
 				continue;
 			(void)MHD_run(srvs[i]->daemon);	/* never waits, as from the loop */
 			open += srv_open_connections(srvs[i]);
