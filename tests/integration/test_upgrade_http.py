@@ -17,26 +17,39 @@ answer is read the old code's old master holds both. The half request is finishe
 after the old master exited: the old code had cut it (no answer), the new master must
 answer it. A failed attempt (the new binary killed in the hand-over) must leave the old
 master taking connections again: the one made during the hand-over is answered by it.
+
+Its exit: a request the old master took before the hand-over and that is still in progress
+once the new master serves is served for a second at most (httpd_stop: http_server_finish),
+then cut with a log line. To finish such a request only once the old master left its loop,
+without timing, the test plays systemd's NOTIFY_SOCKET with its queue full: the old master's
+MAINPID= (sent in done(), after the new master said it serves and before its loop ends)
+waits in sendmsg (its wchan says so) until the test empties the queue, after it sent the
+rest of the request; the old master alone holds that connection (/proc/PID/fd). Without the
+wait in httpd_stop its answer is cut. A request never finished: the old master exits anyway
+(20 s at most) and logs the cut.
 Every answer closes its connection (MHD's "Connection: close"), so no connection is kept.
 
 Relay ports 45410-45419 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
 """
+import array
 import http.client
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, Failure, check, config,  # noqa: E402
+from harness_admin import (BUILD, TURNGATECTL, Daemon, Failure, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
 from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, WALL,  # noqa: E402
                              BirthHold, event_msg, teardown, trace_births)
 
 RELAY = (45410, 45419)
+SO_PASSCRED, SCM_CREDENTIALS = 16, 2
 WORKERS = 1
 READY = b'{"status":200,"message":"READY"}\n'
 REST = b"Connection: close\r\n\r\n"
@@ -96,16 +109,33 @@ def connect(port, sent=b""):
     return s
 
 
-def taken(s):
-    """True once a process took the connection s: its server side has an inode (a socket
-    still in the listening socket's queue has none)."""
+def inode(s):
+    """The inode of the server side of the connection s (/proc/net/tcp): 0 while it waits in
+    the listening socket's queue (no process took it yet), None once gone."""
     ours, peer = s.getsockname()[1], s.getpeername()[1]
     with open("/proc/net/tcp") as f:
         next(f)
         for line in f:
             c = line.split()
             if c[1] == "0100007F:%04X" % peer and c[2] == "0100007F:%04X" % ours:
-                return int(c[9]) != 0
+                return int(c[9])
+    return None
+
+
+def taken(s):
+    """True once a process took the connection s."""
+    return bool(inode(s))
+
+
+def owner(pid, s):
+    """True when process pid holds the server side of the connection s."""
+    want, fds = "socket:[%d]" % inode(s), "/proc/%d/fd" % pid
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(os.path.join(fds, fd)) == want:
+                return True
+        except OSError:
+            pass
     return False
 
 
@@ -119,7 +149,7 @@ def answer(s, what):
         raise Failure("%s: no complete answer (%s: %s)" % (what, type(e).__name__, e))
 
 
-def start(d):
+def start(d, env=None):
     port, hport = free_port(avoid=RELAY), free_port(avoid=RELAY)
     text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)
@@ -127,7 +157,7 @@ def start(d):
     text = text.replace('healthcheck_endpoint: ""',
                         'healthcheck_endpoint: "http://127.0.0.1:%d"\n'
                         '  metrics_endpoint: "http://127.0.0.1:%d/metrics"' % (hport, hport))
-    return Daemon(d, text, workers=WORKERS).start(), hport
+    return Daemon(d, text, workers=WORKERS, env=env).start(), hport
 
 
 def handover(daemon, hport):
@@ -193,6 +223,136 @@ def test_http_during_handover(d):
     daemon.scan()
 
 
+class Notify:
+    """systemd's side of NOTIFY_SOCKET, there to hold the old master where it leaves its loop:
+    while the socket's queue is full, the old master's MAINPID= (done(), upgrade.c) waits
+    in its sendmsg, after the new master said it serves and before the old one stops its
+    HTTP servers. recv() empties the queue and lets it on."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_PASSCRED, 1)
+        self.sock.setblocking(False)
+        self.filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.filler.setblocking(False)
+
+    def recv(self):
+        """Empties the queue: [(sender pid, text)], the filler's left out."""
+        got = []
+        for _ in range(10000):
+            try:
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(64 * 4) +
+                                                    socket.CMSG_SPACE(12))
+            except BlockingIOError:
+                return got
+            fds, pid = array.array("i"), None
+            for level, typ, cdata in anc:
+                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                    fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
+                elif level == socket.SOL_SOCKET and typ == SCM_CREDENTIALS:
+                    pid = struct.unpack("iII", cdata[:12])[0]
+            for fd in fds:      # the fd store's (FDSTORE=1): not kept
+                os.close(fd)
+            if pid != os.getpid():
+                got.append((pid, data.decode(errors="replace")))
+        raise Failure("the notify socket's queue never emptied")
+
+    def fill(self):
+        """Fills the queue (our own datagrams), so that the next sender waits."""
+        for _ in range(10000):
+            try:
+                self.filler.sendto(b"X=1", self.path)
+            except BlockingIOError:
+                return
+        raise Failure("the notify socket's queue never filled")
+
+    def close(self):
+        self.sock.close()
+        self.filler.close()
+
+
+def wchan(pid):
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def test_http_finished_after_upgrade(d):
+    """A request the old master took before the hand-over, finished only once the new master
+    serves and the old one left its loop (held there, Notify): the old master answers it
+    (http_server_finish in httpd_stop) before it exits."""
+    with open(os.path.join(BUILD, "config.h")) as f:
+        if "#define HAVE_LIBSYSTEMD 1" not in f.read():
+            print("skip test_http_finished_after_upgrade: built without libsystemd, the old "
+                  "master sends no MAINPID= to hold it at")
+            return
+    notify = Notify(os.path.join(d, "notify"))
+    daemon, hport = start(d, {"NOTIFY_SOCKET": notify.path})
+    pid, before = None, None
+    try:
+        old = daemon.proc.pid
+        before, hold, proc = handover(daemon, hport)
+        try:
+            notify.recv()
+            notify.fill()
+        finally:
+            hold.release()
+            pid = hold.new
+        # turngatectl's answer comes from the new master: it may come before the hold.
+        wait_for(lambda: "unix_wait_for_peer" in wchan(old) or proc.poll() is not None,
+                 "the old master held in its MAINPID=")
+        out, err = proc.communicate(timeout=90)
+        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        pid = int(out.strip().splitlines()[-1])
+        check(pid == hold.new and pid != old, "upgrade says pid %d serves (held %r)"
+              % (pid, hold.new))
+        check("unix_wait_for_peer" in wchan(old), "the old master still held")
+        check(owner(old, before) and not owner(pid, before),
+              "the old master alone holds the request taken before the hand-over")
+        check("HTTP requests not over" not in daemon.stderr(), "nothing cut yet")
+        before.sendall(REST)
+        said, mainpid = [], (old, "MAINPID=%d\nREADY=1" % pid)
+        wait_for(lambda: said.extend(notify.recv()) or mainpid in said,
+                 "the old master's MAINPID=")
+        st, body = answer(before, "the request taken before the hand-over, finished once "
+                          "the new master served")
+        check((st, body) == (200, b"{}\n"), "that request: %d %r" % (st, body))
+        daemon.wait_exit()
+        check("HTTP requests not over" not in daemon.stderr(), "nothing cut")
+    finally:
+        teardown(daemon, pid, before)
+        notify.close()
+    daemon.scan()
+
+
+def test_http_never_finished(d):
+    """A request the old master took before the hand-over and never finished: the old master
+    waits for it a second at most (http_server_finish), says so, and exits."""
+    daemon, hport = start(d)
+    pid, before = None, None
+    try:
+        old = daemon.proc.pid
+        before = connect(hport, half(b"/live"))
+        wait_for(lambda: taken(before), "the old master to take a connection")
+        rc, out, err = daemon.ctl("upgrade")
+        check(rc == 0, "upgrade: rc %s %s%s" % (rc, out, err))
+        pid = int(out.strip().splitlines()[-1])
+        check(pid != old, "upgrade says pid %d serves" % pid)
+        daemon.wait_exit(timeout=20)
+        check("upgrade: 1 HTTP requests not over after 1 s: cut" in daemon.stderr(),
+              "the old master's cut line:\n%s" % daemon.stderr()[-3000:])
+        check(before.recv(100) == b"", "the cut request's connection closed unanswered")
+        with connect(hport, half(b"/ready") + REST) as s:
+            check(answer(s, "after the upgrade") == (200, READY), "ready after the upgrade")
+    finally:
+        teardown(daemon, pid, before)
+    daemon.scan()
+
+
 def test_http_failed_handover(d):
     daemon, hport = start(d)
     before, asked = None, None
@@ -222,4 +382,5 @@ def test_http_failed_handover(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_http_during_handover, test_http_failed_handover])
+    run_tests([test_http_during_handover, test_http_failed_handover,
+               test_http_finished_after_upgrade, test_http_never_finished])
