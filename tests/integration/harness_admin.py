@@ -1282,10 +1282,12 @@ def relay_range():
     """A random one of the shared 1000-port windows 54000, 59000 and 60000 for tests that do
     not count ports (test_relay_tls draws from the same): clear of the windows that one test
     each owns because its daemon must bind the same relay ports again after a kill or a
-    restart (50000 test_relay, 51000 test_relay_client, 52000 test_master_traffic, 53000
-    test_crash, 55000 test_restart, 56000 test_upgrade, 57000 test_quota.py, 58000 the
-    turnutils_uclient interop test), the interop slices (61000..64999) and the
-    port-counting windows (65000..65419, and 65420..65515 of test_portpool.py)."""
+    restart (50000 test_relay, 51000 test_relay_client, 56000 test_upgrade, 58000 the
+    turnutils_uclient interop test; below the kernel's ephemeral ports 32768-60999, which
+    any socket bound to port 0 may take while the daemon is down: 25000 test_master_traffic,
+    26000 test_crash, 27000 test_restart, 29000 test_quota.py), the interop slices
+    (61000..64999) and the port-counting windows (65000..65419, and 65420..65515 of
+    test_portpool.py)."""
     lo = random.choice((54000, 59000, 60000))
     return (lo, lo + 999)
 

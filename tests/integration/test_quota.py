@@ -8,7 +8,8 @@ Refresh 0, a worker killed with SIGKILL (its allocations re-adopted by its repla
 a reload that lowers a limit (existing allocations stay, new ones are refused). Which worker
 serves a client is read back from the admin socket's `allocations` (the steering sends each
 client address to one worker). Exactness is shown by admission: at the limit exactly N are
-admitted, and one more exactly when one ended. Relay ports 57000-57999 (no other test's).
+admitted, and one more exactly when one ended. Relay ports 29000-29999 (no other test's;
+below the kernel's ephemeral ports, as the killed worker's replacement binds them again).
 """
 import hashlib
 import os
@@ -22,7 +23,7 @@ from harness_admin import (A_LIFETIME, REALM, REFRESH, Client, Daemon, StreamCli
                            check, config, credentials, error_code, free_port, run_tests, wait_for)
 
 
-RELAY = (57000, 57999)
+RELAY = (29000, 29999)
 
 
 def make_config(d, port, limits, listener_max=None, port2=None):

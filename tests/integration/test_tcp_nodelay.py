@@ -63,33 +63,55 @@ def nodelay(sock):
     return sock
 
 
+FIRSTS = 5     # fresh data connections whose first round trip is measured
+
+
+def round_trip(dc, i):
+    """One round trip on dc sent as two writes (ms)."""
+    t0 = time.monotonic()
+    dc.sock.sendall(b"a%03d" % i)
+    dc.sock.sendall(b"b" * 60)
+    got = dc.recv_exact(64)
+    check(got == b"a%03d" % i + b"b" * 60, "echo %d: %r" % (i, got))
+    return (time.monotonic() - t0) * 1000
+
+
+def bound_call(port, peer):
+    """Allocate TCP, Connect to peer, ConnectionBind: (control, data connection)."""
+    ctl = StreamClient(port)
+    nodelay(ctl.sock)
+    ctl.allocate_tcp()
+    cid = ctl.connect("127.0.0.1", peer.port)
+    dc = StreamClient(port, creds=ctl.creds())
+    nodelay(dc.sock)
+    code = dc.connection_bind(cid)
+    check(code is None, "ConnectionBind: %r" % (code,))
+    return ctl, dc
+
+
 def test_raw_rfc6062(d):
     """A Python RFC 6062 client (TCP_NODELAY on its side): Allocate TCP, Connect, then the
-    first bytes right after the ConnectionBind answer and 20 more round trips, each sent as
-    two writes. The server's writes to the peer (Connect socket) and to the data connection
-    must not wait for delayed ACKs."""
+    first bytes right after the ConnectionBind answer (on FIRSTS fresh calls: one sample
+    of a latency is a scheduler's, 90 ms once on a loaded machine) and 20 more round trips,
+    each sent as two writes. The server's writes to the peer (Connect socket) and to the
+    data connection must not wait for delayed ACKs."""
     peer = TcpPeer("127.0.0.1")
     daemon, port = start(d)
     try:
-        ctl = StreamClient(port)
-        nodelay(ctl.sock)
-        ctl.allocate_tcp()
-        cid = ctl.connect("127.0.0.1", peer.port)
-        dc = StreamClient(port, creds=ctl.creds())
-        nodelay(dc.sock)
-        code = dc.connection_bind(cid)
-        check(code is None, "ConnectionBind: %r" % (code,))
-        times = []
-        for i in range(21):
-            t0 = time.monotonic()
-            dc.sock.sendall(b"a%03d" % i)
-            dc.sock.sendall(b"b" * 60)
-            got = dc.recv_exact(64)
-            times.append((time.monotonic() - t0) * 1000)
-            check(got == b"a%03d" % i + b"b" * 60, "echo %d: %r" % (i, got))
-        print("first relayed round trip after the ConnectionBind answer: %.2f ms" % times[0])
-        median_ok("raw rfc6062", times[1:])
-        check(times[0] < 2 * BOUND_MS, "first round trip %.1f ms" % times[0])
+        firsts = []
+        for k in range(FIRSTS):
+            ctl, dc = bound_call(port, peer)
+            firsts.append(round_trip(dc, 0))
+            if k < FIRSTS - 1:
+                dc.sock.close()
+                ctl.sock.close()
+        times = [round_trip(dc, i) for i in range(1, 21)]
+        print("first relayed round trip after the ConnectionBind answer: median %.2f ms of "
+              "%d (%s)" % (statistics.median(firsts), FIRSTS,
+                           " ".join("%.2f" % t for t in firsts)))
+        median_ok("raw rfc6062", times)
+        check(statistics.median(firsts) < 2 * BOUND_MS,
+              "first round trips %r ms" % [round(t, 1) for t in firsts])
         dc.sock.close()
         ctl.sock.close()
     finally:
