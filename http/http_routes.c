@@ -40,6 +40,10 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	/* Every answer ends its connection, whatever libmicrohttpd decides by itself (0.9.75
+	 * does, a later one may keep it): a live upgrade's old master, at its exit, takes an
+	 * open connection for a request in progress (http_server_finish). */
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (extra_hdr != NULL)
 		MHD_add_response_header(r, extra_hdr, extra_val);
 	ret = MHD_queue_response(conn, status, r);

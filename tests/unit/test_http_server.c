@@ -228,6 +228,29 @@ static char *request_from(struct fx *fx, unsigned src, int *status)
 	return resp;
 }
 
+/* A keep-alive request (HTTP/1.1, no Connection header) is answered with one
+ * "Connection: close" and its connection closed, whatever MHD would decide alone: the old
+ * master's exit wait (http_server_finish) takes an open connection for a request in
+ * progress. read_response returns only once the server closed. */
+static void test_answers_close(void **state)
+{
+	struct fx *fx = *state;
+	const char *req = "GET /live HTTP/1.1\r\nHost: t\r\n\r\n";
+	char *resp, *first;
+	int fd;
+
+	start_health(fx);
+	fd = connect_srv(fx);
+	send_all(fd, req, strlen(req));
+	resp = read_response(fx, fd);
+	close(fd);
+	assert_int_equal(status_of(resp), 200);
+	first = strstr(resp, "\r\nConnection: close\r\n");
+	assert_non_null(first);
+	assert_null(strstr(first + 2, "\r\nConnection:"));
+	free(resp);
+}
+
 static void expect(struct fx *fx, const char *method, const char *target, int want_status,
 		   const char *want_body)
 {
@@ -635,6 +658,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_health, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_answers_close, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_errors, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_oversized_header, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_slow_client, fx_setup, fx_teardown),
