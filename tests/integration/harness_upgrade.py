@@ -6,13 +6,14 @@ import contextlib
 import ctypes
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Client, Daemon, Failure, check, config, free_port,  # noqa: E402
-                           listener_port_ok, stop_master, wait_for)
+from harness_admin import (TURNGATECTL, Client, Daemon, Failure, check, config,  # noqa: E402
+                           free_port, listener_port_ok, stop_master, wait_for)
 
 SAMPLE = 5
 
@@ -227,6 +228,30 @@ def trace_births(daemon, holder, n, kind=None):
     except OSError as e:
         print("SKIP: cannot trace the master (%s)" % e)
         sys.exit(77)
+
+
+def held_upgrade(daemon, n, kind=None, args=()):
+    """`turngatectl upgrade ARGS` with the new master's first n children held at birth
+    (trace_births: BirthHold, or kind), returned once they are held and the old master is in
+    its hand-over: (old master pid, hold, the upgrade's Popen). A failure before that lets
+    everything go (a hold with kill() kills what it holds: the new binary) and ends the
+    upgrade's client."""
+    old, hold = trace_births(daemon, "new", n, kind)
+    proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"] + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check(hold.wait_held(lambda: proc.poll() is None),
+              "the new master's children held at birth: %d of %d (%s)"
+              % (len(hold.held), n, daemon.stderr()[-3000:]))
+        check("stopping the workers" in daemon.stderr(), "the old master hands over")
+    except BaseException:
+        if hasattr(hold, "kill"):
+            hold.kill()     # a new master left running would outlive the test
+        hold.release()
+        proc.kill()
+        proc.communicate()
+        raise
+    return old, hold, proc
 
 
 class InThread:

@@ -23,13 +23,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, alive, check, config,  # noqa: E402
+from harness_admin import (Daemon, alive, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
-from harness_upgrade import teardown, trace_births  # noqa: E402
+from harness_upgrade import held_upgrade, teardown  # noqa: E402
 
 RELAY = (45400, 45409)
 WORKERS = 1
@@ -51,13 +50,7 @@ class HeldHandover:
         # A connection the old master took before the upgrade: it serves it to the end.
         self.early = self.connect()
         check(status_reply(self.early).get("ok"), "status before the upgrade")
-        self.old, self.hold = trace_births(self.daemon, "new", WORKERS)
-        self.proc = subprocess.Popen([TURNGATECTL, "-s", self.daemon.sock, "upgrade"] +
-                                     list(args), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        check(self.hold.wait_held(lambda: self.proc.poll() is None),
-              "the new worker held at birth (%s)" % self.daemon.stderr()[-3000:])
-        check("stopping the workers" in self.daemon.stderr(), "the old master hands over")
+        self.old, self.hold, self.proc = held_upgrade(self.daemon, WORKERS, args=args)
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -43,10 +43,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (BUILD, TURNGATECTL, Daemon, Failure, check, config,  # noqa: E402
+from harness_admin import (BUILD, Daemon, Failure, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
 from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, WALL,  # noqa: E402
-                             BirthHold, event_msg, teardown, trace_births)
+                             BirthHold, event_msg, held_upgrade, teardown)
 
 RELAY = (45410, 45419)
 SO_PASSCRED, SCM_CREDENTIALS = 16, 2
@@ -165,21 +165,12 @@ def handover(daemon, hport):
     its hand-over (MasterHold): (before, hold, turngatectl's Popen)."""
     before = connect(hport, half(b"/live"))
     wait_for(lambda: taken(before), "the old master to take a connection")
-    _, hold = trace_births(daemon, "new", 1, MasterHold)
-    proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        check(hold.wait_held(lambda: proc.poll() is None),
-              "the new master held at its first fork (%s)" % daemon.stderr()[-3000:])
-        check(hold.frozen is not None, "the new master held")
-        check("stopping the workers" in daemon.stderr(), "the old master hands over")
+        _, hold, proc = held_upgrade(daemon, 1, MasterHold)
     except BaseException:
-        hold.kill()     # a new master left running would outlive the test
-        hold.release()
-        proc.kill()
-        proc.communicate()
         before.close()
         raise
+    check(hold.frozen is not None, "the new master held at its first fork")
     return before, hold, proc
 
 

@@ -28,14 +28,13 @@ on the daemon's master (root, or ptrace_scope 0): skipped with the reason otherw
 import os
 import signal
 import socket
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, alive, check, config,  # noqa: E402
+from harness_admin import (Daemon, alive, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
-from harness_upgrade import (check_relaying, relay_inodes, run_until,  # noqa: E402
-                             setup, trace_births)
+from harness_upgrade import (check_relaying, held_upgrade, relay_inodes,  # noqa: E402
+                             run_until, setup)
 
 RELAY = (45560, 45599)
 WORKERS = 1
@@ -52,13 +51,8 @@ def stop_in_handover(d, daemon, sig, reap):
     master exited and the new binary's processes went. reap: the new master's end is
     reaped here as it comes (BirthHold traces it: its real parent, the old master, sees it
     only after its tracer), else only once the old master exited."""
-    old, hold = trace_births(daemon, "new", WORKERS)
-    proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    old, hold, proc = held_upgrade(daemon, WORKERS)
     try:
-        check(hold.wait_held(lambda: proc.poll() is None),
-              "the new worker held at birth (%s)" % daemon.stderr()[-3000:])
-        check("stopping the workers" in daemon.stderr(), "the old master hands over")
         check(state_files(d) == ["sec.state", "sec.state.upgrade"],
               "in the hand-over: %r" % state_files(d))
         os.kill(old, sig)

@@ -25,13 +25,12 @@ on the daemon's processes (root, or ptrace_scope 0): skipped with the reason oth
 import os
 import signal
 import socket
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, StreamClient, check, config,  # noqa: E402
+from harness_admin import (Daemon, StreamClient, check, config,  # noqa: E402
                            error_code, free_port, run_tests, wait_for)
-from harness_upgrade import teardown, trace_births  # noqa: E402
+from harness_upgrade import held_upgrade, teardown  # noqa: E402
 
 RELAY = (45300, 45349)
 WORKERS = 2
@@ -74,14 +73,9 @@ def test_tcp_call_survives_upgrade_to_older(d):
               "CreatePermission")
         relaying(c, peer, relayed, "before")
 
-        old, hold = trace_births(daemon, "new", WORKERS)
-        proc = subprocess.Popen([TURNGATECTL, "-s", daemon.sock, "upgrade"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        old, hold, proc = held_upgrade(daemon, WORKERS)
         stopped = False
         try:
-            check(hold.wait_held(lambda: proc.poll() is None),
-                  "the new workers held at birth: %d of %d (%s)"
-                  % (len(hold.held), WORKERS, daemon.stderr()[-3000:]))
             os.kill(old, signal.SIGSTOP)
             stopped = True
             hold.release()
