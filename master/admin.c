@@ -382,28 +382,6 @@ fail:
 	return rc;
 }
 
-/* A master that stops with connections still in the socket's queue (made during a live
- * upgrade's hand-over, which the stop ends) says so to each instead of leaving its client
- * a reset. Bounded by the queue's length; a client gone or slow gets nothing. */
-static void refuse_queued(struct admin *a)
-{
-	static const char msg[] = "{\"ok\":false,\"error\":\"the daemon is stopping\"}\n";
-	char line[512];
-
-	for (int i = 0; i < 2 * ADMIN_BACKLOG; i++) {
-		int fd = accept4(a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-		if (fd < 0)
-			return;
-		/* What it sent is read first (a request line or so): unread data would turn our
-		 * close into a reset. */
-		for (int k = 0; k < 32 && recv(fd, line, sizeof(line), MSG_DONTWAIT) > 0; k++)
-			;
-		(void)send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-		close(fd);
-	}
-}
-
 void admin_close(struct admin *a)
 {
 	if (a == NULL)
@@ -413,10 +391,8 @@ void admin_close(struct admin *a)
 	ev_io_stop(a->m->loop, &a->io);
 	/* After a live upgrade the socket (and its path) is the new master's; a new master
 	 * that never served leaves it to the old one. */
-	if (!a->m->handed_over && !a->paused) {
-		refuse_queued(a);
+	if (!a->m->handed_over && !a->paused)
 		unlink(a->path);
-	}
 	close(a->fd);
 	free(a->path);
 	free(a);

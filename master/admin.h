@@ -42,8 +42,7 @@ struct admin_peer {
 int admin_open(struct master *m, const char *path, unsigned mode, struct admin **out);
 
 /* Closes every connection, removes the socket file (unless the master handed it over to
- * a live upgrade's new master) after answering each connection still queued on it with
- * {"ok":false,"error":"the daemon is stopping"}. Accepts NULL. */
+ * a live upgrade's new master). Accepts NULL. */
 void admin_close(struct admin *a);
 
 /* The listening socket, -1 for NULL. */
