@@ -82,18 +82,34 @@ def listener_port_ok(port, avoid=None):
 _GIVEN = collections.deque(maxlen=4096)   # the ports free_port gave out lately
 
 
-def free_port(addr="127.0.0.1", avoid=None):
+def late_port_range():
+    """Ports for a listener bound long after it is drawn (a later config, a restart): below
+    the kernel's port-0 range, so that no client socket of this or a parallel test can take
+    it meanwhile, and above the tests' fixed ports (test_scale's relay window ends at 24383,
+    relay_range()'s at 29999, test_scale_respawn's listeners at 31003). None where that
+    leaves no range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (31100, low - 1) if low > 31200 else None
+
+
+def free_port(addr="127.0.0.1", avoid=None, late=False):
     """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it) that
     may be a listener's (listener_port_ok), and not one this process was given lately: the
     kernel draws port 0's port at random, so two draws for one config (nothing bound to
-    either yet) can give the same port (about 1 in 1,600 for five listeners)."""
+    either yet) can give the same port (about 1 in 1,600 for five listeners). late: from
+    late_port_range() (where there is one), for a port the daemon binds only later."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    span = late_port_range() if late else None
     for _ in range(200):
         u = socket.socket(fam, socket.SOCK_DGRAM)
-        u.bind((addr, 0))
-        port = u.getsockname()[1]
         t = socket.socket(fam, socket.SOCK_STREAM)
         try:
+            u.bind((addr, random.randint(*span) if span else 0))
+            port = u.getsockname()[1]
             if not listener_port_ok(port, avoid) or port in _GIVEN:
                 continue
             t.bind((addr, port))

@@ -36,7 +36,9 @@ def rendered(ports, extra_endpoints=0):
 
 def test_operator_cds(d):
     srv = OperatorCds().start()
-    p1, p2, p3 = (free_port() for _ in range(3))
+    # Bound only when a config names them, p3 after a server restart: out of the port-0
+    # range, or a client socket of a parallel test could take one first (seen once).
+    p1, p2, p3 = (free_port(late=True) for _ in range(3))
     origin = "http://127.0.0.1:%d" % srv.port
     # What the operator's Deployment gives stunnerd (internal/renderer/dataplane_util.go).
     daemon = CdsDaemon(d, ["-w", "--udp-thread-num=1"],
