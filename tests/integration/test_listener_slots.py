@@ -95,7 +95,7 @@ def want_for(n, c, sends, back, active, created):
 
 
 def test_reload_remove_add_reorder(d):
-    ports = {n: free_port() for n in "abcd"}
+    ports = {n: free_port(late=True) for n in "abcd"}   # d: bound at the reload
     mport = free_port()
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
@@ -163,8 +163,9 @@ def test_reload_remove_add_reorder(d):
 def test_restart_keeps_slots(d):
     """A restart that takes the state file over, with the listeners reordered and one
     added in front: the carried counters stay with their listeners' names."""
-    ports = {n: free_port() for n in "abd"}
-    mport = free_port()
+    # Bound again (d first) by the restart, mport too.
+    ports = {n: free_port(late=True) for n in "abd"}
+    mport = free_port(late=True)
     peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     peer.bind(("127.0.0.1", 0))
     peer.settimeout(5.0)
