@@ -19,8 +19,11 @@ BirthHold), stops the old master (SIGSTOP: it has passed everything on and waits
 the call over: the new worker binds the port while the old master still runs and holds
 whatever it kept.
 
-Relay ports 45300-45349 (no other test's). Loopback only, every wait bounded. Needs ptrace
-on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
+Relay ports 28050-28099 (no other test's), below the kernel's port-0 range: the new worker
+binds the call's relay port again once the old copies are closed, its birth held meanwhile,
+and a socket bound to port 0 in between (a test beside this one) could hold it. Loopback
+only, every wait bounded. Needs ptrace on the daemon's processes (root, or ptrace_scope 0):
+skipped with the reason otherwise.
 """
 import os
 import signal
@@ -32,7 +35,7 @@ from harness_admin import (Daemon, StreamClient, check, config,  # noqa: E402
                            error_code, free_port, run_tests, wait_for)
 from harness_upgrade import held_upgrade, teardown  # noqa: E402
 
-RELAY = (45300, 45349)
+RELAY = (28050, 28099)
 WORKERS = 2
 
 
