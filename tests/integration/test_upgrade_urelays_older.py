@@ -32,7 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, StreamClient, check, config,  # noqa: E402
-                           error_code, free_port, run_tests, wait_for)
+                           error_code, free_port, peer_socket, run_tests, wait_for)
 from harness_upgrade import held_upgrade, teardown  # noqa: E402
 
 RELAY = (28050, 28099)
@@ -62,8 +62,7 @@ def relaying(c, peer, relayed, what):
 
 def test_tcp_call_survives_upgrade_to_older(d):
     port = free_port(avoid=RELAY)
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     peer.settimeout(10.0)
     text = config(d, [("tcp", port, "TURN-TCP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)
