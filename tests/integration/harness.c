@@ -381,6 +381,13 @@ static bool h_port_free(int family, int type, uint16_t port)
 	return ok;
 }
 
+/* Free for UDP and TCP on every IPv4 and IPv6 address. */
+static bool h_port_free_all(uint16_t port)
+{
+	return h_port_free(AF_INET, SOCK_DGRAM, port) && h_port_free(AF_INET, SOCK_STREAM, port) &&
+	       h_port_free(AF_INET6, SOCK_DGRAM, port) && h_port_free(AF_INET6, SOCK_STREAM, port);
+}
+
 uint16_t harness_free_port(void)
 {
 	for (int tries = 0; tries < 200; tries++) {
@@ -401,10 +408,7 @@ uint16_t harness_free_port(void)
 		close(fd);
 		if (port < 20000 || port >= 49152)
 			continue; /* keep clear of the relay ranges tests configure */
-		if (h_port_free(AF_INET, SOCK_DGRAM, port) &&
-		    h_port_free(AF_INET, SOCK_STREAM, port) &&
-		    h_port_free(AF_INET6, SOCK_DGRAM, port) &&
-		    h_port_free(AF_INET6, SOCK_STREAM, port))
+		if (h_port_free_all(port))
 			return port;
 	}
 	return 0;
@@ -438,10 +442,7 @@ uint16_t harness_free_port_late(void)
 
 		seed = seed * 1103515245u + 12345u;
 		port = (uint16_t)(31100 + (seed >> 8) % span);
-		if (h_port_free(AF_INET, SOCK_DGRAM, port) &&
-		    h_port_free(AF_INET, SOCK_STREAM, port) &&
-		    h_port_free(AF_INET6, SOCK_DGRAM, port) &&
-		    h_port_free(AF_INET6, SOCK_STREAM, port))
+		if (h_port_free_all(port))
 			return port;
 	}
 	return 0;
