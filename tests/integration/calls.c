@@ -83,7 +83,8 @@ int calls_setup(unsigned relay_min, unsigned relay_max)
 	g.relay_max = relay_max;
 	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
 		return -1;
-	g.pu = harness_free_port();
+	/* test_restart binds it again after each kill or stop: late, clear of port 0's range. */
+	g.pu = harness_free_port_late();
 	harness_addr("127.0.0.1", g.pu, &g.srv);
 	/* admin.state_dir unset: the state file goes next to the admin socket */
 	snprintf(g.state, sizeof(g.state), "%s/restart.state", g.h.dir);

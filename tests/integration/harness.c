@@ -381,6 +381,13 @@ static bool h_port_free(int family, int type, uint16_t port)
 	return ok;
 }
 
+/* Free for UDP and TCP on every IPv4 and IPv6 address. */
+static bool h_port_free_all(uint16_t port)
+{
+	return h_port_free(AF_INET, SOCK_DGRAM, port) && h_port_free(AF_INET, SOCK_STREAM, port) &&
+	       h_port_free(AF_INET6, SOCK_DGRAM, port) && h_port_free(AF_INET6, SOCK_STREAM, port);
+}
+
 uint16_t harness_free_port(void)
 {
 	for (int tries = 0; tries < 200; tries++) {
@@ -401,10 +408,41 @@ uint16_t harness_free_port(void)
 		close(fd);
 		if (port < 20000 || port >= 49152)
 			continue; /* keep clear of the relay ranges tests configure */
-		if (h_port_free(AF_INET, SOCK_DGRAM, port) &&
-		    h_port_free(AF_INET, SOCK_STREAM, port) &&
-		    h_port_free(AF_INET6, SOCK_DGRAM, port) &&
-		    h_port_free(AF_INET6, SOCK_STREAM, port))
+		if (h_port_free_all(port))
+			return port;
+	}
+	return 0;
+}
+
+/* The low end of the kernel's port-0 range, or 0 when unreadable. */
+static unsigned h_port0_low(void)
+{
+	unsigned low = 0, high = 0;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+	if (f == NULL)
+		return 0;
+	if (fscanf(f, "%u %u", &low, &high) != 2)
+		low = 0;
+	fclose(f);
+	return low;
+}
+
+uint16_t harness_free_port_late(void)
+{
+	/* 31100: above the tests' fixed ports (relay windows up to 29999, test_scale_respawn's
+	 * listeners up to 31003), as harness_admin.late_port_range. */
+	unsigned low = h_port0_low(), span, seed = (unsigned)getpid() ^ (unsigned)mono_ns();
+
+	if (low <= 31200)
+		return harness_free_port();
+	span = low - 31100;
+	for (int tries = 0; tries < 200; tries++) {
+		uint16_t port;
+
+		seed = seed * 1103515245u + 12345u;
+		port = (uint16_t)(31100 + (seed >> 8) % span);
+		if (h_port_free_all(port))
 			return port;
 	}
 	return 0;

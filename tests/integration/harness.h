@@ -94,6 +94,14 @@ int harness_log_count(const struct harness *h, const char *needle);
 /* A port free for both UDP and TCP on 127.0.0.1 and ::1 right now (kernel-chosen). */
 uint16_t harness_free_port(void);
 
+/* As harness_free_port, for a listener port the daemon binds again or first later (a
+ * restart, a reload that adds it): drawn from 31100 up to below the kernel's port-0
+ * range (/proc/sys/net/ipv4/ip_local_port_range), where no socket bound to port 0 (a
+ * client of this test or of the one beside it) can take it meanwhile; the Python
+ * harness's free_port(late=True) draws from the same span. Falls back to
+ * harness_free_port where that span is empty. 0 when none is free. */
+uint16_t harness_free_port_late(void);
+
 /* The generic view of a socket address (saves the cast at every call). */
 static inline struct sockaddr *sa(struct sockaddr_storage *ss)
 {

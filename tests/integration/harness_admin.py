@@ -123,6 +123,30 @@ def free_port(addr="127.0.0.1", avoid=None, late=False):
     raise Failure("no free port")
 
 
+def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False):
+    """A socket bound to ip, port 0, for a peer (a UDP echo, a TCP server), on no port
+    free_port gave this process. A daemon's own listener and HTTP ports are refused as
+    peers in every protocol (worker/self.c: ChannelBind and Connect 403, datagrams
+    dropped), and the port of a TURN-TCP listener or an HTTP endpoint is free for UDP, that
+    of a TURN-UDP or DTLS listener for TCP: a peer the kernel put there (about 1 in 28,000)
+    would be refused. reuse: SO_REUSEADDR before the bind."""
+    fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    held = []
+    try:
+        for _ in range(50):     # bounded; the kernel's choices held, so each try is new
+            s = socket.socket(fam, kind)
+            if reuse:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((ip, 0))
+            if s.getsockname()[1] not in _GIVEN:
+                return s
+            held.append(s)
+        raise Failure("no peer port outside the ports free_port gave")
+    finally:
+        for h in held:
+            h.close()
+
+
 def hostport(addr):
     """"ip:port" or "[ip]:port", as the admin listing writes addresses."""
     return ("[%s]:%d" if ":" in addr[0] else "%s:%d") % addr[:2]
@@ -920,8 +944,11 @@ class Peer:
 
     def __init__(self, ip="127.0.0.1", port=0, mode=None):
         fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        self.sock = socket.socket(fam, socket.SOCK_DGRAM)
-        self.sock.bind((ip, port))
+        if port == 0:
+            self.sock = peer_socket(ip)
+        else:
+            self.sock = socket.socket(fam, socket.SOCK_DGRAM)
+            self.sock.bind((ip, port))
         self.port = self.sock.getsockname()[1]
         self.times = []
         self.stop = False
@@ -987,10 +1014,7 @@ class TcpPeer:
     records the source address of each."""
 
     def __init__(self, ip, mode="echo"):
-        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        self.ls = socket.socket(fam, socket.SOCK_STREAM)
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((ip, 0))
+        self.ls = peer_socket(ip, socket.SOCK_STREAM, reuse=True)
         self.ls.listen(256)
         self.port = self.ls.getsockname()[1]
         self.mode = mode
@@ -1301,9 +1325,13 @@ def relay_range():
     restart (50000 test_relay, 51000 test_relay_client, 56000 test_upgrade, 58000 the
     turnutils_uclient interop test; below the kernel's ephemeral ports 32768-60999, which
     any socket bound to port 0 may take while the daemon is down: 25000 test_master_traffic,
-    26000 test_crash, 27000 test_restart, 29000 test_quota.py), the interop slices
-    (61000..64999) and the port-counting windows (65000..65419, and 65420..65515 of
-    test_portpool.py)."""
+    26000 test_crash, 27000 test_restart, 29000 test_quota.py, and in 28000..28699:
+    28000-28049 test_fdstore_restart, 28050-28099 test_upgrade_urelays_older, 28100-28203
+    test_dashboard, 28300-28399 test_sockbuf, 28400-28499 test_ports_owned's taken-over
+    call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart), the
+    interop slices (61000..64999) and the port-counting windows (65000..65419, and
+    65420..65515 of test_portpool.py). Listener ports bound late come from
+    free_port(late=True), above these (31100 up)."""
     lo = random.choice((54000, 59000, 60000))
     return (lo, lo + 999)
 

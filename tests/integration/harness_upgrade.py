@@ -13,7 +13,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Client, Daemon, Failure, check, config,  # noqa: E402
-                           free_port, listener_port_ok, stop_master, wait_for)
+                           free_port, listener_port_ok, peer_socket, stop_master,
+                           wait_for)
 
 SAMPLE = 5
 
@@ -381,8 +382,7 @@ def relaying(d, relay, n, workers=2):
     r.relay, r.n, r.workers, r.pid, r.clients = relay, n, workers, None, []
     port = free_port(avoid=relay)
     r.held = held_socket(relay, (port,))
-    r.peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    r.peer.bind(("127.0.0.1", 0))
+    r.peer = peer_socket()
     r.listeners = [("udp", port, "TURN-UDP", ["peers"])]
     r.text = config(d, r.listeners, {"peers": ["127.0.0.1"]}, workers=workers, relay=relay)
     r.daemon = Daemon(d, r.text, workers=workers).start()

@@ -17,12 +17,16 @@ from cds_server import CdsServer  # noqa: E402
 IDENT = "testns/gw"
 
 
-def stunner_config(sock, ports, name="gw"):
-    """A StunnerConfig as the operator renders it (JSON), plus our admin_socket key."""
+def stunner_config(sock, ports, name="gw", relay=None):
+    """A StunnerConfig as the operator renders it (JSON), plus our admin_socket key; relay:
+    (relay_port_min, relay_port_max), else the default range."""
+    admin = {"name": "testns/" + name, "loglevel": "all:INFO", "healthcheck_endpoint": "",
+             "admin_socket": sock}
+    if relay:
+        admin["relay_port_min"], admin["relay_port_max"] = relay
     return {
         "version": "v1",
-        "admin": {"name": "testns/" + name, "loglevel": "all:INFO", "healthcheck_endpoint": "",
-                  "admin_socket": sock},
+        "admin": admin,
         "auth": {"type": "ephemeral", "realm": "stunner.l7mp.io",
                  "credentials": {"secret": "cds-secret"}},
         "listeners": [{"name": "testns/%s/udp-%d" % (name, p), "protocol": "TURN-UDP",
@@ -72,7 +76,8 @@ def generation(daemon):
 def test_cds_watch(d):
     srv = CdsServer().start()
     sock = os.path.join(d, "admin.sock")
-    p1, p2, p3, p4, p5 = (free_port() for _ in range(5))
+    # Bound only when a pushed config names them (p2..p5 seconds later).
+    p1, p2, p3, p4, p5 = (free_port(late=True) for _ in range(5))
     srv.set_config(IDENT, stunner_config(sock, [p1]))
     origin = "http://127.0.0.1:%d" % srv.port
     daemon = CdsDaemon(d, ["-c", origin, "-w", "--udp-thread-num=2", "-l", "all:INFO"],
@@ -151,8 +156,11 @@ def test_cds_restart_keeps_allocations(d):
     allocations only once the CDS config brought the listener back."""
     srv = CdsServer().start()
     sock = os.path.join(d, "admin.sock")
-    port = free_port()
-    srv.set_config(IDENT, stunner_config(sock, [port]))
+    # The new run binds the listener and the three relay ports again: below the kernel's
+    # port-0 range, where no socket bound to port 0 meanwhile (a test beside this one)
+    # can hold one ("not rebindable", the allocation lost). 28600-28699: no other test's.
+    port = free_port(late=True)
+    srv.set_config(IDENT, stunner_config(sock, [port], relay=(28600, 28699)))
     args = ["-c", "http://127.0.0.1:%d" % srv.port, "--udp-thread-num=2"]
     env = {"STUNNER_NAMESPACE": "testns", "STUNNER_NAME": "gw"}
     daemon = CdsDaemon(d, args, env).start()

@@ -46,7 +46,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SRC, "deploy", "grafana"))
 import dashboard as dashboard_src  # noqa: E402
 from harness_admin import (ALLOCATE, A_TRANSPORT, REQUEST, Daemon, Failure, build,  # noqa: E402
-                           check, error_code, free_port, need_tool, run_tests, scrape, wait_for)
+                           check, error_code, free_port, need_tool, peer_socket, run_tests,
+                           scrape, wait_for)
 from test_metrics import SECRET, exact_client  # noqa: E402
 
 DASHBOARD = os.path.join(SRC, "deploy", "grafana", "turngate.json")
@@ -291,8 +292,11 @@ def start_daemon(d):
     ports = (free_port(), free_port(), free_port())
     mport = free_port()
 
+    # Relay ports 28100-28203, no other test's (50000 was test_relay's window) and below
+    # the kernel's port-0 range: the three worker kills make the successors bind the held
+    # allocations' relay ports again, and edge's four are counted.
     def config(port=None):
-        return daemon_config(d, ports, mport, 50000, port)
+        return daemon_config(d, ports, mport, 28100, port)
     shutil.copy(CERT, os.path.join(d, "dtls-cert.pem"))
     shutil.copy(KEY, os.path.join(d, "dtls-key.pem"))
     return Daemon(d, config()).start(), ports, mport, config
@@ -421,9 +425,8 @@ def test_against_prometheus(d):
     shot = os.environ.get("TG_DASHBOARD_SHOT")
     daemon, ports, mport, config = start_daemon(d)
     p = None
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer = peer_socket()
     try:
-        peer.bind(("127.0.0.1", 0))
         peer.settimeout(5.0)
         p = Prometheus(d, mport, rules)
         t0 = time.monotonic()

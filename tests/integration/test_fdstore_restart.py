@@ -23,7 +23,11 @@ a frame costs).
 On a build without the store the restart has no connection to take back and the calls
 end (checked on main: nothing is stored, the clients read EOF).
 
-Relay ports 44300-44349. Loopback only, every wait bounded.
+Relay ports 28000-28049 and the listener's port (free_port(late=True)) lie below the
+kernel's port-0 range (32768-60999): the restart binds both again, and a socket bound to
+port 0 meanwhile could hold one; the UDP echo peer, bound to port 0, can then never get
+the TURN-TCP listener's port number either (an instance's own listener port is refused as
+a peer, 403, whatever its protocol). Loopback only, every wait bounded.
 """
 import array
 import os
@@ -36,13 +40,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, StreamClient, TcpPeer, alive,  # noqa: E402
-                           check, config, error_code, free_port, run_tests, upgrade,
-                           wait_for)
+from harness_admin import (A_ERROR, TURNGATED, Daemon, StreamClient, TcpPeer,  # noqa: E402
+                           alive, check, config, error_code, free_port, run_tests,
+                           upgrade, wait_for)
 from test_tcp_relay import open_data  # noqa: E402
 from test_upgrade_streams import CHANNEL, DataStream, StreamCall, UdpPeer  # noqa: E402
 
-RELAY = (44300, 44349)
+RELAY = (28000, 28049)
 SO_PASSCRED = getattr(socket, "SO_PASSCRED", 16)
 SCM_CREDENTIALS = getattr(socket, "SCM_CREDENTIALS", 2)
 PYTHON = "/usr/bin/python3"
@@ -235,7 +239,7 @@ def stale_socket():
 
 def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
     workers = 2
-    port = free_port()
+    port = free_port(late=True)
     text = config(d, [("tcp", port, "TURN-TCP", ["peers", "tpeers"])],
                   {"peers": ["127.0.0.1"], "tpeers": ("TCP", ["127.0.0.1"])},
                   workers=workers, relay=RELAY)
@@ -246,8 +250,11 @@ def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
     try:
         ctl = StreamClient(port)
         relayed = ctl.relayed(ctl.allocate())[0]
-        check(error_code(ctl.perm("127.0.0.1", peer.port)[3]) is None, "CreatePermission")
-        check(error_code(ctl.bind("127.0.0.1", peer.port, CHANNEL)[3]) is None, "ChannelBind")
+        for what, r in (("CreatePermission", ctl.perm("127.0.0.1", peer.port)),
+                        ("ChannelBind", ctl.bind("127.0.0.1", peer.port, CHANNEL))):
+            check(error_code(r[3]) is None, "%s to the UDP peer 127.0.0.1:%d (listener %d, "
+                  "relay %r): %r %r" % (what, peer.port, port, relayed, error_code(r[3]),
+                                        r[3].get(A_ERROR)))
         tctl = StreamClient(port, user="bob")
         trelayed = tctl.relayed(tctl.allocate_tcp())[0]
         cid = tctl.connect("127.0.0.1", tpeer.port)

@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, check, config_yaml, error_code, free_port,  # noqa: E402
-                           run_tests, wait_equal)
+                           peer_socket, run_tests, wait_equal)
 from test_metrics import exact_client  # noqa: E402
 
 
@@ -95,10 +95,9 @@ def want_for(n, c, sends, back, active, created):
 
 
 def test_reload_remove_add_reorder(d):
-    ports = {n: free_port() for n in "abcd"}
+    ports = {n: free_port(late=True) for n in "abcd"}   # d: bound at the reload
     mport = free_port()
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     peer.settimeout(5.0)
     daemon = Daemon(d, cfg(d, mport, "abc", ports)).start()
     try:
@@ -163,10 +162,10 @@ def test_reload_remove_add_reorder(d):
 def test_restart_keeps_slots(d):
     """A restart that takes the state file over, with the listeners reordered and one
     added in front: the carried counters stay with their listeners' names."""
-    ports = {n: free_port() for n in "abd"}
-    mport = free_port()
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    # Bound again (d first) by the restart, mport too.
+    ports = {n: free_port(late=True) for n in "abd"}
+    mport = free_port(late=True)
+    peer = peer_socket()
     peer.settimeout(5.0)
     daemon = Daemon(d, cfg(d, mport, "ab", ports, state=True)).start()
     try:

@@ -183,7 +183,8 @@ def test_reload_moves_endpoints(d):
     """A reload that changes the metrics endpoint restarts only that server (health keeps its
     connection); moving the credential API onto the health port stops it with an error;
     moving metrics onto the health port merges them."""
-    port, hp, mp, mp2, cp = free_port(), free_port(), free_port(), free_port(), free_port()
+    port, hp, mp, cp = free_port(), free_port(), free_port(), free_port()
+    mp2 = free_port(late=True)     # bound at the first reload
     h = "http://127.0.0.1:%d" % hp
     daemon = Daemon(d, base(d, port, endpoints(h, "http://127.0.0.1:%d/m" % mp,
                                               "http://127.0.0.1:%d" % cp))).start()

@@ -55,7 +55,7 @@ def test_sighup_invalid_keeps_running(d):
 
 
 def test_add_and_remove_listener(d):
-    p1, p2 = free_port(), free_port()
+    p1, p2 = free_port(), free_port(late=True)    # p2: bound at a reload
     sock = os.path.join(d, "admin.sock")
     one = config_yaml(sock, [("udp-a", p1, "TURN-UDP")])
     two = config_yaml(sock, [("udp-a", p1, "TURN-UDP"), ("udp-b", p2, "TURN-UDP"),
@@ -87,7 +87,7 @@ def test_add_and_remove_listener(d):
 
 
 def test_listener_port_change(d):
-    p1, p2 = free_port(), free_port()
+    p1, p2 = free_port(), free_port(late=True)    # p2: bound at a reload
     sock = os.path.join(d, "admin.sock")
     daemon = Daemon(d, config_yaml(sock, [("a", p1, "TURN-UDP"), ("t", p1, "TURN-TCP")])
                     ).start()
@@ -120,7 +120,7 @@ def test_listener_port_change(d):
 
 
 def test_watch_reload(d):
-    p1, p2 = free_port(), free_port()
+    p1, p2 = free_port(), free_port(late=True)    # p2: bound at a reload
     sock = os.path.join(d, "admin.sock")
     daemon = Daemon(d, config_yaml(sock, [("a", p1, "TURN-UDP")]), args=["-w"]).start()
     try:

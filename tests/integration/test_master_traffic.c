@@ -108,8 +108,11 @@ static int setup(void **state)
 	memset(&g, 0, sizeof(g));
 	if (harness_init(&g.h) < 0 || harness_echo_start("127.0.0.1", 0, &g.echo) < 0)
 		return -1;
-	g.p1 = harness_free_port();
-	g.p2 = harness_free_port();
+	/* Bound late: p1 again by test_kill9_other_worker_keeps_relaying's start after the
+	 * drain test's stop, p2 by every odd reload round (10 times); a port of the kernel's
+	 * port-0 range could be taken by any socket bound to port 0 in between. */
+	g.p1 = harness_free_port_late();
+	g.p2 = harness_free_port_late();
 	harness_addr("127.0.0.1", g.p1, &g.srv);
 	harness_addr("127.0.0.1", g.p2, &g.srv2);
 	write_conf(0, 0);

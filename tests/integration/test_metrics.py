@@ -18,7 +18,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (ALLOCATE, A_TRANSPORT, Client, Daemon, check,  # noqa: E402
-                           config_yaml, error_code, free_port, prom_check, run_tests, wait_equal)
+                           config_yaml, error_code, free_port, peer_socket, prom_check,
+                           run_tests, wait_equal)
 
 SECRET = "s3cret"        # config_yaml's
 REALM = "test.realm"
@@ -43,9 +44,8 @@ def start(d, workers=2):
 
 def test_exact_counters(d):
     daemon, port, mport = start(d)
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer = peer_socket()
     try:
-        peer.bind(("127.0.0.1", 0))
         peer.settimeout(5.0)
         pip, pport = peer.getsockname()
         base = wait_equal(mport, {"turngate_auth_failures_total{reason=\"missing\"}": 0})

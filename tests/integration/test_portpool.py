@@ -32,7 +32,7 @@ def start(d):
     # 65420..65515: a port-counting window of its own (see relay_range in
     # harness_admin.py), above the kernel's ephemeral range.
     lo = 65420 + (os.getpid() % 12) * N
-    port = free_port()
+    port = free_port(late=True)     # test_restart_keeps_ports binds it again after a kill
     # One user for every client: its quota (by default half of what the listener can
     # hold) must not be what refuses.
     text = config(d, [("udp", port, "TURN-UDP", ["loopback"])], {"loopback": ["127.0.0.1"]},

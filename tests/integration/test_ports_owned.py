@@ -220,8 +220,11 @@ def test_state_dir_not_tmpfs_warns(d):
 
 def test_failed_start_keeps_taken_over_state(d):
     """A killed run's state file holds calls: a start that then fails must not remove it."""
-    port, other = free_port(), free_port()
-    rng = relay_range()
+    # The good start after the kill binds the listener and the call's relay port again:
+    # below the kernel's port-0 range, where no socket bound to port 0 meanwhile (a test
+    # beside this one) can hold one. 28400-28499: no other test's.
+    port, other = free_port(late=True), free_port()
+    rng = (28400, 28499)
     daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["lo"])], ROUTES,
                               relay=rng)).start()
     c = Client(port)
@@ -256,7 +259,7 @@ def test_failed_start_keeps_taken_over_state(d):
 def test_restart_after_kill_without_state_file(d):
     """kill -9 of the master with state_dir "": nothing to wait on, the old workers may
     still hold the sockets for a moment; an immediate restart still starts."""
-    port = free_port()
+    port = free_port(late=True)     # bound again by the restart
     text = config(d, [("udp", port, "TURN-UDP", ["lo"]), ("tcp", port, "TURN-TCP", ["lo"])],
                   ROUTES, relay=relay_range())
     text = text.replace('  healthcheck_endpoint: ""\n',

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_XOR_MAPPED, BINDING, REQUEST, Client, Daemon,  # noqa: E402
                            Failure, StreamClient, binding_request, build, check, config,
                            free_port, make_cert, need_tool, parse, parse_xor_addr,
-                           parse_xor_mapped, relay_range, run_tests, wait_for)
+                           parse_xor_mapped, peer_socket, relay_range, run_tests, wait_for)
 
 CLIENT_IP = "127.0.0.5"
 UNTRUSTED_IP = "127.0.0.7"
@@ -356,8 +356,7 @@ def test_udp_v2(d):
               "UDP mapped %r" % (parse_xor_addr(p[3][A_XOR_MAPPED][0], tid),))
         # An allocation through the "proxy": its 5-tuple is the header's client (in the
         # listing), relayed data comes back to the proxy's socket without a header.
-        echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        echo.bind(("127.0.0.1", 0))
+        echo = peer_socket()
         threading.Thread(target=lambda: [echo.sendto(*echo.recvfrom(4096))
                                          for _ in iter(int, 1)], daemon=True).start()
         c = Client(ports["pp_udp"])

@@ -217,7 +217,7 @@ def test_revoke_username(d):
 def test_revoke_survives_reload_and_kill(d):
     """The entry survives a SIGHUP reload, then a kill -9 of the master and every worker
     and a new start on the same state file (which takes bob's allocation over too)."""
-    port = free_port()
+    port = free_port(late=True)     # bound again by the start after the kill
     daemon = Daemon(d, make_config(d, port)).start()
     cs = []
     try:

@@ -149,8 +149,11 @@ def allocate_all(fleet, todo, what):
 
 
 def test_scale(d):
-    ports = [free_port() for _ in RELAYS]
-    mport = free_port()
+    # The restart after the kill binds them again, seconds later (20,000 allocations taken
+    # over): below the kernel's port-0 range, where no socket bound to port 0 meanwhile
+    # (a test beside this one) can hold one.
+    ports = [free_port(late=True) for _ in RELAYS]
+    mport = free_port(late=True)
     cports = [0] * 8       # the kernel's choice: free on every address (the relays are below)
     peer = ("127.0.0.1", echo_peer())
     daemon = Daemon(d, config(d, ports, mport)).start()

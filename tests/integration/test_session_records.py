@@ -279,7 +279,7 @@ def test_restart(d):
     """kill -9 of every process, a new start on the state file: the allocation that expired
     while nothing ran is recorded at the take-over (reason expiry), the one taken over is
     recorded once when it ends, the one ended before the kill is not recorded again."""
-    port = free_port()
+    port = free_port(late=True)     # bound again by the start 3 s after the kill
     # allocation_lifetime is the shortest lifetime the daemon grants: 2 s for sven (if it
     # runs out before the kill, the worker records the expiry: one record either way)
     daemon = Daemon(d, make_config(d, port, limits={"allocation_lifetime": 2})).start()

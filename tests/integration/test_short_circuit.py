@@ -369,10 +369,11 @@ def kill_worker(daemon, slot):
              "slot %d respawned" % slot)
 
 
-def stream_daemon(d, tls_port=None):
+def stream_daemon(d, tls_port=None, relay=None):
     ports, tcp_port = (free_port(), free_port(), free_port()), free_port()
     tls = (tls_port,) + make_cert(d, "turn.test") if tls_port else None
-    daemon = Daemon(d, config(d, ports, 2, relay_range(), tcp_port, tls), workers=2).start()
+    daemon = Daemon(d, config(d, ports, 2, relay or relay_range(), tcp_port, tls),
+                    workers=2).start()
     return daemon, ports, tcp_port
 
 
@@ -410,8 +411,10 @@ def test_stream_receiver_respawn(d):
     allocation and hands over as before. The receiving worker stopped (SIGSTOP) while
     datagrams are handed to it, then killed: its successor reads them from the same
     channel, finds the TCP allocation gone (it died with its connection) and counts each
-    as stale; a new TCP client in that worker is reached again across workers."""
-    daemon, ports, tcp_port = stream_daemon(d)
+    as stale; a new TCP client in that worker is reached again across workers.
+    Relay ports 28500-28599 (no other test's), below the kernel's port-0 range: the sending
+    worker's successor binds the UDP allocation's relay port again."""
+    daemon, ports, tcp_port = stream_daemon(d, relay=(28500, 28599))
     daemon.allowed_deaths = 2
     try:
         a, t = stream_pair(daemon, ports, tcp_port, True, "r")

@@ -38,9 +38,13 @@ def want(req, limit):
 def start(d):
     """A daemon with one TURN-UDP listener and two workers; returns (port, daemon)."""
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
-    port = free_port()
+    # test_buffers_after_takeover's restart binds the listener and the relay port again:
+    # both below the kernel's port-0 range, where no socket bound to port 0 meanwhile (a
+    # test beside this one) can hold one. Relay ports 28300-28399: no other test's.
+    port = free_port(late=True)
     text = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")], workers=2,
-                       secret=SECRET)
+                       secret=SECRET,
+                       extra_admin="  relay_port_min: 28300\n  relay_port_max: 28399\n")
     return port, Daemon(d, text, workers=2).start()
 
 

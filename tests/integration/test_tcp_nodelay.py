@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (DATA, INDICATION, SECRET, TURNGATECTL, Daemon,  # noqa: E402
-                           StreamClient, TcpPeer, check, run_tests, tls_connect)
+                           StreamClient, TcpPeer, check, peer_socket, run_tests, tls_connect)
 from test_tcp_relay import start, tls_tcp_config  # noqa: E402
 
 BOUND_MS = 20.0
@@ -123,8 +123,7 @@ def control_then_data(ctl, what):
     """20 times: a CreatePermission answered, then at once a datagram from the UDP peer: the
     time from the peer's send to the Data indication on ctl (the server's second write
     while its answer may not be acknowledged yet)."""
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     try:
         nodelay(ctl.sock)
         r = ctl.allocate()

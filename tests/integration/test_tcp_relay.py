@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (ALLOCATE, A_CONNECTION_ID, A_EVEN_PORT, A_PEER,  # noqa: E402
                            A_RELAYED, A_REQ_FAMILY, A_TRANSPORT, CONNECT, INDICATION, Client,
                            Daemon, StreamClient, TcpPeer, check, config, daemon_pids, error_code,
-                           free_port, make_cert, parse_xor_addr, relay_range, rss_kb, run_tests,
-                           tls_connect, wait_for)
+                           free_port, make_cert, parse_xor_addr, peer_socket, relay_range,
+                           rss_kb, run_tests, tls_connect, wait_for)
 
 
 
@@ -132,8 +132,7 @@ def test_errors(d):
     """446 for a second Connect to one peer, 447 for a closed port, 400 for Connect on a
     UDP allocation, Allocate TCP over UDP and Allocate TCP with EVEN-PORT."""
     peer = TcpPeer("127.0.0.1")
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
+    closed = peer_socket(kind=socket.SOCK_STREAM)
     cport = closed.getsockname()[1]   # bound, never listening: connects are refused
     daemon, port = start(d)
     try:
@@ -512,8 +511,7 @@ def test_metrics(d):
     from harness_admin import scrape, wait_equal
     peer = TcpPeer("127.0.0.1")
     refused = TcpPeer("127.0.0.2")
-    closed = socket.socket()
-    closed.bind(("127.0.0.1", 0))
+    closed = peer_socket(kind=socket.SOCK_STREAM)
     port, mport, relay = free_port(), free_port(), relay_range()
     text = tcp_config(d, port, relay, workers=2).replace(
         "  drain_timeout: 1\n", "  drain_timeout: 1\n  metrics_endpoint: "
@@ -575,8 +573,7 @@ def test_limits(d):
     raises tcp_connections admits the third Connect on the same allocation."""
     from harness_admin import scrape
     peers = [TcpPeer("127.0.0.1") for _ in range(3)]
-    full = socket.socket()
-    full.bind(("127.0.0.1", 0))
+    full = peer_socket(kind=socket.SOCK_STREAM)
     full.listen(0)
     filler = socket.create_connection(full.getsockname(), timeout=5)  # the queue is full
     port, mport, relay = free_port(), free_port(), relay_range()

@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Client, Daemon, Failure, alive,  # noqa: E402
-                           check, config, error_code, free_port, run_tests, wait_for)
+                           check, config, error_code, free_port, peer_socket, run_tests, wait_for)
 from harness_upgrade import teardown  # noqa: E402
 
 RELAY = (44900, 44979)
@@ -85,8 +85,7 @@ def test_changes_during_precopy(d):
     fifo = os.path.join(d, "hold")
     os.mkfifo(fifo, 0o600)
     port = free_port(avoid=RELAY)
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     pport = peer.getsockname()[1]
     text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)

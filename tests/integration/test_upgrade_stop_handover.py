@@ -32,7 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, alive, check, config,  # noqa: E402
-                           free_port, run_tests, wait_for)
+                           free_port, peer_socket, run_tests, wait_for)
 from harness_upgrade import (check_relaying, held_upgrade, relay_inodes,  # noqa: E402
                              run_until, setup)
 
@@ -76,8 +76,7 @@ def stop_and_restart(d, sig, reap, after):
     the daemon starts again on the same state directory (what systemd's restart does):
     every allocation must be taken over, the sampled ones relay and refresh."""
     port = free_port(avoid=RELAY)
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)
     daemon = Daemon(d, text, workers=WORKERS).start()

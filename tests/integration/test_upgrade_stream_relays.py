@@ -30,8 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_ADDITIONAL_FAMILY, TURNGATECTL, Daemon,  # noqa: E402
-                           StreamClient, check, config, error_code, free_port, run_tests,
-                           wait_for)
+                           StreamClient, check, config, error_code, free_port, peer_socket,
+                           run_tests, wait_for)
 from harness_upgrade import (InThread, failed_upgrade, held_socket, teardown,  # noqa: E402
                              trace_births)
 
@@ -158,8 +158,7 @@ def upgrade_held(daemon, calls, holder, run):
 def test_tcp_call_keeps_its_relay_socket(d):
     port = free_port(avoid=RELAY)
     held = held_socket(RELAY, (port,))
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     peer6 = None
     try:
         peer6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # noqa: E402
                            REFRESH, REQUEST, SUCCESS, Daemon, Failure, StreamClient, TcpPeer,
                            build, channel_data, channel_payload, check, config, error_code,
-                           free_port, parse, run_tests, upgrade, wait_for)
+                           free_port, parse, peer_socket, run_tests, upgrade, wait_for)
 from harness_upgrade import failed_upgrade, held_socket, teardown  # noqa: E402
 from test_tcp_relay import open_data  # noqa: E402
 
@@ -58,7 +58,7 @@ class UdpPeer:
     datagrams to `dest` (the relayed address) every PERIOD once started."""
 
     def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock = peer_socket()
         # What the client sends while no worker reads its connection waits in it and
         # reaches us in one burst once a worker reads again: a default receive buffer
         # (212992 bytes, 256 of these datagrams: 2.5 s of them) drops the rest of a
@@ -68,7 +68,6 @@ class UdpPeer:
             self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
         except OSError:     # not root: as much as net.core.rmem_max allows
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.got, self.sent, self.halves = [], 0, []
         self.stop_tx = threading.Event()

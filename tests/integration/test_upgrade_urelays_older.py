@@ -19,8 +19,11 @@ BirthHold), stops the old master (SIGSTOP: it has passed everything on and waits
 the call over: the new worker binds the port while the old master still runs and holds
 whatever it kept.
 
-Relay ports 45300-45349 (no other test's). Loopback only, every wait bounded. Needs ptrace
-on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
+Relay ports 28050-28099 (no other test's), below the kernel's port-0 range: the new worker
+binds the call's relay port again once the old copies are closed, its birth held meanwhile,
+and a socket bound to port 0 in between (a test beside this one) could hold it. Loopback
+only, every wait bounded. Needs ptrace on the daemon's processes (root, or ptrace_scope 0):
+skipped with the reason otherwise.
 """
 import os
 import signal
@@ -29,10 +32,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, StreamClient, check, config,  # noqa: E402
-                           error_code, free_port, run_tests, wait_for)
+                           error_code, free_port, peer_socket, run_tests, wait_for)
 from harness_upgrade import held_upgrade, teardown  # noqa: E402
 
-RELAY = (45300, 45349)
+RELAY = (28050, 28099)
 WORKERS = 2
 
 
@@ -59,8 +62,7 @@ def relaying(c, peer, relayed, what):
 
 def test_tcp_call_survives_upgrade_to_older(d):
     port = free_port(avoid=RELAY)
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind(("127.0.0.1", 0))
+    peer = peer_socket()
     peer.settimeout(10.0)
     text = config(d, [("tcp", port, "TURN-TCP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)
