@@ -4,6 +4,7 @@ after the hand-over (failed_upgrade), and a daemon with UDP allocations relaying
 upgrades (relaying); teardown, the end of every such test."""
 import contextlib
 import ctypes
+import json
 import os
 import socket
 import subprocess
@@ -253,6 +254,50 @@ def held_upgrade(daemon, n, kind=None, args=()):
         proc.communicate()
         raise
     return old, hold, proc
+
+
+def upgrade_result(proc, ok=True, timeout=90):
+    """Waits for `turngatectl upgrade` (proc, a Popen with text pipes) and checks its outcome:
+    ok, it succeeded (returns the pid it says serves); else it said "upgrade failed"."""
+    out, err = proc.communicate(timeout=timeout)
+    if not ok:
+        check(proc.returncode == 1 and "upgrade failed" in err,
+              "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        return None
+    check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+    return int(out.strip().splitlines()[-1])
+
+
+def end_upgrade(proc, hold=None):
+    """In a test's finally: lets hold (a BirthHold) go and ends turngatectl upgrade (proc)
+    when it still runs; either may be None."""
+    if hold is not None:
+        hold.release()
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def read_reply(s):
+    """One admin reply (a dict) read from the connection s."""
+    buf = b""
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        check(chunk, "the admin connection ended without a reply (%r)" % buf)
+        buf += chunk
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+def hold_open(fifo, timeout=60.0):
+    """Opens the FIFO of $TURNGATE_TEST_UPGRADE_HOLD to write once the new master waits at
+    it, before "ready" (bounded); writing a byte to it, or closing it, lets it go on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:     # ENXIO: no reader yet
+            time.sleep(0.02)
+    raise Failure("the new master did not wait at %s within %.0f s" % (fifo, timeout))
 
 
 class InThread:

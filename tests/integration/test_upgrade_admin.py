@@ -19,7 +19,6 @@ hand-over it answers it while it waits for the new binary to end, not a reset.
 Relay ports 45400-45409 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
 """
-import json
 import os
 import signal
 import socket
@@ -28,7 +27,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Daemon, alive, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
-from harness_upgrade import held_upgrade, teardown  # noqa: E402
+from harness_upgrade import (held_upgrade, read_reply, teardown,  # noqa: E402
+                             upgrade_result)
 
 RELAY = (45400, 45409)
 WORKERS = 1
@@ -79,15 +79,6 @@ def status_reply(s):
     return read_reply(s)
 
 
-def read_reply(s):
-    buf = b""
-    while b"\n" not in buf:
-        chunk = s.recv(65536)
-        check(chunk, "the admin connection ended without a reply (%r)" % buf)
-        buf += chunk
-    return json.loads(buf.split(b"\n", 1)[0])
-
-
 def run_held(d, fn, *args):
     """fn(HeldHandover) with its end in a finally; the daemon's log scanned after."""
     h = None
@@ -111,9 +102,7 @@ def served_by_new(h):
     check(reply.get("pid") == h.hold.new and h.hold.new != h.old,
           "the status asked during the hand-over is answered by pid %r (old %d, new %r)"
           % (reply.get("pid"), h.old, h.hold.new))
-    out, err = h.proc.communicate(timeout=90)
-    check(h.proc.returncode == 0, "upgrade: rc %s %s%s" % (h.proc.returncode, out, err))
-    h.pid = int(out.strip().splitlines()[-1])
+    h.pid = upgrade_result(h.proc)
     check(h.pid == h.hold.new, "upgrade says pid %d serves (held %r)" % (h.pid, h.hold.new))
     wait_for(lambda: not alive(h.old), "the old master to exit")
     reply = status_reply(silent)
@@ -153,9 +142,7 @@ def revoke_refused(h):
     check(reply.get("ok") is False and "live upgrade" in reply.get("error", ""),
           "revoke on the old master during the hand-over: %r" % reply)
     h.release()
-    out, err = h.proc.communicate(timeout=90)
-    check(h.proc.returncode == 0, "upgrade: rc %s %s%s" % (h.proc.returncode, out, err))
-    h.pid = int(out.strip().splitlines()[-1])
+    h.pid = upgrade_result(h.proc)
     reply = h.daemon.admin({"cmd": "revoke", "user": "mallory"})
     check(reply.get("ok") is True, "revoke on the new master: %r" % reply)
     listed = h.daemon.admin({"cmd": "revocations"})["revocations"]

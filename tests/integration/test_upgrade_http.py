@@ -46,7 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (BUILD, Daemon, Failure, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
 from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, WALL,  # noqa: E402
-                             BirthHold, event_msg, held_upgrade, teardown)
+                             BirthHold, event_msg, held_upgrade, teardown,
+                             upgrade_result)
 
 RELAY = (45410, 45419)
 SO_PASSCRED, SCM_CREDENTIALS = 16, 2
@@ -195,9 +196,7 @@ def test_http_during_handover(d):
         finally:
             hold.release()
             pid = hold.new
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
-        pid = int(out.strip().splitlines()[-1])
+        pid = upgrade_result(proc)
         check(pid == hold.new and pid != old, "upgrade says pid %d serves (held %r)"
               % (pid, hold.new))
         daemon.wait_exit()
@@ -317,9 +316,7 @@ def test_http_finished_after_upgrade(d):
         # turngatectl's answer comes from the new master: it may come before the hold.
         wait_for(lambda: "unix_wait_for_peer" in wchan(old) or proc.poll() is not None,
                  "the old master held in its MAINPID=")
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
-        pid = int(out.strip().splitlines()[-1])
+        pid = upgrade_result(proc)
         check(pid == hold.new and pid != old, "upgrade says pid %d serves (held %r)"
               % (pid, hold.new))
         check("unix_wait_for_peer" in wchan(old), "the old master still held")
@@ -379,9 +376,7 @@ def test_http_failed_handover(d):
             hold.release()
         st, body = answer(asked, "the request made during the failed hand-over")
         check((st, body) == (200, b"{}\n"), "that request: %d %r" % (st, body))
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 1 and "upgrade failed" in err,
-              "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        upgrade_result(proc, ok=False)
         wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == WORKERS,
                  "the old master's workers")
         check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
