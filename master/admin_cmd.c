@@ -167,6 +167,8 @@ static json_t *cmd_reload(struct master *m, json_t *req)
 
 	if (force != NULL && !json_is_boolean(force))
 		return err("\"force\" must be true or false");
+	if (upgrade_in_progress(m))
+		return err(RELOAD_UPGRADE_BUSY);
 	rc = reload_run(m, "admin", json_is_true(force) ? RELOAD_FORCE : 0);
 	if (rc == 0)
 		return json_pack("{s:b, s:I, s:O, s:s?, s:b}", "ok", 1, "generation",

@@ -227,6 +227,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (m->tick_count % PING_EVERY_TICKS == 0 && !m->stopping && m->workers != NULL)
 		supervise_tick(m);
 	master_offload_tick(m);
+	reload_deferred_tick(m);
 	lifecycle_step(m);
 }
 

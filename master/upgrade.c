@@ -527,6 +527,7 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		/* told to stop meanwhile: the table stays in our file for the next start */
 		log_warn("master", "upgrade failed: %s; this master's table is in %s again",
 			 u->error, m->state_path);
+		reload_deferred_tick(m);	/* says it is not run */
 		park_release(m);
 		ev_break(loop, EVBREAK_ALL);
 		return;
@@ -648,6 +649,7 @@ static void done(struct master *m, pid_t pid)
 	/* From the main process (NotifyAccess=main): the new master is the service now. */
 	notify_mainpid(pid);
 	log_info("master", "upgrade: pid %d serves; exiting", (int)pid);
+	reload_deferred_pass(m, pid);	/* it serves: its signal watchers run */
 	ev_break(m->loop, EVBREAK_ALL);
 }
 
@@ -900,7 +902,15 @@ bool upgrade_stop_waits(struct master *m, bool deadline)
 		  "as it is, and this master's table in %s",
 		  (int)u->child, m->state_path, u->backup);
 	u->phase = UP_FAILED;
+	reload_deferred_tick(m);	/* says it is not run */
 	return false;
+}
+
+bool upgrade_in_progress(const struct master *m)
+{
+	const struct upgrade *u = m->up;
+
+	return u != NULL && u->phase != UP_IDLE && u->phase != UP_FAILED;
 }
 
 json_t *upgrade_status(const struct master *m)
@@ -910,10 +920,12 @@ json_t *upgrade_status(const struct master *m)
 	if (u == NULL)
 		return json_object();
 	/* serving: this master serves (a new master is not until its workers all run) */
-	return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:s, s:s}", "state", phase_name(u->phase),
-			 "pid", (int)getpid(), "serving", !upgrade_is_child(m), "from_pid",
-			 (int)m->upgraded_from, "attempt", (int)u->attempt, "new_pid",
-			 (int)u->child, "error", u->error, "binary", u->exe);
+	return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:s, s:s, s:s?}", "state",
+			 phase_name(u->phase), "pid", (int)getpid(), "serving",
+			 !upgrade_is_child(m), "from_pid", (int)m->upgraded_from, "attempt",
+			 (int)u->attempt, "new_pid", (int)u->child, "error", u->error, "binary",
+			 u->exe, "reload_deferred",
+			 m->reload_deferred[0] != '\0' ? m->reload_deferred : NULL);
 }
 
 void upgrade_free(struct master *m)

@@ -1,0 +1,160 @@
+"""A reload asked while a live upgrade is in progress is not run by the old master: a SIGHUP
+(or a watched file's change) is deferred and run by the master that serves once the attempt
+ends (the new one gets it as SIGHUP; after a failure the old one runs it), the admin
+`reload` is refused with "retry". Before, the old master ran it at once, in its hand-over:
+it opened the added listener's sockets and started the added HTTP server on sockets the new
+master never got, and the new master served on with the configuration it had read before
+the change, so the reload the operator saw applied was gone after the upgrade (and the old
+master's new server took connections that it reset at its exit).
+
+How, without timing: the new master's worker is held at its birth (ptrace,
+harness_upgrade.held_upgrade), so the old master is in its hand-over, its loop running. The
+configuration then gains a TURN-UDP listener and a health endpoint, and the old master gets
+SIGHUP: its log must say the reload is deferred, and once the attempt ends the master that
+serves answers on both.
+
+Relay ports 45420-45429 (no other test's). Loopback only, every wait bounded. Needs ptrace
+on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
+"""
+import contextlib
+import http.client
+import os
+import signal
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (Client, Daemon, alive, check, config,  # noqa: E402
+                           free_port, run_tests, wait_for)
+from harness_upgrade import (end_upgrade, held_upgrade, read_reply,  # noqa: E402
+                             teardown, upgrade_result)
+
+RELAY = (45420, 45429)
+WORKERS = 1
+DEFERRED = "reload (SIGHUP) deferred: a live upgrade is in progress"
+
+
+class Setup:
+    """A daemon of one TURN-UDP listener; text2: its configuration with a second listener
+    (lport) and a health endpoint (hport), both bound only once a reload applies it. hold,
+    proc: the upgrade's (held_upgrade); pid: the master to stop at the end; closing: what
+    to close then."""
+
+    def __init__(self, d, env=None):
+        port = free_port(avoid=RELAY)
+        self.lport = free_port(avoid=RELAY, late=True)
+        self.hport = free_port(avoid=RELAY, late=True)
+        self.text = config(d, [("udp", port, "TURN-UDP", ["peers"])],
+                           {"peers": ["127.0.0.1"]}, workers=WORKERS, relay=RELAY)
+        self.text2 = config(d, [("udp", port, "TURN-UDP", ["peers"]),
+                                ("late", self.lport, "TURN-UDP", ["peers"])],
+                            {"peers": ["127.0.0.1"]}, workers=WORKERS, relay=RELAY).replace(
+            'healthcheck_endpoint: ""',
+            'healthcheck_endpoint: "http://127.0.0.1:%d"' % self.hport)
+        self.hold, self.proc, self.pid, self.closing = None, None, None, []
+        self.daemon = Daemon(d, self.text, workers=WORKERS, env=env).start()
+        self.old = self.daemon.admin({"cmd": "status"})["pid"]
+
+    def change(self):
+        """The new configuration written, SIGHUP to the old master; returns once it took it."""
+        self.daemon.write_config(self.text2)
+        os.kill(self.old, signal.SIGHUP)
+        wait_for(lambda: DEFERRED in self.daemon.stderr() or
+                 "reloading configuration (SIGHUP)" in self.daemon.stderr(),
+                 "the old master to take the SIGHUP")
+
+    def deferred(self):
+        check(DEFERRED in self.daemon.stderr(), "the SIGHUP in the upgrade is not deferred:\n%s"
+              % self.daemon.stderr()[-3000:])
+
+    def applied(self, pid, what):
+        """The change serves (by master pid): the health endpoint answers, the added
+        listener allocates, and the last reload was pid's SIGHUP."""
+        def live():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.hport, timeout=10)
+                c.request("GET", "/live")
+                return c.getresponse().status == 200
+            except OSError:
+                return False
+        wait_for(live, "%s: the health endpoint the reload added to answer" % what)
+        st = self.daemon.admin({"cmd": "status"})
+        check(st["pid"] == pid, "%s: pid %r answers (expected %d)" % (what, st["pid"], pid))
+        check(st["last_reload"]["ok"] and "SIGHUP" in st["last_reload"]["trigger"],
+              "%s: last reload %r" % (what, st["last_reload"]))
+        c = Client(self.lport, user="late")
+        try:
+            check(c.relayed(c.allocate()), "%s: no relayed address on the added listener"
+                  % what)
+        finally:
+            c.close()
+
+
+@contextlib.contextmanager
+def running(d, env=None):
+    """A Setup, its end (the upgrade let go, its masters stopped) and the log's scan."""
+    s = Setup(d, env)
+    try:
+        yield s
+    finally:
+        end_upgrade(s.proc, s.hold)
+        teardown(s.daemon, s.pid, *s.closing)
+    s.daemon.scan()
+
+
+def early_connection(daemon):
+    """An admin connection the old master takes before the upgrade (it serves it to its
+    end: the hand-over holds only new ones)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(60.0)
+    s.connect(daemon.sock)
+    s.sendall(b'{"cmd":"status"}\n')
+    check(read_reply(s).get("ok"), "status before the upgrade")
+    return s
+
+
+def test_reload_during_handover(d):
+    """Admin `reload` in the hand-over: refused, retry; SIGHUP: deferred, passed on to the
+    new master, which applies it once it serves."""
+    with running(d) as s:
+        early = early_connection(s.daemon)
+        s.closing.append(early)
+        _, s.hold, s.proc = held_upgrade(s.daemon, WORKERS)
+        s.daemon.write_config(s.text2)
+        early.sendall(b'{"cmd":"reload"}\n')
+        reply = read_reply(early)
+        check(reply.get("ok") is False and "live upgrade is in progress" in
+              reply.get("error", "") and "retry" in reply["error"],
+              "admin reload in the hand-over: %r" % reply)
+        s.change()
+        s.deferred()
+        s.hold.release()
+        s.pid = s.hold.new
+        s.pid = upgrade_result(s.proc)
+        wait_for(lambda: not alive(s.old), "the old master to exit")
+        check("upgrade: the reload (SIGHUP) asked during it is passed on to pid %d" % s.pid
+              in s.daemon.stderr(), "the old master's line of the reload passed on:\n%s"
+              % s.daemon.stderr()[-3000:])
+        s.applied(s.pid, "after the upgrade")
+
+
+def test_reload_after_failed_handover(d):
+    """SIGHUP in a hand-over that fails (its timeout, the new worker held): the old master
+    runs it once it serves again."""
+    with running(d) as s:
+        _, s.hold, s.proc = held_upgrade(s.daemon, WORKERS, args=("--timeout", "3"))
+        s.change()
+        s.deferred()
+        wait_for(lambda: s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["state"]
+                 == "fallback", "the attempt's timeout")
+        check(s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["reload_deferred"]
+              == "SIGHUP", "upgrade_status shows the deferred reload")
+        s.hold.release()    # the held worker holds the table's lock the fallback waits for
+        upgrade_result(s.proc, ok=False)
+        s.applied(s.old, "after the failed upgrade")
+        check("reloading configuration (SIGHUP, deferred by the upgrade)" in s.daemon.stderr(),
+              "the deferred reload's line")
+
+
+if __name__ == "__main__":
+    run_tests([test_reload_during_handover, test_reload_after_failed_handover])
