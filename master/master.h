@@ -494,6 +494,9 @@ void upgrade_stop(struct master *m);
 /* Old master: true from upgrade_begin until the attempt failed and this master serves
  * again (state starting, handover, fallback), and once the new master serves (done). */
 bool upgrade_in_progress(const struct master *m);
+/* Old master, from the supervisor: a child that is no worker was reaped. The new binary's
+ * end after a failed attempt removes its NAME.state.new, which it may have left. */
+void upgrade_reaped(struct master *m, pid_t pid);
 /* Old master stopping, its workers down: true while a failed hand-over's fallback still
  * waits for the new master's end (it then puts this master's state file back and ends the
  * loop itself); false when there is none, or once deadline is true (logged: the files stay

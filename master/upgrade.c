@@ -101,6 +101,7 @@ struct upgrade {
 	ev_timer tmo, relock;
 	double timeout;
 	bool lock_dropped;
+	bool reaped;              /* the new binary (child) was reaped */
 	bool peer_streams;        /* the new master reads our TCP connections */
 	bool peer_relays;         /* ... and our workers' relay sockets (master/relayho.c) */
 	bool peer_urelays;        /* ... and a TURN-TCP call's UDP relay sockets (park.c) */
@@ -543,6 +544,36 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	park_release(m);
 }
 
+/* The new binary is gone after a failed attempt: the segment file it creates before
+ * "ready" and renames over NAME.state only once it holds the lock is still there when it
+ * was killed (or crashed) in between: a table-sized file on the tmpfs until the next
+ * start. Never before it is reaped: a process being killed may still finish a call. */
+static void forget_fresh(struct master *m)
+{
+	char path[PATH_MAX];
+
+	if (m->state_path == NULL ||
+	    snprintf(path, sizeof(path), "%s.new", m->state_path) >= (int)sizeof(path))
+		return;
+	if (unlink(path) == 0)
+		log_info("master", "upgrade: %s removed (the failed new binary's copy of the "
+				   "table)",
+			 path);
+	else if (errno != ENOENT)
+		log_warn("master", "upgrade: cannot remove %s: %s", path, strerror(errno));
+}
+
+void upgrade_reaped(struct master *m, pid_t pid)
+{
+	struct upgrade *u = m->up;
+
+	if (u == NULL || u->child <= 0 || pid != u->child || u->phase == UP_DONE)
+		return;
+	u->reaped = true;
+	if (u->phase == UP_FAILED || u->phase == UP_FALLBACK)
+		forget_fresh(m);	/* else fail() follows, which does it */
+}
+
 static void fail(struct master *m, const char *why)
 {
 	struct upgrade *u = m->up;
@@ -553,7 +584,9 @@ static void fail(struct master *m, const char *why)
 	stop_watchers(m);
 	admin_hold(m->admin, false);	/* we serve on: the queued connections are ours */
 	httpd_hold(m, false);
-	if (u->child > 0)
+	if (u->reaped)
+		forget_fresh(m);	/* it ended before we read its end */
+	else if (u->child > 0)
 		kill(u->child, SIGKILL);	/* reaped by the supervisor's child watcher */
 	if (u->phase == UP_STARTING) {
 		u->phase = UP_FAILED;
@@ -868,6 +901,7 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 		return rc;
 	u->attempt++;
 	u->phase = UP_STARTING;
+	u->reaped = false;
 	u->timeout = timeout > 0 ? timeout : UPGRADE_TIMEOUT_S;
 	u->error[0] = '\0';
 	ev_io_init(&u->io, io_cb, u->fd, EV_READ);

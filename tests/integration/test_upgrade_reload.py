@@ -7,27 +7,35 @@ master never got, and the new master served on with the configuration it had rea
 the change, so the reload the operator saw applied was gone after the upgrade (and the old
 master's new server took connections that it reset at its exit).
 
-How, without timing: the new master's worker is held at its birth (ptrace,
-harness_upgrade.held_upgrade), so the old master is in its hand-over, its loop running. The
-configuration then gains a TURN-UDP listener and a health endpoint, and the old master gets
-SIGHUP: its log must say the reload is deferred, and once the attempt ends the master that
-serves answers on both.
+A failed attempt also removes the new binary's NAME.state.new (its copy of the table,
+created before "ready", renamed over NAME.state only once it holds the lock): before, a new
+binary killed in between (here: held before "ready") left it on the tmpfs until the next
+start.
 
-Relay ports 45420-45429 (no other test's). Loopback only, every wait bounded. Needs ptrace
-on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
+How, without timing: the new master's worker is held at its birth (ptrace,
+harness_upgrade.held_upgrade), so the old master is in its hand-over, its loop running; or
+the new master waits at $TURNGATE_TEST_UPGRADE_HOLD's FIFO before "ready" (the old master
+in the upgrade's start) and the test kills it there. The configuration then gains a
+TURN-UDP listener and a health endpoint, and the old master gets SIGHUP: its log must say
+the reload is deferred, and once the attempt ends the master that serves answers on both.
+
+Relay ports 45420-45429 (no other test's). Loopback only, every wait bounded. The hand-over
+cases need ptrace on the daemon's processes (root, or ptrace_scope 0): skipped with the
+reason otherwise.
 """
 import contextlib
 import http.client
 import os
 import signal
 import socket
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Client, Daemon, alive, check, config,  # noqa: E402
-                           free_port, run_tests, wait_for)
-from harness_upgrade import (end_upgrade, held_upgrade, read_reply,  # noqa: E402
-                             teardown, upgrade_result)
+from harness_admin import (TURNGATECTL, Client, Daemon, alive, check,  # noqa: E402
+                           config, free_port, run_tests, wait_for)
+from harness_upgrade import (end_upgrade, held_upgrade, hold_open,  # noqa: E402
+                             read_reply, teardown, upgrade_result)
 
 RELAY = (45420, 45429)
 WORKERS = 1
@@ -156,5 +164,30 @@ def test_reload_after_failed_handover(d):
               "the deferred reload's line")
 
 
+def test_failed_before_ready(d):
+    """The new binary killed before "ready" (held at the FIFO after it created
+    NAME.state.new): the old master removes that file once the new binary is gone; the
+    SIGHUP it got meanwhile it runs then."""
+    fifo = os.path.join(d, "hold")
+    os.mkfifo(fifo, 0o600)
+    fresh = os.path.join(d, "sec.state.new")
+    with running(d, env={"TURNGATE_TEST_UPGRADE_HOLD": fifo}) as s:
+        s.proc = subprocess.Popen([TURNGATECTL, "-s", s.daemon.sock, "upgrade"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wfd = hold_open(fifo)
+        s.closing.append(os.fdopen(wfd, "wb"))
+        check(os.path.exists(fresh), "the new master waits before ready without %s" % fresh)
+        s.change()
+        os.kill(s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["new_pid"],
+                signal.SIGKILL)
+        upgrade_result(s.proc, ok=False)
+        wait_for(lambda: not os.path.exists(fresh), "%s to be removed after the failed "
+                 "upgrade (%r)" % (fresh, sorted(os.listdir(d))), timeout=20)
+        check("upgrade: %s removed" % fresh in s.daemon.stderr(), "the removal's line")
+        s.deferred()
+        s.applied(s.old, "after the upgrade failed before ready")
+
+
 if __name__ == "__main__":
-    run_tests([test_reload_during_handover, test_reload_after_failed_handover])
+    run_tests([test_reload_during_handover, test_reload_after_failed_handover,
+               test_failed_before_ready])
