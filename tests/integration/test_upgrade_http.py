@@ -28,6 +28,9 @@ rest of the request; the old master alone holds that connection (/proc/PID/fd). 
 wait in httpd_stop its answer is cut. A request never finished: the old master exits anyway
 (20 s at most) and logs the cut.
 Every answer closes its connection (MHD's "Connection: close"), so no connection is kept.
+The old master's answer to a revoke it takes in the hand-over (HTTP /revoke, on a connection
+it took before): 503 with the retry message, since the new master has copied (or copies) the
+revocation list with the table; the new master then enters it.
 
 Relay ports 45410-45419 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
@@ -54,6 +57,7 @@ SO_PASSCRED, SCM_CREDENTIALS = 16, 2
 WORKERS = 1
 READY = b'{"status":200,"message":"READY"}\n'
 REST = b"Connection: close\r\n\r\n"
+TOKEN = "t0ken"
 
 
 def half(path):
@@ -150,7 +154,9 @@ def answer(s, what):
         raise Failure("%s: no complete answer (%s: %s)" % (what, type(e).__name__, e))
 
 
-def start(d, env=None):
+def start(d, env=None, cred=None):
+    """The daemon and its health and metrics port; cred: a port for the credential API
+    (with /revoke, its token TOKEN)."""
     port, hport = free_port(avoid=RELAY), free_port(avoid=RELAY)
     text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)
@@ -158,6 +164,10 @@ def start(d, env=None):
     text = text.replace('healthcheck_endpoint: ""',
                         'healthcheck_endpoint: "http://127.0.0.1:%d"\n'
                         '  metrics_endpoint: "http://127.0.0.1:%d/metrics"' % (hport, hport))
+    if cred is not None:
+        text = text.replace("admin:\n", "admin:\n  credential_api_endpoint: "
+                            "\"http://127.0.0.1:%d\"\n  credential_api_token: %s\n"
+                            % (cred, TOKEN), 1)
     return Daemon(d, text, workers=WORKERS, env=env).start(), hport
 
 
@@ -362,6 +372,47 @@ def test_http_never_finished(d):
     daemon.scan()
 
 
+def revoke(user):
+    """Half a POST /revoke?user=USER with the token (REST finishes it)."""
+    return (b"POST /revoke?user=%s HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Length: 0\r\n" % (user.encode(), TOKEN.encode()))
+
+
+def test_http_revoke_during_handover(d):
+    """revoke over HTTP (/revoke on the credential API server) on a connection the old master
+    took before the hand-over, finished during it: 503 and the retry message (the new master
+    copies the revocation list with the table: a change made now would be answered as done
+    and lost); the same request once the new master serves: 200, and the entry listed."""
+    cport = free_port(avoid=RELAY)
+    daemon, _ = start(d, cred=cport)
+    pid, before = None, None
+    try:
+        old = daemon.proc.pid
+        before = connect(cport, revoke("mallory"))
+        wait_for(lambda: taken(before), "the old master to take a connection")
+        _, hold, proc = held_upgrade(daemon, WORKERS)
+        try:
+            before.sendall(REST)
+            st, body = answer(before, "revoke taken before the hand-over, sent during it")
+            check(st == 503 and b"live upgrade is handing over: retry" in body,
+                  "revoke on the old master in the hand-over: %d %r" % (st, body))
+        finally:
+            hold.release()
+            pid = hold.new
+        pid = upgrade_result(proc)
+        check(pid != old, "upgrade says pid %d serves" % pid)
+        check(daemon.admin({"cmd": "revocations"})["count"] == 0,
+              "the refused revoke was entered")
+        with connect(cport, revoke("mallory") + REST) as s:
+            st, body = answer(s, "revoke on the new master")
+        check(st == 200, "revoke on the new master: %d %r" % (st, body))
+        listed = daemon.admin({"cmd": "revocations"})["revocations"]
+        check([e["name"] for e in listed] == ["mallory"], "revocations %r" % listed)
+    finally:
+        teardown(daemon, pid, before)
+    daemon.scan()
+
+
 def test_http_failed_handover(d):
     daemon, hport = start(d)
     before, asked = None, None
@@ -390,4 +441,5 @@ def test_http_failed_handover(d):
 
 if __name__ == "__main__":
     run_tests([test_http_during_handover, test_http_failed_handover,
-               test_http_finished_after_upgrade, test_http_never_finished])
+               test_http_finished_after_upgrade, test_http_never_finished,
+               test_http_revoke_during_handover])
