@@ -100,12 +100,15 @@ class Setup:
 
 @contextlib.contextmanager
 def running(d, env=None):
-    """A Setup, its end (the upgrade let go, its masters stopped) and the log's scan."""
+    """A Setup, its end (the upgrade let go, its masters stopped: a new master let go by a
+    test that failed before it knew the outcome too) and the log's scan."""
     s = Setup(d, env)
     try:
         yield s
     finally:
         end_upgrade(s.proc, s.hold)
+        if s.pid is None and s.hold is not None:
+            s.pid = s.hold.new
         teardown(s.daemon, s.pid, *s.closing)
     s.daemon.scan()
 
@@ -137,7 +140,6 @@ def test_reload_during_handover(d):
         s.change()
         s.deferred()
         s.hold.release()
-        s.pid = s.hold.new
         s.pid = upgrade_result(s.proc)
         wait_for(lambda: not alive(s.old), "the old master to exit")
         check("upgrade: the reload (SIGHUP) asked during it is passed on to pid %d" % s.pid
@@ -159,6 +161,7 @@ def test_reload_after_failed_handover(d):
               == "SIGHUP", "upgrade_status shows the deferred reload")
         s.hold.release()    # the held worker holds the table's lock the fallback waits for
         upgrade_result(s.proc, ok=False)
+        s.pid = s.old       # serves on: nothing else to stop
         s.applied(s.old, "after the failed upgrade")
         check("reloading configuration (SIGHUP, deferred by the upgrade)" in s.daemon.stderr(),
               "the deferred reload's line")
@@ -176,11 +179,12 @@ def test_failed_before_ready(d):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wfd = hold_open(fifo)
         s.closing.append(os.fdopen(wfd, "wb"))
+        s.pid = s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["new_pid"]
         check(os.path.exists(fresh), "the new master waits before ready without %s" % fresh)
         s.change()
-        os.kill(s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["new_pid"],
-                signal.SIGKILL)
+        os.kill(s.pid, signal.SIGKILL)
         upgrade_result(s.proc, ok=False)
+        s.pid = s.old       # serves on: nothing else to stop
         wait_for(lambda: not os.path.exists(fresh), "%s to be removed after the failed "
                  "upgrade (%r)" % (fresh, sorted(os.listdir(d))), timeout=20)
         check("upgrade: %s removed" % fresh in s.daemon.stderr(), "the removal's line")
