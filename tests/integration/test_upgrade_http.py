@@ -38,7 +38,6 @@ on the daemon's processes (root, or ptrace_scope 0): skipped with the reason oth
 import array
 import http.client
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -48,9 +47,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (BUILD, Daemon, Failure, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
-from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, WALL,  # noqa: E402
-                             BirthHold, event_msg, held_upgrade, teardown,
-                             upgrade_result)
+from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK,  # noqa: E402
+                             BirthHold, connect, event_msg, half, held_upgrade, inode,
+                             taken, teardown, upgrade_result)
 
 RELAY = (45410, 45419)
 SO_PASSCRED, SCM_CREDENTIALS = 16, 2
@@ -58,10 +57,6 @@ WORKERS = 1
 READY = b'{"status":200,"message":"READY"}\n'
 REST = b"Connection: close\r\n\r\n"
 TOKEN = "t0ken"
-
-
-def half(path):
-    return b"GET %s HTTP/1.1\r\nHost: t\r\n" % path
 
 
 class MasterHold(BirthHold):
@@ -90,46 +85,8 @@ class MasterHold(BirthHold):
         super().release()
 
     def kill(self):
-        """The new binary dies in the hand-over: SIGKILLs the held worker and the new
-        master and reaps them as their tracer (then their parents can)."""
-        for p in list(self.held) + ([self.new] if self.new is not None else []):
-            try:
-                os.kill(p, signal.SIGKILL)
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    got, status = os.waitpid(p, os.WNOHANG | WALL)
-                    if got != 0 and not os.WIFSTOPPED(status):
-                        break
-                    time.sleep(0.01)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self.held.discard(p)
-            self.traced.discard(p)
+        super().kill()
         self.frozen = None
-
-
-def connect(port, sent=b""):
-    s = socket.create_connection(("127.0.0.1", port), timeout=60.0)
-    s.sendall(sent)
-    return s
-
-
-def inode(s):
-    """The inode of the server side of the connection s (/proc/net/tcp): 0 while it waits in
-    the listening socket's queue (no process took it yet), None once gone."""
-    ours, peer = s.getsockname()[1], s.getpeername()[1]
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            c = line.split()
-            if c[1] == "0100007F:%04X" % peer and c[2] == "0100007F:%04X" % ours:
-                return int(c[9])
-    return None
-
-
-def taken(s):
-    """True once a process took the connection s."""
-    return bool(inode(s))
 
 
 def owner(pid, s):
