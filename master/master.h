@@ -141,6 +141,9 @@ struct master {
 	struct upgrade *up;
 	bool handing_over;        /* our workers stop for a new binary: do not respawn */
 	bool handed_over;         /* the new binary serves: exit, leave the shared sockets */
+	/* The new master that serves (handed_over), while it is not reaped: where main() sends
+	 * a reload deferred by the upgrade once this master let go of every socket; 0: none. */
+	pid_t successor;
 	pid_t upgraded_from;      /* this master took over from that pid (0: it did not) */
 	struct park_list *parked; /* stream connections handed over (master/park.c) */
 	struct relay_list *relays; /* relay channels of an upgrade (master/relayho.c) */
@@ -325,15 +328,20 @@ int reload_run(struct master *m, const char *trigger, unsigned flags);
 	"it ends (the master that serves then reloads)"
 /* Old master: a reload asked (trigger) while a live upgrade is in progress is remembered,
  * logged, and run once the attempt ends: passed on to the new master (SIGHUP) when it
- * serves (reload_deferred_pass), or run here, from the tick, once the attempt failed and
- * this master serves again (reload_deferred_tick); dropped, logged, when it stops. A
+ * serves, once this master has let go of the sockets they share (reload_deferred_pass),
+ * or run here, from the tick, once the attempt failed, the new binary is reaped and this
+ * master serves again (reload_deferred_tick); dropped, logged, when it stops or drains. A
  * reload here would open listeners and HTTP servers the new master never gets, and change
  * what it already read or copied. */
 void reload_defer(struct master *m, const char *trigger);
-/* From the tick: runs the deferred reload once no upgrade is in progress. */
+/* From the tick: runs the deferred reload once no upgrade is in progress; drops it,
+ * logged, while the master stops or drains (SIGTERM). */
 void reload_deferred_tick(struct master *m);
-/* Old master, the new master (pid) serves: the deferred reload goes to it as SIGHUP. */
-void reload_deferred_pass(struct master *m, pid_t pid);
+/* Old master, from main() after master_free (every shared socket closed: a reload of the
+ * new master may bind their ports again): the deferred reload goes to m->successor as
+ * SIGHUP, logged; or, when the new master is gone, it is logged as not passed on. Reads
+ * only m->reload_deferred and m->successor. */
+void reload_deferred_pass(struct master *m);
 /* The reload guard (master/reload_guard.c), between validation and anything changing:
  * objects when the diff delta[0..n) from m->cfg to nc removes every listener, removes
  * listeners while diags has an unknown key in a listener, or
@@ -491,8 +499,9 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 void upgrade_workers_down(struct master *m);
 /* Old master told to stop during an upgrade: the new binary is killed. */
 void upgrade_stop(struct master *m);
-/* Old master: true from upgrade_begin until the attempt failed and this master serves
- * again (state starting, handover, fallback), and once the new master serves (done). */
+/* Old master: true from upgrade_begin until the attempt failed, the new binary is reaped
+ * (the sockets it inherited closed) and this master serves again (state starting,
+ * handover, fallback; failed until reaped), and once the new master serves (done). */
 bool upgrade_in_progress(const struct master *m);
 /* Old master, from the supervisor: a child that is no worker was reaped. The new binary's
  * end after a failed attempt removes its NAME.state.new, which it may have left. */

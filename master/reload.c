@@ -519,29 +519,37 @@ void reload_deferred_tick(struct master *m)
 {
 	char trigger[sizeof(m->reload_deferred) + 32];
 
-	if (m->reload_deferred[0] == '\0' || upgrade_in_progress(m))
+	if (m->reload_deferred[0] == '\0')
 		return;
 	snprintf(trigger, sizeof(trigger), "%s, deferred by the upgrade", m->reload_deferred);
-	m->reload_deferred[0] = '\0';
-	if (m->stopping) {
+	/* A drain (SIGTERM) is a stop with a grace period: dropped as at a stop. */
+	if (m->stopping || m->exiting) {
+		m->reload_deferred[0] = '\0';
 		log_warn("master", "reload (%s) not run: the daemon stops", trigger);
 		return;
 	}
+	if (upgrade_in_progress(m))
+		return;
+	m->reload_deferred[0] = '\0';
 	reload_run(m, trigger, 0);
 }
 
-void reload_deferred_pass(struct master *m, pid_t pid)
+void reload_deferred_pass(struct master *m)
 {
 	if (m->reload_deferred[0] == '\0')
 		return;
-	if (kill(pid, SIGHUP) == 0)
+	if (m->successor <= 0)
+		log_error("master", "upgrade: the reload (%s) asked during it is not passed on: "
+				    "the new master is gone",
+			  m->reload_deferred);
+	else if (kill(m->successor, SIGHUP) == 0)
 		log_info("master", "upgrade: the reload (%s) asked during it is passed on to pid %d "
 				   "(SIGHUP)",
-			 m->reload_deferred, (int)pid);
+			 m->reload_deferred, (int)m->successor);
 	else
 		log_error("master", "upgrade: cannot pass the reload (%s) asked during it on to "
 				    "pid %d: %s; send it SIGHUP",
-			  m->reload_deferred, (int)pid, strerror(errno));
+			  m->reload_deferred, (int)m->successor, strerror(errno));
 	m->reload_deferred[0] = '\0';
 }
 

@@ -496,10 +496,10 @@ static void restore_file(struct master *m)
 }
 
 /* The new master is reaped (fail() killed it): it alone could still rename its copy of the
- * table over the state file. */
+ * table over the state file. Not kill(pid, 0): once reaped, the pid may be another's. */
 static bool child_gone(const struct upgrade *u)
 {
-	return u->child <= 0 || (kill(u->child, 0) < 0 && errno == ESRCH);
+	return u->child <= 0 || u->reaped;
 }
 
 static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -567,9 +567,13 @@ void upgrade_reaped(struct master *m, pid_t pid)
 {
 	struct upgrade *u = m->up;
 
-	if (u == NULL || u->child <= 0 || pid != u->child || u->phase == UP_DONE)
+	if (u == NULL || u->child <= 0 || pid != u->child)
 		return;
 	u->reaped = true;
+	if (u->phase == UP_DONE) {
+		m->successor = 0;	/* its pid may be another's now */
+		return;
+	}
 	if (u->phase == UP_FAILED || u->phase == UP_FALLBACK)
 		forget_fresh(m);	/* else fail() follows, which does it */
 }
@@ -667,7 +671,7 @@ static void handover(struct master *m)
 		upgrade_workers_down(m);
 }
 
-static void done(struct master *m, pid_t pid)
+static void done(struct master *m)
 {
 	struct upgrade *u = m->up;
 
@@ -676,13 +680,15 @@ static void done(struct master *m, pid_t pid)
 		unlink(u->backup);
 	u->backup[0] = '\0';
 	u->phase = UP_DONE;
-	u->child = pid;
 	m->handed_over = true;
+	/* A deferred reload goes to it from main(), once this master closed the sockets they
+	 * share: before, a reload there that restarts an HTTP server on the same port finds
+	 * it bound by us (httpd_stop waits up to a second for our requests in progress). */
+	m->successor = u->reaped ? 0 : u->child;
 	park_release(m);	/* the new workers hold them */
 	/* From the main process (NotifyAccess=main): the new master is the service now. */
-	notify_mainpid(pid);
-	log_info("master", "upgrade: pid %d serves; exiting", (int)pid);
-	reload_deferred_pass(m, pid);	/* it serves: its signal watchers run */
+	notify_mainpid(u->child);
+	log_info("master", "upgrade: pid %d serves; exiting", (int)u->child);
 	ev_break(m->loop, EVBREAK_ALL);
 }
 
@@ -739,8 +745,9 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 	 * flags (parse_ready sets them) that the hand-over goes by. */
 	if (u->phase == UP_STARTING && parse_ready(u, msg)) {
 		handover(m);
-	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
-		done(m, (pid_t)pid);
+	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER &&
+		   pid == (int)u->child) {
+		done(m);	/* any other pid (0 and -1 signal groups) is unexpected */
 	} else if (strncmp(msg, "fail ", 5) == 0) {
 		snprintf(why, sizeof(why), "the new binary: %s", msg + 5);
 		fail(m, why);
@@ -944,7 +951,9 @@ bool upgrade_in_progress(const struct master *m)
 {
 	const struct upgrade *u = m->up;
 
-	return u != NULL && u->phase != UP_IDLE && u->phase != UP_FAILED;
+	/* failed: a new binary killed in its start may hold the inherited sockets until it
+	 * is reaped, and a reload here may bind their ports again */
+	return u != NULL && u->phase != UP_IDLE && (u->phase != UP_FAILED || !child_gone(u));
 }
 
 json_t *upgrade_status(const struct master *m)

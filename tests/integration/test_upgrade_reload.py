@@ -18,6 +18,12 @@ the new master waits at $TURNGATE_TEST_UPGRADE_HOLD's FIFO before "ready" (the o
 in the upgrade's start) and the test kills it there. The configuration then gains a
 TURN-UDP listener and a health endpoint, and the old master gets SIGHUP: its log must say
 the reload is deferred, and once the attempt ends the master that serves answers on both.
+The new master gets the deferred SIGHUP only once the old one has closed the sockets they
+share: a request the old master took before the hand-over and that is never finished keeps
+it in its exit (httpd_stop) for a second with its HTTP sockets open, and the reload
+restarts that HTTP server on the same port (metrics dropped from the health and metrics
+server). Before, the SIGHUP went before that wait and the new master's reload found the port
+bound: no health endpoint until the next reload.
 
 Relay ports 45420-45429 (no other test's). Loopback only, every wait bounded. The hand-over
 cases need ptrace on the daemon's processes (root, or ptrace_scope 0): skipped with the
@@ -34,8 +40,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, Client, Daemon, alive, check,  # noqa: E402
                            config, free_port, run_tests, wait_for)
-from harness_upgrade import (end_upgrade, held_upgrade, hold_open,  # noqa: E402
-                             read_reply, teardown, upgrade_result)
+from harness_upgrade import (connect, end_upgrade, half, held_upgrade,  # noqa: E402
+                             hold_open, read_reply, taken, teardown, upgrade_result)
 
 RELAY = (45420, 45429)
 WORKERS = 1
@@ -48,7 +54,7 @@ class Setup:
     proc: the upgrade's (held_upgrade); pid: the master to stop at the end; closing: what
     to close then."""
 
-    def __init__(self, d, env=None):
+    def __init__(self, d, env=None, hm_port=None):
         port = free_port(avoid=RELAY)
         self.lport = free_port(avoid=RELAY, late=True)
         self.hport = free_port(avoid=RELAY, late=True)
@@ -59,6 +65,14 @@ class Setup:
                             {"peers": ["127.0.0.1"]}, workers=WORKERS, relay=RELAY).replace(
             'healthcheck_endpoint: ""',
             'healthcheck_endpoint: "http://127.0.0.1:%d"' % self.hport)
+        if hm_port is not None:
+            # one server for health and metrics; text_health: health alone (a restart)
+            self.text_health = self.text.replace(
+                'healthcheck_endpoint: ""',
+                'healthcheck_endpoint: "http://127.0.0.1:%d"' % hm_port)
+            self.text = self.text_health.replace(
+                'healthcheck_endpoint:', 'metrics_endpoint: "http://127.0.0.1:%d/metrics"\n'
+                '  healthcheck_endpoint:' % hm_port)
         self.hold, self.proc, self.pid, self.closing = None, None, None, []
         self.daemon = Daemon(d, self.text, workers=WORKERS, env=env).start()
         self.old = self.daemon.admin({"cmd": "status"})["pid"]
@@ -78,14 +92,8 @@ class Setup:
     def applied(self, pid, what):
         """The change serves (by master pid): the health endpoint answers, the added
         listener allocates, and the last reload was pid's SIGHUP."""
-        def live():
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.hport, timeout=10)
-                c.request("GET", "/live")
-                return c.getresponse().status == 200
-            except OSError:
-                return False
-        wait_for(live, "%s: the health endpoint the reload added to answer" % what)
+        wait_for(lambda: http_get(self.hport, "/live") == 200,
+                 "%s: the health endpoint the reload added to answer" % what)
         st = self.daemon.admin({"cmd": "status"})
         check(st["pid"] == pid, "%s: pid %r answers (expected %d)" % (what, st["pid"], pid))
         check(st["last_reload"]["ok"] and "SIGHUP" in st["last_reload"]["trigger"],
@@ -98,11 +106,21 @@ class Setup:
             c.close()
 
 
+def http_get(port, path):
+    """The status of GET path on 127.0.0.1:port, 0 when nothing answers."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", path)
+        return c.getresponse().status
+    except OSError:
+        return 0
+
+
 @contextlib.contextmanager
-def running(d, env=None):
+def running(d, env=None, hm_port=None):
     """A Setup, its end (the upgrade let go, its masters stopped: a new master let go by a
     test that failed before it knew the outcome too) and the log's scan."""
-    s = Setup(d, env)
+    s = Setup(d, env, hm_port)
     try:
         yield s
     finally:
@@ -146,6 +164,35 @@ def test_reload_during_handover(d):
               in s.daemon.stderr(), "the old master's line of the reload passed on:\n%s"
               % s.daemon.stderr()[-3000:])
         s.applied(s.pid, "after the upgrade")
+
+
+def test_reload_passed_on_after_sockets(d):
+    """The deferred SIGHUP reaches the new master only once the old one closed the sockets
+    they share: the reload drops metrics from the health and metrics server, so the new
+    master restarts it on the same port. The old master holds that port at its exit for up
+    to a second (httpd_stop: a request it took before the hand-over, here never finished);
+    before, the SIGHUP went in done(), before that wait, and the new master's reload found
+    the port bound ("Address already in use (not served)", the reload said ok) and served
+    no health endpoint until the next reload."""
+    hport = free_port(avoid=RELAY)
+    with running(d, hm_port=hport) as s:
+        before = connect(hport, half(b"/live"))
+        s.closing.append(before)
+        wait_for(lambda: taken(before), "the old master to take a connection")
+        _, s.hold, s.proc = held_upgrade(s.daemon, WORKERS)
+        s.daemon.write_config(s.text_health)
+        os.kill(s.old, signal.SIGHUP)
+        wait_for(lambda: DEFERRED in s.daemon.stderr(), "the old master to defer the SIGHUP")
+        s.hold.release()
+        s.pid = upgrade_result(s.proc)
+        s.daemon.wait_exit()
+        wait_for(lambda: "SIGHUP" in s.daemon.admin({"cmd": "status"})["last_reload"]
+                 ["trigger"], "the new master's reload")
+        log = s.daemon.stderr()
+        check("Address already in use" not in log, "a port still bound at the new master's "
+              "reload:\n%s" % log[-3000:])
+        check(http_get(hport, "/live") == 200, "/live after the reload")
+        check(http_get(hport, "/metrics") == 404, "/metrics after the reload dropped it")
 
 
 def test_reload_after_failed_handover(d):
@@ -193,5 +240,5 @@ def test_failed_before_ready(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_reload_during_handover, test_reload_after_failed_handover,
-               test_failed_before_ready])
+    run_tests([test_reload_during_handover, test_reload_passed_on_after_sockets,
+               test_reload_after_failed_handover, test_failed_before_ready])
