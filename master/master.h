@@ -503,6 +503,13 @@ void upgrade_stop(struct master *m);
  * (the sockets it inherited closed) and this master serves again (state starting,
  * handover, fallback; failed until reaped), and once the new master serves (done). */
 bool upgrade_in_progress(const struct master *m);
+/* Old master: from the hand-over on (handing_over, handed_over) the new master copies the
+ * table, the revocation list and the published snapshot: a change made here (revoke,
+ * disconnect, drain, loglevel) would be answered as done and lost. Returns
+ * UPGRADE_HANDOVER_BUSY then, else NULL. */
+const char *upgrade_handover_busy(const struct master *m);
+#define UPGRADE_HANDOVER_BUSY "a live upgrade is handing over: retry, the new master " \
+	"answers once it serves"
 /* Old master, from the supervisor: a child that is no worker was reaped. The new binary's
  * end after a failed attempt removes its NAME.state.new, which it may have left. */
 void upgrade_reaped(struct master *m, pid_t pid);

@@ -956,6 +956,11 @@ bool upgrade_in_progress(const struct master *m)
 	return u != NULL && u->phase != UP_IDLE && (u->phase != UP_FAILED || !child_gone(u));
 }
 
+const char *upgrade_handover_busy(const struct master *m)
+{
+	return m->handing_over || m->handed_over ? UPGRADE_HANDOVER_BUSY : NULL;
+}
+
 json_t *upgrade_status(const struct master *m)
 {
 	const struct upgrade *u = m->up;

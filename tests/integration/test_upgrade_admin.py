@@ -15,10 +15,16 @@ has exited is answered too (the old code's old master took it and closed it at i
 When the attempt fails instead (its timeout, the worker still held) the old master answers
 the queued request itself ("fallback"); when the old master is stopped during the
 hand-over it answers it while it waits for the new binary to end, not a reset.
+On a connection it took before, the old master refuses from the hand-over on what would
+change what the new master copies or act on its stopping workers (revoke, unrevoke,
+disconnect, drain, loglevel with a spec: "a live upgrade is handing over: retry ..."); the
+new master then applies them. Before, disconnect, drain and loglevel were answered ok and
+the change was lost.
 
 Relay ports 45400-45409 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
 """
+import json
 import os
 import signal
 import socket
@@ -134,19 +140,33 @@ def stopped_refuses(h):
           % reply)
 
 
-def revoke_refused(h):
-    # The new master has the table (and its revocation list) or is taking it: a change
-    # the old master made now would be answered as done and lost.
-    h.early.sendall(b'{"cmd":"revoke","user":"mallory"}\n')
-    reply = read_reply(h.early)
-    check(reply.get("ok") is False and "live upgrade" in reply.get("error", ""),
-          "revoke on the old master during the hand-over: %r" % reply)
+# What the old master refuses from its hand-over on: the new master has the table (with its
+# revocation list and the published snapshot) or is taking it, and the old workers stop: a
+# change made now (a revocation, a disconnect, a drain, a log level) would be answered as
+# done and lost.
+REFUSED = ({"cmd": "revoke", "user": "mallory"}, {"cmd": "unrevoke", "user": "mallory"},
+           {"cmd": "disconnect", "user": "mallory"}, {"cmd": "drain"},
+           {"cmd": "loglevel", "spec": "all:DEBUG"})
+
+
+def changes_refused(h):
+    for req in REFUSED:
+        h.early.sendall(json.dumps(req).encode() + b"\n")
+        reply = read_reply(h.early)
+        check(reply.get("ok") is False and "live upgrade is handing over: retry" in
+              reply.get("error", ""), "%s on the old master during the hand-over: %r"
+              % (req["cmd"], reply))
+    h.early.sendall(b'{"cmd":"loglevel"}\n')
+    check(read_reply(h.early).get("ok") is True, "loglevel without a spec (a read) answered")
     h.release()
     h.pid = upgrade_result(h.proc)
-    reply = h.daemon.admin({"cmd": "revoke", "user": "mallory"})
-    check(reply.get("ok") is True, "revoke on the new master: %r" % reply)
+    for req in (REFUSED[0], REFUSED[2], REFUSED[3], REFUSED[4]):
+        reply = h.daemon.admin(req)
+        check(reply.get("ok") is True, "%s on the new master: %r" % (req["cmd"], reply))
     listed = h.daemon.admin({"cmd": "revocations"})["revocations"]
     check([e["name"] for e in listed] == ["mallory"], "revocations %r" % listed)
+    st = h.daemon.admin({"cmd": "status"})
+    check(st["pid"] == h.pid, "the new master answers: %r" % st["pid"])
 
 
 def test_admin_during_handover(d):
@@ -161,10 +181,10 @@ def test_admin_stop_during_handover(d):
     run_held(d, stopped_refuses)
 
 
-def test_revoke_during_handover(d):
-    run_held(d, revoke_refused)
+def test_changes_during_handover(d):
+    run_held(d, changes_refused)
 
 
 if __name__ == "__main__":
     run_tests([test_admin_during_handover, test_admin_after_failed_handover,
-               test_admin_stop_during_handover, test_revoke_during_handover])
+               test_admin_stop_during_handover, test_changes_during_handover])
