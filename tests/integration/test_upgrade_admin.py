@@ -12,9 +12,9 @@ status request is sent then, and read only after the workers are let go. The mas
 answers it must be the new one (the old code's old master answered it at once, with its
 own pid). A connection made during the hand-over that sends nothing until the old master
 has exited is answered too (the old code's old master took it and closed it at its exit).
-When the attempt fails instead (its timeout, the worker still held) the old master answers
-the queued request itself ("fallback"); when the old master is stopped during the
-hand-over it answers it while it waits for the new binary to end, not a reset.
+When the attempt fails instead (the new binary killed in the hand-over) the old
+master answers the queued request itself ("fallback"); when the old master is stopped
+during the hand-over it answers it while it waits for the new binary to end, not a reset.
 On a connection it took before, the old master refuses from the hand-over on what would
 change what the new master copies or act on its stopping workers (revoke, unrevoke,
 disconnect, drain, loglevel with a spec: "a live upgrade is handing over: retry ..."); the
@@ -117,15 +117,17 @@ def served_by_new(h):
 
 
 def failed_serves_on(h):
-    # The worker stays held: the attempt's own timeout fails it, and the old master
-    # takes the queued connection again.
+    # The new binary is killed in the hand-over (its held worker with it): the attempt
+    # fails, and the old master takes the queued connection again.
     asked = h.connect()
-    reply = status_reply(asked)
+    asked.sendall(b'{"cmd":"status"}\n')
+    h.hold.kill()
+    reply = read_reply(asked)
     check(reply.get("pid") == h.old, "after the failed attempt: answered by pid %r (old %d)"
           % (reply.get("pid"), h.old))
     st = h.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["state"]
     check(st in ("fallback", "failed"), "upgrade state %r" % st)
-    h.release()     # the held worker holds the table's lock the fallback waits for
+    h.release()
     h.proc.communicate(timeout=90)
     check(h.proc.returncode != 0, "turngatectl upgrade says it failed")
 
@@ -174,7 +176,7 @@ def test_admin_during_handover(d):
 
 
 def test_admin_after_failed_handover(d):
-    run_held(d, failed_serves_on, "--timeout", "3")
+    run_held(d, failed_serves_on)
 
 
 def test_admin_stop_during_handover(d):

@@ -18,6 +18,9 @@ the new master waits at $TURNGATE_TEST_UPGRADE_HOLD's FIFO before "ready" (the o
 in the upgrade's start) and the test kills it there. The configuration then gains a
 TURN-UDP listener and a health endpoint, and the old master gets SIGHUP: its log must say
 the reload is deferred, and once the attempt ends the master that serves answers on both.
+A failed hand-over's new master is killed by the test (harness_upgrade.BirthHold.kill), not
+by a short --timeout that would also bound a slow (sanitizer) start.
+
 The new master gets the deferred SIGHUP only once the old one has closed the sockets they
 share: a request the old master took before the hand-over and that is never finished keeps
 it in its exit (httpd_stop) for a second with its HTTP sockets open, and the reload
@@ -196,17 +199,18 @@ def test_reload_passed_on_after_sockets(d):
 
 
 def test_reload_after_failed_handover(d):
-    """SIGHUP in a hand-over that fails (its timeout, the new worker held): the old master
-    runs it once it serves again."""
+    """SIGHUP in a hand-over that fails (the new binary killed): the old master runs it
+    once it serves again."""
     with running(d) as s:
-        _, s.hold, s.proc = held_upgrade(s.daemon, WORKERS, args=("--timeout", "3"))
+        early = early_connection(s.daemon)     # a new one waits out the hand-over
+        s.closing.append(early)
+        _, s.hold, s.proc = held_upgrade(s.daemon, WORKERS)
         s.change()
         s.deferred()
-        wait_for(lambda: s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["state"]
-                 == "fallback", "the attempt's timeout")
-        check(s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["reload_deferred"]
-              == "SIGHUP", "upgrade_status shows the deferred reload")
-        s.hold.release()    # the held worker holds the table's lock the fallback waits for
+        early.sendall(b'{"cmd":"upgrade_status"}\n')
+        check(read_reply(early)["upgrade"]["reload_deferred"] == "SIGHUP",
+              "upgrade_status shows the deferred reload")
+        s.hold.kill()
         upgrade_result(s.proc, ok=False)
         s.pid = s.old       # serves on: nothing else to stop
         s.applied(s.old, "after the failed upgrade")
