@@ -339,8 +339,9 @@ void reload_defer(struct master *m, const char *trigger);
 void reload_deferred_tick(struct master *m);
 /* Old master, from main() after master_free (every shared socket closed: a reload of the
  * new master may bind their ports again): the deferred reload goes to m->successor as
- * SIGHUP, logged; or, when the new master is gone, it is logged as not passed on. Reads
- * only m->reload_deferred and m->successor. */
+ * SIGHUP, logged; or, when the new master is gone, it is logged as not passed on; a master
+ * that did not hand over logs it as not run. Reads only m->reload_deferred,
+ * m->handed_over and m->successor. */
 void reload_deferred_pass(struct master *m);
 /* The reload guard (master/reload_guard.c), between validation and anything changing:
  * objects when the diff delta[0..n) from m->cfg to nc removes every listener, removes

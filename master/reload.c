@@ -538,7 +538,9 @@ void reload_deferred_pass(struct master *m)
 {
 	if (m->reload_deferred[0] == '\0')
 		return;
-	if (m->successor <= 0)
+	if (!m->handed_over)	/* stopped before the tick dropped it: no new master */
+		log_warn("master", "reload (%s) not run: the daemon stops", m->reload_deferred);
+	else if (m->successor <= 0)
 		log_error("master", "upgrade: the reload (%s) asked during it is not passed on: "
 				    "the new master is gone",
 			  m->reload_deferred);

@@ -6,6 +6,9 @@ it opened the added listener's sockets and started the added HTTP server on sock
 master never got, and the new master served on with the configuration it had read before
 the change, so the reload the operator saw applied was gone after the upgrade (and the old
 master's new server took connections that it reset at its exit).
+A master told to stop meanwhile runs and passes on nothing: its log says the deferred
+reload is not run (before, a stop during the start logged it as not passed on to a new
+master "gone").
 
 A failed attempt also removes the new binary's NAME.state.new (its copy of the table,
 created before "ready", renamed over NAME.state only once it holds the lock): before, a new
@@ -243,6 +246,31 @@ def test_failed_before_ready(d):
         s.applied(s.old, "after the upgrade failed before ready")
 
 
+def test_stopped_before_ready(d):
+    """SIGHUP while the new binary starts (held at the FIFO), then the old master is told to
+    stop (SIGINT): the attempt fails, nothing is reloaded or passed on, and the deferred
+    reload is logged as not run (not as passed on to a new master that never served)."""
+    fifo = os.path.join(d, "hold")
+    os.mkfifo(fifo, 0o600)
+    with running(d, env={"TURNGATE_TEST_UPGRADE_HOLD": fifo}) as s:
+        s.proc = subprocess.Popen([TURNGATECTL, "-s", s.daemon.sock, "upgrade"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        s.closing.append(os.fdopen(hold_open(fifo), "wb"))
+        s.pid = s.daemon.admin({"cmd": "upgrade_status"})["upgrade"]["new_pid"]
+        s.change()
+        s.deferred()
+        os.kill(s.old, signal.SIGINT)
+        s.daemon.wait_exit()
+        s.pid = None        # killed by the old master at its stop
+        log = s.daemon.stderr()
+        check("reload (SIGHUP, deferred by the upgrade) not run: the daemon stops" in log or
+              "reload (SIGHUP) not run: the daemon stops" in log,
+              "the deferred reload's not-run line:\n%s" % log[-3000:])
+        check("passed on" not in log and "reloading configuration" not in log,
+              "a reload passed on or run:\n%s" % log[-3000:])
+
+
 if __name__ == "__main__":
     run_tests([test_reload_during_handover, test_reload_passed_on_after_sockets,
-               test_reload_after_failed_handover, test_failed_before_ready])
+               test_reload_after_failed_handover, test_failed_before_ready,
+               test_stopped_before_ready])
