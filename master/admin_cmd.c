@@ -167,6 +167,8 @@ static json_t *cmd_reload(struct master *m, json_t *req)
 
 	if (force != NULL && !json_is_boolean(force))
 		return err("\"force\" must be true or false");
+	if (upgrade_in_progress(m))
+		return err(RELOAD_UPGRADE_BUSY);
 	rc = reload_run(m, "admin", json_is_true(force) ? RELOAD_FORCE : 0);
 	if (rc == 0)
 		return json_pack("{s:b, s:I, s:O, s:s?, s:b}", "ok", 1, "generation",
@@ -782,25 +784,29 @@ static const struct admin_cmd {
 	cmd_fn fn;
 	const char *writes;    /* NULL: reads only; "": changes something; "KEY": if KEY is given */
 	const char *root_arg;  /* NULL, or an argument only a privileged peer may give */
+	/* Where it writes, refused from a live upgrade's hand-over on (upgrade_handover_busy):
+	 * it changes what the new master copies (the table, the snapshot) or acts on workers
+	 * that are stopping. revoke and unrevoke check it themselves (HTTP /revoke too). */
+	bool handover;
 } commands[] = {
-	{ "status", cmd_status, NULL, NULL },
-	{ "config", cmd_config, NULL, NULL },
-	{ "reload", cmd_reload, "", NULL },
-	{ "logrotate", cmd_logrotate, "", NULL },
-	{ "allocations", cmd_allocations, NULL, NULL },
-	{ "top", cmd_top, NULL, NULL },
-	{ "disconnect", cmd_disconnect, "", NULL },
-	{ "drain", cmd_drain, "", NULL },
-	{ "stats", cmd_stats, NULL, NULL },
-	{ "workers", cmd_workers, NULL, NULL },
-	{ "loglevel", cmd_loglevel, "spec", NULL },
+	{ "status", cmd_status, NULL, NULL, false },
+	{ "config", cmd_config, NULL, NULL, false },
+	{ "reload", cmd_reload, "", NULL, false },
+	{ "logrotate", cmd_logrotate, "", NULL, false },
+	{ "allocations", cmd_allocations, NULL, NULL, false },
+	{ "top", cmd_top, NULL, NULL, false },
+	{ "disconnect", cmd_disconnect, "", NULL, true },
+	{ "drain", cmd_drain, "", NULL, true },
+	{ "stats", cmd_stats, NULL, NULL, false },
+	{ "workers", cmd_workers, NULL, NULL, false },
+	{ "loglevel", cmd_loglevel, "spec", NULL, true },
 	/* The binary runs as the daemon's user: naming one is for those who could run it so
 	 * themselves. Without it the daemon re-executes its own binary. */
-	{ "upgrade", cmd_upgrade, "", "binary" },
-	{ "upgrade_status", cmd_upgrade_status, NULL, NULL },
-	{ "revoke", revoke_cmd_add, "", NULL },
-	{ "unrevoke", revoke_cmd_del, "", NULL },
-	{ "revocations", revoke_cmd_list, NULL, NULL },
+	{ "upgrade", cmd_upgrade, "", "binary", false },
+	{ "upgrade_status", cmd_upgrade_status, NULL, NULL, false },
+	{ "revoke", revoke_cmd_add, "", NULL, false },
+	{ "unrevoke", revoke_cmd_del, "", NULL, false },
+	{ "revocations", revoke_cmd_list, NULL, NULL, false },
 };
 
 /* Root, or the daemon's own user (who could run any program as that user anyway). */
@@ -828,8 +834,10 @@ static json_t *cmd_run(struct master *m, const struct admin_cmd *c, const struct
 		log_info("admin", "uid=%d pid=%d: %.512s", (int)peer->uid, (int)peer->pid,
 			 text != NULL ? text : c->name);
 	}
-	if (c->root_arg != NULL && json_object_get(req, c->root_arg) != NULL &&
-	    !peer_privileged(peer)) {
+	if (c->handover && audit && upgrade_handover_busy(m) != NULL) {
+		reply = err(upgrade_handover_busy(m));
+	} else if (c->root_arg != NULL && json_object_get(req, c->root_arg) != NULL &&
+		   !peer_privileged(peer)) {
 		char why[160];
 
 		snprintf(why, sizeof(why),

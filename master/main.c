@@ -227,6 +227,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (m->tick_count % PING_EVERY_TICKS == 0 && !m->stopping && m->workers != NULL)
 		supervise_tick(m);
 	master_offload_tick(m);
+	reload_deferred_tick(m);
 	lifecycle_step(m);
 }
 
@@ -409,6 +410,19 @@ static void start_watchers(struct master *m)
 		log_warn("master", "dns: no memory: names are resolved at reloads only");
 }
 
+/* A live upgrade's old master, its loop ended: the service is the new master's pid. A
+ * SIGHUP sent here now is not run (its watcher no longer dispatches), and once master_free
+ * stopped that watcher (libev puts SIG_DFL back) it would end this process before it
+ * passes a deferred reload on: blocked, it is dropped. */
+static void drop_sighup(void)
+{
+	sigset_t hup;
+
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	(void)sigprocmask(SIG_BLOCK, &hup, NULL);
+}
+
 static void master_free(struct master *m)
 {
 	records_free(m);	/* the last events (a stop's), while the segment is ours */
@@ -547,6 +561,8 @@ int main(int argc, char **argv)
 			notify_ready();
 		ev_run(m.loop, 0);
 		log_info("master", "exiting");
+		if (m.handed_over)
+			drop_sighup();
 	} else {
 		log_error("master", "startup failed: %s", strerror(-rc));
 		if (m.up != NULL) {
@@ -566,6 +582,7 @@ int main(int argc, char **argv)
 		state_forget_created(&m);
 	}
 	master_free(&m);
+	reload_deferred_pass(&m);	/* a live upgrade's: to the new master, sockets closed */
 	ev_loop_destroy(m.loop);
 	return rc == 0 ? m.exit_code : 1;
 }

@@ -109,6 +109,9 @@ struct master {
 	struct conf *cfg;         /* the running config (owned) */
 	uint64_t generation;      /* of the published snapshot */
 	struct reload_result last_reload;
+	/* A reload asked (SIGHUP, inotify) while a live upgrade was in progress: its trigger,
+	 * "" when none (reload_defer, reload_deferred_tick, reload_deferred_pass). */
+	char reload_deferred[32];
 	uint8_t nonce_key[MASTER_NONCE_KEY_LEN];
 	double started_at;
 
@@ -138,6 +141,9 @@ struct master {
 	struct upgrade *up;
 	bool handing_over;        /* our workers stop for a new binary: do not respawn */
 	bool handed_over;         /* the new binary serves: exit, leave the shared sockets */
+	/* The new master that serves (handed_over), while it is not reaped: where main() sends
+	 * a reload deferred by the upgrade once this master let go of every socket; 0: none. */
+	pid_t successor;
 	pid_t upgraded_from;      /* this master took over from that pid (0: it did not) */
 	struct park_list *parked; /* stream connections handed over (master/park.c) */
 	struct relay_list *relays; /* relay channels of an upgrade (master/relayho.c) */
@@ -312,8 +318,31 @@ void reload_reclaim(struct master *m);
  * key was not recognised, unless flags has RELOAD_FORCE; a config from the discovery service is
  * authoritative (applied, the reason logged as a warning and kept in m->last_reload).
  * Returns 0 on success, -EINVAL for an invalid config, -ECANCELED when the guard refused
- * it (nothing changed either way), other -errno. */
+ * it (nothing changed either way), -EAGAIN while a live upgrade is in progress
+ * (upgrade_in_progress: nothing is read, the reload is deferred, reload_defer), other
+ * -errno. */
 int reload_run(struct master *m, const char *trigger, unsigned flags);
+/* The admin `reload`'s answer while a live upgrade is in progress: it is refused, not
+ * deferred (its client is told and may retry). */
+#define RELOAD_UPGRADE_BUSY "a live upgrade is in progress: nothing reloaded; retry once " \
+	"it ends (the master that serves then reloads)"
+/* Old master: a reload asked (trigger) while a live upgrade is in progress is remembered,
+ * logged, and run once the attempt ends: passed on to the new master (SIGHUP) when it
+ * serves, once this master has let go of the sockets they share (reload_deferred_pass),
+ * or run here, from the tick, once the attempt failed, the new binary is reaped and this
+ * master serves again (reload_deferred_tick); dropped, logged, when it stops or drains. A
+ * reload here would open listeners and HTTP servers the new master never gets, and change
+ * what it already read or copied. */
+void reload_defer(struct master *m, const char *trigger);
+/* From the tick: runs the deferred reload once no upgrade is in progress; drops it,
+ * logged, while the master stops or drains (SIGTERM). */
+void reload_deferred_tick(struct master *m);
+/* Old master, from main() after master_free (every shared socket closed: a reload of the
+ * new master may bind their ports again): the deferred reload goes to m->successor as
+ * SIGHUP, logged; or, when the new master is gone, it is logged as not passed on; a master
+ * that did not hand over logs it as not run. Reads only m->reload_deferred,
+ * m->handed_over and m->successor. */
+void reload_deferred_pass(struct master *m);
 /* The reload guard (master/reload_guard.c), between validation and anything changing:
  * objects when the diff delta[0..n) from m->cfg to nc removes every listener, removes
  * listeners while diags has an unknown key in a listener, or
@@ -471,6 +500,20 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 void upgrade_workers_down(struct master *m);
 /* Old master told to stop during an upgrade: the new binary is killed. */
 void upgrade_stop(struct master *m);
+/* Old master: true from upgrade_begin until the attempt failed, the new binary is reaped
+ * (the sockets it inherited closed) and this master serves again (state starting,
+ * handover, fallback; failed until reaped), and once the new master serves (done). */
+bool upgrade_in_progress(const struct master *m);
+/* Old master: from the hand-over on (handing_over, handed_over) the new master copies the
+ * table, the revocation list and the published snapshot: a change made here (revoke,
+ * disconnect, drain, loglevel) would be answered as done and lost. Returns
+ * UPGRADE_HANDOVER_BUSY then, else NULL. */
+const char *upgrade_handover_busy(const struct master *m);
+#define UPGRADE_HANDOVER_BUSY "a live upgrade is handing over: retry, the new master " \
+	"answers once it serves"
+/* Old master, from the supervisor: a child that is no worker was reaped. The new binary's
+ * end after a failed attempt removes its NAME.state.new, which it may have left. */
+void upgrade_reaped(struct master *m, pid_t pid);
 /* Old master stopping, its workers down: true while a failed hand-over's fallback still
  * waits for the new master's end (it then puts this master's state file back and ends the
  * loop itself); false when there is none, or once deadline is true (logged: the files stay

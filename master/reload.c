@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,6 +430,10 @@ int reload_run(struct master *m, const char *trigger, unsigned flags)
 	int rc;
 
 	assert(m->magic == MASTER_MAGIC);
+	if (upgrade_in_progress(m)) {
+		reload_defer(m, trigger);
+		return -EAGAIN;
+	}
 	notify_reloading();
 	log_info("master", "reloading configuration (%s)", trigger);
 	rc = load_config(m, &nc, &diags);
@@ -499,6 +504,55 @@ out:
 	conf_diags_free(&diags);
 	notify_ready();
 	return rc;
+}
+
+void reload_defer(struct master *m, const char *trigger)
+{
+	log_warn("master",
+		 "reload (%s) deferred: a live upgrade is in progress; the master that serves "
+		 "once it ends reloads",
+		 trigger);
+	snprintf(m->reload_deferred, sizeof(m->reload_deferred), "%s", trigger);
+}
+
+void reload_deferred_tick(struct master *m)
+{
+	char trigger[sizeof(m->reload_deferred) + 32];
+
+	if (m->reload_deferred[0] == '\0')
+		return;
+	snprintf(trigger, sizeof(trigger), "%s, deferred by the upgrade", m->reload_deferred);
+	/* A drain (SIGTERM) is a stop with a grace period: dropped as at a stop. */
+	if (m->stopping || m->exiting) {
+		m->reload_deferred[0] = '\0';
+		log_warn("master", "reload (%s) not run: the daemon stops", trigger);
+		return;
+	}
+	if (upgrade_in_progress(m))
+		return;
+	m->reload_deferred[0] = '\0';
+	reload_run(m, trigger, 0);
+}
+
+void reload_deferred_pass(struct master *m)
+{
+	if (m->reload_deferred[0] == '\0')
+		return;
+	if (!m->handed_over)	/* stopped before the tick dropped it: no new master */
+		log_warn("master", "reload (%s) not run: the daemon stops", m->reload_deferred);
+	else if (m->successor <= 0)
+		log_error("master", "upgrade: the reload (%s) asked during it is not passed on: "
+				    "the new master is gone",
+			  m->reload_deferred);
+	else if (kill(m->successor, SIGHUP) == 0)
+		log_info("master", "upgrade: the reload (%s) asked during it is passed on to pid %d "
+				   "(SIGHUP)",
+			 m->reload_deferred, (int)m->successor);
+	else
+		log_error("master", "upgrade: cannot pass the reload (%s) asked during it on to "
+				    "pid %d: %s; send it SIGHUP",
+			  m->reload_deferred, (int)m->successor, strerror(errno));
+	m->reload_deferred[0] = '\0';
 }
 
 int reload_set_loglevel(struct master *m, const char *spec)

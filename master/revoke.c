@@ -161,13 +161,6 @@ static json_t *stored_json(const struct master *m, const struct revoke_target *t
 	return o;
 }
 
-/* A live upgrade's old master from its hand-over on: the new master copies the list with
- * the table, so a change made here after that copy would be answered as done and lost. */
-static const char *handing_over(const struct master *m)
-{
-	return m->handing_over || m->handed_over ? REVOKE_UPGRADE_BUSY : NULL;
-}
-
 json_t *revoke_cmd_add(struct master *m, json_t *req)
 {
 	struct revoke_target t;
@@ -178,7 +171,7 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 	if (why == NULL)
 		why = for_of(req, &secs);
 	if (why == NULL)
-		why = handing_over(m);
+		why = upgrade_handover_busy(m);
 	if (why != NULL)
 		return err(why);
 	rc = shm_revoke_add(m->shm, t.kind, t.name, t.len, now, secs ? now + secs : 0);
@@ -211,7 +204,7 @@ json_t *revoke_cmd_del(struct master *m, json_t *req)
 	int rc;
 
 	if (why == NULL)
-		why = handing_over(m);
+		why = upgrade_handover_busy(m);
 	if (why != NULL)
 		return err(why);
 	rc = shm_revoke_del(m->shm, t.kind, t.name, t.len);
@@ -333,7 +326,7 @@ static unsigned status_of(json_t *reply, const char *method)
 	e = json_string_value(json_object_get(reply, "error"));
 	if (e != NULL && strncmp(e, "the revocation list is full", 27) == 0)
 		return 507;
-	if (e != NULL && strcmp(e, REVOKE_UPGRADE_BUSY) == 0)
+	if (e != NULL && strcmp(e, UPGRADE_HANDOVER_BUSY) == 0)
 		return 503;
 	if (e != NULL && strcmp(method, "DELETE") == 0 && strcmp(e, "no such revocation") == 0)
 		return 404;

@@ -13,11 +13,9 @@
 #include "http/http_buf.h"
 #include "master/master.h"
 
-/* The error of revoke and unrevoke on a live upgrade's old master from its hand-over on
- * (HTTP 503): the new master takes the list over with the table, and answers them once it
- * serves. */
-#define REVOKE_UPGRADE_BUSY "a live upgrade is handing over: retry, the new master answers once " \
-	"it serves"
+/* revoke and unrevoke on a live upgrade's old master from its hand-over on answer
+ * UPGRADE_HANDOVER_BUSY (HTTP 503): the new master takes the list over with the table, and
+ * answers them once it serves (upgrade_handover_busy). */
 
 /* {"cmd":"revoke", "user":U | "user_id":ID, "for":SECONDS|"30s"|"10m"|"2h"|"7d"}: enters
  * the entry (until removed when "for" is absent) and ends the matching allocations.

@@ -513,6 +513,7 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 			w = &m->workers[i];
 	if (w == NULL) {
 		reap_handed_over(m, c->rpid, c->rstatus);
+		upgrade_reaped(m, c->rpid);
 		return;
 	}
 	log_exit(w->slot, w->pid, c->rstatus);

@@ -101,6 +101,7 @@ struct upgrade {
 	ev_timer tmo, relock;
 	double timeout;
 	bool lock_dropped;
+	bool reaped;              /* the new binary (child) was reaped */
 	bool peer_streams;        /* the new master reads our TCP connections */
 	bool peer_relays;         /* ... and our workers' relay sockets (master/relayho.c) */
 	bool peer_urelays;        /* ... and a TURN-TCP call's UDP relay sockets (park.c) */
@@ -495,10 +496,10 @@ static void restore_file(struct master *m)
 }
 
 /* The new master is reaped (fail() killed it): it alone could still rename its copy of the
- * table over the state file. */
+ * table over the state file. Not kill(pid, 0): once reaped, the pid may be another's. */
 static bool child_gone(const struct upgrade *u)
 {
-	return u->child <= 0 || (kill(u->child, 0) < 0 && errno == ESRCH);
+	return u->child <= 0 || u->reaped;
 }
 
 static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -527,6 +528,7 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		/* told to stop meanwhile: the table stays in our file for the next start */
 		log_warn("master", "upgrade failed: %s; this master's table is in %s again",
 			 u->error, m->state_path);
+		reload_deferred_tick(m);	/* says it is not run */
 		park_release(m);
 		ev_break(loop, EVBREAK_ALL);
 		return;
@@ -542,6 +544,40 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	park_release(m);
 }
 
+/* The new binary is gone after a failed attempt: the segment file it creates before
+ * "ready" and renames over NAME.state only once it holds the lock is still there when it
+ * was killed (or crashed) in between: a table-sized file on the tmpfs until the next
+ * start. Never before it is reaped: a process being killed may still finish a call. */
+static void forget_fresh(struct master *m)
+{
+	char path[PATH_MAX];
+
+	if (m->state_path == NULL ||
+	    snprintf(path, sizeof(path), "%s.new", m->state_path) >= (int)sizeof(path))
+		return;
+	if (unlink(path) == 0)
+		log_info("master", "upgrade: %s removed (the failed new binary's copy of the "
+				   "table)",
+			 path);
+	else if (errno != ENOENT)
+		log_warn("master", "upgrade: cannot remove %s: %s", path, strerror(errno));
+}
+
+void upgrade_reaped(struct master *m, pid_t pid)
+{
+	struct upgrade *u = m->up;
+
+	if (u == NULL || u->child <= 0 || pid != u->child)
+		return;
+	u->reaped = true;
+	if (u->phase == UP_DONE) {
+		m->successor = 0;	/* its pid may be another's now */
+		return;
+	}
+	if (u->phase == UP_FAILED || u->phase == UP_FALLBACK)
+		forget_fresh(m);	/* else fail() follows, which does it */
+}
+
 static void fail(struct master *m, const char *why)
 {
 	struct upgrade *u = m->up;
@@ -552,7 +588,9 @@ static void fail(struct master *m, const char *why)
 	stop_watchers(m);
 	admin_hold(m->admin, false);	/* we serve on: the queued connections are ours */
 	httpd_hold(m, false);
-	if (u->child > 0)
+	if (u->reaped)
+		forget_fresh(m);	/* it ended before we read its end */
+	else if (u->child > 0)
 		kill(u->child, SIGKILL);	/* reaped by the supervisor's child watcher */
 	if (u->phase == UP_STARTING) {
 		u->phase = UP_FAILED;
@@ -633,7 +671,7 @@ static void handover(struct master *m)
 		upgrade_workers_down(m);
 }
 
-static void done(struct master *m, pid_t pid)
+static void done(struct master *m)
 {
 	struct upgrade *u = m->up;
 
@@ -642,12 +680,15 @@ static void done(struct master *m, pid_t pid)
 		unlink(u->backup);
 	u->backup[0] = '\0';
 	u->phase = UP_DONE;
-	u->child = pid;
 	m->handed_over = true;
+	/* A deferred reload goes to it from main(), once this master closed the sockets they
+	 * share: before, a reload there that restarts an HTTP server on the same port finds
+	 * it bound by us (httpd_stop waits up to a second for our requests in progress). */
+	m->successor = u->reaped ? 0 : u->child;
 	park_release(m);	/* the new workers hold them */
 	/* From the main process (NotifyAccess=main): the new master is the service now. */
-	notify_mainpid(pid);
-	log_info("master", "upgrade: pid %d serves; exiting", (int)pid);
+	notify_mainpid(u->child);
+	log_info("master", "upgrade: pid %d serves; exiting", (int)u->child);
 	ev_break(m->loop, EVBREAK_ALL);
 }
 
@@ -704,8 +745,9 @@ static void io_cb(struct ev_loop *loop, ev_io *w, int revents)
 	 * flags (parse_ready sets them) that the hand-over goes by. */
 	if (u->phase == UP_STARTING && parse_ready(u, msg)) {
 		handover(m);
-	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER) {
-		done(m, (pid_t)pid);
+	} else if (sscanf(msg, "serving %d", &pid) == 1 && u->phase == UP_HANDOVER &&
+		   pid == (int)u->child) {
+		done(m);	/* any other pid (0 and -1 signal groups) is unexpected */
 	} else if (strncmp(msg, "fail ", 5) == 0) {
 		snprintf(why, sizeof(why), "the new binary: %s", msg + 5);
 		fail(m, why);
@@ -866,6 +908,7 @@ int upgrade_begin(struct master *m, const char *binary, double timeout, char *wh
 		return rc;
 	u->attempt++;
 	u->phase = UP_STARTING;
+	u->reaped = false;
 	u->timeout = timeout > 0 ? timeout : UPGRADE_TIMEOUT_S;
 	u->error[0] = '\0';
 	ev_io_init(&u->io, io_cb, u->fd, EV_READ);
@@ -900,7 +943,22 @@ bool upgrade_stop_waits(struct master *m, bool deadline)
 		  "as it is, and this master's table in %s",
 		  (int)u->child, m->state_path, u->backup);
 	u->phase = UP_FAILED;
+	reload_deferred_tick(m);	/* says it is not run */
 	return false;
+}
+
+bool upgrade_in_progress(const struct master *m)
+{
+	const struct upgrade *u = m->up;
+
+	/* failed: a new binary killed in its start may hold the inherited sockets until it
+	 * is reaped, and a reload here may bind their ports again */
+	return u != NULL && u->phase != UP_IDLE && (u->phase != UP_FAILED || !child_gone(u));
+}
+
+const char *upgrade_handover_busy(const struct master *m)
+{
+	return m->handing_over || m->handed_over ? UPGRADE_HANDOVER_BUSY : NULL;
 }
 
 json_t *upgrade_status(const struct master *m)
@@ -910,10 +968,12 @@ json_t *upgrade_status(const struct master *m)
 	if (u == NULL)
 		return json_object();
 	/* serving: this master serves (a new master is not until its workers all run) */
-	return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:s, s:s}", "state", phase_name(u->phase),
-			 "pid", (int)getpid(), "serving", !upgrade_is_child(m), "from_pid",
-			 (int)m->upgraded_from, "attempt", (int)u->attempt, "new_pid",
-			 (int)u->child, "error", u->error, "binary", u->exe);
+	return json_pack("{s:s, s:i, s:b, s:i, s:i, s:i, s:s, s:s, s:s?}", "state",
+			 phase_name(u->phase), "pid", (int)getpid(), "serving",
+			 !upgrade_is_child(m), "from_pid", (int)m->upgraded_from, "attempt",
+			 (int)u->attempt, "new_pid", (int)u->child, "error", u->error, "binary",
+			 u->exe, "reload_deferred",
+			 m->reload_deferred[0] != '\0' ? m->reload_deferred : NULL);
 }
 
 void upgrade_free(struct master *m)

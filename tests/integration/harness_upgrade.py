@@ -1,10 +1,13 @@
 """Shared by the live-upgrade tests (test_upgrade_*.py): holding the daemon's processes
-with ptrace (at their exit: ExitHold; at their birth: BirthHold), an upgrade that fails
+with ptrace (at their exit: ExitHold; at their birth: BirthHold, held_upgrade), HTTP
+connections a master takes before a hand-over (connect, half, taken), an upgrade that fails
 after the hand-over (failed_upgrade), and a daemon with UDP allocations relaying across
 upgrades (relaying); teardown, the end of every such test."""
 import contextlib
 import ctypes
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -210,6 +213,26 @@ class BirthHold:
         except (OSError, ChildProcessError):
             pass
 
+    def kill(self):
+        """The new binary dies in the hand-over, whatever the upgrade's timeout (a short
+        --timeout would also bound a slow sanitizer start): SIGKILLs the held children (they
+        hold the upgrade's channel and the table's lock) and the new master and reaps them
+        as their tracer (then their parents can: the old master reads the channel's end and
+        falls back)."""
+        for p in list(self.held) + ([self.new] if self.new is not None else []):
+            try:
+                os.kill(p, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    got, status = os.waitpid(p, os.WNOHANG | WALL)
+                    if got != 0 and not os.WIFSTOPPED(status):
+                        break
+                    time.sleep(0.01)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.held.discard(p)
+            self.traced.discard(p)
+
     def release(self):
         for p in list(self.held):
             self._let_go(p)
@@ -246,13 +269,86 @@ def held_upgrade(daemon, n, kind=None, args=()):
               % (len(hold.held), n, daemon.stderr()[-3000:]))
         check("stopping the workers" in daemon.stderr(), "the old master hands over")
     except BaseException:
-        if hasattr(hold, "kill"):
-            hold.kill()     # a new master left running would outlive the test
+        hold.kill()     # a new master left running would outlive the test
         hold.release()
         proc.kill()
         proc.communicate()
         raise
     return old, hold, proc
+
+
+def upgrade_result(proc, ok=True, timeout=90):
+    """Waits for `turngatectl upgrade` (proc, a Popen with text pipes) and checks its outcome:
+    ok, it succeeded (returns the pid it says serves); else it said "upgrade failed"."""
+    out, err = proc.communicate(timeout=timeout)
+    if not ok:
+        check(proc.returncode == 1 and "upgrade failed" in err,
+              "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        return None
+    check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+    return int(out.strip().splitlines()[-1])
+
+
+def end_upgrade(proc, hold=None):
+    """In a test's finally: lets hold (a BirthHold) go and ends turngatectl upgrade (proc)
+    when it still runs; either may be None."""
+    if hold is not None:
+        hold.release()
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def read_reply(s):
+    """One admin reply (a dict) read from the connection s."""
+    buf = b""
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        check(chunk, "the admin connection ended without a reply (%r)" % buf)
+        buf += chunk
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+def hold_open(fifo, timeout=60.0):
+    """Opens the FIFO of $TURNGATE_TEST_UPGRADE_HOLD to write once the new master waits at
+    it, before "ready" (bounded); writing a byte to it, or closing it, lets it go on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:     # ENXIO: no reader yet
+            time.sleep(0.02)
+    raise Failure("the new master did not wait at %s within %.0f s" % (fifo, timeout))
+
+
+def half(path):
+    """Half an HTTP GET of path: the headers not ended."""
+    return b"GET %s HTTP/1.1\r\nHost: t\r\n" % path
+
+
+def connect(port, sent=b""):
+    """A TCP connection to 127.0.0.1:port that has sent `sent`."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=60.0)
+    s.sendall(sent)
+    return s
+
+
+def inode(s):
+    """The inode of the server side of the connection s (/proc/net/tcp): 0 while it waits in
+    the listening socket's queue (no process took it yet), None once gone."""
+    ours, peer = s.getsockname()[1], s.getpeername()[1]
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            c = line.split()
+            if c[1] == "0100007F:%04X" % peer and c[2] == "0100007F:%04X" % ours:
+                return int(c[9])
+    return None
+
+
+def taken(s):
+    """True once a process took the connection s."""
+    return bool(inode(s))
 
 
 class InThread:

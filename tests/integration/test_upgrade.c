@@ -7,8 +7,9 @@
  * loss, which can only be echoes that reached a relay port in the gap, is printed and
  * bounded far below what a lost listener queue would cost. Then `turngatectl upgrade`
  * (prints the new PID), and failed upgrades: a binary that exits at once, one that never
- * becomes ready, and one that fails after the old workers stopped (its config cannot bind
- * a port the test holds): each time the old master serves on and every allocation relays.
+ * becomes ready, one that says it serves as pid 0 after "ready", and one that fails after
+ * the old workers stopped (its config cannot bind a port the test holds): each time the
+ * old master serves on and every allocation relays.
  * The test is a child subreaper, so each new master becomes its child when the old one
  * exits. The longest gap is printed, not asserted (timing). Loopback only, every wait
  * bounded. */
@@ -248,6 +249,16 @@ static void test_failed_upgrades(void **state)
 	fclose(f);
 	assert_int_equal(chmod(slow, 0700), 0);
 	failed_upgrade(slow, 1, "did not become ready within 1 s");
+	/* "serving 0" after "ready": a pid that is not the new binary's is no outcome (a
+	 * SIGHUP passed on to pid 0 would reach the whole process group) */
+	snprintf(slow, sizeof(slow), "%s/pid0.sh", g.h.dir);
+	f = fopen(slow, "w");
+	assert_non_null(f);
+	fputs("#!/bin/bash\nctl=${TURNGATE_UPGRADE#ctl=}\nctl=${ctl%% *}\n"
+	      "printf ready >&\"$ctl\"\nprintf 'serving 0' >&\"$ctl\"\nexec sleep 20\n", f);
+	fclose(f);
+	assert_int_equal(chmod(slow, 0700), 0);
+	failed_upgrade(slow, 20, "upgrade failed: the new binary sent an unexpected message");
 	harness_addr("127.0.0.1", port, &held);
 	assert_true(hold >= 0);
 	assert_int_equal(bind(hold, sa(&held), sizeof(struct sockaddr_in)), 0);

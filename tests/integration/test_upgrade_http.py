@@ -28,6 +28,9 @@ rest of the request; the old master alone holds that connection (/proc/PID/fd). 
 wait in httpd_stop its answer is cut. A request never finished: the old master exits anyway
 (20 s at most) and logs the cut.
 Every answer closes its connection (MHD's "Connection: close"), so no connection is kept.
+The old master's answer to a revoke it takes in the hand-over (HTTP /revoke, on a connection
+it took before): 503 with the retry message, since the new master has copied (or copies) the
+revocation list with the table; the new master then enters it.
 
 Relay ports 45410-45419 (no other test's). Loopback only, every wait bounded. Needs ptrace
 on the daemon's processes (root, or ptrace_scope 0): skipped with the reason otherwise.
@@ -35,7 +38,6 @@ on the daemon's processes (root, or ptrace_scope 0): skipped with the reason oth
 import array
 import http.client
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -45,18 +47,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (BUILD, Daemon, Failure, check, config,  # noqa: E402
                            free_port, run_tests, wait_for)
-from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, WALL,  # noqa: E402
-                             BirthHold, event_msg, held_upgrade, teardown)
+from harness_upgrade import (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK,  # noqa: E402
+                             BirthHold, connect, event_msg, half, held_upgrade, inode,
+                             taken, teardown, upgrade_result)
 
 RELAY = (45410, 45419)
 SO_PASSCRED, SCM_CREDENTIALS = 16, 2
 WORKERS = 1
 READY = b'{"status":200,"message":"READY"}\n'
 REST = b"Connection: close\r\n\r\n"
-
-
-def half(path):
-    return b"GET %s HTTP/1.1\r\nHost: t\r\n" % path
+TOKEN = "t0ken"
 
 
 class MasterHold(BirthHold):
@@ -85,46 +85,8 @@ class MasterHold(BirthHold):
         super().release()
 
     def kill(self):
-        """The new binary dies in the hand-over: SIGKILLs the held worker and the new
-        master and reaps them as their tracer (then their parents can)."""
-        for p in list(self.held) + ([self.new] if self.new is not None else []):
-            try:
-                os.kill(p, signal.SIGKILL)
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    got, status = os.waitpid(p, os.WNOHANG | WALL)
-                    if got != 0 and not os.WIFSTOPPED(status):
-                        break
-                    time.sleep(0.01)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self.held.discard(p)
-            self.traced.discard(p)
+        super().kill()
         self.frozen = None
-
-
-def connect(port, sent=b""):
-    s = socket.create_connection(("127.0.0.1", port), timeout=60.0)
-    s.sendall(sent)
-    return s
-
-
-def inode(s):
-    """The inode of the server side of the connection s (/proc/net/tcp): 0 while it waits in
-    the listening socket's queue (no process took it yet), None once gone."""
-    ours, peer = s.getsockname()[1], s.getpeername()[1]
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            c = line.split()
-            if c[1] == "0100007F:%04X" % peer and c[2] == "0100007F:%04X" % ours:
-                return int(c[9])
-    return None
-
-
-def taken(s):
-    """True once a process took the connection s."""
-    return bool(inode(s))
 
 
 def owner(pid, s):
@@ -149,7 +111,9 @@ def answer(s, what):
         raise Failure("%s: no complete answer (%s: %s)" % (what, type(e).__name__, e))
 
 
-def start(d, env=None):
+def start(d, env=None, cred=None):
+    """The daemon and its health and metrics port; cred: a port for the credential API
+    (with /revoke, its token TOKEN)."""
     port, hport = free_port(avoid=RELAY), free_port(avoid=RELAY)
     text = config(d, [("udp", port, "TURN-UDP", ["peers"])], {"peers": ["127.0.0.1"]},
                   workers=WORKERS, relay=RELAY)
@@ -157,6 +121,10 @@ def start(d, env=None):
     text = text.replace('healthcheck_endpoint: ""',
                         'healthcheck_endpoint: "http://127.0.0.1:%d"\n'
                         '  metrics_endpoint: "http://127.0.0.1:%d/metrics"' % (hport, hport))
+    if cred is not None:
+        text = text.replace("admin:\n", "admin:\n  credential_api_endpoint: "
+                            "\"http://127.0.0.1:%d\"\n  credential_api_token: %s\n"
+                            % (cred, TOKEN), 1)
     return Daemon(d, text, workers=WORKERS, env=env).start(), hport
 
 
@@ -195,9 +163,7 @@ def test_http_during_handover(d):
         finally:
             hold.release()
             pid = hold.new
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
-        pid = int(out.strip().splitlines()[-1])
+        pid = upgrade_result(proc)
         check(pid == hold.new and pid != old, "upgrade says pid %d serves (held %r)"
               % (pid, hold.new))
         daemon.wait_exit()
@@ -317,9 +283,7 @@ def test_http_finished_after_upgrade(d):
         # turngatectl's answer comes from the new master: it may come before the hold.
         wait_for(lambda: "unix_wait_for_peer" in wchan(old) or proc.poll() is not None,
                  "the old master held in its MAINPID=")
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 0, "upgrade: rc %s %s%s" % (proc.returncode, out, err))
-        pid = int(out.strip().splitlines()[-1])
+        pid = upgrade_result(proc)
         check(pid == hold.new and pid != old, "upgrade says pid %d serves (held %r)"
               % (pid, hold.new))
         check("unix_wait_for_peer" in wchan(old), "the old master still held")
@@ -365,6 +329,47 @@ def test_http_never_finished(d):
     daemon.scan()
 
 
+def revoke(user):
+    """Half a POST /revoke?user=USER with the token (REST finishes it)."""
+    return (b"POST /revoke?user=%s HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Length: 0\r\n" % (user.encode(), TOKEN.encode()))
+
+
+def test_http_revoke_during_handover(d):
+    """revoke over HTTP (/revoke on the credential API server) on a connection the old master
+    took before the hand-over, finished during it: 503 and the retry message (the new master
+    copies the revocation list with the table: a change made now would be answered as done
+    and lost); the same request once the new master serves: 200, and the entry listed."""
+    cport = free_port(avoid=RELAY)
+    daemon, _ = start(d, cred=cport)
+    pid, before = None, None
+    try:
+        old = daemon.proc.pid
+        before = connect(cport, revoke("mallory"))
+        wait_for(lambda: taken(before), "the old master to take a connection")
+        _, hold, proc = held_upgrade(daemon, WORKERS)
+        try:
+            before.sendall(REST)
+            st, body = answer(before, "revoke taken before the hand-over, sent during it")
+            check(st == 503 and b"live upgrade is handing over: retry" in body,
+                  "revoke on the old master in the hand-over: %d %r" % (st, body))
+        finally:
+            hold.release()
+            pid = hold.new
+        pid = upgrade_result(proc)
+        check(pid != old, "upgrade says pid %d serves" % pid)
+        check(daemon.admin({"cmd": "revocations"})["count"] == 0,
+              "the refused revoke was entered")
+        with connect(cport, revoke("mallory") + REST) as s:
+            st, body = answer(s, "revoke on the new master")
+        check(st == 200, "revoke on the new master: %d %r" % (st, body))
+        listed = daemon.admin({"cmd": "revocations"})["revocations"]
+        check([e["name"] for e in listed] == ["mallory"], "revocations %r" % listed)
+    finally:
+        teardown(daemon, pid, before)
+    daemon.scan()
+
+
 def test_http_failed_handover(d):
     daemon, hport = start(d)
     before, asked = None, None
@@ -379,9 +384,7 @@ def test_http_failed_handover(d):
             hold.release()
         st, body = answer(asked, "the request made during the failed hand-over")
         check((st, body) == (200, b"{}\n"), "that request: %d %r" % (st, body))
-        out, err = proc.communicate(timeout=90)
-        check(proc.returncode == 1 and "upgrade failed" in err,
-              "upgrade: rc %s %s%s" % (proc.returncode, out, err))
+        upgrade_result(proc, ok=False)
         wait_for(lambda: daemon.admin({"cmd": "status"})["workers"]["running"] == WORKERS,
                  "the old master's workers")
         check(daemon.admin({"cmd": "status"})["pid"] == old, "the old master serves")
@@ -395,4 +398,5 @@ def test_http_failed_handover(d):
 
 if __name__ == "__main__":
     run_tests([test_http_during_handover, test_http_failed_handover,
-               test_http_finished_after_upgrade, test_http_never_finished])
+               test_http_finished_after_upgrade, test_http_never_finished,
+               test_http_revoke_during_handover])

@@ -18,15 +18,13 @@ Relay ports 44900-44979 (no other test's). Loopback only, every wait bounded.
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Client, Daemon, Failure, alive,  # noqa: E402
+from harness_admin import (TURNGATECTL, Client, Daemon, alive,  # noqa: E402
                            check, config, error_code, free_port, peer_socket, run_tests, wait_for)
-from harness_upgrade import teardown  # noqa: E402
+from harness_upgrade import hold_open, teardown  # noqa: E402
 
 RELAY = (44900, 44979)
 N = 40
@@ -44,17 +42,6 @@ def listing(daemon):
 
 def ok(r):
     return error_code(r[3]) is None
-
-
-def hold_open(fifo, timeout=60.0):
-    """Opens the FIFO to write once the new master waits at it (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:     # ENXIO: no reader yet
-            time.sleep(0.02)
-    raise Failure("the new master did not wait at %s within %.0f s" % (fifo, timeout))
 
 
 def relays(c, relayed, peer):
