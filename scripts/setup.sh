@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential autoconf automake libtool pkg-config
 libev-dev libssl-dev liburcu-dev libyaml-dev libjansson-dev libmicrohttpd-dev libsystemd-dev
-libcmocka-dev clang libclang-rt-14-dev spin libbpf-dev bpftool
+libcmocka-dev clang clang-format libclang-rt-14-dev spin libbpf-dev bpftool
 coturn python3-aioice python3-aiortc python3-selenium python3-openssl chromium chromium-driver
 iproute2 procps openssl systemd python3-yaml prometheus
 systemd-container debootstrap podman runc dpkg-dev debhelper haproxy"
