@@ -425,6 +425,10 @@ static void render_budgets(struct mctx *m)
 	       "TLS and DTLS calls that an old worker lingering after a live upgrade ended at "
 	       "limits.upgrade_linger.",
 	       SHM_CTR_STREAMS_LINGER_ENDED);
+	single(m, "turngate_worker_wakes_coalesced_total",
+	       "Worker loop iterations run while wake-up coalescing was engaged (a wait of up "
+	       "to limits.wake_coalesce_us before each poll).",
+	       SHM_CTR_WAKES_COALESCED);
 	scalar_u(m, "turngate_upgrade_lingering_workers", "gauge",
 		 "Old workers that a live upgrade left serving their TLS and DTLS calls.",
 		 m->ms->linger_workers);

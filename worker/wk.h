@@ -32,6 +32,7 @@
 #include "stun/stun.h"
 #include "worker/portpool.h"
 #include "worker/ratelimit.h"
+#include "worker/wake.h"
 #include "worker/wheel.h"
 #include "worker/worker.h"
 
@@ -167,6 +168,8 @@ struct worker {
 	struct shm_counters *ctr;
 	ev_prepare prep;
 	ev_check check;
+	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
+	bool wake_on;		/* what the loop was last told: wake.on */
 	ev_io ctl_io;
 	ev_io ho_io;			/* the slot's hand-over channel (handover.c) */
 	ev_timer tick;
