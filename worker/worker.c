@@ -191,11 +191,10 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	size_t len;
 	uint64_t gen;
 
-	if (w->wake.interval_us) {
+	if (w->wake.interval_us)
 		wk_wake_woke(&w->wake, mono_ns());
-		if (w->wake_on)
-			shm_ctr_add(w->ctr, SHM_CTR_WAKES_COALESCED, 1);
-	}
+	if (w->wake_on)	/* what libev was told, whatever the controller thinks now */
+		shm_ctr_add(w->ctr, SHM_CTR_WAKES_COALESCED, 1);
 	shm_qsbr_online(w->shm, w->slot);
 	if (shm_snap_current(w->shm, &blob, &len, &gen) < 0) {
 		w->snap = NULL;
