@@ -20,9 +20,10 @@ void wk_wake_configure(struct wk_wake *k, uint32_t interval_us, uint32_t min_rat
 static void wk_wake_decide(struct wk_wake *k, uint64_t now, uint64_t dt)
 {
 	uint32_t per = k->wakes ? (uint32_t)((uint64_t)k->units * 16 / k->wakes) : 0;
-	/* units / dt >= min_rate / 1 s, without a division */
+	/* units per second, by division: min_rate * dt would wrap after a long idle window
+	 * (dt >= WK_WAKE_WINDOW_NS > 0; units * 1e9 < 2^64 for any uint32_t units) */
 	bool busy = k->units > 0 && k->streams == 0 &&
-		    (uint64_t)k->units * 1000000000ull >= (uint64_t)k->min_rate * dt;
+		    (uint64_t)k->units * 1000000000ull / dt >= k->min_rate;
 
 	if (!k->on) {
 		if (busy && per < WK_WAKE_FEW * 16 && now >= k->probe_at) {

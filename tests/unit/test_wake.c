@@ -144,6 +144,22 @@ static void test_rate_falls(void **state)
 	assert_false(window(&k, &now, 5, 2));	/* 1,000/s */
 }
 
+/* The rate is units / dt: a long idle window with one datagram is no rate at all, even
+ * where min_rate * dt would wrap (1e8/s, the configuration's maximum, over ~184.5 s). */
+static void test_long_idle_window(void **state)
+{
+	struct wk_wake k;
+	uint64_t now = 1000 * MS;
+
+	(void)state;
+	setup(&k, 100, 100000000);
+	wk_wake_woke(&k, now);
+	wk_wake_units(&k, 1);
+	/* 1e8 * dt - 2^64 = 90,448,384 < 1e9 * 1 unit */
+	wk_wake_woke(&k, now + 184467440738ull);
+	assert_false(k.on);
+}
+
 /* A reload that changes the parameters starts over; the same ones change nothing. */
 static void test_reconfigure(void **state)
 {
@@ -172,6 +188,7 @@ int main(void)
 		cmocka_unit_test(test_streams_keep_it_off),
 		cmocka_unit_test(test_rate_falls),
 		cmocka_unit_test(test_reconfigure),
+		cmocka_unit_test(test_long_idle_window),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
