@@ -39,8 +39,11 @@ static void wk_wake_decide(struct wk_wake *k, uint64_t now, uint64_t dt)
 	}
 	k->on = false;
 	k->probe_at = now + k->backoff;
-	k->backoff = k->backoff * 2 < WK_WAKE_BACKOFF_MAX_NS ? k->backoff * 2
-							     : WK_WAKE_BACKOFF_MAX_NS;
+	/* A stream read says nothing about whether waiting gathers datagrams: growing the
+	 * back-off for it would let one TCP health check every few seconds keep it off. */
+	if (k->streams == 0)
+		k->backoff = k->backoff * 2 < WK_WAKE_BACKOFF_MAX_NS ? k->backoff * 2
+								     : WK_WAKE_BACKOFF_MAX_NS;
 }
 
 void wk_wake_woke(struct wk_wake *k, uint64_t now)

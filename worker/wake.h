@@ -22,7 +22,9 @@
  * A window with any stream read (TCP, TLS, RFC 6062 data connections) does not pay either:
  * stream calls are closed loops of their own (a request waits for its answer, TCP for its
  * acknowledgements), which a wait only slows down (measured: the TURN-TCP round trip of ten
- * calls doubled and their throughput halved with coalescing on at 100 us).
+ * calls doubled and their throughput halved with coalescing on at 100 us). It disengages
+ * for the current back-off without doubling it: a stream read says nothing about the
+ * datagrams, and one TCP health check every few seconds must not keep it off for good.
  *
  * Pure: no I/O, no clock of its own (now is passed in), so tests drive it without sleeping.
  * Worker-private, single-threaded, embedded in struct worker.

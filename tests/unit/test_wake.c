@@ -132,6 +132,26 @@ static void test_streams_keep_it_off(void **state)
 	assert_false(window_s(&k, &now, 100, 4, 1));
 }
 
+/* A stream read disengages it for the current back-off but does not grow it, even when
+ * every engaged spell meets one (a TCP health check on a mixed listener): it comes back after
+ * 100 ms each time, not after 200, 400, ... 5 s. */
+static void test_streams_do_not_grow_backoff(void **state)
+{
+	struct wk_wake k;
+	uint64_t now = 1000 * MS, off_at;
+
+	(void)state;
+	setup(&k, 100, 20000);
+	assert_true(window(&k, &now, 400, 1));
+	for (int i = 0; i < 12; i++) {
+		assert_false(window_s(&k, &now, 100, 4, 1));
+		off_at = now;
+		while (!window(&k, &now, 400, 1))
+			assert_true(now - off_at < WK_WAKE_BACKOFF_MIN_NS + 2 * WK_WAKE_WINDOW_NS);
+	}
+	assert_int_equal(k.backoff, WK_WAKE_BACKOFF_MIN_NS);
+}
+
 /* Engaged, a rate that falls below min_rate disengages it. */
 static void test_rate_falls(void **state)
 {
@@ -186,6 +206,7 @@ int main(void)
 		cmocka_unit_test(test_no_engage_slow_or_batched),
 		cmocka_unit_test(test_backs_off_when_it_does_not_pay),
 		cmocka_unit_test(test_streams_keep_it_off),
+		cmocka_unit_test(test_streams_do_not_grow_backoff),
 		cmocka_unit_test(test_rate_falls),
 		cmocka_unit_test(test_reconfigure),
 		cmocka_unit_test(test_long_idle_window),
