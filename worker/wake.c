@@ -29,12 +29,19 @@ static void wk_wake_decide(struct wk_wake *k, uint64_t now, uint64_t dt)
 		if (busy && per < WK_WAKE_FEW * 16 && now >= k->probe_at) {
 			k->on = true;
 			k->off_per_x16 = per;
+			k->measured_at = now;
 		}
 		return;
 	}
 	if (busy && per >= WK_WAKE_MIN_PER_X16 &&
 	    (uint64_t)per * WK_WAKE_GAIN_DEN >= (uint64_t)k->off_per_x16 * WK_WAKE_GAIN_NUM) {
 		k->backoff = WK_WAKE_BACKOFF_MIN_NS;	/* it pays: stay */
+		/* The baseline is from when it engaged: a load that has grown since may batch
+		 * on its own. Leave one window un-engaged, without back-off, to measure again. */
+		if (now - k->measured_at >= WK_WAKE_REMEASURE_NS) {
+			k->on = false;
+			k->probe_at = 0;
+		}
 		return;
 	}
 	k->on = false;

@@ -25,6 +25,9 @@
  * calls doubled and their throughput halved with coalescing on at 100 us). It disengages
  * for the current back-off without doubling it: a stream read says nothing about the
  * datagrams, and one TCP health check every few seconds must not keep it off for good.
+ * Engaged, every WK_WAKE_REMEASURE_NS it leaves one window un-engaged (no back-off) to
+ * measure the baseline again: a load that grew until its wake-ups batch on their own gains
+ * nothing from waiting any more.
  *
  * Pure: no I/O, no clock of its own (now is passed in), so tests drive it without sleeping.
  * Worker-private, single-threaded, embedded in struct worker.
@@ -42,6 +45,7 @@
 #define WK_WAKE_GAIN_DEN 2u			/* wake of the window before engaging */
 #define WK_WAKE_BACKOFF_MIN_NS 100000000ull	/* 100 ms */
 #define WK_WAKE_BACKOFF_MAX_NS 5000000000ull	/* 5 s */
+#define WK_WAKE_REMEASURE_NS 5000000000ull	/* engaged: one window off this often */
 
 struct wk_wake {
 	uint32_t interval_us;	/* limits.wake_coalesce_us; 0 = never */
@@ -51,6 +55,7 @@ struct wk_wake {
 	uint32_t wakes, units;	/* of the current window */
 	uint32_t streams;	/* stream reads in the current window */
 	uint32_t off_per_x16;	/* units per wake x16 of the last window before engaging */
+	uint64_t measured_at;	/* ns: when off_per_x16 was measured */
 	uint64_t probe_at;	/* ns: no engaging before */
 	uint64_t backoff;	/* ns: the next back-off */
 };

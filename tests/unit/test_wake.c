@@ -152,6 +152,31 @@ static void test_streams_do_not_grow_backoff(void **state)
 	assert_int_equal(k.backoff, WK_WAKE_BACKOFF_MIN_NS);
 }
 
+/* Engaged, it leaves one window un-engaged every WK_WAKE_REMEASURE_NS to measure again: the
+ * same load engages it again at once; a load that now batches on its own (8 a wake-up
+ * un-engaged) leaves it off. */
+static void test_remeasures(void **state)
+{
+	struct wk_wake k;
+	uint64_t now = 1000 * MS, on_at;
+	int windows = 0;
+
+	(void)state;
+	setup(&k, 100, 20000);
+	assert_true(window(&k, &now, 400, 1));
+	on_at = now;
+	while (window(&k, &now, 100, 4))
+		assert_true(++windows < 1000);
+	assert_true(now - on_at >= WK_WAKE_REMEASURE_NS);
+	assert_true(now - on_at < WK_WAKE_REMEASURE_NS + 2 * WK_WAKE_WINDOW_NS);
+	assert_true(window(&k, &now, 400, 1));	/* measured again: still one a wake-up */
+	windows = 0;
+	while (window(&k, &now, 100, 4))
+		assert_true(++windows < 1000);
+	for (int i = 0; i < 1000; i++)
+		assert_false(window(&k, &now, 50, 8));	/* batches on its own */
+}
+
 /* Engaged, a rate that falls below min_rate disengages it. */
 static void test_rate_falls(void **state)
 {
@@ -207,6 +232,7 @@ int main(void)
 		cmocka_unit_test(test_backs_off_when_it_does_not_pay),
 		cmocka_unit_test(test_streams_keep_it_off),
 		cmocka_unit_test(test_streams_do_not_grow_backoff),
+		cmocka_unit_test(test_remeasures),
 		cmocka_unit_test(test_rate_falls),
 		cmocka_unit_test(test_reconfigure),
 		cmocka_unit_test(test_long_idle_window),
