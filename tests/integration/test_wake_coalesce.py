@@ -101,7 +101,7 @@ def test_engages_and_relays_intact(d):
         n = coalesced(daemon)
         check(n > 0, "no coalesced wake-up after %d round trips" % done)
         m = scrape(daemon.mport)
-        check(m.get("turngate_worker_wakes_coalesced_total", 0) >= n,
+        check(m.get('turngate_worker_wakes_coalesced_total{worker="0"}', 0) >= n,
               "turngate_worker_wakes_coalesced_total %r, stats %d" % (m, n))
         c.close()
     finally:
