@@ -168,8 +168,6 @@ struct worker {
 	struct shm_counters *ctr;
 	ev_prepare prep;
 	ev_check check;
-	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
-	bool wake_on;		/* what the loop was last told: wake.on */
 	ev_io ctl_io;
 	ev_io ho_io;			/* the slot's hand-over channel (handover.c) */
 	ev_timer tick;
@@ -253,6 +251,9 @@ struct worker {
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
+	/* last, so that the fields above keep their offsets */
+	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
+	bool wake_on;		/* what the loop was last told: wake.on */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
