@@ -46,6 +46,8 @@
 #define WK_WAKE_BACKOFF_MIN_NS 100000000ull	/* 100 ms */
 #define WK_WAKE_BACKOFF_MAX_NS 5000000000ull	/* 5 s */
 #define WK_WAKE_REMEASURE_NS 5000000000ull	/* engaged: one window off this often */
+#define WK_WAKE_SLACK_DIV 8u			/* timer slack: interval / 8 ... */
+#define WK_WAKE_SLACK_PLUS_NS 1000u		/* ... + 1 us */
 
 struct wk_wake {
 	uint32_t interval_us;	/* limits.wake_coalesce_us; 0 = never */
@@ -79,6 +81,16 @@ static inline void wk_wake_units(struct wk_wake *k, uint32_t n)
 static inline void wk_wake_stream(struct wk_wake *k)
 {
 	k->streams++;
+}
+
+/* The timer slack (ns, PR_SET_TIMERSLACK) for a worker waiting interval_us: enough to keep
+ * the wait near what was asked (the default 50 us would more than double a short one); 0
+ * (back to the default inherited from the master) when interval_us is 0. */
+static inline unsigned long wk_wake_slack_ns(uint32_t interval_us)
+{
+	return interval_us ? (unsigned long)interval_us * 1000 / WK_WAKE_SLACK_DIV +
+				     WK_WAKE_SLACK_PLUS_NS
+			   : 0;
 }
 
 /* The interval (seconds) the loop should wait before its next poll: 0 or interval_us. */

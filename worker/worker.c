@@ -123,8 +123,8 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 	wk_relay2_find(l);
 }
 
-/* limits.wake_coalesce_*: the controller's parameters, and a timer slack that keeps the
- * wait near what was asked (the default 50 us would more than double a short one). */
+/* limits.wake_coalesce_*: the controller's parameters, and the timer slack to go with the
+ * interval (wake.h). */
 static void wk_wake_apply(struct worker *w, const struct snap_limits *lim)
 {
 	uint32_t before = w->wake.interval_us;
@@ -132,8 +132,7 @@ static void wk_wake_apply(struct worker *w, const struct snap_limits *lim)
 	wk_wake_configure(&w->wake, lim->wake_coalesce_us, lim->wake_coalesce_rate);
 	if (w->wake.interval_us == before)
 		return;
-	(void)prctl(PR_SET_TIMERSLACK,
-		    w->wake.interval_us ? (unsigned long)w->wake.interval_us * 1000 / 8 + 1000 : 0);
+	(void)prctl(PR_SET_TIMERSLACK, wk_wake_slack_ns(w->wake.interval_us));
 }
 
 /* Copies the values the hot path needs out of a new snapshot and re-resolves every
