@@ -25,7 +25,9 @@ Servers: turngate (the YAML below), turngate-offload (the same plus admin.offloa
 or XDP with --offload-engine XDP: issue 21's kernel fast path; with --netns and XDP the
 veth ends facing the server get GRO on, which a veth needs to take redirected frames), coturn (--coturn PATH, Debian's turnserver by default), base
 (another turngated build), turngate-records (the same as turngate plus session records to a
-file and a local webhook sink: issue 40), and with --ceiling the direct path (no relay). With
+file and a local webhook sink: issue 40), turngate-coalesce (the same plus
+limits.wake_coalesce_us: --coalesce-us, 100 by default: wake-up coalescing, issue 39), and
+with --ceiling the direct path (no relay). With
 turngate-offload the targets of issue 21 are printed as PASS/FAIL lines under the table.
 
 Tests flat172/flat1200 relay between 100 allocations and the echo peer; sym172/sym1200 pair
@@ -185,7 +187,12 @@ def records_sink():
     return _SINK[0], _SINK[1]
 
 
-def turngate_cmd(args, rundir, builddir=None, offload=False, test=None, records=False):
+# turngate-coalesce: the only difference from turngate: wake-up coalescing (worker/wake.h).
+COALESCE_YAML = "limits:\n  wake_coalesce_us: {us}\n"
+
+
+def turngate_cmd(args, rundir, builddir=None, offload=False, test=None, records=False,
+                 coalesce=False):
     if args.auth == "secret":
         auth = f"  type: ephemeral\n  realm: {REALM}\n  credentials:\n    secret: {SECRET}"
     else:
@@ -214,6 +221,8 @@ def turngate_cmd(args, rundir, builddir=None, offload=False, test=None, records=
             offload=(OFFLOAD_YAML.format(engine=getattr(args, "offload_engine", "TC"))
                      if offload else "") +
             (RECORDS_YAML.format(rundir=rundir, port=records_sink()[0]) if records else "")))
+        if coalesce:
+            f.write(COALESCE_YAML.format(us=args.coalesce_us))
     return [os.path.join(builddir or args.builddir, "turngated"), "-c", conf]
 
 
@@ -223,6 +232,10 @@ def offload_cmd(args, rundir, test=None):
 
 def records_cmd(args, rundir, test=None):
     return turngate_cmd(args, rundir, test=test, records=True)
+
+
+def coalesce_cmd(args, rundir, test=None):
+    return turngate_cmd(args, rundir, test=test, coalesce=True)
 
 
 def base_cmd(args, rundir, test=None):
@@ -306,7 +319,7 @@ def stunnerd_default_cmd(args, rundir, test=None):
 
 
 SERVERS = {"turngate": turngate_cmd, "turngate-offload": offload_cmd, "coturn": coturn_cmd,
-           "turngate-records": records_cmd,
+           "turngate-records": records_cmd, "turngate-coalesce": coalesce_cmd,
            "base": base_cmd, "stunnerd": stunnerd_cmd, "stunnerd-default": stunnerd_default_cmd}
 
 
@@ -718,6 +731,8 @@ def main():
                     help="relay_address_mask of turngated's listener in the sym tests "
                          "(127.0.0.9 on loopback, 10.78.1.9 with --netns; none: unmasked, the "
                          "allocations announce the listener's address)")
+    ap.add_argument("--coalesce-us", type=int, default=100, metavar="US",
+                    help="server turngate-coalesce's limits.wake_coalesce_us (100)")
     ap.add_argument("--offload-engine", choices=["TC", "XDP"], default="TC",
                     help="turngate-offload's admin.offload_engine (XDP: native on the veths "
                          "with --netns, whose far ends then get GRO on)")
@@ -849,6 +864,9 @@ def run_all(args, servers, reps):
         raw.close()
     print("turngated: default limits (limits.* unset; reflection protection on); set here: "
           f"workers {args.workers}, relay ports {RELAY_MIN}-{RELAY_MAX}, loglevel all:INFO")
+    if "turngate-coalesce" in order:
+        print(f"turngate-coalesce: the same plus limits.wake_coalesce_us: {args.coalesce_us} "
+              "(not the default)")
     print("\n".join(compare_report.notes(args, results, order)))
     print(compare_report.table(results, order, reps))
     for issue, wanted, lines in ((21, "turngate-offload" in order, compare_report.targets),

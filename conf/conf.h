@@ -241,6 +241,12 @@ struct conf_listener {
 /* limits.upgrade_linger: seconds an old worker keeps its TLS calls after a live upgrade. */
 #define CONF_DEF_UPGRADE_LINGER 3600
 #define CONF_MAX_UPGRADE_LINGER 86400
+/* limits.wake_coalesce_us / wake_coalesce_rate (worker/wake.h): the longest wait a worker
+ * may put before its poll, and the datagrams per second from which it tries. */
+#define CONF_DEF_WAKE_COALESCE_US 0
+#define CONF_MAX_WAKE_COALESCE_US 1000
+#define CONF_DEF_WAKE_COALESCE_RATE 20000
+#define CONF_MAX_WAKE_COALESCE_RATE 100000000
 
 #define CONF_DEF_TCP_CONNECTIONS 64
 #define CONF_DEF_TCP_PENDING_CONNECTS 256
@@ -313,6 +319,11 @@ struct conf_limits {
 	/* ours: seconds an old worker may keep serving its TLS calls after a live upgrade
 	 * (worker/linger.c); 0: they end at the upgrade. Default CONF_DEF_UPGRADE_LINGER. */
 	uint32_t upgrade_linger;
+	/* ours: wake-up coalescing (worker/wake.h): microseconds a worker's loop may wait
+	 * before it polls while single-datagram wake-ups come at wake_coalesce_rate datagrams
+	 * per second or more; 0 = never. */
+	uint32_t wake_coalesce_us;
+	uint32_t wake_coalesce_rate;
 };
 
 /* admin.siblings[] (ours): another instance behind the same load balancer, with its slice

@@ -262,6 +262,8 @@ static json_t *limits_json(const struct conf_limits *l)
 		set_i(o, "prefix_dtls_handshakes", l->prefix_dtls_handshakes);
 		set_i(o, "preauth_timeout", l->preauth_timeout);
 		set_i(o, "upgrade_linger", l->upgrade_linger);
+		set_i(o, "wake_coalesce_us", l->wake_coalesce_us);
+		set_i(o, "wake_coalesce_rate", l->wake_coalesce_rate);
 	}
 	return o;
 }

@@ -49,6 +49,8 @@ static int conf_defaults(struct conf *c)
 		.prefix_dtls_handshakes = CONF_DEF_PREFIX_FACTOR * CONF_DEF_SOURCE_HANDSHAKES,
 		.preauth_timeout = CONF_DEF_PREAUTH_TIMEOUT,
 		.upgrade_linger = CONF_DEF_UPGRADE_LINGER,
+		.wake_coalesce_us = CONF_DEF_WAKE_COALESCE_US,
+		.wake_coalesce_rate = CONF_DEF_WAKE_COALESCE_RATE,
 	};
 	conf_auth_defaults(&c->auth);
 	c->admin.name = strdup(CONF_DEF_NAME);

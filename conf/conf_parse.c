@@ -571,6 +571,8 @@ static const struct limit_key limit_keys[] = {
 	LIM(prefix_dtls_handshakes, 0, 1000000),
 	LIM(preauth_timeout, 1, 3600),
 	LIM(upgrade_linger, 0, CONF_MAX_UPGRADE_LINGER),
+	LIM(wake_coalesce_us, 0, CONF_MAX_WAKE_COALESCE_US),
+	LIM(wake_coalesce_rate, 1, CONF_MAX_WAKE_COALESCE_RATE),
 };
 
 struct limit_nodes {

@@ -477,6 +477,8 @@ static void fill_header(struct sb *b, struct snap_hdr *h, const struct snap_buil
 		c->limits.prefix_tls_handshakes,
 		c->limits.prefix_dtls_handshakes,
 		c->limits.preauth_timeout,
+		c->limits.wake_coalesce_us,
+		c->limits.wake_coalesce_rate,
 	};
 	h->drain_timeout = c->admin.drain_timeout;
 	if (c->admin.alternate_server &&

@@ -36,8 +36,9 @@
 #include "conf/conf.h"
 
 #define SNAP_MAGIC 0x50414e53u   /* "SNAP" little endian */
-#define SNAP_VERSION 12u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout;
-			   * 11: listeners[].proxy_protocol; 12: a listener's slot */
+#define SNAP_VERSION 13u  /* 9: limits.auth_fail_*; 10: limits.source_*, prefix_*, preauth_timeout;
+			   * 11: listeners[].proxy_protocol; 12: a listener's slot;
+			   * 13: limits.wake_coalesce_* */
 #define SNAP_NONCE_KEY_LEN 32
 #define SNAP_MAX_SECRETS 2       /* current + previous */
 
@@ -225,6 +226,7 @@ struct snap_limits {
 	uint32_t source_connections, source_tls_handshakes, source_dtls_handshakes;
 	uint32_t prefix_connections, prefix_tls_handshakes, prefix_dtls_handshakes;
 	uint32_t preauth_timeout;
+	uint32_t wake_coalesce_us, wake_coalesce_rate;	/* since SNAP_VERSION 13 */
 };
 
 /* Pointer into the blob; never NULL for an opened snapshot. */

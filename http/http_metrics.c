@@ -701,7 +701,7 @@ static bool slot_used(struct mctx *m, unsigned s, struct shm_slot_info *info)
 
 static void render_workers(struct mctx *m)
 {
-	static const char *const name = "turngate_worker_packets_total";
+	const char *name = "turngate_worker_packets_total";
 	struct shm_slot_info info;
 	struct shm_counters c;
 	char slot[16];
@@ -717,6 +717,18 @@ static void render_workers(struct mctx *m)
 		sample_u(m, name, l, 2, c.v[SHM_CTR_CLIENT_PKTS_IN] + c.v[SHM_CTR_PEER_PKTS_IN]);
 		l[1].value = "tx";
 		sample_u(m, name, l, 2, c.v[SHM_CTR_CLIENT_PKTS_OUT] + c.v[SHM_CTR_PEER_PKTS_OUT]);
+	}
+	name = "turngate_worker_wakes_coalesced_total";
+	fam(m, name, "counter",
+	    "Loop iterations the worker of a slot ran while wake-up coalescing was engaged (a "
+	    "wait of up to limits.wake_coalesce_us before each poll).");
+	for (unsigned s = 0; s < m->n_slots; s++) {
+		struct label l = { "worker", slot };
+
+		if (!slot_used(m, s, &info) || shm_counters_read(m->shm, s, &c) != 0)
+			continue;
+		snprintf(slot, sizeof(slot), "%u", s);
+		sample_u(m, name, &l, 1, c.v[SHM_CTR_WAKES_COALESCED]);
 	}
 	fam(m, "turngate_worker_up", "gauge", "1 while the worker of a slot is running.");
 	for (unsigned s = 0; s < m->n_slots; s++) {

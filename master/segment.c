@@ -77,6 +77,11 @@ static void log_takeover(const char *dir, const char *file, const struct shm_tak
 		break;
 	case SHM_STATE_TAKEN:
 		log_info("master", "state file %s/%s.state: %s", dir, file, t->why);
+		if (t->counters_format)
+			log_warn("master",
+				 "state file %s/%s.state: counters not carried: slot format "
+				 "differs (the earlier build had other counters; they start from 0)",
+				 dir, file);
 		break;
 	default:
 		log_warn("master",

@@ -628,8 +628,11 @@ static void import_counters(struct shm *dst, const struct shm_image *img, const 
 	uint64_t created = 0, ended = 0, dropped = t->torn + t->stream + t->expired + t->overflow;
 	struct shm_counters *c0 = &shm_slot_at(dst, 0)->ctr;
 
-	if (c == NULL || g->slots->format != shm_region_format(SHM_REGION_SLOTS) ||
-	    g->slots->stride < sizeof(struct shm_slot)) {
+	/* A build that added a counter changed the slot format: its counters start from 0
+	 * (the master logs it), its allocations are still taken. */
+	t->counters_format = g->slots->format != shm_region_format(SHM_REGION_SLOTS) ||
+			     g->slots->stride < sizeof(struct shm_slot);
+	if (c == NULL || t->counters_format) {
 		free(c);
 		return;
 	}

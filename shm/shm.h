@@ -279,6 +279,8 @@ enum shm_ctr {
 	SHM_CTR_STREAMS_HANDOVER_ENDED, /* ... that could not be handed over or taken back */
 	SHM_CTR_STREAMS_LINGER_ENDED, /* TLS calls a lingering old worker ended at the linger
 				       * limit (counted by the master, master/linger.c) */
+	SHM_CTR_WAKES_COALESCED,      /* loop iterations run while wake-up coalescing was
+				       * engaged (limits.wake_coalesce_us, worker/wake.h) */
 	SHM_CTR__COUNT
 };
 

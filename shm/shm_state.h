@@ -63,6 +63,7 @@ struct shm_takeover {
 	char aside[PATH_MAX + 64]; /* where a refused file was moved, "" if it was not */
 	bool have_key;           /* the nonce key came from the file */
 	bool have_counters;      /* the earlier run's slot counters were carried over */
+	bool counters_format;    /* ... not: its slot table had another format (logged) */
 	unsigned old_slots;
 	int old_master;          /* pid of the master that wrote the file */
 	uint32_t adopted;        /* records copied, to be re-adopted by the workers */

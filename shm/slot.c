@@ -91,6 +91,7 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_STREAMS_HANDED_OVER] = "stream_handovers",
 	[SHM_CTR_STREAMS_HANDOVER_ENDED] = "stream_handovers_ended",
 	[SHM_CTR_STREAMS_LINGER_ENDED] = "stream_linger_ended",
+	[SHM_CTR_WAKES_COALESCED] = "wakes_coalesced",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

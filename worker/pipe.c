@@ -141,6 +141,7 @@ static void wk_pipe_pump(struct wk_pipe *p, int i)
 		}
 		n = wk_stream_recv(p->fd[i], p->ssl[i], p->buf[i] + p->len[i], p->cap - p->len[i],
 				   NULL);
+		wk_wake_stream(&p->w->wake);
 		if (n == -EAGAIN)
 			break;
 		if (n < 0) {

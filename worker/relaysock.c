@@ -181,6 +181,7 @@ void wk_relay_cb(struct ev_loop *loop, ev_io *io, int revents)
 		return;	/* not the UDP socket it was handed over as: a ended */
 	if (n <= 0)
 		return;
+	wk_wake_units(&w->wake, (uint32_t)n);
 	wk_relay_socket_rx(a, &rx);
 	b.n = 0;
 	for (int i = 0; i < n; i++) {

@@ -354,6 +354,7 @@ static ssize_t wk_tconn_read(struct worker *w, struct wk_tconn *c)
 	}
 	room = c->in_cap - c->in_len;
 	n = wk_stream_recv(c->fd, c->ssl, c->in + c->in_len, room, &want_write);
+	wk_wake_stream(&w->wake);
 	if (want_write)
 		ev_io_start(w->loop, &c->wio);	/* the session must write before it reads */
 	return n;

@@ -54,6 +54,7 @@ void wk_listener_drain(struct worker *w, struct wk_listener *l, wk_dgram_fn *fn)
 		if (n <= 0)
 			break;
 		w->batch_ns = mono_ns();
+		wk_wake_units(&w->wake, (uint32_t)n);
 		for (int i = 0; i < n; i++) {
 			size_t len = msgs[i].msg_len;
 

@@ -32,6 +32,7 @@
 #include "stun/stun.h"
 #include "worker/portpool.h"
 #include "worker/ratelimit.h"
+#include "worker/wake.h"
 #include "worker/wheel.h"
 #include "worker/worker.h"
 
@@ -250,6 +251,9 @@ struct worker {
 	/* I/O scratch (one worker, one thread: shared by all callbacks) */
 	uint8_t (*rx)[WK_HEADROOM + WK_DGRAM_MAX];
 	uint8_t txbuf[2048];
+	/* last, so that the fields above keep their offsets */
+	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
+	bool wake_on;		/* what the loop was last told: wake.on */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -122,6 +123,18 @@ static void wk_listener_apply(struct worker *w, struct wk_listener *l)
 	wk_relay2_find(l);
 }
 
+/* limits.wake_coalesce_*: the controller's parameters, and the timer slack to go with the
+ * interval (wake.h). */
+static void wk_wake_apply(struct worker *w, const struct snap_limits *lim)
+{
+	uint32_t before = w->wake.interval_us;
+
+	wk_wake_configure(&w->wake, lim->wake_coalesce_us, lim->wake_coalesce_rate);
+	if (w->wake.interval_us == before)
+		return;
+	(void)prctl(PR_SET_TIMERSLACK, wk_wake_slack_ns(w->wake.interval_us));
+}
+
 /* Copies the values the hot path needs out of a new snapshot and re-resolves every
  * listener by name (indexes may change across reloads). */
 static void wk_snap_apply(struct worker *w)
@@ -152,6 +165,7 @@ static void wk_snap_apply(struct worker *w)
 	wk_unauth_configure(w, lim);
 	wk_authfail_configure(w, lim);
 	wk_budget_configure(w, lim);
+	wk_wake_apply(w, lim);
 	if (spec && *spec && log_set_spec(spec) < 0)
 		log_warn("worker", "snapshot log spec \"%s\" rejected", spec);
 	log_set_format(snap_log_format(w->snap) == CONF_LOG_JSON ? LOG_FMT_JSON : LOG_FMT_TEXT);
@@ -176,6 +190,10 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	size_t len;
 	uint64_t gen;
 
+	if (w->wake.interval_us)
+		wk_wake_woke(&w->wake, mono_ns());
+	if (w->wake_on)	/* what libev was told, whatever the controller thinks now */
+		shm_ctr_add(w->ctr, SHM_CTR_WAKES_COALESCED, 1);
 	shm_qsbr_online(w->shm, w->slot);
 	if (shm_snap_current(w->shm, &blob, &len, &gen) < 0) {
 		w->snap = NULL;
@@ -221,6 +239,11 @@ static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 	if (w->wheel.armed && !ev_is_active(&w->tick)) {
 		ev_timer_set(&w->tick, WHEEL_TICK_MS / 1000.0, WHEEL_TICK_MS / 1000.0);
 		ev_timer_start(loop, &w->tick);
+	}
+	if (w->wake.on != w->wake_on) {
+		/* libev then sleeps this long, less what the callbacks took, before it polls */
+		w->wake_on = w->wake.on;
+		ev_set_io_collect_interval(loop, wk_wake_interval(&w->wake));
 	}
 	w->snap = NULL;
 	shm_qsbr_offline(w->shm, w->slot);

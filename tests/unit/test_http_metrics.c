@@ -348,6 +348,7 @@ static void bump(struct fx *fx)
 	shm_ctr_add(a, SHM_CTR_CLIENT_PKTS_OUT, 7);
 	shm_ctr_add(b, SHM_CTR_PEER_PKTS_IN, 3);
 	shm_ctr_add(a, SHM_CTR_PEER_PKTS_OUT, 4);
+	shm_ctr_add(b, SHM_CTR_WAKES_COALESCED, 17);
 	shm_lctr_add(a, 0, SHM_LCTR_CLIENT_PKTS_IN, 10);
 	shm_lctr_add(b, 0, SHM_LCTR_CLIENT_PKTS_IN, 5);
 	shm_lctr_add(a, 1, SHM_LCTR_CLIENT_BYTES_OUT, 1000);
@@ -475,6 +476,8 @@ static void test_render_values(void **state)
 		{ "turngate_worker_packets_total{worker=\"0\",direction=\"tx\"}", 11 },
 		{ "turngate_worker_packets_total{worker=\"1\",direction=\"rx\"}", 8 },
 		{ "turngate_worker_packets_total{worker=\"1\",direction=\"tx\"}", 0 },
+		{ "turngate_worker_wakes_coalesced_total{worker=\"0\"}", 0 },
+		{ "turngate_worker_wakes_coalesced_total{worker=\"1\"}", 17 },
 		{ "turngate_worker_up{worker=\"0\"}", 1 },
 		{ "turngate_worker_up{worker=\"1\"}", 0 },
 		{ "process_cpu_seconds_total", 0.25 },

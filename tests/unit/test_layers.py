@@ -17,7 +17,7 @@ from tree_check import report, tree_files, tree_top
 # Bottom to top; a header and the .c files that implement it share a layer.
 LAYERS = [
     ("leaves", ["wheel.h", "wheel.c", "portpool.h", "portpool.c", "ratelimit.h",
-                "ratelimit.c", "sockbuf.h", "worker.h"]),
+                "ratelimit.c", "sockbuf.h", "wake.h", "wake.c", "worker.h"]),
     ("core", ["wk.h", "addr.c"]),
     ("table", ["table.h", "table.c"]),
     ("transport", ["transport.h", "stream.h", "udp.c", "tcp.c", "tls.c", "dtls.c",

@@ -516,6 +516,41 @@ static void test_refusals(void **state)
 	shm_destroy(src);
 }
 
+/* A build with other counters (another slot format): the allocations are taken, the
+ * counters are not, and the take-over says so (the master logs a warning). */
+static void test_counters_other_format(void **state)
+{
+	struct shm *src = src_build(), *dst = mk(2, 16);
+	uint8_t *b = bytes_of(src);
+	struct shm_image img;
+	struct shm_takeover t;
+	struct shm_counters sum;
+
+	(void)state;
+	region(b, SHM_REGION_SLOTS)->format ^= 1;
+	reseal(b);
+	img = (struct shm_image){ .fd = -1, .buf = b, .size = src->size };
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.adopted, N_LIVE);
+	assert_true(t.counters_format && !t.have_counters);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], 0);
+	shm_destroy(dst);
+	shm_destroy(src);
+	free(b);
+	/* the same format: carried, nothing to say */
+	src = src_build();
+	dst = mk(2, 16);
+	img = img_of(src);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_true(t.have_counters && !t.counters_format);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
 /* Random damage anywhere (the header re-sealed half of the time so the records are
  * reached): the take-over never crashes and either refuses or takes sane records. */
 static void test_random_damage(void **state)
@@ -1094,6 +1129,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_take_over),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_counters_other_format),
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_precopy),
 		cmocka_unit_test(test_precopy_torn),
