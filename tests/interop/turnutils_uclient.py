@@ -36,6 +36,7 @@ from harness_admin import free_port, stun_binding_udp  # noqa: E402
 
 UCLIENT = "/usr/bin/turnutils_uclient"
 PEER = "/usr/bin/turnutils_peer"
+CHANNEL_COLLISION = "channel bind: error 400 (Channel or peer bound otherwise)"
 # Daemon counters that name the cause of a stuck client (turngatectl stats).
 COUNTERS = ("err_tls", "err_malformed", "err_send", "dtls_cookies", "tls_handshakes",
             "handshakes_refused", "conn_timeouts", "allocs_active", "conns_active",
@@ -158,14 +159,26 @@ def run_uclient(port, peer_port, mode, counters):
     if mode == "TCP-RELAY":
         args.append("-T")
     args.append("127.0.0.5" if mode == "TCP-RELAY" else "127.0.0.4")
-    try:
-        out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             timeout=180).stdout.decode(errors="replace")
-    except subprocess.TimeoutExpired as e:
-        # Where the client got stuck, and what the daemon counted meanwhile.
-        print((e.output or b"").decode(errors="replace")[-3000:])
-        print("daemon counters:\n" + counters())
-        fail("turnutils_uclient %s timed out" % mode)
+    for attempt in (1, 2):
+        try:
+            out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 timeout=180).stdout.decode(errors="replace")
+        except subprocess.TimeoutExpired as e:
+            # Where the client got stuck, and what the daemon counted meanwhile.
+            print((e.output or b"").decode(errors="replace")[-3000:])
+            print("daemon counters:\n" + counters())
+            fail("turnutils_uclient %s timed out" % mode)
+        if attempt == 1 and CHANNEL_COLLISION in out and "Total transmit time is" not in out:
+            # uclient's start_connection binds a random channel to the peer's port + 1, then
+            # draws a fresh random one for the peer itself on the same allocation: when the
+            # draw repeats the first number (1 in 16,384 a client, 20 clients a mode) the
+            # server must answer 400 (RFC 8656 11.2: the number is bound to another peer) and
+            # uclient exits. Seen once in a whole-suite run; one more run, and only then.
+            print("%s: uclient drew one channel number twice for one allocation "
+                  "(400 'Channel or peer bound otherwise', its own exit): running it again"
+                  % mode)
+            continue
+        break
     m = re.search(r"Total lost packets (\d+) \(([\d.]+)%\)", out)
     sent = re.search(r"Total transmit time is", out)
     if not m or not sent:
