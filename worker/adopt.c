@@ -28,6 +28,18 @@
 #include "shm/shm_ppool.h"
 #include "shm/shm_records.h"
 
+/* A record whose relay port a socket still holds waits (wk_adopt_wait_due) instead of
+ * being released: a kill -9 of the whole daemon frees the instance lock before the kernel
+ * has closed the killed workers' sockets (shm/state.c: fd_move_high), which takes it a
+ * second or more at 250,000 on two loaded cores. Tried again after 20, 40, 80 ... ms, at
+ * most 200 ms apart, for up to 10 s (the master's wait for the lock), then released. A
+ * try that fails costs a socket, a bind and a close (1.75 us here): 7,000 waiting records
+ * are 12 ms of a pass, and the kernel's closing of the old sockets, which they wait for,
+ * needs the same CPU, hence no shorter steps. */
+#define WK_ADOPT_WAIT_MS 10000u
+#define WK_ADOPT_WAIT_STEP_MIN_MS 20u
+#define WK_ADOPT_WAIT_STEP_MAX_MS 200u
+
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 					const struct shm_alloc *rec, uint64_t now_ns)
 {
@@ -80,18 +92,24 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 {
 	struct shm_alloc *rec;
 	enum wk_adopt_verdict v;
+	int rc = -ENOENT;
 
 	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
 		return;
 	v = wk_adopt_classify(shm, idx, rec, now_ns);
 	/* A TURN-TCP allocation whose connection a live upgrade handed over is offered too:
 	 * fn takes it only with that connection (worker/park.c). */
-	if ((v == WK_ADOPT_TRY ||
-	     (v == WK_ADOPT_STREAM && rec->client_transport == SHM_TRANSPORT_TCP &&
-	      rec->expires_ns > now_ns)) &&
-	    fn(arg, idx, rec) == 0) {
+	if (v == WK_ADOPT_TRY ||
+	    (v == WK_ADOPT_STREAM && rec->client_transport == SHM_TRANSPORT_TCP &&
+	     rec->expires_ns > now_ns))
+		rc = fn(arg, idx, rec);
+	if (rc == 0) {
 		st->adopted++;
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
+		return;
+	}
+	if (rc == -EBUSY) {
+		st->waiting++;	/* fn keeps it for a later try */
 		return;
 	}
 	st->torn += v == WK_ADOPT_TORN;
@@ -145,9 +163,12 @@ struct adopt_ctx {
 	struct shm_addr *local;
 	struct wk_relayho ho;	/* relay sockets a live upgrade handed over */
 	uint64_t now_ms;	/* the run's start: the timers' bound (wk_alloc_arm_adopted) */
+	bool may_wait;		/* a record whose relay port is still held waits (adopt_wait) */
 };
 
-static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
+/* handover: read the relay sockets a live upgrade handed over (the first run only: the
+ * channel is read once). */
+static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w, bool handover)
 {
 	memset(c, 0, sizeof(*c));
 	c->w = w;
@@ -158,7 +179,7 @@ static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 	}
 	/* The relay channel last: once read, its sockets are ours to take or close. */
 	if ((w->n_ls > 0 && (c->ls == NULL || c->local == NULL)) ||
-	    wk_relayho_open(w, &c->ho) < 0) {
+	    (handover && wk_relayho_open(w, &c->ho) < 0)) {
 		free(c->ls);
 		free(c->local);
 		return -ENOMEM;
@@ -205,9 +226,11 @@ static struct wk_listener *wk_adopt_listener(const struct adopt_ctx *c, const st
 }
 
 /* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one), at
- * now_ms (a clock read for each of thousands of records cost 2 % of the adoption). */
+ * now_ms (a clock read for each of thousands of records cost 2 % of the adoption).
+ * may_wait: a port that a socket still holds (-EBUSY) is not logged, the caller keeps the
+ * record for a later try. */
 static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-			int fd0, int fd1, uint64_t now_ms)
+			int fd0, int fd1, uint64_t now_ms, bool may_wait)
 {
 	struct wk_listener *l = a->l;
 	int rc;
@@ -220,8 +243,11 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 	if (fd1 >= 0 && a->relay[1].fd != fd1)
 		close(fd1);
 	if (rc < 0) {
-		log_warn("worker", "slot %u: allocation %u: cannot rebind its relay port %u: %s",
-			 w->slot, idx, rec->relay.port, strerror(-rc));
+		if (!(may_wait && rc == -EBUSY))
+			log_warn("worker",
+				 "slot %u: allocation %u: cannot rebind its relay port %u: %s",
+				 w->slot, idx, rec->relay.port,
+				 strerror(rc == -EBUSY ? EADDRINUSE : -rc));
 		wk_alloc_forget(w, a);
 		return rc;
 	}
@@ -245,7 +271,38 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
 		   int relay_fd, int relay2_fd)
 {
-	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd, mono_ms());
+	int rc = adopt_relays(w, a, idx, rec, relay_fd, relay2_fd, mono_ms(), false);
+
+	return rc == -EBUSY ? -EADDRINUSE : rc;
+}
+
+/* Record idx (forgotten by adopt_relays) waits for its relay ports: its pool bookings,
+ * which the failed bind gave back, are its own again meanwhile. Returns 0 or -errno (the
+ * caller releases it). */
+static int adopt_wait_push(struct worker *w, uint32_t idx, const struct shm_alloc *rec)
+{
+	uint64_t now_ns = mono_ns();
+	int rc = 0;
+
+	if (w->n_adopt_wait == w->cap_adopt_wait) {
+		size_t cap = w->cap_adopt_wait ? 2 * w->cap_adopt_wait : 64;
+		uint32_t *p = realloc(w->adopt_wait, cap * sizeof(*p));
+
+		if (p == NULL)
+			return -ENOMEM;
+		w->adopt_wait = p;
+		w->cap_adopt_wait = cap;
+	}
+	if (rec->relay.family != 0)
+		rc = shm_ppool_take(w->shm, shm_ppool_tag(&rec->relay), rec->relay.port, idx,
+				    now_ns);
+	if (rc == 0 && rec->relay2.family != 0)
+		rc = shm_ppool_take(w->shm, shm_ppool_tag(&rec->relay2), rec->relay2.port, idx,
+				    now_ns);
+	if (rc < 0)
+		return rc;
+	w->adopt_wait[w->n_adopt_wait++] = idx;
+	return 0;
 }
 
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
@@ -264,8 +321,11 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
 	if (rc < 0)
 		return rc;
-	return adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
-			    wk_relayho_take(&c->ho, idx, 1), c->now_ms);
+	rc = adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
+			  wk_relayho_take(&c->ho, idx, 1), c->now_ms, c->may_wait);
+	if (rc == -EBUSY && !(c->may_wait && adopt_wait_push(w, idx, rec) == 0))
+		rc = -EADDRINUSE;	/* released by the caller */
+	return rc;
 }
 
 /* The process's CPU time in microseconds: since its fork for a worker (a forked process
@@ -348,6 +408,80 @@ static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 		ev_idle_stop(loop, iw);
 }
 
+/* After a pass that adopted records: the idle watcher's pass over them. */
+static void adopt_tune_start(struct worker *w)
+{
+	/* From the first record again when a pass is under way: what this run adopted below
+	 * its cursor is checked too. */
+	w->tune_next = 0;
+	if (!ev_is_active(&w->tune)) {
+		ev_idle_init(&w->tune, wk_adopt_tune_cb);
+		w->tune.data = w;
+		ev_idle_start(w->loop, &w->tune);
+	}
+}
+
+/* Only wakes the loop: the records that wait are tried from wk_check_cb, where the
+ * snapshot is current (wk_adopt_wait_due). */
+static void adopt_wait_wake_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)t;
+	(void)revents;
+}
+
+/* The next try of the records that wait, step_ms from now. */
+static void adopt_wait_arm(struct worker *w, unsigned step_ms)
+{
+	w->adopt_wait_step_ms = step_ms;
+	w->adopt_wait_next_ms = mono_ms() + step_ms;
+	ev_timer_stop(w->loop, &w->adopt_wait_w);
+	ev_timer_init(&w->adopt_wait_w, adopt_wait_wake_cb, step_ms / 1000.0, 0.);
+	ev_timer_start(w->loop, &w->adopt_wait_w);
+}
+
+void wk_adopt_wait_due(struct worker *w)
+{
+	struct wk_adopt_stats st;
+	struct adopt_ctx c;
+	uint64_t now_ms = mono_ms();
+	uint32_t *list = w->adopt_wait;
+	size_t n = w->n_adopt_wait;
+	unsigned step;
+
+	if (n == 0 || now_ms < w->adopt_wait_next_ms)
+		return;
+	if (adopt_ctx_init(&c, w, false) < 0) {
+		adopt_wait_arm(w, w->adopt_wait_step_ms);
+		return;
+	}
+	w->adopt_wait = NULL;
+	w->n_adopt_wait = w->cap_adopt_wait = 0;
+	/* The last try releases what still cannot bind, as the first pass did before. */
+	c.may_wait = now_ms < w->adopt_wait_until_ms;
+	w->adopting = true;
+	(void)wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), list, n, wk_adopt_one, &c, &st);
+	adopt_ctx_free(&c);
+	w->adopting = false;
+	free(list);
+	if (st.adopted > 0)
+		adopt_tune_start(w);
+	w->adopt_waited += st.adopted;
+	w->adopt_wait_lost += st.torn + st.stream + st.expired + st.failed;
+	if (w->n_adopt_wait > 0) {
+		step = 2 * w->adopt_wait_step_ms;
+		adopt_wait_arm(w,
+			       step < WK_ADOPT_WAIT_STEP_MAX_MS ? step : WK_ADOPT_WAIT_STEP_MAX_MS);
+		return;
+	}
+	ev_timer_stop(w->loop, &w->adopt_wait_w);
+	log_warn("worker",
+		 "slot %u: %u allocations adopted once their relay ports came free, %u "
+		 "released (not rebindable, expired or torn meanwhile), after %llu ms",
+		 w->slot, w->adopt_waited, w->adopt_wait_lost,
+		 (unsigned long long)(now_ms - w->adopt_wait_since_ms));
+}
+
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
@@ -355,24 +489,28 @@ void wk_adopt_run(struct worker *w)
 	int rc;
 
 	memset(&st, 0, sizeof(st));
-	if (adopt_ctx_init(&c, w) < 0)
+	if (adopt_ctx_init(&c, w, true) < 0)
 		return;		/* out of memory: tried again at the next iteration */
 	w->adopted = true;
 	w->adopting = true;
+	c.may_wait = true;
 	rc = w->h->adopt != NULL
 		     ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt, w->h->n_adopt,
 				     wk_adopt_one, &c, &st)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, &c, &st);
 	adopt_ctx_free(&c);
 	w->adopting = false;
-	/* From the first record again when a pass is under way: what this run adopted below
-	 * its cursor is checked too. */
 	if (st.adopted > 0)
-		w->tune_next = 0;
-	if (st.adopted > 0 && !ev_is_active(&w->tune)) {
-		ev_idle_init(&w->tune, wk_adopt_tune_cb);
-		w->tune.data = w;
-		ev_idle_start(w->loop, &w->tune);
+		adopt_tune_start(w);
+	if (w->n_adopt_wait > 0) {
+		w->adopt_wait_since_ms = mono_ms();
+		w->adopt_wait_until_ms = w->adopt_wait_since_ms + WK_ADOPT_WAIT_MS;
+		adopt_wait_arm(w, WK_ADOPT_WAIT_STEP_MIN_MS);
+		log_warn("worker",
+			 "slot %u: %zu allocations wait for their relay ports, still bound (the "
+			 "sockets of a killed predecessor that the kernel is still releasing, or "
+			 "another program's): tried again for up to %u ms",
+			 w->slot, w->n_adopt_wait, WK_ADOPT_WAIT_MS);
 	}
 	if (rc < 0)
 		return;

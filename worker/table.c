@@ -528,7 +528,10 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 		     : wk_relay_socket(w, a, r, family, relay->port);
 	if (rc < 0) {
 		shm_ppool_put(w->shm, tag, relay->port, a->rec_idx);
-		return rc;
+		/* The pool let us have the port, the kernel did not: a socket still holds
+		 * it (a killed predecessor's that the kernel is still releasing, or another
+		 * program's), unlike a port the pool gives to another allocation. */
+		return fd < 0 && rc == -EADDRINUSE ? -EBUSY : rc;
 	}
 	r->pool_tag = tag;
 	/* The client was told this relayed address: if the announced address moved since,

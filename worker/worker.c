@@ -203,6 +203,7 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		/* Same snapshot as last iteration: reuse the validated handle (it aliases
 		 * the blob, which stays valid while it is current). */
 		w->snap = w->snap_cached;
+		wk_adopt_wait_due(w);
 		return;
 	}
 	if (snap_open(blob, len, &w->snap) < 0) {
@@ -229,6 +230,8 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	 * first real config) waits for them, else it would release every record. */
 	if (!w->adopted && w->n_ls > 0)
 		wk_adopt_run(w);
+	else
+		wk_adopt_wait_due(w);
 }
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
@@ -669,6 +672,7 @@ void wk_tables_free(struct worker *w)
 	free(w->hash);
 	free(w->tphash);
 	free(w->by_idx);
+	free(w->adopt_wait);
 	free(w->ctg);
 	wk_pipeline_free(w);
 }
