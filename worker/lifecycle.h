@@ -75,6 +75,17 @@ void wk_adopt_run(struct worker *w);
  * snapshot current); the last try, 10 s after the adoption, releases what still cannot
  * bind. Cheap when nothing waits. */
 void wk_adopt_wait_due(struct worker *w);
+/* Why record idx, which waits for its relay port, ends now (wk_alloc_destroy's `why`
+ * text), or NULL: it waits on. */
+typedef const char *wk_adopt_wait_why_fn(struct worker *w, const struct shm_alloc *rec,
+					 uint32_t idx, const void *arg);
+/* Ends the waiting records that fn names a reason for, as wk_alloc_destroy ends an
+ * allocation (a revocation, an admin disconnect): their session records, counters and
+ * quota, their ports back to the pool. */
+void wk_adopt_wait_end(struct worker *w, wk_adopt_wait_why_fn *fn, const void *arg);
+/* Forgets the records that wait and stops their timer (a worker that leaves the table,
+ * parks or lingers): they stay LIVE for the next process serving the slot. */
+void wk_adopt_wait_abandon(struct worker *w);
 /* a was attached around record idx: binds its relay ports again, or takes relay_fd and
  * relay2_fd, the sockets a live upgrade handed over for its relayed address and its
  * second family's (an RFC 6062 relay's listening socket, or UDP ones), where >= 0 (always

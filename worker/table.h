@@ -122,7 +122,8 @@ int wk_alloc_attach_ep(struct worker *w, const struct wk_ep *ep, uint32_t idx,
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
  * negative errno (-EADDRINUSE: the pool gives the port to another record; -EBUSY: the
- * kernel refused the bind, a socket still holds the port; -EAFNOSUPPORT,
+ * kernel refused the bind, a socket still holds the port, the record keeps its booking;
+ * -EAFNOSUPPORT,
  * -EADDRNOTAVAIL: announced address moved). */
 int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
 			  int fd);

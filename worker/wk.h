@@ -217,6 +217,7 @@ struct worker {
 	uint64_t adopt_wait_since_ms, adopt_wait_next_ms, adopt_wait_until_ms;
 	unsigned adopt_wait_step_ms;
 	unsigned adopt_waited, adopt_wait_lost;	/* adopted, released by the tries */
+	unsigned adopt_wait_ended;	/* ended by a revocation or disconnect meanwhile */
 
 	bool leaving;			/* stopping, records left LIVE: its connections stay in
 					 * systemd's fd store for the next start (fdstore.c) */

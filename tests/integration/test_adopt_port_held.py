@@ -9,14 +9,18 @@ by its predecessor's socket. It released that allocation ("not rebindable": lost
 waits for the port, tried again for up to 10 s, then releases it as before.
 
 Here a socket of the test stands in for the dying predecessor's: 8 allocations on two
-relay addresses, 2 workers, every process killed -9 and gone, then the test binds the
-relay address and port of two allocations and starts the daemon again.
+relay addresses, each of its own user, 2 workers, every process killed -9 and gone, then
+the test binds the relay address and port of three allocations and starts the daemon
+again.
 - the worker that owns each says it waits for the port, and adopts the others at once;
+- one's credential is revoked while it waits: it ends at once (not listed), and once its
+  port is let go it is not adopted (it relayed until its expiry);
 - the first port let go: its allocation is adopted and relays;
-- the second held on: after the bound its allocation is released (counted: status says
-  7 allocations), the other 7 relay.
+- the last held on: after the bound its allocation is released, with a warning naming
+  its port (counted: status says 6 allocations), the other 6 relay.
 """
 import os
+import re
 import socket
 import sys
 import time
@@ -62,7 +66,7 @@ def test_port_held_at_adoption(d):
     try:
         fleet = scale_clients.Fleet(N, [31000 + k for k in range(2)],
                                     [(ip, 30000 + k) for k, ip in enumerate(RELAYS)],
-                                    users=2)
+                                    users=N)
         check(not fleet.allocate(list(range(N))) and not fleet.errors,
               "allocations failed: %r" % fleet.errors)
         fleet.permit(list(range(N)), peer)
@@ -72,42 +76,55 @@ def test_port_held_at_adoption(d):
         daemon.kill_all()
         # gone, their files released (a zombie's are)
         wait_for(lambda: not any(alive(p) for p in pids), "the killed processes gone")
-        # a predecessor's sockets not closed yet: the test holds two relay ports
-        freed, kept = 0, N - 1
-        for i in (freed, kept):
+        # a predecessor's sockets not closed yet: the test holds three relay ports
+        freed, revoked, kept = 0, 3, N - 1
+        for i in (freed, revoked, kept):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.bind(fleet.relayed[i])
             held.append(s)
         daemon = Daemon(d, open(daemon.conf).read()).start()
-        wait_for(lambda: lines(daemon, WAIT) or lines(daemon, "predecessor's allocations"),
-                 "the adoption")
         wait_for(lambda: len(lines(daemon, "predecessor's allocations")) == 2,
                  "both workers' adoption lines")
         waiting = sum(int(x.split(WAIT)[0].split()[-1]) for x in lines(daemon, WAIT))
-        lost = sum(int(x.split(" not rebindable")[0].split()[-1])
-                   for x in lines(daemon, "predecessor's allocations"))
-        check(waiting == 2 and lost == 0,
-              "%d allocations wait for their ports, %d not rebindable (want 2, 0):\n%s"
-              % (waiting, lost, "\n".join(lines(daemon, "slot"))))
+        counts = [x.split("predecessor's allocations: ")[1]
+                  for x in lines(daemon, "predecessor's allocations")]
+        lost = sum(int(x.split(" not rebindable")[0].split()[-1]) for x in counts)
+        waits = sum(int(x.split(" wait,")[0].split()[-1]) for x in counts)
+        check(waiting == 3 and waits == 3 and lost == 0,
+              "%d (%d) allocations wait for their ports, %d not rebindable (want 3, 0):\n%s"
+              % (waiting, waits, lost, "\n".join(lines(daemon, "slot"))))
+        user = fleet.user(revoked)[0].decode()
+        r = daemon.admin({"cmd": "revoke", "user": user})
+        check(r["ok"] and r["disconnected"] == 1, "revoke: %r" % r)
+        wait_for(lambda: user not in [a["user"] for a in
+                                      daemon.admin({"cmd": "allocations"})["allocations"]],
+                 "the revoked allocation ends while it waits", timeout=5)
+        # a heartbeat's revocation sweep passes while it would still wait: an adoption
+        # after it must not escape the revocation either
+        time.sleep(1.5)
+        held.pop(1).close()
         held.pop(0).close()
-        got = fleet.probe([freed], peer, deadline=8)
-        check(got == {freed}, "the allocation whose port came free relays")
-        def tried():
-            ends = lines(daemon, CAME_FREE)
-            return (sum(int(x.split(CAME_FREE)[0].split()[-1]) for x in ends),
-                    sum(int(x.split(CAME_FREE)[1].split(",")[1].split()[0]) for x in ends))
-        wait_for(lambda: sum(tried()) == 2, "the last try (10 s)", timeout=30)
-        adopted, released = tried()
+        got = fleet.probe([freed, revoked], peer, deadline=5)
+        check(got == {freed}, "the allocation whose port came free relays, the revoked one "
+              "does not: %r" % sorted(got))
+        def tried():  # adopted, released, ended by a revocation, summed over the workers
+            ends = [re.search(r"(\d+) %s, (\d+) released \(.*\), (\d+) ended" % CAME_FREE, x)
+                    for x in lines(daemon, CAME_FREE)]
+            return tuple(sum(int(m.group(k)) for m in ends) for k in (1, 2, 3))
+        wait_for(lambda: sum(tried()) == 3, "the last try (10 s)", timeout=30)
         ends = lines(daemon, CAME_FREE)
-        check(adopted == 1 and released == 1,
-              "after the tries: %d adopted, %d released (want 1, 1):\n%s"
-              % (adopted, released, "\n".join(ends)))
+        check(tried() == (1, 1, 1),
+              "after the tries: %d adopted, %d released, %d ended (want 1, 1, 1):\n%s"
+              % (tried() + ("\n".join(ends),)))
+        warn = "cannot rebind its relay port %d: Address already in use" % fleet.relayed[kept][1]
+        check(len(lines(daemon, warn)) == 1, "the warning at the release: %r" % warn)
         held.pop(0).close()
         got = fleet.probe(list(range(N)), peer, deadline=5)
-        check(got == set(range(N)) - {kept}, "the others relay: %r" % sorted(got))
-        wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == N - 1,
-                 "%d allocations counted" % (N - 1))
-        print("adopted after its port came free; released after the bound when it did not")
+        check(got == set(range(N)) - {kept, revoked}, "the others relay: %r" % sorted(got))
+        wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == N - 2,
+                 "%d allocations counted" % (N - 2))
+        print("adopted after its port came free; released after the bound when it did not; "
+              "revoked while it waited: ended, not adopted")
     finally:
         for s in held:
             s.close()
