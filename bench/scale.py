@@ -33,7 +33,9 @@ a freshly started server:
              `turngatectl top --once --interval 0.1` (two samples 0.1 s apart) and the
              first page of `turngatectl allocations`: wall time, median of 5 (3);
   take-over  (turngate) kill -9 of master and workers, start again: time to the status
-             answer with all N taken over, and to a sample of 100 relaying again;
+             answer with all N taken over, and to a sample of 100 relaying again, with
+             the timeline from the kill (kill_restart: the old processes' exit, the new
+             master's take-over, forks, adoptions, the sample's first and last echo);
              --churn: before it, kill -9 of worker 0 (time until the sample relays
              again) and a live upgrade to the same binary (the command's time, and until
              the sample relays again).
@@ -352,6 +354,82 @@ def churn(srv, fleet, sample, peer, res):
     res["upgrade_allocations"] = srv.admin("status")["allocations"]
 
 
+def kill_restart(srv, fleet, sample, peer, res):
+    """kill -9 of master and workers, start again. takeover_s and takeover_relay_s are
+    from the master's reaping (the start) to the status answer with all taken over and to
+    the whole sample relaying, as before; kill_s is the kill and that reaping. The rest is
+    from the kill: the last old process done exiting (old_exit_s, its 250,000 sockets
+    closed by the kernel meanwhile), the new master's take-over line (taken_s), its last
+    worker's fork (forked_s), the first and last adoption line (adopted_s), the last
+    "... once its relay sockets are watched" line (watched_s), the sample's first and last
+    echo (relay_first_s, relay_last_s), the adoption lines' sum of allocations "not
+    rebindable" (lost: their ports were still held), of those that waited for their relay
+    ports instead (port_waits; builds since 2026-12-07) and the last of their "came free"
+    lines (came_free_s)."""
+    import threading
+    old = srv.pids()
+    offset = os.path.getsize(srv.log.name)
+    gone, stop, cpu = {}, [], {}
+
+    def watch():
+        end = time.monotonic() + 60
+        while len(gone) < len(old) and time.monotonic() < end and not stop:
+            for p in old:
+                if p in gone:
+                    continue
+                c = cpu_s([p])     # 0 once reaped: the last reading stays
+                if c > 0:
+                    cpu[p] = c
+                if not ts.alive(p):     # a zombie's files are released
+                    gone[p] = time.monotonic()
+            time.sleep(0.005)
+    th = threading.Thread(target=watch)
+    cpu0 = {p: cpu_s([p]) for p in old}
+    th.start()
+    tk, wall = time.monotonic(), time.time()
+    srv.kill()
+    t0 = time.monotonic()
+    res["kill_s"] = t0 - tk
+    try:
+        srv.start()
+        st = srv.admin("status")
+        res["takeover_s"] = time.monotonic() - t0
+        res["taken_over"] = st["state"]["taken_over"]
+        when = {}
+        got = fleet.probe(sample, peer, resend=0.02, when=when)
+        res["takeover_relay_s"] = time.monotonic() - t0
+        res["relayed_after"] = len(got)
+        if when:
+            res["relay_first_s"] = min(when.values()) - tk
+            res["relay_last_s"] = max(when.values()) - tk
+    finally:
+        th.join(timeout=65)
+        stop.append(1)
+    if len(gone) == len(old):
+        res["old_exit_s"] = max(gone.values()) - tk
+    # their CPU from the kill to the last reading before they were done (a lower bound)
+    res["old_exit_cpu_s"] = sum(cpu.get(p, cpu0[p]) - cpu0[p] for p in old)
+    time.sleep(0.5)     # the last log lines
+    taken, started = "allocations taken over from", "started (pid"
+    adopted, watched = "predecessor's allocations:", "sockets are watched"
+    wait, free = b" allocations wait for their relay ports", "their relay ports came free"
+    t = log_times(srv.log.name, offset, [taken, started, adopted, watched, free])
+    for key, pat, pick in (("taken_s", taken, min), ("forked_s", started, max),
+                           ("adopted_first_s", adopted, min), ("adopted_s", adopted, max),
+                           ("watched_s", watched, max), ("came_free_s", free, max)):
+        if t[pat]:
+            res[key] = pick(t[pat]) - wall
+    lost = waits = 0
+    with open(srv.log.name, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            if b"not rebindable" in line and adopted.encode() in line:
+                lost += int(line.split(b" not rebindable")[0].split()[-1])
+            if wait in line:
+                waits += int(line.split(wait)[0].split()[-1])
+    res["not_rebindable"], res["port_waits"] = lost, waits
+
+
 def log_times(path, offset, pats):
     """{pattern: [seconds since the epoch of each line containing it]} of the daemon's log
     from byte offset on (lines start with an ISO time with microseconds, UTC)."""
@@ -633,15 +711,7 @@ def run(kind, n, args, out):
         elif kind == "turngate":
             if args.churn:
                 churn(srv, fleet, sample, peer, res)
-            srv.kill()
-            t0 = time.monotonic()
-            srv.start()
-            st = srv.admin("status")
-            res["takeover_s"] = time.monotonic() - t0
-            res["taken_over"] = st["state"]["taken_over"]
-            got = fleet.probe(sample, peer, resend=0.02)
-            res["takeover_relay_s"] = time.monotonic() - t0
-            res["relayed_after"] = len(got)
+            kill_restart(srv, fleet, sample, peer, res)
     except SetupDone:
         pass
     except Exception as e:  # report and go on with the next run

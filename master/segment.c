@@ -22,7 +22,9 @@
 #define STATE_TMPFS_MAGIC 0x01021994
 #define STATE_RAMFS_MAGIC 0x858458f6
 /* A master killed with its workers still running: they get SIGTERM from the kernel
- * (PR_SET_PDEATHSIG) and are gone in milliseconds; a successor waits this long. */
+ * (PR_SET_PDEATHSIG) and are gone in milliseconds with few allocations, in a second or
+ * more at 250,000 on loaded cores (closing their relay sockets); a successor waits this
+ * long. */
 #define STATE_LOCK_WAIT_MS 10000u
 
 /* admin.state_dir; when unset $TURNGATE_STATE_DIR, else the directory of an absolute

@@ -28,6 +28,18 @@
 #include "shm/shm_ppool.h"
 #include "shm/shm_records.h"
 
+/* A record whose relay port a socket still holds waits (wk_adopt_wait_due) instead of
+ * being released: a kill -9 of the whole daemon frees the instance lock before the kernel
+ * has closed the killed workers' sockets (shm/state.c: fd_move_high), which takes it a
+ * second or more at 250,000 on two loaded cores. Tried again 20, 40, 80, 160 ms apart, then
+ * every 200 ms, for up to 10 s (the master's wait for the lock), then released. A
+ * try that fails costs a socket, a bind and a close (1.75 us here): 7,000 waiting records
+ * are 12 ms of a pass, and the kernel's closing of the old sockets, which they wait for,
+ * needs the same CPU, hence no shorter steps. */
+#define WK_ADOPT_WAIT_MS 10000u
+#define WK_ADOPT_WAIT_STEP_MIN_MS 20u
+#define WK_ADOPT_WAIT_STEP_MAX_MS 200u
+
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 					const struct shm_alloc *rec, uint64_t now_ns)
 {
@@ -46,17 +58,15 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
  * and in the quota counts (the predecessor uncounts only after shm_alloc_retire made it
  * DYING, and counts only after publishing it LIVE, or for the quota counts just before),
  * so it is uncounted here as its owner would have done. */
-static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
-			  struct shm_alloc *rec, enum wk_adopt_verdict v, uint64_t now_ns)
+static void adopt_release(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
+			  struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns)
 {
 	uint32_t word = CMM_LOAD_SHARED(rec->state);
 
 	if (word == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
 		/* It ends here, unrecorded so far (the predecessor pushes its event before
 		 * the retire that makes a record DYING): its session record. */
-		(void)shm_records_push(shm, slot, idx, rec,
-				       v == WK_ADOPT_EXPIRED ? SHM_REC_EXPIRY : SHM_REC_WORKER_CRASH,
-				       v == WK_ADOPT_EXPIRED ? rec->expires_ns : now_ns, NULL);
+		(void)shm_records_push(shm, slot, idx, rec, why, end_ns, NULL);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
@@ -71,6 +81,15 @@ static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *c
 	if (rec->relay2.family != 0)
 		shm_ppool_put(shm, shm_ppool_tag(&rec->relay2), rec->relay2.port, idx);
 	shm_alloc_release(shm, slot, idx);
+}
+
+static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
+			  struct shm_alloc *rec, enum wk_adopt_verdict v, uint64_t now_ns)
+{
+	if (v == WK_ADOPT_EXPIRED)
+		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_EXPIRY, rec->expires_ns);
+	else
+		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_WORKER_CRASH, now_ns);
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);
 }
 
@@ -80,18 +99,24 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 {
 	struct shm_alloc *rec;
 	enum wk_adopt_verdict v;
+	int rc = -ENOENT;
 
 	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
 		return;
 	v = wk_adopt_classify(shm, idx, rec, now_ns);
 	/* A TURN-TCP allocation whose connection a live upgrade handed over is offered too:
 	 * fn takes it only with that connection (worker/park.c). */
-	if ((v == WK_ADOPT_TRY ||
-	     (v == WK_ADOPT_STREAM && rec->client_transport == SHM_TRANSPORT_TCP &&
-	      rec->expires_ns > now_ns)) &&
-	    fn(arg, idx, rec) == 0) {
+	if (v == WK_ADOPT_TRY ||
+	    (v == WK_ADOPT_STREAM && rec->client_transport == SHM_TRANSPORT_TCP &&
+	     rec->expires_ns > now_ns))
+		rc = fn(arg, idx, rec);
+	if (rc == 0) {
 		st->adopted++;
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ADOPTED, 1);
+		return;
+	}
+	if (rc == -EBUSY) {
+		st->waiting++;	/* fn keeps it for a later try */
 		return;
 	}
 	st->torn += v == WK_ADOPT_TORN;
@@ -145,9 +170,12 @@ struct adopt_ctx {
 	struct shm_addr *local;
 	struct wk_relayho ho;	/* relay sockets a live upgrade handed over */
 	uint64_t now_ms;	/* the run's start: the timers' bound (wk_alloc_arm_adopted) */
+	bool may_wait;		/* a record whose relay port is still held waits (adopt_wait) */
 };
 
-static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
+/* handover: read the relay sockets a live upgrade handed over (the first run only: the
+ * channel is read once). */
+static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w, bool handover)
 {
 	memset(c, 0, sizeof(*c));
 	c->w = w;
@@ -158,7 +186,7 @@ static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w)
 	}
 	/* The relay channel last: once read, its sockets are ours to take or close. */
 	if ((w->n_ls > 0 && (c->ls == NULL || c->local == NULL)) ||
-	    wk_relayho_open(w, &c->ho) < 0) {
+	    (handover && wk_relayho_open(w, &c->ho) < 0)) {
 		free(c->ls);
 		free(c->local);
 		return -ENOMEM;
@@ -205,9 +233,11 @@ static struct wk_listener *wk_adopt_listener(const struct adopt_ctx *c, const st
 }
 
 /* wk_adopt_relay with the sockets handed over for relay and relay2 (-1: bind one), at
- * now_ms (a clock read for each of thousands of records cost 2 % of the adoption). */
+ * now_ms (a clock read for each of thousands of records cost 2 % of the adoption).
+ * may_wait: a port that a socket still holds (-EBUSY) is not logged, the caller keeps the
+ * record for a later try. */
 static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
-			int fd0, int fd1, uint64_t now_ms)
+			int fd0, int fd1, uint64_t now_ms, bool may_wait)
 {
 	struct wk_listener *l = a->l;
 	int rc;
@@ -220,8 +250,11 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 	if (fd1 >= 0 && a->relay[1].fd != fd1)
 		close(fd1);
 	if (rc < 0) {
-		log_warn("worker", "slot %u: allocation %u: cannot rebind its relay port %u: %s",
-			 w->slot, idx, rec->relay.port, strerror(-rc));
+		if (!(may_wait && rc == -EBUSY))
+			log_warn("worker",
+				 "slot %u: allocation %u: cannot rebind its relay port %u: %s",
+				 w->slot, idx, rec->relay.port,
+				 strerror(rc == -EBUSY ? EADDRINUSE : -rc));
 		wk_alloc_forget(w, a);
 		return rc;
 	}
@@ -245,7 +278,39 @@ static int adopt_relays(struct worker *w, struct wk_alloc *a, uint32_t idx, stru
 int wk_adopt_relay(struct worker *w, struct wk_alloc *a, uint32_t idx, struct shm_alloc *rec,
 		   int relay_fd, int relay2_fd)
 {
-	return adopt_relays(w, a, idx, rec, relay_fd, relay2_fd, mono_ms());
+	int rc = adopt_relays(w, a, idx, rec, relay_fd, relay2_fd, mono_ms(), false);
+
+	return rc == -EBUSY ? -EADDRINUSE : rc;
+}
+
+/* Record idx (forgotten by adopt_relays) waits for its relay ports: its pool bookings
+ * stay its own meanwhile (the one that failed to bind kept it, a relay that bound before
+ * it gave its back when forgotten: booked again). Returns 0 or -errno (the caller
+ * releases it). */
+static int adopt_wait_push(struct worker *w, uint32_t idx, const struct shm_alloc *rec)
+{
+	uint64_t now_ns = mono_ns();
+	int rc = 0;
+
+	if (w->n_adopt_wait == w->cap_adopt_wait) {
+		size_t cap = w->cap_adopt_wait ? 2 * w->cap_adopt_wait : 64;
+		uint32_t *p = realloc(w->adopt_wait, cap * sizeof(*p));
+
+		if (p == NULL)
+			return -ENOMEM;
+		w->adopt_wait = p;
+		w->cap_adopt_wait = cap;
+	}
+	if (rec->relay.family != 0)
+		rc = shm_ppool_take(w->shm, shm_ppool_tag(&rec->relay), rec->relay.port, idx,
+				    now_ns);
+	if (rc == 0 && rec->relay2.family != 0)
+		rc = shm_ppool_take(w->shm, shm_ppool_tag(&rec->relay2), rec->relay2.port, idx,
+				    now_ns);
+	if (rc < 0)
+		return rc;
+	w->adopt_wait[w->n_adopt_wait++] = idx;
+	return 0;
 }
 
 static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
@@ -264,8 +329,16 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
 	if (rc < 0)
 		return rc;
-	return adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
-			    wk_relayho_take(&c->ho, idx, 1), c->now_ms);
+	rc = adopt_relays(w, a, idx, rec, wk_relayho_take(&c->ho, idx, 0),
+			  wk_relayho_take(&c->ho, idx, 1), c->now_ms, c->may_wait);
+	if (rc != -EBUSY || !c->may_wait)
+		return rc == -EBUSY ? -EADDRINUSE : rc;	/* released by the caller */
+	rc = adopt_wait_push(w, idx, rec);
+	if (rc == 0)
+		return -EBUSY;
+	log_warn("worker", "slot %u: allocation %u: cannot wait for its relay port %u: %s", w->slot,
+		 idx, rec->relay.port, strerror(-rc));
+	return -EADDRINUSE;
 }
 
 /* The process's CPU time in microseconds: since its fork for a worker (a forked process
@@ -348,6 +421,140 @@ static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 		ev_idle_stop(loop, iw);
 }
 
+/* After a pass that adopted records: the idle watcher's pass over them. */
+static void adopt_tune_start(struct worker *w)
+{
+	/* From the first record again when a pass is under way: what this run adopted below
+	 * its cursor is checked too. */
+	w->tune_next = 0;
+	if (!ev_is_active(&w->tune)) {
+		ev_idle_init(&w->tune, wk_adopt_tune_cb);
+		w->tune.data = w;
+		ev_idle_start(w->loop, &w->tune);
+	}
+}
+
+/* Only wakes the loop: the records that wait are tried from wk_check_cb, where the
+ * snapshot is current (wk_adopt_wait_due). */
+static void adopt_wait_wake_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)t;
+	(void)revents;
+}
+
+/* Wakes the loop in ms. libev counts from its time of the iteration's start, which may be
+ * earlier than our clock's reading: wk_adopt_wait_due arms it again for what is left when
+ * it fires early. */
+static void adopt_wait_wake_in(struct worker *w, uint64_t ms)
+{
+	ev_timer_stop(w->loop, &w->adopt_wait_w);
+	ev_timer_init(&w->adopt_wait_w, adopt_wait_wake_cb, (double)ms / 1000.0, 0.);
+	ev_timer_start(w->loop, &w->adopt_wait_w);
+}
+
+/* The next try of the records that wait, step_ms from now. */
+static void adopt_wait_arm(struct worker *w, unsigned step_ms)
+{
+	w->adopt_wait_step_ms = step_ms;
+	w->adopt_wait_next_ms = mono_ms() + step_ms;
+	adopt_wait_wake_in(w, step_ms);
+}
+
+/* Nothing waits any more: the summary of the tries. */
+static void adopt_wait_done(struct worker *w, uint64_t now_ms)
+{
+	ev_timer_stop(w->loop, &w->adopt_wait_w);
+	log_warn("worker",
+		 "slot %u: %u allocations adopted once their relay ports came free, %u "
+		 "released (not rebindable, expired or torn meanwhile), %u ended by "
+		 "revocation or disconnect meanwhile, after %llu ms",
+		 w->slot, w->adopt_waited, w->adopt_wait_lost, w->adopt_wait_ended,
+		 (unsigned long long)(now_ms - w->adopt_wait_since_ms));
+}
+
+void wk_adopt_wait_end(struct worker *w, wk_adopt_wait_why_fn *fn, const void *arg)
+{
+	size_t kept = 0, n = w->n_adopt_wait;
+	unsigned ended = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t idx = w->adopt_wait[i];
+		struct shm_alloc *rec;
+		const char *why;
+
+		if (shm_alloc_get(w->shm, w->slot, idx, &rec) < 0)
+			continue;	/* not ours any more: nothing to try */
+		why = fn(w, rec, idx, arg);
+		if (why == NULL) {
+			w->adopt_wait[kept++] = idx;
+			continue;
+		}
+		log_debug("turn", "allocation %u ended while waiting for its relay port: %s", idx,
+			  why);
+		adopt_release(w->shm, w->slot, w->ctr, idx, rec, shm_rec_reason_of(why), mono_ns());
+		ended++;
+	}
+	w->n_adopt_wait = kept;
+	w->adopt_wait_ended += ended;
+	if (kept == 0 && n > 0)
+		adopt_wait_done(w, mono_ms());
+}
+
+void wk_adopt_wait_abandon(struct worker *w)
+{
+	ev_timer_stop(w->loop, &w->adopt_wait_w);
+	free(w->adopt_wait);
+	w->adopt_wait = NULL;
+	w->n_adopt_wait = w->cap_adopt_wait = 0;
+}
+
+void wk_adopt_wait_due(struct worker *w)
+{
+	struct wk_adopt_stats st;
+	struct adopt_ctx c;
+	uint64_t now_ms = mono_ms();
+	uint32_t *list = w->adopt_wait;
+	size_t n = w->n_adopt_wait;
+	unsigned step;
+
+	if (n == 0)
+		return;
+	if (now_ms < w->adopt_wait_next_ms) {
+		if (!ev_is_active(&w->adopt_wait_w))
+			adopt_wait_wake_in(w, w->adopt_wait_next_ms - now_ms);
+		return;
+	}
+	if (adopt_ctx_init(&c, w, false) < 0) {
+		adopt_wait_arm(w, w->adopt_wait_step_ms);
+		return;
+	}
+	w->adopt_wait = NULL;
+	w->n_adopt_wait = w->cap_adopt_wait = 0;
+	/* The last try releases what still cannot bind, as the first pass did before. */
+	c.may_wait = now_ms < w->adopt_wait_until_ms;
+	w->adopting = true;
+	(void)wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), list, n, wk_adopt_one, &c, &st);
+	adopt_ctx_free(&c);
+	w->adopting = false;
+	free(list);
+	if (st.adopted > 0) {
+		adopt_tune_start(w);
+		/* The revocations swept while they waited did not see them: the next
+		 * sweep (wk_revoke_sweep) goes over every allocation again. */
+		w->revoke_seq = 0;
+	}
+	w->adopt_waited += st.adopted;
+	w->adopt_wait_lost += st.torn + st.stream + st.expired + st.failed;
+	if (w->n_adopt_wait > 0) {
+		step = 2 * w->adopt_wait_step_ms;
+		adopt_wait_arm(w,
+			       step < WK_ADOPT_WAIT_STEP_MAX_MS ? step : WK_ADOPT_WAIT_STEP_MAX_MS);
+		return;
+	}
+	adopt_wait_done(w, now_ms);
+}
+
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
@@ -355,33 +562,38 @@ void wk_adopt_run(struct worker *w)
 	int rc;
 
 	memset(&st, 0, sizeof(st));
-	if (adopt_ctx_init(&c, w) < 0)
+	if (adopt_ctx_init(&c, w, true) < 0)
 		return;		/* out of memory: tried again at the next iteration */
 	w->adopted = true;
 	w->adopting = true;
+	c.may_wait = true;
 	rc = w->h->adopt != NULL
 		     ? wk_adopt_list(w->shm, w->slot, w->ctr, mono_ns(), w->h->adopt, w->h->n_adopt,
 				     wk_adopt_one, &c, &st)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, &c, &st);
 	adopt_ctx_free(&c);
 	w->adopting = false;
-	/* From the first record again when a pass is under way: what this run adopted below
-	 * its cursor is checked too. */
 	if (st.adopted > 0)
-		w->tune_next = 0;
-	if (st.adopted > 0 && !ev_is_active(&w->tune)) {
-		ev_idle_init(&w->tune, wk_adopt_tune_cb);
-		w->tune.data = w;
-		ev_idle_start(w->loop, &w->tune);
+		adopt_tune_start(w);
+	if (w->n_adopt_wait > 0) {
+		w->adopt_wait_since_ms = mono_ms();
+		w->adopt_wait_until_ms = w->adopt_wait_since_ms + WK_ADOPT_WAIT_MS;
+		adopt_wait_arm(w, WK_ADOPT_WAIT_STEP_MIN_MS);
+		log_warn("worker",
+			 "slot %u: %zu allocations wait for their relay ports, still bound (the "
+			 "sockets of a killed predecessor that the kernel is still releasing, or "
+			 "another program's): tried again for up to %u ms",
+			 w->slot, w->n_adopt_wait, WK_ADOPT_WAIT_MS);
 	}
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
-	if (st.adopted || st.torn || st.stream || st.expired || st.failed)
+	if (st.adopted || st.waiting || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker",
-			 "slot %u: predecessor's allocations: %u adopted, dropped %u torn, "
-			 "%u TCP, %u expired, %u not rebindable",
-			 w->slot, st.adopted, st.torn, st.stream, st.expired, st.failed);
+			 "slot %u: predecessor's allocations: %u adopted, %u wait, dropped %u "
+			 "torn, %u TCP, %u expired, %u not rebindable",
+			 w->slot, st.adopted, st.waiting, st.torn, st.stream, st.expired,
+			 st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

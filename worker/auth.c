@@ -345,23 +345,28 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	return WK_AUTH_OK;
 }
 
-void wk_revoke_sweep(struct worker *w)
+bool wk_rec_revoked(struct worker *w, const struct shm_alloc *rec, int64_t now)
+{
+	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
+
+	return shm_revoke_match(w->shm, rec->username, len, now);
+}
+
+bool wk_revoke_sweep(struct worker *w)
 {
 	uint64_t seq = shm_revoke_seq(w->shm);
 	int64_t now = wk_unix_now();
 	struct wk_alloc *a, *next;
 
 	if (seq == w->revoke_seq || (seq & 1u) != 0)
-		return;
+		return false;
 	w->revoke_seq = seq;
 	for (a = LIST_FIRST(&w->allocs); a; a = next) {
-		size_t len = a->rec->user_len < SHM_ALLOC_USER_MAX ? a->rec->user_len
-								    : SHM_ALLOC_USER_MAX;
-
 		next = LIST_NEXT(a, link);
-		if (shm_revoke_match(w->shm, a->rec->username, len, now))
+		if (wk_rec_revoked(w, a->rec, now))
 			wk_alloc_destroy(w, a, "credential revoked");
 	}
+	return true;
 }
 
 void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint)

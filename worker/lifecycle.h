@@ -44,9 +44,11 @@ enum wk_adopt_verdict {
 };
 struct wk_adopt_stats {
 	unsigned adopted, torn, stream, expired, failed;
+	unsigned waiting;	/* kept by fn for a later try (-EBUSY) */
 };
-/* Adopts one record (owned by the caller's slot). 0 = adopted; < 0 = could not be served
- * again (the scan releases and counts it). */
+/* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
+ * later try (neither adopted nor released); other < 0 = could not be served again (the
+ * scan releases and counts it). */
 typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
 
 /* Verdict on record idx owned by `slot` whose predecessor is dead. */
@@ -65,8 +67,25 @@ int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
 int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
 		  const uint32_t *list, size_t n, wk_adopt_fn *fn, void *arg,
 		  struct wk_adopt_stats *st);
-/* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). */
+/* The worker's use of wk_adopt_scan: needs the snapshot applied (listeners resolved). A
+ * record whose relay port a socket still holds (a killed predecessor's, not closed yet)
+ * waits in w->adopt_wait. */
 void wk_adopt_run(struct worker *w);
+/* Tries the records that wait again when their next try is due (from wk_check_cb, the
+ * snapshot current); the last try, 10 s after the adoption, releases what still cannot
+ * bind. Cheap when nothing waits. */
+void wk_adopt_wait_due(struct worker *w);
+/* Why record idx, which waits for its relay port, ends now (wk_alloc_destroy's `why`
+ * text), or NULL: it waits on. */
+typedef const char *wk_adopt_wait_why_fn(struct worker *w, const struct shm_alloc *rec,
+					 uint32_t idx, const void *arg);
+/* Ends the waiting records that fn names a reason for, as wk_alloc_destroy ends an
+ * allocation (a revocation, an admin disconnect): their session records, counters and
+ * quota, their ports back to the pool. */
+void wk_adopt_wait_end(struct worker *w, wk_adopt_wait_why_fn *fn, const void *arg);
+/* Forgets the records that wait and stops their timer (a worker that leaves the table,
+ * parks or lingers): they stay LIVE for the next process serving the slot. */
+void wk_adopt_wait_abandon(struct worker *w);
 /* a was attached around record idx: binds its relay ports again, or takes relay_fd and
  * relay2_fd, the sockets a live upgrade handed over for its relayed address and its
  * second family's (an RFC 6062 relay's listening socket, or UDP ones), where >= 0 (always

@@ -130,6 +130,7 @@ static void wk_linger_shed(struct worker *w)
 	struct wk_alloc *a, *next;
 
 	w->lingering = true;
+	wk_adopt_wait_abandon(w);
 	for (a = LIST_FIRST(&w->allocs); a; a = next) {
 		next = LIST_NEXT(a, link);
 		if (a->conn != NULL && wk_linger_keeps(a->conn))

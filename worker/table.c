@@ -526,6 +526,12 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 		return rc == -ENOSPC ? -EADDRINUSE : rc;
 	rc = fd >= 0 ? wk_relay_take(w, a, r, fd, family, relay->port)
 		     : wk_relay_socket(w, a, r, family, relay->port);
+	/* The pool let us have the port, the kernel did not: a socket still holds it (a
+	 * killed predecessor's that the kernel is still releasing, or another program's),
+	 * unlike a port the pool gives to another allocation. The record keeps its booking
+	 * while it waits (adopt.c); a release gives it back. */
+	if (rc < 0 && fd < 0 && rc == -EADDRINUSE)
+		return -EBUSY;
 	if (rc < 0) {
 		shm_ppool_put(w->shm, tag, relay->port, a->rec_idx);
 		return rc;

@@ -121,7 +121,10 @@ int wk_alloc_attach_ep(struct worker *w, const struct wk_ep *ep, uint32_t idx,
 		       struct shm_alloc *rec, struct wk_alloc **out);
 /* Adoption: binds the next relay socket of a to exactly the relayed address the record
  * announces (same port, booked in the pool) and starts its watcher. Returns 0 or
- * negative errno (-EADDRINUSE, -EAFNOSUPPORT, -EADDRNOTAVAIL: announced address moved). */
+ * negative errno (-EADDRINUSE: the pool gives the port to another record; -EBUSY: the
+ * kernel refused the bind, a socket still holds the port, the record keeps its booking;
+ * -EAFNOSUPPORT,
+ * -EADDRNOTAVAIL: announced address moved). */
 int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm_addr *relay,
 			  int fd);
 /* A handed-over UDP relay socket is taken unchecked (wk_alloc_rebind_relay with fd >= 0):

@@ -59,11 +59,14 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 				  struct wk_cred *cred);
 /* Appends MESSAGE-INTEGRITY(-SHA256) as the request used, then FINGERPRINT if asked. */
 void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool fingerprint);
+/* Whether the revocation list refuses record rec's username at unix time now. */
+bool wk_rec_revoked(struct worker *w, const struct shm_alloc *rec, int64_t now);
 /* Ends this worker's allocations whose username the revocation list now refuses, when the
  * list changed since the last sweep (shm/shm_revoke.h). The master also ends them at
  * once by index when it revokes; this catches an Allocate that raced it and allocations
- * adopted after a restart. Called every second (the heartbeat). */
-void wk_revoke_sweep(struct worker *w);
+ * adopted after a restart. Called every second (the heartbeat). Returns whether it swept
+ * (the list changed): the caller sweeps what is not in w->allocs too. */
+bool wk_revoke_sweep(struct worker *w);
 
 /* ---- turn.c ---- */
 /* Error response to req (signed when cred has a key; unsigned ones are rate limited). */

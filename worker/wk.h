@@ -209,6 +209,15 @@ struct worker {
 	uint32_t adopt_n;
 	uint64_t adopt_cpu_us;
 	uint64_t adopt_minflt;
+	/* Records whose relay port a socket still held at the adoption, tried again
+	 * (adopt.c: wk_adopt_wait_due): their indices, the next try, the last one. */
+	uint32_t *adopt_wait;
+	size_t n_adopt_wait, cap_adopt_wait;
+	ev_timer adopt_wait_w;		/* wakes the loop for the next try */
+	uint64_t adopt_wait_since_ms, adopt_wait_next_ms, adopt_wait_until_ms;
+	unsigned adopt_wait_step_ms;
+	unsigned adopt_waited, adopt_wait_lost;	/* adopted, released by the tries */
+	unsigned adopt_wait_ended;	/* ended by a revocation or disconnect meanwhile */
 
 	bool leaving;			/* stopping, records left LIVE: its connections stay in
 					 * systemd's fd store for the next start (fdstore.c) */

@@ -203,6 +203,7 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		/* Same snapshot as last iteration: reuse the validated handle (it aliases
 		 * the blob, which stays valid while it is current). */
 		w->snap = w->snap_cached;
+		wk_adopt_wait_due(w);
 		return;
 	}
 	if (snap_open(blob, len, &w->snap) < 0) {
@@ -229,6 +230,8 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	 * first real config) waits for them, else it would release every record. */
 	if (!w->adopted && w->n_ls > 0)
 		wk_adopt_run(w);
+	else
+		wk_adopt_wait_due(w);
 }
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
@@ -258,12 +261,22 @@ static void wk_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		ev_timer_stop(loop, t);
 }
 
+/* wk_adopt_wait_end's test for the revocation sweep. */
+static const char *wk_revoked_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
+				  const void *arg)
+{
+	(void)idx;
+	(void)arg;
+	return wk_rec_revoked(w, rec, wk_unix_now()) ? "credential revoked" : NULL;
+}
+
 static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = wk_checked(t->data);
 
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
-	wk_revoke_sweep(w);
+	if (wk_revoke_sweep(w))
+		wk_adopt_wait_end(w, wk_revoked_why, NULL);
 }
 
 static void wk_stop(struct worker *w, const char *why)
@@ -346,28 +359,35 @@ void wk_listener_close(struct worker *w, struct wk_listener *l)
 	l->tls_ctx = NULL;
 }
 
+/* Why the disconnect request d ends record idx, or NULL. turngatectl revoke ends by index
+ * what it has just revoked: the session record's end reason says so. */
+static const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
+				     const void *arg)
+{
+	const struct ipc_disconnect *d = arg;
+
+	if (d->by == IPC_DISC_INDEX && idx == d->index)
+		return wk_rec_revoked(w, rec, wk_unix_now()) ? "credential revoked"
+							     : "disconnected by admin";
+	if (d->by == IPC_DISC_USER && rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
+	    memcmp(rec->username, d->user, rec->user_len) == 0)
+		return "disconnected by admin";
+	return NULL;
+}
+
+/* The allocations and the records that wait for their relay ports (adopt.c). */
 static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 {
 	struct wk_alloc *a, *next;
+	const char *why;
 
 	for (a = LIST_FIRST(&w->allocs); a; a = next) {
 		next = LIST_NEXT(a, link);
-		/* turngatectl revoke ends by index what it has just revoked: the session
-		 * record's end reason says so */
-		if (d->by == IPC_DISC_INDEX && a->rec_idx == d->index)
-			wk_alloc_destroy(w, a,
-					 shm_revoke_match(w->shm, a->rec->username,
-							  a->rec->user_len < SHM_ALLOC_USER_MAX
-								  ? a->rec->user_len
-								  : SHM_ALLOC_USER_MAX,
-							  wk_unix_now())
-						 ? "credential revoked"
-						 : "disconnected by admin");
-		else if (d->by == IPC_DISC_USER &&
-			 a->rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
-			 memcmp(a->rec->username, d->user, a->rec->user_len) == 0)
-			wk_alloc_destroy(w, a, "disconnected by admin");
+		why = wk_disconnect_why(w, a->rec, a->rec_idx, d);
+		if (why != NULL)
+			wk_alloc_destroy(w, a, why);
 	}
+	wk_adopt_wait_end(w, wk_disconnect_why, d);
 }
 
 static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
@@ -549,6 +569,7 @@ static void wk_leave_table(struct worker *w)
 	struct wk_alloc *a;
 
 	w->leaving = true;	/* and their connections in systemd's fd store (fdstore.c) */
+	wk_adopt_wait_abandon(w);
 	if (w->parking)
 		(void)wk_relayho_abandon(w);	/* handed over: left as they are */
 	while ((a = LIST_FIRST(&w->allocs)) != NULL) {
@@ -669,6 +690,7 @@ void wk_tables_free(struct worker *w)
 	free(w->hash);
 	free(w->tphash);
 	free(w->by_idx);
+	free(w->adopt_wait);
 	free(w->ctg);
 	wk_pipeline_free(w);
 }

@@ -203,9 +203,10 @@ class Fleet:
             return None
         return self.run(todo, first, answer, window, deadline)
 
-    def probe(self, todo, peer, deadline=30.0, resend=1.0):
+    def probe(self, todo, peer, deadline=30.0, resend=1.0, when=None):
         """Send indications to peer (an echo) from every client of todo; returns the
-        clients whose payload came back as a Data indication (resent every resend s)."""
+        clients whose payload came back as a Data indication (resent every resend s).
+        when: a dict that gets {client: time.monotonic() its first echo came back}."""
         want = {i: b"probe-%d" % i for i in todo}
         got = set()
         end = time.monotonic() + deadline
@@ -225,6 +226,8 @@ class Fleet:
                 if p and p[0] == ts.DATA and p[1] == ts.INDICATION and \
                         p[3].get(ts.A_DATA, [None])[0] == want.get(i):
                     got.add(i)
+                    if when is not None:
+                        when.setdefault(i, time.monotonic())
         return got
 
     def close(self):

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -24,6 +25,8 @@ struct offer {
 	uint32_t seen[16];
 	unsigned n;
 	uint32_t refuse;	/* idx the callback refuses (relay port taken) */
+	uint32_t keep1;		/* 1 + idx the callback keeps for later (its port still
+				 * bound); 0: none */
 	bool take_tcp;		/* a TURN-TCP record's connection was handed over */
 };
 
@@ -36,6 +39,8 @@ static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 	o->seen[o->n++] = idx;
 	if (rec->client_transport == SHM_TRANSPORT_TCP && !o->take_tcp)
 		return -ENOENT;	/* no connection came with it (worker/park.c) */
+	if (o->keep1 == idx + 1)
+		return -EBUSY;
 	return idx == o->refuse ? -EADDRINUSE : 0;
 }
 
@@ -298,6 +303,107 @@ static void test_drop_gives_ports_back(void **state)
 	shm_destroy(shm);
 }
 
+/* A record the callback keeps for a later try (-EBUSY: its relay port still bound, the
+ * worker's adopt_wait) is neither adopted nor released: still LIVE, still counted, and
+ * offered again by the next pass over it. */
+static void test_kept_for_later(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct shm_alloc *rec;
+	struct wk_adopt_stats st;
+	struct offer o;
+	uint32_t kept, live;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	kept = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	live = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	o.keep1 = kept + 1;
+	assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+	assert_int_equal(o.n, 2);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.waiting, 1);
+	assert_int_equal(st.failed, 0);
+	assert_int_equal(shm_alloc_get(shm, 0, kept, &rec), 0);
+	assert_int_equal(rec->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, 0));
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 2);
+	assert_int_equal(lctr_active(shm, 0), 2);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), 0);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ADOPTED), 1);
+
+	/* the later try: adopted now */
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_list(shm, 0, c, NOW_NS, &kept, 1, offer_cb, &o, &st), 0);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(o.seen[0], kept);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.waiting, 0);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 2);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ADOPTED), 2);
+	(void)live;
+	shm_destroy(shm);
+}
+
+static const char *end_one_cb(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
+			      const void *arg)
+{
+	(void)w;
+	(void)rec;
+	return idx == *(const uint32_t *)arg ? "credential revoked" : NULL;
+}
+
+/* The records that wait for their relay ports (w->adopt_wait): a revocation or disconnect
+ * ends the one it names as wk_alloc_destroy would (released, uncounted), the others wait
+ * on; a worker that leaves the table forgets them, LIVE and counted for its successor. */
+static void test_wait_end_and_abandon(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct worker w;
+	uint32_t idx[3];
+
+	(void)state;
+	memset(&w, 0, sizeof(w));
+	assert_int_equal(shm_create(&cfg, "test-adopt", &w.shm), 0);
+	w.ctr = shm_slot_counters(w.shm, 0);
+	w.loop = ev_loop_new(EVFLAG_AUTO);
+	assert_non_null(w.loop);
+	w.adopt_wait = calloc(4, sizeof(*w.adopt_wait));
+	assert_non_null(w.adopt_wait);
+	w.cap_adopt_wait = 4;
+	for (int i = 0; i < 3; i++)
+		w.adopt_wait[w.n_adopt_wait++] = idx[i] =
+			mk_rec(w.shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	ev_timer_init(&w.adopt_wait_w, NULL, 1., 0.);
+	ev_timer_start(w.loop, &w.adopt_wait_w);
+
+	wk_adopt_wait_end(&w, end_one_cb, &idx[1]);
+	assert_int_equal(w.n_adopt_wait, 2);
+	assert_int_equal(w.adopt_wait[0], idx[0]);
+	assert_int_equal(w.adopt_wait[1], idx[2]);
+	assert_int_equal(w.adopt_wait_ended, 1);
+	assert_true(is_free(w.shm, idx[1]));
+	assert_int_equal(ctr(w.shm, 0, SHM_CTR_ALLOCS_ACTIVE), 2);
+	assert_int_equal(ctr(w.shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
+	assert_int_equal(lctr_active(w.shm, 0), 2);
+	assert_true(ev_is_active(&w.adopt_wait_w));	/* two still wait */
+
+	wk_adopt_wait_abandon(&w);
+	assert_null(w.adopt_wait);
+	assert_int_equal(w.n_adopt_wait, 0);
+	assert_false(ev_is_active(&w.adopt_wait_w));
+	for (int i = 0; i < 3; i += 2)
+		assert_int_equal(shm_alloc_get(w.shm, 0, idx[i], NULL), 0);	/* still LIVE */
+	assert_int_equal(ctr(w.shm, 0, SHM_CTR_ALLOCS_ACTIVE), 2);
+	ev_loop_destroy(w.loop);
+	shm_destroy(w.shm);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -306,6 +412,8 @@ int main(void)
 		cmocka_unit_test(test_tcp_handed_over),
 		cmocka_unit_test(test_classify_and_bad_args),
 		cmocka_unit_test(test_drop_gives_ports_back),
+		cmocka_unit_test(test_kept_for_later),
+		cmocka_unit_test(test_wait_end_and_abandon),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
