@@ -13,6 +13,7 @@
 
 #include "worker/lifecycle.h"
 #include "worker/transport.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 #include "worker/relayho.h"
 
@@ -119,6 +120,12 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 		st->waiting++;	/* fn keeps it for a later try */
 		return;
 	}
+	if (rc == -EKEYREVOKED) {
+		/* Ended as the revocation sweep ends an allocation: not a drop. */
+		st->revoked++;
+		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_REVOKE, now_ns);
+		return;
+	}
 	st->torn += v == WK_ADOPT_TORN;
 	st->stream += v == WK_ADOPT_STREAM;
 	st->expired += v == WK_ADOPT_EXPIRED;
@@ -170,6 +177,7 @@ struct adopt_ctx {
 	struct shm_addr *local;
 	struct wk_relayho ho;	/* relay sockets a live upgrade handed over */
 	uint64_t now_ms;	/* the run's start: the timers' bound (wk_alloc_arm_adopted) */
+	int64_t unix_now;	/* the run's start: the revocation check (wk_rec_revoked) */
 	bool may_wait;		/* a record whose relay port is still held waits (adopt_wait) */
 };
 
@@ -180,6 +188,7 @@ static int adopt_ctx_init(struct adopt_ctx *c, struct worker *w, bool handover)
 	memset(c, 0, sizeof(*c));
 	c->w = w;
 	c->now_ms = mono_ms();
+	c->unix_now = wk_unix_now();
 	if (w->n_ls > 0) {
 		c->ls = calloc(w->n_ls, sizeof(*c->ls));
 		c->local = calloc(w->n_ls, sizeof(*c->local));
@@ -321,6 +330,13 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	struct wk_alloc *a;
 	int rc;
 
+	/* A revoked user's record is not served again: the revocation sweep may have run
+	 * before it was adopted (a first heartbeat before the first adoption, a record that
+	 * waited for its relay port), and checking here closes the heartbeat's second too. A
+	 * revocation after this check changes the list's sequence word, which the next sweep
+	 * sees. */
+	if (wk_rec_revoked(w, rec, c->unix_now))
+		return -EKEYREVOKED;
 	if (rec->client_transport == SHM_TRANSPORT_TCP)
 		return wk_park_adopt(w, idx, rec);
 	l = wk_adopt_listener(c, rec);
@@ -538,13 +554,10 @@ void wk_adopt_wait_due(struct worker *w)
 	adopt_ctx_free(&c);
 	w->adopting = false;
 	free(list);
-	if (st.adopted > 0) {
+	if (st.adopted > 0)
 		adopt_tune_start(w);
-		/* The revocations swept while they waited did not see them: the next
-		 * sweep (wk_revoke_sweep) goes over every allocation again. */
-		w->revoke_seq = 0;
-	}
 	w->adopt_waited += st.adopted;
+	w->adopt_wait_ended += st.revoked;
 	w->adopt_wait_lost += st.torn + st.stream + st.expired + st.failed;
 	if (w->n_adopt_wait > 0) {
 		step = 2 * w->adopt_wait_step_ms;
@@ -588,12 +601,14 @@ void wk_adopt_run(struct worker *w)
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
-	if (st.adopted || st.waiting || st.torn || st.stream || st.expired || st.failed)
+	if (st.adopted || st.waiting || st.revoked || st.torn || st.stream || st.expired ||
+	    st.failed)
 		log_warn("worker",
-			 "slot %u: predecessor's allocations: %u adopted, %u wait, dropped %u "
-			 "torn, %u TCP, %u expired, %u not rebindable",
-			 w->slot, st.adopted, st.waiting, st.torn, st.stream, st.expired,
-			 st.failed);
+			 "slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
+			 "(credential revoked), dropped %u torn, %u TCP, %u expired, %u not "
+			 "rebindable",
+			 w->slot, st.adopted, st.waiting, st.revoked, st.torn, st.stream,
+			 st.expired, st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

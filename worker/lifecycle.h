@@ -45,10 +45,13 @@ enum wk_adopt_verdict {
 struct wk_adopt_stats {
 	unsigned adopted, torn, stream, expired, failed;
 	unsigned waiting;	/* kept by fn for a later try (-EBUSY) */
+	unsigned revoked;	/* its user revoked (-EKEYREVOKED): ended, not dropped */
 };
 /* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
- * later try (neither adopted nor released); other < 0 = could not be served again (the
- * scan releases and counts it). */
+ * later try (neither adopted nor released); -EKEYREVOKED = its user is revoked (the scan
+ * releases it with end reason SHM_REC_REVOKE, as the revocation sweep ends an allocation:
+ * ALLOCS_ENDED, not ALLOCS_DROPPED); other < 0 = could not be served again (the scan
+ * releases and counts it). */
 typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
 
 /* Verdict on record idx owned by `slot` whose predecessor is dead. */

@@ -63,8 +63,9 @@ void wk_auth_sign(struct stun_builder *b, const struct wk_cred *cred, bool finge
 bool wk_rec_revoked(struct worker *w, const struct shm_alloc *rec, int64_t now);
 /* Ends this worker's allocations whose username the revocation list now refuses, when the
  * list changed since the last sweep (shm/shm_revoke.h). The master also ends them at
- * once by index when it revokes; this catches an Allocate that raced it and allocations
- * adopted after a restart. Called every second (the heartbeat). Returns whether it swept
+ * once by index when it revokes; this catches an Allocate that raced it (the adoption
+ * checks each record itself: worker/adopt.c). Called every second (the heartbeat).
+ * Returns whether it swept
  * (the list changed): the caller sweeps what is not in w->allocs too. */
 bool wk_revoke_sweep(struct worker *w);
 

@@ -28,6 +28,7 @@ struct offer {
 	uint32_t keep1;		/* 1 + idx the callback keeps for later (its port still
 				 * bound); 0: none */
 	bool take_tcp;		/* a TURN-TCP record's connection was handed over */
+	uint32_t revoked1;	/* 1 + idx whose user is revoked; 0: none */
 };
 
 static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
@@ -41,6 +42,8 @@ static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 		return -ENOENT;	/* no connection came with it (worker/park.c) */
 	if (o->keep1 == idx + 1)
 		return -EBUSY;
+	if (o->revoked1 == idx + 1)
+		return -EKEYREVOKED;
 	return idx == o->refuse ? -EADDRINUSE : 0;
 }
 
@@ -350,6 +353,51 @@ static void test_kept_for_later(void **state)
 	shm_destroy(shm);
 }
 
+/* A record the callback finds revoked (-EKEYREVOKED: worker/adopt.c checks the revocation
+ * list before adopting) ends as the revocation sweep ends an allocation: released,
+ * ALLOCS_ENDED, not ALLOCS_DROPPED, its relay port back to the pool. */
+static void test_revoked_ends(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct shm_alloc *rec;
+	struct wk_adopt_stats st;
+	struct shm_addr ip = { .addr = { 127, 0, 0, 1 }, .family = 2 };
+	struct offer o;
+	uint32_t revoked, live, tag;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-revoked", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	tag = shm_ppool_tag(&ip);
+	revoked = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	live = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(shm_alloc_get(shm, 0, revoked, &rec), 0);
+	assert_int_equal(shm_ppool_take(shm, tag, 50003, revoked, NOW_NS), 0);
+	shm_alloc_begin_write(rec);
+	rec->relay = ip;
+	rec->relay.port = 50003;
+	shm_alloc_end_write(rec);
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	o.revoked1 = revoked + 1;
+	assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+	assert_int_equal(o.n, 2);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.revoked, 1);
+	assert_int_equal(st.failed, 0);
+	assert_true(is_free(shm, revoked));
+	assert_int_equal(shm_alloc_get(shm, 0, live, NULL), 0);
+	assert_true(shm_ppool_unbooked(shm, tag, 50003));
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 1);
+	assert_int_equal(lctr_active(shm, 0), 1);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), 0);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ADOPTED), 1);
+	shm_destroy(shm);
+}
+
 static const char *end_one_cb(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
 			      const void *arg)
 {
@@ -414,6 +462,7 @@ int main(void)
 		cmocka_unit_test(test_drop_gives_ports_back),
 		cmocka_unit_test(test_kept_for_later),
 		cmocka_unit_test(test_wait_end_and_abandon),
+		cmocka_unit_test(test_revoked_ends),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,14 +27,17 @@
 #include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_revoke.h"
 #include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
 #include "worker/table.h"
+#include "worker/turn.h"
 #include "worker/wk.h"
 
 #define S_NS 1000000000ull
 #define PEER_OLD 0x0a000001u	/* 10.0.0.1: permission and channel 0x4000 expired */
 #define PEER_NEW 0x0a000002u	/* 10.0.0.2: permission and channel 0x4001 live */
+#define USER "alice"
 
 struct fix {
 	struct shm *shm;
@@ -60,6 +63,8 @@ static uint32_t mk_rec(struct fix *f, uint16_t port, uint64_t expires_ns)
 	uint32_t idx;
 
 	worker_fix_rec(f->shm, &f->l, 40000, port, expires_ns, &idx, &rec);
+	memcpy(rec->username, USER, strlen(USER));
+	rec->user_len = (uint16_t)strlen(USER);
 	/* in slots 5 and 9 / 7 and 11: the scan must not stop at an empty slot */
 	rec->perms[5].family = AF_INET;
 	memcpy(rec->perms[5].addr, &old.sin_addr, 4);
@@ -77,7 +82,10 @@ static uint32_t mk_rec(struct fix *f, uint16_t port, uint64_t expires_ns)
 	return idx;
 }
 
-static struct fix *fix_new(uint64_t expires_ns)
+/* fix_new's record before its adoption; revoked: its user was revoked before the
+ * worker's first revocation sweep, which ran before the adoption (a worker started with
+ * no listeners, adopting when they come). */
+static struct fix *fix_new_revoked(uint64_t expires_ns, bool revoked)
 {
 	struct fix *f = calloc(1, sizeof(*f));
 	uint16_t port;
@@ -96,8 +104,19 @@ static struct fix *fix_new(uint64_t expires_ns)
 	f->h.relay_chan = true;
 	f->h.relay_rx = f->chan[0];
 	f->t0_ms = mono_ms();
+	if (revoked) {
+		assert_int_equal(shm_revoke_add(f->shm, SHM_REVOKE_USER, USER, strlen(USER),
+						wk_unix_now(), 0),
+				 0);
+		assert_true(wk_revoke_sweep(f->w));	/* nothing to end yet */
+	}
 	wk_adopt_run(f->w);
 	return f;
+}
+
+static struct fix *fix_new(uint64_t expires_ns)
+{
+	return fix_new_revoked(expires_ns, false);
 }
 
 /* fix_new with its record adopted */
@@ -308,6 +327,26 @@ static void test_refresh_arms_exact(void **state)
 	fix_free(f);
 }
 
+/* A record whose user was revoked before its adoption is not adopted, even when the
+ * worker's revocation sweep ran before: it ends as the sweep ends an allocation (end
+ * reason revoked, ALLOCS_ENDED, not ALLOCS_DROPPED), its relay socket closed. */
+static void test_revoked_not_adopted(void **state)
+{
+	struct fix *f = fix_new_revoked(mono_ns() + 600 * S_NS, true);
+
+	(void)state;
+	assert_false(wk_revoke_sweep(f->w));	/* the list did not change since */
+	assert_null(f->w->by_idx[f->idx]);
+	assert_int_equal(f->w->n_allocs, 0);
+	assert_int_equal(shm_alloc_get(f->shm, 0, f->idx, NULL), -EPERM);	/* released */
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_ADOPTED), 0);
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_DROPPED), 0);
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
+	assert_int_equal(worker_fix_ctr(f->shm, 0, SHM_CTR_ALLOCS_ACTIVE), 0);
+	assert_int_equal(f->w->n_adopt_wait, 0);
+	fix_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -316,6 +355,7 @@ int main(void)
 		cmocka_unit_test(test_bound_sweeps_expired),
 		cmocka_unit_test(test_lifetime_before_bound),
 		cmocka_unit_test(test_refresh_arms_exact),
+		cmocka_unit_test(test_revoked_not_adopted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
