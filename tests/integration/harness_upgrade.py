@@ -15,9 +15,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Client, Daemon, Failure, check, config,  # noqa: E402
-                           free_port, listener_port_ok, peer_socket, stop_master,
-                           wait_for)
+from harness_admin import (TURNGATECTL, TURNGATED, Client, Daemon, Failure,  # noqa: E402
+                           check, config, free_port, listener_port_ok, peer_socket,
+                           stop_master, wait_for)
 
 SAMPLE = 5
 
@@ -426,6 +426,36 @@ def relay_inodes(relay):
             if relay[0] <= port <= relay[1] and inode != 0:
                 out.setdefault(port, []).append(inode)
     return out
+
+
+def socket_holders(inodes):
+    """{inode: [(pid, comm, exe), ...]} of the processes holding the sockets inodes."""
+    out = {i: [] for i in inodes}
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            fds = os.listdir("/proc/%s/fd" % pid)
+            with open("/proc/%s/comm" % pid) as f:
+                comm = f.read().strip()
+            exe = os.path.realpath("/proc/%s/exe" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:[") and int(link[8:-1]) in out:
+                out[int(link[8:-1])].append((int(pid), comm, exe))
+    return out
+
+
+def daemon_relay_sockets(relay):
+    """{inode: [(pid, comm, exe), ...]} of the UDP sockets bound to a port of relay that a
+    turngated process of this build holds (another program's socket there is not the
+    daemon's: a client bound to port 0 may land in a window inside the port-0 range)."""
+    exe = os.path.realpath(TURNGATED)
+    held = socket_holders({i for inodes in relay_inodes(relay).values() for i in inodes})
+    return {i: who for i, who in held.items() if any(w[2] == exe for w in who)}
 
 
 def check_same_sockets(before, ports, what, relay):

@@ -22,8 +22,10 @@ does not reap the new master (the test traces it, so the old master never sees i
 the old master must still exit, at its stop deadline, saying so, and the next start takes
 the new master's copy of the table.
 
-Relay ports 45560-45599 (no other test's). Loopback only, every wait bounded. Needs ptrace
-on the daemon's master (root, or ptrace_scope 0): skipped with the reason otherwise.
+Relay ports 28700-28739 (no other test's), below the port-0 range: the wait for the relay
+ports to be free reads the sockets there, and waits only for the daemon's own. Loopback
+only, every wait bounded. Needs ptrace on the daemon's master (root, or ptrace_scope 0):
+skipped with the reason otherwise.
 """
 import os
 import signal
@@ -31,12 +33,12 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, alive, check, config,  # noqa: E402
+from harness_admin import (Daemon, Failure, alive, check, config,  # noqa: E402
                            free_port, peer_socket, run_tests, wait_for)
-from harness_upgrade import (check_relaying, held_upgrade, relay_inodes,  # noqa: E402
-                             run_until, setup)
+from harness_upgrade import (check_relaying, daemon_relay_sockets,  # noqa: E402
+                             held_upgrade, run_until, setup)
 
-RELAY = (45560, 45599)
+RELAY = (28700, 28739)  # below the port-0 range: the wait below reads every socket there
 WORKERS = 1
 N = 20
 
@@ -87,13 +89,18 @@ def stop_and_restart(d, sig, reap, after):
         for c, _ in sample:
             c.perm("127.0.0.1", peer.getsockname()[1])
         check_relaying(sample, peer, "before")
+        check(daemon_relay_sockets(RELAY), "no relay socket of the daemon found before the stop")
         ino = os.stat(os.path.join(d, "sec.state")).st_ino
         stop_in_handover(d, daemon, sig, reap)
         log = daemon.stderr()
         check("%d allocations stay in" % N in log, "the stop's line:\n%s" % log[-4000:])
         after(d, log, ino)
         # The relay sockets handed over in the channels end with the last of them.
-        wait_for(lambda: not relay_inodes(RELAY), "the relay ports to be free")
+        try:
+            wait_for(lambda: not daemon_relay_sockets(RELAY), "the relay ports to be free")
+        except Failure:
+            raise Failure("the daemon's relay sockets still open: %r"
+                          % daemon_relay_sockets(RELAY))
         daemon.start()
         check(len(daemon.allocations()) == N, "allocations after the restart: %d of %d"
               % (len(daemon.allocations()), N))
