@@ -123,13 +123,13 @@ def free_port(addr="127.0.0.1", avoid=None, late=False):
     raise Failure("no free port")
 
 
-def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False):
+def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False, avoid=()):
     """A socket bound to ip, port 0, for a peer (a UDP echo, a TCP server), on no port
     free_port gave this process. A daemon's own listener and HTTP ports are refused as
     peers in every protocol (worker/self.c: ChannelBind and Connect 403, datagrams
     dropped), and the port of a TURN-TCP listener or an HTTP endpoint is free for UDP, that
     of a TURN-UDP or DTLS listener for TCP: a peer the kernel put there (about 1 in 28,000)
-    would be refused. reuse: SO_REUSEADDR before the bind."""
+    would be refused. reuse: SO_REUSEADDR before the bind. avoid: more ports not to take."""
     fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
     held = []
     try:
@@ -138,7 +138,7 @@ def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False):
             if reuse:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((ip, 0))
-            if s.getsockname()[1] not in _GIVEN:
+            if s.getsockname()[1] not in _GIVEN and s.getsockname()[1] not in avoid:
                 return s
             held.append(s)
         raise Failure("no peer port outside the ports free_port gave")
@@ -1101,19 +1101,9 @@ def dtls_udp_socket():
     """A UDP socket on 127.0.0.1 whose port no DtlsSocket of this process had: a closed
     DTLS client's allocation outlives its socket, and a new client on the same 5-tuple
     would get 437."""
-    held = []
-    try:
-        for _ in range(50):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("127.0.0.1", 0))
-            if s.getsockname()[1] not in _DTLS_PORTS:
-                _DTLS_PORTS.add(s.getsockname()[1])
-                return s
-            held.append(s)
-        raise Failure("no fresh UDP port for a DTLS client")
-    finally:
-        for h in held:
-            h.close()
+    s = peer_socket(avoid=_DTLS_PORTS)
+    _DTLS_PORTS.add(s.getsockname()[1])
+    return s
 
 
 class DtlsSocket:
