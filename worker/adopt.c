@@ -529,13 +529,14 @@ void wk_adopt_wait_due(struct worker *w)
 {
 	struct wk_adopt_stats st;
 	struct adopt_ctx c;
-	uint64_t now_ms = mono_ms();
 	uint32_t *list = w->adopt_wait;
 	size_t n = w->n_adopt_wait;
+	uint64_t now_ms;
 	unsigned step;
 
-	if (n == 0)
+	if (n == 0)	/* every loop iteration comes here: no clock read for an empty list */
 		return;
+	now_ms = mono_ms();
 	if (now_ms < w->adopt_wait_next_ms) {
 		if (!ev_is_active(&w->adopt_wait_w))
 			adopt_wait_wake_in(w, w->adopt_wait_next_ms - now_ms);
