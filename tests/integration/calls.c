@@ -85,6 +85,8 @@ int calls_setup(unsigned relay_min, unsigned relay_max)
 		return -1;
 	/* test_restart binds it again after each kill or stop: late, clear of port 0's range. */
 	g.pu = harness_free_port_late();
+	if (g.pu == 0)
+		return -1; /* the harness said why */
 	harness_addr("127.0.0.1", g.pu, &g.srv);
 	/* admin.state_dir unset: the state file goes next to the admin socket */
 	snprintf(g.state, sizeof(g.state), "%s/restart.state", g.h.dir);

@@ -91,15 +91,29 @@ int harness_scan_log(const char *path, char *why, size_t cap);
 /* Number of lines of h->log containing needle. */
 int harness_log_count(const struct harness *h, const char *needle);
 
-/* A port free for both UDP and TCP on 127.0.0.1 and ::1 right now (kernel-chosen). */
+/* Ports (harness_ports.c). Every port the two draws below return is reserved for the calling
+ * process until it exits, against every test process on the machine, the Python harness's
+ * (harness_admin.free_port) included: two tests running at once (make -j2 check) never draw
+ * the same port. Reservations live in /tmp/turngate-test-ports (TG_PORT_LOCK names another
+ * file) as open file description locks, one byte per port, which the kernel drops when the
+ * process ends however it ends: a crashed test leaves none behind. */
+
+/* Reserves port for this process: 0, -EBUSY when this process or another live one already
+ * holds it, or another negative errno when the file cannot be used (said on stderr). */
+int harness_port_reserve(uint16_t port);
+
+/* A port free for both UDP and TCP on every IPv4 and IPv6 address right now (kernel-chosen,
+ * 20000-49151), reserved. 0 when none is free (said on stderr). */
 uint16_t harness_free_port(void);
 
 /* As harness_free_port, for a listener port the daemon binds again or first later (a
  * restart, a reload that adds it): drawn from 31100 up to below the kernel's port-0
  * range (/proc/sys/net/ipv4/ip_local_port_range), where no socket bound to port 0 (a
  * client of this test or of the one beside it) can take it meanwhile; the Python
- * harness's free_port(late=True) draws from the same span. Falls back to
- * harness_free_port where that span is empty. 0 when none is free. */
+ * harness's free_port(late=True) draws from the same span, and TG_LATE_PORTS=LO-HI sets
+ * another for both. Every port of the span is tried once, from a random one on. Falls
+ * back to harness_free_port where that span is empty. 0 when none is free (said on
+ * stderr). */
 uint16_t harness_free_port_late(void);
 
 /* The generic view of a socket address (saves the cast at every call). */

@@ -10,8 +10,9 @@ connections, and namespaces (unshare). Every receive has a timeout and every loo
 nothing depends on timing beyond generous timeouts.
 """
 import base64
-import collections
 import ctypes
+import errno
+import fcntl
 import hashlib
 import hmac
 import json
@@ -79,7 +80,65 @@ def listener_port_ok(port, avoid=None):
     return port < 49152 and (avoid is None or not avoid[0] <= port <= avoid[1])
 
 
-_GIVEN = collections.deque(maxlen=4096)   # the ports free_port gave out lately
+PORT_LOCK = "/tmp/turngate-test-ports"  # the reservations' file; TG_PORT_LOCK names another
+_RESERVED = set()     # the ports this process holds a reservation on (free_port gave them)
+_LOCK = [None, 0]     # [fd, pid] of this process's open file description of PORT_LOCK
+
+
+class _Flock(ctypes.Structure):
+    _fields_ = [("l_type", ctypes.c_short), ("l_whence", ctypes.c_short),
+                ("l_start", ctypes.c_int64), ("l_len", ctypes.c_int64), ("l_pid", ctypes.c_int)]
+
+
+def _port_lock_fd():
+    """This process's descriptor of the reservations' file, opened once per process (a
+    forked child opens its own, so that its draws and its parent's exclude each other).
+    Opened without O_CREAT when it exists: with fs.protected_regular, O_CREAT on another
+    user's file in /tmp fails even for root."""
+    if _LOCK[0] is not None and _LOCK[1] == os.getpid():
+        return _LOCK[0]
+    if _LOCK[0] is not None:
+        os.close(_LOCK[0])      # the parent's description: its locks stay the parent's
+        _LOCK[0] = None
+    path = os.environ.get("TG_PORT_LOCK", PORT_LOCK)
+    for _ in range(3):      # bounded: lost a create race at most twice
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                os.fchmod(fd, 0o666)    # whatever the umask: every user's tests share it
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise Failure("cannot create the port reservations' file %s: %s (TG_PORT_LOCK "
+                              "names another)" % (path, e.strerror))
+        except OSError as e:
+            raise Failure("cannot open the port reservations' file %s: %s (TG_PORT_LOCK "
+                          "names another)" % (path, e.strerror))
+        _LOCK[:] = [fd, os.getpid()]
+        return fd
+    raise Failure("cannot open the port reservations' file %s" % path)
+
+
+def reserve_port(port):
+    """True when this process now holds port's reservation, False when it or another live
+    process already does. A reservation is an open file description lock (F_OFD_SETLK) on
+    byte `port` of PORT_LOCK, shared with the C harness (harness_port_reserve): it lasts
+    until the process exits, and the kernel drops it then however the process ended, so a
+    crashed test never leaves one behind. It keeps two tests running at once (make -j2
+    check) from drawing the same port before either binds it, or while a daemon is down."""
+    if port in _RESERVED:
+        return False
+    lk = _Flock(fcntl.F_WRLCK, os.SEEK_SET, port, 1, 0)
+    try:
+        fcntl.fcntl(_port_lock_fd(), fcntl.F_OFD_SETLK, bytes(lk))
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise Failure("cannot reserve port %d: %s" % (port, e.strerror))
+    _RESERVED.add(port)
+    return True
 
 
 def late_port_range():
@@ -87,7 +146,13 @@ def late_port_range():
     the kernel's port-0 range, so that no client socket of this or a parallel test can take
     it meanwhile, and above the tests' fixed ports (test_scale's relay window ends at 24383,
     relay_range()'s at 29999, test_scale_respawn's listeners at 31003). None where that
-    leaves no range."""
+    leaves no range. TG_LATE_PORTS=LO-HI sets another (test_port_reserve's tiny ones)."""
+    env = os.environ.get("TG_LATE_PORTS")
+    if env:
+        m = re.fullmatch(r"(\d+)-(\d+)", env)
+        check(m and 1 <= int(m.group(1)) <= int(m.group(2)) <= 65535,
+              "TG_LATE_PORTS=%s: not LO-HI" % env)
+        return int(m.group(1)), int(m.group(2))
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
@@ -98,29 +163,36 @@ def late_port_range():
 
 def free_port(addr="127.0.0.1", avoid=None, late=False):
     """A port free for both UDP and TCP on addr (TURN-UDP and TURN-TCP may share it) that
-    may be a listener's (listener_port_ok), and not one this process was given lately: the
-    kernel draws port 0's port at random, so two draws for one config (nothing bound to
-    either yet) can give the same port (about 1 in 1,600 for five listeners). late: from
-    late_port_range() (where there is one), for a port the daemon binds only later."""
+    may be a listener's (listener_port_ok), reserved for this process (reserve_port) until
+    it exits: no other draw of this process or of a test running beside it gives it again
+    (the kernel draws port 0's port at random, so two draws for one config, nothing bound
+    to either yet, could give the same port, about 1 in 1,600 for five listeners). late:
+    from late_port_range() (where there is one), for a port the daemon binds only later:
+    every port of the range is tried once, from a random one on."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
     span = late_port_range() if late else None
-    for _ in range(200):
+    n = span[1] - span[0] + 1 if span else 0
+    start = random.randrange(n) if span else 0
+    tries = min(n, 4096) if span else 200
+    for i in range(tries):
         u = socket.socket(fam, socket.SOCK_DGRAM)
         t = socket.socket(fam, socket.SOCK_STREAM)
         try:
-            u.bind((addr, random.randint(*span) if span else 0))
+            u.bind((addr, span[0] + (start + i) % n if span else 0))
             port = u.getsockname()[1]
-            if not listener_port_ok(port, avoid) or port in _GIVEN:
+            if not listener_port_ok(port, avoid) or port in _RESERVED:
                 continue
             t.bind((addr, port))
-            _GIVEN.append(port)
-            return port
+            if reserve_port(port):
+                return port
         except OSError:
             continue
         finally:
             t.close()
             u.close()
-    raise Failure("no free port")
+    raise Failure("no free port%s: %d tried, each bound or reserved by this test or another "
+                  "running one (%s)" % (" in %d-%d" % span if span else "", tries,
+                                        os.environ.get("TG_PORT_LOCK", PORT_LOCK)))
 
 
 def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False, avoid=()):
@@ -138,7 +210,7 @@ def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False, avoid=()):
             if reuse:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((ip, 0))
-            if s.getsockname()[1] not in _GIVEN and s.getsockname()[1] not in avoid:
+            if s.getsockname()[1] not in _RESERVED and s.getsockname()[1] not in avoid:
                 return s
             held.append(s)
         raise Failure("no peer port outside the ports free_port gave")

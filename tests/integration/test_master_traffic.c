@@ -113,6 +113,8 @@ static int setup(void **state)
 	 * port-0 range could be taken by any socket bound to port 0 in between. */
 	g.p1 = harness_free_port_late();
 	g.p2 = harness_free_port_late();
+	if (g.p1 == 0 || g.p2 == 0)
+		return -1; /* the harness said why */
 	harness_addr("127.0.0.1", g.p1, &g.srv);
 	harness_addr("127.0.0.1", g.p2, &g.srv2);
 	write_conf(0, 0);
