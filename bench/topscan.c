@@ -1,7 +1,8 @@
 /* bench/topscan: what the master's table-wide observability costs (issue 42): a table of
  * CAP records with N LIVE ones, spread over the workers' partitions as the daemon's claims
  * put them, then the ranked `top` (admin_top_rank, and the whole admin command with 20
- * rows), `status` and a /metrics render, each timed REPS times in-process.
+ * rows), `status` and a /metrics render, each timed REPS times in-process; and the walk
+ * alone (what the ranking reads of each record, nothing kept), the floor under it.
  *
  * Usage: bench/topscan N CAP WORKERS [REPS] [USERS] [EVICT_MIB]
  *   e.g. bench/topscan 250000 250000 17 (the scale benchmark's 250,000: 4 relay addresses
@@ -112,6 +113,26 @@ static uint64_t time_rank(struct master *m, unsigned *live)
 	return t1 - t0;
 }
 
+/* The floor under the ranking: the walk alone, each LIVE record's state, generation and
+ * counters read as admin_top_rank reads them, nothing kept. */
+static uint64_t time_walk(struct master *m, uint64_t *gens, uint32_t cap, unsigned *live)
+{
+	struct shm_alloc_stat s;
+	uint64_t t0 = mono_ns(), t1, sum = 0;
+
+	*live = 0;
+	for (uint32_t idx = 0; idx < cap; idx++) {
+		shm_alloc_prefetch_ahead(m->shm, idx);
+		if (shm_alloc_read_stat(m->shm, idx, gens[idx], &s) < 0)
+			continue;
+		gens[idx] = s.gen;
+		sum += s.ctr[SHM_ACTR_BYTES_TO_PEER];
+		(*live)++;
+	}
+	t1 = mono_ns();
+	return sum != 0 ? t1 - t0 : t1 - t0 + 1;
+}
+
 static uint64_t time_cmd(struct master *m, const char *line)
 {
 	uint64_t t0 = mono_ns(), t1;
@@ -148,12 +169,13 @@ static uint64_t time_metrics(struct master *m)
 int main(int argc, char **argv)
 {
 	static struct master m;
-	static uint64_t t_rank[TOPSCAN_MAX_REPS], t_top[TOPSCAN_MAX_REPS],
+	static uint64_t t_rank[TOPSCAN_MAX_REPS], t_top[TOPSCAN_MAX_REPS], t_walk[TOPSCAN_MAX_REPS],
 		t_status[TOPSCAN_MAX_REPS], t_metrics[TOPSCAN_MAX_REPS];
 	struct shm_config sc = { .snap_count = 4, .snap_size = 1u << 20 };
-	unsigned n, workers, reps = 21, users = 500, live = 0;
+	unsigned n, workers, reps = 21, users = 500, live = 0, walked = 0;
 	size_t ev_len = (size_t)512 << 20;
 	uint8_t *evict = NULL;
+	uint64_t *gens;
 	struct mworker *w;
 
 	if (argc < 4) {
@@ -177,7 +199,8 @@ int main(int argc, char **argv)
 	}
 	sc.n_slots = workers;
 	w = calloc(workers, sizeof(*w));
-	if (w == NULL || (ev_len > 0 && (evict = calloc(1, ev_len)) == NULL))
+	gens = calloc(sc.alloc_cap ? sc.alloc_cap : 1, sizeof(*gens));
+	if (w == NULL || gens == NULL || (ev_len > 0 && (evict = calloc(1, ev_len)) == NULL))
 		return 1;
 	m.magic = MASTER_MAGIC;
 	m.loop = ev_default_loop(0);
@@ -201,6 +224,8 @@ int main(int argc, char **argv)
 		t_top[i] = time_cmd(&m, "{\"cmd\":\"top\",\"rows\":20}");
 		t_status[i] = time_cmd(&m, "{\"cmd\":\"status\"}");
 		t_metrics[i] = time_metrics(&m);
+		between(m.shm, sc.alloc_cap, i, evict, ev_len);
+		t_walk[i] = time_walk(&m, gens, sc.alloc_cap, &walked);
 	}
 	printf("topscan: %u live of %u records, %u workers, %u users, evict %zu MiB; live seen %u\n",
 	       n, sc.alloc_cap, workers, users, ev_len >> 20, live);
@@ -208,11 +233,13 @@ int main(int argc, char **argv)
 	report("top rows 20 (command)", t_top, reps);
 	report("status (command)", t_status, reps);
 	report("metrics render", t_metrics, reps);
+	report("walk alone (floor)", t_walk, reps);
 	admin_top_free(m.top);
 	shm_destroy(m.shm);
 	conf_free(m.cfg);
 	snap_blob_free(m.snap_blob, m.snap_len);
 	free(evict);
+	free(gens);
 	free(w);
-	return live == n ? 0 : 1;
+	return live == n && walked == n ? 0 : 1;
 }
