@@ -127,9 +127,6 @@ int shm_bw_alloc_stat(const struct shm *shm, uint32_t idx, struct shm_bw_stat *o
 	shm_check_handle(shm);
 	if (idx >= shm->cfg.alloc_cap)
 		return -EINVAL;
-	/* Once: finding the region's records takes two loops over the table's size
-	 * (shm_quota_entries), which a walk of every record (the ranked top) paid ten times
-	 * a record. */
 	b = &shm_bw_recs(shm)[idx];
 	for (unsigned d = 0; d < SHM_BW_DIRS; d++) {
 		uint32_t v = CMM_LOAD_SHARED(b->last[d]);
