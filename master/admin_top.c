@@ -14,7 +14,9 @@
  * from zero. */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,15 +41,27 @@ struct top_user {
 	struct admin_top_pick p;
 };
 
-/* The users of one sample, by key (open addressing). Kept from one sample to the next,
- * empty between them, and sized by the users seen, not by the table: sized by the table
- * (2 slots a live record), its 37 MB at 250,000 allocations were a cache miss per record
- * and a walk of every slot, about half of the ranking's time (bench/topscan). */
+/* master/admin.h and docs/operations.md give the kept users table's size from it. */
+static_assert(sizeof(struct top_user) == 72, "a users slot is 72 bytes");
+
+/* The users of one sample, by key (open addressing). Sized by the users seen, not by
+ * the table: sized by the table (2 slots a live record), its 37 MB at 250,000 allocations
+ * were a cache miss per record and a walk of every slot, about half of the ranking's time
+ * (bench/topscan). Empty between samples, and kept from one to the next only while it has
+ * at most TOP_USERS_KEEP slots (see top_users_drain). */
 struct top_users {
 	struct top_user *slot;
 	size_t mask;                   /* slots - 1, a power of two minus one; 0: none yet */
 	unsigned n;
+	bool nomem;                    /* a grow failed in this sample: no more tries */
+	size_t first;                  /* slots of the first grow when there are none:
+					* what the previous sample's users needed */
 };
+
+#define TOP_USERS_MIN 64u
+/* The most slots kept between samples: 65,536 of 72 bytes, 4.7 MB (admin.h). A sample
+ * with more than 32,768 users grows a larger table and gives it back at its end. */
+#define TOP_USERS_KEEP 65536u
 
 struct admin_top {
 	struct top_base *base;
@@ -118,6 +132,7 @@ static int top_prepare(struct master *m, struct admin_top **tp)
 		return -ENOMEM;
 	}
 	t->cap = cap;
+	t->users.first = TOP_USERS_MIN;
 	m->top = *tp = t;
 	return 0;
 }
@@ -155,8 +170,6 @@ static void top_measure(struct master *m, struct top_base *b, uint32_t idx,
 	*b = now;
 }
 
-#define TOP_USERS_MIN 64u
-
 static struct top_user *top_users_find(struct top_user *slot, size_t mask, uint64_t key)
 {
 	size_t i = key & mask;
@@ -166,11 +179,11 @@ static struct top_user *top_users_find(struct top_user *slot, size_t mask, uint6
 	return &slot[i];
 }
 
-/* Twice the slots (the first time TOP_USERS_MIN), every user moved over. 0 or -ENOMEM
- * (the table is unchanged). */
+/* Twice the slots (from none: u->first), every user moved over. 0 or -ENOMEM (the table
+ * is unchanged). */
 static int top_users_grow(struct top_users *u)
 {
-	size_t mask = u->mask != 0 ? u->mask * 2 + 1 : TOP_USERS_MIN - 1;
+	size_t mask = u->mask != 0 ? u->mask * 2 + 1 : u->first - 1;
 	struct top_user *slot = calloc(mask + 1, sizeof(*slot));
 
 	if (slot == NULL)
@@ -185,14 +198,18 @@ static int top_users_grow(struct top_users *u)
 }
 
 /* Adds an allocation's pick to its user's sum; a new user in a table half full grows it
- * first. 0, or -ENOMEM when it could not grow (the pick is then not counted). */
+ * first. 0, or -ENOMEM when it could not grow (the pick is then not counted). After one
+ * failed grow the sample's other new users are not counted either, without a try: the
+ * sample fails anyway, and each try would be an allocation that is likely to fail. */
 static int top_users_add(struct top_users *u, uint64_t key, const struct admin_top_pick *p)
 {
 	struct top_user *e = u->mask != 0 ? top_users_find(u->slot, u->mask, key) : NULL;
 
 	if (e == NULL || (e->key == 0 && (size_t)(u->n + 1) * 2 > u->mask + 1)) {
-		if (top_users_grow(u) < 0)
+		if (u->nomem || top_users_grow(u) < 0) {
+			u->nomem = true;
 			return -ENOMEM;
+		}
 		e = top_users_find(u->slot, u->mask, key);
 	}
 	if (e->key == 0) {
@@ -211,8 +228,12 @@ static int top_users_add(struct top_users *u, uint64_t key, const struct admin_t
 	return 0;
 }
 
-/* Offers every user to the ranking and empties the table for the next sample; a table
- * sixteen times larger than this sample needed is given back. */
+/* Offers every user to the ranking and empties the table for the next sample. The
+ * table is freed when it has more than TOP_USERS_KEEP slots, or more than TOP_USERS_MIN
+ * slots and more than 16 slots for each user of this sample; otherwise it is kept. A
+ * freed table's successor starts at the size this sample's users needed (at least
+ * TOP_USERS_MIN): one allocation instead of a chain of doublings, each rehashing every
+ * user (at 250,000 users 75 MB allocated and 262,000 users moved per sample). */
 static void top_users_drain(struct top_users *u, struct admin_top_result *out, size_t rows)
 {
 	for (size_t i = 0; u->mask != 0 && i <= u->mask; i++) {
@@ -221,12 +242,16 @@ static void top_users_drain(struct top_users *u, struct admin_top_result *out, s
 		top_offer(out->users, &out->n_users, rows, &u->slot[i].p);
 		memset(&u->slot[i], 0, sizeof(u->slot[i]));
 	}
-	if (u->mask + 1 > TOP_USERS_MIN && (size_t)u->n * 16 < u->mask + 1) {
+	if (u->mask + 1 > TOP_USERS_KEEP ||
+	    (u->mask + 1 > TOP_USERS_MIN && (size_t)u->n * 16 < u->mask + 1)) {
 		free(u->slot);
 		u->slot = NULL;
 		u->mask = 0;
 	}
+	for (u->first = TOP_USERS_MIN; u->first < (size_t)u->n * 2; u->first *= 2)
+		;
 	u->n = 0;
+	u->nomem = false;
 }
 
 int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out)

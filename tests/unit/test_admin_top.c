@@ -1,8 +1,9 @@
 /* Unit tests for the master's ranking behind `turngatectl top` (master/admin_top.c) on a
  * real segment without workers: what a sample counts per allocation and per user (a
  * user's throttling included), across the users table's growth, its emptying between
- * samples, a record ended and claimed again, and what the table walk and its prefetch
- * hint read at the table's end. */
+ * samples, a failed growth, a record ended and claimed again, and what the table walk
+ * and its prefetch hint read at the table's end. calloc is wrapped (-Wl,--wrap=calloc)
+ * so that a test can make the users table's growth fail. */
 #include "config.h"
 
 #include <setjmp.h>
@@ -25,6 +26,23 @@
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_relay.h"
+
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+
+/* A calloc of n elements with calloc_fail_min <= n < calloc_fail_below fails (none by
+ * default), counted in calloc_failed. */
+static size_t calloc_fail_min, calloc_fail_below;
+static unsigned calloc_failed;
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	if (n >= calloc_fail_min && n < calloc_fail_below) {
+		calloc_failed++;
+		return NULL;
+	}
+	return __real_calloc(n, size);
+}
 
 #define CAP 1024u
 #define N_RECS 300u
@@ -214,6 +232,29 @@ static void test_rank_users_emptied_between_samples(void **state)
 	admin_top_result_free(&r);
 }
 
+/* A sample whose users table cannot grow fails, tries to grow it once, not once for each
+ * user it could not count, and still replaces every baseline; the next sample grows it. */
+static void test_rank_users_grow_fails_once(void **state)
+{
+	struct top_fix *f = *state;
+	struct admin_top_result r;
+
+	/* the table's first grow (64 to 128 slots, at the 33rd user) fails, the baseline's
+	 * calloc (CAP records) and the rows' do not */
+	calloc_fail_min = 128;
+	calloc_fail_below = CAP;
+	calloc_failed = 0;
+	relay_some(f, N_RECS, 1);
+	assert_int_equal(admin_top_rank(&f->m, 5, &r), -ENOMEM);
+	calloc_fail_min = calloc_fail_below = 0;
+	assert_int_equal(calloc_failed, 1);
+	relay_some(f, N_RECS, 2);
+	assert_int_equal(admin_top_rank(&f->m, 5, &r), 0);
+	assert_int_equal(r.n_users_seen, N_USERS);
+	assert_int_equal(total_bytes(&r.allocs[0]), (uint64_t)N_RECS * 2000);
+	admin_top_result_free(&r);
+}
+
 /* A record ended and claimed again (a new generation) counts from zero, not from the old
  * allocation's baseline. */
 static void test_rank_new_generation_counts_from_zero(void **state)
@@ -281,6 +322,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_rank_new_generation_counts_from_zero, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_rank_users_grow_fails_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_walk_reads_nothing_past_the_end, setup,
 						teardown),
 	};
