@@ -93,8 +93,8 @@ struct admin_top_result {
  * Kept between calls in m->top (freed with admin_top_free): the baseline, 64 bytes per
  * record of the table, allocated at the first call; and the users table, 72 bytes a
  * slot, at least two slots a user of the sample (a power of two), kept only up to
- * 65,536 slots (4.7 MB): a sample with more than 32,768 users allocates a larger one
- * (37.7 MB at 250,000 users) and frees it before returning. Returns 0 or -ENOMEM; free
+ * 524,288 slots (37.7 MB at 250,000 users): a sample with more than 262,144 users
+ * allocates a larger one and frees it before returning. Returns 0 or -ENOMEM; free
  * out with admin_top_result_free. Master only. */
 int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out);
 void admin_top_result_free(struct admin_top_result *r);

@@ -59,9 +59,10 @@ struct top_users {
 };
 
 #define TOP_USERS_MIN 64u
-/* The most slots kept between samples: 65,536 of 72 bytes, 4.7 MB (admin.h). A sample
- * with more than 32,768 users grows a larger table and gives it back at its end. */
-#define TOP_USERS_KEEP 65536u
+/* The most slots kept between samples: 524,288 of 72 bytes, 37.7 MB (admin.h), enough
+ * for the 262,140 users of the default table's largest capacity. A sample with more than
+ * 262,144 users grows a larger table and gives it back at its end. */
+#define TOP_USERS_KEEP 524288u
 
 struct admin_top {
 	struct top_base *base;
