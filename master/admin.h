@@ -89,10 +89,13 @@ struct admin_top_result {
 };
 
 /* Ranks every live allocation and user by bytes (then packets) relayed since the
- * previous call, keeping `rows` of each, and makes this sample the baseline of the next
- * (one baseline per master, 64 bytes per record of the table, allocated at the first
- * call, freed with admin_top_free). Returns 0 or -ENOMEM; free out with
- * admin_top_result_free. Master only. */
+ * previous call, keeping `rows` of each, and makes this sample the baseline of the next.
+ * Kept between calls in m->top (freed with admin_top_free): the baseline, 64 bytes per
+ * record of the table, allocated at the first call; and the users table, 72 bytes a
+ * slot, at least two slots a user of the sample (a power of two), kept only up to
+ * 524,288 slots (37.7 MB at 250,000 users): a sample with more than 262,144 users
+ * allocates a larger one and frees it before returning. Returns 0 or -ENOMEM; free
+ * out with admin_top_result_free. Master only. */
 int admin_top_rank(struct master *m, size_t rows, struct admin_top_result *out);
 void admin_top_result_free(struct admin_top_result *r);
 void admin_top_free(struct admin_top *t);

@@ -261,6 +261,23 @@ int shm_alloc_read_stat(const struct shm *shm, uint32_t idx, uint64_t known_gen,
 	return -EAGAIN;
 }
 
+void shm_alloc_prefetch_ahead(const struct shm *shm, uint32_t idx)
+{
+	uint64_t near = (uint64_t)idx + SHM_ALLOC_AHEAD, far = near + SHM_ALLOC_AHEAD;
+	const struct shm_alloc *r;
+
+	shm_check_handle(shm);
+	if (far < shm->cfg.alloc_cap)
+		__builtin_prefetch(shm_alloc_at(shm, (uint32_t)far), 0, 3);
+	if (near >= shm->cfg.alloc_cap)
+		return;
+	/* Its state line was asked for SHM_ALLOC_AHEAD records ago: a FREE record's
+	 * counters are not worth a line. */
+	r = shm_alloc_at(shm, (uint32_t)near);
+	if (SHM_ALLOC_WORD_STATE(CMM_LOAD_SHARED(r->state)) == SHM_ALLOC_LIVE)
+		__builtin_prefetch(&r->ctr[0], 0, 3);
+}
+
 int shm_alloc_is_torn(const struct shm *shm, uint32_t idx, bool *torn, unsigned *owner)
 {
 	const struct shm_alloc *r;

@@ -122,16 +122,19 @@ void shm_bw_alloc_tcp_conns(struct shm *shm, uint32_t idx, uint32_t n)
 
 int shm_bw_alloc_stat(const struct shm *shm, uint32_t idx, struct shm_bw_stat *out)
 {
+	const struct shm_bw_rec *b;
+
 	shm_check_handle(shm);
 	if (idx >= shm->cfg.alloc_cap)
 		return -EINVAL;
+	b = &shm_bw_recs(shm)[idx];
 	for (unsigned d = 0; d < SHM_BW_DIRS; d++) {
-		uint32_t v = CMM_LOAD_SHARED(shm_bw_recs(shm)[idx].last[d]);
+		uint32_t v = CMM_LOAD_SHARED(b->last[d]);
 
-		out->drops[d] = CMM_LOAD_SHARED(shm_bw_recs(shm)[idx].drops[d]);
+		out->drops[d] = CMM_LOAD_SHARED(b->drops[d]);
 		out->last[d] = v <= SHM_BW_LISTENER ? (enum shm_bw_verdict)v : SHM_BW_PASS;
 	}
-	out->tcp_conns = CMM_LOAD_SHARED(shm_bw_recs(shm)[idx].tcp_conns);
+	out->tcp_conns = CMM_LOAD_SHARED(b->tcp_conns);
 	return 0;
 }
 

@@ -66,14 +66,14 @@ int shm_quota_validate(const struct shm_quota_hdr *q, uint32_t alloc_cap)
 /* Entry i of key's window (the handle's entry count, never the segment's). */
 static uint64_t *quota_ent(const struct shm *shm, uint64_t key, unsigned i)
 {
-	uint64_t n = shm_quota_entries(shm->cfg.alloc_cap);
+	uint64_t n = shm->quota_entries;
 
 	return &shm_quota_hdr(shm)->entries[(key + i) & (n - 1)];
 }
 
 static unsigned quota_window(const struct shm *shm)
 {
-	uint64_t n = shm_quota_entries(shm->cfg.alloc_cap);
+	uint64_t n = shm->quota_entries;
 
 	return n < SHM_QUOTA_WINDOW ? (unsigned)n : SHM_QUOTA_WINDOW;
 }

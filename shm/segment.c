@@ -476,6 +476,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->alloc_stride = g->alloc_stride;
 	shm->off_trust = g->off_trust;
 	shm->off_quota = g->off_quota;
+	shm->quota_entries = shm_quota_entries(cfg->alloc_cap);
 	shm->off_relay = g->off_relay;
 	shm->off_revoke = g->off_revoke;
 	shm->off_records = g->off_records;

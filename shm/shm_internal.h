@@ -279,6 +279,9 @@ struct shm {
 	uint64_t off_allocs, alloc_stride;
 	uint64_t off_trust;
 	uint64_t off_quota;
+	uint64_t quota_entries;              /* shm_quota_entries(cfg.alloc_cap), once: the
+					      * bandwidth words' place depends on it and every
+					      * datagram and table walk finds them */
 	uint64_t off_relay;
 	uint64_t off_revoke;
 	uint64_t off_records;
@@ -358,13 +361,13 @@ static inline struct shm_quota_hdr *shm_quota_hdr(const struct shm *shm)
 /* Bandwidth words after the count entries (layout at struct shm_quota_hdr). */
 static inline uint64_t *shm_bw_key_words(const struct shm *shm)
 {
-	return shm_quota_hdr(shm)->entries + shm_quota_entries(shm->cfg.alloc_cap);
+	return shm_quota_hdr(shm)->entries + shm->quota_entries;
 }
 
 static inline struct shm_bw_rec *shm_bw_recs(const struct shm *shm)
 {
 	return (struct shm_bw_rec *)(shm_bw_key_words(shm) +
-				     shm_quota_entries(shm->cfg.alloc_cap) * SHM_BW_DIRS);
+				     shm->quota_entries * SHM_BW_DIRS);
 }
 
 static inline struct shm_relay_hdr *shm_relay_hdr(const struct shm *shm)
