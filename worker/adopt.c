@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "worker/lifecycle.h"
+#include "worker/relay.h"
 #include "worker/transport.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
@@ -26,6 +27,7 @@
 
 #include "common/log.h"
 #include "worker/sockbuf.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_ppool.h"
 #include "shm/shm_records.h"
 
@@ -58,16 +60,27 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 /* Releases record idx of the dead predecessor. A LIVE record is still counted as active
  * and in the quota counts (the predecessor uncounts only after shm_alloc_retire made it
  * DYING, and counts only after publishing it LIVE, or for the quota counts just before),
- * so it is uncounted here as its owner would have done. */
+ * so it is uncounted here as its owner would have done, and ends as wk_alloc_destroy ends
+ * an allocation: its session record named after its listener (by the record's slot,
+ * which keeps a removed listener's name), its lifetime observed. */
 static void adopt_release(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
 			  struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns)
 {
 	uint32_t word = CMM_LOAD_SHARED(rec->state);
 
 	if (word == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+		char lname[SHM_LSLOT_NAME_MAX];
+		uint64_t born = rec->created_ns;
+
+		if (shm_lslot_name(shm, rec->listener_idx, lname, sizeof(lname), NULL) < 0)
+			lname[0] = '\0';
 		/* It ends here, unrecorded so far (the predecessor pushes its event before
 		 * the retire that makes a record DYING): its session record. */
-		(void)shm_records_push(shm, slot, idx, rec, why, end_ns, NULL);
+		(void)shm_records_push(shm, slot, idx, rec, why, end_ns,
+				       lname[0] != '\0' ? lname : NULL);
+		shm_ctr_observe_lifetime(ctr, end_ns > born ? (end_ns - born + 500000000u) /
+								      1000000000u
+							    : 0);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
@@ -124,6 +137,12 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 		/* Ended as the revocation sweep ends an allocation: not a drop. */
 		st->revoked++;
 		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_REVOKE, now_ns);
+		return;
+	}
+	if (rc == -ENODEV) {
+		/* Ended as a reload's removal of its listener ends an allocation. */
+		st->removed++;
+		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_LISTENER_REMOVED, now_ns);
 		return;
 	}
 	st->torn += v == WK_ADOPT_TORN;
@@ -322,9 +341,35 @@ static int adopt_wait_push(struct worker *w, uint32_t idx, const struct shm_allo
 	return 0;
 }
 
-static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+/* The listener of slot `lslot` (an active one first; a removed one keeps its name and
+ * mask until its place is reused), or NULL. */
+static struct wk_listener *adopt_listener_of_slot(struct worker *w, uint32_t lslot)
 {
-	struct adopt_ctx *c = arg;
+	struct wk_listener *found = NULL;
+
+	for (size_t i = 0; i < w->n_ls; i++) {
+		if (w->ls[i]->slot != lslot)
+			continue;
+		if (w->ls[i]->active)
+			return w->ls[i];
+		found = w->ls[i];
+	}
+	return found;
+}
+
+/* Whether record rec's listener left the configuration: its slot is RETIRED (a reload
+ * removed its name; shm/shm_lslot.h). */
+static bool adopt_listener_removed(const struct worker *w, const struct shm_alloc *rec)
+{
+	enum shm_lslot_state st;
+	char name[SHM_LSLOT_NAME_MAX];
+
+	return shm_lslot_name(w->shm, rec->listener_idx, name, sizeof(name), &st) == 0 &&
+	       st == SHM_LSLOT_RETIRED;
+}
+
+static int adopt_one_try(struct adopt_ctx *c, uint32_t idx, struct shm_alloc *rec)
+{
 	struct worker *w = c->w;
 	struct wk_listener *l;
 	struct wk_alloc *a;
@@ -341,7 +386,7 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 		return wk_park_adopt(w, idx, rec);
 	l = wk_adopt_listener(c, rec);
 	if (!l)
-		return -ENOENT;
+		return adopt_listener_removed(w, rec) ? -ENODEV : -ENOENT;
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
 	if (rc < 0)
 		return rc;
@@ -355,6 +400,23 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	log_warn("worker", "slot %u: allocation %u: cannot wait for its relay port %u: %s", w->slot,
 		 idx, rec->relay.port, strerror(-rc));
 	return -EADDRINUSE;
+}
+
+static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	struct adopt_ctx *c = arg;
+	int rc = adopt_one_try(c, idx, rec);
+	struct wk_listener *l;
+
+	if (rc == 0 || rc == -EBUSY)
+		return rc;
+	/* Released by the caller: the kernel's entries of its channels (the predecessor's,
+	 * kept over the take-over while the record was LIVE) go first, as at the end of an
+	 * allocation, not at the master's next garbage collection. */
+	l = wk_adopt_listener(c, rec);
+	wk_offload_rec_end(c->w, l != NULL ? l : adopt_listener_of_slot(c->w, rec->listener_idx),
+			   idx, rec);
+	return rc;
 }
 
 /* The process's CPU time in microseconds: since its fork for a worker (a forked process
@@ -484,7 +546,7 @@ static void adopt_wait_done(struct worker *w, uint64_t now_ms)
 	log_warn("worker",
 		 "slot %u: %u allocations adopted once their relay ports came free, %u "
 		 "released (not rebindable, expired or torn meanwhile), %u ended by "
-		 "revocation or disconnect meanwhile, after %llu ms",
+		 "revocation, disconnect or listener removal meanwhile, after %llu ms",
 		 w->slot, w->adopt_waited, w->adopt_wait_lost, w->adopt_wait_ended,
 		 (unsigned long long)(now_ms - w->adopt_wait_since_ms));
 }
@@ -508,6 +570,7 @@ void wk_adopt_wait_end(struct worker *w, wk_adopt_wait_why_fn *fn, const void *a
 		}
 		log_debug("turn", "allocation %u ended while waiting for its relay port: %s", idx,
 			  why);
+		wk_offload_rec_end(w, adopt_listener_of_slot(w, rec->listener_idx), idx, rec);
 		adopt_release(w->shm, w->slot, w->ctr, idx, rec, shm_rec_reason_of(why), mono_ns());
 		ended++;
 	}
@@ -558,7 +621,7 @@ void wk_adopt_wait_due(struct worker *w)
 	if (st.adopted > 0)
 		adopt_tune_start(w);
 	w->adopt_waited += st.adopted;
-	w->adopt_wait_ended += st.revoked;
+	w->adopt_wait_ended += st.revoked + st.removed;
 	w->adopt_wait_lost += st.torn + st.stream + st.expired + st.failed;
 	if (w->n_adopt_wait > 0) {
 		step = 2 * w->adopt_wait_step_ms;
@@ -602,14 +665,14 @@ void wk_adopt_run(struct worker *w)
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
-	if (st.adopted || st.waiting || st.revoked || st.torn || st.stream || st.expired ||
-	    st.failed)
+	if (st.adopted || st.waiting || st.revoked || st.removed || st.torn || st.stream ||
+	    st.expired || st.failed)
 		log_warn("worker",
 			 "slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
-			 "(credential revoked), dropped %u torn, %u TCP, %u expired, %u not "
-			 "rebindable",
-			 w->slot, st.adopted, st.waiting, st.revoked, st.torn, st.stream,
-			 st.expired, st.failed);
+			 "(credential revoked), %u ended (listener removed), dropped %u torn, "
+			 "%u TCP, %u expired, %u not rebindable",
+			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.torn,
+			 st.stream, st.expired, st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

@@ -131,14 +131,19 @@ static void wk_off_key(const struct wk_alloc *a, const struct shm_chan *c, struc
 	wk_off_ip(&client, k->client);
 	wk_off_ip(&a->rec->server, k->listener);
 	wk_off_ip(&c->peer, k->peer);
-	for (int i = 0; i < 2; i++)
-		if (a->relay[i].fd >= 0 && a->relay[i].family == c->peer.family) {
-			struct shm_addr ra;
+	/* The record's relayed address of the peer's family: what the relay socket is bound
+	 * to (wk_off_fill enters only a socket bound to its announced address, which the
+	 * record holds), and all there is of a record without sockets (wk_offload_rec_end). */
+	{
+		const struct shm_addr *ra = a->rec->relay.family == c->peer.family
+						    ? &a->rec->relay
+						    : &a->rec->relay2;
 
-			wk_addr_to_shm((const struct sockaddr *)&a->relay[i].addr, &ra);
-			wk_off_ip(&ra, k->relay);
-			k->relay_port = ra.port;
+		if (ra->family == c->peer.family) {
+			wk_off_ip(ra, k->relay);
+			k->relay_port = ra->port;
 		}
+	}
 	k->client_port = client.port;
 	k->listener_port = a->rec->server.port;
 	k->peer_port = c->peer.port;
@@ -352,6 +357,45 @@ void wk_offload_drop_all(struct worker *w, struct wk_alloc *a)
 {
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS && a->off_mask; i++)
 		wk_offload_drop(w, a, i);
+}
+
+void wk_offload_rec_end(struct worker *w, struct wk_listener *l, uint32_t idx,
+			struct shm_alloc *rec)
+{
+	struct sockaddr_storage client;
+	struct wk_alloc v;
+	socklen_t len;
+
+	if (!wk_off_on(w) || rec->client_transport != SHM_TRANSPORT_UDP)
+		return;
+	len = wk_shm_to_addr(&rec->client, &client);
+	if (len == 0)
+		return;
+	/* Its client allocated again on the same 5-tuple (why the adoption releases it): the
+	 * client -> peer keys are that allocation's now (its entries replaced ours), so
+	 * nothing is deleted here; the peer -> client entries left are the master's garbage
+	 * collection's. */
+	if (l != NULL && wk_alloc_find(w, l, (struct sockaddr *)&client) != NULL)
+		return;
+	/* A view of the record as its allocation would have it: no socket, no index, every
+	 * bound channel's slot possibly entered (by the predecessor, or at the take-over). */
+	memset(&v, 0, sizeof(v));
+	v.magic = WK_ALLOC_MAGIC;
+	v.w = w;
+	v.l = l;
+	v.rec = rec;
+	v.rec_idx = idx;
+	memcpy(&v.client, &client, len);
+	v.client_len = len;
+	v.relay[0].fd = v.relay[1].fd = -1;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (rec->chans[i].number != 0)
+			v.off_mask |= 1u << i;
+	wk_offload_drop_all(w, &v);
+	/* The short circuit's entries back toward it: they need its listener's mask. Without
+	 * a listener (removed), the master's garbage collection removes them. */
+	if (l != NULL)
+		wk_offload_sc_forget(w, &v);
 }
 
 void wk_offload_sync(struct worker *w, struct wk_alloc *a)

@@ -46,12 +46,16 @@ struct wk_adopt_stats {
 	unsigned adopted, torn, stream, expired, failed;
 	unsigned waiting;	/* kept by fn for a later try (-EBUSY) */
 	unsigned revoked;	/* its user revoked (-EKEYREVOKED): ended, not dropped */
+	unsigned removed;	/* its listener removed (-ENODEV): ended, not dropped */
 };
 /* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
  * later try (neither adopted nor released); -EKEYREVOKED = its user is revoked (the scan
  * releases it with end reason SHM_REC_REVOKE, as the revocation sweep ends an allocation:
- * ALLOCS_ENDED, not ALLOCS_DROPPED); other < 0 = could not be served again (the scan
- * releases and counts it). */
+ * ALLOCS_ENDED, not ALLOCS_DROPPED); -ENODEV = its listener left the configuration (end
+ * reason SHM_REC_LISTENER_REMOVED, ended, not dropped); other < 0 = could not be served
+ * again (the scan releases and counts it). A LIVE record released ends as an allocation
+ * does: ALLOCS_ENDED, its lifetime observed, its session record named after its listener
+ * (by its slot). */
 typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
 
 /* Verdict on record idx owned by `slot` whose predecessor is dead. */

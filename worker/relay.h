@@ -93,6 +93,15 @@ void wk_offload_drop_all(struct worker *w, struct wk_alloc *a);
 /* After a's record is retired: the kernel short circuit's entries of a's channels, both
  * ways (a's own and its partners' back to a), go. */
 void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a);
+/* A record this worker owns ends without a private half (it waited for its relay port,
+ * or the adoption releases it; adopt.c): every kernel entry its channels may have, its
+ * short circuits' both ways included when l (the listener it came in on, or NULL: none
+ * left) is known, goes now, not at the master's next garbage collection; what the
+ * kernel relayed is added to the record's counters first. Call before the record's
+ * session record and release. No-op when the fast path is off, the client is not UDP, or
+ * another allocation of l now serves its client's 5-tuple (the keys are that one's). */
+void wk_offload_rec_end(struct worker *w, struct wk_listener *l, uint32_t idx,
+			struct shm_alloc *rec);
 /* wk_offload_sync of every allocation of the worker (a new snapshot). */
 void wk_offload_sync_all(struct worker *w);
 /* A reload changed the fast path (IPC_OFFLOAD_MAP/OFF): which 0 takes fd as the client ->
