@@ -25,7 +25,6 @@ again.
 A second run: a reload that removes the listener of an allocation that waits ends it at
 once as the listener's other allocations end (reason listener_removed, not worker_crash).
 """
-import json
 import os
 import re
 import socket
@@ -70,16 +69,8 @@ def lines(daemon, pat):
     return [x for x in daemon.stderr().splitlines() if pat in x]
 
 
-def records(d):
-    try:
-        with open(os.path.join(d, "sessions.jsonl")) as f:
-            return [json.loads(ln) for ln in f if ln.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def record_of(d, user):
-    got = [r for r in records(d) if r["username"] == user]
+    got = [r for r in ts.session_records(d) if r["username"] == user]
     return got[0] if len(got) == 1 else None
 
 

@@ -578,10 +578,14 @@ def waiting_after_kill(d, name):
         r = c.bind("10.77.2.1", PEER_PORT, CHANNEL)
         check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
         check(stopped_round_trip(daemon, c, p, 3) == (3, 3), "kernel relay")
-        for pid in [daemon.proc.pid] + daemon.worker_pids():
+        pids = [daemon.proc.pid] + daemon.worker_pids()
+        for pid in pids:
             os.kill(pid, signal.SIGKILL)
         daemon.proc.wait()
         daemon.err.close()
+        # the workers gone too, their relay sockets closed (a zombie's are)
+        wait_for(lambda: not any(harness_admin.alive(pid) for pid in pids),
+                 "the killed processes gone")
         held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         held.bind(relayed)
         daemon = Daemon(d)
@@ -595,7 +599,8 @@ def waiting_after_kill(d, name):
     except Exception:
         if held is not None:
             held.close()
-        daemon.stop()
+        if daemon.proc.poll() is None:
+            daemon.stop()
         raise
 
 
