@@ -28,6 +28,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_revoke.h"
 
 static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
@@ -368,7 +369,10 @@ static const char *wk_listener_gone_why(struct worker *w, const struct shm_alloc
 
 	(void)w;
 	(void)idx;
-	return rec->listener_idx == l->slot ? "listener removed" : NULL;
+	/* Listeners without a counter slot share SHM_LSLOT_NONE with their records: a
+	 * removal of one must not end the others'. Those records wait on, bounded. */
+	return l->slot != SHM_LSLOT_NONE && rec->listener_idx == l->slot ? "listener removed"
+									   : NULL;
 }
 
 /* Why the disconnect request d ends record idx, or NULL. turngatectl revoke ends by index

@@ -22,10 +22,14 @@
 #include "shm/shm.h"
 #include "shm/shm_lslot.h"
 #include "shm/shm_records.h"
+#include "shm/shm_relay.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_ppool.h"
 #include "common/mono.h"
+#include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
+#include "worker/relay.h"
+#include "worker/table.h"
 #include "worker/wk.h"
 
 #define NOW_NS 1000000000000ull
@@ -498,23 +502,55 @@ static void fill_udp(struct shm *shm, uint32_t idx, uint64_t now)
 }
 
 #ifdef HAVE_OFFLOAD
-/* The kernel entry of fill_udp's channel, as the predecessor wrote it. */
-static struct tgo_channel entry_of(const struct shm_alloc *rec)
+/* The kernel entry of channel slot i of rec, as the predecessor wrote it. */
+static struct tgo_channel entry_of_slot(const struct shm_alloc *rec, unsigned i)
 {
 	struct tgo_channel ch = { .family = AF_INET };
 
 	memcpy(ch.client, rec->client.addr, 4);
 	memcpy(ch.listener, rec->server.addr, 4);
 	memcpy(ch.relay, rec->relay.addr, 4);
-	memcpy(ch.peer, rec->chans[3].peer.addr, 4);
+	memcpy(ch.peer, rec->chans[i].peer.addr, 4);
 	ch.client_port = rec->client.port;
 	ch.listener_port = rec->server.port;
 	ch.relay_port = rec->relay.port;
-	ch.peer_port = rec->chans[3].peer.port;
-	ch.channel = rec->chans[3].number;
-	ch.expires_ns = rec->chans[3].expires_ns;
+	ch.peer_port = rec->chans[i].peer.port;
+	ch.channel = rec->chans[i].number;
+	ch.expires_ns = rec->chans[i].expires_ns;
 	ch.listener_idx = LST;
 	return ch;
+}
+
+/* The kernel entry of fill_udp's channel. */
+static struct tgo_channel entry_of(const struct shm_alloc *rec)
+{
+	return entry_of_slot(rec, 3);
+}
+
+/* A walk's visitor: the client -> peer entries' channels and relay ports. */
+static bool list_entry(const struct tgo_channel *ch, void *arg)
+{
+	uint16_t *out = arg;	/* [0]: count, then pairs of channel, relay port */
+
+	if (out[0] < 4) {
+		out[1 + 2 * out[0]] = ch->channel;
+		out[2 + 2 * out[0]] = ch->relay_port;
+	}
+	out[0]++;
+	return true;
+}
+
+/* The keys in hash map fd. */
+static unsigned map_keys(int fd)
+{
+	uint8_t key[64], next[64];
+	unsigned n = 0;
+
+	for (const void *k = NULL; n < 64 && bpf_map_get_next_key(fd, k, next) == 0; k = key) {
+		memcpy(key, next, sizeof(key));
+		n++;
+	}
+	return n;
 }
 
 static bool count_entry(const struct tgo_channel *ch, void *arg)
@@ -578,9 +614,20 @@ static void test_wait_end_like_an_end(void **state)
 		assert_int_equal(tgo_channel_set(&w.off, &ch), 0);
 	}
 #endif
+	/* the predecessor's relay port index entries (a worker's crash keeps the segment) */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(shm_alloc_get(w.shm, 0, idx[i], &rec), 0);
+		assert_int_equal(shm_relay_add(w.shm, rec->relay.port, idx[i]), 0);
+	}
 	wk_adopt_wait_end(&w, end_one_cb, &idx[0]);
 	assert_int_equal(w.n_adopt_wait, 1);
 	assert_true(is_free(w.shm, idx[0]));
+	{
+		uint32_t got[SHM_RELAY_WAYS];
+
+		assert_int_equal(shm_relay_find(w.shm, (uint16_t)(50000 + idx[0]), got), 0);
+		assert_int_equal(shm_relay_find(w.shm, (uint16_t)(50000 + idx[1]), got), 1);
+	}
 #ifdef HAVE_OFFLOAD
 	if (maps) {
 		uint16_t ports[4] = { 0 };
@@ -608,18 +655,18 @@ static void test_wait_end_like_an_end(void **state)
 	shm_destroy(w.shm);
 }
 
-static int gone_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
+/* Refuses every record with the code *arg. */
+static int code_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 {
-	(void)arg;
 	(void)idx;
 	(void)rec;
-	return -ENODEV;
+	return *(const int *)arg;
 }
 
-/* A record whose listener a reload removed (-ENODEV: worker/adopt.c finds its slot
- * RETIRED) ends as the removal ends the listener's allocations: reason listener_removed,
- * ALLOCS_ENDED, not ALLOCS_DROPPED. */
-static void test_listener_removed_ends(void **state)
+/* A LIVE record that the adoption refuses with code: released, uncounted, ALLOCS_ENDED;
+ * removed: as its listener's removal ends it (not a drop), else dropped as not
+ * rebindable; its session record's reason `want`. */
+static void refused_ends(int code, bool removed, enum shm_rec_reason want)
 {
 	struct shm_config cfg = { 2, 4, 4096, 32 };
 	struct shm *shm = NULL;
@@ -627,23 +674,171 @@ static void test_listener_removed_ends(void **state)
 	struct shm_rec_ev ev;
 	uint32_t idx;
 
-	(void)state;
-	assert_int_equal(shm_create(&cfg, "test-adopt-gone", &shm), 0);
+	assert_int_equal(shm_create(&cfg, "test-adopt-refused", &shm), 0);
 	idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
 	assert_int_equal(wk_adopt_list(shm, 0, shm_slot_counters(shm, 0), NOW_NS, &idx, 1,
-				       gone_cb, NULL, &st),
+				       code_cb, &code, &st),
 			 0);
-	assert_int_equal(st.removed, 1);
-	assert_int_equal(st.failed, 0);
+	assert_int_equal(st.removed, removed);
+	assert_int_equal(st.failed, !removed);
 	assert_true(is_free(shm, idx));
 	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
-	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), 0);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), !removed);
 	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 0);
 	memset(&ev, 0, sizeof(ev));
 	assert_int_equal(shm_records_drain(shm, drain_ev, &ev), 1);
-	assert_int_equal(ev.reason, SHM_REC_LISTENER_REMOVED);
+	assert_int_equal(ev.reason, want);
 	shm_destroy(shm);
 }
+
+/* A record whose listener a reload removed (WK_ADOPT_LISTENER_GONE: worker/adopt.c finds
+ * its slot RETIRED) ends as the removal ends the listener's allocations: reason
+ * listener_removed, ALLOCS_ENDED, not ALLOCS_DROPPED. */
+static void test_listener_removed_ends(void **state)
+{
+	(void)state;
+	refused_ends(WK_ADOPT_LISTENER_GONE, true, SHM_REC_LISTENER_REMOVED);
+}
+
+/* A relay port that cannot be bound because its interface vanished (bind: -ENODEV, an
+ * IPv6 link-local relay address) is not a removed listener: the record is dropped as not
+ * rebindable, end reason worker_crash. */
+static void test_nodev_not_removed(void **state)
+{
+	(void)state;
+	refused_ends(-ENODEV, false, SHM_REC_WORKER_CRASH);
+}
+
+/* A torn record (its predecessor died inside a write bracket) is released and counted, but
+ * its half-written birth and listener feed neither the lifetime histogram nor the session
+ * record's listener name. */
+static void test_torn_not_observed(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	const char *const names[] = { "udp0", "udp1" };
+	struct shm *shm = NULL;
+	struct shm_counters out;
+	struct wk_adopt_stats st;
+	struct shm_rec_ev ev;
+	struct shm_alloc *rec;
+	struct offer o;
+	uint16_t slots[2];
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-torn", &shm), 0);
+	assert_int_equal(shm_lslot_assign(shm, names, 2, slots, NULL), 0);
+	idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+	shm_alloc_begin_write(rec);	/* never closed: torn */
+	rec->created_ns = NOW_NS - 30000000000ull;
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
+				       &st),
+			 0);
+	assert_int_equal(o.n, 0);	/* not offered */
+	assert_int_equal(st.torn, 1);
+	assert_true(is_free(shm, idx));
+	assert_int_equal(shm_counters_read(shm, 0, &out), 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(out.life.count, 0);
+	memset(&ev, 0, sizeof(ev));
+	assert_int_equal(shm_records_drain(shm, drain_ev, &ev), 1);
+	assert_int_equal(ev.reason, SHM_REC_WORKER_CRASH);
+	assert_string_equal(ev.listener, "");
+	shm_destroy(shm);
+}
+
+#ifdef HAVE_OFFLOAD
+/* Channel slot i of rec bound to 10.0.0.9:port, permitted, for 60 s. */
+static void bind_chan(struct shm_alloc *rec, unsigned i, uint16_t number, uint16_t port)
+{
+	const uint8_t pr[4] = { 10, 0, 0, 9 };
+	uint64_t now = mono_ns();
+
+	memcpy(rec->perms[0].addr, pr, 4);
+	rec->perms[0].family = AF_INET;
+	rec->perms[0].expires_ns = now + 60000000000ull;
+	memcpy(rec->chans[i].peer.addr, pr, 4);
+	rec->chans[i].peer.family = AF_INET;
+	rec->chans[i].peer.port = port;
+	rec->chans[i].number = number;
+	rec->chans[i].expires_ns = now + 60000000000ull;
+}
+
+/* A waiting record whose client allocated again on the same 5-tuple (the new allocation
+ * binds channel 0x4001 only) ends: the kernel's client -> peer entry of its channel 0x4000
+ * goes (the client's ChannelData on 0x4000 would else go on through the old relay), and
+ * both its peer -> client entries (keyed on its relay port, still booked by it); the new
+ * allocation's entry for 0x4001, which replaced the old one's key, stays. */
+static void test_wait_end_client_again(void **state)
+{
+	struct shm *shm;
+	struct worker_heritage h;
+	struct worker *w;
+	struct wk_listener l;
+	struct shm_alloc *orec, *nrec;
+	struct wk_alloc *a = NULL;
+	uint32_t oidx, nidx;
+	uint16_t got[9] = { 0 };
+	struct tgo_channel ch;
+
+	(void)state;
+	memset(&l, 0, sizeof(l));
+	worker_fix_create("test-adopt-again", 1, &shm, &h, &w);
+	worker_fix_adopter(w, &l);
+	w->off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+				       sizeof(struct tgo_c2p_val), 16, NULL);
+	w->off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+				       sizeof(struct tgo_p2c_val), 16, NULL);
+	if (w->off.c2p_fd < 0 || w->off.p2c_fd < 0) {
+		print_message("no BPF maps (not root?): skipped\n");
+		goto out;
+	}
+	worker_fix_rec(shm, &l, 40000, 50001, mono_ns() + 60000000000ull, &oidx, &orec);
+	bind_chan(orec, 0, 0x4000, 5000);
+	bind_chan(orec, 1, 0x4001, 5001);
+	worker_fix_rec_publish(shm, &l, oidx, orec);
+	worker_fix_rec(shm, &l, 40000, 50002, mono_ns() + 60000000000ull, &nidx, &nrec);
+	bind_chan(nrec, 0, 0x4001, 6000);
+	worker_fix_rec_publish(shm, &l, nidx, nrec);
+	assert_int_equal(wk_alloc_attach(w, &l, nidx, nrec, &a), 0);
+	/* The old allocation's entries, then the new one's, which replace the key of 0x4001. */
+	for (unsigned i = 0; i < 2; i++) {
+		ch = entry_of_slot(orec, i);
+		ch.listener_idx = l.slot;
+		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	}
+	ch = entry_of_slot(nrec, 0);
+	assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	assert_int_equal(map_keys(w->off.p2c_fd), 3);
+	w->adopt_wait = calloc(1, sizeof(*w->adopt_wait));
+	assert_non_null(w->adopt_wait);
+	w->cap_adopt_wait = 1;
+	w->adopt_wait[w->n_adopt_wait++] = oidx;
+
+	wk_adopt_wait_end(w, end_one_cb, &oidx);
+	assert_int_equal(w->n_adopt_wait, 0);
+	assert_int_equal(shm_alloc_get(shm, 0, oidx, NULL), -EPERM);	/* released */
+	assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 1);
+	assert_int_equal(got[0], 1);
+	assert_int_equal(got[1], 0x4001);
+	assert_int_equal(got[2], 50002);	/* the new allocation's */
+	assert_int_equal(map_keys(w->off.p2c_fd), 1);
+out:
+	wk_adopt_wait_abandon(w);
+	if (a != NULL)
+		wk_alloc_forget(w, a);
+	if (w->off.c2p_fd >= 0)
+		close(w->off.c2p_fd);
+	if (w->off.p2c_fd >= 0)
+		close(w->off.p2c_fd);
+	wk_tables_free(w);
+	close(l.fd);
+	worker_fix_destroy(shm, 1, &w);
+}
+#endif
 
 int main(void)
 {
@@ -658,6 +853,11 @@ int main(void)
 		cmocka_unit_test(test_revoked_ends),
 		cmocka_unit_test(test_wait_end_like_an_end),
 		cmocka_unit_test(test_listener_removed_ends),
+		cmocka_unit_test(test_nodev_not_removed),
+		cmocka_unit_test(test_torn_not_observed),
+#ifdef HAVE_OFFLOAD
+		cmocka_unit_test(test_wait_end_client_again),
+#endif
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
