@@ -104,6 +104,10 @@ struct tgo_chan_ctr {
  * zero where an entry is gone). A refresh (tgo_channel_set) carries them over. */
 int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 		     struct tgo_chan_ctr *out);
+/* tgo_channel_take of the peer -> client entry only (*out's index 1): for a record whose
+ * client -> peer key another allocation of the same client 5-tuple now holds. */
+int tgo_channel_take_p2c(const struct tgo_maps *m, const struct tgo_channel *ch,
+			 struct tgo_chan_ctr *out);
 
 /* Visits every client -> peer entry (as a tgo_channel rebuilt from both entries); fn returns
  * true to keep it, false to delete both of its entries. Returns the entries kept, or -errno.

@@ -173,8 +173,9 @@ int tgo_channel_del(const struct tgo_maps *m, const struct tgo_channel *ch)
 	return tgo_channel_take(m, ch, &c);
 }
 
-int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
-		     struct tgo_chan_ctr *out)
+/* tgo_channel_take of both entries (c2p) or of the peer -> client one only. */
+static int tgo_take(const struct tgo_maps *m, const struct tgo_channel *ch, bool c2p,
+		    struct tgo_chan_ctr *out)
 {
 	struct tgo_c2p_key ck;
 	struct tgo_p2c_key pk;
@@ -191,7 +192,7 @@ int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 	tgo_c2p_key_of(ch, &ck);
 	tgo_p2c_key_of(ch, &pk);
 	/* Read just before the delete: a datagram relayed between the two is not counted. */
-	if (bpf_map_lookup_elem(m->c2p_fd, &ck, &cv) == 0) {
+	if (c2p && bpf_map_lookup_elem(m->c2p_fd, &ck, &cv) == 0) {
 		out->pkts[0] = cv.pkts;
 		out->bytes[0] = cv.bytes;
 	}
@@ -199,10 +200,23 @@ int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 		out->pkts[1] = pv.pkts;
 		out->bytes[1] = pv.bytes;
 	}
-	gone += bpf_map_delete_elem(m->c2p_fd, &ck) == 0;
+	if (c2p)
+		gone += bpf_map_delete_elem(m->c2p_fd, &ck) == 0;
 	if (ch->sc_channel == 0)
 		gone += bpf_map_delete_elem(m->p2c_fd, &pk) == 0;
 	return gone ? 0 : -ENOENT;
+}
+
+int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
+		     struct tgo_chan_ctr *out)
+{
+	return tgo_take(m, ch, true, out);
+}
+
+int tgo_channel_take_p2c(const struct tgo_maps *m, const struct tgo_channel *ch,
+			 struct tgo_chan_ctr *out)
+{
+	return tgo_take(m, ch, false, out);
 }
 
 /* Every key of the hash map fd, copied out first: deleting while iterating with

@@ -605,6 +605,12 @@ int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 	return 0;
 }
 
+int tgo_channel_take_p2c(const struct tgo_maps *m, const struct tgo_channel *ch,
+			 struct tgo_chan_ctr *out)
+{
+	return tgo_channel_take(m, ch, out);
+}
+
 int tgo_channel_walk(const struct tgo_maps *m, bool (*fn)(const struct tgo_channel *ch, void *arg),
 		     void *arg)
 {

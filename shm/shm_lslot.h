@@ -18,8 +18,11 @@
  * name, so a new listener never inherits a removed one's figures. A name that comes back
  * while its slot is still retired gets the same slot back, figures and all.
  *
- * Only the master writes or reads the table (workers read their slots in the snapshot);
- * functions return 0 or a negative errno.
+ * Only the master writes the table. Workers take their listeners' slots from the snapshot
+ * and read the table only for a slot that a LIVE record of theirs names (shm_lslot_name:
+ * the name and state of a record's listener when it ends without its allocation,
+ * worker/adopt.c), which is never freed meanwhile (see above), so its name is stable.
+ * Functions return 0 or a negative errno.
  */
 #ifndef TG_SHM_SHM_LSLOT_H
 #define TG_SHM_SHM_LSLOT_H

@@ -10,8 +10,10 @@
  *
  * Writers: the worker that binds a UDP relay port enters its record (shm_relay_add, after
  * the bind, while the record is CLAIMED or, at adoption, LIVE) and takes it out before
- * the port is closed (shm_relay_del). Each word changes only by CAS, so workers whose
- * listeners share a port (distinct relay addresses) do not overwrite each other. Entries
+ * the port is closed (shm_relay_del), or, for a record of a dead predecessor that it
+ * releases unadopted, before the release (worker/adopt.c). Each word changes only by
+ * CAS, so workers whose listeners share a port (distinct relay addresses) do not
+ * overwrite each other. Entries
  * a dead worker left behind are not trusted: a reader checks every candidate record
  * under its seqlock (LIVE, holds the port), and shm_relay_add reuses a way whose record
  * no longer holds that port. The per-record delivery counts are atomic adds by any

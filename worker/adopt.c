@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "worker/lifecycle.h"
+#include "worker/relay.h"
 #include "worker/transport.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
@@ -26,8 +27,10 @@
 
 #include "common/log.h"
 #include "worker/sockbuf.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_ppool.h"
 #include "shm/shm_records.h"
+#include "shm/shm_relay.h"
 
 /* A record whose relay port a socket still holds waits (wk_adopt_wait_due) instead of
  * being released: a kill -9 of the whole daemon frees the instance lock before the kernel
@@ -55,24 +58,43 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 	return WK_ADOPT_TRY;
 }
 
-/* Releases record idx of the dead predecessor. A LIVE record is still counted as active
- * and in the quota counts (the predecessor uncounts only after shm_alloc_retire made it
- * DYING, and counts only after publishing it LIVE, or for the quota counts just before),
- * so it is uncounted here as its owner would have done. */
-static void adopt_release(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
-			  struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns)
+/* Ends record idx of the dead predecessor if it is LIVE, its first step: a LIVE record is
+ * still counted as active and in the quota counts (the predecessor uncounts only after
+ * shm_alloc_retire made it DYING, and counts only after publishing it LIVE, or for the
+ * quota counts just before), so it is uncounted here as its owner would have done, and
+ * ends as wk_alloc_destroy ends an allocation: its session record named after its
+ * listener (by the record's slot, which keeps a removed listener's name), its lifetime
+ * observed (neither for a torn record, whose fields may be half written), then DYING. */
+static void adopt_retire(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
+			 struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns, bool torn)
 {
-	uint32_t word = CMM_LOAD_SHARED(rec->state);
+	char lname[SHM_LSLOT_NAME_MAX] = "";
+	uint64_t born = rec->created_ns;
 
-	if (word == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
-		/* It ends here, unrecorded so far (the predecessor pushes its event before
-		 * the retire that makes a record DYING): its session record. */
-		(void)shm_records_push(shm, slot, idx, rec, why, end_ns, NULL);
-		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
-		shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
-		shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
-		shm_quota_give_rec(shm, rec);
-	}
+	if (CMM_LOAD_SHARED(rec->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
+		return;
+	if (torn || shm_lslot_name(shm, rec->listener_idx, lname, sizeof(lname), NULL) < 0)
+		lname[0] = '\0';
+	/* It ends here, unrecorded so far (the predecessor pushes its event before the
+	 * retire that makes a record DYING): its session record. */
+	(void)shm_records_push(shm, slot, idx, rec, why, end_ns, lname[0] != '\0' ? lname : NULL);
+	if (!torn)
+		shm_ctr_observe_lifetime(ctr, end_ns > born ? (end_ns - born + 500000000u) /
+								      1000000000u
+							    : 0);
+	shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
+	shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	shm_quota_give_rec(shm, rec);
+	(void)shm_alloc_retire(shm, slot, idx);
+}
+
+/* Releases record idx of the dead predecessor: ended first if still LIVE (adopt_retire;
+ * a DYING one was counted already, by its predecessor or by adopt_end). */
+static void adopt_release(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
+			  struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns, bool torn)
+{
+	adopt_retire(shm, slot, ctr, idx, rec, why, end_ns, torn);
 	/* Its ports back to the pool, as the master does (shm/image.c): a booking left
 	 * behind outlives its owner, and the search takes such a port last of all. A
 	 * record that never wrote its relay (CLAIMED) leaves its booking: harmless, the
@@ -81,17 +103,27 @@ static void adopt_release(struct shm *shm, unsigned slot, struct shm_counters *c
 		shm_ppool_put(shm, shm_ppool_tag(&rec->relay), rec->relay.port, idx);
 	if (rec->relay2.family != 0)
 		shm_ppool_put(shm, shm_ppool_tag(&rec->relay2), rec->relay2.port, idx);
+	/* And its entries in the relay port index, which a predecessor in the same segment
+	 * (a worker's crash) left: its owner takes them out before closing its ports
+	 * (wk_alloc_unlink), a record released here never had them open. No-op if absent. */
+	if (rec->relay.family != 0)
+		shm_relay_del(shm, rec->relay.port, idx);
+	if (rec->relay2.family != 0)
+		shm_relay_del(shm, rec->relay2.port, idx);
 	shm_alloc_release(shm, slot, idx);
 }
 
-static void wk_adopt_drop(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
-			  struct shm_alloc *rec, enum wk_adopt_verdict v, uint64_t now_ns)
+/* The end reason of a record that fn refused with rc (verdict v), and its end time. */
+static enum shm_rec_reason adopt_reason(int rc, enum wk_adopt_verdict v,
+					const struct shm_alloc *rec, uint64_t now_ns,
+					uint64_t *end_ns)
 {
-	if (v == WK_ADOPT_EXPIRED)
-		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_EXPIRY, rec->expires_ns);
-	else
-		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_WORKER_CRASH, now_ns);
-	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);
+	*end_ns = v == WK_ADOPT_EXPIRED ? rec->expires_ns : now_ns;
+	if (rc == -EKEYREVOKED)
+		return SHM_REC_REVOKE;
+	if (rc == WK_ADOPT_LISTENER_GONE)
+		return SHM_REC_LISTENER_REMOVED;
+	return v == WK_ADOPT_EXPIRED ? SHM_REC_EXPIRY : SHM_REC_WORKER_CRASH;
 }
 
 /* Adopts or releases record idx of the predecessor. */
@@ -100,6 +132,8 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 {
 	struct shm_alloc *rec;
 	enum wk_adopt_verdict v;
+	enum shm_rec_reason end_why;
+	uint64_t end_ns;
 	int rc = -ENOENT;
 
 	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
@@ -120,17 +154,20 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 		st->waiting++;	/* fn keeps it for a later try */
 		return;
 	}
-	if (rc == -EKEYREVOKED) {
-		/* Ended as the revocation sweep ends an allocation: not a drop. */
-		st->revoked++;
-		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_REVOKE, now_ns);
+	end_why = adopt_reason(rc, v, rec, now_ns, &end_ns);
+	adopt_release(shm, slot, ctr, idx, rec, end_why, end_ns, v == WK_ADOPT_TORN);
+	/* Revoked or its listener removed: ended as the revocation sweep or the reload ends
+	 * an allocation, not a drop. */
+	if (rc == -EKEYREVOKED || rc == WK_ADOPT_LISTENER_GONE) {
+		st->revoked += rc == -EKEYREVOKED;
+		st->removed += rc == WK_ADOPT_LISTENER_GONE;
 		return;
 	}
 	st->torn += v == WK_ADOPT_TORN;
 	st->stream += v == WK_ADOPT_STREAM;
 	st->expired += v == WK_ADOPT_EXPIRED;
 	st->failed += v == WK_ADOPT_TRY;
-	wk_adopt_drop(shm, slot, ctr, idx, rec, v, now_ns);
+	shm_ctr_add(ctr, SHM_CTR_ALLOCS_DROPPED, 1);
 }
 
 int wk_adopt_scan(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint64_t now_ns,
@@ -322,9 +359,36 @@ static int adopt_wait_push(struct worker *w, uint32_t idx, const struct shm_allo
 	return 0;
 }
 
-static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+/* The listener of slot `lslot` (an active one first; a removed one keeps its name and
+ * mask until its place is reused), or NULL (also for SHM_LSLOT_NONE). */
+static struct wk_listener *adopt_listener_of_slot(struct worker *w, uint32_t lslot)
 {
-	struct adopt_ctx *c = arg;
+	struct wk_listener *found = NULL;
+
+	/* Listeners without a counter slot all have SHM_LSLOT_NONE: it names none of them. */
+	for (size_t i = 0; lslot != SHM_LSLOT_NONE && i < w->n_ls; i++) {
+		if (w->ls[i]->slot != lslot)
+			continue;
+		if (w->ls[i]->active)
+			return w->ls[i];
+		found = w->ls[i];
+	}
+	return found;
+}
+
+/* Whether record rec's listener left the configuration: its slot is RETIRED (a reload
+ * removed its name; shm/shm_lslot.h). */
+static bool adopt_listener_removed(const struct worker *w, const struct shm_alloc *rec)
+{
+	enum shm_lslot_state st;
+	char name[SHM_LSLOT_NAME_MAX];
+
+	return shm_lslot_name(w->shm, rec->listener_idx, name, sizeof(name), &st) == 0 &&
+	       st == SHM_LSLOT_RETIRED;
+}
+
+static int adopt_one_try(struct adopt_ctx *c, uint32_t idx, struct shm_alloc *rec)
+{
 	struct worker *w = c->w;
 	struct wk_listener *l;
 	struct wk_alloc *a;
@@ -341,7 +405,7 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 		return wk_park_adopt(w, idx, rec);
 	l = wk_adopt_listener(c, rec);
 	if (!l)
-		return -ENOENT;
+		return adopt_listener_removed(w, rec) ? WK_ADOPT_LISTENER_GONE : -ENOENT;
 	rc = wk_alloc_attach(w, l, idx, rec, &a);
 	if (rc < 0)
 		return rc;
@@ -355,6 +419,40 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	log_warn("worker", "slot %u: allocation %u: cannot wait for its relay port %u: %s", w->slot,
 		 idx, rec->relay.port, strerror(-rc));
 	return -EADDRINUSE;
+}
+
+/* Ends record idx, which this worker owns without a private half, as wk_alloc_destroy
+ * ends an allocation: the kernel's entries of its channels while it is LIVE, then its
+ * session record, counters and retire (adopt_retire), then its short circuits' entries,
+ * after the retire (a partner's owner that writes the pair meanwhile sees it DYING;
+ * worker/fastpath.c). The caller releases it (adopt_release). l: its listener, or NULL. */
+static void adopt_end(struct worker *w, struct wk_listener *l, uint32_t idx,
+		      struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns)
+{
+	wk_offload_rec_drop(w, l, idx, rec);
+	adopt_retire(w->shm, w->slot, w->ctr, idx, rec, why, end_ns, false);
+	wk_offload_rec_forget(w, l, idx, rec);
+}
+
+static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	struct adopt_ctx *c = arg;
+	int rc = adopt_one_try(c, idx, rec);
+	struct wk_listener *l;
+	enum shm_rec_reason why;
+	uint64_t end_ns;
+
+	if (rc == 0 || rc == -EBUSY)
+		return rc;
+	/* Released by the caller: the kernel's entries of its channels (the predecessor's,
+	 * kept over the take-over while the record was LIVE) go first, as at the end of an
+	 * allocation, not at the master's next garbage collection. Offered only untorn and
+	 * unexpired (wk_adopt_classify). */
+	why = adopt_reason(rc, WK_ADOPT_TRY, rec, mono_ns(), &end_ns);
+	l = wk_adopt_listener(c, rec);
+	adopt_end(c->w, l != NULL ? l : adopt_listener_of_slot(c->w, rec->listener_idx), idx, rec,
+		  why, end_ns);
+	return rc;
 }
 
 /* The process's CPU time in microseconds: since its fork for a worker (a forked process
@@ -484,7 +582,7 @@ static void adopt_wait_done(struct worker *w, uint64_t now_ms)
 	log_warn("worker",
 		 "slot %u: %u allocations adopted once their relay ports came free, %u "
 		 "released (not rebindable, expired or torn meanwhile), %u ended by "
-		 "revocation or disconnect meanwhile, after %llu ms",
+		 "revocation, disconnect or listener removal meanwhile, after %llu ms",
 		 w->slot, w->adopt_waited, w->adopt_wait_lost, w->adopt_wait_ended,
 		 (unsigned long long)(now_ms - w->adopt_wait_since_ms));
 }
@@ -498,6 +596,7 @@ void wk_adopt_wait_end(struct worker *w, wk_adopt_wait_why_fn *fn, const void *a
 		uint32_t idx = w->adopt_wait[i];
 		struct shm_alloc *rec;
 		const char *why;
+		uint64_t end_ns;
 
 		if (shm_alloc_get(w->shm, w->slot, idx, &rec) < 0)
 			continue;	/* not ours any more: nothing to try */
@@ -508,7 +607,11 @@ void wk_adopt_wait_end(struct worker *w, wk_adopt_wait_why_fn *fn, const void *a
 		}
 		log_debug("turn", "allocation %u ended while waiting for its relay port: %s", idx,
 			  why);
-		adopt_release(w->shm, w->slot, w->ctr, idx, rec, shm_rec_reason_of(why), mono_ns());
+		end_ns = mono_ns();
+		adopt_end(w, adopt_listener_of_slot(w, rec->listener_idx), idx, rec,
+			  shm_rec_reason_of(why), end_ns);
+		adopt_release(w->shm, w->slot, w->ctr, idx, rec, shm_rec_reason_of(why), end_ns,
+			      false);
 		ended++;
 	}
 	w->n_adopt_wait = kept;
@@ -558,7 +661,7 @@ void wk_adopt_wait_due(struct worker *w)
 	if (st.adopted > 0)
 		adopt_tune_start(w);
 	w->adopt_waited += st.adopted;
-	w->adopt_wait_ended += st.revoked;
+	w->adopt_wait_ended += st.revoked + st.removed;
 	w->adopt_wait_lost += st.torn + st.stream + st.expired + st.failed;
 	if (w->n_adopt_wait > 0) {
 		step = 2 * w->adopt_wait_step_ms;
@@ -602,14 +705,14 @@ void wk_adopt_run(struct worker *w)
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
-	if (st.adopted || st.waiting || st.revoked || st.torn || st.stream || st.expired ||
-	    st.failed)
+	if (st.adopted || st.waiting || st.revoked || st.removed || st.torn || st.stream ||
+	    st.expired || st.failed)
 		log_warn("worker",
 			 "slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
-			 "(credential revoked), dropped %u torn, %u TCP, %u expired, %u not "
-			 "rebindable",
-			 w->slot, st.adopted, st.waiting, st.revoked, st.torn, st.stream,
-			 st.expired, st.failed);
+			 "(credential revoked), %u ended (listener removed), dropped %u torn, "
+			 "%u TCP, %u expired, %u not rebindable",
+			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.torn,
+			 st.stream, st.expired, st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

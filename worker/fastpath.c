@@ -131,14 +131,19 @@ static void wk_off_key(const struct wk_alloc *a, const struct shm_chan *c, struc
 	wk_off_ip(&client, k->client);
 	wk_off_ip(&a->rec->server, k->listener);
 	wk_off_ip(&c->peer, k->peer);
-	for (int i = 0; i < 2; i++)
-		if (a->relay[i].fd >= 0 && a->relay[i].family == c->peer.family) {
-			struct shm_addr ra;
+	/* The record's relayed address of the peer's family: what the relay socket is bound
+	 * to (wk_off_fill enters only a socket bound to its announced address, which the
+	 * record holds), and all there is of a record without sockets (wk_offload_rec_drop). */
+	{
+		const struct shm_addr *ra = a->rec->relay.family == c->peer.family
+						    ? &a->rec->relay
+						    : &a->rec->relay2;
 
-			wk_addr_to_shm((const struct sockaddr *)&a->relay[i].addr, &ra);
-			wk_off_ip(&ra, k->relay);
-			k->relay_port = ra.port;
+		if (ra->family == c->peer.family) {
+			wk_off_ip(ra, k->relay);
+			k->relay_port = ra->port;
 		}
+	}
 	k->client_port = client.port;
 	k->listener_port = a->rec->server.port;
 	k->peer_port = c->peer.port;
@@ -352,6 +357,100 @@ void wk_offload_drop_all(struct worker *w, struct wk_alloc *a)
 {
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS && a->off_mask; i++)
 		wk_offload_drop(w, a, i);
+}
+
+/* Whether allocation n binds channel number `number`. */
+static bool wk_off_binds(const struct wk_alloc *n, uint16_t number)
+{
+	for (unsigned i = 0; n != NULL && i < SHM_ALLOC_MAX_CHANS; i++)
+		if (n->rec->chans[i].number == number)
+			return true;
+	return false;
+}
+
+/* A view *v of record idx as its allocation would have it (no socket, no index, every
+ * bound channel's slot possibly entered, by the predecessor or at the take-over), and in
+ * *n the allocation of l that now serves its client's 5-tuple, if any (its client
+ * allocated again: why the adoption releases it). false: nothing of it is in the kernel. */
+static bool wk_off_rec_view(struct worker *w, struct wk_listener *l, uint32_t idx,
+			    struct shm_alloc *rec, struct wk_alloc *v, struct wk_alloc **n)
+{
+	struct sockaddr_storage client;
+	socklen_t len;
+
+	if (!wk_off_on(w) || rec->client_transport != SHM_TRANSPORT_UDP)
+		return false;
+	len = wk_shm_to_addr(&rec->client, &client);
+	if (len == 0)
+		return false;
+	*n = l != NULL ? wk_alloc_find(w, l, (struct sockaddr *)&client) : NULL;
+	memset(v, 0, sizeof(*v));
+	v->magic = WK_ALLOC_MAGIC;
+	v->w = w;
+	v->l = l;
+	v->rec = rec;
+	v->rec_idx = idx;
+	memcpy(&v->client, &client, len);
+	v->client_len = len;
+	v->relay[0].fd = v->relay[1].fd = -1;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (rec->chans[i].number != 0)
+			v->off_mask |= 1u << i;
+	return true;
+}
+
+void wk_offload_rec_drop(struct worker *w, struct wk_listener *l, uint32_t idx,
+			 struct shm_alloc *rec)
+{
+	struct wk_alloc v, *n;
+
+	if (!wk_off_rec_view(w, l, idx, rec, &v, &n))
+		return;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
+		struct tgo_chan_ctr c;
+		struct tgo_channel k;
+
+		if (!(v.off_mask & (1u << i)))
+			continue;
+		/* The client -> peer key of a channel that n binds too is n's now (its entry
+		 * replaced ours); our peer -> client entry, keyed on our relay port (still
+		 * booked by this record), is ours. */
+		if (!wk_off_binds(n, rec->chans[i].number)) {
+			wk_offload_drop(w, &v, i);
+			continue;
+		}
+		wk_off_key(&v, &rec->chans[i], &k);
+		if (tgo_channel_take_p2c(&w->off, &k, &c) == 0) {
+			shm_alloc_ctr_add(rec, SHM_ACTR_PKTS_FROM_PEER, c.pkts[1]);
+			shm_alloc_ctr_add(rec, SHM_ACTR_BYTES_FROM_PEER, c.bytes[1]);
+		}
+	}
+}
+
+void wk_offload_rec_forget(struct worker *w, struct wk_listener *l, uint32_t idx,
+			   struct shm_alloc *rec)
+{
+	struct wk_alloc v, *n;
+	uint64_t now_ns = mono_ns();
+
+	/* Its listener's mask names its announced address: without it (removed), the
+	 * master's garbage collection removes them. As wk_offload_sc_forget: not for a PROXY
+	 * protocol listener's client. */
+	if (l == NULL || wk_pp_enabled(l) || !wk_off_rec_view(w, l, idx, rec, &v, &n))
+		return;
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
+		const struct shm_chan *c = &rec->chans[i];
+		struct tgo_channel ab, ba;
+		struct shm_relay_target tb;
+		bool has_ba;
+
+		if (c->number == 0)
+			continue;
+		(void)wk_off_sc_pair(w, &v, c, now_ns, &ab, &ba, &has_ba, &tb);
+		if (wk_off_binds(n, c->number))
+			ab.channel = 0;	/* n's key now */
+		wk_off_sc_del(w, &ab, &ba, has_ba);
+	}
 }
 
 void wk_offload_sync(struct worker *w, struct wk_alloc *a)

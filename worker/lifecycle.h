@@ -8,6 +8,7 @@
 #ifndef TG_WORKER_LIFECYCLE_H
 #define TG_WORKER_LIFECYCLE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,13 +47,23 @@ struct wk_adopt_stats {
 	unsigned adopted, torn, stream, expired, failed;
 	unsigned waiting;	/* kept by fn for a later try (-EBUSY) */
 	unsigned revoked;	/* its user revoked (-EKEYREVOKED): ended, not dropped */
+	unsigned removed;	/* its listener removed (WK_ADOPT_LISTENER_GONE): ended, not
+				 * dropped */
 };
 /* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
  * later try (neither adopted nor released); -EKEYREVOKED = its user is revoked (the scan
  * releases it with end reason SHM_REC_REVOKE, as the revocation sweep ends an allocation:
- * ALLOCS_ENDED, not ALLOCS_DROPPED); other < 0 = could not be served again (the scan
- * releases and counts it). */
+ * ALLOCS_ENDED, not ALLOCS_DROPPED); WK_ADOPT_LISTENER_GONE = its listener left the
+ * configuration (end reason SHM_REC_LISTENER_REMOVED, ended, not dropped); other < 0 =
+ * could not be served again (the scan releases and counts it). A LIVE record released
+ * ends as an allocation does: ALLOCS_ENDED, its lifetime observed, its session record
+ * named after its listener (by its slot); a torn one neither observed nor named. fn may
+ * end the record itself before it returns < 0 (LIVE -> DYING, counted as the scan would:
+ * worker/adopt.c, adopt_end); the scan then only releases it. */
 typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
+/* wk_adopt_fn's code for a record whose listener left the configuration: one that no
+ * system call of the adoption returns (bind(2) gives -ENODEV for a vanished interface). */
+#define WK_ADOPT_LISTENER_GONE (-EIDRM)
 
 /* Verdict on record idx owned by `slot` whose predecessor is dead. */
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,

@@ -93,6 +93,19 @@ void wk_offload_drop_all(struct worker *w, struct wk_alloc *a);
 /* After a's record is retired: the kernel short circuit's entries of a's channels, both
  * ways (a's own and its partners' back to a), go. */
 void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a);
+/* A record this worker owns ends without a private half (it waited for its relay port,
+ * or the adoption releases it; adopt.c), in two steps around its retire as
+ * wk_alloc_destroy's: wk_offload_rec_drop while it is still LIVE (every kernel entry of its
+ * channels; what the kernel relayed is added to the record's counters first), then, once
+ * the record is DYING, wk_offload_rec_forget (its short circuits' entries both ways; needs
+ * l, the listener it came in on, for its announced address: NULL, none left, leaves them
+ * to the master's garbage collection). No-op when the fast path is off or the client is
+ * not UDP. Where another allocation of l now serves its client's 5-tuple, the client ->
+ * peer keys of the channels that one binds are its own and stay. */
+void wk_offload_rec_drop(struct worker *w, struct wk_listener *l, uint32_t idx,
+			 struct shm_alloc *rec);
+void wk_offload_rec_forget(struct worker *w, struct wk_listener *l, uint32_t idx,
+			   struct shm_alloc *rec);
 /* wk_offload_sync of every allocation of the worker (a new snapshot). */
 void wk_offload_sync_all(struct worker *w);
 /* A reload changed the fast path (IPC_OFFLOAD_MAP/OFF): which 0 takes fd as the client ->

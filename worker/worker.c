@@ -28,6 +28,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "shm/shm_lslot.h"
 #include "shm/shm_revoke.h"
 
 static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
@@ -359,6 +360,21 @@ void wk_listener_close(struct worker *w, struct wk_listener *l)
 	l->tls_ctx = NULL;
 }
 
+/* wk_adopt_wait_end's test for a reload's removal of listener arg: a record that waits for
+ * its relay port ends as the listener's allocations do (wk_listener_close). */
+static const char *wk_listener_gone_why(struct worker *w, const struct shm_alloc *rec,
+					uint32_t idx, const void *arg)
+{
+	const struct wk_listener *l = arg;
+
+	(void)w;
+	(void)idx;
+	/* Listeners without a counter slot share SHM_LSLOT_NONE with their records: a
+	 * removal of one must not end the others'. Those records wait on, bounded. */
+	return l->slot != SHM_LSLOT_NONE && rec->listener_idx == l->slot ? "listener removed"
+									   : NULL;
+}
+
 /* Why the disconnect request d ends record idx, or NULL. turngatectl revoke ends by index
  * what it has just revoked: the session record's end reason says so. */
 static const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
@@ -418,8 +434,12 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	}
 	case IPC_LISTENER_REMOVE:
 		for (size_t i = 0; i < w->n_ls; i++)
-			if (w->ls[i]->active && strcmp(w->ls[i]->name, ipc_msg_str(m)) == 0)
+			if (w->ls[i]->active && strcmp(w->ls[i]->name, ipc_msg_str(m)) == 0) {
+				/* Its records that wait too, before it closes (their kernel
+				 * entries' short circuits need its mask). */
+				wk_adopt_wait_end(w, wk_listener_gone_why, w->ls[i]);
 				wk_listener_close(w, w->ls[i]);
+			}
 		break;
 	case IPC_DRAIN:
 		if (ipc_msg_get(m, &drain, sizeof(drain)) == 0) {

@@ -426,6 +426,15 @@ def upgrade(daemon, workers=2):
     return pid
 
 
+def session_records(d, name="sessions.jsonl"):
+    """The session records written so far to d/name (admin.session_records.file)."""
+    try:
+        with open(os.path.join(d, name)) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
 def alive(pid):
     """Whether process pid runs (a zombie does not)."""
     try:

@@ -17,7 +17,13 @@ again.
   port is let go it is not adopted (it relayed until its expiry);
 - the first port let go: its allocation is adopted and relays;
 - the last held on: after the bound its allocation is released, with a warning naming
-  its port (counted: status says 6 allocations), the other 6 relay.
+  its port (counted: status says 6 allocations), the other 6 relay;
+- both end as allocations end: a session record each (reasons revoke and worker_crash)
+  naming its listener, and a lifetime observation each (the histogram's count follows
+  turngate_allocations_ended_total).
+
+A second run: a reload that removes the listener of an allocation that waits ends it at
+once as the listener's other allocations end (reason listener_removed, not worker_crash).
 """
 import os
 import re
@@ -27,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (CLONE_NEWNET, Daemon, alive, check, echo_peer,  # noqa: E402
-                           run_tests_as_root, unshare, wait_for)
+                           run_tests_as_root, scrape, unshare, wait_for)
 import scale_clients  # noqa: E402
 import harness_admin as ts  # noqa: E402
 
@@ -36,19 +42,24 @@ RELAY_MIN, RELAY_MAX = 42000, 42099
 N = 8
 WAIT = "allocations wait for their relay ports"
 CAME_FREE = "allocations adopted once their relay ports came free"
+METRICS = 30200
 
 
 def setup():
     unshare(CLONE_NEWNET)
 
 
-def config(d):
+def config(d, relays=RELAYS):
     text = ("version: v1\nadmin:\n  name: portheld\n  loglevel: all:INFO\n  workers: 2\n"
             "  admin_socket: %s/admin.sock\n  drain_timeout: 1\n  healthcheck_endpoint: \"\"\n"
+            "  metrics_endpoint: http://127.0.0.1:%d/metrics\n"
+            "  session_records:\n    file: %s/sessions.jsonl\n"
             "  relay_port_min: %d\n  relay_port_max: %d\n"
             "auth:\n  type: ephemeral\n  realm: %s\n  credentials:\n    secret: %s\n"
-            "listeners:\n" % (d, RELAY_MIN, RELAY_MAX, ts.REALM, ts.SECRET))
+            "listeners:\n" % (d, METRICS, d, RELAY_MIN, RELAY_MAX, ts.REALM, ts.SECRET))
     for k, ip in enumerate(RELAYS):
+        if ip not in relays:
+            continue
         text += ("  - {name: udp%d, protocol: TURN-UDP, address: %s, port: %d, "
                  "routes: [loopback]}\n" % (k, ip, 30000 + k))
     return text + "clusters:\n  - {name: loopback, type: STATIC, endpoints: [127.0.0.0/8]}\n"
@@ -56,6 +67,35 @@ def config(d):
 
 def lines(daemon, pat):
     return [x for x in daemon.stderr().splitlines() if pat in x]
+
+
+def record_of(d, user):
+    got = [r for r in ts.session_records(d) if r["username"] == user]
+    return got[0] if len(got) == 1 else None
+
+
+def close_all(held, fleet, daemon):
+    for s in held:
+        s.close()
+    if fleet is not None:
+        fleet.close()
+    daemon.stop()
+
+
+def kill_and_hold(daemon, fleet, held_idx):
+    """Every process killed -9 and gone, then the relay ports of held_idx bound by the
+    test, as a dying predecessor's sockets would be."""
+    pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+    pids.append(daemon.proc.pid)
+    daemon.kill_all()
+    # gone, their files released (a zombie's are)
+    wait_for(lambda: not any(alive(p) for p in pids), "the killed processes gone")
+    held = []
+    for i in held_idx:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(fleet.relayed[i])
+        held.append(s)
+    return held
 
 
 def test_port_held_at_adoption(d):
@@ -71,17 +111,9 @@ def test_port_held_at_adoption(d):
               "allocations failed: %r" % fleet.errors)
         fleet.permit(list(range(N)), peer)
         check(len(fleet.probe(list(range(N)), peer)) == N, "all relay before the kill")
-        pids = [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
-        pids.append(daemon.proc.pid)
-        daemon.kill_all()
-        # gone, their files released (a zombie's are)
-        wait_for(lambda: not any(alive(p) for p in pids), "the killed processes gone")
         # a predecessor's sockets not closed yet: the test holds three relay ports
         freed, revoked, kept = 0, 3, N - 1
-        for i in (freed, revoked, kept):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(fleet.relayed[i])
-            held.append(s)
+        held = kill_and_hold(daemon, fleet, (freed, revoked, kept))
         daemon = Daemon(d, open(daemon.conf).read()).start()
         wait_for(lambda: len(lines(daemon, "predecessor's allocations")) == 2,
                  "both workers' adoption lines")
@@ -123,15 +155,85 @@ def test_port_held_at_adoption(d):
         check(got == set(range(N)) - {kept, revoked}, "the others relay: %r" % sorted(got))
         wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == N - 2,
                  "%d allocations counted" % (N - 2))
+        # Ended as allocations end: named session records, lifetimes observed.
+        for i, reason in ((revoked, "revoke"), (kept, "worker_crash")):
+            rec = wait_for(lambda: record_of(d, fleet.user(i)[0].decode()),
+                           "the session record of allocation %d" % i)
+            check(rec["reason"] == reason and rec["listener"] == "udp%d" % (i % 2),
+                  "allocation %d's record: reason %r, listener %r (want %r, udp%d)"
+                  % (i, rec["reason"], rec["listener"], reason, i % 2))
+        m = scrape(METRICS)
+        check(m["turngate_allocation_lifetime_seconds_count"] ==
+              m["turngate_allocations_ended_total"] == 2,
+              "lifetimes observed %r, allocations ended %r (want 2, 2)"
+              % (m["turngate_allocation_lifetime_seconds_count"],
+                 m["turngate_allocations_ended_total"]))
         print("adopted after its port came free; released after the bound when it did not; "
               "revoked while it waited: ended, not adopted")
     finally:
-        for s in held:
-            s.close()
-        if fleet is not None:
-            fleet.close()
-        daemon.stop()
+        close_all(held, fleet, daemon)
+
+
+def removed_while_waiting_once(d):
+    """One run of test_listener_removed_while_waiting in directory d: the waiting
+    allocation's session record, or None when its wait's bound (10 s) ran out before the
+    worker applied the reload (it was then released as not rebindable: nothing tested)."""
+    peer = ("127.0.0.1", echo_peer())
+    daemon = Daemon(d, config(d)).start()
+    fleet = None
+    held = []
+    try:
+        fleet = scale_clients.Fleet(4, [31000 + k for k in range(2)],
+                                    [(ip, 30000 + k) for k, ip in enumerate(RELAYS)],
+                                    users=4)
+        check(not fleet.allocate(list(range(4))) and not fleet.errors,
+              "allocations failed: %r" % fleet.errors)
+        fleet.permit(list(range(4)), peer)
+        waits = 1  # on udp1, the listener the reload removes
+        held = kill_and_hold(daemon, fleet, (waits,))
+        daemon = Daemon(d, open(daemon.conf).read()).start()
+        wait_for(lambda: len(lines(daemon, WAIT)) == 1, "the allocation waits")
+        daemon.write_config(config(d, relays=RELAYS[:1]))
+        r = daemon.admin({"cmd": "reload"})
+        check(r.get("ok") is True, "reload: %r" % r)
+        # The wait's summary says how it ended: by the reload (ended, whether at once or
+        # at the next try, which finds the listener's slot retired), or at the bound
+        # (released), which only a machine too slow to apply a reload in 10 s reaches.
+        done = wait_for(lambda: lines(daemon, CAME_FREE), "the wait's summary", timeout=30)
+        m = re.search(r"(\d+) %s, (\d+) released \(.*\), (\d+) ended" % CAME_FREE, done[0])
+        check(m is not None and m.group(1) == "0", "the wait's summary: %r" % done[0])
+        if m.group(2) == "1":
+            return None
+        check(m.group(3) == "1", "the wait's summary: %r" % done[0])
+        user = fleet.user(waits)[0].decode()
+        rec = wait_for(lambda: record_of(d, user), "the waiting allocation's session record",
+                       timeout=5)
+        got = fleet.probe([0, 2], peer, deadline=5)
+        check(got == {0, 2}, "udp0's allocations relay: %r" % sorted(got))
+        return rec
+    finally:
+        close_all(held, fleet, daemon)
+
+
+def test_listener_removed_while_waiting(d):
+    """A reload removes the listener of an allocation that waits for its relay port: it
+    ends at once, reason listener_removed, as the listener's other allocations do. The
+    reload must reach the worker within the wait's bound: a run in which it did not tests
+    nothing and is run again (up to three runs)."""
+    for k in range(3):
+        sub = os.path.join(d, "run%d" % k)
+        os.makedirs(sub)
+        rec = removed_while_waiting_once(sub)
+        if rec is not None:
+            break
+        print("run %d: the wait's bound ran out before the reload applied; again" % k)
+    check(rec is not None, "the wait's bound ran out before the reload applied, 3 times")
+    check(rec["reason"] == "listener_removed" and rec["listener"] == "udp1",
+          "the waiting allocation ended with reason %r, listener %r (want "
+          "listener_removed, udp1)" % (rec["reason"], rec["listener"]))
+    print("the waiting allocation of a removed listener ended: listener_removed")
 
 
 if __name__ == "__main__":
-    run_tests_as_root([test_port_held_at_adoption], "a network namespace", setup)
+    run_tests_as_root([test_port_held_at_adoption, test_listener_removed_while_waiting],
+                      "a network namespace", setup)

@@ -25,6 +25,11 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   again, relayed by the kernel. Without bpffs (unpinned maps) a stop detaches even with an
   allocation left. After a kill -9, a start with `offload_engine: None` removes the
   programs and the pinned maps it finds and relays the allocation in user space.
+- A revoked user's allocation that waits for its relay port after a kill -9 (the port still
+  bound, here by the test) stops relaying in the kernel at once: its worker deletes the
+  entries the earlier run left when the revocation ends it, not the master's garbage
+  collection (which removes nothing of it: its log line at DEBUG says so). The same when
+  the port stays bound past the wait's bound and the allocation is released.
 - An allocation under a bandwidth limit gets no entry: the limit holds with the fast path
   on (the user-space buckets drop what is over it).
 - A peer on the relay address's own IP (a media server on the gateway's host: the loopback
@@ -548,6 +553,101 @@ def test_restart_keeps_kernel_relaying(d, engine="TC"):
           "still attached after a stop with no allocation: %r" % attached(TAG + "b"))
 
 
+GC_REMOVED = "entries the table no longer holds removed"
+
+
+def waiting_after_kill(d, name):
+    """A bound channel relayed by the kernel, every process killed -9, its relay port bound
+    by the test (a dying predecessor's socket), the next start: its worker waits for the
+    port (the kernel relaying meanwhile), the master's DEBUG lines on. Returns the daemon,
+    the client, the peer's socket and the test's socket on the relay port; (None,) * 4 when
+    no bpffs can be mounted (SKIP of test name)."""
+    if subprocess.run("mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf",
+                      shell=True).returncode != 0:
+        print("SKIP %s: cannot mount bpffs" % name, flush=True)
+        return (None,) * 4
+    daemon = Daemon(d)
+    held = None
+    try:
+        offload_or_skip(daemon)
+        c = client(False)
+        r = c.request(ALLOCATE, [(0x0019, bytes([17, 0, 0, 0]))])
+        check(error_code(r[3]) is None, "Allocate: %r" % (error_code(r[3]),))
+        relayed = c.relayed(r)[0]
+        p = peer_sock(False)
+        r = c.bind("10.77.2.1", PEER_PORT, CHANNEL)
+        check(error_code(r[3]) is None, "ChannelBind: %r" % (error_code(r[3]),))
+        check(stopped_round_trip(daemon, c, p, 3) == (3, 3), "kernel relay")
+        pids = [daemon.proc.pid] + daemon.worker_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        daemon.proc.wait()
+        daemon.err.close()
+        # the workers gone too, their relay sockets closed (a zombie's are)
+        wait_for(lambda: not any(harness_admin.alive(pid) for pid in pids),
+                 "the killed processes gone")
+        held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        held.bind(relayed)
+        daemon = Daemon(d)
+        wait_for(lambda: "allocations wait for their relay ports" in daemon.log(),
+                 "the allocation to wait for its relay port")
+        check(entries(daemon) == 1, "the entry kept over the take-over")
+        check(stopped_round_trip(daemon, c, p, 3) == (3, 3), "kernel relay while it waits")
+        r = daemon.admin({"cmd": "loglevel", "spec": "all:INFO,master:DEBUG"})
+        check(r.get("ok") is True, "loglevel: %r" % r)
+        return daemon, c, p, held
+    except Exception:
+        if held is not None:
+            held.close()
+        if daemon.proc.poll() is None:
+            daemon.stop()
+        raise
+
+
+def check_gone_at_once(daemon, c, p, what):
+    """The allocation ended (not listed): its entry is gone, and not by the master's
+    garbage collection; nothing relays."""
+    wait_for(lambda: daemon.allocations() == [], "the allocation to end (%s)" % what)
+    n, gc = entries(daemon), GC_REMOVED in daemon.log()
+    check(n == 0 and not gc, "%s: %d entries left, the master's garbage collection removed %s"
+          % (what, n, "some" if gc else "none"))
+    got = round_trip(c, p, 3)
+    check(got == (0, 0), "relayed after it ended (%s): %r" % (what, got))
+
+
+def test_revoked_while_waiting(d):
+    """A revocation of the user of an allocation that waits for its relay port after a
+    kill -9 ends it: its entries go as it ends (its worker deletes them; the master's
+    garbage collection, every 5 s, finds nothing of it to remove), nothing relays."""
+    daemon, c, p, held = waiting_after_kill(d, "test_revoked_while_waiting")
+    if daemon is None:
+        return
+    try:
+        r = daemon.admin({"cmd": "revoke", "user": c.username})
+        check(r.get("ok") is True and r.get("disconnected") == 1, "revoke: %r" % r)
+        check_gone_at_once(daemon, c, p, "revoked")
+    finally:
+        p.close()
+        held.close()
+        daemon.stop()
+
+
+def test_released_at_the_bound(d):
+    """The same allocation whose port stays bound past the wait's bound (10 s): released
+    (not rebindable), its entries with it."""
+    daemon, c, p, held = waiting_after_kill(d, "test_released_at_the_bound")
+    if daemon is None:
+        return
+    try:
+        wait_for(lambda: "1 released (not rebindable" in daemon.log(), "the release at the "
+                 "bound", timeout=30)
+        check_gone_at_once(daemon, c, p, "released at the bound")
+    finally:
+        p.close()
+        held.close()
+        daemon.stop()
+
+
 def test_graceful_stop_removes_entries(d, engine="TC", sig=signal.SIGTERM):
     """#35 (8): a graceful stop (SIGTERM's drain, SIGINT) with an allocation left and the
     maps pinned removes the entries and detaches: nothing relays while no daemon runs
@@ -939,7 +1039,8 @@ if __name__ == "__main__":
     far_ends(ETHTOOL_SGRO, True)
     tests = [test_kernel_relays_while_workers_stopped, test_entries_end_with_their_permission,
              test_reload_drops_the_route, test_unpinned_stop_detaches,
-             test_restart_keeps_kernel_relaying, test_graceful_stop_removes_entries,
+             test_restart_keeps_kernel_relaying, test_revoked_while_waiting,
+             test_released_at_the_bound, test_graceful_stop_removes_entries,
              test_none_removes_leftovers,
              test_bandwidth_limit_holds, test_refused_programs_fall_back,
              test_peer_on_the_relay_ip, test_kernel_short_circuit, test_kernel_short_circuit_v6,

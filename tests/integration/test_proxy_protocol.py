@@ -11,7 +11,6 @@ never parses a header. The session records (file) of TCP, TLS and UDP-v2 allocat
 the client's address; limits.source_connections and the UDP unauth_rate limiter count
 it, not the proxy's, and the budget's log line names it. Every wait is bounded; nothing depends on timing for correctness.
 """
-import json
 import os
 import socket
 import ssl
@@ -26,6 +25,7 @@ from harness_admin import (A_XOR_MAPPED, BINDING, REQUEST, Client, Daemon,  # no
                            Failure, StreamClient, binding_request, build, check, config,
                            free_port, make_cert, need_tool, parse, parse_xor_addr,
                            parse_xor_mapped, peer_socket, relay_range, run_tests, wait_for)
+from harness_admin import session_records as records  # noqa: E402
 
 CLIENT_IP = "127.0.0.5"
 UNTRUSTED_IP = "127.0.0.7"
@@ -66,15 +66,6 @@ def start_daemon(d, limits=None, workers=2):
     text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n  session_records:\n"
                         "    file: %s\n" % os.path.join(d, "sessions.jsonl"), 1)
     return Daemon(d, text, workers=workers).start(), ports, (crt, key)
-
-
-def records(d):
-    """The session records written so far (admin.session_records.file)."""
-    try:
-        with open(os.path.join(d, "sessions.jsonl")) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 def record_of(d, listener):

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, Client, Daemon, Peer, StreamClient, check,  # noqa: E402
                            config, free_port, run_tests, stop_master, upgrade,
                            wait_for)
+from harness_admin import session_records as records  # noqa: E402
 from test_quota import kill_worker  # noqa: E402
 from test_revoke import ctl_ok  # noqa: E402
 
@@ -58,14 +59,6 @@ def make_config(d, port, tcp_port=None, webhook=None, limits=None, metrics=None,
                             "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
                             % tcp_port, 1)
     return text
-
-
-def records(d, name="sessions.jsonl"):
-    try:
-        with open(os.path.join(d, name)) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 def of_user(recs, c):

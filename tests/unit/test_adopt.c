@@ -11,11 +11,25 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/socket.h>
+#ifdef HAVE_OFFLOAD
+#include <bpf/bpf.h>
+#include <linux/types.h>
+#include "offload/tgo_maps.h"
+#endif
 
+#include "offload/offload.h"
 #include "shm/shm.h"
+#include "shm/shm_lslot.h"
+#include "shm/shm_records.h"
+#include "shm/shm_relay.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_ppool.h"
+#include "common/mono.h"
+#include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
+#include "worker/relay.h"
+#include "worker/table.h"
 #include "worker/wk.h"
 
 #define NOW_NS 1000000000000ull
@@ -398,6 +412,21 @@ static void test_revoked_ends(void **state)
 	shm_destroy(shm);
 }
 
+/* A worker of slot 0 on a new segment `name`, its fast path off, with room for 4
+ * records that wait (w->adopt_wait). */
+static void wait_worker(struct worker *w, struct shm_config *cfg, const char *name)
+{
+	memset(w, 0, sizeof(*w));
+	assert_int_equal(shm_create(cfg, name, &w->shm), 0);
+	w->ctr = shm_slot_counters(w->shm, 0);
+	w->off.c2p_fd = w->off.p2c_fd = -1;
+	w->loop = ev_loop_new(EVFLAG_AUTO);
+	assert_non_null(w->loop);
+	w->adopt_wait = calloc(4, sizeof(*w->adopt_wait));
+	assert_non_null(w->adopt_wait);
+	w->cap_adopt_wait = 4;
+}
+
 static const char *end_one_cb(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
 			      const void *arg)
 {
@@ -416,14 +445,7 @@ static void test_wait_end_and_abandon(void **state)
 	uint32_t idx[3];
 
 	(void)state;
-	memset(&w, 0, sizeof(w));
-	assert_int_equal(shm_create(&cfg, "test-adopt", &w.shm), 0);
-	w.ctr = shm_slot_counters(w.shm, 0);
-	w.loop = ev_loop_new(EVFLAG_AUTO);
-	assert_non_null(w.loop);
-	w.adopt_wait = calloc(4, sizeof(*w.adopt_wait));
-	assert_non_null(w.adopt_wait);
-	w.cap_adopt_wait = 4;
+	wait_worker(&w, &cfg, "test-adopt");
 	for (int i = 0; i < 3; i++)
 		w.adopt_wait[w.n_adopt_wait++] = idx[i] =
 			mk_rec(w.shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
@@ -452,6 +474,372 @@ static void test_wait_end_and_abandon(void **state)
 	shm_destroy(w.shm);
 }
 
+/* A record of slot 0 as a UDP client's: 10.0.0.1:(1000 + idx) to the listener 10.0.0.2:3478,
+ * relayed at 10.0.0.2:(50000 + idx), channel 0x4000 bound to 10.0.0.9:5000 (permitted). */
+static void fill_udp(struct shm *shm, uint32_t idx, uint64_t now)
+{
+	struct shm_alloc *rec;
+	const uint8_t cl[4] = { 10, 0, 0, 1 }, sv[4] = { 10, 0, 0, 2 }, pr[4] = { 10, 0, 0, 9 };
+
+	assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+	shm_alloc_begin_write(rec);
+	memcpy(rec->client.addr, cl, 4);
+	memcpy(rec->server.addr, sv, 4);
+	rec->server.family = AF_INET;
+	rec->server.port = 3478;
+	rec->relay = rec->server;
+	rec->relay.port = (uint16_t)(50000 + idx);
+	memcpy(rec->perms[0].addr, pr, 4);
+	rec->perms[0].family = AF_INET;
+	rec->perms[0].expires_ns = now + 60000000000ull;
+	memcpy(rec->chans[3].peer.addr, pr, 4);
+	rec->chans[3].peer.family = AF_INET;
+	rec->chans[3].peer.port = 5000;
+	rec->chans[3].number = 0x4000;
+	rec->chans[3].expires_ns = now + 60000000000ull;
+	rec->created_ns = now - 30000000000ull;
+	shm_alloc_end_write(rec);
+}
+
+#ifdef HAVE_OFFLOAD
+/* The kernel entry of channel slot i of rec, as the predecessor wrote it. */
+static struct tgo_channel entry_of_slot(const struct shm_alloc *rec, unsigned i)
+{
+	struct tgo_channel ch = { .family = AF_INET };
+
+	memcpy(ch.client, rec->client.addr, 4);
+	memcpy(ch.listener, rec->server.addr, 4);
+	memcpy(ch.relay, rec->relay.addr, 4);
+	memcpy(ch.peer, rec->chans[i].peer.addr, 4);
+	ch.client_port = rec->client.port;
+	ch.listener_port = rec->server.port;
+	ch.relay_port = rec->relay.port;
+	ch.peer_port = rec->chans[i].peer.port;
+	ch.channel = rec->chans[i].number;
+	ch.expires_ns = rec->chans[i].expires_ns;
+	ch.listener_idx = LST;
+	return ch;
+}
+
+/* The kernel entry of fill_udp's channel. */
+static struct tgo_channel entry_of(const struct shm_alloc *rec)
+{
+	return entry_of_slot(rec, 3);
+}
+
+/* A walk's visitor: the client -> peer entries' channels and relay ports. */
+static bool list_entry(const struct tgo_channel *ch, void *arg)
+{
+	uint16_t *out = arg;	/* [0]: count, then pairs of channel, relay port */
+
+	if (out[0] < 4) {
+		out[1 + 2 * out[0]] = ch->channel;
+		out[2 + 2 * out[0]] = ch->relay_port;
+	}
+	out[0]++;
+	return true;
+}
+
+/* The keys in hash map fd. */
+static unsigned map_keys(int fd)
+{
+	uint8_t key[64], next[64];
+	unsigned n = 0;
+
+	for (const void *k = NULL; n < 64 && bpf_map_get_next_key(fd, k, next) == 0; k = key) {
+		memcpy(key, next, sizeof(key));
+		n++;
+	}
+	return n;
+}
+
+static bool count_entry(const struct tgo_channel *ch, void *arg)
+{
+	uint16_t *ports = arg;
+
+	ports[ports[0] + 1] = ch->client_port;
+	ports[0]++;
+	return true;
+}
+#endif
+
+static void drain_ev(const struct shm_rec_ev *ev, void *arg)
+{
+	struct shm_rec_ev *out = arg;
+
+	*out = *ev;
+}
+
+/* A waiting record that a revocation ends (wk_adopt_wait_end) ends as wk_alloc_destroy ends
+ * an allocation: its kernel fast path entries go at once (the master's garbage collection
+ * would take up to 5 s; the kernel relays for a revoked user meanwhile), its lifetime is
+ * observed and its session record names its listener. Another waiting record's entry
+ * stays. The maps are plain hash maps of the programs' layout (root: CAP_BPF; else the
+ * entries' part is skipped). */
+static void test_wait_end_like_an_end(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	const char *const names[] = { "udp0", "udp1" };
+	uint16_t slots[2];
+	struct worker w;
+	struct shm_counters out;
+	struct shm_rec_ev ev;
+	struct shm_alloc *rec;
+	uint64_t now = mono_ns();
+	uint32_t idx[2];
+	bool maps = false;
+
+	(void)state;
+	wait_worker(&w, &cfg, "test-adopt-end");
+	assert_int_equal(shm_lslot_assign(w.shm, names, 2, slots, NULL), 0);
+	assert_int_equal(slots[1], LST);
+	for (int i = 0; i < 2; i++) {
+		w.adopt_wait[w.n_adopt_wait++] = idx[i] =
+			mk_rec(w.shm, 0, SHM_TRANSPORT_UDP, now + 60000000000ull, true);
+		fill_udp(w.shm, idx[i], now);
+	}
+#ifdef HAVE_OFFLOAD
+	w.off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+				      sizeof(struct tgo_c2p_val), 16, NULL);
+	w.off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+				      sizeof(struct tgo_p2c_val), 16, NULL);
+	maps = w.off.c2p_fd >= 0 && w.off.p2c_fd >= 0;
+	if (!maps)
+		print_message("no BPF maps (not root?): the entries' part is skipped\n");
+	for (int i = 0; i < 2 && maps; i++) {
+		struct tgo_channel ch;
+
+		assert_int_equal(shm_alloc_get(w.shm, 0, idx[i], &rec), 0);
+		ch = entry_of(rec);
+		assert_int_equal(tgo_channel_set(&w.off, &ch), 0);
+	}
+#endif
+	/* the predecessor's relay port index entries (a worker's crash keeps the segment) */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(shm_alloc_get(w.shm, 0, idx[i], &rec), 0);
+		assert_int_equal(shm_relay_add(w.shm, rec->relay.port, idx[i]), 0);
+	}
+	wk_adopt_wait_end(&w, end_one_cb, &idx[0]);
+	assert_int_equal(w.n_adopt_wait, 1);
+	assert_true(is_free(w.shm, idx[0]));
+	{
+		uint32_t got[SHM_RELAY_WAYS];
+
+		assert_int_equal(shm_relay_find(w.shm, (uint16_t)(50000 + idx[0]), got), 0);
+		assert_int_equal(shm_relay_find(w.shm, (uint16_t)(50000 + idx[1]), got), 1);
+	}
+#ifdef HAVE_OFFLOAD
+	if (maps) {
+		uint16_t ports[4] = { 0 };
+
+		assert_int_equal(tgo_channel_walk(&w.off, count_entry, ports), 1);
+		assert_int_equal(ports[0], 1);
+		assert_int_equal(ports[1], 1000 + idx[1]);	/* the other's stays */
+	}
+#endif
+	assert_int_equal(shm_counters_read(w.shm, 0, &out), 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ENDED], 1);
+	assert_int_equal(out.life.count, 1);
+	assert_int_equal(out.life.sum_s, 30);
+	memset(&ev, 0, sizeof(ev));
+	assert_int_equal(shm_records_drain(w.shm, drain_ev, &ev), 1);
+	assert_int_equal(ev.idx, idx[0]);
+	assert_int_equal(ev.reason, SHM_REC_REVOKE);
+	assert_string_equal(ev.listener, "udp1");
+	wk_adopt_wait_abandon(&w);
+	if (w.off.c2p_fd >= 0)
+		close(w.off.c2p_fd);
+	if (w.off.p2c_fd >= 0)
+		close(w.off.p2c_fd);
+	ev_loop_destroy(w.loop);
+	shm_destroy(w.shm);
+}
+
+/* Refuses every record with the code *arg. */
+static int code_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
+{
+	(void)idx;
+	(void)rec;
+	return *(const int *)arg;
+}
+
+/* A LIVE record that the adoption refuses with code: released, uncounted, ALLOCS_ENDED;
+ * removed: as its listener's removal ends it (not a drop), else dropped as not
+ * rebindable; its session record's reason `want`. */
+static void refused_ends(int code, bool removed, enum shm_rec_reason want)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct wk_adopt_stats st;
+	struct shm_rec_ev ev;
+	uint32_t idx;
+
+	assert_int_equal(shm_create(&cfg, "test-adopt-refused", &shm), 0);
+	idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(wk_adopt_list(shm, 0, shm_slot_counters(shm, 0), NOW_NS, &idx, 1,
+				       code_cb, &code, &st),
+			 0);
+	assert_int_equal(st.removed, removed);
+	assert_int_equal(st.failed, !removed);
+	assert_true(is_free(shm, idx));
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_DROPPED), !removed);
+	assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 0);
+	memset(&ev, 0, sizeof(ev));
+	assert_int_equal(shm_records_drain(shm, drain_ev, &ev), 1);
+	assert_int_equal(ev.reason, want);
+	shm_destroy(shm);
+}
+
+/* A record whose listener a reload removed (WK_ADOPT_LISTENER_GONE: worker/adopt.c finds
+ * its slot RETIRED) ends as the removal ends the listener's allocations: reason
+ * listener_removed, ALLOCS_ENDED, not ALLOCS_DROPPED. */
+static void test_listener_removed_ends(void **state)
+{
+	(void)state;
+	refused_ends(WK_ADOPT_LISTENER_GONE, true, SHM_REC_LISTENER_REMOVED);
+}
+
+/* A relay port that cannot be bound because its interface vanished (bind: -ENODEV, an
+ * IPv6 link-local relay address) is not a removed listener: the record is dropped as not
+ * rebindable, end reason worker_crash. */
+static void test_nodev_not_removed(void **state)
+{
+	(void)state;
+	refused_ends(-ENODEV, false, SHM_REC_WORKER_CRASH);
+}
+
+/* A torn record (its predecessor died inside a write bracket) is released and counted, but
+ * its half-written birth and listener feed neither the lifetime histogram nor the session
+ * record's listener name. */
+static void test_torn_not_observed(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	const char *const names[] = { "udp0", "udp1" };
+	struct shm *shm = NULL;
+	struct shm_counters out;
+	struct wk_adopt_stats st;
+	struct shm_rec_ev ev;
+	struct shm_alloc *rec;
+	struct offer o;
+	uint16_t slots[2];
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-torn", &shm), 0);
+	assert_int_equal(shm_lslot_assign(shm, names, 2, slots, NULL), 0);
+	idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+	shm_alloc_begin_write(rec);	/* never closed: torn */
+	rec->created_ns = NOW_NS - 30000000000ull;
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
+				       &st),
+			 0);
+	assert_int_equal(o.n, 0);	/* not offered */
+	assert_int_equal(st.torn, 1);
+	assert_true(is_free(shm, idx));
+	assert_int_equal(shm_counters_read(shm, 0, &out), 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(out.life.count, 0);
+	memset(&ev, 0, sizeof(ev));
+	assert_int_equal(shm_records_drain(shm, drain_ev, &ev), 1);
+	assert_int_equal(ev.reason, SHM_REC_WORKER_CRASH);
+	assert_string_equal(ev.listener, "");
+	shm_destroy(shm);
+}
+
+#ifdef HAVE_OFFLOAD
+/* Channel slot i of rec bound to 10.0.0.9:port, permitted, for 60 s. */
+static void bind_chan(struct shm_alloc *rec, unsigned i, uint16_t number, uint16_t port)
+{
+	const uint8_t pr[4] = { 10, 0, 0, 9 };
+	uint64_t now = mono_ns();
+
+	memcpy(rec->perms[0].addr, pr, 4);
+	rec->perms[0].family = AF_INET;
+	rec->perms[0].expires_ns = now + 60000000000ull;
+	memcpy(rec->chans[i].peer.addr, pr, 4);
+	rec->chans[i].peer.family = AF_INET;
+	rec->chans[i].peer.port = port;
+	rec->chans[i].number = number;
+	rec->chans[i].expires_ns = now + 60000000000ull;
+}
+
+/* A waiting record whose client allocated again on the same 5-tuple (the new allocation
+ * binds channel 0x4001 only) ends: the kernel's client -> peer entry of its channel 0x4000
+ * goes (the client's ChannelData on 0x4000 would else go on through the old relay), and
+ * both its peer -> client entries (keyed on its relay port, still booked by it); the new
+ * allocation's entry for 0x4001, which replaced the old one's key, stays. */
+static void test_wait_end_client_again(void **state)
+{
+	struct shm *shm;
+	struct worker_heritage h;
+	struct worker *w;
+	struct wk_listener l;
+	struct shm_alloc *orec, *nrec;
+	struct wk_alloc *a = NULL;
+	uint32_t oidx, nidx;
+	uint16_t got[9] = { 0 };
+	struct tgo_channel ch;
+
+	(void)state;
+	memset(&l, 0, sizeof(l));
+	worker_fix_create("test-adopt-again", 1, &shm, &h, &w);
+	worker_fix_adopter(w, &l);
+	w->off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+				       sizeof(struct tgo_c2p_val), 16, NULL);
+	w->off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+				       sizeof(struct tgo_p2c_val), 16, NULL);
+	if (w->off.c2p_fd < 0 || w->off.p2c_fd < 0) {
+		print_message("no BPF maps (not root?): skipped\n");
+		goto out;
+	}
+	worker_fix_rec(shm, &l, 40000, 50001, mono_ns() + 60000000000ull, &oidx, &orec);
+	bind_chan(orec, 0, 0x4000, 5000);
+	bind_chan(orec, 1, 0x4001, 5001);
+	worker_fix_rec_publish(shm, &l, oidx, orec);
+	worker_fix_rec(shm, &l, 40000, 50002, mono_ns() + 60000000000ull, &nidx, &nrec);
+	bind_chan(nrec, 0, 0x4001, 6000);
+	worker_fix_rec_publish(shm, &l, nidx, nrec);
+	assert_int_equal(wk_alloc_attach(w, &l, nidx, nrec, &a), 0);
+	/* The old allocation's entries, then the new one's, which replace the key of 0x4001. */
+	for (unsigned i = 0; i < 2; i++) {
+		ch = entry_of_slot(orec, i);
+		ch.listener_idx = l.slot;
+		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	}
+	ch = entry_of_slot(nrec, 0);
+	assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	assert_int_equal(map_keys(w->off.p2c_fd), 3);
+	w->adopt_wait = calloc(1, sizeof(*w->adopt_wait));
+	assert_non_null(w->adopt_wait);
+	w->cap_adopt_wait = 1;
+	w->adopt_wait[w->n_adopt_wait++] = oidx;
+
+	wk_adopt_wait_end(w, end_one_cb, &oidx);
+	assert_int_equal(w->n_adopt_wait, 0);
+	assert_int_equal(shm_alloc_get(shm, 0, oidx, NULL), -EPERM);	/* released */
+	assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 1);
+	assert_int_equal(got[0], 1);
+	assert_int_equal(got[1], 0x4001);
+	assert_int_equal(got[2], 50002);	/* the new allocation's */
+	assert_int_equal(map_keys(w->off.p2c_fd), 1);
+out:
+	wk_adopt_wait_abandon(w);
+	if (a != NULL)
+		wk_alloc_forget(w, a);
+	if (w->off.c2p_fd >= 0)
+		close(w->off.c2p_fd);
+	if (w->off.p2c_fd >= 0)
+		close(w->off.p2c_fd);
+	wk_tables_free(w);
+	close(l.fd);
+	worker_fix_destroy(shm, 1, &w);
+}
+#endif
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -463,6 +851,13 @@ int main(void)
 		cmocka_unit_test(test_kept_for_later),
 		cmocka_unit_test(test_wait_end_and_abandon),
 		cmocka_unit_test(test_revoked_ends),
+		cmocka_unit_test(test_wait_end_like_an_end),
+		cmocka_unit_test(test_listener_removed_ends),
+		cmocka_unit_test(test_nodev_not_removed),
+		cmocka_unit_test(test_torn_not_observed),
+#ifdef HAVE_OFFLOAD
+		cmocka_unit_test(test_wait_end_client_again),
+#endif
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
