@@ -554,6 +554,14 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 	free(ring);
 }
 
+/* A LIVE record of the image that the take-over ends at end_ns (not copied): its lifetime.
+ * It was counted as created and not as ended, so import_counters counts it as ended; its
+ * lifetime goes with that count. */
+static void end_life(const struct shm_alloc *r, uint64_t end_ns, struct shm_takeover *t)
+{
+	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end_ns));
+}
+
 /* One record of the image as the take-over judges it. REC_BAD refuses the image when
  * strict, else (the check pass judged it already) it is skipped. */
 static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsigned old_slots,
@@ -565,21 +573,29 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 	switch (record_kind(r, old_slots, now_ns, dst->keep_tcp)) {
 	case REC_TORN:
 		t->torn++;
+		/* LIVE, its worker died inside a write; CLAIMED was never counted, DYING
+		 * was counted by its worker */
+		if (SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE)
+			end_life(r, now_ns, t);
 		break;
 	case REC_STREAM:
 		t->stream++;
 		record_end(dst, i, r, SHM_REC_SHUTDOWN, now_ns);
+		end_life(r, now_ns, t);
 		break;
 	case REC_EXPIRED:
 		t->expired++;
 		record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
+		end_life(r, r->expires_ns, t);
 		break;
 	case REC_TAKE:
 		if (import_record(dst, r, now_ns, &idx, &counted, NULL) == 0) {
 			taken_push(dst, idx, i);
 			t->adopted++;
 		} else {
+			/* no room in this run's table: it cannot be taken over */
 			t->overflow++;
+			end_life(r, now_ns, t);
 		}
 		break;
 	case REC_BAD:
@@ -616,6 +632,14 @@ static void counters_add(struct shm_counters *d, const struct shm_counters *s)
 
 	for (size_t i = 0; i < sizeof(*d) / sizeof(uint64_t); i++)
 		dw[i] += sw[i];
+}
+
+static void counters_add_life(struct shm_lifetime *d, const struct shm_lifetime *s)
+{
+	for (unsigned i = 0; i <= SHM_LIFE_BUCKETS; i++)
+		d->bucket[i] += s->bucket[i];
+	d->sum_s += s->sum_s;
+	d->count += s->count;
 }
 
 /* The earlier run's cumulative counters, folded onto this run's slots. Gauges are not
@@ -656,6 +680,8 @@ static void import_counters(struct shm *dst, const struct shm_image *img, const 
 	}
 	if (created >= ended + t->adopted)
 		shm_ctr_add(c0, SHM_CTR_ALLOCS_ENDED, created - ended - t->adopted);
+	/* the lifetimes of the LIVE records among them (take_one) */
+	counters_add_life(&c0->life, &t->ended_life);
 	shm_ctr_add(c0, SHM_CTR_ALLOCS_DROPPED, dropped);
 	t->have_counters = true;
 out:

@@ -68,6 +68,8 @@ struct shm_takeover {
 	int old_master;          /* pid of the master that wrote the file */
 	uint32_t adopted;        /* records copied, to be re-adopted by the workers */
 	uint32_t expired, stream, torn, overflow;   /* released (overflow: table too small) */
+	struct shm_lifetime ended_life; /* lifetimes of the LIVE records released: added to
+					 * the counters with their ends (have_counters) */
 	uint32_t revoked;        /* revocation entries carried over (shm/shm_revoke.h) */
 	bool revoke_lost;        /* the file's revocation list had another format: dropped */
 	bool precopy;            /* shm_image_take_precopied: */

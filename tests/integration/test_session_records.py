@@ -32,8 +32,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, Client, Daemon, Peer, StreamClient, check,  # noqa: E402
-                           config, free_port, run_tests, stop_master, upgrade,
-                           wait_for)
+                           config, free_port, run_tests, scrape, stop_master, upgrade,
+                           wait_equal, wait_for)
 from harness_admin import session_records as records  # noqa: E402
 from test_quota import kill_worker  # noqa: E402
 from test_revoke import ctl_ok  # noqa: E402
@@ -297,6 +297,64 @@ def test_restart(d):
         time.sleep(0.5)
         users = sorted(r["user"] for r in records(d))
         check(users == ["dora", "lena", "sven"], "records: %r" % users)
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
+def test_restart_lifetimes(d):
+    """kill -9 of every process, a new start on the state file: the allocations the take-over
+    ends (one expired while nothing ran, one TURN-TCP that cannot be taken over) are counted
+    as ended and each observed in the lifetime histogram too, as a worker's end is (its
+    _count equals turngate_allocations_ended_total), with one record each."""
+    port, tport = free_port(late=True), free_port(late=True)    # bound again after the kill
+    mport = free_port()
+    text = make_config(d, port, tcp_port=tport, metrics=mport,
+                       limits={"allocation_lifetime": 3})
+    daemon = Daemon(d, text).start()
+    cs = []
+    long_life = [(A_LIFETIME, struct.pack("!I", 600))]
+    try:
+        done, kept, tcp, short = (Client(port, "dana"), Client(port, "kurt"),
+                                  StreamClient(tport, "tess"), Client(port, "ivo"))
+        cs += [done, kept, tcp, short]
+        done.allocate()
+        done.release()
+        wait_record(d, done, "dana's record")
+        kept.allocate(extra=long_life)
+        tcp.allocate(extra=long_life)
+        # ivo's record expires (allocation_lifetime, set by the worker after it read the
+        # request) at most 3 s after his response came: ended by the take-over, not by the
+        # worker, unless the kill came more than 3 s after it (the log check below says so)
+        short.allocate()
+        granted = time.clock_gettime(time.CLOCK_MONOTONIC)
+        daemon.kill_all()
+        while time.clock_gettime(time.CLOCK_MONOTONIC) < granted + 3.1:
+            time.sleep(0.1)
+        daemon.start()
+        check("1 allocations taken over" in daemon.stderr() and
+              "released 1 expired, 1 TCP/TLS/DTLS" in daemon.stderr(),
+              "the take-over did not end ivo's and tess's allocations")
+        check(wait_record(d, short, "ivo's record")["reason"] == "expiry", records(d))
+        check(wait_record(d, tcp, "tess's record")["reason"] == "shutdown", records(d))
+        m = scrape(mport)
+        ended = m["turngate_allocations_ended_total"]
+        check(ended == 3, "ended %r" % ended)
+        check(m["turngate_allocation_lifetime_seconds_count"] == ended,
+              "lifetimes observed %r, allocations ended %r" %
+              (m["turngate_allocation_lifetime_seconds_count"], ended))
+        # dana ~0 s, ivo 3 s (created to expiry), tess from creation to the take-over
+        check(m['turngate_allocation_lifetime_seconds_bucket{le="10"}'] == 3, m)
+        check(m["turngate_allocation_lifetime_seconds_sum"] >= 3 + 3, m)
+        kept.release()
+        wait_record(d, kept, "kurt's record")
+        wait_equal(mport, {"turngate_allocations_ended_total": 4,
+                           "turngate_allocation_lifetime_seconds_count": 4})
+        time.sleep(0.5)
+        users = sorted(r["user"] for r in records(d))
+        check(users == ["dana", "ivo", "kurt", "tess"], "records: %r" % users)
     finally:
         for c in cs:
             c.close()
@@ -588,5 +646,5 @@ def test_webhook_https_name(d):
 
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
-               test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
+               test_worker_kill, test_restart, test_restart_lifetimes, test_upgrade, test_shutdown_without_state_file,
                test_quota, test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -502,9 +503,11 @@ static void test_alloc_torn_and_release_all(void **state)
 	/* a: LIVE and fine; b: LIVE but writer died mid-update (odd seq); d: CLAIMED */
 	assert_int_equal(shm_alloc_claim(shm, 0, &a, &r), 0);
 	r->listener_idx = 7;
+	r->created_ns = mono_ns() - UINT64_C(20000000000);	/* 20 s ago */
 	assert_int_equal(shm_alloc_publish(shm, 0, a), 0);
 	assert_int_equal(shm_alloc_claim(shm, 0, &b, &r), 0);
 	r->listener_idx = 7;
+	r->created_ns = mono_ns() - UINT64_C(20000000000);
 	assert_int_equal(shm_alloc_publish(shm, 0, b), 0);
 	/* what the worker counts for its two LIVE allocations */
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 2);
@@ -531,6 +534,11 @@ static void test_alloc_torn_and_release_all(void **state)
 	assert_int_equal(n, 3);
 	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 0);
 	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 2);	/* the LIVE ones only */
+	/* counted as ended, so observed in the lifetime histogram too: 20 s (or 21, as the
+	 * master's clock saw the release), in the (10, 60] bucket */
+	assert_int_equal(c->life.count, 2);
+	assert_int_equal(c->life.bucket[1], 2);
+	assert_true(c->life.sum_s >= 40 && c->life.sum_s <= 42);
 	assert_int_equal(c->lst[7][SHM_LCTR_ALLOCS_ACTIVE], 0);
 	cur = 0;
 	assert_int_equal(shm_alloc_next_owned(shm, 0, &cur, &got), -ENOENT);

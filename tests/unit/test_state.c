@@ -113,6 +113,8 @@ static struct shm *src_build(void)
 	rec_add(s, 2, 23, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 2);
 	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_CREATED, 5);
 	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_ENDED, 5);
+	for (unsigned i = 0; i < 5; i++)	/* their lifetimes, as their worker observed them */
+		shm_ctr_observe_lifetime(shm_slot_counters(s, 1), 7);
 	shm_ctr_add(shm_slot_counters(s, 2), SHM_CTR_CLIENT_PKTS_IN, 1234);
 	{
 		/* The records name slot 1, "udp"'s; "gone" holds slot 0 (no record names
@@ -287,6 +289,12 @@ static void test_take_over(void **state)
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], N_LIVE);
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 4);
 	assert_int_equal(sum.v[SHM_CTR_CLIENT_PKTS_IN], 1234);
+	/* each allocation counted as ended has its lifetime observed, as a worker's end does:
+	 * the 5 of the earlier run (7 s each), the expired one (created to its expiry: 9 s),
+	 * the TCP one and the torn LIVE one (created to the take-over: 10 s each) */
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	assert_int_equal(sum.life.sum_s, 5 * 7 + 9 + 10 + 10);
+	assert_int_equal(sum.life.bucket[0], 5 + 3);
 	/* quota counts start at 0 in the new segment and are recounted from what was copied */
 	assert_int_equal(shm_quota_total(dst), N_LIVE);
 	assert_int_equal(shm_quota_count(dst, shm_quota_listener_key(1)), N_LIVE);
@@ -313,6 +321,11 @@ static void test_take_over(void **state)
 	assert_int_equal(t.overflow, N_LIVE - 4);
 	assert_int_equal(live_count(dst), 4);
 	assert_int_equal(shm_quota_total(dst), 4);
+	/* the ones with no room ended too (10 s each): counted and observed */
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], 4);
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	assert_int_equal(sum.life.sum_s, 5 * 7 + 9 + 10 + 10 + (N_LIVE - 4) * 10);
 	shm_destroy(dst);
 	shm_destroy(src);
 }
