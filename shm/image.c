@@ -495,7 +495,8 @@ static void unimport_record(struct shm *dst, uint32_t idx, bool counted)
 }
 
 /* The session record of an allocation that ended while no daemon ran (expired in the
- * gap) or that the take-over ends (a stream allocation): an event in the ring of the slot
+ * gap) or that the take-over ends (a stream allocation, a torn LIVE one, one with no room
+ * in this run's table): an event in the ring of the slot
  * its client steers to; the new master writes it. Its index is of the old table, and the
  * ring's relay counters are of the new one: the short-circuited count is not carried. */
 static void record_end(struct shm *dst, uint32_t idx, const struct shm_alloc *r,
@@ -554,11 +555,13 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 	free(ring);
 }
 
-/* A LIVE record of the image that the take-over ends at end_ns (not copied): its lifetime.
- * It was counted as created and not as ended, so import_counters counts it as ended; its
- * lifetime goes with that count. */
-static void end_life(const struct shm_alloc *r, uint64_t end_ns, struct shm_takeover *t)
+/* A LIVE record of the image that the take-over ends at end_ns (not copied): its session
+ * record and its lifetime. It was counted as created and not as ended, so
+ * import_counters counts it as ended; its lifetime goes with that count. */
+static void end_live(struct shm *dst, uint32_t i, const struct shm_alloc *r,
+		     enum shm_rec_reason reason, uint64_t end_ns, struct shm_takeover *t)
 {
+	record_end(dst, i, r, reason, end_ns);
 	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end_ns));
 }
 
@@ -573,20 +576,19 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 	switch (record_kind(r, old_slots, now_ns, dst->keep_tcp)) {
 	case REC_TORN:
 		t->torn++;
-		/* LIVE, its worker died inside a write; CLAIMED was never counted, DYING
-		 * was counted by its worker */
+		/* LIVE, its worker died inside a write (a replacement worker releases such
+		 * a record as worker_crash too, worker/adopt.c); CLAIMED was never counted,
+		 * DYING was recorded and counted by its worker */
 		if (SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE)
-			end_life(r, now_ns, t);
+			end_live(dst, i, r, SHM_REC_WORKER_CRASH, now_ns, t);
 		break;
 	case REC_STREAM:
 		t->stream++;
-		record_end(dst, i, r, SHM_REC_SHUTDOWN, now_ns);
-		end_life(r, now_ns, t);
+		end_live(dst, i, r, SHM_REC_SHUTDOWN, now_ns, t);
 		break;
 	case REC_EXPIRED:
 		t->expired++;
-		record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
-		end_life(r, r->expires_ns, t);
+		end_live(dst, i, r, SHM_REC_EXPIRY, r->expires_ns, t);
 		break;
 	case REC_TAKE:
 		if (import_record(dst, r, now_ns, &idx, &counted, NULL) == 0) {
@@ -595,7 +597,7 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 		} else {
 			/* no room in this run's table: it cannot be taken over */
 			t->overflow++;
-			end_life(r, now_ns, t);
+			end_live(dst, i, r, SHM_REC_SHUTDOWN, now_ns, t);
 		}
 		break;
 	case REC_BAD:

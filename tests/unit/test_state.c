@@ -30,6 +30,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_records.h"
 #include "shm/shm_state.h"
 
 #define NOW UINT64_C(5000000000000)	/* a CLOCK_MONOTONIC "now" for images */
@@ -161,6 +162,19 @@ static unsigned live_count(const struct shm *s)
 	while (shm_alloc_next_live(s, &cursor, &idx) == 0)
 		n++;
 	return n;
+}
+
+/* The session records a take-over queued in dst: per record of rec_fill's numbering
+ * ("user<i>"), its reason + 1 (0: none); a second record of the same one fails. */
+static void ended_reason(const struct shm_rec_ev *ev, void *arg)
+{
+	uint8_t *reason = arg;
+	unsigned i;
+
+	assert_int_equal(sscanf(ev->username, "user%u", &i), 1);
+	assert_true(i < 32);
+	assert_int_equal(reason[i], 0);
+	reason[i] = (uint8_t)(ev->reason + 1);
 }
 
 static void test_take_over(void **state)
@@ -295,6 +309,17 @@ static void test_take_over(void **state)
 	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
 	assert_int_equal(sum.life.sum_s, 5 * 7 + 9 + 10 + 10);
 	assert_int_equal(sum.life.bucket[0], 5 + 3);
+	/* and has its session record: expiry, shutdown (TCP), worker_crash (torn LIVE, as a
+	 * replacement worker's release records it); the CLAIMED one was never granted */
+	{
+		uint8_t reason[32] = { 0 };
+
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 3);
+		assert_int_equal(reason[20], SHM_REC_EXPIRY + 1);
+		assert_int_equal(reason[21], SHM_REC_SHUTDOWN + 1);
+		assert_int_equal(reason[22], 0);
+		assert_int_equal(reason[23], SHM_REC_WORKER_CRASH + 1);
+	}
 	/* quota counts start at 0 in the new segment and are recounted from what was copied */
 	assert_int_equal(shm_quota_total(dst), N_LIVE);
 	assert_int_equal(shm_quota_count(dst, shm_quota_listener_key(1)), N_LIVE);
@@ -321,11 +346,20 @@ static void test_take_over(void **state)
 	assert_int_equal(t.overflow, N_LIVE - 4);
 	assert_int_equal(live_count(dst), 4);
 	assert_int_equal(shm_quota_total(dst), 4);
-	/* the ones with no room ended too (10 s each): counted and observed */
+	/* the ones with no room ended too (10 s each): counted, observed, recorded */
 	assert_int_equal(shm_counters_sum(dst, &sum), 0);
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], 4);
 	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
 	assert_int_equal(sum.life.sum_s, 5 * 7 + 9 + 10 + 10 + (N_LIVE - 4) * 10);
+	{
+		uint8_t reason[32] = { 0 };
+		unsigned shut = 0;
+
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 3 + N_LIVE - 4);
+		for (unsigned i = 0; i < N_LIVE; i++)
+			shut += reason[i] == SHM_REC_SHUTDOWN + 1;
+		assert_int_equal(shut, N_LIVE - 4);
+	}
 	shm_destroy(dst);
 	shm_destroy(src);
 }
