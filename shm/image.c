@@ -511,11 +511,68 @@ static void record_end(struct shm *dst, uint32_t idx, const struct shm_alloc *r,
 	explicit_bzero(&copy, sizeof(copy));
 }
 
+/* The end events of the earlier run's own records that its rings still held, by (idx, gen):
+ * a worker pushes its end event before it retires the record (wk_alloc_destroy), so a kill
+ * between the two leaves a LIVE record whose end is queued already. take_one ends such a
+ * record at its event's ended_ns instead of copying it (or ending it a second time). */
+struct ended_ev {
+	uint32_t idx;
+	uint64_t gen, ended_ns;
+};
+
+struct ended_set {
+	struct ended_ev *ev;      /* sorted by (idx, gen) once filled */
+	uint32_t n, cap;
+};
+
+static int ended_cmp(const void *a, const void *b)
+{
+	const struct ended_ev *x = a, *y = b;
+
+	if (x->idx != y->idx)
+		return x->idx < y->idx ? -1 : 1;
+	return x->gen < y->gen ? -1 : x->gen > y->gen;
+}
+
+/* Notes one end event of the image's rings; without memory it is not noted (the record
+ * is then judged as before: ended a second time or copied). */
+static void ended_note(struct ended_set *es, const struct shm_rec_ev *ev)
+{
+	if (es->n == es->cap) {
+		uint32_t cap = es->cap != 0 ? es->cap * 2 : 64;
+		struct ended_ev *p = realloc(es->ev, (size_t)cap * sizeof(*p));
+
+		if (p == NULL)
+			return;
+		es->ev = p;
+		es->cap = cap;
+	}
+	es->ev[es->n++] = (struct ended_ev){ ev->idx, ev->gen, ev->ended_ns };
+}
+
+/* The queued end of the image's record i of generation gen, or NULL. */
+static const struct ended_ev *ended_find(const struct ended_set *es, uint32_t i, uint64_t gen)
+{
+	struct ended_ev key = { .idx = i, .gen = gen };
+
+	if (es == NULL || es->n == 0)
+		return NULL;
+	return bsearch(&key, es->ev, es->n, sizeof(key), ended_cmp);
+}
+
+static void ended_free(struct ended_set *es)
+{
+	free(es->ev);
+	es->ev = NULL;
+	es->n = es->cap = 0;
+}
+
 /* Events of the earlier run's rings that its master had not written yet: into this
- * segment's rings (slot i of the old run into slot i mod n here). Read only when the
- * region is of this build's format. */
+ * segment's rings (slot i of the old run into slot i mod n here), their ends of the
+ * earlier run's own records noted in es. Read only when the region is of this build's
+ * format. */
 static void import_records_rings(struct shm *dst, const struct shm_image *img,
-				 const struct img_geom *g)
+				 const struct img_geom *g, struct ended_set *es)
 {
 	const struct shm_region *rg = region_find(&g->hdr, SHM_REGION_RECORDS);
 	struct shm_records_hdr h;
@@ -548,11 +605,16 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 		for (uint64_t k = ring->tail; k != ring->head; k++) {
 			struct shm_rec_ev *ev = &ring->ev[k & (SHM_REC_RING - 1)];
 
+			/* one it carried itself names a record of a table before it */
+			if (!ev->carried && !ev->start)
+				ended_note(es, ev);
 			ev->carried = 1;
 			(void)shm_records_push_ev(dst, to, ev);
 		}
 	}
 	free(ring);
+	if (es->n > 0)
+		qsort(es->ev, es->n, sizeof(*es->ev), ended_cmp);
 }
 
 /* A LIVE record of the image that the take-over ends at end_ns (not copied): its session
@@ -565,26 +627,57 @@ static void end_live(struct shm *dst, uint32_t i, const struct shm_alloc *r,
 	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end_ns));
 }
 
+/* When the take-over ends a LIVE record r that it cannot copy (torn, stream, no room):
+ * now_ns, or its expiry if that came first (it ran out while no daemon ran), never before
+ * its creation. */
+static uint64_t end_at(const struct shm_alloc *r, uint64_t now_ns)
+{
+	uint64_t end = r->expires_ns < now_ns ? r->expires_ns : now_ns;
+
+	if (end < r->created_ns)
+		end = r->created_ns < now_ns ? r->created_ns : now_ns;
+	return end;
+}
+
+/* A LIVE record whose end event the earlier run queued (ended_find): it ended then. Its
+ * event is carried already (import_records_rings); its lifetime goes with the count of
+ * ended allocations (import_counters), as its worker, killed before its retire, did not
+ * observe it. */
+static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e,
+			 struct shm_takeover *t)
+{
+	t->queued++;
+	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, e->ended_ns));
+}
+
 /* One record of the image as the take-over judges it. REC_BAD refuses the image when
  * strict, else (the check pass judged it already) it is skipped. */
 static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsigned old_slots,
-		    uint64_t now_ns, bool strict, struct shm_takeover *t)
+		    uint64_t now_ns, bool strict, const struct ended_set *es,
+		    struct shm_takeover *t)
 {
+	enum rec_kind kind = record_kind(r, old_slots, now_ns, dst->keep_tcp);
+	const struct ended_ev *e;
 	uint32_t idx;
 	bool counted;
 
-	switch (record_kind(r, old_slots, now_ns, dst->keep_tcp)) {
+	if (kind != REC_BAD && SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE &&
+	    (e = ended_find(es, i, r->gen)) != NULL) {
+		ended_queued(r, e, t);
+		return 0;
+	}
+	switch (kind) {
 	case REC_TORN:
 		t->torn++;
 		/* LIVE, its worker died inside a write (a replacement worker releases such
 		 * a record as worker_crash too, worker/adopt.c); CLAIMED was never counted,
 		 * DYING was recorded and counted by its worker */
 		if (SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE)
-			end_live(dst, i, r, SHM_REC_WORKER_CRASH, now_ns, t);
+			end_live(dst, i, r, SHM_REC_WORKER_CRASH, end_at(r, now_ns), t);
 		break;
 	case REC_STREAM:
 		t->stream++;
-		end_live(dst, i, r, SHM_REC_SHUTDOWN, now_ns, t);
+		end_live(dst, i, r, SHM_REC_SHUTDOWN, end_at(r, now_ns), t);
 		break;
 	case REC_EXPIRED:
 		t->expired++;
@@ -612,7 +705,8 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 
 /* Pass 2. */
 static int import_records(struct shm *dst, struct rec_reader *rr, const struct img_geom *g,
-			  uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
+			  uint64_t now_ns, struct shm_alloc *buf, const struct ended_set *es,
+			  struct shm_takeover *t)
 {
 	int rc = 0;
 
@@ -621,7 +715,7 @@ static int import_records(struct shm *dst, struct rec_reader *rr, const struct i
 
 		if (r == NULL)
 			return -EIO;
-		rc = take_one(dst, r, i, g->n_slots, now_ns, false, t);
+		rc = take_one(dst, r, i, g->n_slots, now_ns, false, es, t);
 	}
 	explicit_bzero(buf, sizeof(*buf));
 	return rc;
@@ -680,10 +774,13 @@ static void import_counters(struct shm *dst, const struct shm_image *img, const 
 		ended += c->v[SHM_CTR_ALLOCS_ENDED];
 		counters_add(d, c);
 	}
-	if (created >= ended + t->adopted)
+	if (created >= ended + t->adopted) {
 		shm_ctr_add(c0, SHM_CTR_ALLOCS_ENDED, created - ended - t->adopted);
-	/* the lifetimes of the LIVE records among them (take_one) */
-	counters_add_life(&c0->life, &t->ended_life);
+		/* the lifetimes of the LIVE records among them (take_one), with that count:
+		 * counters that do not add up (a worker killed between its publish and its
+		 * CREATED add) raise nothing, so nothing is observed either */
+		counters_add_life(&c0->life, &t->ended_life);
+	}
 	shm_ctr_add(c0, SHM_CTR_ALLOCS_DROPPED, dropped);
 	t->have_counters = true;
 out:
@@ -737,9 +834,9 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 	snprintf(t->why, sizeof(t->why),
 		 "%u allocations taken over from %u workers "
 		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity; %u revocations%s",
+		 "capacity, %u ended before (end queued); %u revocations%s",
 		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
-		 t->overflow, t->revoked,
+		 t->overflow, t->queued, t->revoked,
 		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
 				: "");
 	if (t->precopy) {
@@ -771,9 +868,13 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	}
 	rc = check_records(&rr, &g, now_ns, buf, t);
 	if (rc == 0) {
-		/* the earlier run's pending events first: they ended before these */
-		import_records_rings(dst, img, &g);
-		rc = import_records(dst, &rr, &g, now_ns, buf, t);
+		struct ended_set es = { 0 };
+
+		/* the earlier run's pending events first: they ended before these, and
+		 * they say which LIVE records ended already */
+		import_records_rings(dst, img, &g, &es);
+		rc = import_records(dst, &rr, &g, now_ns, buf, &es, t);
+		ended_free(&es);
 	}
 	rec_reader_free(&rr);
 	explicit_bzero(buf, sizeof(*buf));
@@ -947,6 +1048,7 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	struct shm_alloc *buf;
 	struct shm_revoke_hdr *rv = NULL;
 	struct shm_lslot_hdr ls;
+	struct ended_set es = { 0 };
 	uint8_t *need;
 	int rc;
 
@@ -979,12 +1081,22 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 		if (pc->ent[i].dst != 0 && !pc->ent[i].booked_all)
 			(void)shm_ppool_book_record(dst, pc->ent[i].dst - 1, now_ns);
 	if (rc == 0)
-		import_records_rings(dst, img, &g);
+		import_records_rings(dst, img, &g, &es);
 	/* The list as a full take-over makes it: in the image's order. */
 	dst->n_taken = 0;
 	for (uint32_t i = 0; i < pc->count && rc == 0; i++) {
 		uint64_t off = g.allocs->off + (uint64_t)i * g.allocs->stride;
+		struct pre_ent *pe = &pc->ent[i];
+		const struct ended_ev *e;
 
+		/* kept, but its end was queued (a worker killed before its retire) */
+		if (pe->dst != 0 && (e = ended_find(&es, i, pe->gen)) != NULL) {
+			ended_queued(shm_alloc_at(dst, pe->dst - 1), e, t);
+			unimport_record(dst, pe->dst - 1, pe->counted);
+			pe->dst = 0;
+			pc->copied--;
+			continue;
+		}
 		if (pc->ent[i].dst != 0) {
 			taken_push(dst, pc->ent[i].dst - 1, i);
 			t->adopted++;
@@ -995,10 +1107,11 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 		if (img_read(img, off, buf, sizeof(*buf)) < 0)
 			rc = refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 		else
-			rc = take_one(dst, buf, i, g.n_slots, now_ns, true, t);
+			rc = take_one(dst, buf, i, g.n_slots, now_ns, true, &es, t);
 	}
 	t->precopy = true;
 	t->precopied = pc->copied;
+	ended_free(&es);
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);
 	free(need);

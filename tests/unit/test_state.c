@@ -706,6 +706,136 @@ static void assert_same_take(struct shm *a, struct shm *b)
 
 /* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
  * the take under the lock leaves exactly what a full take-over of the final image does. */
+/* The session records a take-over queued in dst, per record of rec_fill's numbering: when
+ * each ended (0: none); a second record of the same one fails. */
+static void ended_at(const struct shm_rec_ev *ev, void *arg)
+{
+	uint64_t *at = arg;
+	unsigned i;
+
+	assert_int_equal(sscanf(ev->username, "user%u", &i), 1);
+	assert_true(i < 32);
+	assert_int_equal(at[i], 0);
+	at[i] = ev->ended_ns;
+}
+
+/* A worker pushes its end event before it retires the record (wk_alloc_destroy): killed
+ * between the two, it leaves a LIVE record whose end is queued in its ring. The take-over
+ * (a whole one, and one after a pre-copy that copied it) ends it then: one session record
+ * (the queued one), counted as ended with its lifetime up to that end, not copied. */
+static void test_take_over_queued_end(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(3, 16), *dst = mk(2, 16);
+		struct shm_image img = img_of(src);
+		struct shm_precopy *pc = NULL;
+		struct shm_takeover t;
+		struct shm_counters sum;
+		uint8_t reason[32] = { 0 };
+		uint32_t a, b;
+
+		(void)state;
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(src, 1, 1, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+		rec_add(src, 2, 2, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);	/* goes on */
+		a = idx_of(src, 0);
+		b = idx_of(src, 1);
+		/* 0 refreshed to 0 at NOW - 2 s, 1 disconnected at NOW - 3 s; both workers killed
+		 * before their retire */
+		assert_int_equal(shm_records_push(src, 0, a, shm_alloc_at(src, a), SHM_REC_REFRESH0,
+						  NOW - 2 * SEC, NULL), 0);
+		assert_int_equal(shm_records_push(src, 1, b, shm_alloc_at(src, b),
+						  SHM_REC_DISCONNECT, NOW - 3 * SEC, NULL), 0);
+		dst->keep_tcp = true;	/* 1 would be copied too, were its end not queued */
+		memset(&t, 0, sizeof(t));
+		if (precopy) {
+			assert_int_equal(shm_image_precopy(dst, &img, NOW, &pc, &t), 0);
+			assert_int_equal(shm_precopy_copied(pc), 3);
+			memset(&t, 0, sizeof(t));
+			assert_int_equal(shm_image_take_precopied(dst, &img, pc, NOW, &t), 0);
+			assert_int_equal(t.precopied, 1);
+			shm_precopy_free(pc);
+		} else {
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		}
+		assert_int_equal(t.adopted, 1);
+		assert_int_equal(t.queued, 2);
+		assert_int_equal(t.stream + t.expired + t.torn + t.overflow, 0);
+		assert_int_equal(live_count(dst), 1);
+		assert_int_equal(shm_quota_total(dst), 1);
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 2);
+		assert_int_equal(reason[0], SHM_REC_REFRESH0 + 1);
+		assert_int_equal(reason[1], SHM_REC_DISCONNECT + 1);
+		assert_int_equal(reason[2], 0);
+		/* created 10 s before NOW: lived 8 and 7 s */
+		assert_int_equal(shm_counters_sum(dst, &sum), 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 2);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+		assert_int_equal(sum.life.count, 2);
+		assert_int_equal(sum.life.sum_s, 8 + 7);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
+/* What the take-over ends that expired while no daemon ran (a TCP one, a torn LIVE one)
+ * ended at its expiry, not at the take-over: its session record and its lifetime. */
+static void test_take_over_end_time(void **state)
+{
+	struct shm *src = mk(3, 16), *dst = mk(2, 16);
+	struct shm_image img = img_of(src);
+	struct shm_takeover t;
+	struct shm_counters sum;
+	uint64_t at[32] = { 0 };
+
+	(void)state;
+	rec_add(src, 0, 0, SHM_TRANSPORT_TCP, NOW - 5 * SEC, 0);
+	rec_add(src, 1, 1, SHM_TRANSPORT_UDP, NOW - 4 * SEC, 2);	/* torn LIVE */
+	rec_add(src, 2, 2, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);	/* ends now */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.stream, 2);
+	assert_int_equal(t.torn, 1);
+	assert_int_equal(shm_records_drain(dst, ended_at, at), 3);
+	assert_int_equal(at[0], NOW - 5 * SEC);
+	assert_int_equal(at[1], NOW - 4 * SEC);
+	assert_int_equal(at[2], NOW);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 3);
+	assert_int_equal(sum.life.count, 3);
+	assert_int_equal(sum.life.sum_s, 5 + 6 + 10);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
+/* Counters that do not add up (more ended and copied than created: a worker killed
+ * between its publish and its CREATED add) raise no ALLOCS_ENDED: no lifetime is observed
+ * without it either. */
+static void test_take_over_counters_short(void **state)
+{
+	struct shm *src = mk(3, 16), *dst = mk(2, 16);
+	struct shm_image img = img_of(src);
+	struct shm_takeover t;
+	struct shm_counters sum;
+
+	(void)state;
+	rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	rec_add(src, 1, 1, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+	shm_ctr_add(shm_slot_counters(src, 1), SHM_CTR_ALLOCS_CREATED, (uint64_t)-2);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_int_equal(t.stream, 1);
+	assert_true(t.have_counters);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 0);
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
 static void test_precopy(void **state)
 {
 	struct shm *src = mk(3, 32), *pre = mk(2, 32), *full = mk(2, 32), *undone = mk(2, 32);
@@ -1178,6 +1308,9 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_counters_other_format),
 		cmocka_unit_test(test_random_damage),
+		cmocka_unit_test(test_take_over_queued_end),
+		cmocka_unit_test(test_take_over_end_time),
+		cmocka_unit_test(test_take_over_counters_short),
 		cmocka_unit_test(test_precopy),
 		cmocka_unit_test(test_precopy_torn),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
