@@ -20,6 +20,7 @@ still open (reason shutdown).
 import contextlib
 import http.server
 import json
+import math
 import os
 import signal
 import ssl
@@ -320,21 +321,33 @@ def test_restart_lifetimes(d):
         done, kept, tcp, short = (Client(port, "dana"), Client(port, "kurt"),
                                   StreamClient(tport, "tess"), Client(port, "ivo"))
         cs += [done, kept, tcp, short]
+        def mono():
+            return time.clock_gettime(time.CLOCK_MONOTONIC)     # the daemon's clock
+
+        # Each lifetime lies between what the times taken here allow (each end and its
+        # creation between two of them), rounded to the nearest second as the daemon does.
+        t0 = mono()
         done.allocate()
         done.release()
         wait_record(d, done, "dana's record")
+        dana = (0.0, mono() - t0)
         kept.allocate(extra=long_life)
+        t_tcp = mono()
         tcp.allocate(extra=long_life)
+        t_tcp_done = mono()
         # ivo's record expires (allocation_lifetime, set by the worker after it read the
         # request) at most 3 s after his response came: once that has passed the take-over
         # ends it (or, were the kill more than 3 s late, his worker did: counted and observed
         # either way). tess's TURN-TCP allocation is always ended by the take-over.
+        t_ivo = mono()
         short.allocate()
-        granted = time.clock_gettime(time.CLOCK_MONOTONIC)
+        granted = mono()
         daemon.kill_all()
-        while time.clock_gettime(time.CLOCK_MONOTONIC) < granted + 3.1:
+        while mono() < granted + 3.1:
             time.sleep(0.1)
+        t_start = mono()
         daemon.start()
+        t_started = mono()
         check("1 allocations taken over" in daemon.stderr() and
               " expired, 1 TCP/TLS/DTLS" in daemon.stderr(),
               "the take-over did not end tess's allocation")
@@ -346,9 +359,23 @@ def test_restart_lifetimes(d):
         check(m["turngate_allocation_lifetime_seconds_count"] == ended,
               "lifetimes observed %r, allocations ended %r" %
               (m["turngate_allocation_lifetime_seconds_count"], ended))
-        # dana ~0 s, ivo 3 s (created to expiry), tess from creation to the take-over
-        check(m['turngate_allocation_lifetime_seconds_bucket{le="10"}'] == 3, m)
-        check(m["turngate_allocation_lifetime_seconds_sum"] >= 3 + 3, m)
+        # dana's from her allocation to her record; ivo's from creation to his expiry, 3 s
+        # (ended by the take-over or by his worker's timer, no later than the take-over);
+        # tess's from creation (before her response) to the take-over (during the start)
+        ivo = (3.0, max(3.0, t_started - t_ivo))
+        tess = (t_start - t_tcp_done, t_started - t_tcp)
+        spans = [dana, ivo, tess]
+        low = sum(math.ceil(lo - 0.5) for lo, _ in spans)
+        high = sum(math.floor(hi + 0.5) for _, hi in spans)
+        inf = m['turngate_allocation_lifetime_seconds_bucket{le="+Inf"}']
+        le10 = m['turngate_allocation_lifetime_seconds_bucket{le="10"}']
+        check(inf == 3, m)
+        check(sum(math.floor(hi + 0.5) <= 10 for _, hi in spans) <= le10 <=
+              sum(math.ceil(lo - 0.5) <= 10 for lo, _ in spans),
+              "le=10 %r for lifetimes within %r" % (le10, spans))
+        check(low <= m["turngate_allocation_lifetime_seconds_sum"] <= high,
+              "sum %r not within [%r, %r] (%r)" %
+              (m["turngate_allocation_lifetime_seconds_sum"], low, high, spans))
         kept.release()
         wait_record(d, kept, "kurt's record")
         wait_equal(mport, {"turngate_allocations_ended_total": 4,
@@ -647,6 +674,6 @@ def test_webhook_https_name(d):
 
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
-               test_worker_kill, test_restart, test_restart_lifetimes, test_upgrade,
-               test_shutdown_without_state_file,
+               test_worker_kill, test_restart, test_restart_lifetimes,
+               test_upgrade, test_shutdown_without_state_file,
                test_quota, test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])
