@@ -269,6 +269,28 @@ def test_worker_kill(d):
         daemon.scan()
 
 
+def test_worker_kill_tcp_lifetime(d):
+    """A worker killed with SIGKILL: its replacement ends its TURN-TCP allocation (the
+    connection died with it) as worker_crash, counts it as ended and observes its lifetime
+    (the histogram's _count equals turngate_allocations_ended_total)."""
+    port, tport, mport = free_port(), free_port(), free_port()
+    daemon = Daemon(d, make_config(d, port, tcp_port=tport, metrics=mport)).start()
+    cs = []
+    try:
+        tcp = StreamClient(tport, "toni")
+        cs.append(tcp)
+        tcp.allocate(extra=[(A_LIFETIME, struct.pack("!I", 600))])
+        kill_worker(daemon, allocs(daemon)[0]["worker"])
+        check(wait_record(d, tcp, "toni's record")["reason"] == "worker_crash", records(d))
+        wait_equal(mport, {"turngate_allocations_ended_total": 1,
+                           "turngate_allocation_lifetime_seconds_count": 1})
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
 def test_restart(d):
     """kill -9 of every process, a new start on the state file: the allocation that expired
     while nothing ran is recorded at the take-over (reason expiry), the one taken over is
@@ -674,6 +696,6 @@ def test_webhook_https_name(d):
 
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
-               test_worker_kill, test_restart, test_restart_lifetimes,
+               test_worker_kill, test_worker_kill_tcp_lifetime, test_restart, test_restart_lifetimes,
                test_upgrade, test_shutdown_without_state_file,
                test_quota, test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])
