@@ -843,8 +843,10 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 		size_t len = strlen(t->why);
 
 		snprintf(t->why + len, sizeof(t->why) - len,
-			 "; %u copied before the lock, %u of them changed since",
-			 t->precopied + t->recopied, t->recopied);
+			 "; %u copied before the lock, %u of them changed since, %u of them "
+			 "ended before (end queued)",
+			 t->precopied + t->recopied + t->precopy_ended, t->recopied,
+			 t->precopy_ended);
 	}
 	return 0;
 }
@@ -1009,12 +1011,13 @@ void shm_precopy_free(struct shm_precopy *pc)
 
 /* Pass 1 under the lock: every record's header (and counters) against what the pre-copy saw. An
  * unchanged one that has not expired since keeps its copy, with its counters copied again; a
- * changed one loses it; *need marks the records to judge again (all that are not FREE and zero and
- * not kept). All undone before anything is copied: a port a changed record gave up may be booked by
- * another one now. */
+ * changed one loses it, and so does one whose end event is queued (es: take_one ends it, as a
+ * full take-over does); *need marks the records to judge again (all that are not FREE and zero
+ * and not kept). All undone before anything is copied or booked again: a port a changed or ended
+ * record gave up may be booked by another one now. */
 static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
-			   uint64_t now_ns, uint8_t *need, struct shm_alloc *buf,
-			   struct shm_takeover *t)
+			   uint64_t now_ns, const struct ended_set *es, uint8_t *need,
+			   struct shm_alloc *buf, struct shm_takeover *t)
 {
 	for (uint32_t i = 0; i < pc->count; i++) {
 		const struct shm_alloc *r = rec_get(rr, i, buf);
@@ -1023,16 +1026,21 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_pr
 		if (r == NULL)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 		if (e->dst != 0) {
-			/* Unchanged, and still not expired now: still a record to take. */
-			if (r->state == e->state && r->seq == e->seq && r->gen == e->gen &&
-			    r->expires_ns > now_ns) {
+			bool same = r->state == e->state && r->seq == e->seq && r->gen == e->gen;
+			bool ended = same && ended_find(es, i, e->gen) != NULL;
+
+			/* Unchanged and still not expired now: still a record to take, unless
+			 * its end is queued (its worker killed between the event and its
+			 * retire). */
+			if (same && !ended && r->expires_ns > now_ns) {
 				memcpy(shm_alloc_at(dst, e->dst - 1)->ctr, r->ctr, sizeof(r->ctr));
 				continue;
 			}
 			unimport_record(dst, e->dst - 1, e->counted);
 			e->dst = 0;
 			pc->copied--;
-			t->recopied++;
+			t->recopied += !ended;
+			t->precopy_ended += ended;
 		}
 		if (r->state != 0)
 			need[i / 8] |= (uint8_t)(1u << (i % 8));
@@ -1072,31 +1080,22 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 		snprintf(t->why, sizeof(t->why), "out of memory");
 		return take_end(dst, img, &g, &ls, rv, -ESTALE, t);
 	}
-	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
+	/* The earlier run's pending events first, as in a full take-over: they say which
+	 * kept copies ended already (the compare undoes those with the changed ones). */
+	import_records_rings(dst, img, &g, &es);
+	rc = precopy_compare(dst, &rr, pc, now_ns, &es, need, buf, t);
 	rec_reader_free(&rr);
-	/* A kept record whose port a changed one held when it was copied (that one ended and
-	 * this one claimed the port while the pre-copy read on): the changed copies are
-	 * undone now, so the port is booked for it before any other record is copied. */
+	/* A kept record whose port a changed or ended one held when it was copied (that one
+	 * ended and this one claimed the port): those copies are undone now, so the port is
+	 * booked for it before any other record is copied. */
 	for (uint32_t i = 0; i < pc->count && rc == 0; i++)
 		if (pc->ent[i].dst != 0 && !pc->ent[i].booked_all)
 			(void)shm_ppool_book_record(dst, pc->ent[i].dst - 1, now_ns);
-	if (rc == 0)
-		import_records_rings(dst, img, &g, &es);
 	/* The list as a full take-over makes it: in the image's order. */
 	dst->n_taken = 0;
 	for (uint32_t i = 0; i < pc->count && rc == 0; i++) {
 		uint64_t off = g.allocs->off + (uint64_t)i * g.allocs->stride;
-		struct pre_ent *pe = &pc->ent[i];
-		const struct ended_ev *e;
 
-		/* kept, but its end was queued (a worker killed before its retire) */
-		if (pe->dst != 0 && (e = ended_find(&es, i, pe->gen)) != NULL) {
-			ended_queued(shm_alloc_at(dst, pe->dst - 1), e, t);
-			unimport_record(dst, pe->dst - 1, pe->counted);
-			pe->dst = 0;
-			pc->copied--;
-			continue;
-		}
 		if (pc->ent[i].dst != 0) {
 			taken_push(dst, pc->ent[i].dst - 1, i);
 			t->adopted++;

@@ -704,8 +704,6 @@ static void assert_same_take(struct shm *a, struct shm *b)
 	assert_int_equal(shm_ppool_held(a, NOW, NULL), shm_ppool_held(b, NOW, NULL));
 }
 
-/* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
- * the take under the lock leaves exactly what a full take-over of the final image does. */
 /* The session records a take-over queued in dst, per record of rec_fill's numbering: when
  * each ended (0: none); a second record of the same one fails. */
 static void ended_at(const struct shm_rec_ev *ev, void *arg)
@@ -719,6 +717,30 @@ static void ended_at(const struct shm_rec_ev *ev, void *arg)
 	at[i] = ev->ended_ns;
 }
 
+/* A pre-copy of img into dst and the take under the lock; then a whole take-over of img
+ * into another segment, which dst must equal. The take's account in *t. */
+static void take_precopied_same(struct shm *dst, const struct shm_image *img, uint32_t copied,
+				struct shm_takeover *t)
+{
+	struct shm *full = mk(dst->cfg.n_slots, dst->cfg.alloc_cap);
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover tf;
+
+	full->keep_tcp = dst->keep_tcp;
+	memset(t, 0, sizeof(*t));
+	assert_int_equal(shm_image_precopy(dst, img, NOW, &pc, t), 0);
+	assert_int_equal(shm_precopy_copied(pc), copied);
+	memset(t, 0, sizeof(*t));
+	assert_int_equal(shm_image_take_precopied(dst, img, pc, NOW, t), 0);
+	shm_precopy_free(pc);
+	memset(&tf, 0, sizeof(tf));
+	assert_int_equal(shm_image_take(full, img, NOW, &tf), 0);
+	assert_int_equal(t->adopted, tf.adopted);
+	assert_int_equal(t->queued, tf.queued);
+	assert_same_take(dst, full);
+	shm_destroy(full);
+}
+
 /* A worker pushes its end event before it retires the record (wk_alloc_destroy): killed
  * between the two, it leaves a LIVE record whose end is queued in its ring. The take-over
  * (a whole one, and one after a pre-copy that copied it) ends it then: one session record
@@ -728,7 +750,6 @@ static void test_take_over_queued_end(void **state)
 	for (int precopy = 0; precopy < 2; precopy++) {
 		struct shm *src = mk(3, 16), *dst = mk(2, 16);
 		struct shm_image img = img_of(src);
-		struct shm_precopy *pc = NULL;
 		struct shm_takeover t;
 		struct shm_counters sum;
 		uint8_t reason[32] = { 0 };
@@ -749,12 +770,10 @@ static void test_take_over_queued_end(void **state)
 		dst->keep_tcp = true;	/* 1 would be copied too, were its end not queued */
 		memset(&t, 0, sizeof(t));
 		if (precopy) {
-			assert_int_equal(shm_image_precopy(dst, &img, NOW, &pc, &t), 0);
-			assert_int_equal(shm_precopy_copied(pc), 3);
-			memset(&t, 0, sizeof(t));
-			assert_int_equal(shm_image_take_precopied(dst, &img, pc, NOW, &t), 0);
+			take_precopied_same(dst, &img, 3, &t);
 			assert_int_equal(t.precopied, 1);
-			shm_precopy_free(pc);
+			assert_int_equal(t.precopy_ended, 2);
+			assert_int_equal(t.recopied, 0);
 		} else {
 			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
 		}
@@ -774,6 +793,85 @@ static void test_take_over_queued_end(void **state)
 		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
 		assert_int_equal(sum.life.count, 2);
 		assert_int_equal(sum.life.sum_s, 8 + 7);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+	/* 0 ended (its end queued) and its worker gave its relay port to 1: 1's booking in
+	 * the pre-copy failed (0's copy held the port). 0's copy is undone before the kept
+	 * copies are booked again: the port is 1's, as in a whole take-over. */
+	{
+		struct shm *src = mk(1, 8), *dst = mk(1, 8);
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		uint32_t a;
+
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(src, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		set_relay_port(src, 1, 50000);
+		a = idx_of(src, 0);
+		assert_int_equal(shm_records_push(src, 0, a, shm_alloc_at(src, a), SHM_REC_REFRESH0,
+						  NOW - 2 * SEC, NULL), 0);
+		take_precopied_same(dst, &img, 2, &t);
+		assert_int_equal(t.adopted, 1);
+		assert_int_equal(t.queued, 1);
+		assert_int_equal(t.precopy_ended, 1);
+		assert_false(shm_ppool_is_free(dst, shm_ppool_tag(&shm_alloc_at(dst, idx_of(dst, 1))->relay),
+					       50000, NOW));
+		assert_int_equal(shm_ppool_held(dst, NOW, NULL), 1);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
+/* What is not a queued end of a LIVE record leaves it to be copied: a start event (with
+ * start records on), an event carried from a run before (its index and generation of
+ * another table), the end of an earlier generation of the same index. */
+static void test_take_over_queued_other(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(1, 3), *dst = mk(1, 8);	/* full: 3 reuses 2's index */
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		struct shm_alloc old;
+		uint8_t reason[32] = { 0 };
+		uint32_t a, b, c;
+
+		(void)state;
+		shm_records_want_start(src, true);
+		for (unsigned i = 0; i < 3; i++)
+			rec_add(src, 0, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		a = idx_of(src, 0);
+		b = idx_of(src, 1);
+		c = idx_of(src, 2);
+		assert_int_equal(shm_records_push_start(src, 0, a, shm_alloc_at(src, a), NOW - SEC,
+							NULL), 0);
+		assert_int_equal(shm_records_push_carried(src, 0, b, shm_alloc_at(src, b),
+							  SHM_REC_EXPIRY, NOW - SEC), 0);
+		/* 2 ended (event, retire), and 3 claims its index */
+		memcpy(&old, shm_alloc_at(src, c), sizeof(old));
+		assert_int_equal(shm_records_push(src, 0, c, &old, SHM_REC_REFRESH0, NOW - SEC,
+						  NULL), 0);
+		assert_int_equal(shm_alloc_release(src, 0, c), 0);
+		rec_add(src, 0, 3, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		assert_int_equal(idx_of(src, 3), c);
+		assert_true(shm_alloc_at(src, c)->gen != old.gen);
+		if (precopy) {
+			take_precopied_same(dst, &img, 3, &t);
+			assert_int_equal(t.precopied, 3);
+			assert_int_equal(t.precopy_ended, 0);
+		} else {
+			memset(&t, 0, sizeof(t));
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		}
+		assert_int_equal(t.adopted, 3);
+		assert_int_equal(t.queued, 0);
+		assert_int_equal(live_count(dst), 3);
+		/* the three events carried, none added */
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 3);
+		assert_int_equal(reason[0], SHM_REC_OTHER + 1);
+		assert_int_equal(reason[1], SHM_REC_EXPIRY + 1);
+		assert_int_equal(reason[2], SHM_REC_REFRESH0 + 1);
+		assert_int_equal(reason[3], 0);
 		shm_destroy(dst);
 		shm_destroy(src);
 	}
@@ -836,6 +934,8 @@ static void test_take_over_counters_short(void **state)
 	shm_destroy(src);
 }
 
+/* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
+ * the take under the lock leaves exactly what a full take-over of the final image does. */
 static void test_precopy(void **state)
 {
 	struct shm *src = mk(3, 32), *pre = mk(2, 32), *full = mk(2, 32), *undone = mk(2, 32);
@@ -1309,6 +1409,7 @@ int main(void)
 		cmocka_unit_test(test_counters_other_format),
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_take_over_queued_end),
+		cmocka_unit_test(test_take_over_queued_other),
 		cmocka_unit_test(test_take_over_end_time),
 		cmocka_unit_test(test_take_over_counters_short),
 		cmocka_unit_test(test_precopy),
