@@ -135,13 +135,15 @@ int shm_alloc_get(struct shm *shm, unsigned slot, uint32_t idx, struct shm_alloc
 	return 0;
 }
 
-/* Only for records the master ends on behalf of a dead slot (shm_slot_release_all, which
- * gives back the record's quota counts too); live workers count their own allocations. */
-static void count_ended(struct shm_counters *c, const struct shm_alloc *r)
+/* Only for records the master ends on behalf of a dead slot at end_ns (shm_slot_release_all,
+ * which gives back the record's quota counts too); live workers count their own allocations.
+ * Counted as ended, so its lifetime is observed too, as the worker's end does. */
+static void count_ended(struct shm_counters *c, const struct shm_alloc *r, uint64_t end_ns)
 {
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ENDED, 1);
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	shm_lctr_add(c, r->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
+	shm_ctr_observe_lifetime(c, shm_life_seconds(r->created_ns, end_ns));
 }
 
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
@@ -361,10 +363,11 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 
 		/* the dead worker counted its LIVE records as active; nobody else will end them */
 		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+			uint64_t now = mono_ns();
+
 			/* nobody will end it: its session record, as the master sees it now */
-			(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH,
-					       mono_ns(), NULL);
-			count_ended(&s->ctr, r);
+			(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH, now, NULL);
+			count_ended(&s->ctr, r, now);
 			shm_quota_give_rec(shm, r);
 		}
 		rec_release(r, slot);

@@ -495,7 +495,8 @@ static void unimport_record(struct shm *dst, uint32_t idx, bool counted)
 }
 
 /* The session record of an allocation that ended while no daemon ran (expired in the
- * gap) or that the take-over ends (a stream allocation): an event in the ring of the slot
+ * gap) or that the take-over ends (a stream allocation, a torn LIVE one, one with no room
+ * in this run's table): an event in the ring of the slot
  * its client steers to; the new master writes it. Its index is of the old table, and the
  * ring's relay counters are of the new one: the short-circuited count is not carried. */
 static void record_end(struct shm *dst, uint32_t idx, const struct shm_alloc *r,
@@ -510,11 +511,68 @@ static void record_end(struct shm *dst, uint32_t idx, const struct shm_alloc *r,
 	explicit_bzero(&copy, sizeof(copy));
 }
 
+/* The end events of the earlier run's own records that its rings still held, by (idx, gen):
+ * a worker pushes its end event before it retires the record (wk_alloc_destroy), so a kill
+ * between the two leaves a LIVE record whose end is queued already. take_one ends such a
+ * record at its event's ended_ns instead of copying it (or ending it a second time). */
+struct ended_ev {
+	uint32_t idx;
+	uint64_t gen, ended_ns;
+};
+
+struct ended_set {
+	struct ended_ev *ev;      /* sorted by (idx, gen) once filled */
+	uint32_t n, cap;
+};
+
+static int ended_cmp(const void *a, const void *b)
+{
+	const struct ended_ev *x = a, *y = b;
+
+	if (x->idx != y->idx)
+		return x->idx < y->idx ? -1 : 1;
+	return x->gen < y->gen ? -1 : x->gen > y->gen;
+}
+
+/* Notes one end event of the image's rings; without memory it is not noted (the record
+ * is then judged as before: ended a second time or copied). */
+static void ended_note(struct ended_set *es, const struct shm_rec_ev *ev)
+{
+	if (es->n == es->cap) {
+		uint32_t cap = es->cap != 0 ? es->cap * 2 : 64;
+		struct ended_ev *p = realloc(es->ev, (size_t)cap * sizeof(*p));
+
+		if (p == NULL)
+			return;
+		es->ev = p;
+		es->cap = cap;
+	}
+	es->ev[es->n++] = (struct ended_ev){ ev->idx, ev->gen, ev->ended_ns };
+}
+
+/* The queued end of the image's record i of generation gen, or NULL. */
+static const struct ended_ev *ended_find(const struct ended_set *es, uint32_t i, uint64_t gen)
+{
+	struct ended_ev key = { .idx = i, .gen = gen };
+
+	if (es == NULL || es->n == 0)
+		return NULL;
+	return bsearch(&key, es->ev, es->n, sizeof(key), ended_cmp);
+}
+
+static void ended_free(struct ended_set *es)
+{
+	free(es->ev);
+	es->ev = NULL;
+	es->n = es->cap = 0;
+}
+
 /* Events of the earlier run's rings that its master had not written yet: into this
- * segment's rings (slot i of the old run into slot i mod n here). Read only when the
- * region is of this build's format. */
+ * segment's rings (slot i of the old run into slot i mod n here), their ends of the
+ * earlier run's own records noted in es. Read only when the region is of this build's
+ * format. */
 static void import_records_rings(struct shm *dst, const struct shm_image *img,
-				 const struct img_geom *g)
+				 const struct img_geom *g, struct ended_set *es)
 {
 	const struct shm_region *rg = region_find(&g->hdr, SHM_REGION_RECORDS);
 	struct shm_records_hdr h;
@@ -547,39 +605,92 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 		for (uint64_t k = ring->tail; k != ring->head; k++) {
 			struct shm_rec_ev *ev = &ring->ev[k & (SHM_REC_RING - 1)];
 
+			/* one it carried itself names a record of a table before it */
+			if (!ev->carried && !ev->start)
+				ended_note(es, ev);
 			ev->carried = 1;
 			(void)shm_records_push_ev(dst, to, ev);
 		}
 	}
 	free(ring);
+	if (es->n > 0)
+		qsort(es->ev, es->n, sizeof(*es->ev), ended_cmp);
+}
+
+/* A LIVE record of the image that the take-over ends at end_ns (not copied): its session
+ * record and its lifetime. It was counted as created and not as ended, so
+ * import_counters counts it as ended; its lifetime goes with that count. */
+static void end_live(struct shm *dst, uint32_t i, const struct shm_alloc *r,
+		     enum shm_rec_reason reason, uint64_t end_ns, struct shm_takeover *t)
+{
+	record_end(dst, i, r, reason, end_ns);
+	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end_ns));
+}
+
+/* When the take-over ends a LIVE record r that it cannot copy (torn, stream, no room):
+ * now_ns, or its expiry if that came first (it ran out while no daemon ran), never before
+ * its creation. */
+static uint64_t end_at(const struct shm_alloc *r, uint64_t now_ns)
+{
+	uint64_t end = r->expires_ns < now_ns ? r->expires_ns : now_ns;
+
+	if (end < r->created_ns)
+		end = r->created_ns < now_ns ? r->created_ns : now_ns;
+	return end;
+}
+
+/* A LIVE record whose end event the earlier run queued (ended_find): it ended then. Its
+ * event is carried already (import_records_rings); its lifetime goes with the count of
+ * ended allocations (import_counters), as its worker, killed before its retire, did not
+ * observe it. */
+static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e,
+			 struct shm_takeover *t)
+{
+	t->queued++;
+	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, e->ended_ns));
 }
 
 /* One record of the image as the take-over judges it. REC_BAD refuses the image when
  * strict, else (the check pass judged it already) it is skipped. */
 static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsigned old_slots,
-		    uint64_t now_ns, bool strict, struct shm_takeover *t)
+		    uint64_t now_ns, bool strict, const struct ended_set *es,
+		    struct shm_takeover *t)
 {
+	enum rec_kind kind = record_kind(r, old_slots, now_ns, dst->keep_tcp);
+	const struct ended_ev *e;
 	uint32_t idx;
 	bool counted;
 
-	switch (record_kind(r, old_slots, now_ns, dst->keep_tcp)) {
+	if (kind != REC_BAD && SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE &&
+	    (e = ended_find(es, i, r->gen)) != NULL) {
+		ended_queued(r, e, t);
+		return 0;
+	}
+	switch (kind) {
 	case REC_TORN:
 		t->torn++;
+		/* LIVE, its worker died inside a write (a replacement worker releases such
+		 * a record as worker_crash too, worker/adopt.c); CLAIMED was never counted,
+		 * DYING was recorded and counted by its worker */
+		if (SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE)
+			end_live(dst, i, r, SHM_REC_WORKER_CRASH, end_at(r, now_ns), t);
 		break;
 	case REC_STREAM:
 		t->stream++;
-		record_end(dst, i, r, SHM_REC_SHUTDOWN, now_ns);
+		end_live(dst, i, r, SHM_REC_SHUTDOWN, end_at(r, now_ns), t);
 		break;
 	case REC_EXPIRED:
 		t->expired++;
-		record_end(dst, i, r, SHM_REC_EXPIRY, r->expires_ns);
+		end_live(dst, i, r, SHM_REC_EXPIRY, r->expires_ns, t);
 		break;
 	case REC_TAKE:
 		if (import_record(dst, r, now_ns, &idx, &counted, NULL) == 0) {
 			taken_push(dst, idx, i);
 			t->adopted++;
 		} else {
+			/* no room in this run's table: it cannot be taken over */
 			t->overflow++;
+			end_live(dst, i, r, SHM_REC_SHUTDOWN, now_ns, t);
 		}
 		break;
 	case REC_BAD:
@@ -594,7 +705,8 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 
 /* Pass 2. */
 static int import_records(struct shm *dst, struct rec_reader *rr, const struct img_geom *g,
-			  uint64_t now_ns, struct shm_alloc *buf, struct shm_takeover *t)
+			  uint64_t now_ns, struct shm_alloc *buf, const struct ended_set *es,
+			  struct shm_takeover *t)
 {
 	int rc = 0;
 
@@ -603,7 +715,7 @@ static int import_records(struct shm *dst, struct rec_reader *rr, const struct i
 
 		if (r == NULL)
 			return -EIO;
-		rc = take_one(dst, r, i, g->n_slots, now_ns, false, t);
+		rc = take_one(dst, r, i, g->n_slots, now_ns, false, es, t);
 	}
 	explicit_bzero(buf, sizeof(*buf));
 	return rc;
@@ -616,6 +728,14 @@ static void counters_add(struct shm_counters *d, const struct shm_counters *s)
 
 	for (size_t i = 0; i < sizeof(*d) / sizeof(uint64_t); i++)
 		dw[i] += sw[i];
+}
+
+static void counters_add_life(struct shm_lifetime *d, const struct shm_lifetime *s)
+{
+	for (unsigned i = 0; i <= SHM_LIFE_BUCKETS; i++)
+		d->bucket[i] += s->bucket[i];
+	d->sum_s += s->sum_s;
+	d->count += s->count;
 }
 
 /* The earlier run's cumulative counters, folded onto this run's slots. Gauges are not
@@ -654,8 +774,13 @@ static void import_counters(struct shm *dst, const struct shm_image *img, const 
 		ended += c->v[SHM_CTR_ALLOCS_ENDED];
 		counters_add(d, c);
 	}
-	if (created >= ended + t->adopted)
+	if (created >= ended + t->adopted) {
 		shm_ctr_add(c0, SHM_CTR_ALLOCS_ENDED, created - ended - t->adopted);
+		/* the lifetimes of the LIVE records among them (take_one), with that count:
+		 * counters that do not add up (a worker killed between its publish and its
+		 * CREATED add) raise nothing, so nothing is observed either */
+		counters_add_life(&c0->life, &t->ended_life);
+	}
 	shm_ctr_add(c0, SHM_CTR_ALLOCS_DROPPED, dropped);
 	t->have_counters = true;
 out:
@@ -709,17 +834,19 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 	snprintf(t->why, sizeof(t->why),
 		 "%u allocations taken over from %u workers "
 		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity; %u revocations%s",
+		 "capacity, %u ended before (end queued); %u revocations%s",
 		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
-		 t->overflow, t->revoked,
+		 t->overflow, t->queued, t->revoked,
 		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
 				: "");
 	if (t->precopy) {
 		size_t len = strlen(t->why);
 
 		snprintf(t->why + len, sizeof(t->why) - len,
-			 "; %u copied before the lock, %u of them changed since",
-			 t->precopied + t->recopied, t->recopied);
+			 "; %u copied before the lock, %u of them changed since, %u of them "
+			 "ended before (end queued)",
+			 t->precopied + t->recopied + t->precopy_ended, t->recopied,
+			 t->precopy_ended);
 	}
 	return 0;
 }
@@ -743,9 +870,13 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	}
 	rc = check_records(&rr, &g, now_ns, buf, t);
 	if (rc == 0) {
-		/* the earlier run's pending events first: they ended before these */
-		import_records_rings(dst, img, &g);
-		rc = import_records(dst, &rr, &g, now_ns, buf, t);
+		struct ended_set es = { 0 };
+
+		/* the earlier run's pending events first: they ended before these, and
+		 * they say which LIVE records ended already */
+		import_records_rings(dst, img, &g, &es);
+		rc = import_records(dst, &rr, &g, now_ns, buf, &es, t);
+		ended_free(&es);
 	}
 	rec_reader_free(&rr);
 	explicit_bzero(buf, sizeof(*buf));
@@ -880,12 +1011,13 @@ void shm_precopy_free(struct shm_precopy *pc)
 
 /* Pass 1 under the lock: every record's header (and counters) against what the pre-copy saw. An
  * unchanged one that has not expired since keeps its copy, with its counters copied again; a
- * changed one loses it; *need marks the records to judge again (all that are not FREE and zero and
- * not kept). All undone before anything is copied: a port a changed record gave up may be booked by
- * another one now. */
+ * changed one loses it, and so does one whose end event is queued (es: take_one ends it, as a
+ * full take-over does); *need marks the records to judge again (all that are not FREE and zero
+ * and not kept). All undone before anything is copied or booked again: a port a changed or ended
+ * record gave up may be booked by another one now. */
 static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
-			   uint64_t now_ns, uint8_t *need, struct shm_alloc *buf,
-			   struct shm_takeover *t)
+			   uint64_t now_ns, const struct ended_set *es, uint8_t *need,
+			   struct shm_alloc *buf, struct shm_takeover *t)
 {
 	for (uint32_t i = 0; i < pc->count; i++) {
 		const struct shm_alloc *r = rec_get(rr, i, buf);
@@ -894,16 +1026,21 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_pr
 		if (r == NULL)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 		if (e->dst != 0) {
-			/* Unchanged, and still not expired now: still a record to take. */
-			if (r->state == e->state && r->seq == e->seq && r->gen == e->gen &&
-			    r->expires_ns > now_ns) {
+			bool same = r->state == e->state && r->seq == e->seq && r->gen == e->gen;
+			bool ended = same && ended_find(es, i, e->gen) != NULL;
+
+			/* Unchanged and still not expired now: still a record to take, unless
+			 * its end is queued (its worker killed between the event and its
+			 * retire). */
+			if (same && !ended && r->expires_ns > now_ns) {
 				memcpy(shm_alloc_at(dst, e->dst - 1)->ctr, r->ctr, sizeof(r->ctr));
 				continue;
 			}
 			unimport_record(dst, e->dst - 1, e->counted);
 			e->dst = 0;
 			pc->copied--;
-			t->recopied++;
+			t->recopied += !ended;
+			t->precopy_ended += ended;
 		}
 		if (r->state != 0)
 			need[i / 8] |= (uint8_t)(1u << (i % 8));
@@ -919,6 +1056,7 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	struct shm_alloc *buf;
 	struct shm_revoke_hdr *rv = NULL;
 	struct shm_lslot_hdr ls;
+	struct ended_set es = { 0 };
 	uint8_t *need;
 	int rc;
 
@@ -942,16 +1080,17 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 		snprintf(t->why, sizeof(t->why), "out of memory");
 		return take_end(dst, img, &g, &ls, rv, -ESTALE, t);
 	}
-	rc = precopy_compare(dst, &rr, pc, now_ns, need, buf, t);
+	/* The earlier run's pending events first, as in a full take-over: they say which
+	 * kept copies ended already (the compare undoes those with the changed ones). */
+	import_records_rings(dst, img, &g, &es);
+	rc = precopy_compare(dst, &rr, pc, now_ns, &es, need, buf, t);
 	rec_reader_free(&rr);
-	/* A kept record whose port a changed one held when it was copied (that one ended and
-	 * this one claimed the port while the pre-copy read on): the changed copies are
-	 * undone now, so the port is booked for it before any other record is copied. */
+	/* A kept record whose port a changed or ended one held when it was copied (that one
+	 * ended and this one claimed the port): those copies are undone now, so the port is
+	 * booked for it before any other record is copied. */
 	for (uint32_t i = 0; i < pc->count && rc == 0; i++)
 		if (pc->ent[i].dst != 0 && !pc->ent[i].booked_all)
 			(void)shm_ppool_book_record(dst, pc->ent[i].dst - 1, now_ns);
-	if (rc == 0)
-		import_records_rings(dst, img, &g);
 	/* The list as a full take-over makes it: in the image's order. */
 	dst->n_taken = 0;
 	for (uint32_t i = 0; i < pc->count && rc == 0; i++) {
@@ -967,10 +1106,11 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 		if (img_read(img, off, buf, sizeof(*buf)) < 0)
 			rc = refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 		else
-			rc = take_one(dst, buf, i, g.n_slots, now_ns, true, t);
+			rc = take_one(dst, buf, i, g.n_slots, now_ns, true, &es, t);
 	}
 	t->precopy = true;
 	t->precopied = pc->copied;
+	ended_free(&es);
 	explicit_bzero(buf, sizeof(*buf));
 	free(buf);
 	free(need);

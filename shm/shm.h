@@ -379,18 +379,35 @@ static inline uint64_t shm_life_bound(unsigned i)
 	return i < SHM_LIFE_BUCKETS ? bounds[i] : UINT64_MAX;
 }
 
-/* Worker, own slot's block: records one ended allocation that lived `seconds` (whole
- * seconds, rounded as the caller likes). Single writer, relaxed like the adders above;
- * a reader may see count and the bucket of one observation out of step, never torn. */
-static inline void shm_ctr_observe_lifetime(struct shm_counters *c, uint64_t seconds)
+/* The lifetime of an allocation created at born_ns (its record's created_ns) that ends at
+ * end_ns, both CLOCK_MONOTONIC: whole seconds, rounded to the nearest; 0 if end_ns is not
+ * after born_ns. */
+static inline uint64_t shm_life_seconds(uint64_t born_ns, uint64_t end_ns)
+{
+	return end_ns > born_ns ? (end_ns - born_ns + 500000000u) / 1000000000u : 0;
+}
+
+/* Records one ended allocation that lived `seconds` into l. Single writer, relaxed like
+ * the adders above; a reader may see count and the bucket of one observation out of
+ * step, never torn. */
+static inline void shm_life_observe(struct shm_lifetime *l, uint64_t seconds)
 {
 	unsigned i = 0;
 
 	while (i < SHM_LIFE_BUCKETS && seconds > shm_life_bound(i))
 		i++;
-	CMM_STORE_SHARED(c->life.bucket[i], CMM_LOAD_SHARED(c->life.bucket[i]) + 1);
-	CMM_STORE_SHARED(c->life.sum_s, CMM_LOAD_SHARED(c->life.sum_s) + seconds);
-	CMM_STORE_SHARED(c->life.count, CMM_LOAD_SHARED(c->life.count) + 1);
+	CMM_STORE_SHARED(l->bucket[i], CMM_LOAD_SHARED(l->bucket[i]) + 1);
+	CMM_STORE_SHARED(l->sum_s, CMM_LOAD_SHARED(l->sum_s) + seconds);
+	CMM_STORE_SHARED(l->count, CMM_LOAD_SHARED(l->count) + 1);
+}
+
+/* Whoever counts an allocation as ended (SHM_CTR_ALLOCS_ENDED) in block c observes its
+ * lifetime there too (shm_life_seconds): the worker that ends it in its own slot, its
+ * replacement for a LIVE record it releases, the master for a dead slot's LIVE records
+ * (shm_slot_release_all) and for those a take-over ends (shm/image.c). */
+static inline void shm_ctr_observe_lifetime(struct shm_counters *c, uint64_t seconds)
+{
+	shm_life_observe(&c->life, seconds);
 }
 
 /* Any process: relaxed copy of one slot's counters. */

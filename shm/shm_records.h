@@ -35,7 +35,8 @@ enum shm_rec_reason {
 	SHM_REC_LISTENER_REMOVED,  /* its listener left the configuration */
 	SHM_REC_QUOTA,             /* refused over a quota at its creation (never granted) */
 	SHM_REC_SHUTDOWN,          /* the daemon stopped or restarted: a stream allocation
-				    * cannot be taken over */
+				    * (or one a smaller table has no room for) cannot be
+				    * taken over */
 	SHM_REC_WORKER_CRASH,      /* its worker died and nobody re-adopted it */
 	SHM_REC__COUNT
 };

@@ -68,11 +68,18 @@ struct shm_takeover {
 	int old_master;          /* pid of the master that wrote the file */
 	uint32_t adopted;        /* records copied, to be re-adopted by the workers */
 	uint32_t expired, stream, torn, overflow;   /* released (overflow: table too small) */
+	uint32_t queued;         /* LIVE records whose end event the earlier run queued
+				  * (its worker was killed before the retire): ended then,
+				  * not copied */
+	struct shm_lifetime ended_life; /* lifetimes of the LIVE records released: added to
+					 * the counters with their ends (have_counters) */
 	uint32_t revoked;        /* revocation entries carried over (shm/shm_revoke.h) */
 	bool revoke_lost;        /* the file's revocation list had another format: dropped */
 	bool precopy;            /* shm_image_take_precopied: */
 	uint32_t precopied;      /* records whose pre-copy was kept (their counters copied) */
 	uint32_t recopied;       /* pre-copied records that had changed: judged again */
+	uint32_t precopy_ended;  /* pre-copied records, unchanged, whose end event was
+				  * queued: their copy undone, ended (in queued) */
 };
 
 /* An image of a segment: the file (pread) or a buffer (tests, fuzzing). */
@@ -117,8 +124,9 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 
 /* The take-over after a pre-copy, once nothing writes the image any more: the records
  * whose state word, sequence and generation are unchanged keep their copy (their
- * counters are copied again); those that changed lose it, and every record not kept is
- * judged and copied as shm_image_take() does, so that dst ends as shm_image_take() would
+ * counters are copied again); those that changed, and those whose end event the image's
+ * record rings hold, lose it, and every record not kept is judged and copied (or ended)
+ * as shm_image_take() does, so that dst ends as shm_image_take() would
  * leave it (same allocations, counts, quota counts, port bookings, take-over list in the
  * image's order). img must be the file the pre-copy read. -ESTALE: the pre-copy cannot be
  * used (the file's geometry changed, or memory ran out; t->why says which), dst holds

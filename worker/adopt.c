@@ -63,13 +63,14 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
  * shm_alloc_retire made it DYING, and counts only after publishing it LIVE, or for the
  * quota counts just before), so it is uncounted here as its owner would have done, and
  * ends as wk_alloc_destroy ends an allocation: its session record named after its
- * listener (by the record's slot, which keeps a removed listener's name), its lifetime
- * observed (neither for a torn record, whose fields may be half written), then DYING. */
+ * listener (by the record's slot, which keeps a removed listener's name; not a torn
+ * record's, whose fields may be half written), its lifetime observed (a torn one's too:
+ * created_ns is written before the publish, wk_record_fill in worker/turn.c, and by no
+ * write bracket after it, so a LIVE record's is whole), then DYING. */
 static void adopt_retire(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
 			 struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns, bool torn)
 {
 	char lname[SHM_LSLOT_NAME_MAX] = "";
-	uint64_t born = rec->created_ns;
 
 	if (CMM_LOAD_SHARED(rec->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
 		return;
@@ -78,10 +79,7 @@ static void adopt_retire(struct shm *shm, unsigned slot, struct shm_counters *ct
 	/* It ends here, unrecorded so far (the predecessor pushes its event before the
 	 * retire that makes a record DYING): its session record. */
 	(void)shm_records_push(shm, slot, idx, rec, why, end_ns, lname[0] != '\0' ? lname : NULL);
-	if (!torn)
-		shm_ctr_observe_lifetime(ctr, end_ns > born ? (end_ns - born + 500000000u) /
-								      1000000000u
-							    : 0);
+	shm_ctr_observe_lifetime(ctr, shm_life_seconds(rec->created_ns, end_ns));
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);

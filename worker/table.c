@@ -234,13 +234,10 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 		(void)shm_records_push(w->shm, w->slot, a->rec_idx, a->rec,
 				       shm_rec_reason_of(why), mono_ns(), a->l->name);
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
-		uint64_t now = mono_ns(), born = a->rec->created_ns;
-
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 		shm_quota_give_rec(w->shm, a->rec);
-		shm_ctr_observe_lifetime(w->ctr,
-					 now > born ? (now - born + 500000000u) / 1000000000u : 0);
+		shm_ctr_observe_lifetime(w->ctr, shm_life_seconds(a->rec->created_ns, mono_ns()));
 		/* Where it was counted: the record's slot, whether or not its listener is
 		 * still in the snapshot (a reload may have removed it). */
 		shm_lctr_add(w->ctr, a->rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);

@@ -20,6 +20,7 @@ still open (reason shutdown).
 import contextlib
 import http.server
 import json
+import math
 import os
 import signal
 import ssl
@@ -32,8 +33,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_LIFETIME, Client, Daemon, Peer, StreamClient, check,  # noqa: E402
-                           config, free_port, run_tests, stop_master, upgrade,
-                           wait_for)
+                           config, free_port, run_tests, scrape, stop_master, upgrade,
+                           wait_equal, wait_for)
 from harness_admin import session_records as records  # noqa: E402
 from test_quota import kill_worker  # noqa: E402
 from test_revoke import ctl_ok  # noqa: E402
@@ -268,6 +269,28 @@ def test_worker_kill(d):
         daemon.scan()
 
 
+def test_worker_kill_tcp_lifetime(d):
+    """A worker killed with SIGKILL: its replacement ends its TURN-TCP allocation (the
+    connection died with it) as worker_crash, counts it as ended and observes its lifetime
+    (the histogram's _count equals turngate_allocations_ended_total)."""
+    port, tport, mport = free_port(), free_port(), free_port()
+    daemon = Daemon(d, make_config(d, port, tcp_port=tport, metrics=mport)).start()
+    cs = []
+    try:
+        tcp = StreamClient(tport, "toni")
+        cs.append(tcp)
+        tcp.allocate(extra=[(A_LIFETIME, struct.pack("!I", 600))])
+        kill_worker(daemon, allocs(daemon)[0]["worker"])
+        check(wait_record(d, tcp, "toni's record")["reason"] == "worker_crash", records(d))
+        wait_equal(mport, {"turngate_allocations_ended_total": 1,
+                           "turngate_allocation_lifetime_seconds_count": 1})
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
 def test_restart(d):
     """kill -9 of every process, a new start on the state file: the allocation that expired
     while nothing ran is recorded at the take-over (reason expiry), the one taken over is
@@ -297,6 +320,91 @@ def test_restart(d):
         time.sleep(0.5)
         users = sorted(r["user"] for r in records(d))
         check(users == ["dora", "lena", "sven"], "records: %r" % users)
+    finally:
+        for c in cs:
+            c.close()
+        daemon.kill()
+        daemon.scan()
+
+
+def test_restart_lifetimes(d):
+    """kill -9 of every process, a new start on the state file: the allocations the take-over
+    ends (one expired while nothing ran, one TURN-TCP that cannot be taken over) are counted
+    as ended and each observed in the lifetime histogram too, as a worker's end is (its
+    _count equals turngate_allocations_ended_total), with one record each."""
+    port, tport = free_port(late=True), free_port(late=True)    # bound again after the kill
+    mport = free_port()
+    text = make_config(d, port, tcp_port=tport, metrics=mport,
+                       limits={"allocation_lifetime": 3})
+    daemon = Daemon(d, text).start()
+    cs = []
+    long_life = [(A_LIFETIME, struct.pack("!I", 600))]
+    try:
+        done, kept, tcp, short = (Client(port, "dana"), Client(port, "kurt"),
+                                  StreamClient(tport, "tess"), Client(port, "ivo"))
+        cs += [done, kept, tcp, short]
+        def mono():
+            return time.clock_gettime(time.CLOCK_MONOTONIC)     # the daemon's clock
+
+        # Each lifetime lies between what the times taken here allow (each end and its
+        # creation between two of them), rounded to the nearest second as the daemon does.
+        t0 = mono()
+        done.allocate()
+        done.release()
+        wait_record(d, done, "dana's record")
+        dana = (0.0, mono() - t0)
+        kept.allocate(extra=long_life)
+        t_tcp = mono()
+        tcp.allocate(extra=long_life)
+        t_tcp_done = mono()
+        # ivo's record expires (allocation_lifetime, set by the worker after it read the
+        # request) at most 3 s after his response came: once that has passed the take-over
+        # ends it (or, were the kill more than 3 s late, his worker did: counted and observed
+        # either way). tess's TURN-TCP allocation is always ended by the take-over.
+        t_ivo = mono()
+        short.allocate()
+        granted = mono()
+        daemon.kill_all()
+        while mono() < granted + 3.1:
+            time.sleep(0.1)
+        t_start = mono()
+        daemon.start()
+        t_started = mono()
+        check("1 allocations taken over" in daemon.stderr() and
+              " expired, 1 TCP/TLS/DTLS" in daemon.stderr(),
+              "the take-over did not end tess's allocation")
+        check(wait_record(d, short, "ivo's record")["reason"] == "expiry", records(d))
+        check(wait_record(d, tcp, "tess's record")["reason"] == "shutdown", records(d))
+        m = scrape(mport)
+        ended = m["turngate_allocations_ended_total"]
+        check(ended == 3, "ended %r" % ended)
+        check(m["turngate_allocation_lifetime_seconds_count"] == ended,
+              "lifetimes observed %r, allocations ended %r" %
+              (m["turngate_allocation_lifetime_seconds_count"], ended))
+        # dana's from her allocation to her record; ivo's from creation to his expiry, 3 s
+        # (ended by the take-over or by his worker's timer, no later than the take-over);
+        # tess's from creation (before her response) to the take-over (during the start)
+        ivo = (3.0, max(3.0, t_started - t_ivo))
+        tess = (t_start - t_tcp_done, t_started - t_tcp)
+        spans = [dana, ivo, tess]
+        low = sum(math.ceil(lo - 0.5) for lo, _ in spans)
+        high = sum(math.floor(hi + 0.5) for _, hi in spans)
+        inf = m['turngate_allocation_lifetime_seconds_bucket{le="+Inf"}']
+        le10 = m['turngate_allocation_lifetime_seconds_bucket{le="10"}']
+        check(inf == 3, m)
+        check(sum(math.floor(hi + 0.5) <= 10 for _, hi in spans) <= le10 <=
+              sum(math.ceil(lo - 0.5) <= 10 for lo, _ in spans),
+              "le=10 %r for lifetimes within %r" % (le10, spans))
+        check(low <= m["turngate_allocation_lifetime_seconds_sum"] <= high,
+              "sum %r not within [%r, %r] (%r)" %
+              (m["turngate_allocation_lifetime_seconds_sum"], low, high, spans))
+        kept.release()
+        wait_record(d, kept, "kurt's record")
+        wait_equal(mport, {"turngate_allocations_ended_total": 4,
+                           "turngate_allocation_lifetime_seconds_count": 4})
+        time.sleep(0.5)
+        users = sorted(r["user"] for r in records(d))
+        check(users == ["dana", "ivo", "kurt", "tess"], "records: %r" % users)
     finally:
         for c in cs:
             c.close()
@@ -588,5 +696,6 @@ def test_webhook_https_name(d):
 
 if __name__ == "__main__":
     run_tests([test_reasons_and_bytes, test_listener_removed, test_expiry_and_metrics, test_logrotate,
-               test_worker_kill, test_restart, test_upgrade, test_shutdown_without_state_file,
+               test_worker_kill, test_worker_kill_tcp_lifetime, test_restart, test_restart_lifetimes,
+               test_upgrade, test_shutdown_without_state_file,
                test_quota, test_stdout_start_and_peers, test_webhook, test_webhook_https, test_webhook_https_name])

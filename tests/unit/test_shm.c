@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/mono.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
@@ -492,19 +493,27 @@ static void test_alloc_torn_and_release_all(void **state)
 	struct shm *shm = mk(2, 2, 4096, 8);
 	struct shm_alloc *r, *copy = malloc(sizeof(*copy));
 	struct shm_counters *c = shm_slot_counters(shm, 0);
+	uint64_t now, ago_s, born;
 	uint32_t a, b, d, cur = 0, got;
 	unsigned n, seen = 0;
 	bool torn;
 
 	(void)state;
+	/* created 20 s ago, or at the clock's 0 if it is younger (a fresh boot, a time
+	 * namespace: test_clock_offsets.py) */
+	now = mono_ns();
+	ago_s = now >= UINT64_C(20000000000) ? 20 : now / UINT64_C(1000000000);
+	born = now - ago_s * UINT64_C(1000000000);
 	assert_non_null(copy);
 	assert_int_equal(shm_slot_spawning(shm, 0, NULL), 0);
 	/* a: LIVE and fine; b: LIVE but writer died mid-update (odd seq); d: CLAIMED */
 	assert_int_equal(shm_alloc_claim(shm, 0, &a, &r), 0);
 	r->listener_idx = 7;
+	r->created_ns = born;
 	assert_int_equal(shm_alloc_publish(shm, 0, a), 0);
 	assert_int_equal(shm_alloc_claim(shm, 0, &b, &r), 0);
 	r->listener_idx = 7;
+	r->created_ns = born;
 	assert_int_equal(shm_alloc_publish(shm, 0, b), 0);
 	/* what the worker counts for its two LIVE allocations */
 	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 2);
@@ -531,6 +540,12 @@ static void test_alloc_torn_and_release_all(void **state)
 	assert_int_equal(n, 3);
 	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 0);
 	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 2);	/* the LIVE ones only */
+	/* counted as ended, so observed in the lifetime histogram too: ago_s (or one more, as
+	 * the master's clock saw the release), 20 s in the (10, 60] bucket */
+	assert_int_equal(c->life.count, 2);
+	if (ago_s == 20)
+		assert_int_equal(c->life.bucket[1], 2);
+	assert_true(c->life.sum_s >= 2 * ago_s && c->life.sum_s <= 2 * ago_s + 2);
 	assert_int_equal(c->lst[7][SHM_LCTR_ALLOCS_ACTIVE], 0);
 	cur = 0;
 	assert_int_equal(shm_alloc_next_owned(shm, 0, &cur, &got), -ENOENT);

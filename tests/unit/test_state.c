@@ -30,6 +30,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_records.h"
 #include "shm/shm_state.h"
 
 #define NOW UINT64_C(5000000000000)	/* a CLOCK_MONOTONIC "now" for images */
@@ -113,6 +114,8 @@ static struct shm *src_build(void)
 	rec_add(s, 2, 23, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 2);
 	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_CREATED, 5);
 	shm_ctr_add(shm_slot_counters(s, 1), SHM_CTR_ALLOCS_ENDED, 5);
+	for (unsigned i = 0; i < 5; i++)	/* their lifetimes, as their worker observed them */
+		shm_ctr_observe_lifetime(shm_slot_counters(s, 1), 7);
 	shm_ctr_add(shm_slot_counters(s, 2), SHM_CTR_CLIENT_PKTS_IN, 1234);
 	{
 		/* The records name slot 1, "udp"'s; "gone" holds slot 0 (no record names
@@ -159,6 +162,19 @@ static unsigned live_count(const struct shm *s)
 	while (shm_alloc_next_live(s, &cursor, &idx) == 0)
 		n++;
 	return n;
+}
+
+/* The session records a take-over queued in dst: per record of rec_fill's numbering
+ * ("user<i>"), its reason + 1 (0: none); a second record of the same one fails. */
+static void ended_reason(const struct shm_rec_ev *ev, void *arg)
+{
+	uint8_t *reason = arg;
+	unsigned i;
+
+	assert_int_equal(sscanf(ev->username, "user%u", &i), 1);
+	assert_true(i < 32);
+	assert_int_equal(reason[i], 0);
+	reason[i] = (uint8_t)(ev->reason + 1);
 }
 
 static void test_take_over(void **state)
@@ -287,6 +303,23 @@ static void test_take_over(void **state)
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], N_LIVE);
 	assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 4);
 	assert_int_equal(sum.v[SHM_CTR_CLIENT_PKTS_IN], 1234);
+	/* each allocation counted as ended has its lifetime observed, as a worker's end does:
+	 * the 5 of the earlier run (7 s each), the expired one (created to its expiry: 9 s),
+	 * the TCP one and the torn LIVE one (created to the take-over: 10 s each) */
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	assert_int_equal(sum.life.sum_s, 5 * 7 + 9 + 10 + 10);
+	assert_int_equal(sum.life.bucket[0], 5 + 3);
+	/* and has its session record: expiry, shutdown (TCP), worker_crash (torn LIVE, as a
+	 * replacement worker's release records it); the CLAIMED one was never granted */
+	{
+		uint8_t reason[32] = { 0 };
+
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 3);
+		assert_int_equal(reason[20], SHM_REC_EXPIRY + 1);
+		assert_int_equal(reason[21], SHM_REC_SHUTDOWN + 1);
+		assert_int_equal(reason[22], 0);
+		assert_int_equal(reason[23], SHM_REC_WORKER_CRASH + 1);
+	}
 	/* quota counts start at 0 in the new segment and are recounted from what was copied */
 	assert_int_equal(shm_quota_total(dst), N_LIVE);
 	assert_int_equal(shm_quota_count(dst, shm_quota_listener_key(1)), N_LIVE);
@@ -313,6 +346,20 @@ static void test_take_over(void **state)
 	assert_int_equal(t.overflow, N_LIVE - 4);
 	assert_int_equal(live_count(dst), 4);
 	assert_int_equal(shm_quota_total(dst), 4);
+	/* the ones with no room ended too (10 s each): counted, observed, recorded */
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED] - sum.v[SHM_CTR_ALLOCS_ENDED], 4);
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	assert_int_equal(sum.life.sum_s, 5 * 7 + 9 + 10 + 10 + (N_LIVE - 4) * 10);
+	{
+		uint8_t reason[32] = { 0 };
+		unsigned shut = 0;
+
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 3 + N_LIVE - 4);
+		for (unsigned i = 0; i < N_LIVE; i++)
+			shut += reason[i] == SHM_REC_SHUTDOWN + 1;
+		assert_int_equal(shut, N_LIVE - 4);
+	}
 	shm_destroy(dst);
 	shm_destroy(src);
 }
@@ -657,6 +704,236 @@ static void assert_same_take(struct shm *a, struct shm *b)
 	assert_int_equal(shm_ppool_held(a, NOW, NULL), shm_ppool_held(b, NOW, NULL));
 }
 
+/* The session records a take-over queued in dst, per record of rec_fill's numbering: when
+ * each ended (0: none); a second record of the same one fails. */
+static void ended_at(const struct shm_rec_ev *ev, void *arg)
+{
+	uint64_t *at = arg;
+	unsigned i;
+
+	assert_int_equal(sscanf(ev->username, "user%u", &i), 1);
+	assert_true(i < 32);
+	assert_int_equal(at[i], 0);
+	at[i] = ev->ended_ns;
+}
+
+/* A pre-copy of img into dst and the take under the lock; then a whole take-over of img
+ * into another segment, which dst must equal. The take's account in *t. */
+static void take_precopied_same(struct shm *dst, const struct shm_image *img, uint32_t copied,
+				struct shm_takeover *t)
+{
+	struct shm *full = mk(dst->cfg.n_slots, dst->cfg.alloc_cap);
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover tf;
+
+	full->keep_tcp = dst->keep_tcp;
+	memset(t, 0, sizeof(*t));
+	assert_int_equal(shm_image_precopy(dst, img, NOW, &pc, t), 0);
+	assert_int_equal(shm_precopy_copied(pc), copied);
+	memset(t, 0, sizeof(*t));
+	assert_int_equal(shm_image_take_precopied(dst, img, pc, NOW, t), 0);
+	shm_precopy_free(pc);
+	memset(&tf, 0, sizeof(tf));
+	assert_int_equal(shm_image_take(full, img, NOW, &tf), 0);
+	assert_int_equal(t->adopted, tf.adopted);
+	assert_int_equal(t->queued, tf.queued);
+	assert_same_take(dst, full);
+	shm_destroy(full);
+}
+
+/* A worker pushes its end event before it retires the record (wk_alloc_destroy): killed
+ * between the two, it leaves a LIVE record whose end is queued in its ring. The take-over
+ * (a whole one, and one after a pre-copy that copied it) ends it then: one session record
+ * (the queued one), counted as ended with its lifetime up to that end, not copied. */
+static void test_take_over_queued_end(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(3, 16), *dst = mk(2, 16);
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		struct shm_counters sum;
+		uint8_t reason[32] = { 0 };
+		uint32_t a, b;
+
+		(void)state;
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(src, 1, 1, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+		rec_add(src, 2, 2, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);	/* goes on */
+		a = idx_of(src, 0);
+		b = idx_of(src, 1);
+		/* 0 refreshed to 0 at NOW - 2 s, 1 disconnected at NOW - 3 s; both workers killed
+		 * before their retire */
+		assert_int_equal(shm_records_push(src, 0, a, shm_alloc_at(src, a), SHM_REC_REFRESH0,
+						  NOW - 2 * SEC, NULL), 0);
+		assert_int_equal(shm_records_push(src, 1, b, shm_alloc_at(src, b),
+						  SHM_REC_DISCONNECT, NOW - 3 * SEC, NULL), 0);
+		dst->keep_tcp = true;	/* 1 would be copied too, were its end not queued */
+		memset(&t, 0, sizeof(t));
+		if (precopy) {
+			take_precopied_same(dst, &img, 3, &t);
+			assert_int_equal(t.precopied, 1);
+			assert_int_equal(t.precopy_ended, 2);
+			assert_int_equal(t.recopied, 0);
+		} else {
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		}
+		assert_int_equal(t.adopted, 1);
+		assert_int_equal(t.queued, 2);
+		assert_int_equal(t.stream + t.expired + t.torn + t.overflow, 0);
+		assert_int_equal(live_count(dst), 1);
+		assert_int_equal(shm_quota_total(dst), 1);
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 2);
+		assert_int_equal(reason[0], SHM_REC_REFRESH0 + 1);
+		assert_int_equal(reason[1], SHM_REC_DISCONNECT + 1);
+		assert_int_equal(reason[2], 0);
+		/* created 10 s before NOW: lived 8 and 7 s */
+		assert_int_equal(shm_counters_sum(dst, &sum), 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 2);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+		assert_int_equal(sum.life.count, 2);
+		assert_int_equal(sum.life.sum_s, 8 + 7);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+	/* 0 ended (its end queued) and its worker gave its relay port to 1: 1's booking in
+	 * the pre-copy failed (0's copy held the port). 0's copy is undone before the kept
+	 * copies are booked again: the port is 1's, as in a whole take-over. */
+	{
+		struct shm *src = mk(1, 8), *dst = mk(1, 8);
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		uint32_t a;
+
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(src, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		set_relay_port(src, 1, 50000);
+		a = idx_of(src, 0);
+		assert_int_equal(shm_records_push(src, 0, a, shm_alloc_at(src, a), SHM_REC_REFRESH0,
+						  NOW - 2 * SEC, NULL), 0);
+		take_precopied_same(dst, &img, 2, &t);
+		assert_int_equal(t.adopted, 1);
+		assert_int_equal(t.queued, 1);
+		assert_int_equal(t.precopy_ended, 1);
+		assert_false(shm_ppool_is_free(dst, shm_ppool_tag(&shm_alloc_at(dst, idx_of(dst, 1))->relay),
+					       50000, NOW));
+		assert_int_equal(shm_ppool_held(dst, NOW, NULL), 1);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
+/* What is not a queued end of a LIVE record leaves it to be copied: a start event (with
+ * start records on), an event carried from a run before (its index and generation of
+ * another table), the end of an earlier generation of the same index. */
+static void test_take_over_queued_other(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(1, 3), *dst = mk(1, 8);	/* full: 3 reuses 2's index */
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		struct shm_alloc old;
+		uint8_t reason[32] = { 0 };
+		uint32_t a, b, c;
+
+		(void)state;
+		shm_records_want_start(src, true);
+		for (unsigned i = 0; i < 3; i++)
+			rec_add(src, 0, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		a = idx_of(src, 0);
+		b = idx_of(src, 1);
+		c = idx_of(src, 2);
+		assert_int_equal(shm_records_push_start(src, 0, a, shm_alloc_at(src, a), NOW - SEC,
+							NULL), 0);
+		assert_int_equal(shm_records_push_carried(src, 0, b, shm_alloc_at(src, b),
+							  SHM_REC_EXPIRY, NOW - SEC), 0);
+		/* 2 ended (event, retire), and 3 claims its index */
+		memcpy(&old, shm_alloc_at(src, c), sizeof(old));
+		assert_int_equal(shm_records_push(src, 0, c, &old, SHM_REC_REFRESH0, NOW - SEC,
+						  NULL), 0);
+		assert_int_equal(shm_alloc_release(src, 0, c), 0);
+		rec_add(src, 0, 3, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		assert_int_equal(idx_of(src, 3), c);
+		assert_true(shm_alloc_at(src, c)->gen != old.gen);
+		if (precopy) {
+			take_precopied_same(dst, &img, 3, &t);
+			assert_int_equal(t.precopied, 3);
+			assert_int_equal(t.precopy_ended, 0);
+		} else {
+			memset(&t, 0, sizeof(t));
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		}
+		assert_int_equal(t.adopted, 3);
+		assert_int_equal(t.queued, 0);
+		assert_int_equal(live_count(dst), 3);
+		/* the three events carried, none added */
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 3);
+		assert_int_equal(reason[0], SHM_REC_OTHER + 1);
+		assert_int_equal(reason[1], SHM_REC_EXPIRY + 1);
+		assert_int_equal(reason[2], SHM_REC_REFRESH0 + 1);
+		assert_int_equal(reason[3], 0);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
+/* What the take-over ends that expired while no daemon ran (a TCP one, a torn LIVE one)
+ * ended at its expiry, not at the take-over: its session record and its lifetime. */
+static void test_take_over_end_time(void **state)
+{
+	struct shm *src = mk(3, 16), *dst = mk(2, 16);
+	struct shm_image img = img_of(src);
+	struct shm_takeover t;
+	struct shm_counters sum;
+	uint64_t at[32] = { 0 };
+
+	(void)state;
+	rec_add(src, 0, 0, SHM_TRANSPORT_TCP, NOW - 5 * SEC, 0);
+	rec_add(src, 1, 1, SHM_TRANSPORT_UDP, NOW - 4 * SEC, 2);	/* torn LIVE */
+	rec_add(src, 2, 2, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);	/* ends now */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.stream, 2);
+	assert_int_equal(t.torn, 1);
+	assert_int_equal(shm_records_drain(dst, ended_at, at), 3);
+	assert_int_equal(at[0], NOW - 5 * SEC);
+	assert_int_equal(at[1], NOW - 4 * SEC);
+	assert_int_equal(at[2], NOW);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 3);
+	assert_int_equal(sum.life.count, 3);
+	assert_int_equal(sum.life.sum_s, 5 + 6 + 10);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
+/* Counters that do not add up (more ended and copied than created: a worker killed
+ * between its publish and its CREATED add) raise no ALLOCS_ENDED: no lifetime is observed
+ * without it either. */
+static void test_take_over_counters_short(void **state)
+{
+	struct shm *src = mk(3, 16), *dst = mk(2, 16);
+	struct shm_image img = img_of(src);
+	struct shm_takeover t;
+	struct shm_counters sum;
+
+	(void)state;
+	rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	rec_add(src, 1, 1, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+	shm_ctr_add(shm_slot_counters(src, 1), SHM_CTR_ALLOCS_CREATED, (uint64_t)-2);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_int_equal(t.stream, 1);
+	assert_true(t.have_counters);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 0);
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
 /* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
  * the take under the lock leaves exactly what a full take-over of the final image does. */
 static void test_precopy(void **state)
@@ -973,7 +1250,7 @@ static void test_upgrade_ready(void **state)
 	(void)state;
 	open_upgrade(16, false, &r, &a, &t);
 	assert_string_equal(r.why, "no state file");
-	rec_created_ns = mono_ns() - 10 * SEC;
+	rec_created_ns = mono_ns() > 10 * SEC ? mono_ns() - 10 * SEC : 0;	/* a young clock */
 	for (unsigned i = 0; i < 3; i++)
 		rec_add(a, i % 2, i, SHM_TRANSPORT_UDP, mono_ns() + 600 * SEC, 0);
 	rec_created_ns = NOW - 10 * SEC;
@@ -1131,6 +1408,10 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_counters_other_format),
 		cmocka_unit_test(test_random_damage),
+		cmocka_unit_test(test_take_over_queued_end),
+		cmocka_unit_test(test_take_over_queued_other),
+		cmocka_unit_test(test_take_over_end_time),
+		cmocka_unit_test(test_take_over_counters_short),
 		cmocka_unit_test(test_precopy),
 		cmocka_unit_test(test_precopy_torn),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
