@@ -109,6 +109,78 @@ static bool is_free(struct shm *shm, uint32_t idx)
 	       shm_alloc_get(shm, 1, idx, NULL) == -EPERM;
 }
 
+/* shm_alloc_retire wrapped (-Wl,--wrap, worker/Makefile.inc): what the slot's counters
+ * said when the adoption retired a record, and a retire that fails as if another had
+ * retired the record first. Off (retire_watch NULL): the real retire, nothing noted. */
+struct retire_watch {
+	struct shm *shm;
+	unsigned calls;
+	uint64_t active_at;	/* ALLOCS_ACTIVE at the (last) retire */
+	uint64_t ended_at;	/* ALLOCS_ENDED at the (last) retire */
+	bool fail;		/* return -EPERM without retiring */
+};
+static struct retire_watch *retire_watch;
+
+int __real_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
+int __wrap_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
+
+int __wrap_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	struct retire_watch *rw = retire_watch;
+	struct shm_counters out;
+
+	if (rw == NULL || rw->shm != shm)
+		return __real_shm_alloc_retire(shm, slot, idx);
+	rw->calls++;
+	assert_int_equal(shm_counters_read(shm, slot, &out), 0);
+	rw->active_at = out.v[SHM_CTR_ALLOCS_ACTIVE];
+	rw->ended_at = out.v[SHM_CTR_ALLOCS_ENDED];
+	return rw->fail ? -EPERM : __real_shm_alloc_retire(shm, slot, idx);
+}
+
+/* A LIVE record the adoption ends is retired before it is counted off, as
+ * wk_alloc_destroy does (shm/shm_alloc.h): a worker killed in between must leave a LIVE
+ * record that is still counted, never one already counted off. And a record whose retire
+ * fails (another retired it first, and counts it) is not counted off at all. */
+static void test_retire_before_counts(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct wk_adopt_stats st;
+	struct retire_watch rw;
+	struct offer o;
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-order", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	memset(&rw, 0, sizeof(rw));
+	rw.shm = shm;
+	retire_watch = &rw;
+	for (unsigned fail = 0; fail < 2; fail++) {
+		uint64_t ended = ctr(shm, 0, SHM_CTR_ALLOCS_ENDED);
+
+		rw.fail = fail != 0;
+		rw.calls = 0;
+		idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS - 1, true);	/* expired */
+		memset(&o, 0, sizeof(o));
+		o.refuse = UINT32_MAX;
+		assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+		assert_int_equal(st.expired, 1);
+		assert_true(is_free(shm, idx));
+		assert_int_equal(rw.calls, 1);
+		assert_int_equal(rw.active_at, 1);	/* still counted at the retire */
+		assert_int_equal(rw.ended_at, ended);
+		/* retired: counted off once; not retired: left as it was */
+		assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), fail);
+		assert_int_equal(lctr_active(shm, 0), fail);
+		assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), ended + !fail);
+	}
+	retire_watch = NULL;
+	shm_destroy(shm);
+}
+
 static void test_scan_sorts_records(void **state)
 {
 	struct shm_config cfg = { 2, 4, 4096, 32 };
@@ -850,6 +922,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scan_sorts_records),
+		cmocka_unit_test(test_retire_before_counts),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_tcp_handed_over),
 		cmocka_unit_test(test_classify_and_bad_args),
