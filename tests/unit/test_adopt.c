@@ -848,9 +848,12 @@ static void bind_chan(struct shm_alloc *rec, unsigned i, uint16_t number, uint16
 /* A waiting record whose client allocated again on the same 5-tuple (the new allocation
  * binds channel 0x4001 only) ends: the kernel's client -> peer entry of its channel 0x4000
  * goes (the client's ChannelData on 0x4000 would else go on through the old relay), and
- * both its peer -> client entries (keyed on its relay port, still booked by it); the new
- * allocation's entry for 0x4001, which replaced the old one's key, stays. */
-static void test_wait_end_client_again(void **state)
+ * both its peer -> client entries (keyed on its relay port, still booked by it). The new
+ * allocation's entry for 0x4001, which replaced the old one's key, stays (new_entry); if
+ * the new allocation never wrote its own (a channel it cannot offload, full maps), the
+ * old one's entry under that key goes too: it would send the new allocation's ChannelData
+ * on 0x4001 to the old peer from the released relay port 50001. */
+static void wait_end_client_again(bool new_entry)
 {
 	struct shm *shm;
 	struct worker_heritage h;
@@ -862,7 +865,6 @@ static void test_wait_end_client_again(void **state)
 	uint16_t got[9] = { 0 };
 	struct tgo_channel ch;
 
-	(void)state;
 	memset(&l, 0, sizeof(l));
 	worker_fix_create("test-adopt-again", 1, &shm, &h, &w);
 	worker_fix_adopter(w, &l);
@@ -888,9 +890,11 @@ static void test_wait_end_client_again(void **state)
 		ch.listener_idx = l.slot;
 		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
 	}
-	ch = entry_of_slot(nrec, 0);
-	assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
-	assert_int_equal(map_keys(w->off.p2c_fd), 3);
+	if (new_entry) {
+		ch = entry_of_slot(nrec, 0);
+		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	}
+	assert_int_equal(map_keys(w->off.p2c_fd), new_entry ? 3 : 2);
 	w->adopt_wait = calloc(1, sizeof(*w->adopt_wait));
 	assert_non_null(w->adopt_wait);
 	w->cap_adopt_wait = 1;
@@ -899,11 +903,16 @@ static void test_wait_end_client_again(void **state)
 	wk_adopt_wait_end(w, end_one_cb, &oidx);
 	assert_int_equal(w->n_adopt_wait, 0);
 	assert_int_equal(shm_alloc_get(shm, 0, oidx, NULL), -EPERM);	/* released */
-	assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 1);
-	assert_int_equal(got[0], 1);
-	assert_int_equal(got[1], 0x4001);
-	assert_int_equal(got[2], 50002);	/* the new allocation's */
-	assert_int_equal(map_keys(w->off.p2c_fd), 1);
+	if (new_entry) {
+		assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 1);
+		assert_int_equal(got[0], 1);
+		assert_int_equal(got[1], 0x4001);
+		assert_int_equal(got[2], 50002);	/* the new allocation's */
+		assert_int_equal(map_keys(w->off.p2c_fd), 1);
+	} else {
+		assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 0);
+		assert_int_equal(map_keys(w->off.p2c_fd), 0);
+	}
 out:
 	wk_adopt_wait_abandon(w);
 	if (a != NULL)
@@ -915,6 +924,79 @@ out:
 	wk_tables_free(w);
 	close(l.fd);
 	worker_fix_destroy(shm, 1, &w);
+}
+static void test_wait_end_client_again(void **state)
+{
+	(void)state;
+	wait_end_client_again(true);
+}
+
+static void test_wait_end_client_again_no_entry(void **state)
+{
+	(void)state;
+	wait_end_client_again(false);
+}
+
+/* tgo_channel_take_if_ours (offload/offload.h): the client -> peer entry under ch's key
+ * goes only if its value is ch's (relay address and port, peer, short circuit channel);
+ * the peer -> client entry keyed on ch's relay port always goes. */
+static void test_take_if_ours(void **state)
+{
+	struct tgo_maps m;
+	struct tgo_channel old = { .family = AF_INET }, other, sc, sc2;
+	struct tgo_chan_ctr c;
+	uint16_t got[9] = { 0 };
+
+	(void)state;
+	m.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+				  sizeof(struct tgo_c2p_val), 16, NULL);
+	m.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+				  sizeof(struct tgo_p2c_val), 16, NULL);
+	if (m.c2p_fd < 0 || m.p2c_fd < 0) {
+		print_message("no BPF maps (not root?): skipped\n");
+		goto out;
+	}
+	memcpy(old.client, (const uint8_t[4]){ 127, 0, 0, 2 }, 4);
+	memcpy(old.listener, (const uint8_t[4]){ 127, 0, 0, 1 }, 4);
+	memcpy(old.relay, (const uint8_t[4]){ 127, 0, 0, 1 }, 4);
+	memcpy(old.peer, (const uint8_t[4]){ 127, 0, 0, 3 }, 4);
+	old.client_port = 40000;
+	old.listener_port = 3478;
+	old.relay_port = 50001;
+	old.peer_port = 5001;
+	old.channel = 0x4001;
+	old.expires_ns = mono_ns() + 60000000000ull;
+	/* Another allocation's key (same client, listener, channel) from another relay port:
+	 * the entry is old's, not other's; other's peer -> client entry is none. */
+	other = old;
+	other.relay_port = 50002;
+	assert_int_equal(tgo_channel_set(&m, &old), 0);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &other, &c), -ENOENT);
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 1);
+	assert_int_equal(got[2], 50001);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &old, &c), 0);
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 0);
+	assert_int_equal(map_keys(m.p2c_fd), 0);
+	/* A short circuit under the same key: its target (listener, client, channel) is
+	 * what decides; an entry to the peer is not a short circuit's. */
+	sc = old;
+	sc.sc_channel = 0x4005;
+	sc.relay_port = 30001;	/* the target's listener port */
+	sc2 = sc;
+	sc2.sc_channel = 0x4006;
+	assert_int_equal(tgo_channel_set(&m, &sc), 0);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &sc2, &c), -ENOENT);
+	other.relay_port = 30001;	/* to the peer from a relay port equal to the port */
+	(void)tgo_channel_take_if_ours(&m, &other, &c);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 1);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &sc, &c), 0);
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 0);
+out:
+	if (m.c2p_fd >= 0)
+		close(m.c2p_fd);
+	if (m.p2c_fd >= 0)
+		close(m.p2c_fd);
 }
 #endif
 
@@ -936,6 +1018,8 @@ int main(void)
 		cmocka_unit_test(test_torn_observed),
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
+		cmocka_unit_test(test_wait_end_client_again_no_entry),
+		cmocka_unit_test(test_take_if_ours),
 #endif
 	};
 
