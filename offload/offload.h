@@ -104,10 +104,14 @@ struct tgo_chan_ctr {
  * zero where an entry is gone). A refresh (tgo_channel_set) carries them over. */
 int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 		     struct tgo_chan_ctr *out);
-/* tgo_channel_take of the peer -> client entry only (*out's index 1): for a record whose
- * client -> peer key another allocation of the same client 5-tuple now holds. */
-int tgo_channel_take_p2c(const struct tgo_maps *m, const struct tgo_channel *ch,
-			 struct tgo_chan_ctr *out);
+/* tgo_channel_take, but the client -> peer entry only if it is still ch's: its value's
+ * relay address and port, peer and short circuit channel are ch's (a short circuit's:
+ * its target). For a record whose client may have allocated again on the same 5-tuple:
+ * the new allocation's entry for the same channel has the same key and is kept; an entry
+ * the new one never wrote (it has none in the kernel) is still the old record's and goes.
+ * The peer -> client entry, keyed on ch's relay port, is always ch's. */
+int tgo_channel_take_if_ours(const struct tgo_maps *m, const struct tgo_channel *ch,
+			     struct tgo_chan_ctr *out);
 
 /* Visits every client -> peer entry (as a tgo_channel rebuilt from both entries); fn returns
  * true to keep it, false to delete both of its entries. Returns the entries kept, or -errno.

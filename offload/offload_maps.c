@@ -173,8 +173,18 @@ int tgo_channel_del(const struct tgo_maps *m, const struct tgo_channel *ch)
 	return tgo_channel_take(m, ch, &c);
 }
 
-/* tgo_channel_take of both entries (c2p) or of the peer -> client one only. */
-static int tgo_take(const struct tgo_maps *m, const struct tgo_channel *ch, bool c2p,
+/* Whether the client -> peer value cv is what ch writes (tgo_channel_set): the same relay
+ * address and port, peer and short circuit channel. */
+static bool tgo_c2p_is(const struct tgo_c2p_val *cv, const struct tgo_p2c_key *pk,
+		       const struct tgo_channel *ch)
+{
+	return memcmp(cv->relay, pk->relay, 16) == 0 && cv->relay_port == pk->relay_port &&
+	       memcmp(cv->peer, pk->peer, 16) == 0 && cv->peer_port == pk->peer_port &&
+	       cv->sc_channel == htobe16(ch->sc_channel);
+}
+
+/* tgo_channel_take (all), or tgo_channel_take_if_ours (!all). */
+static int tgo_take(const struct tgo_maps *m, const struct tgo_channel *ch, bool all,
 		    struct tgo_chan_ctr *out)
 {
 	struct tgo_c2p_key ck;
@@ -183,6 +193,7 @@ static int tgo_take(const struct tgo_maps *m, const struct tgo_channel *ch, bool
 	struct tgo_p2c_val pv;
 	int err = tgo_check(ch);
 	int gone = 0;
+	bool c2p = all;
 
 	memset(out, 0, sizeof(*out));
 	if (err < 0)
@@ -192,9 +203,10 @@ static int tgo_take(const struct tgo_maps *m, const struct tgo_channel *ch, bool
 	tgo_c2p_key_of(ch, &ck);
 	tgo_p2c_key_of(ch, &pk);
 	/* Read just before the delete: a datagram relayed between the two is not counted. */
-	if (c2p && bpf_map_lookup_elem(m->c2p_fd, &ck, &cv) == 0) {
+	if (bpf_map_lookup_elem(m->c2p_fd, &ck, &cv) == 0 && (all || tgo_c2p_is(&cv, &pk, ch))) {
 		out->pkts[0] = cv.pkts;
 		out->bytes[0] = cv.bytes;
+		c2p = true;
 	}
 	if (ch->sc_channel == 0 && bpf_map_lookup_elem(m->p2c_fd, &pk, &pv) == 0) {
 		out->pkts[1] = pv.pkts;
@@ -213,8 +225,8 @@ int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 	return tgo_take(m, ch, true, out);
 }
 
-int tgo_channel_take_p2c(const struct tgo_maps *m, const struct tgo_channel *ch,
-			 struct tgo_chan_ctr *out)
+int tgo_channel_take_if_ours(const struct tgo_maps *m, const struct tgo_channel *ch,
+			     struct tgo_chan_ctr *out)
 {
 	return tgo_take(m, ch, false, out);
 }

@@ -605,8 +605,8 @@ int tgo_channel_take(const struct tgo_maps *m, const struct tgo_channel *ch,
 	return 0;
 }
 
-int tgo_channel_take_p2c(const struct tgo_maps *m, const struct tgo_channel *ch,
-			 struct tgo_chan_ctr *out)
+int tgo_channel_take_if_ours(const struct tgo_maps *m, const struct tgo_channel *ch,
+			     struct tgo_chan_ctr *out)
 {
 	return tgo_channel_take(m, ch, out);
 }

@@ -165,9 +165,11 @@ int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx);
 
 /* Owner: LIVE -> DYING, contents kept, as the first step of ending an allocation the
  * worker counted as active. The worker then uncounts it and calls shm_alloc_release().
- * Why: a worker killed between the two steps leaves a DYING record, which its
- * replacement then knows was already uncounted (a LIVE record always still counts in
- * ALLOCS_ACTIVE). Returns 0, -EINVAL, -EPERM (not LIVE and owned by slot), -EROFS. */
+ * Uncount only if this returned 0. Why: a worker killed between the two steps leaves a
+ * DYING record, which its replacement releases without uncounting (a kill before the
+ * uncounting leaves it counted, one high, never counted off twice), and a LIVE record
+ * always still counts in ALLOCS_ACTIVE. Returns 0, -EINVAL, -EPERM (not LIVE and owned
+ * by slot), -EROFS. */
 int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
 
 /* Owner (or the replacement worker of the same slot): ends a record in any owned state

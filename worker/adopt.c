@@ -61,12 +61,17 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 /* Ends record idx of the dead predecessor if it is LIVE, its first step: a LIVE record is
  * still counted as active and in the quota counts (the predecessor uncounts only after
  * shm_alloc_retire made it DYING, and counts only after publishing it LIVE, or for the
- * quota counts just before), so it is uncounted here as its owner would have done, and
- * ends as wk_alloc_destroy ends an allocation: its session record named after its
- * listener (by the record's slot, which keeps a removed listener's name; not a torn
- * record's, whose fields may be half written), its lifetime observed (a torn one's too:
- * created_ns is written before the publish, wk_record_fill in worker/turn.c, and by no
- * write bracket after it, so a LIVE record's is whole), then DYING. */
+ * quota counts just before), so it ends here as wk_alloc_destroy ends an allocation, in
+ * the same order: its session record named after its listener (by the record's slot,
+ * which keeps a removed listener's name; not a torn record's, whose fields may be half
+ * written), then DYING, then, only if that retire succeeded, uncounted and its lifetime
+ * observed (a torn one's too: created_ns is written before the publish, wk_record_fill in
+ * worker/turn.c, and by no write bracket after it, so a LIVE record's is whole). Why this
+ * order (shm/shm_alloc.h): killed before the retire, we leave a LIVE record still
+ * counted, which our replacement ends again; killed after it, a DYING one, which it
+ * releases without counting again. Uncounting first would leave a LIVE record already
+ * counted off, which the replacement would count off again (and give its quota twice)
+ * or adopt one low. */
 static void adopt_retire(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
 			 struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns, bool torn)
 {
@@ -79,12 +84,13 @@ static void adopt_retire(struct shm *shm, unsigned slot, struct shm_counters *ct
 	/* It ends here, unrecorded so far (the predecessor pushes its event before the
 	 * retire that makes a record DYING): its session record. */
 	(void)shm_records_push(shm, slot, idx, rec, why, end_ns, lname[0] != '\0' ? lname : NULL);
+	if (shm_alloc_retire(shm, slot, idx) < 0)
+		return;
 	shm_ctr_observe_lifetime(ctr, shm_life_seconds(rec->created_ns, end_ns));
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_ENDED, 1);
 	shm_ctr_add(ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	shm_lctr_add(ctr, rec->listener_idx, SHM_LCTR_ALLOCS_ACTIVE, (uint64_t)-1);
 	shm_quota_give_rec(shm, rec);
-	(void)shm_alloc_retire(shm, slot, idx);
 }
 
 /* Releases record idx of the dead predecessor: ended first if still LIVE (adopt_retire;

@@ -332,25 +332,33 @@ void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a)
 			wk_off_sc_unpair(w, a, &a->rec->chans[i], now_ns);
 }
 
-void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i)
+/* Deletes the entries of a's slot i (the client -> peer one only if it is still a's:
+ * if_ours, tgo_channel_take_if_ours). What the kernel relayed through them goes into the
+ * allocation's counters (the listing, the session record) before they go. */
+static void wk_off_take(struct worker *w, struct wk_alloc *a, unsigned i, bool if_ours)
 {
 	struct tgo_chan_ctr c;
 	struct tgo_channel k;
+	int rc;
 
-	if (i >= SHM_ALLOC_MAX_CHANS || !(a->off_mask & (1u << i)))
-		return;
-	a->off_mask &= ~(1u << i);
-	if (!wk_off_on(w))
-		return;
 	wk_off_key(a, &a->rec->chans[i], &k);
-	/* What the kernel relayed through the channel goes into the allocation's counters
-	 * (the listing, the session record) before its entries go. */
-	if (tgo_channel_take(&w->off, &k, &c) == 0) {
+	rc = if_ours ? tgo_channel_take_if_ours(&w->off, &k, &c)
+		     : tgo_channel_take(&w->off, &k, &c);
+	if (rc == 0) {
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_TO_PEER, c.pkts[0]);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_TO_PEER, c.bytes[0]);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_PKTS_FROM_PEER, c.pkts[1]);
 		shm_alloc_ctr_add(a->rec, SHM_ACTR_BYTES_FROM_PEER, c.bytes[1]);
 	}
+}
+
+void wk_offload_drop(struct worker *w, struct wk_alloc *a, unsigned i)
+{
+	if (i >= SHM_ALLOC_MAX_CHANS || !(a->off_mask & (1u << i)))
+		return;
+	a->off_mask &= ~(1u << i);
+	if (wk_off_on(w))
+		wk_off_take(w, a, i, false);
 }
 
 void wk_offload_drop_all(struct worker *w, struct wk_alloc *a)
@@ -399,6 +407,12 @@ static bool wk_off_rec_view(struct worker *w, struct wk_listener *l, uint32_t id
 	return true;
 }
 
+/* Where n (the client allocated again on the same 5-tuple) binds channel X too, the
+ * client -> peer key of X is the same for both: it is n's entry only if n wrote it (it
+ * may not have: a channel it cannot offload, full maps), so it goes only if its value is
+ * still this record's (tgo_channel_take_if_ours); left behind, it would send n's
+ * ChannelData on X to our peer from our released relay port. Our peer -> client entry,
+ * keyed on our relay port (still booked by this record), is ours. */
 void wk_offload_rec_drop(struct worker *w, struct wk_listener *l, uint32_t idx,
 			 struct shm_alloc *rec)
 {
@@ -406,25 +420,9 @@ void wk_offload_rec_drop(struct worker *w, struct wk_listener *l, uint32_t idx,
 
 	if (!wk_off_rec_view(w, l, idx, rec, &v, &n))
 		return;
-	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
-		struct tgo_chan_ctr c;
-		struct tgo_channel k;
-
-		if (!(v.off_mask & (1u << i)))
-			continue;
-		/* The client -> peer key of a channel that n binds too is n's now (its entry
-		 * replaced ours); our peer -> client entry, keyed on our relay port (still
-		 * booked by this record), is ours. */
-		if (!wk_off_binds(n, rec->chans[i].number)) {
-			wk_offload_drop(w, &v, i);
-			continue;
-		}
-		wk_off_key(&v, &rec->chans[i], &k);
-		if (tgo_channel_take_p2c(&w->off, &k, &c) == 0) {
-			shm_alloc_ctr_add(rec, SHM_ACTR_PKTS_FROM_PEER, c.pkts[1]);
-			shm_alloc_ctr_add(rec, SHM_ACTR_BYTES_FROM_PEER, c.bytes[1]);
-		}
-	}
+	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++)
+		if (v.off_mask & (1u << i))
+			wk_off_take(w, &v, i, wk_off_binds(n, rec->chans[i].number));
 }
 
 void wk_offload_rec_forget(struct worker *w, struct wk_listener *l, uint32_t idx,
@@ -441,14 +439,18 @@ void wk_offload_rec_forget(struct worker *w, struct wk_listener *l, uint32_t idx
 	for (unsigned i = 0; i < SHM_ALLOC_MAX_CHANS; i++) {
 		const struct shm_chan *c = &rec->chans[i];
 		struct tgo_channel ab, ba;
+		struct tgo_chan_ctr cc;
 		struct shm_relay_target tb;
 		bool has_ba;
 
 		if (c->number == 0)
 			continue;
 		(void)wk_off_sc_pair(w, &v, c, now_ns, &ab, &ba, &has_ba, &tb);
-		if (wk_off_binds(n, c->number))
-			ab.channel = 0;	/* n's key now */
+		/* n's key too: ours only if its value still is (wk_offload_rec_drop). */
+		if (wk_off_binds(n, c->number) && ab.channel != 0) {
+			(void)tgo_channel_take_if_ours(&w->off, &ab, &cc);
+			ab.channel = 0;
+		}
 		wk_off_sc_del(w, &ab, &ba, has_ba);
 	}
 }

@@ -101,7 +101,8 @@ void wk_offload_sc_forget(struct worker *w, struct wk_alloc *a);
  * l, the listener it came in on, for its announced address: NULL, none left, leaves them
  * to the master's garbage collection). No-op when the fast path is off or the client is
  * not UDP. Where another allocation of l now serves its client's 5-tuple, the client ->
- * peer keys of the channels that one binds are its own and stay. */
+ * peer entry of a channel that one binds too goes only if it is still this record's
+ * (tgo_channel_take_if_ours): the other's own entry stays. */
 void wk_offload_rec_drop(struct worker *w, struct wk_listener *l, uint32_t idx,
 			 struct shm_alloc *rec);
 void wk_offload_rec_forget(struct worker *w, struct wk_listener *l, uint32_t idx,

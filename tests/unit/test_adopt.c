@@ -109,6 +109,78 @@ static bool is_free(struct shm *shm, uint32_t idx)
 	       shm_alloc_get(shm, 1, idx, NULL) == -EPERM;
 }
 
+/* shm_alloc_retire wrapped (-Wl,--wrap, worker/Makefile.inc): what the slot's counters
+ * said when the adoption retired a record, and a retire that fails as if another had
+ * retired the record first. Off (retire_watch NULL): the real retire, nothing noted. */
+struct retire_watch {
+	struct shm *shm;
+	unsigned calls;
+	uint64_t active_at;	/* ALLOCS_ACTIVE at the (last) retire */
+	uint64_t ended_at;	/* ALLOCS_ENDED at the (last) retire */
+	bool fail;		/* return -EPERM without retiring */
+};
+static struct retire_watch *retire_watch;
+
+int __real_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
+int __wrap_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
+
+int __wrap_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	struct retire_watch *rw = retire_watch;
+	struct shm_counters out;
+
+	if (rw == NULL || rw->shm != shm)
+		return __real_shm_alloc_retire(shm, slot, idx);
+	rw->calls++;
+	assert_int_equal(shm_counters_read(shm, slot, &out), 0);
+	rw->active_at = out.v[SHM_CTR_ALLOCS_ACTIVE];
+	rw->ended_at = out.v[SHM_CTR_ALLOCS_ENDED];
+	return rw->fail ? -EPERM : __real_shm_alloc_retire(shm, slot, idx);
+}
+
+/* A LIVE record the adoption ends is retired before it is counted off, as
+ * wk_alloc_destroy does (shm/shm_alloc.h): a worker killed in between must leave a LIVE
+ * record that is still counted, never one already counted off. And a record whose retire
+ * fails (another retired it first, and counts it) is not counted off at all. */
+static void test_retire_before_counts(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL;
+	struct shm_counters *c;
+	struct wk_adopt_stats st;
+	struct retire_watch rw;
+	struct offer o;
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-order", &shm), 0);
+	c = shm_slot_counters(shm, 0);
+	memset(&rw, 0, sizeof(rw));
+	rw.shm = shm;
+	retire_watch = &rw;
+	for (unsigned fail = 0; fail < 2; fail++) {
+		uint64_t ended = ctr(shm, 0, SHM_CTR_ALLOCS_ENDED);
+
+		rw.fail = fail != 0;
+		rw.calls = 0;
+		idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS - 1, true);	/* expired */
+		memset(&o, 0, sizeof(o));
+		o.refuse = UINT32_MAX;
+		assert_int_equal(wk_adopt_scan(shm, 0, c, NOW_NS, offer_cb, &o, &st), 0);
+		assert_int_equal(st.expired, 1);
+		assert_true(is_free(shm, idx));
+		assert_int_equal(rw.calls, 1);
+		assert_int_equal(rw.active_at, 1);	/* still counted at the retire */
+		assert_int_equal(rw.ended_at, ended);
+		/* retired: counted off once; not retired: left as it was */
+		assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), fail);
+		assert_int_equal(lctr_active(shm, 0), fail);
+		assert_int_equal(ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), ended + !fail);
+	}
+	retire_watch = NULL;
+	shm_destroy(shm);
+}
+
 static void test_scan_sorts_records(void **state)
 {
 	struct shm_config cfg = { 2, 4, 4096, 32 };
@@ -776,9 +848,12 @@ static void bind_chan(struct shm_alloc *rec, unsigned i, uint16_t number, uint16
 /* A waiting record whose client allocated again on the same 5-tuple (the new allocation
  * binds channel 0x4001 only) ends: the kernel's client -> peer entry of its channel 0x4000
  * goes (the client's ChannelData on 0x4000 would else go on through the old relay), and
- * both its peer -> client entries (keyed on its relay port, still booked by it); the new
- * allocation's entry for 0x4001, which replaced the old one's key, stays. */
-static void test_wait_end_client_again(void **state)
+ * both its peer -> client entries (keyed on its relay port, still booked by it). The new
+ * allocation's entry for 0x4001, which replaced the old one's key, stays (new_entry); if
+ * the new allocation never wrote its own (a channel it cannot offload, full maps), the
+ * old one's entry under that key goes too: it would send the new allocation's ChannelData
+ * on 0x4001 to the old peer from the released relay port 50001. */
+static void wait_end_client_again(bool new_entry)
 {
 	struct shm *shm;
 	struct worker_heritage h;
@@ -790,7 +865,6 @@ static void test_wait_end_client_again(void **state)
 	uint16_t got[9] = { 0 };
 	struct tgo_channel ch;
 
-	(void)state;
 	memset(&l, 0, sizeof(l));
 	worker_fix_create("test-adopt-again", 1, &shm, &h, &w);
 	worker_fix_adopter(w, &l);
@@ -816,9 +890,11 @@ static void test_wait_end_client_again(void **state)
 		ch.listener_idx = l.slot;
 		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
 	}
-	ch = entry_of_slot(nrec, 0);
-	assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
-	assert_int_equal(map_keys(w->off.p2c_fd), 3);
+	if (new_entry) {
+		ch = entry_of_slot(nrec, 0);
+		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	}
+	assert_int_equal(map_keys(w->off.p2c_fd), new_entry ? 3 : 2);
 	w->adopt_wait = calloc(1, sizeof(*w->adopt_wait));
 	assert_non_null(w->adopt_wait);
 	w->cap_adopt_wait = 1;
@@ -827,11 +903,16 @@ static void test_wait_end_client_again(void **state)
 	wk_adopt_wait_end(w, end_one_cb, &oidx);
 	assert_int_equal(w->n_adopt_wait, 0);
 	assert_int_equal(shm_alloc_get(shm, 0, oidx, NULL), -EPERM);	/* released */
-	assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 1);
-	assert_int_equal(got[0], 1);
-	assert_int_equal(got[1], 0x4001);
-	assert_int_equal(got[2], 50002);	/* the new allocation's */
-	assert_int_equal(map_keys(w->off.p2c_fd), 1);
+	if (new_entry) {
+		assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 1);
+		assert_int_equal(got[0], 1);
+		assert_int_equal(got[1], 0x4001);
+		assert_int_equal(got[2], 50002);	/* the new allocation's */
+		assert_int_equal(map_keys(w->off.p2c_fd), 1);
+	} else {
+		assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 0);
+		assert_int_equal(map_keys(w->off.p2c_fd), 0);
+	}
 out:
 	wk_adopt_wait_abandon(w);
 	if (a != NULL)
@@ -844,12 +925,86 @@ out:
 	close(l.fd);
 	worker_fix_destroy(shm, 1, &w);
 }
+static void test_wait_end_client_again(void **state)
+{
+	(void)state;
+	wait_end_client_again(true);
+}
+
+static void test_wait_end_client_again_no_entry(void **state)
+{
+	(void)state;
+	wait_end_client_again(false);
+}
+
+/* tgo_channel_take_if_ours (offload/offload.h): the client -> peer entry under ch's key
+ * goes only if its value is ch's (relay address and port, peer, short circuit channel);
+ * the peer -> client entry keyed on ch's relay port always goes. */
+static void test_take_if_ours(void **state)
+{
+	struct tgo_maps m;
+	struct tgo_channel old = { .family = AF_INET }, other, sc, sc2;
+	struct tgo_chan_ctr c;
+	uint16_t got[9] = { 0 };
+
+	(void)state;
+	m.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+				  sizeof(struct tgo_c2p_val), 16, NULL);
+	m.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+				  sizeof(struct tgo_p2c_val), 16, NULL);
+	if (m.c2p_fd < 0 || m.p2c_fd < 0) {
+		print_message("no BPF maps (not root?): skipped\n");
+		goto out;
+	}
+	memcpy(old.client, (const uint8_t[4]){ 127, 0, 0, 2 }, 4);
+	memcpy(old.listener, (const uint8_t[4]){ 127, 0, 0, 1 }, 4);
+	memcpy(old.relay, (const uint8_t[4]){ 127, 0, 0, 1 }, 4);
+	memcpy(old.peer, (const uint8_t[4]){ 127, 0, 0, 3 }, 4);
+	old.client_port = 40000;
+	old.listener_port = 3478;
+	old.relay_port = 50001;
+	old.peer_port = 5001;
+	old.channel = 0x4001;
+	old.expires_ns = mono_ns() + 60000000000ull;
+	/* Another allocation's key (same client, listener, channel) from another relay port:
+	 * the entry is old's, not other's; other's peer -> client entry is none. */
+	other = old;
+	other.relay_port = 50002;
+	assert_int_equal(tgo_channel_set(&m, &old), 0);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &other, &c), -ENOENT);
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 1);
+	assert_int_equal(got[2], 50001);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &old, &c), 0);
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 0);
+	assert_int_equal(map_keys(m.p2c_fd), 0);
+	/* A short circuit under the same key: its target (listener, client, channel) is
+	 * what decides; an entry to the peer is not a short circuit's. */
+	sc = old;
+	sc.sc_channel = 0x4005;
+	sc.relay_port = 30001;	/* the target's listener port */
+	sc2 = sc;
+	sc2.sc_channel = 0x4006;
+	assert_int_equal(tgo_channel_set(&m, &sc), 0);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &sc2, &c), -ENOENT);
+	other.relay_port = 30001;	/* to the peer from a relay port equal to the port */
+	(void)tgo_channel_take_if_ours(&m, &other, &c);
+	memset(got, 0, sizeof(got));
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 1);
+	assert_int_equal(tgo_channel_take_if_ours(&m, &sc, &c), 0);
+	assert_int_equal(tgo_channel_walk(&m, list_entry, got), 0);
+out:
+	if (m.c2p_fd >= 0)
+		close(m.c2p_fd);
+	if (m.p2c_fd >= 0)
+		close(m.p2c_fd);
+}
 #endif
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scan_sorts_records),
+		cmocka_unit_test(test_retire_before_counts),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_tcp_handed_over),
 		cmocka_unit_test(test_classify_and_bad_args),
@@ -863,6 +1018,8 @@ int main(void)
 		cmocka_unit_test(test_torn_observed),
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
+		cmocka_unit_test(test_wait_end_client_again_no_entry),
+		cmocka_unit_test(test_take_if_ours),
 #endif
 	};
 
