@@ -160,7 +160,7 @@ int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
 	return 0;
 }
 
-int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
+int shm_alloc_end_mark(struct shm *shm, unsigned slot, uint32_t idx)
 {
 	int rc;
 	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
@@ -168,6 +168,26 @@ int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
 	if (r == NULL)
 		return rc;
 	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
+		return -EPERM;
+	/* No barrier: whoever judges the mark does so once the marking process is gone
+	 * (a replacement after waitpid, a take-over under the instance lock), when every
+	 * store it made is visible; the compiler keeps this volatile store before the
+	 * push's (the ring's head). A live reader may see the event first: it ignores the
+	 * mark (SHM_ALLOC_WORD_STATE is still LIVE). */
+	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot) | SHM_ALLOC_ENDING);
+	return 0;
+}
+
+int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	int rc;
+	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+	uint32_t w;
+
+	if (r == NULL)
+		return rc;
+	w = CMM_LOAD_SHARED(r->state);
+	if ((w & ~SHM_ALLOC_ENDING) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
 		return -EPERM;
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
 	cmm_smp_mb();	/* DYING before the caller's counter updates */

@@ -49,6 +49,8 @@ struct wk_adopt_stats {
 	unsigned revoked;	/* its user revoked (-EKEYREVOKED): ended, not dropped */
 	unsigned removed;	/* its listener removed (WK_ADOPT_LISTENER_GONE): ended, not
 				 * dropped */
+	unsigned ended;		/* its end begun by the predecessor (WK_ADOPT_ENDED): ended,
+				 * not dropped, no second session record */
 };
 /* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
  * later try (neither adopted nor released); -EKEYREVOKED = its user is revoked (the scan

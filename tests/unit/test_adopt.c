@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@
 #include "shm/shm_relay.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_ppool.h"
+#include "shm/shm_quota.h"
 #include "common/mono.h"
 #include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
@@ -52,6 +54,8 @@ static int offer_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 	assert_int_equal(SHM_ALLOC_WORD_STATE(rec->state), SHM_ALLOC_LIVE);
 	assert_true(o->n < 16);
 	o->seen[o->n++] = idx;
+	if (shm_alloc_end_marked(rec))
+		return -ECANCELED;	/* never adopted: offered to be ended (wk_adopt_fn) */
 	if (rec->client_transport == SHM_TRANSPORT_TCP && !o->take_tcp)
 		return -ENOENT;	/* no connection came with it (worker/park.c) */
 	if (o->keep1 == idx + 1)
@@ -727,6 +731,92 @@ static void test_wait_end_like_an_end(void **state)
 	shm_destroy(w.shm);
 }
 
+/* The predecessor was killed inside wk_alloc_destroy between the push of the end event
+ * and the retire, and the master drained the event (every 10 ms) before the replacement
+ * came: the record is LIVE, still counted (active, its listener's gauge, quota), its relay
+ * port booked and indexed, and marked (shm_alloc_end_mark). The replacement's adoption
+ * ends it: not adopted, no second session record, counted off exactly once (ALLOCS_ENDED,
+ * its lifetime, not ALLOCS_DROPPED), its port and index entry gone. */
+static void test_end_marked(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm_addr ip = { .addr = { 127, 0, 0, 1 }, .family = 2 };
+	struct shm_quota_limits none = { 0 };
+	struct shm *shm = NULL;
+	struct shm_counters out;
+	struct shm_alloc *rec;
+	struct wk_adopt_stats st;
+	struct offer o;
+	uint32_t marked, live, tag;
+	uint32_t got[SHM_RELAY_WAYS];
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-marked", &shm), 0);
+	tag = shm_ppool_tag(&ip);
+	marked = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	live = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	for (uint32_t i = 0; i < 2; i++) {
+		uint32_t idx = i == 0 ? marked : live;
+
+		assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+		assert_int_equal(shm_ppool_take(shm, tag, (uint16_t)(50010 + i), idx, NOW_NS), 0);
+		shm_alloc_begin_write(rec);
+		rec->relay = ip;
+		rec->relay.port = (uint16_t)(50010 + i);
+		rec->created_ns = NOW_NS - 30000000000ull;
+		rec->user_len = (uint16_t)snprintf(rec->username, sizeof(rec->username), "u%u", i);
+		shm_alloc_end_write(rec);
+		assert_int_equal(shm_quota_take_rec(shm, rec, &none), 0);
+		assert_int_equal(shm_relay_add(shm, rec->relay.port, idx), 0);
+	}
+	/* wk_alloc_destroy up to its kill: the end marked and pushed, then drained */
+	assert_int_equal(shm_alloc_get(shm, 0, marked, &rec), 0);
+	assert_int_equal(shm_alloc_end_mark(shm, 0, marked), 0);
+	assert_int_equal(shm_records_push(shm, 0, marked, rec, SHM_REC_REFRESH0, NOW_NS, "udp1"),
+			 0);
+	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 1);
+	assert_int_equal(shm_quota_total(shm), 2);
+
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
+				       &st), 0);
+	assert_int_equal(st.adopted, 1);
+	assert_int_equal(st.ended, 1);
+	assert_int_equal(st.failed + st.torn + st.expired + st.stream, 0);
+	assert_true(is_free(shm, marked));
+	assert_int_equal(shm_alloc_get(shm, 0, live, NULL), 0);
+	/* no second session record */
+	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 0);
+	/* counted off once: ended, not dropped; the survivor still counted */
+	assert_int_equal(shm_counters_read(shm, 0, &out), 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+	assert_int_equal(out.lst[LST][SHM_LCTR_ALLOCS_ACTIVE], 1);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ENDED], 1);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_DROPPED], 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ADOPTED], 1);
+	assert_int_equal(out.life.count, 1);
+	assert_int_equal(out.life.sum_s, 30);
+	assert_int_equal(shm_quota_total(shm), 1);
+	assert_int_equal(shm_quota_count(shm, shm_quota_key(SHM_QUOTA_USER, "u0", 2)), 0);
+	/* its port back to the pool and out of the relay port index; the survivor's kept */
+	assert_true(shm_ppool_unbooked(shm, tag, 50010));
+	assert_false(shm_ppool_unbooked(shm, tag, 50011));
+	assert_int_equal(shm_relay_find(shm, 50010, got), 0);
+	assert_int_equal(shm_relay_find(shm, 50011, got), 1);
+
+	/* the next respawn finds nothing more of it */
+	memset(&o, 0, sizeof(o));
+	o.refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
+				       &st), 0);
+	assert_int_equal(o.n, 1);
+	assert_int_equal(st.ended, 0);
+	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 0);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
+	shm_destroy(shm);
+}
+
 /* Refuses every record with the code *arg. */
 static int code_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 {
@@ -1016,6 +1106,7 @@ int main(void)
 		cmocka_unit_test(test_listener_removed_ends),
 		cmocka_unit_test(test_nodev_not_removed),
 		cmocka_unit_test(test_torn_observed),
+		cmocka_unit_test(test_end_marked),
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
 		cmocka_unit_test(test_wait_end_client_again_no_entry),

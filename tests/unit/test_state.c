@@ -823,6 +823,102 @@ static void test_take_over_queued_end(void **state)
 	}
 }
 
+static void drop_ev(const struct shm_rec_ev *ev, void *arg)
+{
+	(void)ev;
+	(void)arg;
+}
+
+/* Record i of src as wk_alloc_destroy leaves it when its worker is killed between the push
+ * of its end event (refresh 0 at at_ns) and its retire: marked (shm_alloc_end_mark), the
+ * event in its slot's ring, the record LIVE and still counted. */
+static void end_pushed(struct shm *src, unsigned slot, unsigned i, uint64_t at_ns)
+{
+	uint32_t idx = idx_of(src, i);
+
+	assert_int_equal(shm_alloc_end_mark(src, slot, idx), 0);
+	assert_int_equal(shm_records_push(src, slot, idx, shm_alloc_at(src, idx),
+					  SHM_REC_REFRESH0, at_ns, NULL), 0);
+	assert_int_equal(SHM_ALLOC_WORD_STATE(shm_alloc_at(src, idx)->state), SHM_ALLOC_LIVE);
+}
+
+/* The take-over's account of src (see test_take_over_end_marked) in dst. */
+static void assert_end_marked_take(struct shm *dst, const struct shm_takeover *t)
+{
+	struct shm_counters sum;
+	uint8_t reason[32] = { 0 };
+
+	assert_int_equal(t->adopted, 1);
+	assert_int_equal(t->queued, 3);
+	assert_int_equal(t->stream + t->expired + t->torn + t->overflow, 0);
+	assert_int_equal(live_count(dst), 1);
+	assert_int_equal(idx_of(dst, 2), shm_taken(dst, &(uint32_t){ 0 })[0]);
+	assert_int_equal(shm_quota_total(dst), 1);
+	assert_int_equal(shm_ppool_held(dst, NOW, NULL), 1);
+	/* one session record: 3's, carried from the earlier run's ring; 0's and 1's were
+	 * written by the earlier run's master, none again */
+	assert_int_equal(shm_records_drain(dst, ended_reason, reason), 1);
+	assert_int_equal(reason[3], SHM_REC_REFRESH0 + 1);
+	assert_int_equal(reason[0] + reason[1] + reason[2], 0);
+	/* created 4, 1 goes on: 3 ended, none dropped; 0 and 1 lived to the take-over (10 s:
+	 * their end time went with their drained events), 3 to its queued end (8 s) */
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], 4);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 3);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+	assert_int_equal(sum.lst[1][SHM_LCTR_ALLOCS_ACTIVE], 1);
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	assert_int_equal(sum.life.sum_s, 10 + 10 + 8);
+}
+
+/* Workers killed between the push of an end event and the retire (wk_alloc_destroy), and
+ * the earlier run's master drained 0's and 1's events before it died (every 10 ms; a live
+ * upgrade drains at records_freeze): their rings no longer say they ended, their records
+ * do (the mark). The take-over (a whole one, and one under the lock after a pre-copy that
+ * copied them before they ended) copies none of them and writes no second record; 3's
+ * event is still queued: carried, and its end time is the event's. */
+static void test_take_over_end_marked(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(3, 16), *dst = mk(2, 16), *full = mk(2, 16);
+		struct shm_image img = img_of(src);
+		struct shm_precopy *pc = NULL;
+		struct shm_takeover t, tf;
+
+		(void)state;
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(src, 1, 1, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+		rec_add(src, 2, 2, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);	/* goes on */
+		rec_add(src, 2, 3, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		dst->keep_tcp = full->keep_tcp = true;	/* a live upgrade would copy 1 */
+		memset(&t, 0, sizeof(t));
+		if (precopy) {
+			assert_int_equal(shm_image_precopy(dst, &img, NOW, &pc, &t), 0);
+			assert_int_equal(shm_precopy_copied(pc), 4);
+		}
+		end_pushed(src, 0, 0, NOW - 4 * SEC);
+		end_pushed(src, 1, 1, NOW - 3 * SEC);
+		assert_int_equal(shm_records_drain(src, drop_ev, NULL), 2);
+		end_pushed(src, 2, 3, NOW - 2 * SEC);
+		memset(&t, 0, sizeof(t));
+		if (precopy) {
+			assert_int_equal(shm_image_take_precopied(dst, &img, pc, NOW, &t), 0);
+			shm_precopy_free(pc);
+			assert_int_equal(t.precopied, 1);
+		} else {
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		}
+		memset(&tf, 0, sizeof(tf));
+		assert_int_equal(shm_image_take(full, &img, NOW, &tf), 0);
+		assert_same_take(dst, full);
+		assert_end_marked_take(dst, &t);
+		shm_destroy(full);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
 /* What is not a queued end of a LIVE record leaves it to be copied: a start event (with
  * start records on), an event carried from a run before (its index and generation of
  * another table), the end of an earlier generation of the same index. */
@@ -1410,6 +1506,7 @@ int main(void)
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_take_over_queued_end),
 		cmocka_unit_test(test_take_over_queued_other),
+		cmocka_unit_test(test_take_over_end_marked),
 		cmocka_unit_test(test_take_over_end_time),
 		cmocka_unit_test(test_take_over_counters_short),
 		cmocka_unit_test(test_precopy),
