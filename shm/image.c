@@ -258,6 +258,7 @@ enum rec_kind {
 	REC_STREAM,
 	REC_EXPIRED,
 	REC_TAKE,
+	REC_ENDED,	/* LIVE with its end marked: its worker recorded its end, then died */
 	REC_BAD
 };
 
@@ -265,13 +266,19 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 			      bool keep_tcp)
 {
 	enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(r->state);
+	bool ending = (r->state & SHM_ALLOC_ENDING) != 0;
 
 	if (st == SHM_ALLOC_FREE)
 		return r->state == 0 ? REC_SKIP : REC_BAD;
+	/* The mark is stored on a LIVE word only, after every write bracket of the record. */
+	if ((r->state & ~(SHM_ALLOC_ENDING | 0xffffu)) != 0 || (ending && st != SHM_ALLOC_LIVE))
+		return REC_BAD;
 	if (st == SHM_ALLOC_CLAIMED || st == SHM_ALLOC_DYING || (r->seq & 1u) != 0)
-		return st <= SHM_ALLOC_DYING ? REC_TORN : REC_BAD;
+		return st <= SHM_ALLOC_DYING && !ending ? REC_TORN : REC_BAD;
 	if (st != SHM_ALLOC_LIVE || !record_sane(r, old_slots, now_ns))
 		return REC_BAD;
+	if (ending)
+		return REC_ENDED;
 	if (r->client_transport != SHM_TRANSPORT_UDP &&
 	    !(keep_tcp && r->client_transport == SHM_TRANSPORT_TCP))
 		return REC_STREAM;
@@ -639,15 +646,21 @@ static uint64_t end_at(const struct shm_alloc *r, uint64_t now_ns)
 	return end;
 }
 
-/* A LIVE record whose end event the earlier run queued (ended_find): it ended then. Its
- * event is carried already (import_records_rings); its lifetime goes with the count of
- * ended allocations (import_counters), as its worker, killed before its retire, did not
- * observe it. */
-static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e,
+/* A LIVE record whose worker recorded its end and was killed before its retire: marked
+ * (REC_ENDED), or whose end event the earlier run's rings still hold (e, from ended_find:
+ * a record of a build before the mark). It ended then: not copied, no second session
+ * record (its event is carried already, import_records_rings, or was written by the
+ * earlier run's master). Its lifetime goes with the count of ended allocations
+ * (import_counters), as its worker did not observe it: to its event's end, or, the event
+ * drained, to the take-over (its expiry if that came first): a little long, by the time
+ * between the kill and the take-over. */
+static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e, uint64_t now_ns,
 			 struct shm_takeover *t)
 {
+	uint64_t end = e != NULL ? e->ended_ns : end_at(r, now_ns);
+
 	t->queued++;
-	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, e->ended_ns));
+	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end));
 }
 
 /* One record of the image as the take-over judges it. REC_BAD refuses the image when
@@ -661,9 +674,11 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 	uint32_t idx;
 	bool counted;
 
-	if (kind != REC_BAD && SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE &&
-	    (e = ended_find(es, i, r->gen)) != NULL) {
-		ended_queued(r, e, t);
+	e = kind != REC_BAD && SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE
+		    ? ended_find(es, i, r->gen)
+		    : NULL;
+	if (kind == REC_ENDED || e != NULL) {
+		ended_queued(r, e, now_ns, t);
 		return 0;
 	}
 	switch (kind) {
