@@ -382,11 +382,15 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 		struct shm_alloc *r = shm_alloc_at(shm, idx);
 
 		/* the dead worker counted its LIVE records as active; nobody else will end them */
-		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+		if ((CMM_LOAD_SHARED(r->state) & ~SHM_ALLOC_ENDING) ==
+		    SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
 			uint64_t now = mono_ns();
 
-			/* nobody will end it: its session record, as the master sees it now */
-			(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH, now, NULL);
+			/* nobody will end it: its session record, as the master sees it now,
+			 * unless it was marked ending (recorded by the worker already) */
+			if (shm_alloc_end_mark(shm, slot, idx) == 0)
+				(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH,
+						       now, NULL);
 			count_ended(&s->ctr, r, now);
 			shm_quota_give_rec(shm, r);
 		}

@@ -17,7 +17,8 @@
  *     relaxed stores, readers may see them a little stale but never torn.
  * No mutex lives in shared memory, so a kill -9 never leaves a lock held; it can leave a
  * record CLAIMED/DYING or with an odd sequence: shm_alloc_is_torn() detects that, and the
- * replacement worker (or the master) releases it.
+ * replacement worker (or the master) releases it; or LIVE and marked ending, its end
+ * recorded (shm_alloc_end_marked): the replacement or a take-over finishes that end.
  *
  * Record size: sizeof(struct shm_alloc) is 2 528 bytes (static assertion in shm/alloc.c);
  * records are laid out with a 2 560-byte (64-byte aligned) stride, alloc_cap of them,

@@ -1015,6 +1015,73 @@ out:
 	close(l.fd);
 	worker_fix_destroy(shm, 1, &w);
 }
+/* The worker's own adoption (wk_adopt_run, wk_adopt_one) of a record its predecessor
+ * marked ending, the event drained: ended, not adopted or bound, no second session record,
+ * counted off once; whatever kernel entries of its channels were left go with it, as
+ * adopt_end takes them (the predecessor takes its channels' entries out before the mark,
+ * its short circuits' after the retire it did not reach). */
+static void test_run_ends_marked(void **state)
+{
+	struct shm *shm;
+	struct worker_heritage h;
+	struct worker *w;
+	struct wk_listener l;
+	struct shm_alloc *rec;
+	struct shm_counters out;
+	struct tgo_channel ch;
+	uint16_t got[9] = { 0 };
+	uint32_t idx;
+
+	(void)state;
+	memset(&l, 0, sizeof(l));
+	worker_fix_create("test-adopt-marked-run", 1, &shm, &h, &w);
+	worker_fix_adopter(w, &l);
+	w->off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+				       sizeof(struct tgo_c2p_val), 16, NULL);
+	w->off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+				       sizeof(struct tgo_p2c_val), 16, NULL);
+	worker_fix_rec(shm, &l, 40000, 31721, mono_ns() + 60000000000ull, &idx, &rec);
+	bind_chan(rec, 0, 0x4000, 5000);
+	worker_fix_rec_publish(shm, &l, idx, rec);
+	if (w->off.c2p_fd >= 0 && w->off.p2c_fd >= 0) {
+		ch = entry_of_slot(rec, 0);
+		ch.listener_idx = l.slot;
+		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
+	} else {
+		print_message("no BPF maps (not root?): the entries' part is skipped\n");
+	}
+	assert_int_equal(shm_alloc_end_mark(shm, 0, idx), 0);
+	assert_int_equal(shm_records_push(shm, 0, idx, rec, SHM_REC_REFRESH0, mono_ns(), "udp"),
+			 0);
+	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 1);
+
+	wk_adopt_run(w);
+	assert_int_equal(w->n_allocs, 0);
+	assert_int_equal(w->n_adopt_wait, 0);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, NULL), -EPERM);	/* released */
+	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 0);
+	assert_int_equal(shm_counters_read(shm, 0, &out), 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(out.lst[l.slot][SHM_LCTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ENDED], 1);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_DROPPED], 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ADOPTED], 0);
+	assert_int_equal(out.life.count, 1);
+	if (w->off.c2p_fd >= 0 && w->off.p2c_fd >= 0) {
+		assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 0);
+		assert_int_equal(map_keys(w->off.p2c_fd), 0);
+	}
+	if (w->off.c2p_fd >= 0)
+		close(w->off.c2p_fd);
+	if (w->off.p2c_fd >= 0)
+		close(w->off.p2c_fd);
+	if (ev_is_active(&w->tune))
+		ev_idle_stop(w->loop, &w->tune);
+	wk_tables_free(w);
+	close(l.fd);
+	worker_fix_destroy(shm, 1, &w);
+}
+
 static void test_wait_end_client_again(void **state)
 {
 	(void)state;
@@ -1109,6 +1176,7 @@ int main(void)
 		cmocka_unit_test(test_end_marked),
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
+		cmocka_unit_test(test_run_ends_marked),
 		cmocka_unit_test(test_wait_end_client_again_no_entry),
 		cmocka_unit_test(test_take_if_ours),
 #endif
