@@ -25,6 +25,7 @@
 #include "shm/shm_records.h"
 #include "shm/shm_relay.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_internal.h"
 #include "shm/shm_ppool.h"
 #include "shm/shm_quota.h"
 #include "common/mono.h"
@@ -122,6 +123,8 @@ struct retire_watch {
 	uint64_t active_at;	/* ALLOCS_ACTIVE at the (last) retire */
 	uint64_t ended_at;	/* ALLOCS_ENDED at the (last) retire */
 	bool fail;		/* return -EPERM without retiring */
+	bool marked_at;		/* the record marked ending at the (last) retire */
+	uint64_t pushed_at;	/* events pushed into the slot's ring by then */
 };
 static struct retire_watch *retire_watch;
 
@@ -139,6 +142,8 @@ int __wrap_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
 	assert_int_equal(shm_counters_read(shm, slot, &out), 0);
 	rw->active_at = out.v[SHM_CTR_ALLOCS_ACTIVE];
 	rw->ended_at = out.v[SHM_CTR_ALLOCS_ENDED];
+	rw->marked_at = shm_alloc_end_marked(shm_alloc_at(shm, idx));
+	rw->pushed_at = shm_rec_ring_at(shm, slot)->head;
 	return rw->fail ? -EPERM : __real_shm_alloc_retire(shm, slot, idx);
 }
 
@@ -509,6 +514,60 @@ static const char *end_one_cb(struct worker *w, const struct shm_alloc *rec, uin
 	(void)w;
 	(void)rec;
 	return idx == *(const uint32_t *)arg ? "credential revoked" : NULL;
+}
+
+/* wk_alloc_destroy: the record is marked ending and its event pushed before the retire, so
+ * a worker killed after the push leaves a marked record (test_end_marked), never a plain
+ * LIVE one whose end is recorded already. The adoption's own end (adopt_end, of a record
+ * that waited for its relay port) does the same. */
+static void test_destroy_marks_first(void **state)
+{
+	struct shm *shm;
+	struct worker_heritage h;
+	struct worker *w;
+	struct wk_listener l;
+	struct shm_alloc *rec;
+	struct wk_alloc *a = NULL;
+	struct retire_watch rw;
+	uint32_t idx[2];
+
+	(void)state;
+	memset(&l, 0, sizeof(l));
+	worker_fix_create("test-adopt-destroy", 1, &shm, &h, &w);
+	worker_fix_adopter(w, &l);
+	w->off.c2p_fd = w->off.p2c_fd = -1;
+	for (int i = 0; i < 2; i++) {
+		worker_fix_rec(shm, &l, (uint16_t)(40000 + i), (uint16_t)(31731 + i),
+			       mono_ns() + 60000000000ull, &idx[i], &rec);
+		worker_fix_rec_publish(shm, &l, idx[i], rec);
+	}
+	memset(&rw, 0, sizeof(rw));
+	rw.shm = shm;
+	retire_watch = &rw;
+	assert_int_equal(shm_alloc_get(shm, 0, idx[0], &rec), 0);
+	assert_int_equal(wk_alloc_attach(w, &l, idx[0], rec, &a), 0);
+	a->published = true;
+	wk_alloc_destroy(w, a, "refreshed with lifetime 0");
+	assert_int_equal(rw.calls, 1);
+	assert_true(rw.marked_at);
+	assert_int_equal(rw.pushed_at, 1);
+	assert_int_equal(shm_alloc_get(shm, 0, idx[0], NULL), -EPERM);	/* released */
+	/* a record that waited for its relay port, ended by a revocation */
+	w->adopt_wait = calloc(1, sizeof(*w->adopt_wait));
+	assert_non_null(w->adopt_wait);
+	w->cap_adopt_wait = 1;
+	w->adopt_wait[w->n_adopt_wait++] = idx[1];
+	wk_adopt_wait_end(w, end_one_cb, &idx[1]);
+	assert_int_equal(rw.calls, 2);
+	assert_true(rw.marked_at);
+	assert_int_equal(rw.pushed_at, 2);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 2);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 0);
+	retire_watch = NULL;
+	wk_adopt_wait_abandon(w);
+	wk_tables_free(w);
+	close(l.fd);
+	worker_fix_destroy(shm, 1, &w);
 }
 
 /* The records that wait for their relay ports (w->adopt_wait): a revocation or disconnect
@@ -1162,6 +1221,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scan_sorts_records),
 		cmocka_unit_test(test_retire_before_counts),
+		cmocka_unit_test(test_destroy_marks_first),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_tcp_handed_over),
 		cmocka_unit_test(test_classify_and_bad_args),
