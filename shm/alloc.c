@@ -146,15 +146,28 @@ static void count_ended(struct shm_counters *c, const struct shm_alloc *r, uint6
 	shm_ctr_observe_lifetime(c, shm_life_seconds(r->created_ns, end_ns));
 }
 
+/* Record idx for its owner `slot`'s step from state word `want` (bits in `ignore` aside),
+ * or NULL with *rc: -EPERM (another word), as rec_rw. */
+static struct shm_alloc *rec_in(struct shm *shm, unsigned slot, uint32_t idx, uint32_t want,
+				uint32_t ignore, int *rc)
+{
+	struct shm_alloc *r = rec_rw(shm, slot, idx, rc);
+
+	if (r != NULL && (CMM_LOAD_SHARED(r->state) & ~ignore) != want) {
+		*rc = -EPERM;
+		return NULL;
+	}
+	return r;
+}
+
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
 {
 	int rc;
-	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+	struct shm_alloc *r =
+		rec_in(shm, slot, idx, SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, slot), 0, &rc);
 
 	if (r == NULL)
 		return rc;
-	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, slot))
-		return -EPERM;
 	cmm_smp_wmb();	/* release: identity fields before LIVE */
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot));
 	return 0;
@@ -163,12 +176,10 @@ int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
 int shm_alloc_end_mark(struct shm *shm, unsigned slot, uint32_t idx)
 {
 	int rc;
-	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+	struct shm_alloc *r = rec_in(shm, slot, idx, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot), 0, &rc);
 
 	if (r == NULL)
 		return rc;
-	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
-		return -EPERM;
 	/* No barrier: whoever judges the mark does so once the marking process is gone
 	 * (a replacement after waitpid, a take-over under the instance lock), when every
 	 * store it made is visible; the compiler keeps this volatile store before the
@@ -181,14 +192,11 @@ int shm_alloc_end_mark(struct shm *shm, unsigned slot, uint32_t idx)
 int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
 {
 	int rc;
-	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
-	uint32_t w;
+	struct shm_alloc *r = rec_in(shm, slot, idx, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot),
+				     SHM_ALLOC_ENDING, &rc);
 
 	if (r == NULL)
 		return rc;
-	w = CMM_LOAD_SHARED(r->state);
-	if ((w & ~SHM_ALLOC_ENDING) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
-		return -EPERM;
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
 	cmm_smp_mb();	/* DYING before the caller's counter updates */
 	return 0;
