@@ -790,6 +790,15 @@ static void test_wait_end_like_an_end(void **state)
 	shm_destroy(w.shm);
 }
 
+/* Slot 0's scan at NOW_NS, offer_cb refusing nothing. */
+static void scan_all(struct shm *shm, struct offer *o, struct wk_adopt_stats *st)
+{
+	memset(o, 0, sizeof(*o));
+	o->refuse = UINT32_MAX;
+	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, o, st),
+			 0);
+}
+
 /* The predecessor was killed inside wk_alloc_destroy between the push of the end event
  * and the retire, and the master drained the event (every 10 ms) before the replacement
  * came: the record is LIVE, still counted (active, its listener's gauge, quota), its relay
@@ -836,10 +845,7 @@ static void test_end_marked(void **state)
 	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 1);
 	assert_int_equal(shm_quota_total(shm), 2);
 
-	memset(&o, 0, sizeof(o));
-	o.refuse = UINT32_MAX;
-	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
-				       &st), 0);
+	scan_all(shm, &o, &st);
 	assert_int_equal(st.adopted, 1);
 	assert_int_equal(st.ended, 1);
 	assert_int_equal(st.failed + st.torn + st.expired + st.stream, 0);
@@ -865,10 +871,7 @@ static void test_end_marked(void **state)
 	assert_int_equal(shm_relay_find(shm, 50011, got), 1);
 
 	/* the next respawn finds nothing more of it */
-	memset(&o, 0, sizeof(o));
-	o.refuse = UINT32_MAX;
-	assert_int_equal(wk_adopt_scan(shm, 0, shm_slot_counters(shm, 0), NOW_NS, offer_cb, &o,
-				       &st), 0);
+	scan_all(shm, &o, &st);
 	assert_int_equal(o.n, 1);
 	assert_int_equal(st.ended, 0);
 	assert_int_equal(shm_records_drain(shm, drain_ev, &(struct shm_rec_ev){ 0 }), 0);
@@ -994,6 +997,37 @@ static void bind_chan(struct shm_alloc *rec, unsigned i, uint16_t number, uint16
 	rec->chans[i].expires_ns = now + 60000000000ull;
 }
 
+/* A worker of slot 0 on a new table `name` that adopts (worker_fix_adopter: l its UDP
+ * listener) with plain hash maps of the fast path's layout as its maps (w->off: -1 each
+ * without CAP_BPF). Returns whether it has them. */
+static bool maps_worker_new(const char *name, struct shm **shm, struct worker_heritage *h,
+			    struct worker **w, struct wk_listener *l)
+{
+	memset(l, 0, sizeof(*l));
+	worker_fix_create(name, 1, shm, h, w);
+	worker_fix_adopter(*w, l);
+	(*w)->off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
+					  sizeof(struct tgo_c2p_val), 16, NULL);
+	(*w)->off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
+					  sizeof(struct tgo_p2c_val), 16, NULL);
+	return (*w)->off.c2p_fd >= 0 && (*w)->off.p2c_fd >= 0;
+}
+
+/* What maps_worker_new made, with what an adoption left in w. */
+static void maps_worker_free(struct shm *shm, struct worker *w, struct wk_listener *l)
+{
+	wk_adopt_wait_abandon(w);
+	if (w->off.c2p_fd >= 0)
+		close(w->off.c2p_fd);
+	if (w->off.p2c_fd >= 0)
+		close(w->off.p2c_fd);
+	if (ev_is_active(&w->tune))
+		ev_idle_stop(w->loop, &w->tune);
+	wk_tables_free(w);
+	close(l->fd);
+	worker_fix_destroy(shm, 1, &w);
+}
+
 /* A waiting record whose client allocated again on the same 5-tuple (the new allocation
  * binds channel 0x4001 only) ends: the kernel's client -> peer entry of its channel 0x4000
  * goes (the client's ChannelData on 0x4000 would else go on through the old relay), and
@@ -1014,14 +1048,7 @@ static void wait_end_client_again(bool new_entry)
 	uint16_t got[9] = { 0 };
 	struct tgo_channel ch;
 
-	memset(&l, 0, sizeof(l));
-	worker_fix_create("test-adopt-again", 1, &shm, &h, &w);
-	worker_fix_adopter(w, &l);
-	w->off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
-				       sizeof(struct tgo_c2p_val), 16, NULL);
-	w->off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
-				       sizeof(struct tgo_p2c_val), 16, NULL);
-	if (w->off.c2p_fd < 0 || w->off.p2c_fd < 0) {
+	if (!maps_worker_new("test-adopt-again", &shm, &h, &w, &l)) {
 		print_message("no BPF maps (not root?): skipped\n");
 		goto out;
 	}
@@ -1063,16 +1090,9 @@ static void wait_end_client_again(bool new_entry)
 		assert_int_equal(map_keys(w->off.p2c_fd), 0);
 	}
 out:
-	wk_adopt_wait_abandon(w);
 	if (a != NULL)
 		wk_alloc_forget(w, a);
-	if (w->off.c2p_fd >= 0)
-		close(w->off.c2p_fd);
-	if (w->off.p2c_fd >= 0)
-		close(w->off.p2c_fd);
-	wk_tables_free(w);
-	close(l.fd);
-	worker_fix_destroy(shm, 1, &w);
+	maps_worker_free(shm, w, &l);
 }
 /* The worker's own adoption (wk_adopt_run, wk_adopt_one) of a record its predecessor
  * marked ending, the event drained: ended, not adopted or bound, no second session record,
@@ -1090,19 +1110,14 @@ static void test_run_ends_marked(void **state)
 	struct tgo_channel ch;
 	uint16_t got[9] = { 0 };
 	uint32_t idx;
+	bool maps;
 
 	(void)state;
-	memset(&l, 0, sizeof(l));
-	worker_fix_create("test-adopt-marked-run", 1, &shm, &h, &w);
-	worker_fix_adopter(w, &l);
-	w->off.c2p_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_c2p_key),
-				       sizeof(struct tgo_c2p_val), 16, NULL);
-	w->off.p2c_fd = bpf_map_create(BPF_MAP_TYPE_HASH, NULL, sizeof(struct tgo_p2c_key),
-				       sizeof(struct tgo_p2c_val), 16, NULL);
+	maps = maps_worker_new("test-adopt-marked-run", &shm, &h, &w, &l);
 	worker_fix_rec(shm, &l, 40000, 31721, mono_ns() + 60000000000ull, &idx, &rec);
 	bind_chan(rec, 0, 0x4000, 5000);
 	worker_fix_rec_publish(shm, &l, idx, rec);
-	if (w->off.c2p_fd >= 0 && w->off.p2c_fd >= 0) {
+	if (maps) {
 		ch = entry_of_slot(rec, 0);
 		ch.listener_idx = l.slot;
 		assert_int_equal(tgo_channel_set(&w->off, &ch), 0);
@@ -1126,19 +1141,11 @@ static void test_run_ends_marked(void **state)
 	assert_int_equal(out.v[SHM_CTR_ALLOCS_DROPPED], 0);
 	assert_int_equal(out.v[SHM_CTR_ALLOCS_ADOPTED], 0);
 	assert_int_equal(out.life.count, 1);
-	if (w->off.c2p_fd >= 0 && w->off.p2c_fd >= 0) {
+	if (maps) {
 		assert_int_equal(tgo_channel_walk(&w->off, list_entry, got), 0);
 		assert_int_equal(map_keys(w->off.p2c_fd), 0);
 	}
-	if (w->off.c2p_fd >= 0)
-		close(w->off.c2p_fd);
-	if (w->off.p2c_fd >= 0)
-		close(w->off.p2c_fd);
-	if (ev_is_active(&w->tune))
-		ev_idle_stop(w->loop, &w->tune);
-	wk_tables_free(w);
-	close(l.fd);
-	worker_fix_destroy(shm, 1, &w);
+	maps_worker_free(shm, w, &l);
 }
 
 static void test_wait_end_client_again(void **state)
