@@ -270,15 +270,23 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 
 	if (st == SHM_ALLOC_FREE)
 		return r->state == 0 ? REC_SKIP : REC_BAD;
-	/* The mark is stored on a LIVE word only, after every write bracket of the record. */
+	/* The mark is stored on a LIVE word only (shm_alloc_end_mark). */
 	if ((r->state & ~(SHM_ALLOC_ENDING | 0xffffu)) != 0 || (ending && st != SHM_ALLOC_LIVE))
 		return REC_BAD;
+	/* Its end recorded (or lost, a kill between the mark and the push): not copied, so
+	 * neither its sequence nor its fields matter. Whoever ends a torn LIVE record of a
+	 * dead worker (adopt_retire, shm_slot_release_all) marks it with its odd sequence and
+	 * half-written fields; killed before the retire, it leaves it so. ended_queued reads
+	 * created_ns (written before the publish only, never in a bracket) and bounds what it
+	 * makes of it. */
+	if (ending)
+		return r->owner == SHM_ALLOC_WORD_OWNER(r->state) && r->owner < old_slots
+			       ? REC_ENDED
+			       : REC_BAD;
 	if (st == SHM_ALLOC_CLAIMED || st == SHM_ALLOC_DYING || (r->seq & 1u) != 0)
-		return st <= SHM_ALLOC_DYING && !ending ? REC_TORN : REC_BAD;
+		return st <= SHM_ALLOC_DYING ? REC_TORN : REC_BAD;
 	if (st != SHM_ALLOC_LIVE || !record_sane(r, old_slots, now_ns))
 		return REC_BAD;
-	if (ending)
-		return REC_ENDED;
 	if (r->client_transport != SHM_TRANSPORT_UDP &&
 	    !(keep_tcp && r->client_transport == SHM_TRANSPORT_TCP))
 		return REC_STREAM;
@@ -653,11 +661,13 @@ static uint64_t end_at(const struct shm_alloc *r, uint64_t now_ns)
  * earlier run's master). Its lifetime goes with the count of ended allocations
  * (import_counters), as its worker did not observe it: to its event's end, or, the event
  * drained, to the take-over (its expiry if that came first): a little long, by the time
- * between the kill and the take-over. */
+ * between the kill and the take-over. A marked record may be half written and is not
+ * checked (record_kind), nor is an event: the end is never after now_ns, and a creation
+ * after the end makes 0, so no lifetime exceeds the time since the record's creation. */
 static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e, uint64_t now_ns,
 			 struct shm_takeover *t)
 {
-	uint64_t end = e != NULL ? e->ended_ns : end_at(r, now_ns);
+	uint64_t end = e != NULL && e->ended_ns <= now_ns ? e->ended_ns : end_at(r, now_ns);
 
 	t->queued++;
 	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end));

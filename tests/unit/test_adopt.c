@@ -28,6 +28,7 @@
 #include "shm/shm_internal.h"
 #include "shm/shm_ppool.h"
 #include "shm/shm_quota.h"
+#include "shm/shm_state.h"
 #include "common/mono.h"
 #include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
@@ -125,6 +126,9 @@ struct retire_watch {
 	bool fail;		/* return -EPERM without retiring */
 	bool marked_at;		/* the record marked ending at the (last) retire */
 	uint64_t pushed_at;	/* events pushed into the slot's ring by then */
+	uint8_t *snap;		/* with keep_snap: the segment's bytes at the first retire
+				 * (a kill there), malloc'd */
+	bool keep_snap;
 };
 static struct retire_watch *retire_watch;
 
@@ -144,6 +148,11 @@ int __wrap_shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
 	rw->ended_at = out.v[SHM_CTR_ALLOCS_ENDED];
 	rw->marked_at = shm_alloc_end_marked(shm_alloc_at(shm, idx));
 	rw->pushed_at = shm_rec_ring_at(shm, slot)->head;
+	if (rw->keep_snap && rw->snap == NULL) {
+		rw->snap = malloc(shm->size);
+		assert_non_null(rw->snap);
+		memcpy(rw->snap, shm->base, shm->size);
+	}
 	return rw->fail ? -EPERM : __real_shm_alloc_retire(shm, slot, idx);
 }
 
@@ -879,6 +888,69 @@ static void test_end_marked(void **state)
 	shm_destroy(shm);
 }
 
+/* The replacement ends its predecessor's torn LIVE record (killed inside a write bracket:
+ * an odd sequence) as it ends any LIVE one (adopt_retire): it marks it, pushes its session
+ * record, and is killed before the retire (the segment's bytes at that instant). A
+ * take-over of those bytes ends that record as a marked one (not copied, no second
+ * session record, its lifetime observed) instead of refusing the whole file: the mark
+ * may sit on a half-written record. */
+static void test_torn_marked_takeover(void **state)
+{
+	struct shm_config cfg = { 2, 4, 4096, 32 };
+	struct shm *shm = NULL, *dst = NULL;
+	struct shm_alloc *rec, *at;
+	struct shm_counters sum;
+	struct wk_adopt_stats st;
+	struct retire_watch rw;
+	struct shm_takeover t;
+	struct shm_rec_ev ev;
+	struct offer o;
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(shm_create(&cfg, "test-adopt-tornmark", &shm), 0);
+	assert_int_equal(shm_create(&cfg, "test-adopt-tornmark2", &dst), 0);
+	idx = mk_rec(shm, 0, SHM_TRANSPORT_UDP, NOW_NS + 60000000000ull, true);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+	shm_alloc_begin_write(rec);	/* as its worker wrote it before the publish */
+	rec->created_ns = NOW_NS - 30000000000ull;
+	shm_alloc_end_write(rec);
+	shm_alloc_begin_write(rec);	/* the predecessor killed inside a bracket */
+	memset(&rw, 0, sizeof(rw));
+	rw.shm = shm;
+	rw.keep_snap = true;
+	retire_watch = &rw;
+	scan_all(shm, &o, &st);
+	retire_watch = NULL;
+	assert_int_equal(st.torn, 1);
+	assert_true(rw.marked_at);
+	assert_non_null(rw.snap);
+	at = (struct shm_alloc *)(void *)(rw.snap + ((uint8_t *)rec - shm->base));
+	assert_true(shm_alloc_end_marked(at));
+	assert_int_equal(at->seq & 1u, 1);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst,
+					&(struct shm_image){ .fd = -1, .buf = rw.snap,
+							     .size = shm->size },
+					NOW_NS, &t),
+			 0);
+	assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+	assert_int_equal(t.queued, 1);
+	assert_int_equal(t.adopted + t.torn + t.stream + t.expired + t.overflow, 0);
+	/* one session record: the replacement's, carried; counted off once with its lifetime */
+	memset(&ev, 0, sizeof(ev));
+	assert_int_equal(shm_records_drain(dst, drain_ev, &ev), 1);
+	assert_int_equal(ev.reason, SHM_REC_WORKER_CRASH);
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 1);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(sum.life.count, 1);
+	assert_int_equal(sum.life.sum_s, 30);
+	free(rw.snap);
+	shm_destroy(dst);
+	shm_destroy(shm);
+}
+
 /* Refuses every record with the code *arg. */
 static int code_cb(void *arg, uint32_t idx, struct shm_alloc *rec)
 {
@@ -1241,6 +1313,7 @@ int main(void)
 		cmocka_unit_test(test_nodev_not_removed),
 		cmocka_unit_test(test_torn_observed),
 		cmocka_unit_test(test_end_marked),
+		cmocka_unit_test(test_torn_marked_takeover),
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
 		cmocka_unit_test(test_run_ends_marked),

@@ -919,6 +919,72 @@ static void test_take_over_end_marked(void **state)
 	}
 }
 
+/* Whoever ends a torn LIVE record of a dead worker (killed inside a write bracket: an odd
+ * sequence) marks it as it marks any LIVE one: its replacement (adopt_retire) or the master
+ * (shm_slot_release_all). Killed in turn before the retire or release, it leaves the record
+ * marked with its odd sequence and fields perhaps half written. The take-over (whole, and
+ * under the lock after a pre-copy) ends it as a marked record, not refusing the file: 1's
+ * event pushed (its lifetime to it), 2 killed before its push (no record, its lifetime to
+ * the take-over), 3 with a creation after the take-over and an event at the end of time
+ * (a damaged record: lifetime 0, not ages). */
+static void test_take_over_marked_torn(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(3, 16), *dst = mk(2, 16);
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		struct shm_counters sum;
+		struct shm_alloc *r;
+		uint8_t reason[32] = { 0 };
+
+		(void)state;
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);	/* goes on */
+		for (unsigned i = 1; i < 4; i++) {
+			uint32_t idx;
+
+			rec_add(src, i - 1, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 2);
+			idx = idx_of(src, i);
+			r = shm_alloc_at(src, idx);
+			assert_int_equal(r->seq & 1u, 1);
+			r->pad1 = 1;	/* half written */
+			r->chans[0].number = 1;
+			r->expires_ns = i == 2 ? UINT64_MAX : 1;
+			if (i == 3)
+				r->created_ns = NOW + 1000 * SEC;
+			assert_int_equal(shm_alloc_end_mark(src, i - 1, idx), 0);
+			if (i != 2)
+				assert_int_equal(shm_records_push(src, i - 1, idx, r,
+								  SHM_REC_WORKER_CRASH,
+								  i == 1 ? NOW - 2 * SEC : UINT64_MAX,
+								  NULL),
+						 0);
+		}
+		memset(&t, 0, sizeof(t));
+		if (precopy)
+			take_precopied_same(dst, &img, 1, &t);
+		else
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+		assert_int_equal(t.adopted, 1);
+		assert_int_equal(t.queued, 3);
+		assert_int_equal(t.stream + t.expired + t.torn + t.overflow, 0);
+		assert_int_equal(live_count(dst), 1);
+		/* the two pushed, carried; none for 2, none again */
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 2);
+		assert_int_equal(reason[1], SHM_REC_WORKER_CRASH + 1);
+		assert_int_equal(reason[2], 0);
+		assert_int_equal(reason[3], SHM_REC_WORKER_CRASH + 1);
+		assert_int_equal(shm_counters_sum(dst, &sum), 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 3);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+		assert_int_equal(sum.life.count, 3);
+		assert_int_equal(sum.life.sum_s, 8 + 10 + 0);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
 /* What is not a queued end of a LIVE record leaves it to be copied: a start event (with
  * start records on), an event carried from a run before (its index and generation of
  * another table), the end of an earlier generation of the same index. */
@@ -1507,6 +1573,7 @@ int main(void)
 		cmocka_unit_test(test_take_over_queued_end),
 		cmocka_unit_test(test_take_over_queued_other),
 		cmocka_unit_test(test_take_over_end_marked),
+		cmocka_unit_test(test_take_over_marked_torn),
 		cmocka_unit_test(test_take_over_end_time),
 		cmocka_unit_test(test_take_over_counters_short),
 		cmocka_unit_test(test_precopy),
