@@ -495,6 +495,41 @@ static void c_state(uint8_t *b, size_t *len, const struct shm *s)
 	rec0(b, s)->state = SHM_ALLOC_WORD(9, 0);
 }
 
+/* A bit above the owner other than SHM_ALLOC_ENDING, which no build sets. */
+static void c_state_high(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state |= 1u << 17;
+}
+
+/* The end mark on a word that is not LIVE: never stored there (shm_alloc_end_mark). */
+static void c_ending_claimed(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state = SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, 0) | SHM_ALLOC_ENDING;
+}
+
+static void c_ending_dying(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state = SHM_ALLOC_WORD(SHM_ALLOC_DYING, 0) | SHM_ALLOC_ENDING;
+}
+
+/* A marked record is ended on its owner alone: another than its word's, or a slot the file
+ * does not have. */
+static void c_ending_owner(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state |= SHM_ALLOC_ENDING;
+	rec0(b, s)->owner = 1;
+}
+
+static void c_ending_slot(uint8_t *b, size_t *len, const struct shm *s)
+{
+	c_owner(b, len, s);
+	rec0(b, s)->state |= SHM_ALLOC_ENDING;
+}
+
 static void c_lifetime(uint8_t *b, size_t *len, const struct shm *s)
 {
 	(void)len;
@@ -529,6 +564,9 @@ static void test_refusals(void **state)
 		{ c_state, SHM_STATE_CORRUPT },          { c_lifetime, SHM_STATE_CORRUPT },
 		{ c_channel, SHM_STATE_CORRUPT },        { c_no_lslots, SHM_STATE_FORMAT },
 		{ c_lslot_state, SHM_STATE_CORRUPT },    { c_pad, SHM_STATE_CORRUPT },
+		{ c_state_high, SHM_STATE_CORRUPT },     { c_ending_claimed, SHM_STATE_CORRUPT },
+		{ c_ending_dying, SHM_STATE_CORRUPT },   { c_ending_owner, SHM_STATE_CORRUPT },
+		{ c_ending_slot, SHM_STATE_CORRUPT },
 	};
 	struct shm *src = src_build();
 
