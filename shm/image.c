@@ -859,7 +859,7 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 	snprintf(t->why, sizeof(t->why),
 		 "%u allocations taken over from %u workers "
 		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity, %u ended before (end queued); %u revocations%s",
+		 "capacity, %u ended before (end recorded); %u revocations%s",
 		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
 		 t->overflow, t->queued, t->revoked,
 		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
@@ -869,7 +869,7 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 
 		snprintf(t->why + len, sizeof(t->why) - len,
 			 "; %u copied before the lock, %u of them changed since, %u of them "
-			 "ended before (end queued)",
+			 "ended before (end recorded)",
 			 t->precopied + t->recopied + t->precopy_ended, t->recopied,
 			 t->precopy_ended);
 	}
@@ -1036,8 +1036,8 @@ void shm_precopy_free(struct shm_precopy *pc)
 
 /* Pass 1 under the lock: every record's header (and counters) against what the pre-copy saw. An
  * unchanged one that has not expired since keeps its copy, with its counters copied again; a
- * changed one loses it, and so does one whose end event is queued (es: take_one ends it, as a
- * full take-over does); *need marks the records to judge again (all that are not FREE and zero
+ * changed one loses it, and so does one whose end was recorded since (marked, or its end event
+ * queued, es: take_one ends it, as a full take-over does); *need marks the records to judge again (all that are not FREE and zero
  * and not kept). All undone before anything is copied or booked again: a port a changed or ended
  * record gave up may be booked by another one now. */
 static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
@@ -1052,7 +1052,10 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_pr
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 		if (e->dst != 0) {
 			bool same = r->state == e->state && r->seq == e->seq && r->gen == e->gen;
-			bool ended = same && ended_find(es, i, e->gen) != NULL;
+			/* its end recorded since: marked (the same allocation, its gen), or
+			 * unchanged with its end event queued (a build before the mark) */
+			bool ended = (same && ended_find(es, i, e->gen) != NULL) ||
+				     (r->gen == e->gen && shm_alloc_end_marked(r));
 
 			/* Unchanged and still not expired now: still a record to take, unless
 			 * its end is queued (its worker killed between the event and its

@@ -78,8 +78,9 @@ struct shm_takeover {
 	bool precopy;            /* shm_image_take_precopied: */
 	uint32_t precopied;      /* records whose pre-copy was kept (their counters copied) */
 	uint32_t recopied;       /* pre-copied records that had changed: judged again */
-	uint32_t precopy_ended;  /* pre-copied records, unchanged, whose end event was
-				  * queued: their copy undone, ended (in queued) */
+	uint32_t precopy_ended;  /* pre-copied records whose end was recorded since (marked,
+				  * or unchanged with their end event queued): their copy
+				  * undone, ended (in queued); not in recopied */
 };
 
 /* An image of a segment: the file (pread) or a buffer (tests, fuzzing). */

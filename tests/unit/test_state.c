@@ -944,6 +944,9 @@ static void test_take_over_end_marked(void **state)
 			assert_int_equal(shm_image_take_precopied(dst, &img, pc, NOW, &t), 0);
 			shm_precopy_free(pc);
 			assert_int_equal(t.precopied, 1);
+			/* copied before the lock, then ended: counted so, not as changed */
+			assert_int_equal(t.precopy_ended, 3);
+			assert_int_equal(t.recopied, 0);
 		} else {
 			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
 		}
