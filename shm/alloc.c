@@ -180,11 +180,13 @@ int shm_alloc_end_mark(struct shm *shm, unsigned slot, uint32_t idx)
 
 	if (r == NULL)
 		return rc;
-	/* No barrier: whoever judges the mark does so once the marking process is gone
-	 * (a replacement after waitpid, a take-over under the instance lock), when every
-	 * store it made is visible; the compiler keeps this volatile store before the
-	 * push's (the ring's head). A live reader may see the event first: it ignores the
-	 * mark (SHM_ALLOC_WORD_STATE is still LIVE). */
+	/* No barrier of its own: whoever judges the mark does so once the marking process
+	 * is gone (a replacement after waitpid, a take-over under the instance lock), when
+	 * every store it made is visible. The order against the push holds anyway: the
+	 * compiler keeps this volatile store before the push's, and so does the hardware,
+	 * as shm_records_push_ev has cmm_smp_mb() and cmm_smp_wmb() before the head store
+	 * that publishes the event: the mark is visible before the event is. A live reader
+	 * ignores the mark (SHM_ALLOC_WORD_STATE is still LIVE). */
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot) | SHM_ALLOC_ENDING);
 	return 0;
 }

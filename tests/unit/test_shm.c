@@ -561,7 +561,7 @@ static void test_alloc_torn_and_release_all(void **state)
 	shm_destroy(shm);
 }
 
-/* Children race to claim every record; each must be claimed exactly once. */
+/* Counts the session records drained (arg: unsigned *), each a worker crash's. */
 static void count_rec(const struct shm_rec_ev *ev, void *arg)
 {
 	unsigned *n = arg;
@@ -621,6 +621,7 @@ static void test_alloc_end_mark(void **state)
 	shm_destroy(shm);
 }
 
+/* Children race to claim every record; each must be claimed exactly once. */
 static void test_alloc_claim_race(void **state)
 {
 	enum {
