@@ -45,9 +45,11 @@ struct records {
 	int fd;                   /* OUT_FILE / OUT_STDOUT, else -1 */
 
 	struct webhook *hook;     /* NULL: no webhook */
-	/* gen of the last allocation recorded per table index: a worker killed between its
-	 * event and its retire leaves a LIVE record that its replacement re-adopts and
-	 * records again at its end; the second event of the same (idx, gen) is skipped */
+	/* gen of the last allocation recorded per table index: the second event of the
+	 * same (idx, gen) is skipped. A worker killed between its event and its retire
+	 * leaves the record marked ending (shm_alloc_end_mark), which its replacement ends
+	 * unrecorded; this still catches a record left by a build before the mark, which
+	 * its replacement re-adopts and records again at its end */
 	uint64_t *last_gen;
 	uint32_t cap;
 	int64_t real_off;         /* real_offset's */

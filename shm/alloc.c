@@ -146,29 +146,59 @@ static void count_ended(struct shm_counters *c, const struct shm_alloc *r, uint6
 	shm_ctr_observe_lifetime(c, shm_life_seconds(r->created_ns, end_ns));
 }
 
+/* Record idx for its owner `slot`'s step from state word `want` (bits in `ignore` aside),
+ * or NULL with *rc: -EPERM (another word), as rec_rw. */
+static struct shm_alloc *rec_in(struct shm *shm, unsigned slot, uint32_t idx, uint32_t want,
+				uint32_t ignore, int *rc)
+{
+	struct shm_alloc *r = rec_rw(shm, slot, idx, rc);
+
+	if (r != NULL && (CMM_LOAD_SHARED(r->state) & ~ignore) != want) {
+		*rc = -EPERM;
+		return NULL;
+	}
+	return r;
+}
+
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx)
 {
 	int rc;
-	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+	struct shm_alloc *r =
+		rec_in(shm, slot, idx, SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, slot), 0, &rc);
 
 	if (r == NULL)
 		return rc;
-	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, slot))
-		return -EPERM;
 	cmm_smp_wmb();	/* release: identity fields before LIVE */
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot));
+	return 0;
+}
+
+int shm_alloc_end_mark(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	int rc;
+	struct shm_alloc *r = rec_in(shm, slot, idx, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot), 0, &rc);
+
+	if (r == NULL)
+		return rc;
+	/* No barrier of its own: whoever judges the mark does so once the marking process
+	 * is gone (a replacement after waitpid, a take-over under the instance lock), when
+	 * every store it made is visible. The order against the push holds anyway: the
+	 * compiler keeps this volatile store before the push's, and so does the hardware,
+	 * as shm_records_push_ev has cmm_smp_mb() and cmm_smp_wmb() before the head store
+	 * that publishes the event: the mark is visible before the event is. A live reader
+	 * ignores the mark (SHM_ALLOC_WORD_STATE is still LIVE). */
+	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot) | SHM_ALLOC_ENDING);
 	return 0;
 }
 
 int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx)
 {
 	int rc;
-	struct shm_alloc *r = rec_rw(shm, slot, idx, &rc);
+	struct shm_alloc *r = rec_in(shm, slot, idx, SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot),
+				     SHM_ALLOC_ENDING, &rc);
 
 	if (r == NULL)
 		return rc;
-	if (CMM_LOAD_SHARED(r->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
-		return -EPERM;
 	CMM_STORE_SHARED(r->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, slot));
 	cmm_smp_mb();	/* DYING before the caller's counter updates */
 	return 0;
@@ -362,11 +392,15 @@ int shm_slot_release_all(struct shm *shm, unsigned slot, unsigned *n_released)
 		struct shm_alloc *r = shm_alloc_at(shm, idx);
 
 		/* the dead worker counted its LIVE records as active; nobody else will end them */
-		if (CMM_LOAD_SHARED(r->state) == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
+		if ((CMM_LOAD_SHARED(r->state) & ~SHM_ALLOC_ENDING) ==
+		    SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot)) {
 			uint64_t now = mono_ns();
 
-			/* nobody will end it: its session record, as the master sees it now */
-			(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH, now, NULL);
+			/* nobody will end it: its session record, as the master sees it now,
+			 * unless it was marked ending (recorded by the worker already) */
+			if (shm_alloc_end_mark(shm, slot, idx) == 0)
+				(void)shm_records_push(shm, slot, idx, r, SHM_REC_WORKER_CRASH,
+						       now, NULL);
 			count_ended(&s->ctr, r, now);
 			shm_quota_give_rec(shm, r);
 		}

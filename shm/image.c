@@ -258,6 +258,7 @@ enum rec_kind {
 	REC_STREAM,
 	REC_EXPIRED,
 	REC_TAKE,
+	REC_ENDED,	/* LIVE with its end marked: its worker recorded its end, then died */
 	REC_BAD
 };
 
@@ -265,9 +266,23 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 			      bool keep_tcp)
 {
 	enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(r->state);
+	bool ending = (r->state & SHM_ALLOC_ENDING) != 0;
 
 	if (st == SHM_ALLOC_FREE)
 		return r->state == 0 ? REC_SKIP : REC_BAD;
+	/* The mark is stored on a LIVE word only (shm_alloc_end_mark). */
+	if ((r->state & ~(SHM_ALLOC_ENDING | 0xffffu)) != 0 || (ending && st != SHM_ALLOC_LIVE))
+		return REC_BAD;
+	/* Its end recorded (or lost, a kill between the mark and the push): not copied, so
+	 * neither its sequence nor its fields matter. Whoever ends a torn LIVE record of a
+	 * dead worker (adopt_retire, shm_slot_release_all) marks it with its odd sequence and
+	 * half-written fields; killed before the retire, it leaves it so. ended_queued reads
+	 * created_ns (written before the publish only, never in a bracket) and bounds what it
+	 * makes of it. */
+	if (ending)
+		return r->owner == SHM_ALLOC_WORD_OWNER(r->state) && r->owner < old_slots
+			       ? REC_ENDED
+			       : REC_BAD;
 	if (st == SHM_ALLOC_CLAIMED || st == SHM_ALLOC_DYING || (r->seq & 1u) != 0)
 		return st <= SHM_ALLOC_DYING ? REC_TORN : REC_BAD;
 	if (st != SHM_ALLOC_LIVE || !record_sane(r, old_slots, now_ns))
@@ -639,15 +654,23 @@ static uint64_t end_at(const struct shm_alloc *r, uint64_t now_ns)
 	return end;
 }
 
-/* A LIVE record whose end event the earlier run queued (ended_find): it ended then. Its
- * event is carried already (import_records_rings); its lifetime goes with the count of
- * ended allocations (import_counters), as its worker, killed before its retire, did not
- * observe it. */
-static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e,
+/* A LIVE record whose worker recorded its end and was killed before its retire: marked
+ * (REC_ENDED), or whose end event the earlier run's rings still hold (e, from ended_find:
+ * a record of a build before the mark). It ended then: not copied, no second session
+ * record (its event is carried already, import_records_rings, or was written by the
+ * earlier run's master). Its lifetime goes with the count of ended allocations
+ * (import_counters), as its worker did not observe it: to its event's end, or, the event
+ * drained, to the take-over (its expiry if that came first): a little long, by the time
+ * between the kill and the take-over. A marked record may be half written and is not
+ * checked (record_kind), nor is an event: the end is never after now_ns, and a creation
+ * after the end makes 0, so no lifetime exceeds the time since the record's creation. */
+static void ended_queued(const struct shm_alloc *r, const struct ended_ev *e, uint64_t now_ns,
 			 struct shm_takeover *t)
 {
+	uint64_t end = e != NULL && e->ended_ns <= now_ns ? e->ended_ns : end_at(r, now_ns);
+
 	t->queued++;
-	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, e->ended_ns));
+	shm_life_observe(&t->ended_life, shm_life_seconds(r->created_ns, end));
 }
 
 /* One record of the image as the take-over judges it. REC_BAD refuses the image when
@@ -661,9 +684,11 @@ static int take_one(struct shm *dst, const struct shm_alloc *r, uint32_t i, unsi
 	uint32_t idx;
 	bool counted;
 
-	if (kind != REC_BAD && SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE &&
-	    (e = ended_find(es, i, r->gen)) != NULL) {
-		ended_queued(r, e, t);
+	e = kind != REC_BAD && SHM_ALLOC_WORD_STATE(r->state) == SHM_ALLOC_LIVE
+		    ? ended_find(es, i, r->gen)
+		    : NULL;
+	if (kind == REC_ENDED || e != NULL) {
+		ended_queued(r, e, now_ns, t);
 		return 0;
 	}
 	switch (kind) {
@@ -834,7 +859,7 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 	snprintf(t->why, sizeof(t->why),
 		 "%u allocations taken over from %u workers "
 		 "(master pid %d); released %u expired, %u TCP/TLS/DTLS, %u torn, %u over "
-		 "capacity, %u ended before (end queued); %u revocations%s",
+		 "capacity, %u ended before (end recorded); %u revocations%s",
 		 t->adopted, t->old_slots, t->old_master, t->expired, t->stream, t->torn,
 		 t->overflow, t->queued, t->revoked,
 		 t->revoke_lost ? " (its revocation list is of another format: not carried)"
@@ -844,7 +869,7 @@ static int take_end(struct shm *dst, const struct shm_image *img, struct img_geo
 
 		snprintf(t->why + len, sizeof(t->why) - len,
 			 "; %u copied before the lock, %u of them changed since, %u of them "
-			 "ended before (end queued)",
+			 "ended before (end recorded)",
 			 t->precopied + t->recopied + t->precopy_ended, t->recopied,
 			 t->precopy_ended);
 	}
@@ -1011,8 +1036,8 @@ void shm_precopy_free(struct shm_precopy *pc)
 
 /* Pass 1 under the lock: every record's header (and counters) against what the pre-copy saw. An
  * unchanged one that has not expired since keeps its copy, with its counters copied again; a
- * changed one loses it, and so does one whose end event is queued (es: take_one ends it, as a
- * full take-over does); *need marks the records to judge again (all that are not FREE and zero
+ * changed one loses it, and so does one whose end was recorded since (marked, or its end event
+ * queued, es: take_one ends it, as a full take-over does); *need marks the records to judge again (all that are not FREE and zero
  * and not kept). All undone before anything is copied or booked again: a port a changed or ended
  * record gave up may be booked by another one now. */
 static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
@@ -1027,7 +1052,10 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_pr
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 		if (e->dst != 0) {
 			bool same = r->state == e->state && r->seq == e->seq && r->gen == e->gen;
-			bool ended = same && ended_find(es, i, e->gen) != NULL;
+			/* its end recorded since: marked (the same allocation, its gen), or
+			 * unchanged with its end event queued (a build before the mark) */
+			bool ended = (same && ended_find(es, i, e->gen) != NULL) ||
+				     (r->gen == e->gen && shm_alloc_end_marked(r));
 
 			/* Unchanged and still not expired now: still a record to take, unless
 			 * its end is queued (its worker killed between the event and its

@@ -7,8 +7,9 @@
  *   - The owning worker is the only writer of a record's contents. It claims with
  *     shm_alloc_claim() (CAS FREE -> CLAIMED(slot)), fills fields between
  *     shm_alloc_begin_write()/shm_alloc_end_write(), makes it LIVE with
- *     shm_alloc_publish(), updates it under the same bracket, and ends it with
- *     shm_alloc_release() (-> DYING, cleared, -> FREE).
+ *     shm_alloc_publish(), updates it under the same bracket, and ends it: marks the end
+ *     (shm_alloc_end_mark), pushes its session record, retires it (shm_alloc_retire:
+ *     -> DYING), counts it off, and releases it (shm_alloc_release: cleared, -> FREE).
  *   - The master writes records only of a slot in which no worker runs (after waitpid and
  *     before/without adoption by the replacement): shm_slot_release_all().
  *   - Everyone else reads with shm_alloc_read_copy() (seqlock-validated copy).
@@ -16,7 +17,8 @@
  *     relaxed stores, readers may see them a little stale but never torn.
  * No mutex lives in shared memory, so a kill -9 never leaves a lock held; it can leave a
  * record CLAIMED/DYING or with an odd sequence: shm_alloc_is_torn() detects that, and the
- * replacement worker (or the master) releases it.
+ * replacement worker (or the master) releases it; or LIVE and marked ending, its end
+ * recorded (shm_alloc_end_marked): the replacement or a take-over finishes that end.
  *
  * Record size: sizeof(struct shm_alloc) is 2 528 bytes (static assertion in shm/alloc.c);
  * records are laid out with a 2 560-byte (64-byte aligned) stride, alloc_cap of them,
@@ -138,6 +140,11 @@ struct shm_alloc {
 #define SHM_ALLOC_WORD(state, slot) ((uint32_t)(slot) << 8 | (uint32_t)(state))
 #define SHM_ALLOC_WORD_STATE(w) ((enum shm_alloc_state)((w)&0xffu))
 #define SHM_ALLOC_WORD_OWNER(w) ((unsigned)(((w) >> 8) & 0xffu))
+/* Bit 16 of a LIVE record's state word: its end has begun (shm_alloc_end_mark). No other
+ * bit above the owner is ever set. Readers that look at SHM_ALLOC_WORD_STATE still see
+ * LIVE, as they did between an end's session record and its retire before the mark
+ * existed; a build without the mark takes such a record for a plain LIVE one. */
+#define SHM_ALLOC_ENDING (1u << 16)
 
 /* Number of records in the table (the segment's alloc_cap). */
 uint32_t shm_alloc_capacity(const struct shm *shm);
@@ -163,13 +170,35 @@ void shm_alloc_end_write(struct shm_alloc *rec);
  * ALLOCS_ACTIVE itself. Returns 0, -EINVAL, -EPERM (not CLAIMED by slot), -EROFS. */
 int shm_alloc_publish(struct shm *shm, unsigned slot, uint32_t idx);
 
-/* Owner: LIVE -> DYING, contents kept, as the first step of ending an allocation the
- * worker counted as active. The worker then uncounts it and calls shm_alloc_release().
- * Uncount only if this returned 0. Why: a worker killed between the two steps leaves a
- * DYING record, which its replacement releases without uncounting (a kill before the
- * uncounting leaves it counted, one high, never counted off twice), and a LIVE record
- * always still counts in ALLOCS_ACTIVE. Returns 0, -EINVAL, -EPERM (not LIVE and owned
- * by slot), -EROFS. */
+/* Owner (or whoever ends a record of a slot with no process: the replacement worker, the
+ * master): marks LIVE record idx as ending (SHM_ALLOC_ENDING), one store to its state
+ * word, just before pushing its end event (shm_records_push). Why: the event goes out
+ * first and the retire (below) after it, and the master drains events every 10 ms; a
+ * process killed between the push and the retire leaves a LIVE record whose end is
+ * recorded already, maybe drained. The mark tells whoever finds the record (a take-over,
+ * shm/image.c; a replacement worker, worker/adopt.c) that it ended: it is finished (retired,
+ * counted off, its ports freed) with no second session record and never served again. A
+ * kill between the mark and the push (two adjacent statements) loses the event: at most one
+ * record per allocation, never two. Returns 0, -EINVAL, -EPERM (not LIVE and owned by
+ * slot, or marked already), -EROFS. */
+int shm_alloc_end_mark(struct shm *shm, unsigned slot, uint32_t idx);
+
+/* Any process: whether rec (a record in the segment or a copy) is LIVE with its end
+ * begun (shm_alloc_end_mark). */
+static inline bool shm_alloc_end_marked(const struct shm_alloc *rec)
+{
+	uint32_t w = CMM_LOAD_SHARED(rec->state);
+
+	return SHM_ALLOC_WORD_STATE(w) == SHM_ALLOC_LIVE && (w & SHM_ALLOC_ENDING) != 0;
+}
+
+/* Owner: LIVE -> DYING (marked or not), contents kept, as the step of ending an allocation
+ * the worker counted as active that comes after its session record. The worker then
+ * uncounts it and calls shm_alloc_release(). Uncount only if this returned 0. Why: a
+ * worker killed between the two steps leaves a DYING record, which its replacement
+ * releases without uncounting (a kill before the uncounting leaves it counted, one high,
+ * never counted off twice), and a LIVE record, marked or not, always still counts in
+ * ALLOCS_ACTIVE. Returns 0, -EINVAL, -EPERM (not LIVE and owned by slot), -EROFS. */
 int shm_alloc_retire(struct shm *shm, unsigned slot, uint32_t idx);
 
 /* Owner (or the replacement worker of the same slot): ends a record in any owned state

@@ -68,9 +68,9 @@ struct shm_takeover {
 	int old_master;          /* pid of the master that wrote the file */
 	uint32_t adopted;        /* records copied, to be re-adopted by the workers */
 	uint32_t expired, stream, torn, overflow;   /* released (overflow: table too small) */
-	uint32_t queued;         /* LIVE records whose end event the earlier run queued
-				  * (its worker was killed before the retire): ended then,
-				  * not copied */
+	uint32_t queued;         /* LIVE records whose end the earlier run recorded (marked
+				  * ending, or its event still queued: the worker was killed
+				  * before the retire): ended then, not copied */
 	struct shm_lifetime ended_life; /* lifetimes of the LIVE records released: added to
 					 * the counters with their ends (have_counters) */
 	uint32_t revoked;        /* revocation entries carried over (shm/shm_revoke.h) */
@@ -78,8 +78,9 @@ struct shm_takeover {
 	bool precopy;            /* shm_image_take_precopied: */
 	uint32_t precopied;      /* records whose pre-copy was kept (their counters copied) */
 	uint32_t recopied;       /* pre-copied records that had changed: judged again */
-	uint32_t precopy_ended;  /* pre-copied records, unchanged, whose end event was
-				  * queued: their copy undone, ended (in queued) */
+	uint32_t precopy_ended;  /* pre-copied records whose end was recorded since (marked,
+				  * or unchanged with their end event queued): their copy
+				  * undone, ended (in queued); not in recopied */
 };
 
 /* An image of a segment: the file (pread) or a buffer (tests, fuzzing). */

@@ -18,6 +18,7 @@
 #include "worker/wk.h"
 #include "worker/relayho.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,8 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
 
 	if (shm_alloc_is_torn(shm, idx, &torn, NULL) < 0 || torn)
 		return WK_ADOPT_TORN;
+	if (shm_alloc_end_marked(rec))
+		return WK_ADOPT_ENDED;
 	if (rec->client_transport != SHM_TRANSPORT_UDP)
 		return WK_ADOPT_STREAM;
 	if (rec->expires_ns <= now_ns)
@@ -71,19 +74,24 @@ enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
  * counted, which our replacement ends again; killed after it, a DYING one, which it
  * releases without counting again. Uncounting first would leave a LIVE record already
  * counted off, which the replacement would count off again (and give its quota twice)
- * or adopt one low. */
+ * or adopt one low. A record marked ending (its end recorded, by the predecessor or by
+ * us before a kill) gets no second session record; one not marked is marked before its
+ * record is pushed, as wk_alloc_destroy does (shm_alloc_end_mark). */
 static void adopt_retire(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint32_t idx,
 			 struct shm_alloc *rec, enum shm_rec_reason why, uint64_t end_ns, bool torn)
 {
 	char lname[SHM_LSLOT_NAME_MAX] = "";
 
-	if (CMM_LOAD_SHARED(rec->state) != SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
+	if ((CMM_LOAD_SHARED(rec->state) & ~SHM_ALLOC_ENDING) !=
+	    SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot))
 		return;
 	if (torn || shm_lslot_name(shm, rec->listener_idx, lname, sizeof(lname), NULL) < 0)
 		lname[0] = '\0';
-	/* It ends here, unrecorded so far (the predecessor pushes its event before the
-	 * retire that makes a record DYING): its session record. */
-	(void)shm_records_push(shm, slot, idx, rec, why, end_ns, lname[0] != '\0' ? lname : NULL);
+	/* It ends here, unrecorded so far unless marked (the predecessor marks and pushes
+	 * its event before the retire that makes a record DYING): its session record. */
+	if (shm_alloc_end_mark(shm, slot, idx) == 0)
+		(void)shm_records_push(shm, slot, idx, rec, why, end_ns,
+				       lname[0] != '\0' ? lname : NULL);
 	if (shm_alloc_retire(shm, slot, idx) < 0)
 		return;
 	shm_ctr_observe_lifetime(ctr, shm_life_seconds(rec->created_ns, end_ns));
@@ -143,6 +151,16 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 	if (shm_alloc_get(shm, slot, idx, &rec) < 0)
 		return;
 	v = wk_adopt_classify(shm, idx, rec, now_ns);
+	if (v == WK_ADOPT_ENDED) {
+		/* Its end recorded, maybe written: finished, never served again. fn takes out
+		 * its kernel entries (wk_adopt_fn); its end time is unknown: now, a little
+		 * late by the respawn's time. */
+		rc = fn(arg, idx, rec);
+		assert(rc < 0 && rc != -EBUSY);
+		adopt_release(shm, slot, ctr, idx, rec, SHM_REC_OTHER, now_ns, false);
+		st->ended++;
+		return;
+	}
 	/* A TURN-TCP allocation whose connection a live upgrade handed over is offered too:
 	 * fn takes it only with that connection (worker/park.c). */
 	if (v == WK_ADOPT_TRY ||
@@ -398,6 +416,8 @@ static int adopt_one_try(struct adopt_ctx *c, uint32_t idx, struct shm_alloc *re
 	struct wk_alloc *a;
 	int rc;
 
+	if (shm_alloc_end_marked(rec))
+		return -ECANCELED;	/* ended by its predecessor: wk_adopt_one ends it */
 	/* A revoked user's record is not served again: the revocation sweep may have run
 	 * before it was adopted (a first heartbeat before the first adoption, a record that
 	 * waited for its relay port), and checking here closes the heartbeat's second too. A
@@ -451,7 +471,8 @@ static int wk_adopt_one(void *arg, uint32_t idx, struct shm_alloc *rec)
 	/* Released by the caller: the kernel's entries of its channels (the predecessor's,
 	 * kept over the take-over while the record was LIVE) go first, as at the end of an
 	 * allocation, not at the master's next garbage collection. Offered only untorn and
-	 * unexpired (wk_adopt_classify). */
+	 * unexpired, or marked ending (wk_adopt_classify): its end recorded, adopt_end records
+	 * nothing more. */
 	why = adopt_reason(rc, WK_ADOPT_TRY, rec, mono_ns(), &end_ns);
 	l = wk_adopt_listener(c, rec);
 	adopt_end(c->w, l != NULL ? l : adopt_listener_of_slot(c->w, rec->listener_idx), idx, rec,
@@ -709,14 +730,14 @@ void wk_adopt_run(struct worker *w)
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
-	if (st.adopted || st.waiting || st.revoked || st.removed || st.torn || st.stream ||
-	    st.expired || st.failed)
+	if (st.adopted || st.waiting || st.revoked || st.removed || st.ended || st.torn ||
+	    st.stream || st.expired || st.failed)
 		log_warn("worker",
 			 "slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
-			 "(credential revoked), %u ended (listener removed), dropped %u torn, "
-			 "%u TCP, %u expired, %u not rebindable",
-			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.torn,
-			 st.stream, st.expired, st.failed);
+			 "(credential revoked), %u ended (listener removed), %u ended before "
+			 "(end recorded), dropped %u torn, %u TCP, %u expired, %u not rebindable",
+			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.ended,
+			 st.torn, st.stream, st.expired, st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

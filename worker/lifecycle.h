@@ -42,6 +42,8 @@ enum wk_adopt_verdict {
 	WK_ADOPT_TORN,		/* CLAIMED/DYING or odd seqlock: killed mid-update */
 	WK_ADOPT_STREAM,	/* TCP/TLS/DTLS: its connection died with the process */
 	WK_ADOPT_EXPIRED,
+	WK_ADOPT_ENDED,		/* LIVE, marked ending (shm_alloc_end_marked): killed after it
+				 * recorded the end, before its retire */
 };
 struct wk_adopt_stats {
 	unsigned adopted, torn, stream, expired, failed;
@@ -49,6 +51,8 @@ struct wk_adopt_stats {
 	unsigned revoked;	/* its user revoked (-EKEYREVOKED): ended, not dropped */
 	unsigned removed;	/* its listener removed (WK_ADOPT_LISTENER_GONE): ended, not
 				 * dropped */
+	unsigned ended;		/* its end begun by the predecessor (WK_ADOPT_ENDED): ended,
+				 * not dropped, no second session record */
 };
 /* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
  * later try (neither adopted nor released); -EKEYREVOKED = its user is revoked (the scan
@@ -59,7 +63,11 @@ struct wk_adopt_stats {
  * ends as an allocation does: ALLOCS_ENDED, its lifetime observed, its session record
  * named after its listener (by its slot); a torn one neither observed nor named. fn may
  * end the record itself before it returns < 0 (LIVE -> DYING, counted as the scan would:
- * worker/adopt.c, adopt_end); the scan then only releases it. */
+ * worker/adopt.c, adopt_end); the scan then only releases it. A record whose end its
+ * predecessor had begun (WK_ADOPT_ENDED) is offered too, only to be ended: fn must refuse
+ * it (< 0, not -EBUSY), after taking out what it alone can (the kernel's entries of its
+ * channels: adopt_end); the scan then finishes its end with no second session record
+ * (the predecessor recorded it), counted as ended (st->ended), not dropped. */
 typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
 /* wk_adopt_fn's code for a record whose listener left the configuration: one that no
  * system call of the adoption returns (bind(2) gives -ENODEV for a vanished interface). */

@@ -224,15 +224,20 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	if (w->table_ops)
 		w->table_ops->chans_drop(w, a);	/* its keys need the relay sockets still open */
 	wk_alloc_unlink(w, a);
-	/* DYING first: a crash before the release then tells our replacement that this
-	 * record is no longer counted (see shm_alloc_retire). */
-	/* The session record's event before the retire: a crash after it leaves a DYING
-	 * record, which our replacement releases without a second event; a crash before it
-	 * leaves a LIVE one, re-adopted and recorded when it ends. Never blocks: a full
-	 * ring drops and counts. */
-	if (a->published)
+	/* DYING before the uncounting: a crash before the release then tells our
+	 * replacement that this record is no longer counted (see shm_alloc_retire). */
+	/* The session record's event before the retire, the end marked in the record before
+	 * the event (one store, shm_alloc_end_mark): a crash after the retire leaves a DYING
+	 * record, which our replacement releases without a second event; one between the
+	 * push and the retire a LIVE record marked ending, which our replacement or a
+	 * take-over ends without one, whether or not the master drained the event; one
+	 * before the mark a LIVE record, re-adopted and recorded when it ends. Never
+	 * blocks: a full ring drops and counts. */
+	if (a->published) {
+		(void)shm_alloc_end_mark(w->shm, w->slot, a->rec_idx);
 		(void)shm_records_push(w->shm, w->slot, a->rec_idx, a->rec,
 				       shm_rec_reason_of(why), mono_ns(), a->l->name);
+	}
 	if (a->published && shm_alloc_retire(w->shm, w->slot, a->rec_idx) == 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ENDED, 1);
 		shm_ctr_add(w->ctr, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);

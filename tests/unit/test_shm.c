@@ -22,6 +22,7 @@
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
 #include "shm/shm_internal.h"
+#include "shm/shm_records.h"
 #include "shm/shm_relay.h"
 #include "shm/shm_source.h"
 
@@ -560,6 +561,66 @@ static void test_alloc_torn_and_release_all(void **state)
 	shm_destroy(shm);
 }
 
+/* Counts the session records drained (arg: unsigned *), each a worker crash's. */
+static void count_rec(const struct shm_rec_ev *ev, void *arg)
+{
+	unsigned *n = arg;
+
+	assert_int_equal(ev->reason, SHM_REC_WORKER_CRASH);
+	(*n)++;
+}
+
+/* The end mark (shm_alloc_end_mark): only on a LIVE record of its owner, once; the record
+ * still reads LIVE and untorn; the retire takes it to DYING. The master releasing a dead
+ * slot's records counts a marked one off as it does a LIVE one, with no second session
+ * record (its worker pushed one after the mark). */
+static void test_alloc_end_mark(void **state)
+{
+	struct shm *shm = mk(2, 2, 4096, 8);
+	struct shm_counters *c = shm_slot_counters(shm, 0);
+	uint32_t a, b, d, cur = 0, got;
+	unsigned n, recs = 0;
+	bool torn;
+
+	(void)state;
+	assert_int_equal(shm_slot_spawning(shm, 0, NULL), 0);
+	for (int i = 0; i < 3; i++) {
+		uint32_t *idx = i == 0 ? &a : i == 1 ? &b : &d;
+
+		assert_int_equal(shm_alloc_claim(shm, 0, idx, NULL), 0);
+		assert_int_equal(shm_alloc_publish(shm, 0, *idx), 0);
+		shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, 1);
+	}
+	assert_int_equal(shm_alloc_end_mark(shm, 1, a), -EPERM);	/* not its owner */
+	assert_int_equal(shm_alloc_end_mark(shm, 0, 8), -EINVAL);
+	assert_int_equal(shm_alloc_end_mark(shm, 0, a), 0);
+	assert_int_equal(shm_alloc_end_mark(shm, 0, a), -EPERM);	/* once */
+	assert_true(shm_alloc_end_marked(shm_alloc_at(shm, a)));
+	assert_false(shm_alloc_end_marked(shm_alloc_at(shm, b)));
+	assert_int_equal(SHM_ALLOC_WORD_STATE(shm_alloc_at(shm, a)->state), SHM_ALLOC_LIVE);
+	assert_int_equal(shm_alloc_is_torn(shm, a, &torn, NULL), 0);
+	assert_false(torn);
+	assert_int_equal(shm_alloc_next_live(shm, &cur, &got), 0);
+	assert_int_equal(got, a);
+	/* retired: DYING, the mark gone with LIVE; not markable any more */
+	assert_int_equal(shm_alloc_end_mark(shm, 0, d), 0);
+	assert_int_equal(shm_alloc_retire(shm, 0, d), 0);
+	assert_int_equal(shm_alloc_at(shm, d)->state, SHM_ALLOC_WORD(SHM_ALLOC_DYING, 0));
+	assert_false(shm_alloc_end_marked(shm_alloc_at(shm, d)));
+	assert_int_equal(shm_alloc_end_mark(shm, 0, d), -EPERM);
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ACTIVE, (uint64_t)-1);	/* d counted off by its worker */
+	shm_ctr_add(c, SHM_CTR_ALLOCS_ENDED, 1);
+	/* the worker dies: a marked (its end recorded), b LIVE, d DYING */
+	assert_int_equal(shm_slot_reaped(shm, 0), 0);
+	assert_int_equal(shm_slot_release_all(shm, 0, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(c->v[SHM_CTR_ALLOCS_ACTIVE], 0);
+	assert_int_equal(c->v[SHM_CTR_ALLOCS_ENDED], 3);
+	assert_int_equal(shm_records_drain(shm, count_rec, &recs), 1);	/* b's only */
+	assert_int_equal(recs, 1);
+	shm_destroy(shm);
+}
+
 /* Children race to claim every record; each must be claimed exactly once. */
 static void test_alloc_claim_race(void **state)
 {
@@ -867,6 +928,7 @@ int main(void)
 		cmocka_unit_test(test_counters),
 		cmocka_unit_test(test_alloc_lifecycle),
 		cmocka_unit_test(test_alloc_torn_and_release_all),
+		cmocka_unit_test(test_alloc_end_mark),
 		cmocka_unit_test(test_alloc_claim_race),
 		cmocka_unit_test(test_seqlock_copy_consistent),
 		cmocka_unit_test(test_forked_reader_then_reap),

@@ -495,6 +495,41 @@ static void c_state(uint8_t *b, size_t *len, const struct shm *s)
 	rec0(b, s)->state = SHM_ALLOC_WORD(9, 0);
 }
 
+/* A bit above the owner other than SHM_ALLOC_ENDING, which no build sets. */
+static void c_state_high(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state |= 1u << 17;
+}
+
+/* The end mark on a word that is not LIVE: never stored there (shm_alloc_end_mark). */
+static void c_ending_claimed(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state = SHM_ALLOC_WORD(SHM_ALLOC_CLAIMED, 0) | SHM_ALLOC_ENDING;
+}
+
+static void c_ending_dying(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state = SHM_ALLOC_WORD(SHM_ALLOC_DYING, 0) | SHM_ALLOC_ENDING;
+}
+
+/* A marked record is ended on its owner alone: another than its word's, or a slot the file
+ * does not have. */
+static void c_ending_owner(uint8_t *b, size_t *len, const struct shm *s)
+{
+	(void)len;
+	rec0(b, s)->state |= SHM_ALLOC_ENDING;
+	rec0(b, s)->owner = 1;
+}
+
+static void c_ending_slot(uint8_t *b, size_t *len, const struct shm *s)
+{
+	c_owner(b, len, s);
+	rec0(b, s)->state |= SHM_ALLOC_ENDING;
+}
+
 static void c_lifetime(uint8_t *b, size_t *len, const struct shm *s)
 {
 	(void)len;
@@ -529,6 +564,9 @@ static void test_refusals(void **state)
 		{ c_state, SHM_STATE_CORRUPT },          { c_lifetime, SHM_STATE_CORRUPT },
 		{ c_channel, SHM_STATE_CORRUPT },        { c_no_lslots, SHM_STATE_FORMAT },
 		{ c_lslot_state, SHM_STATE_CORRUPT },    { c_pad, SHM_STATE_CORRUPT },
+		{ c_state_high, SHM_STATE_CORRUPT },     { c_ending_claimed, SHM_STATE_CORRUPT },
+		{ c_ending_dying, SHM_STATE_CORRUPT },   { c_ending_owner, SHM_STATE_CORRUPT },
+		{ c_ending_slot, SHM_STATE_CORRUPT },
 	};
 	struct shm *src = src_build();
 
@@ -818,6 +856,171 @@ static void test_take_over_queued_end(void **state)
 		assert_false(shm_ppool_is_free(dst, shm_ppool_tag(&shm_alloc_at(dst, idx_of(dst, 1))->relay),
 					       50000, NOW));
 		assert_int_equal(shm_ppool_held(dst, NOW, NULL), 1);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
+static void drop_ev(const struct shm_rec_ev *ev, void *arg)
+{
+	(void)ev;
+	(void)arg;
+}
+
+/* Record i of src as wk_alloc_destroy leaves it when its worker is killed between the push
+ * of its end event (refresh 0 at at_ns) and its retire: marked (shm_alloc_end_mark), the
+ * event in its slot's ring, the record LIVE and still counted. */
+static void end_pushed(struct shm *src, unsigned slot, unsigned i, uint64_t at_ns)
+{
+	uint32_t idx = idx_of(src, i);
+
+	assert_int_equal(shm_alloc_end_mark(src, slot, idx), 0);
+	assert_int_equal(shm_records_push(src, slot, idx, shm_alloc_at(src, idx),
+					  SHM_REC_REFRESH0, at_ns, NULL), 0);
+	assert_int_equal(SHM_ALLOC_WORD_STATE(shm_alloc_at(src, idx)->state), SHM_ALLOC_LIVE);
+}
+
+/* The take-over's account of src (see test_take_over_end_marked) in dst. */
+static void assert_end_marked_take(struct shm *dst, const struct shm_takeover *t)
+{
+	struct shm_counters sum;
+	uint8_t reason[32] = { 0 };
+
+	assert_int_equal(t->adopted, 1);
+	assert_int_equal(t->queued, 3);
+	assert_int_equal(t->stream + t->expired + t->torn + t->overflow, 0);
+	assert_int_equal(live_count(dst), 1);
+	assert_int_equal(idx_of(dst, 2), shm_taken(dst, &(uint32_t){ 0 })[0]);
+	assert_int_equal(shm_quota_total(dst), 1);
+	assert_int_equal(shm_ppool_held(dst, NOW, NULL), 1);
+	/* one session record: 3's, carried from the earlier run's ring; 0's and 1's were
+	 * written by the earlier run's master, none again */
+	assert_int_equal(shm_records_drain(dst, ended_reason, reason), 1);
+	assert_int_equal(reason[3], SHM_REC_REFRESH0 + 1);
+	assert_int_equal(reason[0] + reason[1] + reason[2], 0);
+	/* created 4, 1 goes on: 3 ended, none dropped; 0 and 1 lived to the take-over (10 s:
+	 * their end time went with their drained events), 3 to its queued end (8 s) */
+	assert_int_equal(shm_counters_sum(dst, &sum), 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_CREATED], 4);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 3);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 0);
+	assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+	assert_int_equal(sum.lst[1][SHM_LCTR_ALLOCS_ACTIVE], 1);
+	assert_int_equal(sum.life.count, sum.v[SHM_CTR_ALLOCS_ENDED]);
+	assert_int_equal(sum.life.sum_s, 10 + 10 + 8);
+}
+
+/* Workers killed between the push of an end event and the retire (wk_alloc_destroy), and
+ * the earlier run's master drained 0's and 1's events before it died (every 10 ms; a live
+ * upgrade drains at records_freeze): their rings no longer say they ended, their records
+ * do (the mark). The take-over (a whole one, and one under the lock after a pre-copy that
+ * copied them before they ended) copies none of them and writes no second record; 3's
+ * event is still queued: carried, and its end time is the event's. */
+static void test_take_over_end_marked(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(3, 16), *dst = mk(2, 16), *full = mk(2, 16);
+		struct shm_image img = img_of(src);
+		struct shm_precopy *pc = NULL;
+		struct shm_takeover t, tf;
+
+		(void)state;
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		rec_add(src, 1, 1, SHM_TRANSPORT_TCP, NOW + 600 * SEC, 0);
+		rec_add(src, 2, 2, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);	/* goes on */
+		rec_add(src, 2, 3, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+		dst->keep_tcp = full->keep_tcp = true;	/* a live upgrade would copy 1 */
+		memset(&t, 0, sizeof(t));
+		if (precopy) {
+			assert_int_equal(shm_image_precopy(dst, &img, NOW, &pc, &t), 0);
+			assert_int_equal(shm_precopy_copied(pc), 4);
+		}
+		end_pushed(src, 0, 0, NOW - 4 * SEC);
+		end_pushed(src, 1, 1, NOW - 3 * SEC);
+		assert_int_equal(shm_records_drain(src, drop_ev, NULL), 2);
+		end_pushed(src, 2, 3, NOW - 2 * SEC);
+		memset(&t, 0, sizeof(t));
+		if (precopy) {
+			assert_int_equal(shm_image_take_precopied(dst, &img, pc, NOW, &t), 0);
+			shm_precopy_free(pc);
+			assert_int_equal(t.precopied, 1);
+			/* copied before the lock, then ended: counted so, not as changed */
+			assert_int_equal(t.precopy_ended, 3);
+			assert_int_equal(t.recopied, 0);
+		} else {
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		}
+		memset(&tf, 0, sizeof(tf));
+		assert_int_equal(shm_image_take(full, &img, NOW, &tf), 0);
+		assert_same_take(dst, full);
+		assert_end_marked_take(dst, &t);
+		shm_destroy(full);
+		shm_destroy(dst);
+		shm_destroy(src);
+	}
+}
+
+/* Whoever ends a torn LIVE record of a dead worker (killed inside a write bracket: an odd
+ * sequence) marks it as it marks any LIVE one: its replacement (adopt_retire) or the master
+ * (shm_slot_release_all). Killed in turn before the retire or release, it leaves the record
+ * marked with its odd sequence and fields perhaps half written. The take-over (whole, and
+ * under the lock after a pre-copy) ends it as a marked record, not refusing the file: 1's
+ * event pushed (its lifetime to it), 2 killed before its push (no record, its lifetime to
+ * the take-over), 3 with a creation after the take-over and an event at the end of time
+ * (a damaged record: lifetime 0, not ages). */
+static void test_take_over_marked_torn(void **state)
+{
+	for (int precopy = 0; precopy < 2; precopy++) {
+		struct shm *src = mk(3, 16), *dst = mk(2, 16);
+		struct shm_image img = img_of(src);
+		struct shm_takeover t;
+		struct shm_counters sum;
+		struct shm_alloc *r;
+		uint8_t reason[32] = { 0 };
+
+		(void)state;
+		rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);	/* goes on */
+		for (unsigned i = 1; i < 4; i++) {
+			uint32_t idx;
+
+			rec_add(src, i - 1, i, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 2);
+			idx = idx_of(src, i);
+			r = shm_alloc_at(src, idx);
+			assert_int_equal(r->seq & 1u, 1);
+			r->pad1 = 1;	/* half written */
+			r->chans[0].number = 1;
+			r->expires_ns = i == 2 ? UINT64_MAX : 1;
+			if (i == 3)
+				r->created_ns = NOW + 1000 * SEC;
+			assert_int_equal(shm_alloc_end_mark(src, i - 1, idx), 0);
+			if (i != 2)
+				assert_int_equal(shm_records_push(src, i - 1, idx, r,
+								  SHM_REC_WORKER_CRASH,
+								  i == 1 ? NOW - 2 * SEC : UINT64_MAX,
+								  NULL),
+						 0);
+		}
+		memset(&t, 0, sizeof(t));
+		if (precopy)
+			take_precopied_same(dst, &img, 1, &t);
+		else
+			assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+		assert_int_equal(t.verdict, SHM_STATE_TAKEN);
+		assert_int_equal(t.adopted, 1);
+		assert_int_equal(t.queued, 3);
+		assert_int_equal(t.stream + t.expired + t.torn + t.overflow, 0);
+		assert_int_equal(live_count(dst), 1);
+		/* the two pushed, carried; none for 2, none again */
+		assert_int_equal(shm_records_drain(dst, ended_reason, reason), 2);
+		assert_int_equal(reason[1], SHM_REC_WORKER_CRASH + 1);
+		assert_int_equal(reason[2], 0);
+		assert_int_equal(reason[3], SHM_REC_WORKER_CRASH + 1);
+		assert_int_equal(shm_counters_sum(dst, &sum), 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ENDED], 3);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_DROPPED], 0);
+		assert_int_equal(sum.v[SHM_CTR_ALLOCS_ACTIVE], 1);
+		assert_int_equal(sum.life.count, 3);
+		assert_int_equal(sum.life.sum_s, 8 + 10 + 0);
 		shm_destroy(dst);
 		shm_destroy(src);
 	}
@@ -1410,6 +1613,8 @@ int main(void)
 		cmocka_unit_test(test_random_damage),
 		cmocka_unit_test(test_take_over_queued_end),
 		cmocka_unit_test(test_take_over_queued_other),
+		cmocka_unit_test(test_take_over_end_marked),
+		cmocka_unit_test(test_take_over_marked_torn),
 		cmocka_unit_test(test_take_over_end_time),
 		cmocka_unit_test(test_take_over_counters_short),
 		cmocka_unit_test(test_precopy),
