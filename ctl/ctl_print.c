@@ -32,6 +32,15 @@ static void print_lines(json_t *arr, const char *prefix, FILE *out)
 }
 
 /* "offload: TC on lo, XDP on eth0; 12 entries" or "offload: None (user space)". */
+/* disconnect and revoke: the allocations whose worker was not told to end them. */
+static void print_not_reached(json_t *r, FILE *out)
+{
+	if (int_of(r, "not_reached") > 0)
+		fprintf(out, "not reached: %lld allocation(s) (their worker is not running or "
+			"its control channel is full; see the log): run it again\n",
+			int_of(r, "not_reached"));
+}
+
 static void print_offload(json_t *o, FILE *out)
 {
 	json_t *ifs = json_object_get(o, "interfaces"), *f;
@@ -302,12 +311,14 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 		fprintf(out, "%s: ", json_is_true(json_object_get(r, "renewed")) ? "renewed" : "revoked");
 		print_revocation(json_object_get(r, "revoked"), out);
 		fprintf(out, "ended %lld allocation(s)\n", int_of(r, "disconnected"));
+		print_not_reached(r, out);
 	} else if (strcmp(cmd, "unrevoke") == 0) {
 		fprintf(out, "revocation removed\n");
 	} else if (strcmp(cmd, "revocations") == 0) {
 		print_revocations(r, out);
 	} else if (strcmp(cmd, "disconnect") == 0) {
 		fprintf(out, "disconnected %lld allocation(s)\n", int_of(r, "disconnected"));
+		print_not_reached(r, out);
 	} else {
 		json_dumpf(r, out, JSON_INDENT(2));
 		fputc('\n', out);

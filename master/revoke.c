@@ -3,7 +3,7 @@
 #include "config.h"
 
 #include "master/revoke.h"
-#include "master/linger.h"
+#include "master/disconnect.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/ipc.h"
 #include "common/log.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -115,29 +114,19 @@ static json_t *ent_json(const struct shm_revoke_ent *e, int64_t now)
 	return o;
 }
 
-/* Ends every live allocation the list now refuses: the owner worker gets the record
- * index, as for `disconnect`. Workers also sweep on their own (wk_revoke_sweep). */
-static int end_revoked(struct master *m, int64_t now)
+static bool pick_revoked(struct master *m, const struct shm_alloc *rec, const void *arg)
 {
-	struct shm_alloc rec;
-	uint32_t cursor = 0, idx;
-	int n = 0;
+	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
 
-	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
-		size_t len;
+	return shm_revoke_match(m->shm, rec->username, len, *(const int64_t *)arg);
+}
 
-		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
-		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || rec.owner >= m->n_slots ||
-		    m->workers[rec.owner].ctl_fd < 0)
-			continue;
-		len = rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX;
-		if (shm_revoke_match(m->shm, rec.username, len, now) &&
-		    ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd, idx) == 0)
-			n++;
-	}
-	explicit_bzero(&rec, sizeof(rec));
-	linger_stop_all(m, "a credential is revoked");
-	return n;
+/* Ends every live allocation the list now refuses: one frame to each worker that owns any,
+ * which sweeps at once (master/disconnect.h). Workers also sweep on their own
+ * (wk_revoke_sweep), which catches an Allocate that passed its check meanwhile. */
+static void end_revoked(struct master *m, int64_t now, struct disconnect_tally *t)
+{
+	(void)disconnect_many(m, NULL, pick_revoked, &now, "a credential is revoked", t);
 }
 
 /* The entry as stored, for the reply. */
@@ -164,9 +153,11 @@ static json_t *stored_json(const struct master *m, const struct revoke_target *t
 json_t *revoke_cmd_add(struct master *m, json_t *req)
 {
 	struct revoke_target t;
+	struct disconnect_tally tally;
 	int64_t now = (int64_t)time(NULL), secs;
 	const char *why = target_of(req, &t);
-	int rc, n;
+	json_t *reply;
+	int rc;
 
 	if (why == NULL)
 		why = for_of(req, &secs);
@@ -186,15 +177,20 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 	}
 	if (rc < 0)
 		return err(strerror(-rc));
-	n = end_revoked(m, now);
+	end_revoked(m, now, &tally);
 	if (secs)
-		log_info("master", "revoked %s %.*s for %lld s: %d allocation(s) ended",
-			 shm_revoke_kind_name(t.kind), (int)t.len, t.name, (long long)secs, n);
+		log_info("master", "revoked %s %.*s for %lld s: %u allocation(s) ended, %u not "
+			 "reached", shm_revoke_kind_name(t.kind), (int)t.len, t.name,
+			 (long long)secs, tally.ended, tally.not_reached);
 	else
-		log_info("master", "revoked %s %.*s until removed: %d allocation(s) ended",
-			 shm_revoke_kind_name(t.kind), (int)t.len, t.name, n);
-	return json_pack("{s:b, s:o, s:b, s:i}", "ok", 1, "revoked", stored_json(m, &t, now),
-			 "renewed", rc == 1, "disconnected", n);
+		log_info("master", "revoked %s %.*s until removed: %u allocation(s) ended, %u not "
+			 "reached", shm_revoke_kind_name(t.kind), (int)t.len, t.name, tally.ended,
+			 tally.not_reached);
+	reply = json_pack("{s:b, s:o, s:b}", "ok", 1, "revoked", stored_json(m, &t, now),
+			  "renewed", rc == 1);
+	if (reply != NULL)
+		disconnect_tally_json(reply, &tally);
+	return reply;
 }
 
 json_t *revoke_cmd_del(struct master *m, json_t *req)
