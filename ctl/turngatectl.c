@@ -249,9 +249,6 @@ int main(int argc, char **argv)
 	rc = ctl_call(sock, req, &reply);
 	if (rc == CTL_EXIT_CONNECT)
 		return rc;
-	/* disconnect and revoke: allocations left running are a failure a script must see. */
-	if (rc == CTL_EXIT_OK && json_integer_value(json_object_get(reply, "not_reached")) > 0)
-		rc = CTL_EXIT_ERROR;
 	if (as_json) {
 		json_dumpf(reply, stdout, JSON_COMPACT);
 		fputc('\n', stdout);
@@ -260,6 +257,9 @@ int main(int argc, char **argv)
 	} else {
 		ctl_print_error(cmd, reply, stderr);
 	}
+	/* The daemon's answer is printed whole first, then the policy's status. */
+	if (rc == CTL_EXIT_OK)
+		rc = ctl_exit_status(cmd, reply);
 	json_decref(reply);
 	return rc;
 }
