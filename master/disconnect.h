@@ -2,8 +2,9 @@
  * worker at once (turngatectl disconnect --user, revoke).
  *
  * One IPC_DISCONNECT frame per worker, never one per allocation: a worker's control
- * socket holds a few hundred frames, and a user may hold tens of thousands of
- * allocations on one worker (issue 42). Master process only, on its loop. */
+ * socket holds about 170 frames (test_ctl.py's not-reached case fills one), and a user
+ * may hold tens of thousands of allocations on one worker (issue 42). Master process
+ * only, on its loop. */
 #ifndef TG_MASTER_DISCONNECT_H
 #define TG_MASTER_DISCONNECT_H
 
