@@ -24,27 +24,39 @@ static int send_one(int fd, const char *user)
 	return user != NULL ? ipc_send_disconnect_user(fd, user) : ipc_send_disconnect_revoked(fd);
 }
 
-int disconnect_many(struct master *m, const char *user, disconnect_pick_fn pick,
-		    const void *arg, const char *why, struct disconnect_tally *t)
+void disconnect_count(struct master *m, disconnect_pick_fn pick, const void *arg,
+		      struct disconnect_plan *p)
 {
-	unsigned *per;
 	struct shm_alloc rec;
 	uint32_t cursor = 0, idx;
 
-	memset(t, 0, sizeof(*t));
-	if (user != NULL && (user[0] == '\0' || strlen(user) >= IPC_USER_MAX))
-		return -EINVAL;
-	per = calloc(m->n_slots ? m->n_slots : 1, sizeof(*per));
+	p->not_running = 0;
+	p->per = calloc(m->n_slots ? m->n_slots : 1, sizeof(*p->per));
 	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
 		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
 		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || !pick(m, &rec, arg))
 			continue;
-		if (per != NULL && slot_running(m, rec.owner))
-			per[rec.owner]++;
+		if (p->per != NULL && slot_running(m, rec.owner))
+			p->per[rec.owner]++;
 		else
-			t->not_reached++;
+			p->not_running++;
 	}
 	explicit_bzero(&rec, sizeof(rec));
+}
+
+void disconnect_plan_free(struct disconnect_plan *p)
+{
+	free(p->per);
+	p->per = NULL;
+}
+
+void disconnect_send(struct master *m, const char *user, struct disconnect_plan *p,
+		     const char *why, struct disconnect_tally *t)
+{
+	unsigned *per = p->per;
+
+	memset(t, 0, sizeof(*t));
+	t->not_reached = p->not_running;
 	for (unsigned s = 0; per != NULL && s < m->n_slots; s++) {
 		int rc;
 
@@ -60,11 +72,23 @@ int disconnect_many(struct master *m, const char *user, disconnect_pick_fn pick,
 		t->ended += per[s];
 		t->workers++;
 	}
-	free(per);
+	disconnect_plan_free(p);
 	if (t->not_reached > 0)
 		log_warn("master", "%u allocation(s) to end not reached: their worker is not "
 			 "running or its control channel is full", t->not_reached);
 	linger_stop_all(m, why);
+}
+
+int disconnect_many(struct master *m, const char *user, disconnect_pick_fn pick,
+		    const void *arg, const char *why, struct disconnect_tally *t)
+{
+	struct disconnect_plan p;
+
+	memset(t, 0, sizeof(*t));
+	if (user != NULL && (user[0] == '\0' || strlen(user) >= IPC_USER_MAX))
+		return -EINVAL;
+	disconnect_count(m, pick, arg, &p);
+	disconnect_send(m, user, &p, why, t);
 	return 0;
 }
 

@@ -29,13 +29,34 @@ struct disconnect_tally {
 typedef bool (*disconnect_pick_fn)(struct master *m, const struct shm_alloc *rec,
 				   const void *arg);
 
-/* Walks the LIVE records once, counts those pick() takes per owner worker, and sends
- * each worker that owns any one IPC_DISCONNECT frame: IPC_DISC_USER of user, or with user
- * NULL IPC_DISC_REVOKED; the worker's test is pick()'s (shm_quota_user_match, the
- * revocation list). A worker that could not be sent the frame is logged and its records
- * counted in not_reached, never in ended. Then stops the workers that linger after a live
- * upgrade (they serve calls from the old table: linger_stop_all) with why. Fills *t;
- * -EINVAL (nothing done) for a user that IPC_DISC_USER cannot carry. */
+/* The records to end, counted per owner worker (disconnect_count), before the frames go
+ * (disconnect_send). */
+struct disconnect_plan {
+	unsigned *per;        /* [m->n_slots]: picked records per running worker; NULL when
+			       * out of memory (then every one is not_running) */
+	unsigned not_running; /* picked records of workers not running */
+};
+
+/* Walks the LIVE records once and counts those pick() takes per owner worker into *p
+ * (which disconnect_send, on the same loop turn, or disconnect_plan_free then frees).
+ * Sends nothing: revoke counts before it stores the entry (master/revoke.c). */
+void disconnect_count(struct master *m, disconnect_pick_fn pick, const void *arg,
+		      struct disconnect_plan *p);
+
+/* Sends each worker that owns any record of plan p one IPC_DISCONNECT frame: IPC_DISC_USER
+ * of user, or with user NULL IPC_DISC_REVOKED; the worker's test is pick()'s
+ * (shm_quota_user_match, the revocation list). A worker that could not be sent the frame
+ * is logged and its records counted in not_reached, never in ended. Then stops the
+ * workers that linger after a live upgrade (they serve calls from the old table:
+ * linger_stop_all) with why. Fills *t; frees p. */
+void disconnect_send(struct master *m, const char *user, struct disconnect_plan *p,
+		     const char *why, struct disconnect_tally *t);
+
+/* Frees a plan that is not sent. Accepts a zeroed one. */
+void disconnect_plan_free(struct disconnect_plan *p);
+
+/* disconnect_count, then disconnect_send. -EINVAL (nothing done) for a user that
+ * IPC_DISC_USER cannot carry. */
 int disconnect_many(struct master *m, const char *user, disconnect_pick_fn pick,
 		    const void *arg, const char *why, struct disconnect_tally *t);
 

@@ -114,19 +114,21 @@ static json_t *ent_json(const struct shm_revoke_ent *e, int64_t now)
 	return o;
 }
 
-static bool pick_revoked(struct master *m, const struct shm_alloc *rec, const void *arg)
+/* What revoke_cmd_add counts: the entry it is about to store, at now. */
+struct revoking {
+	const struct revoke_target *t;
+	int64_t now;
+};
+
+/* Whether the list refuses the record once the new entry is in: the entry, or one already
+ * there. */
+static bool pick_revoking(struct master *m, const struct shm_alloc *rec, const void *arg)
 {
+	const struct revoking *r = arg;
 	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
 
-	return shm_revoke_match(m->shm, rec->username, len, *(const int64_t *)arg);
-}
-
-/* Ends every live allocation the list now refuses: one frame to each worker that owns any,
- * which sweeps at once (master/disconnect.h). Workers also sweep on their own
- * (wk_revoke_sweep), which catches an Allocate that passed its check meanwhile. */
-static void end_revoked(struct master *m, int64_t now, struct disconnect_tally *t)
-{
-	(void)disconnect_many(m, NULL, pick_revoked, &now, "a credential is revoked", t);
+	return shm_revoke_names(r->t->kind, r->t->name, r->t->len, rec->username, len) ||
+	       shm_revoke_match(m->shm, rec->username, len, r->now);
 }
 
 /* The entry as stored, for the reply. */
@@ -154,6 +156,7 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 {
 	struct revoke_target t;
 	struct disconnect_tally tally;
+	struct disconnect_plan plan;
 	int64_t now = (int64_t)time(NULL), secs;
 	const char *why = target_of(req, &t);
 	json_t *reply;
@@ -165,7 +168,15 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 		why = upgrade_handover_busy(m);
 	if (why != NULL)
 		return err(why);
+	/* Counted before the entry is stored: once it is, a worker's own sweep
+	 * (wk_revoke_sweep) may end some before the walk reaches them, and the reply would
+	 * count fewer than the user held. An Allocate that passes its check between this walk
+	 * and the store is not counted; the frames' sweep (or the next one) ends it all the
+	 * same. The frames go after the store, so that the workers' sweep sees the entry. */
+	disconnect_count(m, pick_revoking, &(struct revoking){ .t = &t, .now = now }, &plan);
 	rc = shm_revoke_add(m->shm, t.kind, t.name, t.len, now, secs ? now + secs : 0);
+	if (rc < 0)
+		disconnect_plan_free(&plan);
 	if (rc == -ENOSPC) {
 		char msg[160];
 
@@ -177,7 +188,10 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 	}
 	if (rc < 0)
 		return err(strerror(-rc));
-	end_revoked(m, now, &tally);
+	/* One frame to each worker that owns any, which sweeps at once (master/disconnect.h).
+	 * The not reached end all the same: at their worker's own sweep, or at its
+	 * replacement's adoption (adopt_one_try). */
+	disconnect_send(m, NULL, &plan, "a credential is revoked", &tally);
 	if (secs)
 		log_info("master", "revoked %s %.*s for %lld s: %u allocation(s) ended, %u not "
 			 "reached", shm_revoke_kind_name(t.kind), (int)t.len, t.name,

@@ -11,7 +11,8 @@ user on one worker end, every one of them, and the reply counts them all.
   master sent a frame per allocation, the control socket filled, the reply said about 250
   and the rest of alice's allocations stayed up with nothing to end them.)
 - revoke --user-id alice on the same setup: the reply counts the 2,000 and they end; the
-  others stay. (On main the reply counted the frames that fitted, about 250; the workers'
+  others stay. The count is exact because the master counts before it stores the entry
+  (master/revoke.c): counted after, a worker's own sweep could end some first. (On main the reply counted the frames that fitted, about 250; the workers'
   own sweep ended the rest within a second.)
 
 Relay ports 25000-27499 (no other test's). Every wait is bounded; nothing is timed.

@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -25,6 +26,7 @@
 #include "master/master.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_revoke.h"
 #include "shm/shm_state.h"
 
 static int count_fds(void)
@@ -394,6 +396,7 @@ static json_t *disconnect_alice(struct master *m)
  * frame cannot be sent, are counted not reached, never disconnected. */
 static void test_disconnect_user_frames(void **state)
 {
+	static const char revoke_req[] = "{\"cmd\":\"revoke\",\"user_id\":\"alice\"}";
 	static struct master m;
 	static struct mworker w[2];
 	struct shm_config sc = {
@@ -442,6 +445,20 @@ static void test_disconnect_user_frames(void **state)
 	assert_int_equal(d.by, IPC_DISC_USER);
 	assert_string_equal(d.user, "alice");
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);	/* one frame, not 1000 */
+
+	/* revoke counts the same records, those the new entry refuses (before it is stored:
+	 * master/revoke.c), and sends one IPC_DISC_REVOKED frame; the entry is stored. */
+	r = admin_dispatch(&m, &test_root_peer, revoke_req, strlen(revoke_req));
+	assert_true(json_is_true(json_object_get(r, "ok")));
+	assert_int_equal(json_integer_value(json_object_get(r, "disconnected")), 1000);
+	assert_int_equal(json_integer_value(json_object_get(r, "not_reached")), 2);
+	json_decref(r);
+	assert_true(shm_revoke_match(m.shm, "1900000000:alice", 16, time(NULL)));
+	assert_false(shm_revoke_match(m.shm, "team:alice", 10, time(NULL)));
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_REVOKED);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
 
 	/* A control socket that takes no more: nothing counted as disconnected. */
 	while (ipc_send_ping(sp[0], ++full) == 0 && full < 100000)
