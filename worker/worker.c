@@ -378,8 +378,8 @@ static const char *wk_listener_gone_why(struct worker *w, const struct shm_alloc
 
 /* Why the disconnect request d ends record idx, or NULL. The master counted its reply
  * with the same tests (shm_quota_user_match, the revocation list). */
-static const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
-				     const void *arg)
+const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
+			      const void *arg)
 {
 	const struct ipc_disconnect *d = arg;
 	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
@@ -410,6 +410,7 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 			wk_alloc_destroy(w, a, why);
 	}
 	wk_adopt_wait_end(w, wk_disconnect_why, d);
+	wk_adopt_disc_keep(w, d);	/* before the adoption: for what it adopts */
 }
 
 static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
