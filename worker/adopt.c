@@ -707,6 +707,11 @@ void wk_adopt_disc_keep(struct worker *w, const struct ipc_disconnect *d)
 {
 	if (w->adopted || d->by == IPC_DISC_REVOKED)
 		return;
+	/* An operator who sees the allocations still listed runs it again: a repeat takes
+	 * no second entry (the frames are zeroed past what they carry, ipc.c). */
+	for (unsigned i = 0; i < w->n_disc_pending; i++)
+		if (memcmp(&w->disc_pending[i], d, sizeof(*d)) == 0)
+			return;
 	if (w->n_disc_pending >= WK_DISC_PENDING_MAX) {
 		log_warn("worker", "slot %u: more than %u disconnects before the adoption: this "
 			 "one's allocations are adopted", w->slot, WK_DISC_PENDING_MAX);

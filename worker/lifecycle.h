@@ -101,8 +101,8 @@ void wk_adopt_run(struct worker *w);
 /* A disconnect frame d (IPC_DISC_USER or IPC_DISC_INDEX) taken before the adoption ran (a
  * first snapshot rejected, a config discovery service's bootstrap config without
  * listeners): kept, so that wk_adopt_run ends the records it names (wk_disconnect_why)
- * instead of adopting them; forgotten once it ran. At most WK_DISC_PENDING_MAX, further
- * ones logged and lost. IPC_DISC_REVOKED needs none: the adoption checks the list. */
+ * instead of adopting them; forgotten once it ran. A repeat of a kept one is not kept
+ * again; at most WK_DISC_PENDING_MAX, further ones logged and lost. IPC_DISC_REVOKED needs none: the adoption checks the list. */
 void wk_adopt_disc_keep(struct worker *w, const struct ipc_disconnect *d);
 /* worker.c: why disconnect frame arg (struct ipc_disconnect) ends record idx, or NULL. */
 const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
