@@ -140,9 +140,10 @@ def main():
             time.sleep(0.5)
         print("allocations up: %d of %d after %.1f s" % (up, args.n, time.monotonic() - t0))
         w0 = metric(mport, "turngate_session_records_total", 'result="written"') or 0
-        # One user every window/users seconds; a disconnect asks each allocation's worker
-        # over its control channel, which takes a bounded burst (the command says how
-        # many it asked): the users are asked again until none is left.
+        # One user every window/users seconds; a disconnect sends each worker that owns
+        # any of the user's allocations one request, however many (the reply counts them
+        # in "disconnected"; those on a worker it could not tell, "not_reached", are not
+        # counted): the users are asked again until all are counted.
         start = time.monotonic()
         asked, rounds = 0, 0
         while asked < up and time.monotonic() < start + 30:

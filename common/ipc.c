@@ -87,7 +87,7 @@ static bool disconnect_valid(const void *payload)
 	struct ipc_disconnect d;
 
 	memcpy(&d, payload, sizeof(d));
-	if (d.by == IPC_DISC_INDEX)
+	if (d.by == IPC_DISC_INDEX || d.by == IPC_DISC_REVOKED)
 		return true;
 	if (d.by == IPC_DISC_USER)
 		return d.user[0] != '\0' && memchr(d.user, '\0', sizeof(d.user)) != NULL;
@@ -341,6 +341,15 @@ int ipc_send_disconnect_user(int fd, const char *user)
 	memset(&d, 0, sizeof(d));
 	d.by = IPC_DISC_USER;
 	memcpy(d.user, user, n);
+	return ipc_send(fd, IPC_DISCONNECT, &d, sizeof(d), -1);
+}
+
+int ipc_send_disconnect_revoked(int fd)
+{
+	struct ipc_disconnect d;
+
+	memset(&d, 0, sizeof(d));
+	d.by = IPC_DISC_REVOKED;
 	return ipc_send(fd, IPC_DISCONNECT, &d, sizeof(d), -1);
 }
 

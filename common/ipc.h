@@ -149,14 +149,22 @@ struct ipc_handoff {
 	struct sockaddr_storage client; /* tls 1: the client's address */
 };
 
+/* One IPC_DISC_USER or IPC_DISC_REVOKED frame ends every allocation of a user on the
+ * worker, however many: the master sends one to each worker that owns any (a frame per
+ * allocation would fill the control socket, master/disconnect.h). */
 enum ipc_disconnect_by {
-	IPC_DISC_INDEX = 1, /* end the allocation at table index `index` (if this worker owns it) */
-	IPC_DISC_USER = 2,  /* end every allocation of `user` this worker owns */
+	IPC_DISC_INDEX = 1,   /* end the allocation at table index `index` (if this worker
+			       * owns it): end reason "disconnected by admin" */
+	IPC_DISC_USER = 2,    /* end every allocation this worker owns whose username `user`
+			       * names (shm_quota_user_match: the whole username or the user
+			       * id of a REST username): "disconnected by admin" */
+	IPC_DISC_REVOKED = 3, /* end every allocation this worker owns that the revocation
+			       * list refuses now (a sweep at once): "credential revoked" */
 };
 
 struct ipc_disconnect {
 	uint32_t by;    /* enum ipc_disconnect_by */
-	uint32_t index; /* allocation table index when by == IPC_DISC_INDEX */
+	uint32_t index; /* allocation table index when by == IPC_DISC_INDEX, else 0 */
 	char user[IPC_USER_MAX]; /* NUL-terminated when by == IPC_DISC_USER, else all zero */
 };
 
@@ -189,6 +197,7 @@ int ipc_send_pong(int fd, uint16_t type, uint64_t seq, uint32_t slot, int32_t pi
 int ipc_send_drain(int fd, int on);
 int ipc_send_disconnect_index(int fd, uint32_t index);
 int ipc_send_disconnect_user(int fd, const char *user);
+int ipc_send_disconnect_revoked(int fd);
 
 /* Receives one frame into *msg. *passfd receives the attached descriptor (close-on-exec,
  * now owned by the caller) or -1 when none came.

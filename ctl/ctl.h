@@ -48,6 +48,12 @@ int ctl_parse_nonneg(const char *s, json_int_t *out);
  * its end or --limit entries (default 1000); returns the exit status. */
 int ctl_allocations_main(const char *sock, bool as_json, int argc, char **argv);
 
+/* The exit status of command cmd's reply: CTL_EXIT_ERROR for a failed one, and for a
+ * `disconnect` whose "not_reached" is above 0 (allocations left running that nothing else
+ * ends: a script must see it, after ctl_print_human printed the reply); else CTL_EXIT_OK
+ * (a `revoke`'s "not_reached" end at their worker's sweep or adoption). */
+int ctl_exit_status(const char *cmd, json_t *reply);
+
 /* Prints a failed reply ({"ok":false,...}) to out: the error and any "errors" lines. */
 void ctl_print_error(const char *cmd, json_t *reply, FILE *out);
 

@@ -31,6 +31,25 @@ static void print_lines(json_t *arr, const char *prefix, FILE *out)
 		fprintf(out, "%s%s\n", prefix, json_string_value(v) ? json_string_value(v) : "?");
 }
 
+/* disconnect --user: the allocations whose worker was not told to end them; nothing else
+ * ends them (ctl_exit_status: exit 1). */
+static void print_not_reached(json_t *r, FILE *out)
+{
+	if (int_of(r, "not_reached") > 0)
+		fprintf(out, "not reached: %lld allocation(s) (their worker is not running or "
+			"its control channel is full; see the log): run it again\n",
+			int_of(r, "not_reached"));
+}
+
+/* revoke: the same count is information only, the entry is stored and the workers end
+ * them on their own. */
+static void print_revoke_not_reached(json_t *r, FILE *out)
+{
+	if (int_of(r, "not_reached") > 0)
+		fprintf(out, "%lld allocation(s) on workers not reached now: they end when their "
+			"worker sweeps or adopts\n", int_of(r, "not_reached"));
+}
+
 /* "offload: TC on lo, XDP on eth0; 12 entries" or "offload: None (user space)". */
 static void print_offload(json_t *o, FILE *out)
 {
@@ -302,16 +321,26 @@ void ctl_print_human(const char *cmd, json_t *r, FILE *out)
 		fprintf(out, "%s: ", json_is_true(json_object_get(r, "renewed")) ? "renewed" : "revoked");
 		print_revocation(json_object_get(r, "revoked"), out);
 		fprintf(out, "ended %lld allocation(s)\n", int_of(r, "disconnected"));
+		print_revoke_not_reached(r, out);
 	} else if (strcmp(cmd, "unrevoke") == 0) {
 		fprintf(out, "revocation removed\n");
 	} else if (strcmp(cmd, "revocations") == 0) {
 		print_revocations(r, out);
 	} else if (strcmp(cmd, "disconnect") == 0) {
 		fprintf(out, "disconnected %lld allocation(s)\n", int_of(r, "disconnected"));
+		print_not_reached(r, out);
 	} else {
 		json_dumpf(r, out, JSON_INDENT(2));
 		fputc('\n', out);
 	}
+}
+
+int ctl_exit_status(const char *cmd, json_t *r)
+{
+	if (!json_is_true(json_object_get(r, "ok")))
+		return CTL_EXIT_ERROR;
+	return strcmp(cmd, "disconnect") == 0 && int_of(r, "not_reached") > 0 ? CTL_EXIT_ERROR
+									       : CTL_EXIT_OK;
 }
 
 void ctl_print_error(const char *cmd, json_t *r, FILE *out)

@@ -257,6 +257,9 @@ int main(int argc, char **argv)
 	} else {
 		ctl_print_error(cmd, reply, stderr);
 	}
+	/* The daemon's answer is printed whole first, then the policy's status. */
+	if (rc == CTL_EXIT_OK)
+		rc = ctl_exit_status(cmd, reply);
 	json_decref(reply);
 	return rc;
 }

@@ -5,6 +5,7 @@
 #include "master/admin.h"
 #include "master/records.h"
 #include "master/revoke.h"
+#include "master/disconnect.h"
 #include "master/linger.h"
 
 #include <arpa/inet.h>
@@ -437,19 +438,13 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 	return o;
 }
 
-/* The whole username, or for a TURN REST username "<expiry>:<user>" the user part. */
+/* The whole username, or for a TURN REST username "<expiry>:<user>" the user part: the
+ * test the workers apply to IPC_DISC_USER too. */
 static bool user_match(const char *want, const struct shm_alloc *r)
 {
-	size_t n = strlen(want),
-	       len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
-	const char *colon = memchr(r->username, ':', len);
+	size_t len = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 
-	if (n == len && memcmp(want, r->username, len) == 0)
-		return true;
-	if (colon == NULL)
-		return false;
-	colon++;
-	return n == len - (size_t)(colon - r->username) && memcmp(want, colon, n) == 0;
+	return shm_quota_user_match(r->username, len, want, strlen(want));
 }
 
 struct alloc_filter {
@@ -693,31 +688,32 @@ static json_t *cmd_top(struct master *m, json_t *req)
 			 "limits", top_limits_json(m), "allocations", arr, "truncated", truncated);
 }
 
-/* Ends every live allocation of user (whole username or REST user part): each owner
- * worker gets the record index, so the reply can say how many were ended. */
+_Static_assert(IPC_USER_MAX - 1 == 515, "disconnect_user's error message");
+
+static bool pick_user(struct master *m, const struct shm_alloc *rec, const void *arg)
+{
+	(void)m;
+	return user_match(arg, rec);
+}
+
+/* Ends every live allocation of user (whole username or REST user part): one frame to each
+ * worker that owns any (master/disconnect.h); the reply counts what they end. */
 static json_t *disconnect_user(struct master *m, json_t *user)
 {
-	struct shm_alloc rec;
-	uint32_t cursor = 0, idx;
-	int n = 0;
+	struct disconnect_tally t;
+	const char *name = json_string_value(user);
+	json_t *reply;
 
-	if (!json_is_string(user) || json_string_length(user) == 0)
-		return err("\"user\" must be a non-empty string");
-	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
-		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
-		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE ||
-		    !user_match(json_string_value(user), &rec) || rec.owner >= m->n_slots ||
-		    m->workers[rec.owner].ctl_fd < 0)
-			continue;
-		if (ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd, idx) == 0)
-			n++;
-	}
-	explicit_bzero(&rec, sizeof(rec));
-	linger_stop_all(m, "a user is disconnected");
+	if (!json_is_string(user) || strlen(name) != json_string_length(user) ||
+	    disconnect_many(m, name, pick_user, name, "a user is disconnected", &t) < 0)
+		return err("\"user\" must be a non-empty string of at most 515 bytes without NUL");
 	/* What was done, beside the audit line of what was asked. */
-	log_info("admin", "disconnect: ending %d allocation(s) of user %.256s", n,
-		 json_string_value(user));
-	return json_pack("{s:b, s:i}", "ok", 1, "disconnected", n);
+	log_info("admin", "disconnect: ending %u allocation(s) of user %.256s on %u worker(s), "
+		 "%u not reached", t.ended, name, t.workers, t.not_reached);
+	reply = json_pack("{s:b}", "ok", 1);
+	if (reply != NULL)
+		disconnect_tally_json(reply, &t);
+	return reply;
 }
 
 static json_t *cmd_disconnect(struct master *m, json_t *req)

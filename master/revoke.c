@@ -3,7 +3,7 @@
 #include "config.h"
 
 #include "master/revoke.h"
-#include "master/linger.h"
+#include "master/disconnect.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/ipc.h"
 #include "common/log.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -115,29 +114,21 @@ static json_t *ent_json(const struct shm_revoke_ent *e, int64_t now)
 	return o;
 }
 
-/* Ends every live allocation the list now refuses: the owner worker gets the record
- * index, as for `disconnect`. Workers also sweep on their own (wk_revoke_sweep). */
-static int end_revoked(struct master *m, int64_t now)
+/* What revoke_cmd_add counts: the entry it is about to store, at now. */
+struct revoking {
+	const struct revoke_target *t;
+	int64_t now;
+};
+
+/* Whether the list refuses the record once the new entry is in: the entry, or one already
+ * there. */
+static bool pick_revoking(struct master *m, const struct shm_alloc *rec, const void *arg)
 {
-	struct shm_alloc rec;
-	uint32_t cursor = 0, idx;
-	int n = 0;
+	const struct revoking *r = arg;
+	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
 
-	while (shm_alloc_next_live(m->shm, &cursor, &idx) == 0) {
-		size_t len;
-
-		if (shm_alloc_read_copy(m->shm, idx, &rec) < 0 ||
-		    SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || rec.owner >= m->n_slots ||
-		    m->workers[rec.owner].ctl_fd < 0)
-			continue;
-		len = rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX;
-		if (shm_revoke_match(m->shm, rec.username, len, now) &&
-		    ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd, idx) == 0)
-			n++;
-	}
-	explicit_bzero(&rec, sizeof(rec));
-	linger_stop_all(m, "a credential is revoked");
-	return n;
+	return shm_revoke_names(r->t->kind, r->t->name, r->t->len, rec->username, len) ||
+	       shm_revoke_match(m->shm, rec->username, len, r->now);
 }
 
 /* The entry as stored, for the reply. */
@@ -164,9 +155,12 @@ static json_t *stored_json(const struct master *m, const struct revoke_target *t
 json_t *revoke_cmd_add(struct master *m, json_t *req)
 {
 	struct revoke_target t;
+	struct disconnect_tally tally;
+	struct disconnect_plan plan;
 	int64_t now = (int64_t)time(NULL), secs;
 	const char *why = target_of(req, &t);
-	int rc, n;
+	json_t *reply;
+	int rc;
 
 	if (why == NULL)
 		why = for_of(req, &secs);
@@ -174,7 +168,15 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 		why = upgrade_handover_busy(m);
 	if (why != NULL)
 		return err(why);
+	/* Counted before the entry is stored: once it is, a worker's own sweep
+	 * (wk_revoke_sweep) may end some before the walk reaches them, and the reply would
+	 * count fewer than the user held. An Allocate that passes its check between this walk
+	 * and the store is not counted; the frames' sweep (or the next one) ends it all the
+	 * same. The frames go after the store, so that the workers' sweep sees the entry. */
+	disconnect_count(m, pick_revoking, &(struct revoking){ .t = &t, .now = now }, &plan);
 	rc = shm_revoke_add(m->shm, t.kind, t.name, t.len, now, secs ? now + secs : 0);
+	if (rc < 0)
+		disconnect_plan_free(&plan);
 	if (rc == -ENOSPC) {
 		char msg[160];
 
@@ -186,15 +188,23 @@ json_t *revoke_cmd_add(struct master *m, json_t *req)
 	}
 	if (rc < 0)
 		return err(strerror(-rc));
-	n = end_revoked(m, now);
+	/* One frame to each worker that owns any, which sweeps at once (master/disconnect.h).
+	 * The not reached end all the same: at their worker's own sweep, or at its
+	 * replacement's adoption (adopt_one_try). */
+	disconnect_send(m, NULL, &plan, "a credential is revoked", &tally);
 	if (secs)
-		log_info("master", "revoked %s %.*s for %lld s: %d allocation(s) ended",
-			 shm_revoke_kind_name(t.kind), (int)t.len, t.name, (long long)secs, n);
+		log_info("master", "revoked %s %.*s for %lld s: %u allocation(s) ended, %u not "
+			 "reached", shm_revoke_kind_name(t.kind), (int)t.len, t.name,
+			 (long long)secs, tally.ended, tally.not_reached);
 	else
-		log_info("master", "revoked %s %.*s until removed: %d allocation(s) ended",
-			 shm_revoke_kind_name(t.kind), (int)t.len, t.name, n);
-	return json_pack("{s:b, s:o, s:b, s:i}", "ok", 1, "revoked", stored_json(m, &t, now),
-			 "renewed", rc == 1, "disconnected", n);
+		log_info("master", "revoked %s %.*s until removed: %u allocation(s) ended, %u not "
+			 "reached", shm_revoke_kind_name(t.kind), (int)t.len, t.name, tally.ended,
+			 tally.not_reached);
+	reply = json_pack("{s:b, s:o, s:b}", "ok", 1, "revoked", stored_json(m, &t, now),
+			  "renewed", rc == 1);
+	if (reply != NULL)
+		disconnect_tally_json(reply, &tally);
+	return reply;
 }
 
 json_t *revoke_cmd_del(struct master *m, json_t *req)

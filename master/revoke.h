@@ -1,8 +1,8 @@
 /* Master: the revocation list's commands (admin socket `revoke`, `unrevoke`,
  * `revocations`; HTTP /revoke on the credential API server). The list itself lives in
  * the shared segment (shm/shm_revoke.h); revoking also ends the user's allocations at
- * once on every worker (the admin `disconnect` path: IPC_DISCONNECT by record index).
- * Master process only, on its loop. */
+ * once on every worker (master/disconnect.h: one IPC_DISC_REVOKED frame to each worker
+ * that owns any). Master process only, on its loop. */
 #ifndef TG_MASTER_REVOKE_H
 #define TG_MASTER_REVOKE_H
 
@@ -19,7 +19,9 @@
 
 /* {"cmd":"revoke", "user":U | "user_id":ID, "for":SECONDS|"30s"|"10m"|"2h"|"7d"}: enters
  * the entry (until removed when "for" is absent) and ends the matching allocations.
- * Reply {"ok":true, "revoked":{entry}, "renewed":BOOL, "disconnected":N}. */
+ * Reply {"ok":true, "revoked":{entry}, "renewed":BOOL, "disconnected":N,
+ * "not_reached":K}: N allocations the list now refuses on workers that were told to end
+ * them, K on workers that could not be (not running, or the frame not sent). */
 json_t *revoke_cmd_add(struct master *m, json_t *req);
 
 /* {"cmd":"unrevoke", "user":U | "user_id":ID}: removes the entry. */

@@ -225,6 +225,16 @@ size_t shm_quota_user_off(const char *user, size_t len)
 	return i > 0 && i < 20 && i + 1 < len && user[i] == ':' ? i + 1 : 0;
 }
 
+bool shm_quota_user_match(const char *user, size_t len, const char *want, size_t want_len)
+{
+	size_t off = shm_quota_user_off(user, len);
+
+	if (want_len == 0)
+		return false;
+	return (want_len == len && memcmp(user, want, len) == 0) ||
+	       (off > 0 && want_len == len - off && memcmp(user + off, want, want_len) == 0);
+}
+
 uint64_t shm_quota_user_key(const char *user, size_t len)
 {
 	size_t off = shm_quota_user_off(user, len);

@@ -228,18 +228,32 @@ unsigned shm_revoke_count(const struct shm *shm, int64_t now)
 	return seq_read(shm, count_pass, &p);
 }
 
+/* shm_revoke_names with the user id's start id_off (shm_quota_user_off) given: a pass
+ * finds it once for every entry. */
+static bool names_at(enum shm_revoke_kind kind, const char *name, size_t nlen,
+		     const char *user, size_t len, size_t id_off)
+{
+	if (kind == SHM_REVOKE_USER)
+		return nlen == len && memcmp(name, user, len) == 0;
+	if (kind == SHM_REVOKE_USER_ID)
+		return nlen == len - id_off && memcmp(name, user + id_off, nlen) == 0;
+	return false;
+}
+
+bool shm_revoke_names(enum shm_revoke_kind kind, const char *name, size_t nlen,
+		      const char *user, size_t len)
+{
+	return nlen > 0 && nlen <= SHM_REVOKE_NAME_MAX &&
+	       names_at(kind, name, nlen, user, len, shm_quota_user_off(user, len));
+}
+
 static bool ent_match(const struct shm_revoke_ent *e, const struct revoke_pass *p)
 {
 	size_t elen = e->len;
 
 	if (elen == 0 || elen > SHM_REVOKE_NAME_MAX || !live(e, p->now))
 		return false;
-	if (e->kind == SHM_REVOKE_USER)
-		return elen == p->len && memcmp(e->name, p->user, p->len) == 0;
-	if (e->kind == SHM_REVOKE_USER_ID)
-		return elen == p->len - p->id_off &&
-		       memcmp(e->name, p->user + p->id_off, elen) == 0;
-	return false;
+	return names_at(e->kind, e->name, elen, p->user, p->len, p->id_off);
 }
 
 static unsigned match_pass(const struct shm_revoke_ent *ent, uint32_t n,

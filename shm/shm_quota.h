@@ -30,6 +30,7 @@
 #ifndef TG_SHM_SHM_QUOTA_H
 #define TG_SHM_SHM_QUOTA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,13 @@ uint64_t shm_quota_user_key(const char *user, size_t len);
 
 /* Where that user id starts in user[0..len): after the colon of a REST username, else 0. */
 size_t shm_quota_user_off(const char *user, size_t len);
+
+/* Whether want[0..want_len) names the username user[0..len): the whole of it, or its user
+ * id (shm_quota_user_off: the id of a REST username "<expiry>:<id>"), the user its
+ * allocations count under. The one test of `allocations --user` and `disconnect --user`:
+ * the master picks the records with it and the owner workers end the same ones (both
+ * processes call it; IPC_DISC_USER). */
+bool shm_quota_user_match(const char *user, size_t len, const char *want, size_t want_len);
 
 /* Limits of one take; 0 = unlimited. */
 struct shm_quota_limits {

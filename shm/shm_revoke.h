@@ -73,6 +73,12 @@ unsigned shm_revoke_count(const struct shm *shm, int64_t now);
  * the list is empty. */
 bool shm_revoke_match(const struct shm *shm, const char *user, size_t len, int64_t now);
 
+/* Any process: whether an entry of kind naming name[0..nlen) refuses username
+ * user[0..len), its expiry aside: the test shm_revoke_match applies to each entry (the
+ * master counts with it what a new entry will refuse before it stores it). */
+bool shm_revoke_names(enum shm_revoke_kind kind, const char *name, size_t nlen,
+		      const char *user, size_t len);
+
 /* Changes whenever the list does (the seqlock word): a worker that saw another value
  * walks its allocations again (worker/auth.c, wk_revoke_sweep). */
 uint64_t shm_revoke_seq(const struct shm *shm);

@@ -135,6 +135,8 @@ static enum shm_rec_reason adopt_reason(int rc, enum wk_adopt_verdict v,
 		return SHM_REC_REVOKE;
 	if (rc == WK_ADOPT_LISTENER_GONE)
 		return SHM_REC_LISTENER_REMOVED;
+	if (rc == WK_ADOPT_DISCONNECTED)
+		return SHM_REC_ADMIN;
 	return v == WK_ADOPT_EXPIRED ? SHM_REC_EXPIRY : SHM_REC_WORKER_CRASH;
 }
 
@@ -178,11 +180,12 @@ static void adopt_idx(struct shm *shm, unsigned slot, struct shm_counters *ctr, 
 	}
 	end_why = adopt_reason(rc, v, rec, now_ns, &end_ns);
 	adopt_release(shm, slot, ctr, idx, rec, end_why, end_ns, v == WK_ADOPT_TORN);
-	/* Revoked or its listener removed: ended as the revocation sweep or the reload ends
-	 * an allocation, not a drop. */
-	if (rc == -EKEYREVOKED || rc == WK_ADOPT_LISTENER_GONE) {
+	/* Revoked, its listener removed or disconnected: ended as the revocation sweep, the
+	 * reload or the admin's disconnect ends an allocation, not a drop. */
+	if (rc == -EKEYREVOKED || rc == WK_ADOPT_LISTENER_GONE || rc == WK_ADOPT_DISCONNECTED) {
 		st->revoked += rc == -EKEYREVOKED;
 		st->removed += rc == WK_ADOPT_LISTENER_GONE;
+		st->disconnected += rc == WK_ADOPT_DISCONNECTED;
 		return;
 	}
 	st->torn += v == WK_ADOPT_TORN;
@@ -425,6 +428,9 @@ static int adopt_one_try(struct adopt_ctx *c, uint32_t idx, struct shm_alloc *re
 	 * sees. */
 	if (wk_rec_revoked(w, rec, c->unix_now))
 		return -EKEYREVOKED;
+	for (unsigned i = 0; i < w->n_disc_pending; i++)
+		if (wk_disconnect_why(w, rec, idx, &w->disc_pending[i]) != NULL)
+			return WK_ADOPT_DISCONNECTED;
 	if (rec->client_transport == SHM_TRANSPORT_TCP)
 		return wk_park_adopt(w, idx, rec);
 	l = wk_adopt_listener(c, rec);
@@ -686,7 +692,7 @@ void wk_adopt_wait_due(struct worker *w)
 	if (st.adopted > 0)
 		adopt_tune_start(w);
 	w->adopt_waited += st.adopted;
-	w->adopt_wait_ended += st.revoked + st.removed;
+	w->adopt_wait_ended += st.revoked + st.removed + st.disconnected;
 	w->adopt_wait_lost += st.torn + st.stream + st.expired + st.failed;
 	if (w->n_adopt_wait > 0) {
 		step = 2 * w->adopt_wait_step_ms;
@@ -695,6 +701,23 @@ void wk_adopt_wait_due(struct worker *w)
 		return;
 	}
 	adopt_wait_done(w, now_ms);
+}
+
+void wk_adopt_disc_keep(struct worker *w, const struct ipc_disconnect *d)
+{
+	if (w->adopted || d->by == IPC_DISC_REVOKED)
+		return;
+	/* An operator who sees the allocations still listed runs it again: a repeat takes
+	 * no second entry (the frames are zeroed past what they carry, ipc.c). */
+	for (unsigned i = 0; i < w->n_disc_pending; i++)
+		if (memcmp(&w->disc_pending[i], d, sizeof(*d)) == 0)
+			return;
+	if (w->n_disc_pending >= WK_DISC_PENDING_MAX) {
+		log_warn("worker", "slot %u: more than %u disconnects before the adoption: this "
+			 "one's allocations are adopted", w->slot, WK_DISC_PENDING_MAX);
+		return;
+	}
+	w->disc_pending[w->n_disc_pending++] = *d;
 }
 
 void wk_adopt_run(struct worker *w)
@@ -715,6 +738,7 @@ void wk_adopt_run(struct worker *w)
 		     : wk_adopt_scan(w->shm, w->slot, w->ctr, mono_ns(), wk_adopt_one, &c, &st);
 	adopt_ctx_free(&c);
 	w->adopting = false;
+	w->n_disc_pending = 0;	/* what they named is ended or was not ours */
 	if (st.adopted > 0)
 		adopt_tune_start(w);
 	if (w->n_adopt_wait > 0) {
@@ -730,14 +754,15 @@ void wk_adopt_run(struct worker *w)
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
-	if (st.adopted || st.waiting || st.revoked || st.removed || st.ended || st.torn ||
-	    st.stream || st.expired || st.failed)
+	if (st.adopted || st.waiting || st.revoked || st.removed || st.disconnected ||
+	    st.ended || st.torn || st.stream || st.expired || st.failed)
 		log_warn("worker",
 			 "slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
-			 "(credential revoked), %u ended (listener removed), %u ended before "
-			 "(end recorded), dropped %u torn, %u TCP, %u expired, %u not rebindable",
-			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.ended,
-			 st.torn, st.stream, st.expired, st.failed);
+			 "(credential revoked), %u ended (listener removed), %u ended "
+			 "(disconnected by admin), %u ended before (end recorded), dropped %u "
+			 "torn, %u TCP, %u expired, %u not rebindable",
+			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.disconnected,
+			 st.ended, st.torn, st.stream, st.expired, st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

@@ -53,6 +53,8 @@ struct wk_adopt_stats {
 				 * dropped */
 	unsigned ended;		/* its end begun by the predecessor (WK_ADOPT_ENDED): ended,
 				 * not dropped, no second session record */
+	unsigned disconnected;	/* named by a disconnect taken before the adoption
+				 * (WK_ADOPT_DISCONNECTED): ended, not dropped */
 };
 /* Adopts one record (owned by the caller's slot). 0 = adopted; -EBUSY = kept by fn for a
  * later try (neither adopted nor released); -EKEYREVOKED = its user is revoked (the scan
@@ -72,6 +74,9 @@ typedef int wk_adopt_fn(void *arg, uint32_t idx, struct shm_alloc *rec);
 /* wk_adopt_fn's code for a record whose listener left the configuration: one that no
  * system call of the adoption returns (bind(2) gives -ENODEV for a vanished interface). */
 #define WK_ADOPT_LISTENER_GONE (-EIDRM)
+/* wk_adopt_fn's code for a record that a disconnect taken before the adoption names
+ * (wk_adopt_disc_keep): released with end reason SHM_REC_ADMIN, ended, not dropped. */
+#define WK_ADOPT_DISCONNECTED (-ECONNABORTED)
 
 /* Verdict on record idx owned by `slot` whose predecessor is dead. */
 enum wk_adopt_verdict wk_adopt_classify(const struct shm *shm, uint32_t idx,
@@ -93,6 +98,15 @@ int wk_adopt_list(struct shm *shm, unsigned slot, struct shm_counters *ctr, uint
  * record whose relay port a socket still holds (a killed predecessor's, not closed yet)
  * waits in w->adopt_wait. */
 void wk_adopt_run(struct worker *w);
+/* A disconnect frame d (IPC_DISC_USER or IPC_DISC_INDEX) taken before the adoption ran (a
+ * first snapshot rejected, a config discovery service's bootstrap config without
+ * listeners): kept, so that wk_adopt_run ends the records it names (wk_disconnect_why)
+ * instead of adopting them; forgotten once it ran. A repeat of a kept one is not kept
+ * again; at most WK_DISC_PENDING_MAX, further ones logged and lost. IPC_DISC_REVOKED needs none: the adoption checks the list. */
+void wk_adopt_disc_keep(struct worker *w, const struct ipc_disconnect *d);
+/* worker.c: why disconnect frame arg (struct ipc_disconnect) ends record idx, or NULL. */
+const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
+			      const void *arg);
 /* Tries the records that wait again when their next try is due (from wk_check_cb, the
  * snapshot current); the last try, 10 s after the adoption, releases what still cannot
  * bind. Cheap when nothing waits. */

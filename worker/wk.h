@@ -21,6 +21,7 @@
 #include <ev.h>
 #include <openssl/ssl.h>
 
+#include "common/ipc.h"
 #include "common/mono.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
@@ -35,6 +36,8 @@
 #include "worker/wake.h"
 #include "worker/wheel.h"
 #include "worker/worker.h"
+
+#define WK_DISC_PENDING_MAX 16u	/* disconnect frames kept for the adoption */
 
 #define WK_MAGIC 0x574b5231u		/* struct worker, checked by wk_checked() */
 #define WK_MAX_LISTENERS SHM_MAX_LISTENERS
@@ -198,6 +201,10 @@ struct worker {
 	uint64_t snap_bad_gen;		/* last generation snap_open rejected, logged once */
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
+	/* IPC_DISC_USER and IPC_DISC_INDEX frames taken before the adoption ran: it ends what
+	 * they name instead of adopting it (adopt.c: wk_adopt_disc_keep). */
+	struct ipc_disconnect disc_pending[WK_DISC_PENDING_MAX];
+	unsigned n_disc_pending;
 	/* Adoption binds the relay sockets and leaves their buffer sizes and DF mode to an
 	 * idle watcher that runs once relaying has resumed (adopt.c: wk_adopt_tune_cb). */
 	bool adopting;

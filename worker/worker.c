@@ -29,6 +29,7 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "shm/shm_lslot.h"
+#include "shm/shm_quota.h"
 #include "shm/shm_revoke.h"
 
 static void wk_pem_digest(const struct snap_listener *sl, uint8_t out[32])
@@ -375,19 +376,24 @@ static const char *wk_listener_gone_why(struct worker *w, const struct shm_alloc
 									   : NULL;
 }
 
-/* Why the disconnect request d ends record idx, or NULL. turngatectl revoke ends by index
- * what it has just revoked: the session record's end reason says so. */
-static const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
-				     const void *arg)
+/* Why the disconnect request d ends record idx, or NULL. The master counted its reply
+ * with the same tests (shm_quota_user_match, the revocation list). */
+const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
+			      const void *arg)
 {
 	const struct ipc_disconnect *d = arg;
+	size_t len = rec->user_len < SHM_ALLOC_USER_MAX ? rec->user_len : SHM_ALLOC_USER_MAX;
 
-	if (d->by == IPC_DISC_INDEX && idx == d->index)
-		return wk_rec_revoked(w, rec, wk_unix_now()) ? "credential revoked"
-							     : "disconnected by admin";
-	if (d->by == IPC_DISC_USER && rec->user_len == strnlen(d->user, IPC_USER_MAX) &&
-	    memcmp(rec->username, d->user, rec->user_len) == 0)
-		return "disconnected by admin";
+	switch (d->by) {
+	case IPC_DISC_INDEX:
+		return idx == d->index ? "disconnected by admin" : NULL;
+	case IPC_DISC_USER:
+		return shm_quota_user_match(rec->username, len, d->user, strlen(d->user))
+			       ? "disconnected by admin"
+			       : NULL;
+	case IPC_DISC_REVOKED:
+		return wk_rec_revoked(w, rec, wk_unix_now()) ? "credential revoked" : NULL;
+	}
 	return NULL;
 }
 
@@ -404,6 +410,7 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 			wk_alloc_destroy(w, a, why);
 	}
 	wk_adopt_wait_end(w, wk_disconnect_why, d);
+	wk_adopt_disc_keep(w, d);	/* before the adoption: for what it adopts */
 }
 
 static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)

@@ -1,12 +1,13 @@
 """turngatectl against a running daemon: human output, --json, exit statuses, usage errors."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, echo_peer,  # noqa: E402
-                           free_port, run_tests)
+from harness_admin import (TURNGATECTL, Client, Daemon, check, config_yaml,  # noqa: E402
+                           echo_peer, free_port, run_tests, wait_for)
 
 
 def test_ctl_commands(d):
@@ -69,6 +70,65 @@ def test_ctl_commands(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_ctl_not_reached(d):
+    """disconnect --user and revoke whose worker cannot be told: its control channel is full
+    (the worker SIGSTOPped, the channel filled with disconnects of its one allocation by id
+    until the master's send fails; no timing involved). turngatectl prints the reply
+    whole: disconnect the "not reached:" line and exit 1 (nothing else ends those), revoke
+    its entry, "ended 0" and the not-reached count as information, exit 0 (the worker's
+    own sweep ends them). Before: both exited 1 and printed only "turngatectl: CMD: -".
+    Relay ports 28740-28749 (no other test's)."""
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                                   workers=1,
+                                   extra_admin="  worker_ping_timeout: 3600\n"
+                                               "  worker_stall_timeout: 3600\n"
+                                               "  relay_port_min: 28740\n"
+                                               "  relay_port_max: 28749\n"),
+                    workers=1).start()
+    c = Client(port, user="alice", secret="s3cret", realm="test.realm")
+    pid, stopped = None, False
+    try:
+        c.allocate()
+        aid = daemon.allocations()[0]["id"]
+        pid = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        stopped = True
+        for sent in range(10000):
+            r = daemon.admin({"cmd": "disconnect", "id": aid})
+            if r.get("ok") is not True:
+                break
+        check(r.get("ok") is False, "the control channel never filled: %r" % (r,))
+        sys.stderr.write("  control channel full after %d frame(s): %s\n"
+                         % (sent, r.get("error")))
+
+        rc, out, err = daemon.ctl("disconnect", "--user", "alice")
+        lines = out.split("\n")
+        check(rc == 1 and err == "" and lines[0] == "disconnected 0 allocation(s)" and
+              lines[1].startswith("not reached: 1 allocation(s) (their worker is not running "
+                                  "or its control channel is full") and lines[2:] == [""],
+              (rc, out, err))
+
+        rc, out, err = daemon.ctl("revoke", "--user-id", "alice", "--for", "1h")
+        lines = out.split("\n")
+        check(rc == 0 and err == "" and lines[0].startswith("revoked: user_id  alice") and
+              lines[1] == "ended 0 allocation(s)" and
+              lines[2] == "1 allocation(s) on workers not reached now: they end when their "
+                          "worker sweeps or adopts" and lines[3:] == [""], (rc, out, err))
+        rc, out, err = daemon.ctl("--json", "revoke", "--user-id", "alice", "--for", "1h")
+        check(rc == 0 and json.loads(out)["not_reached"] == 1, (rc, out, err))
+
+        os.kill(pid, signal.SIGCONT)
+        stopped = False
+        wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == 0,
+                 "the allocation ended once the worker runs again")
+    finally:
+        if stopped:
+            os.kill(pid, signal.SIGCONT)
+        c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_ctl_probe(d):
     port = free_port()
     daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"),
@@ -119,4 +179,4 @@ def test_ctl_no_daemon(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_ctl_commands, test_ctl_probe, test_ctl_no_daemon])
+    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_probe, test_ctl_no_daemon])

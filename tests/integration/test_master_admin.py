@@ -83,7 +83,7 @@ def test_every_command(d):
         check(dr["ok"] and dr["draining"] is False, dr)
 
         dc = daemon.admin({"cmd": "disconnect", "user": "nobody"})
-        check(dc == {"ok": True, "disconnected": 0}, dc)
+        check(dc == {"ok": True, "disconnected": 0, "not_reached": 0}, dc)
         dc = daemon.admin({"cmd": "disconnect", "id": 0})
         check(dc == {"ok": False, "error": "no such allocation"}, dc)
     finally:
@@ -105,6 +105,7 @@ BAD = [
     (b"{\"cmd\":\"disconnect\",\"id\":99999999}\n", None),
     (b"{\"cmd\":\"disconnect\",\"id\":1,\"user\":\"a\"}\n", None),
     (b"{\"cmd\":\"disconnect\",\"user\":\"\"}\n", None),
+    (b"{\"cmd\":\"disconnect\",\"user\":\"%s\"}\n" % (b"u" * 516), None),
     (b"{\"cmd\":\"drain\",\"on\":\"yes\"}\n", None),
     (b"{\"cmd\":\"loglevel\",\"spec\":\"all:LOUD\"}\n",
      "malformed log spec (expected e.g. \"all:INFO,turn:DEBUG\")"),

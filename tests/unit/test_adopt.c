@@ -1220,6 +1220,67 @@ static void test_run_ends_marked(void **state)
 	maps_worker_free(shm, w, &l);
 }
 
+/* A LIVE record of user for the listener l of slot 0 (worker_fix_rec). */
+static uint32_t user_rec(struct shm *shm, const struct wk_listener *l, uint16_t client_port,
+			 uint16_t relay_port, const char *user)
+{
+	struct shm_alloc *rec;
+	uint32_t idx;
+
+	worker_fix_rec(shm, l, client_port, relay_port, mono_ns() + 60000000000ull, &idx, &rec);
+	rec->user_len = (uint16_t)strlen(user);
+	memcpy(rec->username, user, strlen(user));
+	worker_fix_rec_publish(shm, l, idx, rec);
+	return idx;
+}
+
+/* A disconnect of a user taken before the adoption ran (wk_adopt_disc_keep: the first
+ * snapshot rejected, a bootstrap config without listeners) ends that user's records at the
+ * adoption, with end reason admin_disconnect, counted ended, not dropped or adopted; a
+ * record of another user is adopted. The kept disconnect is forgotten after the run.
+ * Before: the frame found no allocation and the records were adopted, running on. */
+static void test_run_ends_disconnected(void **state)
+{
+	struct ipc_disconnect d = { .by = IPC_DISC_USER, .user = "alice" };
+	struct shm_rec_ev ev = { 0 };
+	struct shm_counters out;
+	struct worker_heritage h;
+	struct wk_listener l;
+	struct worker *w;
+	struct shm *shm;
+	uint32_t alice, bob;
+	uint16_t port;
+
+	(void)state;
+	(void)maps_worker_new("test-adopt-disc-run", &shm, &h, &w, &l);
+	alice = user_rec(shm, &l, 40000, 31722, "1800000000:alice");
+	close(worker_fix_bound(SOCK_DGRAM, &port));	/* a free port for bob's relay */
+	bob = user_rec(shm, &l, 40001, port, "bob");
+	/* an operator's repeats take no room: more than the list holds, still one */
+	for (unsigned i = 0; i <= WK_DISC_PENDING_MAX; i++)
+		wk_adopt_disc_keep(w, &d);
+	d.by = IPC_DISC_REVOKED;	/* the adoption checks the list itself: not kept */
+	wk_adopt_disc_keep(w, &d);
+	assert_int_equal(w->n_disc_pending, 1);
+
+	wk_adopt_run(w);
+	assert_int_equal(w->n_disc_pending, 0);
+	assert_int_equal(w->n_allocs, 1);
+	assert_int_equal(shm_alloc_get(shm, 0, alice, NULL), -EPERM);	/* released */
+	assert_int_equal(shm_alloc_get(shm, 0, bob, NULL), 0);
+	assert_int_equal(shm_records_drain(shm, drain_ev, &ev), 1);
+	assert_int_equal(ev.reason, SHM_REC_ADMIN);
+	assert_int_equal(shm_counters_read(shm, 0, &out), 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ENDED], 1);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_DROPPED], 0);
+	assert_int_equal(out.v[SHM_CTR_ALLOCS_ADOPTED], 1);
+	/* kept no more once adopted */
+	d.by = IPC_DISC_USER;
+	wk_adopt_disc_keep(w, &d);
+	assert_int_equal(w->n_disc_pending, 0);
+	maps_worker_free(shm, w, &l);
+}
+
 static void test_wait_end_client_again(void **state)
 {
 	(void)state;
@@ -1317,6 +1378,7 @@ int main(void)
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
 		cmocka_unit_test(test_run_ends_marked),
+		cmocka_unit_test(test_run_ends_disconnected),
 		cmocka_unit_test(test_wait_end_client_again_no_entry),
 		cmocka_unit_test(test_take_if_ours),
 #endif

@@ -327,6 +327,13 @@ static void test_disconnect(void **state)
 	assert_int_equal(d.by, IPC_DISC_INDEX);
 	assert_int_equal(d.index, 17);
 
+	assert_int_equal(ipc_send_disconnect_revoked(p->a), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_REVOKED);
+	assert_int_equal(d.index, 0);
+	assert_int_equal(d.user[0], 0);
+
 	/* A user field without a terminating NUL is refused on receive. */
 	{
 		struct {

@@ -14,15 +14,19 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "common/ipc.h"
 #include "common/log.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
 #include "master/master.h"
 #include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "shm/shm_revoke.h"
 #include "shm/shm_state.h"
 
 static int count_fds(void)
@@ -368,6 +372,112 @@ static void test_admin_mutations(void **state)
 	fixture_free(m);
 }
 
+/* A LIVE record of user in slot's partition. */
+static void live_rec(struct shm *shm, unsigned slot, const char *user)
+{
+	struct shm_alloc *rec;
+	uint32_t idx;
+
+	assert_int_equal(shm_alloc_claim(shm, slot, &idx, &rec), 0);
+	rec->user_len = (uint16_t)strlen(user);
+	memcpy(rec->username, user, strlen(user));
+	assert_int_equal(shm_alloc_publish(shm, slot, idx), 0);
+}
+
+static json_t *disconnect_alice(struct master *m)
+{
+	static const char req[] = "{\"cmd\":\"disconnect\",\"user\":\"alice\"}";
+
+	return admin_dispatch(m, &test_root_peer, req, strlen(req));
+}
+
+/* disconnect --user: one IPC_DISC_USER frame per worker that owns any of the user's
+ * allocations, whatever their number; those of a worker that is not running, or whose
+ * frame cannot be sent, are counted not reached, never disconnected. */
+static void test_disconnect_user_frames(void **state)
+{
+	static const char revoke_req[] = "{\"cmd\":\"revoke\",\"user_id\":\"alice\"}";
+	static struct master m;
+	static struct mworker w[2];
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 2048
+	};
+	struct ipc_disconnect d;
+	struct ipc_msg msg;
+	int sp[2], fd;
+	unsigned full = 0;
+	json_t *r;
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	memset(w, 0, sizeof(w));
+	m.magic = MASTER_MAGIC;
+	m.loop = ev_default_loop(0);
+	m.n_slots = 2;
+	m.workers = w;
+	assert_int_equal(ipc_socketpair(sp), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		w[i].m = &m;
+		w[i].slot = i;
+		w[i].last_status = -1;
+	}
+	w[0].ctl_fd = sp[0];
+	w[1].ctl_fd = -1;	/* died, not respawned yet */
+	assert_int_equal(conf_load_default(NULL, &m.cfg), 0);
+	assert_int_equal(shm_create(&sc, "test-disconnect", &m.shm), 0);
+	assert_int_equal(reload_publish(&m), 0);
+	/* More than a control socket holds frames, of the REST and the static alice. */
+	for (unsigned i = 0; i < 1000; i++)
+		live_rec(m.shm, 0, i % 2 ? "1700000000:alice" : "alice");
+	live_rec(m.shm, 0, "bob");
+	live_rec(m.shm, 0, "team:alice");
+	live_rec(m.shm, 1, "alice");
+	live_rec(m.shm, 1, "1800000000:alice");
+
+	r = disconnect_alice(&m);
+	assert_true(json_is_true(json_object_get(r, "ok")));
+	assert_int_equal(json_integer_value(json_object_get(r, "disconnected")), 1000);
+	assert_int_equal(json_integer_value(json_object_get(r, "not_reached")), 2);
+	json_decref(r);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(msg.hdr.type, IPC_DISCONNECT);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_USER);
+	assert_string_equal(d.user, "alice");
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);	/* one frame, not 1000 */
+
+	/* revoke counts the same records, those the new entry refuses (before it is stored:
+	 * master/revoke.c), and sends one IPC_DISC_REVOKED frame; the entry is stored. */
+	r = admin_dispatch(&m, &test_root_peer, revoke_req, strlen(revoke_req));
+	assert_true(json_is_true(json_object_get(r, "ok")));
+	assert_int_equal(json_integer_value(json_object_get(r, "disconnected")), 1000);
+	assert_int_equal(json_integer_value(json_object_get(r, "not_reached")), 2);
+	json_decref(r);
+	assert_true(shm_revoke_match(m.shm, "1900000000:alice", 16, time(NULL)));
+	assert_false(shm_revoke_match(m.shm, "team:alice", 10, time(NULL)));
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_REVOKED);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+
+	/* A control socket that takes no more: nothing counted as disconnected. */
+	while (ipc_send_ping(sp[0], ++full) == 0 && full < 100000)
+		;
+	r = disconnect_alice(&m);
+	assert_int_equal(json_integer_value(json_object_get(r, "disconnected")), 0);
+	assert_int_equal(json_integer_value(json_object_get(r, "not_reached")), 1002);
+	json_decref(r);
+
+	close(sp[0]);
+	close(sp[1]);
+	conf_free(m.cfg);
+	shm_destroy(m.shm);
+	reload_result_clear(&m.last_reload);
+	snap_blob_free(m.snap_blob, m.snap_len);
+	free(m.log_override);
+	log_set_spec("all:INFO");
+}
+
 static void test_state_names(void **state)
 {
 	(void)state;
@@ -385,6 +495,7 @@ int main(void)
 		cmocka_unit_test(test_listener_failures_leave_nothing_open),
 		cmocka_unit_test(test_admin_malformed),
 		cmocka_unit_test(test_admin_mutations),
+		cmocka_unit_test(test_disconnect_user_frames),
 		cmocka_unit_test(test_state_names),
 	};
 

@@ -207,6 +207,30 @@ static void test_user_keys(void **state)
 	assert_int_equal(shm_quota_user_key("12a:x", 5), shm_quota_key(SHM_QUOTA_USER, "12a:x", 5));
 }
 
+/* The one test of `allocations --user` and `disconnect --user`, in the master and the
+ * workers: the whole username, or the user id of a REST username, nothing else. */
+static void test_user_match(void **state)
+{
+#define MATCH(user, want) shm_quota_user_match(user, strlen(user), want, strlen(want))
+	(void)state;
+	assert_true(MATCH("alice", "alice"));
+	assert_true(MATCH("1700000000:alice", "alice"));
+	assert_true(MATCH("1700000000:alice", "1700000000:alice"));
+	assert_true(MATCH("1:d:e", "d:e"));
+	assert_false(MATCH("1:d:e", "e"));
+	assert_false(MATCH("1700000000:alice", "alic"));
+	assert_false(MATCH("1700000000:alice", "1700000000"));
+	assert_false(MATCH("alice", "alice2"));
+	assert_false(MATCH("alice", ""));
+	/* not a REST username: only the whole name matches */
+	assert_false(MATCH("team:alice", "alice"));
+	assert_true(MATCH("team:alice", "team:alice"));
+	assert_false(MATCH("12a:alice", "alice"));
+	assert_false(MATCH("12345678901234567890:alice", "alice"));
+	assert_false(MATCH("1700000000:", ""));
+#undef MATCH
+}
+
 static void test_read_only(void **state)
 {
 	struct shm *shm = mk(10), *ro = NULL;
@@ -295,7 +319,7 @@ int main(void)
 		cmocka_unit_test(test_take_give),     cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_shared_window), cmocka_unit_test(test_full_window),
 		cmocka_unit_test(test_record_keys),   cmocka_unit_test(test_user_keys),
-		cmocka_unit_test(test_read_only),     cmocka_unit_test(test_race_exact),
+		cmocka_unit_test(test_read_only),     cmocka_unit_test(test_user_match),     cmocka_unit_test(test_race_exact),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

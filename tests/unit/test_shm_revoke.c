@@ -38,6 +38,12 @@ static bool match(const struct shm *s, const char *user, int64_t now)
 	return shm_revoke_match(s, user, strlen(user), now);
 }
 
+/* shm_revoke_names: one entry's test, without the list (what revoke counts with). */
+static bool names(enum shm_revoke_kind k, const char *name, const char *user)
+{
+	return shm_revoke_names(k, name, strlen(name), user, strlen(user));
+}
+
 static int add(struct shm *s, enum shm_revoke_kind k, const char *name, int64_t until)
 {
 	return shm_revoke_add(s, k, name, strlen(name), T0, until);
@@ -65,6 +71,15 @@ static void test_add_match_del(void **state)
 	assert_true(match(s, "1700003600:bob", T0));
 	assert_false(match(s, "1700003601:bob", T0));
 	assert_false(match(s, "bob", T0));
+	/* the same tests, entry by entry */
+	assert_true(names(SHM_REVOKE_USER_ID, "alice", "1800000000:alice"));
+	assert_true(names(SHM_REVOKE_USER_ID, "alice", "alice"));
+	assert_false(names(SHM_REVOKE_USER_ID, "alice", "x:alice"));
+	assert_false(names(SHM_REVOKE_USER_ID, "1700003600:alice", "1700003600:alice"));
+	assert_true(names(SHM_REVOKE_USER, "1700003600:bob", "1700003600:bob"));
+	assert_false(names(SHM_REVOKE_USER, "bob", "1700003600:bob"));
+	assert_false(names(SHM_REVOKE_NONE, "bob", "bob"));
+	assert_false(names(SHM_REVOKE_USER, "", ""));
 	/* renewal keeps one entry with the new expiry */
 	assert_int_equal(add(s, SHM_REVOKE_USER_ID, "alice", T0 + 60), 1);
 	assert_int_equal(shm_revoke_list(s, T0, e, 4), 2);
