@@ -499,6 +499,10 @@ static int master_start(struct master *m)
 	rc = reload_publish(m);
 	if (rc < 0)
 		return rc;
+	/* Before the first worker: the take-over's records are written first (records_start
+	 * drains them), so that no worker's event of the same allocation can precede them. */
+	if (records_start(m) < 0)
+		log_error("master", "session records: no memory: none are written");
 	rc = supervise_init(m);
 	if (rc < 0)
 		return rc;
@@ -511,8 +515,6 @@ static int master_start(struct master *m)
 	}
 	park_release(m);	/* the workers hold the handed-over connections now */
 	start_watchers(m);
-	if (records_start(m) < 0)
-		log_error("master", "session records: no memory: none are written");
 	rc = httpd_start(m);
 	upgrade_close_unused(m);
 	return rc;

@@ -27,11 +27,13 @@
 #include "shm/shm_quota.h"
 #include "shm/shm_records.h"
 
-/* The rings hold SHM_REC_RING (512) each: 100 drains a second keep up with bursts of ends
- * while the master's loop is busy (10,000 ends a second ended by admin disconnects: 20
- * drains a second dropped 1,800-2,200 of 10,000, 100 none up to 15,000 a second; see
- * bench/records_ends.py and docs/performance.md). A drain of empty rings reads two words
- * per slot. */
+/* The rings hold SHM_REC_RING (512) each; what a burst of ends does not fit waits in its
+ * worker's backlog until a drain frees room (shm/shm_records.h). 100 drains a second keep
+ * that rare while the master's loop is busy (10,000 ends a second ended by admin
+ * disconnects: with 20 drains a second and no backlog yet, 1,800-2,200 of 10,000 were
+ * dropped, with 100 none up to 15,000 a second; see bench/records_ends.py and
+ * docs/performance.md) and empty a backlog at 51,200 events a second. A drain of empty
+ * rings reads two words per slot. */
 #define RECORDS_DRAIN_S 0.01
 
 enum rec_out { OUT_NONE, OUT_FILE, OUT_STDOUT, OUT_SYSLOG };
@@ -372,6 +374,9 @@ int records_start(struct master *m)
 	m->records = r;
 	apply(r);
 	ev_timer_start(m->loop, &r->drain_w);
+	/* A take-over's events, its ends beyond the rings' room included (our own backlog,
+	 * shm/shm_records.h), written before any worker runs (master/main.c). */
+	drain(r);
 	return 0;
 }
 

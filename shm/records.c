@@ -4,7 +4,9 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include "shm/shm_internal.h"
 #include "shm/shm_records.h"
@@ -70,6 +72,110 @@ int shm_records_validate(const struct shm_records_hdr *h, uint32_t n_rings)
 	return 0;
 }
 
+/* ---- the producer's backlog ------------------------------------------------------------
+ * A ring holds SHM_REC_RING events; a burst of ends in one loop iteration (a listener
+ * removed, a user revoked, a bulk expiry, a take-over's ends) can be far more. What does
+ * not fit waits here, in the producing process's memory, oldest first, and goes into the
+ * ring as the master frees room (shm_records_flush; the master, which is also the
+ * consumer, writes its own from shm_records_drain). Once a slot's backlog holds an event,
+ * every later event of that slot queues behind it, so the ring sees one producer's events
+ * in the order they were pushed (a start record before its allocation's end). */
+
+#define REC_CHUNK 128u     /* events a backlog chunk holds */
+
+struct rec_chunk {
+	TAILQ_ENTRY(rec_chunk) link;
+	uint32_t head, tail;   /* events [head, tail) of ev wait */
+	struct shm_rec_ev ev[REC_CHUNK];
+};
+
+struct shm_rec_backlog {
+	TAILQ_HEAD(rec_chunks, rec_chunk) q;
+	uint64_t n;            /* events waiting */
+};
+
+static int backlog_add(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev)
+{
+	struct shm_rec_ring *r = shm_rec_ring_at(shm, slot);
+	struct shm_rec_backlog *b;
+	struct rec_chunk *c;
+
+	if (shm->rec_bl == NULL) {
+		shm->rec_bl = calloc(shm->cfg.n_slots, sizeof(*shm->rec_bl));
+		if (shm->rec_bl == NULL)
+			goto nomem;
+		for (unsigned i = 0; i < shm->cfg.n_slots; i++)
+			TAILQ_INIT(&shm->rec_bl[i].q);
+	}
+	b = &shm->rec_bl[slot];
+	c = TAILQ_LAST(&b->q, rec_chunks);
+	if (c == NULL || c->tail == REC_CHUNK) {
+		c = malloc(sizeof(*c));
+		if (c == NULL)
+			goto nomem;
+		c->head = c->tail = 0;
+		TAILQ_INSERT_TAIL(&b->q, c, link);
+	}
+	memcpy(&c->ev[c->tail++], ev, sizeof(*ev));
+	b->n++;
+	CMM_STORE_SHARED(r->waiting, b->n);
+	return 0;
+nomem:
+	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + 1);
+	return -ENOMEM;
+}
+
+/* The oldest event of slot's backlog, or NULL. */
+static const struct shm_rec_ev *backlog_first(const struct shm *shm, unsigned slot)
+{
+	struct rec_chunk *c;
+
+	if (shm->rec_bl == NULL || shm->rec_bl[slot].n == 0)
+		return NULL;
+	c = TAILQ_FIRST(&shm->rec_bl[slot].q);
+	return &c->ev[c->head];
+}
+
+/* Takes off the event backlog_first gave. */
+static void backlog_pop(struct shm *shm, unsigned slot)
+{
+	struct shm_rec_backlog *b = &shm->rec_bl[slot];
+	struct rec_chunk *c = TAILQ_FIRST(&b->q);
+
+	if (++c->head == c->tail) {
+		TAILQ_REMOVE(&b->q, c, link);
+		free(c);
+	}
+	b->n--;
+}
+
+/* Empties slot's backlog: n events (counted dropped by the caller, or not). */
+static uint64_t backlog_clear(struct shm *shm, unsigned slot)
+{
+	struct shm_rec_backlog *b;
+	struct rec_chunk *c;
+	uint64_t n;
+
+	if (shm->rec_bl == NULL)
+		return 0;
+	b = &shm->rec_bl[slot];
+	n = b->n;
+	while ((c = TAILQ_FIRST(&b->q)) != NULL) {
+		TAILQ_REMOVE(&b->q, c, link);
+		free(c);
+	}
+	b->n = 0;
+	return n;
+}
+
+void shm_records_backlog_free(struct shm *shm)
+{
+	for (unsigned s = 0; shm->rec_bl != NULL && s < shm->cfg.n_slots; s++)
+		(void)backlog_clear(shm, s);
+	free(shm->rec_bl);
+	shm->rec_bl = NULL;
+}
+
 int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev)
 {
 	struct shm_rec_ring *r;
@@ -80,18 +186,77 @@ int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev 
 		return -EROFS;
 	if (slot >= shm->cfg.n_slots || ev == NULL)
 		return -EINVAL;
+	if (shm->rec_bl != NULL && shm->rec_bl[slot].n != 0)
+		return backlog_add(shm, slot, ev);	/* behind the older ones */
 	r = shm_rec_ring_at(shm, slot);
 	head = CMM_LOAD_SHARED(r->head);
 	tail = CMM_LOAD_SHARED(r->tail);
 	cmm_smp_mb();	/* the tail before our stores into the slot it freed */
-	if (head - tail >= SHM_REC_RING) {
-		CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + 1);
-		return -ENOBUFS;
-	}
+	if (head - tail >= SHM_REC_RING)
+		return backlog_add(shm, slot, ev);
 	memcpy(&r->ev[head & (SHM_REC_RING - 1)], ev, sizeof(*ev));
 	cmm_smp_wmb();	/* the event before the head that publishes it */
 	CMM_STORE_SHARED(r->head, head + 1);
 	return 0;
+}
+
+uint64_t shm_records_flush(struct shm *shm, unsigned slot)
+{
+	const struct shm_rec_ev *ev;
+	struct shm_rec_ring *r;
+	uint64_t head, tail;
+
+	shm_check_handle(shm);
+	if (shm->ro || slot >= shm->cfg.n_slots || backlog_first(shm, slot) == NULL)
+		return 0;
+	r = shm_rec_ring_at(shm, slot);
+	head = CMM_LOAD_SHARED(r->head);
+	tail = CMM_LOAD_SHARED(r->tail);
+	cmm_smp_mb();	/* the tail before our stores into the slots it freed */
+	for (; head - tail < SHM_REC_RING && (ev = backlog_first(shm, slot)) != NULL; head++) {
+		memcpy(&r->ev[head & (SHM_REC_RING - 1)], ev, sizeof(*ev));
+		backlog_pop(shm, slot);
+	}
+	cmm_smp_wmb();	/* the events before the head that publishes them */
+	CMM_STORE_SHARED(r->head, head);
+	CMM_STORE_SHARED(r->waiting, shm->rec_bl[slot].n);
+	return shm->rec_bl[slot].n;
+}
+
+uint64_t shm_records_waiting(const struct shm *shm, unsigned slot)
+{
+	return shm->rec_bl != NULL && slot < shm->cfg.n_slots ? shm->rec_bl[slot].n : 0;
+}
+
+void shm_records_abandon(struct shm *shm, unsigned slot)
+{
+	struct shm_rec_ring *r;
+	uint64_t n;
+
+	shm_check_handle(shm);
+	if (shm->ro || slot >= shm->cfg.n_slots)
+		return;
+	n = backlog_clear(shm, slot);
+	r = shm_rec_ring_at(shm, slot);
+	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + n);
+	CMM_STORE_SHARED(r->waiting, 0);
+}
+
+void shm_records_disown(struct shm *shm)
+{
+	shm_check_handle(shm);
+	shm_records_backlog_free(shm);
+}
+
+void shm_records_reaped(struct shm *shm, unsigned slot)
+{
+	struct shm_rec_ring *r = shm_rec_ring_at(shm, slot);
+	uint64_t n = CMM_LOAD_SHARED(r->waiting);
+
+	if (n == 0)
+		return;
+	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + n);
+	CMM_STORE_SHARED(r->waiting, 0);
 }
 
 static int build_ev(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
@@ -204,6 +369,30 @@ int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,
 	return push_rec(shm, slot, idx, rec, reason, now_ns, true);
 }
 
+/* The consumer's own backlog (events it pushed as the producer of a slot without a
+ * worker: a take-over's, a dead slot's), after the rings: a slot's backlog is younger
+ * than what its ring held when it began. */
+static unsigned drain_own(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
+			  void *arg)
+{
+	const struct shm_rec_ev *ev;
+	unsigned n = 0;
+
+	for (unsigned s = 0; shm->rec_bl != NULL && s < shm->cfg.n_slots; s++) {
+		if (shm->rec_bl[s].n == 0)
+			continue;
+		for (; (ev = backlog_first(shm, s)) != NULL; n++) {
+			struct shm_rec_ev copy;
+
+			memcpy(&copy, ev, sizeof(copy));
+			backlog_pop(shm, s);
+			fn(&copy, arg);
+		}
+		CMM_STORE_SHARED(shm_rec_ring_at(shm, s)->waiting, 0);
+	}
+	return n;
+}
+
 unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
 			   void *arg)
 {
@@ -230,7 +419,7 @@ unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *
 		cmm_smp_mb();	/* our copies before the producer may reuse the entries */
 		CMM_STORE_SHARED(r->tail, tail);
 	}
-	return n;
+	return n + drain_own(shm, fn, arg);
 }
 
 uint64_t shm_records_dropped(const struct shm *shm)

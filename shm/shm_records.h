@@ -7,10 +7,18 @@
  *     before shm_alloc_retire), or the master while no worker runs in S (take-over, a
  *     dead slot's records). Never two at once.
  *   - The consumer is the master (shm_records_drain), on its tick.
- *   - A full ring drops the event and counts it (dropped); a push never blocks or waits.
- * An event pushed is in the segment, hence in the state file: a worker crash, a restart or
- * an upgrade that takes the segment over (shm/image.c carries undrained events) loses
- * none of them. */
+ *   - A push never blocks or waits: an event a full ring has no room for waits in the
+ *     producer's private backlog (memory of its process, in the handle), oldest first,
+ *     and every later event of that slot behind it. A worker moves it into the ring as
+ *     the master frees room (shm_records_flush, from its loop while the backlog is not
+ *     empty, and at its stop with a bounded wait); the master, producer of slots without
+ *     a worker (take-over, a dead slot's records), writes its own from shm_records_drain.
+ *     Only a backlog without memory drops an event (counted).
+ * An event in the ring is in the segment, hence in the state file: a worker crash, a
+ * restart or an upgrade that takes the segment over (shm/image.c carries undrained events)
+ * loses none of them. An event in a backlog dies with its process: a worker's count of
+ * them is in its ring (waiting), which the master adds to dropped at its reap (and a
+ * take-over, after a kill -9 of the daemon). */
 #ifndef TG_SHM_SHM_RECORDS_H
 #define TG_SHM_SHM_RECORDS_H
 
@@ -74,7 +82,8 @@ struct shm_rec_ev {
 
 /* Producer of `slot`: one event built from record idx (a copy the caller owns or the live
  * record of its own slot) with `reason` at now_ns; listener (NULL: unknown) is its
- * listener's name. Returns 0, -ENOBUFS (ring full: counted as dropped), -EINVAL, -EROFS. */
+ * listener's name. Returns 0 (in the ring, or in the backlog behind a full one), -ENOMEM
+ * (no memory for the backlog: counted as dropped), -EINVAL, -EROFS. */
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
 		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener);
 
@@ -84,6 +93,18 @@ int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct 
 int shm_records_push_start(struct shm *shm, unsigned slot, uint32_t idx,
 			   const struct shm_alloc *rec, uint64_t now_ns, const char *listener);
 
+/* Producer of `slot`: moves what its backlog holds into the ring, as far as there is
+ * room. Returns the events still waiting (0: the backlog is empty). */
+uint64_t shm_records_flush(struct shm *shm, unsigned slot);
+/* Producer of `slot`: the events its backlog holds (process-local; a load). */
+uint64_t shm_records_waiting(const struct shm *shm, unsigned slot);
+/* Producer of `slot`, giving up (its stop found the master not draining): the backlog's
+ * events are counted as dropped and freed. */
+void shm_records_abandon(struct shm *shm, unsigned slot);
+/* A worker, first thing after the fork: the backlog inherited with the master's handle
+ * is the master's to write; it is forgotten here (not counted). */
+void shm_records_disown(struct shm *shm);
+
 /* Master: whether workers push start events (admin.session_records.start). */
 void shm_records_want_start(struct shm *shm, bool on);
 
@@ -92,12 +113,15 @@ int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_allo
 		      enum shm_rec_reason reason, uint64_t now_ns, struct shm_rec_ev *out);
 
 /* Consumer (master): calls fn for each pending event of every slot, oldest first per
- * slot, then marks them consumed. Returns the number of events. */
+ * slot, then marks them consumed; then for each event of this handle's own backlog (what
+ * it pushed as a slot's producer beyond the ring), oldest first per slot. Returns the
+ * number of events. */
 unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
 			   void *arg);
 
-/* Events dropped by full rings, plus records the master could not write, since the
- * segment was created (take-overs add the earlier run's). */
+/* Events lost by producers (a backlog without memory, a worker that died or gave up with
+ * events in its backlog), plus records the master could not write, since the segment was
+ * created (take-overs add the earlier run's). */
 uint64_t shm_records_dropped(const struct shm *shm);
 /* Records written, and failed webhook deliveries (master's counts, for metrics). */
 void shm_records_counts(const struct shm *shm, uint64_t *written, uint64_t *hook_failures);

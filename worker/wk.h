@@ -175,6 +175,7 @@ struct worker {
 	ev_io ho_io;			/* the slot's hand-over channel (handover.c) */
 	ev_timer tick;
 	ev_timer hb;
+	ev_timer rec_flush;		/* while session-record events wait (recflush.c) */
 	ev_signal sigterm, sigint, sigquit;
 	bool draining;
 	bool parking;			/* IPC_PARK: hand the stream connections over at exit */

@@ -5,6 +5,7 @@
 #include "worker/dtlslinger.h"
 #include "worker/unauth.h"
 #include "worker/lifecycle.h"
+#include "worker/recflush.h"
 #include "worker/relay.h"
 #include "worker/stream.h"
 #include "worker/transport.h"
@@ -250,6 +251,7 @@ static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 		w->wake_on = w->wake.on;
 		ev_set_io_collect_interval(loop, wk_wake_interval(&w->wake));
 	}
+	wk_recflush_prepare(w);
 	w->snap = NULL;
 	shm_qsbr_offline(w->shm, w->slot);
 }
@@ -750,6 +752,7 @@ int worker_run(const struct worker_heritage *h)
 	wk_tcp_init(w);
 	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);
+	wk_recflush_init(w);
 	wk_ho_start(w);
 	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
 	for (size_t i = 0; i < h->n_listeners; i++) {
@@ -766,6 +769,7 @@ int worker_run(const struct worker_heritage *h)
 	log_info("worker", "slot %u running with %zu listeners", w->slot, w->n_ls);
 	ev_run(w->loop, 0);
 	status = w->exit_status;
+	wk_recflush_stop(w);	/* while the master still drains: before we count stopped */
 	wk_ctl_last(w);
 	if (w->parking) {
 		wk_park_all(w);
@@ -773,6 +777,7 @@ int worker_run(const struct worker_heritage *h)
 		/* TLS calls stay with us until they end (linger.c). */
 		if (wk_linger_begin(w)) {
 			ev_run(w->loop, 0);
+			wk_recflush_stop(w);	/* the TLS calls' ends */
 			wk_linger_end(w);
 		} else {
 			wk_handed_over(w);

@@ -1,8 +1,10 @@
-/* Unit tests for the session-record rings (shm/shm_records.h): a full ring drops and
- * counts without blocking, the drain gives the events in order and frees the room, and a
- * take-over carries the earlier run's undrained events and records what ended in the
- * gap (expiry) or cannot be taken over (a stream allocation: shutdown), not what it
- * takes over. */
+/* Unit tests for the session-record rings (shm/shm_records.h): a full ring queues in the
+ * producer's backlog without blocking or dropping, the flush moves the backlog into the
+ * room the drain frees, in push order, a dead producer's backlog is counted as dropped,
+ * the master's own backlog is written by its drain, and a take-over carries the earlier
+ * run's undrained events and records what ended in the gap (expiry) or cannot be taken
+ * over (a stream allocation: shutdown), not what it takes over, however many end in one
+ * slot. */
 #include "config.h"
 
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -71,7 +74,7 @@ static uint32_t add(struct shm *s, unsigned slot, unsigned i, uint8_t transport,
 }
 
 struct got {
-	struct shm_rec_ev ev[SHM_REC_RING + 8];
+	struct shm_rec_ev ev[2 * SHM_REC_RING + 256];
 	unsigned n;
 };
 
@@ -86,7 +89,114 @@ static void collect(const struct shm_rec_ev *ev, void *arg)
 
 static struct got G;
 
-static void test_full_ring_drops(void **state)
+/* A worker's handle: the master's, copied by the fork, with a backlog of its own. */
+static struct shm *fork_handle(const struct shm *master)
+{
+	struct shm *w = malloc(sizeof(*w));
+
+	assert_non_null(w);
+	memcpy(w, master, sizeof(*w));
+	shm_records_disown(w);	/* what the master's handle had is the master's */
+	return w;
+}
+
+static void drop_handle(struct shm *w)
+{
+	shm_records_disown(w);
+	free(w);
+}
+
+/* Slot 1's producer (a worker's handle) pushes more than the ring holds: nothing is
+ * dropped, the rest waits; the drain frees room, the flush fills it in push order, and
+ * an event pushed while older ones wait queues behind them even when the ring has room. */
+static void test_full_ring_backlog(void **state)
+{
+	struct shm *s = mk(2, 8), *w = fork_handle(s);
+	struct shm_alloc *r;
+	uint32_t idx = add(s, 1, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+	const unsigned over = 88;
+
+	(void)state;
+	assert_int_equal(shm_alloc_get(s, 1, idx, &r), 0);
+	for (unsigned i = 0; i < SHM_REC_RING + over; i++)
+		assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_REFRESH0, NOW + i, "udp"),
+				 0);
+	assert_int_equal(shm_records_dropped(s), 0);
+	assert_int_equal(shm_records_waiting(w, 1), over);
+	assert_int_equal(shm_rec_ring_at(s, 1)->waiting, over);
+	assert_int_equal(shm_records_flush(w, 1), over);	/* no room yet */
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(s, collect, &G), SHM_REC_RING);
+	/* room now, but older events wait: behind them */
+	assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_REFRESH0, NOW + SHM_REC_RING + over,
+					  "udp"), 0);
+	assert_int_equal(shm_records_waiting(w, 1), over + 1);
+	assert_int_equal(shm_records_flush(w, 1), 0);
+	assert_int_equal(shm_rec_ring_at(s, 1)->waiting, 0);
+	assert_int_equal(shm_records_drain(s, collect, &G), over + 1);
+	assert_int_equal(G.n, SHM_REC_RING + over + 1);
+	for (unsigned i = 0; i < G.n; i++)
+		assert_int_equal(G.ev[i].ended_ns, NOW + i);
+	assert_int_equal(shm_records_dropped(s), 0);
+	drop_handle(w);
+	shm_destroy(s);
+}
+
+/* A worker that dies with events in its backlog: the master counts them dropped at its
+ * reap; one that gives up at its stop counts them itself. */
+static void test_backlog_lost(void **state)
+{
+	struct shm *s = mk(2, 8), *w = fork_handle(s);
+	struct shm_alloc *r;
+	uint32_t idx = add(s, 1, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+
+	(void)state;
+	assert_int_equal(shm_alloc_get(s, 1, idx, &r), 0);
+	for (unsigned i = 0; i < SHM_REC_RING + 5; i++)
+		assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW + i, NULL), 0);
+	assert_int_equal(shm_slot_reaped(s, 1), 0);
+	assert_int_equal(shm_records_dropped(s), 5);
+	assert_int_equal(shm_slot_reaped(s, 1), 0);	/* counted once */
+	assert_int_equal(shm_records_dropped(s), 5);
+	drop_handle(w);
+	w = fork_handle(s);	/* its replacement: the ring still full */
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW + i, NULL), 0);
+	shm_records_abandon(w, 1);
+	assert_int_equal(shm_records_waiting(w, 1), 0);
+	assert_int_equal(shm_records_dropped(s), 8);
+	assert_int_equal(shm_records_flush(w, 1), 0);
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(s, collect, &G), SHM_REC_RING);
+	drop_handle(w);
+	shm_destroy(s);
+}
+
+/* The master as the producer of a slot without a worker: what its ring has no room for
+ * is written by its own drain, after the ring, in push order. */
+static void test_master_backlog(void **state)
+{
+	struct shm *s = mk(2, 8);
+	struct shm_alloc *r;
+	uint32_t idx = add(s, 0, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+
+	(void)state;
+	assert_int_equal(shm_alloc_get(s, 0, idx, &r), 0);
+	for (unsigned i = 0; i < SHM_REC_RING + 100; i++)
+		assert_int_equal(shm_records_push(s, 0, idx, r, SHM_REC_WORKER_CRASH, NOW + i,
+						  NULL), 0);
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(s, collect, &G), SHM_REC_RING + 100);
+	for (unsigned i = 0; i < G.n; i++)
+		assert_int_equal(G.ev[i].ended_ns, NOW + i);
+	assert_int_equal(shm_records_waiting(s, 0), 0);
+	assert_int_equal(shm_rec_ring_at(s, 0)->waiting, 0);
+	assert_int_equal(shm_records_dropped(s), 0);
+	assert_int_equal(shm_records_drain(s, collect, &G), 0);
+	shm_destroy(s);
+}
+
+static void test_event_fields(void **state)
 {
 	struct shm *s = mk(2, 8);
 	struct shm_alloc *r;
@@ -97,8 +207,6 @@ static void test_full_ring_drops(void **state)
 	for (unsigned i = 0; i < SHM_REC_RING; i++)
 		assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW + i,
 						  "udp"), 0);
-	assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW, NULL), -ENOBUFS);
-	assert_int_equal(shm_records_dropped(s), 1);
 	/* another slot's ring has its own room */
 	assert_int_equal(shm_records_push(s, 0, idx, r, SHM_REC_EXPIRY, NOW, NULL), 0);
 	memset(&G, 0, sizeof(G));
@@ -177,11 +285,52 @@ static void test_take_over(void **state)
 	shm_destroy(dst);
 }
 
+/* More ends in one slot than its ring holds: the earlier run's undrained ring (full) and
+ * 700 records that expired in the gap, all steered to dst's one slot: every one is
+ * written by the drain, none dropped. */
+static void test_take_over_burst(void **state)
+{
+	const unsigned n_exp = 700;
+	struct shm *src = mk(1, 1024), *dst = mk(1, 1024);
+	unsigned reasons[SHM_REC__COUNT] = { 0 };
+	struct shm_takeover t;
+	struct shm_image img;
+	struct shm_alloc *r;
+	uint32_t ended;
+
+	(void)state;
+	for (unsigned i = 0; i < n_exp; i++)
+		add(src, 0, i, SHM_TRANSPORT_UDP, NOW - SEC);
+	ended = add(src, 0, n_exp, SHM_TRANSPORT_UDP, NOW + 600 * SEC);
+	assert_int_equal(shm_alloc_get(src, 0, ended, &r), 0);
+	for (unsigned i = 0; i < SHM_REC_RING; i++)	/* as many as its ring held */
+		assert_int_equal(shm_records_push(src, 0, ended, r, SHM_REC_REFRESH0,
+						  NOW - 2 * SEC + i, NULL), 0);
+	assert_int_equal(shm_alloc_release(src, 0, ended), 0);
+	img = (struct shm_image){ .fd = -1, .buf = src->base, .size = src->size };
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.expired, n_exp);
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(dst, collect, &G), SHM_REC_RING + n_exp);
+	for (unsigned i = 0; i < G.n; i++)
+		reasons[G.ev[i].reason]++;
+	assert_int_equal(reasons[SHM_REC_REFRESH0], SHM_REC_RING);
+	assert_int_equal(reasons[SHM_REC_EXPIRY], n_exp);
+	assert_int_equal(shm_records_dropped(dst), 0);
+	shm_destroy(src);
+	shm_destroy(dst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_full_ring_drops),
+		cmocka_unit_test(test_full_ring_backlog),
+		cmocka_unit_test(test_backlog_lost),
+		cmocka_unit_test(test_master_backlog),
+		cmocka_unit_test(test_event_fields),
 		cmocka_unit_test(test_take_over),
+		cmocka_unit_test(test_take_over_burst),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
