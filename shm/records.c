@@ -371,7 +371,10 @@ int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,
 
 /* The consumer's own backlog (events it pushed as the producer of a slot without a
  * worker: a take-over's, a dead slot's), after the rings: a slot's backlog is younger
- * than what its ring held when it began. */
+ * than what its ring held when it began. A take-over's is written before the first
+ * worker runs (master/main.c); a dead slot's at the next drain, normally before its
+ * replacement runs (a replacement forked sooner may find its waiting count reset here,
+ * which only its loss accounting would notice). */
 static unsigned drain_own(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
 			  void *arg)
 {

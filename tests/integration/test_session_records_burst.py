@@ -8,6 +8,9 @@ writes a record for each of them, none dropped.
   Each allocation has exactly one start record, then exactly one end record, and
   turngate_session_records_total{result="dropped"} stays 0. (On main before the worker's
   backlog: 1,488 of the 2,000 end records dropped, the ring's 512 written.)
+- turngatectl revoke of the one credential of 2,000 allocations of one worker, and a stop
+  (SIGTERM) as soon as the table is empty: the worker's stop waits for its backlog to be
+  drained, so the file holds a record of each when the daemon has exited.
 - 2,000 allocations of the shortest lifetime (2 s), kill -9 of every process, a new start
   on the state file after their lifetime ran out: the take-over ends them all in one slot
   (reason expiry; those that ran out before the kill are the worker's bulk expiry): one
@@ -55,7 +58,8 @@ def fleet_on(port, users=20):
 def allocate_all(fleet):
     left = fleet.allocate(list(range(N)))
     check(not left and not fleet.errors and all(fleet.relayed),
-          "allocations failed: %d unanswered, errors %r" % (len(left), fleet.errors))
+          "allocations failed: %d unanswered, %d errors, e.g. %r"
+          % (len(left), len(fleet.errors), sorted(fleet.errors.items())[:5]))
 
 
 def clients_of(fleet):
@@ -112,6 +116,33 @@ def test_listener_removed(d):
         daemon.stop()
 
 
+def test_revoke_then_stop(d):
+    """turngatectl revoke of a credential with 2,000 allocations of one worker, then a stop
+    (SIGTERM) as soon as the table is empty, while end events may still wait in the
+    worker's backlog: the file has a record of each once the daemon exited."""
+    port = free_port()
+    daemon = Daemon(d, one_worker(make_config(d, port, relay=RELAY,
+                                              limits={"user_quota": N})), workers=1).start()
+    fleet, want = None, set()
+    try:
+        fleet = fleet_on(port, users=1)
+        allocate_all(fleet)
+        want = clients_of(fleet)
+        user = fleet.users[0][0].decode()
+        r = daemon.admin({"cmd": "revoke", "user": user})
+        check(r.get("ok") is True, "revoke: %r" % (r,))
+        wait_for(lambda: daemon.admin({"cmd": "status"})["allocations"] == 0,
+                 "the user's allocations ended")
+    finally:
+        if fleet is not None:
+            fleet.close()
+        rc = daemon.stop()
+    check(rc == 0, "exit status %r" % rc)
+    ends = [r for r in records(d) if r["reason"] == "revoke"]
+    check_one_each(ends, want, 0, "revoked, then stopped")
+    print("%d allocations revoked, stopped at once: %d records" % (N, len(ends)))
+
+
 def test_restart_expired(d):
     """kill -9 and a new start after 2,000 allocations of one slot ran out."""
     port, mport = free_port(late=True), free_port(late=True)
@@ -140,4 +171,4 @@ def test_restart_expired(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_listener_removed, test_restart_expired])
+    run_tests([test_listener_removed, test_revoke_then_stop, test_restart_expired])

@@ -260,10 +260,14 @@ static void test_take_over(void **state)
 	assert_int_equal(shm_records_push(src, 2, ended, r, SHM_REC_REFRESH0, NOW - 2 * SEC, NULL),
 			 0);
 	assert_int_equal(shm_alloc_release(src, 2, ended), 0);
+	/* slot 1's worker was killed with 3 events in its backlog: counted dropped */
+	shm_rec_ring_at(src, 1)->waiting = 3;
 	img = (struct shm_image){ .fd = -1, .buf = src->base, .size = src->size };
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
 	assert_int_equal(t.adopted, 1);
+	assert_int_equal(shm_records_dropped(dst), 3);
+	assert_int_equal(shm_rec_ring_at(dst, 1)->waiting, 0);
 	memset(&G, 0, sizeof(G));
 	assert_int_equal(shm_records_drain(dst, collect, &G), 3);
 	for (unsigned i = 0; i < G.n; i++) {
