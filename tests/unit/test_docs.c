@@ -185,8 +185,8 @@ static const struct rule rules[] = {
 	{ "relay.md", "first byte is 0x40–0x([0-9A-Fa-f]+) \\(0x40", 16,
 	  STUN_CHANNEL_LEGACY_MAX >> 8 },
 	/* Session records: the workers' queues, the webhook's batch and backlog. */
-	{ "production.md", "shared segment \\(([0-9]+) records; full", 10, SHM_REC_RING },
-	{ "metrics.md", "queue of ([0-9]+) unwritten records", 10, SHM_REC_RING },
+	{ "production.md", "shared segment \\(([0-9]+) records\\)", 10, SHM_REC_RING },
+	{ "metrics.md", "queue of ([0-9]+) had no room", 10, SHM_REC_RING },
 	{ "architecture.md", "then ([0-9]+) \\(`SHM_REC_RING`\\)", 10, SHM_REC_RING },
 	{ "production.md", "up to ([0-9]+) per request", 10, WEBHOOK_BATCH },
 	{ "production.md", "with up to ([0-9][0-9 ,]*[0-9]) records waiting", 10, WEBHOOK_BACKLOG },
