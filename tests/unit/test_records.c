@@ -89,6 +89,25 @@ static void collect(const struct shm_rec_ev *ev, void *arg)
 
 static struct got G;
 
+/* A segment of 2 slots with one UDP record (user7) in `slot`: its index, *r the record. */
+static uint32_t with_record(struct shm **s, unsigned slot, struct shm_alloc **r)
+{
+	uint32_t idx;
+
+	*s = mk(2, 8);
+	idx = add(*s, slot, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+	assert_int_equal(shm_alloc_get(*s, slot, idx, r), 0);
+	return idx;
+}
+
+/* n events of record idx pushed into slot's ring by producer p, ended at NOW + 0..n-1. */
+static void push_n(struct shm *p, unsigned slot, uint32_t idx, const struct shm_alloc *r,
+		   enum shm_rec_reason why, unsigned n, const char *listener)
+{
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(shm_records_push(p, slot, idx, r, why, NOW + i, listener), 0);
+}
+
 /* A worker's handle: the master's, copied by the fork, with a backlog of its own. */
 static struct shm *fork_handle(const struct shm *master)
 {
@@ -111,16 +130,14 @@ static void drop_handle(struct shm *w)
  * an event pushed while older ones wait queues behind them even when the ring has room. */
 static void test_full_ring_backlog(void **state)
 {
-	struct shm *s = mk(2, 8), *w = fork_handle(s);
+	struct shm *s, *w;
 	struct shm_alloc *r;
-	uint32_t idx = add(s, 1, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+	uint32_t idx = with_record(&s, 1, &r);
 	const unsigned over = 88;
 
 	(void)state;
-	assert_int_equal(shm_alloc_get(s, 1, idx, &r), 0);
-	for (unsigned i = 0; i < SHM_REC_RING + over; i++)
-		assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_REFRESH0, NOW + i, "udp"),
-				 0);
+	w = fork_handle(s);
+	push_n(w, 1, idx, r, SHM_REC_REFRESH0, SHM_REC_RING + over, "udp");
 	assert_int_equal(shm_records_dropped(s), 0);
 	assert_int_equal(shm_records_waiting(w, 1), over);
 	assert_int_equal(shm_rec_ring_at(s, 1)->waiting, over);
@@ -146,22 +163,20 @@ static void test_full_ring_backlog(void **state)
  * reap; one that gives up at its stop counts them itself. */
 static void test_backlog_lost(void **state)
 {
-	struct shm *s = mk(2, 8), *w = fork_handle(s);
+	struct shm *s, *w;
 	struct shm_alloc *r;
-	uint32_t idx = add(s, 1, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+	uint32_t idx = with_record(&s, 1, &r);
 
 	(void)state;
-	assert_int_equal(shm_alloc_get(s, 1, idx, &r), 0);
-	for (unsigned i = 0; i < SHM_REC_RING + 5; i++)
-		assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW + i, NULL), 0);
+	w = fork_handle(s);
+	push_n(w, 1, idx, r, SHM_REC_EXPIRY, SHM_REC_RING + 5, NULL);
 	assert_int_equal(shm_slot_reaped(s, 1), 0);
 	assert_int_equal(shm_records_dropped(s), 5);
 	assert_int_equal(shm_slot_reaped(s, 1), 0);	/* counted once */
 	assert_int_equal(shm_records_dropped(s), 5);
 	drop_handle(w);
 	w = fork_handle(s);	/* its replacement: the ring still full */
-	for (unsigned i = 0; i < 3; i++)
-		assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW + i, NULL), 0);
+	push_n(w, 1, idx, r, SHM_REC_EXPIRY, 3, NULL);
 	shm_records_abandon(w, 1);
 	assert_int_equal(shm_records_waiting(w, 1), 0);
 	assert_int_equal(shm_records_dropped(s), 8);
@@ -176,15 +191,12 @@ static void test_backlog_lost(void **state)
  * is written by its own drain, after the ring, in push order. */
 static void test_master_backlog(void **state)
 {
-	struct shm *s = mk(2, 8);
+	struct shm *s;
 	struct shm_alloc *r;
-	uint32_t idx = add(s, 0, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+	uint32_t idx = with_record(&s, 0, &r);
 
 	(void)state;
-	assert_int_equal(shm_alloc_get(s, 0, idx, &r), 0);
-	for (unsigned i = 0; i < SHM_REC_RING + 100; i++)
-		assert_int_equal(shm_records_push(s, 0, idx, r, SHM_REC_WORKER_CRASH, NOW + i,
-						  NULL), 0);
+	push_n(s, 0, idx, r, SHM_REC_WORKER_CRASH, SHM_REC_RING + 100, NULL);
 	memset(&G, 0, sizeof(G));
 	assert_int_equal(shm_records_drain(s, collect, &G), SHM_REC_RING + 100);
 	for (unsigned i = 0; i < G.n; i++)
@@ -198,15 +210,12 @@ static void test_master_backlog(void **state)
 
 static void test_event_fields(void **state)
 {
-	struct shm *s = mk(2, 8);
+	struct shm *s;
 	struct shm_alloc *r;
-	uint32_t idx = add(s, 1, 7, SHM_TRANSPORT_UDP, NOW + SEC);
+	uint32_t idx = with_record(&s, 1, &r);
 
 	(void)state;
-	assert_int_equal(shm_alloc_get(s, 1, idx, &r), 0);
-	for (unsigned i = 0; i < SHM_REC_RING; i++)
-		assert_int_equal(shm_records_push(s, 1, idx, r, SHM_REC_REFRESH0, NOW + i,
-						  "udp"), 0);
+	push_n(s, 1, idx, r, SHM_REC_REFRESH0, SHM_REC_RING, "udp");
 	/* another slot's ring has its own room */
 	assert_int_equal(shm_records_push(s, 0, idx, r, SHM_REC_EXPIRY, NOW, NULL), 0);
 	memset(&G, 0, sizeof(G));
