@@ -427,10 +427,13 @@ def upgrade(daemon, workers=2):
 
 
 def session_records(d, name="sessions.jsonl"):
-    """The session records written so far to d/name (admin.session_records.file)."""
+    """The session records written so far to d/name (admin.session_records.file). A last
+    line without its newline is one the master is still writing: left for the next
+    read."""
     try:
         with open(os.path.join(d, name)) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            return [json.loads(line) for line in f
+                    if line.endswith("\n") and line.strip()]
     except FileNotFoundError:
         return []
 
