@@ -72,6 +72,11 @@
 #define IPC_NAME_MAX 255u
 /* Longest username in IPC_DISCONNECT (STUN USERNAME is < 513 bytes), plus its NUL. */
 #define IPC_USER_MAX 516u
+/* How long the master lets its workers stop before it kills them (master/main.c): after
+ * IPC_STOP, and after the SIGTERM of a stop made immediate (SIGINT, SIGQUIT, a second
+ * SIGTERM). A worker's own waits at its stop stay well inside them (worker/recflush.c). */
+#define IPC_STOP_GRACE_MS 5000u
+#define IPC_STOP_NOW_GRACE_MS 1000u
 
 enum ipc_type {
 	IPC_PING = 1,

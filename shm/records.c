@@ -94,52 +94,37 @@ struct shm_rec_backlog {
 	uint64_t n;            /* events waiting */
 };
 
-static int backlog_add(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev)
+/* Appends ev to queue b: 0, or -ENOMEM. */
+static int bl_append(struct shm_rec_backlog *b, const struct shm_rec_ev *ev)
 {
-	struct shm_rec_ring *r = shm_rec_ring_at(shm, slot);
-	struct shm_rec_backlog *b;
-	struct rec_chunk *c;
+	struct rec_chunk *c = TAILQ_LAST(&b->q, rec_chunks);
 
-	if (shm->rec_bl == NULL) {
-		shm->rec_bl = calloc(shm->cfg.n_slots, sizeof(*shm->rec_bl));
-		if (shm->rec_bl == NULL)
-			goto nomem;
-		for (unsigned i = 0; i < shm->cfg.n_slots; i++)
-			TAILQ_INIT(&shm->rec_bl[i].q);
-	}
-	b = &shm->rec_bl[slot];
-	c = TAILQ_LAST(&b->q, rec_chunks);
 	if (c == NULL || c->tail == REC_CHUNK) {
 		c = malloc(sizeof(*c));
 		if (c == NULL)
-			goto nomem;
+			return -ENOMEM;
 		c->head = c->tail = 0;
 		TAILQ_INSERT_TAIL(&b->q, c, link);
 	}
 	memcpy(&c->ev[c->tail++], ev, sizeof(*ev));
 	b->n++;
-	CMM_STORE_SHARED(r->waiting, b->n);
 	return 0;
-nomem:
-	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + 1);
-	return -ENOMEM;
 }
 
-/* The oldest event of slot's backlog, or NULL. */
-static const struct shm_rec_ev *backlog_first(const struct shm *shm, unsigned slot)
+/* The oldest event of queue b, or NULL. */
+static const struct shm_rec_ev *bl_first(const struct shm_rec_backlog *b)
 {
-	struct rec_chunk *c;
+	const struct rec_chunk *c;
 
-	if (shm->rec_bl == NULL || shm->rec_bl[slot].n == 0)
+	if (b == NULL || b->n == 0)
 		return NULL;
-	c = TAILQ_FIRST(&shm->rec_bl[slot].q);
+	c = TAILQ_FIRST(&b->q);
 	return &c->ev[c->head];
 }
 
-/* Takes off the event backlog_first gave. */
-static void backlog_pop(struct shm *shm, unsigned slot)
+/* Takes off the event bl_first gave. */
+static void bl_pop(struct shm_rec_backlog *b)
 {
-	struct shm_rec_backlog *b = &shm->rec_bl[slot];
 	struct rec_chunk *c = TAILQ_FIRST(&b->q);
 
 	if (++c->head == c->tail) {
@@ -149,16 +134,14 @@ static void backlog_pop(struct shm *shm, unsigned slot)
 	b->n--;
 }
 
-/* Empties slot's backlog: n events (counted dropped by the caller, or not). */
-static uint64_t backlog_clear(struct shm *shm, unsigned slot)
+/* Empties queue b (NULL: none): the events it held. */
+static uint64_t bl_clear(struct shm_rec_backlog *b)
 {
-	struct shm_rec_backlog *b;
 	struct rec_chunk *c;
 	uint64_t n;
 
-	if (shm->rec_bl == NULL)
+	if (b == NULL)
 		return 0;
-	b = &shm->rec_bl[slot];
 	n = b->n;
 	while ((c = TAILQ_FIRST(&b->q)) != NULL) {
 		TAILQ_REMOVE(&b->q, c, link);
@@ -168,12 +151,80 @@ static uint64_t backlog_clear(struct shm *shm, unsigned slot)
 	return n;
 }
 
+/* Slot's backlog, allocated with the others on first use; NULL without memory. */
+static struct shm_rec_backlog *backlog_of(struct shm *shm, unsigned slot)
+{
+	if (shm->rec_bl == NULL) {
+		shm->rec_bl = calloc(shm->cfg.n_slots, sizeof(*shm->rec_bl));
+		if (shm->rec_bl == NULL)
+			return NULL;
+		for (unsigned i = 0; i < shm->cfg.n_slots; i++)
+			TAILQ_INIT(&shm->rec_bl[i].q);
+	}
+	return &shm->rec_bl[slot];
+}
+
+/* The most events one slot's backlog holds: every record of the table ending, each with
+ * its start event still waiting too (a burst of a whole table, far beyond any a working
+ * master leaves behind; at 250,000 records about 2 x 250,000 x sizeof(struct
+ * shm_rec_ev)). Only a master that stopped draining reaches it: beyond it, events are
+ * dropped and counted. */
+static uint64_t backlog_max(const struct shm *shm)
+{
+	uint64_t cap = 2 * (uint64_t)shm_alloc_capacity(shm);
+
+	return cap > SHM_REC_RING ? cap : SHM_REC_RING;
+}
+
+static void count_dropped(struct shm_rec_ring *r, uint64_t n)
+{
+	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + n);
+}
+
+static int backlog_add(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev)
+{
+	struct shm_rec_ring *r = shm_rec_ring_at(shm, slot);
+	struct shm_rec_backlog *b = backlog_of(shm, slot);
+
+	if (b != NULL && b->n >= backlog_max(shm)) {
+		count_dropped(r, 1);
+		return -ENOBUFS;
+	}
+	if (b == NULL || bl_append(b, ev) < 0) {
+		count_dropped(r, 1);
+		return -ENOMEM;
+	}
+	CMM_STORE_SHARED(r->waiting, b->n);
+	return 0;
+}
+
+/* The oldest event of slot's backlog, or NULL. */
+static const struct shm_rec_ev *backlog_first(const struct shm *shm, unsigned slot)
+{
+	return shm->rec_bl != NULL ? bl_first(&shm->rec_bl[slot]) : NULL;
+}
+
 void shm_records_backlog_free(struct shm *shm)
 {
 	for (unsigned s = 0; shm->rec_bl != NULL && s < shm->cfg.n_slots; s++)
-		(void)backlog_clear(shm, s);
+		(void)bl_clear(&shm->rec_bl[s]);
 	free(shm->rec_bl);
 	shm->rec_bl = NULL;
+	(void)bl_clear(shm->rec_held);
+	free(shm->rec_held);
+	shm->rec_held = NULL;
+}
+
+/* A full ring: ev waits in the backlog, unless this handle keeps none (a lingering
+ * worker: shm_records_unbuffered) or the master writes no records (records_off): then a
+ * full ring drops it and counts it, as it always did. */
+static int ring_full(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev)
+{
+	if (shm->rec_unbuffered || CMM_LOAD_SHARED(shm_records_hdr(shm)->records_off)) {
+		count_dropped(shm_rec_ring_at(shm, slot), 1);
+		return -ENOBUFS;
+	}
+	return backlog_add(shm, slot, ev);
 }
 
 int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev)
@@ -193,7 +244,7 @@ int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev 
 	tail = CMM_LOAD_SHARED(r->tail);
 	cmm_smp_mb();	/* the tail before our stores into the slot it freed */
 	if (head - tail >= SHM_REC_RING)
-		return backlog_add(shm, slot, ev);
+		return ring_full(shm, slot, ev);
 	memcpy(&r->ev[head & (SHM_REC_RING - 1)], ev, sizeof(*ev));
 	cmm_smp_wmb();	/* the event before the head that publishes it */
 	CMM_STORE_SHARED(r->head, head + 1);
@@ -215,7 +266,7 @@ uint64_t shm_records_flush(struct shm *shm, unsigned slot)
 	cmm_smp_mb();	/* the tail before our stores into the slots it freed */
 	for (; head - tail < SHM_REC_RING && (ev = backlog_first(shm, slot)) != NULL; head++) {
 		memcpy(&r->ev[head & (SHM_REC_RING - 1)], ev, sizeof(*ev));
-		backlog_pop(shm, slot);
+		bl_pop(&shm->rec_bl[slot]);
 	}
 	cmm_smp_wmb();	/* the events before the head that publishes them */
 	CMM_STORE_SHARED(r->head, head);
@@ -231,14 +282,12 @@ uint64_t shm_records_waiting(const struct shm *shm, unsigned slot)
 void shm_records_abandon(struct shm *shm, unsigned slot)
 {
 	struct shm_rec_ring *r;
-	uint64_t n;
 
 	shm_check_handle(shm);
 	if (shm->ro || slot >= shm->cfg.n_slots)
 		return;
-	n = backlog_clear(shm, slot);
 	r = shm_rec_ring_at(shm, slot);
-	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + n);
+	count_dropped(r, bl_clear(shm->rec_bl != NULL ? &shm->rec_bl[slot] : NULL));
 	CMM_STORE_SHARED(r->waiting, 0);
 }
 
@@ -248,6 +297,15 @@ void shm_records_disown(struct shm *shm)
 	shm_records_backlog_free(shm);
 }
 
+void shm_records_unbuffered(struct shm *shm, unsigned slot)
+{
+	shm_check_handle(shm);
+	shm_records_backlog_free(shm);
+	shm->rec_unbuffered = true;
+	if (!shm->ro && slot < shm->cfg.n_slots)
+		CMM_STORE_SHARED(shm_rec_ring_at(shm, slot)->waiting, 0);
+}
+
 void shm_records_reaped(struct shm *shm, unsigned slot)
 {
 	struct shm_rec_ring *r = shm_rec_ring_at(shm, slot);
@@ -255,8 +313,51 @@ void shm_records_reaped(struct shm *shm, unsigned slot)
 
 	if (n == 0)
 		return;
-	CMM_STORE_SHARED(r->dropped, CMM_LOAD_SHARED(r->dropped) + n);
+	count_dropped(r, n);
 	CMM_STORE_SHARED(r->waiting, 0);
+}
+
+int shm_records_hold(struct shm *shm)
+{
+	shm_check_handle(shm);
+	if (shm->ro)
+		return -EROFS;
+	if (shm->rec_held == NULL) {
+		shm->rec_held = calloc(1, sizeof(*shm->rec_held));
+		if (shm->rec_held == NULL)
+			return -ENOMEM;
+		TAILQ_INIT(&shm->rec_held->q);
+	}
+	for (unsigned s = 0; s < shm->cfg.n_slots; s++) {
+		struct shm_rec_ring *r = shm_rec_ring_at(shm, s);
+		uint64_t head = CMM_LOAD_SHARED(r->head), tail = CMM_LOAD_SHARED(r->tail);
+		const struct shm_rec_ev *ev;
+
+		if (head - tail > SHM_REC_RING)
+			tail = head - SHM_REC_RING;	/* a corrupt pair: keep the newest */
+		/* the ring, then what waits behind it: one slot's events in push order */
+		for (; tail != head; tail++)
+			if (bl_append(shm->rec_held, &r->ev[tail & (SHM_REC_RING - 1)]) < 0)
+				count_dropped(r, 1);
+		CMM_STORE_SHARED(r->tail, tail);
+		for (; (ev = backlog_first(shm, s)) != NULL; bl_pop(&shm->rec_bl[s]))
+			if (bl_append(shm->rec_held, ev) < 0)
+				count_dropped(r, 1);
+		CMM_STORE_SHARED(r->waiting, 0);
+	}
+	return 0;
+}
+
+bool shm_records_on(const struct shm *shm)
+{
+	return CMM_LOAD_SHARED(shm_records_hdr(shm)->records_off) == 0;
+}
+
+void shm_records_want(struct shm *shm, bool on)
+{
+	shm_check_handle(shm);
+	if (!shm->ro)
+		CMM_STORE_SHARED(shm_records_hdr(shm)->records_off, on ? 0u : 1u);
 }
 
 static int build_ev(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
@@ -369,28 +470,37 @@ int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,
 	return push_rec(shm, slot, idx, rec, reason, now_ns, true);
 }
 
+/* Writes queue b (NULL: none) through fn, oldest first: the events. */
+static unsigned drain_queue(struct shm_rec_backlog *b,
+			    void (*fn)(const struct shm_rec_ev *ev, void *arg), void *arg)
+{
+	const struct shm_rec_ev *ev;
+	unsigned n = 0;
+
+	for (; (ev = bl_first(b)) != NULL; n++) {
+		struct shm_rec_ev copy;
+
+		memcpy(&copy, ev, sizeof(copy));
+		bl_pop(b);
+		fn(&copy, arg);
+	}
+	return n;
+}
+
 /* The consumer's own backlog (events it pushed as the producer of a slot without a
- * worker: a take-over's, a dead slot's), after the rings: a slot's backlog is younger
- * than what its ring held when it began. A take-over's is written before the first
- * worker runs (master/main.c); a dead slot's at the next drain, normally before its
+ * worker: a dead slot's), after the rings: a slot's backlog is younger than what its
+ * ring held when it began. Written at the next drain, normally before the slot's
  * replacement runs (a replacement forked sooner may find its waiting count reset here,
  * which only its loss accounting would notice). */
 static unsigned drain_own(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
 			  void *arg)
 {
-	const struct shm_rec_ev *ev;
 	unsigned n = 0;
 
 	for (unsigned s = 0; shm->rec_bl != NULL && s < shm->cfg.n_slots; s++) {
 		if (shm->rec_bl[s].n == 0)
 			continue;
-		for (; (ev = backlog_first(shm, s)) != NULL; n++) {
-			struct shm_rec_ev copy;
-
-			memcpy(&copy, ev, sizeof(copy));
-			backlog_pop(shm, s);
-			fn(&copy, arg);
-		}
+		n += drain_queue(&shm->rec_bl[s], fn, arg);
 		CMM_STORE_SHARED(shm_rec_ring_at(shm, s)->waiting, 0);
 	}
 	return n;
@@ -404,6 +514,8 @@ unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *
 	shm_check_handle(shm);
 	if (shm->ro)
 		return 0;
+	/* what shm_records_hold took before the workers ran: older than all they push */
+	n = drain_queue(shm->rec_held, fn, arg);
 	for (unsigned s = 0; s < shm->cfg.n_slots; s++) {
 		struct shm_rec_ring *r = shm_rec_ring_at(shm, s);
 		uint64_t head = CMM_LOAD_SHARED(r->head), tail = CMM_LOAD_SHARED(r->tail);

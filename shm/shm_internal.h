@@ -231,6 +231,10 @@ struct shm_records_hdr {
 	uint64_t master_dropped;             /* master: records it could not write */
 	uint64_t webhook_failures;           /* master: failed webhook deliveries */
 	uint32_t start_wanted;               /* master: 1 = workers push start events too */
+	uint32_t records_off;                /* master: 1 = it writes no records (none
+					      * configured): a full ring drops, no
+					      * backlog, no wait (in start_wanted's
+					      * padding: an image without it reads 0) */
 	uint64_t webhook_dropped;            /* master: records its full backlog dropped */
 	uint64_t webhook_backlog;            /* master: records waiting for the webhook now */
 };
@@ -303,6 +307,11 @@ struct shm {
 	struct shm_rec_backlog *rec_bl;      /* per slot, this process's session-record
 					      * events its rings had no room for
 					      * (shm/records.c); NULL until one was full */
+	struct shm_rec_backlog *rec_held;    /* master: the events shm_records_hold took
+					      * from the rings and backlogs before the
+					      * first fork, all slots in one queue */
+	bool rec_unbuffered;                 /* a full ring drops: no backlog (a
+					      * lingering worker) */
 };
 
 static inline void shm_check_handle(const struct shm *shm)

@@ -12,9 +12,17 @@ void wk_recflush_init(struct worker *w);
 /* From the loop's prepare watcher: nothing while the backlog is empty (one load); else
  * what fits goes into the ring now and the flush timer runs until the backlog is empty. */
 void wk_recflush_prepare(struct worker *w);
-/* At the worker's stop, its loop ended: waits for the master to drain the backlog into
- * the file (bounded: WK_RECFLUSH_STOP_MS in all, WK_RECFLUSH_STALL_MS without progress);
- * what is left then is counted as dropped and logged. */
+/* At the worker's stop, its loop ended: waits until the master has drained the backlog
+ * into the ring (not until the records are written: the master writes them at its next
+ * drain). Bounded: half the master's stop grace (common/ipc.h; half the shorter one once
+ * the stop is made immediate, w->stop_now or a SIGTERM/SIGINT meanwhile, which stays
+ * pending for the loop), or WK_RECFLUSH_STALL_MS without progress; what is left then is
+ * counted as dropped and logged. No wait while the master writes no records: the backlog
+ * is dropped (counted). */
 void wk_recflush_stop(struct worker *w);
+/* When the worker starts to linger after a live upgrade: no master writes its events
+ * any more (the new one recorded its calls' ends at the take-over), so the backlog is
+ * forgotten, a full ring drops from now on, and nothing waits at its exit. */
+void wk_recflush_linger(struct worker *w);
 
 #endif

@@ -292,6 +292,9 @@ static void wk_stop(struct worker *w, const char *why)
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
+	/* the master's immediate stop: it kills us IPC_STOP_NOW_GRACE_MS later */
+	if (s->signum == SIGTERM || s->signum == SIGINT)
+		wk_checked(s->data)->stop_now = true;
 	wk_stop(wk_checked(s->data), s->signum == SIGTERM   ? "SIGTERM"
 				     : s->signum == SIGQUIT ? "SIGQUIT"
 							    : "SIGINT");
@@ -777,7 +780,6 @@ int worker_run(const struct worker_heritage *h)
 		/* TLS calls stay with us until they end (linger.c). */
 		if (wk_linger_begin(w)) {
 			ev_run(w->loop, 0);
-			wk_recflush_stop(w);	/* the TLS calls' ends */
 			wk_linger_end(w);
 		} else {
 			wk_handed_over(w);

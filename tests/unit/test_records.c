@@ -115,7 +115,11 @@ static struct shm *fork_handle(const struct shm *master)
 
 	assert_non_null(w);
 	memcpy(w, master, sizeof(*w));
-	shm_records_disown(w);	/* what the master's handle had is the master's */
+	/* A fork copies the master's queues, which the worker frees (shm_records_disown);
+	 * this copy shares them, so it only forgets them. */
+	w->rec_bl = NULL;
+	w->rec_held = NULL;
+	shm_records_disown(w);
 	return w;
 }
 
@@ -123,6 +127,18 @@ static void drop_handle(struct shm *w)
 {
 	shm_records_disown(w);
 	free(w);
+}
+
+/* A worker's handle of slot 1 with the ring full of record idx's expiry events and
+ * `over` more waiting in its backlog. */
+static struct shm *worker_over(struct shm *s, uint32_t idx, const struct shm_alloc *r,
+			       uint64_t over)
+{
+	struct shm *w = fork_handle(s);
+
+	push_n(w, 1, idx, r, SHM_REC_EXPIRY, (unsigned)(SHM_REC_RING + over), NULL);
+	assert_int_equal(shm_records_waiting(w, 1), over);
+	return w;
 }
 
 /* Slot 1's producer (a worker's handle) pushes more than the ring holds: nothing is
@@ -168,8 +184,7 @@ static void test_backlog_lost(void **state)
 	uint32_t idx = with_record(&s, 1, &r);
 
 	(void)state;
-	w = fork_handle(s);
-	push_n(w, 1, idx, r, SHM_REC_EXPIRY, SHM_REC_RING + 5, NULL);
+	w = worker_over(s, idx, r, 5);
 	assert_int_equal(shm_slot_reaped(s, 1), 0);
 	assert_int_equal(shm_records_dropped(s), 5);
 	assert_int_equal(shm_slot_reaped(s, 1), 0);	/* counted once */
@@ -298,6 +313,103 @@ static void test_take_over(void **state)
 	shm_destroy(dst);
 }
 
+/* A take-over's events beyond a ring (the master's ring and backlog of slot 0) are taken
+ * into the held queue before the fork: the rings are empty, nothing is written; after
+ * the fork a worker's end event of the same allocation is written after all of them,
+ * though it reached the ring before the master's backlog was drained. */
+static void test_hold_order(void **state)
+{
+	struct shm *s, *w;
+	struct shm_alloc *r;
+	uint32_t idx = with_record(&s, 0, &r);
+	const unsigned n = SHM_REC_RING + 188;
+	struct shm_rec_ring *ring = shm_rec_ring_at(s, 0);
+
+	(void)state;
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(shm_records_push_carried(s, 0, idx, r, SHM_REC_EXPIRY, NOW + i), 0);
+	assert_int_equal(shm_records_hold(s), 0);
+	assert_int_equal(ring->head, ring->tail);	/* moved, not written */
+	assert_int_equal(shm_records_waiting(s, 0), 0);
+	assert_int_equal(ring->waiting, 0);
+	w = fork_handle(s);
+	assert_int_equal(shm_records_push(w, 0, idx, r, SHM_REC_SHUTDOWN, NOW + n, NULL), 0);
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(s, collect, &G), n + 1);
+	for (unsigned i = 0; i < G.n; i++)
+		assert_int_equal(G.ev[i].ended_ns, NOW + i);
+	assert_int_equal(G.ev[n].reason, SHM_REC_SHUTDOWN);
+	assert_int_equal(shm_records_drain(s, collect, &G), 0);
+	assert_int_equal(shm_records_dropped(s), 0);
+	drop_handle(w);
+	shm_destroy(s);
+}
+
+/* A lingering worker's handle: its backlog forgotten uncounted, then a full ring drops. */
+static void test_unbuffered(void **state)
+{
+	struct shm *s, *w;
+	struct shm_alloc *r;
+	uint32_t idx = with_record(&s, 1, &r);
+
+	(void)state;
+	w = worker_over(s, idx, r, 88);
+	shm_records_unbuffered(w, 1);
+	assert_int_equal(shm_records_waiting(w, 1), 0);
+	assert_int_equal(shm_rec_ring_at(s, 1)->waiting, 0);
+	assert_int_equal(shm_records_dropped(s), 0);
+	assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW, NULL), -ENOBUFS);
+	assert_int_equal(shm_records_waiting(w, 1), 0);
+	assert_int_equal(shm_records_dropped(s), 1);
+	assert_int_equal(shm_records_flush(w, 1), 0);
+	drop_handle(w);
+	shm_destroy(s);
+}
+
+/* Records off: a full ring drops and counts, no backlog; on again: a backlog. */
+static void test_records_off(void **state)
+{
+	struct shm *s, *w;
+	struct shm_alloc *r;
+	uint32_t idx = with_record(&s, 1, &r);
+
+	(void)state;
+	assert_true(shm_records_on(s));
+	shm_records_want(s, false);
+	assert_false(shm_records_on(s));
+	w = fork_handle(s);
+	for (unsigned i = 0; i < SHM_REC_RING + 3; i++)
+		(void)shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW + i, NULL);
+	assert_int_equal(shm_records_waiting(w, 1), 0);
+	assert_int_equal(shm_records_dropped(s), 3);
+	shm_records_want(s, true);
+	assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW, NULL), 0);
+	assert_int_equal(shm_records_waiting(w, 1), 1);
+	drop_handle(w);
+	shm_destroy(s);
+}
+
+/* A backlog holds at most twice the table's capacity (or a ring's worth): beyond, a push
+ * is dropped and counted. */
+static void test_backlog_cap(void **state)
+{
+	struct shm *s, *w;
+	struct shm_alloc *r;
+	uint32_t idx = with_record(&s, 1, &r);
+	uint64_t max = 2 * (uint64_t)shm_alloc_capacity(s);
+
+	(void)state;
+	if (max < SHM_REC_RING)
+		max = SHM_REC_RING;
+	w = worker_over(s, idx, r, max);
+	assert_int_equal(shm_records_dropped(s), 0);
+	assert_int_equal(shm_records_push(w, 1, idx, r, SHM_REC_EXPIRY, NOW, NULL), -ENOBUFS);
+	assert_int_equal(shm_records_waiting(w, 1), max);
+	assert_int_equal(shm_records_dropped(s), 1);
+	drop_handle(w);
+	shm_destroy(s);
+}
+
 /* More ends in one slot than its ring holds: the earlier run's undrained ring (full) and
  * 700 records that expired in the gap, all steered to dst's one slot: every one is
  * written by the drain, none dropped. */
@@ -344,6 +456,10 @@ int main(void)
 		cmocka_unit_test(test_event_fields),
 		cmocka_unit_test(test_take_over),
 		cmocka_unit_test(test_take_over_burst),
+		cmocka_unit_test(test_hold_order),
+		cmocka_unit_test(test_unbuffered),
+		cmocka_unit_test(test_records_off),
+		cmocka_unit_test(test_backlog_cap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
