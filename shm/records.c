@@ -164,15 +164,19 @@ static struct shm_rec_backlog *backlog_of(struct shm *shm, unsigned slot)
 	return &shm->rec_bl[slot];
 }
 
-/* The most events one slot's backlog holds: every record of the table ending, each with
- * its start event still waiting too (a burst of a whole table, far beyond any a working
- * master leaves behind; at 250,000 records about 2 x 250,000 x sizeof(struct
- * shm_rec_ev)). Only a master that stopped draining reaches it: beyond it, events are
- * dropped and counted. */
+/* The most events one slot's backlog holds in a worker: every record of the table ending,
+ * each with its start event still waiting too (a burst of a whole table, far beyond any a
+ * working master leaves behind; at 250,000 records 2 x 250,000 x sizeof(struct shm_rec_ev),
+ * 424 bytes: about 212 MB). Only a master that stopped draining reaches it: beyond it,
+ * events are dropped and counted. The master's own backlog (a take-over's ends) has no cap:
+ * the image it takes over bounds it (its records plus its rings' events), and production.md
+ * promises every one of them is written. */
 static uint64_t backlog_max(const struct shm *shm)
 {
 	uint64_t cap = 2 * (uint64_t)shm_alloc_capacity(shm);
 
+	if (!shm->rec_capped)
+		return UINT64_MAX;
 	return cap > SHM_REC_RING ? cap : SHM_REC_RING;
 }
 
@@ -295,6 +299,7 @@ void shm_records_disown(struct shm *shm)
 {
 	shm_check_handle(shm);
 	shm_records_backlog_free(shm);
+	shm->rec_capped = true;
 }
 
 void shm_records_unbuffered(struct shm *shm, unsigned slot)

@@ -312,6 +312,9 @@ struct shm {
 					      * first fork, all slots in one queue */
 	bool rec_unbuffered;                 /* a full ring drops: no backlog (a
 					      * lingering worker) */
+	bool rec_capped;                     /* the backlog is capped (a worker's:
+					      * shm_records_disown); the master's is
+					      * bounded by the image it takes over */
 };
 
 static inline void shm_check_handle(const struct shm *shm)

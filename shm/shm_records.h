@@ -91,7 +91,8 @@ struct shm_rec_ev {
 /* Producer of `slot`: one event built from record idx (a copy the caller owns or the live
  * record of its own slot) with `reason` at now_ns; listener (NULL: unknown) is its
  * listener's name. Returns 0 (in the ring, or in the backlog behind a full one), -ENOMEM
- * (no memory for the backlog: counted as dropped), -EINVAL, -EROFS. */
+ * (no memory for the backlog: counted as dropped), -ENOBUFS (a worker's backlog at its cap,
+ * records off or an unbuffered handle: counted as dropped), -EINVAL, -EROFS. */
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
 		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener);
 
@@ -110,7 +111,10 @@ uint64_t shm_records_waiting(const struct shm *shm, unsigned slot);
  * events are counted as dropped and freed. */
 void shm_records_abandon(struct shm *shm, unsigned slot);
 /* A worker, first thing after the fork: the backlog inherited with the master's handle
- * is the master's to write; it is forgotten here (not counted). */
+ * is the master's to write; it is forgotten here (not counted). From now on this handle's
+ * backlog is capped at twice the table's capacity per slot (a push beyond: -ENOBUFS,
+ * counted dropped); the master's, which never calls this, is not (a take-over's ends are
+ * all written). */
 void shm_records_disown(struct shm *shm);
 /* Producer of `slot` whose events no master writes any more (a worker lingering after a
  * live upgrade: the new master recorded its calls' ends at its take-over): its backlog is

@@ -389,8 +389,8 @@ static void test_records_off(void **state)
 	shm_destroy(s);
 }
 
-/* A backlog holds at most twice the table's capacity (or a ring's worth): beyond, a push
- * is dropped and counted. */
+/* A worker's backlog holds at most twice the table's capacity (or a ring's worth):
+ * beyond, a push is dropped and counted. */
 static void test_backlog_cap(void **state)
 {
 	struct shm *s, *w;
@@ -447,6 +447,32 @@ static void test_take_over_burst(void **state)
 	shm_destroy(dst);
 }
 
+/* A restart into a smaller table: 2,000 records that expired in the gap, all steered to a
+ * table of one slot and capacity 128: the master's backlog has no cap (a worker's twice
+ * the capacity would keep 512 beside the ring's 512): every one is written, none
+ * dropped. */
+static void test_take_over_smaller(void **state)
+{
+	const unsigned n_exp = 2000;
+	struct shm *src = mk(1, n_exp), *dst = mk(1, 128);
+	struct shm_takeover t;
+	struct shm_image img;
+
+	(void)state;
+	for (unsigned i = 0; i < n_exp; i++)
+		add(src, 0, i, SHM_TRANSPORT_UDP, NOW - SEC);
+	img = (struct shm_image){ .fd = -1, .buf = src->base, .size = src->size };
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.expired, n_exp);
+	assert_int_equal(shm_records_dropped(dst), 0);
+	memset(&G, 0, sizeof(G));
+	assert_int_equal(shm_records_drain(dst, collect, &G), n_exp);
+	assert_int_equal(shm_records_dropped(dst), 0);
+	shm_destroy(src);
+	shm_destroy(dst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -456,6 +482,7 @@ int main(void)
 		cmocka_unit_test(test_event_fields),
 		cmocka_unit_test(test_take_over),
 		cmocka_unit_test(test_take_over_burst),
+		cmocka_unit_test(test_take_over_smaller),
 		cmocka_unit_test(test_hold_order),
 		cmocka_unit_test(test_unbuffered),
 		cmocka_unit_test(test_records_off),
