@@ -418,7 +418,7 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 	wk_adopt_disc_keep(w, d);	/* before the adoption: for what it adopts */
 }
 
-static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
+void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 {
 	struct ipc_ping ping;
 	struct ipc_drain drain;
@@ -471,7 +471,10 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 			log_warn("worker", "bad log spec from master");
 		break;
 	case IPC_STOP:
-		wk_stop(w, "STOP from master");
+		/* immediate: the SIGTERM that follows finds our loop ended */
+		if (m->payload[0] == IPC_STOP_NOW)
+			w->stop_now = true;
+		wk_stop(w, w->stop_now ? "STOP now from master" : "STOP from master");
 		break;
 	case IPC_PARK:
 		/* A live upgrade: the stream connections go to the new processes when we
