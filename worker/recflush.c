@@ -19,14 +19,18 @@
 /* At a stop, half the grace the master gives before it kills us (common/ipc.h), so that
  * the teardown after the wait (the fd-store hand-off among it) always runs: 512 events a
  * drain, 100 drains a second empty about 128,000 in 2.5 s, 25,600 in the 0.5 s of a stop
- * made immediate. Without progress for WK_RECFLUSH_STALL_MS the master is not draining. */
+ * made immediate. Without progress for WK_RECFLUSH_STALL_MS (a slow write of the master's
+ * may take most of it) the master is not draining; once the stop is immediate,
+ * WK_RECFLUSH_NOW_STALL_MS, inside its shorter wait. */
 #define WK_RECFLUSH_STOP_MS (IPC_STOP_GRACE_MS / 2)
 #define WK_RECFLUSH_NOW_MS (IPC_STOP_NOW_GRACE_MS / 2)
-#define WK_RECFLUSH_STALL_MS 400u
+#define WK_RECFLUSH_STALL_MS 1000u
+#define WK_RECFLUSH_NOW_STALL_MS 400u
 /* A backlog that waits this long is worth a warning (each as long again). */
 #define WK_RECFLUSH_WARN_MS 10000u
 
-_Static_assert(WK_RECFLUSH_STALL_MS < WK_RECFLUSH_NOW_MS, "the stall check fits the wait");
+_Static_assert(WK_RECFLUSH_STALL_MS < WK_RECFLUSH_STOP_MS, "the stall check fits the wait");
+_Static_assert(WK_RECFLUSH_NOW_STALL_MS < WK_RECFLUSH_NOW_MS, "the stall check fits the wait");
 
 static void wk_recflush_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -72,8 +76,10 @@ void wk_recflush_linger(struct worker *w)
 	shm_records_unbuffered(w->shm, w->slot);
 }
 
-/* Whether the master made our stop immediate meanwhile (its SIGTERM, blocked by our
- * caller: it stays pending for the loop's handler). */
+/* Whether the master made our stop immediate during the wait (a second signal's SIGTERM,
+ * blocked by our caller: it stays pending for the loop's handler). A stop immediate from
+ * the start says so in its IPC_STOP frame (w->stop_now): its SIGTERM usually reaches
+ * libev's handler after the loop ended and is no longer pending here. */
 static bool wk_recflush_hurried(void)
 {
 	sigset_t pend;
@@ -82,21 +88,22 @@ static bool wk_recflush_hurried(void)
 	       (sigismember(&pend, SIGTERM) == 1 || sigismember(&pend, SIGINT) == 1);
 }
 
-/* Flushes until the backlog is empty, deadline_ms passes, WK_RECFLUSH_STALL_MS pass
- * without progress, or the stop is made immediate (then WK_RECFLUSH_NOW_MS at most from
- * there). Returns the events left. */
+/* Flushes until the backlog is empty, deadline_ms passes, the stall limit passes without
+ * progress (WK_RECFLUSH_STALL_MS, WK_RECFLUSH_NOW_STALL_MS once hurried), or the stop is
+ * made immediate (then WK_RECFLUSH_NOW_MS at most from there). Returns the events left. */
 static uint64_t wk_recflush_wait(struct worker *w, uint64_t deadline_ms)
 {
 	uint64_t left = shm_records_flush(w->shm, w->slot), before = left;
 	uint64_t progress = mono_ms();
 	const struct timespec nap = { .tv_nsec = 1000000 };
 	bool hurried = w->stop_now;
+	uint64_t stall = hurried ? WK_RECFLUSH_NOW_STALL_MS : WK_RECFLUSH_STALL_MS;
 
-	while (left != 0 && mono_ms() < deadline_ms &&
-	       mono_ms() - progress < WK_RECFLUSH_STALL_MS) {
+	while (left != 0 && mono_ms() < deadline_ms && mono_ms() - progress < stall) {
 		(void)nanosleep(&nap, NULL);
 		if (!hurried && wk_recflush_hurried()) {
 			hurried = true;
+			stall = WK_RECFLUSH_NOW_STALL_MS;
 			if (mono_ms() + WK_RECFLUSH_NOW_MS < deadline_ms)
 				deadline_ms = mono_ms() + WK_RECFLUSH_NOW_MS;
 		}

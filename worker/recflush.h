@@ -15,9 +15,9 @@ void wk_recflush_prepare(struct worker *w);
 /* At the worker's stop, its loop ended: waits until the master has drained the backlog
  * into the ring (not until the records are written: the master writes them at its next
  * drain). Bounded: half the master's stop grace (common/ipc.h; half the shorter one once
- * the stop is made immediate, w->stop_now or a SIGTERM/SIGINT meanwhile, which stays
- * pending for the loop), or WK_RECFLUSH_STALL_MS without progress; what is left then is
- * counted as dropped and logged. No wait while the master writes no records: the backlog
+ * the stop is made immediate: w->stop_now, from IPC_STOP's byte or the loop's SIGTERM, or
+ * a SIGTERM/SIGINT during the wait, which stays pending for the loop), or 1 s without
+ * progress (0.4 s once immediate); what is left then is counted as dropped and logged. No wait while the master writes no records: the backlog
  * is dropped (counted). */
 void wk_recflush_stop(struct worker *w);
 /* When the worker starts to linger after a live upgrade: no master writes its events
