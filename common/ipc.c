@@ -30,7 +30,7 @@ static const struct type_rule rules[IPC_TYPE_END] = {
 	[IPC_DRAIN] = { "DRAIN", LEN_EXACT, sizeof(struct ipc_drain), false },
 	[IPC_DISCONNECT] = { "DISCONNECT", LEN_EXACT, sizeof(struct ipc_disconnect), false },
 	[IPC_LOGLEVEL] = { "LOGLEVEL", LEN_STR, 0, false },
-	[IPC_STOP] = { "STOP", LEN_EXACT, 0, false },
+	[IPC_STOP] = { "STOP", LEN_EXACT, 1, false },
 	[IPC_OFFLOAD_MAP] = { "OFFLOAD_MAP", LEN_EXACT, 1, true },
 	[IPC_OFFLOAD_OFF] = { "OFFLOAD_OFF", LEN_EXACT, 0, false },
 	[IPC_TCP_HANDOFF] = { "TCP_HANDOFF", LEN_EXACT, sizeof(struct ipc_handoff), true },
@@ -316,6 +316,13 @@ int ipc_send_drain(int fd, int on)
 	struct ipc_drain d = { .on = on ? 1 : 0, .reserved = 0 };
 
 	return ipc_send(fd, IPC_DRAIN, &d, sizeof(d), -1);
+}
+
+int ipc_send_stop(int fd, bool now)
+{
+	uint8_t b = now ? IPC_STOP_NOW : 0;
+
+	return ipc_send(fd, IPC_STOP, &b, sizeof(b), -1);
 }
 
 int ipc_send_disconnect_index(int fd, uint32_t index)

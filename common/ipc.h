@@ -18,7 +18,9 @@
  *   IPC_DRAIN            master->worker   struct ipc_drain                 no
  *   IPC_DISCONNECT       master->worker   struct ipc_disconnect            no
  *   IPC_LOGLEVEL         master->worker   log spec (1..IPC_NAME_MAX)       no
- *   IPC_STOP             master->worker   empty                            no
+ *   IPC_STOP             master->worker   one byte: IPC_STOP_NOW, the stop   no
+ *                                         is immediate (a SIGTERM follows),
+ *                                         else 0
  *   IPC_OFFLOAD_MAP      master->worker   one byte: 0 client->peer map,    yes: the map
  *                                         1 peer->client map (the last)
  *   IPC_OFFLOAD_OFF      master->worker   empty                            no
@@ -63,6 +65,7 @@
 #ifndef TG_COMMON_IPC_H
 #define TG_COMMON_IPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -72,6 +75,14 @@
 #define IPC_NAME_MAX 255u
 /* Longest username in IPC_DISCONNECT (STUN USERNAME is < 513 bytes), plus its NUL. */
 #define IPC_USER_MAX 516u
+/* How long the master lets its workers stop before it kills them (master/main.c): after
+ * IPC_STOP, and after the SIGTERM of a stop made immediate (SIGINT, SIGQUIT, a second
+ * SIGTERM). A worker's own waits at its stop stay well inside them (worker/recflush.c). */
+#define IPC_STOP_GRACE_MS 5000u
+#define IPC_STOP_NOW_GRACE_MS 1000u
+/* IPC_STOP's byte for a stop made immediate: the worker that reads it takes the shorter
+ * grace, though the SIGTERM sent after it may reach it only once its loop has ended. */
+#define IPC_STOP_NOW 1u
 
 enum ipc_type {
 	IPC_PING = 1,
@@ -195,6 +206,7 @@ int ipc_send_str(int fd, uint16_t type, const char *s, int passfd);
 int ipc_send_ping(int fd, uint64_t seq);
 int ipc_send_pong(int fd, uint16_t type, uint64_t seq, uint32_t slot, int32_t pid);
 int ipc_send_drain(int fd, int on);
+int ipc_send_stop(int fd, bool now);
 int ipc_send_disconnect_index(int fd, uint32_t index);
 int ipc_send_disconnect_user(int fd, const char *user);
 int ipc_send_disconnect_revoked(int fd);

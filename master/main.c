@@ -26,7 +26,6 @@
 
 #define TICK_S 0.25
 #define PING_EVERY_TICKS 4
-#define STOP_GRACE_S 5.0
 #define SNAP_SLOTS 8
 #define SNAP_MIN_SIZE (1u << 20)
 
@@ -182,7 +181,8 @@ static void begin_stop(struct master *m, bool immediate)
 	notify_stopping();
 	supervise_stop_all(m, immediate);
 	linger_stop_all(m, "the daemon stops");
-	deadline = ev_now(m->loop) + (immediate ? 1.0 : STOP_GRACE_S);
+	deadline = ev_now(m->loop) +
+		   (immediate ? IPC_STOP_NOW_GRACE_MS : IPC_STOP_GRACE_MS) / 1000.0;
 	/* A second signal hurries a stop on; it never puts its deadline off (0: none yet). */
 	if (m->stop_deadline == 0 || deadline < m->stop_deadline)
 		m->stop_deadline = deadline;
@@ -499,6 +499,11 @@ static int master_start(struct master *m)
 	rc = reload_publish(m);
 	if (rc < 0)
 		return rc;
+	/* Before the first worker: the take-over's events leave the rings for the master's
+	 * held queue (records_start: copies only, nothing encoded in the gap), which the
+	 * first drain writes before any worker's event, of the same allocation too. */
+	if (records_start(m) < 0)
+		log_error("master", "session records: no memory: none are written");
 	rc = supervise_init(m);
 	if (rc < 0)
 		return rc;
@@ -511,8 +516,6 @@ static int master_start(struct master *m)
 	}
 	park_release(m);	/* the workers hold the handed-over connections now */
 	start_watchers(m);
-	if (records_start(m) < 0)
-		log_error("master", "session records: no memory: none are written");
 	rc = httpd_start(m);
 	upgrade_close_unused(m);
 	return rc;

@@ -27,11 +27,13 @@
 #include "shm/shm_quota.h"
 #include "shm/shm_records.h"
 
-/* The rings hold SHM_REC_RING (512) each: 100 drains a second keep up with bursts of ends
- * while the master's loop is busy (10,000 ends a second ended by admin disconnects: 20
- * drains a second dropped 1,800-2,200 of 10,000, 100 none up to 15,000 a second; see
- * bench/records_ends.py and docs/performance.md). A drain of empty rings reads two words
- * per slot. */
+/* The rings hold SHM_REC_RING (512) each; what a burst of ends does not fit waits in its
+ * worker's backlog until a drain frees room (shm/shm_records.h). 100 drains a second keep
+ * that rare while the master's loop is busy (10,000 ends a second ended by admin
+ * disconnects: with 20 drains a second and no backlog yet, 1,800-2,200 of 10,000 were
+ * dropped, with 100 none up to 15,000 a second; see bench/records_ends.py and
+ * docs/performance.md) and empty a backlog at 51,200 events a second. A drain of empty
+ * rings reads two words per slot. */
 #define RECORDS_DRAIN_S 0.01
 
 enum rec_out { OUT_NONE, OUT_FILE, OUT_STDOUT, OUT_SYSLOG };
@@ -312,6 +314,7 @@ static void apply(struct records *r)
 {
 	const struct conf_admin *a = &r->m->cfg->admin;
 	enum rec_out out = OUT_NONE;
+	bool on;
 
 	if (a->records_file == NULL || a->records_file[0] == '\0')
 		out = OUT_NONE;
@@ -328,10 +331,11 @@ static void apply(struct records *r)
 		r->out = out == OUT_FILE && r->path == NULL ? OUT_NONE : out;
 		(void)out_open(r);
 	}
-	if (r->m->shm != NULL)
-		shm_records_want_start(r->m->shm, a->records_start &&
-						   (r->out != OUT_NONE || (a->records_webhook != NULL &&
-									   a->records_webhook[0] != '\0')));
+	on = r->out != OUT_NONE || (a->records_webhook != NULL && a->records_webhook[0] != '\0');
+	if (r->m->shm != NULL) {
+		shm_records_want(r->m->shm, on);
+		shm_records_want_start(r->m->shm, a->records_start && on);
+	}
 	if (a->records_webhook == NULL || a->records_webhook[0] == '\0') {
 		webhook_free(r->hook);	/* its backlog too: no webhook, nothing to deliver */
 		r->hook = NULL;
@@ -372,6 +376,15 @@ int records_start(struct master *m)
 	m->records = r;
 	apply(r);
 	ev_timer_start(m->loop, &r->drain_w);
+	/* A take-over's events, its ends beyond the rings' room included (our own backlog,
+	 * shm/shm_records.h), out of the rings before any worker runs (master/main.c) and
+	 * written by the first drain, after the forks: nothing is encoded or written in the
+	 * restart's or upgrade's gap, and they still precede every event a new worker
+	 * pushes. Without memory they stay where they are (written at the first drain,
+	 * the ring's before the new workers', the backlog's after). */
+	if (m->shm != NULL && shm_records_hold(m->shm) < 0)
+		log_warn("records", "no memory to hold the take-over's session records: some "
+				    "may be written after later ones");
 	return 0;
 }
 

@@ -7,8 +7,11 @@
 
 struct master;
 
-/* Starts the drain timer and applies m->cfg's outputs; called at startup after the
- * segment exists. Returns 0, or -errno (logged) when the file cannot be opened (the
+/* Starts the drain timer, applies m->cfg's outputs and takes what the rings hold
+ * already (a take-over's records) out of them, for the first drain to write before any
+ * worker's (shm_records_hold: no encoding, no write here); called at startup after the
+ * segment exists and the first snapshot is published, before the first worker is
+ * forked. Returns 0, or -errno (logged) when the file cannot be opened (the
  * daemon runs on, with the records counted as dropped until a reload or reopen fixes
  * it). */
 int records_start(struct master *m);

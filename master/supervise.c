@@ -737,8 +737,10 @@ void supervise_stop_all(struct master *m, bool immediate)
 			continue;
 		}
 		w->state = MW_STOPPING;
+		/* The byte says the stop is immediate: a worker that reads the frame first
+		 * leaves its loop before the SIGTERM's handler can run. */
 		if (w->ctl_fd >= 0)
-			ipc_send(w->ctl_fd, IPC_STOP, NULL, 0, -1);
+			ipc_send_stop(w->ctl_fd, immediate);
 		if (immediate)
 			kill(w->pid, SIGTERM);
 	}

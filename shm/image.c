@@ -614,7 +614,8 @@ static void import_records_rings(struct shm *dst, const struct shm_image *img,
 		off = rg->off + sizeof(h) + (uint64_t)i * sizeof(*ring);
 		if (img_read(img, off, ring, sizeof(*ring)) < 0)
 			break;
-		shm_rec_ring_at(dst, to)->dropped += ring->dropped;
+		/* and what its worker's backlog held: lost with the process */
+		shm_rec_ring_at(dst, to)->dropped += ring->dropped + ring->waiting;
 		if (ring->head - ring->tail > SHM_REC_RING)
 			ring->tail = ring->head - SHM_REC_RING;
 		for (uint64_t k = ring->tail; k != ring->head; k++) {

@@ -683,6 +683,7 @@ void shm_destroy(struct shm *shm)
 	free(shm->taken);
 	free(shm->taken_from);
 	free(shm->taken_off);
+	shm_records_backlog_free(shm);
 	if (shm->lock_fd >= 0)
 		close(shm->lock_fd);
 	shm->magic = 0;

@@ -231,13 +231,23 @@ struct shm_records_hdr {
 	uint64_t master_dropped;             /* master: records it could not write */
 	uint64_t webhook_failures;           /* master: failed webhook deliveries */
 	uint32_t start_wanted;               /* master: 1 = workers push start events too */
+	uint32_t records_off;                /* master: 1 = it writes no records (none
+					      * configured): a full ring drops, no
+					      * backlog, no wait (in start_wanted's
+					      * padding: an image without it reads 0) */
 	uint64_t webhook_dropped;            /* master: records its full backlog dropped */
 	uint64_t webhook_backlog;            /* master: records waiting for the webhook now */
 };
 
 struct shm_rec_ring {
 	_Alignas(SHM_CL) uint64_t head;      /* producer: events pushed */
-	uint64_t dropped;                    /* producer: events a full ring refused */
+	uint64_t dropped;                    /* producer: events lost (no memory for its
+					      * backlog, or a backlog it gave up) */
+	uint64_t waiting;                    /* producer: events in its private backlog
+					      * (shm_records_push_ev), lost if it dies: the
+					      * master counts them dropped at its reap and a
+					      * take-over at the restart (in the cache line's
+					      * padding: an image without it reads 0) */
 	_Alignas(SHM_CL) uint64_t tail;      /* consumer: events consumed */
 	_Alignas(SHM_CL) struct shm_rec_ev ev[SHM_REC_RING];
 };
@@ -294,6 +304,17 @@ struct shm {
 					      * [s], ends at [s + 1]; NULL until grouped */
 	bool keep_tcp;                       /* a take-over keeps TURN-TCP records (live
 					      * upgrade: their connections are handed over) */
+	struct shm_rec_backlog *rec_bl;      /* per slot, this process's session-record
+					      * events its rings had no room for
+					      * (shm/records.c); NULL until one was full */
+	struct shm_rec_backlog *rec_held;    /* master: the events shm_records_hold took
+					      * from the rings and backlogs before the
+					      * first fork, all slots in one queue */
+	bool rec_unbuffered;                 /* a full ring drops: no backlog (a
+					      * lingering worker) */
+	bool rec_capped;                     /* the backlog is capped (a worker's:
+					      * shm_records_disown); the master's is
+					      * bounded by the image it takes over */
 };
 
 static inline void shm_check_handle(const struct shm *shm)
@@ -461,8 +482,14 @@ int shm_records_validate(const struct shm_records_hdr *h, uint32_t n_rings);
 int shm_records_push_carried(struct shm *shm, unsigned slot, uint32_t idx,
 			     const struct shm_alloc *rec, enum shm_rec_reason reason,
 			     uint64_t now_ns);
-/* Raw push of a complete event into ring `slot` (take-over's carried events). */
+/* Raw push of a complete event into ring `slot` (take-over's carried events); one that
+ * does not fit waits in the handle's backlog (shm_records_push). */
 int shm_records_push_ev(struct shm *shm, unsigned slot, const struct shm_rec_ev *ev);
+/* Master, at the reap of slot's worker: the events its backlog still held are lost
+ * (counted dropped). */
+void shm_records_reaped(struct shm *shm, unsigned slot);
+/* shm_destroy: frees the handle's backlog. */
+void shm_records_backlog_free(struct shm *shm);
 /* Writes the trust region's header with a fresh random key (shm/trust.c). Returns 0 or
  * -errno from getrandom(). */
 int shm_trust_init(struct shm_trust_hdr *t);

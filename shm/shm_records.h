@@ -7,10 +7,26 @@
  *     before shm_alloc_retire), or the master while no worker runs in S (take-over, a
  *     dead slot's records). Never two at once.
  *   - The consumer is the master (shm_records_drain), on its tick.
- *   - A full ring drops the event and counts it (dropped); a push never blocks or waits.
- * An event pushed is in the segment, hence in the state file: a worker crash, a restart or
- * an upgrade that takes the segment over (shm/image.c carries undrained events) loses
- * none of them. */
+ *   - A push never blocks or waits: an event a full ring has no room for waits in the
+ *     producer's private backlog (memory of its process, in the handle), oldest first,
+ *     and every later event of that slot behind it. A worker moves it into the ring as
+ *     the master frees room (shm_records_flush, from its loop while the backlog is not
+ *     empty, and at its stop with a bounded wait); the master, producer of slots without
+ *     a worker (take-over, a dead slot's records), writes its own from shm_records_drain.
+ *     A take-over's events are moved out of the rings into the master's held queue
+ *     before the first worker is forked (shm_records_hold) and written first.
+ *   - Events are lost (counted as dropped) when a backlog has no memory or is full
+ *     (2 x the table's capacity: only a master that stopped draining fills it), when a
+ *     worker gives its backlog up at its stop (the master did not drain it within the
+ *     stop's bounded wait) or dies with events in it, and when the ring is full while
+ *     the master writes no records or for a lingering worker (shm_records_want,
+ *     shm_records_unbuffered: no backlog). A master killed between the take-over's hold
+ *     and its first drain loses the held events uncounted.
+ * An event in the ring is in the segment, hence in the state file: a worker crash, a
+ * restart or an upgrade that takes the segment over (shm/image.c carries undrained events)
+ * loses none of them. An event in a backlog dies with its process: a worker's count of
+ * them is in its ring (waiting), which the master adds to dropped at its reap (and a
+ * take-over, after a kill -9 of the daemon). */
 #ifndef TG_SHM_SHM_RECORDS_H
 #define TG_SHM_SHM_RECORDS_H
 
@@ -74,7 +90,9 @@ struct shm_rec_ev {
 
 /* Producer of `slot`: one event built from record idx (a copy the caller owns or the live
  * record of its own slot) with `reason` at now_ns; listener (NULL: unknown) is its
- * listener's name. Returns 0, -ENOBUFS (ring full: counted as dropped), -EINVAL, -EROFS. */
+ * listener's name. Returns 0 (in the ring, or in the backlog behind a full one), -ENOMEM
+ * (no memory for the backlog: counted as dropped), -ENOBUFS (a worker's backlog at its cap,
+ * records off or an unbuffered handle: counted as dropped), -EINVAL, -EROFS. */
 int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct shm_alloc *rec,
 		     enum shm_rec_reason reason, uint64_t now_ns, const char *listener);
 
@@ -84,6 +102,37 @@ int shm_records_push(struct shm *shm, unsigned slot, uint32_t idx, const struct 
 int shm_records_push_start(struct shm *shm, unsigned slot, uint32_t idx,
 			   const struct shm_alloc *rec, uint64_t now_ns, const char *listener);
 
+/* Producer of `slot`: moves what its backlog holds into the ring, as far as there is
+ * room. Returns the events still waiting (0: the backlog is empty). */
+uint64_t shm_records_flush(struct shm *shm, unsigned slot);
+/* Producer of `slot`: the events its backlog holds (process-local; a load). */
+uint64_t shm_records_waiting(const struct shm *shm, unsigned slot);
+/* Producer of `slot`, giving up (its stop found the master not draining): the backlog's
+ * events are counted as dropped and freed. */
+void shm_records_abandon(struct shm *shm, unsigned slot);
+/* A worker, first thing after the fork: the backlog inherited with the master's handle
+ * is the master's to write; it is forgotten here (not counted). From now on this handle's
+ * backlog is capped at twice the table's capacity per slot (a push beyond: -ENOBUFS,
+ * counted dropped); the master's, which never calls this, is not (a take-over's ends are
+ * all written). */
+void shm_records_disown(struct shm *shm);
+/* Producer of `slot` whose events no master writes any more (a worker lingering after a
+ * live upgrade: the new master recorded its calls' ends at its take-over): its backlog is
+ * forgotten (not counted) and from now on a full ring drops and counts, never waits. */
+void shm_records_unbuffered(struct shm *shm, unsigned slot);
+/* Master, after a take-over and before the first worker is forked: moves every ring's
+ * pending events and the master's own backlog into its held queue (raw copies, slot by
+ * slot, each slot's in push order; nothing is encoded or written), so that the rings are
+ * empty for the workers. shm_records_drain writes the held queue before anything the
+ * workers push. Returns 0, -EROFS, or -ENOMEM (no held queue: none moved, they stay
+ * where they are); an event without memory for its copy is dropped (counted). */
+int shm_records_hold(struct shm *shm);
+/* Master: whether it writes records (a file, syslog, stdout or a webhook). Off: its
+ * drain discards the events, so workers keep no backlog and a full ring drops. */
+void shm_records_want(struct shm *shm, bool on);
+/* Whether the master writes records (shm_records_want; a load). */
+bool shm_records_on(const struct shm *shm);
+
 /* Master: whether workers push start events (admin.session_records.start). */
 void shm_records_want_start(struct shm *shm, bool on);
 
@@ -91,13 +140,17 @@ void shm_records_want_start(struct shm *shm, bool on);
 int shm_records_event(const struct shm *shm, uint32_t idx, const struct shm_alloc *rec,
 		      enum shm_rec_reason reason, uint64_t now_ns, struct shm_rec_ev *out);
 
-/* Consumer (master): calls fn for each pending event of every slot, oldest first per
- * slot, then marks them consumed. Returns the number of events. */
+/* Consumer (master): calls fn for each event of the held queue (shm_records_hold), in
+ * its order; then for each pending event of every slot, oldest first per slot, and marks
+ * them consumed; then for each event of this handle's own backlog (what it pushed as a
+ * slot's producer beyond the ring), oldest first per slot. Returns the number of
+ * events. */
 unsigned shm_records_drain(struct shm *shm, void (*fn)(const struct shm_rec_ev *ev, void *arg),
 			   void *arg);
 
-/* Events dropped by full rings, plus records the master could not write, since the
- * segment was created (take-overs add the earlier run's). */
+/* Events lost by producers (a backlog without memory, a worker that died or gave up with
+ * events in its backlog), plus records the master could not write, since the segment was
+ * created (take-overs add the earlier run's). */
 uint64_t shm_records_dropped(const struct shm *shm);
 /* Records written, and failed webhook deliveries (master's counts, for metrics). */
 void shm_records_counts(const struct shm *shm, uint64_t *written, uint64_t *hook_failures);

@@ -210,6 +210,7 @@ int shm_slot_reaped(struct shm *shm, unsigned slot)
 	CMM_STORE_SHARED(s->pid, 0);
 	CMM_STORE_SHARED(s->state, SHM_SLOT_DEAD);
 	cmm_smp_mb();
+	shm_records_reaped(shm, slot);
 	return 0;
 }
 

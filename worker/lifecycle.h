@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ipc.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -23,6 +24,9 @@ struct park_hdr;		/* common/park.h */
 
 /* ---- worker.c ---- */
 void wk_listener_close(struct worker *w, struct wk_listener *l);
+/* Acts on control frame m from the master (ipc_recv checked it) and takes fd, its
+ * descriptor or -1: wk_ctl_cb's dispatch, called by unit tests directly. */
+void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd);
 /* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
  * (an opened snapshot the caller keeps alive) current as the ev_check watcher does for a
  * new generation: hot values copied, listeners re-resolved, relay pools (re)built; no shm

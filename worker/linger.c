@@ -38,6 +38,7 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "worker/dtlslinger.h"
+#include "worker/recflush.h"
 
 #define WK_LINGER_TICK_S 0.2
 
@@ -130,6 +131,7 @@ static void wk_linger_shed(struct worker *w)
 	struct wk_alloc *a, *next;
 
 	w->lingering = true;
+	wk_recflush_linger(w);	/* no master writes our events from here */
 	wk_adopt_wait_abandon(w);
 	for (a = LIST_FIRST(&w->allocs); a; a = next) {
 		next = LIST_NEXT(a, link);

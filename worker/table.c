@@ -232,7 +232,8 @@ void wk_alloc_destroy(struct worker *w, struct wk_alloc *a, const char *why)
 	 * push and the retire a LIVE record marked ending, which our replacement or a
 	 * take-over ends without one, whether or not the master drained the event; one
 	 * before the mark a LIVE record, re-adopted and recorded when it ends. Never
-	 * blocks: a full ring drops and counts. */
+	 * blocks: beyond a full ring the event waits in our backlog (worker/recflush.c;
+	 * lost, and counted, if we die before it reaches the ring). */
 	if (a->published) {
 		(void)shm_alloc_end_mark(w->shm, w->slot, a->rec_idx);
 		(void)shm_records_push(w->shm, w->slot, a->rec_idx, a->rec,

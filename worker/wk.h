@@ -175,6 +175,10 @@ struct worker {
 	ev_io ho_io;			/* the slot's hand-over channel (handover.c) */
 	ev_timer tick;
 	ev_timer hb;
+	ev_timer rec_flush;		/* while session-record events wait (recflush.c) */
+	uint64_t rec_warned;		/* mono ms of its last warning, or its start */
+	bool stop_now;			/* stopped by SIGTERM/SIGINT or IPC_STOP_NOW: the
+					 * master's short grace */
 	ev_signal sigterm, sigint, sigquit;
 	bool draining;
 	bool parking;			/* IPC_PARK: hand the stream connections over at exit */

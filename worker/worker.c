@@ -5,6 +5,7 @@
 #include "worker/dtlslinger.h"
 #include "worker/unauth.h"
 #include "worker/lifecycle.h"
+#include "worker/recflush.h"
 #include "worker/relay.h"
 #include "worker/stream.h"
 #include "worker/transport.h"
@@ -250,6 +251,7 @@ static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)
 		w->wake_on = w->wake.on;
 		ev_set_io_collect_interval(loop, wk_wake_interval(&w->wake));
 	}
+	wk_recflush_prepare(w);
 	w->snap = NULL;
 	shm_qsbr_offline(w->shm, w->slot);
 }
@@ -290,6 +292,9 @@ static void wk_stop(struct worker *w, const char *why)
 
 static void wk_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
+	/* the master's immediate stop: it kills us IPC_STOP_NOW_GRACE_MS later */
+	if (s->signum == SIGTERM || s->signum == SIGINT)
+		wk_checked(s->data)->stop_now = true;
 	wk_stop(wk_checked(s->data), s->signum == SIGTERM   ? "SIGTERM"
 				     : s->signum == SIGQUIT ? "SIGQUIT"
 							    : "SIGINT");
@@ -413,7 +418,7 @@ static void wk_disconnect(struct worker *w, const struct ipc_disconnect *d)
 	wk_adopt_disc_keep(w, d);	/* before the adoption: for what it adopts */
 }
 
-static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
+void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 {
 	struct ipc_ping ping;
 	struct ipc_drain drain;
@@ -466,7 +471,10 @@ static void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 			log_warn("worker", "bad log spec from master");
 		break;
 	case IPC_STOP:
-		wk_stop(w, "STOP from master");
+		/* immediate: the SIGTERM that follows finds our loop ended */
+		if (m->payload[0] == IPC_STOP_NOW)
+			w->stop_now = true;
+		wk_stop(w, w->stop_now ? "STOP now from master" : "STOP from master");
 		break;
 	case IPC_PARK:
 		/* A live upgrade: the stream connections go to the new processes when we
@@ -750,6 +758,7 @@ int worker_run(const struct worker_heritage *h)
 	wk_tcp_init(w);
 	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);
+	wk_recflush_init(w);
 	wk_ho_start(w);
 	fcntl(h->ctl_fd, F_SETFL, fcntl(h->ctl_fd, F_GETFL) | O_NONBLOCK);
 	for (size_t i = 0; i < h->n_listeners; i++) {
@@ -766,6 +775,7 @@ int worker_run(const struct worker_heritage *h)
 	log_info("worker", "slot %u running with %zu listeners", w->slot, w->n_ls);
 	ev_run(w->loop, 0);
 	status = w->exit_status;
+	wk_recflush_stop(w);	/* while the master still drains: before we count stopped */
 	wk_ctl_last(w);
 	if (w->parking) {
 		wk_park_all(w);

@@ -427,10 +427,13 @@ def upgrade(daemon, workers=2):
 
 
 def session_records(d, name="sessions.jsonl"):
-    """The session records written so far to d/name (admin.session_records.file)."""
+    """The session records written so far to d/name (admin.session_records.file). A last
+    line without its newline is one the master is still writing: left for the next
+    read."""
     try:
         with open(os.path.join(d, name)) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            return [json.loads(line) for line in f
+                    if line.endswith("\n") and line.strip()]
     except FileNotFoundError:
         return []
 
@@ -1396,7 +1399,8 @@ def relay_range():
     restart (50000 test_relay, 51000 test_relay_client, 56000 test_upgrade, 58000 the
     turnutils_uclient interop test; below the kernel's ephemeral ports 32768-60999, which
     any socket bound to port 0 may take while the daemon is down: 25000 test_master_traffic,
-    26000 test_crash, 27000 test_restart, 29000 test_quota.py, and in 28000..28749:
+    26000 test_crash, 27000 test_restart, 29000 test_quota.py, 30300-31099
+    test_upgrade_linger's 700 lingering calls, and in 28000..28749:
     28000-28049 test_fdstore_restart, 28050-28099 test_upgrade_urelays_older, 28100-28203
     test_dashboard, 28300-28399 test_sockbuf, 28400-28499 test_ports_owned's taken-over
     call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart,

@@ -14,11 +14,13 @@ turngate_upgrade_lingering_workers/_sessions read 1 while it lingers, 0 after); 
 user ends every lingering call; an upgrade that fails after ready ends it (the old master
 kills its lingering worker before it respawns the slot); a new allocation never takes the
 lingering call's relay port, and stopping the daemon stops the lingering worker; with 0 it ends at the upgrade, as before lingering
-existed. On a build without lingering the TLS
+existed. 700 lingering calls of one worker ended by the limit at once (more session-record
+events than a ring holds) let it exit without waiting for a master to drain them. On a build without lingering the TLS
 connection closes at the first upgrade.
 
 One thread drives each TLS connection (reads and writes), since an SSL object is not to
-be used from two threads at once. Relay ports 44200-44299 (no other test's). Loopback
+be used from two threads at once. Relay ports 44200-44299 and 30300-31099 (no other
+test's). Loopback
 only, every wait bounded.
 """
 import contextlib
@@ -35,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (Client, Daemon, Failure, alive, check, error_code,  # noqa: E402
                            free_port, make_cert, run_tests, scrape, stop_master, tls_client,
                            upgrade, wait_for)
+from harness_admin import session_records  # noqa: E402
 from harness_upgrade import held_socket  # noqa: E402
 from test_tls import tls_config  # noqa: E402
 from test_upgrade_streams import (UdpPeer, call_refresh, file_frames,  # noqa: E402
@@ -344,7 +347,56 @@ def test_linger_zero_ends_them_at_upgrade(d):
         check(lingering(s.daemon) == [], "nothing lingers")
 
 
+MANY_RELAY = (30300, 31099)
+MANY = 700
+
+
+def test_many_lingering_end(d):
+    """700 TLS calls of one worker linger (more than a slot's session-record ring holds,
+    512) and the linger limit (2 s) ends them in one go, session records written to a
+    file: no master drains the old segment's ring any more (the new master recorded
+    those calls at its take-over), so the lingering worker keeps no backlog and exits
+    without waiting for one (before: a 1 s stall and ERROR "... not drained by the
+    master in time"). Each call has its one record, the take-over's shutdown."""
+    crt, key = make_cert(d, "turn.test")
+    udp_port, tls_port, dtls_port = (listen_port(MANY_RELAY) for _ in range(3))
+    text = tls_config(d, udp_port, tls_port, dtls_port, crt, key, relay=MANY_RELAY)
+    text += "limits:\n  upgrade_linger: 2\n  user_quota: %d\n" % (MANY + 10)
+    check("  workers: 2\n" in text, "the config names its workers")
+    text = text.replace("  workers: 2\n", "  workers: 1\n", 1)    # all in one slot
+    check("  drain_timeout: 1\n" in text, "the config has an admin section")
+    text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n  session_records:\n"
+                        "    file: %s\n" % os.path.join(d, "sessions.jsonl"), 1)
+    daemon = Daemon(d, text, workers=1).start()
+    calls, pid, old = [], None, []
+    try:
+        for _ in range(MANY):
+            c = tls_client(tls_port)
+            check(c.relayed(c.allocate()), "Allocate")
+            calls.append(c)
+        pid = upgrade(daemon, 1)
+        ls = lingering(daemon) or []
+        old = [w["pid"] for w in ls]
+        check(len(ls) == 1 and ls[0]["sessions"] == MANY,
+              "one worker lingers with %d calls: %r" % (MANY, ls))
+        wait_for(lambda: not alive(old[0]), "the lingering worker to exit", timeout=20)
+        err = daemon.stderr()
+        check("not drained by the master in time" not in err,
+              "the lingering worker waited for its session records:\n%s" % err[-2000:])
+        ends = [r for r in session_records(d) if r["reason"] == "shutdown"]
+        check(len(ends) == MANY, "a shutdown record each: %d" % len(ends))
+    finally:
+        for c in calls:
+            c.close()
+        stop_master(daemon, pid)
+        kill_all(old)
+        daemon.kill()
+    daemon.scan()
+    print("%d lingering calls ended by the limit: the worker exited, no wait" % MANY)
+
+
 if __name__ == "__main__":
     run_tests([test_tls_call_lingers_through_upgrades, test_linger_limit_ends_them,
                test_disconnect_ends_lingering, test_failed_upgrade_ends_lingering,
-               test_lingering_port_not_reused, test_linger_zero_ends_them_at_upgrade])
+               test_lingering_port_not_reused, test_linger_zero_ends_them_at_upgrade,
+               test_many_lingering_end])

@@ -103,6 +103,30 @@ static void test_ping_pong(void **state)
 	assert_int_equal(ipc_msg_get(&msg, &ping, sizeof(ping)), -EPROTO);
 }
 
+/* IPC_STOP carries one byte: IPC_STOP_NOW for a stop made immediate, else 0; an empty
+ * STOP (the frame before the byte) is refused both ways. */
+static void test_stop(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_hdr h = { .type = IPC_STOP, .flags = 0, .len = 0 };
+	struct ipc_msg msg;
+	int fd;
+
+	assert_int_equal(ipc_send_stop(p->a, true), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(fd, -1);
+	assert_int_equal(msg.hdr.type, IPC_STOP);
+	assert_int_equal(msg.hdr.len, 1);
+	assert_int_equal(msg.payload[0], IPC_STOP_NOW);
+	assert_int_equal(ipc_send_stop(p->a, false), 0);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_int_equal(msg.hdr.len, 1);
+	assert_int_equal(msg.payload[0], 0);
+	assert_int_equal(ipc_send(p->a, IPC_STOP, NULL, 0, -1), -EINVAL);
+	send_raw(p->a, &h, sizeof(h), -1);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+}
+
 static void test_empty_is_eagain(void **state)
 {
 	struct pair *p = *state;
@@ -144,7 +168,7 @@ static void test_send_rejects_bad_frames(void **state)
 	assert_int_equal(pipe(pipefd), 0);
 	/* Listener add without its socket, stop with an fd, unknown types. */
 	assert_int_equal(ipc_send_str(p->a, IPC_LISTENER_ADD, "x", -1), -EINVAL);
-	assert_int_equal(ipc_send(p->a, IPC_STOP, NULL, 0, pipefd[0]), -EINVAL);
+	assert_int_equal(ipc_send(p->a, IPC_STOP, "", 1, pipefd[0]), -EINVAL);
 	assert_int_equal(ipc_send(p->a, 0, NULL, 0, -1), -EINVAL);
 	assert_int_equal(ipc_send(p->a, IPC_TYPE_END, NULL, 0, -1), -EINVAL);
 	/* Wrong fixed length, empty and overlong names, NUL inside a name. */
@@ -282,7 +306,7 @@ static void test_fd_over_limit(void **state)
 static void test_unexpected_fd_is_closed(void **state)
 {
 	struct pair *p = *state;
-	struct ipc_hdr h = { .type = IPC_STOP, .flags = IPC_F_FD, .len = 0 };
+	struct ipc_hdr h = { .type = IPC_OFFLOAD_OFF, .flags = IPC_F_FD, .len = 0 };
 	struct ipc_msg msg;
 	int pipefd[2], fd, before;
 
@@ -372,6 +396,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_ping_pong, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_is_eagain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_listener_add_passes_fd, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_send_rejects_bad_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_recv_rejects_unknown_and_bad_length, setup,

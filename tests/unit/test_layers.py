@@ -28,7 +28,7 @@ LAYERS = [
     ("turn", ["turn.h", "unauth.h", "authfail.h", "turn.c", "auth.c", "unauth.c",
               "authfail.c", "tcprelay.c"]),
     ("process", ["lifecycle.h", "worker.c", "adopt.c", "park.c", "linger.c", "relayho.h",
-                 "relayho.c"]),
+                 "relayho.c", "recflush.h", "recflush.c"]),
 ]
 PRIVATE = {"relay_priv.h": "pipeline"}
 PUBLIC = {"worker.h"}  # what the rest of the daemon may include

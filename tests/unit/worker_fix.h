@@ -1,6 +1,6 @@
 /* Unit-test fixture for the worker's channels: a shm table and hand-made workers on it, as
  * worker_run leaves them for the part under test (test_handover.c, test_dtlslinger.c,
- * test_relayho.c, test_adopt_expiry.c). */
+ * test_relayho.c, test_adopt_expiry.c, test_wkctl.c). */
 #ifndef TG_TESTS_WORKER_FIX_H
 #define TG_TESTS_WORKER_FIX_H
 
