@@ -254,17 +254,24 @@ void wk_fdstore_conn(struct worker *w, struct wk_tconn *c)
 	c->fds_flags = flags;
 }
 
-void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c)
+void wk_fdstore_conn_detach(struct worker *w, struct wk_tconn *c)
 {
 	char name[FDNAME_MAX + 1];
 
 	if (!c->fdstored)
 		return;
 	c->fdstored = false;
-	wk_fdstore_shut(w, c->fd);
 	if (fdname_make(name, sizeof(name), PARK_TCONN, w->slot, c->fds_rec, 0, c->fds_flags,
 			c->l->name) == 0)
 		wk_fdstore_send(w, name, -1);
+}
+
+void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c)
+{
+	if (!c->fdstored)
+		return;
+	wk_fdstore_shut(w, c->fd);
+	wk_fdstore_conn_detach(w, c);
 }
 
 bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd)

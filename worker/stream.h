@@ -118,6 +118,10 @@ void wk_fdstore_conn(struct worker *w, struct wk_tconn *c);
  * ends here (not handed over, not left for the next process) is shut down too: the
  * store's copy must not keep it open. */
 void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
+/* c's allocation ends, c stays open (a disconnect, a revocation, an expiry: c may
+ * allocate again or idle out): its name, which names the allocation's record, leaves the
+ * store now, not when c closes; an allocation c makes later is stored under its own. */
+void wk_fdstore_conn_detach(struct worker *w, struct wk_tconn *c);
 /* Puts a bound RFC 6062 pair of record rec (peer connection peer_fd, data connection
  * data_fd, CONNECTION-ID id) in the store. Returns true when it was sent. */
 bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);

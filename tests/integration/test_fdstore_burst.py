@@ -11,8 +11,10 @@ keeps what the master stores there. One worker, one TURN-TCP listener.
 
 - disconnect --user alice with 2,000 TURN-TCP allocations of alice (and 20 of bob): the
   worker ends them all in one go; the store must get an FDSTOREREMOVE for each of alice's
-  connections and keep bob's. (Passes on main too where the master reads as fast as
-  the one worker ends allocations, as here: the regression check of the common case.)
+  connections and keep bob's, while those connections are still open: a connection
+  whose allocation ends stays open (idle, 30 s) and must leave the store with its
+  allocation. (On main the names left only when the connections closed: alice's
+  connections had all closed when the store was empty.)
 - the master stopped (SIGSTOP: a master busy elsewhere, or several workers ending
   theirs at once) while 1,000 clients allocate and later while they close: once it runs
   again the store holds every connection, and then none. (On main: 278 of the 1,000
@@ -22,6 +24,7 @@ In a network namespace of its own (root): 2,000 relay ports no other test uses. 
 wait is bounded; nothing is timed.
 """
 import os
+import select
 import signal
 import socket
 import sys
@@ -86,6 +89,14 @@ def test_disconnect_user_unstores_all(d):
         stored(store, M, "after disconnect --user alice")
         check(set(store.names()) == bobs, "not bob's names: %r"
               % sorted(set(store.names()) ^ bobs)[:10])
+        # Out of the store when the allocation ends, not when the connection, which
+        # stays open (idle without an allocation for 30 s), closes.
+        poll = select.poll()
+        for c in clients[M:]:
+            poll.register(c.sock, select.POLLIN)
+        ended = poll.poll(0)
+        check(not ended, "%d of alice's connections closed before their names left the "
+              "store" % len(ended))
         print("%d of alice's connections out of the store, %d of bob's kept" % (N, M))
     finally:
         for c in clients:
