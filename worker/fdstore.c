@@ -249,7 +249,7 @@ void wk_fdstore_conn(struct worker *w, struct wk_tconn *c)
 			c->l->name) < 0)
 		return;	/* a listener name too long for systemd: ends with a crash */
 	wk_fdstore_send(w, name, c->fd);
-	c->fdstored = true;
+	c->fdstored = c->fds_ever = true;
 	c->fds_rec = c->alloc->rec_idx;
 	c->fds_flags = flags;
 }
@@ -266,11 +266,13 @@ void wk_fdstore_conn_detach(struct worker *w, struct wk_tconn *c)
 		wk_fdstore_send(w, name, -1);
 }
 
+/* Not only while c is in the store: after its allocation ended (detached) its FDUNSTORE
+ * may still wait in our queue or the master's socket, and the store's copy would hold
+ * the FIN of our close until it is read. */
 void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c)
 {
-	if (!c->fdstored)
-		return;
-	wk_fdstore_shut(w, c->fd);
+	if (c->fds_ever)
+		wk_fdstore_shut(w, c->fd);
 	wk_fdstore_conn_detach(w, c);
 }
 

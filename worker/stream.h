@@ -115,12 +115,14 @@ void wk_tlsb_close_all(struct worker *w);
  * taken back after a crash. Safe to call again. */
 void wk_fdstore_conn(struct worker *w, struct wk_tconn *c);
 /* Takes c out of the store, if it is in (before its socket closes). A connection that
- * ends here (not handed over, not left for the next process) is shut down too: the
- * store's copy must not keep it open. */
+ * ends here (not handed over, not left for the next process) and was ever in the store
+ * is shut down too, even when its allocation left it earlier (wk_fdstore_conn_detach):
+ * the store's copy, kept until the master reads the FDUNSTORE, must not keep it open. */
 void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
 /* c's allocation ends, c stays open (a disconnect, a revocation, an expiry: c may
  * allocate again or idle out): its name, which names the allocation's record, leaves the
- * store now, not when c closes; an allocation c makes later is stored under its own. */
+ * store now, not when c closes; an allocation c makes later is stored under its own. No
+ * shutdown: c's close does that later (wk_fdstore_conn_end). */
 void wk_fdstore_conn_detach(struct worker *w, struct wk_tconn *c);
 /* Puts a bound RFC 6062 pair of record rec (peer connection peer_fd, data connection
  * data_fd, CONNECTION-ID id) in the store. Returns true when it was sent. */

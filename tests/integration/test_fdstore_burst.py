@@ -19,6 +19,9 @@ keeps what the master stores there. One worker, one TURN-TCP listener.
   theirs at once) while 1,000 clients allocate and later while they close: once it runs
   again the store holds every connection, and then none. (On main: 278 of the 1,000
   stored, the rest logged "fd store ...: Resource temporarily unavailable" and lost.)
+- a connection whose allocation ended (Refresh 0) while the master was stopped, then
+  closed by its client: the server's FIN comes while the master is still stopped, not
+  once it has read the FDUNSTORE and the store let its copy go.
 
 In a network namespace of its own (root): 2,000 relay ports no other test uses. Every
 wait is bounded; nothing is timed.
@@ -30,8 +33,8 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNET, Daemon, StreamClient, check, config,  # noqa: E402
-                           free_port, run_tests_as_root, unshare, wait_for)
+from harness_admin import (CLONE_NEWNET, Daemon, Failure, StreamClient, check,  # noqa: E402
+                           config, free_port, run_tests_as_root, unshare, wait_for)
 from test_fdstore_restart import FdStore  # noqa: E402
 
 RELAY = (10000, 12499)
@@ -66,8 +69,11 @@ def allocate(port, n, user):
 
 
 def stored(store, n, what):
-    wait_for(lambda: len(store.names()) == n, "%s: %d connections in the store, %d there"
-             % (what, n, len(store.names())), timeout=30)
+    try:
+        wait_for(lambda: len(store.names()) == n, what, timeout=30)
+    except Failure:
+        raise Failure("%s: %d connections in the store after 30 s, want %d"
+                      % (what, len(store.names()), n)) from None
     store.quiet()
     check(len(store.names()) == n, "%s: %d in the store, want %d"
           % (what, len(store.names()), n))
@@ -135,7 +141,40 @@ def test_master_busy(d):
     check(rc == 0, "exit status %r" % rc)
 
 
+def test_fin_after_allocation_ends(d):
+    """A connection whose allocation ended (Refresh 0) while the master was stopped, so
+    that its FDUNSTORE waits and the store still holds its copy: the client's close must
+    get the server's FIN while the master is still stopped (the worker shuts the socket
+    down, as for a connection that closes with its allocation). Before the fix: no EOF
+    until the master read the FDUNSTORE."""
+    daemon, store, port = start(d)
+    master = daemon.proc.pid
+    c = StreamClient(port, user="alice")
+    try:
+        c.allocate()
+        stored(store, 1, "one allocation")
+        os.kill(master, signal.SIGSTOP)
+        try:
+            check(c.refresh(0) is None, "Refresh(0) failed")
+            c.sock.shutdown(socket.SHUT_WR)
+            try:
+                eof = c.recv_eof(timeout=10)
+            except socket.timeout:
+                eof = False
+            check(eof, "no EOF from the server while the master was stopped")
+        finally:
+            os.kill(master, signal.SIGCONT)
+        stored(store, 0, "after the connection closed")
+        print("FIN of a connection whose allocation ended, with the master stopped")
+    finally:
+        c.close()
+        rc = daemon.stop()
+        store.close()
+    check(rc == 0, "exit status %r" % rc)
+
+
 if __name__ == "__main__":
     sys.setswitchinterval(0.0001)   # the store's thread and the clients' loop take turns
-    run_tests_as_root([test_disconnect_user_unstores_all, test_master_busy],
+    run_tests_as_root([test_disconnect_user_unstores_all, test_master_busy,
+                       test_fin_after_allocation_ends],
                       "a network namespace of its own, for 2,500 relay ports", setup)
