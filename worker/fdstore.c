@@ -17,8 +17,9 @@
  * that does not survive one. A waiting FDSTORE borrows the connection's descriptor (no
  * descriptor more than the connection's own): the connection's end (wk_fdstore_conn_end,
  * wk_fdstore_pair_end), which always comes before its socket closes, takes it out of the
- * queue, and neither frame goes. A stopping worker sends what waits for at most
- * WK_FDSQ_STOP_MS (wk_fdstore_stop). */
+ * queue, and neither frame goes. A stopping worker sends what waits within a budget
+ * that leaves the master's grace room for the session-record flush before it
+ * (WK_FDSQ_STOP_MS below, wk_fdstore_stop). */
 #include "config.h"
 
 #include "worker/stream.h"
@@ -35,13 +36,27 @@
 #include <sys/socket.h>
 
 #include "common/fdname.h"
+#include "common/ipc.h"
 #include "common/log.h"
 #include "stun/stun.h"
 
-/* A stopping worker waits this long at most for room: well under the master's stop grace
- * (5 s, 1 s after a second signal; master/main.c), and ample for a master that reads
- * (tens of thousands of frames a second). */
-#define WK_FDSQ_STOP_MS 500
+/* A stopping worker waits this long at most for room, all its calls of wk_fdstore_stop
+ * together (w->fdsq_until), WK_FDSQ_NOW_MS when the stop is immediate (w->stop_now), and
+ * gives up after WK_FDSQ_STALL_MS without a frame sent (a master that reads takes tens of
+ * thousands a second). The wait comes after the session-record flush's
+ * (worker/recflush.c: at most half the master's grace), so the two stay within it with
+ * room for the teardown: 2.5 s + 0.5 s of the 5 s of IPC_STOP_GRACE_MS, 0.5 s + 0.15 s
+ * of the 1 s of IPC_STOP_NOW_GRACE_MS. A stop made immediate during our wait (the
+ * master's 1 s from then) has at most 0.5 s of it left. */
+#define WK_FDSQ_STOP_MS 500u
+#define WK_FDSQ_NOW_MS 150u
+#define WK_FDSQ_STALL_MS 200u
+
+_Static_assert(IPC_STOP_GRACE_MS / 2 + WK_FDSQ_STOP_MS < IPC_STOP_GRACE_MS,
+	       "both waits of a stop fit its grace");
+_Static_assert(IPC_STOP_NOW_GRACE_MS / 2 + WK_FDSQ_NOW_MS < IPC_STOP_NOW_GRACE_MS,
+	       "both waits of an immediate stop fit its grace");
+_Static_assert(WK_FDSQ_STOP_MS < IPC_STOP_NOW_GRACE_MS, "a stop made immediate in our wait");
 
 /* A frame that waits for room on the control socket. */
 struct wk_fdsq_frame {
@@ -93,6 +108,14 @@ static void fdsq_drop(struct wk_fdsq *q, struct wk_fdsq_frame *f)
 	free(f);
 }
 
+static void fdsq_log_lost(struct worker *w, struct wk_fdsq *q)
+{
+	if (q->lost)
+		log_warn("worker", "slot %u: %u fd store frames lost (control channel)", w->slot,
+			 q->lost);
+	q->lost = 0;
+}
+
 /* Sends what waits, oldest first, until the socket is full. */
 static void fdsq_flush(struct worker *w, struct wk_fdsq *q)
 {
@@ -108,10 +131,7 @@ static void fdsq_flush(struct worker *w, struct wk_fdsq *q)
 		fdsq_drop(q, f);
 	}
 	ev_io_stop(w->loop, &q->wio);
-	if (q->lost)
-		log_warn("worker", "slot %u: %u fd store frames lost (control channel)", w->slot,
-			 q->lost);
-	q->lost = 0;
+	fdsq_log_lost(w, q);
 }
 
 static void fdsq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -203,24 +223,34 @@ static void wk_fdstore_send(struct worker *w, const char *name, int fd)
 void wk_fdstore_stop(struct worker *w)
 {
 	struct wk_fdsq *q = w->fdsq;
-	uint64_t until = mono_ms() + WK_FDSQ_STOP_MS;
+	uint64_t now = mono_ms(), progress = now;
 	struct wk_fdsq_frame *f;
+	size_t before;
 
 	if (q == NULL)
 		return;
+	if (w->fdsq_until == 0)
+		w->fdsq_until = now + (w->stop_now ? WK_FDSQ_NOW_MS : WK_FDSQ_STOP_MS);
+	before = q->n;
 	for (;;) {
 		struct pollfd pfd = { .fd = w->h->ctl_fd, .events = POLLOUT };
-		uint64_t now;
+		uint64_t until;
 
 		fdsq_flush(w, q);
 		now = mono_ms();
+		if (q->n < before)
+			progress = now;
+		before = q->n;
+		until = progress + WK_FDSQ_STALL_MS < w->fdsq_until ? progress + WK_FDSQ_STALL_MS
+								     : w->fdsq_until;
 		if (TAILQ_EMPTY(&q->q) || now >= until)
 			break;
 		(void)poll(&pfd, 1, (int)(until - now));
 	}
 	if (q->n > 0)
 		log_warn("worker", "slot %u: %zu fd store frames not sent at exit: the master did "
-				   "not read for %d ms", w->slot, q->n, WK_FDSQ_STOP_MS);
+				   "not read in time", w->slot, q->n);
+	fdsq_log_lost(w, q);
 	while ((f = TAILQ_FIRST(&q->q)) != NULL)
 		fdsq_drop(q, f);
 	ev_io_stop(w->loop, &q->wio);

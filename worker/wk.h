@@ -277,6 +277,7 @@ struct worker {
 	bool wake_on;		/* what the loop was last told: wake.on */
 	/* fd store frames waiting for room on the control socket (fdstore.c), or NULL */
 	struct wk_fdsq *fdsq;
+	uint64_t fdsq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
