@@ -26,6 +26,7 @@ keeps what the master stores there. One worker, one TURN-TCP listener.
 In a network namespace of its own (root): 2,000 relay ports no other test uses. Every
 wait is bounded; nothing is timed.
 """
+import contextlib
 import os
 import select
 import signal
@@ -79,11 +80,25 @@ def stored(store, n, what):
           % (what, len(store.names()), n))
 
 
-def test_disconnect_user_unstores_all(d):
-    daemon, store, port = start(d, int(os.environ.get("W", "1")))
+@contextlib.contextmanager
+def served(d, workers=1):
+    """The daemon and its fake store; yields (daemon, store, port, clients): the clients
+    the test appends are closed, the daemon must then stop with exit status 0."""
+    daemon, store, port = start(d, workers)
     clients = []
     try:
-        clients = allocate(port, M, "bob")
+        yield daemon, store, port, clients
+    finally:
+        for c in clients:
+            c.close()
+        rc = daemon.stop()
+        store.close()
+    check(rc == 0, "exit status %r" % rc)
+
+
+def test_disconnect_user_unstores_all(d):
+    with served(d, int(os.environ.get("W", "1"))) as (daemon, store, port, clients):
+        clients += allocate(port, M, "bob")
         stored(store, M, "bob's allocations")
         bobs = set(store.names())
         clients += allocate(port, N, "alice")
@@ -104,22 +119,14 @@ def test_disconnect_user_unstores_all(d):
         check(not ended, "%d of alice's connections closed before their names left the "
               "store" % len(ended))
         print("%d of alice's connections out of the store, %d of bob's kept" % (N, M))
-    finally:
-        for c in clients:
-            c.close()
-        rc = daemon.stop()
-        store.close()
-    check(rc == 0, "exit status %r" % rc)
 
 
 def test_master_busy(d):
-    daemon, store, port = start(d)
-    master = daemon.proc.pid
-    clients = []
-    try:
+    with served(d) as (daemon, store, port, clients):
+        master = daemon.proc.pid
         os.kill(master, signal.SIGSTOP)
         try:
-            clients = allocate(port, N // 2, "alice")
+            clients += allocate(port, N // 2, "alice")
         finally:
             os.kill(master, signal.SIGCONT)
         stored(store, N // 2, "the master stopped while they allocated")
@@ -133,12 +140,6 @@ def test_master_busy(d):
             os.kill(master, signal.SIGCONT)
         stored(store, 0, "the master stopped while they ended")
         print("%d connections stored and removed while the master was stopped" % (N // 2))
-    finally:
-        for c in clients:
-            c.close()
-        rc = daemon.stop()
-        store.close()
-    check(rc == 0, "exit status %r" % rc)
 
 
 def test_fin_after_allocation_ends(d):
@@ -147,10 +148,10 @@ def test_fin_after_allocation_ends(d):
     get the server's FIN while the master is still stopped (the worker shuts the socket
     down, as for a connection that closes with its allocation). Before the fix: no EOF
     until the master read the FDUNSTORE."""
-    daemon, store, port = start(d)
-    master = daemon.proc.pid
-    c = StreamClient(port, user="alice")
-    try:
+    with served(d) as (daemon, store, port, clients):
+        master = daemon.proc.pid
+        c = StreamClient(port, user="alice")
+        clients.append(c)
         c.allocate()
         stored(store, 1, "one allocation")
         os.kill(master, signal.SIGSTOP)
@@ -166,11 +167,6 @@ def test_fin_after_allocation_ends(d):
             os.kill(master, signal.SIGCONT)
         stored(store, 0, "after the connection closed")
         print("FIN of a connection whose allocation ended, with the master stopped")
-    finally:
-        c.close()
-        rc = daemon.stop()
-        store.close()
-    check(rc == 0, "exit status %r" % rc)
 
 
 if __name__ == "__main__":
