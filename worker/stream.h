@@ -115,15 +115,27 @@ void wk_tlsb_close_all(struct worker *w);
  * taken back after a crash. Safe to call again. */
 void wk_fdstore_conn(struct worker *w, struct wk_tconn *c);
 /* Takes c out of the store, if it is in (before its socket closes). A connection that
- * ends here (not handed over, not left for the next process) is shut down too: the
- * store's copy must not keep it open. */
+ * ends here (not handed over, not left for the next process) and was ever in the store
+ * is shut down too, even when its allocation left it earlier (wk_fdstore_conn_detach):
+ * the store's copy, kept until the master reads the FDUNSTORE, must not keep it open. */
 void wk_fdstore_conn_end(struct worker *w, struct wk_tconn *c);
+/* c's allocation ends, c stays open (a disconnect, a revocation, an expiry: c may
+ * allocate again or idle out): its name, which names the allocation's record, leaves the
+ * store now, not when c closes; an allocation c makes later is stored under its own. No
+ * shutdown: c's close does that later (wk_fdstore_conn_end). */
+void wk_fdstore_conn_detach(struct worker *w, struct wk_tconn *c);
 /* Puts a bound RFC 6062 pair of record rec (peer connection peer_fd, data connection
  * data_fd, CONNECTION-ID id) in the store. Returns true when it was sent. */
 bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
 /* Takes that pair out of the store (peer_fd, data_fd: shut down as in
  * wk_fdstore_conn_end; -1 when not open). */
 void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
+/* A stopping worker (after its loop, before IPC_HANDED_OVER, IPC_LINGER or its
+ * teardown): sends the fd store frames that wait for room on the control socket, for at
+ * most 500 ms (150 ms once w->stop_now) shared by all the calls of one stop, or until
+ * 200 ms pass without a frame sent, and forgets the rest (logged). The queue comes back
+ * if more frames wait later (a lingering worker's loop flushes it). Safe to call again. */
+void wk_fdstore_stop(struct worker *w);
 /* A connection taken back after a crash (c->resync) starts where the kernel's buffer
  * stands, maybe inside a frame the dead worker had read part of. Skips the input up to
  * the first position that starts a frame this connection can carry: a STUN message (top

@@ -35,6 +35,8 @@ static void wk_tcp_count_conns(struct worker *w, const struct wk_listener *l)
 
 void wk_tconn_carry(struct wk_tconn *c, struct wk_alloc *a)
 {
+	if (a == NULL)
+		wk_fdstore_conn_detach(c->l->w, c);
 	c->alloc = a;
 }
 

@@ -61,6 +61,8 @@ struct wk_tconn {
 	bool resync;			/* taken back after a crash: the first frame is sought
 					 * (wk_fdstore_resync) */
 	bool fdstored;			/* in systemd's fd store (fdstore.c), named by these */
+	bool fds_ever;			/* was in it: the store may hold a copy still (its
+					 * FDUNSTORE waits), so its end shuts it down */
 	uint32_t fds_rec, fds_flags;
 	bool cnt_conn;			/* counted in SHM_SRC_CONNS */
 	int8_t cnt_hs;			/* SHM_SRC_TLS_HS/DTLS_HS it is counted in, or -1 */

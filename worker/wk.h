@@ -73,6 +73,7 @@ struct worker;
 struct wk_table_ops;
 struct wk_xport_up;
 struct wk_tconn;
+struct wk_fdsq;
 struct wk_tpeer;
 struct wk_tlsb;
 struct wk_pipeline;
@@ -274,6 +275,9 @@ struct worker {
 	/* last, so that the fields above keep their offsets */
 	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
 	bool wake_on;		/* what the loop was last told: wake.on */
+	/* fd store frames waiting for room on the control socket (fdstore.c), or NULL */
+	struct wk_fdsq *fdsq;
+	uint64_t fdsq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
