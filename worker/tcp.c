@@ -266,6 +266,8 @@ static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
 		if (fd < 0 || ipc_send(w->h->ctl_fd, IPC_TCP_HANDOFF, h, sizeof(*h), fd) < 0)
 			log_debug("worker", "listener %s: TCP connection for slot %u dropped",
 				  c->l->name, h->slot);
+		else if (!tls)
+			c->fds_ever = false;	/* the owner's now: its close here is no end */
 		if (tls && fd >= 0)
 			close(fd); /* our copy; the bridge keeps the TLS session */
 	}
