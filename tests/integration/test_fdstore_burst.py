@@ -7,7 +7,8 @@ has read (before: they were logged and lost, and systemd kept the dead connectio
 gave them back at the next crash restart under names of records that were free or reused).
 
 No systemd runs here: the fake store of test_fdstore_restart binds $NOTIFY_SOCKET and
-keeps what the master stores there. One worker, one TURN-TCP listener.
+keeps what the master stores there. One worker (two for the handoff), one TURN-TCP
+listener.
 
 - disconnect --user alice with 2,000 TURN-TCP allocations of alice (and 20 of bob): the
   worker ends them all in one go; the store must get an FDSTOREREMOVE for each of alice's
@@ -22,6 +23,10 @@ keeps what the master stores there. One worker, one TURN-TCP listener.
 - a connection whose allocation ended (Refresh 0) while the master was stopped, then
   closed by its client: the server's FIN comes while the master is still stopped, not
   once it has read the FDUNSTORE and the store let its copy go.
+- a connection whose allocation ended (Refresh 0), so once in the store, then bound
+  (ConnectionBind, RFC 6062) to the other worker's peer connection: handed to that worker
+  through the master, the bind succeeds and relays (before dcc0332 the close of our copy
+  shut the socket in flight down: no response, EOF).
 
 In a network namespace of its own (root): 2,000 relay ports no other test uses. Every
 wait is bounded; nothing is timed.
@@ -34,8 +39,8 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CLONE_NEWNET, Daemon, Failure, StreamClient, check,  # noqa: E402
-                           config, free_port, run_tests_as_root, unshare, wait_for)
+from harness_admin import (CLONE_NEWNET, Daemon, Failure, StreamClient, TcpPeer,  # noqa: E402
+                           check, config, free_port, run_tests_as_root, unshare, wait_for)
 from test_fdstore_restart import FdStore  # noqa: E402
 
 RELAY = (10000, 12499)
@@ -51,7 +56,8 @@ def setup():
 
 def start(d, workers=1):
     port = free_port()
-    text = config(d, [("tcp", port, "TURN-TCP", ["peers"])], {"peers": ["127.0.0.1"]},
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers", "tcp-peers"])],
+                  {"peers": ["127.0.0.1"], "tcp-peers": ("TCP", ["127.0.0.1"])},
                   workers=workers, relay=RELAY, limits=LIMITS)
     # A master stopped longer than this kills its workers when it runs again.
     text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n  worker_ping_timeout: 3600\n")
@@ -169,8 +175,57 @@ def test_fin_after_allocation_ends(d):
         print("FIN of a connection whose allocation ended, with the master stopped")
 
 
+def worker_of(daemon, c):
+    a = c.record(daemon)
+    check(a is not None, "no allocation of %r" % (c.sock.getsockname(),))
+    return a["worker"]
+
+
+def test_handoff_after_allocation_ended(d):
+    """A plain TURN-TCP connection that was in the store (its allocation ended, Refresh 0,
+    the connection open) sends a ConnectionBind for a CONNECTION-ID of the other worker:
+    its worker hands the socket to the owner through the master (IPC_TCP_HANDOFF) and
+    closes its copy, which must not shut the socket down (dcc0332). The bind succeeds and
+    bytes flow both ways. Before the fix: no response, EOF. Of up to 16 connections, one
+    on the other worker (SO_REUSEPORT places them)."""
+    peer = TcpPeer("127.0.0.1")
+    try:
+        with served(d, workers=2) as (daemon, store, port, clients):
+            ctl = StreamClient(port, user="alice")
+            clients.append(ctl)
+            ctl.allocate_tcp()
+            owner = worker_of(daemon, ctl)
+            c1 = None
+            for _ in range(16):
+                c = StreamClient(port, creds=ctl.creds())
+                clients.append(c)
+                c.allocate()
+                if worker_of(daemon, c) != owner:
+                    c1 = c
+                    break
+            check(c1 is not None, "16 connections all on worker %d" % owner)
+            stored(store, len(clients), "the allocations")
+            check(c1.refresh(0) is None, "Refresh(0) failed")
+            stored(store, len(clients) - 1, "after Refresh(0)")
+            cid = ctl.connect("127.0.0.1", peer.port)
+            wait_for(lambda: len(peer.sources) == 1, "the peer's accept", timeout=10)
+            c1.nonce = ctl.nonce    # the control connection's, as clients do
+            try:
+                code = c1.connection_bind(cid)
+            except (Failure, OSError) as e:
+                raise Failure("ConnectionBind on worker %d's connection for worker %d's "
+                              "CONNECTION-ID: %s" % (1 - owner, owner, e)) from None
+            check(code is None, "ConnectionBind: got %r" % (code,))
+            hello = b"hello over the handed-off connection"
+            c1.sock.sendall(hello)
+            check(c1.recv_exact(len(hello)) == hello, "echo mismatch")
+            print("ConnectionBind handed from worker %d to %d after Refresh(0): data flows"
+                  % (1 - owner, owner))
+    finally:
+        peer.close()
+
 if __name__ == "__main__":
     sys.setswitchinterval(0.0001)   # the store's thread and the clients' loop take turns
     run_tests_as_root([test_disconnect_user_unstores_all, test_master_busy,
-                       test_fin_after_allocation_ends],
+                       test_fin_after_allocation_ends, test_handoff_after_allocation_ended],
                       "a network namespace of its own, for 2,500 relay ports", setup)
