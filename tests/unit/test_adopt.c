@@ -1088,6 +1088,10 @@ static bool maps_worker_new(const char *name, struct shm **shm, struct worker_he
 /* What maps_worker_new made, with what an adoption left in w. */
 static void maps_worker_free(struct shm *shm, struct worker *w, struct wk_listener *l)
 {
+	struct wk_alloc *a;
+
+	while ((a = LIST_FIRST(&w->allocs)) != NULL)	/* what a test adopted */
+		wk_alloc_forget(w, a);
 	wk_adopt_wait_abandon(w);
 	if (w->off.c2p_fd >= 0)
 		close(w->off.c2p_fd);
