@@ -720,6 +720,14 @@ void wk_adopt_disc_keep(struct worker *w, const struct ipc_disconnect *d)
 	w->disc_pending[w->n_disc_pending++] = *d;
 }
 
+void wk_adopt_due(struct worker *w)
+{
+	if (!w->adopted && w->n_ls > 0)
+		wk_adopt_run(w);
+	else
+		wk_adopt_wait_due(w);
+}
+
 void wk_adopt_run(struct worker *w)
 {
 	struct wk_adopt_stats st;
@@ -727,8 +735,15 @@ void wk_adopt_run(struct worker *w)
 	int rc;
 
 	memset(&st, 0, sizeof(st));
-	if (adopt_ctx_init(&c, w, true) < 0)
-		return;		/* out of memory: tried again at the next iteration */
+	if (adopt_ctx_init(&c, w, true) < 0) {
+		/* Tried again at the next iteration (wk_adopt_due); said once. */
+		if (!w->adopt_nomem)
+			log_error("worker", "slot %u: no memory for the adoption of the "
+				  "predecessor's allocations: tried again at each iteration",
+				  w->slot);
+		w->adopt_nomem = true;
+		return;
+	}
 	w->adopted = true;
 	w->adopting = true;
 	c.may_wait = true;

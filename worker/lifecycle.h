@@ -115,6 +115,10 @@ const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uin
  * snapshot current); the last try, 10 s after the adoption, releases what still cannot
  * bind. Cheap when nothing waits. */
 void wk_adopt_wait_due(struct worker *w);
+/* Each loop iteration's part (wk_check_cb, the snapshot current): wk_adopt_run once the
+ * worker has listeners, until a run got its memory (one that did not is tried again at
+ * the next iteration, whether the snapshot changed or not); else wk_adopt_wait_due. */
+void wk_adopt_due(struct worker *w);
 /* Why record idx, which waits for its relay port, ends now (wk_alloc_destroy's `why`
  * text), or NULL: it waits on. */
 typedef const char *wk_adopt_wait_why_fn(struct worker *w, const struct shm_alloc *rec,

@@ -206,6 +206,7 @@ struct worker {
 	uint64_t snap_bad_gen;		/* last generation snap_open rejected, logged once */
 	bool snap_seen;
 	bool adopted;			/* the predecessor's records were dealt with */
+	bool adopt_nomem;		/* a run found no memory (logged once; tried again) */
 	/* IPC_DISC_USER and IPC_DISC_INDEX frames taken before the adoption ran: it ends what
 	 * they name instead of adopting it (adopt.c: wk_adopt_disc_keep). */
 	struct ipc_disconnect disc_pending[WK_DISC_PENDING_MAX];

@@ -206,7 +206,7 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 		/* Same snapshot as last iteration: reuse the validated handle (it aliases
 		 * the blob, which stays valid while it is current). */
 		w->snap = w->snap_cached;
-		wk_adopt_wait_due(w);
+		wk_adopt_due(w);
 		return;
 	}
 	if (snap_open(blob, len, &w->snap) < 0) {
@@ -231,10 +231,7 @@ static void wk_check_cb(struct ev_loop *loop, ev_check *ck, int revents)
 	 * every I/O callback of this first iteration. A worker that has no listener yet (a
 	 * start on a config discovery service's bootstrap config: the listeners come with the
 	 * first real config) waits for them, else it would release every record. */
-	if (!w->adopted && w->n_ls > 0)
-		wk_adopt_run(w);
-	else
-		wk_adopt_wait_due(w);
+	wk_adopt_due(w);
 }
 
 static void wk_prepare_cb(struct ev_loop *loop, ev_prepare *pr, int revents)

@@ -33,6 +33,7 @@
 #include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
 #include "worker/relay.h"
+#include "worker/relayho.h"
 #include "worker/table.h"
 #include "worker/wk.h"
 
@@ -1285,6 +1286,54 @@ static void test_run_ends_disconnected(void **state)
 	maps_worker_free(shm, w, &l);
 }
 
+/* wk_relayho_open wrapped (-Wl,--wrap, worker/Makefile.inc): the adoption's context finds
+ * no memory this many times (its first allocation; the real one otherwise). */
+static unsigned relayho_nomem;
+
+int __real_wk_relayho_open(struct worker *w, struct wk_relayho *m);
+int __wrap_wk_relayho_open(struct worker *w, struct wk_relayho *m);
+
+int __wrap_wk_relayho_open(struct worker *w, struct wk_relayho *m)
+{
+	if (relayho_nomem == 0)
+		return __real_wk_relayho_open(w, m);
+	relayho_nomem--;
+	memset(m, 0, sizeof(*m));
+	return -ENOMEM;
+}
+
+/* An adoption that found no memory runs again at the next loop iteration on the same
+ * snapshot (wk_adopt_due, what wk_check_cb calls each iteration): the predecessor's
+ * record is adopted then, not left unserved. Before, wk_check_cb ran the adoption only
+ * with a new snapshot and otherwise wk_adopt_wait_due, which does not adopt: the record
+ * stayed unserved until the master published another config. */
+static void test_run_nomem_again(void **state)
+{
+	struct worker_heritage h;
+	struct wk_listener l;
+	struct worker *w;
+	struct shm *shm;
+	uint32_t idx;
+	uint16_t port;
+
+	(void)state;
+	(void)maps_worker_new("test-adopt-nomem", &shm, &h, &w, &l);
+	close(worker_fix_bound(SOCK_DGRAM, &port));	/* a free port for its relay */
+	idx = user_rec(shm, &l, 40002, port, "carol");
+	relayho_nomem = 1;
+	wk_adopt_due(w);
+	assert_false(w->adopted);
+	assert_true(w->adopt_nomem);
+	assert_int_equal(w->n_allocs, 0);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, NULL), 0);	/* kept for the next try */
+
+	wk_adopt_due(w);	/* the next iteration, the same snapshot */
+	assert_true(w->adopted);
+	assert_int_equal(w->n_allocs, 1);
+	assert_int_equal(shm_alloc_get(shm, 0, idx, NULL), 0);
+	maps_worker_free(shm, w, &l);
+}
+
 static void test_wait_end_client_again(void **state)
 {
 	(void)state;
@@ -1383,6 +1432,7 @@ int main(void)
 		cmocka_unit_test(test_wait_end_client_again),
 		cmocka_unit_test(test_run_ends_marked),
 		cmocka_unit_test(test_run_ends_disconnected),
+		cmocka_unit_test(test_run_nomem_again),
 		cmocka_unit_test(test_wait_end_client_again_no_entry),
 		cmocka_unit_test(test_take_if_ours),
 #endif
