@@ -325,13 +325,14 @@ int ipc_send_stop(int fd, bool now)
 	return ipc_send(fd, IPC_STOP, &b, sizeof(b), -1);
 }
 
-int ipc_send_disconnect_index(int fd, uint32_t index)
+int ipc_send_disconnect_index(int fd, uint32_t index, uint64_t gen)
 {
 	struct ipc_disconnect d;
 
 	memset(&d, 0, sizeof(d));
 	d.by = IPC_DISC_INDEX;
 	d.index = index;
+	d.gen = gen;
 	return ipc_send(fd, IPC_DISCONNECT, &d, sizeof(d), -1);
 }
 

@@ -716,6 +716,8 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 	return reply;
 }
 
+/* {"cmd":"disconnect","id":N}: ends the allocation at record N. The worker is sent the
+ * generation read here and ends the record only if it still has it. */
 static json_t *cmd_disconnect(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
@@ -736,13 +738,13 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 	if (rec.owner >= m->n_slots || m->workers[rec.owner].ctl_fd < 0)
 		return err("the allocation's worker is not running");
 	rc = ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd,
-				       (uint32_t)json_integer_value(id));
+				       (uint32_t)json_integer_value(id), rec.gen);
 	if (rc < 0)
 		return err(strerror(-rc));
-	log_info("admin", "disconnect: ending allocation %lld of user %.*s (worker %u)",
+	log_info("admin", "disconnect: ending allocation %lld of user %.*s (worker %u, gen %llu)",
 		 (long long)json_integer_value(id),
 		 (int)(rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX),
-		 rec.username, (unsigned)rec.owner);
+		 rec.username, (unsigned)rec.owner, (unsigned long long)rec.gen);
 	return json_pack("{s:b, s:i, s:i}", "ok", 1, "disconnected", 1, "worker", (int)rec.owner);
 }
 

@@ -345,17 +345,20 @@ static void test_disconnect(void **state)
 	assert_int_equal(d.by, IPC_DISC_USER);
 	assert_string_equal(d.user, "1700000000:alice");
 
-	assert_int_equal(ipc_send_disconnect_index(p->a, 17), 0);
+	/* By index, with the generation of the record the master read (whole 64 bits). */
+	assert_int_equal(ipc_send_disconnect_index(p->a, 17, 0x100000005ull), 0);
 	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
 	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
 	assert_int_equal(d.by, IPC_DISC_INDEX);
 	assert_int_equal(d.index, 17);
+	assert_int_equal(d.gen, 0x100000005ull);
 
 	assert_int_equal(ipc_send_disconnect_revoked(p->a), 0);
 	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
 	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
 	assert_int_equal(d.by, IPC_DISC_REVOKED);
 	assert_int_equal(d.index, 0);
+	assert_int_equal(d.gen, 0);
 	assert_int_equal(d.user[0], 0);
 
 	/* A user field without a terminating NUL is refused on receive. */
