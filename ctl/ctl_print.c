@@ -221,25 +221,45 @@ static int col_width(json_t *allocs, const char *key, int min)
 	return w;
 }
 
+/* The same for a column of integers. */
+static int int_col_width(json_t *allocs, const char *key, int min)
+{
+	json_t *a;
+	size_t i;
+	int w = min;
+
+	json_array_foreach(allocs, i, a)
+	{
+		int n = snprintf(NULL, 0, "%lld", int_of(a, key));
+
+		w = n > w ? n : w;
+	}
+	return w;
+}
+
+/* GEN beside ID: `disconnect ID --gen GEN` ends that allocation only, not another that
+ * took the id since. */
 void ctl_print_alloc_rows(json_t *r, bool header, FILE *out)
 {
 	json_t *a, *all = json_object_get(r, "allocations");
 	size_t i;
 	int wu = col_width(all, "user", 24), wl = col_width(all, "listener", 10);
 	int wc = col_width(all, "client", 22), wr = col_width(all, "relay", 22);
+	int wg = int_col_width(all, "gen", 5);
 
 	if (header)
-		fprintf(out, "%-6s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID", "WRK",
-			wu, "USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY", "AGE", "LEFT",
-			"PERMS", "CHANS", "TCP", "TO_PEER/FROM_PEER (pkts bytes)");
+		fprintf(out, "%-6s %-*s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID",
+			wg, "GEN", "WRK", wu, "USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY",
+			"AGE", "LEFT", "PERMS", "CHANS", "TCP", "TO_PEER/FROM_PEER (pkts bytes)");
 	json_array_foreach(all, i, a)
 	{
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
 
 		fprintf(out,
-			"%-6lld %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
+			"%-6lld %-*lld %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
 			"%lld %lld / %lld %lld\n",
-			int_of(a, "id"), int_of(a, "worker"), wu, str_of(a, "user"), wl,
+			int_of(a, "id"), wg, int_of(a, "gen"), int_of(a, "worker"), wu,
+			str_of(a, "user"), wl,
 			str_of(a, "listener"), wc, str_of(a, "client"), wr, str_of(a, "relay"),
 			num_of(a, "age"), num_of(a, "lifetime_left"),
 			json_array_size(json_object_get(a, "permissions")),

@@ -408,8 +408,9 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 	int ulen = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 	int rlen = r->realm_len < SHM_ALLOC_REALM_MAX ? r->realm_len : SHM_ALLOC_REALM_MAX;
 	struct shm_bw_stat bw = { 0 };
-	json_t *o = json_pack("{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id",
-			      (int)idx, "worker", (int)r->owner, "user", r->username, ulen, "realm",
+	json_t *o = json_pack("{s:i, s:I, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}",
+			      "id", (int)idx, "gen", (json_int_t)r->gen, "worker", (int)r->owner,
+			      "user", r->username, ulen, "realm",
 			      r->realm, rlen, "listener", listener_name(m, r->listener_idx),
 			      "transport", transport_name(r->client_transport), "client",
 			      addr_json(&r->client), "server", addr_json(&r->server), "relay",
@@ -610,8 +611,9 @@ static json_t *top_row_json(struct master *m, const struct admin_top_pick *p, do
 		goto out;
 	}
 	a = top_alloc_json(m, p->idx, &rec, now);
-	for (const char *const *k = (const char *const[]){ "id", "listener", "worker", "age",
-							   "permissions", "channels", NULL };
+	for (const char *const *k = (const char *const[]){ "id", "gen", "listener", "worker",
+							   "age", "permissions", "channels",
+							   NULL };
 	     *k != NULL && a != NULL; k++)
 		json_object_set(o, *k, json_object_get(a, *k));
 	json_decref(a);
@@ -716,24 +718,31 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 	return reply;
 }
 
-/* {"cmd":"disconnect","id":N}: ends the allocation at record N. The worker is sent the
- * generation read here and ends the record only if it still has it. */
+/* {"cmd":"disconnect","id":N,"gen":G?}: ends the allocation at record N, if its generation
+ * is G where given (`allocations` lists both: an id alone may have been reused since). The
+ * worker is sent the generation read here and ends the record only if it still has it. */
 static json_t *cmd_disconnect(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
 	json_t *id = json_object_get(req, "id"), *user = json_object_get(req, "user");
+	json_t *gen = json_object_get(req, "gen");
 	int rc;
 
 	if ((id == NULL) == (user == NULL))
 		return err("give exactly one of \"id\" (allocation id) or \"user\"");
+	if (gen != NULL && id == NULL)
+		return err("\"gen\" goes with \"id\"");
 	if (user != NULL)
 		return disconnect_user(m, user);
 	if (!json_is_integer(id) || json_integer_value(id) < 0 ||
 	    json_integer_value(id) >= (json_int_t)shm_alloc_capacity(m->shm))
 		return err("\"id\" must be an allocation id from `allocations`");
+	if (gen != NULL && (!json_is_integer(gen) || json_integer_value(gen) < 0))
+		return err("\"gen\" must be the allocation's gen from `allocations`");
 	rc = shm_alloc_read_copy(m->shm, (uint32_t)json_integer_value(id), &rec);
 	explicit_bzero(rec.key, sizeof(rec.key));
-	if (rc < 0 || SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE)
+	if (rc < 0 || SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE ||
+	    (gen != NULL && rec.gen != (uint64_t)json_integer_value(gen)))
 		return err("no such allocation");
 	if (rec.owner >= m->n_slots || m->workers[rec.owner].ctl_fd < 0)
 		return err("the allocation's worker is not running");

@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Client, Daemon, check, config_yaml,  # noqa: E402
-                           echo_peer, free_port, run_tests, wait_for)
+from harness_admin import (SUCCESS, TURNGATECTL, Client, Daemon, check,  # noqa: E402
+                           config, config_yaml, echo_peer, free_port, relay_range, run_tests,
+                           wait_for)
 
 
 def test_ctl_commands(d):
@@ -168,6 +169,77 @@ def test_ctl_probe(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def relays(c, peer_port, payload):
+    """Whether c's allocation relays payload to the echo at peer_port and back (a few
+    tries: a datagram may be lost)."""
+    for _ in range(5):
+        c.send("127.0.0.1", peer_port, payload)
+        if c.recv_data(timeout=1.0) == payload:
+            return True
+    return False
+
+
+def test_ctl_disconnect_gen(d):
+    """disconnect ID --gen G ends the allocation at ID only while its record's generation is
+    G: the operator's race, where the allocation listed ended and another user's took its id
+    (a table of one record: every allocation takes id 0), is refused with "no such
+    allocation" and the new allocation relays on; with its own generation it ends. The id
+    alone still works. allocations shows the generation (GEN, "gen"). Before: "gen" was
+    ignored and the other user's allocation ended."""
+    port = free_port()
+    daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["loopback"])],
+                              {"loopback": ["127.0.0.0/8"]}, limits={"max_allocations": 1},
+                              relay=relay_range(), workers=1), workers=1).start()
+    echo = echo_peer()
+    alice, bob = Client(port, user="alice"), Client(port, user="bob")
+    try:
+        alice.allocate()
+        old = alice.record(daemon)
+        check(old is not None and isinstance(old.get("gen"), int) and old["gen"] > 0, old)
+        rc, out, err = daemon.ctl("allocations")
+        lines = out.split("\n")
+        check(rc == 0 and lines[0].split()[:3] == ["ID", "GEN", "WRK"] and
+              lines[1].split()[:2] == [str(old["id"]), str(old["gen"])], (rc, out, err))
+        alice.release()
+        wait_for(lambda: daemon.allocations() == [], "alice's allocation ended")
+
+        bob.allocate()
+        new = bob.record(daemon)
+        check(new is not None and new["id"] == old["id"] and new["gen"] > old["gen"],
+              (old, new))
+        check(bob.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
+        check(relays(bob, echo, b"before"), "bob's allocation does not relay")
+
+        # What the operator saw: alice's id and generation. Bob's allocation is not hers.
+        rc, out, err = daemon.ctl("disconnect", str(old["id"]), "--gen", str(old["gen"]))
+        check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n",
+              (rc, out, err))
+        r = daemon.admin({"cmd": "disconnect", "id": old["id"], "gen": old["gen"]})
+        check(r == {"ok": False, "error": "no such allocation"}, r)
+        check(relays(bob, echo, b"after"), "bob's allocation ended by a disconnect of alice's")
+        check(daemon.allocations()[0]["gen"] == new["gen"], daemon.allocations())
+
+        rc, out, err = daemon.ctl("disconnect", str(new["id"]), "--gen", str(new["gen"]))
+        check(rc == 0 and out == "disconnected 1 allocation(s)\n", (rc, out, err))
+        wait_for(lambda: daemon.allocations() == [], "bob's allocation ended")
+        check(bob.refresh(600) == 437, "bob's allocation still refreshes")
+
+        # The id alone, as before.
+        alice.allocate()
+        rc, out, err = daemon.ctl("disconnect", str(alice.record(daemon)["id"]))
+        check(rc == 0 and out == "disconnected 1 allocation(s)\n", (rc, out, err))
+        wait_for(lambda: daemon.allocations() == [], "alice's allocation ended")
+        for args in (["disconnect", "0", "--gen"], ["disconnect", "0", "--gen", "x"],
+                     ["disconnect", "0", "--gen", "-1"], ["disconnect", "--gen", "1", "0"],
+                     ["disconnect", "0", "--gen", "1", "2"]):
+            rc, out, err = daemon.ctl(*args)
+            check(rc == 2 and "usage:" in err, (args, rc, err))
+    finally:
+        alice.close()
+        bob.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 def test_ctl_no_daemon(d):
     r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
                        capture_output=True, text=True, timeout=30)
@@ -179,4 +251,5 @@ def test_ctl_no_daemon(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_probe, test_ctl_no_daemon])
+    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_disconnect_gen, test_ctl_probe,
+               test_ctl_no_daemon])

@@ -393,14 +393,18 @@ static json_t *disconnect_alice(struct master *m)
 	return admin_dispatch(m, &test_root_peer, req, strlen(req));
 }
 
-/* {"cmd":"disconnect","id":idx}: whether it was ok. */
-static bool disconnect_id(struct master *m, uint32_t idx)
+/* {"cmd":"disconnect","id":idx} with "gen":gen where gen >= 0: whether it was ok. */
+static bool disconnect_id(struct master *m, uint32_t idx, long long gen)
 {
 	char req[128];
 	json_t *r;
 	bool ok;
 
-	snprintf(req, sizeof(req), "{\"cmd\":\"disconnect\",\"id\":%u}", idx);
+	if (gen < 0)
+		snprintf(req, sizeof(req), "{\"cmd\":\"disconnect\",\"id\":%u}", idx);
+	else
+		snprintf(req, sizeof(req), "{\"cmd\":\"disconnect\",\"id\":%u,\"gen\":%lld}",
+			 idx, gen);
 	r = admin_dispatch(m, &test_root_peer, req, strlen(req));
 	ok = json_is_true(json_object_get(r, "ok"));
 	if (!ok)
@@ -428,7 +432,9 @@ static void disc_index_sent(int fd, uint32_t idx, uint64_t gen)
 /* disconnect --user: one IPC_DISC_USER frame per worker that owns any of the user's
  * allocations, whatever their number; those of a worker that is not running, or whose
  * frame cannot be sent, are counted not reached, never disconnected. disconnect ID: the
- * frame names the record's generation as the master read it. */
+ * frame names the record's generation, and with "gen" a record of another generation (the
+ * id taken by another allocation since the operator's listing) is no such allocation, no
+ * frame sent. */
 static void test_disconnect_user_frames(void **state)
 {
 	static const char revoke_req[] = "{\"cmd\":\"revoke\",\"user_id\":\"alice\"}";
@@ -501,7 +507,12 @@ static void test_disconnect_user_frames(void **state)
 
 	assert_int_equal(shm_alloc_get(m.shm, 0, carol, &rec), 0);
 	gen = rec->gen;
-	assert_true(disconnect_id(&m, carol));
+	assert_false(disconnect_id(&m, carol, (long long)gen - 1));
+	assert_false(disconnect_id(&m, carol, (long long)gen + 1));
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+	assert_true(disconnect_id(&m, carol, (long long)gen));
+	disc_index_sent(sp[1], carol, gen);
+	assert_true(disconnect_id(&m, carol, -1));	/* the id alone, as before */
 	disc_index_sent(sp[1], carol, gen);
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
 
