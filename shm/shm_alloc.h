@@ -151,7 +151,8 @@ uint32_t shm_alloc_capacity(const struct shm *shm);
 
 /* Worker `slot`: claims a FREE record with CAS (search starts in the slot's partition at
  * its private hint, then wraps over the whole table). The record comes back CLAIMED,
- * zeroed except state/seq/gen/owner, with gen incremented; *idx and *rec (pointer into
+ * zeroed except state/seq/gen/owner, with a new gen (its last one or the segment's floor,
+ * whichever is higher, + 1: see shm_image_take); *idx and *rec (pointer into
  * the segment, valid for the mapping's life) may be NULL. Returns 0, -ENOSPC (table
  * full), -EINVAL, -EROFS. */
 int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_alloc **rec);

@@ -8,7 +8,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (SUCCESS, TURNGATECTL, Client, Daemon, check,  # noqa: E402
                            config, config_yaml, echo_peer, free_port, relay_range, run_tests,
-                           wait_for)
+                           stop_master, upgrade, wait_for)
 
 
 def test_ctl_commands(d):
@@ -240,6 +240,63 @@ def test_ctl_disconnect_gen(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_ctl_disconnect_gen_takeover(d):
+    """(id, gen) names one allocation across a live upgrade and a kill -9 restart: the
+    table taken over hands out gens above every gen of the earlier one, so a pair listed
+    before names nothing after (no such allocation), and the allocation taken over relays
+    on. A table of one record: alice (id 0, gen 1) ends, bob takes id 0 (gen 2). Before:
+    the take-over copied bob with gen 1 (its claim in the fresh table), and `disconnect 0
+    --gen 1` (alice's pair) ended bob. Relay ports 28750-28759 (no other test's): bob's
+    is bound again after the kill."""
+    port = free_port(late=True)     # bound again after the kill
+    daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["loopback"])],
+                              {"loopback": ["127.0.0.0/8"]}, limits={"max_allocations": 1},
+                              relay=(28750, 28759), workers=1), workers=1)
+    daemon.start()
+    echo = echo_peer()
+    alice, bob = Client(port, user="alice"), Client(port, user="bob")
+    new_pid = None
+    try:
+        alice.allocate()
+        seen = [alice.record(daemon)]
+        alice.release()
+        wait_for(lambda: daemon.allocations() == [], "alice's allocation ended")
+        bob.allocate()
+        seen.append(bob.record(daemon))
+        check(seen[1]["id"] == seen[0]["id"] and seen[1]["gen"] > seen[0]["gen"], seen)
+        check(bob.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
+        check(relays(bob, echo, b"before"), "bob's allocation does not relay")
+
+        def gone_after(what):
+            now = bob.record(daemon)
+            check(now is not None and now["gen"] > max(a["gen"] for a in seen),
+                  (what, seen, now))
+            for old in seen:
+                rc, out, err = daemon.ctl("disconnect", str(old["id"]), "--gen",
+                                          str(old["gen"]))
+                check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n",
+                      (what, old, rc, out, err))
+            check(relays(bob, echo, what.encode()), "bob's allocation ended after " + what)
+            seen.append(now)
+
+        daemon.kill_all()
+        daemon.start()
+        gone_after("restart")
+        new_pid = upgrade(daemon, workers=1)
+        gone_after("upgrade")
+        rc, out, err = daemon.ctl("disconnect", str(seen[-1]["id"]), "--gen",
+                                  str(seen[-1]["gen"]))
+        check(rc == 0 and out == "disconnected 1 allocation(s)\n", (rc, out, err))
+        wait_for(lambda: daemon.allocations() == [], "bob's allocation ended")
+    finally:
+        alice.close()
+        bob.close()
+        if new_pid is not None:
+            stop_master(daemon, new_pid)
+        daemon.kill()
+        daemon.scan()
+
+
 def test_ctl_no_daemon(d):
     r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
                        capture_output=True, text=True, timeout=30)
@@ -251,5 +308,6 @@ def test_ctl_no_daemon(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_disconnect_gen, test_ctl_probe,
+    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_disconnect_gen,
+               test_ctl_disconnect_gen_takeover, test_ctl_probe,
                test_ctl_no_daemon])

@@ -1139,6 +1139,78 @@ static void test_take_over_counters_short(void **state)
 
 /* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
  * the take under the lock leaves exactly what a full take-over of the final image does. */
+/* Every gen the claims of dst's free records hand out (until it is full): above `floor`. */
+static void assert_claims_above(struct shm *dst, uint64_t floor)
+{
+	struct shm_alloc *r;
+	uint32_t idx;
+
+	while (shm_alloc_claim(dst, 0, &idx, &r) == 0) {
+		assert_true(r->gen > floor);
+		assert_int_equal(shm_alloc_publish(dst, 0, idx), 0);
+	}
+}
+
+/* (index, gen) names one allocation across a take-over: the new table's claims, the copies'
+ * included, get gens above every gen of the image (a LIVE record's, a free one's, the image's
+ * own floor), and its free records are not touched for it (gen 0 until claimed). The
+ * pre-copy of a live upgrade too, with gens the earlier run hands out after it. */
+static void test_take_over_gen_floor(void **state)
+{
+	struct shm *src = mk(1, 4), *dst = mk(2, 8), *next = mk(1, 8), *pre = mk(1, 8);
+	struct shm_image img = img_of(src);
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover t;
+	uint32_t cursor = 0, idx, free_idx;
+
+	(void)state;
+	rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 0))->gen = 5;	/* claimed 5 times there */
+	assert_int_equal(shm_alloc_claim(src, 0, &free_idx, NULL), 0);	/* then free, gen 7 */
+	assert_int_equal(shm_alloc_release(src, 0, free_idx), 0);
+	shm_alloc_at(src, free_idx)->gen = 7;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_int_equal(shm_alloc_next_live(dst, &cursor, &idx), 0);
+	assert_true(shm_alloc_at(dst, idx)->gen > 7);
+	for (uint32_t i = 0; i < 8; i++)
+		if (i != idx)
+			assert_int_equal(shm_alloc_at(dst, i)->gen, 0);
+	assert_claims_above(dst, 7);
+
+	/* The image's own floor (it took over a table with higher gens) counts as one of
+	 * its gens; 0 (a file of a build before the floor) is none. */
+	shm_alloc_at(src, idx_of(src, 0))->gen = 1;
+	shm_alloc_at(src, free_idx)->gen = 1;
+	shm_hdr(src)->gen_floor = 9;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(next, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_true(shm_alloc_at(next, idx_of(next, 0))->gen > 9);
+	assert_claims_above(next, 9);
+	shm_hdr(src)->gen_floor = 0;
+
+	/* Pre-copy: the copy is made at gen 2; the earlier run then claims a record at gen 12
+	 * before the lock. The kept copy and the new claims go above 12. */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
+	assert_int_equal(shm_precopy_copied(pc), 1);
+	rec_add(src, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 1))->gen = 12;	/* its index claimed 12 times by now */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW, &t), 0);
+	shm_precopy_free(pc);
+	assert_int_equal(t.adopted, 2);
+	assert_true(shm_alloc_at(pre, idx_of(pre, 0))->gen > 12);
+	assert_true(shm_alloc_at(pre, idx_of(pre, 1))->gen > 12);
+	assert_claims_above(pre, 12);
+	shm_destroy(pre);
+	shm_destroy(next);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
 static void test_precopy(void **state)
 {
 	struct shm *src = mk(3, 32), *pre = mk(2, 32), *full = mk(2, 32), *undone = mk(2, 32);
@@ -1617,6 +1689,7 @@ int main(void)
 		cmocka_unit_test(test_take_over_marked_torn),
 		cmocka_unit_test(test_take_over_end_time),
 		cmocka_unit_test(test_take_over_counters_short),
+		cmocka_unit_test(test_take_over_gen_floor),
 		cmocka_unit_test(test_precopy),
 		cmocka_unit_test(test_precopy_torn),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
