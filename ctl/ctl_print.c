@@ -203,34 +203,32 @@ static void print_workers(json_t *r, FILE *out)
 	}
 }
 
-/* The width of column key over every allocation, at least min: names are printed whole
- * (a gateway's "ns/gateway/listener" names differ at their end), and the columns after
- * them stay aligned. */
+/* The text of o's key as a table cell: a string as it is, an integer in decimal (into
+ * buf), anything else or nothing "-" (an older daemon's reply may lack the key). */
+static const char *cell_of(json_t *o, const char *key, char buf[24])
+{
+	json_t *v = json_object_get(o, key);
+
+	if (json_is_integer(v)) {
+		snprintf(buf, 24, "%lld", (long long)json_integer_value(v));
+		return buf;
+	}
+	return str_of(o, key);
+}
+
+/* The width of column key (cell_of) over every allocation, at least min: names are
+ * printed whole (a gateway's "ns/gateway/listener" names differ at their end), and the
+ * columns after them stay aligned. */
 static int col_width(json_t *allocs, const char *key, int min)
 {
 	json_t *a;
 	size_t i;
 	int w = min;
+	char buf[24];
 
 	json_array_foreach(allocs, i, a)
 	{
-		int n = (int)strlen(str_of(a, key));
-
-		w = n > w ? n : w;
-	}
-	return w;
-}
-
-/* The same for a column of integers. */
-static int int_col_width(json_t *allocs, const char *key, int min)
-{
-	json_t *a;
-	size_t i;
-	int w = min;
-
-	json_array_foreach(allocs, i, a)
-	{
-		int n = snprintf(NULL, 0, "%lld", int_of(a, key));
+		int n = (int)strlen(cell_of(a, key, buf));
 
 		w = n > w ? n : w;
 	}
@@ -238,14 +236,15 @@ static int int_col_width(json_t *allocs, const char *key, int min)
 }
 
 /* GEN beside ID: `disconnect ID --gen GEN` ends that allocation only, not another that
- * took the id since. */
+ * took the id since; "-" from a daemon older than the generation. */
 void ctl_print_alloc_rows(json_t *r, bool header, FILE *out)
 {
 	json_t *a, *all = json_object_get(r, "allocations");
 	size_t i;
 	int wu = col_width(all, "user", 24), wl = col_width(all, "listener", 10);
 	int wc = col_width(all, "client", 22), wr = col_width(all, "relay", 22);
-	int wg = int_col_width(all, "gen", 5);
+	int wg = col_width(all, "gen", 5);
+	char buf[24];
 
 	if (header)
 		fprintf(out, "%-6s %-*s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID",
@@ -256,9 +255,9 @@ void ctl_print_alloc_rows(json_t *r, bool header, FILE *out)
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
 
 		fprintf(out,
-			"%-6lld %-*lld %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
+			"%-6lld %-*s %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
 			"%lld %lld / %lld %lld\n",
-			int_of(a, "id"), wg, int_of(a, "gen"), int_of(a, "worker"), wu,
+			int_of(a, "id"), wg, cell_of(a, "gen", buf), int_of(a, "worker"), wu,
 			str_of(a, "user"), wl,
 			str_of(a, "listener"), wc, str_of(a, "client"), wr, str_of(a, "relay"),
 			num_of(a, "age"), num_of(a, "lifetime_left"),
@@ -361,6 +360,20 @@ int ctl_exit_status(const char *cmd, json_t *r)
 		return CTL_EXIT_ERROR;
 	return strcmp(cmd, "disconnect") == 0 && int_of(r, "not_reached") > 0 ? CTL_EXIT_ERROR
 									       : CTL_EXIT_OK;
+}
+
+int ctl_check_gen_echo(const char *cmd, json_t *req, json_t *r, FILE *err)
+{
+	json_t *gen = json_object_get(req, "gen");
+
+	if (strcmp(cmd, "disconnect") != 0 || gen == NULL ||
+	    !json_is_true(json_object_get(r, "ok")) || json_object_get(r, "gen") != NULL)
+		return CTL_EXIT_OK;
+	fprintf(err,
+		"turngatectl: disconnect: the daemon ignored --gen (it is older than this "
+		"turngatectl): it ended whatever allocation held id %lld, of any generation\n",
+		int_of(req, "id"));
+	return CTL_EXIT_ERROR;
 }
 
 void ctl_print_error(const char *cmd, json_t *r, FILE *out)

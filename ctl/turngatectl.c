@@ -253,9 +253,12 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
+	json_incref(req);	/* ctl_call gives its reference back; ctl_check_gen_echo reads it */
 	rc = ctl_call(sock, req, &reply);
-	if (rc == CTL_EXIT_CONNECT)
+	if (rc == CTL_EXIT_CONNECT) {
+		json_decref(req);
 		return rc;
+	}
 	if (as_json) {
 		json_dumpf(reply, stdout, JSON_COMPACT);
 		fputc('\n', stdout);
@@ -267,6 +270,9 @@ int main(int argc, char **argv)
 	/* The daemon's answer is printed whole first, then the policy's status. */
 	if (rc == CTL_EXIT_OK)
 		rc = ctl_exit_status(cmd, reply);
+	if (rc == CTL_EXIT_OK)
+		rc = ctl_check_gen_echo(cmd, req, reply, stderr);
+	json_decref(req);
 	json_decref(reply);
 	return rc;
 }

@@ -719,8 +719,9 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 }
 
 /* {"cmd":"disconnect","id":N,"gen":G?}: ends the allocation at record N, if its generation
- * is G where given (`allocations` lists both: an id alone may have been reused since). The
- * worker is sent the generation read here and ends the record only if it still has it. */
+ * is G where given (`allocations` lists both: an id alone may have been reused since; the
+ * reply has "gen" then). The worker is sent the generation read here and ends the record
+ * only if it still has it. */
 static json_t *cmd_disconnect(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
@@ -754,6 +755,10 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 		 (long long)json_integer_value(id),
 		 (int)(rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX),
 		 rec.username, (unsigned)rec.owner, (unsigned long long)rec.gen);
+	/* "gen" echoed: turngatectl tells a daemon that ignored it (older) from this one */
+	if (gen != NULL)
+		return json_pack("{s:b, s:i, s:i, s:I}", "ok", 1, "disconnected", 1, "worker",
+				 (int)rec.owner, "gen", (json_int_t)rec.gen);
 	return json_pack("{s:b, s:i, s:i}", "ok", 1, "disconnected", 1, "worker", (int)rec.owner);
 }
 

@@ -2,8 +2,10 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (SUCCESS, TURNGATECTL, Client, Daemon, check,  # noqa: E402
@@ -219,8 +221,8 @@ def test_ctl_disconnect_gen(d):
         check(relays(bob, echo, b"after"), "bob's allocation ended by a disconnect of alice's")
         check(daemon.allocations()[0]["gen"] == new["gen"], daemon.allocations())
 
-        rc, out, err = daemon.ctl("disconnect", str(new["id"]), "--gen", str(new["gen"]))
-        check(rc == 0 and out == "disconnected 1 allocation(s)\n", (rc, out, err))
+        r = daemon.admin({"cmd": "disconnect", "id": new["id"], "gen": new["gen"]})
+        check(r == {"ok": True, "disconnected": 1, "worker": 0, "gen": new["gen"]}, r)
         wait_for(lambda: daemon.allocations() == [], "bob's allocation ended")
         check(bob.refresh(600) == 437, "bob's allocation still refreshes")
 
@@ -297,6 +299,71 @@ def test_ctl_disconnect_gen_takeover(d):
         daemon.scan()
 
 
+class OlderAdmin:
+    """An admin socket that answers as a daemon from before "gen" did: allocations without
+    "gen", disconnect by id whatever its "gen" (a thread; one request per connection, as
+    turngatectl sends them). requests: what it was sent."""
+
+    def __init__(self, path):
+        self.requests = []
+        self.ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ls.bind(path)
+        self.ls.listen(8)
+        self.ls.settimeout(30)
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def answer(self, req):
+        if req.get("cmd") == "allocations":
+            return {"ok": True, "truncated": False, "allocations": [{
+                "id": 7, "worker": 0, "user": "1796083800:alice", "listener": "udp",
+                "client": "127.0.0.1:41916", "relay": "127.0.0.1:49152", "age": 2.0,
+                "lifetime_left": 598.0, "permissions": [], "channels": [],
+                "tcp_connections": 0, "to_peer": {"packets": 0, "bytes": 0},
+                "from_peer": {"packets": 0, "bytes": 0}}]}
+        return {"ok": True, "disconnected": 1, "worker": 0}
+
+    def serve(self):
+        for _ in range(16):
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(30)
+                buf = b""
+                while b"\n" not in buf:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                req = json.loads(buf.split(b"\n", 1)[0])
+                self.requests.append(req)
+                c.sendall(json.dumps(self.answer(req)).encode() + b"\n")
+
+
+def test_ctl_older_daemon(d):
+    """turngatectl against a daemon older than "gen" (the package upgraded, the daemon not
+    yet): the listing shows "-" for GEN, not 0; `disconnect ID --gen G` whose reply has no
+    "gen" says the daemon ignored --gen (it ended whatever held the id) and exits 1. Before:
+    GEN 0, and exit 0 with "disconnected 1 allocation(s)"."""
+    sock = os.path.join(d, "older.sock")
+    fake = OlderAdmin(sock)
+    ctl = [TURNGATECTL, "-s", sock]
+    r = subprocess.run(ctl + ["allocations"], capture_output=True, text=True, timeout=60)
+    lines = r.stdout.split("\n")
+    check(r.returncode == 0 and lines[0].split()[:3] == ["ID", "GEN", "WRK"] and
+          lines[1].split()[:3] == ["7", "-", "0"], r)
+    r = subprocess.run(ctl + ["disconnect", "7", "--gen", "3"], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 1 and r.stdout == "disconnected 1 allocation(s)\n" and
+          "the daemon ignored --gen (it is older than this turngatectl)" in r.stderr, r)
+    check(fake.requests[-1] == {"cmd": "disconnect", "id": 7, "gen": 3}, fake.requests)
+    r = subprocess.run(ctl + ["disconnect", "7"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and r.stdout == "disconnected 1 allocation(s)\n" and
+          r.stderr == "", r)
+    fake.ls.close()
+
+
 def test_ctl_no_daemon(d):
     r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
                        capture_output=True, text=True, timeout=30)
@@ -309,5 +376,5 @@ def test_ctl_no_daemon(d):
 
 if __name__ == "__main__":
     run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_disconnect_gen,
-               test_ctl_disconnect_gen_takeover, test_ctl_probe,
+               test_ctl_disconnect_gen_takeover, test_ctl_older_daemon, test_ctl_probe,
                test_ctl_no_daemon])

@@ -393,7 +393,8 @@ static json_t *disconnect_alice(struct master *m)
 	return admin_dispatch(m, &test_root_peer, req, strlen(req));
 }
 
-/* {"cmd":"disconnect","id":idx} with "gen":gen where gen >= 0: whether it was ok. */
+/* {"cmd":"disconnect","id":idx} with "gen":gen where gen >= 0: whether it was ok. An ok
+ * reply echoes "gen" exactly when it was given (turngatectl tells an older daemon so). */
 static bool disconnect_id(struct master *m, uint32_t idx, long long gen)
 {
 	char req[128];
@@ -410,6 +411,10 @@ static bool disconnect_id(struct master *m, uint32_t idx, long long gen)
 	if (!ok)
 		assert_string_equal(json_string_value(json_object_get(r, "error")),
 				    "no such allocation");
+	else if (gen < 0)
+		assert_null(json_object_get(r, "gen"));
+	else
+		assert_int_equal(json_integer_value(json_object_get(r, "gen")), gen);
 	json_decref(r);
 	return ok;
 }
