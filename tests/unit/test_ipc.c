@@ -380,6 +380,48 @@ static void test_disconnect(void **state)
 		send_raw(p->a, &f, sizeof(f), -1);
 		assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
 	}
+	/* Fields the kind does not use must be zero (the worker's dedup of kept frames
+	 * compares bytes): an index or gen on a user or revocation frame, bytes after a
+	 * user's NUL, a user on an index or revocation frame are refused, on send and on
+	 * receive. */
+	{
+		struct {
+			struct ipc_hdr h;
+			struct ipc_disconnect d;
+		} f;
+		static const struct {
+			uint32_t by, index;
+			uint64_t gen;
+			const char *user;    /* user[0..], then "x" at user[40] when extra */
+			bool extra;
+		} bad[] = {
+			{ IPC_DISC_USER, 3, 0, "alice", false },
+			{ IPC_DISC_USER, 0, 5, "alice", false },
+			{ IPC_DISC_USER, 0, 0, "alice", true },
+			{ IPC_DISC_REVOKED, 1, 0, "", false },
+			{ IPC_DISC_REVOKED, 0, 1, "", false },
+			{ IPC_DISC_REVOKED, 0, 0, "bob", false },
+			{ IPC_DISC_REVOKED, 0, 0, "", true },
+			{ IPC_DISC_INDEX, 4, 2, "bob", false },
+			{ IPC_DISC_INDEX, 4, 2, "", true },
+		};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			memset(&f, 0, sizeof(f));
+			f.h.type = IPC_DISCONNECT;
+			f.h.len = sizeof(f.d);
+			f.d.by = bad[i].by;
+			f.d.index = bad[i].index;
+			f.d.gen = bad[i].gen;
+			memcpy(f.d.user, bad[i].user, strlen(bad[i].user));
+			if (bad[i].extra)
+				f.d.user[40] = 'x';
+			assert_int_equal(ipc_send(p->a, IPC_DISCONNECT, &f.d, sizeof(f.d), -1),
+					 -EINVAL);
+			send_raw(p->a, &f, sizeof(f), -1);
+			assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+		}
+	}
 }
 
 static void test_eof(void **state)
