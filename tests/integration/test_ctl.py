@@ -248,12 +248,12 @@ def test_ctl_disconnect_gen_takeover(d):
     before names nothing after (no such allocation), and the allocation taken over relays
     on. A table of one record: alice (id 0, gen 1) ends, bob takes id 0 (gen 2). Before:
     the take-over copied bob with gen 1 (its claim in the fresh table), and `disconnect 0
-    --gen 1` (alice's pair) ended bob. Relay ports 28750-28759 (no other test's): bob's
+    --gen 1` (alice's pair) ended bob. Relay ports 28760-28769 (no other test's): bob's
     is bound again after the kill."""
     port = free_port(late=True)     # bound again after the kill
     daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["loopback"])],
                               {"loopback": ["127.0.0.0/8"]}, limits={"max_allocations": 1},
-                              relay=(28750, 28759), workers=1), workers=1)
+                              relay=(28760, 28769), workers=1), workers=1)
     daemon.start()
     echo = echo_peer()
     alice, bob = Client(port, user="alice"), Client(port, user="bob")
