@@ -65,6 +65,18 @@ static void rec_clear(struct shm_alloc *rec)
 	explicit_bzero((uint8_t *)rec + REC_BODY_OFF, sizeof(*rec) - REC_BODY_OFF);
 }
 
+uint64_t shm_alloc_gen_next(uint64_t gen, uint64_t floor)
+{
+	uint64_t base = gen > floor ? gen : floor;
+
+	/* A backstop: a take-over refuses a file with a gen or floor above the bound, so
+	 * nothing here comes near it. Past it, gen + 1 would reach 0 (which the users of gen
+	 * take for "unknown") and stay there, or repeat the record's last gen. */
+	if (base >= SHM_ALLOC_GEN_MAX)
+		base = gen < SHM_ALLOC_GEN_MAX ? gen : 0;
+	return base + 1;
+}
+
 /* One CAS attempt at idx; on success the record is CLAIMED by slot, clean, new gen: above
  * both its last one and the segment's floor (a take-over's table starts above every gen of
  * the image, so an (index, gen) pair of the earlier run never names a record of this one;
@@ -79,7 +91,7 @@ static bool try_claim(struct shm_alloc *rec, unsigned slot, uint64_t floor)
 	/* cmpxchg is a full barrier: we own it now and are its only writer. */
 	shm_alloc_begin_write(rec);
 	rec_clear(rec);
-	rec->gen = (rec->gen > floor ? rec->gen : floor) + 1;
+	rec->gen = shm_alloc_gen_next(rec->gen, floor);
 	rec->owner = (uint8_t)slot;
 	shm_alloc_end_write(rec);
 	return true;

@@ -135,6 +135,10 @@ static int check_header(const struct shm_image *img, struct img_geom *g, struct 
 		return refuse(t, SHM_STATE_OTHER_BOOT, "written during another boot (%.36s)",
 			      h->boot_id);
 	g->n_slots = g->slots->count;
+	/* not covered by hdr_check (it lies after it) */
+	if (h->gen_floor > SHM_ALLOC_GEN_MAX)
+		return refuse(t, SHM_STATE_CORRUPT, "gen_floor %llu above 2^62",
+			      (unsigned long long)h->gen_floor);
 	g->gen_max = h->gen_floor;	/* 0 in the files of builds before the floor */
 	g->revoke = region_find(h, SHM_REGION_REVOKE);
 	if (g->revoke != NULL && (g->revoke->format != shm_region_format(SHM_REGION_REVOKE) ||
@@ -271,6 +275,9 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 	enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(r->state);
 	bool ending = (r->state & SHM_ALLOC_ENDING) != 0;
 
+	/* A free record's gen too: the take-over's floor is the highest gen of the file. */
+	if (r->gen > SHM_ALLOC_GEN_MAX)
+		return REC_BAD;
 	if (st == SHM_ALLOC_FREE)
 		return r->state == 0 ? REC_SKIP : REC_BAD;
 	/* The mark is stored on a LIVE word only (shm_alloc_end_mark). */
@@ -403,11 +410,16 @@ static bool rec_stable(const struct rec_reader *rr, uint32_t i)
 }
 
 /* Notes the gen of an image's record read (any state: a free record keeps the gen of its
- * last claim, and a pair with it may still be in an operator's hands). */
-static void gen_seen(struct img_geom *g, const struct shm_alloc *r)
+ * last claim, and a pair with it may still be in an operator's hands). False for a gen
+ * above SHM_ALLOC_GEN_MAX, not noted: the file is corrupt (record_kind says so; the
+ * take under the lock of a pre-copy also for a FREE record it does not judge again). */
+static bool gen_seen(struct img_geom *g, const struct shm_alloc *r)
 {
+	if (r->gen > SHM_ALLOC_GEN_MAX)
+		return false;
 	if (r->gen > g->gen_max)
 		g->gen_max = r->gen;
+	return true;
 }
 
 /* Every claim in dst from now on gets a gen above the image's (shm_alloc_claim): the
@@ -430,8 +442,7 @@ static int check_records(struct rec_reader *rr, struct img_geom *g, uint64_t now
 
 		if (r == NULL)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
-		gen_seen(g, r);
-		if (record_kind(r, g->n_slots, now_ns, false) == REC_BAD)
+		if (!gen_seen(g, r) || record_kind(r, g->n_slots, now_ns, false) == REC_BAD)
 			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
 	}
 	return 0;
@@ -1009,7 +1020,7 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 		}
 		/* The floor so far: a copy made before a higher gen is seen gets its gen
 		 * again under the lock (precopy_regen), as do all the kept ones. */
-		gen_seen(&g, r);
+		(void)gen_seen(&g, r);	/* above the bound: not copied (record_kind) */
 		gen_floor_raise(dst, &g);
 		/* Anything else (a record being written now may look torn or inconsistent,
 		 * or differ between the two reads: shm_image_precopy in shm_state.h) is judged
@@ -1080,7 +1091,8 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct img_ge
 
 		if (r == NULL)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
-		gen_seen(g, r);
+		if (!gen_seen(g, r))
+			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
 		if (e->dst != 0) {
 			bool same = r->state == e->state && r->seq == e->seq && r->gen == e->gen;
 			/* its end recorded since: marked (the same allocation, its gen), or
@@ -1124,7 +1136,7 @@ static void precopy_regen(struct shm *dst, const struct shm_precopy *pc, const s
 		if (r->gen > shm_hdr(dst)->gen_floor)
 			continue;
 		shm_alloc_begin_write(r);
-		r->gen = shm_hdr(dst)->gen_floor + 1;
+		r->gen = shm_alloc_gen_next(r->gen, shm_hdr(dst)->gen_floor);
 		shm_alloc_end_write(r);
 	}
 }
