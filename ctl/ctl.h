@@ -54,11 +54,6 @@ int ctl_allocations_main(const char *sock, bool as_json, int argc, char **argv);
  * (a `revoke`'s "not_reached" end at their worker's sweep or adoption). */
 int ctl_exit_status(const char *cmd, json_t *reply);
 
-/* A `disconnect` with "gen" in req whose successful reply has no "gen": the daemon is older
- * than "gen" (it ignored it and ended whatever allocation held the id). Says so on err and
- * returns CTL_EXIT_ERROR; else CTL_EXIT_OK. A daemon that knows "gen" echoes it. */
-int ctl_check_gen_echo(const char *cmd, json_t *req, json_t *reply, FILE *err);
-
 /* Prints a failed reply ({"ok":false,...}) to out: the error and any "errors" lines. */
 void ctl_print_error(const char *cmd, json_t *reply, FILE *out);
 

@@ -362,20 +362,6 @@ int ctl_exit_status(const char *cmd, json_t *r)
 									       : CTL_EXIT_OK;
 }
 
-int ctl_check_gen_echo(const char *cmd, json_t *req, json_t *r, FILE *err)
-{
-	json_t *gen = json_object_get(req, "gen");
-
-	if (strcmp(cmd, "disconnect") != 0 || gen == NULL ||
-	    !json_is_true(json_object_get(r, "ok")) || json_object_get(r, "gen") != NULL)
-		return CTL_EXIT_OK;
-	fprintf(err,
-		"turngatectl: disconnect: the daemon ignored --gen (it is older than this "
-		"turngatectl): it ended whatever allocation held id %lld, of any generation\n",
-		int_of(req, "id"));
-	return CTL_EXIT_ERROR;
-}
-
 void ctl_print_error(const char *cmd, json_t *r, FILE *out)
 {
 	fprintf(out, "turngatectl: %s: %s\n", cmd, str_of(r, "error"));

@@ -159,9 +159,11 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 		if ((argc == 1 || (argc == 3 && strcmp(argv[1], "--gen") == 0 &&
 				   ctl_parse_nonneg(argv[2], &gen) == 0)) &&
 		    ctl_parse_nonneg(argv[0], &id) == 0) {
-			json_object_set_new(req, "id", json_integer(id));
-			if (argc == 3)
-				json_object_set_new(req, "gen", json_integer(gen));
+			/* [ID, GEN]: a daemon older than the generation refuses an "id" that
+			 * is not an integer, instead of ending whatever allocation holds ID */
+			json_object_set_new(req, "id",
+					    argc == 3 ? json_pack("[I, I]", id, gen)
+						      : json_integer(id));
 			return req;
 		}
 	}
@@ -253,12 +255,9 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return CTL_EXIT_USAGE;
 	}
-	json_incref(req);	/* ctl_call gives its reference back; ctl_check_gen_echo reads it */
 	rc = ctl_call(sock, req, &reply);
-	if (rc == CTL_EXIT_CONNECT) {
-		json_decref(req);
+	if (rc == CTL_EXIT_CONNECT)
 		return rc;
-	}
 	if (as_json) {
 		json_dumpf(reply, stdout, JSON_COMPACT);
 		fputc('\n', stdout);
@@ -270,9 +269,6 @@ int main(int argc, char **argv)
 	/* The daemon's answer is printed whole first, then the policy's status. */
 	if (rc == CTL_EXIT_OK)
 		rc = ctl_exit_status(cmd, reply);
-	if (rc == CTL_EXIT_OK)
-		rc = ctl_check_gen_echo(cmd, req, reply, stderr);
-	json_decref(req);
 	json_decref(reply);
 	return rc;
 }

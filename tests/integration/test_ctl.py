@@ -216,13 +216,13 @@ def test_ctl_disconnect_gen(d):
         rc, out, err = daemon.ctl("disconnect", str(old["id"]), "--gen", str(old["gen"]))
         check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n",
               (rc, out, err))
-        r = daemon.admin({"cmd": "disconnect", "id": old["id"], "gen": old["gen"]})
+        r = daemon.admin({"cmd": "disconnect", "id": [old["id"], old["gen"]]})
         check(r == {"ok": False, "error": "no such allocation"}, r)
         check(relays(bob, echo, b"after"), "bob's allocation ended by a disconnect of alice's")
         check(daemon.allocations()[0]["gen"] == new["gen"], daemon.allocations())
 
-        r = daemon.admin({"cmd": "disconnect", "id": new["id"], "gen": new["gen"]})
-        check(r == {"ok": True, "disconnected": 1, "worker": 0, "gen": new["gen"]}, r)
+        r = daemon.admin({"cmd": "disconnect", "id": [new["id"], new["gen"]]})
+        check(r == {"ok": True, "disconnected": 1, "worker": 0}, r)
         wait_for(lambda: daemon.allocations() == [], "bob's allocation ended")
         check(bob.refresh(600) == 437, "bob's allocation still refreshes")
 
@@ -299,10 +299,14 @@ def test_ctl_disconnect_gen_takeover(d):
         daemon.scan()
 
 
+OLDER_ID_ERR = "\"id\" must be an allocation id from `allocations`"
+
+
 class OlderAdmin:
     """An admin socket that answers as a daemon from before "gen" did: allocations without
-    "gen", disconnect by id whatever its "gen" (a thread; one request per connection, as
-    turngatectl sends them). requests: what it was sent."""
+    "gen"; disconnect refuses an "id" that is not an integer with that daemon's error, and
+    ends an integer one (a thread; one request per connection, as turngatectl sends them).
+    requests: what it was sent."""
 
     def __init__(self, path):
         self.requests = []
@@ -320,6 +324,8 @@ class OlderAdmin:
                 "lifetime_left": 598.0, "permissions": [], "channels": [],
                 "tcp_connections": 0, "to_peer": {"packets": 0, "bytes": 0},
                 "from_peer": {"packets": 0, "bytes": 0}}]}
+        if type(req.get("id")) is not int:
+            return {"ok": False, "error": OLDER_ID_ERR}
         return {"ok": True, "disconnected": 1, "worker": 0}
 
     def serve(self):
@@ -343,9 +349,10 @@ class OlderAdmin:
 
 def test_ctl_older_daemon(d):
     """turngatectl against a daemon older than "gen" (the package upgraded, the daemon not
-    yet): the listing shows "-" for GEN, not 0; `disconnect ID --gen G` whose reply has no
-    "gen" says the daemon ignored --gen (it ended whatever held the id) and exits 1. Before:
-    GEN 0, and exit 0 with "disconnected 1 allocation(s)"."""
+    yet): the listing shows "-" for GEN, not 0; `disconnect ID --gen G` sends "id": [ID, G],
+    which that daemon refuses (not an integer): nothing ended, exit 1. Before: "gen" was a
+    key of its own, which that daemon ignored: it ended whatever held the id, and
+    turngatectl noticed only after (no "gen" echoed)."""
     sock = os.path.join(d, "older.sock")
     fake = OlderAdmin(sock)
     ctl = [TURNGATECTL, "-s", sock]
@@ -355,9 +362,9 @@ def test_ctl_older_daemon(d):
           lines[1].split()[:3] == ["7", "-", "0"], r)
     r = subprocess.run(ctl + ["disconnect", "7", "--gen", "3"], capture_output=True, text=True,
                        timeout=60)
-    check(r.returncode == 1 and r.stdout == "disconnected 1 allocation(s)\n" and
-          "the daemon ignored --gen (it is older than this turngatectl)" in r.stderr, r)
-    check(fake.requests[-1] == {"cmd": "disconnect", "id": 7, "gen": 3}, fake.requests)
+    check(r.returncode == 1 and r.stdout == "" and
+          r.stderr == "turngatectl: disconnect: %s\n" % OLDER_ID_ERR, r)
+    check(fake.requests[-1] == {"cmd": "disconnect", "id": [7, 3]}, fake.requests)
     r = subprocess.run(ctl + ["disconnect", "7"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0 and r.stdout == "disconnected 1 allocation(s)\n" and
           r.stderr == "", r)
