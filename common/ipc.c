@@ -81,7 +81,6 @@ static bool handoff_valid(const void *payload)
 		(h.tls == 1 && (h.client.ss_family == AF_INET || h.client.ss_family == AF_INET6)));
 }
 
-/* IPC_DISCONNECT carries a string inside a fixed struct: it must be NUL-terminated there. */
 /* Whether user[from..] is all zero. */
 static bool zero_from(const char *user, size_t from)
 {
@@ -91,14 +90,18 @@ static bool zero_from(const char *user, size_t from)
 	return true;
 }
 
-/* Every field the kind does not use is zero, and a user name is zero-padded: the worker
- * tells two frames apart by their bytes (wk_adopt_disc_keep keeps a repeat once). */
+/* IPC_DISCONNECT carries a string inside a fixed struct: it must be NUL-terminated there.
+ * Every field the kind does not use is zero, the pad too, and a user name is zero-padded:
+ * the worker tells two frames apart by their bytes (wk_adopt_disc_keep keeps a repeat
+ * once). */
 static bool disconnect_valid(const void *payload)
 {
 	struct ipc_disconnect d;
 	const char *nul;
 
 	memcpy(&d, payload, sizeof(d));
+	if (d.pad != 0)
+		return false;
 	if (d.by == IPC_DISC_INDEX)
 		return zero_from(d.user, 0);
 	if (d.index != 0 || d.gen != 0)

@@ -65,6 +65,7 @@
 #ifndef TG_COMMON_IPC_H
 #define TG_COMMON_IPC_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -181,7 +182,14 @@ struct ipc_disconnect {
 	uint32_t index; /* allocation table index when by == IPC_DISC_INDEX, else 0 */
 	uint64_t gen;   /* that record's gen (shm/shm_alloc.h) when by == IPC_DISC_INDEX, else 0 */
 	char user[IPC_USER_MAX]; /* NUL-terminated when by == IPC_DISC_USER, else all zero */
+	uint32_t pad;   /* 0: the struct has no implicit padding (below) */
 };
+/* The worker tells two frames apart by their bytes (wk_adopt_disc_keep: memcmp over
+ * sizeof), and disconnect_valid checks every one: a byte of implicit padding would be
+ * neither checked nor zeroed by the sender's memset alone. */
+static_assert(sizeof(struct ipc_disconnect) == 2 * sizeof(uint32_t) + sizeof(uint64_t) +
+							IPC_USER_MAX + sizeof(uint32_t),
+	      "struct ipc_disconnect has no implicit padding");
 
 /* A received message. payload has one spare byte so string payloads are NUL-terminated. */
 struct ipc_msg {

@@ -422,6 +422,33 @@ static void test_disconnect(void **state)
 			assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
 		}
 	}
+	/* The struct's last bytes (its pad, implicit padding before it had one: not
+	 * checked, and two frames that differ only there were two to the dedup) must be
+	 * zero too, whatever the kind. */
+	{
+		struct {
+			struct ipc_hdr h;
+			struct ipc_disconnect d;
+		} f;
+		static const uint32_t kinds[] = { IPC_DISC_INDEX, IPC_DISC_USER, IPC_DISC_REVOKED };
+
+		for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+			memset(&f, 0, sizeof(f));
+			f.h.type = IPC_DISCONNECT;
+			f.h.len = sizeof(f.d);
+			f.d.by = kinds[i];
+			if (kinds[i] == IPC_DISC_USER)
+				memcpy(f.d.user, "alice", 5);
+			/* the frame as it is is good: sent and received */
+			assert_int_equal(ipc_send(p->a, IPC_DISCONNECT, &f.d, sizeof(f.d), -1), 0);
+			assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+			((uint8_t *)&f.d)[sizeof(f.d) - 1] = 1;
+			assert_int_equal(ipc_send(p->a, IPC_DISCONNECT, &f.d, sizeof(f.d), -1),
+					 -EINVAL);
+			send_raw(p->a, &f, sizeof(f), -1);
+			assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+		}
+	}
 }
 
 static void test_eof(void **state)
