@@ -1400,7 +1400,7 @@ def relay_range():
     turnutils_uclient interop test; below the kernel's ephemeral ports 32768-60999, which
     any socket bound to port 0 may take while the daemon is down: 25000 test_master_traffic,
     26000 test_crash, 27000 test_restart, 29000 test_quota.py, 30300-31099
-    test_upgrade_linger's 700 lingering calls, and in 28000..28759:
+    test_upgrade_linger's 700 lingering calls, and in 28000..28769:
     28000-28049 test_fdstore_restart, 28050-28099 test_upgrade_urelays_older, 28100-28203
     test_dashboard, 28300-28399 test_sockbuf, 28400-28499 test_ports_owned's taken-over
     call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart,

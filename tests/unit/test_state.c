@@ -1137,8 +1137,6 @@ static void test_take_over_counters_short(void **state)
 	shm_destroy(src);
 }
 
-/* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
- * the take under the lock leaves exactly what a full take-over of the final image does. */
 /* Every gen the claims of dst's free records hand out (until it is full): above `floor`. */
 static void assert_claims_above(struct shm *dst, uint64_t floor)
 {
@@ -1306,6 +1304,8 @@ static void test_take_over_gen_floor(void **state)
 	shm_destroy(src);
 }
 
+/* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
+ * the take under the lock leaves exactly what a full take-over of the final image does. */
 static void test_precopy(void **state)
 {
 	struct shm *src = mk(3, 32), *pre = mk(2, 32), *full = mk(2, 32), *undone = mk(2, 32);
