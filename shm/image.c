@@ -976,8 +976,42 @@ struct shm_precopy {
 	uint64_t off, stride;
 	uint32_t n_slots;
 	uint32_t copied;          /* records copied (pre_ent.dst != 0) */
+	uint64_t gen_min;         /* the lowest gen of a kept copy (precopy_regen); 0: unknown */
 	struct pre_ent ent[];
 };
+
+/* Every kept copy gets a gen above `above`, the floor rising to it first (only copies at or
+ * below it are written): their (index, gen) then names no allocation of the earlier run,
+ * however the indexes moved. Run twice. At the end of the pre-copy, with `above` the
+ * file's highest gen then plus SHM_PRECOPY_GEN_AHEAD: a copy took the floor of its moment
+ * (a higher gen may come later in the file), and the earlier run claims on until the lock.
+ * Under the lock, with `above` the file's highest gen now: a pass only when that run
+ * claimed an index more than SHM_PRECOPY_GEN_AHEAD times in between, so the upgrade's gap
+ * does not write 250,000 records again. Nothing reads the new table yet (no worker runs). */
+static void precopy_regen(struct shm *dst, struct shm_precopy *pc, uint64_t above)
+{
+	struct shm_hdr *h = shm_hdr(dst);
+
+	if (above > h->gen_floor)
+		CMM_STORE_SHARED(h->gen_floor, above);
+	if (pc->gen_min > above)
+		return;
+	pc->gen_min = UINT64_MAX;
+	for (uint32_t i = 0; i < pc->count; i++) {
+		struct shm_alloc *r;
+
+		if (pc->ent[i].dst == 0)
+			continue;
+		r = shm_alloc_at(dst, pc->ent[i].dst - 1);
+		if (r->gen <= above) {
+			shm_alloc_begin_write(r);
+			r->gen = shm_alloc_gen_next(r->gen, h->gen_floor);
+			shm_alloc_end_write(r);
+		}
+		if (r->gen < pc->gen_min)
+			pc->gen_min = r->gen;
+	}
+}
 
 int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
 		      struct shm_precopy **out, struct shm_takeover *t)
@@ -1048,6 +1082,10 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 		shm_precopy_free(pc);
 		return rc;
 	}
+	precopy_regen(dst, pc,
+		      g.gen_max < SHM_ALLOC_GEN_MAX - SHM_PRECOPY_GEN_AHEAD
+			      ? g.gen_max + SHM_PRECOPY_GEN_AHEAD
+			      : SHM_ALLOC_GEN_MAX);
 	*out = pc;
 	return 0;
 }
@@ -1119,28 +1157,6 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct img_ge
 	return 0;
 }
 
-/* Under the lock, once every record's gen is seen: the floor rises to the image's highest
- * gen, and each kept copy gets a gen above it. Its gen was of the floor when it was copied,
- * which the earlier run's claims since (or a higher gen later in the file) may have passed:
- * its (index, gen) could name an allocation of the earlier run. Nothing has read the new
- * table yet (no worker runs): only the kept records are written. */
-static void precopy_regen(struct shm *dst, const struct shm_precopy *pc, const struct img_geom *g)
-{
-	gen_floor_raise(dst, g);
-	for (uint32_t i = 0; i < pc->count; i++) {
-		struct shm_alloc *r;
-
-		if (pc->ent[i].dst == 0)
-			continue;
-		r = shm_alloc_at(dst, pc->ent[i].dst - 1);
-		if (r->gen > shm_hdr(dst)->gen_floor)
-			continue;
-		shm_alloc_begin_write(r);
-		r->gen = shm_alloc_gen_next(r->gen, shm_hdr(dst)->gen_floor);
-		shm_alloc_end_write(r);
-	}
-}
-
 int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 			     struct shm_precopy *pc, uint64_t now_ns, struct shm_takeover *t)
 {
@@ -1179,7 +1195,7 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	rc = precopy_compare(dst, &rr, &g, pc, now_ns, &es, need, buf, t);
 	rec_reader_free(&rr);
 	if (rc == 0)
-		precopy_regen(dst, pc, &g);
+		precopy_regen(dst, pc, g.gen_max);
 	/* A kept record whose port a changed or ended one held when it was copied (that one
 	 * ended and this one claimed the port): those copies are undone now, so the port is
 	 * booked for it before any other record is copied. */

@@ -1250,10 +1250,11 @@ static void gen_floor_bound(void)
 static void test_take_over_gen_floor(void **state)
 {
 	struct shm *src = mk(1, 4), *dst = mk(2, 8), *next = mk(1, 8), *pre = mk(1, 8);
+	struct shm *ahead = mk(1, 8);
 	struct shm_image img = img_of(src);
 	struct shm_precopy *pc = NULL;
 	struct shm_takeover t;
-	uint32_t cursor = 0, idx, free_idx;
+	uint32_t cursor = 0, idx, free_idx, seq;
 
 	(void)state;
 	rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
@@ -1283,20 +1284,42 @@ static void test_take_over_gen_floor(void **state)
 	assert_claims_above(next, 9);
 	shm_hdr(src)->gen_floor = 0;
 
-	/* Pre-copy: the copy is made at gen 2; the earlier run then claims a record at gen 12
-	 * before the lock. The kept copy and the new claims go above 12. */
+	/* Pre-copy: the copy is made when the file's highest gen is 1, and gets a gen
+	 * SHM_PRECOPY_GEN_AHEAD above it; the earlier run then claims a record at gen 12
+	 * before the lock. The kept copy and the new claims stay above 12, and the take under
+	 * the lock writes no kept copy again (its sequence unchanged: no pass in the gap). */
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
 	assert_int_equal(shm_precopy_copied(pc), 1);
+	assert_true(shm_alloc_at(pre, idx_of(pre, 0))->gen > 1 + SHM_PRECOPY_GEN_AHEAD);
+	seq = shm_alloc_at(pre, idx_of(pre, 0))->seq;
 	rec_add(src, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
 	shm_alloc_at(src, idx_of(src, 1))->gen = 12;	/* its index claimed 12 times by now */
 	memset(&t, 0, sizeof(t));
 	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW, &t), 0);
 	shm_precopy_free(pc);
 	assert_int_equal(t.adopted, 2);
+	assert_int_equal(shm_alloc_at(pre, idx_of(pre, 0))->seq, seq);
 	assert_true(shm_alloc_at(pre, idx_of(pre, 0))->gen > 12);
 	assert_true(shm_alloc_at(pre, idx_of(pre, 1))->gen > 12);
 	assert_claims_above(pre, 12);
+
+	/* The earlier run claimed an index more than SHM_PRECOPY_GEN_AHEAD times between the
+	 * pre-copy and the lock: the kept copies are given gens above it under the lock. */
+	shm_alloc_at(src, idx_of(src, 1))->gen = 1;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(ahead, &img, NOW, &pc, &t), 0);
+	assert_int_equal(shm_precopy_copied(pc), 2);
+	rec_add(src, 0, 2, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 2))->gen = 2 * SHM_PRECOPY_GEN_AHEAD;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(ahead, &img, pc, NOW, &t), 0);
+	shm_precopy_free(pc);
+	assert_int_equal(t.adopted, 3);
+	for (unsigned k = 0; k < 3; k++)
+		assert_true(shm_alloc_at(ahead, idx_of(ahead, k))->gen > 2 * SHM_PRECOPY_GEN_AHEAD);
+	assert_claims_above(ahead, 2 * SHM_PRECOPY_GEN_AHEAD);
+	shm_destroy(ahead);
 	gen_floor_bound();
 	shm_destroy(pre);
 	shm_destroy(next);
