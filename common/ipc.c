@@ -81,17 +81,37 @@ static bool handoff_valid(const void *payload)
 		(h.tls == 1 && (h.client.ss_family == AF_INET || h.client.ss_family == AF_INET6)));
 }
 
-/* IPC_DISCONNECT carries a string inside a fixed struct: it must be NUL-terminated there. */
+/* Whether user[from..] is all zero. */
+static bool zero_from(const char *user, size_t from)
+{
+	for (size_t i = from; i < IPC_USER_MAX; i++)
+		if (user[i] != '\0')
+			return false;
+	return true;
+}
+
+/* IPC_DISCONNECT carries a string inside a fixed struct: it must be NUL-terminated there.
+ * Every field the kind does not use is zero, the pad too, and a user name is zero-padded:
+ * the worker tells two frames apart by their bytes (wk_adopt_disc_keep keeps a repeat
+ * once). */
 static bool disconnect_valid(const void *payload)
 {
 	struct ipc_disconnect d;
+	const char *nul;
 
 	memcpy(&d, payload, sizeof(d));
-	if (d.by == IPC_DISC_INDEX || d.by == IPC_DISC_REVOKED)
-		return true;
-	if (d.by == IPC_DISC_USER)
-		return d.user[0] != '\0' && memchr(d.user, '\0', sizeof(d.user)) != NULL;
-	return false;
+	if (d.pad != 0)
+		return false;
+	if (d.by == IPC_DISC_INDEX)
+		return zero_from(d.user, 0);
+	if (d.index != 0 || d.gen != 0)
+		return false;
+	if (d.by == IPC_DISC_REVOKED)
+		return zero_from(d.user, 0);
+	if (d.by != IPC_DISC_USER || d.user[0] == '\0')
+		return false;
+	nul = memchr(d.user, '\0', sizeof(d.user));
+	return nul != NULL && zero_from(d.user, (size_t)(nul - d.user));
 }
 
 int ipc_socketpair(int fds[2])
@@ -325,13 +345,14 @@ int ipc_send_stop(int fd, bool now)
 	return ipc_send(fd, IPC_STOP, &b, sizeof(b), -1);
 }
 
-int ipc_send_disconnect_index(int fd, uint32_t index)
+int ipc_send_disconnect_index(int fd, uint32_t index, uint64_t gen)
 {
 	struct ipc_disconnect d;
 
 	memset(&d, 0, sizeof(d));
 	d.by = IPC_DISC_INDEX;
 	d.index = index;
+	d.gen = gen;
 	return ipc_send(fd, IPC_DISCONNECT, &d, sizeof(d), -1);
 }
 

@@ -65,6 +65,7 @@
 #ifndef TG_COMMON_IPC_H
 #define TG_COMMON_IPC_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -164,8 +165,11 @@ struct ipc_handoff {
  * worker, however many: the master sends one to each worker that owns any (a frame per
  * allocation would fill the control socket, master/disconnect.h). */
 enum ipc_disconnect_by {
-	IPC_DISC_INDEX = 1,   /* end the allocation at table index `index` (if this worker
-			       * owns it): end reason "disconnected by admin" */
+	IPC_DISC_INDEX = 1,   /* end the allocation at table index `index` whose record's
+			       * generation is `gen` (if this worker owns it): end reason
+			       * "disconnected by admin". The generation is the one the master
+			       * read: an index that was released and claimed again since (another
+			       * allocation, maybe another user's) is not ended */
 	IPC_DISC_USER = 2,    /* end every allocation this worker owns whose username `user`
 			       * names (shm_quota_user_match: the whole username or the user
 			       * id of a REST username): "disconnected by admin" */
@@ -176,8 +180,16 @@ enum ipc_disconnect_by {
 struct ipc_disconnect {
 	uint32_t by;    /* enum ipc_disconnect_by */
 	uint32_t index; /* allocation table index when by == IPC_DISC_INDEX, else 0 */
+	uint64_t gen;   /* that record's gen (shm/shm_alloc.h) when by == IPC_DISC_INDEX, else 0 */
 	char user[IPC_USER_MAX]; /* NUL-terminated when by == IPC_DISC_USER, else all zero */
+	uint32_t pad;   /* 0: the struct has no implicit padding (below) */
 };
+/* The worker tells two frames apart by their bytes (wk_adopt_disc_keep: memcmp over
+ * sizeof), and disconnect_valid checks every one: a byte of implicit padding would be
+ * neither checked nor zeroed by the sender's memset alone. */
+static_assert(sizeof(struct ipc_disconnect) == 2 * sizeof(uint32_t) + sizeof(uint64_t) +
+							IPC_USER_MAX + sizeof(uint32_t),
+	      "struct ipc_disconnect has no implicit padding");
 
 /* A received message. payload has one spare byte so string payloads are NUL-terminated. */
 struct ipc_msg {
@@ -207,7 +219,7 @@ int ipc_send_ping(int fd, uint64_t seq);
 int ipc_send_pong(int fd, uint16_t type, uint64_t seq, uint32_t slot, int32_t pid);
 int ipc_send_drain(int fd, int on);
 int ipc_send_stop(int fd, bool now);
-int ipc_send_disconnect_index(int fd, uint32_t index);
+int ipc_send_disconnect_index(int fd, uint32_t index, uint64_t gen);
 int ipc_send_disconnect_user(int fd, const char *user);
 int ipc_send_disconnect_revoked(int fd);
 

@@ -203,43 +203,62 @@ static void print_workers(json_t *r, FILE *out)
 	}
 }
 
-/* The width of column key over every allocation, at least min: names are printed whole
- * (a gateway's "ns/gateway/listener" names differ at their end), and the columns after
- * them stay aligned. */
+/* The text of o's key as a table cell: a string as it is, an integer in decimal (into
+ * buf), anything else or nothing "-" (an older daemon's reply may lack the key). */
+static const char *cell_of(json_t *o, const char *key, char buf[24])
+{
+	json_t *v = json_object_get(o, key);
+
+	if (json_is_integer(v)) {
+		snprintf(buf, 24, "%lld", (long long)json_integer_value(v));
+		return buf;
+	}
+	return str_of(o, key);
+}
+
+/* The width of column key (cell_of) over every allocation, at least min: names are
+ * printed whole (a gateway's "ns/gateway/listener" names differ at their end), and the
+ * columns after them stay aligned. */
 static int col_width(json_t *allocs, const char *key, int min)
 {
 	json_t *a;
 	size_t i;
 	int w = min;
+	char buf[24];
 
 	json_array_foreach(allocs, i, a)
 	{
-		int n = (int)strlen(str_of(a, key));
+		int n = (int)strlen(cell_of(a, key, buf));
 
 		w = n > w ? n : w;
 	}
 	return w;
 }
 
+/* GEN beside ID: `disconnect ID --gen GEN` ends that allocation only, not another that
+ * took the id since; "-" from a daemon older than the generation. */
 void ctl_print_alloc_rows(json_t *r, bool header, FILE *out)
 {
 	json_t *a, *all = json_object_get(r, "allocations");
 	size_t i;
 	int wu = col_width(all, "user", 24), wl = col_width(all, "listener", 10);
 	int wc = col_width(all, "client", 22), wr = col_width(all, "relay", 22);
+	int wg = col_width(all, "gen", 5);
+	char buf[24];
 
 	if (header)
-		fprintf(out, "%-6s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID", "WRK",
-			wu, "USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY", "AGE", "LEFT",
-			"PERMS", "CHANS", "TCP", "TO_PEER/FROM_PEER (pkts bytes)");
+		fprintf(out, "%-6s %-*s %-3s %-*s %-*s %-*s %-*s %6s %6s %5s %5s %4s %s\n", "ID",
+			wg, "GEN", "WRK", wu, "USER", wl, "LISTENER", wc, "CLIENT", wr, "RELAY",
+			"AGE", "LEFT", "PERMS", "CHANS", "TCP", "TO_PEER/FROM_PEER (pkts bytes)");
 	json_array_foreach(all, i, a)
 	{
 		json_t *tp = json_object_get(a, "to_peer"), *fp = json_object_get(a, "from_peer");
 
 		fprintf(out,
-			"%-6lld %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
+			"%-6lld %-*s %-3lld %-*s %-*s %-*s %-*s %6.0f %6.0f %5zu %5zu %4lld "
 			"%lld %lld / %lld %lld\n",
-			int_of(a, "id"), int_of(a, "worker"), wu, str_of(a, "user"), wl,
+			int_of(a, "id"), wg, cell_of(a, "gen", buf), int_of(a, "worker"), wu,
+			str_of(a, "user"), wl,
 			str_of(a, "listener"), wc, str_of(a, "client"), wr, str_of(a, "relay"),
 			num_of(a, "age"), num_of(a, "lifetime_left"),
 			json_array_size(json_object_get(a, "permissions")),

@@ -30,7 +30,10 @@ static void usage(FILE *out)
 		"                             listener, age, permissions, channels and the\n"
 		"                             bandwidth limit throttling them; refreshed every\n"
 		"                             interval (1 s) like top; --once: one refresh\n"
-		"  disconnect ID | --user U   end one allocation, or every one of a user\n"
+		"  disconnect ID [--gen G] | --user U\n"
+		"                             end one allocation, or every one of a user;\n"
+		"                             --gen: only if its GEN (allocations) is still G,\n"
+		"                             not another allocation that took the ID since\n"
 		"  revoke USER | --user-id ID [--for DURATION]\n"
 		"                             refuse a TURN username (or every REST username of\n"
 		"                             a user id) on every worker and end its allocations,\n"
@@ -138,7 +141,7 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 	json_t *req = json_pack("{s:s}", "cmd", cmd);
 	static const char *const plain[] = { "status", "config", "reload", "stats", "workers",
 					       "logrotate" };
-	json_int_t id;
+	json_int_t id, gen;
 
 	if (strcmp(cmd, "reload") == 0 && argc == 1 && strcmp(argv[0], "--force") == 0) {
 		json_object_set_new(req, "force", json_true());
@@ -153,8 +156,14 @@ static json_t *build_request(const char *cmd, int argc, char **argv)
 			json_object_set_new(req, "user", json_string(argv[1]));
 			return req;
 		}
-		if (argc == 1 && ctl_parse_nonneg(argv[0], &id) == 0) {
-			json_object_set_new(req, "id", json_integer(id));
+		if ((argc == 1 || (argc == 3 && strcmp(argv[1], "--gen") == 0 &&
+				   ctl_parse_nonneg(argv[2], &gen) == 0)) &&
+		    ctl_parse_nonneg(argv[0], &id) == 0) {
+			/* [ID, GEN]: a daemon older than the generation refuses an "id" that
+			 * is not an integer, instead of ending whatever allocation holds ID */
+			json_object_set_new(req, "id",
+					    argc == 3 ? json_pack("[I, I]", id, gen)
+						      : json_integer(id));
 			return req;
 		}
 	}

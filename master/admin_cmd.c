@@ -408,8 +408,9 @@ static json_t *alloc_json(const struct master *m, uint32_t idx, const struct shm
 	int ulen = r->user_len < SHM_ALLOC_USER_MAX ? r->user_len : SHM_ALLOC_USER_MAX;
 	int rlen = r->realm_len < SHM_ALLOC_REALM_MAX ? r->realm_len : SHM_ALLOC_REALM_MAX;
 	struct shm_bw_stat bw = { 0 };
-	json_t *o = json_pack("{s:i, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}", "id",
-			      (int)idx, "worker", (int)r->owner, "user", r->username, ulen, "realm",
+	json_t *o = json_pack("{s:i, s:I, s:i, s:s#, s:s#, s:s, s:s, s:o, s:o, s:o, s:f, s:f}",
+			      "id", (int)idx, "gen", (json_int_t)r->gen, "worker", (int)r->owner,
+			      "user", r->username, ulen, "realm",
 			      r->realm, rlen, "listener", listener_name(m, r->listener_idx),
 			      "transport", transport_name(r->client_transport), "client",
 			      addr_json(&r->client), "server", addr_json(&r->server), "relay",
@@ -610,8 +611,9 @@ static json_t *top_row_json(struct master *m, const struct admin_top_pick *p, do
 		goto out;
 	}
 	a = top_alloc_json(m, p->idx, &rec, now);
-	for (const char *const *k = (const char *const[]){ "id", "listener", "worker", "age",
-							   "permissions", "channels", NULL };
+	for (const char *const *k = (const char *const[]){ "id", "gen", "listener", "worker",
+							   "age", "permissions", "channels",
+							   NULL };
 	     *k != NULL && a != NULL; k++)
 		json_object_set(o, *k, json_object_get(a, *k));
 	json_decref(a);
@@ -716,33 +718,63 @@ static json_t *disconnect_user(struct master *m, json_t *user)
 	return reply;
 }
 
+/* "id" of a disconnect: N, or [N, G] (the record's generation too: `allocations` lists
+ * both; an id alone may have been reused since). The array is how a client asks for the
+ * check: a master older than it refuses a non-integer "id" with the same error, so the
+ * request fails closed there instead of ending whatever allocation holds N. 0, or -1. */
+static int disconnect_id_parse(const struct master *m, json_t *id, uint32_t *idx, bool *has_gen,
+			       uint64_t *gen)
+{
+	json_t *n = id, *g = NULL;
+
+	if (json_is_array(id)) {
+		if (json_array_size(id) != 2)
+			return -1;
+		n = json_array_get(id, 0);
+		g = json_array_get(id, 1);
+		if (!json_is_integer(g) || json_integer_value(g) < 0)
+			return -1;
+	}
+	if (!json_is_integer(n) || json_integer_value(n) < 0 ||
+	    json_integer_value(n) >= (json_int_t)shm_alloc_capacity(m->shm))
+		return -1;
+	*idx = (uint32_t)json_integer_value(n);
+	*has_gen = g != NULL;
+	*gen = g != NULL ? (uint64_t)json_integer_value(g) : 0;
+	return 0;
+}
+
+/* {"cmd":"disconnect","id":N} or "id":[N,G]: ends the allocation at record N, if its
+ * generation is G where given. The worker is sent the generation read here and ends the
+ * record only if it still has it. */
 static json_t *cmd_disconnect(struct master *m, json_t *req)
 {
 	struct shm_alloc rec;
 	json_t *id = json_object_get(req, "id"), *user = json_object_get(req, "user");
+	uint32_t idx;
+	uint64_t gen;
+	bool has_gen;
 	int rc;
 
 	if ((id == NULL) == (user == NULL))
 		return err("give exactly one of \"id\" (allocation id) or \"user\"");
 	if (user != NULL)
 		return disconnect_user(m, user);
-	if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-	    json_integer_value(id) >= (json_int_t)shm_alloc_capacity(m->shm))
-		return err("\"id\" must be an allocation id from `allocations`");
-	rc = shm_alloc_read_copy(m->shm, (uint32_t)json_integer_value(id), &rec);
+	if (disconnect_id_parse(m, id, &idx, &has_gen, &gen) < 0)
+		return err("\"id\" must be an allocation id from `allocations`, or [id, gen]");
+	rc = shm_alloc_read_copy(m->shm, idx, &rec);
 	explicit_bzero(rec.key, sizeof(rec.key));
-	if (rc < 0 || SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE)
+	if (rc < 0 || SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE ||
+	    (has_gen && rec.gen != gen))
 		return err("no such allocation");
 	if (rec.owner >= m->n_slots || m->workers[rec.owner].ctl_fd < 0)
 		return err("the allocation's worker is not running");
-	rc = ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd,
-				       (uint32_t)json_integer_value(id));
+	rc = ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd, idx, rec.gen);
 	if (rc < 0)
 		return err(strerror(-rc));
-	log_info("admin", "disconnect: ending allocation %lld of user %.*s (worker %u)",
-		 (long long)json_integer_value(id),
-		 (int)(rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX),
-		 rec.username, (unsigned)rec.owner);
+	log_info("admin", "disconnect: ending allocation %u of user %.*s (worker %u, gen %llu)",
+		 idx, (int)(rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX),
+		 rec.username, (unsigned)rec.owner, (unsigned long long)rec.gen);
 	return json_pack("{s:b, s:i, s:i}", "ok", 1, "disconnected", 1, "worker", (int)rec.owner);
 }
 

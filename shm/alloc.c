@@ -65,8 +65,23 @@ static void rec_clear(struct shm_alloc *rec)
 	explicit_bzero((uint8_t *)rec + REC_BODY_OFF, sizeof(*rec) - REC_BODY_OFF);
 }
 
-/* One CAS attempt at idx; on success the record is CLAIMED by slot, clean, new gen. */
-static bool try_claim(struct shm_alloc *rec, unsigned slot)
+uint64_t shm_alloc_gen_next(uint64_t gen, uint64_t floor)
+{
+	uint64_t base = gen > floor ? gen : floor;
+
+	/* A backstop: a take-over refuses a file with a gen or floor above the bound, so
+	 * nothing here comes near it. Past it, gen + 1 would reach 0 (which the users of gen
+	 * take for "unknown") and stay there, or repeat the record's last gen. */
+	if (base >= SHM_ALLOC_GEN_MAX)
+		base = gen < SHM_ALLOC_GEN_MAX ? gen : 0;
+	return base + 1;
+}
+
+/* One CAS attempt at idx; on success the record is CLAIMED by slot, clean, new gen: above
+ * both its last one and the segment's floor (a take-over's table starts above every gen of
+ * the image, so an (index, gen) pair of the earlier run never names a record of this one;
+ * free records keep their 0 and are never touched for it). */
+static bool try_claim(struct shm_alloc *rec, unsigned slot, uint64_t floor)
 {
 	if (CMM_LOAD_SHARED(rec->state) != SHM_ALLOC_WORD(SHM_ALLOC_FREE, 0))
 		return false;
@@ -76,7 +91,7 @@ static bool try_claim(struct shm_alloc *rec, unsigned slot)
 	/* cmpxchg is a full barrier: we own it now and are its only writer. */
 	shm_alloc_begin_write(rec);
 	rec_clear(rec);
-	rec->gen++;
+	rec->gen = shm_alloc_gen_next(rec->gen, floor);
 	rec->owner = (uint8_t)slot;
 	shm_alloc_end_write(rec);
 	return true;
@@ -86,11 +101,13 @@ int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_al
 {
 	struct shm_slot *s;
 	uint32_t cap, start;
+	uint64_t floor;
 
 	shm_check_handle(shm);
 	if (shm->ro)
 		return -EROFS;
 	cap = shm->cfg.alloc_cap;
+	floor = CMM_LOAD_SHARED(shm_hdr(shm)->gen_floor);
 	s = shm_slot_at(shm, slot);
 	if (s == NULL)
 		return -EINVAL;
@@ -107,7 +124,7 @@ int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_al
 		uint32_t i = (uint32_t)(((uint64_t)start + n) % cap);
 		struct shm_alloc *r = shm_alloc_at(shm, i);
 
-		if (!try_claim(r, slot))
+		if (!try_claim(r, slot, floor))
 			continue;
 		CMM_STORE_SHARED(s->alloc_hint, i + 2 <= cap ? i + 2 : 1);
 		if (idx != NULL)

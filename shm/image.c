@@ -25,6 +25,8 @@ struct img_geom {
 	const struct shm_region *slots, *allocs;   /* into hdr */
 	const struct shm_region *revoke;           /* NULL: none, or of another format */
 	const struct shm_region *lslot;            /* listener slots (this build's format) */
+	uint64_t gen_max;                          /* its floor, then the highest gen of its
+						    * records read (gen_seen) */
 	struct shm_hdr hdr;
 };
 
@@ -133,6 +135,11 @@ static int check_header(const struct shm_image *img, struct img_geom *g, struct 
 		return refuse(t, SHM_STATE_OTHER_BOOT, "written during another boot (%.36s)",
 			      h->boot_id);
 	g->n_slots = g->slots->count;
+	/* not covered by hdr_check (it lies after it) */
+	if (h->gen_floor > SHM_ALLOC_GEN_MAX)
+		return refuse(t, SHM_STATE_CORRUPT, "gen_floor %llu above 2^62",
+			      (unsigned long long)h->gen_floor);
+	g->gen_max = h->gen_floor;	/* 0 in the files of builds before the floor */
 	g->revoke = region_find(h, SHM_REGION_REVOKE);
 	if (g->revoke != NULL && (g->revoke->format != shm_region_format(SHM_REGION_REVOKE) ||
 				  g->revoke->count != 1 ||
@@ -268,6 +275,9 @@ static enum rec_kind record_kind(const struct shm_alloc *r, unsigned old_slots, 
 	enum shm_alloc_state st = SHM_ALLOC_WORD_STATE(r->state);
 	bool ending = (r->state & SHM_ALLOC_ENDING) != 0;
 
+	/* A free record's gen too: the take-over's floor is the highest gen of the file. */
+	if (r->gen > SHM_ALLOC_GEN_MAX)
+		return REC_BAD;
 	if (st == SHM_ALLOC_FREE)
 		return r->state == 0 ? REC_SKIP : REC_BAD;
 	/* The mark is stored on a LIVE word only (shm_alloc_end_mark). */
@@ -399,8 +409,32 @@ static bool rec_stable(const struct rec_reader *rr, uint32_t i)
 	       memcmp(rr->chunk + at, rr->again + at, offsetof(struct shm_alloc, ctr)) == 0;
 }
 
-/* Pass 1: every record is readable and sane; nothing is written. */
-static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64_t now_ns,
+/* Notes the gen of an image's record read (any state: a free record keeps the gen of its
+ * last claim, and a pair with it may still be in an operator's hands). False for a gen
+ * above SHM_ALLOC_GEN_MAX, not noted: the file is corrupt (record_kind says so; the
+ * take under the lock of a pre-copy also for a FREE record it does not judge again). */
+static bool gen_seen(struct img_geom *g, const struct shm_alloc *r)
+{
+	if (r->gen > SHM_ALLOC_GEN_MAX)
+		return false;
+	if (r->gen > g->gen_max)
+		g->gen_max = r->gen;
+	return true;
+}
+
+/* Every claim in dst from now on gets a gen above the image's (shm_alloc_claim): the
+ * identity (index, gen) of an allocation of the earlier run never names one of this run,
+ * however the indexes move. Only the header is written, no free record is touched. */
+static void gen_floor_raise(struct shm *dst, const struct img_geom *g)
+{
+	struct shm_hdr *h = shm_hdr(dst);
+
+	if (g->gen_max > h->gen_floor)
+		CMM_STORE_SHARED(h->gen_floor, g->gen_max);
+}
+
+/* Pass 1: every record is readable and sane, its gen noted; nothing is written. */
+static int check_records(struct rec_reader *rr, struct img_geom *g, uint64_t now_ns,
 			 struct shm_alloc *buf, struct shm_takeover *t)
 {
 	for (uint32_t i = 0; i < g->allocs->count; i++) {
@@ -408,7 +442,7 @@ static int check_records(struct rec_reader *rr, const struct img_geom *g, uint64
 
 		if (r == NULL)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
-		if (record_kind(r, g->n_slots, now_ns, false) == REC_BAD)
+		if (!gen_seen(g, r) || record_kind(r, g->n_slots, now_ns, false) == REC_BAD)
 			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
 	}
 	return 0;
@@ -898,6 +932,8 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
 	if (rc == 0) {
 		struct ended_set es = { 0 };
 
+		gen_floor_raise(dst, &g);	/* before the first copy's claim */
+
 		/* the earlier run's pending events first: they ended before these, and
 		 * they say which LIVE records ended already */
 		import_records_rings(dst, img, &g, &es);
@@ -940,8 +976,42 @@ struct shm_precopy {
 	uint64_t off, stride;
 	uint32_t n_slots;
 	uint32_t copied;          /* records copied (pre_ent.dst != 0) */
+	uint64_t gen_min;         /* the lowest gen of a kept copy (precopy_regen); 0: unknown */
 	struct pre_ent ent[];
 };
+
+/* Every kept copy gets a gen above `above`, the floor rising to it first (only copies at or
+ * below it are written): their (index, gen) then names no allocation of the earlier run,
+ * however the indexes moved. Run twice. At the end of the pre-copy, with `above` the
+ * file's highest gen then plus SHM_PRECOPY_GEN_AHEAD: a copy took the floor of its moment
+ * (a higher gen may come later in the file), and the earlier run claims on until the lock.
+ * Under the lock, with `above` the file's highest gen now: a pass only when that run
+ * claimed an index more than SHM_PRECOPY_GEN_AHEAD times in between, so the upgrade's gap
+ * does not write 250,000 records again. Nothing reads the new table yet (no worker runs). */
+static void precopy_regen(struct shm *dst, struct shm_precopy *pc, uint64_t above)
+{
+	struct shm_hdr *h = shm_hdr(dst);
+
+	if (above > h->gen_floor)
+		CMM_STORE_SHARED(h->gen_floor, above);
+	if (pc->gen_min > above)
+		return;
+	pc->gen_min = UINT64_MAX;
+	for (uint32_t i = 0; i < pc->count; i++) {
+		struct shm_alloc *r;
+
+		if (pc->ent[i].dst == 0)
+			continue;
+		r = shm_alloc_at(dst, pc->ent[i].dst - 1);
+		if (r->gen <= above) {
+			shm_alloc_begin_write(r);
+			r->gen = shm_alloc_gen_next(r->gen, h->gen_floor);
+			shm_alloc_end_write(r);
+		}
+		if (r->gen < pc->gen_min)
+			pc->gen_min = r->gen;
+	}
+}
 
 int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
 		      struct shm_precopy **out, struct shm_takeover *t)
@@ -982,6 +1052,10 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 			rc = refuse(t, SHM_STATE_IO, "cannot read record %u", i);
 			break;
 		}
+		/* The floor so far: a copy made before a higher gen is seen gets its gen
+		 * again under the lock (precopy_regen), as do all the kept ones. */
+		(void)gen_seen(&g, r);	/* above the bound: not copied (record_kind) */
+		gen_floor_raise(dst, &g);
 		/* Anything else (a record being written now may look torn or inconsistent,
 		 * or differ between the two reads: shm_image_precopy in shm_state.h) is judged
 		 * under the lock, as the whole take-over judges it. */
@@ -1008,6 +1082,10 @@ int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now
 		shm_precopy_free(pc);
 		return rc;
 	}
+	precopy_regen(dst, pc,
+		      g.gen_max < SHM_ALLOC_GEN_MAX - SHM_PRECOPY_GEN_AHEAD
+			      ? g.gen_max + SHM_PRECOPY_GEN_AHEAD
+			      : SHM_ALLOC_GEN_MAX);
 	*out = pc;
 	return 0;
 }
@@ -1041,9 +1119,9 @@ void shm_precopy_free(struct shm_precopy *pc)
  * queued, es: take_one ends it, as a full take-over does); *need marks the records to judge again (all that are not FREE and zero
  * and not kept). All undone before anything is copied or booked again: a port a changed or ended
  * record gave up may be booked by another one now. */
-static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_precopy *pc,
-			   uint64_t now_ns, const struct ended_set *es, uint8_t *need,
-			   struct shm_alloc *buf, struct shm_takeover *t)
+static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct img_geom *g,
+			   struct shm_precopy *pc, uint64_t now_ns, const struct ended_set *es,
+			   uint8_t *need, struct shm_alloc *buf, struct shm_takeover *t)
 {
 	for (uint32_t i = 0; i < pc->count; i++) {
 		const struct shm_alloc *r = rec_get(rr, i, buf);
@@ -1051,6 +1129,8 @@ static int precopy_compare(struct shm *dst, struct rec_reader *rr, struct shm_pr
 
 		if (r == NULL)
 			return refuse(t, SHM_STATE_IO, "cannot read record %u", i);
+		if (!gen_seen(g, r))
+			return refuse(t, SHM_STATE_CORRUPT, "record %u is inconsistent", i);
 		if (e->dst != 0) {
 			bool same = r->state == e->state && r->seq == e->seq && r->gen == e->gen;
 			/* its end recorded since: marked (the same allocation, its gen), or
@@ -1112,8 +1192,10 @@ int shm_image_take_precopied(struct shm *dst, const struct shm_image *img,
 	/* The earlier run's pending events first, as in a full take-over: they say which
 	 * kept copies ended already (the compare undoes those with the changed ones). */
 	import_records_rings(dst, img, &g, &es);
-	rc = precopy_compare(dst, &rr, pc, now_ns, &es, need, buf, t);
+	rc = precopy_compare(dst, &rr, &g, pc, now_ns, &es, need, buf, t);
 	rec_reader_free(&rr);
+	if (rc == 0)
+		precopy_regen(dst, pc, g.gen_max);
 	/* A kept record whose port a changed or ended one held when it was copied (that one
 	 * ended and this one claimed the port): those copies are undone now, so the port is
 	 * booked for it before any other record is copied. */

@@ -269,6 +269,7 @@ uint64_t shm_layout_hash(void)
 	LH(h, offsetof(struct shm_hdr, regions));
 	LH(h, offsetof(struct shm_hdr, hdr_check));
 	LH(h, offsetof(struct shm_hdr, generation));
+	LH(h, offsetof(struct shm_hdr, gen_floor));
 	LH(h, offsetof(struct shm_hdr, epoch));
 	LH(h, offsetof(struct shm_hdr, cur_snap));
 	LH(h, format_slots());

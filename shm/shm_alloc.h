@@ -103,7 +103,8 @@ struct shm_chan {
 struct shm_alloc {
 	uint32_t state;            /* SHM_ALLOC_WORD(state, owner): CAS-claimed */
 	uint32_t seq;              /* seqlock: odd while the owner writes */
-	uint64_t gen;              /* +1 per claim; private indexes keep (idx, gen) */
+	uint64_t gen;              /* each claim: max(gen, the segment's gen_floor) + 1
+				    * (shm_alloc_gen_next); private indexes keep (idx, gen) */
 
 	uint8_t owner;             /* == owner slot of the state word when claimed */
 	uint8_t client_transport;  /* enum shm_transport */
@@ -149,9 +150,22 @@ struct shm_alloc {
 /* Number of records in the table (the segment's alloc_cap). */
 uint32_t shm_alloc_capacity(const struct shm *shm);
 
+/* The highest gen a record may have: 2^62. A take-over refuses a state file in which a
+ * record's gen (a FREE one's too) or the header's gen_floor is above it, as corrupt: no
+ * run gets there (at a claim per nanosecond, 146 years), and a gen near 2^64 would wrap to
+ * 0 at the next claim. A claim never hands out 0 or a gen above it (shm_alloc_gen_next). */
+#define SHM_ALLOC_GEN_MAX (UINT64_C(1) << 62)
+
+/* The gen a claim gives a record whose last gen is `gen`, in a segment whose floor is
+ * `floor`: max(gen, floor) + 1, always in 1..SHM_ALLOC_GEN_MAX and never `gen` again. A
+ * floor at or above the bound (which no take-over sets) is ignored, and a gen at it starts
+ * again at 1. Pure: any process. */
+uint64_t shm_alloc_gen_next(uint64_t gen, uint64_t floor);
+
 /* Worker `slot`: claims a FREE record with CAS (search starts in the slot's partition at
  * its private hint, then wraps over the whole table). The record comes back CLAIMED,
- * zeroed except state/seq/gen/owner, with gen incremented; *idx and *rec (pointer into
+ * zeroed except state/seq/gen/owner, with a new gen (its last one or the segment's floor,
+ * whichever is higher, + 1: shm_alloc_gen_next, see shm_image_take); *idx and *rec (pointer into
  * the segment, valid for the mapping's life) may be NULL. Returns 0, -ENOSPC (table
  * full), -EINVAL, -EROFS. */
 int shm_alloc_claim(struct shm *shm, unsigned slot, uint32_t *idx, struct shm_alloc **rec);

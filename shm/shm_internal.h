@@ -104,6 +104,10 @@ struct shm_hdr {
 	int32_t master_pid;
 	uint32_t pad0;
 	uint64_t generation;                 /* successful publishes (master) */
+	uint64_t gen_floor;                  /* every claim's gen is above it: the highest
+					      * gen of the image taken over (master, before
+					      * any worker runs); 0, as in the files of builds
+					      * before it (padding then): no floor */
 	_Alignas(SHM_CL) uint64_t epoch;     /* global QSBR epoch, starts at 1 (master only) */
 	_Alignas(SHM_CL) uint64_t cur_snap;  /* offset of the current snapshot header, 0 none */
 };

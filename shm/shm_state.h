@@ -120,6 +120,10 @@ int shm_image_take(struct shm *dst, const struct shm_image *img, uint64_t now_ns
  * 0, -EBADMSG (refused: t says why; dst untouched), -ENOSPC (dst cannot hold them all:
  * dst untouched, take the whole file under the lock instead), -EIO / -ENOMEM. */
 struct shm_precopy;
+/* The copies' gens (and dst's floor) are set this far above the file's highest gen at the
+ * end of the pre-copy, so that the earlier run's claims until the lock (one index claimed
+ * more often than this) are what it takes for the take under the lock to write them again. */
+#define SHM_PRECOPY_GEN_AHEAD (UINT64_C(1) << 20)
 int shm_image_precopy(struct shm *dst, const struct shm_image *img, uint64_t now_ns,
 		      struct shm_precopy **out, struct shm_takeover *t);
 

@@ -108,7 +108,8 @@ void wk_adopt_run(struct worker *w);
  * instead of adopting them; forgotten once it ran. A repeat of a kept one is not kept
  * again; at most WK_DISC_PENDING_MAX, further ones logged and lost. IPC_DISC_REVOKED needs none: the adoption checks the list. */
 void wk_adopt_disc_keep(struct worker *w, const struct ipc_disconnect *d);
-/* worker.c: why disconnect frame arg (struct ipc_disconnect) ends record idx, or NULL. */
+/* worker.c: why disconnect frame arg (struct ipc_disconnect) ends record idx, or NULL (by
+ * index: idx and the record's gen both). */
 const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
 			      const void *arg);
 /* Tries the records that wait again when their next try is due (from wk_check_cb, the

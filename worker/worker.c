@@ -379,7 +379,10 @@ static const char *wk_listener_gone_why(struct worker *w, const struct shm_alloc
 }
 
 /* Why the disconnect request d ends record idx, or NULL. The master counted its reply
- * with the same tests (shm_quota_user_match, the revocation list). */
+ * with the same tests (shm_quota_user_match, the revocation list). By index, the record
+ * must still be the one the master read: the index and the generation. Between the
+ * master's read and this test (a frame queued behind others, or kept for the adoption)
+ * the allocation may have ended and its index been claimed again, by another user. */
 const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uint32_t idx,
 			      const void *arg)
 {
@@ -388,7 +391,7 @@ const char *wk_disconnect_why(struct worker *w, const struct shm_alloc *rec, uin
 
 	switch (d->by) {
 	case IPC_DISC_INDEX:
-		return idx == d->index ? "disconnected by admin" : NULL;
+		return idx == d->index && rec->gen == d->gen ? "disconnected by admin" : NULL;
 	case IPC_DISC_USER:
 		return shm_quota_user_match(rec->username, len, d->user, strlen(d->user))
 			       ? "disconnected by admin"

@@ -1400,11 +1400,12 @@ def relay_range():
     turnutils_uclient interop test; below the kernel's ephemeral ports 32768-60999, which
     any socket bound to port 0 may take while the daemon is down: 25000 test_master_traffic,
     26000 test_crash, 27000 test_restart, 29000 test_quota.py, 30300-31099
-    test_upgrade_linger's 700 lingering calls, and in 28000..28749:
+    test_upgrade_linger's 700 lingering calls, and in 28000..28769:
     28000-28049 test_fdstore_restart, 28050-28099 test_upgrade_urelays_older, 28100-28203
     test_dashboard, 28300-28399 test_sockbuf, 28400-28499 test_ports_owned's taken-over
     call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart,
-    28700-28739 test_upgrade_stop_handover, 28740-28749 test_ctl's not-reached case), the
+    28700-28739 test_upgrade_stop_handover, 28740-28749 test_ctl's not-reached case,
+    28760-28769 test_ctl's take-over of (id, gen)), the
     interop slices (61000..64999) and the port-counting windows (65000..65419, and
     65420..65515 of test_portpool.py). Listener ports bound late come from
     free_port(late=True), above these (31100 up)."""

@@ -2,12 +2,15 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Client, Daemon, check, config_yaml,  # noqa: E402
-                           echo_peer, free_port, run_tests, wait_for)
+from harness_admin import (SUCCESS, TURNGATECTL, Client, Daemon, check,  # noqa: E402
+                           config, config_yaml, echo_peer, free_port, relay_range, run_tests,
+                           stop_master, upgrade, wait_for)
 
 
 def test_ctl_commands(d):
@@ -168,6 +171,206 @@ def test_ctl_probe(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def relays(c, peer_port, payload):
+    """Whether c's allocation relays payload to the echo at peer_port and back (a few
+    tries: a datagram may be lost)."""
+    for _ in range(5):
+        c.send("127.0.0.1", peer_port, payload)
+        if c.recv_data(timeout=1.0) == payload:
+            return True
+    return False
+
+
+def test_ctl_disconnect_gen(d):
+    """disconnect ID --gen G ends the allocation at ID only while its record's generation is
+    G: the operator's race, where the allocation listed ended and another user's took its id
+    (a table of one record: every allocation takes id 0), is refused with "no such
+    allocation" and the new allocation relays on; with its own generation it ends. The id
+    alone still works. allocations shows the generation (GEN, "gen"). Before: "gen" was
+    ignored and the other user's allocation ended."""
+    port = free_port()
+    daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["loopback"])],
+                              {"loopback": ["127.0.0.0/8"]}, limits={"max_allocations": 1},
+                              relay=relay_range(), workers=1), workers=1).start()
+    echo = echo_peer()
+    alice, bob = Client(port, user="alice"), Client(port, user="bob")
+    try:
+        alice.allocate()
+        old = alice.record(daemon)
+        check(old is not None and isinstance(old.get("gen"), int) and old["gen"] > 0, old)
+        rc, out, err = daemon.ctl("allocations")
+        lines = out.split("\n")
+        check(rc == 0 and lines[0].split()[:3] == ["ID", "GEN", "WRK"] and
+              lines[1].split()[:2] == [str(old["id"]), str(old["gen"])], (rc, out, err))
+        alice.release()
+        wait_for(lambda: daemon.allocations() == [], "alice's allocation ended")
+
+        bob.allocate()
+        new = bob.record(daemon)
+        check(new is not None and new["id"] == old["id"] and new["gen"] > old["gen"],
+              (old, new))
+        check(bob.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
+        check(relays(bob, echo, b"before"), "bob's allocation does not relay")
+
+        # What the operator saw: alice's id and generation. Bob's allocation is not hers.
+        rc, out, err = daemon.ctl("disconnect", str(old["id"]), "--gen", str(old["gen"]))
+        check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n",
+              (rc, out, err))
+        r = daemon.admin({"cmd": "disconnect", "id": [old["id"], old["gen"]]})
+        check(r == {"ok": False, "error": "no such allocation"}, r)
+        check(relays(bob, echo, b"after"), "bob's allocation ended by a disconnect of alice's")
+        check(daemon.allocations()[0]["gen"] == new["gen"], daemon.allocations())
+
+        r = daemon.admin({"cmd": "disconnect", "id": [new["id"], new["gen"]]})
+        check(r == {"ok": True, "disconnected": 1, "worker": 0}, r)
+        wait_for(lambda: daemon.allocations() == [], "bob's allocation ended")
+        check(bob.refresh(600) == 437, "bob's allocation still refreshes")
+
+        # The id alone, as before.
+        alice.allocate()
+        rc, out, err = daemon.ctl("disconnect", str(alice.record(daemon)["id"]))
+        check(rc == 0 and out == "disconnected 1 allocation(s)\n", (rc, out, err))
+        wait_for(lambda: daemon.allocations() == [], "alice's allocation ended")
+        for args in (["disconnect", "0", "--gen"], ["disconnect", "0", "--gen", "x"],
+                     ["disconnect", "0", "--gen", "-1"], ["disconnect", "--gen", "1", "0"],
+                     ["disconnect", "0", "--gen", "1", "2"]):
+            rc, out, err = daemon.ctl(*args)
+            check(rc == 2 and "usage:" in err, (args, rc, err))
+    finally:
+        alice.close()
+        bob.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_ctl_disconnect_gen_takeover(d):
+    """(id, gen) names one allocation across a live upgrade and a kill -9 restart: the
+    table taken over hands out gens above every gen of the earlier one, so a pair listed
+    before names nothing after (no such allocation), and the allocation taken over relays
+    on. A table of one record: alice (id 0, gen 1) ends, bob takes id 0 (gen 2). Before:
+    the take-over copied bob with gen 1 (its claim in the fresh table), and `disconnect 0
+    --gen 1` (alice's pair) ended bob. Relay ports 28760-28769 (no other test's): bob's
+    is bound again after the kill."""
+    port = free_port(late=True)     # bound again after the kill
+    daemon = Daemon(d, config(d, [("udp", port, "TURN-UDP", ["loopback"])],
+                              {"loopback": ["127.0.0.0/8"]}, limits={"max_allocations": 1},
+                              relay=(28760, 28769), workers=1), workers=1)
+    daemon.start()
+    echo = echo_peer()
+    alice, bob = Client(port, user="alice"), Client(port, user="bob")
+    new_pid = None
+    try:
+        alice.allocate()
+        seen = [alice.record(daemon)]
+        alice.release()
+        wait_for(lambda: daemon.allocations() == [], "alice's allocation ended")
+        bob.allocate()
+        seen.append(bob.record(daemon))
+        check(seen[1]["id"] == seen[0]["id"] and seen[1]["gen"] > seen[0]["gen"], seen)
+        check(bob.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
+        check(relays(bob, echo, b"before"), "bob's allocation does not relay")
+
+        def gone_after(what):
+            now = bob.record(daemon)
+            check(now is not None and now["gen"] > max(a["gen"] for a in seen),
+                  (what, seen, now))
+            for old in seen:
+                rc, out, err = daemon.ctl("disconnect", str(old["id"]), "--gen",
+                                          str(old["gen"]))
+                check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n",
+                      (what, old, rc, out, err))
+            check(relays(bob, echo, what.encode()), "bob's allocation ended after " + what)
+            seen.append(now)
+
+        daemon.kill_all()
+        daemon.start()
+        gone_after("restart")
+        new_pid = upgrade(daemon, workers=1)
+        gone_after("upgrade")
+        rc, out, err = daemon.ctl("disconnect", str(seen[-1]["id"]), "--gen",
+                                  str(seen[-1]["gen"]))
+        check(rc == 0 and out == "disconnected 1 allocation(s)\n", (rc, out, err))
+        wait_for(lambda: daemon.allocations() == [], "bob's allocation ended")
+    finally:
+        alice.close()
+        bob.close()
+        if new_pid is not None:
+            stop_master(daemon, new_pid)
+        daemon.kill()
+        daemon.scan()
+
+
+OLDER_ID_ERR = "\"id\" must be an allocation id from `allocations`"
+
+
+class OlderAdmin:
+    """An admin socket that answers as a daemon from before "gen" did: allocations without
+    "gen"; disconnect refuses an "id" that is not an integer with that daemon's error, and
+    ends an integer one (a thread; one request per connection, as turngatectl sends them).
+    requests: what it was sent."""
+
+    def __init__(self, path):
+        self.requests = []
+        self.ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ls.bind(path)
+        self.ls.listen(8)
+        self.ls.settimeout(30)
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def answer(self, req):
+        if req.get("cmd") == "allocations":
+            return {"ok": True, "truncated": False, "allocations": [{
+                "id": 7, "worker": 0, "user": "1796083800:alice", "listener": "udp",
+                "client": "127.0.0.1:41916", "relay": "127.0.0.1:49152", "age": 2.0,
+                "lifetime_left": 598.0, "permissions": [], "channels": [],
+                "tcp_connections": 0, "to_peer": {"packets": 0, "bytes": 0},
+                "from_peer": {"packets": 0, "bytes": 0}}]}
+        if type(req.get("id")) is not int:
+            return {"ok": False, "error": OLDER_ID_ERR}
+        return {"ok": True, "disconnected": 1, "worker": 0}
+
+    def serve(self):
+        for _ in range(16):
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(30)
+                buf = b""
+                while b"\n" not in buf:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                req = json.loads(buf.split(b"\n", 1)[0])
+                self.requests.append(req)
+                c.sendall(json.dumps(self.answer(req)).encode() + b"\n")
+
+
+def test_ctl_older_daemon(d):
+    """turngatectl against a daemon older than "gen" (the package upgraded, the daemon not
+    yet): the listing shows "-" for GEN, not 0; `disconnect ID --gen G` sends "id": [ID, G],
+    which that daemon refuses (not an integer): nothing ended, exit 1. Before: "gen" was a
+    key of its own, which that daemon ignored: it ended whatever held the id, and
+    turngatectl noticed only after (no "gen" echoed)."""
+    sock = os.path.join(d, "older.sock")
+    fake = OlderAdmin(sock)
+    ctl = [TURNGATECTL, "-s", sock]
+    r = subprocess.run(ctl + ["allocations"], capture_output=True, text=True, timeout=60)
+    lines = r.stdout.split("\n")
+    check(r.returncode == 0 and lines[0].split()[:3] == ["ID", "GEN", "WRK"] and
+          lines[1].split()[:3] == ["7", "-", "0"], r)
+    r = subprocess.run(ctl + ["disconnect", "7", "--gen", "3"], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 1 and r.stdout == "" and
+          r.stderr == "turngatectl: disconnect: %s\n" % OLDER_ID_ERR, r)
+    check(fake.requests[-1] == {"cmd": "disconnect", "id": [7, 3]}, fake.requests)
+    r = subprocess.run(ctl + ["disconnect", "7"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and r.stdout == "disconnected 1 allocation(s)\n" and
+          r.stderr == "", r)
+    fake.ls.close()
+
+
 def test_ctl_no_daemon(d):
     r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
                        capture_output=True, text=True, timeout=30)
@@ -179,4 +382,6 @@ def test_ctl_no_daemon(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_probe, test_ctl_no_daemon])
+    run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_disconnect_gen,
+               test_ctl_disconnect_gen_takeover, test_ctl_older_daemon, test_ctl_probe,
+               test_ctl_no_daemon])

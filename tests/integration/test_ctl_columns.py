@@ -42,7 +42,7 @@ def test_ctl_long_names(d):
             c.allocate()
         rc, out, err = daemon.ctl("allocations")
         check(rc == 0 and out.count(LONG) == 2 and LONG_USER in out, (rc, out, err))
-        aligned(out, ["ID", "WRK", "USER", "LISTENER", "CLIENT", "RELAY"],
+        aligned(out, ["ID", "GEN", "WRK", "USER", "LISTENER", "CLIENT", "RELAY"],
                 ["AGE", "LEFT", "PERMS", "CHANS", "TCP"])
         rc, out, err = daemon.ctl("top", "--once", "--interval", "0.2")
         check(rc == 0 and out.count(LONG) == 2 and LONG_USER in out, (rc, out, err))

@@ -90,6 +90,8 @@ def test_every_command(d):
         check(daemon.stop() == 0, "exit status")
 
 
+# a disconnect's "id": N, or [N, GEN]
+ID_ERR = "\"id\" must be an allocation id from `allocations`, or [id, gen]"
 BAD = [
     (b"not json\n", "malformed request: expected one JSON object per line"),
     (b"[1,2]\n", "malformed request: expected a JSON object"),
@@ -105,6 +107,14 @@ BAD = [
     (b"{\"cmd\":\"disconnect\",\"id\":99999999}\n", None),
     (b"{\"cmd\":\"disconnect\",\"id\":1,\"user\":\"a\"}\n", None),
     (b"{\"cmd\":\"disconnect\",\"user\":\"\"}\n", None),
+    (b"{\"cmd\":\"disconnect\",\"id\":[]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[0]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[0,1,2]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[0,\"1\"]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[0,-1]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[\"0\",1]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[0,1.5]}\n", ID_ERR),
+    (b"{\"cmd\":\"disconnect\",\"id\":[99999999,1]}\n", ID_ERR),
     (b"{\"cmd\":\"disconnect\",\"user\":\"%s\"}\n" % (b"u" * 516), None),
     (b"{\"cmd\":\"drain\",\"on\":\"yes\"}\n", None),
     (b"{\"cmd\":\"loglevel\",\"spec\":\"all:LOUD\"}\n",

@@ -1053,6 +1053,107 @@ static void test_torn_observed(void **state)
 	shm_destroy(shm);
 }
 
+/* A LIVE record of user for the listener l of slot 0 (worker_fix_rec). */
+static uint32_t user_rec(struct shm *shm, const struct wk_listener *l, uint16_t client_port,
+			 uint16_t relay_port, const char *user)
+{
+	struct shm_alloc *rec;
+	uint32_t idx;
+
+	worker_fix_rec(shm, l, client_port, relay_port, mono_ns() + 60000000000ull, &idx, &rec);
+	rec->user_len = (uint16_t)strlen(user);
+	memcpy(rec->username, user, strlen(user));
+	worker_fix_rec_publish(shm, l, idx, rec);
+	return idx;
+}
+
+/* Record idx's generation. */
+static uint64_t gen_of(struct shm *shm, uint32_t idx)
+{
+	struct shm_alloc *rec;
+
+	assert_int_equal(shm_alloc_get(shm, 0, idx, &rec), 0);
+	return rec->gen;
+}
+
+/* The master's frame of `disconnect ID` (record idx, of generation gen) as w reads it. */
+static void disc_index_read(struct worker *w, uint32_t idx, uint64_t gen)
+{
+	struct ipc_msg m;
+	int sp[2], fd;
+
+	assert_int_equal(ipc_socketpair(sp), 0);
+	assert_int_equal(ipc_send_disconnect_index(sp[0], idx, gen), 0);
+	assert_int_equal(ipc_recv(sp[1], &m, &fd), 0);
+	wk_ctl_msg(w, &m, fd);
+	close(sp[0]);
+	close(sp[1]);
+}
+
+/* A disconnect by index names the record's generation too, as the master read it: a
+ * record at that index of a newer generation (the allocation the operator meant ended and
+ * another one, maybe another user's, claimed its index since) is not ended, whether the
+ * frame was kept for the adoption (wk_adopt_disc_keep), or found the record waiting for
+ * its relay port (wk_adopt_wait_end) or live (wk_ctl_msg); the frame with the record's own
+ * generation ends it. Before: the index alone decided, and alice and carol were ended. */
+static void test_disc_index_gen(void **state)
+{
+	struct ipc_disconnect d = { .by = IPC_DISC_INDEX };
+	struct worker_heritage h;
+	struct wk_listener l;
+	struct worker *w;
+	struct shm *shm;
+	uint32_t alice, bob, carol;
+	uint16_t port;
+
+	(void)state;
+	memset(&l, 0, sizeof(l));
+	worker_fix_create("test-adopt-disc-gen", 1, &shm, &h, &w);
+	worker_fix_adopter(w, &l);
+	w->off.c2p_fd = w->off.p2c_fd = -1;
+	close(worker_fix_bound(SOCK_DGRAM, &port));	/* a free port for alice's relay */
+	alice = user_rec(shm, &l, 40000, port, "alice");
+	bob = user_rec(shm, &l, 40001, 31751, "bob");
+	d.index = alice;
+	d.gen = gen_of(shm, alice) - 1;	/* the allocation before alice's at her index */
+	wk_adopt_disc_keep(w, &d);
+	d.index = bob;
+	d.gen = gen_of(shm, bob);
+	wk_adopt_disc_keep(w, &d);
+	assert_int_equal(w->n_disc_pending, 2);
+	wk_adopt_run(w);
+	assert_int_equal(w->n_allocs, 1);
+	assert_int_equal(shm_alloc_get(shm, 0, alice, NULL), 0);	/* adopted */
+	assert_int_equal(shm_alloc_get(shm, 0, bob, NULL), -EPERM);	/* ended */
+
+	/* carol waits for her relay port, alice is live: frames of the older generations */
+	carol = user_rec(shm, &l, 40002, 31752, "carol");
+	w->adopt_wait = calloc(1, sizeof(*w->adopt_wait));
+	assert_non_null(w->adopt_wait);
+	w->cap_adopt_wait = 1;
+	w->adopt_wait[w->n_adopt_wait++] = carol;
+	disc_index_read(w, alice, gen_of(shm, alice) - 1);
+	disc_index_read(w, carol, gen_of(shm, carol) - 1);
+	assert_int_equal(w->n_allocs, 1);
+	assert_int_equal(w->n_adopt_wait, 1);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 1);
+	/* and of their own */
+	disc_index_read(w, alice, gen_of(shm, alice));
+	disc_index_read(w, carol, gen_of(shm, carol));
+	assert_int_equal(w->n_allocs, 0);
+	assert_int_equal(w->n_adopt_wait, 0);
+	assert_int_equal(shm_alloc_get(shm, 0, alice, NULL), -EPERM);
+	assert_int_equal(shm_alloc_get(shm, 0, carol, NULL), -EPERM);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ALLOCS_ENDED), 3);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ALLOCS_ACTIVE), 0);
+	wk_adopt_wait_abandon(w);
+	if (ev_is_active(&w->tune))
+		ev_idle_stop(w->loop, &w->tune);
+	wk_tables_free(w);
+	close(l.fd);
+	worker_fix_destroy(shm, 1, &w);
+}
+
 #ifdef HAVE_OFFLOAD
 /* Channel slot i of rec bound to 10.0.0.9:port, permitted, for 60 s. */
 static void bind_chan(struct shm_alloc *rec, unsigned i, uint16_t number, uint16_t port)
@@ -1223,20 +1324,6 @@ static void test_run_ends_marked(void **state)
 		assert_int_equal(map_keys(w->off.p2c_fd), 0);
 	}
 	maps_worker_free(shm, w, &l);
-}
-
-/* A LIVE record of user for the listener l of slot 0 (worker_fix_rec). */
-static uint32_t user_rec(struct shm *shm, const struct wk_listener *l, uint16_t client_port,
-			 uint16_t relay_port, const char *user)
-{
-	struct shm_alloc *rec;
-	uint32_t idx;
-
-	worker_fix_rec(shm, l, client_port, relay_port, mono_ns() + 60000000000ull, &idx, &rec);
-	rec->user_len = (uint16_t)strlen(user);
-	memcpy(rec->username, user, strlen(user));
-	worker_fix_rec_publish(shm, l, idx, rec);
-	return idx;
 }
 
 /* A disconnect of a user taken before the adoption ran (wk_adopt_disc_keep: the first
@@ -1428,6 +1515,7 @@ int main(void)
 		cmocka_unit_test(test_torn_observed),
 		cmocka_unit_test(test_end_marked),
 		cmocka_unit_test(test_torn_marked_takeover),
+		cmocka_unit_test(test_disc_index_gen),
 #ifdef HAVE_OFFLOAD
 		cmocka_unit_test(test_wait_end_client_again),
 		cmocka_unit_test(test_run_ends_marked),

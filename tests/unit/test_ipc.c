@@ -345,17 +345,20 @@ static void test_disconnect(void **state)
 	assert_int_equal(d.by, IPC_DISC_USER);
 	assert_string_equal(d.user, "1700000000:alice");
 
-	assert_int_equal(ipc_send_disconnect_index(p->a, 17), 0);
+	/* By index, with the generation of the record the master read (whole 64 bits). */
+	assert_int_equal(ipc_send_disconnect_index(p->a, 17, 0x100000005ull), 0);
 	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
 	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
 	assert_int_equal(d.by, IPC_DISC_INDEX);
 	assert_int_equal(d.index, 17);
+	assert_int_equal(d.gen, 0x100000005ull);
 
 	assert_int_equal(ipc_send_disconnect_revoked(p->a), 0);
 	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
 	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
 	assert_int_equal(d.by, IPC_DISC_REVOKED);
 	assert_int_equal(d.index, 0);
+	assert_int_equal(d.gen, 0);
 	assert_int_equal(d.user[0], 0);
 
 	/* A user field without a terminating NUL is refused on receive. */
@@ -376,6 +379,75 @@ static void test_disconnect(void **state)
 		f.d.user[0] = '\0';
 		send_raw(p->a, &f, sizeof(f), -1);
 		assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	}
+	/* Fields the kind does not use must be zero (the worker's dedup of kept frames
+	 * compares bytes): an index or gen on a user or revocation frame, bytes after a
+	 * user's NUL, a user on an index or revocation frame are refused, on send and on
+	 * receive. */
+	{
+		struct {
+			struct ipc_hdr h;
+			struct ipc_disconnect d;
+		} f;
+		static const struct {
+			uint32_t by, index;
+			uint64_t gen;
+			const char *user;    /* user[0..], then "x" at user[40] when extra */
+			bool extra;
+		} bad[] = {
+			{ IPC_DISC_USER, 3, 0, "alice", false },
+			{ IPC_DISC_USER, 0, 5, "alice", false },
+			{ IPC_DISC_USER, 0, 0, "alice", true },
+			{ IPC_DISC_REVOKED, 1, 0, "", false },
+			{ IPC_DISC_REVOKED, 0, 1, "", false },
+			{ IPC_DISC_REVOKED, 0, 0, "bob", false },
+			{ IPC_DISC_REVOKED, 0, 0, "", true },
+			{ IPC_DISC_INDEX, 4, 2, "bob", false },
+			{ IPC_DISC_INDEX, 4, 2, "", true },
+		};
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			memset(&f, 0, sizeof(f));
+			f.h.type = IPC_DISCONNECT;
+			f.h.len = sizeof(f.d);
+			f.d.by = bad[i].by;
+			f.d.index = bad[i].index;
+			f.d.gen = bad[i].gen;
+			memcpy(f.d.user, bad[i].user, strlen(bad[i].user));
+			if (bad[i].extra)
+				f.d.user[40] = 'x';
+			assert_int_equal(ipc_send(p->a, IPC_DISCONNECT, &f.d, sizeof(f.d), -1),
+					 -EINVAL);
+			send_raw(p->a, &f, sizeof(f), -1);
+			assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+		}
+	}
+	/* The struct's last bytes (its pad, implicit padding before it had one: not
+	 * checked, and two frames that differ only there were two to the dedup) must be
+	 * zero too, whatever the kind. */
+	{
+		struct {
+			struct ipc_hdr h;
+			struct ipc_disconnect d;
+		} f;
+		static const uint32_t kinds[] = { IPC_DISC_INDEX, IPC_DISC_USER, IPC_DISC_REVOKED };
+
+		for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+			memset(&f, 0, sizeof(f));
+			f.h.type = IPC_DISCONNECT;
+			f.h.len = sizeof(f.d);
+			f.d.by = kinds[i];
+			if (kinds[i] == IPC_DISC_USER)
+				memcpy(f.d.user, "alice", 5);
+			/* the frame as it is is good: sent and received */
+			assert_int_equal(ipc_send(p->a, IPC_DISCONNECT, &f.d, sizeof(f.d), -1), 0);
+			assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+			((uint8_t *)&f.d)[sizeof(f.d) - 1] = 1;
+			assert_int_equal(ipc_send(p->a, IPC_DISCONNECT, &f.d, sizeof(f.d), -1),
+					 -EINVAL);
+			send_raw(p->a, &f, sizeof(f), -1);
+			assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+		}
 	}
 }
 

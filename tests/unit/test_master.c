@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <poll.h>
 #include <string.h>
@@ -372,8 +373,8 @@ static void test_admin_mutations(void **state)
 	fixture_free(m);
 }
 
-/* A LIVE record of user in slot's partition. */
-static void live_rec(struct shm *shm, unsigned slot, const char *user)
+/* A LIVE record of user in slot's partition: its index. */
+static uint32_t live_rec(struct shm *shm, unsigned slot, const char *user)
 {
 	struct shm_alloc *rec;
 	uint32_t idx;
@@ -382,6 +383,7 @@ static void live_rec(struct shm *shm, unsigned slot, const char *user)
 	rec->user_len = (uint16_t)strlen(user);
 	memcpy(rec->username, user, strlen(user));
 	assert_int_equal(shm_alloc_publish(shm, slot, idx), 0);
+	return idx;
 }
 
 static json_t *disconnect_alice(struct master *m)
@@ -391,9 +393,48 @@ static json_t *disconnect_alice(struct master *m)
 	return admin_dispatch(m, &test_root_peer, req, strlen(req));
 }
 
+/* {"cmd":"disconnect","id":idx}, or "id":[idx,gen] where gen >= 0: whether it was ok. */
+static bool disconnect_id(struct master *m, uint32_t idx, long long gen)
+{
+	char req[128];
+	json_t *r;
+	bool ok;
+
+	if (gen < 0)
+		snprintf(req, sizeof(req), "{\"cmd\":\"disconnect\",\"id\":%u}", idx);
+	else
+		snprintf(req, sizeof(req), "{\"cmd\":\"disconnect\",\"id\":[%u,%lld]}", idx,
+			 gen);
+	r = admin_dispatch(m, &test_root_peer, req, strlen(req));
+	ok = json_is_true(json_object_get(r, "ok"));
+	if (!ok)
+		assert_string_equal(json_string_value(json_object_get(r, "error")),
+				    "no such allocation");
+	json_decref(r);
+	return ok;
+}
+
+/* The IPC_DISC_INDEX frame that disconnect_id sent: its index and generation. */
+static void disc_index_sent(int fd, uint32_t idx, uint64_t gen)
+{
+	struct ipc_disconnect d;
+	struct ipc_msg msg;
+	int passfd;
+
+	assert_int_equal(ipc_recv(fd, &msg, &passfd), 0);
+	assert_int_equal(msg.hdr.type, IPC_DISCONNECT);
+	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
+	assert_int_equal(d.by, IPC_DISC_INDEX);
+	assert_int_equal(d.index, idx);
+	assert_int_equal(d.gen, gen);
+}
+
 /* disconnect --user: one IPC_DISC_USER frame per worker that owns any of the user's
  * allocations, whatever their number; those of a worker that is not running, or whose
- * frame cannot be sent, are counted not reached, never disconnected. */
+ * frame cannot be sent, are counted not reached, never disconnected. disconnect ID: the
+ * frame names the record's generation, and with "id":[ID,GEN] a record of another
+ * generation (the id taken by another allocation since the operator's listing) is no such
+ * allocation, no frame sent. */
 static void test_disconnect_user_frames(void **state)
 {
 	static const char revoke_req[] = "{\"cmd\":\"revoke\",\"user_id\":\"alice\"}";
@@ -406,6 +447,9 @@ static void test_disconnect_user_frames(void **state)
 	struct ipc_msg msg;
 	int sp[2], fd;
 	unsigned full = 0;
+	struct shm_alloc *rec;
+	uint32_t carol;
+	uint64_t gen;
 	json_t *r;
 
 	(void)state;
@@ -433,6 +477,7 @@ static void test_disconnect_user_frames(void **state)
 	live_rec(m.shm, 0, "team:alice");
 	live_rec(m.shm, 1, "alice");
 	live_rec(m.shm, 1, "1800000000:alice");
+	carol = live_rec(m.shm, 0, "carol");
 
 	r = disconnect_alice(&m);
 	assert_true(json_is_true(json_object_get(r, "ok")));
@@ -458,6 +503,17 @@ static void test_disconnect_user_frames(void **state)
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
 	assert_int_equal(ipc_msg_get(&msg, &d, sizeof(d)), 0);
 	assert_int_equal(d.by, IPC_DISC_REVOKED);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+
+	assert_int_equal(shm_alloc_get(m.shm, 0, carol, &rec), 0);
+	gen = rec->gen;
+	assert_false(disconnect_id(&m, carol, (long long)gen - 1));
+	assert_false(disconnect_id(&m, carol, (long long)gen + 1));
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+	assert_true(disconnect_id(&m, carol, (long long)gen));
+	disc_index_sent(sp[1], carol, gen);
+	assert_true(disconnect_id(&m, carol, -1));	/* the id alone, as before */
+	disc_index_sent(sp[1], carol, gen);
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
 
 	/* A control socket that takes no more: nothing counted as disconnected. */

@@ -1137,6 +1137,196 @@ static void test_take_over_counters_short(void **state)
 	shm_destroy(src);
 }
 
+/* Every gen the claims of dst's free records hand out (until it is full): above `floor`. */
+static void assert_claims_above(struct shm *dst, uint64_t floor)
+{
+	struct shm_alloc *r;
+	uint32_t idx;
+
+	while (shm_alloc_claim(dst, 0, &idx, &r) == 0) {
+		assert_true(r->gen > floor);
+		assert_int_equal(shm_alloc_publish(dst, 0, idx), 0);
+	}
+}
+
+/* Take-over of img into a fresh table: refused as corrupt, nothing copied. */
+static void assert_refused_corrupt(const struct shm_image *img)
+{
+	struct shm *dst = mk(1, 8);
+	struct shm_takeover t;
+
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, img, NOW, &t), -EBADMSG);
+	assert_int_equal(t.verdict, SHM_STATE_CORRUPT);
+	assert_int_equal(live_count(dst), 0);
+	shm_destroy(dst);
+}
+
+static void assert_gen_ok(uint64_t gen)
+{
+	assert_true(gen >= 1 && gen <= SHM_ALLOC_GEN_MAX);
+}
+
+/* A gen near 2^64 in a state file (damage: no run gets there) wrapped to 0 at the next
+ * claim, for good, and the master's session records dropped every end of gen 0 as a
+ * repeat. A record's gen (LIVE or FREE) or the header's gen_floor above SHM_ALLOC_GEN_MAX
+ * refuses the file as corrupt, in a take-over and in a pre-copy's take under the lock; at
+ * the bound it is taken; and a claim never hands out 0 or a gen above the bound, whatever
+ * the floor (the backstop). */
+static void gen_floor_bound(void)
+{
+	struct shm *src = mk(1, 4), *dst = mk(1, 8), *pre = mk(1, 8), *fresh = mk(1, 1);
+	struct shm_image img = img_of(src);
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover t;
+	struct shm_alloc *r;
+	uint32_t idx, free_idx;
+	uint64_t last;
+
+	rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	assert_int_equal(shm_alloc_claim(src, 0, &free_idx, NULL), 0);
+	assert_int_equal(shm_alloc_release(src, 0, free_idx), 0);
+	shm_alloc_at(src, idx_of(src, 0))->gen = UINT64_MAX;
+	assert_refused_corrupt(&img);
+	shm_alloc_at(src, idx_of(src, 0))->gen = 1;
+	shm_alloc_at(src, free_idx)->gen = SHM_ALLOC_GEN_MAX + 1;
+	assert_refused_corrupt(&img);
+	shm_alloc_at(src, free_idx)->gen = 1;
+	shm_hdr(src)->gen_floor = UINT64_MAX;	/* not covered by hdr_check */
+	assert_refused_corrupt(&img);
+	shm_hdr(src)->gen_floor = SHM_ALLOC_GEN_MAX + 1;
+	assert_refused_corrupt(&img);
+
+	/* At the bound: taken, and the copy and every claim get a gen in 1..bound. */
+	shm_hdr(src)->gen_floor = SHM_ALLOC_GEN_MAX;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_gen_ok(shm_alloc_at(dst, idx_of(dst, 0))->gen);
+	while (shm_alloc_claim(dst, 0, &idx, &r) == 0) {
+		assert_gen_ok(r->gen);
+		assert_int_equal(shm_alloc_publish(dst, 0, idx), 0);
+	}
+	shm_hdr(src)->gen_floor = 0;
+
+	/* A pre-copy reads a free record's gen above the bound: it raises the floor no
+	 * higher than the bound, and the take under the lock refuses the file. */
+	shm_alloc_at(src, free_idx)->gen = UINT64_MAX;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
+	assert_true(shm_hdr(pre)->gen_floor <= SHM_ALLOC_GEN_MAX);
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW, &t), -EBADMSG);
+	assert_int_equal(t.verdict, SHM_STATE_CORRUPT);
+	shm_precopy_undo(pre, pc);
+	shm_precopy_free(pc);
+
+	/* The backstop: a floor far above the bound (no take-over sets one), then a record
+	 * at the bound: claims give 1..bound, never the record's last gen again. */
+	shm_hdr(fresh)->gen_floor = UINT64_MAX;
+	assert_int_equal(shm_alloc_claim(fresh, 0, &idx, &r), 0);
+	assert_gen_ok(r->gen);
+	assert_int_equal(shm_alloc_release(fresh, 0, idx), 0);
+	shm_hdr(fresh)->gen_floor = SHM_ALLOC_GEN_MAX;
+	r->gen = SHM_ALLOC_GEN_MAX;
+	for (unsigned i = 0; i < 3; i++) {
+		last = r->gen;
+		assert_int_equal(shm_alloc_claim(fresh, 0, &idx, &r), 0);
+		assert_gen_ok(r->gen);
+		assert_true(r->gen != last);
+		assert_int_equal(shm_alloc_release(fresh, 0, idx), 0);
+	}
+	shm_destroy(fresh);
+	shm_destroy(pre);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
+/* (index, gen) names one allocation across a take-over: the new table's claims, the copies'
+ * included, get gens above every gen of the image (a LIVE record's, a free one's, the image's
+ * own floor), and its free records are not touched for it (gen 0 until claimed). The
+ * pre-copy of a live upgrade too, with gens the earlier run hands out after it. The
+ * bounds of gen: gen_floor_bound. */
+static void test_take_over_gen_floor(void **state)
+{
+	struct shm *src = mk(1, 4), *dst = mk(2, 8), *next = mk(1, 8), *pre = mk(1, 8);
+	struct shm *ahead = mk(1, 8);
+	struct shm_image img = img_of(src);
+	struct shm_precopy *pc = NULL;
+	struct shm_takeover t;
+	uint32_t cursor = 0, idx, free_idx, seq;
+
+	(void)state;
+	rec_add(src, 0, 0, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 0))->gen = 5;	/* claimed 5 times there */
+	assert_int_equal(shm_alloc_claim(src, 0, &free_idx, NULL), 0);	/* then free, gen 7 */
+	assert_int_equal(shm_alloc_release(src, 0, free_idx), 0);
+	shm_alloc_at(src, free_idx)->gen = 7;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(dst, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_int_equal(shm_alloc_next_live(dst, &cursor, &idx), 0);
+	assert_true(shm_alloc_at(dst, idx)->gen > 7);
+	for (uint32_t i = 0; i < 8; i++)
+		if (i != idx)
+			assert_int_equal(shm_alloc_at(dst, i)->gen, 0);
+	assert_claims_above(dst, 7);
+
+	/* The image's own floor (it took over a table with higher gens) counts as one of
+	 * its gens; 0 (a file of a build before the floor) is none. */
+	shm_alloc_at(src, idx_of(src, 0))->gen = 1;
+	shm_alloc_at(src, free_idx)->gen = 1;
+	shm_hdr(src)->gen_floor = 9;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take(next, &img, NOW, &t), 0);
+	assert_int_equal(t.adopted, 1);
+	assert_true(shm_alloc_at(next, idx_of(next, 0))->gen > 9);
+	assert_claims_above(next, 9);
+	shm_hdr(src)->gen_floor = 0;
+
+	/* Pre-copy: the copy is made when the file's highest gen is 1, and gets a gen
+	 * SHM_PRECOPY_GEN_AHEAD above it; the earlier run then claims a record at gen 12
+	 * before the lock. The kept copy and the new claims stay above 12, and the take under
+	 * the lock writes no kept copy again (its sequence unchanged: no pass in the gap). */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(pre, &img, NOW, &pc, &t), 0);
+	assert_int_equal(shm_precopy_copied(pc), 1);
+	assert_true(shm_alloc_at(pre, idx_of(pre, 0))->gen > 1 + SHM_PRECOPY_GEN_AHEAD);
+	seq = shm_alloc_at(pre, idx_of(pre, 0))->seq;
+	rec_add(src, 0, 1, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 1))->gen = 12;	/* its index claimed 12 times by now */
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(pre, &img, pc, NOW, &t), 0);
+	shm_precopy_free(pc);
+	assert_int_equal(t.adopted, 2);
+	assert_int_equal(shm_alloc_at(pre, idx_of(pre, 0))->seq, seq);
+	assert_true(shm_alloc_at(pre, idx_of(pre, 0))->gen > 12);
+	assert_true(shm_alloc_at(pre, idx_of(pre, 1))->gen > 12);
+	assert_claims_above(pre, 12);
+
+	/* The earlier run claimed an index more than SHM_PRECOPY_GEN_AHEAD times between the
+	 * pre-copy and the lock: the kept copies are given gens above it under the lock. */
+	shm_alloc_at(src, idx_of(src, 1))->gen = 1;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_precopy(ahead, &img, NOW, &pc, &t), 0);
+	assert_int_equal(shm_precopy_copied(pc), 2);
+	rec_add(src, 0, 2, SHM_TRANSPORT_UDP, NOW + 600 * SEC, 0);
+	shm_alloc_at(src, idx_of(src, 2))->gen = 2 * SHM_PRECOPY_GEN_AHEAD;
+	memset(&t, 0, sizeof(t));
+	assert_int_equal(shm_image_take_precopied(ahead, &img, pc, NOW, &t), 0);
+	shm_precopy_free(pc);
+	assert_int_equal(t.adopted, 3);
+	for (unsigned k = 0; k < 3; k++)
+		assert_true(shm_alloc_at(ahead, idx_of(ahead, k))->gen > 2 * SHM_PRECOPY_GEN_AHEAD);
+	assert_claims_above(ahead, 2 * SHM_PRECOPY_GEN_AHEAD);
+	shm_destroy(ahead);
+	gen_floor_bound();
+	shm_destroy(pre);
+	shm_destroy(next);
+	shm_destroy(dst);
+	shm_destroy(src);
+}
+
 /* A live upgrade's pre-copy, then what the earlier run's workers did before they stopped:
  * the take under the lock leaves exactly what a full take-over of the final image does. */
 static void test_precopy(void **state)
@@ -1617,6 +1807,7 @@ int main(void)
 		cmocka_unit_test(test_take_over_marked_torn),
 		cmocka_unit_test(test_take_over_end_time),
 		cmocka_unit_test(test_take_over_counters_short),
+		cmocka_unit_test(test_take_over_gen_floor),
 		cmocka_unit_test(test_precopy),
 		cmocka_unit_test(test_precopy_torn),
 		cmocka_unit_test_setup_teardown(test_files, dir_setup, dir_teardown),
