@@ -1,0 +1,272 @@
+/* Control frames waiting, in order, for room on their control socket (contract in
+ * common/ipcq.h). */
+#include "common/ipcq.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <search.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "common/mono.h"
+
+/* Not an errno of ipc_send(): the frames ipcq_free() finds still waiting. */
+#define IPCQ_E_CLOSED (-ECANCELED)
+
+struct ipcq_frame {
+	TAILQ_ENTRY(ipcq_frame) link;
+	uint16_t type;
+	bool own_fd;
+	int fd;      /* -1: none */
+	size_t len;  /* payload bytes at data */
+	size_t cost; /* in the bound */
+	char *key;   /* after the payload in data, or NULL */
+	uint8_t data[];
+};
+
+struct ipcq {
+	uint32_t magic;
+	int sock;
+	TAILQ_HEAD(, ipcq_frame) q; /* oldest first */
+	size_t n, bytes, max_bytes;
+	void *keys; /* tsearch tree of the keyed frames that wait */
+	/* Drops by type: in all, since the last line, the last line's time (mono ms, 0:
+	 * none yet) and the last reason (a negative errno). */
+	uint64_t dropped[IPC_TYPE_END], unreported[IPC_TYPE_END];
+	uint64_t reported_ms[IPC_TYPE_END];
+	int why[IPC_TYPE_END];
+	char scope[16];
+	char name[64];
+};
+
+#define IPCQ_MAGIC 0x69706371u /* "ipcq" */
+
+static struct ipcq *ipcq_checked(struct ipcq *q)
+{
+	assert(q != NULL && q->magic == IPCQ_MAGIC);
+	return q;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct ipcq_frame *)a)->key, ((const struct ipcq_frame *)b)->key);
+}
+
+static bool sock_full(int rc)
+{
+	return rc == -EAGAIN || rc == -ENOBUFS;
+}
+
+static const char *why_str(int why)
+{
+	/* clang-format off */
+	switch (why) {
+	case -ENOBUFS: return "the queue is full";
+	case IPCQ_E_CLOSED: return "still waiting when the queue closed";
+	default: return strerror(-why);
+	}
+	/* clang-format on */
+}
+
+/* One [warn] line per type with drops not logged yet, once IPCQ_REPORT_MS has passed
+ * since its last (or always: force). */
+static void report(struct ipcq *q, bool force)
+{
+	uint64_t now = 0;
+
+	for (uint16_t t = 0; t < IPC_TYPE_END; t++) {
+		if (q->unreported[t] == 0)
+			continue;
+		if (now == 0)
+			now = mono_ms() | 1; /* never 0: 0 means no line yet */
+		if (!force && q->reported_ms[t] != 0 && now - q->reported_ms[t] < IPCQ_REPORT_MS)
+			continue;
+		log_warn(q->scope, "%s: %llu %s frame%s dropped (%s), %llu in all", q->name,
+			 (unsigned long long)q->unreported[t], ipc_type_name(t),
+			 q->unreported[t] == 1 ? "" : "s", why_str(q->why[t]),
+			 (unsigned long long)q->dropped[t]);
+		q->unreported[t] = 0;
+		q->reported_ms[t] = now;
+	}
+}
+
+static void count_drop(struct ipcq *q, uint16_t type, int why)
+{
+	uint16_t t = type < IPC_TYPE_END ? type : 0;
+
+	q->dropped[t]++;
+	q->unreported[t]++;
+	q->why[t] = why;
+}
+
+static void close_own(bool own, int fd)
+{
+	if (own && fd >= 0)
+		close(fd);
+}
+
+/* Takes f out of the queue and frees it (its descriptor closed when the queue owns it). */
+static void unlink_frame(struct ipcq *q, struct ipcq_frame *f)
+{
+	TAILQ_REMOVE(&q->q, f, link);
+	q->n--;
+	q->bytes -= f->cost;
+	if (f->key != NULL)
+		(void)tdelete(f, &q->keys, key_cmp);
+	close_own(f->own_fd, f->fd);
+	free(f);
+}
+
+struct ipcq *ipcq_new(int sock, size_t max_bytes, const char *scope, const char *name)
+{
+	struct ipcq *q = calloc(1, sizeof(*q));
+
+	if (q == NULL)
+		return NULL;
+	q->magic = IPCQ_MAGIC;
+	q->sock = sock;
+	q->max_bytes = max_bytes;
+	TAILQ_INIT(&q->q);
+	snprintf(q->scope, sizeof(q->scope), "%s", scope);
+	snprintf(q->name, sizeof(q->name), "%s", name);
+	return q;
+}
+
+void ipcq_free(struct ipcq *q)
+{
+	struct ipcq_frame *f;
+
+	if (q == NULL)
+		return;
+	(void)ipcq_checked(q);
+	while ((f = TAILQ_FIRST(&q->q)) != NULL) {
+		count_drop(q, f->type, IPCQ_E_CLOSED);
+		unlink_frame(q, f);
+	}
+	report(q, true);
+	q->magic = 0;
+	free(q);
+}
+
+/* Queues a frame behind what waits. */
+static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd, bool own,
+		const char *key)
+{
+	size_t klen = key != NULL ? strlen(key) + 1 : 0, cost = IPCQ_FRAME_COST + len + klen;
+	struct ipcq_frame *f;
+	int rc = -ENOMEM;
+
+	if (key != NULL) {
+		struct ipcq_frame probe = { .key = (char *)(uintptr_t)key };
+
+		if (tfind(&probe, &q->keys, key_cmp) != NULL) {
+			close_own(own, fd);
+			return -EEXIST;
+		}
+	}
+	if (q->bytes + cost > q->max_bytes) {
+		rc = -ENOBUFS;
+		goto fail;
+	}
+	f = malloc(sizeof(*f) + len + klen);
+	if (f == NULL)
+		goto fail;
+	f->type = type;
+	f->own_fd = own;
+	f->fd = fd;
+	f->len = len;
+	f->cost = cost;
+	f->key = NULL;
+	if (len > 0)
+		memcpy(f->data, payload, len);
+	if (key != NULL) {
+		f->key = (char *)f->data + len;
+		memcpy(f->key, key, klen);
+		if (tsearch(f, &q->keys, key_cmp) == NULL) {
+			free(f);
+			goto fail;
+		}
+	}
+	TAILQ_INSERT_TAIL(&q->q, f, link);
+	q->n++;
+	q->bytes += cost;
+	return 0;
+fail:
+	count_drop(q, type, rc);
+	close_own(own, fd);
+	report(q, false);
+	return rc;
+}
+
+int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd,
+	      unsigned flags, const char *key)
+{
+	bool own = (flags & IPCQ_OWN_FD) != 0;
+	int rc;
+
+	(void)ipcq_checked(q);
+	/* Behind what waits, never before it. */
+	if (q->n == 0) {
+		rc = ipc_send(q->sock, type, payload, len, fd);
+		if (!sock_full(rc)) {
+			if (rc < 0) {
+				count_drop(q, type, rc);
+				report(q, false);
+			}
+			close_own(own, fd);
+			return rc;
+		}
+	}
+	return push(q, type, payload, len, fd, own, key);
+}
+
+size_t ipcq_flush(struct ipcq *q)
+{
+	struct ipcq_frame *f;
+
+	(void)ipcq_checked(q);
+	while ((f = TAILQ_FIRST(&q->q)) != NULL) {
+		int rc = ipc_send(q->sock, f->type, f->data, f->len, f->fd);
+
+		if (sock_full(rc))
+			break;
+		if (rc < 0)
+			count_drop(q, f->type, rc); /* the peer gone: nothing reads any more */
+		unlink_frame(q, f);
+	}
+	report(q, false);
+	return q->n;
+}
+
+bool ipcq_cancel(struct ipcq *q, const char *key)
+{
+	struct ipcq_frame probe = { .key = (char *)(uintptr_t)key };
+	void *found;
+
+	(void)ipcq_checked(q);
+	if (q->keys == NULL || (found = tfind(&probe, &q->keys, key_cmp)) == NULL)
+		return false;
+	unlink_frame(q, *(struct ipcq_frame **)found);
+	return true;
+}
+
+size_t ipcq_waiting(const struct ipcq *q)
+{
+	return q->n;
+}
+
+uint64_t ipcq_dropped(const struct ipcq *q, uint16_t type)
+{
+	uint64_t n = 0;
+
+	if (type != 0)
+		return type < IPC_TYPE_END ? q->dropped[type] : 0;
+	for (uint16_t t = 0; t < IPC_TYPE_END; t++)
+		n += q->dropped[t];
+	return n;
+}

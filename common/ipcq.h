@@ -1,0 +1,75 @@
+/* Control frames that must not be lost when their control socket is full (common/ipc.h):
+ * they wait here, in order, and go when the socket has room again.
+ *
+ * A control socket (a non-blocking SOCK_SEQPACKET pair) holds a few dozen to a few hundred
+ * frames (net.core.wmem_default); a burst of them, or a reader busy elsewhere, fills it and
+ * ipc_send() says -EAGAIN. A frame sent through ipcq_send() then waits in the queue, and
+ * every later one waits behind it, so that the reader sees them in the order they were
+ * sent. The queue does no I/O on its own: the caller watches the socket for writing while
+ * ipcq_waiting() is not 0 and calls ipcq_flush() when it may write (libev's EV_WRITE in
+ * both processes), so this module needs no loop and unit tests drive it directly.
+ *
+ * A frame's descriptor is either the queue's (IPCQ_OWN_FD: closed once it is sent, or
+ * dropped, whatever ipcq_send() returns: the caller gives it up at the call) or borrowed
+ * (the caller keeps it open while the frame waits and takes the frame out with
+ * ipcq_cancel() before it closes it; it never costs a descriptor more). A frame may carry a
+ * key (a NUL-terminated string, at most one waiting frame per key) by which ipcq_cancel()
+ * finds it.
+ *
+ * Bounded: what waits may cost at most max_bytes (each frame its payload, its key and
+ * IPCQ_FRAME_COST for its bookkeeping). A frame that would pass the bound is dropped, as is
+ * one the socket refuses for another reason than room (the peer gone). Drops are counted
+ * per frame type and logged as [warn] lines under the queue's scope and name, at most one
+ * a type every IPCQ_REPORT_MS (the first at once), with the counts since the last line
+ * and in all; ipcq_free() logs what is left to say. Either process may use it; one queue
+ * per socket and direction, used by one thread. */
+#ifndef TG_COMMON_IPCQ_H
+#define TG_COMMON_IPCQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a waiting frame costs besides its payload and key, in the bound. */
+#define IPCQ_FRAME_COST 64u
+/* Drops are logged at most this often per frame type (the first at once). */
+#define IPCQ_REPORT_MS 10000u
+/* ipcq_send(): the queue owns fd from the call on. */
+#define IPCQ_OWN_FD 1u
+
+struct ipcq;
+
+/* A queue for frames to sock (not owned: the caller closes it after ipcq_free()), bounded
+ * at max_bytes; scope and name (copied) head its log lines ("worker", "slot 1 to the
+ * master"). Returns NULL when out of memory. */
+struct ipcq *ipcq_new(int sock, size_t max_bytes, const char *scope, const char *name);
+
+/* Drops what still waits (closing the descriptors the queue owns; a borrowed one stays
+ * the caller's), logs the drops not logged yet, frees q. NULL is fine. */
+void ipcq_free(struct ipcq *q);
+
+/* Sends one frame as ipc_send() does (payload, len, fd -1 for none) when nothing waits and
+ * the socket has room; else queues it behind what waits (payload and key copied). key:
+ * NULL, or a name for ipcq_cancel(). flags: IPCQ_OWN_FD or 0.
+ * Returns 0 (sent, or waiting: see ipcq_waiting()); -EEXIST when a frame with that key
+ * waits already (this one is not queued: the first one stands); -ENOBUFS when it would
+ * pass the bound, -ENOMEM when there is no memory to queue it, or ipc_send()'s error when
+ * the socket refused it for another reason than room: dropped and counted. */
+int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd,
+	      unsigned flags, const char *key);
+
+/* Sends what waits, oldest first, until the socket is full. A frame the socket refuses for
+ * another reason is dropped (counted) and the next one tried. Returns how many still wait. */
+size_t ipcq_flush(struct ipcq *q);
+
+/* Takes the waiting frame with key out, unsent (its descriptor closed when the queue owns
+ * it). Returns true when there was one. */
+bool ipcq_cancel(struct ipcq *q, const char *key);
+
+/* Frames waiting. */
+size_t ipcq_waiting(const struct ipcq *q);
+
+/* Frames of type dropped so far (every type: type 0). */
+uint64_t ipcq_dropped(const struct ipcq *q, uint16_t type);
+
+#endif

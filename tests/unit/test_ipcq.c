@@ -1,0 +1,363 @@
+/* Unit tests for common/ipcq: control frames that find their socket full wait in order and
+ * go when it has room; the bound drops (counted); a key cancels a waiting frame; a
+ * descriptor the queue owns is closed once its frame is sent or dropped, a borrowed one
+ * never is. The socket is filled with IPC_PING frames first, so every frame under test
+ * has to wait. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/ipc.h"
+#include "common/ipcq.h"
+
+#define BIG (1u << 30) /* a bound never reached */
+
+struct pair {
+	int fd[2];      /* the queue writes fd[0], the test reads fd[1] */
+	uint64_t pings; /* filler frames sent */
+};
+
+static int setup(void **state)
+{
+	static struct pair p;
+
+	p.pings = 0;
+	*state = &p;
+	return ipc_socketpair(p.fd) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct pair *p = *state;
+
+	for (int i = 0; i < 2; i++)
+		if (p->fd[i] >= 0)
+			close(p->fd[i]);
+	return 0;
+}
+
+/* Fills fd[0] with pings until it says -EAGAIN. */
+static void fill(struct pair *p)
+{
+	int rc;
+
+	while ((rc = ipc_send_ping(p->fd[0], p->pings + 1)) == 0)
+		p->pings++;
+	assert_int_equal(rc, -EAGAIN);
+	assert_true(p->pings > 0);
+}
+
+static bool fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+static ino_t inode_of(int fd)
+{
+	struct stat st;
+
+	assert_int_equal(fstat(fd, &st), 0);
+	return st.st_ino;
+}
+
+/* A descriptor to pass: the read end of a new pipe (its write end closed). */
+static int new_fd(void)
+{
+	int fds[2];
+
+	assert_int_equal(pipe(fds), 0);
+	close(fds[1]);
+	return fds[0];
+}
+
+static struct ipc_handoff handoff(uint32_t slot)
+{
+	struct ipc_handoff h;
+
+	memset(&h, 0, sizeof(h));
+	h.slot = slot;
+	h.len = 4;
+	memcpy(h.listener, "tcp", 3);
+	memcpy(h.data, "bind", 4);
+	return h;
+}
+
+/* One frame read from fd[1] (it must be there); its descriptor, if any, in *fd. */
+static void next(struct pair *p, struct ipc_msg *m, int *fd)
+{
+	assert_int_equal(ipc_recv(p->fd[1], m, fd), 0);
+}
+
+/* Reads the pings that filled the socket, flushing q as room appears, until q is empty
+ * (bounded). */
+static void drain_pings(struct pair *p, struct ipcq *q, struct ipc_msg *m)
+{
+	for (uint64_t i = 1; i <= p->pings; i++) {
+		struct ipc_ping ping;
+		int fd;
+
+		next(p, m, &fd);
+		assert_int_equal(m->hdr.type, IPC_PING);
+		assert_int_equal(ipc_msg_get(m, &ping, sizeof(ping)), 0);
+		assert_int_equal(ping.seq, i);
+		assert_int_equal(fd, -1);
+	}
+	for (int i = 0; i < 1000 && ipcq_flush(q) > 0; i++)
+		;
+	assert_int_equal(ipcq_waiting(q), 0);
+}
+
+static void expect_str(struct pair *p, struct ipc_msg *m, uint16_t type, const char *s, int *fd)
+{
+	next(p, m, fd);
+	assert_int_equal(m->hdr.type, type);
+	assert_string_equal(ipc_msg_str(m), s);
+}
+
+static void expect_nothing(struct pair *p, struct ipc_msg *m)
+{
+	int fd;
+
+	assert_int_equal(ipc_recv(p->fd[1], m, &fd), -EAGAIN);
+}
+
+/* Room and nothing waiting: sent at once. An owned descriptor is closed after it went
+ * (the peer has its own), a borrowed one stays open. */
+static void test_direct(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "direct");
+	struct ipc_handoff h = handoff(1);
+	struct ipc_msg m;
+	int own = new_fd(), lent = new_fd(), fd;
+	ino_t own_ino = inode_of(own), lent_ino = inode_of(lent);
+
+	assert_non_null(q);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), own, IPCQ_OWN_FD, NULL), 0);
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), 0);
+	assert_int_equal(ipcq_waiting(q), 0);
+	assert_false(fd_open(own));
+	assert_true(fd_open(lent));
+	next(p, &m, &fd);
+	assert_int_equal(m.hdr.type, IPC_TCP_HANDOFF);
+	assert_int_equal(inode_of(fd), own_ino);
+	close(fd);
+	expect_str(p, &m, IPC_FDSTORE, "s1", &fd);
+	assert_int_equal(inode_of(fd), lent_ino);
+	close(fd);
+	expect_nothing(p, &m);
+	assert_int_equal(ipcq_dropped(q, 0), 0);
+	ipcq_free(q);
+	assert_true(fd_open(lent));
+	close(lent);
+}
+
+/* A full socket: every frame waits, and so does every later one even once there is room
+ * (never before what waits); they arrive in order after the pings, each with its own
+ * descriptor; an owned one is closed once sent. */
+static void test_order(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "order");
+	struct ipc_handoff h = handoff(2), got;
+	struct ipc_msg m, ping;
+	int own = new_fd(), lent = new_fd(), fd;
+	ino_t own_ino = inode_of(own), lent_ino = inode_of(lent);
+
+	assert_non_null(q);
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u1", 2, -1, 0, NULL), 0);
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), 0);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), own, IPCQ_OWN_FD, NULL), 0);
+	assert_int_equal(ipcq_waiting(q), 3);
+	assert_true(fd_open(own)); /* kept open while it waits */
+	/* Room for one frame: the next still queues behind the three. */
+	next(p, &ping, &fd);
+	assert_int_equal(ping.hdr.type, IPC_PING);
+	p->pings--;
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u2", 2, -1, 0, NULL), 0);
+	assert_int_equal(ipcq_waiting(q), 4);
+	/* The rest of the pings (numbered from 2 now), then the queue. */
+	for (uint64_t i = 0; i < p->pings; i++) {
+		next(p, &ping, &fd);
+		assert_int_equal(ping.hdr.type, IPC_PING);
+	}
+	for (int i = 0; i < 1000 && ipcq_flush(q) > 0; i++)
+		;
+	assert_int_equal(ipcq_waiting(q), 0);
+	expect_str(p, &m, IPC_FDUNSTORE, "u1", &fd);
+	assert_int_equal(fd, -1);
+	expect_str(p, &m, IPC_FDSTORE, "s1", &fd);
+	assert_int_equal(inode_of(fd), lent_ino);
+	close(fd);
+	next(p, &m, &fd);
+	assert_int_equal(m.hdr.type, IPC_TCP_HANDOFF);
+	assert_int_equal(ipc_msg_get(&m, &got, sizeof(got)), 0);
+	assert_memory_equal(&got, &h, sizeof(h));
+	assert_int_equal(inode_of(fd), own_ino);
+	close(fd);
+	expect_str(p, &m, IPC_FDUNSTORE, "u2", &fd);
+	expect_nothing(p, &m);
+	assert_false(fd_open(own));
+	assert_true(fd_open(lent));
+	assert_int_equal(ipcq_dropped(q, 0), 0);
+	ipcq_free(q);
+	close(lent);
+}
+
+/* The bound: two frames' worth. A third is dropped and counted by type, its owned
+ * descriptor closed; once the queue has gone, there is room again. */
+static void test_bound(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_handoff h = handoff(1);
+	size_t one = IPCQ_FRAME_COST + sizeof(h);
+	struct ipcq *q = ipcq_new(p->fd[0], 2 * one, "test", "bound");
+	struct ipc_msg m;
+	int fds[4], fd;
+
+	assert_non_null(q);
+	for (int i = 0; i < 4; i++)
+		fds[i] = new_fd();
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), fds[0], IPCQ_OWN_FD, NULL),
+			 0);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), fds[1], IPCQ_OWN_FD, NULL),
+			 0);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), fds[2], IPCQ_OWN_FD, NULL),
+			 -ENOBUFS);
+	assert_false(fd_open(fds[2]));
+	assert_true(fd_open(fds[0]) && fd_open(fds[1]));
+	/* A smaller frame past the bound is dropped too. */
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u", 1, -1, 0, NULL), -ENOBUFS);
+	assert_int_equal(ipcq_waiting(q), 2);
+	assert_int_equal(ipcq_dropped(q, IPC_TCP_HANDOFF), 1);
+	assert_int_equal(ipcq_dropped(q, IPC_FDUNSTORE), 1);
+	assert_int_equal(ipcq_dropped(q, 0), 2);
+	drain_pings(p, q, &m);
+	for (int i = 0; i < 2; i++) {
+		next(p, &m, &fd);
+		assert_int_equal(m.hdr.type, IPC_TCP_HANDOFF);
+		close(fd);
+	}
+	expect_nothing(p, &m);
+	assert_false(fd_open(fds[0]) || fd_open(fds[1]));
+	/* Room again. */
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), fds[3], IPCQ_OWN_FD, NULL),
+			 0);
+	assert_int_equal(ipcq_waiting(q), 1);
+	assert_int_equal(ipcq_dropped(q, 0), 2);
+	ipcq_free(q); /* drops it: closed */
+	assert_false(fd_open(fds[3]));
+}
+
+/* Keys: one waiting frame per key (a second is refused, the first stands); cancel takes
+ * the frame out unsent, a borrowed descriptor left open, an owned one closed. */
+static void test_cancel(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "cancel");
+	struct ipc_msg m;
+	int lent = new_fd(), own = new_fd(), own2 = new_fd(), fd;
+
+	assert_non_null(q);
+	assert_false(ipcq_cancel(q, "s1")); /* nothing waits */
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), 0);
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), -EEXIST);
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, own2, IPCQ_OWN_FD, "s1"), -EEXIST);
+	assert_false(fd_open(own2));
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s2", 2, own, IPCQ_OWN_FD, "s2"), 0);
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u1", 2, -1, 0, NULL), 0);
+	assert_int_equal(ipcq_waiting(q), 3);
+	assert_int_equal(ipcq_dropped(q, 0), 0); /* -EEXIST is not a drop */
+	assert_false(ipcq_cancel(q, "u1"));      /* not keyed */
+	assert_false(ipcq_cancel(q, "s3"));
+	assert_true(ipcq_cancel(q, "s1"));
+	assert_true(fd_open(lent));
+	assert_false(ipcq_cancel(q, "s1"));
+	assert_true(ipcq_cancel(q, "s2"));
+	assert_false(fd_open(own));
+	assert_int_equal(ipcq_waiting(q), 1);
+	/* The key is free again. */
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), 0);
+	drain_pings(p, q, &m);
+	expect_str(p, &m, IPC_FDUNSTORE, "u1", &fd);
+	expect_str(p, &m, IPC_FDSTORE, "s1", &fd);
+	close(fd);
+	expect_nothing(p, &m);
+	assert_false(ipcq_cancel(q, "s1")); /* sent: no longer waits */
+	ipcq_free(q);
+	assert_true(fd_open(lent));
+	close(lent);
+}
+
+/* ipcq_free drops what waits: owned descriptors closed, borrowed ones not. */
+static void test_free_drops(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "free");
+	struct ipc_handoff h = handoff(1);
+	int lent = new_fd(), own = new_fd();
+
+	assert_non_null(q);
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), 0);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), own, IPCQ_OWN_FD, NULL), 0);
+	ipcq_free(q);
+	assert_false(fd_open(own));
+	assert_true(fd_open(lent));
+	close(lent);
+	ipcq_free(NULL);
+}
+
+/* The peer gone: a flush drops what waits (counted, owned descriptors closed), and a
+ * frame sent afterwards is refused at once (ipc_send's error), dropped too. */
+static void test_peer_gone(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "gone");
+	struct ipc_handoff h = handoff(1);
+	int own = new_fd(), own2 = new_fd();
+
+	assert_non_null(q);
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), own, IPCQ_OWN_FD, NULL), 0);
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u1", 2, -1, 0, NULL), 0);
+	close(p->fd[1]);
+	p->fd[1] = -1;
+	assert_int_equal(ipcq_flush(q), 0);
+	assert_false(fd_open(own));
+	assert_int_equal(ipcq_dropped(q, IPC_TCP_HANDOFF), 1);
+	assert_int_equal(ipcq_dropped(q, IPC_FDUNSTORE), 1);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), own2, IPCQ_OWN_FD, NULL),
+			 -EPIPE);
+	assert_false(fd_open(own2));
+	assert_int_equal(ipcq_dropped(q, 0), 3);
+	ipcq_free(q);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_direct, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_drops, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_peer_gone, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
