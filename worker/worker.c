@@ -780,7 +780,7 @@ int worker_run(const struct worker_heritage *h)
 	if (w->parking) {
 		wk_park_all(w);
 		(void)wk_relayho_send(w);
-		wk_fdstore_stop(w);	/* before IPC_HANDED_OVER, the last frame */
+		wk_ctlq_stop(w);	/* before IPC_HANDED_OVER, the last frame */
 		/* TLS calls stay with us until they end (linger.c). */
 		if (wk_linger_begin(w)) {
 			ev_run(w->loop, 0);
@@ -793,7 +793,7 @@ int worker_run(const struct worker_heritage *h)
 		}
 	}
 out:
-	wk_fdstore_stop(w);
+	wk_ctlq_stop(w);
 	wk_teardown(w);
 	free(w);
 	return status;

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""RFC 6062 data connections handed to their CONNECTION-ID's worker at burst scale: no
+IPC_TCP_HANDOFF is lost when a control socket on its way is full (worker/ctlq.c,
+master/ctlq.c, common/ipcq.h). A control socket holds a few dozen hand-offs (each frame is
+about 2.4 KiB and a descriptor); a worker that gets more ConnectionBinds for another
+worker's peers than that while the master does not read, or a master that passes more
+than that to an owner busy elsewhere, must keep the rest and send them when there is
+room (before: the connection was closed, logged at debug level only, and its client saw
+its data connection end).
+
+Two workers, one TURN-TCP listener, one TCP allocation (its owner decides which worker is
+the other one). Its client gives every peer a permission; each of N peers connects to the
+relayed address (ConnectionAttempt), then N data connections each send a ConnectionBind
+(the kernel's SO_REUSEPORT hash gives about half of them to the other worker, which hands
+them over through the master) while
+
+- the master is stopped (SIGSTOP: a master busy elsewhere): the other worker's control
+  socket fills, the rest wait in that worker;
+- the owner worker is stopped (SIGSTOP: a worker busy elsewhere): the owner's control
+  socket fills, the rest wait in the master.
+
+Nothing may close while it is stopped (on main: every hand-off past the socket's room
+was closed then), and once it runs again every ConnectionBind is answered with success
+and bytes go both ways on every pair. The descriptors of the process that keeps the
+waiting connections (the other worker, the master) show that the queue was used.
+
+In a network namespace of its own (root). Every wait is bounded; the only pause is the
+one that lets the stopped side's peer settle (nothing changes for 1 s, at most 30 s),
+and nothing is timed.
+"""
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (A_CONNECTION_ID, A_ERROR, A_PEER, A_RELAYED,  # noqa: E402
+                           CLONE_NEWNET, CONNECTION_BIND, INDICATION, REQUEST, SUCCESS,
+                           Daemon, StreamClient, check, config, error_code, free_port, parse,
+                           parse_xor_addr, run_tests_as_root, unshare, wait_for)
+
+RELAY = (28750, 28759)
+LIMITS = {"user_quota": 0, "unauth_burst": 1000000, "unauth_rate": 1000000,
+          "source_connections": 0, "prefix_connections": 0, "tcp_connections": 4096}
+BATCH = 50     # peer connections at a time: the relay socket's listen backlog is 64
+
+
+def setup():
+    unshare(CLONE_NEWNET)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 16384 if hard == resource.RLIM_INFINITY else min(hard, 16384)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def start(d):
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["peers", "tcp-peers"])],
+                  {"peers": ["127.0.0.1"], "tcp-peers": ("TCP", ["127.0.0.1"])},
+                  workers=2, relay=RELAY, limits=LIMITS)
+    # A master or worker stopped longer than this is killed once the master runs again.
+    text = text.replace("  drain_timeout: 1\n", "  drain_timeout: 1\n  worker_ping_timeout: 3600\n")
+    return Daemon(d, text, workers=2).start(), port
+
+
+def peer_connections(ctl, relayed, n):
+    """n peers connected to the relayed address, each announced to ctl by a
+    ConnectionAttempt: [(peer socket, CONNECTION-ID)]."""
+    out = []
+    while len(out) < n:
+        socks = {}
+        for _ in range(min(BATCH, n - len(out))):
+            s = socket.create_connection(relayed, timeout=10)
+            socks[s.getsockname()[:2]] = s
+        for _ in range(len(socks)):
+            ind = ctl.read_msg(10)
+            check(ind[0] == 0x000C and ind[1] == INDICATION, "ConnectionAttempt: %r" % (ind,))
+            addr = parse_xor_addr(ind[3][A_PEER][0], ind[2])
+            check(addr in socks, "ConnectionAttempt for an unknown peer %r" % (addr,))
+            out.append((socks.pop(addr), ind[3][A_CONNECTION_ID][0]))
+    return out
+
+
+class Binds:
+    """One data connection per CONNECTION-ID, its ConnectionBind sent at once (no wait
+    for the answer). state[i]: None (nothing yet), "ok", "eof" (closed before an answer),
+    or the error answered."""
+
+    def __init__(self, port, ctl, cids):
+        self.dcs, self.tids = [], []
+        for cid in cids:
+            dc = StreamClient(port, creds=ctl.creds())
+            dc.nonce = ctl.nonce    # the control connection's, as clients do
+            tid = os.urandom(12)
+            dc.send_raw(dc.build(CONNECTION_BIND, REQUEST, tid,
+                                 [(A_CONNECTION_ID, cid)] + dc.auth_attrs(), dc.key))
+            self.dcs.append(dc)
+            self.tids.append(tid)
+        self.state = [None] * len(cids)
+        self.by_fd = {dc.sock.fileno(): i for i, dc in enumerate(self.dcs)}
+
+    def read(self):
+        """Takes what arrived, without waiting."""
+        p = select.poll()
+        for i, dc in enumerate(self.dcs):
+            if self.state[i] is None:
+                p.register(dc.sock, select.POLLIN)
+        for fd, _ in p.poll(0):
+            i = self.by_fd[fd]
+            try:
+                data = self.dcs[i].sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                self.state[i] = "eof"
+                continue
+            frames = self.dcs[i].feed(data)
+            if frames:
+                r = parse(frames[0])
+                ok = r and r[0] == CONNECTION_BIND and r[2] == self.tids[i]
+                self.state[i] = "ok" if ok and r[1] == SUCCESS else \
+                    "answer %r" % (error_code(r[3]) if ok else r,)
+
+    def done(self):
+        """Reads what arrived; True once every connection was answered or closed."""
+        self.read()
+        return None not in self.state
+
+    def count(self, what):
+        return sum(1 for s in self.state if s == what)
+
+    def settle(self, extra, quiet=1.0, limit=30.0):
+        """Reads until neither the states nor extra() changed for quiet s (at most limit
+        s): the stopped side's peer has done what it can."""
+        t_end = time.monotonic() + limit
+        last, since = None, time.monotonic()
+        while time.monotonic() < t_end:
+            self.read()
+            now = (tuple(self.state), extra())
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
+            time.sleep(0.05)
+
+    def close(self):
+        for dc in self.dcs:
+            dc.close()
+
+
+def fds_of(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def worker_pid(daemon, slot):
+    return [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"] if w["slot"] == slot][0]
+
+
+def relay_both_ways(pairs, binds):
+    for i, ((peer, _), dc) in enumerate(zip(pairs, binds.dcs)):
+        up, down = b"to the peer %d." % i, b"to the client %d." % i
+        dc.sock.sendall(up)
+        got = b""
+        peer.settimeout(10)
+        while len(got) < len(up):
+            chunk = peer.recv(len(up) - len(got))
+            check(chunk, "pair %d: the peer read EOF" % i)
+            got += chunk
+        check(got == up, "pair %d: the peer got %r" % (i, got))
+        peer.sendall(down)
+        check(dc.recv_exact(len(down)) == down, "pair %d: client <- peer" % i)
+
+
+def burst(d, n, stop_owner):
+    """n binds while the master (stop_owner False) or the owner worker is stopped."""
+    daemon, port = start(d)
+    pairs, binds = [], None
+    try:
+        ctl = StreamClient(port, user="alice")
+        r = ctl.allocate_tcp()
+        relayed = parse_xor_addr(r[3][A_RELAYED][0], r[2])
+        a = ctl.record(daemon)
+        check(a is not None, "no allocation listed")
+        owner = a["worker"]
+        check(A_ERROR not in ctl.perm("127.0.0.1")[3], "CreatePermission failed")
+        pairs = peer_connections(ctl, relayed, n)
+        stopped = worker_pid(daemon, owner) if stop_owner else daemon.proc.pid
+        keeper = daemon.proc.pid if stop_owner else worker_pid(daemon, 1 - owner)
+        before = fds_of(keeper)
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            binds = Binds(port, ctl, [cid for _, cid in pairs])
+            binds.settle(lambda: fds_of(keeper))
+            waiting = fds_of(keeper) - before
+            closed, answered = binds.count("eof"), binds.count("ok")
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        wait_for(binds.done, "every ConnectionBind answered or closed", timeout=60)
+        ok = binds.count("ok")
+        what = "the owner worker" if stop_owner else "the master"
+        print("%d ConnectionBinds while %s was stopped: %d answered by the owner then, %d "
+              "closed then, %d descriptors waiting in %s; %d of %d succeeded in the end"
+              % (n, what, answered, closed, waiting,
+                 "the master" if stop_owner else "the other worker", ok, n))
+        check(closed == 0, "%d data connections closed while %s was stopped (their "
+              "hand-off dropped)" % (closed, what))
+        bad = [s for s in binds.state if s != "ok"]
+        check(ok == n, "%d of %d ConnectionBinds failed: %r" % (n - ok, n, bad[:5]))
+        check(waiting > 0, "no hand-off waited in %s: the burst did not fill the control "
+              "socket" % ("the master" if stop_owner else "the other worker"))
+        relay_both_ways(pairs, binds)
+        print("%d pairs relay both ways" % n)
+        ctl.close()
+    finally:
+        if binds is not None:
+            binds.close()
+        for peer, _ in pairs:
+            peer.close()
+        rc = daemon.stop()
+    check(rc == 0, "exit status %r" % rc)
+
+
+def test_master_busy(d):
+    burst(d, 1000, stop_owner=False)
+
+
+def test_owner_busy(d):
+    # The owner's share waits in its listener's accept queue meanwhile (511): fewer pairs.
+    burst(d, 600, stop_owner=True)
+
+
+if __name__ == "__main__":
+    run_tests_as_root([test_master_busy, test_owner_busy],
+                      "a network namespace of its own", setup)
