@@ -63,10 +63,10 @@ struct mworker {
 				   * slot handed over again (a failed upgrade's respawned
 				   * worker, in the next upgrade) before the first was reaped */
 	size_t n_handed, cap_handed;
-	/* Frames to this worker waiting for room on ctl_fd (master/ctlq.c), or NULL; its
+	/* Frames to this worker waiting for room on ctl_fd (master/handoffq.c), or NULL; its
 	 * EV_WRITE watcher, active only while some wait. */
-	struct ipcq *ctlq;
-	ev_io ctlq_io;
+	struct ipcq *handoffq;
+	ev_io handoffq_io;
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
@@ -298,24 +298,24 @@ void master_child_signals(void);
 void master_helper_child(int wfd, unsigned limit_s);
 void supervise_free(struct master *m);
 
-/* ---- frames to a worker that must not be lost (master/ctlq.c) ----------------------- */
+/* ---- frames to a worker that must not be lost (master/handoffq.c) ------------------- */
 
 /* What waits for one worker's control socket: at most this many bytes (common/ipcq.h),
  * about 3,300 RFC 6062 hand-offs; a frame past that is dropped (logged). */
-#define MASTER_CTLQ_MAX_BYTES (8u * 1024u * 1024u)
+#define MASTER_HANDOFFQ_MAX_BYTES (8u * 1024u * 1024u)
 /* Sends a frame to w's worker (w->ctl_fd >= 0), or queues it behind what waits for that
  * worker when its control socket is full; the queue goes in order as the socket has room
  * (an EV_WRITE watcher while some wait). Frames sent directly (ipc_send, broadcasts) may
  * overtake it: only frames that need no order with those may use it (today the
  * IPC_TCP_HANDOFF the master passes on). flags and the returns as ipcq_send() (with
  * IPCQ_OWN_FD, fd is the queue's from the call on, closed whatever the outcome). */
-int ctlq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
+int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
 	      unsigned flags);
 /* w's worker went away (its control socket closes: an exit, a crash, a stop, the end of
  * its part in a live upgrade): what waits for it is dropped, logged, the descriptors the
  * queue owns closed (a waiting hand-off's client sees its connection close). Called by
  * the control socket's close; safe when nothing waits. */
-void ctlq_close(struct mworker *w);
+void handoffq_close(struct mworker *w);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */
 

@@ -303,7 +303,7 @@ out:
 
 /* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
  * to the owner slot's worker as it came, waiting for room on its control socket when that
- * is full (master/ctlq.c: the connection is the queue's from the call, *fd -1), or
+ * is full (master/handoffq.c: the connection is the queue's from the call, *fd -1), or
  * dropped (closed by the caller) when that worker is not there; the client then sees its
  * connection close. */
 static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
@@ -319,7 +319,7 @@ static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		return;
 	}
 	/* Drops (the queue's bound, the worker gone) are logged by the queue. */
-	(void)ctlq_send(&m->workers[h.slot], IPC_TCP_HANDOFF, &h, sizeof(h), *fd, IPCQ_OWN_FD);
+	(void)handoffq_send(&m->workers[h.slot], IPC_TCP_HANDOFF, &h, sizeof(h), *fd, IPCQ_OWN_FD);
 	*fd = -1;
 }
 
@@ -371,7 +371,7 @@ static void ctl_close(struct master *m, struct mworker *w)
 {
 	if (w->ctl_fd < 0)
 		return;
-	ctlq_close(w);
+	handoffq_close(w);
 	ev_io_stop(m->loop, &w->ctl_io);
 	close(w->ctl_fd);
 	w->ctl_fd = -1;

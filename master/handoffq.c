@@ -3,7 +3,7 @@
  * callback, an adoption) while others hand it RFC 6062 data connections through us
  * (IPC_TCP_HANDOFF, a burst of ConnectionBinds): each frame carries a client's connection,
  * which a full socket used to close. One queue per worker, made when a frame first has to
- * wait and freed with the worker's control socket (ctlq_close), so a respawned worker
+ * wait and freed with the worker's control socket (handoffq_close), so a respawned worker
  * starts with none and never gets its predecessor's frames. */
 #include "config.h"
 
@@ -18,40 +18,40 @@
 #include "common/ipcq.h"
 #include "common/log.h"
 
-static void ctlq_watch(struct mworker *w)
+static void handoffq_watch(struct mworker *w)
 {
-	if (ipcq_waiting(w->ctlq) > 0)
-		ev_io_start(w->m->loop, &w->ctlq_io);
+	if (ipcq_waiting(w->handoffq) > 0)
+		ev_io_start(w->m->loop, &w->handoffq_io);
 	else
-		ev_io_stop(w->m->loop, &w->ctlq_io);
+		ev_io_stop(w->m->loop, &w->handoffq_io);
 }
 
-static void ctlq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
+static void handoffq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct mworker *w = io->data;
 
 	(void)loop;
 	(void)revents;
-	(void)ipcq_flush(w->ctlq);
-	ctlq_watch(w);
+	(void)ipcq_flush(w->handoffq);
+	handoffq_watch(w);
 }
 
-int ctlq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
+int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
 	      unsigned flags)
 {
 	int rc;
 
-	if (w->ctlq == NULL && w->ctl_fd >= 0) {
+	if (w->handoffq == NULL && w->ctl_fd >= 0) {
 		char name[32];
 
 		snprintf(name, sizeof(name), "worker %u", w->slot);
-		w->ctlq = ipcq_new(w->ctl_fd, MASTER_CTLQ_MAX_BYTES, "master", name);
-		if (w->ctlq != NULL) {
-			ev_io_init(&w->ctlq_io, ctlq_write_cb, w->ctl_fd, EV_WRITE);
-			w->ctlq_io.data = w;
+		w->handoffq = ipcq_new(w->ctl_fd, MASTER_HANDOFFQ_MAX_BYTES, "master", name);
+		if (w->handoffq != NULL) {
+			ev_io_init(&w->handoffq_io, handoffq_write_cb, w->ctl_fd, EV_WRITE);
+			w->handoffq_io.data = w;
 		}
 	}
-	if (w->ctlq == NULL) {
+	if (w->handoffq == NULL) {
 		rc = w->ctl_fd < 0 ? -ESRCH : -ENOMEM;
 		if ((flags & IPCQ_OWN_FD) && fd >= 0)
 			close(fd);
@@ -59,16 +59,16 @@ int ctlq_send(struct mworker *w, uint16_t type, const void *payload, size_t len,
 			 strerror(-rc));
 		return rc;
 	}
-	rc = ipcq_send(w->ctlq, type, payload, len, fd, flags, NULL);
-	ctlq_watch(w);
+	rc = ipcq_send(w->handoffq, type, payload, len, fd, flags, NULL);
+	handoffq_watch(w);
 	return rc;
 }
 
-void ctlq_close(struct mworker *w)
+void handoffq_close(struct mworker *w)
 {
-	if (w->ctlq == NULL)
+	if (w->handoffq == NULL)
 		return;
-	ev_io_stop(w->m->loop, &w->ctlq_io);
-	ipcq_free(w->ctlq); /* logs what it drops, by type */
-	w->ctlq = NULL;
+	ev_io_stop(w->m->loop, &w->handoffq_io);
+	ipcq_free(w->handoffq); /* logs what it drops, by type */
+	w->handoffq = NULL;
 }
