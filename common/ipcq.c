@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/ipc.h"
@@ -34,6 +37,9 @@ struct ipcq {
 	int sock;
 	TAILQ_HEAD(, ipcq_frame) q; /* oldest first */
 	size_t n, bytes, max_bytes;
+	/* What the queue fills the socket to (unread bytes, SIOCOUTQ): a share of its send
+	 * buffer, the rest left to the frames sent directly. SIZE_MAX: no such limit. */
+	size_t fill;
 	void *keys; /* tsearch tree of the keyed frames that wait */
 	/* Drops by type: in all, since the last line, the last line's time (mono ms, 0:
 	 * none yet) and the last reason (a negative errno). */
@@ -122,15 +128,34 @@ static void unlink_frame(struct ipcq *q, struct ipcq_frame *f)
 	free(f);
 }
 
+/* Below the share of the socket's buffer the queue may fill (or the socket cannot say):
+ * the rest stays for the frames sent directly (a PING, a LOGLEVEL), which a queue that
+ * filled the socket would have the socket refuse. The kernel says a unix socket is
+ * writable (EV_WRITE) only while its unread bytes are at most a quarter of its send
+ * buffer, so the watcher never wakes a flush that may send nothing. */
+static bool has_room(const struct ipcq *q)
+{
+	int unread;
+
+	if (q->fill == SIZE_MAX || ioctl(q->sock, SIOCOUTQ, &unread) < 0)
+		return true;
+	return (size_t)unread < q->fill;
+}
+
 struct ipcq *ipcq_new(int sock, size_t max_bytes, const char *scope, const char *name)
 {
 	struct ipcq *q = calloc(1, sizeof(*q));
+	socklen_t optlen = sizeof(int);
+	int sndbuf = 0;
 
 	if (q == NULL)
 		return NULL;
 	q->magic = IPCQ_MAGIC;
 	q->sock = sock;
 	q->max_bytes = max_bytes;
+	q->fill = SIZE_MAX;
+	if (getsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf > 0)
+		q->fill = (size_t)sndbuf / IPCQ_FILL_SHARE;
 	TAILQ_INIT(&q->q);
 	snprintf(q->scope, sizeof(q->scope), "%s", scope);
 	snprintf(q->name, sizeof(q->name), "%s", name);
@@ -211,7 +236,7 @@ int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, in
 
 	(void)ipcq_checked(q);
 	/* Behind what waits, never before it. */
-	if (q->n == 0) {
+	if (q->n == 0 && has_room(q)) {
 		rc = ipc_send(q->sock, type, payload, len, fd);
 		if (!sock_full(rc)) {
 			if (rc < 0) {
@@ -230,7 +255,7 @@ size_t ipcq_flush(struct ipcq *q)
 	struct ipcq_frame *f;
 
 	(void)ipcq_checked(q);
-	while ((f = TAILQ_FIRST(&q->q)) != NULL) {
+	while ((f = TAILQ_FIRST(&q->q)) != NULL && has_room(q)) {
 		int rc = ipc_send(q->sock, f->type, f->data, f->len, f->fd);
 
 		if (sock_full(rc))

@@ -16,6 +16,12 @@
  * key (a NUL-terminated string, at most one waiting frame per key) by which ipcq_cancel()
  * finds it.
  *
+ * The queue fills its socket only to 1/IPCQ_FILL_SHARE of the socket's send buffer
+ * (SO_SNDBUF, read once; the unread bytes from SIOCOUTQ): the rest stays for the frames
+ * the caller sends directly with ipc_send() (a PING, a LOGLEVEL, a STOP), which would
+ * otherwise find the socket full for as long as frames wait here. Room in that sense
+ * is what ipcq_send() and ipcq_flush() wait for.
+ *
  * Bounded: what waits may cost at most max_bytes (each frame its payload, its key and
  * IPCQ_FRAME_COST for its bookkeeping). A frame that would pass the bound is dropped, as is
  * one the socket refuses for another reason than room (the peer gone). Drops are counted
@@ -34,6 +40,8 @@
 #define IPCQ_FRAME_COST 64u
 /* Drops are logged at most this often per frame type (the first at once). */
 #define IPCQ_REPORT_MS 10000u
+/* The queue fills its socket's send buffer up to this share (1/2). */
+#define IPCQ_FILL_SHARE 2u
 /* ipcq_send(): the queue owns fd from the call on. */
 #define IPCQ_OWN_FD 1u
 

@@ -4,7 +4,11 @@
  * (IPC_TCP_HANDOFF, a burst of ConnectionBinds): each frame carries a client's connection,
  * which a full socket used to close. One queue per worker, made when a frame first has to
  * wait and freed with the worker's control socket (handoffq_close), so a respawned worker
- * starts with none and never gets its predecessor's frames. */
+ * starts with none and never gets its predecessor's frames.
+ *
+ * The queues fill a worker's socket only halfway (common/ipcq.h), so that the frames the
+ * master sends it directly (PING, LOGLEVEL, DRAIN, STOP, ...) still find room during a
+ * flood of hand-offs. */
 #include "config.h"
 
 #include "master/master.h"

@@ -11,8 +11,9 @@
  * FDSTORE a call that does not survive a crash, a lost hand-off a data connection that
  * closes under its client. A waiting FDSTORE borrows the connection's descriptor (keyed by
  * its name: the connection's end takes it out, fdstore.c); a waiting hand-off owns the
- * connection's, which this worker no longer serves. Bounded (WK_CTLQ_MAX_BYTES): past
- * it a frame is dropped and logged, as is one the socket refuses for another reason
+ * connection's, which this worker no longer serves. The queue fills the socket only
+ * halfway (common/ipcq.h): PONG and READY, sent directly, find room. Bounded
+ * (WK_CTLQ_MAX_BYTES): past it a frame is dropped and logged, as is one the socket refuses for another reason
  * (the master gone). A stopping worker sends what waits within a budget that leaves the
  * master's grace room for the session-record flush before it (WK_CTLQ_STOP_MS below,
  * wk_ctlq_stop); what is left then is dropped (a waiting hand-off's client sees its

@@ -22,7 +22,9 @@ them over through the master) while
 Nothing may close while it is stopped (on main: every hand-off past the socket's room
 was closed then), and once it runs again every ConnectionBind is answered with success
 and bytes go both ways on every pair. The descriptors of the process that keeps the
-waiting connections (the other worker, the master) show that the queue was used.
+waiting connections (the other worker, the master) show that the queue was used. While
+the owner is stopped, a drain sent then must still reach it (the queue leaves room on
+the socket for the frames the master sends directly).
 
 In a network namespace of its own (root). Every wait is bounded; the only pause is the
 one that lets the stopped side's peer settle (nothing changes for 1 s, at most 30 s),
@@ -174,6 +176,22 @@ def relay_both_ways(pairs, binds):
         check(dc.recv_exact(len(down)) == down, "pair %d: client <- peer" % i)
 
 
+def owner_got_drain(ctl):
+    """A draining worker refuses a Connect (403): the owner does once the IPC_DRAIN sent
+    while its control socket held waiting hand-offs reached it (before: that frame found
+    the socket full and was lost, and the owner went on taking new peers)."""
+    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        lsn.bind(("127.0.0.1", 0))
+        lsn.listen(4)
+        code = ctl.connect("127.0.0.1", lsn.getsockname()[1], expect="any")
+    finally:
+        lsn.close()
+    check(code == 403, "Connect on the owner after the drain: %r, not 403: the IPC_DRAIN "
+          "sent while hand-offs waited for it was lost" % (code,))
+    print("the drain sent while hand-offs waited reached the owner (Connect: 403)")
+
+
 def burst(d, n, stop_owner):
     """n binds while the master (stop_owner False) or the owner worker is stopped."""
     daemon, port = start(d)
@@ -196,6 +214,11 @@ def burst(d, n, stop_owner):
             binds.settle(lambda: fds_of(keeper))
             waiting = fds_of(keeper) - before
             closed, answered = binds.count("eof"), binds.count("ok")
+            if stop_owner:
+                # A frame the master sends directly while hand-offs wait for the owner
+                # (the queue leaves room for those: common/ipcq.h).
+                dr = daemon.admin({"cmd": "drain"})
+                check(dr.get("draining") is True, "drain: %r" % (dr,))
         finally:
             os.kill(stopped, signal.SIGCONT)
         wait_for(binds.done, "every ConnectionBind answered or closed", timeout=60)
@@ -213,6 +236,8 @@ def burst(d, n, stop_owner):
               "socket" % ("the master" if stop_owner else "the other worker"))
         relay_both_ways(pairs, binds)
         print("%d pairs relay both ways" % n)
+        if stop_owner:
+            owner_got_drain(ctl)
         ctl.close()
     finally:
         if binds is not None:

@@ -1,8 +1,9 @@
 /* Unit tests for common/ipcq: control frames that find their socket full wait in order and
  * go when it has room; the bound drops (counted); a key cancels a waiting frame; a
  * descriptor the queue owns is closed once its frame is sent or dropped, a borrowed one
- * never is. The socket is filled with IPC_PING frames first, so every frame under test
- * has to wait. */
+ * never is; the queue leaves half the socket to frames sent directly. Except in
+ * test_direct and test_headroom, the socket is filled with IPC_PING frames first, so that
+ * every frame under test has to wait. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -11,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -348,6 +351,49 @@ static void test_peer_gone(void **state)
 	ipcq_free(q);
 }
 
+/* The queue fills the socket only halfway: with nothing read, frames start to wait while
+ * a frame sent directly (a PING) still has room, and keeps having it for a while; then
+ * everything arrives, in order. */
+static void test_headroom(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "headroom");
+	struct ipc_msg m;
+	int sndbuf = 0, unread = 0, sent = 0, fd;
+	socklen_t optlen = sizeof(sndbuf);
+
+	assert_non_null(q);
+	assert_int_equal(getsockopt(p->fd[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen), 0);
+	/* Bounded: each frame costs the socket more than 64 bytes. */
+	while (ipcq_waiting(q) == 0 && sent < sndbuf / 64) {
+		assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u", 1, -1, 0, NULL), 0);
+		sent++;
+	}
+	assert_int_equal(ipcq_waiting(q), 1);
+	sent--;
+	assert_true(sent > 0);
+	assert_int_equal(ioctl(p->fd[0], SIOCOUTQ, &unread), 0);
+	assert_true(unread >= sndbuf / (int)IPCQ_FILL_SHARE && unread < sndbuf);
+	/* A flush sends nothing while the share is used; direct frames still go. */
+	assert_int_equal(ipcq_flush(q), 1);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(ipc_send_ping(p->fd[0], ++p->pings), 0);
+	for (int i = 0; i < sent; i++) {
+		next(p, &m, &fd);
+		assert_int_equal(m.hdr.type, IPC_FDUNSTORE);
+	}
+	for (uint64_t i = 1; i <= p->pings; i++) {
+		next(p, &m, &fd);
+		assert_int_equal(m.hdr.type, IPC_PING);
+	}
+	assert_int_equal(ipcq_flush(q), 0);
+	next(p, &m, &fd);
+	assert_int_equal(m.hdr.type, IPC_FDUNSTORE);
+	expect_nothing(p, &m);
+	assert_int_equal(ipcq_dropped(q, 0), 0);
+	ipcq_free(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -357,6 +403,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_free_drops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_gone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_headroom, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
