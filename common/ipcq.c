@@ -11,6 +11,7 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/queue.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ struct ipcq {
 	/* What the queue fills the socket to (unread bytes, SIOCOUTQ): a share of its send
 	 * buffer, the rest left to the frames sent directly. SIZE_MAX: no such limit. */
 	size_t fill;
+	struct ipcq_fds *fds; /* the owned descriptors' bound, or NULL */
 	void *keys; /* tsearch tree of the keyed frames that wait */
 	/* Drops by type: in all, since the last line, the last line's time (mono ms, 0:
 	 * none yet) and the last reason (a negative errno). */
@@ -74,6 +76,7 @@ static const char *why_str(int why)
 	switch (why) {
 	case -ENOBUFS: return "the queue is full";
 	case IPCQ_E_CLOSED: return "still waiting when the queue closed";
+	case -EMFILE: return "too many descriptors wait";
 	default: return strerror(-why);
 	}
 	/* clang-format on */
@@ -116,12 +119,19 @@ static void close_own(bool own, int fd)
 		close(fd);
 }
 
+static bool costs_fd(const struct ipcq_frame *f)
+{
+	return f->own_fd && f->fd >= 0;
+}
+
 /* Takes f out of the queue and frees it (its descriptor closed when the queue owns it). */
 static void unlink_frame(struct ipcq *q, struct ipcq_frame *f)
 {
 	TAILQ_REMOVE(&q->q, f, link);
 	q->n--;
 	q->bytes -= f->cost;
+	if (costs_fd(f) && q->fds != NULL)
+		q->fds->used--;
 	if (f->key != NULL)
 		(void)tdelete(f, &q->keys, key_cmp);
 	close_own(f->own_fd, f->fd);
@@ -198,6 +208,10 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 		rc = -ENOBUFS;
 		goto fail;
 	}
+	if (own && fd >= 0 && q->fds != NULL && q->fds->used >= q->fds->max) {
+		rc = -EMFILE;
+		goto fail;
+	}
 	f = malloc(sizeof(*f) + len + klen);
 	if (f == NULL)
 		goto fail;
@@ -220,6 +234,8 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 	TAILQ_INSERT_TAIL(&q->q, f, link);
 	q->n++;
 	q->bytes += cost;
+	if (costs_fd(f) && q->fds != NULL)
+		q->fds->used++;
 	return 0;
 fail:
 	count_drop(q, type, rc);
@@ -294,4 +310,22 @@ uint64_t ipcq_dropped(const struct ipcq *q, uint16_t type)
 	for (uint16_t t = 0; t < IPC_TYPE_END; t++)
 		n += q->dropped[t];
 	return n;
+}
+
+void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds)
+{
+	(void)ipcq_checked(q);
+	assert(q->n == 0);
+	q->fds = fds;
+}
+
+size_t ipcq_fd_share(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 4 > SIZE_MAX)
+		return SIZE_MAX;
+	return (size_t)(rl.rlim_cur / 4);
 }

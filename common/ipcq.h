@@ -23,8 +23,10 @@
  * is what ipcq_send() and ipcq_flush() wait for.
  *
  * Bounded: what waits may cost at most max_bytes (each frame its payload, its key and
- * IPCQ_FRAME_COST for its bookkeeping). A frame that would pass the bound is dropped, as is
- * one the socket refuses for another reason than room (the peer gone). Drops are counted
+ * IPCQ_FRAME_COST for its bookkeeping), and the descriptors it owns at most an ipcq_fds
+ * bound (ipcq_set_fds()), which several queues may share. A frame that would pass either
+ * bound is dropped, as is one the socket refuses for another reason than room (the peer
+ * gone). Drops are counted
  * per frame type and logged as [warn] lines under the queue's scope and name, at most one
  * a type every IPCQ_REPORT_MS (the first at once), with the counts since the last line
  * and in all; ipcq_free() logs what is left to say. Either process may use it; one queue
@@ -45,6 +47,12 @@
 /* ipcq_send(): the queue owns fd from the call on. */
 #define IPCQ_OWN_FD 1u
 
+/* A bound on the descriptors that waiting frames own, shared by the queues given it
+ * (ipcq_set_fds()): used counts them, max is set by the caller. */
+struct ipcq_fds {
+	size_t used, max;
+};
+
 struct ipcq;
 
 /* A queue for frames to sock (not owned: the caller closes it after ipcq_free()), bounded
@@ -61,8 +69,9 @@ void ipcq_free(struct ipcq *q);
  * NULL, or a name for ipcq_cancel(). flags: IPCQ_OWN_FD or 0.
  * Returns 0 (sent, or waiting: see ipcq_waiting()); -EEXIST when a frame with that key
  * waits already (this one is not queued: the first one stands); -ENOBUFS when it would
- * pass the bound, -ENOMEM when there is no memory to queue it, or ipc_send()'s error when
- * the socket refused it for another reason than room: dropped and counted. */
+ * pass the byte bound, -EMFILE the descriptor bound, -ENOMEM when there is no memory to
+ * queue it, or ipc_send()'s error when the socket refused it for another reason than
+ * room: dropped and counted. */
 int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd,
 	      unsigned flags, const char *key);
 
@@ -79,5 +88,13 @@ size_t ipcq_waiting(const struct ipcq *q);
 
 /* Frames of type dropped so far (every type: type 0). */
 uint64_t ipcq_dropped(const struct ipcq *q, uint16_t type);
+
+/* Bounds the descriptors that q's waiting frames own by fds (not owned; it outlives q),
+ * which other queues may share; NULL: no bound. Before anything waits in q. */
+void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds);
+
+/* A share of this process's descriptors for ipcq_fds.max: a quarter of RLIMIT_NOFILE's
+ * soft limit (SIZE_MAX when unlimited, 0 when unknown). */
+size_t ipcq_fd_share(void);
 
 #endif

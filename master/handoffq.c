@@ -8,7 +8,9 @@
  *
  * The queues fill a worker's socket only halfway (common/ipcq.h), so that the frames the
  * master sends it directly (PING, LOGLEVEL, DRAIN, STOP, ...) still find room during a
- * flood of hand-offs. */
+ * flood of hand-offs, and together hold at most m->handoff_fds descriptors, a quarter of
+ * the master's: a client may send a ConnectionBind for another worker's connection before
+ * it authenticates, so unauthenticated clients can fill these queues. */
 #include "config.h"
 
 #include "master/master.h"
@@ -41,7 +43,7 @@ static void handoffq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
 }
 
 int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
-	      unsigned flags)
+		  unsigned flags)
 {
 	int rc;
 
@@ -51,6 +53,8 @@ int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t 
 		snprintf(name, sizeof(name), "worker %u", w->slot);
 		w->handoffq = ipcq_new(w->ctl_fd, MASTER_HANDOFFQ_MAX_BYTES, "master", name);
 		if (w->handoffq != NULL) {
+			w->m->handoff_fds.max = ipcq_fd_share();
+			ipcq_set_fds(w->handoffq, &w->m->handoff_fds);
 			ev_io_init(&w->handoffq_io, handoffq_write_cb, w->ctl_fd, EV_WRITE);
 			w->handoffq_io.data = w;
 		}

@@ -18,6 +18,7 @@
 #include <ev.h>
 #include <jansson.h>
 
+#include "common/ipcq.h"
 #include "conf/conf.h"
 #include "offload/offload.h"
 
@@ -130,6 +131,10 @@ struct master {
 	uint64_t fd_limit, fd_wanted, fd_hard; /* RLIMIT_NOFILE set at start (master/sizing.c) */
 	struct admin_top *top;    /* baseline of `top`'s ranking (master/admin_top.c), NULL */
 	struct mworker *workers;  /* n_slots entries */
+	/* The descriptors that wait in every worker's hand-off queue together (handoffq.c):
+	 * at most a quarter of RLIMIT_NOFILE, so that a flood of hand-offs for a worker that
+	 * does not read leaves the master descriptors for its own work. */
+	struct ipcq_fds handoff_fds;
 	/* The short circuit's hand-over channel (worker/handover.c): per slot, a SOCK_DGRAM
 	 * socketpair made before the first fork and kept open for the master's life, so a
 	 * respawned worker reads the same receiving end and every worker keeps sending to

@@ -13,7 +13,7 @@
  * its name: the connection's end takes it out, fdstore.c); a waiting hand-off owns the
  * connection's, which this worker no longer serves. The queue fills the socket only
  * halfway (common/ipcq.h): PONG and READY, sent directly, find room. Bounded
- * (WK_CTLQ_MAX_BYTES): past it a frame is dropped and logged, as is one the socket refuses for another reason
+ * (WK_CTLQ_MAX_BYTES, and a quarter of our descriptors, w->ctlq_fds): past it a frame is dropped and logged, as is one the socket refuses for another reason
  * (the master gone). A stopping worker sends what waits within a budget that leaves the
  * master's grace room for the session-record flush before it (WK_CTLQ_STOP_MS below,
  * wk_ctlq_stop); what is left then is dropped (a waiting hand-off's client sees its
@@ -84,6 +84,8 @@ int wk_ctlq_send(struct worker *w, uint16_t type, const void *payload, size_t le
 				 ipc_type_name(type), strerror(ENOMEM));
 			return -ENOMEM;
 		}
+		w->ctlq_fds.max = ipcq_fd_share();
+		ipcq_set_fds(w->ctlq, &w->ctlq_fds);
 		ev_io_init(&w->ctlq_io, wk_ctlq_write_cb, w->h->ctl_fd, EV_WRITE);
 		w->ctlq_io.data = w;
 	}

@@ -286,6 +286,7 @@ struct worker {
 	struct ipcq *ctlq;
 	ev_io ctlq_io;
 	uint64_t ctlq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
+	struct ipcq_fds ctlq_fds; /* its owned descriptors' bound (a quarter of ours) */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's

@@ -1,5 +1,6 @@
 /* Unit tests for common/ipcq: control frames that find their socket full wait in order and
- * go when it has room; the bound drops (counted); a key cancels a waiting frame; a
+ * go when it has room; the bounds (bytes, descriptors shared by queues) drop (counted); a
+ * key cancels a waiting frame; a
  * descriptor the queue owns is closed once its frame is sent or dropped, a borrowed one
  * never is; the queue leaves half the socket to frames sent directly. Except in
  * test_direct and test_headroom, the socket is filled with IPC_PING frames first, so that
@@ -394,6 +395,63 @@ static void test_headroom(void **state)
 	ipcq_free(q);
 }
 
+/* One descriptor bound shared by two queues: owned descriptors count against it while
+ * they wait (a borrowed one and a frame without one do not); past it an owned one is
+ * dropped (-EMFILE, counted by type, closed); sent or dropped, they give their place
+ * back. */
+static void test_fd_bound(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq_fds fds = { .used = 0, .max = 2 };
+	struct ipcq *q1 = ipcq_new(p->fd[0], BIG, "test", "fds 1");
+	struct ipcq *q2 = ipcq_new(p->fd[0], BIG, "test", "fds 2");
+	struct ipc_handoff h = handoff(1);
+	struct ipc_msg m;
+	int own[4], lent = new_fd(), fd;
+
+	assert_non_null(q1);
+	assert_non_null(q2);
+	ipcq_set_fds(q1, &fds);
+	ipcq_set_fds(q2, &fds);
+	for (int i = 0; i < 4; i++)
+		own[i] = new_fd();
+	fill(p);
+	assert_int_equal(ipcq_send(q1, IPC_TCP_HANDOFF, &h, sizeof(h), own[0], IPCQ_OWN_FD, NULL),
+			 0);
+	assert_int_equal(ipcq_send(q2, IPC_TCP_HANDOFF, &h, sizeof(h), own[1], IPCQ_OWN_FD, NULL),
+			 0);
+	assert_int_equal(fds.used, 2);
+	assert_int_equal(ipcq_send(q1, IPC_TCP_HANDOFF, &h, sizeof(h), own[2], IPCQ_OWN_FD, NULL),
+			 -EMFILE);
+	assert_false(fd_open(own[2]));
+	assert_int_equal(ipcq_dropped(q1, IPC_TCP_HANDOFF), 1);
+	/* Borrowed, or none: not counted. */
+	assert_int_equal(ipcq_send(q1, IPC_FDSTORE, "s1", 2, lent, 0, "s1"), 0);
+	assert_int_equal(ipcq_send(q2, IPC_FDUNSTORE, "u1", 2, -1, IPCQ_OWN_FD, NULL), 0);
+	assert_int_equal(fds.used, 2);
+	assert_int_equal(ipcq_waiting(q1) + ipcq_waiting(q2), 4);
+	/* q2 dropped (closed): its place is free for q1. */
+	ipcq_free(q2);
+	assert_false(fd_open(own[1]));
+	assert_int_equal(fds.used, 1);
+	assert_int_equal(ipcq_send(q1, IPC_TCP_HANDOFF, &h, sizeof(h), own[3], IPCQ_OWN_FD, NULL),
+			 0);
+	assert_int_equal(fds.used, 2);
+	/* Sent: none left. */
+	drain_pings(p, q1, &m);
+	assert_int_equal(fds.used, 0);
+	for (int i = 0; i < 3; i++) {
+		next(p, &m, &fd);
+		assert_int_not_equal(m.hdr.type, IPC_FDUNSTORE);
+		close(fd);
+	}
+	/* q2's pings were q1's filler too: what q2 had queued is gone with it. */
+	expect_nothing(p, &m);
+	assert_int_equal(ipcq_dropped(q1, 0), 1);
+	ipcq_free(q1);
+	close(lent);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +462,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_free_drops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_peer_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headroom, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fd_bound, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
