@@ -42,6 +42,7 @@ struct ipcq {
 	 * buffer, the rest left to the frames sent directly. SIZE_MAX: no such limit. */
 	size_t fill;
 	struct ipcq_fds *fds; /* the owned descriptors' bound, or NULL */
+	uint64_t (*now_ms)(void);
 	void *keys; /* tsearch tree of the keyed frames that wait */
 	/* Drops by type: in all, since the last line, the last line's time (mono ms, 0:
 	 * none yet) and the last reason (a negative errno). */
@@ -83,16 +84,17 @@ static const char *why_str(int why)
 }
 
 /* One [warn] line per type with drops not logged yet, once IPCQ_REPORT_MS has passed
- * since its last (or always: force). */
-static void report(struct ipcq *q, bool force)
+ * since its last (or always: force). Returns the lines logged. */
+static size_t report(struct ipcq *q, bool force)
 {
 	uint64_t now = 0;
+	size_t lines = 0;
 
 	for (uint16_t t = 0; t < IPC_TYPE_END; t++) {
 		if (q->unreported[t] == 0)
 			continue;
 		if (now == 0)
-			now = mono_ms() | 1; /* never 0: 0 means no line yet */
+			now = q->now_ms() | 1; /* never 0: 0 means no line yet */
 		if (!force && q->reported_ms[t] != 0 && now - q->reported_ms[t] < IPCQ_REPORT_MS)
 			continue;
 		log_warn(q->scope, "%s: %llu %s frame%s dropped (%s), %llu in all", q->name,
@@ -101,7 +103,9 @@ static void report(struct ipcq *q, bool force)
 			 (unsigned long long)q->dropped[t]);
 		q->unreported[t] = 0;
 		q->reported_ms[t] = now;
+		lines++;
 	}
+	return lines;
 }
 
 static void count_drop(struct ipcq *q, uint16_t type, int why)
@@ -166,6 +170,7 @@ struct ipcq *ipcq_new(int sock, size_t max_bytes, const char *scope, const char 
 	q->fill = SIZE_MAX;
 	if (getsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf > 0)
 		q->fill = (size_t)sndbuf / IPCQ_FILL_SHARE;
+	q->now_ms = mono_ms;
 	TAILQ_INIT(&q->q);
 	snprintf(q->scope, sizeof(q->scope), "%s", scope);
 	snprintf(q->name, sizeof(q->name), "%s", name);
@@ -312,6 +317,11 @@ uint64_t ipcq_dropped(const struct ipcq *q, uint16_t type)
 	return n;
 }
 
+size_t ipcq_report(struct ipcq *q)
+{
+	return report(ipcq_checked(q), false);
+}
+
 void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds)
 {
 	(void)ipcq_checked(q);
@@ -328,4 +338,9 @@ size_t ipcq_fd_share(void)
 	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 4 > SIZE_MAX)
 		return SIZE_MAX;
 	return (size_t)(rl.rlim_cur / 4);
+}
+
+void ipcq_set_clock(struct ipcq *q, uint64_t (*now_ms)(void))
+{
+	ipcq_checked(q)->now_ms = now_ms;
 }

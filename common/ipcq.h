@@ -29,7 +29,8 @@
  * gone). Drops are counted
  * per frame type and logged as [warn] lines under the queue's scope and name, at most one
  * a type every IPCQ_REPORT_MS (the first at once), with the counts since the last line
- * and in all; ipcq_free() logs what is left to say. Either process may use it; one queue
+ * and in all; ipcq_report() logs those held back once their time has come (the caller's
+ * periodic timer), ipcq_free() all that are left. Either process may use it; one queue
  * per socket and direction, used by one thread. */
 #ifndef TG_COMMON_IPCQ_H
 #define TG_COMMON_IPCQ_H
@@ -89,6 +90,10 @@ size_t ipcq_waiting(const struct ipcq *q);
 /* Frames of type dropped so far (every type: type 0). */
 uint64_t ipcq_dropped(const struct ipcq *q, uint16_t type);
 
+/* Logs the drops held back by IPCQ_REPORT_MS whose time has come (call it from a periodic
+ * timer, so a count is not held until the next drop). Returns the [warn] lines logged. */
+size_t ipcq_report(struct ipcq *q);
+
 /* Bounds the descriptors that q's waiting frames own by fds (not owned; it outlives q),
  * which other queues may share; NULL: no bound. Before anything waits in q. */
 void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds);
@@ -96,5 +101,8 @@ void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds);
 /* A share of this process's descriptors for ipcq_fds.max: a quarter of RLIMIT_NOFILE's
  * soft limit (SIZE_MAX when unlimited, 0 when unknown). */
 size_t ipcq_fd_share(void);
+
+/* Tests: the clock of the drop lines' rate (milliseconds; mono_ms by default). */
+void ipcq_set_clock(struct ipcq *q, uint64_t (*now_ms)(void));
 
 #endif

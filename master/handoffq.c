@@ -80,3 +80,12 @@ void handoffq_close(struct mworker *w)
 	ipcq_free(w->handoffq); /* logs what it drops, by type */
 	w->handoffq = NULL;
 }
+
+void handoffq_tick(struct master *m)
+{
+	if (m->workers == NULL)
+		return;
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (m->workers[i].handoffq != NULL)
+			(void)ipcq_report(m->workers[i].handoffq);
+}

@@ -321,6 +321,9 @@ int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t 
  * queue owns closed (a waiting hand-off's client sees its connection close). Called by
  * the control socket's close; safe when nothing waits. */
 void handoffq_close(struct mworker *w);
+/* From the master's tick: logs the drops of every hand-off queue held back by the drop
+ * lines' rate (common/ipcq.h, ipcq_report). */
+void handoffq_tick(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */
 

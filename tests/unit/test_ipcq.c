@@ -1,6 +1,6 @@
 /* Unit tests for common/ipcq: control frames that find their socket full wait in order and
- * go when it has room; the bounds (bytes, descriptors shared by queues) drop (counted); a
- * key cancels a waiting frame; a
+ * go when it has room; the bounds (bytes, descriptors shared by queues) drop, counted and
+ * logged, also later from ipcq_report(); a key cancels a waiting frame; a
  * descriptor the queue owns is closed once its frame is sent or dropped, a borrowed one
  * never is; the queue leaves half the socket to frames sent directly. Except in
  * test_direct and test_headroom, the socket is filled with IPC_PING frames first, so that
@@ -452,6 +452,43 @@ static void test_fd_bound(void **state)
 	close(lent);
 }
 
+static uint64_t fake_ms;
+
+static uint64_t fake_clock(void)
+{
+	return fake_ms;
+}
+
+/* Drops are logged at once the first time, then at most once every IPCQ_REPORT_MS per
+ * type: ipcq_report() logs what was held back once that time has come, without another
+ * drop, and nothing when there is nothing new. */
+static void test_report(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], 0, "test", "report"); /* every frame that waits
+								    * is dropped */
+
+	assert_non_null(q);
+	fake_ms = 1000000;
+	ipcq_set_clock(q, fake_clock);
+	fill(p);
+	assert_int_equal(ipcq_report(q), 0);
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u1", 2, -1, 0, NULL), -ENOBUFS); /* logged */
+	assert_int_equal(ipcq_report(q), 0);
+	fake_ms += 1;
+	assert_int_equal(ipcq_send(q, IPC_FDUNSTORE, "u2", 2, -1, 0, NULL), -ENOBUFS); /* held */
+	assert_int_equal(ipcq_send(q, IPC_LOGLEVEL, "x", 1, -1, 0, NULL), -ENOBUFS);   /* logged */
+	fake_ms += IPCQ_REPORT_MS / 2;
+	assert_int_equal(ipcq_report(q), 0);
+	fake_ms += IPCQ_REPORT_MS / 2;
+	assert_int_equal(ipcq_report(q), 1); /* u2's, 10 s after the first */
+	assert_int_equal(ipcq_report(q), 0);
+	fake_ms += IPCQ_REPORT_MS;
+	assert_int_equal(ipcq_report(q), 0);
+	assert_int_equal(ipcq_dropped(q, 0), 3);
+	ipcq_free(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -463,6 +500,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_peer_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headroom, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fd_bound, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_report, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
