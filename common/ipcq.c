@@ -26,6 +26,7 @@ struct ipcq_frame {
 	TAILQ_ENTRY(ipcq_frame) link;
 	uint16_t type;
 	bool own_fd;
+	bool shut; /* IPCQ_SHUT_ON_DROP */
 	int fd;      /* -1: none */
 	size_t len;  /* payload bytes at data */
 	size_t cost; /* in the bound */
@@ -117,10 +118,16 @@ static void count_drop(struct ipcq *q, uint16_t type, int why)
 	q->why[t] = why;
 }
 
-static void close_own(bool own, int fd)
+/* Closes an owned descriptor; one whose frame was not sent is shut down first when asked
+ * (a socket another process holds a copy of, systemd's fd store, would not end with our
+ * close: its client would wait for a FIN that never comes). */
+static void close_own(bool own, int fd, bool shut)
 {
-	if (own && fd >= 0)
-		close(fd);
+	if (!own || fd < 0)
+		return;
+	if (shut)
+		(void)shutdown(fd, SHUT_RDWR);
+	close(fd);
 }
 
 static bool costs_fd(const struct ipcq_frame *f)
@@ -128,8 +135,9 @@ static bool costs_fd(const struct ipcq_frame *f)
 	return f->own_fd && f->fd >= 0;
 }
 
-/* Takes f out of the queue and frees it (its descriptor closed when the queue owns it). */
-static void unlink_frame(struct ipcq *q, struct ipcq_frame *f)
+/* Takes f out of the queue and frees it (its descriptor closed when the queue owns it,
+ * shut down first when it was not sent and f asks for that). */
+static void unlink_frame(struct ipcq *q, struct ipcq_frame *f, bool sent)
 {
 	TAILQ_REMOVE(&q->q, f, link);
 	q->n--;
@@ -138,7 +146,7 @@ static void unlink_frame(struct ipcq *q, struct ipcq_frame *f)
 		q->fds->used--;
 	if (f->key != NULL)
 		(void)tdelete(f, &q->keys, key_cmp);
-	close_own(f->own_fd, f->fd);
+	close_own(f->own_fd, f->fd, f->shut && !sent);
 	free(f);
 }
 
@@ -186,7 +194,7 @@ void ipcq_free(struct ipcq *q)
 	(void)ipcq_checked(q);
 	while ((f = TAILQ_FIRST(&q->q)) != NULL) {
 		count_drop(q, f->type, IPCQ_E_CLOSED);
-		unlink_frame(q, f);
+		unlink_frame(q, f, false);
 	}
 	report(q, true);
 	q->magic = 0;
@@ -194,9 +202,10 @@ void ipcq_free(struct ipcq *q)
 }
 
 /* Queues a frame behind what waits. */
-static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd, bool own,
-		const char *key)
+static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd,
+		unsigned flags, const char *key)
 {
+	bool own = (flags & IPCQ_OWN_FD) != 0, shut = (flags & IPCQ_SHUT_ON_DROP) != 0;
 	size_t klen = key != NULL ? strlen(key) + 1 : 0, cost = IPCQ_FRAME_COST + len + klen;
 	struct ipcq_frame *f;
 	int rc = -ENOMEM;
@@ -205,7 +214,7 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 		struct ipcq_frame probe = { .key = (char *)(uintptr_t)key };
 
 		if (tfind(&probe, &q->keys, key_cmp) != NULL) {
-			close_own(own, fd);
+			close_own(own, fd, shut);
 			return -EEXIST;
 		}
 	}
@@ -222,6 +231,7 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 		goto fail;
 	f->type = type;
 	f->own_fd = own;
+	f->shut = shut;
 	f->fd = fd;
 	f->len = len;
 	f->cost = cost;
@@ -244,7 +254,7 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 	return 0;
 fail:
 	count_drop(q, type, rc);
-	close_own(own, fd);
+	close_own(own, fd, shut);
 	report(q, false);
 	return rc;
 }
@@ -264,11 +274,11 @@ int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, in
 				count_drop(q, type, rc);
 				report(q, false);
 			}
-			close_own(own, fd);
+			close_own(own, fd, rc < 0 && (flags & IPCQ_SHUT_ON_DROP) != 0);
 			return rc;
 		}
 	}
-	return push(q, type, payload, len, fd, own, key);
+	return push(q, type, payload, len, fd, flags, key);
 }
 
 size_t ipcq_flush(struct ipcq *q)
@@ -283,7 +293,7 @@ size_t ipcq_flush(struct ipcq *q)
 			break;
 		if (rc < 0)
 			count_drop(q, f->type, rc); /* the peer gone: nothing reads any more */
-		unlink_frame(q, f);
+		unlink_frame(q, f, rc == 0);
 	}
 	report(q, false);
 	return q->n;
@@ -297,7 +307,7 @@ bool ipcq_cancel(struct ipcq *q, const char *key)
 	(void)ipcq_checked(q);
 	if (q->keys == NULL || (found = tfind(&probe, &q->keys, key_cmp)) == NULL)
 		return false;
-	unlink_frame(q, *(struct ipcq_frame **)found);
+	unlink_frame(q, *(struct ipcq_frame **)found, false);
 	return true;
 }
 

@@ -23,15 +23,15 @@
  * is what ipcq_send() and ipcq_flush() wait for.
  *
  * Bounded: what waits may cost at most max_bytes (each frame its payload, its key and
- * IPCQ_FRAME_COST for its bookkeeping), and the descriptors it owns at most an ipcq_fds
- * bound (ipcq_set_fds()), which several queues may share. A frame that would pass either
- * bound is dropped, as is one the socket refuses for another reason than room (the peer
- * gone). Drops are counted
- * per frame type and logged as [warn] lines under the queue's scope and name, at most one
- * a type every IPCQ_REPORT_MS (the first at once), with the counts since the last line
- * and in all; ipcq_report() logs those held back once their time has come (the caller's
- * periodic timer), ipcq_free() all that are left. Either process may use it; one queue
- * per socket and direction, used by one thread. */
+ * IPCQ_FRAME_COST for its bookkeeping), and the
+ * descriptors it owns at most an ipcq_fds bound (ipcq_set_fds()), which several queues
+ * may share. A frame that would pass either bound is dropped, as is one the socket
+ * refuses for another reason than room (the peer gone). Drops are counted per frame type
+ * and logged as [warn] lines under the queue's scope and name, at most one a type every
+ * IPCQ_REPORT_MS (the first at once), with the counts since the last line and in all;
+ * ipcq_report() logs those held back once their time has come (the caller's periodic
+ * timer), ipcq_free() all that are left. Either process may use it; one queue per socket
+ * and direction, used by one thread. */
 #ifndef TG_COMMON_IPCQ_H
 #define TG_COMMON_IPCQ_H
 
@@ -47,6 +47,10 @@
 #define IPCQ_FILL_SHARE 2u
 /* ipcq_send(): the queue owns fd from the call on. */
 #define IPCQ_OWN_FD 1u
+/* ipcq_send() with IPCQ_OWN_FD: a socket the queue drops unsent (a bound, the peer gone,
+ * cancel, free) is shut down (SHUT_RDWR) before it is closed, so its client sees the
+ * end even where another process holds a copy (systemd's fd store). */
+#define IPCQ_SHUT_ON_DROP 2u
 
 /* A bound on the descriptors that waiting frames own, shared by the queues given it
  * (ipcq_set_fds()): used counts them, max is set by the caller. */
@@ -67,7 +71,7 @@ void ipcq_free(struct ipcq *q);
 
 /* Sends one frame as ipc_send() does (payload, len, fd -1 for none) when nothing waits and
  * the socket has room; else queues it behind what waits (payload and key copied). key:
- * NULL, or a name for ipcq_cancel(). flags: IPCQ_OWN_FD or 0.
+ * NULL, or a name for ipcq_cancel(). flags: IPCQ_OWN_FD, IPCQ_SHUT_ON_DROP, or 0.
  * Returns 0 (sent, or waiting: see ipcq_waiting()); -EEXIST when a frame with that key
  * waits already (this one is not queued: the first one stands); -ENOBUFS when it would
  * pass the byte bound, -EMFILE the descriptor bound, -ENOMEM when there is no memory to

@@ -10,7 +10,9 @@
  * master sends it directly (PING, LOGLEVEL, DRAIN, STOP, ...) still find room during a
  * flood of hand-offs, and together hold at most m->handoff_fds descriptors, a quarter of
  * the master's: a client may send a ConnectionBind for another worker's connection before
- * it authenticates, so unauthenticated clients can fill these queues. */
+ * it authenticates, so unauthenticated clients can fill these queues. A hand-off dropped
+ * unsent is shut down before it is closed (IPCQ_SHUT_ON_DROP): the worker that sent it
+ * may have left a copy in systemd's fd store. */
 #include "config.h"
 
 #include "master/master.h"
@@ -18,6 +20,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/ipc.h"
@@ -61,13 +64,15 @@ int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t 
 	}
 	if (w->handoffq == NULL) {
 		rc = w->ctl_fd < 0 ? -ESRCH : -ENOMEM;
-		if ((flags & IPCQ_OWN_FD) && fd >= 0)
+		if ((flags & IPCQ_OWN_FD) && fd >= 0) {
+			(void)shutdown(fd, SHUT_RDWR);
 			close(fd);
+		}
 		log_warn("master", "worker %u: %s frame dropped: %s", w->slot, ipc_type_name(type),
 			 strerror(-rc));
 		return rc;
 	}
-	rc = ipcq_send(w->handoffq, type, payload, len, fd, flags, NULL);
+	rc = ipcq_send(w->handoffq, type, payload, len, fd, flags | IPCQ_SHUT_ON_DROP, NULL);
 	handoffq_watch(w);
 	return rc;
 }

@@ -11,7 +11,8 @@
  * FDSTORE a call that does not survive a crash, a lost hand-off a data connection that
  * closes under its client. A waiting FDSTORE borrows the connection's descriptor (keyed by
  * its name: the connection's end takes it out, fdstore.c); a waiting hand-off owns the
- * connection's, which this worker no longer serves. The queue fills the socket only
+ * connection's, which this worker no longer serves (shut down if it is dropped unsent:
+ * the fd store may hold a copy, IPCQ_SHUT_ON_DROP). The queue fills the socket only
  * halfway (common/ipcq.h): PONG and READY, sent directly, find room. Bounded
  * (WK_CTLQ_MAX_BYTES, and a quarter of our descriptors, w->ctlq_fds): past it a frame is
  * dropped and logged, as is one the socket refuses for another reason (the master
@@ -27,6 +28,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/ipcq.h"
@@ -80,8 +82,11 @@ int wk_ctlq_send(struct worker *w, uint16_t type, const void *payload, size_t le
 		snprintf(name, sizeof(name), "slot %u to the master", w->slot);
 		w->ctlq = ipcq_new(w->h->ctl_fd, WK_CTLQ_MAX_BYTES, "worker", name);
 		if (w->ctlq == NULL) {
-			if ((flags & IPCQ_OWN_FD) && fd >= 0)
+			if ((flags & IPCQ_OWN_FD) && fd >= 0) {
+				if (flags & IPCQ_SHUT_ON_DROP)
+					(void)shutdown(fd, SHUT_RDWR);
 				close(fd);
+			}
 			log_warn("worker", "slot %u: %s frame dropped: %s", w->slot,
 				 ipc_type_name(type), strerror(ENOMEM));
 			return -ENOMEM;

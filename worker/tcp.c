@@ -273,7 +273,8 @@ static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
 			log_debug("worker", "listener %s: TCP connection for slot %u dropped",
 				  c->l->name, h->slot);
 		else
-			(void)wk_ctlq_send(w, IPC_TCP_HANDOFF, h, sizeof(*h), fd, IPCQ_OWN_FD, NULL);
+			(void)wk_ctlq_send(w, IPC_TCP_HANDOFF, h, sizeof(*h), fd,
+					   IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP, NULL);
 	}
 	free(h);
 	wk_tconn_close(w, c);

@@ -1,10 +1,10 @@
 /* Unit tests for common/ipcq: control frames that find their socket full wait in order and
- * go when it has room; the bounds (bytes, descriptors shared by queues) drop, counted and
- * logged, also later from ipcq_report(); a key cancels a waiting frame; a
- * descriptor the queue owns is closed once its frame is sent or dropped, a borrowed one
- * never is; the queue leaves half the socket to frames sent directly. Except in
- * test_direct and test_headroom, the socket is filled with IPC_PING frames first, so that
- * every frame under test has to wait. */
+ * go when it has room; the queue leaves half the socket to frames sent directly; the
+ * bounds (bytes, descriptors shared by queues) drop, counted and logged, also later from
+ * ipcq_report(); a key cancels a waiting frame; a descriptor the queue owns is closed once
+ * its frame is sent or dropped (shut down first when dropped, if asked), a borrowed one
+ * never is. Except in test_direct and test_headroom, the socket is filled with IPC_PING
+ * frames first, so that every frame under test has to wait. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -489,6 +489,78 @@ static void test_report(void **state)
 	ipcq_free(q);
 }
 
+/* A connected stream socket to hand over (*peer: its other end) and a copy of it, as the
+ * fd store keeps one: closing the handed end alone does not end the connection. */
+static int new_conn(int *peer, int *copy)
+{
+	int sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	*peer = sv[1];
+	*copy = dup(sv[0]);
+	assert_true(*copy >= 0);
+	return sv[0];
+}
+
+static bool sees_eof(int peer)
+{
+	char c;
+
+	return recv(peer, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+/* IPCQ_SHUT_ON_DROP: an owned socket dropped unsent (the bound, cancel, free) is shut
+ * down, so its peer sees the end although a copy stays open; one that was sent is not
+ * (the receiver's copy serves it); without the flag a drop only closes it. */
+static void test_shut_on_drop(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_handoff h = handoff(1);
+	size_t one = IPCQ_FRAME_COST + sizeof(h) + 3;
+	struct ipcq *q = ipcq_new(p->fd[0], 2 * one, "test", "shut");
+	struct ipc_msg m;
+	int peer[5], copy[5], s[5], fd;
+	unsigned shut = IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP;
+
+	assert_non_null(q);
+	for (int i = 0; i < 5; i++)
+		s[i] = new_conn(&peer[i], &copy[i]);
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[0], shut, "k0"), 0);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[1], shut, "k1"), 0);
+	/* Past the bound: dropped, shut down; without the flag only closed. */
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[2], shut, NULL), -ENOBUFS);
+	assert_true(sees_eof(peer[2]));
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[3], IPCQ_OWN_FD, NULL),
+			 -ENOBUFS);
+	assert_false(sees_eof(peer[3]));
+	/* Cancelled: shut down. */
+	assert_true(ipcq_cancel(q, "k0"));
+	assert_true(sees_eof(peer[0]));
+	/* Sent: not shut down, the receiver's copy works. */
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[4], shut, NULL), 0);
+	drain_pings(p, q, &m);
+	next(p, &m, &fd); /* s[1] */
+	close(fd);
+	next(p, &m, &fd); /* s[4] */
+	assert_false(sees_eof(peer[4]));
+	assert_int_equal(send(fd, "x", 1, 0), 1);
+	close(fd);
+	/* Dropped at free: shut down. */
+	fill(p);
+	s[1] = new_conn(&fd, &copy[1]);
+	close(peer[1]);
+	peer[1] = fd;
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[1], shut, NULL), 0);
+	assert_false(sees_eof(peer[1]));
+	ipcq_free(q);
+	assert_true(sees_eof(peer[1]));
+	for (int i = 0; i < 5; i++) {
+		close(peer[i]);
+		close(copy[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -501,6 +573,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_headroom, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fd_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_report, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shut_on_drop, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
