@@ -22,8 +22,8 @@
  * otherwise find the socket full for as long as frames wait here. Room in that sense
  * is what ipcq_send() and ipcq_flush() wait for.
  *
- * Bounded: what waits may cost at most max_bytes (each frame its payload, its key and
- * IPCQ_FRAME_COST for its bookkeeping), and the
+ * Bounded: what waits may cost about max_bytes (each frame its payload, its key and
+ * IPCQ_FRAME_COST, an estimate of malloc's and the search tree's overhead), and the
  * descriptors it owns at most an ipcq_fds bound (ipcq_set_fds()), which several queues
  * may share. A frame that would pass either bound is dropped, as is one the socket
  * refuses for another reason than room (the peer gone). Drops are counted per frame type

@@ -24,7 +24,8 @@ was closed then), and once it runs again every ConnectionBind is answered with s
 and bytes go both ways on every pair. The descriptors of the process that keeps the
 waiting connections (the other worker, the master) show that the queue was used. While
 the owner is stopped, a drain sent then must still reach it (the queue leaves room on
-the socket for the frames the master sends directly).
+the socket for the frames the master sends directly), and when the owner is killed
+instead, the master's queue for it must go, descriptors and all.
 
 In a network namespace of its own (root). Every wait is bounded; the only pause is the
 one that lets the stopped side's peer settle (nothing changes for 1 s, at most 30 s),
@@ -48,6 +49,9 @@ RELAY = (28750, 28759)
 LIMITS = {"user_quota": 0, "unauth_burst": 1000000, "unauth_rate": 1000000,
           "source_connections": 0, "prefix_connections": 0, "tcp_connections": 4096}
 BATCH = 50     # peer connections at a time: the relay socket's listen backlog is 64
+# An IPC_TCP_HANDOFF frame's payload is more than this (struct ipc_handoff: 2 KiB of data
+# and more): a control socket holds at most wmem_default / HANDOFF_BYTES of them.
+HANDOFF_BYTES = 2048
 
 
 def setup():
@@ -192,25 +196,68 @@ def owner_got_drain(ctl):
     print("the drain sent while hand-offs waited reached the owner (Connect: 403)")
 
 
+def socket_too_big(n):
+    """A reason to skip when about half of n hand-offs could fit one control socket with
+    room to spare (a large net.core.wmem_default): then nothing would wait and the test
+    would prove nothing. None when they cannot."""
+    with open("/proc/sys/net/core/wmem_default") as f:
+        wmem = int(f.read())
+    holds = wmem // HANDOFF_BYTES
+    if holds * 3 < n:
+        return None
+    return ("net.core.wmem_default %d: a control socket holds up to %d hand-offs, too many "
+            "for %d ConnectionBinds to fill it" % (wmem, holds, n))
+
+
+class Scene:
+    """The daemon, alice's TCP allocation (owner: its worker's slot) with a permission for
+    127.0.0.1, and n peers connected to its relayed address (pairs: peer socket,
+    CONNECTION-ID); binds, once made, the data connections. close() ends it all and
+    returns the daemon's exit status."""
+
+    def __init__(self, d, n):
+        self.daemon, self.port = start(d)
+        self.pairs, self.binds = [], None
+        try:
+            self.ctl = StreamClient(self.port, user="alice")
+            r = self.ctl.allocate_tcp()
+            self.relayed = parse_xor_addr(r[3][A_RELAYED][0], r[2])
+            a = self.ctl.record(self.daemon)
+            check(a is not None, "no allocation listed")
+            self.owner = a["worker"]
+            check(A_ERROR not in self.ctl.perm("127.0.0.1")[3], "CreatePermission failed")
+            self.pairs = peer_connections(self.ctl, self.relayed, n)
+        except BaseException:
+            self.close()
+            raise
+
+    def bind_all(self):
+        self.binds = Binds(self.port, self.ctl, [cid for _, cid in self.pairs])
+        return self.binds
+
+    def close(self):
+        if self.binds is not None:
+            self.binds.close()
+        for peer, _ in self.pairs:
+            peer.close()
+        return self.daemon.stop()
+
+
 def burst(d, n, stop_owner):
     """n binds while the master (stop_owner False) or the owner worker is stopped."""
-    daemon, port = start(d)
-    pairs, binds = [], None
+    why = socket_too_big(n)
+    if why is not None:
+        print("skipped: " + why)
+        return
+    sc = Scene(d, n)
+    daemon = sc.daemon
     try:
-        ctl = StreamClient(port, user="alice")
-        r = ctl.allocate_tcp()
-        relayed = parse_xor_addr(r[3][A_RELAYED][0], r[2])
-        a = ctl.record(daemon)
-        check(a is not None, "no allocation listed")
-        owner = a["worker"]
-        check(A_ERROR not in ctl.perm("127.0.0.1")[3], "CreatePermission failed")
-        pairs = peer_connections(ctl, relayed, n)
-        stopped = worker_pid(daemon, owner) if stop_owner else daemon.proc.pid
-        keeper = daemon.proc.pid if stop_owner else worker_pid(daemon, 1 - owner)
+        stopped = worker_pid(daemon, sc.owner) if stop_owner else daemon.proc.pid
+        keeper = daemon.proc.pid if stop_owner else worker_pid(daemon, 1 - sc.owner)
         before = fds_of(keeper)
         os.kill(stopped, signal.SIGSTOP)
         try:
-            binds = Binds(port, ctl, [cid for _, cid in pairs])
+            binds = sc.bind_all()
             binds.settle(lambda: fds_of(keeper))
             waiting = fds_of(keeper) - before
             closed, answered = binds.count("eof"), binds.count("ok")
@@ -234,17 +281,13 @@ def burst(d, n, stop_owner):
         check(ok == n, "%d of %d ConnectionBinds failed: %r" % (n - ok, n, bad[:5]))
         check(waiting > 0, "no hand-off waited in %s: the burst did not fill the control "
               "socket" % ("the master" if stop_owner else "the other worker"))
-        relay_both_ways(pairs, binds)
+        relay_both_ways(sc.pairs, binds)
         print("%d pairs relay both ways" % n)
         if stop_owner:
-            owner_got_drain(ctl)
-        ctl.close()
+            owner_got_drain(sc.ctl)
+        sc.ctl.close()
     finally:
-        if binds is not None:
-            binds.close()
-        for peer, _ in pairs:
-            peer.close()
-        rc = daemon.stop()
+        rc = sc.close()
     check(rc == 0, "exit status %r" % rc)
 
 
@@ -257,6 +300,44 @@ def test_owner_busy(d):
     burst(d, 600, stop_owner=True)
 
 
+def test_owner_dies(d):
+    """The owner is killed while hand-offs wait for it in the master: the master's queue
+    goes with its control socket, every waiting descriptor closed (the master's count back
+    where it was), and each of those clients sees its data connection end."""
+    n = 600
+    why = socket_too_big(n)
+    if why is not None:
+        print("skipped: " + why)
+        return
+    sc = Scene(d, n)
+    sc.daemon.allowed_deaths = 1   # the kill below
+    try:
+        owner = worker_pid(sc.daemon, sc.owner)
+        master = sc.daemon.proc.pid
+        before = fds_of(master)
+        os.kill(owner, signal.SIGSTOP)
+        binds = sc.bind_all()
+        binds.settle(lambda: fds_of(master))
+        waiting = fds_of(master) - before
+        os.kill(owner, signal.SIGKILL)
+        os.kill(owner, signal.SIGCONT)
+        wait_for(binds.done, "every ConnectionBind answered or closed", timeout=60)
+        wait_for(lambda: fds_of(master) <= before, "the master's descriptors back to %d "
+                 "(now %d)" % (before, fds_of(master)), timeout=30)
+        eof = binds.count("eof")
+        print("%d ConnectionBinds, the owner killed with %d waiting in the master: %d data "
+              "connections closed, %d answered, master descriptors back to %d"
+              % (n, waiting, eof, n - eof, fds_of(master)))
+        check(waiting > 0, "no hand-off waited in the master")
+        check(eof >= waiting, "%d waited in the master but only %d clients saw their "
+              "connection end" % (waiting, eof))
+        check(binds.count("ok") == 0, "a ConnectionBind succeeded with its owner dead")
+        sc.ctl.close()
+    finally:
+        rc = sc.close()
+    check(rc == 0, "exit status %r" % rc)
+
+
 if __name__ == "__main__":
-    run_tests_as_root([test_master_busy, test_owner_busy],
+    run_tests_as_root([test_master_busy, test_owner_busy, test_owner_dies],
                       "a network namespace of its own", setup)
