@@ -118,16 +118,21 @@ static void count_drop(struct ipcq *q, uint16_t type, int why)
 	q->why[t] = why;
 }
 
-/* Closes an owned descriptor; one whose frame was not sent is shut down first when asked
- * (a socket another process holds a copy of, systemd's fd store, would not end with our
- * close: its client would wait for a FIN that never comes). */
-static void close_own(bool own, int fd, bool shut)
+void ipcq_drop_fd(int fd, unsigned flags)
 {
-	if (!own || fd < 0)
+	/* A socket another process holds a copy of (systemd's fd store) would not end with
+	 * our close: its client would wait for a FIN that never comes. */
+	if ((flags & IPCQ_OWN_FD) == 0 || fd < 0)
 		return;
-	if (shut)
+	if (flags & IPCQ_SHUT_ON_DROP)
 		(void)shutdown(fd, SHUT_RDWR);
 	close(fd);
+}
+
+/* The flags that drop f's descriptor unsent (ipcq_drop_fd), or close it once it is sent. */
+static unsigned fd_flags(const struct ipcq_frame *f, bool sent)
+{
+	return (f->own_fd ? IPCQ_OWN_FD : 0u) | (f->shut && !sent ? IPCQ_SHUT_ON_DROP : 0u);
 }
 
 static bool costs_fd(const struct ipcq_frame *f)
@@ -146,7 +151,7 @@ static void unlink_frame(struct ipcq *q, struct ipcq_frame *f, bool sent)
 		q->fds->used--;
 	if (f->key != NULL)
 		(void)tdelete(f, &q->keys, key_cmp);
-	close_own(f->own_fd, f->fd, f->shut && !sent);
+	ipcq_drop_fd(f->fd, fd_flags(f, sent));
 	free(f);
 }
 
@@ -214,7 +219,7 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 		struct ipcq_frame probe = { .key = (char *)(uintptr_t)key };
 
 		if (tfind(&probe, &q->keys, key_cmp) != NULL) {
-			close_own(own, fd, shut);
+			ipcq_drop_fd(fd, flags);
 			return -EEXIST;
 		}
 	}
@@ -254,7 +259,7 @@ static int push(struct ipcq *q, uint16_t type, const void *payload, size_t len, 
 	return 0;
 fail:
 	count_drop(q, type, rc);
-	close_own(own, fd, shut);
+	ipcq_drop_fd(fd, flags);
 	report(q, false);
 	return rc;
 }
@@ -262,7 +267,6 @@ fail:
 int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, int fd,
 	      unsigned flags, const char *key)
 {
-	bool own = (flags & IPCQ_OWN_FD) != 0;
 	int rc;
 
 	(void)ipcq_checked(q);
@@ -274,7 +278,7 @@ int ipcq_send(struct ipcq *q, uint16_t type, const void *payload, size_t len, in
 				count_drop(q, type, rc);
 				report(q, false);
 			}
-			close_own(own, fd, rc < 0 && (flags & IPCQ_SHUT_ON_DROP) != 0);
+			ipcq_drop_fd(fd, rc < 0 ? flags : flags & ~IPCQ_SHUT_ON_DROP);
 			return rc;
 		}
 	}
@@ -337,6 +341,23 @@ void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds)
 	(void)ipcq_checked(q);
 	assert(q->n == 0);
 	q->fds = fds;
+}
+
+void ipcq_lost(struct ipcq_lost *lost, const char *scope, const char *name, uint16_t type, int fd,
+	       unsigned flags, int why)
+{
+	uint64_t now = mono_ms() | 1; /* never 0: 0 means no line yet */
+
+	ipcq_drop_fd(fd, flags);
+	lost->dropped++;
+	lost->unreported++;
+	if (lost->reported_ms != 0 && now - lost->reported_ms < IPCQ_REPORT_MS)
+		return;
+	log_warn(scope, "%s: %llu frame%s dropped unqueued (last: %s, %s), %llu in all", name,
+		 (unsigned long long)lost->unreported, lost->unreported == 1 ? "" : "s",
+		 ipc_type_name(type), strerror(-why), (unsigned long long)lost->dropped);
+	lost->unreported = 0;
+	lost->reported_ms = now;
 }
 
 size_t ipcq_fd_share(void)

@@ -102,6 +102,24 @@ size_t ipcq_report(struct ipcq *q);
  * which other queues may share; NULL: no bound. Before anything waits in q. */
 void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds);
 
+/* Drops a frame's descriptor as a queue does: with IPCQ_OWN_FD in flags it is closed, shut
+ * down first with IPCQ_SHUT_ON_DROP; a borrowed one (no IPCQ_OWN_FD) or fd -1: nothing.
+ * For the callers that drop a frame before it reaches a queue. */
+void ipcq_drop_fd(int fd, unsigned flags);
+
+/* The frames dropped where there was no queue to count them (none could be made: out of
+ * memory), for ipcq_lost(). Zero-initialised. */
+struct ipcq_lost {
+	uint64_t dropped, unreported, reported_ms;
+};
+
+/* Drops a frame of type that never reached a queue: its descriptor as ipcq_drop_fd(fd,
+ * flags) does, counted in *lost and logged as a [warn] line under scope and name (why: a
+ * negative errno) at most every IPCQ_REPORT_MS (the first at once), with the count since
+ * the last line and in all. */
+void ipcq_lost(struct ipcq_lost *lost, const char *scope, const char *name, uint16_t type, int fd,
+	       unsigned flags, int why);
+
 /* A share of this process's descriptors for ipcq_fds.max: a quarter of RLIMIT_NOFILE's
  * soft limit (SIZE_MAX when unlimited, 0 when unknown). */
 size_t ipcq_fd_share(void);

@@ -19,9 +19,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "common/ipc.h"
 #include "common/ipcq.h"
@@ -50,31 +47,41 @@ int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t 
 {
 	int rc;
 
-	if (w->handoffq == NULL && w->ctl_fd >= 0) {
+	flags |= IPCQ_SHUT_ON_DROP;
+	if (w->ctl_fd < 0) {
+		ipcq_drop_fd(fd, flags);
+		log_debug("master", "worker %u: %s frame dropped: no worker", w->slot,
+			  ipc_type_name(type));
+		return -ESRCH;
+	}
+	if (w->handoffq == NULL) {
 		char name[32];
 
 		snprintf(name, sizeof(name), "worker %u", w->slot);
 		w->handoffq = ipcq_new(w->ctl_fd, MASTER_HANDOFFQ_MAX_BYTES, "master", name);
-		if (w->handoffq != NULL) {
-			w->m->handoff_fds.max = ipcq_fd_share();
-			ipcq_set_fds(w->handoffq, &w->m->handoff_fds);
-			ev_io_init(&w->handoffq_io, handoffq_write_cb, w->ctl_fd, EV_WRITE);
-			w->handoffq_io.data = w;
+		if (w->handoffq == NULL) {
+			ipcq_lost(&w->handoffq_lost, "master", name, type, fd, flags, -ENOMEM);
+			return -ENOMEM;
 		}
+		w->m->handoff_fds.max = ipcq_fd_share();
+		ipcq_set_fds(w->handoffq, &w->m->handoff_fds);
+		ev_io_init(&w->handoffq_io, handoffq_write_cb, w->ctl_fd, EV_WRITE);
+		w->handoffq_io.data = w;
 	}
-	if (w->handoffq == NULL) {
-		rc = w->ctl_fd < 0 ? -ESRCH : -ENOMEM;
-		if ((flags & IPCQ_OWN_FD) && fd >= 0) {
-			(void)shutdown(fd, SHUT_RDWR);
-			close(fd);
-		}
-		log_warn("master", "worker %u: %s frame dropped: %s", w->slot, ipc_type_name(type),
-			 strerror(-rc));
-		return rc;
-	}
-	rc = ipcq_send(w->handoffq, type, payload, len, fd, flags | IPCQ_SHUT_ON_DROP, NULL);
+	rc = ipcq_send(w->handoffq, type, payload, len, fd, flags, NULL);
 	handoffq_watch(w);
 	return rc;
+}
+
+int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, int fd)
+{
+	if (h->slot >= m->n_slots || h->slot == from) {
+		ipcq_drop_fd(fd, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
+		log_debug("master", "worker %u: TCP connection for slot %u dropped: bad slot", from,
+			  h->slot);
+		return -EINVAL;
+	}
+	return handoffq_send(&m->workers[h->slot], IPC_TCP_HANDOFF, h, sizeof(*h), fd, IPCQ_OWN_FD);
 }
 
 void handoffq_close(struct mworker *w)

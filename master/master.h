@@ -27,6 +27,7 @@ struct shm_config;
 struct admin;
 struct admin_top;
 struct ipcq;
+struct ipc_handoff;
 
 #define MASTER_MAGIC 0x4d535452u /* "MSTR" */
 #define MASTER_NONCE_KEY_LEN 32
@@ -68,6 +69,7 @@ struct mworker {
 	 * EV_WRITE watcher, active only while some wait. */
 	struct ipcq *handoffq;
 	ev_io handoffq_io;
+	struct ipcq_lost handoffq_lost; /* frames dropped when handoffq could not be made */
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
@@ -308,14 +310,21 @@ void supervise_free(struct master *m);
 /* What waits for one worker's control socket: at most this many bytes (common/ipcq.h),
  * about 3,300 RFC 6062 hand-offs; a frame past that is dropped (logged). */
 #define MASTER_HANDOFFQ_MAX_BYTES (8u * 1024u * 1024u)
-/* Sends a frame to w's worker (w->ctl_fd >= 0), or queues it behind what waits for that
- * worker when its control socket is full; the queue goes in order as the socket has room
- * (an EV_WRITE watcher while some wait). Frames sent directly (ipc_send, broadcasts) may
- * overtake it: only frames that need no order with those may use it (today the
- * IPC_TCP_HANDOFF the master passes on). flags and the returns as ipcq_send() (with
- * IPCQ_OWN_FD, fd is the queue's from the call on, closed whatever the outcome). */
+/* Sends a frame to w's worker, or queues it behind what waits for that worker when its
+ * control socket is full; the queue goes in order as the socket has room (an EV_WRITE
+ * watcher while some wait). Frames sent directly (ipc_send, broadcasts) may overtake it:
+ * only frames that need no order with those may use it (today the IPC_TCP_HANDOFF the
+ * master passes on). flags and the returns as ipcq_send() (with IPCQ_OWN_FD, fd is the
+ * queue's from the call on, closed whatever the outcome, and shut down first when it is
+ * dropped unsent: IPCQ_SHUT_ON_DROP), and -ESRCH when the slot has no worker now
+ * (w->ctl_fd -1: dropped, logged at debug level). */
 int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
-	      unsigned flags);
+		  unsigned flags);
+/* A worker's IPC_TCP_HANDOFF (from its slot `from`) for h->slot's worker: passed on
+ * through handoffq_send(), or dropped, shut down and closed, when h->slot is not another
+ * worker's slot (-EINVAL, logged at debug level). fd is ours from the call on, whatever
+ * the outcome. Returns 0 or handoffq_send()'s error. */
+int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, int fd);
 /* w's worker went away (its control socket closes: an exit, a crash, a stop, the end of
  * its part in a live upgrade): what waits for it is dropped, logged, the descriptors the
  * queue owns closed (a waiting hand-off's client sees its connection close). Called by

@@ -302,24 +302,17 @@ out:
 }
 
 /* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
- * to the owner slot's worker as it came, waiting for room on its control socket when that
- * is full (master/handoffq.c: the connection is the queue's from the call, *fd -1), or
- * dropped (closed by the caller) when that worker is not there; the client then sees its
- * connection close. */
+ * to the owner slot's worker, or dropped (master/handoffq.c, handoffq_pass); the
+ * connection is the queue's from the call on (*fd -1). */
 static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
-	struct master *m = w->m;
 	struct ipc_handoff h;
 
 	if (ipc_msg_get(msg, &h, sizeof(h)) < 0)
 		return;
-	if (h.slot >= m->n_slots || h.slot == w->slot || m->workers[h.slot].ctl_fd < 0) {
-		log_debug("master", "worker %u: TCP connection for slot %u dropped: no worker",
-			  w->slot, h.slot);
-		return;
-	}
-	/* Drops (the queue's bound, the worker gone) are logged by the queue. */
-	(void)handoffq_send(&m->workers[h.slot], IPC_TCP_HANDOFF, &h, sizeof(h), *fd, IPCQ_OWN_FD);
+	/* Drops (no such worker, the queue's bound, the worker gone) are logged there and
+	 * shut down: the sender may have left a copy in systemd's fd store. */
+	(void)handoffq_pass(w->m, w->slot, &h, *fd);
 	*fd = -1;
 }
 

@@ -82,13 +82,7 @@ int wk_ctlq_send(struct worker *w, uint16_t type, const void *payload, size_t le
 		snprintf(name, sizeof(name), "slot %u to the master", w->slot);
 		w->ctlq = ipcq_new(w->h->ctl_fd, WK_CTLQ_MAX_BYTES, "worker", name);
 		if (w->ctlq == NULL) {
-			if ((flags & IPCQ_OWN_FD) && fd >= 0) {
-				if (flags & IPCQ_SHUT_ON_DROP)
-					(void)shutdown(fd, SHUT_RDWR);
-				close(fd);
-			}
-			log_warn("worker", "slot %u: %s frame dropped: %s", w->slot,
-				 ipc_type_name(type), strerror(ENOMEM));
+			ipcq_lost(&w->ctlq_lost, "worker", name, type, fd, flags, -ENOMEM);
 			return -ENOMEM;
 		}
 		w->ctlq_fds.max = ipcq_fd_share();

@@ -287,6 +287,7 @@ struct worker {
 	ev_io ctlq_io;
 	uint64_t ctlq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
 	struct ipcq_fds ctlq_fds; /* its owned descriptors' bound (a quarter of ours) */
+	struct ipcq_lost ctlq_lost; /* frames dropped when it could not be made */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's

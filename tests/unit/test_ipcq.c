@@ -561,6 +561,51 @@ static void test_shut_on_drop(void **state)
 	}
 }
 
+/* ipcq_drop_fd: shut down and closed with both flags, only closed with IPCQ_OWN_FD, left
+ * alone when borrowed. */
+static void test_drop_fd(void **state)
+{
+	int peer[3], copy[3], s[3];
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		s[i] = new_conn(&peer[i], &copy[i]);
+	ipcq_drop_fd(s[0], IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
+	assert_false(fd_open(s[0]));
+	assert_true(sees_eof(peer[0]));
+	ipcq_drop_fd(s[1], IPCQ_OWN_FD);
+	assert_false(fd_open(s[1]));
+	assert_false(sees_eof(peer[1]));
+	ipcq_drop_fd(s[2], IPCQ_SHUT_ON_DROP);
+	assert_true(fd_open(s[2]));
+	assert_false(sees_eof(peer[2]));
+	ipcq_drop_fd(-1, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
+	close(s[2]);
+	for (int i = 0; i < 3; i++) {
+		close(peer[i]);
+		close(copy[i]);
+	}
+}
+
+/* ipcq_lost: the descriptor dropped as ipcq_drop_fd does, every frame counted. */
+static void test_lost(void **state)
+{
+	struct ipcq_lost lost = { 0 };
+	int peer, copy, s;
+
+	(void)state;
+	s = new_conn(&peer, &copy);
+	ipcq_lost(&lost, "test", "lost", IPC_TCP_HANDOFF, s, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP,
+		  -ENOMEM);
+	assert_false(fd_open(s));
+	assert_true(sees_eof(peer));
+	ipcq_lost(&lost, "test", "lost", IPC_FDUNSTORE, -1, 0, -ENOMEM);
+	assert_int_equal(lost.dropped, 2);
+	assert_int_not_equal(lost.reported_ms, 0);
+	close(peer);
+	close(copy);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -574,6 +619,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fd_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_report, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shut_on_drop, setup, teardown),
+		cmocka_unit_test(test_drop_fd),
+		cmocka_unit_test(test_lost),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
