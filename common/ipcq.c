@@ -26,7 +26,7 @@ struct ipcq_frame {
 	TAILQ_ENTRY(ipcq_frame) link;
 	uint16_t type;
 	bool own_fd;
-	bool shut; /* IPCQ_SHUT_ON_DROP */
+	bool shut;   /* IPCQ_SHUT_ON_DROP */
 	int fd;      /* -1: none */
 	size_t len;  /* payload bytes at data */
 	size_t cost; /* in the bound */
@@ -98,9 +98,11 @@ static size_t report(struct ipcq *q, bool force)
 			now = q->now_ms() | 1; /* never 0: 0 means no line yet */
 		if (!force && q->reported_ms[t] != 0 && now - q->reported_ms[t] < IPCQ_REPORT_MS)
 			continue;
-		log_warn(q->scope, "%s: %llu %s frame%s dropped (%s), %llu in all", q->name,
+		/* One reason per type is kept: of several drops the line names the last's. */
+		log_warn(q->scope, "%s: %llu %s frame%s dropped (%s%s), %llu in all", q->name,
 			 (unsigned long long)q->unreported[t], ipc_type_name(t),
-			 q->unreported[t] == 1 ? "" : "s", why_str(q->why[t]),
+			 q->unreported[t] == 1 ? "" : "s",
+			 q->unreported[t] == 1 ? "" : "last: ", why_str(q->why[t]),
 			 (unsigned long long)q->dropped[t]);
 		q->unreported[t] = 0;
 		q->reported_ms[t] = now;
@@ -181,6 +183,8 @@ struct ipcq *ipcq_new(int sock, size_t max_bytes, const char *scope, const char 
 	q->sock = sock;
 	q->max_bytes = max_bytes;
 	q->fill = SIZE_MAX;
+	/* Read once: nothing sets SO_SNDBUF on a control socket after it is made
+	 * (ipc_socketpair() leaves net.core.wmem_default); one that did must make a new queue. */
 	if (getsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, &optlen) == 0 && sndbuf > 0)
 		q->fill = (size_t)sndbuf / IPCQ_FILL_SHARE;
 	q->now_ms = mono_ms;
@@ -365,7 +369,7 @@ size_t ipcq_fd_share(void)
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-		return 0;
+		return IPCQ_FDS_FALLBACK;
 	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 4 > SIZE_MAX)
 		return SIZE_MAX;
 	return (size_t)(rl.rlim_cur / 4);

@@ -28,9 +28,10 @@
  * may share. A frame that would pass either bound is dropped, as is one the socket
  * refuses for another reason than room (the peer gone). Drops are counted per frame type
  * and logged as [warn] lines under the queue's scope and name, at most one a type every
- * IPCQ_REPORT_MS (the first at once), with the counts since the last line and in all;
- * ipcq_report() logs those held back once their time has come (the caller's periodic
- * timer), ipcq_free() all that are left. Either process may use it; one queue per socket
+ * IPCQ_REPORT_MS (the first at once), with the counts since the last line and in all
+ * and the last drop's reason ("last: ..." when the line counts several); ipcq_report()
+ * logs those held back once their time has come (the caller's periodic timer),
+ * ipcq_free() all that are left. Either process may use it; one queue per socket
  * and direction, used by one thread. */
 #ifndef TG_COMMON_IPCQ_H
 #define TG_COMMON_IPCQ_H
@@ -45,6 +46,8 @@
 #define IPCQ_REPORT_MS 10000u
 /* The queue fills its socket's send buffer up to this share (1/2). */
 #define IPCQ_FILL_SHARE 2u
+/* ipcq_fd_share() when the limit cannot be read. */
+#define IPCQ_FDS_FALLBACK 256u
 /* ipcq_send(): the queue owns fd from the call on. */
 #define IPCQ_OWN_FD 1u
 /* ipcq_send() with IPCQ_OWN_FD: a socket the queue drops unsent (a bound, the peer gone,
@@ -121,7 +124,7 @@ void ipcq_lost(struct ipcq_lost *lost, const char *scope, const char *name, uint
 	       unsigned flags, int why);
 
 /* A share of this process's descriptors for ipcq_fds.max: a quarter of RLIMIT_NOFILE's
- * soft limit (SIZE_MAX when unlimited, 0 when unknown). */
+ * soft limit (SIZE_MAX when unlimited, IPCQ_FDS_FALLBACK when getrlimit fails). */
 size_t ipcq_fd_share(void);
 
 /* Tests: the clock of the drop lines' rate (milliseconds; mono_ms by default). */

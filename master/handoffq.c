@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdint.h>
 
 #include "common/ipc.h"
 #include "common/ipcq.h"
@@ -42,6 +43,15 @@ static void handoffq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
 	handoffq_watch(w);
 }
 
+/* The master's share of descriptors for every hand-off queue together: a quarter of the
+ * RLIMIT_NOFILE that master/sizing.c set at start (read again only if it could not). */
+static size_t handoffq_fd_max(const struct master *m)
+{
+	if (m->fd_limit == 0)
+		return ipcq_fd_share();
+	return m->fd_limit / 4 > SIZE_MAX ? SIZE_MAX : (size_t)(m->fd_limit / 4);
+}
+
 int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
 		  unsigned flags)
 {
@@ -63,7 +73,7 @@ int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t 
 			ipcq_lost(&w->handoffq_lost, "master", name, type, fd, flags, -ENOMEM);
 			return -ENOMEM;
 		}
-		w->m->handoff_fds.max = ipcq_fd_share();
+		w->m->handoff_fds.max = handoffq_fd_max(w->m);
 		ipcq_set_fds(w->handoffq, &w->m->handoff_fds);
 		ev_io_init(&w->handoffq_io, handoffq_write_cb, w->ctl_fd, EV_WRITE);
 		w->handoffq_io.data = w;

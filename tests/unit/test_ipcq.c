@@ -15,6 +15,7 @@
 #include <string.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -561,6 +562,38 @@ static void test_shut_on_drop(void **state)
 	}
 }
 
+/* IPCQ_SHUT_ON_DROP when the peer is gone: a frame the socket refuses at once (the direct
+ * send's error) and one a flush finds undeliverable are shut down, not only closed. */
+static void test_shut_on_drop_peer_gone(void **state)
+{
+	struct pair *p = *state;
+	struct ipcq *q = ipcq_new(p->fd[0], BIG, "test", "shut gone");
+	struct ipc_handoff h = handoff(1);
+	unsigned shut = IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP;
+	int peer[2], copy[2], s[2];
+
+	assert_non_null(q);
+	for (int i = 0; i < 2; i++)
+		s[i] = new_conn(&peer[i], &copy[i]);
+	fill(p);
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[0], shut, NULL), 0);
+	close(p->fd[1]);
+	p->fd[1] = -1;
+	/* The flush finds the peer gone. */
+	assert_false(sees_eof(peer[0]));
+	assert_int_equal(ipcq_flush(q), 0);
+	assert_true(sees_eof(peer[0]));
+	/* Nothing waits: sent directly, refused at once. */
+	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[1], shut, NULL), -EPIPE);
+	assert_true(sees_eof(peer[1]));
+	assert_int_equal(ipcq_dropped(q, IPC_TCP_HANDOFF), 2);
+	ipcq_free(q);
+	for (int i = 0; i < 2; i++) {
+		close(peer[i]);
+		close(copy[i]);
+	}
+}
+
 /* ipcq_drop_fd: shut down and closed with both flags, only closed with IPCQ_OWN_FD, left
  * alone when borrowed. */
 static void test_drop_fd(void **state)
@@ -606,6 +639,24 @@ static void test_lost(void **state)
 	close(copy);
 }
 
+/* ipcq_fd_share: a quarter of the soft RLIMIT_NOFILE, whatever it is now. */
+static void test_fd_share(void **state)
+{
+	struct rlimit old, low;
+
+	(void)state;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = old.rlim_max != RLIM_INFINITY && old.rlim_max < 400 ? old.rlim_max : 400;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	assert_int_equal(ipcq_fd_share(), low.rlim_cur / 4);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	if (old.rlim_cur == RLIM_INFINITY)
+		assert_true(ipcq_fd_share() == SIZE_MAX);
+	else
+		assert_int_equal(ipcq_fd_share(), old.rlim_cur / 4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -619,8 +670,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fd_bound, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_report, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shut_on_drop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shut_on_drop_peer_gone, setup, teardown),
 		cmocka_unit_test(test_drop_fd),
 		cmocka_unit_test(test_lost),
+		cmocka_unit_test(test_fd_share),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
