@@ -39,8 +39,9 @@ struct ipcq {
 	int sock;
 	TAILQ_HEAD(, ipcq_frame) q; /* oldest first */
 	size_t n, bytes, max_bytes;
-	/* What the queue fills the socket to (unread bytes, SIOCOUTQ): a share of its send
-	 * buffer, the rest left to the frames sent directly. SIZE_MAX: no such limit. */
+	/* What the queue fills the socket to (SIOCOUTQ: the memory charged for the unread
+	 * frames): a share of its send buffer, the rest left to the frames sent directly.
+	 * SIZE_MAX: no such limit. */
 	size_t fill;
 	struct ipcq_fds *fds; /* the owned descriptors' bound, or NULL */
 	uint64_t (*now_ms)(void);

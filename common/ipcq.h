@@ -17,10 +17,12 @@
  * finds it.
  *
  * The queue fills its socket only to 1/IPCQ_FILL_SHARE of the socket's send buffer
- * (SO_SNDBUF, read once; the unread bytes from SIOCOUTQ): the rest stays for the frames
- * the caller sends directly with ipc_send() (a PING, a LOGLEVEL, a STOP), which would
- * otherwise find the socket full for as long as frames wait here. Room in that sense
- * is what ipcq_send() and ipcq_flush() wait for.
+ * (SO_SNDBUF, read once) as SIOCOUTQ counts what is unread: the memory the kernel charges
+ * per frame, not payload bytes (about 768 bytes for a small frame, 4.3 KiB for a hand-off
+ * with its descriptor: half the default buffer is about 24 hand-offs or 138 small frames).
+ * The rest stays for the frames the caller sends directly with ipc_send() (a PING, a
+ * LOGLEVEL, a STOP), which would otherwise find the socket full for as long as frames wait
+ * here. Room in that sense is what ipcq_send() and ipcq_flush() wait for.
  *
  * Bounded: what waits may cost about max_bytes (each frame its payload, its key and
  * IPCQ_FRAME_COST, an estimate of malloc's and the search tree's overhead), and the

@@ -1,26 +1,26 @@
 /* Worker: control frames to the master that must not be lost when the control socket is
  * full: the fd store's (fdstore.c) and the RFC 6062 hand-offs (tcp.c).
  *
- * The control socket holds about 170 small frames (wmem_default), a few dozen
- * IPC_TCP_HANDOFFs: a worker that ends or starts more connections than that at once (a
- * disconnect --user, a revocation, a listener removed, a burst of new calls or of
- * ConnectionBinds for another worker's peers) while the master reads, or a master busy
- * elsewhere, fills it. What does not fit waits in one queue (common/ipcq.h), in order,
- * and goes when the socket is writable again (an EV_WRITE watcher, active only while
- * something waits): a lost FDUNSTORE would leave a dead connection in the store, a lost
- * FDSTORE a call that does not survive a crash, a lost hand-off a data connection that
- * closes under its client. A waiting FDSTORE borrows the connection's descriptor (keyed by
- * its name: the connection's end takes it out, fdstore.c); a waiting hand-off owns the
- * connection's, which this worker no longer serves (shut down if it is dropped unsent:
- * the fd store may hold a copy, IPCQ_SHUT_ON_DROP). The queue fills the socket only
- * halfway (common/ipcq.h): PONG and READY, sent directly, find room. Bounded
- * (WK_CTLQ_MAX_BYTES, and a quarter of our descriptors, w->ctlq_fds): past it a frame is
- * dropped and logged, as is one the socket refuses for another reason (the master
- * gone); the heartbeat logs a count held back by the lines' rate (ipcq_report). A
- * stopping worker sends what waits within a budget that leaves the master's grace room
- * for the session-record flush before it (WK_CTLQ_STOP_MS below, wk_ctlq_stop); what is
- * left then is dropped (a waiting hand-off's client sees its connection close, as it
- * would have before it waited). */
+ * The control socket holds about 278 small frames with the default wmem_default (the kernel
+ * charges each about 768 bytes of it), 49 IPC_TCP_HANDOFFs (about 4.3 KiB each): a worker
+ * that ends or starts more connections than that at once (a disconnect --user, a
+ * revocation, a listener removed, a burst of new calls or of ConnectionBinds for another
+ * worker's peers) while the master reads, or a master busy elsewhere, fills it. What does
+ * not fit waits in one queue (common/ipcq.h), in order, and goes when the socket is
+ * writable again (an EV_WRITE watcher, active only while something waits): a lost FDUNSTORE
+ * would leave a dead connection in the store, a lost FDSTORE a call that does not survive a
+ * crash, a lost hand-off a data connection that closes under its client. A waiting FDSTORE
+ * borrows the connection's descriptor (keyed by its name: the connection's end takes it
+ * out, fdstore.c); a waiting hand-off owns the connection's, which this worker no longer
+ * serves (shut down if it is dropped unsent: the fd store may hold a copy,
+ * IPCQ_SHUT_ON_DROP). The queue fills the socket only halfway (common/ipcq.h): PONG and
+ * READY, sent directly, find room. Bounded (WK_CTLQ_MAX_BYTES, and a quarter of our
+ * descriptors, w->ctlq_fds): past it a frame is dropped and logged, as is one the socket
+ * refuses for another reason (the master gone); the heartbeat logs a count held back by the
+ * lines' rate (ipcq_report). A stopping worker sends what waits within a budget that leaves
+ * the master's grace room for the session-record flush before it (WK_CTLQ_STOP_MS below,
+ * wk_ctlq_stop); what is left then is dropped (a waiting hand-off's client sees its
+ * connection close, as it would have before it waited). */
 #include "config.h"
 
 #include "worker/wk.h"
