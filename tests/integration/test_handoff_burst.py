@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """RFC 6062 data connections handed to their CONNECTION-ID's worker at burst scale: no
 IPC_TCP_HANDOFF is lost when a control socket on its way is full (worker/ctlq.c,
-master/handoffq.c, common/ipcq.h). A control socket holds a few dozen hand-offs (each frame is
-about 2.4 KiB and a descriptor); a worker that gets more ConnectionBinds for another
+master/handoffq.c, common/ipcq.h). A control socket holds a few dozen hand-offs (each frame
+carries about 2.4 KiB and a descriptor, which the kernel charges about 4.3 KiB); a worker that gets more ConnectionBinds for another
 worker's peers than that while the master does not read, or a master that passes more
 than that to an owner busy elsewhere, must keep the rest and send them when there is
 room (before: the connection was closed, logged at debug level only, and its client saw
