@@ -18,6 +18,7 @@
 #include <ev.h>
 #include <jansson.h>
 
+#include "common/ipcq.h"
 #include "conf/conf.h"
 #include "offload/offload.h"
 
@@ -25,6 +26,8 @@ struct shm;
 struct shm_config;
 struct admin;
 struct admin_top;
+struct ipcq;
+struct ipc_handoff;
 
 #define MASTER_MAGIC 0x4d535452u /* "MSTR" */
 #define MASTER_NONCE_KEY_LEN 32
@@ -62,6 +65,11 @@ struct mworker {
 				   * slot handed over again (a failed upgrade's respawned
 				   * worker, in the next upgrade) before the first was reaped */
 	size_t n_handed, cap_handed;
+	/* Frames to this worker waiting for room on ctl_fd (master/handoffq.c), or NULL; its
+	 * EV_WRITE watcher, active only while some wait. */
+	struct ipcq *handoffq;
+	ev_io handoffq_io;
+	struct ipcq_lost handoffq_lost; /* frames dropped when handoffq could not be made */
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
@@ -125,6 +133,10 @@ struct master {
 	uint64_t fd_limit, fd_wanted, fd_hard; /* RLIMIT_NOFILE set at start (master/sizing.c) */
 	struct admin_top *top;    /* baseline of `top`'s ranking (master/admin_top.c), NULL */
 	struct mworker *workers;  /* n_slots entries */
+	/* The descriptors that wait in every worker's hand-off queue together (handoffq.c):
+	 * at most a quarter of RLIMIT_NOFILE, so that a flood of hand-offs for a worker that
+	 * does not read leaves the master descriptors for its own work. */
+	struct ipcq_fds handoff_fds;
 	/* The short circuit's hand-over channel (worker/handover.c): per slot, a SOCK_DGRAM
 	 * socketpair made before the first fork and kept open for the master's life, so a
 	 * respawned worker reads the same receiving end and every worker keeps sending to
@@ -292,6 +304,35 @@ void master_child_signals(void);
  * after limit_s seconds ends it. */
 void master_helper_child(int wfd, unsigned limit_s);
 void supervise_free(struct master *m);
+
+/* ---- frames to a worker that must not be lost (master/handoffq.c) ------------------- */
+
+/* What waits for one worker's control socket: at most this many bytes (common/ipcq.h),
+ * about 3,300 RFC 6062 hand-offs; a frame past that is dropped (logged). */
+#define MASTER_HANDOFFQ_MAX_BYTES (8u * 1024u * 1024u)
+/* Sends a frame to w's worker, or queues it behind what waits for that worker when its
+ * control socket is full; the queue goes in order as the socket has room (an EV_WRITE
+ * watcher while some wait). Frames sent directly (ipc_send, broadcasts) may overtake it:
+ * only frames that need no order with those may use it (today the IPC_TCP_HANDOFF the
+ * master passes on). flags and the returns as ipcq_send() (with IPCQ_OWN_FD, fd is the
+ * queue's from the call on, closed whatever the outcome, and shut down first when it is
+ * dropped unsent: IPCQ_SHUT_ON_DROP), and -ESRCH when the slot has no worker now
+ * (w->ctl_fd -1: dropped, logged at debug level). */
+int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
+		  unsigned flags);
+/* A worker's IPC_TCP_HANDOFF (from its slot `from`) for h->slot's worker: passed on
+ * through handoffq_send(), or dropped, shut down and closed, when h->slot is not another
+ * worker's slot (-EINVAL, logged at debug level). fd is ours from the call on, whatever
+ * the outcome. Returns 0 or handoffq_send()'s error. */
+int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, int fd);
+/* w's worker went away (its control socket closes: an exit, a crash, a stop, the end of
+ * its part in a live upgrade): what waits for it is dropped, logged, the descriptors the
+ * queue owns closed (a waiting hand-off's client sees its connection close). Called by
+ * the control socket's close; safe when nothing waits. */
+void handoffq_close(struct mworker *w);
+/* From the master's tick: logs the drops of every hand-off queue held back by the drop
+ * lines' rate (common/ipcq.h, ipcq_report). */
+void handoffq_tick(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */
 

@@ -20,6 +20,7 @@
 
 #include "common/grow.h"
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/log.h"
 #include "common/mono.h"
 #include "shm/shm.h"
@@ -301,21 +302,18 @@ out:
 }
 
 /* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
- * to the owner slot's worker as it came, or dropped (closed by the caller) when that
- * worker is not there; the client then sees its connection close. */
-static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int fd)
+ * to the owner slot's worker, or dropped (master/handoffq.c, handoffq_pass); the
+ * connection is the queue's from the call on (*fd -1). */
+static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
-	struct master *m = w->m;
 	struct ipc_handoff h;
-	int rc = -ESRCH;
 
 	if (ipc_msg_get(msg, &h, sizeof(h)) < 0)
 		return;
-	if (h.slot < m->n_slots && h.slot != w->slot && m->workers[h.slot].ctl_fd >= 0)
-		rc = ipc_send(m->workers[h.slot].ctl_fd, IPC_TCP_HANDOFF, &h, sizeof(h), fd);
-	if (rc < 0)
-		log_debug("master", "worker %u: TCP connection for slot %u dropped: %s", w->slot,
-			  h.slot, strerror(-rc));
+	/* Drops (no such worker, the queue's bound, the worker gone) are logged there and
+	 * shut down: the sender may have left a copy in systemd's fd store. */
+	(void)handoffq_pass(w->m, w->slot, &h, *fd);
+	*fd = -1;
 }
 
 static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
@@ -324,7 +322,7 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 
 	switch (msg->hdr.type) {
 	case IPC_TCP_HANDOFF:
-		ctl_handoff(w, msg, *fd);
+		ctl_handoff(w, msg, fd);
 		break;
 	case IPC_STREAM_PART:
 	case IPC_STREAM:
@@ -366,6 +364,7 @@ static void ctl_close(struct master *m, struct mworker *w)
 {
 	if (w->ctl_fd < 0)
 		return;
+	handoffq_close(w);
 	ev_io_stop(m->loop, &w->ctl_io);
 	close(w->ctl_fd);
 	w->ctl_fd = -1;

@@ -7,32 +7,20 @@
  * for a live upgrade). A connection leaves the store (IPC_FDUNSTORE) before its socket
  * closes, or the store would keep it open after we are done with it.
  *
- * The control socket holds about 170 frames (wmem_default): a worker that ends or starts
- * more connections than that at once (a disconnect --user, a revocation, a listener
- * removed, a burst of new calls) while the master reads, or a master busy elsewhere,
- * fills it. What does not fit waits here, in order, and goes when the socket is writable
- * again (an EV_WRITE watcher, active only while something waits): a lost FDUNSTORE would
- * leave a dead connection in the store, given back at the next crash restart under the
- * name of a record that is free or another allocation's by then; a lost FDSTORE, a call
- * that does not survive one. A waiting FDSTORE borrows the connection's descriptor (no
- * descriptor more than the connection's own): the connection's end (wk_fdstore_conn_end,
- * wk_fdstore_pair_end), which always comes before its socket closes, takes it out of the
- * queue, and neither frame goes. A stopping worker sends what waits within a budget
- * that leaves the master's grace room for the session-record flush before it
- * (WK_FDSQ_STOP_MS below, wk_fdstore_stop). */
+ * Neither frame may be lost when the control socket is full (a worker that ends or starts
+ * many connections at once, a master busy elsewhere): both go through the worker's queue of
+ * control frames (ctlq.c), in order. A waiting FDSTORE borrows the connection's descriptor
+ * (no descriptor more than the connection's own) and is keyed by its name: the
+ * connection's end (wk_fdstore_conn_end, wk_fdstore_pair_end), which always comes before
+ * its socket closes, takes it out of the queue, and neither frame goes. */
 #include "config.h"
 
 #include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <search.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include "common/fdname.h"
@@ -40,222 +28,20 @@
 #include "common/log.h"
 #include "stun/stun.h"
 
-/* A stopping worker waits this long at most for room, all its calls of wk_fdstore_stop
- * together (w->fdsq_until), WK_FDSQ_NOW_MS when the stop is immediate (w->stop_now), and
- * gives up after WK_FDSQ_STALL_MS without a frame sent (a master that reads takes tens of
- * thousands a second). The wait comes after the session-record flush's
- * (worker/recflush.c: at most half the master's grace), so the two stay within it with
- * room for the teardown: 2.5 s + 0.5 s of the 5 s of IPC_STOP_GRACE_MS, 0.5 s + 0.15 s
- * of the 1 s of IPC_STOP_NOW_GRACE_MS. A stop made immediate during our wait (the
- * master's 1 s from then) has at most 0.5 s of it left. */
-#define WK_FDSQ_STOP_MS 500u
-#define WK_FDSQ_NOW_MS 150u
-#define WK_FDSQ_STALL_MS 200u
-
-_Static_assert(IPC_STOP_GRACE_MS / 2 + WK_FDSQ_STOP_MS < IPC_STOP_GRACE_MS,
-	       "both waits of a stop fit its grace");
-_Static_assert(IPC_STOP_NOW_GRACE_MS / 2 + WK_FDSQ_NOW_MS < IPC_STOP_NOW_GRACE_MS,
-	       "both waits of an immediate stop fit its grace");
-_Static_assert(WK_FDSQ_STOP_MS < IPC_STOP_NOW_GRACE_MS, "a stop made immediate in our wait");
-
-/* A frame that waits for room on the control socket. */
-struct wk_fdsq_frame {
-	TAILQ_ENTRY(wk_fdsq_frame) link;
-	int fd;				/* IPC_FDSTORE: the connection's socket (borrowed),
-					 * IPC_FDUNSTORE: -1 */
-	char name[];
-};
-
-struct wk_fdsq {
-	uint32_t magic;
-	TAILQ_HEAD(, wk_fdsq_frame) q;	/* oldest first */
-	size_t n;
-	void *stores;			/* tsearch tree of the waiting FDSTOREs' names */
-	ev_io wio;			/* the control socket writable; only while q is not
-					 * empty */
-	unsigned lost;			/* refused by the socket for another reason than room */
-};
-
-#define WK_FDSQ_MAGIC 0x66647371u	/* "fdsq" */
-
-static struct wk_fdsq_frame *fdsq_frame_of(const char *name)
-{
-	return (struct wk_fdsq_frame *)(void *)(name - offsetof(struct wk_fdsq_frame, name));
-}
-
-static int fdsq_name_cmp(const void *a, const void *b)
-{
-	return strcmp(a, b);
-}
-
-static int fdsq_send(struct worker *w, const char *name, int fd)
-{
-	return ipc_send(w->h->ctl_fd, fd >= 0 ? IPC_FDSTORE : IPC_FDUNSTORE, name, strlen(name),
-			fd);
-}
-
-static bool fdsq_full(int rc)
-{
-	return rc == -EAGAIN || rc == -ENOBUFS;
-}
-
-static void fdsq_drop(struct wk_fdsq *q, struct wk_fdsq_frame *f)
-{
-	TAILQ_REMOVE(&q->q, f, link);
-	q->n--;
-	if (f->fd >= 0)
-		(void)tdelete(f->name, &q->stores, fdsq_name_cmp);
-	free(f);
-}
-
-static void fdsq_log_lost(struct worker *w, struct wk_fdsq *q)
-{
-	if (q->lost)
-		log_warn("worker", "slot %u: %u fd store frames lost (control channel)", w->slot,
-			 q->lost);
-	q->lost = 0;
-}
-
-/* Sends what waits, oldest first, until the socket is full. */
-static void fdsq_flush(struct worker *w, struct wk_fdsq *q)
-{
-	struct wk_fdsq_frame *f;
-
-	while ((f = TAILQ_FIRST(&q->q)) != NULL) {
-		int rc = fdsq_send(w, f->name, f->fd);
-
-		if (fdsq_full(rc))
-			return;
-		if (rc < 0)
-			q->lost++;	/* the master gone: nothing reads any more */
-		fdsq_drop(q, f);
-	}
-	ev_io_stop(w->loop, &q->wio);
-	fdsq_log_lost(w, q);
-}
-
-static void fdsq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
-{
-	struct worker *w = wk_checked(io->data);
-
-	(void)loop;
-	(void)revents;
-	assert(w->fdsq != NULL && w->fdsq->magic == WK_FDSQ_MAGIC);
-	fdsq_flush(w, w->fdsq);
-}
-
-/* Queues a frame that did not fit (or must follow one that waits). */
-static void fdsq_push(struct worker *w, const char *name, int fd)
-{
-	struct wk_fdsq *q = w->fdsq;
-	size_t len = strlen(name);
-	struct wk_fdsq_frame *f;
-
-	if (q == NULL && (q = calloc(1, sizeof(*q))) != NULL) {
-		q->magic = WK_FDSQ_MAGIC;
-		TAILQ_INIT(&q->q);
-		ev_io_init(&q->wio, fdsq_write_cb, w->h->ctl_fd, EV_WRITE);
-		q->wio.data = w;
-		w->fdsq = q;
-	}
-	f = q != NULL ? malloc(sizeof(*f) + len + 1) : NULL;
-	if (f == NULL) {
-		log_warn("worker", "slot %u: fd store %s: %s", w->slot, name, strerror(ENOMEM));
-		return;
-	}
-	f->fd = fd;
-	memcpy(f->name, name, len + 1);
-	if (fd >= 0) {
-		char **in = tsearch(f->name, &q->stores, fdsq_name_cmp);
-
-		if (in == NULL || *in != f->name) {	/* no memory, or it waits already */
-			free(f);
-			if (in == NULL)
-				log_warn("worker", "slot %u: fd store %s: %s", w->slot, name,
-					 strerror(ENOMEM));
-			return;
-		}
-	}
-	TAILQ_INSERT_TAIL(&q->q, f, link);
-	q->n++;
-	ev_io_start(w->loop, &q->wio);
-}
-
-/* A waiting FDSTORE of name: taken out with its borrowed descriptor (about to close);
- * true when there was one, so that the FDUNSTORE need not go either. */
-static bool fdsq_cancel(struct worker *w, const char *name)
-{
-	struct wk_fdsq *q = w->fdsq;
-	void *found;
-
-	if (q == NULL || q->stores == NULL || (found = tfind(name, &q->stores,
-							     fdsq_name_cmp)) == NULL)
-		return false;
-	fdsq_drop(q, fdsq_frame_of(*(char **)found));
-	if (TAILQ_EMPTY(&q->q))
-		ev_io_stop(w->loop, &q->wio);
-	return true;
-}
-
 static void wk_fdstore_send(struct worker *w, const char *name, int fd)
 {
-	int rc;
-
-	if (fd < 0 && fdsq_cancel(w, name))
+	if (fd < 0 && wk_ctlq_cancel(w, name))
 		return;
 	/* A worker that leaves its records LIVE for the next process leaves their
 	 * connections in the store too: a start after a crash takes both back. (A respawn
 	 * cannot: the master removes the slot's names when it respawns.) */
 	if (fd < 0 && w->leaving)
 		return;
-	/* Behind what waits, never before it: a name's FDUNSTORE follows its FDSTORE. */
-	if (w->fdsq != NULL && !TAILQ_EMPTY(&w->fdsq->q)) {
-		fdsq_push(w, name, fd);
-		return;
-	}
-	rc = fdsq_send(w, name, fd);
-	if (fdsq_full(rc))
-		fdsq_push(w, name, fd);
-	else if (rc < 0)
-		log_warn("worker", "slot %u: fd store %s: %s", w->slot, name, strerror(-rc));
-}
-
-void wk_fdstore_stop(struct worker *w)
-{
-	struct wk_fdsq *q = w->fdsq;
-	uint64_t now = mono_ms(), progress = now;
-	struct wk_fdsq_frame *f;
-	size_t before;
-
-	if (q == NULL)
-		return;
-	if (w->fdsq_until == 0)
-		w->fdsq_until = now + (w->stop_now ? WK_FDSQ_NOW_MS : WK_FDSQ_STOP_MS);
-	before = q->n;
-	for (;;) {
-		struct pollfd pfd = { .fd = w->h->ctl_fd, .events = POLLOUT };
-		uint64_t until;
-
-		fdsq_flush(w, q);
-		now = mono_ms();
-		if (q->n < before)
-			progress = now;
-		before = q->n;
-		until = progress + WK_FDSQ_STALL_MS < w->fdsq_until ? progress + WK_FDSQ_STALL_MS
-								     : w->fdsq_until;
-		if (TAILQ_EMPTY(&q->q) || now >= until)
-			break;
-		(void)poll(&pfd, 1, (int)(until - now));
-	}
-	if (q->n > 0)
-		log_warn("worker", "slot %u: %zu fd store frames not sent at exit: the master did "
-				   "not read in time", w->slot, q->n);
-	fdsq_log_lost(w, q);
-	while ((f = TAILQ_FIRST(&q->q)) != NULL)
-		fdsq_drop(q, f);
-	ev_io_stop(w->loop, &q->wio);
-	w->fdsq = NULL;
-	free(q);
+	/* A name's FDUNSTORE follows its FDSTORE (the queue keeps the order); a second
+	 * FDSTORE of a name that waits already is not queued again (-EEXIST). Drops are
+	 * logged by the queue. */
+	(void)wk_ctlq_send(w, fd >= 0 ? IPC_FDSTORE : IPC_FDUNSTORE, name, strlen(name), fd, 0,
+			   fd >= 0 ? name : NULL);
 }
 
 /* The connection ends for good in this process: its FIN (or, with SO_LINGER 0, the RST

@@ -193,7 +193,7 @@ bool wk_linger_begin(struct worker *w)
 	wk_linger_write(w, n, dtls, false);
 	/* The FDUNSTOREs of the connections just shed go before IPC_LINGER, as a worker's
 	 * frames go before IPC_HANDED_OVER: a direct send would overtake those that wait. */
-	wk_fdstore_stop(w);
+	wk_ctlq_stop(w);
 	/* The master counts us as stopped from here: its upgrade goes on without us. */
 	count = n;
 	rc = ipc_send(w->h->ctl_fd, IPC_LINGER, &count, sizeof(count), -1);

@@ -103,7 +103,7 @@ static uint64_t wk_recflush_wait(struct worker *w, uint64_t deadline_ms)
 		(void)nanosleep(&nap, NULL);
 		if (!hurried && wk_recflush_hurried()) {
 			hurried = true;
-			w->stop_now = true;	/* and the fd store's wait after ours */
+			w->stop_now = true;	/* and the control frames' wait after ours */
 			stall = WK_RECFLUSH_NOW_STALL_MS;
 			if (mono_ms() + WK_RECFLUSH_NOW_MS < deadline_ms)
 				deadline_ms = mono_ms() + WK_RECFLUSH_NOW_MS;

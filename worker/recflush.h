@@ -17,7 +17,7 @@ void wk_recflush_prepare(struct worker *w);
  * drain). Bounded: half the master's stop grace (common/ipc.h; half the shorter one once
  * the stop is made immediate: w->stop_now, from IPC_STOP's byte or the loop's SIGTERM, or
  * a SIGTERM/SIGINT during the wait, which stays pending for the loop and sets
- * w->stop_now for the fd store's wait after this one: worker/fdstore.c), or 1 s without
+ * w->stop_now for the control frames' wait after this one: worker/ctlq.c), or 1 s without
  * progress (0.4 s once immediate); what is left then is counted as dropped and logged. No wait while the master writes no records: the backlog
  * is dropped (counted). */
 void wk_recflush_stop(struct worker *w);

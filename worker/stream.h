@@ -130,12 +130,6 @@ bool wk_fdstore_pair(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, i
 /* Takes that pair out of the store (peer_fd, data_fd: shut down as in
  * wk_fdstore_conn_end; -1 when not open). */
 void wk_fdstore_pair_end(struct worker *w, uint32_t rec, uint32_t id, int peer_fd, int data_fd);
-/* A stopping worker (after its loop, before IPC_HANDED_OVER, IPC_LINGER or its
- * teardown): sends the fd store frames that wait for room on the control socket, for at
- * most 500 ms (150 ms once w->stop_now) shared by all the calls of one stop, or until
- * 200 ms pass without a frame sent, and forgets the rest (logged). The queue comes back
- * if more frames wait later (a lingering worker's loop flushes it). Safe to call again. */
-void wk_fdstore_stop(struct worker *w);
 /* A connection taken back after a crash (c->resync) starts where the kernel's buffer
  * stands, maybe inside a frame the dead worker had read part of. Skips the input up to
  * the first position that starts a frame this connection can carry: a STUN message (top

@@ -243,8 +243,10 @@ static void wk_tconn_handover(struct worker *w, struct wk_tconn *c, size_t off)
 
 /* A ConnectionBind for another worker's CONNECTION-ID: the socket and the bytes from
  * that request on go to the owner through the master (IPC_TCP_HANDOFF), and c is freed
- * here (our copy of the descriptor closed). A TLS connection stays here, bridged (its
- * session cannot move): the bridge's plain end goes instead. When that fails the client
+ * here. A TLS connection stays here, bridged (its session cannot move): the bridge's plain
+ * end goes instead. The socket is the control queue's from here (ctlq.c): sent at once, or
+ * kept open and sent in order when the control socket has room. When that fails (the
+ * queue's bound, the master gone, a stop before it went: logged by the queue) the client
  * sees a close. */
 static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
 {
@@ -263,13 +265,16 @@ static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
 			h->tls = 1;
 			memcpy(&h->client, &c->peer, c->peer_len);
 		}
-		if (fd < 0 || ipc_send(w->h->ctl_fd, IPC_TCP_HANDOFF, h, sizeof(*h), fd) < 0)
+		/* Not ours any more: c's close must neither close nor shut it down (the
+		 * bridge keeps a TLS connection's own socket). */
+		if (!tls)
+			c->fd = -1;
+		if (fd < 0)
 			log_debug("worker", "listener %s: TCP connection for slot %u dropped",
 				  c->l->name, h->slot);
-		else if (!tls)
-			c->fds_ever = false;	/* the owner's now: its close here is no end */
-		if (tls && fd >= 0)
-			close(fd); /* our copy; the bridge keeps the TLS session */
+		else
+			(void)wk_ctlq_send(w, IPC_TCP_HANDOFF, h, sizeof(*h), fd,
+					   IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP, NULL);
 	}
 	free(h);
 	wk_tconn_close(w, c);

@@ -22,6 +22,7 @@
 #include <openssl/ssl.h>
 
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/mono.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
@@ -69,11 +70,15 @@
 #define WK_IDLE_TIMEOUT_S 30.0
 #define WK_FRAME_TIMEOUT_S 10.0
 #define WK_DTLS_MAX_ASSOCS 4096u
+/* Control frames to the master that wait for room (ctlq.c): at most this many bytes, each
+ * frame its payload, its key and IPCQ_FRAME_COST: about 13,000 RFC 6062 hand-offs (a
+ * struct ipc_handoff each), well over 100,000 fd store frames (a name, twice for an
+ * FDSTORE: its key); a frame past that is dropped (logged). */
+#define WK_CTLQ_MAX_BYTES (32u * 1024u * 1024u)
 struct worker;
 struct wk_table_ops;
 struct wk_xport_up;
 struct wk_tconn;
-struct wk_fdsq;
 struct wk_tpeer;
 struct wk_tlsb;
 struct wk_pipeline;
@@ -276,9 +281,13 @@ struct worker {
 	/* last, so that the fields above keep their offsets */
 	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
 	bool wake_on;		/* what the loop was last told: wake.on */
-	/* fd store frames waiting for room on the control socket (fdstore.c), or NULL */
-	struct wk_fdsq *fdsq;
-	uint64_t fdsq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
+	/* Control frames to the master waiting for room on the control socket (ctlq.c),
+	 * or NULL; its EV_WRITE watcher, active only while some wait. */
+	struct ipcq *ctlq;
+	ev_io ctlq_io;
+	uint64_t ctlq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
+	struct ipcq_fds ctlq_fds; /* its owned descriptors' bound (a quarter of ours) */
+	struct ipcq_lost ctlq_lost; /* frames dropped when it could not be made */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
@@ -303,6 +312,23 @@ static inline int64_t wk_unix_now(void)
 {
 	return (int64_t)time(NULL);
 }
+
+/* ---- ctlq.c: frames to the master that must not be lost (common/ipcq.h) ---- */
+/* Sends a frame on the control socket, or queues it behind those that wait when the
+ * socket is full; the queue is sent in order as the socket has room (an EV_WRITE watcher,
+ * active only while frames wait). flags, key and the returns as ipcq_send() (with
+ * IPCQ_OWN_FD, fd is the queue's from the call on). Bounded: WK_CTLQ_MAX_BYTES. */
+int wk_ctlq_send(struct worker *w, uint16_t type, const void *payload, size_t len, int fd,
+		 unsigned flags, const char *key);
+/* Takes the waiting frame with key out, unsent; true when there was one. */
+bool wk_ctlq_cancel(struct worker *w, const char *key);
+/* A stopping worker (after its loop, before IPC_HANDED_OVER, IPC_LINGER or its
+ * teardown): sends the frames that wait for room, for at most 500 ms (150 ms once
+ * w->stop_now) shared by all the calls of one stop, or until 200 ms pass without a frame
+ * sent, and drops the rest (logged by type; a handed-off connection among them closes).
+ * The queue comes back if more frames wait later (a lingering worker's loop flushes it).
+ * Safe to call again. */
+void wk_ctlq_stop(struct worker *w);
 
 /* ---- addr.c ---- */
 /* Hash of (listener, client address); a table of 2^k buckets takes its low k bits. */

@@ -276,6 +276,8 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	struct worker *w = wk_checked(t->data);
 
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
+	if (w->ctlq != NULL)
+		(void)ipcq_report(w->ctlq); /* drops held back by their lines' rate */
 	if (wk_revoke_sweep(w))
 		wk_adopt_wait_end(w, wk_revoked_why, NULL);
 }
@@ -780,7 +782,7 @@ int worker_run(const struct worker_heritage *h)
 	if (w->parking) {
 		wk_park_all(w);
 		(void)wk_relayho_send(w);
-		wk_fdstore_stop(w);	/* before IPC_HANDED_OVER, the last frame */
+		wk_ctlq_stop(w);	/* before IPC_HANDED_OVER, the last frame */
 		/* TLS calls stay with us until they end (linger.c). */
 		if (wk_linger_begin(w)) {
 			ev_run(w->loop, 0);
@@ -793,7 +795,7 @@ int worker_run(const struct worker_heritage *h)
 		}
 	}
 out:
-	wk_fdstore_stop(w);
+	wk_ctlq_stop(w);
 	wk_teardown(w);
 	free(w);
 	return status;

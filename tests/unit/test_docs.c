@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "conf/conf.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
@@ -27,6 +28,7 @@
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_records.h"
+#include "master/master.h"
 #include "master/webhook.h"
 #include "stun/stun_frame.h"
 #include "worker/turn.h"
@@ -153,6 +155,26 @@ static const struct rule rules[] = {
 	{ "configuration.md", "\\| `siblings` \\| list of [^|]*, at most ([0-9]+) \\|", 10,
 	  CONF_MAX_SIBLINGS },
 	{ "architecture.md", "the bytes read \\(≤ ([0-9]+)\\)", 10, IPC_HANDOFF_DATA_MAX },
+	/* Control frames that wait for room (common/ipcq.h): the bounds, what a frame costs,
+	 * how often drops are logged, and the hand-offs a bound holds. */
+	{ "architecture.md", "`worker/ctlq.c`, ([0-9]+) MiB, `WK_CTLQ_MAX_BYTES`", 10,
+	  WK_CTLQ_MAX_BYTES >> 20 },
+	{ "architecture.md", "`master/handoffq.c`, ([0-9]+) MiB, `MASTER_HANDOFFQ_MAX_BYTES`", 10,
+	  MASTER_HANDOFFQ_MAX_BYTES >> 20 },
+	{ "architecture.md", "a frame's payload, key and ([0-9]+) bytes", 10, IPCQ_FRAME_COST },
+	{ "architecture.md", "at most one a type every ([0-9]+) s", 10, IPCQ_REPORT_MS / 1000 },
+	{ "operations.md", "worker \\(up to ([0-9]+) MiB of frames", 10, WK_CTLQ_MAX_BYTES >> 20 },
+	{ "operations.md", "MiB of frames, about ([0-9][0-9 ,]*[0-9]) hand-offs", 10,
+	  WK_CTLQ_MAX_BYTES / (sizeof(struct ipc_handoff) + IPCQ_FRAME_COST) / 1000 * 1000 },
+	{ "operations.md", "in the master \\(up to ([0-9]+) MiB, about", 10,
+	  MASTER_HANDOFFQ_MAX_BYTES >> 20 },
+	{ "operations.md", "MiB, about ([0-9][0-9 ,]*[0-9]), per owner worker", 10,
+	  MASTER_HANDOFFQ_MAX_BYTES / (sizeof(struct ipc_handoff) + IPCQ_FRAME_COST) / 100 * 100 },
+	{ "operations.md", "at most every ([0-9]+) s per frame type and queue", 10,
+	  IPCQ_REPORT_MS / 1000 },
+	{ "operations.md", "at most one every ([0-9]+) s per frame type", 10, IPCQ_REPORT_MS / 1000 },
+	{ "operations.md", "past the queue's bound of ([0-9]+) MiB", 10, WK_CTLQ_MAX_BYTES >> 20 },
+	{ "operations.md", "each its name and ([0-9]+) bytes", 10, IPCQ_FRAME_COST },
 	/* Worker I/O. */
 	{ "architecture.md", "`recvmmsg` of up to ([0-9]+) datagrams \\(`WK_BATCH`\\)", 10,
 	  WK_BATCH },

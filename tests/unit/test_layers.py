@@ -18,7 +18,7 @@ from tree_check import report, tree_files, tree_top
 LAYERS = [
     ("leaves", ["wheel.h", "wheel.c", "portpool.h", "portpool.c", "ratelimit.h",
                 "ratelimit.c", "sockbuf.h", "wake.h", "wake.c", "worker.h"]),
-    ("core", ["wk.h", "addr.c"]),
+    ("core", ["wk.h", "addr.c", "ctlq.c"]),
     ("table", ["table.h", "table.c"]),
     ("transport", ["transport.h", "stream.h", "udp.c", "tcp.c", "tls.c", "dtls.c",
                    "proxyproto.c", "pipe.c", "budget.c", "fdstore.c", "client.c", "dtlslinger.h",

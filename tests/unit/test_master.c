@@ -542,6 +542,83 @@ static void test_state_names(void **state)
 	assert_string_equal(supervise_state_name((enum mworker_state)99), "?");
 }
 
+/* A connected stream socket to hand over (*peer: its other end) and a copy kept open, as
+ * systemd's fd store keeps one: a plain close of the handed end does not end it. */
+static int handoff_conn(int *peer, int *copy)
+{
+	int sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	*peer = sv[1];
+	*copy = dup(sv[0]);
+	assert_true(*copy >= 0);
+	return sv[0];
+}
+
+static bool peer_sees_eof(int peer)
+{
+	char c;
+
+	return recv(peer, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+/* handoffq_pass: a hand-off for a slot without a worker now, for the sender's own slot or
+ * for no slot is dropped shut down (its client sees the end although the fd store's copy
+ * stays open); one for a worker that is there reaches it, not shut down. */
+static void test_handoff_pass(void **state)
+{
+	static struct master m;
+	static struct mworker w[2];
+	struct ipc_handoff h;
+	struct ipc_msg msg;
+	int sp[2], peer[4], copy[4], s[4], fd;
+
+	(void)state;
+	memset(&m, 0, sizeof(m));
+	memset(w, 0, sizeof(w));
+	memset(&h, 0, sizeof(h));
+	snprintf(h.listener, sizeof(h.listener), "l0");
+	m.magic = MASTER_MAGIC;
+	m.loop = ev_default_loop(0);
+	m.n_slots = 2;
+	m.workers = w;
+	m.fd_limit = 1024;
+	assert_int_equal(ipc_socketpair(sp), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		w[i].m = &m;
+		w[i].slot = i;
+		w[i].last_status = -1;
+	}
+	w[0].ctl_fd = sp[0];
+	w[1].ctl_fd = -1; /* died, not respawned yet */
+	for (int i = 0; i < 4; i++)
+		s[i] = handoff_conn(&peer[i], &copy[i]);
+	h.slot = 1;
+	assert_int_equal(handoffq_pass(&m, 0, &h, s[0]), -ESRCH);
+	assert_true(peer_sees_eof(peer[0]));
+	h.slot = 0;
+	assert_int_equal(handoffq_pass(&m, 0, &h, s[1]), -EINVAL);
+	assert_true(peer_sees_eof(peer[1]));
+	h.slot = 7;
+	assert_int_equal(handoffq_pass(&m, 1, &h, s[2]), -EINVAL);
+	assert_true(peer_sees_eof(peer[2]));
+	h.slot = 0;
+	assert_int_equal(handoffq_pass(&m, 1, &h, s[3]), 0);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(msg.hdr.type, IPC_TCP_HANDOFF);
+	assert_true(fd >= 0);
+	assert_false(peer_sees_eof(peer[3]));
+	assert_int_equal(send(fd, "x", 1, 0), 1);
+	close(fd);
+	handoffq_close(&w[0]);
+	for (int i = 0; i < 4; i++) {
+		close(peer[i]);
+		close(copy[i]);
+	}
+	close(sp[0]);
+	close(sp[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -553,6 +630,7 @@ int main(void)
 		cmocka_unit_test(test_admin_mutations),
 		cmocka_unit_test(test_disconnect_user_frames),
 		cmocka_unit_test(test_state_names),
+		cmocka_unit_test(test_handoff_pass),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
