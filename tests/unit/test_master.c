@@ -429,6 +429,26 @@ static void disc_index_sent(int fd, uint32_t idx, uint64_t gen)
 	assert_int_equal(d.gen, gen);
 }
 
+/* A master of two slots: worker 0 behind the control socket pair sp (sp[0] its end,
+ * sp[1] the worker's), worker 1 dead and not respawned yet. */
+static void two_workers(struct master *m, struct mworker w[2], int sp[2])
+{
+	memset(m, 0, sizeof(*m));
+	memset(w, 0, 2 * sizeof(*w));
+	m->magic = MASTER_MAGIC;
+	m->loop = ev_default_loop(0);
+	m->n_slots = 2;
+	m->workers = w;
+	assert_int_equal(ipc_socketpair(sp), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		w[i].m = m;
+		w[i].slot = i;
+		w[i].last_status = -1;
+	}
+	w[0].ctl_fd = sp[0];
+	w[1].ctl_fd = -1;
+}
+
 /* disconnect --user: one IPC_DISC_USER frame per worker that owns any of the user's
  * allocations, whatever their number; those of a worker that is not running, or whose
  * frame cannot be sent, are counted not reached, never disconnected. disconnect ID: the
@@ -453,20 +473,7 @@ static void test_disconnect_user_frames(void **state)
 	json_t *r;
 
 	(void)state;
-	memset(&m, 0, sizeof(m));
-	memset(w, 0, sizeof(w));
-	m.magic = MASTER_MAGIC;
-	m.loop = ev_default_loop(0);
-	m.n_slots = 2;
-	m.workers = w;
-	assert_int_equal(ipc_socketpair(sp), 0);
-	for (unsigned i = 0; i < 2; i++) {
-		w[i].m = &m;
-		w[i].slot = i;
-		w[i].last_status = -1;
-	}
-	w[0].ctl_fd = sp[0];
-	w[1].ctl_fd = -1;	/* died, not respawned yet */
+	two_workers(&m, w, sp);
 	assert_int_equal(conf_load_default(NULL, &m.cfg), 0);
 	assert_int_equal(shm_create(&sc, "test-disconnect", &m.shm), 0);
 	assert_int_equal(reload_publish(&m), 0);
@@ -574,23 +581,10 @@ static void test_handoff_pass(void **state)
 	int sp[2], peer[4], copy[4], s[4], fd;
 
 	(void)state;
-	memset(&m, 0, sizeof(m));
-	memset(w, 0, sizeof(w));
 	memset(&h, 0, sizeof(h));
 	snprintf(h.listener, sizeof(h.listener), "l0");
-	m.magic = MASTER_MAGIC;
-	m.loop = ev_default_loop(0);
-	m.n_slots = 2;
-	m.workers = w;
+	two_workers(&m, w, sp);
 	m.fd_limit = 1024;
-	assert_int_equal(ipc_socketpair(sp), 0);
-	for (unsigned i = 0; i < 2; i++) {
-		w[i].m = &m;
-		w[i].slot = i;
-		w[i].last_status = -1;
-	}
-	w[0].ctl_fd = sp[0];
-	w[1].ctl_fd = -1; /* died, not respawned yet */
 	for (int i = 0; i < 4; i++)
 		s[i] = handoff_conn(&peer[i], &copy[i]);
 	h.slot = 1;
