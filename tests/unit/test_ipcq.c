@@ -24,6 +24,7 @@
 
 #include "common/ipc.h"
 #include "common/ipcq.h"
+#include "tests/unit/conn_fix.h"
 
 #define BIG (1u << 30) /* a bound never reached */
 
@@ -490,26 +491,6 @@ static void test_report(void **state)
 	ipcq_free(q);
 }
 
-/* A connected stream socket to hand over (*peer: its other end) and a copy of it, as the
- * fd store keeps one: closing the handed end alone does not end the connection. */
-static int new_conn(int *peer, int *copy)
-{
-	int sv[2];
-
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-	*peer = sv[1];
-	*copy = dup(sv[0]);
-	assert_true(*copy >= 0);
-	return sv[0];
-}
-
-static bool sees_eof(int peer)
-{
-	char c;
-
-	return recv(peer, &c, 1, MSG_DONTWAIT) == 0;
-}
-
 /* IPCQ_SHUT_ON_DROP: an owned socket dropped unsent (the bound, cancel, free) is shut
  * down, so its peer sees the end although a copy stays open; one that was sent is not
  * (the receiver's copy serves it); without the flag a drop only closes it. */
@@ -525,37 +506,37 @@ static void test_shut_on_drop(void **state)
 
 	assert_non_null(q);
 	for (int i = 0; i < 5; i++)
-		s[i] = new_conn(&peer[i], &copy[i]);
+		s[i] = conn_with_copy(&peer[i], &copy[i]);
 	fill(p);
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[0], shut, "k0"), 0);
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[1], shut, "k1"), 0);
 	/* Past the bound: dropped, shut down; without the flag only closed. */
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[2], shut, NULL), -ENOBUFS);
-	assert_true(sees_eof(peer[2]));
+	assert_true(peer_sees_eof(peer[2]));
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[3], IPCQ_OWN_FD, NULL),
 			 -ENOBUFS);
-	assert_false(sees_eof(peer[3]));
+	assert_false(peer_sees_eof(peer[3]));
 	/* Cancelled: shut down. */
 	assert_true(ipcq_cancel(q, "k0"));
-	assert_true(sees_eof(peer[0]));
+	assert_true(peer_sees_eof(peer[0]));
 	/* Sent: not shut down, the receiver's copy works. */
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[4], shut, NULL), 0);
 	drain_pings(p, q, &m);
 	next(p, &m, &fd); /* s[1] */
 	close(fd);
 	next(p, &m, &fd); /* s[4] */
-	assert_false(sees_eof(peer[4]));
+	assert_false(peer_sees_eof(peer[4]));
 	assert_int_equal(send(fd, "x", 1, 0), 1);
 	close(fd);
 	/* Dropped at free: shut down. */
 	fill(p);
-	s[1] = new_conn(&fd, &copy[1]);
+	s[1] = conn_with_copy(&fd, &copy[1]);
 	close(peer[1]);
 	peer[1] = fd;
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[1], shut, NULL), 0);
-	assert_false(sees_eof(peer[1]));
+	assert_false(peer_sees_eof(peer[1]));
 	ipcq_free(q);
-	assert_true(sees_eof(peer[1]));
+	assert_true(peer_sees_eof(peer[1]));
 	for (int i = 0; i < 5; i++) {
 		close(peer[i]);
 		close(copy[i]);
@@ -574,18 +555,18 @@ static void test_shut_on_drop_peer_gone(void **state)
 
 	assert_non_null(q);
 	for (int i = 0; i < 2; i++)
-		s[i] = new_conn(&peer[i], &copy[i]);
+		s[i] = conn_with_copy(&peer[i], &copy[i]);
 	fill(p);
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[0], shut, NULL), 0);
 	close(p->fd[1]);
 	p->fd[1] = -1;
 	/* The flush finds the peer gone. */
-	assert_false(sees_eof(peer[0]));
+	assert_false(peer_sees_eof(peer[0]));
 	assert_int_equal(ipcq_flush(q), 0);
-	assert_true(sees_eof(peer[0]));
+	assert_true(peer_sees_eof(peer[0]));
 	/* Nothing waits: sent directly, refused at once. */
 	assert_int_equal(ipcq_send(q, IPC_TCP_HANDOFF, &h, sizeof(h), s[1], shut, NULL), -EPIPE);
-	assert_true(sees_eof(peer[1]));
+	assert_true(peer_sees_eof(peer[1]));
 	assert_int_equal(ipcq_dropped(q, IPC_TCP_HANDOFF), 2);
 	ipcq_free(q);
 	for (int i = 0; i < 2; i++) {
@@ -602,16 +583,16 @@ static void test_drop_fd(void **state)
 
 	(void)state;
 	for (int i = 0; i < 3; i++)
-		s[i] = new_conn(&peer[i], &copy[i]);
+		s[i] = conn_with_copy(&peer[i], &copy[i]);
 	ipcq_drop_fd(s[0], IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
 	assert_false(fd_open(s[0]));
-	assert_true(sees_eof(peer[0]));
+	assert_true(peer_sees_eof(peer[0]));
 	ipcq_drop_fd(s[1], IPCQ_OWN_FD);
 	assert_false(fd_open(s[1]));
-	assert_false(sees_eof(peer[1]));
+	assert_false(peer_sees_eof(peer[1]));
 	ipcq_drop_fd(s[2], IPCQ_SHUT_ON_DROP);
 	assert_true(fd_open(s[2]));
-	assert_false(sees_eof(peer[2]));
+	assert_false(peer_sees_eof(peer[2]));
 	ipcq_drop_fd(-1, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
 	close(s[2]);
 	for (int i = 0; i < 3; i++) {
@@ -627,11 +608,11 @@ static void test_lost(void **state)
 	int peer, copy, s;
 
 	(void)state;
-	s = new_conn(&peer, &copy);
+	s = conn_with_copy(&peer, &copy);
 	ipcq_lost(&lost, "test", "lost", IPC_TCP_HANDOFF, s, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP,
 		  -ENOMEM);
 	assert_false(fd_open(s));
-	assert_true(sees_eof(peer));
+	assert_true(peer_sees_eof(peer));
 	ipcq_lost(&lost, "test", "lost", IPC_FDUNSTORE, -1, 0, -ENOMEM);
 	assert_int_equal(lost.dropped, 2);
 	assert_int_not_equal(lost.reported_ms, 0);

@@ -29,6 +29,7 @@
 #include "shm/shm_alloc.h"
 #include "shm/shm_revoke.h"
 #include "shm/shm_state.h"
+#include "tests/unit/conn_fix.h"
 
 static int count_fds(void)
 {
@@ -549,26 +550,6 @@ static void test_state_names(void **state)
 	assert_string_equal(supervise_state_name((enum mworker_state)99), "?");
 }
 
-/* A connected stream socket to hand over (*peer: its other end) and a copy kept open, as
- * systemd's fd store keeps one: a plain close of the handed end does not end it. */
-static int handoff_conn(int *peer, int *copy)
-{
-	int sv[2];
-
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-	*peer = sv[1];
-	*copy = dup(sv[0]);
-	assert_true(*copy >= 0);
-	return sv[0];
-}
-
-static bool peer_sees_eof(int peer)
-{
-	char c;
-
-	return recv(peer, &c, 1, MSG_DONTWAIT) == 0;
-}
-
 /* handoffq_pass: a hand-off for a slot without a worker now, for the sender's own slot or
  * for no slot is dropped shut down (its client sees the end although the fd store's copy
  * stays open); one for a worker that is there reaches it, not shut down. */
@@ -586,7 +567,7 @@ static void test_handoff_pass(void **state)
 	two_workers(&m, w, sp);
 	m.fd_limit = 1024;
 	for (int i = 0; i < 4; i++)
-		s[i] = handoff_conn(&peer[i], &copy[i]);
+		s[i] = conn_with_copy(&peer[i], &copy[i]);
 	h.slot = 1;
 	assert_int_equal(handoffq_pass(&m, 0, &h, s[0]), -ESRCH);
 	assert_true(peer_sees_eof(peer[0]));
