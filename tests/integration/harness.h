@@ -102,8 +102,10 @@ int harness_log_count(const struct harness *h, const char *needle);
  * holds it, or another negative errno when the file cannot be used (said on stderr). */
 int harness_port_reserve(uint16_t port);
 
-/* A port free for both UDP and TCP on every IPv4 and IPv6 address right now (kernel-chosen,
- * 20000-49151), reserved. 0 when none is free (said on stderr). */
+/* A port free for both UDP and TCP on every IPv4 and IPv6 address right now, reserved:
+ * from harness_free_port_late's span where it has one free (a port-0 pick could be taken
+ * by a client socket of the test beside this one before the daemon binds it), else
+ * kernel-chosen (20000-49151). 0 when none is free (said on stderr). */
 uint16_t harness_free_port(void);
 
 /* As harness_free_port, for a listener port the daemon binds again or first later (a
@@ -112,7 +114,7 @@ uint16_t harness_free_port(void);
  * client of this test or of the one beside it) can take it meanwhile; the Python
  * harness's free_port(late=True) draws from the same span, and TG_LATE_PORTS=LO-HI sets
  * another for both. Every port of the span is tried once, from a random one on. Falls
- * back to harness_free_port where that span is empty. 0 when none is free (said on
+ * back to a kernel-chosen port where there is no such span. 0 when none is free (said on
  * stderr). */
 uint16_t harness_free_port_late(void);
 

@@ -166,33 +166,51 @@ def free_port(addr="127.0.0.1", avoid=None, late=False):
     may be a listener's (listener_port_ok), reserved for this process (reserve_port) until
     it exits: no other draw of this process or of a test running beside it gives it again
     (the kernel draws port 0's port at random, so two draws for one config, nothing bound
-    to either yet, could give the same port, about 1 in 1,600 for five listeners). late:
-    from late_port_range() (where there is one), for a port the daemon binds only later:
-    every port of the range is tried once, from a random one on."""
+    to either yet, could give the same port, about 1 in 1,600 for five listeners).
+    From late_port_range() where there is one (every port of it tried once, from a random
+    one on), below the kernel's port-0 range: a port drawn from that range could be taken
+    before the daemon binds it by any client socket of a test running beside this one (a
+    connect, a bind to port 0: test_security_flood's TCP listener was, in CI). Where that
+    range has none free, or there is none, the kernel draws (port 0); late: no such
+    fallback, for a port the daemon binds only later (a later config, a restart)."""
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    span = late_port_range() if late else None
-    n = span[1] - span[0] + 1 if span else 0
-    start = random.randrange(n) if span else 0
-    tries = min(n, 4096) if span else 200
-    for i in range(tries):
-        u = socket.socket(fam, socket.SOCK_DGRAM)
-        t = socket.socket(fam, socket.SOCK_STREAM)
-        try:
-            u.bind((addr, span[0] + (start + i) % n if span else 0))
-            port = u.getsockname()[1]
-            if not listener_port_ok(port, avoid) or port in _RESERVED:
-                continue
-            t.bind((addr, port))
-            if reserve_port(port):
+    span = late_port_range()
+    if span is not None:
+        n = span[1] - span[0] + 1
+        start, tries = random.randrange(n), min(n, 4096)
+        for i in range(tries):
+            port = _take_port(fam, addr, span[0] + (start + i) % n, avoid)
+            if port:
                 return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    raise Failure("no free port%s: %d tried, each bound or reserved by this test or another "
-                  "running one (%s)" % (" in %d-%d" % span if span else "", tries,
-                                        os.environ.get("TG_PORT_LOCK", PORT_LOCK)))
+        if late:
+            raise Failure("no free port in %d-%d: %d tried, each bound or reserved by this "
+                          "test or another running one (%s)"
+                          % (span[0], span[1], tries, os.environ.get("TG_PORT_LOCK", PORT_LOCK)))
+    for _ in range(200):
+        port = _take_port(fam, addr, 0, avoid)
+        if port:
+            return port
+    raise Failure("no free port: 200 tried, each bound or reserved by this test or another "
+                  "running one (%s)" % os.environ.get("TG_PORT_LOCK", PORT_LOCK))
+
+
+def _take_port(fam, addr, want, avoid):
+    """Port want (0: the kernel's pick) when it is free for UDP and TCP on addr, may be a
+    listener's and is now reserved for this process; else None."""
+    u = socket.socket(fam, socket.SOCK_DGRAM)
+    t = socket.socket(fam, socket.SOCK_STREAM)
+    try:
+        u.bind((addr, want))
+        port = u.getsockname()[1]
+        if not listener_port_ok(port, avoid) or port in _RESERVED:
+            return None
+        t.bind((addr, port))
+        return port if reserve_port(port) else None
+    except OSError:
+        return None
+    finally:
+        t.close()
+        u.close()
 
 
 def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False, avoid=()):

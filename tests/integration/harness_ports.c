@@ -140,7 +140,8 @@ static uint16_t h_port_none(const char *where, unsigned tries)
 	return 0;
 }
 
-uint16_t harness_free_port(void)
+/* The kernel draws (port 0), 20000-49151 only. */
+static uint16_t h_free_port0(void)
 {
 	for (int tries = 0; tries < 200; tries++) {
 		struct sockaddr_storage ss;
@@ -199,26 +200,47 @@ static int h_late_range(unsigned *lo, unsigned *hi)
 	return 0;
 }
 
-uint16_t harness_free_port_late(void)
+/* Every port of lo-hi once, from a random one on: a range mostly held by the tests
+ * running beside this one still gives its last free port. 0 when none is (said on stderr
+ * when loud), or when reserving cannot work. */
+static uint16_t h_free_in(unsigned lo, unsigned hi, bool loud)
 {
-	unsigned lo, hi, span, start, tries;
-	int rc = h_late_range(&lo, &hi);
+	unsigned span = hi - lo + 1, start, tries;
 	char where[32];
 
-	if (rc < 0)
-		return rc == -ENOENT ? harness_free_port() : 0;
-	span = hi - lo + 1;
 	start = ((unsigned)getpid() ^ (unsigned)mono_ns()) * 2654435761u % span;
 	tries = span < 4096 ? span : 4096;
-	/* Every port of the range once, from a random one on: a range mostly held by the tests
-	 * running beside this one still gives its last free port. */
 	for (unsigned i = 0; i < tries; i++) {
 		uint16_t port = (uint16_t)(lo + (start + i) % span);
+		int rc = h_port_take(port);
 
-		rc = h_port_take(port);
 		if (rc != 0)
 			return rc > 0 ? port : 0;
 	}
+	if (!loud)
+		return 0;
 	snprintf(where, sizeof(where), " in %u-%u", lo, hi);
 	return h_port_none(where, tries);
+}
+
+uint16_t harness_free_port(void)
+{
+	unsigned lo, hi;
+	uint16_t port;
+
+	/* Below the kernel's port-0 range first: a port-0 pick could be taken before the
+	 * daemon binds it by any client socket of a test running beside this one. */
+	if (h_late_range(&lo, &hi) == 0 && (port = h_free_in(lo, hi, false)) != 0)
+		return port;
+	return h_free_port0();
+}
+
+uint16_t harness_free_port_late(void)
+{
+	unsigned lo, hi;
+	int rc = h_late_range(&lo, &hi);
+
+	if (rc < 0)
+		return rc == -ENOENT ? h_free_port0() : 0;
+	return h_free_in(lo, hi, true);
 }

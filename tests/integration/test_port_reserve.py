@@ -7,7 +7,8 @@ Drawer processes (this file with --draw, and the C harness's port_draw) draw fro
 range narrowed to two or three ports (TG_LATE_PORTS) with a reservations' file of this
 test's own (TG_PORT_LOCK): two drawers, Python or C in any pairing, get different ports,
 and a third finds none and says so; a holder killed with SIGKILL leaves nothing reserved;
-a kernel-chosen port (late=False) is refused to the other process while its drawer lives.
+a port of the default draw (late=False) is refused to the other process while its drawer
+lives.
 Before the reservations each process avoided only the ports it gave itself, so both
 drawers got the same port. The narrow ranges are ports this test reserved in the real
 reservations' file first, so no test beside it binds them meanwhile. Loopback only; every
@@ -144,9 +145,9 @@ def test_killed_holder_frees(d):
             b.stop()
 
 
-def test_kernel_chosen_reserved(d):
-    """A port drawn with port 0 (late=False) is refused to another process while its drawer
-    lives, and free once it is gone."""
+def test_default_draw_reserved(d):
+    """A port of the default draw (late=False: the late range, port 0 where that has none)
+    is refused to another process while its drawer lives, and free once it is gone."""
     for lang, other in (("py", "c"), ("c", "py")):
         a = Drawer(d, lang, "any", 1)
         port = a.out[0]
@@ -181,4 +182,4 @@ if __name__ == "__main__":
         sys.exit(0)
     check(os.access(PORT_DRAW, os.X_OK), PORT_DRAW + " not built (make check builds it)")
     run_tests([test_late_draws_differ, test_one_process_many_draws, test_killed_holder_frees,
-               test_kernel_chosen_reserved])
+               test_default_draw_reserved])
