@@ -333,22 +333,40 @@ def connect(port, sent=b""):
     return s
 
 
-def inode(s):
-    """The inode of the server side of the connection s (/proc/net/tcp): 0 while it waits in
-    the listening socket's queue (no process took it yet), None once gone."""
-    ours, peer = s.getsockname()[1], s.getpeername()[1]
+def tcp_row(local, remote):
+    """The columns of /proc/net/tcp's line of the loopback TCP socket from port local to
+    port remote (both on 127.0.0.1), or None when there is none."""
     with open("/proc/net/tcp") as f:
         next(f)
         for line in f:
             c = line.split()
-            if c[1] == "0100007F:%04X" % peer and c[2] == "0100007F:%04X" % ours:
-                return int(c[9])
+            if c[1] == "0100007F:%04X" % local and c[2] == "0100007F:%04X" % remote:
+                return c
     return None
+
+
+def inode(s):
+    """The inode of the server side of the connection s (/proc/net/tcp): 0 while it waits in
+    the listening socket's queue (no process took it yet), None once gone."""
+    c = tcp_row(s.getpeername()[1], s.getsockname()[1])
+    return None if c is None else int(c[9])
 
 
 def taken(s):
     """True once a process took the connection s."""
     return bool(inode(s))
+
+
+def read_by_server(s):
+    """True once the process at the server end of the connection s has read every byte s
+    sent: s's side has them all acknowledged (tx_queue 0), and then the server's side
+    holds none unread (rx_queue 0; read in that order, so a byte still on its way cannot
+    pass for one read)."""
+    mine = tcp_row(s.getsockname()[1], s.getpeername()[1])
+    if mine is None or int(mine[4].split(":")[0], 16) != 0:
+        return False
+    theirs = tcp_row(s.getpeername()[1], s.getsockname()[1])
+    return theirs is not None and int(theirs[4].split(":")[1], 16) == 0
 
 
 class InThread:

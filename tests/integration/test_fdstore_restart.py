@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_ERROR, TURNGATED, Daemon, StreamClient, TcpPeer,  # noqa: E402
                            alive, check, config, error_code, free_port, run_tests,
                            upgrade, wait_for)
+from harness_upgrade import read_by_server  # noqa: E402
 from test_tcp_relay import open_data  # noqa: E402
 from test_upgrade_streams import CHANNEL, DataStream, StreamCall, UdpPeer  # noqa: E402
 
@@ -285,7 +286,8 @@ def calls_survive_crash_restart(d, upgrades, master_only=False, stale=False):
         half = b"H" + b"h" * 63
         frame = struct.pack("!HH", CHANNEL, len(half)) + half
         call.write(frame[:10])
-        time.sleep(0.3)
+        wait_for(lambda: read_by_server(call.sock), "the worker to read the cut frame's head",
+                 timeout=30)
         store.quiet()
         before = store.names()
         workers_pids = kill_all(daemon, master, master_only)

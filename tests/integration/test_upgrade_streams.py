@@ -43,7 +43,8 @@ from harness_admin import (A_LIFETIME, A_NONCE, A_REALM, A_USERNAME, REALM,  # n
                            REFRESH, REQUEST, SUCCESS, Daemon, Failure, StreamClient, TcpPeer,
                            build, channel_data, channel_payload, check, config, error_code,
                            free_port, parse, peer_socket, run_tests, upgrade, wait_for)
-from harness_upgrade import failed_upgrade, held_socket, teardown  # noqa: E402
+from harness_upgrade import (failed_upgrade, held_socket, read_by_server,  # noqa: E402
+                             teardown)
 from test_tcp_relay import open_data  # noqa: E402
 
 RELAY = (44100, 44199)
@@ -284,7 +285,8 @@ def test_tcp_call_survives_upgrades(d):
         half = b"H" + b"h" * 63
         frame = struct.pack("!HH", CHANNEL, len(half)) + half
         ctl.sock.sendall(frame[:10])
-        time.sleep(0.3)
+        wait_for(lambda: read_by_server(ctl.sock), "the worker to read the frame's head",
+                 timeout=30)
         pid = upgrade(daemon, workers)
         ctl.sock.sendall(frame[10:])
         wait_for(lambda: peer.halves, "the frame split by the upgrade at the peer",

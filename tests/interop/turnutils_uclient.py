@@ -32,7 +32,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from harness_admin import free_port, stun_binding_udp  # noqa: E402
+from harness_admin import (free_port, listener_port_ok, reserve_port,  # noqa: E402
+                           stun_binding_udp)
 
 UCLIENT = "/usr/bin/turnutils_uclient"
 PEER = "/usr/bin/turnutils_peer"
@@ -43,11 +44,32 @@ COUNTERS = ("err_tls", "err_malformed", "err_send", "dtls_cookies", "tls_handsha
             "short_circuit")
 BAD = ("AddressSanitizer", "LeakSanitizer", "runtime error:", "[crit]", "killed by signal")
 LOCAL = "127.0.0.4"     # the daemon's listeners
+PEER_ADDR = "127.0.0.1"  # turnutils_peer's
 
 
 def fail(msg):
     print("FAIL: " + msg)
     sys.exit(1)
+
+
+def peer_port_pair():
+    """A port for turnutils_peer on 127.0.0.1, the next one free and reserved too: the peer
+    binds both (the second for RTCP, which the UDP-RTCP mode's clients send to), and a
+    socket of a test beside this one on the second (free_port reserves only the first) left
+    every RTCP message unanswered: 2000 of 4000 lost."""
+    for _ in range(50):     # bounded: each try draws a new port
+        port = free_port(PEER_ADDR)
+        if not listener_port_ok(port + 1) or not reserve_port(port + 1):
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind((PEER_ADDR, port + 1))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    fail("no two free ports in a row on %s for turnutils_peer in 50 draws" % PEER_ADDR)
 
 
 def daemon_path(top):
@@ -212,8 +234,8 @@ def main():
     daemon = daemon_path(top)
     tmp = tempfile.mkdtemp(prefix="tg-interop-")
     # TLS and DTLS need ports of their own: they share socket types with TCP and UDP.
-    port, peer_port, tls_port, dtls_port = (free_port(LOCAL), free_port(LOCAL), free_port(LOCAL),
-                                           free_port(LOCAL))
+    port, tls_port, dtls_port = free_port(LOCAL), free_port(LOCAL), free_port(LOCAL)
+    peer_port = peer_port_pair()
     relay_tcp_port = free_port(LOCAL)
     conf = os.path.join(tmp, "turngate.yaml")
     crt, key = os.path.join(tmp, "turn.crt"), os.path.join(tmp, "turn.key")
@@ -275,7 +297,7 @@ clusters:
     protocol: TCP
     endpoints: ["127.0.0.5"]
 """ % (tmp, port, port, tls_port, crt, key, dtls_port, crt, key, relay_tcp_port))
-    peer = subprocess.Popen([PEER, "-p", str(peer_port), "-L", "127.0.0.1"],
+    peer = subprocess.Popen([PEER, "-p", str(peer_port), "-L", PEER_ADDR],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     logf = open(log, "w")
     d = subprocess.Popen([daemon, "-c", conf, "--workers", "2"], stdout=logf, stderr=logf)
