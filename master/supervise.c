@@ -637,6 +637,7 @@ int supervise_init(struct master *m)
 		ev_timer_init(&w->respawn, respawn_cb, 0., 0.);
 		w->respawn.data = w;
 	}
+	handoffq_init(m);
 	ev_child_init(&m->child_w, child_cb, 0, 0);
 	m->child_w.data = m;
 	ev_child_start(m->loop, &m->child_w);

@@ -28,6 +28,7 @@
 #include <openssl/evp.h>
 
 #include "common/ipc.h"
+#include "common/ipcq_ev.h"
 #include "common/log.h"
 #include "shm/shm_lslot.h"
 #include "shm/shm_quota.h"
@@ -276,8 +277,7 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	struct worker *w = wk_checked(t->data);
 
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
-	if (w->ctlq != NULL)
-		(void)ipcq_report(w->ctlq); /* drops held back by their lines' rate */
+	(void)ipcq_ev_report(&w->ctlq); /* drops held back by their lines' rate */
 	if (wk_revoke_sweep(w))
 		wk_adopt_wait_end(w, wk_revoked_why, NULL);
 }
@@ -757,6 +757,7 @@ int worker_run(const struct worker_heritage *h)
 		free(w);
 		return 1;
 	}
+	wk_ctlq_init(w);
 	wk_tcp_init(w);
 	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);

@@ -431,7 +431,8 @@ static void disc_index_sent(int fd, uint32_t idx, uint64_t gen)
 }
 
 /* A master of two slots: worker 0 behind the control socket pair sp (sp[0] its end,
- * sp[1] the worker's), worker 1 dead and not respawned yet. */
+ * sp[1] the worker's), worker 1 dead and not respawned yet; their hand-off queues set up
+ * as supervise_init does (none made yet). */
 static void two_workers(struct master *m, struct mworker w[2], int sp[2])
 {
 	memset(m, 0, sizeof(*m));
@@ -448,6 +449,8 @@ static void two_workers(struct master *m, struct mworker w[2], int sp[2])
 	}
 	w[0].ctl_fd = sp[0];
 	w[1].ctl_fd = -1;
+	m->fd_limit = 1024;
+	handoffq_init(m);
 }
 
 /* disconnect --user: one IPC_DISC_USER frame per worker that owns any of the user's
@@ -565,7 +568,6 @@ static void test_handoff_pass(void **state)
 	memset(&h, 0, sizeof(h));
 	snprintf(h.listener, sizeof(h.listener), "l0");
 	two_workers(&m, w, sp);
-	m.fd_limit = 1024;
 	for (int i = 0; i < 4; i++)
 		s[i] = conn_with_copy(&peer[i], &copy[i]);
 	h.slot = 1;
