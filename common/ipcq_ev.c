@@ -100,5 +100,7 @@ void ipcq_ev_close(struct ipcq_ev *qe)
 
 size_t ipcq_ev_report(struct ipcq_ev *qe)
 {
-	return ipcq_ev_checked(qe)->q != NULL ? ipcq_report(qe->q) : 0;
+	size_t lines = ipcq_lost_report(&ipcq_ev_checked(qe)->lost, qe->scope, qe->name);
+
+	return lines + (qe->q != NULL ? ipcq_report(qe->q) : 0);
 }

@@ -62,8 +62,9 @@ bool ipcq_ev_cancel(struct ipcq_ev *qe, const char *key);
  * watcher, frees the queue. Safe when there is none. */
 void ipcq_ev_close(struct ipcq_ev *qe);
 
-/* From the caller's periodic timer: ipcq_report() on qe's queue, if any. Returns the
- * [warn] lines logged. */
+/* From the caller's periodic timer: logs the drops held back by their lines' rate, of the
+ * queue (ipcq_report, if there is one) and of the frames that found none
+ * (ipcq_lost_report). Returns the [warn] lines logged. */
 size_t ipcq_ev_report(struct ipcq_ev *qe);
 
 #endif

@@ -334,7 +334,8 @@ int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, 
  * the control socket's close; safe when nothing waits. */
 void handoffq_close(struct mworker *w);
 /* From the master's tick: logs the drops of every hand-off queue held back by the drop
- * lines' rate (common/ipcq.h, ipcq_report). */
+ * lines' rate, and those of the frames that found no queue (common/ipcq_ev.h,
+ * ipcq_ev_report). */
 void handoffq_tick(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */

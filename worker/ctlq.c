@@ -16,8 +16,9 @@
  * IPCQ_SHUT_ON_DROP). The queue fills the socket only halfway (common/ipcq.h): PONG and
  * READY, sent directly, find room. Bounded (WK_CTLQ_MAX_BYTES, and a quarter of our
  * descriptors, w->ctlq_fds): past it a frame is dropped and logged, as is one the socket
- * refuses for another reason (the master gone); the heartbeat logs a count held back by the
- * lines' rate (ipcq_report). A stopping worker sends what waits within a budget that leaves
+ * refuses for another reason (the master gone), or one that finds no queue and cannot make
+ * one (out of memory); the heartbeat logs a count held back by the lines' rate
+ * (ipcq_ev_report). A stopping worker sends what waits within a budget that leaves
  * the master's grace room for the session-record flush before it (WK_CTLQ_STOP_MS below,
  * wk_ctlq_stop); what is left then is dropped (a waiting hand-off's client sees its
  * connection close, as it would have before it waited). */
