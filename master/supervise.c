@@ -303,16 +303,18 @@ out:
 
 /* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
  * to the owner slot's worker, or dropped (master/handoffq.c, handoffq_pass); the
- * connection is the queue's from the call on (*fd -1). */
+ * connection is ours from the call on (*fd -1). Every drop shuts it down: the sender may
+ * have left a copy in systemd's fd store. A malformed frame never comes here (ipc_recv
+ * refuses it and shuts its connection down); the length is checked again as every
+ * handler does. */
 static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
 	struct ipc_handoff h;
 
 	if (ipc_msg_get(msg, &h, sizeof(h)) < 0)
-		return;
-	/* Drops (no such worker, the queue's bound, the worker gone) are logged there and
-	 * shut down: the sender may have left a copy in systemd's fd store. */
-	(void)handoffq_pass(w->m, w->slot, &h, *fd);
+		ipcq_drop_fd(*fd, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
+	else
+		(void)handoffq_pass(w->m, w->slot, &h, *fd); /* drops logged there */
 	*fd = -1;
 }
 
