@@ -19,6 +19,7 @@
 
 #include "common/grow.h"
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
@@ -675,6 +676,11 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	}
 }
 
+void wk_tcp_drop_handoff(int fd)
+{
+	ipcq_drop_fd(fd, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
+}
+
 void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
 		       size_t len, const struct sockaddr *client)
 {
@@ -688,7 +694,7 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 			l = w->ls[i];
 	c = l && len <= WK_TCP_IN_START ? wk_tconn_new(l, fd, true) : NULL;
 	if (!c) {
-		close(fd);
+		wk_tcp_drop_handoff(fd);
 		return;
 	}
 	c->peer_len = client ? wk_addr_len(client) : sizeof(c->peer);
@@ -697,7 +703,7 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 	else if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
 		free(c->in);
 		free(c);
-		close(fd);
+		wk_tcp_drop_handoff(fd);
 		return;
 	}
 	memcpy(c->in, data, len);

@@ -499,11 +499,12 @@ void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_TCP_HANDOFF: {
 		struct ipc_handoff *h = malloc(sizeof(*h));
 
-		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot) {
+		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot)
 			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len,
 					  h->tls ? (const struct sockaddr *)&h->client : NULL);
-			fd = -1;
-		}
+		else
+			wk_tcp_drop_handoff(fd);
+		fd = -1;
 		free(h);
 		break;
 	}
@@ -543,7 +544,8 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 }
 
 /* At exit: an IPC_PARK still unread (the master sends it before the SIGQUIT that stopped
- * us). Nothing else is acted on any more. */
+ * us). Nothing else is acted on any more: a hand-off's connection is dropped as
+ * wk_tcp_drop_handoff does, a relay channel kept for the stop, any other descriptor closed. */
 static void wk_ctl_last(struct worker *w)
 {
 	struct ipc_msg *m = malloc(sizeof(*m));
@@ -555,6 +557,8 @@ static void wk_ctl_last(struct worker *w)
 			break;
 		if (m->hdr.type == IPC_RELAY_CHAN)
 			wk_relayho_chan(w, fd);
+		else if (m->hdr.type == IPC_TCP_HANDOFF)
+			wk_tcp_drop_handoff(fd);
 		else if (fd >= 0)
 			close(fd);
 		if (m->hdr.type == IPC_PARK) {
