@@ -20,7 +20,6 @@
 
 #include "common/grow.h"
 #include "common/ipc.h"
-#include "common/ipcq.h"
 #include "common/log.h"
 #include "common/mono.h"
 #include "shm/shm.h"
@@ -304,17 +303,16 @@ out:
 /* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
  * to the owner slot's worker, or dropped (master/handoffq.c, handoffq_pass); the
  * connection is ours from the call on (*fd -1). Every drop shuts it down: the sender may
- * have left a copy in systemd's fd store. A malformed frame never comes here (ipc_recv
- * refuses it and shuts its connection down); the length is checked again as every
- * handler does. */
+ * have left a copy in systemd's fd store. A malformed frame never comes here: ipc_recv
+ * refuses it (its length included) and shuts its connection down. */
 static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
 	struct ipc_handoff h;
+	int rc = ipc_msg_get(msg, &h, sizeof(h));
 
-	if (ipc_msg_get(msg, &h, sizeof(h)) < 0)
-		ipcq_drop_fd(*fd, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
-	else
-		(void)handoffq_pass(w->m, w->slot, &h, *fd); /* drops logged there */
+	assert(rc == 0);
+	(void)rc;
+	(void)handoffq_pass(w->m, w->slot, &h, *fd); /* drops logged there */
 	*fd = -1;
 }
 
