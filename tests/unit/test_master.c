@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/log.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
@@ -596,6 +597,40 @@ static void test_handoff_pass(void **state)
 	close(sp[1]);
 }
 
+static uint64_t fake_ms = 5000000; /* the lost drops' clock in test_handoff_lost_tick */
+
+static uint64_t fake_now(void)
+{
+	return fake_ms;
+}
+
+/* The master's 1 s tick (handoffq_tick, through ipcq_ev_report) logs the hand-offs dropped
+ * unqueued (no memory for a queue: ipcq_lost) that the 10 s rate held back, without
+ * another drop: the held-back count is reported (and so reset) once 10 s have passed. */
+static void test_handoff_lost_tick(void **state)
+{
+	static struct master m;
+	static struct mworker w[2];
+	struct ipcq_lost *lost = &w[0].handoffq.lost;
+	int sp[2];
+
+	(void)state;
+	two_workers(&m, w, sp);
+	lost->now_ms = fake_now;
+	ipcq_lost(lost, "master", "worker 0", IPC_TCP_HANDOFF, -1, 0, -ENOMEM); /* logged */
+	ipcq_lost(lost, "master", "worker 0", IPC_TCP_HANDOFF, -1, 0, -ENOMEM); /* held back */
+	assert_int_equal(lost->unreported, 1);
+	fake_ms += 1000;
+	handoffq_tick(&m);
+	assert_int_equal(lost->unreported, 1);
+	fake_ms += 10000;
+	handoffq_tick(&m);
+	assert_int_equal(lost->unreported, 0);
+	assert_int_equal(lost->dropped, 2);
+	close(sp[0]);
+	close(sp[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -608,6 +643,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_user_frames),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_handoff_pass),
+		cmocka_unit_test(test_handoff_lost_tick),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
