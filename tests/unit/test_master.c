@@ -285,6 +285,7 @@ static struct master *fixture(void)
 	w.m = &m;
 	w.ctl_fd = -1;
 	w.last_status = -1;
+	handoffq_init(&m); /* as supervise_init does: no queue until a frame waits */
 	assert_int_equal(conf_load_default(NULL, &m.cfg), 0);
 	assert_int_equal(shm_create(&sc, "test-master", &m.shm), 0);
 	assert_int_equal(reload_publish(&m), 0);
