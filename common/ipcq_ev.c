@@ -35,8 +35,8 @@ static void ipcq_ev_write_cb(struct ev_loop *loop, ev_io *io, int revents)
 	ipcq_ev_watch(qe);
 }
 
-void ipcq_ev_init(struct ipcq_ev *qe, struct ev_loop *loop, size_t max_bytes,
-		  struct ipcq_fds *fds, const char *scope, const char *name)
+void ipcq_ev_init(struct ipcq_ev *qe, struct ev_loop *loop, size_t max_bytes, struct ipcq_fds *fds,
+		  const char *scope, const char *name)
 {
 	memset(qe, 0, sizeof(*qe));
 	qe->magic = IPCQ_EV_MAGIC;
@@ -44,7 +44,7 @@ void ipcq_ev_init(struct ipcq_ev *qe, struct ev_loop *loop, size_t max_bytes,
 	qe->loop = loop;
 	qe->max_bytes = max_bytes;
 	qe->fds = fds;
-	snprintf(qe->scope, sizeof(qe->scope), "%s", scope);
+	qe->scope = scope;
 	snprintf(qe->name, sizeof(qe->name), "%s", name);
 }
 
@@ -98,9 +98,9 @@ void ipcq_ev_close(struct ipcq_ev *qe)
 	qe->sock = -1;
 }
 
-size_t ipcq_ev_report(struct ipcq_ev *qe)
+void ipcq_ev_report(struct ipcq_ev *qe)
 {
-	size_t lines = ipcq_lost_report(&ipcq_ev_checked(qe)->lost, qe->scope, qe->name);
-
-	return lines + (qe->q != NULL ? ipcq_report(qe->q) : 0);
+	(void)ipcq_lost_report(&ipcq_ev_checked(qe)->lost, qe->scope, qe->name);
+	if (qe->q != NULL)
+		(void)ipcq_report(qe->q);
 }

@@ -10,8 +10,9 @@
  * a new one.
  *
  * In a library of its own, common/libcommon_ev.a: common/libcommon.a links without libev
- * (turngatectl, test_ipcq). One struct ipcq_ev per socket and direction, used by the one
- * thread of the loop it is given. */
+ * (turngatectl, test_ipcq). One struct ipcq_ev per channel owner (the master's for a slot
+ * serves each respawned worker's socket in turn), used by the one thread of the loop it is
+ * given. */
 #ifndef TG_COMMON_IPCQ_EV_H
 #define TG_COMMON_IPCQ_EV_H
 
@@ -34,16 +35,16 @@ struct ipcq_ev {
 	size_t max_bytes;
 	struct ipcq_fds *fds;  /* the bound on q's owned descriptors, or NULL */
 	struct ipcq_lost lost; /* frames dropped when no queue could be made */
-	char scope[16];
+	const char *scope; /* not copied: a string literal */
 	char name[64];
 };
 
 /* Sets qe up, with no queue yet: the queues it makes are bounded at max_bytes and by fds
  * (not owned: it outlives qe; NULL: no bound; its max is the caller's to set), their log
- * lines headed by scope and name (copied), their watcher on loop. Once per qe: it
- * forgets what was lost before. */
-void ipcq_ev_init(struct ipcq_ev *qe, struct ev_loop *loop, size_t max_bytes,
-		  struct ipcq_fds *fds, const char *scope, const char *name);
+ * lines headed by scope (kept, not copied: a string literal) and name (copied), their
+ * watcher on loop. Once per qe: it forgets what was lost before. */
+void ipcq_ev_init(struct ipcq_ev *qe, struct ev_loop *loop, size_t max_bytes, struct ipcq_fds *fds,
+		  const char *scope, const char *name);
 
 /* Sends a frame on sock through qe's queue (ipcq_send(): at once when nothing waits and the
  * socket has room, else behind what waits), making the queue first when qe has none; sock
@@ -64,7 +65,7 @@ void ipcq_ev_close(struct ipcq_ev *qe);
 
 /* From the caller's periodic timer: logs the drops held back by their lines' rate, of the
  * queue (ipcq_report, if there is one) and of the frames that found none
- * (ipcq_lost_report). Returns the [warn] lines logged. */
-size_t ipcq_ev_report(struct ipcq_ev *qe);
+ * (ipcq_lost_report). */
+void ipcq_ev_report(struct ipcq_ev *qe);
 
 #endif

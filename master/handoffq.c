@@ -82,5 +82,5 @@ void handoffq_tick(struct master *m)
 	if (m->workers == NULL)
 		return;
 	for (unsigned i = 0; i < m->n_slots; i++)
-		(void)ipcq_ev_report(&m->workers[i].handoffq);
+		ipcq_ev_report(&m->workers[i].handoffq);
 }

@@ -277,7 +277,7 @@ static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	struct worker *w = wk_checked(t->data);
 
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
-	(void)ipcq_ev_report(&w->ctlq); /* drops held back by their lines' rate */
+	ipcq_ev_report(&w->ctlq); /* drops held back by their lines' rate */
 	if (wk_revoke_sweep(w))
 		wk_adopt_wait_end(w, wk_revoked_why, NULL);
 }
