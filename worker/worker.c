@@ -499,11 +499,15 @@ void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_TCP_HANDOFF: {
 		struct ipc_handoff *h = malloc(sizeof(*h));
 
-		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot)
+		if (!h)
+			wk_tcp_drop_handoff(w, fd, "no memory");
+		else if (ipc_msg_get(m, h, sizeof(*h)) != 0)
+			wk_tcp_drop_handoff(w, fd, "malformed");
+		else if (h->slot != w->slot)
+			wk_tcp_drop_handoff(w, fd, "another slot's frame");
+		else
 			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len,
 					  h->tls ? (const struct sockaddr *)&h->client : NULL);
-		else
-			wk_tcp_drop_handoff(fd);
 		fd = -1;
 		free(h);
 		break;
@@ -558,7 +562,7 @@ static void wk_ctl_last(struct worker *w)
 		if (m->hdr.type == IPC_RELAY_CHAN)
 			wk_relayho_chan(w, fd);
 		else if (m->hdr.type == IPC_TCP_HANDOFF)
-			wk_tcp_drop_handoff(fd);
+			wk_tcp_drop_handoff(w, fd, "read at exit");
 		else if (fd >= 0)
 			close(fd);
 		if (m->hdr.type == IPC_PARK) {
