@@ -1,7 +1,7 @@
 /* Unit tests of the worker's control frames (worker/worker.c's wk_ctl_msg): an IPC_STOP
  * that says the stop is immediate gives the worker the shorter grace even when it is read
  * before the master's SIGTERM (whose handler runs only in the loop the stop ends); a
- * hand-off the worker cannot serve is shut down, not merely closed. */
+ * hand-off the worker cannot serve is shut down, not merely closed, one it can is adopted. */
 #include "config.h"
 
 #include <fcntl.h>
@@ -12,14 +12,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "common/mono.h"
 #include "tests/unit/conn_fix.h"
 #include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
+#include "worker/stream.h"
 #include "worker/wk.h"
 
 /* The master's IPC_STOP (now or not) as one fresh worker reads it: its stop_now after. */
@@ -56,53 +59,124 @@ static void test_stop_grace(void **state)
 	assert_false(stop_read(false));
 }
 
-/* A well-formed IPC_TCP_HANDOFF for slot that names listener, as one worker reads it:
- * whether the connection's peer sees its end while the fd store's copy stays open. */
-static bool handoff_dropped_shut(unsigned slot, const char *listener)
-{
+/* One worker with an active plain TCP listener "l0", added as the master adds one
+ * (IPC_LISTENER_ADD through wk_ctl_msg), its control socket sp[1] (sp[0]: the master's). */
+struct wfix {
 	struct worker_heritage h[1];
 	struct worker *w[1];
+	struct shm *shm;
+	struct wk_listener *l0;
+	int sp[2];
+};
+
+static void wfix_up(struct wfix *f)
+{
+	struct worker *w;
+	struct ipc_msg m;
+	uint16_t port;
+	int lfd, fd;
+
+	worker_fix_create("test-wkctl", 1, &f->shm, f->h, f->w);
+	w = f->w[0];
+	assert_int_equal(wk_tables_init(w), 0);
+	wk_tcp_init(w);
+	wheel_init(&w->wheel, mono_ms());
+	assert_int_equal(ipc_socketpair(f->sp), 0);
+	f->h[0].ctl_fd = f->sp[1];
+	lfd = worker_fix_bound(SOCK_STREAM, &port);
+	assert_int_equal(listen(lfd, 8), 0);
+	assert_int_equal(ipc_send_str(f->sp[0], IPC_LISTENER_ADD, "l0", lfd), 0);
+	close(lfd);
+	assert_int_equal(ipc_recv(f->sp[1], &m, &fd), 0);
+	wk_ctl_msg(w, &m, fd);
+	assert_int_equal(w->n_ls, 1);
+	f->l0 = w->ls[0];
+	assert_true(f->l0->active);
+	assert_int_equal(f->l0->proto, WORKER_PROTO_TCP);
+	assert_string_equal(f->l0->name, "l0");
+}
+
+static void wfix_down(struct wfix *f)
+{
+	struct worker *w = f->w[0];
+
+	for (size_t i = 0; i < w->n_ls; i++) {
+		wk_listener_close(w, w->ls[i]);
+		free(w->ls[i]);
+	}
+	w->n_ls = 0;
+	wk_tables_free(w);
+	if (f->sp[0] >= 0)
+		close(f->sp[0]);
+	close(f->sp[1]);
+	worker_fix_destroy(f->shm, 1, f->w);
+}
+
+/* A well-formed IPC_TCP_HANDOFF for slot that names "l0", as the worker of f reads it:
+ * whether the connection's peer sees its end while the fd store's copy stays open. */
+static bool handoff_sees_eof(struct wfix *f, unsigned slot)
+{
 	struct ipc_handoff *ho = calloc(1, sizeof(*ho));
 	struct ipc_msg m;
-	struct shm *shm;
-	int sp[2], fd, peer, copy, conn;
+	int fd, peer, copy, conn;
 	bool eof;
 
 	assert_non_null(ho);
-	worker_fix_create("test-wkctl", 1, &shm, h, w);
 	ho->slot = slot;
-	memcpy(ho->listener, listener, strlen(listener));
+	memcpy(ho->listener, "l0", 2);
 	conn = conn_with_copy(&peer, &copy);
-	assert_int_equal(ipc_socketpair(sp), 0);
-	assert_int_equal(ipc_send(sp[0], IPC_TCP_HANDOFF, ho, sizeof(*ho), conn), 0);
+	assert_int_equal(ipc_send(f->sp[0], IPC_TCP_HANDOFF, ho, sizeof(*ho), conn), 0);
 	close(conn);
-	assert_int_equal(ipc_recv(sp[1], &m, &fd), 0);
+	assert_int_equal(ipc_recv(f->sp[1], &m, &fd), 0);
 	assert_true(fd >= 0);
-	wk_ctl_msg(w[0], &m, fd);
+	wk_ctl_msg(f->w[0], &m, fd);
 	eof = peer_sees_eof(peer);
 	assert_true(fcntl(copy, F_GETFD) >= 0);	/* the fd store's copy: still open */
 	close(copy);
 	close(peer);
-	close(sp[0]);
-	close(sp[1]);
-	worker_fix_destroy(shm, 1, w);
 	free(ho);
 	return eof;
 }
 
-/* No active listener of that name (a reload's LISTENER_REMOVE, sent directly, overtook the
- * hand-off waiting in the master's queue): the client sees the end. */
-static void test_handoff_unknown_listener(void **state)
-{
-	(void)state;
-	assert_true(handoff_dropped_shut(0, "gone"));
-}
-
-/* Another slot's hand-off: dropped alike. */
+/* Another slot's hand-off naming an active listener of this worker: dropped, the client
+ * sees the end (worker.c's slot check). */
 static void test_handoff_wrong_slot(void **state)
 {
+	struct wfix f;
+
 	(void)state;
-	assert_true(handoff_dropped_shut(1, "gone"));
+	wfix_up(&f);
+	assert_true(handoff_sees_eof(&f, 1));
+	assert_int_equal(f.l0->n_conns, 0);
+	wfix_down(&f);
+}
+
+/* The right slot, but "l0" closed (its entry left inactive, as a reload's LISTENER_REMOVE,
+ * sent directly, leaves it when it overtakes a hand-off waiting in the master's queue):
+ * dropped, the client sees the end (tcp.c's active check). */
+static void test_handoff_removed_listener(void **state)
+{
+	struct wfix f;
+
+	(void)state;
+	wfix_up(&f);
+	wk_listener_close(f.w[0], f.l0);
+	assert_true(handoff_sees_eof(&f, 0));
+	assert_int_equal(f.l0->n_conns, 0);
+	wfix_down(&f);
+}
+
+/* The positive control: the right slot, "l0" active: the connection is adopted, open. */
+static void test_handoff_adopted(void **state)
+{
+	struct wfix f;
+
+	(void)state;
+	wfix_up(&f);
+	assert_false(handoff_sees_eof(&f, 0));
+	assert_int_equal(f.l0->n_conns, 1);
+	assert_non_null(f.l0->conns);
+	wfix_down(&f);
 }
 
 int main(void)
@@ -110,8 +184,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stop_now),
 		cmocka_unit_test(test_stop_grace),
-		cmocka_unit_test(test_handoff_unknown_listener),
 		cmocka_unit_test(test_handoff_wrong_slot),
+		cmocka_unit_test(test_handoff_removed_listener),
+		cmocka_unit_test(test_handoff_adopted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
