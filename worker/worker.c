@@ -547,18 +547,18 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 	free(m);
 }
 
-/* At exit: an IPC_PARK still unread (the master sends it before the SIGQUIT that stopped
- * us). Nothing else is acted on any more: a hand-off's connection is dropped as
- * wk_tcp_drop_handoff does, a relay channel kept for the stop, any other descriptor closed. */
-static void wk_ctl_last(struct worker *w)
+void wk_ctl_last(struct worker *w)
 {
 	struct ipc_msg *m = malloc(sizeof(*m));
 
 	for (int i = 0; m && i < 64; i++) {
 		int fd = -1;
+		int rc = ipc_recv(w->h->ctl_fd, m, &fd);
 
-		if (ipc_recv(w->h->ctl_fd, m, &fd) == -EAGAIN)
-			break;
+		if (rc == -EPROTO || rc == -EMFILE)
+			continue;	/* that frame refused (its descriptors dropped): the next */
+		if (rc < 0)
+			break;		/* nothing more (-EAGAIN), or the master gone (-EPIPE) */
 		if (m->hdr.type == IPC_RELAY_CHAN)
 			wk_relayho_chan(w, fd);
 		else if (m->hdr.type == IPC_TCP_HANDOFF)

@@ -1,7 +1,8 @@
-/* Unit tests of the worker's control frames (worker/worker.c's wk_ctl_msg): an IPC_STOP
- * that says the stop is immediate gives the worker the shorter grace even when it is read
- * before the master's SIGTERM (whose handler runs only in the loop the stop ends); a
- * hand-off the worker cannot serve is shut down, not merely closed, one it can is adopted. */
+/* Unit tests of the worker's control frames (worker/worker.c's wk_ctl_msg, wk_ctl_last): an
+ * IPC_STOP that says the stop is immediate gives the worker the shorter grace even when it
+ * is read before the master's SIGTERM (whose handler runs only in the loop the stop ends); a
+ * hand-off the worker cannot serve is shut down, not merely closed, one it can is adopted;
+ * at exit only frames ipc_recv took are acted on. */
 #include "config.h"
 
 #include <fcntl.h>
@@ -179,6 +180,44 @@ static void test_handoff_adopted(void **state)
 	wfix_down(&f);
 }
 
+/* At exit, with the master's end closed: wk_ctl_last acts only on frames ipc_recv took
+ * (rc 0). A refused IPC_PARK (its payload 2 bytes, not 4: -EPROTO, its header in m) does
+ * not start parking, nor does the -EPIPE after it; the call returns. */
+static void test_ctl_last_refused_and_closed(void **state)
+{
+	struct wfix f;
+	uint8_t buf[sizeof(struct ipc_hdr) + 2] = { 0 };
+	struct ipc_hdr hdr = { .type = IPC_PARK, .len = 2 };
+
+	(void)state;
+	wfix_up(&f);
+	memcpy(buf, &hdr, sizeof(hdr));
+	assert_int_equal(send(f.sp[0], buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	close(f.sp[0]);
+	f.sp[0] = -1;
+	wk_ctl_last(f.w[0]);
+	assert_false(f.w[0]->parking);
+	wfix_down(&f);
+}
+
+/* And a well-formed IPC_PARK still unread is acted on before the closed channel ends the
+ * reading. */
+static void test_ctl_last_park(void **state)
+{
+	struct wfix f;
+	uint32_t limit = 7;
+
+	(void)state;
+	wfix_up(&f);
+	assert_int_equal(ipc_send(f.sp[0], IPC_PARK, &limit, sizeof(limit), -1), 0);
+	close(f.sp[0]);
+	f.sp[0] = -1;
+	wk_ctl_last(f.w[0]);
+	assert_true(f.w[0]->parking);
+	assert_int_equal(f.w[0]->linger_limit_s, 7);
+	wfix_down(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -187,6 +226,8 @@ int main(void)
 		cmocka_unit_test(test_handoff_wrong_slot),
 		cmocka_unit_test(test_handoff_removed_listener),
 		cmocka_unit_test(test_handoff_adopted),
+		cmocka_unit_test(test_ctl_last_refused_and_closed),
+		cmocka_unit_test(test_ctl_last_park),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
