@@ -33,6 +33,9 @@ void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd);
  * hand-off's connection is dropped as wk_tcp_drop_handoff does, a relay channel kept for
  * the stop, any other descriptor closed. A frame ipc_recv refused is skipped, never read. */
 void wk_ctl_last(struct worker *w);
+/* The 1 s heartbeat timer's work: the slot's heartbeat in the table, the control queue's
+ * drops held back by their lines' rate logged (ipcq_ev_report), the revocation sweep. */
+void wk_heartbeat(struct worker *w);
 /* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
  * (an opened snapshot the caller keeps alive) current as the ev_check watcher does for a
  * new generation: hot values copied, listeners re-resolved, relay pools (re)built; no shm

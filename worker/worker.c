@@ -274,8 +274,11 @@ static const char *wk_revoked_why(struct worker *w, const struct shm_alloc *rec,
 
 static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = wk_checked(t->data);
+	wk_heartbeat(wk_checked(t->data));
+}
 
+void wk_heartbeat(struct worker *w)
+{
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
 	ipcq_ev_report(&w->ctlq); /* drops held back by their lines' rate */
 	if (wk_revoke_sweep(w))

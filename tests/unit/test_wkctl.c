@@ -1,10 +1,12 @@
-/* Unit tests of the worker's control frames (worker/worker.c's wk_ctl_msg, wk_ctl_last): an
- * IPC_STOP that says the stop is immediate gives the worker the shorter grace even when it
- * is read before the master's SIGTERM (whose handler runs only in the loop the stop ends); a
- * hand-off the worker cannot serve is shut down, not merely closed, one it can is adopted;
- * at exit only frames ipc_recv took are acted on. */
+/* Unit tests of the worker's control frames (worker/worker.c's wk_ctl_msg, wk_ctl_last) and
+ * heartbeat: an IPC_STOP that says the stop is immediate gives the worker the shorter grace
+ * even when it is read before the master's SIGTERM (whose handler runs only in the loop the
+ * stop ends); a hand-off the worker cannot serve is shut down, not merely closed, one it
+ * can is adopted; at exit only frames ipc_recv took are acted on; the heartbeat reports the
+ * control queue's held-back drops. */
 #include "config.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/mono.h"
 #include "tests/unit/conn_fix.h"
 #include "tests/unit/worker_fix.h"
@@ -218,6 +221,40 @@ static void test_ctl_last_park(void **state)
 	wfix_down(&f);
 }
 
+static uint64_t fake_ms = 5000000; /* the lost drops' clock in test_heartbeat_lost */
+
+static uint64_t fake_now(void)
+{
+	return fake_ms;
+}
+
+/* The worker's 1 s heartbeat (wk_heartbeat, through ipcq_ev_report) logs the frames to the
+ * master dropped unqueued (no memory for a queue: ipcq_lost) that the 10 s rate held back,
+ * without another drop: the held-back count is reported (and so reset) once 10 s passed. */
+static void test_heartbeat_lost(void **state)
+{
+	struct worker_heritage h[1];
+	struct worker *w[1];
+	struct shm *shm;
+	struct ipcq_lost *lost;
+
+	(void)state;
+	worker_fix_create("test-wkctl", 1, &shm, h, w);
+	lost = &w[0]->ctlq.lost;
+	lost->now_ms = fake_now;
+	ipcq_lost(lost, "worker", "slot 0", IPC_FDSTORE, -1, 0, -ENOMEM); /* logged */
+	ipcq_lost(lost, "worker", "slot 0", IPC_FDSTORE, -1, 0, -ENOMEM); /* held back */
+	assert_int_equal(lost->unreported, 1);
+	fake_ms += 1000;
+	wk_heartbeat(w[0]);
+	assert_int_equal(lost->unreported, 1);
+	fake_ms += 10000;
+	wk_heartbeat(w[0]);
+	assert_int_equal(lost->unreported, 0);
+	assert_int_equal(lost->dropped, 2);
+	worker_fix_destroy(shm, 1, w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -228,6 +265,7 @@ int main(void)
 		cmocka_unit_test(test_handoff_adopted),
 		cmocka_unit_test(test_ctl_last_refused_and_closed),
 		cmocka_unit_test(test_ctl_last_park),
+		cmocka_unit_test(test_heartbeat_lost),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
