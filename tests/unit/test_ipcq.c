@@ -3,8 +3,9 @@
  * bounds (bytes, descriptors shared by queues) drop, counted and logged, also later from
  * ipcq_report(), as are frames that found no queue (ipcq_lost_report()); a key cancels a
  * waiting frame; a descriptor the queue owns is closed once its frame is sent or dropped
- * (shut down first when dropped, if asked), a borrowed one never is. Except in test_direct and test_headroom, the socket is filled with IPC_PING
- * frames first, so that every frame under test has to wait. */
+ * (shut down first when dropped, if asked), a borrowed one never is. Except in test_direct
+ * and test_headroom, the socket is filled with IPC_PING frames first, so that every frame
+ * under test has to wait. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
