@@ -211,6 +211,7 @@ int main(int argc, char **argv)
 		w[i].ctl_fd = -1;
 		w[i].last_status = -1;
 	}
+	handoffq_init(&m); /* as supervise_init does: no queue until a frame waits */
 	if (conf_load_default(NULL, &m.cfg) < 0 || shm_create(&sc, "topscan", &m.shm) < 0 ||
 	    reload_publish(&m) < 0 || fill(m.shm, n, workers, users) < 0) {
 		fprintf(stderr, "topscan: setup failed\n");

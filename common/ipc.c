@@ -196,9 +196,22 @@ int ipc_send_fds(int fd, uint16_t type, const void *payload, size_t len, const i
 	return send_frame(fd, type, payload, len, fds, n);
 }
 
+/* Closes a descriptor of a frame we drop, shut down first (shut) when it is a connection
+ * that its sender gave up (IPC_TCP_HANDOFF): systemd's fd store may hold a copy of it, which
+ * our close would leave open, and its client would wait for an end that never comes (as
+ * common/ipcq.h's IPCQ_SHUT_ON_DROP does for the hand-offs a queue drops). Never for the
+ * other frames: a listener's socket (LISTENER_ADD) or a stored connection's copy
+ * (FDSTORE) is still served by others. */
+static void drop_fd(int fd, bool shut)
+{
+	if (shut)
+		(void)shutdown(fd, SHUT_RDWR);
+	close(fd);
+}
+
 /* Collects every descriptor the kernel handed us: the first cap into fds, the rest
- * closed. Returns how many came. */
-static size_t take_fds(struct msghdr *mh, int *fds, size_t cap)
+ * dropped (drop_fd). Returns how many came. */
+static size_t take_fds(struct msghdr *mh, int *fds, size_t cap, bool shut)
 {
 	size_t count = 0;
 
@@ -215,17 +228,17 @@ static size_t take_fds(struct msghdr *mh, int *fds, size_t cap)
 			if (count < cap)
 				fds[count] = f;
 			else
-				close(f);
+				drop_fd(f, shut);
 			count++;
 		}
 	}
 	return count;
 }
 
-static void close_fds(const int *fds, size_t n)
+static void drop_fds(const int *fds, size_t n, bool shut)
 {
 	for (size_t i = 0; i < n; i++)
-		close(fds[i]);
+		drop_fd(fds[i], shut);
 }
 
 /* many: an IPC_RELAYS frame is welcome (fds has IPC_FDS_MAX places). */
@@ -239,6 +252,7 @@ static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool 
 	struct msghdr mh;
 	ssize_t n;
 	size_t got, cap = many ? IPC_FDS_MAX : 1, len;
+	bool shut; /* a hand-off's connection: shut down if dropped (drop_fd) */
 
 	*nfds = 0;
 	memset(&mh, 0, sizeof(mh));
@@ -259,12 +273,13 @@ static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool 
 	if (n == 0)
 		return -EPIPE; /* a frame is never empty: 0 means the peer closed */
 
-	got = take_fds(&mh, fds, cap);
+	shut = (size_t)n >= sizeof(msg->hdr) && msg->hdr.type == IPC_TCP_HANDOFF;
+	got = take_fds(&mh, fds, cap, shut);
 	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == MSG_CTRUNC &&
 	    (size_t)n >= sizeof(msg->hdr)) {
 		/* Descriptors that did not fit (the kernel closed them): msg->hdr says
 		 * which frame lost them. */
-		close_fds(fds, got < cap ? got : cap);
+		drop_fds(fds, got < cap ? got : cap, shut);
 		return -EMFILE;
 	}
 	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || got > cap)
@@ -287,7 +302,7 @@ static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool 
 	*nfds = got;
 	return 0;
 fail:
-	close_fds(fds, got < cap ? got : cap);
+	drop_fds(fds, got < cap ? got : cap, shut);
 	return -EPROTO;
 }
 

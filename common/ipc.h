@@ -227,11 +227,14 @@ int ipc_send_disconnect_revoked(int fd);
  * now owned by the caller) or -1 when none came.
  * Returns 0 for a valid message; -EAGAIN when none is waiting (non-blocking socket);
  * -EPIPE when the peer closed; -EPROTO for an unknown type, a length that breaks the type's
- * rule, a truncated frame, or a descriptor where none belongs (it is closed) or none where
- * one is required; -EMFILE when the frame's descriptors did not all come (MSG_CTRUNC: this
- * process's descriptor limit; the kernel closed them, so did we any that came): msg->hdr
- * is its header, its payload unchecked. After -EPROTO or -EMFILE the channel is still
- * usable: each frame stands alone. */
+ * rule, a truncated frame, or a descriptor where none belongs or none where one is required
+ * (a descriptor that came with a refused frame is closed; an IPC_TCP_HANDOFF's connection
+ * is shut down first, so that its client sees the end although systemd's fd store may hold
+ * a copy: its sender gave it up); -EMFILE when the frame's descriptors did not all come
+ * (MSG_CTRUNC: this process's descriptor limit; the kernel closed them, so did we any that
+ * came, an IPC_TCP_HANDOFF's shut down first): msg->hdr is its header, its payload
+ * unchecked. After -EPROTO or -EMFILE the channel is still usable: each frame stands
+ * alone. */
 int ipc_recv(int fd, struct ipc_msg *msg, int *passfd);
 
 /* ipc_recv() that also takes an IPC_RELAYS frame: its descriptors (close-on-exec, the

@@ -348,21 +348,33 @@ void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds)
 	q->fds = fds;
 }
 
+size_t ipcq_lost_report(struct ipcq_lost *lost, const char *scope, const char *name)
+{
+	uint64_t now;
+
+	if (lost->unreported == 0)
+		return 0;
+	now = (lost->now_ms != NULL ? lost->now_ms() : mono_ms()) | 1; /* never 0: no line yet */
+	if (lost->reported_ms != 0 && now - lost->reported_ms < IPCQ_REPORT_MS)
+		return 0;
+	log_warn(scope, "%s: %llu frame%s dropped unqueued (last: %s, %s), %llu in all", name,
+		 (unsigned long long)lost->unreported, lost->unreported == 1 ? "" : "s",
+		 ipc_type_name(lost->type), strerror(-lost->why),
+		 (unsigned long long)lost->dropped);
+	lost->unreported = 0;
+	lost->reported_ms = now;
+	return 1;
+}
+
 void ipcq_lost(struct ipcq_lost *lost, const char *scope, const char *name, uint16_t type, int fd,
 	       unsigned flags, int why)
 {
-	uint64_t now = mono_ms() | 1; /* never 0: 0 means no line yet */
-
 	ipcq_drop_fd(fd, flags);
 	lost->dropped++;
 	lost->unreported++;
-	if (lost->reported_ms != 0 && now - lost->reported_ms < IPCQ_REPORT_MS)
-		return;
-	log_warn(scope, "%s: %llu frame%s dropped unqueued (last: %s, %s), %llu in all", name,
-		 (unsigned long long)lost->unreported, lost->unreported == 1 ? "" : "s",
-		 ipc_type_name(type), strerror(-why), (unsigned long long)lost->dropped);
-	lost->unreported = 0;
-	lost->reported_ms = now;
+	lost->type = type;
+	lost->why = why;
+	(void)ipcq_lost_report(lost, scope, name);
 }
 
 size_t ipcq_fd_share(void)

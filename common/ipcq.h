@@ -116,14 +116,22 @@ void ipcq_drop_fd(int fd, unsigned flags);
  * memory), for ipcq_lost(). Zero-initialised. */
 struct ipcq_lost {
 	uint64_t dropped, unreported, reported_ms;
+	uint16_t type; /* the last drop's frame type */
+	int why;       /* and reason (a negative errno) */
+	uint64_t (*now_ms)(void); /* tests: the lines' clock (milliseconds); NULL: mono_ms */
 };
 
 /* Drops a frame of type that never reached a queue: its descriptor as ipcq_drop_fd(fd,
  * flags) does, counted in *lost and logged as a [warn] line under scope and name (why: a
  * negative errno) at most every IPCQ_REPORT_MS (the first at once), with the count since
- * the last line and in all. */
+ * the last line and in all, and the last drop's type and reason. */
 void ipcq_lost(struct ipcq_lost *lost, const char *scope, const char *name, uint16_t type, int fd,
 	       unsigned flags, int why);
+
+/* Logs the drops of *lost held back by IPCQ_REPORT_MS once their time has come, as
+ * ipcq_report() does for a queue's (call it from the same periodic timer, with the scope
+ * and name given to ipcq_lost()). Returns the [warn] lines logged (0 or 1). */
+size_t ipcq_lost_report(struct ipcq_lost *lost, const char *scope, const char *name);
 
 /* A share of this process's descriptors for ipcq_fds.max: a quarter of RLIMIT_NOFILE's
  * soft limit (SIZE_MAX when unlimited, IPCQ_FDS_FALLBACK when getrlimit fails). */

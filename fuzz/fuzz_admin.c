@@ -93,6 +93,7 @@ static struct fuzz_admin *fixture_get(void)
 	f->w.ctl_fd = fds[0];
 	f->w.last_status = -1;
 	f->peer_fd = fds[1];
+	handoffq_init(&f->m); /* as supervise_init does: no queue until a frame waits */
 	if (conf_load_default(NULL, &f->m.cfg) < 0 ||
 	    shm_create(&sc, "fuzz-admin", &f->m.shm) < 0 || reload_publish(&f->m) < 0)
 		abort();

@@ -218,6 +218,7 @@ static struct fz *fz_init(void)
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
 	if (!w->ctr || wk_tables_init(w) < 0 || !w->loop)
 		fz_die("worker setup failed");
+	wk_ctlq_init(w); /* as worker_run does: no queue until a frame waits */
 	wheel_init(&w->wheel, mono_ms());
 	for (int i = 0; i < FZ_LISTENERS; i++)
 		fz_add_listener(w, fz_names[i], &f->lst[i]);

@@ -2,9 +2,10 @@
  * (common/ipcq.h). A worker's control socket fills when the worker is busy (a long
  * callback, an adoption) while others hand it RFC 6062 data connections through us
  * (IPC_TCP_HANDOFF, a burst of ConnectionBinds): each frame carries a client's connection,
- * which a full socket used to close. One queue per worker, made when a frame first has to
- * wait and freed with the worker's control socket (handoffq_close), so a respawned worker
- * starts with none and never gets its predecessor's frames.
+ * which a full socket used to close. One queue per worker (common/ipcq_ev.h: made when a
+ * frame first goes through it, sent on by an EV_WRITE watcher while frames wait), freed
+ * with the worker's control socket (handoffq_close), so a respawned worker starts with
+ * none and never gets its predecessor's frames.
  *
  * The queues fill a worker's socket only halfway (common/ipcq.h), so that the frames the
  * master sends it directly (PING, LOGLEVEL, DRAIN, STOP, ...) still find room during a
@@ -23,25 +24,8 @@
 
 #include "common/ipc.h"
 #include "common/ipcq.h"
+#include "common/ipcq_ev.h"
 #include "common/log.h"
-
-static void handoffq_watch(struct mworker *w)
-{
-	if (ipcq_waiting(w->handoffq) > 0)
-		ev_io_start(w->m->loop, &w->handoffq_io);
-	else
-		ev_io_stop(w->m->loop, &w->handoffq_io);
-}
-
-static void handoffq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
-{
-	struct mworker *w = io->data;
-
-	(void)loop;
-	(void)revents;
-	(void)ipcq_flush(w->handoffq);
-	handoffq_watch(w);
-}
 
 /* The master's share of descriptors for every hand-off queue together: a quarter of the
  * RLIMIT_NOFILE that master/sizing.c set at start (read again only if it could not). */
@@ -52,11 +36,21 @@ static size_t handoffq_fd_max(const struct master *m)
 	return m->fd_limit / 4 > SIZE_MAX ? SIZE_MAX : (size_t)(m->fd_limit / 4);
 }
 
+void handoffq_init(struct master *m)
+{
+	m->handoff_fds.max = handoffq_fd_max(m);
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "worker %u", i);
+		ipcq_ev_init(&m->workers[i].handoffq, m->loop, MASTER_HANDOFFQ_MAX_BYTES,
+			     &m->handoff_fds, "master", name);
+	}
+}
+
 int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
 		  unsigned flags)
 {
-	int rc;
-
 	flags |= IPCQ_SHUT_ON_DROP;
 	if (w->ctl_fd < 0) {
 		ipcq_drop_fd(fd, flags);
@@ -64,23 +58,7 @@ int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t 
 			  ipc_type_name(type));
 		return -ESRCH;
 	}
-	if (w->handoffq == NULL) {
-		char name[32];
-
-		snprintf(name, sizeof(name), "worker %u", w->slot);
-		w->handoffq = ipcq_new(w->ctl_fd, MASTER_HANDOFFQ_MAX_BYTES, "master", name);
-		if (w->handoffq == NULL) {
-			ipcq_lost(&w->handoffq_lost, "master", name, type, fd, flags, -ENOMEM);
-			return -ENOMEM;
-		}
-		w->m->handoff_fds.max = handoffq_fd_max(w->m);
-		ipcq_set_fds(w->handoffq, &w->m->handoff_fds);
-		ev_io_init(&w->handoffq_io, handoffq_write_cb, w->ctl_fd, EV_WRITE);
-		w->handoffq_io.data = w;
-	}
-	rc = ipcq_send(w->handoffq, type, payload, len, fd, flags, NULL);
-	handoffq_watch(w);
-	return rc;
+	return ipcq_ev_send(&w->handoffq, w->ctl_fd, type, payload, len, fd, flags, NULL);
 }
 
 int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, int fd)
@@ -96,11 +74,7 @@ int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, 
 
 void handoffq_close(struct mworker *w)
 {
-	if (w->handoffq == NULL)
-		return;
-	ev_io_stop(w->m->loop, &w->handoffq_io);
-	ipcq_free(w->handoffq); /* logs what it drops, by type */
-	w->handoffq = NULL;
+	ipcq_ev_close(&w->handoffq); /* logs what it drops, by type */
 }
 
 void handoffq_tick(struct master *m)
@@ -108,6 +82,5 @@ void handoffq_tick(struct master *m)
 	if (m->workers == NULL)
 		return;
 	for (unsigned i = 0; i < m->n_slots; i++)
-		if (m->workers[i].handoffq != NULL)
-			(void)ipcq_report(m->workers[i].handoffq);
+		ipcq_ev_report(&m->workers[i].handoffq);
 }

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "common/ipcq.h"
+#include "common/ipcq_ev.h"
 #include "conf/conf.h"
 #include "offload/offload.h"
 
@@ -26,7 +27,6 @@ struct shm;
 struct shm_config;
 struct admin;
 struct admin_top;
-struct ipcq;
 struct ipc_handoff;
 
 #define MASTER_MAGIC 0x4d535452u /* "MSTR" */
@@ -65,11 +65,10 @@ struct mworker {
 				   * slot handed over again (a failed upgrade's respawned
 				   * worker, in the next upgrade) before the first was reaped */
 	size_t n_handed, cap_handed;
-	/* Frames to this worker waiting for room on ctl_fd (master/handoffq.c), or NULL; its
-	 * EV_WRITE watcher, active only while some wait. */
-	struct ipcq *handoffq;
-	ev_io handoffq_io;
-	struct ipcq_lost handoffq_lost; /* frames dropped when handoffq could not be made */
+	/* Frames to this worker waiting for room on ctl_fd (master/handoffq.c): the queue,
+	 * made on first use, its EV_WRITE watcher, active only while some wait, and the
+	 * frames dropped when it could not be made (common/ipcq_ev.h). */
+	struct ipcq_ev handoffq;
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
@@ -320,6 +319,10 @@ void supervise_free(struct master *m);
  * (w->ctl_fd -1: dropped, logged at debug level). */
 int handoffq_send(struct mworker *w, uint16_t type, const void *payload, size_t len, int fd,
 		  unsigned flags);
+/* Sets up every slot's hand-off queue, none made yet (supervise_init, once m->workers and
+ * m->fd_limit are there): the queues together hold at most a quarter of m->fd_limit's
+ * descriptors (m->handoff_fds). */
+void handoffq_init(struct master *m);
 /* A worker's IPC_TCP_HANDOFF (from its slot `from`) for h->slot's worker: passed on
  * through handoffq_send(), or dropped, shut down and closed, when h->slot is not another
  * worker's slot (-EINVAL, logged at debug level). fd is ours from the call on, whatever
@@ -331,7 +334,8 @@ int handoffq_pass(struct master *m, unsigned from, const struct ipc_handoff *h, 
  * the control socket's close; safe when nothing waits. */
 void handoffq_close(struct mworker *w);
 /* From the master's tick: logs the drops of every hand-off queue held back by the drop
- * lines' rate (common/ipcq.h, ipcq_report). */
+ * lines' rate, and those of the frames that found no queue (common/ipcq_ev.h,
+ * ipcq_ev_report). */
 void handoffq_tick(struct master *m);
 
 /* ---- reload (master/reload.c) ---------------------------------------------------- */

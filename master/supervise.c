@@ -20,7 +20,6 @@
 
 #include "common/grow.h"
 #include "common/ipc.h"
-#include "common/ipcq.h"
 #include "common/log.h"
 #include "common/mono.h"
 #include "shm/shm.h"
@@ -303,16 +302,17 @@ out:
 
 /* A worker's TURN-TCP connection for another worker (RFC 6062 ConnectionBind): passed on
  * to the owner slot's worker, or dropped (master/handoffq.c, handoffq_pass); the
- * connection is the queue's from the call on (*fd -1). */
+ * connection is ours from the call on (*fd -1). Every drop shuts it down: the sender may
+ * have left a copy in systemd's fd store. A malformed frame never comes here: ipc_recv
+ * refuses it (its length included) and shuts its connection down. */
 static void ctl_handoff(struct mworker *w, const struct ipc_msg *msg, int *fd)
 {
 	struct ipc_handoff h;
+	int rc = ipc_msg_get(msg, &h, sizeof(h));
 
-	if (ipc_msg_get(msg, &h, sizeof(h)) < 0)
-		return;
-	/* Drops (no such worker, the queue's bound, the worker gone) are logged there and
-	 * shut down: the sender may have left a copy in systemd's fd store. */
-	(void)handoffq_pass(w->m, w->slot, &h, *fd);
+	assert(rc == 0);
+	(void)rc;
+	(void)handoffq_pass(w->m, w->slot, &h, *fd); /* drops logged there */
 	*fd = -1;
 }
 
@@ -637,6 +637,7 @@ int supervise_init(struct master *m)
 		ev_timer_init(&w->respawn, respawn_cb, 0., 0.);
 		w->respawn.data = w;
 	}
+	handoffq_init(m);
 	ev_child_init(&m->child_w, child_cb, 0, 0);
 	m->child_w.data = m;
 	ev_child_start(m->loop, &m->child_w);

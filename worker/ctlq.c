@@ -16,8 +16,9 @@
  * IPCQ_SHUT_ON_DROP). The queue fills the socket only halfway (common/ipcq.h): PONG and
  * READY, sent directly, find room. Bounded (WK_CTLQ_MAX_BYTES, and a quarter of our
  * descriptors, w->ctlq_fds): past it a frame is dropped and logged, as is one the socket
- * refuses for another reason (the master gone); the heartbeat logs a count held back by the
- * lines' rate (ipcq_report). A stopping worker sends what waits within a budget that leaves
+ * refuses for another reason (the master gone), or one that finds no queue and cannot make
+ * one (out of memory); the heartbeat logs a count held back by the lines' rate
+ * (ipcq_ev_report). A stopping worker sends what waits within a budget that leaves
  * the master's grace room for the session-record flush before it (WK_CTLQ_STOP_MS below,
  * wk_ctlq_stop); what is left then is dropped (a waiting hand-off's client sees its
  * connection close, as it would have before it waited). */
@@ -32,6 +33,7 @@
 #include <unistd.h>
 
 #include "common/ipcq.h"
+#include "common/ipcq_ev.h"
 #include "common/log.h"
 
 /* A stopping worker waits this long at most for room, all its calls of wk_ctlq_stop
@@ -52,58 +54,24 @@ _Static_assert(IPC_STOP_NOW_GRACE_MS / 2 + WK_CTLQ_NOW_MS < IPC_STOP_NOW_GRACE_M
 	       "both waits of an immediate stop fit its grace");
 _Static_assert(WK_CTLQ_STOP_MS < IPC_STOP_NOW_GRACE_MS, "a stop made immediate in our wait");
 
-/* The watcher runs exactly while frames wait. */
-static void wk_ctlq_watch(struct worker *w)
+void wk_ctlq_init(struct worker *w)
 {
-	if (ipcq_waiting(w->ctlq) > 0)
-		ev_io_start(w->loop, &w->ctlq_io);
-	else
-		ev_io_stop(w->loop, &w->ctlq_io);
-}
+	char name[48];
 
-static void wk_ctlq_write_cb(struct ev_loop *loop, ev_io *io, int revents)
-{
-	struct worker *w = wk_checked(io->data);
-
-	(void)loop;
-	(void)revents;
-	(void)ipcq_flush(w->ctlq);
-	wk_ctlq_watch(w);
+	snprintf(name, sizeof(name), "slot %u to the master", w->slot);
+	w->ctlq_fds.max = ipcq_fd_share();
+	ipcq_ev_init(&w->ctlq, w->loop, WK_CTLQ_MAX_BYTES, &w->ctlq_fds, "worker", name);
 }
 
 int wk_ctlq_send(struct worker *w, uint16_t type, const void *payload, size_t len, int fd,
 		 unsigned flags, const char *key)
 {
-	int rc;
-
-	if (w->ctlq == NULL) {
-		char name[48];
-
-		snprintf(name, sizeof(name), "slot %u to the master", w->slot);
-		w->ctlq = ipcq_new(w->h->ctl_fd, WK_CTLQ_MAX_BYTES, "worker", name);
-		if (w->ctlq == NULL) {
-			ipcq_lost(&w->ctlq_lost, "worker", name, type, fd, flags, -ENOMEM);
-			return -ENOMEM;
-		}
-		w->ctlq_fds.max = ipcq_fd_share();
-		ipcq_set_fds(w->ctlq, &w->ctlq_fds);
-		ev_io_init(&w->ctlq_io, wk_ctlq_write_cb, w->h->ctl_fd, EV_WRITE);
-		w->ctlq_io.data = w;
-	}
-	rc = ipcq_send(w->ctlq, type, payload, len, fd, flags, key);
-	wk_ctlq_watch(w);
-	return rc;
+	return ipcq_ev_send(&w->ctlq, w->h->ctl_fd, type, payload, len, fd, flags, key);
 }
 
 bool wk_ctlq_cancel(struct worker *w, const char *key)
 {
-	bool found;
-
-	if (w->ctlq == NULL)
-		return false;
-	found = ipcq_cancel(w->ctlq, key);
-	wk_ctlq_watch(w);
-	return found;
+	return ipcq_ev_cancel(&w->ctlq, key);
 }
 
 void wk_ctlq_stop(struct worker *w)
@@ -111,16 +79,16 @@ void wk_ctlq_stop(struct worker *w)
 	uint64_t now = mono_ms(), progress = now;
 	size_t left, before;
 
-	if (w->ctlq == NULL)
+	if (w->ctlq.q == NULL)
 		return;
 	if (w->ctlq_until == 0)
 		w->ctlq_until = now + (w->stop_now ? WK_CTLQ_NOW_MS : WK_CTLQ_STOP_MS);
-	before = ipcq_waiting(w->ctlq);
+	before = ipcq_waiting(w->ctlq.q);
 	for (;;) {
 		struct pollfd pfd = { .fd = w->h->ctl_fd, .events = POLLOUT };
 		uint64_t until;
 
-		left = ipcq_flush(w->ctlq);
+		left = ipcq_flush(w->ctlq.q);
 		now = mono_ms();
 		if (left < before)
 			progress = now;
@@ -136,7 +104,5 @@ void wk_ctlq_stop(struct worker *w)
 			 "slot %u: %zu control frames not sent at exit: the master did "
 			 "not read in time",
 			 w->slot, left);
-	ev_io_stop(w->loop, &w->ctlq_io);
-	ipcq_free(w->ctlq); /* logs what it drops, by type */
-	w->ctlq = NULL;
+	ipcq_ev_close(&w->ctlq); /* logs what it drops, by type */
 }

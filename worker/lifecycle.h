@@ -27,6 +27,15 @@ void wk_listener_close(struct worker *w, struct wk_listener *l);
 /* Acts on control frame m from the master (ipc_recv checked it) and takes fd, its
  * descriptor or -1: wk_ctl_cb's dispatch, called by unit tests directly. */
 void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd);
+/* At exit (worker_run, after the loop): reads what is left on the control socket, up to 64
+ * frames, until it has no more or is closed. Acts on an IPC_PARK still unread (the master
+ * sends it before the SIGQUIT that stopped us); nothing else is acted on any more: a
+ * hand-off's connection is dropped as wk_tcp_drop_handoff does, a relay channel kept for
+ * the stop, any other descriptor closed. A frame ipc_recv refused is skipped, never read. */
+void wk_ctl_last(struct worker *w);
+/* The 1 s heartbeat timer's work: the slot's heartbeat in the table, the control queue's
+ * drops held back by their lines' rate logged (ipcq_ev_report), the revocation sweep. */
+void wk_heartbeat(struct worker *w);
 /* For harnesses that call wk_turn_input without the loop (fuzz/fuzz_dispatch.c): makes s
  * (an opened snapshot the caller keeps alive) current as the ev_check watcher does for a
  * new generation: hot values copied, listeners re-resolved, relay pools (re)built; no shm

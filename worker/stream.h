@@ -62,10 +62,17 @@ void wk_tconn_close(struct worker *w, struct wk_tconn *c);
 /* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF): served on the
  * listener of that name as if accepted here, data (the bytes read so far) handled first.
  * client: NULL for a plain TCP listener's connection, else the client's address of a
- * TURN-TLS connection that fd is the bridged plain end of. Takes fd (closed when there is
- * no such listener). */
+ * TURN-TLS connection that fd is the bridged plain end of. Takes fd (dropped as
+ * wk_tcp_drop_handoff does when there is no such active listener, memory is short or
+ * getpeername fails; and, defensively, when data does not fit, which ipc_recv's bound,
+ * IPC_HANDOFF_DATA_MAX, rules out). */
 void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
 		       size_t len, const struct sockaddr *client);
+/* Drops a handed-over connection (IPC_TCP_HANDOFF's descriptor, taken) that is not served:
+ * shut down, then closed, so that its client sees the end although systemd's fd store may
+ * hold a copy (a plain close would leave the client waiting). why, the reason, is logged
+ * at debug level. fd -1: nothing. */
+void wk_tcp_drop_handoff(struct worker *w, int fd, const char *why);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
 /* Live upgrade (park.c): a connection the predecessor parked, restored on l with the

@@ -19,6 +19,7 @@
 
 #include "common/grow.h"
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/log.h"
 #include "stun/stun_frame.h"
 
@@ -675,6 +676,13 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	}
 }
 
+void wk_tcp_drop_handoff(struct worker *w, int fd, const char *why)
+{
+	if (fd >= 0)
+		log_debug("worker", "slot %u: hand-off dropped: %s", w->slot, why);
+	ipcq_drop_fd(fd, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
+}
+
 void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
 		       size_t len, const struct sockaddr *client)
 {
@@ -686,9 +694,14 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 		if (w->ls[i]->active && w->ls[i]->proto == WORKER_PROTO_TCP &&
 		    w->ls[i]->secure == (client != NULL) && strcmp(w->ls[i]->name, listener) == 0)
 			l = w->ls[i];
-	c = l && len <= WK_TCP_IN_START ? wk_tconn_new(l, fd, true) : NULL;
+	if (!l) {
+		wk_tcp_drop_handoff(w, fd, "no active listener of that name");
+		return;
+	}
+	/* Defensive: ipc_recv bounds len at IPC_HANDOFF_DATA_MAX, below WK_TCP_IN_START. */
+	c = len <= WK_TCP_IN_START ? wk_tconn_new(l, fd, true) : NULL;
 	if (!c) {
-		close(fd);
+		wk_tcp_drop_handoff(w, fd, len > WK_TCP_IN_START ? "data too long" : "no memory");
 		return;
 	}
 	c->peer_len = client ? wk_addr_len(client) : sizeof(c->peer);
@@ -697,7 +710,7 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 	else if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
 		free(c->in);
 		free(c);
-		close(fd);
+		wk_tcp_drop_handoff(w, fd, "getpeername failed");
 		return;
 	}
 	memcpy(c->in, data, len);

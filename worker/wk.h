@@ -23,6 +23,7 @@
 
 #include "common/ipc.h"
 #include "common/ipcq.h"
+#include "common/ipcq_ev.h"
 #include "common/mono.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
@@ -281,13 +282,12 @@ struct worker {
 	/* last, so that the fields above keep their offsets */
 	struct wk_wake wake;	/* wake-up coalescing (wake.h) */
 	bool wake_on;		/* what the loop was last told: wake.on */
-	/* Control frames to the master waiting for room on the control socket (ctlq.c),
-	 * or NULL; its EV_WRITE watcher, active only while some wait. */
-	struct ipcq *ctlq;
-	ev_io ctlq_io;
+	/* Control frames to the master waiting for room on the control socket (ctlq.c):
+	 * the queue, made on first use, its EV_WRITE watcher, active only while some wait,
+	 * and the frames dropped when it could not be made (common/ipcq_ev.h). */
+	struct ipcq_ev ctlq;
 	uint64_t ctlq_until;	/* mono ms: the end of the stop's wait for it, 0 before */
 	struct ipcq_fds ctlq_fds; /* its owned descriptors' bound (a quarter of ours) */
-	struct ipcq_lost ctlq_lost; /* frames dropped when it could not be made */
 };
 
 /* Checked casts back from what libev or the timing wheel hands a callback (Varnish's
@@ -314,6 +314,9 @@ static inline int64_t wk_unix_now(void)
 }
 
 /* ---- ctlq.c: frames to the master that must not be lost (common/ipcq.h) ---- */
+/* Sets up the queue, none made yet (after w->loop and w->h are there, before any frame
+ * goes through it): bounded at WK_CTLQ_MAX_BYTES and a quarter of our descriptors. */
+void wk_ctlq_init(struct worker *w);
 /* Sends a frame on the control socket, or queues it behind those that wait when the
  * socket is full; the queue is sent in order as the socket has room (an EV_WRITE watcher,
  * active only while frames wait). flags, key and the returns as ipcq_send() (with

@@ -28,6 +28,7 @@
 #include <openssl/evp.h>
 
 #include "common/ipc.h"
+#include "common/ipcq_ev.h"
 #include "common/log.h"
 #include "shm/shm_lslot.h"
 #include "shm/shm_quota.h"
@@ -273,11 +274,13 @@ static const char *wk_revoked_why(struct worker *w, const struct shm_alloc *rec,
 
 static void wk_hb_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = wk_checked(t->data);
+	wk_heartbeat(wk_checked(t->data));
+}
 
+void wk_heartbeat(struct worker *w)
+{
 	shm_slot_heartbeat(w->shm, w->slot, mono_ns());
-	if (w->ctlq != NULL)
-		(void)ipcq_report(w->ctlq); /* drops held back by their lines' rate */
+	ipcq_ev_report(&w->ctlq); /* drops held back by their lines' rate */
 	if (wk_revoke_sweep(w))
 		wk_adopt_wait_end(w, wk_revoked_why, NULL);
 }
@@ -499,11 +502,16 @@ void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 	case IPC_TCP_HANDOFF: {
 		struct ipc_handoff *h = malloc(sizeof(*h));
 
-		if (h && ipc_msg_get(m, h, sizeof(*h)) == 0 && h->slot == w->slot) {
+		if (!h)
+			wk_tcp_drop_handoff(w, fd, "no memory");
+		else if (ipc_msg_get(m, h, sizeof(*h)) != 0)
+			wk_tcp_drop_handoff(w, fd, "malformed");
+		else if (h->slot != w->slot)
+			wk_tcp_drop_handoff(w, fd, "another slot's frame");
+		else
 			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len,
 					  h->tls ? (const struct sockaddr *)&h->client : NULL);
-			fd = -1;
-		}
+		fd = -1;
 		free(h);
 		break;
 	}
@@ -542,19 +550,22 @@ static void wk_ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 	free(m);
 }
 
-/* At exit: an IPC_PARK still unread (the master sends it before the SIGQUIT that stopped
- * us). Nothing else is acted on any more. */
-static void wk_ctl_last(struct worker *w)
+void wk_ctl_last(struct worker *w)
 {
 	struct ipc_msg *m = malloc(sizeof(*m));
 
 	for (int i = 0; m && i < 64; i++) {
 		int fd = -1;
+		int rc = ipc_recv(w->h->ctl_fd, m, &fd);
 
-		if (ipc_recv(w->h->ctl_fd, m, &fd) == -EAGAIN)
-			break;
+		if (rc == -EPROTO || rc == -EMFILE)
+			continue;	/* that frame refused (its descriptors dropped): the next */
+		if (rc < 0)
+			break;		/* nothing more (-EAGAIN), or the master gone (-EPIPE) */
 		if (m->hdr.type == IPC_RELAY_CHAN)
 			wk_relayho_chan(w, fd);
+		else if (m->hdr.type == IPC_TCP_HANDOFF)
+			wk_tcp_drop_handoff(w, fd, "read at exit");
 		else if (fd >= 0)
 			close(fd);
 		if (m->hdr.type == IPC_PARK) {
@@ -757,6 +768,7 @@ int worker_run(const struct worker_heritage *h)
 		free(w);
 		return 1;
 	}
+	wk_ctlq_init(w);
 	wk_tcp_init(w);
 	wheel_init(&w->wheel, mono_ms());
 	wk_watchers_init(w);

@@ -1,5 +1,6 @@
 /* Unit tests' helpers for a connection handed over while systemd's fd store keeps a copy
- * (test_ipcq, test_master): whether a drop shut it down shows at its other end. */
+ * (test_ipc, test_ipcq, test_master, test_wkctl): whether a drop shut it down shows at
+ * its other end. */
 #ifndef TG_TEST_CONN_FIX_H
 #define TG_TEST_CONN_FIX_H
 

@@ -1,4 +1,5 @@
-/* Unit tests for common/ipc: frame round trips, descriptor passing and strict rejection. */
+/* Unit tests for common/ipc: frame round trips, descriptor passing and strict rejection
+ * (a refused hand-off's connection shut down). */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "tests/unit/conn_fix.h"
 
 struct pair {
 	int a, b;
@@ -332,6 +334,68 @@ static void test_unexpected_fd_is_closed(void **state)
 	close(pipefd[1]);
 }
 
+/* Sends an IPC_TCP_HANDOFF frame of payload len bytes (h's, cut or padded with zeros)
+ * with conn, bypassing ipc_send()'s checks, and gives conn up as a worker does. */
+static void send_handoff_raw(int fd, const struct ipc_handoff *h, size_t len, int conn)
+{
+	static uint8_t buf[sizeof(struct ipc_hdr) + sizeof(struct ipc_handoff) + 8];
+	struct ipc_hdr hdr = { .type = IPC_TCP_HANDOFF, .flags = IPC_F_FD, .len = (uint32_t)len };
+
+	assert_true(len <= sizeof(buf) - sizeof(hdr));
+	memset(buf, 0, sizeof(buf));
+	memcpy(buf, &hdr, sizeof(hdr));
+	memcpy(buf + sizeof(hdr), h, len < sizeof(*h) ? len : sizeof(*h));
+	send_raw(fd, buf, sizeof(hdr) + len, conn);
+	close(conn);
+}
+
+/* A malformed IPC_TCP_HANDOFF (a bad payload, a wrong length) is refused and its
+ * connection, which the sender gave up, shut down before it is closed: its client sees the
+ * end although the fd store's copy stays open. Another frame's unwanted descriptor is only
+ * closed (a listener's socket is not ours to end). */
+static void test_malformed_handoff_shut(void **state)
+{
+	struct pair *p = *state;
+	struct ipc_handoff h;
+	struct ipc_hdr other = { .type = IPC_OFFLOAD_OFF, .flags = IPC_F_FD, .len = 0 };
+	struct ipc_msg msg;
+	int peer[4], copy[4], s[4], fd, before;
+
+	memset(&h, 0, sizeof(h));
+	h.len = 4;
+	memcpy(h.listener, "tcp", 3);
+	before = count_open_fds();
+	for (int i = 0; i < 4; i++)
+		s[i] = conn_with_copy(&peer[i], &copy[i]);
+	/* Well formed: it comes, not shut down. */
+	send_handoff_raw(p->a, &h, sizeof(h), s[0]);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), 0);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_false(peer_sees_eof(peer[0]));
+	/* No listener name. */
+	h.listener[0] = '\0';
+	send_handoff_raw(p->a, &h, sizeof(h), s[1]);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	assert_int_equal(fd, -1);
+	assert_true(peer_sees_eof(peer[1]));
+	/* Too short. */
+	memcpy(h.listener, "tcp", 3);
+	send_handoff_raw(p->a, &h, sizeof(h) - 1, s[2]);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	assert_true(peer_sees_eof(peer[2]));
+	/* A descriptor where none belongs: closed, not shut down. */
+	send_raw(p->a, &other, sizeof(other), s[3]);
+	close(s[3]);
+	assert_int_equal(ipc_recv(p->b, &msg, &fd), -EPROTO);
+	assert_false(peer_sees_eof(peer[3]));
+	for (int i = 0; i < 4; i++) {
+		close(peer[i]);
+		close(copy[i]);
+	}
+	assert_int_equal(count_open_fds(), before);
+}
+
 static void test_disconnect(void **state)
 {
 	struct pair *p = *state;
@@ -475,6 +539,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_recv_oversized, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unexpected_fd_is_closed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_malformed_handoff_shut, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_relays_many_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof, setup, teardown),

@@ -1,10 +1,11 @@
 /* Unit tests for common/ipcq: control frames that find their socket full wait in order and
  * go when it has room; the queue leaves half the socket to frames sent directly; the
  * bounds (bytes, descriptors shared by queues) drop, counted and logged, also later from
- * ipcq_report(); a key cancels a waiting frame; a descriptor the queue owns is closed once
- * its frame is sent or dropped (shut down first when dropped, if asked), a borrowed one
- * never is. Except in test_direct and test_headroom, the socket is filled with IPC_PING
- * frames first, so that every frame under test has to wait. */
+ * ipcq_report(), as are frames that found no queue (ipcq_lost_report()); a key cancels a
+ * waiting frame; a descriptor the queue owns is closed once its frame is sent or dropped
+ * (shut down first when dropped, if asked), a borrowed one never is. Except in test_direct
+ * and test_headroom, the socket is filled with IPC_PING frames first, so that every frame
+ * under test has to wait. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -620,6 +621,34 @@ static void test_lost(void **state)
 	close(copy);
 }
 
+/* ipcq_lost's lines: the first drop logged at once, a later one within IPCQ_REPORT_MS held
+ * back; ipcq_lost_report() (the 1 s timers', as ipcq_report() for a queue) logs it once that
+ * time has come, without another drop, and nothing when there is nothing new. */
+static void test_lost_report(void **state)
+{
+	struct ipcq_lost lost = { .now_ms = fake_clock };
+
+	(void)state;
+	fake_ms = 2000000;
+	assert_int_equal(ipcq_lost_report(&lost, "test", "lost"), 0);
+	ipcq_lost(&lost, "test", "lost", IPC_FDUNSTORE, -1, 0, -ENOMEM); /* logged */
+	assert_int_equal(lost.unreported, 0);
+	assert_int_equal(ipcq_lost_report(&lost, "test", "lost"), 0);
+	fake_ms += 1;
+	ipcq_lost(&lost, "test", "lost", IPC_TCP_HANDOFF, -1, 0, -ENOMEM); /* held */
+	assert_int_equal(lost.unreported, 1);
+	fake_ms += IPCQ_REPORT_MS / 2;
+	assert_int_equal(ipcq_lost_report(&lost, "test", "lost"), 0);
+	assert_int_equal(lost.unreported, 1);
+	fake_ms += IPCQ_REPORT_MS / 2;
+	assert_int_equal(ipcq_lost_report(&lost, "test", "lost"), 1); /* 10 s after the first */
+	assert_int_equal(lost.unreported, 0);
+	assert_int_equal(ipcq_lost_report(&lost, "test", "lost"), 0);
+	fake_ms += IPCQ_REPORT_MS;
+	assert_int_equal(ipcq_lost_report(&lost, "test", "lost"), 0);
+	assert_int_equal(lost.dropped, 2);
+}
+
 /* ipcq_fd_share: a quarter of the soft RLIMIT_NOFILE, whatever it is now. */
 static void test_fd_share(void **state)
 {
@@ -654,6 +683,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shut_on_drop_peer_gone, setup, teardown),
 		cmocka_unit_test(test_drop_fd),
 		cmocka_unit_test(test_lost),
+		cmocka_unit_test(test_lost_report),
 		cmocka_unit_test(test_fd_share),
 	};
 

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "common/ipc.h"
+#include "common/ipcq.h"
 #include "common/log.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
@@ -284,6 +285,7 @@ static struct master *fixture(void)
 	w.m = &m;
 	w.ctl_fd = -1;
 	w.last_status = -1;
+	handoffq_init(&m); /* as supervise_init does: no queue until a frame waits */
 	assert_int_equal(conf_load_default(NULL, &m.cfg), 0);
 	assert_int_equal(shm_create(&sc, "test-master", &m.shm), 0);
 	assert_int_equal(reload_publish(&m), 0);
@@ -431,7 +433,8 @@ static void disc_index_sent(int fd, uint32_t idx, uint64_t gen)
 }
 
 /* A master of two slots: worker 0 behind the control socket pair sp (sp[0] its end,
- * sp[1] the worker's), worker 1 dead and not respawned yet. */
+ * sp[1] the worker's), worker 1 dead and not respawned yet; their hand-off queues set up
+ * as supervise_init does (none made yet). */
 static void two_workers(struct master *m, struct mworker w[2], int sp[2])
 {
 	memset(m, 0, sizeof(*m));
@@ -448,6 +451,8 @@ static void two_workers(struct master *m, struct mworker w[2], int sp[2])
 	}
 	w[0].ctl_fd = sp[0];
 	w[1].ctl_fd = -1;
+	m->fd_limit = 1024;
+	handoffq_init(m);
 }
 
 /* disconnect --user: one IPC_DISC_USER frame per worker that owns any of the user's
@@ -565,7 +570,6 @@ static void test_handoff_pass(void **state)
 	memset(&h, 0, sizeof(h));
 	snprintf(h.listener, sizeof(h.listener), "l0");
 	two_workers(&m, w, sp);
-	m.fd_limit = 1024;
 	for (int i = 0; i < 4; i++)
 		s[i] = conn_with_copy(&peer[i], &copy[i]);
 	h.slot = 1;
@@ -594,6 +598,40 @@ static void test_handoff_pass(void **state)
 	close(sp[1]);
 }
 
+static uint64_t fake_ms = 5000000; /* the lost drops' clock in test_handoff_lost_tick */
+
+static uint64_t fake_now(void)
+{
+	return fake_ms;
+}
+
+/* The master's 1 s tick (handoffq_tick, through ipcq_ev_report) logs the hand-offs dropped
+ * unqueued (no memory for a queue: ipcq_lost) that the 10 s rate held back, without
+ * another drop: the held-back count is reported (and so reset) once 10 s have passed. */
+static void test_handoff_lost_tick(void **state)
+{
+	static struct master m;
+	static struct mworker w[2];
+	struct ipcq_lost *lost = &w[0].handoffq.lost;
+	int sp[2];
+
+	(void)state;
+	two_workers(&m, w, sp);
+	lost->now_ms = fake_now;
+	ipcq_lost(lost, "master", "worker 0", IPC_TCP_HANDOFF, -1, 0, -ENOMEM); /* logged */
+	ipcq_lost(lost, "master", "worker 0", IPC_TCP_HANDOFF, -1, 0, -ENOMEM); /* held back */
+	assert_int_equal(lost->unreported, 1);
+	fake_ms += 1000;
+	handoffq_tick(&m);
+	assert_int_equal(lost->unreported, 1);
+	fake_ms += 10000;
+	handoffq_tick(&m);
+	assert_int_equal(lost->unreported, 0);
+	assert_int_equal(lost->dropped, 2);
+	close(sp[0]);
+	close(sp[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -606,6 +644,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_user_frames),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_handoff_pass),
+		cmocka_unit_test(test_handoff_lost_tick),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -121,6 +121,7 @@ static int setup(void **state)
 	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
 	assert_non_null(w->ctr);
 	assert_non_null(w->loop);
+	wk_ctlq_init(w); /* as worker_run does: no queue until a frame waits */
 	assert_int_equal(wk_tables_init(w), 0);
 	wheel_init(&w->wheel, mono_ms());
 	/* The listener as the master hands it over, started as wk_listener_add does. */

@@ -35,6 +35,7 @@ void worker_fix_create(const char *name, unsigned n, struct shm **shm,
 		w[s]->ctr = shm_slot_counters(*shm, s);
 		w[s]->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
 		assert_non_null(w[s]->loop);
+		wk_ctlq_init(w[s]); /* as worker_run does: no queue until a frame waits */
 	}
 }
 
