@@ -2,7 +2,7 @@
  * worker at once (turngatectl disconnect --user, revoke).
  *
  * One IPC_DISCONNECT frame per worker, never one per allocation: a worker's control
- * socket holds about 170 frames (test_ctl.py's not-reached case fills one), and a user
+ * socket holds about 278 small frames (test_ctl.py's not-reached case fills one), and a user
  * may hold tens of thousands of allocations on one worker (issue 42). Master process
  * only, on its loop. */
 #ifndef TG_MASTER_DISCONNECT_H

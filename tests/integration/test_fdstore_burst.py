@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """systemd's file descriptor store at burst scale: no IPC_FDSTORE or IPC_FDUNSTORE frame of
 a worker is lost when its control socket is full (worker/fdstore.c). The control socket
-holds about 170 frames with the default wmem_default; a worker that ends or starts more
+holds about 278 small frames with the default wmem_default; a worker that ends or starts more
 TURN-TCP connections than that in one go must keep the rest and send them when the master
 has read (before: they were logged and lost, and systemd kept the dead connections and
 gave them back at the next crash restart under names of records that were free or reused).
