@@ -11,6 +11,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "shm/shm.h"
 
 /* The worker of slot s, when it has a control channel. */
@@ -71,6 +72,10 @@ void disconnect_send(struct master *m, const char *user, struct disconnect_plan 
 		}
 		t->ended += per[s];
 		t->workers++;
+		/* Kept for a replacement of a worker killed before it reads the frame
+		 * (master/discsent.h); the revocation list needs none. */
+		if (user != NULL)
+			(void)discsent_add_user(&m->workers[s].disc, user, mono_ns());
 	}
 	disconnect_plan_free(p);
 	if (t->not_reached > 0)

@@ -221,6 +221,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 static void ctl_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void ctl_linger(struct mworker *w, const struct ipc_msg *msg);
 static void ctl_handed_over(struct mworker *w);
+static void disc_resend(struct mworker *w);
 
 /* The slot's current listener sockets, as the heritage lists them. */
 static size_t slot_listeners(struct master *m, unsigned slot, struct worker_listener *wl,
@@ -294,6 +295,10 @@ int supervise_spawn(struct master *m, unsigned slot)
 	/* A worker forked while draining must refuse new allocations too. */
 	if (m->draining)
 		ipc_send_drain(w->ctl_fd, 1);
+	/* Its frames wait on the socket until its first iteration has adopted the table (or
+	 * are kept for a deferred adoption: wk_adopt_disc_keep), so none is applied early. */
+	discsent_prune(&w->disc, m->shm, slot);
+	disc_resend(w);
 	rc = 0;
 out:
 	free(wl);
@@ -357,6 +362,30 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		log_warn("master", "worker %u: unexpected %s", w->slot,
 			 ipc_type_name(msg->hdr.type));
 		break;
+	}
+}
+
+/* The disconnects a dead predecessor had not acted on, to its replacement (what does not
+ * fit on the control socket goes at the next tick). */
+static void disc_resend(struct mworker *w)
+{
+	unsigned k = discsent_flush(&w->disc, w->ctl_fd);
+
+	if (k > 0)
+		log_warn("master", "worker %u: %u disconnects re-sent that worker pid %d had not "
+			 "acted on", w->slot, k, (int)w->disc.dead_pid);
+}
+
+void supervise_disc_tick(struct master *m)
+{
+	if (m->workers == NULL)
+		return;
+	for (unsigned i = 0; i < m->n_slots; i++) {
+		struct mworker *w = &m->workers[i];
+
+		discsent_prune(&w->disc, m->shm, i);
+		disc_resend(w);
+		discsent_report(&w->disc, i);
 	}
 }
 
@@ -545,6 +574,9 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 		return;
 	}
 	w->state = MW_DEAD;
+	/* The disconnects it may not have read go to its replacement, which adopts its
+	 * allocations from the table. */
+	discsent_worker_died(&w->disc, (pid_t)c->rpid);
 	/* A respawn cannot take the dead worker's connections back: out of the store. */
 	fdstore_slot_gone(m, w->slot);
 	ran = ev_now(loop) - w->started_at;
@@ -792,6 +824,7 @@ void supervise_free(struct master *m)
 		ctl_close(m, &m->workers[i]);
 		ev_timer_stop(m->loop, &m->workers[i].respawn);
 		free(m->workers[i].handed);
+		discsent_free(&m->workers[i].disc);
 	}
 	ev_child_stop(m->loop, &m->child_w);
 	free(m->workers);

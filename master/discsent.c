@@ -1,0 +1,197 @@
+/* Master: the disconnects each slot's worker was sent and has not acted on yet (contract
+ * in master/discsent.h). */
+#include "config.h"
+
+#include "master/discsent.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ipc.h"
+#include "common/log.h"
+#include "shm/shm.h"
+#include "shm/shm_alloc.h"
+#include "shm/shm_quota.h"
+
+static void entry_drop(struct discsent *d, unsigned i)
+{
+	if (d->e[i].user != NULL)
+		d->n_user--;
+	free(d->e[i].user);
+	memmove(&d->e[i], &d->e[i + 1], (d->n - i - 1) * sizeof(d->e[0]));
+	d->n--;
+}
+
+/* Room for one more entry at the end: the oldest goes when the list is full. */
+static struct discsent_entry *entry_new(struct discsent *d)
+{
+	if (d->e == NULL) {
+		d->e = calloc(DISCSENT_MAX, sizeof(*d->e));
+		if (d->e == NULL)
+			return NULL;
+	}
+	if (d->n == DISCSENT_MAX) {
+		entry_drop(d, 0);
+		d->dropped++;
+	}
+	memset(&d->e[d->n], 0, sizeof(d->e[0]));
+	return &d->e[d->n];
+}
+
+/* An entry for the same record or user already kept (an operator who repeats the command
+ * while the allocation is still listed), or NULL. */
+static struct discsent_entry *entry_find(struct discsent *d, const char *user, uint32_t idx,
+					 uint64_t gen)
+{
+	for (unsigned i = 0; i < d->n; i++) {
+		struct discsent_entry *e = &d->e[i];
+
+		if (user != NULL ? e->user != NULL && strcmp(e->user, user) == 0
+				 : e->user == NULL && e->idx == idx && e->gen == gen)
+			return e;
+	}
+	return NULL;
+}
+
+int discsent_add_index(struct discsent *d, uint32_t idx, uint64_t gen)
+{
+	struct discsent_entry *e = entry_find(d, NULL, idx, gen);
+
+	if (e != NULL) {
+		e->owed = false;	/* the current worker was just sent it */
+		return 0;
+	}
+	e = entry_new(d);
+	if (e == NULL)
+		return -ENOMEM;
+	e->idx = idx;
+	e->gen = gen;
+	d->n++;
+	return 0;
+}
+
+int discsent_add_user(struct discsent *d, const char *user, uint64_t now_ns)
+{
+	struct discsent_entry *e = entry_find(d, user, 0, 0);
+	char *copy;
+
+	if (e != NULL) {
+		/* The later send names every record the earlier one did, and those since. */
+		e->sent_ns = now_ns > e->sent_ns ? now_ns : e->sent_ns;
+		e->owed = false;
+		return 0;
+	}
+	copy = strdup(user);
+	e = copy != NULL ? entry_new(d) : NULL;
+
+	if (e == NULL) {
+		free(copy);
+		return -ENOMEM;
+	}
+	e->user = copy;
+	e->sent_ns = now_ns;
+	d->n++;
+	d->n_user++;
+	return 0;
+}
+
+/* Whether the worker has not ended record idx of generation gen yet. */
+static bool index_pending(const struct shm *shm, unsigned slot, uint32_t idx, uint64_t gen)
+{
+	struct shm_alloc rec;
+	bool pending = shm_alloc_read_copy(shm, idx, &rec) == 0 &&
+		       SHM_ALLOC_WORD_STATE(rec.state) == SHM_ALLOC_LIVE && rec.gen == gen &&
+		       rec.owner == slot;
+
+	explicit_bzero(&rec, sizeof(rec));
+	return pending;
+}
+
+/* Marks (keep[i]) the user entries that some LIVE record of the slot, created before the
+ * entry was sent, still matches: one walk of the table for all of them. A record that
+ * cannot be read consistently now (its owner writing) counts as matching: kept a tick
+ * longer rather than dropped too early. */
+static void users_pending(const struct discsent *d, const struct shm *shm, unsigned slot,
+			  bool *keep)
+{
+	struct shm_alloc rec;
+	uint32_t cursor = 0, idx;
+
+	while (shm_alloc_next_live(shm, &cursor, &idx) == 0) {
+		bool torn = shm_alloc_read_copy(shm, idx, &rec) < 0;
+		size_t len = 0;
+
+		if (!torn && (SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || rec.owner != slot))
+			continue;
+		if (!torn)
+			len = rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX;
+		for (unsigned i = 0; i < d->n; i++)
+			if (d->e[i].user != NULL && !keep[i] &&
+			    (torn || (rec.created_ns < d->e[i].sent_ns &&
+				      shm_quota_user_match(rec.username, len, d->e[i].user,
+							   strlen(d->e[i].user)))))
+				keep[i] = true;
+	}
+	explicit_bzero(&rec, sizeof(rec));
+}
+
+void discsent_prune(struct discsent *d, const struct shm *shm, unsigned slot)
+{
+	bool keep[DISCSENT_MAX] = { false };
+
+	if (d->n == 0)
+		return;
+	if (d->n_user > 0)
+		users_pending(d, shm, slot, keep);
+	for (unsigned i = d->n; i-- > 0;) {
+		const struct discsent_entry *e = &d->e[i];
+
+		if (e->user != NULL ? !keep[i] : !index_pending(shm, slot, e->idx, e->gen))
+			entry_drop(d, i);
+	}
+}
+
+void discsent_worker_died(struct discsent *d, pid_t pid)
+{
+	if (d->n == 0)
+		return;
+	for (unsigned i = 0; i < d->n; i++)
+		d->e[i].owed = true;
+	d->dead_pid = pid;
+}
+
+unsigned discsent_flush(struct discsent *d, int ctl_fd)
+{
+	unsigned sent = 0;
+
+	for (unsigned i = 0; i < d->n && ctl_fd >= 0; i++) {
+		struct discsent_entry *e = &d->e[i];
+
+		if (!e->owed)
+			continue;
+		if ((e->user != NULL ? ipc_send_disconnect_user(ctl_fd, e->user)
+				     : ipc_send_disconnect_index(ctl_fd, e->idx, e->gen)) < 0)
+			break;
+		e->owed = false;
+		sent++;
+	}
+	return sent;
+}
+
+void discsent_report(struct discsent *d, unsigned slot)
+{
+	if (d->dropped == 0)
+		return;
+	log_warn("master", "worker %u: %llu disconnect(s) no longer kept for a re-send: more "
+		 "than %u not acted on", slot, (unsigned long long)d->dropped, DISCSENT_MAX);
+	d->dropped = 0;
+}
+
+void discsent_free(struct discsent *d)
+{
+	for (unsigned i = 0; i < d->n; i++)
+		free(d->e[i].user);
+	free(d->e);
+	memset(d, 0, sizeof(*d));
+}

@@ -1,0 +1,65 @@
+/* Master: the disconnects sent to each slot's worker, kept until the table shows them acted
+ * on, so that a replacement of a worker killed before it read them gets them again.
+ *
+ * An admin disconnect (IPC_DISC_INDEX, IPC_DISC_USER) goes straight to the worker's control
+ * socket; a worker that dies (crash, SIGKILL, heartbeat kill) before it reads the frame
+ * takes it with it, and its successor adopts the allocation from the table. So each slot
+ * keeps what was sent to its worker: an index entry until record idx is no longer LIVE
+ * with that generation and owner, a user entry until no LIVE record of the slot that was
+ * created before it was sent matches the user. IPC_DISC_REVOKED needs no entry: the
+ * adoption ends the records the shm revocation list refuses (worker/adopt.c). Master
+ * process only, on its loop. */
+#ifndef TG_MASTER_DISCSENT_H
+#define TG_MASTER_DISCSENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct shm;
+
+#define DISCSENT_MAX 256u	/* entries per slot; past it the oldest is dropped */
+
+struct discsent_entry {
+	char *user;         /* IPC_DISC_USER: the user (owned); NULL for IPC_DISC_INDEX */
+	uint64_t gen;       /* IPC_DISC_INDEX: the record's generation */
+	uint64_t sent_ns;   /* CLOCK_MONOTONIC when first sent (user entries' prune test) */
+	uint32_t idx;       /* IPC_DISC_INDEX: the record */
+	bool owed;          /* to be sent to the slot's current worker (discsent_flush) */
+};
+
+/* One slot's list, oldest first. Zeroed is empty. */
+struct discsent {
+	struct discsent_entry *e;  /* DISCSENT_MAX entries, made on first use */
+	unsigned n, n_user;        /* entries, of which user entries */
+	uint64_t dropped;          /* dropped for the bound since the last discsent_report */
+	pid_t dead_pid;            /* the worker that died with entries not acted on; 0 */
+};
+
+/* Records a disconnect just sent to the slot's worker: by index (idx, gen), or by user at
+ * now_ns (CLOCK_MONOTONIC). A repeat updates the entry kept (a user's send time to the
+ * later one) and takes no second one. A full list drops its oldest entry (counted for
+ * discsent_report). 0 or -ENOMEM (nothing recorded). */
+int discsent_add_index(struct discsent *d, uint32_t idx, uint64_t gen);
+int discsent_add_user(struct discsent *d, const char *user, uint64_t now_ns);
+
+/* Drops the entries the table shows acted on, for slot's list (see the file comment).
+ * Reads the table only for index entries, and walks it once only while user entries
+ * exist. */
+void discsent_prune(struct discsent *d, const struct shm *shm, unsigned slot);
+
+/* The slot's worker (pid) died: every entry left is owed to its replacement. */
+void discsent_worker_died(struct discsent *d, pid_t pid);
+
+/* Sends the owed entries on ctl_fd (the slot's new worker), in order, until one does not
+ * fit (retried at the next call). Returns how many were sent. */
+unsigned discsent_flush(struct discsent *d, int ctl_fd);
+
+/* Logs, for the slot, the entries dropped for the bound since the last call (from the 1 s
+ * tick: at most one line a second). */
+void discsent_report(struct discsent *d, unsigned slot);
+
+/* Frees the list; accepts a zeroed one. */
+void discsent_free(struct discsent *d);
+
+#endif
