@@ -75,7 +75,7 @@ void disconnect_send(struct master *m, const char *user, struct disconnect_plan 
 		/* Kept for a replacement of a worker killed before it reads the frame
 		 * (master/discsent.h); the revocation list needs none. */
 		if (user != NULL)
-			(void)discsent_add_user(&m->workers[s].disc, user, mono_ns());
+			(void)discsent_add_user(&m->workers[s].disc, m->shm, s, user, mono_ns());
 	}
 	disconnect_plan_free(p);
 	if (t->not_reached > 0)

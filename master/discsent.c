@@ -23,14 +23,17 @@ static void entry_drop(struct discsent *d, unsigned i)
 	d->n--;
 }
 
-/* Room for one more entry at the end: the oldest goes when the list is full. */
-static struct discsent_entry *entry_new(struct discsent *d)
+/* Room for one more entry at the end: a full list is pruned first (shm not NULL), and its
+ * oldest entry goes only if that left it full. */
+static struct discsent_entry *entry_new(struct discsent *d, const struct shm *shm, unsigned slot)
 {
 	if (d->e == NULL) {
 		d->e = calloc(DISCSENT_MAX, sizeof(*d->e));
 		if (d->e == NULL)
 			return NULL;
 	}
+	if (d->n == DISCSENT_MAX && shm != NULL)
+		discsent_prune(d, shm, slot);
 	if (d->n == DISCSENT_MAX) {
 		entry_drop(d, 0);
 		d->dropped++;
@@ -54,15 +57,17 @@ static struct discsent_entry *entry_find(struct discsent *d, const char *user, u
 	return NULL;
 }
 
-int discsent_add_index(struct discsent *d, uint32_t idx, uint64_t gen)
+int discsent_add_index(struct discsent *d, const struct shm *shm, unsigned slot, uint32_t idx,
+		       uint64_t gen)
 {
 	struct discsent_entry *e = entry_find(d, NULL, idx, gen);
 
 	if (e != NULL) {
 		e->owed = false;	/* the current worker was just sent it */
+		e->reowe = 0;
 		return 0;
 	}
-	e = entry_new(d);
+	e = entry_new(d, shm, slot);
 	if (e == NULL)
 		return -ENOMEM;
 	e->idx = idx;
@@ -71,7 +76,8 @@ int discsent_add_index(struct discsent *d, uint32_t idx, uint64_t gen)
 	return 0;
 }
 
-int discsent_add_user(struct discsent *d, const char *user, uint64_t now_ns)
+int discsent_add_user(struct discsent *d, const struct shm *shm, unsigned slot, const char *user,
+		      uint64_t now_ns)
 {
 	struct discsent_entry *e = entry_find(d, user, 0, 0);
 	char *copy;
@@ -80,10 +86,11 @@ int discsent_add_user(struct discsent *d, const char *user, uint64_t now_ns)
 		/* The later send names every record the earlier one did, and those since. */
 		e->sent_ns = now_ns > e->sent_ns ? now_ns : e->sent_ns;
 		e->owed = false;
+		e->reowe = 0;
 		return 0;
 	}
 	copy = strdup(user);
-	e = copy != NULL ? entry_new(d) : NULL;
+	e = copy != NULL ? entry_new(d, shm, slot) : NULL;
 
 	if (e == NULL) {
 		free(copy);
@@ -96,59 +103,106 @@ int discsent_add_user(struct discsent *d, const char *user, uint64_t now_ns)
 	return 0;
 }
 
-/* Whether the worker has not ended record idx of generation gen yet. */
+/* Whether the worker has not ended record idx of generation gen yet. A record that cannot
+ * be read consistently now (its owner writing) counts as not ended: kept a tick longer,
+ * as users_pending does; only a clean read that shows it not LIVE, of another generation
+ * or of another owner drops it. */
 static bool index_pending(const struct shm *shm, unsigned slot, uint32_t idx, uint64_t gen)
 {
 	struct shm_alloc rec;
-	bool pending = shm_alloc_read_copy(shm, idx, &rec) == 0 &&
-		       SHM_ALLOC_WORD_STATE(rec.state) == SHM_ALLOC_LIVE && rec.gen == gen &&
-		       rec.owner == slot;
+	int rc = shm_alloc_read_copy(shm, idx, &rec);
+	bool pending = rc == -EAGAIN ||
+		       (rc == 0 && SHM_ALLOC_WORD_STATE(rec.state) == SHM_ALLOC_LIVE &&
+			rec.gen == gen && rec.owner == slot);
 
 	explicit_bzero(&rec, sizeof(rec));
 	return pending;
 }
 
-/* Marks (keep[i]) the user entries that some LIVE record of the slot, created before the
- * entry was sent, still matches: one walk of the table for all of them. A record that
- * cannot be read consistently now (its owner writing) counts as matching: kept a tick
- * longer rather than dropped too early. */
-static void users_pending(const struct discsent *d, const struct shm *shm, unsigned slot,
-			  bool *keep)
+/* Marks (e->keep) the user entries of every slot that some LIVE record of that slot,
+ * created before the entry was sent, still matches: one walk of the table for all slots.
+ * Only the state word of a record of a slot without user entries is read; the records of
+ * the others are copied. A record that cannot be read consistently now (its owner
+ * writing) counts as matching each user entry of its slot: kept a tick longer rather than
+ * dropped too early. d[s] is slot s's list (NULL: none), for s < n_slots. */
+static void users_pending(struct discsent *const *d, unsigned n_slots, const struct shm *shm)
 {
 	struct shm_alloc rec;
 	uint32_t cursor = 0, idx;
 
 	while (shm_alloc_next_live(shm, &cursor, &idx) == 0) {
-		bool torn = shm_alloc_read_copy(shm, idx, &rec) < 0;
+		struct discsent *ds;
+		unsigned owner;
+		bool torn;
 		size_t len = 0;
 
-		if (!torn && (SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE || rec.owner != slot))
+		if (shm_alloc_is_torn(shm, idx, &torn, &owner) < 0 || owner >= n_slots ||
+		    d[owner] == NULL || d[owner]->n_user == 0)
 			continue;
+		torn = shm_alloc_read_copy(shm, idx, &rec) < 0;
+		if (!torn && (SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE ||
+			      rec.owner != owner))
+			continue;	/* ended, or claimed again by another slot since */
+		ds = d[owner];
 		if (!torn)
 			len = rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX;
-		for (unsigned i = 0; i < d->n; i++)
-			if (d->e[i].user != NULL && !keep[i] &&
-			    (torn || (rec.created_ns < d->e[i].sent_ns &&
-				      shm_quota_user_match(rec.username, len, d->e[i].user,
-							   strlen(d->e[i].user)))))
-				keep[i] = true;
+		for (unsigned i = 0; i < ds->n; i++) {
+			struct discsent_entry *e = &ds->e[i];
+
+			if (e->user != NULL && !e->keep &&
+			    (torn || (rec.created_ns < e->sent_ns &&
+				      shm_quota_user_match(rec.username, len, e->user,
+							   strlen(e->user)))))
+				e->keep = true;
+		}
 	}
 	explicit_bzero(&rec, sizeof(rec));
 }
 
+/* Drops the entries of one list the table shows acted on (user entries: e->keep set by
+ * users_pending). */
+static void prune_one(struct discsent *d, const struct shm *shm, unsigned slot)
+{
+	for (unsigned i = d->n; i-- > 0;) {
+		struct discsent_entry *e = &d->e[i];
+		bool drop = e->user != NULL ? !e->keep : !index_pending(shm, slot, e->idx, e->gen);
+
+		e->keep = false;
+		if (drop)
+			entry_drop(d, i);
+	}
+}
+
+void discsent_prune_all(struct discsent *const *d, unsigned n_slots, const struct shm *shm)
+{
+	bool users = false;
+
+	for (unsigned s = 0; s < n_slots; s++)
+		users = users || (d[s] != NULL && d[s]->n_user > 0);
+	if (users)
+		users_pending(d, n_slots, shm);
+	for (unsigned s = 0; s < n_slots; s++)
+		if (d[s] != NULL && d[s]->n > 0)
+			prune_one(d[s], shm, s);
+}
+
 void discsent_prune(struct discsent *d, const struct shm *shm, unsigned slot)
 {
-	bool keep[DISCSENT_MAX] = { false };
+	struct discsent *one[DISCSENT_SLOTS_MAX] = { NULL };
 
-	if (d->n == 0)
+	if (d->n == 0 || slot >= DISCSENT_SLOTS_MAX)
 		return;
-	if (d->n_user > 0)
-		users_pending(d, shm, slot, keep);
-	for (unsigned i = d->n; i-- > 0;) {
-		const struct discsent_entry *e = &d->e[i];
+	one[slot] = d;
+	discsent_prune_all(one, slot + 1, shm);
+}
 
-		if (e->user != NULL ? !keep[i] : !index_pending(shm, slot, e->idx, e->gen))
-			entry_drop(d, i);
+void discsent_tick(struct discsent *d)
+{
+	for (unsigned i = 0; i < d->n; i++) {
+		struct discsent_entry *e = &d->e[i];
+
+		if (e->reowe > 0 && --e->reowe == 0)
+			e->owed = true;
 	}
 }
 
@@ -156,8 +210,10 @@ void discsent_worker_died(struct discsent *d, pid_t pid)
 {
 	if (d->n == 0)
 		return;
-	for (unsigned i = 0; i < d->n; i++)
+	for (unsigned i = 0; i < d->n; i++) {
 		d->e[i].owed = true;
+		d->e[i].reowe = 0;
+	}
 	d->dead_pid = pid;
 }
 
@@ -174,6 +230,7 @@ unsigned discsent_flush(struct discsent *d, int ctl_fd)
 				     : ipc_send_disconnect_index(ctl_fd, e->idx, e->gen)) < 0)
 			break;
 		e->owed = false;
+		e->reowe = DISCSENT_REOWE_TICKS;
 		sent++;
 	}
 	return sent;
@@ -183,8 +240,8 @@ void discsent_report(struct discsent *d, unsigned slot)
 {
 	if (d->dropped == 0)
 		return;
-	log_warn("master", "worker %u: %llu disconnect(s) no longer kept for a re-send: more "
-		 "than %u not acted on", slot, (unsigned long long)d->dropped, DISCSENT_MAX);
+	log_warn("master", "worker %u: %llu disconnect(s) no longer kept for a re-send: its "
+		 "list of %u was full of disconnects not acted on", slot, (unsigned long long)d->dropped, DISCSENT_MAX);
 	d->dropped = 0;
 }
 

@@ -19,6 +19,13 @@
 struct shm;
 
 #define DISCSENT_MAX 256u	/* entries per slot; past it the oldest is dropped */
+#define DISCSENT_SLOTS_MAX 256u	/* slots (a record's owner is 8 bits) */
+/* Ticks after a re-send to a replacement at which an entry still not acted on is owed to
+ * it again: the replacement keeps at most WK_DISC_PENDING_MAX (16) frames while its
+ * adoption is deferred and drops the rest, and the master cannot tell when it adopted.
+ * A second send is harmless: an index frame names the record's generation, a user frame
+ * ends that user's allocations of the slot, as the first one did. */
+#define DISCSENT_REOWE_TICKS 5u
 
 struct discsent_entry {
 	char *user;         /* IPC_DISC_USER: the user (owned); NULL for IPC_DISC_INDEX */
@@ -26,6 +33,8 @@ struct discsent_entry {
 	uint64_t sent_ns;   /* CLOCK_MONOTONIC when first sent (user entries' prune test) */
 	uint32_t idx;       /* IPC_DISC_INDEX: the record */
 	bool owed;          /* to be sent to the slot's current worker (discsent_flush) */
+	bool keep;          /* scratch of discsent_prune_all */
+	uint8_t reowe;      /* ticks until owed again after a re-send (discsent_tick); 0 none */
 };
 
 /* One slot's list, oldest first. Zeroed is empty. */
@@ -36,23 +45,36 @@ struct discsent {
 	pid_t dead_pid;            /* the worker that died with entries not acted on; 0 */
 };
 
-/* Records a disconnect just sent to the slot's worker: by index (idx, gen), or by user at
- * now_ns (CLOCK_MONOTONIC). A repeat updates the entry kept (a user's send time to the
- * later one) and takes no second one. A full list drops its oldest entry (counted for
- * discsent_report). 0 or -ENOMEM (nothing recorded). */
-int discsent_add_index(struct discsent *d, uint32_t idx, uint64_t gen);
-int discsent_add_user(struct discsent *d, const char *user, uint64_t now_ns);
+/* Records a disconnect sent to the worker of slot: by index (idx, gen), or by user with
+ * now_ns (CLOCK_MONOTONIC) read BEFORE the frame was sent (a record created after the
+ * stamp must not keep the entry). A repeat updates the entry kept (a user's send time to
+ * the later one) and takes no second one. A full list is pruned first (with shm; NULL:
+ * not), and drops its oldest entry only if still full (counted for discsent_report).
+ * 0 or -ENOMEM (nothing recorded). */
+int discsent_add_index(struct discsent *d, const struct shm *shm, unsigned slot, uint32_t idx,
+		       uint64_t gen);
+int discsent_add_user(struct discsent *d, const struct shm *shm, unsigned slot, const char *user,
+		      uint64_t now_ns);
 
-/* Drops the entries the table shows acted on, for slot's list (see the file comment).
- * Reads the table only for index entries, and walks it once only while user entries
- * exist. */
+/* Drops the entries the table shows acted on (see the file comment) from every slot's
+ * list, d[s] for slot s < n_slots (NULL: none). Reads one record per index entry, and
+ * walks the table once for all slots, and only while some list holds a user entry; in
+ * that walk only the records of slots with user entries are copied, the others' state
+ * word alone is read. */
+void discsent_prune_all(struct discsent *const *d, unsigned n_slots, const struct shm *shm);
+/* The same for slot's list alone. */
 void discsent_prune(struct discsent *d, const struct shm *shm, unsigned slot);
+
+/* From the 1 s tick, after the prune: an entry re-sent DISCSENT_REOWE_TICKS ticks ago and
+ * still kept is owed again (see DISCSENT_REOWE_TICKS). */
+void discsent_tick(struct discsent *d);
 
 /* The slot's worker (pid) died: every entry left is owed to its replacement. */
 void discsent_worker_died(struct discsent *d, pid_t pid);
 
 /* Sends the owed entries on ctl_fd (the slot's new worker), in order, until one does not
- * fit (retried at the next call). Returns how many were sent. */
+ * fit (retried at the next call); each sent is owed again DISCSENT_REOWE_TICKS ticks later
+ * if still kept then. Returns how many were sent. */
 unsigned discsent_flush(struct discsent *d, int ctl_fd);
 
 /* Logs, for the slot, the entries dropped for the bound since the last call (from the 1 s

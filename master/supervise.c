@@ -378,12 +378,18 @@ static void disc_resend(struct mworker *w)
 
 void supervise_disc_tick(struct master *m)
 {
+	struct discsent *lists[DISCSENT_SLOTS_MAX] = { NULL };
+	unsigned n = m->n_slots < DISCSENT_SLOTS_MAX ? m->n_slots : DISCSENT_SLOTS_MAX;
+
 	if (m->workers == NULL)
 		return;
-	for (unsigned i = 0; i < m->n_slots; i++) {
+	for (unsigned i = 0; i < n; i++)
+		lists[i] = &m->workers[i].disc;
+	discsent_prune_all(lists, n, m->shm);	/* one table walk for all slots */
+	for (unsigned i = 0; i < n; i++) {
 		struct mworker *w = &m->workers[i];
 
-		discsent_prune(&w->disc, m->shm, i);
+		discsent_tick(&w->disc);
 		disc_resend(w);
 		discsent_report(&w->disc, i);
 	}

@@ -601,14 +601,14 @@ static void test_discsent(void **state)
 
 	(void)state;
 	for (uint32_t i = 0; i < DISCSENT_MAX + 44; i++)
-		assert_int_equal(discsent_add_index(&ds, i, 7), 0);
+		assert_int_equal(discsent_add_index(&ds, NULL, 0, i, 7), 0);
 	assert_int_equal(ds.n, DISCSENT_MAX);
 	assert_int_equal(ds.dropped, 44);
 	assert_int_equal(ds.e[0].idx, 44);	/* the oldest went */
-	assert_int_equal(discsent_add_index(&ds, 100, 7), 0);	/* a repeat */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, 100, 7), 0);	/* a repeat */
 	assert_int_equal(ds.n, DISCSENT_MAX);
-	assert_int_equal(discsent_add_user(&ds, "alice", 5), 0);
-	assert_int_equal(discsent_add_user(&ds, "alice", 9), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "alice", 5), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "alice", 9), 0);
 	assert_int_equal(ds.n_user, 1);
 	assert_int_equal(ds.e[DISCSENT_MAX - 1].sent_ns, 9);	/* the later send */
 	assert_int_equal(ds.dropped, 45);
@@ -621,10 +621,10 @@ static void test_discsent(void **state)
 	a = live_rec_at(shm, 0, "carol", 10);
 	b = live_rec_at(shm, 0, "dave", 10);
 	c = live_rec_at(shm, 1, "erin", 10);
-	assert_int_equal(discsent_add_index(&ds, a, rec_gen(shm, 0, a)), 0);
-	assert_int_equal(discsent_add_index(&ds, b, rec_gen(shm, 0, b) + 1), 0); /* other gen */
-	assert_int_equal(discsent_add_index(&ds, c, rec_gen(shm, 1, c)), 0);	 /* other slot */
-	assert_int_equal(discsent_add_index(&ds, 63, 1), 0);			 /* FREE */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, a, rec_gen(shm, 0, a)), 0);
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, b, rec_gen(shm, 0, b) + 1), 0); /* other gen */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, c, rec_gen(shm, 1, c)), 0);	 /* other slot */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, 63, 1), 0);			 /* FREE */
 	discsent_prune(&ds, shm, 0);
 	assert_int_equal(ds.n, 1);
 	assert_int_equal(ds.e[0].idx, a);
@@ -636,8 +636,8 @@ static void test_discsent(void **state)
 	old = live_rec_at(shm, 0, "1700000000:alice", 100);
 	young = live_rec_at(shm, 0, "alice", 300);
 	other = live_rec_at(shm, 1, "alice", 100);
-	assert_int_equal(discsent_add_user(&ds, "alice", 200), 0);
-	assert_int_equal(discsent_add_user(&ds, "bob", 200), 0);	/* no record */
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "alice", 200), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "bob", 200), 0);	/* no record */
 	discsent_prune(&ds, shm, 0);
 	assert_int_equal(ds.n, 1);
 	assert_string_equal(ds.e[0].user, "alice");
@@ -650,8 +650,8 @@ static void test_discsent(void **state)
 
 	/* A dead worker's entries, to its replacement in order. */
 	assert_int_equal(ipc_socketpair(sp), 0);
-	assert_int_equal(discsent_add_index(&ds, b, 3), 0);
-	assert_int_equal(discsent_add_user(&ds, "carol", 200), 0);
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, b, 3), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "carol", 200), 0);
 	assert_int_equal(discsent_flush(&ds, sp[0]), 0);	/* nothing owed yet */
 	discsent_worker_died(&ds, 4242);
 	assert_int_equal(ds.dead_pid, 4242);
@@ -676,6 +676,96 @@ static void test_discsent(void **state)
 	sent = discsent_flush(&ds, sp[0]);
 	assert_int_equal(sent, 2);
 	disc_index_sent(sp[1], b, 3);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* Review of the kept disconnects: a record read torn (its owner writing) keeps its index
+ * entry a tick longer; a full list is pruned before its oldest entry is dropped; one
+ * prune of all slots keeps each slot's user entries by that slot's records only; an entry
+ * re-sent to a replacement and still not acted on DISCSENT_REOWE_TICKS ticks later is
+ * owed again (the replacement may have dropped it while its adoption was deferred). */
+static void test_discsent_review(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 }, ds1 = { 0 };
+	struct discsent *lists[2] = { &ds, &ds1 };
+	struct shm_alloc *rec;
+	struct ipc_msg msg;
+	struct shm *shm;
+	uint32_t a, b;
+	int sp[2], fd;
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-review", &shm), 0);
+	a = live_rec_at(shm, 0, "carol", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, a, rec_gen(shm, 0, a)), 0);
+	assert_int_equal(shm_alloc_get(shm, 0, a, &rec), 0);
+	shm_alloc_begin_write(rec);	/* seq odd: read_copy says -EAGAIN */
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 1);	/* torn: kept */
+	shm_alloc_end_write(rec);
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 1);	/* clean, LIVE, same gen: kept */
+	rec_end(shm, 0, a);
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 0);
+
+	/* Full of entries the table shows acted on (FREE records): pruned, none dropped. */
+	for (uint32_t i = 0; i < DISCSENT_MAX; i++)
+		assert_int_equal(discsent_add_index(&ds, shm, 0, 60 + i % 4, 100 + i), 0);
+	assert_int_equal(ds.n, DISCSENT_MAX);
+	b = live_rec_at(shm, 0, "dave", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	assert_int_equal(ds.dropped, 0);
+	assert_int_equal(ds.n, 1);
+	/* Full of entries still pending (b's record read torn: its owner writing): the oldest
+	 * goes. */
+	assert_int_equal(shm_alloc_get(shm, 0, b, &rec), 0);
+	shm_alloc_begin_write(rec);
+	for (uint32_t i = 0; i < DISCSENT_MAX; i++)
+		assert_int_equal(discsent_add_index(&ds, shm, 0, b, 1000 + i), 0);
+	assert_int_equal(ds.n, DISCSENT_MAX);
+	assert_int_equal(ds.dropped, 1);
+	assert_int_equal(ds.e[0].gen, 1000);
+	shm_alloc_end_write(rec);
+	discsent_report(&ds, 0);
+	discsent_free(&ds);
+
+	/* One prune for both slots: each user entry by its own slot's records. */
+	(void)live_rec_at(shm, 0, "alice", 100);
+	(void)live_rec_at(shm, 1, "bob", 100);
+	assert_int_equal(discsent_add_user(&ds, shm, 0, "alice", 200), 0);
+	assert_int_equal(discsent_add_user(&ds, shm, 0, "bob", 200), 0);
+	assert_int_equal(discsent_add_user(&ds1, shm, 1, "alice", 200), 0);
+	assert_int_equal(discsent_add_user(&ds1, shm, 1, "bob", 200), 0);
+	discsent_prune_all(lists, 2, shm);
+	assert_int_equal(ds.n, 1);
+	assert_string_equal(ds.e[0].user, "alice");
+	assert_int_equal(ds1.n, 1);
+	assert_string_equal(ds1.e[0].user, "bob");
+	discsent_free(&ds1);
+
+	/* Re-sent to the replacement, still not acted on: owed again after the ticks. */
+	assert_int_equal(ipc_socketpair(sp), 0);
+	discsent_worker_died(&ds, 4242);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	for (unsigned t = 1; t < DISCSENT_REOWE_TICKS; t++) {
+		discsent_prune(&ds, shm, 0);
+		discsent_tick(&ds);
+		assert_int_equal(discsent_flush(&ds, sp[0]), 0);
+	}
+	discsent_prune(&ds, shm, 0);
+	discsent_tick(&ds);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
 
 	close(sp[0]);
 	close(sp[1]);
@@ -779,6 +869,7 @@ int main(void)
 		cmocka_unit_test(test_admin_mutations),
 		cmocka_unit_test(test_disconnect_user_frames),
 		cmocka_unit_test(test_discsent),
+		cmocka_unit_test(test_discsent_review),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_handoff_pass),
 		cmocka_unit_test(test_handoff_lost_tick),
