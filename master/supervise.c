@@ -566,7 +566,10 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	w->last_status = c->rstatus;
 	w->pid = 0;
 	if (m->handing_over && !m->stopping) {
-		/* A live upgrade: the slot stays down until the new binary serves (or failed). */
+		/* A live upgrade: the slot stays down until the new binary serves (or failed). It
+		 * did not hand over (that returned above): if the upgrade fails, its respawn gets
+		 * the disconnects it may not have read. */
+		discsent_worker_died(&w->disc, (pid_t)c->rpid);
 		w->state = MW_STOPPED;
 		if (supervise_all_down(m))
 			upgrade_workers_down(m);
