@@ -63,8 +63,11 @@ int discsent_add_index(struct discsent *d, const struct shm *shm, unsigned slot,
 	struct discsent_entry *e = entry_find(d, NULL, idx, gen);
 
 	if (e != NULL) {
-		e->owed = false;	/* the current worker was just sent it */
-		e->reowe = 0;
+		/* The current worker was just sent it; a re-owe countdown keeps running (one
+		 * owed to a replacement starts it: the replacement may drop this frame too). */
+		if (e->replaced && e->reowe == 0 && e->reowed < DISCSENT_REOWE_MAX)
+			e->reowe = DISCSENT_REOWE_TICKS;
+		e->owed = false;
 		return 0;
 	}
 	e = entry_new(d, shm, slot);
@@ -85,8 +88,7 @@ int discsent_add_user(struct discsent *d, const struct shm *shm, unsigned slot, 
 	if (e != NULL) {
 		/* The later send names every record the earlier one did, and those since. */
 		e->sent_ns = now_ns > e->sent_ns ? now_ns : e->sent_ns;
-		e->owed = false;
-		e->reowe = 0;
+		e->owed = false;	/* just sent; a user entry is never owed again */
 		return 0;
 	}
 	copy = strdup(user);
@@ -201,8 +203,10 @@ void discsent_tick(struct discsent *d)
 	for (unsigned i = 0; i < d->n; i++) {
 		struct discsent_entry *e = &d->e[i];
 
-		if (e->reowe > 0 && --e->reowe == 0)
+		if (e->reowe > 0 && --e->reowe == 0) {
 			e->owed = true;
+			e->reowed++;
+		}
 	}
 }
 
@@ -212,7 +216,9 @@ void discsent_worker_died(struct discsent *d, pid_t pid)
 		return;
 	for (unsigned i = 0; i < d->n; i++) {
 		d->e[i].owed = true;
+		d->e[i].replaced = true;
 		d->e[i].reowe = 0;
+		d->e[i].reowed = 0;
 	}
 	d->dead_pid = pid;
 }
@@ -221,6 +227,7 @@ unsigned discsent_flush(struct discsent *d, int ctl_fd)
 {
 	unsigned sent = 0;
 
+	d->repeats = 0;
 	for (unsigned i = 0; i < d->n && ctl_fd >= 0; i++) {
 		struct discsent_entry *e = &d->e[i];
 
@@ -230,14 +237,27 @@ unsigned discsent_flush(struct discsent *d, int ctl_fd)
 				     : ipc_send_disconnect_index(ctl_fd, e->idx, e->gen)) < 0)
 			break;
 		e->owed = false;
-		e->reowe = DISCSENT_REOWE_TICKS;
 		sent++;
+		if (e->reowed > 0)
+			d->repeats++;
+		if (e->user != NULL)
+			continue;	/* no time in its frame: sent once (DISCSENT_REOWE_TICKS) */
+		if (e->reowed < DISCSENT_REOWE_MAX)
+			e->reowe = DISCSENT_REOWE_TICKS;
+		else
+			d->gave_up++;
 	}
 	return sent;
 }
 
 void discsent_report(struct discsent *d, unsigned slot)
 {
+	if (d->gave_up > 0) {
+		log_warn("master", "worker %u: %llu disconnect(s) by id re-sent %u times and still "
+			 "not acted on: no longer re-sent to this worker", slot,
+			 (unsigned long long)d->gave_up, DISCSENT_REOWE_MAX + 1);
+		d->gave_up = 0;
+	}
 	if (d->dropped == 0)
 		return;
 	log_warn("master", "worker %u: %llu disconnect(s) no longer kept for a re-send: its "

@@ -369,11 +369,16 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
  * fit on the control socket goes at the next tick). */
 static void disc_resend(struct mworker *w)
 {
-	unsigned k = discsent_flush(&w->disc, w->ctl_fd);
+	unsigned k = discsent_flush(&w->disc, w->ctl_fd), again = w->disc.repeats;
 
-	if (k > 0)
+	if (k > again)
 		log_warn("master", "worker %u: %u disconnects re-sent that worker pid %d had not "
-			 "acted on", w->slot, k, (int)w->disc.dead_pid);
+			 "acted on", w->slot, k - again, (int)w->disc.dead_pid);
+	/* From the 1 s tick: one line a second at most. */
+	if (again > 0)
+		log_warn("master", "worker %u: %u disconnect(s) by id re-sent again to worker "
+			 "pid %d (a repeat: not acted on %u s after the last send)", w->slot, again,
+			 (int)w->pid, DISCSENT_REOWE_TICKS);
 }
 
 void supervise_disc_tick(struct master *m)

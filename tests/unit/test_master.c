@@ -751,7 +751,11 @@ static void test_discsent_review(void **state)
 	assert_string_equal(ds1.e[0].user, "bob");
 	discsent_free(&ds1);
 
+	discsent_free(&ds);
+
 	/* Re-sent to the replacement, still not acted on: owed again after the ticks. */
+	b = live_rec_at(shm, 0, "dave", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
 	assert_int_equal(ipc_socketpair(sp), 0);
 	discsent_worker_died(&ds, 4242);
 	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
@@ -766,6 +770,153 @@ static void test_discsent_review(void **state)
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* Read every frame waiting on fd; returns how many. */
+static unsigned frames_drain(int fd)
+{
+	struct ipc_msg msg;
+	unsigned n = 0;
+	int rfd;
+
+	while (n < 1000 && ipc_recv(fd, &msg, &rfd) == 0)
+		n++;
+	return n;
+}
+
+/* One tick of the master for ds: prune, tick, flush to fd; returns how many were sent. */
+static unsigned disc_tick(struct discsent *ds, struct shm *shm, int fd)
+{
+	discsent_prune(ds, shm, 0);
+	discsent_tick(ds);
+	return discsent_flush(ds, fd);
+}
+
+/* The frame of a user entry carries no time: a replacement is sent it once, at its spawn,
+ * and not again on later ticks while the entry is kept (an IPC_DISC_USER repeat would end
+ * the user's allocations made since, on the replacement too). */
+static void test_discsent_user_once(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct shm *shm;
+	unsigned sent = 0;
+	int sp[2];
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-user-once", &shm), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	(void)live_rec_at(shm, 0, "alice", 100);	/* stays LIVE: the entry is kept */
+	assert_int_equal(discsent_add_user(&ds, shm, 0, "alice", 200), 0);
+	discsent_worker_died(&ds, 4242);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(frames_drain(sp[1]), 1);
+	for (unsigned t = 0; t < 8 * DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 0);
+	assert_int_equal(frames_drain(sp[1]), 0);
+	assert_int_equal(ds.n, 1);	/* still kept: a later replacement gets it once more */
+	discsent_worker_died(&ds, 4243);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(frames_drain(sp[1]), 1);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* An index entry still kept is owed again to the same worker at most DISCSENT_REOWE_MAX
+ * times, DISCSENT_REOWE_TICKS apart (each counted as a repeat), then no more: counted once
+ * as given up for discsent_report. */
+static void test_discsent_reowe_cap(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct shm *shm;
+	unsigned sent = 0;
+	uint32_t a;
+	int sp[2];
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-reowe-cap", &shm), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	a = live_rec_at(shm, 0, "carol", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, a, rec_gen(shm, 0, a)), 0);
+	discsent_worker_died(&ds, 4243);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(ds.repeats, 0);
+	for (unsigned t = 0; t < 8 * DISCSENT_REOWE_TICKS; t++) {
+		unsigned k = disc_tick(&ds, shm, sp[0]);
+
+		assert_int_equal(ds.repeats, k);	/* each one to the same worker */
+		sent += k;
+	}
+	assert_int_equal(sent, DISCSENT_REOWE_MAX);
+	assert_int_equal(frames_drain(sp[1]), 1 + DISCSENT_REOWE_MAX);
+	assert_int_equal(ds.gave_up, 1);
+	discsent_report(&ds, 0);
+	assert_int_equal(ds.gave_up, 0);
+	assert_int_equal(ds.n, 1);
+	/* A new replacement: sent again, and re-owed afresh. */
+	discsent_worker_died(&ds, 4244);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	sent = 0;
+	for (unsigned t = 0; t < DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 1);
+	(void)frames_drain(sp[1]);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* An admin repeat of a kept index entry sends the frame itself (not owed) but does not
+ * switch the re-send off: a re-owe countdown running keeps running, and one owed to a new
+ * replacement (not flushed yet) starts from the repeat's frame. */
+static void test_discsent_repeat_keeps_reowe(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct shm *shm;
+	unsigned sent = 0;
+	uint32_t b;
+	int sp[2];
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-repeat", &shm), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	b = live_rec_at(shm, 0, "dave", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	discsent_worker_died(&ds, 4244);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(disc_tick(&ds, shm, sp[0]), 0);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	for (unsigned t = 1; t < DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 1);
+
+	discsent_worker_died(&ds, 4245);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 0);	/* the repeat sent it */
+	sent = 0;
+	for (unsigned t = 0; t < DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 1);
+	(void)frames_drain(sp[1]);
 
 	close(sp[0]);
 	close(sp[1]);
@@ -870,6 +1021,9 @@ int main(void)
 		cmocka_unit_test(test_disconnect_user_frames),
 		cmocka_unit_test(test_discsent),
 		cmocka_unit_test(test_discsent_review),
+		cmocka_unit_test(test_discsent_user_once),
+		cmocka_unit_test(test_discsent_reowe_cap),
+		cmocka_unit_test(test_discsent_repeat_keeps_reowe),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_handoff_pass),
 		cmocka_unit_test(test_handoff_lost_tick),
