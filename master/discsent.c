@@ -121,14 +121,30 @@ static bool index_pending(const struct shm *shm, unsigned slot, uint32_t idx, ui
 	return pending;
 }
 
+/* Whether a user entry of d not marked yet matches the user name (len bytes). */
+static bool user_unmarked(const struct discsent *d, const char *name, size_t len)
+{
+	for (unsigned i = 0; i < d->n; i++) {
+		const struct discsent_entry *e = &d->e[i];
+
+		if (e->user != NULL && !e->keep &&
+		    shm_quota_user_match(name, len, e->user, strlen(e->user)))
+			return true;
+	}
+	return false;
+}
+
 /* Marks (e->keep) the user entries of every slot that some LIVE record of that slot,
  * created before the entry was sent, still matches: one walk of the table for all slots.
- * Only the state word of a record of a slot without user entries is read; the records of
- * the others are copied. A record that cannot be read consistently now (its owner
- * writing) counts as matching each user entry of its slot: kept a tick longer rather than
- * dropped too early. d[s] is slot s's list (NULL: none), for s < n_slots. */
+ * Only the state word of a record of a slot without user entries is read; of the others,
+ * the generation and username first (shm_alloc_read_stat), and the whole record is copied
+ * (for created_ns) only when the name matches an entry not marked yet. A record that
+ * cannot be read consistently now (its owner writing) counts as matching each user entry
+ * of its slot: kept a tick longer rather than dropped too early. d[s] is slot s's list
+ * (NULL: none), for s < n_slots. */
 static void users_pending(struct discsent *const *d, unsigned n_slots, const struct shm *shm)
 {
+	struct shm_alloc_stat st;
 	struct shm_alloc rec;
 	uint32_t cursor = 0, idx;
 
@@ -137,15 +153,21 @@ static void users_pending(struct discsent *const *d, unsigned n_slots, const str
 		unsigned owner;
 		bool torn;
 		size_t len = 0;
+		int rc;
 
 		if (shm_alloc_is_torn(shm, idx, &torn, &owner) < 0 || owner >= n_slots ||
 		    d[owner] == NULL || d[owner]->n_user == 0)
 			continue;
+		ds = d[owner];
+		/* A generation is never 0 (shm_alloc_gen_next): the username comes back. */
+		rc = shm_alloc_read_stat(shm, idx, 0, &st);
+		if (rc == -ENOENT || rc == -EINVAL ||
+		    (rc == 0 && !user_unmarked(ds, st.username, st.user_len)))
+			continue;	/* ended since, or no entry left to mark by that name */
 		torn = shm_alloc_read_copy(shm, idx, &rec) < 0;
 		if (!torn && (SHM_ALLOC_WORD_STATE(rec.state) != SHM_ALLOC_LIVE ||
 			      rec.owner != owner))
 			continue;	/* ended, or claimed again by another slot since */
-		ds = d[owner];
 		if (!torn)
 			len = rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX;
 		for (unsigned i = 0; i < ds->n; i++) {

@@ -72,8 +72,9 @@ int discsent_add_user(struct discsent *d, const struct shm *shm, unsigned slot, 
 /* Drops the entries the table shows acted on (see the file comment) from every slot's
  * list, d[s] for slot s < n_slots (NULL: none). Reads one record per index entry, and
  * walks the table once for all slots, and only while some list holds a user entry; in
- * that walk only the records of slots with user entries are copied, the others' state
- * word alone is read. */
+ * that walk the others' records have their state word alone read, and a record of a slot
+ * with user entries its generation and username, copied in full (for its creation time)
+ * only when the name matches one of the slot's user entries. */
 void discsent_prune_all(struct discsent *const *d, unsigned n_slots, const struct shm *shm);
 /* The same for slot's list alone. */
 void discsent_prune(struct discsent *d, const struct shm *shm, unsigned slot);
