@@ -61,9 +61,9 @@ struct discsent {
  * now_ns (CLOCK_MONOTONIC) read BEFORE the frame was sent (a record created after the
  * stamp must not keep the entry). A repeat updates the entry kept (a user's send time to
  * the later one) and takes no second one: it is not owed (it was just sent), and an index
- * entry's re-owe countdown keeps running (starts, if it was owed to a replacement). A full list is pruned first (with shm; NULL:
- * not), and drops its oldest entry only if still full (counted for discsent_report).
- * 0 or -ENOMEM (nothing recorded). */
+ * entry's re-owe countdown keeps running (starts, if it was owed to a replacement). A
+ * full list is pruned first (with shm; NULL: not), and drops its oldest entry only if
+ * still full (counted for discsent_report). 0 or -ENOMEM (nothing recorded). */
 int discsent_add_index(struct discsent *d, const struct shm *shm, unsigned slot, uint32_t idx,
 		       uint64_t gen);
 int discsent_add_user(struct discsent *d, const struct shm *shm, unsigned slot, const char *user,
