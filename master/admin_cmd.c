@@ -772,6 +772,9 @@ static json_t *cmd_disconnect(struct master *m, json_t *req)
 	rc = ipc_send_disconnect_index(m->workers[rec.owner].ctl_fd, idx, rec.gen);
 	if (rc < 0)
 		return err(strerror(-rc));
+	/* Kept until the worker ends it: a worker killed before it reads the frame leaves it
+	 * to its replacement (master/discsent.h). Out of memory: sent, not kept. */
+	(void)discsent_add_index(&m->workers[rec.owner].disc, m->shm, rec.owner, idx, rec.gen);
 	log_info("admin", "disconnect: ending allocation %u of user %.*s (worker %u, gen %llu)",
 		 idx, (int)(rec.user_len < SHM_ALLOC_USER_MAX ? rec.user_len : SHM_ALLOC_USER_MAX),
 		 rec.username, (unsigned)rec.owner, (unsigned long long)rec.gen);

@@ -11,6 +11,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "shm/shm.h"
 
 /* The worker of slot s, when it has a control channel. */
@@ -54,6 +55,9 @@ void disconnect_send(struct master *m, const char *user, struct disconnect_plan 
 		     const char *why, struct disconnect_tally *t)
 {
 	unsigned *per = p->per;
+	/* Read before any frame goes: an entry stamped after its send would take a record the
+	 * worker created after reading the frame for one from before it (master/discsent.h). */
+	uint64_t now = mono_ns();
 
 	memset(t, 0, sizeof(*t));
 	t->not_reached = p->not_running;
@@ -71,6 +75,10 @@ void disconnect_send(struct master *m, const char *user, struct disconnect_plan 
 		}
 		t->ended += per[s];
 		t->workers++;
+		/* Kept for a replacement of a worker killed before it reads the frame
+		 * (master/discsent.h); the revocation list needs none. */
+		if (user != NULL)
+			(void)discsent_add_user(&m->workers[s].disc, m->shm, s, user, now);
 	}
 	disconnect_plan_free(p);
 	if (t->not_reached > 0)

@@ -19,7 +19,8 @@
 /* What a disconnect reached: counts of the LIVE records it picked. */
 struct disconnect_tally {
 	unsigned ended;        /* on workers that got the frame: they end them at their next
-				* loop iteration */
+				* loop iteration (or the replacement of one killed first:
+				* master/discsent.h) */
 	unsigned not_reached;  /* on workers that did not: not running (their records wait
 				* for the respawned worker) or their frame could not be sent */
 	unsigned workers;      /* workers sent the frame */
@@ -46,7 +47,8 @@ void disconnect_count(struct master *m, disconnect_pick_fn pick, const void *arg
 /* Sends each worker that owns any record of plan p one IPC_DISCONNECT frame: IPC_DISC_USER
  * of user, or with user NULL IPC_DISC_REVOKED; the worker's test is pick()'s
  * (shm_quota_user_match, the revocation list). A worker that could not be sent the frame
- * is logged and its records counted in not_reached, never in ended. Then stops the
+ * is logged and its records counted in not_reached, never in ended. A user frame sent is
+ * kept in the slot's discsent list (re-sent if the worker dies first). Then stops the
  * workers that linger after a live upgrade (they serve calls from the old table:
  * linger_stop_all) with why. Fills *t; frees p. */
 void disconnect_send(struct master *m, const char *user, struct disconnect_plan *p,

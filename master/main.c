@@ -225,6 +225,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	m->tick_count++;
 	fdstore_tick(m);
 	handoffq_tick(m);
+	supervise_disc_tick(m);
 	if (m->tick_count % PING_EVERY_TICKS == 0 && !m->stopping && m->workers != NULL)
 		supervise_tick(m);
 	master_offload_tick(m);

@@ -21,6 +21,7 @@
 #include "common/ipcq.h"
 #include "common/ipcq_ev.h"
 #include "conf/conf.h"
+#include "master/discsent.h"
 #include "offload/offload.h"
 
 struct shm;
@@ -69,6 +70,9 @@ struct mworker {
 	 * made on first use, its EV_WRITE watcher, active only while some wait, and the
 	 * frames dropped when it could not be made (common/ipcq_ev.h). */
 	struct ipcq_ev handoffq;
+	/* The admin disconnects sent to this slot's worker that the table does not show acted
+	 * on yet: re-sent to its replacement if it dies first (master/discsent.h). */
+	struct discsent disc;
 };
 
 /* One configured listener and its sockets: one per worker slot, kept open by the master so
@@ -284,6 +288,9 @@ unsigned supervise_broadcast_fd(struct master *m, uint16_t type, const void *pay
 				int fd);
 /* From the tick timer: pings, hang detection, QSBR stall detection. */
 void supervise_tick(struct master *m);
+/* From the 1 s tick timer: each slot's kept disconnects (master/discsent.h) pruned, those
+ * owed to a respawned worker that did not fit at its spawn sent, drops reported. */
+void supervise_disc_tick(struct master *m);
 /* Asks every worker to stop (IPC_STOP, then SIGTERM at the deadline, SIGKILL after). */
 void supervise_stop_all(struct master *m, bool immediate);
 /* SIGKILLs every worker still alive (stop deadline passed). */

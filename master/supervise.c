@@ -221,6 +221,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 static void ctl_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void ctl_linger(struct mworker *w, const struct ipc_msg *msg);
 static void ctl_handed_over(struct mworker *w);
+static void disc_resend(struct mworker *w);
 
 /* The slot's current listener sockets, as the heritage lists them. */
 static size_t slot_listeners(struct master *m, unsigned slot, struct worker_listener *wl,
@@ -294,6 +295,10 @@ int supervise_spawn(struct master *m, unsigned slot)
 	/* A worker forked while draining must refuse new allocations too. */
 	if (m->draining)
 		ipc_send_drain(w->ctl_fd, 1);
+	/* Its frames wait on the socket until its first iteration has adopted the table (or
+	 * are kept for a deferred adoption: wk_adopt_disc_keep), so none is applied early. */
+	discsent_prune(&w->disc, m->shm, slot);
+	disc_resend(w);
 	rc = 0;
 out:
 	free(wl);
@@ -357,6 +362,41 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		log_warn("master", "worker %u: unexpected %s", w->slot,
 			 ipc_type_name(msg->hdr.type));
 		break;
+	}
+}
+
+/* The disconnects a dead predecessor had not acted on, to its replacement (what does not
+ * fit on the control socket goes at the next tick). */
+static void disc_resend(struct mworker *w)
+{
+	unsigned k = discsent_flush(&w->disc, w->ctl_fd), again = w->disc.repeats;
+
+	if (k > again)
+		log_warn("master", "worker %u: %u disconnects re-sent that worker pid %d had not "
+			 "acted on", w->slot, k - again, (int)w->disc.dead_pid);
+	/* From the 1 s tick: one line a second at most. */
+	if (again > 0)
+		log_warn("master", "worker %u: %u disconnect(s) by id re-sent again to worker "
+			 "pid %d (a repeat: not acted on %u s after the last send)", w->slot, again,
+			 (int)w->pid, DISCSENT_REOWE_TICKS);
+}
+
+void supervise_disc_tick(struct master *m)
+{
+	struct discsent *lists[DISCSENT_SLOTS_MAX] = { NULL };
+	unsigned n = m->n_slots < DISCSENT_SLOTS_MAX ? m->n_slots : DISCSENT_SLOTS_MAX;
+
+	if (m->workers == NULL)
+		return;
+	for (unsigned i = 0; i < n; i++)
+		lists[i] = &m->workers[i].disc;
+	discsent_prune_all(lists, n, m->shm);	/* one table walk for all slots */
+	for (unsigned i = 0; i < n; i++) {
+		struct mworker *w = &m->workers[i];
+
+		discsent_tick(&w->disc);
+		disc_resend(w);
+		discsent_report(&w->disc, i);
 	}
 }
 
@@ -531,7 +571,10 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	w->last_status = c->rstatus;
 	w->pid = 0;
 	if (m->handing_over && !m->stopping) {
-		/* A live upgrade: the slot stays down until the new binary serves (or failed). */
+		/* A live upgrade: the slot stays down until the new binary serves (or failed). It
+		 * did not hand over (that returned above): if the upgrade fails, its respawn gets
+		 * the disconnects it may not have read. */
+		discsent_worker_died(&w->disc, (pid_t)c->rpid);
 		w->state = MW_STOPPED;
 		if (supervise_all_down(m))
 			upgrade_workers_down(m);
@@ -545,6 +588,9 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 		return;
 	}
 	w->state = MW_DEAD;
+	/* The disconnects it may not have read go to its replacement, which adopts its
+	 * allocations from the table. */
+	discsent_worker_died(&w->disc, (pid_t)c->rpid);
 	/* A respawn cannot take the dead worker's connections back: out of the store. */
 	fdstore_slot_gone(m, w->slot);
 	ran = ev_now(loop) - w->started_at;
@@ -792,6 +838,7 @@ void supervise_free(struct master *m)
 		ctl_close(m, &m->workers[i]);
 		ev_timer_stop(m->loop, &m->workers[i].respawn);
 		free(m->workers[i].handed);
+		discsent_free(&m->workers[i].disc);
 	}
 	ev_child_stop(m->loop, &m->child_w);
 	free(m->workers);

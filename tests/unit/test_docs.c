@@ -44,6 +44,13 @@ struct rule {
 #define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a)-1) / (a) * (a))
 
 static const struct rule rules[] = {
+	/* The master's kept disconnects (master/discsent.h) and the worker's bound. */
+	{ "operations.md", "at most ([0-9]+) per worker \\(past that", 10, DISCSENT_MAX },
+	{ "operations.md", "still not done again ([0-9]+) seconds after", 10,
+	  DISCSENT_REOWE_TICKS },
+	{ "architecture.md", "at most ([0-9]+) a slot \\(a full list", 10, DISCSENT_MAX },
+	{ "architecture.md", "again every ([0-9]+) ticks while", 10, DISCSENT_REOWE_TICKS },
+	{ "architecture.md", "keeps only ([0-9]+) while its adoption", 10, WK_DISC_PENDING_MAX },
 	/* The automatic table capacity's ceiling (conf/conf_capacity.c). */
 	{ "configuration.md", "at most ([0-9][0-9 ,]*): the shared port pool", 10,
 	  CONF_AUTO_ALLOCATIONS_MAX },

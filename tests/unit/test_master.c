@@ -503,6 +503,10 @@ static void test_disconnect_user_frames(void **state)
 	assert_int_equal(d.by, IPC_DISC_USER);
 	assert_string_equal(d.user, "alice");
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);	/* one frame, not 1000 */
+	/* Kept for a replacement of worker 0 (master/discsent.h); worker 1 was sent nothing. */
+	assert_int_equal(w[0].disc.n_user, 1);
+	assert_string_equal(w[0].disc.e[0].user, "alice");
+	assert_int_equal(w[1].disc.n, 0);
 
 	/* revoke counts the same records, those the new entry refuses (before it is stored:
 	 * master/revoke.c), and sends one IPC_DISC_REVOKED frame; the entry is stored. */
@@ -523,8 +527,12 @@ static void test_disconnect_user_frames(void **state)
 	assert_false(disconnect_id(&m, carol, (long long)gen - 1));
 	assert_false(disconnect_id(&m, carol, (long long)gen + 1));
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+	assert_int_equal(w[0].disc.n, 1);	/* refused: none kept */
 	assert_true(disconnect_id(&m, carol, (long long)gen));
 	disc_index_sent(sp[1], carol, gen);
+	assert_int_equal(w[0].disc.n, 2);
+	assert_int_equal(w[0].disc.e[1].idx, carol);
+	assert_int_equal(w[0].disc.e[1].gen, gen);
 	assert_true(disconnect_id(&m, carol, -1));	/* the id alone, as before */
 	disc_index_sent(sp[1], carol, gen);
 	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
@@ -539,12 +547,381 @@ static void test_disconnect_user_frames(void **state)
 
 	close(sp[0]);
 	close(sp[1]);
+	discsent_free(&w[0].disc);
 	conf_free(m.cfg);
 	shm_destroy(m.shm);
 	reload_result_clear(&m.last_reload);
 	snap_blob_free(m.snap_blob, m.snap_len);
 	free(m.log_override);
 	log_set_spec("all:INFO");
+}
+
+/* A record of slot owned by user, created at created_ns: LIVE. */
+static uint32_t live_rec_at(struct shm *shm, unsigned slot, const char *user, uint64_t created_ns)
+{
+	struct shm_alloc *rec;
+	uint32_t idx = live_rec(shm, slot, user);
+
+	assert_int_equal(shm_alloc_get(shm, slot, idx, &rec), 0);
+	rec->created_ns = created_ns;
+	return idx;
+}
+
+static void rec_end(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	assert_int_equal(shm_alloc_retire(shm, slot, idx), 0);
+	assert_int_equal(shm_alloc_release(shm, slot, idx), 0);
+}
+
+static uint64_t rec_gen(struct shm *shm, unsigned slot, uint32_t idx)
+{
+	struct shm_alloc *rec;
+
+	assert_int_equal(shm_alloc_get(shm, slot, idx, &rec), 0);
+	return rec->gen;
+}
+
+/* The kept disconnects of a slot (master/discsent.h): bounded (the oldest dropped and
+ * counted, a repeat kept once); an index entry goes once its record is not LIVE with that
+ * generation and owner; a user entry once no LIVE record of the slot created before the
+ * send matches the user; a dead worker's entries are owed to its replacement and sent in
+ * order until the control socket is full, the rest at a later flush. */
+static void test_discsent(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct ipc_disconnect dm;
+	struct ipc_msg msg;
+	struct shm *shm;
+	uint32_t a, b, c, old, young, other;
+	unsigned sent, full = 0;
+	int sp[2], fd;
+
+	(void)state;
+	for (uint32_t i = 0; i < DISCSENT_MAX + 44; i++)
+		assert_int_equal(discsent_add_index(&ds, NULL, 0, i, 7), 0);
+	assert_int_equal(ds.n, DISCSENT_MAX);
+	assert_int_equal(ds.dropped, 44);
+	assert_int_equal(ds.e[0].idx, 44);	/* the oldest went */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, 100, 7), 0);	/* a repeat */
+	assert_int_equal(ds.n, DISCSENT_MAX);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "alice", 5), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "alice", 9), 0);
+	assert_int_equal(ds.n_user, 1);
+	assert_int_equal(ds.e[DISCSENT_MAX - 1].sent_ns, 9);	/* the later send */
+	assert_int_equal(ds.dropped, 45);
+	discsent_report(&ds, 0);
+	assert_int_equal(ds.dropped, 0);
+	discsent_free(&ds);
+	assert_int_equal(ds.n, 0);
+
+	assert_int_equal(shm_create(&sc, "test-discsent", &shm), 0);
+	a = live_rec_at(shm, 0, "carol", 10);
+	b = live_rec_at(shm, 0, "dave", 10);
+	c = live_rec_at(shm, 1, "erin", 10);
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, a, rec_gen(shm, 0, a)), 0);
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, b, rec_gen(shm, 0, b) + 1), 0); /* other gen */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, c, rec_gen(shm, 1, c)), 0);	 /* other slot */
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, 63, 1), 0);			 /* FREE */
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 1);
+	assert_int_equal(ds.e[0].idx, a);
+	rec_end(shm, 0, a);
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 0);
+
+	/* alice on slot 0 from before the send, and after; on slot 1 from before. */
+	old = live_rec_at(shm, 0, "1700000000:alice", 100);
+	young = live_rec_at(shm, 0, "alice", 300);
+	other = live_rec_at(shm, 1, "alice", 100);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "alice", 200), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "bob", 200), 0);	/* no record */
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 1);
+	assert_string_equal(ds.e[0].user, "alice");
+	rec_end(shm, 0, old);
+	discsent_prune(&ds, shm, 0);	/* young and other do not keep it */
+	assert_int_equal(ds.n, 0);
+	assert_int_equal(ds.n_user, 0);
+	(void)young;
+	(void)other;
+
+	/* A dead worker's entries, to its replacement in order. */
+	assert_int_equal(ipc_socketpair(sp), 0);
+	assert_int_equal(discsent_add_index(&ds, NULL, 0, b, 3), 0);
+	assert_int_equal(discsent_add_user(&ds, NULL, 0, "carol", 200), 0);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 0);	/* nothing owed yet */
+	discsent_worker_died(&ds, 4242);
+	assert_int_equal(ds.dead_pid, 4242);
+	assert_int_equal(discsent_flush(&ds, -1), 0);		/* no worker yet */
+	assert_int_equal(discsent_flush(&ds, sp[0]), 2);
+	disc_index_sent(sp[1], b, 3);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_msg_get(&msg, &dm, sizeof(dm)), 0);
+	assert_int_equal(dm.by, IPC_DISC_USER);
+	assert_string_equal(dm.user, "carol");
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 0);	/* sent once */
+	assert_int_equal(ds.n, 2);	/* kept until the table shows them acted on */
+
+	/* A control socket that takes no more: what did not fit goes at a later flush. */
+	discsent_worker_died(&ds, 4243);
+	while (ipc_send_ping(sp[0], ++full) == 0 && full < 100000)
+		;
+	assert_int_equal(discsent_flush(&ds, sp[0]), 0);
+	while (ipc_recv(sp[1], &msg, &fd) == 0)
+		;
+	sent = discsent_flush(&ds, sp[0]);
+	assert_int_equal(sent, 2);
+	disc_index_sent(sp[1], b, 3);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* Review of the kept disconnects: a record read torn (its owner writing) keeps its index
+ * entry a tick longer; a full list is pruned before its oldest entry is dropped; one
+ * prune of all slots keeps each slot's user entries by that slot's records only; an entry
+ * re-sent to a replacement and still not acted on DISCSENT_REOWE_TICKS ticks later is
+ * owed again (the replacement may have dropped it while its adoption was deferred). */
+static void test_discsent_review(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 }, ds1 = { 0 };
+	struct discsent *lists[2] = { &ds, &ds1 };
+	struct shm_alloc *rec;
+	struct ipc_msg msg;
+	struct shm *shm;
+	uint32_t a, b;
+	int sp[2], fd;
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-review", &shm), 0);
+	a = live_rec_at(shm, 0, "carol", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, a, rec_gen(shm, 0, a)), 0);
+	assert_int_equal(shm_alloc_get(shm, 0, a, &rec), 0);
+	shm_alloc_begin_write(rec);	/* seq odd: read_copy says -EAGAIN */
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 1);	/* torn: kept */
+	shm_alloc_end_write(rec);
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 1);	/* clean, LIVE, same gen: kept */
+	rec_end(shm, 0, a);
+	discsent_prune(&ds, shm, 0);
+	assert_int_equal(ds.n, 0);
+
+	/* Full of entries the table shows acted on (FREE records): pruned, none dropped. */
+	for (uint32_t i = 0; i < DISCSENT_MAX; i++)
+		assert_int_equal(discsent_add_index(&ds, shm, 0, 60 + i % 4, 100 + i), 0);
+	assert_int_equal(ds.n, DISCSENT_MAX);
+	b = live_rec_at(shm, 0, "dave", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	assert_int_equal(ds.dropped, 0);
+	assert_int_equal(ds.n, 1);
+	/* Full of entries still pending (b's record read torn: its owner writing): the oldest
+	 * goes. */
+	assert_int_equal(shm_alloc_get(shm, 0, b, &rec), 0);
+	shm_alloc_begin_write(rec);
+	for (uint32_t i = 0; i < DISCSENT_MAX; i++)
+		assert_int_equal(discsent_add_index(&ds, shm, 0, b, 1000 + i), 0);
+	assert_int_equal(ds.n, DISCSENT_MAX);
+	assert_int_equal(ds.dropped, 1);
+	assert_int_equal(ds.e[0].gen, 1000);
+	shm_alloc_end_write(rec);
+	discsent_report(&ds, 0);
+	discsent_free(&ds);
+
+	/* One prune for both slots: each user entry by its own slot's records. */
+	(void)live_rec_at(shm, 0, "alice", 100);
+	(void)live_rec_at(shm, 1, "bob", 100);
+	assert_int_equal(discsent_add_user(&ds, shm, 0, "alice", 200), 0);
+	assert_int_equal(discsent_add_user(&ds, shm, 0, "bob", 200), 0);
+	assert_int_equal(discsent_add_user(&ds1, shm, 1, "alice", 200), 0);
+	assert_int_equal(discsent_add_user(&ds1, shm, 1, "bob", 200), 0);
+	discsent_prune_all(lists, 2, shm);
+	assert_int_equal(ds.n, 1);
+	assert_string_equal(ds.e[0].user, "alice");
+	assert_int_equal(ds1.n, 1);
+	assert_string_equal(ds1.e[0].user, "bob");
+	discsent_free(&ds1);
+
+	discsent_free(&ds);
+
+	/* Re-sent to the replacement, still not acted on: owed again after the ticks. */
+	b = live_rec_at(shm, 0, "dave", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	discsent_worker_died(&ds, 4242);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	for (unsigned t = 1; t < DISCSENT_REOWE_TICKS; t++) {
+		discsent_prune(&ds, shm, 0);
+		discsent_tick(&ds);
+		assert_int_equal(discsent_flush(&ds, sp[0]), 0);
+	}
+	discsent_prune(&ds, shm, 0);
+	discsent_tick(&ds);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), 0);
+	assert_int_equal(ipc_recv(sp[1], &msg, &fd), -EAGAIN);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* Read every frame waiting on fd; returns how many. */
+static unsigned frames_drain(int fd)
+{
+	struct ipc_msg msg;
+	unsigned n = 0;
+	int rfd;
+
+	while (n < 1000 && ipc_recv(fd, &msg, &rfd) == 0)
+		n++;
+	return n;
+}
+
+/* One tick of the master for ds: prune, tick, flush to fd; returns how many were sent. */
+static unsigned disc_tick(struct discsent *ds, struct shm *shm, int fd)
+{
+	discsent_prune(ds, shm, 0);
+	discsent_tick(ds);
+	return discsent_flush(ds, fd);
+}
+
+/* The frame of a user entry carries no time: a replacement is sent it once, at its spawn,
+ * and not again on later ticks while the entry is kept (an IPC_DISC_USER repeat would end
+ * the user's allocations made since, on the replacement too). */
+static void test_discsent_user_once(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct shm *shm;
+	unsigned sent = 0;
+	int sp[2];
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-user-once", &shm), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	(void)live_rec_at(shm, 0, "alice", 100);	/* stays LIVE: the entry is kept */
+	assert_int_equal(discsent_add_user(&ds, shm, 0, "alice", 200), 0);
+	discsent_worker_died(&ds, 4242);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(frames_drain(sp[1]), 1);
+	for (unsigned t = 0; t < 8 * DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 0);
+	assert_int_equal(frames_drain(sp[1]), 0);
+	assert_int_equal(ds.n, 1);	/* still kept: a later replacement gets it once more */
+	discsent_worker_died(&ds, 4243);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(frames_drain(sp[1]), 1);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* An index entry still kept is owed again to the same worker at most DISCSENT_REOWE_MAX
+ * times, DISCSENT_REOWE_TICKS apart (each counted as a repeat), then no more: counted once
+ * as given up for discsent_report. */
+static void test_discsent_reowe_cap(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct shm *shm;
+	unsigned sent = 0;
+	uint32_t a;
+	int sp[2];
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-reowe-cap", &shm), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	a = live_rec_at(shm, 0, "carol", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, a, rec_gen(shm, 0, a)), 0);
+	discsent_worker_died(&ds, 4243);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(ds.repeats, 0);
+	for (unsigned t = 0; t < 8 * DISCSENT_REOWE_TICKS; t++) {
+		unsigned k = disc_tick(&ds, shm, sp[0]);
+
+		assert_int_equal(ds.repeats, k);	/* each one to the same worker */
+		sent += k;
+	}
+	assert_int_equal(sent, DISCSENT_REOWE_MAX);
+	assert_int_equal(frames_drain(sp[1]), 1 + DISCSENT_REOWE_MAX);
+	assert_int_equal(ds.gave_up, 1);
+	discsent_report(&ds, 0);
+	assert_int_equal(ds.gave_up, 0);
+	assert_int_equal(ds.n, 1);
+	/* A new replacement: sent again, and re-owed afresh. */
+	discsent_worker_died(&ds, 4244);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	sent = 0;
+	for (unsigned t = 0; t < DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 1);
+	(void)frames_drain(sp[1]);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
+}
+
+/* An admin repeat of a kept index entry sends the frame itself (not owed) but does not
+ * switch the re-send off: a re-owe countdown running keeps running, and one owed to a new
+ * replacement (not flushed yet) starts from the repeat's frame. */
+static void test_discsent_repeat_keeps_reowe(void **state)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+	struct discsent ds = { 0 };
+	struct shm *shm;
+	unsigned sent = 0;
+	uint32_t b;
+	int sp[2];
+
+	(void)state;
+	assert_int_equal(shm_create(&sc, "test-discsent-repeat", &shm), 0);
+	assert_int_equal(ipc_socketpair(sp), 0);
+	b = live_rec_at(shm, 0, "dave", 10);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	discsent_worker_died(&ds, 4244);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
+	assert_int_equal(disc_tick(&ds, shm, sp[0]), 0);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	for (unsigned t = 1; t < DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 1);
+
+	discsent_worker_died(&ds, 4245);
+	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
+	assert_int_equal(discsent_flush(&ds, sp[0]), 0);	/* the repeat sent it */
+	sent = 0;
+	for (unsigned t = 0; t < DISCSENT_REOWE_TICKS; t++)
+		sent += disc_tick(&ds, shm, sp[0]);
+	assert_int_equal(sent, 1);
+	(void)frames_drain(sp[1]);
+
+	close(sp[0]);
+	close(sp[1]);
+	discsent_free(&ds);
+	shm_destroy(shm);
 }
 
 static void test_state_names(void **state)
@@ -642,6 +1019,11 @@ int main(void)
 		cmocka_unit_test(test_admin_malformed),
 		cmocka_unit_test(test_admin_mutations),
 		cmocka_unit_test(test_disconnect_user_frames),
+		cmocka_unit_test(test_discsent),
+		cmocka_unit_test(test_discsent_review),
+		cmocka_unit_test(test_discsent_user_once),
+		cmocka_unit_test(test_discsent_reowe_cap),
+		cmocka_unit_test(test_discsent_repeat_keeps_reowe),
 		cmocka_unit_test(test_state_names),
 		cmocka_unit_test(test_handoff_pass),
 		cmocka_unit_test(test_handoff_lost_tick),
