@@ -1110,6 +1110,16 @@ def echo_peer():
     return Peer("127.0.0.1", mode="echo").port
 
 
+def echo_relays(c, peer_port, payload):
+    """Whether c's allocation (a Client with a permission for 127.0.0.1) relays payload to
+    the echo at peer_port and back (a few tries: a datagram may be lost)."""
+    for _ in range(5):
+        c.send("127.0.0.1", peer_port, payload)
+        if c.recv_data(timeout=1.0) == payload:
+            return True
+    return False
+
+
 class TcpPeer:
     """A TCP server on ip: mode 'echo' (echoes until EOF, then closes), 'sink' (accepts and
     never reads), 'reset' (accepts, reads a byte, answers with a RST). Counts accepts and

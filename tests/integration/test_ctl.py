@@ -8,7 +8,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (SUCCESS, TURNGATECTL, Client, Daemon, check,  # noqa: E402
+from harness_admin import (SUCCESS, TURNGATECTL, Client, Daemon, check, echo_relays,  # noqa: E402
                            config, config_yaml, echo_peer, free_port, relay_range, run_tests,
                            stop_master, upgrade, wait_for)
 
@@ -171,16 +171,6 @@ def test_ctl_probe(d):
         check(daemon.stop() == 0, "exit status")
 
 
-def relays(c, peer_port, payload):
-    """Whether c's allocation relays payload to the echo at peer_port and back (a few
-    tries: a datagram may be lost)."""
-    for _ in range(5):
-        c.send("127.0.0.1", peer_port, payload)
-        if c.recv_data(timeout=1.0) == payload:
-            return True
-    return False
-
-
 def test_ctl_disconnect_gen(d):
     """disconnect ID --gen G ends the allocation at ID only while its record's generation is
     G: the operator's race, where the allocation listed ended and another user's took its id
@@ -210,7 +200,7 @@ def test_ctl_disconnect_gen(d):
         check(new is not None and new["id"] == old["id"] and new["gen"] > old["gen"],
               (old, new))
         check(bob.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
-        check(relays(bob, echo, b"before"), "bob's allocation does not relay")
+        check(echo_relays(bob, echo, b"before"), "bob's allocation does not relay")
 
         # What the operator saw: alice's id and generation. Bob's allocation is not hers.
         rc, out, err = daemon.ctl("disconnect", str(old["id"]), "--gen", str(old["gen"]))
@@ -218,7 +208,7 @@ def test_ctl_disconnect_gen(d):
               (rc, out, err))
         r = daemon.admin({"cmd": "disconnect", "id": [old["id"], old["gen"]]})
         check(r == {"ok": False, "error": "no such allocation"}, r)
-        check(relays(bob, echo, b"after"), "bob's allocation ended by a disconnect of alice's")
+        check(echo_relays(bob, echo, b"after"), "bob's allocation ended by a disconnect of alice's")
         check(daemon.allocations()[0]["gen"] == new["gen"], daemon.allocations())
 
         r = daemon.admin({"cmd": "disconnect", "id": [new["id"], new["gen"]]})
@@ -267,7 +257,7 @@ def test_ctl_disconnect_gen_takeover(d):
         seen.append(bob.record(daemon))
         check(seen[1]["id"] == seen[0]["id"] and seen[1]["gen"] > seen[0]["gen"], seen)
         check(bob.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
-        check(relays(bob, echo, b"before"), "bob's allocation does not relay")
+        check(echo_relays(bob, echo, b"before"), "bob's allocation does not relay")
 
         def gone_after(what):
             now = bob.record(daemon)
@@ -278,7 +268,7 @@ def test_ctl_disconnect_gen_takeover(d):
                                           str(old["gen"]))
                 check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n",
                       (what, old, rc, out, err))
-            check(relays(bob, echo, what.encode()), "bob's allocation ended after " + what)
+            check(echo_relays(bob, echo, what.encode()), "bob's allocation ended after " + what)
             seen.append(now)
 
         daemon.kill_all()

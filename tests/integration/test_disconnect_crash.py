@@ -19,19 +19,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (SUCCESS, Client, Daemon, check, config, echo_peer,  # noqa: E402
-                           free_port, run_tests, wait_for)
+                           echo_relays, free_port, run_tests, wait_for)
 
 RELAY = (28780, 28789)
-
-
-def relays(c, peer_port, payload):
-    """Whether c's allocation relays payload to the echo at peer_port and back (a few
-    tries: a datagram may be lost)."""
-    for _ in range(5):
-        c.send("127.0.0.1", peer_port, payload)
-        if c.recv_data(timeout=1.0) == payload:
-            return True
-    return False
 
 
 def worker(daemon):
@@ -55,7 +45,7 @@ def crash_after_disconnect(d, disconnect):
         for c in (alice, bob):
             c.allocate()
             check(c.perm("127.0.0.1", echo)[1] == SUCCESS, "CreatePermission")
-            check(relays(c, echo, b"before"), "no relay before the crash")
+            check(echo_relays(c, echo, b"before"), "no relay before the crash")
         rec = alice.record(daemon)
         pid = worker(daemon)["pid"]
         os.kill(pid, signal.SIGSTOP)
@@ -69,7 +59,7 @@ def crash_after_disconnect(d, disconnect):
         wait_for(lambda: alice.record(daemon) is None,
                  "alice's disconnected allocation to end after the crash")
         check(bob.record(daemon) is not None, "bob's allocation ended too")
-        check(relays(bob, echo, b"after"), "bob's adopted allocation does not relay")
+        check(echo_relays(bob, echo, b"after"), "bob's adopted allocation does not relay")
         wait_for(lambda: "worker 0: 1 disconnects re-sent that worker pid %d had not acted on"
                  % pid in daemon.stderr(), "the re-send's log line")
     finally:
