@@ -797,40 +797,76 @@ static unsigned disc_tick(struct discsent *ds, struct shm *shm, int fd)
 	return discsent_flush(ds, fd);
 }
 
+/* A table of two slots and a control socketpair for a slot's kept disconnects. */
+struct dsfix {
+	struct discsent ds;
+	struct shm *shm;
+	int sp[2];
+};
+
+static void dsfix_up(struct dsfix *f, const char *name)
+{
+	struct shm_config sc = {
+		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
+	};
+
+	memset(f, 0, sizeof(*f));
+	assert_int_equal(shm_create(&sc, name, &f->shm), 0);
+	assert_int_equal(ipc_socketpair(f->sp), 0);
+}
+
+/* A LIVE record of user on slot 0 whose index entry a dead worker (pid dead) left: sent to
+ * its replacement (one frame on f->sp[0]). Returns the record's index. */
+static uint32_t dsfix_resent(struct dsfix *f, const char *user, pid_t dead)
+{
+	uint32_t idx = live_rec_at(f->shm, 0, user, 10);
+
+	assert_int_equal(discsent_add_index(&f->ds, f->shm, 0, idx, rec_gen(f->shm, 0, idx)), 0);
+	discsent_worker_died(&f->ds, dead);
+	assert_int_equal(discsent_flush(&f->ds, f->sp[0]), 1);
+	return idx;
+}
+
+/* Frames sent to f's worker over n ticks (disc_tick). */
+static unsigned dsfix_ticks(struct dsfix *f, unsigned n)
+{
+	unsigned sent = 0;
+
+	for (unsigned t = 0; t < n; t++)
+		sent += disc_tick(&f->ds, f->shm, f->sp[0]);
+	return sent;
+}
+
+static void dsfix_down(struct dsfix *f)
+{
+	close(f->sp[0]);
+	close(f->sp[1]);
+	discsent_free(&f->ds);
+	shm_destroy(f->shm);
+}
+
 /* The frame of a user entry carries no time: a replacement is sent it once, at its spawn,
  * and not again on later ticks while the entry is kept (an IPC_DISC_USER repeat would end
  * the user's allocations made since, on the replacement too). */
 static void test_discsent_user_once(void **state)
 {
-	struct shm_config sc = {
-		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
-	};
-	struct discsent ds = { 0 };
-	struct shm *shm;
-	unsigned sent = 0;
-	int sp[2];
+	struct dsfix f;
 
 	(void)state;
-	assert_int_equal(shm_create(&sc, "test-discsent-user-once", &shm), 0);
-	assert_int_equal(ipc_socketpair(sp), 0);
-	(void)live_rec_at(shm, 0, "alice", 100);	/* stays LIVE: the entry is kept */
-	assert_int_equal(discsent_add_user(&ds, shm, 0, "alice", 200), 0);
-	discsent_worker_died(&ds, 4242);
-	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
-	assert_int_equal(frames_drain(sp[1]), 1);
-	for (unsigned t = 0; t < 8 * DISCSENT_REOWE_TICKS; t++)
-		sent += disc_tick(&ds, shm, sp[0]);
-	assert_int_equal(sent, 0);
-	assert_int_equal(frames_drain(sp[1]), 0);
-	assert_int_equal(ds.n, 1);	/* still kept: a later replacement gets it once more */
-	discsent_worker_died(&ds, 4243);
-	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
-	assert_int_equal(frames_drain(sp[1]), 1);
+	dsfix_up(&f, "test-discsent-user-once");
+	(void)live_rec_at(f.shm, 0, "alice", 100);	/* stays LIVE: the entry is kept */
+	assert_int_equal(discsent_add_user(&f.ds, f.shm, 0, "alice", 200), 0);
+	discsent_worker_died(&f.ds, 4242);
+	assert_int_equal(discsent_flush(&f.ds, f.sp[0]), 1);
+	assert_int_equal(frames_drain(f.sp[1]), 1);
+	assert_int_equal(dsfix_ticks(&f, 8 * DISCSENT_REOWE_TICKS), 0);
+	assert_int_equal(frames_drain(f.sp[1]), 0);
+	assert_int_equal(f.ds.n, 1);	/* still kept: a later replacement gets it once more */
+	discsent_worker_died(&f.ds, 4243);
+	assert_int_equal(discsent_flush(&f.ds, f.sp[0]), 1);
+	assert_int_equal(frames_drain(f.sp[1]), 1);
 
-	close(sp[0]);
-	close(sp[1]);
-	discsent_free(&ds);
-	shm_destroy(shm);
+	dsfix_down(&f);
 }
 
 /* An index entry still kept is owed again to the same worker at most DISCSENT_REOWE_MAX
@@ -838,48 +874,32 @@ static void test_discsent_user_once(void **state)
  * as given up for discsent_report. */
 static void test_discsent_reowe_cap(void **state)
 {
-	struct shm_config sc = {
-		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
-	};
-	struct discsent ds = { 0 };
-	struct shm *shm;
+	struct dsfix f;
 	unsigned sent = 0;
-	uint32_t a;
-	int sp[2];
 
 	(void)state;
-	assert_int_equal(shm_create(&sc, "test-discsent-reowe-cap", &shm), 0);
-	assert_int_equal(ipc_socketpair(sp), 0);
-	a = live_rec_at(shm, 0, "carol", 10);
-	assert_int_equal(discsent_add_index(&ds, shm, 0, a, rec_gen(shm, 0, a)), 0);
-	discsent_worker_died(&ds, 4243);
-	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
-	assert_int_equal(ds.repeats, 0);
+	dsfix_up(&f, "test-discsent-reowe-cap");
+	(void)dsfix_resent(&f, "carol", 4243);
+	assert_int_equal(f.ds.repeats, 0);
 	for (unsigned t = 0; t < 8 * DISCSENT_REOWE_TICKS; t++) {
-		unsigned k = disc_tick(&ds, shm, sp[0]);
+		unsigned k = disc_tick(&f.ds, f.shm, f.sp[0]);
 
-		assert_int_equal(ds.repeats, k);	/* each one to the same worker */
+		assert_int_equal(f.ds.repeats, k);	/* each one to the same worker */
 		sent += k;
 	}
 	assert_int_equal(sent, DISCSENT_REOWE_MAX);
-	assert_int_equal(frames_drain(sp[1]), 1 + DISCSENT_REOWE_MAX);
-	assert_int_equal(ds.gave_up, 1);
-	discsent_report(&ds, 0);
-	assert_int_equal(ds.gave_up, 0);
-	assert_int_equal(ds.n, 1);
+	assert_int_equal(frames_drain(f.sp[1]), 1 + DISCSENT_REOWE_MAX);
+	assert_int_equal(f.ds.gave_up, 1);
+	discsent_report(&f.ds, 0);
+	assert_int_equal(f.ds.gave_up, 0);
+	assert_int_equal(f.ds.n, 1);
 	/* A new replacement: sent again, and re-owed afresh. */
-	discsent_worker_died(&ds, 4244);
-	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
-	sent = 0;
-	for (unsigned t = 0; t < DISCSENT_REOWE_TICKS; t++)
-		sent += disc_tick(&ds, shm, sp[0]);
-	assert_int_equal(sent, 1);
-	(void)frames_drain(sp[1]);
+	discsent_worker_died(&f.ds, 4244);
+	assert_int_equal(discsent_flush(&f.ds, f.sp[0]), 1);
+	assert_int_equal(dsfix_ticks(&f, DISCSENT_REOWE_TICKS), 1);
+	(void)frames_drain(f.sp[1]);
 
-	close(sp[0]);
-	close(sp[1]);
-	discsent_free(&ds);
-	shm_destroy(shm);
+	dsfix_down(&f);
 }
 
 /* An admin repeat of a kept index entry sends the frame itself (not owed) but does not
@@ -887,41 +907,23 @@ static void test_discsent_reowe_cap(void **state)
  * replacement (not flushed yet) starts from the repeat's frame. */
 static void test_discsent_repeat_keeps_reowe(void **state)
 {
-	struct shm_config sc = {
-		.n_slots = 2, .snap_count = 4, .snap_size = 1u << 20, .alloc_cap = 64
-	};
-	struct discsent ds = { 0 };
-	struct shm *shm;
-	unsigned sent = 0;
+	struct dsfix f;
 	uint32_t b;
-	int sp[2];
 
 	(void)state;
-	assert_int_equal(shm_create(&sc, "test-discsent-repeat", &shm), 0);
-	assert_int_equal(ipc_socketpair(sp), 0);
-	b = live_rec_at(shm, 0, "dave", 10);
-	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
-	discsent_worker_died(&ds, 4244);
-	assert_int_equal(discsent_flush(&ds, sp[0]), 1);
-	assert_int_equal(disc_tick(&ds, shm, sp[0]), 0);
-	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
-	for (unsigned t = 1; t < DISCSENT_REOWE_TICKS; t++)
-		sent += disc_tick(&ds, shm, sp[0]);
-	assert_int_equal(sent, 1);
+	dsfix_up(&f, "test-discsent-repeat");
+	b = dsfix_resent(&f, "dave", 4244);
+	assert_int_equal(disc_tick(&f.ds, f.shm, f.sp[0]), 0);
+	assert_int_equal(discsent_add_index(&f.ds, f.shm, 0, b, rec_gen(f.shm, 0, b)), 0);
+	assert_int_equal(dsfix_ticks(&f, DISCSENT_REOWE_TICKS - 1), 1);
 
-	discsent_worker_died(&ds, 4245);
-	assert_int_equal(discsent_add_index(&ds, shm, 0, b, rec_gen(shm, 0, b)), 0);
-	assert_int_equal(discsent_flush(&ds, sp[0]), 0);	/* the repeat sent it */
-	sent = 0;
-	for (unsigned t = 0; t < DISCSENT_REOWE_TICKS; t++)
-		sent += disc_tick(&ds, shm, sp[0]);
-	assert_int_equal(sent, 1);
-	(void)frames_drain(sp[1]);
+	discsent_worker_died(&f.ds, 4245);
+	assert_int_equal(discsent_add_index(&f.ds, f.shm, 0, b, rec_gen(f.shm, 0, b)), 0);
+	assert_int_equal(discsent_flush(&f.ds, f.sp[0]), 0);	/* the repeat sent it */
+	assert_int_equal(dsfix_ticks(&f, DISCSENT_REOWE_TICKS), 1);
+	(void)frames_drain(f.sp[1]);
 
-	close(sp[0]);
-	close(sp[1]);
-	discsent_free(&ds);
-	shm_destroy(shm);
+	dsfix_down(&f);
 }
 
 static void test_state_names(void **state)
