@@ -283,7 +283,8 @@ void discsent_report(struct discsent *d, unsigned slot)
 	if (d->dropped == 0)
 		return;
 	log_warn("master", "worker %u: %llu disconnect(s) no longer kept for a re-send: its "
-		 "list of %u was full of disconnects not acted on", slot, (unsigned long long)d->dropped, DISCSENT_MAX);
+		 "list of %u was full of disconnects not acted on", slot,
+		 (unsigned long long)d->dropped, DISCSENT_MAX);
 	d->dropped = 0;
 }
 
