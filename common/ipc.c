@@ -130,14 +130,18 @@ static bool fds_valid(uint16_t type, size_t len, size_t nfds)
 	       nfds <= IPC_FDS_MAX;
 }
 
+/* Room for the SCM_RIGHTS message of a frame's descriptors (at most IPC_FDS_MAX), aligned
+ * as a struct cmsghdr. */
+union fds_ctl {
+	struct cmsghdr align;
+	char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
+};
+
 static int send_frame(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
 		      size_t nfds)
 {
 	struct ipc_hdr hdr = { .type = type, .flags = 0, .len = (uint32_t)len };
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
-	} ctl;
+	union fds_ctl ctl;
 	struct iovec iov[2];
 	struct msghdr mh;
 	ssize_t n;
@@ -242,10 +246,7 @@ static void drop_fds(const int *fds, size_t n, bool shut)
 /* many: an IPC_RELAYS frame is welcome (fds has IPC_FDS_MAX places). */
 static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool many)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
-	} ctl;
+	union fds_ctl ctl;
 	struct iovec iov[2];
 	struct msghdr mh;
 	ssize_t n;
