@@ -130,14 +130,18 @@ static bool fds_valid(uint16_t type, size_t len, size_t nfds)
 	       nfds <= IPC_FDS_MAX;
 }
 
+/* Room for the SCM_RIGHTS message of a frame's descriptors (at most IPC_FDS_MAX), aligned
+ * as a struct cmsghdr. */
+union fds_ctl {
+	struct cmsghdr align;
+	char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
+};
+
 static int send_frame(int fd, uint16_t type, const void *payload, size_t len, const int *fds,
 		      size_t nfds)
 {
 	struct ipc_hdr hdr = { .type = type, .flags = 0, .len = (uint32_t)len };
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
-	} ctl;
+	union fds_ctl ctl;
 	struct iovec iov[2];
 	struct msghdr mh;
 	ssize_t n;
@@ -196,13 +200,11 @@ int ipc_send_fds(int fd, uint16_t type, const void *payload, size_t len, const i
 	return send_frame(fd, type, payload, len, fds, n);
 }
 
-/* Closes a descriptor of a frame we drop, shut down first (shut) when it is a connection
- * that its sender gave up (IPC_TCP_HANDOFF): systemd's fd store may hold a copy of it, which
- * our close would leave open, and its client would wait for an end that never comes (as
- * common/ipcq.h's IPCQ_SHUT_ON_DROP does for the hand-offs a queue drops). Never for the
- * other frames: a listener's socket (LISTENER_ADD) or a stored connection's copy
+/* recv_frame shuts down only a connection its sender gave up (IPC_TCP_HANDOFF, as
+ * common/ipcq.h's IPCQ_SHUT_ON_DROP does for the hand-offs a queue drops). Never the other
+ * frames' descriptors: a listener's socket (LISTENER_ADD) or a stored connection's copy
  * (FDSTORE) is still served by others. */
-static void drop_fd(int fd, bool shut)
+void ipc_drop_fd(int fd, bool shut)
 {
 	if (shut)
 		(void)shutdown(fd, SHUT_RDWR);
@@ -210,7 +212,7 @@ static void drop_fd(int fd, bool shut)
 }
 
 /* Collects every descriptor the kernel handed us: the first cap into fds, the rest
- * dropped (drop_fd). Returns how many came. */
+ * dropped (ipc_drop_fd). Returns how many came. */
 static size_t take_fds(struct msghdr *mh, int *fds, size_t cap, bool shut)
 {
 	size_t count = 0;
@@ -228,7 +230,7 @@ static size_t take_fds(struct msghdr *mh, int *fds, size_t cap, bool shut)
 			if (count < cap)
 				fds[count] = f;
 			else
-				drop_fd(f, shut);
+				ipc_drop_fd(f, shut);
 			count++;
 		}
 	}
@@ -238,21 +240,18 @@ static size_t take_fds(struct msghdr *mh, int *fds, size_t cap, bool shut)
 static void drop_fds(const int *fds, size_t n, bool shut)
 {
 	for (size_t i = 0; i < n; i++)
-		drop_fd(fds[i], shut);
+		ipc_drop_fd(fds[i], shut);
 }
 
 /* many: an IPC_RELAYS frame is welcome (fds has IPC_FDS_MAX places). */
 static int recv_frame(int fd, struct ipc_msg *msg, int *fds, size_t *nfds, bool many)
 {
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * IPC_FDS_MAX)];
-	} ctl;
+	union fds_ctl ctl;
 	struct iovec iov[2];
 	struct msghdr mh;
 	ssize_t n;
 	size_t got, cap = many ? IPC_FDS_MAX : 1, len;
-	bool shut; /* a hand-off's connection: shut down if dropped (drop_fd) */
+	bool shut; /* a hand-off's connection: shut down if dropped (ipc_drop_fd) */
 
 	*nfds = 0;
 	memset(&mh, 0, sizeof(mh));

@@ -243,6 +243,11 @@ int ipc_recv(int fd, struct ipc_msg *msg, int *passfd);
  * process's descriptor limit) is -EMFILE, what came closed. */
 int ipc_recv_fds(int fd, struct ipc_msg *msg, int *fds, size_t cap, size_t *n);
 
+/* Closes a descriptor of a frame that is dropped, shut down first (SHUT_RDWR) when shut:
+ * a connection that another process holds a copy of (systemd's fd store) would not end
+ * with our close, and its client would wait for an end that never comes. */
+void ipc_drop_fd(int fd, bool shut);
+
 /* The payload as a C string (IPC_LISTENER_ADD/REMOVE, IPC_LOGLEVEL). */
 const char *ipc_msg_str(const struct ipc_msg *msg);
 

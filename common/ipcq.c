@@ -13,7 +13,6 @@
 #include <sys/queue.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "common/ipc.h"
 #include "common/log.h"
@@ -123,13 +122,9 @@ static void count_drop(struct ipcq *q, uint16_t type, int why)
 
 void ipcq_drop_fd(int fd, unsigned flags)
 {
-	/* A socket another process holds a copy of (systemd's fd store) would not end with
-	 * our close: its client would wait for a FIN that never comes. */
 	if ((flags & IPCQ_OWN_FD) == 0 || fd < 0)
 		return;
-	if (flags & IPCQ_SHUT_ON_DROP)
-		(void)shutdown(fd, SHUT_RDWR);
-	close(fd);
+	ipc_drop_fd(fd, (flags & IPCQ_SHUT_ON_DROP) != 0);
 }
 
 /* The flags that drop f's descriptor unsent (ipcq_drop_fd), or close it once it is sent. */

@@ -108,8 +108,8 @@ size_t ipcq_report(struct ipcq *q);
 void ipcq_set_fds(struct ipcq *q, struct ipcq_fds *fds);
 
 /* Drops a frame's descriptor as a queue does: with IPCQ_OWN_FD in flags it is closed, shut
- * down first with IPCQ_SHUT_ON_DROP; a borrowed one (no IPCQ_OWN_FD) or fd -1: nothing.
- * For the callers that drop a frame before it reaches a queue. */
+ * down first with IPCQ_SHUT_ON_DROP (ipc_drop_fd); a borrowed one (no IPCQ_OWN_FD) or fd
+ * -1: nothing. For the callers that drop a frame before it reaches a queue. */
 void ipcq_drop_fd(int fd, unsigned flags);
 
 /* The frames dropped where there was no queue to count them (none could be made: out of

@@ -141,13 +141,9 @@ static void cl_endpoints(struct pctx *p, struct cl_state *st, const char *path)
 	char sub[CONF_PATH_MAX];
 	size_t cnt;
 	conf_path_key(sub, path, "endpoints");
-	if (n == NULL || pctx_is_null(n) || !pctx_expect(p, n, sub, YAML_SEQUENCE_NODE))
+	if (n == NULL || pctx_is_null(n) ||
+	    !pctx_list(p, n, sub, "endpoints", CONF_MAX_ITEMS, &cnt))
 		return;
-	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (cnt > CONF_MAX_ITEMS) {
-		pctx_error(p, n, sub, "%zu endpoints (expected at most %d)", cnt, CONF_MAX_ITEMS);
-		return;
-	}
 	cl->endpoints = calloc(cnt ? cnt : 1, sizeof(*cl->endpoints));
 	if (cl->endpoints == NULL) {
 		p->nomem = 1;
@@ -177,13 +173,8 @@ void conf_parse_clusters(struct pctx *p, yaml_node_t *n, const char *path)
 {
 	struct conf *c = p->cfg;
 	size_t cnt;
-	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+	if (!pctx_list(p, n, path, "clusters", CONF_MAX_ITEMS, &cnt))
 		return;
-	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (cnt > CONF_MAX_ITEMS) {
-		pctx_error(p, n, path, "%zu clusters (expected at most %d)", cnt, CONF_MAX_ITEMS);
-		return;
-	}
 	c->clusters = calloc(cnt ? cnt : 1, sizeof(*c->clusters));
 	if (c->clusters == NULL) {
 		p->nomem = 1;

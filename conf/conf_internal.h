@@ -84,6 +84,10 @@ int pctx_uint(struct pctx *p, yaml_node_t *n, const char *path, uint64_t min, ui
 int pctx_int_clamped(struct pctx *p, yaml_node_t *n, const char *path, int64_t *out);
 int pctx_bool(struct pctx *p, yaml_node_t *n, const char *path, bool *out);
 bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_type_t t);
+/* A list (pctx_expect) of at most max items: true with *cnt its items; false after
+ * reporting "N <what> (expected at most max)" (what: "listeners") or the wrong kind. */
+bool pctx_list(struct pctx *p, yaml_node_t *n, const char *path, const char *what, size_t max,
+	       size_t *cnt);
 /* Warns "unknown key (ignored)" at key, with "did you mean `K`?" when conf_key_suggest()
  * finds K among known (NULL-terminated: the keys of the mapping the key is in); the
  * diagnostic is marked unknown_key (conf_keys.c). */

@@ -345,13 +345,8 @@ static void lst_routes(struct pctx *p, struct lst_state *st, const char *path)
 	char sub[CONF_PATH_MAX];
 	size_t cnt, w = 0;
 	conf_path_key(sub, path, "routes");
-	if (n == NULL || pctx_is_null(n) || !pctx_expect(p, n, sub, YAML_SEQUENCE_NODE))
+	if (n == NULL || pctx_is_null(n) || !pctx_list(p, n, sub, "routes", CONF_MAX_ITEMS, &cnt))
 		return;
-	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (cnt > CONF_MAX_ITEMS) {
-		pctx_error(p, n, sub, "%zu routes (expected at most %d)", cnt, CONF_MAX_ITEMS);
-		return;
-	}
 	l->routes = calloc(cnt ? cnt : 1, sizeof(char *));
 	if (l->routes == NULL) {
 		p->nomem = 1;
@@ -584,13 +579,8 @@ void conf_parse_listeners(struct pctx *p, yaml_node_t *n, const char *path)
 {
 	struct conf *c = p->cfg;
 	size_t cnt;
-	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+	if (!pctx_list(p, n, path, "listeners", CONF_MAX_ITEMS, &cnt))
 		return;
-	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (cnt > CONF_MAX_ITEMS) {
-		pctx_error(p, n, path, "%zu listeners (expected at most %d)", cnt, CONF_MAX_ITEMS);
-		return;
-	}
 	c->listeners = calloc(cnt ? cnt : 1, sizeof(*c->listeners));
 	p->lst_bad = calloc(cnt ? cnt : 1, sizeof(bool));
 	if (c->listeners == NULL || p->lst_bad == NULL) {

@@ -73,6 +73,19 @@ bool pctx_expect(struct pctx *p, yaml_node_t *n, const char *path, yaml_node_typ
 	return false;
 }
 
+bool pctx_list(struct pctx *p, yaml_node_t *n, const char *path, const char *what, size_t max,
+	       size_t *cnt)
+{
+	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+		return false;
+	*cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	if (*cnt > max) {
+		pctx_error(p, n, path, "%zu %s (expected at most %zu)", *cnt, what, max);
+		return false;
+	}
+	return true;
+}
+
 /* A plain scalar that YAML 1.1 types as a bool or number reaches a string field of
  * stunnerd as Go formats that value; say so when the text changes. */
 static char *y11_string(struct pctx *p, yaml_node_t *n, const char *path, char *s)

@@ -391,14 +391,9 @@ static void parse_offload_ifaces(struct pctx *p, yaml_node_t *v, const char *pat
 	struct conf_admin *a = &p->cfg->admin;
 	size_t cnt;
 
-	if (pctx_is_null(v) || !pctx_expect(p, v, path, YAML_SEQUENCE_NODE))
+	if (pctx_is_null(v) ||
+	    !pctx_list(p, v, path, "interfaces", CONF_MAX_OFFLOAD_IFACES, &cnt))
 		return;
-	cnt = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
-	if (cnt > CONF_MAX_OFFLOAD_IFACES) {
-		pctx_error(p, v, path, "%zu interfaces (expected at most %d)", cnt,
-			   CONF_MAX_OFFLOAD_IFACES);
-		return;
-	}
 	a->offload_ifaces = calloc(cnt ? cnt : 1, sizeof(char *));
 	if (a->offload_ifaces == NULL) {
 		p->nomem = 1;

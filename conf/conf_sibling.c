@@ -180,14 +180,8 @@ void conf_parse_siblings(struct pctx *p, yaml_node_t *n, const char *path)
 	struct conf_admin *a = &p->cfg->admin;
 	size_t cnt;
 
-	if (!pctx_expect(p, n, path, YAML_SEQUENCE_NODE))
+	if (!pctx_list(p, n, path, "siblings", CONF_MAX_SIBLINGS, &cnt))
 		return;
-	cnt = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (cnt > CONF_MAX_SIBLINGS) {
-		pctx_error(p, n, path, "%zu siblings (expected at most %d)", cnt,
-			   CONF_MAX_SIBLINGS);
-		return;
-	}
 	a->siblings = calloc(cnt ? cnt : 1, sizeof(*a->siblings));
 	if (a->siblings == NULL) {
 		p->nomem = 1;

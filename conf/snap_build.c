@@ -3,6 +3,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -347,6 +348,19 @@ static void count_auth(const struct conf_auth *a, size_t *users, size_t *secrets
 						   : 0;
 }
 
+/* The address of ss into a record's 16 bytes: 4 of them for AF_INET, all for AF_INET6.
+ * Returns false (a untouched) for any other family. */
+static bool addr_bytes(uint8_t a[16], const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		memcpy(a, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	else if (ss->ss_family == AF_INET6)
+		memcpy(a, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+	else
+		return false;
+	return true;
+}
+
 static void fill_listener(struct sb *b, const struct conf_listener *l, struct snap_lst_rec *r)
 {
 	r->name = pool_str(b, l->name);
@@ -365,25 +379,11 @@ static void fill_listener(struct sb *b, const struct conf_listener *l, struct sn
 	r->max_allocs = l->max_allocations;
 	r->max_bps = l->max_bps;
 	r->relay_family = (uint16_t)l->relay_addr.ss_family;
-	if (l->relay_addr.ss_family == AF_INET)
-		memcpy(r->relay_addr, &((const struct sockaddr_in *)&l->relay_addr)->sin_addr, 4);
-	else if (l->relay_addr.ss_family == AF_INET6)
-		memcpy(r->relay_addr, &((const struct sockaddr_in6 *)&l->relay_addr)->sin6_addr,
-		       16);
+	(void)addr_bytes(r->relay_addr, &l->relay_addr);
 	r->mask_family = (uint16_t)l->relay_mask_addr.ss_family;
-	if (l->relay_mask_addr.ss_family == AF_INET)
-		memcpy(r->mask_addr, &((const struct sockaddr_in *)&l->relay_mask_addr)->sin_addr,
-		       4);
-	else if (l->relay_mask_addr.ss_family == AF_INET6)
-		memcpy(r->mask_addr, &((const struct sockaddr_in6 *)&l->relay_mask_addr)->sin6_addr,
-		       16);
+	(void)addr_bytes(r->mask_addr, &l->relay_mask_addr);
 	r->dual_family = (uint16_t)l->dual_stack_addr.ss_family;
-	if (l->dual_stack_addr.ss_family == AF_INET)
-		memcpy(r->dual_addr, &((const struct sockaddr_in *)&l->dual_stack_addr)->sin_addr,
-		       4);
-	else if (l->dual_stack_addr.ss_family == AF_INET6)
-		memcpy(r->dual_addr, &((const struct sockaddr_in6 *)&l->dual_stack_addr)->sin6_addr,
-		       16);
+	(void)addr_bytes(r->dual_addr, &l->dual_stack_addr);
 	r->pp_versions = (uint16_t)l->pp_versions;
 	r->pp_n_trusted = (uint16_t)l->pp_n_trusted;
 	for (uint32_t i = 0; i < l->pp_n_trusted; i++) {
@@ -419,11 +419,7 @@ static void fill_siblings(struct sb *b)
 			const struct sockaddr_storage *ss = &s->resolved[j];
 			struct snap_sib_rec *r = &b->sibs[b->n_sibs];
 
-			if (ss->ss_family == AF_INET)
-				memcpy(r->addr, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-			else if (ss->ss_family == AF_INET6)
-				memcpy(r->addr, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
-			else
+			if (!addr_bytes(r->addr, ss))
 				continue;
 			r->family = (uint16_t)ss->ss_family;
 			r->port_min = s->relay_port_min;

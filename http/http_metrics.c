@@ -383,28 +383,29 @@ static void render_proxyproto(struct mctx *m)
 	}
 }
 
-/* Per-source budgets (worker/budget.c): evictions and refusals by the budget that was
- * full (reason label = shm_src_reason_name, counters in the same order). */
+/* A counter family by the per-source budget that was full (worker/budget.c): the reason
+ * label is shm_src_reason_name, the counters from first on in the same order. */
+static void by_budget(struct mctx *m, const char *name, const char *help, enum shm_ctr first)
+{
+	fam(m, name, "counter", help);
+	for (unsigned r = 0; r < SHM_SRC_REASONS; r++) {
+		struct label l = { "reason", shm_src_reason_name((enum shm_src_reason)r) };
+
+		sample_u(m, name, &l, 1, m->sum.v[first + r]);
+	}
+}
+
+/* Per-source budgets: evictions and refusals by the budget that was full. */
 static void render_budgets(struct mctx *m)
 {
-	fam(m, "turngate_budget_evictions_total", "counter",
-	    "Unauthenticated connections closed to make room when a budget was full (the "
-	    "source's oldest, or the worker's oldest for worker_* reasons), by budget.");
-	for (unsigned r = 0; r < SHM_SRC_REASONS; r++) {
-		struct label l = { "reason", shm_src_reason_name((enum shm_src_reason)r) };
-
-		sample_u(m, "turngate_budget_evictions_total", &l, 1,
-			 m->sum.v[SHM_CTR_BUDGET_EVICT_ADDR_CONNS + r]);
-	}
-	fam(m, "turngate_budget_refusals_total", "counter",
-	    "New connections or DTLS associations closed because a budget was full and this "
-	    "worker held nothing of the source's to evict, by budget.");
-	for (unsigned r = 0; r < SHM_SRC_REASONS; r++) {
-		struct label l = { "reason", shm_src_reason_name((enum shm_src_reason)r) };
-
-		sample_u(m, "turngate_budget_refusals_total", &l, 1,
-			 m->sum.v[SHM_CTR_BUDGET_REFUSED_ADDR_CONNS + r]);
-	}
+	by_budget(m, "turngate_budget_evictions_total",
+		  "Unauthenticated connections closed to make room when a budget was full (the "
+		  "source's oldest, or the worker's oldest for worker_* reasons), by budget.",
+		  SHM_CTR_BUDGET_EVICT_ADDR_CONNS);
+	by_budget(m, "turngate_budget_refusals_total",
+		  "New connections or DTLS associations closed because a budget was full and "
+		  "this worker held nothing of the source's to evict, by budget.",
+		  SHM_CTR_BUDGET_REFUSED_ADDR_CONNS);
 	single(m, "turngate_preauth_timeouts_total",
 	       "Connections closed because they sent no authenticated request within "
 	       "limits.preauth_timeout.",

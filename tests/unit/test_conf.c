@@ -297,6 +297,9 @@ static const struct err_case err_cases[] = {
 	{ T_HEAD "admin:\n  offload_interfaces: [eth0, \"a/b\"]\n",
 	  "t.yaml:8:30: admin.offload_interfaces[1]: 'a/b' is not an interface name (expected 1 "
 	  "to 15 bytes, no '/')" },
+	{ T_HEAD "admin:\n  offload_interfaces: [e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, "
+		 "e12, e13, e14, e15, e16]\n",
+	  "t.yaml:8:23: admin.offload_interfaces: 17 interfaces (expected at most 16)" },
 	{ T_HEAD "admin:\n  offload_engine: Turbo\n",
 	  "t.yaml:8:19: admin.offload_engine: 'Turbo' is not an offload engine (expected None, XDP, "
 	  "TC or Auto)" },
