@@ -24,6 +24,7 @@ from harness_admin import (A_LIFETIME, REALM, REFRESH, Client, Daemon, StreamCli
 
 
 RELAY = (29000, 29999)
+LONG = [(A_LIFETIME, struct.pack("!I", 600))]     # an allocation's LIFETIME of 600 s
 
 
 def make_config(d, port, limits, listener_max=None, port2=None):
@@ -218,12 +219,31 @@ def test_total_quota_across_workers(d):
         daemon.stop()
 
 
+def refused_while_held(daemon, holder, other):
+    """holder allocates with the default lifetime (1 s), then other, of the same user, must
+    get 486 while holder's allocation lives. Once 1 s has passed since holder's Allocate
+    was sent, it may have expired (the machine stalled): then wait until no allocation is
+    left and try again, 5 tries in all; a success sooner is a failure."""
+    for _ in range(5):
+        sent = time.monotonic()
+        holder.allocate()
+        got = error_code(other.allocate(expect="any")[3])
+        if got == 486:
+            return
+        check(time.monotonic() - sent >= 1.0,
+              "Allocate over the quota while the first allocation lived: %r" % (got,))
+        wait_for(lambda: not allocs(daemon), "the allocations to expire", timeout=10)
+    check(False, "no 486 in 5 tries")
+
+
 def test_other_endings(d):
     """Expiry, a closed TURN-TCP connection, the admin's disconnect and the release of a
-    killed worker's TURN-TCP allocation by its replacement give the counts back."""
+    killed worker's TURN-TCP allocation by its replacement give the counts back. The
+    allocations meant to end otherwise than by expiry ask for 600 s: the default (1 s)
+    could end them first on a stalled machine."""
     port = free_port()
     text = make_config(d, port, {"user_quota": 1, "allocation_lifetime": 1,
-                                 "max_allocation_lifetime": 1})
+                                 "max_allocation_lifetime": 600})
     text = text.replace("listeners:\n", "listeners:\n  - name: tcp\n    protocol: TURN-TCP\n"
                         "    address: 127.0.0.1\n    port: %d\n    routes: [loopback]\n"
                         % port, 1)
@@ -231,34 +251,33 @@ def test_other_endings(d):
     try:
         a, b = Client(port, user="e"), Client(port, user="e")
         as_user(b, (a.username, a.password, a.key))
-        a.allocate()
-        b.allocate(expect=486)
+        refused_while_held(daemon, a, b)
         wait_for(lambda: not allocs(daemon), "the allocation to expire", timeout=10)
         b.allocate()
         wait_for(lambda: not allocs(daemon), "the second allocation to expire", timeout=10)
         # TURN-TCP: the allocation ends with its connection.
         t = StreamClient(port, user="t")
-        t.allocate()
+        t.allocate(extra=LONG)
         check([x["transport"] for x in allocs(daemon)] == ["tcp"], "a TCP allocation")
         u = Client(port, user="t")
         as_user(u, (t.username, t.password, t.key))
-        u.allocate(expect=486)
+        u.allocate(extra=LONG, expect=486)
         t.sock.close()
         wait_for(lambda: not allocs(daemon), "the TCP allocation to end")
-        u.allocate()
+        u.allocate(extra=LONG)
         # The admin's disconnect.
         r = daemon.admin({"cmd": "disconnect", "user": u.username})
         check(r.get("ok") is True, "disconnect: %r" % (r,))
         wait_for(lambda: not allocs(daemon), "the disconnected allocation to end")
         v = Client(port, user="t")
         as_user(v, (t.username, t.password, t.key))
-        v.allocate()
+        v.allocate(extra=LONG)
         refresh0(v)
         # A TURN-TCP allocation of a worker killed with SIGKILL: its replacement releases
         # the record (the connection died) and gives the counts back.
         t2 = StreamClient(port, user="t")
         as_user(t2, (t.username, t.password, t.key))
-        t2.allocate()
+        t2.allocate(extra=LONG)
         slot = allocs(daemon)[0]["worker"]
         kill_worker(daemon, slot)
         wait_for(lambda: not allocs(daemon), "the dead worker's TCP allocation released")

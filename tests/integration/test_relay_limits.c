@@ -4,8 +4,12 @@
  * with ALTERNATE-SERVER (300), and a STUNner config used unchanged.
  *
  * Lifetimes are seconds long and the waits leave a margin of a second or more on each
- * side, so scheduling noise cannot flip a verdict. One worker, so that a reservation is
- * always redeemed on the worker holding it. */
+ * side, so scheduling noise cannot flip a verdict. A check that needs a lifetime still
+ * running (a roundtrip through a 1 s permission, a refresh under a credential about to
+ * expire) has no such margin: when it fails at a time the lifetime may have run out (the
+ * machine stalled), the permission, channel or credential is made anew and the check tried
+ * again, TRIES times in all, so that only a relay that refuses what it should pass fails
+ * it. One worker, so that a reservation is always redeemed on the worker holding it. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -24,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "common/mono.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
 #include "tests/integration/harness.h"
@@ -35,6 +40,10 @@
 #define RELAY_MAX 65009
 
 #define REST_SECRET "limits-secret"
+
+/* permission_lifetime (1 s): a channel's traffic needs its permission too */
+#define PERM_WINDOW_MS 1000
+#define TRIES 5
 
 struct fx {
 	struct harness h;
@@ -70,18 +79,78 @@ static void client(struct hturn *c, const char *user)
 	hturn_set_user(c, user, "pw");
 }
 
-static bool echo_roundtrip(struct hturn *c, uint16_t ch, const char *payload)
+/* Sends payload to the echo (through channel ch, or a Send indication when ch is 0) and
+ * waits until its echo comes back or wait_ms pass. Other payloads are skipped: a late echo of
+ * an earlier try must not count for, or against, this one. */
+static bool echo_roundtrip_wait(struct hturn *c, uint16_t ch, const char *payload, long wait_ms)
 {
-	char buf[128];
-	uint16_t got;
-	int n;
+	uint64_t end = mono_ms() + (uint64_t)wait_ms;
+	size_t len = strlen(payload);
 
 	if (ch)
-		assert_int_equal(hturn_chan_send(c, ch, payload, strlen(payload)), 0);
+		assert_int_equal(hturn_chan_send(c, ch, payload, len), 0);
 	else
-		assert_int_equal(hturn_send(c, sa(&g.echo.addr), payload, strlen(payload)), 0);
-	n = hturn_recv_data(c, buf, sizeof(buf), &got, NULL, 800);
-	return n == (int)strlen(payload) && memcmp(buf, payload, (size_t)n) == 0;
+		assert_int_equal(hturn_send(c, sa(&g.echo.addr), payload, len), 0);
+	for (int i = 0; i < 32; i++) {
+		uint64_t now = mono_ms();
+		char buf[128];
+		uint16_t got;
+		int n;
+
+		if (now >= end)
+			break;
+		n = hturn_recv_data(c, buf, sizeof(buf), &got, NULL, (int)(end - now));
+		if (n < 0)
+			break;
+		if ((size_t)n == len && memcmp(buf, payload, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool echo_roundtrip(struct hturn *c, uint16_t ch, const char *payload)
+{
+	return echo_roundtrip_wait(c, ch, payload, 800);
+}
+
+/* A permission for the echo (ch 0) or ChannelBind of ch to it. */
+static int echo_enable(struct hturn *c, uint16_t ch)
+{
+	if (ch)
+		return hturn_channel_bind(c, ch, sa(&g.echo.addr));
+	return hturn_permission(c, sa(&g.echo.addr));
+}
+
+/* A roundtrip that must pass: through the permission (ch 0) or channel ch that echo_enable
+ * made, answered at since (mono_ms). It waits until the permission may have expired at the
+ * earliest (PERM_WINDOW_MS after since) and 800 ms at least, so a failure is only seen once
+ * the window may be over: a stall of the test, the daemon or the echo is then told from a
+ * relay that drops what it should pass by making the permission or channel anew and trying
+ * again (TRIES in all). Returns false when every try failed. */
+static bool echo_roundtrip_live(struct hturn *c, uint16_t ch, const char *payload, uint64_t since)
+{
+	for (int i = 0; i < TRIES; i++) {
+		uint64_t now = mono_ms();
+		long wait = 800;
+
+		if (since + PERM_WINDOW_MS + 200 > now + 800)
+			wait = (long)(since + PERM_WINDOW_MS + 200 - now);
+		if (echo_roundtrip_wait(c, ch, payload, wait))
+			return true;
+		/* Only reached past the window: the relay may rightly have dropped it. The
+		 * allocation (3 s) must outlast the tries too. */
+		assert_int_equal(hturn_refresh(c, 4), 0);
+		assert_int_equal(echo_enable(c, ch), 0);
+		since = mono_ms();
+	}
+	return false;
+}
+
+/* echo_enable, then a roundtrip through it that must pass. */
+static bool echo_enable_roundtrip(struct hturn *c, uint16_t ch, const char *payload)
+{
+	assert_int_equal(echo_enable(c, ch), 0);
+	return echo_roundtrip_live(c, ch, payload, mono_ms());
 }
 
 static int limits_setup(void **state)
@@ -185,23 +254,23 @@ static void test_allocation_expiry(void **state)
 static void test_permission_and_channel_expiry(void **state)
 {
 	struct hturn c;
+	uint64_t since;
 
 	(void)state;
 	client(&c, "u0");
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 0);
-	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
-	assert_true(echo_roundtrip(&c, 0, "fresh"));
+	assert_true(echo_enable_roundtrip(&c, 0, "fresh"));
 	sleep_alive(&c, 2200);			/* permission (1 s) is gone */
 	assert_false(echo_roundtrip(&c, 0, "expired-permission"));
-	assert_int_equal(hturn_channel_bind(&c, 0x4321, sa(&g.echo.addr)), 0);
-	assert_true(echo_roundtrip(&c, 0x4321, "channel"));
+	assert_true(echo_enable_roundtrip(&c, 0x4321, "channel"));
 	sleep_alive(&c, 3000);			/* channel (2 s) and its permission are gone */
-	assert_int_equal(hturn_permission(&c, sa(&g.echo.addr)), 0);
+	assert_int_equal(echo_enable(&c, 0), 0);
+	since = mono_ms();
+	/* with the permission back, the channel stays gone */
 	assert_false(echo_roundtrip(&c, 0x4321, "expired-channel"));
-	assert_true(echo_roundtrip(&c, 0, "permission-again"));
+	assert_true(echo_roundtrip_live(&c, 0, "permission-again", since));
 	/* the expired channel number is free again */
-	assert_int_equal(hturn_channel_bind(&c, 0x4321, sa(&g.echo.addr)), 0);
-	assert_true(echo_roundtrip(&c, 0x4321, "rebound"));
+	assert_true(echo_enable_roundtrip(&c, 0x4321, "rebound"));
 	assert_int_equal(hturn_refresh(&c, 0), 0);
 	hturn_close(&c);
 }
@@ -238,33 +307,60 @@ static void test_stale_nonce_438(void **state)
 	hturn_close(&c);
 }
 
-/* A REST credential that expires during the allocation: with strict_expiry its requests
- * are refused from then on (401); without, the allocation goes on with its stored key. */
-static void test_rest_strict_expiry(void **state)
+/* One run of test_rest_strict_expiry; false when a stall let the credential expire before
+ * s could use it, so that the run proves nothing and is made anew. */
+static bool rest_strict_try(void)
 {
 	struct hturn s, l;
 	char user[64], pass[64];
+	/* valid while the daemon's time(NULL) <= expiry: 3 s at least from here */
+	uint64_t expiry = (uint64_t)time(NULL) + 3;
+	int rc_s, rc_l, passed = 0;
 
-	(void)state;
 	assert_int_equal(stun_rest_mint((const uint8_t *)REST_SECRET, strlen(REST_SECRET), "bob",
-					(uint64_t)time(NULL) + 2, user, sizeof(user), pass,
-					sizeof(pass)),
+					expiry, user, sizeof(user), pass, sizeof(pass)),
 			 0);
 	assert_int_equal(hturn_open(&s, sa(&g.srv_strict), false), 0);
 	assert_int_equal(hturn_open(&l, sa(&g.srv_lax), false), 0);
 	hturn_set_user(&s, user, pass);
 	hturn_set_user(&l, user, pass);
-	assert_int_equal(hturn_allocate(&s, NULL, NULL), 0);
-	assert_int_equal(hturn_allocate(&l, NULL, NULL), 0);
-	sleep_ms(1000);
-	assert_int_equal(hturn_refresh(&s, 4), 0);	/* still valid */
-	assert_int_equal(hturn_refresh(&l, 4), 0);
-	sleep_ms(2300);					/* now past the expiry */
-	assert_int_equal(hturn_refresh(&s, 4), 401);	/* s can only expire now */
-	assert_int_equal(hturn_refresh(&l, 4), 0);
-	assert_int_equal(hturn_refresh(&l, 0), 0);
+	rc_s = hturn_allocate(&s, NULL, NULL);
+	rc_l = hturn_allocate(&l, NULL, NULL);
+	/* Refreshed every 250 ms: s passes up to its expiry and is refused after it (a
+	 * refusal before it is a failure); l goes on. */
+	for (int i = 0; i < 40 && rc_s == 0 && rc_l == 0; i++) {
+		sleep_ms(250);
+		rc_s = hturn_refresh(&s, 4);
+		if (rc_s != 0)
+			break;
+		passed++;
+		assert_int_equal(hturn_refresh(&l, 4), 0);
+	}
+	assert_true(rc_s == 0 || rc_s == 401);
+	assert_true(rc_l == 0 || rc_l == 401);
+	assert_true(rc_s != 0 || rc_l != 0);		/* strict_expiry refused at last */
+	assert_true((uint64_t)time(NULL) > expiry);	/* and not before the expiry */
+	if (rc_l == 0 && passed > 0) {
+		assert_int_equal(hturn_refresh(&s, 4), 401);	/* and from then on */
+		assert_int_equal(hturn_refresh(&l, 4), 0);	/* l goes on */
+		assert_int_equal(hturn_refresh(&l, 0), 0);
+	} else if (rc_l == 0) {
+		assert_int_equal(hturn_refresh(&l, 0), 0);
+	}
 	hturn_close(&s);
 	hturn_close(&l);
+	return rc_l == 0 && passed > 0;
+}
+
+/* A REST credential that expires during the allocation: with strict_expiry its requests
+ * are refused from then on (401); without, the allocation goes on with its stored key. */
+static void test_rest_strict_expiry(void **state)
+{
+	int tries = 1;
+
+	(void)state;
+	while (!rest_strict_try())
+		assert_true(++tries <= TRIES);
 }
 
 static void test_user_quota_486(void **state)
