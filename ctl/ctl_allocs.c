@@ -31,7 +31,7 @@ static int allocs_args(struct allocs_opts *o, int argc, char **argv)
 			return -EINVAL;
 		if (strcmp(k, "--worker") == 0)
 			json_object_set_new(o->filter, "worker", json_integer(n));
-		else if (strcmp(k, "--limit") == 0)
+		else if (strcmp(k, "--limit") == 0 && n > 0)
 			o->limit = n;
 		else if (strcmp(k, "--page") == 0 && n > 0)
 			o->page = n;

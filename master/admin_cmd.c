@@ -451,7 +451,7 @@ static bool user_match(const char *want, const struct shm_alloc *r)
 struct alloc_filter {
 	const char *user, *listener;
 	json_int_t worker; /* -1: any */
-	json_int_t limit;  /* at most ADMIN_PAGE_MAX */
+	json_int_t limit;  /* 1..ADMIN_PAGE_MAX: 0 would page without moving the cursor */
 	json_int_t cursor; /* record index the page starts at */
 };
 
@@ -477,7 +477,7 @@ static int parse_filter(json_t *req, struct alloc_filter *f)
 	f->cursor = 0;
 	if ((u != NULL && !json_is_string(u)) || (l != NULL && !json_is_string(l)) ||
 	    (w != NULL && (!json_is_integer(w) || json_integer_value(w) < 0)) ||
-	    (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 0)) ||
+	    (lim != NULL && (!json_is_integer(lim) || json_integer_value(lim) < 1)) ||
 	    (cur != NULL && (!json_is_integer(cur) || json_integer_value(cur) < 0)))
 		return -EINVAL;
 	f->user = u != NULL ? json_string_value(u) : NULL;
@@ -504,8 +504,8 @@ static json_t *cmd_allocations(struct master *m, json_t *req)
 	uint64_t now = mono_ns();
 
 	if (parse_filter(req, &f) < 0)
-		return err("filters: user and listener are strings, worker, limit and cursor "
-			   "are non-negative integers");
+		return err("filters: user and listener are strings, worker and cursor "
+			   "non-negative integers, limit a positive integer");
 	cursor = f.cursor < (json_int_t)cap ? (uint32_t)f.cursor : cap;
 	end = cap - cursor > ADMIN_PAGE_SCAN ? cursor + ADMIN_PAGE_SCAN : cap;
 	arr = json_array();

@@ -66,7 +66,8 @@ def test_ctl_commands(d):
         # Usage errors never reach the daemon.
         for args in (["frobnicate"], ["status", "extra"], ["disconnect"],
                      ["disconnect", "-1"], ["allocations", "--worker", "x"],
-                     ["allocations", "--user"], ["drain", "maybe"]):
+                     ["allocations", "--user"], ["allocations", "--limit", "0"],
+                     ["allocations", "--page", "0"], ["drain", "maybe"]):
             rc, out, err = daemon.ctl(*args)
             check(rc == 2 and "usage:" in err, (args, rc, err))
     finally:

@@ -90,6 +90,9 @@ def test_every_command(d):
         check(daemon.stop() == 0, "exit status")
 
 
+# allocations' filters
+FILTER_ERR = ("filters: user and listener are strings, worker and cursor non-negative "
+              "integers, limit a positive integer")
 # a disconnect's "id": N, or [N, GEN]
 ID_ERR = "\"id\" must be an allocation id from `allocations`, or [id, gen]"
 BAD = [
@@ -102,6 +105,9 @@ BAD = [
      "malformed request: expected one JSON object per line"),
     (b"{\"cmd\":\"allocations\",\"worker\":-1}\n", None),
     (b"{\"cmd\":\"allocations\",\"user\":7}\n", None),
+    # limit 0 would answer no entry and its own cursor as next_cursor: a walk that goes on
+    # until next_cursor is null (operations.md) would never end.
+    (b"{\"cmd\":\"allocations\",\"limit\":0}\n", FILTER_ERR),
     (b"{\"cmd\":\"disconnect\"}\n", None),
     (b"{\"cmd\":\"disconnect\",\"id\":\"x\"}\n", None),
     (b"{\"cmd\":\"disconnect\",\"id\":99999999}\n", None),
