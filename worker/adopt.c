@@ -769,15 +769,18 @@ void wk_adopt_run(struct worker *w)
 	if (rc < 0)
 		return;
 	wk_park_rest(w);
+	/* A take-over that kept every call is routine (INFO); one that lost calls (torn
+	 * records, TCP allocations whose connections died, relay ports that could not be bound
+	 * again) is what an operator alerting on WARN wants to see. */
 	if (st.adopted || st.waiting || st.revoked || st.removed || st.disconnected ||
 	    st.ended || st.torn || st.stream || st.expired || st.failed)
-		log_warn("worker",
-			 "slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
-			 "(credential revoked), %u ended (listener removed), %u ended "
-			 "(disconnected by admin), %u ended before (end recorded), dropped %u "
-			 "torn, %u TCP, %u expired, %u not rebindable",
-			 w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.disconnected,
-			 st.ended, st.torn, st.stream, st.expired, st.failed);
+		log_msg("worker", st.torn || st.stream || st.failed ? LOG_LVL_WARN : LOG_LVL_INFO,
+			"slot %u: predecessor's allocations: %u adopted, %u wait, %u ended "
+			"(credential revoked), %u ended (listener removed), %u ended "
+			"(disconnected by admin), %u ended before (end recorded), dropped %u "
+			"torn, %u TCP, %u expired, %u not rebindable",
+			w->slot, st.adopted, st.waiting, st.revoked, st.removed, st.disconnected,
+			st.ended, st.torn, st.stream, st.expired, st.failed);
 	/* What the adoption cost the worker (bench/: the CPU per adopted record, which the
 	 * wall time of a take-over on a loaded machine hides), logged at the next iteration,
 	 * after libev's epoll_ctl for each relay socket the adoption started watching. */

@@ -243,6 +243,13 @@ def test_logrotate(d):
         check([r["user"] for r in records(d)] == ["cleo"], "newest file")
 
 
+def adoption_line(daemon):
+    """The replacement worker's "predecessor's allocations" line (waited for)."""
+    key = "predecessor's allocations:"
+    wait_for(lambda: key in daemon.stderr(), "the replacement's adoption line")
+    return [x for x in daemon.stderr().splitlines() if key in x][-1]
+
+
 def test_worker_kill(d):
     """A worker killed with SIGKILL: its UDP allocation is re-adopted, no record is written
     for it then; when it ends, exactly one."""
@@ -255,6 +262,10 @@ def test_worker_kill(d):
         a.allocate()
         kill_worker(daemon, allocs(daemon)[0]["worker"])
         wait_for(lambda: len(allocs(daemon)) == 1, "the allocation re-adopted")
+        # nothing lost: the replacement's adoption line is routine, INFO (not WARN, which
+        # operators alert on)
+        line = adoption_line(daemon)
+        check(" 1 adopted," in line and " INFO " in line, line)
         time.sleep(0.5)
         check(records(d) == [], "a record for a re-adopted allocation: %r" % records(d))
         a.release()
@@ -282,6 +293,9 @@ def test_worker_kill_tcp_lifetime(d):
         tcp.allocate(extra=[(A_LIFETIME, struct.pack("!I", 600))])
         kill_worker(daemon, allocs(daemon)[0]["worker"])
         check(wait_record(d, tcp, "toni's record")["reason"] == "worker_crash", records(d))
+        # a call lost (its connection died with the worker): the adoption line is a WARN
+        line = adoption_line(daemon)
+        check(" 1 TCP," in line and " WARN " in line, line)
         wait_equal(mport, {"turngate_allocations_ended_total": 1,
                            "turngate_allocation_lifetime_seconds_count": 1})
     finally:
