@@ -126,7 +126,8 @@ static void print_table(json_t *t, FILE *out)
 	if (!json_is_object(t))
 		return;
 	fprintf(out, "table:          %lld allocations (%s: %lld relay ports on %lld relay "
-		     "address%s), %.1f MiB; descriptors %lld of %lld\n",
+		     "address%s), %.1f MiB; descriptors %lld per process (a full table needs "
+		     "%lld)\n",
 		int_of(t, "capacity"), str_of(t, "source"), int_of(t, "relay_ports"),
 		int_of(t, "relay_addresses"), int_of(t, "relay_addresses") == 1 ? "" : "es",
 		(double)int_of(t, "segment_bytes") / 1048576.0,

@@ -25,8 +25,12 @@ def test_ctl_commands(d):
         check("last reload:    ok (startup)" in out, out)
         check("listener:       udp TURN-UDP 127.0.0.1:%d" % port in out, out)
 
+        text = out
         rc, out, err = daemon.ctl("--json", "status")
         check(rc == 0 and json.loads(out)["ok"] is True, out)
+        t = json.loads(out)["table"]
+        check("descriptors %d per process (a full table needs %d)"
+              % (t["descriptors"], t["descriptors_wanted"]) in text, text)
 
         rc, out, err = daemon.ctl("workers")
         lines = out.strip().split("\n")
