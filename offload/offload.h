@@ -3,8 +3,10 @@
  *
  * The shared allocation table stays the truth; the maps are a cache of the channels the
  * owner worker bound after the allowlist check. An entry carries its own expiry (the
- * earlier of the channel's and the permission's, CLOCK_MONOTONIC ns = bpf_ktime_get_ns),
- * which the programs check themselves, so a missed deletion never extends a permission.
+ * earlier of the channel's and the permission's), which the programs check themselves
+ * against bpf_ktime_get_ns(), so a missed deletion never extends a permission. The caller
+ * speaks its own CLOCK_MONOTONIC (mono_ns); the maps hold the kernel's, which differs in a
+ * time namespace: tgo_channel_set and tgo_channel_walk convert (offload_clock.h).
  * Anything the programs do not handle goes up to the worker unchanged (TC_ACT_OK /
  * XDP_PASS): STUN messages, Send/Data indications, fragments, IP options, IPv6 extension
  * headers, GSO packets, unknown 5-tuples, expired entries, a route the kernel cannot
@@ -74,7 +76,7 @@ struct tgo_channel {
 	uint8_t client[16], listener[16], relay[16], peer[16];
 	uint16_t client_port, listener_port, relay_port, peer_port;
 	uint16_t channel;		/* 0x4000..0x7FFF */
-	uint64_t expires_ns;		/* CLOCK_MONOTONIC: min(channel, permission) expiry */
+	uint64_t expires_ns;		/* min(channel, permission) expiry, mono_ns's clock */
 	uint32_t listener_idx;		/* counter slot, < TGO_MAX_LISTENERS */
 	uint32_t cluster_idx;		/* counter slot, < TGO_MAX_CLUSTERS */
 	uint16_t sc_channel;		/* 0, or the short circuit's channel (0x4000..0x7FFF) */

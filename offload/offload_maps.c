@@ -18,6 +18,7 @@
 #include <bpf/bpf.h>
 
 #include "common/grow.h"
+#include "offload/offload_clock.h"
 #include "offload/offload_int.h"
 #include "offload/tgo_maps.h"
 
@@ -59,8 +60,9 @@ static void tgo_p2c_key_of(const struct tgo_channel *ch, struct tgo_p2c_key *k)
 	tgo_addr_in(k->relay, ch->relay, ch->family);
 }
 
-/* The channel an entry of the client -> peer map describes. */
-static void tgo_channel_of(const struct tgo_c2p_key *k, const struct tgo_c2p_val *v,
+/* The channel an entry of the client -> peer map describes, its expiry in our clock
+ * (off: tgo_clock_offset). */
+static void tgo_channel_of(const struct tgo_c2p_key *k, const struct tgo_c2p_val *v, int64_t off,
 			   struct tgo_channel *ch)
 {
 	memset(ch, 0, sizeof(*ch));
@@ -74,7 +76,7 @@ static void tgo_channel_of(const struct tgo_c2p_key *k, const struct tgo_c2p_val
 	ch->relay_port = be16toh(v->relay_port);
 	ch->peer_port = be16toh(v->peer_port);
 	ch->channel = be16toh(k->channel);
-	ch->expires_ns = v->expires_ns;
+	ch->expires_ns = tgo_clock_from_kernel(v->expires_ns, off);
 	ch->listener_idx = v->listener_idx;
 	ch->cluster_idx = v->cluster_idx;
 	ch->sc_channel = be16toh(v->sc_channel);
@@ -119,6 +121,7 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 	struct tgo_c2p_val cv;
 	struct tgo_p2c_key pk;
 	struct tgo_p2c_val pv;
+	uint64_t exp;	/* the programs compare it with bpf_ktime_get_ns() */
 	int err = tgo_check(ch);
 
 	if (err < 0)
@@ -130,8 +133,9 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 		return 0;
 	tgo_c2p_key_of(ch, &ck);
 	tgo_p2c_key_of(ch, &pk);
+	exp = tgo_clock_to_kernel(ch->expires_ns, tgo_clock_offset());
 	memset(&cv, 0, sizeof(cv));
-	cv.expires_ns = ch->expires_ns;
+	cv.expires_ns = exp;
 	memcpy(cv.relay, pk.relay, 16);
 	memcpy(cv.peer, pk.peer, 16);
 	cv.relay_port = pk.relay_port;
@@ -147,7 +151,7 @@ int tgo_channel_set(const struct tgo_maps *m, const struct tgo_channel *ch)
 		return tgo_update(m->c2p_fd, &ck, &cv);
 	}
 	memset(&pv, 0, sizeof(pv));
-	pv.expires_ns = ch->expires_ns;
+	pv.expires_ns = exp;
 	memcpy(pv.client, ck.client, 16);
 	memcpy(pv.listener, ck.listener, 16);
 	pv.client_port = ck.client_port;
@@ -311,6 +315,7 @@ int tgo_channel_walk(const struct tgo_maps *m, bool (*fn)(const struct tgo_chann
 	struct tgo_c2p_key *keys;
 	long n;
 	int kept = 0, err;
+	int64_t off = tgo_clock_offset();
 
 	if (m->c2p_fd < 0 || m->p2c_fd < 0)
 		return 0;
@@ -323,7 +328,7 @@ int tgo_channel_walk(const struct tgo_maps *m, bool (*fn)(const struct tgo_chann
 
 		if (bpf_map_lookup_elem(m->c2p_fd, &keys[i], &v) < 0)
 			continue;	/* deleted meanwhile */
-		tgo_channel_of(&keys[i], &v, &ch);
+		tgo_channel_of(&keys[i], &v, off, &ch);
 		if (fn(&ch, arg))
 			kept++;
 		else

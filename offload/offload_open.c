@@ -26,6 +26,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "offload/offload_clock.h"
 #include "offload/offload_int.h"
 #include "offload/relay.skel.h"
 #include "offload/tgo_maps.h"
@@ -382,6 +383,7 @@ int tgo_open(const struct tgo_opts *o, struct tgo **out, char *why, size_t why_l
 		return -EPERM;
 	}
 	libbpf_set_print(tgo_libbpf_print);
+	(void)tgo_clock_offset();	/* read here, before the master forks its workers */
 	t = calloc(1, sizeof(*t));
 	if (!t) {
 		snprintf(why, why_len, "out of memory");

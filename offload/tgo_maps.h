@@ -42,7 +42,7 @@ struct tgo_c2p_key {
 };
 
 struct tgo_c2p_val {
-	__u64 expires_ns;	/* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 expires_ns;	/* the kernel's CLOCK_MONOTONIC (bpf_ktime_get_ns), no namespace's */
 	__u8 relay[16], peer[16];
 	__be16 relay_port, peer_port;
 	__u32 listener_idx, cluster_idx;

@@ -265,7 +265,9 @@ def config_yaml(sock, listeners, workers=2, secret="s3cret", loglevel="all:INFO"
 
 
 class Daemon:
-    def __init__(self, workdir, config_text, args=(), workers=2, env=None):
+    def __init__(self, workdir, config_text, args=(), workers=2, env=None, wrap=()):
+        """wrap: a command that runs the daemon (its arguments before turngated's), one that
+        execs it in place, so that proc is the master (unshare -T …)."""
         self.dir = workdir
         self.env = None if env is None else dict(os.environ, **env)
         self.conf = os.path.join(workdir, "turngate.yaml")
@@ -273,6 +275,7 @@ class Daemon:
         self.errpath = os.path.join(workdir, "stderr.log")
         self.workers = workers
         self.args = list(args)
+        self.wrap = list(wrap)
         self.proc = None
         self.allowed_deaths = 0
         self.write_config(config_text)
@@ -298,7 +301,7 @@ class Daemon:
 
     def start(self, wait=True):
         self.err = open(self.errpath, "ab")
-        self.proc = subprocess.Popen([TURNGATED, "-c", self.conf] + self.args,
+        self.proc = subprocess.Popen(self.wrap + [TURNGATED, "-c", self.conf] + self.args,
                                      stdin=subprocess.DEVNULL, stdout=self.err,
                                      stderr=self.err, env=self.env)
         if wait:

@@ -43,6 +43,12 @@ sockets in theirs (setns), so the receiving stacks verify every checksum.
   until both channels are bound, and none once one allocation is deleted. The same over
   IPv6 between two clients in the clients' namespace (udp6 masked with fd77:1::9): the
   rewritten datagram leaves by the veth it came in on.
+- In a time namespace (the daemon started by `unshare -T`): with its CLOCK_MONOTONIC 120 s
+  behind the kernel's (beyond the permission's 30 s; SKIP on a machine up for less) the
+  kernel relays while the workers are stopped, counted once; with it an hour ahead, the
+  master's garbage collection keeps the live entry and the kernel stops relaying within
+  1 s of the permission's end (12 s) with every process of the daemon stopped, so that
+  only the programs' own expiry check can end it. SKIP where unshare -T is refused.
 - With the programs refused (TURNGATE_OFFLOAD_FAIL) the daemon says why, relays in user
   space, and the same round trip works.
 - `offload_engine: XDP`: native XDP on both veths, the TC program behind it. The client's
@@ -197,9 +203,9 @@ class Daemon(harness_admin.Daemon):
     given); each start begins a fresh stderr.log; stop() resumes stopped workers and stops
     at once (SIGINT) without scanning the log."""
 
-    def __init__(self, d, perm=300, env=None, limits="", engine="TC"):
+    def __init__(self, d, perm=300, env=None, limits="", engine="TC", wrap=()):
         self.d, self.perm, self.limits, self.engine = d, perm, limits, engine
-        super().__init__(d, "", env=env)
+        super().__init__(d, "", env=env, wrap=wrap)
         self.write("peers")
         open(self.errpath, "wb").close()
         self.start(wait=False)
@@ -453,6 +459,112 @@ def test_reload_keeps_listener_counters(d):
         o0 = daemon.admin({"cmd": "status"})["offload"]
         check(stopped_round_trip(daemon, c, p, 10) == (10, 10), "kernel relay after the reload")
         check_counted(daemon, "udp4", after, o0, 10)
+        p.close()
+    finally:
+        daemon.stop()
+
+
+def in_timens(name, shift):
+    """The command prefix that runs the daemon in a time namespace of its own whose
+    CLOCK_MONOTONIC is shift seconds off the kernel's (unshare -T execs the daemon in
+    place), or None with a SKIP of test name printed when the kernel refuses it (no
+    CONFIG_TIME_NS, a negative shift beyond the time since boot)."""
+    wrap = ["unshare", "-T", "--monotonic=%d" % shift]
+    r = subprocess.run(wrap + ["cat", "/proc/self/timens_offsets"], capture_output=True,
+                       text=True)
+    if r.returncode != 0 or ("monotonic %d 0" % shift) not in " ".join(r.stdout.split()):
+        print("SKIP %s: unshare -T --monotonic=%d: %s" % (name, shift, r.stderr.strip() or
+                                                            r.stdout.strip()), flush=True)
+        return None
+    return wrap
+
+
+def mono_offset(pid="self"):
+    """The CLOCK_MONOTONIC offset (s) of pid's time namespace from the kernel's clock."""
+    try:
+        with open("/proc/%s/timens_offsets" % pid) as f:
+            for ln in f:
+                w = ln.split()
+                if w[0] == "monotonic":
+                    return int(w[1]) + int(w[2]) / 1e9
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def test_kernel_relays_behind_the_kernels_clock(d):
+    """A daemon in a time namespace whose CLOCK_MONOTONIC runs N s behind the kernel's
+    (unshare -T --monotonic=-N; a CRIU restore, a container with a time namespace): its
+    entries' expiries reach the maps in the kernel's clock (bpf_ktime_get_ns), so the
+    kernel relays the channel while the workers are stopped, counted once. N is beyond
+    the permission's lifetime: an expiry written in the daemon's clock (before the fix)
+    was in the kernel's past, every entry expired to the programs and nothing relayed."""
+    perm, shift = 30, 120
+    if time.clock_gettime(time.CLOCK_MONOTONIC) - mono_offset() < shift + 2:
+        print("SKIP test_kernel_relays_behind_the_kernels_clock: booted less than %d s ago "
+              "(the shifted clock would be negative)" % (shift + 2), flush=True)
+        return
+    wrap = in_timens("test_kernel_relays_behind_the_kernels_clock", -shift)
+    if wrap is None:
+        return
+    daemon = Daemon(d, perm=perm, wrap=wrap)
+    try:
+        offload_or_skip(daemon)
+        check(mono_offset(daemon.proc.pid) == -shift, "the daemon is not in the namespace")
+        c, p = bound(False)
+        check(round_trip(c, p, 5) == (5, 5), "user-space round trip")
+        wait_for(lambda: entries(daemon) == 1, "the channel's entry")
+        before = settled_stats(daemon)
+        o0 = daemon.admin({"cmd": "status"})["offload"]
+        got = stopped_round_trip(daemon, c, p, 20)
+        check(got == (20, 20), "with the workers stopped, %d s behind: %r" % (shift, got))
+        check_counted(daemon, "udp4", before, o0, 20)
+        p.close()
+    finally:
+        daemon.stop()
+
+
+def signal_pids(pids, sig):
+    for pid in pids:
+        os.kill(pid, sig)
+
+
+def test_permission_ends_ahead_of_the_kernels_clock(d):
+    """A daemon whose CLOCK_MONOTONIC runs an hour ahead of the kernel's (unshare -T
+    --monotonic=3600): the kernel stops relaying when the permission expires, with every
+    process of the daemon stopped (no worker deletes the entry, no garbage collection of
+    the master removes it: only the programs' own expiry check can end it). Before the fix
+    the entry's expiry was an hour late in the kernel's clock and the kernel relayed to a
+    peer whose permission had expired. Before that, with the workers stopped, the master's
+    garbage collection (every 5 s) reads the entry back in the daemon's clock and keeps it."""
+    perm, shift = 12, 3600
+    wrap = in_timens("test_permission_ends_ahead_of_the_kernels_clock", shift)
+    if wrap is None:
+        return
+    daemon = Daemon(d, perm=perm, wrap=wrap)
+    try:
+        offload_or_skip(daemon)
+        check(mono_offset(daemon.proc.pid) == shift, "the daemon is not in the namespace")
+        c, p = bound(False)
+        t0 = time.monotonic()    # the permission expires at t0 + perm at the latest
+        check(stopped_round_trip(daemon, c, p, 5) == (5, 5), "kernel relay")
+        daemon.stop_workers(signal.SIGSTOP)
+        try:
+            # A garbage collection has run since the entry was written.
+            time.sleep(max(0.0, t0 + 6 - time.monotonic()))
+            check(entries(daemon) == 1, "the master's garbage collection removed the entry")
+            got = round_trip(c, p, 5)
+        finally:
+            daemon.stop_workers(signal.SIGCONT)
+        check(got == (5, 5), "kernel relay after a garbage collection: %r" % (got,))
+        pids = daemon.worker_pids() + [daemon.proc.pid]
+        signal_pids(pids, signal.SIGSTOP)
+        try:
+            time.sleep(max(0.0, t0 + perm + 1 - time.monotonic()))
+            got = round_trip(c, p, 5)
+        finally:
+            signal_pids(pids, signal.SIGCONT)
+        check(got == (0, 0), "relayed 1 s after the permission expired: %r" % (got,))
         p.close()
     finally:
         daemon.stop()
@@ -1047,7 +1159,9 @@ if __name__ == "__main__":
              test_xdp_relays_while_workers_stopped, test_xdp_entries_end_with_their_permission,
              test_xdp_restart, test_xdp_fast_stop_removes_entries,
              test_reload_keeps_listener_counters,
-             test_records_count_the_kernel, test_xdp_records_count_the_kernel]
+             test_records_count_the_kernel, test_xdp_records_count_the_kernel,
+             test_kernel_relays_behind_the_kernels_clock,
+             test_permission_ends_ahead_of_the_kernels_clock]
     if os.environ.get("TG_OFFLOAD_ONLY"):   # one test by name, for a local run
         tests = [t for t in tests if t.__name__ == os.environ["TG_OFFLOAD_ONLY"]]
     run_tests([with_log(t) for t in tests])
