@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctl/ctl.h"
 
@@ -116,8 +117,8 @@ static void print_rows(const struct top_row *rows, size_t n, long max, bool user
 }
 
 /* One refresh from a ranked sample (rates since the previous one): prints it (human or
- * JSON). Returns 0 or -ENOMEM. */
-static int top_show(const struct top_opts *o, json_t *cur, FILE *out)
+ * JSON); first: the first refresh. Returns 0 or -ENOMEM. */
+static int top_show(const struct top_opts *o, json_t *cur, bool first, FILE *out)
 {
 	json_t *ca = json_object_get(cur, "allocations"), *cu = json_object_get(cur, "users"), *a;
 	double dt = json_number_value(json_object_get(cur, "interval"));
@@ -149,8 +150,12 @@ static int top_show(const struct top_opts *o, json_t *cur, FILE *out)
 			   sizeof(ab));
 		human_rate((double)json_integer_value(json_object_get(lim, "user_bps")), ub,
 			   sizeof(ub));
-		if (!o->once)
+		/* redrawn in place on a terminal; a pipe or file gets the refreshes one after
+		 * the other, a blank line apart, and no terminal codes */
+		if (!o->once && isatty(fileno(out)))
 			fputs("\033[H\033[2J", out);
+		else if (!first)
+			fputc('\n', out);
 		fprintf(out,
 			"turngate top: %lld allocations, %lld users, rates over %.2f s; limits: "
 			"allocation %s, user %s (0b: none)\n\n",
@@ -232,7 +237,7 @@ int ctl_top_main(const char *sock, bool as_json, int argc, char **argv)
 		rc = top_sample(sock, o.rows, &cur);
 		if (rc != 0)
 			break;
-		if (top_show(&o, cur, stdout) < 0)
+		if (top_show(&o, cur, k == 0, stdout) < 0)
 			rc = CTL_EXIT_ERROR;
 		json_decref(cur);
 	}

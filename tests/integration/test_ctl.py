@@ -63,6 +63,12 @@ def test_ctl_commands(d):
         rc, out, err = daemon.ctl("disconnect", "3")
         check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n", err)
 
+        # Into a pipe, top's refreshes follow one another a blank line apart, without the
+        # terminal's clear-screen codes (before: ESC [H ESC [2J before each refresh).
+        rc, out, err = daemon.ctl("top", "--count", "2", "--interval", "0.1")
+        check(rc == 0 and out.count("turngate top: ") == 2 and "\x1b" not in out and
+              "\n\nturngate top: " in out, (rc, out, err))
+
         gen = daemon.admin({"cmd": "status"})["generation"]
         rc, out, err = daemon.ctl("reload")
         check(rc == 0 and out.startswith("reload ok: generation %d" % (gen + 1)), out)
