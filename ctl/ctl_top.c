@@ -173,26 +173,25 @@ static int top_show(const struct top_opts *o, json_t *cur, bool first, FILE *out
 
 static int top_args(struct top_opts *o, int argc, char **argv)
 {
+	static const char *const opts[] = { "--interval", "--rows", "--count", NULL };
+
 	for (int i = 0; i < argc; i++) {
-		char *end;
+		const char *k = argv[i], *v;
+		json_int_t n;
 
-		if (strcmp(argv[i], "--once") == 0) {
+		if (strcmp(k, "--once") == 0) {
 			o->once = true;
-		} else if (strcmp(argv[i], "--json") == 0) {
+		} else if (strcmp(k, "--json") == 0) {
 			o->as_json = true;
-		} else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
-			o->interval = strtod(argv[++i], &end);
-			if (*end != '\0' || !(o->interval >= 0.1 && o->interval <= 60))
-				return -EINVAL;
-		} else if ((strcmp(argv[i], "--rows") == 0 || strcmp(argv[i], "--count") == 0) &&
-			   i + 1 < argc) {
-			long *dst = argv[i][2] == 'r' ? &o->rows : &o->count;
-
-			*dst = strtol(argv[++i], &end, 10);
-			if (*end != '\0' || *dst < 1 || *dst > 1000000)
+		} else if (ctl_arg_option("top", opts, argc, argv, &i, &v) < 0) {
+			return -EINVAL;
+		} else if (strcmp(k, "--interval") == 0) {
+			if (ctl_arg_seconds("top", k, v, 0.1, 60, &o->interval) < 0)
 				return -EINVAL;
 		} else {
-			return -EINVAL;
+			if (ctl_arg_int("top", k, v, 1, 1000000, &n) < 0)
+				return -EINVAL;
+			*(strcmp(k, "--rows") == 0 ? &o->rows : &o->count) = (long)n;
 		}
 	}
 	return 0;
