@@ -40,8 +40,32 @@ void ctl_print_human(const char *cmd, json_t *reply, FILE *out);
  * row per allocation. */
 void ctl_print_alloc_rows(json_t *reply, bool header, FILE *out);
 
-/* A decimal integer >= 0 (the whole string). Returns 0, or -EINVAL. */
-int ctl_parse_nonneg(const char *s, json_int_t *out);
+/* Usage errors (ctl/ctl_args.c). Each says on stderr, in one line, what is wrong with the
+ * command line: "turngatectl CMD: ARG: WHY" (CMD NULL, before or without a command:
+ * "turngatectl: ARG: WHY"; ARG NULL: no "ARG: " part), and returns -EINVAL; the caller
+ * returns CTL_EXIT_USAGE and main() prints the usage after that line. */
+int ctl_usage_error(const char *cmd, const char *arg, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* arg, which cmd does not take there: "unknown option" when it starts with '-', else
+ * "unexpected argument", then hint (e.g. "(status takes none)", "": none). Returns -EINVAL. */
+int ctl_arg_unexpected(const char *cmd, const char *arg, const char *hint);
+
+/* argv[*i] must be one of opts (NULL-terminated), options that each take a value: *val gets
+ * argv[*i + 1] and *i is advanced past it. Returns the option's index in opts, or -EINVAL
+ * after a usage error of cmd (an unknown option, no value after it). */
+int ctl_arg_option(const char *cmd, const char *const *opts, int argc, char **argv, int *i,
+		   const char **val);
+
+/* s (the value of argument arg of cmd) as a decimal integer from min to max, the whole
+ * string. Returns 0 and *out, or -EINVAL after a usage error naming arg and s. */
+int ctl_arg_int(const char *cmd, const char *arg, const char *s, json_int_t min, json_int_t max,
+		json_int_t *out);
+
+/* s (the value of option arg of cmd) as a number of seconds from min to max. Returns 0 and
+ * *out, or -EINVAL after a usage error naming arg and s. */
+int ctl_arg_seconds(const char *cmd, const char *arg, const char *s, double min, double max,
+		    double *out);
 
 /* `turngatectl allocations [--user U] [--listener L] [--worker N] [--limit N] [--page N]
  * [--cursor C]`: pages through the daemon's listing (N per request, default 1000) until

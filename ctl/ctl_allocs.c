@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,28 +18,34 @@ struct allocs_opts {
 
 static int allocs_args(struct allocs_opts *o, int argc, char **argv)
 {
-	for (int i = 0; i < argc; i++) {
-		const char *k = argv[i];
-		json_int_t n;
+	static const char *const opts[] = { "--user", "--listener", "--worker", "--limit",
+					    "--page", "--cursor", NULL };
+	const char *cmd = "allocations";
 
-		if (i + 1 >= argc)
-			return -EINVAL;
+	for (int i = 0; i < argc; i++) {
+		const char *k = argv[i], *v;
+		json_int_t n;
+		int rc = ctl_arg_option(cmd, opts, argc, argv, &i, &v);
+
+		if (rc < 0)
+			return rc;
 		if (strcmp(k, "--user") == 0 || strcmp(k, "--listener") == 0) {
-			json_object_set_new(o->filter, k + 2, json_string(argv[++i]));
+			json_object_set_new(o->filter, k + 2, json_string(v));
 			continue;
 		}
-		if (ctl_parse_nonneg(argv[++i], &n) < 0)
-			return -EINVAL;
+		/* --limit and --page 0 would page forever */
+		rc = ctl_arg_int(cmd, k, v, strcmp(k, "--limit") == 0 || strcmp(k, "--page") == 0,
+				 INT64_MAX, &n);
+		if (rc < 0)
+			return rc;
 		if (strcmp(k, "--worker") == 0)
 			json_object_set_new(o->filter, "worker", json_integer(n));
-		else if (strcmp(k, "--limit") == 0 && n > 0)
+		else if (strcmp(k, "--limit") == 0)
 			o->limit = n;
-		else if (strcmp(k, "--page") == 0 && n > 0)
+		else if (strcmp(k, "--page") == 0)
 			o->page = n;
-		else if (strcmp(k, "--cursor") == 0)
-			o->cursor = n;
 		else
-			return -EINVAL;
+			o->cursor = n;
 	}
 	return 0;
 }

@@ -596,33 +596,29 @@ static int check_probe(struct doctor *d)
 
 static int parse_args(struct doctor *d, int argc, char **argv)
 {
-	for (int i = 0; i < argc; i++) {
-		const char *k = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+	static const char *const opts[] = { "-c", "--config", "--secret", "--user", "-u", "-p",
+					    "--peer", "--host", "--timeout", NULL };
+	const char **dst[] = { &d->conf_path, &d->conf_path, &d->secret, &d->rest_name,
+			       &d->user, &d->pass, &d->peer, &d->host, NULL };
 
-		if (v == NULL)
+	for (int i = 0; i < argc; i++) {
+		const char *v;
+		json_int_t ms;
+		int k = ctl_arg_option("doctor", opts, argc, argv, &i, &v);
+
+		if (k < 0)
+			return k;
+		if (dst[k] != NULL)
+			*dst[k] = v;
+		else if (ctl_arg_int("doctor", opts[k], v, 1, 3600000, &ms) < 0)
 			return -EINVAL;
-		i++;
-		if (strcmp(k, "-c") == 0 || strcmp(k, "--config") == 0)
-			d->conf_path = v;
-		else if (strcmp(k, "--secret") == 0)
-			d->secret = v;
-		else if (strcmp(k, "--user") == 0)
-			d->rest_name = v;
-		else if (strcmp(k, "-u") == 0)
-			d->user = v;
-		else if (strcmp(k, "-p") == 0)
-			d->pass = v;
-		else if (strcmp(k, "--peer") == 0)
-			d->peer = v;
-		else if (strcmp(k, "--host") == 0)
-			d->host = v;
-		else if (strcmp(k, "--timeout") == 0 && (d->timeout_ms = atoi(v)) > 0)
-			continue;
 		else
-			return -EINVAL;
+			d->timeout_ms = (int)ms;
 	}
-	return (d->user != NULL) == (d->pass != NULL) ? 0 : -EINVAL;
+	if ((d->user != NULL) != (d->pass != NULL))
+		return ctl_usage_error("doctor", d->user != NULL ? "-u" : "-p", "needs %s too",
+				       d->user != NULL ? "-p PASS" : "-u USER");
+	return 0;
 }
 
 int ctl_doctor_main(const char *sock, int argc, char **argv)

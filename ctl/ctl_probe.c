@@ -469,91 +469,120 @@ int ctl_probe_run(const struct ctl_probe_opts *o, struct ctl_probe_result *res)
 	return p.failed ? 1 : 0;
 }
 
-/* --tcp-peer and --data-port against the transport; says what is wrong on stderr. */
+/* --tcp-peer and --data-port against the transport. Returns 0, or -EINVAL after a usage
+ * error. */
 static int check_tcp_args(const struct probe *p)
 {
 	struct sockaddr_storage ss;
-	const char *why = NULL;
 
 	if (p->tcp_peer == NULL)
-		why = p->data_port != 0 ? "--data-port goes with --tcp-peer" : NULL;
-	else if (p->peer != NULL)
-		why = "--peer (UDP echo) and --tcp-peer (TCP echo) exclude each other";
-	else if (peer_addr(p->tcp_peer, &ss) < 0)
-		why = "bad --tcp-peer (expected IP:PORT or [IPv6]:PORT)";
-	else if (p->transport != TURN_CLIENT_TCP && p->transport != TURN_CLIENT_TLS)
-		why = "--tcp-peer needs a TCP or TLS control connection "
-		      "(turn:HOST?transport=tcp or turns:HOST)";
-	else if (p->data_port < 0 || p->data_port > 65535)
-		why = "bad --data-port";
-	if (why != NULL)
-		fprintf(stderr, "turngatectl: probe: %s\n", why);
-	return why != NULL ? -EINVAL : 0;
+		return p->data_port != 0 ? ctl_usage_error("probe", "--data-port",
+							   "goes with --tcp-peer")
+					 : 0;
+	if (p->peer != NULL)
+		return ctl_usage_error("probe", "--tcp-peer", "excludes --peer (a TCP echo, "
+							      "or a UDP echo)");
+	if (peer_addr(p->tcp_peer, &ss) < 0)
+		return ctl_usage_error("probe", "--tcp-peer", "%s is not IP:PORT or [IPv6]:PORT",
+				       p->tcp_peer);
+	if (p->transport != TURN_CLIENT_TCP && p->transport != TURN_CLIENT_TLS)
+		return ctl_usage_error("probe", "--tcp-peer", "needs a TCP or TLS control "
+				       "connection (turn:HOST?transport=tcp or turns:HOST)");
+	return 0;
+}
+
+/* The probe's command line as given, before it is checked as a whole. */
+struct probe_args {
+	const char *uri, *rest_name, *transport, *sni;
+};
+
+static int probe_parse(struct probe *p, struct probe_args *a, int argc, char **argv)
+{
+	static const char *const opts[] = { "-u", "-p", "--secret", "--user", "--peer",
+					    "--tcp-peer", "--transport", "--sni", "--data-port",
+					    "--timeout", NULL };
+	const char **dst[] = { &p->user, &p->pass, &p->secret, &a->rest_name, &p->peer,
+			       &p->tcp_peer, &a->transport, &a->sni, NULL, NULL };
+
+	for (int i = 0; i < argc; i++) {
+		bool port;
+		const char *v;
+		json_int_t n;
+		int k;
+
+		if (strcmp(argv[i], "--json") == 0) {
+			p->json = true;
+			continue;
+		}
+		if (argv[i][0] != '-' && a->uri == NULL) {
+			a->uri = argv[i];
+			continue;
+		}
+		k = ctl_arg_option("probe", opts, argc, argv, &i, &v);
+		if (k < 0)
+			return k;
+		if (dst[k] != NULL) {
+			*dst[k] = v;
+			continue;
+		}
+		port = strcmp(opts[k], "--data-port") == 0;
+		if (ctl_arg_int("probe", opts[k], v, 1, port ? 65535 : 3600000, &n) < 0)
+			return -EINVAL;
+		*(port ? &p->data_port : &p->timeout_ms) = (int)n;
+	}
+	return 0;
+}
+
+/* The arguments as a whole, and the URI and the transport into p. Returns 0, or -EINVAL
+ * after a usage error. */
+static int probe_check(struct probe *p, const struct probe_args *a)
+{
+	int rc;
+
+	if (a->uri == NULL)
+		return ctl_usage_error("probe", NULL, "missing TURN-URI "
+				       "(turn[s]:HOST[:PORT][?transport=udp|tcp])");
+	if (p->secret != NULL && p->user != NULL)
+		return ctl_usage_error("probe", "--secret", "excludes -u USER -p PASS");
+	if (p->secret == NULL && p->user == NULL && p->pass == NULL)
+		return ctl_usage_error("probe", NULL, "missing credential: -u USER -p PASS, or "
+						      "--secret SECRET");
+	if ((p->user != NULL) != (p->pass != NULL))
+		return ctl_usage_error("probe", p->user != NULL ? "-u" : "-p", "needs %s too",
+				       p->user != NULL ? "-p PASS" : "-u USER");
+	if (a->sni != NULL && strlen(a->sni) >= sizeof(p->sni))
+		return ctl_usage_error("probe", "--sni", "longer than %zu bytes",
+				       sizeof(p->sni) - 1);
+	if (a->sni != NULL)
+		snprintf(p->sni, sizeof(p->sni), "%s", a->sni);
+	rc = parse_uri(a->uri, p);
+	if (rc == -EHOSTUNREACH)
+		return ctl_usage_error("probe", "TURN-URI", "%s: the host does not resolve",
+				       a->uri);
+	if (rc < 0)
+		return ctl_usage_error("probe", "TURN-URI", "%s is not "
+				       "turn[s]:HOST[:PORT][?transport=udp|tcp]", a->uri);
+	if (a->transport != NULL && parse_transport(a->transport, &p->transport) < 0)
+		return ctl_usage_error("probe", "--transport", "%s is not one of udp, tcp, tls, "
+				       "dtls", a->transport);
+	return check_tcp_args(p);
 }
 
 int ctl_probe_main(int argc, char **argv)
 {
 	struct probe p;
-	const char *uri = NULL, *rest_name = "probe", *transport = NULL, *sni = NULL;
-	int rc;
+	struct probe_args a = { .rest_name = "probe" };
 
 	memset(&p, 0, sizeof(p));
 	p.timeout_ms = 3000;
-	for (int i = 0; i < argc; i++) {
-		bool has = i + 1 < argc;
-
-		if (strcmp(argv[i], "--json") == 0)
-			p.json = true;
-		else if (strcmp(argv[i], "-u") == 0 && has)
-			p.user = argv[++i];
-		else if (strcmp(argv[i], "-p") == 0 && has)
-			p.pass = argv[++i];
-		else if (strcmp(argv[i], "--secret") == 0 && has)
-			p.secret = argv[++i];
-		else if (strcmp(argv[i], "--user") == 0 && has)
-			rest_name = argv[++i];
-		else if (strcmp(argv[i], "--peer") == 0 && has)
-			p.peer = argv[++i];
-		else if (strcmp(argv[i], "--tcp-peer") == 0 && has)
-			p.tcp_peer = argv[++i];
-		else if (strcmp(argv[i], "--data-port") == 0 && has)
-			p.data_port = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--timeout") == 0 && has)
-			p.timeout_ms = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--transport") == 0 && has)
-			transport = argv[++i];
-		else if (strcmp(argv[i], "--sni") == 0 && has)
-			sni = argv[++i];
-		else if (uri == NULL && argv[i][0] != '-')
-			uri = argv[i];
-		else
-			return CTL_EXIT_USAGE;
-	}
-	if (uri == NULL || p.timeout_ms <= 0 || (p.secret != NULL) == (p.user != NULL) ||
-	    (p.user != NULL) != (p.pass != NULL) || (sni != NULL && strlen(sni) >= sizeof(p.sni)))
-		return CTL_EXIT_USAGE;
-	if (sni != NULL)
-		snprintf(p.sni, sizeof(p.sni), "%s", sni);
-	rc = parse_uri(uri, &p);
-	if (rc < 0) {
-		fprintf(stderr,
-			"turngatectl: probe: bad TURN URI %s (expected "
-			"turn[s]:HOST[:PORT][?transport=udp|tcp])\n",
-			uri);
-		return CTL_EXIT_USAGE;
-	}
-	if (transport != NULL && parse_transport(transport, &p.transport) < 0) {
-		fprintf(stderr, "turngatectl: probe: bad --transport %s (udp, tcp, tls, dtls)\n",
-			transport);
-		return CTL_EXIT_USAGE;
-	}
-	if (check_tcp_args(&p) < 0)
+	if (probe_parse(&p, &a, argc, argv) < 0 || probe_check(&p, &a) < 0)
 		return CTL_EXIT_USAGE;
 	if (p.secret != NULL &&
-	    stun_rest_mint((const uint8_t *)p.secret, strlen(p.secret), rest_name,
+	    stun_rest_mint((const uint8_t *)p.secret, strlen(p.secret), a.rest_name,
 			   (uint64_t)time(NULL) + PROBE_TTL_S, p.rest_user, sizeof(p.rest_user),
 			   p.rest_pass, sizeof(p.rest_pass)) < 0) {
-		fprintf(stderr, "turngatectl: probe: cannot mint a credential\n");
+		ctl_usage_error("probe", "--user", "cannot mint a REST credential for %s (too "
+			        "long?)", a.rest_name);
 		return CTL_EXIT_USAGE;
 	}
 	p.steps = json_array();

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctl/ctl.h"
 
@@ -116,8 +117,8 @@ static void print_rows(const struct top_row *rows, size_t n, long max, bool user
 }
 
 /* One refresh from a ranked sample (rates since the previous one): prints it (human or
- * JSON). Returns 0 or -ENOMEM. */
-static int top_show(const struct top_opts *o, json_t *cur, FILE *out)
+ * JSON); first: the first refresh. Returns 0 or -ENOMEM. */
+static int top_show(const struct top_opts *o, json_t *cur, bool first, FILE *out)
 {
 	json_t *ca = json_object_get(cur, "allocations"), *cu = json_object_get(cur, "users"), *a;
 	double dt = json_number_value(json_object_get(cur, "interval"));
@@ -149,8 +150,12 @@ static int top_show(const struct top_opts *o, json_t *cur, FILE *out)
 			   sizeof(ab));
 		human_rate((double)json_integer_value(json_object_get(lim, "user_bps")), ub,
 			   sizeof(ub));
-		if (!o->once)
+		/* redrawn in place on a terminal; a pipe or file gets the refreshes one after
+		 * the other, a blank line apart, and no terminal codes */
+		if (!o->once && isatty(fileno(out)))
 			fputs("\033[H\033[2J", out);
+		else if (!first)
+			fputc('\n', out);
 		fprintf(out,
 			"turngate top: %lld allocations, %lld users, rates over %.2f s; limits: "
 			"allocation %s, user %s (0b: none)\n\n",
@@ -168,26 +173,25 @@ static int top_show(const struct top_opts *o, json_t *cur, FILE *out)
 
 static int top_args(struct top_opts *o, int argc, char **argv)
 {
+	static const char *const opts[] = { "--interval", "--rows", "--count", NULL };
+
 	for (int i = 0; i < argc; i++) {
-		char *end;
+		const char *k = argv[i], *v;
+		json_int_t n;
 
-		if (strcmp(argv[i], "--once") == 0) {
+		if (strcmp(k, "--once") == 0) {
 			o->once = true;
-		} else if (strcmp(argv[i], "--json") == 0) {
+		} else if (strcmp(k, "--json") == 0) {
 			o->as_json = true;
-		} else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
-			o->interval = strtod(argv[++i], &end);
-			if (*end != '\0' || !(o->interval >= 0.1 && o->interval <= 60))
-				return -EINVAL;
-		} else if ((strcmp(argv[i], "--rows") == 0 || strcmp(argv[i], "--count") == 0) &&
-			   i + 1 < argc) {
-			long *dst = argv[i][2] == 'r' ? &o->rows : &o->count;
-
-			*dst = strtol(argv[++i], &end, 10);
-			if (*end != '\0' || *dst < 1 || *dst > 1000000)
+		} else if (ctl_arg_option("top", opts, argc, argv, &i, &v) < 0) {
+			return -EINVAL;
+		} else if (strcmp(k, "--interval") == 0) {
+			if (ctl_arg_seconds("top", k, v, 0.1, 60, &o->interval) < 0)
 				return -EINVAL;
 		} else {
-			return -EINVAL;
+			if (ctl_arg_int("top", k, v, 1, 1000000, &n) < 0)
+				return -EINVAL;
+			*(strcmp(k, "--rows") == 0 ? &o->rows : &o->count) = (long)n;
 		}
 	}
 	return 0;
@@ -232,7 +236,7 @@ int ctl_top_main(const char *sock, bool as_json, int argc, char **argv)
 		rc = top_sample(sock, o.rows, &cur);
 		if (rc != 0)
 			break;
-		if (top_show(&o, cur, stdout) < 0)
+		if (top_show(&o, cur, k == 0, stdout) < 0)
 			rc = CTL_EXIT_ERROR;
 		json_decref(cur);
 	}

@@ -57,6 +57,29 @@ static int poll_once(const char *sock, int old_pid, int attempt, int *rc)
 	return settled;
 }
 
+/* --binary PATH and --timeout S into req and *timeout. Returns 0, or -EINVAL after a
+ * usage error. */
+static int upgrade_args(json_t *req, double *timeout, int argc, char **argv)
+{
+	static const char *const opts[] = { "--binary", "--timeout", NULL };
+
+	for (int i = 0; i < argc; i++) {
+		const char *v;
+		int k = ctl_arg_option("upgrade", opts, argc, argv, &i, &v);
+
+		if (k < 0)
+			return k;
+		if (k == 0) {
+			json_object_set_new(req, "binary", json_string(v));
+			continue;
+		}
+		if (ctl_arg_seconds("upgrade", opts[k], v, 0.001, 3600, timeout) < 0)
+			return -EINVAL;
+		json_object_set_new(req, "timeout", json_real(*timeout));
+	}
+	return 0;
+}
+
 int ctl_upgrade_main(const char *sock, int argc, char **argv)
 {
 	json_t *req = json_pack("{s:s}", "cmd", "upgrade"), *reply = NULL, *u;
@@ -64,22 +87,9 @@ int ctl_upgrade_main(const char *sock, int argc, char **argv)
 	uint64_t deadline;
 	int old_pid, attempt, rc;
 
-	for (int i = 0; i < argc; i++) {
-		if (strcmp(argv[i], "--binary") == 0 && i + 1 < argc) {
-			json_object_set_new(req, "binary", json_string(argv[++i]));
-		} else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-			char *end;
-
-			timeout = strtod(argv[++i], &end);
-			if (*end != '\0' || !(timeout > 0 && timeout <= 3600)) {
-				json_decref(req);
-				return CTL_EXIT_USAGE;
-			}
-			json_object_set_new(req, "timeout", json_real(timeout));
-		} else {
-			json_decref(req);
-			return CTL_EXIT_USAGE;
-		}
+	if (upgrade_args(req, &timeout, argc, argv) < 0) {
+		json_decref(req);
+		return CTL_EXIT_USAGE;
 	}
 	rc = ctl_call(sock, req, &reply);
 	if (rc == CTL_EXIT_CONNECT)

@@ -63,6 +63,12 @@ def test_ctl_commands(d):
         rc, out, err = daemon.ctl("disconnect", "3")
         check(rc == 1 and err == "turngatectl: disconnect: no such allocation\n", err)
 
+        # Into a pipe, top's refreshes follow one another a blank line apart, without the
+        # terminal's clear-screen codes (before: ESC [H ESC [2J before each refresh).
+        rc, out, err = daemon.ctl("top", "--count", "2", "--interval", "0.1")
+        check(rc == 0 and out.count("turngate top: ") == 2 and "\x1b" not in out and
+              "\n\nturngate top: " in out, (rc, out, err))
+
         gen = daemon.admin({"cmd": "status"})["generation"]
         rc, out, err = daemon.ctl("reload")
         check(rc == 0 and out.startswith("reload ok: generation %d" % (gen + 1)), out)
@@ -366,6 +372,70 @@ def test_ctl_older_daemon(d):
     fake.ls.close()
 
 
+# Each usage error's first line on stderr: the command, the argument, what is wrong.
+USAGE_ERRORS = [
+    ([], "turngatectl: no COMMAND given"),
+    (["--bogus", "status"], "turngatectl: --bogus: unknown option"),
+    (["-s"], "turngatectl: -s: needs a value (the admin socket's path)"),
+    (["frobnicate"], "turngatectl: frobnicate: unknown command"),
+    (["status", "extra"], "turngatectl status: extra: unexpected argument (it takes none)"),
+    (["reload", "--forse"], "turngatectl reload: --forse: unknown option (reload [--force])"),
+    (["allocations", "--cursor", "-1"],
+     "turngatectl allocations: --cursor: -1 is not a non-negative integer"),
+    (["allocations", "--limit", "abc"],
+     "turngatectl allocations: --limit: abc is not a positive integer"),
+    (["allocations", "--page", "0"], "turngatectl allocations: --page: 0 is not a positive integer"),
+    (["allocations", "--user"], "turngatectl allocations: --user: needs a value"),
+    (["allocations", "--usr", "a"], "turngatectl allocations: --usr: unknown option"),
+    (["top", "--rows", "0"], "turngatectl top: --rows: 0 is not an integer from 1 to 1000000"),
+    (["top", "--count", "x"], "turngatectl top: --count: x is not an integer from 1 to 1000000"),
+    (["top", "--interval", "0.01"],
+     "turngatectl top: --interval: 0.01 is not a number of seconds from 0.1 to 60"),
+    (["top", "--once", "now"], "turngatectl top: now: unexpected argument"),
+    (["disconnect"], "turngatectl disconnect: missing ID or --user U"),
+    (["disconnect", "-1"], "turngatectl disconnect: ID: -1 is not a non-negative integer"),
+    (["disconnect", "3", "--gen", "x"],
+     "turngatectl disconnect: --gen: x is not a non-negative integer"),
+    (["disconnect", "3", "--gen"], "turngatectl disconnect: --gen: needs a value"),
+    (["disconnect", "--user", "a", "b"], "turngatectl disconnect: b: unexpected argument"),
+    (["drain", "maybe"], "turngatectl drain: maybe: neither on nor off"),
+    (["loglevel", "a", "b"], "turngatectl loglevel: b: unexpected argument (one SPEC at most)"),
+    (["revoke"], "turngatectl revoke: missing USER or --user-id ID"),
+    (["revoke", "--user-id"], "turngatectl revoke: --user-id: needs a value"),
+    (["revoke", "bob", "--for"], "turngatectl revoke: --for: needs a value"),
+    (["unrevoke", "bob", "--for", "1m"], "turngatectl unrevoke: --for: unknown option"),
+    (["revocations", "x"], "turngatectl revocations: x: unexpected argument"),
+    (["doctor", "-u", "x"], "turngatectl doctor: -u: needs -p PASS too"),
+    (["doctor", "--timeout", "soon"],
+     "turngatectl doctor: --timeout: soon is not an integer from 1 to 3600000"),
+    (["upgrade", "--timeout", "0"],
+     "turngatectl upgrade: --timeout: 0 is not a number of seconds from 0.001 to 3600"),
+    (["upgrade", "--bin", "x"], "turngatectl upgrade: --bin: unknown option"),
+    (["probe"], "turngatectl probe: missing TURN-URI (turn[s]:HOST[:PORT][?transport=udp|tcp])"),
+    (["probe", "stun:x", "--secret", "a"],
+     "turngatectl probe: TURN-URI: stun:x is not turn[s]:HOST[:PORT][?transport=udp|tcp]"),
+    (["probe", "turn:127.0.0.1", "-u", "a"], "turngatectl probe: -u: needs -p PASS too"),
+    (["probe", "turn:127.0.0.1", "--secret", "a", "--timeout", "abc"],
+     "turngatectl probe: --timeout: abc is not an integer from 1 to 3600000"),
+    (["probe", "turn:127.0.0.1", "--secret", "a", "--transport", "quic"],
+     "turngatectl probe: --transport: quic is not one of udp, tcp, tls, dtls"),
+]
+
+
+def test_ctl_usage_errors(d):
+    """Every usage error says first, in one line on stderr, which command and argument are
+    wrong and why, then prints the usage; exit 2, nothing on stdout, the daemon never
+    asked (the socket does not exist: reaching for it would exit 3). Before: most printed
+    only the 60-line usage, disconnect and drain a "bad command or arguments: CMD"."""
+    sock = os.path.join(d, "none.sock")
+    for args, first in USAGE_ERRORS:
+        r = subprocess.run([TURNGATECTL, "-s", sock] + args if args[:1] != ["-s"] else
+                           [TURNGATECTL] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stdout == "" and
+              r.stderr.split("\n")[0] == first and "\nusage: turngatectl" in r.stderr,
+              (args, r.returncode, r.stderr.split("\n")[:2]))
+
+
 def test_ctl_no_daemon(d):
     r = subprocess.run([TURNGATECTL, "-s", os.path.join(d, "none.sock"), "status"],
                        capture_output=True, text=True, timeout=30)
@@ -379,4 +449,4 @@ def test_ctl_no_daemon(d):
 if __name__ == "__main__":
     run_tests([test_ctl_commands, test_ctl_not_reached, test_ctl_disconnect_gen,
                test_ctl_disconnect_gen_takeover, test_ctl_older_daemon, test_ctl_probe,
-               test_ctl_no_daemon])
+               test_ctl_usage_errors, test_ctl_no_daemon])
