@@ -27,6 +27,7 @@ struct admin_client {
 	char *out;
 	size_t out_len, out_off;
 	bool closing;      /* close once out is flushed */
+	ev_tstamp active;  /* loop time of its last byte either way (or of its connect) */
 	LIST_ENTRY(admin_client) link; /* struct admin's clients */
 };
 
@@ -168,6 +169,7 @@ static void read_cb(struct ev_loop *loop, ev_io *io, int revents)
 		client_free(c);
 		return;
 	}
+	c->active = ev_now(loop);
 	c->in_len += (size_t)n;
 	process_lines(c);
 	check_overflow(c);
@@ -186,6 +188,7 @@ static void write_cb(struct ev_loop *loop, ev_io *io, int revents)
 		client_free(c);
 		return;
 	}
+	c->active = ev_now(loop);
 	c->out_off += (size_t)n;
 	if (c->out_off < c->out_len)
 		return;
@@ -220,6 +223,39 @@ static void peer_read(int fd, struct admin_peer *peer)
 	peer->gid = uc.gid;
 }
 
+/* Idle: nothing in progress for it (no request partly read or being skipped, no reply
+ * queued, no bytes waiting in the socket that this loop iteration has not read yet). A
+ * client between requests is idle; one that is sending, or being answered, or not yet
+ * reading a large reply, is not. */
+static bool client_idle(const struct admin_client *c)
+{
+	char b;
+
+	if (c->in_len != 0 || c->discarding || c->closing || ev_is_active(&c->wio))
+		return false;
+	return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+}
+
+/* A full table makes room by closing the client idle longest, if it has been idle at least
+ * ADMIN_IDLE_EVICT_S: connections that a monitoring script leaked or holds open without
+ * asking anything must not lock the operator out. At most ADMIN_MAX_CLIENTS compared, only
+ * when full. Returns true when a place was freed. */
+static bool evict_idle(struct admin *a, ev_tstamp now)
+{
+	struct admin_client *c, *oldest = NULL;
+
+	LIST_FOREACH(c, &a->clients, link)
+		if (client_idle(c) && (oldest == NULL || c->active < oldest->active))
+			oldest = c;
+	if (oldest == NULL || now - oldest->active < ADMIN_IDLE_EVICT_S)
+		return false;
+	log_warn("admin", "%u clients (the limit): closing the one idle longest, uid=%d pid=%d, "
+		 "idle %.0f s, for a new one", a->n_clients, (int)oldest->peer.uid,
+		 (int)oldest->peer.pid, now - oldest->active);
+	client_free(oldest);
+	return true;
+}
+
 static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct admin *a = io->data;
@@ -230,7 +266,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	fd = accept4(a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
 		return;
-	if (a->n_clients >= ADMIN_MAX_CLIENTS) {
+	if (a->n_clients >= ADMIN_MAX_CLIENTS && !evict_idle(a, ev_now(loop))) {
 		static const char busy[] = "{\"ok\":false,\"error\":\"too many admin clients\"}\n";
 
 		if (send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
@@ -245,6 +281,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	}
 	c->a = a;
 	c->fd = fd;
+	c->active = ev_now(loop);
 	peer_read(fd, &c->peer);
 	ev_io_init(&c->rio, read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, write_cb, fd, EV_WRITE);

@@ -4,7 +4,10 @@
  * master answers each with one JSON object on one line: {"ok":true, ...} or
  * {"ok":false,"error":"what went wrong"}. Requests are answered in order, one at a time.
  * Lines are at most ADMIN_LINE_MAX bytes, at most ADMIN_MAX_CLIENTS connections are served,
- * replies are capped at ADMIN_OUT_MAX bytes. Master process only.
+ * replies are capped at ADMIN_OUT_MAX bytes. A connection that arrives while the table is
+ * full takes the place of the client idle longest (nothing being read from it, answered
+ * or queued for it) if that one has been idle at least ADMIN_IDLE_EVICT_S; otherwise it
+ * is refused ("too many admin clients"). Master process only.
  */
 #ifndef TG_MASTER_ADMIN_H
 #define TG_MASTER_ADMIN_H
@@ -16,6 +19,10 @@
 
 #define ADMIN_LINE_MAX 8192
 #define ADMIN_MAX_CLIENTS 16
+/* Seconds without a byte either way, with no request partly read and no reply queued,
+ * after which a client of a full table gives its place to a new one (never sooner, and
+ * never while the table has room: an idle client is otherwise kept as long as it likes). */
+#define ADMIN_IDLE_EVICT_S 10
 #define ADMIN_BACKLOG 16   /* connections the socket queues while no master takes them */
 #define ADMIN_OUT_MAX (32u << 20)
 #define ADMIN_DEFAULT_LIMIT 1000

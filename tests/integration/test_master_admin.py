@@ -1,6 +1,8 @@
-"""Admin socket: every command, malformed input, limits and the socket's permissions."""
+"""Admin socket: every command, malformed input, limits (idle clients of a full table make
+room) and the socket's permissions."""
 import json
 import os
+import select
 import socket
 import stat
 import sys
@@ -188,5 +190,74 @@ def test_malformed(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def ask_line(s, data):
+    """Sends data (the rest of a request line) on a connection kept open and returns the
+    reply (bounded by the socket's timeout)."""
+    s.sendall(data)
+    buf = b""
+    while b"\n" not in buf:
+        chunk = s.recv(65536)
+        check(chunk, "kept connection closed after %r" % data)
+        buf += chunk
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+def closed(s):
+    """True when the daemon closed s (end of file now), False while it is open and quiet."""
+    readable, _, _ = select.select([s], [], [], 0)
+    return bool(readable) and s.recv(1) == b""
+
+
+WORKERS = b'{"cmd":"workers"}\n'
+
+
+def test_idle_clients_make_room(d):
+    # Sixteen connections held open lock nobody out for good: once the idle ones have been
+    # idle long enough (ADMIN_IDLE_EVICT_S), a newcomer takes the place of the one idle
+    # longest. A client that is in the middle of a request, or that keeps asking on its
+    # connection (a dashboard's loop), is not the one closed, even when it connected first.
+    daemon, _ = start(d, workers=1)
+    conns = []
+    try:
+        def connect():
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(30)
+            c.connect(daemon.sock)
+            conns.append(c)
+            return c
+        partial = connect()
+        partial.sendall(b'{"cmd":"sta')
+        looping = connect()
+        check(ask_line(looping, WORKERS)["ok"] is True, "first request")
+        idle = [connect() for _ in range(14)]
+        # Until the idle ones have been idle long enough, newcomers are refused (as before
+        # the fix, for good): retry, bounded, while the looping client keeps asking.
+        deadline = time.monotonic() + 90
+        while True:
+            check(ask_line(looping, WORKERS)["ok"] is True, "looping client")
+            rc, out, err = daemon.ctl("status")
+            if rc == 0:
+                break
+            # Refused: the busy line, or the close before turngatectl's request was sent.
+            check(any(w in err for w in ("too many admin clients", "Broken pipe",
+                                         "Connection reset")), (rc, out, err))
+            check(time.monotonic() < deadline,
+                  "turngatectl status still refused: 16 idle admin clients lock it out")
+            time.sleep(0.5)
+        gone = [c for c in idle if closed(c)]
+        check(len(gone) == 1, "%d idle clients closed, expected 1" % len(gone))
+        check(not closed(partial) and not closed(looping), "a busy client was closed")
+        check(ask_line(partial, b'tus"}\n')["ok"] is True, "the partial request's reply")
+        check(ask_line(looping, WORKERS)["ok"] is True, "looping client after")
+        line = "uid=%d pid=%d, idle" % (os.getuid(), os.getpid())
+        check("closing the one idle longest, " + line in daemon.stderr(),
+              "no WARN line naming the closed client (%s)" % line)
+    finally:
+        for c in conns:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
-    run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed])
+    run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed,
+               test_idle_clients_make_room])

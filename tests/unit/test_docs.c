@@ -28,6 +28,7 @@
 #include "shm/shm_internal.h"
 #include "shm/shm_quota.h"
 #include "shm/shm_records.h"
+#include "master/admin.h"
 #include "master/master.h"
 #include "master/webhook.h"
 #include "stun/stun_frame.h"
@@ -44,6 +45,16 @@ struct rule {
 #define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a)-1) / (a) * (a))
 
 static const struct rule rules[] = {
+	/* The admin socket's clients (master/admin.h). */
+	{ "operations.md", "at most ([0-9]+) clients are served at once", 10, ADMIN_MAX_CLIENTS },
+	{ "operations.md", "When all ([0-9]+) places are taken", 10, ADMIN_MAX_CLIENTS },
+	{ "operations.md", "idle for at least ([0-9]+) s \\(`ADMIN_IDLE_EVICT_S`\\)", 10,
+	  ADMIN_IDLE_EVICT_S },
+	{ "operations.md", "once one of them has been quiet for ([0-9]+) s", 10,
+	  ADMIN_IDLE_EVICT_S },
+	{ "operations.md", "asks again more often than every ([0-9]+) s", 10, ADMIN_IDLE_EVICT_S },
+	{ "security.md", "when all ([0-9]+) are taken, a new connection", 10, ADMIN_MAX_CLIENTS },
+	{ "security.md", "if it has been idle ≥ ([0-9]+) s", 10, ADMIN_IDLE_EVICT_S },
 	/* The master's kept disconnects (master/discsent.h) and the worker's bound. */
 	{ "operations.md", "at most ([0-9]+) per worker \\(past that", 10, DISCSENT_MAX },
 	{ "operations.md", "still not done again ([0-9]+) seconds after", 10,
