@@ -237,22 +237,32 @@ static bool client_idle(const struct admin_client *c)
 }
 
 /* A full table makes room by closing the client idle longest, if it has been idle at least
- * ADMIN_IDLE_EVICT_S: connections that a monitoring script leaked or holds open without
- * asking anything must not lock the operator out. At most ADMIN_MAX_CLIENTS compared, only
- * when full. Returns true when a place was freed. */
+ * ADMIN_IDLE_EVICT_S, else the one stalled longest in a request or a reply, if it has made
+ * no progress for ADMIN_STALL_EVICT_S: connections that a monitoring script leaked or holds
+ * open, asking nothing or half a request, must not lock the operator out. At most
+ * ADMIN_MAX_CLIENTS compared, only when full. Returns true when a place was freed. */
 static bool evict_idle(struct admin *a, ev_tstamp now)
 {
-	struct admin_client *c, *oldest = NULL;
+	struct admin_client *c, *idle = NULL, *stalled = NULL, *victim;
 
-	LIST_FOREACH(c, &a->clients, link)
-		if (client_idle(c) && (oldest == NULL || c->active < oldest->active))
-			oldest = c;
-	if (oldest == NULL || now - oldest->active < ADMIN_IDLE_EVICT_S)
+	LIST_FOREACH(c, &a->clients, link) {
+		struct admin_client **oldest = client_idle(c) ? &idle : &stalled;
+
+		if (*oldest == NULL || c->active < (*oldest)->active)
+			*oldest = c;
+	}
+	if (idle != NULL && now - idle->active >= ADMIN_IDLE_EVICT_S)
+		victim = idle;
+	else if (stalled != NULL && now - stalled->active >= ADMIN_STALL_EVICT_S)
+		victim = stalled;
+	else
 		return false;
-	log_warn("admin", "%u clients (the limit): closing the one idle longest, uid=%d pid=%d, "
-		 "idle %.0f s, for a new one", a->n_clients, (int)oldest->peer.uid,
-		 (int)oldest->peer.pid, now - oldest->active);
-	client_free(oldest);
+	log_warn("admin", "%u clients (the limit): closing the one %s longest, uid=%d pid=%d, "
+		 "%s %.0f s, for a new one", a->n_clients, victim == idle ? "idle" : "stalled",
+		 (int)victim->peer.uid, (int)victim->peer.pid,
+		 victim == idle ? "idle" : "no progress in a request or reply for",
+		 now - victim->active);
+	client_free(victim);
 	return true;
 }
 

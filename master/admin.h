@@ -6,8 +6,10 @@
  * Lines are at most ADMIN_LINE_MAX bytes, at most ADMIN_MAX_CLIENTS connections are served,
  * replies are capped at ADMIN_OUT_MAX bytes. A connection that arrives while the table is
  * full takes the place of the client idle longest (nothing being read from it, answered
- * or queued for it) if that one has been idle at least ADMIN_IDLE_EVICT_S; otherwise it
- * is refused ("too many admin clients"). Master process only.
+ * or queued for it) if that one has been idle at least ADMIN_IDLE_EVICT_S, else of the
+ * client stalled longest (a request partly sent, or a reply not read) if that one has made
+ * no progress for ADMIN_STALL_EVICT_S; otherwise it is refused ("too many admin
+ * clients"). Master process only.
  */
 #ifndef TG_MASTER_ADMIN_H
 #define TG_MASTER_ADMIN_H
@@ -23,6 +25,11 @@
  * after which a client of a full table gives its place to a new one (never sooner, and
  * never while the table has room: an idle client is otherwise kept as long as it likes). */
 #define ADMIN_IDLE_EVICT_S 10
+/* Seconds without a byte either way for a client in the middle of a request (partly sent)
+ * or of a reply (not read): with no idle client to close, a full table closes the one
+ * stalled longest once it has stalled this long (every reply is written at once, so no
+ * request waits on the daemon meanwhile). */
+#define ADMIN_STALL_EVICT_S 30
 #define ADMIN_BACKLOG 16   /* connections the socket queues while no master takes them */
 #define ADMIN_OUT_MAX (32u << 20)
 #define ADMIN_DEFAULT_LIMIT 1000

@@ -258,6 +258,42 @@ def test_idle_clients_make_room(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_stalled_clients_make_room(d):
+    # Sixteen connections that each sent half a request and stopped (none idle): once the
+    # first has made no progress for ADMIN_STALL_EVICT_S, a newcomer takes its place; the
+    # one stalled longest (connected first) goes, the others stay.
+    daemon, _ = start(d, workers=1)
+    conns = []
+    try:
+        for _ in range(16):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(30)
+            c.connect(daemon.sock)
+            c.sendall(b'{"cmd":"sta')
+            conns.append(c)
+            time.sleep(0.05)   # distinct last-progress times: the first is the oldest
+        deadline = time.monotonic() + 120
+        while True:
+            rc, out, err = daemon.ctl("status")
+            if rc == 0:
+                break
+            check(any(w in err for w in ("too many admin clients", "Broken pipe",
+                                         "Connection reset")), (rc, out, err))
+            check(time.monotonic() < deadline,
+                  "turngatectl status still refused: 16 stalled admin clients lock it out")
+            time.sleep(1)
+        gone = [i for i, c in enumerate(conns) if closed(c)]
+        check(gone == [0], "stalled clients closed: %r, expected [0]" % gone)
+        check(ask_line(conns[1], b'tus"}\n')["ok"] is True, "a stalled request's reply")
+        line = "closing the one stalled longest, uid=%d pid=%d, no progress" % (
+            os.getuid(), os.getpid())
+        check(line in daemon.stderr(), "no WARN line naming the closed client (%s)" % line)
+    finally:
+        for c in conns:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed,
-               test_idle_clients_make_room])
+               test_idle_clients_make_room, test_stalled_clients_make_room])

@@ -55,6 +55,8 @@ static const struct rule rules[] = {
 	{ "operations.md", "asks again more often than every ([0-9]+) s", 10, ADMIN_IDLE_EVICT_S },
 	{ "security.md", "when all ([0-9]+) are taken, a new connection", 10, ADMIN_MAX_CLIENTS },
 	{ "security.md", "if it has been idle ≥ ([0-9]+) s", 10, ADMIN_IDLE_EVICT_S },
+	{ "operations.md", "for ([0-9]+) s \\(`ADMIN_STALL_EVICT_S`\\)", 10, ADMIN_STALL_EVICT_S },
+	{ "security.md", "made no progress for ≥ ([0-9]+) s", 10, ADMIN_STALL_EVICT_S },
 	/* The master's kept disconnects (master/discsent.h) and the worker's bound. */
 	{ "operations.md", "at most ([0-9]+) per worker \\(past that", 10, DISCSENT_MAX },
 	{ "operations.md", "still not done again ([0-9]+) seconds after", 10,
