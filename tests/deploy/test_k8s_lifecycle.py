@@ -14,6 +14,7 @@ TURN client (python3-aioice) and a UDP echo peer. Timeouts are generous upper bo
 """
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,6 +134,27 @@ async def scenario(proc, turn_port, health):
         echo_t.close()
 
 
+def state_room(log_text):
+    """The emptyDir that holds state_dir must take the state file twice: a start (a
+    container restart inside the pod) copies the table it takes over into a new file
+    before it removes the old one, and a Memory emptyDir's tmpfs is sizeLimit large.
+    The segment's size is the daemon's own figure for the ConfigMap's config (the pod runs
+    2 workers where this test runs 1: 1 MiB of slack covers their slots)."""
+    m = re.search(r"shared segment ([0-9.]+) MiB", log_text)
+    assert m, "no 'shared segment N MiB' line in the daemon's log"
+    seg = float(m.group(1))
+    with open(os.path.join(SRC, "deploy", "kubernetes", "deployment.yaml"),
+              encoding="utf-8") as fh:
+        vols = yaml.safe_load(fh)["spec"]["template"]["spec"]["volumes"]
+    limit = [v["emptyDir"]["sizeLimit"] for v in vols if v["name"] == "run"][0]
+    m = re.fullmatch(r"([0-9]+)Mi", limit)
+    assert m, f"sizeLimit {limit!r} is not in Mi"
+    need = 2 * seg + 1
+    assert int(m.group(1)) >= need, \
+        f"emptyDir 'run' sizeLimit {limit} < {need:.1f} MiB (twice the {seg} MiB table)"
+    return seg, limit
+
+
 def main():
     if not os.access(DAEMON, os.X_OK):
         print(f"FAIL: {DAEMON} is not built")
@@ -153,6 +175,8 @@ def main():
                 f"terminationGracePeriodSeconds {grace_pod} < drain_timeout {grace_cfg} + 15"
             asyncio.run(asyncio.wait_for(
                 scenario(proc, turn_port, f"http://127.0.0.1:{health_port}"), 240))
+            log.seek(0)
+            seg, limit = state_room(log.read())
         except (AssertionError, asyncio.TimeoutError, OSError) as e:
             log.seek(0)
             print(log.read())
@@ -168,6 +192,7 @@ def main():
                     proc.wait(timeout=30)
             log.close()
     print("ok: ready -> SIGTERM -> not ready, still live, relaying, refusing -> exit 0")
+    print(f"ok: the state file's emptyDir ({limit}) holds the {seg} MiB table twice")
     return 0
 
 
