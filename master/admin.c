@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/mono.h"
 
 struct admin_client {
 	struct admin *a;
@@ -27,7 +28,8 @@ struct admin_client {
 	char *out;
 	size_t out_len, out_off;
 	bool closing;      /* close once out is flushed */
-	ev_tstamp active;  /* loop time of its last byte either way (or of its connect) */
+	uint64_t active;   /* mono_ms() of its last byte either way (or of its connect): not
+			    * libev's loop time, which is the wall clock and steps */
 	LIST_ENTRY(admin_client) link; /* struct admin's clients */
 };
 
@@ -169,7 +171,7 @@ static void read_cb(struct ev_loop *loop, ev_io *io, int revents)
 		client_free(c);
 		return;
 	}
-	c->active = ev_now(loop);
+	c->active = mono_ms();
 	c->in_len += (size_t)n;
 	process_lines(c);
 	check_overflow(c);
@@ -188,7 +190,7 @@ static void write_cb(struct ev_loop *loop, ev_io *io, int revents)
 		client_free(c);
 		return;
 	}
-	c->active = ev_now(loop);
+	c->active = mono_ms();
 	c->out_off += (size_t)n;
 	if (c->out_off < c->out_len)
 		return;
@@ -241,7 +243,7 @@ static bool client_idle(const struct admin_client *c)
  * no progress for ADMIN_STALL_EVICT_S: connections that a monitoring script leaked or holds
  * open, asking nothing or half a request, must not lock the operator out. At most
  * ADMIN_MAX_CLIENTS compared, only when full. Returns true when a place was freed. */
-static bool evict_idle(struct admin *a, ev_tstamp now)
+static bool evict_idle(struct admin *a, uint64_t now)
 {
 	struct admin_client *c, *idle = NULL, *stalled = NULL, *victim;
 
@@ -251,17 +253,17 @@ static bool evict_idle(struct admin *a, ev_tstamp now)
 		if (*oldest == NULL || c->active < (*oldest)->active)
 			*oldest = c;
 	}
-	if (idle != NULL && now - idle->active >= ADMIN_IDLE_EVICT_S)
+	if (idle != NULL && now - idle->active >= ADMIN_IDLE_EVICT_S * 1000u)
 		victim = idle;
-	else if (stalled != NULL && now - stalled->active >= ADMIN_STALL_EVICT_S)
+	else if (stalled != NULL && now - stalled->active >= ADMIN_STALL_EVICT_S * 1000u)
 		victim = stalled;
 	else
 		return false;
 	log_warn("admin", "%u clients (the limit): closing the one %s longest, uid=%d pid=%d, "
-		 "%s %.0f s, for a new one", a->n_clients, victim == idle ? "idle" : "stalled",
+		 "%s %llu s, for a new one", a->n_clients, victim == idle ? "idle" : "stalled",
 		 (int)victim->peer.uid, (int)victim->peer.pid,
 		 victim == idle ? "idle" : "no progress in a request or reply for",
-		 now - victim->active);
+		 (unsigned long long)((now - victim->active) / 1000u));
 	client_free(victim);
 	return true;
 }
@@ -276,7 +278,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	fd = accept4(a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
 		return;
-	if (a->n_clients >= ADMIN_MAX_CLIENTS && !evict_idle(a, ev_now(loop))) {
+	if (a->n_clients >= ADMIN_MAX_CLIENTS && !evict_idle(a, mono_ms())) {
 		static const char busy[] = "{\"ok\":false,\"error\":\"too many admin clients\"}\n";
 
 		if (send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
@@ -291,7 +293,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	}
 	c->a = a;
 	c->fd = fd;
-	c->active = ev_now(loop);
+	c->active = mono_ms();
 	peer_read(fd, &c->peer);
 	ev_io_init(&c->rio, read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, write_cb, fd, EV_WRITE);

@@ -5,6 +5,7 @@ import os
 import select
 import socket
 import stat
+import subprocess
 import sys
 import time
 
@@ -209,6 +210,7 @@ def closed(s):
 
 
 WORKERS = b'{"cmd":"workers"}\n'
+ADMIN_IDLE_EVICT_S = 10     # master/admin.h
 
 
 def test_idle_clients_make_room(d):
@@ -294,6 +296,112 @@ def test_stalled_clients_make_room(d):
         check(daemon.stop() == 0, "exit status")
 
 
+# Shifts the wall clock (CLOCK_REALTIME, gettimeofday, time) of the process it is preloaded
+# into by the seconds written in the file $TG_SHIFT_FILE, read at each call; the monotonic
+# clock is untouched: a clock stepped by NTP or an operator, seen by one process only.
+SHIFT_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+
+static long shift(void)
+{
+	const char *p = getenv("TG_SHIFT_FILE");
+	FILE *f = p ? fopen(p, "r") : NULL;
+	long s = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld", &s) != 1)
+			s = 0;
+		fclose(f);
+	}
+	return s;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	static int (*real)(clockid_t, struct timespec *);
+	int rc;
+
+	if (!real)
+		real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+	rc = real(id, ts);
+	if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
+		ts->tv_sec += shift();
+	return rc;
+}
+
+int gettimeofday(struct timeval *tv, void *tz)
+{
+	struct timespec ts;
+
+	(void)tz;
+	if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+		return -1;
+	tv->tv_sec = ts.tv_sec;
+	tv->tv_usec = ts.tv_nsec / 1000;
+	return 0;
+}
+
+time_t time(time_t *t)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (t)
+		*t = ts.tv_sec;
+	return ts.tv_sec;
+}
+"""
+
+
+def test_idle_eviction_ignores_wall_clock_steps(d):
+    # Idle and stall times are counted on the monotonic clock: a wall clock stepped back an
+    # hour (NTP, a VM restored) while sixteen clients sit idle must not lock the operator
+    # out for that hour (libev's loop time, which the first version used, is the wall
+    # clock).
+    src, lib, shift = (os.path.join(d, n) for n in ("shift.c", "shift.so", "shift"))
+    with open(src, "w") as f:
+        f.write(SHIFT_C)
+    r = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", lib, src,
+                        "-ldl"], capture_output=True, text=True)
+    check(r.returncode == 0, "cannot build the clock shim: %s" % r.stderr)
+    with open(shift, "w") as f:
+        f.write("0\n")
+    port = free_port()
+    sock = os.path.join(d, "admin.sock")
+    daemon = Daemon(d, config_yaml(sock, [("udp", port, "TURN-UDP")], workers=1), workers=1,
+                    env={"LD_PRELOAD": lib, "TG_SHIFT_FILE": shift}).start()
+    conns = []
+    try:
+        for _ in range(16):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(daemon.sock)
+            conns.append(c)
+        time.sleep(ADMIN_IDLE_EVICT_S + 1)   # idle long enough on any clock
+        with open(shift, "w") as f:
+            f.write("-3600\n")
+        time.sleep(2)   # libev reads the wall clock again at least every second of its loop
+        deadline = time.monotonic() + 30
+        while True:
+            rc, out, err = daemon.ctl("status")
+            if rc == 0:
+                break
+            check(time.monotonic() < deadline,
+                  "turngatectl status refused after the wall clock stepped back: %r"
+                  % ((rc, out, err),))
+            time.sleep(1)
+        check(sum(closed(c) for c in conns) == 1, "one idle client closed")
+    finally:
+        for c in conns:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed,
-               test_idle_clients_make_room, test_stalled_clients_make_room])
+               test_idle_clients_make_room, test_stalled_clients_make_room,
+               test_idle_eviction_ignores_wall_clock_steps])
