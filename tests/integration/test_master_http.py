@@ -12,7 +12,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, TURNGATED, Daemon, check, config_yaml,  # noqa: E402
-                           free_port, run_tests)
+                           free_port, line_col, run_tests)
 
 
 def get(url, headers=None):
@@ -125,14 +125,6 @@ def test_shared_server_binds_health_address(d):
               daemon.stderr())
     finally:
         check(daemon.stop() == 0, "exit status")
-
-
-def line_col(text, needle):
-    """FILE:LINE:COL of the value after needle in check.yaml (1-based, as the loader says)."""
-    for i, ln in enumerate(text.splitlines()):
-        if needle in ln:
-            return "check.yaml:%d:%d:" % (i + 1, ln.index(needle) + len(needle) + 1)
-    raise AssertionError(needle)
 
 
 def test_cred_never_on_health_port(d):
