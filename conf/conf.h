@@ -525,6 +525,15 @@ struct conf_listener_delta {
 int conf_diff_listeners(const struct conf *old, const struct conf *new_cfg,
 			struct conf_listener_delta **out, size_t *n);
 
+/* True when the admin HTTP endpoints a and b (http://[HOST][:PORT][/PATH], each with its
+ * default port) bind one socket: the rule master/httpd.c plans its servers by
+ * (http_endpoint_same_socket, which conf does not link; tests/unit/test_http.c checks the
+ * two agree). Same port and the same address, or a wildcard host (empty, 0.0.0.0, [::]) on
+ * either. False when either is unset or has a host the HTTP server refuses (a name).
+ * Pure; any process. */
+bool conf_http_same_socket(const char *a, unsigned default_a, const char *b,
+			   unsigned default_b);
+
 /* ---- peer safety --------------------------------------------------------------------- */
 
 /* Canonicalises sa into (family, addr): IPv4-mapped (::ffff:0:0/96), IPv4-compatible

@@ -154,6 +154,10 @@ void conf_parse_siblings(struct pctx *p, yaml_node_t *n, const char *path);
 void conf_check_relay_ports(struct pctx *p, size_t idx, const yaml_node_t *node,
 			    const yaml_node_t *port_node, const yaml_node_t *rmin,
 			    const yaml_node_t *rmax, const char *path);
+/* Cross-check of the admin section (conf_ports.c): an error at node (admin's
+ * credential_api_endpoint value, path its key) when that endpoint shares the health
+ * endpoint's socket (conf_http_same_socket). */
+void conf_check_cred_socket(struct pctx *p, const yaml_node_t *node, const char *path);
 void conf_auth_defaults(struct conf_auth *a);
 void conf_auth_clear(struct conf_auth *a);
 int conf_auth_default_realm(struct conf_auth *a);

@@ -510,6 +510,12 @@ void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)
 	pctx_map_each(p, n, path, admin_pair, &rn);
 	finish_token(p, &rn, path);
 	check_cred_exposure(p, &rn, path);
+	if (rn.cred_endpoint != NULL && a->credential_api_endpoint != NULL &&
+	    http_url_ok(a->credential_api_endpoint)) {
+		char sub[CONF_PATH_MAX];
+		conf_path_key(sub, path, "credential_api_endpoint");
+		conf_check_cred_socket(p, rn.cred_endpoint, sub);
+	}
 	if (a->relay_port_min > a->relay_port_max) {
 		char sub[CONF_PATH_MAX];
 		conf_path_key(sub, path, rn.min ? "relay_port_min" : "relay_port_max");

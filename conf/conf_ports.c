@@ -1,5 +1,6 @@
 /* Config cross-check: no relay port range holds a port of the instance's own listeners or HTTP
  * endpoints. */
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -65,32 +66,106 @@ static bool ports_in(const struct conf_listener *l, unsigned port)
 	return port >= l->relay_port_min && port <= l->relay_port_max;
 }
 
+/* Splits an http://[HOST][:PORT][/PATH] the admin parser accepted into its host (without
+ * brackets; *bracketed tells them) and port (defport when absent). False for an unset
+ * endpoint or a host longer than any address. */
+static bool ports_http_split(const char *url, unsigned defport, char host[64], bool *bracketed,
+			     unsigned *port)
+{
+	const char *h, *e;
+	size_t n;
+
+	if (url == NULL || strncasecmp(url, "http://", 7) != 0)
+		return false;
+	h = url + 7;
+	*bracketed = *h == '[';
+	if (*bracketed) {
+		e = strchr(++h, ']');
+		if (e == NULL)
+			return false;
+	} else {
+		e = h + strcspn(h, ":/");
+	}
+	n = (size_t)(e - h);
+	if (n >= 64)
+		return false;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	e += *bracketed;
+	*port = *e == ':' ? (unsigned)atoi(e + 1) : defport;
+	return true;
+}
+
 /* Host and port of an http://[HOST][:PORT][/PATH] the admin parser accepted. A host name
  * other than localhost is taken as every address. Returns false for an unset endpoint. */
 static bool ports_http(const char *url, unsigned defport, struct ports_addr *a,
 		       unsigned *port)
 {
-	char host[64] = "";
-	const char *h, *e;
+	char host[64];
+	bool bracketed;
 
-	if (url == NULL || strncasecmp(url, "http://", 7) != 0)
+	if (!ports_http_split(url, defport, host, &bracketed, port))
 		return false;
-	h = url + 7;
-	if (*h == '[') {
-		e = strchr(h, ']');
-		if (e == NULL)
-			return false;
-		if ((size_t)(e - h - 1) < sizeof(host))
-			memcpy(host, h + 1, (size_t)(e - h - 1));
-		e++;
-	} else {
-		e = h + strcspn(h, ":/");
-		if ((size_t)(e - h) < sizeof(host))
-			memcpy(host, h, (size_t)(e - h));
-	}
-	*port = *e == ':' ? (unsigned)atoi(e + 1) : defport;
 	ports_addr_of(strcasecmp(host, "localhost") == 0 ? "127.0.0.1" : host, a);
 	return true;
+}
+
+/* The socket the master's HTTP server binds for url, by http_endpoint_parse's host rules:
+ * empty, 0.0.0.0 or [::] is every address (family 0), localhost is 127.0.0.1, an IPv4
+ * literal unbracketed, an IPv6 one bracketed (a mapped one stays IPv6). False for what it
+ * refuses (a host name): no socket. */
+static bool ports_http_socket(const char *url, unsigned defport, struct ports_addr *a,
+			      unsigned *port)
+{
+	char host[64];
+	bool bracketed;
+
+	memset(a, 0, sizeof(*a));
+	if (!ports_http_split(url, defport, host, &bracketed, port))
+		return false;
+	if (bracketed) {
+		if (inet_pton(AF_INET6, host, a->ip) != 1)
+			return false;
+		if (memcmp(a->ip, (const uint8_t[16]){ 0 }, 16) != 0)
+			a->family = AF_INET6;
+		return true;
+	}
+	if (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0)
+		return true;
+	if (inet_pton(AF_INET, strcasecmp(host, "localhost") == 0 ? "127.0.0.1" : host, a->ip) != 1)
+		return false;
+	a->family = AF_INET;
+	return true;
+}
+
+bool conf_http_same_socket(const char *a, unsigned default_a, const char *b,
+			   unsigned default_b)
+{
+	struct ports_addr x, y;
+	unsigned px, py;
+
+	if (!ports_http_socket(a, default_a, &x, &px) ||
+	    !ports_http_socket(b, default_b, &y, &py) || px != py)
+		return false;
+	/* A wildcard socket takes the port on every address, so it meets any other. */
+	if (x.family == 0 || y.family == 0)
+		return true;
+	return x.family == y.family && memcmp(x.ip, y.ip, x.family == AF_INET ? 4 : 16) == 0;
+}
+
+void conf_check_cred_socket(struct pctx *p, const yaml_node_t *node, const char *path)
+{
+	const struct conf_admin *ad = &p->cfg->admin;
+	const char *h = ad->healthcheck_endpoint, *u = ad->credential_api_endpoint;
+
+	if (node == NULL || h == NULL || h[0] == '\0' || u == NULL || u[0] == '\0' ||
+	    !conf_http_same_socket(h, PORTS_HEALTH, u, PORTS_CRED))
+		return;
+	pctx_error(p, node, path,
+		   "'%s' shares the socket of healthcheck_endpoint '%s' (the health port is for "
+		   "probes, often reachable by anyone who reaches the pod): the credential API "
+		   "would never be served (expected a port of its own)",
+		   u, h);
 }
 
 static const char *ports_proto(const struct conf_listener *l)

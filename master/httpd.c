@@ -232,6 +232,9 @@ static void plan_build(const struct conf *c, struct httpd *p)
 		 same_socket(health, cred, HTTP_HEALTH_PORT, HTTP_CRED_PORT);
 	c_in_m = !c_in_h && !m_in_h && set(metrics) && set(cred) &&
 		 same_socket(metrics, cred, HTTP_METRICS_PORT, HTTP_CRED_PORT);
+	/* conf refuses such a config at load (conf_http_same_socket, the same rule; test_http
+	 * checks that they agree), so this only fires if the two drift: then the credential
+	 * API stays off rather than answering on the probes' port. */
 	if (c_in_h)
 		log_error("master",
 			  "credential API endpoint %s uses the health endpoint's port "

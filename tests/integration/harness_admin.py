@@ -264,6 +264,15 @@ def config_yaml(sock, listeners, workers=2, secret="s3cret", loglevel="all:INFO"
     return text
 
 
+def line_col(text, needle, name="check.yaml"):
+    """NAME:LINE:COL: of the value after needle in text, a config written to name (1-based,
+    as the loader reports a node's position)."""
+    for i, ln in enumerate(text.splitlines()):
+        if needle in ln:
+            return "%s:%d:%d:" % (name, i + 1, ln.index(needle) + len(needle) + 1)
+    raise AssertionError(needle)
+
+
 class Daemon:
     def __init__(self, workdir, config_text, args=(), workers=2, env=None, wrap=()):
         """wrap: a command that runs the daemon (its arguments before turngated's), one that

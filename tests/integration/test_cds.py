@@ -232,9 +232,13 @@ def test_cds_bad_origin(d):
                       (["-c", "http://"], "malformed config origin"),
                       (["-c", "http://127.0.0.1:x"], "malformed config origin"),
                       (["-c", "http://127.0.0.1:1", "--id", "noslash"], "NAMESPACE/NAME"),
-                      (["-c", "http://127.0.0.1:1", "-t"], "not a config discovery")):
+                      (["-c", "http://127.0.0.1:1", "-t"], "not a config discovery"),
+                      (["-c", "https://127.0.0.1:1", "-t"], "TLS")):
         r = subprocess.run([TURNGATED] + args, capture_output=True, text=True, timeout=30)
         check(r.returncode == 2 and msg in r.stderr, (args, r))
+    # -t's usage error is its own status, and -h says so (it listed only 0 and 1).
+    r = subprocess.run([TURNGATED, "-h"], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "2: usage error" in r.stdout + r.stderr, r)
 
 
 if __name__ == "__main__":

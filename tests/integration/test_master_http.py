@@ -1,7 +1,7 @@
 """The master's HTTP endpoints: health and readiness (503 while draining), /status without
 secrets, metrics, the credential API (its credential really allocates, its bearer token),
-a shared health+metrics socket on the health address, the credential API refused on the
-health port, endpoints changed by a reload."""
+a shared health+metrics socket on the health address, the credential API on the health
+port refused as a config error (-t, start, reload), endpoints changed by a reload."""
 import json
 import os
 import socket
@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, check, config_yaml, free_port,  # noqa: E402
-                           run_tests)
+from harness_admin import (TURNGATECTL, TURNGATED, Daemon, check, config_yaml,  # noqa: E402
+                           free_port, line_col, run_tests)
 
 
 def get(url, headers=None):
@@ -128,21 +128,28 @@ def test_shared_server_binds_health_address(d):
 
 
 def test_cred_never_on_health_port(d):
-    """The credential API on the health port is refused with an error, not merged."""
+    """The credential API on the health endpoint's socket (the same address, or a wildcard
+    on the same port) is a config error at its FILE:LINE:COL: -t exits 1 with it, a start
+    exits 1 with it and serves nothing (it was a log line, and the rest served)."""
     port, hp = free_port(), free_port()
-    text = base(d, port, endpoints("http://127.0.0.1:%d" % hp, None,
-                                   "http://127.0.0.1:%d" % hp))
-    daemon = Daemon(d, text).start()
-    try:
-        check(get("http://127.0.0.1:%d/ready" % hp)[0] == 200, "health still served")
-        code, body = get("http://127.0.0.1:%d/?service=turn&username=eve" % hp)
-        check(code == 404, "credential API served on the health port: %r" % ((code, body),))
-        code, _ = get("http://127.0.0.1:%d/ice?service=turn&username=eve" % hp)
-        check(code == 404, "/ice served on the health port: %r" % code)
-        check("credential API endpoint http://127.0.0.1:%d uses the health endpoint's port"
-              % hp in daemon.stderr(), daemon.stderr())
-    finally:
-        check(daemon.stop() == 0, "exit status")
+    for health in ("http://127.0.0.1:%d" % hp, "http://:%d" % hp):
+        cred = "http://127.0.0.1:%d" % hp
+        text = base(d, port, endpoints(health, None, cred))
+        with open(os.path.join(d, "check.yaml"), "w") as f:
+            f.write(text)
+        r = subprocess.run([TURNGATED, "-c", "check.yaml", "-t"], cwd=d, capture_output=True,
+                           text=True, timeout=60)
+        want = (line_col(text, "credential_api_endpoint: ") +
+                " admin.credential_api_endpoint: '%s' shares the socket of "
+                "healthcheck_endpoint '%s'" % (cred, health))
+        check(r.returncode == 1 and r.stdout.startswith(want), (health, r))
+    daemon = Daemon(d, text).start(wait=False)
+    rc = daemon.wait_exit()
+    daemon.err.close()
+    check(rc == 1 and "admin.credential_api_endpoint: '%s' shares the socket" % cred
+          in daemon.stderr(), "start with the credential API on the health port (%r):\n%s"
+          % (rc, daemon.stderr()))
+    check(refused("http://127.0.0.1:%d/ready" % hp), "a refused start serves health")
 
 
 def test_cred_token(d):
@@ -181,8 +188,8 @@ def test_cred_token(d):
 
 def test_reload_moves_endpoints(d):
     """A reload that changes the metrics endpoint restarts only that server (health keeps its
-    connection); moving the credential API onto the health port stops it with an error;
-    moving metrics onto the health port merges them."""
+    connection); moving the credential API onto the health port is refused (the old
+    endpoints serve on); moving metrics onto the health port merges them."""
     port, hp, mp, cp = free_port(), free_port(), free_port(), free_port()
     mp2 = free_port(late=True)     # bound at the first reload
     h = "http://127.0.0.1:%d" % hp
@@ -200,13 +207,19 @@ def test_reload_moves_endpoints(d):
         check(alive.get("/live") == 200, "health server restarted by a metrics change")
         check(get("http://127.0.0.1:%d/?service=turn&username=u" % cp)[0] == 200, "cred kept")
         alive = Pending(hp)
-        # The credential API moved onto the health port: stopped, error logged, health kept.
+        # The credential API moved onto the health port: the reload is refused with the
+        # error's position, the running config keeps serving every endpoint as it was.
         daemon.write_config(base(d, port, endpoints(h, "http://127.0.0.1:%d/m2" % mp2, h)))
-        check(daemon.admin({"cmd": "reload"})["ok"] is True, "reload 2")
-        check(refused("http://127.0.0.1:%d/?service=turn&username=u" % cp), "old cred port")
-        check(get(h + "/?service=turn&username=u")[0] == 404, "cred merged into health")
-        check(alive.get("/ready") == 200, "health server restarted by a cred change")
-        check("uses the health endpoint's port" in daemon.stderr(), daemon.stderr())
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and any(
+            "turngate.yaml:" in e and "admin.credential_api_endpoint: '%s' shares the socket "
+            "of healthcheck_endpoint '%s'" % (h, h) in e for e in r["errors"]), r)
+        check(get("http://127.0.0.1:%d/?service=turn&username=u" % cp)[0] == 200,
+              "cred kept on its port after a refused reload")
+        check(get(h + "/?service=turn&username=u")[0] == 404, "cred served on health")
+        check(alive.get("/ready") == 200, "health server restarted by a refused reload")
+        rc, out, _ = daemon.ctl("status")
+        check(rc == 0 and "FAILED (admin)" in out and "shares the socket" in out, out)
         alive = Pending(hp)
         # Metrics moved onto the health port: the health server is replaced by the merged one.
         daemon.write_config(base(d, port, endpoints(h, h + "/metrics", None)))

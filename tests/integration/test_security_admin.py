@@ -22,7 +22,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, check, config_yaml, free_port,  # noqa: E402
-                           run_tests_as_root, stun_binding_udp, wait_for)
+                           line_col, run_tests_as_root, stun_binding_udp, wait_for)
 
 NOBODY = 65534
 
@@ -182,14 +182,6 @@ def run_check(d, text):
     r = subprocess.run([TURNGATED, "-c", "check.yaml", "-t"], cwd=d, capture_output=True,
                        text=True, timeout=60)
     return r.returncode, r.stdout
-
-
-def line_col(text, needle):
-    """FILE:LINE:COL of the value after needle in text (1-based, as the loader says)."""
-    for i, ln in enumerate(text.splitlines()):
-        if needle in ln:
-            return "check.yaml:%d:%d:" % (i + 1, ln.index(needle) + len(needle) + 1)
-    raise AssertionError(needle)
 
 
 def test_socket_mode_for_others_refused(d):

@@ -460,6 +460,26 @@ static const struct err_case err_cases[] = {
 	  "t.yaml:8:28: admin.credential_api_endpoint: 'http://:8088' is served beyond loopback "
 	  "without credential_api_token: anyone who reaches it could mint credentials (expected "
 	  "a 127.0.0.1, [::1] or localhost host, or a token)" },
+	/* The credential API on the health endpoint's socket (the health default http://:8086
+	 * is every address; the credential API's default port is 8088; key order does not
+	 * matter): master/httpd.c would never serve it. */
+	{ T_HEAD "admin:\n  credential_api_endpoint: \"http://127.0.0.1:8086\"\n",
+	  "t.yaml:8:28: admin.credential_api_endpoint: 'http://127.0.0.1:8086' shares the socket "
+	  "of healthcheck_endpoint 'http://:8086' (the health port is for probes, often reachable "
+	  "by anyone who reaches the pod): the credential API would never be served (expected a "
+	  "port of its own)" },
+	{ T_HEAD "admin:\n  credential_api_endpoint: \"http://localhost:9000/creds\"\n"
+		 "  healthcheck_endpoint: \"http://127.0.0.1:9000\"\n",
+	  "t.yaml:8:28: admin.credential_api_endpoint: 'http://localhost:9000/creds' shares the "
+	  "socket of healthcheck_endpoint 'http://127.0.0.1:9000' (the health port is for probes, "
+	  "often reachable by anyone who reaches the pod): the credential API would never be "
+	  "served (expected a port of its own)" },
+	{ T_HEAD "admin:\n  healthcheck_endpoint: \"http://[::]:8088\"\n"
+		 "  credential_api_endpoint: \"http://[::1]\"\n",
+	  "t.yaml:9:28: admin.credential_api_endpoint: 'http://[::1]' shares the socket of "
+	  "healthcheck_endpoint 'http://[::]:8088' (the health port is for probes, often "
+	  "reachable by anyone who reaches the pod): the credential API would never be served "
+	  "(expected a port of its own)" },
 	{ T_HEAD "admin:\n  metrics_endpoint: \"http://x:99999\"\n",
 	  "t.yaml:8:21: admin.metrics_endpoint: 'http://x:99999' is not a valid URL (expected "
 	  "http://[HOST][:PORT][/PATH])" },
@@ -1211,6 +1231,29 @@ static void test_channel_numbers(void **state)
 }
 
 /* admin.credential_api_token / _file: inline or from a file, not both, redacted. */
+/* The credential API beside the health endpoint without sharing its socket loads:
+ * another specific address or family on the port, another port, the health endpoint off. */
+static void test_cred_socket_ok(void **state)
+{
+	static const char *const ok[] = {
+		"  healthcheck_endpoint: \"http://127.0.0.2:8086\"\n"
+		"  credential_api_endpoint: \"http://127.0.0.1:8086\"\n",
+		"  healthcheck_endpoint: \"http://[::1]:9000\"\n"
+		"  credential_api_endpoint: \"http://127.0.0.1:9000\"\n",
+		"  healthcheck_endpoint: \"http://:8086\"\n"
+		"  credential_api_endpoint: \"http://127.0.0.1\"\n",
+		"  healthcheck_endpoint: \"\"\n"
+		"  credential_api_endpoint: \"http://127.0.0.1:8086\"\n",
+	};
+	char text[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(text, sizeof(text), T_HEAD "admin:\n%s", ok[i]);
+		conf_free(must_load(text));
+	}
+}
+
 static void test_cred_token(void **state)
 {
 	(void)state;
@@ -1767,6 +1810,7 @@ int main(void)
 		cmocka_unit_test(test_mint_password_vector),
 		cmocka_unit_test(test_secret_files),
 		cmocka_unit_test(test_cred_token),
+		cmocka_unit_test(test_cred_socket_ok),
 		cmocka_unit_test(test_worker_timeouts),
 		cmocka_unit_test(test_channel_numbers),
 		cmocka_unit_test(test_cert_files),

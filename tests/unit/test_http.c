@@ -112,6 +112,44 @@ static void test_endpoint_same(void **state)
 	assert_true(http_endpoint_same_socket(&a, &b));
 }
 
+/* conf's copy of the rule (conf_http_same_socket, which refuses a credential API on the
+ * health socket at load) answers as the master's plan does (master/httpd.c same_socket:
+ * http_endpoint_parse, then http_endpoint_same_socket) on every pair of these URLs. */
+static bool plan_same(const char *a, uint16_t da, const char *b, uint16_t db)
+{
+	struct http_endpoint ea, eb;
+
+	if (http_endpoint_parse(a, da, &ea, NULL) < 0 || http_endpoint_parse(b, db, &eb, NULL) < 0)
+		return false;
+	return http_endpoint_same_socket(&ea, &eb);
+}
+
+static void test_endpoint_same_as_conf(void **state)
+{
+	static const char *const urls[] = {
+		"http://:8086", "http://0.0.0.0:8086", "http://[::]:8086", "http://127.0.0.1:8086",
+		"http://localhost:8086/x", "http://127.0.0.2:8086", "http://[::1]:8086",
+		"http://[::ffff:127.0.0.1]:8086", "http://127.0.0.1", "http://[::1]", "http://",
+		"http://:8088", "http://127.0.0.1:8088/", "http://name.example:8086",
+		"http://LOCALHOST", "http://[::]",
+	};
+	size_t n = sizeof(urls) / sizeof(urls[0]), same = 0;
+
+	(void)state;
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < n; j++) {
+			bool want = plan_same(urls[i], HTTP_HEALTH_PORT, urls[j], HTTP_CRED_PORT);
+
+			if (conf_http_same_socket(urls[i], HTTP_HEALTH_PORT, urls[j],
+						  HTTP_CRED_PORT) != want)
+				fail_msg("%s (health) and %s (credential API): conf says %s, the "
+					 "plan %s", urls[i], urls[j], want ? "no" : "yes",
+					 want ? "yes" : "no");
+			same += want;
+		}
+	assert_true(same > n && same < n * n);  /* both answers occur */
+}
+
 /* ---- queries --------------------------------------------------------------------- */
 
 static int qparse(const char *s, struct http_cred_query *q, const char **why)
@@ -525,6 +563,7 @@ int main(void)
 		cmocka_unit_test(test_endpoint_ok),
 		cmocka_unit_test(test_endpoint_bad),
 		cmocka_unit_test(test_endpoint_same),
+		cmocka_unit_test(test_endpoint_same_as_conf),
 		cmocka_unit_test(test_query_ok),
 		cmocka_unit_test(test_query_bad),
 		cmocka_unit_test(test_buf),
