@@ -22,6 +22,7 @@
 #include "master/cds.h"
 #include "master/cpus.h"
 #include "master/linger.h"
+#include "offload/offload_clock.h"
 #include "shm/shm.h"
 
 #define TICK_S 0.25
@@ -499,6 +500,11 @@ static int master_start(struct master *m)
 	if (rc < 0)
 		return rc;
 	master_offload_open(m);
+	/* The time namespace's offset for the fast path's expiries, read before any fork
+	 * whether or not the fast path is on now: workers inherit it, and a reload that turns
+	 * the fast path on later finds it known in each of them (no worker reads the file,
+	 * where a worker at its descriptor limit would fail and keep 0). */
+	(void)tgo_clock_offset();
 	rc = reload_publish(m);
 	if (rc < 0)
 		return rc;

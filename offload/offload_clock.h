@@ -28,9 +28,11 @@ int tgo_clock_parse(const char *text, int64_t *off_ns);
 int64_t tgo_clock_read(const char *path);
 
 /* This process's CLOCK_MONOTONIC minus the kernel's: tgo_clock_read(TGO_CLOCK_TIMENS) on
- * the first call, kept for the life of the process (a process never changes its time
- * namespace: unshare and setns move only its children). tgo_open calls it, so the master
- * reads it once before it forks and the workers inherit it. */
+ * the first call, kept for the life of the process. The file shows the offsets of the
+ * namespace the process's children are made in (unshare -T and setns change that one, not
+ * the caller's own), which is the process's own once it was exec'ed there: how a container
+ * runtime or `unshare -T CMD` starts the daemon. master_start calls it before the first
+ * fork (and tgo_open), so the workers inherit it and never read the file themselves. */
 int64_t tgo_clock_offset(void);
 
 /* An expiry of the daemon's clock as the kernel's (t - off), and back (k + off); both
