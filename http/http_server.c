@@ -24,12 +24,37 @@ static void srv_rearm(struct http_server *s)
 	}
 }
 
+static unsigned srv_open_connections(const struct http_server *s)
+{
+	const union MHD_DaemonInfo *info;
+
+	if (s == NULL || s->daemon == NULL)
+		return 0;
+	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+	return info != NULL ? info->num_connections : 0;
+}
+
 /* MHD_run() in epoll mode polls with timeout 0: it accepts, reads, writes whatever is
- * ready and returns; it never waits on a client. */
+ * ready and returns; it never waits on a client.
+ *
+ * At HTTP_CONN_LIMIT connections MHD takes its listening socket out of its epoll set, and
+ * puts it back only at the start of a later MHD_run(), once connections have closed. When
+ * the last connections close within one run, nothing calls it again (no connection left,
+ * so no timeout; the listening socket is not watched): the endpoint would never accept
+ * again (64 connections from 4 addresses, closed together, ended /live for good). So a
+ * run that closed connections is followed by another at once. */
 static void srv_run(struct http_server *s)
 {
+	unsigned before = srv_open_connections(s);
+
 	if (MHD_run(s->daemon) != MHD_YES)
 		log_debug("http", "MHD_run reported an error");
+	if (srv_open_connections(s) < before) {
+		ev_timer_stop(s->loop, &s->timer);
+		ev_timer_set(&s->timer, 0., 0.);
+		ev_timer_start(s->loop, &s->timer);
+		return;
+	}
 	srv_rearm(s);
 }
 
@@ -251,16 +276,6 @@ int http_server_hold(struct http_server *srv, bool hold)
 	}
 	srv->held = false;
 	return 0;
-}
-
-static unsigned srv_open_connections(const struct http_server *s)
-{
-	const union MHD_DaemonInfo *info;
-
-	if (s == NULL || s->daemon == NULL)
-		return 0;
-	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-	return info != NULL ? info->num_connections : 0;
 }
 
 unsigned http_server_finish(struct http_server *const *srvs, size_t n, double max_s)
