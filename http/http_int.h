@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include <ev.h>
 #include <microhttpd.h>
@@ -12,6 +13,13 @@
 #include "http/http.h"
 
 #define HTTP_SERVER_MAGIC 0x48545450u /* "HTTP" */
+
+/* One open connection, oldest first in http_server.conns (MHD's socket context). */
+struct http_conn {
+	TAILQ_ENTRY(http_conn) link;  /* in conns until closed or shut to make room */
+	int fd;
+	bool shut;
+};
 
 struct http_server {
 	uint32_t magic;
@@ -26,6 +34,8 @@ struct http_server {
 	char metrics_path[HTTP_PATH_MAX];
 	bool metrics_at_root;         /* endpoint had no path: "/" also answers (STUNner) */
 	uint16_t port;
+	TAILQ_HEAD(, http_conn) conns; /* open connections not shut, oldest first */
+	unsigned nconns;              /* entries in conns */
 };
 
 /* Per request, created by the URI log callback (before MHD splits and decodes the URL) so

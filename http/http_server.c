@@ -24,12 +24,37 @@ static void srv_rearm(struct http_server *s)
 	}
 }
 
+static unsigned srv_open_connections(const struct http_server *s)
+{
+	const union MHD_DaemonInfo *info;
+
+	if (s == NULL || s->daemon == NULL)
+		return 0;
+	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+	return info != NULL ? info->num_connections : 0;
+}
+
 /* MHD_run() in epoll mode polls with timeout 0: it accepts, reads, writes whatever is
- * ready and returns; it never waits on a client. */
+ * ready and returns; it never waits on a client.
+ *
+ * At HTTP_CONN_LIMIT connections MHD takes its listening socket out of its epoll set, and
+ * puts it back only at the start of a later MHD_run(), once connections have closed. When
+ * the last connections close within one run, nothing calls it again (no connection left,
+ * so no timeout; the listening socket is not watched): the endpoint would never accept
+ * again (64 connections from 4 addresses, closed together, ended /live for good). So a
+ * run that closed connections is followed by another at once. */
 static void srv_run(struct http_server *s)
 {
+	unsigned before = srv_open_connections(s);
+
 	if (MHD_run(s->daemon) != MHD_YES)
 		log_debug("http", "MHD_run reported an error");
+	if (srv_open_connections(s) < before) {
+		ev_timer_stop(s->loop, &s->timer);
+		ev_timer_set(&s->timer, 0., 0.);
+		ev_timer_start(s->loop, &s->timer);
+		return;
+	}
 	srv_rearm(s);
 }
 
@@ -83,6 +108,47 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		free(req);
 	}
 	*req_cls = NULL;
+}
+
+/* A full server closes its oldest connection to make room: slow clients (a header line
+ * within every idle timeout) from 4 addresses held all HTTP_CONN_LIMIT slots while MHD
+ * refused newcomers, so /live did not answer for as long as the attacker pleased. Now
+ * every newcomer is served and an attacker displaces only its own oldest connections (a
+ * probe or a scrape lasts milliseconds: it is never the oldest for long). shutdown() makes
+ * MHD see the end and close the connection itself, in its next run; MHD's own limit sits
+ * HTTP_CONN_SLACK above, for the connections shut but not yet closed. */
+static void on_conn(void *cls, struct MHD_Connection *conn, void **ctx,
+		    enum MHD_ConnectionNotificationCode code)
+{
+	struct http_server *s = cls;
+	struct http_conn *c = *ctx, *old;
+	const union MHD_ConnectionInfo *info;
+
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (c != NULL && !c->shut) {
+			TAILQ_REMOVE(&s->conns, c, link);
+			s->nconns--;
+		}
+		free(c);
+		*ctx = NULL;
+		return;
+	}
+	info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	c = info != NULL ? calloc(1, sizeof(*c)) : NULL;
+	if (c == NULL)
+		return;
+	c->fd = info->connect_fd;
+	TAILQ_INSERT_TAIL(&s->conns, c, link);
+	s->nconns++;
+	*ctx = c;
+	if (s->nconns <= HTTP_CONN_LIMIT)
+		return;
+	old = TAILQ_FIRST(&s->conns);
+	TAILQ_REMOVE(&s->conns, old, link);
+	s->nconns--;
+	old->shut = true;
+	(void)shutdown(old->fd, SHUT_RDWR);
+	log_debug("http", "%u connections: closing the oldest to make room", HTTP_CONN_LIMIT);
 }
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -150,12 +216,14 @@ static int srv_daemon(struct http_server *s, int lfd)
 
 	s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_route,
 				     s, MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_CONNECTION_LIMIT,
-				     (unsigned)HTTP_CONN_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				     (unsigned)(HTTP_CONN_LIMIT + HTTP_CONN_SLACK),
+				     MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 				     (unsigned)HTTP_CONN_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
 				     (unsigned)HTTP_CONN_TIMEOUT_S,
 				     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_MEM_LIMIT,
 				     MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
 				     MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				     MHD_OPTION_NOTIFY_CONNECTION, on_conn, s,
 				     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
 	if (s->daemon == NULL)
 		return -EIO;
@@ -192,6 +260,7 @@ int http_server_start(struct ev_loop *loop, const char *endpoint,
 	if (s == NULL)
 		return -ENOMEM;
 	s->magic = HTTP_SERVER_MAGIC;
+	TAILQ_INIT(&s->conns);
 	s->loop = loop;
 	s->h = *handlers;
 	s->ctx = ctx;
@@ -251,16 +320,6 @@ int http_server_hold(struct http_server *srv, bool hold)
 	}
 	srv->held = false;
 	return 0;
-}
-
-static unsigned srv_open_connections(const struct http_server *s)
-{
-	const union MHD_DaemonInfo *info;
-
-	if (s == NULL || s->daemon == NULL)
-		return 0;
-	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-	return info != NULL ? info->num_connections : 0;
 }
 
 unsigned http_server_finish(struct http_server *const *srvs, size_t n, double max_s)

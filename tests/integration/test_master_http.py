@@ -1,18 +1,26 @@
 """The master's HTTP endpoints: health and readiness (503 while draining), /status without
 secrets, metrics, the credential API (its credential really allocates, its bearer token),
 a shared health+metrics socket on the health address, the credential API on the health
-port refused as a config error (-t, start, reload), endpoints changed by a reload."""
+port refused as a config error (-t, start, reload), endpoints changed by a reload, the health
+endpoint serving again after its connection limit was reached, and while slow clients hold
+every slot."""
 import json
 import os
+import re
+import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATECTL, TURNGATED, Daemon, check, config_yaml,  # noqa: E402
-                           free_port, line_col, run_tests)
+                           free_port, line_col, run_tests, wait_for)
+
+HTTP_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "http", "http.h")
 
 
 def get(url, headers=None):
@@ -280,7 +288,132 @@ def test_cred_rotation_ttl_bad_queries(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def http_limits():
+    """HTTP_CONN_LIMIT and HTTP_CONN_PER_IP as http/http.h defines them."""
+    with open(HTTP_H) as f:
+        text = f.read()
+    return tuple(int(re.search(r"#define %s (\d+)u" % name, text).group(1))
+                 for name in ("HTTP_CONN_LIMIT", "HTTP_CONN_PER_IP"))
+
+
+def accepted(port):
+    """Connections to 127.0.0.1:port established and taken from the accept queue (0 while
+    any is still queued), from /proc/net/tcp."""
+    n = 0
+    for line in open("/proc/net/tcp").readlines()[1:]:
+        f = line.split()
+        if f[1] != "0100007F:%04X" % port:
+            continue
+        if f[3] == "0A" and int(f[4].split(":")[1], 16) > 0:
+            return 0
+        n += f[3] == "01"
+    return n
+
+
+def test_serves_after_connection_limit(d):
+    """Found by attackwalk: slow connections from 4 addresses (16 each, the per-address
+    limit) filled the health server's 64; when they all closed in one turn of the master's
+    loop, MHD put its listening socket back only at a later MHD_run that nothing called,
+    and /live never answered again (kubelet's liveness probe would restart the pod). The
+    master is stopped while the attacker resets its connections so that they all close in
+    one turn, as they did by chance in the attack. (Since a newcomer beyond 64 closes the
+    oldest, 64 connections stay under MHD's own limit; the run after closes still matters
+    for MHD's pause on EMFILE, and this case stays as the attack's regression.)"""
+    port, hp = free_port(), free_port()
+    url = "http://127.0.0.1:%d" % hp
+    daemon = Daemon(d, base(d, port, endpoints(url, None, None))).start()
+    limit, per_ip = http_limits()
+    held = []
+    try:
+        check(get(url + "/live")[0] == 200, "live before")
+        for i in range(limit):
+            c = socket.socket()
+            c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
+            c.connect(("127.0.0.1", hp))
+            c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+            held.append(c)
+        wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+        daemon.signal(signal.SIGSTOP)
+        try:
+            for c in held:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                c.close()
+        finally:
+            daemon.signal(signal.SIGCONT)
+        held = []
+
+        def live():
+            try:
+                return get(url + "/live")[0] == 200
+            except OSError:
+                return False
+        wait_for(live, "/live answered after the attacker's connections closed", timeout=30)
+    finally:
+        for c in held:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_slow_clients_make_room(d):
+    """Found by attackwalk: slow connections from 4 addresses (16 each, the per-address
+    limit), each a request head never finished, held every one of the health server's 64
+    slots and /live answered nobody until they went idle (a header line within every 10 s
+    keeps them forever). Now a newcomer closes the oldest connection: /live answers while
+    they are held, and the attacker's connections are the ones that go."""
+    port, hp = free_port(), free_port()
+    url = "http://127.0.0.1:%d" % hp
+    daemon = Daemon(d, base(d, port, endpoints(url, None, None))).start()
+    limit, per_ip = http_limits()
+    held = []
+    try:
+        for i in range(limit):
+            c = socket.socket()
+            c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
+            c.connect(("127.0.0.1", hp))
+            c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+            held.append(c)
+        wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+        done = threading.Event()
+
+        def trickle():
+            """A header line on each every 2 s keeps them from MHD's idle timeout (bounded:
+            at most 30 s)."""
+            for n in range(15):
+                if done.wait(2.0):
+                    return
+                for c in held:
+                    try:
+                        c.send(b"X-%d: y\r\n" % n)
+                    except OSError:
+                        pass
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        try:
+            for i in range(3):
+                code = get(url + "/live")[0]
+                check(code == 200, "/live while %d slow connections are held: %r"
+                      % (limit, code))
+        finally:
+            done.set()
+            t.join()
+        closed = 0
+        for c in held:
+            c.settimeout(0.01)
+            try:
+                closed += c.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        check(closed >= 1, "the newcomers closed the attacker's oldest connections")
+    finally:
+        for c in held:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_separate_servers, test_shared_server, test_shared_server_binds_health_address,
                test_cred_never_on_health_port, test_cred_token, test_reload_moves_endpoints,
-               test_cred_rotation_ttl_bad_queries])
+               test_cred_rotation_ttl_bad_queries, test_serves_after_connection_limit,
+               test_slow_clients_make_room])
