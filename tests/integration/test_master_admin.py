@@ -213,6 +213,31 @@ WORKERS = b'{"cmd":"workers"}\n'
 ADMIN_IDLE_EVICT_S = 10     # master/admin.h
 
 
+def admin_conn(daemon, conns):
+    """A connection to the admin socket, kept (in conns) until the test closes it."""
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(30)
+    c.connect(daemon.sock)
+    conns.append(c)
+    return c
+
+
+def status_once_room(daemon, why, limit, pause, each=lambda: None):
+    """Retries `turngatectl status` (bounded by limit seconds, each() before every try)
+    until a full admin socket makes room; a refusal must be the busy line or the close
+    before turngatectl's request was sent."""
+    deadline = time.monotonic() + limit
+    while True:
+        each()
+        rc, out, err = daemon.ctl("status")
+        if rc == 0:
+            return
+        check(any(w in err for w in ("too many admin clients", "Broken pipe",
+                                     "Connection reset")), (rc, out, err))
+        check(time.monotonic() < deadline, why)
+        time.sleep(pause)
+
+
 def test_idle_clients_make_room(d):
     # Sixteen connections held open lock nobody out for good: once the idle ones have been
     # idle long enough (ADMIN_IDLE_EVICT_S), a newcomer takes the place of the one idle
@@ -221,31 +246,17 @@ def test_idle_clients_make_room(d):
     daemon, _ = start(d, workers=1)
     conns = []
     try:
-        def connect():
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.settimeout(30)
-            c.connect(daemon.sock)
-            conns.append(c)
-            return c
-        partial = connect()
+        partial = admin_conn(daemon, conns)
         partial.sendall(b'{"cmd":"sta')
-        looping = connect()
+        looping = admin_conn(daemon, conns)
         check(ask_line(looping, WORKERS)["ok"] is True, "first request")
-        idle = [connect() for _ in range(14)]
+        idle = [admin_conn(daemon, conns) for _ in range(14)]
         # Until the idle ones have been idle long enough, newcomers are refused (as before
         # the fix, for good): retry, bounded, while the looping client keeps asking.
-        deadline = time.monotonic() + 90
-        while True:
-            check(ask_line(looping, WORKERS)["ok"] is True, "looping client")
-            rc, out, err = daemon.ctl("status")
-            if rc == 0:
-                break
-            # Refused: the busy line, or the close before turngatectl's request was sent.
-            check(any(w in err for w in ("too many admin clients", "Broken pipe",
-                                         "Connection reset")), (rc, out, err))
-            check(time.monotonic() < deadline,
-                  "turngatectl status still refused: 16 idle admin clients lock it out")
-            time.sleep(0.5)
+        status_once_room(daemon, "turngatectl status still refused: 16 idle admin clients "
+                         "lock it out", 90, 0.5,
+                         lambda: check(ask_line(looping, WORKERS)["ok"] is True,
+                                       "looping client"))
         gone = [c for c in idle if closed(c)]
         check(len(gone) == 1, "%d idle clients closed, expected 1" % len(gone))
         check(not closed(partial) and not closed(looping), "a busy client was closed")
@@ -268,22 +279,10 @@ def test_stalled_clients_make_room(d):
     conns = []
     try:
         for _ in range(16):
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.settimeout(30)
-            c.connect(daemon.sock)
-            c.sendall(b'{"cmd":"sta')
-            conns.append(c)
+            admin_conn(daemon, conns).sendall(b'{"cmd":"sta')
             time.sleep(0.05)   # distinct last-progress times: the first is the oldest
-        deadline = time.monotonic() + 120
-        while True:
-            rc, out, err = daemon.ctl("status")
-            if rc == 0:
-                break
-            check(any(w in err for w in ("too many admin clients", "Broken pipe",
-                                         "Connection reset")), (rc, out, err))
-            check(time.monotonic() < deadline,
-                  "turngatectl status still refused: 16 stalled admin clients lock it out")
-            time.sleep(1)
+        status_once_room(daemon, "turngatectl status still refused: 16 stalled admin "
+                         "clients lock it out", 120, 1)
         gone = [i for i, c in enumerate(conns) if closed(c)]
         check(gone == [0], "stalled clients closed: %r, expected [0]" % gone)
         check(ask_line(conns[1], b'tus"}\n')["ok"] is True, "a stalled request's reply")
@@ -381,22 +380,13 @@ def test_idle_eviction_ignores_wall_clock_steps(d):
     conns = []
     try:
         for _ in range(16):
-            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            c.connect(daemon.sock)
-            conns.append(c)
+            admin_conn(daemon, conns)
         time.sleep(ADMIN_IDLE_EVICT_S + 1)   # idle long enough on any clock
         with open(shift, "w") as f:
             f.write("-3600\n")
         time.sleep(2)   # libev reads the wall clock again at least every second of its loop
-        deadline = time.monotonic() + 30
-        while True:
-            rc, out, err = daemon.ctl("status")
-            if rc == 0:
-                break
-            check(time.monotonic() < deadline,
-                  "turngatectl status refused after the wall clock stepped back: %r"
-                  % ((rc, out, err),))
-            time.sleep(1)
+        status_once_room(daemon, "turngatectl status refused after the wall clock stepped "
+                         "back", 30, 1)
         check(sum(closed(c) for c in conns) == 1, "one idle client closed")
     finally:
         for c in conns:
