@@ -10,7 +10,8 @@
  * Event loop: MHD runs without threads in its epoll mode. Its epoll descriptor is watched
  * by an ev_io and its next timeout by an ev_timer; MHD_run() is called from those watchers
  * only and never blocks (it polls with timeout 0), so a slow or hostile client cannot stall
- * the loop. Limits: HTTP_CONN_LIMIT connections (a newcomer beyond it closes the oldest;
+ * the loop. Limits: HTTP_CONN_LIMIT connections (a newcomer beyond it closes one of
+ * the client network holding the most, see http_server.c;
  * HTTP_CONN_PER_IP from one client address, more are closed at once), HTTP_CONN_TIMEOUT_S
  * idle seconds per connection, HTTP_MEM_LIMIT bytes of request head per connection (more gets 431/414 from
  * MHD). Only GET and HEAD are served (405 with "Allow: GET, HEAD" otherwise).
