@@ -35,7 +35,10 @@ struct conf;
 
 #define HTTP_CONN_LIMIT 64u
 #define HTTP_CONN_PER_IP 16u   /* one client cannot take every slot (probes stay served) */
-#define HTTP_CONN_SLACK 16u     /* MHD's limit above ours: shut, not yet closed (<= 10 a run) */
+/* MHD's limit above ours, for connections shut to make room but not yet closed: MHD 0.9.75
+ * accepts up to 11 a run, and accepts before it closes the previous run's shut ones, so up
+ * to 22 may be open at once. */
+#define HTTP_CONN_SLACK 24u
 #define HTTP_CONN_TIMEOUT_S 10u
 #define HTTP_MEM_LIMIT (32u * 1024u)
 
