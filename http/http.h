@@ -10,7 +10,8 @@
  * Event loop: MHD runs without threads in its epoll mode. Its epoll descriptor is watched
  * by an ev_io and its next timeout by an ev_timer; MHD_run() is called from those watchers
  * only and never blocks (it polls with timeout 0), so a slow or hostile client cannot stall
- * the loop. Limits: HTTP_CONN_LIMIT connections (a newcomer beyond it closes the oldest;
+ * the loop. Limits: HTTP_CONN_LIMIT connections (a newcomer beyond it closes one of
+ * the client network holding the most, see http_server.c;
  * HTTP_CONN_PER_IP from one client address, more are closed at once), HTTP_CONN_TIMEOUT_S
  * idle seconds per connection, HTTP_MEM_LIMIT bytes of request head per connection (more gets 431/414 from
  * MHD). Only GET and HEAD are served (405 with "Allow: GET, HEAD" otherwise).
@@ -34,7 +35,10 @@ struct conf;
 
 #define HTTP_CONN_LIMIT 64u
 #define HTTP_CONN_PER_IP 16u   /* one client cannot take every slot (probes stay served) */
-#define HTTP_CONN_SLACK 16u     /* MHD's limit above ours: shut, not yet closed (<= 10 a run) */
+/* MHD's limit above ours, for connections shut to make room but not yet closed: MHD 0.9.75
+ * accepts up to 11 a run, and accepts before it closes the previous run's shut ones, so up
+ * to 22 may be open at once. */
+#define HTTP_CONN_SLACK 24u
 #define HTTP_CONN_TIMEOUT_S 10u
 #define HTTP_MEM_LIMIT (32u * 1024u)
 

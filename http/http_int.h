@@ -14,11 +14,17 @@
 
 #define HTTP_SERVER_MAGIC 0x48545450u /* "HTTP" */
 
+#define HTTP_CONN_MAGIC 0x48434f4eu /* "HCON" */
+
 /* One open connection, oldest first in http_server.conns (MHD's socket context). */
 struct http_conn {
+	uint32_t magic;
 	TAILQ_ENTRY(http_conn) link;  /* in conns until closed or shut to make room */
 	int fd;
 	bool shut;
+	bool headed;                  /* its request head is complete (http_route was called) */
+	uint8_t net[16];              /* client network: IPv4 /32 as ::ffff:a.b.c.d, IPv6 /64 */
+	unsigned peers;               /* connections in conns from net, this one included */
 };
 
 struct http_server {
@@ -45,6 +51,10 @@ struct http_req {
 	size_t query_len;
 	bool query_too_long;
 };
+
+/* Marks conn's request head complete (its first http_route call): a full server closes
+ * such a connection to make room only when nothing else will do (http_server.c). */
+void http_conn_headed(struct MHD_Connection *conn);
 
 /* MHD access handler (cls is the server). */
 enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *url,

@@ -194,6 +194,7 @@ enum MHD_Result http_route(void *cls, struct MHD_Connection *conn, const char *u
 	(void)version;
 	(void)upload_data;
 	(void)upload_data_size;
+	http_conn_headed(conn);
 
 	if (s->h.revoke != NULL && strcmp(url, "/revoke") == 0)
 		return route_revoke(s, conn, method, req);

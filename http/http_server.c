@@ -1,4 +1,5 @@
 /* libmicrohttpd server driven by the master's libev loop (epoll fd + timeout watchers). */
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -110,13 +111,94 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 }
 
-/* A full server closes its oldest connection to make room: slow clients (a header line
- * within every idle timeout) from 4 addresses held all HTTP_CONN_LIMIT slots while MHD
- * refused newcomers, so /live did not answer for as long as the attacker pleased. Now
- * every newcomer is served and an attacker displaces only its own oldest connections (a
- * probe or a scrape lasts milliseconds: it is never the oldest for long). shutdown() makes
- * MHD see the end and close the connection itself, in its next run; MHD's own limit sits
- * HTTP_CONN_SLACK above, for the connections shut but not yet closed. */
+/* The client's network, the unit a victim is chosen by: an IPv4 address (mapped ones
+ * too) or an IPv6 /64, since one host may hold a whole /64 and MHD's per-address limit
+ * counts exact addresses. */
+static void conn_net(struct MHD_Connection *conn, uint8_t net[16])
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = info != NULL ? info->client_addr : NULL;
+
+	memset(net, 0, 16);
+	if (sa != NULL && sa->sa_family == AF_INET) {
+		net[10] = net[11] = 0xff;
+		memcpy(net + 12, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+	} else if (sa != NULL && sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+		memcpy(net, a, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
+	}
+}
+
+/* conns stays oldest first; each entry's peers counts the entries from its network. */
+static void conns_add(struct http_server *s, struct http_conn *c)
+{
+	struct http_conn *e;
+
+	c->peers = 1;
+	TAILQ_FOREACH(e, &s->conns, link) {
+		if (memcmp(e->net, c->net, sizeof(c->net)) == 0) {
+			e->peers++;
+			c->peers++;
+		}
+	}
+	TAILQ_INSERT_TAIL(&s->conns, c, link);
+	s->nconns++;
+}
+
+static void conns_remove(struct http_server *s, struct http_conn *c)
+{
+	struct http_conn *e;
+
+	TAILQ_REMOVE(&s->conns, c, link);
+	s->nconns--;
+	TAILQ_FOREACH(e, &s->conns, link) {
+		if (memcmp(e->net, c->net, sizeof(c->net)) == 0)
+			e->peers--;
+	}
+}
+
+/* The connection to close for newcomer: one of the network holding the most, among those
+ * one whose request head is not complete, among those the oldest. Oldest alone let 5
+ * attacker addresses (or one IPv6 /64) close a legitimate client's request in progress
+ * (a large /metrics answer to a remote scraper, a credential call over a WAN): whoever
+ * holds the most loses its own, and a request already being answered goes only when every
+ * network holds as many and none is still sending its head (then the globally oldest).
+ * One pass over at most HTTP_CONN_LIMIT + 1 entries. The newcomer itself is never chosen:
+ * it is served. */
+static struct http_conn *conns_victim(struct http_server *s, const struct http_conn *newcomer)
+{
+	struct http_conn *e, *best = NULL;
+
+	TAILQ_FOREACH(e, &s->conns, link) {
+		if (e == newcomer)
+			continue;
+		if (best == NULL || e->peers > best->peers ||
+		    (e->peers == best->peers && best->headed && !e->headed))
+			best = e;
+	}
+	return best;
+}
+
+void http_conn_headed(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *c = info != NULL ? info->socket_context : NULL;
+
+	if (c == NULL)
+		return;
+	assert(c->magic == HTTP_CONN_MAGIC);
+	c->headed = true;
+}
+
+/* A full server closes a connection to make room: slow clients (a header line within
+ * every idle timeout) from 4 addresses held all HTTP_CONN_LIMIT slots while MHD refused
+ * newcomers, so /live did not answer for as long as the attacker pleased. Now every
+ * newcomer is served and an attacker displaces its own connections (conns_victim).
+ * shutdown() makes MHD see the end and close the connection itself, in its next run;
+ * MHD's own limit sits HTTP_CONN_SLACK above, for the connections shut but not yet
+ * closed. */
 static void on_conn(void *cls, struct MHD_Connection *conn, void **ctx,
 		    enum MHD_ConnectionNotificationCode code)
 {
@@ -125,9 +207,11 @@ static void on_conn(void *cls, struct MHD_Connection *conn, void **ctx,
 	const union MHD_ConnectionInfo *info;
 
 	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-		if (c != NULL && !c->shut) {
-			TAILQ_REMOVE(&s->conns, c, link);
-			s->nconns--;
+		if (c != NULL) {
+			assert(c->magic == HTTP_CONN_MAGIC);
+			if (!c->shut)
+				conns_remove(s, c);
+			c->magic = 0;
 		}
 		free(c);
 		*ctx = NULL;
@@ -137,18 +221,19 @@ static void on_conn(void *cls, struct MHD_Connection *conn, void **ctx,
 	c = info != NULL ? calloc(1, sizeof(*c)) : NULL;
 	if (c == NULL)
 		return;
+	c->magic = HTTP_CONN_MAGIC;
 	c->fd = info->connect_fd;
-	TAILQ_INSERT_TAIL(&s->conns, c, link);
-	s->nconns++;
+	conn_net(conn, c->net);
+	conns_add(s, c);
 	*ctx = c;
 	if (s->nconns <= HTTP_CONN_LIMIT)
 		return;
-	old = TAILQ_FIRST(&s->conns);
-	TAILQ_REMOVE(&s->conns, old, link);
-	s->nconns--;
+	old = conns_victim(s, c);
+	conns_remove(s, old);
 	old->shut = true;
 	(void)shutdown(old->fd, SHUT_RDWR);
-	log_debug("http", "%u connections: closing the oldest to make room", HTTP_CONN_LIMIT);
+	log_debug("http", "%u connections: closing one of a network holding %u to make room",
+		  HTTP_CONN_LIMIT, old->peers);
 }
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)

@@ -358,8 +358,9 @@ def test_slow_clients_make_room(d):
     """Found by attackwalk: slow connections from 4 addresses (16 each, the per-address
     limit), each a request head never finished, held every one of the health server's 64
     slots and /live answered nobody until they went idle (a header line within every 10 s
-    keeps them forever). Now a newcomer closes the oldest connection: /live answers while
-    they are held, and the attacker's connections are the ones that go."""
+    keeps them forever). Now a newcomer closes one (the oldest of an address holding the
+    most): /live answers while they are held, and the attacker's connections are the ones
+    that go."""
     port, hp = free_port(), free_port()
     url = "http://127.0.0.1:%d" % hp
     daemon = Daemon(d, base(d, port, endpoints(url, None, None))).start()

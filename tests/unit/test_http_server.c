@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ struct fx {
 	struct conf *cfg;
 	const char *token;
 	unsigned status_calls;
+	size_t status_pad;           /* bytes of padding after the /status body */
 };
 
 static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -60,6 +62,8 @@ static int cb_status(void *ctx, struct http_buf *out)
 	if (fx->status_rc != 0)
 		return fx->status_rc;
 	http_buf_puts(out, "{\"status\":\"READY\",\"auth\":{\"secret\":\"<redacted>\"}}\n");
+	for (size_t i = 0; i < fx->status_pad; i += 64)
+		http_buf_puts(out, "                                                               \n");
 	return 0;
 }
 
@@ -132,8 +136,9 @@ static void start_health(struct fx *fx)
 	start(fx, &h);
 }
 
-/* Connects from 127.0.0.<src> (any address of 127/8 is local on Linux). */
-static int connect_from(struct fx *fx, unsigned src)
+/* Connects from 127.0.0.<src> (any address of 127/8 is local on Linux), with a receive
+ * buffer of rcvbuf bytes (0: the default). */
+static int connect_from_rcvbuf(struct fx *fx, unsigned src, int rcvbuf)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET,
 				   .sin_port = htons(http_server_port(fx->srv)) };
@@ -142,10 +147,17 @@ static int connect_from(struct fx *fx, unsigned src)
 	me.sin_addr.s_addr = htonl(0x7f000000u | src);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(fd >= 0);
+	if (rcvbuf > 0)
+		assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
 	assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
 	/* Loopback connects complete in the kernel backlog, before the server accepts. */
 	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
 	return fd;
+}
+
+static int connect_from(struct fx *fx, unsigned src)
+{
+	return connect_from_rcvbuf(fx, src, 0);
 }
 
 static int connect_srv(struct fx *fx)
@@ -375,6 +387,101 @@ static void test_conn_limit(void **state)
 	n = recv(idle[1], buf, sizeof(buf), MSG_DONTWAIT);
 	assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
 	for (unsigned i = 0; i < HTTP_CONN_LIMIT; i++)
+		close(idle[i]);
+}
+
+/* Connects idle[0..n) from 127.0.0.<first + i / per>, and lets the server take them. */
+static void connect_many(struct fx *fx, int *idle, unsigned n, unsigned first, unsigned per)
+{
+	for (unsigned i = 0; i < n; i++)
+		idle[i] = connect_from(fx, first + i / per);
+	for (int i = 0; i < 20; i++)
+		ev_run(fx->loop, EVRUN_ONCE);
+}
+
+/* A newcomer from 127.0.0.99 is served; then the server has closed shut and still holds
+ * kept open (-1: none). */
+static void newcomer_served(struct fx *fx, int shut, int kept)
+{
+	const char *req = "GET /live HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+	int extra = connect_from(fx, 99);
+	char buf[16];
+	send_all(extra, req, strlen(req));
+	char *r = read_response(fx, extra);
+	close(extra);
+	assert_int_equal(status_of(r), 200);
+	free(r);
+	for (int i = 0; i < 20; i++)
+		ev_run(fx->loop, EVRUN_ONCE);
+	ssize_t n = recv(shut, buf, sizeof(buf), MSG_DONTWAIT);
+	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+	if (kept < 0)
+		return;
+	n = recv(kept, buf, sizeof(buf), MSG_DONTWAIT | MSG_PEEK);
+	assert_true(n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)));
+}
+
+/* httpfair: a legitimate client from a fifth address, the oldest connection, still
+ * sending its request head (a credential call over a WAN) while 4 attacker addresses hold
+ * the other slots (16, 16, 16 and 15). A newcomer closes the oldest of an address holding
+ * the most, not the legitimate client (which the oldest-first rule closed), and the
+ * legitimate client is answered once it finishes. */
+static void test_conn_limit_spares_lone_client(void **state)
+{
+	struct fx *fx = *state;
+	const char *head = "GET /live HTTP/1.1\r\nHost: t\r\n";
+	int idle[HTTP_CONN_LIMIT - 1];
+	start_health(fx);
+	int legit = connect_from(fx, 50);
+	send_all(legit, head, strlen(head));
+	connect_many(fx, idle, HTTP_CONN_LIMIT - 1, 10, HTTP_CONN_PER_IP);
+	newcomer_served(fx, idle[0], legit);
+	send_all(legit, "Connection: close\r\n\r\n", 21);
+	char *r = read_response(fx, legit);
+	close(legit);
+	assert_int_equal(status_of(r), 200);
+	assert_string_equal(body_of(r), "{}\n");
+	free(r);
+	for (unsigned i = 0; i < HTTP_CONN_LIMIT - 1; i++)
+		close(idle[i]);
+}
+
+/* httpfair: a legitimate scraper, the oldest connection, being sent a large answer it
+ * reads slowly, while 63 attacker addresses hold one idle connection each (every address
+ * holds as many). A newcomer closes an attacker's connection, whose request head is not
+ * complete, and the scraper gets its whole answer (the oldest-first rule cut it). */
+static void test_conn_limit_spares_answer(void **state)
+{
+	struct fx *fx = *state;
+	const char *req = "GET /status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+	const size_t pad = 8u << 20;  /* far more than the socket buffers hold */
+	int idle[HTTP_CONN_LIMIT - 1];
+	static char buf[1 << 16];
+	size_t got = 0;
+	start_health(fx);
+	fx->status_pad = pad;
+	int legit = connect_from_rcvbuf(fx, 50, 4096);
+	send_all(legit, req, strlen(req));
+	for (int i = 0; i < 200 && fx->status_calls == 0; i++)
+		ev_run(fx->loop, EVRUN_ONCE);
+	assert_int_equal(fx->status_calls, 1);
+	connect_many(fx, idle, HTTP_CONN_LIMIT - 1, 100, 1);
+	newcomer_served(fx, idle[0], legit);
+	/* The scraper reads its answer to the end. */
+	double deadline = mono() + 6 * REQ_TIMEOUT_S;
+	for (unsigned iter = 0; iter < 1000000; iter++) {
+		ev_run(fx->loop, EVRUN_ONCE);
+		ssize_t n = recv(legit, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			break;
+		if (n > 0)
+			got += (size_t)n;
+		if (mono() > deadline)
+			fail_msg("no complete answer within %.0f s", 6 * REQ_TIMEOUT_S);
+	}
+	close(legit);
+	assert_true(got > pad);
+	for (unsigned i = 0; i < HTTP_CONN_LIMIT - 1; i++)
 		close(idle[i]);
 }
 
@@ -666,6 +773,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_oversized_header, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_slow_client, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_conn_limit, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_conn_limit_spares_lone_client, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(test_conn_limit_spares_answer, fx_setup,
+						fx_teardown),
 		cmocka_unit_test_setup_teardown(test_conn_per_ip, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_ipv6, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, fx_setup, fx_teardown),
