@@ -310,6 +310,18 @@ def accepted(port):
     return n
 
 
+def hold_slow(hp, limit, per_ip, held):
+    """limit connections to port hp from 127.0.5.2 up (per_ip each), each a request head
+    never finished, kept in held; waits until the server accepted them all."""
+    for i in range(limit):
+        c = socket.socket()
+        c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
+        c.connect(("127.0.0.1", hp))
+        c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+        held.append(c)
+    wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+
+
 def test_serves_after_connection_limit(d):
     """Found by attackwalk: slow connections from 4 addresses (16 each, the per-address
     limit) filled the health server's 64; when they all closed in one turn of the master's
@@ -326,13 +338,7 @@ def test_serves_after_connection_limit(d):
     held = []
     try:
         check(get(url + "/live")[0] == 200, "live before")
-        for i in range(limit):
-            c = socket.socket()
-            c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
-            c.connect(("127.0.0.1", hp))
-            c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
-            held.append(c)
-        wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+        hold_slow(hp, limit, per_ip, held)
         daemon.signal(signal.SIGSTOP)
         try:
             for c in held:
@@ -367,13 +373,7 @@ def test_slow_clients_make_room(d):
     limit, per_ip = http_limits()
     held = []
     try:
-        for i in range(limit):
-            c = socket.socket()
-            c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
-            c.connect(("127.0.0.1", hp))
-            c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
-            held.append(c)
-        wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+        hold_slow(hp, limit, per_ip, held)
         done = threading.Event()
 
         def trickle():
