@@ -202,31 +202,43 @@ struct wk_realm {
 	size_t len;
 };
 
-/* A nonce that is not ours (forged, another address's, another master's key) costs the
- * client a 401 with a fresh nonce, counted as a stale nonce. */
-static void wk_auth_nonce_refused(struct worker *w, const struct wk_ep *ep,
-				  const struct stun_msg *req, const struct wk_realm *want)
+/* RFC 8489 9.2.4: the nonce is checked before the credentials. One that is not ours
+ * (forged, another address's, another master's key) or ours but aged gets 438 with a fresh
+ * nonce, whatever else the request says: the username is not looked up, the MAC not
+ * verified, no failed-auth budget consulted or charged. Over UDP such a request may carry
+ * a spoofed source: nothing it sends may count against that address (else 12 datagrams
+ * lock any address out), and with no credential checked its answer teaches a guesser
+ * nothing. Returns 0 when the nonce is ours and fresh, with the features it carries. */
+static int wk_auth_nonce(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
+			 const struct wk_realm *want, const char *nonce, size_t nonce_len,
+			 uint32_t *features)
 {
+	struct shm_addr bind;
+
+	wk_auth_bind(ep, &bind);
+	if (stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
+			     (uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
+			     features) == 0)
+		return 0;
 	shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
-	wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
+	wk_auth_challenge(w, ep, req, want->s, want->len, 438, NULL);
+	return -1;
 }
 
 /* Steps that need no credential: integrity present, USERNAME/REALM/NONCE well formed,
- * nonce fresh, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with cred->user
- * and *pwalg set, or -1 after answering. A nonce that is not ours is not answered here:
- * *foreign says so, and the caller answers 438 once the credentials verify (RFC 8489
- * 9.2.4: the client retries with the fresh nonce) and 401 as before when they do not.
- * With af (a new allocation's credentials), a source or username over its failed-auth
- * budget is dropped here, before the nonce's HMAC and the credentials' (worker/authfail.h). */
+ * nonce ours and fresh, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with
+ * cred->user and *pwalg set, or -1 after answering (or dropping). With af (a new
+ * allocation's credentials), a source or username over its failed-auth budget is dropped
+ * once the nonce is known to be ours, before the credentials' HMAC (worker/authfail.h):
+ * every request charged or refused there carries our nonce, an HMAC over its source
+ * address, so a spoofed UDP source never reaches the failure table. */
 static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			    const struct wk_realm *want, struct wk_cred *cred, uint16_t *pwalg,
-			    bool *foreign, struct wk_authfail *af)
+			    struct wk_authfail *af)
 {
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;
-	struct shm_addr bind;
 	uint32_t features = 0;
-	int rc;
 
 	if (!stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY) &&
 	    !stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256)) {
@@ -241,37 +253,20 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 		return -1;
 	}
 	cred->user_len = strlen(cred->user);
+	if (wk_auth_nonce(w, ep, req, want, nonce, nonce_len, &features) < 0)
+		return -1;
 	if (af) {
 		wk_authfail_keys(w, ep, want->s, want->len, cred->user, cred->user_len, af);
 		if (wk_authfail_refused(w, af))
 			return -1;
 	}
-	wk_auth_bind(ep, &bind);
-	rc = stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
-			      (uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
-			      &features);
-	if (rc == -ETIMEDOUT) {
-		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
-		wk_auth_challenge(w, ep, req, want->s, want->len, 438, NULL);
-		return -1;
-	}
-	*foreign = rc < 0;
-	if (*foreign)		/* the features it claims, for the step below */
-		(void)stun_nonce_features(nonce, nonce_len, &features);
 	if (realm_len != want->len || memcmp(realm, want->s, realm_len) != 0) {
-		if (*foreign) {
-			wk_auth_nonce_refused(w, ep, req, want);
-			return -1;
-		}
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_WRONG_REALM, 1);
 		wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
 		return -1;
 	}
 	if (wk_auth_pw_alg(req, features, pwalg) < 0) {
-		if (*foreign)
-			wk_auth_nonce_refused(w, ep, req, want);
-		else
-			wk_auth_error(w, ep, req, 400);
+		wk_auth_error(w, ep, req, 400);
 		return -1;
 	}
 	return 0;
@@ -287,7 +282,6 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	struct wk_realm want;
 	uint16_t pwalg;
 	struct wk_authfail af;
-	bool foreign = false;
 	int rc, code = 401;
 
 	memset(cred, 0, sizeof(*cred));
@@ -295,28 +289,20 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	want.s = a ? a->rec->realm : au.realm;
 	want.len = a ? a->rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, &foreign, a ? NULL : &af) < 0)
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, a ? NULL : &af) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
 	if (a)
 		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
 	else
 		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
-	/* A guess: credentials of a new allocation that do not verify (an expired REST
-	 * username is no guess, its MAC was not even checked). Charged, and not answered once
-	 * a budget is over. */
+	/* A guess: credentials of a new allocation that do not verify under our nonce (an
+	 * expired REST username is no guess, its MAC was not even checked). Charged, and not
+	 * answered once a budget is over. */
 	if (rc < 0 && !a && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
 	    wk_authfail_failed(w, ep, &af, cred->user, cred->user_len)) {
-		shm_ctr_add(w->ctr, foreign ? SHM_CTR_AUTH_FAIL_STALE_NONCE : why, 1);
+		shm_ctr_add(w->ctr, why, 1);
 		explicit_bzero(cred->key, sizeof(cred->key));
-		return WK_AUTH_REPLIED;
-	}
-	if (foreign) {
-		/* Credentials right, nonce not ours: 438 makes the client retry once with
-		 * the fresh nonce; wrong credentials get the 401 they always got. */
-		explicit_bzero(cred->key, sizeof(cred->key));
-		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
-		wk_auth_challenge(w, ep, req, want.s, want.len, rc == 0 ? 438 : 401, NULL);
 		return WK_AUTH_REPLIED;
 	}
 	if (rc < 0) {

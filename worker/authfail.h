@@ -7,18 +7,21 @@
  * failures per minute, forgiven one every 60/N seconds (a GCRA cell).
  *
  * The rules (docs/security.md "Password guessing" says why):
+ * - Only a request under a nonce of ours gets here (worker/auth.c answers a nonce that is
+ *   not ours 438 before anything below): the nonce is an HMAC over the source address, so
+ *   a spoofed UDP source can neither be charged nor refused.
  * - A failure (MESSAGE-INTEGRITY that does not verify, for a known or unknown user) is
- *   charged to the source prefix (limits.unauth_prefix_v4/v6) and to the username.
- * - A source prefix over its budget: every Allocate with MESSAGE-INTEGRITY from it is
- *   dropped before any HMAC, the right password too (else a client that sends guesses
+ *   charged to the source (AF_SRC_V4/V6: an address, an IPv6 /64) and to the username.
+ * - A source over its budget: every Allocate with MESSAGE-INTEGRITY from it is dropped
+ *   before the credentials' HMAC, the right password too (else a client that sends guesses
  *   without waiting for answers would still learn the right one from the one answer it
  *   gets). Each dropped attempt keeps the prefix over budget for one interval more: a
  *   source that keeps trying never gets a guess; one that waits an interval gets one.
  * - A username over its budget: only prefixes that failed within the last minute are
- *   refused before the HMAC; a prefix without failures is verified as usual, so the
- *   right password from anywhere else works at once. A failure for that username is not
- *   answered. Someone else's guessing can slow a user only when it comes from the user's
- *   own prefix.
+ *   refused before the credentials' HMAC; a prefix without failures is verified as usual,
+ *   so the right password from anywhere else works at once. A failure for that username
+ *   is not answered. Someone else's guessing can slow a user only when it comes from the
+ *   user's own prefix.
  * Dropped means no answer on any transport: the worker holds nothing and never blocks,
  * and a client waits out its own timeout.
  *

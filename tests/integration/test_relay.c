@@ -267,12 +267,17 @@ static void test_auth_challenge_and_errors(void **state)
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 401);
 	hturn_set_user(&c, "nobody", "pass1");
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 401);
-	/* A nonce not ours under a wrong password: 401. Under the right credentials: 438
-	 * with a fresh nonce (RFC 8489 9.2.4), and the fresh one works. */
+	/* A nonce not ours is checked before the credentials (RFC 8489 9.2.4): 438 with a
+	 * fresh nonce under a wrong password and under the right one alike; under the fresh
+	 * nonce the wrong password gets its 401 and the right one allocates. */
 	snprintf(nonce, sizeof(nonce), "%s", c.nonce);
 	nonce[3] ^= 1;
 	snprintf(c.nonce, sizeof(c.nonce), "%s", nonce);
 	hturn_set_user(&c, "user1", "wrong");
+	assert_int_equal(hturn_allocate(&c, NULL, NULL), 438);
+	last_msg(&c, &m);
+	assert_int_equal(stun_msg_copy_string(&m, STUN_ATTR_NONCE, c.nonce, sizeof(c.nonce)), 0);
+	assert_string_not_equal(c.nonce, nonce);
 	assert_int_equal(hturn_allocate(&c, NULL, NULL), 401);
 	snprintf(c.nonce, sizeof(c.nonce), "%s", nonce);
 	hturn_set_user(&c, "user1", "pass1");

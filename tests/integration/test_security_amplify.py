@@ -311,7 +311,7 @@ def error_cases():
         ("400 malformed REQUESTED-TRANSPORT", ALLOCATE, [(A_TRANSPORT, b"\x11"), soft], None),
         ("420 unknown attribute", ALLOCATE, [(0x0031, b"odd"), (0x0033, b"x"), soft], None),
         ("401 no credentials", ALLOCATE, [(A_TRANSPORT, bytes([17, 0, 0, 0])), soft], None),
-        ("401 wrong key, foreign nonce", ALLOCATE,
+        ("438 wrong key, foreign nonce", ALLOCATE,
          [(A_TRANSPORT, bytes([17, 0, 0, 0])), (A_USERNAME, user), (A_REALM, b"sec.realm"),
           (A_NONCE, b"odd-nonce")], b"\0" * 16),
         ("400 integrity without NONCE", ALLOCATE,

@@ -294,6 +294,99 @@ def test_default_quota_room(d):
         daemon.stop()
 
 
+def test_spoofed_failures_block_nobody(d):
+    """Found by attackwalk: failures under a nonce that is not ours were charged to the
+    source address, and a UDP source address can be spoofed. 30 Allocates with a made-up
+    nonce and wrong passwords sent from 127.0.13.5 (all that an off-path attacker who
+    spoofs a victim's address can send: it never sees the victim's answers and nonce)
+    blocked 127.0.13.5 from allocating on every transport, its own retransmissions keeping
+    it blocked. Now a nonce not ours is answered 438 before the credentials are looked at
+    (RFC 8489 9.2.4) and charges nothing: the victim's address allocates over UDP and TCP
+    at once."""
+    daemon, port, tport = start(d)
+    try:
+        spoofer = Dgram("127.0.13.5", port)
+        user = "1999999999:mallory"
+        for i in range(3 * BUDGET):
+            spoofer.send_raw(allocate(os.urandom(12), user, b"made-up-nonce-%d" % i,
+                                      key_of(user, "guess-%d" % i)))
+        spoofer.close()
+        wait_for(lambda: sum(counters(daemon)[k] for k in ("auth_fail_stale_nonce",
+                                                          "auth_throttled_prefix"))
+                 >= 3 * BUDGET, "the spoofed Allocates reached the workers", timeout=10)
+        username, password = credentials("alice")
+        for kind, conn in (("UDP", Dgram("127.0.13.5", port)),
+                           ("TCP", Stream("127.0.13.5", tport))):
+            r = allocate_with(conn, username, password)
+            conn.close()
+            check(r is not None and r[1] == SUCCESS,
+                  "the spoofed address allocates over %s (%r)" % (kind, r))
+    finally:
+        daemon.stop()
+
+
+def test_guessing_udp_foreign_nonce(d):
+    """Under a nonce that is not ours the credentials are not looked at: 60 wrong passwords
+    for alice and then her right one, under a made-up nonce over UDP from 127.0.14.5, all
+    get the same answer (438 with a fresh nonce), so they teach a guesser nothing, and
+    nothing is counted as a failure or charged (127.0.14.5 then allocates at once with our
+    nonce). A guesser that uses our nonce proves its address and is capped by that
+    address's budget, also when it spreads its guesses over 6 usernames (10 each, within
+    the username budget): from 127.0.15.5 about limits.auth_fail_prefix wrong passwords
+    are answered, and its right password for alice after them is not."""
+    daemon, port, _ = start(d)
+    try:
+        conn = Dgram("127.0.14.5", port)
+        username, password = credentials("alice")
+        before = counters(daemon)
+        tids = [os.urandom(12) for _ in range(UDP_GUESSES)]
+        right = os.urandom(12)
+        for i, tid in enumerate(tids):
+            conn.send_raw(allocate(tid, username, b"made-up-nonce",
+                                   key_of(username, "guess-%d" % i)))
+        conn.send_raw(allocate(right, username, b"made-up-nonce", key_of(username, password)))
+        got = conn.answers(UDP_GUESSES + 1, 4.0)
+        codes = sorted(set(error_code(p[3]) for p in got.values()))
+        print("%d wrong passwords and the right one under a made-up nonce over UDP: %d "
+              "answered, codes %r" % (UDP_GUESSES, len(got), codes))
+        check(len(got) == UDP_GUESSES + 1, "every one answered (%d)" % len(got))
+        check(codes == [438], "all answered 438, the right password too (%r)" % codes)
+        check(all(p[3][A_NONCE][0] != b"made-up-nonce" for p in got.values()),
+              "each 438 carries a fresh nonce")
+        after = counters(daemon)
+        for k in ("auth_fail_bad_mac", "auth_fail_unknown_user", "auth_throttled_prefix",
+                  "auth_throttled_user"):
+            check(after[k] == before[k], "%s unchanged (%d -> %d)" % (k, before[k], after[k]))
+        check(after["auth_fail_stale_nonce"] - before["auth_fail_stale_nonce"]
+              == UDP_GUESSES + 1, "counted as stale nonces")
+        r = allocate_with(conn, username, password)
+        conn.close()
+        check(r is not None and r[1] == SUCCESS,
+              "127.0.14.5 allocates with our nonce at once (%r)" % (r,))
+        spray = Dgram("127.0.15.5", port)
+        nonce = nonce_of(spray)
+        users = ["1999999999:user%d" % u for u in range(6)]
+        tids = [os.urandom(12) for _ in range(UDP_GUESSES)]
+        for i, tid in enumerate(tids):
+            user = users[i % len(users)]
+            spray.send_raw(allocate(tid, user, nonce, key_of(user, "guess-%d" % i)))
+        spray.send_raw(allocate(right, username, nonce, key_of(username, password)))
+        got = spray.answers(UDP_GUESSES + 1, 4.0)
+        spray.close()
+        wrong = sum(1 for t in tids if t in got)
+        print("%d wrong passwords for %d usernames with our nonce from one address: %d "
+              "answered, the right one after them: %r" % (UDP_GUESSES, len(users), wrong,
+                                                        got.get(right)))
+        check(wrong <= BUDGET + 1, "at most the source's budget (%d) answered, got %d"
+              % (BUDGET, wrong))
+        check(right not in got, "the right password after the budget is not answered")
+        check(counters(daemon)["auth_throttled_prefix"] >= UDP_GUESSES - BUDGET - 1,
+              "auth_throttled_prefix counts the dropped guesses")
+    finally:
+        daemon.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_guessing_tcp, test_guessing_udp, test_guessing_distributed,
-               test_budget_off, test_default_quota_room])
+               test_budget_off, test_default_quota_room, test_spoofed_failures_block_nobody,
+               test_guessing_udp_foreign_nonce])

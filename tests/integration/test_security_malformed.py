@@ -1,8 +1,8 @@
 """Requests a client sends by mistake, against the real daemon: fixed-size attributes of
 the wrong length (RFC 8489 6.3.1.1 / RFC 8656 18: 400, never a success that reads a 0-length
-LIFETIME as "no LIFETIME"), and a NONCE the server never issued under a MESSAGE-INTEGRITY
-that verifies (RFC 8489 9.2.4: 438 with a fresh nonce, so the client retries once instead
-of giving up on a 401)."""
+LIFETIME as "no LIFETIME"), and a NONCE the server never issued, whether or not the
+MESSAGE-INTEGRITY verifies (RFC 8489 9.2.4: the nonce is checked before the credentials,
+438 with a fresh nonce, so the client retries once instead of giving up on a 401)."""
 import os
 import struct
 import sys
@@ -75,9 +75,10 @@ def test_foreign_nonce_438(d):
                   % (nonce, error_code(r[3])))
             fresh = r[3].get(A_NONCE, [None])[0]
             check(fresh and fresh != nonce, "438 without a fresh nonce")
-            # Wrong credentials with a foreign nonce: 401 as before.
+            # Wrong credentials with a foreign nonce: 438 too (the nonce is checked
+            # before the credentials, so the answer tells nothing about them).
             r = signed_allocate(c, nonce, b"\0" * 16)
-            check(error_code(r[3]) == 401, "nonce %r with a wrong key: %r"
+            check(error_code(r[3]) == 438, "nonce %r with a wrong key: %r"
                   % (nonce, error_code(r[3])))
         # The client retries with the fresh nonce of the 438 and allocates.
         r = signed_allocate(c, foreign[0], c.key)

@@ -31,9 +31,11 @@
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
+#include "shm/shm_authfail.h"
 #include "shm/shm_ppool.h"
 #include "stun/stun.h"
 #include "stun/stun_auth.h"
+#include "worker/authfail.h"
 #include "worker/lifecycle.h"
 #include "worker/relay.h"
 #include "worker/table.h"
@@ -378,6 +380,72 @@ static void test_allocate_bad_key(void **state)
 	assert_null(wk_alloc_find(f->w, f->l, (struct sockaddr *)&f->cli));
 }
 
+/* The answer's NONCE: a fresh one, never the one the request carried. */
+static void fresh_nonce(struct fix *f, const char *sent, char *out, size_t cap)
+{
+	const char *s;
+	size_t len;
+
+	assert_int_equal(stun_msg_get_string(&f->msg, STUN_ATTR_NONCE, &s, &len), 0);
+	assert_true(len < cap);
+	memcpy(out, s, len);
+	out[len] = 0;
+	assert_string_not_equal(out, sent);
+}
+
+/* RFC 8489 9.2.4, the nonce before the credentials: a nonce that is not ours (here one
+ * of ours with a character changed: forged, or another address's) is answered 438 with a
+ * fresh nonce, the right key and a wrong one alike, without looking at the credentials or
+ * the failed-auth budget. 3 times limits.auth_fail_prefix (10) wrong keys under it, as an
+ * off-path attacker spoofing the client's UDP address can send, charge nothing: the
+ * address still allocates with our nonce, and a wrong key under our nonce is then a
+ * counted failure as before. The same for a request on an existing allocation. On the
+ * code before, a wrong key under a foreign nonce was charged to the address and answered
+ * 401, and past the budget not at all. */
+static void test_foreign_nonce_first(void **state)
+{
+	struct fix *f = *state;
+	char ours[STUN_NONCE_MAX_LEN + 1], fresh[STUN_NONCE_MAX_LEN + 1];
+	struct wk_authfail af;
+
+	challenge(f);
+	snprintf(ours, sizeof(ours), "%s", f->nonce);
+	f->nonce[3] ^= 1;
+	for (int i = 0; i < 31; i++) {
+		f->key[0] ^= i < 30 ? 1 : 0;	/* 30 wrong keys, then the right one */
+		assert_int_equal(allocate(f), 438);
+		f->key[0] ^= i < 30 ? 1 : 0;
+		fresh_nonce(f, f->nonce, fresh, sizeof(fresh));
+	}
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_FAIL_STALE_NONCE), 31);
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_FAIL_BAD_MAC), 0);
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_THROTTLED_PREFIX), 0);
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_THROTTLED_USER), 0);
+	wk_authfail_keys(f->w, &f->ep, REALM, strlen(REALM), USER, strlen(USER), &af);
+	assert_int_equal(shm_authfail_tat(f->shm, af.prefix), 0);
+	assert_int_equal(shm_authfail_tat(f->shm, af.user), 0);
+	/* Our nonce: a wrong key is a counted failure (401), the right one allocates. */
+	snprintf(f->nonce, sizeof(f->nonce), "%s", ours);
+	f->key[0] ^= 1;
+	assert_int_equal(allocate(f), 401);
+	f->key[0] ^= 1;
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_FAIL_BAD_MAC), 1);
+	assert_int_not_equal(shm_authfail_tat(f->shm, af.prefix), 0);
+	assert_int_equal(allocate(f), 0);
+	/* On the allocation: 438 for the wrong key and the right one, then the fresh nonce
+	 * refreshes. */
+	f->nonce[3] ^= 1;
+	f->key[0] ^= 1;
+	assert_int_equal(refresh(f, 600), 438);
+	f->key[0] ^= 1;
+	assert_int_equal(refresh(f, 600), 438);
+	fresh_nonce(f, f->nonce, fresh, sizeof(fresh));
+	snprintf(f->nonce, sizeof(f->nonce), "%s", fresh);
+	assert_int_equal(refresh(f, 600), 0);
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_FAIL_STALE_NONCE), 33);
+	assert_int_equal(ctr(f, SHM_CTR_AUTH_FAIL_BAD_MAC), 1);
+}
+
 /* Refresh extends the lifetime; Refresh 0 ends the allocation: gone from the table, its
  * record freed, the gauge down, the end counted. A Refresh without allocation is 437. */
 static void test_refresh(void **state)
@@ -549,6 +617,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_allocate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_allocate_bad_key, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_foreign_nonce_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refresh, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_create_permission, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_channel_bind, setup, teardown),
