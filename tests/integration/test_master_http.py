@@ -4,6 +4,7 @@ a shared health+metrics socket on the health address, the credential API on the 
 port refused as a config error (-t, start, reload), endpoints changed by a reload, the health
 endpoint serving again after its connection limit was reached, and while slow clients hold
 every slot."""
+import contextlib
 import json
 import os
 import re
@@ -310,16 +311,30 @@ def accepted(port):
     return n
 
 
-def hold_slow(hp, limit, per_ip, held):
-    """limit connections to port hp from 127.0.5.2 up (per_ip each), each a request head
-    never finished, kept in held; waits until the server accepted them all."""
-    for i in range(limit):
-        c = socket.socket()
-        c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
-        c.connect(("127.0.0.1", hp))
-        c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
-        held.append(c)
-    wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+@contextlib.contextmanager
+def slow_clients(d):
+    """A daemon whose health server holds its whole connection limit from 127.0.5.2 up (the
+    per-address limit each), each a request head never finished; yields (daemon, url, held
+    connections). Closes them and checks the daemon's clean stop on the way out."""
+    port, hp = free_port(), free_port()
+    url = "http://127.0.0.1:%d" % hp
+    daemon = Daemon(d, base(d, port, endpoints(url, None, None))).start()
+    limit, per_ip = http_limits()
+    held = []
+    try:
+        check(get(url + "/live")[0] == 200, "live before")
+        for i in range(limit):
+            c = socket.socket()
+            held.append(c)
+            c.bind(("127.0.5.%d" % (2 + i // per_ip), 0))
+            c.connect(("127.0.0.1", hp))
+            c.sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+        wait_for(lambda: accepted(hp) >= limit, "%d connections accepted" % limit, timeout=10)
+        yield daemon, url, held
+    finally:
+        for c in held:
+            c.close()
+        check(daemon.stop() == 0, "exit status")
 
 
 def test_serves_after_connection_limit(d):
@@ -331,14 +346,7 @@ def test_serves_after_connection_limit(d):
     one turn, as they did by chance in the attack. (Since a newcomer beyond 64 closes the
     oldest, 64 connections stay under MHD's own limit; the run after closes still matters
     for MHD's pause on EMFILE, and this case stays as the attack's regression.)"""
-    port, hp = free_port(), free_port()
-    url = "http://127.0.0.1:%d" % hp
-    daemon = Daemon(d, base(d, port, endpoints(url, None, None))).start()
-    limit, per_ip = http_limits()
-    held = []
-    try:
-        check(get(url + "/live")[0] == 200, "live before")
-        hold_slow(hp, limit, per_ip, held)
+    with slow_clients(d) as (daemon, url, held):
         daemon.signal(signal.SIGSTOP)
         try:
             for c in held:
@@ -346,7 +354,6 @@ def test_serves_after_connection_limit(d):
                 c.close()
         finally:
             daemon.signal(signal.SIGCONT)
-        held = []
 
         def live():
             try:
@@ -354,10 +361,6 @@ def test_serves_after_connection_limit(d):
             except OSError:
                 return False
         wait_for(live, "/live answered after the attacker's connections closed", timeout=30)
-    finally:
-        for c in held:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 def test_slow_clients_make_room(d):
@@ -367,13 +370,7 @@ def test_slow_clients_make_room(d):
     keeps them forever). Now a newcomer closes one (the oldest of an address holding the
     most): /live answers while they are held, and the attacker's connections are the ones
     that go."""
-    port, hp = free_port(), free_port()
-    url = "http://127.0.0.1:%d" % hp
-    daemon = Daemon(d, base(d, port, endpoints(url, None, None))).start()
-    limit, per_ip = http_limits()
-    held = []
-    try:
-        hold_slow(hp, limit, per_ip, held)
+    with slow_clients(d) as (daemon, url, held):
         done = threading.Event()
 
         def trickle():
@@ -393,7 +390,7 @@ def test_slow_clients_make_room(d):
             for i in range(3):
                 code = get(url + "/live")[0]
                 check(code == 200, "/live while %d slow connections are held: %r"
-                      % (limit, code))
+                      % (len(held), code))
         finally:
             done.set()
             t.join()
@@ -407,10 +404,6 @@ def test_slow_clients_make_room(d):
             except OSError:
                 closed += 1
         check(closed >= 1, "the newcomers closed the attacker's oldest connections")
-    finally:
-        for c in held:
-            c.close()
-        check(daemon.stop() == 0, "exit status")
 
 
 if __name__ == "__main__":

@@ -335,6 +335,18 @@ static void test_oversized_header(void **state)
 	expect(fx, "GET", "/live", 200, "{}\n");
 }
 
+/* The client on fd, which sent a request head but its last line, finishes it, is answered
+ * 200 with body, and closes. */
+static void finish_head(struct fx *fx, int fd, const char *body)
+{
+	send_all(fd, "Connection: close\r\n\r\n", 21);
+	char *r = read_response(fx, fd);
+	close(fd);
+	assert_int_equal(status_of(r), 200);
+	assert_string_equal(body_of(r), body);
+	free(r);
+}
+
 static void test_slow_client(void **state)
 {
 	struct fx *fx = *state;
@@ -350,12 +362,7 @@ static void test_slow_client(void **state)
 	for (int i = 0; i < 3; i++)
 		expect(fx, "GET", "/live", 200, "{}\n");
 	/* The slow client finishes and is answered too. */
-	send_all(slow, "Connection: close\r\n\r\n", 21);
-	char *r = read_response(fx, slow);
-	close(slow);
-	assert_int_equal(status_of(r), 200);
-	assert_string_equal(body_of(r), "{\"status\":200,\"message\":\"READY\"}\n");
-	free(r);
+	finish_head(fx, slow, "{\"status\":200,\"message\":\"READY\"}\n");
 }
 
 /* Holding HTTP_CONN_LIMIT idle connections (HTTP_CONN_PER_IP from each of several
@@ -436,12 +443,7 @@ static void test_conn_limit_spares_lone_client(void **state)
 	send_all(legit, head, strlen(head));
 	connect_many(fx, idle, HTTP_CONN_LIMIT - 1, 10, HTTP_CONN_PER_IP);
 	newcomer_served(fx, idle[0], legit);
-	send_all(legit, "Connection: close\r\n\r\n", 21);
-	char *r = read_response(fx, legit);
-	close(legit);
-	assert_int_equal(status_of(r), 200);
-	assert_string_equal(body_of(r), "{}\n");
-	free(r);
+	finish_head(fx, legit, "{}\n");
 	for (unsigned i = 0; i < HTTP_CONN_LIMIT - 1; i++)
 		close(idle[i]);
 }
