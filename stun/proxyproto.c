@@ -67,6 +67,12 @@ static int pp_v2_body(struct pp_cur *c, unsigned cmd, unsigned fam, struct proxy
 	int af = 0;
 	size_t alen = 0;
 
+	if (cmd == 0 || fam == 0) {
+		/* LOCAL, or UNSPEC: the connection's own endpoints; the protocol block is
+		 * ignored whatever it holds (the PROXY protocol spec, 2.2), TLVs included. */
+		o->local = true;
+		return 0;
+	}
 	if (fam == 1) {
 		af = AF_INET;
 		alen = 4;
@@ -75,7 +81,7 @@ static int pp_v2_body(struct pp_cur *c, unsigned cmd, unsigned fam, struct proxy
 		alen = 16;
 	} else if (fam == 3) {
 		(void)pp_take(c, 216);	/* AF_UNIX: two 108-byte paths, not used */
-	} else if (fam != 0) {
+	} else {
 		return -EBADMSG;
 	}
 	if (af) {
@@ -90,7 +96,7 @@ static int pp_v2_body(struct pp_cur *c, unsigned cmd, unsigned fam, struct proxy
 	}
 	if (c->err)
 		return -EBADMSG;
-	o->local = cmd == 0 || !af;
+	o->local = !af;
 	if (!o->local) {
 		pp_set(&o->src, af, sa, sp);
 		pp_set(&o->dst, af, da, dp);

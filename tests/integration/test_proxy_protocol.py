@@ -345,6 +345,15 @@ def test_udp_v2(d):
         check(p and p[2] == tid, "no Binding response over UDP PROXY v2")
         check(parse_xor_addr(p[3][A_XOR_MAPPED][0], tid) == (CLIENT_IP, 5555),
               "UDP mapped %r" % (parse_xor_addr(p[3][A_XOR_MAPPED][0], tid),))
+        # aw2: a LOCAL header of family UNSPEC with an address block (which the spec says
+        # to ignore) was refused as malformed; it keeps the sender's own address.
+        tid = os.urandom(12)
+        u.sendto(V2_SIG + bytes([0x20, 0x00]) + struct.pack("!H", 12)
+                 + v2_header(CLIENT_IP, 5555, "127.0.0.1", 1)[16:] + build(BINDING, REQUEST, tid, []), ("127.0.0.1", ports["pp_udp"]))
+        p = parse(u.recv(2048))
+        check(p and p[2] == tid, "no Binding response behind a LOCAL UNSPEC header")
+        check(parse_xor_addr(p[3][A_XOR_MAPPED][0], tid) == u.getsockname(),
+              "LOCAL mapped %r" % (parse_xor_addr(p[3][A_XOR_MAPPED][0], tid),))
         # An allocation through the "proxy": its 5-tuple is the header's client (in the
         # listing), relayed data comes back to the proxy's socket without a header.
         echo = peer_socket()

@@ -153,6 +153,18 @@ static void t_v2_local_udp6(void **state)
 	n = v2(b, 0x20, 0x00, body, 0);
 	assert_int_equal(proxyproto_parse(b, n, BOTH, &h), 16);
 	assert_true(h.local);
+	/* aw2: LOCAL or UNSPEC with a protocol block (an IPv4 one, which read as TLVs runs
+	 * past the header): the block is ignored, not refused; so is LOCAL's family. */
+	static const uint8_t fams[] = { 0x00, 0x11, 0x41 };
+	static const uint8_t v4[] = { 127, 0, 0, 5, 127, 0, 0, 1, 0x9C, 0x40, 0x0D, 0x96 };
+	for (size_t i = 0; i < sizeof(fams); i++) {
+		n = v2(b, 0x20, fams[i], v4, sizeof(v4));
+		assert_int_equal(proxyproto_parse(b, n, BOTH, &h), 28);
+		assert_true(h.local);
+	}
+	n = v2(b, 0x21, 0x00, v4, sizeof(v4));
+	assert_int_equal(proxyproto_parse(b, n, BOTH, &h), 28);
+	assert_true(h.local);
 	body[15] = 1;		/* ::1 */
 	body[35] = 7;		/* dst port 7 */
 	n = v2(b, 0x21, 0x22, body, sizeof(body));
