@@ -22,4 +22,10 @@ static inline uint64_t mono_ms(void)
 	return mono_ns() / 1000000u;
 }
 
+/* CLOCK_MONOTONIC in seconds (the master's supervision clocks). */
+static inline double mono_s(void)
+{
+	return (double)mono_ns() / 1e9;
+}
+
 #endif

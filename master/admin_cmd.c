@@ -246,7 +246,7 @@ static json_t *cmd_workers(struct master *m, json_t *req)
 			      (int)w->pid, "state", supervise_state_name(w->state), "incarnation",
 			      (json_int_t)si.incarnation, "restarts", (int)w->restarts, "uptime",
 			      w->pid > 0 ? now - w->started_at : 0.0, "last_pong_age",
-			      w->pid > 0 ? now - w->last_pong : 0.0);
+			      w->pid > 0 ? mono_s() - w->last_pong : 0.0);
 		if (o != NULL && w->last_status != -1)
 			json_object_set_new(o, "last_exit", json_integer(w->last_status));
 		/* Online: inside a loop iteration, may hold a snapshot (0 = offline). */

@@ -17,6 +17,7 @@
 
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/mono.h"
 #include "conf/snapshot.h"
 #include "master/admin.h"
 #include "master/cds.h"
@@ -27,6 +28,7 @@
 
 #define TICK_S 0.25
 #define PING_EVERY_TICKS 4
+#define LOOP_STALL_S 2.0        /* a tick this late means the loop itself stalled */
 #define SNAP_SLOTS 8
 #define SNAP_MIN_SIZE (1u << 20)
 
@@ -218,9 +220,13 @@ static void lifecycle_step(struct master *m)
 static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct master *m = t->data;
+	double now = mono_s();
 
 	(void)loop;
 	(void)revents;
+	if (m->last_tick > 0 && now - m->last_tick > LOOP_STALL_S && m->workers != NULL)
+		supervise_loop_stalled(m, now - m->last_tick);
+	m->last_tick = now;
 	reload_reclaim(m);
 	if (m->publish_pending)
 		reload_publish(m);
@@ -571,6 +577,7 @@ int main(int argc, char **argv)
 		/* From a CDS, ready means configured: the first applied config says READY. */
 		if (!cds_is_origin(m.config_path) && !upgrade_is_child(&m))
 			notify_ready();
+		m.last_tick = mono_s();
 		ev_run(m.loop, 0);
 		log_info("master", "exiting");
 		if (m.handed_over)

@@ -52,7 +52,7 @@ struct mworker {
 	ev_io ctl_io;
 	ev_timer respawn;
 	double started_at;        /* ev_now of the last fork */
-	double last_pong;         /* ev_now of the last PONG/READY */
+	double last_pong;         /* mono_s() of the last PONG/READY (or the spawn) */
 	uint64_t ping_seq;        /* last ping sent */
 	unsigned restarts;        /* respawns so far */
 	unsigned backoff_step;    /* consecutive quick deaths */
@@ -176,6 +176,7 @@ struct master {
 	ev_signal sighup_w, sigterm_w, sigint_w, sigquit_w, sigusr2_w;
 	ev_timer tick_w;          /* reclaim, pings, drain progress */
 	unsigned long tick_count;
+	double last_tick;             /* mono_s() of the last tick (0: not serving yet) */
 	ev_timer watchdog_w;
 	uint64_t watchdog_usec;
 
@@ -288,6 +289,7 @@ unsigned supervise_broadcast_fd(struct master *m, uint16_t type, const void *pay
 				int fd);
 /* From the tick timer: pings, hang detection, QSBR stall detection. */
 void supervise_tick(struct master *m);
+void supervise_loop_stalled(struct master *m, double gap);
 /* From the 1 s tick timer: each slot's kept disconnects (master/discsent.h) pruned, those
  * owed to a respawned worker that did not fit at its spawn sent, drops reported. */
 void supervise_disc_tick(struct master *m);

@@ -286,7 +286,7 @@ int supervise_spawn(struct master *m, unsigned slot)
 	w->ctl_fd = fds[0];
 	w->state = MW_STARTING;
 	w->started_at = ev_now(m->loop);
-	w->last_pong = w->started_at;
+	w->last_pong = mono_s();
 	w->kill_sent = false;
 	ev_io_init(&w->ctl_io, ctl_cb, w->ctl_fd, EV_READ);
 	w->ctl_io.data = w;
@@ -352,7 +352,7 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 				 pong.slot, (int)pong.pid);
 			return;
 		}
-		w->last_pong = ev_now(w->m->loop);
+		w->last_pong = mono_s();
 		if (w->state == MW_STARTING) {
 			w->state = MW_RUNNING;
 			upgrade_worker_running(w->m);
@@ -752,9 +752,22 @@ static void check_gp_stall(struct master *m)
 	}
 }
 
+/* The master's own loop did not run for gap seconds (a blocking lookup at reload, a
+ * paused VM or process): no worker could be pinged, and the pongs queued meanwhile are
+ * read only after this tick, so the ping clocks start again rather than blame workers. */
+void supervise_loop_stalled(struct master *m, double gap)
+{
+	double now = mono_s();
+
+	log_warn("master", "the master's loop stalled %.1f s: workers' ping clocks restarted", gap);
+	for (unsigned i = 0; i < m->n_slots; i++)
+		if (m->workers[i].last_pong < now)
+			m->workers[i].last_pong = now;
+}
+
 void supervise_tick(struct master *m)
 {
-	double now = ev_now(m->loop);
+	double now = mono_s();
 
 	for (unsigned i = 0; i < m->n_slots; i++) {
 		struct mworker *w = &m->workers[i];

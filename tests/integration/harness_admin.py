@@ -468,6 +468,88 @@ def session_records(d, name="sessions.jsonl"):
         return []
 
 
+# Shifts the wall clock (CLOCK_REALTIME, gettimeofday, time) of the process it is preloaded
+# into by the seconds written in the file $TG_SHIFT_FILE, read at each call; the monotonic
+# clock is untouched: a clock stepped by NTP or an operator, seen by one process only.
+SHIFT_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+
+static long shift(void)
+{
+	const char *p = getenv("TG_SHIFT_FILE");
+	FILE *f = p ? fopen(p, "r") : NULL;
+	long s = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld", &s) != 1)
+			s = 0;
+		fclose(f);
+	}
+	return s;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+	static int (*real)(clockid_t, struct timespec *);
+	int rc;
+
+	if (!real)
+		real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+	rc = real(id, ts);
+	if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
+		ts->tv_sec += shift();
+	return rc;
+}
+
+int gettimeofday(struct timeval *tv, void *tz)
+{
+	struct timespec ts;
+
+	(void)tz;
+	if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+		return -1;
+	tv->tv_sec = ts.tv_sec;
+	tv->tv_usec = ts.tv_nsec / 1000;
+	return 0;
+}
+
+time_t time(time_t *t)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (t)
+		*t = ts.tv_sec;
+	return ts.tv_sec;
+}
+"""
+
+
+def clock_shift(d):
+    """A preloaded shim (SHIFT_C, built in d) that steps a daemon's wall clock: (env for
+    Daemon, shift) where shift(seconds) steps it from then on."""
+    src, lib, path = (os.path.join(d, n) for n in ("shift.c", "shift.so", "shift"))
+    with open(src, "w") as f:
+        f.write(SHIFT_C)
+    r = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", lib, src,
+                        "-ldl"], capture_output=True, text=True)
+    check(r.returncode == 0, "cannot build the clock shim: %s" % r.stderr)
+
+    def shift(seconds):
+        with open(path, "w") as f:
+            f.write("%d\n" % seconds)
+    shift(0)
+    # the sanitizer build's runtime would refuse to come second
+    return ({"LD_PRELOAD": lib, "TG_SHIFT_FILE": path,
+             "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"},
+            shift)
+
+
 def alive(pid):
     """Whether process pid runs (a zombie does not)."""
     try:

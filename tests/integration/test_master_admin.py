@@ -5,13 +5,12 @@ import os
 import select
 import socket
 import stat
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, check, config_yaml, free_port, run_tests,  # noqa: E402
-                           stun_binding_udp)
+from harness_admin import (Daemon, check, clock_shift, config_yaml, free_port,  # noqa: E402
+                           run_tests, stun_binding_udp)
 
 
 def start(d, workers=2, **kw):
@@ -295,95 +294,22 @@ def test_stalled_clients_make_room(d):
         check(daemon.stop() == 0, "exit status")
 
 
-# Shifts the wall clock (CLOCK_REALTIME, gettimeofday, time) of the process it is preloaded
-# into by the seconds written in the file $TG_SHIFT_FILE, read at each call; the monotonic
-# clock is untouched: a clock stepped by NTP or an operator, seen by one process only.
-SHIFT_C = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/time.h>
-#include <time.h>
-
-static long shift(void)
-{
-	const char *p = getenv("TG_SHIFT_FILE");
-	FILE *f = p ? fopen(p, "r") : NULL;
-	long s = 0;
-
-	if (f) {
-		if (fscanf(f, "%ld", &s) != 1)
-			s = 0;
-		fclose(f);
-	}
-	return s;
-}
-
-int clock_gettime(clockid_t id, struct timespec *ts)
-{
-	static int (*real)(clockid_t, struct timespec *);
-	int rc;
-
-	if (!real)
-		real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
-	rc = real(id, ts);
-	if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE))
-		ts->tv_sec += shift();
-	return rc;
-}
-
-int gettimeofday(struct timeval *tv, void *tz)
-{
-	struct timespec ts;
-
-	(void)tz;
-	if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
-		return -1;
-	tv->tv_sec = ts.tv_sec;
-	tv->tv_usec = ts.tv_nsec / 1000;
-	return 0;
-}
-
-time_t time(time_t *t)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	if (t)
-		*t = ts.tv_sec;
-	return ts.tv_sec;
-}
-"""
-
-
 def test_idle_eviction_ignores_wall_clock_steps(d):
     # Idle and stall times are counted on the monotonic clock: a wall clock stepped back an
     # hour (NTP, a VM restored) while sixteen clients sit idle must not lock the operator
     # out for that hour (libev's loop time, which the first version used, is the wall
     # clock).
-    src, lib, shift = (os.path.join(d, n) for n in ("shift.c", "shift.so", "shift"))
-    with open(src, "w") as f:
-        f.write(SHIFT_C)
-    r = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", lib, src,
-                        "-ldl"], capture_output=True, text=True)
-    check(r.returncode == 0, "cannot build the clock shim: %s" % r.stderr)
-    with open(shift, "w") as f:
-        f.write("0\n")
+    env, shift = clock_shift(d)
     port = free_port()
     sock = os.path.join(d, "admin.sock")
     daemon = Daemon(d, config_yaml(sock, [("udp", port, "TURN-UDP")], workers=1), workers=1,
-                    env={"LD_PRELOAD": lib, "TG_SHIFT_FILE": shift,
-                         # the sanitizer build's runtime would refuse to come second
-                         "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
-                         ":verify_asan_link_order=0"}).start()
+                    env=env).start()
     conns = []
     try:
         for _ in range(16):
             admin_conn(daemon, conns)
         time.sleep(ADMIN_IDLE_EVICT_S + 1)   # idle long enough on any clock
-        with open(shift, "w") as f:
-            f.write("-3600\n")
+        shift(-3600)
         time.sleep(2)   # libev reads the wall clock again at least every second of its loop
         status_once_room(daemon, "turngatectl status refused after the wall clock stepped "
                          "back", 30, 1)

@@ -11,7 +11,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, Failure, binding_request,  # noqa: E402
-                           check, config_yaml, free_port, run_tests, stun_binding_udp, wait_for)
+                           check, clock_shift, config_yaml, free_port, run_tests,
+                           stun_binding_udp, wait_for)
 
 
 def test_kill9_respawns(d):
@@ -63,6 +64,67 @@ def test_hung_worker_is_replaced(d):
         wait_for(replaced, "the hung worker to be replaced", timeout=60)
         check("does not answer pings: killing it" in daemon.stderr(), daemon.stderr())
         check(stun_binding_udp(port) is not None, "no answer after the replacement")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def pids(daemon):
+    return [w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"]]
+
+
+def ping_rounds_pass(daemon, n=3):
+    """Waits until n more ping rounds (one a second) have been answered by every worker."""
+    def answered():
+        return all(w["state"] == "running" and w["last_pong_age"] < 1.5
+                   for w in daemon.admin({"cmd": "workers"})["workers"])
+    for _ in range(n):
+        time.sleep(1.0)
+        wait_for(answered, "every worker answering pings", timeout=30)
+
+
+def test_master_stall_kills_no_worker(d):
+    """Found by review11: a master whose own loop stalled longer than worker_ping_timeout (a
+    blocking lookup at a reload with a STRICT_DNS cluster, a paused VM; SIGSTOP here) killed
+    every healthy worker at its next tick, "does not answer pings", before it read the pongs
+    queued meanwhile: TCP and TLS calls ended. Now the stall restarts the ping clocks."""
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                                   extra_admin="  worker_ping_timeout: 3\n")).start()
+    try:
+        before = pids(daemon)
+        daemon.signal(signal.SIGSTOP)
+        try:
+            time.sleep(6)
+        finally:
+            daemon.signal(signal.SIGCONT)
+        wait_for(lambda: "the master's loop stalled" in daemon.stderr(), "the stall logged")
+        ping_rounds_pass(daemon)
+        check(pids(daemon) == before, "workers replaced after the master's stall:\n"
+              + daemon.stderr())
+        check("does not answer pings" not in daemon.stderr(), daemon.stderr())
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_wall_clock_step_kills_no_worker(d):
+    """Found with the stall above: the ping clocks were libev's loop time, the wall clock. A
+    wall clock stepped forward an hour (NTP, a VM restored) killed every worker at the next
+    ping; stepped back, a hung worker would have gone unnoticed for that hour. They are the
+    monotonic clock now: a step kills nobody, and says nothing of a stall."""
+    env, shift = clock_shift(d)
+    port = free_port()
+    daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
+                                   extra_admin="  worker_ping_timeout: 3\n"),
+                    env=env).start()
+    try:
+        before = pids(daemon)
+        shift(3600)
+        time.sleep(2)   # libev reads the wall clock again at least every second of its loop
+        ping_rounds_pass(daemon)
+        check(pids(daemon) == before, "workers replaced after a wall clock step:\n"
+              + daemon.stderr())
+        check("does not answer pings" not in daemon.stderr(), daemon.stderr())
+        check("stalled" not in daemon.stderr(), "a step taken for a stall")
     finally:
         check(daemon.stop() == 0, "exit status")
 
@@ -267,7 +329,8 @@ def test_command_line(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_kill9_respawns, test_hung_worker_is_replaced,
+    run_tests([test_kill9_respawns, test_hung_worker_is_replaced, test_master_stall_kills_no_worker,
+               test_wall_clock_step_kills_no_worker,
                test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
                test_second_signal_stops_now, test_repeated_signals_keep_the_deadline,
                test_second_daemon_refused,
