@@ -167,6 +167,15 @@ static void read_cb(struct ev_loop *loop, ev_io *io, int revents)
 	n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
+	if (n == 0 && c->in_len > 0 && !c->discarding && !c->closing) {
+		/* The last request without its newline, then the end (`printf ... | socat`):
+		 * answered, then closed once the answer has left. */
+		handle_line(c, c->in, c->in_len);
+		c->in_len = 0;
+		c->closing = true;
+		if (ev_is_active(&c->wio))
+			return;
+	}
 	if (n <= 0) {
 		client_free(c);
 		return;

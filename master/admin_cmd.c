@@ -819,25 +819,28 @@ static const struct admin_cmd {
 	 * it changes what the new master copies (the table, the snapshot) or acts on workers
 	 * that are stopping. revoke and unrevoke check it themselves (HTTP /revoke too). */
 	bool handover;
+	/* A command that changes something takes these arguments (space-separated) and no
+	 * others: a misspelt one must not leave the most drastic default to run. */
+	const char *args;
 } commands[] = {
-	{ "status", cmd_status, NULL, NULL, false },
-	{ "config", cmd_config, NULL, NULL, false },
-	{ "reload", cmd_reload, "", NULL, false },
-	{ "logrotate", cmd_logrotate, "", NULL, false },
-	{ "allocations", cmd_allocations, NULL, NULL, false },
-	{ "top", cmd_top, NULL, NULL, false },
-	{ "disconnect", cmd_disconnect, "", NULL, true },
-	{ "drain", cmd_drain, "", NULL, true },
-	{ "stats", cmd_stats, NULL, NULL, false },
-	{ "workers", cmd_workers, NULL, NULL, false },
-	{ "loglevel", cmd_loglevel, "spec", NULL, true },
+	{ "status", cmd_status, NULL, NULL, false, NULL },
+	{ "config", cmd_config, NULL, NULL, false, NULL },
+	{ "reload", cmd_reload, "", NULL, false, "force" },
+	{ "logrotate", cmd_logrotate, "", NULL, false, "" },
+	{ "allocations", cmd_allocations, NULL, NULL, false, NULL },
+	{ "top", cmd_top, NULL, NULL, false, NULL },
+	{ "disconnect", cmd_disconnect, "", NULL, true, "id user" },
+	{ "drain", cmd_drain, "", NULL, true, "on" },
+	{ "stats", cmd_stats, NULL, NULL, false, NULL },
+	{ "workers", cmd_workers, NULL, NULL, false, NULL },
+	{ "loglevel", cmd_loglevel, "spec", NULL, true, "spec" },
 	/* The binary runs as the daemon's user: naming one is for those who could run it so
 	 * themselves. Without it the daemon re-executes its own binary. */
-	{ "upgrade", cmd_upgrade, "", "binary", false },
-	{ "upgrade_status", cmd_upgrade_status, NULL, NULL, false },
-	{ "revoke", revoke_cmd_add, "", NULL, false },
-	{ "unrevoke", revoke_cmd_del, "", NULL, false },
-	{ "revocations", revoke_cmd_list, NULL, NULL, false },
+	{ "upgrade", cmd_upgrade, "", "binary", false, "binary timeout" },
+	{ "upgrade_status", cmd_upgrade_status, NULL, NULL, false, NULL },
+	{ "revoke", revoke_cmd_add, "", NULL, false, "user user_id for" },
+	{ "unrevoke", revoke_cmd_del, "", NULL, false, "user user_id" },
+	{ "revocations", revoke_cmd_list, NULL, NULL, false, NULL },
 };
 
 /* Root, or the daemon's own user (who could run any program as that user anyway). */
@@ -849,6 +852,34 @@ static bool peer_privileged(const struct admin_peer *peer)
 static bool cmd_writes(const struct admin_cmd *c, json_t *req)
 {
 	return c->writes != NULL && (c->writes[0] == '\0' || json_object_get(req, c->writes));
+}
+
+/* Whether key is "cmd" or one of the space-separated words of args. */
+static bool arg_known(const char *args, const char *key)
+{
+	size_t n = strlen(key);
+
+	for (const char *p = args; *p != '\0';) {
+		size_t len = strcspn(p, " ");
+
+		if (len == n && memcmp(p, key, n) == 0)
+			return true;
+		p += len + (p[len] == ' ');
+	}
+	return strcmp(key, "cmd") == 0;
+}
+
+/* NULL, or the first argument of req that c does not take (c->args: NULL takes any). */
+static const char *arg_unknown(const struct admin_cmd *c, json_t *req)
+{
+	const char *key;
+	json_t *v;
+
+	if (c->args != NULL)
+		json_object_foreach(req, key, v)
+			if (!arg_known(c->args, key))
+				return key;
+	return NULL;
 }
 
 /* Runs c for peer: the audit line first (so that it is written whatever the command does,
@@ -865,7 +896,13 @@ static json_t *cmd_run(struct master *m, const struct admin_cmd *c, const struct
 		log_info("admin", "uid=%d pid=%d: %.512s", (int)peer->uid, (int)peer->pid,
 			 text != NULL ? text : c->name);
 	}
-	if (c->handover && audit && upgrade_handover_busy(m) != NULL) {
+	if (arg_unknown(c, req) != NULL) {
+		char why[192];
+
+		snprintf(why, sizeof(why), "%s: unknown argument \"%.64s\" (it takes: %s)",
+			 c->name, arg_unknown(c, req), c->args[0] ? c->args : "none");
+		reply = err(why);
+	} else if (c->handover && audit && upgrade_handover_busy(m) != NULL) {
 		reply = err(upgrade_handover_busy(m));
 	} else if (c->root_arg != NULL && json_object_get(req, c->root_arg) != NULL &&
 		   !peer_privileged(peer)) {

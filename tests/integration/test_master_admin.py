@@ -190,6 +190,56 @@ def test_malformed(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_unknown_arguments_change_nothing(d):
+    """Found by the aw3 walk: a command that changes something ignored arguments it does not
+    take, so a misspelt one left its most drastic default to run: {"cmd":"drain","off":true}
+    drained the node, a revoke with "ttl" revoked for ever, a disconnect with a separate "gen"
+    ended whatever held that id. Such a request is refused now and changes nothing; commands
+    that only read still take any (turngatectl doctor sends "ports" to every one)."""
+    daemon, port = start(d, workers=1)
+    try:
+        for req, arg, takes in (({"cmd": "drain", "off": True}, "off", "on"),
+                                ({"cmd": "revoke", "user": "alice", "ttl": 60}, "ttl",
+                                 "user user_id for"),
+                                ({"cmd": "disconnect", "id": 0, "gen": 5}, "gen", "id user"),
+                                ({"cmd": "logrotate", "now": True}, "now", "none")):
+            r = daemon.admin(req)
+            check(r == {"ok": False, "error": '%s: unknown argument "%s" (it takes: %s)'
+                        % (req["cmd"], arg, takes)}, "%r -> %r" % (req, r))
+        check(daemon.admin({"cmd": "status"})["draining"] is False, "drained by a typo")
+        r = daemon.admin({"cmd": "revocations"})
+        check(r["ok"] and not r["revocations"], "revoked by a typo: %r" % r)
+        r = daemon.admin({"cmd": "workers", "ports": False})
+        check(r["ok"] is True, "a reading command refused an extra argument: %r" % r)
+        check(stun_binding_udp(port) is not None, "Binding after refused commands")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_last_line_without_newline(d):
+    """Found by the aw3 walk: a request without its newline, then the end of the client's
+    output (printf '{"cmd":"status"}' | socat - UNIX-CONNECT:...), got no reply: the
+    connection was closed unanswered. It is answered, then closed."""
+    daemon, _ = start(d, workers=1)
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(daemon.sock)
+        s.sendall(WORKERS.rstrip(b"\n"))
+        s.shutdown(socket.SHUT_WR)
+        buf = b""
+        for _ in range(1000):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        s.close()
+        check(buf.endswith(b"\n") and json.loads(buf)["ok"] is True, "reply %r" % buf[:200])
+        check(daemon.admin({"cmd": "status"})["ok"] is True, "admin socket after the end")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 def ask_line(s, data):
     """Sends data (the rest of a request line) on a connection kept open and returns the
     reply (bounded by the socket's timeout)."""
@@ -323,4 +373,5 @@ def test_idle_eviction_ignores_wall_clock_steps(d):
 if __name__ == "__main__":
     run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed,
                test_idle_clients_make_room, test_stalled_clients_make_room,
-               test_idle_eviction_ignores_wall_clock_steps])
+               test_idle_eviction_ignores_wall_clock_steps, test_unknown_arguments_change_nothing,
+               test_last_line_without_newline])
