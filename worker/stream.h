@@ -92,6 +92,11 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
  * connections): TURN messages are small and answered, so Nagle with the peer's delayed
  * ACK would hold each one ~40 ms. Errors are ignored (an AF_UNIX socket has no Nagle). */
 void wk_sock_nodelay(int fd);
+/* Bounds the kernel send buffer of a TCP socket we relay on at WK_TCP_SNDBUF (wk.h), or
+ * net.core.wmem_max when that is lower: autotuning would grow it to 4 MiB for a reader
+ * that never reads. Once per socket, where it is accepted, made or taken over; never on
+ * the AF_UNIX end of a TLS bridge (its TCP side has it). Errors are ignored. */
+void wk_sock_sndbuf(int fd);
 
 /* ---- pipe.c ---- */
 /* One non-blocking read or write on a stream socket, through ssl when it is not NULL

@@ -293,6 +293,7 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	wk_sock_nodelay(fd);
+	wk_sock_sndbuf(fd);
 	if (bind(fd, (struct sockaddr *)&src, sl) < 0 ||
 	    (connect(fd, peer, wk_addr_len(peer)) < 0 && errno != EINPROGRESS)) {
 		close(fd);
@@ -447,6 +448,7 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		if (fd < 0)
 			return;
 		wk_sock_nodelay(fd);
+		wk_sock_sndbuf(fd);
 		if (!wk_tcpr_inbound(w, a, fd, (struct sockaddr *)&ss)) {
 			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 
@@ -619,6 +621,10 @@ int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr 
 	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND);
 	if (!tp)
 		return -ENOMEM;
+	/* A predecessor's sockets may predate the bound (wk_sock_sndbuf). */
+	wk_sock_sndbuf(fd);
+	if (bound)
+		wk_sock_sndbuf(data_fd);
 	if (!bound)
 		return 0;	/* its bind deadline starts again */
 	ev_timer_stop(w->loop, &tp->tmo);

@@ -1,7 +1,11 @@
-"""Socket buffers of a real turngated (docs/performance.md): the UDP listener sockets ask
-for 4 MiB and the relay sockets for 1 MiB of receive and send buffer. Read back with
-`ss -m` (iproute2): the kernel reports twice the granted size, and without CAP_NET_ADMIN
-grants at most net.core.[rw]mem_max, so the check is against what this host permits."""
+"""Socket buffers of a real turngated (docs/performance.md, docs/relay.md): the UDP listener
+sockets ask for 4 MiB and the relay sockets for 1 MiB of receive and send buffer; the TCP
+sockets the workers relay on (TURN-TCP and TURN-TLS connections, RFC 6062 data and peer
+connections) are bounded at 256 KiB of send buffer, where autotuning gave a client that
+never reads up to 4 MiB (net.ipv4.tcp_wmem) each. Read back with `ss -m` (iproute2): the
+kernel reports twice the granted size, and without CAP_NET_ADMIN grants at most
+net.core.[rw]mem_max, so the check is against what this host permits."""
+import hashlib
 import os
 import re
 import shutil
@@ -11,8 +15,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import Daemon, check, config_yaml, free_port, run_tests  # noqa: E402
+from harness_admin import (SUCCESS, Daemon, Peer, StreamClient, TcpPeer, check,  # noqa: E402
+                           config_yaml, free_port, hostport, run_tests, tls_connect)
 from test_metrics import SECRET, exact_client  # noqa: E402
+from test_tcp_relay import open_data, tls_tcp_config  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -105,5 +111,195 @@ def test_buffers_after_takeover(d):
             daemon.kill()
 
 
+# ---- stream send buffers -------------------------------------------------------------------
+
+SNDBUF = 256 * 1024     # worker/wk.h: WK_TCP_SNDBUF, the size of WK_TCP_OUT_MAX
+CHUNK = 60000           # ChannelData payload pushed through the echo peer
+
+
+def stream_tb_max():
+    """The largest skmem tb a bounded stream socket may show: twice the request, which the
+    plain SO_SNDBUF caps at net.core.wmem_max."""
+    return 2 * min(SNDBUF, sysctl("wmem_max"))
+
+
+def tcp_skmem(local, remote):
+    """skmem {r, rb, t, tb, f, w, o, bl, d} of the established loopback TCP socket from port
+    local to port remote (the server's side of a connection)."""
+    out = subprocess.run(["ss", "-tnmH", "state", "established",
+                          "( sport = :%d and dport = :%d )" % (local, remote)],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    found = re.findall(r"skmem:\(([^)]*)\)", out)
+    check(len(found) == 1, "socket :%d -> :%d not found: %r" % (local, remote, out))
+    return {k: int(v) for k, v in re.findall(r"([a-z]+)(\d+)", found[0])}
+
+
+def full(mem):
+    """The send queue holds at least half of what the bound lets it: the socket was pushed
+    to its bound, not measured idle."""
+    return mem["w"] >= stream_tb_max() // 2
+
+
+def bounded(what, mem):
+    print("%s: skmem tb %d, queued w %d (bound %d)" % (what, mem["tb"], mem["w"],
+                                                        stream_tb_max()))
+    check(mem["tb"] <= stream_tb_max(),
+          "%s: send buffer tb %d above %d: %r" % (what, mem["tb"], stream_tb_max(), mem))
+    check(full(mem), "%s: send queue %d never filled (tb %d): the test pushed too little"
+          % (what, mem["w"], mem["tb"]))
+
+
+def err_send(daemon):
+    return daemon.admin({"cmd": "stats"})["counters"]["err_send"]
+
+
+def turn_stream_fills(daemon, c, port, chan):
+    """Pushes ChannelData through the echo peer on c, which never reads, until the server's
+    socket toward c has a full send queue and the worker dropped what its own output
+    buffer could not take (err_send). Returns that socket's skmem."""
+    cport = c.sock.getsockname()[1]
+    payload = b"x" * CHUNK
+    c.sock.settimeout(10)       # the server reads on: a write waits briefly at most
+    mem, err0 = tcp_skmem(port, cport), err_send(daemon)
+    for _ in range(40):            # at most 40 x 16 x 60 KB = 38 MB
+        for _ in range(16):
+            c.channel_data(chan, payload)
+        mem = tcp_skmem(port, cport)
+        if full(mem) and err_send(daemon) > err0:
+            break
+    return mem
+
+
+def relays_again(c, chan):
+    """c reads what waits for it (bounded), then a marker goes through the echo and back."""
+    for _ in range(5000):
+        f = c.frame(1.0)
+        if f is None:
+            break
+    for i in range(5):
+        marker = b"after %d " % i + os.urandom(8)
+        c.channel_data(chan, marker)
+        for _ in range(100):
+            f = c.frame(2.0)
+            if f is None:
+                break
+            if f[4:4 + len(marker)] == marker:
+                return True
+    return False
+
+
+def one_turn_stream(daemon, c, port, what):
+    """On TURN stream c to port: Allocate, a channel to a UDP echo on loopback, checked
+    once; then c stops reading while the echo fills the server's socket toward it (the
+    bound holds, the worker drops past its own buffer), then c reads and relays again."""
+    peer = Peer("127.0.0.1", mode="echo")
+    try:
+        c.allocate()
+        r = c.bind("127.0.0.1", peer.port, 0x4000)
+        check(r[1] == SUCCESS, "ChannelBind: %r" % (r,))
+        c.channel_data(0x4000, b"first")
+        check(c.recv_data(timeout=5.0) == b"first", "%s: no echo" % what)
+        bounded(what, turn_stream_fills(daemon, c, port, 0x4000))
+        check(relays_again(c, 0x4000), "%s: no echo after reading again" % what)
+        me = hostport(c.sock.getsockname())
+        check([a for a in daemon.allocations() if a["client"] == me],
+              "%s: allocation of %s gone: %r" % (what, me, daemon.allocations()))
+    finally:
+        peer.close()
+
+
+def test_stream_sndbuf(d):
+    """A TURN-TCP and a TURN-TLS client that never read: the server's socket toward each
+    keeps a send buffer of at most 256 KiB (skmem tb 512 KiB; 4 MiB before the bound), its
+    send queue full, the frames past the worker's own 256 KiB counted in err_send; then the
+    client reads and the allocation relays as before."""
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    text, tls_port, tcp_port = tls_tcp_config(d)
+    daemon = Daemon(d, text).start()
+    try:
+        c = StreamClient(tcp_port)
+        one_turn_stream(daemon, c, tcp_port, "TURN-TCP")
+        c.sock.close()
+        c = StreamClient(tls_port, sock=tls_connect(tls_port))
+        one_turn_stream(daemon, c, tls_port, "TURN-TLS")
+        c.sock.close()
+    finally:
+        daemon.stop()
+
+
+def push_raw(sock, h, limit):
+    """Writes to sock without blocking until 1 s passes without progress (everything
+    between here and the far end is full), limit bytes or 30 s; h hashes what went.
+    Returns the bytes written."""
+    chunk = os.urandom(65536)
+    sock.setblocking(False)
+    sent, idle, deadline = 0, 0, time.monotonic() + 30
+    while sent < limit and idle < 100 and time.monotonic() < deadline:
+        try:
+            n = sock.send(chunk)
+        except BlockingIOError:
+            idle += 1
+            time.sleep(0.01)
+            continue
+        h.update(chunk[:n])
+        sent += n
+        idle = 0
+    sock.setblocking(True)
+    return sent
+
+
+def read_back(dc, n, h):
+    """Reads n bytes from data connection dc into hash h (60 s at most)."""
+    got, deadline = len(dc.buf), time.monotonic() + 60
+    h.update(dc.buf)
+    dc.buf = b""
+    while got < n:
+        left = deadline - time.monotonic()
+        check(left > 0, "read back %d of %d bytes" % (got, n))
+        dc.sock.settimeout(left)
+        data = dc.sock.recv(min(1 << 20, n - got))
+        check(data, "EOF after %d of %d bytes" % (got, n))
+        h.update(data)
+        got += len(data)
+
+
+def test_stream_sndbuf_rfc6062(d):
+    """RFC 6062 (Allocate TCP, Connect to a TCP echo, ConnectionBind) and a client that
+    writes on its data connection but never reads: the echo's answers fill the server's
+    data connection, then the echo stops reading and the server's peer connection fills.
+    Both keep a send buffer of at most 256 KiB, their queues full; then the client reads
+    every byte back, in order, and the pair still relays."""
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    text, _, tcp_port = tls_tcp_config(d)
+    peer = TcpPeer("127.0.0.1")
+    daemon = Daemon(d, text).start()
+    try:
+        ctl = StreamClient(tcp_port)
+        r = ctl.allocate_tcp()
+        rport = ctl.relayed(r)[0][1]
+        dc = open_data(tcp_port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
+        dport = dc.sock.getsockname()[1]
+        out, back = hashlib.sha256(), hashlib.sha256()
+        sent = 0
+        for _ in range(5):          # at most 5 x 64 MB
+            sent += push_raw(dc.sock, out, 64 << 20)
+            dmem, pmem = tcp_skmem(tcp_port, dport), tcp_skmem(rport, peer.port)
+            if full(dmem) and full(pmem):
+                break
+        print("RFC 6062: %d bytes written before the pair stopped taking more" % sent)
+        bounded("RFC 6062 data connection", dmem)
+        bounded("RFC 6062 peer connection", pmem)
+        read_back(dc, sent, back)
+        check(back.digest() == out.digest(), "the echo differs from what was sent")
+        dc.sock.sendall(b"again")
+        check(dc.recv_exact(5) == b"again", "no echo after reading again")
+        dc.sock.close()
+        ctl.sock.close()
+    finally:
+        peer.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_buffers, test_buffers_after_takeover])
+    run_tests([test_buffers, test_buffers_after_takeover, test_stream_sndbuf,
+               test_stream_sndbuf_rfc6062])
