@@ -293,7 +293,6 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	wk_sock_nodelay(fd);
-	wk_sock_sndbuf(fd);
 	if (bind(fd, (struct sockaddr *)&src, sl) < 0 ||
 	    (connect(fd, peer, wk_addr_len(peer)) < 0 && errno != EINPROGRESS)) {
 		close(fd);
@@ -314,6 +313,7 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		return NULL;
 	tp->magic = WK_TPEER_MAGIC;
 	tp->cap = cap;
+	wk_pipe_sockbuf(fd, cap);	/* the peer connection: made, accepted or taken over */
 	tp->w = w;
 	tp->a = a;
 	tp->id = id;
@@ -448,7 +448,6 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		if (fd < 0)
 			return;
 		wk_sock_nodelay(fd);
-		wk_sock_sndbuf(fd);
 		if (!wk_tcpr_inbound(w, a, fd, (struct sockaddr *)&ss)) {
 			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 
@@ -498,6 +497,10 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 		return;
 	}
 	ev_timer_stop(w->loop, &tp->tmo);
+	/* The data connection was bounded at accept as a TURN-TCP connection: now it gets
+	 * the pair's buffers (a TLS bridge's AF_UNIX end is left as it is: the bridge set its
+	 * TCP side). */
+	wk_pipe_sockbuf(fd, tp->cap);
 	/* The bytes the client sent after its ConnectionBind go to the peer; the response
 	 * (out) goes first to the client. */
 	wk_pipe_init(&tp->pipe, w, &wk_tpeer_ops, tp->bufs, tp->cap);
@@ -621,14 +624,11 @@ int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr 
 	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND);
 	if (!tp)
 		return -ENOMEM;
-	/* A predecessor's sockets may predate the bound (wk_sock_sndbuf). */
-	wk_sock_sndbuf(fd);
-	if (bound)
-		wk_sock_sndbuf(data_fd);
 	if (!bound)
 		return 0;	/* its bind deadline starts again */
 	ev_timer_stop(w->loop, &tp->tmo);
 	tp->st = WK_TP_BOUND;
+	wk_pipe_sockbuf(data_fd, tp->cap);	/* a predecessor's may predate the bound */
 	wk_pipe_init(&tp->pipe, w, &wk_tpeer_ops, tp->bufs, tp->cap);
 	wk_pipe_side(&tp->pipe, 0, fd, NULL, body, h->in_len);
 	wk_pipe_side(&tp->pipe, 1, data_fd, NULL, body + h->in_len, h->out_len);

@@ -51,11 +51,11 @@
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
 #define WK_TCP_IN_START 4096		/* first input buffer; grows to WK_TCP_IN_MAX once */
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
-/* SO_SNDBUF of every TCP socket the worker relays on (client connections of TURN-TCP and
- * TURN-TLS listeners, so RFC 6062 data connections too; RFC 6062 peer connections),
- * set once where the socket is accepted, made or taken over (wk_sock_sndbuf). Without it
- * the kernel autotunes a send buffer up to net.ipv4.tcp_wmem's maximum (4 MiB) for a
- * reader that never reads: a client with ephemeral credentials pinned 4 MiB of kernel
+/* SO_SNDBUF of the client connections of TURN-TCP and TURN-TLS listeners, set once where
+ * the socket is accepted or taken over (wk_sock_sndbuf); both sockets of an RFC 6062 pair
+ * get receive and send buffers of the larger of this and their tcp_buffer
+ * (wk_pipe_sockbuf). Without it the kernel autotunes a send buffer up to
+ * net.ipv4.tcp_wmem's maximum (4 MiB) for a reader that never reads: a client with ephemeral credentials pinned 4 MiB of kernel
  * memory per connection beside our WK_TCP_OUT_MAX. Sized as that output buffer: the
  * kernel doubles the request for its bookkeeping (ss -m shows tb 512 KiB) and stops
  * autotuning, so a stalled reader costs at most the output buffer plus twice it in the

@@ -1,8 +1,9 @@
 """Socket buffers of a real turngated (docs/performance.md, docs/relay.md): the UDP listener
-sockets ask for 4 MiB and the relay sockets for 1 MiB of receive and send buffer; the TCP
-sockets the workers relay on (TURN-TCP and TURN-TLS connections, RFC 6062 data and peer
-connections) are bounded at 256 KiB of send buffer, where autotuning gave a client that
-never reads up to 4 MiB (net.ipv4.tcp_wmem) each. Read back with `ss -m` (iproute2): the
+sockets ask for 4 MiB and the relay sockets for 1 MiB of receive and send buffer; TURN-TCP
+and TURN-TLS connections are bounded at 256 KiB of send buffer, where autotuning gave a
+client that never reads up to 4 MiB (net.ipv4.tcp_wmem) each; both sockets of an RFC 6062
+pair at the larger of 256 KiB and limits.tcp_buffer of receive and send buffer, where the
+receive buffer grew toward net.ipv4.tcp_rmem's maximum. Read back with `ss -m` (iproute2): the
 kernel reports twice the granted size, and without CAP_NET_ADMIN grants at most
 net.core.[rw]mem_max, so the check is against what this host permits."""
 import hashlib
@@ -12,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -263,13 +265,72 @@ def read_back(dc, n, h):
         got += len(data)
 
 
-def test_stream_sndbuf_rfc6062(d):
-    """RFC 6062 (Allocate TCP, Connect to a TCP echo, ConnectionBind) and a client that
-    writes on its data connection but never reads: the echo's answers fill the server's
-    data connection, then the echo stops reading and the server's peer connection fills.
-    Both keep a send buffer of at most 256 KiB, their queues full; then the client reads
-    every byte back, in order, and the pair still relays."""
+def fast_phase(dc, n):
+    """n bytes through the pair to the echo and back at loopback speed, a thread reading
+    as fast as the client writes: while the worker keeps up, Linux autotunes the receive
+    buffers of the pair's sockets up (without a bound, toward net.ipv4.tcp_rmem's max)."""
+    chunk = os.urandom(1 << 20)
+    out, back = hashlib.sha256(), hashlib.sha256()
+    t = threading.Thread(target=read_back, args=(dc, n, back), daemon=True)
+    t.start()
+    for _ in range(n // len(chunk)):
+        dc.sock.sendall(chunk)
+        out.update(chunk)
+    t.join(70)
+    check(not t.is_alive() and back.digest() == out.digest(), "fast phase: echo differs")
+
+
+def pair_max(cap=SNDBUF):
+    """The largest skmem tb or rb a socket of an RFC 6062 pair with cap-byte pipe buffers
+    may show: twice the larger of WK_TCP_SNDBUF and cap (SO_*BUFFORCE ignores
+    net.core.[rw]mem_max, so no cap below that)."""
+    return 2 * max(SNDBUF, cap)
+
+
+def pair_bounded(what, mem):
+    """Both kernel buffers of a stalled pair socket within the pair's bound, its send
+    queue full and its receive queue at most the receive buffer."""
+    print("%s: skmem rb %d, queued r %d; tb %d, queued w %d (bound %d)"
+          % (what, mem["rb"], mem["r"], mem["tb"], mem["w"], pair_max()))
+    for buf in ("rb", "tb"):
+        check(mem[buf] <= pair_max(), "%s: %s %d above %d: %r"
+              % (what, buf, mem[buf], pair_max(), mem))
+    check(mem["r"] <= pair_max(), "%s: %d bytes queued to receive, above %d: %r"
+          % (what, mem["r"], pair_max(), mem))
+    check(full(mem), "%s: send queue %d never filled (tb %d): the test pushed too little"
+          % (what, mem["w"], mem["tb"]))
+
+
+def tcp_max(name):
+    """The maximum (third field) of net.ipv4.tcp_wmem or net.ipv4.tcp_rmem."""
+    with open("/proc/sys/net/ipv4/" + name) as f:
+        return int(f.read().split()[2])
+
+
+def can_fail(test, name, bound):
+    """Whether autotuning could take a buffer past bound on this host: not when tcp_wmem's
+    (tcp_rmem's) maximum is at most bound. Then the test cannot fail here: say so."""
+    if tcp_max(name) > bound:
+        return True
+    print("SKIP %s: net.ipv4.%s maximum %d <= the bound %d: autotuning cannot pass the "
+          "bound on this host, so the test cannot fail here" % (test, name, tcp_max(name),
+                                                                 bound))
+    return False
+
+
+def test_stream_buffers_rfc6062(d):
+    """RFC 6062 (Allocate TCP, Connect to a TCP echo, ConnectionBind): first a fast phase
+    (32 MB echoed at loopback speed, read as fast as written: the receive buffers
+    autotune up while the worker keeps up), then a client that writes on its data
+    connection but never reads: the echo's answers fill the server's data connection,
+    the echo stops reading and the server's peer connection fills, the pipe stops
+    reading both. Both sockets keep their send and receive buffers, and what waits to be
+    received, within the pair's bound (2 x 256 KiB), their send queues full; then the
+    client reads every byte back, in order, and the pair still relays."""
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    if not (can_fail("test_stream_buffers_rfc6062", "tcp_wmem", pair_max()) or
+            can_fail("test_stream_buffers_rfc6062", "tcp_rmem", pair_max())):
+        return
     text, _, tcp_port = tls_tcp_config(d)
     peer = TcpPeer("127.0.0.1")
     daemon = Daemon(d, text).start()
@@ -279,6 +340,7 @@ def test_stream_sndbuf_rfc6062(d):
         rport = ctl.relayed(r)[0][1]
         dc = open_data(tcp_port, ctl.creds(), ctl.connect("127.0.0.1", peer.port))
         dport = dc.sock.getsockname()[1]
+        fast_phase(dc, 32 << 20)
         out, back = hashlib.sha256(), hashlib.sha256()
         sent = 0
         for _ in range(5):          # at most 5 x 64 MB
@@ -287,8 +349,8 @@ def test_stream_sndbuf_rfc6062(d):
             if full(dmem) and full(pmem):
                 break
         print("RFC 6062: %d bytes written before the pair stopped taking more" % sent)
-        bounded("RFC 6062 data connection", dmem)
-        bounded("RFC 6062 peer connection", pmem)
+        pair_bounded("RFC 6062 data connection", dmem)
+        pair_bounded("RFC 6062 peer connection", pmem)
         read_back(dc, sent, back)
         check(back.digest() == out.digest(), "the echo differs from what was sent")
         dc.sock.sendall(b"again")
@@ -300,6 +362,55 @@ def test_stream_sndbuf_rfc6062(d):
         daemon.stop()
 
 
+def test_pair_follows_tcp_buffer(d):
+    """limits.tcp_buffer 1 MiB (above WK_TCP_SNDBUF): both sockets of an RFC 6062 pair get
+    1 MiB of send and receive buffer, so the operator who raised it keeps the rate: the
+    peer connection, and the data connection, bounded at 256 KiB as a TURN-TCP or TURN-TLS
+    connection until its ConnectionBind (over TLS: the TCP socket under the bridge). At
+    least 2 x min(1 MiB, net.core.[rw]mem_max) (the plain option's cap), at most 2 MiB
+    (SO_*BUFFORCE)."""
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    cap = MIB
+    lo = {"tb": 2 * min(cap, sysctl("wmem_max")), "rb": 2 * min(cap, sysctl("rmem_max"))}
+    if min(lo.values()) <= pair_max():
+        print("SKIP test_pair_follows_tcp_buffer: net.core.[rw]mem_max %d/%d at most "
+              "256 KiB: without CAP_NET_ADMIN a raised tcp_buffer cannot show here"
+              % (sysctl("wmem_max"), sysctl("rmem_max")))
+        return
+    text, tls_port, tcp_port = tls_tcp_config(d)
+    peers = [TcpPeer("127.0.0.1") for _ in range(2)]
+    daemon = Daemon(d, text + "limits:\n  tcp_buffer: %d\n" % cap).start()
+    try:
+        ctl = StreamClient(tcp_port)
+        rport = ctl.relayed(ctl.allocate_tcp())[0][1]
+        dcs = [(tcp_port, open_data(tcp_port, ctl.creds(), ctl.connect("127.0.0.1",
+                                                                      peers[0].port)))]
+        dc = StreamClient(tls_port, creds=ctl.creds(), sock=tls_connect(tls_port))
+        check(dc.connection_bind(ctl.connect("127.0.0.1", peers[1].port)) is None,
+              "ConnectionBind over TLS")
+        dcs.append((tls_port, dc))
+        socks = []
+        for (port, dc), peer, kind in zip(dcs, peers, ("TCP", "TLS")):
+            dc.sock.sendall(b"ping")
+            check(dc.recv_exact(4) == b"ping", "no echo over %s" % kind)
+            socks += [("TURN-%s data connection" % kind, port, dc.sock.getsockname()[1]),
+                      ("TURN-%s pair's peer connection" % kind, rport, peer.port)]
+        for what, local, remote in socks:
+            mem = tcp_skmem(local, remote)
+            print("tcp_buffer 1 MiB, %s: skmem rb %d, tb %d (want %d..%d)"
+                  % (what, mem["rb"], mem["tb"], min(lo.values()), pair_max(cap)))
+            for buf in ("rb", "tb"):
+                check(lo[buf] <= mem[buf] <= pair_max(cap), "%s: %s %d, want %d..%d: %r"
+                      % (what, buf, mem[buf], lo[buf], pair_max(cap), mem))
+        for _, dc in dcs:
+            dc.close()
+        ctl.close()
+    finally:
+        for peer in peers:
+            peer.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
     run_tests([test_buffers, test_buffers_after_takeover, test_stream_sndbuf,
-               test_stream_sndbuf_rfc6062])
+               test_stream_buffers_rfc6062, test_pair_follows_tcp_buffer])
