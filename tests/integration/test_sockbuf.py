@@ -216,6 +216,10 @@ def test_stream_sndbuf(d):
     send queue full, the frames past the worker's own 256 KiB counted in err_send; then the
     client reads and the allocation relays as before."""
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    why = cannot_fail("tcp_wmem", stream_tb_max())
+    if why:
+        print("SKIP test_stream_sndbuf: " + why)
+        return
     text, tls_port, tcp_port = tls_tcp_config(d)
     daemon = Daemon(d, text).start()
     try:
@@ -295,7 +299,9 @@ def pair_bounded(what, mem):
     for buf in ("rb", "tb"):
         check(mem[buf] <= pair_max(), "%s: %s %d above %d: %r"
               % (what, buf, mem[buf], pair_max(), mem))
-    check(mem["r"] <= pair_max(), "%s: %d bytes queued to receive, above %d: %r"
+    # The kernel checks the receive buffer before it queues a segment: one segment (64 KiB
+    # on loopback) may go past it.
+    check(mem["r"] <= pair_max() + 65536, "%s: %d bytes queued to receive, above %d: %r"
           % (what, mem["r"], pair_max(), mem))
     check(full(mem), "%s: send queue %d never filled (tb %d): the test pushed too little"
           % (what, mem["w"], mem["tb"]))
@@ -307,15 +313,14 @@ def tcp_max(name):
         return int(f.read().split()[2])
 
 
-def can_fail(test, name, bound):
-    """Whether autotuning could take a buffer past bound on this host: not when tcp_wmem's
-    (tcp_rmem's) maximum is at most bound. Then the test cannot fail here: say so."""
+def cannot_fail(name, bound):
+    """Why a bound on buffers cannot be seen to hold on this host: tcp_wmem's (tcp_rmem's)
+    maximum at most bound, so autotuning never passes it even without the bound; else
+    None."""
     if tcp_max(name) > bound:
-        return True
-    print("SKIP %s: net.ipv4.%s maximum %d <= the bound %d: autotuning cannot pass the "
-          "bound on this host, so the test cannot fail here" % (test, name, tcp_max(name),
-                                                                 bound))
-    return False
+        return None
+    return ("net.ipv4.%s maximum %d <= the bound %d: autotuning cannot pass the bound on "
+            "this host, so the check cannot fail here" % (name, tcp_max(name), bound))
 
 
 def test_stream_buffers_rfc6062(d):
@@ -328,9 +333,13 @@ def test_stream_buffers_rfc6062(d):
     received, within the pair's bound (2 x 256 KiB), their send queues full; then the
     client reads every byte back, in order, and the pair still relays."""
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
-    if not (can_fail("test_stream_buffers_rfc6062", "tcp_wmem", pair_max()) or
-            can_fail("test_stream_buffers_rfc6062", "tcp_rmem", pair_max())):
+    whys = [w for w in (cannot_fail("tcp_wmem", pair_max()), cannot_fail("tcp_rmem", pair_max()))
+            if w]
+    if len(whys) == 2:
+        print("SKIP test_stream_buffers_rfc6062: " + "; ".join(whys))
         return
+    for why in whys:
+        print("note: test_stream_buffers_rfc6062 runs, but " + why)
     text, _, tcp_port = tls_tcp_config(d)
     peer = TcpPeer("127.0.0.1")
     daemon = Daemon(d, text).start()
