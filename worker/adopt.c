@@ -558,7 +558,7 @@ static void wk_adopt_tune_cb(struct ev_loop *loop, ev_idle *iw, int revents)
 			if (!r->untuned)
 				continue;
 			r->df_fast = wk_df_fast(r->fd, r->family);
-			wk_sockbuf_grow(r->fd, WK_SOCKBUF_RELAY);
+			wk_sockbuf_set(r->fd, WK_SOCKBUF_RELAY);
 			r->untuned = false;
 		}
 	}

@@ -264,7 +264,7 @@ int wk_dtls_start(struct worker *w, struct wk_listener *l)
 			return -ENOMEM;
 	}
 	wk_dl_load(w);	/* the clients of lingering old workers, whose datagrams we forward */
-	wk_sockbuf_grow(l->fd, WK_SOCKBUF_LISTENER);
+	wk_sockbuf_set(l->fd, WK_SOCKBUF_LISTENER);
 	ev_io_stop(w->loop, &l->io);
 	ev_io_init(&l->io, wk_dtls_listener_cb, l->fd, EV_READ);
 	l->io.data = l;

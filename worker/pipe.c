@@ -7,6 +7,7 @@
  * A side with an SSL object is read and written through it. */
 #include "config.h"
 
+#include "worker/sockbuf.h"
 #include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
@@ -267,6 +268,18 @@ static void wk_tlsb_done(struct wk_pipe *p, bool reset)
 
 static const struct wk_pipe_ops wk_tlsb_ops = { .done = wk_tlsb_done };
 
+void wk_pipe_sockbuf(int fd, size_t cap)
+{
+	int domain = AF_UNSPEC;
+	socklen_t dl = sizeof(domain);
+
+	/* An AF_UNIX stream socket does not autotune: its send buffer stays at
+	 * net.core.wmem_default, and it has no receive buffer of its own. */
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) < 0 || domain == AF_UNIX)
+		return;
+	wk_sockbuf_set(fd, cap > (size_t)WK_TCP_SNDBUF ? (int)cap : WK_TCP_SNDBUF);
+}
+
 int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t out_len)
 {
 	size_t cap = w->hot.tcp_buf;
@@ -283,6 +296,7 @@ int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t o
 		return -1;
 	}
 	b->magic = WK_TLSB_MAGIC;
+	wk_pipe_sockbuf(fd, cap);	/* the data connection, bounded at accept as TURN-TLS */
 	SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);	/* a bare FIN is an end */
 	wk_pipe_init(&b->pipe, w, &wk_tlsb_ops, b->bufs, cap);
 	/* What the TLS side still owes the client (the ConnectionBind response) waits in

@@ -1,4 +1,5 @@
-/* Worker: larger kernel buffers for UDP listener and relay sockets (docs/performance.md). */
+/* Worker: kernel buffer sizes of sockets: larger for UDP listener and relay sockets
+ * (docs/performance.md), bounded for RFC 6062 pairs (docs/relay.md). */
 #ifndef TG_WORKER_SOCKBUF_H
 #define TG_WORKER_SOCKBUF_H
 
@@ -13,11 +14,12 @@
  * modest. */
 #define WK_SOCKBUF_RELAY (1024 * 1024)
 
-/* Any worker socket: asks for `bytes` of receive and send buffer. SO_*BUFFORCE goes past
+/* Any worker socket: asks for `bytes` of receive and send buffer (the kernel doubles it
+ * for its bookkeeping; on TCP it also ends autotuning). SO_*BUFFORCE goes past
  * net.core.[rw]mem_max and needs CAP_NET_ADMIN; without it the plain option is capped at
- * the sysctl. Failure keeps the default buffers, which work, only with more drops under
- * bursts: never an error. */
-static inline void wk_sockbuf_grow(int fd, int bytes)
+ * the sysctl. Failure keeps the default buffers, which work (UDP: more drops under
+ * bursts; TCP: autotuned): never an error. */
+static inline void wk_sockbuf_set(int fd, int bytes)
 {
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) < 0)
 		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));

@@ -440,7 +440,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	/* Here rather than in the Allocate handler, so relay sockets rebound by re-adoption
 	 * after a worker crash get the same buffers. */
 	if (!r->untuned)
-		wk_sockbuf_grow(fd, WK_SOCKBUF_RELAY);
+		wk_sockbuf_set(fd, WK_SOCKBUF_RELAY);
 	wk_relay_set(r, fd, family, port, ann, false);
 	wk_relay_watch(w, r, w->table_ops->relay_rx);
 	wk_alloc_port_index(w, a, r, true);

@@ -587,6 +587,15 @@ void wk_sock_nodelay(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+void wk_sock_sndbuf(int fd)
+{
+	int bytes = WK_TCP_SNDBUF;
+
+	/* The plain option: capped at net.core.wmem_max, which only bounds it lower. Fails
+	 * only on a descriptor that is not a socket: the default buffer stays. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
 /* A connection for fd accepted on l (TLS unless plain: with its SSL object in accept
  * state), or NULL. */
 static struct wk_tconn *wk_tconn_new(const struct wk_listener *l, int fd, bool plain)
@@ -664,6 +673,7 @@ static void wk_tcp_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 			close(fd);
 			continue;
 		}
+		wk_sock_sndbuf(fd);
 		c = wk_tconn_new(l, fd, false);
 		if (!c) {
 			close(fd);
@@ -757,6 +767,7 @@ struct wk_tconn *wk_tcp_restore(struct worker *w, struct wk_listener *l, int fd,
 	c = wk_tconn_new(l, fd, true);
 	if (!c)
 		return NULL;
+	wk_sock_sndbuf(fd);	/* a predecessor's socket may predate the bound */
 	if (in_len > c->in_cap) {
 		uint8_t *p = realloc(c->in, WK_TCP_IN_MAX);
 

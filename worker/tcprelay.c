@@ -313,6 +313,7 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		return NULL;
 	tp->magic = WK_TPEER_MAGIC;
 	tp->cap = cap;
+	wk_pipe_sockbuf(fd, cap);	/* the peer connection: made, accepted or taken over */
 	tp->w = w;
 	tp->a = a;
 	tp->id = id;
@@ -496,6 +497,10 @@ void wk_tcpr_attach(struct worker *w, struct wk_tpeer *tp, int fd, const uint8_t
 		return;
 	}
 	ev_timer_stop(w->loop, &tp->tmo);
+	/* The data connection was bounded at accept as a TURN-TCP connection: now it gets
+	 * the pair's buffers (a TLS bridge's AF_UNIX end is left as it is: the bridge set its
+	 * TCP side). */
+	wk_pipe_sockbuf(fd, tp->cap);
 	/* The bytes the client sent after its ConnectionBind go to the peer; the response
 	 * (out) goes first to the client. */
 	wk_pipe_init(&tp->pipe, w, &wk_tpeer_ops, tp->bufs, tp->cap);
@@ -623,6 +628,7 @@ int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr 
 		return 0;	/* its bind deadline starts again */
 	ev_timer_stop(w->loop, &tp->tmo);
 	tp->st = WK_TP_BOUND;
+	wk_pipe_sockbuf(data_fd, tp->cap);	/* a predecessor's may predate the bound */
 	wk_pipe_init(&tp->pipe, w, &wk_tpeer_ops, tp->bufs, tp->cap);
 	wk_pipe_side(&tp->pipe, 0, fd, NULL, body, h->in_len);
 	wk_pipe_side(&tp->pipe, 1, data_fd, NULL, body + h->in_len, h->out_len);

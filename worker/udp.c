@@ -120,7 +120,7 @@ ssize_t wk_sendto_df(int fd, bool df_fast, const void *buf, size_t len,
 
 int wk_udp_start(struct worker *w, struct wk_listener *l)
 {
-	wk_sockbuf_grow(l->fd, WK_SOCKBUF_LISTENER);
+	wk_sockbuf_set(l->fd, WK_SOCKBUF_LISTENER);
 	l->df_fast = wk_df_fast(l->fd, l->family);
 	ev_io_init(&l->io, wk_udp_listener_cb, l->fd, EV_READ);
 	l->io.data = l;

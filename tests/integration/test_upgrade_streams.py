@@ -472,7 +472,10 @@ def test_output_buffer_handed_over(d):
         # a send error): the client's kernel buffers and the worker's held the first
         # n - dropped, which must all arrive, once and in order.
         dropped = counter(daemon.admin({"cmd": "stats"}), "err_send")
-        check(0 < dropped < n // 2, "frames dropped by the full output buffer: %d" % dropped)
+        # Kept: at least what fills the output buffer (1004-byte frames); the kernel's
+        # send buffer holds at most 256 KiB more (WK_TCP_SNDBUF), so most are dropped.
+        check(0 < dropped <= n - 256 * 1024 // 1004,
+              "frames dropped by the full output buffer: %d of %d" % (dropped, n))
         got = []
         s.settimeout(10)
         while len(got) < n - dropped:
