@@ -10,8 +10,8 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
   with a table of 40 and the descriptor limit the master asks for (2 x 40 + 1024 = 1104),
   an attacker within its quota (20 allocations) opens 64 peer connections per TCP
   allocation to peers that complete the handshake and never accept. Another user's UDP
-  Allocate then still succeeds, and so does its Connect (the attacker's newest peer
-  connection ends for it).
+  Allocate then still succeeds, and so does its Connect: the attacker's newest peer
+  connection (bound to a data connection by then) ends for it.
 Every wait is bounded.
 """
 import os
@@ -20,7 +20,8 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (CONNECT, REQUEST, A_PEER, Client, Daemon,  # noqa: E402
+from harness_admin import (A_CONNECTION_ID, CONNECT, REQUEST, A_PEER, Client,  # noqa: E402
+                           Daemon,
                            Failure, StreamClient, TcpPeer, check, config, error_code,
                            free_port, parse, peer_socket, relay_range, run_tests, wait_for,
                            xor_addr)
@@ -56,8 +57,9 @@ def send_connect(c, ip, port):
     return tid
 
 
-def answers(c, n, timeout):
-    """{tid: error code or None} of up to n Connect answers read within timeout."""
+def answers(c, n, timeout, cids=None):
+    """{tid: error code or None} of up to n Connect answers read within timeout; cids (a
+    dict): the CONNECTION-ID of each success by tid."""
     got = {}
     for _ in range(n):
         f = c.frame(timeout)
@@ -66,7 +68,20 @@ def answers(c, n, timeout):
         p = parse(f)
         if p and p[0] == CONNECT:
             got[p[2]] = error_code(p[3])
+            if got[p[2]] is None and cids is not None:
+                cids[p[2]] = p[3][A_CONNECTION_ID][0]
     return got
+
+
+def ended(dc, timeout):
+    """Whether data connection dc reads EOF or a reset within timeout."""
+    dc.sock.settimeout(timeout)
+    try:
+        return dc.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
 
 
 def victim_connects(port, clients, peer_port, when):
@@ -124,7 +139,7 @@ def test_peer_budget(d):
     daemon, port = start(d, {"max_allocations": 40}, nofile=2 * 40 + 1024)
     clients = []
     try:
-        codes = {}
+        codes, cids, newest = {}, {}, None
         for _ in range(20):  # the auto user quota: half the table
             c = StreamClient(port, user="mallory")
             clients.append(c)
@@ -132,10 +147,10 @@ def test_peer_budget(d):
                 c.allocate_tcp()
             except Failure:
                 break  # the worker has no descriptor left for it
-            for s in sinks:
-                send_connect(c, "127.0.0.1", s.getsockname()[1])
-            for code in answers(c, len(sinks), 15.0).values():
+            tids = [send_connect(c, "127.0.0.1", s.getsockname()[1]) for s in sinks]
+            for code in answers(c, len(sinks), 15.0, cids).values():
                 codes[code] = codes.get(code, 0) + 1
+            newest = ([(c, cids[t]) for t in tids if t in cids] or [newest])[-1]
         v = Client(port, user="victor")
         clients.append(v)
         code = error_code(v.allocate(expect="any")[3])
@@ -143,7 +158,12 @@ def test_peer_budget(d):
               "connections (Connect answers %r): %r"
               % (counter(daemon, "tcp_peer_conns"), codes, code))
         check(codes.get(508, 0) > 0, "the attacker was refused some: %r" % (codes,))
+        # The attacker's newest peer connection, bound, is the one the victim's Connect ends.
+        dc = StreamClient(port, creds=newest[0].creds())
+        clients.append(dc)
+        check(dc.connection_bind(newest[1]) is None, "the attacker binds its newest")
         victim_connects(port, clients, good.port, "with the budget full")
+        check(ended(dc, 10.0), "the attacker's newest (bound) peer connection ended")
     finally:
         for c in clients:
             c.close()
