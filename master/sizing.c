@@ -16,7 +16,8 @@ _Static_assert(CONF_RELAY_WAYS == SHM_PPOOL_WAYS,
 	       "the automatic capacity counts the ways the port pool books");
 
 /* Descriptors beside the relay sockets: listeners, TCP clients, the admin and HTTP
- * sockets, TCP relaying's peer connections of a few allocations. */
+ * sockets, TCP relaying's peer connections (a worker's budget of those takes at most half
+ * of what the relay sockets leave: wk_tcpr_init, worker/tcprelay.c). */
 #define SIZING_FD_SPARE 1024u
 
 static rlim_t sizing_nr_open(void)

@@ -28,16 +28,6 @@ void wk_pipeline_free(struct worker *w)
 	w->pl = NULL;
 }
 
-static uint64_t wk_relay_user_key(struct wk_alloc *a)
-{
-	if (a->user_key == 0)
-		a->user_key = shm_quota_user_key(a->rec->username,
-						 a->rec->user_len < SHM_ALLOC_USER_MAX
-							 ? a->rec->user_len
-							 : SHM_ALLOC_USER_MAX);
-	return a->user_key;
-}
-
 static bool wk_relay_bw_admit(struct worker *w, const struct wk_party *p, enum shm_bw_dir dir,
 			      size_t len, uint64_t now_ns)
 {
@@ -49,7 +39,7 @@ static bool wk_relay_bw_admit(struct worker *w, const struct wk_party *p, enum s
 		return true;
 	who = (struct shm_bw_who){ .alloc_idx = p->idx,
 				   .listener_idx = p->lslot,
-				   .user_key = p->own ? wk_relay_user_key(p->own) : p->user_key,
+				   .user_key = p->own ? wk_alloc_user_key(p->own) : p->user_key,
 				   .listener_key = shm_quota_listener_key(p->lslot) };
 	if (shm_bw_admit(w->shm, &who, dir, len, now_ns, &lim) == SHM_BW_PASS)
 		return true;

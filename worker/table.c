@@ -638,6 +638,16 @@ int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockadd
 	return 0;
 }
 
+uint64_t wk_alloc_user_key(struct wk_alloc *a)
+{
+	if (a->user_key == 0)
+		a->user_key = shm_quota_user_key(a->rec->username,
+						 a->rec->user_len < SHM_ALLOC_USER_MAX
+							 ? a->rec->user_len
+							 : SHM_ALLOC_USER_MAX);
+	return a->user_key;
+}
+
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns)
 {
 	uint8_t fam, ip[16];

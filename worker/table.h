@@ -168,6 +168,9 @@ bool wk_alloc_rearm_pending(struct worker *w, struct wk_alloc *a);
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
 			struct shm_ppool_resv *resv);
 int wk_alloc_perm_add(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer);
+/* The user a counts for (shm_quota_user_key of its username: a REST username's id), read
+ * once and kept in a->user_key. */
+uint64_t wk_alloc_user_key(struct wk_alloc *a);
 bool wk_alloc_perm_ok(const struct wk_alloc *a, const struct sockaddr *peer, uint64_t now_ns);
 int wk_alloc_chan_bind(struct worker *w, struct wk_alloc *a, uint16_t ch,
 		       const struct sockaddr *peer);

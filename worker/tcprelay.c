@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ struct wk_tpeer {
 	struct wk_alloc *a;
 	struct wk_tpeer *anext, **apprev;	/* the allocation's list */
 	struct wk_tpeer *hnext;			/* worker's hash by id */
+	TAILQ_ENTRY(wk_tpeer) qlink;		/* worker's queue, oldest first */
 	uint32_t id;
 	enum wk_tpeer_state st;
 	struct sockaddr_storage peer;
@@ -89,6 +91,8 @@ static void wk_tpeer_free(struct worker *w, struct wk_tpeer *tp, bool abort_conn
 	*tp->apprev = tp->anext;
 	if (tp->anext)
 		tp->anext->apprev = tp->apprev;
+	TAILQ_REMOVE(&w->tpq, tp, qlink);
+	w->tpq_gen++;
 	tp->a->n_tpeers--;
 	w->n_tpeers--;
 	wk_tpeer_count(w);
@@ -245,6 +249,7 @@ static void wk_tpeer_ccb(struct ev_loop *loop, ev_io *io, int revents)
 	ev_io_stop(w->loop, &tp->cio);
 	tp->st = WK_TP_WAIT_BIND;
 	w->n_tconnecting--;
+	w->tpq_gen++;	/* out of the Connects in flight */
 	ev_timer_stop(w->loop, &tp->tmo);
 	ev_timer_set(&tp->tmo, WK_TCPR_BIND_TIMEOUT_S, 0.0);
 	ev_timer_start(w->loop, &tp->tmo);
@@ -334,6 +339,8 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		tp->anext->apprev = &tp->anext;
 	tp->apprev = &a->tpeers;
 	a->tpeers = tp;
+	TAILQ_INSERT_TAIL(&w->tpq, tp, qlink);
+	w->tpq_gen++;
 	a->n_tpeers++;
 	if (st == WK_TP_CONNECTING)
 		w->n_tconnecting++;
@@ -353,6 +360,187 @@ static struct wk_tpeer *wk_tpeer_of_peer(struct wk_alloc *a, const struct sockad
 	return NULL;
 }
 
+/* ---- the worker's pools, shared by every user (DESIGN.md 10: a full budget takes from
+ * the one holding the most, not everyone's newest) ---- */
+
+/* The users' keys of one pool, sorted, as of w->tpq_gen: computed when the pool is full
+ * and it changed, so that Connects refused meanwhile cost a look-up, not a sort. */
+struct wk_tcpr_census {
+	uint64_t gen;
+	bool ok;
+	unsigned n, cap, most;	/* most: the largest count of one key */
+	uint64_t *keys;
+};
+
+void wk_tcpr_fini(struct worker *w)
+{
+	for (int i = 0; w->tcensus != NULL && i < 2; i++)
+		free(w->tcensus[i].keys);
+	free(w->tcensus);
+	w->tcensus = NULL;
+}
+
+/* Peer connections a worker may hold (WK_TCPR_BUDGET_MIN, turn.h): a pair of descriptors
+ * each once bound (the peer's and the client's data connection), out of half of what the
+ * table's relay sockets (two per record: master/sizing.c) leave of the descriptor limit;
+ * the other half stays for listeners, client connections and the rest. */
+void wk_tcpr_init(struct worker *w)
+{
+	uint64_t relay = 2 * (uint64_t)shm_alloc_capacity(w->shm), budget = 0;
+	struct rlimit rl;
+
+	TAILQ_INIT(&w->tpq);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > relay)
+		budget = rl.rlim_cur == RLIM_INFINITY ? UINT32_MAX : (rl.rlim_cur - relay) / 4;
+	if (budget > UINT32_MAX)
+		budget = UINT32_MAX;
+	w->tpeer_budget = budget < WK_TCPR_BUDGET_MIN ? WK_TCPR_BUDGET_MIN : (unsigned)budget;
+	log_debug("turn", "RFC 6062: at most %u peer connections in this worker",
+		  w->tpeer_budget);
+}
+
+static int wk_tcpr_key_cmp(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* How many times key is in keys[0..n), sorted. */
+static unsigned wk_tcpr_key_count(const uint64_t *keys, unsigned n, uint64_t key)
+{
+	unsigned lo = 0, hi = n, first;
+
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (keys[mid] < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	first = lo;
+	for (hi = n; lo < hi;) {
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (keys[mid] <= key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo - first;
+}
+
+/* In the pool: the Connects in flight (pending), or every peer connection. */
+static bool wk_tcpr_in_pool(const struct wk_tpeer *tp, bool pending)
+{
+	return !pending || tp->st == WK_TP_CONNECTING;
+}
+
+/* One that may end now: not claimed by a ConnectionBind still being answered (its data
+ * connection holds it: wk_tcpr_claim, until wk_tcpr_attach or wk_tcpr_drop). */
+static bool wk_tcpr_evictable(const struct wk_tpeer *tp, bool pending)
+{
+	return wk_tcpr_in_pool(tp, pending) && !(tp->st == WK_TP_BOUND && !tp->pipe.w);
+}
+
+/* The one the user of key with most in the pool gives up: its oldest Connect in flight
+ * (the nearest to its own timeout), or its newest peer connection (the least relied on: a
+ * call in progress keeps the connections it has had longest). */
+static struct wk_tpeer *wk_tcpr_victim(struct worker *w, const uint64_t *keys, unsigned n,
+				       unsigned most, bool pending)
+{
+	struct wk_tpeer *tp;
+
+	if (pending) {
+		TAILQ_FOREACH(tp, &w->tpq, qlink)
+			if (wk_tcpr_evictable(tp, pending) &&
+			    wk_tcpr_key_count(keys, n, wk_alloc_user_key(tp->a)) == most)
+				return tp;
+		return NULL;
+	}
+	TAILQ_FOREACH_REVERSE(tp, &w->tpq, wk_tpeer_q, qlink)
+		if (wk_tcpr_evictable(tp, pending) &&
+		    wk_tcpr_key_count(keys, n, wk_alloc_user_key(tp->a)) == most)
+			return tp;
+	return NULL;
+}
+
+/* The census of a pool, current: sorted again only when the pool changed since. */
+static struct wk_tcpr_census *wk_tcpr_census(struct worker *w, bool pending)
+{
+	struct wk_tcpr_census *c;
+	struct wk_tpeer *tp;
+	unsigned i, j;
+
+	if (w->tcensus == NULL && (w->tcensus = calloc(2, sizeof(*w->tcensus))) == NULL)
+		return NULL;
+	c = &w->tcensus[pending];
+	if (c->ok && c->gen == w->tpq_gen)
+		return c;
+	if (c->cap < w->n_tpeers) {
+		uint64_t *k = realloc(c->keys, sizeof(*k) * w->n_tpeers);
+
+		if (k == NULL)
+			return NULL;
+		c->keys = k;
+		c->cap = w->n_tpeers;
+	}
+	c->n = c->most = 0;
+	TAILQ_FOREACH(tp, &w->tpq, qlink)
+		if (wk_tcpr_in_pool(tp, pending))
+			c->keys[c->n++] = wk_alloc_user_key(tp->a);
+	if (c->n > 1)
+		qsort(c->keys, c->n, sizeof(*c->keys), wk_tcpr_key_cmp);
+	for (i = 0; i < c->n; i = j) {
+		for (j = i + 1; j < c->n && c->keys[j] == c->keys[i]; j++)
+			;
+		if (j - i > c->most)
+			c->most = j - i;
+	}
+	c->gen = w->tpq_gen;
+	c->ok = true;
+	return c;
+}
+
+/* A pool is full (pending: tcp_pending_connects Connects in flight; else the peer
+ * connection budget) and a's user asks for one more. The user holding the most in it
+ * gives one up (wk_tcpr_victim; a tie goes against the one found first), ended as a
+ * failed connection ends (a Connect in flight answered 447, a connection reset) and
+ * counted as tcp_connect_limit. When a's user holds as many as anyone, nothing ends: it
+ * is the one to refuse (-EBUSY). Costs a sort of the pool when it is full and changed
+ * since the last one (wk_tcpr_census), else a binary search. */
+static int wk_tcpr_make_room(struct worker *w, struct wk_alloc *a, bool pending)
+{
+	struct wk_tcpr_census *c = wk_tcpr_census(w, pending);
+	struct wk_tpeer *tp;
+
+	if (c == NULL)
+		return -ENOMEM;
+	tp = wk_tcpr_key_count(c->keys, c->n, wk_alloc_user_key(a)) >= c->most
+		     ? NULL
+		     : wk_tcpr_victim(w, c->keys, c->n, c->most, pending);
+	if (tp == NULL)
+		return -EBUSY;
+	log_debug("turn", "allocation %u: connection %08x ended: the worker's %s are full and "
+			  "its user holds the most",
+		  tp->a->rec_idx, tp->id, pending ? "Connects in flight" : "peer connections");
+	shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
+	if (tp->st == WK_TP_CONNECTING)
+		wk_tpeer_answer(w, tp, 447);
+	wk_tpeer_free(w, tp, true);
+	return 0;
+}
+
+/* Room for one more peer connection of a (pending: a Connect) in the worker's pools. */
+static bool wk_tcpr_room(struct worker *w, struct wk_alloc *a, bool pending)
+{
+	if (pending && w->n_tconnecting >= w->hot.tcp_pending &&
+	    wk_tcpr_make_room(w, a, true) < 0)
+		return false;
+	return w->n_tpeers < w->tpeer_budget || wk_tcpr_make_room(w, a, false) == 0;
+}
+
 int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		    const struct stun_msg *req, bool sha256)
 {
@@ -364,7 +552,7 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
 		return 446;
 	}
-	if (a->n_tpeers >= w->hot.tcp_conns || w->n_tconnecting >= w->hot.tcp_pending) {
+	if (a->n_tpeers >= w->hot.tcp_conns || !wk_tcpr_room(w, a, true)) {
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
 		return 508;
 	}
@@ -422,7 +610,7 @@ static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
 	if (a->n_tpeers >= w->hot.tcp_conns || wk_tpeer_of_peer(a, peer) ||
 	    !wk_alloc_perm_ok(a, peer, mono_ns()) ||
 	    wk_peer_allowed(w, a->l, peer, CONF_CPROTO_TCP, true, &cl) < 0 ||
-	    wk_tpeer_new_id(w, &id) < 0)
+	    !wk_tcpr_room(w, a, false) || wk_tpeer_new_id(w, &id) < 0)
 		return false;
 	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND);
 	if (!tp)

@@ -35,6 +35,9 @@ struct park_hdr;		/* common/park.h */
  * until the other side drains it. */
 #define WK_TCPR_BIND_TIMEOUT_S 30.0
 #define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
+/* A worker's budget of peer connections is never below one allocation's default worth
+ * (wk_tcpr_init; docs/relay.md). */
+#define WK_TCPR_BUDGET_MIN 64u
 
 /* ---- auth.c ---- */
 enum wk_auth_result {
@@ -88,10 +91,19 @@ void wk_turn_input(struct worker *w, const struct wk_ep *ep, uint8_t *buf, size_
  * parking time. */
 int wk_park_send(struct worker *w, struct park_hdr *h, const uint8_t *in, size_t in_len,
 		 const uint8_t *out, size_t out_len, int fd);
+/* The worker's RFC 6062 state before its first allocation: the queue of peer connections
+ * and their budget, derived from the descriptor limit the master set (what the table's
+ * relay sockets do not need, shared with the other descriptors beside them). */
+void wk_tcpr_init(struct worker *w);
+/* Frees what wk_tcpr_init and the pools' census hold (not the peer connections). */
+void wk_tcpr_fini(struct worker *w);
 /* Connect: a is a TCP allocation, peer passed its checks; starts a non-blocking connect
  * from a's relayed address and answers req (success with CONNECTION-ID, or 447) when it
- * ends. Returns 0 (the answer comes later) or an error code to answer now: 446 (a
- * connection to peer exists), 508 (limits, no memory, no socket). */
+ * ends. A full worker pool (tcp_pending_connects Connects in flight, or the peer
+ * connection budget) makes room by ending one of the user holding the most in it (see
+ * wk_tcpr_make_room). Returns 0 (the answer comes later) or an error code to answer now:
+ * 446 (a connection to peer exists), 508 (a's own limit; a full pool where a's user holds
+ * the most; no memory, no socket). */
 int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
 		    const struct stun_msg *req, bool sha256);
 /* The relay socket of a TCP allocation is listening: accepts peers that have a permission

@@ -100,6 +100,9 @@ struct wk_ctg;
 struct wk_alloc;
 
 TAILQ_HEAD(wk_tconn_q, wk_tconn);
+struct wk_tpeer;
+struct wk_tcpr_census;
+TAILQ_HEAD(wk_tpeer_q, wk_tpeer);
 
 /* A listening socket inherited from the master (or added by LISTENER_ADD). */
 struct wk_listener {
@@ -273,6 +276,10 @@ struct worker {
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
 	unsigned n_tconnecting;		/* Connects in progress */
 	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
+	struct wk_tpeer_q tpq;		/* the same, oldest first (tcprelay.c) */
+	uint64_t tpq_gen;		/* bumped when tpq or its Connects in flight change */
+	struct wk_tcpr_census *tcensus;	/* who holds how many, when a pool was full */
+	unsigned tpeer_budget;		/* at most this many: descriptors (wk_tcpr_init) */
 	/* TLS/DTLS */
 	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
 	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */

@@ -729,6 +729,7 @@ int wk_tables_init(struct worker *w)
 	w->ctg = calloc(1, sizeof(*w->ctg));
 	if (!w->rx || !w->hash || !w->tphash || !w->by_idx || !w->ctg)
 		return -ENOMEM;
+	wk_tcpr_init(w);
 	return wk_pipeline_init(w);
 }
 
@@ -737,6 +738,7 @@ void wk_tables_free(struct worker *w)
 	free(w->rx);
 	free(w->hash);
 	free(w->tphash);
+	wk_tcpr_fini(w);
 	free(w->by_idx);
 	free(w->adopt_wait);
 	free(w->ctg);

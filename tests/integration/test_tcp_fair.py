@@ -1,0 +1,177 @@
+"""RFC 6062 pools that every user of a worker shares, against the real daemon (one worker):
+one user filling them takes from itself, not from everyone else (DESIGN.md 10, "a full
+budget evicts the attacker's oldest item rather than refusing everyone's newest").
+
+- Connects in flight (limits.tcp_pending_connects): an attacker holds all 8 with Connects
+  to peers that drop SYNs (their accept queue is full). Its next Connect gets 508; another
+  user's Connect to a live peer succeeds, and the attacker's oldest Connect is answered 447
+  (counted as tcp_connect_limit).
+- Peer connections (a budget from the descriptor limit, worker/tcprelay.c wk_tcpr_init):
+  with a table of 40 and the descriptor limit the master asks for (2 x 40 + 1024 = 1104),
+  an attacker within its quota (20 allocations) opens 64 peer connections per TCP
+  allocation to peers that complete the handshake and never accept. Another user's UDP
+  Allocate then still succeeds, and so does its Connect: the attacker's newest peer
+  connection (bound to a data connection by then) ends for it.
+Every wait is bounded.
+"""
+import os
+import resource
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (A_CONNECTION_ID, CONNECT, REQUEST, A_PEER, Client,  # noqa: E402
+                           Daemon,
+                           Failure, StreamClient, TcpPeer, check, config, error_code,
+                           free_port, parse, peer_socket, relay_range, run_tests, wait_for,
+                           xor_addr)
+
+
+def start(d, limits, nofile=None):
+    """A daemon of one worker with a TURN-TCP and a TURN-UDP listener on one port, both
+    routed to 127.0.0.1 (TCP and UDP clusters). nofile: the descriptor limit it starts
+    under (soft; the master keeps a limit at least as large as it wants)."""
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["tcpc"]), ("udp", port, "TURN-UDP", ["udpc"])],
+                  {"tcpc": ("TCP", ["127.0.0.1"]), "udpc": ["127.0.0.1"]}, limits=limits,
+                  workers=1, relay=relay_range())
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if nofile is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, old[1]))
+    try:
+        daemon = Daemon(d, text, workers=1).start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+    return daemon, port
+
+
+def counter(daemon, name):
+    return daemon.admin({"cmd": "stats"})["counters"].get(name, 0)
+
+
+def send_connect(c, ip, port):
+    """A Connect sent without waiting for its answer; its transaction id."""
+    tid = os.urandom(12)
+    attrs = [(A_PEER, xor_addr(ip, port, tid))] + c.auth_attrs()
+    c.send_raw(c.build(CONNECT, REQUEST, tid, attrs, c.key))
+    return tid
+
+
+def answers(c, n, timeout, cids=None):
+    """{tid: error code or None} of up to n Connect answers read within timeout; cids (a
+    dict): the CONNECTION-ID of each success by tid."""
+    got = {}
+    for _ in range(n):
+        f = c.frame(timeout)
+        if f is None:
+            break
+        p = parse(f)
+        if p and p[0] == CONNECT:
+            got[p[2]] = error_code(p[3])
+            if got[p[2]] is None and cids is not None:
+                cids[p[2]] = p[3][A_CONNECTION_ID][0]
+    return got
+
+
+def ended(dc, timeout):
+    """Whether data connection dc reads EOF or a reset within timeout."""
+    dc.sock.settimeout(timeout)
+    try:
+        return dc.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def victim_connects(port, clients, peer_port, when):
+    """Another user's TCP allocation Connects to a live peer: checks it succeeds."""
+    v = StreamClient(port, user="victor")
+    clients.append(v)
+    v.allocate_tcp()
+    cid = v.connect("127.0.0.1", peer_port, expect="any")
+    check(isinstance(cid, bytes) and len(cid) == 4, "the victim's Connect %s: %r" % (when, cid))
+
+
+def blackhole():
+    """A listening socket whose accept queue is full: SYNs to it are dropped, so a Connect
+    to it stays in flight until tcp_connect_timeout."""
+    s = peer_socket(kind=socket.SOCK_STREAM)
+    s.listen(0)
+    filler = socket.create_connection(s.getsockname(), timeout=5)
+    return s, filler
+
+
+def test_pending_pool(d):
+    holes = [blackhole() for _ in range(9)]
+    good = TcpPeer("127.0.0.1")
+    daemon, port = start(d, {"tcp_pending_connects": 8, "tcp_connect_timeout": 60})
+    clients = []
+    try:
+        atk = StreamClient(port, user="mallory")
+        clients.append(atk)
+        atk.allocate_tcp()
+        tids = [send_connect(atk, "127.0.0.1", s.getsockname()[1]) for s, _ in holes[:8]]
+        wait_for(lambda: counter(daemon, "tcp_peer_conns") == 8,
+                 "the attacker's 8 Connects in flight", timeout=10)
+        atk.connect("127.0.0.1", holes[8][0].getsockname()[1], expect=508)
+        victim_connects(port, clients, good.port, "while the attacker holds the pool")
+        got = answers(atk, 1, 5.0)
+        check(got == {tids[0]: 447}, "the attacker's oldest Connect ends with 447: %r"
+              % ({k.hex(): v for k, v in got.items()},))
+        check(counter(daemon, "tcp_connect_limit") == 2, "508 and the eviction counted: %r"
+              % (counter(daemon, "tcp_connect_limit"),))
+    finally:
+        for c in clients:
+            c.close()
+        for s, f in holes:
+            f.close()
+            s.close()
+        good.stop = True
+        daemon.stop()
+
+
+def test_peer_budget(d):
+    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(64)]
+    for s in sinks:
+        s.listen(128)  # completes the handshakes, accepts nothing
+    good = TcpPeer("127.0.0.1")
+    daemon, port = start(d, {"max_allocations": 40}, nofile=2 * 40 + 1024)
+    clients = []
+    try:
+        codes, cids, newest = {}, {}, None
+        for _ in range(20):  # the auto user quota: half the table
+            c = StreamClient(port, user="mallory")
+            clients.append(c)
+            try:
+                c.allocate_tcp()
+            except Failure:
+                break  # the worker has no descriptor left for it
+            tids = [send_connect(c, "127.0.0.1", s.getsockname()[1]) for s in sinks]
+            for code in answers(c, len(sinks), 15.0, cids).values():
+                codes[code] = codes.get(code, 0) + 1
+            newest = ([(c, cids[t]) for t in tids if t in cids] or [newest])[-1]
+        v = Client(port, user="victor")
+        clients.append(v)
+        code = error_code(v.allocate(expect="any")[3])
+        check(code is None, "the victim's Allocate while the attacker holds %r peer "
+              "connections (Connect answers %r): %r"
+              % (counter(daemon, "tcp_peer_conns"), codes, code))
+        check(codes.get(508, 0) > 0, "the attacker was refused some: %r" % (codes,))
+        # The attacker's newest peer connection, bound, is the one the victim's Connect ends.
+        dc = StreamClient(port, creds=newest[0].creds())
+        clients.append(dc)
+        check(dc.connection_bind(newest[1]) is None, "the attacker binds its newest")
+        victim_connects(port, clients, good.port, "with the budget full")
+        check(ended(dc, 10.0), "the attacker's newest (bound) peer connection ended")
+    finally:
+        for c in clients:
+            c.close()
+        for s in sinks:
+            s.close()
+        good.stop = True
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    run_tests([test_pending_pool, test_peer_budget])
