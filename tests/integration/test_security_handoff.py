@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An RFC 6062 ConnectionBind for another worker's CONNECTION-ID moves its connection to
-that worker only once it authenticates (attacker walk aw2, F3, F4). Two workers.
+that worker only once it authenticates (attacker walk aw2, F3, F4, F6). Two workers.
 
 - TLS, no credentials: 120 TLS connections from one address each send an unauthenticated
   ConnectionBind naming slot 0 or 1 (so about half name the other worker). Each is
@@ -13,6 +13,15 @@ that worker only once it authenticates (attacker walk aw2, F3, F4). Two workers.
   slot 0, then 1, then 0, ... twice a second. It is closed at limits.preauth_timeout (2 s
   here; checked against a generous 12 s). (Before: each hand-off restarted its deadlines,
   and it was still open after 12 s.)
+- The same with credentials but another connection's nonce: the ConnectionBind
+  authenticates where it arrives and moves, the owner refuses the nonce (438), and so on
+  back and forth. The hand-off carries the connection's age: closed at preauth_timeout.
+  (Before: each hop restarted its deadlines.)
+- PROXY protocol: behind a TURN-TCP listener with proxy_protocol, a connection whose
+  header says 10.1.2.3 sends an authenticated ConnectionBind for an unknown CONNECTION-ID
+  of slot s (s = 0, 1: one of the two names the other worker, which the connection then
+  moves to), gets 400, and a Binding on it then still maps to 10.1.2.3. (Before: after the
+  hand-off the connection was the proxy's address.)
 
 Legitimate binds across workers (a fresh nonce or the control connection's) are covered
 by test_tcp_relay.py, test_relay_tls and test_handoff_burst.py. Every wait is bounded.
@@ -25,8 +34,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_CONNECTION_ID, CONNECTION_BIND, REQUEST, Daemon,  # noqa: E402
-                           build, check, config, daemon_pids, free_port, run_tests,
-                           tls_connect, wait_for)
+                           StreamClient, binding_request, build, check, config,
+                           daemon_pids, error_code, free_port, parse_xor_mapped,
+                           run_tests, tls_connect, wait_for)
 
 PREAUTH_S = 2
 SOURCE_CONNS = 64       # limits.source_connections default
@@ -43,11 +53,11 @@ def worker_fds(daemon):
     return sum(fds(pid) for pid in daemon_pids(daemon)[1:])
 
 
-def cbind(slot, attrs=()):
-    """An unauthenticated ConnectionBind for an unknown CONNECTION-ID of slot."""
+def cbind(slot, attrs=(), key=None):
+    """A ConnectionBind for an unknown CONNECTION-ID of slot (signed with key)."""
     tid = os.urandom(12)
     return build(CONNECTION_BIND, REQUEST, tid,
-                 [(A_CONNECTION_ID, struct.pack("!I", 0x5a5a5a00 | slot))] + list(attrs))
+                 [(A_CONNECTION_ID, struct.pack("!I", 0x5a5a5a00 | slot))] + list(attrs), key)
 
 
 def test_tls_unauth_bind_stays(d):
@@ -121,5 +131,76 @@ def test_pingpong_closed(d):
         daemon.stop()
 
 
+def test_pingpong_deadline_kept(d):
+    """With credentials but another connection's nonce, a ConnectionBind for the other
+    worker's slot authenticates where it arrives (the nonce may be the control
+    connection's) and moves; the owner refuses the nonce (438) and the connection is
+    unauthenticated there. Bouncing so keeps it moving, but the hand-off carries its age:
+    it is closed at preauth_timeout (2 s; checked against 12 s). (Before: each hop
+    restarted its deadlines.)"""
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=LIMITS, relay=RELAY)
+    daemon = Daemon(d, text).start()
+    try:
+        other = StreamClient(port)
+        other.challenge()       # a nonce bound to other's address
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sc = StreamClient(port, creds=other.creds(), sock=s)
+        sc.nonce = other.nonce
+        t0, closed = time.monotonic(), False
+        for i in range(24):     # one every 0.5 s: 12 s in all
+            try:
+                s.sendall(cbind(i % 2, sc.auth_attrs(), sc.key))
+            except OSError:
+                closed = True
+                break
+            closed = not drain_until(s, t0 + 0.5 * (i + 1))
+            if closed:
+                break
+        check(closed, "authenticated connection bouncing between workers still open after "
+              "%.1f s (preauth_timeout %d s)" % (time.monotonic() - t0, PREAUTH_S))
+        s.close()
+        other.close()
+    finally:
+        daemon.stop()
+
+
+V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def pp_v2(src, sport, dport):
+    return (V2_SIG + bytes([0x21, 0x11]) + struct.pack("!H", 12) + socket.inet_aton(src)
+            + socket.inet_aton("127.0.0.1") + struct.pack("!HH", sport, dport))
+
+
+def test_proxy_address_survives_handoff(d):
+    port = free_port()
+    text = config(d, [("pp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=LIMITS, relay=RELAY)
+    text = text.replace("    routes: [t]\n", "    proxy_protocol:\n      versions: [2]\n"
+                        "      trusted: [\"127.0.0.1/32\"]\n    routes: [t]\n", 1)
+    daemon = Daemon(d, text).start()
+    try:
+        for slot in (0, 1):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(pp_v2("10.1.2.3", 4444 + slot, port))
+            sc = StreamClient(port, sock=s)
+            r = sc.request(CONNECTION_BIND,
+                           [(A_CONNECTION_ID, struct.pack("!I", 0x5a5a5a00 | slot))])
+            check(error_code(r[3]) == 400, "ConnectionBind of an unknown id of slot %d: %r"
+                  % (slot, error_code(r[3])))
+            req, tid = binding_request()
+            r = sc.transact(req, tid)
+            check(r is not None, "no Binding answer")
+            got = parse_xor_mapped(sc.last_raw, tid)
+            check(tuple(got) == ("10.1.2.3", 4444 + slot),
+                  "XOR-MAPPED-ADDRESS after a ConnectionBind for slot %d: %r" % (slot, got))
+            sc.close()
+    finally:
+        daemon.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_tls_unauth_bind_stays, test_pingpong_closed])
+    run_tests([test_tls_unauth_bind_stays, test_pingpong_closed, test_pingpong_deadline_kept,
+               test_proxy_address_survives_handoff])
