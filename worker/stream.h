@@ -31,6 +31,9 @@ struct wk_pipe_ops {
 	 * true: the caller closes both with a RST). Must close the pipe (wk_pipe_close) and
 	 * may free what holds it: p is not touched after. */
 	void (*done)(struct wk_pipe *p, bool reset);
+	/* Side j was shut down (the other side's end passed on): true ends the pipe now
+	 * (done(p, false)) instead of waiting for side j's own end. May be NULL. */
+	bool (*shut)(struct wk_pipe *p, int j);
 };
 
 struct wk_pipe {

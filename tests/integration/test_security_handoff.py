@@ -17,6 +17,10 @@ that worker only once it authenticates (attacker walk aw2, F3, F4, F6). Two work
   authenticates where it arrives and moves, the owner refuses the nonce (438), and so on
   back and forth. The hand-off carries the connection's age: closed at preauth_timeout.
   (Before: each hop restarted its deadlines.)
+- TLS bridge: a TLS data connection bound through the worker that does not own its
+  allocation is bridged there; when the owner closes the plain end (the allocation ended
+  with its control connection), the bridge closes too, though the client stays silent.
+  (Before: it sent close_notify and waited for the client's end for ever.)
 - PROXY protocol: behind a TURN-TCP listener with proxy_protocol, a connection whose
   header says 10.1.2.3 sends an authenticated ConnectionBind for an unknown CONNECTION-ID
   of slot s (s = 0, 1: one of the two names the other worker, which the connection then
@@ -34,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_CONNECTION_ID, CONNECTION_BIND, REQUEST, Daemon,  # noqa: E402
-                           StreamClient, binding_request, build, check, config,
+                           StreamClient, TcpPeer, binding_request, build, check, config,
                            daemon_pids, error_code, free_port, parse_xor_mapped,
                            run_tests, tls_connect, wait_for)
 
@@ -104,6 +108,37 @@ def drain_until(s, deadline):
         except OSError:
             return False
     return True
+
+
+def test_tls_bridge_ends_with_plain_end(d):
+    """A data connection that came over TURN-TLS to the worker that does not own its
+    allocation is bridged there (its TLS session cannot move). When the owner closes the
+    plain end (here: the allocation ends with its control connection), the bridge closes
+    too, although the client keeps its side open. (Before: the bridge sent close_notify
+    and waited for the client's end for ever, 2 descriptors and 2 buffers.)"""
+    from test_tcp_relay import close_all, open_data, tls_tcp_config
+    text, tls_port, _ = tls_tcp_config(d)
+    peers = [TcpPeer("127.0.0.1") for _ in range(16)]
+    daemon = Daemon(d, text).start()
+    dcs = []
+    try:
+        ctl = StreamClient(tls_port, sock=tls_connect(tls_port))
+        ctl.allocate_tcp()
+        me = "127.0.0.1:%d" % ctl.sock.getsockname()[1]
+        owner = [a["worker"] for a in daemon.allocations() if a["client"] == me][0]
+        other = daemon_pids(daemon)[1 + (1 - owner)]
+        base = fds(other)
+        for p in peers:     # until the kernel gives one to the other worker (1 in 2)
+            dcs.append(open_data(tls_port, ctl.creds(), ctl.connect("127.0.0.1", p.port),
+                                 tls=True))
+            if fds(other) >= base + 2:
+                break
+        check(fds(other) >= base + 2, "no data connection bridged by the other worker")
+        ctl.close()
+        wait_for(lambda: fds(other) <= base,
+                 "the other worker's bridges closed with their plain ends", timeout=15)
+    finally:
+        close_all(daemon, dcs + peers)
 
 
 def test_pingpong_closed(d):
@@ -202,5 +237,6 @@ def test_proxy_address_survives_handoff(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_tls_unauth_bind_stays, test_pingpong_closed, test_pingpong_deadline_kept,
+    run_tests([test_tls_unauth_bind_stays, test_tls_bridge_ends_with_plain_end,
+               test_pingpong_closed, test_pingpong_deadline_kept,
                test_proxy_address_survives_handoff])
