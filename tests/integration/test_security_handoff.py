@@ -141,27 +141,37 @@ def test_tls_bridge_ends_with_plain_end(d):
         close_all(daemon, dcs + peers)
 
 
-def test_pingpong_closed(d):
+def tcp_daemon(d):
+    """Two workers, one TURN-TCP listener: (daemon, port)."""
     port = free_port()
     text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
                   limits=LIMITS, relay=RELAY)
-    daemon = Daemon(d, text).start()
+    return Daemon(d, text).start(), port
+
+
+def bounce(port, msg, what):
+    """A new connection sends msg(i), a ConnectionBind for slot i % 2, every 0.5 s (24 at
+    most); fails the test unless the server closes it within those 12 s."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    t0, closed = time.monotonic(), False
+    for i in range(24):
+        try:
+            s.sendall(msg(i))
+        except OSError:
+            closed = True
+            break
+        closed = not drain_until(s, t0 + 0.5 * (i + 1))
+        if closed:
+            break
+    s.close()
+    check(closed, "%s bouncing between workers still open after %.1f s (preauth_timeout "
+          "%d s)" % (what, time.monotonic() - t0, PREAUTH_S))
+
+
+def test_pingpong_closed(d):
+    daemon, port = tcp_daemon(d)
     try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        t0, closed = time.monotonic(), False
-        for i in range(24):     # one every 0.5 s: 12 s in all
-            try:
-                s.sendall(cbind(i % 2))
-            except OSError:
-                closed = True
-                break
-            closed = not drain_until(s, t0 + 0.5 * (i + 1))
-            if closed:
-                break
-        waited = time.monotonic() - t0
-        check(closed, "connection bouncing between workers still open after %.1f s "
-              "(preauth_timeout %d s)" % (waited, PREAUTH_S))
-        s.close()
+        bounce(port, lambda i: cbind(i % 2), "unauthenticated connection")
     finally:
         daemon.stop()
 
@@ -173,29 +183,12 @@ def test_pingpong_deadline_kept(d):
     unauthenticated there. Bouncing so keeps it moving, but the hand-off carries its age:
     it is closed at preauth_timeout (2 s; checked against 12 s). (Before: each hop
     restarted its deadlines.)"""
-    port = free_port()
-    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
-                  limits=LIMITS, relay=RELAY)
-    daemon = Daemon(d, text).start()
+    daemon, port = tcp_daemon(d)
     try:
         other = StreamClient(port)
-        other.challenge()       # a nonce bound to other's address
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        sc = StreamClient(port, creds=other.creds(), sock=s)
-        sc.nonce = other.nonce
-        t0, closed = time.monotonic(), False
-        for i in range(24):     # one every 0.5 s: 12 s in all
-            try:
-                s.sendall(cbind(i % 2, sc.auth_attrs(), sc.key))
-            except OSError:
-                closed = True
-                break
-            closed = not drain_until(s, t0 + 0.5 * (i + 1))
-            if closed:
-                break
-        check(closed, "authenticated connection bouncing between workers still open after "
-              "%.1f s (preauth_timeout %d s)" % (time.monotonic() - t0, PREAUTH_S))
-        s.close()
+        other.challenge()       # a nonce bound to other's address, not the bouncer's
+        bounce(port, lambda i: cbind(i % 2, other.auth_attrs(), other.key),
+               "authenticated connection")
         other.close()
     finally:
         daemon.stop()
