@@ -77,8 +77,8 @@ static bool handoff_valid(const void *payload)
 	memcpy(&h, payload, sizeof(h));
 	return h.len <= IPC_HANDOFF_DATA_MAX && h.listener[0] != '\0' &&
 	       memchr(h.listener, '\0', sizeof(h.listener)) != NULL &&
-	       (h.tls == 0 ||
-		(h.tls == 1 && (h.client.ss_family == AF_INET || h.client.ss_family == AF_INET6)));
+	       (h.tls == 0 || h.tls == 1) &&
+	       (h.client.ss_family == AF_INET || h.client.ss_family == AF_INET6);
 }
 
 /* Whether user[from..] is all zero. */

@@ -149,16 +149,21 @@ struct ipc_drain {
  * read from it so far (the ConnectionBind first), which the owner handles as if it had
  * read them itself. The listener is named so the owner serves it as its own. A data
  * connection that came over TURN-TLS stays in the worker that holds its TLS session: what
- * travels (tls 1) is the plain end of a socket pair bridged to it, with the client's
- * address. */
+ * travels (tls 1) is the plain end of a socket pair bridged to it. The client's address
+ * travels in every case (behind a PROXY protocol listener it is the header's, which the
+ * socket does not know), and so does the connection's age, so that the owner keeps its
+ * deadlines rather than starting them again. The sender authenticated the ConnectionBind
+ * first (worker/turn.c). */
 #define IPC_HANDOFF_DATA_MAX 2048u
 struct ipc_handoff {
 	uint32_t slot;				/* the owner's slot */
 	uint32_t len;				/* bytes of data, <= IPC_HANDOFF_DATA_MAX */
 	char listener[IPC_NAME_MAX + 1];	/* NUL-terminated, not empty */
 	uint8_t data[IPC_HANDOFF_DATA_MAX];
-	uint32_t tls;                   /* 1: a TLS bridge's plain end (below) */
-	struct sockaddr_storage client; /* tls 1: the client's address */
+	uint32_t tls;                   /* 1: a TLS bridge's plain end (above) */
+	struct sockaddr_storage client; /* the client's address (AF_INET or AF_INET6) */
+	uint32_t age_ms;                /* how long the connection has been open */
+	uint32_t reserved;              /* 0 */
 };
 
 /* One IPC_DISC_USER or IPC_DISC_REVOKED frame ends every allocation of a user on the

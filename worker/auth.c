@@ -202,24 +202,40 @@ struct wk_realm {
 	size_t len;
 };
 
+/* Whether nonce is ours, fresh and bound to ep's address (*features: what it carries). */
+static bool wk_auth_nonce_fresh(struct worker *w, const struct wk_ep *ep, const char *nonce,
+				size_t nonce_len, uint32_t *features)
+{
+	struct shm_addr bind;
+
+	wk_auth_bind(ep, &bind);
+	return stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
+				(uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
+				features) == 0;
+}
+
 /* RFC 8489 9.2.4: the nonce is checked before the credentials. One that is not ours
  * (forged, another address's, another master's key) or ours but aged gets 438 with a fresh
  * nonce, whatever else the request says: the username is not looked up, the MAC not
  * verified, no failed-auth budget consulted or charged. Over UDP such a request may carry
  * a spoofed source: nothing it sends may count against that address (else 12 datagrams
  * lock any address out), and with no credential checked its answer teaches a guesser
- * nothing. Returns 0 when the nonce is ours and fresh, with the features it carries. */
+ * nothing. Returns 0 when the nonce is ours and fresh, with the features it carries.
+ * foreign: a ConnectionBind about to move to another worker (wk_auth_check_bind), whose
+ * nonce may be one we gave its control connection, another address (RFC 6062 clients
+ * reuse it; only the owner knows that address): accepted unverified, with the features
+ * all our nonces carry. The credentials decide, and a failure is charged (a stream's
+ * source is not spoofed). */
 static int wk_auth_nonce(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			 const struct wk_realm *want, const char *nonce, size_t nonce_len,
-			 uint32_t *features)
+			 bool foreign, uint32_t *features)
 {
-	struct shm_addr bind;
-
-	wk_auth_bind(ep, &bind);
-	if (stun_nonce_check(snap_nonce_key(w->snap), SNAP_NONCE_KEY_LEN, nonce, nonce_len,
-			     (uint64_t)wk_unix_now(), w->hot.nonce_lifetime, &bind, sizeof(bind),
-			     features) == 0)
+	if (wk_auth_nonce_fresh(w, ep, nonce, nonce_len, features))
 		return 0;
+	if (foreign) {
+		*features = STUN_NONCE_FEAT_PASSWORD_ALGORITHMS;
+		return 0;
+	}
 	shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_STALE_NONCE, 1);
 	wk_auth_challenge(w, ep, req, want->s, want->len, 438, NULL);
 	return -1;
@@ -234,7 +250,7 @@ static int wk_auth_nonce(struct worker *w, const struct wk_ep *ep, const struct 
  * address, so a spoofed UDP source never reaches the failure table. */
 static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
 			    const struct wk_realm *want, struct wk_cred *cred, uint16_t *pwalg,
-			    struct wk_authfail *af)
+			    struct wk_authfail *af, bool foreign)
 {
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;
@@ -253,7 +269,7 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 		return -1;
 	}
 	cred->user_len = strlen(cred->user);
-	if (wk_auth_nonce(w, ep, req, want, nonce, nonce_len, &features) < 0)
+	if (wk_auth_nonce(w, ep, req, want, nonce, nonce_len, foreign, &features) < 0)
 		return -1;
 	if (af) {
 		wk_authfail_keys(w, ep, want->s, want->len, cred->user, cred->user_len, af);
@@ -272,9 +288,9 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 	return 0;
 }
 
-enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
-				  const struct stun_msg *req, const struct wk_alloc *a,
-				  struct wk_cred *cred)
+static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
+				       const struct stun_msg *req, const struct wk_alloc *a,
+				       bool foreign, struct wk_cred *cred)
 {
 	uint32_t auth_idx = ep->l->sl.auth_idx;
 	enum shm_ctr why = SHM_CTR_AUTH_FAIL_MISSING;
@@ -289,7 +305,7 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	want.s = a ? a->rec->realm : au.realm;
 	want.len = a ? a->rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, a ? NULL : &af) < 0)
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, a ? NULL : &af, foreign) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
 	if (a)
@@ -329,6 +345,29 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 	wk_unauth_trust(w, ep);
 	wk_budget_authed(w, ep->c);	/* out of the source budgets and pre-auth deadline */
 	return WK_AUTH_OK;
+}
+
+enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
+				  const struct stun_msg *req, const struct wk_alloc *a,
+				  struct wk_cred *cred)
+{
+	return wk_auth_run(w, ep, req, a, false, cred);
+}
+
+enum wk_auth_result wk_auth_check_bind(struct worker *w, const struct wk_ep *ep,
+				       const struct stun_msg *req, struct wk_cred *cred)
+{
+	return wk_auth_run(w, ep, req, NULL, true, cred);
+}
+
+bool wk_auth_nonce_ours(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	const char *nonce;
+	size_t nonce_len;
+	uint32_t features;
+
+	return stun_msg_get_string(req, STUN_ATTR_NONCE, &nonce, &nonce_len) == 0 &&
+	       wk_auth_nonce_fresh(w, ep, nonce, nonce_len, &features);
 }
 
 bool wk_rec_revoked(struct worker *w, const struct shm_alloc *rec, int64_t now)

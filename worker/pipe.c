@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -116,6 +117,10 @@ static bool wk_pipe_flush(struct wk_pipe *p, int j)
 				ERR_clear_error();	/* close_notify, best effort */
 			shutdown(p->fd[j], SHUT_WR);	/* half-close propagated */
 			p->shut[j] = true;
+			if (p->ops->shut && p->ops->shut(p, j)) {
+				p->ops->done(p, false);
+				return false;
+			}
 		}
 	} else {
 		ev_io_start(loop, &p->wio[j]);
@@ -266,7 +271,20 @@ static void wk_tlsb_done(struct wk_pipe *p, bool reset)
 	wk_tlsb_free((struct wk_tlsb *)((char *)p - offsetof(struct wk_tlsb, pipe)), reset);
 }
 
-static const struct wk_pipe_ops wk_tlsb_ops = { .done = wk_tlsb_done };
+/* The plain end closed (not just shut down for writing): nobody will ever read what the
+ * client sends, so the bridge ends with the close_notify it just sent, rather than wait
+ * for the client's end for ever (an owner that closed a connection at its deadline left
+ * the bridge's descriptors and buffers behind, attacker walk aw2 F4). A plain end that
+ * was only shut down (a half-close relayed from the peer) keeps the bridge; a later close
+ * of it ends the bridge when the client next sends (the write fails). */
+static bool wk_tlsb_shut(struct wk_pipe *p, int j)
+{
+	struct pollfd pfd = { .fd = p->fd[1], .events = POLLOUT };
+
+	return j == 0 && poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+static const struct wk_pipe_ops wk_tlsb_ops = { .done = wk_tlsb_done, .shut = wk_tlsb_shut };
 
 void wk_pipe_sockbuf(int fd, size_t cap)
 {

@@ -19,6 +19,7 @@
 #include "worker/transport.h"
 #include "worker/wk.h"
 
+struct ipc_handoff;
 struct wk_pipe;
 
 /* worker/pipe.c: two stream sockets joined by one bounded buffer per direction (an RFC
@@ -30,6 +31,9 @@ struct wk_pipe_ops {
 	 * true: the caller closes both with a RST). Must close the pipe (wk_pipe_close) and
 	 * may free what holds it: p is not touched after. */
 	void (*done)(struct wk_pipe *p, bool reset);
+	/* Side j was shut down (the other side's end passed on): true ends the pipe now
+	 * (done(p, false)) instead of waiting for side j's own end. May be NULL. */
+	bool (*shut)(struct wk_pipe *p, int j);
 };
 
 struct wk_pipe {
@@ -59,15 +63,14 @@ void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c);
 /* Handshake step: 1 done, 0 in progress, -1 failed (the caller closes). */
 int wk_tconn_handshake(struct worker *w, struct wk_tconn *c);
 void wk_tconn_close(struct worker *w, struct wk_tconn *c);
-/* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF): served on the
- * listener of that name as if accepted here, data (the bytes read so far) handled first.
- * client: NULL for a plain TCP listener's connection, else the client's address of a
- * TURN-TLS connection that fd is the bridged plain end of. Takes fd (dropped as
- * wk_tcp_drop_handoff does when there is no such active listener, memory is short or
- * getpeername fails; and, defensively, when data does not fit, which ipc_recv's bound,
+/* A TURN-TCP connection another worker handed over (IPC_TCP_HANDOFF, h): fd (a plain TCP
+ * listener's connection, or with h->tls the bridged plain end of a TURN-TLS one) served
+ * on the listener of that name as if accepted here, with h->client's address, deadlines
+ * counted from h->age_ms ago, and h->data (the bytes read so far) handled first. Takes fd
+ * (dropped as wk_tcp_drop_handoff does when there is no such active listener or memory is
+ * short; and, defensively, when the data does not fit, which ipc_recv's bound,
  * IPC_HANDOFF_DATA_MAX, rules out). */
-void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
-		       size_t len, const struct sockaddr *client);
+void wk_tcp_adopt_conn(struct worker *w, const struct ipc_handoff *h, int fd);
 /* Drops a handed-over connection (IPC_TCP_HANDOFF's descriptor, taken) that is not served:
  * shut down, then closed, so that its client sees the end although systemd's fd store may
  * hold a copy (a plain close would leave the client waiting). why, the reason, is logged

@@ -257,15 +257,16 @@ static void wk_tconn_handoff(struct worker *w, struct wk_tconn *c, size_t from)
 	if (h && len <= IPC_HANDOFF_DATA_MAX && strlen(c->l->name) <= IPC_NAME_MAX) {
 		bool tls = c->ssl != NULL;
 		int fd = tls ? wk_tconn_bridge(w, c, c->out_off) : c->fd;
+		double age = ev_now(w->loop) - c->born;
 
 		h->slot = c->handoff_slot - 1;
 		h->len = (uint32_t)len;
 		memcpy(h->listener, c->l->name, strlen(c->l->name));
 		memcpy(h->data, c->in + from, len);
-		if (tls) {
-			h->tls = 1;
-			memcpy(&h->client, &c->peer, c->peer_len);
-		}
+		h->tls = tls;
+		memcpy(&h->client, &c->peer, c->peer_len);
+		h->age_ms = age <= 0 ? 0 : age >= UINT32_MAX / 1000.0 ? UINT32_MAX
+								      : (uint32_t)(age * 1000.0);
 		/* Not ours any more: c's close must neither close nor shut it down (the
 		 * bridge keeps a TLS connection's own socket). */
 		if (!tls)
@@ -693,16 +694,33 @@ void wk_tcp_drop_handoff(struct worker *w, int fd, const char *why)
 	ipcq_drop_fd(fd, IPCQ_OWN_FD | IPCQ_SHUT_ON_DROP);
 }
 
-void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uint8_t *data,
-		       size_t len, const struct sockaddr *client)
+/* A handed-over connection keeps the deadlines it had (born age s ago): a hand-off must not
+ * give an unauthenticated connection a new pre-authentication deadline. */
+static void wk_tconn_aged(struct worker *w, struct wk_tconn *c, double age)
+{
+	double now = ev_now(w->loop), first;
+
+	c->born = now - age;
+	if (c->authed)
+		return;
+	first = c->born + w->hot.preauth_timeout - now;
+	if (first >= ev_timer_remaining(w->loop, &c->tmo))
+		return;
+	ev_timer_stop(w->loop, &c->tmo);
+	ev_timer_set(&c->tmo, first > 0.001 ? first : 0.001, 0.0);
+	ev_timer_start(w->loop, &c->tmo);
+}
+
+void wk_tcp_adopt_conn(struct worker *w, const struct ipc_handoff *h, int fd)
 {
 	struct wk_listener *l = NULL;
 	struct wk_tconn *c;
+	size_t len = h->len;
 
 	/* A plain TCP listener's connection, or a TLS one's bridged plain end. */
 	for (size_t i = 0; i < w->n_ls && !l; i++)
 		if (w->ls[i]->active && w->ls[i]->proto == WORKER_PROTO_TCP &&
-		    w->ls[i]->secure == (client != NULL) && strcmp(w->ls[i]->name, listener) == 0)
+		    w->ls[i]->secure == (h->tls != 0) && strcmp(w->ls[i]->name, h->listener) == 0)
 			l = w->ls[i];
 	if (!l) {
 		wk_tcp_drop_handoff(w, fd, "no active listener of that name");
@@ -714,18 +732,12 @@ void wk_tcp_adopt_conn(struct worker *w, const char *listener, int fd, const uin
 		wk_tcp_drop_handoff(w, fd, len > WK_TCP_IN_START ? "data too long" : "no memory");
 		return;
 	}
-	c->peer_len = client ? wk_addr_len(client) : sizeof(c->peer);
-	if (client)
-		memcpy(&c->peer, client, c->peer_len);
-	else if (getpeername(fd, (struct sockaddr *)&c->peer, &c->peer_len) < 0) {
-		free(c->in);
-		free(c);
-		wk_tcp_drop_handoff(w, fd, "getpeername failed");
-		return;
-	}
-	memcpy(c->in, data, len);
+	c->peer_len = wk_addr_len((const struct sockaddr *)&h->client);
+	memcpy(&c->peer, &h->client, c->peer_len);
+	memcpy(c->in, h->data, len);
 	c->in_len = len;
 	wk_tconn_start(w, l, c);
+	wk_tconn_aged(w, c, h->age_ms / 1000.0);
 	/* What the other worker read is handled now; the rest comes through rio. */
 	if (wk_tconn_frames(w, c) == 0)
 		wk_tconn_close(w, c);

@@ -754,12 +754,16 @@ static struct wk_tpeer *wk_bind_target(struct worker *w, const struct stun_msg *
 }
 
 /* RFC 6062 5.4: on a fresh TCP connection (no allocation on it), with credentials of the
- * user whose allocation made the connection. A CONNECTION-ID of another worker hands the
- * connection to it before anything else (the owner authenticates). For its own peer
- * connection the request is verified with the allocation's key, and its nonce as if it
- * came from the control connection's address: clients reuse that nonce (coturn's do),
- * and a stateless nonce is bound to an address. Anything else (unknown, bound, another
- * user's) gets 400 once the request authenticates; nothing is learnt before. */
+ * user whose allocation made the connection. A CONNECTION-ID of another worker moves the
+ * connection there once the request authenticates here with the listener's credentials
+ * (wk_auth_check_bind): one that does not is answered here like any request and stays,
+ * under this worker's budgets and deadlines. The owner authenticates it again. For its
+ * own peer connection the request is verified with the allocation's key, and its nonce
+ * as if it came from the control connection's address (clients reuse that nonce, coturn's
+ * do; a stateless nonce is bound to an address) unless it is bound to this connection's
+ * own (a client that learnt it here, or from the worker that moved it). Anything else
+ * (unknown, bound, another user's) gets 400 once the request authenticates; nothing is
+ * learnt before. */
 static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	struct wk_cred cred = { 0 };
@@ -773,16 +777,19 @@ static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const s
 	if (usable && wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {
 		/* Another worker's: the connection goes there, this request with it, and the
 		 * owner answers (worker/tcp.c, the master passes it on). */
-		ep->c->handoff_slot = wk_tcpr_slot(id) + 1;
-		return;
+		if (wk_auth_check_bind(w, ep, req, &cred) == WK_AUTH_OK)
+			ep->c->handoff_slot = wk_tcpr_slot(id) + 1;
+		goto out;
 	}
 	if (usable && (tp = wk_bind_target(w, req, id)) != NULL) {
 		a = wk_tcpr_alloc(tp);
-		nep.addr = (struct sockaddr *)&a->client;
-		nep.addr_len = a->client_len;
+		if (!wk_auth_nonce_ours(w, ep, req)) {
+			nep.addr = (struct sockaddr *)&a->client;
+			nep.addr_len = a->client_len;
+		}
 	}
 	if (wk_auth_check(w, &nep, req, a, &cred) != WK_AUTH_OK)
-		return;
+		goto out;
 	if (!tp) {
 		wk_reply_error(w, ep, req, 400, "Bad CONNECTION-ID", &cred);
 		goto out;

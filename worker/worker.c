@@ -509,8 +509,7 @@ void wk_ctl_msg(struct worker *w, struct ipc_msg *m, int fd)
 		else if (h->slot != w->slot)
 			wk_tcp_drop_handoff(w, fd, "another slot's frame");
 		else
-			wk_tcp_adopt_conn(w, h->listener, fd, h->data, h->len,
-					  h->tls ? (const struct sockaddr *)&h->client : NULL);
+			wk_tcp_adopt_conn(w, h, fd);
 		fd = -1;
 		free(h);
 		break;

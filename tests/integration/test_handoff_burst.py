@@ -52,10 +52,10 @@ RELAY = (28750, 28759)
 LIMITS = {"user_quota": 0, "unauth_burst": 1000000, "unauth_rate": 1000000,
           "source_connections": 0, "prefix_connections": 0, "tcp_connections": 4096}
 BATCH = 50     # peer connections at a time: the relay socket's listen backlog is 64
-# An IPC_TCP_HANDOFF frame's size: struct ipc_hdr (8 bytes) and struct ipc_handoff (2448
+# An IPC_TCP_HANDOFF frame's size: struct ipc_hdr (8 bytes) and struct ipc_handoff (2456
 # bytes on x86-64; a little more or less elsewhere changes little: the kernel charges
 # about 4.3 KiB for such a frame with its descriptor, and that decides what fits).
-HANDOFF_FRAME = 8 + 2448
+HANDOFF_FRAME = 8 + 2456
 # The most ConnectionBinds a case makes (test_master_busy).
 N_MAX = 1000
 

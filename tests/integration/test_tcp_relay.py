@@ -53,12 +53,20 @@ def start(d, workers=1, clusters=None):
     return daemon.start(), port
 
 
-def open_data(port, creds, cid):
-    """A new connection bound to cid (ConnectionBind answered with success)."""
-    dc = StreamClient(port, creds=creds)
+def open_data(port, creds, cid, tls=False):
+    """A new connection (TURN-TLS with tls) bound to cid (ConnectionBind answered with
+    success)."""
+    dc = StreamClient(port, creds=creds, sock=tls_connect(port) if tls else None)
     code = dc.connection_bind(cid)
     check(code is None, "ConnectionBind: got %r" % (code,))
     return dc
+
+
+def close_all(daemon, socks):
+    """A test's end: its clients and peers closed, then the daemon stopped (checked)."""
+    for s in socks:
+        s.close()
+    daemon.stop()
 
 
 def flow(port, peer_ip, family=None):
@@ -336,10 +344,8 @@ def test_tls_control(d):
         ctl = StreamClient(tls_port, sock=tls_connect(tls_port))
         ctl.allocate_tcp()
         for peer in peers[:6]:
-            cid = ctl.connect("127.0.0.1", peer.port)
-            dc = StreamClient(tls_port, creds=ctl.creds(), sock=tls_connect(tls_port))
-            check(dc.connection_bind(cid) is None, "ConnectionBind over TLS")
-            dcs.append(dc)
+            dcs.append(open_data(tls_port, ctl.creds(), ctl.connect("127.0.0.1", peer.port),
+                                 tls=True))
         for k, dc in enumerate(dcs):
             payload, got = os.urandom(64 * 1024), b""
             for off in range(0, len(payload), 16384):   # one SSL object: no two threads
@@ -359,11 +365,7 @@ def test_tls_control(d):
         dcs.append(dc)
         ctl.close()
     finally:
-        for c in dcs:
-            c.close()
-        for p in peers:
-            p.close()
-        daemon.stop()
+        close_all(daemon, dcs + peers)
 
 
 def test_worker_killed(d):

@@ -364,6 +364,7 @@ static void test_malformed_handoff_shut(void **state)
 	memset(&h, 0, sizeof(h));
 	h.len = 4;
 	memcpy(h.listener, "tcp", 3);
+	h.client.ss_family = AF_INET;
 	before = count_open_fds();
 	for (int i = 0; i < 4; i++)
 		s[i] = conn_with_copy(&peer[i], &copy[i]);

@@ -96,6 +96,7 @@ static struct ipc_handoff handoff(uint32_t slot)
 	h.len = 4;
 	memcpy(h.listener, "tcp", 3);
 	memcpy(h.data, "bind", 4);
+	h.client.ss_family = AF_INET;
 	return h;
 }
 

@@ -948,6 +948,7 @@ static void test_handoff_pass(void **state)
 	(void)state;
 	memset(&h, 0, sizeof(h));
 	snprintf(h.listener, sizeof(h.listener), "l0");
+	h.client.ss_family = AF_INET;
 	two_workers(&m, w, sp);
 	for (int i = 0; i < 4; i++)
 		s[i] = conn_with_copy(&peer[i], &copy[i]);

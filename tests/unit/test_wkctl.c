@@ -128,6 +128,7 @@ static bool handoff_sees_eof(struct wfix *f, unsigned slot)
 	assert_non_null(ho);
 	ho->slot = slot;
 	memcpy(ho->listener, "l0", 2);
+	ho->client.ss_family = AF_INET;
 	conn = conn_with_copy(&peer, &copy);
 	assert_int_equal(ipc_send(f->sp[0], IPC_TCP_HANDOFF, ho, sizeof(*ho), conn), 0);
 	close(conn);

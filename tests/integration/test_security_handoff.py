@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""An RFC 6062 ConnectionBind for another worker's CONNECTION-ID moves its connection to
+that worker only once it authenticates (attacker walk aw2, F3, F4, F6). Two workers.
+
+- TLS, no credentials: 120 TLS connections from one address each send an unauthenticated
+  ConnectionBind naming slot 0 or 1 (so about half name the other worker). Each is
+  answered 401 where it arrived and stays there: the workers' descriptors stay within the
+  per-source budget (64 connections) while they are open, and are back where they were
+  once the pre-authentication deadline closed them. (Before: each such connection was
+  handed over at once, its TLS session left behind in a bridge (2 descriptors, 2 buffers)
+  outside every budget and deadline: +2 descriptors each, still there after the deadline.)
+- Ping-pong: one plain TURN-TCP connection sends an unauthenticated ConnectionBind naming
+  slot 0, then 1, then 0, ... twice a second. It is closed at limits.preauth_timeout (2 s
+  here; checked against a generous 12 s). (Before: each hand-off restarted its deadlines,
+  and it was still open after 12 s.)
+- The same with credentials but another connection's nonce: the ConnectionBind
+  authenticates where it arrives and moves, the owner refuses the nonce (438), and so on
+  back and forth. The hand-off carries the connection's age: closed at preauth_timeout.
+  (Before: each hop restarted its deadlines.)
+- TLS bridge: a TLS data connection bound through the worker that does not own its
+  allocation is bridged there; when the owner closes the plain end (the allocation ended
+  with its control connection), the bridge closes too, though the client stays silent.
+  (Before: it sent close_notify and waited for the client's end for ever.)
+- PROXY protocol: behind a TURN-TCP listener with proxy_protocol, a connection whose
+  header says 10.1.2.3 sends an authenticated ConnectionBind for an unknown CONNECTION-ID
+  of slot s (s = 0, 1: one of the two names the other worker, which the connection then
+  moves to), gets 400, and a Binding on it then still maps to 10.1.2.3. (Before: after the
+  hand-off the connection was the proxy's address.)
+
+Legitimate binds across workers (a fresh nonce or the control connection's) are covered
+by test_tcp_relay.py, test_relay_tls and test_handoff_burst.py. Every wait is bounded.
+"""
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness_admin import (A_CONNECTION_ID, CONNECTION_BIND, REQUEST, Daemon,  # noqa: E402
+                           StreamClient, TcpPeer, binding_request, build, check, config,
+                           daemon_pids, error_code, free_port, parse_xor_mapped,
+                           run_tests, tls_connect, wait_for)
+
+PREAUTH_S = 2
+SOURCE_CONNS = 64       # limits.source_connections default
+LIMITS = {"preauth_timeout": PREAUTH_S}
+RELAY = (20100, 20119)  # never bound (no allocation relays), unique in tests/
+
+
+def fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def worker_fds(daemon):
+    """Open descriptors of the workers together."""
+    return sum(fds(pid) for pid in daemon_pids(daemon)[1:])
+
+
+def cbind(slot, attrs=(), key=None):
+    """A ConnectionBind for an unknown CONNECTION-ID of slot (signed with key)."""
+    tid = os.urandom(12)
+    return build(CONNECTION_BIND, REQUEST, tid,
+                 [(A_CONNECTION_ID, struct.pack("!I", 0x5a5a5a00 | slot))] + list(attrs), key)
+
+
+def test_tls_unauth_bind_stays(d):
+    from test_tcp_relay import tls_tcp_config
+    text, tls_port, _ = tls_tcp_config(d)
+    text += "limits:\n  preauth_timeout: %d\n" % PREAUTH_S
+    daemon = Daemon(d, text).start()
+    socks = []
+    try:
+        base = worker_fds(daemon)
+        for i in range(120):
+            try:
+                s = tls_connect(tls_port)
+            except OSError:
+                continue    # the budget closed it during the handshake: fine
+            s.sendall(cbind(i % 2))
+            socks.append(s)
+        time.sleep(1.0)     # let hand-offs (there should be none) arrive
+        held = worker_fds(daemon) - base
+        check(held <= SOURCE_CONNS + 16,
+              "workers hold %d more descriptors for 120 unauthenticated connections of one "
+              "address (budget %d)" % (held, SOURCE_CONNS))
+        # TLS's first deadline is the 10 s handshake one (preauth takes effect from there).
+        wait_for(lambda: worker_fds(daemon) <= base + 4,
+                 "descriptors back after the pre-auth deadline (base %d)" % base, timeout=30)
+    finally:
+        for s in socks:
+            s.close()
+        daemon.stop()
+
+
+def drain_until(s, deadline):
+    """Reads s (answers) until deadline; False once it is closed."""
+    for _ in range(64):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        s.settimeout(left)
+        try:
+            if s.recv(4096) == b"":
+                return False
+        except socket.timeout:
+            return True
+        except OSError:
+            return False
+    return True
+
+
+def test_tls_bridge_ends_with_plain_end(d):
+    """A data connection that came over TURN-TLS to the worker that does not own its
+    allocation is bridged there (its TLS session cannot move). When the owner closes the
+    plain end (here: the allocation ends with its control connection), the bridge closes
+    too, although the client keeps its side open. (Before: the bridge sent close_notify
+    and waited for the client's end for ever, 2 descriptors and 2 buffers.)"""
+    from test_tcp_relay import close_all, open_data, tls_tcp_config
+    text, tls_port, _ = tls_tcp_config(d)
+    peers = [TcpPeer("127.0.0.1") for _ in range(16)]
+    daemon = Daemon(d, text).start()
+    dcs = []
+    try:
+        ctl = StreamClient(tls_port, sock=tls_connect(tls_port))
+        ctl.allocate_tcp()
+        me = "127.0.0.1:%d" % ctl.sock.getsockname()[1]
+        owner = [a["worker"] for a in daemon.allocations() if a["client"] == me][0]
+        other = daemon_pids(daemon)[1 + (1 - owner)]
+        base = fds(other)
+        for p in peers:     # until the kernel gives one to the other worker (1 in 2)
+            dcs.append(open_data(tls_port, ctl.creds(), ctl.connect("127.0.0.1", p.port),
+                                 tls=True))
+            if fds(other) >= base + 2:
+                break
+        check(fds(other) >= base + 2, "no data connection bridged by the other worker")
+        ctl.close()
+        wait_for(lambda: fds(other) <= base,
+                 "the other worker's bridges closed with their plain ends", timeout=15)
+    finally:
+        close_all(daemon, dcs + peers)
+
+
+def tcp_daemon(d):
+    """Two workers, one TURN-TCP listener: (daemon, port)."""
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=LIMITS, relay=RELAY)
+    return Daemon(d, text).start(), port
+
+
+def bounce(port, msg, what):
+    """A new connection sends msg(i), a ConnectionBind for slot i % 2, every 0.5 s (24 at
+    most); fails the test unless the server closes it within those 12 s."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    t0, closed = time.monotonic(), False
+    for i in range(24):
+        try:
+            s.sendall(msg(i))
+        except OSError:
+            closed = True
+            break
+        closed = not drain_until(s, t0 + 0.5 * (i + 1))
+        if closed:
+            break
+    s.close()
+    check(closed, "%s bouncing between workers still open after %.1f s (preauth_timeout "
+          "%d s)" % (what, time.monotonic() - t0, PREAUTH_S))
+
+
+def test_pingpong_closed(d):
+    daemon, port = tcp_daemon(d)
+    try:
+        bounce(port, lambda i: cbind(i % 2), "unauthenticated connection")
+    finally:
+        daemon.stop()
+
+
+def test_pingpong_deadline_kept(d):
+    """With credentials but another connection's nonce, a ConnectionBind for the other
+    worker's slot authenticates where it arrives (the nonce may be the control
+    connection's) and moves; the owner refuses the nonce (438) and the connection is
+    unauthenticated there. Bouncing so keeps it moving, but the hand-off carries its age:
+    it is closed at preauth_timeout (2 s; checked against 12 s). (Before: each hop
+    restarted its deadlines.)"""
+    daemon, port = tcp_daemon(d)
+    try:
+        other = StreamClient(port)
+        other.challenge()       # a nonce bound to other's address, not the bouncer's
+        bounce(port, lambda i: cbind(i % 2, other.auth_attrs(), other.key),
+               "authenticated connection")
+        other.close()
+    finally:
+        daemon.stop()
+
+
+V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def pp_v2(src, sport, dport):
+    return (V2_SIG + bytes([0x21, 0x11]) + struct.pack("!H", 12) + socket.inet_aton(src)
+            + socket.inet_aton("127.0.0.1") + struct.pack("!HH", sport, dport))
+
+
+def test_proxy_address_survives_handoff(d):
+    port = free_port()
+    text = config(d, [("pp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=LIMITS, relay=RELAY)
+    text = text.replace("    routes: [t]\n", "    proxy_protocol:\n      versions: [2]\n"
+                        "      trusted: [\"127.0.0.1/32\"]\n    routes: [t]\n", 1)
+    daemon = Daemon(d, text).start()
+    try:
+        for slot in (0, 1):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(pp_v2("10.1.2.3", 4444 + slot, port))
+            sc = StreamClient(port, sock=s)
+            r = sc.request(CONNECTION_BIND,
+                           [(A_CONNECTION_ID, struct.pack("!I", 0x5a5a5a00 | slot))])
+            check(error_code(r[3]) == 400, "ConnectionBind of an unknown id of slot %d: %r"
+                  % (slot, error_code(r[3])))
+            req, tid = binding_request()
+            r = sc.transact(req, tid)
+            check(r is not None, "no Binding answer")
+            got = parse_xor_mapped(sc.last_raw, tid)
+            check(tuple(got) == ("10.1.2.3", 4444 + slot),
+                  "XOR-MAPPED-ADDRESS after a ConnectionBind for slot %d: %r" % (slot, got))
+            sc.close()
+    finally:
+        daemon.stop()
+
+
+if __name__ == "__main__":
+    run_tests([test_tls_unauth_bind_stays, test_tls_bridge_ends_with_plain_end,
+               test_pingpong_closed, test_pingpong_deadline_kept,
+               test_proxy_address_survives_handoff])
