@@ -232,7 +232,7 @@ static json_t *cmd_loglevel(struct master *m, json_t *req)
 static json_t *cmd_workers(struct master *m, json_t *req)
 {
 	json_t *arr = json_array();
-	double now = ev_now(m->loop);
+	double now = mono_s();
 
 	(void)req;
 	for (unsigned i = 0; i < m->n_slots && arr != NULL; i++) {
@@ -246,7 +246,7 @@ static json_t *cmd_workers(struct master *m, json_t *req)
 			      (int)w->pid, "state", supervise_state_name(w->state), "incarnation",
 			      (json_int_t)si.incarnation, "restarts", (int)w->restarts, "uptime",
 			      w->pid > 0 ? now - w->started_at : 0.0, "last_pong_age",
-			      w->pid > 0 ? mono_s() - w->last_pong : 0.0);
+			      w->pid > 0 ? now - w->last_pong : 0.0);
 		if (o != NULL && w->last_status != -1)
 			json_object_set_new(o, "last_exit", json_integer(w->last_status));
 		/* Online: inside a loop iteration, may hold a snapshot (0 = offline). */
@@ -888,6 +888,7 @@ static json_t *cmd_run(struct master *m, const struct admin_cmd *c, const struct
 		       json_t *req)
 {
 	bool audit = cmd_writes(c, req);
+	const char *unknown = arg_unknown(c, req);
 	json_t *reply;
 	char *text = NULL;
 
@@ -896,11 +897,11 @@ static json_t *cmd_run(struct master *m, const struct admin_cmd *c, const struct
 		log_info("admin", "uid=%d pid=%d: %.512s", (int)peer->uid, (int)peer->pid,
 			 text != NULL ? text : c->name);
 	}
-	if (arg_unknown(c, req) != NULL) {
+	if (unknown != NULL) {
 		char why[192];
 
 		snprintf(why, sizeof(why), "%s: unknown argument \"%.64s\" (it takes: %s)",
-			 c->name, arg_unknown(c, req), c->args[0] ? c->args : "none");
+			 c->name, unknown, c->args[0] ? c->args : "none");
 		reply = err(why);
 	} else if (c->handover && audit && upgrade_handover_busy(m) != NULL) {
 		reply = err(upgrade_handover_busy(m));

@@ -224,8 +224,8 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (m->last_tick > 0 && now - m->last_tick > LOOP_STALL_S && m->workers != NULL)
-		supervise_loop_stalled(m, now - m->last_tick);
+	if (m->last_tick > 0 && now - m->last_tick > LOOP_STALL_S)
+		log_warn("master", "the master's loop stalled %.1f s", now - m->last_tick);
 	m->last_tick = now;
 	reload_reclaim(m);
 	if (m->publish_pending)

@@ -51,8 +51,10 @@ struct mworker {
 	int ctl_fd;               /* master's end of the control socketpair, -1 when none */
 	ev_io ctl_io;
 	ev_timer respawn;
-	double started_at;        /* ev_now of the last fork */
+	double started_at;        /* mono_s() of the last fork */
 	double last_pong;         /* mono_s() of the last PONG/READY (or the spawn) */
+	double unanswered_since;  /* mono_s() of the oldest ping (or the spawn) not answered
+				   * by a PONG/READY yet; 0: none */
 	uint64_t ping_seq;        /* last ping sent */
 	unsigned restarts;        /* respawns so far */
 	unsigned backoff_step;    /* consecutive quick deaths */
@@ -289,7 +291,6 @@ unsigned supervise_broadcast_fd(struct master *m, uint16_t type, const void *pay
 				int fd);
 /* From the tick timer: pings, hang detection, QSBR stall detection. */
 void supervise_tick(struct master *m);
-void supervise_loop_stalled(struct master *m, double gap);
 /* From the 1 s tick timer: each slot's kept disconnects (master/discsent.h) pruned, those
  * owed to a respawned worker that did not fit at its spawn sent, drops reported. */
 void supervise_disc_tick(struct master *m);

@@ -285,8 +285,8 @@ int supervise_spawn(struct master *m, unsigned slot)
 	w->pid = pid;
 	w->ctl_fd = fds[0];
 	w->state = MW_STARTING;
-	w->started_at = ev_now(m->loop);
-	w->last_pong = mono_s();
+	w->started_at = mono_s();
+	w->last_pong = w->unanswered_since = w->started_at;
 	w->kill_sent = false;
 	ev_io_init(&w->ctl_io, ctl_cb, w->ctl_fd, EV_READ);
 	w->ctl_io.data = w;
@@ -353,6 +353,7 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 			return;
 		}
 		w->last_pong = mono_s();
+		w->unanswered_since = 0;
 		if (w->state == MW_STARTING) {
 			w->state = MW_RUNNING;
 			upgrade_worker_running(w->m);
@@ -593,7 +594,7 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	discsent_worker_died(&w->disc, (pid_t)c->rpid);
 	/* A respawn cannot take the dead worker's connections back: out of the store. */
 	fdstore_slot_gone(m, w->slot);
-	ran = ev_now(loop) - w->started_at;
+	ran = mono_s() - w->started_at;
 	if (ran >= BACKOFF_RESET_S)
 		w->backoff_step = 0;
 	delay = w->backoff_step == 0 ? 0.0 : BACKOFF_MIN_S;
@@ -752,17 +753,17 @@ static void check_gp_stall(struct master *m)
 	}
 }
 
-/* The master's own loop did not run for gap seconds (a blocking lookup at reload, a
- * paused VM or process): no worker could be pinged, and the pongs queued meanwhile are
- * read only after this tick, so the ping clocks start again rather than blame workers. */
-void supervise_loop_stalled(struct master *m, double gap)
+/* A worker is judged by its oldest ping not answered (pings the master never sent, while
+ * its own loop stalled, count for nothing), after reading the answers its loop has not
+ * read yet: a master that was stopped or blocked finds them queued. */
+static bool ping_overdue(struct mworker *w, double now)
 {
-	double now = mono_s();
+	double limit = (double)w->m->cfg->admin.worker_ping_timeout;
 
-	log_warn("master", "the master's loop stalled %.1f s: workers' ping clocks restarted", gap);
-	for (unsigned i = 0; i < m->n_slots; i++)
-		if (m->workers[i].last_pong < now)
-			m->workers[i].last_pong = now;
+	if (w->unanswered_since == 0 || now - w->unanswered_since <= limit)
+		return false;
+	ctl_read(w, 64);
+	return w->ctl_fd >= 0 && w->unanswered_since != 0 && now - w->unanswered_since > limit;
 }
 
 void supervise_tick(struct master *m)
@@ -774,11 +775,14 @@ void supervise_tick(struct master *m)
 
 		if (w->ctl_fd < 0 || (w->state != MW_STARTING && w->state != MW_RUNNING))
 			continue;
-		if (now - w->last_pong > (double)m->cfg->admin.worker_ping_timeout) {
+		if (ping_overdue(w, now)) {
 			kill_worker(w, "does not answer pings");
 			continue;
 		}
-		ipc_send_ping(w->ctl_fd, ++w->ping_seq);
+		if (w->ctl_fd < 0 || (w->state != MW_STARTING && w->state != MW_RUNNING))
+			continue;
+		if (ipc_send_ping(w->ctl_fd, ++w->ping_seq) == 0 && w->unanswered_since == 0)
+			w->unanswered_since = now;
 	}
 	check_gp_stall(m);
 }

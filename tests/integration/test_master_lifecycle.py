@@ -2,6 +2,7 @@
 inside a loop iteration (holds up snapshot reclamation), SIGTERM drain, second signal,
 command line."""
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -86,7 +87,8 @@ def test_master_stall_kills_no_worker(d):
     """Found by review11: a master whose own loop stalled longer than worker_ping_timeout (a
     blocking lookup at a reload with a STRICT_DNS cluster, a paused VM; SIGSTOP here) killed
     every healthy worker at its next tick, "does not answer pings", before it read the pongs
-    queued meanwhile: TCP and TLS calls ended. Now the stall restarts the ping clocks."""
+    queued meanwhile: TCP and TLS calls ended. Now a worker is judged by its oldest ping not
+    answered, after the answers queued are read."""
     port = free_port()
     daemon = Daemon(d, config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")],
                                    extra_admin="  worker_ping_timeout: 3\n")).start()
@@ -124,7 +126,7 @@ def test_wall_clock_step_kills_no_worker(d):
         check(pids(daemon) == before, "workers replaced after a wall clock step:\n"
               + daemon.stderr())
         check("does not answer pings" not in daemon.stderr(), daemon.stderr())
-        check("stalled" not in daemon.stderr(), "a step taken for a stall")
+        check(not re.search(r"stalled \d{3,}", daemon.stderr()), "a step taken for a stall")
     finally:
         check(daemon.stop() == 0, "exit status")
 
