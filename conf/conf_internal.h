@@ -13,6 +13,7 @@
 #define CONF_DIAG_MSG_MAX 400          /* longer messages are cut with "..." */
 #define CONF_MAX_RESOLVED 16           /* addresses kept per STRICT_DNS name */
 #define CONF_MAX_BYTES (64u << 20)     /* string data after alias and env expansion */
+#define CONF_MAX_DEPTH 64u             /* nested lists and mappings (conf_prescan.c says why) */
 #define CONF_MAX_KEYS 256              /* keys in one mapping */
 #define CONF_MAX_ITEMS 4096            /* listeners, clusters, routes, endpoints, users */
 
@@ -178,6 +179,11 @@ void conf_canon_prefix(struct conf_prefix *p);
 int conf_parse_hostport(const char *s, struct sockaddr_storage *out);
 /* Fills ss with family fam (AF_INET/AF_INET6), address a, port 0. */
 void conf_sockaddr_set(struct sockaddr_storage *ss, int fam, const uint8_t a[16]);
+
+/* The pass before the document load (conf_prescan.c): fails with a diagnostic (-EINVAL)
+ * when lists and mappings nest deeper than CONF_MAX_DEPTH. A syntax error is left to the
+ * load. Returns 0, -EINVAL or -ENOMEM. */
+int conf_prescan(struct pctx *p, const char *buf, size_t len);
 
 /* Helpers for files and base64 (conf_util.c). */
 /* Reads a whole file (at most max bytes, NUL-terminated). regular_only: refuse anything

@@ -169,6 +169,9 @@ static int load_doc(struct pctx *p, const char *buf, size_t len)
 	yaml_document_t doc;
 	int rc = 0;
 	yaml_node_t *root;
+	rc = conf_prescan(p, buf, len);
+	if (rc != 0)
+		return rc;
 	if (!yaml_parser_initialize(&yp))
 		return -ENOMEM;
 	yaml_parser_set_input_string(&yp, (const unsigned char *)buf, len);

@@ -1780,6 +1780,71 @@ static void test_alias_bomb(void **state)
 	free(text);
 }
 
+/* Text of depth levels of open (each written as open) and as many closes, after prefix. */
+static char *t_nested(const char *prefix, const char *open, const char *close, size_t depth)
+{
+	size_t lp = strlen(prefix), lo = strlen(open), lc = strlen(close);
+	char *t = malloc(lp + depth * (lo + lc) + 2);
+	char *q = t;
+	assert_non_null(t);
+	memcpy(q, prefix, lp);
+	q += lp;
+	for (size_t i = 0; i < depth; i++, q += lo)
+		memcpy(q, open, lo);
+	for (size_t i = 0; i < depth; i++, q += lc)
+		memcpy(q, close, lc);
+	memcpy(q, "\n", 2);
+	return t;
+}
+
+/* aw3 F1: libyaml loads flow collections N deep in O(N^2) (40k levels took 10 s, the 4 MiB
+ * cap allowed hours with the master's loop stopped). Nesting is bounded before the load, at
+ * the first level past the limit, with its position; the limit itself loads. */
+static void test_nesting_bounded(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	char *t = t_nested(T_HEAD "x: ", "[", "]", 63); /* the root mapping is level 1 */
+	assert_int_equal(t_load(t, &c, &d), 0);
+	assert_diag(&d, "t.yaml:7:1: warning: x: unknown key (ignored)");
+	conf_free(c);
+	conf_diags_free(&d);
+	free(t);
+	t = t_nested(T_HEAD "x: ", "[", "]", 64);
+	assert_int_equal(t_load(t, &c, &d), -EINVAL);
+	assert_null(c);
+	assert_diag(&d, "t.yaml:7:67: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	conf_diags_free(&d);
+	free(t);
+	/* JSON mappings (a CDS message), and block style, count the same. */
+	t = t_nested("{\"version\": \"v1\", \"auth\": {\"type\": \"none\"}, \"x\": ", "{\"a\": ",
+		     "}", 64);
+	assert_int_equal(t_load(t, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:1:428: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	conf_diags_free(&d);
+	free(t);
+	char block[66 * 72];
+	size_t n = (size_t)snprintf(block, sizeof(block), "version: v1\nauth: {type: none}\n");
+	for (int i = 0; i < 65; i++) /* the first is a key of the root mapping */
+		n += (size_t)snprintf(block + n, sizeof(block) - n, "%*sa:\n", i, "");
+	snprintf(block + n, sizeof(block) - n, "%*s1\n", 65, "");
+	assert_int_equal(t_load(block, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:67:65: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	conf_diags_free(&d);
+	/* What took hours before: 1M levels stop at level 65 like 64 do. */
+	t = t_nested(T_HEAD "x: ", "[", "]", 1000000);
+	assert_int_equal(t_load(t, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:7:67: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	assert_int_equal(d.n, 1);
+	conf_diags_free(&d);
+	free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1811,6 +1876,7 @@ int main(void)
 		cmocka_unit_test(test_secret_files),
 		cmocka_unit_test(test_cred_token),
 		cmocka_unit_test(test_cred_socket_ok),
+		cmocka_unit_test(test_nesting_bounded),
 		cmocka_unit_test(test_worker_timeouts),
 		cmocka_unit_test(test_channel_numbers),
 		cmocka_unit_test(test_cert_files),

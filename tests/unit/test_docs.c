@@ -22,6 +22,7 @@
 #include "common/ipc.h"
 #include "common/ipcq.h"
 #include "conf/conf.h"
+#include "conf/conf_internal.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -45,6 +46,11 @@ struct rule {
 #define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a)-1) / (a) * (a))
 
 static const struct rule rules[] = {
+	/* The config text's limits (conf/conf_internal.h). */
+	{ "configuration.md", "nest at most ([0-9]+) levels deep", 10, CONF_MAX_DEPTH },
+	{ "configuration.md", "nested deeper than ([0-9]+) levels \\(expected at most", 10,
+	  CONF_MAX_DEPTH },
+	{ "configuration.md", "text is at most ([0-9]+) MiB", 10, CONF_MAX_INPUT >> 20 },
 	/* The admin socket's clients (master/admin.h). */
 	{ "operations.md", "at most ([0-9]+) clients are served at once", 10, ADMIN_MAX_CLIENTS },
 	{ "operations.md", "When all ([0-9]+) places are taken", 10, ADMIN_MAX_CLIENTS },
