@@ -1845,6 +1845,33 @@ static void test_nesting_bounded(void **state)
 	free(t);
 }
 
+/* aw3 F3: the config path read at every reload: a FIFO blocked the master until someone
+ * wrote it, a device was read as a config. Both are refused, without blocking. */
+static void test_config_not_regular(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d = { 0 };
+	char dir[] = "/tmp/test_conf_cfifo_XXXXXX";
+	char fifo[64], want[128];
+	assert_int_equal(conf_load_file("/dev/null", NULL, &c, &d), -EFTYPE_CONF);
+	assert_null(c);
+	assert_diag(&d, "/dev/null: cannot read: not a regular file");
+	conf_diags_free(&d);
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/turngate.yaml", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	alarm(30); /* before the fix the open blocked for ever: end the test instead */
+	memset(&d, 0, sizeof(d));
+	assert_int_equal(conf_load_file(fifo, NULL, &c, &d), -EFTYPE_CONF);
+	alarm(0);
+	snprintf(want, sizeof(want), "%s: cannot read: not a regular file", fifo);
+	assert_diag(&d, want);
+	conf_diags_free(&d);
+	unlink(fifo);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1877,6 +1904,7 @@ int main(void)
 		cmocka_unit_test(test_cred_token),
 		cmocka_unit_test(test_cred_socket_ok),
 		cmocka_unit_test(test_nesting_bounded),
+		cmocka_unit_test(test_config_not_regular),
 		cmocka_unit_test(test_worker_timeouts),
 		cmocka_unit_test(test_channel_numbers),
 		cmocka_unit_test(test_cert_files),
