@@ -1872,6 +1872,37 @@ static void test_config_not_regular(void **state)
 	rmdir(dir);
 }
 
+/* aw3 F6: the 401 carries at most 763 bytes of REALM (RFC 8489 14.9); a longer realm was
+ * cut there and nobody could authenticate. Refused in the global and a listener's auth. */
+static void test_realm_too_long(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	char realm[800], text[1200];
+	memset(realm, 'r', sizeof(realm));
+	realm[763] = '\0';
+	snprintf(text, sizeof(text), T_HEAD "  realm: %s\n", realm);
+	assert_int_equal(t_load(text, &c, &d), 0);
+	assert_int_equal(strlen(c->auth.realm), 763);
+	conf_free(c);
+	conf_diags_free(&d);
+	realm[763] = 'r';
+	realm[764] = '\0';
+	snprintf(text, sizeof(text), T_HEAD "  realm: %s\n", realm);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:7:10: auth.realm: 764 bytes is too long (expected at most 763 "
+			"bytes, RFC 8489 14.9)");
+	conf_diags_free(&d);
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: a\n    auth:\n      type: none\n      realm: %s\n",
+		 realm);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:11:14: listeners[0].auth.realm: 764 bytes is too long (expected "
+			"at most 763 bytes, RFC 8489 14.9)");
+	conf_diags_free(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1905,6 +1936,7 @@ int main(void)
 		cmocka_unit_test(test_cred_socket_ok),
 		cmocka_unit_test(test_nesting_bounded),
 		cmocka_unit_test(test_config_not_regular),
+		cmocka_unit_test(test_realm_too_long),
 		cmocka_unit_test(test_worker_timeouts),
 		cmocka_unit_test(test_channel_numbers),
 		cmocka_unit_test(test_cert_files),
