@@ -181,8 +181,8 @@ int conf_parse_hostport(const char *s, struct sockaddr_storage *out);
 void conf_sockaddr_set(struct sockaddr_storage *ss, int fam, const uint8_t a[16]);
 
 /* The pass before the document load (conf_prescan.c): fails with a diagnostic (-EINVAL)
- * when lists and mappings nest deeper than CONF_MAX_DEPTH. A syntax error is left to the
- * load. Returns 0, -EINVAL or -ENOMEM. */
+ * when lists and mappings nest deeper than CONF_MAX_DEPTH, warns that documents after the
+ * first are ignored. A syntax error is left to the load. Returns 0, -EINVAL or -ENOMEM. */
 int conf_prescan(struct pctx *p, const char *buf, size_t len);
 
 /* Helpers for files and base64 (conf_util.c). */

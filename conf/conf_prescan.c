@@ -1,5 +1,5 @@
-/* Config pre-pass over libyaml's events: bounds the nesting depth before the document tree is
- * built. */
+/* Config pre-pass over libyaml's events: bounds the nesting depth and notes ignored documents
+ * before the document tree is built. */
 #include <errno.h>
 #include <stdbool.h>
 
@@ -19,11 +19,22 @@ static void prescan_deep(struct pctx *p, const yaml_mark_t *m)
 		      CONF_MAX_DEPTH, CONF_MAX_DEPTH);
 }
 
+/* stunnerd reads the first document of a stream and ignores the rest without a word
+ * (checked with stunner-validate: even a broken second document passes); so do we, but
+ * we say so, since an operator who appended a config with `---` expects it to count. */
+static void prescan_more_docs(struct pctx *p, const yaml_mark_t *m)
+{
+	conf_diag_add(p->diags, CONF_DIAG_WARNING, p->file, (uint32_t)m->line + 1,
+		      (uint32_t)m->column + 1, "",
+		      "a second YAML document: it and everything after it is ignored (expected "
+		      "one document, as stunnerd reads only the first)");
+}
+
 int conf_prescan(struct pctx *p, const char *buf, size_t len)
 {
 	yaml_parser_t yp;
 	yaml_event_t ev;
-	unsigned depth = 0;
+	unsigned depth = 0, docs = 0;
 	bool stop = false;
 	int rc = 0;
 	if (!yaml_parser_initialize(&yp))
@@ -42,8 +53,11 @@ int conf_prescan(struct pctx *p, const char *buf, size_t len)
 			}
 		} else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
 			depth--;
+		} else if (ev.type == YAML_DOCUMENT_START_EVENT && ++docs > 1) {
+			prescan_more_docs(p, &ev.start_mark);
+			stop = true; /* the rest is not ours to check */
 		}
-		stop = rc != 0 || ev.type == YAML_STREAM_END_EVENT;
+		stop = stop || rc != 0 || ev.type == YAML_STREAM_END_EVENT;
 		yaml_event_delete(&ev);
 	}
 	yaml_parser_delete(&yp);

@@ -1845,6 +1845,27 @@ static void test_nesting_bounded(void **state)
 	free(t);
 }
 
+/* aw3 F10: stunnerd reads the first document and ignores the rest, even a broken one
+ * (stunner-validate passes it); so do we, with a warning at the second `---`. */
+static void test_second_document_warns(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "---\nversion: v9\nx: [\n", &c, &d), 0);
+	assert_diag(&d, "t.yaml:7:1: warning: a second YAML document: it and everything after it "
+			"is ignored (expected one document, as stunnerd reads only the first)");
+	assert_int_equal(d.n, 1);
+	assert_string_equal(c->version, "v1");
+	conf_free(c);
+	conf_diags_free(&d);
+	/* A leading `---` and a closing `...` are one document. */
+	assert_int_equal(t_load("---\n" T_HEAD "...\n", &c, &d), 0);
+	assert_int_equal(d.n, 0);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
 /* aw3 F3: the config path read at every reload: a FIFO blocked the master until someone
  * wrote it, a device was read as a config. Both are refused, without blocking. */
 static void test_config_not_regular(void **state)
@@ -1935,6 +1956,7 @@ int main(void)
 		cmocka_unit_test(test_cred_token),
 		cmocka_unit_test(test_cred_socket_ok),
 		cmocka_unit_test(test_nesting_bounded),
+		cmocka_unit_test(test_second_document_warns),
 		cmocka_unit_test(test_config_not_regular),
 		cmocka_unit_test(test_realm_too_long),
 		cmocka_unit_test(test_worker_timeouts),
