@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "conf/conf_internal.h"
+#include "stun/stun.h"
 
 void conf_auth_defaults(struct conf_auth *a)
 {
@@ -175,7 +176,7 @@ char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, ch
 	int rc;
 	if (fname == NULL)
 		return NULL;
-	rc = conf_read_file(fname, 64 * 1024, true, &buf, &len);
+	rc = conf_read_file(fname, 64 * 1024, &buf, &len);
 	if (rc != 0) {
 		pctx_error(p, v, path, "cannot read '%s': %s (expected a readable secret file)",
 			   fname, conf_file_strerror(rc));
@@ -216,6 +217,14 @@ static void auth_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_node
 		if (s != NULL && s[0] == '\0') {
 			free(s); /* stunnerd: an empty realm is the default one */
 			s = conf_strdup(p, CONF_DEF_REALM);
+		}
+		/* The 401 carries REALM, at most 763 bytes (RFC 8489 14.9): a longer one would
+		 * be cut there and no client could answer it. */
+		if (s != NULL && strlen(s) > STUN_MAX_REALM_LEN) {
+			pctx_error(p, v, path, "%zu bytes is too long (expected at most %d bytes, "
+				   "RFC 8489 14.9)", strlen(s), STUN_MAX_REALM_LEN);
+			free(s);
+			s = NULL;
 		}
 		if (s != NULL) {
 			free(a->realm);

@@ -13,6 +13,7 @@
 #define CONF_DIAG_MSG_MAX 400          /* longer messages are cut with "..." */
 #define CONF_MAX_RESOLVED 16           /* addresses kept per STRICT_DNS name */
 #define CONF_MAX_BYTES (64u << 20)     /* string data after alias and env expansion */
+#define CONF_MAX_DEPTH 64u             /* nested lists and mappings (conf_prescan.c says why) */
 #define CONF_MAX_KEYS 256              /* keys in one mapping */
 #define CONF_MAX_ITEMS 4096            /* listeners, clusters, routes, endpoints, users */
 
@@ -179,11 +180,16 @@ int conf_parse_hostport(const char *s, struct sockaddr_storage *out);
 /* Fills ss with family fam (AF_INET/AF_INET6), address a, port 0. */
 void conf_sockaddr_set(struct sockaddr_storage *ss, int fam, const uint8_t a[16]);
 
+/* The pass before the document load (conf_prescan.c): fails with a diagnostic (-EINVAL)
+ * when lists and mappings nest deeper than CONF_MAX_DEPTH, warns that documents after the
+ * first are ignored. A syntax error is left to the load. Returns 0, -EINVAL or -ENOMEM. */
+int conf_prescan(struct pctx *p, const char *buf, size_t len);
+
 /* Helpers for files and base64 (conf_util.c). */
-/* Reads a whole file (at most max bytes, NUL-terminated). regular_only: refuse anything
- * but a regular file (-EFTYPE_CONF) and never block. Returns 0 or a negative errno. */
+/* Reads a whole file (at most max bytes, NUL-terminated). Refuses anything but a regular
+ * file (-EFTYPE_CONF) and never blocks. Returns 0 or a negative errno. */
 #define EFTYPE_CONF 1001
-int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, size_t *len);
+int conf_read_file(const char *path, size_t max, char **buf, size_t *len);
 /* Message for a conf_read_file() error. */
 const char *conf_file_strerror(int rc);
 int conf_base64_decode(const char *in, char **out, size_t *outlen);

@@ -169,6 +169,9 @@ static int load_doc(struct pctx *p, const char *buf, size_t len)
 	yaml_document_t doc;
 	int rc = 0;
 	yaml_node_t *root;
+	rc = conf_prescan(p, buf, len);
+	if (rc != 0)
+		return rc;
 	if (!yaml_parser_initialize(&yp))
 		return -ENOMEM;
 	yaml_parser_set_input_string(&yp, (const unsigned char *)buf, len);
@@ -254,7 +257,7 @@ int conf_load_file(const char *path, const struct conf_load_opts *opts, struct c
 	*out = NULL;
 	if (strncmp(path, "file://", 7) == 0)
 		path += 7;
-	rc = conf_read_file(path, CONF_MAX_INPUT + 1, false, &buf, &len);
+	rc = conf_read_file(path, CONF_MAX_INPUT + 1, &buf, &len);
 	if (rc != 0) {
 		conf_diag_add(diags, CONF_DIAG_ERROR, path, 0, 0, "", "cannot read: %s",
 			      conf_file_strerror(rc));

@@ -8,7 +8,7 @@
 
 #include "conf/conf_internal.h"
 
-int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, size_t *len)
+int conf_read_file(const char *path, size_t max, char **buf, size_t *len)
 {
 	int fd;
 	int rc = 0;
@@ -17,16 +17,17 @@ int conf_read_file(const char *path, size_t max, bool regular_only, char **buf, 
 	struct stat st;
 	*buf = NULL;
 	*len = 0;
-	/* Secret and certificate paths come from the config: a FIFO or device there must not
-	 * block the master, so those are opened non-blocking and must be regular files. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0));
+	/* The config, secret and certificate files are read by the master at every reload: a
+	 * FIFO or device there must not block it, so they are opened non-blocking and must be
+	 * regular files. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) != 0) {
 		rc = -errno;
 		goto out;
 	}
-	if (S_ISDIR(st.st_mode) || (regular_only && !S_ISREG(st.st_mode))) {
+	if (!S_ISREG(st.st_mode)) {
 		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EFTYPE_CONF;
 		goto out;
 	}

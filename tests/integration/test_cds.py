@@ -107,6 +107,16 @@ def test_cds_watch(d):
         check(any("TURN-BOGUS" in e for e in lr["last_reload"]["errors"]), lr)
         check(answers(p1) and answers(p2), "old config no longer serving")
         check("config update rejected" in daemon.stderr(), daemon.stderr())
+        # aw3 F1: a valid config plus lists 60k deep (libyaml's load is quadratic in the
+        # depth: the master stalled for seconds, then applied it) is refused at level 65.
+        deep = json.dumps(stunner_config(sock, [p3]))
+        deep = deep[:-1] + ', "x": ' + "[" * 60000 + "]" * 60000 + "}"
+        srv.set_config(IDENT, deep)
+        lr = wait_for(lambda: (lambda s: s if any(
+            "nested deeper than 64 levels" in e for e in s["last_reload"].get("errors", []))
+            else None)(daemon.admin({"cmd": "status"})), "the deep config's rejection")
+        check(lr["generation"] == g1 + 1, lr)
+        check(answers(p1) and answers(p2) and not answers(p3), "the deep config applied")
 
         # A message split into a text frame and continuation frames.
         srv.fragment = 64

@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, Daemon, check, config_yaml,  # noqa: E402
+from harness_admin import (TURNGATECTL, TURNGATED, Daemon, check, config_yaml,  # noqa: E402
                            free_port,
                            run_tests, stun_binding_tcp, stun_binding_udp, wait_for)
 
@@ -218,7 +218,90 @@ def test_reload_refuses_relay_range_over_a_port(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def worker_pids(daemon):
+    return sorted(w["pid"] for w in daemon.admin({"cmd": "workers"})["workers"])
+
+
+def sighup_result(daemon):
+    daemon.signal(signal.SIGHUP)
+    return wait_for(lambda: (lambda s: s if s["last_reload"]["trigger"] == "SIGHUP"
+                             else None)(daemon.admin({"cmd": "status"})),
+                    "the SIGHUP reload result")
+
+
+def unblock_fifo(path):
+    """Ends a read that blocks on the FIFO at path (the code before the fix), if any."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+def one_udp_daemon(d):
+    """A started daemon with one UDP listener: (daemon, its port, its config text)."""
+    port = free_port()
+    good = config_yaml(os.path.join(d, "admin.sock"), [("udp", port, "TURN-UDP")])
+    return Daemon(d, good).start(), port, good
+
+
+def check_t_refuses(conf, want, timeout):
+    """turngated -t on conf exits non-zero and prints want."""
+    t = subprocess.run([TURNGATED, "-t", "-c", conf], capture_output=True, text=True,
+                       timeout=timeout)
+    check(t.returncode != 0 and want in t.stdout + t.stderr, (t.returncode, t.stdout, t.stderr))
+
+
+def refused_keeps_serving(daemon, port, gen, pids):
+    """After a refused reload: the old generation, the same workers, the listener answers."""
+    check(daemon.admin({"cmd": "status"})["generation"] == gen, "generation changed")
+    check(worker_pids(daemon) == pids, "the workers changed")
+    check(stun_binding_udp(port) is not None, "the old listener stopped")
+
+
+def test_reload_refuses_deep_nesting(d):
+    """aw3 F1: a config of lists 100k deep (libyaml's load is quadratic in the depth: a
+    minute with the master's loop stopped) is refused at once, by -t and by a reload, at the
+    first level past 64; the old config and its workers serve on."""
+    daemon, port, good = one_udp_daemon(d)
+    try:
+        gen, pids = daemon.admin({"cmd": "status"})["generation"], worker_pids(daemon)
+        deep = good + "x: " + "[" * 100000 + "]" * 100000 + "\n"
+        want = ("turngate.yaml:%d:67: lists and mappings nested deeper than 64 levels"
+                % (good.count("\n") + 1))
+        daemon.write_config(deep)
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and any(want in e for e in r["errors"]), r)
+        check_t_refuses(daemon.conf, want, 60)
+        refused_keeps_serving(daemon, port, gen, pids)
+        check(daemon.reload(good)["generation"] == gen + 1, "the good config after it")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_reload_refuses_fifo_config(d):
+    """aw3 F3: a config path that is a FIFO blocked the master (SIGHUP, reload, -t) until
+    someone wrote it; it is refused at once as not a regular file, and the old config and
+    its workers serve on."""
+    daemon, port, good = one_udp_daemon(d)
+    try:
+        gen, pids = daemon.admin({"cmd": "status"})["generation"], worker_pids(daemon)
+        os.unlink(daemon.conf)
+        os.mkfifo(daemon.conf, 0o600)
+        st = sighup_result(daemon)
+        check(st["last_reload"]["ok"] is False and
+              any("not a regular file" in e for e in st["last_reload"]["errors"]), st)
+        check_t_refuses(daemon.conf, "cannot read: not a regular file", 20)
+        refused_keeps_serving(daemon, port, gen, pids)
+        unblock_fifo(daemon.conf)
+        os.unlink(daemon.conf)
+        check(daemon.reload(good)["generation"] == gen + 1, "the good config after it")
+    finally:
+        unblock_fifo(daemon.conf)
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_sighup_invalid_keeps_running, test_add_and_remove_listener,
                test_listener_port_change, test_watch_reload, test_watch_secret_file,
-               test_reload_refuses_relay_range_over_a_port])
+               test_reload_refuses_relay_range_over_a_port,
+               test_reload_refuses_deep_nesting, test_reload_refuses_fifo_config])

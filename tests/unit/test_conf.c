@@ -1780,6 +1780,150 @@ static void test_alias_bomb(void **state)
 	free(text);
 }
 
+/* Text of depth levels of open (each written as open) and as many closes, after prefix. */
+static char *t_nested(const char *prefix, const char *open, const char *close, size_t depth)
+{
+	size_t lp = strlen(prefix), lo = strlen(open), lc = strlen(close);
+	char *t = malloc(lp + depth * (lo + lc) + 2);
+	char *q = t;
+	assert_non_null(t);
+	memcpy(q, prefix, lp);
+	q += lp;
+	for (size_t i = 0; i < depth; i++, q += lo)
+		memcpy(q, open, lo);
+	for (size_t i = 0; i < depth; i++, q += lc)
+		memcpy(q, close, lc);
+	memcpy(q, "\n", 2);
+	return t;
+}
+
+/* aw3 F1: libyaml loads flow collections N deep in O(N^2) (40k levels took 10 s, the 4 MiB
+ * cap allowed hours with the master's loop stopped). Nesting is bounded before the load, at
+ * the first level past the limit, with its position; the limit itself loads. */
+static void test_nesting_bounded(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	char *t = t_nested(T_HEAD "x: ", "[", "]", 63); /* the root mapping is level 1 */
+	assert_int_equal(t_load(t, &c, &d), 0);
+	assert_diag(&d, "t.yaml:7:1: warning: x: unknown key (ignored)");
+	conf_free(c);
+	conf_diags_free(&d);
+	free(t);
+	t = t_nested(T_HEAD "x: ", "[", "]", 64);
+	assert_int_equal(t_load(t, &c, &d), -EINVAL);
+	assert_null(c);
+	assert_diag(&d, "t.yaml:7:67: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	conf_diags_free(&d);
+	free(t);
+	/* JSON mappings (a CDS message), and block style, count the same. */
+	t = t_nested("{\"version\": \"v1\", \"auth\": {\"type\": \"none\"}, \"x\": ", "{\"a\": ",
+		     "}", 64);
+	assert_int_equal(t_load(t, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:1:428: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	conf_diags_free(&d);
+	free(t);
+	char block[66 * 72];
+	size_t n = (size_t)snprintf(block, sizeof(block), "version: v1\nauth: {type: none}\n");
+	for (int i = 0; i < 65; i++) /* the first is a key of the root mapping */
+		n += (size_t)snprintf(block + n, sizeof(block) - n, "%*sa:\n", i, "");
+	snprintf(block + n, sizeof(block) - n, "%*s1\n", 65, "");
+	assert_int_equal(t_load(block, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:67:65: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	conf_diags_free(&d);
+	/* What took hours before: 1M levels stop at level 65 like 64 do. */
+	t = t_nested(T_HEAD "x: ", "[", "]", 1000000);
+	assert_int_equal(t_load(t, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:7:67: lists and mappings nested deeper than 64 levels (expected "
+			"at most 64)");
+	assert_int_equal(d.n, 1);
+	conf_diags_free(&d);
+	free(t);
+}
+
+/* aw3 F10: stunnerd reads the first document and ignores the rest, even a broken one
+ * (stunner-validate passes it); so do we, with a warning at the second `---`. */
+static void test_second_document_warns(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	assert_int_equal(t_load(T_HEAD "---\nversion: v9\nx: [\n", &c, &d), 0);
+	assert_diag(&d, "t.yaml:7:1: warning: a second YAML document: it and everything after it "
+			"is ignored (expected one document, as stunnerd reads only the first)");
+	assert_int_equal(d.n, 1);
+	assert_string_equal(c->version, "v1");
+	conf_free(c);
+	conf_diags_free(&d);
+	/* A leading `---` and a closing `...` are one document. */
+	assert_int_equal(t_load("---\n" T_HEAD "...\n", &c, &d), 0);
+	assert_int_equal(d.n, 0);
+	conf_free(c);
+	conf_diags_free(&d);
+}
+
+/* aw3 F3: the config path read at every reload: a FIFO blocked the master until someone
+ * wrote it, a device was read as a config. Both are refused, without blocking. */
+static void test_config_not_regular(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d = { 0 };
+	char dir[] = "/tmp/test_conf_cfifo_XXXXXX";
+	char fifo[64], want[128];
+	assert_int_equal(conf_load_file("/dev/null", NULL, &c, &d), -EFTYPE_CONF);
+	assert_null(c);
+	assert_diag(&d, "/dev/null: cannot read: not a regular file");
+	conf_diags_free(&d);
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/turngate.yaml", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	alarm(30); /* before the fix the open blocked for ever: end the test instead */
+	memset(&d, 0, sizeof(d));
+	assert_int_equal(conf_load_file(fifo, NULL, &c, &d), -EFTYPE_CONF);
+	alarm(0);
+	snprintf(want, sizeof(want), "%s: cannot read: not a regular file", fifo);
+	assert_diag(&d, want);
+	conf_diags_free(&d);
+	unlink(fifo);
+	rmdir(dir);
+}
+
+/* aw3 F6: the 401 carries at most 763 bytes of REALM (RFC 8489 14.9); a longer realm was
+ * cut there and nobody could authenticate. Refused in the global and a listener's auth. */
+static void test_realm_too_long(void **state)
+{
+	(void)state;
+	struct conf *c;
+	struct conf_diags d;
+	char realm[800], text[1200];
+	memset(realm, 'r', sizeof(realm));
+	realm[763] = '\0';
+	snprintf(text, sizeof(text), T_HEAD "  realm: %s\n", realm);
+	assert_int_equal(t_load(text, &c, &d), 0);
+	assert_int_equal(strlen(c->auth.realm), 763);
+	conf_free(c);
+	conf_diags_free(&d);
+	realm[763] = 'r';
+	realm[764] = '\0';
+	snprintf(text, sizeof(text), T_HEAD "  realm: %s\n", realm);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:7:10: auth.realm: 764 bytes is too long (expected at most 763 "
+			"bytes, RFC 8489 14.9)");
+	conf_diags_free(&d);
+	snprintf(text, sizeof(text),
+		 T_HEAD "listeners:\n  - name: a\n    auth:\n      type: none\n      realm: %s\n",
+		 realm);
+	assert_int_equal(t_load(text, &c, &d), -EINVAL);
+	assert_diag(&d, "t.yaml:11:14: listeners[0].auth.realm: 764 bytes is too long (expected "
+			"at most 763 bytes, RFC 8489 14.9)");
+	conf_diags_free(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1811,6 +1955,10 @@ int main(void)
 		cmocka_unit_test(test_secret_files),
 		cmocka_unit_test(test_cred_token),
 		cmocka_unit_test(test_cred_socket_ok),
+		cmocka_unit_test(test_nesting_bounded),
+		cmocka_unit_test(test_second_document_warns),
+		cmocka_unit_test(test_config_not_regular),
+		cmocka_unit_test(test_realm_too_long),
 		cmocka_unit_test(test_worker_timeouts),
 		cmocka_unit_test(test_channel_numbers),
 		cmocka_unit_test(test_cert_files),

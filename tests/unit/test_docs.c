@@ -22,6 +22,7 @@
 #include "common/ipc.h"
 #include "common/ipcq.h"
 #include "conf/conf.h"
+#include "conf/conf_internal.h"
 #include "conf/snapshot.h"
 #include "shm/shm.h"
 #include "shm/shm_alloc.h"
@@ -31,6 +32,7 @@
 #include "master/admin.h"
 #include "master/master.h"
 #include "master/webhook.h"
+#include "stun/stun.h"
 #include "stun/stun_frame.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
@@ -45,6 +47,13 @@ struct rule {
 #define ROUND_UP(n, a) ((((unsigned long long)(n)) + (a)-1) / (a) * (a))
 
 static const struct rule rules[] = {
+	/* The config text's limits (conf/conf_internal.h) and the REALM bound (stun/stun.h). */
+	{ "configuration.md", "nest at most ([0-9]+) levels deep", 10, CONF_MAX_DEPTH },
+	{ "configuration.md", "nested deeper than ([0-9]+) levels \\(expected at most", 10,
+	  CONF_MAX_DEPTH },
+	{ "configuration.md", "text is at most ([0-9]+) MiB", 10, CONF_MAX_INPUT >> 20 },
+	{ "configuration.md", "`realm` .* At most ([0-9]+) bytes \\(the most REALM", 10,
+	  STUN_MAX_REALM_LEN },
 	/* The admin socket's clients (master/admin.h). */
 	{ "operations.md", "at most ([0-9]+) clients are served at once", 10, ADMIN_MAX_CLIENTS },
 	{ "operations.md", "When all ([0-9]+) places are taken", 10, ADMIN_MAX_CLIENTS },
