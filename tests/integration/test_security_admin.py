@@ -209,7 +209,7 @@ def test_socket_mode_for_others_refused(d):
         check(r["ok"] is False and any("admin_socket_mode" in e for e in r["errors"]), r)
         check(stat.S_IMODE(os.stat(sock).st_mode) == 0o660, "socket mode changed")
         cfg = daemon.admin({"cmd": "config"})["config"]["admin"]
-        check(cfg["admin_socket_mode"] == 0o660, cfg)
+        check(cfg["admin_socket_mode"] == "0660", cfg)
     finally:
         check(daemon.stop() == 0, "exit status")
 
