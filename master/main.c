@@ -55,6 +55,12 @@ static void usage(FILE *out)
 		"now; what is still open stays in the state file for the next start.\n");
 }
 
+/* After a usage error's one line (getopt's, or ours): where the whole text is. */
+static void usage_hint(void)
+{
+	fputs("try 'turngated --help'\n", stderr);
+}
+
 struct opts {
 	const char *config;
 	const char *id;
@@ -91,10 +97,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "version", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *bad, *why;
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	while ((c = getopt_long(argc, argv, "c:twl:i:hv", longs, NULL)) != -1) {
+	opterr = 0; /* getopt's messages name argv[0], a path: ours say turngated */
+	while ((c = getopt_long(argc, argv, ":c:twl:i:hv", longs, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			o->config = optarg;
@@ -115,6 +123,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (parse_uint(optarg, SHM_MAX_SLOTS, &o->workers) < 0) {
 				fprintf(stderr, "turngated: worker count must be 1..%u\n",
 					SHM_MAX_SLOTS);
+				usage_hint();
 				return -1;
 			}
 			break;
@@ -124,14 +133,22 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'v':
 			printf("turngated %s\n", PACKAGE_VERSION);
 			return 1;
-		default:
-			usage(stderr);
+		default: /* ':' a value missing, '?' an unknown option (opterr is off) */
+			bad = argv[optind - 1];
+			why = c == ':' ? "needs a value" : "unknown option";
+			/* A long one names itself; optopt set there: "=VALUE" to a flag. */
+			if (strncmp(bad, "--", 2) == 0)
+				fprintf(stderr, "turngated: %s: %s\n", bad,
+					c == '?' && optopt != 0 ? "takes no value" : why);
+			else
+				fprintf(stderr, "turngated: -%c: %s\n", optopt, why);
+			usage_hint();
 			return -1;
 		}
 	}
 	if (optind != argc) {
 		fprintf(stderr, "turngated: unexpected argument: %s\n", argv[optind]);
-		usage(stderr);
+		usage_hint();
 		return -1;
 	}
 	if (o->config == NULL && getenv("STUNNER_CONFIG_ORIGIN") != NULL &&

@@ -307,11 +307,18 @@ def test_command_line(d):
     check(r.returncode == 0 and r.stdout.startswith("turngated "), r)
     r = subprocess.run([TURNGATED, "-h"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 0 and "--udp-thread-num" in r.stdout, r)
-    r = subprocess.run([TURNGATED, "--bogus"], capture_output=True, text=True, timeout=30)
-    check(r.returncode == 2 and "usage:" in r.stderr, r)
-    r = subprocess.run([TURNGATED, "--workers", "0"], capture_output=True, text=True,
-                       timeout=30)
-    check(r.returncode == 2 and "worker count" in r.stderr, r)
+    check(r.stdout.startswith("usage: turngated") and r.stderr == "", r)
+    # A usage error: its one line, then where the whole text is (not the 20-line text,
+    # which pushed the line that says what is wrong off the screen); status 2.
+    for args, first in ((["--bogus"], "turngated: --bogus: unknown option"),
+                        (["-tx"], "turngated: -x: unknown option"),
+                        (["-c"], "turngated: -c: needs a value"),
+                        (["--config"], "turngated: --config: needs a value"),
+                        (["--workers", "0"], "turngated: worker count must be 1..255"),
+                        (["-t", "extra"], "turngated: unexpected argument: extra")):
+        r = subprocess.run([TURNGATED] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stdout == "" and
+              r.stderr == first + "\ntry 'turngated --help'\n", (args, r))
     r = subprocess.run([TURNGATED, "-l", "all:NOPE"], capture_output=True, text=True,
                        timeout=30)
     check(r.returncode == 2 and "malformed log spec" in r.stderr, r)
