@@ -214,6 +214,12 @@ static void lifecycle_step(struct master *m)
 {
 	double now = ev_now(m->loop);
 
+	/* Something failed for good (m->exit_code set where it failed): stop now, so that
+	 * the service manager restarts the daemon, which takes the table over. */
+	if (m->exit_code != 0 && !m->stopping) {
+		upgrade_stop(m);
+		begin_stop(m, true);
+	}
 	if (m->exiting && !m->stopping) {
 		unsigned n = master_alloc_count(m);
 
@@ -620,5 +626,5 @@ int main(int argc, char **argv)
 	master_free(&m);
 	reload_deferred_pass(&m);	/* a live upgrade's: to the new master, sockets closed */
 	ev_loop_destroy(m.loop);
-	return rc == 0 ? m.exit_code : 1;
+	return rc == 0 ? m.exit_code : MASTER_EXIT_FAILURE;
 }

@@ -34,6 +34,11 @@
 #define BACKOFF_MIN_S 0.1
 #define BACKOFF_MAX_S 5.0
 #define BACKOFF_RESET_S 2.0
+/* A slot whose worker could not be started this many times in a row (the fork failed, or
+ * the worker died before it said it was ready) is given up: the daemon stops with
+ * MASTER_EXIT_FAILURE, so that a service manager's restart policy acts instead of a
+ * master that serves on short of a worker for good (about 1.5 s of backoff in all). */
+#define START_BUDGET 5
 
 const char *supervise_state_name(enum mworker_state s)
 {
@@ -356,6 +361,7 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		w->unanswered_since = 0;
 		if (w->state == MW_STARTING) {
 			w->state = MW_RUNNING;
+			w->start_fails = 0;
 			upgrade_worker_running(w->m);
 		}
 		break;
@@ -493,6 +499,45 @@ static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 	ctl_read(io->data, 64);
 }
 
+/* The next try at w's slot after its backoff (ran: how long its last worker served), or,
+ * once the slot's worker failed to start START_BUDGET times in a row, the daemon's stop
+ * with MASTER_EXIT_FAILURE (main.c's lifecycle step begins it). */
+static void respawn_schedule(struct mworker *w, double ran)
+{
+	double delay;
+
+	if (w->start_fails >= START_BUDGET) {
+		log_error("master",
+			  "worker %u could not be started %u times in a row: giving up, the "
+			  "daemon stops with status %d (what is open stays in the table)",
+			  w->slot, w->start_fails, MASTER_EXIT_FAILURE);
+		w->m->exit_code = MASTER_EXIT_FAILURE;
+		return;
+	}
+	if (ran >= BACKOFF_RESET_S)
+		w->backoff_step = 0;
+	delay = w->backoff_step == 0 ? 0.0 : BACKOFF_MIN_S;
+	for (unsigned i = 1; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
+		delay *= 2;
+	if (delay > BACKOFF_MAX_S)
+		delay = BACKOFF_MAX_S;
+	w->backoff_step++;
+	log_info("master", "worker %u: respawning in %.1f s", w->slot, delay);
+	ev_timer_set(&w->respawn, delay, 0.);
+	ev_timer_start(w->m->loop, &w->respawn);
+}
+
+void supervise_respawn(struct master *m, unsigned slot)
+{
+	struct mworker *w = &m->workers[slot];
+
+	w->state = MW_DEAD;
+	if (supervise_spawn(m, slot) < 0) {
+		w->start_fails++;
+		respawn_schedule(w, 0.0);
+	}
+}
+
 static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct mworker *w = t->data;
@@ -502,10 +547,7 @@ static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (w->m->stopping || w->state != MW_DEAD)
 		return;
 	w->restarts++;
-	if (supervise_spawn(w->m, w->slot) < 0) {
-		ev_timer_set(&w->respawn, BACKOFF_MAX_S, 0.);
-		ev_timer_start(w->m->loop, &w->respawn);
-	}
+	supervise_respawn(w->m, w->slot);
 }
 
 static void log_exit(unsigned slot, pid_t pid, int status)
@@ -545,7 +587,6 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 {
 	struct master *m = c->data;
 	struct mworker *w = NULL;
-	double delay, ran;
 
 	(void)revents;
 	for (unsigned i = 0; i < m->n_slots; i++)
@@ -588,24 +629,15 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 			ev_break(loop, EVBREAK_ALL);
 		return;
 	}
+	if (w->state == MW_STARTING)
+		w->start_fails++;	/* it never said it was ready */
 	w->state = MW_DEAD;
 	/* The disconnects it may not have read go to its replacement, which adopts its
 	 * allocations from the table. */
 	discsent_worker_died(&w->disc, (pid_t)c->rpid);
 	/* A respawn cannot take the dead worker's connections back: out of the store. */
 	fdstore_slot_gone(m, w->slot);
-	ran = mono_s() - w->started_at;
-	if (ran >= BACKOFF_RESET_S)
-		w->backoff_step = 0;
-	delay = w->backoff_step == 0 ? 0.0 : BACKOFF_MIN_S;
-	for (unsigned i = 1; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
-		delay *= 2;
-	if (delay > BACKOFF_MAX_S)
-		delay = BACKOFF_MAX_S;
-	w->backoff_step++;
-	log_info("master", "worker %u: respawning in %.1f s", w->slot, delay);
-	ev_timer_set(&w->respawn, delay, 0.);
-	ev_timer_start(loop, &w->respawn);
+	respawn_schedule(w, mono_s() - w->started_at);
 }
 
 /* The sending end is shared by every worker and carries what all of them hand to one

@@ -1,8 +1,9 @@
-"""Supervision and shutdown: kill -9 of a worker, a hung worker (no pongs), a worker stuck
-inside a loop iteration (holds up snapshot reclamation), SIGTERM drain, second signal,
-command line."""
+"""Supervision and shutdown: kill -9 of a worker, a worker that cannot be started again
+(exit status 1), a hung worker (no pongs), a worker stuck inside a loop iteration (holds up
+snapshot reclamation), SIGTERM drain, second signal, command line."""
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (TURNGATED, Daemon, Failure, binding_request,  # noqa: E402
                            check, clock_shift, config_yaml, free_port, run_tests,
                            stun_binding_udp, wait_for)
+
+NOBODY = 65534
 
 
 def test_kill9_respawns(d):
@@ -46,6 +49,60 @@ def test_kill9_respawns(d):
             check(stun_binding_udp(port) is not None, "no answer after respawn")
     finally:
         check(daemon.stop() == 0, "exit status")
+
+
+def as_nobody(fn):
+    """Runs fn in a child that is nobody (uid and gid, real, effective and saved: what
+    prlimit(2) on a process of nobody asks of a caller without CAP_SYS_RESOURCE); returns
+    its exit status, 0 when fn returned."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            fn()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1]
+
+
+def test_worker_that_cannot_start_stops_with_1(d):
+    """A slot whose worker cannot be started again (here its fork fails: the master runs as
+    nobody with RLIMIT_NPROC lowered to 1 after start, then its worker is killed) is given
+    up after 5 tries: the daemon stops with status 1, so that systemd's
+    Restart=on-failure or a container's restart policy acts. Before, the master retried
+    every 5 s for ever and exited 0 when told to stop."""
+    if os.geteuid() != 0:
+        print("  skipped: needs root (to run the daemon as nobody)")
+        return
+    sub = os.path.join(d, "nobody")
+    os.mkdir(sub)
+    os.chown(sub, NOBODY, NOBODY)
+    os.chmod(d, 0o711)
+    port = free_port()
+    daemon = Daemon(sub, config_yaml(os.path.join(sub, "admin.sock"),
+                                     [("udp", port, "TURN-UDP")]),
+                    wrap=["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                          "--clear-groups"])
+    daemon.start()
+    daemon.allowed_deaths = 1
+    try:
+        pid, nproc = daemon.proc.pid, resource.RLIMIT_NPROC
+        check(as_nobody(lambda: resource.prlimit(pid, nproc,
+                                                 (1, resource.prlimit(pid, nproc)[1]))) == 0,
+              "prlimit")
+        os.kill(daemon.admin({"cmd": "workers"})["workers"][0]["pid"], signal.SIGKILL)
+        rc = daemon.wait_exit(timeout=60)
+    finally:
+        daemon.kill()
+    log = daemon.stderr()
+    check(rc == 1, "exit status %r, want 1:\n%s" % (rc, log))
+    check(log.count("slot 0: fork: Resource temporarily unavailable") == 5, log)
+    check("worker 0 could not be started 5 times in a row: giving up" in log, log)
+    daemon.err.close()
+    daemon.scan()
 
 
 def test_hung_worker_is_replaced(d):
@@ -338,7 +395,8 @@ def test_command_line(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_kill9_respawns, test_hung_worker_is_replaced, test_master_stall_kills_no_worker,
+    run_tests([test_kill9_respawns, test_worker_that_cannot_start_stops_with_1,
+               test_hung_worker_is_replaced, test_master_stall_kills_no_worker,
                test_wall_clock_step_kills_no_worker,
                test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
                test_second_signal_stops_now, test_repeated_signals_keep_the_deadline,
