@@ -80,10 +80,15 @@ static void set_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 
 /* stunnerd takes any URL url.Parse accepts and serves plain HTTP on its host and port,
  * whatever the scheme: so does turngate, with a warning (the value is kept as http://). */
-static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
+static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst,
+		    char **written)
 {
 	char *u;
 	size_t sl;
+	if (!pctx_is_null(v)) {
+		free(*written);
+		*written = NULL;
+	}
 	set_str(p, v, path, dst);
 	u = *dst;
 	if (u == NULL || u[0] == '\0')
@@ -108,6 +113,8 @@ static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 	if (!http_url_ok(u))
 		pctx_error(p, v, path,
 			   "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])", u);
+	else
+		conf_http_resolve(p, v, path, dst, written);
 }
 
 static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min, uint64_t max,
@@ -299,7 +306,8 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 				   "[IPV6]:PORT)",
 				   a->alternate_server);
 	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
-		set_url(p, v, path, &a->credential_api_endpoint);
+		set_url(p, v, path, &a->credential_api_endpoint,
+			&a->credential_api_endpoint_written);
 		rn->cred_endpoint = v;
 	} else if (strcasecmp(key, "credential_api_token") == 0) {
 		rn->token = v;
@@ -443,9 +451,9 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 		if (a->loglevel)
 			parse_loglevel(p, v, path, &a->loglevel);
 	} else if (strcasecmp(key, "metrics_endpoint") == 0) {
-		set_url(p, v, path, &a->metrics_endpoint);
+		set_url(p, v, path, &a->metrics_endpoint, &a->metrics_endpoint_written);
 	} else if (strcasecmp(key, "healthcheck_endpoint") == 0) {
-		set_url(p, v, path, &a->healthcheck_endpoint);
+		set_url(p, v, path, &a->healthcheck_endpoint, &a->healthcheck_endpoint_written);
 	} else if (strcasecmp(key, "user_quota") == 0) {
 		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
 			p->cfg->limits.user_quota =
@@ -491,16 +499,20 @@ static void finish_token(struct pctx *p, const struct range_nodes *rn, const cha
 static void check_cred_exposure(struct pctx *p, const struct range_nodes *rn, const char *path)
 {
 	const char *u = p->cfg->admin.credential_api_endpoint;
-	char sub[CONF_PATH_MAX];
+	const char *name = p->cfg->admin.credential_api_endpoint_written;
+	char sub[CONF_PATH_MAX], at[96] = "";
 	if (u == NULL || u[0] == '\0' || p->cfg->admin.credential_api_token != NULL ||
 	    rn->cred_endpoint == NULL || !http_url_ok(u) || http_url_loopback(u))
 		return;
+	/* A host name: what it resolved to is what is served. */
+	if (name != NULL)
+		snprintf(at, sizeof(at), " (resolved to %s)", u);
 	conf_path_key(sub, path, "credential_api_endpoint");
 	pctx_error(p, rn->cred_endpoint, sub,
-		   "'%s' is served beyond loopback without credential_api_token: anyone who "
+		   "'%s'%s is served beyond loopback without credential_api_token: anyone who "
 		   "reaches it could mint credentials (expected a 127.0.0.1, [::1] or localhost "
 		   "host, or a token)",
-		   u);
+		   name != NULL ? name : u, at);
 }
 
 void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)

@@ -242,6 +242,69 @@ def test_reload_moves_endpoints(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def names_only(d, names):
+    """A wrapper (Daemon's wrap, or a prefix to turngated -t) that runs turngated in a mount
+    namespace whose /etc/hosts holds names (all on 127.0.0.1) and whose nsswitch.conf looks
+    up host names in that file only: a name outside it has no address, without a DNS query
+    leaving the machine."""
+    hosts, nss = os.path.join(d, "hosts"), os.path.join(d, "nsswitch.conf")
+    with open(hosts, "w") as f:
+        f.write("127.0.0.1 localhost %s\n" % " ".join(names))
+    with open(nss, "w") as f:
+        f.write("hosts: files\n")
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount --bind "$1" /etc/hosts && mount --bind "$2" /etc/nsswitch.conf && '
+            'shift 2 && exec "$@"', "sh", hosts, nss]
+
+
+def test_endpoint_host_names(d):
+    """An endpoint's host may be a name, as stunnerd's net.Listen takes one: resolved at
+    load and served on its address, shown as written. One that does not resolve is an error
+    with FILE:LINE:COL at -t, at start and at reload (which changes nothing), never a server
+    that passes -t and is then not served (before: -t said ok, nothing listened)."""
+    if os.geteuid() != 0:
+        print("  skipped: needs root (a mount namespace with hosts of its own)")
+        return
+    port, hp, mp = free_port(), free_port(), free_port()
+    wrap = names_only(d, ["turngate-health.test", "turngate-metrics.test"])
+    metrics = "http://turngate-metrics.test:%d/prom" % mp
+    text = base(d, port, endpoints("http://turngate-health.test:%d" % hp, metrics, None))
+    daemon = Daemon(d, text, wrap=wrap)
+    r = subprocess.run(wrap + [TURNGATED, "-t", "-c", daemon.conf], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0 and r.stdout.strip() == "configuration ok", r)
+    daemon.start()
+    try:
+        check(get("http://127.0.0.1:%d/live" % hp)[0] == 200, "health by name not served")
+        code, body = get("http://127.0.0.1:%d/prom" % mp)
+        check(code == 200 and "stunner_allocations_active" in body, "metrics by name")
+        cfg = daemon.admin({"cmd": "config"})["config"]["admin"]
+        check(cfg["metrics_endpoint"] == metrics, cfg)
+        bad = base(d, port, endpoints("http://turngate-health.test:%d" % hp,
+                                      "http://nowhere.invalid:%d/prom" % mp, None))
+        why = (" admin.metrics_endpoint: 'http://nowhere.invalid:%d/prom': host name "
+               "'nowhere.invalid' has no address" % mp)
+        want = line_col(bad, "metrics_endpoint: ", daemon.conf) + why
+        daemon.write_config(bad)
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and any(e.startswith(want) for e in r["errors"]), (want, r))
+        check(get("http://127.0.0.1:%d/prom" % mp)[0] == 200, "metrics after a failed reload")
+        r = subprocess.run(wrap + [TURNGATED, "-t", "-c", daemon.conf], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 1 and r.stdout.startswith(want), (want, r))
+    finally:
+        check(daemon.stop() == 0, "exit status")
+    second = os.path.join(d, "second")
+    os.mkdir(second)
+    other = Daemon(second, bad.replace(os.path.join(d, "admin.sock"),
+                                       os.path.join(second, "admin.sock")), wrap=wrap)
+    other.start(wait=False)
+    rc = other.wait_exit(timeout=60)
+    other.err.close()
+    want = line_col(bad, "metrics_endpoint: ", other.conf) + why
+    check(rc == 1 and want in other.stderr(), (want, rc, other.stderr()))
+
+
 def rest_password(secret, username):
     import base64
     import hashlib
@@ -409,5 +472,6 @@ def test_slow_clients_make_room(d):
 if __name__ == "__main__":
     run_tests([test_separate_servers, test_shared_server, test_shared_server_binds_health_address,
                test_cred_never_on_health_port, test_cred_token, test_reload_moves_endpoints,
+               test_endpoint_host_names,
                test_cred_rotation_ttl_bad_queries, test_serves_after_connection_limit,
                test_slow_clients_make_room])
