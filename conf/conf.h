@@ -380,12 +380,6 @@ struct conf_admin {
 				      * draining; NULL */
 	char *credential_api_endpoint; /* ours; NULL = off (default), e.g.
 					* "http://127.0.0.1:8088" */
-	/* The three endpoints above as written when their host is a name (not localhost):
-	 * the fields above then hold the URL with the address the name resolved to at load
-	 * (conf_http_resolve), which is what the HTTP server binds; the admin config and
-	 * /status show these. NULL otherwise. */
-	char *healthcheck_endpoint_written, *metrics_endpoint_written,
-		*credential_api_endpoint_written;
 	char *credential_api_token;  /* ours; bearer token the credential API requires (from
 				      * credential_api_token or the file); NULL = none. Secret:
 				      * redacted in JSON, wiped on free. */
@@ -430,18 +424,10 @@ struct conf {
 /* Environment lookup used for $VAR/${VAR} expansion: returns the value or NULL. */
 typedef const char *(*conf_getenv_fn)(void *ctx, const char *name);
 
-/* Resolves name to at most max addresses (port 0) in out; writes the count to *n.
- * Returns 0 (n may be 0) or a negative errno / EAI code mapped to -EHOSTUNREACH. */
-typedef int (*conf_resolve_fn)(void *ctx, const char *name, struct sockaddr_storage *out,
-			       size_t max, size_t *n);
-
 struct conf_load_opts {
 	conf_getenv_fn getenv;       /* NULL: getenv(3) */
 	void *getenv_ctx;
 	int64_t now;                 /* unix seconds; 0: time(NULL). For previous_secret_grace */
-	conf_resolve_fn resolve;     /* host names of admin.*_endpoint (resolved while
-				      * loading: an error has its line); NULL: getaddrinfo */
-	void *resolve_ctx;
 };
 
 /* Parses and validates a config. path may be "file://PATH". buf need not be NUL-terminated;
@@ -482,6 +468,10 @@ int conf_check_main(const char *path, FILE *out);
 
 /* ---- DNS (STRICT_DNS clusters) ------------------------------------------------------- */
 
+/* Resolves name to at most max addresses (port 0) in out; writes the count to *n.
+ * Returns 0 (n may be 0) or a negative errno / EAI code mapped to -EHOSTUNREACH. */
+typedef int (*conf_resolve_fn)(void *ctx, const char *name, struct sockaddr_storage *out,
+			       size_t max, size_t *n);
 
 /* The getaddrinfo(3) resolver (blocking; master only). */
 int conf_resolve_getaddrinfo(void *ctx, const char *name, struct sockaddr_storage *out, size_t max,

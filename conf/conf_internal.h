@@ -34,8 +34,6 @@ struct pctx {
 	conf_getenv_fn getenv;
 	void *getenv_ctx;
 	int64_t now;
-	conf_resolve_fn resolve; /* never NULL */
-	void *resolve_ctx;
 	struct conf *cfg;
 	bool *lst_bad;   /* per listener: its own keys had errors (skip cross-checks on it) */
 	size_t bytes;    /* string bytes produced so far (aliases can repeat one scalar) */
@@ -161,14 +159,6 @@ void conf_check_relay_ports(struct pctx *p, size_t idx, const yaml_node_t *node,
  * credential_api_endpoint value, path its key) when that endpoint shares the health
  * endpoint's socket (conf_http_same_socket). */
 void conf_check_cred_socket(struct pctx *p, const yaml_node_t *node, const char *path);
-/* An admin.*_endpoint *url (accepted by the admin parser) whose host is a name other than
- * localhost: resolved now with p->resolve, as stunnerd's net.Listen does (it listens on
- * one address of the name, an IPv4 one first): *url becomes the URL with that address,
- * *written (freed first) takes the text as written. A name that does not resolve, or a
- * bracketed host that is not an IPv6 address, is an error at node (never a server that
- * passes -t and is then not served). */
-void conf_http_resolve(struct pctx *p, const yaml_node_t *node, const char *path, char **url,
-		       char **written);
 void conf_auth_defaults(struct conf_auth *a);
 void conf_auth_clear(struct conf_auth *a);
 int conf_auth_default_realm(struct conf_auth *a);

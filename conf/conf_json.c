@@ -176,13 +176,8 @@ static json_t *admin_json(const struct conf *c)
 		return NULL;
 	set_s(o, "name", a->name);
 	set_s(o, "loglevel", a->loglevel);
-	/* As written: a host name, not the address it resolved to. */
-	set_s(o, "metrics_endpoint", a->metrics_endpoint_written ? a->metrics_endpoint_written
-				     : a->metrics_endpoint    ? a->metrics_endpoint
-							      : "");
-	set_s(o, "healthcheck_endpoint", a->healthcheck_endpoint_written
-						 ? a->healthcheck_endpoint_written
-						 : a->healthcheck_endpoint);
+	set_s(o, "metrics_endpoint", a->metrics_endpoint ? a->metrics_endpoint : "");
+	set_s(o, "healthcheck_endpoint", a->healthcheck_endpoint);
 	if (c->limits.user_quota == CONF_USER_QUOTA_AUTO)
 		set_s(o, "user_quota", "auto");
 	else
@@ -201,9 +196,7 @@ static json_t *admin_json(const struct conf *c)
 	set_i(o, "worker_ping_timeout", a->worker_ping_timeout);
 	set_i(o, "worker_stall_timeout", a->worker_stall_timeout);
 	set_s(o, "alternate_server", a->alternate_server);
-	set_s(o, "credential_api_endpoint", a->credential_api_endpoint_written
-						    ? a->credential_api_endpoint_written
-						    : a->credential_api_endpoint);
+	set_s(o, "credential_api_endpoint", a->credential_api_endpoint);
 	if (a->credential_api_token != NULL)
 		set_s(o, "credential_api_token", REDACTED);
 	set_s(o, "credential_api_token_file", a->credential_api_token_file);

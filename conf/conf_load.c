@@ -217,11 +217,7 @@ int conf_load_string(const char *buf, size_t len, const char *name,
 		p.getenv = opts->getenv;
 		p.getenv_ctx = opts->getenv_ctx;
 		p.now = opts->now;
-		p.resolve = opts->resolve;
-		p.resolve_ctx = opts->resolve_ctx;
 	}
-	if (p.resolve == NULL)
-		p.resolve = conf_resolve_getaddrinfo;
 	if (p.now == 0)
 		p.now = (int64_t)time(NULL);
 	c->loaded_at = p.now;
@@ -310,9 +306,6 @@ void conf_free(struct conf *c)
 	free(c->admin.state_dir);
 	free(c->admin.alternate_server);
 	free(c->admin.credential_api_endpoint);
-	free(c->admin.healthcheck_endpoint_written);
-	free(c->admin.metrics_endpoint_written);
-	free(c->admin.credential_api_endpoint_written);
 	conf_wipe_free(c->admin.credential_api_token);
 	free(c->admin.credential_api_token_file);
 	free(c->admin.records_file);

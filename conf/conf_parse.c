@@ -36,25 +36,36 @@ static bool http_url_ok(const char *s)
 	return *e == '\0' || *e == '/';
 }
 
-/* True when the host of u (a URL http_url_ok accepts) is a loopback address: "localhost"
- * (which the HTTP server binds as 127.0.0.1), 127.0.0.0/8, [::1] or [::ffff:127.x.y.z].
- * An empty host, a wildcard and any other name are not. */
-static bool http_url_loopback(const char *u)
+/* The host of u (a URL http_url_ok accepts), without brackets, into host; *bracketed says
+ * whether it had them. False when it does not fit. */
+static bool http_url_host(const char *u, char *host, size_t cap, bool *bracketed)
 {
 	const char *h = u + 7, *e;
-	char host[INET6_ADDRSTRLEN];
-	struct in6_addr a6;
-	struct in_addr a4;
 	size_t n;
-	if (*h == '[')
+	*bracketed = *h == '[';
+	if (*bracketed)
 		e = strchr(++h, ']');
 	else
 		e = h + strcspn(h, ":/");
 	n = e != NULL ? (size_t)(e - h) : 0;
-	if (n == 0 || n >= sizeof(host))
+	if (n >= cap)
 		return false;
 	memcpy(host, h, n);
 	host[n] = '\0';
+	return true;
+}
+
+/* True when the host of u (a URL http_url_ok accepts) is a loopback address: "localhost"
+ * (which the HTTP server binds as 127.0.0.1), 127.0.0.0/8, [::1] or [::ffff:127.x.y.z].
+ * An empty host and a wildcard are not. */
+static bool http_url_loopback(const char *u)
+{
+	char host[INET6_ADDRSTRLEN];
+	struct in6_addr a6;
+	struct in_addr a4;
+	bool bracketed;
+	if (!http_url_host(u, host, sizeof(host), &bracketed) || host[0] == '\0')
+		return false;
 	if (strcasecmp(host, "localhost") == 0)
 		return true;
 	if (inet_pton(AF_INET, host, &a4) == 1)
@@ -63,6 +74,37 @@ static bool http_url_loopback(const char *u)
 		return IN6_IS_ADDR_LOOPBACK(&a6) ||
 		       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
 	return false;
+}
+
+/* The host of an endpoint URL is what http_endpoint_parse binds: empty (every address), an
+ * IPv4 address, a bracketed IPv6 one or localhost (127.0.0.1, no lookup). A name is an
+ * error here rather than looked up: getaddrinfo would block the master's loop at every
+ * reload (a DNS server that never answers stalls /live and the worker pings), and a DNS
+ * outage would refuse a reload. The URL is then dropped (the load fails anyway; the
+ * loopback and shared-socket checks would only repeat the error). */
+static void check_url_host(struct pctx *p, yaml_node_t *v, const char *path, char **url)
+{
+	char host[256];
+	struct in6_addr a6;
+	struct in_addr a4;
+	bool bracketed;
+	if (!http_url_host(*url, host, sizeof(host), &bracketed))
+		pctx_error(p, v, path, "'%s': the host is too long (expected an IP address)",
+			   *url);
+	else if (bracketed && inet_pton(AF_INET6, host, &a6) != 1)
+		pctx_error(p, v, path,
+			   "'%s': [%s] is not an IPv6 address (expected http://[IPv6]...)", *url,
+			   host);
+	else if (!bracketed && host[0] != '\0' && strcasecmp(host, "localhost") != 0 &&
+		 inet_pton(AF_INET, host, &a4) != 1)
+		pctx_error(p, v, path,
+			   "'%s': host '%s' is a name: write an IP address (0.0.0.0 or the pod's) "
+			   "- turngated does not look names up for its endpoints",
+			   *url, host);
+	else
+		return;
+	free(*url);
+	*url = NULL;
 }
 
 /* Replaces *dst with the expanded string of v (NULL/"~" keeps the default). */
@@ -80,15 +122,10 @@ static void set_str(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 
 /* stunnerd takes any URL url.Parse accepts and serves plain HTTP on its host and port,
  * whatever the scheme: so does turngate, with a warning (the value is kept as http://). */
-static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst,
-		    char **written)
+static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst)
 {
 	char *u;
 	size_t sl;
-	if (!pctx_is_null(v)) {
-		free(*written);
-		*written = NULL;
-	}
 	set_str(p, v, path, dst);
 	u = *dst;
 	if (u == NULL || u[0] == '\0')
@@ -114,7 +151,7 @@ static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 		pctx_error(p, v, path,
 			   "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])", u);
 	else
-		conf_http_resolve(p, v, path, dst, written);
+		check_url_host(p, v, path, dst);
 }
 
 static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min, uint64_t max,
@@ -306,8 +343,7 @@ static bool admin_ext_pair(struct pctx *p, const char *key, yaml_node_t *v, cons
 				   "[IPV6]:PORT)",
 				   a->alternate_server);
 	} else if (strcasecmp(key, "credential_api_endpoint") == 0) {
-		set_url(p, v, path, &a->credential_api_endpoint,
-			&a->credential_api_endpoint_written);
+		set_url(p, v, path, &a->credential_api_endpoint);
 		rn->cred_endpoint = v;
 	} else if (strcasecmp(key, "credential_api_token") == 0) {
 		rn->token = v;
@@ -451,9 +487,9 @@ static void admin_pair(struct pctx *p, const char *key, yaml_node_t *k, yaml_nod
 		if (a->loglevel)
 			parse_loglevel(p, v, path, &a->loglevel);
 	} else if (strcasecmp(key, "metrics_endpoint") == 0) {
-		set_url(p, v, path, &a->metrics_endpoint, &a->metrics_endpoint_written);
+		set_url(p, v, path, &a->metrics_endpoint);
 	} else if (strcasecmp(key, "healthcheck_endpoint") == 0) {
-		set_url(p, v, path, &a->healthcheck_endpoint, &a->healthcheck_endpoint_written);
+		set_url(p, v, path, &a->healthcheck_endpoint);
 	} else if (strcasecmp(key, "user_quota") == 0) {
 		if (!pctx_is_null(v) && pctx_int_clamped(p, v, path, &q) == 0)
 			p->cfg->limits.user_quota =
@@ -499,20 +535,16 @@ static void finish_token(struct pctx *p, const struct range_nodes *rn, const cha
 static void check_cred_exposure(struct pctx *p, const struct range_nodes *rn, const char *path)
 {
 	const char *u = p->cfg->admin.credential_api_endpoint;
-	const char *name = p->cfg->admin.credential_api_endpoint_written;
-	char sub[CONF_PATH_MAX], at[96] = "";
+	char sub[CONF_PATH_MAX];
 	if (u == NULL || u[0] == '\0' || p->cfg->admin.credential_api_token != NULL ||
 	    rn->cred_endpoint == NULL || !http_url_ok(u) || http_url_loopback(u))
 		return;
-	/* A host name: what it resolved to is what is served. */
-	if (name != NULL)
-		snprintf(at, sizeof(at), " (resolved to %s)", u);
 	conf_path_key(sub, path, "credential_api_endpoint");
 	pctx_error(p, rn->cred_endpoint, sub,
-		   "'%s'%s is served beyond loopback without credential_api_token: anyone who "
+		   "'%s' is served beyond loopback without credential_api_token: anyone who "
 		   "reaches it could mint credentials (expected a 127.0.0.1, [::1] or localhost "
 		   "host, or a token)",
-		   name != NULL ? name : u, at);
+		   u);
 }
 
 void conf_parse_admin(struct pctx *p, yaml_node_t *n, const char *path)

@@ -1,7 +1,6 @@
-/* Config cross-checks of the instance's own ports (no relay port range holds a port of its
- * listeners or HTTP endpoints) and the HTTP endpoints' hosts (a name resolved at load). */
+/* Config cross-check: no relay port range holds a port of the instance's own listeners or HTTP
+ * endpoints. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -137,111 +136,6 @@ static bool ports_http_socket(const char *url, unsigned defport, struct ports_ad
 		return false;
 	a->family = AF_INET;
 	return true;
-}
-
-/* The host of an http:// URL the admin parser accepted: where it starts and how long it is
- * (without brackets), and what follows it (":PORT/PATH", "/PATH" or ""). */
-static void http_host_span(const char *url, const char **host, size_t *len, bool *bracketed,
-			   const char **rest)
-{
-	const char *h = url + 7, *e;
-
-	*bracketed = *h == '[';
-	if (*bracketed) {
-		e = strchr(++h, ']');
-		*rest = e + 1;
-	} else {
-		e = h + strcspn(h, ":/");
-		*rest = e;
-	}
-	*host = h;
-	*len = (size_t)(e - h);
-}
-
-/* stunnerd's choice among a name's addresses (Go's net.Listen: the first IPv4 one, else
- * the first) as text. */
-static void http_pick(const struct sockaddr_storage *a, size_t n, char *lit, size_t cap,
-		      bool *v6)
-{
-	size_t i = 0;
-
-	while (i < n && a[i].ss_family != AF_INET)
-		i++;
-	if (i == n)
-		i = 0;
-	*v6 = a[i].ss_family == AF_INET6;
-	if (*v6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&a[i])->sin6_addr, lit,
-			  (socklen_t)cap);
-	else
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)&a[i])->sin_addr, lit,
-			  (socklen_t)cap);
-}
-
-/* An endpoint whose host is in error is unset: the load fails anyway, and the checks that
- * follow (loopback, a shared socket) would report it again in other words. */
-static void http_drop(char **url)
-{
-	free(*url);
-	*url = NULL;
-}
-
-void conf_http_resolve(struct pctx *p, const yaml_node_t *node, const char *path, char **url,
-		       char **written)
-{
-	struct sockaddr_storage a[CONF_MAX_RESOLVED];
-	char host[256], lit[INET6_ADDRSTRLEN], *u;
-	const char *h, *rest;
-	uint8_t ip[16];
-	size_t len, n = 0;
-	bool bracketed, v6;
-	int rc;
-
-	free(*written);
-	*written = NULL;
-	http_host_span(*url, &h, &len, &bracketed, &rest);
-	if (len >= sizeof(host)) {
-		pctx_error(p, node, path, "'%s': the host is longer than a DNS name", *url);
-		return;
-	}
-	memcpy(host, h, len);
-	host[len] = '\0';
-	if (bracketed) {
-		if (inet_pton(AF_INET6, host, ip) != 1) {
-			pctx_error(p, node, path,
-				   "'%s': [%s] is not an IPv6 address (expected http://[IPv6]...)",
-				   *url, host);
-			http_drop(url);
-		}
-		return;
-	}
-	/* No host or 0.0.0.0 is every address; localhost is 127.0.0.1 (http_endpoint_parse). */
-	if (len == 0 || strcasecmp(host, "localhost") == 0 || inet_pton(AF_INET, host, ip) == 1)
-		return;
-	rc = p->resolve(p->resolve_ctx, host, a, CONF_MAX_RESOLVED, &n);
-	if (rc == -ENOMEM) {
-		p->nomem = 1;
-		return;
-	}
-	if (rc != 0 || n == 0) {
-		pctx_error(p, node, path,
-			   "'%s': host name '%s' %s (expected an IP address, localhost, a name "
-			   "that resolves, or no host for every address)",
-			   *url, host,
-			   rc == 0 || rc == -ENOENT ? "has no address" : "does not resolve");
-		http_drop(url);
-		return;
-	}
-	http_pick(a, n, lit, sizeof(lit), &v6);
-	len = strlen(lit) + strlen(rest) + 10;
-	u = malloc(len);
-	if (u == NULL) {
-		p->nomem = 1;
-		return;
-	}
-	snprintf(u, len, "http://%s%s%s%s", v6 ? "[" : "", lit, v6 ? "]" : "", rest);
-	*written = *url;
-	*url = u;
 }
 
 bool conf_http_same_socket(const char *a, unsigned default_a, const char *b,

@@ -261,8 +261,8 @@ def test_credential_api_needs_token_beyond_loopback(d):
     start and at reload; loopback hosts load and serve. With a token, the wildcard loads and
     answers only requests that carry it."""
     sock = os.path.join(d, "admin.sock")
-    # (A host name counts by its address, resolved at load: test_conf's
-    # test_endpoint_host_name, with a resolver of its own rather than a DNS query.)
+    # (A host name is refused as a name, never looked up: test_master_http's
+    # test_endpoint_host_names.)
     for host in ("0.0.0.0", "", "[::]", "192.0.2.1", "[2001:db8::1]"):
         url = "http://%s:8088" % host
         text = config_yaml(sock, [("udp", 3478, "TURN-UDP")], extra_admin=cred_admin(url))
