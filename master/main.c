@@ -215,8 +215,9 @@ static void lifecycle_step(struct master *m)
 	double now = ev_now(m->loop);
 
 	/* Something failed for good (m->exit_code set where it failed): stop now, so that
-	 * the service manager restarts the daemon, which takes the table over. */
-	if (m->exit_code != 0 && !m->stopping) {
+	 * the service manager restarts the daemon, which takes the table over. A drain in
+	 * progress (SIGTERM) finishes first; the exit status is then still the failure's. */
+	if (m->exit_code != 0 && !m->exiting && !m->stopping) {
 		upgrade_stop(m);
 		begin_stop(m, true);
 	}

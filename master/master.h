@@ -61,7 +61,8 @@ struct mworker {
 	uint64_t ping_seq;        /* last ping sent */
 	unsigned restarts;        /* respawns so far */
 	unsigned backoff_step;    /* consecutive quick deaths */
-	unsigned start_fails;     /* consecutive failed starts: no fork, or dead before READY */
+	double down_since;        /* mono_s() when the slot lost its running worker (or a start
+				   * first failed); 0 while a worker is READY */
 	int last_status;          /* raw waitpid status of the previous incarnation, -1 none */
 	bool kill_sent;           /* SIGKILL already sent for a hang */
 	pid_t linger_pid;         /* a live upgrade left it serving its TLS calls
@@ -290,7 +291,8 @@ int supervise_init(struct master *m);
 /* Forks the worker of one slot. Returns 0 or -errno (logged). */
 int supervise_spawn(struct master *m, unsigned slot);
 /* Forks the worker of a slot that has none; when that fails, tries again after the slot's
- * backoff, and after 5 failed starts in a row sets m->exit_code (the daemon stops). */
+ * backoff, and once the slot has had no running worker for 60 s (SLOT_DOWN_GIVE_UP_S in
+ * supervise.c) sets m->exit_code (the daemon stops, after a drain in progress). */
 void supervise_respawn(struct master *m, unsigned slot);
 /* Sends one frame to every live worker; returns how many got it. */
 /* listener_idx >= 0 attaches that listener's socket of each worker's slot. */

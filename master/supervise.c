@@ -34,11 +34,13 @@
 #define BACKOFF_MIN_S 0.1
 #define BACKOFF_MAX_S 5.0
 #define BACKOFF_RESET_S 2.0
-/* A slot whose worker could not be started this many times in a row (the fork failed, or
- * the worker died before it said it was ready) is given up: the daemon stops with
- * MASTER_EXIT_FAILURE, so that a service manager's restart policy acts instead of a
- * master that serves on short of a worker for good (about 1.5 s of backoff in all). */
-#define START_BUDGET 5
+/* A slot that has had no running worker for this long (every start since failed: a spawn
+ * that failed, fork or socketpair, or a worker that died before READY) is given up: the
+ * daemon stops with MASTER_EXIT_FAILURE, so that a service manager's restart policy acts
+ * instead of a master that serves on short of a worker for good. Long enough to ride out a
+ * short shortage (pids.max, a shared RLIMIT_NPROC, ENOMEM, EMFILE) at the capped backoff;
+ * a worker that reaches READY starts the window over. */
+#define SLOT_DOWN_GIVE_UP_S 60.0
 
 const char *supervise_state_name(enum mworker_state s)
 {
@@ -361,7 +363,7 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		w->unanswered_since = 0;
 		if (w->state == MW_STARTING) {
 			w->state = MW_RUNNING;
-			w->start_fails = 0;
+			w->down_since = 0;
 			upgrade_worker_running(w->m);
 		}
 		break;
@@ -500,17 +502,19 @@ static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 }
 
 /* The next try at w's slot after its backoff (ran: how long its last worker served), or,
- * once the slot's worker failed to start START_BUDGET times in a row, the daemon's stop
- * with MASTER_EXIT_FAILURE (main.c's lifecycle step begins it). */
+ * once the slot has had no running worker for SLOT_DOWN_GIVE_UP_S, the daemon's stop with
+ * MASTER_EXIT_FAILURE (main.c's lifecycle step begins it, after a drain in progress). */
 static void respawn_schedule(struct mworker *w, double ran)
 {
-	double delay;
+	double now = mono_s(), delay;
 
-	if (w->start_fails >= START_BUDGET) {
+	if (w->down_since == 0)
+		w->down_since = now;
+	if (now - w->down_since >= SLOT_DOWN_GIVE_UP_S) {
 		log_error("master",
-			  "worker %u could not be started %u times in a row: giving up, the "
-			  "daemon stops with status %d (what is open stays in the table)",
-			  w->slot, w->start_fails, MASTER_EXIT_FAILURE);
+			  "worker %u: no running worker for %.0f s (every start failed): giving "
+			  "up, the daemon stops with status %d (what is open stays in the table)",
+			  w->slot, SLOT_DOWN_GIVE_UP_S, MASTER_EXIT_FAILURE);
 		w->m->exit_code = MASTER_EXIT_FAILURE;
 		return;
 	}
@@ -532,10 +536,8 @@ void supervise_respawn(struct master *m, unsigned slot)
 	struct mworker *w = &m->workers[slot];
 
 	w->state = MW_DEAD;
-	if (supervise_spawn(m, slot) < 0) {
-		w->start_fails++;
+	if (supervise_spawn(m, slot) < 0)
 		respawn_schedule(w, 0.0);
-	}
 }
 
 static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -629,8 +631,6 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 			ev_break(loop, EVBREAK_ALL);
 		return;
 	}
-	if (w->state == MW_STARTING)
-		w->start_fails++;	/* it never said it was ready */
 	w->state = MW_DEAD;
 	/* The disconnects it may not have read go to its replacement, which adopts its
 	 * allocations from the table. */
