@@ -82,6 +82,29 @@ static int parse_uint(const char *s, unsigned max, unsigned *out)
 	return 0;
 }
 
+/* Writes "--a or --b ..." to buf when the long option arg ("--PREFIX[=VALUE]") abbreviates
+ * more than one option of longs (as getopt_long refuses it, with the same '?' as an unknown
+ * one) and names none exactly; returns false otherwise. */
+static bool long_ambiguous(const struct option *longs, const char *arg, char *buf, size_t cap)
+{
+	size_t len = strcspn(arg + 2, "="), off = 0;
+	int n = 0, val = 0;
+
+	buf[0] = '\0';
+	for (const struct option *o = longs; o->name != NULL; o++) {
+		if (strncmp(o->name, arg + 2, len) != 0)
+			continue;
+		if (strlen(o->name) == len)
+			return false;
+		if (n > 0 && o->val == val)
+			continue;	/* another spelling of the same option */
+		val = o->val;
+		off += (size_t)snprintf(buf + off, off < cap ? cap - off : 0, "%s--%s",
+					n++ > 0 ? " or " : "", o->name);
+	}
+	return n > 1;
+}
+
 /* Returns 0 to run, 1 to exit with status 0 (help, version), -1 for a usage error. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -98,6 +121,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *bad, *why;
+	char names[128];
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -137,7 +161,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			bad = argv[optind - 1];
 			why = c == ':' ? "needs a value" : "unknown option";
 			/* A long one names itself; optopt set there: "=VALUE" to a flag. */
-			if (strncmp(bad, "--", 2) == 0)
+			if (strncmp(bad, "--", 2) == 0 && c == '?' && optopt == 0 &&
+			    long_ambiguous(longs, bad, names, sizeof(names)))
+				fprintf(stderr, "turngated: %s: ambiguous (%s)\n", bad, names);
+			else if (strncmp(bad, "--", 2) == 0)
 				fprintf(stderr, "turngated: %s: %s\n", bad,
 					c == '?' && optopt != 0 ? "takes no value" : why);
 			else

@@ -419,6 +419,7 @@ def test_command_line(d):
     # A usage error: its one line, then where the whole text is (not the 20-line text,
     # which pushed the line that says what is wrong off the screen); status 2.
     for args, first in ((["--bogus"], "turngated: --bogus: unknown option"),
+                        (["--w"], "turngated: --w: ambiguous (--watch or --workers)"),
                         (["-tx"], "turngated: -x: unknown option"),
                         (["-c"], "turngated: -c: needs a value"),
                         (["--config"], "turngated: --config: needs a value"),
