@@ -1,6 +1,7 @@
 """Supervision and shutdown: kill -9 of a worker, a fork that fails for a while (ridden out), a
-worker that cannot be started again for 60 s (exit status 1), a hung worker (no pongs), a worker stuck inside a loop iteration (holds up
-snapshot reclamation), SIGTERM drain, second signal, command line."""
+worker that cannot be started again for 60 s (exit status 1; a SIGTERM drain finishes first),
+a hung worker (no pongs), a worker stuck inside a loop iteration (holds up snapshot
+reclamation), SIGTERM drain, second signal, command line."""
 import os
 import re
 import resource
@@ -13,7 +14,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, Failure, binding_request,  # noqa: E402
+from harness_admin import (TURNGATED, Client, Daemon, Failure, binding_request,  # noqa: E402
                            check, clock_shift, config_yaml, free_port, run_tests,
                            stun_binding_udp, wait_for)
 
@@ -69,7 +70,7 @@ def as_nobody(fn):
     return os.waitpid(pid, 0)[1]
 
 
-def nobody_daemon(d):
+def nobody_daemon(d, drain_timeout=10):
     """A daemon run as nobody (setpriv), in a folder nobody owns, started; None (with the
     reason printed) where that cannot be done: not root, or no setpriv."""
     if os.geteuid() != 0:
@@ -83,12 +84,13 @@ def nobody_daemon(d):
     os.chown(sub, NOBODY, NOBODY)
     os.chmod(d, 0o711)
     port = free_port()
-    daemon = Daemon(sub, config_yaml(os.path.join(sub, "admin.sock"),
-                                     [("udp", port, "TURN-UDP")]),
+    text = config_yaml(os.path.join(sub, "admin.sock"), [("udp", port, "TURN-UDP")])
+    daemon = Daemon(sub, text.replace("drain_timeout: 10", "drain_timeout: %d" % drain_timeout),
                     wrap=["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
                           "--clear-groups"])
     daemon.start()
     daemon.allowed_deaths = 1
+    daemon.port = port
     return daemon
 
 
@@ -106,6 +108,8 @@ def set_nproc(daemon, soft):
 
 
 FORK_FAILED = "slot 0: fork: Resource temporarily unavailable"
+GAVE_UP = ("worker 0: no running worker for 60 s (every start failed): giving up, the daemon "
+           "stops with status 1")
 
 
 def test_short_fork_failure_is_ridden_out(d):
@@ -150,8 +154,33 @@ def test_worker_that_cannot_start_stops_with_1(d):
     log = daemon.stderr()
     check(rc == 1, "exit status %r, want 1:\n%s" % (rc, log))
     check(log.count(FORK_FAILED) > 5, log)
-    check("worker 0: no running worker for 60 s (every start failed): giving up, the "
-          "daemon stops with status 1" in log, log)
+    check(GAVE_UP in log, log)
+    daemon.err.close()
+    daemon.scan()
+
+
+def test_give_up_lets_the_drain_finish(d):
+    """A slot given up while SIGTERM drains (an allocation held, drain_timeout 80 s) does
+    not cut the drain short: the daemon drains on to its deadline, then exits 1 (something
+    failed). Before, the give-up stopped the daemon at once."""
+    daemon = nobody_daemon(d, drain_timeout=80)
+    if daemon is None:
+        return
+    client = Client(daemon.port, secret="s3cret", realm="test.realm")
+    try:
+        client.allocate()
+        set_nproc(daemon, 1)
+        daemon.signal(signal.SIGTERM)
+        os.kill(daemon.admin({"cmd": "workers"})["workers"][0]["pid"], signal.SIGKILL)
+        wait_for(lambda: daemon.proc.poll() is not None or GAVE_UP in daemon.stderr(),
+                 "the give-up or the exit", timeout=90)
+        check(daemon.proc.poll() is None, "the give-up cut the drain short:\n%s"
+              % daemon.stderr())
+        rc = daemon.wait_exit(timeout=60)
+    finally:
+        client.close()
+        daemon.kill()
+    check(rc == 1, "exit status %r, want 1:\n%s" % (rc, daemon.stderr()))
     daemon.err.close()
     daemon.scan()
 
@@ -448,7 +477,7 @@ def test_command_line(d):
 
 if __name__ == "__main__":
     run_tests([test_kill9_respawns, test_short_fork_failure_is_ridden_out,
-               test_worker_that_cannot_start_stops_with_1,
+               test_worker_that_cannot_start_stops_with_1, test_give_up_lets_the_drain_finish,
                test_hung_worker_is_replaced, test_master_stall_kills_no_worker,
                test_wall_clock_step_kills_no_worker,
                test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
