@@ -171,6 +171,7 @@ static json_t *admin_json(const struct conf *c)
 {
 	const struct conf_admin *a = &c->admin;
 	json_t *o = json_object();
+	char mode[8];
 	if (o == NULL)
 		return NULL;
 	set_s(o, "name", a->name);
@@ -183,7 +184,10 @@ static json_t *admin_json(const struct conf *c)
 		set_i(o, "user_quota", c->limits.user_quota);
 	set_i(o, "workers", a->workers);
 	set_s(o, "admin_socket", a->admin_socket);
-	set_i(o, "admin_socket_mode", a->admin_socket_mode);
+	/* As an operator writes it ("0600"): a string that parse_mode reads back as the same
+	 * mode, where the decimal 384 would be refused. */
+	snprintf(mode, sizeof(mode), "%04o", (unsigned)(a->admin_socket_mode & 0777));
+	set_s(o, "admin_socket_mode", mode);
 	set_s(o, "state_dir", a->state_dir);
 	set_s(o, "log_format", a->log_format == CONF_LOG_JSON ? "json" : "text");
 	set_i(o, "relay_port_min", a->relay_port_min);

@@ -36,25 +36,36 @@ static bool http_url_ok(const char *s)
 	return *e == '\0' || *e == '/';
 }
 
-/* True when the host of u (a URL http_url_ok accepts) is a loopback address: "localhost"
- * (which the HTTP server binds as 127.0.0.1), 127.0.0.0/8, [::1] or [::ffff:127.x.y.z].
- * An empty host, a wildcard and any other name are not. */
-static bool http_url_loopback(const char *u)
+/* The host of u (a URL http_url_ok accepts), without brackets, into host; *bracketed says
+ * whether it had them. False when it does not fit. */
+static bool http_url_host(const char *u, char *host, size_t cap, bool *bracketed)
 {
 	const char *h = u + 7, *e;
-	char host[INET6_ADDRSTRLEN];
-	struct in6_addr a6;
-	struct in_addr a4;
 	size_t n;
-	if (*h == '[')
+	*bracketed = *h == '[';
+	if (*bracketed)
 		e = strchr(++h, ']');
 	else
 		e = h + strcspn(h, ":/");
 	n = e != NULL ? (size_t)(e - h) : 0;
-	if (n == 0 || n >= sizeof(host))
+	if (n >= cap)
 		return false;
 	memcpy(host, h, n);
 	host[n] = '\0';
+	return true;
+}
+
+/* True when the host of u (a URL http_url_ok accepts) is a loopback address: "localhost"
+ * (which the HTTP server binds as 127.0.0.1), 127.0.0.0/8, [::1] or [::ffff:127.x.y.z].
+ * An empty host and a wildcard are not. */
+static bool http_url_loopback(const char *u)
+{
+	char host[INET6_ADDRSTRLEN];
+	struct in6_addr a6;
+	struct in_addr a4;
+	bool bracketed;
+	if (!http_url_host(u, host, sizeof(host), &bracketed) || host[0] == '\0')
+		return false;
 	if (strcasecmp(host, "localhost") == 0)
 		return true;
 	if (inet_pton(AF_INET, host, &a4) == 1)
@@ -63,6 +74,37 @@ static bool http_url_loopback(const char *u)
 		return IN6_IS_ADDR_LOOPBACK(&a6) ||
 		       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
 	return false;
+}
+
+/* The host of an endpoint URL is what http_endpoint_parse binds: empty (every address), an
+ * IPv4 address, a bracketed IPv6 one or localhost (127.0.0.1, no lookup). A name is an
+ * error here rather than looked up: getaddrinfo would block the master's loop at every
+ * reload (a DNS server that never answers stalls /live and the worker pings), and a DNS
+ * outage would refuse a reload. The URL is then dropped (the load fails anyway; the
+ * loopback and shared-socket checks would only repeat the error). */
+static void check_url_host(struct pctx *p, yaml_node_t *v, const char *path, char **url)
+{
+	char host[256];
+	struct in6_addr a6;
+	struct in_addr a4;
+	bool bracketed;
+	if (!http_url_host(*url, host, sizeof(host), &bracketed))
+		pctx_error(p, v, path, "'%s': the host is too long (expected an IP address)",
+			   *url);
+	else if (bracketed && inet_pton(AF_INET6, host, &a6) != 1)
+		pctx_error(p, v, path,
+			   "'%s': [%s] is not an IPv6 address (expected http://[IPv6]...)", *url,
+			   host);
+	else if (!bracketed && host[0] != '\0' && strcasecmp(host, "localhost") != 0 &&
+		 inet_pton(AF_INET, host, &a4) != 1)
+		pctx_error(p, v, path,
+			   "'%s': host '%s' is a name: write an IP address (0.0.0.0 or the pod's) "
+			   "- turngated does not look names up for its endpoints",
+			   *url, host);
+	else
+		return;
+	free(*url);
+	*url = NULL;
 }
 
 /* Replaces *dst with the expanded string of v (NULL/"~" keeps the default). */
@@ -108,6 +150,8 @@ static void set_url(struct pctx *p, yaml_node_t *v, const char *path, char **dst
 	if (!http_url_ok(u))
 		pctx_error(p, v, path,
 			   "'%s' is not a valid URL (expected http://[HOST][:PORT][/PATH])", u);
+	else
+		check_url_host(p, v, path, dst);
 }
 
 static void set_u32(struct pctx *p, yaml_node_t *v, const char *path, uint64_t min, uint64_t max,

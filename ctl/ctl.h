@@ -43,7 +43,7 @@ void ctl_print_alloc_rows(json_t *reply, bool header, FILE *out);
 /* Usage errors (ctl/ctl_args.c). Each says on stderr, in one line, what is wrong with the
  * command line: "turngatectl CMD: ARG: WHY" (CMD NULL, before or without a command:
  * "turngatectl: ARG: WHY"; ARG NULL: no "ARG: " part), and returns -EINVAL; the caller
- * returns CTL_EXIT_USAGE and main() prints the usage after that line. */
+ * returns CTL_EXIT_USAGE and main() prints "try 'turngatectl --help'" after that line. */
 int ctl_usage_error(const char *cmd, const char *arg, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

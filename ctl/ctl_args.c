@@ -13,7 +13,7 @@ int ctl_usage_error(const char *cmd, const char *arg, const char *fmt, ...)
 {
 	va_list ap;
 
-	/* One line, written before the usage text, so that it is the first thing read. */
+	/* One line, the first thing read; main() adds only where the whole usage is. */
 	fprintf(stderr, "turngatectl%s%s: ", cmd != NULL ? " " : "", cmd != NULL ? cmd : "");
 	if (arg != NULL)
 		fprintf(stderr, "%s: ", arg);

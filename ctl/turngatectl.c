@@ -294,8 +294,9 @@ int main(int argc, char **argv)
 	}
 	if (rc == CTL_EXIT_OK)
 		rc = run_command(sock, as_json, argv[i], argc - i - 1, argv + i + 1);
-	/* every usage error has said what is wrong in one line (ctl_usage_error) */
+	/* every usage error has said what is wrong in one line (ctl_usage_error); the whole
+	 * text would push that line off the screen */
 	if (rc == CTL_EXIT_USAGE)
-		usage(stderr);
+		fputs("try 'turngatectl --help'\n", stderr);
 	return rc;
 }

@@ -55,6 +55,12 @@ static void usage(FILE *out)
 		"now; what is still open stays in the state file for the next start.\n");
 }
 
+/* After a usage error's one line (getopt's, or ours): where the whole text is. */
+static void usage_hint(void)
+{
+	fputs("try 'turngated --help'\n", stderr);
+}
+
 struct opts {
 	const char *config;
 	const char *id;
@@ -76,6 +82,29 @@ static int parse_uint(const char *s, unsigned max, unsigned *out)
 	return 0;
 }
 
+/* Writes "--a or --b ..." to buf when the long option arg ("--PREFIX[=VALUE]") abbreviates
+ * more than one option of longs (as getopt_long refuses it, with the same '?' as an unknown
+ * one) and names none exactly; returns false otherwise. */
+static bool long_ambiguous(const struct option *longs, const char *arg, char *buf, size_t cap)
+{
+	size_t len = strcspn(arg + 2, "="), off = 0;
+	int n = 0, val = 0;
+
+	buf[0] = '\0';
+	for (const struct option *o = longs; o->name != NULL; o++) {
+		if (strncmp(o->name, arg + 2, len) != 0)
+			continue;
+		if (strlen(o->name) == len)
+			return false;
+		if (n > 0 && o->val == val)
+			continue;	/* another spelling of the same option */
+		val = o->val;
+		off += (size_t)snprintf(buf + off, off < cap ? cap - off : 0, "%s--%s",
+					n++ > 0 ? " or " : "", o->name);
+	}
+	return n > 1;
+}
+
 /* Returns 0 to run, 1 to exit with status 0 (help, version), -1 for a usage error. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -91,10 +120,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "version", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *bad, *why;
+	char names[128];
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	while ((c = getopt_long(argc, argv, "c:twl:i:hv", longs, NULL)) != -1) {
+	opterr = 0; /* getopt's messages name argv[0], a path: ours say turngated */
+	while ((c = getopt_long(argc, argv, ":c:twl:i:hv", longs, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			o->config = optarg;
@@ -115,6 +147,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (parse_uint(optarg, SHM_MAX_SLOTS, &o->workers) < 0) {
 				fprintf(stderr, "turngated: worker count must be 1..%u\n",
 					SHM_MAX_SLOTS);
+				usage_hint();
 				return -1;
 			}
 			break;
@@ -124,14 +157,25 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'v':
 			printf("turngated %s\n", PACKAGE_VERSION);
 			return 1;
-		default:
-			usage(stderr);
+		default: /* ':' a value missing, '?' an unknown option (opterr is off) */
+			bad = argv[optind - 1];
+			why = c == ':' ? "needs a value" : "unknown option";
+			/* A long one names itself; optopt set there: "=VALUE" to a flag. */
+			if (strncmp(bad, "--", 2) == 0 && c == '?' && optopt == 0 &&
+			    long_ambiguous(longs, bad, names, sizeof(names)))
+				fprintf(stderr, "turngated: %s: ambiguous (%s)\n", bad, names);
+			else if (strncmp(bad, "--", 2) == 0)
+				fprintf(stderr, "turngated: %s: %s\n", bad,
+					c == '?' && optopt != 0 ? "takes no value" : why);
+			else
+				fprintf(stderr, "turngated: -%c: %s\n", optopt, why);
+			usage_hint();
 			return -1;
 		}
 	}
 	if (optind != argc) {
 		fprintf(stderr, "turngated: unexpected argument: %s\n", argv[optind]);
-		usage(stderr);
+		usage_hint();
 		return -1;
 	}
 	if (o->config == NULL && getenv("STUNNER_CONFIG_ORIGIN") != NULL &&
@@ -197,6 +241,13 @@ static void lifecycle_step(struct master *m)
 {
 	double now = ev_now(m->loop);
 
+	/* Something failed for good (m->exit_code set where it failed): stop now, so that
+	 * the service manager restarts the daemon, which takes the table over. A drain in
+	 * progress (SIGTERM) finishes first; the exit status is then still the failure's. */
+	if (m->exit_code != 0 && !m->exiting && !m->stopping) {
+		upgrade_stop(m);
+		begin_stop(m, true);
+	}
 	if (m->exiting && !m->stopping) {
 		unsigned n = master_alloc_count(m);
 
@@ -603,5 +654,5 @@ int main(int argc, char **argv)
 	master_free(&m);
 	reload_deferred_pass(&m);	/* a live upgrade's: to the new master, sockets closed */
 	ev_loop_destroy(m.loop);
-	return rc == 0 ? m.exit_code : 1;
+	return rc == 0 ? m.exit_code : MASTER_EXIT_FAILURE;
 }

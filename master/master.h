@@ -31,6 +31,9 @@ struct admin_top;
 struct ipc_handoff;
 
 #define MASTER_MAGIC 0x4d535452u /* "MSTR" */
+/* turngated's exit status when it stops because something failed (at start or at run
+ * time); a stop that was asked for exits 0, a usage error 2. */
+#define MASTER_EXIT_FAILURE 1
 #define MASTER_NONCE_KEY_LEN 32
 
 /* Supervision state of one worker slot, as the master sees it. */
@@ -58,6 +61,8 @@ struct mworker {
 	uint64_t ping_seq;        /* last ping sent */
 	unsigned restarts;        /* respawns so far */
 	unsigned backoff_step;    /* consecutive quick deaths */
+	double down_since;        /* mono_s() when the slot lost its running worker (or a start
+				   * first failed); 0 while a worker is READY */
 	int last_status;          /* raw waitpid status of the previous incarnation, -1 none */
 	bool kill_sent;           /* SIGKILL already sent for a hang */
 	pid_t linger_pid;         /* a live upgrade left it serving its TLS calls
@@ -173,6 +178,9 @@ struct master {
 	double drain_deadline;
 	double stop_deadline;
 	bool publish_pending;     /* a snapshot waits for a free arena slot */
+	/* main()'s status once the loop ends: 0 for a stop asked for (a signal, a live
+	 * upgrade handed over), MASTER_EXIT_FAILURE when something failed at run time (set
+	 * where it failed; main.c's lifecycle step then stops the daemon now). */
 	int exit_code;
 
 	ev_signal sighup_w, sigterm_w, sigint_w, sigquit_w, sigusr2_w;
@@ -282,6 +290,10 @@ unsigned long ports_inode(int fd);
 int supervise_init(struct master *m);
 /* Forks the worker of one slot. Returns 0 or -errno (logged). */
 int supervise_spawn(struct master *m, unsigned slot);
+/* Forks the worker of a slot that has none; when that fails, tries again after the slot's
+ * backoff, and once the slot has had no running worker for 60 s (SLOT_DOWN_GIVE_UP_S in
+ * supervise.c) sets m->exit_code (the daemon stops, after a drain in progress). */
+void supervise_respawn(struct master *m, unsigned slot);
 /* Sends one frame to every live worker; returns how many got it. */
 /* listener_idx >= 0 attaches that listener's socket of each worker's slot. */
 unsigned supervise_broadcast(struct master *m, uint16_t type, const void *payload, size_t len,

@@ -34,6 +34,13 @@
 #define BACKOFF_MIN_S 0.1
 #define BACKOFF_MAX_S 5.0
 #define BACKOFF_RESET_S 2.0
+/* A slot that has had no running worker for this long (every start since failed: a spawn
+ * that failed, fork or socketpair, or a worker that died before READY) is given up: the
+ * daemon stops with MASTER_EXIT_FAILURE, so that a service manager's restart policy acts
+ * instead of a master that serves on short of a worker for good. Long enough to ride out a
+ * short shortage (pids.max, a shared RLIMIT_NPROC, ENOMEM, EMFILE) at the capped backoff;
+ * a worker that reaches READY starts the window over. */
+#define SLOT_DOWN_GIVE_UP_S 60.0
 
 const char *supervise_state_name(enum mworker_state s)
 {
@@ -356,6 +363,7 @@ static void ctl_msg(struct mworker *w, const struct ipc_msg *msg, int *fd)
 		w->unanswered_since = 0;
 		if (w->state == MW_STARTING) {
 			w->state = MW_RUNNING;
+			w->down_since = 0;
 			upgrade_worker_running(w->m);
 		}
 		break;
@@ -493,6 +501,45 @@ static void ctl_cb(struct ev_loop *loop, ev_io *io, int revents)
 	ctl_read(io->data, 64);
 }
 
+/* The next try at w's slot after its backoff (ran: how long its last worker served), or,
+ * once the slot has had no running worker for SLOT_DOWN_GIVE_UP_S, the daemon's stop with
+ * MASTER_EXIT_FAILURE (main.c's lifecycle step begins it, after a drain in progress). */
+static void respawn_schedule(struct mworker *w, double ran)
+{
+	double now = mono_s(), delay;
+
+	if (w->down_since == 0)
+		w->down_since = now;
+	if (now - w->down_since >= SLOT_DOWN_GIVE_UP_S) {
+		log_error("master",
+			  "worker %u: no running worker for %.0f s (every start failed): giving "
+			  "up, the daemon stops with status %d (what is open stays in the table)",
+			  w->slot, SLOT_DOWN_GIVE_UP_S, MASTER_EXIT_FAILURE);
+		w->m->exit_code = MASTER_EXIT_FAILURE;
+		return;
+	}
+	if (ran >= BACKOFF_RESET_S)
+		w->backoff_step = 0;
+	delay = w->backoff_step == 0 ? 0.0 : BACKOFF_MIN_S;
+	for (unsigned i = 1; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
+		delay *= 2;
+	if (delay > BACKOFF_MAX_S)
+		delay = BACKOFF_MAX_S;
+	w->backoff_step++;
+	log_info("master", "worker %u: respawning in %.1f s", w->slot, delay);
+	ev_timer_set(&w->respawn, delay, 0.);
+	ev_timer_start(w->m->loop, &w->respawn);
+}
+
+void supervise_respawn(struct master *m, unsigned slot)
+{
+	struct mworker *w = &m->workers[slot];
+
+	w->state = MW_DEAD;
+	if (supervise_spawn(m, slot) < 0)
+		respawn_schedule(w, 0.0);
+}
+
 static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct mworker *w = t->data;
@@ -502,10 +549,7 @@ static void respawn_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (w->m->stopping || w->state != MW_DEAD)
 		return;
 	w->restarts++;
-	if (supervise_spawn(w->m, w->slot) < 0) {
-		ev_timer_set(&w->respawn, BACKOFF_MAX_S, 0.);
-		ev_timer_start(w->m->loop, &w->respawn);
-	}
+	supervise_respawn(w->m, w->slot);
 }
 
 static void log_exit(unsigned slot, pid_t pid, int status)
@@ -545,7 +589,6 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 {
 	struct master *m = c->data;
 	struct mworker *w = NULL;
-	double delay, ran;
 
 	(void)revents;
 	for (unsigned i = 0; i < m->n_slots; i++)
@@ -560,13 +603,12 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	/* waitpid() returned: the worker can run no more instructions, so its slot may be
 	 * forced offline (it can no longer hold a snapshot pointer). */
 	shm_slot_reaped(m->shm, w->slot);
-	/* What it sent before it exited (a live upgrade's connections) is read first. */
-	if (m->handing_over) {
-		ctl_read(w, INT32_MAX);
-		if (w->pid == 0) {
-			handed_take(w, c->rpid);	/* logged above */
-			return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
-		}
+	/* What it sent before it exited is read first: a live upgrade's connections, and a
+	 * READY (a worker that said it was ready and then died did start). */
+	ctl_read(w, INT32_MAX);
+	if (m->handing_over && w->pid == 0) {
+		handed_take(w, c->rpid);	/* logged above */
+		return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
 	}
 	ctl_close(m, w);
 	w->last_status = c->rstatus;
@@ -594,18 +636,7 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	discsent_worker_died(&w->disc, (pid_t)c->rpid);
 	/* A respawn cannot take the dead worker's connections back: out of the store. */
 	fdstore_slot_gone(m, w->slot);
-	ran = mono_s() - w->started_at;
-	if (ran >= BACKOFF_RESET_S)
-		w->backoff_step = 0;
-	delay = w->backoff_step == 0 ? 0.0 : BACKOFF_MIN_S;
-	for (unsigned i = 1; i < w->backoff_step && delay < BACKOFF_MAX_S; i++)
-		delay *= 2;
-	if (delay > BACKOFF_MAX_S)
-		delay = BACKOFF_MAX_S;
-	w->backoff_step++;
-	log_info("master", "worker %u: respawning in %.1f s", w->slot, delay);
-	ev_timer_set(&w->respawn, delay, 0.);
-	ev_timer_start(loop, &w->respawn);
+	respawn_schedule(w, mono_s() - w->started_at);
 }
 
 /* The sending end is shared by every worker and carries what all of them hand to one

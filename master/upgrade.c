@@ -537,10 +537,8 @@ static void relock_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		  (int)getpid());
 	/* Our workers' TCP connections go back to their slots with our own table. */
 	linger_kill_children(m);
-	for (unsigned i = 0; i < m->n_slots; i++) {
-		m->workers[i].state = MW_DEAD;
-		supervise_spawn(m, i);
-	}
+	for (unsigned i = 0; i < m->n_slots; i++)
+		supervise_respawn(m, i);
 	park_release(m);
 }
 

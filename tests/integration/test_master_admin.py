@@ -5,12 +5,14 @@ import os
 import select
 import socket
 import stat
+import subprocess
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Daemon, check, clock_shift, config_yaml, free_port,  # noqa: E402
-                           run_tests, stun_binding_udp)
+from harness_admin import (TURNGATED, Daemon, check, clock_shift, config_yaml,  # noqa: E402
+                           free_port, run_tests, stun_binding_udp)
 
 
 def start(d, workers=2, **kw):
@@ -34,6 +36,36 @@ def test_socket_mode_and_stale_file(d):
     finally:
         check(daemon.stop() == 0, "exit status")
     check(not os.path.exists(sock), "socket file left behind after exit")
+
+
+def test_socket_mode_shown_as_written(d):
+    """admin_socket_mode shows as the operator wrote it ("0640", not 384) in turngatectl
+    config and /status, and the value shown, pasted back into the file, means the same."""
+    port, hp = free_port(), free_port()
+    sock = os.path.join(d, "admin.sock")
+    health = "  healthcheck_endpoint: \"http://127.0.0.1:%d\"\n" % hp
+
+    def text(mode):
+        return config_yaml(sock, [("udp", port, "TURN-UDP")],
+                           extra_admin=health + "  admin_socket_mode: %s\n" % mode)
+    daemon = Daemon(d, text('"0640"')).start()
+    try:
+        check(stat.S_IMODE(os.stat(sock).st_mode) == 0o640, "socket mode")
+        rc, out, err = daemon.ctl("config")
+        shown = json.loads(out)["admin"]["admin_socket_mode"]
+        check(rc == 0 and shown == "0640", "turngatectl config shows %r" % (shown,))
+        with urllib.request.urlopen("http://127.0.0.1:%d/status" % hp, timeout=10) as r:
+            st = json.loads(r.read().decode())
+        check(st["admin"]["admin_socket_mode"] == "0640", "/status: %r" % (st["admin"],))
+        daemon.write_config(text(json.dumps(shown)))
+        r = subprocess.run([TURNGATED, "-t", "-c", daemon.conf], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 0, "the value shown, pasted back: %r" % (r,))
+        daemon.reload()
+        shown = daemon.admin({"cmd": "config"})["config"]["admin"]["admin_socket_mode"]
+        check(shown == "0640", "after a reload of the pasted value: %r" % (shown,))
+    finally:
+        check(daemon.stop() == 0, "exit status")
 
 
 def test_every_command(d):
@@ -371,7 +403,7 @@ def test_idle_eviction_ignores_wall_clock_steps(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_socket_mode_and_stale_file, test_every_command, test_malformed,
-               test_idle_clients_make_room, test_stalled_clients_make_room,
-               test_idle_eviction_ignores_wall_clock_steps, test_unknown_arguments_change_nothing,
-               test_last_line_without_newline])
+    run_tests([test_socket_mode_and_stale_file, test_socket_mode_shown_as_written,
+               test_every_command, test_malformed, test_idle_clients_make_room,
+               test_stalled_clients_make_room, test_idle_eviction_ignores_wall_clock_steps,
+               test_unknown_arguments_change_nothing, test_last_line_without_newline])

@@ -1,7 +1,8 @@
 """The master's HTTP endpoints: health and readiness (503 while draining), /status without
 secrets, metrics, the credential API (its credential really allocates, its bearer token),
 a shared health+metrics socket on the health address, the credential API on the health
-port refused as a config error (-t, start, reload), endpoints changed by a reload, the health
+port refused as a config error (-t, start, reload), endpoints changed by a reload, a host
+name refused (never looked up), the health
 endpoint serving again after its connection limit was reached, and while slow clients hold
 every slot."""
 import contextlib
@@ -18,8 +19,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATECTL, TURNGATED, Daemon, check, config_yaml,  # noqa: E402
-                           free_port, line_col, run_tests, wait_for)
+from harness_admin import (TURNGATECTL, TURNGATED, Client, Daemon, check,  # noqa: E402
+                           config_yaml, free_port, line_col, run_tests, wait_for)
 
 HTTP_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "http", "http.h")
 
@@ -242,6 +243,48 @@ def test_reload_moves_endpoints(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def test_endpoint_host_names(d):
+    """An endpoint's host is an address, or localhost (127.0.0.1, no lookup): a name is
+    refused with FILE:LINE:COL at -t, at start and at reload (the running endpoints and
+    allocations are kept), never looked up (a blocking getaddrinfo in the master's loop at
+    every reload, a DNS outage refusing reloads). Before, -t said ok and nothing listened."""
+    port, hp, mp = free_port(), free_port(), free_port()
+    why = (" admin.metrics_endpoint: 'http://metrics.local:%d/prom': host 'metrics.local' "
+           "is a name: write an IP address (0.0.0.0 or the pod's) - turngated does not look "
+           "names up for its endpoints\n" % mp)
+    bad = base(d, port, endpoints("http://localhost:%d" % hp,
+                                  "http://metrics.local:%d/prom" % mp, None))
+    daemon = Daemon(d, bad)
+    want = line_col(bad, "metrics_endpoint: ", daemon.conf) + why
+    r = subprocess.run([TURNGATED, "-t", "-c", daemon.conf], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 1 and r.stdout == want, (want, r))
+    daemon.start(wait=False)
+    rc = daemon.wait_exit(timeout=60)
+    daemon.err.close()
+    check(rc == 1 and want in daemon.stderr(), (want, rc, daemon.stderr()))
+    metrics = "http://localhost:%d/prom" % mp
+    daemon = Daemon(d, base(d, port, endpoints("http://localhost:%d" % hp, metrics, None)))
+    daemon.start()
+    client = Client(port, secret="s3cret", realm="test.realm")
+    try:
+        client.allocate()
+        check(get("http://127.0.0.1:%d/live" % hp)[0] == 200, "health on localhost")
+        code, body = get("http://127.0.0.1:%d/prom" % mp)
+        check(code == 200 and "stunner_allocations_active" in body, "metrics on localhost")
+        daemon.write_config(bad)
+        r = daemon.admin({"cmd": "reload"})
+        check(r["ok"] is False and want.strip() in r["errors"], (want, r))
+        check(get("http://127.0.0.1:%d/prom" % mp)[0] == 200, "metrics after a failed reload")
+        check(client.refresh(600) is None, "allocation lost by a failed reload")
+        cfg = daemon.admin({"cmd": "config"})["config"]["admin"]
+        check(cfg["metrics_endpoint"] == metrics, cfg)
+        client.release()
+    finally:
+        client.close()
+        check(daemon.stop() == 0, "exit status")
+
+
 def rest_password(secret, username):
     import base64
     import hashlib
@@ -409,5 +452,6 @@ def test_slow_clients_make_room(d):
 if __name__ == "__main__":
     run_tests([test_separate_servers, test_shared_server, test_shared_server_binds_health_address,
                test_cred_never_on_health_port, test_cred_token, test_reload_moves_endpoints,
+               test_endpoint_host_names,
                test_cred_rotation_ttl_bad_queries, test_serves_after_connection_limit,
                test_slow_clients_make_room])

@@ -1,8 +1,11 @@
-"""Supervision and shutdown: kill -9 of a worker, a hung worker (no pongs), a worker stuck
-inside a loop iteration (holds up snapshot reclamation), SIGTERM drain, second signal,
-command line."""
+"""Supervision and shutdown: kill -9 of a worker, a fork that fails for a while (ridden out), a
+worker that cannot be started again for 60 s (exit status 1; a SIGTERM drain finishes first),
+a hung worker (no pongs), a worker stuck inside a loop iteration (holds up snapshot
+reclamation), SIGTERM drain, second signal, command line."""
 import os
 import re
+import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,9 +14,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (TURNGATED, Daemon, Failure, binding_request,  # noqa: E402
+from harness_admin import (TURNGATED, Client, Daemon, Failure, binding_request,  # noqa: E402
                            check, clock_shift, config_yaml, free_port, run_tests,
                            stun_binding_udp, wait_for)
+
+NOBODY = 65534
 
 
 def test_kill9_respawns(d):
@@ -46,6 +51,138 @@ def test_kill9_respawns(d):
             check(stun_binding_udp(port) is not None, "no answer after respawn")
     finally:
         check(daemon.stop() == 0, "exit status")
+
+
+def as_nobody(fn):
+    """Runs fn in a child that is nobody (uid and gid, real, effective and saved: what
+    prlimit(2) on a process of nobody asks of a caller without CAP_SYS_RESOURCE); returns
+    its exit status, 0 when fn returned."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            fn()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1]
+
+
+def nobody_daemon(d, drain_timeout=10):
+    """A daemon run as nobody (setpriv), in a folder nobody owns, started; None (with the
+    reason printed) where that cannot be done: not root, or no setpriv."""
+    if os.geteuid() != 0:
+        print("  skipped: needs root (to run the daemon as nobody)")
+        return None
+    if shutil.which("setpriv") is None:
+        print("  skipped: no setpriv (util-linux) to run the daemon as nobody")
+        return None
+    sub = os.path.join(d, "nobody")
+    os.mkdir(sub)
+    os.chown(sub, NOBODY, NOBODY)
+    os.chmod(d, 0o711)
+    port = free_port()
+    text = config_yaml(os.path.join(sub, "admin.sock"), [("udp", port, "TURN-UDP")])
+    daemon = Daemon(sub, text.replace("drain_timeout: 10", "drain_timeout: %d" % drain_timeout),
+                    wrap=["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                          "--clear-groups"])
+    daemon.start()
+    daemon.allowed_deaths = 1
+    daemon.port = port
+    return daemon
+
+
+def set_nproc(daemon, soft):
+    """Sets the master's soft RLIMIT_NPROC (as nobody: no CAP_SYS_RESOURCE needed); returns
+    the one it had."""
+    pid, nproc = daemon.proc.pid, resource.RLIMIT_NPROC
+    with open("/proc/%d/limits" % pid) as f:     # prlimit(2) reading it is nobody's too
+        row = [x.split()[2] for x in f if x.startswith("Max processes")][0]
+    was = resource.RLIM_INFINITY if row == "unlimited" else int(row)
+    check(as_nobody(lambda: resource.prlimit(pid, nproc,
+                                             (soft, resource.prlimit(pid, nproc)[1]))) == 0,
+          "prlimit")
+    return was
+
+
+FORK_FAILED = "slot 0: fork: Resource temporarily unavailable"
+GAVE_UP = ("worker 0: no running worker for 60 s (every start failed): giving up, the daemon "
+           "stops with status 1")
+
+
+def test_short_fork_failure_is_ridden_out(d):
+    """A fork that fails for a while (pids.max, a shared RLIMIT_NPROC) does not stop a
+    healthy daemon: the slot is retried at its backoff and serves again once the fork
+    works. Before, 5 failures in a row (about 1.5 s) stopped the daemon with status 1."""
+    daemon = nobody_daemon(d)
+    if daemon is None:
+        return
+    try:
+        was = set_nproc(daemon, 1)
+        os.kill(daemon.admin({"cmd": "workers"})["workers"][0]["pid"], signal.SIGKILL)
+        wait_for(lambda: daemon.proc.poll() is not None or
+                 daemon.stderr().count(FORK_FAILED) >= 7, "7 failed forks")
+        check(daemon.proc.poll() is None, "stopped by a short fork failure:\n%s"
+              % daemon.stderr())
+        set_nproc(daemon, was)
+
+        def serving():
+            ws = daemon.admin({"cmd": "workers"})["workers"]
+            return ws[0]["state"] == "running" and ws[0]["pid"] > 0
+        wait_for(serving, "slot 0 to serve again")
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
+def test_worker_that_cannot_start_stops_with_1(d):
+    """A slot whose worker cannot be started again (here its fork fails: the master runs as
+    nobody with RLIMIT_NPROC lowered to 1 after start, then its worker is killed) is given
+    up once it has had no running worker for 60 s: the daemon stops with status 1, so that
+    systemd's Restart=on-failure or a container's restart policy acts. Before the give-up
+    existed, the master retried every 5 s for ever and exited 0 when told to stop."""
+    daemon = nobody_daemon(d)
+    if daemon is None:
+        return
+    try:
+        set_nproc(daemon, 1)
+        os.kill(daemon.admin({"cmd": "workers"})["workers"][0]["pid"], signal.SIGKILL)
+        rc = daemon.wait_exit(timeout=120)
+    finally:
+        daemon.kill()
+    log = daemon.stderr()
+    check(rc == 1, "exit status %r, want 1:\n%s" % (rc, log))
+    check(log.count(FORK_FAILED) > 5, log)
+    check(GAVE_UP in log, log)
+    daemon.err.close()
+    daemon.scan()
+
+
+def test_give_up_lets_the_drain_finish(d):
+    """A slot given up while SIGTERM drains (an allocation held, drain_timeout 80 s) does
+    not cut the drain short: the daemon drains on to its deadline, then exits 1 (something
+    failed). Before, the give-up stopped the daemon at once."""
+    daemon = nobody_daemon(d, drain_timeout=80)
+    if daemon is None:
+        return
+    client = Client(daemon.port, secret="s3cret", realm="test.realm")
+    try:
+        client.allocate()
+        set_nproc(daemon, 1)
+        daemon.signal(signal.SIGTERM)
+        os.kill(daemon.admin({"cmd": "workers"})["workers"][0]["pid"], signal.SIGKILL)
+        wait_for(lambda: daemon.proc.poll() is not None or GAVE_UP in daemon.stderr(),
+                 "the give-up or the exit", timeout=90)
+        check(daemon.proc.poll() is None, "the give-up cut the drain short:\n%s"
+              % daemon.stderr())
+        rc = daemon.wait_exit(timeout=60)
+    finally:
+        client.close()
+        daemon.kill()
+    check(rc == 1, "exit status %r, want 1:\n%s" % (rc, daemon.stderr()))
+    daemon.err.close()
+    daemon.scan()
 
 
 def test_hung_worker_is_replaced(d):
@@ -307,11 +444,19 @@ def test_command_line(d):
     check(r.returncode == 0 and r.stdout.startswith("turngated "), r)
     r = subprocess.run([TURNGATED, "-h"], capture_output=True, text=True, timeout=30)
     check(r.returncode == 0 and "--udp-thread-num" in r.stdout, r)
-    r = subprocess.run([TURNGATED, "--bogus"], capture_output=True, text=True, timeout=30)
-    check(r.returncode == 2 and "usage:" in r.stderr, r)
-    r = subprocess.run([TURNGATED, "--workers", "0"], capture_output=True, text=True,
-                       timeout=30)
-    check(r.returncode == 2 and "worker count" in r.stderr, r)
+    check(r.stdout.startswith("usage: turngated") and r.stderr == "", r)
+    # A usage error: its one line, then where the whole text is (not the 20-line text,
+    # which pushed the line that says what is wrong off the screen); status 2.
+    for args, first in ((["--bogus"], "turngated: --bogus: unknown option"),
+                        (["--w"], "turngated: --w: ambiguous (--watch or --workers)"),
+                        (["-tx"], "turngated: -x: unknown option"),
+                        (["-c"], "turngated: -c: needs a value"),
+                        (["--config"], "turngated: --config: needs a value"),
+                        (["--workers", "0"], "turngated: worker count must be 1..255"),
+                        (["-t", "extra"], "turngated: unexpected argument: extra")):
+        r = subprocess.run([TURNGATED] + args, capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and r.stdout == "" and
+              r.stderr == first + "\ntry 'turngated --help'\n", (args, r))
     r = subprocess.run([TURNGATED, "-l", "all:NOPE"], capture_output=True, text=True,
                        timeout=30)
     check(r.returncode == 2 and "malformed log spec" in r.stderr, r)
@@ -331,7 +476,9 @@ def test_command_line(d):
 
 
 if __name__ == "__main__":
-    run_tests([test_kill9_respawns, test_hung_worker_is_replaced, test_master_stall_kills_no_worker,
+    run_tests([test_kill9_respawns, test_short_fork_failure_is_ridden_out,
+               test_worker_that_cannot_start_stops_with_1, test_give_up_lets_the_drain_finish,
+               test_hung_worker_is_replaced, test_master_stall_kills_no_worker,
                test_wall_clock_step_kills_no_worker,
                test_stalled_worker_blocks_reclamation, test_sigterm_drains_and_exits_0,
                test_second_signal_stops_now, test_repeated_signals_keep_the_deadline,

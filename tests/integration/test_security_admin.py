@@ -209,7 +209,7 @@ def test_socket_mode_for_others_refused(d):
         check(r["ok"] is False and any("admin_socket_mode" in e for e in r["errors"]), r)
         check(stat.S_IMODE(os.stat(sock).st_mode) == 0o660, "socket mode changed")
         cfg = daemon.admin({"cmd": "config"})["config"]["admin"]
-        check(cfg["admin_socket_mode"] == 0o660, cfg)
+        check(cfg["admin_socket_mode"] == "0660", cfg)
     finally:
         check(daemon.stop() == 0, "exit status")
 
@@ -261,7 +261,9 @@ def test_credential_api_needs_token_beyond_loopback(d):
     start and at reload; loopback hosts load and serve. With a token, the wildcard loads and
     answers only requests that carry it."""
     sock = os.path.join(d, "admin.sock")
-    for host in ("0.0.0.0", "", "[::]", "192.0.2.1", "[2001:db8::1]", "example.com"):
+    # (A host name is refused as a name, never looked up: test_master_http's
+    # test_endpoint_host_names.)
+    for host in ("0.0.0.0", "", "[::]", "192.0.2.1", "[2001:db8::1]"):
         url = "http://%s:8088" % host
         text = config_yaml(sock, [("udp", 3478, "TURN-UDP")], extra_admin=cred_admin(url))
         rc, out = run_check(d, text)

@@ -450,6 +450,18 @@ static const struct err_case err_cases[] = {
 	  "t.yaml:8:17: limits.max_channels: 5000 is out of range (1..32)" },
 	{ T_HEAD "admin:\n  log_format: xml\n",
 	  "t.yaml:8:15: admin.log_format: 'xml' is not a log format (expected text or json)" },
+	{ T_HEAD "admin:\n  metrics_endpoint: \"http://[foo]:8080\"\n",
+	  "t.yaml:8:21: admin.metrics_endpoint: 'http://[foo]:8080': [foo] is not an IPv6 "
+	  "address (expected http://[IPv6]...)" },
+	/* A name is refused, never looked up (a reload must not block on DNS). */
+	{ T_HEAD "admin:\n  metrics_endpoint: \"http://metrics.local:8080/m\"\n",
+	  "t.yaml:8:21: admin.metrics_endpoint: 'http://metrics.local:8080/m': host "
+	  "'metrics.local' is a name: write an IP address (0.0.0.0 or the pod's) - turngated "
+	  "does not look names up for its endpoints" },
+	{ T_HEAD "admin:\n  credential_api_endpoint: \"http://cred.test\"\n",
+	  "t.yaml:8:28: admin.credential_api_endpoint: 'http://cred.test': host 'cred.test' is "
+	  "a name: write an IP address (0.0.0.0 or the pod's) - turngated does not look names "
+	  "up for its endpoints" },
 	{ T_HEAD "admin:\n  admin_socket_mode: \"0999\"\n",
 	  "t.yaml:8:22: admin.admin_socket_mode: '0999' is not a file mode (expected octal "
 	  "0000..0777)" },
