@@ -25,10 +25,9 @@ int wk_peer_deny(struct worker *w, const struct wk_listener *l)
 
 /* The port-bound refusals that no route lifts: a mask's port in no instance's slice, and
  * this instance's own sockets (self.c). */
-static bool wk_peer_port_refused(struct worker *w, const struct sockaddr *peer,
-				 enum conf_cluster_proto proto)
+static bool wk_peer_port_refused(struct worker *w, const struct sockaddr *peer)
 {
-	return wk_sib_refused(w, peer) || wk_self_refused(w, peer, proto == CONF_CPROTO_TCP);
+	return wk_sib_refused(w, peer) || wk_self_refused(w, peer);
 }
 
 int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct sockaddr *peer,
@@ -36,7 +35,7 @@ int wk_peer_match(struct worker *w, const struct wk_listener *l, const struct so
 {
 	if (w->snap != NULL && l->snap_ok &&
 	    snap_peer_match(w->snap, l->snap_idx, peer, proto, check_port, cl) == 0 &&
-	    !(check_port && wk_peer_port_refused(w, peer, proto)))
+	    !(check_port && wk_peer_port_refused(w, peer)))
 		return 0;
 	return -EACCES;
 }

@@ -35,15 +35,15 @@ struct wk_sc_ip {
 #define WK_SC_MAX_IPS (3 * WK_MAX_LISTENERS)
 
 /* One of this instance's own sockets (self.c): an address (canonical, conf_addr_canon)
- * or any local address, with a port range. relay: a relay range, reached by a datagram
- * through the short circuit or a sibling's slice, never otherwise. */
+ * or any local address, with a port range. relay: a relay range reached through the
+ * short circuit or a sibling's slice, never otherwise. */
 struct wk_self_sock {
 	uint8_t family;
 	bool any, relay;
 	uint16_t port_min, port_max;
 	uint8_t addr[16];
 };
-#define WK_SELF_MAX (5 * WK_MAX_LISTENERS + SNAP_HTTP_PORTS)
+#define WK_SELF_MAX (3 * WK_MAX_LISTENERS + SNAP_HTTP_PORTS)
 #define WK_SELF_MAX_LOCAL 64
 
 struct wk_self {
@@ -277,9 +277,8 @@ bool wk_sib_from(struct worker *w, const struct wk_listener *l, const struct soc
 
 /* ---- self.c (this instance's own sockets, never a peer) ---- */
 /* Whether peer (address and port) is one of this instance's own sockets, other than a
- * sibling's slice and, for a datagram (tcp false), a relay address or mask of ours (the
- * short circuit's). tcp: an RFC 6062 connection, which the short circuit does not carry. */
-bool wk_self_refused(struct worker *w, const struct sockaddr *peer, bool tcp);
+ * relay address or mask of ours (the short circuit's) or a sibling's slice. */
+bool wk_self_refused(struct worker *w, const struct sockaddr *peer);
 
 /* ---- peer.c ---- */
 /* The one count of a refused peer: perm_denied, globally and at l while it is listed.

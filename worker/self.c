@@ -2,12 +2,11 @@
  * say (docs/relay.md "The instance is never a peer"). An own socket is a listener's
  * (every protocol, at the address its socket is bound to, every local address for a
  * wildcard, and its public address and port), an HTTP endpoint of the master's (health,
- * metrics, credential API: every local address), and the relay port range where the relay
- * sockets are bound (every local address where they bind the wildcard because the relay
- * address is not local, else the relay address). The paths built for reaching this
- * instance stay open: a relay address or mask of ours is the short circuit's for UDP
- * (worker/shortcut.c; it carries no RFC 6062 connection), a sibling's slice is the
- * sibling's (worker/sibling.c).
+ * metrics, credential API: every local address), and, where relay sockets bind the
+ * wildcard because the relay address is not local, the relay port range on every local
+ * address. The paths built for reaching this instance stay open: a relay address or mask
+ * of ours is the short circuit's (worker/shortcut.c), a sibling's slice is the sibling's
+ * (worker/sibling.c).
  *
  * The per-packet cost is a scan of a few port ranges; the address test runs only for a
  * peer port that is one of ours. Local addresses come from getifaddrs, read again at
@@ -72,22 +71,6 @@ static bool wk_self_ip(const char *s, struct sockaddr_storage *ss)
 	return false;
 }
 
-/* A listener's relay range where its relay sockets are bound: every local address for a
- * family whose relay sockets bind the wildcard (the relay address is not local), else the
- * relay address itself. The short circuit exempts the latter for UDP only (wk_self_hit). */
-static void wk_self_relay(struct worker *w, const struct wk_listener *l)
-{
-	uint16_t lo = l->sl.relay_port_min, hi = l->sl.relay_port_max;
-	bool two = l->relay_addr2.ss_family != 0;
-
-	if (!l->relay_local || (two && !l->relay2_local))
-		wk_self_add(w, NULL, true, lo, hi, true);
-	if (l->relay_local)
-		wk_self_add(w, (const struct sockaddr *)&l->relay_addr, false, lo, hi, true);
-	if (two && l->relay2_local)
-		wk_self_add(w, (const struct sockaddr *)&l->relay_addr2, false, lo, hi, true);
-}
-
 /* A listener's socket as bound (getsockname: the master chose the address), its public
  * address and port where that is an IP, and its relay range where relay sockets bind the
  * wildcard. */
@@ -110,7 +93,8 @@ static void wk_self_listener(struct worker *w, const struct wk_listener *l)
 	    wk_self_ip(l->sl.public_address, &ss))
 		wk_self_add(w, (struct sockaddr *)&ss, false, l->sl.public_port,
 			    l->sl.public_port, false);
-	wk_self_relay(w, l);
+	if (!l->relay_local)
+		wk_self_add(w, NULL, true, l->sl.relay_port_min, l->sl.relay_port_max, true);
 }
 
 void wk_self_refresh(struct worker *w)
@@ -174,13 +158,10 @@ static bool wk_self_local(struct worker *w, int fam, const uint8_t a[16])
 	return false;
 }
 
-/* A relay range is open to UDP at a relay address or mask of ours (the short circuit
- * carries the datagram) and at a sibling's slice; the short circuit carries no TCP, so an
- * RFC 6062 connection to it would reach the relay socket itself. */
 static bool wk_self_hit(struct worker *w, const struct wk_self_sock *e, const struct sockaddr *peer,
-			bool tcp, int fam, const uint8_t a[16])
+			int fam, const uint8_t a[16])
 {
-	if (e->relay && ((!tcp && wk_sc_own_ip(w, peer)) || wk_sib_addr(w, peer)))
+	if (e->relay && (wk_sc_own_ip(w, peer) || wk_sib_addr(w, peer)))
 		return false;
 	if (e->any)
 		return wk_self_local(w, fam, a);
@@ -188,7 +169,7 @@ static bool wk_self_hit(struct worker *w, const struct wk_self_sock *e, const st
 	       (e->family == fam && memcmp(e->addr, a, fam == AF_INET ? 4 : 16) == 0);
 }
 
-bool wk_self_refused(struct worker *w, const struct sockaddr *peer, bool tcp)
+bool wk_self_refused(struct worker *w, const struct sockaddr *peer)
 {
 	uint16_t port;
 	uint8_t a[16];
@@ -208,7 +189,7 @@ bool wk_self_refused(struct worker *w, const struct sockaddr *peer, bool tcp)
 		if (!canon && conf_addr_canon(peer, &fam, a) != 0)
 			return false;
 		canon = true;
-		if (wk_self_hit(w, e, peer, tcp, fam, a))
+		if (wk_self_hit(w, e, peer, fam, a))
 			return true;
 	}
 	return false;

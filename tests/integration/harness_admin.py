@@ -213,19 +213,13 @@ def _take_port(fam, addr, want, avoid):
         u.close()
 
 
-PEER_SKIP = (50000, 60999)  # relay windows that port 0 may give (peer_socket)
-
-
 def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False, avoid=()):
     """A socket bound to ip, port 0, for a peer (a UDP echo, a TCP server), on no port
     free_port gave this process. A daemon's own listener and HTTP ports are refused as
     peers in every protocol (worker/self.c: ChannelBind and Connect 403, datagrams
     dropped), and the port of a TURN-TCP listener or an HTTP endpoint is free for UDP, that
     of a TURN-UDP or DTLS listener for TCP: a peer the kernel put there (about 1 in 28,000)
-    would be refused. Nor in the relay windows of the kernel's port-0 range (PEER_SKIP:
-    relay_range()'s and the fixed ones above 50000): a TCP peer on a relay port of the
-    relay address is refused too (an RFC 6062 Connect would reach the instance's own relay
-    socket). reuse: SO_REUSEADDR before the bind. avoid: more ports not to take."""
+    would be refused. reuse: SO_REUSEADDR before the bind. avoid: more ports not to take."""
     fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
     held = []
     try:
@@ -234,9 +228,7 @@ def peer_socket(ip="127.0.0.1", kind=socket.SOCK_DGRAM, reuse=False, avoid=()):
             if reuse:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((ip, 0))
-            port = s.getsockname()[1]
-            if port not in _RESERVED and port not in avoid and not (
-                    PEER_SKIP[0] <= port <= PEER_SKIP[1]):
+            if s.getsockname()[1] not in _RESERVED and s.getsockname()[1] not in avoid:
                 return s
             held.append(s)
         raise Failure("no peer port outside the ports free_port gave")
