@@ -281,6 +281,22 @@ def line_col(text, needle, name="check.yaml"):
     raise AssertionError(needle)
 
 
+def start_fails(d, text, what):
+    """Runs turngated on config text in d; it must exit non-zero within 30 s. Its log."""
+    path = os.path.join(d, "turngate.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    try:
+        r = subprocess.run([TURNGATED, "-c", path], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired as e:
+        raise Failure("%s: turngated started and kept running (stopped after 30 s)" % what) from e
+    check(r.returncode == 1, "%s: turngated exited %d, not 1:\n%s" % (what, r.returncode, r.stderr))
+    for pat in BAD_PATTERNS:  # a refused start is clean too (sanitizer builds: no leak)
+        check(pat not in r.stderr, "%s: %r in the log:\n%s" % (what, pat, r.stderr))
+    return r.stderr
+
+
 class Daemon:
     def __init__(self, workdir, config_text, args=(), workers=2, env=None, wrap=()):
         """wrap: a command that runs the daemon (its arguments before turngated's), one that
