@@ -1552,7 +1552,7 @@ def relay_range():
     call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart,
     28700-28739 test_upgrade_stop_handover, 28740-28749 test_ctl's not-reached case,
     28750-28759 test_handoff_burst, 28760-28769 test_ctl's take-over of (id, gen),
-    28780-28789 test_disconnect_crash), the
+    28780-28789 test_disconnect_crash, 28790-28799 test_state_watch), the
     interop slices (61000..64999) and the port-counting windows (65000..65419, and
     65420..65515 of test_portpool.py). Listener ports bound late come from
     free_port(late=True), above these (31100 up)."""
