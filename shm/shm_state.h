@@ -197,6 +197,15 @@ int shm_state_check(const char *dir, const char *name, const struct shm_config *
  * shm_lock_set(shm, -1)). Returns 0, -EBUSY (another process holds it), or -errno. */
 int shm_state_relock(const char *dir, const char *name, struct shm *shm);
 
+/* Master, while it runs (cheap: two stat and two fstat): whether DIR/NAME.state and
+ * DIR/NAME.lock still name the files shm maps and locks. *state and *lock: 0 (yes),
+ * -ENOENT (removed), -ESTALE (replaced by another file) or another -errno; a NAME.lock that
+ * was removed is created again and locked (O_EXCL: never one another process made), *lock
+ * then 1. A state file removed or replaced cannot be put back (a file without a name cannot
+ * be linked again): what it holds ends with the daemon. Returns 0, -ENOLCK (shm holds no
+ * lock: in memory, or a live upgrade let go of it), or -errno. */
+int shm_state_verify(const char *dir, const char *name, struct shm *shm, int *state, int *lock);
+
 /* One word for a verdict ("symlink", "truncated", ...), for logs and tests. */
 const char *shm_state_verdict_name(enum shm_state_verdict v);
 

@@ -103,13 +103,17 @@ static int fd_move_high(int fd, int below)
 
 static bool same_file(int a, int b);
 
-/* fd still is the file that path names (not unlinked or replaced since it was opened). */
-static bool names_fd(const char *path, int fd)
+/* The file path names is the one fd refers to: 0, -ENOENT (no file there), -ESTALE
+ * (another file), or -errno. */
+static int path_names(const char *path, int fd)
 {
 	struct stat sp, sf;
 
-	return stat(path, &sp) == 0 && fstat(fd, &sf) == 0 && sp.st_dev == sf.st_dev &&
-	       sp.st_ino == sf.st_ino;
+	if (stat(path, &sp) < 0)
+		return -errno;
+	if (fstat(fd, &sf) < 0)
+		return -errno;
+	return sp.st_dev == sf.st_dev && sp.st_ino == sf.st_ino ? 0 : -ESTALE;
 }
 
 /* flock(fd) exclusively, polling up to wait_ms: 0, or -EBUSY / -errno. */
@@ -141,7 +145,7 @@ static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
 			return rc;
 		}
 		rc = flock_wait(fd, wait_ms);
-		if (rc == 0 && names_fd(path, fd))
+		if (rc == 0 && path_names(path, fd) == 0)
 			return fd_move_high(fd, 0);
 		close(fd);
 		if (rc < 0)
@@ -508,6 +512,46 @@ int shm_state_check(const char *dir, const char *name, const struct shm_config *
 	if (fd >= 0)
 		close(fd);
 	return rc;
+}
+
+/* A lock file that went away is put back only where nothing is: O_EXCL, so one that a
+ * second daemon created meanwhile is never taken from it. The new one replaces only the
+ * master's own copy of the instance lock (its workers keep the old file's); what guards
+ * the table while a worker outlives the master is the state file's own lock. */
+static int lock_again(const char *path, struct shm *shm)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	close(shm->lock_fd);
+	shm->lock_fd = fd_move_high(fd, 0);
+	return 0;
+}
+
+int shm_state_verify(const char *dir, const char *name, struct shm *shm, int *state, int *lock)
+{
+	struct paths p;
+	int rc;
+
+	shm_check_handle(shm);
+	*state = *lock = 0;
+	rc = paths_make(dir, name, &p);
+	if (rc < 0)
+		return rc;
+	if (shm->lock_fd < 0)
+		return -ENOLCK;
+	*state = path_names(p.state, shm->fd);
+	*lock = path_names(p.lock, shm->lock_fd);
+	if (*lock == -ENOENT && lock_again(p.lock, shm) == 0)
+		*lock = 1;
+	return 0;
 }
 
 int shm_state_relock(const char *dir, const char *name, struct shm *shm)
