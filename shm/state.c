@@ -164,14 +164,17 @@ static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
  * locks: a live upgrade's old master and lingering workers). Taken before NAME.state
  * names the file, held as long as NAME.lock: a start that finds NAME.lock removed (a
  * "stale lock" clean-up) or replaced takes a new NAME.lock at once, and only this lock
- * then tells it that a live daemon still writes NAME.state. Returns the fd or -errno. */
-static int file_lock(int seg_fd)
+ * then tells it that a live daemon still writes NAME.state. Without /proc, path (which
+ * must name the same file) is opened instead. Returns the fd or -errno. */
+static int file_lock(int seg_fd, const char *path)
 {
 	char proc[64];
 	int fd, rc;
 
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg_fd);
 	fd = open(proc, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	rc = !same_file(fd, seg_fd) ? -ESTALE : flock(fd, LOCK_EX | LOCK_NB) < 0 ? -errno : 0;
@@ -428,7 +431,7 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	if (old_fd >= 0)
 		close(old_fd);
 	old_fd = -1;
-	shm->file_lock_fd = file_lock(shm->fd);
+	shm->file_lock_fd = file_lock(shm->fd, p.fresh);
 	if (shm->file_lock_fd < 0) {
 		rc = shm->file_lock_fd;
 		snprintf(t->why, sizeof(t->why), "cannot lock %s: %s", p.fresh, strerror(-rc));
@@ -571,7 +574,7 @@ int shm_state_relock(const char *dir, const char *name, struct shm *shm)
 		return rc == -EWOULDBLOCK ? -EBUSY : rc;
 	}
 	shm_lock_set(shm, fd_move_high(fd, 0));
-	rc = file_lock(shm->fd);
+	rc = file_lock(shm->fd, p.state);
 	if (rc < 0) {
 		shm_lock_set(shm, -1);
 		return rc == -EWOULDBLOCK ? -EBUSY : rc;
