@@ -27,6 +27,7 @@
 #include "shm/shm.h"
 
 #define TICK_S 0.25
+#define STATE_WATCH_TICKS 8     /* the state file and lock checked every 2 s */
 #define PING_EVERY_TICKS 4
 #define LOOP_STALL_S 2.0        /* a tick this late means the loop itself stalled */
 #define SNAP_SLOTS 8
@@ -223,9 +224,15 @@ static void begin_stop(struct master *m, bool immediate)
 	log_info("master", immediate ? "stopping now" : "stopping workers");
 	/* Workers leave what is still open in the table (worker.c): the next start takes
 	 * it over from the state file. */
-	log_info("master", "%u allocations stay in %s", master_alloc_count(m),
-		 m->state_path != NULL ? m->state_path
-				       : "memory and end with the daemon (no state file)");
+	state_watch(m);
+	if (m->state_lost != 0)
+		log_error("master", "%u allocations end with the daemon: %s was %s while it ran",
+			  master_alloc_count(m), m->state_path,
+			  m->state_lost == -ENOENT ? "removed" : "replaced by another file");
+	else
+		log_info("master", "%u allocations stay in %s", master_alloc_count(m),
+			 m->state_path != NULL ? m->state_path
+					       : "memory and end with the daemon (no state file)");
 	notify_stopping();
 	supervise_stop_all(m, immediate);
 	linger_stop_all(m, "the daemon stops");
@@ -289,6 +296,8 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		supervise_tick(m);
 	master_offload_tick(m);
 	reload_deferred_tick(m);
+	if (m->tick_count % STATE_WATCH_TICKS == 0)
+		state_watch(m);
 	lifecycle_step(m);
 }
 

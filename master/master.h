@@ -138,6 +138,9 @@ struct master {
 	char *state_path;         /* the state file, NULL when the table lives in memory */
 	bool state_created;       /* this start made it (no takeover): a failed start removes it */
 	unsigned takeover_adopted; /* records taken over from an earlier run at start */
+	int state_lost;           /* 0, or why the state file is no longer ours (state_watch):
+				   * -ENOENT removed, -ESTALE replaced; logged once */
+	bool lock_lost;           /* NAME.lock removed or replaced (logged once) */
 	unsigned n_slots;
 	char workers_why[96];     /* where n_slots came from, for status ("auto: ...") */
 	uint64_t fd_limit, fd_wanted, fd_hard; /* RLIMIT_NOFILE set at start (master/sizing.c) */
@@ -485,6 +488,11 @@ int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why
 /* Takes the instance lock again after a failed live upgrade let go of it. Returns 0,
  * -EBUSY (a process of the new binary still holds it) or -errno. */
 int state_relock(struct master *m);
+/* Master, from its tick (every few seconds) and at the stop: notices its state file or
+ * lock file removed or replaced under it (an ERROR once each: the allocations will not
+ * survive a restart), re-creates a removed lock file. Nothing while no lock is held (in
+ * memory, or a live upgrade let go of it) or during an upgrade. */
+void state_watch(struct master *m);
 /* A start that fails before it serves: removes the state file it created (never one it took
  * over, nor a live upgrade's, nor one that holds allocations). */
 void state_forget_created(struct master *m);

@@ -234,6 +234,50 @@ int state_relock(struct master *m)
 	return rc;
 }
 
+static void state_watch_log(struct master *m, const char *dir, const char *file, int st,
+			    int lk)
+{
+	if (st < 0 && m->state_lost == 0 && (st == -ENOENT || st == -ESTALE)) {
+		m->state_lost = st;
+		log_error("master",
+			  "state file %s/%s.state was %s while this daemon runs: its %u "
+			  "allocations will NOT survive a restart or live upgrade (%s); keep "
+			  "it running until its calls have ended, and leave the files in %s alone",
+			  dir, file, st == -ENOENT ? "removed" : "replaced by another file",
+			  master_alloc_count(m),
+			  st == -ENOENT ? "the next start begins with an empty table"
+					: "the next start takes the other file over instead",
+			  dir);
+	}
+	if (lk == 1)
+		log_warn("master", "lock file %s/%s.lock was removed while this daemon runs: "
+				   "created and locked again", dir, file);
+	else if (lk < 0 && !m->lock_lost && (lk == -ENOENT || lk == -ESTALE)) {
+		m->lock_lost = true;
+		log_error("master",
+			  "lock file %s/%s.lock was %s while this daemon runs: a second turngated "
+			  "on this state directory is refused by the state file's own lock only; "
+			  "leave the files in %s alone",
+			  dir, file, lk == -ENOENT ? "removed" : "replaced by another file", dir);
+	}
+}
+
+void state_watch(struct master *m)
+{
+	char file[256];
+	char *dir;
+	int st, lk;
+
+	if (m->state_path == NULL || m->shm == NULL || upgrade_in_progress(m))
+		return;
+	dir = state_names(m, file, sizeof(file));
+	if (dir == NULL)
+		return;
+	if (dir[0] != '\0' && shm_state_verify(dir, file, m->shm, &st, &lk) == 0)
+		state_watch_log(m, dir, file, st, lk);
+	free(dir);
+}
+
 void state_forget_created(struct master *m)
 {
 	if (!m->state_created || m->state_path == NULL || m->shm == NULL ||

@@ -192,7 +192,7 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	parked = park_heritage(m, slot, &n_parked);
 	h.parked = parked;
 	h.n_parked = n_parked;
-	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 7 + n_parked;
+	cap = SHM_MAX_LISTENERS + SHM_MAX_SLOTS + 8 + n_parked;
 	keep = malloc(cap * sizeof(*keep));
 	if (keep == NULL)
 		_exit(1);
@@ -212,6 +212,8 @@ static void child_main(struct master *m, unsigned slot, int ctl_fd, struct worke
 	/* The state file lock: held until the last process of this daemon is gone. */
 	if (shm_lock_fd(m->shm) >= 0)
 		keep[nk++] = shm_lock_fd(m->shm);
+	if (shm_file_lock_fd(m->shm) >= 0)
+		keep[nk++] = shm_file_lock_fd(m->shm);
 	if (m->offload != NULL) {
 		h.offload = m->off_maps;
 		keep[nk++] = m->off_maps.c2p_fd;

@@ -447,13 +447,22 @@ void shm_lock_set(struct shm *shm, int fd)
 	shm_check_handle(shm);
 	if (shm->lock_fd >= 0)
 		close(shm->lock_fd);
+	if (shm->file_lock_fd >= 0)
+		close(shm->file_lock_fd);
 	shm->lock_fd = fd;
+	shm->file_lock_fd = -1;
 }
 
 int shm_lock_fd(const struct shm *shm)
 {
 	shm_check_handle(shm);
 	return shm->lock_fd;
+}
+
+int shm_file_lock_fd(const struct shm *shm)
+{
+	shm_check_handle(shm);
+	return shm->file_lock_fd;
 }
 
 static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_config *cfg,
@@ -483,6 +492,7 @@ static struct shm *handle_new(int fd, bool ro, void *base, const struct shm_conf
 	shm->off_records = g->off_records;
 	shm->off_lslot = g->off_lslot;
 	shm->lock_fd = -1;
+	shm->file_lock_fd = -1;
 	return shm;
 }
 
@@ -687,6 +697,8 @@ void shm_destroy(struct shm *shm)
 	shm_records_backlog_free(shm);
 	if (shm->lock_fd >= 0)
 		close(shm->lock_fd);
+	if (shm->file_lock_fd >= 0)
+		close(shm->file_lock_fd);
 	shm->magic = 0;
 	free(shm);
 }

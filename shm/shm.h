@@ -106,6 +106,11 @@ void shm_nonce_key_get(const struct shm *shm, uint8_t key[SHM_NONCE_KEY_LEN]);
  * of the daemon keeps it open (workers inherit it), so a successor knows when the last
  * one is gone. Owned by the handle. */
 int shm_lock_fd(const struct shm *shm);
+/* The state file's own lock (a flock on the segment file, through a description of its
+ * own), or -1: kept open by every process that keeps shm_lock_fd(), so that a start which
+ * finds NAME.lock removed or replaced still sees that a live daemon writes NAME.state.
+ * Owned by the handle; shm_lock_set() lets go of it with the instance lock. */
+int shm_file_lock_fd(const struct shm *shm);
 
 /* The indexes of the records a take-over (shm_image_take) copied into this segment, in
  * no order, NULL when none: the first workers adopt from this list instead of scanning
@@ -127,7 +132,8 @@ int shm_taken_group(struct shm *shm);
 const uint32_t *shm_taken_slot(const struct shm *shm, unsigned slot, uint32_t *n);
 
 /* Master: replaces the lock the handle holds by fd (-1: lets go of it, as a live upgrade
- * does once its workers are gone, so that the new binary may take the table over). */
+ * does once its workers are gone, so that the new binary may take the table over). The
+ * state file's own lock (shm_file_lock_fd) is let go of in both cases. */
 void shm_lock_set(struct shm *shm, int fd);
 
 /* ---- worker slots -------------------------------------------------------------- */

@@ -301,6 +301,8 @@ struct shm {
 	uint64_t off_records;
 	uint64_t off_lslot;
 	int lock_fd;                         /* state file lock (shm/state.c), -1 for none */
+	int file_lock_fd;                    /* the state file's own lock, a description of
+					      * its own (shm/state.c), -1 for none */
 	uint32_t *taken;                     /* records a take-over imported (shm_taken) */
 	uint32_t *taken_from;                /* their indexes in the image (shm_taken_from) */
 	uint32_t n_taken, cap_taken;

@@ -6,7 +6,10 @@
  *   NAME.lock   held (flock) by every process of the running daemon: workers inherit the
  *               open file description, so a successor waits until the last one is gone
  *               and never takes over a table that something still writes;
- *   NAME.state  the segment (0600), mapped MAP_SHARED by the master and its workers;
+ *   NAME.state  the segment (0600), mapped MAP_SHARED by the master and its workers, and
+ *               locked (flock, a description of its own) by the same processes as
+ *               NAME.lock: a start that finds NAME.lock removed or replaced (a "stale
+ *               lock" clean-up) gets a new lock at once, and this one refuses it;
  *   NAME.state.refused-<UTC>-<pid>  a file that was not taken over, kept for a post-mortem.
  *
  * Take-over (master, before any fork, lock held): the earlier run's file is read with
@@ -152,8 +155,9 @@ void shm_precopy_free(struct shm_precopy *pc);
  * leaves a segment of geometry cfg in its place, mapped and owned by *out (which also
  * keeps the lock: shm_lock_fd). DIR is created (0700) when missing; it must belong to
  * the effective user and be writable by nobody else. NAME must be a plain file name.
- * Returns 0 (t says what happened to an earlier file), -EBUSY (the lock is still held:
- * another turngated, or a process of the previous one, runs), -ENOTDIR/-EPERM (DIR
+ * Returns 0 (t says what happened to an earlier file), -EBUSY (the lock, or the lock of
+ * NAME.state itself, is still held: another turngated, or a process of the previous one,
+ * runs; the latter while NAME.lock was removed or replaced under it), -ENOTDIR/-EPERM (DIR
  * unusable, t->why says why), or another -errno. */
 int shm_state_open(const char *dir, const char *name, const struct shm_config *cfg, uint64_t now_ns,
 		   unsigned lock_wait_ms, struct shm **out, struct shm_takeover *t);
@@ -192,6 +196,15 @@ int shm_state_check(const char *dir, const char *name, const struct shm_config *
 /* Master: takes the instance lock DIR/NAME.lock again without waiting, into shm (after
  * shm_lock_set(shm, -1)). Returns 0, -EBUSY (another process holds it), or -errno. */
 int shm_state_relock(const char *dir, const char *name, struct shm *shm);
+
+/* Master, while it runs (cheap: two stat and two fstat): whether DIR/NAME.state and
+ * DIR/NAME.lock still name the files shm maps and locks. *state and *lock: 0 (yes),
+ * -ENOENT (removed), -ESTALE (replaced by another file) or another -errno; a NAME.lock that
+ * was removed is created again and locked (O_EXCL: never one another process made), *lock
+ * then 1. A state file removed or replaced cannot be put back (a file without a name cannot
+ * be linked again): what it holds ends with the daemon. Returns 0, -ENOLCK (shm holds no
+ * lock: in memory, or a live upgrade let go of it), or -errno. */
+int shm_state_verify(const char *dir, const char *name, struct shm *shm, int *state, int *lock);
 
 /* One word for a verdict ("symlink", "truncated", ...), for logs and tests. */
 const char *shm_state_verdict_name(enum shm_state_verdict v);

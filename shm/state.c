@@ -80,8 +80,9 @@ static int dir_check(const char *dir, struct shm_takeover *t)
  * meanwhile, and what binds a port that is still held waits for it (the listeners:
  * master/listeners.c, relay sockets: worker/adopt.c). At the lowest number the lock would
  * come free only after the sockets of the process that let go of it last, not of every
- * process, so the waits would still be needed. On failure the lock stays where it is. */
-static int fd_move_high(int fd)
+ * process, so the waits would still be needed. On failure the lock stays where it is.
+ * The state file's own lock goes just below (below 1), so it comes free right after. */
+static int fd_move_high(int fd, int below)
 {
 	struct rlimit rl;
 	long top = 65535;
@@ -90,6 +91,7 @@ static int fd_move_high(int fd)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    (long)rl.rlim_cur - 1 < top)
 		top = (long)rl.rlim_cur - 1;
+	top -= below;
 	if (top <= fd)
 		return fd;
 	hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)top);
@@ -99,34 +101,88 @@ static int fd_move_high(int fd)
 	return hi;
 }
 
-/* Waits for the instance lock; the returned fd holds it. */
-static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
+static bool same_file(int a, int b);
+
+/* The file path names is the one fd refers to: 0, -ENOENT (no file there), -ESTALE
+ * (another file), or -errno. */
+static int path_names(const char *path, int fd)
 {
-	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	struct stat sp, sf;
 
-	if (fd < 0) {
-		int rc = -errno;
+	if (stat(path, &sp) < 0)
+		return -errno;
+	if (fstat(fd, &sf) < 0)
+		return -errno;
+	return sp.st_dev == sf.st_dev && sp.st_ino == sf.st_ino ? 0 : -ESTALE;
+}
 
-		snprintf(t->why, sizeof(t->why), "%s: %s", path, strerror(-rc));
-		return rc;
-	}
+/* flock(fd) exclusively, polling up to wait_ms: 0, or -EBUSY / -errno. */
+static int flock_wait(int fd, unsigned wait_ms)
+{
 	for (unsigned waited = 0;; waited += LOCK_POLL_US / 1000) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-			return fd_move_high(fd);
+			return 0;
 		if (errno != EWOULDBLOCK && errno != EINTR)
-			break;
-		if (waited >= wait_ms) {
-			errno = EBUSY;
-			break;
-		}
+			return -errno;
+		if (waited >= wait_ms)
+			return -EBUSY;
 		usleep(LOCK_POLL_US);
+	}
+}
+
+/* Waits for the instance lock; the returned fd holds it. A lock taken on a file that was
+ * unlinked or replaced meanwhile (its holder let go of it after removing it) locks nothing
+ * the next start would see: the path is opened again, a bounded number of times. */
+static int lock_take(const char *path, unsigned wait_ms, struct shm_takeover *t)
+{
+	int fd = -1, rc = -EBUSY;
+
+	for (int tries = 0; tries < 8; tries++) {
+		fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			rc = -errno;
+			snprintf(t->why, sizeof(t->why), "%s: %s", path, strerror(-rc));
+			return rc;
+		}
+		rc = flock_wait(fd, wait_ms);
+		if (rc == 0 && path_names(path, fd) == 0)
+			return fd_move_high(fd, 0);
+		close(fd);
+		if (rc < 0)
+			break;
+		rc = -EBUSY;
 	}
 	snprintf(t->why, sizeof(t->why),
 		 "%s is held by another process (a running turngated, "
 		 "or what is left of the previous one)",
 		 path);
-	close(fd);
 	return -EBUSY;
+}
+
+/* The state file's own lock, on a description of its own of the segment file (the
+ * mapping's descriptor is shared with processes that keep it after letting go of the
+ * locks: a live upgrade's old master and lingering workers). Taken before NAME.state
+ * names the file, held as long as NAME.lock: a start that finds NAME.lock removed (a
+ * "stale lock" clean-up) or replaced takes a new NAME.lock at once, and only this lock
+ * then tells it that a live daemon still writes NAME.state. Without /proc, path (which
+ * must name the same file) is opened instead. Returns the fd or -errno. */
+static int file_lock(int seg_fd, const char *path)
+{
+	char proc[64];
+	int fd, rc;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", seg_fd);
+	fd = open(proc, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	rc = !same_file(fd, seg_fd) ? -ESTALE : flock(fd, LOCK_EX | LOCK_NB) < 0 ? -errno : 0;
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd_move_high(fd, 1);
 }
 
 /* Renames a refused file out of the way, so the next start does not refuse it again and
@@ -324,6 +380,18 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 		struct shm_image img = { .fd = old_fd, .buf = NULL, .size = size };
 		char why[128] = "";
 
+		/* Held by a live daemon although we hold NAME.lock: its NAME.lock was removed
+		 * or replaced. Its allocations are its own; taking them would end them. */
+		rc = flock_wait(old_fd, lock_wait_ms);
+		if (rc < 0) {
+			snprintf(t->why, sizeof(t->why),
+				 "%.2000s is held by a running turngated although %.2000s is not "
+				 "(was it removed or replaced?): stop that daemon first",
+				 p.state, p.lock);
+			rc = -EBUSY;
+			goto fail;
+		}
+
 		/* A live upgrade's old workers hand their TURN-TCP connections over: their
 		 * records come along, and a new worker releases those no connection claims. */
 		shm->keep_tcp = upgrade || keep_tcp;
@@ -363,6 +431,12 @@ static int state_open(const char *dir, const char *name, const struct shm_config
 	if (old_fd >= 0)
 		close(old_fd);
 	old_fd = -1;
+	shm->file_lock_fd = file_lock(shm->fd, p.fresh);
+	if (shm->file_lock_fd < 0) {
+		rc = shm->file_lock_fd;
+		snprintf(t->why, sizeof(t->why), "cannot lock %s: %s", p.fresh, strerror(-rc));
+		goto fail;
+	}
 	if (rename(p.fresh, p.state) < 0) {
 		rc = -errno;
 		snprintf(t->why, sizeof(t->why), "cannot rename %s: %s", p.fresh, strerror(-rc));
@@ -443,6 +517,46 @@ int shm_state_check(const char *dir, const char *name, const struct shm_config *
 	return rc;
 }
 
+/* A lock file that went away is put back only where nothing is: O_EXCL, so one that a
+ * second daemon created meanwhile is never taken from it. The new one replaces only the
+ * master's own copy of the instance lock (its workers keep the old file's); what guards
+ * the table while a worker outlives the master is the state file's own lock. */
+static int lock_again(const char *path, struct shm *shm)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	close(shm->lock_fd);
+	shm->lock_fd = fd_move_high(fd, 0);
+	return 0;
+}
+
+int shm_state_verify(const char *dir, const char *name, struct shm *shm, int *state, int *lock)
+{
+	struct paths p;
+	int rc;
+
+	shm_check_handle(shm);
+	*state = *lock = 0;
+	rc = paths_make(dir, name, &p);
+	if (rc < 0)
+		return rc;
+	if (shm->lock_fd < 0)
+		return -ENOLCK;
+	*state = path_names(p.state, shm->fd);
+	*lock = path_names(p.lock, shm->lock_fd);
+	if (*lock == -ENOENT && lock_again(p.lock, shm) == 0)
+		*lock = 1;
+	return 0;
+}
+
 int shm_state_relock(const char *dir, const char *name, struct shm *shm)
 {
 	struct paths p;
@@ -459,6 +573,12 @@ int shm_state_relock(const char *dir, const char *name, struct shm *shm)
 		close(fd);
 		return rc == -EWOULDBLOCK ? -EBUSY : rc;
 	}
-	shm_lock_set(shm, fd_move_high(fd));
+	shm_lock_set(shm, fd_move_high(fd, 0));
+	rc = file_lock(shm->fd, p.state);
+	if (rc < 0) {
+		shm_lock_set(shm, -1);
+		return rc == -EWOULDBLOCK ? -EBUSY : rc;
+	}
+	shm->file_lock_fd = rc;
 	return 0;
 }

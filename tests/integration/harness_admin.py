@@ -273,6 +273,22 @@ def line_col(text, needle, name="check.yaml"):
     raise AssertionError(needle)
 
 
+def start_fails(d, text, what):
+    """Runs turngated on config text in d; it must exit non-zero within 30 s. Its log."""
+    path = os.path.join(d, "turngate.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    try:
+        r = subprocess.run([TURNGATED, "-c", path], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired as e:
+        raise Failure("%s: turngated started and kept running (stopped after 30 s)" % what) from e
+    check(r.returncode == 1, "%s: turngated exited %d, not 1:\n%s" % (what, r.returncode, r.stderr))
+    for pat in BAD_PATTERNS:  # a refused start is clean too (sanitizer builds: no leak)
+        check(pat not in r.stderr, "%s: %r in the log:\n%s" % (what, pat, r.stderr))
+    return r.stderr
+
+
 class Daemon:
     def __init__(self, workdir, config_text, args=(), workers=2, env=None, wrap=()):
         """wrap: a command that runs the daemon (its arguments before turngated's), one that
@@ -1528,7 +1544,7 @@ def relay_range():
     call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart,
     28700-28739 test_upgrade_stop_handover, 28740-28749 test_ctl's not-reached case,
     28750-28759 test_handoff_burst, 28760-28769 test_ctl's take-over of (id, gen),
-    28780-28789 test_disconnect_crash), the
+    28780-28789 test_disconnect_crash, 28790-28799 test_state_watch), the
     interop slices (61000..64999) and the port-counting windows (65000..65419, and
     65420..65515 of test_portpool.py). Listener ports bound late come from
     free_port(late=True), above these (31100 up)."""

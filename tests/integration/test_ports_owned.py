@@ -11,26 +11,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (BAD_PATTERNS, TURNGATED, Client, Daemon, Failure, check,  # noqa: E402
-                           config, free_port, relay_range, run_tests, wait_for)
+from harness_admin import (Client, Daemon, check, config, free_port,  # noqa: E402
+                           relay_range, run_tests, start_fails, wait_for)
 
 ROUTES = {"lo": ["127.0.0.0/8"]}
-
-
-def start_fails(d, text, what):
-    """Runs turngated on config text in d; it must exit non-zero within 30 s. Its log."""
-    path = os.path.join(d, "turngate.yaml")
-    with open(path, "w") as f:
-        f.write(text)
-    try:
-        r = subprocess.run([TURNGATED, "-c", path], stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=30)
-    except subprocess.TimeoutExpired as e:
-        raise Failure("%s: turngated started and kept running (stopped after 30 s)" % what) from e
-    check(r.returncode == 1, "%s: turngated exited %d, not 1:\n%s" % (what, r.returncode, r.stderr))
-    for pat in BAD_PATTERNS:  # a refused start is clean too (sanitizer builds: no leak)
-        check(pat not in r.stderr, "%s: %r in the log:\n%s" % (what, pat, r.stderr))
-    return r.stderr
 
 
 def held_by(log, port, pid, comm):
