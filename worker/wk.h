@@ -274,12 +274,14 @@ struct worker {
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH (turn.h) */
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
+	unsigned n_tlsbs;		/* the same, counted (two descriptors each) */
 	unsigned n_tconnecting;		/* Connects in progress */
 	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
 	struct wk_tpeer_q tpq;		/* the same, oldest first (tcprelay.c) */
 	uint64_t tpq_gen;		/* bumped when tpq or its Connects in flight change */
 	struct wk_tcpr_census *tcensus;	/* who holds how many, when a pool was full */
-	unsigned tpeer_budget;		/* at most this many: descriptors (wk_tcpr_init) */
+	uint64_t tpeer_fd_limit;	/* peer connections stop at this many descriptors held
+					 * (wk_tcpr_init, wk_tcpr_fds_held) */
 	/* TLS/DTLS */
 	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
 	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */

@@ -6,12 +6,15 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
   to peers that drop SYNs (their accept queue is full). Its next Connect gets 508; another
   user's Connect to a live peer succeeds, and the attacker's oldest Connect is answered 447
   (counted as tcp_connect_limit).
-- Peer connections (a budget from the descriptor limit, worker/tcprelay.c wk_tcpr_init):
-  with a table of 40 and the descriptor limit the master asks for (2 x 40 + 1024 = 1104),
-  an attacker within its quota (20 allocations) opens 64 peer connections per TCP
-  allocation to peers that complete the handshake and never accept. Another user's UDP
-  Allocate then still succeeds, and so does its Connect: the attacker's newest peer
-  connection (bound to a data connection by then) ends for it.
+- Peer connections (the descriptors the worker holds, within its limit less a reserve:
+  worker/tcprelay.c wk_tcpr_room): with a table of 40 and the descriptor limit the master
+  asks for (2 x 40 + 1024 = 1104), an attacker within its quota (20 allocations) opens 64
+  peer connections per TCP allocation to peers that complete the handshake and never
+  accept. Another user's UDP Allocate then still succeeds, and so does its Connect: the
+  attacker's newest peer connection (bound to a data connection by then) ends for it.
+- The same limit, one user alone opening 5 x 64 = 320 peer connections: the worker holds
+  some 700 descriptors with them, so all are made, none refused and none ended (a budget
+  fixed at (1104 - 2 x 40) / 4 = 256 per worker refused 64 with 508).
 Every wait is bounded.
 """
 import os
@@ -173,5 +176,34 @@ def test_peer_budget(d):
         daemon.stop()
 
 
+def test_budget_follows_load(d):
+    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(64)]
+    for s in sinks:
+        s.listen(128)  # completes the handshakes, accepts nothing
+    daemon, port = start(d, {"max_allocations": 40}, nofile=2 * 40 + 1024)
+    clients = []
+    try:
+        codes = {}
+        for _ in range(5):
+            c = StreamClient(port, user="alice")
+            clients.append(c)
+            c.allocate_tcp()
+            tids = [send_connect(c, "127.0.0.1", s.getsockname()[1]) for s in sinks]
+            got = answers(c, len(tids), 15.0)
+            for t in tids:
+                codes[got.get(t, "none")] = codes.get(got.get(t, "none"), 0) + 1
+        check(codes == {None: 320}, "all 320 Connects succeed: %r" % (codes,))
+        check(counter(daemon, "tcp_peer_conns") == 320, "320 peer connections held: %r"
+              % (counter(daemon, "tcp_peer_conns"),))
+        check(counter(daemon, "tcp_connect_limit") == 0, "none refused or ended: %r"
+              % (counter(daemon, "tcp_connect_limit"),))
+    finally:
+        for c in clients:
+            c.close()
+        for s in sinks:
+            s.close()
+        daemon.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_pending_pool, test_peer_budget])
+    run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load])
