@@ -313,9 +313,16 @@ static int wk_tpeer_socket(struct worker *w, struct wk_alloc *a, const struct so
 }
 
 /* A peer connection of a on fd (connecting, or accepted and waiting for its bind), linked
- * into the allocation, the id hash and the counts, with its deadline running. */
+ * into the allocation, the id hash and the counts, with its deadline running. restored:
+ * taken over from a predecessor (live upgrade, kill -9 and the fd store), so older than
+ * anything made here: it goes to the head of the worker's queue, not the tail, or eviction
+ * (the newest first) would end the connections a call has held longest. An allocation's
+ * come newest first (wk_tcpr_park walks a->tpeers; the heritage keeps their order within
+ * a record), so each at the head rebuilds their age; across allocations the order is
+ * the records', not their age: it is not sent. */
 static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int fd, uint32_t id,
-				     const struct sockaddr *peer, enum wk_tpeer_state st)
+				     const struct sockaddr *peer, enum wk_tpeer_state st,
+				     bool restored)
 {
 	size_t cap = w->hot.tcp_buf;
 	struct wk_tpeer *tp = calloc(1, sizeof(*tp) + 2 * cap);
@@ -341,12 +348,17 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 	ev_timer_start(w->loop, &tp->tmo);
 	tp->hnext = *wk_tpeer_bucket(w, id);
 	*wk_tpeer_bucket(w, id) = tp;
-	tp->anext = a->tpeers;
+	/* a's list: newest first, as wk_tcpr_park sends it (a restored one after the rest) */
+	for (tp->apprev = &a->tpeers; restored && *tp->apprev; tp->apprev = &(*tp->apprev)->anext)
+		;
+	tp->anext = *tp->apprev;
 	if (tp->anext)
 		tp->anext->apprev = &tp->anext;
-	tp->apprev = &a->tpeers;
-	a->tpeers = tp;
-	TAILQ_INSERT_TAIL(&w->tpq, tp, qlink);
+	*tp->apprev = tp;
+	if (restored)
+		TAILQ_INSERT_HEAD(&w->tpq, tp, qlink);
+	else
+		TAILQ_INSERT_TAIL(&w->tpq, tp, qlink);
 	w->tpq_gen++;
 	a->n_tpeers++;
 	if (st == WK_TP_CONNECTING)
@@ -651,7 +663,7 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
 		return 447;
 	}
-	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_CONNECTING);
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_CONNECTING, false);
 	if (!tp) {
 		close(fd);
 		return 508;
@@ -700,7 +712,7 @@ static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
 	    wk_peer_allowed(w, a->l, peer, CONF_CPROTO_TCP, true, &cl) < 0 ||
 	    wk_tpeer_new_id(w, &id) < 0 || !wk_tcpr_room(w, a, false))
 		return false;
-	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND);
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND, false);
 	if (!tp)
 		return false;
 	log_debug("turn", "allocation %u: inbound connection %08x", a->rec_idx, id);
@@ -900,7 +912,8 @@ int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr 
 	for (tp = *wk_tpeer_bucket(w, h->id); tp; tp = tp->hnext)
 		if (tp->id == h->id)
 			return -EEXIST;
-	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND);
+	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND,
+			  true);
 	if (!tp)
 		return -ENOMEM;
 	if (!bound)

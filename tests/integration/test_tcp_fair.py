@@ -15,6 +15,11 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
 - The same limit, one user alone opening 5 x 64 = 320 peer connections: the worker holds
   some 700 descriptors with them, so all are made, none refused and none ended (a budget
   fixed at (1104 - 2 x 40) / 4 = 256 per worker refused 64 with 508).
+- Taken over by a live upgrade, peer connections stay older than any made since and keep
+  their age among themselves: one allocation fills the budget, two upgrades, another
+  user's Connect ends its newest, not its oldest (restored ones were appended to the
+  worker's queue newest first, so the oldest were taken as the newest).
+  Relay ports 24600-24619 (no other test's: the upgrade binds them again).
 Every wait is bounded.
 """
 import os
@@ -26,18 +31,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_CONNECTION_ID, CONNECT, REQUEST, A_PEER, Client,  # noqa: E402
                            Daemon,
                            Failure, StreamClient, TcpPeer, check, config, error_code,
-                           free_port, parse, peer_socket, relay_range, run_tests, wait_for,
-                           xor_addr)
+                           free_port, parse, peer_socket, relay_range, run_tests, stop_master,
+                           upgrade, wait_for, xor_addr)
 
 
-def start(d, limits, nofile=None):
+def start(d, limits, nofile=None, relay=None):
     """A daemon of one worker with a TURN-TCP and a TURN-UDP listener on one port, both
     routed to 127.0.0.1 (TCP and UDP clusters). nofile: the descriptor limit it starts
     under (soft; the master keeps a limit at least as large as it wants)."""
     port = free_port()
     text = config(d, [("tcp", port, "TURN-TCP", ["tcpc"]), ("udp", port, "TURN-UDP", ["udpc"])],
                   {"tcpc": ("TCP", ["127.0.0.1"]), "udpc": ["127.0.0.1"]}, limits=limits,
-                  workers=1, relay=relay_range())
+                  workers=1, relay=relay or relay_range())
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     if nofile is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, old[1]))
@@ -205,5 +210,48 @@ def test_budget_follows_load(d):
         daemon.stop()
 
 
+def test_restored_are_older(d):
+    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(440)]
+    for s in sinks:
+        s.listen(4)  # completes the handshakes, accepts nothing
+    good = TcpPeer("127.0.0.1")
+    daemon, port = start(d, {"max_allocations": 40, "tcp_connections": 1000},
+                         nofile=2 * 40 + 1024, relay=(24600, 24619))
+    clients, pid = [], None
+    try:
+        atk = StreamClient(port, user="mallory")
+        clients.append(atk)
+        atk.allocate_tcp()
+        order, codes = [], {}
+        for i in range(0, len(sinks), 40):  # under tcp_pending_connects
+            cids = {}
+            tids = [send_connect(atk, "127.0.0.1", s.getsockname()[1]) for s in sinks[i:i + 40]]
+            got = answers(atk, len(tids), 15.0, cids)
+            order += [cids[t] for t in tids if t in cids]
+            for code in got.values():
+                codes[code] = codes.get(code, 0) + 1
+        check(codes.get(508, 0) > 0 and len(order) > 100,
+              "the attacker fills the budget: %r" % (codes,))
+        for _ in range(2):  # the second takes over what the first restored
+            pid = upgrade(daemon, workers=1)
+        victim_connects(port, clients, good.port, "after the upgrade, with the budget full")
+        newest = StreamClient(port, creds=atk.creds())
+        oldest = StreamClient(port, creds=atk.creds())
+        clients += [newest, oldest]
+        check(newest.connection_bind(order[-1]) == 400,
+              "the attacker's newest connection ended for the victim's")
+        check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+    finally:
+        for c in clients:
+            c.close()
+        for s in sinks:
+            s.close()
+        good.stop = True
+        if pid:
+            stop_master(daemon, pid)
+        daemon.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load])
+    run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load,
+               test_restored_are_older])
