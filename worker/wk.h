@@ -51,19 +51,6 @@
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
 #define WK_TCP_IN_START 4096		/* first input buffer; grows to WK_TCP_IN_MAX once */
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
-/* SO_SNDBUF of the client connections of TURN-TCP and TURN-TLS listeners, set once where
- * the socket is accepted or taken over (wk_sock_sndbuf); both sockets of an RFC 6062 pair
- * get receive and send buffers of the larger of this and their tcp_buffer
- * (wk_pipe_sockbuf). Without it the kernel autotunes a send buffer up to
- * net.ipv4.tcp_wmem's maximum (4 MiB) for a reader that never reads: a client with ephemeral credentials pinned 4 MiB of kernel
- * memory per connection beside our WK_TCP_OUT_MAX. Sized as that output buffer: the
- * kernel doubles the request for its bookkeeping (ss -m shows tb 512 KiB) and stops
- * autotuning, so a stalled reader costs at most the output buffer plus twice it in the
- * kernel. A connection cannot have more unacknowledged data than its send buffer holds,
- * so one carries about 256 KiB per round trip: 10.5 Mbit/s at 200 ms, 21 Mbit/s
- * at 100 ms, where a WebRTC call over TURN-TCP needs a few Mbit/s. The plain option is
- * capped at net.core.wmem_max (212992 by default: 8.5 Mbit/s at 200 ms). */
-#define WK_TCP_SNDBUF ((int)WK_TCP_OUT_MAX)
 #define WK_TCP_MAX_CONNS 4096
 #define WK_RESV_LIFETIME_MS 30000u
 #define WK_HASH_BUCKETS 4096u	/* DTLS associations; the least allocation buckets (pow2) */

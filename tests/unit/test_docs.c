@@ -34,6 +34,7 @@
 #include "master/webhook.h"
 #include "stun/stun.h"
 #include "stun/stun_frame.h"
+#include "worker/sockbuf.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
 
