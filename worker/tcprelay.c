@@ -558,7 +558,8 @@ static void wk_tcpr_evict(struct worker *w, struct wk_tpeer *tp, bool pending)
 	log_debug("turn", "allocation %u: connection %08x ended: the worker's %s are full and "
 			  "its user holds the most",
 		  tp->a->rec_idx, tp->id, pending ? "Connects in flight" : "peer connections");
-	shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
+	/* not a refused Connect (it was counted ok, or is no Connect at all) */
+	shm_ctr_add(w->ctr, pending ? SHM_CTR_TCP_EVICT_PENDING : SHM_CTR_TCP_EVICT_PEER, 1);
 	if (tp->st == WK_TP_CONNECTING)
 		wk_tpeer_answer(w, tp, 447);
 	wk_tpeer_free(w, tp, true);

@@ -5,13 +5,15 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
 - Connects in flight (limits.tcp_pending_connects): an attacker holds all 8 with Connects
   to peers that drop SYNs (their accept queue is full). Its next Connect gets 508; another
   user's Connect to a live peer succeeds, and the attacker's oldest Connect is answered 447
-  (counted as tcp_connect_limit).
+  (counted as tcp_evict_connects, not as a refused Connect: tcp_connect_limit counts the
+  508 only).
 - Peer connections (the descriptors the worker holds, within its limit less a reserve:
   worker/tcprelay.c wk_tcpr_room): with a table of 40 and the descriptor limit the master
   asks for (2 x 40 + 1024 = 1104), an attacker within its quota (20 allocations) opens 64
   peer connections per TCP allocation to peers that complete the handshake and never
   accept. Another user's UDP Allocate then still succeeds, and so does its Connect: the
-  attacker's newest peer connection (bound to a data connection by then) ends for it.
+  attacker's newest peer connection (bound to a data connection by then) ends for it
+  (counted in tcp_evict_peer_connections).
 - The same limit, one user alone opening 5 x 64 = 320 peer connections: the worker holds
   some 700 descriptors with them, so all are made, none refused and none ended (a budget
   fixed at (1104 - 2 x 40) / 4 = 256 per worker refused 64 with 508).
@@ -127,8 +129,9 @@ def test_pending_pool(d):
         got = answers(atk, 1, 5.0)
         check(got == {tids[0]: 447}, "the attacker's oldest Connect ends with 447: %r"
               % ({k.hex(): v for k, v in got.items()},))
-        check(counter(daemon, "tcp_connect_limit") == 2, "508 and the eviction counted: %r"
-              % (counter(daemon, "tcp_connect_limit"),))
+        check((counter(daemon, "tcp_connect_limit"), counter(daemon, "tcp_evict_connects"))
+              == (1, 1), "the 508 and the ending counted apart: limit %r, evicted %r"
+              % (counter(daemon, "tcp_connect_limit"), counter(daemon, "tcp_evict_connects")))
     finally:
         for c in clients:
             c.close()
@@ -172,6 +175,8 @@ def test_peer_budget(d):
         check(dc.connection_bind(newest[1]) is None, "the attacker binds its newest")
         victim_connects(port, clients, good.port, "with the budget full")
         check(ended(dc, 10.0), "the attacker's newest (bound) peer connection ended")
+        check(counter(daemon, "tcp_evict_peer_connections") > 0, "the ending counted: %r"
+              % (counter(daemon, "tcp_evict_peer_connections"),))
     finally:
         for c in clients:
             c.close()
