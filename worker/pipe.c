@@ -289,14 +289,14 @@ static const struct wk_pipe_ops wk_tlsb_ops = { .done = wk_tlsb_done, .shut = wk
 
 void wk_pipe_sockbuf(int fd, size_t cap)
 {
-	int domain = AF_UNSPEC, bytes = cap > (size_t)WK_TCP_SNDBUF ? (int)cap : WK_TCP_SNDBUF;
+	int domain = AF_UNSPEC;
 	socklen_t dl = sizeof(domain);
 
 	/* An AF_UNIX stream socket does not autotune: its send buffer stays at
 	 * net.core.wmem_default, and it has no receive buffer of its own. */
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) < 0 || domain == AF_UNIX)
 		return;
-	wk_sockbuf_stream(fd, bytes, bytes);
+	wk_sockbuf_stream(fd, wk_sockbuf_pair(cap), wk_sockbuf_pair(cap));
 }
 
 int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t out_len)

@@ -4,6 +4,7 @@
 #ifndef TG_WORKER_SOCKBUF_H
 #define TG_WORKER_SOCKBUF_H
 
+#include <stddef.h>
 #include <sys/socket.h>
 
 /* A listener socket carries every client of a worker: a burst of 1200-byte datagrams
@@ -54,6 +55,13 @@ static inline void wk_sockbuf_stream(int fd, int rcv, int snd)
 		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
 	if (snd > 0)
 		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &snd, sizeof(snd));
+}
+
+/* The receive and send buffer of each TCP socket of an RFC 6062 pair whose pipe buffers
+ * are cap bytes (limits.tcp_buffer): the larger of WK_TCP_SNDBUF and cap. */
+static inline int wk_sockbuf_pair(size_t cap)
+{
+	return cap > (size_t)WK_TCP_SNDBUF ? (int)cap : WK_TCP_SNDBUF;
 }
 
 /* Bounds the kernel send buffer of a TURN-TCP/TLS connection at WK_TCP_SNDBUF, or

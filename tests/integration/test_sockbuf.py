@@ -415,6 +415,32 @@ def pair_buffers(d, cap, what):
         daemon.stop()
 
 
+def test_relay_listener_buffers(d):
+    """The listening relay socket of a TCP allocation has the pair's buffers already
+    (2 x min(256 KiB, net.core.[rw]mem_max) under the default tcp_buffer), so a peer's
+    connection is accepted with them and its SYN-ACK announces a window scale that fits
+    them; it had the defaults (net.ipv4.tcp_rmem's), set only after the accept."""
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    want = {"tb": 2 * min(SNDBUF, sysctl("wmem_max")), "rb": 2 * min(SNDBUF, sysctl("rmem_max"))}
+    text, _, tcp_port = tls_tcp_config(d)
+    daemon = Daemon(d, text).start()
+    try:
+        ctl = StreamClient(tcp_port)
+        rport = ctl.relayed(ctl.allocate_tcp())[0][1]
+        out = subprocess.run(["ss", "-ltnmH", "( sport = :%d )" % rport], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
+        found = re.findall(r"skmem:\(([^)]*)\)", out)
+        check(len(found) == 1, "relay listener :%d not found: %r" % (rport, out))
+        mem = {k: int(v) for k, v in re.findall(r"([a-z]+)(\d+)", found[0])}
+        print("relay listener: skmem rb %d, tb %d (want %d, %d)"
+              % (mem["rb"], mem["tb"], want["rb"], want["tb"]))
+        check(mem["rb"] == want["rb"] and mem["tb"] == want["tb"],
+              "relay listener buffers %r, want %r" % (mem, want))
+        ctl.close()
+    finally:
+        daemon.stop()
+
+
 def test_pair_follows_tcp_buffer(d):
     """limits.tcp_buffer 1 MiB (above WK_TCP_SNDBUF): the pair's sockets get 1 MiB, so the
     operator who raised it keeps the rate (where net.core.[rw]mem_max allow it)."""
@@ -441,5 +467,6 @@ def test_pair_capped_by_mem_max(d):
 
 if __name__ == "__main__":
     run_tests([test_buffers, test_buffers_after_takeover, test_stream_sndbuf,
-               test_stream_buffers_rfc6062, test_pair_follows_tcp_buffer,
+               test_stream_buffers_rfc6062, test_relay_listener_buffers,
+               test_pair_follows_tcp_buffer,
                test_pair_capped_by_mem_max])
