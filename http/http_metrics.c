@@ -485,6 +485,10 @@ static void render_global(struct mctx *m)
 		{ "exists", SHM_CTR_TCP_CONNECT_EXISTS },
 		{ "limit", SHM_CTR_TCP_CONNECT_LIMIT },
 	};
+	static const struct lc tcpev[] = {
+		{ "connects_in_flight", SHM_CTR_TCP_EVICT_PENDING },
+		{ "peer_connections", SHM_CTR_TCP_EVICT_PEER },
+	};
 	static const struct lc errs[] = {
 		{ "malformed", SHM_CTR_ERR_MALFORMED },
 		{ "unknown_method", SHM_CTR_ERR_UNKNOWN_METHOD },
@@ -525,6 +529,10 @@ static void render_global(struct mctx *m)
 		 "kind", quota, sizeof(quota) / sizeof(quota[0]));
 	labelled(m, "turngate_tcp_connects_total", "RFC 6062 Connect requests by result.", "result",
 		 tcpc, sizeof(tcpc) / sizeof(tcpc[0]));
+	labelled(m, "turngate_tcp_evictions_total",
+		 "RFC 6062 connections of the user holding the most ended to make room for "
+		 "another user's in a full worker pool, by pool.",
+		 "pool", tcpev, sizeof(tcpev) / sizeof(tcpev[0]));
 	scalar_u(m, "turngate_tcp_peer_connections", "gauge",
 		 "RFC 6062 peer connections (connecting, waiting for ConnectionBind, relaying) "
 		 "of the live workers.",

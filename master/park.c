@@ -296,10 +296,13 @@ int park_receive(struct master *m, int fd, int timeout_ms)
 
 static int by_record(const void *a, const void *b)
 {
-	uint32_t x = ((const struct worker_parked *)a)->rec_idx,
-		 y = ((const struct worker_parked *)b)->rec_idx;
+	const struct worker_parked *p = a, *q = b;
 
-	return (x > y) - (x < y);
+	/* within a record, the order they came in (qsort is not stable): the peer connections
+	 * of one are sent newest first, and the worker rebuilds their age from it */
+	if (p->rec_idx != q->rec_idx)
+		return (p->rec_idx > q->rec_idx) - (p->rec_idx < q->rec_idx);
+	return (p->seq > q->seq) - (p->seq < q->seq);
 }
 
 struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_t *n)
@@ -317,7 +320,7 @@ struct worker_parked *park_heritage(const struct master *m, unsigned slot, size_
 	for (size_t i = 0; i < pl->n; i++)
 		if (pl->v[i].slot == slot && pl->v[i].fd >= 0)
 			v[k++] = (struct worker_parked){ pl->v[i].blob, pl->v[i].len, pl->v[i].fd,
-							 pl->v[i].rec_idx };
+							 pl->v[i].rec_idx, (uint32_t)i };
 	qsort(v, k, sizeof(*v), by_record);	/* the worker binary-searches it */
 	*n = k;
 	return v;

@@ -236,6 +236,9 @@ enum shm_ctr {
 	SHM_CTR_TCP_CONNECT_TIMEOUT,  /* 447: not connected within the connect timeout */
 	SHM_CTR_TCP_CONNECT_EXISTS,   /* 446 */
 	SHM_CTR_TCP_CONNECT_LIMIT,    /* 508: per-allocation or per-worker limit */
+	SHM_CTR_TCP_EVICT_PENDING,    /* a Connect in flight ended (447) to make room for
+				       * another user's (worker/tcprelay.c wk_tcpr_evict) */
+	SHM_CTR_TCP_EVICT_PEER,       /* a peer connection reset to make room, the same */
 	SHM_CTR_SHORT_CIRCUIT,        /* datagrams from one allocation to another of this
 				       * instance without a relay socket (worker/shortcut.c) */
 	SHM_CTR_SIBLING_OUT,          /* datagrams sent to a sibling instance's relay address

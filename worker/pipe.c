@@ -261,6 +261,7 @@ static void wk_tlsb_free(struct wk_tlsb *b, bool abort_conn)
 	*b->pprev = b->next;
 	if (b->next)
 		b->next->pprev = b->pprev;
+	b->pipe.w->n_tlsbs--;
 	wk_pipe_close(&b->pipe, abort_conn);
 	b->magic = 0;
 	free(b);
@@ -295,7 +296,7 @@ void wk_pipe_sockbuf(int fd, size_t cap)
 	 * net.core.wmem_default, and it has no receive buffer of its own. */
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) < 0 || domain == AF_UNIX)
 		return;
-	wk_sockbuf_set(fd, cap > (size_t)WK_TCP_SNDBUF ? (int)cap : WK_TCP_SNDBUF);
+	wk_sockbuf_stream(fd, wk_sockbuf_pair(cap), wk_sockbuf_pair(cap));
 }
 
 int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t out_len)
@@ -326,6 +327,7 @@ int wk_tlsb_new(struct worker *w, int fd, SSL *ssl, const uint8_t *out, size_t o
 		b->next->pprev = &b->next;
 	b->pprev = &w->tlsbs;
 	w->tlsbs = b;
+	w->n_tlsbs++;
 	wk_pipe_start(&b->pipe);
 	return sp[1];
 }

@@ -95,11 +95,6 @@ void wk_tconn_send(struct worker *w, struct wk_tconn *c, const uint8_t *buf, siz
  * connections): TURN messages are small and answered, so Nagle with the peer's delayed
  * ACK would hold each one ~40 ms. Errors are ignored (an AF_UNIX socket has no Nagle). */
 void wk_sock_nodelay(int fd);
-/* Bounds the kernel send buffer of a TURN-TCP/TLS connection at WK_TCP_SNDBUF (wk.h), or
- * net.core.wmem_max when that is lower: autotuning would grow it to 4 MiB for a reader
- * that never reads. Once per socket, where it is accepted or taken over; an RFC 6062
- * pair's sockets get wk_pipe_sockbuf instead. Errors are ignored. */
-void wk_sock_sndbuf(int fd);
 
 /* ---- pipe.c ---- */
 /* One non-blocking read or write on a stream socket, through ssl when it is not NULL
@@ -119,9 +114,9 @@ void wk_pipe_side(struct wk_pipe *p, int i, int fd, SSL *ssl, const uint8_t *pre
  * are cap bytes: receive and send bounded at the larger of WK_TCP_SNDBUF and cap (an
  * operator who raised limits.tcp_buffer keeps the rate), where autotuning grew a send
  * buffer to net.ipv4.tcp_wmem's and a receive buffer to tcp_rmem's maximum while the
- * pipe stopped reading. SO_*BUFFORCE, else the plain option, capped at
- * net.core.[rw]mem_max (wk_sockbuf_set). An AF_UNIX socket (a bridge's end) keeps its
- * fixed buffers. Errors are ignored. */
+ * pipe stopped reading. The plain options, capped at net.core.[rw]mem_max
+ * (wk_sockbuf_stream, sockbuf.h). An AF_UNIX socket (a bridge's end) keeps its fixed
+ * buffers. Errors are ignored. */
 void wk_pipe_sockbuf(int fd, size_t cap);
 /* Starts relaying (ops->done may run before it returns). */
 void wk_pipe_start(struct wk_pipe *p);

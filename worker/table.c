@@ -383,6 +383,10 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 		return err;
 	}
 	wk_relay_set(r, fd, family, port, ann, true);
+	/* A peer's connection is accepted with these buffers (the SYN-ACK's window scale
+	 * follows them): an RFC 6062 pair's, set again by wk_pipe_sockbuf (stream.h) with
+	 * the tcp_buffer of that moment. */
+	wk_sockbuf_stream(fd, wk_sockbuf_pair(w->hot.tcp_buf), wk_sockbuf_pair(w->hot.tcp_buf));
 	if (listen(fd, 64) < 0) {
 		int err = -errno;
 

@@ -3,6 +3,7 @@
  * with DTLS associations). An allocation made over a connection ends with it. */
 #include "config.h"
 
+#include "worker/sockbuf.h"
 #include "worker/stream.h"
 #include "worker/transport.h"
 #include "worker/wk.h"
@@ -588,14 +589,8 @@ void wk_sock_nodelay(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-void wk_sock_sndbuf(int fd)
-{
-	int bytes = WK_TCP_SNDBUF;
-
-	/* The plain option: capped at net.core.wmem_max, which only bounds it lower. Fails
-	 * only on a descriptor that is not a socket: the default buffer stays. */
-	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
-}
+static_assert(WK_TCP_SNDBUF == WK_TCP_OUT_MAX,
+	      "the kernel's send buffer of a connection is its output buffer's size");
 
 /* A connection for fd accepted on l (TLS unless plain: with its SSL object in accept
  * state), or NULL. */

@@ -280,9 +280,13 @@ static int wk_tpeer_new_id(struct worker *w, uint32_t *id)
 	return -EAGAIN;
 }
 
-/* The connecting socket: bound to the allocation's relayed address and port (the source
- * the peer sees, RFC 6062 5.2), connect started. */
-static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
+static int wk_tcpr_make_room(struct worker *w, struct wk_alloc *a);
+
+/* The connecting socket, not connected yet: bound to the allocation's relayed address and
+ * port (the source the peer sees, RFC 6062 5.2), its buffers sized before the SYN (which
+ * fixes the window scale). Out of descriptors (EMFILE, ENFILE), the user holding the most
+ * peer connections gives one up first (wk_tcpr_make_room) and it is tried once more. */
+static int wk_tpeer_socket(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer)
 {
 	struct sockaddr_storage src;
 	socklen_t sl = sizeof(src);
@@ -291,6 +295,8 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 	if (getsockname(a->relay[0].fd, (struct sockaddr *)&src, &sl) < 0)
 		return -1;
 	fd = socket(peer->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && wk_tcpr_make_room(w, a) == 0)
+		fd = socket(peer->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
 	if (peer->sa_family == AF_INET6)
@@ -298,8 +304,8 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	wk_sock_nodelay(fd);
-	if (bind(fd, (struct sockaddr *)&src, sl) < 0 ||
-	    (connect(fd, peer, wk_addr_len(peer)) < 0 && errno != EINPROGRESS)) {
+	wk_pipe_sockbuf(fd, w->hot.tcp_buf);
+	if (bind(fd, (struct sockaddr *)&src, sl) < 0) {
 		close(fd);
 		return -1;
 	}
@@ -307,9 +313,16 @@ static int wk_tpeer_socket(struct wk_alloc *a, const struct sockaddr *peer)
 }
 
 /* A peer connection of a on fd (connecting, or accepted and waiting for its bind), linked
- * into the allocation, the id hash and the counts, with its deadline running. */
+ * into the allocation, the id hash and the counts, with its deadline running. restored:
+ * taken over from a predecessor (live upgrade, kill -9 and the fd store), so older than
+ * anything made here: it goes to the head of the worker's queue, not the tail, or eviction
+ * (the newest first) would end the connections a call has held longest. An allocation's
+ * come newest first (wk_tcpr_park walks a->tpeers; the heritage keeps their order within
+ * a record), so each at the head rebuilds their age; across allocations the order is
+ * the records', not their age: it is not sent. */
 static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int fd, uint32_t id,
-				     const struct sockaddr *peer, enum wk_tpeer_state st)
+				     const struct sockaddr *peer, enum wk_tpeer_state st,
+				     bool restored)
 {
 	size_t cap = w->hot.tcp_buf;
 	struct wk_tpeer *tp = calloc(1, sizeof(*tp) + 2 * cap);
@@ -318,7 +331,8 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 		return NULL;
 	tp->magic = WK_TPEER_MAGIC;
 	tp->cap = cap;
-	wk_pipe_sockbuf(fd, cap);	/* the peer connection: made, accepted or taken over */
+	if (st != WK_TP_CONNECTING)
+		wk_pipe_sockbuf(fd, cap);	/* accepted or taken over (a Connect's: its socket) */
 	tp->w = w;
 	tp->a = a;
 	tp->id = id;
@@ -334,12 +348,17 @@ static struct wk_tpeer *wk_tpeer_new(struct worker *w, struct wk_alloc *a, int f
 	ev_timer_start(w->loop, &tp->tmo);
 	tp->hnext = *wk_tpeer_bucket(w, id);
 	*wk_tpeer_bucket(w, id) = tp;
-	tp->anext = a->tpeers;
+	/* a's list: newest first, as wk_tcpr_park sends it (a restored one after the rest) */
+	for (tp->apprev = &a->tpeers; restored && *tp->apprev; tp->apprev = &(*tp->apprev)->anext)
+		;
+	tp->anext = *tp->apprev;
 	if (tp->anext)
 		tp->anext->apprev = &tp->anext;
-	tp->apprev = &a->tpeers;
-	a->tpeers = tp;
-	TAILQ_INSERT_TAIL(&w->tpq, tp, qlink);
+	*tp->apprev = tp;
+	if (restored)
+		TAILQ_INSERT_HEAD(&w->tpq, tp, qlink);
+	else
+		TAILQ_INSERT_TAIL(&w->tpq, tp, qlink);
 	w->tpq_gen++;
 	a->n_tpeers++;
 	if (st == WK_TP_CONNECTING)
@@ -380,23 +399,36 @@ void wk_tcpr_fini(struct worker *w)
 	w->tcensus = NULL;
 }
 
-/* Peer connections a worker may hold (WK_TCPR_BUDGET_MIN, turn.h): a pair of descriptors
- * each once bound (the peer's and the client's data connection), out of half of what the
- * table's relay sockets (two per record: master/sizing.c) leave of the descriptor limit;
- * the other half stays for listeners, client connections and the rest. */
+/* The descriptors peer connections may take in this worker: its limit less
+ * WK_TCPR_FD_RESERVE (turn.h), judged against what the worker holds (wk_tcpr_fds_held), so
+ * that it follows the load rather than a share of the table fixed at start. */
 void wk_tcpr_init(struct worker *w)
 {
-	uint64_t relay = 2 * (uint64_t)shm_alloc_capacity(w->shm), budget = 0;
+	uint64_t lim = 0;
 	struct rlimit rl;
 
 	TAILQ_INIT(&w->tpq);
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > relay)
-		budget = rl.rlim_cur == RLIM_INFINITY ? UINT32_MAX : (rl.rlim_cur - relay) / 4;
-	if (budget > UINT32_MAX)
-		budget = UINT32_MAX;
-	w->tpeer_budget = budget < WK_TCPR_BUDGET_MIN ? WK_TCPR_BUDGET_MIN : (unsigned)budget;
-	log_debug("turn", "RFC 6062: at most %u peer connections in this worker",
-		  w->tpeer_budget);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		lim = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+	w->tpeer_fd_limit = lim > WK_TCPR_FD_RESERVE ? lim - WK_TCPR_FD_RESERVE : 0;
+	log_info("turn", "slot %u: RFC 6062 peer connections may use descriptors up to %llu "
+			 "(limit %llu, %u kept for listeners and the rest)",
+		 w->slot, (unsigned long long)w->tpeer_fd_limit, (unsigned long long)lim,
+		 WK_TCPR_FD_RESERVE);
+}
+
+/* The descriptors this worker holds, counted from what holds them (O(listeners)): two per
+ * allocation (its relay sockets), one per stream connection, two per TLS bridge (its TLS
+ * socket and its end of the socket pair) and two per peer connection (the peer's, and the
+ * client's data connection it is or will be bound to: counted from the Connect, so that a
+ * Connect admitted has room for its bind). */
+static uint64_t wk_tcpr_fds_held(const struct worker *w)
+{
+	uint64_t n = 2 * ((uint64_t)w->n_allocs + w->n_tpeers + w->n_tlsbs);
+
+	for (size_t i = 0; i < w->n_ls; i++)
+		n += w->ls[i]->n_conns;
+	return n;
 }
 
 static int wk_tcpr_key_cmp(const void *x, const void *y)
@@ -444,23 +476,23 @@ static bool wk_tcpr_evictable(const struct wk_tpeer *tp, bool pending)
 	return wk_tcpr_in_pool(tp, pending) && !(tp->st == WK_TP_BOUND && !tp->pipe.w);
 }
 
-/* The one the user of key with most in the pool gives up: its oldest Connect in flight
- * (the nearest to its own timeout), or its newest peer connection (the least relied on: a
- * call in progress keeps the connections it has had longest). */
+/* The one the user of key with most in the pool gives up, other than skip: its oldest
+ * Connect in flight (the nearest to its own timeout), or its newest peer connection (the
+ * least relied on: a call in progress keeps the connections it has had longest). */
 static struct wk_tpeer *wk_tcpr_victim(struct worker *w, const uint64_t *keys, unsigned n,
-				       unsigned most, bool pending)
+				       unsigned most, bool pending, const struct wk_tpeer *skip)
 {
 	struct wk_tpeer *tp;
 
 	if (pending) {
 		TAILQ_FOREACH(tp, &w->tpq, qlink)
-			if (wk_tcpr_evictable(tp, pending) &&
+			if (tp != skip && wk_tcpr_evictable(tp, pending) &&
 			    wk_tcpr_key_count(keys, n, wk_alloc_user_key(tp->a)) == most)
 				return tp;
 		return NULL;
 	}
 	TAILQ_FOREACH_REVERSE(tp, &w->tpq, wk_tpeer_q, qlink)
-		if (wk_tcpr_evictable(tp, pending) &&
+		if (tp != skip && wk_tcpr_evictable(tp, pending) &&
 		    wk_tcpr_key_count(keys, n, wk_alloc_user_key(tp->a)) == most)
 			return tp;
 	return NULL;
@@ -503,42 +535,99 @@ static struct wk_tcpr_census *wk_tcpr_census(struct worker *w, bool pending)
 	return c;
 }
 
-/* A pool is full (pending: tcp_pending_connects Connects in flight; else the peer
- * connection budget) and a's user asks for one more. The user holding the most in it
- * gives one up (wk_tcpr_victim; a tie goes against the one found first), ended as a
- * failed connection ends (a Connect in flight answered 447, a connection reset) and
- * counted as tcp_connect_limit. When a's user holds as many as anyone, nothing ends: it
- * is the one to refuse (-EBUSY). Costs a sort of the pool when it is full and changed
- * since the last one (wk_tcpr_census), else a binary search. */
-static int wk_tcpr_make_room(struct worker *w, struct wk_alloc *a, bool pending)
+/* The connection a's user may take the place of in a full pool (pending: the
+ * tcp_pending_connects Connects in flight; else the peer connections): one of the user
+ * holding the most in it (wk_tcpr_victim; a tie goes against the one found first), never
+ * skip. NULL when a's user holds as many as anyone (it is the one to refuse) or the
+ * census fails. Costs a sort of the pool when it changed since the last one
+ * (wk_tcpr_census), else a binary search. Ends nothing. */
+static struct wk_tpeer *wk_tcpr_pick(struct worker *w, struct wk_alloc *a, bool pending,
+				     const struct wk_tpeer *skip)
 {
 	struct wk_tcpr_census *c = wk_tcpr_census(w, pending);
-	struct wk_tpeer *tp;
 
-	if (c == NULL)
-		return -ENOMEM;
-	tp = wk_tcpr_key_count(c->keys, c->n, wk_alloc_user_key(a)) >= c->most
-		     ? NULL
-		     : wk_tcpr_victim(w, c->keys, c->n, c->most, pending);
-	if (tp == NULL)
-		return -EBUSY;
+	if (c == NULL || wk_tcpr_key_count(c->keys, c->n, wk_alloc_user_key(a)) >= c->most)
+		return NULL;
+	return wk_tcpr_victim(w, c->keys, c->n, c->most, pending, skip);
+}
+
+/* Ends tp to make room, as a failed connection ends (a Connect in flight answered 447, a
+ * connection reset). */
+static void wk_tcpr_evict(struct worker *w, struct wk_tpeer *tp, bool pending)
+{
 	log_debug("turn", "allocation %u: connection %08x ended: the worker's %s are full and "
 			  "its user holds the most",
 		  tp->a->rec_idx, tp->id, pending ? "Connects in flight" : "peer connections");
-	shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
+	/* not a refused Connect (it was counted ok, or is no Connect at all) */
+	shm_ctr_add(w->ctr, pending ? SHM_CTR_TCP_EVICT_PENDING : SHM_CTR_TCP_EVICT_PEER, 1);
 	if (tp->st == WK_TP_CONNECTING)
 		wk_tpeer_answer(w, tp, 447);
 	wk_tpeer_free(w, tp, true);
+}
+
+/* need peer connections of the user holding the most end, its newest first (never skip),
+ * for one of a's user. 0; or -EBUSY, nothing ended, when a's user would then hold more
+ * than that user does (it is the one to refuse) or that user has fewer that may end.
+ * Costs one census (wk_tcpr_pick) and two walks of the worker's queue. */
+static int wk_tcpr_take(struct worker *w, struct wk_alloc *a, uint64_t need,
+			const struct wk_tpeer *skip)
+{
+	struct wk_tpeer *tp = need ? wk_tcpr_pick(w, a, false, skip) : NULL, *prev;
+	uint64_t key, n = 0;
+
+	if (need == 0)
+		return 0;
+	if (tp == NULL || wk_tcpr_key_count(w->tcensus[0].keys, w->tcensus[0].n,
+					    wk_alloc_user_key(a)) + need > w->tcensus[0].most)
+		return -EBUSY;
+	key = wk_alloc_user_key(tp->a);
+	for (; tp && n < need; tp = TAILQ_PREV(tp, wk_tpeer_q, qlink))
+		n += tp != skip && wk_tcpr_evictable(tp, false) && wk_alloc_user_key(tp->a) == key;
+	if (n < need)
+		return -EBUSY;
+	for (tp = TAILQ_LAST(&w->tpq, wk_tpeer_q); tp && n > 0; tp = prev) {
+		prev = TAILQ_PREV(tp, wk_tpeer_q, qlink);
+		if (tp != skip && wk_tcpr_evictable(tp, false) && wk_alloc_user_key(tp->a) == key) {
+			wk_tcpr_evict(w, tp, false);
+			n--;
+		}
+	}
 	return 0;
 }
 
-/* Room for one more peer connection of a (pending: a Connect) in the worker's pools. */
+/* Out of descriptors for a's user (a socket or accept failed with EMFILE or ENFILE): one
+ * peer connection of the user holding the most ends. 0, or -EBUSY when none may. */
+static int wk_tcpr_make_room(struct worker *w, struct wk_alloc *a)
+{
+	return wk_tcpr_take(w, a, 1, NULL);
+}
+
+/* Room for one more peer connection of a (pending: a Connect) in the worker's pools: the
+ * Connects in flight below tcp_pending_connects, and the descriptors it needs (two,
+ * wk_tcpr_fds_held) within tpeer_fd_limit. A full pool makes room by ending connections
+ * of the user holding the most (wk_tcpr_pick): its oldest Connect in flight; its newest
+ * peer connections until the descriptors fit (more than one when allocations and
+ * connections came since they filled). Decided before anything ends: false, nothing
+ * ended, when the request will not go ahead. */
 static bool wk_tcpr_room(struct worker *w, struct wk_alloc *a, bool pending)
 {
+	struct wk_tpeer *pend = NULL;
+	uint64_t held = wk_tcpr_fds_held(w), need = 0;
+
 	if (pending && w->n_tconnecting >= w->hot.tcp_pending &&
-	    wk_tcpr_make_room(w, a, true) < 0)
+	    (pend = wk_tcpr_pick(w, a, true, NULL)) == NULL)
 		return false;
-	return w->n_tpeers < w->tpeer_budget || wk_tcpr_make_room(w, a, false) == 0;
+	if (pend)
+		held -= 2;	/* what ending it gives back */
+	if (held + 2 > w->tpeer_fd_limit)
+		need = (held + 2 - w->tpeer_fd_limit + 1) / 2;
+	if (need > w->n_tpeers)
+		return false;	/* more than peer connections can give back */
+	if (wk_tcpr_take(w, a, need, pend) < 0)
+		return false;
+	if (pend)
+		wk_tcpr_evict(w, pend, true);
+	return true;
 }
 
 int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr *peer,
@@ -552,18 +641,30 @@ int wk_tcpr_connect(struct worker *w, struct wk_alloc *a, const struct sockaddr 
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_EXISTS, 1);
 		return 446;
 	}
-	if (a->n_tpeers >= w->hot.tcp_conns || !wk_tcpr_room(w, a, true)) {
+	if (a->n_tpeers >= w->hot.tcp_conns) {
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
 		return 508;
 	}
+	/* What can fail without anyone's fault comes before a pool makes room (which ends
+	 * another user's connection): the id, then the socket. */
 	if (wk_tpeer_new_id(w, &id) < 0)
 		return 500;
-	fd = wk_tpeer_socket(a, peer);
+	fd = wk_tpeer_socket(w, a, peer);
 	if (fd < 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
 		return 447;
 	}
-	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_CONNECTING);
+	if (!wk_tcpr_room(w, a, true)) {
+		close(fd);
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_LIMIT, 1);
+		return 508;
+	}
+	if (connect(fd, peer, wk_addr_len(peer)) < 0 && errno != EINPROGRESS) {
+		close(fd);
+		shm_ctr_add(w->ctr, SHM_CTR_TCP_CONNECT_FAILED, 1);
+		return 447;
+	}
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_CONNECTING, false);
 	if (!tp) {
 		close(fd);
 		return 508;
@@ -610,9 +711,9 @@ static bool wk_tcpr_inbound(struct worker *w, struct wk_alloc *a, int fd,
 	if (a->n_tpeers >= w->hot.tcp_conns || wk_tpeer_of_peer(a, peer) ||
 	    !wk_alloc_perm_ok(a, peer, mono_ns()) ||
 	    wk_peer_allowed(w, a->l, peer, CONF_CPROTO_TCP, true, &cl) < 0 ||
-	    !wk_tcpr_room(w, a, false) || wk_tpeer_new_id(w, &id) < 0)
+	    wk_tpeer_new_id(w, &id) < 0 || !wk_tcpr_room(w, a, false))
 		return false;
-	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND);
+	tp = wk_tpeer_new(w, a, fd, id, peer, WK_TP_WAIT_BIND, false);
 	if (!tp)
 		return false;
 	log_debug("turn", "allocation %u: inbound connection %08x", a->rec_idx, id);
@@ -633,6 +734,9 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(r->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) &&
+		    wk_tcpr_make_room(w, a) == 0)
+			continue;	/* out of descriptors: as wk_tpeer_socket */
 		if (fd < 0)
 			return;
 		wk_sock_nodelay(fd);
@@ -809,7 +913,8 @@ int wk_tcpr_restore(struct worker *w, struct wk_alloc *a, const struct park_hdr 
 	for (tp = *wk_tpeer_bucket(w, h->id); tp; tp = tp->hnext)
 		if (tp->id == h->id)
 			return -EEXIST;
-	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND);
+	tp = wk_tpeer_new(w, a, fd, h->id, (const struct sockaddr *)&h->peer, WK_TP_WAIT_BIND,
+			  true);
 	if (!tp)
 		return -ENOMEM;
 	if (!bound)

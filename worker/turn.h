@@ -35,9 +35,10 @@ struct park_hdr;		/* common/park.h */
  * until the other side drains it. */
 #define WK_TCPR_BIND_TIMEOUT_S 30.0
 #define WK_TCPR_HASH 1024u		/* peer connections by CONNECTION-ID (power of two) */
-/* A worker's budget of peer connections is never below one allocation's default worth
- * (wk_tcpr_init; docs/relay.md). */
-#define WK_TCPR_BUDGET_MIN 64u
+/* Descriptors of a worker that peer connections never take (wk_tcpr_init; docs/relay.md):
+ * for its listeners (up to 64), the master's channel, the loop, logs and the kernel fast
+ * path's maps, and for the allocations and connections that come after them. */
+#define WK_TCPR_FD_RESERVE 256u
 
 /* ---- auth.c ---- */
 enum wk_auth_result {

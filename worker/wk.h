@@ -51,19 +51,6 @@
 #define WK_TCP_IN_MAX (STUN_CHANDATA_MAX_LEN + 4)
 #define WK_TCP_IN_START 4096		/* first input buffer; grows to WK_TCP_IN_MAX once */
 #define WK_TCP_OUT_MAX (256u * 1024u)	/* data beyond this is dropped, like a lossy link */
-/* SO_SNDBUF of the client connections of TURN-TCP and TURN-TLS listeners, set once where
- * the socket is accepted or taken over (wk_sock_sndbuf); both sockets of an RFC 6062 pair
- * get receive and send buffers of the larger of this and their tcp_buffer
- * (wk_pipe_sockbuf). Without it the kernel autotunes a send buffer up to
- * net.ipv4.tcp_wmem's maximum (4 MiB) for a reader that never reads: a client with ephemeral credentials pinned 4 MiB of kernel
- * memory per connection beside our WK_TCP_OUT_MAX. Sized as that output buffer: the
- * kernel doubles the request for its bookkeeping (ss -m shows tb 512 KiB) and stops
- * autotuning, so a stalled reader costs at most the output buffer plus twice it in the
- * kernel. A connection cannot have more unacknowledged data than its send buffer holds,
- * so one carries about 256 KiB per round trip: 10.5 Mbit/s at 200 ms, 21 Mbit/s
- * at 100 ms, where a WebRTC call over TURN-TCP needs a few Mbit/s. The plain option is
- * capped at net.core.wmem_max (212992 by default: 8.5 Mbit/s at 200 ms). */
-#define WK_TCP_SNDBUF ((int)WK_TCP_OUT_MAX)
 #define WK_TCP_MAX_CONNS 4096
 #define WK_RESV_LIFETIME_MS 30000u
 #define WK_HASH_BUCKETS 4096u	/* DTLS associations; the least allocation buckets (pow2) */
@@ -274,12 +261,14 @@ struct worker {
 	struct wk_alloc **by_idx; /* own allocations by record index (table capacity) */
 	struct wk_tpeer **tphash;	/* peer connections by CONNECTION-ID, WK_TCPR_HASH (turn.h) */
 	struct wk_tlsb *tlsbs;		/* TLS bridges of data connections (pipe.c) */
+	unsigned n_tlsbs;		/* the same, counted (two descriptors each) */
 	unsigned n_tconnecting;		/* Connects in progress */
 	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
 	struct wk_tpeer_q tpq;		/* the same, oldest first (tcprelay.c) */
 	uint64_t tpq_gen;		/* bumped when tpq or its Connects in flight change */
 	struct wk_tcpr_census *tcensus;	/* who holds how many, when a pool was full */
-	unsigned tpeer_budget;		/* at most this many: descriptors (wk_tcpr_init) */
+	uint64_t tpeer_fd_limit;	/* peer connections stop at this many descriptors held
+					 * (wk_tcpr_init, wk_tcpr_fds_held) */
 	/* TLS/DTLS */
 	int tls_set_idx;		/* SSL_CTX ex_data index of the SNI certificate set */
 	uint8_t cookie_key[32];		/* DTLS cookie MAC key, per process */

@@ -45,6 +45,7 @@ struct worker_parked {
 	size_t len;
 	int fd;
 	uint32_t rec_idx;
+	uint32_t seq;	/* its place in what the master received: the order within a record */
 };
 
 /* Everything a worker inherits. Memory pointed to (name strings, listener array, shm

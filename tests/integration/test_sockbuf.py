@@ -3,9 +3,11 @@ sockets ask for 4 MiB and the relay sockets for 1 MiB of receive and send buffer
 and TURN-TLS connections are bounded at 256 KiB of send buffer, where autotuning gave a
 client that never reads up to 4 MiB (net.ipv4.tcp_wmem) each; both sockets of an RFC 6062
 pair at the larger of 256 KiB and limits.tcp_buffer of receive and send buffer, where the
-receive buffer grew toward net.ipv4.tcp_rmem's maximum. Read back with `ss -m` (iproute2): the
-kernel reports twice the granted size, and without CAP_NET_ADMIN grants at most
-net.core.[rw]mem_max, so the check is against what this host permits."""
+receive buffer grew toward net.ipv4.tcp_rmem's maximum, through the plain options, so that
+net.core.[rw]mem_max caps them even with CAP_NET_ADMIN. Read back with `ss -m` (iproute2): the
+kernel reports twice the granted size, and grants UDP sockets without CAP_NET_ADMIN and TCP
+sockets always at most net.core.[rw]mem_max, so the check is against what this host
+permits."""
 import hashlib
 import os
 import re
@@ -286,8 +288,8 @@ def fast_phase(dc, n):
 
 def pair_max(cap=SNDBUF):
     """The largest skmem tb or rb a socket of an RFC 6062 pair with cap-byte pipe buffers
-    may show: twice the larger of WK_TCP_SNDBUF and cap (SO_*BUFFORCE ignores
-    net.core.[rw]mem_max, so no cap below that)."""
+    may show: twice the larger of WK_TCP_SNDBUF and cap (or less, where
+    net.core.[rw]mem_max caps it)."""
     return 2 * max(SNDBUF, cap)
 
 
@@ -371,21 +373,14 @@ def test_stream_buffers_rfc6062(d):
         daemon.stop()
 
 
-def test_pair_follows_tcp_buffer(d):
-    """limits.tcp_buffer 1 MiB (above WK_TCP_SNDBUF): both sockets of an RFC 6062 pair get
-    1 MiB of send and receive buffer, so the operator who raised it keeps the rate: the
-    peer connection, and the data connection, bounded at 256 KiB as a TURN-TCP or TURN-TLS
-    connection until its ConnectionBind (over TLS: the TCP socket under the bridge). At
-    least 2 x min(1 MiB, net.core.[rw]mem_max) (the plain option's cap), at most 2 MiB
-    (SO_*BUFFORCE)."""
+def pair_buffers(d, cap, what):
+    """limits.tcp_buffer cap: both sockets of an RFC 6062 pair, the peer connection and the
+    data connection (bounded at 256 KiB as a TURN-TCP or TURN-TLS connection until its
+    ConnectionBind; over TLS the TCP socket under the bridge), get cap of send and receive
+    buffer through the plain options: exactly 2 x min(cap, net.core.[rw]mem_max) (the
+    kernel doubles the request, and caps it at the sysctl, whatever the capabilities)."""
     check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
-    cap = MIB
-    lo = {"tb": 2 * min(cap, sysctl("wmem_max")), "rb": 2 * min(cap, sysctl("rmem_max"))}
-    if min(lo.values()) <= pair_max():
-        print("SKIP test_pair_follows_tcp_buffer: net.core.[rw]mem_max %d/%d at most "
-              "256 KiB: without CAP_NET_ADMIN a raised tcp_buffer cannot show here"
-              % (sysctl("wmem_max"), sysctl("rmem_max")))
-        return
+    want = {"tb": 2 * min(cap, sysctl("wmem_max")), "rb": 2 * min(cap, sysctl("rmem_max"))}
     text, tls_port, tcp_port = tls_tcp_config(d)
     peers = [TcpPeer("127.0.0.1") for _ in range(2)]
     daemon = Daemon(d, text + "limits:\n  tcp_buffer: %d\n" % cap).start()
@@ -404,13 +399,13 @@ def test_pair_follows_tcp_buffer(d):
             check(dc.recv_exact(4) == b"ping", "no echo over %s" % kind)
             socks += [("TURN-%s data connection" % kind, port, dc.sock.getsockname()[1]),
                       ("TURN-%s pair's peer connection" % kind, rport, peer.port)]
-        for what, local, remote in socks:
+        for sock, local, remote in socks:
             mem = tcp_skmem(local, remote)
-            print("tcp_buffer 1 MiB, %s: skmem rb %d, tb %d (want %d..%d)"
-                  % (what, mem["rb"], mem["tb"], min(lo.values()), pair_max(cap)))
+            print("tcp_buffer %s, %s: skmem rb %d, tb %d (want %d, %d)"
+                  % (what, sock, mem["rb"], mem["tb"], want["rb"], want["tb"]))
             for buf in ("rb", "tb"):
-                check(lo[buf] <= mem[buf] <= pair_max(cap), "%s: %s %d, want %d..%d: %r"
-                      % (what, buf, mem[buf], lo[buf], pair_max(cap), mem))
+                check(mem[buf] == want[buf], "%s: %s %d, want %d: %r"
+                      % (sock, buf, mem[buf], want[buf], mem))
         for _, dc in dcs:
             dc.close()
         ctl.close()
@@ -420,6 +415,58 @@ def test_pair_follows_tcp_buffer(d):
         daemon.stop()
 
 
+def test_relay_listener_buffers(d):
+    """The listening relay socket of a TCP allocation has the pair's buffers already
+    (2 x min(256 KiB, net.core.[rw]mem_max) under the default tcp_buffer), so a peer's
+    connection is accepted with them and its SYN-ACK announces a window scale that fits
+    them; it had the defaults (net.ipv4.tcp_rmem's), set only after the accept."""
+    check(shutil.which("ss") is not None, "ss missing: install the Debian package iproute2")
+    want = {"tb": 2 * min(SNDBUF, sysctl("wmem_max")), "rb": 2 * min(SNDBUF, sysctl("rmem_max"))}
+    text, _, tcp_port = tls_tcp_config(d)
+    daemon = Daemon(d, text).start()
+    try:
+        ctl = StreamClient(tcp_port)
+        rport = ctl.relayed(ctl.allocate_tcp())[0][1]
+        out = subprocess.run(["ss", "-ltnmH", "( sport = :%d )" % rport], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
+        found = re.findall(r"skmem:\(([^)]*)\)", out)
+        check(len(found) == 1, "relay listener :%d not found: %r" % (rport, out))
+        mem = {k: int(v) for k, v in re.findall(r"([a-z]+)(\d+)", found[0])}
+        print("relay listener: skmem rb %d, tb %d (want %d, %d)"
+              % (mem["rb"], mem["tb"], want["rb"], want["tb"]))
+        check(mem["rb"] == want["rb"] and mem["tb"] == want["tb"],
+              "relay listener buffers %r, want %r" % (mem, want))
+        ctl.close()
+    finally:
+        daemon.stop()
+
+
+def test_pair_follows_tcp_buffer(d):
+    """limits.tcp_buffer 1 MiB (above WK_TCP_SNDBUF): the pair's sockets get 1 MiB, so the
+    operator who raised it keeps the rate (where net.core.[rw]mem_max allow it)."""
+    if 2 * min(sysctl("wmem_max"), sysctl("rmem_max"), MIB) <= pair_max():
+        print("SKIP test_pair_follows_tcp_buffer: net.core.[rw]mem_max %d/%d at most "
+              "256 KiB: a raised tcp_buffer cannot show here"
+              % (sysctl("wmem_max"), sysctl("rmem_max")))
+        return
+    pair_buffers(d, MIB, "1 MiB")
+
+
+def test_pair_capped_by_mem_max(d):
+    """limits.tcp_buffer at twice net.core.[rw]mem_max: the pair's buffers stop at the
+    sysctls, also for a daemon with CAP_NET_ADMIN (as root here), which SO_*BUFFORCE let
+    past them (twice as much)."""
+    cap = 2 * max(sysctl("wmem_max"), sysctl("rmem_max"))
+    if cap > 16 * MIB or os.geteuid() != 0:
+        print("SKIP test_pair_capped_by_mem_max: net.core.[rw]mem_max %d/%d above 8 MiB "
+              "(tcp_buffer's maximum is 16 MiB), or not root (SO_*BUFFORCE failed anyway)"
+              % (sysctl("wmem_max"), sysctl("rmem_max")))
+        return
+    pair_buffers(d, cap, "%d MiB" % (cap // MIB))
+
+
 if __name__ == "__main__":
     run_tests([test_buffers, test_buffers_after_takeover, test_stream_sndbuf,
-               test_stream_buffers_rfc6062, test_pair_follows_tcp_buffer])
+               test_stream_buffers_rfc6062, test_relay_listener_buffers,
+               test_pair_follows_tcp_buffer,
+               test_pair_capped_by_mem_max])

@@ -5,13 +5,23 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
 - Connects in flight (limits.tcp_pending_connects): an attacker holds all 8 with Connects
   to peers that drop SYNs (their accept queue is full). Its next Connect gets 508; another
   user's Connect to a live peer succeeds, and the attacker's oldest Connect is answered 447
-  (counted as tcp_connect_limit).
-- Peer connections (a budget from the descriptor limit, worker/tcprelay.c wk_tcpr_init):
-  with a table of 40 and the descriptor limit the master asks for (2 x 40 + 1024 = 1104),
-  an attacker within its quota (20 allocations) opens 64 peer connections per TCP
-  allocation to peers that complete the handshake and never accept. Another user's UDP
-  Allocate then still succeeds, and so does its Connect: the attacker's newest peer
-  connection (bound to a data connection by then) ends for it.
+  (counted as tcp_evict_connects, not as a refused Connect: tcp_connect_limit counts the
+  508 only).
+- Peer connections (the descriptors the worker holds, within its limit less a reserve:
+  worker/tcprelay.c wk_tcpr_room): with a table of 40 and the descriptor limit the master
+  asks for (2 x 40 + 1024 = 1104), an attacker within its quota (20 allocations) opens 64
+  peer connections per TCP allocation to peers that complete the handshake and never
+  accept. Another user's UDP Allocate then still succeeds, and so does its Connect: the
+  attacker's newest peer connection (bound to a data connection by then) ends for it
+  (counted in tcp_evict_peer_connections).
+- The same limit, one user alone opening 5 x 64 = 320 peer connections: the worker holds
+  some 700 descriptors with them, so all are made, none refused and none ended (a budget
+  fixed at (1104 - 2 x 40) / 4 = 256 per worker refused 64 with 508).
+- Taken over by a live upgrade, peer connections stay older than any made since and keep
+  their age among themselves: one allocation fills the budget, two upgrades, another
+  user's Connect ends its newest, not its oldest (restored ones were appended to the
+  worker's queue newest first, so the oldest were taken as the newest).
+  Relay ports 24600-24619 (no other test's: the upgrade binds them again).
 Every wait is bounded.
 """
 import os
@@ -23,18 +33,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (A_CONNECTION_ID, CONNECT, REQUEST, A_PEER, Client,  # noqa: E402
                            Daemon,
                            Failure, StreamClient, TcpPeer, check, config, error_code,
-                           free_port, parse, peer_socket, relay_range, run_tests, wait_for,
-                           xor_addr)
+                           free_port, parse, peer_socket, relay_range, run_tests, stop_master,
+                           upgrade, wait_for, xor_addr)
 
 
-def start(d, limits, nofile=None):
+def start(d, limits, nofile=None, relay=None):
     """A daemon of one worker with a TURN-TCP and a TURN-UDP listener on one port, both
     routed to 127.0.0.1 (TCP and UDP clusters). nofile: the descriptor limit it starts
     under (soft; the master keeps a limit at least as large as it wants)."""
     port = free_port()
     text = config(d, [("tcp", port, "TURN-TCP", ["tcpc"]), ("udp", port, "TURN-UDP", ["udpc"])],
                   {"tcpc": ("TCP", ["127.0.0.1"]), "udpc": ["127.0.0.1"]}, limits=limits,
-                  workers=1, relay=relay_range())
+                  workers=1, relay=relay or relay_range())
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     if nofile is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, old[1]))
@@ -119,8 +129,9 @@ def test_pending_pool(d):
         got = answers(atk, 1, 5.0)
         check(got == {tids[0]: 447}, "the attacker's oldest Connect ends with 447: %r"
               % ({k.hex(): v for k, v in got.items()},))
-        check(counter(daemon, "tcp_connect_limit") == 2, "508 and the eviction counted: %r"
-              % (counter(daemon, "tcp_connect_limit"),))
+        check((counter(daemon, "tcp_connect_limit"), counter(daemon, "tcp_evict_connects"))
+              == (1, 1), "the 508 and the ending counted apart: limit %r, evicted %r"
+              % (counter(daemon, "tcp_connect_limit"), counter(daemon, "tcp_evict_connects")))
     finally:
         for c in clients:
             c.close()
@@ -164,6 +175,8 @@ def test_peer_budget(d):
         check(dc.connection_bind(newest[1]) is None, "the attacker binds its newest")
         victim_connects(port, clients, good.port, "with the budget full")
         check(ended(dc, 10.0), "the attacker's newest (bound) peer connection ended")
+        check(counter(daemon, "tcp_evict_peer_connections") > 0, "the ending counted: %r"
+              % (counter(daemon, "tcp_evict_peer_connections"),))
     finally:
         for c in clients:
             c.close()
@@ -173,5 +186,77 @@ def test_peer_budget(d):
         daemon.stop()
 
 
+def test_budget_follows_load(d):
+    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(64)]
+    for s in sinks:
+        s.listen(128)  # completes the handshakes, accepts nothing
+    daemon, port = start(d, {"max_allocations": 40}, nofile=2 * 40 + 1024)
+    clients = []
+    try:
+        codes = {}
+        for _ in range(5):
+            c = StreamClient(port, user="alice")
+            clients.append(c)
+            c.allocate_tcp()
+            tids = [send_connect(c, "127.0.0.1", s.getsockname()[1]) for s in sinks]
+            got = answers(c, len(tids), 15.0)
+            for t in tids:
+                codes[got.get(t, "none")] = codes.get(got.get(t, "none"), 0) + 1
+        check(codes == {None: 320}, "all 320 Connects succeed: %r" % (codes,))
+        check(counter(daemon, "tcp_peer_conns") == 320, "320 peer connections held: %r"
+              % (counter(daemon, "tcp_peer_conns"),))
+        check(counter(daemon, "tcp_connect_limit") == 0, "none refused or ended: %r"
+              % (counter(daemon, "tcp_connect_limit"),))
+    finally:
+        for c in clients:
+            c.close()
+        for s in sinks:
+            s.close()
+        daemon.stop()
+
+
+def test_restored_are_older(d):
+    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(440)]
+    for s in sinks:
+        s.listen(4)  # completes the handshakes, accepts nothing
+    good = TcpPeer("127.0.0.1")
+    daemon, port = start(d, {"max_allocations": 40, "tcp_connections": 1000},
+                         nofile=2 * 40 + 1024, relay=(24600, 24619))
+    clients, pid = [], None
+    try:
+        atk = StreamClient(port, user="mallory")
+        clients.append(atk)
+        atk.allocate_tcp()
+        order, codes = [], {}
+        for i in range(0, len(sinks), 40):  # under tcp_pending_connects
+            cids = {}
+            tids = [send_connect(atk, "127.0.0.1", s.getsockname()[1]) for s in sinks[i:i + 40]]
+            got = answers(atk, len(tids), 15.0, cids)
+            order += [cids[t] for t in tids if t in cids]
+            for code in got.values():
+                codes[code] = codes.get(code, 0) + 1
+        check(codes.get(508, 0) > 0 and len(order) > 100,
+              "the attacker fills the budget: %r" % (codes,))
+        for _ in range(2):  # the second takes over what the first restored
+            pid = upgrade(daemon, workers=1)
+        victim_connects(port, clients, good.port, "after the upgrade, with the budget full")
+        newest = StreamClient(port, creds=atk.creds())
+        oldest = StreamClient(port, creds=atk.creds())
+        clients += [newest, oldest]
+        check(newest.connection_bind(order[-1]) == 400,
+              "the attacker's newest connection ended for the victim's")
+        check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+    finally:
+        for c in clients:
+            c.close()
+        for s in sinks:
+            s.close()
+        good.stop = True
+        if pid:
+            stop_master(daemon, pid)
+        daemon.stop()
+
+
 if __name__ == "__main__":
-    run_tests([test_pending_pool, test_peer_budget])
+    run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load,
+               test_restored_are_older])

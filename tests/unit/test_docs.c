@@ -34,6 +34,7 @@
 #include "master/webhook.h"
 #include "stun/stun.h"
 #include "stun/stun_frame.h"
+#include "worker/sockbuf.h"
 #include "worker/turn.h"
 #include "worker/wk.h"
 
@@ -132,7 +133,10 @@ static const struct rule rules[] = {
 	{ "relay.md", "more than ([0-9]+) per allocation → 508", 10, CONF_DEF_TCP_CONNECTIONS },
 	{ "relay.md", "with ([0-9]+) connects in flight in the worker", 10,
 	  CONF_DEF_TCP_PENDING_CONNECTS },
-	{ "relay.md", "per record; at least ([0-9]+)\\)", 10, WK_TCPR_BUDGET_MIN },
+	{ "relay.md", "less a reserve of ([0-9]+) descriptors", 10, WK_TCPR_FD_RESERVE },
+	{ "relay.md", "\\(1024 − ([0-9]+)\\) / 2 = [0-9]+ plus", 10, WK_TCPR_FD_RESERVE },
+	{ "relay.md", "\\(1024 − [0-9]+\\) / 2 = ([0-9]+) plus", 10,
+	  (1024 - WK_TCPR_FD_RESERVE) / 2 },
 	{ "relay.md", "or none within ([0-9]+) s → 447", 10, CONF_DEF_TCP_CONNECT_TIMEOUT },
 	{ "relay.md", "not bound within ([0-9]+) s is reset", 10,
 	  (unsigned long long)WK_TCPR_BIND_TIMEOUT_S },
