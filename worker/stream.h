@@ -78,6 +78,9 @@ void wk_tcp_adopt_conn(struct worker *w, const struct ipc_handoff *h, int fd);
 void wk_tcp_drop_handoff(struct worker *w, int fd, const char *why);
 /* Restarts accepting on stream listeners paused by the connection/handshake bounds. */
 void wk_tcp_resume(struct worker *w);
+/* Out of descriptors or memory with nothing to end for room: accepting pauses for
+ * WK_ACCEPT_BACKOFF_S (counted) rather than a level-triggered watcher spinning. */
+void wk_tcp_pause(struct worker *w);
 /* Live upgrade (park.c): a connection the predecessor parked, restored on l with the
  * bytes its buffers held; takes fd on success only. NULL: bad lengths or no memory. */
 struct wk_tconn *wk_tcp_restore(struct worker *w, struct wk_listener *l, int fd,

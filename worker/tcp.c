@@ -552,7 +552,7 @@ static int wk_tcp_make_room(struct worker *w, struct wk_listener *l, const struc
 
 /* Out of descriptors: every TCP listener stops for WK_ACCEPT_BACKOFF_S instead of its
  * level-triggered watcher firing again at once (a spin at 100 % CPU). */
-static void wk_tcp_pause(struct worker *w)
+void wk_tcp_pause(struct worker *w)
 {
 	shm_ctr_add(w->ctr, SHM_CTR_ACCEPT_BACKOFF, 1);
 	if (w->accept_paused)

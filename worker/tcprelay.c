@@ -393,6 +393,7 @@ struct wk_tcpr_census {
 
 void wk_tcpr_fini(struct worker *w)
 {
+	ev_timer_stop(w->loop, &w->tcpr_resume_tmo);
 	for (int i = 0; w->tcensus != NULL && i < 2; i++)
 		free(w->tcensus[i].keys);
 	free(w->tcensus);
@@ -402,12 +403,16 @@ void wk_tcpr_fini(struct worker *w)
 /* The descriptors peer connections may take in this worker: its limit less
  * WK_TCPR_FD_RESERVE (turn.h), judged against what the worker holds (wk_tcpr_fds_held), so
  * that it follows the load rather than a share of the table fixed at start. */
+static void wk_tcpr_resume_cb(struct ev_loop *loop, ev_timer *t, int revents);
+
 void wk_tcpr_init(struct worker *w)
 {
 	uint64_t lim = 0;
 	struct rlimit rl;
 
 	TAILQ_INIT(&w->tpq);
+	ev_timer_init(&w->tcpr_resume_tmo, wk_tcpr_resume_cb, 0.0, 0.0);
+	w->tcpr_resume_tmo.data = w;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 		lim = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
 	w->tpeer_fd_limit = lim > WK_TCPR_FD_RESERVE ? lim - WK_TCPR_FD_RESERVE : 0;
@@ -727,7 +732,6 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 	struct wk_alloc *a = wk_alloc_checked(r->a);
 	struct worker *w = wk_checked(a->w);
 
-	(void)loop;
 	(void)revents;
 	for (int i = 0; i < 16; i++) {
 		struct sockaddr_storage ss;
@@ -737,8 +741,21 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		if (fd < 0 && (errno == EMFILE || errno == ENFILE) &&
 		    wk_tcpr_make_room(w, a) == 0)
 			continue;	/* out of descriptors: as wk_tpeer_socket */
-		if (fd < 0)
+		if (fd < 0) {
+			/* Nothing to end for room: the connection stays in the backlog and
+			 * this listener waits with the client listeners, rather than its
+			 * level-triggered watcher spinning at full CPU. */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
+				ev_io_stop(loop, io);
+				wk_tcp_pause(w);
+				if (!ev_is_active(&w->tcpr_resume_tmo)) {
+					ev_timer_set(&w->tcpr_resume_tmo, WK_ACCEPT_BACKOFF_S, 0.0);
+					ev_timer_start(loop, &w->tcpr_resume_tmo);
+				}
+			}
 			return;
+		}
 		wk_sock_nodelay(fd);
 		if (!wk_tcpr_inbound(w, a, fd, (struct sockaddr *)&ss)) {
 			struct linger lg = { .l_onoff = 1, .l_linger = 0 };
@@ -747,6 +764,26 @@ void wk_tcpr_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 			close(fd);	/* refused: a RST */
 		}
 	}
+}
+
+/* The relay listeners that a want of descriptors paused (wk_tcpr_accept_cb) go on. */
+static void wk_tcpr_resume_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = wk_checked(t->data);
+	struct wk_alloc *a;
+
+	(void)loop;
+	(void)revents;
+	if (w->lingering)
+		return;
+	LIST_FOREACH(a, &w->allocs, link)
+		for (int i = 0; i < 2; i++) {
+			struct wk_relay *r = &a->relay[i];
+
+			if (r->fd >= 0 && ev_cb(&r->io) == wk_tcpr_accept_cb &&
+			    !ev_is_active(&r->io))
+				ev_io_start(w->loop, &r->io);
+		}
 }
 
 struct wk_tpeer *wk_tcpr_find(struct worker *w, uint32_t id, const char *user, size_t user_len)

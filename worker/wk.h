@@ -266,6 +266,7 @@ struct worker {
 	unsigned n_tpeers;		/* peer connections (SHM_CTR_TCP_PEER_CONNS) */
 	struct wk_tpeer_q tpq;		/* the same, oldest first (tcprelay.c) */
 	uint64_t tpq_gen;		/* bumped when tpq or its Connects in flight change */
+	ev_timer tcpr_resume_tmo;	/* paused TCP relay listeners go on (wk_tcpr_resume) */
 	struct wk_tcpr_census *tcensus;	/* who holds how many, when a pool was full */
 	uint64_t tpeer_fd_limit;	/* peer connections stop at this many descriptors held
 					 * (wk_tcpr_init, wk_tcpr_fds_held) */

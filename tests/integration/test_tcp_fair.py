@@ -28,13 +28,13 @@ import os
 import resource
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (A_CONNECTION_ID, CONNECT, REQUEST, A_PEER, Client,  # noqa: E402
-                           Daemon,
-                           Failure, StreamClient, TcpPeer, check, config, error_code,
-                           free_port, parse, peer_socket, relay_range, run_tests, stop_master,
-                           upgrade, wait_for, xor_addr)
+from harness_admin import (A_CONNECTION_ID, A_PEER, A_RELAYED, CONNECT, REQUEST,  # noqa: E402
+                           Client, Daemon, Failure, StreamClient, TcpPeer, check, config,
+                           error_code, free_port, parse, parse_xor_addr, peer_socket,
+                           relay_range, run_tests, stop_master, upgrade, wait_for, xor_addr)
 
 
 def start(d, limits, nofile=None, relay=None):
@@ -257,6 +257,52 @@ def test_restored_are_older(d):
         daemon.stop()
 
 
+
+def cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_relay_listener_out_of_descriptors(d):
+    """Found while fixing review12: a TCP allocation's relay listener whose accept4 failed
+    with EMFILE, with no peer connection to end for room, returned with the connection
+    still in the backlog, and its level-triggered watcher fired again at once: the worker
+    spun at full CPU for as long as the peer waited. It now pauses with the client
+    listeners (counted in accept_backoff) and serves the peer once descriptors are back."""
+    daemon, port = start(d, None)
+    ctl, p = None, None
+    try:
+        ctl = StreamClient(port)
+        r = ctl.allocate_tcp()
+        relayed = parse_xor_addr(r[3][A_RELAYED][0], r[2])
+        check(error_code(ctl.perm("127.0.0.1")[3]) is None, "CreatePermission")
+        pid = daemon.admin({"cmd": "workers"})["workers"][0]["pid"]
+        old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        b0 = counter(daemon, "accept_backoff")
+        held = {int(n) for n in os.listdir("/proc/%d/fd" % pid)}
+        lowest_free = min(set(range(len(held) + 1)) - held)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free, old[1]))  # no new one
+        try:
+            p = socket.create_connection(relayed, timeout=5)  # in the backlog
+            wait_for(lambda: counter(daemon, "accept_backoff") > b0,
+                     "the relay listener's pause counted", timeout=10)
+            c0 = cpu_s(pid)
+            time.sleep(1.0)
+            cpu = cpu_s(pid) - c0
+            check(cpu < 0.5, "the worker spins at its descriptor limit: %.0f %% of a core"
+                  % (100 * cpu))
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+        ind = ctl.read_msg(10)
+        check(ind[0] == 0x000C, "no ConnectionAttempt once descriptors were back: %r"
+              % (ind,))
+    finally:
+        for s in (p, ctl and ctl.sock):
+            if s is not None:
+                s.close()
+        check(daemon.stop() == 0, "exit status")
+
 if __name__ == "__main__":
     run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load,
-               test_restored_are_older])
+               test_restored_are_older, test_relay_listener_out_of_descriptors])
