@@ -221,10 +221,29 @@ int state_upgrade_check(struct master *m, const struct shm_config *sc, char *why
 	return rc;
 }
 
+/* The directory (malloc'd) and file name without the extension (file) of the state file
+ * this master opened (m->state_path), whatever a reload has made of admin.name and
+ * admin.state_dir since. NULL when out of memory or the name does not fit. */
+static char *state_opened_names(const struct master *m, char *file, size_t cap)
+{
+	const char *slash = strrchr(m->state_path, '/');
+	size_t n;
+
+	if (slash == NULL)
+		return NULL;
+	n = strlen(slash + 1);
+	if (n <= strlen(".state") || n - strlen(".state") >= cap)
+		return NULL;
+	memcpy(file, slash + 1, n - strlen(".state"));
+	file[n - strlen(".state")] = '\0';
+	return strndup(m->state_path, (size_t)(slash - m->state_path));
+}
+
 int state_relock(struct master *m)
 {
 	char file[256];
-	char *dir = state_names(m, file, sizeof(file));
+	char *dir = m->state_path != NULL ? state_opened_names(m, file, sizeof(file))
+					  : state_names(m, file, sizeof(file));
 	int rc;
 
 	if (dir == NULL)
@@ -270,7 +289,7 @@ void state_watch(struct master *m)
 
 	if (m->state_path == NULL || m->shm == NULL || upgrade_in_progress(m))
 		return;
-	dir = state_names(m, file, sizeof(file));
+	dir = state_opened_names(m, file, sizeof(file));
 	if (dir == NULL)
 		return;
 	if (dir[0] != '\0' && shm_state_verify(dir, file, m->shm, &st, &lk) == 0)

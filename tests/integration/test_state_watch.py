@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness_admin import (SUCCESS, Client, Daemon, check, config, echo_peer,  # noqa: E402
@@ -133,6 +134,42 @@ def test_state_replaced_logged(d):
     state_lost_logged(d, replace, "replaced by another file")
 
 
+
+def test_reload_renames_instance(d):
+    """Found by review13: the checks followed admin.name and admin.state_dir of the running
+    config, not the files opened at start. A reload that renames the instance (a CDS's
+    first push renames the bootstrap instance) made the daemon report its state file
+    removed, create and lock NEW.lock (letting go of its real lock) and refuse a real
+    instance of that name; its stop line said its allocations end with it. The files it
+    opened are the ones it watches: nothing is logged, a daemon of the new name starts,
+    the stop line says the allocations stay, and its restart (under the new name) starts
+    afresh while the old file is left to the old name."""
+    daemon, c, echo = serving(d, (28790, 28796))
+    try:
+        with open(daemon.conf) as f:
+            text = f.read()
+        daemon.reload(text.replace("  name: sec\n", "  name: renamed\n", 1))
+        time.sleep(4.5)   # two of the master's checks (every 2 s) at least
+        log = daemon.stderr()
+        check("while this daemon runs" not in log, "a rename taken for a loss:\n" + log)
+        check(not os.path.exists(os.path.join(d, "renamed.lock")), "renamed.lock created")
+        check(echo_relays(c, echo, b"during"), "the call ended")
+        other = os.path.join(d, "other")
+        os.mkdir(other)
+        text2 = config(other, [("udp", free_port(), "TURN-UDP", ["loopback"])], ROUTES,
+                       relay=(28797, 28799), workers=1)
+        text2 = text2.replace("  name: sec\n", "  name: renamed\n", 1).replace(
+            "  drain_timeout:", "  state_dir: %s\n  drain_timeout:" % d, 1)
+        second = Daemon(other, text2, workers=1)
+        second.start()
+        check(second.stop() == 0, "the instance named renamed: exit status")
+        check(daemon.stop() == 0, "exit status")
+        check("1 allocations stay in %s/sec.state" % d in daemon.stderr(), daemon.stderr())
+    finally:
+        c.close()
+        daemon.stop()
+
 if __name__ == "__main__":
     run_tests([test_lock_replaced_second_refused, test_lock_removed_recreated,
-               test_state_removed_logged, test_state_replaced_logged])
+               test_state_removed_logged, test_state_replaced_logged,
+               test_reload_renames_instance])
