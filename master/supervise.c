@@ -605,12 +605,13 @@ static void child_cb(struct ev_loop *loop, ev_child *c, int revents)
 	/* waitpid() returned: the worker can run no more instructions, so its slot may be
 	 * forced offline (it can no longer hold a snapshot pointer). */
 	shm_slot_reaped(m->shm, w->slot);
-	/* What it sent before it exited is read first: a live upgrade's connections, and a
-	 * READY (a worker that said it was ready and then died did start). */
-	ctl_read(w, INT32_MAX);
-	if (m->handing_over && w->pid == 0) {
-		handed_take(w, c->rpid);	/* logged above */
-		return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
+	/* What it sent before it exited (a live upgrade's connections) is read first. */
+	if (m->handing_over) {
+		ctl_read(w, INT32_MAX);
+		if (w->pid == 0) {
+			handed_take(w, c->rpid);	/* logged above */
+			return;	/* its last frame said IPC_HANDED_OVER: counted stopped there */
+		}
 	}
 	ctl_close(m, w);
 	w->last_status = c->rstatus;
