@@ -428,6 +428,8 @@ struct conf_load_opts {
 	conf_getenv_fn getenv;       /* NULL: getenv(3) */
 	void *getenv_ctx;
 	int64_t now;                 /* unix seconds; 0: time(NULL). For previous_secret_grace */
+	bool stream_ok;              /* the file may be a pipe or device, read blocking: for -t
+				      * only (a daemon re-reads it at every reload) */
 };
 
 /* Parses and validates a config. path may be "file://PATH". buf need not be NUL-terminated;

@@ -176,7 +176,7 @@ char *conf_read_secret_file(struct pctx *p, yaml_node_t *v, const char *path, ch
 	int rc;
 	if (fname == NULL)
 		return NULL;
-	rc = conf_read_file(fname, 64 * 1024, &buf, &len);
+	rc = conf_read_file(fname, 64 * 1024, false, &buf, &len);
 	if (rc != 0) {
 		pctx_error(p, v, path, "cannot read '%s': %s (expected a readable secret file)",
 			   fname, conf_file_strerror(rc));

@@ -12,7 +12,9 @@ int conf_check_main(const char *path, FILE *out)
 	struct conf_diags d = { 0 };
 	struct conf *c = NULL;
 	char why[512];
-	int rc = path ? conf_load_file(path, NULL, &c, &d) : conf_load_default(NULL, &c);
+	/* A pipe is fine here (cat x.yaml | turngated -t -c /dev/stdin): nothing re-reads it. */
+	struct conf_load_opts opts = { .stream_ok = true };
+	int rc = path ? conf_load_file(path, &opts, &c, &d) : conf_load_default(NULL, &c);
 	if (rc == 0)
 		rc = conf_resolve_clusters(c, NULL, NULL, &d);
 	/* In the format the file asks for (log_format), as the daemon would log it. */

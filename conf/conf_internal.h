@@ -187,9 +187,11 @@ int conf_prescan(struct pctx *p, const char *buf, size_t len);
 
 /* Helpers for files and base64 (conf_util.c). */
 /* Reads a whole file (at most max bytes, NUL-terminated). Refuses anything but a regular
- * file (-EFTYPE_CONF) and never blocks. Returns 0 or a negative errno. */
+ * file (-EFTYPE_CONF) and never blocks, unless stream_ok: then a pipe or device is read to
+ * its end, blocking (turngated -t -c /dev/stdin; never a daemon that re-reads it). Returns
+ * 0 or a negative errno. */
 #define EFTYPE_CONF 1001
-int conf_read_file(const char *path, size_t max, char **buf, size_t *len);
+int conf_read_file(const char *path, size_t max, bool stream_ok, char **buf, size_t *len);
 /* Message for a conf_read_file() error. */
 const char *conf_file_strerror(int rc);
 int conf_base64_decode(const char *in, char **out, size_t *outlen);

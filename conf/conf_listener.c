@@ -234,7 +234,7 @@ static void load_pem(struct pctx *p, const char *path, const char *what, yaml_no
 	} else if (file != NULL) {
 		int rc;
 		conf_path_key(sub, path, what);
-		rc = conf_read_file(file, 1 << 20, pem, len);
+		rc = conf_read_file(file, 1 << 20, false, pem, len);
 		if (rc != 0)
 			pctx_error(p, filen, sub,
 				   "cannot read '%s': %s (expected a readable PEM "

@@ -257,7 +257,8 @@ int conf_load_file(const char *path, const struct conf_load_opts *opts, struct c
 	*out = NULL;
 	if (strncmp(path, "file://", 7) == 0)
 		path += 7;
-	rc = conf_read_file(path, CONF_MAX_INPUT + 1, &buf, &len);
+	rc = conf_read_file(path, CONF_MAX_INPUT + 1, opts != NULL && opts->stream_ok, &buf,
+			    &len);
 	if (rc != 0) {
 		conf_diag_add(diags, CONF_DIAG_ERROR, path, 0, 0, "", "cannot read: %s",
 			      conf_file_strerror(rc));

@@ -8,7 +8,7 @@
 
 #include "conf/conf_internal.h"
 
-int conf_read_file(const char *path, size_t max, char **buf, size_t *len)
+int conf_read_file(const char *path, size_t max, bool stream_ok, char **buf, size_t *len)
 {
 	int fd;
 	int rc = 0;
@@ -27,8 +27,12 @@ int conf_read_file(const char *path, size_t max, char **buf, size_t *len)
 		rc = -errno;
 		goto out;
 	}
-	if (!S_ISREG(st.st_mode)) {
+	if (S_ISDIR(st.st_mode) || (!S_ISREG(st.st_mode) && !stream_ok)) {
 		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EFTYPE_CONF;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+		rc = -errno;
 		goto out;
 	}
 	b = malloc(cap + 1);

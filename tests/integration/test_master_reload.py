@@ -280,8 +280,9 @@ def test_reload_refuses_deep_nesting(d):
 
 def test_reload_refuses_fifo_config(d):
     """aw3 F3: a config path that is a FIFO blocked the master (SIGHUP, reload, -t) until
-    someone wrote it; it is refused at once as not a regular file, and the old config and
-    its workers serve on."""
+    someone wrote it; a reload refuses it at once as not a regular file, and the old config
+    and its workers serve on. -t reads a pipe to its end (review13: `cat x.yaml | turngated
+    -t -c /dev/stdin` is checked as before), and one without a writer at once: empty."""
     daemon, port, good = one_udp_daemon(d)
     try:
         gen, pids = daemon.admin({"cmd": "status"})["generation"], worker_pids(daemon)
@@ -290,7 +291,10 @@ def test_reload_refuses_fifo_config(d):
         st = sighup_result(daemon)
         check(st["last_reload"]["ok"] is False and
               any("not a regular file" in e for e in st["last_reload"]["errors"]), st)
-        check_t_refuses(daemon.conf, "cannot read: not a regular file", 20)
+        check_t_refuses(daemon.conf, "empty document", 20)
+        t = subprocess.run([TURNGATED, "-t", "-c", "/dev/stdin"], input=good,
+                           capture_output=True, text=True, timeout=20)
+        check(t.returncode == 0, "-t of a piped config: %r" % ((t.stdout, t.stderr),))
         refused_keeps_serving(daemon, port, gen, pids)
         unblock_fifo(daemon.conf)
         os.unlink(daemon.conf)
