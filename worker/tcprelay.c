@@ -400,11 +400,11 @@ void wk_tcpr_fini(struct worker *w)
 	w->tcensus = NULL;
 }
 
+static void wk_tcpr_resume_cb(struct ev_loop *loop, ev_timer *t, int revents);
+
 /* The descriptors peer connections may take in this worker: its limit less
  * WK_TCPR_FD_RESERVE (turn.h), judged against what the worker holds (wk_tcpr_fds_held), so
  * that it follows the load rather than a share of the table fixed at start. */
-static void wk_tcpr_resume_cb(struct ev_loop *loop, ev_timer *t, int revents);
-
 void wk_tcpr_init(struct worker *w)
 {
 	uint64_t lim = 0;
