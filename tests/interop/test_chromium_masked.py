@@ -46,8 +46,8 @@ PAGE = r"""<!doctype html>
 <body><script>
 "use strict";
 // One peer of a pair, relay-only through turngate; the test carries offer and answer.
-let pc = null, dc = null;
-const got = [], gathered = [];
+let pc = null, dc = null, opened = false;
+const got = [], gathered = [], channels = [];
 
 """ + chromium.PAGE_HELPERS + r"""
 // Sends this side's messages: the offerer once its channel is open, the answerer (cfg.remote
@@ -56,13 +56,23 @@ const got = [], gathered = [];
 // the DCEP ACK: in that window Chromium was seen to lose one message (one side had 49 of
 // 50, the daemon had relayed or counted every datagram, ICE stayed connected; about 1 run
 // in 50 under load).
+// The channel counts as open once it was seen open: at the datachannel event, at its open
+// event, or when this side's sends went through (send() throws unless readyState is
+// "open"). Not by reading readyState at the end: once in a CI run the answerer's readyState
+// read "connecting" after 30 s although it had received the offerer's messages and the
+// offerer had all its replies (a Chromium state race); `channels` lists every channel
+// event and the states seen, for a failure's message.
 function wire(ch, cfg) {
   let sent = false;
   const send = () => {
     if (sent) return;
     sent = true;
     for (let i = 0; i < cfg.count; i++) ch.send(cfg.name + "-" + i);
+    opened = true;
   };
+  channels.push({ label: ch.label, id: ch.id, state: ch.readyState });
+  if (ch.readyState === "open") opened = true;
+  ch.addEventListener("open", () => { opened = true; });
   dc = ch;
   ch.onmessage = m => { got.push(m.data); if (cfg.remote) send(); };
   if (!cfg.remote) { if (ch.readyState === "open") send(); else ch.onopen = send; }
@@ -121,7 +131,7 @@ window.peerFinish = async function (cfg) {
   try {
     await until("ICE connected", () => ["connected", "completed"].includes(pc.iceConnectionState),
                 cfg.timeoutMs);
-    await until("data channel open", () => dc && dc.readyState === "open", cfg.timeoutMs);
+    await until("data channel open", () => opened, cfg.timeoutMs);
     await until(cfg.count + " messages", () => got.length >= cfg.count, cfg.messagesMs);
     res.ok = true;
   } catch (e) {
@@ -130,6 +140,7 @@ window.peerFinish = async function (cfg) {
                 (dc ? dc.readyState : "none") + ")";
   }
   res.ice = pc.iceConnectionState;
+  res.channels = channels.concat([{ final: dc ? dc.readyState : null }]);
   res.messages = got.slice();
   res.localSdp = pc.localDescription ? pc.localDescription.sdp : "";
   res.remoteSdp = pc.remoteDescription ? pc.remoteDescription.sdp : "";
@@ -167,12 +178,13 @@ def connect(url_a, url_b, user, password, count=COUNT, timeout_ms=30000, probe=N
         if not r.get("ok"):
             got = r.get("messages") or []
             raise tgtest.Failure("browser %s: %s, missing %s (ICE %s; gathered %s; remote SDP "
-                                 "candidates %s; daemon counters %s)"
+                                 "candidates %s; daemon counters %s; channels %s)"
                                  % (side, r.get("error"),
                                     [m for m in want if m not in got][:10], r.get("ice"),
                                     json.dumps(r.get("gathered")),
                                     json.dumps(sdp_candidates(r.get("remoteSdp", ""))),
-                                    daemon_counters(daemons)))
+                                    daemon_counters(daemons),
+                                    json.dumps(r.get("channels"))))
         tgtest.check(r["messages"] == want, "browser %s: messages lost or out of order: %d, "
                      "first %r" % (side, len(r["messages"]), r["messages"][:3]))
     return ra, rb, seen

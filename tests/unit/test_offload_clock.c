@@ -3,6 +3,8 @@
  * offset 0 and a warning), the conversion both ways with its saturation, and, where the
  * process may make a time namespace (root, Linux 5.6), the offset read inside one against
  * the clock there. */
+#include "config.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
