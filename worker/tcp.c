@@ -430,10 +430,21 @@ static void wk_tconn_rcb(struct ev_loop *loop, ev_io *io, int revents)
 		wk_tconn_flush(w, c);
 }
 
+/* The first deadline of a connection: a TLS or DTLS handshake must be done within
+ * WK_HS_TIMEOUT_S, and nothing comes before limits.preauth_timeout where that is
+ * shorter (no request can be authenticated before the handshake is done). */
+static double wk_tconn_first_deadline(const struct worker *w, const struct wk_tconn *c)
+{
+	double limit = c->ssl && WK_HS_TIMEOUT_S < w->hot.preauth_timeout ? WK_HS_TIMEOUT_S
+									 : w->hot.preauth_timeout;
+
+	return c->born + limit;
+}
+
 /* One timer per connection, re-armed only when it fires: the hot path just stores times.
- * It enforces the handshake deadline, the slow-sender deadline of a partial message and
- * the idle deadline of a connection without an allocation; DTLS retransmits its
- * handshake flights from here too. */
+ * It enforces the handshake deadline, the pre-authentication deadline, the slow-sender
+ * deadline of a partial message and the idle deadline of a connection without an
+ * allocation; DTLS retransmits its handshake flights from here too. */
 static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct wk_tconn *c = t->data;
@@ -444,8 +455,11 @@ static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (!c->hs_done) {
 		struct timeval tv;
 
-		next = c->born + WK_HS_TIMEOUT_S;
-		if (now >= next) {
+		next = wk_tconn_first_deadline(w, c);
+		if (now >= next && next < c->born + WK_HS_TIMEOUT_S) {
+			why = "no authenticated request in time";
+			shm_ctr_add(w->ctr, SHM_CTR_PREAUTH_TIMEOUTS, 1);
+		} else if (now >= next) {
 			why = "handshake timeout";
 		} else if (c->dgram && DTLSv1_get_timeout(c->ssl, &tv) == 1) {
 			if (tv.tv_sec == 0 && tv.tv_usec == 0) {
@@ -487,17 +501,17 @@ static void wk_tconn_tmo_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 void wk_tconn_link(struct worker *w, struct wk_listener *l, struct wk_tconn *c)
 {
+	double first;
+
 	c->l = l;
 	c->born = c->last_msg = ev_now(w->loop);
 	c->hs_done = c->ssl == NULL;
 	wk_budget_attach(w, c);
-	/* The first deadline: the handshake's, or the pre-authentication one (earlier than
-	 * the idle one); DTLS starts with its retransmission timer. */
+	/* The first deadline (the handshake's or the pre-authentication one), or the idle one
+	 * if that is earlier; DTLS starts with its retransmission timer. */
+	first = wk_tconn_first_deadline(w, c) - c->born;
 	ev_timer_init(&c->tmo, wk_tconn_tmo_cb,
-		      c->dgram ? 0.001
-		      : c->ssl ? WK_HS_TIMEOUT_S
-			       : (w->hot.preauth_timeout < WK_IDLE_TIMEOUT_S ? w->hot.preauth_timeout
-									       : WK_IDLE_TIMEOUT_S),
+		      c->dgram ? 0.001 : c->ssl || first < WK_IDLE_TIMEOUT_S ? first : WK_IDLE_TIMEOUT_S,
 		      0.0);
 	c->tmo.data = c;
 	ev_timer_start(w->loop, &c->tmo);
@@ -698,7 +712,7 @@ static void wk_tconn_aged(struct worker *w, struct wk_tconn *c, double age)
 	c->born = now - age;
 	if (c->authed)
 		return;
-	first = c->born + w->hot.preauth_timeout - now;
+	first = wk_tconn_first_deadline(w, c) - now;
 	if (first >= ev_timer_remaining(w->loop, &c->tmo))
 		return;
 	ev_timer_stop(w->loop, &c->tmo);

@@ -4,7 +4,8 @@ An unauthenticated client from one address (or one /24) may hold only so many co
 TLS handshakes and DTLS handshakes across all workers (limits.source_* and prefix_*); when
 a budget is full its oldest unauthenticated connection is closed, so a legitimate client
 from elsewhere is served whatever the attacker holds. A connection must authenticate
-within limits.preauth_timeout; an authenticated one keeps the idle rules. A worker out of
+within limits.preauth_timeout (on TLS too when it is shorter than the handshake deadline);
+an authenticated one keeps the idle rules. A worker out of
 file descriptors backs off instead of spinning on EMFILE.
 
 Loopback sources: any 127.x.y.z address can be bound, so 127.0.N.x are distinct /24
@@ -385,6 +386,50 @@ def test_preauth_deadline(d):
         check(daemon.stop() == 0, "exit status")
 
 
+def closed_by(sock, deadline):
+    """Whether the daemon closes sock before the monotonic deadline (what it sends first,
+    TLS session tickets among them, is read and dropped)."""
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            return False
+        except OSError:  # ssl.SSLError among them: a reset or a TLS end without close_notify
+            return True
+    return False
+
+
+def test_preauth_before_handshake_deadline(d):
+    """With limits.preauth_timeout 2, under the 10 s TLS handshake deadline, a TURN-TLS
+    connection that finished its handshake and sends nothing and one that never finishes it
+    (11 bytes of a ClientHello) are both closed at the pre-authentication deadline and
+    counted in preauth_timeouts. Before, both stayed until the 10 s handshake deadline,
+    the second counted as a handshake timeout only."""
+    daemon, _, tls_port, _ = start(d, limits={"preauth_timeout": 2})
+    try:
+        st0 = counters(daemon)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        t0 = time.monotonic()
+        done = ctx.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=5))
+        half = socket.create_connection(("127.0.0.1", tls_port), timeout=5)
+        half.sendall(partial_hello())
+        deadline = t0 + DEF_PREAUTH_S - 2
+        closed = closed_by(done, deadline), closed_by(half, deadline)
+        n = counters(daemon).get("preauth_timeouts", 0) - st0.get("preauth_timeouts", 0)
+        print("preauth_timeout 2: handshake done, closed %s; handshake unfinished, closed %s "
+              "(within %d s); preauth_timeouts +%d" % (closed + (DEF_PREAUTH_S - 2, n)))
+        check(closed == (True, True), "not closed before the handshake deadline: %r"
+              % (closed,))
+        check(n >= 2, "preauth_timeouts +%d, not 2" % n)
+        done.close()
+        half.close()
+    finally:
+        check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_handshake_flood, test_idle_connections, test_emfile_no_spin,
-               test_preauth_deadline])
+               test_preauth_deadline, test_preauth_before_handshake_deadline])
