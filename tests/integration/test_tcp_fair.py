@@ -47,6 +47,7 @@ from harness_admin import (A_CONNECTION_ID, A_PEER, A_RELAYED, CONNECT, INDICATI
                            error_code, free_port, make_cert, parse, parse_xor_addr,
                            peer_socket, relay_range, run_tests, stop_master, tls_connect,
                            upgrade, wait_for, xor_addr)
+from test_tcp_relay import close_all  # noqa: E402
 
 
 def start(d, limits, nofile=None, relay=None, tls=False):
@@ -265,6 +266,18 @@ def fill(c, sinks):
     return order
 
 
+def newest_ended(port, owner, order, clients, what):
+    """Checks with a ConnectionBind of each (on new connections added to clients) that
+    owner's newest connection (order: their CONNECTION-IDs, oldest first) ended and its
+    oldest is still there."""
+    newest = StreamClient(port, creds=owner.creds())
+    oldest = StreamClient(port, creds=owner.creds())
+    clients += [newest, oldest]
+    check(newest.connection_bind(order[-1]) == 400,
+          "the attacker's newest %s ended for the victim's" % what)
+    check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+
+
 def test_restored_are_older(d):
     sinks = sinks_of(440)
     good = TcpPeer("127.0.0.1")
@@ -279,12 +292,7 @@ def test_restored_are_older(d):
         for _ in range(2):  # the second takes over what the first restored
             pid = upgrade(daemon, workers=1)
         victim_connects(port, clients, good.port, "after the upgrade, with the budget full")
-        newest = StreamClient(port, creds=atk.creds())
-        oldest = StreamClient(port, creds=atk.creds())
-        clients += [newest, oldest]
-        check(newest.connection_bind(order[-1]) == 400,
-              "the attacker's newest connection ended for the victim's")
-        check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+        newest_ended(port, atk, order, clients, "connection")
     finally:
         for c in clients:
             c.close()
@@ -355,17 +363,10 @@ def test_inbound_peers(d):
         e0 = counter(daemon, "tcp_evict_peer_connections")
         victim_connects(port, clients, good.port, "with the budget full of inbound peers")
         check(counter(daemon, "tcp_evict_peer_connections") > e0, "an eviction counted")
-        newest = StreamClient(port, creds=atk.creds())
-        oldest = StreamClient(port, creds=atk.creds())
-        clients += [newest, oldest]
-        check(newest.connection_bind(order[-1]) == 400,
-              "the attacker's newest inbound connection ended for the victim's")
-        check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+        newest_ended(port, atk, order, clients, "inbound connection")
     finally:
-        for s in [c.sock for c in clients] + peers:
-            s.close()
         good.stop = True
-        daemon.stop()
+        close_all(daemon, clients + peers)
 
 
 def bind_pairs(c, port, sinks, tls_port=None):
@@ -409,9 +410,7 @@ def test_tls_pairs_weigh_more(d):
         check(held["tls"] <= held["tcp"] - k // 2, "peer connections at the refusal with %d "
               "pairs bound over TURN-TCP %d, over TURN-TLS %d" % (k, held["tcp"], held["tls"]))
     finally:
-        for s in socks:
-            s.close()
-        daemon.stop()
+        close_all(daemon, socks)
 
 
 def test_failed_connect_evicts_nobody(d):
@@ -450,11 +449,7 @@ def test_failed_connect_evicts_nobody(d):
         check(newest.connection_bind(order[-1]) is None,
               "the attacker's newest connection is still there")
     finally:
-        for c in clients:
-            c.close()
-        for s in sinks:
-            s.close()
-        daemon.stop()
+        close_all(daemon, clients + sinks)
 
 
 
