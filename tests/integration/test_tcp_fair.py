@@ -22,29 +22,47 @@ budget evicts the attacker's oldest item rather than refusing everyone's newest"
   user's Connect ends its newest, not its oldest (restored ones were appended to the
   worker's queue newest first, so the oldest were taken as the newest).
   Relay ports 24600-24619 (no other test's: the upgrade binds them again).
+- Peers that connect in to an allocation's relay listener (ConnectionAttempt) count in the
+  same budget: refused (reset) once it is full, and the newest of them ends for another
+  user's Connect, not the oldest.
+- A pair bound over TURN-TLS weighs four descriptors (its bridge's two besides the peer's
+  and the data connection's), a plain pair two: K pairs bound over TLS leave room for
+  K fewer peer connections than K bound over TCP.
+  New daemons: relay ports 24620-24639, 24640-24659 (24600-24699: this file).
 Every wait is bounded.
 """
 import os
 import resource
+import select
 import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (A_CONNECTION_ID, A_PEER, A_RELAYED, CONNECT, REQUEST,  # noqa: E402
-                           Client, Daemon, Failure, StreamClient, TcpPeer, check, config,
-                           error_code, free_port, parse, parse_xor_addr, peer_socket,
-                           relay_range, run_tests, stop_master, upgrade, wait_for, xor_addr)
+from harness_admin import (A_CONNECTION_ID, A_PEER, A_RELAYED, CONNECT, INDICATION,  # noqa: E402
+                           REQUEST, Client, Daemon, Failure, StreamClient, TcpPeer, check, config,
+                           error_code, free_port, make_cert, parse, parse_xor_addr,
+                           peer_socket, relay_range, run_tests, stop_master, tls_connect,
+                           upgrade, wait_for, xor_addr)
+from test_tcp_relay import close_all  # noqa: E402
 
 
-def start(d, limits, nofile=None, relay=None):
+def start(d, limits, nofile=None, relay=None, tls=False):
     """A daemon of one worker with a TURN-TCP and a TURN-UDP listener on one port, both
     routed to 127.0.0.1 (TCP and UDP clusters). nofile: the descriptor limit it starts
-    under (soft; the master keeps a limit at least as large as it wants)."""
+    under (soft; the master keeps a limit at least as large as it wants). tls: also a
+    TURN-TLS listener with the same route, its port in daemon.tls_port."""
     port = free_port()
-    text = config(d, [("tcp", port, "TURN-TCP", ["tcpc"]), ("udp", port, "TURN-UDP", ["udpc"])],
-                  {"tcpc": ("TCP", ["127.0.0.1"]), "udpc": ["127.0.0.1"]}, limits=limits,
-                  workers=1, relay=relay or relay_range())
+    listeners = [("tcp", port, "TURN-TCP", ["tcpc"]), ("udp", port, "TURN-UDP", ["udpc"])]
+    if tls:
+        tls_port = free_port()
+        listeners.append(("tls", tls_port, "TURN-TLS", ["tcpc"]))
+    text = config(d, listeners, {"tcpc": ("TCP", ["127.0.0.1"]), "udpc": ["127.0.0.1"]},
+                  limits=limits, workers=1, relay=relay or relay_range())
+    if tls:
+        crt, key = make_cert(d, "turn.test")
+        text = text.replace("    port: %d\n" % tls_port, "    port: %d\n    cert_file: %s\n"
+                            "    key_file: %s\n" % (tls_port, crt, key), 1)
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     if nofile is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, old[1]))
@@ -52,6 +70,8 @@ def start(d, limits, nofile=None, relay=None):
         daemon = Daemon(d, text, workers=1).start()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, old)
+    if tls:
+        daemon.tls_port = tls_port
     return daemon, port
 
 
@@ -83,11 +103,12 @@ def answers(c, n, timeout, cids=None):
     return got
 
 
-def ended(dc, timeout):
-    """Whether data connection dc reads EOF or a reset within timeout."""
-    dc.sock.settimeout(timeout)
+def ended(sock, timeout):
+    """Whether stream sock (a data connection's, a peer's) reads EOF or a reset within
+    timeout."""
+    sock.settimeout(timeout)
     try:
-        return dc.sock.recv(1) == b""
+        return sock.recv(1) == b""
     except ConnectionResetError:
         return True
     except socket.timeout:
@@ -174,7 +195,7 @@ def test_peer_budget(d):
         clients.append(dc)
         check(dc.connection_bind(newest[1]) is None, "the attacker binds its newest")
         victim_connects(port, clients, good.port, "with the budget full")
-        check(ended(dc, 10.0), "the attacker's newest (bound) peer connection ended")
+        check(ended(dc.sock, 10.0), "the attacker's newest (bound) peer connection ended")
         check(counter(daemon, "tcp_evict_peer_connections") > 0, "the ending counted: %r"
               % (counter(daemon, "tcp_evict_peer_connections"),))
     finally:
@@ -215,10 +236,47 @@ def test_budget_follows_load(d):
         daemon.stop()
 
 
-def test_restored_are_older(d):
-    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(440)]
+def sinks_of(n):
+    """n listening sockets that complete the handshakes and accept nothing."""
+    sinks = [peer_socket(kind=socket.SOCK_STREAM) for _ in range(n)]
     for s in sinks:
-        s.listen(4)  # completes the handshakes, accepts nothing
+        s.listen(4)
+    return sinks
+
+
+def fill(c, sinks):
+    """c's allocation Connects to each of sinks, 40 at a time (under tcp_pending_connects),
+    until the worker's peer connection budget refuses one (508): the CONNECTION-IDs of
+    those that succeeded, oldest first. Checks that one was refused and over 100 made."""
+    order, codes = [], {}
+    for i in range(0, len(sinks), 40):
+        cids = {}
+        tids = [send_connect(c, "127.0.0.1", s.getsockname()[1]) for s in sinks[i:i + 40]]
+        got = answers(c, len(tids), 15.0, cids)
+        order += [cids[t] for t in tids if t in cids]
+        for code in got.values():
+            codes[code] = codes.get(code, 0) + 1
+        if 508 in codes:
+            break
+    check(codes.get(508, 0) > 0 and len(order) > 100,
+          "%s fills the budget: %r" % (c.username, codes))
+    return order
+
+
+def newest_ended(port, owner, order, clients, what):
+    """Checks with a ConnectionBind of each (on new connections added to clients) that
+    owner's newest connection (order: their CONNECTION-IDs, oldest first) ended and its
+    oldest is still there."""
+    newest = StreamClient(port, creds=owner.creds())
+    oldest = StreamClient(port, creds=owner.creds())
+    clients += [newest, oldest]
+    check(newest.connection_bind(order[-1]) == 400,
+          "the attacker's newest %s ended for the victim's" % what)
+    check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+
+
+def test_restored_are_older(d):
+    sinks = sinks_of(440)
     good = TcpPeer("127.0.0.1")
     daemon, port = start(d, {"max_allocations": 40, "tcp_connections": 1000},
                          nofile=2 * 40 + 1024, relay=(24600, 24619))
@@ -227,25 +285,11 @@ def test_restored_are_older(d):
         atk = StreamClient(port, user="mallory")
         clients.append(atk)
         atk.allocate_tcp()
-        order, codes = [], {}
-        for i in range(0, len(sinks), 40):  # under tcp_pending_connects
-            cids = {}
-            tids = [send_connect(atk, "127.0.0.1", s.getsockname()[1]) for s in sinks[i:i + 40]]
-            got = answers(atk, len(tids), 15.0, cids)
-            order += [cids[t] for t in tids if t in cids]
-            for code in got.values():
-                codes[code] = codes.get(code, 0) + 1
-        check(codes.get(508, 0) > 0 and len(order) > 100,
-              "the attacker fills the budget: %r" % (codes,))
+        order = fill(atk, sinks)
         for _ in range(2):  # the second takes over what the first restored
             pid = upgrade(daemon, workers=1)
         victim_connects(port, clients, good.port, "after the upgrade, with the budget full")
-        newest = StreamClient(port, creds=atk.creds())
-        oldest = StreamClient(port, creds=atk.creds())
-        clients += [newest, oldest]
-        check(newest.connection_bind(order[-1]) == 400,
-              "the attacker's newest connection ended for the victim's")
-        check(oldest.connection_bind(order[0]) is None, "its oldest is still there")
+        newest_ended(port, atk, order, clients, "connection")
     finally:
         for c in clients:
             c.close()
@@ -256,6 +300,114 @@ def test_restored_are_older(d):
             stop_master(daemon, pid)
         daemon.stop()
 
+
+
+def inbound(c, relayed, n, peers, order):
+    """n peers connect in to c's TCP allocation at relayed (added to peers); each is then
+    announced (a ConnectionAttempt: its CONNECTION-ID added to order) or refused (reset;
+    the daemon writes nothing to a peer not bound; the reset may come before the connect
+    returns). How many were refused. Bounded: 20 s."""
+    left, refused = {}, 0
+    for _ in range(n):
+        try:
+            s = socket.create_connection(relayed, timeout=5)
+        except ConnectionResetError:
+            refused += 1
+            continue
+        peers.append(s)
+        left[s.getsockname()] = s
+    deadline = time.monotonic() + 20
+    while left and time.monotonic() < deadline:
+        f = c.frame(0.2)
+        p = parse(f) if f else None
+        if p and p[0] == 0x000C and p[1] == INDICATION:  # ConnectionAttempt
+            if left.pop(parse_xor_addr(p[3][A_PEER][0], p[2]), None) is not None:
+                order.append(p[3][A_CONNECTION_ID][0])
+            continue
+        for s in select.select(list(left.values()), [], [], 0)[0]:
+            if ended(s, 1.0):
+                del left[s.getsockname()]
+                refused += 1
+    check(not left, "%d of %d peers neither announced nor refused" % (len(left), n))
+    return refused
+
+
+def test_inbound_peers(d):
+    """Peers that connect in to a TCP allocation's relay listener (RFC 6062
+    ConnectionAttempt) take from the same budget: an attacker's allocation admits them
+    until the budget refuses one (reset), with descriptors to spare (the worker's limit
+    is 1104, the budget 1104 - 256), and another user's Connect then ends the attacker's
+    newest inbound connection, not its oldest."""
+    good = TcpPeer("127.0.0.1")
+    daemon, port = start(d, {"max_allocations": 40, "tcp_connections": 1000},
+                         nofile=2 * 40 + 1024, relay=(24620, 24639))
+    clients, peers, order = [], [], []
+    try:
+        atk = StreamClient(port, user="mallory")
+        clients.append(atk)
+        r = atk.allocate_tcp()
+        relayed = parse_xor_addr(r[3][A_RELAYED][0], r[2])
+        check(error_code(atk.perm("127.0.0.1")[3]) is None, "CreatePermission")
+        refused = 0
+        for _ in range(12):  # at most 600 peers: a budget that did not count them takes ~1000
+            refused = inbound(atk, relayed, 50, peers, order)
+            if refused:
+                break
+        check(refused > 0 and len(order) > 100, "the budget refused inbound peers: %d "
+              "announced, %d refused" % (len(order), refused))
+        check(counter(daemon, "tcp_peer_conns") == len(order), "peer connections held: %r "
+              "of %d" % (counter(daemon, "tcp_peer_conns"), len(order)))
+        e0 = counter(daemon, "tcp_evict_peer_connections")
+        victim_connects(port, clients, good.port, "with the budget full of inbound peers")
+        check(counter(daemon, "tcp_evict_peer_connections") > e0, "an eviction counted")
+        newest_ended(port, atk, order, clients, "inbound connection")
+    finally:
+        good.stop = True
+        close_all(daemon, clients + peers)
+
+
+def bind_pairs(c, port, sinks, tls_port=None):
+    """A pair for each of sinks: c's Connect, then a data connection (over TURN-TLS to
+    tls_port, else TURN-TCP to port) bound to it. The data connections."""
+    out = []
+    for s in sinks:
+        cid = c.connect("127.0.0.1", s.getsockname()[1])
+        dc = StreamClient(port, creds=c.creds(), sock=tls_connect(tls_port) if tls_port
+                          else None)
+        out.append(dc)
+        check(dc.connection_bind(cid) is None, "ConnectionBind")
+    return out
+
+
+def test_tls_pairs_weigh_more(d):
+    """A pair bound over TURN-TLS holds four descriptors (the peer's, the TLS connection,
+    and the two ends of its bridge's socket pair), a plain pair two: with the same budget,
+    a user who binds K pairs over TURN-TLS then fills the budget with Connects has about
+    K peer connections fewer when refused than one who does the same over TURN-TCP."""
+    k = 40
+    daemon, port = start(d, {"max_allocations": 40, "tcp_connections": 1000},
+                         nofile=2 * 40 + 1024, relay=(24640, 24659), tls=True)
+    held, socks = {}, []
+    try:
+        for kind in ("tcp", "tls"):
+            sinks = sinks_of(440)
+            socks += sinks
+            c = (StreamClient(daemon.tls_port, user=kind, sock=tls_connect(daemon.tls_port))
+                 if kind == "tls" else StreamClient(port, user=kind))
+            socks.append(c.sock)
+            c.allocate_tcp()
+            dcs = bind_pairs(c, port, sinks[:k], daemon.tls_port if kind == "tls" else None)
+            socks += [dc.sock for dc in dcs]
+            fill(c, sinks[k:])
+            held[kind] = counter(daemon, "tcp_peer_conns")
+            for s in [c.sock] + [dc.sock for dc in dcs]:
+                s.close()
+            wait_for(lambda: counter(daemon, "tcp_peer_conns") == 0,
+                     "the %s user's peer connections end" % kind, timeout=20)
+        check(held["tls"] <= held["tcp"] - k // 2, "peer connections at the refusal with %d "
+              "pairs bound over TURN-TCP %d, over TURN-TLS %d" % (k, held["tcp"], held["tls"]))
+    finally:
+        close_all(daemon, socks)
 
 
 def cpu_s(pid):
@@ -331,4 +483,5 @@ def test_relay_listener_out_of_descriptors(d):
 
 if __name__ == "__main__":
     run_tests([test_pending_pool, test_peer_budget, test_budget_follows_load,
-               test_restored_are_older, test_relay_listener_out_of_descriptors])
+               test_restored_are_older, test_relay_listener_out_of_descriptors,
+               test_inbound_peers, test_tls_pairs_weigh_more])
