@@ -21,6 +21,7 @@
 #include <openssl/crypto.h>
 
 #include "common/log.h"
+#include "shm/shm_quota.h"
 #include "shm/shm_revoke.h"
 #include "stun/stun_auth.h"
 
@@ -169,12 +170,10 @@ static int wk_auth_lookup(struct worker *w, uint32_t auth_idx, const struct snap
 
 /* The existing allocation's username and stored key decide (RFC 8656 7: requests on an
  * allocation use its credentials), so a rotated secret does not break refreshes. */
-static int wk_auth_existing(struct worker *w, const struct wk_alloc *a, const struct snap_auth *au,
-			    const struct stun_msg *req, struct wk_cred *cred, enum shm_ctr *why,
-			    int *code)
+static int wk_auth_existing(struct worker *w, const struct shm_alloc *rec,
+			    const struct snap_auth *au, const struct stun_msg *req,
+			    struct wk_cred *cred, enum shm_ctr *why, int *code)
 {
-	const struct shm_alloc *rec = a->rec;
-
 	*code = 401;
 	if (rec->user_len != cred->user_len ||
 	    CRYPTO_memcmp(rec->username, cred->user, cred->user_len) != 0) {
@@ -288,8 +287,12 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 	return 0;
 }
 
+/* rec: the allocation whose stored key decides (its owner's record, or a consistent copy
+ * of another worker's: wk_bind_record), or NULL for a new allocation's credentials (the
+ * listener's). The failed-auth budgets apply to new allocations and to every foreign
+ * ConnectionBind (any TCP connection may send one, naming any user). */
 static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
-				       const struct stun_msg *req, const struct wk_alloc *a,
+				       const struct stun_msg *req, const struct shm_alloc *rec,
 				       bool foreign, struct wk_cred *cred)
 {
 	uint32_t auth_idx = ep->l->sl.auth_idx;
@@ -298,24 +301,26 @@ static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
 	struct wk_realm want;
 	uint16_t pwalg;
 	struct wk_authfail af;
+	bool budget = !rec || foreign;
 	int rc, code = 401;
 
 	memset(cred, 0, sizeof(*cred));
 	if (snap_auth_get(w->snap, auth_idx, &au) < 0)
 		return WK_AUTH_REPLIED;
-	want.s = a ? a->rec->realm : au.realm;
-	want.len = a ? a->rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, a ? NULL : &af, foreign) < 0)
+	want.s = rec ? rec->realm : au.realm;
+	want.len = rec ? rec->realm_len : au.realm_len;
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, budget ? &af : NULL, foreign) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
-	if (a)
-		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
+	if (rec)
+		rc = wk_auth_existing(w, rec, &au, req, cred, &why, &code);
 	else
 		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
-	/* A guess: credentials of a new allocation that do not verify under our nonce (an
-	 * expired REST username is no guess, its MAC was not even checked). Charged, and not
-	 * answered once a budget is over. */
-	if (rc < 0 && !a && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
+	/* A guess: credentials that do not verify under our nonce (an expired REST username
+	 * is no guess, its MAC was not even checked), or a foreign ConnectionBind's that do
+	 * not verify with the allocation's key. Charged, and not answered once a budget is
+	 * over. */
+	if (rc < 0 && budget && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
 	    wk_authfail_failed(w, ep, &af, cred->user, cred->user_len)) {
 		shm_ctr_add(w->ctr, why, 1);
 		explicit_bzero(cred->key, sizeof(cred->key));
@@ -351,13 +356,72 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 				  const struct stun_msg *req, const struct wk_alloc *a,
 				  struct wk_cred *cred)
 {
-	return wk_auth_run(w, ep, req, a, false, cred);
+	return wk_auth_run(w, ep, req, a ? a->rec : NULL, false, cred);
+}
+
+/* Whether copy (of a record read consistently) is a LIVE allocation of slot, not ending,
+ * for username user[0..len), with lengths in bounds (it is another process's record). */
+static bool wk_bind_candidate(const struct shm_alloc *copy, unsigned slot, const uint8_t *user,
+			      size_t len)
+{
+	return copy->state == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot) && copy->owner == slot &&
+	       copy->user_len == len && memcmp(copy->username, user, len) == 0 &&
+	       copy->realm_len <= SHM_ALLOC_REALM_MAX && copy->key_len <= SHM_ALLOC_KEY_MAX;
+}
+
+/* The record whose stored key the owner checks a ConnectionBind against: a LIVE allocation
+ * of slot (the CONNECTION-ID's) with the request's USERNAME, copied into *out. Of several
+ * (one user's allocations made before and after a rotation), the first whose key verifies
+ * the request, else the first. Other workers' records are read only as seqlock-validated
+ * copies (shm_alloc_read_copy; one being written counts as absent). Returns false when
+ * none matches (the listener's credentials decide then). Cost: nothing for a user with no
+ * allocation (its quota count, O(1)); else a walk of the table's state words, a username
+ * read of the slot's LIVE records, and a copy of those of that user: a ConnectionBind is
+ * once per peer connection, never per packet. */
+static bool wk_bind_record(struct worker *w, unsigned slot, const struct stun_msg *req,
+			   struct shm_alloc *out)
+{
+	const uint8_t *user;
+	size_t len;
+	uint32_t cursor = 0, idx;
+	struct shm_alloc_stat st;
+	struct shm_alloc copy;
+	bool found = false;
+
+	if (stun_msg_get_raw(req, STUN_ATTR_USERNAME, &user, &len) < 0 || len == 0 ||
+	    len > SHM_ALLOC_USER_MAX ||
+	    shm_quota_count(w->shm, shm_quota_user_key((const char *)user, len)) == 0)
+		return false;
+	while (shm_alloc_next_owned(w->shm, slot, &cursor, &idx) == 0) {
+		if (shm_alloc_read_stat(w->shm, idx, 0, &st) < 0 || st.user_len != len ||
+		    memcmp(st.username, user, len) != 0 ||
+		    shm_alloc_read_copy(w->shm, idx, &copy) < 0 ||
+		    !wk_bind_candidate(&copy, slot, user, len))
+			continue;
+		if (wk_auth_verify(req, copy.key, copy.key_len) == 0) {
+			*out = copy;
+			found = true;
+			break;
+		}
+		if (!found)
+			*out = copy;
+		found = true;
+	}
+	explicit_bzero(&copy, sizeof(copy));
+	return found;
 }
 
 enum wk_auth_result wk_auth_check_bind(struct worker *w, const struct wk_ep *ep,
-				       const struct stun_msg *req, struct wk_cred *cred)
+				       const struct stun_msg *req, unsigned slot,
+				       struct wk_cred *cred)
 {
-	return wk_auth_run(w, ep, req, NULL, true, cred);
+	struct shm_alloc rec;
+	enum wk_auth_result r;
+	bool have = wk_bind_record(w, slot, req, &rec);
+
+	r = wk_auth_run(w, ep, req, have ? &rec : NULL, true, cred);
+	explicit_bzero(&rec, sizeof(rec));
+	return r;
 }
 
 bool wk_auth_nonce_ours(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)

@@ -27,6 +27,14 @@ that worker only once it authenticates (attacker walk aw2, F3, F4, F6). Two work
   moves to), gets 400, and a Binding on it then still maps to 10.1.2.3. (Before: after the
   hand-off the connection was the proxy's address.)
 
+- Stored key: a TCP allocation makes 8 peer connections; then its REST username expires
+  (strict_expiry off, the default), or the secret is rotated by a reload, or nothing
+  changes (control); then each gets a new data connection whose ConnectionBind carries the
+  allocation's credentials. Every bind succeeds, wherever the kernel puts it: the worker
+  that does not own the allocation checks the allocation's stored key, as the owner does.
+  (Before: it checked the listener's current credentials and answered 401 to the binds
+  it received, about half of them, in the first two cases.)
+
 Legitimate binds across workers (a fresh nonce or the control connection's) are covered
 by test_tcp_relay.py, test_relay_tls and test_handoff_burst.py. Every wait is bounded.
 """
@@ -37,15 +45,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (A_CONNECTION_ID, CONNECTION_BIND, REQUEST, Daemon,  # noqa: E402
-                           StreamClient, TcpPeer, binding_request, build, check, config,
-                           daemon_pids, error_code, free_port, parse_xor_mapped,
-                           run_tests, tls_connect, wait_for)
+from harness_admin import (A_CONNECTION_ID, CONNECTION_BIND, REQUEST, SECRET,  # noqa: E402
+                           Daemon, StreamClient, TcpPeer, binding_request, build, check,
+                           config, credentials, daemon_pids, error_code, free_port,
+                           parse_xor_mapped, run_tests, tls_connect, wait_for)
 
 PREAUTH_S = 2
 SOURCE_CONNS = 64       # limits.source_connections default
 LIMITS = {"preauth_timeout": PREAUTH_S}
 RELAY = (20100, 20119)  # never bound (no allocation relays), unique in tests/
+STORED_RELAY = (20140, 20159)   # test_bind_stored_key's, unique in tests/
 
 
 def fds(pid):
@@ -194,6 +203,48 @@ def test_pingpong_deadline_kept(d):
         daemon.stop()
 
 
+def binds_after(d, what, lifetime, change):
+    """A TCP allocation of a REST user valid for lifetime s, 8 connected peer connections,
+    change(daemon, config text, username), then one data connection per CONNECTION-ID
+    with the allocation's credentials: every ConnectionBind must succeed."""
+    from test_tcp_relay import close_all
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  relay=STORED_RELAY)
+    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
+    daemon = Daemon(d, text).start()
+    ctl = StreamClient(port)
+    socks = peers + [ctl]
+    try:
+        ctl.username, ctl.password = credentials("alice", lifetime=lifetime)
+        ctl.key = ctl.key_of(ctl.password)
+        ctl.allocate_tcp()
+        cids = [ctl.connect("127.0.0.1", p.port) for p in peers]
+        change(daemon, text, ctl.username)
+        codes = []
+        for cid in cids:
+            dc = StreamClient(port, creds=ctl.creds())
+            socks.append(dc)
+            codes.append(dc.connection_bind(cid))
+        check(codes == [None] * len(cids), "%s: ConnectionBind answers %r (None: success)"
+              % (what, codes))
+    finally:
+        close_all(daemon, socks)
+
+
+def past_expiry(username):
+    """Sleeps until a second after the REST username's expiry (at most 10 s)."""
+    time.sleep(min(10.0, max(0.0, int(username.split(":")[0]) + 1.5 - time.time())))
+
+
+def test_bind_stored_key(d):
+    binds_after(d, "control", 3600, lambda daemon, text, user: None)
+    binds_after(d, "REST username expired", 4, lambda daemon, text, user: past_expiry(user))
+    binds_after(d, "secret rotated by a reload", 3600,
+                lambda daemon, text, user: daemon.reload(text.replace(SECRET, SECRET + "new",
+                                                                      1)))
+
+
 V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
@@ -232,4 +283,4 @@ def test_proxy_address_survives_handoff(d):
 if __name__ == "__main__":
     run_tests([test_tls_unauth_bind_stays, test_tls_bridge_ends_with_plain_end,
                test_pingpong_closed, test_pingpong_deadline_kept,
-               test_proxy_address_survives_handoff])
+               test_proxy_address_survives_handoff, test_bind_stored_key])
