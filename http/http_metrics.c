@@ -472,6 +472,11 @@ static void render_global(struct mctx *m)
 		{ "prefix", SHM_CTR_AUTH_THROTTLED_PREFIX },
 		{ "username", SHM_CTR_AUTH_THROTTLED_USER },
 	};
+	static const struct lc bind[] = {
+		{ "walked", SHM_CTR_BIND_WALKED },
+		{ "cached", SHM_CTR_BIND_CACHED },
+		{ "limited", SHM_CTR_BIND_LIMITED },
+	};
 	static const struct lc quota[] = {
 		{ "user", SHM_CTR_QUOTA_USER },
 		{ "total", SHM_CTR_QUOTA_TOTAL },
@@ -517,6 +522,12 @@ static void render_global(struct mctx *m)
 		 "(limits.auth_fail_prefix) or the username (limits.auth_fail_user) was over its "
 		 "failed-authentication budget.",
 		 "reason", throttled, sizeof(throttled) / sizeof(throttled[0]));
+	labelled(m, "turngate_bind_lookups_total",
+		 "RFC 6062 ConnectionBinds for another worker's CONNECTION-ID, of a user with "
+		 "an allocation, by how the allocation's record was looked for: a walk of the "
+		 "table, the worker's hint, or not at all (the walks' budget was spent; the "
+		 "listener's credentials decided).",
+		 "result", bind, sizeof(bind) / sizeof(bind[0]));
 	scalar_u(m, "turngate_revocations", "gauge",
 		 "Entries of the revocation list in force (turngatectl revoke): usernames and "
 		 "user ids whose credentials every worker refuses.",

@@ -290,6 +290,11 @@ enum shm_ctr {
 				       * limit (counted by the master, master/linger.c) */
 	SHM_CTR_WAKES_COALESCED,      /* loop iterations run while wake-up coalescing was
 				       * engaged (limits.wake_coalesce_us, worker/wake.h) */
+	SHM_CTR_BIND_WALKED,          /* foreign ConnectionBinds whose record was looked for
+				       * by a walk of the table (worker/auth.c) */
+	SHM_CTR_BIND_CACHED,          /* ... found at once, in the worker's hints */
+	SHM_CTR_BIND_LIMITED,         /* ... not looked for: the walks' bucket was empty,
+				       * the listener's credentials decided */
 	SHM_CTR__COUNT
 };
 

@@ -94,6 +94,9 @@ static const char *const ctr_names[SHM_CTR__COUNT] = {
 	[SHM_CTR_STREAMS_HANDOVER_ENDED] = "stream_handovers_ended",
 	[SHM_CTR_STREAMS_LINGER_ENDED] = "stream_linger_ended",
 	[SHM_CTR_WAKES_COALESCED] = "wakes_coalesced",
+	[SHM_CTR_BIND_WALKED] = "bind_walked",
+	[SHM_CTR_BIND_CACHED] = "bind_cached",
+	[SHM_CTR_BIND_LIMITED] = "bind_limited",
 };
 
 static const char *const lctr_names[SHM_LCTR__COUNT] = {

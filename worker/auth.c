@@ -21,7 +21,9 @@
 #include <openssl/crypto.h>
 
 #include "common/log.h"
+#include "shm/shm_quota.h"
 #include "shm/shm_revoke.h"
+#include "shm/shm_trust.h"
 #include "stun/stun_auth.h"
 
 static const uint16_t wk_pw_algs[] = { STUN_PWALG_MD5, STUN_PWALG_SHA256 };
@@ -169,12 +171,10 @@ static int wk_auth_lookup(struct worker *w, uint32_t auth_idx, const struct snap
 
 /* The existing allocation's username and stored key decide (RFC 8656 7: requests on an
  * allocation use its credentials), so a rotated secret does not break refreshes. */
-static int wk_auth_existing(struct worker *w, const struct wk_alloc *a, const struct snap_auth *au,
-			    const struct stun_msg *req, struct wk_cred *cred, enum shm_ctr *why,
-			    int *code)
+static int wk_auth_existing(struct worker *w, const struct shm_alloc *rec,
+			    const struct snap_auth *au, const struct stun_msg *req,
+			    struct wk_cred *cred, enum shm_ctr *why, int *code)
 {
-	const struct shm_alloc *rec = a->rec;
-
 	*code = 401;
 	if (rec->user_len != cred->user_len ||
 	    CRYPTO_memcmp(rec->username, cred->user, cred->user_len) != 0) {
@@ -288,8 +288,12 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 	return 0;
 }
 
+/* rec: the allocation whose stored key decides (its owner's record, or a consistent copy
+ * of another worker's: wk_bind_record), or NULL for a new allocation's credentials (the
+ * listener's). The failed-auth budgets apply to new allocations and to every foreign
+ * ConnectionBind (any TCP connection may send one, naming any user). */
 static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
-				       const struct stun_msg *req, const struct wk_alloc *a,
+				       const struct stun_msg *req, const struct shm_alloc *rec,
 				       bool foreign, struct wk_cred *cred)
 {
 	uint32_t auth_idx = ep->l->sl.auth_idx;
@@ -298,24 +302,26 @@ static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
 	struct wk_realm want;
 	uint16_t pwalg;
 	struct wk_authfail af;
+	bool budget = !rec || foreign;
 	int rc, code = 401;
 
 	memset(cred, 0, sizeof(*cred));
 	if (snap_auth_get(w->snap, auth_idx, &au) < 0)
 		return WK_AUTH_REPLIED;
-	want.s = a ? a->rec->realm : au.realm;
-	want.len = a ? a->rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, a ? NULL : &af, foreign) < 0)
+	want.s = rec ? rec->realm : au.realm;
+	want.len = rec ? rec->realm_len : au.realm_len;
+	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, budget ? &af : NULL, foreign) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
-	if (a)
-		rc = wk_auth_existing(w, a, &au, req, cred, &why, &code);
+	if (rec)
+		rc = wk_auth_existing(w, rec, &au, req, cred, &why, &code);
 	else
 		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
-	/* A guess: credentials of a new allocation that do not verify under our nonce (an
-	 * expired REST username is no guess, its MAC was not even checked). Charged, and not
-	 * answered once a budget is over. */
-	if (rc < 0 && !a && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
+	/* A guess: credentials that do not verify under our nonce (an expired REST username
+	 * is no guess, its MAC was not even checked), or a foreign ConnectionBind's that do
+	 * not verify with the allocation's key. Charged, and not answered once a budget is
+	 * over. */
+	if (rc < 0 && budget && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
 	    wk_authfail_failed(w, ep, &af, cred->user, cred->user_len)) {
 		shm_ctr_add(w->ctr, why, 1);
 		explicit_bzero(cred->key, sizeof(cred->key));
@@ -351,13 +357,181 @@ enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 				  const struct stun_msg *req, const struct wk_alloc *a,
 				  struct wk_cred *cred)
 {
-	return wk_auth_run(w, ep, req, a, false, cred);
+	return wk_auth_run(w, ep, req, a ? a->rec : NULL, false, cred);
+}
+
+/* Whether copy (of a record read consistently) is a LIVE allocation of slot, not ending,
+ * for username user[0..len), with lengths in bounds (it is another process's record). */
+static bool wk_bind_candidate(const struct shm_alloc *copy, unsigned slot, const uint8_t *user,
+			      size_t len)
+{
+	return copy->state == SHM_ALLOC_WORD(SHM_ALLOC_LIVE, slot) && copy->owner == slot &&
+	       copy->user_len == len && memcmp(copy->username, user, len) == 0 &&
+	       copy->realm_len <= SHM_ALLOC_REALM_MAX && copy->key_len <= SHM_ALLOC_KEY_MAX;
+}
+
+/* What one foreign ConnectionBind may cost. Without a hint (below) finding its record is a
+ * walk of the table's state words, each on a line (and often a page) of its own: measured
+ * (8d50fbb, 16 384 records, the default table of one relay address) 0.08 ms warm, 0.4 ms
+ * with the table out of the cache, 0.25 / 1.2 ms with every record LIVE. 64 a second, 64
+ * at once, holds a stream of binds to at most ~8 % of a core and a burst to ~80 ms, worst
+ * case; a legitimate client's binds come once per peer connection and, after the first of
+ * a user in a slot, find the hint. */
+#define WK_BIND_WALK_RATE 64u
+#define WK_BIND_WALK_BURST 64u
+#define WK_BIND_WALK_INTERVAL_NS (1000000000ull / WK_BIND_WALK_RATE)
+
+/* One token of the walks' bucket (false: none left). */
+static bool wk_bind_walk_take(struct worker *w)
+{
+	uint64_t now = mono_ns(), t = w->bind_walk_tat > now ? w->bind_walk_tat : now;
+
+	if (t + WK_BIND_WALK_INTERVAL_NS - now > WK_BIND_WALK_BURST * WK_BIND_WALK_INTERVAL_NS)
+		return false;
+	w->bind_walk_tat = t + WK_BIND_WALK_INTERVAL_NS;
+	return true;
+}
+
+/* The hint of (slot, user): a keyed hash (an attacker's usernames cannot aim at another
+ * user's entry), never 0 (empty). */
+static struct wk_bind_hint *wk_bind_hint(struct worker *w, unsigned slot, const uint8_t *user,
+					 size_t len, uint64_t *h)
+{
+	uint8_t buf[1 + SHM_ALLOC_USER_MAX];
+
+	buf[0] = (uint8_t)slot;
+	memcpy(buf + 1, user, len);
+	*h = wk_siphash24(shm_trust_hkey(w->shm), buf, 1 + len) | 1u;
+	return &w->bind_hint[(*h >> 32) & (WK_BIND_HINTS - 1)];
+}
+
+/* The record that hint names, when it still is a LIVE allocation of slot for user whose
+ * key verifies req (copied into *out); any other case is a miss. */
+static bool wk_bind_hinted(struct worker *w, const struct wk_bind_hint *e, uint64_t h,
+			   unsigned slot, const struct stun_msg *req, const uint8_t *user,
+			   size_t len, struct shm_alloc *out)
+{
+	if (e->h != h || shm_alloc_read_copy(w->shm, e->idx, out) < 0)
+		return false;
+	if (wk_bind_candidate(out, slot, user, len) &&
+	    wk_auth_verify(req, out->key, out->key_len) == 0)
+		return true;
+	explicit_bzero(out, sizeof(*out));
+	return false;
+}
+
+/* The walk: of slot's LIVE records with user, the first whose key verifies req, else the
+ * first (*idx: which). */
+static bool wk_bind_walk(struct worker *w, unsigned slot, const struct stun_msg *req,
+			 const uint8_t *user, size_t len, struct shm_alloc *out, uint32_t *at)
+{
+	uint32_t cursor = 0, idx;
+	struct shm_alloc_stat st;
+	struct shm_alloc copy;
+	bool found = false;
+
+	while (shm_alloc_next_owned(w->shm, slot, &cursor, &idx) == 0) {
+		if (shm_alloc_read_stat(w->shm, idx, 0, &st) < 0 || st.user_len != len ||
+		    memcmp(st.username, user, len) != 0 ||
+		    shm_alloc_read_copy(w->shm, idx, &copy) < 0 ||
+		    !wk_bind_candidate(&copy, slot, user, len))
+			continue;
+		if (wk_auth_verify(req, copy.key, copy.key_len) == 0) {
+			*out = copy;
+			*at = idx;
+			found = true;
+			break;
+		}
+		if (!found) {
+			*out = copy;
+			*at = idx;
+		}
+		found = true;
+	}
+	explicit_bzero(&copy, sizeof(copy));
+	return found;
+}
+
+/* The record whose stored key the owner checks a ConnectionBind against: a LIVE allocation
+ * of slot (the CONNECTION-ID's) with the request's USERNAME, copied into *out. Of several
+ * (one user's allocations made before and after a rotation), the first whose key verifies
+ * the request, else the first. Other workers' records are read only as seqlock-validated
+ * copies (shm_alloc_read_copy; one being written counts as absent). Returns false when
+ * none matches or none was looked for (the listener's credentials decide then). Cost,
+ * bounded per message whatever a connection sends: nothing for a user with no allocation
+ * (its quota count); a record copy when the hint of (slot, user) names a record that
+ * verifies; else a walk of the table (wk_bind_walk), at most WK_BIND_WALK_RATE a second
+ * per worker (beyond it none: counted in SHM_CTR_BIND_LIMITED), which leaves its find in
+ * the hint. */
+static bool wk_bind_record(struct worker *w, unsigned slot, const struct stun_msg *req,
+			   struct shm_alloc *out)
+{
+	const uint8_t *user;
+	size_t len;
+	uint64_t h;
+	uint32_t idx;
+	struct wk_bind_hint *e;
+
+	if (stun_msg_get_raw(req, STUN_ATTR_USERNAME, &user, &len) < 0 || len == 0 ||
+	    len > SHM_ALLOC_USER_MAX ||
+	    shm_quota_count(w->shm, shm_quota_user_key((const char *)user, len)) == 0)
+		return false;
+	e = wk_bind_hint(w, slot, user, len, &h);
+	if (wk_bind_hinted(w, e, h, slot, req, user, len, out)) {
+		shm_ctr_add(w->ctr, SHM_CTR_BIND_CACHED, 1);
+		return true;
+	}
+	if (!wk_bind_walk_take(w)) {
+		shm_ctr_add(w->ctr, SHM_CTR_BIND_LIMITED, 1);
+		return false;
+	}
+	shm_ctr_add(w->ctr, SHM_CTR_BIND_WALKED, 1);
+	if (!wk_bind_walk(w, slot, req, user, len, out, &idx))
+		return false;
+	e->h = h;
+	e->idx = idx;
+	return true;
+}
+
+/* A source or username over its failed-auth budget (limits.auth_fail_*, keyed with the
+ * listener's realm) is dropped before its record is looked for: the drop that
+ * wk_auth_precheck would give it after the walk, without the walk. Only a request that
+ * the precheck would get that far with (integrity, NONCE, REALM and USERNAME well formed;
+ * a foreign bind's nonce is not checked here) is refused. */
+static bool wk_bind_refused(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+{
+	char user[SHM_ALLOC_USER_MAX + 1];
+	const char *s;
+	size_t n;
+	struct snap_auth au;
+	struct wk_authfail af;
+
+	if ((!stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY) &&
+	     !stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256)) ||
+	    stun_msg_get_string(req, STUN_ATTR_NONCE, &s, &n) < 0 ||
+	    stun_msg_get_string(req, STUN_ATTR_REALM, &s, &n) < 0 ||
+	    stun_msg_copy_string(req, STUN_ATTR_USERNAME, user, sizeof(user)) < 0 ||
+	    snap_auth_get(w->snap, ep->l->sl.auth_idx, &au) < 0)
+		return false;
+	wk_authfail_keys(w, ep, au.realm, au.realm_len, user, strlen(user), &af);
+	return wk_authfail_refused(w, &af);
 }
 
 enum wk_auth_result wk_auth_check_bind(struct worker *w, const struct wk_ep *ep,
-				       const struct stun_msg *req, struct wk_cred *cred)
+				       const struct stun_msg *req, unsigned slot,
+				       struct wk_cred *cred)
 {
-	return wk_auth_run(w, ep, req, NULL, true, cred);
+	struct shm_alloc rec;
+	enum wk_auth_result r;
+	bool have;
+
+	memset(cred, 0, sizeof(*cred));
+	if (wk_bind_refused(w, ep, req))
+		return WK_AUTH_REPLIED;
+	have = wk_bind_record(w, slot, req, &rec);
+	r = wk_auth_run(w, ep, req, have ? &rec : NULL, true, cred);
+	explicit_bzero(&rec, sizeof(rec));
+	return r;
 }
 
 bool wk_auth_nonce_ours(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)

@@ -755,9 +755,10 @@ static struct wk_tpeer *wk_bind_target(struct worker *w, const struct stun_msg *
 
 /* RFC 6062 5.4: on a fresh TCP connection (no allocation on it), with credentials of the
  * user whose allocation made the connection. A CONNECTION-ID of another worker moves the
- * connection there once the request authenticates here with the listener's credentials
- * (wk_auth_check_bind): one that does not is answered here like any request and stays,
- * under this worker's budgets and deadlines. The owner authenticates it again. For its
+ * connection there once the request authenticates here with the stored key of that
+ * worker's allocation of the user (wk_auth_check_bind): one that does not is answered here
+ * like any request and stays, under this worker's budgets and deadlines. The owner
+ * authenticates it again. For its
  * own peer connection the request is verified with the allocation's key, and its nonce
  * as if it came from the control connection's address (clients reuse that nonce, coturn's
  * do; a stateless nonce is bound to an address) unless it is bound to this connection's
@@ -777,7 +778,7 @@ static void wk_connection_bind(struct worker *w, const struct wk_ep *ep, const s
 	if (usable && wk_tcpr_slot(id) != w->slot && wk_tcpr_slot(id) < wk_slot_count(w)) {
 		/* Another worker's: the connection goes there, this request with it, and the
 		 * owner answers (worker/tcp.c, the master passes it on). */
-		if (wk_auth_check_bind(w, ep, req, &cred) == WK_AUTH_OK)
+		if (wk_auth_check_bind(w, ep, req, wk_tcpr_slot(id), &cred) == WK_AUTH_OK)
 			ep->c->handoff_slot = wk_tcpr_slot(id) + 1;
 		goto out;
 	}

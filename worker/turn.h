@@ -61,14 +61,19 @@ struct wk_cred {
 enum wk_auth_result wk_auth_check(struct worker *w, const struct wk_ep *ep,
 				  const struct stun_msg *req, const struct wk_alloc *a,
 				  struct wk_cred *cred);
-/* A ConnectionBind for another worker's CONNECTION-ID, before its connection moves there:
- * req is checked as wk_auth_check does for a new allocation (the listener's credentials,
- * the same in every worker; failures charged to the same budgets), except that a nonce
- * not bound to ep's address is not refused (it may be the control connection's, which
- * only the owner can check: the owner authenticates the request again). WK_AUTH_OK, or
- * the error response was sent. */
+/* A ConnectionBind for a CONNECTION-ID of another worker (slot), before its connection
+ * moves there: req is checked as the owner checks it, with the stored key and realm of a
+ * LIVE allocation of slot with req's USERNAME (read from the shared table), so that what
+ * no longer opens a new allocation (a rotated secret, an expired REST username, a changed
+ * password or realm) still binds, as on the owner; with the listener's credentials, as
+ * wk_auth_check does for a new allocation, only when slot has no such allocation.
+ * Failures are charged to the failed-auth budgets either way (any connection may send
+ * one). A nonce not bound to ep's address is not refused (it may be the control
+ * connection's, which only the owner can check: the owner authenticates the request
+ * again). WK_AUTH_OK, or the error response was sent. */
 enum wk_auth_result wk_auth_check_bind(struct worker *w, const struct wk_ep *ep,
-				       const struct stun_msg *req, struct wk_cred *cred);
+				       const struct stun_msg *req, unsigned slot,
+				       struct wk_cred *cred);
 /* Whether req's NONCE is ours, fresh and bound to ep's address (nothing answered). */
 bool wk_auth_nonce_ours(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req);
 /* Appends MESSAGE-INTEGRITY(-SHA256) as the request used, then FINGERPRINT if asked. */

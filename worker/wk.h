@@ -43,6 +43,8 @@
 
 #define WK_MAGIC 0x574b5231u		/* struct worker, checked by wk_checked() */
 #define WK_MAX_LISTENERS SHM_MAX_LISTENERS
+/* Hints of the records of foreign ConnectionBinds (worker/auth.c): a power of two. */
+#define WK_BIND_HINTS 64u
 #define WK_BATCH 32		/* datagrams per recvmmsg/sendmmsg */
 #define WK_HEADROOM 64		/* room to prepend a Data indication header in place */
 #define WK_DGRAM_MAX (65535 + 4)	/* any UDP payload, plus padding room */
@@ -247,6 +249,15 @@ struct worker {
 	struct wk_hot hot;
 	struct wk_rl rl;		/* unauthenticated error responses (worker/unauth.c) */
 	uint64_t authfail_log_tat;	/* worker/authfail.c: its log lines' token bucket, ns */
+	/* worker/auth.c: where a foreign ConnectionBind's record was found, per (slot,
+	 * username) hash, so that one user's repeated binds cost a record copy, not a walk of
+	 * the table (an entry is only a hint, checked on use); and the token bucket of the
+	 * walks that remain (ns). */
+	struct wk_bind_hint {
+		uint64_t h;		/* hash of slot and username, 0: empty */
+		uint32_t idx;
+	} bind_hint[WK_BIND_HINTS];
+	uint64_t bind_walk_tat;
 	struct wheel wheel;
 	struct wk_listener *ls[WK_MAX_LISTENERS];
 	size_t n_ls;

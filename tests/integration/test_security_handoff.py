@@ -27,6 +27,19 @@ that worker only once it authenticates (attacker walk aw2, F3, F4, F6). Two work
   moves to), gets 400, and a Binding on it then still maps to 10.1.2.3. (Before: after the
   hand-off the connection was the proxy's address.)
 
+- Stored key: a TCP allocation makes 8 peer connections; then its REST username expires
+  (strict_expiry off, the default), or the secret is rotated by a reload, or nothing
+  changes (control); then each gets a new data connection whose ConnectionBind carries the
+  allocation's credentials. Every bind succeeds, wherever the kernel puts it: the worker
+  that does not own the allocation checks the allocation's stored key, as the owner does.
+  (Before: it checked the listener's current credentials and answered 401 to the binds
+  it received, about half of them, in the first two cases.)
+- Bounded lookups: one connection sends 2,000 ConnectionBinds naming a user with an
+  allocation, with a bad MAC, for the other worker's slot. With the failed-auth budget, past
+  it they are dropped before the record is looked for (about 10 walks of the table); with
+  none, the worker's walks stop at its bucket (64 at once, 64 a second) and the rest are
+  counted as limited. The user's own binds succeed after each. (Before: every one walked.)
+
 Legitimate binds across workers (a fresh nonce or the control connection's) are covered
 by test_tcp_relay.py, test_relay_tls and test_handoff_burst.py. Every wait is bounded.
 """
@@ -37,15 +50,21 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (A_CONNECTION_ID, CONNECTION_BIND, REQUEST, Daemon,  # noqa: E402
-                           StreamClient, TcpPeer, binding_request, build, check, config,
-                           daemon_pids, error_code, free_port, parse_xor_mapped,
-                           run_tests, tls_connect, wait_for)
+from harness_admin import (A_CONNECTION_ID, A_NONCE, A_REALM, A_USERNAME,  # noqa: E402
+                           CONNECTION_BIND, REQUEST, SECRET, Daemon, StreamClient, TcpPeer,
+                           binding_request, build, check, config, credentials, daemon_pids,
+                           error_code, free_port, parse, parse_xor_mapped, run_tests,
+                           take_frame, tls_connect, wait_for)
 
 PREAUTH_S = 2
 SOURCE_CONNS = 64       # limits.source_connections default
 LIMITS = {"preauth_timeout": PREAUTH_S}
 RELAY = (20100, 20119)  # never bound (no allocation relays), unique in tests/
+STORED_RELAY = (20140, 20159)   # test_bind_stored_key's, unique in tests/
+LOOKUP_RELAY = (20160, 20179)   # test_bind_lookups_bounded's, unique in tests/
+FLOOD = 2000            # ConnectionBinds one connection sends in test_bind_lookups_bounded
+AUTH_FAIL_PREFIX = 10   # limits.auth_fail_prefix (the default, written down)
+WALK_BURST = WALK_RATE = 64     # a worker's walks of the table for them (worker/auth.c)
 
 
 def fds(pid):
@@ -194,6 +213,166 @@ def test_pingpong_deadline_kept(d):
         daemon.stop()
 
 
+def bind_all(port, ctl, peers, what):
+    """ctl's TCP allocation connects to each peer, then one data connection per
+    CONNECTION-ID binds with ctl's credentials: every ConnectionBind must succeed. Returns
+    the data connections (to close)."""
+    cids = [ctl.connect("127.0.0.1", p.port) for p in peers]
+    dcs = [StreamClient(port, creds=ctl.creds()) for _ in cids]
+    codes = [dc.connection_bind(cid) for dc, cid in zip(dcs, cids)]
+    check(codes == [None] * len(cids), "%s: ConnectionBind answers %r (None: success)"
+          % (what, codes))
+    return dcs
+
+
+def binds_after(d, what, lifetime, change):
+    """A TCP allocation of a REST user valid for lifetime s, 8 connected peer connections,
+    change(daemon, config text, username), then one data connection per CONNECTION-ID
+    with the allocation's credentials: every ConnectionBind must succeed."""
+    from test_tcp_relay import close_all
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  relay=STORED_RELAY)
+    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
+    daemon = Daemon(d, text).start()
+    ctl = StreamClient(port)
+    socks = peers + [ctl]
+    try:
+        ctl.username, ctl.password = credentials("alice", lifetime=lifetime)
+        ctl.key = ctl.key_of(ctl.password)
+        ctl.allocate_tcp()
+        cids = [ctl.connect("127.0.0.1", p.port) for p in peers]
+        change(daemon, text, ctl.username)
+        codes = []
+        for cid in cids:
+            dc = StreamClient(port, creds=ctl.creds())
+            socks.append(dc)
+            codes.append(dc.connection_bind(cid))
+        check(codes == [None] * len(cids), "%s: ConnectionBind answers %r (None: success)"
+              % (what, codes))
+    finally:
+        close_all(daemon, socks)
+
+
+def past_expiry(username):
+    """Sleeps until a second after the REST username's expiry (at most 10 s)."""
+    time.sleep(min(10.0, max(0.0, int(username.split(":")[0]) + 1.5 - time.time())))
+
+
+def test_bind_stored_key(d):
+    binds_after(d, "control", 3600, lambda daemon, text, user: None)
+    binds_after(d, "REST username expired", 4, lambda daemon, text, user: past_expiry(user))
+    binds_after(d, "secret rotated by a reload", 3600,
+                lambda daemon, text, user: daemon.reload(text.replace(SECRET, SECRET + "new",
+                                                                      1)))
+
+
+def lookups(daemon):
+    """The workers' bind_walked, bind_cached, bind_limited and auth_throttled_prefix."""
+    c = daemon.admin({"cmd": "stats"})["counters"]
+    return [c.get(k, 0) for k in ("bind_walked", "bind_cached", "bind_limited",
+                                  "auth_throttled_prefix")]
+
+
+def flood_binds(port, user):
+    """A connection from 127.0.0.2 (budgets of its own) and the ConnectionBind it floods
+    with: naming user (who has an allocation), with a MAC that does not verify, for the
+    slot of the worker it did not reach (a probe tells which: the own slot answers 438 to a
+    nonce that is not ours, another's checks the credentials). Returns (its socket, its
+    StreamClient, the ConnectionBind)."""
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))
+    s.settimeout(5)
+    s.connect(("127.0.0.1", port))
+    sc = StreamClient(port, sock=s)
+    attrs = [(A_USERNAME, user.encode()), (A_REALM, sc.realm.encode()),
+             (A_NONCE, b"not-a-nonce-of-ours")]
+
+    def cb(slot):
+        return build(CONNECTION_BIND, REQUEST, os.urandom(12),
+                     [(A_CONNECTION_ID, struct.pack("!I", 0x5a5a5a00 | slot))] + attrs,
+                     b"\x00" * 16)
+    probe = cb(0)
+    r = sc.transact(probe, probe[8:20], timeout=10)
+    check(r is not None and error_code(r[3]) in (401, 438), "probe: %r" % (r,))
+    msg = cb(0 if error_code(r[3]) == 401 else 1)
+    return s, sc, msg
+
+
+def flood(daemon, s, sc, msg):
+    """Sends msg FLOOD times on s, reading what comes back, then a Binding and waits for
+    its answer (30 s at most). Returns (counters before, seconds taken)."""
+    import select
+    before = lookups(daemon)
+    t0 = time.monotonic()
+    for _ in range(FLOOD):
+        s.sendall(msg)
+        while select.select([s], [], [], 0)[0]:
+            data = s.recv(65536)
+            check(data, "the flooding connection was closed")
+            sc.buf += data
+            while take_frame(sc.buf)[0] is not None:
+                sc.buf = take_frame(sc.buf)[1]
+    req, tid = binding_request()
+    s.sendall(req)
+    deadline = t0 + 30
+    for _ in range(FLOOD + 8):
+        f = sc.frame(deadline - time.monotonic())
+        check(f is not None, "no Binding answer after the ConnectionBinds")
+        p = parse(f)
+        if p and p[2] == tid:
+            break
+    return before, time.monotonic() - t0
+
+
+def test_bind_lookups_bounded(d):
+    """A connection that sends ConnectionBinds in a loop for another worker's slot, naming
+    a user with an allocation, costs that worker a bounded number of walks of the table.
+    With the default failed-auth budget, its bad MACs are refused before any lookup once
+    the budget is spent (about AUTH_FAIL_PREFIX walks of FLOOD); with no budget, the
+    walks stop at the worker's bucket (each bind is looked up once: walked or limited).
+    The allocation's own binds succeed after either. (Before: every one of the FLOOD binds
+    walked the table.)"""
+    from test_tcp_relay import close_all
+    port = free_port()
+    limits = {"preauth_timeout": 120, "auth_fail_prefix": AUTH_FAIL_PREFIX}
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=limits, relay=LOOKUP_RELAY)
+    daemon = Daemon(d, text).start()
+    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
+    ctl = StreamClient(port)
+    socks = peers + [ctl]
+    try:
+        ctl.username, ctl.password = credentials("alice", lifetime=3600)
+        ctl.key = ctl.key_of(ctl.password)
+        ctl.allocate_tcp()
+        s, sc, msg = flood_binds(port, ctl.username)
+        socks.append(sc)
+        before, _ = flood(daemon, s, sc, msg)
+        after = lookups(daemon)
+        walked, _, limited, refused = [a - b for a, b in zip(after, before)]
+        check(walked <= AUTH_FAIL_PREFIX + 2 and limited == 0 and
+              refused >= FLOOD - AUTH_FAIL_PREFIX - 2,
+              "%d bad-MAC binds with a budget of %d: walked %d, limited %d, refused %d"
+              % (FLOOD, AUTH_FAIL_PREFIX, walked, limited, refused))
+        socks += bind_all(port, ctl, peers[:4], "after the budgeted flood")
+
+        daemon.reload(text.replace("  auth_fail_prefix: %d\n" % AUTH_FAIL_PREFIX,
+                                   "  auth_fail_prefix: 0\n  auth_fail_user: 0\n", 1))
+        s, sc, msg = flood_binds(port, ctl.username)
+        socks.append(sc)
+        before, took = flood(daemon, s, sc, msg)
+        after = lookups(daemon)
+        walked, cached, limited, _ = [a - b for a, b in zip(after, before)]
+        most = WALK_BURST + WALK_RATE * (int(took) + 1)
+        check(walked + limited == FLOOD and walked <= most and cached == 0,
+              "%d bad-MAC binds without a budget in %.1f s: walked %d (at most %d), cached "
+              "%d, limited %d" % (FLOOD, took, walked, most, cached, limited))
+        socks += bind_all(port, ctl, peers[4:], "after the unbudgeted flood")
+    finally:
+        close_all(daemon, socks)
+
+
 V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
@@ -232,4 +411,5 @@ def test_proxy_address_survives_handoff(d):
 if __name__ == "__main__":
     run_tests([test_tls_unauth_bind_stays, test_tls_bridge_ends_with_plain_end,
                test_pingpong_closed, test_pingpong_deadline_kept,
-               test_proxy_address_survives_handoff])
+               test_proxy_address_survives_handoff, test_bind_stored_key,
+               test_bind_lookups_bounded])
