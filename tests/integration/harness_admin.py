@@ -1538,12 +1538,13 @@ def relay_range():
     turnutils_uclient interop test; below the kernel's ephemeral ports 32768-60999, which
     any socket bound to port 0 may take while the daemon is down: 25000 test_master_traffic,
     26000 test_crash, 27000 test_restart, 29000 test_quota.py, 30300-31099
-    test_upgrade_linger's 700 lingering calls, and in 28000..28769:
+    test_upgrade_linger's 700 lingering calls, and in 28000..28799:
     28000-28049 test_fdstore_restart, 28050-28099 test_upgrade_urelays_older, 28100-28203
     test_dashboard, 28300-28399 test_sockbuf, 28400-28499 test_ports_owned's taken-over
     call, 28500-28599 test_short_circuit's respawn, 28600-28699 test_cds's restart,
     28700-28739 test_upgrade_stop_handover, 28740-28749 test_ctl's not-reached case,
     28750-28759 test_handoff_burst, 28760-28769 test_ctl's take-over of (id, gen),
+    28770-28779 test_tcp_relay's two daemons on one range,
     28780-28789 test_disconnect_crash, 28790-28799 test_state_watch), the
     interop slices (61000..64999) and the port-counting windows (65000..65419, and
     65420..65515 of test_portpool.py). Listener ports bound late come from

@@ -13,7 +13,9 @@ TURN-TLS control connection (data connections over TURN-TLS, bridged, and TURN-T
 reload that removes the peer's route (the connection is reset), kill -9 of the worker
 (connections die, the allocation is released), and the exact Connect counts and peer
 connection gauge on /metrics, a drain (Connect 403, bound connections go on), inbound
-peers (ConnectionAttempt, only with a permission), every Connect answer signed with the allocation's key,
+peers (ConnectionAttempt, only with a permission; two daemons with one relay range take
+different ports, and each peer reaches its own daemon's client), every Connect answer
+signed with the allocation's key,
 the limits.tcp_* keys (connections per allocation, connect timeout, buffer size; changed by
 a reload) with the per-allocation figures of `allocations`, and the 30 s ConnectionBind
 deadline (the one long wait). Every wait is bounded.
@@ -479,6 +481,46 @@ def test_connection_attempt(d):
         daemon.stop()
 
 
+def test_shared_relay_range(d):
+    """Two daemons (of one uid) with the same relay range, a TCP allocation each: the
+    second one's relay port is another (a port where another process listens is skipped,
+    though SO_REUSEPORT would let the bind share it and the kernel spread the peers' SYNs
+    over both daemons), and a peer connecting to each relayed address reaches that
+    allocation's client: a ConnectionAttempt there, none at the other. Relay ports
+    28770-28779, no other test's."""
+    ctls, daemons = [], []
+    try:
+        for name in ("a", "b"):
+            sub = os.path.join(d, name)
+            os.mkdir(sub)
+            port = free_port()
+            daemons.append(Daemon(sub, tcp_config(sub, port, (28770, 28779)),
+                                  workers=1).start())
+            ctl = StreamClient(port)
+            r = ctl.allocate_tcp()
+            ctl.relayed = [parse_xor_addr(v, r[2]) for v in r[3].get(A_RELAYED, [])][0]
+            pr = ctl.perm("127.0.0.1")
+            check(error_code(pr[3]) is None, "CreatePermission: %r" % (error_code(pr[3]),))
+            ctls.append(ctl)
+        check(ctls[0].relayed != ctls[1].relayed,
+              "both daemons relay on %r" % (ctls[0].relayed,))
+        for ctl, other in (ctls, ctls[::-1]):
+            p = socket.create_connection(ctl.relayed, timeout=5)
+            ind = ctl.read_msg(10)
+            check(ind[0] == 0x000C and ind[1] == INDICATION, "ConnectionAttempt: %r" % (ind,))
+            check(parse_xor_addr(ind[3][A_PEER][0], ind[2]) == p.getsockname()[:2],
+                  "a ConnectionAttempt for another peer: %r"
+                  % (parse_xor_addr(ind[3][A_PEER][0], ind[2]),))
+            stray = other.frame(0.3)
+            check(stray is None, "the other daemon's client got %r" % (stray,))
+            p.close()
+    finally:
+        for ctl in ctls:
+            ctl.close()
+        for daemon in daemons:
+            daemon.stop()
+
+
 def test_drain(d):
     """While draining, a Connect gets 403 and a bound connection goes on relaying; after
     the drain is lifted Connects work again."""
@@ -681,7 +723,8 @@ if __name__ == "__main__":
     run_tests([test_flow_ipv4, test_flow_ipv6, test_refused_peer, test_errors,
                test_connection_ids, test_connection_ids_2_workers, test_slow_peer_bounded,
                test_parallel, test_reset_propagated, test_reload_removes_route,
-               test_tls_control, test_worker_killed, test_connection_attempt, test_drain,
+               test_tls_control, test_worker_killed, test_connection_attempt,
+               test_shared_relay_range, test_drain,
                test_metrics, test_limits,
                test_two_workers,
                test_bind_deadline])

@@ -4,7 +4,10 @@
  * checks that it is the UDP socket bound to its record's family and port. A wrong one
  * (a TCP socket, a UDP socket of another port) ends its allocation there, as a refused
  * socket ended its adoption before; the right one stays, the very descriptor sent. The
- * whole upgrade through the daemon is the integration tests' (test_upgrade_relays.py). */
+ * whole upgrade through the daemon is the integration tests' (test_upgrade_relays.py).
+ * Also an RFC 6062 allocation's listening relay socket that was not handed over: bound
+ * again beside the listener an older process may still hold on its port, while a new
+ * allocation skips a port where another socket listens (worker/table.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -28,6 +31,7 @@
 #include "shm/shm_alloc.h"
 #include "tests/unit/worker_fix.h"
 #include "worker/lifecycle.h"
+#include "worker/portpool.h"
 #include "worker/relay.h"
 #include "worker/table.h"
 #include "worker/wk.h"
@@ -182,6 +186,69 @@ static void test_failed_receive_checks(void **state)
 	check_refused(f);
 }
 
+/* A TCP socket listening on 127.0.0.1, an ephemeral port (*port), as a relay listener is
+ * bound (SO_REUSEADDR, SO_REUSEPORT): another process's, or an older one of ours. */
+static int tcp_listener(uint16_t *port)
+{
+	struct sockaddr_in a = worker_fix_sin4(INADDR_LOOPBACK, 0);
+	socklen_t al = sizeof(a);
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+	assert_int_equal(listen(fd, 1), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* With another socket listening on the only port of the range, a new TCP allocation gets
+ * no port (508; SO_REUSEPORT would have let it share the port and its peers' SYNs), while
+ * the record that the port is announced for binds it again (an adoption: park.c, when its
+ * listening socket did not come with its connection, beside the predecessor's). */
+static void test_tcp_relay_rebind_beside(void **state)
+{
+	struct shm *shm;
+	struct worker_heritage h;
+	struct worker *w;
+	struct wk_listener l;
+	struct shm_alloc *rec;
+	struct wk_alloc *a;
+	struct sockaddr_in got;
+	socklen_t gl = sizeof(got);
+	uint16_t port;
+	uint32_t idx;
+	int other;
+
+	(void)state;
+	memset(&l, 0, sizeof(l));
+	worker_fix_create("test-relayho-tcp", 1, &shm, &h, &w);
+	worker_fix_adopter(w, &l);
+	other = tcp_listener(&port);
+	assert_int_equal(portpool_init(&l.pool, port, port, 0, 1), 0);
+	worker_fix_rec(shm, &l, 40000, port, mono_ns() + 600000000000ull, &idx, &rec);
+	worker_fix_rec_publish(shm, &l, idx, rec);
+	assert_int_equal(wk_alloc_attach(w, &l, idx, rec, &a), 0);
+	a->tcp = true;
+
+	assert_int_equal(wk_alloc_bind_relay(w, a, AF_INET, 0, false, NULL), -EADDRNOTAVAIL);
+	assert_true(a->relay[0].fd < 0);
+	assert_int_equal(worker_fix_ctr(shm, 0, SHM_CTR_ERR_RELAY_BIND), 1);
+
+	assert_int_equal(wk_alloc_rebind_relay(w, a, &rec->relay, -1), 0);
+	assert_true(a->relay[0].fd >= 0);
+	assert_int_equal(getsockname(a->relay[0].fd, (struct sockaddr *)&got, &gl), 0);
+	assert_int_equal(ntohs(got.sin_port), port);
+
+	wk_alloc_forget(w, a);
+	wk_tables_free(w);
+	close(other);
+	close(l.fd);
+	worker_fix_destroy(shm, 1, &w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -189,6 +256,7 @@ int main(void)
 						fix_teardown),
 		cmocka_unit_test_setup_teardown(test_failed_receive_checks, fix_setup,
 						fix_teardown),
+		cmocka_unit_test(test_tcp_relay_rebind_beside),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
