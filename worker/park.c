@@ -253,8 +253,8 @@ int wk_park_adopt(struct worker *w, uint32_t idx, struct shm_alloc *rec)
 	if (rc == 0) {
 		/* The relay sockets handed over with the connection (an RFC 6062
 		 * allocation's listening one, or its UDP ones); one that was not is bound
-		 * again (a listening one beside its peer connections: SO_REUSEADDR,
-		 * SO_REUSEPORT). */
+		 * again (a listening one beside its peer connections: SO_REUSEADDR; never
+		 * beside another listening socket, wk_relay_tcp_bind). */
 		a->tcp = tcp;
 		fd0 = wk_park_take(w, idx, tcp ? PARK_TRELAY : PARK_URELAY, 0);
 		fd1 = tcp ? -1 : wk_park_take(w, idx, PARK_URELAY, 1);

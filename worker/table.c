@@ -363,50 +363,26 @@ static void wk_relay_watch(struct worker *w, struct wk_relay *r,
 	ev_io_start(w->loop, &r->io);
 }
 
-/* -EADDRINUSE when another socket listens on sa's TCP port (overlapping sa), else 0 or
- * another negative errno. The relay listener below joins its port with SO_REUSEPORT,
- * which lets a process of the same uid (another turngated whose relay range overlaps
- * ours) listen there too without an error, and the kernel would spread the peers' SYNs
- * over both. A socket bound with SO_REUSEADDR alone fails exactly when a socket listens
- * there: TIME_WAIT ones and the connected ones of an earlier allocation (bound with
- * SO_REUSEADDR) do not stop it. For a new allocation's port only: an adoption (adopt.c,
- * park.c) binds its port again while an older process of ours may still listen there. A
- * process that binds between the probe and the bind below still shares the port. */
-static int wk_relay_tcp_probe(const struct sockaddr *sa)
-{
-	int one = 1, rc = 0, fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	if (sa->sa_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, sa, wk_addr_len(sa)) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
 /* The relayed address of a TCP allocation (RFC 6062): a TCP socket listening on the
  * relayed address and port for peers (ConnectionAttempt, worker/tcprelay.c); Connects bind
- * their sockets to the same address and port (SO_REUSEADDR and SO_REUSEPORT on all of
- * them, so the listening one and the connecting ones share the port). fresh: a new
- * allocation's port, refused (-EADDRINUSE) where another socket listens
- * (wk_relay_tcp_probe). */
+ * their sockets to the same address and port (wk_tpeer_socket). The port is the
+ * allocation's alone: the listening socket is bound without SO_REUSEPORT, so a port that
+ * another program's listening socket holds (another turngated's TCP allocation, any
+ * SO_REUSEPORT group) fails the bind with EADDRINUSE and the pool moves on, and a
+ * turngated's TCP allocation never binds it later; with SO_REUSEPORT both were bound and
+ * the kernel shared the peers' connections between them. (A SO_REUSEPORT socket of the
+ * same user cannot bind it either until a Connect of the allocation has bound beside it:
+ * from then on the kernel's bind bucket lets such a bind through unchecked.) SO_REUSEADDR
+ * lets it bind beside the peer connections that hold the port already (a restart's or a
+ * live upgrade's, TIME_WAIT ones). */
 static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 			     const struct sockaddr_storage *bind_to,
-			     const struct sockaddr_storage *ann, int family, uint16_t port,
-			     bool fresh)
+			     const struct sockaddr_storage *ann, int family, uint16_t port)
 {
 	const struct sockaddr *sa = (const struct sockaddr *)bind_to;
-	int one = 1, rc = fresh ? wk_relay_tcp_probe(sa) : 0;
+	int one = 1;
 
-	if (rc < 0) {
-		close(fd);
-		return rc;
-	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	if (bind(fd, sa, wk_addr_len(sa)) < 0) {
 		int err = -errno;
 
@@ -429,10 +405,8 @@ static int wk_relay_tcp_bind(struct worker *w, struct wk_relay *r, int fd,
 	return 0;
 }
 
-/* Relay r of a bound to port of family and watched. fresh: a new allocation's port (a TCP
- * one is probed, wk_relay_tcp_bind), else an adopted allocation's port bound again. */
 static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay *r, int family,
-			   uint16_t port, bool fresh)
+			   uint16_t port)
 {
 	struct wk_listener *l = a->l;
 	struct sockaddr_storage bind_to;
@@ -456,7 +430,7 @@ static int wk_relay_socket(struct worker *w, struct wk_alloc *a, struct wk_relay
 	if (family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	if (a->tcp)
-		return wk_relay_tcp_bind(w, r, fd, &bind_to, ann, family, port, fresh);
+		return wk_relay_tcp_bind(w, r, fd, &bind_to, ann, family, port);
 	/* An adoption defers what relaying does not need to the idle watcher (adopt.c) */
 	r->untuned = w->adopting && !a->dont_fragment;
 	r->df_fast = !a->dont_fragment && !r->untuned && wk_df_fast(fd, family);
@@ -565,7 +539,7 @@ int wk_alloc_rebind_relay(struct worker *w, struct wk_alloc *a, const struct shm
 	if (rc < 0)
 		return rc == -ENOSPC ? -EADDRINUSE : rc;
 	rc = fd >= 0 ? wk_relay_take(w, a, r, fd, family, relay->port)
-		     : wk_relay_socket(w, a, r, family, relay->port, false);
+		     : wk_relay_socket(w, a, r, family, relay->port);
 	/* The pool let us have the port, the kernel did not: a socket still holds it (a
 	 * killed predecessor's that the kernel is still releasing, or another program's),
 	 * unlike a port the pool gives to another allocation. The record keeps its booking
@@ -608,7 +582,7 @@ static int wk_pool_bind(void *ctx, uint16_t port)
 {
 	struct wk_pool_bind *b = ctx;
 
-	return wk_relay_socket(b->w, b->a, b->r, b->family, port, true);
+	return wk_relay_socket(b->w, b->a, b->r, b->family, port);
 }
 
 int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int port_hint, bool even,
@@ -627,7 +601,7 @@ int wk_alloc_bind_relay(struct worker *w, struct wk_alloc *a, int family, int po
 		return -EAFNOSUPPORT;
 	tag = wk_pool_tag(l, family);
 	if (port_hint > 0) {
-		rc = wk_relay_socket(w, a, r, family, (uint16_t)port_hint, true);
+		rc = wk_relay_socket(w, a, r, family, (uint16_t)port_hint);
 		if (rc == 0)
 			r->pool_tag = tag;
 		return rc;

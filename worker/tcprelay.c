@@ -282,6 +282,20 @@ static int wk_tpeer_new_id(struct worker *w, uint32_t *id)
 
 static int wk_tcpr_make_room(struct worker *w, struct wk_alloc *a);
 
+/* fd bound to src, the relayed address and port, beside the allocation's listening socket
+ * lfd. Linux lets a socket bind beside a listening one only when both set SO_REUSEPORT;
+ * the listening one sets it for this bind alone (wk_relay_tcp_bind: a turngated's
+ * listening socket, which sets none, never binds a port held so). */
+static int wk_tpeer_bind(int lfd, int fd, const struct sockaddr *src, socklen_t sl)
+{
+	int one = 1, zero = 0, rc;
+
+	(void)setsockopt(lfd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	rc = bind(fd, src, sl);
+	(void)setsockopt(lfd, SOL_SOCKET, SO_REUSEPORT, &zero, sizeof(zero));
+	return rc;
+}
+
 /* The connecting socket, not connected yet: bound to the allocation's relayed address and
  * port (the source the peer sees, RFC 6062 5.2), its buffers sized before the SYN (which
  * fixes the window scale). Out of descriptors (EMFILE, ENFILE), the user holding the most
@@ -305,7 +319,7 @@ static int wk_tpeer_socket(struct worker *w, struct wk_alloc *a, const struct so
 	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	wk_sock_nodelay(fd);
 	wk_pipe_sockbuf(fd, w->hot.tcp_buf);
-	if (bind(fd, (struct sockaddr *)&src, sl) < 0) {
+	if (wk_tpeer_bind(a->relay[0].fd, fd, (struct sockaddr *)&src, sl) < 0) {
 		close(fd);
 		return -1;
 	}

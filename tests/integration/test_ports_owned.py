@@ -2,17 +2,22 @@
 """Ports are owned: turngated never joins a SO_REUSEPORT group it did not create (a python
 socket, coturn's turnserver, a second turngated), at start and at reload, and names the
 other holder; a start that fails removes the state file it created, never one it took over;
-a state directory that is not on a tmpfs is a warning."""
+a state directory that is not on a tmpfs is a warning. An RFC 6062 allocation's relay port is
+owned too (relay ports 24620-24629, no other test's)."""
+import errno
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness_admin import (Client, Daemon, check, config, free_port,  # noqa: E402
-                           relay_range, run_tests, start_fails, wait_for)
+from harness_admin import (A_PEER, A_RELAYED, Client, Daemon, Failure,  # noqa: E402
+                           StreamClient, TcpPeer, check, config, error_code, free_port,
+                           parse, parse_xor_addr, relay_range, run_tests, start_fails,
+                           wait_for)
 
 ROUTES = {"lo": ["127.0.0.0/8"]}
 
@@ -259,10 +264,94 @@ def test_restart_after_kill_without_state_file(d):
         again.stop()
 
 
+TCP_RELAY = (24620, 24629)
+
+
+def tcp_relay_daemon(d):
+    """A daemon of one worker in directory d (made here): TURN-TCP routed to a TCP cluster
+    on loopback, relaying from TCP_RELAY. The daemon, an RFC 6062 control connection with a
+    permission for 127.0.0.1, and its allocation's relayed address."""
+    os.mkdir(d)
+    port = free_port()
+    text = config(d, [("tcp", port, "TURN-TCP", ["lotcp"])], {"lotcp": ("TCP", ["127.0.0.1"])},
+                  workers=1, relay=TCP_RELAY)
+    daemon = Daemon(d, text, workers=1).start()
+    c = StreamClient(port)
+    r = c.allocate_tcp()
+    check(error_code(c.perm("127.0.0.1")[3]) is None, "CreatePermission")
+    return daemon, c, parse_xor_addr(r[3][A_RELAYED][0], r[2])
+
+
+def announced(c, n, timeout):
+    """The XOR-PEER-ADDRESS of each of up to n ConnectionAttempts read within timeout."""
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        f = c.frame(max(0.01, deadline - time.monotonic()))
+        if f is None:
+            break
+        p = parse(f)
+        if p and p[0] == 0x000C:
+            got.append(parse_xor_addr(p[3][A_PEER][0], p[2]))
+    return got
+
+
+def test_tcp_relay_port_owned(d):
+    """An RFC 6062 allocation's relay port is its own (worker/table.c wk_relay_tcp_bind).
+    Its listening socket set SO_REUSEPORT, so a port that another program's SO_REUSEPORT
+    listener held was bound anyway, and so was the same port by a second turngated's TCP
+    allocation: the kernel then shared the peers' connections between the two, and a
+    client missed the ConnectionAttempts of the peers the other one took (test_tcp_fair's
+    test_relay_listener_out_of_descriptors failed so in full suite runs, beside other
+    tests' daemons on the shared relay windows). Now a port held so is passed over; a
+    SO_REUSEPORT listener cannot join the relayed port later; a Connect still comes from
+    it; a second turngated on the same range (after that Connect) takes another port, and
+    every peer of the first one's relayed address reaches its client."""
+    holders = [reuseport_socket(socket.SOCK_STREAM, p) for p in range(*TCP_RELAY)]
+    one = two = None
+    socks = []
+    try:
+        one, c1, relayed = tcp_relay_daemon(os.path.join(d, "one"))
+        socks.append(c1.sock)
+        check(relayed[1] == TCP_RELAY[1], "the TCP allocation took port %d, held by a "
+              "SO_REUSEPORT socket of another program (only %d was free)"
+              % (relayed[1], TCP_RELAY[1]))
+        for h in holders:
+            h.close()
+        holders = []
+        try:
+            reuseport_socket(socket.SOCK_STREAM, relayed[1]).close()
+            raise Failure("a SO_REUSEPORT listener joined the relayed port %d" % relayed[1])
+        except OSError as e:
+            check(e.errno == errno.EADDRINUSE, "the late joiner: %r" % e)
+        peer = TcpPeer("127.0.0.1")
+        try:
+            check(len(c1.connect("127.0.0.1", peer.port)) == 4, "Connect")
+            wait_for(lambda: peer.sources, "the Connect's peer connection")
+            check(peer.sources[0][1] == relayed[1], "the Connect came from %r, not from "
+                  "the relayed port" % (peer.sources[0],))
+        finally:
+            peer.close()
+        two, c2, relayed2 = tcp_relay_daemon(os.path.join(d, "two"))
+        socks.append(c2.sock)
+        check(relayed2 != relayed, "a second turngated's TCP allocation shares %r" % (relayed,))
+        peers = [socket.create_connection(relayed, timeout=5) for _ in range(8)]
+        socks += peers
+        want = sorted(p.getsockname() for p in peers)
+        got = sorted(announced(c1, len(peers), 10))
+        check(got == want, "ConnectionAttempts for %r, peers %r" % (got, want))
+        check(announced(c2, 1, 0.5) == [], "the second turngated announced a peer of the first")
+    finally:
+        for s in holders + socks:
+            s.close()
+        for daemon in (one, two):
+            if daemon:
+                check(daemon.stop() == 0, "exit status")
+
+
 if __name__ == "__main__":
     run_tests([test_python_udp_reuseport_refused, test_python_tcp_reuseport_refused,
                test_python_udp_reuseaddr_refused, test_coturn_refused,
                test_second_turngated_refused, test_reload_onto_held_port_refused,
                test_doctor_names_late_joiner,
                test_state_dir_not_tmpfs_warns, test_failed_start_keeps_taken_over_state,
-               test_restart_after_kill_without_state_file])
+               test_restart_after_kill_without_state_file, test_tcp_relay_port_owned])

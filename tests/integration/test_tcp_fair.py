@@ -444,7 +444,9 @@ def test_relay_listener_out_of_descriptors(d):
     spun at full CPU for as long as the peer waited. It now pauses with the client
     listeners (counted in accept_backoff) and serves the peers once descriptors are back.
     (A peer accepted through a descriptor the worker closed after its limit was set is
-    followed by another, the limit set again: bounded.)"""
+    followed by another, the limit set again: bounded.) Each peer is announced by its
+    address: in full suite runs another test's daemon on the same relay window shared the
+    relayed port and took some (test_ports_owned.py test_tcp_relay_port_owned)."""
     daemon, port = start(d, None)
     ctl, peers = None, []
     try:
@@ -471,10 +473,14 @@ def test_relay_listener_out_of_descriptors(d):
                   % (100 * cpu))
         finally:
             resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
-        for p in peers:
-            ind = ctl.read_msg(10)
-            check(ind[0] == 0x000C, "a ConnectionAttempt for each of %d peers once "
-                  "descriptors were back: %r" % (len(peers), ind))
+        want, got = sorted(p.getsockname() for p in peers), []
+        for _ in peers:
+            f = ctl.frame(10)
+            ind = f and parse(f)
+            check(ind and ind[0] == 0x000C, "a ConnectionAttempt for each of the peers %r "
+                  "once descriptors were back; announced %r, then %r" % (want, got, ind))
+            got.append(parse_xor_addr(ind[3][A_PEER][0], ind[2]))
+        check(sorted(got) == want, "ConnectionAttempts for %r, peers %r" % (got, want))
     finally:
         for s in peers + [ctl and ctl.sock]:
             if s:
