@@ -414,15 +414,17 @@ static bool wk_bind_walk_take(struct worker *w)
 }
 
 /* The hint of (slot, user): a keyed hash (an attacker's usernames cannot aim at another
- * user's entry), never 0 (empty). */
+ * user's entry), never 0 (empty). Its input starts with a tag byte of its own ('H'), as
+ * the failed-auth keys' do ('P', 'U': worker/authfail.c), which share the key. */
 static struct wk_bind_hint *wk_bind_hint(struct worker *w, unsigned slot, const uint8_t *user,
 					 size_t len, uint64_t *h)
 {
-	uint8_t buf[1 + SHM_ALLOC_USER_MAX];
+	uint8_t buf[2 + SHM_ALLOC_USER_MAX];
 
-	buf[0] = (uint8_t)slot;
-	memcpy(buf + 1, user, len);
-	*h = wk_siphash24(shm_trust_hkey(w->shm), buf, 1 + len) | 1u;
+	buf[0] = 'H';
+	buf[1] = (uint8_t)slot;
+	memcpy(buf + 2, user, len);
+	*h = wk_siphash24(shm_trust_hkey(w->shm), buf, 2 + len) | 1u;
 	return &w->bind_hint[(*h >> 32) & (WK_BIND_HINTS - 1)];
 }
 
