@@ -241,16 +241,30 @@ static int wk_auth_nonce(struct worker *w, const struct wk_ep *ep, const struct 
 	return -1;
 }
 
+/* A foreign ConnectionBind (wk_auth_check_bind) that got as far as its record lookup and
+ * does not authenticate, whatever the reason (no record and an expired REST username, a
+ * wrong REALM, a bad PASSWORD-ALGORITHM, a bad MAC, a revoked user): charged to the
+ * failed-auth budgets (af), so that the lookups one source causes are bounded by its budget
+ * and its answers do not tell whether the user has an allocation there. True when the
+ * answer is to be dropped (a budget is over). */
+static bool wk_bind_charged(struct worker *w, const struct wk_ep *ep, const struct wk_authfail *af,
+			    bool foreign, const struct wk_cred *cred)
+{
+	return foreign && wk_authfail_failed(w, ep, af, cred->user, cred->user_len);
+}
+
 /* Steps that need no credential: integrity present, USERNAME/REALM/NONCE well formed,
  * nonce ours and fresh, realm right, PASSWORD-ALGORITHM(S) consistent. Returns 0 with
  * cred->user and *pwalg set, or -1 after answering (or dropping). With af (a new
- * allocation's credentials), a source or username over its failed-auth budget is dropped
- * once the nonce is known to be ours, before the credentials' HMAC (worker/authfail.h):
- * every request charged or refused there carries our nonce, an HMAC over its source
- * address, so a spoofed UDP source never reaches the failure table. */
+ * allocation's credentials, a foreign ConnectionBind), a source or username over its
+ * failed-auth budget (keyed with realm kr: the listener's) is dropped once the nonce is
+ * known to be ours, before the credentials' HMAC (worker/authfail.h): every request
+ * charged or refused there carries our nonce, an HMAC over its source address, so a
+ * spoofed UDP source never reaches the failure table. */
 static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req,
-			    const struct wk_realm *want, struct wk_cred *cred, uint16_t *pwalg,
-			    struct wk_authfail *af, bool foreign)
+			    const struct wk_realm *want, const struct wk_realm *kr,
+			    struct wk_cred *cred, uint16_t *pwalg, struct wk_authfail *af,
+			    bool foreign)
 {
 	const char *nonce, *realm;
 	size_t nonce_len, realm_len;
@@ -272,17 +286,19 @@ static int wk_auth_precheck(struct worker *w, const struct wk_ep *ep, const stru
 	if (wk_auth_nonce(w, ep, req, want, nonce, nonce_len, foreign, &features) < 0)
 		return -1;
 	if (af) {
-		wk_authfail_keys(w, ep, want->s, want->len, cred->user, cred->user_len, af);
+		wk_authfail_keys(w, ep, kr->s, kr->len, cred->user, cred->user_len, af);
 		if (wk_authfail_refused(w, af))
 			return -1;
 	}
 	if (realm_len != want->len || memcmp(realm, want->s, realm_len) != 0) {
 		shm_ctr_add(w->ctr, SHM_CTR_AUTH_FAIL_WRONG_REALM, 1);
-		wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
+		if (!wk_bind_charged(w, ep, af, foreign, cred))
+			wk_auth_challenge(w, ep, req, want->s, want->len, 401, NULL);
 		return -1;
 	}
 	if (wk_auth_pw_alg(req, features, pwalg) < 0) {
-		wk_auth_error(w, ep, req, 400);
+		if (!wk_bind_charged(w, ep, af, foreign, cred))
+			wk_auth_error(w, ep, req, 400);
 		return -1;
 	}
 	return 0;
@@ -299,7 +315,7 @@ static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
 	uint32_t auth_idx = ep->l->sl.auth_idx;
 	enum shm_ctr why = SHM_CTR_AUTH_FAIL_MISSING;
 	struct snap_auth au;
-	struct wk_realm want;
+	struct wk_realm want, kr;
 	uint16_t pwalg;
 	struct wk_authfail af;
 	bool budget = !rec || foreign;
@@ -310,7 +326,12 @@ static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
 		return WK_AUTH_REPLIED;
 	want.s = rec ? rec->realm : au.realm;
 	want.len = rec ? rec->realm_len : au.realm_len;
-	if (wk_auth_precheck(w, ep, req, &want, cred, &pwalg, budget ? &af : NULL, foreign) < 0)
+	/* The budgets' keys: the listener's realm, also for a foreign bind checked against an
+	 * allocation made under another (wk_bind_gate keys them so before the lookup). */
+	kr.s = au.realm;
+	kr.len = au.realm_len;
+	if (wk_auth_precheck(w, ep, req, &want, &kr, cred, &pwalg, budget ? &af : NULL,
+			     foreign) < 0)
 		return WK_AUTH_REPLIED;
 	cred->key_alg = pwalg == STUN_PWALG_SHA256 ? SHM_KEY_SHA256 : SHM_KEY_MD5;
 	if (rec)
@@ -318,10 +339,9 @@ static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
 	else
 		rc = wk_auth_lookup(w, auth_idx, &au, req, pwalg, cred, &why);
 	/* A guess: credentials that do not verify under our nonce (an expired REST username
-	 * is no guess, its MAC was not even checked), or a foreign ConnectionBind's that do
-	 * not verify with the allocation's key. Charged, and not answered once a budget is
-	 * over. */
-	if (rc < 0 && budget && why != SHM_CTR_AUTH_FAIL_EXPIRED &&
+	 * is no guess, its MAC was not even checked), or any failure of a foreign
+	 * ConnectionBind (wk_bind_charged). Charged, and not answered once a budget is over. */
+	if (rc < 0 && budget && (foreign || why != SHM_CTR_AUTH_FAIL_EXPIRED) &&
 	    wk_authfail_failed(w, ep, &af, cred->user, cred->user_len)) {
 		shm_ctr_add(w->ctr, why, 1);
 		explicit_bzero(cred->key, sizeof(cred->key));
@@ -344,7 +364,8 @@ static enum wk_auth_result wk_auth_run(struct worker *w, const struct wk_ep *ep,
 		explicit_bzero(cred->key, sizeof(cred->key));
 		log_debug("auth", "credential of revoked user %.*s refused", (int)cred->user_len,
 			  cred->user);
-		wk_auth_error(w, ep, req, 403);
+		if (!wk_bind_charged(w, ep, &af, foreign, cred))
+			wk_auth_error(w, ep, req, 403);
 		return WK_AUTH_REPLIED;
 	}
 	cred->sha256 = stun_msg_has(req, STUN_ATTR_MESSAGE_INTEGRITY_SHA256);
@@ -393,15 +414,17 @@ static bool wk_bind_walk_take(struct worker *w)
 }
 
 /* The hint of (slot, user): a keyed hash (an attacker's usernames cannot aim at another
- * user's entry), never 0 (empty). */
+ * user's entry), never 0 (empty). Its input starts with a tag byte of its own ('H'), as
+ * the failed-auth keys' do ('P', 'U': worker/authfail.c), which share the key. */
 static struct wk_bind_hint *wk_bind_hint(struct worker *w, unsigned slot, const uint8_t *user,
 					 size_t len, uint64_t *h)
 {
-	uint8_t buf[1 + SHM_ALLOC_USER_MAX];
+	uint8_t buf[2 + SHM_ALLOC_USER_MAX];
 
-	buf[0] = (uint8_t)slot;
-	memcpy(buf + 1, user, len);
-	*h = wk_siphash24(shm_trust_hkey(w->shm), buf, 1 + len) | 1u;
+	buf[0] = 'H';
+	buf[1] = (uint8_t)slot;
+	memcpy(buf + 2, user, len);
+	*h = wk_siphash24(shm_trust_hkey(w->shm), buf, 2 + len) | 1u;
 	return &w->bind_hint[(*h >> 32) & (WK_BIND_HINTS - 1)];
 }
 
@@ -493,12 +516,14 @@ static bool wk_bind_record(struct worker *w, unsigned slot, const struct stun_ms
 	return true;
 }
 
-/* A source or username over its failed-auth budget (limits.auth_fail_*, keyed with the
- * listener's realm) is dropped before its record is looked for: the drop that
- * wk_auth_precheck would give it after the walk, without the walk. Only a request that
- * the precheck would get that far with (integrity, NONCE, REALM and USERNAME well formed;
- * a foreign bind's nonce is not checked here) is refused. */
-static bool wk_bind_refused(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
+/* Before a foreign ConnectionBind's record is looked for: -1 when it is dropped, its
+ * source or username over its failed-auth budget (limits.auth_fail_*, keyed with the
+ * listener's realm, as wk_auth_run charges it): the drop that wk_auth_precheck would give
+ * it after the lookup, without the lookup; 0 when it is not well formed (no integrity,
+ * NONCE, REALM or USERNAME malformed or missing: the precheck answers it, uncharged, and
+ * nothing is looked up); 1 when its record is to be looked for (and any failure after that
+ * is charged: wk_bind_charged). A foreign bind's nonce is not checked here. */
+static int wk_bind_gate(struct worker *w, const struct wk_ep *ep, const struct stun_msg *req)
 {
 	char user[SHM_ALLOC_USER_MAX + 1];
 	const char *s;
@@ -512,9 +537,9 @@ static bool wk_bind_refused(struct worker *w, const struct wk_ep *ep, const stru
 	    stun_msg_get_string(req, STUN_ATTR_REALM, &s, &n) < 0 ||
 	    stun_msg_copy_string(req, STUN_ATTR_USERNAME, user, sizeof(user)) < 0 ||
 	    snap_auth_get(w->snap, ep->l->sl.auth_idx, &au) < 0)
-		return false;
+		return 0;
 	wk_authfail_keys(w, ep, au.realm, au.realm_len, user, strlen(user), &af);
-	return wk_authfail_refused(w, &af);
+	return wk_authfail_refused(w, &af) ? -1 : 1;
 }
 
 enum wk_auth_result wk_auth_check_bind(struct worker *w, const struct wk_ep *ep,
@@ -523,12 +548,14 @@ enum wk_auth_result wk_auth_check_bind(struct worker *w, const struct wk_ep *ep,
 {
 	struct shm_alloc rec;
 	enum wk_auth_result r;
-	bool have;
+	bool have = false;
+	int gate = wk_bind_gate(w, ep, req);
 
 	memset(cred, 0, sizeof(*cred));
-	if (wk_bind_refused(w, ep, req))
+	if (gate < 0)
 		return WK_AUTH_REPLIED;
-	have = wk_bind_record(w, slot, req, &rec);
+	if (gate > 0)
+		have = wk_bind_record(w, slot, req, &rec);
 	r = wk_auth_run(w, ep, req, have ? &rec : NULL, true, cred);
 	explicit_bzero(&rec, sizeof(rec));
 	return r;

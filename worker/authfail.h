@@ -3,7 +3,9 @@
  * username across workers, through the shared table of shm/shm_authfail.h.
  *
  * Only the credentials of a new allocation (an Allocate) are guessed: a request on an
- * existing allocation is checked against that allocation's own key. Each budget is N
+ * existing allocation is checked against that allocation's own key. A ConnectionBind for
+ * another worker's connection is charged too, for any failure (worker/auth.c,
+ * wk_bind_charged), its keys made with the listener's realm. Each budget is N
  * failures per minute, forgiven one every 60/N seconds (a GCRA cell).
  *
  * The rules (docs/security.md "Password guessing" says why):

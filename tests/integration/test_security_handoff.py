@@ -39,6 +39,12 @@ that worker only once it authenticates (attacker walk aw2, F3, F4, F6). Two work
   it they are dropped before the record is looked for (about 10 walks of the table); with
   none, the worker's walks stop at its bucket (64 at once, 64 a second) and the rest are
   counted as limited. The user's own binds succeed after each. (Before: every one walked.)
+- Failures charged: the same floods with an expired REST username ("1:alice") of a user
+  with an allocation, a wrong REALM, and an expired username of a user with none: each
+  walks at most about the source budget and is refused past it, whether or not the user
+  has an allocation; after a realm change the user budget refuses under the key it was
+  charged with (the listener's realm). (Before: none was charged: 65 walks, every bind
+  answered.)
 
 Legitimate binds across workers (a fresh nonce or the control connection's) are covered
 by test_tcp_relay.py, test_relay_tls and test_handoff_burst.py. Every wait is bounded.
@@ -62,6 +68,8 @@ LIMITS = {"preauth_timeout": PREAUTH_S}
 RELAY = (20100, 20119)  # never bound (no allocation relays), unique in tests/
 STORED_RELAY = (20140, 20159)   # test_bind_stored_key's, unique in tests/
 LOOKUP_RELAY = (20160, 20179)   # test_bind_lookups_bounded's, unique in tests/
+CHARGED_RELAY = (20200, 20219)  # test_bind_failures_charged's, unique in tests/
+CHARGED_USER_BUDGET = 5         # its limits.auth_fail_user after the realm change
 FLOOD = 2000            # ConnectionBinds one connection sends in test_bind_lookups_bounded
 AUTH_FAIL_PREFIX = 10   # limits.auth_fail_prefix (the default, written down)
 WALK_BURST = WALK_RATE = 64     # a worker's walks of the table for them (worker/auth.c)
@@ -274,18 +282,18 @@ def lookups(daemon):
                                   "auth_throttled_prefix")]
 
 
-def flood_binds(port, user):
-    """A connection from 127.0.0.2 (budgets of its own) and the ConnectionBind it floods
-    with: naming user (who has an allocation), with a MAC that does not verify, for the
-    slot of the worker it did not reach (a probe tells which: the own slot answers 438 to a
-    nonce that is not ours, another's checks the credentials). Returns (its socket, its
-    StreamClient, the ConnectionBind)."""
+def flood_binds(port, user, src="127.0.0.2", realm=None):
+    """A connection from src (budgets of its own) and the ConnectionBind it floods with:
+    naming user (who has an allocation), with a MAC that does not verify, in realm (the
+    listener's by default), for the slot of the worker it did not reach (a probe tells
+    which: the own slot answers 438 to a nonce that is not ours, another's checks the
+    credentials). Returns (its socket, its StreamClient, the ConnectionBind)."""
     s = socket.socket()
-    s.bind(("127.0.0.2", 0))
+    s.bind((src, 0))
     s.settimeout(5)
     s.connect(("127.0.0.1", port))
     sc = StreamClient(port, sock=s)
-    attrs = [(A_USERNAME, user.encode()), (A_REALM, sc.realm.encode()),
+    attrs = [(A_USERNAME, user.encode()), (A_REALM, (realm or sc.realm).encode()),
              (A_NONCE, b"not-a-nonce-of-ours")]
 
     def cb(slot):
@@ -373,6 +381,78 @@ def test_bind_lookups_bounded(d):
         close_all(daemon, socks)
 
 
+def test_bind_failures_charged(d):
+    """Every foreign ConnectionBind that fails once it is well formed is charged to the
+    failed-auth budget, whatever the reason, so a source's walks of the table stay within
+    its budget (review15 items 1, 2). One connection each (its own source) floods FLOOD
+    binds for the other worker's slot with a bad MAC: an expired REST username of a user
+    with an allocation ("1:alice": no record has that username, the listener's lookup says
+    expired), the allocation's username with a wrong REALM, and an expired username of a
+    user with none ("1:zed", which walks nothing). Each walks at most about AUTH_FAIL_PREFIX
+    times and the rest are refused before any lookup; "1:zed" is refused as often as
+    "1:alice", so the answers do not tell whether a user has an allocation. The user's own
+    binds succeed after them. Then, with a user budget below the source one and the realm
+    changed by a reload, binds in the allocation's (old) realm are charged and refused under
+    the same key, the listener's realm: walks stay within the user budget (review15 item
+    3). (Before: "1:alice" and the wrong REALM were never charged: each bind was looked up,
+    walked 65 (the worker's bucket), limited the rest, refused none; "1:zed" was answered
+    every time; after the realm change the user key refused before the lookup was not the
+    one charged: walked 65.)"""
+    from test_tcp_relay import close_all
+    port = free_port()
+    limits = {"preauth_timeout": 120, "auth_fail_prefix": AUTH_FAIL_PREFIX}
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=limits, relay=CHARGED_RELAY)
+    daemon = Daemon(d, text).start()
+    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
+    ctl = StreamClient(port)
+    socks = peers + [ctl]
+    try:
+        ctl.username, ctl.password = credentials("alice", lifetime=3600)
+        ctl.key = ctl.key_of(ctl.password)
+        ctl.allocate_tcp()
+        floods = [("expired username 1:alice", "1:alice", None, "127.0.0.3"),
+                  ("wrong REALM", ctl.username, "not." + ctl.realm, "127.0.0.4"),
+                  ("expired username of a user without allocation", "1:zed", None,
+                   "127.0.0.5")]
+        for what, user, realm, src in floods:
+            s, sc, msg = flood_binds(port, user, src, realm)
+            socks.append(sc)
+            before, _ = flood(daemon, s, sc, msg)
+            walked, cached, limited, refused = [a - b for a, b in
+                                                zip(lookups(daemon), before)]
+            check(walked <= AUTH_FAIL_PREFIX + 2 and limited == 0 and
+                  refused >= FLOOD - AUTH_FAIL_PREFIX - 2,
+                  "%d binds, %s, with a budget of %d: walked %d, cached %d, limited %d, "
+                  "refused %d" % (FLOOD, what, AUTH_FAIL_PREFIX, walked, cached, limited,
+                                  refused))
+        socks += bind_all(port, ctl, peers[:4], "after the floods")
+
+        # Item 3: a user budget (5) below the source's (1000), the realm changed.
+        old_realm = ctl.realm
+        text = text.replace("  auth_fail_prefix: %d\n" % AUTH_FAIL_PREFIX,
+                            "  auth_fail_prefix: 1000\n  auth_fail_user: %d\n"
+                            % CHARGED_USER_BUDGET, 1)
+        line = "  realm: %s\n" % old_realm
+        check(line in text, "no realm line in the configuration")
+        daemon.reload(text.replace(line, "  realm: new.%s\n" % old_realm, 1))
+        s, sc, msg = flood_binds(port, ctl.username, "127.0.0.6", old_realm)
+        socks.append(sc)
+        before = lookups(daemon)
+        c0 = daemon.admin({"cmd": "stats"})["counters"].get("auth_throttled_user", 0)
+        flood(daemon, s, sc, msg)
+        walked, _, limited, _ = [a - b for a, b in zip(lookups(daemon), before)]
+        c1 = daemon.admin({"cmd": "stats"})["counters"].get("auth_throttled_user", 0)
+        check(walked <= CHARGED_USER_BUDGET + 2 and limited == 0 and
+              c1 - c0 >= FLOOD - CHARGED_USER_BUDGET - 2,
+              "%d binds in the allocation's realm after a realm change, user budget %d: "
+              "walked %d, limited %d, refused for the username %d"
+              % (FLOOD, CHARGED_USER_BUDGET, walked, limited, c1 - c0))
+        socks += bind_all(port, ctl, peers[4:], "after the realm change")
+    finally:
+        close_all(daemon, socks)
+
+
 V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 
 
@@ -412,4 +492,4 @@ if __name__ == "__main__":
     run_tests([test_tls_unauth_bind_stays, test_tls_bridge_ends_with_plain_end,
                test_pingpong_closed, test_pingpong_deadline_kept,
                test_proxy_address_survives_handoff, test_bind_stored_key,
-               test_bind_lookups_bounded])
+               test_bind_lookups_bounded, test_bind_failures_charged])
