@@ -333,6 +333,29 @@ def flood(daemon, s, sc, msg):
     return before, time.monotonic() - t0
 
 
+def alice_daemon(d, relay):
+    """A daemon (2 workers, one TURN-TCP listener, the default failed-auth budget per
+    source written down) and alice's TCP allocation on it with 8 peers ready to connect
+    in: (daemon, port, text, ctl, peers). The caller closes them (close_all), this on a
+    failure of its own."""
+    port = free_port()
+    limits = {"preauth_timeout": 120, "auth_fail_prefix": AUTH_FAIL_PREFIX}
+    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
+                  limits=limits, relay=relay)
+    daemon = Daemon(d, text).start()
+    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
+    ctl = StreamClient(port)
+    try:
+        ctl.username, ctl.password = credentials("alice", lifetime=3600)
+        ctl.key = ctl.key_of(ctl.password)
+        ctl.allocate_tcp()
+    except BaseException:
+        from test_tcp_relay import close_all
+        close_all(daemon, peers + [ctl])
+        raise
+    return daemon, port, text, ctl, peers
+
+
 def test_bind_lookups_bounded(d):
     """A connection that sends ConnectionBinds in a loop for another worker's slot, naming
     a user with an allocation, costs that worker a bounded number of walks of the table.
@@ -342,18 +365,9 @@ def test_bind_lookups_bounded(d):
     The allocation's own binds succeed after either. (Before: every one of the FLOOD binds
     walked the table.)"""
     from test_tcp_relay import close_all
-    port = free_port()
-    limits = {"preauth_timeout": 120, "auth_fail_prefix": AUTH_FAIL_PREFIX}
-    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
-                  limits=limits, relay=LOOKUP_RELAY)
-    daemon = Daemon(d, text).start()
-    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
-    ctl = StreamClient(port)
+    daemon, port, text, ctl, peers = alice_daemon(d, LOOKUP_RELAY)
     socks = peers + [ctl]
     try:
-        ctl.username, ctl.password = credentials("alice", lifetime=3600)
-        ctl.key = ctl.key_of(ctl.password)
-        ctl.allocate_tcp()
         s, sc, msg = flood_binds(port, ctl.username)
         socks.append(sc)
         before, _ = flood(daemon, s, sc, msg)
@@ -399,18 +413,9 @@ def test_bind_failures_charged(d):
     every time; after the realm change the user key refused before the lookup was not the
     one charged: walked 65.)"""
     from test_tcp_relay import close_all
-    port = free_port()
-    limits = {"preauth_timeout": 120, "auth_fail_prefix": AUTH_FAIL_PREFIX}
-    text = config(d, [("tcp", port, "TURN-TCP", ["t"])], {"t": ("TCP", ["127.0.0.1"])},
-                  limits=limits, relay=CHARGED_RELAY)
-    daemon = Daemon(d, text).start()
-    peers = [TcpPeer("127.0.0.1") for _ in range(8)]
-    ctl = StreamClient(port)
+    daemon, port, text, ctl, peers = alice_daemon(d, CHARGED_RELAY)
     socks = peers + [ctl]
     try:
-        ctl.username, ctl.password = credentials("alice", lifetime=3600)
-        ctl.key = ctl.key_of(ctl.password)
-        ctl.allocate_tcp()
         floods = [("expired username 1:alice", "1:alice", None, "127.0.0.3"),
                   ("wrong REALM", ctl.username, "not." + ctl.realm, "127.0.0.4"),
                   ("expired username of a user without allocation", "1:zed", None,
