@@ -10,8 +10,9 @@ got its nonce. The figures themselves are only meaningful in a full run
 
 Controls without a server: attacks.main() over cells made up here must exit 1 and name
 the cell that missed the target (4 of 5 probes in --smoke; a p99 of 300 ms in a full run),
-and exit 0 when every cell meets it; attacks.Probes with stop_on_fail (--smoke) runs no
-probe after a failed one, and without it runs them all.
+and exit 0 when every cell meets it; attacks.Probes with stop_on_fail (--smoke) tries a
+failed probe once more and runs none after one that failed twice, and without it runs them
+all once.
 """
 import contextlib
 import io
@@ -88,17 +89,33 @@ def control():
 
 
 def probes_control(attacks):
-    """attacks.Probes over a made-up probe whose second call fails (no server, no pacing)."""
+    """attacks.Probes over made-up probes (no server, no pacing): probe 1 always fails, or
+    fails its first try only. With stop_on_fail (--smoke) a failed probe is tried once more
+    and none follows one that failed twice; without it every probe runs once."""
     saved = attacks.probe
-    attacks.probe = lambda kind, port, i: (i != 1, 0.0)
     fails = []
     try:
-        for stop, want in ((True, 2), (False, 5)):
-            p = attacks.Probes("tcp", 0, 5, 0.0, stop_on_fail=stop)
-            p.run()
-            if len(p.res) != want:
-                fails.append(f"control Probes(stop_on_fail={stop}): {len(p.res)} probes run"
-                             f" (expected {want})")
+        for once in (False, True):
+            tries = []
+
+            def fake(kind, port, i, why=None):
+                tries.append(i)
+                ok = i != 1 or (once and tries.count(1) > 1)
+                if not ok and why is not None:
+                    why.append(f"probe {i}: made up")
+                return ok, 0.0
+            attacks.probe = fake
+            for stop in (True, False):
+                del tries[:]
+                p = attacks.Probes("tcp", 0, 5, 0.0, stop_on_fail=stop)
+                p.run()
+                want = (5 if once else 2) if stop else 5
+                want_ok = (5 if once else 1) if stop else 4
+                got_ok = sum(1 for good, _ in p.res if good)
+                if len(p.res) != want or got_ok != want_ok or not p.why:
+                    fails.append(f"control Probes(stop_on_fail={stop}), probe 1 failing "
+                                 f"{'once' if once else 'always'}: {len(p.res)} probes run, "
+                                 f"{got_ok} ok, why {p.why} (expected {want}, {want_ok} ok)")
     finally:
         attacks.probe = saved
     return fails
